@@ -1,0 +1,122 @@
+"""Collectives costed by algorithm on the network tiers a group spans.
+
+Placement (Megatron-LM's rank order as data, innermost first, default "tp-cp-dp-pp"): a group's
+members are ``stride`` ranks apart, where stride is the product of the degrees of the groups
+placed inside it. With D GPUs per NVLink domain a group of n spans ``n_in`` GPUs per domain and
+``n_out = n / n_in`` domains.
+
+Algorithms: two-level ring (reduce-scatter inside the domain, ring across domains on 1/n_in of the
+data through each GPU's own NIC, all-gather inside the domain) — the hierarchical scheme of the
+NERSC model (seeds/nersc-perf-model-readme.txt) and of NCCL's NVLS/tree variants; bandwidth terms
+are the ring volumes of Thakur et al. 2005 (all-reduce 2(n-1)/n·S, reduce-scatter and all-gather
+(n-1)/n·S per rank), latency the smaller of ring (steps·α) and tree (2·log2 n·α).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+
+
+@dataclass(frozen=True)
+class GroupSpan:
+    """How one parallel group sits on the hierarchy: members per domain and domains spanned."""
+
+    size: int
+    per_domain: int
+    domains: int
+
+
+def group_stride(plan: PlanSpec, group: str) -> int:
+    """Rank distance between neighbours of ``group``: product of degrees placed inside it."""
+    stride = 1
+    for name in plan.placement_order:
+        if name == group:
+            return stride
+        stride *= getattr(plan, name)
+    raise KeyError(group)
+
+
+def group_span(plan: PlanSpec, system: SystemSpec, groups: str | tuple[str, ...]) -> GroupSpan:
+    """Members per NVLink domain and domains spanned by one group, or by the product of several
+    (e.g. ("cp", "dp"): Megatron-LM reduces gradients over data- and context-parallel ranks together).
+
+    Members are the ranks Σ_g i_g·stride_g; those below D share rank 0's domain."""
+    names = (groups,) if isinstance(groups, str) else tuple(groups)
+    domain = system.node.gpus_per_domain
+    offsets = [0]
+    for g in names:
+        stride = group_stride(plan, g)
+        offsets = [o + i * stride for o in offsets for i in range(getattr(plan, g)) if o + i * stride < domain]
+    size = 1
+    for g in names:
+        size *= getattr(plan, g)
+    per_domain = max(1, min(size, len(offsets)))
+    return GroupSpan(size, per_domain, math.ceil(size / per_domain))
+
+
+def _bandwidths(system: SystemSpec) -> tuple[float, float]:
+    inner = system.node.nvlink_bandwidth * system.node.nvlink_efficiency
+    outer = system.network.nic_bandwidth * system.network.efficiency
+    return inner, outer
+
+
+def _latency(steps_ring: int, n: int, alpha: float) -> float:
+    """min(ring: steps·α, tree: 2·⌈log2 n⌉·α)."""
+    if n <= 1:
+        return 0.0
+    return min(steps_ring * alpha, 2 * math.ceil(math.log2(n)) * alpha)
+
+
+def all_reduce_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """2(n_in-1)/n_in·S/B_nvlink + 2(n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
+    if span.size <= 1 or size_bytes <= 0:
+        return 0.0
+    inner, outer = _bandwidths(system)
+    a, o = span.per_domain, span.domains
+    t = 2 * (a - 1) / a * size_bytes / inner + 2 * (o - 1) / o * (size_bytes / a) / outer
+    return t + _latency(2 * (a - 1), a, system.node.nvlink_latency) + _latency(2 * (o - 1), o, system.network.latency)
+
+
+def gather_or_scatter_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """All-gather / reduce-scatter of an S-byte (full) buffer: (n_in-1)/n_in·S/B_nvlink +
+    (n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
+    if span.size <= 1 or size_bytes <= 0:
+        return 0.0
+    inner, outer = _bandwidths(system)
+    a, o = span.per_domain, span.domains
+    t = (a - 1) / a * size_bytes / inner + (o - 1) / o * (size_bytes / a) / outer
+    return t + _latency(a - 1, a, system.node.nvlink_latency) + _latency(o - 1, o, system.network.latency)
+
+
+def point_to_point_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """One send/recv between neighbours: S / bandwidth of the slowest link a neighbour pair uses + α."""
+    if span.size <= 1 or size_bytes <= 0:
+        return 0.0
+    inner, outer = _bandwidths(system)
+    if span.domains > 1:
+        return size_bytes / outer + system.network.latency
+    return size_bytes / inner + system.node.nvlink_latency
+
+
+def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """Ring attention's K/V pass: (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
+    if span.size <= 1:
+        return 0.0
+    return (span.size - 1) * point_to_point_time_s(chunk_bytes, span, system)
+
+
+def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """Dispatch on the collective kind."""
+    if kind == "all_reduce":
+        return all_reduce_time_s(size_bytes, span, system)
+    if kind in ("all_gather", "reduce_scatter"):
+        return gather_or_scatter_time_s(size_bytes, span, system)
+    if kind == "send_recv":
+        return point_to_point_time_s(size_bytes, span, system)
+    if kind == "ring_exchange":
+        return ring_exchange_time_s(size_bytes, span, system)
+    raise ValueError(f"unknown collective {kind!r}")

@@ -1,0 +1,104 @@
+"""Time of one kernel on one GPU: a roofline with size-dependent GEMM efficiency.
+
+GEMMs run at ``peak · cap · wave_efficiency · depth_efficiency``: the output is cut into thread
+block tiles that run in waves of one tile per SM, so the last partial wave and the tile padding
+waste part of the machine (tile and wave quantization, NVIDIA "Matrix Multiplication Background
+User's Guide", §"Tile quantization" and §"Wave quantization"); short reductions (small k) cannot
+amortise each tile's load/store prologue. Memory-bound kernels run at a fraction of HBM bandwidth.
+Every kernel pays a fixed launch/tail overhead. The achievable fractions (``cap``) live in the
+system catalog with their sources and calibration notes (docs/model.md, "Efficiency").
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from paraplan.graph.ops import Op
+from paraplan.specs.system import AcceleratorSpec
+
+# Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
+# configurations per shape; smaller tiles reuse each loaded operand less (arithmetic intensity
+# tm·tn/(tm+tn)), so they run slower per SM. Calibration note: relative throughputs are assumed
+# (not fitted) from the intensity ratio, damped: 1 for 128x256, 0.95 for 128x128, 0.85 for 64x128.
+TILE_CANDIDATES: tuple[tuple[int, int, float], ...] = (
+    (128, 256, 1.0),
+    (256, 128, 1.0),
+    (128, 128, 0.95),
+    (64, 128, 0.85),
+    (128, 64, 0.85),
+)
+
+# Depth (k) at which a tile spends as long in its prologue/epilogue as in its main loop: the
+# efficiency factor is k / (k + GEMM_K_HALF). Calibration note: set to one 32-deep pipeline stage of
+# 4 k-blocks (CUTLASS multistage mainloop), not fitted to any validation case.
+GEMM_K_HALF = 32.0
+
+
+@lru_cache(maxsize=65536)
+def gemm_wave_efficiency(batch: int, m: int, n: int, sm_count: int) -> float:
+    """Best over tile shapes of useful/launched tile area: b·m·n / (waves·SMs·tm·tn) × tile throughput."""
+    best = 0.0
+    for tm, tn, rel in TILE_CANDIDATES:
+        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+        waves = math.ceil(tiles / sm_count)
+        eff = rel * (batch * m * n) / (waves * sm_count * tm * tn)
+        best = max(best, eff)
+    return best
+
+
+def gemm_depth_efficiency(k: int) -> float:
+    """k / (k + k_half): a reduction of depth k amortises a fixed per-tile prologue/epilogue."""
+    return k / (k + GEMM_K_HALF)
+
+
+def gemm_efficiency(batch: int, m: int, n: int, k: int, acc: AcceleratorSpec, dtype: str) -> float:
+    """Fraction of peak matrix FLOP/s in the GEMM's main loop: cap · wave/tile · depth factors."""
+    return acc.gemm_efficiency_cap(dtype) * gemm_wave_efficiency(batch, m, n, acc.sm_count) * gemm_depth_efficiency(k)
+
+
+def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
+    """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead.
+
+    The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
+    size-efficiency curves in Calculon's system files (reference/calculon-data/systems)."""
+    if flops <= 0:
+        return 0.0
+    b, m, n, k = shape
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
+    return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
+
+
+def memory_time_s(bytes_moved: float, acc: AcceleratorSpec) -> float:
+    """bytes / (HBM bandwidth · hbm efficiency) + kernel overhead (roofline, memory-bound side)."""
+    if bytes_moved <= 0:
+        return 0.0
+    return bytes_moved / (acc.hbm_bandwidth * acc.efficiency.hbm) + acc.efficiency.kernel_overhead_s
+
+
+def attention_time_s(flops: float, causal_fraction: float, acc: AcceleratorSpec, dtype: str) -> float:
+    """Fused attention: flops · causal_fraction / (peak · attention efficiency) + overhead.
+
+    Fused attention runs in half precision even in fp8 recipes (Transformer Engine default), so
+    fp8 plans use the bf16 peak here."""
+    if flops <= 0:
+        return 0.0
+    peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
+    return flops * causal_fraction / (peak * acc.efficiency.attention) + acc.efficiency.kernel_overhead_s
+
+
+def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
+    """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound."""
+    if op.kind == "gemm":
+        assert op.gemm_shape is not None
+        b, m, n, k = op.gemm_shape
+        half = op.bwd_flops / 2.0
+        fwd = gemm_time_s(op.fwd_flops, op.gemm_shape, acc, dtype)
+        # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
+        bwd = gemm_time_s(half, (b, m, k, n), acc, dtype) + gemm_time_s(half, (b, k, n, m), acc, dtype)
+        return fwd, bwd
+    if op.kind == "attention":
+        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype)
+        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype)
+        return fwd, bwd
+    return memory_time_s(op.fwd_bytes, acc), memory_time_s(op.bwd_bytes, acc)

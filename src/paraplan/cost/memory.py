@@ -1,0 +1,131 @@
+"""Memory per GPU: weights, gradients, optimizer state, activations, working buffers.
+
+Mixed-precision Adam byte counts (Rajbhandari et al. 2020, ZeRO, §3.1, with Megatron-LM's fp32
+main gradients, Korthikanti et al. 2022 Fig. 1 uses the same 18 bytes/parameter):
+
+| dtype          | weights | gradients | optimizer state                     | total |
+|----------------|---------|-----------|-------------------------------------|-------|
+| fp16/bf16/fp8  | 2       | 4 (fp32)  | 12 (fp32 master, Adam m and v)      | 18    |
+| fp32           | 4       | 4         | 8 (Adam m and v)                    | 16    |
+
+ZeRO shards over the data-parallel group: stage 1 (= Megatron's distributed optimizer) the
+optimizer state, stage 2 also the gradients, stage 3 also the weights (ZeRO §5).
+
+Activations generalise Korthikanti et al. 2022 §4 (their Eq. 1-5: s·b·h·(34 + 5·a·s/h) bytes per
+layer without parallelism) to GQA (separate q / kv widths), SwiGLU (three f-wide tensors instead of
+two), models without dropout (no masks), fused flash attention (no score matrix; keeps the
+softmax log-sum-exp) and context parallelism (s/c tokens per GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.graph.transformer import LayerShape
+from paraplan.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of each training-state component before ZeRO sharding."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def state_bytes_per_param(dtype: str) -> StateBytes:
+    """Mixed precision: 2 + 4 + 12 = 18 B/param (Korthikanti Fig. 1; ZeRO §3.1 with fp32 grads); fp32: 4 + 4 + 8."""
+    if dtype == "fp32":
+        return StateBytes(4.0, 4.0, 8.0)
+    return StateBytes(2.0, 4.0, 12.0)
+
+
+def sharded_state_bytes(params: float, dtype: str, zero: int, dp: int) -> StateBytes:
+    """Bytes of weights / gradients / optimizer state on one GPU holding ``params`` under ZeRO stage ``zero``."""
+    per = state_bytes_per_param(dtype)
+    return StateBytes(
+        weights=params * per.weights / (dp if zero >= 3 else 1),
+        gradients=params * per.gradients / (dp if zero >= 2 else 1),
+        optimizer=params * per.optimizer / (dp if zero >= 1 else 1),
+    )
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one layer keeps for backward, per micro-batch, split by what tensor parallelism divides."""
+
+    replicated: float  # norms' inputs, linear inputs and dropout masks outside the TP region
+    tensor_parallel: float  # Q, K, V, attention internals, MLP intermediates (already divided by t)
+    attention_internals: float  # the part selective recomputation drops (already divided by t)
+
+
+def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivations:
+    """Per-layer stored activations (Korthikanti et al. 2022, §4.1, generalised; 2-byte elements).
+
+    Outside the TP region (s·b·h each): two norm inputs 2+2, QKV input 2, MLP input 2, two dropout
+    masks 1+1 → 10 s·b·h with dropout. Inside: Q 2·q, K 2·kv, V 2·kv, attention-projection input
+    2·q (per token); MLP intermediates 4·f (gelu: input and output of GeLU) or 6·f (SwiGLU: gate,
+    up and product); unfused attention 5·a·s per token (softmax output 2, dropout mask 1, dropout
+    output 2; without dropout only the softmax 2); flash attention keeps the fp32 log-sum-exp,
+    4·a bytes per token. With GPT shapes (q = kv = h, f = 4h) this is s·b·h·(10 + 24/t + 5as/(ht)).
+    """
+    ab = shape.act_bytes
+    tokens = shape.local_tokens
+    h, f, t = model.hidden, model.ffn_hidden, shape.tp
+    mask = 1.0 if model.has_dropout else 0.0
+    replicated = tokens * h * (2 * ab + 2 * ab + 2 * mask)  # norm inputs (2), QKV and MLP inputs (2), masks
+    tp_part = tokens * (ab * (2 * model.q_width + 2 * model.kv_width) + ab * f * (3 if model.mlp == "swiglu" else 2))
+    heads = model.heads
+    if shape.attention == "flash":
+        internals = tokens * heads * 4.0
+    else:
+        per_score = (2 * ab + 1) if model.has_dropout else ab
+        internals = tokens * heads * shape.seq_length * per_score
+    return LayerActivations(replicated, tp_part / t, internals / t)
+
+
+def layer_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
+    """Bytes kept per layer per micro-batch under the recompute mode.
+
+    none: everything; selective: drops the attention internals (Korthikanti §5, 34·s·b·h/t with
+    SP); full: only the layer input, 2·s·b·h (÷t with SP) (Korthikanti §4.3).
+    With sequence parallelism the replicated part is divided by t too (Korthikanti §4.2.2)."""
+    parts = layer_activation_parts(model, shape)
+    sp_div = shape.tp if shape.sequence_parallel else 1
+    if recompute == "full":
+        return shape.act_bytes * shape.local_tokens * model.hidden / sp_div
+    kept = parts.replicated / sp_div + parts.tensor_parallel
+    if recompute == "none":
+        kept += parts.attention_internals
+    return kept
+
+
+def embedding_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """First stage: the embedding dropout mask, s·b·h bytes (÷t with SP) (Korthikanti §4.3); 0 without dropout."""
+    if not model.has_dropout:
+        return 0.0
+    sp_div = shape.tp if shape.sequence_parallel else 1
+    return shape.local_tokens * model.hidden / sp_div
+
+
+def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Last stage: final-norm input and LM-head input (2·s·b·h each, ÷t with SP) and the fp32 logits
+    kept for the cross-entropy backward, 4·s·b·V/t (Korthikanti §4.3, output layer term)."""
+    sp_div = shape.tp if shape.sequence_parallel else 1
+    tokens = shape.local_tokens
+    return 2 * shape.act_bytes * tokens * model.hidden / sp_div + 4.0 * tokens * model.vocab / shape.tp
+
+
+def in_flight_microbatches(schedule: str, pp: int, vpp: int, microbatches: int, stage: int) -> float:
+    """Micro-batches (in units of a whole stage's layers) whose activations stage ``stage`` holds at peak.
+
+    gpipe: all m. 1f1b: min(pp - stage, m) (Narayanan et al. 2021, §2.2.1). interleaved: Megatron-LM's
+    warm-up of 2·(pp - stage - 1) + (vpp - 1)·pp + 1 model chunks of 1/vpp stage each, capped at m·vpp;
+    on stage 0 this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.3)."""
+    if schedule == "gpipe":
+        return float(microbatches)
+    if schedule == "interleaved" and vpp > 1:
+        chunks = min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp)
+        return chunks / vpp
+    return float(min(pp - stage, microbatches))

@@ -1,0 +1,67 @@
+"""The op graph of one transformer layer (and of the embedding / LM head) on one GPU.
+
+Each :class:`Op` carries its own cost facts as named fields (FLOPs, HBM bytes, GEMM shape), next
+to each other, for one micro-batch in the forward pass; backward and recompute are derived from
+them by rules stated on the fields. Collectives are :class:`Collective` s with their group and
+volume. Nothing here knows about hardware.
+
+Notation (Korthikanti et al. 2022, §4): b micro-batch, s sequence length, h hidden, a heads,
+t tensor-parallel degree; here also a_kv key/value heads, d head width, f MLP width,
+c context-parallel degree (each GPU holds s/c tokens of every sequence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OpKind = Literal["gemm", "attention", "memory"]
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel (or fused group of kernels) for one micro-batch on one GPU, forward pass.
+
+    ``bwd_flops`` / ``bwd_bytes`` are the backward cost of the same op; ``selective_recompute`` is
+    True for the ops that selective recomputation re-runs (the core attention, Korthikanti §5).
+    """
+
+    name: str
+    kind: OpKind
+    fwd_flops: float
+    fwd_bytes: float
+    bwd_flops: float
+    bwd_bytes: float
+    gemm_shape: tuple[int, int, int, int] | None = None  # (batch, m, n, k) of the forward GEMM
+    selective_recompute: bool = False
+    causal_fraction: float = 1.0  # share of the score matrix actually computed (fused attention)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective of one micro-batch in one layer: ``count_fwd`` calls in forward, ``count_bwd`` in backward.
+
+    ``bytes`` is the size of the full (un-sharded) buffer of one call, the convention of nccl-tests
+    (doc/PERFORMANCE.md): all-reduce input, all-gather output, reduce-scatter input.
+    ``overlaps_with`` names the compute that hides it: "attention" (context-parallel ring), or in
+    backward the data-gradient ("dgrad") or weight-gradient ("wgrad") GEMMs of the layer.
+    """
+
+    name: str
+    group: Literal["tp", "cp", "pp", "dp"]
+    kind: CollectiveKind
+    bytes: float
+    count_fwd: int
+    count_bwd: int
+    overlaps_with: Literal["none", "attention", "dgrad", "wgrad"] = "none"
+
+
+@dataclass(frozen=True)
+class LayerGraph:
+    """Ops and collectives of one block (a layer, the embedding, or the LM head), per GPU, per micro-batch."""
+
+    name: str
+    ops: tuple[Op, ...]
+    collectives: tuple[Collective, ...]
+    weight_params: float  # parameters of the block held by one GPU (tensor-parallel shard)

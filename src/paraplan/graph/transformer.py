@@ -1,0 +1,247 @@
+"""Build the op graph of a decoder layer, the input embedding and the LM head, per GPU.
+
+Shapes follow Megatron-LM's tensor parallelism (Shoeybi et al. 2019, §3): QKV and MLP-in are
+column-parallel (outputs split by t), attention-out and MLP-out row-parallel (inputs split by t),
+the embedding and LM head vocab-parallel. With sequence parallelism (Korthikanti et al. 2022,
+§4.2.2) the norms, dropouts and residuals work on s/t tokens and each all-reduce becomes a
+reduce-scatter plus an all-gather. With context parallelism each GPU holds s/c tokens of every
+sequence and receives the keys/values of the other c-1 chunks by ring exchange (Liu et al. 2023).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from paraplan.graph.ops import Collective, LayerGraph, Op
+from paraplan.specs.model import ModelSpec
+
+# Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
+# activations between GEMMs in bf16 and casts to fp8 inside the GEMM), 4 for fp32.
+ACTIVATION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
+
+# FlashAttention-2 backward runs 5 matmuls for the forward's 2 (Dao 2023, arXiv:2307.08691, §3.1.2).
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The plan knobs that change one layer's per-GPU work."""
+
+    tp: int
+    cp: int
+    micro_batch: int
+    seq_length: int
+    sequence_parallel: bool
+    attention: str  # "flash" | "unfused"
+    dtype: str
+
+    @property
+    def local_tokens(self) -> int:
+        """Tokens of one micro-batch on one GPU before the sequence-parallel split: b·s/c."""
+        return self.micro_batch * self.seq_length // self.cp
+
+    @property
+    def sp_tokens(self) -> float:
+        """Tokens handled by norms / dropouts / residuals on one GPU: b·s/c, divided by t with SP."""
+        return self.local_tokens / self.tp if self.sequence_parallel else float(self.local_tokens)
+
+    @property
+    def act_bytes(self) -> int:
+        return ACTIVATION_BYTES[self.dtype]
+
+
+def _gemm(name: str, batch: int, m: int, n: float, k: float) -> Op:
+    """Dense GEMM: forward 2·m·n·k FLOPs; backward = dgrad + wgrad = 2× forward (Narayanan et al. 2021, §5.1)."""
+    flops = 2.0 * batch * m * n * k
+    return Op(name, "gemm", flops, 0.0, 2.0 * flops, 0.0, gemm_shape=(batch, int(m), int(n), int(k)))
+
+
+def _memory(name: str, fwd_bytes: float, flops_per_byte: float = 0.0) -> Op:
+    """Element-wise / normalisation kernel: bound by HBM traffic; backward reads saved inputs and
+    incoming gradients and writes gradients, taken as 2× the forward bytes (Calculon's convention
+    for element-wise layers, Isaev et al. 2023, §3)."""
+    return Op(name, "memory", flops_per_byte * fwd_bytes, fwd_bytes, 0.0, 2.0 * fwd_bytes)
+
+
+def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
+    """Core attention ops: scores Q·Kᵀ, softmax (+mask, dropout), probabilities·V.
+
+    Unfused (Megatron-LM "core attention"): two batched GEMMs of 2·b·(a/t)·(s/c)·s·d FLOPs each, and
+    a fused scale-mask-softmax plus dropout that read/write the b·(a/t)·(s/c)·s score matrix.
+    Fused flash attention (Dao et al. 2022): the same matmul FLOPs with only the causal half of
+    the score tiles computed, no score matrix in HBM; backward 2.5× forward FLOPs.
+    """
+    heads_local = model.heads // shape.tp
+    q_tokens = shape.local_tokens // shape.micro_batch  # s/c queries per sequence on this GPU
+    kv_tokens = shape.seq_length  # every query chunk meets all keys over the c ring steps
+    batch = shape.micro_batch * heads_local
+    d = model.d_head
+    ab = shape.act_bytes
+    if shape.attention == "flash":
+        fwd = 4.0 * batch * q_tokens * kv_tokens * d
+        causal = 0.5 * (1.0 + shape.cp / kv_tokens)  # causal mask: (n+1)/2n of the n×n scores per chunk
+        qkvo_bytes = ab * shape.local_tokens * (2 * model.q_width + 2 * model.kv_width) / shape.tp
+        return [
+            Op(
+                "flash_attention",
+                "attention",
+                fwd,
+                qkvo_bytes,
+                FLASH_BACKWARD_FLOP_RATIO * fwd,
+                2.0 * qkvo_bytes,
+                selective_recompute=True,
+                causal_fraction=causal,
+            )
+        ]
+    scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
+    dropout_mask = 1.0 if model.has_dropout else 0.0
+    softmax_bytes = ab * scores * 2 + (ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0)
+    ops = [
+        _gemm("attention_scores", batch, q_tokens, kv_tokens, d),
+        _memory("softmax_dropout", softmax_bytes),
+        _gemm("attention_over_values", batch, q_tokens, d, kv_tokens),
+    ]
+    return [Op(o.name, o.kind, o.fwd_flops, o.fwd_bytes, o.bwd_flops, o.bwd_bytes, o.gemm_shape, True) for o in ops]
+
+
+def layer_weight_params(model: ModelSpec, tp: int) -> float:
+    """Parameters of one decoder layer on one GPU: matrices h·(q+2kv) + q·h + p·h·f + f·h split by t;
+    column-parallel biases split by t, row-parallel biases and norms replicated
+    (Shoeybi et al. 2019, §3; p = 2 for SwiGLU's gate and up projections)."""
+    h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
+    matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
+    norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
+    split_bias = (model.q_width + 2 * model.kv_width + p * f) if model.has_bias else 0
+    replicated_bias = 2 * h if model.has_bias else 0
+    return (matrices + split_bias) / tp + replicated_bias + norm_params
+
+
+def embedding_weight_params(model: ModelSpec, tp: int) -> float:
+    """Input embedding on one GPU: vocab-parallel table V·h/t plus a replicated learned position table."""
+    positions = model.max_position * model.hidden if model.learned_positions else 0
+    return model.vocab * model.hidden / tp + positions
+
+
+def lm_head_weight_params(model: ModelSpec, tp: int, shares_stage_with_embedding: bool) -> float:
+    """Output layer on one GPU: V·h/t unless tied to an embedding on the same stage; plus the final norm.
+
+    With tied embeddings and pp > 1, Megatron-LM keeps a second copy of the table on the last
+    stage and all-reduces its gradient with the first (Narayanan et al. 2021, §4.1)."""
+    norm = (2 if model.norm == "layernorm" else 1) * model.hidden
+    table = 0.0 if (model.tie_embeddings and shares_stage_with_embedding) else model.vocab * model.hidden / tp
+    return table + norm
+
+
+def _tp_collectives(tokens: int, width: int, ab: int, shape: LayerShape) -> list[Collective]:
+    """TP collectives of one layer: two column-parallel (QKV, MLP-in) and two row-parallel
+    (attention projection, MLP-out) linears (Shoeybi et al. 2019, Fig. 4, operators f and g).
+
+    Without SP: forward all-reduces the two row-parallel outputs; backward all-reduces the two
+    column-parallel input gradients, asynchronously beside the wgrad GEMM (Megatron-LM's async
+    tensor-parallel all-reduce). With SP (Korthikanti et al. 2022, §4.2.2): forward all-gathers
+    the two column-parallel inputs and reduce-scatters the two row-parallel outputs; backward
+    all-gathers the two row-parallel output gradients, re-gathers the two column-parallel inputs
+    for wgrad (SP stores them sharded; overlapped with dgrad) and reduce-scatters the two input
+    gradients (overlapped with wgrad)."""
+    if shape.tp == 1:
+        return []
+    size = float(ab * tokens * width)
+    if shape.sequence_parallel:
+        return [
+            Collective("tp_all_gather", "tp", "all_gather", size, 2, 2),
+            Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 2, 0),
+            Collective("tp_input_regather", "tp", "all_gather", size, 0, 2, overlaps_with="dgrad"),
+            Collective("tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 2, overlaps_with="wgrad"),
+        ]
+    return [
+        Collective("tp_all_reduce", "tp", "all_reduce", size, 2, 0),
+        Collective("tp_grad_all_reduce", "tp", "all_reduce", size, 0, 2, overlaps_with="wgrad"),
+    ]
+
+
+def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
+    """FP8 casts of GEMM operands (Transformer Engine's delayed-scaling recipe; Micikevicius et al.
+    2022, arXiv:2209.05433): every activation input in forward and every output gradient in
+    backward is read in bf16 (2 B) and written in fp8 (1 B); weights are cast once per step (ignored)."""
+    t, h, f = shape.tp, model.hidden, model.ffn_hidden
+    tokens = shape.local_tokens
+    fwd_elems = tokens * (h + model.q_width / t + h + f / t)
+    bwd_elems = tokens * ((model.q_width + 2 * model.kv_width) / t + h + model.mlp_input_projections * f / t + h)
+    return Op("fp8_casts", "memory", 0.0, 3.0 * fwd_elems, 0.0, 3.0 * bwd_elems)
+
+
+@lru_cache(maxsize=4096)
+def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block)."""
+    h, f, t = model.hidden, model.ffn_hidden, shape.tp
+    tokens = shape.local_tokens
+    sp_tokens = shape.sp_tokens
+    ab = shape.act_bytes
+    mask = 1.0 if model.has_dropout else 0.0
+    qkv_width = (model.q_width + 2 * model.kv_width) / t
+    ops: list[Op] = [
+        _memory("input_norm", 2 * ab * sp_tokens * h),
+        _gemm("qkv_projection", 1, tokens, qkv_width, h),
+    ]
+    if not model.learned_positions:
+        ops.append(_memory("rotary_embedding", 2 * ab * tokens * (model.q_width + model.kv_width) / t))
+    ops += attention_ops(model, shape)
+    ops += [
+        _gemm("attention_projection", 1, tokens, h, model.q_width / t),
+        _memory("attention_residual", (3 * ab + mask) * sp_tokens * h),
+        _memory("post_attention_norm", 2 * ab * sp_tokens * h),
+        _gemm("mlp_in_projection", 1, tokens, model.mlp_input_projections * f / t, h),
+        _memory("mlp_activation", ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2)),
+        _gemm("mlp_out_projection", 1, tokens, h, f / t),
+        _memory("mlp_residual", (3 * ab + mask) * sp_tokens * h),
+    ]
+    if shape.dtype == "fp8":
+        ops.append(fp8_cast_op(model, shape))
+    collectives = _tp_collectives(tokens, h, ab, shape)
+    if shape.cp > 1:
+        kv_chunk = float(ab * tokens * 2 * model.kv_width / t)  # this GPU's K and V
+        collectives.append(
+            Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")
+        )
+    return LayerGraph("decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t))
+
+
+@lru_cache(maxsize=1024)
+def embedding_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """Vocab-parallel embedding lookup (+ learned positions, dropout) on the first stage; its output
+    is all-reduced over TP (reduce-scattered with SP), Shoeybi et al. 2019 §3."""
+    h, ab = model.hidden, shape.act_bytes
+    tokens = shape.local_tokens
+    lookup_bytes = ab * tokens * h * (3 if model.learned_positions else 2)
+    ops = (Op("embedding_lookup", "memory", 0.0, lookup_bytes, 0.0, 2.0 * ab * tokens * h),)
+    coll: list[Collective] = []
+    if shape.tp > 1:
+        kind = "reduce_scatter" if shape.sequence_parallel else "all_reduce"
+        coll.append(Collective("embedding_" + kind, "tp", kind, float(ab * tokens * h), 1, 0))
+    return LayerGraph("embedding", ops, tuple(coll), embedding_weight_params(model, shape.tp))
+
+
+@lru_cache(maxsize=1024)
+def lm_head_block(model: ModelSpec, shape: LayerShape, shares_stage_with_embedding: bool) -> LayerGraph:
+    """Final norm, vocab-parallel output GEMM and cross-entropy on the last stage.
+
+    The loss works on fp32 logits, b·(s/c)·V/t of them per GPU, read and written about three times
+    (max, exp-sum, gradient), plus small TP all-reduces of per-token statistics (Megatron-LM's
+    vocab-parallel cross-entropy)."""
+    h, ab, t = model.hidden, shape.act_bytes, shape.tp
+    tokens = shape.local_tokens
+    logits = tokens * model.vocab / t
+    ops = (
+        _memory("final_norm", 2 * ab * shape.sp_tokens * h),
+        _gemm("lm_head", 1, tokens, model.vocab / t, h),
+        Op("cross_entropy", "memory", 0.0, 3 * 4.0 * logits, 0.0, 2 * 4.0 * logits),
+    )
+    coll: list[Collective] = []
+    if t > 1:
+        if shape.sequence_parallel:
+            coll.append(Collective("lm_head_all_gather", "tp", "all_gather", float(ab * tokens * h), 1, 1))
+        coll.append(Collective("cross_entropy_all_reduce", "tp", "all_reduce", 3 * 4.0 * tokens, 1, 0))
+    return LayerGraph(
+        "lm_head", ops, tuple(coll), lm_head_weight_params(model, t, shares_stage_with_embedding)
+    )

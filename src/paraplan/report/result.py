@@ -1,0 +1,196 @@
+"""Plain result objects returned by the API; rendering lives in report/render.py."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from paraplan.units import GiB
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds per step on the critical path; the parts sum to ``step_time_s``."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    optimizer_s: float
+    bubble_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    offload_s: float
+
+    def total_s(self) -> float:
+        return sum(asdict(self).values())
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU of one pipeline stage at its peak."""
+
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    reserved_bytes: float
+    capacity_bytes: float
+    transformer_weights_and_optimizer_bytes: float
+    transformer_activations_bytes: float
+
+    @property
+    def weights_and_optimizer_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.weights_and_optimizer_bytes + self.activations_bytes + self.buffers_bytes + self.reserved_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "weights_gib": self.weights_bytes / GiB,
+            "gradients_gib": self.gradients_bytes / GiB,
+            "optimizer_gib": self.optimizer_bytes / GiB,
+            "weights_and_optimizer_gib": self.weights_and_optimizer_bytes / GiB,
+            "activations_gib": self.activations_bytes / GiB,
+            "transformer_weights_and_optimizer_gib": self.transformer_weights_and_optimizer_bytes / GiB,
+            "transformer_activations_gib": self.transformer_activations_bytes / GiB,
+            "buffers_gib": self.buffers_bytes / GiB,
+            "reserved_gib": self.reserved_bytes / GiB,
+            "peak_gib": self.peak_bytes / GiB,
+            "capacity_gib": self.capacity_bytes / GiB,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op of one block for one micro-batch on one GPU (the "GEMM breakdown")."""
+
+    block: str
+    name: str
+    kind: str
+    count_per_gpu: int  # how many times per micro-batch this GPU runs the block (layers on the busiest stage)
+    fwd_flops: float
+    bwd_flops: float
+    fwd_bytes: float
+    gemm_shape: tuple[int, int, int, int] | None
+    efficiency: float | None
+    fwd_time_s: float
+    bwd_time_s: float
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """One collective of one block for one micro-batch, with its group's placement."""
+
+    block: str
+    name: str
+    group: str
+    kind: str
+    bytes: float
+    calls_fwd: int
+    calls_bwd: int
+    time_per_call_s: float
+    group_size: int
+    domains_spanned: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything paraplan predicts for one plan."""
+
+    model: str
+    system: str
+    plan: dict
+    step_time_s: float
+    breakdown: TimeBreakdown
+    stages: tuple[StageMemory, ...]
+    tokens_per_step: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    peak_flops_per_gpu: float
+    gpus: int
+    ops: tuple[OpCost, ...] = field(default=())
+    comms: tuple[CommCost, ...] = field(default=())
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flops_per_step / self.step_time_s / self.gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation (Chowdhery et al. 2022, App. B): model FLOP/s ÷ (GPUs · peak)."""
+        return self.model_flops_per_step / self.step_time_s / (self.gpus * self.peak_flops_per_gpu)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation (Korthikanti et al. 2022, §6.3): counts recomputed FLOPs too."""
+        return self.hardware_flops_per_step / self.step_time_s / (self.gpus * self.peak_flops_per_gpu)
+
+    @property
+    def first_stage(self) -> StageMemory:
+        return self.stages[0]
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.peak_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+    def run_totals(self, tokens: float, price_per_gpu_hour: float | None) -> dict:
+        """Days, GPU-hours and cost of training on ``tokens`` tokens at this step time."""
+        steps = tokens / self.tokens_per_step
+        seconds = steps * self.step_time_s
+        gpu_hours = seconds / 3600 * self.gpus
+        return {
+            "tokens": tokens,
+            "steps": steps,
+            "days": seconds / 86400,
+            "gpu_hours": gpu_hours,
+            "cost_usd": None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour,
+            "price_per_gpu_hour": price_per_gpu_hour,
+        }
+
+    def to_dict(self, include_ops: bool = False) -> dict:
+        first = self.first_stage
+        out = {
+            "model": self.model,
+            "system": self.system,
+            "plan": self.plan,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "model_flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "breakdown": asdict(self.breakdown),
+            "memory": {
+                "weights_and_optimizer_gib": first.weights_and_optimizer_bytes / GiB,
+                "activations_gib": first.activations_bytes / GiB,
+                "peak_gib": self.peak_stage.peak_bytes / GiB,
+                "peak_stage": self.peak_stage.stage,
+                "capacity_gib": first.capacity_bytes / GiB,
+                "fits": self.fits,
+                "per_stage": [s.to_dict() for s in self.stages],
+            },
+        }
+        if include_ops:
+            out["ops"] = [asdict(o) for o in self.ops]
+            out["communication"] = [asdict(c) for c in self.comms]
+        return out

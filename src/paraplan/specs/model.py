@@ -1,0 +1,82 @@
+"""The transformer being trained, described by its shape (MISSION.md, "Inputs")."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ModelSpec(BaseModel):
+    """A dense decoder-only transformer.
+
+    ``bias``, ``dropout`` and ``position_embedding`` default from the MLP type: GPT-style (gelu)
+    models have biases, dropout 0.1 and learned absolute positions (Radford et al. 2019; Brown et
+    al. 2020; Megatron-LM defaults), Llama-style (swiglu) models have none of them and use rotary
+    positions (Touvron et al. 2023).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "custom"
+    source: str = ""
+    layers: int = Field(gt=0, description="number of transformer layers")
+    hidden: int = Field(gt=0, description="model (residual stream) width h")
+    heads: int = Field(gt=0, description="query heads a")
+    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (GQA/MQA); default = heads")
+    head_dim: int | None = Field(default=None, gt=0, description="per-head width; default hidden / heads")
+    ffn_hidden: int = Field(gt=0, description="MLP inner width")
+    vocab: int = Field(gt=0, description="vocabulary size")
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    tie_embeddings: bool = False
+    bias: bool | None = None
+    dropout: bool | None = Field(default=None, description="hidden/attention dropout on; default: gelu models yes")
+    position_embedding: Literal["learned", "rope"] | None = None
+    max_position: int = Field(default=2048, gt=0, description="rows of a learned position table")
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> "ModelSpec":
+        kv = self.kv_heads if self.kv_heads is not None else self.heads
+        if self.heads % kv != 0:
+            raise ValueError(f"kv_heads={kv} must divide heads={self.heads}")
+        if self.head_dim is None and self.hidden % self.heads != 0:
+            raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}; give head_dim")
+        return self
+
+    # ---- derived shape -------------------------------------------------------------------
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """Width of the concatenated query heads, a·d_head."""
+        return self.heads * self.d_head
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the concatenated key (or value) heads, a_kv·d_head."""
+        return self.n_kv_heads * self.d_head
+
+    @property
+    def has_bias(self) -> bool:
+        return self.bias if self.bias is not None else self.mlp == "gelu"
+
+    @property
+    def has_dropout(self) -> bool:
+        return self.dropout if self.dropout is not None else self.mlp == "gelu"
+
+    @property
+    def learned_positions(self) -> bool:
+        pos = self.position_embedding or ("learned" if self.mlp == "gelu" else "rope")
+        return pos == "learned"
+
+    @property
+    def mlp_input_projections(self) -> int:
+        """1 for gelu (W1), 2 for swiglu (gate and up)."""
+        return 2 if self.mlp == "swiglu" else 1

@@ -1,0 +1,127 @@
+"""The cluster: accelerator, NVLink/NVSwitch domain and scale-out network (MISSION.md, "Inputs").
+
+Quantities accept unit strings ("80 GiB", "3.35 TB/s", "989 TFLOPS", "400 Gb/s") and are stored in
+SI units (bytes, bytes/s, FLOP/s, seconds). Every achievable-fraction parameter lives here, in one
+place, so that ``docs/model.md`` can list where each comes from.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+
+from paraplan.units import parse_quantity
+
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+
+
+def _quantity(kind):
+    def convert(value, info: ValidationInfo):
+        if value is None:
+            return None
+        return parse_quantity(value, kind, field=info.field_name or "value")
+
+    return BeforeValidator(convert)
+
+
+Bytes = Annotated[float, _quantity("bytes"), Field(gt=0)]
+BytesPerS = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
+Seconds = Annotated[float, _quantity("time"), Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class EfficiencySpec(BaseModel):
+    """Achievable fractions of peak; each value in a catalog file carries its source or calibration."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
+    gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
+    gemm_ramp_s: Seconds = Field(
+        40e-6, description="fixed ramp-up/tail time of one GEMM at full rate (size effect: t = F/R + t_ramp)"
+    )
+    attention: Fraction = Field(0.6, description="fraction of peak reached by fused (flash) attention forward")
+    hbm: Fraction = Field(0.8, description="fraction of HBM bandwidth reached by streaming kernels")
+    kernel_overhead_s: Seconds = Field(4e-6, description="fixed launch/tail cost added to each kernel")
+
+
+class AcceleratorSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
+        description="peak dense matrix FLOP/s per datatype"
+    )
+    vector_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
+        description="peak non-tensor-core FLOP/s per datatype"
+    )
+    hbm_capacity: Bytes
+    hbm_bandwidth: BytesPerS
+    sm_count: int = Field(gt=0, description="streaming multiprocessors (compute units); sets the wave size")
+    gemm_tile: tuple[int, int] = Field((128, 128), description="output tile (rows, cols) of one GEMM thread block")
+    efficiency: EfficiencySpec = EfficiencySpec()
+    host_memory: Bytes | None = Field(None, description="second memory tier (host DRAM) per GPU, for offload")
+    host_bandwidth: BytesPerS | None = Field(None, description="HBM <-> host bandwidth per GPU (PCIe / C2C)")
+    reserved_memory: Bytes = Field(
+        2 * 2**30, description="HBM not available to the framework (CUDA context, allocator fragmentation)"
+    )
+
+    @field_validator("matrix_flops")
+    @classmethod
+    def _has_half(cls, value):
+        if not any(k in value for k in ("fp16", "bf16")):
+            raise ValueError("matrix_flops needs at least fp16 or bf16")
+        return value
+
+    def peak_matrix_flops(self, dtype: str) -> float:
+        """Peak matrix rate for ``dtype``; fp16 and bf16 share tensor cores; tf32 used for fp32 training."""
+        table = self.matrix_flops
+        if dtype in table:
+            return table[dtype]
+        if dtype in ("fp16", "bf16"):
+            return table.get("bf16") or table["fp16"]
+        if dtype == "fp32" and "tf32" in table:
+            return table["tf32"]
+        raise KeyError(dtype)
+
+    def gemm_efficiency_cap(self, dtype: str) -> float:
+        if dtype == "fp8" and self.efficiency.gemm_fp8 is not None:
+            return self.efficiency.gemm_fp8
+        return self.efficiency.gemm
+
+
+class NodeSpec(BaseModel):
+    """The scale-up domain: GPUs joined by NVLink/NVSwitch (or Infinity Fabric)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
+    gpus_per_node: int | None = Field(None, gt=0, description="GPUs per server; default gpus_per_domain")
+    nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
+    nvlink_latency: Seconds = 5e-6
+    nvlink_efficiency: Fraction = Field(0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives")
+
+
+class NetworkSpec(BaseModel):
+    """The scale-out fabric between domains (InfiniBand / RoCE)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
+    latency: Seconds = 10e-6
+    efficiency: Fraction = Field(0.85, description="achieved fraction of nic_bandwidth by NCCL collectives")
+
+
+class SystemSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "custom"
+    source: str = ""
+    accelerator: AcceleratorSpec
+    node: NodeSpec
+    network: NetworkSpec
+    price_per_gpu_hour: float | None = Field(None, ge=0, description="USD per GPU-hour, for run cost")
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="dotted field path -> datasheet citation or calibration note"
+    )
