@@ -120,3 +120,22 @@ def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: Sys
     if kind == "ring_exchange":
         return ring_exchange_time_s(size_bytes, span, system)
     raise ValueError(f"unknown collective {kind!r}")
+
+
+def collective_coefficients(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
+    """(seconds per byte, latency seconds) with time = size·slope + latency for a non-empty buffer;
+    the same formulas as the functions above, in linear form so many sizes can be costed at once."""
+    if span.size <= 1:
+        return 0.0, 0.0
+    inner, outer = _bandwidths(system)
+    a, o = span.per_domain, span.domains
+    alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
+    if kind == "all_reduce":
+        slope = 2 * (a - 1) / a / inner + 2 * (o - 1) / o / a / outer
+        return slope, _latency(2 * (a - 1), a, alpha_in) + _latency(2 * (o - 1), o, alpha_out)
+    if kind in ("all_gather", "reduce_scatter"):
+        slope = (a - 1) / a / inner + (o - 1) / o / a / outer
+        return slope, _latency(a - 1, a, alpha_in) + _latency(o - 1, o, alpha_out)
+    if kind == "send_recv":
+        return (1 / outer, alpha_out) if o > 1 else (1 / inner, alpha_in)
+    raise ValueError(f"no linear form for collective {kind!r}")

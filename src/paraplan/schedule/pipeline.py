@@ -18,15 +18,16 @@ def bubble_slots(schedule: str, pp: int, vpp: int) -> float:
     return float(pp - 1)
 
 
+def bubble_from_work_s(total_work_s, slowest_work_s, chunks_per_gpu):
+    """(Σ_i W_i − max_i W_i) / v: (p−1)·W (÷v interleaved) for equal stages; with unequal stages the
+    fill and drain pass once through every other stage while the slowest one sets the steady state
+    ((m−1)·W_max + Σ_i W_i for 1F1B). Works on floats and numpy arrays."""
+    return (total_work_s - slowest_work_s) / chunks_per_gpu
+
+
 def pipeline_bubble_s(schedule: str, pp: int, vpp: int, stage_work_s: list[float]) -> float:
-    """Idle time per step: (Σ_i W_i − max_i W_i)·slots/(p−1), i.e. (p−1)·W (÷v interleaved) for equal
-    stages; with unequal stages the fill and drain pass once through every other stage while the
-    slowest one sets the steady state ((m−1)·W_max + Σ_i W_i for 1F1B)."""
+    """Bubble of a pipeline whose stages take ``stage_work_s`` per micro-batch (see bubble_from_work_s)."""
     if pp <= 1:
         return 0.0
-    return bubble_slots(schedule, pp, vpp) / (pp - 1) * (sum(stage_work_s) - max(stage_work_s))
-
-
-def p2p_transfers_per_microbatch(pp: int, vpp: int) -> int:
-    """Activation sends on a stage's critical path per micro-batch: one forward, one backward per chunk."""
-    return 0 if pp <= 1 else 2 * vpp
+    chunks = vpp if schedule == "interleaved" else 1
+    return bubble_from_work_s(sum(stage_work_s), max(stage_work_s), chunks)

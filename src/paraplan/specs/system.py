@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.units import parse_quantity
 
@@ -125,3 +125,10 @@ class SystemSpec(BaseModel):
     sources: dict[str, str] = Field(
         default_factory=dict, description="dotted field path -> datasheet citation or calibration note"
     )
+    _hash: int = PrivateAttr(0)
+
+    def model_post_init(self, __context) -> None:
+        self._hash = hash(self.model_dump_json(exclude={"sources"}))
+
+    def __hash__(self) -> int:  # frozen but holds dicts: hash the canonical JSON once (cost caches key on it)
+        return self._hash

@@ -1,0 +1,259 @@
+"""Compose per-block times into a training step, and training state into memory per stage.
+
+Every function here is plain arithmetic that works the same on Python floats and on numpy arrays
+(one element per candidate plan), so ``estimate`` (one plan) and the search (millions at once)
+share one implementation and agree to the last bit.
+
+Stages come in three kinds: the first (input embedding; also the LM head when pp = 1), the
+middle ones (identical), and the last (LM head). Pipeline time: m micro-batches of the slowest
+stage's work plus the bubble (schedule/pipeline.py); then the data-parallel gradient sync, the
+optimizer step and offload traffic that the overlap switches do not hide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from paraplan.cost.memory import in_flight_chunks
+from paraplan.schedule.pipeline import bubble_from_work_s
+
+Num = Any  # float or numpy array, broadcastable
+
+# Optimizer-step HBM traffic per parameter on its owner, one pass per kernel of Megatron-LM's
+# mixed-precision step: zero the fp32 grad buffer (write 4), unscale + inf check (read 4, write 4),
+# gradient-norm for clipping (read 4), Adam (read grad, master, m, v: 16; write master, m, v: 12),
+# copy master to the half-precision weight (read 4, write 2) = 54 B (state sizes: ZeRO §3.1).
+OPTIMIZER_BYTES_PER_PARAM = 54.0
+# Bytes per parameter in the data-parallel gradient reduction: Megatron-LM reduces its fp32 main
+# gradients (4 B/param, as in Korthikanti et al. 2022's memory accounting).
+GRAD_REDUCE_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class BlockTerms:
+    """Per-micro-batch seconds of one block: compute and exposed communication (see estimate.block_times)."""
+
+    forward: Num
+    backward: Num
+    recompute: Num
+    tp: Num  # exposed TP collectives: forward + backward + re-run in full recompute
+    cp: Num  # exposed context-parallel ring exchange
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Everything the step and memory composition needs, per candidate (floats or arrays)."""
+
+    pp: Num
+    vpp: Num
+    microbatches: Num
+    layers_per_stage: Num
+    interleaved: Num  # bool
+    gpipe: Num  # bool
+    layer: BlockTerms
+    embedding: BlockTerms
+    head: BlockTerms
+    p2p_transfer_s: Num  # one activation send between neighbouring stages
+    # parameters held per GPU
+    layer_params: Num
+    embedding_params: Num
+    head_params: Num
+    # data-parallel (data × context) group and its collectives in linear form
+    dp_size: Num
+    zero: Num
+    all_reduce: tuple[Num, Num]
+    reduce_scatter: tuple[Num, Num]
+    all_gather: tuple[Num, Num]
+    overlap_dp_grad_reduce: Num
+    overlap_param_gather: Num
+    # offload
+    offload_weights: Num
+    offload_activations: Num
+    offload_optimizer: Num
+    host_bandwidth: Num  # bytes/s (any positive number when no offload is possible)
+    hbm_rate: Num  # achieved HBM bytes/s for the optimizer step
+    # memory terms
+    weight_bytes: Num  # per parameter (state_bytes_per_param)
+    grad_bytes: Num
+    optimizer_bytes: Num
+    layer_activation_bytes: Num  # per layer per micro-batch with the plan's recompute mode
+    embedding_activation_bytes: Num
+    head_activation_bytes: Num
+    layer_buffer_bytes: Num  # full-recompute re-materialisation + SP all-gather buffer
+    reserved_bytes: Num
+
+
+def _stage_sum(inp: StepInputs, with_embedding: Num, with_head: Num) -> dict[str, Num]:
+    L = inp.layers_per_stage
+    out = {}
+    for part in ("forward", "backward", "recompute", "tp", "cp"):
+        out[part] = (
+            L * getattr(inp.layer, part)
+            + with_embedding * getattr(inp.embedding, part)
+            + with_head * getattr(inp.head, part)
+        )
+    return out
+
+
+def stage_parts(inp: StepInputs) -> dict[str, dict[str, Num]]:
+    """Per-micro-batch work of the first, middle and last stage kinds (middle/last empty when absent)."""
+    single = inp.pp == 1
+    p2p = np.where(single, 0.0, 2.0 * inp.vpp * inp.p2p_transfer_s)
+    first = _stage_sum(inp, 1.0, np.where(single, 1.0, 0.0))
+    middle = _stage_sum(inp, 0.0, 0.0)
+    last = _stage_sum(inp, 0.0, 1.0)
+    for parts in (first, middle, last):
+        parts["pp"] = p2p
+    return {"first": first, "middle": middle, "last": last}
+
+
+def _work(parts: dict[str, Num]) -> Num:
+    return parts["forward"] + parts["backward"] + parts["recompute"] + parts["tp"] + parts["cp"] + parts["pp"]
+
+
+def _stage_params(inp: StepInputs) -> dict[str, Num]:
+    single = inp.pp == 1
+    first = inp.layers_per_stage * inp.layer_params + inp.embedding_params + np.where(single, inp.head_params, 0.0)
+    return {
+        "first": first,
+        "middle": inp.layers_per_stage * inp.layer_params,
+        "last": inp.layers_per_stage * inp.layer_params + inp.head_params,
+    }
+
+
+def tail_terms(inp: StepInputs, params: Num, parts: dict[str, Num]) -> tuple[Num, Num, Num]:
+    """(exposed DP communication, optimizer step, optimizer offload) of one stage.
+
+    zero 0: all-reduce of fp32 gradients; zero 1-2: reduce-scatter of gradients + all-gather of
+    weights (Megatron distributed optimizer / ZeRO); zero 3: per micro-batch all-gather of weights
+    in forward and backward and reduce-scatter of gradients (ZeRO §5.3). Gradient reduction
+    overlaps the last micro-batch's backward, the weight all-gather the first micro-batch's
+    forward, when the overlap switches are on (Megatron-LM --overlap-grad-reduce /
+    --overlap-param-gather). Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to
+    the host and weights back over host_bandwidth instead of the on-GPU step."""
+    grad_window = (parts["backward"] + parts["recompute"]) * inp.overlap_dp_grad_reduce
+    gather_window = parts["forward"] * inp.overlap_param_gather
+    grad_size = params * GRAD_REDUCE_BYTES
+    weight_size = params * inp.weight_bytes
+    all_reduce = grad_size * inp.all_reduce[0] + inp.all_reduce[1]
+    reduce_scatter = grad_size * inp.reduce_scatter[0] + inp.reduce_scatter[1]
+    all_gather = weight_size * inp.all_gather[0] + inp.all_gather[1]
+    zero0 = np.maximum(0.0, all_reduce - grad_window)
+    zero12 = np.maximum(0.0, reduce_scatter - grad_window) + np.maximum(0.0, all_gather - gather_window)
+    zero3 = inp.microbatches * (
+        np.maximum(0.0, all_gather - parts["forward"]) + np.maximum(0.0, all_gather + reduce_scatter - parts["backward"])
+    )
+    exposed = np.where(inp.zero == 0, zero0, np.where(inp.zero == 3, zero3, zero12))
+    exposed = np.where(inp.dp_size > 1, exposed, 0.0)
+    owned = params / np.where(inp.zero >= 1, inp.dp_size, 1)
+    optimizer = np.where(inp.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
+    offload = np.where(inp.offload_optimizer, owned * (GRAD_REDUCE_BYTES + inp.weight_bytes) / inp.host_bandwidth, 0.0)
+    return exposed, optimizer, offload
+
+
+def _select(kinds: list[str], values: dict[str, Num], present: dict[str, Num]) -> tuple[Num, Num]:
+    """(max value, index of the kind that attains it first) over present kinds."""
+    best = None
+    index = None
+    for i, k in enumerate(kinds):
+        v = np.where(present[k], values[k], -np.inf)
+        if best is None:
+            best, index = v, np.zeros_like(v, dtype=np.int64) if isinstance(v, np.ndarray) else 0
+        else:
+            better = v > best
+            best = np.where(better, v, best)
+            index = np.where(better, i, index)
+    return best, index
+
+
+KINDS = ["first", "middle", "last"]
+
+
+def compose_step(inp: StepInputs) -> dict[str, Num]:
+    """Step time and its breakdown (forward, backward, recompute, optimizer, bubble, TP / CP / PP /
+    DP communication, offload) of the slowest stage, per Narayanan et al. 2021 §2.2 (see
+    schedule/pipeline.py for the bubble)."""
+    parts = stage_parts(inp)
+    present = {"first": True, "middle": inp.pp > 2, "last": inp.pp > 1}
+    work = {k: _work(parts[k]) for k in KINDS}
+    slowest_work, slowest = _select(KINDS, work, present)
+    total_work = work["first"] + np.where(present["last"], work["last"], 0.0) + np.maximum(inp.pp - 2, 0) * work["middle"]
+    bubble = bubble_from_work_s(total_work, slowest_work, np.where(inp.interleaved, inp.vpp, 1))
+
+    params = _stage_params(inp)
+    tails = {k: tail_terms(inp, params[k], parts[k]) for k in KINDS}
+    tail_sum = {k: tails[k][0] + tails[k][1] + tails[k][2] for k in KINDS}
+    _, tail_kind = _select(KINDS, tail_sum, present)
+
+    def pick(index, values):
+        return np.where(index == 0, values[0], np.where(index == 1, values[1], values[2]))
+
+    m = inp.microbatches
+    out = {
+        f"{part}_s": m * pick(slowest, [parts[k][part] for k in KINDS])
+        for part in ("forward", "backward", "recompute", "tp", "cp", "pp")
+    }
+    out["bubble_s"] = bubble
+    out["dp_s"] = pick(tail_kind, [tails[k][0] for k in KINDS])
+    out["optimizer_s"] = pick(tail_kind, [tails[k][1] for k in KINDS])
+    compute = out["forward_s"] + out["backward_s"] + out["recompute_s"]
+    traffic = 2.0 * inp.layers_per_stage * (
+        inp.layer_activation_bytes * inp.offload_activations + inp.layer_params * inp.weight_bytes * inp.offload_weights
+    )
+    streamed = m * np.maximum(0.0, traffic / inp.host_bandwidth - compute / m)
+    out["offload_s"] = pick(tail_kind, [tails[k][2] for k in KINDS]) + streamed
+    out["step_time_s"] = (
+        out["forward_s"] + out["backward_s"] + out["recompute_s"] + out["optimizer_s"] + out["bubble_s"]
+        + out["tp_s"] + out["cp_s"] + out["pp_s"] + out["dp_s"] + out["offload_s"]
+    )
+    return out
+
+
+def stage_memory_terms(inp: StepInputs, stage: Num) -> dict[str, Num]:
+    """Bytes per GPU of pipeline stage ``stage``: weights, gradients, optimizer state (ZeRO-sharded
+    over data × context ranks), in-flight activations, buffers, reserved."""
+    is_first = stage == 0
+    is_last = stage == inp.pp - 1
+    params = (
+        inp.layers_per_stage * inp.layer_params
+        + np.where(is_first, inp.embedding_params, 0.0)
+        + np.where(is_last, inp.head_params, 0.0)
+    )
+    transformer_params = inp.layers_per_stage * inp.layer_params
+    shard_w = np.where(inp.zero >= 3, inp.dp_size, 1)
+    shard_g = np.where(inp.zero >= 2, inp.dp_size, 1)
+    shard_o = np.where(inp.zero >= 1, inp.dp_size, 1)
+    in_flight = in_flight_chunks(inp.gpipe, inp.interleaved, inp.pp, inp.vpp, inp.microbatches, stage)
+    transformer_acts = in_flight * inp.layers_per_stage * inp.layer_activation_bytes
+    acts = (
+        transformer_acts
+        + np.where(is_first, in_flight * inp.embedding_activation_bytes, 0.0)
+        + np.where(is_last, inp.head_activation_bytes, 0.0)
+    )
+    offloaded_acts = 2.0 * inp.layer_activation_bytes  # one layer being written out, one read back
+    streamed_weights = 2.0 * inp.layer_params * inp.weight_bytes
+    out = {
+        "weights": np.where(inp.offload_weights, streamed_weights, params * inp.weight_bytes / shard_w),
+        "gradients": params * inp.grad_bytes / shard_g,
+        "optimizer": np.where(inp.offload_optimizer, 0.0, params * inp.optimizer_bytes / shard_o),
+        "activations": np.where(inp.offload_activations, offloaded_acts, acts),
+        "transformer_activations": np.where(inp.offload_activations, offloaded_acts, transformer_acts),
+        "transformer_states": transformer_params
+        * (inp.weight_bytes / shard_w + inp.grad_bytes / shard_g + inp.optimizer_bytes / shard_o),
+        "buffers": inp.layer_buffer_bytes + np.where(inp.zero >= 3, streamed_weights, 0.0),
+        "reserved": inp.reserved_bytes,
+    }
+    out["peak"] = out["weights"] + out["gradients"] + out["optimizer"] + out["activations"] + out["buffers"] + out["reserved"]
+    return out
+
+
+def peak_memory_bytes(inp: StepInputs) -> Num:
+    """Largest per-GPU peak over stages: the first, the second (largest in-flight count among the
+    middle stages) and the last suffice, since in-flight counts fall with the stage index."""
+    first = stage_memory_terms(inp, 0)["peak"]
+    second = np.where(inp.pp > 2, stage_memory_terms(inp, 1)["peak"], 0.0)
+    last = np.where(inp.pp > 1, stage_memory_terms(inp, inp.pp - 1)["peak"], 0.0)
+    return np.maximum(first, np.maximum(second, last))

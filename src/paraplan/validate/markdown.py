@@ -1,0 +1,102 @@
+"""Render a validation report (``paraplan.validate.run.run_cases``) as Markdown for docs/validation.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paraplan.validate.run import MEMORY_SCOPE_RULE, METRICS, SCOPE_TRANSFORMER
+
+REGENERATE_COMMAND = "paraplan validate --markdown docs/validation.md"
+
+METRIC_LABELS = {
+    "step_time_s": "step time (s)",
+    "weights_and_optimizer_gib": "weights + grads + optimizer (GiB)",
+    "activations_gib": "activations (GiB)",
+    "peak_memory_gib": "peak memory (GiB)",
+}
+# whole-stage values shown (not compared) for transformer-layer-scope cases
+STAGE_ONLY_LABELS = {
+    "stage_weights_and_optimizer_gib": "whole stage: weights + grads + optimizer (GiB), not compared",
+    "stage_activations_gib": "whole stage: activations (GiB), not compared",
+}
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.2f}"
+
+
+def _summary_table(summary: dict) -> list[str]:
+    lines = ["| metric | cases | MAPE % |", "|---|---:|---:|"]
+    for metric in METRICS:
+        n = summary.get(f"{metric}_cases", 0)
+        if n:
+            lines.append(f"| {METRIC_LABELS[metric]} | {n} | {_num(summary[f'{metric}_mape_pct'], 2)} |")
+    worst = summary.get("max_abs_error_pct")
+    lines.append("")
+    if worst is not None:
+        lines.append(
+            f"Largest absolute error: {worst:.2f}% ({summary['max_abs_error_case']}, "
+            f"{METRIC_LABELS.get(summary['max_abs_error_metric'], summary['max_abs_error_metric'])})."
+        )
+    lines += ["", "| case file | cases | step-time cases | step-time MAPE % |", "|---|---:|---:|---:|"]
+    for file, group in summary.get("by_source", {}).items():
+        lines.append(
+            f"| {file} | {group['cases']} | {group['step_time_cases']} | {_num(group.get('step_time_s_mape_pct'), 2)} |"
+        )
+    return lines
+
+
+def _case_rows(entry: dict) -> list[str]:
+    rows = []
+    name = entry["name"]
+    for metric in METRICS:
+        if metric in entry["measured"]:
+            rows.append(
+                f"| {name} | {METRIC_LABELS[metric]} | {_num(entry['predicted'][metric])} | "
+                f"{_num(entry['measured'][metric])} | {_signed(entry['error_pct'][metric])} |"
+            )
+    if entry["scope"] == SCOPE_TRANSFORMER:
+        for key, label in STAGE_ONLY_LABELS.items():
+            rows.append(f"| {name} | {label} | {_num(entry['predicted'][key])} | — | — |")
+    fits = "fits" if entry["predicted"]["fits"] else "**does not fit**"
+    rows.append(f"| {name} | memory ({fits}), MFU | {entry['predicted']['mfu']:.3f} | — | — |")
+    return rows
+
+
+def validation_markdown(report: dict[str, Any]) -> str:
+    """The whole docs/validation.md: summary, memory-scope rule, one table per case file."""
+    summary = report["summary"]
+    cases = report["cases"]
+    start = 0  # cases are in file order, so each file's entries are the next group["cases"] ones
+    lines = [
+        "# Validation against published measurements",
+        "",
+        f"This file is generated; regenerate it with `{REGENERATE_COMMAND}`.",
+        "Each row compares paraplan's prediction with a published measurement; "
+        "error % = 100 · (predicted / measured − 1), positive when paraplan over-predicts. "
+        "Measured runs vary by a few percent from run to run.",
+        "",
+        "## Summary",
+        "",
+        *_summary_table(summary),
+        "",
+        "## Memory scope",
+        "",
+        MEMORY_SCOPE_RULE,
+        "",
+    ]
+    for file, group in summary.get("by_source", {}).items():
+        entries = cases[start : start + group["cases"]]
+        start += group["cases"]
+        lines += [f"## {file}", ""]
+        for source in dict.fromkeys(e["source"] for e in entries):
+            lines.append(f"- {source}")
+        lines += ["", "| case | metric | predicted | measured | error % |", "|---|---|---:|---:|---:|"]
+        for entry in entries:
+            lines += _case_rows(entry)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

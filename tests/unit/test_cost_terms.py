@@ -1,0 +1,434 @@
+"""Each cost term against a value worked out by hand.
+
+Every expected value below is written as the arithmetic on literal numbers (with the formula in a
+comment), never by calling the function under test with other arguments. Hardware numbers come
+from a small synthetic system with round numbers, or from the A100 / H100 catalog entries
+(A100: 312 TFLOP/s bf16, 108 SMs, GEMM cap 0.8, attention 0.6, HBM 2039 GB/s x 0.8, 40 us GEMM ramp,
+4 us kernel overhead).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.cost import comm, compute, flops, memory
+from paraplan.graph.ops import Op
+from paraplan.graph.transformer import LayerShape, _gemm, embedding_weight_params, layer_weight_params
+from paraplan.schedule.pipeline import bubble_slots, pipeline_bubble_s
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+
+A100 = load_system("dgx-a100-80gb")
+H100 = load_system("dgx-h100-80gb")
+GPT3_175B = load_model("gpt3-175b")
+LLAMA3_8B = load_model("llama3-8b")
+
+# A system with round numbers for the collectives: NVLink 100 GB/s at 50 % = 50 GB/s, 5 us;
+# NIC 10 GB/s at 50 % = 5 GB/s, 10 us; 8 GPUs per NVLink domain.
+ROUND = SystemSpec.model_validate(
+    {
+        "name": "round",
+        "accelerator": {
+            "name": "round-gpu",
+            "matrix_flops": {"bf16": 100e12},
+            "vector_flops": {"bf16": 10e12},
+            "hbm_capacity": 80e9,
+            "hbm_bandwidth": 1e12,
+            "sm_count": 100,
+        },
+        "node": {
+            "gpus_per_domain": 8,
+            "nvlink_bandwidth": 100e9,
+            "nvlink_latency": 5e-6,
+            "nvlink_efficiency": 0.5,
+        },
+        "network": {"nic_bandwidth": 10e9, "latency": 10e-6, "efficiency": 0.5},
+    }
+)
+
+
+def approx(x: float, rel: float = 1e-12) -> object:
+    return pytest.approx(x, rel=rel, abs=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# compute.py
+# ---------------------------------------------------------------------------------------------
+
+
+def test_wave_efficiency_one_full_wave():
+    # 1536 x 2304 output = (1536/128) x (2304/256) = 12 x 9 = 108 tiles of 128x256 -> one full wave
+    # on 108 SMs, no padding: 1.0 (256x128 tiles: 6 x 18 = 108 as well).
+    assert compute.gemm_wave_efficiency(1, 1536, 2304, 108) == approx(1.0)
+
+
+def test_wave_efficiency_partial_wave_picks_smaller_tile():
+    # 1536 x 2560 output on 108 SMs:
+    #   128x256: 12 x 10 = 120 tiles -> 2 waves: 1.0  * 120/216 = 0.5556
+    #   128x128: 12 x 20 = 240 tiles -> 3 waves: 0.95 * 240/324 = 0.7037
+    #   64x128 : 24 x 20 = 480 tiles -> 5 waves: 0.85 * 480/540 = 0.7556  <- best
+    assert compute.gemm_wave_efficiency(1, 1536, 2560, 108) == approx(0.85 * 480 / 540)
+
+
+def test_wave_efficiency_tile_padding():
+    # 100 x 100 output, one tile whatever the shape; best is a 64x128 (or 128x64) tile:
+    # 0.85 * (100*100) / (1 wave * 108 SMs * 64*128) = 0.85 * 10000 / 884736
+    assert compute.gemm_wave_efficiency(1, 100, 100, 108) == approx(0.85 * 10000 / 884736)
+
+
+def test_wave_efficiency_batched():
+    # 4 x (384 x 768): 128x256 tiles 4 * 3 * 3 = 36 tiles on 108 SMs -> 1 wave, 36/108 = 1/3;
+    # 64x128: 4 * 6 * 6 = 144 tiles -> 2 waves, 0.85 * 144/216 = 0.5667;
+    # 128x128: 4 * 3 * 6 = 72 tiles -> 1 wave, 0.95 * 72/108 = 0.6333  <- best
+    assert compute.gemm_wave_efficiency(4, 384, 768, 108) == approx(0.95 * 72 / 108)
+
+
+def test_depth_efficiency():
+    # k / (k + 32)
+    assert compute.gemm_depth_efficiency(32) == approx(0.5)
+    assert compute.gemm_depth_efficiency(4096) == approx(4096 / 4128)
+    assert compute.gemm_depth_efficiency(96) == approx(0.75)
+
+
+def test_gemm_time_a100():
+    # (1, 1536, 2304, 4096): 2*1536*2304*4096 = 28_991_029_248 FLOPs; one full wave (1.0),
+    # depth 4096/4128; rate = 312e12 * 0.8 * 1.0 * 4096/4128; + 40 us ramp + 4 us launch.
+    flops_ = 28_991_029_248.0
+    expected = flops_ / (312e12 * 0.8 * 1.0 * (4096 / 4128)) + 40e-6 + 4e-6
+    got = compute.gemm_time_s(flops_, (1, 1536, 2304, 4096), A100.accelerator, "bf16")
+    assert got == approx(expected)
+
+
+def test_gemm_time_zero_flops_is_zero():
+    assert compute.gemm_time_s(0.0, (1, 128, 128, 128), A100.accelerator, "bf16") == 0.0
+
+
+def test_gemm_time_fp8_uses_fp8_peak_and_cap():
+    # H100 fp8: 1978.9 TFLOP/s at gemm_fp8 = 0.58. Shape (1, 1536, 2304, 4096) on 132 SMs:
+    #   128x256: 108 tiles -> 1 wave: 108/132 = 0.8182
+    #   128x128: 12*18 = 216 tiles -> 2 waves: 0.95*216/264 = 0.7773
+    #   64x128 : 24*18 = 432 tiles -> 4 waves: 0.85*432/528 = 0.6955   => 108/132
+    flops_ = 28_991_029_248.0
+    expected = flops_ / (1978.9e12 * 0.58 * (108 / 132) * (4096 / 4128)) + 40e-6 + 4e-6
+    assert compute.gemm_time_s(flops_, (1, 1536, 2304, 4096), H100.accelerator, "fp8") == approx(expected)
+
+
+def test_memory_time():
+    # 1 GB / (2039 GB/s * 0.8) + 4 us
+    assert compute.memory_time_s(1e9, A100.accelerator) == approx(1e9 / (2039e9 * 0.8) + 4e-6)
+    assert compute.memory_time_s(0.0, A100.accelerator) == 0.0
+
+
+def test_attention_time():
+    # 1 TFLOP, causal half: 1e12 * 0.5 / (312e12 * 0.6) + 4 us
+    assert compute.attention_time_s(1e12, 0.5, A100.accelerator, "bf16") == approx(0.5e12 / 187.2e12 + 4e-6)
+    # fp8 plans run attention at the bf16 peak: H100 989.4 TFLOP/s x 0.45
+    assert compute.attention_time_s(1e12, 0.5, H100.accelerator, "fp8") == approx(0.5e12 / (989.4e12 * 0.45) + 4e-6)
+
+
+def test_op_times_gemm_backward_is_dgrad_plus_wgrad():
+    # Y[1536, 2304] = X[1536, 4096] . W[4096, 2304]; F = 28_991_029_248 FLOPs each pass.
+    # forward: one full wave (1.0), depth 4096.
+    # dgrad dX[1536, 4096], depth 2304: 128x256 -> 12*16 = 192 tiles, 2 waves -> 192/216 = 8/9
+    #   (128x128: 384 tiles, 4 waves, 0.95*384/432 = 0.844; 64x128: 768 tiles, 8 waves, 0.756).
+    # wgrad dW[4096, 2304], depth 1536: 128x256 -> 32*9 = 288 tiles, 3 waves -> 288/324 = 8/9
+    #   (128x128: 576 tiles, 6 waves, 0.844; 64x128: 1152 tiles, 11 waves, 0.85*1152/1188 = 0.824).
+    op = _gemm("linear", 1, 1536, 2304, 4096)
+    f = 28_991_029_248.0
+    assert op.fwd_flops == f and op.bwd_flops == 2 * f
+    fwd, bwd = compute.op_times_s(op, A100.accelerator, "bf16")
+    peak = 312e12 * 0.8
+    assert fwd == approx(f / (peak * 1.0 * 4096 / 4128) + 44e-6)
+    dgrad = f / (peak * (8 / 9) * (2304 / 2336)) + 44e-6
+    wgrad = f / (peak * (8 / 9) * (1536 / 1568)) + 44e-6
+    assert bwd == approx(dgrad + wgrad)
+
+
+def test_op_times_attention_and_memory_ops():
+    attn = Op("flash", "attention", 1e12, 0.0, 2.5e12, 0.0, causal_fraction=0.5)
+    fwd, bwd = compute.op_times_s(attn, A100.accelerator, "bf16")
+    assert fwd == approx(0.5e12 / 187.2e12 + 4e-6)
+    assert bwd == approx(1.25e12 / 187.2e12 + 4e-6)
+    mem_op = Op("norm", "memory", 0.0, 1e9, 0.0, 2e9)
+    fwd, bwd = compute.op_times_s(mem_op, A100.accelerator, "bf16")
+    assert fwd == approx(1e9 / 1631.2e9 + 4e-6)
+    assert bwd == approx(2e9 / 1631.2e9 + 4e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# comm.py
+# ---------------------------------------------------------------------------------------------
+
+
+def plan(**kw) -> PlanSpec:
+    kw.setdefault("global_batch", 1024)
+    kw.setdefault("seq_length", 2048)
+    return PlanSpec(**kw)
+
+
+def test_group_stride_default_placement():
+    p = plan(gpus=32, tp=2, cp=2, dp=4, pp=2)  # tp-cp-dp-pp
+    assert [comm.group_stride(p, g) for g in ("tp", "cp", "dp", "pp")] == [1, 2, 4, 16]
+
+
+def test_group_stride_dp_innermost():
+    p = plan(gpus=32, tp=2, cp=2, dp=4, pp=2, placement="dp-tp-cp-pp")
+    # dp 1; tp after dp: 4; cp after dp, tp: 4*2 = 8; pp: 4*2*2 = 16
+    assert [comm.group_stride(p, g) for g in ("dp", "tp", "cp", "pp")] == [1, 4, 8, 16]
+
+
+def test_group_span_default_placement():
+    p = plan(gpus=32, tp=2, cp=2, dp=4, pp=2)
+    span = lambda g: comm.group_span(p, ROUND, g)  # noqa: E731
+    # tp: ranks {0, 1} -> both in domain [0, 8)
+    assert span("tp") == comm.GroupSpan(2, 2, 1)
+    # cp: stride 2, ranks {0, 2}
+    assert span("cp") == comm.GroupSpan(2, 2, 1)
+    # dp: stride 4, ranks {0, 4, 8, 12}: 0 and 4 in the first domain -> 2 per domain, 2 domains
+    assert span("dp") == comm.GroupSpan(4, 2, 2)
+    # pp: stride 16, ranks {0, 16} -> 1 per domain, 2 domains
+    assert span("pp") == comm.GroupSpan(2, 1, 2)
+    # cp x dp: ranks {0, 2} + {0, 4, 8, 12} = {0, 2, 4, 6, 8, 10, 12, 14}: 4 below 8, size 8 -> 2 domains
+    assert span(("cp", "dp")) == comm.GroupSpan(8, 4, 2)
+
+
+def test_group_span_dp_innermost():
+    p = plan(gpus=32, tp=2, cp=2, dp=4, pp=2, placement="dp-tp-cp-pp")
+    span = lambda g: comm.group_span(p, ROUND, g)  # noqa: E731
+    assert span("dp") == comm.GroupSpan(4, 4, 1)  # ranks 0..3
+    assert span("tp") == comm.GroupSpan(2, 2, 1)  # ranks {0, 4}
+    assert span("cp") == comm.GroupSpan(2, 1, 2)  # ranks {0, 8}
+    assert span("pp") == comm.GroupSpan(2, 1, 2)  # ranks {0, 16}
+    # cp x dp: {0, 8} + {0, 1, 2, 3} -> {0..3} in domain 0, {8..11} in domain 1
+    assert span(("cp", "dp")) == comm.GroupSpan(8, 4, 2)
+
+
+INSIDE = comm.GroupSpan(8, 8, 1)  # 8 GPUs of one NVLink domain
+ACROSS = comm.GroupSpan(16, 4, 4)  # 4 GPUs in each of 4 domains
+ONE_PER_DOMAIN = comm.GroupSpan(4, 1, 4)
+
+
+def test_all_reduce_inside_domain():
+    # 2*(8-1)/8 * 1e9 / 50e9 = 0.035 s; latency min(ring 2*7*5us = 70us, tree 2*log2(8)*5us = 30us)
+    assert comm.all_reduce_time_s(1e9, INSIDE, ROUND) == approx(0.035 + 30e-6)
+
+
+def test_all_reduce_across_domains_hierarchical():
+    # inside: 2*(4-1)/4 * 1e9 / 50e9 = 0.03; across: 2*(4-1)/4 * (1e9/4) / 5e9 = 0.075
+    # latency: NVLink min(2*3*5us = 30us, 2*2*5us = 20us) + NIC min(2*3*10us = 60us, 2*2*10us = 40us)
+    assert comm.all_reduce_time_s(1e9, ACROSS, ROUND) == approx(0.03 + 0.075 + 20e-6 + 40e-6)
+    # one GPU per domain: only the NIC ring, 2*3/4 * 1e9 / 5e9 = 0.3, + 40 us
+    assert comm.all_reduce_time_s(1e9, ONE_PER_DOMAIN, ROUND) == approx(0.3 + 40e-6)
+
+
+def test_all_gather_and_reduce_scatter():
+    # inside: (8-1)/8 * 1e9 / 50e9 = 0.0175; latency min(7*5us = 35us, 30us) = 30us
+    for kind in ("all_gather", "reduce_scatter"):
+        assert comm.collective_time_s(kind, 1e9, INSIDE, ROUND) == approx(0.0175 + 30e-6)
+        # across: 3/4 * 1e9 / 50e9 = 0.015 + 3/4 * 0.25e9 / 5e9 = 0.0375;
+        # latency min(3*5us, 2*2*5us) = 15us + min(3*10us, 2*2*10us) = 30us
+        assert comm.collective_time_s(kind, 1e9, ACROSS, ROUND) == approx(0.015 + 0.0375 + 15e-6 + 30e-6)
+
+
+def test_point_to_point():
+    # inside: 1e8 / 50e9 + 5us; across: 1e8 / 5e9 + 10us
+    assert comm.point_to_point_time_s(1e8, comm.GroupSpan(2, 2, 1), ROUND) == approx(0.002 + 5e-6)
+    assert comm.point_to_point_time_s(1e8, comm.GroupSpan(2, 1, 2), ROUND) == approx(0.02 + 10e-6)
+
+
+def test_ring_exchange():
+    # (4-1) neighbour transfers: inside 3 * (0.002 + 5us); across 3 * (0.02 + 10us)
+    assert comm.ring_exchange_time_s(1e8, comm.GroupSpan(4, 4, 1), ROUND) == approx(3 * 0.002005)
+    assert comm.ring_exchange_time_s(1e8, comm.GroupSpan(4, 1, 4), ROUND) == approx(3 * 0.02001)
+
+
+def test_collectives_of_one_rank_are_free():
+    single = comm.GroupSpan(1, 1, 1)
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange"):
+        assert comm.collective_time_s(kind, 1e9, single, ROUND) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# memory.py
+# ---------------------------------------------------------------------------------------------
+
+
+def test_state_bytes_per_param():
+    for dtype in ("bf16", "fp16", "fp8"):
+        s = memory.state_bytes_per_param(dtype)
+        assert (s.weights, s.gradients, s.optimizer) == (2.0, 4.0, 12.0)  # 18 B
+    s = memory.state_bytes_per_param("fp32")
+    assert (s.weights, s.gradients, s.optimizer) == (4.0, 4.0, 8.0)  # 16 B
+
+
+@pytest.mark.parametrize(
+    "zero, expected",
+    [
+        (0, (2e9, 4e9, 12e9)),
+        (1, (2e9, 4e9, 12e9 / 8)),
+        (2, (2e9, 4e9 / 8, 12e9 / 8)),
+        (3, (2e9 / 8, 4e9 / 8, 12e9 / 8)),
+    ],
+)
+def test_sharded_state_bytes(zero, expected):
+    s = memory.sharded_state_bytes(1e9, "bf16", zero, 8)
+    assert (s.weights, s.gradients, s.optimizer) == tuple(approx(x) for x in expected)
+
+
+def _gpt3_shape(sp: bool) -> LayerShape:
+    return LayerShape(tp=8, cp=1, micro_batch=1, seq_length=2048, sequence_parallel=sp, attention="unfused", dtype="bf16")
+
+
+# GPT-3 175B layer, s=2048, b=1, h=12288, a=96, t=8: s*b*h = 2048*12288 = 25_165_824;
+# 5*a*s/(h*t) = 5*96*2048/(12288*8) = 983040/98304 = 10.
+SBH = 25_165_824
+
+
+def test_activations_korthikanti_no_sp_no_recompute():
+    # s*b*h*(10 + 24/t + 5as/(ht)) = SBH * (10 + 3 + 10) = 23 * SBH = 578_813_952
+    got = memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "none")
+    assert got == approx(578_813_952.0)
+
+
+def test_activations_korthikanti_sp_selective():
+    # s*b*h*34/t = SBH * 4.25 = 106_954_752
+    got = memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "selective")
+    assert got == approx(106_954_752.0)
+
+
+def test_activations_korthikanti_sp_no_recompute_and_selective_without_sp():
+    # SP, none: s*b*h*(34/t + 5as/(ht)) = SBH * 14.25 = 358_612_992
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "none") == approx(358_612_992.0)
+    # no SP, selective: s*b*h*(10 + 24/t) = 13 * SBH = 327_155_712
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "selective") == approx(327_155_712.0)
+
+
+def test_activations_korthikanti_full_recompute():
+    # 2*s*b*h = 50_331_648; with SP / t: 6_291_456
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "full") == approx(50_331_648.0)
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "full") == approx(6_291_456.0)
+
+
+def test_in_flight_1f1b():
+    # min(pp - stage, m)
+    assert memory.in_flight_microbatches("1f1b", 4, 1, 8, 0) == 4.0
+    assert memory.in_flight_microbatches("1f1b", 4, 1, 8, 3) == 1.0
+    assert memory.in_flight_microbatches("1f1b", 4, 1, 2, 0) == 2.0
+
+
+def test_in_flight_interleaved():
+    # stage 0: pp*(1 + (pp-1)/(pp*vpp)); pp=4, vpp=2: 4 * (1 + 3/8) = 5.5
+    assert memory.in_flight_microbatches("interleaved", 4, 2, 8, 0) == approx(5.5)
+    # pp=8, vpp=3: 8 * (1 + 7/24) = 31/3
+    assert memory.in_flight_microbatches("interleaved", 8, 3, 16, 0) == approx(31 / 3)
+    # last stage, pp=4, vpp=2: (2*0 + 1*4 + 1) chunks / 2 = 2.5
+    assert memory.in_flight_microbatches("interleaved", 4, 2, 8, 3) == approx(2.5)
+
+
+def test_in_flight_gpipe():
+    assert memory.in_flight_microbatches("gpipe", 4, 1, 8, 0) == 8.0
+    assert memory.in_flight_microbatches("gpipe", 4, 1, 8, 3) == 8.0
+
+
+# ---------------------------------------------------------------------------------------------
+# schedule/pipeline.py
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bubble_slots():
+    assert bubble_slots("1f1b", 4, 1) == 3.0
+    assert bubble_slots("gpipe", 4, 1) == 3.0
+    assert bubble_slots("interleaved", 4, 2) == 1.5  # (4-1)/2
+    assert bubble_slots("1f1b", 1, 1) == 0.0
+
+
+def test_pipeline_bubble():
+    # equal stages of W = 0.1 s: (p-1)*W = 0.3 s; interleaved vpp=2: 0.15 s
+    assert pipeline_bubble_s("1f1b", 4, 1, [0.1] * 4) == approx(0.3)
+    assert pipeline_bubble_s("interleaved", 4, 2, [0.1] * 4) == approx(0.15)
+    # unequal: sum - max = (1 + 2 + 1 + 1.5) - 2 = 3.5 for 1F1B
+    assert pipeline_bubble_s("1f1b", 4, 1, [1.0, 2.0, 1.0, 1.5]) == approx(3.5)
+    assert pipeline_bubble_s("1f1b", 1, 1, [1.0]) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# graph/transformer.py parameter counts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_layer_weight_params_gpt3_175b():
+    # t=1: 12h^2 + 13h (matrices 12h^2; biases 3h + h + 4h + h = 9h; two layernorms 4h)
+    # h = 12288: 12 * 150_994_944 + 13 * 12288 = 1_811_939_328 + 159_744
+    assert layer_weight_params(GPT3_175B, 1) == approx(1_812_099_072.0)
+    # t=8: (12h^2 + 7h)/8 + 2h + 4h = 226_492_416 + 10_752 + 73_728
+    assert layer_weight_params(GPT3_175B, 8) == approx(226_576_896.0)
+
+
+def test_layer_weight_params_llama3_8b():
+    # h=4096, q=4096, kv=1024, f=14336, SwiGLU, no bias, two RMSNorms (2h):
+    # 4096*6144 + 4096*4096 + 3*4096*14336 + 8192 = 25_165_824 + 16_777_216 + 176_160_768 + 8192
+    assert layer_weight_params(LLAMA3_8B, 1) == approx(218_112_000.0)
+
+
+def test_embedding_weight_params():
+    # GPT-3 175B, t=8: V*h/t + 2048*h = 51200*12288/8 + 25_165_824 = 78_643_200 + 25_165_824
+    assert embedding_weight_params(GPT3_175B, 8) == approx(103_809_024.0)
+    # Llama 3 8B (rope, no position table), t=1: 128256*4096
+    assert embedding_weight_params(LLAMA3_8B, 1) == approx(525_336_576.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# flops.py
+# ---------------------------------------------------------------------------------------------
+
+
+def test_matmul_params_gpt3_175b():
+    # 96 layers * 12 h^2 + V h = 96 * 1_811_939_328 + 51200 * 12288 = 173_946_175_488 + 629_145_600
+    assert flops.matmul_params(GPT3_175B) == approx(174_575_321_088.0)
+
+
+def _narayanan_per_token(B: int, s: int, l: int, h: int, V: int, c: float, v_div: float) -> float:
+    """c·B·s·l·h²·(1 + s/(6h) + V/(v_div·h·l)) per step, divided by B·s tokens (Narayanan et al. 2021)."""
+    return c * B * s * l * h * h * (1 + s / (6 * h) + V / (v_div * h * l)) / (B * s)
+
+
+def test_model_flops_per_token_matches_narayanan():
+    # GPT-3 175B, s = 2048, no recompute: 72 = 3 x 24 (forward + 2x backward).
+    # 72 * 96 * 12288^2 * (1 + 2048/73728 + 51200/(12*12288*96)) FLOPs per token
+    expected = 72 * 96 * 12288**2 * (1 + 2048 / 73728 + 51200 / (12 * 12288 * 96))
+    assert expected == approx(_narayanan_per_token(1536, 2048, 96, 12288, 51200, 72, 12))
+    assert flops.model_flops_per_token(GPT3_175B, 2048) == approx(expected, rel=1e-12)
+
+
+def test_model_flops_per_step():
+    # per token x global batch x seq length
+    per_token = 72 * 96 * 12288**2 * (1 + 2048 / 73728 + 51200 / (12 * 12288 * 96))
+    assert flops.model_flops_per_step(GPT3_175B, 2048, 1536) == approx(per_token * 1536 * 2048)
+
+
+def test_full_recompute_matches_narayanan_96():
+    # model + full-recompute FLOPs = 96·B·s·l·h²(1 + s/(6h) + V/(16lh)) per step (Narayanan Eq. 3)
+    B, s = 1536, 2048
+    total_step = 96 * B * s * 96 * 12288**2 * (1 + 2048 / 73728 + 51200 / (16 * 96 * 12288))
+    got = (flops.model_flops_per_token(GPT3_175B, s) + flops.recompute_flops_per_token(GPT3_175B, s, "full")) * B * s
+    assert got == approx(total_step, rel=1e-3)
+    assert got == approx(total_step, rel=1e-12)  # the closed forms agree exactly
+
+
+def test_recompute_flops_per_token_modes():
+    # selective: the attention matmuls again, 4 * l * s * (a*d) = 4 * 96 * 2048 * 12288
+    assert flops.recompute_flops_per_token(GPT3_175B, 2048, "selective") == approx(9_663_676_416.0)
+    # full: 2 * 96 * 12h^2 + 4 * 96 * 2048 * 12288 = 347_892_350_976 + 9_663_676_416
+    assert flops.recompute_flops_per_token(GPT3_175B, 2048, "full") == approx(357_556_027_392.0)
+    assert flops.recompute_flops_per_token(GPT3_175B, 2048, "none") == 0.0
+
+
+def test_model_flops_per_token_llama_gqa():
+    # Llama 3 8B: N = 32 * 218_103_808 (matrices, see above) + 128256 * 4096 = 6_979_321_856 + 525_336_576
+    n = 32 * 218_103_808 + 128256 * 4096
+    assert flops.matmul_params(LLAMA3_8B) == approx(float(n))
+    # 6N + 12 * 32 * 8192 * 4096
+    assert flops.model_flops_per_token(LLAMA3_8B, 8192) == approx(6.0 * n + 12 * 32 * 8192 * 4096)
+
