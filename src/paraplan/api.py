@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate as _estimate
 from paraplan.report.result import Estimate
-from paraplan.specs.errors import input_error_from_pydantic
+from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -60,7 +60,19 @@ def plan_from_fields(fields: dict[str, Any]) -> PlanSpec:
     try:
         return PlanSpec.model_validate(data)
     except ValidationError as exc:
-        raise input_error_from_pydantic(exc, "plan") from None
+        raise plan_input_error(exc) from None
+
+
+def plan_input_error(exc: ValidationError) -> InputError:
+    """One-line InputError for a rejected plan. Rules checked on the whole plan (placement, schedule
+    with vpp) name the plan itself; their message already names the field, so the plan's dict of
+    values is left out instead of being printed as the offending value."""
+    err = input_error_from_pydantic(exc, "plan")
+    first = err.violations[0] if err.violations else None
+    if first is not None and first.field == "plan" and isinstance(first.value, dict):
+        more = f" (and {len(err.violations) - 1} more)" if len(err.violations) > 1 else ""
+        return InputError(f"plan: {first.rule}{more}", err.violations)
+    return err
 
 
 def estimate(
@@ -79,6 +91,8 @@ def estimate(
         plan_spec = plan
     else:
         base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+        if isinstance(plan, PlanSpec) and "dp" not in plan_fields and {"gpus", "tp", "pp", "cp"} & set(plan_fields):
+            base.pop("dp", None)  # re-infer dp from the new degrees
         base.update(plan_fields)
         plan_spec = plan_from_fields(base)
     return _estimate(model_spec, system_spec, plan_spec, with_ops=with_ops)

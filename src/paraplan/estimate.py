@@ -8,6 +8,7 @@ tail, offload) and ``stage_memory_terms`` (memory per stage). The search builds 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 from paraplan.cost import memory as mem
@@ -15,7 +16,7 @@ from paraplan.cost.comm import GroupSpan, collective_coefficients, collective_ti
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import LayerGraph
-from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block
+from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, stage_memory_terms
 from paraplan.specs.errors import InputError, Violation
@@ -32,6 +33,65 @@ def plan_spans(plan: PlanSpec, system: SystemSpec) -> dict[str, GroupSpan]:
     return spans
 
 
+@dataclass(frozen=True)
+class BlockCompute:
+    """Summed op times of one block for one micro-batch (seconds), before communication."""
+
+    forward: float
+    backward: float
+    attention_forward: float  # the ops selective recompute re-runs (core attention)
+    attention_backward: float
+    gemm_forward: float
+    gemm_backward: float
+
+
+@lru_cache(maxsize=16384)
+def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
+    """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
+    acc = system.accelerator
+    sums = [0.0] * 6
+    for op in block.ops:
+        f, b = op_times_s(op, acc, dtype)
+        sums[0] += f
+        sums[1] += b
+        if op.selective_recompute:
+            sums[2] += f
+            sums[3] += b
+        if op.kind == "gemm":
+            sums[4] += f
+            sums[5] += b
+    return BlockCompute(*sums)
+
+
+@dataclass(frozen=True)
+class BlockComm:
+    """Seconds of one block's collectives for one micro-batch, grouped by what can hide them."""
+
+    tp_forward: float
+    tp_backward: float  # backward collectives nothing hides
+    tp_hidden_by_dgrad: float
+    tp_hidden_by_wgrad: float
+    cp_forward: float
+    cp_backward: float
+
+
+@lru_cache(maxsize=65536)
+def block_comm(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_span: GroupSpan) -> BlockComm:
+    """Σ over the block's collectives of calls × collective_time_s on the group's span."""
+    spans = {"tp": tp_span, "cp": cp_span}
+    sums = dict.fromkeys(("tp_f", "tp_b", "dgrad", "wgrad", "cp_f", "cp_b"), 0.0)
+    for c in block.collectives:
+        t = collective_time_s(c.kind, c.bytes, spans[c.group], system)
+        if c.group == "cp":
+            sums["cp_f"] += c.count_fwd * t
+            sums["cp_b"] += c.count_bwd * t
+            continue
+        sums["tp_f"] += c.count_fwd * t
+        backward = {"dgrad": "dgrad", "wgrad": "wgrad"}.get(c.overlaps_with, "tp_b")
+        sums[backward] += c.count_bwd * t
+    return BlockComm(*sums.values())
+
+
 @lru_cache(maxsize=65536)
 def block_times(
     block: LayerGraph,
@@ -43,47 +103,32 @@ def block_times(
     cp_span: GroupSpan,
 ) -> BlockTerms:
     """Compute and exposed communication of one block for one micro-batch; recompute per the mode
-    (Korthikanti et al. 2022 §5: full re-runs the forward, selective the core attention)."""
-    acc = system.accelerator
-    spans = {"tp": tp_span, "cp": cp_span}
-    fwd = bwd = rc = attention_fwd = attention_bwd = gemm_fwd = gemm_bwd = 0.0
-    for op in block.ops:
-        f, b = op_times_s(op, acc, dtype)
-        fwd += f
-        bwd += b
-        if recompute == "full" or (recompute == "selective" and op.selective_recompute):
-            rc += f
-        if op.selective_recompute:
-            attention_fwd += f
-            attention_bwd += b
-        if op.kind == "gemm":
-            gemm_fwd += f
-            gemm_bwd += b
-    tp_f = tp_b = cp = hidden_by_dgrad = hidden_by_wgrad = 0.0
-    for c in block.collectives:
-        t = collective_time_s(c.kind, c.bytes, spans[c.group], system)
-        if c.group == "cp":
-            # ring exchange overlaps the attention of the chunk already received (Liu et al. 2023)
-            cp += max(0.0, c.count_fwd * t - attention_fwd) + max(0.0, c.count_bwd * t - attention_bwd)
-            if recompute in ("full", "selective"):
-                cp += max(0.0, c.count_fwd * t - attention_fwd)
-            continue
-        tp_f += c.count_fwd * t
-        if c.overlaps_with == "dgrad":
-            hidden_by_dgrad += c.count_bwd * t
-        elif c.overlaps_with == "wgrad":
-            hidden_by_wgrad += c.count_bwd * t
-        else:
-            tp_b += c.count_bwd * t
-    # backward GEMM time splits evenly into dgrad and wgrad (equal FLOPs, Narayanan et al. 2021 §5.1)
-    tp_b += max(0.0, hidden_by_dgrad - gemm_bwd / 2.0) + max(0.0, hidden_by_wgrad - gemm_bwd / 2.0)
+    (Korthikanti et al. 2022 §5: full re-runs the forward, selective the core attention).
+
+    The context-parallel ring exchange hides behind the attention of the chunk already received
+    (Liu et al. 2023). Backward TP collectives run beside the GEMMs they do not depend on: the
+    input re-gather of SP beside dgrad, the gradient all-reduce / reduce-scatter beside wgrad
+    (Megatron-LM's async tensor-parallel communication); each half of the backward GEMM time is
+    one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
+    (Transformer Engine's userbuffers comm-GEMM overlap) forward and remaining backward TP
+    collectives also hide behind the neighbouring GEMMs."""
+    c = block_compute(block, system, dtype)
+    comm = block_comm(block, system, tp_span, cp_span)
+    rc = c.forward if recompute == "full" else (c.attention_forward if recompute == "selective" else 0.0)
+    cp = max(0.0, comm.cp_forward - c.attention_forward) + max(0.0, comm.cp_backward - c.attention_backward)
+    if recompute in ("full", "selective"):
+        cp += max(0.0, comm.cp_forward - c.attention_forward)
+    tp_f = comm.tp_forward
+    tp_b = (
+        comm.tp_backward
+        + max(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
+        + max(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
+    )
     if overlap_tp_comm:
-        # userbuffers-style overlap (Transformer Engine comm-GEMM overlap) also hides the forward
-        # and remaining backward TP collectives behind the neighbouring GEMMs
-        tp_f = max(0.0, tp_f - gemm_fwd)
-        tp_b = max(0.0, tp_b - gemm_bwd)
+        tp_f = max(0.0, tp_f - c.gemm_forward)
+        tp_b = max(0.0, tp_b - c.gemm_backward)
     tp_rc = tp_f if recompute == "full" else 0.0  # full recompute re-runs the forward collectives
-    return BlockTerms(fwd, bwd, rc, tp_f + tp_b + tp_rc, cp)
+    return BlockTerms(c.forward, c.backward, rc, tp_f + tp_b + tp_rc, cp)
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -117,54 +162,111 @@ def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
         raise InputError.from_violations(violations)
 
 
-def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInputs:
-    """Per-block times, parameters, collectives and memory terms of one plan (all floats)."""
-    shape = layer_shape(plan)
-    spans = plan_spans(plan, system)
-    acc = system.accelerator
+GRID_FIELDS = (
+    "vpp", "interleaved", "gpipe", "zero", "overlap_dp_grad_reduce", "overlap_param_gather",
+    "offload_weights", "offload_activations", "offload_optimizer",
+)
+
+
+@lru_cache(maxsize=65536)
+def layer_terms(
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
+    recompute: str,
+    overlap_tp_comm: bool,
+) -> dict:
+    """StepInputs fields set by the layer shape: block times, per-GPU parameters, activations, buffers."""
     layer = decoder_layer(model, shape)
     embedding = embedding_block(model, shape)
-    head = lm_head_block(model, shape, plan.pp == 1)
-    state = mem.state_bytes_per_param(plan.dtype)
-    dp = spans["dp"]
+    head = lm_head_block(model, shape, False)
 
-    def times(block: LayerGraph) -> BlockTerms:
-        return block_times(block, system, plan.dtype, plan.recompute, plan.overlap_tp_comm, spans["tp"], spans["cp"])
+    def times(block: LayerGraph, mode: str) -> BlockTerms:
+        return block_times(block, system, shape.dtype, mode, overlap_tp_comm, tp_span, cp_span)
 
-    return StepInputs(
-        pp=plan.pp,
-        vpp=plan.vpp,
-        microbatches=plan.microbatches,
-        layers_per_stage=model.layers // plan.pp,
-        interleaved=plan.pipeline_schedule == "interleaved",
-        gpipe=plan.pipeline_schedule == "gpipe",
-        layer=times(layer),
-        embedding=times(embedding),
-        head=times(head),
-        p2p_transfer_s=collective_time_s("send_recv", p2p_bytes(model, shape), spans["pp"], system),
+    return dict(
+        layer=times(layer, recompute),
+        embedding=times(embedding, "none"),  # recomputation checkpoints the decoder layers only
+        head=times(head, "none"),
         layer_params=layer.weight_params,
         embedding_params=embedding.weight_params,
-        head_params=head.weight_params,
-        dp_size=dp.size,
-        zero=plan.zero,
-        all_reduce=collective_coefficients("all_reduce", dp, system),
-        reduce_scatter=collective_coefficients("reduce_scatter", dp, system),
-        all_gather=collective_coefficients("all_gather", dp, system),
-        overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
-        overlap_param_gather=plan.overlap_param_gather,
-        offload_weights=plan.offload_weights,
-        offload_activations=plan.offload_activations,
-        offload_optimizer=plan.offload_optimizer,
+        layer_activation_bytes=mem.layer_activation_bytes(model, shape, recompute),
+        embedding_activation_bytes=mem.embedding_activation_bytes(model, shape),
+        head_activation_bytes=mem.lm_head_activation_bytes(model, shape),
+        layer_buffer_bytes=layer_buffer_bytes(model, shape, recompute),
+    )
+
+
+def data_parallel_terms(system: SystemSpec, dp_span: GroupSpan) -> dict:
+    """StepInputs fields set by the data × context group: its size and collectives in linear form."""
+    return dict(
+        dp_size=dp_span.size,
+        all_reduce=collective_coefficients("all_reduce", dp_span, system),
+        reduce_scatter=collective_coefficients("reduce_scatter", dp_span, system),
+        all_gather=collective_coefficients("all_gather", dp_span, system),
+    )
+
+
+def system_terms(system: SystemSpec, dtype: str) -> dict:
+    """StepInputs fields set by the system and datatype alone."""
+    acc = system.accelerator
+    state = mem.state_bytes_per_param(dtype)
+    return dict(
         host_bandwidth=acc.host_bandwidth or 1.0,
         hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
         weight_bytes=state.weights,
         grad_bytes=state.gradients,
         optimizer_bytes=state.optimizer,
-        layer_activation_bytes=mem.layer_activation_bytes(model, shape, plan.recompute),
-        embedding_activation_bytes=mem.embedding_activation_bytes(model, shape),
-        head_activation_bytes=mem.lm_head_activation_bytes(model, shape),
-        layer_buffer_bytes=layer_buffer_bytes(model, shape, plan.recompute),
         reserved_bytes=acc.reserved_memory,
+    )
+
+
+def row_terms(
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    spans: tuple[GroupSpan, GroupSpan, GroupSpan, GroupSpan],
+    pp: int,
+    microbatches: int,
+    recompute: str,
+    overlap_tp_comm: bool,
+) -> dict:
+    """Every StepInputs field except the GRID_FIELDS, for one (shape, spans (tp, cp, pp, dp×cp), pp,
+    micro-batches, recompute, TP overlap) row."""
+    tp_span, cp_span, pp_span, dp_span = spans
+    return dict(
+        **layer_terms(model, system, shape, tp_span, cp_span, recompute, overlap_tp_comm),
+        **data_parallel_terms(system, dp_span),
+        **system_terms(system, shape.dtype),
+        pp=pp,
+        microbatches=microbatches,
+        layers_per_stage=model.layers // pp,
+        p2p_transfer_s=collective_time_s("send_recv", p2p_bytes(model, shape), pp_span, system),
+        head_params=lm_head_weight_params(model, shape.tp, pp == 1),
+    )
+
+
+def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInputs:
+    """StepInputs of one plan: its row terms plus its grid knobs (all floats)."""
+    spans = plan_spans(plan, system)
+    row = row_terms(
+        model, system, layer_shape(plan), (spans["tp"], spans["cp"], spans["pp"], spans["dp"]),
+        plan.pp, plan.microbatches, plan.recompute, plan.overlap_tp_comm,
+    )
+    schedule = plan.pipeline_schedule
+    return StepInputs(
+        **row,
+        vpp=plan.vpp,
+        interleaved=schedule == "interleaved",
+        gpipe=schedule == "gpipe",
+        zero=plan.zero,
+        overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
+        overlap_param_gather=plan.overlap_param_gather,
+        offload_weights=plan.offload_weights,
+        offload_activations=plan.offload_activations,
+        offload_optimizer=plan.offload_optimizer,
     )
 
 

@@ -16,7 +16,6 @@ from paraplan.cost import comm, compute, flops, memory
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import LayerShape, _gemm, embedding_weight_params, layer_weight_params
 from paraplan.schedule.pipeline import bubble_slots, pipeline_bubble_s
-from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 

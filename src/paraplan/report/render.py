@@ -3,7 +3,8 @@
 Everything is built from the typed fields of the result objects (no formatting chosen by key
 names). ``estimate_renderables`` returns rich renderables (print them on any Console);
 ``render_estimate`` returns plain text of a given width, without colour, for tests and logs.
-Tables let rich fold long names, so output stays inside the console width.
+Tables (:class:`SimpleTable`) size themselves to the console: long cells fold onto further lines,
+never past the console width and never cropped.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import io
 from collections.abc import Sequence
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +23,8 @@ from paraplan.units import GiB
 
 MB = 1e6
 MAX_STAGE_ROWS = 12  # longer pipelines show the first, the last and the peak stages
+MIN_NAME_WIDTH = 8  # foldable columns first fold no narrower than this ...
+MIN_FOLD_WIDTH = 3  # ... and then no narrower than this, before every column may fold
 
 BREAKDOWN_LABELS = (
     ("forward_s", "forward"),
@@ -61,19 +65,94 @@ def _count(value: float) -> str:
     return f"{value:.0f}"
 
 
-def _table(title: str, *columns: str, numeric_from: int = 1, fold: Sequence[str] = ()) -> Table:
-    """A borderless table; numeric columns right-aligned. Columns named in ``fold`` give way first
-    when the console is narrow (their text folds); the others keep their width as long as they can."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
-    for i, col in enumerate(columns):
-        table.add_column(
-            col,
-            justify="right" if i >= numeric_from else "left",
-            no_wrap=col not in fold,
-            overflow="fold",
-            ratio=1 if col in fold else None,
+class SimpleTable:
+    """A borderless table of strings that fits the console it is printed on.
+
+    Columns from ``numeric_from`` on are right-aligned. When the table is wider than the console,
+    multi-word headers wrap at their spaces first, then the widest name columns fold (down to
+    MIN_NAME_WIDTH), and only then every cell folds; cells fold onto further lines instead of
+    being cropped, so no character is ever lost.
+    """
+
+    def __init__(self, title: str, *columns: str, numeric_from: int = 1, foldable: Sequence[int] | None = None):
+        self.title = title
+        self.columns = columns
+        self.numeric_from = numeric_from
+        self.foldable = tuple(range(numeric_from)) if foldable is None else tuple(foldable)
+        self.rows: list[tuple[str, ...]] = []
+        self.sections: set[int] = set()  # row indexes preceded by a rule
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(tuple(cells) + ("",) * (len(self.columns) - len(cells)))
+
+    def add_section(self) -> None:
+        self.sections.add(len(self.rows))
+
+    def _column_widths(self) -> tuple[list[int], list[int]]:
+        """(natural, narrowest) width of each column: widest cell or whole header, and widest cell
+        or longest header word (headers may wrap at spaces; cells stay whole)."""
+        natural, narrowest = [], []
+        for i, header in enumerate(self.columns):
+            cells = max([0] + [cell_len(r[i]) for r in self.rows])
+            words = max([0] + [cell_len(w) for w in header.split()])
+            natural.append(max(cells, cell_len(header)))
+            narrowest.append(max(cells, words))
+        return natural, narrowest
+
+    def build(self, width: int) -> Table:
+        """The rich Table for a console ``width`` characters wide."""
+        natural, narrowest = self._column_widths()
+        separators = 2 * (len(self.columns) - 1)  # right padding + column divider between columns
+        widths: list[int | None] = [None] * len(self.columns)
+        excess = sum(natural) + separators - width
+        if excess > 0:
+            fixed = list(natural)
+            # first wrap the headers with the most slack at their spaces ...
+            for i in sorted(range(len(fixed)), key=lambda j: narrowest[j] - natural[j]):
+                cut = min(excess, fixed[i] - narrowest[i])
+                fixed[i] -= cut
+                excess -= cut
+            # ... then fold the widest foldable (name) columns, one character at a time, down to
+            # MIN_NAME_WIDTH, and if that is not enough down to MIN_FOLD_WIDTH
+            for floor in (MIN_NAME_WIDTH, MIN_FOLD_WIDTH):
+                while excess > 0 and self.foldable:
+                    widest = max(self.foldable, key=lambda j: fixed[j])
+                    if fixed[widest] <= floor:
+                        break
+                    fixed[widest] -= 1
+                    excess -= 1
+            if excess <= 0:
+                widths = list(fixed)
+        table = Table(
+            title=Text(self.title),
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
         )
-    return table
+        for i, col in enumerate(self.columns):
+            numeric = i >= self.numeric_from
+            table.add_column(
+                Text(col),
+                justify="right" if numeric else "left",
+                overflow="fold",
+                width=widths[i],
+            )
+        for i, row in enumerate(self.rows):
+            if i in self.sections:
+                table.add_section()
+            table.add_row(*(Text(cell) for cell in row))  # Text: brackets in names are not markup
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.build(options.max_width)
+
+
+def simple_table(title: str, *columns: str, numeric_from: int = 1, foldable: Sequence[int] | None = None) -> SimpleTable:
+    """A :class:`SimpleTable` (``foldable``: indexes of the columns that fold first; default the
+    name columns before ``numeric_from``)."""
+    return SimpleTable(title, *columns, numeric_from=numeric_from, foldable=foldable)
 
 
 # ---- sections --------------------------------------------------------------------------------
@@ -117,9 +196,9 @@ def fit_line(est: Estimate) -> str:
     )
 
 
-def metrics_table(est: Estimate) -> Table:
+def metrics_table(est: Estimate) -> SimpleTable:
     """Step time, throughput and utilisation."""
-    table = _table("Key metrics", "metric", "value")
+    table = simple_table("Key metrics", "metric", "value")
     table.add_row("step time (s)", _seconds(est.step_time_s))
     table.add_row("tokens / s", f"{est.tokens_per_s:,.0f}")
     table.add_row("tokens / step", f"{est.tokens_per_step:,}")
@@ -130,9 +209,9 @@ def metrics_table(est: Estimate) -> Table:
     return table
 
 
-def breakdown_table(est: Estimate) -> Table:
+def breakdown_table(est: Estimate) -> SimpleTable:
     """Each part of the critical path in seconds and as a share of the step."""
-    table = _table("Time per step (critical path)", "component", "seconds", "% of step")
+    table = simple_table("Time per step (critical path)", "component", "seconds", "% of step")
     step = est.step_time_s
     for attr, label in BREAKDOWN_LABELS:
         value = getattr(est.breakdown, attr)
@@ -155,9 +234,9 @@ def _stages_to_show(stages: Sequence[StageMemory], peak: int) -> list[StageMemor
     return out
 
 
-def memory_table(est: Estimate) -> Table:
+def memory_table(est: Estimate) -> SimpleTable:
     """GiB per GPU on each pipeline stage; the peak stage is marked with '*'."""
-    table = _table(
+    table = simple_table(
         "Memory per GPU (GiB) by pipeline stage; optim. = optimizer state, activ. = activations, * = peak stage",
         "stage", "weights", "grads", "optim.", "activ.", "buffers", "reserved", "peak", "capacity", "fits",
     )
@@ -188,13 +267,13 @@ def _gemm_shape(shape: tuple[int, int, int, int] | None) -> str:
     return f"{b}×{m}×{n}×{k}"
 
 
-def ops_table(ops: Sequence[OpCost]) -> Table:
+def ops_table(ops: Sequence[OpCost]) -> SimpleTable:
     """Per op of one micro-batch on one GPU of the busiest stage (GEMM shape = batch×m×n×k)."""
-    table = _table(
+    table = simple_table(
         "Ops per micro-batch per GPU",
         "block", "op", "kind", "GEMM b×m×n×k", "fwd GFLOP", "eff %", "fwd ms", "bwd ms", "count",
         numeric_from=3,
-        fold=("block", "op", "GEMM b×m×n×k"),
+        foldable=(0, 1, 2, 3),
     )
     previous = None
     for op in ops:
@@ -213,13 +292,13 @@ def ops_table(ops: Sequence[OpCost]) -> Table:
     return table
 
 
-def comms_table(comms: Sequence[CommCost]) -> Table:
+def comms_table(comms: Sequence[CommCost]) -> SimpleTable:
     """Per collective of one micro-batch: volume, calls, time per call and the group's placement."""
-    table = _table(
+    table = simple_table(
         "Collectives per micro-batch per GPU",
         "block", "name", "group", "kind", "MB", "calls f/b", "ms/call", "group size", "domains",
         numeric_from=4,
-        fold=("block", "name"),
+        foldable=(0, 1, 3),
     )
     previous = None
     for c in comms:
@@ -238,9 +317,9 @@ def comms_table(comms: Sequence[CommCost]) -> Table:
     return table
 
 
-def run_table(run: dict) -> Table:
+def run_table(run: dict) -> SimpleTable:
     """Totals of a whole run (``Estimate.run_totals``)."""
-    table = _table(f"Run of {_count(run['tokens'])} tokens", "quantity", "value")
+    table = simple_table(f"Run of {_count(run['tokens'])} tokens", "quantity", "value")
     table.add_row("steps", f"{run['steps']:,.0f}")
     table.add_row("days", f"{run['days']:,.2f}")
     table.add_row("GPU-hours", f"{run['gpu_hours']:,.0f}")
@@ -252,18 +331,21 @@ def run_table(run: dict) -> Table:
 
 
 def estimate_renderables(est: Estimate, *, run: dict | None = None, show_ops: bool = False) -> list[RenderableType]:
-    """The sections of the text report, in reading order."""
+    """The sections of the text report, in reading order, separated by blank lines."""
     fit = Text(fit_line(est), style="bold" if est.fits else "bold red")
-    out: list[RenderableType] = [Text(plan_line(est)), fit, Text(""), metrics_table(est), breakdown_table(est), memory_table(est)]
+    tables: list[RenderableType] = [metrics_table(est), breakdown_table(est), memory_table(est)]
     if show_ops:
         if est.ops:
-            out.append(ops_table(est.ops))
+            tables.append(ops_table(est.ops))
         if est.comms:
-            out.append(comms_table(est.comms))
+            tables.append(comms_table(est.comms))
     if run is not None:
-        out.append(run_table(run))
+        tables.append(run_table(run))
+    out: list[RenderableType] = [Text(plan_line(est)), fit]
+    for table in tables:
+        out += [Text(""), table]
     if not est.fits:
-        out.append(fit)
+        out += [Text(""), fit]
     return out
 
 

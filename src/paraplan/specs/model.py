@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 
 class ModelSpec(BaseModel):
@@ -34,6 +34,13 @@ class ModelSpec(BaseModel):
     dropout: bool | None = Field(default=None, description="hidden/attention dropout on; default: gelu models yes")
     position_embedding: Literal["learned", "rope"] | None = None
     max_position: int = Field(default=2048, gt=0, description="rows of a learned position table")
+    _hash: int = PrivateAttr(0)
+
+    def model_post_init(self, __context) -> None:
+        self._hash = hash(tuple(self.__dict__.values()))
+
+    def __hash__(self) -> int:  # computed once: the op-graph caches key on the model
+        return self.__pydantic_private__["_hash"]
 
     @model_validator(mode="after")
     def _check_shape(self) -> "ModelSpec":

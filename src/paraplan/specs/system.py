@@ -131,4 +131,4 @@ class SystemSpec(BaseModel):
         self._hash = hash(self.model_dump_json(exclude={"sources"}))
 
     def __hash__(self) -> int:  # frozen but holds dicts: hash the canonical JSON once (cost caches key on it)
-        return self._hash
+        return self.__pydantic_private__["_hash"]

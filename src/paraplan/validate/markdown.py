@@ -55,15 +55,19 @@ def _case_rows(entry: dict) -> list[str]:
     name = entry["name"]
     for metric in METRICS:
         if metric in entry["measured"]:
+            label = METRIC_LABELS[metric]
+            if entry["scope"] == SCOPE_TRANSFORMER and metric in ("weights_and_optimizer_gib", "activations_gib"):
+                label += ", transformer layers"
             rows.append(
-                f"| {name} | {METRIC_LABELS[metric]} | {_num(entry['predicted'][metric])} | "
+                f"| {name} | {label} | {_num(entry['predicted'][metric])} | "
                 f"{_num(entry['measured'][metric])} | {_signed(entry['error_pct'][metric])} |"
             )
     if entry["scope"] == SCOPE_TRANSFORMER:
         for key, label in STAGE_ONLY_LABELS.items():
             rows.append(f"| {name} | {label} | {_num(entry['predicted'][key])} | — | — |")
-    fits = "fits" if entry["predicted"]["fits"] else "**does not fit**"
-    rows.append(f"| {name} | memory ({fits}), MFU | {entry['predicted']['mfu']:.3f} | — | — |")
+    if "peak_memory_gib" not in entry["measured"]:
+        fits = "plan fits" if entry["predicted"]["fits"] else "plan **does not fit**"
+        rows.append(f"| {name} | peak memory (GiB), not measured; {fits} | {_num(entry['predicted']['peak_memory_gib'])} | — | — |")
     return rows
 
 

@@ -42,9 +42,10 @@ import yaml
 from pydantic import ValidationError
 
 from paraplan.catalog import load_model, load_system
+from paraplan.api import plan_input_error
 from paraplan.estimate import check_plan, estimate
 from paraplan.report.result import Estimate
-from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -134,7 +135,7 @@ def _plan(raw: Any) -> PlanSpec:
     try:
         return PlanSpec.model_validate(raw)
     except ValidationError as exc:
-        raise input_error_from_pydantic(exc, "plan") from None
+        raise plan_input_error(exc) from None
 
 
 def _case_from_raw(raw: Any, file: str, index: int) -> Case:
@@ -255,17 +256,18 @@ def summarize(entries: list[dict], files: list[str]) -> dict:
     summary["max_abs_error_case"] = worst[0]
     summary["max_abs_error_metric"] = worst[1]
     by_source: dict[str, dict] = {}
-    for entry, file in zip(entries, files):
-        group = by_source.setdefault(file, {"cases": 0, "names": []})
-        group["cases"] += 1
-        group["names"].append(entry["name"])
-    for file, group in by_source.items():
+    for file in dict.fromkeys(files):
         mine = [e for e, f in zip(entries, files) if f == file]
+        group: dict[str, Any] = {
+            "cases": len(mine),
+            "step_time_cases": sum(1 for e in mine if "step_time_s" in e["error_pct"]),
+        }
         for metric in METRICS:
             errs = [e["error_pct"][metric] for e in mine if metric in e["error_pct"]]
             if metric == "step_time_s" or errs:
                 group[f"{metric}_mape_pct"] = _mape(errs)
-        group["step_time_cases"] = sum(1 for e in mine if "step_time_s" in e["error_pct"])
+        group["names"] = [e["name"] for e in mine]
+        by_source[file] = group
     summary["by_source"] = by_source
     return summary
 

@@ -1,0 +1,406 @@
+"""Find the fastest plans that fit: exact with respect to the cost model, and fast.
+
+Fast path (``search``):
+1. enumerate the rows of the canonical space (search/space.py) and their per-layer terms, shared
+   by every row with the same layer shape, spans and recompute mode (``estimate.row_terms``,
+   cached);
+2. a lower bound per row on the objective — m micro-batches of the row's layer work plus the
+   cheapest pipeline transfer; bubble, data-parallel, optimizer and offload terms are >= 0 —
+   so rows are visited best bound first;
+3. rows are expanded into their grid and evaluated many at once: the same
+   ``schedule.step.compose_step`` and ``peak_memory_bytes`` that ``estimate`` uses, on numpy arrays;
+4. once the next row's bound is worse than the K-th best objective found, every remaining row
+   is skipped: none of its candidates can enter the top K (the bound is admissible).
+Ties are broken by canonical order (row index, grid index), the order of ``exhaustive_search``,
+which evaluates every candidate one by one through ``estimate``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from paraplan.cost.comm import GroupSpan, collective_time_s
+from paraplan.estimate import GRID_FIELDS, data_parallel_terms, estimate, layer_terms, p2p_bytes, system_terms
+from paraplan.graph.transformer import lm_head_weight_params
+from paraplan.graph.transformer import LayerShape
+from paraplan.report.result import Estimate
+from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, peak_memory_bytes
+from paraplan.search.space import Row, SearchProblem, grid, plan_of, rows
+from paraplan.specs.plan import PlanSpec
+from paraplan.units import GiB
+
+CHUNK_CANDIDATES = 150_000
+
+
+@dataclass(frozen=True)
+class RankedPlan:
+    """One plan of the result, with the estimate that ranked it."""
+
+    rank: int
+    plan: PlanSpec
+    estimate: Estimate
+    objective: float
+    key: tuple[int, int]  # (row, grid index) in canonical order
+
+    def to_dict(self) -> dict:
+        e = self.estimate
+        return {
+            "rank": self.rank,
+            "plan": self.plan.model_dump(),
+            "step_time_s": e.step_time_s,
+            "tokens_per_s": e.tokens_per_s,
+            "mfu": e.mfu,
+            "peak_memory_gib": e.peak_stage.peak_bytes / GiB,
+            "objective": self.objective,
+            "breakdown": e.to_dict()["breakdown"],
+        }
+
+
+@dataclass
+class SearchResult:
+    plans: list[RankedPlan]
+    candidates: int  # size of the canonical space
+    evaluated: int
+    feasible: int  # feasible among the evaluated
+    seconds: float
+    rows: int
+    rows_evaluated: int
+    nearest_miss: dict | None = None  # smallest memory overflow when nothing fits
+    faster_infeasible: list[dict] = field(default_factory=list)  # better objective, did not fit
+    all_feasible: list[dict] | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "plans": [p.to_dict() for p in self.plans],
+            "candidates": self.candidates,
+            "evaluated": self.evaluated,
+            "feasible": self.feasible,
+            "seconds": self.seconds,
+            "rows": self.rows,
+            "rows_evaluated": self.rows_evaluated,
+            "nearest_miss": self.nearest_miss,
+        }
+
+
+def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, peak_flops):
+    """Smaller is better. time: seconds per token (= step time ranking at a fixed batch); cost:
+    dollars per token at the price; mfu: minus the model FLOPs utilisation."""
+    if problem.objective == "cost":
+        price = problem.price_per_gpu_hour if problem.price_per_gpu_hour is not None else 1.0
+        return step_time_s / tokens * problem.gpus * price / 3600.0
+    if problem.objective == "mfu":
+        return -(model_flops / (step_time_s * problem.gpus * peak_flops))
+    return step_time_s / tokens
+
+
+_GRID_DTYPES = {
+    "vpp": np.int64, "interleaved": bool, "gpipe": bool, "zero": np.int64, "overlap_dp_grad_reduce": bool,
+    "overlap_param_gather": bool, "offload_weights": bool, "offload_activations": bool, "offload_optimizer": bool,
+}
+
+
+def _grid_arrays(options: list[tuple]) -> dict[str, np.ndarray]:
+    """Grid options as arrays of the StepInputs grid fields."""
+    v, sched, z, od, og, ow, oa, oo = (list(col) for col in zip(*options))
+    values = {
+        "vpp": v,
+        "interleaved": [s == "interleaved" for s in sched],
+        "gpipe": [s == "gpipe" for s in sched],
+        "zero": z,
+        "overlap_dp_grad_reduce": od,
+        "overlap_param_gather": og,
+        "offload_weights": ow,
+        "offload_activations": oa,
+        "offload_optimizer": oo,
+    }
+    return {k: np.asarray(values[k], dtype=_GRID_DTYPES[k]) for k in GRID_FIELDS}
+
+
+_SCALAR_FIELDS = (
+    "pp", "microbatches", "layers_per_stage", "p2p_transfer_s", "layer_params", "embedding_params", "head_params",
+    "dp_size", "host_bandwidth", "hbm_rate", "weight_bytes", "grad_bytes", "optimizer_bytes",
+    "layer_activation_bytes", "embedding_activation_bytes", "head_activation_bytes", "layer_buffer_bytes",
+    "reserved_bytes",
+)
+_BLOCK_PARTS = ("forward", "backward", "recompute", "tp", "cp")
+_RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+class RowTable:
+    """Every row of the canonical space as arrays (one entry per row), built in the canonical order
+    of ``space.rows``; per-row StepInputs fields come from ``estimate.row_terms``, computed once
+    per distinct (layer shape, spans, pp, micro-batches, recompute, TP overlap)."""
+
+    def __init__(self, problem: SearchProblem):
+        self.problem = problem
+        model, system = problem.model, problem.system
+        names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
+                 "overlap_tp", "layer_id", "p2p_id", "dp_id")
+        cols: dict[str, list] = {k: [] for k in names}
+        self.placement_names: list[str] = []
+        placement_ids: dict[str, int] = {}
+        layer_ids: dict[tuple, int] = {}
+        p2p_ids: dict[tuple, int] = {}
+        dp_ids: dict[GroupSpan, int] = {}
+        layers: list[dict] = []
+        p2p: list[float] = []
+        dps: list[dict] = []
+        for tp, pp, cp, dp in problem.factorizations:
+            placements = problem.placements(tp, pp, cp, dp)
+            knobs = problem.layer_knobs(tp, cp)
+            if not knobs:
+                continue
+            pids, span_pairs, pair_of = [], [], []
+            for placement, spans in placements:
+                pid = placement_ids.setdefault(placement, len(placement_ids))
+                if pid == len(self.placement_names):
+                    self.placement_names.append(placement)
+                pids.append(pid)
+                pair = (spans["tp"], spans["cp"])
+                if pair not in span_pairs:
+                    span_pairs.append(pair)
+                pair_of.append(span_pairs.index(pair))
+                if spans["dp"] not in dp_ids:
+                    dp_ids[spans["dp"]] = len(dps)
+                    dps.append(data_parallel_terms(system, spans["dp"]))
+            dp_of = np.array([dp_ids[spans["dp"]] for _, spans in placements])
+            pair_of = np.array(pair_of)
+            n_p, n_k = len(placements), len(knobs)
+            knob_sp = np.array([k[0] for k in knobs])
+            knob_rc = np.array([_RECOMPUTE_CODES[k[1]] for k in knobs])
+            knob_ov = np.array([k[2] for k in knobs])
+            for mb, gb in problem.micro_batches(dp):
+                shapes = {
+                    sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
+                    for sp in (False, True)
+                }
+                p2p_of = []
+                for _, spans in placements:
+                    p2p_key = (tp, cp, mb, spans["pp"])
+                    if p2p_key not in p2p_ids:
+                        p2p_ids[p2p_key] = len(p2p)
+                        p2p.append(collective_time_s("send_recv", p2p_bytes(model, shapes[False]), spans["pp"], system))
+                    p2p_of.append(p2p_ids[p2p_key])
+                lid_table = np.empty((len(span_pairs), n_k), dtype=np.int64)
+                for q, (tp_span, cp_span) in enumerate(span_pairs):
+                    for j, (sp, rc, ov) in enumerate(knobs):
+                        key = (tp, cp, mb, sp, rc, ov, tp_span, cp_span)
+                        lid = layer_ids.get(key)
+                        if lid is None:
+                            lid = layer_ids[key] = len(layers)
+                            layers.append(layer_terms(model, system, shapes[sp], tp_span, cp_span, rc, ov))
+                        lid_table[q, j] = lid
+                n = n_p * n_k
+                for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro_batch", mb), ("global_batch", gb)):
+                    cols[name].append(np.full(n, value, dtype=np.int64))
+                cols["placement"].append(np.repeat(np.array(pids), n_k))
+                cols["p2p_id"].append(np.repeat(np.array(p2p_of), n_k))
+                cols["dp_id"].append(np.repeat(dp_of, n_k))
+                cols["layer_id"].append(lid_table[pair_of].reshape(-1))
+                cols["sp"].append(np.tile(knob_sp, n_p))
+                cols["recompute"].append(np.tile(knob_rc, n_p))
+                cols["overlap_tp"].append(np.tile(knob_ov, n_p))
+        c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
+        self.size = len(c["tp"])
+        lid, did = c["layer_id"], c["dp_id"]
+
+        def gather(values, index):
+            return np.asarray(values, dtype=float)[index]
+
+        scalars = {k: gather([u[k] for u in layers], lid) for k in (
+            "layer_params", "embedding_params", "layer_activation_bytes", "embedding_activation_bytes",
+            "head_activation_bytes", "layer_buffer_bytes")}
+        scalars["dp_size"] = gather([u["dp_size"] for u in dps], did)
+        scalars["p2p_transfer_s"] = gather(p2p, c["p2p_id"])
+        scalars["pp"] = c["pp"].astype(float)
+        scalars["microbatches"] = (c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float)
+        scalars["layers_per_stage"] = (model.layers // c["pp"]).astype(float)
+        head_params = {tp: (lm_head_weight_params(model, tp, True), lm_head_weight_params(model, tp, False))
+                       for tp in set(c["tp"].tolist())}
+        scalars["head_params"] = np.array([head_params[t][0 if p == 1 else 1] for t, p in zip(c["tp"].tolist(), c["pp"].tolist())])
+        for k, v in system_terms(system, problem.dtype).items():
+            scalars[k] = np.full(self.size, float(v))
+        self.scalars = scalars
+        self.blocks = {
+            b: {p: gather([getattr(u[b], p) for u in layers], lid) for p in _BLOCK_PARTS}
+            for b in ("layer", "embedding", "head")
+        }
+        self.coefficients = {
+            k: (gather([u[k][0] for u in dps], did), gather([u[k][1] for u in dps], did))
+            for k in ("all_reduce", "reduce_scatter", "all_gather")
+        }
+
+    def row(self, i: int) -> Row:
+        c = self.columns
+        p = self.problem
+        rc = [k for k, v in _RECOMPUTE_CODES.items() if v == c["recompute"][i]][0]
+        return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
+                   self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
+                   int(c["global_batch"][i]), bool(c["sp"][i]), rc, bool(c["overlap_tp"][i]))
+
+    def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
+        fields = {k: v[index] for k, v in self.scalars.items()}
+        for b, parts in self.blocks.items():
+            fields[b] = BlockTerms(**{p: parts[p][index] for p in _BLOCK_PARTS})
+        for c, (slope, icpt) in self.coefficients.items():
+            fields[c] = (slope[index], icpt[index])
+        return StepInputs(**fields, **grid_values)
+
+    def lower_bounds(self) -> np.ndarray:
+        """Admissible step-time bound per row: m·(layers per stage · layer work + 2 transfers when pp > 1)."""
+        s, layer = self.scalars, self.blocks["layer"]
+        work = layer["forward"] + layer["backward"] + layer["recompute"] + layer["tp"] + layer["cp"]
+        p2p = np.where(s["pp"] > 1, 2.0 * s["p2p_transfer_s"], 0.0)
+        return s["microbatches"] * (s["layers_per_stage"] * work + p2p)
+
+
+def _finish(problem, pool, k) -> list[RankedPlan]:
+    pool.sort(key=lambda item: (item[0], item[1], item[2]))
+    out = []
+    for rank, (obj, r, g, row, option) in enumerate(pool[:k], start=1):
+        plan = plan_of(problem, row, option)
+        out.append(RankedPlan(rank, plan, estimate(problem.model, problem.system, plan), obj, (r, g)))
+    return out
+
+
+def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, progress=None) -> SearchResult:
+    """Top-K feasible plans by the objective, exact w.r.t. ``exhaustive_search`` (see module doc).
+
+    ``collect_all`` evaluates the whole space (no bound pruning) and returns every feasible plan."""
+    problem.check()
+    start = time.perf_counter()
+    table = RowTable(problem)
+    grids: dict[tuple, tuple] = {}
+    grid_keys = list(zip(table.columns["pp"].tolist(), (table.columns["global_batch"] // (table.columns["dp"] * table.columns["micro_batch"])).tolist(),
+                         (table.columns["dp"] * table.columns["cp"]).tolist()))
+    grid_of_row = []
+    for key in grid_keys:
+        if key not in grids:
+            pp, m, dpcp = key
+            probe = Row(1, pp, dpcp, 1, "", {}, 1, m, False, "none", False)  # grid depends on pp, m, dp·cp only
+            options = grid(problem, probe)
+            grids[key] = (options, _grid_arrays(options) if options else None)
+        grid_of_row.append(key)
+    lengths = np.array([len(grids[k][0]) for k in grid_of_row], dtype=np.int64)
+    space = int(lengths.sum())
+
+    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+    from paraplan.cost.flops import model_flops_per_token
+
+    flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
+    tokens_row = table.columns["global_batch"].astype(float) * problem.seq_length
+    bound_obj = objective_value(problem, table.lower_bounds(), tokens_row, flops_per_token * tokens_row, peak_flops)
+    order = np.lexsort((np.arange(table.size), bound_obj))
+    capacity = problem.system.accelerator.hbm_capacity
+
+    pool: list[tuple] = []
+    threshold = np.inf
+    evaluated = feasible = rows_done = 0
+    nearest = None  # (overflow_bytes, row, option, peak)
+    faster: list[tuple] = []
+    everything: list[dict] | None = [] if collect_all else None
+    position = 0
+    while position < len(order):
+        if not collect_all and bound_obj[order[position]] > threshold:
+            break
+        chunk = []
+        count = 0
+        while position < len(order) and count < CHUNK_CANDIDATES:
+            r = order[position]
+            if not collect_all and bound_obj[r] > threshold:
+                break
+            if lengths[r]:
+                chunk.append(r)
+                count += lengths[r]
+            position += 1
+        rows_done += len(chunk)
+        if progress is not None:
+            progress(position, len(order))
+        if not chunk:
+            continue
+        chunk = np.array(chunk)
+        index = np.repeat(chunk, lengths[chunk])
+        grid_index = np.concatenate([np.arange(lengths[r]) for r in chunk])
+        grid_values = {
+            f: np.concatenate([grids[grid_of_row[r]][1][f] for r in chunk]) for f in GRID_FIELDS
+        }
+        inp = table.inputs(index, grid_values)
+        step = compose_step(inp)["step_time_s"]
+        peak = peak_memory_bytes(inp)
+        tokens = tokens_row[index]
+        obj = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
+        fits = peak <= capacity
+        evaluated += len(index)
+        feasible += int(fits.sum())
+        if everything is not None:
+            for i in np.flatnonzero(fits):
+                everything.append({"row": int(index[i]), "grid": int(grid_index[i]), "step_time_s": float(step[i]),
+                                   "objective": float(obj[i]), "peak_memory_bytes": float(peak[i])})
+        keep = np.flatnonzero(fits & (obj <= threshold))
+        if keep.size > top_k:  # only this chunk's K best (and ties with the K-th) can enter the top K
+            kth = np.partition(obj[keep], top_k - 1)[top_k - 1]
+            keep = keep[obj[keep] <= kth]
+        pool += [(float(obj[i]), int(index[i]), int(grid_index[i])) for i in keep]
+        if len(pool) >= top_k:
+            pool.sort()
+            threshold = pool[top_k - 1][0]
+            pool = [p for p in pool if p[0] <= threshold]
+        misses = np.flatnonzero(~fits)
+        if misses.size:
+            over = peak[misses] - capacity
+            j = misses[np.argmin(over)]
+            if nearest is None or over.min() < nearest[0]:
+                nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
+            best_miss = misses[np.argsort(obj[misses], kind="stable")[:3]]
+            faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in best_miss]
+
+    pool.sort()
+    pool = [(obj, r, g, table.row(r), grids[grid_of_row[r]][0][g]) for obj, r, g in pool[:top_k]]
+    plans = _finish(problem, pool, top_k)
+    result = SearchResult(
+        plans=plans, candidates=space, evaluated=evaluated, feasible=feasible,
+        seconds=time.perf_counter() - start, rows=table.size, rows_evaluated=rows_done,
+    )
+    if not plans and nearest is not None:
+        over, r, g, peak = nearest
+        plan = plan_of(problem, table.row(r), grids[grid_of_row[r]][0][g])
+        result.nearest_miss = {"plan": plan.model_dump(), "peak_memory_gib": peak / GiB,
+                               "capacity_gib": capacity / GiB, "overflow_gib": over / GiB}
+    if plans:
+        best = plans[0].objective
+        faster.sort(key=lambda item: (item[0], item[1], item[2]))
+        for obj, r, g, peak in faster[:3]:
+            if obj < best:
+                plan = plan_of(problem, table.row(r), grids[grid_of_row[r]][0][g])
+                result.faster_infeasible.append({"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB})
+    if everything is not None:
+        for item in everything:
+            item["plan"] = plan_of(problem, table.row(item["row"]), grids[grid_of_row[item["row"]]][0][item["grid"]])
+        result.all_feasible = everything
+    return result
+
+
+def exhaustive_search(problem: SearchProblem, top_k: int = 10) -> SearchResult:
+    """Every candidate of the canonical space through the scalar ``estimate``, one by one."""
+    problem.check()
+    start = time.perf_counter()
+    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+    pool = []
+    evaluated = feasible = n_rows = 0
+    for r, row in enumerate(rows(problem)):
+        n_rows += 1
+        for g, option in enumerate(grid(problem, row)):
+            plan = plan_of(problem, row, option)
+            e = estimate(problem.model, problem.system, plan)
+            evaluated += 1
+            if not e.fits:
+                continue
+            feasible += 1
+            obj = float(objective_value(problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops))
+            pool.append((obj, r, g, row, option))
+    plans = _finish(problem, pool, top_k)
+    return SearchResult(plans=plans, candidates=evaluated, evaluated=evaluated, feasible=feasible,
+                        seconds=time.perf_counter() - start, rows=n_rows, rows_evaluated=n_rows)

@@ -1,0 +1,269 @@
+"""The space of plans a search covers, in a canonical order shared by every search path.
+
+A candidate is (tp, pp, cp, dp, placement) × (micro_batch, sequence_parallel, recompute,
+overlap_tp_comm) × (vpp/schedule, zero, overlap_dp_grad_reduce, overlap_param_gather, offloads).
+The first two levels form a *row*: everything that sets the per-layer costs. The last level is
+the row's *grid*: knobs that only enter the step composition and the memory sum, evaluated for
+many candidates at once.
+
+Canonical form: a knob that cannot change anything for a row takes one value (sequence
+parallelism only with tp > 1; ZeRO stages and DP-overlap switches only with data × context > 1;
+the parameter-gather switch only with ZeRO >= 1; gpipe and interleaving only with pp > 1; offload
+only on systems with host memory), and placement orders that give every group the same network
+span are one candidate (the first order in our list, the Megatron-LM default first).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from paraplan.cost.comm import GroupSpan, group_span
+from paraplan.specs.errors import InputError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+DEFAULT_PLACEMENT = ("tp", "cp", "dp", "pp")
+OBJECTIVES = ("time", "cost", "mfu")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _placement_orders() -> list[tuple[str, ...]]:
+    rest = [p for p in itertools.permutations(DEFAULT_PLACEMENT) if p != DEFAULT_PLACEMENT]
+    return [DEFAULT_PLACEMENT, *rest]
+
+
+@dataclass(frozen=True)
+class SearchProblem:
+    """What to search: a model on a cluster at a batch and sequence length, and which axes to vary."""
+
+    model: ModelSpec
+    system: SystemSpec
+    gpus: int
+    seq_length: int
+    global_batch: int | None = None
+    max_global_batch: int | None = None
+    dtype: str = "bf16"
+    attention: str = "flash"
+    objective: str = "time"
+    # axis restrictions: None = every value the model and cluster allow
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    zero: tuple[int, ...] | None = None
+    sequence_parallel: tuple[bool, ...] | None = None
+    schedules: tuple[str, ...] | None = None
+    vary_offload: bool = True
+    vary_overlap: bool = True
+    vary_placement: bool = True
+    price_per_gpu_hour: float | None = None
+
+    def check(self) -> None:
+        """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
+        if not isinstance(self.gpus, int) or self.gpus <= 0:
+            raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
+        if self.seq_length <= 0:
+            raise InputError(f"seq_length: {self.seq_length!r} is not allowed; must be a positive integer")
+        if (self.global_batch is None) == (self.max_global_batch is None):
+            raise InputError("global_batch: give exactly one of --global-batch or --max-global-batch")
+        if self.objective not in OBJECTIVES:
+            raise InputError(f"objective: {self.objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
+        batch = self.global_batch if self.global_batch is not None else self.max_global_batch
+        field_name = "global_batch" if self.global_batch is not None else "max_global_batch"
+        if batch <= 0:
+            raise InputError(f"{field_name}: {batch!r} is not allowed; must be a positive integer")
+        factorizations = self.factorizations
+        if not factorizations:
+            raise InputError(
+                f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name} "
+                f"(tp must divide heads={self.model.heads}, pp must divide layers={self.model.layers})"
+            )
+        min_dp = min(f[3] for f in factorizations)
+        if batch < min_dp:
+            raise InputError(
+                f"{field_name}: {batch} is smaller than the minimum data-parallel degree {min_dp} "
+                f"for {self.gpus} GPUs; allowed: >= {min_dp}"
+            )
+
+    # ---- level 1: degrees and placement -------------------------------------------------------
+    @cached_property
+    def factorizations(self) -> list[tuple[int, int, int, int]]:
+        """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows."""
+        m = self.model
+        out = []
+        for tp in _divisors(self.gpus):
+            if self.tp is not None and tp not in self.tp:
+                continue
+            if m.heads % tp or m.ffn_hidden % tp or (m.n_kv_heads % tp and tp % m.n_kv_heads):
+                continue
+            for pp in _divisors(self.gpus // tp):
+                if m.layers % pp or (self.pp is not None and pp not in self.pp):
+                    continue
+                for cp in _divisors(self.gpus // (tp * pp)):
+                    if self.cp is not None and cp not in self.cp:
+                        continue
+                    if cp > 1 and self.seq_length % (2 * cp):
+                        continue
+                    out.append((tp, pp, cp, self.gpus // (tp * pp * cp)))
+        return out
+
+    def placements(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[str, dict[str, GroupSpan]]]:
+        """Placement orders with distinct network spans for these degrees (first order wins)."""
+        seen: dict[tuple, str] = {}
+        out = []
+        orders = _placement_orders() if self.vary_placement else [DEFAULT_PLACEMENT]
+        for order in orders:
+            placement = "-".join(order)
+            plan = PlanSpec.model_construct(
+                gpus=self.gpus, tp=tp, pp=pp, cp=cp, dp=dp, placement=placement, global_batch=1, seq_length=1
+            )
+            spans = {g: group_span(plan, self.system, g) for g in ("tp", "cp", "pp")}
+            spans["dp"] = group_span(plan, self.system, ("cp", "dp"))
+            key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
+            if key not in seen:
+                seen[key] = placement
+                out.append((placement, spans))
+        return out
+
+    # ---- level 2: knobs that set per-layer costs ----------------------------------------------
+    def micro_batches(self, dp: int) -> list[tuple[int, int]]:
+        """(micro_batch, global_batch) pairs for this dp: divisors of global_batch/dp, or with
+        --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
+        with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
+        if self.global_batch is not None:
+            if self.global_batch % dp:
+                return []
+            options = _divisors(self.global_batch // dp)
+            pairs = [(mb, self.global_batch) for mb in options]
+        else:
+            top = self.max_global_batch // dp
+            if top < 1:
+                return []
+            options = sorted(set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top})
+            pairs = [(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options]
+        if self.micro_batch is not None:
+            pairs = [p for p in pairs if p[0] in self.micro_batch]
+        return pairs
+
+    def layer_knobs(self, tp: int, cp: int) -> list[tuple[bool, str, bool]]:
+        """(sequence_parallel, recompute, overlap_tp_comm) options for these degrees."""
+        sp_options = [False] if tp == 1 else [False, True]
+        if self.sequence_parallel is not None:
+            sp_options = [s for s in sp_options if s in self.sequence_parallel] or ([False] if tp == 1 else [])
+        if tp > 1 and (self.seq_length // cp) % tp:
+            sp_options = [s for s in sp_options if not s]
+        recompute = self.recompute or RECOMPUTE_MODES
+        overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]
+        return [(sp, rc, ov) for sp in sp_options for rc in recompute for ov in overlap]
+
+    # ---- level 3: the grid of a row ------------------------------------------------------------
+    def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str]]:
+        """(vpp, schedule): 1f1b; with pp > 1 also gpipe and interleaved with every vpp > 1 dividing
+        layers/pp (micro-batches must be a multiple of pp, Megatron-LM's rule)."""
+        allowed = self.schedules or ("1f1b", "gpipe", "interleaved")
+        out = [(1, "1f1b")] if "1f1b" in allowed else []
+        if pp > 1:
+            if "gpipe" in allowed:
+                out.append((1, "gpipe"))
+            if "interleaved" in allowed and microbatches % pp == 0:
+                out += [(v, "interleaved") for v in _divisors(self.model.layers // pp) if v > 1]
+        return out
+
+    def state_options(self, dp_size: int) -> list[tuple[int, bool, bool]]:
+        """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
+        if dp_size == 1:
+            return [(0, True, True)]
+        zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
+        ov = [False, True] if self.vary_overlap else [True]
+        out = []
+        for z in zeros:
+            gathers = ov if z >= 1 else [True]
+            out += [(z, d, g) for d in ov for g in gathers]
+        return out
+
+    @cached_property
+    def offload_options(self) -> list[tuple[bool, bool, bool]]:
+        """(weights, activations, optimizer) offload switches; all off without a host memory tier."""
+        acc = self.system.accelerator
+        if not self.vary_offload or not acc.host_bandwidth or not acc.host_memory:
+            return [(False, False, False)]
+        return list(itertools.product([False, True], repeat=3))
+
+
+@dataclass
+class Row:
+    """One (degrees, placement, layer knobs) combination: everything that sets per-layer costs."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    placement: str
+    spans: dict[str, GroupSpan]
+    micro_batch: int
+    global_batch: int
+    sequence_parallel: bool
+    recompute: str
+    overlap_tp_comm: bool
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+
+def rows(problem: SearchProblem):
+    """Yield every row of the canonical space, in canonical order."""
+    for tp, pp, cp, dp in problem.factorizations:
+        placements = problem.placements(tp, pp, cp, dp)
+        for mb, gb in problem.micro_batches(dp):
+            for placement, spans in placements:
+                for sp, rc, ov in problem.layer_knobs(tp, cp):
+                    yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov)
+
+
+def grid(problem: SearchProblem, row: Row) -> list[tuple]:
+    """The row's candidates: (vpp, schedule, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
+    return [
+        (v, sched, z, od, og, ow, oa, oo)
+        for v, sched in problem.schedule_options(row.pp, row.microbatches)
+        for z, od, og in problem.state_options(row.dp * row.cp)
+        for ow, oa, oo in problem.offload_options
+    ]
+
+
+def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
+    """The PlanSpec of one candidate."""
+    v, sched, z, od, og, ow, oa, oo = option
+    return PlanSpec(
+        gpus=problem.gpus,
+        tp=row.tp,
+        pp=row.pp,
+        dp=row.dp,
+        cp=row.cp,
+        vpp=v,
+        micro_batch=row.micro_batch,
+        global_batch=row.global_batch,
+        seq_length=problem.seq_length,
+        sequence_parallel=row.sequence_parallel,
+        recompute=row.recompute,
+        zero=z,
+        dtype=problem.dtype,
+        attention=problem.attention,
+        schedule=sched,
+        offload_weights=ow,
+        offload_activations=oa,
+        offload_optimizer=oo,
+        overlap_dp_grad_reduce=od,
+        overlap_param_gather=og,
+        overlap_tp_comm=row.overlap_tp_comm,
+        placement=row.placement,
+    )

@@ -1,0 +1,91 @@
+"""check_plan rejects broken plans with one line naming the field, the value and the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.estimate import check_plan, estimate
+from paraplan.specs.errors import InputError
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+
+GPT = load_model("gpt3-1.3b")  # 24 layers, 16 heads, ffn 8192
+LLAMA = load_model("llama3-8b")  # 32 layers, 32 heads, 8 kv heads
+A100 = load_system("dgx-a100-80gb")
+
+
+def _no_host(system: SystemSpec) -> SystemSpec:
+    data = system.model_dump()
+    data["accelerator"]["host_bandwidth"] = None
+    data["accelerator"]["host_memory"] = None
+    return SystemSpec.model_validate(data)
+
+
+def raises(model, system, **fields) -> InputError:
+    fields.setdefault("seq_length", 2048)
+    with pytest.raises(InputError) as info:
+        check_plan(model, system, PlanSpec(**fields))
+    message = str(info.value)
+    assert "\n" not in message and message.strip() == message and message
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "model, fields, field, value",
+    [
+        # 16 heads, tp 3 (also breaks ffn 8192 % 3: reported as "and 1 more")
+        (GPT, dict(gpus=3, tp=3, global_batch=8), "plan.tp", 3),
+        # 32 heads, tp 12
+        (LLAMA, dict(gpus=12, tp=12, global_batch=8), "plan.tp", 12),
+        # 24 layers, pp 5
+        (GPT, dict(gpus=5, pp=5, global_batch=10), "plan.pp", 5),
+        # 24 layers, pp 4 x vpp 4 = 16
+        (GPT, dict(gpus=4, pp=4, vpp=4, global_batch=16), "plan.pp", 4),
+        # dp 4 x micro_batch 2 = 8 does not divide 12
+        (GPT, dict(gpus=4, micro_batch=2, global_batch=12), "plan.global_batch", 12),
+        # explicit dp: 2*1*3*1 = 6 != 8 GPUs
+        (GPT, dict(gpus=8, tp=2, dp=3, global_batch=6), "plan.gpus", 8),
+        # dp inferred: 10 GPUs not divisible by tp 4
+        (GPT, dict(gpus=10, tp=4, global_batch=8), "plan.gpus", 10),
+        # interleaved, pp 4, 6 micro-batches (global 12 / dp 2)
+        (GPT, dict(gpus=8, pp=4, vpp=2, global_batch=12), "plan.global_batch", 12),
+    ],
+)
+def test_plan_rule_violations(model, fields, field, value):
+    err = raises(model, A100, **fields)
+    message = str(err)
+    assert message.startswith(f"{field}: {value!r} ")
+    assert err.violations[0].field == field and err.violations[0].value == value
+
+
+def test_two_violations_are_one_line():
+    err = raises(GPT, A100, gpus=3, tp=3, global_batch=8)
+    assert len(err.violations) == 2  # heads and ffn_hidden
+    assert str(err).endswith("(and 1 more)")
+
+
+def test_offload_without_host_bandwidth():
+    for flag in ("offload_optimizer", "offload_activations", "offload_weights"):
+        err = raises(GPT, _no_host(A100), gpus=8, global_batch=8, **{flag: True})
+        assert str(err).startswith("plan.offload: ")
+        assert "host_bandwidth" in str(err)
+
+
+def test_offload_with_host_bandwidth_is_fine():
+    check_plan(GPT, A100, PlanSpec(gpus=8, global_batch=8, seq_length=2048, offload_optimizer=True))
+
+
+def test_dtype_without_peak():
+    # A100 has no fp8 tensor-core rate
+    err = raises(GPT, A100, gpus=8, global_batch=8, dtype="fp8")
+    assert str(err).startswith("plan.dtype: 'fp8' ")
+
+
+def test_estimate_checks_the_plan_first():
+    with pytest.raises(InputError, match=r"^plan\.pp: 5 "):
+        estimate(GPT, A100, PlanSpec(gpus=5, pp=5, global_batch=10, seq_length=2048))
+
+
+def test_valid_plan_passes():
+    check_plan(LLAMA, A100, PlanSpec(gpus=64, tp=8, pp=4, vpp=2, global_batch=32, seq_length=8192, sequence_parallel=True))

@@ -1,0 +1,100 @@
+"""Loading validation-case files: JSON and YAML, and one-line errors naming the case and field."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from paraplan.specs.errors import InputError
+from paraplan.validate.run import bundled_case_files, load_cases
+
+GOOD = {
+    "name": "ok",
+    "source": "made up",
+    "model": {"layers": 4, "hidden": 1024, "heads": 8, "ffn_hidden": 4096, "vocab": 32000},
+    "system": "dgx-a100-80gb",
+    "plan": {"gpus": 8, "tp": 2, "pp": 2, "global_batch": 8, "seq_length": 1024, "dtype": "fp16"},
+    "measured": {"step_time_s": 0.5, "peak_memory_gib": 10},
+}
+
+
+def write(tmp_path, cases, suffix=".json"):
+    path = tmp_path / f"cases{suffix}"
+    text = json.dumps({"cases": cases}) if suffix == ".json" else yaml.safe_dump({"cases": cases})
+    path.write_text(text)
+    return path
+
+
+def test_bundled_files_load():
+    names = [p.name for p in bundled_case_files()]
+    assert "korthikanti2022.json" in names and "nemo-llama31-h100.json" in names
+    cases = load_cases()
+    assert len(cases) == 38 and len({(c.file, c.name) for c in cases}) == 38
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_good_file(tmp_path, suffix):
+    (case,) = load_cases([write(tmp_path, [GOOD], suffix)])
+    assert case.name == "ok" and case.file == "cases" and case.plan.dp == 2
+    assert case.measured == {"step_time_s": 0.5, "peak_memory_gib": 10.0}
+
+
+def broken(**changes):
+    case = copy.deepcopy(GOOD)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        target = case
+        for p in parents:
+            target = target[p]
+        if value is ...:
+            del target[leaf]
+        else:
+            target[leaf] = value
+    return case
+
+
+BAD = {
+    "missing measured": (broken(measured=...), "measured"),
+    "unknown metric": (broken(measured={"step_time": 1}), "measured.step_time"),
+    "negative measurement": (broken(measured={"step_time_s": -1}), "measured.step_time_s"),
+    "unknown case field": (broken(notes="x"), "notes"),
+    "bad model field": (broken(model__hidden=0), "model.hidden"),
+    "unknown model name": (broken(model="llama9"), "model"),
+    "unknown system": (broken(system="dgx-z100"), "system"),
+    "bad plan field": (broken(plan__recompute="most"), "plan.recompute"),
+    "plan breaks a rule": (broken(plan__tp=3, plan__gpus=12), "plan.tp"),
+    "system with bad unit": (
+        broken(system={"accelerator": {"name": "x", "matrix_flops": {"bf16": "1 PFLOPS"}, "vector_flops": {},
+                                       "hbm_capacity": "80 GiBB", "hbm_bandwidth": "2 TB/s", "sm_count": 100},
+                       "node": {"gpus_per_domain": 8, "nvlink_bandwidth": "300 GB/s"},
+                       "network": {"nic_bandwidth": "200 Gb/s"}}),
+        "hbm_capacity",
+    ),
+}
+
+
+@pytest.mark.parametrize("case, field", list(BAD.values()), ids=list(BAD))
+def test_bad_case_names_case_and_field(tmp_path, case, field):
+    with pytest.raises(InputError) as info:
+        load_cases([write(tmp_path, [GOOD, case])])
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("cases: case 'ok'") or message.startswith("cases: case #2"), message
+    assert field in message
+
+
+def test_bad_file_shapes(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("- just a list\n")
+    with pytest.raises(InputError, match="'cases'"):
+        load_cases([path])
+    path.write_text("cases: [\n")
+    with pytest.raises(InputError, match="not valid"):
+        load_cases([path])
+    with pytest.raises(InputError, match="cannot read"):
+        load_cases([tmp_path / "missing.json"])
+    with pytest.raises(InputError, match="duplicated"):
+        load_cases([write(tmp_path, [GOOD, GOOD])])

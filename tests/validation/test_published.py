@@ -1,0 +1,85 @@
+"""Predictions against published measurements, with the tolerances we promise.
+
+Korthikanti et al. 2022 (arXiv:2205.05198): Table 5 iteration times and Figure 1 memory on the
+first pipeline stage (transformer layers only, see paraplan.validate.run.MEMORY_SCOPE_RULE).
+NVIDIA DGX Cloud benchmarking recipes v24.11.1: Llama 3.1 8B / 70B step times on DGX H100.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.validate.run import SCOPE_STAGE, SCOPE_TRANSFORMER, load_cases, memory_scope, run_cases
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return run_cases(load_cases())
+
+
+def _cases(report: dict, marker: str) -> list[dict]:
+    found = [c for c in report["cases"] if marker in c["source"]]
+    assert found, marker
+    return found
+
+
+def _mape(errors: list[float]) -> float:
+    return sum(abs(e) for e in errors) / len(errors)
+
+
+def test_korthikanti_step_time(report):
+    errors = [c["error_pct"]["step_time_s"] for c in _cases(report, "Korthikanti") if "step_time_s" in c["measured"]]
+    assert len(errors) == 8
+    assert _mape(errors) <= 3.5
+    assert max(abs(e) for e in errors) <= 8.0
+
+
+def test_korthikanti_figure1_memory_transformer_layers(report):
+    figure1 = _cases(report, "Figure 1")
+    assert len(figure1) == 8
+    for case in figure1:
+        assert case["scope"] == SCOPE_TRANSFORMER
+        for metric in ("weights_and_optimizer_gib", "activations_gib"):
+            assert abs(case["error_pct"][metric]) <= 2.0, (case["name"], metric, case["error_pct"][metric])
+        # nothing hidden: the whole first stage holds at least the transformer layers' memory
+        assert case["predicted"]["stage_weights_and_optimizer_gib"] >= case["predicted"]["weights_and_optimizer_gib"]
+        assert case["predicted"]["stage_activations_gib"] >= case["predicted"]["activations_gib"]
+
+
+def test_figure1_parameter_bar_is_transformer_layers_only():
+    """The evidence for the scope rule: the 22B bar is 18 B × 12·l·h²/t exactly (l=48, h=6144, t=8)."""
+    assert 18 * 12 * 48 * 6144**2 / 8 / 2**30 == 45.5625
+    figure1 = [c for c in load_cases() if "Figure 1" in c.source and c.model.hidden == 6144]
+    assert figure1 and all(c.measured["weights_and_optimizer_gib"] == 45.5625 for c in figure1)
+
+
+def test_scope_rule():
+    assert memory_scope("Korthikanti et al. 2022, ..., Figure 1 (first pipeline stage)") == SCOPE_TRANSFORMER
+    assert memory_scope("Korthikanti et al. 2022, ..., Table 5") == SCOPE_STAGE
+    assert memory_scope("Some other paper, Figure 1") == SCOPE_STAGE
+
+
+def test_nemo_llama31_step_time(report):
+    cases = _cases(report, "dgxc-benchmarking")
+    errors = [c["error_pct"]["step_time_s"] for c in cases]
+    assert len(errors) == 22
+    assert _mape(errors) <= 10.0
+    assert max(abs(e) for e in errors) <= 20.0
+
+
+def test_every_step_time_case_fits(report):
+    timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
+    assert timed
+    for case in timed:
+        assert case["predicted"]["fits"], case["name"]
+
+
+def test_summary_matches_cases(report):
+    summary = report["summary"]
+    step = [c["error_pct"]["step_time_s"] for c in report["cases"] if "step_time_s" in c["error_pct"]]
+    assert summary["step_time_s_mape_pct"] == pytest.approx(_mape(step))
+    assert summary["step_time_s_cases"] == len(step)
+    everything = [abs(e) for c in report["cases"] for e in c["error_pct"].values()]
+    assert summary["max_abs_error_pct"] == pytest.approx(max(everything))
+    assert summary["by_source"]["korthikanti2022"]["step_time_cases"] == 8
+    assert summary["by_source"]["nemo-llama31-h100"]["cases"] == 22
