@@ -126,7 +126,8 @@ def block_times(
     )
     if overlap_tp_comm:
         tp_f = max(0.0, tp_f - c.gemm_forward)
-        tp_b = max(0.0, tp_b - c.gemm_backward)
+        backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
+        tp_b = max(0.0, backward_comm - c.gemm_backward)
     tp_rc = tp_f if recompute == "full" else 0.0  # full recompute re-runs the forward collectives
     return BlockTerms(c.forward, c.backward, rc, tp_f + tp_b + tp_rc, cp)
 

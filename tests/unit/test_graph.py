@@ -177,16 +177,9 @@ def test_rotary_only_for_rope_models():
     assert "rotary_embedding" not in {o.name for o in decoder_layer(GPT, shape()).ops}
 
 
-@pytest.mark.xfail(
-    reason="plan_violations accepts tp a multiple of kv_heads, but the graph divides the K/V width by "
-    "tp (fractional KV heads per GPU) instead of replicating whole KV heads",
-    strict=True,
-)
-def test_tp_beyond_kv_heads_holds_whole_kv_heads():
-    # Llama 3 8B: 32 query heads, 8 KV heads, d = 128. tp = 16 is accepted by plan_violations
-    # ("must divide kv_heads or be a multiple of it"); each GPU then holds 32/16 = 2 query heads and
-    # (at least) one whole K head and one whole V head: QKV output width >= 2*128 + 2*128 = 512.
+def test_tp_must_divide_kv_heads():
+    # Llama 3 8B: 8 KV heads; tp = 16 would leave half a key/value head per GPU (Megatron-LM
+    # requires num_query_groups % tp == 0), so the plan is rejected naming tp.
     plan = PlanSpec(gpus=16, tp=16, global_batch=16, seq_length=8192)
-    assert plan_violations(plan, LLAMA) == []
-    qkv = next(o for o in decoder_layer(LLAMA, shape(tp=16, s=8192)).ops if o.name == "qkv_projection")
-    assert qkv.gemm_shape[2] >= 512  # graph gives (4096 + 2*1024)/16 = 384
+    violations = plan_violations(plan, LLAMA)
+    assert violations and violations[0].field == "plan.tp" and "kv_heads=8" in violations[0].rule

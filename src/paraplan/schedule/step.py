@@ -134,7 +134,8 @@ def tail_terms(inp: StepInputs, params: Num, parts: dict[str, Num]) -> tuple[Num
     forward, when the overlap switches are on (Megatron-LM --overlap-grad-reduce /
     --overlap-param-gather). Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to
     the host and weights back over host_bandwidth instead of the on-GPU step."""
-    grad_window = (parts["backward"] + parts["recompute"]) * inp.overlap_dp_grad_reduce
+    # windows are wall time of the micro-batch, exposed TP / CP / PP communication included
+    grad_window = (parts["backward"] + parts["recompute"] + parts["tp"] + parts["cp"] + parts["pp"]) * inp.overlap_dp_grad_reduce
     gather_window = parts["forward"] * inp.overlap_param_gather
     grad_size = params * GRAD_REDUCE_BYTES
     weight_size = params * inp.weight_bytes
@@ -199,11 +200,11 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     out["bubble_s"] = bubble
     out["dp_s"] = pick(tail_kind, [tails[k][0] for k in KINDS])
     out["optimizer_s"] = pick(tail_kind, [tails[k][1] for k in KINDS])
-    compute = out["forward_s"] + out["backward_s"] + out["recompute_s"]
+    busy = out["forward_s"] + out["backward_s"] + out["recompute_s"] + out["tp_s"] + out["cp_s"]
     traffic = 2.0 * inp.layers_per_stage * (
         inp.layer_activation_bytes * inp.offload_activations + inp.layer_params * inp.weight_bytes * inp.offload_weights
     )
-    streamed = m * np.maximum(0.0, traffic / inp.host_bandwidth - compute / m)
+    streamed = m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m)
     out["offload_s"] = pick(tail_kind, [tails[k][2] for k in KINDS]) + streamed
     out["step_time_s"] = (
         out["forward_s"] + out["backward_s"] + out["recompute_s"] + out["optimizer_s"] + out["bubble_s"]

@@ -102,7 +102,7 @@ class SearchProblem:
         for tp in _divisors(self.gpus):
             if self.tp is not None and tp not in self.tp:
                 continue
-            if m.heads % tp or m.ffn_hidden % tp or (m.n_kv_heads % tp and tp % m.n_kv_heads):
+            if m.heads % tp or m.ffn_hidden % tp or m.n_kv_heads % tp:
                 continue
             for pp in _divisors(self.gpus // tp):
                 if m.layers % pp or (self.pp is not None and pp not in self.pp):

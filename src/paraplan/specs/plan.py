@@ -99,8 +99,9 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         )
     if model.heads % plan.tp:
         out.append(Violation("plan.tp", plan.tp, f"must divide heads={model.heads}"))
-    elif model.n_kv_heads % plan.tp and plan.tp % model.n_kv_heads:
-        out.append(Violation("plan.tp", plan.tp, f"must divide kv_heads={model.n_kv_heads} or be a multiple of it"))
+    elif model.n_kv_heads % plan.tp:
+        # Megatron-LM requires whole key/value groups per rank (num_query_groups % tp == 0)
+        out.append(Violation("plan.tp", plan.tp, f"must divide kv_heads={model.n_kv_heads}"))
     if model.ffn_hidden % plan.tp:
         out.append(Violation("plan.tp", plan.tp, f"must divide ffn_hidden={model.ffn_hidden}"))
     if model.layers % (plan.pp * plan.vpp):
