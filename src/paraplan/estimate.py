@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, collective_coefficients, collective_time_s, group_span
+from paraplan.cost.comm import GroupSpan, collective_coefficients, collective_time_s, group_span, hidden_share, overlap_cost
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import LayerGraph
@@ -106,28 +106,31 @@ def block_times(
     (Korthikanti et al. 2022 §5: full re-runs the forward, selective the core attention).
 
     The context-parallel ring exchange hides behind the attention of the chunk already received
-    (Liu et al. 2023). Backward TP collectives run beside the GEMMs they do not depend on: the
+    (Liu et al. 2023). Hidden communication still costs its tier's overlap_cost share of its time
+    (``cost.comm.hidden_share``). Backward TP collectives run beside the GEMMs they do not depend on: the
     input re-gather of SP beside dgrad, the gradient all-reduce / reduce-scatter beside wgrad
     (Megatron-LM's async tensor-parallel communication); each half of the backward GEMM time is
     one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
     (Transformer Engine's userbuffers comm-GEMM overlap) forward and remaining backward TP
-    collectives also hide behind the neighbouring GEMMs."""
+    collectives also hide behind the neighbouring GEMMs, when the TP group sits in one NVLink domain."""
     c = block_compute(block, system, dtype)
     comm = block_comm(block, system, tp_span, cp_span)
+    tp_cost, cp_cost = overlap_cost(tp_span, system), overlap_cost(cp_span, system)
     rc = c.forward if recompute == "full" else (c.attention_forward if recompute == "selective" else 0.0)
-    cp = max(0.0, comm.cp_forward - c.attention_forward) + max(0.0, comm.cp_backward - c.attention_backward)
-    if recompute in ("full", "selective"):
-        cp += max(0.0, comm.cp_forward - c.attention_forward)
+    cp_f = hidden_share(comm.cp_forward, max(0.0, comm.cp_forward - c.attention_forward), cp_cost)
+    cp_b = hidden_share(comm.cp_backward, max(0.0, comm.cp_backward - c.attention_backward), cp_cost)
+    cp = cp_f + cp_b + (cp_f if recompute in ("full", "selective") else 0.0)
     tp_f = comm.tp_forward
+    backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
     tp_b = (
         comm.tp_backward
         + max(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
         + max(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
     )
-    if overlap_tp_comm:
-        tp_f = max(0.0, tp_f - c.gemm_forward)
-        backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
+    if overlap_tp_comm and tp_span.domains == 1:  # comm-GEMM overlap needs the TP group inside NVLink
+        tp_f = hidden_share(comm.tp_forward, max(0.0, comm.tp_forward - c.gemm_forward), tp_cost)
         tp_b = max(0.0, backward_comm - c.gemm_backward)
+    tp_b = hidden_share(backward_comm, tp_b, tp_cost)
     tp_rc = tp_f if recompute == "full" else 0.0  # full recompute re-runs the forward collectives
     return BlockTerms(c.forward, c.backward, rc, tp_f + tp_b + tp_rc, cp)
 
@@ -204,6 +207,7 @@ def data_parallel_terms(system: SystemSpec, dp_span: GroupSpan) -> dict:
     """StepInputs fields set by the data × context group: its size and collectives in linear form."""
     return dict(
         dp_size=dp_span.size,
+        dp_overlap_cost=overlap_cost(dp_span, system),
         all_reduce=collective_coefficients("all_reduce", dp_span, system),
         reduce_scatter=collective_coefficients("reduce_scatter", dp_span, system),
         all_gather=collective_coefficients("all_gather", dp_span, system),

@@ -139,3 +139,14 @@ def collective_coefficients(kind: str, span: GroupSpan, system: SystemSpec) -> t
     if kind == "send_recv":
         return (1 / outer, alpha_out) if o > 1 else (1 / inner, alpha_in)
     raise ValueError(f"no linear form for collective {kind!r}")
+
+
+def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
+    """Share of a collective's time still paid when it is hidden behind compute: the SMs (and HBM)
+    its kernels occupy slow the compute they overlap (Calculon's per-tier processor_usage)."""
+    return system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
+
+
+def hidden_share(total_s, exposed_s, cost):
+    """exposed + cost·(total − exposed): the exposed part plus the price of the hidden part."""
+    return exposed_s + cost * (total_s - exposed_s)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.cost.comm import hidden_share
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.schedule.pipeline import bubble_from_work_s
 
@@ -63,6 +64,7 @@ class StepInputs:
     head_params: Num
     # data-parallel (data × context) group and its collectives in linear form
     dp_size: Num
+    dp_overlap_cost: Num  # share of hidden DP collective time still paid (cost.comm.overlap_cost)
     zero: Num
     all_reduce: tuple[Num, Num]
     reduce_scatter: tuple[Num, Num]
@@ -142,10 +144,18 @@ def tail_terms(inp: StepInputs, params: Num, parts: dict[str, Num]) -> tuple[Num
     all_reduce = grad_size * inp.all_reduce[0] + inp.all_reduce[1]
     reduce_scatter = grad_size * inp.reduce_scatter[0] + inp.reduce_scatter[1]
     all_gather = weight_size * inp.all_gather[0] + inp.all_gather[1]
-    zero0 = np.maximum(0.0, all_reduce - grad_window)
-    zero12 = np.maximum(0.0, reduce_scatter - grad_window) + np.maximum(0.0, all_gather - gather_window)
-    zero3 = inp.microbatches * (
-        np.maximum(0.0, all_gather - parts["forward"]) + np.maximum(0.0, all_gather + reduce_scatter - parts["backward"])
+    cost = inp.dp_overlap_cost
+    zero0 = hidden_share(all_reduce, np.maximum(0.0, all_reduce - grad_window), cost)
+    zero12 = hidden_share(
+        reduce_scatter + all_gather,
+        np.maximum(0.0, reduce_scatter - grad_window) + np.maximum(0.0, all_gather - gather_window),
+        cost,
+    )
+    per_microbatch = 2.0 * all_gather + reduce_scatter
+    zero3 = inp.microbatches * hidden_share(
+        per_microbatch,
+        np.maximum(0.0, all_gather - parts["forward"]) + np.maximum(0.0, all_gather + reduce_scatter - parts["backward"]),
+        cost,
     )
     exposed = np.where(inp.zero == 0, zero0, np.where(inp.zero == 3, zero3, zero12))
     exposed = np.where(inp.dp_size > 1, exposed, 0.0)

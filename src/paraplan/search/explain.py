@@ -86,6 +86,9 @@ def explain(problem: SearchProblem, best_plan: PlanSpec, best: Estimate) -> list
     for knob, change, update in _neighbours(problem, best_plan):
         data = best_plan.model_dump()
         data.update(update)
+        if problem.max_global_batch is not None:  # the batch follows dp·micro_batch, as in the search
+            unit = data["dp"] * data["micro_batch"]
+            data["global_batch"] = max(unit, problem.max_global_batch // unit * unit)
         try:
             plan = PlanSpec.model_validate(data)
             other = estimate(problem.model, problem.system, plan)

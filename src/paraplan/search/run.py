@@ -121,7 +121,7 @@ def _grid_arrays(options: list[tuple]) -> dict[str, np.ndarray]:
 
 _SCALAR_FIELDS = (
     "pp", "microbatches", "layers_per_stage", "p2p_transfer_s", "layer_params", "embedding_params", "head_params",
-    "dp_size", "host_bandwidth", "hbm_rate", "weight_bytes", "grad_bytes", "optimizer_bytes",
+    "dp_size", "dp_overlap_cost", "host_bandwidth", "hbm_rate", "weight_bytes", "grad_bytes", "optimizer_bytes",
     "layer_activation_bytes", "embedding_activation_bytes", "head_activation_bytes", "layer_buffer_bytes",
     "reserved_bytes",
 )
@@ -214,6 +214,7 @@ class RowTable:
             "layer_params", "embedding_params", "layer_activation_bytes", "embedding_activation_bytes",
             "head_activation_bytes", "layer_buffer_bytes")}
         scalars["dp_size"] = gather([u["dp_size"] for u in dps], did)
+        scalars["dp_overlap_cost"] = gather([u["dp_overlap_cost"] for u in dps], did)
         scalars["p2p_transfer_s"] = gather(p2p, c["p2p_id"])
         scalars["pp"] = c["pp"].astype(float)
         scalars["microbatches"] = (c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float)
@@ -266,10 +267,11 @@ def _finish(problem, pool, k) -> list[RankedPlan]:
     return out
 
 
-def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, progress=None) -> SearchResult:
+def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, progress=None, workers: int = 1) -> SearchResult:
     """Top-K feasible plans by the objective, exact w.r.t. ``exhaustive_search`` (see module doc).
 
-    ``collect_all`` evaluates the whole space (no bound pruning) and returns every feasible plan."""
+    ``collect_all`` evaluates the whole space (no bound pruning) and returns every feasible plan.
+    The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
     problem.check()
     start = time.perf_counter()
     table = RowTable(problem)
@@ -383,15 +385,16 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
     return result
 
 
-def exhaustive_search(problem: SearchProblem, top_k: int = 10) -> SearchResult:
-    """Every candidate of the canonical space through the scalar ``estimate``, one by one."""
-    problem.check()
-    start = time.perf_counter()
+def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None):
+    """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties)."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
-    pool = []
-    evaluated = feasible = n_rows = 0
+    pool, evaluated, feasible, n_rows = [], 0, 0, 0
     for r, row in enumerate(rows(problem)):
         n_rows += 1
+        if r % parts != part:
+            continue
+        if progress is not None:
+            progress(r)
         for g, option in enumerate(grid(problem, row)):
             plan = plan_of(problem, row, option)
             e = estimate(problem.model, problem.system, plan)
@@ -401,6 +404,30 @@ def exhaustive_search(problem: SearchProblem, top_k: int = 10) -> SearchResult:
             feasible += 1
             obj = float(objective_value(problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops))
             pool.append((obj, r, g, row, option))
+        if len(pool) > 4 * top_k:
+            pool.sort(key=lambda item: (item[0], item[1], item[2]))
+            kth = pool[top_k - 1][0]
+            pool = [p for p in pool if p[0] <= kth]
+    return pool, evaluated, feasible, n_rows
+
+
+def exhaustive_search(problem: SearchProblem, top_k: int = 10, workers: int = 1, progress=None) -> SearchResult:
+    """Every candidate of the canonical space through the scalar ``estimate``, one by one
+    (``workers`` processes split the rows; each keeps its own top K, merged exactly)."""
+    problem.check()
+    start = time.perf_counter()
+    if workers <= 1:
+        parts = [_exhaustive_part(problem, top_k, 0, 1, progress)]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool_executor:
+            futures = [pool_executor.submit(_exhaustive_part, problem, top_k, w, workers) for w in range(workers)]
+            parts = [f.result() for f in futures]
+    pool = [item for part in parts for item in part[0]]
+    evaluated = sum(p[1] for p in parts)
+    feasible = sum(p[2] for p in parts)
+    n_rows = parts[0][3]
     plans = _finish(problem, pool, top_k)
     return SearchResult(plans=plans, candidates=evaluated, evaluated=evaluated, feasible=feasible,
                         seconds=time.perf_counter() - start, rows=n_rows, rows_evaluated=n_rows)

@@ -161,7 +161,7 @@ class SearchProblem:
         if tp > 1 and (self.seq_length // cp) % tp:
             sp_options = [s for s in sp_options if not s]
         recompute = self.recompute or RECOMPUTE_MODES
-        overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]
+        overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]  # default (off) first
         return [(sp, rc, ov) for sp in sp_options for rc in recompute for ov in overlap]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
@@ -182,9 +182,12 @@ class SearchProblem:
         if dp_size == 1:
             return [(0, True, True)]
         zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
-        ov = [False, True] if self.vary_overlap else [True]
+        ov = [True, False] if self.vary_overlap else [True]  # defaults first: ties resolve to them
         out = []
         for z in zeros:
+            if z == 3:  # ZeRO-3 gathers and reduces per micro-batch, overlapped layer by layer: switches unused
+                out.append((3, True, True))
+                continue
             gathers = ov if z >= 1 else [True]
             out += [(z, d, g) for d in ov for g in gathers]
         return out

@@ -101,6 +101,11 @@ class NodeSpec(BaseModel):
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
     nvlink_efficiency: Fraction = Field(0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives")
+    nvlink_overlap_cost: float = Field(
+        0.15, ge=0, le=1,
+        description="share of an NVLink collective's time still paid when hidden behind compute (SMs it occupies); "
+        "Calculon's processor_usage for the NVLink tier (reference/calculon-data/systems/a100_80g.json)",
+    )
 
 
 class NetworkSpec(BaseModel):
@@ -111,6 +116,11 @@ class NetworkSpec(BaseModel):
     nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
     latency: Seconds = 10e-6
     efficiency: Fraction = Field(0.85, description="achieved fraction of nic_bandwidth by NCCL collectives")
+    overlap_cost: float = Field(
+        0.02, ge=0, le=1,
+        description="share of a scale-out collective's time still paid when hidden behind compute; "
+        "Calculon's processor_usage for the InfiniBand tier (reference/calculon-data/systems/a100_80g.json)",
+    )
 
 
 class SystemSpec(BaseModel):
