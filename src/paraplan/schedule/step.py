@@ -136,9 +136,12 @@ def tail_terms(inp: StepInputs, params: Num, parts: dict[str, Num]) -> tuple[Num
     forward, when the overlap switches are on (Megatron-LM --overlap-grad-reduce /
     --overlap-param-gather). Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to
     the host and weights back over host_bandwidth instead of the on-GPU step."""
-    # windows are wall time of the micro-batch, exposed TP / CP / PP communication included
-    grad_window = (parts["backward"] + parts["recompute"] + parts["tp"] + parts["cp"] + parts["pp"]) * inp.overlap_dp_grad_reduce
-    gather_window = parts["forward"] * inp.overlap_param_gather
+    # windows are wall time of a micro-batch's backward / forward, exposed TP / CP / PP communication
+    # included (it sits on the same critical path), so faster compute never lengthens the step
+    backward_window = parts["backward"] + parts["recompute"] + parts["tp"] + parts["cp"] + parts["pp"]
+    forward_window = parts["forward"] + parts["tp"] + parts["cp"]
+    grad_window = backward_window * inp.overlap_dp_grad_reduce
+    gather_window = forward_window * inp.overlap_param_gather
     grad_size = params * GRAD_REDUCE_BYTES
     weight_size = params * inp.weight_bytes
     all_reduce = grad_size * inp.all_reduce[0] + inp.all_reduce[1]
@@ -154,7 +157,7 @@ def tail_terms(inp: StepInputs, params: Num, parts: dict[str, Num]) -> tuple[Num
     per_microbatch = 2.0 * all_gather + reduce_scatter
     zero3 = inp.microbatches * hidden_share(
         per_microbatch,
-        np.maximum(0.0, all_gather - parts["forward"]) + np.maximum(0.0, all_gather + reduce_scatter - parts["backward"]),
+        np.maximum(0.0, all_gather - forward_window) + np.maximum(0.0, all_gather + reduce_scatter - backward_window),
         cost,
     )
     exposed = np.where(inp.zero == 0, zero0, np.where(inp.zero == 3, zero3, zero12))
@@ -215,7 +218,9 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
         inp.layer_activation_bytes * inp.offload_activations + inp.layer_params * inp.weight_bytes * inp.offload_weights
     )
     streamed = m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m)
-    out["offload_s"] = pick(tail_kind, [tails[k][2] for k in KINDS]) + streamed
+    # activation / weight streaming (PCIe) and the DP sync (NIC / NVLink) run on different links, so
+    # they hide behind the same compute and each other: only what outlasts the DP exposure shows
+    out["offload_s"] = pick(tail_kind, [tails[k][2] for k in KINDS]) + np.maximum(0.0, streamed - out["dp_s"])
     out["step_time_s"] = (
         out["forward_s"] + out["backward_s"] + out["recompute_s"] + out["optimizer_s"] + out["bubble_s"]
         + out["tp_s"] + out["cp_s"] + out["pp_s"] + out["dp_s"] + out["offload_s"]
