@@ -57,9 +57,12 @@ class Collective:
     overlaps_with: Literal["none", "attention", "dgrad", "wgrad"] = "none"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LayerGraph:
-    """Ops and collectives of one block (a layer, the embedding, or the LM head), per GPU, per micro-batch."""
+    """Ops and collectives of one block (a layer, the embedding, or the LM head), per GPU, per micro-batch.
+
+    Compared and hashed by identity: graphs are built once per (model, shape) by cached builders,
+    and the cost caches key on them, so hashing must not walk every op."""
 
     name: str
     ops: tuple[Op, ...]

@@ -1,0 +1,66 @@
+"""Plan-search speed on the issue's three production-sized problems (single process).
+
+Run: python benchmarks/search_speed.py [--markdown]
+Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
+candidates per second (space size / seconds), and the best plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from paraplan.catalog import load_model, load_system
+from paraplan.report.search_view import plan_label
+from paraplan.search.run import search
+from paraplan.search.space import SearchProblem
+
+PROBLEMS = [
+    ("gpt3-175b, 1,024 x dgx-a100-80gb, max gbs 1,024", "gpt3-175b", "dgx-a100-80gb", 1024, 2048, None, 1024),
+    ("mt-nlg-530b, 5,128 x dgx-a100-80gb, max gbs 2,520", "mt-nlg-530b", "dgx-a100-80gb", 5128, 2048, None, 2520),
+    ("llama3-405b, 16,384 x dgx-h100-80gb, seq 8,192, gbs 2,048", "llama3-405b", "dgx-h100-80gb", 16384, 8192, 2048, None),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
+    args = parser.parse_args()
+    rows = []
+    for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS:
+        problem = SearchProblem(
+            model=load_model(model), system=load_system(system), gpus=gpus, seq_length=seq,
+            global_batch=gbs, max_global_batch=max_gbs,
+        )
+        best_seconds, result = float("inf"), None
+        for _ in range(args.repeat):
+            from paraplan import estimate as estimate_module
+
+            for cached in (estimate_module.block_compute, estimate_module.block_comm, estimate_module.block_times,
+                           estimate_module.layer_terms):
+                cached.cache_clear()  # every run starts cold
+            start = time.perf_counter()
+            result = search(problem, top_k=10)
+            best_seconds = min(best_seconds, time.perf_counter() - start)
+        best = result.plans[0] if result.plans else None
+        rows.append((
+            label, f"{result.candidates:,}", f"{result.evaluated:,}", f"{result.feasible:,}", f"{best_seconds:.2f}",
+            f"{result.candidates / best_seconds:,.0f}",
+            f"{plan_label(best.plan)}: {best.estimate.step_time_s:.2f} s/step, MFU {best.estimate.mfu:.1%}" if best else "none fits",
+        ))
+    header = ("problem", "candidates", "evaluated", "feasible (of evaluated)", "seconds", "candidates/s", "best plan")
+    if args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+    else:
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+if __name__ == "__main__":
+    main()
