@@ -257,10 +257,19 @@ def search(
         price_per_gpu_hour=price if price is not None else system_spec.price_per_gpu_hour,
     )
     problem.check()
-    if exhaustive:
-        result = exhaustive_search(problem, top_k=top, workers=workers)
-    else:
-        result = run_search(problem, top_k=top, collect_all=csv_path is not None, workers=workers)
+    from rich.progress import Progress
+
+    show_progress = not as_json and (exhaustive or csv_path is not None)  # the long searches
+    with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
+        task = bar.add_task("searching", total=None)
+
+        def advance(done: int, total: int | None = None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        if exhaustive:
+            result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance)
+        else:
+            result = run_search(problem, top_k=top, collect_all=csv_path is not None, workers=workers, progress=advance)
     written = write_csv(result, csv_path, seq_length, gpus) if csv_path is not None else None
     alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate) if (explain and result.plans) else []
     if as_json:

@@ -56,10 +56,11 @@ def plans_table(result: SearchResult):
 
 
 def summary_line(result: SearchResult) -> str:
+    pruned = result.candidates - result.evaluated
+    rest = f"; {pruned:,} ruled out by an admissible time bound" if pruned else ""
     return (
         f"{result.candidates:,} candidate plans ({result.rows:,} per-layer configurations); "
-        f"{result.evaluated:,} evaluated, {result.feasible:,} of those fit; "
-        f"the rest ruled out by an admissible time bound; {result.seconds:.2f} s"
+        f"{result.evaluated:,} evaluated, {result.feasible:,} of those fit{rest}; {result.seconds:.2f} s"
     )
 
 
