@@ -295,18 +295,7 @@ def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: boo
     check_plan(model, system, plan)
     inp = step_inputs(model, system, plan)
     step = {k: float(v) for k, v in compose_step(inp).items()}
-    breakdown = TimeBreakdown(
-        forward_s=step["forward_s"],
-        backward_s=step["backward_s"],
-        recompute_s=step["recompute_s"],
-        optimizer_s=step["optimizer_s"],
-        bubble_s=step["bubble_s"],
-        tp_comm_s=step["tp_s"],
-        cp_comm_s=step["cp_s"],
-        pp_comm_s=step["pp_s"],
-        dp_comm_s=step["dp_s"],
-        offload_s=step["offload_s"],
-    )
+    breakdown = TimeBreakdown(**{name: step[name] for name in TimeBreakdown.__dataclass_fields__})
     acc = system.accelerator
     stages = []
     for stage in range(plan.pp):
