@@ -312,6 +312,8 @@ def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: boo
                 capacity_bytes=acc.hbm_capacity,
                 transformer_weights_and_optimizer_bytes=terms["transformer_states"],
                 transformer_activations_bytes=terms["transformer_activations"],
+                host_bytes=terms["host"],
+                host_capacity_bytes=acc.host_memory or float("inf"),
             )
         )
     tokens = plan.global_batch * plan.seq_length

@@ -40,6 +40,8 @@ class StageMemory:
     capacity_bytes: float
     transformer_weights_and_optimizer_bytes: float
     transformer_activations_bytes: float
+    host_bytes: float = 0.0  # offloaded state and activations in host memory
+    host_capacity_bytes: float = float("inf")
 
     @property
     def weights_and_optimizer_bytes(self) -> float:
@@ -51,7 +53,7 @@ class StageMemory:
 
     @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes
+        return self.peak_bytes <= self.capacity_bytes and self.host_bytes <= self.host_capacity_bytes
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +69,7 @@ class StageMemory:
             "reserved_gib": self.reserved_bytes / GiB,
             "peak_gib": self.peak_bytes / GiB,
             "capacity_gib": self.capacity_bytes / GiB,
+            "host_gib": self.host_bytes / GiB,
             "fits": self.fits,
         }
 

@@ -262,13 +262,29 @@ def stage_memory_terms(inp: StepInputs, stage: Num) -> dict[str, Num]:
         "reserved": inp.reserved_bytes,
     }
     out["peak"] = out["weights"] + out["gradients"] + out["optimizer"] + out["activations"] + out["buffers"] + out["reserved"]
+    # second tier: what offload keeps in host memory (ZeRO-Offload / ZeRO-Infinity, Ren et al. 2021)
+    out["host"] = (
+        np.where(inp.offload_optimizer, params * inp.optimizer_bytes / shard_o, 0.0)
+        + np.where(inp.offload_weights, params * inp.weight_bytes / shard_w, 0.0)
+        + np.where(inp.offload_activations, acts, 0.0)
+    )
     return out
 
 
-def peak_memory_bytes(inp: StepInputs) -> Num:
-    """Largest per-GPU peak over stages: the first, the second (largest in-flight count among the
-    middle stages) and the last suffice, since in-flight counts fall with the stage index."""
-    first = stage_memory_terms(inp, 0)["peak"]
-    second = np.where(inp.pp > 2, stage_memory_terms(inp, 1)["peak"], 0.0)
-    last = np.where(inp.pp > 1, stage_memory_terms(inp, inp.pp - 1)["peak"], 0.0)
+def _over_stages(inp: StepInputs, key: str) -> Num:
+    first = stage_memory_terms(inp, 0)[key]
+    second = np.where(inp.pp > 2, stage_memory_terms(inp, 1)[key], 0.0)
+    last = np.where(inp.pp > 1, stage_memory_terms(inp, inp.pp - 1)[key], 0.0)
     return np.maximum(first, np.maximum(second, last))
+
+
+def peak_memory_bytes(inp: StepInputs) -> Num:
+    """Largest per-GPU HBM peak over stages: the first, the second (largest in-flight count and
+    layer count among the middle stages) and the last suffice, since in-flight counts fall with
+    the stage index."""
+    return _over_stages(inp, "peak")
+
+
+def host_memory_bytes(inp: StepInputs) -> Num:
+    """Largest per-GPU host-memory use over stages (offloaded state and activations)."""
+    return _over_stages(inp, "host")

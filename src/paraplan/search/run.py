@@ -27,7 +27,7 @@ from paraplan.estimate import GRID_FIELDS, data_parallel_terms, estimate, layer_
 from paraplan.graph.transformer import lm_head_weight_params
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import Estimate
-from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, peak_memory_bytes
+from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, host_memory_bytes, peak_memory_bytes
 from paraplan.search.space import Row, SearchProblem, grid, plan_of, rows
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
@@ -297,6 +297,7 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
     bound_obj = objective_value(problem, table.lower_bounds(), tokens_row, flops_per_token * tokens_row, peak_flops)
     order = np.lexsort((np.arange(table.size), bound_obj))
     capacity = problem.system.accelerator.hbm_capacity
+    host_capacity = problem.system.accelerator.host_memory or np.inf
 
     pool: list[tuple] = []
     threshold = np.inf
@@ -332,9 +333,10 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
         inp = table.inputs(index, grid_values)
         step = compose_step(inp)["step_time_s"]
         peak = peak_memory_bytes(inp)
+        host = host_memory_bytes(inp)
         tokens = tokens_row[index]
         obj = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
-        fits = peak <= capacity
+        fits = (peak <= capacity) & (host <= host_capacity)
         evaluated += len(index)
         feasible += int(fits.sum())
         if everything is not None:
@@ -352,7 +354,7 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
             pool = [p for p in pool if p[0] <= threshold]
         misses = np.flatnonzero(~fits)
         if misses.size:
-            over = peak[misses] - capacity
+            over = np.maximum(peak[misses] - capacity, host[misses] - host_capacity)
             j = misses[np.argmin(over)]
             if nearest is None or over.min() < nearest[0]:
                 nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
