@@ -196,6 +196,13 @@ def layer_terms(
         head=times(head, "none"),
         layer_params=layer.weight_params,
         embedding_params=embedding.weight_params,
+        **_activation_terms(model, shape, recompute),
+    )
+
+
+@lru_cache(maxsize=16384)
+def _activation_terms(model: ModelSpec, shape: LayerShape, recompute: str) -> dict:
+    return dict(
         layer_activation_bytes=mem.layer_activation_bytes(model, shape, recompute),
         embedding_activation_bytes=mem.embedding_activation_bytes(model, shape),
         head_activation_bytes=mem.lm_head_activation_bytes(model, shape),

@@ -271,20 +271,17 @@ def stage_memory_terms(inp: StepInputs, stage: Num) -> dict[str, Num]:
     return out
 
 
-def _over_stages(inp: StepInputs, key: str) -> Num:
-    first = stage_memory_terms(inp, 0)[key]
-    second = np.where(inp.pp > 2, stage_memory_terms(inp, 1)[key], 0.0)
-    last = np.where(inp.pp > 1, stage_memory_terms(inp, inp.pp - 1)[key], 0.0)
-    return np.maximum(first, np.maximum(second, last))
+def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
+    """(HBM peak, host-memory use) per GPU, each the largest over stages: the first, the second
+    (largest in-flight count among the middle stages) and the last suffice, since in-flight counts
+    fall with the stage index."""
+    first = stage_memory_terms(inp, 0)
+    second = stage_memory_terms(inp, 1)
+    last = stage_memory_terms(inp, inp.pp - 1)
 
+    def largest(key: str) -> Num:
+        return np.maximum(
+            first[key], np.maximum(np.where(inp.pp > 2, second[key], 0.0), np.where(inp.pp > 1, last[key], 0.0))
+        )
 
-def peak_memory_bytes(inp: StepInputs) -> Num:
-    """Largest per-GPU HBM peak over stages: the first, the second (largest in-flight count and
-    layer count among the middle stages) and the last suffice, since in-flight counts fall with
-    the stage index."""
-    return _over_stages(inp, "peak")
-
-
-def host_memory_bytes(inp: StepInputs) -> Num:
-    """Largest per-GPU host-memory use over stages (offloaded state and activations)."""
-    return _over_stages(inp, "host")
+    return largest("peak"), largest("host")

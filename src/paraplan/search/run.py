@@ -8,7 +8,8 @@ Fast path (``search``):
    cheapest pipeline transfer; bubble, data-parallel, optimizer and offload terms are >= 0 —
    so rows are visited best bound first;
 3. rows are expanded into their grid and evaluated many at once: the same
-   ``schedule.step.compose_step`` and ``peak_memory_bytes`` that ``estimate`` uses, on numpy arrays;
+   ``schedule.step.compose_step`` and ``stage_memory_terms`` (via ``stage_peaks``) that ``estimate``
+   uses, on numpy arrays;
 4. once the next row's bound is worse than the K-th best objective found, every remaining row
    is skipped: none of its candidates can enter the top K (the bound is admissible).
 Ties are broken by canonical order (row index, grid index), the order of ``exhaustive_search``,
@@ -27,7 +28,7 @@ from paraplan.estimate import GRID_FIELDS, data_parallel_terms, estimate, layer_
 from paraplan.graph.transformer import lm_head_weight_params
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import Estimate
-from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, host_memory_bytes, peak_memory_bytes
+from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, stage_peaks
 from paraplan.search.space import Row, SearchProblem, grid, plan_of, rows
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
@@ -332,8 +333,7 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
         }
         inp = table.inputs(index, grid_values)
         step = compose_step(inp)["step_time_s"]
-        peak = peak_memory_bytes(inp)
-        host = host_memory_bytes(inp)
+        peak, host = stage_peaks(inp)
         tokens = tokens_row[index]
         obj = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
         fits = (peak <= capacity) & (host <= host_capacity)

@@ -40,6 +40,17 @@ def _placement_orders() -> list[tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
+class _Degrees:
+    """The parts of a plan that placement needs (``group_span`` reads degrees and the order)."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    placement_order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SearchProblem:
     """What to search: a model on a cluster at a batch and sequence length, and which axes to vary."""
 
@@ -122,9 +133,7 @@ class SearchProblem:
         orders = _placement_orders() if self.vary_placement else [DEFAULT_PLACEMENT]
         for order in orders:
             placement = "-".join(order)
-            plan = PlanSpec.model_construct(
-                gpus=self.gpus, tp=tp, pp=pp, cp=cp, dp=dp, placement=placement, global_batch=1, seq_length=1
-            )
+            plan = _Degrees(tp, pp, cp, dp, order)
             spans = {g: group_span(plan, self.system, g) for g in ("tp", "cp", "pp")}
             spans["dp"] = group_span(plan, self.system, ("cp", "dp"))
             key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
