@@ -38,7 +38,7 @@ def main() -> None:
             from paraplan import estimate as estimate_module
 
             for cached in (estimate_module.block_compute, estimate_module.block_comm, estimate_module.block_times,
-                           estimate_module.layer_terms, estimate_module._activation_terms):
+                           estimate_module.layer_terms, estimate_module.activation_terms):
                 cached.cache_clear()  # every run starts cold
             start = time.perf_counter()
             result = search(problem, top_k=10)

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, collective_coefficients, collective_time_s, group_span, hidden_share, overlap_cost
+from paraplan.cost.comm import GroupSpan, collective_coefficients, collective_time_s, group_span, overlap_cost
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import LayerGraph
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.schedule.step import BlockTerms, StepInputs, compose_step, stage_memory_terms
+from paraplan.schedule.pipeline import layers_on_stage
+from paraplan.schedule.step import RECOMPUTE_CODES, BlockTerms, StepInputs, block_terms, compose_step, stage_memory_terms
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
@@ -113,26 +114,14 @@ def block_times(
     one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
     (Transformer Engine's userbuffers comm-GEMM overlap) forward and remaining backward TP
     collectives also hide behind the neighbouring GEMMs, when the TP group sits in one NVLink domain."""
-    c = block_compute(block, system, dtype)
-    comm = block_comm(block, system, tp_span, cp_span)
-    tp_cost, cp_cost = overlap_cost(tp_span, system), overlap_cost(cp_span, system)
-    rc = c.forward if recompute == "full" else (c.attention_forward if recompute == "selective" else 0.0)
-    cp_f = hidden_share(comm.cp_forward, max(0.0, comm.cp_forward - c.attention_forward), cp_cost)
-    cp_b = hidden_share(comm.cp_backward, max(0.0, comm.cp_backward - c.attention_backward), cp_cost)
-    cp = cp_f + cp_b + (cp_f if recompute in ("full", "selective") else 0.0)
-    tp_f = comm.tp_forward
-    backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
-    tp_b = (
-        comm.tp_backward
-        + max(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
-        + max(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
+    return block_terms(
+        block_compute(block, system, dtype),
+        block_comm(block, system, tp_span, cp_span),
+        RECOMPUTE_CODES[recompute],
+        overlap_tp_comm and tp_span.domains == 1,  # comm-GEMM overlap needs the TP group inside NVLink
+        overlap_cost(tp_span, system),
+        overlap_cost(cp_span, system),
     )
-    if overlap_tp_comm and tp_span.domains == 1:  # comm-GEMM overlap needs the TP group inside NVLink
-        tp_f = hidden_share(comm.tp_forward, max(0.0, comm.tp_forward - c.gemm_forward), tp_cost)
-        tp_b = max(0.0, backward_comm - c.gemm_backward)
-    tp_b = hidden_share(backward_comm, tp_b, tp_cost)
-    tp_rc = tp_f if recompute == "full" else 0.0  # full recompute re-runs the forward collectives
-    return BlockTerms(c.forward, c.backward, rc, tp_f + tp_b + tp_rc, cp)
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -196,12 +185,13 @@ def layer_terms(
         head=times(head, "none"),
         layer_params=layer.weight_params,
         embedding_params=embedding.weight_params,
-        **_activation_terms(model, shape, recompute),
+        **activation_terms(model, shape, recompute),
     )
 
 
 @lru_cache(maxsize=16384)
-def _activation_terms(model: ModelSpec, shape: LayerShape, recompute: str) -> dict:
+def activation_terms(model: ModelSpec, shape: LayerShape, recompute: str) -> dict:
+    """StepInputs fields for activation memory and working buffers of one layer shape and recompute mode."""
     return dict(
         layer_activation_bytes=mem.layer_activation_bytes(model, shape, recompute),
         embedding_activation_bytes=mem.embedding_activation_bytes(model, shape),
@@ -254,7 +244,7 @@ def row_terms(
         **system_terms(system, shape.dtype),
         pp=pp,
         microbatches=microbatches,
-        layers_per_stage=model.layers // pp,
+        layers=model.layers,
         p2p_transfer_s=collective_time_s("send_recv", p2p_bytes(model, shape), pp_span, system),
         head_params=lm_head_weight_params(model, shape.tp, pp == 1),
     )
@@ -351,7 +341,7 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec):
     spans = plan_spans(plan, system)
     blocks = (
         (embedding_block(model, shape), 1),
-        (decoder_layer(model, shape), model.layers // plan.pp),
+        (decoder_layer(model, shape), max(int(layers_on_stage(model.layers, plan.pp, i)) for i in range(plan.pp))),
         (lm_head_block(model, shape, plan.pp == 1), 1),
     )
     ops, comms = [], []

@@ -431,3 +431,17 @@ def test_model_flops_per_token_llama_gqa():
     # 6N + 12 * 32 * 8192 * 4096
     assert flops.model_flops_per_token(LLAMA3_8B, 8192) == approx(6.0 * n + 12 * 32 * 8192 * 4096)
 
+
+
+def test_layers_on_stage_uneven_split():
+    from paraplan.schedule.pipeline import layers_on_stage
+
+    # Llama 3 405B: 126 layers on 16 stages: 7 each (112) + 14 extra -> stages 1..14 get 8
+    counts = [int(layers_on_stage(126, 16, i)) for i in range(16)]
+    assert counts == [7] + [8] * 14 + [7]
+    # 24 layers on 5 stages: 4 each + 4 extra: middles 1..3 get one, the first the fourth
+    assert [int(layers_on_stage(24, 5, i)) for i in range(5)] == [5, 5, 5, 5, 4]
+    # 25 on 2 stages: the first takes the extra (the last holds the LM head)
+    assert [int(layers_on_stage(25, 2, i)) for i in range(2)] == [13, 12]
+    assert [int(layers_on_stage(96, 8, i)) for i in range(8)] == [12] * 8
+    assert int(layers_on_stage(24, 1, 0)) == 24

@@ -38,10 +38,10 @@ def raises(model, system, **fields) -> InputError:
         (GPT, dict(gpus=3, tp=3, global_batch=8), "plan.tp", 3),
         # 32 heads, tp 12
         (LLAMA, dict(gpus=12, tp=12, global_batch=8), "plan.tp", 12),
-        # 24 layers, pp 5
-        (GPT, dict(gpus=5, pp=5, global_batch=10), "plan.pp", 5),
-        # 24 layers, pp 4 x vpp 4 = 16
-        (GPT, dict(gpus=4, pp=4, vpp=4, global_batch=16), "plan.pp", 4),
+        # 24 layers, pp 32: more stages than layers (uneven splits such as pp 5 are allowed)
+        (GPT, dict(gpus=32, pp=32, global_batch=64), "plan.pp", 32),
+        # 24 layers, pp 4 x vpp 4 = 16: interleaving needs pp·vpp to divide the layers
+        (GPT, dict(gpus=4, pp=4, vpp=4, global_batch=16), "plan.vpp", 4),
         # dp 4 x micro_batch 2 = 8 does not divide 12
         (GPT, dict(gpus=4, micro_batch=2, global_batch=12), "plan.global_batch", 12),
         # explicit dp: 2*1*3*1 = 6 != 8 GPUs
@@ -83,8 +83,8 @@ def test_dtype_without_peak():
 
 
 def test_estimate_checks_the_plan_first():
-    with pytest.raises(InputError, match=r"^plan\.pp: 5 "):
-        estimate(GPT, A100, PlanSpec(gpus=5, pp=5, global_batch=10, seq_length=2048))
+    with pytest.raises(InputError, match=r"^plan\.pp: 32 "):
+        estimate(GPT, A100, PlanSpec(gpus=32, pp=32, global_batch=64, seq_length=2048))
 
 
 def test_valid_plan_passes():

@@ -50,7 +50,9 @@ def group_span(plan: PlanSpec, system: SystemSpec, groups: str | tuple[str, ...]
     offsets = [0]
     for g in names:
         stride = group_stride(plan, g)
-        offsets = [o + i * stride for o in offsets for i in range(getattr(plan, g)) if o + i * stride < domain]
+        offsets = [
+            o + i * stride for o in offsets for i in range(min(getattr(plan, g), -(-(domain - o) // stride)))
+        ]
     size = 1
     for g in names:
         size *= getattr(plan, g)

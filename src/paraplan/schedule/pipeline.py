@@ -8,6 +8,8 @@ and (p-1)·W/v for the interleaved schedule (Narayanan et al. 2021, §2.2.1-2.2.
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def bubble_slots(schedule: str, pp: int, vpp: int) -> float:
     """Idle micro-batch slots per step: (p-1) for gpipe / 1f1b, (p-1)/v for interleaved."""
@@ -31,3 +33,18 @@ def pipeline_bubble_s(schedule: str, pp: int, vpp: int, stage_work_s: list[float
         return 0.0
     chunks = vpp if schedule == "interleaved" else 1
     return bubble_from_work_s(sum(stage_work_s), max(stage_work_s), chunks)
+
+
+def layers_on_stage(layers, pp, stage):
+    """Decoder layers on pipeline stage ``stage`` (floats, ints or numpy arrays).
+
+    Each stage gets ⌊L/p⌋; the L mod p extra layers go to the middle stages first (stage 1, 2, ...)
+    and only once every middle stage has one, to the first stage; the last stage, which also holds
+    the LM head and loss, never gets one. Llama 3 trained with the same idea, one layer fewer on
+    the first and last stages (Dubey et al. 2024, §3.3.2). Even splits give L/p everywhere."""
+    base = layers // pp
+    extra = layers % pp
+    extra_middle = np.minimum(extra, np.maximum(pp - 2, 0))
+    extra_first = extra - extra_middle
+    middle = base + np.where(stage <= extra_middle, 1, 0)
+    return np.where(stage == 0, base + extra_first, np.where(stage == pp - 1, base, middle))

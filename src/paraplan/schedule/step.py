@@ -19,7 +19,7 @@ import numpy as np
 
 from paraplan.cost.comm import hidden_share
 from paraplan.cost.memory import in_flight_chunks
-from paraplan.schedule.pipeline import bubble_from_work_s
+from paraplan.schedule.pipeline import bubble_from_work_s, layers_on_stage
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -44,6 +44,44 @@ class BlockTerms:
     cp: Num  # exposed context-parallel ring exchange
 
 
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num, tp_cost: Num, cp_cost: Num) -> BlockTerms:
+    """Per-micro-batch block time from its summed op times (``compute``: estimate.BlockCompute) and
+    collective times (``comm``: estimate.BlockComm); fields may be floats or arrays.
+
+    Recompute (Korthikanti et al. 2022 §5): full (code 2) re-runs the forward, selective (1) the
+    core attention. The context-parallel ring exchange hides behind the attention of the chunk
+    already received (Liu et al. 2023). Backward TP collectives run beside the GEMMs they do not
+    depend on: the SP input re-gather beside dgrad, the gradient all-reduce / reduce-scatter beside
+    wgrad (Megatron-LM's async tensor-parallel communication); each half of the backward GEMM time
+    is one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
+    (Transformer Engine's comm-GEMM overlap, TP group inside one NVLink domain) forward and
+    remaining backward TP collectives also hide behind the neighbouring GEMMs. Hidden
+    communication still costs its tier's share of its time (cost.comm.hidden_share)."""
+    c = compute
+    full = recompute_code == 2
+    rc = np.where(full, c.forward, np.where(recompute_code == 1, c.attention_forward, 0.0))
+    cp_f = hidden_share(comm.cp_forward, np.maximum(0.0, comm.cp_forward - c.attention_forward), cp_cost)
+    cp_b = hidden_share(comm.cp_backward, np.maximum(0.0, comm.cp_backward - c.attention_backward), cp_cost)
+    cp = cp_f + cp_b + np.where(recompute_code > 0, cp_f, 0.0)
+    backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
+    tp_b_async = (
+        comm.tp_backward
+        + np.maximum(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
+        + np.maximum(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
+    )
+    tp_f = np.where(
+        overlap_tp_comm,
+        hidden_share(comm.tp_forward, np.maximum(0.0, comm.tp_forward - c.gemm_forward), tp_cost),
+        comm.tp_forward,
+    )
+    tp_b = hidden_share(backward_comm, np.where(overlap_tp_comm, np.maximum(0.0, backward_comm - c.gemm_backward), tp_b_async), tp_cost)
+    tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives
+    return BlockTerms(c.forward, c.backward, rc, tp_f + tp_b + tp_rc, cp)
+
+
 @dataclass(frozen=True)
 class StepInputs:
     """Everything the step and memory composition needs, per candidate (floats or arrays)."""
@@ -51,7 +89,7 @@ class StepInputs:
     pp: Num
     vpp: Num
     microbatches: Num
-    layers_per_stage: Num
+    layers: Num  # decoder layers of the whole model (split over stages by pipeline.layers_on_stage)
     interleaved: Num  # bool
     gpipe: Num  # bool
     layer: BlockTerms
@@ -88,25 +126,33 @@ class StepInputs:
     reserved_bytes: Num
 
 
-def _stage_sum(inp: StepInputs, with_embedding: Num, with_head: Num) -> dict[str, Num]:
-    L = inp.layers_per_stage
+def stage_layers(inp: StepInputs) -> dict[str, Num]:
+    """Layers on the first stage, on the fullest middle stage (stage 1) and on the last stage."""
+    return {
+        "first": layers_on_stage(inp.layers, inp.pp, 0),
+        "middle": layers_on_stage(inp.layers, inp.pp, 1),
+        "last": layers_on_stage(inp.layers, inp.pp, inp.pp - 1),
+    }
+
+
+def _stage_sum(inp: StepInputs, layers: Num, with_embedding: Num, with_head: Num) -> dict[str, Num]:
     out = {}
     for part in ("forward", "backward", "recompute", "tp", "cp"):
         out[part] = (
-            L * getattr(inp.layer, part)
+            layers * getattr(inp.layer, part)
             + with_embedding * getattr(inp.embedding, part)
             + with_head * getattr(inp.head, part)
         )
     return out
 
 
-def stage_parts(inp: StepInputs) -> dict[str, dict[str, Num]]:
-    """Per-micro-batch work of the first, middle and last stage kinds (middle/last empty when absent)."""
+def stage_parts(inp: StepInputs, layers: dict[str, Num]) -> dict[str, dict[str, Num]]:
+    """Per-micro-batch work of the first, (fullest) middle and last stage kinds (layers: stage_layers)."""
     single = inp.pp == 1
     p2p = np.where(single, 0.0, 2.0 * inp.vpp * inp.p2p_transfer_s)
-    first = _stage_sum(inp, 1.0, np.where(single, 1.0, 0.0))
-    middle = _stage_sum(inp, 0.0, 0.0)
-    last = _stage_sum(inp, 0.0, 1.0)
+    first = _stage_sum(inp, layers["first"], 1.0, np.where(single, 1.0, 0.0))
+    middle = _stage_sum(inp, layers["middle"], 0.0, 0.0)
+    last = _stage_sum(inp, layers["last"], 0.0, 1.0)
     for parts in (first, middle, last):
         parts["pp"] = p2p
     return {"first": first, "middle": middle, "last": last}
@@ -116,13 +162,12 @@ def _work(parts: dict[str, Num]) -> Num:
     return parts["forward"] + parts["backward"] + parts["recompute"] + parts["tp"] + parts["cp"] + parts["pp"]
 
 
-def _stage_params(inp: StepInputs) -> dict[str, Num]:
+def _stage_params(inp: StepInputs, layers: dict[str, Num]) -> dict[str, Num]:
     single = inp.pp == 1
-    first = inp.layers_per_stage * inp.layer_params + inp.embedding_params + np.where(single, inp.head_params, 0.0)
     return {
-        "first": first,
-        "middle": inp.layers_per_stage * inp.layer_params,
-        "last": inp.layers_per_stage * inp.layer_params + inp.head_params,
+        "first": layers["first"] * inp.layer_params + inp.embedding_params + np.where(single, inp.head_params, 0.0),
+        "middle": layers["middle"] * inp.layer_params,
+        "last": layers["last"] * inp.layer_params + inp.head_params,
     }
 
 
@@ -190,14 +235,18 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     """Step time and its breakdown (forward, backward, recompute, optimizer, bubble, TP / CP / PP /
     DP communication, offload) of the slowest stage, per Narayanan et al. 2021 §2.2 (see
     schedule/pipeline.py for the bubble)."""
-    parts = stage_parts(inp)
+    layers = stage_layers(inp)
+    parts = stage_parts(inp, layers)
     present = {"first": True, "middle": inp.pp > 2, "last": inp.pp > 1}
     work = {k: _work(parts[k]) for k in KINDS}
     slowest_work, slowest = _select(KINDS, work, present)
-    total_work = work["first"] + np.where(present["last"], work["last"], 0.0) + np.maximum(inp.pp - 2, 0) * work["middle"]
+    layer_unit = _work(_stage_sum(inp, 1.0, 0.0, 0.0) | {"pp": 0.0})
+    middle_layers = inp.layers - layers["first"] - np.where(present["last"], layers["last"], 0)
+    middle_total = np.where(present["middle"], middle_layers * layer_unit + (inp.pp - 2) * parts["middle"]["pp"], 0.0)
+    total_work = work["first"] + np.where(present["last"], work["last"], 0.0) + middle_total
     bubble = bubble_from_work_s(total_work, slowest_work, np.where(inp.interleaved, inp.vpp, 1))
 
-    params = _stage_params(inp)
+    params = _stage_params(inp, layers)
     tails = {k: tail_terms(inp, params[k], parts[k]) for k in KINDS}
     tail_sum = {k: tails[k][0] + tails[k][1] + tails[k][2] for k in KINDS}
     _, tail_kind = _select(KINDS, tail_sum, present)
@@ -213,7 +262,8 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     out["dp_comm_s"] = pick(tail_kind, [tails[k][0] for k in KINDS])
     out["optimizer_s"] = pick(tail_kind, [tails[k][1] for k in KINDS])
     busy = out["forward_s"] + out["backward_s"] + out["recompute_s"] + out["tp_comm_s"] + out["cp_comm_s"]
-    traffic = 2.0 * inp.layers_per_stage * (
+    fullest = np.maximum(layers["first"], np.maximum(layers["middle"], layers["last"]))
+    traffic = 2.0 * fullest * (
         inp.layer_activation_bytes * inp.offload_activations + inp.layer_params * inp.weight_bytes * inp.offload_weights
     )
     streamed = m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m)
@@ -232,17 +282,18 @@ def stage_memory_terms(inp: StepInputs, stage: Num) -> dict[str, Num]:
     over data × context ranks), in-flight activations, buffers, reserved."""
     is_first = stage == 0
     is_last = stage == inp.pp - 1
+    layers = layers_on_stage(inp.layers, inp.pp, stage)
     params = (
-        inp.layers_per_stage * inp.layer_params
+        layers * inp.layer_params
         + np.where(is_first, inp.embedding_params, 0.0)
         + np.where(is_last, inp.head_params, 0.0)
     )
-    transformer_params = inp.layers_per_stage * inp.layer_params
+    transformer_params = layers * inp.layer_params
     shard_w = np.where(inp.zero >= 3, inp.dp_size, 1)
     shard_g = np.where(inp.zero >= 2, inp.dp_size, 1)
     shard_o = np.where(inp.zero >= 1, inp.dp_size, 1)
     in_flight = in_flight_chunks(inp.gpipe, inp.interleaved, inp.pp, inp.vpp, inp.microbatches, stage)
-    transformer_acts = in_flight * inp.layers_per_stage * inp.layer_activation_bytes
+    transformer_acts = in_flight * layers * inp.layer_activation_bytes
     acts = (
         transformer_acts
         + np.where(is_first, in_flight * inp.embedding_activation_bytes, 0.0)

@@ -107,7 +107,8 @@ class SearchProblem:
     # ---- level 1: degrees and placement -------------------------------------------------------
     @cached_property
     def factorizations(self) -> list[tuple[int, int, int, int]]:
-        """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows."""
+        """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
+        divide the layers: uneven splits follow schedule.pipeline.layers_on_stage)."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):
@@ -116,7 +117,7 @@ class SearchProblem:
             if m.heads % tp or m.ffn_hidden % tp or m.n_kv_heads % tp:
                 continue
             for pp in _divisors(self.gpus // tp):
-                if m.layers % pp or (self.pp is not None and pp not in self.pp):
+                if pp > m.layers or (self.pp is not None and pp not in self.pp):
                     continue
                 for cp in _divisors(self.gpus // (tp * pp)):
                     if self.cp is not None and cp not in self.cp:
@@ -182,7 +183,7 @@ class SearchProblem:
         if pp > 1:
             if "gpipe" in allowed:
                 out.append((1, "gpipe"))
-            if "interleaved" in allowed and microbatches % pp == 0:
+            if "interleaved" in allowed and microbatches % pp == 0 and self.model.layers % pp == 0:
                 out += [(v, "interleaved") for v in _divisors(self.model.layers // pp) if v > 1]
         return out
 

@@ -28,7 +28,7 @@ class PlanSpec(BaseModel):
 
     gpus: int = Field(gt=0)
     tp: int = Field(1, gt=0, description="tensor-parallel degree (Megatron 1D); must divide heads and kv_heads")
-    pp: int = Field(1, gt=0, description="pipeline stages; must divide layers")
+    pp: int = Field(1, gt=0, description="pipeline stages; uneven splits follow schedule.pipeline.layers_on_stage")
     dp: int = Field(0, ge=0, description="data-parallel degree; 0 = infer from gpus")
     cp: int = Field(1, gt=0, description="context-parallel degree; splits the sequence")
     vpp: int = Field(1, gt=0, description="virtual stages per GPU (interleaved schedule)")
@@ -104,9 +104,11 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         out.append(Violation("plan.tp", plan.tp, f"must divide kv_heads={model.n_kv_heads}"))
     if model.ffn_hidden % plan.tp:
         out.append(Violation("plan.tp", plan.tp, f"must divide ffn_hidden={model.ffn_hidden}"))
-    if model.layers % (plan.pp * plan.vpp):
+    if plan.pp > model.layers:
+        out.append(Violation("plan.pp", plan.pp, f"must not exceed layers={model.layers}"))
+    elif plan.vpp > 1 and model.layers % (plan.pp * plan.vpp):
         out.append(
-            Violation("plan.pp", plan.pp, f"pp·vpp = {plan.pp * plan.vpp} must divide layers={model.layers}")
+            Violation("plan.vpp", plan.vpp, f"interleaving needs pp·vpp = {plan.pp * plan.vpp} to divide layers={model.layers}")
         )
     if plan.dp and plan.global_batch % (plan.dp * plan.micro_batch):
         out.append(

@@ -1,0 +1,279 @@
+"""Sweep axes from the command line: ``--set PATH=V1,V2,...`` and ``--gpus 512,1024 | 256..16384x2``.
+
+A ``--set`` path names a numeric leaf of the system schema relative to the system
+(``accelerator.hbm_bandwidth``, ``node.gpus_per_domain``, ``accelerator.matrix_flops.bf16``) or of the
+model schema under ``model.`` (``model.hidden``). Values are written as in the YAML files: unit
+strings for quantities (``2TB/s``, ``80 GiB``, ``989 TFLOPS``, ``5 us``) or plain numbers (SI).
+Every value is checked by re-building the spec with ``model_validate`` on a modified
+``model_dump()``, so the rules of the schemas (units, ranges, model shape) apply unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import types
+from dataclasses import dataclass
+from typing import Annotated, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from paraplan.specs.errors import InputError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.units import UnitError
+
+MODEL_PREFIX = "model."
+MAX_GPU_POINTS = 64
+
+
+# ---- the numeric leaves of a schema ------------------------------------------------------------
+def _strip(annotation):
+    """Remove Annotated[...] and Optional[...] wrappers."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return annotation
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def _is_number(annotation) -> bool:
+    return annotation in (int, float)
+
+
+def _leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, type]:
+    """Dotted path -> int or float for every numeric leaf (dicts keyed by a Literal expand per key)."""
+    out: dict[str, type] = {}
+    for name, info in schema.model_fields.items():
+        annotation = _strip(info.annotation)
+        path = f"{prefix}{name}"
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(_leaves(annotation, path + "."))
+        elif _is_number(annotation):
+            out[path] = annotation
+        elif get_origin(annotation) is dict:
+            key, value = get_args(annotation)
+            value = _strip(value)
+            if get_origin(key) is Literal and _is_number(value):
+                for k in get_args(key):
+                    out[f"{path}.{k}"] = value
+    return out
+
+
+def numeric_fields() -> dict[str, type]:
+    """Every path ``--set`` accepts: system leaves, then ``model.`` leaves."""
+    fields = _leaves(SystemSpec)
+    fields.update(_leaves(ModelSpec, MODEL_PREFIX))
+    return fields
+
+
+def _allowed_text() -> str:
+    return ", ".join(numeric_fields())
+
+
+# ---- applying values ------------------------------------------------------------------------
+def _literal(text: str):
+    """'8' -> 8, '2e12' -> 2e12 (SI, as a plain YAML number); anything else stays a string."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+def _set_in(data: dict, keys: list[str], value) -> None:
+    for key in keys[:-1]:
+        data = data[key]
+    data[keys[-1]] = value
+
+
+def _get_in(data: dict, keys: list[str]):
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _error_text(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    msg = str(err.get("msg", "invalid"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    loc = [str(part) for part in err.get("loc", ())]
+    if loc and msg.startswith(f"{loc[-1]}: "):  # unit errors name the field already
+        msg = msg[len(loc[-1]) + 2:]
+    return msg
+
+
+def apply_overrides(model: ModelSpec, system: SystemSpec, overrides: dict[str, object]) -> tuple[ModelSpec, SystemSpec]:
+    """The model and system with ``overrides`` (path -> value as typed) applied and re-validated.
+
+    Raises InputError naming ``--set PATH``, the value and the rule it breaks."""
+    model_data = model.model_dump() if any(p.startswith(MODEL_PREFIX) for p in overrides) else None
+    system_data = system.model_dump() if any(not p.startswith(MODEL_PREFIX) for p in overrides) else None
+    for path, value in overrides.items():
+        if path.startswith(MODEL_PREFIX):
+            _set_in(model_data, path[len(MODEL_PREFIX):].split("."), value)
+        else:
+            _set_in(system_data, path.split("."), value)
+    try:
+        new_model = ModelSpec.model_validate(model_data) if model_data is not None else model
+    except ValidationError as exc:
+        raise _value_error([p for p in overrides if p.startswith(MODEL_PREFIX)], overrides, _error_text(exc), model.name) from None
+    try:
+        new_system = SystemSpec.model_validate(system_data) if system_data is not None else system
+    except (ValidationError, UnitError) as exc:
+        text = _error_text(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise _value_error([p for p in overrides if not p.startswith(MODEL_PREFIX)], overrides, text, system.name) from None
+    return new_model, new_system
+
+
+def _value_error(paths: list[str], overrides: dict, message: str, spec_name: str) -> InputError:
+    if len(paths) == 1:
+        return InputError(f"--set {paths[0]}: {overrides[paths[0]]!r} is not allowed for {spec_name}; {message}")
+    shown = ", ".join(f"{p}={overrides[p]!r}" for p in paths)
+    return InputError(f"--set {' + '.join(paths)}: {shown} together are not allowed for {spec_name}; {message}")
+
+
+# ---- parsing the options -------------------------------------------------------------------
+@dataclass(frozen=True)
+class SetAxis:
+    """One ``--set`` axis: a numeric field path and its values as typed (strings) and in SI units."""
+
+    path: str
+    values: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "values": list(self.values)}
+
+
+def parse_set(text: str) -> SetAxis:
+    """``PATH=V1,V2,...`` -> SetAxis; the path must be a numeric leaf of the schemas."""
+    if "=" not in text:
+        raise InputError(f"--set: {text!r} is not PATH=VALUE[,VALUE...]; e.g. accelerator.hbm_bandwidth=2TB/s,4TB/s")
+    path, _, raw = text.partition("=")
+    path = path.strip()
+    fields = numeric_fields()
+    if path not in fields:
+        known = _is_known_path(path)
+        close = [] if known else difflib.get_close_matches(path, list(fields), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        kind = "not a numeric field" if known else "unknown field"
+        raise InputError(f"--set {path}: {kind}{hint}; allowed (numeric fields): {_allowed_text()}")
+    values = tuple(v.strip() for v in raw.split(",") if v.strip())
+    if not values:
+        raise InputError(f"--set {path}: no values given; write {path}=VALUE[,VALUE...]")
+    if len(set(values)) != len(values):
+        raise InputError(f"--set {path}: {raw!r} repeats a value; list each value once")
+    return SetAxis(path, values)
+
+
+def _is_known_path(path: str) -> bool:
+    """True when ``path`` names a field of the schemas that is not numeric (a name, a flag, ...)."""
+    schema: type[BaseModel] = SystemSpec
+    keys = path.split(".")
+    if keys[0] == "model":
+        schema, keys = ModelSpec, keys[1:]
+    for i, key in enumerate(keys):
+        info = schema.model_fields.get(key)
+        if info is None:
+            return False
+        annotation = _strip(info.annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            schema = annotation
+            continue
+        return i == len(keys) - 1 or get_origin(annotation) in (dict, tuple)
+    return True
+
+
+def parse_sets(texts: list[str]) -> list[SetAxis]:
+    axes = [parse_set(t) for t in texts]
+    seen: set[str] = set()
+    for axis in axes:
+        if axis.path in seen:
+            raise InputError(f"--set {axis.path}: given twice; list all its values in one --set")
+        seen.add(axis.path)
+    return axes
+
+
+def check_axes(model: ModelSpec, systems: list[SystemSpec], axes: list[SetAxis]) -> None:
+    """Apply every value of every axis on its own to every system (and the model): one bad value,
+    one clear line, before anything runs."""
+    for axis in axes:
+        for value in axis.values:
+            for system in systems:
+                apply_overrides(model, system, {axis.path: _literal(value)})
+    if len(axes) > 1:  # values may also break a rule together (model.hidden with model.heads, ...)
+        for system in systems:
+            for combo in itertools.product(*(a.values for a in axes)):
+                apply_overrides(model, system, override_values(axes, combo))
+
+
+def override_values(axes: list[SetAxis], combo: tuple[str, ...]) -> dict[str, object]:
+    """Path -> value ready for model_validate (plain numbers as numbers, unit strings as strings)."""
+    return {axis.path: _literal(value) for axis, value in zip(axes, combo)}
+
+
+def si_value(model: ModelSpec, system: SystemSpec, path: str):
+    """The value of ``path`` in the (already overridden) specs, in SI units."""
+    if path.startswith(MODEL_PREFIX):
+        return _get_in(model.model_dump(), path[len(MODEL_PREFIX):].split("."))
+    return _get_in(system.model_dump(), path.split("."))
+
+
+def parse_gpus(text: str) -> tuple[int, ...]:
+    """``512,1024,2048`` or ``256..16384x2`` (geometric: 256, 512, ..., 16384), items may be mixed."""
+    out: list[int] = []
+    form = "a comma list (512,1024,2048) or a geometric range START..STOPxFACTOR (256..16384x2)"
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if ".." in item:
+            start_text, _, rest = item.partition("..")
+            stop_text, sep, factor_text = rest.partition("x")
+            try:
+                start, stop = int(start_text), int(stop_text)
+                factor = int(factor_text) if sep else None
+            except ValueError:
+                raise InputError(f"--gpus: {item!r} is not allowed; give {form}") from None
+            if factor is None:
+                raise InputError(f"--gpus: {item!r} has no factor; give {form}")
+            if start < 1 or stop < start or factor < 2:
+                raise InputError(f"--gpus: {item!r} is not allowed; need 1 <= START <= STOP and FACTOR >= 2")
+            value = start
+            while value <= stop:
+                out.append(value)
+                value *= factor
+        else:
+            try:
+                value = int(item)
+            except ValueError:
+                raise InputError(f"--gpus: {item!r} is not allowed; give {form}") from None
+            if value < 1:
+                raise InputError(f"--gpus: {item!r} is not allowed; GPU counts must be positive")
+            out.append(value)
+    if not out:
+        raise InputError(f"--gpus: {text!r} lists no GPU count; give {form}")
+    if len(set(out)) != len(out):
+        raise InputError(f"--gpus: {text!r} repeats a GPU count; list each once")
+    if len(out) > MAX_GPU_POINTS:
+        raise InputError(f"--gpus: {text!r} gives {len(out)} GPU counts; at most {MAX_GPU_POINTS}")
+    return tuple(out)
+
+
+__all__ = [
+    "SetAxis", "apply_overrides", "check_axes", "numeric_fields", "override_values", "parse_gpus",
+    "parse_set", "parse_sets", "si_value",
+]

@@ -1,0 +1,505 @@
+"""Run a design-space sweep: the plan search at every point of systems × GPU counts × ``--set`` axes.
+
+Points are numbered in cartesian order (systems outermost, then GPU counts, then each ``--set``
+axis in the order given). Each point is one independent task — ``run_point(task) -> record`` with
+plain-data input and output — so the same function runs in this process, in a
+``ProcessPoolExecutor`` or as a Dask task, and gives the same record wherever it ran.
+
+Output directory:
+- ``config.json``   the sweep's definition (and the full model and system specs), for ``--resume``;
+- ``points.jsonl``  one JSON line per finished point, appended as points complete (any order);
+- ``sweep.json`` / ``sweep.csv``  regenerated from ``points.jsonl`` in cartesian order at the end.
+No wall-clock value is written anywhere, so two runs of one sweep give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paraplan.catalog import load_model, load_system
+from paraplan.specs.errors import InputError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.sweep.params import SetAxis, apply_overrides, check_axes, override_values, si_value
+from paraplan.units import GiB
+
+POINTS_FILE = "points.jsonl"
+CONFIG_FILE = "config.json"
+JSON_FILE = "sweep.json"
+CSV_FILE = "sweep.csv"
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserved")
+RESTRICTION_FIELDS = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What to sweep and the search settings shared by every point."""
+
+    model: str
+    systems: tuple[str, ...]
+    gpus: tuple[int, ...]
+    seq_length: int
+    sets: tuple[SetAxis, ...] = ()
+    global_batch: int | None = None
+    max_global_batch: int | None = None
+    top: int = 5
+    dtype: str = "bf16"
+    attention: str = "flash"
+    objective: str = "time"
+    no_offload: bool = False
+    default_overlap: bool = False
+    default_placement: bool = False
+    restrictions: dict = field(default_factory=dict)  # SearchProblem axis name -> tuple of allowed values
+    tokens: float | None = None  # run length for time-to-train
+
+    def check(self) -> None:
+        if not self.systems:
+            raise InputError("--system: give at least one system")
+        if len(set(self.systems)) != len(self.systems):
+            raise InputError(f"--system: {','.join(self.systems)!r} repeats a system; list each once")
+        if (self.global_batch is None) == (self.max_global_batch is None):
+            raise InputError("--global-batch: give exactly one of --global-batch or --max-global-batch")
+        batch = self.global_batch if self.global_batch is not None else self.max_global_batch
+        if batch <= 0:
+            raise InputError(f"--global-batch: {batch} is not allowed; must be a positive integer")
+        if self.seq_length <= 0:
+            raise InputError(f"--seq-length: {self.seq_length} is not allowed; must be a positive integer")
+        if self.top < 1:
+            raise InputError(f"--top: {self.top} is not allowed; must be >= 1")
+        unknown = set(self.restrictions) - set(RESTRICTION_FIELDS)
+        if unknown:
+            raise InputError(f"restrictions: unknown axis {sorted(unknown)[0]!r}; allowed: {', '.join(RESTRICTION_FIELDS)}")
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "systems": list(self.systems),
+            "gpus": list(self.gpus),
+            "sets": [a.to_dict() for a in self.sets],
+            "seq_length": self.seq_length,
+            "global_batch": self.global_batch,
+            "max_global_batch": self.max_global_batch,
+            "top": self.top,
+            "dtype": self.dtype,
+            "attention": self.attention,
+            "objective": self.objective,
+            "no_offload": self.no_offload,
+            "default_overlap": self.default_overlap,
+            "default_placement": self.default_placement,
+            "restrictions": {k: list(v) for k, v in sorted(self.restrictions.items()) if v is not None},
+            "tokens": self.tokens,
+        }
+
+    @property
+    def axes(self) -> list[tuple[str, list]]:
+        """(name, values) of every swept dimension in cartesian order: system, gpus, each --set path."""
+        return [("system", list(self.systems)), ("gpus", list(self.gpus))] + [(a.path, list(a.values)) for a in self.sets]
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    system: int  # index into config.systems
+    gpus: int
+    combo: tuple[str, ...]  # one value per --set axis, as typed
+
+
+def points(config: SweepConfig) -> list[Point]:
+    """Every point in cartesian order."""
+    out = []
+    combos = list(itertools.product(*(a.values for a in config.sets)))
+    for s in range(len(config.systems)):
+        for g in config.gpus:
+            for combo in combos:
+                out.append(Point(len(out), s, g, tuple(combo)))
+    return out
+
+
+def swept_values(config: SweepConfig, point: Point, system_name: str) -> dict:
+    values = {"system": system_name, "gpus": point.gpus}
+    values.update({a.path: v for a, v in zip(config.sets, point.combo)})
+    return values
+
+
+# ---- one point ------------------------------------------------------------------------------
+def _memory(stage) -> dict:
+    d = stage.to_dict()
+    out = {f"{p}_gib": d[f"{p}_gib"] for p in MEMORY_PARTS}
+    out.update(stage=d["stage"], peak_gib=d["peak_gib"], capacity_gib=d["capacity_gib"], fits=d["fits"])
+    return out
+
+
+def _summary(est, plan) -> dict:
+    from dataclasses import asdict
+
+    from paraplan.report.search_view import plan_label
+
+    return {
+        "plan": plan.model_dump(),
+        "plan_label": plan_label(plan),
+        "step_time_s": est.step_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "mfu": est.mfu,
+        "hfu": est.hfu,
+        "global_batch": plan.global_batch,
+        "memory": _memory(est.peak_stage),
+        "breakdown": asdict(est.breakdown),
+    }
+
+
+_EMPTY = {
+    "plan": None, "plan_label": None, "step_time_s": None, "tokens_per_s": None, "mfu": None, "hfu": None,
+    "global_batch": None, "memory": None, "breakdown": None,
+}
+
+
+def run_point(task: dict) -> dict:
+    """Search one point; return its record (plain JSON data, no wall-clock value)."""
+    from paraplan.estimate import estimate
+    from paraplan.search.run import search
+    from paraplan.search.space import SearchProblem
+    from paraplan.specs.plan import PlanSpec
+
+    model = ModelSpec.model_validate(task["model"])
+    system = SystemSpec.model_validate(task["system"])
+    record = {"index": task["index"], "model": model.name, **task["swept"], "set_si": task["set_si"]}
+    settings = task["settings"]
+    problem = SearchProblem(
+        model=model,
+        system=system,
+        gpus=task["swept"]["gpus"],
+        seq_length=settings["seq_length"],
+        global_batch=settings["global_batch"],
+        max_global_batch=settings["max_global_batch"],
+        dtype=settings["dtype"],
+        attention=settings["attention"],
+        objective=settings["objective"],
+        vary_offload=not settings["no_offload"],
+        vary_overlap=not settings["default_overlap"],
+        vary_placement=not settings["default_placement"],
+        price_per_gpu_hour=system.price_per_gpu_hour,
+        **{k: tuple(v) for k, v in settings["restrictions"].items()},
+    )
+    record.update(_EMPTY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
+    try:
+        result = search(problem, top_k=settings["top"])
+    except InputError as exc:  # this point cannot be searched (no split of the GPUs, batch too small, ...)
+        record["reason"] = str(exc)
+        return record
+    record["search"] = {"candidates": result.candidates, "evaluated": result.evaluated, "feasible": result.feasible}
+    if result.plans:
+        best = result.plans[0]
+        record.update(_summary(best.estimate, best.plan), feasible=True)
+        record["top"] = [
+            {"rank": p.rank, "plan_label": _summary(p.estimate, p.plan)["plan_label"], "plan": p.plan.model_dump(),
+             "step_time_s": p.estimate.step_time_s, "tokens_per_s": p.estimate.tokens_per_s, "mfu": p.estimate.mfu,
+             "peak_memory_gib": p.estimate.peak_stage.peak_bytes / GiB}
+            for p in result.plans
+        ]
+        if settings["tokens"]:
+            record["time_to_train_days"] = best.estimate.run_totals(settings["tokens"], None)["days"]
+    elif result.nearest_miss is not None:
+        miss = result.nearest_miss
+        plan = PlanSpec.model_validate(miss["plan"])
+        near = _summary(estimate(model, system, plan), plan)
+        near["overflow_gib"] = miss["overflow_gib"]
+        record["nearest_miss"] = near
+        record["reason"] = (f"no plan fits in memory; nearest miss needs {miss['peak_memory_gib']:.1f} GiB "
+                            f"of {miss['capacity_gib']:.1f} GiB per GPU")
+    else:
+        record["reason"] = "no candidate plan"
+    if settings["tokens"] and "time_to_train_days" not in record:
+        record["time_to_train_days"] = None
+    return record
+
+
+# ---- the whole sweep ------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    config: SweepConfig
+    model: ModelSpec
+    systems: list[SystemSpec]
+    points: list[Point]
+    tasks: list[dict]
+    specs: dict  # full model and system dumps, compared on --resume
+
+
+def prepare(config: SweepConfig) -> Prepared:
+    """Load the specs, check every --set value (alone and in combination) and build one task per point."""
+    config.check()
+    model = load_model(config.model, field="model")
+    systems = [load_system(s, field="system") for s in config.systems]
+    names = [s.name for s in systems]
+    if len(set(names)) != len(names):
+        raise InputError(f"--system: {', '.join(config.systems)} give systems of the same name; rename one")
+    check_axes(model, systems, list(config.sets))
+    settings = {
+        "seq_length": config.seq_length, "global_batch": config.global_batch,
+        "max_global_batch": config.max_global_batch, "dtype": config.dtype, "attention": config.attention,
+        "objective": config.objective, "no_offload": config.no_offload, "default_overlap": config.default_overlap,
+        "default_placement": config.default_placement, "top": config.top, "tokens": config.tokens,
+        "restrictions": {k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None},
+    }
+    pts = points(config)
+    variants: dict[tuple, tuple[dict, dict, dict]] = {}
+    tasks = []
+    for p in pts:
+        key = (p.system, p.combo)
+        if key not in variants:
+            m, s = apply_overrides(model, systems[p.system], override_values(list(config.sets), p.combo))
+            variants[key] = (m.model_dump(), s.model_dump(), {a.path: si_value(m, s, a.path) for a in config.sets})
+        model_data, system_data, set_si = variants[key]
+        tasks.append({
+            "index": p.index, "model": model_data, "system": system_data, "settings": settings,
+            "swept": swept_values(config, p, systems[p.system].name), "set_si": set_si,
+        })
+    specs = {"model": model.model_dump(), "systems": [s.model_dump() for s in systems]}
+    return Prepared(config, model, systems, pts, tasks, specs)
+
+
+def _dumps(data) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _read_points(path: Path, prepared: Prepared) -> dict[int, dict]:
+    """Finished records of points.jsonl by point index; a torn last line (interrupted write) is dropped."""
+    done: dict[int, dict] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        index = record.get("index") if isinstance(record, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(prepared.tasks):
+            continue
+        swept = prepared.tasks[index]["swept"]
+        if all(record.get(k) == v for k, v in swept.items()):
+            done[index] = record
+    return done
+
+
+def _config_record(prepared: Prepared) -> dict:
+    return {"sweep": prepared.config.to_dict(), "specs": prepared.specs}
+
+
+def open_output(prepared: Prepared, out_dir: Path, resume: bool) -> dict[int, dict]:
+    """Create the output directory; with ``resume`` return the points already finished there
+    (InputError when the directory holds a different sweep), else start a new points.jsonl."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out: cannot create {str(out_dir)!r}: {exc.strerror}") from None
+    config_path, points_path = out_dir / CONFIG_FILE, out_dir / POINTS_FILE
+    current = json.loads(_dumps(_config_record(prepared)))
+    done: dict[int, dict] = {}
+    if resume and config_path.exists():
+        try:
+            saved = json.loads(config_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            saved = None
+        if saved != current:
+            differs = _first_difference(saved, current)
+            raise InputError(f"--resume: {str(out_dir)!r} holds a different sweep ({differs} differs); "
+                             "use another --out or drop --resume to start again")
+        done = _read_points(points_path, prepared)
+    config_path.write_text(json.dumps(current, sort_keys=True, indent=2) + "\n")
+    # rewrite the finished points (drops a torn last line) or start empty
+    points_path.write_text("".join(_dumps(done[i]) + "\n" for i in sorted(done)))
+    return done
+
+
+def _first_difference(saved, current) -> str:
+    if not isinstance(saved, dict):
+        return CONFIG_FILE
+    for part in ("sweep", "specs"):
+        a, b = saved.get(part), current.get(part)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                if a.get(k) != b.get(k):
+                    return k if part == "sweep" else f"{k} spec"
+        return part
+    return CONFIG_FILE
+
+
+class PointWriter:
+    """Appends each finished record to points.jsonl at once (flushed), so an interrupted sweep resumes."""
+
+    def __init__(self, path: Path, on_point: Callable[[dict], None] | None):
+        self.path = path
+        self.on_point = on_point
+        self.records: dict[int, dict] = {}
+
+    def __call__(self, record: dict) -> None:
+        line = _dumps(record)
+        with self.path.open("a") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.records[record["index"]] = json.loads(line)
+        if self.on_point is not None:
+            self.on_point(record)
+
+
+def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, dask: str | None = None) -> None:
+    """Run ``run_point`` on every task: in this process (workers=1), on local processes, or on Dask."""
+    if not tasks:
+        return
+    if dask is not None:
+        _execute_dask(tasks, write, dask, workers)
+    elif workers <= 1 or len(tasks) == 1:
+        for task in tasks:
+            write(run_point(task))
+    else:
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        context = multiprocessing.get_context("spawn")  # no fork of a process that runs a progress thread
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+            pending = {pool.submit(run_point, task) for task in tasks}
+            try:
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in sorted(finished, key=lambda f: f.result()["index"]):
+                        write(future.result())
+            except BaseException:
+                for future in pending:
+                    future.cancel()
+                raise
+
+
+def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str, workers: int) -> None:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:  # pragma: no cover - a main dependency
+        raise InputError("--dask: the 'distributed' package is not installed; pip install distributed") from None
+    cluster = None
+    try:
+        if address == "local":
+            cluster = LocalCluster(n_workers=workers if workers > 1 else 2, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        else:
+            try:
+                client = Client(address, timeout="10s")
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise InputError(f"--dask: cannot connect to the scheduler at {address!r}: {exc}") from None
+        try:
+            futures = [client.submit(run_point, task, key=f"paraplan-point-{task['index']}-{_task_token(task)}", pure=False)
+                       for task in tasks]
+            for future, record in as_completed(futures, with_results=True):
+                write(record)
+        finally:
+            client.close()
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _task_token(task: dict) -> str:
+    import hashlib
+
+    return hashlib.sha1(_dumps(task).encode()).hexdigest()[:12]
+
+
+# ---- results --------------------------------------------------------------------------------
+def results_document(config: SweepConfig, records: list[dict]) -> dict:
+    """The sweep.json document: the sweep definition and one record per point in cartesian order."""
+    return {"sweep": config.to_dict(), "points": sorted(records, key=lambda r: r["index"])}
+
+
+def write_results(document: dict, out_dir: Path) -> list[Path]:
+    json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
+    json_path.write_text(json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    write_csv(document, csv_path)
+    return [json_path, csv_path]
+
+
+PLAN_COLUMNS = ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero",
+                "offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm",
+                "overlap_dp_grad_reduce", "overlap_param_gather", "placement")
+BREAKDOWN_COLUMNS = ("forward_s", "backward_s", "recompute_s", "optimizer_s", "bubble_s", "tp_comm_s", "cp_comm_s",
+                     "pp_comm_s", "dp_comm_s", "offload_s")
+
+
+def write_csv(document: dict, path: Path) -> None:
+    """One row per point: swept values, feasibility, metrics, the best plan's knobs, memory, breakdown."""
+    sweep = document["sweep"]
+    set_paths = [s["path"] for s in sweep["sets"]]
+    with_days = sweep.get("tokens") is not None
+    header = (["index", "system", "gpus", *set_paths, "feasible", "global_batch", "step_time_s", "tokens_per_s", "mfu"]
+              + (["time_to_train_days"] if with_days else [])
+              + ["plan", *PLAN_COLUMNS, "peak_memory_gib", "capacity_gib", *(f"{p}_gib" for p in MEMORY_PARTS),
+                 *BREAKDOWN_COLUMNS, "nearest_miss_overflow_gib", "reason"])
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(header)
+        for r in document["points"]:
+            plan = r.get("plan") or {}
+            memory = r.get("memory") or {}
+            breakdown = r.get("breakdown") or {}
+            miss = r.get("nearest_miss") or {}
+            row = ([r["index"], r["system"], r["gpus"], *(r.get(p) for p in set_paths), r["feasible"],
+                    r.get("global_batch"), r.get("step_time_s"), r.get("tokens_per_s"), r.get("mfu")]
+                   + ([r.get("time_to_train_days")] if with_days else [])
+                   + [r.get("plan_label"), *(plan.get(c) for c in PLAN_COLUMNS), memory.get("peak_gib"),
+                      memory.get("capacity_gib"), *(memory.get(f"{p}_gib") for p in MEMORY_PARTS),
+                      *(breakdown.get(c) for c in BREAKDOWN_COLUMNS), miss.get("overflow_gib"), r.get("reason")])
+            writer.writerow(["" if v is None else v for v in row])
+
+
+@dataclass
+class SweepOutcome:
+    document: dict
+    files: list[Path]
+    ran: int  # points computed by this run
+    skipped: int  # points already finished (--resume)
+
+
+def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool = False, dask: str | None = None,
+              on_point: Callable[[dict], None] | None = None, on_start: Callable[[int, int], None] | None = None,
+              plots: bool = True) -> SweepOutcome:
+    """Run (or finish, with ``resume``) a sweep and write its results and plots into ``out_dir``."""
+    if workers < 1:
+        raise InputError(f"--workers: {workers} is not allowed; must be >= 1")
+    prepared = prepare(config)
+    done = open_output(prepared, out_dir, resume)
+    pending = [t for t in prepared.tasks if t["index"] not in done]
+    if on_start is not None:
+        on_start(len(prepared.tasks), len(done))
+    writer = PointWriter(out_dir / POINTS_FILE, on_point)
+    execute(pending, writer, workers=workers, dask=dask)
+    records = {**done, **writer.records}
+    missing = [t["index"] for t in prepared.tasks if t["index"] not in records]
+    if missing:  # pragma: no cover - every executor returns every task or raises
+        raise RuntimeError(f"sweep: {len(missing)} points did not finish")
+    document = results_document(config, list(records.values()))
+    files = write_results(document, out_dir)
+    if plots:
+        from paraplan.report.plots import plot_sweep
+
+        files += plot_sweep(document, out_dir)
+    return SweepOutcome(document, files, ran=len(pending), skipped=len(done))
+
+
+def load_results(path: Path) -> dict:
+    """A saved sweep.json (for ``paraplan plot``); InputError when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"sweep.json: cannot read {str(path)!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"sweep.json: {str(path)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("sweep"), dict):
+        raise InputError(f"sweep.json: {str(path)!r} is not a paraplan sweep result (needs 'sweep' and 'points')")
+    return data

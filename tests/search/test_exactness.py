@@ -1,0 +1,172 @@
+"""The fast search is exact: its top K equals ``exhaustive_search``'s (same plans, same canonical
+keys, same order, tie-breaks included), with step times and objectives equal to 1e-9 relative.
+
+Every problem is restricted so that the scalar exhaustive path (every candidate through
+``estimate``) takes a few seconds. The exhaustive top 20 of each problem is computed once; the
+top K for K < 20 is its prefix (both paths sort by (objective, row, grid index), and the
+exhaustive pool keeps every candidate up to the K-th objective, so a prefix is exact).
+
+The fast path evaluates rows in chunks of ``CHUNK_CANDIDATES`` candidates and only prunes between
+chunks; these problems fit in one default chunk, so each is also run with tiny chunks, which makes
+the bound pruning (and the K-th-best threshold with ties) actually decide what is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.search import run
+from paraplan.search.run import exhaustive_search, search
+from paraplan.search.space import SearchProblem
+
+K_MAX = 20
+KS = (1, 5, 20)
+CHUNKS = (None, 1, 64)  # None: the default chunk size (no pruning on these small problems)
+
+
+def problem(model: str, system: str, **fields) -> SearchProblem:
+    return SearchProblem(model=load_model(model), system=load_system(system), **fields)
+
+
+PROBLEMS = {
+    # small dense model on one node; zero 1 / 2 and offload-free variants tie exactly
+    "gpt3-1.3b-8xa100-80": dict(
+        model="gpt3-1.3b", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
+        vary_placement=False, vary_offload=False,
+    ),
+    # 13B on four 40 GB nodes: needs model parallelism, pp allowed (pp=2 plans reach the top 20)
+    "gpt3-13b-32xa100-40-pp": dict(
+        model="gpt3-13b", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
+        tp=(2, 4, 8), micro_batch=(1, 2), recompute=("none", "full"),
+        vary_placement=False, vary_offload=False,
+    ),
+    # long sequences with context parallelism, batch from --max-global-batch
+    "llama3-8b-16xh100-cp-maxgb": dict(
+        model="llama3-8b", system="dgx-h100-80gb", gpus=16, seq_length=8192, max_global_batch=64,
+        tp=(1, 2, 4), micro_batch=(1, 2), recompute=("none", "full"),
+        vary_placement=False, vary_offload=False,
+    ),
+    # MFU objective with a batch that differs between plans (64 or 96 under max 100)
+    "gpt3-2.7b-16xh100-mfu": dict(
+        model="gpt3-2.7b", system="dgx-h100-80gb", gpus=16, seq_length=2048, max_global_batch=100,
+        objective="mfu", tp=(1, 2, 4), micro_batch=(1, 2, 4), recompute=("none", "selective"),
+        vary_placement=False, vary_offload=False,
+    ),
+    # cost objective at a price, offloads varied (free offload variants tie with the plain plan)
+    "llama2-7b-8xh200-cost-offload": dict(
+        model="llama2-7b", system="dgx-h200", gpus=8, seq_length=4096, global_batch=16,
+        objective="cost", price_per_gpu_hour=2.5, micro_batch=(1, 2), recompute=("none", "full"),
+        zero=(0, 1, 3), vary_placement=False,
+    ),
+    # placements varied on a multi-node cluster
+    "gpt3-350m-32xa100-40-placement": dict(
+        model="gpt3-350m", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
+        micro_batch=(1, 2), recompute=("none",), zero=(0, 1), vary_offload=False, vary_overlap=False,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def exhaustive_cache():
+    return {}
+
+
+def exhaustive(name: str, cache: dict):
+    if name not in cache:
+        p = problem(**PROBLEMS[name])
+        cache[name] = (p, exhaustive_search(p, top_k=K_MAX))
+    return cache[name]
+
+
+def assert_same_top(fast, reference, k: int) -> None:
+    expected = reference.plans[:k]
+    assert len(fast.plans) == len(expected) == k
+    assert [r.plan.model_dump() for r in fast.plans] == [r.plan.model_dump() for r in expected]
+    assert [r.key for r in fast.plans] == [r.key for r in expected]
+    assert [r.rank for r in fast.plans] == list(range(1, k + 1))
+    for got, want in zip(fast.plans, expected):
+        assert math.isclose(got.objective, want.objective, rel_tol=1e-9), (got.key, got.objective, want.objective)
+        assert math.isclose(got.estimate.step_time_s, want.estimate.step_time_s, rel_tol=1e-9)
+        assert math.isclose(got.estimate.peak_stage.peak_bytes, want.estimate.peak_stage.peak_bytes, rel_tol=1e-9)
+        assert got.estimate.fits
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_fast_top_k_equals_exhaustive(name, exhaustive_cache, monkeypatch):
+    p, reference = exhaustive(name, exhaustive_cache)
+    assert len(reference.plans) == K_MAX
+    for chunk in CHUNKS:
+        if chunk is not None:
+            monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+        for k in KS:
+            fast = search(p, top_k=k)
+            assert_same_top(fast, reference, k)
+            assert fast.candidates == reference.candidates  # the same canonical space
+            assert fast.rows == reference.rows
+            assert fast.candidates >= fast.evaluated >= fast.feasible
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_collect_all_counts_match_exhaustive(name, exhaustive_cache):
+    """Without pruning, the vectorised path evaluates and accepts exactly the candidates the scalar one does."""
+    p, reference = exhaustive(name, exhaustive_cache)
+    fast = search(p, top_k=K_MAX, collect_all=True)
+    assert fast.evaluated == fast.candidates == reference.evaluated
+    assert fast.feasible == reference.feasible == len(fast.all_feasible)
+    assert_same_top(fast, reference, K_MAX)
+
+
+def test_small_chunks_prune(exhaustive_cache, monkeypatch):
+    """With small chunks the bound really skips rows, and the answer is still exact."""
+    p, reference = exhaustive("gpt3-13b-32xa100-40-pp", exhaustive_cache)
+    monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
+    fast = search(p, top_k=5)
+    assert fast.evaluated < fast.candidates
+    assert fast.rows_evaluated < fast.rows
+    assert_same_top(fast, reference, 5)
+
+
+@pytest.mark.parametrize("name", ["gpt3-1.3b-8xa100-80", "llama2-7b-8xh200-cost-offload", "llama3-8b-16xh100-cp-maxgb"])
+def test_ties_are_broken_in_canonical_order(name, exhaustive_cache, monkeypatch):
+    """These problems have exactly equal objectives inside the top 20 (e.g. ZeRO-1 vs ZeRO-2, an
+    offload that costs nothing); both paths must order each tie by canonical key (row, grid)."""
+    p, reference = exhaustive(name, exhaustive_cache)
+    objectives = [r.objective for r in reference.plans]
+    tied = [i for i in range(1, len(objectives)) if objectives[i] == objectives[i - 1]]
+    assert tied, f"no exact tie in the top {K_MAX} of {name}: the test data no longer exercises tie-breaking"
+    for i in tied:
+        assert reference.plans[i - 1].key < reference.plans[i].key
+    # a cut through a run of ties: the K-th and (K+1)-th plans have the same objective
+    for i in tied:
+        for chunk in (None, 1):
+            if chunk is not None:
+                monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+            assert_same_top(search(p, top_k=i), reference, i)
+            monkeypatch.undo()
+
+
+def test_exhaustive_prefix_property(exhaustive_cache):
+    """The reference shortcut used above: exhaustive top K is the prefix of its top 20."""
+    p, reference = exhaustive("gpt3-350m-32xa100-40-placement", exhaustive_cache)
+    small = exhaustive_search(p, top_k=5)
+    assert [r.plan.model_dump() for r in small.plans] == [r.plan.model_dump() for r in reference.plans[:5]]
+    assert [r.key for r in small.plans] == [r.key for r in reference.plans[:5]]
+
+
+def test_problem_features_are_exercised(exhaustive_cache):
+    """Guard against the problems drifting into trivial ones."""
+    _, pp = exhaustive("gpt3-13b-32xa100-40-pp", exhaustive_cache)
+    assert any(r.plan.pp > 1 for r in pp.plans)
+    _, cp = exhaustive("llama3-8b-16xh100-cp-maxgb", exhaustive_cache)
+    assert any(r.plan.cp > 1 for r in cp.plans)
+    _, mfu = exhaustive("gpt3-2.7b-16xh100-mfu", exhaustive_cache)
+    assert all(r.objective < 0 for r in mfu.plans)  # minus the MFU
+    assert len({r.plan.global_batch for r in mfu.plans}) > 1
+    _, cost = exhaustive("llama2-7b-8xh200-cost-offload", exhaustive_cache)
+    assert any(r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer for r in cost.plans)
+    _, placement = exhaustive("gpt3-350m-32xa100-40-placement", exhaustive_cache)
+    assert placement.rows > 0
