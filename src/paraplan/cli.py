@@ -333,7 +333,10 @@ def _sweep_table(document: dict) -> SimpleTable:
             cells += [p["plan_label"], f"{p['step_time_s']:.3f}", fmt_count(p["tokens_per_s"]), f"{100 * p['mfu']:.1f}%",
                       f"{p['memory']['peak_gib']:.1f}"]
         else:
-            cells += [p["reason"] or "no plan fits", "-", "-", "-", "-"]
+            miss = p.get("nearest_miss")
+            text = (f"nothing fits: nearest miss {miss['memory']['peak_gib']:.0f} of {miss['memory']['capacity_gib']:.0f} GiB"
+                    if miss else (p["reason"] or "no plan"))
+            cells += [text, "-", "-", "-", "-"]
         table.add_row(*cells)
     return table
 
@@ -405,18 +408,28 @@ def sweep(
         raise InputError("--dask: give a scheduler address (tcp://host:8786) or 'local'")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
                TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("sweep", total=None)
+    stderr = Console(stderr=True)
+    bar = Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal)
+    task = bar.add_task("sweep", total=None)
 
-        def started(total: int, skipped: int) -> None:
-            note = f" ({skipped} already done)" if skipped else ""
-            bar.update(task, total=total, completed=skipped, description=f"sweep{note}")
+    def started(total: int, skipped: int) -> None:  # after the inputs are checked: errors stay one line
+        note = f" ({skipped} already done)" if skipped else ""
+        bar.update(task, total=total, completed=skipped, description=f"sweep{note}")
+        bar.start()
 
-        def finished(record: dict) -> None:
-            bar.advance(task)
+    def finished(record: dict) -> None:
+        bar.advance(task)
 
+    try:
         outcome = run_sweep(config, out, workers=workers, resume=resume, dask=dask, on_point=finished,
                             on_start=started, plots=not no_plot)
+    except KeyboardInterrupt:
+        bar.stop()
+        print(f"interrupted: the finished points are in {out / 'points.jsonl'}; add --resume to continue",
+              file=sys.stderr)
+        raise typer.Exit(130) from None
+    finally:
+        bar.stop()
     console = _stdout()
     console.print(_sweep_table(outcome.document))
     skipped = f", {outcome.skipped} resumed from {out / 'points.jsonl'}" if outcome.skipped else ""

@@ -24,7 +24,7 @@ from paraplan.search.space import SearchProblem
 
 K_MAX = 20
 KS = (1, 5, 20)
-CHUNKS = (None, 1, 64)  # None: the default chunk size (no pruning on these small problems)
+CHUNKS = (None, 1, 500)  # None: the default chunk size (no pruning on these small problems)
 
 
 def problem(model: str, system: str, **fields) -> SearchProblem:
@@ -65,6 +65,15 @@ PROBLEMS = {
     "gpt3-350m-32xa100-40-placement": dict(
         model="gpt3-350m", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
         micro_batch=(1, 2), recompute=("none",), zero=(0, 1), vary_offload=False, vary_overlap=False,
+    ),
+    # uneven pipeline splits: 12 layers on 8 stages, 24 layers on 16 stages
+    "gpt3-125m-16xa100-40-pp8-uneven": dict(
+        model="gpt3-125m", system="dgx-a100-40gb", gpus=16, global_batch=64, seq_length=2048, pp=(8,),
+        vary_placement=False, vary_offload=False,
+    ),
+    "gpt3-1.3b-32xh100-pp16-uneven": dict(
+        model="gpt3-1.3b", system="dgx-h100-80gb", gpus=32, global_batch=64, seq_length=2048, pp=(16,),
+        tp=(1, 2), micro_batch=(1, 2), vary_placement=False, vary_offload=False,
     ),
 }
 
@@ -149,12 +158,18 @@ def test_ties_are_broken_in_canonical_order(name, exhaustive_cache, monkeypatch)
             monkeypatch.undo()
 
 
-def test_exhaustive_prefix_property(exhaustive_cache):
-    """The reference shortcut used above: exhaustive top K is the prefix of its top 20."""
-    p, reference = exhaustive("gpt3-350m-32xa100-40-placement", exhaustive_cache)
-    small = exhaustive_search(p, top_k=5)
-    assert [r.plan.model_dump() for r in small.plans] == [r.plan.model_dump() for r in reference.plans[:5]]
-    assert [r.key for r in small.plans] == [r.key for r in reference.plans[:5]]
+def test_exhaustive_prefix_property():
+    """The reference shortcut used above: exhaustive top K is the prefix of its top 20 (ties included)."""
+    p = problem(model="gpt3-350m", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
+                micro_batch=(1, 2), recompute=("none",), vary_placement=False, vary_offload=False)
+    reference = exhaustive_search(p, top_k=K_MAX)
+    objectives = [r.objective for r in reference.plans]
+    assert len(set(objectives)) < len(objectives)  # ties inside the top 20
+    for k in (1, 5):
+        small = exhaustive_search(p, top_k=k)
+        assert [r.plan.model_dump() for r in small.plans] == [r.plan.model_dump() for r in reference.plans[:k]]
+        assert [r.key for r in small.plans] == [r.key for r in reference.plans[:k]]
+        assert_same_top(search(p, top_k=k), small, k)
 
 
 def test_problem_features_are_exercised(exhaustive_cache):
@@ -169,4 +184,7 @@ def test_problem_features_are_exercised(exhaustive_cache):
     _, cost = exhaustive("llama2-7b-8xh200-cost-offload", exhaustive_cache)
     assert any(r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer for r in cost.plans)
     _, placement = exhaustive("gpt3-350m-32xa100-40-placement", exhaustive_cache)
-    assert placement.rows > 0
+    assert len({r.plan.placement for r in placement.plans}) > 1
+    for name in ("gpt3-125m-16xa100-40-pp8-uneven", "gpt3-1.3b-32xh100-pp16-uneven"):
+        p, uneven = exhaustive(name, exhaustive_cache)
+        assert all(p.model.layers % r.plan.pp for r in uneven.plans)

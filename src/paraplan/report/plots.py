@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 
 from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from paraplan.specs.errors import InputError  # noqa: E402
@@ -67,6 +68,14 @@ def fmt_count(value: float) -> str:
             v = value / scale
             return f"{v:.3g}{suffix}" if v < 100 else f"{v:.0f}{suffix}"
     return f"{value:.3g}"
+
+
+def fmt_tokens(value: float) -> str:
+    """3e11 -> '300B', 1.5e13 -> '15T' (the --tokens suffixes)."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
 
 
 def fmt_seconds(value: float) -> str:
@@ -145,7 +154,7 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
         label = ", ".join(_value_text(others[i][0], key[i]) for i in varying) or str(key[0])
         color, marker = LINE_COLORS[k % len(LINE_COLORS)], MARKERS[k % len(MARKERS)]
         ok = [p for p in items if p["feasible"]]
-        misses += [f"{label} @ {p['gpus']:,}" for p in items if not p["feasible"]]
+        misses += [f"{label} at {p['gpus']:,} GPUs" for p in items if not p["feasible"]]
         if not ok:
             ax_time.plot([], [], color=color, marker=marker, label=f"{label} (nothing fits)")
             continue
@@ -172,15 +181,19 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
     ax_rate.plot([], [], color="black", linestyle=":", linewidth=1.2, label="ideal (linear) scaling")
     ax_time.set_ylabel("step time (s, log scale)")
     if with_days:
-        ax_rate.set_ylabel(f"time to train {fmt_count(sweep['tokens'])} tokens (days, log scale)")
+        ax_rate.set_ylabel(f"time to train {fmt_tokens(sweep['tokens'])} tokens (days, log scale)")
         ax_rate.set_title("Time to train")
     else:
         ax_rate.set_ylabel("throughput (tokens/s, log scale)")
         ax_rate.set_title("Training throughput")
     ax_time.set_title("Step time of the best plan")
+    anything = any(p["feasible"] for p in pts)
     for ax in (ax_time, ax_rate):
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if anything:
+            ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "no plan fits at any point", transform=ax.transAxes, ha="center", color="#C44E52")
         ax.set_xticks(sweep["gpus"])
         ax.xaxis.set_major_formatter(FuncFormatter(_int_label))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -189,15 +202,22 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
         ax.grid(True, which="minor", axis="y", alpha=0.12)
         if len(sweep["gpus"]) > 8:
             ax.tick_params(axis="x", labelrotation=45)
-    _log_labels(ax_time, fmt=lambda v: f"{v:g}")
-    _log_labels(ax_rate, fmt=(lambda v: f"{v:g}") if with_days else fmt_count)
-    ax_time.legend(loc="best", fontsize=9)
-    ax_rate.legend(loc="best", fontsize=9)
+    if anything:
+        _log_labels(ax_time, fmt=lambda v: f"{v:g}")
+        _log_labels(ax_rate, fmt=(lambda v: f"{v:g}") if with_days else fmt_count)
     fig.suptitle(f"Strong scaling — {_subtitle(sweep)}", fontsize=12)
+    below = len(series) > 4  # many lines: one legend under the plots instead of one over each
+    if below:
+        handles, labels = ax_rate.get_legend_handles_labels()
+        fig.tight_layout(rect=(0, 0.04 + 0.035 * math.ceil(len(labels) / 2), 1, 1))
+        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
+    else:
+        ax_time.legend(loc="best", fontsize=9)
+        ax_rate.legend(loc="best", fontsize=9)
+        fig.tight_layout()
     if misses:
-        fig.text(0.5, -0.01, "no plan fits in memory: " + "; ".join(misses), ha="center", va="top", fontsize=8,
+        fig.text(0.5, 0.0, "no plan fits in memory: " + "; ".join(misses), ha="center", va="top", fontsize=8,
                  wrap=True)
-    fig.tight_layout()
     return _save(fig, stem)
 
 
@@ -252,7 +272,11 @@ def _tick_text(name: str, value) -> str:
 
 def _decorate_bars(fig: Figure, ax, xs, ticks, groups, xtitle):
     ax.set_xticks(xs)
-    long = max((len(t) for t in ticks), default=0) > 7 or len(xs) > 24
+    lines = [t.split("\n") for t in ticks]
+    long = max((len(w) for t in lines for w in t), default=0) > 7 or len(xs) > 24
+    if long:  # rotated labels read better on one line: "16 · 8 · 400Gb/s"
+        ticks = [" · ".join(t) for t in lines]
+        xtitle = xtitle.replace(" × ", " · ")
     ax.set_xticklabels(ticks, rotation=90 if long else 0, fontsize=9 if len(xs) <= 24 else 8)
     ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
     ax.set_xlabel(xtitle)
@@ -283,7 +307,8 @@ def plot_breakdown(document: dict, stem: Path) -> list[Path]:
     ax.set_yticks(range(0, 101, 20))
     ax.set_ylabel("share of step time (%)")
     _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="time per step", title_fontsize=9)
+    if used:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="time per step", title_fontsize=9)
     fig.suptitle(f"Time breakdown of the best plan per point (step time above each bar)\n{_subtitle(sweep)}",
                  fontsize=11)
     fig.tight_layout()
@@ -314,13 +339,16 @@ def plot_memory(document: dict, stem: Path) -> list[Path]:
         ax.hlines(m["capacity_gib"], x - 0.45, x + 0.45, colors="black", linewidth=2,
                   label="HBM capacity" if first_cap else None)
         first_cap = False
+    handles, labels = ax.get_legend_handles_labels()
     if any(not p["feasible"] and m for p, m in zip(pts, shown)):
-        ax.bar([], [], color="#DDDDDD", hatch="//", edgecolor="#444444", label="nearest miss (does not fit)")
+        handles.append(Patch(facecolor="#DDDDDD", hatch="//", edgecolor="#444444"))
+        labels.append("nearest miss (does not fit)")
     top = max([b for b in bottoms] + [m["capacity_gib"] for m in shown if m] + [1.0])
     ax.set_ylim(0, top * (1.14 if groups else 1.06))
     ax.set_ylabel("memory per GPU, peak pipeline stage (GiB)")
     _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="memory per GPU", title_fontsize=9)
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="memory per GPU",
+              title_fontsize=9)
     fig.suptitle(f"Memory per GPU of the best plan per point\n{_subtitle(sweep)}", fontsize=11)
     fig.tight_layout()
     return _save(fig, stem)
@@ -340,8 +368,7 @@ def plot_heatmap(document: dict, stem: Path) -> list[Path]:
     import numpy as np
 
     data = np.ma.masked_invalid(np.array(values, dtype=float))
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#DDDDDD")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#DDDDDD")
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     log = lo > 0 and hi / lo > 20  # e.g. a GPU-count axis: colours by order of magnitude
     norm = LogNorm(vmin=lo, vmax=hi) if log else Normalize(vmin=lo, vmax=hi)
@@ -434,20 +461,22 @@ def plot_estimate(est, path: Path) -> Path:
     stage = est.peak_stage
     d = stage.to_dict()
     cap = stage.capacity_bytes / GiB
-    names = ["peak (total)"] + [label for _, label, _ in MEMORY_PARTS][::-1]
-    values = [d[f"{key}_gib"] for key, _, _ in MEMORY_PARTS][::-1]
-    colors = [color for _, _, color in MEMORY_PARTS][::-1]
-    ax_m.barh(names[1:], values, color=colors)
+    n = len(MEMORY_PARTS)
+    ys = [n - 1 - i for i in range(n)]  # components top to bottom, the stacked total above them
+    values = [d[f"{key}_gib"] for key, _, _ in MEMORY_PARTS]
+    ax_m.barh(ys, values, color=[c for _, _, c in MEMORY_PARTS], height=0.7)
     left = 0.0
-    for (key, _, color) in MEMORY_PARTS:  # the total: the components stacked
-        ax_m.barh([names[0]], [d[f"{key}_gib"]], left=left, color=color, edgecolor="white", linewidth=0.5)
-        left += d[f"{key}_gib"]
-    for y, v in enumerate([left] + values):
+    for value, (_, _, color) in zip(values, MEMORY_PARTS):
+        ax_m.barh([n + 0.3], [value], left=left, color=color, height=0.8, edgecolor="white", linewidth=0.5)
+        left += value
+    for y, v in zip([n + 0.3, *ys], [left, *values]):
         ax_m.text(v, y, f"  {v:.2f} GiB", va="center", fontsize=9)
+    ax_m.set_yticks([n + 0.3, *ys])
+    ax_m.set_yticklabels(["peak (stacked)", *(label for _, label, _ in MEMORY_PARTS)])
     ax_m.axvline(cap, color="black", linewidth=2)
-    ax_m.text(cap, len(names) - 0.45, f"HBM capacity {cap:.0f} GiB ", ha="right", va="center", fontsize=9)
+    ax_m.text(cap, n + 1.15, f"HBM capacity {cap:.0f} GiB ", ha="right", va="center", fontsize=9)
     ax_m.set_xlim(0, max(left * 1.3, cap * 1.05))
-    ax_m.set_ylim(-0.6, len(names) - 0.1)
+    ax_m.set_ylim(-0.6, n + 1.5)
     ax_m.set_xlabel("memory per GPU (GiB)")
     fit = "fits" if stage.fits else "DOES NOT FIT"
     ax_m.set_title(f"Memory per GPU, peak stage {stage.stage}: {left:.1f} of {cap:.0f} GiB ({fit})", fontsize=10)

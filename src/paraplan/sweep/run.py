@@ -365,17 +365,20 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         context = multiprocessing.get_context("spawn")  # no fork of a process that runs a progress thread
-        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context)
+        try:
             pending = {pool.submit(run_point, task) for task in tasks}
-            try:
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in sorted(finished, key=lambda f: f.result()["index"]):
-                        write(future.result())
-            except BaseException:
-                for future in pending:
-                    future.cancel()
-                raise
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=lambda f: f.result()["index"]):
+                    write(future.result())
+        except BaseException:  # interrupted or failed: stop at once; finished points are saved already
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
+            for process in processes:
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
 
 
 def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str, workers: int) -> None:
@@ -469,7 +472,10 @@ class SweepOutcome:
 def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool = False, dask: str | None = None,
               on_point: Callable[[dict], None] | None = None, on_start: Callable[[int, int], None] | None = None,
               plots: bool = True) -> SweepOutcome:
-    """Run (or finish, with ``resume``) a sweep and write its results and plots into ``out_dir``."""
+    """Run (or finish, with ``resume``) a sweep and write its results and plots into ``out_dir``.
+
+    ``workers > 1`` and ``dask="local"`` start worker processes with the *spawn* method, which
+    re-imports the calling script: call this from a script under ``if __name__ == "__main__":``."""
     if workers < 1:
         raise InputError(f"--workers: {workers} is not allowed; must be >= 1")
     prepared = prepare(config)
