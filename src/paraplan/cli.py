@@ -270,7 +270,7 @@ def search(
     problem.check()
     from rich.progress import Progress
 
-    show_progress = not as_json and (exhaustive or csv_path is not None)  # the long searches
+    show_progress = not as_json and (exhaustive or csv_path is not None) and sys.stderr.isatty()  # long searches
     with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
         task = bar.add_task("searching", total=None)
 
@@ -278,7 +278,7 @@ def search(
             bar.update(task, completed=done, total=total)
 
         if exhaustive:
-            result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance)
+            result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance, collect_all=csv_path is not None)
         else:
             result = run_search(problem, top_k=top, collect_all=csv_path is not None, workers=workers, progress=advance)
     written = write_csv(result, csv_path, seq_length, gpus) if csv_path is not None else None

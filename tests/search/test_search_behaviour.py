@@ -230,10 +230,6 @@ def test_explain_reports_faster_when_an_axis_is_restricted():
     assert any(a.verdict == "faster" and a.knob == "micro_batch" for a in alternatives)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "explain() with max_global_batch: a neighbour whose dp·micro_batch exceeds the maximum gets "
-    "global_batch = dp·micro_batch > max_global_batch (max(unit, ...)), a plan outside the searched "
-    "space, and is reported 'faster' although no axis is restricted"))
 def test_explain_max_global_batch_neighbours_stay_in_the_space():
     p = problem("llama3-8b", "dgx-a100-80gb", gpus=8, seq_length=2048, max_global_batch=16)
     best = search(p, top_k=1).plans[0]

@@ -88,7 +88,11 @@ def explain(problem: SearchProblem, best_plan: PlanSpec, best: Estimate) -> list
         data.update(update)
         if problem.max_global_batch is not None:  # the batch follows dp·micro_batch, as in the search
             unit = data["dp"] * data["micro_batch"]
-            data["global_batch"] = max(unit, problem.max_global_batch // unit * unit)
+            if unit > problem.max_global_batch:
+                out.append(Alternative(knob, change, "invalid", None, None,
+                                       f"dp·micro_batch = {unit} exceeds max global batch {problem.max_global_batch}"))
+                continue
+            data["global_batch"] = problem.max_global_batch // unit * unit
         try:
             plan = PlanSpec.model_validate(data)
             other = estimate(problem.model, problem.system, plan)

@@ -444,10 +444,12 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
     return result
 
 
-def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None):
-    """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties)."""
+def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):
+    """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties),
+    and with ``collect_all`` every feasible candidate."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     pool, evaluated, feasible, n_rows = [], 0, 0, 0
+    everything = []
     for r, row in enumerate(rows(problem)):
         n_rows += 1
         if r % parts != part:
@@ -463,25 +465,31 @@ def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, 
             feasible += 1
             obj = float(objective_value(problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops))
             pool.append((obj, r, g, row, option))
+            if collect_all:
+                everything.append({"row": r, "grid": g, "step_time_s": e.step_time_s, "objective": obj,
+                                   "peak_memory_bytes": e.peak_stage.peak_bytes, "plan": plan})
         if len(pool) > 4 * top_k:
             pool.sort(key=lambda item: (item[0], item[1], item[2]))
             kth = pool[top_k - 1][0]
             pool = [p for p in pool if p[0] <= kth]
-    return pool, evaluated, feasible, n_rows
+    return pool, evaluated, feasible, n_rows, everything
 
 
-def exhaustive_search(problem: SearchProblem, top_k: int = 10, workers: int = 1, progress=None) -> SearchResult:
+def exhaustive_search(
+    problem: SearchProblem, top_k: int = 10, workers: int = 1, progress=None, collect_all: bool = False
+) -> SearchResult:
     """Every candidate of the canonical space through the scalar ``estimate``, one by one
     (``workers`` processes split the rows; each keeps its own top K, merged exactly)."""
     problem.check()
     start = time.perf_counter()
     if workers <= 1:
-        parts = [_exhaustive_part(problem, top_k, 0, 1, progress)]
+        parts = [_exhaustive_part(problem, top_k, 0, 1, progress, collect_all)]
     else:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(workers) as pool_executor:
-            futures = [pool_executor.submit(_exhaustive_part, problem, top_k, w, workers) for w in range(workers)]
+            futures = [pool_executor.submit(_exhaustive_part, problem, top_k, w, workers, None, collect_all)
+                       for w in range(workers)]
             parts = [f.result() for f in futures]
     pool = [item for part in parts for item in part[0]]
     evaluated = sum(p[1] for p in parts)
@@ -489,4 +497,5 @@ def exhaustive_search(problem: SearchProblem, top_k: int = 10, workers: int = 1,
     n_rows = parts[0][3]
     plans = _finish(problem, pool, top_k)
     return SearchResult(plans=plans, candidates=evaluated, evaluated=evaluated, feasible=feasible,
-                        seconds=time.perf_counter() - start, rows=n_rows, rows_evaluated=n_rows)
+                        seconds=time.perf_counter() - start, rows=n_rows, rows_evaluated=n_rows,
+                        all_feasible=[item for part in parts for item in part[4]] if collect_all else None)

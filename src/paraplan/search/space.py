@@ -93,15 +93,24 @@ class SearchProblem:
             raise InputError(f"{field_name}: {batch!r} is not allowed; must be a positive integer")
         factorizations = self.factorizations
         if not factorizations:
+            restricted = [f"--{n} {','.join(map(str, v))}" for n, v in (("tp", self.tp), ("pp", self.pp), ("cp", self.cp)) if v]
+            within = f" within {' '.join(restricted)}" if restricted else ""
             raise InputError(
-                f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name} "
-                f"(tp must divide heads={self.model.heads}, pp must divide layers={self.model.layers})"
+                f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name}{within} "
+                f"(tp must divide heads={self.model.heads} and kv_heads={self.model.n_kv_heads}, pp <= layers={self.model.layers})"
             )
         min_dp = min(f[3] for f in factorizations)
         if batch < min_dp:
             raise InputError(
                 f"{field_name}: {batch} is smaller than the minimum data-parallel degree {min_dp} "
                 f"for {self.gpus} GPUs; allowed: >= {min_dp}"
+            )
+        if not any(self.micro_batches(f[3]) for f in factorizations):
+            degrees = sorted({f[3] for f in factorizations})
+            raise InputError(
+                f"{field_name}: {batch} is not a multiple of any possible data-parallel degree for {self.gpus} GPUs "
+                f"(dp in {degrees[:12]}{' ...' if len(degrees) > 12 else ''})"
+                + (f" with micro-batch in {list(self.micro_batch)}" if self.micro_batch else "")
             )
 
     # ---- level 1: degrees and placement -------------------------------------------------------
