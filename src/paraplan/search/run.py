@@ -1,9 +1,9 @@
 """Find the fastest plans that fit: exact with respect to the cost model, and fast.
 
 Fast path (``search``):
-1. enumerate the rows of the canonical space (search/space.py) and their per-layer terms, shared
-   by every row with the same layer shape, spans and recompute mode (``estimate.row_terms``,
-   cached);
+1. enumerate the rows of the canonical space (search/space.py); summed op times and collective
+   times are computed once per (layer shape, TP span, CP span) with the estimator's own cached
+   functions, and turned into per-row block terms by ``schedule.step.block_terms`` on arrays;
 2. a lower bound per row on the objective — m micro-batches of the row's layer work plus the
    cheapest pipeline transfer; bubble, data-parallel, optimizer and offload terms are >= 0 —
    so rows are visited best bound first;
@@ -19,7 +19,7 @@ which evaluates every candidate one by one through ``estimate``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -150,8 +150,9 @@ class _Fields:
 
 class RowTable:
     """Every row of the canonical space as arrays (one entry per row), built in the canonical order
-    of ``space.rows``; per-row StepInputs fields come from ``estimate.row_terms``, computed once
-    per distinct (layer shape, spans, pp, micro-batches, recompute, TP overlap)."""
+    of ``space.rows``; each StepInputs field holds what ``estimate.row_terms`` gives the scalar path,
+    from the same cached functions (block_compute, block_comm, activation_terms, ...) and the same
+    vectorisable ``block_terms``."""
 
     def __init__(self, problem: SearchProblem):
         self.problem = problem
@@ -282,7 +283,6 @@ class RowTable:
 
     def row(self, i: int) -> Row:
         c = self.columns
-        p = self.problem
         rc = [k for k, v in RECOMPUTE_CODES.items() if v == c["recompute"][i]][0]
         return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
                    self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
