@@ -1,0 +1,5 @@
+"""``python -m paraplan.cli``: the console entry point."""
+
+from paraplan.cli.main import main
+
+main()

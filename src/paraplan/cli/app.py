@@ -1,0 +1,93 @@
+"""The typer application, shared option types and helpers of the ``paraplan`` commands.
+
+Each command lives in its own module of this package and registers on ``app``; ``main`` (in
+``paraplan.cli.main``) is the console entry point.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from paraplan.specs.errors import InputError
+
+EXIT_INPUT_ERROR = 2
+
+app = typer.Typer(
+    name="paraplan",
+    help="How fast will a transformer train on a cluster, and will it fit? An analytical model.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class Dtype(str, Enum):
+    fp16 = "fp16"
+    bf16 = "bf16"
+    fp8 = "fp8"
+    fp32 = "fp32"
+
+
+class Schedule(str, Enum):
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved"
+    gpipe = "gpipe"
+
+
+class Attention(str, Enum):
+    flash = "flash"
+    unfused = "unfused"
+
+
+_TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parse_tokens(text: str) -> float:
+    """'15e12', '15T', '2.5B' -> tokens (B = billion, T = trillion); InputError naming --tokens otherwise."""
+    raw = text.strip()
+    suffix = raw[-1] if raw and raw[-1] in _TOKEN_SUFFIX and raw[-1].isalpha() else ""
+    number = raw[: len(raw) - len(suffix)]
+    try:
+        value = float(number) * _TOKEN_SUFFIX[suffix]
+    except ValueError:
+        raise InputError(f"--tokens: {text!r} is not a number of tokens; e.g. 15e12, 15T, 300B") from None
+    if not value > 0:
+        raise InputError(f"--tokens: {text!r} must be positive")
+    return value
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _int_list(text: Optional[str], flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"{flag}: {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 0:
+        raise InputError(f"{flag}: {text!r} must list non-negative integers")
+    return values
+
+
+def _choice_list(text: Optional[str], flag: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise InputError(f"{flag}: {text!r} is not allowed; allowed: comma-separated {', '.join(allowed)}")
+    return values

@@ -1,0 +1,117 @@
+"""``paraplan estimate``: one plan's time, memory and utilisation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from paraplan.api import plan_from_fields
+from paraplan.catalog import load_model, load_system
+from paraplan.cli.app import (
+    Attention,
+    Dtype,
+    Recompute,
+    Schedule,
+    _stdout,
+    app,
+    parse_tokens,
+)
+from paraplan.estimate import estimate as run_estimate
+from paraplan.report.render import print_estimate
+from paraplan.specs.errors import InputError
+
+
+
+@app.command()
+def estimate(
+    model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
+    system: Annotated[str, typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp")],
+    tp: Annotated[int, typer.Option("--tp", min=1, help="tensor-parallel degree")] = 1,
+    pp: Annotated[int, typer.Option("--pp", min=1, help="pipeline stages")] = 1,
+    cp: Annotated[int, typer.Option("--cp", min=1, help="context-parallel degree")] = 1,
+    vpp: Annotated[int, typer.Option("--vpp", min=1, help="virtual stages per GPU (interleaved)")] = 1,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1)] = 1,
+    global_batch: Annotated[
+        Optional[int],
+        typer.Option("--global-batch", min=1, help="default: dp·micro_batch (·pp when interleaved)"),
+    ] = None,
+    seq_length: Annotated[int, typer.Option("--seq-length", min=1)] = 2048,
+    recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")] = False,
+    zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")] = 0,
+    dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
+    schedule: Annotated[
+        Optional[Schedule], typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b")
+    ] = None,
+    attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
+    offload_weights: Annotated[bool, typer.Option("--offload-weights")] = False,
+    offload_activations: Annotated[bool, typer.Option("--offload-activations")] = False,
+    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer")] = False,
+    overlap_tp_comm: Annotated[bool, typer.Option("--overlap-tp-comm", help="overlap TP collectives with GEMMs")] = False,
+    no_overlap_dp: Annotated[bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")] = False,
+    no_overlap_param_gather: Annotated[bool, typer.Option("--no-overlap-param-gather")] = False,
+    placement: Annotated[str, typer.Option("--placement", help="group order on the network, innermost first")] = "tp-cp-dp-pp",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
+    tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,
+    price: Annotated[
+        Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)")
+    ] = None,
+    plot: Annotated[
+        Optional[Path], typer.Option("--plot", help="also draw the time and memory breakdown to FILE (.png or .svg)")
+    ] = None,
+) -> None:
+    """Time, memory and utilisation of one training step under one plan."""
+    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
+        raise InputError(f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg")
+    model_spec = load_model(model, field="model")
+    system_spec = load_system(system, field="system")
+    plan = plan_from_fields(
+        {
+            "gpus": gpus,
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "vpp": vpp,
+            "micro_batch": micro_batch,
+            "global_batch": global_batch,
+            "seq_length": seq_length,
+            "recompute": recompute.value,
+            "sequence_parallel": sequence_parallel,
+            "zero": zero,
+            "dtype": dtype.value,
+            "schedule": schedule.value if schedule is not None else None,
+            "attention": attention.value,
+            "offload_weights": offload_weights,
+            "offload_activations": offload_activations,
+            "offload_optimizer": offload_optimizer,
+            "overlap_tp_comm": overlap_tp_comm,
+            "overlap_dp_grad_reduce": not no_overlap_dp,
+            "overlap_param_gather": not no_overlap_param_gather,
+            "placement": placement,
+        }
+    )
+    run_tokens = parse_tokens(tokens) if tokens is not None else None
+    est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
+    run = None
+    if run_tokens is not None:
+        run = est.run_totals(run_tokens, price if price is not None else system_spec.price_per_gpu_hour)
+    if plot is not None:
+        from paraplan.report.plots import plot_estimate
+
+        plot_estimate(est, plot)
+    if as_json:
+        out = est.to_dict(include_ops=ops)
+        if run is not None:
+            out["run"] = run
+        print(json.dumps(out, indent=2))
+        return
+    print_estimate(_stdout(), est, run=run, show_ops=ops)
+    if plot is not None:
+        print(f"wrote {plot}")
+
+

@@ -1,0 +1,172 @@
+"""``paraplan sweep`` and ``paraplan plot``: design-space exploration."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from paraplan.cli.app import (
+    Attention,
+    Dtype,
+    _choice_list,
+    _int_list,
+    _stdout,
+    app,
+    parse_tokens,
+)
+from paraplan.report.render import SimpleTable, simple_table
+from paraplan.specs.errors import InputError
+
+
+
+def _split_systems(values: list[str]) -> tuple[str, ...]:
+    out = [v.strip() for text in values for v in text.split(",") if v.strip()]
+    if not out:
+        raise InputError("--system: give at least one system (repeat --system or use a comma list)")
+    return tuple(out)
+
+
+def _sweep_table(document: dict) -> SimpleTable:
+    from paraplan.report.plots import fmt_count
+
+    set_paths = [s["path"] for s in document["sweep"]["sets"]]
+    plan_column = 2 + len(set_paths)
+    table = simple_table("Best plan per point", "system", "GPUs", *(p.split(".")[-1] for p in set_paths), "best plan",
+                         "step s", "tokens/s", "MFU", "peak GiB", numeric_from=plan_column + 1, foldable=[plan_column])
+    for p in document["points"]:
+        cells = [p["system"], f"{p['gpus']:,}", *(str(p[k]) for k in set_paths)]
+        if p["feasible"]:
+            cells += [p["plan_label"], f"{p['step_time_s']:.3f}", fmt_count(p["tokens_per_s"]), f"{100 * p['mfu']:.1f}%",
+                      f"{p['memory']['peak_gib']:.1f}"]
+        else:
+            miss = p.get("nearest_miss")
+            text = (f"nothing fits: nearest miss {miss['memory']['peak_gib']:.0f} of {miss['memory']['capacity_gib']:.0f} GiB"
+                    if miss else (p["reason"] or "no plan"))
+            cells += [text, "-", "-", "-", "-"]
+        table.add_row(*cells)
+    return table
+
+
+@app.command()
+def sweep(
+    model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
+    system: Annotated[list[str], typer.Option("--system", "-s", help="catalog name or file; repeat or comma-separate for several")],
+    gpus: Annotated[str, typer.Option("--gpus", help="GPU counts: 512,1024,2048 or a geometric range 256..16384x2")],
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", help="sweep a numeric system field (accelerator.hbm_bandwidth=2TB/s,4TB/s) or model field "
+                                   "(model.hidden=...); repeat for more axes"),
+    ] = None,
+    seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
+    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="sequences per step")] = None,
+    max_global_batch: Annotated[
+        Optional[int],
+        typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="plans kept per point (top-k summary)")] = 5,
+    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("sweep-out"),
+    workers: Annotated[int, typer.Option("--workers", min=1, help="local processes (1 = in this process)")] = 1,
+    resume: Annotated[bool, typer.Option("--resume", help="skip the points already finished in OUT/points.jsonl")] = False,
+    dask: Annotated[
+        Optional[str], typer.Option("--dask", help="run on a Dask scheduler at ADDRESS, or 'local' for a LocalCluster")
+    ] = None,
+    objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
+    dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
+    attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
+    tp: Annotated[Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", help="restrict pp")] = None,
+    cp: Annotated[Optional[str], typer.Option("--cp", help="restrict cp")] = None,
+    micro_batch: Annotated[Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")] = None,
+    recompute: Annotated[Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")] = None,
+    zero: Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="restrict: 1f1b,gpipe,interleaved")] = None,
+    no_offload: Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")] = False,
+    default_overlap: Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")] = False,
+    default_placement: Annotated[bool, typer.Option("--default-placement", help="only tp-cp-dp-pp placement")] = False,
+    tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")] = None,
+    no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
+) -> None:
+    """Search the best plan at every point of systems × GPU counts × --set values; write JSON, CSV and plots."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from paraplan.search.space import OBJECTIVES
+    from paraplan.sweep.params import parse_gpus, parse_sets
+    from paraplan.sweep.run import SweepConfig, run_sweep
+
+    if objective not in OBJECTIVES:
+        raise InputError(f"--objective: {objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
+    restrictions = {
+        "tp": _int_list(tp, "--tp"), "pp": _int_list(pp, "--pp"), "cp": _int_list(cp, "--cp"),
+        "micro_batch": _int_list(micro_batch, "--micro-batch"),
+        "recompute": _choice_list(recompute, "--recompute", ("none", "selective", "full")),
+        "zero": _int_list(zero, "--zero"),
+        "schedules": _choice_list(schedule, "--schedule", ("1f1b", "gpipe", "interleaved")),
+    }
+    config = SweepConfig(
+        model=model, systems=_split_systems(system), gpus=parse_gpus(gpus), seq_length=seq_length,
+        sets=tuple(parse_sets(set_ or [])), global_batch=global_batch, max_global_batch=max_global_batch, top=top,
+        dtype=dtype.value, attention=attention.value, objective=objective, no_offload=no_offload,
+        default_overlap=default_overlap, default_placement=default_placement,
+        restrictions={k: v for k, v in restrictions.items() if v is not None},
+        tokens=parse_tokens(tokens) if tokens is not None else None,
+    )
+    if dask is not None and not dask.strip():
+        raise InputError("--dask: give a scheduler address (tcp://host:8786) or 'local'")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    stderr = Console(stderr=True)
+    bar = Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal)
+    task = bar.add_task("sweep", total=None)
+
+    def started(total: int, skipped: int) -> None:  # after the inputs are checked: errors stay one line
+        note = f" ({skipped} already done)" if skipped else ""
+        bar.update(task, total=total, completed=skipped, description=f"sweep{note}")
+        bar.start()
+
+    def finished(record: dict) -> None:
+        bar.advance(task)
+
+    try:
+        outcome = run_sweep(config, out, workers=workers, resume=resume, dask=dask, on_point=finished,
+                            on_start=started, plots=not no_plot)
+    except KeyboardInterrupt:
+        bar.stop()
+        print(f"interrupted: the finished points are in {out / 'points.jsonl'}; add --resume to continue",
+              file=sys.stderr)
+        raise typer.Exit(130) from None
+    finally:
+        bar.stop()
+    console = _stdout()
+    console.print(_sweep_table(outcome.document))
+    skipped = f", {outcome.skipped} resumed from {out / 'points.jsonl'}" if outcome.skipped else ""
+    console.print(f"{outcome.ran} points searched{skipped}; wrote {', '.join(str(f) for f in outcome.files)}")
+
+
+@app.command()
+def plot(
+    results: Annotated[Path, typer.Argument(help="a sweep.json written by paraplan sweep")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="output directory (default: beside sweep.json)")] = None,
+) -> None:
+    """Re-draw the plots of a saved sweep (PNG and SVG)."""
+    from paraplan.report.plots import plot_sweep
+    from paraplan.sweep.run import load_results
+
+    document = load_results(results)
+    try:
+        files = plot_sweep(document, out if out is not None else results.parent)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"sweep.json: {str(results)!r} is not a complete paraplan sweep result ({exc!r})") from None
+    print(f"wrote {', '.join(str(f) for f in files)}")
+
+

@@ -1,0 +1,103 @@
+"""``paraplan validate``: predictions against published measurements."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from paraplan.cli.app import (
+    _stdout,
+    app,
+)
+from paraplan.report.render import SimpleTable, simple_table
+from paraplan.specs.errors import InputError
+
+
+_METRIC_LABELS = {
+    "step_time_s": "step time (s)",
+    "weights_and_optimizer_gib": "weights+opt (GiB)",
+    "activations_gib": "activations (GiB)",
+    "peak_memory_gib": "peak (GiB)",
+}
+_LAYERS_MARK = " †"
+_LAYERS_NOTE = (
+    "† transformer layers of stage 0 only (Korthikanti et al. 2022 Figure 1 scope; "
+    "whole-stage values are in --json as stage_*_gib)"
+)
+
+
+def _validation_table(report: dict) -> SimpleTable:
+    table = simple_table("Predicted vs measured", "case", "metric", "predicted", "measured", "error %", numeric_from=2)
+    for entry in report["cases"]:
+        for metric, measured in entry["measured"].items():
+            layers = entry["scope"] == "transformer_layers" and metric in ("weights_and_optimizer_gib", "activations_gib")
+            table.add_row(
+                entry["name"],
+                _METRIC_LABELS[metric] + (_LAYERS_MARK if layers else ""),
+                f"{entry['predicted'][metric]:.3f}",
+                f"{measured:.3f}",
+                f"{entry['error_pct'][metric]:+.2f}",
+            )
+    return table
+
+
+def _summary_table(summary: dict) -> SimpleTable:
+    table = simple_table("Summary", "metric", "cases", "MAPE %")
+    for metric, label in _METRIC_LABELS.items():
+        if summary.get(f"{metric}_cases"):
+            table.add_row(label, str(summary[f"{metric}_cases"]), f"{summary[f'{metric}_mape_pct']:.2f}")
+    for file, group in summary["by_source"].items():
+        mape = group.get("step_time_s_mape_pct")
+        table.add_row(f"{file}: step time", str(group["step_time_cases"]), "-" if mape is None else f"{mape:.2f}")
+    if summary.get("max_abs_error_pct") is not None:
+        table.add_section()
+        table.add_row(
+            f"max |error|: {summary['max_abs_error_case']}, {_METRIC_LABELS[summary['max_abs_error_metric']]}",
+            "",
+            f"{summary['max_abs_error_pct']:.2f}",
+        )
+    return table
+
+
+@app.command()
+def validate(
+    cases: Annotated[
+        Optional[list[Path]], typer.Option("--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    max_mape: Annotated[
+        Optional[float], typer.Option("--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)")
+    ] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")] = None,
+) -> None:
+    """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
+    from paraplan.validate.markdown import validation_markdown
+    from paraplan.validate.run import load_cases, run_cases, summary_mapes
+
+    report = run_cases(load_cases(cases))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        console = _stdout()
+        console.print(_validation_table(report))
+        if any(e["scope"] == "transformer_layers" for e in report["cases"]):
+            console.print(_LAYERS_NOTE)
+        console.print()
+        console.print(_summary_table(report["summary"]))
+    if markdown is not None:
+        try:
+            markdown.write_text(validation_markdown(report))
+        except OSError as exc:
+            raise InputError(f"--markdown: cannot write {str(markdown)!r}: {exc.strerror}") from None
+    if max_mape is not None:
+        over = {k: v for k, v in summary_mapes(report["summary"]).items() if v > max_mape}
+        if over:
+            worst = max(over, key=over.get)
+            print(f"validation failed: {len(over)} MAPE value(s) exceed {max_mape}% (worst {worst} = {over[worst]:.2f}%)", file=sys.stderr)
+            raise typer.Exit(1)
+
+
