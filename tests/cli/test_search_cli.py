@@ -136,11 +136,12 @@ def test_csv_has_one_row_per_feasible_plan(capsys, tmp_path):
     full = search(problem, top_k=1, collect_all=True)
     assert len(rows) == full.feasible == len(full.all_feasible)
     assert all(len(row) == len(header) for row in rows)
+    # rows stream out batch by batch in evaluation order (the file can hold tens of millions);
+    # the best row by objective is the search's best plan
     objectives = [float(row[header.index("objective")]) for row in rows]
-    assert objectives == sorted(objectives)
     peaks = [float(row[header.index("peak_memory_gib")]) for row in rows]
     assert max(peaks) <= 40
-    first = dict(zip(header, rows[0]))
+    first = dict(zip(header, rows[objectives.index(min(objectives))]))
     best = data["plans"][0]["plan"]
     for key in ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "zero"):
         assert int(first[key]) == best[key], key

@@ -52,17 +52,11 @@ def search(
     exhaustive: Annotated[bool, typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show why the best plan wins over its neighbours")] = False,
     csv_path: Annotated[Optional[Path], typer.Option("--csv", help="write every feasible plan with its metrics")] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="processes (used by --exhaustive and --csv)")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="processes for --exhaustive")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
     """The fastest plans that fit in memory, over every plan knob, exact w.r.t. the cost model."""
-    from paraplan.report.search_view import (
-        explain_table,
-        nearest_miss_line,
-        plans_table,
-        summary_line,
-        write_csv,
-    )
+    from paraplan.report.search_view import CsvSink, explain_table, nearest_miss_line, plans_table, summary_line
     from paraplan.search.explain import explain as explain_plan
     from paraplan.search.run import exhaustive_search
     from paraplan.search.run import search as run_search
@@ -96,18 +90,25 @@ def search(
     problem.check()
     from rich.progress import Progress
 
-    show_progress = not as_json and (exhaustive or csv_path is not None) and sys.stderr.isatty()  # long searches
-    with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
-        task = bar.add_task("searching", total=None)
+    sink = CsvSink(csv_path) if csv_path is not None else None
+    show_progress = not as_json and (exhaustive or sink is not None) and sys.stderr.isatty()  # long searches
+    try:
+        with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
+            task = bar.add_task("searching", total=None)
 
-        def advance(done: int, total: int | None = None) -> None:
-            bar.update(task, completed=done, total=total)
+            def advance(done: int, total: int | None = None) -> None:
+                bar.update(task, completed=done, total=total)
 
-        if exhaustive:
-            result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance, collect_all=csv_path is not None)
-        else:
-            result = run_search(problem, top_k=top, collect_all=csv_path is not None, workers=workers, progress=advance)
-    written = write_csv(result, csv_path, seq_length, gpus) if csv_path is not None else None
+            if exhaustive:
+                result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance, collect_all=sink is not None)
+                if sink is not None:
+                    sink.write_plans(result.all_feasible or [], seq_length)
+            else:
+                result = run_search(problem, top_k=top, workers=workers, progress=advance, feasible_sink=sink)
+    finally:
+        if sink is not None:
+            sink.close()
+    written = sink.rows if sink is not None else None
     alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate) if (explain and result.plans) else []
     if as_json:
         out = result.to_dict()

@@ -92,23 +92,43 @@ CSV_PLAN_FIELDS = (
 )
 
 
-def write_csv(result: SearchResult, path: Path, seq_length: int, gpus: int) -> int:
-    """Every feasible plan with its metrics (Calculon's all-executions output); returns rows written."""
-    rows = result.all_feasible or []
-    try:
-        with path.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow([*CSV_PLAN_FIELDS, "step_time_s", "tokens_per_s", "objective", "peak_memory_gib"])
-            for item in sorted(rows, key=lambda x: (x["objective"], x["row"], x["grid"])):
-                plan = item["plan"]
-                data = plan.model_dump()
-                data["schedule"] = plan.pipeline_schedule
-                tokens = plan.global_batch * seq_length
-                writer.writerow([
-                    *(data[f] for f in CSV_PLAN_FIELDS), f"{item['step_time_s']:.6g}",
-                    f"{tokens / item['step_time_s']:.6g}", f"{item['objective']:.6g}",
-                    f"{item['peak_memory_bytes'] / GiB:.4f}",
-                ])
-    except OSError as exc:
-        raise InputError(f"--csv: cannot write {str(path)!r}: {exc.strerror}") from None
-    return len(rows)
+CSV_METRICS = ("step_time_s", "tokens_per_s", "objective", "peak_memory_gib")
+
+
+class CsvSink:
+    """Streams feasible plans to a CSV file batch by batch (Calculon's all-executions output)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows = 0
+        try:
+            self.handle = path.open("w", newline="")
+        except OSError as exc:
+            raise InputError(f"--csv: cannot write {str(path)!r}: {exc.strerror}") from None
+        self.writer = csv.writer(self.handle)
+        self.writer.writerow([*CSV_PLAN_FIELDS, *CSV_METRICS])
+
+    def __call__(self, columns: dict) -> None:
+        """Write one batch given as columns (search.run.feasible_columns)."""
+        values = [columns[f].tolist() for f in CSV_PLAN_FIELDS]
+        values += [[f"{x:.6g}" for x in columns[m].tolist()] for m in CSV_METRICS[:3]]
+        values.append([f"{x:.4f}" for x in columns["peak_memory_gib"].tolist()])
+        self.writer.writerows(zip(*values))
+        self.rows += len(values[0])
+
+    def write_plans(self, items: list[dict], seq_length: int) -> None:
+        """Write plans held as {"plan", "step_time_s", "objective", "peak_memory_bytes"} (exhaustive path)."""
+        for item in items:
+            plan = item["plan"]
+            data = plan.model_dump()
+            data["schedule"] = plan.pipeline_schedule
+            tokens = plan.global_batch * seq_length
+            self.writer.writerow([
+                *(data[f] for f in CSV_PLAN_FIELDS), f"{item['step_time_s']:.6g}",
+                f"{tokens / item['step_time_s']:.6g}", f"{item['objective']:.6g}",
+                f"{item['peak_memory_bytes'] / GiB:.4f}",
+            ])
+            self.rows += 1
+
+    def close(self) -> None:
+        self.handle.close()

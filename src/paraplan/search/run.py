@@ -325,10 +325,19 @@ def _finish(problem, pool, k) -> list[RankedPlan]:
     return out
 
 
-def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, progress=None, workers: int = 1) -> SearchResult:
+def search(
+    problem: SearchProblem,
+    top_k: int = 10,
+    collect_all: bool = False,
+    progress=None,
+    workers: int = 1,
+    feasible_sink=None,
+) -> SearchResult:
     """Top-K feasible plans by the objective, exact w.r.t. ``exhaustive_search`` (see module doc).
 
-    ``collect_all`` evaluates the whole space (no bound pruning) and returns every feasible plan.
+    ``collect_all`` evaluates the whole space (no bound pruning) and returns every feasible plan;
+    ``feasible_sink`` also evaluates the whole space but hands each batch of feasible candidates
+    to the callable as columns (``feasible_columns``) instead of keeping them, for large spaces.
     The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
     problem.check()
     start = time.perf_counter()
@@ -363,15 +372,16 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
     nearest = None  # (overflow_bytes, row, option, peak)
     faster: list[tuple] = []
     everything: list[dict] | None = [] if collect_all else None
+    scan_all = collect_all or feasible_sink is not None
     position = 0
     while position < len(order):
-        if not collect_all and bound_obj[order[position]] > threshold:
+        if not scan_all and bound_obj[order[position]] > threshold:
             break
         chunk = []
         count = 0
         while position < len(order) and count < CHUNK_CANDIDATES:
             r = order[position]
-            if not collect_all and bound_obj[r] > threshold:
+            if not scan_all and bound_obj[r] > threshold:
                 break
             if lengths[r]:
                 chunk.append(r)
@@ -400,6 +410,12 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
             for i in np.flatnonzero(fits):
                 everything.append({"row": int(index[i]), "grid": int(grid_index[i]), "step_time_s": float(step[i]),
                                    "objective": float(obj[i]), "peak_memory_bytes": float(peak[i])})
+        if feasible_sink is not None and fits.any():
+            chosen = np.flatnonzero(fits)
+            feasible_sink(feasible_columns(
+                table, index[chosen], {f: v[chosen] for f, v in grid_values.items()},
+                step[chosen], obj[chosen], peak[chosen], tokens[chosen],
+            ))
         keep = np.flatnonzero(fits & (obj <= threshold))
         if keep.size > top_k:  # only this chunk's K best (and ties with the K-th) can enter the top K
             kth = np.partition(obj[keep], top_k - 1)[top_k - 1]
@@ -442,6 +458,29 @@ def search(problem: SearchProblem, top_k: int = 10, collect_all: bool = False, p
             item["plan"] = plan_of(problem, table.row(item["row"]), grids[grid_of_row[item["row"]]][0][item["grid"]])
         result.all_feasible = everything
     return result
+
+
+def feasible_columns(table: RowTable, index, grid_values: dict, step, obj, peak, tokens) -> dict[str, np.ndarray]:
+    """Plan fields and metrics of a batch of candidates, column-wise (the CSV of ``--csv``)."""
+    c = table.columns
+    recompute_names = np.array(sorted(RECOMPUTE_CODES, key=RECOMPUTE_CODES.get))
+    return {
+        "tp": c["tp"][index], "pp": c["pp"][index], "cp": c["cp"][index], "dp": c["dp"][index],
+        "vpp": grid_values["vpp"],
+        "schedule": np.where(grid_values["interleaved"], "interleaved", np.where(grid_values["gpipe"], "gpipe", "1f1b")),
+        "micro_batch": c["micro_batch"][index], "global_batch": c["global_batch"][index],
+        "recompute": recompute_names[c["recompute"][index]],
+        "sequence_parallel": c["sp"][index].astype(bool),
+        "zero": grid_values["zero"],
+        "offload_weights": grid_values["offload_weights"],
+        "offload_activations": grid_values["offload_activations"],
+        "offload_optimizer": grid_values["offload_optimizer"],
+        "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
+        "overlap_dp_grad_reduce": grid_values["overlap_dp_grad_reduce"],
+        "overlap_param_gather": grid_values["overlap_param_gather"],
+        "placement": np.array(table.placement_names)[c["placement"][index]],
+        "step_time_s": step, "tokens_per_s": tokens / step, "objective": obj, "peak_memory_gib": peak / GiB,
+    }
 
 
 def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):
