@@ -20,6 +20,7 @@ from paraplan.cli.app import (
     app,
 )
 from paraplan.specs.errors import InputError
+from paraplan.units import GiB
 
 
 
@@ -132,10 +133,13 @@ def search(
     if alternatives:
         console.print()
         console.print(explain_table(alternatives, result.plans[0].estimate.step_time_s))
+        capacity = system_spec.accelerator.hbm_capacity / GiB
+        best_obj = result.plans[0].objective
         for item in result.faster_infeasible:
             from paraplan.report.search_view import plan_label
 
-            console.print(f"would be faster but does not fit: {plan_label(item['plan'])} "
-                          f"needs {item['peak_memory_gib']:.1f} GiB")
+            gain = 1 - item["objective"] / best_obj if problem.objective != "mfu" else item["objective"] / best_obj - 1
+            console.print(f"{gain:.1%} faster but does not fit: {plan_label(item['plan'])} "
+                          f"needs {item['peak_memory_gib']:.1f} GiB > {capacity:.0f} GiB")
 
 

@@ -431,8 +431,10 @@ def search(
             j = misses[np.argmin(over)]
             if nearest is None or over.min() < nearest[0]:
                 nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
-            best_miss = misses[np.argsort(obj[misses], kind="stable")[:3]]
-            faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in best_miss]
+            # plans that would beat the current K-th best but do not fit: keep the nearest misses
+            quick = misses[obj[misses] < threshold]
+            near = quick[np.argsort(peak[quick], kind="stable")[:20]]
+            faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
 
     pool.sort()
     pool = [(obj, r, g, table.row(r), grids[grid_of_row[r]][0][g]) for obj, r, g in pool[:top_k]]
@@ -446,9 +448,9 @@ def search(
         plan = plan_of(problem, table.row(r), grids[grid_of_row[r]][0][g])
         result.nearest_miss = {"plan": plan.model_dump(), "peak_memory_gib": peak / GiB,
                                "capacity_gib": capacity / GiB, "overflow_gib": over / GiB}
-    if plans:
+    if plans:  # faster than the winner but over the memory capacity: the three smallest overflows
         best = plans[0].objective
-        faster.sort(key=lambda item: (item[0], item[1], item[2]))
+        faster = sorted((f for f in faster if f[0] < best), key=lambda item: (item[3], item[1], item[2]))
         for obj, r, g, peak in faster[:3]:
             if obj < best:
                 plan = plan_of(problem, table.row(r), grids[grid_of_row[r]][0][g])
