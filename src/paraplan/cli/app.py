@@ -7,7 +7,7 @@ Each command lives in its own module of this package and registers on ``app``; `
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -91,3 +91,29 @@ def _choice_list(text: Optional[str], flag: str, allowed: tuple[str, ...]) -> tu
     if bad or not values:
         raise InputError(f"{flag}: {text!r} is not allowed; allowed: comma-separated {', '.join(allowed)}")
     return values
+
+
+# ---- search-space options shared by ``search`` and ``sweep`` ----------------------------------
+TpOption = Annotated[Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")]
+PpOption = Annotated[Optional[str], typer.Option("--pp", help="restrict pp")]
+CpOption = Annotated[Optional[str], typer.Option("--cp", help="restrict cp")]
+MicroBatchOption = Annotated[Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")]
+RecomputeOption = Annotated[Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")]
+ZeroOption = Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")]
+ScheduleOption = Annotated[Optional[str], typer.Option("--schedule", help="restrict: 1f1b,gpipe,interleaved")]
+NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
+DefaultOverlapOption = Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")]
+DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help="only tp-cp-dp-pp placement")]
+
+
+def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule) -> dict:
+    """SearchProblem axis restrictions from the shared options (None = unrestricted)."""
+    return {
+        "tp": _int_list(tp, "--tp"),
+        "pp": _int_list(pp, "--pp"),
+        "cp": _int_list(cp, "--cp"),
+        "micro_batch": _int_list(micro_batch, "--micro-batch"),
+        "recompute": _choice_list(recompute, "--recompute", ("none", "selective", "full")),
+        "zero": _int_list(zero, "--zero"),
+        "schedules": _choice_list(schedule, "--schedule", ("1f1b", "gpipe", "interleaved")),
+    }

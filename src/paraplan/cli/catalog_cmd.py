@@ -16,7 +16,6 @@ from paraplan.report.render import simple_table
 from paraplan.units import GiB
 
 
-
 def _model_row(name: str) -> dict:
     from paraplan.graph.transformer import (
         embedding_weight_params,

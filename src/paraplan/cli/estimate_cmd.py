@@ -24,7 +24,6 @@ from paraplan.report.render import print_estimate
 from paraplan.specs.errors import InputError
 
 
-
 @app.command()
 def estimate(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],

@@ -21,7 +21,6 @@ except ImportError:  # pragma: no cover - older typer on top of click
 from typer import Abort, Exit
 
 
-
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 

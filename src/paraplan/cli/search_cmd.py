@@ -13,15 +13,23 @@ from rich.console import Console
 from paraplan.catalog import load_model, load_system
 from paraplan.cli.app import (
     Attention,
+    CpOption,
+    DefaultOverlapOption,
+    DefaultPlacementOption,
     Dtype,
-    _choice_list,
-    _int_list,
+    MicroBatchOption,
+    NoOffloadOption,
+    PpOption,
+    RecomputeOption,
+    ScheduleOption,
+    TpOption,
+    ZeroOption,
     _stdout,
     app,
+    search_restrictions,
 )
 from paraplan.specs.errors import InputError
 from paraplan.units import GiB
-
 
 
 @app.command()
@@ -39,16 +47,16 @@ def search(
     objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
-    tp: Annotated[Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", help="restrict pp")] = None,
-    cp: Annotated[Optional[str], typer.Option("--cp", help="restrict cp")] = None,
-    micro_batch: Annotated[Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")] = None,
-    recompute: Annotated[Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")] = None,
-    zero: Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help="restrict: 1f1b,gpipe,interleaved")] = None,
-    no_offload: Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")] = False,
-    default_overlap: Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")] = False,
-    default_placement: Annotated[bool, typer.Option("--default-placement", help="only tp-cp-dp-pp placement")] = False,
+    tp: TpOption = None,
+    pp: PpOption = None,
+    cp: CpOption = None,
+    micro_batch: MicroBatchOption = None,
+    recompute: RecomputeOption = None,
+    zero: ZeroOption = None,
+    schedule: ScheduleOption = None,
+    no_offload: NoOffloadOption = False,
+    default_overlap: DefaultOverlapOption = False,
+    default_placement: DefaultPlacementOption = False,
     price: Annotated[Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour for --objective cost")] = None,
     exhaustive: Annotated[bool, typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show why the best plan wins over its neighbours")] = False,
@@ -57,7 +65,13 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
 ) -> None:
     """The fastest plans that fit in memory, over every plan knob, exact w.r.t. the cost model."""
-    from paraplan.report.search_view import CsvSink, explain_table, nearest_miss_line, plans_table, summary_line
+    from paraplan.report.search_view import (
+        CsvSink,
+        explain_table,
+        nearest_miss_line,
+        plans_table,
+        summary_line,
+    )
     from paraplan.search.explain import explain as explain_plan
     from paraplan.search.run import exhaustive_search
     from paraplan.search.run import search as run_search
@@ -76,13 +90,7 @@ def search(
         dtype=dtype.value,
         attention=attention.value,
         objective=objective,
-        tp=_int_list(tp, "--tp"),
-        pp=_int_list(pp, "--pp"),
-        cp=_int_list(cp, "--cp"),
-        micro_batch=_int_list(micro_batch, "--micro-batch"),
-        recompute=_choice_list(recompute, "--recompute", ("none", "selective", "full")),
-        zero=_int_list(zero, "--zero"),
-        schedules=_choice_list(schedule, "--schedule", ("1f1b", "gpipe", "interleaved")),
+        **search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule),
         vary_offload=not no_offload,
         vary_overlap=not default_overlap,
         vary_placement=not default_placement,

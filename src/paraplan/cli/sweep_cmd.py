@@ -11,16 +11,24 @@ from rich.console import Console
 
 from paraplan.cli.app import (
     Attention,
+    CpOption,
+    DefaultOverlapOption,
+    DefaultPlacementOption,
     Dtype,
-    _choice_list,
-    _int_list,
+    MicroBatchOption,
+    NoOffloadOption,
+    PpOption,
+    RecomputeOption,
+    ScheduleOption,
+    TpOption,
+    ZeroOption,
     _stdout,
     app,
     parse_tokens,
+    search_restrictions,
 )
 from paraplan.report.render import SimpleTable, simple_table
 from paraplan.specs.errors import InputError
-
 
 
 def _split_systems(values: list[str]) -> tuple[str, ...]:
@@ -77,16 +85,16 @@ def sweep(
     objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
-    tp: Annotated[Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", help="restrict pp")] = None,
-    cp: Annotated[Optional[str], typer.Option("--cp", help="restrict cp")] = None,
-    micro_batch: Annotated[Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")] = None,
-    recompute: Annotated[Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")] = None,
-    zero: Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help="restrict: 1f1b,gpipe,interleaved")] = None,
-    no_offload: Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")] = False,
-    default_overlap: Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")] = False,
-    default_placement: Annotated[bool, typer.Option("--default-placement", help="only tp-cp-dp-pp placement")] = False,
+    tp: TpOption = None,
+    pp: PpOption = None,
+    cp: CpOption = None,
+    micro_batch: MicroBatchOption = None,
+    recompute: RecomputeOption = None,
+    zero: ZeroOption = None,
+    schedule: ScheduleOption = None,
+    no_offload: NoOffloadOption = False,
+    default_overlap: DefaultOverlapOption = False,
+    default_placement: DefaultPlacementOption = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
 ) -> None:
@@ -106,13 +114,7 @@ def sweep(
 
     if objective not in OBJECTIVES:
         raise InputError(f"--objective: {objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
-    restrictions = {
-        "tp": _int_list(tp, "--tp"), "pp": _int_list(pp, "--pp"), "cp": _int_list(cp, "--cp"),
-        "micro_batch": _int_list(micro_batch, "--micro-batch"),
-        "recompute": _choice_list(recompute, "--recompute", ("none", "selective", "full")),
-        "zero": _int_list(zero, "--zero"),
-        "schedules": _choice_list(schedule, "--schedule", ("1f1b", "gpipe", "interleaved")),
-    }
+    restrictions = search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule)
     config = SweepConfig(
         model=model, systems=_split_systems(system), gpus=parse_gpus(gpus), seq_length=seq_length,
         sets=tuple(parse_sets(set_ or [])), global_batch=global_batch, max_global_batch=max_global_batch, top=top,

@@ -16,7 +16,6 @@ from paraplan.cli.app import (
 from paraplan.report.render import SimpleTable, simple_table
 from paraplan.specs.errors import InputError
 
-
 _METRIC_LABELS = {
     "step_time_s": "step time (s)",
     "weights_and_optimizer_gib": "weights+opt (GiB)",
