@@ -71,7 +71,8 @@ def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
             from paraplan.hf import is_hf_config, model_from_hf_config
 
             if is_hf_config(data):
-                return model_from_hf_config(data, name=path.stem, field=field)
+                name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+                return model_from_hf_config(data, name=name, field=field)
             data.setdefault("name", path.stem)
         else:
             raise _unknown("model", field, ref, model_names())
