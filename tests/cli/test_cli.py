@@ -130,7 +130,7 @@ def test_model_from_hf_config_json(capsys, tmp_path):
     path.write_text(json.dumps(config))
     code, out, err = run(capsys, "estimate", "--model", str(path), "--system", "dgx-h100-80gb", "--gpus", "1", "--json")
     assert code == 0, err
-    assert json.loads(out)["model"] == "config"
+    assert json.loads(out)["model"] == tmp_path.name  # a config.json is named after its directory
 
 
 # ---- catalogs --------------------------------------------------------------------------------
