@@ -100,3 +100,11 @@ def parse_quantity(value: str | int | float, kind: Kind, field: str = "value") -
 
 
 GiB = 2.0**30
+
+
+def si_prefixed(value: float, spec: str = ".3g", giga: str = "G") -> str:
+    """A count with an SI suffix for display: 2.19e5 -> '219k'; ``giga`` is 'G' or 'B' (billions)."""
+    for scale, suffix in ((1e12, "T"), (1e9, giga), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:{spec}}{suffix}"
+    return f"{value:{spec}}"

@@ -27,7 +27,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from paraplan.specs.errors import InputError  # noqa: E402
-from paraplan.units import GiB  # noqa: E402
+from paraplan.units import GiB, si_prefixed  # noqa: E402
 
 FORMATS = ("png", "svg")
 DPI = 130
@@ -62,20 +62,14 @@ matplotlib.rcParams["font.size"] = 10
 
 # ---- formatting -----------------------------------------------------------------------------
 def fmt_count(value: float) -> str:
-    """219104 -> '219k', 1.2e6 -> '1.20M'."""
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            v = value / scale
-            return f"{v:.3g}{suffix}" if v < 100 else f"{v:.0f}{suffix}"
-    return f"{value:.3g}"
+    """219104 -> '219k', 1.2e6 -> '1.2M' (three significant digits, no decimals from 100 up)."""
+    scaled = max((v for v in (1e12, 1e9, 1e6, 1e3) if abs(value) >= v), default=1.0)
+    return si_prefixed(value, ".3g" if abs(value) / scaled < 100 else ".0f")
 
 
 def fmt_tokens(value: float) -> str:
     """3e11 -> '300B', 1.5e13 -> '15T' (the --tokens suffixes)."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:g}{suffix}"
-    return f"{value:g}"
+    return si_prefixed(value, "g", giga="B")
 
 
 def fmt_seconds(value: float) -> str:

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory
-from paraplan.units import GiB
+from paraplan.units import GiB, si_prefixed
 
 MB = 1e6
 MAX_STAGE_ROWS = 12  # longer pipelines show the first, the last and the peak stages
@@ -58,11 +58,8 @@ def _ms(value_s: float) -> str:
 
 
 def _count(value: float) -> str:
-    """Large numbers with an SI suffix: 1.2e12 -> '1.20T'."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f}{suffix}"
-    return f"{value:.0f}"
+    """Large numbers with an SI suffix: 1.2e12 -> '1.20T', 3e11 -> '300.00B'."""
+    return si_prefixed(value, ".2f", giga="B")
 
 
 class SimpleTable:
