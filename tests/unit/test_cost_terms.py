@@ -15,7 +15,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.cost import comm, compute, flops, memory
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import LayerShape, _gemm, embedding_weight_params, layer_weight_params
-from paraplan.schedule.pipeline import bubble_slots, pipeline_bubble_s
+from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -337,19 +337,19 @@ def test_in_flight_gpipe():
 
 
 def test_bubble_slots():
-    assert bubble_slots("1f1b", 4, 1) == 3.0
-    assert bubble_slots("gpipe", 4, 1) == 3.0
-    assert bubble_slots("interleaved", 4, 2) == 1.5  # (4-1)/2
-    assert bubble_slots("1f1b", 1, 1) == 0.0
+    # unit work per stage: idle slots = (p-1) for 1f1b / gpipe, (p-1)/v interleaved, 0 for one stage
+    assert bubble_from_work_s(4.0, 1.0, 1) == 3.0
+    assert bubble_from_work_s(4.0, 1.0, 2) == 1.5  # (4-1)/2
+    assert bubble_from_work_s(1.0, 1.0, 1) == 0.0
 
 
 def test_pipeline_bubble():
     # equal stages of W = 0.1 s: (p-1)*W = 0.3 s; interleaved vpp=2: 0.15 s
-    assert pipeline_bubble_s("1f1b", 4, 1, [0.1] * 4) == approx(0.3)
-    assert pipeline_bubble_s("interleaved", 4, 2, [0.1] * 4) == approx(0.15)
+    assert bubble_from_work_s(0.4, 0.1, 1) == approx(0.3)
+    assert bubble_from_work_s(0.4, 0.1, 2) == approx(0.15)
     # unequal: sum - max = (1 + 2 + 1 + 1.5) - 2 = 3.5 for 1F1B
-    assert pipeline_bubble_s("1f1b", 4, 1, [1.0, 2.0, 1.0, 1.5]) == approx(3.5)
-    assert pipeline_bubble_s("1f1b", 1, 1, [1.0]) == 0.0
+    assert bubble_from_work_s(1.0 + 2.0 + 1.0 + 1.5, 2.0, 1) == approx(3.5)
+    assert bubble_from_work_s(1.0, 1.0, 1) == 0.0
 
 
 # ---------------------------------------------------------------------------------------------

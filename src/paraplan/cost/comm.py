@@ -73,35 +73,27 @@ def _latency(steps_ring: int, n: int, alpha: float) -> float:
     return min(steps_ring * alpha, 2 * math.ceil(math.log2(n)) * alpha)
 
 
-def all_reduce_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
-    """2(n_in-1)/n_in·S/B_nvlink + 2(n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
+def _linear_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     if span.size <= 1 or size_bytes <= 0:
         return 0.0
-    inner, outer = _bandwidths(system)
-    a, o = span.per_domain, span.domains
-    t = 2 * (a - 1) / a * size_bytes / inner + 2 * (o - 1) / o * (size_bytes / a) / outer
-    return t + _latency(2 * (a - 1), a, system.node.nvlink_latency) + _latency(2 * (o - 1), o, system.network.latency)
+    slope, latency = collective_coefficients(kind, span, system)
+    return size_bytes * slope + latency
+
+
+def all_reduce_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """2(n_in-1)/n_in·S/B_nvlink + 2(n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
+    return _linear_time_s("all_reduce", size_bytes, span, system)
 
 
 def gather_or_scatter_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """All-gather / reduce-scatter of an S-byte (full) buffer: (n_in-1)/n_in·S/B_nvlink +
     (n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
-    if span.size <= 1 or size_bytes <= 0:
-        return 0.0
-    inner, outer = _bandwidths(system)
-    a, o = span.per_domain, span.domains
-    t = (a - 1) / a * size_bytes / inner + (o - 1) / o * (size_bytes / a) / outer
-    return t + _latency(a - 1, a, system.node.nvlink_latency) + _latency(o - 1, o, system.network.latency)
+    return _linear_time_s("all_gather", size_bytes, span, system)
 
 
 def point_to_point_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """One send/recv between neighbours: S / bandwidth of the slowest link a neighbour pair uses + α."""
-    if span.size <= 1 or size_bytes <= 0:
-        return 0.0
-    inner, outer = _bandwidths(system)
-    if span.domains > 1:
-        return size_bytes / outer + system.network.latency
-    return size_bytes / inner + system.node.nvlink_latency
+    return _linear_time_s("send_recv", size_bytes, span, system)
 
 
 def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
@@ -125,8 +117,8 @@ def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: Sys
 
 
 def collective_coefficients(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
-    """(seconds per byte, latency seconds) with time = size·slope + latency for a non-empty buffer;
-    the same formulas as the functions above, in linear form so many sizes can be costed at once."""
+    """(seconds per byte, latency seconds) with time = size·slope + latency for a non-empty buffer:
+    the one statement of the collective formulas, in linear form so many sizes can be costed at once."""
     if span.size <= 1:
         return 0.0, 0.0
     inner, outer = _bandwidths(system)

@@ -11,28 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def bubble_slots(schedule: str, pp: int, vpp: int) -> float:
-    """Idle micro-batch slots per step: (p-1) for gpipe / 1f1b, (p-1)/v for interleaved."""
-    if pp <= 1:
-        return 0.0
-    if schedule == "interleaved":
-        return (pp - 1) / vpp
-    return float(pp - 1)
-
-
 def bubble_from_work_s(total_work_s, slowest_work_s, chunks_per_gpu):
     """(Σ_i W_i − max_i W_i) / v: (p−1)·W (÷v interleaved) for equal stages; with unequal stages the
     fill and drain pass once through every other stage while the slowest one sets the steady state
     ((m−1)·W_max + Σ_i W_i for 1F1B). Works on floats and numpy arrays."""
     return (total_work_s - slowest_work_s) / chunks_per_gpu
-
-
-def pipeline_bubble_s(schedule: str, pp: int, vpp: int, stage_work_s: list[float]) -> float:
-    """Bubble of a pipeline whose stages take ``stage_work_s`` per micro-batch (see bubble_from_work_s)."""
-    if pp <= 1:
-        return 0.0
-    chunks = vpp if schedule == "interleaved" else 1
-    return bubble_from_work_s(sum(stage_work_s), max(stage_work_s), chunks)
 
 
 def layers_on_stage(layers, pp, stage):

@@ -16,7 +16,7 @@ span are one candidate (the first order in our list, the Megatron-LM default fir
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 from paraplan.cost.comm import GroupSpan, group_span
@@ -235,7 +235,6 @@ class Row:
     sequence_parallel: bool
     recompute: str
     overlap_tp_comm: bool
-    extras: dict = field(default_factory=dict)
 
     @property
     def microbatches(self) -> int:
