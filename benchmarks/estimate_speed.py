@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from paraplan import estimate as estimate_module
+from paraplan.stages import COLD_CACHES
 from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate
 from paraplan.specs.plan import PlanSpec
@@ -20,7 +20,7 @@ CASES = [
     ("llama3-405b tp8 pp2 cp2 on 16,128 GPUs", "llama3-405b", "dgx-h100-80gb",
      dict(gpus=16128, tp=8, pp=2, cp=2, global_batch=2016, seq_length=8192, sequence_parallel=True, zero=1)),
 ]
-CACHES = (estimate_module.block_compute, estimate_module.block_comm, estimate_module.block_times, estimate_module.layer_terms)
+CACHES = COLD_CACHES
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.report.search_view import plan_label
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
+from paraplan.stages import COLD_CACHES
 
 PROBLEMS = [
     ("gpt3-175b, 1,024 x dgx-a100-80gb, max gbs 1,024", "gpt3-175b", "dgx-a100-80gb", 1024, 2048, None, 1024),
@@ -35,10 +36,7 @@ def main() -> None:
         )
         best_seconds, result = float("inf"), None
         for _ in range(args.repeat):
-            from paraplan import estimate as estimate_module
-
-            for cached in (estimate_module.block_compute, estimate_module.block_comm, estimate_module.block_times,
-                           estimate_module.layer_terms, estimate_module.activation_terms):
+            for cached in COLD_CACHES:
                 cached.cache_clear()  # every run starts cold
             start = time.perf_counter()
             result = search(problem, top_k=10)

@@ -20,9 +20,10 @@ from pydantic import ValidationError
 from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate as _estimate
 from paraplan.report.result import Estimate
-from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.parallel import derive_dp
+from paraplan.specs.plan import PlanSpec, min_global_batch, plan_input_error  # noqa: F401 (re-exported)
 from paraplan.specs.system import SystemSpec
 
 DEFAULT_SEQ_LENGTH = 2048
@@ -30,24 +31,20 @@ DEFAULT_MICRO_BATCH = 1
 
 
 def default_global_batch(fields: dict[str, Any]) -> int:
-    """Smallest global batch the plan accepts: dp·micro_batch, times pp when the schedule is
-    interleaved (it needs the micro-batch count to be a multiple of pp).
+    """Smallest global batch the plan accepts (specs.plan.min_global_batch).
 
     When dp cannot be inferred (gpus not divisible by tp·pp·cp) this returns micro_batch, so that
     the plan's own check reports the real problem (``plan.gpus``) instead of the batch."""
-    tp, pp, cp = (int(fields.get(k) or 1) for k in ("tp", "pp", "cp"))
     micro_batch = int(fields.get("micro_batch") or DEFAULT_MICRO_BATCH)
     gpus = fields.get("gpus")
     dp = fields.get("dp") or 0
-    if not dp and isinstance(gpus, int) and gpus > 0 and gpus % (tp * pp * cp) == 0:
-        dp = gpus // (tp * pp * cp)
+    if not dp and isinstance(gpus, int) and gpus > 0:
+        dp = derive_dp(gpus, {k: fields.get(k) for k in ("tp", "pp", "cp")}) or 0
     if not dp or dp < 0 or micro_batch < 1:
         return max(1, micro_batch)
-    batch = dp * micro_batch
-    interleaved = fields.get("schedule") == "interleaved" or (fields.get("schedule") is None and int(fields.get("vpp") or 1) > 1)
-    if interleaved and pp > 1:
-        batch *= pp
-    return batch
+    schedule = fields.get("schedule")
+    interleaved = schedule == "interleaved" or (schedule is None and int(fields.get("vpp") or 1) > 1)
+    return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), interleaved)
 
 
 def plan_from_fields(fields: dict[str, Any]) -> PlanSpec:
@@ -61,18 +58,6 @@ def plan_from_fields(fields: dict[str, Any]) -> PlanSpec:
         return PlanSpec.model_validate(data)
     except ValidationError as exc:
         raise plan_input_error(exc) from None
-
-
-def plan_input_error(exc: ValidationError) -> InputError:
-    """One-line InputError for a rejected plan. Rules checked on the whole plan (placement, schedule
-    with vpp) name the plan itself; their message already names the field, so the plan's dict of
-    values is left out instead of being printed as the offending value."""
-    err = input_error_from_pydantic(exc, "plan")
-    first = err.violations[0] if err.violations else None
-    if first is not None and first.field == "plan" and isinstance(first.value, dict):
-        more = f" (and {len(err.violations) - 1} more)" if len(err.violations) > 1 else ""
-        return InputError(f"plan: {first.rule}{more}", err.violations)
-    return err
 
 
 def estimate(

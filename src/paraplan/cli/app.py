@@ -7,12 +7,14 @@ Each command lives in its own module of this package and registers on ``app``; `
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 from rich.console import Console
 
+from paraplan.specs import plan as specs_plan
 from paraplan.specs.errors import InputError
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 
 EXIT_INPUT_ERROR = 2
 
@@ -26,28 +28,15 @@ app = typer.Typer(
 )
 
 
-class Recompute(str, Enum):
-    none = "none"
-    selective = "selective"
-    full = "full"
+def _choices(name: str, literal) -> type[Enum]:
+    """A CLI choice enum from a Literal of the specs (one list of allowed values)."""
+    return Enum(name, {v: v for v in get_args(literal)}, type=str)
 
 
-class Dtype(str, Enum):
-    fp16 = "fp16"
-    bf16 = "bf16"
-    fp8 = "fp8"
-    fp32 = "fp32"
-
-
-class Schedule(str, Enum):
-    one_f_one_b = "1f1b"
-    interleaved = "interleaved"
-    gpipe = "gpipe"
-
-
-class Attention(str, Enum):
-    flash = "flash"
-    unfused = "unfused"
+Recompute = _choices("Recompute", specs_plan.Recompute)
+Dtype = _choices("Dtype", specs_plan.PlanDtype)
+Schedule = _choices("Schedule", specs_plan.Schedule)
+Attention = _choices("Attention", specs_plan.Attention)
 
 
 _TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
@@ -103,7 +92,7 @@ ZeroOption = Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO
 ScheduleOption = Annotated[Optional[str], typer.Option("--schedule", help="restrict: 1f1b,gpipe,interleaved")]
 NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
 DefaultOverlapOption = Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")]
-DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help="only tp-cp-dp-pp placement")]
+DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")]
 
 
 def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule) -> dict:

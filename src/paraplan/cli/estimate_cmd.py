@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from paraplan.api import plan_from_fields
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.catalog import load_model, load_system
 from paraplan.cli.app import (
     Attention,
@@ -53,7 +54,7 @@ def estimate(
     overlap_tp_comm: Annotated[bool, typer.Option("--overlap-tp-comm", help="overlap TP collectives with GEMMs")] = False,
     no_overlap_dp: Annotated[bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")] = False,
     no_overlap_param_gather: Annotated[bool, typer.Option("--no-overlap-param-gather")] = False,
-    placement: Annotated[str, typer.Option("--placement", help="group order on the network, innermost first")] = "tp-cp-dp-pp",
+    placement: Annotated[str, typer.Option("--placement", help="group order on the network, innermost first")] = DEFAULT_PLACEMENT_LABEL,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,

@@ -7,7 +7,7 @@ placed inside it. With D GPUs per NVLink domain a group of n spans ``n_in`` GPUs
 
 Algorithms: two-level ring (reduce-scatter inside the domain, ring across domains on 1/n_in of the
 data through each GPU's own NIC, all-gather inside the domain) — the hierarchical scheme of the
-NERSC model (seeds/nersc-perf-model-readme.txt) and of NCCL's NVLS/tree variants; bandwidth terms
+NERSC model (Subramanian et al. 2024, arXiv:2410.00273) and of NCCL's NVLS/tree variants; bandwidth terms
 are the ring volumes of Thakur et al. 2005 (all-reduce 2(n-1)/n·S, reduce-scatter and all-gather
 (n-1)/n·S per rank), latency the smaller of ring (steps·α) and tree (2·log2 n·α).
 """
@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -73,74 +76,117 @@ def _latency(steps_ring: int, n: int, alpha: float) -> float:
     return min(steps_ring * alpha, 2 * math.ceil(math.log2(n)) * alpha)
 
 
-def _linear_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+@dataclass(frozen=True)
+class LinearCollective:
+    """One collective on one group in linear form, tier by tier: time(S) = S·(a_in + a_out) + l_in + l_out
+    for a non-empty S-byte buffer (0 for an empty one), the NVLink tier (in) and the scale-out tier (out).
+
+    Fields may be floats or numpy arrays (one entry per candidate plan). ``cost_in`` / ``cost_out``
+    are each tier's overlap cost (``overlap_cost``): the share of that tier's time still paid when
+    the collective hides behind compute."""
+
+    slope_in: Any
+    latency_in: Any
+    slope_out: Any
+    latency_out: Any
+    cost_in: Any
+    cost_out: Any
+
+    def tier_times_s(self, size_bytes):
+        """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer."""
+        on = size_bytes > 0  # bool or bool array: an empty buffer costs nothing
+        return (size_bytes * self.slope_in + self.latency_in) * on, (size_bytes * self.slope_out + self.latency_out) * on
+
+    def time_s(self, size_bytes):
+        """S·(a_in + a_out) + l_in + l_out (0 for an empty buffer)."""
+        inner, outer = self.tier_times_s(size_bytes)
+        return inner + outer
+
+    def hidden_price_s(self, size_bytes):
+        """What the collective still costs when completely hidden: each tier's time × its own overlap
+        cost, c_in·t_in + c_out·t_out (so crossing a node never makes the NVLink share cheaper)."""
+        inner, outer = self.tier_times_s(size_bytes)
+        return self.cost_in * inner + self.cost_out * outer
+
+
+def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearCollective:
+    """The one statement of the collective formulas, tier by tier (module docstring): with a members
+    per domain and o domains, all-reduce 2(a-1)/a·S/B_nvlink + 2(o-1)/o·(S/a)/B_nic, all-gather and
+    reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
+    hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses."""
+    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    if span.size <= 1:
+        return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out)
+    inner, outer = _bandwidths(system)
+    a, o = span.per_domain, span.domains
+    alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
+    if kind == "all_reduce":
+        return LinearCollective(
+            2 * (a - 1) / a / inner, _latency(2 * (a - 1), a, alpha_in),
+            2 * (o - 1) / o / a / outer, _latency(2 * (o - 1), o, alpha_out), c_in, c_out,
+        )
+    if kind in ("all_gather", "reduce_scatter"):
+        return LinearCollective(
+            (a - 1) / a / inner, _latency(a - 1, a, alpha_in),
+            (o - 1) / o / a / outer, _latency(o - 1, o, alpha_out), c_in, c_out,
+        )
+    if kind == "send_recv":
+        if o > 1:
+            return LinearCollective(0.0, 0.0, 1 / outer, alpha_out, c_in, c_out)
+        return LinearCollective(1 / inner, alpha_in, 0.0, 0.0, c_in, c_out)
+    raise ValueError(f"no linear form for collective {kind!r}")
+
+
+def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """Seconds of one call: the linear form of ``linear_collective``; ring_exchange is Ring Attention's
+    K/V pass, (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
+    return collective_time_and_price_s(kind, size_bytes, span, system)[0]
+
+
+def collective_time_and_price_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
+    """(seconds, hidden price in seconds: LinearCollective.hidden_price_s) of one call."""
     if span.size <= 1 or size_bytes <= 0:
-        return 0.0
-    slope, latency = collective_coefficients(kind, span, system)
-    return size_bytes * slope + latency
+        return 0.0, 0.0
+    steps = 1
+    if kind == "ring_exchange":
+        kind, steps = "send_recv", span.size - 1
+    form = linear_collective(kind, span, system)
+    return steps * float(form.time_s(size_bytes)), steps * float(form.hidden_price_s(size_bytes))
 
 
 def all_reduce_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """2(n_in-1)/n_in·S/B_nvlink + 2(n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
-    return _linear_time_s("all_reduce", size_bytes, span, system)
+    return collective_time_s("all_reduce", size_bytes, span, system)
 
 
 def gather_or_scatter_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """All-gather / reduce-scatter of an S-byte (full) buffer: (n_in-1)/n_in·S/B_nvlink +
     (n_out-1)/n_out·(S/n_in)/B_nic + latency (hierarchical ring)."""
-    return _linear_time_s("all_gather", size_bytes, span, system)
+    return collective_time_s("all_gather", size_bytes, span, system)
 
 
 def point_to_point_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """One send/recv between neighbours: S / bandwidth of the slowest link a neighbour pair uses + α."""
-    return _linear_time_s("send_recv", size_bytes, span, system)
+    return collective_time_s("send_recv", size_bytes, span, system)
 
 
 def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """Ring attention's K/V pass: (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
-    if span.size <= 1:
-        return 0.0
-    return (span.size - 1) * point_to_point_time_s(chunk_bytes, span, system)
-
-
-def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
-    """Dispatch on the collective kind."""
-    if kind == "all_reduce":
-        return all_reduce_time_s(size_bytes, span, system)
-    if kind in ("all_gather", "reduce_scatter"):
-        return gather_or_scatter_time_s(size_bytes, span, system)
-    if kind == "send_recv":
-        return point_to_point_time_s(size_bytes, span, system)
-    if kind == "ring_exchange":
-        return ring_exchange_time_s(size_bytes, span, system)
-    raise ValueError(f"unknown collective {kind!r}")
-
-
-def collective_coefficients(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
-    """(seconds per byte, latency seconds) with time = size·slope + latency for a non-empty buffer:
-    the one statement of the collective formulas, in linear form so many sizes can be costed at once."""
-    if span.size <= 1:
-        return 0.0, 0.0
-    inner, outer = _bandwidths(system)
-    a, o = span.per_domain, span.domains
-    alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
-    if kind == "all_reduce":
-        slope = 2 * (a - 1) / a / inner + 2 * (o - 1) / o / a / outer
-        return slope, _latency(2 * (a - 1), a, alpha_in) + _latency(2 * (o - 1), o, alpha_out)
-    if kind in ("all_gather", "reduce_scatter"):
-        slope = (a - 1) / a / inner + (o - 1) / o / a / outer
-        return slope, _latency(a - 1, a, alpha_in) + _latency(o - 1, o, alpha_out)
-    if kind == "send_recv":
-        return (1 / outer, alpha_out) if o > 1 else (1 / inner, alpha_in)
-    raise ValueError(f"no linear form for collective {kind!r}")
+    return collective_time_s("ring_exchange", chunk_bytes, span, system)
 
 
 def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
-    """Share of a collective's time still paid when it is hidden behind compute: the SMs (and HBM)
-    its kernels occupy slow the compute they overlap (Calculon's per-tier processor_usage)."""
+    """Share of a single-tier collective's time still paid when it is hidden behind compute: the SMs
+    (and HBM) its kernels occupy slow the compute they overlap (Calculon's per-tier
+    processor_usage; Isaev et al. 2023). Multi-tier collectives price each tier apart
+    (``LinearCollective.hidden_price_s``)."""
     return system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
 
 
-def hidden_share(total_s, exposed_s, cost):
-    """exposed + cost·(total − exposed): the exposed part plus the price of the hidden part."""
-    return exposed_s + cost * (total_s - exposed_s)
+def priced_exposure_s(total_s, exposed_s, price_s):
+    """exposed + (total − exposed)·price/total: the exposed part of a collective plus the price of
+    its hidden part, where price is the cost of hiding all of it (c_in·t_in + c_out·t_out)."""
+    total = np.asarray(total_s, dtype=float)
+    share = np.divide(price_s, total, out=np.zeros_like(total), where=total > 0)
+    out = exposed_s + share * (total - exposed_s)
+    return out if isinstance(out, np.ndarray) and out.ndim else float(out)

@@ -61,7 +61,7 @@ def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: Accelerator
     """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
-    size-efficiency curves in Calculon's system files (reference/calculon-data/systems)."""
+    size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json)."""
     if flops <= 0:
         return 0.0
     b, m, n, k = shape

@@ -26,32 +26,16 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from paraplan.report.result import BREAKDOWN_PARTS  # noqa: E402
+from paraplan.report.result import MEMORY_PARTS as STAGE_MEMORY_PARTS  # noqa: E402
 from paraplan.specs.errors import InputError  # noqa: E402
 from paraplan.units import GiB, si_prefixed  # noqa: E402
 
 FORMATS = ("png", "svg")
 DPI = 130
 
-TIME_PARTS = (
-    ("forward_s", "forward", "#4C72B0"),
-    ("backward_s", "backward", "#8FAADC"),
-    ("recompute_s", "recompute", "#DD8452"),
-    ("optimizer_s", "optimizer step", "#937860"),
-    ("bubble_s", "pipeline bubble", "#C44E52"),
-    ("tp_comm_s", "TP comm (exposed)", "#55A868"),
-    ("cp_comm_s", "CP comm (exposed)", "#A1C9A3"),
-    ("pp_comm_s", "PP comm (exposed)", "#8172B3"),
-    ("dp_comm_s", "DP comm (exposed)", "#DA8BC3"),
-    ("offload_s", "offload (exposed)", "#CCB974"),
-)
-MEMORY_PARTS = (
-    ("weights", "weights", "#4C72B0"),
-    ("gradients", "gradients", "#55A868"),
-    ("optimizer", "optimizer state", "#937860"),
-    ("activations", "activations", "#DD8452"),
-    ("buffers", "working buffers", "#8172B3"),
-    ("reserved", "reserved (CUDA ctx, fragm.)", "#B0B0B0"),
-)
+TIME_PARTS = tuple((p.name, p.label, p.color) for p in BREAKDOWN_PARTS)  # report.result: the one list
+MEMORY_PARTS = tuple((p.key, p.label, p.color) for p in STAGE_MEMORY_PARTS)
 LINE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
                "#bcbd22")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")

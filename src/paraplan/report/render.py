@@ -18,7 +18,8 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory
+from paraplan.report.result import BREAKDOWN_PARTS, CommCost, Estimate, OpCost, StageMemory
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB, si_prefixed
 
 MB = 1e6
@@ -26,18 +27,6 @@ MAX_STAGE_ROWS = 12  # longer pipelines show the first, the last and the peak st
 MIN_NAME_WIDTH = 8  # foldable columns first fold no narrower than this ...
 MIN_FOLD_WIDTH = 3  # ... and then no narrower than this, before every column may fold
 
-BREAKDOWN_LABELS = (
-    ("forward_s", "forward"),
-    ("backward_s", "backward"),
-    ("recompute_s", "recompute"),
-    ("optimizer_s", "optimizer step"),
-    ("bubble_s", "pipeline bubble"),
-    ("tp_comm_s", "TP comm (exposed)"),
-    ("cp_comm_s", "CP comm (exposed)"),
-    ("pp_comm_s", "PP comm (exposed)"),
-    ("dp_comm_s", "DP comm (exposed)"),
-    ("offload_s", "offload (exposed)"),
-)
 
 
 # ---- small formatters ------------------------------------------------------------------------
@@ -170,8 +159,8 @@ def plan_line(est: Estimate) -> str:
     ]
     extras = [name for name in ("offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm") if p.get(name)]
     extras += [f"no {name}" for name in ("overlap_dp_grad_reduce", "overlap_param_gather") if p.get(name) is False]
-    placement = p.get("placement", "tp-cp-dp-pp")
-    if placement != "tp-cp-dp-pp":
+    placement = p.get("placement", DEFAULT_PLACEMENT_LABEL)
+    if placement != DEFAULT_PLACEMENT_LABEL:
         extras.append(f"placement {placement}")
     if extras:
         parts.append(", ".join(e.replace("_", " ") for e in extras))
@@ -210,7 +199,7 @@ def breakdown_table(est: Estimate) -> SimpleTable:
     """Each part of the critical path in seconds and as a share of the step."""
     table = simple_table("Time per step (critical path)", "component", "seconds", "% of step")
     step = est.step_time_s
-    for attr, label in BREAKDOWN_LABELS:
+    for attr, label in ((part.name, part.label) for part in BREAKDOWN_PARTS):
         value = getattr(est.breakdown, attr)
         table.add_row(label, _seconds(value), f"{100 * value / step:.1f}" if step > 0 else "-")
     table.add_section()

@@ -2,44 +2,75 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from paraplan.units import GiB
 
 
+def _part(label: str, color: str):
+    """A breakdown / memory field with its display label and plot colour (the one list of parts)."""
+    return field(metadata={"label": label, "color": color})
+
+
 @dataclass(frozen=True)
 class TimeBreakdown:
-    """Seconds per step on the critical path; the parts sum to ``step_time_s``."""
+    """Seconds per step on the critical path; the parts sum to ``step_time_s``. This class is the
+    one list of time parts: labels, plot colours, CSV columns and the composition's output keys
+    (schedule.step.compose_step) all derive from its fields (``BREAKDOWN_PARTS``)."""
 
-    forward_s: float
-    backward_s: float
-    recompute_s: float
-    optimizer_s: float
-    bubble_s: float
-    tp_comm_s: float
-    cp_comm_s: float
-    pp_comm_s: float
-    dp_comm_s: float
-    offload_s: float
+    forward_s: float = _part("forward", "#4C72B0")
+    backward_s: float = _part("backward", "#8FAADC")
+    recompute_s: float = _part("recompute", "#DD8452")
+    optimizer_s: float = _part("optimizer step", "#937860")
+    bubble_s: float = _part("pipeline bubble", "#C44E52")
+    tp_comm_s: float = _part("TP comm (exposed)", "#55A868")
+    cp_comm_s: float = _part("CP comm (exposed)", "#A1C9A3")
+    pp_comm_s: float = _part("PP comm (exposed)", "#8172B3")
+    dp_comm_s: float = _part("DP comm (exposed)", "#DA8BC3")
+    offload_s: float = _part("offload (exposed)", "#CCB974")
 
     def total_s(self) -> float:
         return sum(asdict(self).values())
 
 
 @dataclass(frozen=True)
+class Part:
+    """One named part of a breakdown: result field, display label, plot colour."""
+
+    name: str
+    label: str
+    color: str
+
+    @property
+    def key(self) -> str:
+        """The field name without its unit suffix ("weights" for "weights_bytes")."""
+        return self.name.rsplit("_", 1)[0]
+
+
+def _parts(cls, names=None) -> tuple[Part, ...]:
+    return tuple(Part(f.name, f.metadata["label"], f.metadata["color"]) for f in fields(cls)
+                 if "label" in f.metadata and (names is None or f.name in names))
+
+
+BREAKDOWN_PARTS: tuple[Part, ...] = _parts(TimeBreakdown)
+BREAKDOWN_FIELDS: tuple[str, ...] = tuple(p.name for p in BREAKDOWN_PARTS)
+
+
+@dataclass(frozen=True)
 class StageMemory:
-    """Bytes per GPU of one pipeline stage at its peak."""
+    """Bytes per GPU of one pipeline stage at its peak. Its labelled fields are the one list of
+    memory parts (``MEMORY_PARTS``): they sum to ``peak_bytes``."""
 
     stage: int
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    buffers_bytes: float
-    reserved_bytes: float
-    capacity_bytes: float
-    transformer_weights_and_optimizer_bytes: float
-    transformer_activations_bytes: float
+    weights_bytes: float = _part("weights", "#4C72B0")
+    gradients_bytes: float = _part("gradients", "#55A868")
+    optimizer_bytes: float = _part("optimizer state", "#937860")
+    activations_bytes: float = _part("activations", "#DD8452")
+    buffers_bytes: float = _part("working buffers", "#8172B3")
+    reserved_bytes: float = _part("reserved (CUDA ctx, fragm.)", "#B0B0B0")
+    capacity_bytes: float = 0.0
+    transformer_weights_and_optimizer_bytes: float = 0.0
+    transformer_activations_bytes: float = 0.0
     host_bytes: float = 0.0  # offloaded state and activations in host memory
     host_capacity_bytes: float = float("inf")
 
@@ -49,7 +80,7 @@ class StageMemory:
 
     @property
     def peak_bytes(self) -> float:
-        return self.weights_and_optimizer_bytes + self.activations_bytes + self.buffers_bytes + self.reserved_bytes
+        return sum(getattr(self, p.name) for p in MEMORY_PARTS)
 
     @property
     def fits(self) -> bool:
@@ -58,20 +89,18 @@ class StageMemory:
     def to_dict(self) -> dict:
         return {
             "stage": self.stage,
-            "weights_gib": self.weights_bytes / GiB,
-            "gradients_gib": self.gradients_bytes / GiB,
-            "optimizer_gib": self.optimizer_bytes / GiB,
+            **{f"{p.key}_gib": getattr(self, p.name) / GiB for p in MEMORY_PARTS},
             "weights_and_optimizer_gib": self.weights_and_optimizer_bytes / GiB,
-            "activations_gib": self.activations_bytes / GiB,
             "transformer_weights_and_optimizer_gib": self.transformer_weights_and_optimizer_bytes / GiB,
             "transformer_activations_gib": self.transformer_activations_bytes / GiB,
-            "buffers_gib": self.buffers_bytes / GiB,
-            "reserved_gib": self.reserved_bytes / GiB,
             "peak_gib": self.peak_bytes / GiB,
             "capacity_gib": self.capacity_bytes / GiB,
             "host_gib": self.host_bytes / GiB,
             "fits": self.fits,
         }
+
+
+MEMORY_PARTS: tuple[Part, ...] = _parts(StageMemory)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from paraplan.report.render import simple_table
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.search.explain import Alternative
 from paraplan.search.run import SearchResult
 from paraplan.specs.errors import InputError
@@ -33,7 +34,7 @@ def plan_label(plan: PlanSpec) -> str:
         parts.append("no-dp-overlap")
     if not plan.overlap_param_gather and plan.zero >= 1 and plan.dp * plan.cp > 1:
         parts.append("no-gather-overlap")
-    if plan.placement != "tp-cp-dp-pp":
+    if plan.placement != DEFAULT_PLACEMENT_LABEL:
         parts.append(plan.placement)
     return " ".join(parts)
 

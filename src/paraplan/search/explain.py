@@ -12,17 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.estimate import estimate
-from paraplan.report.result import Estimate
+from paraplan.report.result import BREAKDOWN_PARTS, Estimate
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
 
-_COMPONENTS = {
-    "forward_s": "forward", "backward_s": "backward", "recompute_s": "recompute", "optimizer_s": "optimizer",
-    "bubble_s": "pipeline bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm", "pp_comm_s": "PP comm",
-    "dp_comm_s": "DP comm", "offload_s": "offload",
-}
+_COMPONENTS = {part.name: part.label for part in BREAKDOWN_PARTS}
 
 
 @dataclass(frozen=True)

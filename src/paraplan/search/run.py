@@ -23,23 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.cost.comm import GroupSpan, collective_time_s, overlap_cost
-from paraplan.estimate import (
-    GRID_FIELDS,
-    BlockComm,
-    BlockCompute,
-    activation_terms,
-    block_comm,
-    block_compute,
-    data_parallel_terms,
-    estimate,
-    p2p_bytes,
-    system_terms,
-)
-from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.cost.flops import model_flops_per_token
+from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
-from paraplan.schedule.step import RECOMPUTE_CODES, BlockTerms, StepInputs, block_terms, compose_step, stage_peaks
+from paraplan.schedule.step import compose_step, stage_peaks
 from paraplan.search.space import Row, SearchProblem, grid, plan_of, rows
+from paraplan.search.table import RowTable, feasible_columns, grid_arrays
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
 
@@ -107,215 +96,6 @@ def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, pe
     return step_time_s / tokens
 
 
-_GRID_DTYPES = {
-    "vpp": np.int64, "interleaved": bool, "gpipe": bool, "zero": np.int64, "overlap_dp_grad_reduce": bool,
-    "overlap_param_gather": bool, "offload_weights": bool, "offload_activations": bool, "offload_optimizer": bool,
-}
-
-
-def _grid_arrays(options: list[tuple]) -> dict[str, np.ndarray]:
-    """Grid options as arrays of the StepInputs grid fields."""
-    v, sched, z, od, og, ow, oa, oo = (list(col) for col in zip(*options))
-    values = {
-        "vpp": v,
-        "interleaved": [s == "interleaved" for s in sched],
-        "gpipe": [s == "gpipe" for s in sched],
-        "zero": z,
-        "overlap_dp_grad_reduce": od,
-        "overlap_param_gather": og,
-        "offload_weights": ow,
-        "offload_activations": oa,
-        "offload_optimizer": oo,
-    }
-    return {k: np.asarray(values[k], dtype=_GRID_DTYPES[k]) for k in GRID_FIELDS}
-
-
-_SCALAR_FIELDS = (
-    "pp", "microbatches", "layers", "p2p_transfer_s", "layer_params", "embedding_params", "head_params",
-    "dp_size", "dp_overlap_cost", "host_bandwidth", "hbm_rate", "weight_bytes", "grad_bytes", "optimizer_bytes",
-    "layer_activation_bytes", "embedding_activation_bytes", "head_activation_bytes", "layer_buffer_bytes",
-    "reserved_bytes",
-)
-_BLOCK_PARTS = ("forward", "backward", "recompute", "tp", "cp")
-_COMPUTE_FIELDS = tuple(BlockCompute.__dataclass_fields__)
-_COMM_FIELDS = tuple(BlockComm.__dataclass_fields__)
-
-
-class _Fields:
-    """Attribute access to a dict of arrays (the vectorised stand-in for BlockCompute / BlockComm)."""
-
-    def __init__(self, values: dict):
-        self.__dict__.update(values)
-
-
-class RowTable:
-    """Every row of the canonical space as arrays (one entry per row), built in the canonical order
-    of ``space.rows``; each StepInputs field holds what ``estimate.row_terms`` gives the scalar path,
-    from the same cached functions (block_compute, block_comm, activation_terms, ...) and the same
-    vectorisable ``block_terms``."""
-
-    def __init__(self, problem: SearchProblem):
-        self.problem = problem
-        model, system = problem.model, problem.system
-        names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
-                 "overlap_tp", "comm_id", "act_id", "p2p_id", "dp_id")
-        cols: dict[str, list] = {k: [] for k in names}
-        self.placement_names: list[str] = []
-        placement_ids: dict[str, int] = {}
-        comm_ids: dict[tuple, int] = {}
-        act_ids: dict[tuple, int] = {}
-        p2p_ids: dict[tuple, int] = {}
-        dp_ids: dict[GroupSpan, int] = {}
-        comms: list[tuple] = []  # (layer, embedding, head) block compute + comm, costs, tp in one domain, params
-        acts: list[dict] = []
-        p2p: list[float] = []
-        dps: list[dict] = []
-        for tp, pp, cp, dp in problem.factorizations:
-            placements = problem.placements(tp, pp, cp, dp)
-            knobs = problem.layer_knobs(tp, cp)
-            if not knobs:
-                continue
-            pids, span_pairs, pair_of = [], [], []
-            for placement, spans in placements:
-                pid = placement_ids.setdefault(placement, len(placement_ids))
-                if pid == len(self.placement_names):
-                    self.placement_names.append(placement)
-                pids.append(pid)
-                pair = (spans["tp"], spans["cp"])
-                if pair not in span_pairs:
-                    span_pairs.append(pair)
-                pair_of.append(span_pairs.index(pair))
-                if spans["dp"] not in dp_ids:
-                    dp_ids[spans["dp"]] = len(dps)
-                    dps.append(data_parallel_terms(system, spans["dp"]))
-            dp_of = np.array([dp_ids[spans["dp"]] for _, spans in placements])
-            pair_of = np.array(pair_of)
-            n_p, n_k = len(placements), len(knobs)
-            knob_sp = np.array([k[0] for k in knobs])
-            knob_rc = np.array([RECOMPUTE_CODES[k[1]] for k in knobs])
-            knob_ov = np.array([k[2] for k in knobs])
-            for mb, gb in problem.micro_batches(dp):
-                shapes = {
-                    sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
-                    for sp in (False, True)
-                }
-                p2p_of = []
-                for _, spans in placements:
-                    p2p_key = (tp, cp, mb, spans["pp"])
-                    if p2p_key not in p2p_ids:
-                        p2p_ids[p2p_key] = len(p2p)
-                        p2p.append(collective_time_s("send_recv", p2p_bytes(model, shapes[False]), spans["pp"], system))
-                    p2p_of.append(p2p_ids[p2p_key])
-                comm_table = np.empty((len(span_pairs), n_k), dtype=np.int64)
-                act_table = np.empty(n_k, dtype=np.int64)
-                for j, (sp, rc, _) in enumerate(knobs):
-                    act_key = (tp, cp, mb, sp, rc)
-                    if act_key not in act_ids:
-                        act_ids[act_key] = len(acts)
-                        acts.append(activation_terms(model, shapes[sp], rc))
-                    act_table[j] = act_ids[act_key]
-                    for q, (tp_span, cp_span) in enumerate(span_pairs):
-                        key = (tp, cp, mb, sp, tp_span, cp_span)
-                        cid = comm_ids.get(key)
-                        if cid is None:
-                            cid = comm_ids[key] = len(comms)
-                            comms.append(self._block_facts(shapes[sp], tp_span, cp_span))
-                        comm_table[q, j] = cid
-                n = n_p * n_k
-                for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro_batch", mb), ("global_batch", gb)):
-                    cols[name].append(np.full(n, value, dtype=np.int64))
-                cols["placement"].append(np.repeat(np.array(pids), n_k))
-                cols["p2p_id"].append(np.repeat(np.array(p2p_of), n_k))
-                cols["dp_id"].append(np.repeat(dp_of, n_k))
-                cols["comm_id"].append(comm_table[pair_of].reshape(-1))
-                cols["act_id"].append(np.tile(act_table, n_p))
-                cols["sp"].append(np.tile(knob_sp, n_p))
-                cols["recompute"].append(np.tile(knob_rc, n_p))
-                cols["overlap_tp"].append(np.tile(knob_ov, n_p))
-        c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
-        self.size = len(c["tp"])
-        cid, aid, did = c["comm_id"], c["act_id"], c["dp_id"]
-
-        def gather(values, index):
-            return np.asarray(values, dtype=float)[index]
-
-        scalars = {k: gather([u[k] for u in acts], aid) for k in acts[0]} if acts else {}
-        scalars["layer_params"] = gather([f[4] for f in comms], cid)
-        scalars["embedding_params"] = gather([f[5] for f in comms], cid)
-        scalars["dp_size"] = gather([u["dp_size"] for u in dps], did)
-        scalars["dp_overlap_cost"] = gather([u["dp_overlap_cost"] for u in dps], did)
-        scalars["p2p_transfer_s"] = gather(p2p, c["p2p_id"])
-        scalars["pp"] = c["pp"].astype(float)
-        scalars["microbatches"] = (c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float)
-        scalars["layers"] = np.full(self.size, float(model.layers))
-        head_params = {tp: (lm_head_weight_params(model, tp, True), lm_head_weight_params(model, tp, False))
-                       for tp in set(c["tp"].tolist())}
-        scalars["head_params"] = np.array([head_params[t][0 if p == 1 else 1] for t, p in zip(c["tp"].tolist(), c["pp"].tolist())])
-        for k, v in system_terms(system, problem.dtype).items():
-            scalars[k] = np.full(self.size, float(v))
-        self.scalars = scalars
-        tp_cost, cp_cost = gather([f[1] for f in comms], cid), gather([f[2] for f in comms], cid)
-        in_domain = np.asarray([f[3] for f in comms], dtype=bool)[cid]
-        overlap = c["overlap_tp"].astype(bool) & in_domain
-        none = np.zeros(self.size, dtype=np.int64)
-        self.blocks = {}
-        for b, name in enumerate(("layer", "embedding", "head")):
-            compute = _Fields({k: gather([getattr(f[0][b][0], k) for f in comms], cid) for k in _COMPUTE_FIELDS})
-            comm = _Fields({k: gather([getattr(f[0][b][1], k) for f in comms], cid) for k in _COMM_FIELDS})
-            code = c["recompute"] if name == "layer" else none  # recomputation checkpoints decoder layers only
-            terms = block_terms(compute, comm, code, overlap, tp_cost, cp_cost)
-            self.blocks[name] = {p: np.asarray(getattr(terms, p), dtype=float) for p in _BLOCK_PARTS}
-        self.coefficients = {
-            k: (gather([u[k][0] for u in dps], did), gather([u[k][1] for u in dps], did))
-            for k in ("all_reduce", "reduce_scatter", "all_gather")
-        }
-
-    def _block_facts(self, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan) -> tuple:
-        """Per (shape, spans): ((compute, comm) per block), TP and CP overlap costs, TP in one domain,
-        layer and embedding parameters — the inputs of ``schedule.step.block_terms``."""
-        model, system = self.problem.model, self.problem.system
-        blocks = (decoder_layer(model, shape), embedding_block(model, shape), lm_head_block(model, shape, False))
-        facts = tuple(
-            (block_compute(b, system, shape.dtype), block_comm(b, system, tp_span, cp_span)) for b in blocks
-        )
-        return (facts, overlap_cost(tp_span, system), overlap_cost(cp_span, system), tp_span.domains == 1,
-                blocks[0].weight_params, blocks[1].weight_params)
-
-    def row(self, i: int) -> Row:
-        c = self.columns
-        rc = [k for k, v in RECOMPUTE_CODES.items() if v == c["recompute"][i]][0]
-        return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
-                   self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
-                   int(c["global_batch"][i]), bool(c["sp"][i]), rc, bool(c["overlap_tp"][i]))
-
-    def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
-        fields = {k: v[index] for k, v in self.scalars.items()}
-        for b, parts in self.blocks.items():
-            fields[b] = BlockTerms(**{p: parts[p][index] for p in _BLOCK_PARTS})
-        for c, (slope, icpt) in self.coefficients.items():
-            fields[c] = (slope[index], icpt[index])
-        return StepInputs(**fields, **grid_values)
-
-    def lower_bounds(self) -> np.ndarray:
-        """Admissible step-time bound per row, with u the per-layer work of one micro-batch:
-        m·(⌈L/p⌉·u + 2 transfers when pp > 1) + (L − ⌈L/p⌉)·u / v_max.
-
-        The fullest stage holds ⌈L/p⌉ layers (pipeline.layers_on_stage), so the slowest stage does at
-        least that much work per micro-batch; the bubble is the other stages' work divided by at most
-        v_max (the largest vpp the row's grid allows; 1 when it cannot interleave); bubble-free
-        terms (data-parallel sync, optimizer, offload) are >= 0."""
-        s, layer = self.scalars, self.blocks["layer"]
-        c = self.columns
-        unit = layer["forward"] + layer["backward"] + layer["recompute"] + layer["tp"] + layer["cp"]
-        p2p = np.where(s["pp"] > 1, 2.0 * s["p2p_transfer_s"], 0.0)
-        layers, pp = self.problem.model.layers, c["pp"]
-        fullest = -(-layers // pp)
-        can_interleave = (layers % pp == 0) & (c["global_batch"] // (c["dp"] * c["micro_batch"]) % pp == 0) & (pp > 1)
-        allowed = self.problem.schedules is None or "interleaved" in self.problem.schedules
-        v_max = np.where(can_interleave & allowed, layers // pp, 1)
-        return s["microbatches"] * (fullest * unit + p2p) + (layers - fullest) * unit / v_max
-
-
 def _finish(problem, pool, k) -> list[RankedPlan]:
     pool.sort(key=lambda item: (item[0], item[1], item[2]))
     out = []
@@ -351,17 +131,16 @@ def search(
             pp, m, dpcp = key
             probe = Row(1, pp, dpcp, 1, "", {}, 1, m, False, "none", False)  # grid depends on pp, m, dp·cp only
             options = grid(problem, probe)
-            grids[key] = (options, _grid_arrays(options) if options else None)
+            grids[key] = (options, grid_arrays(options) if options else None, max((o[0] for o in options), default=1))
         grid_of_row.append(key)
     lengths = np.array([len(grids[k][0]) for k in grid_of_row], dtype=np.int64)
     space = int(lengths.sum())
 
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
-    from paraplan.cost.flops import model_flops_per_token
-
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     tokens_row = table.columns["global_batch"].astype(float) * problem.seq_length
-    bound_obj = objective_value(problem, table.lower_bounds(), tokens_row, flops_per_token * tokens_row, peak_flops)
+    v_max = np.array([grids[k][2] for k in grid_of_row], dtype=float)
+    bound_obj = objective_value(problem, table.lower_bounds(v_max), tokens_row, flops_per_token * tokens_row, peak_flops)
     order = np.lexsort((np.arange(table.size), bound_obj))
     capacity = problem.system.accelerator.hbm_capacity
     host_capacity = problem.system.accelerator.host_memory or np.inf
@@ -396,7 +175,7 @@ def search(
         index = np.repeat(chunk, lengths[chunk])
         grid_index = np.concatenate([np.arange(lengths[r]) for r in chunk])
         grid_values = {
-            f: np.concatenate([grids[grid_of_row[r]][1][f] for r in chunk]) for f in GRID_FIELDS
+            f: np.concatenate([grids[grid_of_row[r]][1][f] for r in chunk]) for f in grids[grid_of_row[chunk[0]]][1]
         }
         inp = table.inputs(index, grid_values)
         step = compose_step(inp)["step_time_s"]
@@ -460,29 +239,6 @@ def search(
             item["plan"] = plan_of(problem, table.row(item["row"]), grids[grid_of_row[item["row"]]][0][item["grid"]])
         result.all_feasible = everything
     return result
-
-
-def feasible_columns(table: RowTable, index, grid_values: dict, step, obj, peak, tokens) -> dict[str, np.ndarray]:
-    """Plan fields and metrics of a batch of candidates, column-wise (the CSV of ``--csv``)."""
-    c = table.columns
-    recompute_names = np.array(sorted(RECOMPUTE_CODES, key=RECOMPUTE_CODES.get))
-    return {
-        "tp": c["tp"][index], "pp": c["pp"][index], "cp": c["cp"][index], "dp": c["dp"][index],
-        "vpp": grid_values["vpp"],
-        "schedule": np.where(grid_values["interleaved"], "interleaved", np.where(grid_values["gpipe"], "gpipe", "1f1b")),
-        "micro_batch": c["micro_batch"][index], "global_batch": c["global_batch"][index],
-        "recompute": recompute_names[c["recompute"][index]],
-        "sequence_parallel": c["sp"][index].astype(bool),
-        "zero": grid_values["zero"],
-        "offload_weights": grid_values["offload_weights"],
-        "offload_activations": grid_values["offload_activations"],
-        "offload_optimizer": grid_values["offload_optimizer"],
-        "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
-        "overlap_dp_grad_reduce": grid_values["overlap_dp_grad_reduce"],
-        "overlap_param_gather": grid_values["overlap_param_gather"],
-        "placement": np.array(table.placement_names)[c["placement"][index]],
-        "step_time_s": step, "tokens_per_s": tokens / step, "objective": obj, "peak_memory_gib": peak / GiB,
-    }
 
 
 def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):

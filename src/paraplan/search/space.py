@@ -1,7 +1,7 @@
 """The space of plans a search covers, in a canonical order shared by every search path.
 
 A candidate is (tp, pp, cp, dp, placement) × (micro_batch, sequence_parallel, recompute,
-overlap_tp_comm) × (vpp/schedule, zero, overlap_dp_grad_reduce, overlap_param_gather, offloads).
+overlap_tp_comm) × (vpp/schedule/split, zero, overlap_dp_grad_reduce, overlap_param_gather, offloads).
 The first two levels form a *row*: everything that sets the per-layer costs. The last level is
 the row's *grid*: knobs that only enter the step composition and the memory sum, evaluated for
 many candidates at once.
@@ -10,7 +10,10 @@ Canonical form: a knob that cannot change anything for a row takes one value (se
 parallelism only with tp > 1; ZeRO stages and DP-overlap switches only with data × context > 1;
 the parameter-gather switch only with ZeRO >= 1; gpipe and interleaving only with pp > 1; offload
 only on systems with host memory), and placement orders that give every group the same network
-span are one candidate (the first order in our list, the Megatron-LM default first).
+span are one candidate (the first order in our list, the Megatron-LM default first). Layers are
+split by the default rule (specs/split.py); counting the embedding and the loss as layers is
+tried only where it is the only way to interleave with some vpp (Llama 3.1 405B's 126 layers).
+Every plan rule comes from specs/plan.py.
 """
 
 from __future__ import annotations
@@ -19,14 +22,29 @@ import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
-from paraplan.cost.comm import GroupSpan, group_span
+from typing import get_args
+
+from paraplan.cost.comm import GroupSpan
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.parallel import DEFAULT_PLACEMENT, placement_label
+from paraplan.specs.plan import (
+    PlanSpec,
+    Recompute,
+    Schedule,
+    cp_rule,
+    interleave_batch_rule,
+    interleave_split_rule,
+    pp_rule,
+    sequence_parallel_rule,
+    tp_rules,
+)
+from paraplan.specs.split import SplitGroup, default_first_last, grouped_split
 from paraplan.specs.system import SystemSpec
+from paraplan.stages import plan_spans
 
-RECOMPUTE_MODES = ("none", "selective", "full")
-DEFAULT_PLACEMENT = ("tp", "cp", "dp", "pp")
+RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 OBJECTIVES = ("time", "cost", "mfu")
 
 
@@ -123,15 +141,15 @@ class SearchProblem:
         for tp in _divisors(self.gpus):
             if self.tp is not None and tp not in self.tp:
                 continue
-            if m.heads % tp or m.ffn_hidden % tp or m.n_kv_heads % tp:
+            if tp_rules(m, tp):
                 continue
             for pp in _divisors(self.gpus // tp):
-                if pp > m.layers or (self.pp is not None and pp not in self.pp):
+                if pp_rule(m, pp) or (self.pp is not None and pp not in self.pp):
                     continue
                 for cp in _divisors(self.gpus // (tp * pp)):
                     if self.cp is not None and cp not in self.cp:
                         continue
-                    if cp > 1 and self.seq_length % (2 * cp):
+                    if cp_rule(self.seq_length, cp):
                         continue
                     out.append((tp, pp, cp, self.gpus // (tp * pp * cp)))
         return out
@@ -142,10 +160,8 @@ class SearchProblem:
         out = []
         orders = _placement_orders() if self.vary_placement else [DEFAULT_PLACEMENT]
         for order in orders:
-            placement = "-".join(order)
-            plan = _Degrees(tp, pp, cp, dp, order)
-            spans = {g: group_span(plan, self.system, g) for g in ("tp", "cp", "pp")}
-            spans["dp"] = group_span(plan, self.system, ("cp", "dp"))
+            placement = placement_label(order)
+            spans = plan_spans(_Degrees(tp, pp, cp, dp, order), self.system)
             key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
             if key not in seen:
                 seen[key] = placement
@@ -177,24 +193,43 @@ class SearchProblem:
         sp_options = [False] if tp == 1 else [False, True]
         if self.sequence_parallel is not None:
             sp_options = [s for s in sp_options if s in self.sequence_parallel] or ([False] if tp == 1 else [])
-        if tp > 1 and (self.seq_length // cp) % tp:
+        if tp > 1 and sequence_parallel_rule(self.seq_length, cp, tp):
             sp_options = [s for s in sp_options if not s]
         recompute = self.recompute or RECOMPUTE_MODES
         overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]  # default (off) first
         return [(sp, rc, ov) for sp in sp_options for rc in recompute for ov in overlap]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
-    def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str]]:
-        """(vpp, schedule): 1f1b; with pp > 1 also gpipe and interleaved with every vpp > 1 dividing
-        layers/pp (micro-batches must be a multiple of pp, Megatron-LM's rule)."""
-        allowed = self.schedules or ("1f1b", "gpipe", "interleaved")
-        out = [(1, "1f1b")] if "1f1b" in allowed else []
-        if pp > 1:
-            if "gpipe" in allowed:
-                out.append((1, "gpipe"))
-            if "interleaved" in allowed and microbatches % pp == 0 and self.model.layers % pp == 0:
-                out += [(v, "interleaved") for v in _divisors(self.model.layers // pp) if v > 1]
+    def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, bool]]:
+        """(vpp, schedule, embedding and loss counted as layers): 1f1b; with pp > 1 also gpipe and
+        interleaved with every vpp > 1 the default split allows (specs.plan.interleave_split_rule),
+        then those only the split that counts the embedding and the loss as layers allows; the
+        micro-batch count must be a multiple of pp (interleave_batch_rule)."""
+        allowed = self.schedules or SCHEDULES
+        out = [(1, "1f1b", False)] if "1f1b" in allowed else []
+        if pp == 1:
+            return out
+        if "gpipe" in allowed:
+            out.append((1, "gpipe", False))
+        if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
+            return out
+        seen = set()
+        for accounted in (False, True):
+            groups = self.split_groups(pp, accounted)
+            if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
+                continue
+            top = max(int(g.layers) + int(accounted) for g in groups if int(g.count) > 0)
+            for v in _divisors(top):
+                if v > 1 and v not in seen and not interleave_split_rule(groups, v, int(accounted), int(accounted)):
+                    seen.add(v)
+                    out.append((v, "interleaved", accounted))
         return out
+
+    def split_groups(self, pp: int, accounted: bool) -> tuple[SplitGroup, ...]:
+        """The default split of the layers over pp stages, or with embedding and loss counted as layers."""
+        units = int(accounted)
+        first, last = default_first_last(self.model.layers, pp, units, units)
+        return grouped_split(self.model.layers, pp, first, last)
 
     def state_options(self, dp_size: int) -> list[tuple[int, bool, bool]]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
@@ -252,10 +287,10 @@ def rows(problem: SearchProblem):
 
 
 def grid(problem: SearchProblem, row: Row) -> list[tuple]:
-    """The row's candidates: (vpp, schedule, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
+    """The row's candidates: (vpp, schedule, accounted split, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
     return [
-        (v, sched, z, od, og, ow, oa, oo)
-        for v, sched in problem.schedule_options(row.pp, row.microbatches)
+        (v, sched, acc, z, od, og, ow, oa, oo)
+        for v, sched, acc in problem.schedule_options(row.pp, row.microbatches)
         for z, od, og in problem.state_options(row.dp * row.cp)
         for ow, oa, oo in problem.offload_options
     ]
@@ -263,7 +298,7 @@ def grid(problem: SearchProblem, row: Row) -> list[tuple]:
 
 def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
     """The PlanSpec of one candidate."""
-    v, sched, z, od, og, ow, oa, oo = option
+    v, sched, accounted, z, od, og, ow, oa, oo = option
     return PlanSpec(
         gpus=problem.gpus,
         tp=row.tp,
@@ -287,4 +322,6 @@ def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
         overlap_param_gather=og,
         overlap_tp_comm=row.overlap_tp_comm,
         placement=row.placement,
+        embedding_as_layer=accounted,
+        loss_as_layer=accounted,
     )

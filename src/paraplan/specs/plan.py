@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from paraplan.specs.errors import Violation
+from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
+from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, explicit_split, grouped_split
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe"]
 PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
-GROUP_NAMES = ("tp", "cp", "dp", "pp")
+Attention = Literal["flash", "unfused"]
 
 
 class PlanSpec(BaseModel):
@@ -40,7 +42,7 @@ class PlanSpec(BaseModel):
     recompute: Recompute = "none"
     zero: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights")
     dtype: PlanDtype = "bf16"
-    attention: Literal["flash", "unfused"] = "flash"
+    attention: Attention = "flash"
     schedule: Schedule | None = Field(None, description="default: interleaved when vpp > 1, else 1f1b")
     offload_weights: bool = False
     offload_activations: bool = False
@@ -48,26 +50,40 @@ class PlanSpec(BaseModel):
     overlap_dp_grad_reduce: bool = Field(True, description="overlap DP gradient reduction with backward")
     overlap_param_gather: bool = Field(True, description="overlap ZeRO parameter all-gather with forward")
     overlap_tp_comm: bool = Field(False, description="overlap TP collectives with GEMMs (userbuffers)")
-    placement: str = Field("tp-cp-dp-pp", description="group order on the network, innermost first")
+    placement: str = Field(DEFAULT_PLACEMENT_LABEL, description="group order on the network, innermost first")
+    # how the decoder layers are split over the pipeline stages (specs/split.py; default rule when unset)
+    stage_layers: tuple[int, ...] | None = Field(None, description="decoder layers of every pipeline stage")
+    layers_first_stage: int | None = Field(None, ge=0, description="decoder layers on the first stage")
+    layers_last_stage: int | None = Field(None, ge=0, description="decoder layers on the last stage")
+    embedding_as_layer: bool = Field(False, description="count the input embedding as a layer when splitting")
+    loss_as_layer: bool = Field(False, description="count the LM head and loss as a layer when splitting")
 
     @model_validator(mode="before")
     @classmethod
     def _infer_dp(cls, data):
         if isinstance(data, dict) and not data.get("dp"):
             data = dict(data)
-            denom = data.get("tp", 1) * data.get("pp", 1) * data.get("cp", 1)
             gpus = data.get("gpus")
-            if isinstance(gpus, int) and denom and gpus % denom == 0:
-                data["dp"] = gpus // denom
+            degrees = {k: data.get(k) for k in ("tp", "pp", "cp")}
+            if isinstance(gpus, int) and all(v is None or (isinstance(v, int) and v > 0) for v in degrees.values()):
+                dp = derive_dp(gpus, degrees)
+                if dp:
+                    data["dp"] = dp
         return data
 
     @model_validator(mode="after")
     def _check_self(self) -> "PlanSpec":
-        order = self.placement.split("-")
-        if sorted(order) != sorted(GROUP_NAMES):
-            raise ValueError(f"placement={self.placement!r} must order tp, cp, dp, pp once each, e.g. 'tp-cp-dp-pp'")
+        parse_placement(self.placement)
         if self.schedule in ("1f1b", "gpipe") and self.vpp > 1:
             raise ValueError(f"schedule={self.schedule} cannot use vpp={self.vpp}; use 'interleaved'")
+        if self.schedule == "interleaved" and self.vpp == 1:
+            raise ValueError("schedule=interleaved needs vpp > 1 (model chunks per GPU); give --vpp")
+        given = [n for n in ("layers_first_stage", "layers_last_stage") if getattr(self, n) is not None]
+        accounted = [n for n in ("embedding_as_layer", "loss_as_layer") if getattr(self, n)]
+        if self.stage_layers is not None and (given or accounted):
+            raise ValueError(f"stage_layers cannot be combined with {', '.join(given + accounted)}")
+        if given and accounted:
+            raise ValueError(f"{given[0]} cannot be combined with {accounted[0]} (Megatron-LM refuses it too)")
         return self
 
     @property
@@ -83,7 +99,124 @@ class PlanSpec(BaseModel):
 
     @property
     def placement_order(self) -> tuple[str, ...]:
-        return tuple(self.placement.split("-"))
+        return parse_placement(self.placement)
+
+    @property
+    def embedding_units(self) -> int:
+        return int(self.embedding_as_layer)
+
+    @property
+    def loss_units(self) -> int:
+        return int(self.loss_as_layer)
+
+    def split(self, layers: int) -> tuple[SplitGroup, ...]:
+        """The plan's split of ``layers`` decoder layers over its stages (specs/split.py)."""
+        if self.stage_layers is not None:
+            return explicit_split(self.stage_layers)
+        first, last = default_first_last(layers, self.pp, self.embedding_units, self.loss_units)
+        if self.pp > 1 and (self.layers_first_stage is not None or self.layers_last_stage is not None):
+            rest_stages = self.pp - 1
+            if self.layers_first_stage is not None and self.layers_last_stage is not None:
+                first, last = self.layers_first_stage, self.layers_last_stage
+            elif self.layers_first_stage is not None:
+                first, last = self.layers_first_stage, (layers - self.layers_first_stage) // rest_stages
+            else:
+                first, last = (layers - self.layers_last_stage) // rest_stages, self.layers_last_stage
+        return tuple(
+            SplitGroup(int(g.index), int(g.count), int(g.layers), int(g.embedding), int(g.head))
+            for g in grouped_split(layers, self.pp, int(first), int(last))
+        )
+
+
+# Fields a search problem fixes for every candidate; the other fields are the plan's choices,
+# in this order the columns of search --csv and sweep.csv.
+PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", "attention")
+PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
+
+
+# ---- plan rules: each written once, used by plan_violations, the search space and the API ------
+def tp_rules(model: ModelSpec, tp: int) -> list[str]:
+    """What tp breaks (empty when nothing): it must divide heads, kv_heads and ffn_hidden
+    (Megatron-LM needs whole heads, whole key/value groups and whole MLP columns per rank)."""
+    out = []
+    if model.heads % tp:
+        out.append(f"must divide heads={model.heads}")
+    elif model.n_kv_heads % tp:
+        out.append(f"must divide kv_heads={model.n_kv_heads}")
+    if model.ffn_hidden % tp:
+        out.append(f"must divide ffn_hidden={model.ffn_hidden}")
+    return out
+
+
+def pp_rule(model: ModelSpec, pp: int) -> str | None:
+    """pp may not exceed the layers (every stage needs work; uneven splits are allowed)."""
+    return f"must not exceed layers={model.layers}" if pp > model.layers else None
+
+
+def cp_rule(seq_length: int, cp: int) -> str | None:
+    """Context parallelism splits each sequence into 2·cp chunks (load-balanced causal attention)."""
+    return f"must be divisible by 2·cp = {2 * cp}" if cp > 1 and seq_length % (2 * cp) else None
+
+
+def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
+    """Sequence parallelism splits each rank's s/cp tokens over tp."""
+    if (seq_length // cp) % tp:
+        return f"seq_length/cp must be divisible by tp={tp} with sequence_parallel"
+    return None
+
+
+def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
+    """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
+    if microbatches % pp:
+        return f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
+    return None
+
+
+def interleave_split_rule(groups: tuple[SplitGroup, ...], vpp: int, embedding_units: int, loss_units: int) -> str | None:
+    """Every stage's layers (+ the embedding / loss units counted on it) must split into vpp whole chunks."""
+    units = [int(chunk_units(g, embedding_units, loss_units)) for g in groups if int(g.count) > 0]
+    if any(u % vpp for u in units):
+        counted = " (embedding / loss counted)" if embedding_units or loss_units else ""
+        return f"interleaving needs each stage's layers{counted} {sorted(set(units))} to be a multiple of vpp={vpp}"
+    return None
+
+
+def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:
+    """Smallest global batch a plan accepts: dp·micro_batch, times pp when interleaved (interleave_batch_rule)."""
+    return dp * micro_batch * (pp if interleaved and pp > 1 else 1)
+
+
+def split_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
+    """The split's own rules: stage_layers has pp entries summing to the layers; no stage is empty."""
+    if plan.stage_layers is not None:
+        if len(plan.stage_layers) != plan.pp:
+            return [Violation("plan.stage_layers", list(plan.stage_layers), f"must list pp={plan.pp} stages")]
+        if sum(plan.stage_layers) != model.layers or min(plan.stage_layers) < 0:
+            return [Violation("plan.stage_layers", list(plan.stage_layers), f"must be >= 0 and sum to layers={model.layers}")]
+    if plan.pp == 1 and (plan.layers_first_stage is not None or plan.layers_last_stage is not None):
+        return [Violation("plan.layers_first_stage", plan.layers_first_stage, "needs pp > 1")]
+    groups = plan.split(model.layers)
+    bad = [g for g in groups if int(g.count) > 0 and (int(g.layers) < 0 or (int(g.layers) == 0 and not (g.embedding or g.head)))]
+    if bad:
+        counts = [int(g.layers) for g in groups if int(g.count) > 0]
+        field = "plan.stage_layers" if plan.stage_layers is not None else (
+            "plan.layers_first_stage" if plan.layers_first_stage is not None or plan.layers_last_stage is not None
+            else "plan.pp")
+        return [Violation(field, getattr(plan, field.split(".")[1]),
+                          f"leaves a pipeline stage without layers (stage layer counts {counts}, layers={model.layers})")]
+    return []
+
+
+def plan_input_error(exc: ValidationError) -> InputError:
+    """One-line InputError for a rejected plan. Rules checked on the whole plan (placement, schedule
+    with vpp) name the plan itself; their message already names the field, so the plan's dict of
+    values is left out instead of being printed as the offending value."""
+    err = input_error_from_pydantic(exc, "plan")
+    first = err.violations[0] if err.violations else None
+    if first is not None and first.field == "plan" and isinstance(first.value, dict):
+        more = f" (and {len(err.violations) - 1} more)" if len(err.violations) > 1 else ""
+        return InputError(f"plan: {first.rule}{more}", err.violations)
+    return err
 
 
 def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
@@ -97,20 +230,17 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
                 f"must equal tp·pp·dp·cp = {plan.tp}·{plan.pp}·{plan.dp or '?'}·{plan.cp}",
             )
         )
-    if model.heads % plan.tp:
-        out.append(Violation("plan.tp", plan.tp, f"must divide heads={model.heads}"))
-    elif model.n_kv_heads % plan.tp:
-        # Megatron-LM requires whole key/value groups per rank (num_query_groups % tp == 0)
-        out.append(Violation("plan.tp", plan.tp, f"must divide kv_heads={model.n_kv_heads}"))
-    if model.ffn_hidden % plan.tp:
-        out.append(Violation("plan.tp", plan.tp, f"must divide ffn_hidden={model.ffn_hidden}"))
-    if plan.pp > model.layers:
-        out.append(Violation("plan.pp", plan.pp, f"must not exceed layers={model.layers}"))
-    elif plan.vpp > 1 and model.layers % (plan.pp * plan.vpp):
-        out.append(
-            Violation("plan.vpp", plan.vpp, f"interleaving needs pp·vpp = {plan.pp * plan.vpp} to divide layers={model.layers}")
-        )
-    if plan.dp and plan.global_batch % (plan.dp * plan.micro_batch):
+    out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
+    for field, rule in (("plan.pp", pp_rule(model, plan.pp)), ("plan.seq_length", cp_rule(plan.seq_length, plan.cp))):
+        if rule:
+            out.append(Violation(field, getattr(plan, field.split(".")[1]), rule))
+    split_ok = not pp_rule(model, plan.pp)
+    if split_ok:
+        broken = split_violations(plan, model)
+        out += broken
+        split_ok = not broken
+    batch_ok = bool(plan.dp) and plan.global_batch % (plan.dp * plan.micro_batch) == 0
+    if plan.dp and not batch_ok:
         out.append(
             Violation(
                 "plan.global_batch",
@@ -118,21 +248,17 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
                 f"must be a multiple of dp·micro_batch = {plan.dp}·{plan.micro_batch}",
             )
         )
-    if plan.seq_length % (2 * plan.cp if plan.cp > 1 else 1):
-        out.append(Violation("plan.seq_length", plan.seq_length, f"must be divisible by 2·cp = {2 * plan.cp}"))
-    if plan.sequence_parallel and plan.seq_length // plan.cp % plan.tp:
-        out.append(Violation("plan.seq_length", plan.seq_length, f"seq_length/cp must be divisible by tp={plan.tp} with sequence_parallel"))
+    if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
+        out.append(Violation("plan.seq_length", plan.seq_length, rule))
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("plan.vpp", plan.vpp, "needs pp > 1"))
-    if plan.pipeline_schedule == "interleaved" and plan.dp and plan.global_batch % (plan.dp * plan.micro_batch) == 0:
-        if plan.microbatches % plan.pp:
-            out.append(
-                Violation(
-                    "plan.global_batch",
-                    plan.global_batch,
-                    f"interleaved schedule needs micro-batches ({plan.microbatches}) to be a multiple of pp={plan.pp}",
-                )
-            )
+    elif plan.pipeline_schedule == "interleaved" and split_ok:
+        rule = interleave_split_rule(plan.split(model.layers), plan.vpp, plan.embedding_units, plan.loss_units)
+        if rule:
+            out.append(Violation("plan.vpp", plan.vpp, rule))
+    if plan.pipeline_schedule == "interleaved" and batch_ok and plan.pp > 1:
+        if rule := interleave_batch_rule(plan.microbatches, plan.pp):
+            out.append(Violation("plan.global_batch", plan.global_batch, rule))
     if plan.ep != 1:
         out.append(Violation("plan.ep", plan.ep, "expert parallelism needs a mixture-of-experts model; dense models use ep=1"))
     return out

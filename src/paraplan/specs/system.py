@@ -59,7 +59,6 @@ class AcceleratorSpec(BaseModel):
     hbm_capacity: Bytes
     hbm_bandwidth: BytesPerS
     sm_count: int = Field(gt=0, description="streaming multiprocessors (compute units); sets the wave size")
-    gemm_tile: tuple[int, int] = Field((128, 128), description="output tile (rows, cols) of one GEMM thread block")
     efficiency: EfficiencySpec = EfficiencySpec()
     host_memory: Bytes | None = Field(None, description="second memory tier (host DRAM) per GPU, for offload")
     host_bandwidth: BytesPerS | None = Field(None, description="HBM <-> host bandwidth per GPU (PCIe / C2C)")
@@ -97,14 +96,13 @@ class NodeSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
-    gpus_per_node: int | None = Field(None, gt=0, description="GPUs per server; default gpus_per_domain")
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
     nvlink_efficiency: Fraction = Field(0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives")
     nvlink_overlap_cost: float = Field(
         0.15, ge=0, le=1,
         description="share of an NVLink collective's time still paid when hidden behind compute (SMs it occupies); "
-        "Calculon's processor_usage for the NVLink tier (reference/calculon-data/systems/a100_80g.json)",
+        "Calculon's processor_usage for the NVLink tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
     )
 
 
@@ -119,7 +117,7 @@ class NetworkSpec(BaseModel):
     overlap_cost: float = Field(
         0.02, ge=0, le=1,
         description="share of a scale-out collective's time still paid when hidden behind compute; "
-        "Calculon's processor_usage for the InfiniBand tier (reference/calculon-data/systems/a100_80g.json)",
+        "Calculon's processor_usage for the InfiniBand tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
     )
 
 

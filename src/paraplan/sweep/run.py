@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.catalog import load_model, load_system
+from paraplan.report.result import BREAKDOWN_FIELDS
+from paraplan.report.result import MEMORY_PARTS as STAGE_MEMORY_PARTS
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PLAN_COLUMNS
 from paraplan.specs.system import SystemSpec
 from paraplan.sweep.params import SetAxis, apply_overrides, check_axes, override_values, si_value
 from paraplan.units import GiB
@@ -34,7 +37,7 @@ CONFIG_FILE = "config.json"
 JSON_FILE = "sweep.json"
 CSV_FILE = "sweep.csv"
 
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserved")
+MEMORY_PARTS = tuple(part.key for part in STAGE_MEMORY_PARTS)  # report.result: the one list
 RESTRICTION_FIELDS = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
 
 
@@ -428,11 +431,7 @@ def write_results(document: dict, out_dir: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
-PLAN_COLUMNS = ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero",
-                "offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm",
-                "overlap_dp_grad_reduce", "overlap_param_gather", "placement")
-BREAKDOWN_COLUMNS = ("forward_s", "backward_s", "recompute_s", "optimizer_s", "bubble_s", "tp_comm_s", "cp_comm_s",
-                     "pp_comm_s", "dp_comm_s", "offload_s")
+BREAKDOWN_COLUMNS = BREAKDOWN_FIELDS
 
 
 def write_csv(document: dict, path: Path) -> None:

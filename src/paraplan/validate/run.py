@@ -42,12 +42,11 @@ import yaml
 from pydantic import ValidationError
 
 from paraplan.catalog import load_model, load_system
-from paraplan.api import plan_input_error
 from paraplan.estimate import check_plan, estimate
 from paraplan.report.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB, UnitError
 

@@ -1,0 +1,225 @@
+"""The rows of the canonical plan space as arrays, and their candidates' StepInputs.
+
+``RowTable`` enumerates every row of ``space.rows`` (same canonical order) and gathers, per row,
+the same facts ``stages.row_facts`` gives the estimator — from the same cached functions
+(``stages.block_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_transfer_s``)
+— as one ``stages.RowFacts`` of arrays. Block terms then come from ``stages.row_blocks`` on
+those arrays, and a batch of candidates (rows × grid options) becomes ``StepInputs`` through
+``stages.build_step_inputs``: the estimator's own builder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import numpy as np
+
+from paraplan.graph.transformer import LayerShape, lm_head_weight_params
+from paraplan.schedule.step import RECOMPUTE_CODES, StepInputs
+from paraplan.search.space import Row, SearchProblem
+from paraplan.specs.parallel import GRADIENT_GROUPS
+from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
+from paraplan.specs.split import default_first_last, grouped_split
+from paraplan.stages import (
+    BLOCK_KINDS,
+    BlockFacts,
+    GridKnobs,
+    RowFacts,
+    block_cost_facts,
+    block_memory_facts,
+    build_step_inputs,
+    gradient_group,
+    pipeline_transfer_s,
+    row_blocks,
+    stack,
+    system_terms,
+    take,
+)
+from paraplan.units import GiB
+
+RECOMPUTE_NAMES = np.array(sorted(RECOMPUTE_CODES, key=RECOMPUTE_CODES.get))
+_GRID_DTYPES = {f.name: (np.int64 if f.name in ("vpp", "zero") else bool) for f in fields(GridKnobs)}
+
+
+def grid_arrays(options: list[tuple]) -> dict[str, np.ndarray]:
+    """Grid options (space.grid tuples) as arrays: the GridKnobs fields plus "accounted" (split
+    with embedding and loss counted as layers)."""
+    v, sched, acc, z, od, og, ow, oa, oo = (list(col) for col in zip(*options))
+    values = {
+        "vpp": v, "interleaved": [s == "interleaved" for s in sched], "gpipe": [s == "gpipe" for s in sched],
+        "zero": z, "overlap_dp_grad_reduce": od, "overlap_param_gather": og,
+        "offload_weights": ow, "offload_activations": oa, "offload_optimizer": oo,
+    }
+    out = {k: np.asarray(values[k], dtype=_GRID_DTYPES[k]) for k in _GRID_DTYPES}
+    out["accounted"] = np.asarray(acc, dtype=np.int64)
+    return out
+
+
+class RowTable:
+    """Every row of the canonical space: columns (degrees, batch, knobs) and one RowFacts of arrays."""
+
+    def __init__(self, problem: SearchProblem):
+        self.problem = problem
+        model, system = problem.model, problem.system
+        names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
+                 "overlap_tp", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id")
+        cols: dict[str, list] = {k: [] for k in names}
+        self.placement_names: list[str] = []
+        ids: dict[str, dict] = {k: {} for k in ("placement", "cost", "memory", "p2p", "group")}
+        costs: list[dict] = []  # per (shape, tp span, cp span): BLOCK_KINDS -> (compute, comm, params)
+        memories: list[dict] = []  # per (shape, recompute): BLOCK_KINDS -> (kept, held, buffer)
+        transfers: list[float] = []
+        groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
+
+        def intern(kind: str, key, make) -> int:
+            table = ids[kind]
+            if key not in table:
+                table[key] = len(table)
+                make()
+            return table[key]
+
+        for tp, pp, cp, dp in problem.factorizations:
+            knobs = problem.layer_knobs(tp, cp)
+            if not knobs:
+                continue
+            placements = problem.placements(tp, pp, cp, dp)
+            n_p, n_k = len(placements), len(knobs)
+            pids = [intern("placement", name, lambda name=name: self.placement_names.append(name)) for name, _ in placements]
+            gids = [intern("group", tuple(spans[g] for g in GRADIENT_GROUPS),
+                           lambda spans=spans: groups.append({g: gradient_group(system, spans[g]) for g in GRADIENT_GROUPS}))
+                    for _, spans in placements]
+            span_pairs = [(spans["tp"], spans["cp"]) for _, spans in placements]
+            knob_sp = np.array([k[0] for k in knobs])
+            knob_rc = np.array([RECOMPUTE_CODES[k[1]] for k in knobs])
+            knob_ov = np.array([k[2] for k in knobs])
+            for mb, gb in problem.micro_batches(dp):
+                shapes = {sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
+                          for sp in (False, True)}
+                p2p_of = [intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans: transfers.append(
+                    pipeline_transfer_s(model, system, shapes[False], spans["pp"]))) for _, spans in placements]
+                cost_table = np.empty((n_p, n_k), dtype=np.int64)
+                memory_table = np.empty(n_k, dtype=np.int64)
+                memory_ids, cost_ids = ids["memory"], ids["cost"]
+                for j, (sp, rc, _) in enumerate(knobs):
+                    shape = shapes[sp]
+                    key = (tp, cp, mb, sp, rc)
+                    if key not in memory_ids:
+                        memory_ids[key] = len(memories)
+                        memories.append(block_memory_facts(model, shape, rc))
+                    memory_table[j] = memory_ids[key]
+                    for q, pair in enumerate(span_pairs):
+                        key = (tp, cp, mb, sp, pair)
+                        if key not in cost_ids:
+                            cost_ids[key] = len(costs)
+                            costs.append(block_cost_facts(model, system, shape, *pair))
+                        cost_table[q, j] = cost_ids[key]
+                n = n_p * n_k
+                for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro_batch", mb), ("global_batch", gb)):
+                    cols[name].append(np.full(n, value, dtype=np.int64))
+                cols["placement"].append(np.repeat(np.array(pids), n_k))
+                cols["tp_domains"].append(np.repeat(np.array([spans["tp"].domains for _, spans in placements]), n_k))
+                cols["p2p_id"].append(np.repeat(np.array(p2p_of), n_k))
+                cols["group_id"].append(np.repeat(np.array(gids), n_k))
+                cols["cost_id"].append(cost_table.reshape(-1))
+                cols["memory_id"].append(np.tile(memory_table, n_p))
+                cols["sp"].append(np.tile(knob_sp, n_p))
+                cols["recompute"].append(np.tile(knob_rc, n_p))
+                cols["overlap_tp"].append(np.tile(knob_ov, n_p))
+        c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
+        self.size = len(c["tp"])
+        if not self.size:
+            self.facts = self.blocks = None
+            return
+        cid, mid = c["cost_id"], c["memory_id"]
+        block_facts = {
+            kind: BlockFacts(
+                compute=stack([f[kind][0] for f in costs], cid),
+                comm=stack([f[kind][1] for f in costs], cid),
+                params=stack([f[kind][2] for f in costs], cid),
+                activation_bytes=stack([m[kind][0] for m in memories], mid),
+                held_bytes=stack([m[kind][1] for m in memories], mid),
+                buffer_bytes=stack([m[kind][2] for m in memories], mid),
+            )
+            for kind in BLOCK_KINDS
+        }
+        head_with_embedding = {tp: lm_head_weight_params(model, tp, True) for tp in set(c["tp"].tolist())}
+        self.facts = RowFacts(
+            blocks=block_facts,
+            head_params_with_embedding=np.array([head_with_embedding[t] for t in c["tp"].tolist()]),
+            recompute_code=c["recompute"],
+            overlap_tp_comm=c["overlap_tp"].astype(bool),
+            tp_domains=c["tp_domains"],
+            p2p_transfer_s=stack(transfers, c["p2p_id"]),
+            layers=float(model.layers),
+            pp=c["pp"].astype(float),
+            microbatches=(c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float),
+            gradient_groups=stack(groups, c["group_id"]),
+        )
+        self.blocks = row_blocks(self.facts)
+        self.step_facts = replace(self.facts, blocks={})  # what build_step_inputs reads besides the blocks
+        self.constants = system_terms(system, problem.dtype)
+
+    def row(self, i: int) -> Row:
+        c = self.columns
+        return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
+                   self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
+                   int(c["global_batch"][i]), bool(c["sp"][i]), str(RECOMPUTE_NAMES[c["recompute"][i]]),
+                   bool(c["overlap_tp"][i]))
+
+    def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
+        """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
+        facts = take(self.step_facts, index)
+        accounted = grid_values["accounted"]
+        first, last = default_first_last(facts.layers, facts.pp, accounted, accounted)
+        split = grouped_split(facts.layers, facts.pp, first, last)
+        knobs = GridKnobs(**{f.name: grid_values[f.name] for f in fields(GridKnobs)})
+        return build_step_inputs(facts, take(self.blocks, index), knobs, split, self.constants)
+
+    def lower_bounds(self, v_max: np.ndarray) -> np.ndarray:
+        """Admissible step-time bound per row, with u the per-layer work of one micro-batch:
+        m·(⌈L/p⌉·u + 2 transfers when pp > 1) + (L − ⌈L/p⌉)·u / v_max.
+
+        Whatever the split, some stage holds F >= ⌈L/p⌉ layers, so the slowest stage does at
+        least F·u (+ its transfers) per micro-batch and the other stages at least (L − F)·u in
+        all; the bound is increasing in F (m >= 1 >= 1/v), so F = ⌈L/p⌉ gives a lower bound. The
+        bubble divides the other stages' work by at most v_max, the largest vpp of the row's grid;
+        data-parallel sync, optimizer and offload terms are >= 0."""
+        terms = self.blocks["decoder"].terms
+        unit = 0.0
+        for f in fields(terms):
+            unit = unit + getattr(terms, f.name)
+        facts = self.facts
+        p2p = np.where(facts.pp > 1, 2.0 * facts.p2p_transfer_s, 0.0)
+        layers, pp = self.problem.model.layers, self.columns["pp"]
+        fullest = -(-layers // pp)
+        return facts.microbatches * (fullest * unit + p2p) + (layers - fullest) * unit / v_max
+
+
+def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndarray]:
+    """The PlanSpec fields of a batch of candidates, column-wise, in PlanSpec's field order
+    (specs.plan.PLAN_COLUMNS); fields the search does not vary keep their default."""
+    c = table.columns
+    accounted = grid_values["accounted"].astype(bool)
+    values = {
+        "tp": c["tp"][index], "pp": c["pp"][index], "cp": c["cp"][index], "dp": c["dp"][index],
+        "vpp": grid_values["vpp"], "micro_batch": c["micro_batch"][index],
+        "sequence_parallel": c["sp"][index].astype(bool), "recompute": RECOMPUTE_NAMES[c["recompute"][index]],
+        "zero": grid_values["zero"],
+        "schedule": np.where(grid_values["interleaved"], "interleaved", np.where(grid_values["gpipe"], "gpipe", "1f1b")),
+        "offload_weights": grid_values["offload_weights"], "offload_activations": grid_values["offload_activations"],
+        "offload_optimizer": grid_values["offload_optimizer"], "overlap_dp_grad_reduce": grid_values["overlap_dp_grad_reduce"],
+        "overlap_param_gather": grid_values["overlap_param_gather"], "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
+        "placement": np.array(table.placement_names)[c["placement"][index]],
+        "embedding_as_layer": accounted, "loss_as_layer": accounted,
+    }
+    n = len(index)
+    return {name: values[name] if name in values else np.full(n, PlanSpec.model_fields[name].default, dtype=object)
+            for name in PLAN_COLUMNS}
+
+
+def feasible_columns(table: RowTable, index, grid_values: dict, step, obj, peak, tokens) -> dict[str, np.ndarray]:
+    """Plan fields and metrics of a batch of candidates, column-wise (the CSV of ``--csv``)."""
+    return {
+        **plan_columns(table, index, grid_values), "global_batch": table.columns["global_batch"][index],
+        "step_time_s": step, "tokens_per_s": tokens / step, "objective": obj, "peak_memory_gib": peak / GiB,
+    }

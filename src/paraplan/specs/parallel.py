@@ -1,0 +1,76 @@
+"""The parallel dimensions of a plan: one registry, in the spirit of torchtitan's ``ParallelDims``.
+
+Every place that needs "the list of parallel groups" — plan validation, placement on the network,
+group spans, labels, CSV columns, search axes, CLI options — reads it from here:
+
+- ``DIMS``: the dimensions a plan places on the cluster, in Megatron-LM's default rank order,
+  innermost first (tp, cp, dp, pp; Narayanan et al. 2021 §3 and Megatron-LM's
+  ``RankGenerator`` order "tp-cp-ep-dp-pp"); expert dimensions (ep, etp) will be carved out of
+  dp × cp × tp, as Megatron-Core does, and join here;
+- ``GRADIENT_GROUPS``: which dimensions reduce which gradients (dense parameters over data ×
+  context ranks, Megatron-LM's ``data_parallel_group_with_cp``);
+- ``derive_dp``: the one rule that derives dp from the GPU count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParallelDim:
+    """One parallel dimension: its plan field, what it splits and how it is labelled."""
+
+    name: str  # the plan field (PlanSpec.<name>) and the group's name in the op graph
+    title: str  # for help texts and docs
+    splits: str  # what the dimension divides
+
+
+DIMS: tuple[ParallelDim, ...] = (
+    ParallelDim("tp", "tensor parallel", "each layer's weight matrices and heads (Shoeybi et al. 2019)"),
+    ParallelDim("cp", "context parallel", "the sequence of every sample (Liu et al. 2023)"),
+    ParallelDim("dp", "data parallel", "the global batch (replicas of the model)"),
+    ParallelDim("pp", "pipeline parallel", "the layers into stages (Narayanan et al. 2021)"),
+)
+DIM_NAMES: tuple[str, ...] = tuple(d.name for d in DIMS)
+DEFAULT_PLACEMENT: tuple[str, ...] = DIM_NAMES  # innermost (fastest-varying rank) first
+PLACEMENT_SEPARATOR = "-"
+DEFAULT_PLACEMENT_LABEL = PLACEMENT_SEPARATOR.join(DEFAULT_PLACEMENT)
+
+# Gradient groups: name -> the dimensions whose ranks hold the same parameters and reduce their
+# gradients together. Context-parallel ranks hold the same weights as data-parallel ones.
+GRADIENT_GROUPS: dict[str, tuple[str, ...]] = {"dense": ("cp", "dp")}
+
+
+def placement_label(order: tuple[str, ...]) -> str:
+    """"tp-cp-dp-pp" from ("tp", "cp", "dp", "pp")."""
+    return PLACEMENT_SEPARATOR.join(order)
+
+
+def parse_placement(label: str) -> tuple[str, ...]:
+    """("tp", "cp", "dp", "pp") from "tp-cp-dp-pp"; ValueError unless each dimension appears once."""
+    order = tuple(label.split(PLACEMENT_SEPARATOR))
+    if sorted(order) != sorted(DIM_NAMES):
+        raise ValueError(
+            f"placement={label!r} must order {', '.join(DIM_NAMES)} once each, e.g. {DEFAULT_PLACEMENT_LABEL!r}"
+        )
+    return order
+
+
+def derive_dp(gpus: int, degrees: dict[str, int]) -> int | None:
+    """dp = gpus / Π(other degrees), or None when that does not divide evenly."""
+    other = 1
+    for name in DIM_NAMES:
+        if name != "dp":
+            other *= int(degrees.get(name) or 1)
+    if other <= 0 or gpus % other:
+        return None
+    return gpus // other
+
+
+def degrees_product(degrees: dict[str, int]) -> int:
+    """Π over every dimension: the GPUs a plan with these degrees occupies."""
+    total = 1
+    for name in DIM_NAMES:
+        total *= int(degrees.get(name) or 1)
+    return total

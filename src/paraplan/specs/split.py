@@ -1,0 +1,89 @@
+"""How a plan's decoder layers are split over its pipeline stages: the one statement of the rules.
+
+Four ways, as Megatron-LM offers them (argument names in brackets):
+- default: each stage gets ⌊L/p⌋; the L mod p extra layers go to the middle stages first (stage 1,
+  2, ...) and only once every middle stage has one, to the first stage; the last stage, which also
+  holds the LM head and loss, never gets one. Llama 3 trained with the same idea, one layer fewer
+  on the first and last stages (Dubey et al. 2024, §3.3.2). Even splits give L/p everywhere.
+- ``layers_first_stage`` / ``layers_last_stage`` [--decoder-first-pipeline-num-layers,
+  --decoder-last-pipeline-num-layers]: given counts on the first / last stage, the rest shared by
+  the middle stages as evenly as possible (extra layers to the earliest middle stages).
+- ``embedding_as_layer`` / ``loss_as_layer`` [--account-for-embedding-in-pipeline-split,
+  --account-for-loss-in-pipeline-split]: the embedding and / or the loss count as one layer each;
+  the L + e + l units are split by the default rule and the first / last stage hold one decoder
+  layer fewer (126 layers of Llama 3.1 405B + 2 = 128 = 8 stages × 16, or 16 × 8).
+- ``stage_layers``: the count of every stage, given explicitly.
+
+Every split is described as four groups — first stage, the fuller middle stages, the other
+middle stages, last stage — whose counts work on ints and on numpy arrays alike (the search splits
+millions of candidates at once), except the explicit list, which is one group per stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Num = Any
+
+
+@dataclass(frozen=True)
+class SplitGroup:
+    """``count`` consecutive stages from position ``index``, each with ``layers`` decoder layers;
+    ``embedding`` / ``head``: whether the group's stages hold the input embedding / the LM head."""
+
+    index: Num
+    count: Num
+    layers: Num
+    embedding: Num
+    head: Num
+
+
+def grouped_split(layers: Num, pp: Num, first: Num, last: Num) -> tuple[SplitGroup, ...]:
+    """First stage ``first`` layers, last stage ``last`` (pp > 1), the rest R = L − first − last over
+    the pp − 2 middle stages: R mod (pp−2) of them get ⌊R/(pp−2)⌋ + 1, the others ⌊R/(pp−2)⌋."""
+    single = pp == 1
+    middle_stages = np.maximum(pp - 2, 0)
+    rest = np.where(single, 0, layers - first - np.where(single, 0, last))
+    safe = np.maximum(middle_stages, 1)
+    base = rest // safe
+    fuller = np.where(middle_stages > 0, rest % safe, 0)
+    return (
+        SplitGroup(0, 1, np.where(single, layers, first), 1, single),
+        SplitGroup(1, fuller, base + 1, 0, 0),
+        SplitGroup(1 + fuller, middle_stages - fuller, base, 0, 0),
+        SplitGroup(pp - 1, np.where(single, 0, 1), last, 0, 1),
+    )
+
+
+def default_first_last(layers: Num, pp: Num, embedding_units: Num = 0, loss_units: Num = 0) -> tuple[Num, Num]:
+    """(first, last) stage layer counts of the default rule applied to L + e + l units, minus the
+    units the embedding (e) and the loss (l) stand for (module docstring)."""
+    units = layers + embedding_units + loss_units
+    base = units // pp
+    extra = units % pp
+    extra_first = extra - np.minimum(extra, np.maximum(pp - 2, 0))
+    first = np.where(pp == 1, layers, base + extra_first - embedding_units)
+    return first, base - loss_units
+
+
+def stage_layer_counts(groups: tuple[SplitGroup, ...]) -> list[int]:
+    """Decoder layers of every stage, in order (scalar groups only)."""
+    out: list[int] = []
+    for g in sorted(groups, key=lambda g: int(g.index)):
+        out += [int(g.layers)] * int(g.count)
+    return out
+
+
+def explicit_split(stage_layers: tuple[int, ...]) -> tuple[SplitGroup, ...]:
+    """One group per stage, as given; the first holds the embedding, the last the LM head."""
+    pp = len(stage_layers)
+    return tuple(SplitGroup(i, 1, n, int(i == 0), int(i == pp - 1)) for i, n in enumerate(stage_layers))
+
+
+def chunk_units(group: SplitGroup, embedding_units: Num, loss_units: Num) -> Num:
+    """Layers a stage interleaves into virtual chunks: its decoder layers plus the embedding / loss
+    units counted on it (Megatron-LM requires whole layers per virtual chunk)."""
+    return group.layers + group.embedding * embedding_units + group.head * loss_units

@@ -1,0 +1,356 @@
+"""The one builder of a step: op graphs → per-block costs → pipeline stages → ``StepInputs``.
+
+Read top-down:
+1. ``BLOCK_KINDS``: the registry of block kinds (embedding, decoder layer, LM head), each with
+   its op-graph builder (graph/) and its memory facts (cost/memory.py). A new layer kind (an MoE
+   layer, an encoder layer) is one more entry.
+2. ``row_facts``: everything the layer shape, the group spans and the degrees fix for one plan —
+   summed op times and collective times per block, parameters, activations, the gradient
+   group's collectives, the pipeline transfer — as floats. The search gathers the same fields,
+   from the same cached functions, as numpy arrays over millions of candidates (search/table.py).
+3. ``row_blocks``: per-block time terms (schedule.step.block_terms) with the rules that decide
+   them — recomputation re-runs decoder layers only; TP comm-GEMM overlap only when the TP group
+   sits in one NVLink domain.
+4. ``build_step_inputs``: blocks laid out on the stages of a split (specs/split.py) plus the
+   plan's schedule, ZeRO, overlap and offload knobs → ``StepInputs`` for schedule/step.py.
+Steps 3 and 4 are written once for floats and arrays: the estimator and the search share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from paraplan.cost import memory as mem
+from paraplan.cost.comm import GroupSpan, collective_time_and_price_s, collective_time_s, group_span, linear_collective
+from paraplan.cost.compute import op_times_s
+from paraplan.graph.ops import LayerGraph
+from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, Stage, StepInputs, block_terms
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import GRADIENT_GROUPS
+from paraplan.specs.split import SplitGroup
+from paraplan.specs.system import SystemSpec
+
+Num = Any
+
+
+# ---- 1. block kinds ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockKind:
+    """One kind of block: how to build its op graph and what it keeps in memory."""
+
+    name: str
+    graph: Callable[[ModelSpec, LayerShape], LayerGraph]
+    memory: Callable[[ModelSpec, LayerShape, str], tuple[float, float, float]]  # (kept, held once, buffer) bytes
+    recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
+
+
+def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    return mem.layer_activation_bytes(model, shape, recompute), 0.0, layer_buffer_bytes(model, shape, recompute)
+
+
+def _embedding_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    return mem.embedding_activation_bytes(model, shape), 0.0, 0.0
+
+
+def _head_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    return 0.0, mem.lm_head_activation_bytes(model, shape), 0.0
+
+
+BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
+    "embedding": BlockKind("embedding", embedding_block, _embedding_memory, False),
+    "decoder": BlockKind("decoder", decoder_layer, _decoder_memory, True),
+    "head": BlockKind("head", lambda model, shape: lm_head_block(model, shape, False), _head_memory, False),
+}
+
+
+def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
+    """Working buffers beside the kept activations: one layer re-materialised in backward under full
+    recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""
+    buffers = mem.layer_activation_bytes(model, shape, "none") if recompute == "full" else 0.0
+    if shape.sequence_parallel:
+        buffers += shape.act_bytes * shape.local_tokens * model.hidden
+    return buffers
+
+
+def p2p_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Activation sent between stages per micro-batch: b·(s/c)·h half-precision elements, split over
+    the t tensor-parallel ranks (scatter/gather optimisation, Narayanan et al. 2021 §4.1)."""
+    return shape.act_bytes * shape.local_tokens * model.hidden / shape.tp
+
+
+# ---- 2. facts of a row --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockCompute:
+    """Summed op times of one block for one micro-batch (seconds), before communication."""
+
+    forward: float
+    backward: float
+    attention_forward: float  # the ops selective recompute re-runs (core attention)
+    attention_backward: float
+    gemm_forward: float
+    gemm_backward: float
+
+
+@lru_cache(maxsize=16384)
+def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
+    """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
+    acc = system.accelerator
+    sums = [0.0] * 6
+    for op in block.ops:
+        f, b = op_times_s(op, acc, dtype)
+        sums[0] += f
+        sums[1] += b
+        if op.selective_recompute:
+            sums[2] += f
+            sums[3] += b
+        if op.kind == "gemm":
+            sums[4] += f
+            sums[5] += b
+    return BlockCompute(*sums)
+
+
+@dataclass(frozen=True)
+class BlockComm:
+    """Seconds of one block's collectives for one micro-batch, grouped by what can hide them, and
+    the price of hiding each group completely (cost.comm.LinearCollective.hidden_price_s)."""
+
+    tp_forward: float
+    tp_backward: float  # backward collectives nothing hides
+    tp_hidden_by_dgrad: float
+    tp_hidden_by_wgrad: float
+    cp_forward: float
+    cp_backward: float
+    tp_forward_price: float
+    tp_backward_price: float  # of all backward TP collectives
+    cp_forward_price: float
+    cp_backward_price: float
+
+
+@lru_cache(maxsize=65536)
+def block_comm(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_span: GroupSpan) -> BlockComm:
+    """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span."""
+    spans = {"tp": tp_span, "cp": cp_span}
+    s = dict.fromkeys(BlockComm.__dataclass_fields__, 0.0)
+    for c in block.collectives:
+        time, price = collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system)
+        if c.group == "cp":
+            s["cp_forward"] += c.count_fwd * time
+            s["cp_backward"] += c.count_bwd * time
+            s["cp_forward_price"] += c.count_fwd * price
+            s["cp_backward_price"] += c.count_bwd * price
+            continue
+        s["tp_forward"] += c.count_fwd * time
+        s["tp_forward_price"] += c.count_fwd * price
+        backward = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}.get(c.overlaps_with, "tp_backward")
+        s[backward] += c.count_bwd * time
+        s["tp_backward_price"] += c.count_bwd * price
+    return BlockComm(**s)
+
+
+@dataclass(frozen=True)
+class BlockFacts:
+    """What one block kind costs for one row (floats, or arrays over rows)."""
+
+    compute: BlockCompute
+    comm: BlockComm
+    params: Num
+    activation_bytes: Num
+    held_bytes: Num
+    buffer_bytes: Num
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """Everything a (layer shape, spans, degrees, recompute, TP overlap) row fixes (floats or arrays)."""
+
+    blocks: dict[str, BlockFacts]  # by BLOCK_KINDS name
+    head_params_with_embedding: Num  # LM head parameters when it shares the stage with the embedding
+    recompute_code: Num
+    overlap_tp_comm: Num  # as the plan asks
+    tp_domains: Num
+    p2p_transfer_s: Num
+    layers: Num
+    pp: Num
+    microbatches: Num
+    gradient_groups: dict[str, GradientGroup]
+
+
+def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
+    """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
+    ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``."""
+    spans = {g: group_span(degrees, system, g) for g in ("tp", "cp", "pp")}
+    for name, dims in GRADIENT_GROUPS.items():
+        spans[name] = group_span(degrees, system, dims)
+    return spans
+
+
+@lru_cache(maxsize=4096)
+def gradient_group(system: SystemSpec, span: GroupSpan) -> GradientGroup:
+    """A gradient group's size and collectives in linear form (cost.comm.linear_collective)."""
+    return GradientGroup(span.size, *(linear_collective(k, span, system) for k in ("all_reduce", "reduce_scatter", "all_gather")))
+
+
+@lru_cache(maxsize=65536)
+def block_cost_facts(model: ModelSpec, system: SystemSpec, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan):
+    """Per block kind: (summed op times, collective times, parameters per GPU)."""
+    out = {}
+    for name, kind in BLOCK_KINDS.items():
+        graph = kind.graph(model, shape)
+        out[name] = (block_compute(graph, system, shape.dtype), block_comm(graph, system, tp_span, cp_span), graph.weight_params)
+    return out
+
+
+@lru_cache(maxsize=16384)
+def block_memory_facts(model: ModelSpec, shape: LayerShape, recompute: str) -> dict[str, tuple[float, float, float]]:
+    """Per block kind: (bytes kept per in-flight micro-batch, bytes held once, buffer bytes)."""
+    return {name: kind.memory(model, shape, recompute if kind.recomputed else "none") for name, kind in BLOCK_KINDS.items()}
+
+
+def pipeline_transfer_s(model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan) -> float:
+    """One activation send between neighbouring stages (p2p_bytes over the pp group's link)."""
+    return collective_time_s("send_recv", p2p_bytes(model, shape), pp_span, system)
+
+
+def row_facts(
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, spans: dict[str, GroupSpan],
+    pp: int, microbatches: int, recompute: str, overlap_tp_comm: bool,
+) -> RowFacts:
+    """The RowFacts of one plan, as floats."""
+    costs = block_cost_facts(model, system, shape, spans["tp"], spans["cp"])
+    memory = block_memory_facts(model, shape, recompute)
+    return RowFacts(
+        blocks={k: BlockFacts(*costs[k], *memory[k]) for k in BLOCK_KINDS},
+        head_params_with_embedding=lm_head_weight_params(model, shape.tp, True),
+        recompute_code=RECOMPUTE_CODES[recompute],
+        overlap_tp_comm=overlap_tp_comm,
+        tp_domains=spans["tp"].domains,
+        p2p_transfer_s=pipeline_transfer_s(model, system, shape, spans["pp"]),
+        layers=model.layers,
+        pp=pp,
+        microbatches=microbatches,
+        gradient_groups={name: gradient_group(system, spans[name]) for name in GRADIENT_GROUPS},
+    )
+
+
+# ---- 3. blocks ----------------------------------------------------------------------------------
+def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
+    """Per-block costs of a row: time terms (schedule.step.block_terms), parameters and memory.
+    Recomputation applies to the kinds that BLOCK_KINDS marks recomputed; comm-GEMM overlap needs
+    the TP group inside one NVLink domain (Transformer Engine userbuffers run over NVLink)."""
+    overlap = np.logical_and(facts.overlap_tp_comm, facts.tp_domains == 1)
+    out = {}
+    for name, kind in BLOCK_KINDS.items():
+        f = facts.blocks[name]
+        code = facts.recompute_code if kind.recomputed else 0
+        terms = block_terms(f.compute, f.comm, code, overlap)
+        out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes)
+    return out
+
+
+# ---- 4. stages and the step ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class GridKnobs:
+    """Knobs that only enter the step composition and the memory sum (floats/bools or arrays)."""
+
+    vpp: Num
+    interleaved: Num
+    gpipe: Num
+    zero: Num
+    overlap_dp_grad_reduce: Num
+    overlap_param_gather: Num
+    offload_weights: Num
+    offload_activations: Num
+    offload_optimizer: Num
+
+
+GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
+
+
+def system_terms(system: SystemSpec, dtype: str) -> dict:
+    """StepInputs fields set by the system and datatype alone."""
+    acc = system.accelerator
+    state = mem.state_bytes_per_param(dtype)
+    return dict(
+        host_bandwidth=acc.host_bandwidth or 1.0,
+        hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
+        weight_bytes=state.weights,
+        grad_bytes=state.gradients,
+        optimizer_bytes=state.optimizer,
+        reserved_bytes=acc.reserved_memory,
+    )
+
+
+def build_step_inputs(
+    facts: RowFacts, blocks: dict[str, BlockCost], knobs: GridKnobs, groups: tuple[SplitGroup, ...], constants: dict
+) -> StepInputs:
+    """Lay the blocks out on the split's stages (embedding on the first, decoder layers by the
+    split, LM head on the last, which also holds the embedding's parameters when pp = 1 and the
+    embeddings are tied) and attach the plan's knobs."""
+    head = blocks["head"]
+    single = facts.pp == 1
+    head = BlockCost(head.kind, head.terms, np.where(single, facts.head_params_with_embedding, head.params),
+                     head.activation_bytes, head.held_bytes, head.buffer_bytes, head.gradient_group)
+    p2p = np.where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
+    stages = tuple(
+        Stage(g.index, g.count, ((blocks["embedding"], g.embedding), (blocks["decoder"], g.layers), (head, g.head)), p2p)
+        for g in groups
+    )
+    return StepInputs(
+        stages=stages,
+        pp=facts.pp,
+        vpp=knobs.vpp,
+        microbatches=facts.microbatches,
+        interleaved=knobs.interleaved,
+        gpipe=knobs.gpipe,
+        gradient_groups=facts.gradient_groups,
+        zero=knobs.zero,
+        overlap_dp_grad_reduce=knobs.overlap_dp_grad_reduce,
+        overlap_param_gather=knobs.overlap_param_gather,
+        offload_weights=knobs.offload_weights,
+        offload_activations=knobs.offload_activations,
+        offload_optimizer=knobs.offload_optimizer,
+        **constants,
+    )
+
+
+# Caches of the builder, cleared by the benchmarks so every run starts cold.
+COLD_CACHES = (block_compute, block_comm, block_cost_facts, block_memory_facts, gradient_group)
+
+
+# ---- array helpers for the search ------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def stack(items: list, index: np.ndarray):
+    """Dataclasses / dicts / numbers of the same shape → one of the same shape whose leaves are
+    arrays, entry i taken from items[index[i]] (a leaf equal in every item stays a number)."""
+    first = items[0]
+    if is_dataclass(first):
+        return type(first)(**{n: stack([getattr(i, n) for i in items], index) for n in _field_names(type(first))})
+    if isinstance(first, dict):
+        return {k: stack([i[k] for i in items], index) for k in first}
+    if isinstance(first, str) or all(i == first for i in items):
+        return first
+    return np.asarray(items, dtype=float)[index]
+
+
+def take(value, index: np.ndarray):
+    """The candidates ``index`` of a structure of arrays (scalars and strings pass through)."""
+    if isinstance(value, np.ndarray):
+        return value[index] if value.ndim else value
+    if is_dataclass(value):
+        return type(value)(**{n: take(getattr(value, n), index) for n in _field_names(type(value))})
+    if isinstance(value, dict):
+        return {k: take(v, index) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(take(v, index) for v in value)
+    return value
+
