@@ -25,6 +25,16 @@ from paraplan.report.render import print_estimate
 from paraplan.specs.errors import InputError
 
 
+def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
+    """'15,16,15' -> (15, 16, 15); InputError naming the option otherwise."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise InputError(f"{option}: {text!r} is not allowed; give whole numbers separated by commas") from None
+
+
 @app.command()
 def estimate(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
@@ -55,6 +65,15 @@ def estimate(
     no_overlap_dp: Annotated[bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")] = False,
     no_overlap_param_gather: Annotated[bool, typer.Option("--no-overlap-param-gather")] = False,
     placement: Annotated[str, typer.Option("--placement", help="group order on the network, innermost first")] = DEFAULT_PLACEMENT_LABEL,
+    stage_layers: Annotated[
+        Optional[str], typer.Option("--stage-layers", help="decoder layers of every pipeline stage, e.g. 15,16,16,...,15")
+    ] = None,
+    layers_first_stage: Annotated[Optional[int], typer.Option("--layers-first-stage", min=0)] = None,
+    layers_last_stage: Annotated[Optional[int], typer.Option("--layers-last-stage", min=0)] = None,
+    embedding_as_layer: Annotated[
+        bool, typer.Option("--embedding-as-layer", help="count the embedding as a layer when splitting stages")
+    ] = False,
+    loss_as_layer: Annotated[bool, typer.Option("--loss-as-layer", help="count the LM head and loss as a layer")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,
@@ -93,6 +112,11 @@ def estimate(
             "overlap_dp_grad_reduce": not no_overlap_dp,
             "overlap_param_gather": not no_overlap_param_gather,
             "placement": placement,
+            "stage_layers": _int_list(stage_layers, "--stage-layers"),
+            "layers_first_stage": layers_first_stage,
+            "layers_last_stage": layers_last_stage,
+            "embedding_as_layer": embedding_as_layer,
+            "loss_as_layer": loss_as_layer,
         }
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None

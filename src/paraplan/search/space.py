@@ -39,7 +39,7 @@ from paraplan.specs.plan import (
     sequence_parallel_rule,
     tp_rules,
 )
-from paraplan.specs.split import SplitGroup, default_first_last, grouped_split
+from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, grouped_split
 from paraplan.specs.system import SystemSpec
 from paraplan.stages import plan_spans
 
@@ -218,7 +218,7 @@ class SearchProblem:
             groups = self.split_groups(pp, accounted)
             if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
                 continue
-            top = max(int(g.layers) + int(accounted) for g in groups if int(g.count) > 0)
+            top = max(int(chunk_units(g, int(accounted), int(accounted))) for g in groups if int(g.count) > 0)
             for v in _divisors(top):
                 if v > 1 and v not in seen and not interleave_split_rule(groups, v, int(accounted), int(accounted)):
                     seen.add(v)

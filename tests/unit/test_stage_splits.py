@@ -1,0 +1,120 @@
+"""User-given pipeline splits (specs/split.py): Megatron-LM's first/last-stage counts, the
+embedding and loss counted as layers, explicit per-stage lists — with interleaving — and the
+published Llama 3.1 405B layouts (126 layers)."""
+
+from __future__ import annotations
+
+import pytest
+from pytest import approx
+
+from paraplan.api import estimate
+from paraplan.catalog import load_model, load_system
+from paraplan.search.space import SearchProblem
+from paraplan.specs.errors import InputError
+from paraplan.specs.plan import PlanSpec, plan_violations
+from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
+
+L405 = load_model("llama3-405b")
+H100 = load_system("dgx-h100-80gb")
+
+
+def counts(plan: PlanSpec, layers: int = 126) -> list[int]:
+    return stage_layer_counts(plan.split(layers))
+
+
+def plan(**fields) -> PlanSpec:
+    base = dict(gpus=1024, tp=8, global_batch=512, seq_length=8192)
+    return PlanSpec(**(base | fields))
+
+
+def test_default_split_gives_extra_layers_to_middle_stages():
+    assert counts(plan(pp=16)) == [7] + [8] * 14 + [7]  # 126 = 16·7 + 14
+    assert counts(plan(pp=5, gpus=640), 24) == [5, 5, 5, 5, 4]
+    assert counts(plan(pp=2, gpus=256), 25) == [13, 12]
+    assert counts(plan(pp=1, gpus=128), 24) == [24]
+
+
+def test_embedding_and_loss_as_layers_make_405b_interleavable():
+    p = plan(pp=8, vpp=8, embedding_as_layer=True, loss_as_layer=True, gpus=1024, tp=8, cp=2, global_batch=64)
+    # 126 + 2 = 128 units = 8 stages × 16: first and last hold 15 decoder layers
+    assert counts(p) == [15] + [16] * 6 + [15]
+    assert not plan_violations(p, L405)
+    p16 = plan(pp=16, vpp=4, embedding_as_layer=True, loss_as_layer=True, gpus=2048, global_batch=256)
+    assert counts(p16) == [7] + [8] * 14 + [7]
+    assert not plan_violations(p16, L405)
+
+
+def test_interleaving_without_accounting_is_refused_for_126_layers():
+    bad = plan(pp=8, vpp=8, gpus=1024, cp=2, global_batch=64)
+    rules = [v.rule for v in plan_violations(bad, L405)]
+    assert any("multiple of vpp=8" in r for r in rules)
+
+
+def test_first_and_last_stage_counts():
+    p = plan(pp=8, layers_first_stage=14, layers_last_stage=14)
+    assert counts(p) == [14, 17, 17, 16, 16, 16, 16, 14]  # 98 middle layers over 6 stages
+    only_first = plan(pp=4, gpus=512, layers_first_stage=30)
+    assert counts(only_first) == [30, 32, 32, 32]  # the rest split over the other 3 stages
+
+
+def test_explicit_stage_layers():
+    p = plan(pp=4, gpus=512, stage_layers=(30, 33, 33, 30))
+    assert counts(p) == [30, 33, 33, 30]
+    assert not plan_violations(p, L405)
+    wrong = plan(pp=4, gpus=512, stage_layers=(30, 30, 30, 30))
+    assert [v.field for v in plan_violations(wrong, L405)] == ["plan.stage_layers"]
+
+
+@pytest.mark.parametrize("fields", [
+    dict(stage_layers=(30, 33, 33, 30), embedding_as_layer=True),
+    dict(layers_first_stage=3, loss_as_layer=True),
+    dict(schedule="interleaved"),  # vpp missing
+])
+def test_conflicting_split_fields_are_input_errors(fields):
+    with pytest.raises(Exception):
+        plan(pp=4, gpus=512, **fields)
+
+
+def test_405b_published_layouts_evaluate():
+    """NeMo's Llama 3.1 405B recipe layout (tp 8, pp 8, cp 2, vpp 8, embedding and loss counted
+    as layers) and a pp 16 interleaved variant evaluate without refusal; the first and last stage
+    hold one decoder layer fewer."""
+    e = estimate(L405, H100, gpus=1024, tp=8, pp=8, cp=2, vpp=8, micro_batch=1, global_batch=64, seq_length=8192,
+                 sequence_parallel=True, embedding_as_layer=True, loss_as_layer=True, zero=1)
+    assert e.step_time_s > 0 and len(e.stages) == 8
+    # the middle stages hold 16 layers, the first 15 plus the embedding
+    assert e.stages[1].transformer_weights_and_optimizer_bytes == approx(
+        e.stages[0].transformer_weights_and_optimizer_bytes * 16 / 15)
+    e16 = estimate(L405, H100, gpus=2048, tp=8, pp=16, cp=2, vpp=4, global_batch=128, seq_length=8192,
+                   sequence_parallel=True, embedding_as_layer=True, loss_as_layer=True, zero=1)
+    assert e16.step_time_s > 0 and len(e16.stages) == 16
+
+
+def test_search_offers_accounted_splits_only_where_needed():
+    problem = SearchProblem(model=L405, system=H100, gpus=1024, seq_length=8192, global_batch=512)
+    options = problem.schedule_options(8, 16)
+    accounted = sorted(v for v, s, acc in options if acc)
+    assert accounted == [2, 4, 8, 16]  # 128/8 = 16 units per stage; 126/8 is not whole
+    assert not [o for o in options if o[1] == "interleaved" and not o[2]]
+    gpt = SearchProblem(model=load_model("gpt3-175b"), system=H100, gpus=1024, seq_length=2048, global_batch=512)
+    assert not [o for o in gpt.schedule_options(8, 16) if o[2]]  # 96/8 interleaves without it
+
+
+def test_vectorised_split_matches_scalar():
+    import numpy as np
+
+    layers = np.array([126.0, 96.0, 25.0])
+    pp = np.array([8.0, 8.0, 2.0])
+    acc = np.array([1, 0, 0])
+    first, last = default_first_last(layers, pp, acc, acc)
+    groups = grouped_split(layers, pp, first, last)
+    for i in range(3):
+        scalar = grouped_split(int(layers[i]), int(pp[i]), *map(int, default_first_last(int(layers[i]), int(pp[i]), int(acc[i]), int(acc[i]))))
+        for field in ("index", "count", "layers"):
+            vector = [float(np.broadcast_to(getattr(g, field), layers.shape)[i]) for g in groups]
+            assert vector == [float(getattr(g, field)) for g in scalar]
+
+
+def test_too_many_stages_for_the_split_is_reported():
+    with pytest.raises(InputError):
+        estimate(load_model("gpt3-125m"), H100, gpus=8, pp=4, layers_first_stage=12, layers_last_stage=0, global_batch=8)
