@@ -14,7 +14,7 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.cost import comm, compute, flops, memory
 from paraplan.graph.ops import Op
-from paraplan.graph.transformer import LayerShape, _gemm, embedding_weight_params, layer_weight_params
+from paraplan.graph.transformer import LayerShape, _gemm, decoder_layer, embedding_weight_params, layer_weight_params
 from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -118,6 +118,17 @@ def test_memory_time():
     # 1 GB / (2039 GB/s * 0.8) + 4 us
     assert compute.memory_time_s(1e9, A100.accelerator) == approx(1e9 / (2039e9 * 0.8) + 4e-6)
     assert compute.memory_time_s(0.0, A100.accelerator) == 0.0
+
+
+def test_memory_kernel_roofline_uses_vector_flops():
+    """Element-wise kernels are bound by HBM unless vector FLOP/s are scarce (roofline)."""
+    acc = ROUND.accelerator  # 1 TB/s HBM at 80 %, 10 TFLOP/s vector bf16
+    assert compute.memory_time_s(1e9, acc, flops=1e9) == approx(1e9 / 0.8e12 + 4e-6)  # memory-bound
+    assert compute.memory_time_s(1e9, acc, flops=1e11) == approx(1e11 / 10e12 + 4e-6)  # vector-bound
+    slow = acc.model_copy(update={"vector_flops": {"bf16": 1e9}})
+    op = decoder_layer(LLAMA3_8B, LayerShape(1, 1, 1, 2048, False, "flash", "bf16")).ops[0]
+    assert op.name == "input_norm" and op.fwd_flops == 4.0 * 2048 * 4096  # RMSNorm: 4 FLOPs per element
+    assert compute.op_times_s(op, slow, "bf16")[0] > compute.op_times_s(op, acc, "bf16")[0]
 
 
 def test_attention_time():

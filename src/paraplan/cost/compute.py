@@ -69,11 +69,13 @@ def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: Accelerator
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
 
-def memory_time_s(bytes_moved: float, acc: AcceleratorSpec) -> float:
-    """bytes / (HBM bandwidth · hbm efficiency) + kernel overhead (roofline, memory-bound side)."""
-    if bytes_moved <= 0:
+def memory_time_s(bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, dtype: str = "bf16") -> float:
+    """max(bytes / (HBM bandwidth · hbm efficiency), FLOPs / peak vector FLOP/s) + kernel overhead
+    (roofline of an element-wise kernel; Williams et al. 2009)."""
+    if bytes_moved <= 0 and flops <= 0:
         return 0.0
-    return bytes_moved / (acc.hbm_bandwidth * acc.efficiency.hbm) + acc.efficiency.kernel_overhead_s
+    memory_s = bytes_moved / (acc.hbm_bandwidth * acc.efficiency.hbm)
+    return max(memory_s, flops / acc.peak_vector_flops(dtype)) + acc.efficiency.kernel_overhead_s
 
 
 def attention_time_s(flops: float, causal_fraction: float, acc: AcceleratorSpec, dtype: str) -> float:
@@ -101,4 +103,4 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype)
         bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype)
         return fwd, bwd
-    return memory_time_s(op.fwd_bytes, acc), memory_time_s(op.bwd_bytes, acc)
+    return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(op.bwd_bytes, acc, op.bwd_flops, dtype)

@@ -57,11 +57,30 @@ def _gemm(name: str, batch: int, m: int, n: float, k: float) -> Op:
     return Op(name, "gemm", flops, 0.0, 2.0 * flops, 0.0, gemm_shape=(batch, int(m), int(n), int(k)))
 
 
-def _memory(name: str, fwd_bytes: float, flops_per_byte: float = 0.0) -> Op:
-    """Element-wise / normalisation kernel: bound by HBM traffic; backward reads saved inputs and
-    incoming gradients and writes gradients, taken as 2× the forward bytes (Calculon's convention
-    for element-wise layers, Isaev et al. 2023, §3)."""
-    return Op(name, "memory", flops_per_byte * fwd_bytes, fwd_bytes, 0.0, 2.0 * fwd_bytes)
+# Vector (non-tensor-core) FLOPs per element of the element-wise kernels, counted from each
+# kernel's formula; the roofline (cost.compute.memory_time_s) charges them at the accelerator's
+# vector_flops, which matters only where HBM is fast and vector units slow.
+FLOPS_PER_ELEMENT = {
+    "layernorm": 8.0,  # mean (1), variance (3), normalise (2), affine (2): Ba et al. 2016, Eq. 3-4
+    "rmsnorm": 4.0,  # square-sum (2), scale (1), gain (1): Zhang & Sennrich 2019, Eq. 4
+    "rotary": 3.0,  # x·cos + rotate(x)·sin: 2 multiplies, 1 add (Su et al. 2021, Eq. 34)
+    "softmax": 7.0,  # scale, mask, max-subtract, exp, sum, divide (+1 for the dropout multiply)
+    "residual": 2.0,  # dropout scale-multiply and the residual add
+    "gelu": 8.0,  # tanh approximation: x³, 3 multiplies, 2 adds, tanh (Hendrycks & Gimpel 2016, §2)
+    "swiglu": 5.0,  # SiLU x/(1+e^-x): exp, add, divide, multiply; times the up projection
+    "cross_entropy": 4.0,  # max-subtract, exp, sum, log-softmax pick per logit
+}
+
+
+def _memory(name: str, fwd_bytes: float, fwd_flops: float = 0.0) -> Op:
+    """Element-wise / normalisation kernel: bound by HBM traffic (or by vector FLOP/s, roofline);
+    backward reads saved inputs and incoming gradients and writes gradients, taken as 2× the
+    forward bytes and FLOPs (Calculon's convention for element-wise layers, Isaev et al. 2023, §3)."""
+    return Op(name, "memory", fwd_flops, fwd_bytes, 2.0 * fwd_flops, 2.0 * fwd_bytes)
+
+
+def _norm_flops(model: ModelSpec, elements: float) -> float:
+    return FLOPS_PER_ELEMENT[model.norm] * elements
 
 
 def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
@@ -99,7 +118,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     softmax_bytes = ab * scores * 2 + (ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0)
     ops = [
         _gemm("attention_scores", batch, q_tokens, kv_tokens, d),
-        _memory("softmax_dropout", softmax_bytes),
+        _memory("softmax_dropout", softmax_bytes, FLOPS_PER_ELEMENT["softmax"] * scores),
         _gemm("attention_over_values", batch, q_tokens, d, kv_tokens),
     ]
     return [Op(o.name, o.kind, o.fwd_flops, o.fwd_bytes, o.bwd_flops, o.bwd_bytes, o.gemm_shape, True) for o in ops]
@@ -181,20 +200,22 @@ def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     mask = 1.0 if model.has_dropout else 0.0
     qkv_width = (model.q_width + 2 * model.kv_width) / t
     ops: list[Op] = [
-        _memory("input_norm", 2 * ab * sp_tokens * h),
+        _memory("input_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
         _gemm("qkv_projection", 1, tokens, qkv_width, h),
     ]
     if not model.learned_positions:
-        ops.append(_memory("rotary_embedding", 2 * ab * tokens * (model.q_width + model.kv_width) / t))
+        rotated = tokens * (model.q_width + model.kv_width) / t
+        ops.append(_memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated))
     ops += attention_ops(model, shape)
     ops += [
         _gemm("attention_projection", 1, tokens, h, model.q_width / t),
-        _memory("attention_residual", (3 * ab + mask) * sp_tokens * h),
-        _memory("post_attention_norm", 2 * ab * sp_tokens * h),
+        _memory("attention_residual", (3 * ab + mask) * sp_tokens * h, FLOPS_PER_ELEMENT["residual"] * sp_tokens * h),
+        _memory("post_attention_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
         _gemm("mlp_in_projection", 1, tokens, model.mlp_input_projections * f / t, h),
-        _memory("mlp_activation", ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2)),
+        _memory("mlp_activation", ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2),
+                FLOPS_PER_ELEMENT[model.mlp] * tokens * f / t),
         _gemm("mlp_out_projection", 1, tokens, h, f / t),
-        _memory("mlp_residual", (3 * ab + mask) * sp_tokens * h),
+        _memory("mlp_residual", (3 * ab + mask) * sp_tokens * h, FLOPS_PER_ELEMENT["residual"] * sp_tokens * h),
     ]
     if shape.dtype == "fp8":
         ops.append(fp8_cast_op(model, shape))
@@ -233,9 +254,10 @@ def lm_head_block(model: ModelSpec, shape: LayerShape, shares_stage_with_embeddi
     tokens = shape.local_tokens
     logits = tokens * model.vocab / t
     ops = (
-        _memory("final_norm", 2 * ab * shape.sp_tokens * h),
+        _memory("final_norm", 2 * ab * shape.sp_tokens * h, _norm_flops(model, shape.sp_tokens * h)),
         _gemm("lm_head", 1, tokens, model.vocab / t, h),
-        Op("cross_entropy", "memory", 0.0, 3 * 4.0 * logits, 0.0, 2 * 4.0 * logits),
+        Op("cross_entropy", "memory", FLOPS_PER_ELEMENT["cross_entropy"] * logits, 3 * 4.0 * logits,
+           FLOPS_PER_ELEMENT["cross_entropy"] * logits, 2 * 4.0 * logits),
     )
     coll: list[Collective] = []
     if t > 1:

@@ -84,6 +84,16 @@ class AcceleratorSpec(BaseModel):
             return table["tf32"]
         raise KeyError(dtype)
 
+    def peak_vector_flops(self, dtype: str) -> float:
+        """Peak vector rate for element-wise work in ``dtype``'s activations (fp8 training keeps
+        them in bf16); falls back to fp16 / bf16 / fp32 entries, whichever the datasheet gives."""
+        table = self.vector_flops
+        wanted = "bf16" if dtype == "fp8" else dtype
+        for key in (wanted, "bf16", "fp16", "fp32"):
+            if key in table:
+                return table[key]
+        return max(table.values())
+
     def gemm_efficiency_cap(self, dtype: str) -> float:
         if dtype == "fp8" and self.efficiency.gemm_fp8 is not None:
             return self.efficiency.gemm_fp8
