@@ -30,7 +30,7 @@ from paraplan.cost.comm import GroupSpan, collective_time_and_price_s, collectiv
 from paraplan.cost.compute import op_times_s
 from paraplan.graph.ops import LayerGraph
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
-from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, Stage, StepInputs, block_terms
+from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.split import SplitGroup
@@ -254,21 +254,6 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
 
 
 # ---- 4. stages and the step ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class GridKnobs:
-    """Knobs that only enter the step composition and the memory sum (floats/bools or arrays)."""
-
-    vpp: Num
-    interleaved: Num
-    gpipe: Num
-    zero: Num
-    overlap_dp_grad_reduce: Num
-    overlap_param_gather: Num
-    offload_weights: Num
-    offload_activations: Num
-    offload_optimizer: Num
-
-
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
@@ -301,22 +286,8 @@ def build_step_inputs(
         Stage(g.index, g.count, ((blocks["embedding"], g.embedding), (blocks["decoder"], g.layers), (head, g.head)), p2p)
         for g in groups
     )
-    return StepInputs(
-        stages=stages,
-        pp=facts.pp,
-        vpp=knobs.vpp,
-        microbatches=facts.microbatches,
-        interleaved=knobs.interleaved,
-        gpipe=knobs.gpipe,
-        gradient_groups=facts.gradient_groups,
-        zero=knobs.zero,
-        overlap_dp_grad_reduce=knobs.overlap_dp_grad_reduce,
-        overlap_param_gather=knobs.overlap_param_gather,
-        offload_weights=knobs.offload_weights,
-        offload_activations=knobs.offload_activations,
-        offload_optimizer=knobs.offload_optimizer,
-        **constants,
-    )
+    return StepInputs(stages=stages, pp=facts.pp, microbatches=facts.microbatches,
+                      gradient_groups=facts.gradient_groups, knobs=knobs, **constants)
 
 
 # Caches of the builder, cleared by the benchmarks so every run starts cold.

@@ -11,6 +11,7 @@ from paraplan.schedule.step import (
     BlockCost,
     BlockTerms,
     GradientGroup,
+    GridKnobs,
     Stage,
     StepInputs,
     compose_step,
@@ -32,11 +33,12 @@ def block(kind, t, params=0.0, kept=0.0, held=0.0, buffer=0.0) -> BlockCost:
 
 def inputs(stages, *, pp, microbatches, group=None, zero=0, vpp=1, interleaved=False, gpipe=False,
            overlap_grad=True, overlap_gather=True, hbm_rate=54e6) -> StepInputs:
+    knobs = GridKnobs(vpp=vpp, interleaved=interleaved, gpipe=gpipe, zero=zero, overlap_dp_grad_reduce=overlap_grad,
+                      overlap_param_gather=overlap_gather, offload_weights=False, offload_activations=False,
+                      offload_optimizer=False)
     return StepInputs(
-        stages=tuple(stages), pp=pp, vpp=vpp, microbatches=microbatches, interleaved=interleaved, gpipe=gpipe,
+        stages=tuple(stages), pp=pp, microbatches=microbatches, knobs=knobs,
         gradient_groups={"dense": group or GradientGroup(1, NO_COLLECTIVE, NO_COLLECTIVE, NO_COLLECTIVE)},
-        zero=zero, overlap_dp_grad_reduce=overlap_grad, overlap_param_gather=overlap_gather,
-        offload_weights=False, offload_activations=False, offload_optimizer=False,
         host_bandwidth=1.0, hbm_rate=hbm_rate, weight_bytes=2.0, grad_bytes=4.0, optimizer_bytes=12.0,
         reserved_bytes=1 * GiB,
     )

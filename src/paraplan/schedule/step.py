@@ -137,22 +137,30 @@ class GradientGroup:
 
 
 @dataclass(frozen=True)
-class StepInputs:
-    """Everything the step and memory composition needs, per candidate (floats or arrays)."""
+class GridKnobs:
+    """The plan's knobs that only enter the step composition and the memory sum (floats/bools or
+    arrays): schedule, ZeRO stage, DP overlap switches, offloads."""
 
-    stages: tuple[Stage, ...]
-    pp: Num
     vpp: Num
-    microbatches: Num
-    interleaved: Num  # bool
-    gpipe: Num  # bool
-    gradient_groups: dict[str, GradientGroup]
+    interleaved: Num
+    gpipe: Num
     zero: Num
     overlap_dp_grad_reduce: Num
     overlap_param_gather: Num
     offload_weights: Num
     offload_activations: Num
     offload_optimizer: Num
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Everything the step and memory composition needs, per candidate (floats or arrays)."""
+
+    stages: tuple[Stage, ...]
+    pp: Num
+    microbatches: Num
+    gradient_groups: dict[str, GradientGroup]
+    knobs: GridKnobs
     host_bandwidth: Num  # bytes/s (any positive number when no offload is possible)
     hbm_rate: Num  # achieved HBM bytes/s for the optimizer step
     weight_bytes: Num  # per parameter (cost.memory.state_bytes_per_param)
@@ -199,7 +207,7 @@ def stage_params(stage: Stage, group: str) -> Num:
 
 def _shard(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
     """How many ways ZeRO shards a state over the group: its size from stage ``from_zero`` on, else 1."""
-    return np.where(inp.zero >= from_zero, group.size, 1)
+    return np.where(inp.knobs.zero >= from_zero, group.size, 1)
 
 
 def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num, Num, Num]:
@@ -218,8 +226,8 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     back over host_bandwidth instead of the on-GPU step."""
     forward_window = work["forward"] + work["tp_forward"] + work["cp_forward"]
     backward_window = work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"] + work["pp"]
-    grad_window = backward_window * inp.overlap_dp_grad_reduce
-    gather_window = forward_window * inp.overlap_param_gather
+    grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
+    gather_window = forward_window * inp.knobs.overlap_param_gather
     time = dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather"), 0.0)
     price = dict(time)
     owned = 0.0
@@ -244,9 +252,9 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
         np.maximum(0.0, ag - forward_window) + np.maximum(0.0, ag + rs - backward_window),
         2.0 * price["all_gather"] + price["reduce_scatter"],
     )
-    exposed = np.where(inp.zero == 0, zero0, np.where(inp.zero == 3, zero3, zero12))
-    optimizer = np.where(inp.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
-    offload = np.where(inp.offload_optimizer, owned * (GRAD_REDUCE_BYTES + inp.weight_bytes) / inp.host_bandwidth, 0.0)
+    exposed = np.where(inp.knobs.zero == 0, zero0, np.where(inp.knobs.zero == 3, zero3, zero12))
+    optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
+    offload = np.where(inp.knobs.offload_optimizer, owned * (GRAD_REDUCE_BYTES + inp.weight_bytes) / inp.host_bandwidth, 0.0)
     return exposed, optimizer, offload
 
 
@@ -284,7 +292,7 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     all_work = 0.0
     for s, t in zip(stages, totals):
         all_work = all_work + s.count * t
-    bubble = bubble_from_work_s(all_work, slowest_work, np.where(inp.interleaved, inp.vpp, 1))
+    bubble = bubble_from_work_s(all_work, slowest_work, np.where(inp.knobs.interleaved, inp.knobs.vpp, 1))
 
     m = inp.microbatches
     part = {name: m * _pick(slowest, [w[name] for w in works]) for name in (*BLOCK_TERM_NAMES, "pp")}
@@ -294,7 +302,7 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     for s in stages:
         traffic = 2.0 * _sum_blocks(
             s,
-            lambda b: b.activation_bytes * inp.offload_activations + b.params * inp.weight_bytes * inp.offload_weights,
+            lambda b: b.activation_bytes * inp.knobs.offload_activations + b.params * inp.weight_bytes * inp.knobs.offload_weights,
             TRANSFORMER_KINDS,
         )
         streamed = np.maximum(streamed, np.where(s.count > 0, m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0))
@@ -339,24 +347,24 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
         grads = grads + params * inp.grad_bytes / _shard(inp, group, 2)
         optimizer = optimizer + params * inp.optimizer_bytes / _shard(inp, group, 1)
         transformer_states = transformer_states + layer_params * per_param
-    in_flight = in_flight_chunks(inp.gpipe, inp.interleaved, inp.pp, inp.vpp, inp.microbatches, index)
+    in_flight = in_flight_chunks(inp.knobs.gpipe, inp.knobs.interleaved, inp.pp, inp.knobs.vpp, inp.microbatches, index)
     kept = _sum_blocks(stage, lambda b: b.activation_bytes)
     transformer_kept = _sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
     acts = in_flight * kept + _sum_blocks(stage, lambda b: b.held_bytes)
     offloaded_acts = 2.0 * _max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)  # one out, one in
     streamed_weights = 2.0 * _max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS)
     out = {
-        "weights_bytes": np.where(inp.offload_weights, streamed_weights, weights),
+        "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),
         "gradients_bytes": grads,
-        "optimizer_bytes": np.where(inp.offload_optimizer, 0.0, optimizer),
-        "activations_bytes": np.where(inp.offload_activations, offloaded_acts, acts),
-        "buffers_bytes": _max_blocks(stage, lambda b: b.buffer_bytes) + np.where(inp.zero >= 3, streamed_weights, 0.0),
+        "optimizer_bytes": np.where(inp.knobs.offload_optimizer, 0.0, optimizer),
+        "activations_bytes": np.where(inp.knobs.offload_activations, offloaded_acts, acts),
+        "buffers_bytes": _max_blocks(stage, lambda b: b.buffer_bytes) + np.where(inp.knobs.zero >= 3, streamed_weights, 0.0),
         "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
         "transformer_weights_and_optimizer_bytes": transformer_states,
-        "transformer_activations_bytes": np.where(inp.offload_activations, offloaded_acts, in_flight * transformer_kept),
-        "host_bytes": np.where(inp.offload_optimizer, optimizer, 0.0)
-        + np.where(inp.offload_weights, weights, 0.0)
-        + np.where(inp.offload_activations, acts, 0.0),
+        "transformer_activations_bytes": np.where(inp.knobs.offload_activations, offloaded_acts, in_flight * transformer_kept),
+        "host_bytes": np.where(inp.knobs.offload_optimizer, optimizer, 0.0)
+        + np.where(inp.knobs.offload_weights, weights, 0.0)
+        + np.where(inp.knobs.offload_activations, acts, 0.0),
     }
     out["peak_bytes"] = (
         out["weights_bytes"] + out["gradients_bytes"] + out["optimizer_bytes"] + out["activations_bytes"]
