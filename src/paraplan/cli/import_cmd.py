@@ -82,3 +82,30 @@ def import_calculon_command(
               f"peak memory {est.peak_stage.peak_bytes / GiB:.1f} GiB ({'fits' if est.fits else 'does not fit'})")
     if out is None and not estimate:
         _emit({"model": conv.model, "system": conv.system, "plan": plan.model_dump(exclude_defaults=True)}, None)
+
+
+@import_app.command("amped")
+def import_amped_command(
+    config: Annotated[Path, typer.Argument(help="AMPeD-style config.json")],
+    tables: Annotated[Optional[Path], typer.Option("--lookup-tables", help="lookup_tables.json")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml and plan.json")] = None,
+) -> None:
+    """An AMPeD-style configuration as a paraplan model and plan (the system comes from --system later)."""
+    import yaml
+
+    from paraplan.api import plan_from_fields
+    from paraplan.catalog import load_model
+    from paraplan.fileio import write_text_atomic
+    from paraplan.importers.amped import convert
+
+    model, plan_fields, notes = convert(config, tables)
+    load_model(model, field="model")
+    plan = plan_from_fields(plan_fields)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if out is None:
+        _emit({"model": model, "plan": plan.model_dump(exclude_defaults=True)}, None)
+        return
+    write_text_atomic(out / "model.yaml", yaml.safe_dump(model, sort_keys=False))
+    write_text_atomic(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n")
+    print(f"wrote {out}/model.yaml, plan.json", file=sys.stderr)
