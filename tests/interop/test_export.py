@@ -150,3 +150,36 @@ def test_a_plan_field_without_mapping_is_refused_not_dropped():
     plan = PlanSpec(gpus=8, global_batch=8, seq_length=2048, ep=2)
     with pytest.raises(ExportRefused, match=r"^plan\.ep=2"):
         check_handled(plan, set(PlanSpec.model_fields) - {"ep"}, "X")
+
+
+@pytest.mark.parametrize(
+    ("framework", "text", "message"),
+    [
+        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
+                     "--decoder-first-pipeline-num-layers 3", "decoder-first-pipeline-num-layers"),
+        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
+                     "--recompute-granularity full --recompute-method block --recompute-num-layers 2", "uniform"),
+        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 --tensor-parallel 2",
+         "not a Megatron-LM"),
+        ("deepspeed", '{"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}}', "partition_activations"),
+        ("deepspeed", '{"train_batch_size": 8, "sequence_parallel_size": 2}', "Ulysses"),
+        ("torchtitan", "[parallelism]\npipeline_parallel_degree = 2\n", "less_layers"),
+        ("nemo", "recipe.trainer.strategy.tensor_parallel = 2\n", "not a known NeMo"),
+    ],
+)
+def test_import_refuses_what_the_plan_cannot_hold(framework, text, message):
+    with pytest.raises(ExportRefused, match=message):
+        import_plan(framework, text, MODEL, 2048)
+
+
+def test_import_ignores_settings_that_do_not_change_the_plan():
+    cfg = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "gradient_clipping": 1.0, "bf16": {"enabled": True},
+           "activation_checkpointing": {"partition_activations": False}}
+    fields = import_plan("deepspeed", json.dumps(cfg), None, 2048)
+    assert (fields["gpus"], fields["dp"], fields["recompute"]) == (8, 8, "full")
+    argv = ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --lr 3e-4 "
+            "--global-batch-size 64 --seq-length 4096 --num-layers 40 --pipeline-model-parallel-size 2 "
+            "--num-layers-per-virtual-pipeline-stage 4")
+    fields = import_plan("megatron", argv)
+    assert (fields["gpus"], fields["tp"], fields["vpp"], fields["schedule"]) == (16, 2, 5, "interleaved")

@@ -26,6 +26,15 @@ from paraplan.specs.plan import PlanSpec
 
 NAME = "deepspeed"
 ORDER = "tp-dp-pp"  # PipeModelDataParallelTopology axes ['pipe', 'data', 'model'], model innermost
+# Keys that change the plan in ways paraplan's PlanSpec cannot hold: refused on import. Other keys
+# (optimizer, scheduler, logging, bucket sizes, ...) do not change the plan and are ignored.
+UNREPRESENTABLE = {  # key: (what it is, the JSON values that leave the plan unchanged)
+    "sequence_parallel_size": ("DeepSpeed-Ulysses sequence parallelism", ("1",)),
+    "zero_optimization.zero_hpz_partition_size": ("ZeRO++ hierarchical partitioning", ("1",)),
+    "zero_optimization.mics_shard_size": ("MiCS sharding", ("-1",)),
+    "activation_checkpointing.partition_activations": ("activations partitioned over tensor-parallel ranks", ("false",)),
+    "pipeline.activation_checkpoint_interval": ("checkpointing every n-th pipeline layer", ("0",)),
+}
 HANDLED = {
     "gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
     "recompute", "zero", "dtype", "attention", "schedule", "offload_weights", "offload_activations",
@@ -98,6 +107,12 @@ def _paths(d: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def _get(d: dict, path: str):
+    for key in path.split("."):
+        d = d[key]
+    return d
+
+
 def export(plan: PlanSpec) -> str:
     """The JSON text (JSON has no comments: provenance goes to the command's stderr)."""
     cfg = config(plan)
@@ -112,9 +127,14 @@ def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ExportRefused(f"deepspeed: not valid JSON: {exc}") from None
-    unknown = [p for p in _paths(cfg) if p not in fw.names]
-    if unknown:
-        raise ExportRefused(f"deepspeed: {unknown[0]} is not a DeepSpeed key paraplan reads")
+    flat = {p: _get(cfg, p) for p in _paths(cfg)}
+    for key, (what, neutral) in UNREPRESENTABLE.items():
+        value = flat.get(key)
+        if value is not None and json.dumps(value) not in neutral:
+            raise ExportRefused(f"deepspeed: {key}={value!r} ({what}) has no paraplan plan field; not imported")
+    for key in ("zero_optimization.offload_param.device", "zero_optimization.offload_optimizer.device"):
+        if flat.get(key) == "nvme":
+            raise ExportRefused(f"deepspeed: {key}='nvme' has no paraplan plan field (host memory offload only)")
     if seq_length is None:
         raise ExportRefused("deepspeed: the config has no sequence length; give --seq-length")
     micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))

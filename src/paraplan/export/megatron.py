@@ -27,6 +27,20 @@ NAME = "megatron"
 SCRIPT = "pretrain_gpt.py"
 ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+# Flags that change the plan in ways paraplan's PlanSpec cannot hold: refused on import, never ignored.
+UNREPRESENTABLE = {
+    "--decoder-first-pipeline-num-layers": "uneven first stage",
+    "--decoder-last-pipeline-num-layers": "uneven last stage",
+    "--pipeline-model-parallel-layout": "a per-stage layer layout",
+    "--account-for-embedding-in-pipeline-split": "embedding counted as a layer",
+    "--account-for-loss-in-pipeline-split": "loss counted as a layer",
+    "--expert-tensor-parallel-size": "expert tensor parallelism",
+    "--recompute-modules": "recomputation of chosen modules",
+    "--use-torch-fsdp2": "PyTorch FSDP2 sharding",
+    "--overlap-param-gather-with-optimizer-step": "parameter gather overlapped with the optimizer step",
+    "--optimizer-offload-fraction": "partial optimizer offload",
+    "--cpu-offloading": "activation/weight offload of chosen layers",
+}
 HANDLED = {
     "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
     "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
@@ -168,6 +182,13 @@ def import_plan(text: str) -> dict[str, object]:
         except (TypeError, ValueError):
             raise ExportRefused(f"megatron: {flag} {value!r} is not an integer") from None
 
+    for flag, what in UNREPRESENTABLE.items():
+        if flag in f:
+            raise ExportRefused(f"megatron: {flag} ({what}) has no paraplan plan field; not imported")
+    if f.get("--recompute-granularity") == "full" and (f.get("--recompute-method", "uniform") != "uniform"
+                                                      or str(f.get("--recompute-num-layers", "1")) != "1"):
+        raise ExportRefused("megatron: full recomputation other than --recompute-method uniform --recompute-num-layers 1 "
+                            "(every layer) has no paraplan plan field")
     for needed in ("--nnodes", "--global-batch-size", "--seq-length"):
         if needed not in f:
             raise ExportRefused(f"megatron: {needed} is missing; paraplan needs it to rebuild the plan")
@@ -181,6 +202,10 @@ def import_plan(text: str) -> dict[str, object]:
         zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[str(strategy)]
     dtype = "fp8" if "--fp8-format" in f else "bf16" if "--bf16" in f else "fp16" if "--fp16" in f else "fp32"
     vpp = num("--num-virtual-stages-per-pipeline-rank", 1)
+    if "--num-layers-per-virtual-pipeline-stage" in f:
+        if "--num-layers" not in f:
+            raise ExportRefused("megatron: --num-layers-per-virtual-pipeline-stage needs --num-layers to give vpp")
+        vpp = num("--num-layers", 1) // (num("--num-layers-per-virtual-pipeline-stage", 1) * num("--pipeline-model-parallel-size", 1))
     fields: dict[str, object] = {
         "gpus": num("--nnodes", 1) * per_node,
         "tp": num("--tensor-model-parallel-size", 1),

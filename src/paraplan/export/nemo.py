@@ -93,8 +93,7 @@ def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
     lines = [f"# {header}" if header else "", f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
              "# recipe = llm.<model>.pretrain_recipe(...)  # then:"]
     lines = [ln for ln in lines if ln]
-    if plan.attention:
-        lines.append("from megatron.core.transformer.enums import AttnBackend")
+    lines.append("from megatron.core.transformer.enums import AttnBackend")
     if canonical_plan(plan)["overlap_tp_comm"]:
         lines.append("from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback")
     for key, value in pairs:

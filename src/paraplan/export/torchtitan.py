@@ -77,6 +77,7 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
         "tensor_parallel_degree": plan.tp,
         "enable_async_tensor_parallel": c["overlap_tp_comm"],
         "context_parallel_degree": plan.cp,
+        "context_parallel_rotate_method": "alltoall",
         "pipeline_parallel_degree": plan.pp,
     }
     if plan.ep > 1:
@@ -144,6 +145,13 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
             if f"{sec}.{key}" not in fw.names:
                 raise ExportRefused(f"torchtitan: {sec}.{key} is not a torchtitan {fw.version} job-config key")
     par, training = data.get("parallelism", {}), data.get("training", {})
+    if int(par.get("pipeline_parallel_degree", 1)) > 1 and (int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+                                                           or int(par.get("pipeline_parallel_last_stage_less_layers", 1))):
+        raise ExportRefused("torchtitan: first/last stage with fewer layers (pipeline_parallel_*_stage_less_layers, "
+                            "default 1) has no paraplan plan field; set both to 0")
+    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
+        if par.get(key):
+            raise ExportRefused(f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field")
     replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", 1))
     if replicate > 1 and shard > 1:
         raise ExportRefused("torchtitan: hybrid sharding (replicate and shard degrees both > 1) has no paraplan plan")
