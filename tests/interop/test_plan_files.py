@@ -102,3 +102,16 @@ def test_import_plan_reads_a_torchtitan_export(tmp_path, capsys):
     assert code == 0, err
     got = json.loads(out)["plan"]
     assert (got["gpus"], got["tp"], got["dp"], got["zero"], got["sequence_parallel"]) == (16, 2, 8, 3, True)
+
+
+def test_export_all_from_an_estimate_json_writes_each_framework(tmp_path, capsys):
+    code, out, err = run(capsys, "estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--gpus", "16", "--tp", "2",
+                         "--sequence-parallel", "--zero", "3", "--json")
+    assert code == 0, err
+    est = tmp_path / "est.json"
+    est.write_text(out)
+    code, _, err = run(capsys, "export", str(est), "--to", "all", "-o", str(tmp_path / "out"))
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert "plan-megatron.sh" in written and "plan-torchtitan.toml" in written
+    assert code == 2 and "error: deepspeed: plan.sequence_parallel=True" in err  # the one framework that refuses
+    assert "--num-layers 12" in (tmp_path / "out" / "plan-megatron.sh").read_text()  # model taken from the estimate
