@@ -101,7 +101,8 @@ def _merge(cal: Calibration, part: FitPart, source: str) -> None:
 
 
 def calibrate(base: SystemSpec, *, nccl: list[str] = (), gemm: Path | None = None, attention: Path | None = None,
-              memory: Path | None = None, steps: Path | None = None, name: str | None = None) -> Calibration:
+              memory: Path | None = None, steps: Path | None = None, name: str | None = None,
+              domain_spans_nodes: bool = False) -> Calibration:
     """Fit what the given measurements identify; everything else keeps the base system's value."""
     if not (nccl or gemm or attention or memory or steps):
         raise InputError("calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps")
@@ -123,7 +124,7 @@ def calibrate(base: SystemSpec, *, nccl: list[str] = (), gemm: Path | None = Non
         cal.inputs.append(str(gemm))
     if nccl:
         runs = [read_nccl_tests(ref) for ref in nccl]
-        _merge(cal, fit_network(runs, cal.system), ", ".join(Path(r.source).name for r in runs))
+        _merge(cal, fit_network(runs, cal.system, domain_spans_nodes), ", ".join(Path(r.source).name for r in runs))
         cal.inputs += [r.source for r in runs]
     if steps is not None:
         part, loo = fit_steps(read_steps(steps), cal.system, steps.name)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
-from paraplan.cost.comm import GroupSpan, collective_coefficients
+from paraplan.cost.comm import GroupSpan, linear_collective
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.model import ModelSpec
@@ -39,7 +39,6 @@ EFF = "accelerator.efficiency"
 NVLINK_EFF, NIC_EFF = "node.nvlink_efficiency", "network.efficiency"
 NVLINK_LAT, NIC_LAT = "node.nvlink_latency", "network.latency"
 NVLINK_OVERLAP, NIC_OVERLAP = "node.nvlink_overlap_cost", "network.overlap_cost"
-HUGE_BANDWIDTH = 1e30  # bytes/s: makes one tier's term vanish when isolating the other's coefficient
 
 
 def with_values(system: SystemSpec, values: dict[str, float]) -> SystemSpec:
@@ -92,27 +91,24 @@ def _fraction(part: FitPart, path: str, inverse: float, label: str) -> None:
 
 
 # ---- collectives ------------------------------------------------------------------------------
-def nccl_span(run: NcclRun, system: SystemSpec) -> GroupSpan:
-    """The nccl-tests ranks on the hierarchy: ranks per NVLink domain and domains spanned."""
+def nccl_span(run: NcclRun, system: SystemSpec, domain_spans_nodes: bool = False) -> GroupSpan:
+    """The nccl-tests ranks on the hierarchy: ranks per NVLink domain and domains spanned. A host is
+    one NVLink domain, unless ``domain_spans_nodes`` (rack-scale NVLink such as GB200 NVL72, where
+    the hosts of a rack share one domain of ``gpus_per_domain`` GPUs)."""
     domain = system.node.gpus_per_domain
-    node = system.node.gpus_per_node or domain
     per_node = max(1, run.ranks // run.nodes)
-    per_domain = min(run.ranks, domain) if domain > node else min(per_node, domain)
+    per_domain = min(run.ranks, domain) if domain_spans_nodes else min(per_node, domain)
     return GroupSpan(run.ranks, per_domain, math.ceil(run.ranks / per_domain))
 
 
 def collective_columns(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float, float, float]:
     """(per-byte seconds at η_nv = 1, per-byte at η_nic = 1, latency per second of α_nv, per second of α_nic)."""
-    unit = with_values(system, {NVLINK_EFF: 1.0, NIC_EFF: 1.0, NVLINK_LAT: 0.0, NIC_LAT: 0.0})
-    nv_only = with_values(unit, {"network.nic_bandwidth": HUGE_BANDWIDTH})
-    both, _ = collective_coefficients(kind, span, unit)
-    nv, _ = collective_coefficients(kind, span, nv_only)
-    _, lat_nv = collective_coefficients(kind, span, with_values(unit, {NVLINK_LAT: 1.0}))
-    _, lat_nic = collective_coefficients(kind, span, with_values(unit, {NIC_LAT: 1.0}))
-    return nv, both - nv, lat_nv, lat_nic
+    unit = with_values(system, {NVLINK_EFF: 1.0, NIC_EFF: 1.0, NVLINK_LAT: 1.0, NIC_LAT: 1.0})
+    form = linear_collective(kind, span, unit)
+    return form.slope_in, form.slope_out, form.latency_in, form.latency_out
 
 
-def fit_network(runs: list[NcclRun], system: SystemSpec) -> FitPart:
+def fit_network(runs: list[NcclRun], system: SystemSpec, domain_spans_nodes: bool = False) -> FitPart:
     """η_nv, η_nic, α_nv, α_nic from nccl-tests runs (all-to-all: read and reported, not fitted)."""
     part = FitPart()
     usable = [r for r in runs if r.kind != "all_to_all" and r.ranks > 1]
@@ -123,7 +119,7 @@ def fit_network(runs: list[NcclRun], system: SystemSpec) -> FitPart:
         return part
     blocks, times, cols = [], [], []
     for r in usable:
-        c = collective_columns(r.kind, nccl_span(r, system), system)
+        c = collective_columns(r.kind, nccl_span(r, system, domain_spans_nodes), system)
         cols.append(c)
         for size, t in zip(r.sizes_bytes, r.times_s):
             blocks.append([size * c[0], size * c[1], c[2], c[3]])

@@ -20,6 +20,7 @@ def calibrate_command(
     attention: Annotated[Optional[Path], typer.Option("--attention", help="CSV batch,heads,seq_len,head_dim,causal,direction,dtype,time_us")] = None,
     memory: Annotated[Optional[Path], typer.Option("--memory", help="CSV bytes,time_us of memory-bound kernels")] = None,
     steps: Annotated[Optional[Path], typer.Option("--steps", help="YAML/JSON of measured runs: model, plan, step_time_s")] = None,
+    domain_spans_nodes: Annotated[bool, typer.Option("--domain-spans-nodes", help="rack-scale NVLink: the hosts of an nccl-tests run share one NVLink domain")] = False,
     name: Annotated[Optional[str], typer.Option("--name", help="name of the calibrated system")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write the system YAML here (default: stdout)")] = None,
     report: Annotated[Optional[Path], typer.Option("--report", help="also write the fit (values, residuals, leave-one-out) as JSON")] = None,
@@ -37,7 +38,7 @@ def calibrate_command(
             print(f"wrote {path}", file=sys.stderr)
         return
     cal = calibrate(load_system(system, field="system"), nccl=list(nccl or ()), gemm=gemm, attention=attention,
-                    memory=memory, steps=steps, name=name)
+                    memory=memory, steps=steps, name=name, domain_spans_nodes=domain_spans_nodes)
     text = system_yaml(cal)
     if report is not None:
         write_text_atomic(report, json.dumps(cal.to_dict(), indent=2) + "\n")

@@ -11,6 +11,10 @@ import typer
 from paraplan.cli.app import app
 from paraplan.specs.errors import InputError
 
+# GPUs per host of the launch line when not given: 8 (DGX/HGX servers). Rack-scale NVLink domains
+# (GB200 NVL72: 4 GPUs per compute tray) need --gpus-per-node.
+DEFAULT_GPUS_PER_NODE = 8
+
 
 @app.command("export")
 def export_command(
@@ -19,7 +23,7 @@ def export_command(
     rank: Annotated[Optional[int], typer.Option("--rank", min=1, help="rank of a search result (default 1)")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="add the model's shape (Megatron) / layers per stage (torchtitan)")] = None,
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="take GPUs per node from this system")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option("--gpus-per-node", min=1, help="launcher node size (default: the system's, else 8)")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option("--gpus-per-node", min=1, help="launcher node size (default: the system's NVLink domain up to 8, else 8)")] = None,
     seq_length: Annotated[Optional[int], typer.Option("--seq-length", min=1, help="for a DeepSpeed config read as input")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write to FILE (with --to all: a folder)")] = None,
 ) -> None:
@@ -38,7 +42,7 @@ def export_command(
     system_ref = system or named_system
     if gpus_per_node is None and system_ref:
         sys_spec = load_system(system_ref, field="system")
-        gpus_per_node = sys_spec.node.gpus_per_node or sys_spec.node.gpus_per_domain
+        gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
     plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length)
     header = f"paraplan plan {plan}" + (f" rank {rank}" if rank else "") + (f", model {model_spec.name}" if model_spec else "")
     from paraplan.export import ExportRefused
@@ -46,7 +50,7 @@ def export_command(
     texts, refused = {}, []
     for fw in targets:
         try:
-            texts[fw] = export_plan(fw, plan_spec, model_spec, gpus_per_node or 8, header)
+            texts[fw] = export_plan(fw, plan_spec, model_spec, gpus_per_node or DEFAULT_GPUS_PER_NODE, header)
         except ExportRefused as exc:
             if to != "all":
                 raise

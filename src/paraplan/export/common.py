@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from paraplan.specs.errors import InputError
-from paraplan.specs.plan import GROUP_NAMES, PlanSpec
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
+from paraplan.specs.plan import PlanSpec
 
 FRAMEWORKS = ("megatron", "nemo", "torchtitan", "deepspeed")
 
@@ -71,7 +72,7 @@ def effective_order(plan: PlanSpec) -> tuple[str, ...]:
 
 def same_placement(plan: PlanSpec, order: str) -> bool:
     """Does ``plan`` place its groups as the framework order ``order`` ('tp-cp-dp-pp', innermost first)?"""
-    want = tuple(g for g in order.split("-") if g in GROUP_NAMES and getattr(plan, g) > 1)
+    want = tuple(g for g in order.split("-") if g in DIM_NAMES and getattr(plan, g) > 1)
     return effective_order(plan) == want
 
 
@@ -90,8 +91,8 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     if plan.tp == 1:
         d["sequence_parallel"] = False
         d["overlap_tp_comm"] = False
-    if same_placement(plan, PlanSpec.model_fields["placement"].default):
-        d["placement"] = PlanSpec.model_fields["placement"].default
+    if same_placement(plan, DEFAULT_PLACEMENT_LABEL):
+        d["placement"] = DEFAULT_PLACEMENT_LABEL
     return d
 
 
