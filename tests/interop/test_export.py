@@ -41,6 +41,13 @@ def sample_plans(n: int = 400) -> list[PlanSpec]:
             overlap_param_gather=rng.random() < 0.8, overlap_tp_comm=rng.random() < 0.3,
             placement=rng.choice(["tp-cp-dp-pp", "tp-cp-dp-pp", "tp-cp-pp-dp", "cp-tp-dp-pp", "tp-dp-cp-pp"]),
         )
+        split = rng.choice(["default", "default", "first_last", "as_layer", "explicit"]) if pp > 1 else "default"
+        if split == "first_last":
+            fields["layers_first_stage"] = (MODEL.layers // pp - 2) // vpp * vpp or vpp
+        elif split == "as_layer":
+            fields["embedding_as_layer"] = fields["loss_as_layer"] = True
+        elif split == "explicit":
+            fields["stage_layers"] = tuple([MODEL.layers // pp] * pp)
         try:
             plan = PlanSpec(**fields)
         except ValidationError:
@@ -156,7 +163,9 @@ def test_a_plan_field_without_mapping_is_refused_not_dropped():
     ("framework", "text", "message"),
     [
         ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
-                     "--decoder-first-pipeline-num-layers 3", "decoder-first-pipeline-num-layers"),
+                     "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et*2|mt*2L'", "MTP"),
+        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
+                     "--recompute-modules core_attn", "recompute-modules"),
         ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
                      "--recompute-granularity full --recompute-method block --recompute-num-layers 2", "uniform"),
         ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 --tensor-parallel 2",
@@ -170,6 +179,14 @@ def test_a_plan_field_without_mapping_is_refused_not_dropped():
 def test_import_refuses_what_the_plan_cannot_hold(framework, text, message):
     with pytest.raises(ExportRefused, match=message):
         import_plan(framework, text, MODEL, 2048)
+
+
+def test_megatron_layout_round_trip_with_interleaving():
+    plan = PlanSpec(gpus=8, pp=4, vpp=2, dp=2, micro_batch=1, global_batch=8, seq_length=2048, stage_layers=(8, 12, 12, 8))
+    text = export_plan("megatron", plan, MODEL)
+    assert "--pipeline-model-parallel-layout 'Et*4|t*6|t*6|t*4|t*4|t*6|t*6|t*4L'" in text
+    back = PlanSpec(**import_plan("megatron", text))
+    assert back.stage_layers == (8, 12, 12, 8) and back.vpp == 2
 
 
 def test_import_ignores_settings_that_do_not_change_the_plan():

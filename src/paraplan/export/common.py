@@ -78,11 +78,11 @@ def same_placement(plan: PlanSpec, order: str) -> bool:
 
 def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     """The plan's fields with knobs that cannot matter set to their defaults: the schedule made
-    explicit, ZeRO 0 when nothing is data-parallel (dp·cp = 1), parameter-gather overlap on when no
+    explicit (1f1b with one stage), ZeRO 0 when nothing is data-parallel (dp·cp = 1), parameter-gather overlap on when no
     parameters are gathered (zero 0), sequence parallelism and TP overlap off at tp = 1, and the
     default placement when the groups of degree > 1 are placed in the default order."""
     d = plan.model_dump()
-    d["schedule"] = plan.pipeline_schedule
+    d["schedule"] = plan.pipeline_schedule if plan.pp > 1 else "1f1b"  # one stage: no pipeline schedule
     if plan.dp * plan.cp == 1:
         d["zero"] = 0
         d["overlap_dp_grad_reduce"] = True

@@ -8,6 +8,7 @@ tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with ``--use-tp-pp-dp-mapping`` (megatron/trai
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from paraplan.export.common import (
@@ -29,11 +30,6 @@ ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 # Flags that change the plan in ways paraplan's PlanSpec cannot hold: refused on import, never ignored.
 UNREPRESENTABLE = {
-    "--decoder-first-pipeline-num-layers": "uneven first stage",
-    "--decoder-last-pipeline-num-layers": "uneven last stage",
-    "--pipeline-model-parallel-layout": "a per-stage layer layout",
-    "--account-for-embedding-in-pipeline-split": "embedding counted as a layer",
-    "--account-for-loss-in-pipeline-split": "loss counted as a layer",
     "--expert-tensor-parallel-size": "expert tensor parallelism",
     "--recompute-modules": "recomputation of chosen modules",
     "--use-torch-fsdp2": "PyTorch FSDP2 sharding",
@@ -44,8 +40,16 @@ UNREPRESENTABLE = {
 HANDLED = {
     "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
     "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
-    "overlap_param_gather", "overlap_tp_comm", "placement",
+    "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
+    "embedding_as_layer", "loss_as_layer",
 }
+SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
+    "layers_first_stage": "--decoder-first-pipeline-num-layers",
+    "layers_last_stage": "--decoder-last-pipeline-num-layers",
+    "embedding_as_layer": "--account-for-embedding-in-pipeline-split",
+    "loss_as_layer": "--account-for-loss-in-pipeline-split",
+}
+LAYOUT_FLAG = "--pipeline-model-parallel-layout"
 
 
 def plan_arguments(plan: PlanSpec) -> list[str]:
@@ -75,6 +79,7 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
         a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
     if ORDERS[mapping[0]]:
         a += ["--use-tp-pp-dp-mapping"]
+    a += split_arguments(plan, fw)
     a += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     a += ["--seq-length", str(plan.seq_length)]
     if c["sequence_parallel"]:
@@ -97,6 +102,54 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
         a += ["--tp-comm-overlap"]
     a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[plan.dtype]
     a += ["--attention-backend", plan.attention]
+    return a
+
+
+def layout_from_stage_layers(stage_layers: tuple[int, ...], vpp: int) -> str:
+    """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position
+    v·pp + s, as Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 'L' last, 't*n' layers."""
+    pp = len(stage_layers)
+    chunks = []
+    for v in range(vpp):
+        for s, n in enumerate(stage_layers):
+            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{n // vpp}" if n // vpp else "")
+            chunks.append(text + ("L" if (s, v) == (pp - 1, vpp - 1) else ""))
+    return "|".join(chunks)
+
+
+def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """(decoder layers per stage, vpp) from a layout string; refuses what a plan cannot hold."""
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) % pp:
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}")
+    vpp = len(chunks) // pp
+    if set(text) - set("EtL|"):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, L (e.g. MTP); no plan field")
+    if not (chunks[0].startswith("E") and chunks[-1].endswith("L") and text.count("E") == 1 and text.count("L") == 1):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise")
+    counts = [[chunks[v * pp + s].count("t") for v in range(vpp)] for s in range(pp)]
+    if any(len(set(c)) > 1 for c in counts):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} splits a stage's layers unevenly over its virtual chunks")
+    return tuple(sum(c) for c in counts), vpp
+
+
+def split_arguments(plan: PlanSpec, fw: str) -> list[str]:
+    """The plan's stage split: first/last stage counts, embedding/loss as layers, or a layout."""
+    a: list[str] = []
+    if plan.stage_layers is not None:
+        bad = [n for n in plan.stage_layers if n % plan.vpp]
+        if bad:
+            raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
+        a += [LAYOUT_FLAG, layout_from_stage_layers(plan.stage_layers, plan.vpp)]
+    for name, flag in SPLIT_FLAGS.items():
+        value = getattr(plan, name)
+        if value is True:
+            a.append(flag)
+        elif value is not None and value is not False:
+            a += [flag, str(value)]
     return a
 
 
@@ -202,6 +255,12 @@ def import_plan(text: str) -> dict[str, object]:
         zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[str(strategy)]
     dtype = "fp8" if "--fp8-format" in f else "bf16" if "--bf16" in f else "fp16" if "--fp16" in f else "fp32"
     vpp = num("--num-virtual-stages-per-pipeline-rank", 1)
+    split: dict[str, object] = {}
+    if LAYOUT_FLAG in f:
+        split["stage_layers"], vpp = stage_layers_from_layout(str(f[LAYOUT_FLAG]), num("--pipeline-model-parallel-size", 1))
+    for name, flag in SPLIT_FLAGS.items():
+        if flag in f:
+            split[name] = True if name.endswith("_as_layer") else num(flag, 0)
     if "--num-layers-per-virtual-pipeline-stage" in f:
         if "--num-layers" not in f:
             raise ExportRefused("megatron: --num-layers-per-virtual-pipeline-stage needs --num-layers to give vpp")
@@ -227,5 +286,6 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": "--overlap-param-gather" in f or zero == 0,
         "overlap_tp_comm": "--tp-comm-overlap" in f,
         "placement": "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in f else "tp-cp-dp-pp",
+        **split,
     }
     return fields

@@ -22,7 +22,7 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
-from paraplan.export.megatron import ORDERS, SHARDING
+from paraplan.export.megatron import ORDERS, SHARDING, layout_from_stage_layers, stage_layers_from_layout
 from paraplan.specs.plan import PlanSpec
 
 NAME = "nemo"
@@ -30,8 +30,16 @@ CALLBACK = "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallba
 HANDLED = {
     "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
     "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
-    "overlap_param_gather", "overlap_tp_comm", "placement",
+    "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
+    "embedding_as_layer", "loss_as_layer",
 }
+SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
+    "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
+    "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
+    "embedding_as_layer": "trainer.strategy.account_for_embedding_in_pipeline_split",
+    "loss_as_layer": "trainer.strategy.account_for_loss_in_pipeline_split",
+}
+LAYOUT_KEY = "trainer.strategy.pipeline_model_parallel_layout"
 PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32", "fp8": "bf16-mixed"}
 
 
@@ -49,6 +57,8 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         raise refuse(fw, "schedule", "interleaved", "interleaving needs vpp > 1 (virtual_pipeline_model_parallel_size)")
     if plan.offload_optimizer and c["zero"] == 0:
         raise refuse(fw, "offload_optimizer", True, "optimizer_cpu_offload needs the distributed optimizer (zero >= 1)")
+    if plan.stage_layers is not None and any(n % plan.vpp for n in plan.stage_layers):
+        raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     o: list[tuple[str, object]] = [
         ("trainer.num_nodes", nodes),
@@ -60,6 +70,8 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
         ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
+        *[(key, getattr(plan, name)) for name, key in SPLIT_KEYS.items() if getattr(plan, name) not in (None, False)],
+        *([(LAYOUT_KEY, layout_from_stage_layers(plan.stage_layers, plan.vpp))] if plan.stage_layers is not None else []),
         ("data.micro_batch_size", plan.micro_batch),
         ("data.global_batch_size", plan.global_batch),
         ("data.seq_length", plan.seq_length),
@@ -136,6 +148,9 @@ def import_plan(text: str) -> dict[str, object]:
         if needed not in v:
             raise ExportRefused(f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan")
     vpp = v.get("trainer.strategy.virtual_pipeline_model_parallel_size") or 1
+    split: dict[str, object] = {name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)}
+    if v.get(LAYOUT_KEY):
+        split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), int(v.get("trainer.strategy.pipeline_model_parallel_size", 1)))
     zero = 1 if v.get("optim.config.use_distributed_optimizer") else 0
     if v.get("trainer.strategy.fsdp") == "megatron":
         zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[
@@ -164,4 +179,5 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False)) or zero == 0,
         "overlap_tp_comm": tp_overlap,
         "placement": "tp-cp-pp-dp" if v.get("trainer.strategy.use_tp_pp_dp_mapping") else "tp-cp-dp-pp",
+        **split,
     }
