@@ -108,3 +108,11 @@ def test_calibrate_cli_writes_a_system(tmp_path, capsys):
         main(["calibrate", "--system", BASE_SYSTEM])
     assert exc.value.code == 2
     assert "nothing to fit" in capsys.readouterr().err
+
+
+def test_flat_timings_leave_the_efficiency_unidentified(tmp_path):
+    path = tmp_path / "mem.csv"
+    path.write_text("bytes,time_us\n1000,10\n1000000,10\n100000000,10\n")
+    cal = calibrate(load_system(BASE_SYSTEM), memory=path)
+    assert "accelerator.efficiency.hbm" not in cal.values
+    assert "not identified" in cal.notes["accelerator.efficiency.hbm"]

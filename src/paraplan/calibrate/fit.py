@@ -82,7 +82,11 @@ def _residual(source: str, what: str, predicted: np.ndarray, measured: np.ndarra
 
 
 def _fraction(part: FitPart, path: str, inverse: float, label: str) -> None:
-    """Store 1/inverse as a fraction of peak; cap at 1 with a note."""
+    """Store 1/inverse as a fraction of peak; cap at 1 with a note; a non-positive slope (the data
+    show no size dependence) leaves the base value, noted."""
+    if not math.isfinite(inverse) or inverse <= 0:
+        part.notes[path] = f"{label}: not identified (fitted time does not grow with size); base value kept"
+        return
     value = 1.0 / inverse
     if value > 1.0:
         part.notes[path] = f"{label}: fitted {value:.3f} > 1 (faster than paraplan's algorithm model); capped at 1"
@@ -154,7 +158,7 @@ def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: s
     x, _ = _solve(rows, meas)
     _fraction(part, f"{EFF}.hbm", x[0], "hbm")
     part.values[f"{EFF}.kernel_overhead_s"] = max(0.0, float(x[1]))
-    pred = rows[:, 0] / part.values[f"{EFF}.hbm"] + part.values[f"{EFF}.kernel_overhead_s"]
+    pred = rows[:, 0] / part.values.get(f"{EFF}.hbm", system.accelerator.efficiency.hbm) + part.values[f"{EFF}.kernel_overhead_s"]
     part.residuals.append(_residual(source, "memory-bound kernels", pred, meas))
     return part
 
@@ -180,7 +184,7 @@ def fit_attention(samples: list[AttentionSample], system: SystemSpec, source: st
     else:
         x, _ = _solve(col[:, None], meas - overhead_s)
     _fraction(part, f"{EFF}.attention", x[0], "attention")
-    pred = col / part.values[f"{EFF}.attention"] + overhead_s
+    pred = col / part.values.get(f"{EFF}.attention", system.accelerator.efficiency.attention) + overhead_s
     part.residuals.append(_residual(source, "fused attention", pred, meas))
     return part
 

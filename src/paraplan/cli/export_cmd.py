@@ -43,7 +43,7 @@ def export_command(
     if gpus_per_node is None and system_ref:
         sys_spec = load_system(system_ref, field="system")
         gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
-    plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length)
+    plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length, field="PLAN")
     header = f"paraplan plan {plan}" + (f" rank {rank}" if rank else "") + (f", model {model_spec.name}" if model_spec else "")
     from paraplan.export import ExportRefused
 
