@@ -21,6 +21,7 @@ from paraplan.cli.app import (
     parse_tokens,
 )
 from paraplan.estimate import estimate as run_estimate
+from paraplan.export.planfile import load_plan_option
 from paraplan.report.render import print_estimate
 from paraplan.specs.errors import InputError
 
@@ -39,7 +40,7 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
 def estimate(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
     system: Annotated[str, typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")],
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp")],
+    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp (required unless --plan)")] = None,
     tp: Annotated[int, typer.Option("--tp", min=1, help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", min=1, help="pipeline stages")] = 1,
     cp: Annotated[int, typer.Option("--cp", min=1, help="context-parallel degree")] = 1,
@@ -83,13 +84,16 @@ def estimate(
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="also draw the time and memory breakdown to FILE (.png or .svg)")
     ] = None,
+    plan_file: Annotated[
+        Optional[str], typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, or PlanSpec YAML/JSON")
+    ] = None,
 ) -> None:
     """Time, memory and utilisation of one training step under one plan."""
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
         raise InputError(f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg")
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
-    plan = plan_from_fields(
+    plan = load_plan_option(plan_file, gpus, model_spec, seq_length) if plan_file or gpus is None else plan_from_fields(
         {
             "gpus": gpus,
             "tp": tp,

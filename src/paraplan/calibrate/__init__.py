@@ -1,0 +1,160 @@
+"""``paraplan calibrate``: fit a system's constants to the user's measurements and write a system
+YAML with provenance, the fit's residuals and a leave-one-out error on measured step times.
+
+Order: memory-bound kernels (η_hbm, kernel overhead) -> fused attention (η_att) -> GEMMs (cap,
+ramp) -> collectives (η and α of both tiers) -> step times (overlap costs), each stage on the
+system as fitted so far (docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from paraplan.calibrate.fit import (
+    EFF,
+    FitPart,
+    Residual,
+    StepRun,
+    fit_attention,
+    fit_gemm,
+    fit_memory,
+    fit_network,
+    fit_steps,
+    with_values,
+)
+from paraplan.calibrate.readers import read_attention_table, read_gemm_table, read_memory_table, read_nccl_tests
+from paraplan.catalog import load_model
+from paraplan.specs.errors import InputError
+from paraplan.specs.system import SystemSpec
+
+
+@dataclass
+class Calibration:
+    base: SystemSpec
+    system: SystemSpec
+    values: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    residuals: list[Residual] = field(default_factory=list)
+    leave_one_out: dict | None = None
+    inputs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "base_system": self.base.name,
+            "system": self.system.name,
+            "fitted": {k: {"value": v, "base": _get(self.base, k)} for k, v in self.values.items()},
+            "notes": self.notes,
+            "residuals": [r.__dict__ for r in self.residuals],
+            "leave_one_out": self.leave_one_out,
+            "inputs": self.inputs,
+        }
+
+
+def _get(system: SystemSpec, path: str):
+    value = system.model_dump()
+    for key in path.split("."):
+        value = value[key]
+    return value
+
+
+def read_steps(path: Path) -> list[StepRun]:
+    """Measured steps: YAML/JSON ``{model: NAME|FILE, runs: [{name, plan: {...}, step_time_s}]}``
+    (a run may carry its own ``model``); plans may also be ``plan_file`` references (FILE#rank)."""
+    from paraplan.api import plan_from_fields
+    from paraplan.export.planfile import load_plan
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"--steps: cannot read {str(path)!r}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list) or not data["runs"]:
+        raise InputError(f"--steps: {str(path)!r} must hold 'runs: [{{name, plan, step_time_s}}, ...]'")
+    out = []
+    for i, run in enumerate(data["runs"]):
+        where = f"--steps: runs[{i}]"
+        model_ref = run.get("model", data.get("model"))
+        if model_ref is None:
+            raise InputError(f"{where}: no model (give 'model' at the top or in the run)")
+        model = load_model(model_ref, field=f"{where}.model")
+        time_s = run.get("step_time_s")
+        if not isinstance(time_s, (int, float)) or not time_s > 0:
+            raise InputError(f"{where}.step_time_s: {time_s!r} is not allowed; a positive number of seconds")
+        if "plan_file" in run:
+            plan = load_plan(str(path.parent / run["plan_file"]), model=model, field=f"{where}.plan_file")
+        else:
+            plan = plan_from_fields(run.get("plan") or {})
+        out.append(StepRun(str(run.get("name", f"run{i + 1}")), model, plan, float(time_s)))
+    return out
+
+
+def _merge(cal: Calibration, part: FitPart, source: str) -> None:
+    cal.values.update(part.values)
+    cal.notes.update(part.notes)
+    cal.residuals += part.residuals
+    for path in part.values:
+        cal.notes.setdefault(path, f"fitted from {source}")
+    cal.system = with_values(cal.system, part.values)
+
+
+def calibrate(base: SystemSpec, *, nccl: list[str] = (), gemm: Path | None = None, attention: Path | None = None,
+              memory: Path | None = None, steps: Path | None = None, name: str | None = None,
+              domain_spans_nodes: bool = False) -> Calibration:
+    """Fit what the given measurements identify; everything else keeps the base system's value."""
+    if not (nccl or gemm or attention or memory or steps):
+        raise InputError("calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps")
+    cal = Calibration(base=base, system=base)
+    overhead = None
+    if memory is not None:
+        _merge(cal, fit_memory(read_memory_table(memory), cal.system, memory.name), memory.name)
+        cal.inputs.append(str(memory))
+        overhead = cal.system.accelerator.efficiency.kernel_overhead_s
+    if attention is not None:
+        _merge(cal, fit_attention(read_attention_table(attention), cal.system, attention.name, overhead), attention.name)
+        cal.inputs.append(str(attention))
+        overhead = cal.system.accelerator.efficiency.kernel_overhead_s
+    if gemm is not None:
+        if overhead is None:
+            cal.notes[f"{EFF}.kernel_overhead_s"] = "base value kept (no memory or attention table); GEMM ramp = fixed time − it"
+            overhead = cal.system.accelerator.efficiency.kernel_overhead_s
+        _merge(cal, fit_gemm(read_gemm_table(gemm), cal.system, gemm.name, overhead), gemm.name)
+        cal.inputs.append(str(gemm))
+    if nccl:
+        runs = [read_nccl_tests(ref) for ref in nccl]
+        _merge(cal, fit_network(runs, cal.system, domain_spans_nodes), ", ".join(Path(r.source).name for r in runs))
+        cal.inputs += [r.source for r in runs]
+    if steps is not None:
+        part, loo = fit_steps(read_steps(steps), cal.system, steps.name)
+        _merge(cal, part, steps.name)
+        cal.leave_one_out = loo
+        cal.inputs.append(str(steps))
+    cal.system = cal.system.model_copy(update={"name": name or f"{base.name}-calibrated"})
+    return cal
+
+
+def system_yaml(cal: Calibration) -> str:
+    """The calibrated system as a loadable YAML: provenance and residuals as comments and ``sources``."""
+    stamp = _dt.date.today().isoformat()
+    data = cal.system.model_dump(mode="json")
+    data["name"] = cal.system.name
+    data["source"] = f"{cal.base.name} calibrated by paraplan calibrate on {stamp} from: " + ", ".join(Path(i).name for i in cal.inputs)
+    sources = dict(cal.base.sources)
+    for path, value in cal.values.items():
+        sources[path] = f"paraplan calibrate {stamp}: {cal.notes.get(path, 'fitted')}; base {_get(cal.base, path)!r} -> {value:.6g}"
+    data["sources"] = sources
+    lines = [f"# Calibrated system written by `paraplan calibrate` ({stamp}); base system: {cal.base.name}",
+             "# Fit residuals (relative error of each input's rows under the fitted constants):"]
+    for r in cal.residuals:
+        lines.append(f"#   {r.source}: {r.what}: {r.points} points, RMS {r.rms_rel:.2%}, max {r.max_rel:.2%}")
+    for path, note in sorted(cal.notes.items()):
+        if path not in cal.values:
+            lines.append(f"# {path}: {note}")
+    if cal.leave_one_out and cal.leave_one_out.get("runs"):
+        loo = cal.leave_one_out
+        lines.append(f"# Leave-one-out step-time error: mean {loo['mean_abs_error']:.2%}, max {loo['max_abs_error']:.2%}")
+        for row in loo["runs"]:
+            lines.append(f"#   {row['run']}: measured {row['measured_s']:.4f} s, predicted {row['predicted_s']:.4f} s ({row['error']:+.2%})")
+    return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

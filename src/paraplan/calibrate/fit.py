@@ -1,0 +1,298 @@
+"""Fit a system's constants to measurements with plain linear least squares.
+
+Every measurement is predicted by paraplan's own cost functions (cost/comm.py, cost/compute.py,
+the estimator), and each is linear in the constants fitted, once written in the right form:
+
+- collectives: t = S·(k_nv/(B_nv·η_nv) + k_nic/(B_nic·η_nic)) + c_in·α_nv + c_out·α_nic, linear in
+  (1/η_nv, 1/η_nic, α_nv, α_nic); the coefficients k and c come from ``collective_coefficients``
+  evaluated on unit systems (efficiency 1, one latency set to 1 s, the other to 0);
+- GEMMs: t = F/(P·w·d)·(1/cap) + (t_ramp + t_kernel), linear in (1/cap, t_ramp + t_kernel), with the
+  wave/tile and depth factors w, d of ``gemm_efficiency``;
+- fused attention: t = F·f_causal/P·(1/η_att) + t_kernel; memory-bound kernels: t = B/BW·(1/η_hbm) + t_kernel;
+- step times: each overlap cost enters the step as exposed + cost·(total − exposed); the two costs
+  interact through the overlap windows, so they are fitted by Gauss-Newton (linear least squares
+  on finite-difference slopes, repeated until the step is below 1e-9).
+
+Rows are weighted by 1/t (least squares on relative errors), so small messages and kernels count
+as much as large ones. A constant no measurement constrains keeps its base value and is reported
+as not identified. Fitted fractions above 1 mean the measurement beats paraplan's algorithm model
+(e.g. NVLink SHARP all-reduce); they are capped at 1 and reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
+from paraplan.cost.comm import GroupSpan, linear_collective
+from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
+from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.sweep.params import apply_overrides
+
+EFF = "accelerator.efficiency"
+NVLINK_EFF, NIC_EFF = "node.nvlink_efficiency", "network.efficiency"
+NVLINK_LAT, NIC_LAT = "node.nvlink_latency", "network.latency"
+NVLINK_OVERLAP, NIC_OVERLAP = "node.nvlink_overlap_cost", "network.overlap_cost"
+
+
+def with_values(system: SystemSpec, values: dict[str, float]) -> SystemSpec:
+    """The system with dotted-path fields replaced (re-validated)."""
+    return apply_overrides(None, system, values)[1]  # type: ignore[arg-type]
+
+
+@dataclass
+class Residual:
+    """How well the fitted constants reproduce one input (relative errors of its rows)."""
+
+    source: str
+    what: str
+    points: int
+    rms_rel: float
+    max_rel: float
+
+
+@dataclass
+class FitPart:
+    """Constants fitted from one kind of measurement, with notes and residuals."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    residuals: list[Residual] = field(default_factory=list)
+
+
+def _solve(rows: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares on relative errors; columns that no row touches are left out (NaN)."""
+    used = np.any(rows != 0.0, axis=0)
+    x = np.full(rows.shape[1], np.nan)
+    weighted = rows[:, used] / times[:, None]
+    sol, *_ = np.linalg.lstsq(weighted, np.ones(len(times)), rcond=None)
+    x[used] = sol
+    return x, used
+
+
+def _residual(source: str, what: str, predicted: np.ndarray, measured: np.ndarray) -> Residual:
+    rel = predicted / measured - 1.0
+    return Residual(source, what, len(rel), float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel))))
+
+
+def _fraction(part: FitPart, path: str, inverse: float, label: str) -> None:
+    """Store 1/inverse as a fraction of peak; cap at 1 with a note; a non-positive slope (the data
+    show no size dependence) leaves the base value, noted."""
+    if not math.isfinite(inverse) or inverse <= 0:
+        part.notes[path] = f"{label}: not identified (fitted time does not grow with size); base value kept"
+        return
+    value = 1.0 / inverse
+    if value > 1.0:
+        part.notes[path] = f"{label}: fitted {value:.3f} > 1 (faster than paraplan's algorithm model); capped at 1"
+        value = 1.0
+    part.values[path] = value
+
+
+# ---- collectives ------------------------------------------------------------------------------
+def nccl_span(run: NcclRun, system: SystemSpec, domain_spans_nodes: bool = False) -> GroupSpan:
+    """The nccl-tests ranks on the hierarchy: ranks per NVLink domain and domains spanned. A host is
+    one NVLink domain, unless ``domain_spans_nodes`` (rack-scale NVLink such as GB200 NVL72, where
+    the hosts of a rack share one domain of ``gpus_per_domain`` GPUs)."""
+    domain = system.node.gpus_per_domain
+    per_node = max(1, run.ranks // run.nodes)
+    per_domain = min(run.ranks, domain) if domain_spans_nodes else min(per_node, domain)
+    return GroupSpan(run.ranks, per_domain, math.ceil(run.ranks / per_domain))
+
+
+def collective_columns(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float, float, float]:
+    """(per-byte seconds at η_nv = 1, per-byte at η_nic = 1, latency per second of α_nv, per second of α_nic)."""
+    unit = with_values(system, {NVLINK_EFF: 1.0, NIC_EFF: 1.0, NVLINK_LAT: 1.0, NIC_LAT: 1.0})
+    form = linear_collective(kind, span, unit)
+    return form.slope_in, form.slope_out, form.latency_in, form.latency_out
+
+
+def fit_network(runs: list[NcclRun], system: SystemSpec, domain_spans_nodes: bool = False) -> FitPart:
+    """η_nv, η_nic, α_nv, α_nic from nccl-tests runs (all-to-all: read and reported, not fitted)."""
+    part = FitPart()
+    usable = [r for r in runs if r.kind != "all_to_all" and r.ranks > 1]
+    for r in runs:
+        if r.kind == "all_to_all":
+            part.notes.setdefault("all_to_all", f"{r.source}: no paraplan cost term uses all-to-all yet; read, not fitted")
+    if not usable:
+        return part
+    blocks, times, cols = [], [], []
+    for r in usable:
+        c = collective_columns(r.kind, nccl_span(r, system, domain_spans_nodes), system)
+        cols.append(c)
+        for size, t in zip(r.sizes_bytes, r.times_s):
+            blocks.append([size * c[0], size * c[1], c[2], c[3]])
+            times.append(t)
+    rows, meas = np.array(blocks), np.array(times)
+    x, used = _solve(rows, meas)
+    names = [NVLINK_EFF, NIC_EFF, NVLINK_LAT, NIC_LAT]
+    for i, path in enumerate(names):
+        if not used[i]:
+            part.notes[path] = "not identified (no run exercises this tier); base value kept"
+            continue
+        if i < 2:
+            _fraction(part, path, x[i], path)
+        else:
+            part.values[path] = max(0.0, float(x[i]))
+    fitted = with_values(system, part.values)
+    for r, c in zip(usable, cols):
+        eff_nv, eff_nic = fitted.node.nvlink_efficiency, fitted.network.efficiency
+        pred = np.array([s * (c[0] / eff_nv + c[1] / eff_nic) + c[2] * fitted.node.nvlink_latency
+                         + c[3] * fitted.network.latency for s in r.sizes_bytes])
+        part.residuals.append(_residual(r.source, f"{r.kind} {r.ranks} ranks / {r.nodes} nodes", pred, np.array(r.times_s)))
+    return part
+
+
+# ---- kernels --------------------------------------------------------------------------------
+def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: str) -> FitPart:
+    """η_hbm and the per-kernel overhead from memory-bound kernel timings."""
+    part = FitPart()
+    unit = with_values(system, {f"{EFF}.hbm": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+    rows = np.array([[memory_time_s(b, unit), 1.0] for b, _ in samples])
+    meas = np.array([t for _, t in samples])
+    x, _ = _solve(rows, meas)
+    _fraction(part, f"{EFF}.hbm", x[0], "hbm")
+    part.values[f"{EFF}.kernel_overhead_s"] = max(0.0, float(x[1]))
+    pred = rows[:, 0] / part.values.get(f"{EFF}.hbm", system.accelerator.efficiency.hbm) + part.values[f"{EFF}.kernel_overhead_s"]
+    part.residuals.append(_residual(source, "memory-bound kernels", pred, meas))
+    return part
+
+
+def attention_flops(s: AttentionSample) -> tuple[float, float]:
+    """(FLOPs, causal fraction) as paraplan's graph counts them: forward 4·b·a·s²·d, backward 2.5×
+    forward (graph/transformer.py attention_ops), causal share (s+1)/2s."""
+    fwd = 4.0 * s.batch * s.heads * s.seq_len * s.seq_len * s.head_dim
+    flops = fwd if s.direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
+    return flops, (0.5 * (1.0 + 1.0 / s.seq_len) if s.causal else 1.0)
+
+
+def fit_attention(samples: list[AttentionSample], system: SystemSpec, source: str, overhead_s: float | None) -> FitPart:
+    """Fused-attention efficiency (and the kernel overhead when no memory-kernel table fixed it)."""
+    part = FitPart()
+    unit = with_values(system, {f"{EFF}.attention": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+    col = np.array([attention_time_s(*attention_flops(s), unit, s.dtype) for s in samples])
+    meas = np.array([s.time_s for s in samples])
+    if overhead_s is None:
+        x, _ = _solve(np.column_stack([col, np.ones_like(col)]), meas)
+        overhead_s = max(0.0, float(x[1]))
+        part.values[f"{EFF}.kernel_overhead_s"] = overhead_s
+    else:
+        x, _ = _solve(col[:, None], meas - overhead_s)
+    _fraction(part, f"{EFF}.attention", x[0], "attention")
+    pred = col / part.values.get(f"{EFF}.attention", system.accelerator.efficiency.attention) + overhead_s
+    part.residuals.append(_residual(source, "fused attention", pred, meas))
+    return part
+
+
+def fit_gemm(samples: list[GemmSample], system: SystemSpec, source: str, overhead_s: float) -> FitPart:
+    """GEMM efficiency cap (half precision and, when fp8 rows are given, fp8) and the ramp time."""
+    part = FitPart()
+    unit = with_values(system, {f"{EFF}.gemm": 1.0, f"{EFF}.gemm_fp8": 1.0, f"{EFF}.gemm_ramp_s": 0.0,
+                                f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+    rows, meas = [], []
+    for s in samples:
+        col = gemm_time_s(2.0 * s.batch * s.m * s.n * s.k, (s.batch, s.m, s.n, s.k), unit, s.dtype)
+        rows.append([0.0 if s.dtype == "fp8" else col, col if s.dtype == "fp8" else 0.0, 1.0])
+        meas.append(s.time_s)
+    a, m = np.array(rows), np.array(meas)
+    x, used = _solve(a, m)
+    if used[0]:
+        _fraction(part, f"{EFF}.gemm", x[0], "gemm")
+    if used[1]:
+        _fraction(part, f"{EFF}.gemm_fp8", x[1], "gemm_fp8")
+    ramp = float(x[2]) - overhead_s
+    if ramp < 0:
+        part.notes[f"{EFF}.gemm_ramp_s"] = f"fitted fixed GEMM time {x[2]:.3g} s is below the kernel overhead; ramp set to 0"
+    part.values[f"{EFF}.gemm_ramp_s"] = max(0.0, ramp)
+    caps = np.array([part.values.get(f"{EFF}.gemm", system.accelerator.efficiency.gemm),
+                     part.values.get(f"{EFF}.gemm_fp8", system.accelerator.efficiency.gemm_fp8 or 1.0)])
+    pred = a[:, 0] / caps[0] + a[:, 1] / caps[1] + part.values[f"{EFF}.gemm_ramp_s"] + overhead_s
+    part.residuals.append(_residual(source, "GEMMs", pred, m))
+    return part
+
+
+# ---- step times -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepRun:
+    name: str
+    model: ModelSpec
+    plan: PlanSpec
+    step_time_s: float
+
+
+def _predict(run: StepRun, system: SystemSpec) -> float:
+    from paraplan.estimate import estimate
+
+    return estimate(run.model, system, run.plan).step_time_s
+
+
+def _predict_all(runs: list[StepRun], system: SystemSpec, costs: np.ndarray) -> np.ndarray:
+    sys_c = with_values(system, {NVLINK_OVERLAP: float(costs[0]), NIC_OVERLAP: float(costs[1])})
+    return np.array([_predict(r, sys_c) for r in runs])
+
+
+def _jacobian(runs: list[StepRun], system: SystemSpec, costs: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """d step / d cost by finite differences (a step of 0.05 towards the inside of [0, 1])."""
+    cols = []
+    for j in range(2):
+        step = 0.05 if costs[j] <= 0.5 else -0.05
+        moved = costs.copy()
+        moved[j] += step
+        cols.append((_predict_all(runs, system, moved) - pred) / step)
+    return np.column_stack(cols)
+
+
+def _fit_costs(runs: list[StepRun], system: SystemSpec, meas: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Overlap costs minimising the relative step-time error (Gauss-Newton: linear least squares
+    on the local slopes, repeated; the costs interact through the overlap windows), clipped to
+    [0, 1]. Returns (costs, identified): a cost no run's step time depends on keeps its start value."""
+    costs = start.astype(float).copy()
+    identified = np.zeros(2, bool)
+    for _ in range(20):
+        pred = _predict_all(runs, system, costs)
+        jac = _jacobian(runs, system, costs, pred)
+        identified = np.abs(jac).max(axis=0) > 1e-9 * np.abs(pred).max()
+        if not identified.any():
+            break
+        delta, *_ = np.linalg.lstsq(jac[:, identified] / meas[:, None], (meas - pred) / meas, rcond=None)
+        new = costs.copy()
+        new[identified] = np.clip(costs[identified] + np.nan_to_num(delta[: identified.sum()]), 0.0, 1.0)
+        if np.max(np.abs(new - costs)) < 1e-9:
+            costs = new
+            break
+        costs = new
+    return costs, identified
+
+
+def fit_steps(runs: list[StepRun], system: SystemSpec, source: str) -> tuple[FitPart, dict]:
+    """Overlap costs from measured step times, their residuals, and the leave-one-out error."""
+    part = FitPart()
+    meas = np.array([r.step_time_s for r in runs])
+    start = np.array([system.node.nvlink_overlap_cost, system.network.overlap_cost])
+    costs, identified = _fit_costs(runs, system, meas, start)
+    for i, path in enumerate((NVLINK_OVERLAP, NIC_OVERLAP)):
+        if identified[i]:
+            part.values[path] = float(costs[i])
+        else:
+            part.notes[path] = "not identified (no measured run overlaps communication on this tier); base value kept"
+    pred = _predict_all(runs, system, costs)
+    part.residuals.append(_residual(source, "step times", pred, meas))
+    loo = []
+    for i, r in enumerate(runs):
+        keep = [j for j in range(len(runs)) if j != i]
+        c = _fit_costs([runs[j] for j in keep], system, meas[keep], start)[0] if keep else start
+        p = float(_predict_all([r], system, c)[0])
+        loo.append({"run": r.name, "measured_s": r.step_time_s, "predicted_s": p, "error": p / r.step_time_s - 1.0})
+    errors = np.array([row["error"] for row in loo])
+    summary = {
+        "runs": loo,
+        "mean_abs_error": float(np.mean(np.abs(errors))),
+        "max_abs_error": float(np.max(np.abs(errors))),
+        "refit_per_run": len(runs) > 1,
+    }
+    return part, summary

@@ -1,0 +1,192 @@
+"""Readers for what users already measure: nccl-tests output, GEMM / attention / memory-kernel
+benchmark tables (CSV) and measured step times (YAML/JSON).
+
+nccl-tests (github.com/NVIDIA/nccl-tests, ``*_perf`` binaries) print a header of ``#`` lines, one
+``#  Rank  N Group G Pid P on HOST device D ...`` line per rank, then one row per message size:
+``size count type redop root | time algbw busbw #wrong (out-of-place) | time algbw busbw #wrong
+(in-place)``, times in microseconds. The output does not name the collective, so it is taken from
+the file name (``all_reduce_perf``, ``all_gather``, ``reduce_scatter``, ``alltoall``, ``sendrecv``)
+or given as ``KIND=FILE``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from paraplan.specs.errors import InputError
+
+NCCL_KINDS = {
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "sendrecv": "send_recv",
+    "send_recv": "send_recv",
+}
+_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class NcclRun:
+    """One nccl-tests run: the collective, ranks and nodes, and (bytes, seconds) per message size."""
+
+    source: str
+    kind: str
+    ranks: int
+    nodes: int
+    sizes_bytes: tuple[float, ...]
+    times_s: tuple[float, ...]
+
+
+def _kind_from_name(name: str) -> str | None:
+    flat = name.lower().replace("-", "_")
+    for key in sorted(NCCL_KINDS, key=len, reverse=True):
+        if key in flat:
+            return NCCL_KINDS[key]
+    return None
+
+
+def read_nccl_tests(ref: str) -> NcclRun:
+    """Parse one nccl-tests output file; ``ref`` is FILE or KIND=FILE."""
+    kind_text, sep, path_text = ref.partition("=")
+    if not sep:
+        path_text, kind_text = ref, ""
+    path = Path(path_text)
+    kind = NCCL_KINDS.get(kind_text) if kind_text else _kind_from_name(path.name)
+    if kind is None:
+        raise InputError(f"--nccl: cannot tell the collective of {ref!r}; name the file after the test "
+                         f"(all_reduce_perf.txt, ...) or write KIND=FILE with KIND one of {', '.join(sorted(set(NCCL_KINDS.values())))}")
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"--nccl: cannot read file {str(path)!r}: {exc.strerror}") from None
+    return parse_nccl_tests(text, kind, str(path))
+
+
+def parse_nccl_tests(text: str, kind: str, source: str = "<text>") -> NcclRun:
+    """Rows of an nccl-tests output: out-of-place time per size (microseconds -> seconds)."""
+    hosts: dict[int, str] = {}
+    sizes: list[float] = []
+    times: list[float] = []
+    for line in text.splitlines():
+        m = _RANK_LINE.match(line)
+        if m:
+            hosts[int(m.group(1))] = m.group(2)
+            continue
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) < 8 or not parts[0].isdigit():
+            continue
+        try:
+            size, time_us = float(parts[0]), float(parts[5])
+        except ValueError:
+            continue
+        if size > 0 and time_us > 0:
+            sizes.append(size)
+            times.append(time_us * US)
+    if not hosts:
+        raise InputError(f"--nccl: {source!r} has no '#  Rank N Group G Pid P on HOST' lines; is it nccl-tests output?")
+    if not sizes:
+        raise InputError(f"--nccl: {source!r} has no result rows (size count type redop root time ...)")
+    return NcclRun(source, kind, len(hosts), len(set(hosts.values())), tuple(sizes), tuple(times))
+
+
+def _rows(path: Path, flag: str) -> list[dict[str, str]]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{flag}: cannot read file {str(path)!r}: {exc.strerror}") from None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    if not rows:
+        raise InputError(f"{flag}: {str(path)!r} has no rows")
+    return [{(k or "").strip().lower(): (v or "").strip() for k, v in r.items()} for r in rows]
+
+
+def _number(row: dict[str, str], key: str, flag: str, where: str) -> float:
+    try:
+        value = float(row[key])
+    except (KeyError, ValueError):
+        raise InputError(f"{flag}: {where}: column {key!r} must be a number, got {row.get(key)!r}") from None
+    if not value > 0 and key not in ("causal",):
+        raise InputError(f"{flag}: {where}: {key}={value} must be positive")
+    return value
+
+
+def _time_s(row: dict[str, str], flag: str, where: str, flops: float | None = None) -> float:
+    """time_s, time_ms or time_us; or (GEMM only) tflops with the 2·m·n·k convention."""
+    for key, scale in (("time_s", 1.0), ("time_ms", 1e-3), ("time_us", 1e-6)):
+        if row.get(key):
+            return _number(row, key, flag, where) * scale
+    if flops is not None and row.get("tflops"):
+        return flops / (_number(row, "tflops", flag, where) * 1e12)
+    allowed = "time_s, time_ms, time_us" + (" or tflops" if flops is not None else "")
+    raise InputError(f"{flag}: {where}: needs a column {allowed}")
+
+
+@dataclass(frozen=True)
+class GemmSample:
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+    time_s: float
+
+
+def read_gemm_table(path: Path) -> list[GemmSample]:
+    """CSV with m,n,k,dtype and time_(s|ms|us) or tflops (2·m·n·k FLOPs), optional batch."""
+    out = []
+    for i, row in enumerate(_rows(path, "--gemm"), start=2):
+        where = f"{path.name} line {i}"
+        b = int(_number(row, "batch", "--gemm", where)) if row.get("batch") else 1
+        m, n, k = (int(_number(row, c, "--gemm", where)) for c in ("m", "n", "k"))
+        dtype = row.get("dtype", "bf16") or "bf16"
+        if dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
+            raise InputError(f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: fp32, tf32, fp16, bf16, fp8")
+        out.append(GemmSample(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k)))
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionSample:
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+    causal: bool
+    direction: str
+    dtype: str
+    time_s: float
+
+
+def read_attention_table(path: Path) -> list[AttentionSample]:
+    """CSV with batch,heads,seq_len,head_dim,causal,direction (fwd|bwd),dtype,time_(s|ms|us)."""
+    out = []
+    for i, row in enumerate(_rows(path, "--attention"), start=2):
+        where = f"{path.name} line {i}"
+        direction = row.get("direction", "fwd")
+        if direction not in ("fwd", "bwd"):
+            raise InputError(f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd")
+        out.append(AttentionSample(
+            int(_number(row, "batch", "--attention", where)), int(_number(row, "heads", "--attention", where)),
+            int(_number(row, "seq_len", "--attention", where)), int(_number(row, "head_dim", "--attention", where)),
+            row.get("causal", "1").lower() in ("1", "true", "yes"), direction, row.get("dtype", "bf16") or "bf16",
+            _time_s(row, "--attention", where)))
+    return out
+
+
+def read_memory_table(path: Path) -> list[tuple[float, float]]:
+    """CSV with bytes (read + written) and time_(s|ms|us) of memory-bound kernels (copies, norms)."""
+    return [(_number(row, "bytes", "--memory", f"{path.name} line {i}"), _time_s(row, "--memory", f"{path.name} line {i}"))
+            for i, row in enumerate(_rows(path, "--memory"), start=2)]

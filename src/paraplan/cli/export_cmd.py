@@ -1,0 +1,79 @@
+"""``paraplan export``: a plan as Megatron-LM / NeMo 2.0 / torchtitan / DeepSpeed launch arguments."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from paraplan.cli.app import app
+from paraplan.specs.errors import InputError
+
+# GPUs per host of the launch line when not given: 8 (DGX/HGX servers). Rack-scale NVLink domains
+# (GB200 NVL72: 4 GPUs per compute tray) need --gpus-per-node.
+DEFAULT_GPUS_PER_NODE = 8
+
+
+@app.command("export")
+def export_command(
+    plan: Annotated[str, typer.Argument(help="search --json / estimate --json output, an export, or a plan YAML/JSON; FILE#N picks rank N")],
+    to: Annotated[str, typer.Option("--to", help="megatron | nemo | torchtitan | deepspeed | all")] = "megatron",
+    rank: Annotated[Optional[int], typer.Option("--rank", min=1, help="rank of a search result (default 1)")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="add the model's shape (Megatron) / layers per stage (torchtitan)")] = None,
+    system: Annotated[Optional[str], typer.Option("--system", "-s", help="take GPUs per node from this system")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option("--gpus-per-node", min=1, help="launcher node size (default: the system's NVLink domain up to 8, else 8)")] = None,
+    seq_length: Annotated[Optional[int], typer.Option("--seq-length", min=1, help="for a DeepSpeed config read as input")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write to FILE (with --to all: a folder)")] = None,
+) -> None:
+    """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express."""
+    from paraplan.catalog import load_model, load_system
+    from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
+    from paraplan.export.planfile import load_plan, source_names
+    from paraplan.fileio import write_text_atomic
+
+    targets = FRAMEWORKS if to == "all" else (to,)
+    if to != "all" and to not in FRAMEWORKS:
+        raise InputError(f"--to: {to!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}, all")
+    named_model, named_system = source_names(plan)
+    model_ref = model or named_model
+    model_spec = load_model(model_ref, field="model") if model_ref else None
+    system_ref = system or named_system
+    if gpus_per_node is None and system_ref:
+        sys_spec = load_system(system_ref, field="system")
+        gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
+    plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length, field="PLAN")
+    header = f"paraplan plan {plan}" + (f" rank {rank}" if rank else "") + (f", model {model_spec.name}" if model_spec else "")
+    from paraplan.export import ExportRefused
+
+    texts, refused = {}, []
+    for fw in targets:
+        try:
+            texts[fw] = export_plan(fw, plan_spec, model_spec, gpus_per_node or DEFAULT_GPUS_PER_NODE, header)
+        except ExportRefused as exc:
+            if to != "all":
+                raise
+            refused.append(f"{fw}: {exc}")
+    if to == "all" and out is not None:
+        for fw, text in texts.items():
+            print(f"wrote {write_text_atomic(out / f'plan-{fw}{SUFFIX[fw]}', text)}", file=sys.stderr)
+        _report_refused(refused)
+        return
+    if out is not None:
+        write_text_atomic(out, texts[targets[0]])
+        print(f"wrote {out}", file=sys.stderr)
+        return
+    for fw, text in texts.items():
+        if len(texts) > 1:
+            print(f"==> {fw}")
+        sys.stdout.write(text)
+    _report_refused(refused)
+
+
+def _report_refused(refused: list[str]) -> None:
+    """With --to all: one line per refusing framework on stderr, exit 2 when any refused."""
+    for line in refused:
+        print(f"error: {line}", file=sys.stderr)
+    if refused:
+        raise typer.Exit(2)

@@ -1,0 +1,111 @@
+"""``paraplan import``: plans from framework exports, and Calculon / AMPeD inputs as paraplan files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from paraplan.cli.app import app
+
+import_app = typer.Typer(help="Read other tools' inputs as paraplan plans, models and systems.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+def _emit(data: dict, out: Optional[Path]) -> None:
+    from paraplan.fileio import write_text_atomic
+
+    text = json.dumps(data, indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(out, text)
+        print(f"wrote {out}", file=sys.stderr)
+
+
+@import_app.command("plan")
+def import_plan_command(
+    file: Annotated[str, typer.Argument(help="a Megatron launch line, NeMo override, torchtitan TOML or DeepSpeed JSON; or a search result FILE#N")],
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="needed for torchtitan interleaved pipelines")] = None,
+    seq_length: Annotated[Optional[int], typer.Option("--seq-length", min=1, help="needed for DeepSpeed configs")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write the plan JSON to FILE")] = None,
+) -> None:
+    """A framework's launch arguments back as a paraplan plan (JSON of PlanSpec fields)."""
+    from paraplan.catalog import load_model
+    from paraplan.export.planfile import load_plan
+
+    model_spec = load_model(model, field="model") if model else None
+    plan = load_plan(file, model=model_spec, seq_length=seq_length, field="file")
+    _emit({"plan": plan.model_dump()}, out)
+
+
+@import_app.command("calculon")
+def import_calculon_command(
+    model: Annotated[Path, typer.Argument(help="Calculon application (model) JSON")],
+    system: Annotated[Path, typer.Argument(help="Calculon system JSON")],
+    execution: Annotated[Path, typer.Argument(help="Calculon execution JSON")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml, system.yaml, plan.json")] = None,
+    vocab: Annotated[int, typer.Option("--vocab", min=1, help="vocabulary (Calculon's models have none)")] = 51200,
+    sm_count: Annotated[Optional[int], typer.Option("--sm-count", min=1, help="SMs per GPU when not inferable")] = None,
+    estimate: Annotated[bool, typer.Option("--estimate", help="also estimate the step with paraplan")] = False,
+) -> None:
+    """Calculon's model, system and execution files as paraplan inputs; prints what could not be carried."""
+    import yaml
+
+    from paraplan.api import plan_from_fields
+    from paraplan.catalog import load_model, load_system
+    from paraplan.fileio import write_text_atomic
+    from paraplan.importers.calculon import convert
+
+    conv = convert(model, system, execution, vocab=vocab, sm_count=sm_count)
+    model_spec = load_model(conv.model, field="model")
+    system_spec = load_system(conv.system, field="system")
+    plan = plan_from_fields(conv.plan)
+    for note in conv.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if out is not None:
+        head = "# converted by `paraplan import calculon`; notes:\n" + "".join(f"#   {n}\n" for n in conv.notes)
+        write_text_atomic(out / "model.yaml", head + yaml.safe_dump(conv.model, sort_keys=False))
+        write_text_atomic(out / "system.yaml", head + yaml.safe_dump(conv.system, sort_keys=False))
+        write_text_atomic(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n")
+        print(f"wrote {out}/model.yaml, system.yaml, plan.json", file=sys.stderr)
+    if estimate:
+        from paraplan.estimate import estimate as run_estimate
+
+        est = run_estimate(model_spec, system_spec, plan)
+        from paraplan.units import GiB
+
+        print(f"{model_spec.name} on {system_spec.name}: step {est.step_time_s:.3f} s, MFU {est.mfu:.1%}, "
+              f"peak memory {est.peak_stage.peak_bytes / GiB:.1f} GiB ({'fits' if est.fits else 'does not fit'})")
+    if out is None and not estimate:
+        _emit({"model": conv.model, "system": conv.system, "plan": plan.model_dump(exclude_defaults=True)}, None)
+
+
+@import_app.command("amped")
+def import_amped_command(
+    config: Annotated[Path, typer.Argument(help="AMPeD-style config.json")],
+    tables: Annotated[Optional[Path], typer.Option("--lookup-tables", help="lookup_tables.json")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml and plan.json")] = None,
+) -> None:
+    """An AMPeD-style configuration as a paraplan model and plan (the system comes from --system later)."""
+    import yaml
+
+    from paraplan.api import plan_from_fields
+    from paraplan.catalog import load_model
+    from paraplan.fileio import write_text_atomic
+    from paraplan.importers.amped import convert
+
+    model, plan_fields, notes = convert(config, tables)
+    load_model(model, field="model")
+    plan = plan_from_fields(plan_fields)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if out is None:
+        _emit({"model": model, "plan": plan.model_dump(exclude_defaults=True)}, None)
+        return
+    write_text_atomic(out / "model.yaml", yaml.safe_dump(model, sort_keys=False))
+    write_text_atomic(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n")
+    print(f"wrote {out}/model.yaml, plan.json", file=sys.stderr)

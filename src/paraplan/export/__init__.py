@@ -1,0 +1,55 @@
+"""Export a plan as the launch arguments of Megatron-LM, NeMo 2.0, torchtitan and DeepSpeed, read
+them back, and read plans from files (``search --json`` output, exports, hand-written plans)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paraplan.export import deepspeed, megatron, nemo, torchtitan
+from paraplan.export.common import FRAMEWORKS, ExportRefused, canonical_plan, framework_args
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+
+__all__ = ["FRAMEWORKS", "ExportRefused", "canonical_plan", "export_plan", "framework_args", "import_plan", "SUFFIX"]
+
+SUFFIX = {"megatron": ".sh", "nemo": ".py", "torchtitan": ".toml", "deepspeed": ".json"}
+
+
+def export_plan(framework: str, plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8,
+                header: str = "") -> str:
+    """The plan as ``framework`` takes it (text); :class:`ExportRefused` names a knob it cannot express."""
+    if framework == "megatron":
+        return megatron.export(plan, model, gpus_per_node, header)
+    if framework == "nemo":
+        return nemo.export(plan, gpus_per_node, header)
+    if framework == "torchtitan":
+        return torchtitan.export(plan, model, header)
+    if framework == "deepspeed":
+        return deepspeed.export(plan)
+    raise ExportRefused(f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}")
+
+
+def import_plan(framework: str, text: str, model: ModelSpec | None = None, seq_length: int | None = None) -> dict:
+    """PlanSpec fields read back from an export of ``framework``."""
+    if framework == "megatron":
+        return megatron.import_plan(text)
+    if framework == "nemo":
+        return nemo.import_plan(text)
+    if framework == "torchtitan":
+        return torchtitan.import_plan(text, model)
+    if framework == "deepspeed":
+        return deepspeed.import_plan(text, seq_length)
+    raise ExportRefused(f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}")
+
+
+def detect_framework(path: Path, text: str) -> str | None:
+    """Which framework wrote ``text`` (by content, then suffix); None for a paraplan plan/search file."""
+    if "--tensor-model-parallel-size" in text or "pretrain_gpt.py" in text:
+        return "megatron"
+    if "recipe.trainer." in text:
+        return "nemo"
+    if path.suffix == ".toml" or "[parallelism]" in text:
+        return "torchtitan"
+    if '"train_batch_size"' in text or '"train_micro_batch_size_per_gpu"' in text:
+        return "deepspeed"
+    return None

@@ -1,0 +1,124 @@
+"""What every framework exporter shares: the kept argument lists, refusals, and plan canonical form.
+
+A plan knob a framework cannot express is refused with one line naming the knob (exit 2), never
+dropped. Knobs that have no effect in the plan (the overlap of a ZeRO parameter gather when nothing
+is sharded, sequence parallelism at tp = 1, ...) are put in one canonical form by
+:func:`canonical_plan`, so that export -> import round trips compare like with like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from paraplan.specs.errors import InputError
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
+from paraplan.specs.plan import PlanSpec
+
+FRAMEWORKS = ("megatron", "nemo", "torchtitan", "deepspeed")
+
+
+class ExportRefused(InputError):
+    """A plan knob the target framework cannot express."""
+
+
+@dataclass(frozen=True)
+class FrameworkArgs:
+    """A framework's argument names as read from its source, with the version they were read from."""
+
+    name: str
+    framework: str
+    version: str
+    commit: str
+    source: str
+    names: frozenset[str]
+    choices: dict[str, list]
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework} {self.version}"
+
+
+@lru_cache(maxsize=None)
+def framework_args(name: str) -> FrameworkArgs:
+    """The kept argument list ``export/frameworks/<name>.yaml``."""
+    text = (resources.files("paraplan.export") / "frameworks" / f"{name}.yaml").read_text()
+    data = yaml.safe_load(text)
+    names = data.get("flags") or data.get("keys") or []
+    return FrameworkArgs(
+        name=name,
+        framework=data["framework"],
+        version=data["version"],
+        commit=data["commit"],
+        source=" ".join(str(data["source"]).split()),
+        names=frozenset(names),
+        choices=dict(data.get("choices") or {}),
+    )
+
+
+def refuse(framework: str, knob: str, value: Any, why: str) -> ExportRefused:
+    """One line: which plan knob, its value, and why the framework cannot express it."""
+    return ExportRefused(f"plan.{knob}={value!r} cannot be expressed in {framework}: {why}")
+
+
+def effective_order(plan: PlanSpec) -> tuple[str, ...]:
+    """The placement order of the groups with more than one member (degree-1 groups place nothing)."""
+    return tuple(g for g in plan.placement_order if getattr(plan, g) > 1)
+
+
+def same_placement(plan: PlanSpec, order: str) -> bool:
+    """Does ``plan`` place its groups as the framework order ``order`` ('tp-cp-dp-pp', innermost first)?"""
+    want = tuple(g for g in order.split("-") if g in DIM_NAMES and getattr(plan, g) > 1)
+    return effective_order(plan) == want
+
+
+def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
+    """The plan's fields with knobs that cannot matter set to their defaults: the schedule made
+    explicit (1f1b with one stage), ZeRO 0 when nothing is data-parallel (dp·cp = 1), parameter-gather overlap on when no
+    parameters are gathered (zero 0), sequence parallelism and TP overlap off at tp = 1, and the
+    default placement when the groups of degree > 1 are placed in the default order."""
+    d = plan.model_dump()
+    d["schedule"] = plan.pipeline_schedule if plan.pp > 1 else "1f1b"  # one stage: no pipeline schedule
+    if plan.dp * plan.cp == 1:
+        d["zero"] = 0
+        d["overlap_dp_grad_reduce"] = True
+    if d["zero"] == 0:
+        d["overlap_param_gather"] = True
+    if plan.tp == 1:
+        d["sequence_parallel"] = False
+        d["overlap_tp_comm"] = False
+    if same_placement(plan, DEFAULT_PLACEMENT_LABEL):
+        d["placement"] = DEFAULT_PLACEMENT_LABEL
+    return d
+
+
+def check_handled(plan: PlanSpec, handled: set[str], framework: str) -> None:
+    """Refuse any plan field this exporter does not map when it differs from its default, so that
+    fields added to the plan later are refused rather than silently dropped."""
+    canon = canonical_plan(plan)
+    for name, field in PlanSpec.model_fields.items():
+        if name in handled:
+            continue
+        default = field.default
+        if canon.get(name) != default:
+            raise refuse(framework, name, canon.get(name), "paraplan has no mapping for this knob")
+
+
+def check_names(args: FrameworkArgs, used: list[str]) -> None:
+    """Every exported name must be in the framework's kept argument list (a bug otherwise)."""
+    unknown = [n for n in used if n not in args.names]
+    if unknown:
+        raise AssertionError(f"{args.label}: exported names not in the kept argument list: {unknown}")
+
+
+def nodes_and_gpus_per_node(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, processes per node) of a launcher: whole nodes, or one partial node below a node."""
+    if gpus <= gpus_per_node:
+        return 1, gpus
+    if gpus % gpus_per_node:
+        raise ExportRefused(f"plan.gpus={gpus} is not a whole number of {gpus_per_node}-GPU nodes; give --gpus-per-node")
+    return gpus // gpus_per_node, gpus_per_node

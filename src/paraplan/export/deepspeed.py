@@ -1,0 +1,165 @@
+"""DeepSpeed: a JSON configuration (``--deepspeed_config``).
+
+Keys are those of DeepSpeed v0.16.4 (kept in ``frameworks/deepspeed.yaml``). The data-parallel
+degree is implied by ``train_batch_size = micro · accumulation · dp``; the pipeline is DeepSpeed's
+1F1B ``TrainSchedule`` (ZeRO 2/3 cannot be combined with it); tensor parallelism is AutoTP training
+(``tensor_parallel.autotp_size``), which has neither Megatron sequence parallelism nor overlapped
+TP communication; ring context parallelism does not exist (DeepSpeed-Ulysses is head-parallel
+all-to-all, a different scheme). The sequence length and the attention kernel are set by the
+training script, not by this file: import takes the sequence length as an option.
+"""
+
+from __future__ import annotations
+
+import json
+
+from paraplan.export.common import (
+    ExportRefused,
+    canonical_plan,
+    check_handled,
+    check_names,
+    framework_args,
+    refuse,
+    same_placement,
+)
+from paraplan.specs.plan import PlanSpec
+
+NAME = "deepspeed"
+ORDER = "tp-dp-pp"  # PipeModelDataParallelTopology axes ['pipe', 'data', 'model'], model innermost
+# Keys that change the plan in ways paraplan's PlanSpec cannot hold: refused on import. Other keys
+# (optimizer, scheduler, logging, bucket sizes, ...) do not change the plan and are ignored.
+UNREPRESENTABLE = {  # key: (what it is, the JSON values that leave the plan unchanged)
+    "sequence_parallel_size": ("DeepSpeed-Ulysses sequence parallelism", ("1",)),
+    "zero_optimization.zero_hpz_partition_size": ("ZeRO++ hierarchical partitioning", ("1",)),
+    "zero_optimization.mics_shard_size": ("MiCS sharding", ("-1",)),
+    "activation_checkpointing.partition_activations": ("activations partitioned over tensor-parallel ranks", ("false",)),
+    "pipeline.activation_checkpoint_interval": ("checkpointing every n-th pipeline layer", ("0",)),
+}
+HANDLED = {
+    "gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
+    "recompute", "zero", "dtype", "attention", "schedule", "offload_weights", "offload_activations",
+    "offload_optimizer", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "placement",
+}
+
+
+def config(plan: PlanSpec) -> dict:
+    """The DeepSpeed config dict; refuses what DeepSpeed cannot run."""
+    fw = framework_args(NAME).label
+    check_handled(plan, HANDLED, fw)
+    c = canonical_plan(plan)
+    if plan.cp > 1:
+        raise refuse(fw, "cp", plan.cp, "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)")
+    if not same_placement(plan, ORDER):
+        raise refuse(fw, "placement", plan.placement, "DeepSpeed's topology places tp innermost, then dp, then pp")
+    if c["sequence_parallel"]:
+        raise refuse(fw, "sequence_parallel", True, "AutoTP training has no Megatron-style sequence parallelism")
+    if c["overlap_tp_comm"]:
+        raise refuse(fw, "overlap_tp_comm", True, "AutoTP training does not overlap TP collectives with GEMMs")
+    if c["schedule"] != "1f1b":
+        raise refuse(fw, "schedule", c["schedule"], "DeepSpeed's pipeline engine runs 1F1B (TrainSchedule) only")
+    if plan.pp > 1 and c["zero"] >= 2:
+        raise refuse(fw, "zero", c["zero"], "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
+    if plan.dtype == "fp8":
+        raise refuse(fw, "dtype", "fp8", "the DeepSpeed config has no fp8 training switch (Transformer Engine is set in the script)")
+    if plan.attention != "flash":
+        raise refuse(fw, "attention", plan.attention, "the attention kernel is chosen by the training script, not the config")
+    if plan.recompute == "selective":
+        raise refuse(fw, "recompute", "selective", "DeepSpeed checkpoints whole layers (activation_checkpointing)")
+    if plan.offload_activations and plan.recompute != "full":
+        raise refuse(fw, "offload_activations", True, "cpu_checkpointing offloads only the checkpoints of full recomputation")
+    if plan.offload_weights and c["zero"] != 3:
+        raise refuse(fw, "offload_weights", True, "offload_param needs ZeRO stage 3")
+    if plan.offload_optimizer and c["zero"] == 0:
+        raise refuse(fw, "offload_optimizer", True, "offload_optimizer needs ZeRO stage 1 or more")
+    if c["zero"] >= 1 and c["overlap_param_gather"] != c["overlap_dp_grad_reduce"]:
+        raise refuse(fw, "overlap_param_gather", c["overlap_param_gather"],
+                     "DeepSpeed has one switch (zero_optimization.overlap_comm) for both overlaps")
+    zero: dict[str, object] = {"stage": c["zero"], "overlap_comm": c["overlap_dp_grad_reduce"], "contiguous_gradients": True}
+    if plan.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if plan.offload_weights:
+        zero["offload_param"] = {"device": "cpu"}
+    cfg: dict[str, object] = {
+        "train_batch_size": plan.global_batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": plan.microbatches,
+        "bf16": {"enabled": plan.dtype == "bf16"},
+        "fp16": {"enabled": plan.dtype == "fp16"},
+        "zero_optimization": zero,
+    }
+    if plan.recompute == "full":
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False,
+            "cpu_checkpointing": plan.offload_activations,
+            "contiguous_memory_optimization": False,
+        }
+    if plan.pp > 1:
+        cfg["pipeline"] = {"stages": plan.pp, "partition": "uniform"}
+    if plan.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": plan.tp}
+    return cfg
+
+
+def _paths(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        out += _paths(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+    return out
+
+
+def _get(d: dict, path: str):
+    for key in path.split("."):
+        d = d[key]
+    return d
+
+
+def export(plan: PlanSpec) -> str:
+    """The JSON text (JSON has no comments: provenance goes to the command's stderr)."""
+    cfg = config(plan)
+    check_names(framework_args(NAME), _paths(cfg))
+    return json.dumps(cfg, indent=2) + "\n"
+
+
+def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
+    """PlanSpec fields from a DeepSpeed config; ``seq_length`` comes from the caller (the script's)."""
+    fw = framework_args(NAME)
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ExportRefused(f"deepspeed: not valid JSON: {exc}") from None
+    flat = {p: _get(cfg, p) for p in _paths(cfg)}
+    for key, (what, neutral) in UNREPRESENTABLE.items():
+        value = flat.get(key)
+        if value is not None and json.dumps(value) not in neutral:
+            raise ExportRefused(f"deepspeed: {key}={value!r} ({what}) has no paraplan plan field; not imported")
+    for key in ("zero_optimization.offload_param.device", "zero_optimization.offload_optimizer.device"):
+        if flat.get(key) == "nvme":
+            raise ExportRefused(f"deepspeed: {key}='nvme' has no paraplan plan field (host memory offload only)")
+    if seq_length is None:
+        raise ExportRefused("deepspeed: the config has no sequence length; give --seq-length")
+    micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
+    accum = int(cfg.get("gradient_accumulation_steps", 1))
+    batch = int(cfg["train_batch_size"])
+    if batch % (micro * accum):
+        raise ExportRefused(f"deepspeed: train_batch_size={batch} is not micro·accumulation·dp for integer dp")
+    dp = batch // (micro * accum)
+    tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 0)) or 1
+    pp = int(cfg.get("pipeline", {}).get("stages", 1))
+    zero = cfg.get("zero_optimization", {})
+    ckpt = cfg.get("activation_checkpointing")
+    overlap = bool(zero.get("overlap_comm", False))
+    dtype = "bf16" if cfg.get("bf16", {}).get("enabled") else "fp16" if cfg.get("fp16", {}).get("enabled") else "fp32"
+    return {
+        "gpus": dp * tp * pp, "tp": tp, "pp": pp, "dp": dp, "cp": 1,
+        "micro_batch": micro, "global_batch": batch, "seq_length": seq_length,
+        "schedule": "1f1b",
+        "recompute": "full" if ckpt is not None else "none",
+        "zero": int(zero.get("stage", 0)),
+        "dtype": dtype,
+        "offload_weights": zero.get("offload_param", {}).get("device", "none") != "none",
+        "offload_optimizer": zero.get("offload_optimizer", {}).get("device", "none") != "none",
+        "offload_activations": bool(ckpt and ckpt.get("cpu_checkpointing")),
+        "overlap_dp_grad_reduce": overlap,
+        "overlap_param_gather": overlap,
+        "placement": "tp-cp-dp-pp",
+    }

@@ -1,0 +1,291 @@
+"""Megatron-LM / Megatron-Core: a ``torchrun ... pretrain_gpt.py --flag value ...`` launch line.
+
+Argument names are those of Megatron-LM core_v0.14.0 ``megatron/training/arguments.py`` (kept in
+``frameworks/megatron.yaml``). ZeRO stages map to the distributed optimizer (1) and Megatron FSDP's
+sharding strategies ``optim_grads`` (2) and ``optim_grads_params`` (3). Megatron's rank order is
+tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with ``--use-tp-pp-dp-mapping`` (megatron/training/initialize.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from paraplan.export.common import (
+    ExportRefused,
+    canonical_plan,
+    check_handled,
+    check_names,
+    framework_args,
+    nodes_and_gpus_per_node,
+    refuse,
+    same_placement,
+)
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+
+NAME = "megatron"
+SCRIPT = "pretrain_gpt.py"
+ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
+SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+# Flags that change the plan in ways paraplan's PlanSpec cannot hold: refused on import, never ignored.
+UNREPRESENTABLE = {
+    "--expert-tensor-parallel-size": "expert tensor parallelism",
+    "--recompute-modules": "recomputation of chosen modules",
+    "--use-torch-fsdp2": "PyTorch FSDP2 sharding",
+    "--overlap-param-gather-with-optimizer-step": "parameter gather overlapped with the optimizer step",
+    "--optimizer-offload-fraction": "partial optimizer offload",
+    "--cpu-offloading": "activation/weight offload of chosen layers",
+}
+HANDLED = {
+    "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
+    "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
+    "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
+    "embedding_as_layer", "loss_as_layer",
+}
+SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
+    "layers_first_stage": "--decoder-first-pipeline-num-layers",
+    "layers_last_stage": "--decoder-last-pipeline-num-layers",
+    "embedding_as_layer": "--account-for-embedding-in-pipeline-split",
+    "loss_as_layer": "--account-for-loss-in-pipeline-split",
+}
+LAYOUT_FLAG = "--pipeline-model-parallel-layout"
+
+
+def plan_arguments(plan: PlanSpec) -> list[str]:
+    """The plan as Megatron-LM arguments (flag, value, flag, ...); refuses what Megatron cannot run."""
+    fw = framework_args(NAME).label
+    check_handled(plan, HANDLED, fw)
+    c = canonical_plan(plan)
+    mapping = [order for order in ORDERS if same_placement(plan, order)]
+    if not mapping:
+        raise refuse(fw, "placement", plan.placement, "Megatron orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only")
+    if c["schedule"] == "gpipe":
+        raise refuse(fw, "schedule", "gpipe", "Megatron runs 1F1B or interleaved 1F1B pipelines")
+    if c["schedule"] == "interleaved" and plan.vpp == 1:
+        raise refuse(fw, "schedule", "interleaved", "interleaving needs vpp > 1 (--num-virtual-stages-per-pipeline-rank)")
+    if plan.offload_optimizer and c["zero"] == 0:
+        raise refuse(fw, "offload_optimizer", True, "--optimizer-cpu-offload needs the distributed optimizer (zero >= 1)")
+    if c["overlap_tp_comm"] and not c["sequence_parallel"]:
+        raise refuse(fw, "overlap_tp_comm", True, "--tp-comm-overlap needs --sequence-parallel")
+    a: list[str] = [
+        "--tensor-model-parallel-size", str(plan.tp),
+        "--pipeline-model-parallel-size", str(plan.pp),
+        "--context-parallel-size", str(plan.cp),
+    ]
+    if plan.ep > 1:
+        a += ["--expert-model-parallel-size", str(plan.ep)]
+    if plan.vpp > 1:
+        a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
+    if ORDERS[mapping[0]]:
+        a += ["--use-tp-pp-dp-mapping"]
+    a += split_arguments(plan, fw)
+    a += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
+    a += ["--seq-length", str(plan.seq_length)]
+    if c["sequence_parallel"]:
+        a += ["--sequence-parallel"]
+    if plan.recompute == "selective":
+        a += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full":
+        a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if c["zero"] >= 1:
+        a += ["--use-distributed-optimizer"]
+    if c["zero"] >= 2:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", SHARDING[c["zero"]]]
+    if plan.offload_optimizer:
+        a += ["--optimizer-cpu-offload"]
+    if c["overlap_dp_grad_reduce"]:
+        a += ["--overlap-grad-reduce"]
+    if c["zero"] >= 1 and c["overlap_param_gather"]:
+        a += ["--overlap-param-gather"]
+    if c["overlap_tp_comm"]:
+        a += ["--tp-comm-overlap"]
+    a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[plan.dtype]
+    a += ["--attention-backend", plan.attention]
+    return a
+
+
+def layout_from_stage_layers(stage_layers: tuple[int, ...], vpp: int) -> str:
+    """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position
+    v·pp + s, as Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 'L' last, 't*n' layers."""
+    pp = len(stage_layers)
+    chunks = []
+    for v in range(vpp):
+        for s, n in enumerate(stage_layers):
+            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{n // vpp}" if n // vpp else "")
+            chunks.append(text + ("L" if (s, v) == (pp - 1, vpp - 1) else ""))
+    return "|".join(chunks)
+
+
+def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """(decoder layers per stage, vpp) from a layout string; refuses what a plan cannot hold."""
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) % pp:
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}")
+    vpp = len(chunks) // pp
+    if set(text) - set("EtL|"):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, L (e.g. MTP); no plan field")
+    if not (chunks[0].startswith("E") and chunks[-1].endswith("L") and text.count("E") == 1 and text.count("L") == 1):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise")
+    counts = [[chunks[v * pp + s].count("t") for v in range(vpp)] for s in range(pp)]
+    if any(len(set(c)) > 1 for c in counts):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} splits a stage's layers unevenly over its virtual chunks")
+    return tuple(sum(c) for c in counts), vpp
+
+
+def split_arguments(plan: PlanSpec, fw: str) -> list[str]:
+    """The plan's stage split: first/last stage counts, embedding/loss as layers, or a layout."""
+    a: list[str] = []
+    if plan.stage_layers is not None:
+        bad = [n for n in plan.stage_layers if n % plan.vpp]
+        if bad:
+            raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
+        a += [LAYOUT_FLAG, layout_from_stage_layers(plan.stage_layers, plan.vpp)]
+    for name, flag in SPLIT_FLAGS.items():
+        value = getattr(plan, name)
+        if value is True:
+            a.append(flag)
+        elif value is not None and value is not False:
+            a += [flag, str(value)]
+    return a
+
+
+def model_arguments(model: ModelSpec) -> list[str]:
+    """The model's shape as Megatron-LM arguments (so the launch line trains the planned model)."""
+    a = [
+        "--num-layers", str(model.layers), "--hidden-size", str(model.hidden), "--ffn-hidden-size", str(model.ffn_hidden),
+        "--num-attention-heads", str(model.heads), "--kv-channels", str(model.d_head), "--vocab-size", str(model.vocab),
+    ]
+    if model.n_kv_heads != model.heads:
+        a += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
+    if model.mlp == "swiglu":
+        a += ["--swiglu"]
+    a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    if not model.tie_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    if model.learned_positions:
+        a += ["--position-embedding-type", "learned_absolute", "--max-position-embeddings", str(model.max_position)]
+    else:
+        a += ["--position-embedding-type", "rope"]
+    if not model.has_bias:
+        a += ["--disable-bias-linear"]
+    if not model.has_dropout:
+        a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    return a
+
+
+def export(plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8, header: str = "") -> str:
+    """A runnable launch line: torchrun with whole nodes, then the script and its arguments."""
+    fw = framework_args(NAME)
+    args = plan_arguments(plan) + (model_arguments(model) if model is not None else [])
+    check_names(fw, [t for t in args if t.startswith("--")])
+    nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
+    lines = [f"# {header}" if header else None, f"# argument names: {fw.label}, {fw.source.split(' (')[0]}"]
+    out = [ln for ln in lines if ln]
+    launch = f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT}"
+    pairs: list[str] = []
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            pairs.append(f"{args[i]} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            pairs.append(args[i])
+            i += 1
+    out.append(" \\\n    ".join([launch] + pairs))
+    return "\n".join(out) + "\n"
+
+
+def parse(text: str) -> dict[str, object]:
+    """Flags of a launch line (comments and line continuations allowed): {flag: value or True}."""
+    body = " ".join(line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines())
+    tokens = shlex.split(body)
+    flags: dict[str, object] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("--"):
+            key, eq, val = tok.partition("=")
+            if eq:
+                flags[key] = val
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--") and not tokens[i + 1].endswith(".py"):
+                flags[key] = tokens[i + 1]
+                i += 1
+            else:
+                flags[key] = True
+        i += 1
+    return flags
+
+
+def import_plan(text: str) -> dict[str, object]:
+    """PlanSpec fields from a Megatron-LM launch line (torchrun's --nnodes and --nproc-per-node give gpus)."""
+    f = parse(text)
+    known = framework_args(NAME).names | {"--nnodes", "--nproc-per-node", "--nproc_per_node"}
+    unknown = sorted(k for k in f if k not in known)
+    if unknown:
+        raise ExportRefused(f"megatron: {unknown[0]!r} is not a Megatron-LM {framework_args(NAME).version} argument")
+
+    def num(flag: str, default: int) -> int:
+        value = f.get(flag, default)
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ExportRefused(f"megatron: {flag} {value!r} is not an integer") from None
+
+    for flag, what in UNREPRESENTABLE.items():
+        if flag in f:
+            raise ExportRefused(f"megatron: {flag} ({what}) has no paraplan plan field; not imported")
+    if f.get("--recompute-granularity") == "full" and (f.get("--recompute-method", "uniform") != "uniform"
+                                                      or str(f.get("--recompute-num-layers", "1")) != "1"):
+        raise ExportRefused("megatron: full recomputation other than --recompute-method uniform --recompute-num-layers 1 "
+                            "(every layer) has no paraplan plan field")
+    for needed in ("--nnodes", "--global-batch-size", "--seq-length"):
+        if needed not in f:
+            raise ExportRefused(f"megatron: {needed} is missing; paraplan needs it to rebuild the plan")
+    per_node = num("--nproc-per-node", num("--nproc_per_node", 1))
+    granularity = f.get("--recompute-granularity")
+    strategy = f.get("--data-parallel-sharding-strategy", "no_shard")
+    zero = 0
+    if "--use-distributed-optimizer" in f:
+        zero = 1
+    if "--use-megatron-fsdp" in f:
+        zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[str(strategy)]
+    dtype = "fp8" if "--fp8-format" in f else "bf16" if "--bf16" in f else "fp16" if "--fp16" in f else "fp32"
+    vpp = num("--num-virtual-stages-per-pipeline-rank", 1)
+    split: dict[str, object] = {}
+    if LAYOUT_FLAG in f:
+        split["stage_layers"], vpp = stage_layers_from_layout(str(f[LAYOUT_FLAG]), num("--pipeline-model-parallel-size", 1))
+    for name, flag in SPLIT_FLAGS.items():
+        if flag in f:
+            split[name] = True if name.endswith("_as_layer") else num(flag, 0)
+    if "--num-layers-per-virtual-pipeline-stage" in f:
+        if "--num-layers" not in f:
+            raise ExportRefused("megatron: --num-layers-per-virtual-pipeline-stage needs --num-layers to give vpp")
+        vpp = num("--num-layers", 1) // (num("--num-layers-per-virtual-pipeline-stage", 1) * num("--pipeline-model-parallel-size", 1))
+    fields: dict[str, object] = {
+        "gpus": num("--nnodes", 1) * per_node,
+        "tp": num("--tensor-model-parallel-size", 1),
+        "pp": num("--pipeline-model-parallel-size", 1),
+        "cp": num("--context-parallel-size", 1),
+        "ep": num("--expert-model-parallel-size", 1),
+        "vpp": vpp,
+        "schedule": "interleaved" if vpp > 1 else "1f1b",
+        "micro_batch": num("--micro-batch-size", 1),
+        "global_batch": num("--global-batch-size", 1),
+        "seq_length": num("--seq-length", 1),
+        "sequence_parallel": "--sequence-parallel" in f,
+        "recompute": granularity if granularity in ("full", "selective") else "none",
+        "zero": zero,
+        "dtype": dtype,
+        "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
+        "offload_optimizer": "--optimizer-cpu-offload" in f,
+        "overlap_dp_grad_reduce": "--overlap-grad-reduce" in f,
+        "overlap_param_gather": "--overlap-param-gather" in f or zero == 0,
+        "overlap_tp_comm": "--tp-comm-overlap" in f,
+        "placement": "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in f else "tp-cp-dp-pp",
+        **split,
+    }
+    return fields

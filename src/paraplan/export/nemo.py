@@ -1,0 +1,183 @@
+"""NeMo 2.0: Python lines that override a recipe (``recipe = llm.<model>.pretrain_recipe(...)``).
+
+Attribute paths are those of NeMo v2.4.0 (MegatronStrategy, MegatronMixedPrecision,
+PreTrainingDataModule) and of the Megatron-Core configs NeMo nests (kept in
+``frameworks/nemo.yaml``). TP communication overlap is NeMo's ``MegatronCommOverlapCallback``.
+Import reads back only lines of the form ``recipe.<path> = <literal>`` and the callback line; it
+never executes the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from paraplan.export.common import (
+    ExportRefused,
+    canonical_plan,
+    check_handled,
+    check_names,
+    framework_args,
+    nodes_and_gpus_per_node,
+    refuse,
+    same_placement,
+)
+from paraplan.export.megatron import ORDERS, SHARDING, layout_from_stage_layers, stage_layers_from_layout
+from paraplan.specs.plan import PlanSpec
+
+NAME = "nemo"
+CALLBACK = "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
+HANDLED = {
+    "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
+    "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
+    "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
+    "embedding_as_layer", "loss_as_layer",
+}
+SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
+    "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
+    "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
+    "embedding_as_layer": "trainer.strategy.account_for_embedding_in_pipeline_split",
+    "loss_as_layer": "trainer.strategy.account_for_loss_in_pipeline_split",
+}
+LAYOUT_KEY = "trainer.strategy.pipeline_model_parallel_layout"
+PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32", "fp8": "bf16-mixed"}
+
+
+def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]]:
+    """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
+    fw = framework_args(NAME).label
+    check_handled(plan, HANDLED, fw)
+    c = canonical_plan(plan)
+    mapping = [order for order in ORDERS if same_placement(plan, order)]
+    if not mapping:
+        raise refuse(fw, "placement", plan.placement, "NeMo (Megatron-Core) orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only")
+    if c["schedule"] == "gpipe":
+        raise refuse(fw, "schedule", "gpipe", "Megatron-Core runs 1F1B or interleaved 1F1B pipelines")
+    if c["schedule"] == "interleaved" and plan.vpp == 1:
+        raise refuse(fw, "schedule", "interleaved", "interleaving needs vpp > 1 (virtual_pipeline_model_parallel_size)")
+    if plan.offload_optimizer and c["zero"] == 0:
+        raise refuse(fw, "offload_optimizer", True, "optimizer_cpu_offload needs the distributed optimizer (zero >= 1)")
+    if plan.stage_layers is not None and any(n % plan.vpp for n in plan.stage_layers):
+        raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
+    nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
+    o: list[tuple[str, object]] = [
+        ("trainer.num_nodes", nodes),
+        ("trainer.devices", per_node),
+        ("trainer.strategy.tensor_model_parallel_size", plan.tp),
+        ("trainer.strategy.pipeline_model_parallel_size", plan.pp),
+        ("trainer.strategy.virtual_pipeline_model_parallel_size", plan.vpp if plan.vpp > 1 else None),
+        ("trainer.strategy.context_parallel_size", plan.cp),
+        ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
+        ("trainer.strategy.expert_model_parallel_size", plan.ep),
+        ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
+        *[(key, getattr(plan, name)) for name, key in SPLIT_KEYS.items() if getattr(plan, name) not in (None, False)],
+        *([(LAYOUT_KEY, layout_from_stage_layers(plan.stage_layers, plan.vpp))] if plan.stage_layers is not None else []),
+        ("data.micro_batch_size", plan.micro_batch),
+        ("data.global_batch_size", plan.global_batch),
+        ("data.seq_length", plan.seq_length),
+        ("model.config.seq_length", plan.seq_length),
+    ]
+    if plan.recompute == "none":
+        o += [("model.config.recompute_granularity", None)]
+    elif plan.recompute == "selective":
+        o += [("model.config.recompute_granularity", "selective")]
+    else:
+        o += [("model.config.recompute_granularity", "full"), ("model.config.recompute_method", "uniform"),
+              ("model.config.recompute_num_layers", 1)]
+    o += [("optim.config.use_distributed_optimizer", c["zero"] >= 1),
+          ("trainer.strategy.ddp.use_distributed_optimizer", c["zero"] >= 1)]
+    if c["zero"] >= 2:
+        o += [("trainer.strategy.fsdp", "megatron"), ("trainer.strategy.ddp.data_parallel_sharding_strategy", SHARDING[c["zero"]])]
+    o += [("optim.config.optimizer_cpu_offload", plan.offload_optimizer),
+          ("trainer.strategy.ddp.overlap_grad_reduce", c["overlap_dp_grad_reduce"]),
+          ("trainer.strategy.ddp.overlap_param_gather", c["zero"] >= 1 and c["overlap_param_gather"]),
+          ("trainer.plugins.precision", PRECISION[plan.dtype]),
+          ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
+          ("model.config.attention_backend", plan.attention)]
+    return o
+
+
+def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
+    """Python lines to paste after building the recipe."""
+    fw = framework_args(NAME)
+    pairs = overrides(plan, gpus_per_node)
+    check_names(fw, [k for k, _ in pairs])
+    lines = [f"# {header}" if header else "", f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
+             "# recipe = llm.<model>.pretrain_recipe(...)  # then:"]
+    lines = [ln for ln in lines if ln]
+    lines.append("from megatron.core.transformer.enums import AttnBackend")
+    if canonical_plan(plan)["overlap_tp_comm"]:
+        lines.append("from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback")
+    for key, value in pairs:
+        text = f"AttnBackend.{value}" if key == "model.config.attention_backend" else repr(value)
+        lines.append(f"recipe.{key} = {text}")
+    if canonical_plan(plan)["overlap_tp_comm"]:
+        lines.append(CALLBACK)
+    return "\n".join(lines) + "\n"
+
+
+_ASSIGN = re.compile(r"^recipe\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
+
+
+def import_plan(text: str) -> dict[str, object]:
+    """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
+    fw = framework_args(NAME)
+    v: dict[str, object] = {}
+    tp_overlap = False
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith(("from ", "import ")):
+            continue
+        if line.replace(" ", "") == CALLBACK.replace(" ", ""):
+            tp_overlap = True
+            continue
+        m = _ASSIGN.match(line)
+        if not m:
+            raise ExportRefused(f"nemo: cannot read line {line!r}; expected recipe.<path> = <value>")
+        key, value = m.group(1), m.group(2).strip()
+        if key not in fw.names:
+            raise ExportRefused(f"nemo: recipe.{key} is not a known NeMo {fw.version} recipe attribute")
+        if value.startswith("AttnBackend."):
+            v[key] = value.split(".", 1)[1]
+            continue
+        try:
+            v[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise ExportRefused(f"nemo: recipe.{key} = {value!r} is not a literal") from None
+    for needed in ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"):
+        if needed not in v:
+            raise ExportRefused(f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan")
+    vpp = v.get("trainer.strategy.virtual_pipeline_model_parallel_size") or 1
+    split: dict[str, object] = {name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)}
+    if v.get(LAYOUT_KEY):
+        split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), int(v.get("trainer.strategy.pipeline_model_parallel_size", 1)))
+    zero = 1 if v.get("optim.config.use_distributed_optimizer") else 0
+    if v.get("trainer.strategy.fsdp") == "megatron":
+        zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[
+            str(v.get("trainer.strategy.ddp.data_parallel_sharding_strategy", "no_shard"))]
+    precision = v.get("trainer.plugins.precision", "bf16-mixed")
+    dtype = "fp8" if v.get("trainer.plugins.fp8") else {"bf16-mixed": "bf16", "16-mixed": "fp16", "32": "fp32"}[str(precision)]
+    granularity = v.get("model.config.recompute_granularity")
+    return {
+        "gpus": int(v["trainer.num_nodes"]) * int(v["trainer.devices"]),  # type: ignore[call-overload]
+        "tp": v.get("trainer.strategy.tensor_model_parallel_size", 1),
+        "pp": v.get("trainer.strategy.pipeline_model_parallel_size", 1),
+        "cp": v.get("trainer.strategy.context_parallel_size", 1),
+        "ep": v.get("trainer.strategy.expert_model_parallel_size", 1),
+        "vpp": vpp,
+        "schedule": "interleaved" if vpp > 1 else "1f1b",  # type: ignore[operator]
+        "micro_batch": v.get("data.micro_batch_size", 1),
+        "global_batch": v["data.global_batch_size"],
+        "seq_length": v["data.seq_length"],
+        "sequence_parallel": bool(v.get("trainer.strategy.sequence_parallel", False)),
+        "recompute": granularity if granularity in ("full", "selective") else "none",
+        "zero": zero,
+        "dtype": dtype,
+        "attention": "unfused" if v.get("model.config.attention_backend") == "unfused" else "flash",
+        "offload_optimizer": bool(v.get("optim.config.optimizer_cpu_offload", False)),
+        "overlap_dp_grad_reduce": bool(v.get("trainer.strategy.ddp.overlap_grad_reduce", False)),
+        "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False)) or zero == 0,
+        "overlap_tp_comm": tp_overlap,
+        "placement": "tp-cp-pp-dp" if v.get("trainer.strategy.use_tp_pp_dp_mapping") else "tp-cp-dp-pp",
+        **split,
+    }

@@ -1,0 +1,101 @@
+"""Read one plan from a file: ``search --json`` output (a chosen rank), ``estimate --json`` output,
+a framework export (Megatron launch line, NeMo override, torchtitan TOML, DeepSpeed JSON), or a
+hand-written JSON/YAML of PlanSpec fields (optionally under a ``plan`` key).
+
+``FILE#N`` picks rank N of a search result (default: rank 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from paraplan.specs.errors import InputError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+
+
+def split_ref(ref: str, rank: int | None = None) -> tuple[Path, int | None]:
+    """'FILE#3' -> (FILE, 3); an explicit ``rank`` wins over none in the reference."""
+    path, sep, tail = ref.rpartition("#")
+    if sep and tail.isdigit() and path:
+        if rank is not None and rank != int(tail):
+            raise InputError(f"--plan: {ref!r} names rank {tail} but --rank is {rank}")
+        return Path(path), int(tail)
+    return Path(ref), rank
+
+
+def _pick_rank(data: dict, rank: int | None, field: str) -> dict:
+    plans = data.get("plans") or []
+    if not plans:
+        raise InputError(f"{field}: the search result holds no plans (nothing fit)")
+    want = rank or 1
+    for row in plans:
+        if row.get("rank") == want:
+            return row["plan"]
+    raise InputError(f"{field}: rank {want} is not allowed; the search result has ranks 1-{len(plans)}")
+
+
+def plan_fields_from_text(path: Path, text: str, rank: int | None = None, *, model: ModelSpec | None = None,
+                          seq_length: int | None = None, field: str = "--plan") -> dict:
+    """PlanSpec fields from a file's text (see the module docstring for the formats)."""
+    from paraplan.export import detect_framework, import_plan
+
+    framework = detect_framework(path, text)
+    if framework is not None:
+        if rank not in (None, 1):
+            raise InputError(f"{field}: a {framework} export holds one plan; rank {rank} is not allowed")
+        return import_plan(framework, text, model=model, seq_length=seq_length)
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{field}: {str(path)!r} is not valid JSON/YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{field}: {str(path)!r} must hold a mapping of plan fields")
+    if "plans" in data:
+        return dict(_pick_rank(data, rank, field))
+    if rank not in (None, 1):
+        raise InputError(f"{field}: {str(path)!r} holds one plan; rank {rank} is not allowed")
+    plan = data.get("plan", data)
+    if not isinstance(plan, dict):
+        raise InputError(f"{field}: 'plan' in {str(path)!r} must be a mapping of plan fields")
+    return {k: v for k, v in plan.items() if k not in ("model", "system")}  # documentation beside a plan
+
+
+def load_plan(ref: str, rank: int | None = None, *, model: ModelSpec | None = None, seq_length: int | None = None,
+              field: str = "--plan") -> PlanSpec:
+    """The validated plan named by ``ref`` (``FILE`` or ``FILE#RANK``)."""
+    from paraplan.api import plan_from_fields
+
+    path, rank = split_ref(ref, rank)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{field}: cannot read file {str(path)!r}: {exc.strerror}") from None
+    fields = plan_fields_from_text(path, text, rank, model=model, seq_length=seq_length, field=field)
+    return plan_from_fields(fields)
+
+
+def source_names(ref: str) -> tuple[str | None, str | None]:
+    """(model, system) named in an ``estimate --json`` file, to default --model/--system; else Nones."""
+    path, _ = split_ref(ref)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    model, system = data.get("model"), data.get("system")
+    name = lambda v: v.get("name") if isinstance(v, dict) else v if isinstance(v, str) else None  # noqa: E731
+    return name(model), name(system)
+
+
+def load_plan_option(ref: str | None, gpus: int | None, model: ModelSpec, seq_length: int) -> PlanSpec:
+    """``estimate --plan FILE``: the plan in the file (the other plan options are not used; a
+    DeepSpeed config takes --seq-length); without --plan, --gpus is required."""
+    if ref is None:
+        raise InputError("--gpus: missing; give --gpus N (or --plan FILE)")
+    if gpus is not None:
+        raise InputError("--plan: give the plan either as a file or as --gpus/--tp/... options, not both")
+    return load_plan(ref, model=model, seq_length=seq_length)

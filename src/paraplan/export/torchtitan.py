@@ -1,0 +1,202 @@
+"""torchtitan: a job-config TOML (``--job.config_file``).
+
+Keys are those of torchtitan v0.2.2 ``torchtitan/config/job_config.py`` (kept in
+``frameworks/torchtitan.yaml``). torchtitan shards with FSDP2 over the data-parallel shard and
+context-parallel ranks together (its dense mesh is pp, dp_replicate, fsdp = dp_shard·cp, tp), so
+ZeRO 3 is ``data_parallel_shard_degree`` with ``fsdp_reshard_after_forward = "default"``, ZeRO 2 the
+same with ``"never"`` (gradients and optimizer state stay sharded, parameters stay gathered), ZeRO 0
+plain replication; ZeRO 1 (optimizer state only) has no FSDP2 form. Its tensor parallelism always
+shards the norm/dropout region along the sequence (sequence parallelism), and its CPU offload moves
+parameters, gradients and optimizer state together.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+from paraplan.export.common import (
+    ExportRefused,
+    canonical_plan,
+    check_handled,
+    check_names,
+    framework_args,
+    refuse,
+    same_placement,
+)
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+
+NAME = "torchtitan"
+ORDER = "tp-cp-dp-pp"
+SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+FLOAT8 = "quantize.linear.float8"
+HANDLED = {
+    "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
+    "recompute", "zero", "dtype", "attention", "schedule", "offload_weights", "offload_activations",
+    "offload_optimizer", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "placement",
+}
+
+
+def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[str, object]]:
+    """{section: {field: value}}; refuses what torchtitan cannot run."""
+    fw = framework_args(NAME).label
+    check_handled(plan, HANDLED, fw)
+    c = canonical_plan(plan)
+    if not same_placement(plan, ORDER):
+        raise refuse(fw, "placement", plan.placement, "torchtitan's mesh places tp innermost, then cp, dp, pp")
+    if plan.tp > 1 and not c["sequence_parallel"]:
+        raise refuse(fw, "sequence_parallel", False, "torchtitan's tensor parallelism always shards norms along the sequence")
+    if c["zero"] == 1:
+        raise refuse(fw, "zero", 1, "FSDP2 has no optimizer-state-only sharding (use zero 2 or 3)")
+    if c["zero"] == 0 and plan.cp > 1:
+        raise refuse(fw, "zero", 0, "torchtitan shards parameters over the context-parallel ranks (FSDP over dp_shard·cp)")
+    if plan.recompute == "selective":
+        raise refuse(fw, "recompute", "selective", "torchtitan's selective checkpointing (per op or every n-th layer) is not "
+                     "Korthikanti et al.'s attention-core recomputation")
+    if plan.attention != "flash":
+        raise refuse(fw, "attention", plan.attention, "torchtitan runs fused scaled-dot-product attention")
+    if plan.dtype == "fp16":
+        raise refuse(fw, "dtype", "fp16", "mixed_precision_param allows bfloat16 or float32")
+    if not c["overlap_dp_grad_reduce"]:
+        raise refuse(fw, "overlap_dp_grad_reduce", False, "FSDP2/DDP always overlap the gradient reduction with backward")
+    if c["zero"] >= 2 and not c["overlap_param_gather"]:
+        raise refuse(fw, "overlap_param_gather", False, "FSDP2 always prefetches the next parameters")
+    offloads = (plan.offload_weights, plan.offload_activations, plan.offload_optimizer)
+    if any(offloads) and not (all(offloads[::2]) and not plan.offload_activations and c["zero"] == 3):
+        knob = "offload_activations" if plan.offload_activations else "offload_weights" if not plan.offload_weights else "offload_optimizer"
+        raise refuse(fw, knob, getattr(plan, knob), "training.enable_cpu_offload moves weights and optimizer state "
+                     "together, with ZeRO 3, and never activations")
+    if c["schedule"] == "interleaved" and plan.vpp == 1:
+        raise refuse(fw, "schedule", "interleaved", "Interleaved1F1B needs vpp > 1 stages per rank")
+    if plan.vpp > 1 and model is None:
+        raise ExportRefused("plan.vpp: torchtitan needs pipeline_parallel_layers_per_stage; give --model to compute it")
+    par: dict[str, object] = {
+        "data_parallel_replicate_degree": plan.dp if c["zero"] == 0 else 1,
+        "data_parallel_shard_degree": plan.dp if c["zero"] >= 2 else 1,
+        "fsdp_reshard_after_forward": "never" if c["zero"] == 2 else "default",
+        "tensor_parallel_degree": plan.tp,
+        "enable_async_tensor_parallel": c["overlap_tp_comm"],
+        "context_parallel_degree": plan.cp,
+        "context_parallel_rotate_method": "alltoall",
+        "pipeline_parallel_degree": plan.pp,
+    }
+    if plan.ep > 1:
+        par["expert_parallel_degree"] = plan.ep
+    training: dict[str, object] = {"global_batch_size": plan.global_batch, "seq_len": plan.seq_length}
+    if plan.pp > 1:
+        par["pipeline_parallel_schedule"] = SCHEDULES[c["schedule"]]
+        par["pipeline_parallel_microbatch_size"] = plan.micro_batch
+        par["pipeline_parallel_first_stage_less_layers"] = 0
+        par["pipeline_parallel_last_stage_less_layers"] = 0
+        if model is not None:
+            stages = plan.pp * plan.vpp
+            if model.layers % stages:
+                raise refuse(fw, "pp", plan.pp, f"layers={model.layers} do not split evenly into pp·vpp={stages} stages")
+            par["pipeline_parallel_layers_per_stage"] = model.layers // stages
+        training["local_batch_size"] = plan.global_batch // plan.dp
+    else:
+        training["local_batch_size"] = plan.micro_batch
+    training["mixed_precision_param"] = "float32" if plan.dtype == "fp32" else "bfloat16"
+    training["enable_cpu_offload"] = plan.offload_weights
+    out: dict[str, dict[str, object]] = {
+        "parallelism": par,
+        "training": training,
+        "activation_checkpoint": {"mode": plan.recompute},
+        "compile": {"enable": bool(c["overlap_tp_comm"] or plan.dtype == "fp8")},
+    }
+    if plan.dtype == "fp8":
+        out["model"] = {"converters": [FLOAT8]}
+    return out
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> str:
+    """The TOML text: one table per job-config section."""
+    fw = framework_args(NAME)
+    secs = sections(plan, model)
+    check_names(fw, [f"{s}.{k}" for s, fields in secs.items() for k in fields])
+    lines = [f"# {header}" if header else "", f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py"]
+    lines = [ln for ln in lines if ln]
+    for name, fields in secs.items():
+        lines.append("")
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+    return "\n".join(lines) + "\n"
+
+
+def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
+    """PlanSpec fields from a torchtitan job-config TOML."""
+    fw = framework_args(NAME)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExportRefused(f"torchtitan: not valid TOML: {exc}") from None
+    for sec, fields in data.items():
+        for key in fields if isinstance(fields, dict) else ():
+            if f"{sec}.{key}" not in fw.names:
+                raise ExportRefused(f"torchtitan: {sec}.{key} is not a torchtitan {fw.version} job-config key")
+    par, training = data.get("parallelism", {}), data.get("training", {})
+    if int(par.get("pipeline_parallel_degree", 1)) > 1 and (int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+                                                           or int(par.get("pipeline_parallel_last_stage_less_layers", 1))):
+        raise ExportRefused("torchtitan: first/last stage with fewer layers (pipeline_parallel_*_stage_less_layers, "
+                            "default 1) has no paraplan plan field; set both to 0")
+    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
+        if par.get(key):
+            raise ExportRefused(f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field")
+    replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", 1))
+    if replicate > 1 and shard > 1:
+        raise ExportRefused("torchtitan: hybrid sharding (replicate and shard degrees both > 1) has no paraplan plan")
+    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"))
+    dp = replicate * shard
+    if shard > 1 or (cp > 1 and replicate == 1):
+        zero = 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+    else:
+        zero = 0
+    schedule = {v: k for k, v in SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
+    if schedule is None:
+        raise ExportRefused(f"torchtitan: pipeline schedule {par.get('pipeline_parallel_schedule')!r} has no paraplan schedule")
+    vpp = 1
+    if schedule == "interleaved":
+        per_stage = par.get("pipeline_parallel_layers_per_stage")
+        if model is None or not per_stage:
+            raise ExportRefused("torchtitan: an interleaved schedule needs --model and pipeline_parallel_layers_per_stage")
+        vpp = model.layers // (int(per_stage) * pp)
+    global_batch = int(training.get("global_batch_size", -1))
+    local = int(training.get("local_batch_size", 8))
+    if global_batch <= 0:
+        global_batch = local * dp
+    offload = bool(training.get("enable_cpu_offload", False))
+    mode = data.get("activation_checkpoint", {}).get("mode", "selective")  # torchtitan's default
+    if mode not in ("none", "full"):
+        raise ExportRefused(f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute (none, full)")
+    converters = data.get("model", {}).get("converters", [])
+    return {
+        "gpus": dp * tp * pp * cp,
+        "tp": tp, "pp": pp, "cp": cp, "dp": dp,
+        "ep": int(par.get("expert_parallel_degree", 1)),
+        "vpp": vpp,
+        "schedule": schedule,
+        "micro_batch": int(par.get("pipeline_parallel_microbatch_size", 1)) if pp > 1 else local,
+        "global_batch": global_batch,
+        "seq_length": int(training.get("seq_len", 2048)),
+        "sequence_parallel": tp > 1,
+        "recompute": mode,
+        "zero": zero,
+        "dtype": "fp8" if FLOAT8 in converters else "fp32" if training.get("mixed_precision_param") == "float32" else "bf16",
+        "attention": "flash",
+        "offload_weights": offload,
+        "offload_optimizer": offload,
+        "overlap_dp_grad_reduce": True,
+        "overlap_param_gather": True,
+        "overlap_tp_comm": bool(par.get("enable_async_tensor_parallel", False)),
+        "placement": ORDER,
+    }
