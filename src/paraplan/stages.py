@@ -101,18 +101,18 @@ class BlockCompute:
 def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
     acc = system.accelerator
-    sums = [0.0] * 6
+    s = dict.fromkeys(BlockCompute.__dataclass_fields__, 0.0)
     for op in block.ops:
         f, b = op_times_s(op, acc, dtype)
-        sums[0] += f
-        sums[1] += b
+        s["forward"] += f
+        s["backward"] += b
         if op.selective_recompute:
-            sums[2] += f
-            sums[3] += b
+            s["attention_forward"] += f
+            s["attention_backward"] += b
         if op.kind == "gemm":
-            sums[4] += f
-            sums[5] += b
-    return BlockCompute(*sums)
+            s["gemm_forward"] += f
+            s["gemm_backward"] += b
+    return BlockCompute(**s)
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,24 @@ def block_comm(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_spa
 
 
 @dataclass(frozen=True)
+class BlockCostFacts:
+    """Time and parameters of one block kind: summed op times, collective times, parameters per GPU."""
+
+    compute: BlockCompute
+    comm: BlockComm
+    params: Num
+
+
+@dataclass(frozen=True)
+class BlockMemoryFacts:
+    """Activation memory of one block kind: kept per in-flight micro-batch, held once, working buffer."""
+
+    activation_bytes: Num
+    held_bytes: Num
+    buffer_bytes: Num
+
+
+@dataclass(frozen=True)
 class BlockFacts:
     """What one block kind costs for one row (floats, or arrays over rows)."""
 
@@ -163,6 +181,10 @@ class BlockFacts:
     activation_bytes: Num
     held_bytes: Num
     buffer_bytes: Num
+
+    @classmethod
+    def of(cls, cost: BlockCostFacts, memory: BlockMemoryFacts) -> "BlockFacts":
+        return cls(cost.compute, cost.comm, cost.params, memory.activation_bytes, memory.held_bytes, memory.buffer_bytes)
 
 
 @dataclass(frozen=True)
@@ -197,19 +219,24 @@ def gradient_group(system: SystemSpec, span: GroupSpan) -> GradientGroup:
 
 
 @lru_cache(maxsize=65536)
-def block_cost_facts(model: ModelSpec, system: SystemSpec, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan):
-    """Per block kind: (summed op times, collective times, parameters per GPU)."""
+def block_cost_facts(
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan
+) -> dict[str, BlockCostFacts]:
+    """Per block kind: summed op times, collective times, parameters per GPU."""
     out = {}
     for name, kind in BLOCK_KINDS.items():
         graph = kind.graph(model, shape)
-        out[name] = (block_compute(graph, system, shape.dtype), block_comm(graph, system, tp_span, cp_span), graph.weight_params)
+        out[name] = BlockCostFacts(
+            block_compute(graph, system, shape.dtype), block_comm(graph, system, tp_span, cp_span), graph.weight_params
+        )
     return out
 
 
 @lru_cache(maxsize=16384)
-def block_memory_facts(model: ModelSpec, shape: LayerShape, recompute: str) -> dict[str, tuple[float, float, float]]:
-    """Per block kind: (bytes kept per in-flight micro-batch, bytes held once, buffer bytes)."""
-    return {name: kind.memory(model, shape, recompute if kind.recomputed else "none") for name, kind in BLOCK_KINDS.items()}
+def block_memory_facts(model: ModelSpec, shape: LayerShape, recompute: str) -> dict[str, BlockMemoryFacts]:
+    """Per block kind: bytes kept per in-flight micro-batch, bytes held once, buffer bytes."""
+    return {name: BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
+            for name, kind in BLOCK_KINDS.items()}
 
 
 def pipeline_transfer_s(model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan) -> float:
@@ -225,7 +252,7 @@ def row_facts(
     costs = block_cost_facts(model, system, shape, spans["tp"], spans["cp"])
     memory = block_memory_facts(model, shape, recompute)
     return RowFacts(
-        blocks={k: BlockFacts(*costs[k], *memory[k]) for k in BLOCK_KINDS},
+        blocks={k: BlockFacts.of(costs[k], memory[k]) for k in BLOCK_KINDS},
         head_params_with_embedding=lm_head_weight_params(model, shape.tp, True),
         recompute_code=RECOMPUTE_CODES[recompute],
         overlap_tp_comm=overlap_tp_comm,

@@ -89,9 +89,9 @@ class RowTable:
                            lambda spans=spans: groups.append({g: gradient_group(system, spans[g]) for g in GRADIENT_GROUPS}))
                     for _, spans in placements]
             span_pairs = [(spans["tp"], spans["cp"]) for _, spans in placements]
-            knob_sp = np.array([k[0] for k in knobs])
-            knob_rc = np.array([RECOMPUTE_CODES[k[1]] for k in knobs])
-            knob_ov = np.array([k[2] for k in knobs])
+            knob_sp = np.array([sp for sp, _, _ in knobs])
+            knob_rc = np.array([RECOMPUTE_CODES[rc] for _, rc, _ in knobs])
+            knob_ov = np.array([ov for _, _, ov in knobs])
             for mb, gb in problem.micro_batches(dp):
                 shapes = {sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
                           for sp in (False, True)}
@@ -132,14 +132,7 @@ class RowTable:
             return
         cid, mid = c["cost_id"], c["memory_id"]
         block_facts = {
-            kind: BlockFacts(
-                compute=stack([f[kind][0] for f in costs], cid),
-                comm=stack([f[kind][1] for f in costs], cid),
-                params=stack([f[kind][2] for f in costs], cid),
-                activation_bytes=stack([m[kind][0] for m in memories], mid),
-                held_bytes=stack([m[kind][1] for m in memories], mid),
-                buffer_bytes=stack([m[kind][2] for m in memories], mid),
-            )
+            kind: BlockFacts.of(stack([f[kind] for f in costs], cid), stack([m[kind] for m in memories], mid))
             for kind in BLOCK_KINDS
         }
         head_with_embedding = {tp: lm_head_weight_params(model, tp, True) for tp in set(c["tp"].tolist())}
