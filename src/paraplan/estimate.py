@@ -12,7 +12,9 @@ from dataclasses import fields
 
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
+from paraplan.cost.moe import expert_span, expert_tp_span, moe_collective_time_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
+from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.schedule.step import StepInputs, compose_step, stage_memory_terms
@@ -32,7 +34,17 @@ def layer_shape(plan: PlanSpec) -> LayerShape:
         sequence_parallel=plan.sequence_parallel and plan.tp > 1,
         attention=plan.attention,
         dtype=plan.dtype,
+        expert=ExpertShape(plan.ep, plan.etp, plan.moe_dispatcher, plan.capacity_factor, plan.moe_balance, plan.moe_a2a_overlap),
+        recompute_modules=recompute_modules(plan),
     )
+
+
+def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
+    """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
+    ``core_attn`` (--recompute-modules); none without selective recompute."""
+    if plan.recompute != "selective":
+        return ()
+    return tuple(plan.recompute_modules) or ("core_attn",)
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
@@ -61,6 +73,8 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
         vpp=plan.vpp,
         interleaved=schedule == "interleaved",
         gpipe=schedule == "gpipe",
+        zb=schedule == "zb-h1",
+        dualpipe=schedule == "dualpipe",
         zero=plan.zero,
         overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather,
@@ -77,7 +91,7 @@ def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInp
         plan.pp, plan.microbatches, plan.recompute, plan.overlap_tp_comm,
     )
     return build_step_inputs(
-        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers), system_terms(system, plan.dtype)
+        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype)
     )
 
 
@@ -102,7 +116,7 @@ def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: boo
     tokens = plan.global_batch * plan.seq_length
     model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
     hardware_flops = model_flops + recompute_flops_per_token(model, plan.seq_length, plan.recompute) * tokens
-    ops, comms = _op_table(model, plan, system, [s.layers for s in plan.split(model.layers) if s.count]) if with_ops else ((), ())
+    ops, comms = _op_table(model, plan, system, [s.layers for s in plan.split(model.layers, model.mtp_layers) if s.count]) if with_ops else ((), ())
     return Estimate(
         model=model.name,
         system=system.name,
@@ -125,18 +139,24 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     acc = system.accelerator
     shape = layer_shape(plan)
     spans = plan_spans(plan, system)
-    counts = {"decoder": max(stage_layer_counts)}
+    fullest = max(stage_layer_counts)
+    counts = {"decoder": fullest, "dense_layer": min(fullest, model.dense_layers) if model.is_moe else fullest,
+              "moe_layer": fullest, "mtp": model.mtp_layers}
     ops, comms = [], []
     for name, kind in BLOCK_KINDS.items():
         block = kind.graph(model, shape)
         count = counts.get(name, 1)
         for op in block.ops:
             f, b = op_times_s(op, acc, plan.dtype)
-            eff = op.fwd_flops / (f * acc.peak_matrix_flops(plan.dtype)) if op.kind == "gemm" and f > 0 else None
+            eff = op.fwd_flops / (f * acc.peak_matrix_flops(plan.dtype)) if op.kind in ("gemm", "grouped_gemm") and f > 0 else None
             ops.append(OpCost(block.name, op.name, op.kind, count, op.fwd_flops, op.bwd_flops, op.fwd_bytes, op.gemm_shape, eff, f, b))
         for c in block.collectives:
-            span = spans[c.group]
-            time = collective_time_s(c.kind, c.bytes, span, system)
+            if c.group in ("ep", "etp"):
+                span = expert_span(plan.ep, plan.etp, system) if c.group == "ep" else expert_tp_span(plan.etp, system)
+                time = moe_collective_time_s(c.kind, c.bytes, span, system, model)
+            else:
+                span = spans[c.group]
+                time = collective_time_s(c.kind, c.bytes, span, system)
             comms.append(
                 CommCost(block.name, c.name, c.group, c.kind, c.bytes, c.count_fwd, c.count_bwd, time, span.size, span.domains)
             )

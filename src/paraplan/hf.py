@@ -230,6 +230,12 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
         raise InputError(f"{field}: a Hugging Face config must be a mapping of keys")
     if "hidden_size" not in data and "n_embd" not in data and isinstance(data.get("text_config"), dict):
         data = data["text_config"]
+    from paraplan.hf_moe import model_from_hf_moe, moe_family, refuse_other_moe
+
+    moe = moe_family(data)
+    if moe is not None:
+        return model_from_hf_moe(data, moe, name, field)
+    refuse_other_moe(data, field)
     family = _family(data, field)
     required = _REQUIRED["llama" if family in _LLAMA_LIKE else family]
     get = _getter(data, field, family, required)

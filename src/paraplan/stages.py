@@ -28,6 +28,8 @@ import numpy as np
 from paraplan.cost import memory as mem
 from paraplan.cost.comm import GroupSpan, collective_time_and_price_s, collective_time_s, group_span, linear_collective
 from paraplan.cost.compute import op_times_s
+from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
+from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
 from paraplan.graph.ops import LayerGraph
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
@@ -48,9 +50,12 @@ class BlockKind:
     graph: Callable[[ModelSpec, LayerShape], LayerGraph]
     memory: Callable[[ModelSpec, LayerShape, str], tuple[float, float, float]]  # (kept, held once, buffer) bytes
     recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
+    gradient_group: str = "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
 
 
 def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    if moe_shaped(model):
+        return 0.0, 0.0, 0.0
     return mem.layer_activation_bytes(model, shape, recompute), 0.0, layer_buffer_bytes(model, shape, recompute)
 
 
@@ -62,9 +67,57 @@ def _head_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[f
     return 0.0, mem.lm_head_activation_bytes(model, shape), 0.0
 
 
+EMPTY_BLOCK = LayerGraph("absent", (), (), 0.0)
+
+
+def _decoder_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """Dense decoder layer; absent (no ops, no parameters) for models graph.moe builds."""
+    return EMPTY_BLOCK if moe_shaped(model) else decoder_layer(model, shape)
+
+
+def _moe_kind_graph(moe: bool):
+    def graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+        return moe_model_layer(model, shape, moe) if moe_shaped(model) and (model.is_moe or not moe) else EMPTY_BLOCK
+
+    return graph
+
+
+def _experts_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """The routed experts of one MoE layer as a block of their own: no ops (their time is in the
+    moe_layer block), only the parameters the expert gradient group reduces."""
+    if not model.is_moe:
+        return EMPTY_BLOCK
+    return LayerGraph("experts", (), (), moe_model_layer(model, shape, True).expert_weight_params)
+
+
+def _mtp_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    return mtp_block(model, shape) if model.mtp_layers else EMPTY_BLOCK
+
+
+def _moe_memory(graph_of):
+    def memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+        graph = graph_of(model, shape)
+        if graph is EMPTY_BLOCK:
+            return 0.0, 0.0, 0.0
+        kept = shape.act_bytes * shape.sp_tokens * model.hidden if recompute == "full" else graph.activation_bytes
+        return kept, 0.0, graph.dispatch_buffer_bytes + (graph.activation_bytes if recompute == "full" else 0.0)
+
+    return memory
+
+
+def _no_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    return 0.0, 0.0, 0.0
+
+
 BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
     "embedding": BlockKind("embedding", embedding_block, _embedding_memory, False),
-    "decoder": BlockKind("decoder", decoder_layer, _decoder_memory, True),
+    "decoder": BlockKind("decoder", _decoder_graph, _decoder_memory, True),
+    # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
+    # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
+    "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_graph(False)), True),
+    "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_graph(True)), True),
+    "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert"),
+    "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(_mtp_graph), True),
     "head": BlockKind("head", lambda model, shape: lm_head_block(model, shape, False), _head_memory, False),
 }
 
@@ -109,7 +162,7 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
         if op.selective_recompute:
             s["attention_forward"] += f
             s["attention_backward"] += b
-        if op.kind == "gemm":
+        if op.kind in ("gemm", "grouped_gemm"):
             s["gemm_forward"] += f
             s["gemm_backward"] += b
     return BlockCompute(**s)
@@ -130,14 +183,35 @@ class BlockComm:
     tp_backward_price: float  # of all backward TP collectives
     cp_forward_price: float
     cp_backward_price: float
+    ep_forward: float = 0.0  # expert-parallel dispatch / combine (and ETP collectives)
+    ep_backward: float = 0.0
+    ep_forward_price: float = 0.0
+    ep_backward_price: float = 0.0
+    ep_overlap: float = 0.0  # 1 when the plan overlaps dispatch/combine with compute (moe_a2a_overlap)
 
 
 @lru_cache(maxsize=65536)
-def block_comm(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_span: GroupSpan) -> BlockComm:
-    """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span."""
+def block_comm(
+    block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_span: GroupSpan,
+    model: ModelSpec | None = None, shape: LayerShape | None = None,
+) -> BlockComm:
+    """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span;
+    expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
+    (cost.moe.moe_collective_time_and_price_s)."""
     spans = {"tp": tp_span, "cp": cp_span}
     s = dict.fromkeys(BlockComm.__dataclass_fields__, 0.0)
+    if shape is not None:
+        spans["ep"] = expert_span(shape.expert.ep, shape.expert.etp, system)
+        spans["etp"] = expert_tp_span(shape.expert.etp, system)
+        s["ep_overlap"] = float(shape.expert.a2a_overlap)
     for c in block.collectives:
+        if c.group in ("ep", "etp"):
+            time, price = moe_collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system, model)
+            s["ep_forward"] += c.count_fwd * time
+            s["ep_backward"] += c.count_bwd * time
+            s["ep_forward_price"] += c.count_fwd * price
+            s["ep_backward_price"] += c.count_bwd * price
+            continue
         time, price = collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system)
         if c.group == "cp":
             s["cp_forward"] += c.count_fwd * time
@@ -201,6 +275,8 @@ class RowFacts:
     pp: Num
     microbatches: Num
     gradient_groups: dict[str, GradientGroup]
+    model: ModelSpec | None = None  # for the layer mix of MoE models (layer_mix)
+    mtp_layers: Num = 0
 
 
 def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
@@ -208,7 +284,10 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``."""
     spans = {g: group_span(degrees, system, g) for g in ("tp", "cp", "pp")}
     for name, dims in GRADIENT_GROUPS.items():
-        spans[name] = group_span(degrees, system, dims)
+        if name == "expert":  # carved out of tp·cp·dp (cost.moe.expert_dp_span)
+            spans[name] = expert_dp_span(degrees, system)
+        else:
+            spans[name] = group_span(degrees, system, dims)
     return spans
 
 
@@ -226,9 +305,9 @@ def block_cost_facts(
     out = {}
     for name, kind in BLOCK_KINDS.items():
         graph = kind.graph(model, shape)
-        out[name] = BlockCostFacts(
-            block_compute(graph, system, shape.dtype), block_comm(graph, system, tp_span, cp_span), graph.weight_params
-        )
+        moe = moe_shaped(model)
+        comm = block_comm(graph, system, tp_span, cp_span, model if moe else None, shape if moe else None)
+        out[name] = BlockCostFacts(block_compute(graph, system, shape.dtype), comm, graph.weight_params)
     return out
 
 
@@ -262,6 +341,8 @@ def row_facts(
         pp=pp,
         microbatches=microbatches,
         gradient_groups={name: gradient_group(system, spans[name]) for name in GRADIENT_GROUPS},
+        model=model,
+        mtp_layers=model.mtp_layers,
     )
 
 
@@ -276,11 +357,28 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
         f = facts.blocks[name]
         code = facts.recompute_code if kind.recomputed else 0
         terms = block_terms(f.compute, f.comm, code, overlap)
-        out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes)
+        out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes, kind.gradient_group)
     return out
 
 
 # ---- 4. stages and the step ---------------------------------------------------------------------
+def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Num]:
+    """(dense, MoE) layers among decoder layers [start, start + layers) of an MoE model (specs.moe_model
+    rule: layer i ≥ dense_layers is MoE when (i − dense_layers + 1) mod n = 0): the multiples of n
+    among j = i − dense_layers + 1 in the range. (0, 0) for models without graph.moe layers. A split
+    group of several stages takes its first stage's mix (exact for interval 1 with the dense layers
+    on the first stage, as every catalog MoE model)."""
+    if model is None or not moe_shaped(model):
+        return 0, 0
+    if not model.is_moe:
+        return layers, 0
+    n, d = model.moe_layer_interval, model.dense_layers
+    lo = np.maximum(start, d) - d
+    hi = np.maximum(start + layers, d) - d
+    moe = hi // n - lo // n
+    return layers - moe, moe
+
+
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
@@ -309,10 +407,19 @@ def build_step_inputs(
     head = BlockCost(head.kind, head.terms, np.where(single, facts.head_params_with_embedding, head.params),
                      head.activation_bytes, head.held_bytes, head.buffer_bytes, head.gradient_group)
     p2p = np.where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
-    stages = tuple(
-        Stage(g.index, g.count, ((blocks["embedding"], g.embedding), (blocks["decoder"], g.layers), (head, g.head)), p2p)
-        for g in groups
-    )
+    stages = []
+    start = 0  # first decoder layer of the group's first stage
+    moe_model = facts.model is not None and moe_shaped(facts.model)
+    for g in groups:
+        if moe_model:
+            dense, moe = layer_mix(facts.model, start, g.layers)
+            layers = ((blocks["dense_layer"], dense), (blocks["moe_layer"], moe),
+                      (blocks["experts"], moe + g.head * facts.mtp_layers), (blocks["mtp"], g.head * facts.mtp_layers))
+        else:
+            layers = ((blocks["decoder"], g.layers),)
+        stages.append(Stage(g.index, g.count, ((blocks["embedding"], g.embedding), *layers, (head, g.head)), p2p))
+        start = start + g.count * g.layers
+    stages = tuple(stages)
     return StepInputs(stages=stages, pp=facts.pp, microbatches=facts.microbatches,
                       gradient_groups=facts.gradient_groups, knobs=knobs, **constants)
 

@@ -30,9 +30,9 @@ def write(tmp_path, cases, suffix=".json"):
 
 def test_bundled_files_load():
     names = [p.name for p in bundled_case_files()]
-    assert "korthikanti2022.json" in names and "nemo-llama31-h100.json" in names
+    assert "korthikanti2022.json" in names and "nemo-llama31-h100.json" in names and "moe-visible.json" in names
     cases = load_cases()
-    assert len(cases) == 38 and len({(c.file, c.name) for c in cases}) == 38
+    assert len(cases) == 48 and len({(c.file, c.name) for c in cases}) == 48
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
@@ -60,7 +60,7 @@ BAD = {
     "missing measured": (broken(measured=...), "measured"),
     "unknown metric": (broken(measured={"step_time": 1}), "measured.step_time"),
     "negative measurement": (broken(measured={"step_time_s": -1}), "measured.step_time_s"),
-    "unknown case field": (broken(notes="x"), "notes"),
+    "unknown case field": (broken(remarks="x"), "remarks"),
     "bad model field": (broken(model__hidden=0), "model.hidden"),
     "unknown model name": (broken(model="llama9"), "model"),
     "unknown system": (broken(system="dgx-z100"), "system"),

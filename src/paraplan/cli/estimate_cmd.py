@@ -75,6 +75,15 @@ def estimate(
         bool, typer.Option("--embedding-as-layer", help="count the embedding as a layer when splitting stages")
     ] = False,
     loss_as_layer: Annotated[bool, typer.Option("--loss-as-layer", help="count the LM head and loss as a layer")] = False,
+    ep: Annotated[int, typer.Option("--ep", min=1, help="expert-parallel degree (carved out of tp·cp·dp)")] = 1,
+    etp: Annotated[int, typer.Option("--etp", min=1, help="expert tensor-parallel degree")] = 1,
+    moe_dispatcher: Annotated[str, typer.Option("--moe-dispatcher", help="alltoall | allgather | deepep")] = "alltoall",
+    capacity_factor: Annotated[Optional[float], typer.Option("--capacity-factor", help="expert capacity factor (default dropless)")] = None,
+    moe_balance: Annotated[str, typer.Option("--moe-balance", help="learned | forced")] = "learned",
+    moe_a2a_overlap: Annotated[bool, typer.Option("--moe-a2a-overlap", help="overlap dispatch/combine with compute")] = False,
+    recompute_modules: Annotated[
+        Optional[str], typer.Option("--recompute-modules", help="selective recompute by module, e.g. mla_up_proj,moe_act")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,
@@ -121,6 +130,13 @@ def estimate(
             "layers_last_stage": layers_last_stage,
             "embedding_as_layer": embedding_as_layer,
             "loss_as_layer": loss_as_layer,
+            "ep": ep,
+            "etp": etp,
+            "moe_dispatcher": moe_dispatcher,
+            "capacity_factor": capacity_factor,
+            "moe_balance": moe_balance,
+            "moe_a2a_overlap": moe_a2a_overlap,
+            "recompute_modules": [m for m in (recompute_modules or "").split(",") if m],
         }
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None

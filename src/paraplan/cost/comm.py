@@ -190,3 +190,45 @@ def priced_exposure_s(total_s, exposed_s, price_s):
     share = np.divide(price_s, total, out=np.zeros_like(total), where=total > 0)
     out = exposed_s + share * (total - exposed_s)
     return out if isinstance(out, np.ndarray) and out.ndim else float(out)
+
+
+# ---- all-to-all (expert-parallel dispatch and combine; issue 9) -------------------------------
+def all_to_all_split_bytes(size_bytes: float, span: GroupSpan) -> tuple[float, float]:
+    """(NVLink bytes, NIC bytes) one rank sends in an all-to-all of an S-byte buffer cut in n equal
+    chunks: (n_in−1)/n·S to peers in its domain, (n−n_in)/n·S to the other domains (the chunk
+    to itself stays local). Total (n−1)/n·S, the pairwise-exchange volume of Thakur et al. 2005 §4."""
+    n, n_in = span.size, span.per_domain
+    if n <= 1:
+        return 0.0, 0.0
+    return size_bytes * (n_in - 1) / n, size_bytes * (n - n_in) / n
+
+
+def hierarchical_all_to_all_time_s(nvlink_bytes: float, nic_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """max(nvlink_bytes / B_nvlink, nic_bytes / B_nic) + latency: the peers of an all-to-all are
+    reached at once over both tiers (NCCL issues the n−1 sends as one group), and the slower tier
+    bounds it — DeepSeek-V3 report (arXiv:2412.19437) §3.2.2: cross-node all-to-all is limited by
+    InfiniBand (50 GB/s) beside NVLink (160 GB/s). Latency: min(ring (n−1)·α, tree 2·log2 n·α) on the
+    outer tier when the group leaves the domain, else on NVLink."""
+    if span.size <= 1 or (nvlink_bytes <= 0 and nic_bytes <= 0):
+        return 0.0
+    inner, outer = _bandwidths(system)
+    alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
+    return max(nvlink_bytes / inner, nic_bytes / outer) + _latency(span.size - 1, span.size, alpha)
+
+
+def all_to_all_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """All-to-all of an S-byte per-rank buffer: hierarchical_all_to_all_time_s of all_to_all_split_bytes(S)."""
+    intra, inter = all_to_all_split_bytes(size_bytes, span)
+    return hierarchical_all_to_all_time_s(intra, inter, span, system)
+
+
+def all_to_all_coefficients(span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
+    """(seconds per byte, latency seconds) of all_to_all_time_s in linear form: the slower tier's
+    share of each byte, max((n_in−1)/n / B_nvlink, (n−n_in)/n / B_nic)."""
+    if span.size <= 1:
+        return 0.0, 0.0
+    inner, outer = _bandwidths(system)
+    n, n_in = span.size, span.per_domain
+    alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
+    slope = max((n_in - 1) / n / inner, (n - n_in) / n / outer)
+    return slope, _latency(n - 1, n, alpha)

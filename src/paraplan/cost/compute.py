@@ -89,6 +89,24 @@ def attention_time_s(flops: float, causal_fraction: float, acc: AcceleratorSpec,
     return flops * causal_fraction / (peak * acc.efficiency.attention) + acc.efficiency.kernel_overhead_s
 
 
+# Transformer Engine runs a grouped GEMM (GroupedLinear, Megatron-Core's TEGroupedMLP) as one cuBLAS
+# GEMM per expert issued round-robin on its compute streams: transformer_engine/common/include/
+# transformer_engine/multi_streams.h, ``num_streams = 4``.
+GROUPED_GEMM_STREAMS = 4
+
+
+def grouped_gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
+    """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
+    loop (flops/b at peak · gemm_efficiency(1, m, n, k)) plus ⌈b/streams⌉ × (ramp + kernel overhead),
+    the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel)."""
+    if flops <= 0:
+        return 0.0
+    b, m, n, k = shape
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype)
+    fixed = acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
+    return flops / rate + math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
+
+
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound."""
     if op.kind == "gemm":
@@ -98,6 +116,13 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         fwd = gemm_time_s(op.fwd_flops, op.gemm_shape, acc, dtype)
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
         bwd = gemm_time_s(half, (b, m, k, n), acc, dtype) + gemm_time_s(half, (b, k, n, m), acc, dtype)
+        return fwd, bwd
+    if op.kind == "grouped_gemm":
+        assert op.gemm_shape is not None
+        b, m, n, k = op.gemm_shape
+        half = op.bwd_flops / 2.0
+        fwd = grouped_gemm_time_s(op.fwd_flops, op.gemm_shape, acc, dtype)
+        bwd = grouped_gemm_time_s(half, (b, m, k, n), acc, dtype) + grouped_gemm_time_s(half, (b, k, n, m), acc, dtype)
         return fwd, bwd
     if op.kind == "attention":
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-OpKind = Literal["gemm", "attention", "memory"]
-CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange"]
+OpKind = Literal["gemm", "grouped_gemm", "attention", "memory"]
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange", "all_to_all", "all_to_all_dedup"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Collective:
     """
 
     name: str
-    group: Literal["tp", "cp", "pp", "dp"]
+    group: Literal["tp", "cp", "pp", "dp", "ep", "etp"]
     kind: CollectiveKind
     bytes: float
     count_fwd: int
@@ -68,3 +68,15 @@ class LayerGraph:
     ops: tuple[Op, ...]
     collectives: tuple[Collective, ...]
     weight_params: float  # parameters of the block held by one GPU (tensor-parallel shard)
+
+
+@dataclass(frozen=True)
+class ExpertShape:
+    """The plan knobs that change the expert half of an MoE layer (graph/moe.py)."""
+
+    ep: int = 1
+    etp: int = 1
+    dispatcher: str = "alltoall"  # "alltoall" | "allgather" | "deepep"
+    capacity_factor: float | None = None
+    balance: str = "learned"  # "forced" | "learned"
+    a2a_overlap: bool = False  # dispatch/combine hidden behind another micro-batch's compute

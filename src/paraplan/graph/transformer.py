@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from paraplan.graph.ops import Collective, LayerGraph, Op
+from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op
 from paraplan.specs.model import ModelSpec
 
 # Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
@@ -35,6 +35,8 @@ class LayerShape:
     sequence_parallel: bool
     attention: str  # "flash" | "unfused"
     dtype: str
+    expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
+    recompute_modules: tuple[str, ...] = ()  # ops selective recomputation re-runs (MoE/MLA layers)
 
     @property
     def local_tokens(self) -> int:
@@ -267,3 +269,4 @@ def lm_head_block(model: ModelSpec, shape: LayerShape, shares_stage_with_embeddi
     return LayerGraph(
         "lm_head", ops, tuple(coll), lm_head_weight_params(model, t, shares_stage_with_embedding)
     )
+

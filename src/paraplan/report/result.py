@@ -26,6 +26,7 @@ class TimeBreakdown:
     tp_comm_s: float = _part("TP comm (exposed)", "#55A868")
     cp_comm_s: float = _part("CP comm (exposed)", "#A1C9A3")
     pp_comm_s: float = _part("PP comm (exposed)", "#8172B3")
+    ep_comm_s: float = _part("EP comm (exposed)", "#64B5CD")
     dp_comm_s: float = _part("DP comm (exposed)", "#DA8BC3")
     offload_s: float = _part("offload (exposed)", "#CCB974")
 

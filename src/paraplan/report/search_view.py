@@ -47,7 +47,7 @@ def plans_table(result: SearchResult):
     )
     for ranked in result.plans:
         e, b = ranked.estimate, ranked.estimate.breakdown
-        comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.dp_comm_s
+        comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.ep_comm_s + b.dp_comm_s
         table.add_row(
             str(ranked.rank), plan_label(ranked.plan), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
             f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",

@@ -27,6 +27,7 @@ from paraplan.cost.comm import LinearCollective, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.report.result import TimeBreakdown
 from paraplan.schedule.pipeline import bubble_from_work_s
+from paraplan.schedule.zero_bubble import dualpipe_bubble_s, zb_h1_bubble_share
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -39,7 +40,7 @@ OPTIMIZER_BYTES_PER_PARAM = 54.0
 # gradients (4 B/param, as in Korthikanti et al. 2022's memory accounting).
 GRAD_REDUCE_BYTES = 4.0
 # Block kinds whose memory Korthikanti et al. 2022 Figure 1 counts ("transformer layers").
-TRANSFORMER_KINDS = ("decoder",)
+TRANSFORMER_KINDS = ("decoder", "dense_layer", "moe_layer", "experts")
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,12 @@ class BlockTerms:
     tp_backward: Num
     cp_forward: Num
     cp_backward: Num
+    ep_forward: Num = 0.0  # exposed expert-parallel dispatch / combine (graph/moe.py)
+    ep_backward: Num = 0.0
+    wgrad: Num = 0.0  # the weight-gradient share of ``backward`` (split-backward schedules); not added again
 
 
-BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms))
+BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name != "wgrad")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
@@ -99,14 +103,31 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     )
     tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
     cp_rc = np.where(recompute_code > 0, cp_f, 0.0)  # both recompute modes re-run the core attention
-    return BlockTerms(c.forward, c.backward, rc, tp_f, tp_b + tp_rc, cp_f, cp_b + cp_rc)
+    ep_f, ep_b = expert_exposure(c, comm)
+    # W: the weight-gradient GEMMs, half of the backward GEMM time (equal FLOPs, Narayanan et al. 2021 §5.1)
+    return BlockTerms(c.forward, c.backward, rc, tp_f, tp_b + tp_rc, cp_f, cp_b + cp_rc, ep_f, ep_b, c.gemm_backward / 2.0)
+
+
+def expert_exposure(c, comm) -> tuple[Num, Num]:
+    """Exposed (forward, backward) expert-parallel dispatch/combine of one block. The all-to-alls
+    sit between the router and the expert GEMMs and between the GEMMs and the un-permute: nothing
+    of the same micro-batch can run beside them, so they are exposed. With ``ep_overlap``
+    (moe_a2a_overlap: DeepEP / DualPipe / Megatron-LM's 1F1B A2A overlap run one micro-batch's
+    dispatch and combine beside another micro-batch's compute; DeepSeek-V3 report §3.2.1) they
+    hide behind the block's compute of the other direction and cost their price
+    (cost.comm.priced_exposure_s)."""
+    ep_f = np.where(comm.ep_overlap, priced_exposure_s(comm.ep_forward, np.maximum(0.0, comm.ep_forward - c.backward),
+                                                        comm.ep_forward_price), comm.ep_forward)
+    ep_b = np.where(comm.ep_overlap, priced_exposure_s(comm.ep_backward, np.maximum(0.0, comm.ep_backward - c.forward),
+                                                        comm.ep_backward_price), comm.ep_backward)
+    return ep_f, ep_b
 
 
 @dataclass(frozen=True)
 class BlockCost:
     """One block on one GPU: its time terms per micro-batch and what it holds in memory."""
 
-    kind: str  # "embedding" | "decoder" | "head" (block registry: stages.BLOCK_KINDS)
+    kind: str  # "embedding" | "decoder" | "dense_layer" | "moe_layer" | "experts" | "mtp" | "head" (stages.BLOCK_KINDS)
     terms: BlockTerms
     params: Num  # weight parameters held per GPU
     activation_bytes: Num  # kept for backward, per in-flight micro-batch
@@ -150,6 +171,8 @@ class GridKnobs:
     offload_weights: Num
     offload_activations: Num
     offload_optimizer: Num
+    zb: Num = False  # ZB-H1 (schedule/zero_bubble.py)
+    dualpipe: Num = False  # DualPipe (schedule/zero_bubble.py)
 
 
 @dataclass(frozen=True)
@@ -224,8 +247,9 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     is counted in one window only. Collectives of all gradient groups share the windows.
     Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to the host and weights
     back over host_bandwidth instead of the on-GPU step."""
-    forward_window = work["forward"] + work["tp_forward"] + work["cp_forward"]
-    backward_window = work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"] + work["pp"]
+    forward_window = work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
+    backward_window = (work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"]
+                       + work["ep_backward"] + work["pp"])
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
     time = dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather"), 0.0)
@@ -293,6 +317,8 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     for s, t in zip(stages, totals):
         all_work = all_work + s.count * t
     bubble = bubble_from_work_s(all_work, slowest_work, np.where(inp.knobs.interleaved, inp.knobs.vpp, 1))
+    slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
+    bubble = split_backward_bubble(inp, bubble, slowest_parts, _pick(slowest, [_sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]))
 
     m = inp.microbatches
     part = {name: m * _pick(slowest, [w[name] for w in works]) for name in (*BLOCK_TERM_NAMES, "pp")}
@@ -320,6 +346,7 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
         "tp_comm_s": part["tp_forward"] + part["tp_backward"],
         "cp_comm_s": part["cp_forward"] + part["cp_backward"],
         "pp_comm_s": part["pp"],
+        "ep_comm_s": part["ep_forward"] + part["ep_backward"],
         "dp_comm_s": dp_s,
         "offload_s": _pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
     }
@@ -329,6 +356,18 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
         step = step + v
     out["step_time_s"] = step
     return out
+
+
+def split_backward_bubble(inp: StepInputs, bubble: Num, work: dict[str, Num], wgrad: Num) -> Num:
+    """The bubble of the split-backward schedules from the slowest stage's per-micro-batch F (forward
+    and its exposed communication), B (backward, recompute, exposed communication) and W (weight
+    gradients): ZB-H1 scales the 1F1B bubble by (F+B−2W)/(F+B) (Qi et al. 2023 §3.1); DualPipe is
+    (p/2−1)·(F&B + B − 3W) over chunks of half a stage, F&B = F + B (DeepSeek-V3 Table 2)."""
+    forward = work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
+    backward = work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"] + work["ep_backward"]
+    zb = bubble * zb_h1_bubble_share(forward, backward, wgrad)
+    dual = dualpipe_bubble_s(inp.pp, forward / 2.0, backward / 2.0, wgrad / 2.0)
+    return np.where(inp.knobs.dualpipe, dual, np.where(inp.knobs.zb, zb, bubble))
 
 
 def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, Num]:
@@ -347,7 +386,10 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
         grads = grads + params * inp.grad_bytes / _shard(inp, group, 2)
         optimizer = optimizer + params * inp.optimizer_bytes / _shard(inp, group, 1)
         transformer_states = transformer_states + layer_params * per_param
-    in_flight = in_flight_chunks(inp.knobs.gpipe, inp.knobs.interleaved, inp.pp, inp.knobs.vpp, inp.microbatches, index)
+    in_flight = np.where(inp.knobs.dualpipe, np.minimum(inp.pp + 1, inp.microbatches),
+                         in_flight_chunks(inp.knobs.gpipe, inp.knobs.interleaved, inp.pp, inp.knobs.vpp, inp.microbatches, index))
+    copies = np.where(inp.knobs.dualpipe, 2.0, 1.0)  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
+    weights, grads = weights * copies, grads * copies
     kept = _sum_blocks(stage, lambda b: b.activation_bytes)
     transformer_kept = _sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
     acts = in_flight * kept + _sum_blocks(stage, lambda b: b.held_bytes)

@@ -99,6 +99,13 @@ class SearchProblem:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
+        from paraplan.specs.moe_model import moe_shaped
+
+        if moe_shaped(self.model):
+            raise InputError(
+                f"model: {self.model.name} has experts, MLA, windows or MTP modules; the search does not cover "
+                "ep / etp / dispatcher yet (issue 9), so it refuses rather than search without them; use paraplan estimate"
+            )
         if self.seq_length <= 0:
             raise InputError(f"seq_length: {self.seq_length!r} is not allowed; must be a positive integer")
         if (self.global_batch is None) == (self.max_global_batch is None):

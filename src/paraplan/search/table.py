@@ -49,6 +49,7 @@ def grid_arrays(options: list[tuple]) -> dict[str, np.ndarray]:
         "vpp": v, "interleaved": [s == "interleaved" for s in sched], "gpipe": [s == "gpipe" for s in sched],
         "zero": z, "overlap_dp_grad_reduce": od, "overlap_param_gather": og,
         "offload_weights": ow, "offload_activations": oa, "offload_optimizer": oo,
+        "zb": [False] * len(v), "dualpipe": [False] * len(v),  # split-backward schedules: not searched yet
     }
     out = {k: np.asarray(values[k], dtype=_GRID_DTYPES[k]) for k in _GRID_DTYPES}
     out["accounted"] = np.asarray(acc, dtype=np.int64)
@@ -206,8 +207,15 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
         "embedding_as_layer": accounted, "loss_as_layer": accounted,
     }
     n = len(index)
-    return {name: values[name] if name in values else np.full(n, PlanSpec.model_fields[name].default, dtype=object)
+    return {name: values[name] if name in values else _default_column(PlanSpec.model_fields[name].default, n)
             for name in PLAN_COLUMNS}
+
+
+def _default_column(default, n: int) -> np.ndarray:
+    """n copies of a plan field's default (object array; fill keeps sequence defaults such as () whole)."""
+    column = np.empty(n, dtype=object)
+    column.fill(default)
+    return column
 
 
 def feasible_columns(table: RowTable, index, grid_values: dict, step, obj, peak, tokens) -> dict[str, np.ndarray]:

@@ -39,7 +39,9 @@ DEFAULT_PLACEMENT_LABEL = PLACEMENT_SEPARATOR.join(DEFAULT_PLACEMENT)
 
 # Gradient groups: name -> the dimensions whose ranks hold the same parameters and reduce their
 # gradients together. Context-parallel ranks hold the same weights as data-parallel ones.
-GRADIENT_GROUPS: dict[str, tuple[str, ...]] = {"dense": ("cp", "dp")}
+# Routed experts ("expert") are reduced over the expert-data-parallel ranks, edp = tp·cp·dp/(ep·etp),
+# carved out of the same ranks (Megatron-Core parallel_state; span: cost.moe.expert_dp_span).
+GRADIENT_GROUPS: dict[str, tuple[str, ...]] = {"dense": ("cp", "dp"), "expert": ("tp", "cp", "dp")}
 
 
 def placement_label(order: tuple[str, ...]) -> str:

@@ -14,17 +14,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
 from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, explicit_split, grouped_split
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "gpipe"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
 PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 Attention = Literal["flash", "unfused"]
 
 
-class PlanSpec(BaseModel):
-    """One way to run a training step. ``dp`` may be omitted: it is gpus / (tp·pp·cp)."""
+class PlanSpec(MoEPlanFields):
+    """One way to run a training step. ``dp`` may be omitted: it is gpus / (tp·pp·cp). The
+    mixture-of-experts knobs (etp, moe_dispatcher, capacity_factor, moe_balance, moe_a2a_overlap,
+    recompute_modules) come from specs.moe_plan.MoEPlanFields; ``ep`` is carved out of tp·cp·dp."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -74,7 +77,7 @@ class PlanSpec(BaseModel):
     @model_validator(mode="after")
     def _check_self(self) -> "PlanSpec":
         parse_placement(self.placement)
-        if self.schedule in ("1f1b", "gpipe") and self.vpp > 1:
+        if self.schedule in ("1f1b", "gpipe", "zb-h1", "dualpipe") and self.vpp > 1:
             raise ValueError(f"schedule={self.schedule} cannot use vpp={self.vpp}; use 'interleaved'")
         if self.schedule == "interleaved" and self.vpp == 1:
             raise ValueError("schedule=interleaved needs vpp > 1 (model chunks per GPU); give --vpp")
@@ -109,11 +112,13 @@ class PlanSpec(BaseModel):
     def loss_units(self) -> int:
         return int(self.loss_as_layer)
 
-    def split(self, layers: int) -> tuple[SplitGroup, ...]:
-        """The plan's split of ``layers`` decoder layers over its stages (specs/split.py)."""
+    def split(self, layers: int, mtp_layers: int = 0) -> tuple[SplitGroup, ...]:
+        """The plan's split of ``layers`` decoder layers over its stages (specs/split.py); with
+        ``loss_as_layer`` each MTP module counts as one more unit beside the loss (Megatron-LM's
+        pipeline layout places its 'm' next to 'L')."""
         if self.stage_layers is not None:
             return explicit_split(self.stage_layers)
-        first, last = default_first_last(layers, self.pp, self.embedding_units, self.loss_units)
+        first, last = default_first_last(layers, self.pp, self.embedding_units, self.loss_units * (1 + mtp_layers))
         if self.pp > 1 and (self.layers_first_stage is not None or self.layers_last_stage is not None):
             rest_stages = self.pp - 1
             if self.layers_first_stage is not None and self.layers_last_stage is not None:
@@ -195,7 +200,7 @@ def split_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
             return [Violation("plan.stage_layers", list(plan.stage_layers), f"must be >= 0 and sum to layers={model.layers}")]
     if plan.pp == 1 and (plan.layers_first_stage is not None or plan.layers_last_stage is not None):
         return [Violation("plan.layers_first_stage", plan.layers_first_stage, "needs pp > 1")]
-    groups = plan.split(model.layers)
+    groups = plan.split(model.layers, model.mtp_layers)
     bad = [g for g in groups if int(g.count) > 0 and (int(g.layers) < 0 or (int(g.layers) == 0 and not (g.embedding or g.head)))]
     if bad:
         counts = [int(g.layers) for g in groups if int(g.count) > 0]
@@ -250,15 +255,24 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         )
     if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
+    if plan.pipeline_schedule == "dualpipe" and (plan.pp % 2 or (batch_ok and plan.microbatches % 2)):
+        # DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1)
+        out.append(Violation("plan.schedule", "dualpipe", f"needs an even pp (got {plan.pp}) and an even micro-batch count"))
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("plan.vpp", plan.vpp, "needs pp > 1"))
     elif plan.pipeline_schedule == "interleaved" and split_ok:
-        rule = interleave_split_rule(plan.split(model.layers), plan.vpp, plan.embedding_units, plan.loss_units)
+        rule = interleave_split_rule(plan.split(model.layers, model.mtp_layers), plan.vpp, plan.embedding_units,
+                                     plan.loss_units * (1 + model.mtp_layers))
         if rule:
             out.append(Violation("plan.vpp", plan.vpp, rule))
     if plan.pipeline_schedule == "interleaved" and batch_ok and plan.pp > 1:
         if rule := interleave_batch_rule(plan.microbatches, plan.pp):
             out.append(Violation("plan.global_batch", plan.global_batch, rule))
-    if plan.ep != 1:
-        out.append(Violation("plan.ep", plan.ep, "expert parallelism needs a mixture-of-experts model; dense models use ep=1"))
+    out += moe_plan_violations(model, plan.tp, plan.cp, plan.dp or 1, plan.ep, plan)
+    if model.is_moe and plan.tp > 1 and not plan.sequence_parallel:
+        # Megatron-Core: "During training, performance may degrade if MoE and tensor parallelism are
+        # enabled without also enabling sequence parallelism" is enforced as an error in arguments.py
+        out.append(Violation("plan.sequence_parallel", False, f"MoE layers with tp={plan.tp} need sequence_parallel (Megatron-Core)"))
+    if plan.recompute_modules and plan.recompute != "selective":
+        out.append(Violation("plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"))
     return out

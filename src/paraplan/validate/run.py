@@ -52,6 +52,11 @@ from paraplan.units import GiB, UnitError
 
 METRICS = ("step_time_s", "weights_and_optimizer_gib", "activations_gib", "peak_memory_gib")
 CASE_KEYS = ("name", "source", "model", "system", "plan", "measured")
+# Documentation keys a case may carry (MISSION.md, validation-case schema): accepted and ignored.
+DOC_KEYS = ("quote", "notes", "group", "tier", "confidence", "derived", "record", "config_id")
+# Measured figures a case may quote beside the compared metrics (Model TFLOP/s per GPU of the
+# Megatron-Bridge tables: a FLOP convention, not a measurement paraplan predicts): ignored.
+IGNORED_MEASURED = ("tflops_per_gpu",)
 
 SCOPE_TRANSFORMER = "transformer_layers"
 SCOPE_STAGE = "stage"
@@ -120,6 +125,8 @@ def _measured(raw: Any) -> dict[str, float]:
         raise InputError(f"measured: {raw!r} is not allowed; give a mapping with any of {', '.join(METRICS)}")
     out = {}
     for key, value in raw.items():
+        if key in IGNORED_MEASURED:
+            continue
         if key not in METRICS:
             raise InputError(f"measured.{key}: unknown metric; allowed: {', '.join(METRICS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -145,7 +152,7 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case:
         if not isinstance(raw, dict):
             raise InputError("must be a mapping with fields " + ", ".join(CASE_KEYS))
         for key in raw:
-            if key not in CASE_KEYS:
+            if key not in CASE_KEYS and key not in DOC_KEYS:
                 raise InputError(f"{key}: unknown field; allowed: {', '.join(CASE_KEYS)}")
         for key in CASE_KEYS:
             if key not in raw:

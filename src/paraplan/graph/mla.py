@@ -1,0 +1,166 @@
+"""Attention half of a layer for the MoE block builder: MLA (DeepSeek-V2) or GQA, with windows.
+
+MLA (DeepSeek-V2, arXiv:2405.04434, §2.1.2-2.1.3, Eq. 9-19): the query is compressed to d_q
+(``q_lora_rank``) and expanded to a·(d_n+d_r); keys and values share one compressed latent of
+width d_c (``kv_lora_rank``) plus a decoupled rotary key of width d_r, expanded to a·(d_n+d_v).
+The core attention then runs with query/key head width d_n+d_r and value width d_v.
+
+Tensor parallelism follows Megatron-Core's MLA layer (multi_latent_attention.py): the two down
+projections are duplicated on every TP rank (their outputs are small), the up projections are
+column-parallel and the output projection row-parallel, so the TP collectives are those of a GQA
+layer's attention half. Activations of one micro-batch (bytes, one GPU) are listed per stored
+tensor in :func:`attention_activation_bytes`.
+"""
+
+from __future__ import annotations
+
+from paraplan.graph.ops import Collective, Op
+from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO, LayerShape, _gemm, _memory, attention_ops
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import attention_widths, mla_qk_head_dim
+
+
+def window_fraction(window: int | None, keys: int, cp: int) -> float:
+    """Share of the score matrix a causal (windowed) attention computes: (1 + c/s)/2 for causal
+    attention (as graph.transformer.attention_ops), (w·s − w(w−1)/2)/s² for a causal window of w
+    keys (query i meets min(i+1, w) keys)."""
+    causal = 0.5 * (1.0 + cp / keys)
+    if window is None or window >= keys:
+        return causal
+    return min(causal, (window * keys - window * (window - 1) / 2.0) / (keys * keys))
+
+
+def layer_causal_fraction(window: int | None, keys: int, cp: int, window_share: float) -> float:
+    """Score-matrix share of a layer block standing for layers of which ``window_share`` are windowed:
+    the share-weighted mean of window_fraction(window) and the causal fraction (exact for the sum
+    over whole window patterns)."""
+    if window is None:
+        return window_fraction(None, keys, cp)
+    return window_share * window_fraction(window, keys, cp) + (1.0 - window_share) * window_fraction(None, keys, cp)
+
+
+def mla_core_attention(model: ModelSpec, shape: LayerShape, window: int | None, window_share: float = 1.0) -> Op:
+    """Fused attention with query/key head width d_n+d_r and value width d_v: forward
+    2·b·(a/t)·(s/c)·s·(d_qk + d_v) FLOPs (Q·Kᵀ and P·V; Dao et al. 2022), backward 2.5× (as
+    graph.transformer.attention_ops); reads Q, K, V, writes O."""
+    heads_local = model.heads // shape.tp
+    q_tokens = shape.local_tokens // shape.micro_batch
+    keys = shape.seq_length
+    qk, dv = mla_qk_head_dim(model), model.v_head_dim or 0
+    fwd = 2.0 * shape.micro_batch * heads_local * q_tokens * keys * (qk + dv)
+    io_bytes = shape.act_bytes * shape.local_tokens * heads_local * (2 * qk + 2 * dv)
+    return Op(
+        "flash_attention", "attention", fwd, io_bytes, FLASH_BACKWARD_FLOP_RATIO * fwd, 2.0 * io_bytes,
+        selective_recompute=True, causal_fraction=layer_causal_fraction(window, keys, shape.cp, window_share),
+    )
+
+
+def mla_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+    """MLA projections, latent norms, rotary and core attention of one layer (one micro-batch, one GPU)."""
+    h, a, t, ab = model.hidden, model.heads, shape.tp, shape.act_bytes
+    tokens = shape.local_tokens
+    qk, dn, dr, dv, dc = mla_qk_head_dim(model), model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0, model.v_head_dim or 0, model.kv_lora_rank or 0
+    ops: list[Op] = []
+    if model.q_lora_rank:
+        dq = model.q_lora_rank
+        ops += [
+            _gemm("mla_q_down", 1, tokens, dq, h),
+            _memory("mla_q_norm", 2 * ab * tokens * dq),
+            _gemm("mla_q_up", 1, tokens, a * qk / t, dq),
+        ]
+    else:
+        ops.append(_gemm("mla_q_proj", 1, tokens, a * qk / t, h))
+    ops += [
+        _gemm("mla_kv_down", 1, tokens, dc + dr, h),
+        _memory("mla_kv_norm", 2 * ab * tokens * dc),
+        _gemm("mla_kv_up", 1, tokens, a * (dn + dv) / t, dc),
+        # rotary on the a·d_r query part and the shared d_r key, and the concatenation of the
+        # key's no-rope and rope parts into a·(d_n+d_r): read + write of those tensors
+        _memory("mla_rotary_concat", 2 * ab * tokens * (a * dr / t + dr + a * qk / t)),
+        mla_core_attention(model, shape, window, window_share),
+    ]
+    return ops
+
+
+def gqa_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+    """QKV projection, rotary and core attention of a GQA layer (graph.transformer's ops), with the
+    window's share of the score matrix for windowed layers."""
+    t = shape.tp
+    ops = [_gemm("qkv_projection", 1, shape.local_tokens, (model.q_width + 2 * model.kv_width) / t, model.hidden)]
+    if not model.learned_positions:
+        ops.append(_memory("rotary_embedding", 2 * shape.act_bytes * shape.local_tokens * (model.q_width + model.kv_width) / t))
+    for op in attention_ops(model, shape):
+        if op.kind == "attention" and window is not None:
+            op = Op(op.name, op.kind, op.fwd_flops, op.fwd_bytes, op.bwd_flops, op.bwd_bytes, op.gemm_shape,
+                    op.selective_recompute, layer_causal_fraction(window, shape.seq_length, shape.cp, window_share))
+        ops.append(op)
+    return ops
+
+
+def attention_half_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+    """Input norm, attention (MLA or GQA), output projection and residual of one layer."""
+    h, ab = model.hidden, shape.act_bytes
+    mask = 1.0 if model.has_dropout else 0.0
+    _, _, v_width = attention_widths(model)
+    out_in = v_width if model.is_mla else model.q_width
+    core = mla_ops(model, shape, window, window_share) if model.is_mla else gqa_ops(model, shape, window, window_share)
+    return [
+        _memory("input_norm", 2 * ab * shape.sp_tokens * h),
+        *core,
+        _gemm("attention_projection", 1, shape.local_tokens, h, out_in / shape.tp),
+        _memory("attention_residual", (3 * ab + mask) * shape.sp_tokens * h),
+    ]
+
+
+def attention_half_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
+    """TP collectives of the attention half (one column-parallel input, one row-parallel output;
+    Shoeybi et al. 2019 Fig. 4; Korthikanti et al. 2022 §4.2.2 with SP) and the context-parallel
+    K/V ring (Liu et al. 2023): K and V of this GPU's chunk."""
+    out: list[Collective] = []
+    size = float(shape.act_bytes * shape.local_tokens * model.hidden)
+    if shape.tp > 1:
+        if shape.sequence_parallel:
+            out += [
+                Collective("tp_all_gather", "tp", "all_gather", size, 1, 1),
+                Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
+                Collective("tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"),
+                Collective("tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 1, overlaps_with="wgrad"),
+            ]
+        else:
+            out += [
+                Collective("tp_all_reduce", "tp", "all_reduce", size, 1, 0),
+                Collective("tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"),
+            ]
+    if shape.cp > 1:
+        _, k_width, v_width = attention_widths(model)
+        kv_chunk = float(shape.act_bytes * shape.local_tokens * (k_width + v_width) / shape.tp)
+        out.append(Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"))
+    return out
+
+
+def attention_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...], selective: bool) -> float:
+    """Bytes the attention half keeps for backward (one micro-batch, one GPU), Korthikanti et al.
+    2022 §4.1 generalised. Outside TP (SP-sharded): input-norm input and the projections' input
+    (2 each per h); MLA adds the duplicated latents: query latent d_q and its norm output, the
+    key/value latent d_c+d_r and its norm output; inside TP: Q, K, V (MLA: the up-projection
+    outputs, and Q/K/V after rotary), the output-projection input, and flash's fp32 log-sum-exp
+    (4·a/t). ``mla_up_proj`` drops the up-projection outputs and Q/K/V (recomputed from the
+    latents; Megatron-LM --recompute-modules mla_up_proj); ``core_attn`` / ``selective`` drop the
+    flash statistics (the core re-runs from the kept Q/K/V); ``layernorm`` drops the norm input."""
+    h, a, t, ab = model.hidden, model.heads, shape.tp, shape.act_bytes
+    tokens, sp = shape.local_tokens, shape.sp_tokens
+    q_w, k_w, v_w = attention_widths(model)
+    norm_in = 0.0 if "layernorm" in modules else ab * sp * h
+    replicated = norm_in + ab * sp * h  # norm input, projection input (stored SP-sharded)
+    qkv = ab * tokens * (q_w + k_w + v_w) / t
+    stats = 4.0 * tokens * a / t
+    out_in = ab * tokens * (v_w if model.is_mla else model.q_width) / t
+    core = qkv + (0.0 if (selective or "core_attn" in modules) else stats)
+    if model.is_mla:
+        dq, dc, dr = model.q_lora_rank or 0, model.kv_lora_rank or 0, model.qk_rope_head_dim or 0
+        latents = ab * tokens * (2 * dq + 2 * dc + dr)
+        up = ab * tokens * (q_w + a * ((model.qk_nope_head_dim or 0) + (model.v_head_dim or 0))) / t
+        if "mla_up_proj" in modules:
+            up, core = 0.0, core - qkv
+        return replicated + latents + up + core + out_in
+    return replicated + core + out_in

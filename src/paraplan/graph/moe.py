@@ -1,0 +1,330 @@
+"""Op graph of a mixture-of-experts layer (and of the dense / MTP layers of an MoE or MLA model).
+
+One MoE layer on one GPU, one micro-batch (Megatron-Core's MoE layer, megatron/core/transformer/moe):
+
+1. the attention half (graph.mla: MLA or GQA, windowed or not);
+2. pre-MLP norm, router GEMM T·E·h and its softmax/top-k (memory-bound, fp32 scores);
+3. permute: the T tokens are copied into k expert-ordered rows (memory-bound gather);
+4. dispatch: the rows travel to the ranks holding their experts over the "ep" group (all-to-all,
+   all-gather, or DeepEP's deduplicating kernels), then over "etp" when experts are tensor-parallel;
+5. grouped GEMM: each of the E/ep local experts multiplies its own batch of m = R/(E/ep) rows
+   (R rows on the busiest rank, see cost.moe.routed_load_factor), efficiency from
+   cost.compute's wave/tile model for a batch of E/ep GEMMs;
+6. combine (the reverse collective) and un-permute (weighted sum of the k copies);
+7. shared experts, a tensor-parallel dense MLP beside the routed ones (DeepSeekMoE §3).
+
+Tokens per rank T: b·s/c, divided by t when tensor parallelism is on (Megatron-Core requires
+sequence parallelism with MoE and TP: the MoE MLP sees the SP shard). Rows per rank
+R = T·k·etp·load (ETP ranks all-gather their rows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from paraplan.cost.moe import routed_load_factor
+from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
+from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op
+from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
+
+ROUTER_SCORE_BYTES = 4  # router logits/probabilities in fp32 (Megatron-Core moe_router_dtype / router softmax)
+
+
+@dataclass(frozen=True, eq=False)
+class MoELayerGraph(LayerGraph):
+    """A layer of an MoE/MLA model: ``weight_params`` are the dense-gradient-group parameters on this
+    GPU, ``expert_weight_params`` the routed experts' (reduced over the expert-data-parallel group)."""
+
+    expert_weight_params: float = 0.0
+    activation_bytes: float = 0.0  # bytes kept for backward (one micro-batch), after recompute_modules
+    dispatch_buffer_bytes: float = 0.0  # send + receive buffers of the dispatch (transient)
+
+
+def moe_tokens(shape: LayerShape) -> float:
+    """T: tokens one rank routes per micro-batch, b·s/c, divided by t with tensor parallelism."""
+    return shape.local_tokens / shape.tp if shape.tp > 1 else float(shape.local_tokens)
+
+
+def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
+    """R: expert rows the busiest rank computes, T·k·etp·load (cost.moe.routed_load_factor)."""
+    load = routed_load_factor(moe_tokens(shape), model.top_k, expert.ep, expert.balance, expert.capacity_factor)
+    return moe_tokens(shape) * model.top_k * expert.etp * load
+
+
+def _grouped_gemm(name: str, experts: int, m: int, n: float, k: float) -> Op:
+    """Grouped GEMM of ``experts`` (m, n, k) GEMMs: FLOPs as graph.transformer._gemm, costed per expert
+    by cost.compute.grouped_gemm_time_s."""
+    op = _gemm(name, experts, m, n, k)
+    return replace(op, kind="grouped_gemm")
+
+
+def router_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
+    """Router GEMM T·E·h (Fedus et al. 2022 §2.1) and softmax + top-k over fp32 scores (read,
+    write probabilities, read again for top-k: 3 passes over T·E·4 bytes)."""
+    tokens = moe_tokens(shape)
+    return [
+        _gemm("router", 1, int(tokens), model.experts, model.hidden),
+        _memory("router_softmax_topk", 3 * ROUTER_SCORE_BYTES * tokens * model.experts),
+    ]
+
+
+def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
+    """Permute, grouped expert GEMMs, activation, un-permute on the busiest rank.
+
+    Permute reads T rows and writes the R/etp routed copies; un-permute reads them back and
+    writes T rows (memory-bound gathers/scatters, 2-byte elements). Grouped GEMMs: E/ep experts
+    each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h."""
+    h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
+    tokens = moe_tokens(shape)
+    rows = routed_rows(model, shape, expert)
+    local = model.experts // expert.ep
+    m = math.ceil(rows / local)
+    p = model.mlp_input_projections
+    sent = rows / expert.etp
+    return [
+        _memory("permute", ab * h * (tokens + sent)),
+        _grouped_gemm("expert_fc1", local, m, p * f, h),
+        _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
+        _grouped_gemm("expert_fc2", local, m, h, f),
+        _memory("unpermute", ab * h * (tokens + sent)),
+    ]
+
+
+def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) -> list[Op]:
+    """Tensor-parallel MLP of inner width f (a dense layer's MLP or the shared experts): column-
+    parallel in-projection p·f/t, activation, row-parallel out-projection (Shoeybi et al. 2019 §3)."""
+    t, tokens, ab = shape.tp, shape.local_tokens, shape.act_bytes
+    return [
+        _gemm(f"{prefix}_in_projection", 1, tokens, model.mlp_input_projections * width / t, model.hidden),
+        _memory(f"{prefix}_activation", ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2)),
+        _gemm(f"{prefix}_out_projection", 1, tokens, model.hidden, width / t),
+    ]
+
+
+def mlp_tp_collectives(shape: LayerShape, hidden: int, prefix: str) -> list[Collective]:
+    """TP collectives of one tensor-parallel MLP: as the attention half's (one column-parallel input,
+    one row-parallel output; Korthikanti et al. 2022 §4.2.2 with SP)."""
+    if shape.tp == 1:
+        return []
+    size = float(shape.act_bytes * shape.local_tokens * hidden)
+    if shape.sequence_parallel:
+        return [
+            Collective(f"{prefix}_tp_all_gather", "tp", "all_gather", size, 1, 1),
+            Collective(f"{prefix}_tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
+            Collective(f"{prefix}_tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"),
+            Collective(f"{prefix}_tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 1, overlaps_with="wgrad"),
+        ]
+    return [
+        Collective(f"{prefix}_tp_all_reduce", "tp", "all_reduce", size, 1, 0),
+        Collective(f"{prefix}_tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"),
+    ]
+
+
+def dispatch_collectives(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Collective]:
+    """Dispatch and combine of one MoE layer (each once in forward and once in backward, reversed).
+
+    alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): all-to-all over "ep" of the R/etp rows
+    (per-rank send buffer, the busiest rank's volume), then all-gather / reduce-scatter over "etp".
+    allgather (MoEAllGatherTokenDispatcher): all-gather of the T tokens over the ep·etp ranks, and
+    a reduce-scatter of the outputs. deepep (DeepEP, Zhao et al. 2025, deepseek-ai/DeepEP):
+    a token is sent once per destination GPU (and once per destination NVLink domain across the
+    network), kind "all_to_all_dedup", bytes = one copy of the T tokens (priced by cost.moe.moe_collective_time_s)."""
+    h, ab = model.hidden, shape.act_bytes
+    tokens = moe_tokens(shape)
+    rows = routed_rows(model, shape, expert)
+    if expert.dispatcher == "allgather":
+        size = float(ab * h * tokens * expert.ep * expert.etp)
+        return [
+            Collective("ep_allgather_dispatch", "ep", "all_gather", size, 1, 1),
+            Collective("ep_reduce_scatter_combine", "ep", "reduce_scatter", size, 1, 1),
+        ]
+    if expert.dispatcher == "deepep":
+        load = rows / (tokens * model.top_k * expert.etp)
+        size = float(ab * h * tokens * load)
+        return [
+            Collective("ep_deepep_dispatch", "ep", "all_to_all_dedup", size, 1, 1),
+            Collective("ep_deepep_combine", "ep", "all_to_all_dedup", size, 1, 1),
+        ]
+    size = float(ab * h * rows / expert.etp)
+    out = [
+        Collective("ep_dispatch_all_to_all", "ep", "all_to_all", size, 1, 1),
+        Collective("ep_combine_all_to_all", "ep", "all_to_all", size, 1, 1),
+    ]
+    if expert.etp > 1:
+        gathered = float(ab * h * rows)
+        out += [
+            Collective("etp_all_gather", "etp", "all_gather", gathered, 1, 1),
+            Collective("etp_reduce_scatter", "etp", "reduce_scatter", gathered, 1, 1),
+        ]
+    return out
+
+
+def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: ExpertShape, modules: tuple[str, ...]) -> float:
+    """Bytes the MoE MLP keeps for backward: pre-MLP norm input and output (SP shard, 2 B·h each),
+    fp32 router probabilities 4·E per token, the routed rows R/etp·h (expert input, the top_k
+    copies), fc1 output p·f_e/etp and activation output f_e/etp per row, fc2 output h per row (for
+    the gradient of the routing weights); shared experts keep p·f_s/t + f_s/t per token.
+    ``layernorm`` drops the norm input, ``moe_act`` the activation output, ``shared_experts`` the
+    shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
+    h, ab, t = model.hidden, shape.act_bytes, shape.tp
+    tokens = moe_tokens(shape)
+    norm = (0.0 if "layernorm" in modules else ab * tokens * h) + ab * tokens * h
+    if "moe" in modules:
+        return norm
+    rows = routed_rows(model, shape, expert)
+    f = (model.moe_ffn_hidden or 0) / expert.etp
+    p = model.mlp_input_projections
+    routed = ab * rows * (h + p * f + (0.0 if "moe_act" in modules else f) + h / expert.etp)
+    router = ROUTER_SCORE_BYTES * tokens * model.experts
+    shared = 0.0
+    if model.shared_experts and "shared_experts" not in modules:
+        fs = shared_width(model)
+        shared = ab * shape.local_tokens * (p * fs + fs) / t
+    return norm + router + routed + shared
+
+
+def dense_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]) -> float:
+    """Dense MLP (Korthikanti et al. 2022 §4.1): norm input and MLP input (SP shard, 2 B·h each),
+    intermediates 3·f (SwiGLU) or 2·f per token split by t; ``mlp`` drops the intermediates,
+    ``layernorm`` the norm input."""
+    h, ab, t = model.hidden, shape.act_bytes, shape.tp
+    sp = shape.sp_tokens
+    norm = (0.0 if "layernorm" in modules else ab * sp * h) + ab * sp * h
+    inner = 0.0 if "mlp" in modules else ab * shape.local_tokens * model.ffn_hidden / t * (3 if model.mlp == "swiglu" else 2)
+    return norm + inner
+
+
+def fp8_cast_op(model: ModelSpec, shape: LayerShape, rows: float, moe: bool) -> Op:
+    """FP8 casts of GEMM operands (Micikevicius et al. 2022, arXiv:2209.05433): each GEMM input is
+    read in bf16 (2 B) and written in fp8 (1 B), in forward the activations and in backward the
+    output gradients (taken as the same element counts)."""
+    t, h = shape.tp, model.hidden
+    tokens = shape.local_tokens
+    elems = tokens * 2 * h / max(1, t if shape.sequence_parallel else 1)
+    if moe:
+        elems += rows * (h + (model.moe_ffn_hidden or 0))
+        if model.shared_experts:
+            elems += tokens * shared_width(model) / t
+    else:
+        elems += tokens * model.ffn_hidden / t
+    return Op("fp8_casts", "memory", 0.0, 3.0 * elems, 0.0, 3.0 * elems)
+
+
+# Megatron-LM recompute module -> the ops it re-runs (selective recomputation by module name).
+RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("flash_attention", "attention_scores", "softmax_dropout", "attention_over_values"),
+    "mla_up_proj": ("mla_q_up", "mla_kv_up", "mla_rotary_concat"),
+    "layernorm": ("input_norm", "post_attention_norm"),
+    "moe_act": ("expert_activation",),
+    "shared_experts": ("shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
+    "mlp": ("mlp_in_projection", "mlp_activation", "mlp_out_projection"),
+    "moe": ("router", "router_softmax_topk", "permute", "expert_fc1", "expert_activation", "expert_fc2", "unpermute",
+            "shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
+}
+
+
+def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
+    """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
+    names = {name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ())}
+    return tuple(replace(op, selective_recompute=op.name in names) for op in ops)
+
+
+def window_share(model: ModelSpec) -> float:
+    """Share of the layers that use the sliding window: 1 for pattern 0, (n−1)/n for every n-th full."""
+    if model.sliding_window is None:
+        return 0.0
+    n = model.sliding_window_pattern
+    return 1.0 if n == 0 else (n - 1) / n
+
+
+@lru_cache(maxsize=4096)
+def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
+    """All ops of one layer of an MoE / MLA / windowed model (one micro-batch, one GPU): the attention
+    half, then the MoE MLP (``moe``) or the dense MLP of width ffn_hidden. A windowed model's layer
+    block stands for its window pattern (the attention's score share is the pattern mean)."""
+    expert, modules = shape.expert, shape.recompute_modules
+    h, ab, t = model.hidden, shape.act_bytes, shape.tp
+    ops = attention_half_ops(model, shape, model.sliding_window, window_share(model))
+    coll = attention_half_collectives(model, shape)
+    ops.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
+    rows = routed_rows(model, shape, expert) if moe else 0.0
+    if moe:
+        ops += router_ops(model, shape) + expert_ops(model, shape, expert)
+        coll += dispatch_collectives(model, shape, expert)
+        if model.shared_experts:
+            ops += dense_mlp_ops(model, shape, shared_width(model), "shared_expert")
+            coll += mlp_tp_collectives(shape, h, "shared_expert")
+    else:
+        ops += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
+        coll += mlp_tp_collectives(shape, h, "mlp")
+    ops.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
+    if shape.dtype == "fp8":
+        ops.append(fp8_cast_op(model, shape, rows, moe))
+    weights, experts = layer_weight_split(model, t, expert, moe)
+    acts = moe_layer_activation_bytes(model, shape, moe)
+    buffers = ab * h * (moe_tokens(shape) * model.top_k + rows) if moe else 0.0
+    return MoELayerGraph(
+        "moe_layer" if moe else "dense_layer", mark_recomputed(ops, modules), tuple(coll), weights,
+        expert_weight_params=experts, activation_bytes=acts, dispatch_buffer_bytes=buffers,
+    )
+
+
+def moe_layer_activation_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> float:
+    """Bytes one layer keeps for backward under the shape's recompute modules (attention half from
+    graph.mla.attention_activation_bytes, then the MoE or dense MLP)."""
+    modules = shape.recompute_modules
+    acts = attention_activation_bytes(model, shape, modules, "core_attn" in modules)
+    if moe:
+        return acts + moe_mlp_activation_bytes(model, shape, shape.expert, modules)
+    return acts + dense_mlp_activation_bytes(model, shape, modules)
+
+
+def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool) -> tuple[float, float]:
+    """(dense-group, expert-group) parameters of one layer on one GPU. Attention: MLA's down
+    projections and latent norms are duplicated on every TP rank, the rest split by t (GQA: all
+    matrices split by t); two norms replicated. MoE MLP: router E·h replicated, shared experts
+    split by t, routed experts (E/ep)·P_expert/etp in the expert group."""
+    from paraplan.specs.moe_model import mla_params
+
+    norms = (2 if model.norm == "layernorm" else 1) * 2 * model.hidden
+    if model.is_mla:
+        parts = mla_params(model)
+        duplicated = sum(v for k, v in parts.items() if k in ("q_down", "q_norm", "kv_down", "kv_norm"))
+        attention = duplicated + (attention_params(model) - duplicated) / tp
+    else:
+        attention = attention_params(model) / tp
+    if not moe:
+        return attention + norms + mlp_params(model, model.ffn_hidden) / tp, 0.0
+    shared = mlp_params(model, shared_width(model)) / tp if model.shared_experts else 0.0
+    routed = (model.experts / expert.ep) * expert_params(model) / expert.etp
+    return attention + norms + model.experts * model.hidden + shared, routed
+
+
+@lru_cache(maxsize=1024)
+def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
+    """One DeepSeek-V3 MTP module (§2.2, Fig. 3) on the last stage: norms of the hidden state and
+    of the next token's embedding, projection 2h→h, one Transformer block (MoE when the model is),
+    then the shared output head and its cross-entropy again (graph.transformer.lm_head_block)."""
+    h, ab = model.hidden, shape.act_bytes
+    tokens = shape.local_tokens
+    layer = moe_model_layer(model, shape, model.is_moe)
+    head = lm_head_block(model, shape, True)
+    ops = (
+        _memory("mtp_embedding_lookup", 2 * ab * tokens * h),
+        _memory("mtp_norms", 4 * ab * shape.sp_tokens * h),
+        _gemm("mtp_projection", 1, tokens, h / shape.tp, 2 * h),
+        *layer.ops,
+        *head.ops,
+    )
+    norms = 3 * (2 if model.norm == "layernorm" else 1) * h
+    weights = layer.weight_params + 2 * h * h / shape.tp + norms
+    acts = layer.activation_bytes + ab * tokens * 3 * h + 4.0 * tokens * model.vocab / shape.tp
+    return MoELayerGraph(
+        "mtp", ops, layer.collectives + head.collectives, weights,
+        expert_weight_params=layer.expert_weight_params, activation_bytes=acts,
+        dispatch_buffer_bytes=layer.dispatch_buffer_bytes,
+    )

@@ -1,0 +1,247 @@
+"""Read a mixture-of-experts Hugging Face ``config.json`` as a :class:`~paraplan.specs.model.ModelSpec`.
+
+``paraplan.hf.model_from_hf_config`` hands a config here when :func:`moe_family` recognises it
+(``model_type``, else ``architectures``). Mappings, HF key -> ModelSpec field, beyond the Llama-like
+ones of ``paraplan.hf`` (num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+head_dim, vocab_size, tie_word_embeddings, max_position_embeddings; SwiGLU, RMSNorm, rotary):
+
+Mixtral (``mixtral``)
+    num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size -> moe_ffn_hidden
+    (and ffn_hidden, unused), sliding_window (when not null) -> sliding_window on every layer.
+Qwen2-MoE / Qwen3-MoE (``qwen2_moe``, ``qwen3_moe``)
+    num_experts -> experts, num_experts_per_tok -> top_k, moe_intermediate_size -> moe_ffn_hidden,
+    shared_expert_intermediate_size (Qwen2-MoE; when > 0) -> shared_experts 1 and
+    shared_ffn_hidden, decoder_sparse_step and mlp_only_layers -> dense_layers /
+    moe_layer_interval when the MoE layers they name fit that pattern. The shared expert's
+    sigmoid gate (h parameters) and q/k/v biases (Qwen2) or per-head q/k norms (Qwen3) are left out.
+DeepSeek-V2 / V3, Kimi-K2 (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``)
+    n_routed_experts -> experts, num_experts_per_tok -> top_k, moe_intermediate_size ->
+    moe_ffn_hidden, n_shared_experts -> shared_experts (shared_ffn_hidden = n_shared_experts ·
+    moe_intermediate_size), first_k_dense_replace -> dense_layers, moe_layer_freq ->
+    moe_layer_interval (when the pattern fits), intermediate_size -> ffn_hidden, attention_type mla
+    with q_lora_rank (null allowed), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+    num_nextn_predict_layers -> mtp_layers. Group-limited routing (n_group, topk_group) changes
+    where tokens go, not the work, and is ignored.
+GPT-OSS (``gpt_oss``)
+    num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size ->
+    moe_ffn_hidden, head_dim, attention_bias -> bias, sliding_window and layer_types ->
+    sliding_window / sliding_window_pattern when the full-attention layers are every n-th.
+
+Anything these fields cannot state (a sliding-window split Qwen's max_window_layers describes,
+irregular MoE or window layer patterns, a missing key) raises
+:class:`~paraplan.specs.errors.InputError` naming the key: an MoE config is never read as dense.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.specs.model import ModelSpec
+
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss")
+_ARCH = {
+    "Mixtral": "mixtral",
+    "Qwen2Moe": "qwen2_moe",
+    "Qwen3Moe": "qwen3_moe",
+    "DeepseekV2": "deepseek_v2",
+    "DeepseekV3": "deepseek_v3",
+    "GptOss": "gpt_oss",
+}
+
+
+def moe_family(data: dict) -> str | None:
+    """The supported MoE family of a config dict (model_type, else architectures), or None."""
+    model_type = data.get("model_type")
+    if model_type in MOE_TYPES:
+        return model_type
+    if model_type is not None:
+        return None
+    for arch in data.get("architectures") or ():
+        for prefix, family in _ARCH.items():
+            if isinstance(arch, str) and arch.startswith(prefix + "For"):
+                return family
+    return None
+
+
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
+
+
+def refuse_other_moe(data: dict, field: str) -> None:
+    """An MoE config of a family this module does not read is refused (never read as dense)."""
+    keys = [k for k in MOE_KEYS if data.get(k)]
+    if keys:
+        raise InputError(
+            f"{field}.{keys[0]}: a mixture-of-experts config of model_type {data.get('model_type')!r} is not supported; "
+            f"allowed MoE families: {', '.join(MOE_TYPES)} (or describe the model with paraplan's own fields)"
+        )
+
+
+def _getter(data: dict, field: str, family: str):
+    def get(key: str, default: Any = ...) -> Any:
+        if key in data and data[key] is not None:
+            return data[key]
+        if default is ...:
+            raise InputError(f"{field}.{key}: missing; a Hugging Face {family} config needs it")
+        return default
+
+    return get
+
+
+def _common(get) -> dict:
+    spec = {
+        "layers": get("num_hidden_layers"),
+        "hidden": get("hidden_size"),
+        "heads": get("num_attention_heads"),
+        "kv_heads": get("num_key_value_heads", None),
+        "vocab": get("vocab_size"),
+        "mlp": "swiglu",
+        "norm": "rmsnorm",
+        "tie_embeddings": bool(get("tie_word_embeddings", False)),
+        "bias": False,
+        "position_embedding": "rope",
+    }
+    head_dim = get("head_dim", None)
+    if head_dim is not None:
+        spec["head_dim"] = head_dim
+    max_pos = get("max_position_embeddings", None)
+    if max_pos is not None:
+        spec["max_position"] = max_pos
+    return spec
+
+
+def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple[int, int]:
+    """(dense_layers, moe_layer_interval) whose rule (ModelSpec: layer i ≥ dense_layers is MoE when
+    (i − dense_layers + 1) % interval == 0) names exactly ``moe_set``; InputError otherwise."""
+    if not moe_set:
+        raise InputError(f"{field}.{key}: the config names no MoE layer; describe a dense model instead")
+    first = min(moe_set)
+    for dense in range(first + 1):
+        for interval in range(1, layers + 1):
+            rule = {i for i in range(dense, layers) if (i - dense + 1) % interval == 0}
+            if rule == moe_set:
+                return dense, interval
+    raise InputError(
+        f"{field}.{key}: MoE layers {sorted(moe_set)[:6]}... do not follow 'dense_layers then every n-th'; "
+        "paraplan cannot represent this pattern"
+    )
+
+
+def _mixtral(data: dict, get, field: str) -> dict:
+    width = get("intermediate_size")
+    spec = _common(get) | {"ffn_hidden": width, "experts": get("num_local_experts"), "top_k": get("num_experts_per_tok"), "moe_ffn_hidden": width}
+    window = get("sliding_window", None)
+    if window is not None:
+        spec["sliding_window"] = window
+    return spec
+
+
+def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
+    layers = get("num_hidden_layers")
+    if get("use_sliding_window", False):
+        raise InputError(f"{field}.use_sliding_window: true (windowed layers from max_window_layers) is not representable; allowed: false")
+    step = get("decoder_sparse_step", 1)
+    dense_only = set(get("mlp_only_layers", []) or [])
+    if not isinstance(layers, int) or not isinstance(step, int) or step < 1:
+        raise InputError(f"{field}.decoder_sparse_step: {step!r} must be a positive integer")
+    moe_set = {i for i in range(layers) if i not in dense_only and (i + 1) % step == 0}
+    dense, interval = _interval_for(moe_set, layers, field, "mlp_only_layers" if dense_only else "decoder_sparse_step")
+    spec = _common(get) | {
+        "ffn_hidden": get("intermediate_size"),
+        "experts": get("num_experts"),
+        "top_k": get("num_experts_per_tok"),
+        "moe_ffn_hidden": get("moe_intermediate_size"),
+        "dense_layers": dense,
+        "moe_layer_interval": interval,
+    }
+    shared = get("shared_expert_intermediate_size", 0)
+    if shared:
+        spec |= {"shared_experts": 1, "shared_ffn_hidden": shared}
+    return spec
+
+
+def _deepseek(data: dict, get, field: str, family: str) -> dict:
+    layers = get("num_hidden_layers")
+    first_dense = get("first_k_dense_replace", 0)
+    freq = get("moe_layer_freq", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (layers, first_dense, freq)) or freq < 1:
+        raise InputError(f"{field}.moe_layer_freq: {freq!r} must be a positive integer (with integer first_k_dense_replace)")
+    # DeepseekV3/V2 modelling: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
+    moe_set = {i for i in range(layers) if i >= first_dense and i % freq == 0}
+    dense, interval = _interval_for(moe_set, layers, field, "moe_layer_freq")
+    width = get("moe_intermediate_size")
+    shared = get("n_shared_experts", 0)
+    spec = _common(get) | {
+        "ffn_hidden": get("intermediate_size"),
+        "experts": get("n_routed_experts"),
+        "top_k": get("num_experts_per_tok"),
+        "moe_ffn_hidden": width,
+        "dense_layers": dense,
+        "moe_layer_interval": interval,
+        "attention_type": "mla",
+        "q_lora_rank": get("q_lora_rank", None),
+        "kv_lora_rank": get("kv_lora_rank"),
+        "qk_nope_head_dim": get("qk_nope_head_dim"),
+        "qk_rope_head_dim": get("qk_rope_head_dim"),
+        "v_head_dim": get("v_head_dim"),
+        "mtp_layers": get("num_nextn_predict_layers", 0),
+    }
+    spec.pop("head_dim", None)
+    if shared:
+        spec |= {"shared_experts": shared, "shared_ffn_hidden": shared * width if isinstance(width, int) else width}
+    return spec
+
+
+def _gpt_oss(data: dict, get, field: str) -> dict:
+    layers = get("num_hidden_layers")
+    width = get("intermediate_size")
+    spec = _common(get) | {
+        "ffn_hidden": width,
+        "experts": get("num_local_experts"),
+        "top_k": get("num_experts_per_tok"),
+        "moe_ffn_hidden": width,
+        "bias": bool(get("attention_bias", True)),
+        "dropout": False,
+    }
+    kinds = get("layer_types", None)
+    window = get("sliding_window", None)
+    if kinds is None:
+        if window is not None:
+            spec["sliding_window"] = window
+        return spec
+    if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {"sliding_attention", "full_attention"}:
+        raise InputError(f"{field}.layer_types: must list sliding_attention/full_attention for each of the {layers} layers")
+    full = {i for i, k in enumerate(kinds) if k == "full_attention"}
+    if len(full) == layers:
+        return spec
+    if window is None:
+        raise InputError(f"{field}.sliding_window: missing; layer_types names windowed layers")
+    spec["sliding_window"] = window
+    if not full:
+        return spec
+    for n in range(2, layers + 1):
+        if full == {i for i in range(layers) if (i + 1) % n == 0}:
+            spec["sliding_window_pattern"] = n
+            return spec
+    raise InputError(f"{field}.layer_types: full-attention layers {sorted(full)[:6]}... are not every n-th layer; not representable")
+
+
+def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") -> ModelSpec:
+    """Map a supported MoE Hugging Face config dict to a validated ModelSpec named ``name``."""
+    get = _getter(data, field, family)
+    if family == "mixtral":
+        spec = _mixtral(data, get, field)
+    elif family in ("qwen2_moe", "qwen3_moe"):
+        spec = _qwen_moe(data, get, field, family)
+    elif family in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        spec = _deepseek(data, get, field, family)
+    else:
+        spec = _gpt_oss(data, get, field)
+    spec["name"] = name
+    spec["source"] = f"Hugging Face config.json (model_type {data.get('model_type', family)}, read by paraplan.hf_moe)"
+    try:
+        return ModelSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise input_error_from_pydantic(exc, field) from None

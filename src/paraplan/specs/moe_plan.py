@@ -1,0 +1,100 @@
+"""Plan knobs of mixture-of-experts training (issue 9), kept as a mixin until they join PlanSpec.
+
+``ep`` (expert-parallel degree) is already a PlanSpec field. The groups follow Megatron-Core's
+``parallel_state`` (expert-model-parallel groups are carved out of the same world as the dense
+groups): the ``tp·cp·dp`` ranks of one pipeline stage are re-factored for the expert layers as
+``etp · ep · edp``, so ``ep·etp`` must divide ``tp·cp·dp`` and the expert-data-parallel degree
+(the group expert gradients are reduced over) is ``edp = tp·cp·dp / (ep·etp)``.
+
+Selective recomputation by module (``recompute_modules``) uses Megatron-LM's module names
+(``--recompute-modules``, megatron/core/transformer/transformer_config.py): ``core_attn``
+(the attention core, what ``recompute: selective`` already re-runs), ``moe_act`` (the routed
+experts' activation function), ``shared_experts``, ``layernorm`` (input and pre-MLP norms),
+``mla_up_proj`` (MLA's query/key/value up-projections and rotary), ``mlp`` (the dense MLP), and
+``moe`` (the whole MoE MLP).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from paraplan.specs.errors import Violation
+from paraplan.specs.model import ModelSpec
+
+Dispatcher = Literal["alltoall", "allgather", "deepep"]
+Balance = Literal["forced", "learned"]
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "shared_experts", "layernorm", "mla_up_proj", "mlp", "moe")
+
+
+class MoEPlanFields(BaseModel):
+    """Mixture-of-experts knobs of a plan (defaults leave a dense plan unchanged)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    etp: int = Field(1, gt=0, description="expert tensor-parallel degree; ep·etp must divide tp·cp·dp")
+    moe_dispatcher: Dispatcher = Field(
+        "alltoall", description="token dispatcher: alltoall (NCCL all-to-all), allgather, deepep (DeepEP kernels)"
+    )
+    capacity_factor: float | None = Field(
+        None, gt=0, description="expert capacity = factor·tokens·top_k/experts, tokens over it dropped and "
+        "every expert padded to it; null = dropless"
+    )
+    moe_balance: Balance = Field(
+        "learned", description="forced: tokens spread evenly over experts (benchmarks); learned: routing decides"
+    )
+    moe_a2a_overlap: bool = Field(
+        False, description="dispatch/combine overlapped with another micro-batch's compute (DeepEP / 1F1B A2A overlap)"
+    )
+    recompute_modules: tuple[str, ...] = Field((), description="selective recomputation by module name")
+
+    @field_serializer("recompute_modules")
+    def _as_list(self, value: tuple[str, ...]) -> list[str]:
+        return list(value)
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _known_modules(cls, value):
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = (value,)
+        value = tuple(value)
+        for name in value:
+            if name not in RECOMPUTE_MODULES:
+                raise ValueError(f"unknown module {name!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+        return value
+
+
+def expert_data_parallel(tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
+    """edp = tp·cp·dp / (ep·etp): the expert-data-parallel degree (Megatron-Core parallel_state)."""
+    return tp * cp * dp // (ep * etp)
+
+
+def moe_plan_violations(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, moe: MoEPlanFields) -> list[Violation]:
+    """Rules of the MoE knobs against the model and the dense degrees, each naming field, value and rule."""
+    out: list[Violation] = []
+    if not model.is_moe:
+        if ep != 1:
+            out.append(Violation("plan.ep", ep, "expert parallelism needs a mixture-of-experts model; dense models use ep=1"))
+        if moe.etp != 1:
+            out.append(Violation("plan.etp", moe.etp, "expert tensor parallelism needs a mixture-of-experts model; use etp=1"))
+        return out
+    if model.experts % ep:
+        out.append(Violation("plan.ep", ep, f"must divide experts={model.experts}"))
+    if (tp * cp * dp) % (ep * moe.etp):
+        out.append(
+            Violation("plan.ep", ep, f"ep·etp = {ep}·{moe.etp} must divide tp·cp·dp = {tp}·{cp}·{dp} (expert groups are carved from them)")
+        )
+    width = model.moe_ffn_hidden or 0
+    if width % moe.etp:
+        out.append(Violation("plan.etp", moe.etp, f"must divide moe_ffn_hidden={width}"))
+    if moe.capacity_factor is not None and moe.moe_dispatcher == "deepep":
+        # Megatron-LM's flex (DeepEP) dispatcher refuses moe_pad_expert_input_to_capacity
+        out.append(
+            Violation("plan.capacity_factor", moe.capacity_factor, "the deepep dispatcher cannot pad experts to capacity; use null (dropless)")
+        )
+    if "mla_up_proj" in moe.recompute_modules and not model.is_mla:
+        out.append(Violation("plan.recompute_modules", "mla_up_proj", "needs attention_type=mla"))
+    return out

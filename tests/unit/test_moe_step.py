@@ -1,0 +1,117 @@
+"""MoE layers composed into the step: block kinds, the expert gradient group, EP exposure, rules."""
+
+import pytest
+
+from paraplan.api import estimate as api_estimate
+from paraplan.catalog import load_model, load_system
+from paraplan.estimate import estimate, step_inputs
+from paraplan.search.space import SearchProblem
+from paraplan.specs.errors import InputError
+from paraplan.specs.plan import PlanSpec
+from paraplan.stages import layer_mix
+
+QWEN = load_model("qwen3-30b-a3b")
+H100 = load_system("dgx-h100-80gb")
+
+
+def plan(**extra) -> PlanSpec:
+    return PlanSpec(**(dict(gpus=16, ep=8, global_batch=64, seq_length=4096, zero=1) | extra))
+
+
+def test_moe_estimate_has_expert_parallel_communication():
+    est = estimate(QWEN, H100, plan())
+    assert est.breakdown.ep_comm_s > 0 and est.step_time_s > 0
+    assert est.breakdown.total_s() == pytest.approx(est.step_time_s)
+    # EP 8 inside one DGX: the all-to-alls stay on NVLink; EP 16 crosses the network and costs more
+    wide = estimate(QWEN, H100, plan(ep=16))
+    assert wide.breakdown.ep_comm_s > est.breakdown.ep_comm_s
+
+
+def test_a2a_overlap_hides_dispatch_and_forced_balance_is_no_slower():
+    base = estimate(QWEN, H100, plan(ep=16))
+    hidden = estimate(QWEN, H100, plan(ep=16, moe_a2a_overlap=True))
+    assert hidden.breakdown.ep_comm_s < base.breakdown.ep_comm_s
+    forced = estimate(QWEN, H100, plan(moe_balance="forced"))
+    learned = estimate(QWEN, H100, plan(moe_balance="learned"))
+    assert forced.step_time_s <= learned.step_time_s
+
+
+def test_experts_are_their_own_gradient_group_sharded_over_edp():
+    inp = step_inputs(QWEN, H100, plan())
+    assert set(inp.gradient_groups) == {"dense", "expert"}
+    assert inp.gradient_groups["dense"].size == 16 and inp.gradient_groups["expert"].size == 2  # 16 / ep 8
+    blocks = {b.kind: (b, n) for b, n in inp.stages[0].blocks}
+    experts, count = blocks["experts"]
+    assert experts.gradient_group == "expert" and count == 48
+    assert experts.params == 16 * 3 * 2048 * 768  # 128/8 experts per GPU
+    est = estimate(QWEN, H100, plan())
+    one = estimate(QWEN, H100, plan(zero=0))
+    # ZeRO-1 shards the expert optimizer over edp = 2 and the dense one over dp = 16
+    assert one.stages[0].optimizer_bytes > est.stages[0].optimizer_bytes
+
+
+def test_layer_mix_by_hand():
+    ds = load_model("deepseek-v3")
+    assert layer_mix(ds, 0, 4) == (3, 1)  # three dense layers first
+    assert layer_mix(ds, 4, 4) == (0, 4)
+    assert layer_mix(QWEN.model_copy(update={"moe_layer_interval": 2}), 0, 4) == (2, 2)
+    assert layer_mix(load_model("llama3-8b"), 0, 4) == (0, 0)
+
+
+def test_deepseek_v3_with_mtp_and_mla_up_proj_recompute():
+    ds = load_model("deepseek-v3")
+    p = PlanSpec(gpus=256, pp=16, ep=8, global_batch=2048, seq_length=4096, zero=1, dtype="fp8", recompute="selective",
+                 recompute_modules=["mla_up_proj"], layers_first_stage=4, layers_last_stage=1, capacity_factor=1.0)
+    est = estimate(ds, load_system("dgx-b200"), p)
+    last = est.stages[-1]
+    assert est.breakdown.recompute_s > 0 and last.weights_bytes > 0
+    assert est.mfu < 1 and est.model_flops_per_step > 0
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (dict(ep=3), "plan.ep"),
+        (dict(tp=2, ep=8, gpus=16), "plan.sequence_parallel"),
+        (dict(recompute_modules=["moe_act"]), "plan.recompute_modules"),
+        (dict(moe_dispatcher="deepep", capacity_factor=1.0), "plan.capacity_factor"),
+    ],
+)
+def test_moe_plan_rules(extra, field):
+    with pytest.raises(InputError) as err:
+        estimate(QWEN, H100, plan(**extra))
+    assert str(err.value).startswith(field)
+
+
+def test_dense_models_refuse_expert_knobs():
+    with pytest.raises(InputError, match="plan.etp"):
+        api_estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=8, seq_length=2048, etp=2)
+
+
+def test_search_refuses_moe_models_until_it_covers_ep():
+    problem = SearchProblem(model=QWEN, system=H100, gpus=16, seq_length=4096, global_batch=64)
+    with pytest.raises(InputError, match="does not cover"):
+        problem.check()
+
+
+def test_split_backward_schedules():
+    from paraplan.schedule.zero_bubble import dualpipe_bubble_s
+    from paraplan.schedule.step import compose_step, stage_work
+
+    p = dict(gpus=64, pp=8, ep=8, global_batch=512, seq_length=4096, zero=1)
+    one = estimate(QWEN, H100, PlanSpec(**p))
+    zb = estimate(QWEN, H100, PlanSpec(**p, schedule="zb-h1"))
+    dual = estimate(QWEN, H100, PlanSpec(**p, schedule="dualpipe"))
+    assert 0 < zb.breakdown.bubble_s < one.breakdown.bubble_s
+    assert zb.breakdown.forward_s == one.breakdown.forward_s
+    # DualPipe: (p/2 - 1)(F&B + B - 3W) on half-stage chunks of the slowest stage, two parameter copies
+    inp = step_inputs(QWEN, H100, PlanSpec(**p, schedule="dualpipe"))
+    works = [stage_work(s) for s in inp.stages if s.count]
+    slowest = max(works, key=lambda w: sum(w.values()))
+    wgrad = max(sum(n * b.terms.wgrad for b, n in s.blocks) for s in inp.stages if s.count)
+    f = slowest["forward"] + slowest["tp_forward"] + slowest["cp_forward"] + slowest["ep_forward"]
+    b = slowest["backward"] + slowest["recompute"] + slowest["tp_backward"] + slowest["cp_backward"] + slowest["ep_backward"]
+    assert compose_step(inp)["bubble_s"] == pytest.approx(dualpipe_bubble_s(8, f / 2, b / 2, wgrad / 2))
+    assert dual.stages[0].weights_bytes == pytest.approx(2 * one.stages[0].weights_bytes)
+    with pytest.raises(InputError, match="plan.schedule"):
+        estimate(QWEN, H100, PlanSpec(**(p | dict(gpus=56, pp=7)), schedule="dualpipe"))
