@@ -44,7 +44,7 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
     ``core_attn`` (--recompute-modules); none without selective recompute."""
     if plan.recompute != "selective":
         return ()
-    return tuple(plan.recompute_modules) or ("core_attn",)
+    return tuple(plan.recompute_modules or ()) or ("core_attn",)
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:

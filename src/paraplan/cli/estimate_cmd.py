@@ -136,7 +136,7 @@ def estimate(
             "capacity_factor": capacity_factor,
             "moe_balance": moe_balance,
             "moe_a2a_overlap": moe_a2a_overlap,
-            "recompute_modules": [m for m in (recompute_modules or "").split(",") if m],
+            "recompute_modules": [m for m in recompute_modules.split(",") if m] if recompute_modules else None,
         }
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None

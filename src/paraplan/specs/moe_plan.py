@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
@@ -47,17 +47,15 @@ class MoEPlanFields(BaseModel):
     moe_a2a_overlap: bool = Field(
         False, description="dispatch/combine overlapped with another micro-batch's compute (DeepEP / 1F1B A2A overlap)"
     )
-    recompute_modules: tuple[str, ...] = Field((), description="selective recomputation by module name")
-
-    @field_serializer("recompute_modules")
-    def _as_list(self, value: tuple[str, ...]) -> list[str]:
-        return list(value)
+    recompute_modules: tuple[str, ...] | None = Field(
+        None, description="selective recomputation by module name (null: Megatron-LM's default, core_attn)"
+    )
 
     @field_validator("recompute_modules", mode="before")
     @classmethod
     def _known_modules(cls, value):
         if value is None:
-            return ()
+            return None
         if isinstance(value, str):
             value = (value,)
         value = tuple(value)
@@ -95,6 +93,6 @@ def moe_plan_violations(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, mo
         out.append(
             Violation("plan.capacity_factor", moe.capacity_factor, "the deepep dispatcher cannot pad experts to capacity; use null (dropless)")
         )
-    if "mla_up_proj" in moe.recompute_modules and not model.is_mla:
+    if "mla_up_proj" in (moe.recompute_modules or ()) and not model.is_mla:
         out.append(Violation("plan.recompute_modules", "mla_up_proj", "needs attention_type=mla"))
     return out
