@@ -15,7 +15,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from paraplan.graph.transformer import LayerShape, lm_head_weight_params
-from paraplan.schedule.step import RECOMPUTE_CODES, StepInputs
+from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
@@ -180,8 +180,8 @@ class RowTable:
         data-parallel sync, optimizer and offload terms are >= 0."""
         terms = self.blocks["decoder"].terms
         unit = 0.0
-        for f in fields(terms):
-            unit = unit + getattr(terms, f.name)
+        for name in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``, not added)
+            unit = unit + getattr(terms, name)
         facts = self.facts
         p2p = np.where(facts.pp > 1, 2.0 * facts.p2p_transfer_s, 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"]
