@@ -226,6 +226,12 @@ def _pack(units: list[str], width: int | None, indent: str) -> list[str]:
     lines: list[str] = []
     current = ""
     for unit in units:
+        if width is not None and cell_len(indent + unit) > width:  # a unit too long for a line: wrap it alone
+            if current:
+                lines.append(indent + current)
+                current = ""
+            lines += _wrap_prose(unit, width, indent)
+            continue
         candidate = f"{current}  {unit}" if current else unit
         if current and width is not None and cell_len(indent + candidate) > width:
             lines.append(indent + current)
