@@ -1,8 +1,9 @@
-"""``paraplan models`` and ``paraplan systems``: the catalogs."""
+"""``paraplan models`` and ``paraplan systems``: the catalogs; ``paraplan schema``: the input file schemas."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -12,6 +13,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
+from paraplan.specs.errors import InputError
 from paraplan.units import GiB
 
 
@@ -182,3 +184,30 @@ def systems(
             "-" if r["price_per_gpu_hour"] is None else f"{r['price_per_gpu_hour']:.2f}",
         )
     _stdout(width).print(table)
+
+
+@app.command()
+def schema(
+    name: Annotated[str, typer.Argument(help="model | system | plan | validation-case (| cluster)")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="write the schema to FILE instead of printing it")] = None,
+) -> None:
+    """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
+    for editors and validators; quantities accept unit strings such as "80 GiB"."""
+    from paraplan.report.search_view import AtomicText
+    from paraplan.schemas import json_schema, schema_models
+
+    names = list(schema_models())
+    if name not in names:
+        import difflib
+
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"schema: unknown schema {name!r}{hint}; allowed: {', '.join(names)}")
+    text = json.dumps(json_schema(name), indent=2) + "\n"
+    if out is None:
+        print(text, end="")
+        return
+    sink = AtomicText(out, "--out")
+    sink.handle.write(text)
+    sink.close()
+    print(f"wrote {out}")
