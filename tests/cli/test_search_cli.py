@@ -358,3 +358,37 @@ def test_console_script_process():
     assert bad.returncode == 2
     assert bad.stdout == ""
     assert len(bad.stderr.splitlines()) == 1 and "--gpus" in bad.stderr
+
+
+# ---- ties and equivalent plans -------------------------------------------------------------------
+GROUPED = ["search", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "64", "--global-batch", "64",
+           "--seq-length", "8192", "--tp", "4", "--cp", "2,4", "--pp", "1", "--micro-batch", "1,2", "--recompute",
+           "none", "--zero", "2", "--no-offload", "--default-overlap", "--top", "12"]
+
+
+def test_equivalent_plans_share_one_row_that_names_them(capsys, tmp_path):
+    data = run_json(capsys, *GROUPED)
+    grouped = [p for p in data["plans"] if p["equivalent_plan_labels"]]
+    assert grouped and len(data["plans"]) == 12  # 12 different choices, some standing for two plans
+    for item in grouped:
+        assert [PlanSpec.model_validate(q) for q in item["equivalent_plans"]]
+        assert all(label.endswith("tp-dp-cp-pp") for label in item["equivalent_plan_labels"])
+    code, out, _ = run(capsys, *GROUPED)
+    assert code == 0
+    first = grouped[0]
+    row = next(line for line in out.splitlines() if line.startswith(f"{first['rank']} "))
+    assert f"{first['plan_label']} (same time and memory: tp-dp-cp-pp)" in row
+    path = tmp_path / "top.csv"
+    run_json(capsys, *GROUPED, "--csv", str(path))
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[first["rank"] - 1]["equivalent_plans"] == first["equivalent_plan_labels"][0]
+
+
+def test_equal_step_times_list_the_lower_memory_plan_first(capsys):
+    data = run_json(capsys, *BASE[:-1], "10")
+    plans = data["plans"]
+    ties = [(a, b) for a, b in zip(plans, plans[1:]) if math.isclose(a["objective"], b["objective"], rel_tol=1e-12)]
+    assert ties
+    for a, b in ties:
+        assert a["peak_memory_gib"] <= b["peak_memory_gib"]

@@ -159,6 +159,7 @@ def test_estimate_plot_png_and_svg(tmp_path, capsys):
     assert code == 0, err
     assert f"wrote {tmp_path / 'one.png'}" in out
     assert_png(tmp_path / "one.png")
+    (tmp_path / "sub").mkdir()  # --plot writes into an existing directory (a missing one is an input error)
     code, out, err = run_cli(capsys, *base, "--json", "--plot", str(tmp_path / "sub" / "one.svg"))
     assert code == 0, err
     json.loads(out)  # stdout stays pure JSON

@@ -19,7 +19,7 @@ from paraplan.search.explain import Alternative
 from paraplan.search.run import RankedPlan, SearchResult
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.units import GiB
 
 
@@ -65,11 +65,32 @@ def cost_usd_per_step(ranked: RankedPlan, problem: SearchProblem) -> float | Non
     return ranked.estimate.step_time_s * problem.gpus * problem.price_per_gpu_hour / 3600.0
 
 
+def equivalent_text(plan: PlanSpec, other: PlanSpec) -> str:
+    """How ``other`` (same time and memory, search.ranking groups) differs from ``plan``, in label
+    words: 'tp-dp-cp-pp', 'offload:w instead of ...'."""
+    mine, theirs = plan_label(plan).split(), plan_label(other).split()
+    added = [w for w in theirs if w not in mine]
+    removed = [w for w in mine if w not in theirs]
+    text = " ".join(added) or "without"
+    return f"{text} instead of {' '.join(removed)}" if removed and added else (
+        f"without {' '.join(removed)}" if removed else text)
+
+
+def plan_cell(ranked: RankedPlan) -> str:
+    """The plan label, and the plans with the same time and memory when there are any."""
+    label = plan_label(ranked.plan)
+    if not ranked.equivalents:
+        return label
+    return f"{label} (same time and memory: {'; '.join(equivalent_text(ranked.plan, q) for q in ranked.equivalents)})"
+
+
 def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | None = None) -> dict:
-    """The figures of one ranked plan beyond the estimate: cost per step and per million tokens,
-    and for a run of ``tokens`` tokens its days, GPU-hours and cost."""
+    """The figures of one ranked plan beyond the estimate: its label and the labels of the plans
+    with the same time and memory, cost per step and per million tokens, and for a run of
+    ``tokens`` tokens its days, GPU-hours and cost."""
     e = ranked.estimate
-    out: dict = {"plan_label": plan_label(ranked.plan)}
+    out: dict = {"plan_label": plan_label(ranked.plan),
+                 "equivalent_plan_labels": [plan_label(q) for q in ranked.equivalents]}
     per_step = cost_usd_per_step(ranked, problem)
     if per_step is not None:
         out["cost_usd_per_step"] = per_step
@@ -80,7 +101,9 @@ def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | Non
 
 
 def plan_label(plan: PlanSpec) -> str:
-    """Compact plan text: degrees, micro-batch, schedule, recompute, SP, ZeRO, offloads, overlaps, placement."""
+    """Compact plan text: degrees, micro-batch, schedule, recompute, SP, ZeRO, offloads, overlaps,
+    placement, and a user-given stage split (layers per stage, first/last stage, embedding or loss
+    counted as a layer); words are separated by single spaces and contain none."""
     parts = [f"tp{plan.tp} pp{plan.pp} cp{plan.cp} dp{plan.dp}", f"mb{plan.micro_batch}"]
     sched = plan.pipeline_schedule
     if plan.pp > 1:
@@ -101,6 +124,14 @@ def plan_label(plan: PlanSpec) -> str:
         parts.append("no-gather-overlap")
     if plan.placement != DEFAULT_PLACEMENT_LABEL:
         parts.append(plan.placement)
+    if plan.stage_layers is not None:
+        parts.append("layers:" + "/".join(str(n) for n in plan.stage_layers))
+    for name, word in (("layers_first_stage", "first"), ("layers_last_stage", "last")):
+        if getattr(plan, name) is not None:
+            parts.append(f"{word}:{getattr(plan, name)}")
+    accounted = [w for w, on in (("emb", plan.embedding_as_layer), ("loss", plan.loss_as_layer)) if on]
+    if accounted:
+        parts.append("+".join(accounted) + "-as-layer")
     return " ".join(parts)
 
 
@@ -121,7 +152,7 @@ def plans_table(result: SearchResult, problem: SearchProblem | None = None, toke
         e, b = ranked.estimate, ranked.estimate.breakdown
         comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.dp_comm_s
         cells = [
-            str(ranked.rank), plan_label(ranked.plan), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
+            str(ranked.rank), plan_cell(ranked), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
             f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
             f"{b.forward_s + b.backward_s + b.recompute_s:.3f}", f"{b.bubble_s:.3f}", f"{comm:.3f}",
         ]
@@ -180,11 +211,7 @@ def explain_table(alternatives: list[Alternative], best_time_s: float):
     return table
 
 
-CSV_PLAN_FIELDS = (
-    "tp", "pp", "cp", "dp", "vpp", "schedule", "micro_batch", "global_batch", "recompute", "sequence_parallel",
-    "zero", "offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm",
-    "overlap_dp_grad_reduce", "overlap_param_gather", "placement",
-)
+CSV_PLAN_FIELDS = (*PLAN_COLUMNS, "global_batch")  # specs.plan: the one list of plan columns
 
 
 CSV_METRICS = ("step_time_s", "tokens_per_s", "objective", "peak_memory_gib")
@@ -267,7 +294,8 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
         cost = problem.price_per_gpu_hour is not None
         extra = (["cost_usd_per_step", "cost_usd_per_million_tokens"] if cost else [])
         extra += (["run_days", "run_gpu_hours"] + (["run_cost_usd"] if cost else [])) if tokens is not None else []
-        writer.writerow(["rank", "plan_label", *CSV_PLAN_FIELDS, *TOP_CSV_METRICS, *extra, *breakdown])
+        writer.writerow(["rank", "plan_label", "equivalent_plans", *CSV_PLAN_FIELDS, *TOP_CSV_METRICS, *extra,
+                         *breakdown])
         for ranked in result.plans:
             e = ranked.estimate
             data = ranked.plan.model_dump()
@@ -279,7 +307,8 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
                 run = figures["run"]
                 more += [run["days"], run["gpu_hours"]] + ([run["cost_usd"]] if cost else [])
             parts = asdict(e.breakdown)
-            writer.writerow([ranked.rank, figures["plan_label"], *(data[f] for f in CSV_PLAN_FIELDS),
+            writer.writerow([ranked.rank, figures["plan_label"], " | ".join(figures["equivalent_plan_labels"]),
+                             *(data[f] for f in CSV_PLAN_FIELDS),
                              *(f"{x:.6g}" for x in metrics + more), *(f"{parts[k]:.6g}" for k in breakdown)])
     except BaseException:
         sink.discard()
