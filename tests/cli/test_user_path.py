@@ -130,3 +130,13 @@ def test_models_model_file_shows_how_it_was_read(capsys, tmp_path):
     assert rows["layers"].rstrip().endswith("the file") and "default (gelu models: yes" in rows["bias"]
     code, out, _ = run(capsys, "models", "--model", str(own), "--json")
     assert code == 0 and json.loads(out)["given"] == ["ffn_hidden", "heads", "hidden", "layers", "name", "vocab"]
+
+
+def test_interleaved_without_vpp_is_an_input_error(capsys):
+    code, out, err = run(capsys, "estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8",
+                         "--pp", "2", "--schedule", "interleaved", "--zero", "1")
+    assert code == 2 and out == ""
+    assert err.startswith("error: plan:") and "interleaved" in err and "--vpp" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8",
+                       "--pp", "2", "--vpp", "2", "--schedule", "interleaved", "--zero", "1", "--json")
+    assert code == 0, err
