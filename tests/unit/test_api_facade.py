@@ -90,3 +90,16 @@ def test_records_and_dataframe():
     assert isinstance(frame, pd.DataFrame) and list(frame["rank"]) == [1, 2, 3]
     est = api.estimate("llama3-8b", "dgx-h100-80gb", gpus=8, zero=1)
     assert api.to_dataframe([est, est]).shape[0] == 2 and api.to_dataframe(est)["mfu"].iloc[0] == est.mfu
+
+
+def test_estimate_ranked_plan_and_plan_reprs_are_one_short_line():
+    est = api.estimate("llama3-8b", "dgx-h100-80gb", gpus=8, zero=1)
+    text = repr(est)
+    assert text.startswith("<Estimate llama3-8b on 8 x dgx-h100-80gb: tp1 pp1 cp1 dp8 mb1 rc:none zero1; step ")
+    assert "\n" not in text and len(text) < 200 and "(fits)" in text
+    assert est._repr_html_().startswith("<table>") and est.to_record()["plan_label"] == "tp1 pp1 cp1 dp8 mb1 rc:none zero1"
+    ranked = api.search("gpt3-1.3b", "dgx-a100-80gb", **SMALL).best
+    assert repr(ranked).startswith(f"<RankedPlan #1 {api.plan_label(ranked.plan)}: step ") and len(repr(ranked)) < 200
+    plan = PlanSpec(gpus=8, tp=2, zero=1, global_batch=8, seq_length=2048)
+    assert repr(plan) == "PlanSpec(gpus=8, tp=2, dp=4, global_batch=8, seq_length=2048, zero=1)"
+    assert PlanSpec.model_validate(plan.model_dump()) == plan  # the data are all still there

@@ -49,6 +49,13 @@ class RankedPlan:
     key: tuple[int, int]  # (row, grid index) in canonical order
     equivalents: tuple[PlanSpec, ...] = ()  # same objective, step time and memory (search.ranking groups)
 
+    def __repr__(self) -> str:
+        from paraplan.report.frames import plan_text
+
+        more = f" (+{len(self.equivalents)} equivalent)" if self.equivalents else ""
+        return (f"<RankedPlan #{self.rank} {plan_text(self.plan)}{more}: step {self.estimate.step_time_s:.4g} s, "
+                f"objective {self.objective:.4g}>")
+
     def to_dict(self) -> dict:
         e = self.estimate
         return {

@@ -92,6 +92,13 @@ class PlanSpec(BaseModel):
             return self.schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
 
+    def __repr_args__(self):
+        """Short reprs: only the fields that differ from their defaults (and the required ones)."""
+        for name, value in super().__repr_args__():
+            info = type(self).model_fields.get(name)
+            if info is None or info.is_required() or value != info.default:
+                yield name, value
+
     @property
     def microbatches(self) -> int:
         """Micro-batches per pipeline per step: global_batch / (dp · micro_batch)."""
