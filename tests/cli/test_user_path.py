@@ -52,6 +52,7 @@ def test_estimate_set_changes_the_system_and_the_model(capsys):
     assert code == 0, err
     changed = json.loads(out)
     assert changed["memory"]["capacity_gib"] == pytest.approx(141)
+    assert changed["overrides"] == {"accelerator.hbm_capacity": "141GiB", "model.layers": "16"}
     assert changed["parameters"]["total"] < base["parameters"]["total"]  # 16 of 32 layers
     assert changed["step_time_s"] < base["step_time_s"]
     code, out, _ = run(capsys, *BASE, "--set", "model.layers=16")

@@ -207,6 +207,8 @@ def estimate(
     if as_json:
         out = est.to_dict(include_ops=ops)
         out["parameters"] = counts.to_dict()
+        if set_:
+            out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
             out["run"] = run
         if not est.fits:
