@@ -25,8 +25,8 @@ EXIT_DOES_NOT_FIT = 1  # a plan that does not fit in memory, a search where no p
 app = typer.Typer(
     name="paraplan",
     help="How fast will a transformer train on a cluster, and will it fit? An analytical model.\n\n"
-         "Exit status: 0 done; 1 the plan does not fit in memory (estimate) or no plan fits (search, "
-         "validate --max-mape exceeded); 2 bad input (one line on stderr: field, value, what is allowed).",
+         "Exit status: 0 done; 1 estimate's plan does not fit in memory, search finds no plan that fits, or "
+         "validate --max-mape is exceeded; 2 bad input (one line on stderr: field, value, what is allowed).",
     no_args_is_help=True,
     add_completion=True,
     rich_markup_mode=None,
