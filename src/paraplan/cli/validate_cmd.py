@@ -62,6 +62,16 @@ def _summary_table(summary: dict) -> SimpleTable:
     return table
 
 
+def _group_table(groups: dict) -> SimpleTable:
+    """Per group of heterogeneous cases: our step-time MAPE beside the reference tool's, and OOM trials."""
+    table = simple_table("By group", "group", "timed cases", "MAPE %", "reference MAPE %", "did not run", "predicted not to fit", numeric_from=1)
+    for name, g in groups.items():
+        ref = ", ".join(f"{k.removesuffix('_predicted_s')} {v:.1f}" for k, v in g["reference_mape_pct"].items() if v is not None) or "-"
+        mape = g["step_time_s_mape_pct"]
+        table.add_row(name, str(g["step_time_cases"]), "-" if mape is None else f"{mape:.1f}", ref, str(g["oom_cases"]), str(g["oom_predicted_not_to_fit"]))
+    return table
+
+
 @app.command()
 def validate(
     cases: Annotated[
@@ -72,12 +82,17 @@ def validate(
         Optional[float], typer.Option("--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)")
     ] = None,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")] = None,
+    hetero: Annotated[
+        bool, typer.Option("--hetero", help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)")
+    ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
+    from paraplan.validate.hetero import is_hetero_file, load_hetero_cases, run_hetero_cases
     from paraplan.validate.markdown import validation_markdown
     from paraplan.validate.run import load_cases, run_cases, summary_mapes
 
-    report = run_cases(load_cases(cases))
+    hetero = hetero or bool(cases) and all(is_hetero_file(p) for p in cases)
+    report = run_hetero_cases(load_hetero_cases(cases)) if hetero else run_cases(load_cases(cases))
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -87,6 +102,8 @@ def validate(
             console.print(_LAYERS_NOTE)
         console.print()
         console.print(_summary_table(report["summary"]))
+        if "by_group" in report["summary"]:
+            console.print(_group_table(report["summary"]["by_group"]))
     if markdown is not None:
         try:
             markdown.write_text(validation_markdown(report))

@@ -1,0 +1,397 @@
+"""One training step of a non-uniform plan (specs/stage_plan.py) on a cluster of node pools.
+
+Read top-down: ``estimate_stage_plan`` → ``stage_costs`` (per stage: work of one micro-batch on the
+stage's own GPUs, its tail, its memory) → ``compose_stages`` (pipeline with unequal stages, then the
+data-parallel tail). The searches (search/hetero.py) call ``stage_cost`` directly for every
+candidate stage; both paths share every rule.
+
+The model (issue 10, "The model"):
+- a stage's blocks are costed with the op graph and cost functions of the uniform estimator
+  (estimate.block_times) on the stage's per-GPU micro-batch global_batch / (m · dp_i) and its tp;
+  when a stage's GPUs come from several pools, each pool's GPUs are costed and the slowest sets the
+  stage (its data-parallel replicas meet at every gradient sync);
+- pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (schedule/pipeline.py's
+  bubble_from_work_s: the slowest stage sets the steady state, fill and drain pass once through the
+  others), W_i = per-micro-batch forward + backward (+ recompute, exposed TP) + point-to-point;
+- point-to-point between neighbouring stages over the link the two GPUs share: the NVLink/PCIe
+  domain when on one node, else the pools' scale-out network or the cluster's explicit link;
+- data-parallel gradient sync per stage on its own group: the slowest link any member uses sets
+  the bandwidth (hierarchical ring of cost.comm on the group's nodes); optimizer step on the slowest
+  GPU; tied embedding gradients all-reduced between the first and the last stage;
+- memory per stage against the smallest GPU memory among the stage's pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from paraplan.cost import memory as mem
+from paraplan.cost.comm import GroupSpan, collective_coefficients, overlap_cost
+from paraplan.estimate import block_times, layer_buffer_bytes
+from paraplan.graph.encoder import (
+    BlockRef,
+    block_graph,
+    boundary_bytes,
+    cross_layer_extra_activation_bytes,
+    decoder_seq,
+    model_blocks,
+)
+from paraplan.graph.transformer import LayerShape
+from paraplan.report.result import StageMemory, TimeBreakdown
+from paraplan.schedule.step import GRAD_REDUCE_BYTES, OPTIMIZER_BYTES_PER_PARAM
+from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.errors import InputError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
+from paraplan.specs.system import SystemSpec
+
+NO_SPAN = GroupSpan(1, 1, 1)
+
+
+@dataclass(frozen=True)
+class StageSetting:
+    """What a stage is, apart from its blocks: GPUs (per pool: first index, count), tp, dp, per-GPU
+    micro-batch, recompute, position in a pipeline of ``pp`` stages with ``microbatches`` micro-batches."""
+
+    slices: tuple[tuple[str, int, int], ...]
+    tp: int
+    dp: int
+    micro_batch: int
+    recompute: str
+    recompute_ops: tuple[str, ...]
+    index: int
+    pp: int
+    microbatches: int
+
+
+@dataclass(frozen=True)
+class Common:
+    """Plan-wide settings."""
+
+    seq_length: int
+    dtype: str
+    attention: str
+    sequence_parallel: bool
+    zero: int
+    schedule: str
+    overlap_dp_grad_reduce: bool
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage holding blocks [start, stop): seconds per micro-batch by part, tail seconds, memory."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    params: float
+    memory: StageMemory
+
+    @property
+    def work_s(self) -> float:
+        """Per-micro-batch wall time of the stage: compute, exposed TP and point-to-point."""
+        return self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.pp_comm_s
+
+    @property
+    def tail_s(self) -> float:
+        return self.dp_comm_s + self.optimizer_s
+
+
+# ---- placement helpers ---------------------------------------------------------------------------
+def _node(cluster: ClusterSpec, pool: str, index: int) -> tuple[str, int]:
+    return pool, index // cluster.pool(pool).gpus_per_node
+
+
+def _member_gpus(setting: StageSetting, replica_stride: int = 1) -> list[tuple[str, int]]:
+    """(pool, index) of every GPU of the stage, in rank order (tp innermost, then dp)."""
+    out = []
+    for pool, first, count in setting.slices:
+        out += [(pool, first + k) for k in range(count)]
+    return out[::replica_stride]
+
+
+def synthetic_system(base: SystemSpec, inner_Bps: float, inner_latency_s: float, outer_Bps: float, outer_latency_s: float) -> SystemSpec:
+    """``base`` with its NVLink and scale-out rates replaced by achieved rates (efficiency 1), so that the
+    collective formulas of cost.comm apply to a group whose slowest links set these rates."""
+    node = base.node.model_copy(update={"nvlink_bandwidth": inner_Bps, "nvlink_efficiency": 1.0, "nvlink_latency": inner_latency_s})
+    net = base.network.model_copy(update={"nic_bandwidth": outer_Bps, "efficiency": 1.0, "latency": outer_latency_s})
+    return base.model_copy(update={"node": node, "network": net})
+
+
+def group_links(cluster: ClusterSpec, gpus: list[tuple[str, int]]) -> tuple[GroupSpan, SystemSpec]:
+    """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
+    members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link)."""
+    nodes: dict[tuple[str, int], int] = {}
+    for pool, idx in gpus:
+        key = _node(cluster, pool, idx)
+        nodes[key] = nodes.get(key, 0) + 1
+    pools = sorted({p for p, _ in gpus})
+    systems = [cluster.pool(p).system for p in pools]
+    inner = min(s.node.nvlink_bandwidth * s.node.nvlink_efficiency for s in systems)
+    inner_lat = max(s.node.nvlink_latency for s in systems)
+    pairs = [(a, b) for a in pools for b in pools if a <= b and (a != b or sum(1 for n in nodes if n[0] == a) > 1)]
+    rates = [cluster.link_rate(a, b) for a, b in pairs] or [cluster.link_rate(pools[0], pools[0])]
+    outer, outer_lat = min(r for r, _ in rates), max(lat for _, lat in rates)
+    per_node = max(nodes.values())
+    span = GroupSpan(len(gpus), per_node, len(nodes)) if len(nodes) > 1 else GroupSpan(len(gpus), len(gpus), 1)
+    return span, synthetic_system(systems[0], inner, inner_lat, outer, outer_lat)
+
+
+def _tp_span(system: SystemSpec, tp: int) -> GroupSpan:
+    domain = system.node.gpus_per_domain
+    return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
+
+
+def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes: float) -> float:
+    """One activation (or gradient) transfer between stage a and the next stage b: the slowest over
+    data-parallel replicas of size / achieved bandwidth + latency of the link the two GPUs share."""
+    if size_bytes <= 0:
+        return 0.0
+    src = _member_gpus(a)[:: a.tp]
+    dst = _member_gpus(b)[:: b.tp]
+    worst = 0.0
+    for r, (pa, ia) in enumerate(src):
+        pb, ib = dst[r * len(dst) // len(src)]
+        if _node(cluster, pa, ia) == _node(cluster, pb, ib):
+            node = cluster.pool(pa).system.node
+            rate, lat = node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency
+        else:
+            rate, lat = cluster.link_rate(pa, pb)
+        worst = max(worst, size_bytes / rate + lat)
+    return worst
+
+
+# ---- one stage -----------------------------------------------------------------------------------
+def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
+    return LayerShape(
+        tp=setting.tp, cp=1, micro_batch=setting.micro_batch, seq_length=common.seq_length,
+        sequence_parallel=common.sequence_parallel and setting.tp > 1, attention=common.attention, dtype=common.dtype,
+    )
+
+
+def _block_activation_bytes(model: ModelSpec, ref: BlockRef, shape: LayerShape, recompute: str) -> float:
+    """Bytes one block keeps per micro-batch (cost.memory rules; T5's cross-attention adds its own)."""
+    if ref.kind == "embedding":
+        return mem.embedding_activation_bytes(ref.width, shape)
+    if ref.kind == "patch_embedding":
+        return mem.embedding_activation_bytes(ref.width, shape)
+    if ref.kind in ("lm_head", "classifier"):
+        head_shape = shape
+        if model.architecture == "encoder_decoder":
+            head_shape = LayerShape(**{**shape.__dict__, "seq_length": decoder_seq(model, shape.seq_length)})
+        if ref.kind == "classifier":
+            return 2 * shape.act_bytes * shape.local_tokens * ref.width.hidden / (shape.tp if shape.sequence_parallel else 1)
+        return mem.lm_head_activation_bytes(ref.width, head_shape)
+    if ref.kind == "cross_decoder":
+        dec = LayerShape(**{**shape.__dict__, "seq_length": decoder_seq(model, shape.seq_length)})
+        return mem.layer_activation_bytes(ref.width, dec, recompute) + cross_layer_extra_activation_bytes(
+            ref.width, dec, shape.seq_length, recompute
+        )
+    return mem.layer_activation_bytes(ref.width, shape, recompute)
+
+
+def _recompute_mode(setting: StageSetting) -> str:
+    """Per-op recompute of the core-attention ops is what selective recompute does (the op graph flags
+    them, Op.selective_recompute); other ops cannot be re-run alone in this op graph."""
+    return "selective" if setting.recompute_ops else setting.recompute
+
+
+@lru_cache(maxsize=200_000)
+def stage_cost(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting, start: int, stop: int,
+    prev: StageSetting | None, nxt: StageSetting | None,
+) -> StageCost:
+    """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop) (module docstring)."""
+    blocks = model_blocks(model)
+    shape = layer_shape_for(common, setting)
+    recompute = _recompute_mode(setting)
+    first_and_last = setting.pp == 1
+    pools = sorted({p for p, _, _ in setting.slices})
+    parts = None
+    for pool in pools:  # the slowest pool's GPUs set the stage
+        system = cluster.pool(pool).system
+        tp_span = _tp_span(system, setting.tp)
+        f = b = r = tp = 0.0
+        for ref in blocks[start:stop]:
+            mode = recompute if ref.is_layer else "none"
+            terms = block_times(block_graph(model, ref, shape, first_and_last), system, common.dtype, mode, False, tp_span, NO_SPAN)
+            f, b, r, tp = f + terms.forward, b + terms.backward, r + terms.recompute, tp + terms.tp
+        if parts is None or f + b + r + tp > sum(parts):
+            parts = (f, b, r, tp)
+    f, b, r, tp = parts or (0.0, 0.0, 0.0, 0.0)
+    p2p = 0.0
+    if prev is not None:
+        p2p += p2p_time_s(cluster, prev, setting, boundary_bytes(model, blocks, start - 1, shape))
+    if nxt is not None:
+        p2p += p2p_time_s(cluster, setting, nxt, boundary_bytes(model, blocks, stop - 1, shape))
+    params = sum(block_graph(model, ref, shape, first_and_last).weight_params for ref in blocks[start:stop])
+    # data-parallel gradient sync and optimizer on the slowest member
+    members = _member_gpus(setting)[:: setting.tp]
+    systems = [cluster.pool(p).system for p in pools]
+    dp_comm = 0.0
+    if setting.dp > 1 and params > 0:
+        span, link_system = group_links(cluster, members)
+        kind = "all_reduce" if common.zero == 0 else "reduce_scatter"
+        slope, lat = collective_coefficients(kind, span, link_system)
+        total = params * GRAD_REDUCE_BYTES * slope + lat
+        if common.zero > 0:
+            g_slope, g_lat = collective_coefficients("all_gather", span, link_system)
+            total += params * mem.state_bytes_per_param(common.dtype).weights * g_slope + g_lat
+        window = (b + r + tp) if common.overlap_dp_grad_reduce else 0.0
+        exposed = max(0.0, total - window)
+        dp_comm = exposed + overlap_cost(span, link_system) * (total - exposed)
+    owned = params / (setting.dp if common.zero >= 1 else 1)
+    hbm_rate = min(s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm for s in systems)
+    optimizer = owned * OPTIMIZER_BYTES_PER_PARAM / hbm_rate
+    memory = _stage_memory(model, common, setting, start, stop, shape, params, recompute, systems)
+    return StageCost(f, b, r, tp, p2p, dp_comm, optimizer, params, memory)
+
+
+def _stage_memory(model, common, setting, start, stop, shape, params, recompute, systems) -> StageMemory:
+    """Weights, gradients, optimizer state (ZeRO over the stage's dp), in-flight activations, buffers."""
+    blocks = model_blocks(model)[start:stop]
+    state = mem.sharded_state_bytes(params, common.dtype, common.zero, setting.dp)
+    in_flight = mem.in_flight_microbatches(common.schedule, setting.pp, 1, setting.microbatches, setting.index)
+    acts = 0.0
+    layer_params = layer_acts = 0.0
+    for ref in blocks:
+        a = _block_activation_bytes(model, ref, shape, recompute if ref.is_layer else "none")
+        if ref.kind in ("lm_head", "classifier"):
+            acts += a  # the head's logits live for one micro-batch at a time (Korthikanti §4.3)
+        else:
+            acts += in_flight * a
+        if ref.is_layer:
+            layer_acts += in_flight * a
+            layer_params += block_graph(model, ref, shape, setting.pp == 1).weight_params
+    has_layer = any(ref.is_layer for ref in blocks)
+    buffers = layer_buffer_bytes(blocks[1].width if len(blocks) > 1 else model, shape, recompute) if has_layer else 0.0
+    per = mem.sharded_state_bytes(layer_params, common.dtype, common.zero, setting.dp)
+    return StageMemory(
+        stage=setting.index,
+        weights_bytes=state.weights,
+        gradients_bytes=state.gradients,
+        optimizer_bytes=state.optimizer,
+        activations_bytes=acts,
+        buffers_bytes=buffers,
+        reserved_bytes=max(s.accelerator.reserved_memory for s in systems),
+        capacity_bytes=min(s.accelerator.hbm_capacity for s in systems),
+        transformer_weights_and_optimizer_bytes=per.weights + per.gradients + per.optimizer,
+        transformer_activations_bytes=layer_acts,
+    )
+
+
+def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:
+    """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
+    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters, fp32 gradients, 2-member group."""
+    if not model.tie_embeddings or first.index == last.index or model.is_vit:
+        return 0.0
+    members = [_member_gpus(first)[0], _member_gpus(last)[0]]
+    span, link_system = group_links(cluster, members)
+    slope, lat = collective_coefficients("all_reduce", span, link_system)
+    return model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES * slope + lat
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StagePlanEstimate:
+    """Step time and per-stage details of a non-uniform plan."""
+
+    step_time_s: float
+    breakdown: TimeBreakdown
+    stage_work_s: tuple[float, ...]
+    stage_tail_s: tuple[float, ...]
+    stages: tuple[StageMemory, ...]
+    stage_summary: tuple[dict, ...] = field(default_factory=tuple)
+    gpus: int = 0
+    tokens_per_step: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    def to_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "fits": self.fits,
+            "gpus": self.gpus,
+            "breakdown": self.breakdown.__dict__,
+            "stages": [s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
+                       for s, w, t, m in zip(self.stage_summary, self.stage_work_s, self.stage_tail_s, self.stages)],
+        }
+
+
+def common_of(plan: StagePlanSpec) -> Common:
+    return Common(plan.seq_length, plan.dtype, plan.attention, plan.sequence_parallel, plan.zero, plan.schedule, plan.overlap_dp_grad_reduce)
+
+
+def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetting]:
+    devices = stage_devices(plan, cluster)
+    return [
+        StageSetting(tuple(devices[i]), s.tp, s.data_parallel, plan.stage_micro_batch(i), s.recompute, s.recompute_ops, i, plan.pp, plan.n_microbatches)
+        for i, s in enumerate(plan.stages)
+    ]
+
+
+def compose_stages(costs: list[StageCost], microbatches: int, extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
+    """Σ W_i + (m − 1)·max W_i + max_i tail_i (+ tied-embedding sync); breakdown of the slowest stage."""
+    work = [c.work_s for c in costs]
+    slow = max(range(len(costs)), key=lambda i: work[i])
+    tail = max(range(len(costs)), key=lambda i: costs[i].tail_s)
+    c, m = costs[slow], microbatches
+    breakdown = TimeBreakdown(
+        forward_s=m * c.forward_s, backward_s=m * c.backward_s, recompute_s=m * c.recompute_s,
+        optimizer_s=costs[tail].optimizer_s, bubble_s=sum(work) - work[slow],
+        tp_comm_s=m * c.tp_comm_s, cp_comm_s=0.0, pp_comm_s=m * c.pp_comm_s,
+        dp_comm_s=costs[tail].dp_comm_s + extra_tail_s, offload_s=0.0,
+    )
+    return breakdown.total_s(), breakdown
+
+
+def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec) -> StagePlanEstimate:
+    """Predict the step time and memory per stage of a non-uniform plan (module docstring)."""
+    check_stage_plan(plan, model, cluster)
+    for i, s in enumerate(plan.stages):
+        if s.recompute_ops:
+            allowed = _recomputable_ops(model, plan)
+            bad = [o for o in s.recompute_ops if o not in allowed]
+            if bad:
+                raise InputError(f"plan.stages.{i}.recompute_ops: {bad[0]!r} is not allowed; ops that can be re-run alone: {', '.join(sorted(allowed))}")
+    common = common_of(plan)
+    settings = stage_settings(plan, cluster)
+    ranges = stage_block_ranges(plan, len(model_blocks(model)))
+    costs = [
+        stage_cost(model, cluster, common, st, a, b, settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None)
+        for i, (st, (a, b)) in enumerate(zip(settings, ranges))
+    ]
+    tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
+    step, breakdown = compose_stages(costs, plan.n_microbatches, tied)
+    summary = tuple(
+        {"stage": i, "blocks": [a, b], "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
+         "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices], "tp": st.tp, "dp": st.dp,
+         "micro_batch": st.micro_batch, "recompute": _recompute_mode(st)}
+        for i, (st, (a, b)) in enumerate(zip(settings, ranges))
+    )
+    return StagePlanEstimate(
+        step_time_s=step, breakdown=breakdown, stage_work_s=tuple(c.work_s for c in costs),
+        stage_tail_s=tuple(c.tail_s for c in costs), stages=tuple(c.memory for c in costs),
+        stage_summary=summary, gpus=plan.gpus, tokens_per_step=plan.global_batch * plan.seq_length,
+    )
+
+
+def _recomputable_ops(model: ModelSpec, plan: StagePlanSpec) -> set[str]:
+    """Names of the ops flagged re-runnable alone (Op.selective_recompute) in the model's layers."""
+    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=plan.seq_length, sequence_parallel=False, attention=plan.attention, dtype=plan.dtype)
+    names: set[str] = set()
+    for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
+        names |= {op.name for op in block_graph(model, ref, shape).ops if op.selective_recompute}
+    return names
