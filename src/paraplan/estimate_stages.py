@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from paraplan.cost import memory as mem
 from paraplan.cost.comm import GroupSpan, collective_coefficients, overlap_cost
 from paraplan.estimate import block_times, layer_buffer_bytes
@@ -201,88 +203,168 @@ def _recompute_mode(setting: StageSetting) -> str:
     return "selective" if setting.recompute_ops else setting.recompute
 
 
-@lru_cache(maxsize=200_000)
+@dataclass(frozen=True)
+class StageArrays:
+    """Per-block terms of one stage setting over the model's whole block list (index k = block k), so
+    that the cost of the stage holding any range [a, b) is a difference of prefix sums: the estimator
+    reads one range, the search (search/hetero.py) every range at once. ``parts[pool][name]`` are the
+    per-micro-batch seconds on that pool's GPUs of forward, backward, recompute and exposed TP."""
+
+    parts: dict[str, dict[str, np.ndarray]]
+    params: np.ndarray
+    act_kept: np.ndarray  # activation bytes held at the stage's peak (in-flight micro-batches applied)
+    layer_act_kept: np.ndarray
+    layer_params: np.ndarray
+    buffers: np.ndarray  # working buffers a layer needs (the stage holds the largest)
+    p2p_in: np.ndarray  # [a]: receive from the previous stage when the stage starts at block a
+    p2p_out: np.ndarray  # [b]: send to the next stage when the stage ends before block b
+    dp_slope: float  # DP gradient sync seconds per parameter (0 when dp = 1)
+    dp_latency: float
+    dp_overlap_cost: float
+    optimizer_per_param: float
+    state_per_param: float  # weights + gradients + optimizer bytes per parameter after ZeRO sharding
+    weight_bytes: float
+    grad_bytes: float
+    optimizer_bytes: float
+    reserved: float
+    capacity: float
+
+
+PARTS = ("forward", "backward", "recompute", "tp")
+
+
+@lru_cache(maxsize=4096)
+def stage_arrays(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting,
+    prev: StageSetting | None, nxt: StageSetting | None,
+) -> StageArrays:
+    """Every per-block term of ``setting`` (module docstring for the rules)."""
+    blocks = model_blocks(model)
+    n = len(blocks)
+    shape = layer_shape_for(common, setting)
+    recompute = _recompute_mode(setting)
+    first_and_last = setting.pp == 1
+    graphs = [block_graph(model, ref, shape, first_and_last) for ref in blocks]
+    pools = sorted({p for p, _, _ in setting.slices})
+    systems = [cluster.pool(p).system for p in pools]
+    parts: dict[str, dict[str, np.ndarray]] = {}
+    for pool, system in zip(pools, systems):
+        tp_span = _tp_span(system, setting.tp)
+        arrays = {name: np.zeros(n) for name in PARTS}
+        for k, (ref, graph) in enumerate(zip(blocks, graphs)):
+            terms = block_times(graph, system, common.dtype, recompute if ref.is_layer else "none", False, tp_span, NO_SPAN)
+            for name in PARTS:
+                arrays[name][k] = getattr(terms, name)
+        parts[pool] = arrays
+    params = np.array([g.weight_params for g in graphs])
+    in_flight = mem.in_flight_microbatches(common.schedule, setting.pp, 1, setting.microbatches, setting.index)
+    acts = np.array([_block_activation_bytes(model, ref, shape, recompute if ref.is_layer else "none") for ref in blocks])
+    is_head = np.array([ref.kind in ("lm_head", "classifier") for ref in blocks])
+    is_layer = np.array([ref.is_layer for ref in blocks])
+    # the head's logits live for one micro-batch at a time (Korthikanti §4.3); other blocks' for in-flight ones
+    act_kept = np.where(is_head, acts, in_flight * acts)
+    buffers = np.array([layer_buffer_bytes(ref.width, shape, recompute) if ref.is_layer else 0.0 for ref in blocks])
+    p2p_in = np.zeros(n + 1)
+    p2p_out = np.zeros(n + 1)
+    for k in range(n + 1):
+        if prev is not None and k >= 1:
+            p2p_in[k] = p2p_time_s(cluster, prev, setting, boundary_bytes(model, blocks, k - 1, shape))
+        if nxt is not None and k >= 1:
+            p2p_out[k] = p2p_time_s(cluster, setting, nxt, boundary_bytes(model, blocks, k - 1, shape))
+    dp_slope = dp_lat = dp_cost = 0.0
+    if setting.dp > 1:
+        span, link_system = group_links(cluster, _member_gpus(setting)[:: setting.tp])
+        dp_cost = overlap_cost(span, link_system)
+        if common.zero == 0:
+            slope, dp_lat = collective_coefficients("all_reduce", span, link_system)
+            dp_slope = GRAD_REDUCE_BYTES * slope
+        else:
+            rs, rs_lat = collective_coefficients("reduce_scatter", span, link_system)
+            ag, ag_lat = collective_coefficients("all_gather", span, link_system)
+            dp_slope = GRAD_REDUCE_BYTES * rs + mem.state_bytes_per_param(common.dtype).weights * ag
+            dp_lat = rs_lat + ag_lat
+    state = mem.sharded_state_bytes(1.0, common.dtype, common.zero, setting.dp)
+    hbm_rate = min(s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm for s in systems)
+    owned = 1.0 / (setting.dp if common.zero >= 1 else 1)
+    return StageArrays(
+        parts=parts, params=params, act_kept=act_kept, layer_act_kept=np.where(is_layer, act_kept, 0.0),
+        layer_params=np.where(is_layer, params, 0.0), buffers=buffers, p2p_in=p2p_in, p2p_out=p2p_out,
+        dp_slope=dp_slope, dp_latency=dp_lat, dp_overlap_cost=dp_cost,
+        optimizer_per_param=owned * OPTIMIZER_BYTES_PER_PARAM / hbm_rate,
+        state_per_param=state.weights + state.gradients + state.optimizer,
+        weight_bytes=state.weights, grad_bytes=state.gradients, optimizer_bytes=state.optimizer,
+        reserved=max(s.accelerator.reserved_memory for s in systems),
+        capacity=min(s.accelerator.hbm_capacity for s in systems),
+    )
+
+
+def dp_exposed_s(arr: StageArrays, params, backward_window_s, overlap: bool):
+    """Exposed DP gradient sync: slope·params + latency, minus what hides behind the last micro-batch's
+    backward when overlapped (plus the overlap cost share of the hidden part, cost.comm.hidden_share)."""
+    total = np.where(params > 0, arr.dp_slope * params + arr.dp_latency, 0.0) if arr.dp_slope else np.zeros_like(params)
+    window = backward_window_s if overlap else 0.0
+    exposed = np.maximum(0.0, total - window)
+    return exposed + arr.dp_overlap_cost * (total - exposed)
+
+
+def range_matrices(arr: StageArrays, common: Common) -> dict[str, np.ndarray]:
+    """Cost of the stage holding blocks [a, b), every a ≤ b at once ([n+1, n+1] arrays; b ≤ a is empty):
+    per-micro-batch work and its parts (slowest pool), tail (DP sync + optimizer), peak memory."""
+    n = len(arr.params)
+
+    def ranged(v):
+        c = np.concatenate([[0.0], np.cumsum(v)])
+        return c[None, :] - c[:, None]
+
+    best = None
+    for pool_parts in arr.parts.values():
+        sums = {name: ranged(pool_parts[name]) for name in PARTS}
+        total = sums["forward"] + sums["backward"] + sums["recompute"] + sums["tp"]
+        if best is None:
+            best, best_total = sums, total
+        else:
+            slower = total > best_total
+            best = {name: np.where(slower, sums[name], best[name]) for name in PARTS}
+            best_total = np.maximum(total, best_total)
+    pp = arr.p2p_in[:, None] + arr.p2p_out[None, :]
+    params = ranged(arr.params)
+    backward_window = best["backward"] + best["recompute"] + best["tp"] + pp
+    dp = dp_exposed_s(arr, params, backward_window, common.overlap_dp_grad_reduce)
+    optimizer = params * arr.optimizer_per_param
+    buffers = np.zeros((n + 1, n + 1))
+    for a in range(n):
+        buffers[a, a + 1 :] = np.maximum.accumulate(arr.buffers[a:])
+    peak = params * arr.state_per_param + ranged(arr.act_kept) + buffers + arr.reserved
+    out = dict(best, pp=pp, dp=dp, optimizer=optimizer, params=params, peak=peak)
+    out["work"] = best_total + pp
+    out["tail"] = dp + optimizer
+    return out
+
+
 def stage_cost(
     model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting, start: int, stop: int,
     prev: StageSetting | None, nxt: StageSetting | None,
 ) -> StageCost:
-    """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop) (module docstring)."""
-    blocks = model_blocks(model)
-    shape = layer_shape_for(common, setting)
-    recompute = _recompute_mode(setting)
-    first_and_last = setting.pp == 1
-    pools = sorted({p for p, _, _ in setting.slices})
-    parts = None
-    for pool in pools:  # the slowest pool's GPUs set the stage
-        system = cluster.pool(pool).system
-        tp_span = _tp_span(system, setting.tp)
-        f = b = r = tp = 0.0
-        for ref in blocks[start:stop]:
-            mode = recompute if ref.is_layer else "none"
-            terms = block_times(block_graph(model, ref, shape, first_and_last), system, common.dtype, mode, False, tp_span, NO_SPAN)
-            f, b, r, tp = f + terms.forward, b + terms.backward, r + terms.recompute, tp + terms.tp
-        if parts is None or f + b + r + tp > sum(parts):
-            parts = (f, b, r, tp)
-    f, b, r, tp = parts or (0.0, 0.0, 0.0, 0.0)
-    p2p = 0.0
-    if prev is not None:
-        p2p += p2p_time_s(cluster, prev, setting, boundary_bytes(model, blocks, start - 1, shape))
-    if nxt is not None:
-        p2p += p2p_time_s(cluster, setting, nxt, boundary_bytes(model, blocks, stop - 1, shape))
-    params = sum(block_graph(model, ref, shape, first_and_last).weight_params for ref in blocks[start:stop])
-    # data-parallel gradient sync and optimizer on the slowest member
-    members = _member_gpus(setting)[:: setting.tp]
-    systems = [cluster.pool(p).system for p in pools]
-    dp_comm = 0.0
-    if setting.dp > 1 and params > 0:
-        span, link_system = group_links(cluster, members)
-        kind = "all_reduce" if common.zero == 0 else "reduce_scatter"
-        slope, lat = collective_coefficients(kind, span, link_system)
-        total = params * GRAD_REDUCE_BYTES * slope + lat
-        if common.zero > 0:
-            g_slope, g_lat = collective_coefficients("all_gather", span, link_system)
-            total += params * mem.state_bytes_per_param(common.dtype).weights * g_slope + g_lat
-        window = (b + r + tp) if common.overlap_dp_grad_reduce else 0.0
-        exposed = max(0.0, total - window)
-        dp_comm = exposed + overlap_cost(span, link_system) * (total - exposed)
-    owned = params / (setting.dp if common.zero >= 1 else 1)
-    hbm_rate = min(s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm for s in systems)
-    optimizer = owned * OPTIMIZER_BYTES_PER_PARAM / hbm_rate
-    memory = _stage_memory(model, common, setting, start, stop, shape, params, recompute, systems)
-    return StageCost(f, b, r, tp, p2p, dp_comm, optimizer, params, memory)
-
-
-def _stage_memory(model, common, setting, start, stop, shape, params, recompute, systems) -> StageMemory:
-    """Weights, gradients, optimizer state (ZeRO over the stage's dp), in-flight activations, buffers."""
-    blocks = model_blocks(model)[start:stop]
-    state = mem.sharded_state_bytes(params, common.dtype, common.zero, setting.dp)
-    in_flight = mem.in_flight_microbatches(common.schedule, setting.pp, 1, setting.microbatches, setting.index)
-    acts = 0.0
-    layer_params = layer_acts = 0.0
-    for ref in blocks:
-        a = _block_activation_bytes(model, ref, shape, recompute if ref.is_layer else "none")
-        if ref.kind in ("lm_head", "classifier"):
-            acts += a  # the head's logits live for one micro-batch at a time (Korthikanti §4.3)
-        else:
-            acts += in_flight * a
-        if ref.is_layer:
-            layer_acts += in_flight * a
-            layer_params += block_graph(model, ref, shape, setting.pp == 1).weight_params
-    has_layer = any(ref.is_layer for ref in blocks)
-    buffers = layer_buffer_bytes(blocks[1].width if len(blocks) > 1 else model, shape, recompute) if has_layer else 0.0
-    per = mem.sharded_state_bytes(layer_params, common.dtype, common.zero, setting.dp)
-    return StageMemory(
+    """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop): one entry of
+    ``range_matrices`` (the search reads the same matrices)."""
+    arr = stage_arrays(model, cluster, common, setting, prev, nxt)
+    m = range_matrices(arr, common)
+    at = lambda name: float(m[name][start, stop])  # noqa: E731
+    params = at("params")
+    layer_params = float(arr.layer_params[start:stop].sum())
+    memory = StageMemory(
         stage=setting.index,
-        weights_bytes=state.weights,
-        gradients_bytes=state.gradients,
-        optimizer_bytes=state.optimizer,
-        activations_bytes=acts,
-        buffers_bytes=buffers,
-        reserved_bytes=max(s.accelerator.reserved_memory for s in systems),
-        capacity_bytes=min(s.accelerator.hbm_capacity for s in systems),
-        transformer_weights_and_optimizer_bytes=per.weights + per.gradients + per.optimizer,
-        transformer_activations_bytes=layer_acts,
+        weights_bytes=params * arr.weight_bytes,
+        gradients_bytes=params * arr.grad_bytes,
+        optimizer_bytes=params * arr.optimizer_bytes,
+        activations_bytes=float(arr.act_kept[start:stop].sum()),
+        buffers_bytes=float(arr.buffers[start:stop].max()) if stop > start else 0.0,
+        reserved_bytes=arr.reserved,
+        capacity_bytes=arr.capacity,
+        transformer_weights_and_optimizer_bytes=layer_params * arr.state_per_param,
+        transformer_activations_bytes=float(arr.layer_act_kept[start:stop].sum()),
     )
+    return StageCost(at("forward"), at("backward"), at("recompute"), at("tp"), at("pp"), at("dp"), at("optimizer"), params, memory)
 
 
 def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:

@@ -90,7 +90,9 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
 @app.command()
 def estimate(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
-    system: Annotated[str, typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")],
+    system: Annotated[
+        Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)")
+    ] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp (required unless --plan)")] = None,
     tp: Annotated[int, typer.Option("--tp", min=1, help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", min=1, help="pipeline stages")] = 1,
@@ -137,7 +139,12 @@ def estimate(
         typer.Option("--plot", help="also draw the time and memory breakdown to FILE (.png or .svg) in an existing directory"),
     ] = None,
     plan_file: Annotated[
-        Optional[str], typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, or PlanSpec YAML/JSON")
+        Optional[str],
+        typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
+                     "or a non-uniform plan (a list of stages, docs/heterogeneous.md)"),
+    ] = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan")
     ] = None,
     set_: Annotated[
         Optional[list[str]],
@@ -158,6 +165,16 @@ def estimate(
     from paraplan.graph.params import parameter_counts
     from paraplan.report.render import print_estimate
 
+    if cluster is not None or (plan_file is not None and "#" not in plan_file):  # non-uniform plans: issue 10
+        from paraplan.cli.hetero_cmd import estimate_plan_file, plan_file_is_non_uniform
+
+        if plan_file is not None and plan_file_is_non_uniform(Path(plan_file)):
+            estimate_plan_file(model, Path(plan_file), cluster, system, as_json)
+            return
+        if cluster is not None:
+            raise InputError("--cluster: needs --plan FILE with a list of stages (a non-uniform plan, docs/heterogeneous.md)")
+    if system is None:
+        raise InputError("--system: missing; give --system (or --cluster with a non-uniform --plan)")
     if plot is not None:
         check_plot_path(plot)
     model_spec = load_model(model, field="model")

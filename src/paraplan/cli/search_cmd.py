@@ -35,8 +35,8 @@ from paraplan.specs.errors import InputError
 @app.command()
 def search(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
-    system: Annotated[str, typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")],
-    gpus: Annotated[int, typer.Option("--gpus", help="total GPUs")],
+    system: Annotated[Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
     seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="sequences per step")] = None,
     max_global_batch: Annotated[
@@ -78,10 +78,27 @@ def search(
     workers: Annotated[int, typer.Option("--workers", min=1, help="processes for --exhaustive")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     width: WidthOption = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="mixed cluster of node pools (YAML/JSON): AMP-style search")
+    ] = None,
+    non_uniform: Annotated[
+        bool, typer.Option("--non-uniform", help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search")
+    ] = False,
+    time_budget: Annotated[float, typer.Option("--time-budget", min=0.0, help="seconds for --non-uniform alleviation")] = 5.0,
 ) -> None:
     """The best plans that fit in memory, over every plan knob, exact w.r.t. the cost model.
 
     Exit status 1 when no plan fits (the nearest miss is printed), 2 on bad input."""
+    if cluster is not None or non_uniform:  # mixed clusters / per-stage plans: issue 10
+        from paraplan.cli.hetero_cmd import search_hetero
+
+        if global_batch is None:
+            raise InputError("--global-batch: missing; --cluster / --non-uniform search a fixed global batch")
+        search_hetero(model, str(cluster) if cluster else None, system, gpus, non_uniform, seq_length, global_batch,
+                      dtype.value, attention.value, top, as_json, time_budget)
+        return
+    if system is None or gpus is None:
+        raise InputError(f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)")
     from paraplan.catalog import load_model, load_system
     from paraplan.report.search_view import (
         CsvSink,

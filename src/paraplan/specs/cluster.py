@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.system import BytesPerS, Fraction, Seconds, SystemSpec
@@ -80,6 +80,13 @@ class ClusterSpec(BaseModel):
     source: str = ""
     pools: tuple[PoolSpec, ...] = Field(min_length=1)
     links: tuple[LinkSpec, ...] = ()
+    _hash: int = PrivateAttr(0)
+
+    def model_post_init(self, __context) -> None:
+        self._hash = hash(self.model_dump_json())
+
+    def __hash__(self) -> int:  # computed once: the stage-cost caches key on the cluster
+        return self.__pydantic_private__["_hash"]
 
     @model_validator(mode="after")
     def _check_names(self) -> "ClusterSpec":
