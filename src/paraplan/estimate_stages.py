@@ -149,23 +149,31 @@ def _tp_span(system: SystemSpec, tp: int) -> GroupSpan:
     return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
 
 
-def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes: float) -> float:
-    """One activation (or gradient) transfer between stage a and the next stage b: the slowest over
-    data-parallel replicas of size / achieved bandwidth + latency of the link the two GPUs share."""
-    if size_bytes <= 0:
-        return 0.0
-    src = _member_gpus(a)[:: a.tp]
-    dst = _member_gpus(b)[:: b.tp]
-    worst = 0.0
+@lru_cache(maxsize=65536)
+def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int) -> tuple[tuple[float, float], ...]:
+    """(achieved bytes/s, latency) of each distinct link the data-parallel replicas of stage a use to
+    reach the next stage b: the node's NVLink/PCIe domain when the two GPUs share a node, else the
+    pools' network or the cluster's link between them."""
+    src = [(p, first + k) for p, first, count in a_slices for k in range(count)][::a_tp]
+    dst = [(p, first + k) for p, first, count in b_slices for k in range(count)][::b_tp]
+    links = set()
     for r, (pa, ia) in enumerate(src):
         pb, ib = dst[r * len(dst) // len(src)]
         if _node(cluster, pa, ia) == _node(cluster, pb, ib):
             node = cluster.pool(pa).system.node
-            rate, lat = node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency
+            links.add((node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency))
         else:
-            rate, lat = cluster.link_rate(pa, pb)
-        worst = max(worst, size_bytes / rate + lat)
-    return worst
+            links.add(cluster.link_rate(pa, pb))
+    return tuple(sorted(links))
+
+
+def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes):
+    """One activation (or gradient) transfer between stage a and the next stage b: the slowest over
+    data-parallel replicas of size / achieved bandwidth + latency (floats or numpy arrays of sizes)."""
+    links = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp)
+    size = np.asarray(size_bytes, dtype=float)
+    worst = np.max([size / rate + lat for rate, lat in links], axis=0)
+    return np.where(size > 0, worst, 0.0)
 
 
 # ---- one stage -----------------------------------------------------------------------------------
@@ -234,61 +242,86 @@ PARTS = ("forward", "backward", "recompute", "tp")
 
 
 @lru_cache(maxsize=4096)
+def _pool_parts(model: ModelSpec, system: SystemSpec, common: Common, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
+    """Per-block forward / backward / recompute / exposed-TP seconds on one pool's GPUs (estimate.block_times)."""
+    blocks = model_blocks(model)
+    tp_span = _tp_span(system, shape.tp)
+    arrays = {name: np.zeros(len(blocks)) for name in PARTS}
+    seen: dict = {}
+    for k, ref in enumerate(blocks):
+        if ref not in seen:
+            graph = block_graph(model, ref, shape, first_and_last)
+            seen[ref] = block_times(graph, system, common.dtype, recompute if ref.is_layer else "none", False, tp_span, NO_SPAN)
+        for name in PARTS:
+            arrays[name][k] = getattr(seen[ref], name)
+    return arrays
+
+
+@lru_cache(maxsize=4096)
+def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
+    """Per-block parameters, activation bytes, buffers and the bytes sent after each block."""
+    blocks = model_blocks(model)
+    memo: dict = {}
+    rows = []
+    for ref in blocks:
+        if ref not in memo:
+            mode = recompute if ref.is_layer else "none"
+            memo[ref] = (
+                block_graph(model, ref, shape, first_and_last).weight_params,
+                _block_activation_bytes(model, ref, shape, mode),
+                layer_buffer_bytes(ref.width, shape, recompute) if ref.is_layer else 0.0,
+            )
+        rows.append(memo[ref])
+    params, acts, buffers = (np.array(col, dtype=float) for col in zip(*rows))
+    sent = np.array([0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)])
+    return dict(
+        params=params, acts=acts, buffers=buffers, sent=sent,
+        is_head=np.array([ref.kind in ("lm_head", "classifier") for ref in blocks]),
+        is_layer=np.array([ref.is_layer for ref in blocks]),
+    )
+
+
+@lru_cache(maxsize=65536)
+def _dp_terms(cluster: ClusterSpec, slices, tp: int, dp: int, zero: int, dtype: str) -> tuple[float, float, float]:
+    """(seconds per parameter, latency, overlap cost) of the stage's data-parallel gradient sync."""
+    if dp <= 1:
+        return 0.0, 0.0, 0.0
+    members = [(p, first + k) for p, first, count in slices for k in range(count)][::tp]
+    span, link_system = group_links(cluster, members)
+    cost = overlap_cost(span, link_system)
+    if zero == 0:
+        slope, lat = collective_coefficients("all_reduce", span, link_system)
+        return GRAD_REDUCE_BYTES * slope, lat, cost
+    rs, rs_lat = collective_coefficients("reduce_scatter", span, link_system)
+    ag, ag_lat = collective_coefficients("all_gather", span, link_system)
+    return GRAD_REDUCE_BYTES * rs + mem.state_bytes_per_param(dtype).weights * ag, rs_lat + ag_lat, cost
+
+
+@lru_cache(maxsize=8192)
 def stage_arrays(
     model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting,
     prev: StageSetting | None, nxt: StageSetting | None,
 ) -> StageArrays:
     """Every per-block term of ``setting`` (module docstring for the rules)."""
-    blocks = model_blocks(model)
-    n = len(blocks)
     shape = layer_shape_for(common, setting)
     recompute = _recompute_mode(setting)
     first_and_last = setting.pp == 1
-    graphs = [block_graph(model, ref, shape, first_and_last) for ref in blocks]
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
-    parts: dict[str, dict[str, np.ndarray]] = {}
-    for pool, system in zip(pools, systems):
-        tp_span = _tp_span(system, setting.tp)
-        arrays = {name: np.zeros(n) for name in PARTS}
-        for k, (ref, graph) in enumerate(zip(blocks, graphs)):
-            terms = block_times(graph, system, common.dtype, recompute if ref.is_layer else "none", False, tp_span, NO_SPAN)
-            for name in PARTS:
-                arrays[name][k] = getattr(terms, name)
-        parts[pool] = arrays
-    params = np.array([g.weight_params for g in graphs])
+    parts = {pool: _pool_parts(model, system, common, shape, recompute, first_and_last) for pool, system in zip(pools, systems)}
+    static = _block_static(model, shape, recompute, first_and_last)
     in_flight = mem.in_flight_microbatches(common.schedule, setting.pp, 1, setting.microbatches, setting.index)
-    acts = np.array([_block_activation_bytes(model, ref, shape, recompute if ref.is_layer else "none") for ref in blocks])
-    is_head = np.array([ref.kind in ("lm_head", "classifier") for ref in blocks])
-    is_layer = np.array([ref.is_layer for ref in blocks])
     # the head's logits live for one micro-batch at a time (Korthikanti §4.3); other blocks' for in-flight ones
-    act_kept = np.where(is_head, acts, in_flight * acts)
-    buffers = np.array([layer_buffer_bytes(ref.width, shape, recompute) if ref.is_layer else 0.0 for ref in blocks])
-    p2p_in = np.zeros(n + 1)
-    p2p_out = np.zeros(n + 1)
-    for k in range(n + 1):
-        if prev is not None and k >= 1:
-            p2p_in[k] = p2p_time_s(cluster, prev, setting, boundary_bytes(model, blocks, k - 1, shape))
-        if nxt is not None and k >= 1:
-            p2p_out[k] = p2p_time_s(cluster, setting, nxt, boundary_bytes(model, blocks, k - 1, shape))
-    dp_slope = dp_lat = dp_cost = 0.0
-    if setting.dp > 1:
-        span, link_system = group_links(cluster, _member_gpus(setting)[:: setting.tp])
-        dp_cost = overlap_cost(span, link_system)
-        if common.zero == 0:
-            slope, dp_lat = collective_coefficients("all_reduce", span, link_system)
-            dp_slope = GRAD_REDUCE_BYTES * slope
-        else:
-            rs, rs_lat = collective_coefficients("reduce_scatter", span, link_system)
-            ag, ag_lat = collective_coefficients("all_gather", span, link_system)
-            dp_slope = GRAD_REDUCE_BYTES * rs + mem.state_bytes_per_param(common.dtype).weights * ag
-            dp_lat = rs_lat + ag_lat
+    act_kept = np.where(static["is_head"], static["acts"], in_flight * static["acts"])
+    p2p_in = p2p_time_s(cluster, prev, setting, static["sent"]) if prev is not None else np.zeros(len(static["sent"]))
+    p2p_out = p2p_time_s(cluster, setting, nxt, static["sent"]) if nxt is not None else np.zeros(len(static["sent"]))
+    dp_slope, dp_lat, dp_cost = _dp_terms(cluster, setting.slices, setting.tp, setting.dp, common.zero, common.dtype)
     state = mem.sharded_state_bytes(1.0, common.dtype, common.zero, setting.dp)
     hbm_rate = min(s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm for s in systems)
     owned = 1.0 / (setting.dp if common.zero >= 1 else 1)
     return StageArrays(
-        parts=parts, params=params, act_kept=act_kept, layer_act_kept=np.where(is_layer, act_kept, 0.0),
-        layer_params=np.where(is_layer, params, 0.0), buffers=buffers, p2p_in=p2p_in, p2p_out=p2p_out,
+        parts=parts, params=static["params"], act_kept=act_kept, layer_act_kept=np.where(static["is_layer"], act_kept, 0.0),
+        layer_params=np.where(static["is_layer"], static["params"], 0.0), buffers=static["buffers"], p2p_in=p2p_in, p2p_out=p2p_out,
         dp_slope=dp_slope, dp_latency=dp_lat, dp_overlap_cost=dp_cost,
         optimizer_per_param=owned * OPTIMIZER_BYTES_PER_PARAM / hbm_rate,
         state_per_param=state.weights + state.gradients + state.optimizer,

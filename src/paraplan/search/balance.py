@@ -79,7 +79,9 @@ def _best_under(times: np.ndarray, allowed: np.ndarray, microbatches: int) -> tu
             hi = mid
         else:
             lo = mid + 1
-    best, best_bounds = np.inf, None
+    # the unconstrained optimum of Σ t is a split too: any split whose max exceeds its max is worse
+    stage_t0 = [times[i, bounds[i], bounds[i + 1]] for i in range(len(bounds) - 1)]
+    best, best_bounds = unconstrained + (microbatches - 1) * max(stage_t0), bounds
     for tau in taus[lo:]:
         if (microbatches - 1) * tau + unconstrained >= best:
             break

@@ -72,6 +72,7 @@ class HeteroResult:
     elapsed_s: float
     mode: str
     trajectory: list = field(default_factory=list)
+    solved: int = 0  # candidates whose layer split was solved (the others were bounded out)
 
     def to_dict(self) -> dict:
         from paraplan.specs.stage_plan import stage_plan_to_dict
@@ -79,6 +80,7 @@ class HeteroResult:
         return {
             "mode": self.mode,
             "evaluated": self.evaluated,
+            "solved": self.solved,
             "elapsed_s": self.elapsed_s,
             "plans": [{"step_time_s": c.step_time_s, "label": c.label, "plan": stage_plan_to_dict(c.plan)} for c in self.plans],
             "trajectory": [s.__dict__ for s in self.trajectory],
@@ -107,20 +109,24 @@ def _slices(gpus: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
     return tuple(tuple(s) for s in out)
 
 
-def split_stages(
-    problem: HeteroProblem, settings: list[StageSetting], microbatches: int
-) -> tuple[float, tuple[int, ...]] | None:
-    """(step time, block boundaries) of the best split of the model over these stage settings, or None."""
+def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting]):
+    """(times, tails, lower bound) of every block range on every stage; ``inf`` where a range is not allowed
+    (empty, first stage not starting at block 0, last stage not ending with the output block, or out of memory).
+
+    The lower bound on the objective: the stages together do at least Σ_k min_i w_i(k) per micro-batch
+    (each block on its cheapest stage), and the slowest stage at least 1/pp of it, so
+    T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)."""
     model, cluster, common = problem.model, problem.cluster, problem.common
     n = len(model_blocks(model))
     stages = len(settings)
-    if stages > n:
-        return None
     times = np.full((stages, n + 1, n + 1), np.inf)
     tails = np.full((stages, n + 1, n + 1), np.inf)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
+    cheapest = np.full(n, np.inf)
     for i, st in enumerate(settings):
         arr = stage_arrays(model, cluster, common, st, settings[i - 1] if i else None, settings[i + 1] if i + 1 < stages else None)
+        per_block = np.max([sum(p[name] for name in ("forward", "backward", "recompute", "tp")) for p in arr.parts.values()], axis=0)
+        cheapest = np.minimum(cheapest, per_block)
         m = range_matrices(arr, common)
         ok = upper & (m["peak"] <= arr.capacity)
         if i == 0:
@@ -129,11 +135,48 @@ def split_stages(
             ok[:, :n] = False  # the last stage ends with the output block
         times[i] = np.where(ok, m["work"], np.inf)
         tails[i] = np.where(ok, m["tail"], np.inf)
+    microbatches = settings[0].microbatches
+    return times, tails, float(cheapest.sum()) * (1 + (microbatches - 1) / stages)
+
+
+def split_stages(
+    problem: HeteroProblem, settings: list[StageSetting], microbatches: int, matrices=None
+) -> tuple[float, tuple[int, ...]] | None:
+    """(step time, block boundaries) of the best split of the model over these stage settings, or None."""
+    n = len(model_blocks(problem.model))
+    if len(settings) > n:
+        return None
+    times, tails, _ = matrices or _stage_matrices(problem, settings)
     split = balance_split(times, microbatches, tails)
     if split is None:
         return None
-    tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
+    tied = tied_embedding_sync_s(problem.model, problem.cluster, problem.common, settings[0], settings[-1])
     return split.objective + tied, split.bounds
+
+
+def _best_splits(problem: HeteroProblem, candidates, top_k: int):
+    """Branch and bound over candidate stage lists: solve the split DP in increasing order of the lower
+    bound and stop once the bound reaches the k-th best time found (exact: no skipped candidate can enter
+    the top k). ``candidates``: (settings, microbatches, extra) tuples. Returns (found, solved)."""
+    n = len(model_blocks(problem.model))
+    bounded = []
+    for settings, m, extra in candidates:
+        if len(settings) > n:
+            continue
+        mats = _stage_matrices(problem, settings)
+        bounded.append((mats[2], settings, m, extra, mats))
+    bounded.sort(key=lambda b: b[0])
+    found: list = []
+    solved = 0
+    for bound, settings, m, extra, mats in bounded:
+        if len(found) >= top_k and bound >= found[top_k - 1][0]:
+            break
+        solved += 1
+        best = split_stages(problem, settings, m, mats)
+        if best is not None:
+            found.append((best[0], settings, best[1], m, extra))
+            found.sort(key=lambda f: f[0])
+    return found, solved
 
 
 def _plan_from(problem: HeteroProblem, settings: list[StageSetting], bounds, microbatches: int) -> StagePlanSpec:
@@ -183,8 +226,7 @@ def search_cluster(problem: HeteroProblem, top_k: int = 5, orders: list[tuple[st
     t0 = time.perf_counter()
     names = tuple(p.name for p in problem.cluster.pools)
     orders = orders or list(itertools.permutations(names))
-    found: list[tuple[float, list[StageSetting], tuple[int, ...], int, tuple[str, ...]]] = []
-    evaluated = 0
+    candidates = []
     for order in orders:
         gpu_list = _gpu_list(problem.cluster, order)
         for tp, dp, pp, mb, m in _degrees(problem):
@@ -193,13 +235,10 @@ def search_cluster(problem: HeteroProblem, top_k: int = 5, orders: list[tuple[st
                 settings = [
                     StageSetting(_slices(gpu_list[k * per : (k + 1) * per]), tp, dp, mb, rc, (), k, pp, m) for k in range(pp)
                 ]
-                evaluated += 1
-                best = split_stages(problem, settings, m)
-                if best is not None:
-                    found.append((best[0], settings, best[1], m, order))
-    found.sort(key=lambda f: f[0])
+                candidates.append((settings, m, order))
+    found, solved = _best_splits(problem, candidates, top_k)
     plans = [Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o)) for t, s, b, m, o in found[:top_k]]
-    return HeteroResult(plans, evaluated, time.perf_counter() - t0, "amp-dp")
+    return HeteroResult(plans, len(candidates), time.perf_counter() - t0, "amp-dp", solved=solved)
 
 
 # ---- non-uniform per-stage plans on one GPU type -------------------------------------------------
@@ -247,8 +286,7 @@ def search_non_uniform(
     n_blocks = len(model_blocks(problem.model))
     max_stages = min(max_stages, gpus, n_blocks)
     if non_uniform_space_size(problem, max_stages, counts) <= exact_limit:
-        found = []
-        evaluated = 0
+        candidates = []
         for pp in range(1, max_stages + 1):
             for comp in _compositions(gpus, pp):
                 options = [[(t, rc) for t in _powers_of_two(g) if g % t == 0 for rc in problem.recompute] for g in comp]
@@ -256,16 +294,12 @@ def search_non_uniform(
                     configs = [StageConfig(0, g, t, rc) for g, (t, rc) in zip(comp, choice)]
                     for m in counts:
                         settings = _stage_settings_from(problem, configs, m)
-                        if settings is None:
-                            continue
-                        evaluated += 1
-                        best = split_stages(problem, settings, m)
-                        if best is not None:
-                            found.append((best[0], settings, best[1], m))
-        found.sort(key=lambda f: f[0])
+                        if settings is not None:
+                            candidates.append((settings, m, None))
+        found, solved = _best_splits(problem, candidates, top_k)
         names = (problem.cluster.pools[0].name,)
-        plans = [Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names)) for t, s, b, m in found[:top_k]]
-        return HeteroResult(plans, evaluated, time.perf_counter() - t0, "exact")
+        plans = [Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names)) for t, s, b, m, _ in found[:top_k]]
+        return HeteroResult(plans, len(candidates), time.perf_counter() - t0, "exact", solved=solved)
     start = search_cluster(problem, top_k=1)
     if not start.plans:
         return HeteroResult([], start.evaluated, time.perf_counter() - t0, "alleviation")
