@@ -23,7 +23,7 @@ The model (issue 10, "The model"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -78,6 +78,33 @@ class Common:
     zero: int
     schedule: str
     overlap_dp_grad_reduce: bool
+    engine: str = "megatron"
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """What the pipeline runtime does between and after micro-batches."""
+
+    transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
+    p2p_split_over_tp: bool  # each TP rank sends 1/t of the activation (scatter/gather) or all of it
+    dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
+    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (None: cost.memory's)
+
+
+ENGINES = {
+    # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
+    # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
+    # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
+    "megatron": EngineRules(1, True, True, 0.0),
+    # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example): the train schedule
+    # issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate blocking instructions, so
+    # two transfers with each neighbour per micro-batch; every model-parallel rank sends the whole
+    # activation; ReduceTiedGrads and ReduceGrads run after the last backward (deepspeed/runtime/pipe/
+    # schedule.py, TrainSchedule); its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master
+    # gradients (4 B) at the step, beside fp16 weights, fp32 master weights and Adam moments
+    # (deepspeed/runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step.
+    "deepspeed": EngineRules(2, False, False, 6.0),
+}
 
 
 @dataclass(frozen=True)
@@ -313,10 +340,15 @@ def stage_arrays(
     in_flight = mem.in_flight_microbatches(common.schedule, setting.pp, 1, setting.microbatches, setting.index)
     # the head's logits live for one micro-batch at a time (Korthikanti §4.3); other blocks' for in-flight ones
     act_kept = np.where(static["is_head"], static["acts"], in_flight * static["acts"])
-    p2p_in = p2p_time_s(cluster, prev, setting, static["sent"]) if prev is not None else np.zeros(len(static["sent"]))
-    p2p_out = p2p_time_s(cluster, setting, nxt, static["sent"]) if nxt is not None else np.zeros(len(static["sent"]))
+    rules = ENGINES[common.engine]
+    sent = static["sent"] * (1 if rules.p2p_split_over_tp else setting.tp)
+    zero = np.zeros(len(sent))
+    p2p_in = rules.transfers_per_neighbour * p2p_time_s(cluster, prev, setting, sent) if prev is not None else zero
+    p2p_out = rules.transfers_per_neighbour * p2p_time_s(cluster, setting, nxt, sent) if nxt is not None else zero
     dp_slope, dp_lat, dp_cost = _dp_terms(cluster, setting.slices, setting.tp, setting.dp, common.zero, common.dtype)
     state = mem.sharded_state_bytes(1.0, common.dtype, common.zero, setting.dp)
+    if rules.gradient_bytes:
+        state = replace(state, gradients=rules.gradient_bytes / (setting.dp if common.zero >= 2 else 1))
     hbm_rate = min(s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm for s in systems)
     owned = 1.0 / (setting.dp if common.zero >= 1 else 1)
     return StageArrays(
@@ -362,7 +394,7 @@ def range_matrices(arr: StageArrays, common: Common) -> dict[str, np.ndarray]:
     pp = arr.p2p_in[:, None] + arr.p2p_out[None, :]
     params = ranged(arr.params)
     backward_window = best["backward"] + best["recompute"] + best["tp"] + pp
-    dp = dp_exposed_s(arr, params, backward_window, common.overlap_dp_grad_reduce)
+    dp = dp_exposed_s(arr, params, backward_window, common.overlap_dp_grad_reduce and ENGINES[common.engine].dp_overlap)
     optimizer = params * arr.optimizer_per_param
     buffers = np.zeros((n + 1, n + 1))
     for a in range(n):
@@ -446,7 +478,8 @@ class StagePlanEstimate:
 
 
 def common_of(plan: StagePlanSpec) -> Common:
-    return Common(plan.seq_length, plan.dtype, plan.attention, plan.sequence_parallel, plan.zero, plan.schedule, plan.overlap_dp_grad_reduce)
+    return Common(plan.seq_length, plan.dtype, plan.attention, plan.sequence_parallel, plan.zero, plan.schedule,
+                  plan.overlap_dp_grad_reduce, plan.engine)
 
 
 def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetting]:

@@ -52,10 +52,11 @@ class HeteroProblem:
     overlap_dp_grad_reduce: bool = True
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = None  # per-GPU micro-batch sizes to try; default powers of two
+    engine: str = "megatron"
 
     @property
     def common(self) -> Common:
-        return Common(self.seq_length, self.dtype, self.attention, False, self.zero, self.schedule, self.overlap_dp_grad_reduce)
+        return Common(self.seq_length, self.dtype, self.attention, False, self.zero, self.schedule, self.overlap_dp_grad_reduce, self.engine)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def _plan_from(problem: HeteroProblem, settings: list[StageSetting], bounds, mic
     return stage_plan_from_dict({
         "global_batch": problem.global_batch, "seq_length": problem.seq_length, "microbatches": microbatches,
         "dtype": problem.dtype, "attention": problem.attention, "schedule": problem.schedule, "zero": problem.zero,
-        "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce, "stages": stages,
+        "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce, "engine": problem.engine, "stages": stages,
     })
 
 

@@ -117,6 +117,9 @@ class StagePlanSpec(BaseModel):
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
     overlap_dp_grad_reduce: bool = True
+    engine: Literal["megatron", "deepspeed"] = Field(
+        "megatron", description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (estimate_stages.ENGINES)"
+    )
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
     @model_validator(mode="after")

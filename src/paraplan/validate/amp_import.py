@@ -123,6 +123,7 @@ def case_of(record: dict) -> dict:
             "dtype": "fp16",
             "attention": "unfused",
             "overlap_dp_grad_reduce": False,
+            "engine": "deepspeed",
             "stages": stages,
         },
         "measured": {"fits": False} if measured["failed"] else {"step_time_s": measured["step_time_s"]},
