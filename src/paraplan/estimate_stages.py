@@ -6,8 +6,11 @@ data-parallel tail). The searches (search/hetero.py) call ``stage_cost`` directl
 candidate stage; both paths share every rule.
 
 The model (issue 10, "The model"):
-- a stage's blocks are costed with the op graph and cost functions of the uniform estimator
-  (estimate.block_times) on the stage's per-GPU micro-batch global_batch / (m · dp_i) and its tp;
+- a stage's blocks are costed with the foundation's op-time and collective sums and per-block terms
+  (stages.block_compute / block_comm, schedule.step.block_terms) on the stage's per-GPU micro-batch
+  global_batch / (m · dp_i) and its tp; a stage is a schedule.step.Stage with its own StepInputs
+  (gradient group on its GPUs, HBM, state bytes), whose work, tail and memory come from
+  schedule.step's stage_work, tail_terms and stage_memory_terms;
   when a stage's GPUs come from several pools, each pool's GPUs are costed and the slowest sets the
   stage (its data-parallel replicas meet at every gradient sync);
 - pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (schedule/pipeline.py's
@@ -29,8 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, collective_coefficients, overlap_cost
-from paraplan.estimate import block_times, layer_buffer_bytes
+from paraplan.cost.comm import GroupSpan, linear_collective
 from paraplan.graph.encoder import (
     BlockRef,
     block_graph,
@@ -41,12 +43,27 @@ from paraplan.graph.encoder import (
 )
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import StageMemory, TimeBreakdown
-from paraplan.schedule.step import GRAD_REDUCE_BYTES, OPTIMIZER_BYTES_PER_PARAM
+from paraplan.schedule.pipeline import bubble_from_work_s
+from paraplan.schedule.step import (
+    BLOCK_TERM_NAMES,
+    GRAD_REDUCE_BYTES,
+    RECOMPUTE_CODES,
+    BlockCost,
+    BlockTerms,
+    GradientGroup,
+    Stage,
+    StepInputs,
+    block_terms,
+    stage_memory_terms,
+    stage_work,
+    tail_terms,
+)
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
 from paraplan.specs.system import SystemSpec
+from paraplan.stages import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
 
 NO_SPAN = GroupSpan(1, 1, 1)
 
@@ -241,45 +258,37 @@ def _recompute_mode(setting: StageSetting) -> str:
 @dataclass(frozen=True)
 class StageArrays:
     """Per-block terms of one stage setting over the model's whole block list (index k = block k), so
-    that the cost of the stage holding any range [a, b) is a difference of prefix sums: the estimator
-    reads one range, the search (search/hetero.py) every range at once. ``parts[pool][name]`` are the
-    per-micro-batch seconds on that pool's GPUs of forward, backward, recompute and exposed TP."""
+    that the stage holding any range [a, b) is a difference of prefix sums: the estimator reads one
+    range, the search (search/hetero.py) every range at once. ``parts[pool]`` holds per-micro-batch
+    BlockTerms seconds (schedule.step.block_terms) on that pool's GPUs; ``inputs`` is the stage's own
+    StepInputs (its gradient group on its GPUs, its HBM, its state bytes) for schedule.step's
+    ``tail_terms`` and ``stage_memory_terms``."""
 
     parts: dict[str, dict[str, np.ndarray]]
     params: np.ndarray
-    act_kept: np.ndarray  # activation bytes held at the stage's peak (in-flight micro-batches applied)
-    layer_act_kept: np.ndarray
-    layer_params: np.ndarray
+    acts: np.ndarray  # kept per in-flight micro-batch
+    held: np.ndarray  # kept once (the head's logits, Korthikanti §4.3)
     buffers: np.ndarray  # working buffers a layer needs (the stage holds the largest)
-    p2p_in: np.ndarray  # [a]: receive from the previous stage when the stage starts at block a
-    p2p_out: np.ndarray  # [b]: send to the next stage when the stage ends before block b
-    dp_slope: float  # DP gradient sync seconds per parameter (0 when dp = 1)
-    dp_latency: float
-    dp_overlap_cost: float
-    optimizer_per_param: float
-    state_per_param: float  # weights + gradients + optimizer bytes per parameter after ZeRO sharding
-    weight_bytes: float
-    grad_bytes: float
-    optimizer_bytes: float
-    reserved: float
+    p2p_in: np.ndarray  # [a]: transfers with the previous stage when the stage starts at block a
+    p2p_out: np.ndarray  # [b]: transfers with the next stage when the stage ends before block b
+    inputs: StepInputs
     capacity: float
 
 
-PARTS = ("forward", "backward", "recompute", "tp")
-
-
 @lru_cache(maxsize=4096)
-def _pool_parts(model: ModelSpec, system: SystemSpec, common: Common, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
-    """Per-block forward / backward / recompute / exposed-TP seconds on one pool's GPUs (estimate.block_times)."""
+def _pool_parts(model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
+    """Per-block BlockTerms seconds on one pool's GPUs: the foundation's op-time and collective sums
+    (stages.block_compute / block_comm) composed by schedule.step.block_terms."""
     blocks = model_blocks(model)
     tp_span = _tp_span(system, shape.tp)
-    arrays = {name: np.zeros(len(blocks)) for name in PARTS}
+    arrays = {name: np.zeros(len(blocks)) for name in BLOCK_TERM_NAMES}
     seen: dict = {}
     for k, ref in enumerate(blocks):
         if ref not in seen:
             graph = block_graph(model, ref, shape, first_and_last)
-            seen[ref] = block_times(graph, system, common.dtype, recompute if ref.is_layer else "none", False, tp_span, NO_SPAN)
-        for name in PARTS:
+            code = RECOMPUTE_CODES[recompute] if ref.is_layer else 0
+            seen[ref] = block_terms(block_compute(graph, system, shape.dtype), block_comm(graph, system, tp_span, NO_SPAN), code, False)
+        for name in BLOCK_TERM_NAMES:
             arrays[name][k] = getattr(seen[ref], name)
     return arrays
 
@@ -300,28 +309,20 @@ def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and
             )
         rows.append(memo[ref])
     params, acts, buffers = (np.array(col, dtype=float) for col in zip(*rows))
+    is_head = np.array([ref.kind in ("lm_head", "classifier") for ref in blocks])
     sent = np.array([0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)])
-    return dict(
-        params=params, acts=acts, buffers=buffers, sent=sent,
-        is_head=np.array([ref.kind in ("lm_head", "classifier") for ref in blocks]),
-        is_layer=np.array([ref.is_layer for ref in blocks]),
-    )
+    return dict(params=params, acts=np.where(is_head, 0.0, acts), held=np.where(is_head, acts, 0.0), buffers=buffers, sent=sent)
 
 
 @lru_cache(maxsize=65536)
-def _dp_terms(cluster: ClusterSpec, slices, tp: int, dp: int, zero: int, dtype: str) -> tuple[float, float, float]:
-    """(seconds per parameter, latency, overlap cost) of the stage's data-parallel gradient sync."""
+def _gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
+    """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives in linear
+    form on the slowest links its members use (stages.gradient_group on a synthetic system)."""
     if dp <= 1:
-        return 0.0, 0.0, 0.0
+        return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
     members = [(p, first + k) for p, first, count in slices for k in range(count)][::tp]
     span, link_system = group_links(cluster, members)
-    cost = overlap_cost(span, link_system)
-    if zero == 0:
-        slope, lat = collective_coefficients("all_reduce", span, link_system)
-        return GRAD_REDUCE_BYTES * slope, lat, cost
-    rs, rs_lat = collective_coefficients("reduce_scatter", span, link_system)
-    ag, ag_lat = collective_coefficients("all_gather", span, link_system)
-    return GRAD_REDUCE_BYTES * rs + mem.state_bytes_per_param(dtype).weights * ag, rs_lat + ag_lat, cost
+    return gradient_group(link_system, span)
 
 
 @lru_cache(maxsize=8192)
@@ -329,79 +330,74 @@ def stage_arrays(
     model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting,
     prev: StageSetting | None, nxt: StageSetting | None,
 ) -> StageArrays:
-    """Every per-block term of ``setting`` (module docstring for the rules)."""
+    """Every per-block term of ``setting`` and its own StepInputs (module docstring for the rules)."""
     shape = layer_shape_for(common, setting)
     recompute = _recompute_mode(setting)
     first_and_last = setting.pp == 1
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
-    parts = {pool: _pool_parts(model, system, common, shape, recompute, first_and_last) for pool, system in zip(pools, systems)}
+    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last) for pool, system in zip(pools, systems)}
     static = _block_static(model, shape, recompute, first_and_last)
-    in_flight = mem.in_flight_microbatches(common.schedule, setting.pp, 1, setting.microbatches, setting.index)
-    # the head's logits live for one micro-batch at a time (Korthikanti §4.3); other blocks' for in-flight ones
-    act_kept = np.where(static["is_head"], static["acts"], in_flight * static["acts"])
     rules = ENGINES[common.engine]
     sent = static["sent"] * (1 if rules.p2p_split_over_tp else setting.tp)
     zero = np.zeros(len(sent))
     p2p_in = rules.transfers_per_neighbour * p2p_time_s(cluster, prev, setting, sent) if prev is not None else zero
     p2p_out = rules.transfers_per_neighbour * p2p_time_s(cluster, setting, nxt, sent) if nxt is not None else zero
-    dp_slope, dp_lat, dp_cost = _dp_terms(cluster, setting.slices, setting.tp, setting.dp, common.zero, common.dtype)
-    state = mem.sharded_state_bytes(1.0, common.dtype, common.zero, setting.dp)
+    slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
+    terms = system_terms(slowest, common.dtype)
     if rules.gradient_bytes:
-        state = replace(state, gradients=rules.gradient_bytes / (setting.dp if common.zero >= 2 else 1))
-    hbm_rate = min(s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm for s in systems)
-    owned = 1.0 / (setting.dp if common.zero >= 1 else 1)
+        terms["grad_bytes"] = rules.gradient_bytes
+    terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
+    inputs = StepInputs(
+        stages=(), pp=setting.pp, vpp=1, microbatches=setting.microbatches, interleaved=False,
+        gpipe=common.schedule == "gpipe",
+        gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)},
+        zero=common.zero, overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap,
+        overlap_param_gather=True, offload_weights=False, offload_activations=False, offload_optimizer=False, **terms,
+    )
     return StageArrays(
-        parts=parts, params=static["params"], act_kept=act_kept, layer_act_kept=np.where(static["is_layer"], act_kept, 0.0),
-        layer_params=np.where(static["is_layer"], static["params"], 0.0), buffers=static["buffers"], p2p_in=p2p_in, p2p_out=p2p_out,
-        dp_slope=dp_slope, dp_latency=dp_lat, dp_overlap_cost=dp_cost,
-        optimizer_per_param=owned * OPTIMIZER_BYTES_PER_PARAM / hbm_rate,
-        state_per_param=state.weights + state.gradients + state.optimizer,
-        weight_bytes=state.weights, grad_bytes=state.gradients, optimizer_bytes=state.optimizer,
-        reserved=max(s.accelerator.reserved_memory for s in systems),
-        capacity=min(s.accelerator.hbm_capacity for s in systems),
+        parts=parts, params=static["params"], acts=static["acts"], held=static["held"], buffers=static["buffers"],
+        p2p_in=p2p_in, p2p_out=p2p_out, inputs=inputs, capacity=min(s.accelerator.hbm_capacity for s in systems),
     )
 
 
-def dp_exposed_s(arr: StageArrays, params, backward_window_s, overlap: bool):
-    """Exposed DP gradient sync: slope·params + latency, minus what hides behind the last micro-batch's
-    backward when overlapped (plus the overlap cost share of the hidden part, cost.comm.hidden_share)."""
-    total = np.where(params > 0, arr.dp_slope * params + arr.dp_latency, 0.0) if arr.dp_slope else np.zeros_like(params)
-    window = backward_window_s if overlap else 0.0
-    exposed = np.maximum(0.0, total - window)
-    return exposed + arr.dp_overlap_cost * (total - exposed)
+def _ranged(values: np.ndarray) -> np.ndarray:
+    """[a, b] → Σ values[a:b] for every a ≤ b (negative below the diagonal: callers mask b ≤ a)."""
+    c = np.concatenate([[0.0], np.cumsum(values)])
+    return c[None, :] - c[:, None]
 
 
-def range_matrices(arr: StageArrays, common: Common) -> dict[str, np.ndarray]:
-    """Cost of the stage holding blocks [a, b), every a ≤ b at once ([n+1, n+1] arrays; b ≤ a is empty):
-    per-micro-batch work and its parts (slowest pool), tail (DP sync + optimizer), peak memory."""
+def range_stage(arr: StageArrays, index: int) -> Stage:
+    """The stage holding blocks [a, b), every a ≤ b at once, as one schedule.step.Stage whose single
+    block carries [n+1, n+1] arrays: BlockTerms of the slowest pool, parameters, activations, buffers."""
     n = len(arr.params)
-
-    def ranged(v):
-        c = np.concatenate([[0.0], np.cumsum(v)])
-        return c[None, :] - c[:, None]
-
-    best = None
+    best = best_total = None
     for pool_parts in arr.parts.values():
-        sums = {name: ranged(pool_parts[name]) for name in PARTS}
-        total = sums["forward"] + sums["backward"] + sums["recompute"] + sums["tp"]
+        sums = {name: _ranged(pool_parts[name]) for name in BLOCK_TERM_NAMES}
+        total = sum(sums.values())
         if best is None:
             best, best_total = sums, total
         else:
             slower = total > best_total
-            best = {name: np.where(slower, sums[name], best[name]) for name in PARTS}
+            best = {name: np.where(slower, sums[name], best[name]) for name in BLOCK_TERM_NAMES}
             best_total = np.maximum(total, best_total)
-    pp = arr.p2p_in[:, None] + arr.p2p_out[None, :]
-    params = ranged(arr.params)
-    backward_window = best["backward"] + best["recompute"] + best["tp"] + pp
-    dp = dp_exposed_s(arr, params, backward_window, common.overlap_dp_grad_reduce and ENGINES[common.engine].dp_overlap)
-    optimizer = params * arr.optimizer_per_param
     buffers = np.zeros((n + 1, n + 1))
     for a in range(n):
         buffers[a, a + 1 :] = np.maximum.accumulate(arr.buffers[a:])
-    peak = params * arr.state_per_param + ranged(arr.act_kept) + buffers + arr.reserved
-    out = dict(best, pp=pp, dp=dp, optimizer=optimizer, params=params, peak=peak)
-    out["work"] = best_total + pp
+    block = BlockCost("decoder", BlockTerms(**best), _ranged(arr.params), _ranged(arr.acts), _ranged(arr.held), buffers)
+    return Stage(index, 1, ((block, 1),), arr.p2p_in[:, None] + arr.p2p_out[None, :])
+
+
+def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
+    """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer) and memory of the stage for
+    every block range [a, b) ([n+1, n+1] arrays), through schedule.step's stage_work, tail_terms and
+    stage_memory_terms on the stage's own StepInputs."""
+    stage = range_stage(arr, index)
+    work = stage_work(stage)
+    dp, optimizer, _ = tail_terms(arr.inputs, stage, work)
+    memory = stage_memory_terms(arr.inputs, stage, index)
+    out = dict(work, dp=dp, optimizer=optimizer, params=stage.blocks[0][0].params, memory=memory, peak=memory["peak_bytes"])
+    out["work"] = sum(work.values())
     out["tail"] = dp + optimizer
     return out
 
@@ -413,23 +409,17 @@ def stage_cost(
     """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop): one entry of
     ``range_matrices`` (the search reads the same matrices)."""
     arr = stage_arrays(model, cluster, common, setting, prev, nxt)
-    m = range_matrices(arr, common)
-    at = lambda name: float(m[name][start, stop])  # noqa: E731
-    params = at("params")
-    layer_params = float(arr.layer_params[start:stop].sum())
+    m = range_matrices(arr, setting.index)
+    at = lambda value: float(np.asarray(value)[start, stop]) if np.ndim(value) else float(value)  # noqa: E731
     memory = StageMemory(
         stage=setting.index,
-        weights_bytes=params * arr.weight_bytes,
-        gradients_bytes=params * arr.grad_bytes,
-        optimizer_bytes=params * arr.optimizer_bytes,
-        activations_bytes=float(arr.act_kept[start:stop].sum()),
-        buffers_bytes=float(arr.buffers[start:stop].max()) if stop > start else 0.0,
-        reserved_bytes=arr.reserved,
+        **{k: at(v) for k, v in m["memory"].items() if k != "peak_bytes"},
         capacity_bytes=arr.capacity,
-        transformer_weights_and_optimizer_bytes=layer_params * arr.state_per_param,
-        transformer_activations_bytes=float(arr.layer_act_kept[start:stop].sum()),
     )
-    return StageCost(at("forward"), at("backward"), at("recompute"), at("tp"), at("pp"), at("dp"), at("optimizer"), params, memory)
+    return StageCost(
+        at(m["forward"]), at(m["backward"]), at(m["recompute"]), at(m["tp_forward"]) + at(m["tp_backward"]),
+        at(m["pp"]), at(m["dp"]), at(m["optimizer"]), at(m["params"]), memory,
+    )
 
 
 def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:
@@ -439,11 +429,9 @@ def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
     span, link_system = group_links(cluster, members)
-    slope, lat = collective_coefficients("all_reduce", span, link_system)
-    return model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES * slope + lat
+    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES))
 
 
-# ---- the plan ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StagePlanEstimate:
     """Step time and per-stage details of a non-uniform plan."""
@@ -491,14 +479,16 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
 
 
 def compose_stages(costs: list[StageCost], microbatches: int, extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
-    """Σ W_i + (m − 1)·max W_i + max_i tail_i (+ tied-embedding sync); breakdown of the slowest stage."""
+    """m · max_i W_i + bubble + max_i tail_i (+ tied-embedding sync), the composition of
+    schedule.step.compose_step for unequal stages each with its own tail: the bubble is
+    schedule.pipeline.bubble_from_work_s (Σ W_i − max W_i for 1F1B / GPipe); breakdown of the slowest stage."""
     work = [c.work_s for c in costs]
     slow = max(range(len(costs)), key=lambda i: work[i])
     tail = max(range(len(costs)), key=lambda i: costs[i].tail_s)
     c, m = costs[slow], microbatches
     breakdown = TimeBreakdown(
         forward_s=m * c.forward_s, backward_s=m * c.backward_s, recompute_s=m * c.recompute_s,
-        optimizer_s=costs[tail].optimizer_s, bubble_s=sum(work) - work[slow],
+        optimizer_s=costs[tail].optimizer_s, bubble_s=float(bubble_from_work_s(sum(work), work[slow], 1)),
         tp_comm_s=m * c.tp_comm_s, cp_comm_s=0.0, pp_comm_s=m * c.pp_comm_s,
         dp_comm_s=costs[tail].dp_comm_s + extra_tail_s, offload_s=0.0,
     )

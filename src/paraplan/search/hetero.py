@@ -126,9 +126,9 @@ def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting]):
     cheapest = np.full(n, np.inf)
     for i, st in enumerate(settings):
         arr = stage_arrays(model, cluster, common, st, settings[i - 1] if i else None, settings[i + 1] if i + 1 < stages else None)
-        per_block = np.max([sum(p[name] for name in ("forward", "backward", "recompute", "tp")) for p in arr.parts.values()], axis=0)
+        per_block = np.max([sum(p.values()) for p in arr.parts.values()], axis=0)
         cheapest = np.minimum(cheapest, per_block)
-        m = range_matrices(arr, common)
+        m = range_matrices(arr, i)
         ok = upper & (m["peak"] <= arr.capacity)
         if i == 0:
             ok[1:, :] = False  # the first stage starts at block 0

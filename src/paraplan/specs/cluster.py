@@ -47,7 +47,7 @@ class PoolSpec(BaseModel):
     @property
     def gpus_per_node(self) -> int:
         node = self.system.node
-        return node.gpus_per_node or node.gpus_per_domain
+        return node.gpus_per_domain
 
     @property
     def gpu_count(self) -> int:
@@ -148,7 +148,7 @@ class ClusterSpec(BaseModel):
 
 def uniform_cluster(system: SystemSpec, gpus: int) -> ClusterSpec:
     """The uniform special case: one pool of ``gpus`` GPUs of ``system`` (nodes rounded up)."""
-    per_node = system.node.gpus_per_node or system.node.gpus_per_domain
+    per_node = system.node.gpus_per_domain
     nodes = max(1, math.ceil(gpus / per_node))
     return ClusterSpec(
         name=f"{gpus}x {system.name}",
