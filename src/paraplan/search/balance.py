@@ -12,7 +12,8 @@ steady state and fill and drain pass once through every other stage,
                                                 data-parallel gradient sync and optimizer step),
 
 m micro-batches. AMP (Li et al. 2022, arXiv:2210.07297, §3.3) balances stages with the same kind of
-dynamic program; here the max term is handled exactly: for a bound τ on max_i t_i the DP
+dynamic program; here the max terms are handled exactly (the tail bound is scanned downwards the
+same way, see ``balance_split``): for a bound τ on max_i t_i the DP
 min Σ_i t_i over splits whose stages all satisfy t_i ≤ τ is a shortest path over (stage, boundary);
 the optimum is min over candidate τ (the finite values of ``times``) of (m − 1)·τ + Σ_min(τ), and the
 scan over τ in increasing order stops once (m − 1)·τ + Σ_min(∞) cannot beat the best found.
@@ -108,17 +109,21 @@ def balance_split(times, microbatches: int, tails=None) -> Split | None:
     else:
         tails = np.asarray(tails, dtype=float)
         allowed &= np.isfinite(tails)
-        floor, _ = _best_under(times, allowed, microbatches)  # no tail bound: a lower bound for every U
+        # Scan the tail bound downwards: with U the largest tail any split may use, G(U) = the best
+        # Σ t + (m − 1)·max t over those splits only grows as U falls. The solution at U has some
+        # largest tail u ≤ U; every split whose largest tail is ≥ u is no better than it (its G is no
+        # smaller, its tail no smaller), so the next bound is anything below u. Stop when G alone
+        # reaches the best value (tails are non-negative).
         value, bounds = np.inf, None
-        for cap in np.unique(tails[allowed]):
-            if cap + floor >= value:
+        mask = allowed
+        while True:
+            part, b = _best_under(times, mask, microbatches)
+            if b is None or part >= value:
                 break
-            part, b = _best_under(times, allowed & (tails <= cap), microbatches)
-            if b is None:
-                continue
             real_cap = max(tails[i, b[i], b[i + 1]] for i in range(len(b) - 1))
             if part + real_cap < value:
                 value, bounds = part + real_cap, b
+            mask = allowed & (tails < real_cap)
     if bounds is None:
         return None
     stage_t = tuple(float(times[i, bounds[i], bounds[i + 1]]) for i in range(len(bounds) - 1))

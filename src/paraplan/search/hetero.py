@@ -110,24 +110,30 @@ def _slices(gpus: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
     return tuple(tuple(s) for s in out)
 
 
-def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting]):
-    """(times, tails, lower bound) of every block range on every stage; ``inf`` where a range is not allowed
-    (empty, first stage not starting at block 0, last stage not ending with the output block, or out of memory).
-
-    The lower bound on the objective: the stages together do at least Σ_k min_i w_i(k) per micro-batch
-    (each block on its cheapest stage), and the slowest stage at least 1/pp of it, so
-    T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)."""
+def _lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
+    """A lower bound on the candidate's step time, and its stages' StageArrays: the stages together do at
+    least Σ_k min_i w_i(k) per micro-batch (each block on its cheapest stage), the slowest stage at least
+    1/pp of it, so T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)."""
     model, cluster, common = problem.model, problem.cluster, problem.common
-    n = len(model_blocks(model))
     stages = len(settings)
+    arrays = [
+        stage_arrays(model, cluster, common, st, settings[i - 1] if i else None, settings[i + 1] if i + 1 < stages else None)
+        for i, st in enumerate(settings)
+    ]
+    cheapest = np.min([np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0)
+    return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
+
+
+def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays=None):
+    """(times, tails) of every block range on every stage; ``inf`` where a range is not allowed (empty,
+    first stage not starting at block 0, last stage not ending with the output block, out of memory)."""
+    n = len(model_blocks(problem.model))
+    stages = len(settings)
+    arrays = arrays or _lower_bound(problem, settings)[1]
     times = np.full((stages, n + 1, n + 1), np.inf)
     tails = np.full((stages, n + 1, n + 1), np.inf)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
-    cheapest = np.full(n, np.inf)
-    for i, st in enumerate(settings):
-        arr = stage_arrays(model, cluster, common, st, settings[i - 1] if i else None, settings[i + 1] if i + 1 < stages else None)
-        per_block = np.max([sum(p.values()) for p in arr.parts.values()], axis=0)
-        cheapest = np.minimum(cheapest, per_block)
+    for i, arr in enumerate(arrays):
         m = range_matrices(arr, i)
         ok = upper & (m["peak"] <= arr.capacity)
         if i == 0:
@@ -136,8 +142,7 @@ def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting]):
             ok[:, :n] = False  # the last stage ends with the output block
         times[i] = np.where(ok, m["work"], np.inf)
         tails[i] = np.where(ok, m["tail"], np.inf)
-    microbatches = settings[0].microbatches
-    return times, tails, float(cheapest.sum()) * (1 + (microbatches - 1) / stages)
+    return times, tails
 
 
 def split_stages(
@@ -147,7 +152,7 @@ def split_stages(
     n = len(model_blocks(problem.model))
     if len(settings) > n:
         return None
-    times, tails, _ = matrices or _stage_matrices(problem, settings)
+    times, tails = matrices or _stage_matrices(problem, settings)
     split = balance_split(times, microbatches, tails)
     if split is None:
         return None
@@ -164,16 +169,16 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int):
     for settings, m, extra in candidates:
         if len(settings) > n:
             continue
-        mats = _stage_matrices(problem, settings)
-        bounded.append((mats[2], settings, m, extra, mats))
+        bound, arrays = _lower_bound(problem, settings)
+        bounded.append((bound, settings, m, extra, arrays))
     bounded.sort(key=lambda b: b[0])
     found: list = []
     solved = 0
-    for bound, settings, m, extra, mats in bounded:
+    for bound, settings, m, extra, arrays in bounded:
         if len(found) >= top_k and bound >= found[top_k - 1][0]:
             break
         solved += 1
-        best = split_stages(problem, settings, m, mats)
+        best = split_stages(problem, settings, m, _stage_matrices(problem, settings, arrays))
         if best is not None:
             found.append((best[0], settings, best[1], m, extra))
             found.sort(key=lambda f: f[0])
