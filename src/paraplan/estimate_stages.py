@@ -105,14 +105,15 @@ class EngineRules:
     transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
     p2p_split_over_tp: bool  # each TP rank sends 1/t of the activation (scatter/gather) or all of it
     dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
-    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (None: cost.memory's)
+    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
+    async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
 
 
 ENGINES = {
     # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
     # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
     # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
-    "megatron": EngineRules(1, True, True, 0.0),
+    "megatron": EngineRules(1, True, True, 0.0, True),
     # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example): the train schedule
     # issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate blocking instructions, so
     # two transfers with each neighbour per micro-batch; every model-parallel rank sends the whole
@@ -120,7 +121,11 @@ ENGINES = {
     # schedule.py, TrainSchedule); its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master
     # gradients (4 B) at the step, beside fp16 weights, fp32 master weights and Adam moments
     # (deepspeed/runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step.
-    "deepspeed": EngineRules(2, False, False, 6.0),
+    # The Megatron-LM it drives (v1.1.5) all-reduces the input gradient of a column-parallel layer
+    # synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward); the
+    # asynchronous all-reduce beside the weight-gradient GEMM came with later Megatron-LM releases
+    # (--async-tensor-model-parallel-allreduce).
+    "deepspeed": EngineRules(2, False, False, 6.0, False),
 }
 
 
@@ -169,19 +174,27 @@ def synthetic_system(base: SystemSpec, inner_Bps: float, inner_latency_s: float,
     return base.model_copy(update={"node": node, "network": net})
 
 
-def group_links(cluster: ClusterSpec, gpus: list[tuple[str, int]]) -> tuple[GroupSpan, SystemSpec]:
-    """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
-    members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link)."""
+def node_counts(cluster: ClusterSpec, gpus) -> dict[tuple[str, int], int]:
+    """GPUs of the list on each node."""
     nodes: dict[tuple[str, int], int] = {}
     for pool, idx in gpus:
         key = _node(cluster, pool, idx)
         nodes[key] = nodes.get(key, 0) + 1
+    return nodes
+
+
+def group_links(cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None) -> tuple[GroupSpan, SystemSpec]:
+    """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
+    members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link,
+    with ``active``: GPUs per node sending at once, for nodes whose interface is shared)."""
+    nodes = node_counts(cluster, gpus)
     pools = sorted({p for p, _ in gpus})
     systems = [cluster.pool(p).system for p in pools]
     inner = min(s.node.nvlink_bandwidth * s.node.nvlink_efficiency for s in systems)
     inner_lat = max(s.node.nvlink_latency for s in systems)
+    busiest = {p: max((active or nodes).get(n, 1) for n in nodes if n[0] == p) for p in pools}
     pairs = [(a, b) for a in pools for b in pools if a <= b and (a != b or sum(1 for n in nodes if n[0] == a) > 1)]
-    rates = [cluster.link_rate(a, b) for a, b in pairs] or [cluster.link_rate(pools[0], pools[0])]
+    rates = [cluster.link_rate(a, b, busiest[a], busiest[b]) for a, b in pairs] or [cluster.link_rate(pools[0], pools[0])]
     outer, outer_lat = min(r for r, _ in rates), max(lat for _, lat in rates)
     per_node = max(nodes.values())
     span = GroupSpan(len(gpus), per_node, len(nodes)) if len(nodes) > 1 else GroupSpan(len(gpus), len(gpus), 1)
@@ -198,16 +211,19 @@ def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int) ->
     """(achieved bytes/s, latency) of each distinct link the data-parallel replicas of stage a use to
     reach the next stage b: the node's NVLink/PCIe domain when the two GPUs share a node, else the
     pools' network or the cluster's link between them."""
-    src = [(p, first + k) for p, first, count in a_slices for k in range(count)][::a_tp]
-    dst = [(p, first + k) for p, first, count in b_slices for k in range(count)][::b_tp]
+    a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
+    b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
+    a_nodes, b_nodes = node_counts(cluster, a_gpus), node_counts(cluster, b_gpus)  # every TP rank sends
+    src, dst = a_gpus[::a_tp], b_gpus[::b_tp]
     links = set()
     for r, (pa, ia) in enumerate(src):
         pb, ib = dst[r * len(dst) // len(src)]
-        if _node(cluster, pa, ia) == _node(cluster, pb, ib):
+        na, nb = _node(cluster, pa, ia), _node(cluster, pb, ib)
+        if na == nb:
             node = cluster.pool(pa).system.node
             links.add((node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency))
         else:
-            links.add(cluster.link_rate(pa, pb))
+            links.add(cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb]))
     return tuple(sorted(links))
 
 
@@ -276,9 +292,12 @@ class StageArrays:
 
 
 @lru_cache(maxsize=4096)
-def _pool_parts(model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
+def _pool_parts(
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True
+) -> dict:
     """Per-block BlockTerms seconds on one pool's GPUs: the foundation's op-time and collective sums
-    (stages.block_compute / block_comm) composed by schedule.step.block_terms."""
+    (stages.block_compute / block_comm) composed by schedule.step.block_terms; without ``async_tp``
+    (EngineRules.async_tp_backward) nothing hides the backward TP collectives."""
     blocks = model_blocks(model)
     tp_span = _tp_span(system, shape.tp)
     arrays = {name: np.zeros(len(blocks)) for name in BLOCK_TERM_NAMES}
@@ -287,7 +306,11 @@ def _pool_parts(model: ModelSpec, system: SystemSpec, shape: LayerShape, recompu
         if ref not in seen:
             graph = block_graph(model, ref, shape, first_and_last)
             code = RECOMPUTE_CODES[recompute] if ref.is_layer else 0
-            seen[ref] = block_terms(block_compute(graph, system, shape.dtype), block_comm(graph, system, tp_span, NO_SPAN), code, False)
+            comm = block_comm(graph, system, tp_span, NO_SPAN)
+            if not async_tp:
+                comm = replace(comm, tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
+                               tp_hidden_by_dgrad=0.0, tp_hidden_by_wgrad=0.0, tp_backward_price=0.0)
+            seen[ref] = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
         for name in BLOCK_TERM_NAMES:
             arrays[name][k] = getattr(seen[ref], name)
     return arrays
@@ -320,8 +343,8 @@ def _gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientG
     form on the slowest links its members use (stages.gradient_group on a synthetic system)."""
     if dp <= 1:
         return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
-    members = [(p, first + k) for p, first, count in slices for k in range(count)][::tp]
-    span, link_system = group_links(cluster, members)
+    every = [(p, first + k) for p, first, count in slices for k in range(count)]
+    span, link_system = group_links(cluster, every[::tp], node_counts(cluster, every))  # all TP ranks reduce at once
     return gradient_group(link_system, span)
 
 
@@ -336,9 +359,10 @@ def stage_arrays(
     first_and_last = setting.pp == 1
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
-    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last) for pool, system in zip(pools, systems)}
-    static = _block_static(model, shape, recompute, first_and_last)
     rules = ENGINES[common.engine]
+    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward)
+             for pool, system in zip(pools, systems)}
+    static = _block_static(model, shape, recompute, first_and_last)
     sent = static["sent"] * (1 if rules.p2p_split_over_tp else setting.tp)
     zero = np.zeros(len(sent))
     p2p_in = rules.transfers_per_neighbour * p2p_time_s(cluster, prev, setting, sent) if prev is not None else zero
@@ -428,7 +452,7 @@ def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common
     if not model.tie_embeddings or first.index == last.index or model.is_vit:
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
-    span, link_system = group_links(cluster, members)
+    span, link_system = group_links(cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last)))
     return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES))
 
 

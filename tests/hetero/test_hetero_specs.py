@@ -157,3 +157,14 @@ def test_model_architecture_rules():
         ModelSpec(layers=4, hidden=64, heads=4, ffn_hidden=256, vocab=100, layer_widths=[{"count": 3}])
     with pytest.raises(ValueError, match="not divisible by heads"):
         ModelSpec(layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=100, layer_widths=[{"count": 2, "hidden": 66}])
+
+
+def test_shared_interface_gives_fewer_senders_more():
+    c = cluster_from_dict({"pools": [{"name": "v100", "system": "aws-p3.8xlarge", "nodes": 2, "nic_shared_by": 4},
+                                     {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1, "nic_shared_by": 4}]})
+    per_gpu = 1.25e9 / 4 * 0.8  # p3.8xlarge: 10 Gb/s per instance, 4 GPUs, 80 % achieved
+    assert c.link_rate("v100", "v100")[0] == pytest.approx(per_gpu)
+    assert c.link_rate("v100", "v100", 1, 1)[0] == pytest.approx(4 * per_gpu)  # one sender: the whole interface
+    assert c.link_rate("v100", "v100", 2, 8)[0] == pytest.approx(per_gpu)  # the busier node sets the rate
+    # to the T4 node (50 Gb/s): one sender on each side gets the 10 Gb/s interface of the p3 node
+    assert c.link_rate("v100", "t4", 1, 1)[0] == pytest.approx(4 * per_gpu)

@@ -43,6 +43,11 @@ class PoolSpec(BaseModel):
     system: SystemSpec
     nodes: int = Field(1, gt=0, description="servers in the pool")
     gpus: int | None = Field(None, gt=0, description="GPUs used; default nodes × GPUs per node")
+    nic_shared_by: int = Field(
+        1, gt=0,
+        description="GPUs of a node that share one network interface (AWS instances: all of them). The system's "
+        "nic_bandwidth is each GPU's share when all of them send; fewer senders get more (link_rate)",
+    )
 
     @property
     def gpus_per_node(self) -> int:
@@ -132,18 +137,29 @@ class ClusterSpec(BaseModel):
             offset += p.gpu_count
         raise InputError(f"pool: {name!r} is not allowed; the cluster's pools are {', '.join(p.name for p in self.pools)}")
 
-    def link_rate(self, a: str, b: str) -> tuple[float, float]:
+    def nic_boost(self, pool: str, active: int | None) -> float:
+        """How much more than its per-GPU share a sending GPU gets when only ``active`` GPUs of its node
+        use the node's shared interface: nic_shared_by / active, at least 1 (None: all of them send)."""
+        if active is None:
+            return 1.0
+        return max(1.0, self.pool(pool).nic_shared_by / max(1, active))
+
+    def link_rate(self, a: str, b: str, active_a: int | None = None, active_b: int | None = None) -> tuple[float, float]:
         """(achieved bytes/s per GPU and direction, latency s) between a GPU of pool ``a`` and one of ``b``
-        on different nodes: the pool's own scale-out network for a == b; otherwise the explicit link,
-        or the slower of the two networks (lower achieved bandwidth, higher latency)."""
+        on different nodes, with ``active_a`` / ``active_b`` GPUs of the two nodes sending at once (None:
+        all): the pool's own scale-out network for a == b; otherwise the explicit link, or the slower of
+        the two networks (lower achieved bandwidth, higher latency)."""
+        boost = min(self.nic_boost(a, active_a), self.nic_boost(b, active_b))
         if a == b:
             net = self.pool(a).system.network
-            return net.nic_bandwidth * net.efficiency, net.latency
+            return net.nic_bandwidth * net.efficiency * boost, net.latency
         for link in self.links:
             if set(link.pools) == {a, b}:
-                return link.bandwidth * link.efficiency, link.latency
+                return link.bandwidth * link.efficiency * boost, link.latency
         na, nb = self.pool(a).system.network, self.pool(b).system.network
-        return min(na.nic_bandwidth * na.efficiency, nb.nic_bandwidth * nb.efficiency), max(na.latency, nb.latency)
+        rate_a = na.nic_bandwidth * na.efficiency * self.nic_boost(a, active_a)
+        rate_b = nb.nic_bandwidth * nb.efficiency * self.nic_boost(b, active_b)
+        return min(rate_a, rate_b), max(na.latency, nb.latency)
 
 
 def uniform_cluster(system: SystemSpec, gpus: int) -> ClusterSpec:

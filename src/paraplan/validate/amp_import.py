@@ -9,7 +9,9 @@ DachengLi1/AMP, src/results/het_cluster_results.txt and homogeneous_results.txt)
         src/paraplan/validate/cases/hetero/amp2022.json
 
 What each record becomes (facts from the record; assumptions named in the case's ``notes``):
-- cluster: pools of catalog nodes in rank order (AMP puts rank r on node r // 4);
+- cluster: pools of catalog nodes in rank order (AMP puts rank r on node r // 4); the 4 GPUs of an
+  instance share its one network interface (AWS P3 / G4 pages give one network performance figure
+  per instance), ``nic_shared_by: 4``;
 - plan: AMP orders ranks (pp, dp, mp) outermost first, so stage k holds ranks
   [k·dp·tp, (k+1)·dp·tp) and its GPUs are the nodes those ranks sit on (a stage may span pools);
   layers per stage count the transformer layers (entries 2..25) of AMP's 30-entry op list inside the
@@ -71,7 +73,7 @@ def cluster_of(instances: list[str]) -> dict:
         if pools and pools[-1]["system"] == system:
             pools[-1]["nodes"] += 1
         else:
-            pools.append({"name": name, "system": system, "nodes": 1})
+            pools.append({"name": name, "system": system, "nodes": 1, "nic_shared_by": GPUS_PER_NODE})
     return {"name": "+".join(f"{p['nodes']}x {p['system']}" for p in pools), "pools": pools}
 
 
