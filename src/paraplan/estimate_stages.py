@@ -51,6 +51,7 @@ from paraplan.schedule.step import (
     BlockCost,
     BlockTerms,
     GradientGroup,
+    GridKnobs,
     Stage,
     StepInputs,
     block_terms,
@@ -372,12 +373,14 @@ def stage_arrays(
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
+    knobs = GridKnobs(
+        vpp=1, interleaved=False, gpipe=common.schedule == "gpipe", zero=common.zero,
+        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap, overlap_param_gather=True,
+        offload_weights=False, offload_activations=False, offload_optimizer=False,
+    )
     inputs = StepInputs(
-        stages=(), pp=setting.pp, vpp=1, microbatches=setting.microbatches, interleaved=False,
-        gpipe=common.schedule == "gpipe",
-        gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)},
-        zero=common.zero, overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap,
-        overlap_param_gather=True, offload_weights=False, offload_activations=False, offload_optimizer=False, **terms,
+        stages=(), pp=setting.pp, microbatches=setting.microbatches,
+        gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)}, knobs=knobs, **terms,
     )
     return StageArrays(
         parts=parts, params=static["params"], acts=static["acts"], held=static["held"], buffers=static["buffers"],
