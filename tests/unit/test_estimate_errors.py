@@ -89,3 +89,14 @@ def test_estimate_checks_the_plan_first():
 
 def test_valid_plan_passes():
     check_plan(LLAMA, A100, PlanSpec(gpus=64, tp=8, pp=4, vpp=2, global_batch=32, seq_length=8192, sequence_parallel=True))
+
+
+def test_non_decoder_models_are_refused_by_the_uniform_estimate_and_search():
+    """Encoders / encoder-decoders are costed from per-stage plans only, never silently as decoders."""
+    from paraplan.search.space import SearchProblem
+
+    t5 = GPT.model_copy(update={"architecture": "encoder_decoder", "encoder_layers": 4})
+    err = raises(t5, A100, gpus=8, tp=1, global_batch=8)
+    assert err.violations[0].field == "model.architecture"
+    with pytest.raises(InputError, match="model.architecture"):
+        SearchProblem(model=t5, system=A100, gpus=8, seq_length=512, global_batch=8).check()

@@ -97,6 +97,10 @@ class SearchProblem:
 
     def check(self) -> None:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
+        from paraplan.estimate import model_violations  # the estimator's own model rule
+
+        if broken := model_violations(self.model):
+            raise InputError.from_violations(broken)
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
         if self.seq_length <= 0:
