@@ -5,17 +5,35 @@ schema in MISSION.md, "Validation-case schema"). For each case the plan is estim
 predicted metrics are compared with the measured ones; the signed error is
 ``error_pct = 100 · (predicted / measured − 1)`` (positive = paraplan over-predicts).
 
-Memory scope rule (``MEMORY_SCOPE_RULE``)
------------------------------------------
-Measured memory figures are per GPU on the first pipeline stage. Korthikanti et al. 2022
-(arXiv:2205.05198) Figure 1, however, counts only the transformer layers: its parameter bar is
-exactly 18 bytes × 12·l·h²/t for the stage's l layers (22B: 18 · 12·48·6144²/8 B = 45.5625 GiB),
-leaving out the embedding table that the first stage also holds, and its §4 restricts the
-activation analysis to the transformer layers. Cases whose ``source`` names both "Korthikanti" and
-"Figure 1" are therefore compared on the transformer-layer fields of stage 0
-(``StageMemory.transformer_weights_and_optimizer_bytes`` / ``transformer_activations_bytes``);
-their whole-stage values are still reported as ``stage_weights_and_optimizer_gib`` /
-``stage_activations_gib``. Every case carries ``"scope"``: ``"transformer_layers"`` or ``"stage"``.
+Memory scope (``scope`` field, ``MEMORY_SCOPE_RULE``)
+----------------------------------------------------
+Measured memory figures are per GPU on the first pipeline stage. Each case states what its memory
+figures count in an explicit ``scope`` field: ``"stage"`` (default: the whole first stage) or
+``"transformer_layers"`` (the decoder layers of stage 0 only, as in Korthikanti et al. 2022
+Figure 1, whose parameter bar is exactly 18 bytes × 12·l·h²/t for the stage's l layers:
+22B: 18 · 12·48·6144²/8 B = 45.5625 GiB, without the embedding table). Transformer-layer cases are
+compared on ``StageMemory.transformer_*_bytes``; their whole-stage values are still reported as
+``stage_weights_and_optimizer_gib`` / ``stage_activations_gib``.
+
+Case by case
+------------
+A malformed case file (not JSON/YAML, a missing or misspelt case key, an unknown metric, a value
+out of range, a plan that breaks a rule) is an input error naming the file, case and field. A
+well-formed case whose model or plan uses a field this model does not know (for example the
+mixture-of-experts fields before the MoE layer exists) is **unsupported**: it is reported with
+the reason and left out of the summary, and the other cases still run.
+
+Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``, ``derived``,
+``quote``, ``record``, ``config_id``) are accepted and not interpreted, except ``group`` (the
+cross-validation group, default: the file stem). ``framework`` names a framework profile
+(paraplan.frameworks) that sets the implementation defaults of the run. Measured keys in
+``DOC_METRICS`` (``tflops_per_gpu``, ...) are accepted and not compared.
+
+Calibration vs held out
+-----------------------
+A case is a *calibration* case when its group or file was used to fit a constant
+(``paraplan.validate.fitted.FITTED_CONSTANTS``); every other case is *held out*. The summary
+reports both apart (``calibration`` / ``held_out``).
 
 Report format (``run_cases``)::
 
