@@ -32,6 +32,9 @@ _LAYERS_NOTE = (
 def _validation_table(report: dict) -> SimpleTable:
     table = simple_table("Predicted vs measured", "case", "metric", "predicted", "measured", "error %", numeric_from=2)
     for entry in report["cases"]:
+        if entry["status"] != "ok":
+            table.add_row(entry["name"], "unsupported", "-", "-", "-")
+            continue
         for metric, measured in entry["measured"].items():
             layers = entry["scope"] == "transformer_layers" and metric in ("weights_and_optimizer_gib", "activations_gib")
             table.add_row(
@@ -52,6 +55,12 @@ def _summary_table(summary: dict) -> SimpleTable:
     for file, group in summary["by_source"].items():
         mape = group.get("step_time_s_mape_pct")
         table.add_row(f"{file}: step time", str(group["step_time_cases"]), "-" if mape is None else f"{mape:.2f}")
+    for role in ("calibration", "held_out"):
+        mape = summary[role].get("step_time_s_mape_pct")
+        if summary[role]["step_time_cases"]:
+            table.add_row(f"{role.replace('_', '-')} cases: step time", str(summary[role]["step_time_cases"]), f"{mape:.2f}")
+    if summary.get("unsupported"):
+        table.add_row("unsupported (not scored)", str(summary["unsupported"]), "-")
     if summary.get("max_abs_error_pct") is not None:
         table.add_section()
         table.add_row(
@@ -59,6 +68,19 @@ def _summary_table(summary: dict) -> SimpleTable:
             "",
             f"{summary['max_abs_error_pct']:.2f}",
         )
+    return table
+
+
+def _cv_table(cv: dict) -> SimpleTable:
+    table = simple_table(
+        "Leave-one-group-out cross-validation (step time)", "held-out group", "cases", "in-sample MAPE %", "CV MAPE %",
+        numeric_from=1,
+    )
+    for group, row in cv["groups"].items():
+        table.add_row(group, str(row["cases"]), f"{row['in_sample_step_time_mape_pct']:.2f}", f"{row['cv_step_time_mape_pct']:.2f}")
+    if cv["cv_step_time_mape_pct"] is not None:
+        table.add_section()
+        table.add_row("all groups", str(len(cv["cases"])), "", f"{cv['cv_step_time_mape_pct']:.2f}")
     return table
 
 
@@ -72,12 +94,20 @@ def validate(
         Optional[float], typer.Option("--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)")
     ] = None,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")] = None,
+    cv: Annotated[
+        bool, typer.Option("--cv", help="leave-one-group-out cross-validation: refit the fitted constants without each group")
+    ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
     from paraplan.validate.markdown import validation_markdown
     from paraplan.validate.run import load_cases, run_cases, summary_mapes
 
-    report = run_cases(load_cases(cases))
+    loaded = load_cases(cases)
+    report = run_cases(loaded)
+    if cv:
+        from paraplan.validate.cv import cross_validate
+
+        report["cross_validation"] = cross_validate(loaded)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -87,6 +117,10 @@ def validate(
             console.print(_LAYERS_NOTE)
         console.print()
         console.print(_summary_table(report["summary"]))
+        for item in report["summary"]["unsupported_cases"]:
+            console.print(f"unsupported: {item['name']}: {item['reason']}")
+        if cv:
+            console.print(_cv_table(report["cross_validation"]))
     if markdown is not None:
         try:
             markdown.write_text(validation_markdown(report))

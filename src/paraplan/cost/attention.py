@@ -84,10 +84,11 @@ def attention_shape_scale(kernel: str, seq: float, head_dim: float, causal: bool
 
 
 def kernel_relative_speed(to_kernel: str, from_kernel: str, architecture: str | None) -> float:
-    """Plateau of ``to_kernel`` over that of ``from_kernel`` (FA3 paper Fig. 5, H100, head dim 128); 1 when
-    either falls back to the same kernel. Measured on Hopper; other architectures use the same ratios
-    (assumption, stated in docs/model.md)."""
+    """Speed of ``to_kernel`` over ``from_kernel`` at ``REFERENCE_SHAPE``: E·shape factor of each (FA3 paper
+    Fig. 5, H100); 1 when both fall back to the same kernel. Other architectures use the Hopper ratios
+    (assumption, docs/model.md)."""
     a, b = effective_kernel(to_kernel, architecture), effective_kernel(from_kernel, architecture)
     if a == b:
         return 1.0
-    return KERNEL_CURVES[a].plateau_tflops_h100 / KERNEL_CURVES[b].plateau_tflops_h100
+    speed = {k: KERNEL_CURVES[k].plateau_tflops_h100 * attention_shape_factor(k, *REFERENCE_SHAPE) for k in (a, b)}
+    return speed[a] / speed[b]
