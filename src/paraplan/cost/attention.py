@@ -69,10 +69,12 @@ def effective_kernel(kernel: str, architecture: str | None) -> str:
 
 
 def attention_shape_factor(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
-    """s/(s + s_half) · d'/(d' + d_half) · (s/(s + 128) if causal), d' = min(d, 128) (module docstring)."""
+    """s/(s + s_half) · [d'/(d' + d_half)] / [128/(128 + d_half)] · (s/(s + 128) if causal), d' = min(d, 128):
+    the fraction of the kernel's head-dim-128 plateau reached at this shape (module docstring)."""
     curve = KERNEL_CURVES[kernel]
     d = min(head_dim, 128.0)
-    factor = seq / (seq + curve.seq_half) * d / (d + curve.head_dim_half)
+    head = d / (d + curve.head_dim_half) / (128.0 / (128.0 + curve.head_dim_half))
+    factor = seq / (seq + curve.seq_half) * head
     if causal:
         factor *= seq / (seq + CAUSAL_TILE_ROWS)
     return factor
