@@ -121,3 +121,26 @@ def test_with_constants_scales_from_the_catalog_value():
     changed = with_constants(system, {gemm: 0.6})
     assert changed.accelerator.efficiency.gemm == pytest.approx(0.6) and hash(changed) != hash(system)
     assert with_constants(load_system("dgx-h100-80gb"), {gemm: 0.6}) == load_system("dgx-h100-80gb")
+
+
+# ---- overlap mechanisms (hand-computed) ---------------------------------------------------------
+def test_overlap_mechanisms_by_hand():
+    from paraplan.cost import overlap as ov
+
+    # fair sharing: alone 1 s and 3 s on one link -> the short flow ends at 2 s, the long at 4 s
+    assert list(ov.fair_share_times_s([3.0, 1.0])) == [4.0, 2.0]
+    assert float(ov.shared_link_time_s(1.0, 3.0)) == 2.0 and float(ov.shared_link_time_s(2.0, 0.0)) == 2.0
+    # 4 chunks, comm 0.4 s, GEMM 1.0 s, 5 % SM slowdown: 0.1 + 0 + 0.05
+    assert float(ov.chunked_overlap_exposed_s(0.4, 1.0, 4, 0.05)) == pytest.approx(0.15)
+    # comm-bound: comm 2 s, GEMM 1 s, 2 chunks, no slowdown: 1 + 0.5·1
+    assert float(ov.chunked_overlap_exposed_s(2.0, 1.0, 2, 0.0)) == pytest.approx(1.5)
+    # 10 buckets, reduce 1 s, backward 5 s: only the last bucket shows
+    assert float(ov.bucketed_reduce_exposed_s(1.0, 5.0, 10)) == pytest.approx(0.1)
+    assert float(ov.bucketed_reduce_exposed_s(1.0, 0.5, 2)) == pytest.approx(0.5 + 0.25)
+    # 32 layers, gather 3 ms, compute 2 ms: prefetch 1 -> 3 + 31·1 ms; no prefetch -> 96 ms
+    assert float(ov.prefetched_gather_exposed_s(3e-3, 2e-3, 32, 1)) == pytest.approx(34e-3)
+    assert float(ov.prefetched_gather_exposed_s(3e-3, 2e-3, 32, 0)) == pytest.approx(96e-3)
+    assert float(ov.prefetched_gather_exposed_s(3e-3, 2e-3, 32, 2)) == pytest.approx(3e-3)
+    # ring of 4: 3 steps, comm 5 ms vs attention 4 ms, sync 0.1 ms
+    assert float(ov.ring_attention_exposed_s(5e-3, 4e-3, 4, 1e-4)) == pytest.approx(3 * 1e-3 + 3e-4)
+    assert float(ov.ulysses_all_to_all_bytes(800.0, 8)) == pytest.approx(700.0)
