@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, collective_nic_time_s, collective_time_and_price_s, collective_time_s, group_span, linear_collective
+from paraplan.cost.comm import GroupSpan, collective_nic_time_s, collective_time_and_price_s, ring_step_sync_s, collective_time_s, group_span, linear_collective
 from paraplan.cost.compute import op_times_s
 from paraplan.graph.ops import LayerGraph
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
@@ -135,6 +135,10 @@ class BlockComm:
     tp_nic_backward: float = 0.0
     cp_nic_forward: float = 0.0
     cp_nic_backward: float = 0.0
+    # context-parallel ring: steps per pass (c - 1) and the per-step synchronisation nothing hides
+    cp_steps: float = 0.0
+    cp_sync_forward: float = 0.0
+    cp_sync_backward: float = 0.0
 
 
 @lru_cache(maxsize=65536)
@@ -148,6 +152,12 @@ def block_comm(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_spa
         s[f"{c.group}_nic_forward"] += c.count_fwd * nic
         s[f"{c.group}_nic_backward"] += c.count_bwd * nic
         if c.group == "cp":
+            if c.kind == "ring_exchange" and spans["cp"].size > 1:
+                steps = spans["cp"].size - 1
+                s["cp_steps"] = max(s["cp_steps"], steps)
+                sync = ring_step_sync_s(spans["cp"], system)
+                s["cp_sync_forward"] += c.count_fwd * steps * sync
+                s["cp_sync_backward"] += c.count_bwd * steps * sync
             s["cp_forward"] += c.count_fwd * time
             s["cp_backward"] += c.count_bwd * time
             s["cp_forward_price"] += c.count_fwd * price

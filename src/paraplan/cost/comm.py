@@ -202,3 +202,12 @@ def collective_nic_time_s(kind: str, size_bytes: float, span: GroupSpan, system:
     if kind == "ring_exchange":
         kind, steps = "send_recv", span.size - 1
     return steps * float(linear_collective(kind, span, system).tier_times_s(size_bytes)[1])
+
+
+def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:
+    """Synchronisation at the end of one ring-attention step that no compute hides: the receiving
+    rank waits for the block to land before its next attention kernel (Liu et al. 2023 §3; Megatron-Core
+    p2p CP), taken as one message latency of the link the neighbours use (α of ``linear_collective``)."""
+    if span.size <= 1:
+        return 0.0
+    return system.network.latency if span.domains > 1 else system.node.nvlink_latency

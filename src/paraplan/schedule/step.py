@@ -25,7 +25,12 @@ import numpy as np
 
 from paraplan.cost.comm import LinearCollective, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
-from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_exposed_s
+from paraplan.cost.overlap import (
+    bucketed_reduce_exposed_s,
+    chunked_overlap_exposed_s,
+    prefetched_gather_exposed_s,
+    ring_attention_exposed_s,
+)
 from paraplan.report.result import TimeBreakdown
 from paraplan.schedule.pipeline import bubble_from_work_s
 
@@ -45,6 +50,10 @@ TRANSFORMER_KINDS = ("decoder",)
 # bucket_size default max(40M, 1M·dp) parameters ("larger DP sizes need larger buckets to ensure
 # collectives do not become latency-bound", megatron/core/distributed); each bucket is one call.
 DP_BUCKET_MIN_PARAMS = 40e6
+# TP comm-GEMM overlap pipelines each GEMM and its collective in this many chunks: the
+# num_splits = 4 of the pipelined reduce-scatter overlaps in NeMo's Transformer Engine userbuffers
+# configurations (ring-exchange all-gather overlap splits in tp = 4-8 chunks).
+TP_OVERLAP_CHUNKS = 4.0
 DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
@@ -80,13 +89,29 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     wgrad (Megatron-LM's async tensor-parallel communication); each half of the backward GEMM time
     is one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
     (Transformer Engine's comm-GEMM overlap; the caller allows it only inside one NVLink domain)
-    forward and remaining backward TP collectives also hide behind the neighbouring GEMMs. Hidden
-    communication still costs its price (cost.comm.priced_exposure_s)."""
+    forward and backward TP collectives are pipelined with their GEMMs in TP_OVERLAP_CHUNKS pieces:
+    one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s).
+    The CP ring exposes, per step, what its transfer outlasts of one step's attention, plus a
+    synchronisation per step (cost.overlap.ring_attention_exposed_s, cost.comm.ring_step_sync_s).
+    Hidden communication still costs its price (cost.comm.priced_exposure_s): the SMs and HBM the
+    communication kernels take from the compute they overlap."""
     c = compute
     full = recompute_code == 2
     rc = np.where(full, c.forward, np.where(recompute_code == 1, c.attention_forward, 0.0))
-    cp_f = priced_exposure_s(comm.cp_forward, np.maximum(0.0, comm.cp_forward - c.attention_forward), comm.cp_forward_price)
-    cp_b = priced_exposure_s(comm.cp_backward, np.maximum(0.0, comm.cp_backward - c.attention_backward), comm.cp_backward_price)
+    steps = comm.cp_steps
+    per_step = 1.0 / np.maximum(steps, 1.0)
+    cp_f = priced_exposure_s(
+        comm.cp_forward,
+        ring_attention_exposed_s(comm.cp_forward * per_step, c.attention_forward / (steps + 1.0), steps + 1.0, 0.0)
+        + comm.cp_sync_forward,
+        comm.cp_forward_price,
+    )
+    cp_b = priced_exposure_s(
+        comm.cp_backward,
+        ring_attention_exposed_s(comm.cp_backward * per_step, c.attention_backward / (steps + 1.0), steps + 1.0, 0.0)
+        + comm.cp_sync_backward,
+        comm.cp_backward_price,
+    )
     backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
     tp_b_async = (
         comm.tp_backward
@@ -95,12 +120,19 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     )
     tp_f = np.where(
         overlap_tp_comm,
-        priced_exposure_s(comm.tp_forward, np.maximum(0.0, comm.tp_forward - c.gemm_forward), comm.tp_forward_price),
+        priced_exposure_s(
+            comm.tp_forward, chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0),
+            comm.tp_forward_price,
+        ),
         comm.tp_forward,
     )
     tp_b = priced_exposure_s(
         backward_comm,
-        np.where(overlap_tp_comm, np.maximum(0.0, backward_comm - c.gemm_backward), tp_b_async),
+        np.where(
+            overlap_tp_comm,
+            chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0),
+            tp_b_async,
+        ),
         comm.tp_backward_price,
     )
     tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
