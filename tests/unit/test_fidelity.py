@@ -144,3 +144,32 @@ def test_overlap_mechanisms_by_hand():
     # ring of 4: 3 steps, comm 5 ms vs attention 4 ms, sync 0.1 ms
     assert float(ov.ring_attention_exposed_s(5e-3, 4e-3, 4, 1e-4)) == pytest.approx(3 * 1e-3 + 3e-4)
     assert float(ov.ulysses_all_to_all_bytes(800.0, 8)) == pytest.approx(700.0)
+
+
+def test_leave_one_group_out_refits_without_the_group():
+    from dataclasses import replace
+
+    from paraplan.validate.cv import cross_validate
+    from paraplan.validate.fitted import FITTED_CONSTANTS
+    from paraplan.validate.run import load_cases
+
+    cases = [c for c in load_cases() if c.name.startswith("korthikanti2022-tab5-megatron-22b")]
+    cases = [replace(cases[0], group="a"), replace(cases[1], group="b")]
+    gemm = [c for c in FITTED_CONSTANTS if c.name == "a100.gemm"]
+    report = cross_validate(cases, constants=gemm)
+    assert set(report["groups"]) == {"a", "b"}
+    for group in report["groups"].values():
+        value = group["refitted"]["a100.gemm"]
+        assert 0.6 <= value <= 0.95 and group["training_cases"] == 1
+    # one case constrains the cap exactly: refitting on "b" alone reproduces "b" (in-sample error ~0)
+    assert report["cv_step_time_mape_pct"] >= 0 and len(report["cases"]) == 2
+
+
+def test_api_estimate_with_a_framework():
+    from paraplan.api import estimate
+
+    plain = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=16, seq_length=8192, zero=1)
+    core = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=16, seq_length=8192, zero=1, framework="megatron-core")
+    titan = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=16, seq_length=8192, zero=1, framework="torchtitan")
+    assert core.step_time_s == pytest.approx(plain.step_time_s)  # the calibration profile
+    assert titan.step_time_s > plain.step_time_s  # FA2 kernel and eager element-wise ops
