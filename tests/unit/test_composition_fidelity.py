@@ -10,6 +10,7 @@ from paraplan.schedule.step import (
     BlockCost,
     BlockTerms,
     GradientGroup,
+    GridKnobs,
     Stage,
     StepInputs,
     block_terms,
@@ -28,12 +29,12 @@ def _group(on_nic: bool) -> GradientGroup:
 
 def _inputs(block: BlockCost, count: int, zero: int, on_nic: bool = True, gather_overlap: bool = True, m: int = 2):
     stage = Stage(0, 1, ((block, count),), 0.0)
+    knobs = GridKnobs(vpp=1, interleaved=False, gpipe=False, zero=zero, overlap_dp_grad_reduce=True,
+                      overlap_param_gather=gather_overlap, offload_weights=False, offload_activations=False,
+                      offload_optimizer=False)
     inp = StepInputs(
-        stages=(stage,), pp=1, vpp=1, microbatches=m, interleaved=False, gpipe=False,
-        gradient_groups={"dense": _group(on_nic)}, zero=zero, overlap_dp_grad_reduce=True,
-        overlap_param_gather=gather_overlap, offload_weights=False, offload_activations=False,
-        offload_optimizer=False, host_bandwidth=1.0, hbm_rate=1e30, weight_bytes=2.0, grad_bytes=4.0,
-        optimizer_bytes=12.0, reserved_bytes=0.0,
+        stages=(stage,), pp=1, microbatches=m, gradient_groups={"dense": _group(on_nic)}, knobs=knobs,
+        host_bandwidth=1.0, hbm_rate=1e30, weight_bytes=2.0, grad_bytes=4.0, optimizer_bytes=12.0, reserved_bytes=0.0,
     )
     return inp, stage
 
