@@ -72,12 +72,23 @@ def estimate(
     plan: PlanSpec | dict | None = None,
     *,
     with_ops: bool = False,
+    framework: str | dict | None = None,
     **plan_fields: Any,
 ) -> Estimate:
     """Estimate one plan. ``plan`` (a PlanSpec or dict) and keyword plan fields are merged, the
-    keywords winning; raises :class:`~paraplan.specs.errors.InputError` on bad input."""
+    keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
+    plan fields left unset and adapts the system (paraplan.frameworks.apply_framework); raises
+    :class:`~paraplan.specs.errors.InputError` on bad input."""
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     system_spec = load_system(str(system) if isinstance(system, Path) else system)
+    if framework is not None:
+        from paraplan.catalog import load_framework
+        from paraplan.frameworks import framework_plan_fields, framework_system
+
+        profile = load_framework(framework)
+        system_spec = framework_system(profile, system_spec)
+        base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+        plan, plan_fields = None, framework_plan_fields(profile, {**base, **plan_fields})
     if isinstance(plan, PlanSpec) and not plan_fields:
         plan_spec = plan
     else:

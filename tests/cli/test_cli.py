@@ -268,7 +268,8 @@ def test_validate_json_format(capsys):
     assert set(report) == {"cases", "summary"}
     assert report["cases"]
     for case in report["cases"]:
-        assert set(case) == {"name", "source", "scope", "predicted", "measured", "error_pct"}
+        assert set(case) == {"name", "source", "group", "role", "status", "scope", "framework", "predicted", "measured",
+                             "error_pct"}
         assert case["scope"] in ("transformer_layers", "stage")
         assert {"step_time_s", "weights_and_optimizer_gib", "activations_gib", "peak_memory_gib", "fits", "mfu",
                 "stage_weights_and_optimizer_gib", "stage_activations_gib"} <= set(case["predicted"])
@@ -312,7 +313,7 @@ def test_validate_markdown_and_case_files(capsys, tmp_path):
     assert [c["name"] for c in report["cases"]] == ["tiny"] and report["cases"][0]["scope"] == "stage"
     text = md.read_text()
     assert "## mine" in text and "| tiny | step time (s) |" in text
-    assert "paraplan validate --markdown docs/validation.md" in text and "Figure 1" in text
+    assert "paraplan validate --cv --markdown docs/validation.md" in text and "Figure 1" in text
 
 
 def test_validate_bad_case_file(capsys, tmp_path):

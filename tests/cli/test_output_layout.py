@@ -54,7 +54,9 @@ def test_search_piped_is_one_line_per_row_for_grep_and_cut(ranked):
     header = next(line for line in lines if line.startswith("#  plan"))
     end = header.index("step s") + len("step s")  # right-aligned column: values end where the header ends
     for item in ranked:
-        row = [line for line in lines if item["plan_label"] in line]  # grep for the plan finds its whole row
+        # grep for the plan finds its whole row; a label may be the start of another ("zero2" and
+        # "zero2 no-gather-overlap"), so match it up to the column gap (two spaces)
+        row = [line for line in lines if item["plan_label"] + "  " in line]
         assert len(row) == 1
         assert row[0].split()[0] == str(item["rank"])
         assert row[0][:end].split()[-1] == f"{item['step_time_s']:.3f}"  # cut -c1-END ends with the step time

@@ -103,3 +103,30 @@ def load_system(ref: str | dict | SystemSpec, field: str = "system") -> SystemSp
         return SystemSpec.model_validate(data)
     except ValidationError as exc:
         raise input_error_from_pydantic(exc, field) from None
+
+
+def framework_names() -> list[str]:
+    return _names("frameworks")
+
+
+def load_framework(ref: "str | dict | FrameworkSpec", field: str = "framework") -> "FrameworkSpec":
+    """A framework profile: a catalog name (``paraplan/catalog/frameworks``), a YAML/JSON path, or a dict."""
+    from paraplan.specs.framework import FrameworkSpec
+
+    if isinstance(ref, FrameworkSpec):
+        return ref
+    if isinstance(ref, str):
+        path = Path(ref)
+        if ref in framework_names():
+            data = _read_entry("frameworks", ref)
+        elif path.suffix in (".yaml", ".yml", ".json") or path.exists():
+            data = _read_file(path, field)
+            data.setdefault("name", path.stem)
+        else:
+            raise _unknown("framework", field, ref, framework_names())
+    else:
+        data = ref
+    try:
+        return FrameworkSpec.model_validate(data)
+    except ValidationError as exc:
+        raise input_error_from_pydantic(exc, field) from None

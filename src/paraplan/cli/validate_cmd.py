@@ -32,6 +32,9 @@ _LAYERS_NOTE = (
 def _validation_table(report: dict) -> SimpleTable:
     table = simple_table("Predicted vs measured", "case", "metric", "predicted", "measured", "error %", numeric_from=2)
     for entry in report["cases"]:
+        if entry["status"] != "ok":
+            table.add_row(entry["name"], "unsupported", "-", "-", "-")
+            continue
         for metric, measured in entry["measured"].items():
             layers = entry["scope"] == "transformer_layers" and metric in ("weights_and_optimizer_gib", "activations_gib")
             table.add_row(
@@ -52,6 +55,12 @@ def _summary_table(summary: dict) -> SimpleTable:
     for file, group in summary["by_source"].items():
         mape = group.get("step_time_s_mape_pct")
         table.add_row(f"{file}: step time", str(group["step_time_cases"]), "-" if mape is None else f"{mape:.2f}")
+    for role in ("calibration", "held_out"):
+        mape = summary[role].get("step_time_s_mape_pct")
+        if summary[role]["step_time_cases"]:
+            table.add_row(f"{role.replace('_', '-')} cases: step time", str(summary[role]["step_time_cases"]), f"{mape:.2f}")
+    if summary.get("unsupported"):
+        table.add_row("unsupported (not scored)", str(summary["unsupported"]), "-")
     if summary.get("max_abs_error_pct") is not None:
         table.add_section()
         table.add_row(
@@ -72,6 +81,19 @@ def _group_table(groups: dict) -> SimpleTable:
     return table
 
 
+def _cv_table(cv: dict) -> SimpleTable:
+    table = simple_table(
+        "Leave-one-group-out cross-validation (step time)", "held-out group", "cases", "in-sample MAPE %", "CV MAPE %",
+        numeric_from=1,
+    )
+    for group, row in cv["groups"].items():
+        table.add_row(group, str(row["cases"]), f"{row['in_sample_step_time_mape_pct']:.2f}", f"{row['cv_step_time_mape_pct']:.2f}")
+    if cv["cv_step_time_mape_pct"] is not None:
+        table.add_section()
+        table.add_row("all groups", str(len(cv["cases"])), "", f"{cv['cv_step_time_mape_pct']:.2f}")
+    return table
+
+
 @app.command()
 def validate(
     cases: Annotated[
@@ -85,6 +107,9 @@ def validate(
     hetero: Annotated[
         bool, typer.Option("--hetero", help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)")
     ] = False,
+    cv: Annotated[
+        bool, typer.Option("--cv", help="leave-one-group-out cross-validation: refit the fitted constants without each group")
+    ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
     from paraplan.validate.hetero import is_hetero_file, load_hetero_cases, run_hetero_cases
@@ -92,7 +117,14 @@ def validate(
     from paraplan.validate.run import load_cases, run_cases, summary_mapes
 
     hetero = hetero or bool(cases) and all(is_hetero_file(p) for p in cases)
-    report = run_hetero_cases(load_hetero_cases(cases)) if hetero else run_cases(load_cases(cases))
+    if hetero and cv:
+        raise InputError("--cv: cross-validation refits the uniform model's constants; it does not apply to --hetero cases")
+    loaded = None if hetero else load_cases(cases)
+    report = run_hetero_cases(load_hetero_cases(cases)) if hetero else run_cases(loaded)
+    if cv:
+        from paraplan.validate.cv import cross_validate
+
+        report["cross_validation"] = cross_validate(loaded)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -104,6 +136,10 @@ def validate(
         console.print(_summary_table(report["summary"]))
         if "by_group" in report["summary"]:
             console.print(_group_table(report["summary"]["by_group"]))
+        for item in report["summary"].get("unsupported_cases", []):
+            console.print(f"unsupported: {item['name']}: {item['reason']}")
+        if cv:
+            console.print(_cv_table(report["cross_validation"]))
     if markdown is not None:
         try:
             markdown.write_text(validation_markdown(report))

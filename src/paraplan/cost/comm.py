@@ -190,3 +190,24 @@ def priced_exposure_s(total_s, exposed_s, price_s):
     share = np.divide(price_s, total, out=np.zeros_like(total), where=total > 0)
     out = exposed_s + share * (total - exposed_s)
     return out if isinstance(out, np.ndarray) and out.ndim else float(out)
+
+
+def collective_nic_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """Seconds one call keeps each GPU's scale-out link (NIC) busy: the scale-out tier of its linear form
+    (``LinearCollective.tier_times_s``), 0 for a group inside one NVLink domain. What other collectives
+    crossing the same NICs at the same time cannot use (cost.overlap.shared_link_time_s)."""
+    if span.size <= 1 or size_bytes <= 0 or span.domains <= 1:
+        return 0.0
+    steps = 1
+    if kind == "ring_exchange":
+        kind, steps = "send_recv", span.size - 1
+    return steps * float(linear_collective(kind, span, system).tier_times_s(size_bytes)[1])
+
+
+def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:
+    """Synchronisation at the end of one ring-attention step that no compute hides: the receiving
+    rank waits for the block to land before its next attention kernel (Liu et al. 2023 §3; Megatron-Core
+    p2p CP), taken as one message latency of the link the neighbours use (α of ``linear_collective``)."""
+    if span.size <= 1:
+        return 0.0
+    return system.network.latency if span.domains > 1 else system.node.nvlink_latency

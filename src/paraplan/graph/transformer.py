@@ -111,6 +111,8 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
                 2.0 * qkvo_bytes,
                 selective_recompute=True,
                 causal_fraction=causal,
+                # with context parallelism each ring step pairs an s/c query chunk with an s/c kv chunk
+                attention_call=(q_tokens, kv_tokens // shape.cp, d, True),
             )
         ]
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
