@@ -134,7 +134,7 @@ def validate(
             console.print(_LAYERS_NOTE)
         console.print()
         console.print(_summary_table(report["summary"]))
-        if "by_group" in report["summary"]:
+        if hetero and "by_group" in report["summary"]:
             console.print(_group_table(report["summary"]["by_group"]))
         for item in report["summary"].get("unsupported_cases", []):
             console.print(f"unsupported: {item['name']}: {item['reason']}")
