@@ -1,9 +1,15 @@
-"""Console entry point: run ``app`` so that every input problem ends as ONE line on stderr,
-``error: <message>``, with exit code 2 (usage errors, InputError, UnitError and pydantic
-ValidationError), and no traceback."""
+"""Console entry point: run ``app`` so that every failure ends as ONE line on stderr,
+``error: <message>``, and no traceback.
+
+Exit codes: 0 success; 1 a result that is not a success (the validation gate failed, ...);
+2 anything else: bad input (usage errors, InputError, UnitError, pydantic ValidationError), a file
+that cannot be read or written (full disk, permissions), a number beyond what the model can
+represent, and — as a last resort — an internal error, reported as ``error: internal error: ...``
+(set ``PARAPLAN_DEBUG=1`` to get the traceback instead); 130 interrupted (Ctrl-C)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -23,7 +29,9 @@ from typer import Abort, Exit
 
 
 def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
+    """Whitespace collapsed and control characters (terminal escape codes) shown escaped."""
+    text = " ".join(str(message).split())
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _fail(message: str, code: int = EXIT_INPUT_ERROR) -> None:
@@ -51,6 +59,17 @@ def main(argv: list[str] | None = None) -> None:
         _fail("aborted", 1)
     except BrokenPipeError:  # e.g. `paraplan models | head`
         sys.exit(0)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except OSError as exc:  # a full disk, a vanished directory, ...: the files we write are atomic
+        where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
+        _fail(f"cannot read or write{where}: {exc.strerror or exc}")
+    except (OverflowError, RecursionError, MemoryError) as exc:
+        _fail(f"the input is beyond what paraplan can represent ({type(exc).__name__}: {exc})")
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+        if os.environ.get("PARAPLAN_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (please report; PARAPLAN_DEBUG=1 shows the traceback)")
     sys.exit(result if isinstance(result, int) else 0)
 
 
