@@ -185,46 +185,97 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+class AtomicTarget:
+    """A temporary file beside ``target`` (``.path``) that :meth:`commit` fsyncs and renames over
+    ``target`` and :meth:`discard` deletes; ``target`` is untouched until the commit.
+
+    A target that is not a regular file (``/dev/null``, ``/dev/full``, a FIFO) cannot be replaced
+    by a rename; it is written through directly (``.path`` is the target itself)."""
+
+    def __init__(self, target: Path | str, field: str = "output"):
+        self.target = Path(target)
+        self.done = False
+        if self.target.exists() and not self.target.is_file():
+            if self.target.is_dir():
+                raise InputError(f"{field}: {str(self.target)!r} is a directory; give a file name")
+            self.path = self.target
+            return
+        directory = self.target.parent
+        if not directory.is_dir():
+            raise InputError(f"{field}: directory {str(directory)!r} does not exist")
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=directory)
+        except OSError as exc:
+            raise InputError(f"{field}: cannot write in {str(directory)!r}: {exc.strerror or exc}") from None
+        os.close(fd)
+        self.path = Path(name)
+
+    def commit(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.path == self.target:
+            return
+        try:
+            with self.path.open("rb+") as fh:
+                os.fsync(fh.fileno())
+            mode = self.target.stat().st_mode & 0o777 if self.target.exists() else 0o666 & ~_umask()
+            os.chmod(self.path, mode)
+            os.replace(self.path, self.target)
+        except BaseException:
+            self.discard()
+            raise
+        _fsync_dir(self.target.parent)
+
+    def discard(self) -> None:
+        self.done = True
+        if self.path != self.target:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(target: Path | str, field: str = "output") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on normal exit fsync it and rename it over ``target``,
-    on an exception delete it (``target`` is left as it was).
-
-    A target that is not a regular file (``/dev/null``, ``/dev/full``, a FIFO) cannot be replaced
-    by a rename; it is written through directly."""
-    target = Path(target)
-    if target.exists() and not target.is_file():
-        if target.is_dir():
-            raise InputError(f"{field}: {str(target)!r} is a directory; give a file name")
-        yield target
-        return
-    directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"{field}: directory {str(directory)!r} does not exist")
+    on an exception delete it (``target`` is left as it was)."""
+    staged = AtomicTarget(target, field)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise InputError(f"{field}: cannot write in {str(directory)!r}: {exc.strerror or exc}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        with tmp.open("rb+") as fh:
-            os.fsync(fh.fileno())
-        if target.exists():
-            with contextlib.suppress(OSError):
-                os.chmod(tmp, target.stat().st_mode & 0o777)
-        else:
-            with contextlib.suppress(OSError):
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-        _fsync_dir(directory)
+        yield staged.path
     except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        staged.discard()
         raise
+    staged.commit()
+
+
+def atomic_sink(factory, target: Path | str, field: str = "output"):
+    """``factory(temporary_path)`` (a writer with a ``close()`` method, such as the search's CSV sink)
+    whose ``close()`` renames the temporary file over ``target`` when it is called with no exception
+    propagating (the normal end of a ``try``/``finally``), and deletes it otherwise (an error or
+    Ctrl-C during the search): the user's old file is never truncated by a failed run."""
+    staged = AtomicTarget(target, field)
+    outer = sys.exc_info()[1]
+    try:
+        sink = factory(staged.path)
+    except BaseException:
+        staged.discard()
+        raise
+    close = sink.close
+
+    def close_and_commit() -> None:
+        close()
+        if sys.exc_info()[1] is outer:
+            staged.commit()
+        else:
+            staged.discard()
+
+    sink.close = close_and_commit
+    return sink
 
 
 def atomic_write_text(target: Path | str, text: str, field: str = "output") -> None:
@@ -259,6 +310,6 @@ def write_error(target: Path | str, exc: OSError, field: str = "output") -> Inpu
 
 
 __all__ = [
-    "MAX_INPUT_BYTES", "MAX_NESTING", "append_line", "atomic_path", "atomic_write_text", "parse_document",
+    "MAX_INPUT_BYTES", "MAX_NESTING", "AtomicTarget", "append_line", "atomic_path", "atomic_sink", "atomic_write_text", "parse_document",
     "read_bytes", "read_document", "read_text", "write_error",
 ]
