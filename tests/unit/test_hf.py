@@ -285,7 +285,7 @@ def test_invalid_shape_goes_through_pydantic():
         model_from_hf_config(dict(MISTRAL_7B, num_key_value_heads=5), name="bad")
     message = str(info.value)
     assert message.startswith("model") and "kv_heads=5 must divide heads=32" in message
-    with pytest.raises(InputError, match=r"^model\.hidden: "):
+    with pytest.raises(InputError, match=r"^model\.hidden_size: 'big' is not allowed; must be an integer$"):
         model_from_hf_config(dict(LLAMA2_7B, hidden_size="big"), name="bad")
     with pytest.raises(InputError, match=r"^model\.layers: "):
         model_from_hf_config(dict(LLAMA2_7B, num_hidden_layers=0), name="bad")
