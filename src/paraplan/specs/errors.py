@@ -61,3 +61,10 @@ def input_error_from_pydantic(exc: ValidationError, prefix: str) -> InputError:
             msg = "unknown field"
         violations.append(Violation(field, err.get("input"), msg))
     return InputError.from_violations(violations)
+
+
+class UnsupportedDtype(InputError, KeyError):
+    """A datatype the accelerator has no peak rate for. An InputError (one line, exit 2 in the CLI)
+    that callers which look the rate up may also catch as the KeyError of a missing table entry."""
+
+    __str__ = BaseException.__str__  # KeyError would quote the message
