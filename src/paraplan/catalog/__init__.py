@@ -92,6 +92,9 @@ def validate_spec(schema: type[Spec], data: Any, field: str) -> Spec:
     except ValidationError as exc:
         raise input_error_from_pydantic(exc, field) from None
     problems = list(_out_of_range(spec, field))
+    if isinstance(spec, SystemSpec) and spec.accelerator.reserved_memory >= spec.accelerator.hbm_capacity:
+        problems.append(Violation(f"{field}.accelerator.reserved_memory", spec.accelerator.reserved_memory,
+                                  f"must be less than hbm_capacity ({spec.accelerator.hbm_capacity:.4g} B)"))
     if problems:
         raise InputError.from_violations(problems)
     return spec
@@ -112,6 +115,8 @@ def _out_of_range(value: Any, path: str, integer: bool = False):
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             yield from _out_of_range(item, f"{path}[{i}]", integer)
+    elif isinstance(value, str) and not all(ch.isprintable() for ch in value):
+        yield Violation(path, value, "must not contain control characters (escape codes, newlines)")
     elif isinstance(value, bool):
         return
     elif isinstance(value, int) and integer and abs(value) > MAX_INTEGER:

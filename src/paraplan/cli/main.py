@@ -28,6 +28,9 @@ except ImportError:  # pragma: no cover - older typer on top of click
 from typer import Abort, Exit
 
 
+_SPEC_FIELD = {"PlanSpec": "plan", "ModelSpec": "model", "SystemSpec": "system"}  # pydantic title -> field prefix
+
+
 def _one_line(message: str) -> str:
     """Whitespace collapsed and control characters (terminal escape codes) shown escaped."""
     text = " ".join(str(message).split())
@@ -39,15 +42,42 @@ def _fail(message: str, code: int = EXIT_INPUT_ERROR) -> None:
     sys.exit(code)
 
 
+def _refuse_repeated_options(command, args: list[str]) -> None:
+    """InputError for an option given twice that takes one value (click would keep the last one
+    silently); options declared ``multiple`` (``--system``, ``--set``, ``--cases``) may repeat."""
+    sub = getattr(command, "commands", {}).get(args[0]) if args else None
+    if sub is None:
+        return
+    names: dict[str, str] = {}
+    for param in sub.params:
+        if getattr(param, "multiple", False) or not hasattr(param, "opts"):
+            continue
+        for opt in (*param.opts, *getattr(param, "secondary_opts", ())):
+            if opt.startswith("-"):
+                names[opt] = param.opts[0]
+    seen: set[str] = set()
+    for arg in args[1:]:
+        if arg == "--":
+            break
+        key = names.get(arg.split("=", 1)[0] if arg.startswith("--") else arg)
+        if key is None:
+            continue
+        if key in seen:
+            raise InputError(f"{key}: given more than once; give it once")
+        seen.add(key)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
     command = typer.main.get_command(app)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=argv, prog_name="paraplan", standalone_mode=False)
+        _refuse_repeated_options(command, args)
+        result = command.main(args=args, prog_name="paraplan", standalone_mode=False)
     except (InputError, UnitError) as exc:
         _fail(str(exc))
     except ValidationError as exc:
-        _fail(str(input_error_from_pydantic(exc, "input")))
+        _fail(str(input_error_from_pydantic(exc, _SPEC_FIELD.get(exc.title, "input"))))
     except NoArgsIsHelpError as exc:  # bare `paraplan`: show the help
         exc.show()
         sys.exit(exc.exit_code)

@@ -414,6 +414,7 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
                                    dashboard_address=None)
             client = Client(cluster)
         else:
+            _check_dask_address(address)
             try:
                 client = Client(address, timeout="10s")
             except (OSError, TimeoutError, ValueError) as exc:
@@ -428,6 +429,15 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def _check_dask_address(address: str) -> None:
+    """A scheduler address ``[protocol://]host:port`` with a port in 1..65535 (checked before a
+    connection attempt that would wait for its timeout)."""
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError(f"--dask: {address!r} is not a scheduler address; give tcp://HOST:PORT (port 1-65535) or 'local'")
 
 
 def _task_token(task: dict) -> str:
@@ -536,4 +546,21 @@ def load_results(path: Path) -> dict:
     data = parse_document(read_text(path, "sweep.json"), repr(str(path)), "sweep.json", as_json=True)
     if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("sweep"), dict):
         raise InputError(f"sweep.json: {str(path)!r} is not a paraplan sweep result (needs 'sweep' and 'points')")
+    for point in data["points"]:
+        bad = _negative_time(point)
+        if bad is not None:
+            raise InputError(f"sweep.json: {str(path)!r}: {bad} is not allowed; times and memory must be >= 0")
     return data
+
+
+def _negative_time(value, path: str = "point") -> str | None:
+    """The first negative time (``*_s``) or memory (``*_gib``) value in a record, as 'path = value'."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{key}"
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and str(key).endswith(("_s", "_gib")) and item < 0:
+            return f"{where} = {item}"
+        found = _negative_time(item, where) if isinstance(item, (dict, list)) else None
+        if found:
+            return found
+    return None
