@@ -9,6 +9,7 @@ represent, and — as a last resort — an internal error, reported as ``error: 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -42,6 +43,22 @@ def _fail(message: str, code: int = EXIT_INPUT_ERROR) -> None:
     sys.exit(code)
 
 
+def _require_finite_numbers(command) -> None:
+    """Every number option of every command must be finite: ``--price inf`` or ``--max-mape nan``
+    would otherwise flow into the results as 'inf' (issue 13)."""
+    for sub in getattr(command, "commands", {}).values():
+        for param in sub.params:
+            process = param.process_value
+
+            def checked(ctx, value, _process=process, _param=param):
+                value = _process(ctx, value)
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise InputError(f"{_param.opts[0]}: {value} is not allowed; must be a finite number")
+                return value
+
+            param.process_value = checked
+
+
 def _refuse_repeated_options(command, args: list[str]) -> None:
     """InputError for an option given twice that takes one value (click would keep the last one
     silently); options declared ``multiple`` (``--system``, ``--set``, ``--cases``) may repeat."""
@@ -70,6 +87,7 @@ def _refuse_repeated_options(command, args: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
     command = typer.main.get_command(app)
+    _require_finite_numbers(command)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         _refuse_repeated_options(command, args)
