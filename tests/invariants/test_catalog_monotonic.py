@@ -54,33 +54,10 @@ def _step_s(model, system, plan) -> float | None:
         return None
 
 
-# Pairs whose counterexamples come from the overlap-window double count fixed by the foundation
-# (issue 7): twice the NVLink bandwidth makes "tp8-overlap-zero3" slower. Expected to fail until it
-# lands on main; then this table goes.
-_ISSUE_7_SYSTEMS = {
-    'gpt3-1.3b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200',),
-    'gpt3-13b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'gpt3-175b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'gpt3-2.7b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'gpt3-6.7b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'llama2-13b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'llama2-70b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'llama2-7b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'llama3-405b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'llama3-70b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'llama3-8b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'megatron-1t': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'megatron-22b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-    'mt-nlg-530b': ('dgx-a100-40gb', 'dgx-a100-80gb', 'dgx-b200', 'dgx-h100-80gb', 'dgx-h200', 'mi300x-8',),
-}
-ISSUE_7 = {(m, s) for m, systems in _ISSUE_7_SYSTEMS.items() for s in systems}
-
-
 def _cases():
     for m in model_names():
         for s in system_names():
-            marks = [pytest.mark.xfail(strict=False, reason="issue 7")] if (m, s) in ISSUE_7 else []
-            yield pytest.param(m, s, marks=marks, id=f"{m}-{s}")
+            yield pytest.param(m, s, id=f"{m}-{s}")
 
 
 @pytest.mark.parametrize(("model_name", "system_name"), list(_cases()))

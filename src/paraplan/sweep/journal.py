@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from paraplan.io import MAX_INPUT_BYTES, append_line, atomic_write_text
+from paraplan.report.result import MEMORY_PARTS
 from paraplan.specs.errors import InputError
 
 POINTS_FILE = "points.jsonl"
@@ -37,8 +38,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "mfu": (int, float, type(None)), "hfu": (int, float, type(None)), "global_batch": (int, type(None)),
     "set_si": (dict,),
 }
-_MEMORY_KEYS = ("peak_gib", "capacity_gib", "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib",
-                "buffers_gib", "reserved_gib")
+_MEMORY_KEYS = ("peak_gib", "capacity_gib", *(f"{part.key}_gib" for part in MEMORY_PARTS))
 
 
 def dumps(data) -> str:
