@@ -11,9 +11,11 @@ whose keys include hidden_size and intermediate_size is read the same way)
     null), intermediate_size -> ffn_hidden, vocab_size -> vocab, tie_word_embeddings ->
     tie_embeddings (default false), max_position_embeddings -> max_position (when given).
     mlp swiglu (the gated MLP; ``hidden_act`` only names its activation, silu for all three),
-    norm rmsnorm, position_embedding rope, bias false. Qwen2 has biases on the q/k/v projections
-    only; ModelSpec's ``bias`` is all-or-nothing, so they are left out (3·(a+2a_kv)·d_head
-    parameters per layer, negligible).
+    norm rmsnorm, position_embedding rope, bias false. ``qkv_bias``: true for Qwen2 (biases on the
+    q/k/v projections), else Llama's ``attention_bias`` (which also biases the output projection:
+    h parameters per layer, left out). ``sliding_window`` -> sliding_window for Mistral when not
+    null, and for Qwen2 when ``use_sliding_window`` is true (taken for every layer; Qwen2's
+    ``max_window_layers`` keeps the first layers full, so this is a lower bound on their cost).
 
 GPT-2 (``model_type`` gpt2)
     n_layer -> layers, n_embd -> hidden, n_head -> heads, n_inner -> ffn_hidden (null or absent:
@@ -196,7 +198,7 @@ def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:
     return any(get(key, default=default, kind=float) > 0 for key in keys)
 
 
-def _llama_like(data: dict, get) -> dict:
+def _llama_like(data: dict, get, family: str) -> dict:
     spec = {
         "layers": get("num_hidden_layers"),
         "hidden": get("hidden_size"),
@@ -208,9 +210,14 @@ def _llama_like(data: dict, get) -> dict:
         "norm": "rmsnorm",
         "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
         "bias": False,
+        "qkv_bias": family == "qwen2" or get("attention_bias", default=False, kind=bool),
         "dropout": _has_dropout(get, ("attention_dropout",), 0.0),
         "position_embedding": "rope",
     }
+    window = get("sliding_window", default=None)
+    if window is not None and (family == "mistral" or (family == "qwen2" and get("use_sliding_window", default=False,
+                                                                                  kind=bool))):
+        spec["sliding_window"] = window
     head_dim = get("head_dim", default=None)
     if head_dim is not None:
         spec["head_dim"] = head_dim
@@ -316,7 +323,7 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
     required = _REQUIRED["llama" if family in _LLAMA_LIKE else family]
     get = _getter(data, field, family, required)
     if family in _LLAMA_LIKE:
-        spec = _llama_like(data, get)
+        spec = _llama_like(data, get, family)
     elif family == "gpt2":
         spec = _gpt2(data, get)
     elif family == "gpt_neox":

@@ -28,3 +28,13 @@ def check_search_bounds(gpus: int, seq_length: int, batch: int, batch_flag: str 
     _check(batch_flag, batch, MAX_GLOBAL_BATCH)
     if top is not None:
         _check("--top", top, MAX_TOP)
+
+
+def position_warning(model, seq_length: int) -> str | None:
+    """A one-line warning when the sequence is longer than the positions the model was built for
+    (``max_position``: a learned table has no rows beyond it; rotary models were not trained there)."""
+    if seq_length <= model.max_position:
+        return None
+    kind = "its learned position table has" if model.learned_positions else "it was trained with"
+    return (f"--seq-length {seq_length:,} is longer than {model.name}'s {model.max_position:,} positions "
+            f"({kind} {model.max_position:,}); the estimate assumes the model is extended to it")

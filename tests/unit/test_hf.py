@@ -141,14 +141,14 @@ def test_mistral_gqa(tmp_path):
     m = load_model(write(tmp_path, "mistral-7b", MISTRAL_7B))
     assert fields(m, *SHAPE) == (32, 4096, 32, 8, 14336, 32000)
     assert fields(m, *STYLE) == ("swiglu", "rmsnorm", False, False, False)
-    assert m.d_head == 128 and m.max_position == 32768
+    assert m.d_head == 128 and m.max_position == 32768 and m.sliding_window == 4096 and not m.has_qkv_bias
 
 
-def test_qwen2_tied_without_qkv_bias(tmp_path):
+def test_qwen2_tied_with_qkv_bias(tmp_path):
     m = load_model(write(tmp_path, "qwen2-0.5b", QWEN2_05B))
     assert fields(m, *SHAPE) == (24, 896, 14, 2, 4864, 151936)
     assert fields(m, *STYLE) == ("swiglu", "rmsnorm", True, False, False)
-    assert m.d_head == 64
+    assert m.d_head == 64 and m.has_qkv_bias and m.sliding_window is None
 
 
 def test_explicit_head_dim_is_kept(tmp_path):

@@ -151,6 +151,8 @@ def sweep(
         raise typer.Exit(130) from None
     finally:
         bar.stop()
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     console = _stdout()
     console.print(_sweep_table(outcome.document))
     skipped = f", {outcome.skipped} resumed from {out / 'points.jsonl'}" if outcome.skipped else ""

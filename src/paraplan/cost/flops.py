@@ -16,17 +16,18 @@ from paraplan.specs.model import ModelSpec
 
 
 def matmul_params(model: ModelSpec) -> float:
-    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head)."""
+    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head);
+    biases add no matrix-multiply FLOPs."""
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     per_layer = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     return model.layers * per_layer + model.vocab * h
 
 
 def causal_attention_flops_per_token(model: ModelSpec, seq_length: int, passes: float) -> float:
-    """passes·2·L·(s+1)·(a·d): Q·Kᵀ and P·V, 2·(a·d) FLOPs per key each, over the (s+1)/2 keys a query
-    sees on average under the causal mask (Dao 2023, FlashAttention-2 §4.1); passes = 3 for forward
-    and backward, 1 for a forward re-run."""
-    return passes * 2.0 * model.layers * (seq_length + 1) * model.q_width
+    """passes·4·L·k·(a·d): Q·Kᵀ and P·V, 2·(a·d) FLOPs per key each, over the k = (s+1)/2 keys a query
+    sees on average under the causal mask (Dao 2023, FlashAttention-2 §4.1; fewer with a sliding
+    window, ModelSpec.mean_visible_keys); passes = 3 for forward and backward, 1 for a forward re-run."""
+    return passes * 4.0 * model.layers * model.mean_visible_keys(seq_length) * model.q_width
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:

@@ -497,6 +497,7 @@ class SweepOutcome:
     files: list[Path]
     ran: int  # points computed by this run
     skipped: int  # points already finished (--resume)
+    warnings: tuple[str, ...] = ()  # one line each, for stderr
 
 
 def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool = False, dask: str | None = None,
@@ -532,7 +533,10 @@ def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool
             from paraplan.report.plots import plot_sweep
 
             files += plot_sweep(document, out_dir)
-    return SweepOutcome(document, files, ran=len(pending), skipped=len(done))
+    from paraplan.limits import position_warning
+
+    warning = position_warning(prepared.model, config.seq_length)
+    return SweepOutcome(document, files, ran=len(pending), skipped=len(done), warnings=(warning,) if warning else ())
 
 
 def _config_record(prepared: Prepared) -> dict:
