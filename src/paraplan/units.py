@@ -34,13 +34,13 @@ ALLOWED_UNITS: dict[str, str] = {
 # leave several orders of magnitude around every real system (a 2026 GPU: ~1e15-1e16 FLOP/s,
 # ~1e11-1e13 B/s, ~1e10-1e11 B of HBM; latencies ~1e-6 s).
 RANGES: dict[str, tuple[float, float]] = {
-    "bytes": (1.0, 1e18),  # 1 B .. 1 EB
+    "bytes": (1.0, 1e21),  # 1 B .. 1 ZB (Calculon's a100_80e study system has 80e9 GiB = 8.6e19 B: "endless" HBM)
     "bandwidth": (1e6, 1e16),  # 1 MB/s .. 10 PB/s
     "flops": (1e6, 1e20),  # 1 MFLOP/s .. 100 EFLOP/s
     "time": (0.0, 1e6),  # 0 .. ~11.6 days (latencies, fixed overheads)
 }
 _RANGE_TEXT = {
-    "bytes": "1 B to 1 EB",
+    "bytes": "1 B to 1 ZB",
     "bandwidth": "1 MB/s to 10 PB/s",
     "flops": "1 MFLOPS to 100 EFLOPS",
     "time": "0 to 1e6 s",
