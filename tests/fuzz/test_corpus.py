@@ -163,7 +163,7 @@ def test_failed_search_keeps_the_old_csv(cli, tmp_path):
     assert code == 2 and old.read_text() == "my old results\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plans.csv"]  # no temporary file left
     cli(*SEARCH, "--csv", str(old), codes=(0,))
-    assert old.read_text().startswith("tp,pp,cp,dp")
+    assert old.read_text().startswith("rank,plan_label")
 
 
 def test_sweep_into_a_non_empty_directory(cli, tmp_path):

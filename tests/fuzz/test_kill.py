@@ -1,4 +1,4 @@
-"""Kill tests (issue 13): SIGKILL a ``sweep --workers 2`` and a ``search --csv`` at deterministic
+"""Kill tests (issue 13): SIGKILL a ``sweep --workers 2`` and a ``search --csv-all`` at deterministic
 moments (observed in their files, not timed): no finished point is lost, no result file is half
 written, the user's old file survives, and no worker process outlives the sweep."""
 
@@ -105,7 +105,7 @@ def test_killed_csv_search_keeps_the_old_file(tmp_path, moment):
     target = tmp_path / "plans.csv"
     target.write_text("my old results\n")
     process = start("search", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8",
-                    "--global-batch", "16", "--top", "1", "--csv", str(target))
+                    "--global-batch", "16", "--top", "1", "--csv-all", str(target))
 
     def temporary() -> list[Path]:
         return [p for p in tmp_path.iterdir() if p.name.startswith(".plans.csv.")]

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from paraplan.limits import MAX_TOP
 from paraplan.cli.app import (
     EXIT_DOES_NOT_FIT,
     Attention,
@@ -30,6 +29,7 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
+from paraplan.limits import MAX_TOP
 from paraplan.specs.errors import InputError
 
 
