@@ -93,8 +93,8 @@ def parse_tokens(text: str) -> float:
         value = float(number) * _TOKEN_SUFFIX[suffix]
     except ValueError:
         raise InputError(f"--tokens: {text!r} is not a number of tokens; e.g. 15e12, 15T, 300B") from None
-    if not value > 0:
-        raise InputError(f"--tokens: {text!r} must be positive")
+    if not 0 < value < float("inf"):
+        raise InputError(f"--tokens: {text!r} must be a finite positive number of tokens")
     return value
 
 

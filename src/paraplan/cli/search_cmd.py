@@ -29,6 +29,7 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
+from paraplan.limits import MAX_TOP
 from paraplan.specs.errors import InputError
 
 
@@ -43,7 +44,7 @@ def search(
         Optional[int],
         typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="how many plans to show")] = 10,
+    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")] = 10,
     objective: Annotated[
         str, typer.Option("--objective", help="time (s per token) | cost (USD per token, at --price) | mfu")
     ] = "time",

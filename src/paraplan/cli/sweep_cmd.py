@@ -27,6 +27,7 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
+from paraplan.limits import MAX_TOP
 from paraplan.report.render import SimpleTable, simple_table
 from paraplan.specs.errors import InputError
 
@@ -75,10 +76,11 @@ def sweep(
         Optional[int],
         typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="plans kept per point (top-k summary)")] = 5,
+    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")] = 5,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("sweep-out"),
     workers: Annotated[int, typer.Option("--workers", min=1, help="local processes (1 = in this process)")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="skip the points already finished in OUT/points.jsonl")] = False,
+    force: Annotated[bool, typer.Option("--force", help="replace the results in a non-empty OUT (default: refuse)")] = False,
     dask: Annotated[
         Optional[str], typer.Option("--dask", help="run on a Dask scheduler at ADDRESS, or 'local' for a LocalCluster")
     ] = None,
@@ -141,7 +143,7 @@ def sweep(
 
     try:
         outcome = run_sweep(config, out, workers=workers, resume=resume, dask=dask, on_point=finished,
-                            on_start=started, plots=not no_plot)
+                            on_start=started, plots=not no_plot, force=force)
     except KeyboardInterrupt:
         bar.stop()
         print(f"interrupted: the finished points are in {out / 'points.jsonl'}; add --resume to continue",
@@ -149,6 +151,8 @@ def sweep(
         raise typer.Exit(130) from None
     finally:
         bar.stop()
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     console = _stdout()
     console.print(_sweep_table(outcome.document))
     skipped = f", {outcome.skipped} resumed from {out / 'points.jsonl'}" if outcome.skipped else ""

@@ -114,7 +114,7 @@ def validate(
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
     from paraplan.validate.hetero import is_hetero_file, load_hetero_cases, run_hetero_cases
     from paraplan.validate.markdown import validation_markdown
-    from paraplan.validate.run import load_cases, run_cases, summary_mapes
+    from paraplan.validate.run import load_cases, run_cases
 
     hetero = hetero or bool(cases) and all(is_hetero_file(p) for p in cases)
     if hetero and cv:
@@ -146,10 +146,30 @@ def validate(
         except OSError as exc:
             raise InputError(f"--markdown: cannot write {str(markdown)!r}: {exc.strerror}") from None
     if max_mape is not None:
-        over = {k: v for k, v in summary_mapes(report["summary"]).items() if v > max_mape}
-        if over:
-            worst = max(over, key=over.get)
-            print(f"validation failed: {len(over)} MAPE value(s) exceed {max_mape}% (worst {worst} = {over[worst]:.2f}%)", file=sys.stderr)
+        failure = mape_gate_failure(report, max_mape)
+        if failure:
+            print(f"validation failed: {failure}", file=sys.stderr)
             raise typer.Exit(1)
 
 
+def mape_gate_failure(report: dict, max_mape: float) -> str | None:
+    """Why the ``--max-mape`` gate fails, or None when it passes. It fails when there is nothing to
+    judge (no case, no MAPE value), when any MAPE or error is not a finite number (a NaN
+    measurement compares false with everything, so it must not slip through), or when any MAPE
+    exceeds ``max_mape``."""
+    import math
+
+    from paraplan.validate.run import summary_mapes
+
+    mapes = summary_mapes(report["summary"])
+    if not report.get("cases") or not mapes:
+        return "no case was compared, so the --max-mape gate has nothing to pass"
+    errors = [e for case in report["cases"] for e in (case.get("error_pct") or {}).values()]
+    bad = [k for k, v in mapes.items() if not isinstance(v, (int, float)) or not math.isfinite(v)]
+    if bad or not all(isinstance(e, (int, float)) and math.isfinite(e) for e in errors):
+        return f"a MAPE or an error is not a finite number ({', '.join(bad) or 'a case error'}); check the measurements"
+    over = {k: v for k, v in mapes.items() if v > max_mape}
+    if over:
+        worst = max(over, key=over.get)
+        return f"{len(over)} MAPE value(s) exceed {max_mape}% (worst {worst} = {over[worst]:.2f}%)"
+    return None

@@ -65,7 +65,7 @@ def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: Accelerator
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json)."""
     if flops <= 0:
         return 0.0
-    b, m, n, k = shape
+    b, m, n, k = (max(1, d) for d in shape)  # a slice narrower than one row (vocab < tp) is padded to one
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 

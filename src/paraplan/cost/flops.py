@@ -1,4 +1,14 @@
-"""Closed-form FLOP counts used for MFU / HFU (independent of the op graph, which tests check against)."""
+"""Closed-form FLOP counts used for MFU / HFU (independent of the op graph, which tests check against).
+
+One convention, everywhere: the FLOPs a causal decoder *needs*, i.e. the matrix multiplies of every
+parameter (6 per parameter per token: forward 2, backward 4) plus attention's score and value
+products over the keys each query may see under the causal mask — query i sees i keys, (s+1)/2 on
+average — as FlashAttention-2 counts causal attention (Dao 2023, §4.1: half the non-causal FLOPs).
+The op graph charges every one of these FLOPs (and more: fused attention's backward is 2.5x its
+forward, context parallelism sees (s+c)/2 keys, padded tiles) at no more than the peak rate, so
+model FLOPs per step / (step time · GPUs · peak) — the MFU — cannot exceed 1, also at long
+sequences where PaLM's non-causal count (Chowdhery et al. 2022, App. B) would report MFU > 100 %.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +16,24 @@ from paraplan.specs.model import ModelSpec
 
 
 def matmul_params(model: ModelSpec) -> float:
-    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head)."""
+    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head);
+    biases add no matrix-multiply FLOPs."""
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     per_layer = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     return model.layers * per_layer + model.vocab * h
 
 
+def causal_attention_flops_per_token(model: ModelSpec, seq_length: int, passes: float) -> float:
+    """passes·4·L·k·(a·d): Q·Kᵀ and P·V, 2·(a·d) FLOPs per key each, over the k = (s+1)/2 keys a query
+    sees on average under the causal mask (Dao 2023, FlashAttention-2 §4.1; fewer with a sliding
+    window, ModelSpec.mean_visible_keys); passes = 3 for forward and backward, 1 for a forward re-run."""
+    return passes * 4.0 * model.layers * model.mean_visible_keys(seq_length) * model.q_width
+
+
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
-    """6·N + 12·L·s·(a·d): PaLM's model FLOPs per token (Chowdhery et al. 2022, App. B), N = matmul
-    parameters, attention counted without the causal discount (as Narayanan et al. 2021, Eq. 3)."""
-    return 6.0 * matmul_params(model) + 12.0 * model.layers * seq_length * model.q_width
+    """6·N + 6·L·(s+1)·(a·d): model FLOPs per token, N = matmul parameters (PaLM's 6·N, Chowdhery et
+    al. 2022, App. B), attention with the causal discount (module docstring: keeps MFU <= 1)."""
+    return 6.0 * matmul_params(model) + causal_attention_flops_per_token(model, seq_length, passes=3.0)
 
 
 def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch: int) -> float:
@@ -25,8 +43,9 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch: int) -
 
 def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
     """Extra forward FLOPs per token re-run in backward: full = the whole layer forward,
-    2·N_layers + 4·L·s·(a·d); selective = the attention matmuls, 4·L·s·(a·d) (Korthikanti et al. 2022, §5)."""
-    attention = 4.0 * model.layers * seq_length * model.q_width
+    2·N_layers + 2·L·(s+1)·(a·d); selective = the attention matmuls, 2·L·(s+1)·(a·d) (Korthikanti et
+    al. 2022, §5; attention counted causally as in model_flops_per_token)."""
+    attention = causal_attention_flops_per_token(model, seq_length, passes=1.0)
     if recompute == "full":
         return 2.0 * (matmul_params(model) - model.vocab * model.hidden) + attention
     if recompute == "selective":

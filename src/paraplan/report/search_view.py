@@ -8,8 +8,6 @@ table title, the JSON document and the CSV. Cost figures: USD per step = step ti
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,24 +217,28 @@ CSV_METRICS = ("step_time_s", "tokens_per_s", "objective", "peak_memory_gib")
 
 class AtomicText:
     """A text file written to a temporary file beside ``path`` and renamed onto it by ``close``
-    (``discard`` removes the temporary file): readers never see half a file."""
+    (``discard`` removes the temporary file): readers never see half a file. The rule (fsync,
+    rename, a device such as /dev/null or /dev/full written through, never replaced) is
+    ``paraplan.io.AtomicTarget``."""
 
     def __init__(self, path: Path, flag: str):
+        from paraplan.io import AtomicTarget
+
         self.path = Path(path)
+        self.target = AtomicTarget(self.path, flag)
         try:
-            fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent or ".")
+            self.handle = open(self.target.path, "w", newline="")  # noqa: SIM115 - closed by close/discard
         except OSError as exc:
+            self.target.discard()
             raise InputError(f"{flag}: cannot write {str(path)!r}: {exc.strerror}") from None
-        self.temp = Path(temp)
-        self.handle = os.fdopen(fd, "w", newline="")
 
     def close(self) -> None:
         self.handle.close()
-        os.replace(self.temp, self.path)
+        self.target.commit()
 
     def discard(self) -> None:
         self.handle.close()
-        self.temp.unlink(missing_ok=True)
+        self.target.discard()
 
 
 class CsvSink:

@@ -44,6 +44,14 @@ class ModelSpec(BaseModel):
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     tie_embeddings: bool = False
     bias: bool | None = None
+    qkv_bias: bool | None = Field(
+        default=None, description="biases on the q/k/v projections only (Qwen2); default: as bias"
+    )
+    sliding_window: int | None = Field(
+        default=None, gt=0,
+        description="each query attends to at most this many most recent keys (Mistral 7B v0.1, Jiang et al. "
+        "2023, §2); None = the whole causal prefix",
+    )
     dropout: bool | None = Field(default=None, description="hidden/attention dropout on; default: gelu models yes")
     position_embedding: Literal["learned", "rope"] | None = None
     max_position: int = Field(default=2048, gt=0, description="rows of a learned position table")
@@ -142,6 +150,19 @@ class ModelSpec(BaseModel):
     @property
     def has_bias(self) -> bool:
         return self.bias if self.bias is not None else self.mlp == "gelu"
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.qkv_bias if self.qkv_bias is not None else self.has_bias
+
+    def mean_visible_keys(self, seq_length: int) -> float:
+        """Keys a query attends to, averaged over a sequence of s tokens: query i sees min(i, w) keys
+        under the causal mask and a sliding window w, so the mean is (s+1)/2 without a window and
+        (w(w+1)/2 + (s-w)·w)/s with one (w < s)."""
+        s, w = seq_length, self.sliding_window
+        if w is None or w >= s:
+            return (s + 1) / 2.0
+        return (w * (w + 1) / 2.0 + (s - w) * w) / s
 
     @property
     def has_dropout(self) -> bool:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
+from paraplan.specs.errors import UnsupportedDtype
 from paraplan.units import parse_quantity
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -92,7 +93,10 @@ class AcceleratorSpec(BaseModel):
             return table.get("bf16") or table["fp16"]
         if dtype == "fp32" and "tf32" in table:
             return table["tf32"]
-        raise KeyError(dtype)
+        raise UnsupportedDtype(
+            f"dtype: {dtype!r} is not supported by accelerator {self.name} (matrix_flops has "
+            f"{', '.join(sorted(table))}); choose one of those"
+        )
 
     def peak_vector_flops(self, dtype: str) -> float:
         """Peak vector rate for element-wise work in ``dtype``'s activations (fp8 training keeps

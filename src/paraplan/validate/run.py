@@ -49,14 +49,13 @@ A MAPE is ``None`` when no case measures that metric.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from paraplan.catalog import load_framework, load_model, load_system
@@ -139,16 +138,11 @@ def bundled_case_files() -> list[Any]:
 
 def _read_case_file(path: Any) -> tuple[str, list]:
     """(file stem, raw case list) of a JSON or YAML case file; InputError naming the file otherwise."""
+    from paraplan.io import read_document  # bounded, strict reading shared by every input file
+
     name = path.name
     label = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cases: cannot read file {label!r}: {exc.strerror}") from None
-    try:
-        data = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"cases: {label!r} is not valid JSON/YAML: {str(exc).splitlines()[0]}") from None
+    data = read_document(path, "cases")
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise InputError(f"cases: {label!r} must hold a mapping with a list under 'cases'")
     stem = name.rsplit(".", 1)[0] if "." in name else name
@@ -163,7 +157,7 @@ def _measured(raw: Any) -> dict[str, float]:
     for key, value in raw.items():
         if key not in METRICS and key not in DOC_METRICS:
             raise InputError(f"measured.{key}: unknown metric; allowed: {allowed}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
             raise InputError(f"measured.{key}: {value!r} is not allowed; must be a positive number")
         if key in METRICS:
             out[key] = float(value)
