@@ -36,13 +36,11 @@ from pathlib import Path
 from paraplan.catalog import load_model, load_system
 from paraplan.io import atomic_write_text
 from paraplan.limits import check_search_bounds
-from paraplan.report.result import BREAKDOWN_FIELDS
-from paraplan.report.result import MEMORY_PARTS as STAGE_MEMORY_PARTS
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PLAN_COLUMNS
 from paraplan.specs.system import SystemSpec
 from paraplan.sweep.journal import CONFIG_FILE, POINTS_FILE, PointWriter, dumps, locked, open_output  # noqa: F401
+from paraplan.sweep.schema import EMPTY_SUMMARY, PlanSummary, csv_columns
 from paraplan.sweep.params import SetAxis, apply_overrides, check_axes, override_values, si_value
 from paraplan.units import GiB
 
@@ -51,7 +49,6 @@ CSV_FILE = "sweep.csv"
 FLOAT_DIGITS = 9  # significant digits of every float written (last-bit differences between machines vanish)
 MAX_POINTS = 10_000  # points of one sweep (each is a whole plan search)
 
-MEMORY_PARTS = tuple(part.key for part in STAGE_MEMORY_PARTS)  # report.result: the one list
 RESTRICTION_FIELDS = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
 
 
@@ -151,37 +148,6 @@ def swept_values(config: SweepConfig, point: Point, system_name: str) -> dict:
 
 
 # ---- one point ------------------------------------------------------------------------------
-def _memory(stage) -> dict:
-    d = stage.to_dict()
-    out = {f"{p}_gib": d[f"{p}_gib"] for p in MEMORY_PARTS}
-    out.update(stage=d["stage"], peak_gib=d["peak_gib"], capacity_gib=d["capacity_gib"], fits=d["fits"])
-    return out
-
-
-def _summary(est, plan) -> dict:
-    from dataclasses import asdict
-
-    from paraplan.report.search_view import plan_label
-
-    return {
-        "plan": plan.model_dump(),
-        "plan_label": plan_label(plan),
-        "step_time_s": est.step_time_s,
-        "tokens_per_s": est.tokens_per_s,
-        "mfu": est.mfu,
-        "hfu": est.hfu,
-        "global_batch": plan.global_batch,
-        "memory": _memory(est.peak_stage),
-        "breakdown": asdict(est.breakdown),
-    }
-
-
-_EMPTY = {
-    "plan": None, "plan_label": None, "step_time_s": None, "tokens_per_s": None, "mfu": None, "hfu": None,
-    "global_batch": None, "memory": None, "breakdown": None,
-}
-
-
 def point_key(task: dict) -> str:
     """Hash of the whole point (model and system specs, settings, swept values): the journal's key."""
     identity = {k: task[k] for k in ("model", "system", "settings", "swept", "set_si")}
@@ -221,7 +187,7 @@ def run_point(task: dict) -> dict:
     bad = _first_non_finite(record)
     if bad is not None:
         keep = {k: record[k] for k in ("index", "model", *task["swept"], "set_si")}
-        record = {**keep, **_EMPTY, "feasible": False, "top": [], "nearest_miss": None, "search": None,
+        record = {**keep, **EMPTY_SUMMARY, "feasible": False, "top": [], "nearest_miss": None, "search": None,
                   "reason": f"the model gave a non-finite value ({bad}); the inputs are outside its range"}
         if task["settings"]["tokens"]:
             record["time_to_train_days"] = None
@@ -255,7 +221,7 @@ def _run_point(task: dict) -> dict:
         price_per_gpu_hour=system.price_per_gpu_hour,
         **{k: tuple(v) for k, v in settings["restrictions"].items()},
     )
-    record.update(_EMPTY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
+    record.update(EMPTY_SUMMARY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
     try:
         result = search(problem, top_k=settings["top"])
     except InputError as exc:  # this point cannot be searched (no split of the GPUs, batch too small, ...)
@@ -264,9 +230,9 @@ def _run_point(task: dict) -> dict:
     record["search"] = {"candidates": result.candidates, "evaluated": result.evaluated, "feasible": result.feasible}
     if result.plans:
         best = result.plans[0]
-        record.update(_summary(best.estimate, best.plan), feasible=True)
+        record.update(PlanSummary.of(best.estimate, best.plan).to_dict(), feasible=True)
         record["top"] = [
-            {"rank": p.rank, "plan_label": _summary(p.estimate, p.plan)["plan_label"], "plan": p.plan.model_dump(),
+            {"rank": p.rank, "plan_label": PlanSummary.of(p.estimate, p.plan).plan_label, "plan": p.plan.model_dump(),
              "step_time_s": p.estimate.step_time_s, "tokens_per_s": p.estimate.tokens_per_s, "mfu": p.estimate.mfu,
              "peak_memory_gib": p.estimate.peak_stage.peak_bytes / GiB}
             for p in result.plans
@@ -276,7 +242,7 @@ def _run_point(task: dict) -> dict:
     elif result.nearest_miss is not None:
         miss = result.nearest_miss
         plan = PlanSpec.model_validate(miss["plan"])
-        near = _summary(estimate(model, system, plan), plan)
+        near = PlanSummary.of(estimate(model, system, plan), plan).to_dict()
         near["overflow_gib"] = miss["overflow_gib"]
         record["nearest_miss"] = near
         record["reason"] = (f"no plan fits in memory; nearest miss needs {miss['peak_memory_gib']:.1f} GiB "
@@ -461,33 +427,17 @@ def write_results(document: dict, out_dir: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
-BREAKDOWN_COLUMNS = BREAKDOWN_FIELDS
-
-
 def write_csv(document: dict, path: Path) -> None:
     """One row per point: swept values, feasibility, metrics, the best plan's knobs, memory, breakdown."""
     sweep = document["sweep"]
     set_paths = [s["path"] for s in sweep["sets"]]
     with_days = sweep.get("tokens") is not None
-    header = (["index", "system", "gpus", *set_paths, "feasible", "global_batch", "step_time_s", "tokens_per_s", "mfu"]
-              + (["time_to_train_days"] if with_days else [])
-              + ["plan", *PLAN_COLUMNS, "peak_memory_gib", "capacity_gib", *(f"{p}_gib" for p in MEMORY_PARTS),
-                 *BREAKDOWN_COLUMNS, "nearest_miss_overflow_gib", "reason"])
+    columns = csv_columns(set_paths, with_days)
     fh = io.StringIO()
     writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(header)
+    writer.writerow([name for name, _ in columns])
     for r in document["points"]:
-        plan = r.get("plan") or {}
-        memory = r.get("memory") or {}
-        breakdown = r.get("breakdown") or {}
-        miss = r.get("nearest_miss") or {}
-        row = ([r["index"], r["system"], r["gpus"], *(r.get(p) for p in set_paths), r["feasible"],
-                r.get("global_batch"), r.get("step_time_s"), r.get("tokens_per_s"), r.get("mfu")]
-               + ([r.get("time_to_train_days")] if with_days else [])
-               + [r.get("plan_label"), *(plan.get(c) for c in PLAN_COLUMNS), memory.get("peak_gib"),
-                  memory.get("capacity_gib"), *(memory.get(f"{p}_gib") for p in MEMORY_PARTS),
-                  *(breakdown.get(c) for c in BREAKDOWN_COLUMNS), miss.get("overflow_gib"), r.get("reason")])
-        writer.writerow(["" if v is None else v for v in row])
+        writer.writerow(["" if (v := value(r)) is None else v for _, value in columns])
     atomic_write_text(path, fh.getvalue(), field="--out")
 
 
