@@ -207,7 +207,7 @@ ERROR_CASES = {
     "tp does not divide heads": ([*ESTIMATE, "--gpus", "6", "--tp", "3"], ["plan.tp", "heads=32"]),
     "global batch vs dp·micro_batch": ([*ESTIMATE, "--gpus", "8", "--global-batch", "12"],
                                        ["plan.global_batch", "12", "dp·micro_batch"]),
-    "gpus != tp·pp·dp·cp": ([*ESTIMATE, "--gpus", "6", "--tp", "4"], ["plan.gpus", "tp·pp·dp·cp"]),
+    "tp does not divide gpus": ([*ESTIMATE, "--gpus", "6", "--tp", "4"], ["plan.tp", "must divide gpus=6"]),
     "bogus recompute": ([*ESTIMATE, "--gpus", "8", "--recompute", "bogus"],
                         ["--recompute", "bogus", "none", "selective", "full"]),
     "non-positive gpus": ([*ESTIMATE, "--gpus", "0"], ["--gpus"]),

@@ -44,10 +44,10 @@ def raises(model, system, **fields) -> InputError:
         (GPT, dict(gpus=4, pp=4, vpp=4, global_batch=16), "plan.vpp", 4),
         # dp 4 x micro_batch 2 = 8 does not divide 12
         (GPT, dict(gpus=4, micro_batch=2, global_batch=12), "plan.global_batch", 12),
-        # explicit dp: 2*1*3*1 = 6 != 8 GPUs
-        (GPT, dict(gpus=8, tp=2, dp=3, global_batch=6), "plan.gpus", 8),
-        # dp inferred: 10 GPUs not divisible by tp 4
-        (GPT, dict(gpus=10, tp=4, global_batch=8), "plan.gpus", 10),
+        # explicit dp: 2*1*3*1 = 6 != 8 GPUs; tp divides 8, so dp is blamed
+        (GPT, dict(gpus=8, tp=2, dp=3, global_batch=6), "plan.dp", 3),
+        # dp inferred: 10 GPUs not divisible by tp 4: tp is blamed (issue 12: --tp 16 --gpus 8 is about tp)
+        (GPT, dict(gpus=10, tp=4, global_batch=8), "plan.tp", 4),
         # interleaved, pp 4, 6 micro-batches (global 12 / dp 2)
         (GPT, dict(gpus=8, pp=4, vpp=2, global_batch=12), "plan.global_batch", 12),
     ],

@@ -10,6 +10,8 @@ import typer
 
 from paraplan.cli.app import (
     EXIT_DOES_NOT_FIT,
+    check_price,
+    warn_positions,
     Attention,
     Dtype,
     Recompute,
@@ -177,6 +179,7 @@ def estimate(
         raise InputError("--system: missing; give --system (or --cluster with a non-uniform --plan)")
     if plot is not None:
         check_plot_path(plot)
+    check_price(price)
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
     model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
@@ -211,6 +214,7 @@ def estimate(
         }
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
+    warn_positions(model_spec, plan.seq_length)
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
     run = None
     if run_tokens is not None:

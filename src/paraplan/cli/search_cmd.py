@@ -11,6 +11,8 @@ import typer
 
 from paraplan.cli.app import (
     EXIT_DOES_NOT_FIT,
+    check_price,
+    warn_positions,
     Attention,
     CpOption,
     DefaultOverlapOption,
@@ -122,6 +124,7 @@ def search(
     if csv_path is not None and csv_all is not None and csv_path.resolve() == csv_all.resolve():
         raise InputError(f"--csv-all: {str(csv_all)!r} is also the --csv file; give two different files")
     run_tokens = parse_tokens(tokens) if tokens is not None else None
+    check_price(price)
     system_spec = load_system(system, field="system")
     price_per_gpu_hour = price if price is not None else system_spec.price_per_gpu_hour
     if objective == "cost" and price_per_gpu_hour is None:
@@ -144,6 +147,7 @@ def search(
         price_per_gpu_hour=price_per_gpu_hour,
     )
     problem.check()
+    warn_positions(problem.model, seq_length)
     from rich.console import Console
     from rich.progress import Progress
 
