@@ -181,18 +181,22 @@ def load_system(ref: str | dict | SystemSpec, field: str = "system") -> SystemSp
     """A catalog name, a path to a YAML/JSON system file, or a dict."""
     if isinstance(ref, SystemSpec):
         return ref
-    if isinstance(ref, str):
-        path = Path(ref)
-        if ref in system_names():
-            data = _read_entry("systems", ref)
-        elif path.suffix in (".yaml", ".yml", ".json") or path.exists():
-            data = _read_file(path, field)
-            data.setdefault("name", path.stem)
-        else:
-            raise _unknown("system", field, ref, system_names())
-    else:
-        data = ref
-    return validate_spec(SystemSpec, data, field)
+    return validate_spec(SystemSpec, _entry_data("systems", "system", ref, field), field)
+
+
+def _entry_data(kind: str, label: str, ref: str | dict, field: str) -> dict:
+    """The data of a catalog entry (by name), of a YAML/JSON file (named after its stem), or the dict itself."""
+    if not isinstance(ref, str):
+        return ref
+    path = Path(ref)
+    names = _names(kind)
+    if ref in names:
+        return _read_entry(kind, ref)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        data = _read_file(path, field)
+        data.setdefault("name", path.stem)
+        return data
+    raise _unknown(label, field, ref, names)
 
 
 def framework_names() -> list[str]:
@@ -205,17 +209,7 @@ def load_framework(ref: "str | dict | FrameworkSpec", field: str = "framework") 
 
     if isinstance(ref, FrameworkSpec):
         return ref
-    if isinstance(ref, str):
-        path = Path(ref)
-        if ref in framework_names():
-            data = _read_entry("frameworks", ref)
-        elif path.suffix in (".yaml", ".yml", ".json") or path.exists():
-            data = _read_file(path, field)
-            data.setdefault("name", path.stem)
-        else:
-            raise _unknown("framework", field, ref, framework_names())
-    else:
-        data = ref
+    data = _entry_data("frameworks", "framework", ref, field)
     try:
         return FrameworkSpec.model_validate(data)
     except ValidationError as exc:

@@ -214,8 +214,8 @@ def estimate(
         }
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
-    warn_positions(model_spec, plan.seq_length)
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
+    warn_positions(model_spec, plan.seq_length)  # after the estimate: input errors stay one line
     run = None
     if run_tokens is not None:
         run = est.run_totals(run_tokens, price if price is not None else system_spec.price_per_gpu_hour)

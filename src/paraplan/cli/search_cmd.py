@@ -147,7 +147,6 @@ def search(
         price_per_gpu_hour=price_per_gpu_hour,
     )
     problem.check()
-    warn_positions(problem.model, seq_length)
     from rich.console import Console
     from rich.progress import Progress
 
@@ -172,6 +171,7 @@ def search(
         raise
     if sink is not None:
         sink.close()
+    warn_positions(problem.model, seq_length)  # after the search: input errors stay one line
     written = sink.rows if sink is not None else None
     shown = write_top_csv(csv_path, result, problem, run_tokens) if csv_path is not None else None
     alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate) if (explain and result.plans) else []
