@@ -1,16 +1,37 @@
-"""Test-wide settings: property tests are deterministic (hypothesis derandomized) unless the
-HYPOTHESIS_PROFILE environment variable asks for the "explore" profile (random, more examples)."""
+"""Test-wide settings.
+
+- Property tests are deterministic (hypothesis derandomized) unless the HYPOTHESIS_PROFILE
+  environment variable asks for the "explore" profile (random, more examples).
+- The ``slow`` marker: the exhaustive-search comparisons (every candidate through the scalar
+  estimator) and the property tests take seconds each; they are marked here, by file or by test
+  name, so that ``python -m pytest -m "not slow"`` gives a quick loop while developing. CI
+  (``.ci/run``) and the README's test command run every test, the slow ones included.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, deadline=None, max_examples=500, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+SLOW_FILES = ("search/test_exactness.py", "invariants/test_properties.py")
+SLOW_NAME_PARTS = ("exhaustive",)
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: exhaustive or many-example tests (run in CI too; -m 'not slow' skips them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(str(item.fspath))
+        relative = path.relative_to(here).as_posix() if path.is_relative_to(here) else path.name
+        if relative in SLOW_FILES or any(part in item.name for part in SLOW_NAME_PARTS):
+            item.add_marker(pytest.mark.slow)

@@ -1,17 +1,23 @@
 """Thin Python API: the same entry points as the CLI, returning plain data objects.
 
->>> from paraplan.api import estimate
->>> est = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, seq_length=8192)
+>>> from paraplan.api import estimate, search
+>>> est = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, zero=1, seq_length=8192)
 >>> round(est.mfu, 2)  # doctest: +SKIP
+>>> found = search("gpt3-13b", "dgx-a100-80gb", gpus=64, global_batch=512, top=5)
+>>> found.best.plan, found.to_dataframe()  # doctest: +SKIP
 
 Models and systems may be catalog names, paths to YAML/JSON files (a model may also be a Hugging
 Face ``config.json``), dicts, or already-built specs. Plan fields are :class:`PlanSpec` fields;
 ``seq_length`` and ``global_batch`` get the CLI's defaults when omitted (see :func:`plan_from_fields`).
+Results: :class:`~paraplan.report.result.Estimate` and :class:`SearchResults` (ranked plans with
+``to_dict``, ``to_records``, ``to_dataframe`` — pandas is optional — and a Jupyter view);
+:func:`plan_label` is the compact plan text of the tables; :func:`to_dataframe` takes estimates too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +72,23 @@ def estimate(
     plan: PlanSpec | dict | None = None,
     *,
     with_ops: bool = False,
+    framework: str | dict | None = None,
     **plan_fields: Any,
 ) -> Estimate:
     """Estimate one plan. ``plan`` (a PlanSpec or dict) and keyword plan fields are merged, the
-    keywords winning; raises :class:`~paraplan.specs.errors.InputError` on bad input."""
+    keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
+    plan fields left unset and adapts the system (paraplan.frameworks.apply_framework); raises
+    :class:`~paraplan.specs.errors.InputError` on bad input."""
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     system_spec = load_system(str(system) if isinstance(system, Path) else system)
+    if framework is not None:
+        from paraplan.catalog import load_framework
+        from paraplan.frameworks import framework_plan_fields, framework_system
+
+        profile = load_framework(framework)
+        system_spec = framework_system(profile, system_spec)
+        base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+        plan, plan_fields = None, framework_plan_fields(profile, {**base, **plan_fields})
     if isinstance(plan, PlanSpec) and not plan_fields:
         plan_spec = plan
     else:
@@ -89,3 +106,127 @@ def validate(cases: Iterable[str | Path] | None = None) -> dict:
     from paraplan.validate.run import load_cases, run_cases
 
     return run_cases(load_cases(cases))
+
+
+def plan_label(plan: PlanSpec | dict) -> str:
+    """The compact plan text of the tables and CSV files: 'tp8 pp4 cp1 dp32 mb4 interleaved/v12 rc:none sp zero1'."""
+    from paraplan.report.frames import plan_text
+
+    return plan_text(plan)
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    """What :func:`search` returns: the problem and the ranked plans (best first).
+
+    ``plans`` are :class:`~paraplan.search.run.RankedPlan` s (rank, plan, estimate, objective);
+    ``raw`` is the search's own result with its counts (candidates, evaluated, feasible)."""
+
+    problem: Any  # paraplan.search.space.SearchProblem
+    raw: Any  # paraplan.search.run.SearchResult
+
+    @property
+    def plans(self) -> list:
+        return self.raw.plans
+
+    @property
+    def best(self):
+        """The best ranked plan, or None when no plan fits."""
+        return self.raw.plans[0] if self.raw.plans else None
+
+    def __len__(self) -> int:
+        return len(self.raw.plans)
+
+    def __iter__(self) -> Iterator:
+        return iter(self.raw.plans)
+
+    def __getitem__(self, index: int):
+        return self.raw.plans[index]
+
+    def to_records(self) -> list[dict]:
+        """One flat record per ranked plan (report.frames.estimate_record)."""
+        from paraplan.report.frames import search_records
+
+        return search_records(self.raw.plans)
+
+    def to_dataframe(self):
+        """The ranked plans as a pandas DataFrame (pandas is optional: pip install 'paraplan[pandas]')."""
+        from paraplan.report.frames import to_dataframe
+
+        return to_dataframe(self.to_records())
+
+    def to_dict(self) -> dict:
+        """The document of ``paraplan search --json`` (problem, objective, plans, counts, timing)."""
+        from paraplan.report.search_view import search_document
+
+        return search_document(self.problem, self.raw)
+
+    def _title(self) -> str:
+        p = self.problem
+        batch = f"global batch {p.global_batch}" if p.global_batch is not None else f"max global batch {p.max_global_batch}"
+        return f"{p.model.name} on {p.gpus} x {p.system.name}, seq {p.seq_length}, {batch}, objective {p.objective}"
+
+    def __repr__(self) -> str:
+        best = self.best
+        if best is None:
+            return f"<SearchResults {self._title()}: no plan fits ({self.raw.evaluated:,} evaluated)>"
+        return (f"<SearchResults {self._title()}: {len(self)} plans; best {plan_label(best.plan)}, "
+                f"step {best.estimate.step_time_s:.4g} s>")
+
+    def _repr_html_(self) -> str:
+        from paraplan.report.frames import html_table
+
+        return html_table(self.to_records(), caption=self._title())
+
+
+def search(
+    model: str | Path | dict | ModelSpec,
+    system: str | Path | dict | SystemSpec,
+    gpus: int,
+    *,
+    seq_length: int = DEFAULT_SEQ_LENGTH,
+    global_batch: int | None = None,
+    max_global_batch: int | None = None,
+    top: int = 10,
+    objective: str = "time",
+    price_per_gpu_hour: float | None = None,
+    exhaustive: bool = False,
+    **space: Any,
+) -> SearchResults:
+    """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
+    exactly one of ``global_batch`` / ``max_global_batch``; ``space``: further
+    :class:`~paraplan.search.space.SearchProblem` fields (dtype, attention, tp=(1, 2, 4), recompute=
+    ("none", "full"), vary_offload=False, ...). The price defaults to the system's."""
+    from paraplan.search.run import exhaustive_search
+    from paraplan.search.run import search as run_search
+    from paraplan.search.space import SearchProblem
+
+    model_spec = load_model(str(model) if isinstance(model, Path) else model)
+    system_spec = load_system(str(system) if isinstance(system, Path) else system)
+    fields = dict(space)
+    for key in ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "sequence_parallel", "schedules"):
+        if fields.get(key) is not None and not isinstance(fields[key], tuple):  # a list or one value
+            value = fields[key]
+            fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)
+    known = set(SearchProblem.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InputError(f"search: {unknown[0]!r} is not a search field; allowed: {', '.join(sorted(known - {'model', 'system'}))}")
+    problem = SearchProblem(
+        model=model_spec, system=system_spec, gpus=gpus, seq_length=seq_length, global_batch=global_batch,
+        max_global_batch=max_global_batch, objective=objective,
+        price_per_gpu_hour=price_per_gpu_hour if price_per_gpu_hour is not None else system_spec.price_per_gpu_hour,
+        **fields,
+    )
+    result = exhaustive_search(problem, top_k=top) if exhaustive else run_search(problem, top_k=top)
+    return SearchResults(problem, result)
+
+
+def to_dataframe(results) -> Any:
+    """A pandas DataFrame of :class:`SearchResults`, an Estimate or a list of Estimates (one row per plan)."""
+    from paraplan.report.frames import estimate_record, to_dataframe as frame
+
+    if isinstance(results, SearchResults):
+        return results.to_dataframe()
+    items = [results] if isinstance(results, Estimate) else list(results)
+    return frame([estimate_record(e) for e in items])

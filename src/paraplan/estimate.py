@@ -59,9 +59,22 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     return out
 
 
+def model_violations(model: ModelSpec) -> list[Violation]:
+    """The uniform builder (stages.BLOCK_KINDS) composes decoder-only stacks of identical layers;
+    encoders, encoder-decoders and stacks of differing widths are costed stage by stage from a
+    non-uniform plan file (estimate_stages.py), never silently as decoder layers."""
+    if model.architecture != "decoder":
+        return [Violation("model.architecture", model.architecture,
+                          "the uniform estimate and search cost decoder-only models; give a per-stage plan (--plan FILE with stages)")]
+    if model.layer_widths is not None:
+        return [Violation("model.layer_widths", "given",
+                          "layers of differing widths need a per-stage plan (--plan FILE with stages)")]
+    return []
+
+
 def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
     """Raise InputError naming the first broken rule (field, value, what is allowed)."""
-    violations = plan_violations(plan, model) + _system_violations(plan, system)
+    violations = model_violations(model) + plan_violations(plan, model) + _system_violations(plan, system)
     if violations:
         raise InputError.from_violations(violations)
 

@@ -1,23 +1,19 @@
-"""Result files written atomically: a temporary file in the same folder, then a rename."""
+"""Result files written atomically: a temporary file in the same folder, fsync'ed, then a rename.
+
+Kept for the export / import / calibrate commands; the rule itself lives in ``paraplan.io``
+(``atomic_write_text``), shared with search --csv and the sweep outputs."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from paraplan.io import atomic_write_text
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+    """Write ``text`` to ``path`` (creating its folder) so that readers see the old file or the whole
+    new one, never a part."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(target, text)
     return target

@@ -11,9 +11,11 @@ whose keys include hidden_size and intermediate_size is read the same way)
     null), intermediate_size -> ffn_hidden, vocab_size -> vocab, tie_word_embeddings ->
     tie_embeddings (default false), max_position_embeddings -> max_position (when given).
     mlp swiglu (the gated MLP; ``hidden_act`` only names its activation, silu for all three),
-    norm rmsnorm, position_embedding rope, bias false. Qwen2 has biases on the q/k/v projections
-    only; ModelSpec's ``bias`` is all-or-nothing, so they are left out (3·(a+2a_kv)·d_head
-    parameters per layer, negligible).
+    norm rmsnorm, position_embedding rope, bias false. ``qkv_bias``: true for Qwen2 (biases on the
+    q/k/v projections), else Llama's ``attention_bias`` (which also biases the output projection:
+    h parameters per layer, left out). ``sliding_window`` -> sliding_window for Mistral when not
+    null, and for Qwen2 when ``use_sliding_window`` is true (taken for every layer; Qwen2's
+    ``max_window_layers`` keeps the first layers full, so this is a lower bound on their cost).
 
 GPT-2 (``model_type`` gpt2)
     n_layer -> layers, n_embd -> hidden, n_head -> heads, n_inner -> ffn_hidden (null or absent:
@@ -40,15 +42,28 @@ Falcon (``model_type`` falcon, or the older RefinedWeb / RefinedWebModel)
 Multimodal wrappers that nest the language model under ``text_config`` are read from there.
 A missing required key raises :class:`~paraplan.specs.errors.InputError` with one line naming
 ``{field}.{key}``; a shape ModelSpec rejects is reported through ``input_error_from_pydantic``.
+
+Types are strict, as in every paraplan input: a count must be a JSON integer (``"4544"``, ``4544.0``
+and ``true`` are refused, naming the Hugging Face key), a flag a JSON boolean (``"false"`` is
+refused), a rate a number. Dropout: the model has dropout when any of the config's dropout rates
+is above 0 (Llama/Mistral/Qwen2 ``attention_dropout``; GPT-2 ``resid_pdrop``, ``embd_pdrop``,
+``attn_pdrop``, default 0.1; GPT-NeoX and Falcon ``hidden_dropout``, ``attention_dropout``,
+default 0), so no dropout masks are counted when every rate is 0.
+
+Mixture-of-experts configs of the families hf_moe.py reads (Mixtral, Qwen2-MoE / Qwen3-MoE,
+DeepSeek-V2/V3, Kimi-K2, GPT-OSS; by model_type, else architectures) are handed to it, with the same
+strict types. Refused, with one line saying why: any other mixture-of-experts config (DBRX, Jamba, a
+Mistral/Llama config with an expert count, ...), never read as dense; a config whose ``architectures``
+name a family not listed above (BERT, Gemma, T5, ...); a config with neither ``model_type`` nor
+``architectures`` unless its keys are unambiguous (GPT-2's ``n_embd``; or hidden_size,
+intermediate_size and rms_norm_eps with a SiLU activation and no BERT keys: Llama).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
 HF_KEYS = (
@@ -83,9 +98,65 @@ def is_hf_config(data: dict) -> bool:
     return any(key in data for key in HF_KEYS)
 
 
+# keys that give a config's expert count (Mixtral, Qwen2-MoE / Qwen3-MoE, DeepSeek V2/V3, DBRX, ...)
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
+            "moe_intermediate_size", "n_shared_experts")
+_MOE_NAMES = ("moe", "mixtral", "deepseek", "dbrx", "jamba", "arctic", "grok")
+
+
+def _moe_reason(data: dict) -> str | None:
+    """Why ``data`` is a mixture-of-experts config (a key or a name), or None for a dense model."""
+    for key in MOE_KEYS:
+        value = data.get(key)
+        if value is not None and value is not False and value != 0 and not (key == "num_experts_per_tok" and value == 1):
+            return f"{key}={value!r}"
+    archs = data.get("architectures")
+    names = [data.get("model_type")] + (archs if isinstance(archs, list) else [])
+    for name in names:
+        if isinstance(name, str) and any(tag in name.lower() for tag in _MOE_NAMES):
+            return repr(name)
+    return None
+
+
+def _supported_moe(data: dict, field: str) -> str | None:
+    """The MoE family hf_moe.py reads (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3, Kimi-K2, GPT-OSS), or None;
+    model_type and architectures are type-checked first (never coerced)."""
+    from paraplan.hf_moe import moe_family
+
+    model_type = data.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise InputError(f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'")
+    _architectures(data, field)
+    return moe_family(data)
+
+
+def _refuse_moe(data: dict, field: str) -> None:
+    """A mixture-of-experts config of a family hf_moe.py does not read is refused (never read as dense)."""
+    reason = _moe_reason(data)
+    if reason is not None:
+        from paraplan.hf_moe import MOE_TYPES
+
+        raise InputError(
+            f"{field}: a mixture-of-experts config ({reason}) is not supported yet; paraplan reads dense "
+            f"{', '.join(SUPPORTED)} configs and the MoE families {', '.join(MOE_TYPES)} "
+            "(describe the model with paraplan's own fields to estimate it)"
+        )
+
+
+def _architectures(data: dict, field: str) -> list[str]:
+    archs = data.get("architectures")
+    if archs is None:
+        return []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise InputError(f"{field}.architectures: {archs!r} is not allowed; must be a list of class names (strings)")
+    return archs
+
+
 def _family(data: dict, field: str) -> str:
     model_type = data.get("model_type")
     if model_type is not None:
+        if not isinstance(model_type, str):
+            raise InputError(f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'")
         if model_type in _LLAMA_LIKE or model_type in ("gpt2", "gpt_neox"):
             return model_type
         if model_type in _FALCON:
@@ -94,24 +165,43 @@ def _family(data: dict, field: str) -> str:
             f"{field}.model_type: {model_type!r} is not supported; allowed: {', '.join(SUPPORTED)} "
             "(or describe the model with paraplan's own fields)"
         )
-    for arch in data.get("architectures") or ():
+    archs = _architectures(data, field)
+    for arch in archs:
         for prefix, family in _ARCH_PREFIX.items():
-            if isinstance(arch, str) and arch.startswith(prefix):
+            if arch.startswith(prefix):
                 return family
+    if archs:
+        raise InputError(
+            f"{field}.architectures: {archs!r} is not supported; allowed families: {', '.join(SUPPORTED)} "
+            "(or describe the model with paraplan's own fields)"
+        )
     if "n_embd" in data:
         return "gpt2"
-    if "hidden_size" in data and "intermediate_size" in data:
+    llama_keys = all(k in data for k in ("hidden_size", "intermediate_size", "rms_norm_eps"))
+    if llama_keys and data.get("hidden_act", "silu") == "silu" and "type_vocab_size" not in data:
         return "llama"
     raise InputError(
-        f"{field}.model_type: missing and the family cannot be inferred; allowed: {', '.join(SUPPORTED)}"
+        f"{field}.model_type: missing and the family cannot be told from the keys; add model_type "
+        f"(allowed: {', '.join(SUPPORTED)})"
     )
 
 
+_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number"}
+
+
 def _getter(data: dict, field: str, family: str, required: tuple[str, ...]):
-    def get(*keys: str, default: Any = ...) -> Any:
+    """``get(*keys, kind=int, default=...)``: the first key present (not null), of type ``kind``
+    exactly (no coercion; a float ``kind`` also takes integers); InputError naming the key otherwise."""
+
+    def get(*keys: str, default: Any = ..., kind: type = int) -> Any:
         for key in keys:
             if key in data and data[key] is not None:
-                return data[key]
+                value = data[key]
+                ok = isinstance(value, bool) if kind is bool else (
+                    not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else kind))
+                if not ok:
+                    raise InputError(f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}")
+                return value
         if default is ...:
             raise InputError(
                 f"{field}.{keys[0]}: missing; a Hugging Face {family} config needs {', '.join(required)}"
@@ -121,7 +211,12 @@ def _getter(data: dict, field: str, family: str, required: tuple[str, ...]):
     return get
 
 
-def _llama_like(data: dict, get) -> dict:
+def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:
+    """True when any of the dropout rates ``keys`` (default ``default`` each) is above 0."""
+    return any(get(key, default=default, kind=float) > 0 for key in keys)
+
+
+def _llama_like(data: dict, get, family: str) -> dict:
     spec = {
         "layers": get("num_hidden_layers"),
         "hidden": get("hidden_size"),
@@ -131,10 +226,16 @@ def _llama_like(data: dict, get) -> dict:
         "vocab": get("vocab_size"),
         "mlp": "swiglu",
         "norm": "rmsnorm",
-        "tie_embeddings": bool(get("tie_word_embeddings", default=False)),
+        "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
         "bias": False,
+        "qkv_bias": family == "qwen2" or get("attention_bias", default=False, kind=bool),
+        "dropout": _has_dropout(get, ("attention_dropout",), 0.0),
         "position_embedding": "rope",
     }
+    window = get("sliding_window", default=None)
+    if window is not None and (family == "mistral" or (family == "qwen2" and get("use_sliding_window", default=False,
+                                                                                  kind=bool))):
+        spec["sliding_window"] = window
     head_dim = get("head_dim", default=None)
     if head_dim is not None:
         spec["head_dim"] = head_dim
@@ -157,6 +258,7 @@ def _gpt2(data: dict, get) -> dict:
         "norm": "layernorm",
         "tie_embeddings": True,
         "bias": True,
+        "dropout": _has_dropout(get, ("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
         "position_embedding": "learned",
         "max_position": get("n_positions", "max_position_embeddings", default=1024),
     }
@@ -171,8 +273,9 @@ def _gpt_neox(data: dict, get) -> dict:
         "vocab": get("vocab_size"),
         "mlp": "gelu",
         "norm": "layernorm",
-        "tie_embeddings": bool(get("tie_word_embeddings", default=False)),
+        "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
         "bias": True,
+        "dropout": _has_dropout(get, ("hidden_dropout", "attention_dropout"), 0.0),
         "position_embedding": "rope",
     }
     max_pos = get("max_position_embeddings", default=None)
@@ -182,13 +285,13 @@ def _gpt_neox(data: dict, get) -> dict:
 
 
 def _falcon(data: dict, get, field: str) -> dict:
-    if data.get("alibi"):
+    if get("alibi", default=False, kind=bool):
         raise InputError(f"{field}.alibi: True is not supported; paraplan models rope or learned positions")
     hidden = get("hidden_size")
     heads = get("num_attention_heads", "n_head")
-    if data.get("new_decoder_architecture"):
+    if get("new_decoder_architecture", default=False, kind=bool):
         kv_heads = get("num_kv_heads", "n_head_kv", default=heads)
-    elif data.get("multi_query", True):
+    elif get("multi_query", default=True, kind=bool):
         kv_heads = 1
     else:
         kv_heads = heads
@@ -201,8 +304,9 @@ def _falcon(data: dict, get, field: str) -> dict:
         "vocab": get("vocab_size"),
         "mlp": "gelu",
         "norm": "layernorm",
-        "tie_embeddings": bool(get("tie_word_embeddings", default=True)),
-        "bias": bool(get("bias", default=False)),
+        "tie_embeddings": get("tie_word_embeddings", default=True, kind=bool),
+        "bias": get("bias", default=False, kind=bool),
+        "dropout": _has_dropout(get, ("hidden_dropout", "attention_dropout"), 0.0),
         "position_embedding": "rope",
     }
     max_pos = get("max_position_embeddings", default=None)
@@ -229,18 +333,20 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
     if not isinstance(data, dict):
         raise InputError(f"{field}: a Hugging Face config must be a mapping of keys")
     if "hidden_size" not in data and "n_embd" not in data and isinstance(data.get("text_config"), dict):
+        _refuse_moe(data, field)
         data = data["text_config"]
-    from paraplan.hf_moe import model_from_hf_moe, moe_family, refuse_other_moe
-
-    moe = moe_family(data)
+        field = f"{field}.text_config"
+    moe = _supported_moe(data, field)
     if moe is not None:
+        from paraplan.hf_moe import model_from_hf_moe
+
         return model_from_hf_moe(data, moe, name, field)
-    refuse_other_moe(data, field)
+    _refuse_moe(data, field)
     family = _family(data, field)
     required = _REQUIRED["llama" if family in _LLAMA_LIKE else family]
     get = _getter(data, field, family, required)
     if family in _LLAMA_LIKE:
-        spec = _llama_like(data, get)
+        spec = _llama_like(data, get, family)
     elif family == "gpt2":
         spec = _gpt2(data, get)
     elif family == "gpt_neox":
@@ -249,7 +355,6 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
         spec = _falcon(data, get, field)
     spec["name"] = name
     spec["source"] = f"Hugging Face config.json (model_type {data.get('model_type', family)})"
-    try:
-        return ModelSpec.model_validate(spec)
-    except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+    from paraplan.catalog import validate_spec
+
+    return validate_spec(ModelSpec, spec, field)

@@ -79,10 +79,20 @@ def refuse_other_moe(data: dict, field: str) -> None:
         )
 
 
+_KINDS = {"tie_word_embeddings": bool, "use_sliding_window": bool, "attention_bias": bool,
+          "mlp_only_layers": list, "layer_types": list}
+_KIND_TEXT = {int: "an integer", bool: "true or false", list: "a list"}
+
+
 def _getter(data: dict, field: str, family: str):
     def get(key: str, default: Any = ...) -> Any:
         if key in data and data[key] is not None:
-            return data[key]
+            value, kind = data[key], _KINDS.get(key, int)
+            # strict as hf.py's getter: no coercion (a bool is no integer, "8" no number)
+            ok = isinstance(value, bool) if kind is bool else (not isinstance(value, bool) and isinstance(value, kind))
+            if not ok:
+                raise InputError(f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}")
+            return value
         if default is ...:
             raise InputError(f"{field}.{key}: missing; a Hugging Face {family} config needs it")
         return default
@@ -99,7 +109,7 @@ def _common(get) -> dict:
         "vocab": get("vocab_size"),
         "mlp": "swiglu",
         "norm": "rmsnorm",
-        "tie_embeddings": bool(get("tie_word_embeddings", False)),
+        "tie_embeddings": get("tie_word_embeddings", False),
         "bias": False,
         "position_embedding": "rope",
     }
@@ -202,7 +212,7 @@ def _gpt_oss(data: dict, get, field: str) -> dict:
         "experts": get("num_local_experts"),
         "top_k": get("num_experts_per_tok"),
         "moe_ffn_hidden": width,
-        "bias": bool(get("attention_bias", True)),
+        "bias": get("attention_bias", True),
         "dropout": False,
     }
     kinds = get("layer_types", None)

@@ -19,14 +19,14 @@ Steps 3 and 4 are written once for floats and arrays: the estimator and the sear
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, collective_time_and_price_s, collective_time_s, group_span, linear_collective
+from paraplan.cost.comm import GroupSpan, collective_nic_time_s, collective_time_and_price_s, ring_step_sync_s, collective_time_s, group_span, linear_collective
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
@@ -188,6 +188,15 @@ class BlockComm:
     ep_forward_price: float = 0.0
     ep_backward_price: float = 0.0
     ep_overlap: float = 0.0  # 1 when the plan overlaps dispatch/combine with compute (moe_a2a_overlap)
+    # seconds the collectives keep the NIC busy (groups spanning NVLink domains): cost.comm.collective_nic_time_s
+    tp_nic_forward: float = 0.0
+    tp_nic_backward: float = 0.0
+    cp_nic_forward: float = 0.0
+    cp_nic_backward: float = 0.0
+    # context-parallel ring: steps per pass (c - 1) and the per-step synchronisation nothing hides
+    cp_steps: float = 0.0
+    cp_sync_forward: float = 0.0
+    cp_sync_backward: float = 0.0
 
 
 @lru_cache(maxsize=65536)
@@ -213,7 +222,16 @@ def block_comm(
             s["ep_backward_price"] += c.count_bwd * price
             continue
         time, price = collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system)
+        nic = collective_nic_time_s(c.kind, c.bytes, spans[c.group], system)
+        s[f"{c.group}_nic_forward"] += c.count_fwd * nic
+        s[f"{c.group}_nic_backward"] += c.count_bwd * nic
         if c.group == "cp":
+            if c.kind == "ring_exchange" and spans["cp"].size > 1:
+                steps = spans["cp"].size - 1
+                s["cp_steps"] = max(s["cp_steps"], steps)
+                sync = ring_step_sync_s(spans["cp"], system)
+                s["cp_sync_forward"] += c.count_fwd * steps * sync
+                s["cp_sync_backward"] += c.count_bwd * steps * sync
             s["cp_forward"] += c.count_fwd * time
             s["cp_backward"] += c.count_bwd * time
             s["cp_forward_price"] += c.count_fwd * price
@@ -357,8 +375,19 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
         f = facts.blocks[name]
         code = facts.recompute_code if kind.recomputed else 0
         terms = block_terms(f.compute, f.comm, code, overlap)
-        out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes, kind.gradient_group)
+        out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes,
+                              kind.gradient_group,
+                              nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
+                              nic_backward_s=block_nic_backward_s(f.comm, code))
     return out
+
+
+def block_nic_backward_s(comm: BlockComm, recompute_code: Num) -> Num:
+    """NIC-busy seconds of a block's backward: its backward TP/CP collectives plus those recomputation
+    re-runs (full: the forward TP collectives; selective and full: the CP ring), as block_terms counts them."""
+    full = np.where(np.asarray(recompute_code) == 2, 1.0, 0.0)
+    any_rc = np.where(np.asarray(recompute_code) > 0, 1.0, 0.0)
+    return comm.tp_nic_backward + comm.cp_nic_backward + full * comm.tp_nic_forward + any_rc * comm.cp_nic_forward
 
 
 # ---- 4. stages and the step ---------------------------------------------------------------------
@@ -404,8 +433,7 @@ def build_step_inputs(
     embeddings are tied) and attach the plan's knobs."""
     head = blocks["head"]
     single = facts.pp == 1
-    head = BlockCost(head.kind, head.terms, np.where(single, facts.head_params_with_embedding, head.params),
-                     head.activation_bytes, head.held_bytes, head.buffer_bytes, head.gradient_group)
+    head = replace(head, params=np.where(single, facts.head_params_with_embedding, head.params))
     p2p = np.where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
     stages = []
     start = 0  # first decoder layer of the group's first stage

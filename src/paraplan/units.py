@@ -7,6 +7,7 @@ Everything inside paraplan is SI: bytes, bytes per second, FLOP/s, seconds. Deci
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -25,6 +26,24 @@ ALLOWED_UNITS: dict[str, str] = {
     "flops": "FLOPS, GFLOPS, TFLOPS, PFLOPS (also FLOP/s, TFLOP/s)",
     "time": "s, ms, us, ns, min, h",
     "count": "a plain number",
+}
+
+
+# Meaningful range of a quantity in SI units (inclusive). Outside it a value is a typo or a probe
+# (1e-300 B/s gives infinite times, 1e30 FLOP/s zero ones), refused where it is read. The bounds
+# leave several orders of magnitude around every real system (a 2026 GPU: ~1e15-1e16 FLOP/s,
+# ~1e11-1e13 B/s, ~1e10-1e11 B of HBM; latencies ~1e-6 s).
+RANGES: dict[str, tuple[float, float]] = {
+    "bytes": (1.0, 1e21),  # 1 B .. 1 ZB (Calculon's a100_80e study system has 80e9 GiB = 8.6e19 B: "endless" HBM)
+    "bandwidth": (1e6, 1e16),  # 1 MB/s .. 10 PB/s
+    "flops": (1e6, 1e20),  # 1 MFLOP/s .. 100 EFLOP/s
+    "time": (0.0, 1e6),  # 0 .. ~11.6 days (latencies, fixed overheads)
+}
+_RANGE_TEXT = {
+    "bytes": "1 B to 1 ZB",
+    "bandwidth": "1 MB/s to 10 PB/s",
+    "flops": "1 MFLOPS to 100 EFLOPS",
+    "time": "0 to 1e6 s",
 }
 
 
@@ -85,7 +104,7 @@ def parse_quantity(value: str | int | float, kind: Kind, field: str = "value") -
     if isinstance(value, bool):
         raise UnitError(f"{field}: {value!r} is not a quantity; allowed units: {ALLOWED_UNITS[kind]}")
     if isinstance(value, (int, float)):
-        return float(value)
+        return _in_range(_to_float(value, field, kind), value, kind, field)
     if not isinstance(value, str):
         raise UnitError(f"{field}: {value!r} is not a quantity; allowed units: {ALLOWED_UNITS[kind]}")
     match = _PATTERN.match(value)
@@ -96,7 +115,26 @@ def parse_quantity(value: str | int | float, kind: Kind, field: str = "value") -
         raise UnitError(
             f"{field}: unknown unit {match.group('unit')!r} in {value!r}; allowed units: {ALLOWED_UNITS[kind]}"
         )
-    return float(match.group("num")) * scale
+    return _in_range(float(match.group("num")) * scale, value, kind, field)
+
+
+def _to_float(value: int | float, field: str, kind: Kind) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond 1.8e308
+        raise UnitError(f"{field}: {value} is too large; allowed range: {_RANGE_TEXT.get(kind, 'a finite number')}") from None
+
+
+def _in_range(number: float, typed: str | int | float, kind: Kind, field: str) -> float:
+    """``number`` (SI) if finite and inside RANGES[kind] (positive-only kinds: the schema's own bounds
+    decide 0 and negatives, so that their messages stay as they are); UnitError otherwise."""
+    if not math.isfinite(number):
+        raise UnitError(f"{field}: {typed!r} is not a finite quantity; allowed range: {_RANGE_TEXT.get(kind, 'finite')}")
+    if kind in RANGES and number > 0:
+        low, high = RANGES[kind]
+        if not low <= number <= high:
+            raise UnitError(f"{field}: {typed!r} is outside the meaningful range {_RANGE_TEXT[kind]}")
+    return number
 
 
 GiB = 2.0**30

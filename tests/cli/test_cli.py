@@ -38,7 +38,7 @@ def wide_console(monkeypatch):
 def test_estimate_prints_tables(capsys):
     code, out, err = run(capsys, *BASE, "--zero", "1")
     assert code == 0, err
-    assert out.startswith("plan: llama3-8b on dgx-h100-80gb")
+    assert out.startswith("plan: llama3-8b (8.03B parameters) on dgx-h100-80gb")
     for text in ("Key metrics", "step time (s)", "tokens / s", "MFU", "HFU", "model TFLOP/s per GPU",
                  "Time per step", "forward", "pipeline bubble", "DP comm (exposed)",
                  "Memory per GPU", "optim.", "activ.", "reserved", "capacity", "0 *"):
@@ -112,13 +112,33 @@ def test_run_totals(capsys):
     assert "Run of 1.00T tokens" in out and "GPU-hours" in out and "cost (USD)" in out
 
 
-def test_plan_that_does_not_fit_still_prints(capsys):
-    code, out, _ = run(capsys, *BASE)  # ZeRO 0: 16 B/param of an 8B model do not fit 80 GiB
-    assert code == 0
+def test_plan_that_does_not_fit_prints_exits_1_and_says_what_would_fit(capsys):
+    code, out, err = run(capsys, *BASE)  # ZeRO 0: 16 B/param of an 8B model do not fit 80 GiB
+    assert code == 1 and err == ""
     assert "DOES NOT FIT: stage 0 needs" in out and "80.00 GiB" in out
     assert "NO" in out and "step time (s)" in out
+    hints = out[out.index("would fit with one change"):].splitlines()[1:]
+    assert hints and all(line.startswith("  --") for line in hints)
+    assert any(line.startswith("  --zero 1: peak") for line in hints)  # the distributed optimizer fits
+    # every hint is true: the plan with that one change fits
+    flags = [line.split(":")[0].split() for line in hints]
+    for flag in flags:
+        code, _, _ = run(capsys, *BASE, *flag, "--json")
+        assert code == 0, flag
     code, out, _ = run(capsys, *BASE, "--json")
-    assert json.loads(out)["memory"]["fits"] is False
+    assert code == 1
+    data = json.loads(out)
+    assert data["memory"]["fits"] is False and data["fit_hints"][0].startswith("would fit")
+
+
+def test_plan_that_no_single_change_fits_names_the_search_plan(capsys):
+    """llama3-70b on 8 x 40 GB: no one change is enough; the search's fastest fitting plan is named."""
+    argv = ["estimate", "--model", "llama3-70b", "--system", "dgx-a100-40gb", "--gpus", "8", "--global-batch", "8"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 1
+    tail = out[out.rindex("DOES NOT FIT"):]
+    assert "no single change fits" in tail
+    assert "paraplan search --model llama3-70b --system dgx-a100-40gb --gpus 8 --global-batch 8" in tail
 
 
 def test_model_from_hf_config_json(capsys, tmp_path):
@@ -187,7 +207,7 @@ ERROR_CASES = {
     "tp does not divide heads": ([*ESTIMATE, "--gpus", "6", "--tp", "3"], ["plan.tp", "heads=32"]),
     "global batch vs dp·micro_batch": ([*ESTIMATE, "--gpus", "8", "--global-batch", "12"],
                                        ["plan.global_batch", "12", "dp·micro_batch"]),
-    "gpus != tp·pp·dp·cp": ([*ESTIMATE, "--gpus", "6", "--tp", "4"], ["plan.gpus", "tp·pp·dp·cp"]),
+    "tp does not divide gpus": ([*ESTIMATE, "--gpus", "6", "--tp", "4"], ["plan.tp", "must divide gpus=6"]),
     "bogus recompute": ([*ESTIMATE, "--gpus", "8", "--recompute", "bogus"],
                         ["--recompute", "bogus", "none", "selective", "full"]),
     "non-positive gpus": ([*ESTIMATE, "--gpus", "0"], ["--gpus"]),
@@ -233,8 +253,11 @@ def test_console_script_process(tmp_path):
     )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "--recompute" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "paraplan.cli", *BASE, "--json"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "paraplan.cli", *BASE, "--zero", "1", "--json"], capture_output=True,
+                          text=True)
     assert proc.returncode == 0 and "step_time_s" in json.loads(proc.stdout)
+    proc = subprocess.run([sys.executable, "-m", "paraplan.cli", *BASE, "--json"], capture_output=True, text=True)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["memory"]["fits"] is False  # does not fit: exit 1
 
 
 # ---- validate --------------------------------------------------------------------------------
@@ -245,7 +268,8 @@ def test_validate_json_format(capsys):
     assert set(report) == {"cases", "summary"}
     assert report["cases"]
     for case in report["cases"]:
-        assert set(case) == {"name", "source", "scope", "predicted", "measured", "error_pct"}
+        assert set(case) == {"name", "source", "group", "role", "status", "scope", "framework", "predicted", "measured",
+                             "error_pct"}
         assert case["scope"] in ("transformer_layers", "stage")
         assert {"step_time_s", "weights_and_optimizer_gib", "activations_gib", "peak_memory_gib", "fits", "mfu",
                 "stage_weights_and_optimizer_gib", "stage_activations_gib"} <= set(case["predicted"])
@@ -289,7 +313,7 @@ def test_validate_markdown_and_case_files(capsys, tmp_path):
     assert [c["name"] for c in report["cases"]] == ["tiny"] and report["cases"][0]["scope"] == "stage"
     text = md.read_text()
     assert "## mine" in text and "| tiny | step time (s) |" in text
-    assert "paraplan validate --markdown docs/validation.md" in text and "Figure 1" in text
+    assert "paraplan validate --cv --markdown docs/validation.md" in text and "Figure 1" in text
 
 
 def test_validate_bad_case_file(capsys, tmp_path):

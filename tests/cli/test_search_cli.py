@@ -39,9 +39,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return (0 if code is None else code), out, err
 
 
-def run_json(capsys, *argv: str) -> dict:
+def run_json(capsys, *argv: str, expect: int = 0) -> dict:
     code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
+    assert code == expect, err
     return json.loads(out)
 
 
@@ -75,18 +75,34 @@ def test_search_prints_table_and_summary(capsys):
 
 def test_search_json(capsys):
     data = run_json(capsys, *BASE)
-    for key in ("plans", "candidates", "evaluated", "feasible", "seconds", "rows", "rows_evaluated", "nearest_miss"):
+    for key in ("problem", "objective", "plans", "candidates", "evaluated", "feasible", "rows", "rows_evaluated",
+                "nearest_miss", "timing"):
         assert key in data, key
+    assert "seconds" not in data  # wall-clock time is kept apart, under "timing"
+    assert set(data["timing"]) == {"search_s"} and data["timing"]["search_s"] >= 0
+    assert data["problem"] == {
+        "model": "gpt3-1.3b", "system": "dgx-a100-80gb", "gpus": 8, "seq_length": 2048, "global_batch": 32,
+        "max_global_batch": None, "dtype": "bf16", "attention": "flash", "objective": "time",
+        "price_per_gpu_hour": 1.8, "tokens": None, "restrictions": data["problem"]["restrictions"],
+    }
+    assert data["problem"]["restrictions"]["tp"] is None and data["problem"]["restrictions"]["vary_offload"] is True
+    assert data["objective"] == {"name": "time", "unit": "s/token", "better": "lower",
+                                 "meaning": data["objective"]["meaning"]}
     assert isinstance(data["evaluated"], int) and isinstance(data["feasible"], int)
-    assert isinstance(data["seconds"], float) and data["seconds"] >= 0
     assert data["candidates"] >= data["evaluated"] >= data["feasible"] > 0
     assert data["nearest_miss"] is None
     assert len(data["plans"]) == 3
     assert [p["rank"] for p in data["plans"]] == [1, 2, 3]
     for item in data["plans"]:
-        for key in ("plan", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective", "breakdown"):
+        for key in ("plan", "plan_label", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective",
+                    "breakdown", "cost_usd_per_step", "cost_usd_per_million_tokens"):
             assert key in item, key
         plan = PlanSpec.model_validate(item["plan"])
+        assert item["plan_label"] == plan_label(plan)
+        assert math.isclose(item["objective"], item["step_time_s"] / (32 * 2048), rel_tol=1e-9)  # s/token
+        assert math.isclose(item["cost_usd_per_step"], item["step_time_s"] * 8 * 1.8 / 3600, rel_tol=1e-9)
+        assert math.isclose(item["cost_usd_per_million_tokens"], item["cost_usd_per_step"] / (32 * 2048) * 1e6,
+                            rel_tol=1e-9)
         assert plan.gpus == 8 and plan.global_batch == 32 and plan.seq_length == 2048
         assert math.isclose(item["tokens_per_s"], 32 * 2048 / item["step_time_s"], rel_tol=1e-9)
         assert 0 < item["mfu"] < 1
@@ -118,17 +134,69 @@ def test_objectives_rank_like_time_at_a_fixed_batch(capsys, objective):
     assert code == 0 and f"objective {objective}" in out.splitlines()[0]
 
 
+def test_cost_objective_shows_cost_title_columns_and_units(capsys):
+    code, out, err = run(capsys, *BASE, "--objective", "cost", "--price", "2", "--tokens", "300B")
+    assert code == 0, err
+    assert "Cheapest plans that fit (ranked by USD per token at $2.00/GPU-hour)" in out
+    header = next(line for line in out.splitlines() if line.startswith("#"))
+    for column in ("$/step", "$/M tokens", "run days", "run $"):
+        assert column in header, column
+    data = run_json(capsys, *BASE, "--objective", "cost", "--price", "2", "--tokens", "300B")
+    assert data["objective"]["unit"] == "USD/token" and data["problem"]["price_per_gpu_hour"] == 2
+    assert data["problem"]["tokens"] == 300e9
+    best = data["plans"][0]
+    assert math.isclose(best["objective"], best["cost_usd_per_step"] / (32 * 2048), rel_tol=1e-9)
+    assert math.isclose(best["run"]["cost_usd"], 300e9 / (32 * 2048) * best["cost_usd_per_step"], rel_tol=1e-9)
+    row = next(line for line in out.splitlines() if line.startswith("1 "))
+    assert f"{best['cost_usd_per_step']:.4g}" in row and f"{best['run']['cost_usd']:,.0f}" in row
+
+
+def test_mfu_objective_title_and_unit(capsys):
+    code, out, _ = run(capsys, *BASE, "--objective", "mfu")
+    assert code == 0 and "Plans with the highest MFU that fit (ranked by MFU)" in out
+    data = run_json(capsys, *BASE, "--objective", "mfu")
+    assert data["objective"]["unit"] == "-MFU (fraction)"
+    assert all(math.isclose(p["objective"], -p["mfu"], rel_tol=1e-9) for p in data["plans"])
+
+
+def test_cost_objective_without_a_price_is_an_input_error(capsys, tmp_path):
+    data = load_system("dgx-a100-80gb").model_dump(exclude={"price_per_gpu_hour"})
+    path = tmp_path / "noprice.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run(capsys, "search", "--model", "gpt3-1.3b", "--system", str(path), "--gpus", "8",
+                         "--global-batch", "32", "--objective", "cost")
+    assert code == 2 and out == ""
+    assert err.startswith("error: --price:") and err.count("\n") == 1
+
+
 # ---- CSV ---------------------------------------------------------------------------------------
-def test_csv_has_one_row_per_feasible_plan(capsys, tmp_path):
+def test_csv_writes_the_rows_shown(capsys, tmp_path):
+    path = tmp_path / "top.csv"
+    data = run_json(capsys, *BASE, "--csv", str(path))
+    with path.open(newline="") as handle:
+        table = list(csv.reader(handle))
+    header, rows = table[0], table[1:]
+    assert header[:2] == ["rank", "plan_label"] and "step_time_s" in header and "forward_s" in header
+    assert len(rows) == len(data["plans"]) == data["csv_rows"] == 3
+    assert [r[1] for r in rows] == [p["plan_label"] for p in data["plans"]]
+    for row, item in zip(rows, data["plans"]):
+        assert math.isclose(float(row[header.index("step_time_s")]), item["step_time_s"], rel_tol=1e-5)
+    assert "csv_all_rows" not in data
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically, no temporary file left
+    code, out, _ = run(capsys, *BASE, "--csv", str(path))
+    assert code == 0 and f"wrote the 3 plans shown to {path}" in out
+
+
+def test_csv_all_has_one_row_per_feasible_plan(capsys, tmp_path):
     path = tmp_path / "plans.csv"
-    data = run_json(capsys, *CSV_ARGS, "--csv", str(path))
+    data = run_json(capsys, *CSV_ARGS, "--csv-all", str(path))
     with path.open(newline="") as handle:
         table = list(csv.reader(handle))
     header, rows = table[0], table[1:]
     assert header == [*CSV_PLAN_FIELDS, "step_time_s", "tokens_per_s", "objective", "peak_memory_gib"]
-    # with --csv the search evaluates the whole space: rows = every feasible candidate
+    # with --csv-all the search evaluates the whole space: rows = every feasible candidate
     assert data["evaluated"] == data["candidates"]
-    assert len(rows) == data["feasible"] == data["csv_rows"]
+    assert len(rows) == data["feasible"] == data["csv_all_rows"]
     assert 0 < len(rows) < data["candidates"]  # some candidates do not fit and are not written
     problem = SearchProblem(model=load_model("gpt3-13b"), system=load_system("dgx-a100-40gb"), gpus=8,
                             global_batch=16, seq_length=2048, micro_batch=(1, 2), recompute=("none", "full"),
@@ -149,23 +217,25 @@ def test_csv_has_one_row_per_feasible_plan(capsys, tmp_path):
     assert math.isclose(float(first["step_time_s"]), data["plans"][0]["step_time_s"], rel_tol=1e-5)
 
 
-def test_csv_text_output_names_the_file(capsys, tmp_path):
+def test_csv_all_text_output_says_how_many_rows(capsys, tmp_path):
     path = tmp_path / "plans.csv"
-    code, out, err = run(capsys, *BASE, *SMALL, "--csv", str(path))
+    code, out, err = run(capsys, *BASE, *SMALL, "--csv-all", str(path))
     assert code == 0, err
-    assert "feasible plans to" in out and str(path) in out
-    assert path.exists()
+    with path.open(newline="") as handle:
+        rows = len(list(csv.reader(handle))) - 1
+    assert f"wrote every feasible plan, {rows:,} rows, to {path}" in out
 
 
-def test_csv_unwritable_path_is_an_input_error(capsys, tmp_path):
-    code, out, err = run(capsys, *BASE, *SMALL, "--csv", str(tmp_path / "missing" / "plans.csv"))
+@pytest.mark.parametrize("flag", ["--csv", "--csv-all"])
+def test_csv_unwritable_path_is_an_input_error(capsys, tmp_path, flag):
+    code, out, err = run(capsys, *BASE, *SMALL, flag, str(tmp_path / "missing" / "plans.csv"))
     assert code == 2
-    assert err.startswith("error: --csv") and err.count("\n") == 1
+    assert err.startswith(f"error: {flag}:") and err.count("\n") == 1
 
 
 def test_csv_with_exhaustive_writes_the_feasible_plans(capsys, tmp_path):
     path = tmp_path / "plans.csv"
-    data = run_json(capsys, *BASE, *SMALL, "--exhaustive", "--csv", str(path))
+    data = run_json(capsys, *BASE, *SMALL, "--exhaustive", "--csv-all", str(path))
     with path.open(newline="") as handle:
         rows = list(csv.reader(handle))[1:]
     assert data["feasible"] > 0
@@ -208,22 +278,23 @@ NOTHING_FITS = ["search", "--model", "llama3-405b", "--system", "dgx-a100-40gb",
                 "--global-batch", "8", "--no-offload"]
 
 
-def test_no_feasible_plan_prints_the_nearest_miss(capsys):
+def test_no_feasible_plan_prints_the_nearest_miss_and_exits_1(capsys):
     code, out, err = run(capsys, *NOTHING_FITS)
-    assert code == 0, err
+    assert code == 1 and err == ""
     assert "Fastest plans that fit" not in out
     assert "Nearest miss" in out
     assert "GiB" in out and "over by" in out
     assert "0 of those fit" in out
-    data = run_json(capsys, *NOTHING_FITS)
+    assert "allowing offload (without --no-offload)" in out and "more GPUs" in out
+    data = run_json(capsys, *NOTHING_FITS, expect=1)
     assert data["plans"] == [] and data["feasible"] == 0
     assert data["nearest_miss"]["overflow_gib"] > 0
     PlanSpec.model_validate(data["nearest_miss"]["plan"])
 
 
-def test_no_feasible_plan_with_explain_still_exits_0(capsys):
+def test_no_feasible_plan_with_explain_exits_1(capsys):
     code, out, err = run(capsys, *NOTHING_FITS, "--explain")
-    assert code == 0, err
+    assert code == 1, err
     assert "Nearest miss" in out and "Why the best plan wins" not in out
 
 
@@ -287,3 +358,37 @@ def test_console_script_process():
     assert bad.returncode == 2
     assert bad.stdout == ""
     assert len(bad.stderr.splitlines()) == 1 and "--gpus" in bad.stderr
+
+
+# ---- ties and equivalent plans -------------------------------------------------------------------
+GROUPED = ["search", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "64", "--global-batch", "64",
+           "--seq-length", "8192", "--tp", "4", "--cp", "2,4", "--pp", "1", "--micro-batch", "1,2", "--recompute",
+           "none", "--zero", "2", "--no-offload", "--default-overlap", "--top", "12"]
+
+
+def test_equivalent_plans_share_one_row_that_names_them(capsys, tmp_path):
+    data = run_json(capsys, *GROUPED)
+    grouped = [p for p in data["plans"] if p["equivalent_plan_labels"]]
+    assert grouped and len(data["plans"]) == 12  # 12 different choices, some standing for two plans
+    for item in grouped:
+        assert [PlanSpec.model_validate(q) for q in item["equivalent_plans"]]
+        assert all(label.endswith("tp-dp-cp-pp") for label in item["equivalent_plan_labels"])
+    code, out, _ = run(capsys, *GROUPED)
+    assert code == 0
+    first = grouped[0]
+    row = next(line for line in out.splitlines() if line.startswith(f"{first['rank']} "))
+    assert f"{first['plan_label']} (same time and memory: tp-dp-cp-pp)" in row
+    path = tmp_path / "top.csv"
+    run_json(capsys, *GROUPED, "--csv", str(path))
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[first["rank"] - 1]["equivalent_plans"] == first["equivalent_plan_labels"][0]
+
+
+def test_equal_step_times_list_the_lower_memory_plan_first(capsys):
+    data = run_json(capsys, *BASE[:-1], "10")
+    plans = data["plans"]
+    ties = [(a, b) for a, b in zip(plans, plans[1:]) if math.isclose(a["objective"], b["objective"], rel_tol=1e-12)]
+    assert ties
+    for a, b in ties:
+        assert a["peak_memory_gib"] <= b["peak_memory_gib"]

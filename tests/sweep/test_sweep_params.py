@@ -83,7 +83,7 @@ def test_gpus_lists_and_geometric_ranges():
 
 
 def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
-    base = ["sweep", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "64",
+    base = ["sweep", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--global-batch", "64",
             "--out", str(tmp_path / "out")]
     cases = {
         ("--set", "accelerator.hbm_bandwith=1TB/s"): "--set accelerator.hbm_bandwith: unknown field",
@@ -94,7 +94,7 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     }
     for extra, start in cases.items():
         with pytest.raises(SystemExit) as exit_info:
-            main([*base, *extra])
+            main([*base, *extra, *([] if "--gpus" in extra else ["--gpus", "8"])])
         _, err = capsys.readouterr()
         assert exit_info.value.code == 2, extra
         assert err.startswith(f"error: {start}"), err

@@ -67,10 +67,10 @@ def test_sweep_json_has_every_point_in_cartesian_order(baseline):
         assert p["set_si"] == {"accelerator.hbm_bandwidth": 1e12 if p["accelerator.hbm_bandwidth"] == "1TB/s" else 2e12}
         assert p["plan"]["gpus"] == p["gpus"] and p["plan"]["tp"] in (1, 2) and p["plan"]["pp"] in (1, 2)
         assert p["step_time_s"] > 0 and p["tokens_per_s"] > 0 and 0 < p["mfu"] < 1
-        assert abs(sum(p["breakdown"].values()) - p["step_time_s"]) < 1e-9 * p["step_time_s"]
+        assert abs(sum(p["breakdown"].values()) - p["step_time_s"]) < 1e-8 * p["step_time_s"]  # 9 digits written
         mem = p["memory"]
         parts = sum(mem[f"{k}_gib"] for k in ("weights", "gradients", "optimizer", "activations", "buffers", "reserved"))
-        assert abs(parts - mem["peak_gib"]) < 1e-9 * mem["peak_gib"] and mem["peak_gib"] <= mem["capacity_gib"]
+        assert abs(parts - mem["peak_gib"]) < 1e-8 * mem["peak_gib"] and mem["peak_gib"] <= mem["capacity_gib"]
         assert 1 <= len(p["top"]) <= 3 and p["top"][0]["plan"] == p["plan"]
         assert [t["rank"] for t in p["top"]] == list(range(1, len(p["top"]) + 1))
     # more HBM bandwidth never makes the best plan slower
@@ -109,7 +109,8 @@ def test_resume_skips_finished_points(baseline, tmp_path, monkeypatch):
     done = {json.loads(line)["index"] for line in finished[:2]}
     assert sorted(calls) == sorted({0, 1, 2, 3} - done)
     assert (tmp_path / "sweep.json").read_bytes() == (baseline / "sweep.json").read_bytes()
-    assert len((tmp_path / "points.jsonl").read_text().splitlines()) == 4
+    journal = (tmp_path / "points.jsonl").read_text().splitlines()  # append-only: the torn line stays
+    assert journal[:2] == finished[:2] and journal[2] == finished[2][:40] and len(journal) == 5
     calls.clear()
     assert run_sweep(CONFIG, tmp_path, resume=True, plots=False).ran == 0 and calls == []
     other = SweepConfig(**{**CONFIG.__dict__, "seq_length": 1024})
@@ -159,6 +160,7 @@ def test_estimate_plot_png_and_svg(tmp_path, capsys):
     assert code == 0, err
     assert f"wrote {tmp_path / 'one.png'}" in out
     assert_png(tmp_path / "one.png")
+    (tmp_path / "sub").mkdir()  # --plot writes into an existing directory (a missing one is an input error)
     code, out, err = run_cli(capsys, *base, "--json", "--plot", str(tmp_path / "sub" / "one.svg"))
     assert code == 0, err
     json.loads(out)  # stdout stays pure JSON

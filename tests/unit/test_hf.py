@@ -141,14 +141,14 @@ def test_mistral_gqa(tmp_path):
     m = load_model(write(tmp_path, "mistral-7b", MISTRAL_7B))
     assert fields(m, *SHAPE) == (32, 4096, 32, 8, 14336, 32000)
     assert fields(m, *STYLE) == ("swiglu", "rmsnorm", False, False, False)
-    assert m.d_head == 128 and m.max_position == 32768
+    assert m.d_head == 128 and m.max_position == 32768 and m.sliding_window == 4096 and not m.has_qkv_bias
 
 
-def test_qwen2_tied_without_qkv_bias(tmp_path):
+def test_qwen2_tied_with_qkv_bias(tmp_path):
     m = load_model(write(tmp_path, "qwen2-0.5b", QWEN2_05B))
     assert fields(m, *SHAPE) == (24, 896, 14, 2, 4864, 151936)
     assert fields(m, *STYLE) == ("swiglu", "rmsnorm", True, False, False)
-    assert m.d_head == 64
+    assert m.d_head == 64 and m.has_qkv_bias and m.sliding_window is None
 
 
 def test_explicit_head_dim_is_kept(tmp_path):
@@ -285,7 +285,7 @@ def test_invalid_shape_goes_through_pydantic():
         model_from_hf_config(dict(MISTRAL_7B, num_key_value_heads=5), name="bad")
     message = str(info.value)
     assert message.startswith("model") and "kv_heads=5 must divide heads=32" in message
-    with pytest.raises(InputError, match=r"^model\.hidden: "):
+    with pytest.raises(InputError, match=r"^model\.hidden_size: 'big' is not allowed; must be an integer$"):
         model_from_hf_config(dict(LLAMA2_7B, hidden_size="big"), name="bad")
     with pytest.raises(InputError, match=r"^model\.layers: "):
         model_from_hf_config(dict(LLAMA2_7B, num_hidden_layers=0), name="bad")

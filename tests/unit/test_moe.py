@@ -130,8 +130,9 @@ def test_mixtral_active_flops_by_hand():
     attention = 4096 * (4096 + 2 * 1024) + 4096 * 4096
     moe = 8 * 4096 + 2 * 3 * 4096 * 14336
     matmul = 32 * (attention + moe) + 32000 * 4096
-    expected = 6 * matmul + 32 * 6 * 4096 * (4096 + 4096)
-    assert model_flops_per_token(load_model("mixtral-8x7b"), 4096) == expected == 82_933_972_992
+    # attention counted causally, (s+1)/2 keys per query (cost/flops.py convention: MFU <= 1)
+    expected = 6 * matmul + 32 * 6 * (4096 + 1) / 2 * (4096 + 4096)
+    assert model_flops_per_token(load_model("mixtral-8x7b"), 4096) == expected == 79_713_533_952
 
 
 def test_mtp_adds_a_layer_and_a_head():

@@ -83,13 +83,26 @@ def zero3_case(**changes):
 def test_zero3_windows_by_hand():
     out = compose_step(zero3_case())
     # all-gather 1e8 params · 2 B · 1e-8 s/B = 2 s; reduce-scatter 1e8 · 4 B · 1e-8 = 4 s
-    # forward window 0.5 + 0.1 (forward TP only) = 0.6; backward window 1.0 + 0.2 = 1.2
-    # exposed per micro-batch (2 − 0.6) + (2 + 4 − 1.2) = 6.2; total 2·2 + 4 = 8, price 0.25·8 = 2
-    # priced: 6.2 + (8 − 6.2)·2/8 = 6.65, × 2 micro-batches = 13.3
-    assert out["dp_comm_s"] == approx(13.3)
+    # ZeRO-3 gathers block by block, prefetching one block ahead (cost.overlap.prefetched_gather_exposed_s):
+    # with a single block the first (and only) gather of each pass has nothing to hide behind, so
+    # forward 2 s and backward 2 + 4 = 6 s are exposed: 8 s = the whole traffic, no price on top;
+    # × 2 micro-batches = 16
+    assert out["dp_comm_s"] == approx(16.0)
     # optimizer: 1e8 / 4 owned params · 54 B / 54e8 B/s = 0.25 s
     assert out["optimizer_s"] == approx(0.25)
-    assert out["step_time_s"] == approx(2 * 1.8 + 13.3 + 0.25)
+    assert out["step_time_s"] == approx(2 * 1.8 + 16.0 + 0.25)
+
+
+def test_zero3_prefetch_hides_all_but_the_first_block():
+    # the same traffic over 4 blocks of 2.5e7 params: per block gather 0.5 s, reduce-scatter 1 s;
+    # forward window 4 · 0.6 = 2.4 (0.6 per block), backward 4 · 1.2 = 4.8 (1.2 per block)
+    # forward: 0.5 + 3 · max(0, 0.5 − 0.6) = 0.5; backward: 1.5 + 3 · max(0, 1.5 − 1.2) = 2.4
+    # exposed 2.9 of 4 · (2 · 0.5 + 1) = 8 s, price 0.25 · 8 = 2: 2.9 + (8 − 2.9) · 2/8 = 4.175; × 2 = 8.35
+    link = LinearCollective(1e-8, 0.0, 0.0, 0.0, 0.25, 0.0)
+    dec = block("decoder", terms(forward=0.5, backward=1.0, tp_f=0.1, tp_b=0.2), params=2.5e7)
+    stage = Stage(0, 1, ((dec, 4),), 0.0)
+    inp = inputs([stage], pp=1, microbatches=2, zero=3, group=GradientGroup(4, link, link, link), hbm_rate=54e8)
+    assert compose_step(inp)["dp_comm_s"] == approx(8.35)
 
 
 def test_faster_tp_never_slows_zero3():
@@ -105,9 +118,12 @@ def test_zero1_gradient_reduce_hides_behind_the_backward_window():
     inp = inputs([Stage(0, 1, ((dec, 1),), 0.0)], pp=1, microbatches=2, zero=1,
                  group=GradientGroup(4, link, link, link), hbm_rate=54e8)
     out = compose_step(inp)
-    # reduce-scatter 0.4 s ≤ backward window 1.0 (forward TP is not in it): hidden, price 0.25·0.4 = 0.1
-    # all-gather 0.2 s ≤ forward window 0.9: hidden, price 0.05
-    assert out["dp_comm_s"] == approx(0.1 + 0.05)
+    # 1e8 params in buckets of max(40M, 1M · 4) = 40M: 3 buckets; the last one is produced when the
+    # backward ends (cost.overlap.bucketed_reduce_exposed_s):
+    # reduce-scatter 0.4 s, backward window 1.0 (forward TP is not in it): 0.4/3 + max(0, ⅔·(0.4 − 1)) = 0.1333
+    # all-gather 0.2 s, forward window 0.9: 0.2/3 = 0.0667; exposed 0.2 of 0.6 s, price 0.25 · 0.6 = 0.15:
+    # 0.2 + (0.6 − 0.2) · 0.15/0.6 = 0.3
+    assert out["dp_comm_s"] == approx(0.3)
     off = compose_step(inputs([Stage(0, 1, ((dec, 1),), 0.0)], pp=1, microbatches=2, zero=1, overlap_grad=False,
                               overlap_gather=False, group=GradientGroup(4, link, link, link), hbm_rate=54e8))
     assert off["dp_comm_s"] == approx(0.6)  # nothing overlaps: 0.4 + 0.2

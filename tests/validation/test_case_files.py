@@ -60,7 +60,10 @@ BAD = {
     "missing measured": (broken(measured=...), "measured"),
     "unknown metric": (broken(measured={"step_time": 1}), "measured.step_time"),
     "negative measurement": (broken(measured={"step_time_s": -1}), "measured.step_time_s"),
-    "unknown case field": (broken(remarks="x"), "remarks"),
+    "unknown case field": (broken(nots="x"), "nots"),
+    "bad scope": (broken(scope="layers"), "scope"),
+    "unknown framework": (broken(framework="megatron"), "framework"),
+    "only documentation metrics": (broken(measured={"tflops_per_gpu": 400}), "measured"),
     "bad model field": (broken(model__hidden=0), "model.hidden"),
     "unknown model name": (broken(model="llama9"), "model"),
     "unknown system": (broken(system="dgx-z100"), "system"),
@@ -84,6 +87,31 @@ def test_bad_case_names_case_and_field(tmp_path, case, field):
     assert "\n" not in message
     assert message.startswith("cases: case 'ok'") or message.startswith("cases: case #2"), message
     assert field in message
+
+
+def test_documentation_keys_accepted(tmp_path):
+    doc = dict(GOOD, notes="n", group="g1", tier="main", confidence="high", derived="d", quote="q", record="r",
+               config_id="v1", framework="torchtitan", scope="stage")
+    doc["measured"] = {"step_time_s": 0.5, "tflops_per_gpu": 300}
+    (case,) = load_cases([write(tmp_path, [doc])])
+    assert case.cv_group == "g1" and case.framework == "torchtitan" and case.measured == {"step_time_s": 0.5}
+    # the framework's defaults fill what the plan leaves out, an explicit plan value wins
+    assert case.plan.overlap_tp_comm is False and case.plan.attention == "flash"
+    assert case.system.accelerator.reserved_memory > 2 * 2**30  # torchtitan: fragmentation on top of buffers
+
+
+def test_unsupported_case_is_reported_and_the_rest_run(tmp_path):
+    from paraplan.validate.run import UnsupportedCase, run_cases
+
+    # a field the model does not know (MoE fields are known since issue 9: a state-space layer is not)
+    ssm = broken(model__mamba_layers=8, plan__mamba_chunk=256)
+    ssm["name"] = "ssm"
+    cases = load_cases([write(tmp_path, [GOOD, ssm])])
+    assert isinstance(cases[1], UnsupportedCase) and "mamba_layers" in cases[1].reason
+    report = run_cases(cases)
+    assert [e["status"] for e in report["cases"]] == ["ok", "unsupported"]
+    assert report["summary"]["cases"] == 1 and report["summary"]["unsupported"] == 1
+    assert report["summary"]["unsupported_cases"][0]["name"] == "ssm"
 
 
 def test_bad_file_shapes(tmp_path):

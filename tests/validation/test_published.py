@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from paraplan.validate.run import SCOPE_STAGE, SCOPE_TRANSFORMER, load_cases, memory_scope, run_cases
+from paraplan.validate.run import SCOPE_STAGE, SCOPE_TRANSFORMER, load_cases, run_cases
 
 
 MOE_NAMES = {c.name for c in load_cases() if c.file == "moe-visible"}
@@ -56,10 +56,20 @@ def test_figure1_parameter_bar_is_transformer_layers_only():
     assert figure1 and all(c.measured["weights_and_optimizer_gib"] == 45.5625 for c in figure1)
 
 
-def test_scope_rule():
-    assert memory_scope("Korthikanti et al. 2022, ..., Figure 1 (first pipeline stage)") == SCOPE_TRANSFORMER
-    assert memory_scope("Korthikanti et al. 2022, ..., Table 5") == SCOPE_STAGE
-    assert memory_scope("Some other paper, Figure 1") == SCOPE_STAGE
+def test_scope_is_explicit_in_the_bundled_files():
+    """Issue 7: scope is a field of each case, not read from its source text."""
+    cases = load_cases()
+    for case in cases:
+        expected = SCOPE_TRANSFORMER if "Figure 1" in case.source else SCOPE_STAGE
+        assert case.scope == expected, case.name
+    assert all(c.framework in ("megatron-lm-2021", "megatron-core") for c in cases)
+
+
+def test_calibration_and_held_out_reported_apart(report):
+    summary = report["summary"]
+    assert summary["calibration"]["step_time_cases"] == 30  # both bundled sets fit a constant
+    assert summary["held_out"]["step_time_cases"] == len(MOE_NAMES) == 10  # moe-visible: no constant fitted on it
+    assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
 
 def test_nemo_llama31_step_time(report):

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypeVar, get_args
 
-import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.io import parse_document, read_document
+from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
+
+Spec = TypeVar("Spec", ModelSpec, SystemSpec)
 
 
 def _names(kind: str) -> list[str]:
@@ -32,30 +36,119 @@ def system_names() -> list[str]:
     return _names("systems")
 
 
+def suggestions(name: str, known: list[str], n: int = 3) -> list[str]:
+    """Catalog names closest to ``name``: names that contain it (or its parts) first, then by
+    similarity (``h100`` -> ``dgx-h100-80gb``, ``llama3_8b`` -> ``llama3-8b``)."""
+    wanted = name.lower().replace("_", "-").strip()
+    if not wanted:
+        return []
+    parts = [p for p in wanted.replace(" ", "-").split("-") if p]
+    scored = []
+    for candidate in known:
+        c = candidate.lower()
+        ratio = difflib.SequenceMatcher(None, wanted, c).ratio()
+        contained = wanted in c or (len(parts) > 1 and all(p in c for p in parts))
+        if contained or ratio >= 0.5:
+            scored.append((0 if contained else 1, -ratio, len(c), candidate))
+    return [c for *_, c in sorted(scored)[:n]]
+
+
 def _unknown(kind: str, field: str, name: str, known: list[str]) -> InputError:
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    close = suggestions(name, known)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return InputError(f"{field}: unknown {kind} {name!r}{hint}; allowed: {', '.join(known)} or a YAML/JSON file")
 
 
 @lru_cache(maxsize=None)
 def _read_entry(kind: str, name: str) -> dict:
-    text = (resources.files("paraplan.catalog") / kind / f"{name}.yaml").read_text()
-    return yaml.safe_load(text)
+    text = (resources.files("paraplan.catalog") / kind / f"{name}.yaml").read_text(encoding="utf-8")
+    return parse_document(text, repr(f"{kind}/{name}.yaml"), kind, as_json=False)
 
 
-def _read_file(path: Path, field: str) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{field}: cannot read file {str(path)!r}: {exc.strerror}") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{field}: {str(path)!r} is not valid {path.suffix[1:] or 'YAML'}: {str(exc).splitlines()[0]}") from None
+def _read_file(path: Path | str, field: str) -> dict:
+    data = read_document(path, field)
     if not isinstance(data, dict):
-        raise InputError(f"{field}: {str(path)!r} must hold a mapping of fields")
+        label = "standard input" if str(path) == "-" else repr(str(path))
+        raise InputError(f"{field}: {label} must hold a mapping of fields")
     return data
+
+
+MAX_INTEGER = 2**24  # largest count a spec may hold (layers, hidden, vocab, positions, SMs ...): 16.7M
+
+
+def validate_spec(schema: type[Spec], data: Any, field: str) -> Spec:
+    """Validate ``data`` as ``schema`` strictly: types are not coerced (``"4544"``, ``1e30`` or
+    ``true`` for an integer, ``"false"`` for a flag are refused; quantity fields still take unit
+    strings), integers are at most MAX_INTEGER and every number is finite. InputError listing
+    every violation otherwise."""
+    if not isinstance(data, dict):
+        raise InputError(f"{field}: {type(data).__name__} is not allowed; give a mapping of fields")
+    try:
+        text = json.dumps(data, allow_nan=True, default=_not_json)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{field}: {exc}") from None
+    try:
+        spec = schema.model_validate_json(text, strict=True)
+    except ValidationError as exc:
+        raise input_error_from_pydantic(exc, field) from None
+    problems = list(_out_of_range(spec, field))
+    if isinstance(spec, SystemSpec) and spec.accelerator.reserved_memory >= spec.accelerator.hbm_capacity:
+        problems.append(Violation(f"{field}.accelerator.reserved_memory", spec.accelerator.reserved_memory,
+                                  f"must be less than hbm_capacity ({spec.accelerator.hbm_capacity:.4g} B)"))
+    if problems:
+        raise InputError.from_violations(problems)
+    return spec
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"{value!r} ({type(value).__name__}) is not allowed; give numbers, strings, true/false, lists or mappings")
+
+
+def _out_of_range(value: Any, path: str, integer: bool = False):
+    """Violations for non-finite floats and integer fields above MAX_INTEGER anywhere in a spec."""
+    if isinstance(value, BaseModel):
+        for name, info in type(value).model_fields.items():
+            yield from _out_of_range(getattr(value, name), f"{path}.{name}", int in _types(info.annotation))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _out_of_range(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _out_of_range(item, f"{path}[{i}]", integer)
+    elif isinstance(value, str) and not all(ch.isprintable() for ch in value):
+        yield Violation(path, value, "must not contain control characters (escape codes, newlines)")
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int) and integer and abs(value) > MAX_INTEGER:
+        yield Violation(path, value, f"must be at most {MAX_INTEGER:,}")
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield Violation(path, value, "must be a finite number")
+    elif path.endswith(".price_per_gpu_hour") and isinstance(value, (int, float)) and value <= 0:
+        yield Violation(path, value, "must be a positive price in USD per GPU-hour (leave it out when unknown)")
+
+
+def _types(annotation: Any) -> set:
+    """The plain types an annotation admits (through Optional, Union, Annotated and tuple[...])."""
+    args = get_args(annotation)
+    if not args:
+        return {annotation}
+    out: set = set()
+    for arg in args:
+        out |= _types(arg)
+    return out
+
+
+def _model_path(ref: str) -> Path | str:
+    """``-`` (stdin), a file, or a checkpoint directory holding a config.json."""
+    if ref == "-":
+        return ref
+    path = Path(ref)
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise InputError(f"model: {ref!r} is a directory without a config.json; give a model file or a checkpoint directory")
+        return config
+    return path
 
 
 def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
@@ -66,40 +159,58 @@ def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
         path = Path(ref)
         if ref in model_names():
             data = _read_entry("models", ref)
-        elif path.suffix in (".yaml", ".yml", ".json") or path.exists():
-            data = _read_file(path, field)
+        elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
+            source = _model_path(ref)
+            data = _read_file(source, field)
             from paraplan.hf import is_hf_config, model_from_hf_config
 
+            stem = "stdin" if source == "-" else Path(source).stem
             if is_hf_config(data):
-                name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+                parent = Path(source).resolve().parent.name if source != "-" else ""
+                name = parent if stem == "config" and parent else stem
                 return model_from_hf_config(data, name=name, field=field)
-            data.setdefault("name", path.stem)
+            data.setdefault("name", stem)
         else:
             raise _unknown("model", field, ref, model_names())
     else:
         data = ref
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+    return validate_spec(ModelSpec, data, field)
 
 
 def load_system(ref: str | dict | SystemSpec, field: str = "system") -> SystemSpec:
     """A catalog name, a path to a YAML/JSON system file, or a dict."""
     if isinstance(ref, SystemSpec):
         return ref
-    if isinstance(ref, str):
-        path = Path(ref)
-        if ref in system_names():
-            data = _read_entry("systems", ref)
-        elif path.suffix in (".yaml", ".yml", ".json") or path.exists():
-            data = _read_file(path, field)
-            data.setdefault("name", path.stem)
-        else:
-            raise _unknown("system", field, ref, system_names())
-    else:
-        data = ref
+    return validate_spec(SystemSpec, _entry_data("systems", "system", ref, field), field)
+
+
+def _entry_data(kind: str, label: str, ref: str | dict, field: str) -> dict:
+    """The data of a catalog entry (by name), of a YAML/JSON file (named after its stem), or the dict itself."""
+    if not isinstance(ref, str):
+        return ref
+    path = Path(ref)
+    names = _names(kind)
+    if ref in names:
+        return _read_entry(kind, ref)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        data = _read_file(path, field)
+        data.setdefault("name", path.stem)
+        return data
+    raise _unknown(label, field, ref, names)
+
+
+def framework_names() -> list[str]:
+    return _names("frameworks")
+
+
+def load_framework(ref: "str | dict | FrameworkSpec", field: str = "framework") -> "FrameworkSpec":
+    """A framework profile: a catalog name (``paraplan/catalog/frameworks``), a YAML/JSON path, or a dict."""
+    from paraplan.specs.framework import FrameworkSpec
+
+    if isinstance(ref, FrameworkSpec):
+        return ref
+    data = _entry_data("frameworks", "framework", ref, field)
     try:
-        return SystemSpec.model_validate(data)
+        return FrameworkSpec.model_validate(data)
     except ValidationError as exc:
         raise input_error_from_pydantic(exc, field) from None

@@ -6,26 +6,68 @@ Each command lives in its own module of this package and registers on ``app``; `
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from enum import Enum
 from typing import Annotated, Optional, get_args
 
 import typer
-from rich.console import Console
 
+from paraplan import __version__
 from paraplan.specs import plan as specs_plan
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 
 EXIT_INPUT_ERROR = 2
+EXIT_DOES_NOT_FIT = 1  # a plan that does not fit in memory, a search where no plan fits
 
 app = typer.Typer(
     name="paraplan",
-    help="How fast will a transformer train on a cluster, and will it fit? An analytical model.",
+    help="How fast will a transformer train on a cluster, and will it fit? An analytical model.\n\n"
+         "Exit status: 0 done; 1 estimate's plan does not fit in memory, search finds no plan that fits, or "
+         "validate --max-mape is exceeded; 2 bad input (one line on stderr: field, value, what is allowed).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
+
+_OUTPUT: dict[str, int | None] = {"width": None}  # set by --width (0: unlimited)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"paraplan {__version__}")
+        raise typer.Exit(0)
+
+
+WIDTH_HELP = ("width of text output in characters (0: unlimited, one line per table row); default: the "
+              "terminal's, or $COLUMNS, or unlimited when piped")
+WidthOption = Annotated[Optional[int], typer.Option("--width", min=0, help=WIDTH_HELP)]
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_show_version, help="print the version and exit")
+    ] = False,
+    width: WidthOption = None,
+) -> None:
+    if width is not None:
+        _OUTPUT["width"] = width
+
+
+def output_width(width: int | None = None) -> int | None:
+    """Characters per line of text output: ``--width`` (0 = unlimited); else the terminal's width on a
+    terminal, else $COLUMNS when set, else unlimited (piped output keeps one table row per line)."""
+    chosen = width if width is not None else _OUTPUT["width"]
+    if chosen is not None:
+        return chosen or None
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
 
 def _choices(name: str, literal) -> type[Enum]:
@@ -42,6 +84,20 @@ Attention = _choices("Attention", specs_plan.Attention)
 _TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
+def check_price(price: float | None) -> None:
+    """--price must be a positive number of USD per GPU-hour (0 would make every plan free)."""
+    if price is not None and not price > 0:
+        raise InputError(f"--price: {price!r} is not allowed; must be a positive number of USD per GPU-hour")
+
+
+def warn_positions(model, seq_length: int) -> None:
+    """One line on stderr when the sequence is longer than the model's positions (limits.position_warning)."""
+    from paraplan.limits import position_warning
+
+    if (warning := position_warning(model, seq_length)) is not None:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 def parse_tokens(text: str) -> float:
     """'15e12', '15T', '2.5B' -> tokens (B = billion, T = trillion); InputError naming --tokens otherwise."""
     raw = text.strip()
@@ -51,13 +107,16 @@ def parse_tokens(text: str) -> float:
         value = float(number) * _TOKEN_SUFFIX[suffix]
     except ValueError:
         raise InputError(f"--tokens: {text!r} is not a number of tokens; e.g. 15e12, 15T, 300B") from None
-    if not value > 0:
-        raise InputError(f"--tokens: {text!r} must be positive")
+    if not 0 < value < float("inf"):
+        raise InputError(f"--tokens: {text!r} must be a finite positive number of tokens")
     return value
 
 
-def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+def _stdout(width: int | None = None):
+    """Plain-text stdout at ``output_width(width)`` (report.render.PlainConsole)."""
+    from paraplan.report.render import PlainConsole
+
+    return PlainConsole(output_width(width))
 
 
 def _int_list(text: Optional[str], flag: str) -> tuple[int, ...] | None:

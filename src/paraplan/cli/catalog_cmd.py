@@ -1,33 +1,33 @@
-"""``paraplan models`` and ``paraplan systems``: the catalogs."""
+"""``paraplan models`` and ``paraplan systems``: the catalogs; ``paraplan schema``: the input file schemas."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
-from paraplan.catalog import load_model, load_system, model_names, system_names
 from paraplan.cli.app import (
+    WidthOption,
     _stdout,
     app,
 )
-from paraplan.report.render import simple_table
+from paraplan.specs.errors import InputError
 from paraplan.units import GiB
 
 
-def _model_row(name: str) -> dict:
-    from paraplan.graph.transformer import (
-        embedding_weight_params,
-        layer_weight_params,
-        lm_head_weight_params,
-    )
+def _model_row(name: str, model=None) -> dict:
+    from paraplan.catalog import load_model
+    from paraplan.graph.params import parameter_counts
 
-    m = load_model(name)
-    params = m.layers * layer_weight_params(m, 1) + embedding_weight_params(m, 1) + lm_head_weight_params(m, 1, True)
+    m = model if model is not None else load_model(name)
+    counts = parameter_counts(m)
     return {
-        "name": name,
-        "params_b": params / 1e9,
+        "name": m.name,
+        "params_b": counts.total / 1e9,
+        "active_params_b": counts.active / 1e9,
+        "parameters": counts.to_dict(),
         "layers": m.layers,
         "hidden": m.hidden,
         "heads": m.heads,
@@ -39,20 +39,100 @@ def _model_row(name: str) -> dict:
     }
 
 
+# effective values of the fields whose default depends on others (ModelSpec's rules)
+_DERIVED = {
+    "kv_heads": ("n_kv_heads", "= heads"),
+    "head_dim": ("d_head", "= hidden / heads"),
+    "bias": ("has_bias", "gelu models: yes, swiglu: no"),
+    "dropout": ("has_dropout", "gelu models: yes, swiglu: no"),
+    "position_embedding": ("learned_positions", "gelu models: learned, swiglu: rope"),
+}
+
+
+def _read_as(ref: str, model) -> str:
+    from paraplan.catalog import model_names
+
+    if ref in model_names():
+        return f"catalog entry {ref!r} (paraplan's model schema)"
+    if model.source.startswith("Hugging Face"):
+        return f"{model.source}, from {ref!r}"
+    return f"paraplan model file {ref!r} (paraplan's model schema)"
+
+
+def _model_fields_table(ref: str, model):
+    from paraplan.graph.params import format_parameters, parameter_counts
+    from paraplan.report.render import simple_table
+
+    table = simple_table(f"How {ref} was read: {_read_as(ref, model)}", "field", "value", "from",
+                         numeric_from=3, foldable=(1, 2))
+    given = model.model_fields_set
+    hf = model.source.startswith("Hugging Face")
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        how = ("config.json, mapped by paraplan.hf" if hf else "the file") if name in given else "default"
+        if name == "name" and hf:
+            how = "the directory (or file) name"
+        if name in _DERIVED and value is None:
+            attr, rule = _DERIVED[name]
+            effective = getattr(model, attr)
+            if name == "position_embedding":
+                effective = "learned" if effective else "rope"
+            value, how = effective, f"default ({rule})"
+        table.add_row(name, str(value).lower() if isinstance(value, bool) else str(value), how)
+    counts = parameter_counts(model)
+    params = simple_table(f"Parameters of {model.name} (graph.params.parameter_counts)", "part", "parameters",
+                          numeric_from=1)
+    params.add_row(f"{model.layers} decoder layers", format_parameters(counts.layers))
+    params.add_row("embedding" + (" (+ learned positions)" if model.learned_positions else ""),
+                   format_parameters(counts.embedding))
+    params.add_row("LM head" + (" (tied: final norm only)" if model.tie_embeddings else "") , format_parameters(counts.head))
+    params.add_section()
+    params.add_row("total", f"{format_parameters(counts.total)} ({counts.total:,.0f})")
+    params.add_row("active per token", f"{format_parameters(counts.active)} ({counts.active:,.0f})")
+    return [table, "", params]
+
+
 @app.command()
-def models(as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False) -> None:
-    """List the model catalog (parameters in billions and shape)."""
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    model: Annotated[
+        Optional[str],
+        typer.Option("--model", "-m", help="show how this catalog name or file (YAML/JSON, Hugging Face config.json) is "
+                                           "read: every field, given or default, and the parameter counts"),
+    ] = None,
+    width: WidthOption = None,
+) -> None:
+    """List the model catalog (parameters, total and active, and shape), or show how one model is read."""
+    from paraplan.catalog import load_model, model_names
+    from paraplan.report.render import simple_table
+
+    if model is not None:
+        spec = load_model(model, field="model")
+        if as_json:
+            row = _model_row(spec.name, spec)
+            row["read_as"] = _read_as(model, spec)
+            row["fields"] = spec.model_dump()
+            row["given"] = sorted(spec.model_fields_set)
+            print(json.dumps(row, indent=2))
+            return
+        _stdout(width).print(*_model_fields_table(model, spec))
+        return
     rows = [_model_row(n) for n in model_names()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = simple_table("Models (paraplan estimate --model NAME)", "name", "params (B)", "layers", "hidden", "heads", "kv heads", "ffn", "vocab", "mlp")
+    table = simple_table("Models (paraplan estimate --model NAME); parameters in billions",
+                         "name", "params (B)", "active (B)", "layers", "hidden", "heads", "kv heads", "ffn", "vocab",
+                         "mlp")
     for r in rows:
-        table.add_row(r["name"], f"{r['params_b']:.2f}", *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp")))
-    _stdout().print(table)
+        table.add_row(r["name"], f"{r['params_b']:.2f}", f"{r['active_params_b']:.2f}",
+                      *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp")))
+    _stdout(width).print(table)
 
 
 def _system_row(name: str) -> dict:
+    from paraplan.catalog import load_system
+
     s = load_system(name)
     acc = s.accelerator
     try:
@@ -74,8 +154,14 @@ def _system_row(name: str) -> dict:
 
 
 @app.command()
-def systems(as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False) -> None:
+def systems(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    width: WidthOption = None,
+) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
+    from paraplan.catalog import system_names
+    from paraplan.report.render import simple_table
+
     rows = [_system_row(n) for n in system_names()]
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -97,6 +183,31 @@ def systems(as_json: Annotated[bool, typer.Option("--json", help="print JSON ins
             f"{r['nic_gb_per_s']:.0f}",
             "-" if r["price_per_gpu_hour"] is None else f"{r['price_per_gpu_hour']:.2f}",
         )
-    _stdout().print(table)
+    _stdout(width).print(table)
 
 
+@app.command()
+def schema(
+    name: Annotated[str, typer.Argument(help="model | system | plan | validation-case (| cluster)")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="write the schema to FILE instead of printing it")] = None,
+) -> None:
+    """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
+    for editors and validators; quantities accept unit strings such as "80 GiB"."""
+    from paraplan.report.search_view import AtomicText
+    from paraplan.schemas import json_schema, schema_models
+
+    names = list(schema_models())
+    if name not in names:
+        import difflib
+
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"schema: unknown schema {name!r}{hint}; allowed: {', '.join(names)}")
+    text = json.dumps(json_schema(name), indent=2) + "\n"
+    if out is None:
+        print(text, end="")
+        return
+    sink = AtomicText(out, "--out")
+    sink.handle.write(text)
+    sink.close()
+    print(f"wrote {out}")

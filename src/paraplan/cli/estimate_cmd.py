@@ -8,22 +8,75 @@ from typing import Annotated, Optional
 
 import typer
 
-from paraplan.api import plan_from_fields
-from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
-from paraplan.catalog import load_model, load_system
 from paraplan.cli.app import (
+    EXIT_DOES_NOT_FIT,
+    check_price,
+    warn_positions,
     Attention,
     Dtype,
     Recompute,
     Schedule,
+    WidthOption,
     _stdout,
     app,
     parse_tokens,
 )
-from paraplan.estimate import estimate as run_estimate
-from paraplan.export.planfile import load_plan_option
-from paraplan.report.render import print_estimate
 from paraplan.specs.errors import InputError
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
+from paraplan.units import GiB
+
+
+def apply_sets(model_spec, system_spec, sets: list[str]):
+    """``--set PATH=VALUE`` (the paths of ``paraplan sweep --set``, one value each) applied to the
+    model and the system, re-validated."""
+    from paraplan.sweep.params import apply_overrides, override_values, parse_sets
+
+    axes = parse_sets(sets)
+    for axis in axes:
+        if len(axis.values) != 1:
+            raise InputError(f"--set {axis.path}: {','.join(axis.values)!r} gives {len(axis.values)} values; "
+                             "estimate takes one (paraplan sweep takes lists)")
+    if not axes:
+        return model_spec, system_spec
+    return apply_overrides(model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes)))
+
+
+def check_plot_path(plot: Path) -> None:
+    """--plot must end in .png or .svg and go into an existing directory."""
+    if plot.suffix.lower() not in (".png", ".svg"):
+        raise InputError(f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg")
+    folder = plot.parent
+    if not folder.is_dir():
+        raise InputError(f"--plot: {str(plot)!r} is not allowed; the directory {str(folder)!r} does not exist "
+                         "(create it first)")
+
+
+def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> list[str]:
+    """What would make a plan that does not fit fit: single changes, else the search's fastest plan."""
+    from paraplan.search.fit_hints import fit_changes
+
+    changes = fit_changes(model_spec, system_spec, plan)
+    if changes:
+        return ["would fit with one change (fastest first):", *(f"  {c.text()}" for c in changes)]
+    from paraplan.report.search_view import plan_label
+    from paraplan.search.run import search
+    from paraplan.search.space import SearchProblem
+
+    command = (f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
+               f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}")
+    problem = SearchProblem(model=model_spec, system=system_spec, gpus=plan.gpus, seq_length=plan.seq_length,
+                            global_batch=plan.global_batch, dtype=plan.dtype, attention=plan.attention)
+    try:
+        result = search(problem, top_k=1)
+    except InputError:
+        result = None
+    if result is None or not result.plans:
+        return [f"no single change fits, and no plan of {plan.gpus} GPUs fits at global batch "
+                f"{plan.global_batch}: more GPUs, a smaller micro-batch or a shorter sequence may ({command})"]
+    best = result.plans[0]
+    return ["no single change fits; the fastest plan that fits at this batch "
+            f"({best.estimate.peak_stage.peak_bytes / GiB:.1f} GiB, step {best.estimate.step_time_s:.3g} s):",
+            f"  {plan_label(best.plan)}", f"  ({command})"]
 
 
 def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
@@ -39,7 +92,9 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
 @app.command()
 def estimate(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
-    system: Annotated[str, typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")],
+    system: Annotated[
+        Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)")
+    ] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp (required unless --plan)")] = None,
     tp: Annotated[int, typer.Option("--tp", min=1, help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", min=1, help="pipeline stages")] = 1,
@@ -91,17 +146,52 @@ def estimate(
         Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)")
     ] = None,
     plot: Annotated[
-        Optional[Path], typer.Option("--plot", help="also draw the time and memory breakdown to FILE (.png or .svg)")
+        Optional[Path],
+        typer.Option("--plot", help="also draw the time and memory breakdown to FILE (.png or .svg) in an existing directory"),
     ] = None,
     plan_file: Annotated[
-        Optional[str], typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, or PlanSpec YAML/JSON")
+        Optional[str],
+        typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
+                     "or a non-uniform plan (a list of stages, docs/heterogeneous.md)"),
     ] = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan")
+    ] = None,
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", help="change one numeric field of the system or model for this estimate, e.g. "
+                                   "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
+                                   "--set); repeat for more"),
+    ] = None,
+    width: WidthOption = None,
 ) -> None:
-    """Time, memory and utilisation of one training step under one plan."""
-    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
-        raise InputError(f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg")
+    """Time, memory and utilisation of one training step under one plan.
+
+    Exit status 1 when the plan does not fit in memory (the report says which single change would
+    make it fit), 2 on bad input."""
+    from paraplan.api import plan_from_fields
+    from paraplan.catalog import load_model, load_system
+    from paraplan.estimate import estimate as run_estimate
+    from paraplan.export.planfile import load_plan_option
+    from paraplan.graph.params import parameter_counts
+    from paraplan.report.render import print_estimate
+
+    if cluster is not None or (plan_file is not None and "#" not in plan_file):  # non-uniform plans: issue 10
+        from paraplan.cli.hetero_cmd import estimate_plan_file, plan_file_is_non_uniform
+
+        if plan_file is not None and plan_file_is_non_uniform(Path(plan_file)):
+            estimate_plan_file(model, Path(plan_file), cluster, system, as_json)
+            return
+        if cluster is not None:
+            raise InputError("--cluster: needs --plan FILE with a list of stages (a non-uniform plan, docs/heterogeneous.md)")
+    if system is None:
+        raise InputError("--system: missing; give --system (or --cluster with a non-uniform --plan)")
+    if plot is not None:
+        check_plot_path(plot)
+    check_price(price)
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
+    model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
     plan = load_plan_option(plan_file, gpus, model_spec, seq_length) if plan_file or gpus is None else plan_from_fields(
         {
             "gpus": gpus,
@@ -141,6 +231,7 @@ def estimate(
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
+    warn_positions(model_spec, plan.seq_length)  # after the estimate: input errors stay one line
     run = None
     if run_tokens is not None:
         run = est.run_totals(run_tokens, price if price is not None else system_spec.price_per_gpu_hour)
@@ -148,14 +239,23 @@ def estimate(
         from paraplan.report.plots import plot_estimate
 
         plot_estimate(est, plot)
+    counts = parameter_counts(model_spec)
+    hints = [] if est.fits else fit_hint_lines(model_spec, system_spec, plan, model, system)
     if as_json:
         out = est.to_dict(include_ops=ops)
+        out["parameters"] = counts.to_dict()
+        if set_:
+            out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
             out["run"] = run
+        if not est.fits:
+            out["fit_hints"] = hints
         print(json.dumps(out, indent=2))
-        return
-    print_estimate(_stdout(), est, run=run, show_ops=ops)
-    if plot is not None:
-        print(f"wrote {plot}")
+    else:
+        print_estimate(_stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts)
+        if plot is not None:
+            print(f"wrote {plot}")
+    if not est.fits:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 

@@ -1,9 +1,16 @@
-"""Console entry point: run ``app`` so that every input problem ends as ONE line on stderr,
-``error: <message>``, with exit code 2 (usage errors, InputError, UnitError and pydantic
-ValidationError), and no traceback."""
+"""Console entry point: run ``app`` so that every failure ends as ONE line on stderr,
+``error: <message>``, and no traceback.
+
+Exit codes: 0 success; 1 a result that is not a success (the validation gate failed, ...);
+2 anything else: bad input (usage errors, InputError, UnitError, pydantic ValidationError), a file
+that cannot be read or written (full disk, permissions), a number beyond what the model can
+represent, and — as a last resort — an internal error, reported as ``error: internal error: ...``
+(set ``PARAPLAN_DEBUG=1`` to get the traceback instead); 130 interrupted (Ctrl-C)."""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 
 import typer
@@ -22,8 +29,13 @@ except ImportError:  # pragma: no cover - older typer on top of click
 from typer import Abort, Exit
 
 
+_SPEC_FIELD = {"PlanSpec": "plan", "ModelSpec": "model", "SystemSpec": "system"}  # pydantic title -> field prefix
+
+
 def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
+    """Whitespace collapsed and control characters (terminal escape codes) shown escaped."""
+    text = " ".join(str(message).split())
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _fail(message: str, code: int = EXIT_INPUT_ERROR) -> None:
@@ -31,15 +43,59 @@ def _fail(message: str, code: int = EXIT_INPUT_ERROR) -> None:
     sys.exit(code)
 
 
+def _require_finite_numbers(command) -> None:
+    """Every number option of every command must be finite: ``--price inf`` or ``--max-mape nan``
+    would otherwise flow into the results as 'inf' (issue 13)."""
+    for sub in getattr(command, "commands", {}).values():
+        for param in sub.params:
+            process = param.process_value
+
+            def checked(ctx, value, _process=process, _param=param):
+                value = _process(ctx, value)
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise InputError(f"{_param.opts[0]}: {value} is not allowed; must be a finite number")
+                return value
+
+            param.process_value = checked
+
+
+def _refuse_repeated_options(command, args: list[str]) -> None:
+    """InputError for an option given twice that takes one value (click would keep the last one
+    silently); options declared ``multiple`` (``--system``, ``--set``, ``--cases``) may repeat."""
+    sub = getattr(command, "commands", {}).get(args[0]) if args else None
+    if sub is None:
+        return
+    names: dict[str, str] = {}
+    for param in sub.params:
+        if getattr(param, "multiple", False) or not hasattr(param, "opts"):
+            continue
+        for opt in (*param.opts, *getattr(param, "secondary_opts", ())):
+            if opt.startswith("-"):
+                names[opt] = param.opts[0]
+    seen: set[str] = set()
+    for arg in args[1:]:
+        if arg == "--":
+            break
+        key = names.get(arg.split("=", 1)[0] if arg.startswith("--") else arg)
+        if key is None:
+            continue
+        if key in seen:
+            raise InputError(f"{key}: given more than once; give it once")
+        seen.add(key)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
     command = typer.main.get_command(app)
+    _require_finite_numbers(command)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=argv, prog_name="paraplan", standalone_mode=False)
+        _refuse_repeated_options(command, args)
+        result = command.main(args=args, prog_name="paraplan", standalone_mode=False)
     except (InputError, UnitError) as exc:
         _fail(str(exc))
     except ValidationError as exc:
-        _fail(str(input_error_from_pydantic(exc, "input")))
+        _fail(str(input_error_from_pydantic(exc, _SPEC_FIELD.get(exc.title, "input"))))
     except NoArgsIsHelpError as exc:  # bare `paraplan`: show the help
         exc.show()
         sys.exit(exc.exit_code)
@@ -51,6 +107,17 @@ def main(argv: list[str] | None = None) -> None:
         _fail("aborted", 1)
     except BrokenPipeError:  # e.g. `paraplan models | head`
         sys.exit(0)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except OSError as exc:  # a full disk, a vanished directory, ...: the files we write are atomic
+        where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
+        _fail(f"cannot read or write{where}: {exc.strerror or exc}")
+    except (OverflowError, RecursionError, MemoryError) as exc:
+        _fail(f"the input is beyond what paraplan can represent ({type(exc).__name__}: {exc})")
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+        if os.environ.get("PARAPLAN_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (please report; PARAPLAN_DEBUG=1 shows the traceback)")
     sys.exit(result if isinstance(result, int) else 0)
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from paraplan.catalog import load_model, load_system
 from paraplan.cli.app import (
+    EXIT_DOES_NOT_FIT,
+    check_price,
+    warn_positions,
     Attention,
     CpOption,
     DefaultOverlapOption,
@@ -23,28 +24,32 @@ from paraplan.cli.app import (
     RecomputeOption,
     ScheduleOption,
     TpOption,
+    WidthOption,
     ZeroOption,
     _stdout,
     app,
+    parse_tokens,
     search_restrictions,
 )
+from paraplan.limits import MAX_TOP
 from paraplan.specs.errors import InputError
-from paraplan.units import GiB
 
 
 @app.command()
 def search(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
-    system: Annotated[str, typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")],
-    gpus: Annotated[int, typer.Option("--gpus", help="total GPUs")],
+    system: Annotated[Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
     seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="sequences per step")] = None,
     max_global_batch: Annotated[
         Optional[int],
         typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="how many plans to show")] = 10,
-    objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
+    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")] = 10,
+    objective: Annotated[
+        str, typer.Option("--objective", help="time (s per token) | cost (USD per token, at --price) | mfu")
+    ] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
     tp: TpOption = None,
@@ -57,29 +62,74 @@ def search(
     no_offload: NoOffloadOption = False,
     default_overlap: DefaultOverlapOption = False,
     default_placement: DefaultPlacementOption = False,
-    price: Annotated[Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour for --objective cost")] = None,
+    price: Annotated[
+        Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)")
+    ] = None,
+    tokens: Annotated[
+        Optional[str], typer.Option("--tokens", help="run length in tokens (15T, 300B): days and cost of each plan")
+    ] = None,
     exhaustive: Annotated[bool, typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show why the best plan wins over its neighbours")] = False,
-    csv_path: Annotated[Optional[Path], typer.Option("--csv", help="write every feasible plan with its metrics")] = None,
+    csv_path: Annotated[
+        Optional[Path], typer.Option("--csv", help="write the plans shown (the top K) with their metrics to FILE")
+    ] = None,
+    csv_all: Annotated[
+        Optional[Path],
+        typer.Option("--csv-all", help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
+                                       "of rows (the count is printed)"),
+    ] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="processes for --exhaustive")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    width: WidthOption = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="mixed cluster of node pools (YAML/JSON): AMP-style search")
+    ] = None,
+    non_uniform: Annotated[
+        bool, typer.Option("--non-uniform", help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search")
+    ] = False,
+    time_budget: Annotated[float, typer.Option("--time-budget", min=0.0, help="seconds for --non-uniform alleviation")] = 5.0,
 ) -> None:
-    """The fastest plans that fit in memory, over every plan knob, exact w.r.t. the cost model."""
+    """The best plans that fit in memory, over every plan knob, exact w.r.t. the cost model.
+
+    Exit status 1 when no plan fits (the nearest miss is printed), 2 on bad input."""
+    if cluster is not None or non_uniform:  # mixed clusters / per-stage plans: issue 10
+        from paraplan.cli.hetero_cmd import search_hetero
+
+        if global_batch is None:
+            raise InputError("--global-batch: missing; --cluster / --non-uniform search a fixed global batch")
+        search_hetero(model, str(cluster) if cluster else None, system, gpus, non_uniform, seq_length, global_batch,
+                      dtype.value, attention.value, top, as_json, time_budget)
+        return
+    if system is None or gpus is None:
+        raise InputError(f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)")
+    from paraplan.catalog import load_model, load_system
     from paraplan.report.search_view import (
         CsvSink,
         explain_table,
         nearest_miss_line,
+        plan_label,
         plans_table,
+        search_document,
         summary_line,
+        write_top_csv,
     )
     from paraplan.search.explain import explain as explain_plan
     from paraplan.search.run import exhaustive_search
     from paraplan.search.run import search as run_search
     from paraplan.search.space import SearchProblem
+    from paraplan.units import GiB
 
     if gpus <= 0:
         raise InputError(f"--gpus: {gpus} is not allowed; must be a positive integer")
+    if csv_path is not None and csv_all is not None and csv_path.resolve() == csv_all.resolve():
+        raise InputError(f"--csv-all: {str(csv_all)!r} is also the --csv file; give two different files")
+    run_tokens = parse_tokens(tokens) if tokens is not None else None
+    check_price(price)
     system_spec = load_system(system, field="system")
+    price_per_gpu_hour = price if price is not None else system_spec.price_per_gpu_hour
+    if objective == "cost" and price_per_gpu_hour is None:
+        raise InputError(f"--price: --objective cost needs a price and {system_spec.name} has none; "
+                         "give --price USD per GPU-hour")
     problem = SearchProblem(
         model=load_model(model, field="model"),
         system=system_spec,
@@ -94,12 +144,13 @@ def search(
         vary_offload=not no_offload,
         vary_overlap=not default_overlap,
         vary_placement=not default_placement,
-        price_per_gpu_hour=price if price is not None else system_spec.price_per_gpu_hour,
+        price_per_gpu_hour=price_per_gpu_hour,
     )
     problem.check()
+    from rich.console import Console
     from rich.progress import Progress
 
-    sink = CsvSink(csv_path) if csv_path is not None else None
+    sink = CsvSink(csv_all) if csv_all is not None else None
     show_progress = not as_json and (exhaustive or sink is not None) and sys.stderr.isatty()  # long searches
     try:
         with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
@@ -114,40 +165,47 @@ def search(
                     sink.write_plans(result.all_feasible or [], seq_length)
             else:
                 result = run_search(problem, top_k=top, workers=workers, progress=advance, feasible_sink=sink)
-    finally:
+    except BaseException:
         if sink is not None:
-            sink.close()
+            sink.discard()
+        raise
+    if sink is not None:
+        sink.close()
+    warn_positions(problem.model, seq_length)  # after the search: input errors stay one line
     written = sink.rows if sink is not None else None
+    shown = write_top_csv(csv_path, result, problem, run_tokens) if csv_path is not None else None
     alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate) if (explain and result.plans) else []
     if as_json:
-        out = result.to_dict()
+        out = search_document(problem, result, run_tokens)
         if explain and result.plans:
             out["explain"] = [a.__dict__ for a in alternatives]
         if written is not None:
-            out["csv_rows"] = written
+            out["csv_all_rows"] = written
+        if shown is not None:
+            out["csv_rows"] = shown
         print(json.dumps(out, indent=2))
-        return
-    console = _stdout()
-    console.print(f"{problem.model.name} on {gpus} x {system_spec.name}, seq {seq_length}, "
-                  + (f"global batch {global_batch}" if global_batch else f"max global batch {max_global_batch}")
-                  + f", {dtype.value}, objective {objective}")
-    if result.plans:
-        console.print(plans_table(result))
     else:
-        console.print(nearest_miss_line(result))
-    console.print(summary_line(result))
-    if written is not None:
-        console.print(f"wrote {written:,} feasible plans to {csv_path}")
-    if alternatives:
-        console.print()
-        console.print(explain_table(alternatives, result.plans[0].estimate.step_time_s))
-        capacity = system_spec.accelerator.hbm_capacity / GiB
-        best_obj = result.plans[0].objective
-        for item in result.faster_infeasible:
-            from paraplan.report.search_view import plan_label
-
-            gain = 1 - item["objective"] / best_obj if problem.objective != "mfu" else item["objective"] / best_obj - 1
-            console.print(f"{gain:.1%} faster but does not fit: {plan_label(item['plan'])} "
-                          f"needs {item['peak_memory_gib']:.1f} GiB > {capacity:.0f} GiB")
-
-
+        console = _stdout(width)
+        console.print(f"{problem.model.name} on {gpus} x {system_spec.name}, seq {seq_length}, "
+                      + (f"global batch {global_batch}" if global_batch else f"max global batch {max_global_batch}")
+                      + f", {dtype.value}, objective {objective}")
+        if result.plans:
+            console.print(plans_table(result, problem, run_tokens))
+        else:
+            console.print(nearest_miss_line(result, problem))
+        console.print(summary_line(result))
+        if shown is not None:
+            console.print(f"wrote the {shown} plans shown to {csv_path}")
+        if written is not None:
+            console.print(f"wrote every feasible plan, {written:,} rows, to {csv_all}")
+        if alternatives:
+            console.print()
+            console.print(explain_table(alternatives, result.plans[0].estimate.step_time_s))
+            capacity = system_spec.accelerator.hbm_capacity / GiB
+            best_obj = result.plans[0].objective
+            for item in result.faster_infeasible:
+                gain = 1 - item["objective"] / best_obj if problem.objective != "mfu" else item["objective"] / best_obj - 1
+                console.print(f"{gain:.1%} faster but does not fit: {plan_label(item['plan'])} "
+                              f"needs {item['peak_memory_gib']:.1f} GiB > {capacity:.0f} GiB")
+    if not result.plans:
+        raise typer.Exit(EXIT_DOES_NOT_FIT)

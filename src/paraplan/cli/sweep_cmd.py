@@ -27,7 +27,7 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
-from paraplan.report.render import SimpleTable, simple_table
+from paraplan.limits import MAX_TOP
 from paraplan.specs.errors import InputError
 
 
@@ -36,27 +36,6 @@ def _split_systems(values: list[str]) -> tuple[str, ...]:
     if not out:
         raise InputError("--system: give at least one system (repeat --system or use a comma list)")
     return tuple(out)
-
-
-def _sweep_table(document: dict) -> SimpleTable:
-    from paraplan.report.plots import fmt_count
-
-    set_paths = [s["path"] for s in document["sweep"]["sets"]]
-    plan_column = 2 + len(set_paths)
-    table = simple_table("Best plan per point", "system", "GPUs", *(p.split(".")[-1] for p in set_paths), "best plan",
-                         "step s", "tokens/s", "MFU", "peak GiB", numeric_from=plan_column + 1, foldable=[plan_column])
-    for p in document["points"]:
-        cells = [p["system"], f"{p['gpus']:,}", *(str(p[k]) for k in set_paths)]
-        if p["feasible"]:
-            cells += [p["plan_label"], f"{p['step_time_s']:.3f}", fmt_count(p["tokens_per_s"]), f"{100 * p['mfu']:.1f}%",
-                      f"{p['memory']['peak_gib']:.1f}"]
-        else:
-            miss = p.get("nearest_miss")
-            text = (f"nothing fits: nearest miss {miss['memory']['peak_gib']:.0f} of {miss['memory']['capacity_gib']:.0f} GiB"
-                    if miss else (p["reason"] or "no plan"))
-            cells += [text, "-", "-", "-", "-"]
-        table.add_row(*cells)
-    return table
 
 
 @app.command()
@@ -75,10 +54,11 @@ def sweep(
         Optional[int],
         typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="plans kept per point (top-k summary)")] = 5,
+    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")] = 5,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("sweep-out"),
     workers: Annotated[int, typer.Option("--workers", min=1, help="local processes (1 = in this process)")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="skip the points already finished in OUT/points.jsonl")] = False,
+    force: Annotated[bool, typer.Option("--force", help="replace the results in a non-empty OUT (default: refuse)")] = False,
     dask: Annotated[
         Optional[str], typer.Option("--dask", help="run on a Dask scheduler at ADDRESS, or 'local' for a LocalCluster")
     ] = None,
@@ -141,7 +121,7 @@ def sweep(
 
     try:
         outcome = run_sweep(config, out, workers=workers, resume=resume, dask=dask, on_point=finished,
-                            on_start=started, plots=not no_plot)
+                            on_start=started, plots=not no_plot, force=force)
     except KeyboardInterrupt:
         bar.stop()
         print(f"interrupted: the finished points are in {out / 'points.jsonl'}; add --resume to continue",
@@ -149,8 +129,12 @@ def sweep(
         raise typer.Exit(130) from None
     finally:
         bar.stop()
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     console = _stdout()
-    console.print(_sweep_table(outcome.document))
+    from paraplan.report.sweep_view import sweep_table
+
+    console.print(sweep_table(outcome.document))
     skipped = f", {outcome.skipped} resumed from {out / 'points.jsonl'}" if outcome.skipped else ""
     console.print(f"{outcome.ran} points searched{skipped}; wrote {', '.join(str(f) for f in outcome.files)}")
 

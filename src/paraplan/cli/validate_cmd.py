@@ -32,6 +32,9 @@ _LAYERS_NOTE = (
 def _validation_table(report: dict) -> SimpleTable:
     table = simple_table("Predicted vs measured", "case", "metric", "predicted", "measured", "error %", numeric_from=2)
     for entry in report["cases"]:
+        if entry["status"] != "ok":
+            table.add_row(entry["name"], "unsupported", "-", "-", "-")
+            continue
         for metric, measured in entry["measured"].items():
             layers = entry["scope"] == "transformer_layers" and metric in ("weights_and_optimizer_gib", "activations_gib")
             table.add_row(
@@ -52,6 +55,12 @@ def _summary_table(summary: dict) -> SimpleTable:
     for file, group in summary["by_source"].items():
         mape = group.get("step_time_s_mape_pct")
         table.add_row(f"{file}: step time", str(group["step_time_cases"]), "-" if mape is None else f"{mape:.2f}")
+    for role in ("calibration", "held_out"):
+        mape = summary[role].get("step_time_s_mape_pct")
+        if summary[role]["step_time_cases"]:
+            table.add_row(f"{role.replace('_', '-')} cases: step time", str(summary[role]["step_time_cases"]), f"{mape:.2f}")
+    if summary.get("unsupported"):
+        table.add_row("unsupported (not scored)", str(summary["unsupported"]), "-")
     if summary.get("max_abs_error_pct") is not None:
         table.add_section()
         table.add_row(
@@ -59,6 +68,29 @@ def _summary_table(summary: dict) -> SimpleTable:
             "",
             f"{summary['max_abs_error_pct']:.2f}",
         )
+    return table
+
+
+def _group_table(groups: dict) -> SimpleTable:
+    """Per group of heterogeneous cases: our step-time MAPE beside the reference tool's, and OOM trials."""
+    table = simple_table("By group", "group", "timed cases", "MAPE %", "reference MAPE %", "did not run", "predicted not to fit", numeric_from=1)
+    for name, g in groups.items():
+        ref = ", ".join(f"{k.removesuffix('_predicted_s')} {v:.1f}" for k, v in g["reference_mape_pct"].items() if v is not None) or "-"
+        mape = g["step_time_s_mape_pct"]
+        table.add_row(name, str(g["step_time_cases"]), "-" if mape is None else f"{mape:.1f}", ref, str(g["oom_cases"]), str(g["oom_predicted_not_to_fit"]))
+    return table
+
+
+def _cv_table(cv: dict) -> SimpleTable:
+    table = simple_table(
+        "Leave-one-group-out cross-validation (step time)", "held-out group", "cases", "in-sample MAPE %", "CV MAPE %",
+        numeric_from=1,
+    )
+    for group, row in cv["groups"].items():
+        table.add_row(group, str(row["cases"]), f"{row['in_sample_step_time_mape_pct']:.2f}", f"{row['cv_step_time_mape_pct']:.2f}")
+    if cv["cv_step_time_mape_pct"] is not None:
+        table.add_section()
+        table.add_row("all groups", str(len(cv["cases"])), "", f"{cv['cv_step_time_mape_pct']:.2f}")
     return table
 
 
@@ -72,12 +104,27 @@ def validate(
         Optional[float], typer.Option("--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)")
     ] = None,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")] = None,
+    hetero: Annotated[
+        bool, typer.Option("--hetero", help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)")
+    ] = False,
+    cv: Annotated[
+        bool, typer.Option("--cv", help="leave-one-group-out cross-validation: refit the fitted constants without each group")
+    ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
+    from paraplan.validate.hetero import is_hetero_file, load_hetero_cases, run_hetero_cases
     from paraplan.validate.markdown import validation_markdown
-    from paraplan.validate.run import load_cases, run_cases, summary_mapes
+    from paraplan.validate.run import load_cases, run_cases
 
-    report = run_cases(load_cases(cases))
+    hetero = hetero or bool(cases) and all(is_hetero_file(p) for p in cases)
+    if hetero and cv:
+        raise InputError("--cv: cross-validation refits the uniform model's constants; it does not apply to --hetero cases")
+    loaded = None if hetero else load_cases(cases)
+    report = run_hetero_cases(load_hetero_cases(cases)) if hetero else run_cases(loaded)
+    if cv:
+        from paraplan.validate.cv import cross_validate
+
+        report["cross_validation"] = cross_validate(loaded)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -87,16 +134,42 @@ def validate(
             console.print(_LAYERS_NOTE)
         console.print()
         console.print(_summary_table(report["summary"]))
+        if hetero and "by_group" in report["summary"]:
+            console.print(_group_table(report["summary"]["by_group"]))
+        for item in report["summary"].get("unsupported_cases", []):
+            console.print(f"unsupported: {item['name']}: {item['reason']}")
+        if cv:
+            console.print(_cv_table(report["cross_validation"]))
     if markdown is not None:
         try:
             markdown.write_text(validation_markdown(report))
         except OSError as exc:
             raise InputError(f"--markdown: cannot write {str(markdown)!r}: {exc.strerror}") from None
     if max_mape is not None:
-        over = {k: v for k, v in summary_mapes(report["summary"]).items() if v > max_mape}
-        if over:
-            worst = max(over, key=over.get)
-            print(f"validation failed: {len(over)} MAPE value(s) exceed {max_mape}% (worst {worst} = {over[worst]:.2f}%)", file=sys.stderr)
+        failure = mape_gate_failure(report, max_mape)
+        if failure:
+            print(f"validation failed: {failure}", file=sys.stderr)
             raise typer.Exit(1)
 
 
+def mape_gate_failure(report: dict, max_mape: float) -> str | None:
+    """Why the ``--max-mape`` gate fails, or None when it passes. It fails when there is nothing to
+    judge (no case, no MAPE value), when any MAPE or error is not a finite number (a NaN
+    measurement compares false with everything, so it must not slip through), or when any MAPE
+    exceeds ``max_mape``."""
+    import math
+
+    from paraplan.validate.run import summary_mapes
+
+    mapes = summary_mapes(report["summary"])
+    if not report.get("cases") or not mapes:
+        return "no case was compared, so the --max-mape gate has nothing to pass"
+    errors = [e for case in report["cases"] for e in (case.get("error_pct") or {}).values()]
+    bad = [k for k, v in mapes.items() if not isinstance(v, (int, float)) or not math.isfinite(v)]
+    if bad or not all(isinstance(e, (int, float)) and math.isfinite(e) for e in errors):
+        return f"a MAPE or an error is not a finite number ({', '.join(bad) or 'a case error'}); check the measurements"
+    over = {k: v for k, v in mapes.items() if v > max_mape}
+    if over:
+        worst = max(over, key=over.get)
+        return f"{len(over)} MAPE value(s) exceed {max_mape}% (worst {worst} = {over[worst]:.2f}%)"
+    return None

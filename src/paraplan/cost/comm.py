@@ -232,3 +232,24 @@ def all_to_all_coefficients(span: GroupSpan, system: SystemSpec) -> tuple[float,
     alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
     slope = max((n_in - 1) / n / inner, (n - n_in) / n / outer)
     return slope, _latency(n - 1, n, alpha)
+
+
+def collective_nic_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+    """Seconds one call keeps each GPU's scale-out link (NIC) busy: the scale-out tier of its linear form
+    (``LinearCollective.tier_times_s``), 0 for a group inside one NVLink domain. What other collectives
+    crossing the same NICs at the same time cannot use (cost.overlap.shared_link_time_s)."""
+    if span.size <= 1 or size_bytes <= 0 or span.domains <= 1:
+        return 0.0
+    steps = 1
+    if kind == "ring_exchange":
+        kind, steps = "send_recv", span.size - 1
+    return steps * float(linear_collective(kind, span, system).tier_times_s(size_bytes)[1])
+
+
+def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:
+    """Synchronisation at the end of one ring-attention step that no compute hides: the receiving
+    rank waits for the block to land before its next attention kernel (Liu et al. 2023 §3; Megatron-Core
+    p2p CP), taken as one message latency of the link the neighbours use (α of ``linear_collective``)."""
+    if span.size <= 1:
+        return 0.0
+    return system.network.latency if span.domains > 1 else system.node.nvlink_latency

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
 
@@ -64,7 +65,7 @@ def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: Accelerator
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json)."""
     if flops <= 0:
         return 0.0
-    b, m, n, k = shape
+    b, m, n, k = (max(1, d) for d in shape)  # a slice narrower than one row (vocab < tp) is padded to one
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
@@ -78,15 +79,28 @@ def memory_time_s(bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, 
     return max(memory_s, flops / acc.peak_vector_flops(dtype)) + acc.efficiency.kernel_overhead_s
 
 
-def attention_time_s(flops: float, causal_fraction: float, acc: AcceleratorSpec, dtype: str) -> float:
-    """Fused attention: flops · causal_fraction / (peak · attention efficiency) + overhead.
+def attention_efficiency(acc: AcceleratorSpec, call: tuple[int, int, int, bool] | None) -> float:
+    """Catalog attention fraction (its kernel at the reference shape) × kernel shape factor ratio
+    (cost.attention: FlashAttention-3 paper Fig. 5 curves by sequence, head dim and causal mask)."""
+    eff = acc.efficiency.attention
+    if call is None:
+        return eff
+    q_tokens, kv_tokens, head_dim, causal = call
+    kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
+    return eff * attention_shape_scale(kernel, min(q_tokens, kv_tokens), head_dim, causal)
+
+
+def attention_time_s(
+    flops: float, causal_fraction: float, acc: AcceleratorSpec, dtype: str, call: tuple[int, int, int, bool] | None = None
+) -> float:
+    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead.
 
     Fused attention runs in half precision even in fp8 recipes (Transformer Engine default), so
     fp8 plans use the bf16 peak here."""
     if flops <= 0:
         return 0.0
     peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
-    return flops * causal_fraction / (peak * acc.efficiency.attention) + acc.efficiency.kernel_overhead_s
+    return flops * causal_fraction / (peak * attention_efficiency(acc, call)) + acc.efficiency.kernel_overhead_s
 
 
 # Transformer Engine runs a grouped GEMM (GroupedLinear, Megatron-Core's TEGroupedMLP) as one cuBLAS
@@ -125,7 +139,7 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         bwd = grouped_gemm_time_s(half, (b, m, k, n), acc, dtype) + grouped_gemm_time_s(half, (b, k, n, m), acc, dtype)
         return fwd, bwd
     if op.kind == "attention":
-        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype)
-        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype)
+        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
+        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
         return fwd, bwd
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(op.bwd_bytes, acc, op.bwd_flops, dtype)

@@ -1,4 +1,14 @@
-"""Closed-form FLOP counts used for MFU / HFU (independent of the op graph, which tests check against)."""
+"""Closed-form FLOP counts used for MFU / HFU (independent of the op graph, which tests check against).
+
+One convention, everywhere: the FLOPs a causal decoder *needs*, i.e. the matrix multiplies of every
+parameter (6 per parameter per token: forward 2, backward 4) plus attention's score and value
+products over the keys each query may see under the causal mask — query i sees i keys, (s+1)/2 on
+average — as FlashAttention-2 counts causal attention (Dao 2023, §4.1: half the non-causal FLOPs).
+The op graph charges every one of these FLOPs (and more: fused attention's backward is 2.5x its
+forward, context parallelism sees (s+c)/2 keys, padded tiles) at no more than the peak rate, so
+model FLOPs per step / (step time · GPUs · peak) — the MFU — cannot exceed 1, also at long
+sequences where PaLM's non-causal count (Chowdhery et al. 2022, App. B) would report MFU > 100 %.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +16,38 @@ from paraplan.specs.model import ModelSpec
 
 
 def matmul_params(model: ModelSpec) -> float:
-    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head)."""
+    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head);
+    biases add no matrix-multiply FLOPs."""
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     per_layer = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     return model.layers * per_layer + model.vocab * h
 
 
+def attention_layer_flops_per_token(keys: float, qk_width: float, v_width: float, passes: float) -> float:
+    """passes·2·k·(qk + v): one layer's Q·Kᵀ (2·qk FLOPs per key) and P·V (2·v per key) over the k keys
+    a query sees on average (causal: ModelSpec.mean_visible_keys); the one attention FLOP rule, also
+    for the per-layer count of cost.moe (MLA's differing qk/v widths, window patterns)."""
+    return passes * 2.0 * keys * (qk_width + v_width)
+
+
+def causal_attention_flops_per_token(model: ModelSpec, seq_length: int, passes: float) -> float:
+    """passes·4·L·k·(a·d): Q·Kᵀ and P·V, 2·(a·d) FLOPs per key each, over the k = (s+1)/2 keys a query
+    sees on average under the causal mask (Dao 2023, FlashAttention-2 §4.1; fewer with a sliding
+    window, ModelSpec.mean_visible_keys); passes = 3 for forward and backward, 1 for a forward re-run."""
+    keys = model.mean_visible_keys(seq_length)
+    return model.layers * attention_layer_flops_per_token(keys, model.q_width, model.q_width, passes)
+
+
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
-    """6·N + 12·L·s·(a·d): PaLM's model FLOPs per token (Chowdhery et al. 2022, App. B), N = matmul
-    parameters, attention counted without the causal discount (as Narayanan et al. 2021, Eq. 3).
-    MoE / MLA / windowed models: active FLOPs, cost.moe.moe_model_flops_per_token."""
+    """6·N + 6·L·(s+1)·(a·d): model FLOPs per token, N = matmul parameters (PaLM's 6·N, Chowdhery et
+    al. 2022, App. B), attention with the causal discount (module docstring: keeps MFU <= 1).
+    MoE / MLA / windowed-pattern models: active FLOPs, cost.moe.moe_model_flops_per_token (same
+    causal convention)."""
     if _moe_shaped(model):
         from paraplan.cost.moe import moe_model_flops_per_token
 
         return moe_model_flops_per_token(model, seq_length)
-    return 6.0 * matmul_params(model) + 12.0 * model.layers * seq_length * model.q_width
+    return 6.0 * matmul_params(model) + causal_attention_flops_per_token(model, seq_length, passes=3.0)
 
 
 def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch: int) -> float:
@@ -30,12 +57,13 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch: int) -
 
 def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
     """Extra forward FLOPs per token re-run in backward: full = the whole layer forward,
-    2·N_layers + 4·L·s·(a·d); selective = the attention matmuls, 4·L·s·(a·d) (Korthikanti et al. 2022, §5)."""
+    2·N_layers + 2·L·(s+1)·(a·d); selective = the attention matmuls, 2·L·(s+1)·(a·d) (Korthikanti et
+    al. 2022, §5; attention counted causally as in model_flops_per_token)."""
     if _moe_shaped(model):
         from paraplan.cost.moe import moe_recompute_flops_per_token
 
         return moe_recompute_flops_per_token(model, seq_length, recompute)
-    attention = 4.0 * model.layers * seq_length * model.q_width
+    attention = causal_attention_flops_per_token(model, seq_length, passes=1.0)
     if recompute == "full":
         return 2.0 * (matmul_params(model) - model.vocab * model.hidden) + attention
     if recompute == "selective":

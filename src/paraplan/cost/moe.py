@@ -56,20 +56,21 @@ def layer_matmul_params(m: ModelSpec, index: int) -> float:
     return attention_matmul_params(m) + mlp
 
 
-def attention_keys_per_query(m: ModelSpec, index: int, seq_length: int) -> int:
-    """Keys each query is counted against: s, or the window for windowed layers (min(w, s))."""
-    if is_windowed_layer(m, index):
-        return min(m.sliding_window or seq_length, seq_length)
-    return seq_length
+def attention_keys_per_query(m: ModelSpec, index: int, seq_length: int) -> float:
+    """Keys each query of layer ``index`` sees on average under the causal mask: (s+1)/2, fewer for
+    windowed layers (ModelSpec.mean_visible_keys, the convention of cost/flops.py)."""
+    return m.mean_visible_keys(seq_length, windowed=is_windowed_layer(m, index))
 
 
 def attention_flops_per_token(m: ModelSpec, index: int, seq_length: int) -> float:
-    """6·keys·(q_width + v_width): forward Q·Kᵀ 2·keys·a·d_qk plus P·V 2·keys·a·d_v, backward 2×,
-    without the causal discount (Narayanan et al. 2021 Eq. 3 convention, as cost/flops.py); for GQA
-    q_width = v_width = a·d gives flops.py's 12·s·a·d."""
+    """Forward + backward attention FLOPs of layer ``index``: cost.flops.attention_layer_flops_per_token
+    with 3 passes over the causal keys, Q·Kᵀ at width q and P·V at width v (for GQA q = v = a·d gives
+    flops.py's per-layer causal count)."""
+    from paraplan.cost.flops import attention_layer_flops_per_token
+
     q, _, v = attention_widths(m)
     v = v if m.is_mla else q  # P·V yields one d-wide output per query head (GQA shares V, not its work)
-    return 6.0 * attention_keys_per_query(m, index, seq_length) * (q + v)
+    return attention_layer_flops_per_token(attention_keys_per_query(m, index, seq_length), q, v, passes=3.0)
 
 
 def mtp_flops_per_token(m: ModelSpec, seq_length: int) -> float:

@@ -36,6 +36,8 @@ class Op:
     gemm_shape: tuple[int, int, int, int] | None = None  # (batch, m, n, k) of the forward GEMM
     selective_recompute: bool = False
     causal_fraction: float = 1.0  # share of the score matrix actually computed (fused attention)
+    # fused attention, one kernel call: (query tokens, key/value tokens, head dim, causal)
+    attention_call: tuple[int, int, int, bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,9 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     ab = shape.act_bytes
     if shape.attention == "flash":
         fwd = 4.0 * batch * q_tokens * kv_tokens * d
-        causal = 0.5 * (1.0 + shape.cp / kv_tokens)  # causal mask: (n+1)/2n of the n×n scores per chunk
+        # causal mask: (n+1)/2n of the n×n scores; (c-1)/2n more for c diagonal chunks of the ring;
+        # a sliding window keeps only the scores of the window (ModelSpec.mean_visible_keys)
+        causal = model.mean_visible_keys(kv_tokens) / kv_tokens + 0.5 * (shape.cp - 1) / kv_tokens
         qkvo_bytes = ab * shape.local_tokens * (2 * model.q_width + 2 * model.kv_width) / shape.tp
         return [
             Op(
@@ -113,6 +115,8 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
                 2.0 * qkvo_bytes,
                 selective_recompute=True,
                 causal_fraction=causal,
+                # with context parallelism each ring step pairs an s/c query chunk with an s/c kv chunk
+                attention_call=(q_tokens, kv_tokens // shape.cp, d, True),
             )
         ]
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
@@ -133,7 +137,7 @@ def layer_weight_params(model: ModelSpec, tp: int) -> float:
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
-    split_bias = (model.q_width + 2 * model.kv_width + p * f) if model.has_bias else 0
+    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (p * f if model.has_bias else 0)
     replicated_bias = 2 * h if model.has_bias else 0
     return (matrices + split_bias) / tp + replicated_bias + norm_params
 

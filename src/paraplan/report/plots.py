@@ -264,9 +264,68 @@ def _decorate_bars(fig: Figure, ax, xs, ticks, groups, xtitle):
                 fontsize=10, fontweight="bold")
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_axisbelow(True)
+    return [t for t in ax.texts if t.get_fontweight() == "bold"]
+
+
+GROUP_LABEL_GAP_PX = 12  # pixels kept between neighbouring facet titles
+MAX_WIDEN = 2.5  # a figure is widened at most this much to keep facet titles apart
+
+
+def _overlap(fig: Figure, texts) -> float:
+    """How much wider the axes must be for neighbouring facet titles not to collide (1: they fit):
+    the worst ratio of the space two titles need to the space between their centres."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    worst = 1.0
+    for a, b in zip(boxes, boxes[1:]):
+        need = (a.width + b.width) / 2 + GROUP_LABEL_GAP_PX
+        distance = (b.x0 + b.x1) / 2 - (a.x0 + a.x1) / 2
+        worst = max(worst, need / max(distance, 1e-9))
+    return worst
+
+
+def _layout_apart(fig: Figure, texts, layout=lambda fig: fig.tight_layout()) -> None:
+    """Lay the figure out so that facet titles do not collide: widen it (up to MAX_WIDEN), and if
+    that is not enough, shrink the titles' font."""
+    layout(fig)
+    if len(texts) < 2:
+        return
+    width, height = fig.get_size_inches()
+    ratio = _overlap(fig, texts)
+    if ratio > 1:
+        fig.set_size_inches(min(width * ratio * 1.05, width * MAX_WIDEN), height)
+        layout(fig)
+    size = texts[0].get_fontsize()
+    while _overlap(fig, texts) > 1 and size > 6:
+        size -= 1
+        for t in texts:
+            t.set_fontsize(size)
+        layout(fig)
+
+
+def _label_bars(ax, xs, labels, y: float) -> None:
+    """Each bar's plan, written up the bar from ``y`` on a light box (readable over any colour)."""
+    for x, label in zip(xs, labels):
+        if label:
+            ax.text(x, y, label, rotation=90, ha="center", va="bottom", fontsize=7, color="black", clip_on=True,
+                    bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75, "linewidth": 0})
+
+
+def _point_label(point: dict) -> str | None:
+    """The plan of a point's bar: its best plan, or the nearest miss it shows."""
+    if point["feasible"]:
+        return point.get("plan_label")
+    return (point.get("nearest_miss") or {}).get("plan_label")
 
 
 def plot_breakdown(document: dict, stem: Path) -> list[Path]:
+    return _save(breakdown_figure(document), stem)
+
+
+def breakdown_figure(document: dict) -> Figure:
+    """Stacked shares of the step time per point, each bar labelled with its plan."""
     sweep, pts = document["sweep"], document["points"]
     xs, ticks, groups, xtitle = _bar_layout(document)
     used = [part for part in TIME_PARTS if any(p["feasible"] and p["breakdown"][part[0]] > 0 for p in pts)]
@@ -284,16 +343,22 @@ def plot_breakdown(document: dict, stem: Path) -> list[Path]:
     ax.set_ylim(0, 125 if groups else 118)
     ax.set_yticks(range(0, 101, 20))
     ax.set_ylabel("share of step time (%)")
-    _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
+    _label_bars(ax, xs, [_point_label(p) if p["feasible"] else None for p in pts], 1.5)
+    titles = _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
     if used:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="time per step", title_fontsize=9)
-    fig.suptitle(f"Time breakdown of the best plan per point (step time above each bar)\n{_subtitle(sweep)}",
+    fig.suptitle(f"Time breakdown of the best plan per point (plan on each bar, step time above it)\n{_subtitle(sweep)}",
                  fontsize=11)
-    fig.tight_layout()
-    return _save(fig, stem)
+    _layout_apart(fig, titles)
+    return fig
 
 
 def plot_memory(document: dict, stem: Path) -> list[Path]:
+    return _save(memory_figure(document), stem)
+
+
+def memory_figure(document: dict) -> Figure:
+    """Memory per GPU of each point's peak stage by component against the capacity, labelled with the plan."""
     sweep, pts = document["sweep"], document["points"]
     xs, ticks, groups, xtitle = _bar_layout(document)
     shown = [(p["memory"] if p["feasible"] else (p.get("nearest_miss") or {}).get("memory")) for p in pts]
@@ -324,12 +389,13 @@ def plot_memory(document: dict, stem: Path) -> list[Path]:
     top = max([b for b in bottoms] + [m["capacity_gib"] for m in shown if m] + [1.0])
     ax.set_ylim(0, top * (1.14 if groups else 1.06))
     ax.set_ylabel("memory per GPU, peak pipeline stage (GiB)")
-    _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
+    _label_bars(ax, xs, [_point_label(p) if m else None for p, m in zip(pts, shown)], top * 0.015)
+    titles = _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="memory per GPU",
               title_fontsize=9)
-    fig.suptitle(f"Memory per GPU of the best plan per point\n{_subtitle(sweep)}", fontsize=11)
-    fig.tight_layout()
-    return _save(fig, stem)
+    fig.suptitle(f"Memory per GPU of the best plan per point (plan on each bar)\n{_subtitle(sweep)}", fontsize=11)
+    _layout_apart(fig, titles)
+    return fig
 
 
 # ---- heatmap --------------------------------------------------------------------------------
@@ -409,12 +475,34 @@ def plot_sweep(document: dict, out_dir: Path) -> list[Path]:
 
 
 def plot_estimate(est, path: Path) -> Path:
-    """One estimate (``paraplan estimate --plot FILE``): the time breakdown of a step (bars with
-    shares) and the memory per component of the peak pipeline stage against the HBM capacity."""
+    """One estimate (``paraplan estimate --plot FILE``), written atomically into an existing
+    directory: see :func:`estimate_figure`."""
     path = Path(path)
     ext = path.suffix.lower().lstrip(".")
     if ext not in FORMATS:
         raise InputError(f"--plot: {str(path)!r} is not allowed; the file name must end in .png or .svg")
+    if not path.parent.is_dir():
+        raise InputError(f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
+                         "(create it first)")
+    fig = estimate_figure(est)
+    import os
+    import tempfile
+
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{ext}", dir=path.parent)
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, format=ext, dpi=DPI, metadata={"Date": None} if ext == "svg" else {},
+                        bbox_inches="tight")
+        os.replace(temp, path)
+    except OSError as exc:
+        raise InputError(f"--plot: cannot write {str(path)!r}: {exc.strerror}") from None
+    return path
+
+
+def estimate_figure(est) -> Figure:
+    """The time breakdown of a step (bars with shares) and the memory per component of the peak
+    pipeline stage against the HBM capacity; with several pipeline stages also every stage's memory
+    by component (stacked bars, the peak stage marked)."""
     from dataclasses import asdict
 
     from paraplan.report.search_view import plan_label
@@ -422,8 +510,13 @@ def plot_estimate(est, path: Path) -> Path:
 
     breakdown = asdict(est.breakdown)
     parts = [(label, breakdown[key], color) for key, label, color in TIME_PARTS if breakdown[key] > 0]
-    fig = Figure(figsize=(13, 5.2))
-    ax_t, ax_m = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
+    staged = len(est.stages) > 1
+    fig = Figure(figsize=(13, 9.6 if staged else 5.2))
+    if staged:
+        grid = fig.add_gridspec(2, 2, width_ratios=[1.25, 1], height_ratios=[1, 0.85])
+        ax_t, ax_m, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+    else:
+        ax_t, ax_m = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
     names = [p[0] for p in parts][::-1]
     seconds = [p[1] for p in parts][::-1]
     ax_t.barh(names, seconds, color=[p[2] for p in parts][::-1])
@@ -460,14 +553,40 @@ def plot_estimate(est, path: Path) -> Path:
     ax_m.set_title(f"Memory per GPU, peak stage {stage.stage}: {left:.1f} of {cap:.0f} GiB ({fit})", fontsize=10)
     ax_m.grid(True, axis="x", alpha=0.3)
     ax_m.set_axisbelow(True)
+    if staged:
+        _stage_memory(ax_s, est)
     label = plan_label(PlanSpec.model_validate(est.plan))
     fig.suptitle(f"{est.model} on {est.gpus:,} × {est.system}: {label}\n"
                  f"global batch {est.plan['global_batch']}, seq {est.plan['seq_length']}, {est.plan['dtype']}",
                  fontsize=11)
     fig.tight_layout()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format=ext, dpi=DPI, metadata={"Date": None} if ext == "svg" else {}, bbox_inches="tight")
-    except OSError as exc:
-        raise InputError(f"--plot: cannot write {str(path)!r}: {exc.strerror}") from None
-    return path
+    return fig
+
+
+def _stage_memory(ax, est) -> None:
+    """Memory per GPU of every pipeline stage, stacked by component, with the HBM capacity; the peak
+    stage's bar is outlined and starred."""
+    stages = [s.to_dict() for s in est.stages]
+    xs = list(range(len(stages)))
+    bottoms = [0.0] * len(stages)
+    peak = est.peak_stage.stage
+    for key, label, color in MEMORY_PARTS:
+        values = [s[f"{key}_gib"] for s in stages]
+        ax.bar(xs, values, bottom=bottoms, width=0.75, color=color, label=label, edgecolor="white", linewidth=0.4)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    cap = est.peak_stage.capacity_bytes / GiB
+    ax.axhline(cap, color="black", linewidth=2, label=f"HBM capacity ({cap:.0f} GiB)")
+    ax.bar([peak], [bottoms[peak]], width=0.75, fill=False, edgecolor="black", linewidth=1.5)
+    ax.text(peak, bottoms[peak], f"peak\n{bottoms[peak]:.1f} GiB", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(x) for x in xs], fontsize=8 if len(xs) > 24 else 9)
+    ax.set_xlim(-0.7, len(xs) - 0.3)
+    ax.set_ylim(0, max(max(bottoms), cap) * 1.18)
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("memory per GPU (GiB)")
+    over = sum(1 for s in est.stages if not s.fits)
+    ax.set_title(f"Memory per GPU by pipeline stage ({over} of {len(stages)} stages over capacity)" if over
+                 else f"Memory per GPU by pipeline stage (all {len(stages)} fit)", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_axisbelow(True)

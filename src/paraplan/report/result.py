@@ -155,6 +155,23 @@ class Estimate:
     ops: tuple[OpCost, ...] = field(default=())
     comms: tuple[CommCost, ...] = field(default=())
 
+    def __repr__(self) -> str:
+        """One line (report.frames.estimate_summary); the fields are in ``to_dict()``."""
+        from paraplan.report.frames import estimate_summary
+
+        return f"<Estimate {estimate_summary(self)}>"
+
+    def _repr_html_(self) -> str:
+        from paraplan.report.frames import estimate_html
+
+        return estimate_html(self)
+
+    def to_record(self) -> dict:
+        """One flat record (report.frames.estimate_record); ``paraplan.api.to_dataframe`` for pandas."""
+        from paraplan.report.frames import estimate_record
+
+        return estimate_record(self)
+
     @property
     def tokens_per_s(self) -> float:
         return self.tokens_per_step / self.step_time_s

@@ -1,21 +1,107 @@
-"""Text, CSV and JSON views of a search result."""
+"""Text, CSV and JSON views of a search result.
+
+What the objective ranks, and in which unit, is stated once here (``OBJECTIVES``) and used by the
+table title, the JSON document and the CSV. Cost figures: USD per step = step time · GPUs · price /
+3600; per million tokens = that / tokens per step · 10⁶.
+"""
 
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.report.render import simple_table
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.search.explain import Alternative
-from paraplan.search.run import SearchResult
+from paraplan.search.run import RankedPlan, SearchResult
+from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.units import GiB
 
 
+@dataclass(frozen=True)
+class Objective:
+    """What a search objective ranks: its title, the unit of ``objective`` values, and their meaning."""
+
+    name: str
+    title: str  # the table title
+    ranked_by: str
+    unit: str
+    meaning: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "unit": self.unit, "better": "lower", "meaning": self.meaning}
+
+
+OBJECTIVES = {
+    "time": Objective("time", "Fastest plans that fit", "time per token", "s/token",
+                      "step time / tokens per step (at a fixed global batch: the step time order)"),
+    "cost": Objective("cost", "Cheapest plans that fit", "USD per token", "USD/token",
+                      "step time · GPUs · USD per GPU-hour / 3600 / tokens per step"),
+    "mfu": Objective("mfu", "Plans with the highest MFU that fit", "MFU", "-MFU (fraction)",
+                     "minus the model FLOPs utilisation, so that lower is better as for the other objectives"),
+}
+
+
+def table_title(problem: SearchProblem) -> str:
+    """'Fastest plans that fit (ranked by step time)', 'Cheapest plans ... at $2.50/GPU-hour', ..."""
+    objective = OBJECTIVES[problem.objective]
+    ranked_by = objective.ranked_by
+    if problem.objective == "time" and problem.global_batch is not None:
+        ranked_by = "step time"
+    if problem.objective == "cost":
+        ranked_by += f" at ${problem.price_per_gpu_hour:.2f}/GPU-hour"
+    return f"{objective.title} (ranked by {ranked_by})"
+
+
+def cost_usd_per_step(ranked: RankedPlan, problem: SearchProblem) -> float | None:
+    """USD per step = step time · GPUs · USD per GPU-hour / 3600 (None without a price)."""
+    if problem.price_per_gpu_hour is None:
+        return None
+    return ranked.estimate.step_time_s * problem.gpus * problem.price_per_gpu_hour / 3600.0
+
+
+def equivalent_text(plan: PlanSpec, other: PlanSpec) -> str:
+    """How ``other`` (same time and memory, search.ranking groups) differs from ``plan``, in label
+    words: 'tp-dp-cp-pp', 'offload:w instead of ...'."""
+    mine, theirs = plan_label(plan).split(), plan_label(other).split()
+    added = [w for w in theirs if w not in mine]
+    removed = [w for w in mine if w not in theirs]
+    text = " ".join(added) or "without"
+    return f"{text} instead of {' '.join(removed)}" if removed and added else (
+        f"without {' '.join(removed)}" if removed else text)
+
+
+def plan_cell(ranked: RankedPlan) -> str:
+    """The plan label, and the plans with the same time and memory when there are any."""
+    label = plan_label(ranked.plan)
+    if not ranked.equivalents:
+        return label
+    return f"{label} (same time and memory: {'; '.join(equivalent_text(ranked.plan, q) for q in ranked.equivalents)})"
+
+
+def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | None = None) -> dict:
+    """The figures of one ranked plan beyond the estimate: its label and the labels of the plans
+    with the same time and memory, cost per step and per million tokens, and for a run of
+    ``tokens`` tokens its days, GPU-hours and cost."""
+    e = ranked.estimate
+    out: dict = {"plan_label": plan_label(ranked.plan),
+                 "equivalent_plan_labels": [plan_label(q) for q in ranked.equivalents]}
+    per_step = cost_usd_per_step(ranked, problem)
+    if per_step is not None:
+        out["cost_usd_per_step"] = per_step
+        out["cost_usd_per_million_tokens"] = per_step / e.tokens_per_step * 1e6
+    if tokens is not None:
+        out["run"] = e.run_totals(tokens, problem.price_per_gpu_hour)
+    return out
+
+
 def plan_label(plan: PlanSpec) -> str:
-    """Compact plan text: degrees, micro-batch, schedule, recompute, SP, ZeRO, offloads, overlaps, placement."""
+    """Compact plan text: degrees, micro-batch, schedule, recompute, SP, ZeRO, offloads, overlaps,
+    placement, and a user-given stage split (layers per stage, first/last stage, embedding or loss
+    counted as a layer); words are separated by single spaces and contain none."""
     parts = [f"tp{plan.tp} pp{plan.pp} cp{plan.cp} dp{plan.dp}", f"mb{plan.micro_batch}"]
     sched = plan.pipeline_schedule
     if plan.pp > 1:
@@ -36,23 +122,46 @@ def plan_label(plan: PlanSpec) -> str:
         parts.append("no-gather-overlap")
     if plan.placement != DEFAULT_PLACEMENT_LABEL:
         parts.append(plan.placement)
+    if plan.stage_layers is not None:
+        parts.append("layers:" + "/".join(str(n) for n in plan.stage_layers))
+    for name, word in (("layers_first_stage", "first"), ("layers_last_stage", "last")):
+        if getattr(plan, name) is not None:
+            parts.append(f"{word}:{getattr(plan, name)}")
+    accounted = [w for w, on in (("emb", plan.embedding_as_layer), ("loss", plan.loss_as_layer)) if on]
+    if accounted:
+        parts.append("+".join(accounted) + "-as-layer")
     return " ".join(parts)
 
 
-def plans_table(result: SearchResult):
-    """Top plans with step time, tokens/s, MFU, peak memory and the main time components."""
+def plans_table(result: SearchResult, problem: SearchProblem | None = None, tokens: float | None = None):
+    """Top plans with step time, tokens/s, MFU, peak memory and the main time components; with the
+    cost objective also USD per step and per million tokens, with ``tokens`` the run's days (and
+    cost). The plan goes on its own line under its row when the table is too wide for it."""
+    cost = problem is not None and problem.objective == "cost" and problem.price_per_gpu_hour is not None
+    run = tokens is not None and problem is not None
+    run_cost = run and problem.price_per_gpu_hour is not None
+    extra = (["$/step", "$/M tokens"] if cost else []) + (["run days"] if run else []) + (["run $"] if run_cost else [])
+    title = table_title(problem) if problem is not None else OBJECTIVES["time"].title
     table = simple_table(
-        "Fastest plans that fit", "#", "plan", "global batch", "step s", "tokens/s", "MFU", "peak GiB",
-        "compute s", "bubble s", "comm s", numeric_from=2, foldable=(1,),
+        title, "#", "plan", "global batch", "step s", "tokens/s", "MFU", "peak GiB",
+        "compute s", "bubble s", "comm s", *extra, numeric_from=2, foldable=(), detach=1,
     )
     for ranked in result.plans:
         e, b = ranked.estimate, ranked.estimate.breakdown
         comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.ep_comm_s + b.dp_comm_s
-        table.add_row(
-            str(ranked.rank), plan_label(ranked.plan), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
+        cells = [
+            str(ranked.rank), plan_cell(ranked), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
             f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
             f"{b.forward_s + b.backward_s + b.recompute_s:.3f}", f"{b.bubble_s:.3f}", f"{comm:.3f}",
-        )
+        ]
+        figures = plan_figures(ranked, problem, tokens) if problem is not None else {}
+        if cost:
+            cells += [f"{figures['cost_usd_per_step']:.4g}", f"{figures['cost_usd_per_million_tokens']:.4g}"]
+        if run:
+            cells.append(f"{figures['run']['days']:,.1f}")
+        if run_cost:
+            cells.append(f"{figures['run']['cost_usd']:,.0f}")
+        table.add_row(*cells)
     return table
 
 
@@ -65,15 +174,29 @@ def summary_line(result: SearchResult) -> str:
     )
 
 
-def nearest_miss_line(result: SearchResult) -> str:
+def nearest_miss_line(result: SearchResult, problem: SearchProblem | None = None) -> str:
+    """Nothing fits: the plan that came closest, by how much, and what could still make one fit."""
     miss = result.nearest_miss
     if miss is None:
         return "no plan in the searched space fits, and none was evaluated"
     plan = PlanSpec.model_validate(miss["plan"])
-    return (
+    text = (
         f"no plan fits in memory. Nearest miss: {plan_label(plan)} needs {miss['peak_memory_gib']:.1f} GiB "
-        f"per GPU > {miss['capacity_gib']:.0f} GiB (over by {miss['overflow_gib']:.1f} GiB)"
+        f"per GPU > {miss['capacity_gib']:.0f} GiB (over by {miss['overflow_gib']:.1f} GiB)."
     )
+    if problem is None:
+        return text
+    ways = []
+    restricted = [f"--{flag}" for flag, value in (("tp", problem.tp), ("pp", problem.pp), ("cp", problem.cp),
+                  ("micro-batch", problem.micro_batch), ("recompute", problem.recompute), ("zero", problem.zero),
+                  ("schedule", problem.schedules)) if value is not None]
+    if restricted:
+        ways.append(f"fewer restrictions ({', '.join(restricted)})")
+    acc = problem.system.accelerator
+    if not problem.vary_offload and acc.host_memory and acc.host_bandwidth:
+        ways.append("allowing offload (without --no-offload)")
+    ways += ["more GPUs", "a smaller global batch or sequence", "GPUs with more memory"]
+    return f"{text} What may make a plan fit: {'; '.join(ways)}."
 
 
 def explain_table(alternatives: list[Alternative], best_time_s: float):
@@ -86,27 +209,47 @@ def explain_table(alternatives: list[Alternative], best_time_s: float):
     return table
 
 
-CSV_PLAN_FIELDS = (
-    "tp", "pp", "cp", "dp", "vpp", "schedule", "micro_batch", "global_batch", "recompute", "sequence_parallel",
-    "zero", "offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm",
-    "overlap_dp_grad_reduce", "overlap_param_gather", "placement",
-)
+CSV_PLAN_FIELDS = (*PLAN_COLUMNS, "global_batch")  # specs.plan: the one list of plan columns
 
 
 CSV_METRICS = ("step_time_s", "tokens_per_s", "objective", "peak_memory_gib")
 
 
-class CsvSink:
-    """Streams feasible plans to a CSV file batch by batch (Calculon's all-executions output)."""
+class AtomicText:
+    """A text file written to a temporary file beside ``path`` and renamed onto it by ``close``
+    (``discard`` removes the temporary file): readers never see half a file. The rule (fsync,
+    rename, a device such as /dev/null or /dev/full written through, never replaced) is
+    ``paraplan.io.AtomicTarget``."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, flag: str):
+        from paraplan.io import AtomicTarget
+
+        self.path = Path(path)
+        self.target = AtomicTarget(self.path, flag)
+        try:
+            self.handle = open(self.target.path, "w", newline="")  # noqa: SIM115 - closed by close/discard
+        except OSError as exc:
+            self.target.discard()
+            raise InputError(f"{flag}: cannot write {str(path)!r}: {exc.strerror}") from None
+
+    def close(self) -> None:
+        self.handle.close()
+        self.target.commit()
+
+    def discard(self) -> None:
+        self.handle.close()
+        self.target.discard()
+
+
+class CsvSink:
+    """Streams every feasible plan to a CSV file batch by batch (``--csv-all``; Calculon's
+    all-executions output), written atomically."""
+
+    def __init__(self, path: Path, flag: str = "--csv-all"):
         self.path = path
         self.rows = 0
-        try:
-            self.handle = path.open("w", newline="")
-        except OSError as exc:
-            raise InputError(f"--csv: cannot write {str(path)!r}: {exc.strerror}") from None
-        self.writer = csv.writer(self.handle)
+        self.file = AtomicText(path, flag)
+        self.writer = csv.writer(self.file.handle)
         self.writer.writerow([*CSV_PLAN_FIELDS, *CSV_METRICS])
 
     def __call__(self, columns: dict) -> None:
@@ -132,4 +275,82 @@ class CsvSink:
             self.rows += 1
 
     def close(self) -> None:
-        self.handle.close()
+        self.file.close()
+
+    def discard(self) -> None:
+        self.file.discard()
+
+
+TOP_CSV_METRICS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective")
+
+
+def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, tokens: float | None = None) -> int:
+    """The plans shown (``--csv``): rank, plan label, plan fields, metrics, cost (with a price), the
+    run (with ``tokens``) and the time breakdown; written atomically. Returns the rows written."""
+    from dataclasses import asdict
+
+    sink = AtomicText(path, "--csv")
+    try:
+        writer = csv.writer(sink.handle)
+        breakdown = list(asdict(result.plans[0].estimate.breakdown)) if result.plans else []
+        cost = problem.price_per_gpu_hour is not None
+        extra = (["cost_usd_per_step", "cost_usd_per_million_tokens"] if cost else [])
+        extra += (["run_days", "run_gpu_hours"] + (["run_cost_usd"] if cost else [])) if tokens is not None else []
+        writer.writerow(["rank", "plan_label", "equivalent_plans", *CSV_PLAN_FIELDS, *TOP_CSV_METRICS, *extra,
+                         *breakdown])
+        for ranked in result.plans:
+            e = ranked.estimate
+            data = ranked.plan.model_dump()
+            data["schedule"] = ranked.plan.pipeline_schedule
+            figures = plan_figures(ranked, problem, tokens)
+            metrics = [e.step_time_s, e.tokens_per_s, e.mfu, e.peak_stage.peak_bytes / GiB, ranked.objective]
+            more = [figures["cost_usd_per_step"], figures["cost_usd_per_million_tokens"]] if cost else []
+            if tokens is not None:
+                run = figures["run"]
+                more += [run["days"], run["gpu_hours"]] + ([run["cost_usd"]] if cost else [])
+            parts = asdict(e.breakdown)
+            writer.writerow([ranked.rank, figures["plan_label"], " | ".join(figures["equivalent_plan_labels"]),
+                             *(data[f] for f in CSV_PLAN_FIELDS),
+                             *(f"{x:.6g}" for x in metrics + more), *(f"{parts[k]:.6g}" for k in breakdown)])
+    except BaseException:
+        sink.discard()
+        raise
+    sink.close()
+    return len(result.plans)
+
+
+def problem_dict(problem: SearchProblem, tokens: float | None = None) -> dict:
+    """What was searched: model, system, GPUs, batch, sequence, datatype, objective and price, and
+    the axis restrictions (None = every value)."""
+    return {
+        "model": problem.model.name,
+        "system": problem.system.name,
+        "gpus": problem.gpus,
+        "seq_length": problem.seq_length,
+        "global_batch": problem.global_batch,
+        "max_global_batch": problem.max_global_batch,
+        "dtype": problem.dtype,
+        "attention": problem.attention,
+        "objective": problem.objective,
+        "price_per_gpu_hour": problem.price_per_gpu_hour,
+        "tokens": tokens,
+        "restrictions": {
+            "tp": problem.tp, "pp": problem.pp, "cp": problem.cp, "micro_batch": problem.micro_batch,
+            "recompute": problem.recompute, "zero": problem.zero, "sequence_parallel": problem.sequence_parallel,
+            "schedules": problem.schedules, "vary_offload": problem.vary_offload,
+            "vary_overlap": problem.vary_overlap, "vary_placement": problem.vary_placement,
+        },
+    }
+
+
+def search_document(problem: SearchProblem, result: SearchResult, tokens: float | None = None) -> dict:
+    """The JSON of ``paraplan search --json``: the problem, the objective and its unit, the ranked
+    plans (with cost and run figures), the counts, and — apart, under ``timing`` — the wall-clock
+    time, so that everything but ``timing`` is the same on every run."""
+    body = result.to_dict()
+    seconds = body.pop("seconds")
+    plans = body.pop("plans")
+    for item, ranked in zip(plans, result.plans):
+        item.update(plan_figures(ranked, problem, tokens))
+    return {"problem": problem_dict(problem, tokens), "objective": OBJECTIVES[problem.objective].to_dict(),
+            "plans": plans, **body, "timing": {"search_s": seconds}}

@@ -25,6 +25,12 @@ import numpy as np
 
 from paraplan.cost.comm import LinearCollective, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
+from paraplan.cost.overlap import (
+    bucketed_reduce_exposed_s,
+    chunked_overlap_exposed_s,
+    prefetched_gather_exposed_s,
+    ring_attention_exposed_s,
+)
 from paraplan.report.result import TimeBreakdown
 from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.schedule.zero_bubble import dualpipe_bubble_s, zb_h1_bubble_share
@@ -41,6 +47,15 @@ OPTIMIZER_BYTES_PER_PARAM = 54.0
 GRAD_REDUCE_BYTES = 4.0
 # Block kinds whose memory Korthikanti et al. 2022 Figure 1 counts ("transformer layers").
 TRANSFORMER_KINDS = ("decoder", "dense_layer", "moe_layer", "experts")
+# Gradient buckets of the data-parallel reduction: Megatron-Core DistributedDataParallelConfig
+# bucket_size default max(40M, 1M·dp) parameters ("larger DP sizes need larger buckets to ensure
+# collectives do not become latency-bound", megatron/core/distributed); each bucket is one call.
+DP_BUCKET_MIN_PARAMS = 40e6
+# TP comm-GEMM overlap pipelines each GEMM and its collective in this many chunks: the
+# num_splits = 4 of the pipelined reduce-scatter overlaps in NeMo's Transformer Engine userbuffers
+# configurations (ring-exchange all-gather overlap splits in tp = 4-8 chunks).
+TP_OVERLAP_CHUNKS = 4.0
+DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
 @dataclass(frozen=True)
@@ -78,13 +93,29 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     wgrad (Megatron-LM's async tensor-parallel communication); each half of the backward GEMM time
     is one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
     (Transformer Engine's comm-GEMM overlap; the caller allows it only inside one NVLink domain)
-    forward and remaining backward TP collectives also hide behind the neighbouring GEMMs. Hidden
-    communication still costs its price (cost.comm.priced_exposure_s)."""
+    forward and backward TP collectives are pipelined with their GEMMs in TP_OVERLAP_CHUNKS pieces:
+    one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s).
+    The CP ring exposes, per step, what its transfer outlasts of one step's attention, plus a
+    synchronisation per step (cost.overlap.ring_attention_exposed_s, cost.comm.ring_step_sync_s).
+    Hidden communication still costs its price (cost.comm.priced_exposure_s): the SMs and HBM the
+    communication kernels take from the compute they overlap."""
     c = compute
     full = recompute_code == 2
     rc = np.where(full, c.forward, np.where(recompute_code == 1, c.attention_forward, 0.0))
-    cp_f = priced_exposure_s(comm.cp_forward, np.maximum(0.0, comm.cp_forward - c.attention_forward), comm.cp_forward_price)
-    cp_b = priced_exposure_s(comm.cp_backward, np.maximum(0.0, comm.cp_backward - c.attention_backward), comm.cp_backward_price)
+    steps = comm.cp_steps
+    per_step = 1.0 / np.maximum(steps, 1.0)
+    cp_f = priced_exposure_s(
+        comm.cp_forward,
+        ring_attention_exposed_s(comm.cp_forward * per_step, c.attention_forward / (steps + 1.0), steps + 1.0, 0.0)
+        + comm.cp_sync_forward,
+        comm.cp_forward_price,
+    )
+    cp_b = priced_exposure_s(
+        comm.cp_backward,
+        ring_attention_exposed_s(comm.cp_backward * per_step, c.attention_backward / (steps + 1.0), steps + 1.0, 0.0)
+        + comm.cp_sync_backward,
+        comm.cp_backward_price,
+    )
     backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
     tp_b_async = (
         comm.tp_backward
@@ -93,12 +124,19 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     )
     tp_f = np.where(
         overlap_tp_comm,
-        priced_exposure_s(comm.tp_forward, np.maximum(0.0, comm.tp_forward - c.gemm_forward), comm.tp_forward_price),
+        priced_exposure_s(
+            comm.tp_forward, chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0),
+            comm.tp_forward_price,
+        ),
         comm.tp_forward,
     )
     tp_b = priced_exposure_s(
         backward_comm,
-        np.where(overlap_tp_comm, np.maximum(0.0, backward_comm - c.gemm_backward), tp_b_async),
+        np.where(
+            overlap_tp_comm,
+            chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0),
+            tp_b_async,
+        ),
         comm.tp_backward_price,
     )
     tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
@@ -134,6 +172,8 @@ class BlockCost:
     held_bytes: Num  # kept once at the stage's peak (the LM head's fp32 logits)
     buffer_bytes: Num  # transient working buffer while the block runs
     gradient_group: str = "dense"  # specs.parallel.GRADIENT_GROUPS
+    nic_forward_s: Num = 0.0  # NIC-busy seconds of its TP/CP collectives per micro-batch, forward window
+    nic_backward_s: Num = 0.0  # the same in the backward window (recompute re-runs included)
 
 
 @dataclass(frozen=True)
@@ -190,6 +230,7 @@ class StepInputs:
     grad_bytes: Num
     optimizer_bytes: Num
     reserved_bytes: Num
+    zero3_prefetch_layers: Num = 1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
 
 
 def _sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
@@ -250,31 +291,56 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     forward_window = work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
     backward_window = (work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"]
                        + work["ep_backward"] + work["pp"])
+    # links shared with the gradient group's traffic: a TP or CP group spanning NVLink domains keeps
+    # the NICs busy for part of each window; the gradient collectives, when they cross the NICs too,
+    # can use only the rest (fair sharing of one link moves every byte once: cost.overlap.fair_share_times_s)
+    dp_on_nic = 0.0
+    for group in inp.gradient_groups.values():
+        dp_on_nic = np.maximum(dp_on_nic, np.where(np.asarray(group.reduce_scatter.slope_out) > 0, 1.0, 0.0))
+    nic_forward = dp_on_nic * _sum_blocks(stage, lambda b: b.nic_forward_s)
+    nic_backward = dp_on_nic * _sum_blocks(stage, lambda b: b.nic_backward_s)
+    forward_window = np.maximum(0.0, forward_window - nic_forward)
+    backward_window = np.maximum(0.0, backward_window - nic_backward)
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
-    time = dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather"), 0.0)
+    calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
+    per_call = 1.0 / np.maximum(calls, 1.0)
+    time = dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather", "layer_gather", "layer_reduce"), 0.0)
     price = dict(time)
     owned = 0.0
+    buckets = 1.0
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
-        sizes = {"all_reduce": params * GRAD_REDUCE_BYTES, "reduce_scatter": params * GRAD_REDUCE_BYTES,
-                 "all_gather": params * inp.weight_bytes}
-        for kind, size in sizes.items():
-            form = getattr(group, kind)
-            time[kind] = time[kind] + np.where(group.size > 1, form.time_s(size), 0.0)
-            price[kind] = price[kind] + np.where(group.size > 1, form.hidden_price_s(size), 0.0)
+        bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
+        buckets = np.maximum(buckets, bucket)
+        grad_bytes, weight_bytes = params * GRAD_REDUCE_BYTES, params * inp.weight_bytes
+        sizes = {  # (bytes per call, calls)
+            "all_reduce": (grad_bytes / np.maximum(bucket, 1.0), bucket),
+            "reduce_scatter": (grad_bytes / np.maximum(bucket, 1.0), bucket),
+            "all_gather": (weight_bytes / np.maximum(bucket, 1.0), bucket),
+            "layer_gather": (weight_bytes * per_call, 1.0),  # one block's gather (ZeRO-3)
+            "layer_reduce": (grad_bytes * per_call, 1.0),
+        }
+        forms = {"layer_gather": group.all_gather, "layer_reduce": group.reduce_scatter}
+        for kind, (size, n) in sizes.items():
+            form = forms.get(kind) or getattr(group, kind)
+            time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
+            price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
         owned = owned + params / _shard(inp, group, 1)
     ar, rs, ag = time["all_reduce"], time["reduce_scatter"], time["all_gather"]
-    zero0 = priced_exposure_s(ar, np.maximum(0.0, ar - grad_window), price["all_reduce"])
+    zero0 = priced_exposure_s(ar, bucketed_reduce_exposed_s(ar, grad_window, buckets), price["all_reduce"])
     zero12 = priced_exposure_s(
         rs + ag,
-        np.maximum(0.0, rs - grad_window) + np.maximum(0.0, ag - gather_window),
+        bucketed_reduce_exposed_s(rs, grad_window, buckets) + bucketed_reduce_exposed_s(ag, gather_window, buckets),
         price["reduce_scatter"] + price["all_gather"],
     )
+    g, r = time["layer_gather"], time["layer_reduce"]
+    depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
     zero3 = inp.microbatches * priced_exposure_s(
-        2.0 * ag + rs,
-        np.maximum(0.0, ag - forward_window) + np.maximum(0.0, ag + rs - backward_window),
-        2.0 * price["all_gather"] + price["reduce_scatter"],
+        calls * (2.0 * g + r),
+        prefetched_gather_exposed_s(g, forward_window * per_call, calls, depth)
+        + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
+        calls * (2.0 * price["layer_gather"] + price["layer_reduce"]),
     )
     exposed = np.where(inp.knobs.zero == 0, zero0, np.where(inp.knobs.zero == 3, zero3, zero12))
     optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)

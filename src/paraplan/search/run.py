@@ -12,8 +12,10 @@ Fast path (``search``):
    uses, on numpy arrays;
 4. once the next row's bound is worse than the K-th best objective found, every remaining row
    is skipped: none of its candidates can enter the top K (the bound is admissible).
-Ties are broken by canonical order (row index, grid index), the order of ``exhaustive_search``,
-which evaluates every candidate one by one through ``estimate``.
+Ranking and ties follow ``search.ranking`` in both this path and ``exhaustive_search`` (which
+evaluates every candidate one by one through ``estimate``): objective, then peak memory, then the
+simpler plan, then canonical order; candidates equal in objective, step time and memory are one
+group (one ranked plan with its ``equivalents``), and the top K is K groups.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from paraplan.cost.flops import model_flops_per_token
 from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, stage_peaks
+from paraplan.search import ranking
 from paraplan.search.space import Row, SearchProblem, grid, plan_of, rows
 from paraplan.search.table import RowTable, feasible_columns, grid_arrays
 from paraplan.specs.plan import PlanSpec
@@ -44,12 +47,21 @@ class RankedPlan:
     estimate: Estimate
     objective: float
     key: tuple[int, int]  # (row, grid index) in canonical order
+    equivalents: tuple[PlanSpec, ...] = ()  # same objective, step time and memory (search.ranking groups)
+
+    def __repr__(self) -> str:
+        from paraplan.report.frames import plan_text
+
+        more = f" (+{len(self.equivalents)} equivalent)" if self.equivalents else ""
+        return (f"<RankedPlan #{self.rank} {plan_text(self.plan)}{more}: step {self.estimate.step_time_s:.4g} s, "
+                f"objective {self.objective:.4g}>")
 
     def to_dict(self) -> dict:
         e = self.estimate
         return {
             "rank": self.rank,
             "plan": self.plan.model_dump(),
+            "equivalent_plans": [p.model_dump() for p in self.equivalents],
             "step_time_s": e.step_time_s,
             "tokens_per_s": e.tokens_per_s,
             "mfu": e.mfu,
@@ -97,12 +109,21 @@ def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, pe
 
 
 def _finish(problem, pool, k) -> list[RankedPlan]:
-    pool.sort(key=lambda item: (item[0], item[1], item[2]))
+    """The top K groups of the pool's (objective, row, grid, row, option, step, peak) items."""
+    candidates = [ranking.Candidate(obj, step, peak, plan_of(problem, row, option), (r, g))
+                  for obj, r, g, row, option, step, peak in pool]
     out = []
-    for rank, (obj, r, g, row, option) in enumerate(pool[:k], start=1):
-        plan = plan_of(problem, row, option)
-        out.append(RankedPlan(rank, plan, estimate(problem.model, problem.system, plan), obj, (r, g)))
+    for rank, group in enumerate(ranking.top_groups(candidates, k), start=1):
+        best = group[0]
+        out.append(RankedPlan(rank, best.plan, estimate(problem.model, problem.system, best.plan), best.objective,
+                              best.key, tuple(c.plan for c in group[1:])))
     return out
+
+
+def _trim(pool: list[tuple], k: int) -> tuple[list[tuple], float]:
+    """Pool items (objective, row, grid, step, peak, ...) up to the K-th group's objective, and that objective."""
+    threshold = ranking.kth_group_objective([p[0] for p in pool], [p[3] for p in pool], [p[4] for p in pool], k)
+    return [p for p in pool if ranking.within(p[0], threshold)], threshold
 
 
 def search(
@@ -154,13 +175,13 @@ def search(
     scan_all = collect_all or feasible_sink is not None
     position = 0
     while position < len(order):
-        if not scan_all and bound_obj[order[position]] > threshold:
+        if not scan_all and not ranking.within(bound_obj[order[position]], threshold):
             break
         chunk = []
         count = 0
         while position < len(order) and count < CHUNK_CANDIDATES:
             r = order[position]
-            if not scan_all and bound_obj[r] > threshold:
+            if not scan_all and not ranking.within(bound_obj[r], threshold):
                 break
             if lengths[r]:
                 chunk.append(r)
@@ -195,15 +216,13 @@ def search(
                 table, index[chosen], {f: v[chosen] for f, v in grid_values.items()},
                 step[chosen], obj[chosen], peak[chosen], tokens[chosen],
             ))
-        keep = np.flatnonzero(fits & (obj <= threshold))
-        if keep.size > top_k:  # only this chunk's K best (and ties with the K-th) can enter the top K
-            kth = np.partition(obj[keep], top_k - 1)[top_k - 1]
-            keep = keep[obj[keep] <= kth]
-        pool += [(float(obj[i]), int(index[i]), int(grid_index[i])) for i in keep]
+        keep = np.flatnonzero(fits & ranking.within(obj, threshold))
+        if keep.size > top_k:  # only this chunk's K best groups (and ties with the K-th) can enter the top K
+            kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], top_k)
+            keep = keep[ranking.within(obj[keep], kth)]
+        pool += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i])) for i in keep]
         if len(pool) >= top_k:
-            pool.sort()
-            threshold = pool[top_k - 1][0]
-            pool = [p for p in pool if p[0] <= threshold]
+            pool, threshold = _trim(pool, top_k)
         misses = np.flatnonzero(~fits)
         if misses.size:
             over = np.maximum(peak[misses] - capacity, host[misses] - host_capacity)
@@ -215,8 +234,7 @@ def search(
             near = quick[np.argsort(peak[quick], kind="stable")[:20]]
             faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
 
-    pool.sort()
-    pool = [(obj, r, g, table.row(r), grids[grid_of_row[r]][0][g]) for obj, r, g in pool[:top_k]]
+    pool = [(obj, r, g, table.row(r), grids[grid_of_row[r]][0][g], st, pk) for obj, r, g, st, pk in _trim(pool, top_k)[0]]
     plans = _finish(problem, pool, top_k)
     result = SearchResult(
         plans=plans, candidates=space, evaluated=evaluated, feasible=feasible,
@@ -261,14 +279,12 @@ def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, 
                 continue
             feasible += 1
             obj = float(objective_value(problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops))
-            pool.append((obj, r, g, row, option))
+            pool.append((obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
             if collect_all:
                 everything.append({"row": r, "grid": g, "step_time_s": e.step_time_s, "objective": obj,
                                    "peak_memory_bytes": e.peak_stage.peak_bytes, "plan": plan})
         if len(pool) > 4 * top_k:
-            pool.sort(key=lambda item: (item[0], item[1], item[2]))
-            kth = pool[top_k - 1][0]
-            pool = [p for p in pool if p[0] <= kth]
+            pool = _trim(pool, top_k)[0]
     return pool, evaluated, feasible, n_rows, everything
 
 
@@ -288,7 +304,7 @@ def exhaustive_search(
             futures = [pool_executor.submit(_exhaustive_part, problem, top_k, w, workers, None, collect_all)
                        for w in range(workers)]
             parts = [f.result() for f in futures]
-    pool = [item for part in parts for item in part[0]]
+    pool = [(obj, r, g, row, option, step, peak) for part in parts for obj, r, g, step, peak, row, option in part[0]]
     evaluated = sum(p[1] for p in parts)
     feasible = sum(p[2] for p in parts)
     n_rows = parts[0][3]

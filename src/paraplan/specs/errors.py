@@ -16,7 +16,15 @@ class Violation:
     rule: str
 
     def message(self) -> str:
-        return f"{self.field}: {self.value!r} is not allowed; {self.rule}"
+        if isinstance(self.value, dict):  # a rule between fields: the whole mapping would bury the rule
+            return f"{self.field}: {self.rule}"
+        return f"{self.field}: {_short(self.value)} is not allowed; {self.rule}"
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """repr of a value, cut to ``limit`` characters and free of control characters (escape codes)."""
+    text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class InputError(ValueError):
@@ -28,9 +36,16 @@ class InputError(ValueError):
 
     @classmethod
     def from_violations(cls, violations: list[Violation]) -> "InputError":
-        first = violations[0].message()
-        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-        return cls(first + more, tuple(violations))
+        """All violations on one line; rules broken by one field and value are joined with "and"."""
+        groups: dict[tuple[str, str], list[Violation]] = {}
+        for v in violations:
+            groups.setdefault((v.field, repr(v.value)), []).append(v)
+        parts = []
+        for group in groups.values():
+            first = group[0]
+            rules = " and ".join(dict.fromkeys(v.rule for v in group))
+            parts.append(Violation(first.field, first.value, rules).message())
+        return cls("; ".join(parts), tuple(violations))
 
 
 def input_error_from_pydantic(exc: ValidationError, prefix: str) -> InputError:
@@ -46,3 +61,10 @@ def input_error_from_pydantic(exc: ValidationError, prefix: str) -> InputError:
             msg = "unknown field"
         violations.append(Violation(field, err.get("input"), msg))
     return InputError.from_violations(violations)
+
+
+class UnsupportedDtype(InputError, KeyError):
+    """A datatype the accelerator has no peak rate for. An InputError (one line, exit 2 in the CLI)
+    that callers which look the rate up may also catch as the KeyError of a missing table entry."""
+
+    __str__ = BaseException.__str__  # KeyError would quote the message

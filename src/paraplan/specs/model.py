@@ -7,6 +7,19 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 
+class LayerWidth(BaseModel):
+    """``count`` consecutive transformer layers whose widths differ from the model's (unset = the model's)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = Field(gt=0)
+    hidden: int | None = Field(default=None, gt=0)
+    heads: int | None = Field(default=None, gt=0)
+    kv_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    ffn_hidden: int | None = Field(default=None, gt=0)
+
+
 class ModelSpec(BaseModel):
     """A dense decoder-only transformer.
 
@@ -31,6 +44,14 @@ class ModelSpec(BaseModel):
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     tie_embeddings: bool = False
     bias: bool | None = None
+    qkv_bias: bool | None = Field(
+        default=None, description="biases on the q/k/v projections only (Qwen2); default: as bias"
+    )
+    sliding_window: int | None = Field(
+        default=None, gt=0,
+        description="each query attends to at most this many most recent keys (Mistral 7B v0.1, Jiang et al. "
+        "2023, §2); None = the whole causal prefix",
+    )
     dropout: bool | None = Field(default=None, description="hidden/attention dropout on; default: gelu models yes")
     position_embedding: Literal["learned", "rope"] | None = None
     max_position: int = Field(default=2048, gt=0, description="rows of a learned position table")
@@ -51,11 +72,29 @@ class ModelSpec(BaseModel):
     qk_rope_head_dim: int | None = Field(None, gt=0, description="MLA per-head decoupled rotary query/key width")
     v_head_dim: int | None = Field(None, gt=0, description="MLA per-head value width")
     mtp_layers: int = Field(0, ge=0, description="multi-token-prediction modules (DeepSeek-V3 §2.2)")
-    sliding_window: int | None = Field(None, gt=0, description="attention window in tokens of windowed layers")
+    # sliding_window (above) is the window of the windowed layers; the pattern says which are windowed
     sliding_window_pattern: int = Field(
         0, ge=0, description="0: every layer windowed; n: every n-th layer full, the others windowed"
     )
     # ---- end of the MoE block -------------------------------------------------------------
+
+    # ---- architectures beyond decoder-only GPT, and explicit layer lists (issue 10) -------------
+    # decoder: causal self-attention (GPT, Llama). encoder: bidirectional self-attention, no causal
+    # discount (BERT, Devlin et al. 2019; ViT, Dosovitskiy et al. 2021). encoder_decoder: T5 (Raffel
+    # et al. 2020): ``encoder_layers`` encoder layers, then ``layers`` decoder layers that add
+    # cross-attention over the encoder output. The plan's seq_length is the (encoder) input length.
+    architecture: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
+    encoder_layers: int | None = Field(default=None, gt=0, description="encoder_decoder: encoder layers")
+    decoder_seq_length: int | None = Field(
+        default=None, gt=0, description="encoder_decoder: target length; default the plan's seq_length"
+    )
+    patch_size: int | None = Field(
+        default=None, gt=0, description="ViT: patches of p×p pixels replace the token embedding; vocab = classes"
+    )
+    image_channels: int = Field(default=3, gt=0, description="ViT: channels of the input image")
+    layer_widths: tuple[LayerWidth, ...] | None = Field(
+        default=None, description="explicit list of layer groups of differing widths, in order; counts sum to all layers"
+    )
     _hash: int = PrivateAttr(0)
 
     def model_post_init(self, __context) -> None:
@@ -76,7 +115,45 @@ class ModelSpec(BaseModel):
         problems = moe_model_problems(self)
         if problems:
             raise ValueError(problems[0])
+        return self._check_architecture()
+
+    # ---- architectures and layer lists (issue 10) ------------------------------------------------
+    def _check_architecture(self) -> "ModelSpec":
+        if self.encoder_layers is not None and self.architecture != "encoder_decoder":
+            raise ValueError(f"encoder_layers={self.encoder_layers} needs architecture='encoder_decoder'")
+        if self.decoder_seq_length is not None and self.architecture != "encoder_decoder":
+            raise ValueError(f"decoder_seq_length={self.decoder_seq_length} needs architecture='encoder_decoder'")
+        if self.patch_size is not None and self.architecture != "encoder":
+            raise ValueError(f"patch_size={self.patch_size} (ViT) needs architecture='encoder'")
+        if self.layer_widths is not None:
+            total = sum(w.count for w in self.layer_widths)
+            if total != self.total_layers:
+                raise ValueError(f"layer_widths counts sum to {total}; must equal all transformer layers = {self.total_layers}")
+            for w in self.layer_widths:
+                self.widened(w)  # each group must be a valid shape on its own
         return self
+
+    @property
+    def total_layers(self) -> int:
+        """Transformer layers of every kind: encoder + decoder for T5, else ``layers``."""
+        return self.layers + (self.n_encoder_layers if self.architecture == "encoder_decoder" else 0)
+
+    @property
+    def n_encoder_layers(self) -> int:
+        return self.encoder_layers if self.encoder_layers is not None else self.layers
+
+    @property
+    def is_vit(self) -> bool:
+        return self.patch_size is not None
+
+    def widened(self, width: "LayerWidth") -> "ModelSpec":
+        """This model with one layer group's widths (a plain shape: no layer list, one layer)."""
+        data = self.model_dump()
+        data.update({k: v for k, v in width.model_dump().items() if k != "count" and v is not None})
+        data.update(layers=1, encoder_layers=None, layer_widths=None, decoder_seq_length=None)
+        if data["architecture"] == "encoder_decoder":
+            data["architecture"] = "decoder"
+        return ModelSpec.model_validate(data)
 
     # ---- derived shape -------------------------------------------------------------------
     @property
@@ -100,6 +177,20 @@ class ModelSpec(BaseModel):
     @property
     def has_bias(self) -> bool:
         return self.bias if self.bias is not None else self.mlp == "gelu"
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.qkv_bias if self.qkv_bias is not None else self.has_bias
+
+    def mean_visible_keys(self, seq_length: int, windowed: bool = True) -> float:
+        """Keys a query attends to, averaged over a sequence of s tokens: query i sees min(i, w) keys
+        under the causal mask and a sliding window w, so the mean is (s+1)/2 without a window and
+        (w(w+1)/2 + (s-w)·w)/s with one (w < s). ``windowed=False``: a full-attention layer of a
+        model whose window pattern (sliding_window_pattern) leaves some layers unwindowed."""
+        s, w = seq_length, (self.sliding_window if windowed else None)
+        if w is None or w >= s:
+            return (s + 1) / 2.0
+        return (w * (w + 1) / 2.0 + (s - w) * w) / s
 
     @property
     def has_dropout(self) -> bool:

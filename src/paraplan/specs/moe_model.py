@@ -66,8 +66,9 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
 
 
 def moe_shaped(m: "ModelSpec") -> bool:
-    """Models whose layers graph/moe.py builds (experts, MLA, sliding windows or MTP modules)."""
-    return m.experts > 0 or m.attention_type == "mla" or m.sliding_window is not None or m.mtp_layers > 0
+    """Models whose layers graph/moe.py builds (experts, MLA, window patterns or MTP modules). A window on
+    every layer (sliding_window, pattern 0) is the dense builder's (graph.transformer)."""
+    return m.experts > 0 or m.attention_type == "mla" or m.sliding_window_pattern > 0 or m.mtp_layers > 0
 
 
 # ---- which layers --------------------------------------------------------------------------

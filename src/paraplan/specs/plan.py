@@ -95,6 +95,13 @@ class PlanSpec(MoEPlanFields):
             return self.schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
 
+    def __repr_args__(self):
+        """Short reprs: only the fields that differ from their defaults (and the required ones)."""
+        for name, value in super().__repr_args__():
+            info = type(self).model_fields.get(name)
+            if info is None or info.is_required() or value != info.default:
+                yield name, value
+
     @property
     def microbatches(self) -> int:
         """Micro-batches per pipeline per step: global_batch / (dp · micro_batch)."""
@@ -224,17 +231,25 @@ def plan_input_error(exc: ValidationError) -> InputError:
     return err
 
 
+def _degree_violation(plan: PlanSpec) -> Violation:
+    """Blame the degree that cannot split the GPUs (tp, then cp, then pp), else dp, else gpus."""
+    product = 1
+    for name in ("tp", "cp", "pp"):
+        value = getattr(plan, name)
+        product *= value
+        if plan.gpus % product:
+            others = "" if product == value else f" (with the degrees before it: product {product})"
+            return Violation(f"plan.{name}", value, f"must divide gpus={plan.gpus}{others}")
+    if plan.dp:
+        return Violation("plan.dp", plan.dp, f"must equal gpus/(tp·pp·cp) = {plan.gpus // product}")
+    return Violation("plan.gpus", plan.gpus, f"must equal tp·pp·dp·cp = {plan.tp}·{plan.pp}·?·{plan.cp}")
+
+
 def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     """Every rule the plan breaks for this model, each naming the field, the value and the rule."""
     out: list[Violation] = []
     if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
-        out.append(
-            Violation(
-                "plan.gpus",
-                plan.gpus,
-                f"must equal tp·pp·dp·cp = {plan.tp}·{plan.pp}·{plan.dp or '?'}·{plan.cp}",
-            )
-        )
+        out.append(_degree_violation(plan))
     out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
     for field, rule in (("plan.pp", pp_rule(model, plan.pp)), ("plan.seq_length", cp_rule(plan.seq_length, plan.cp))):
         if rule:

@@ -24,8 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 Num = Any
 
 
@@ -44,6 +42,8 @@ class SplitGroup:
 def grouped_split(layers: Num, pp: Num, first: Num, last: Num) -> tuple[SplitGroup, ...]:
     """First stage ``first`` layers, last stage ``last`` (pp > 1), the rest R = L − first − last over
     the pp − 2 middle stages: R mod (pp−2) of them get ⌊R/(pp−2)⌋ + 1, the others ⌊R/(pp−2)⌋."""
+    import numpy as np  # here, not at import time: `paraplan --help` stays light (specs load with the CLI)
+
     single = pp == 1
     middle_stages = np.maximum(pp - 2, 0)
     rest = np.where(single, 0, layers - first - np.where(single, 0, last))
@@ -61,6 +61,8 @@ def grouped_split(layers: Num, pp: Num, first: Num, last: Num) -> tuple[SplitGro
 def default_first_last(layers: Num, pp: Num, embedding_units: Num = 0, loss_units: Num = 0) -> tuple[Num, Num]:
     """(first, last) stage layer counts of the default rule applied to L + e + l units, minus the
     units the embedding (e) and the loss (l) stand for (module docstring)."""
+    import numpy as np  # see grouped_split
+
     units = layers + embedding_units + loss_units
     base = units // pp
     extra = units % pp

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
+from paraplan.specs.errors import UnsupportedDtype
 from paraplan.units import parse_quantity
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -41,7 +42,14 @@ class EfficiencySpec(BaseModel):
     gemm_ramp_s: Seconds = Field(
         40e-6, description="fixed ramp-up/tail time of one GEMM at full rate (size effect: t = F/R + t_ramp)"
     )
-    attention: Fraction = Field(0.6, description="fraction of peak reached by fused (flash) attention forward")
+    attention: Fraction = Field(
+        0.6,
+        description="fraction of peak reached by fused attention (kernel attention_kernel) at the reference "
+        "shape: causal, 8k tokens per call, head dim 128 (cost.attention.REFERENCE_SHAPE)",
+    )
+    attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
+        "fa2", description="fused-attention kernel the attention fraction refers to (cost.attention.KERNEL_CURVES)"
+    )
     hbm: Fraction = Field(0.8, description="fraction of HBM bandwidth reached by streaming kernels")
     kernel_overhead_s: Seconds = Field(4e-6, description="fixed launch/tail cost added to each kernel")
 
@@ -50,6 +58,9 @@ class AcceleratorSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
+    architecture: Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3"] | None = Field(
+        None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
+    )
     matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
         description="peak dense matrix FLOP/s per datatype"
     )
@@ -82,7 +93,10 @@ class AcceleratorSpec(BaseModel):
             return table.get("bf16") or table["fp16"]
         if dtype == "fp32" and "tf32" in table:
             return table["tf32"]
-        raise KeyError(dtype)
+        raise UnsupportedDtype(
+            f"dtype: {dtype!r} is not supported by accelerator {self.name} (matrix_flops has "
+            f"{', '.join(sorted(table))}); choose one of those"
+        )
 
     def peak_vector_flops(self, dtype: str) -> float:
         """Peak vector rate for element-wise work in ``dtype``'s activations (fp8 training keeps

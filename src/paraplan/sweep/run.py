@@ -5,39 +5,50 @@ axis in the order given). Each point is one independent task — ``run_point(tas
 plain-data input and output — so the same function runs in this process, in a
 ``ProcessPoolExecutor`` or as a Dask task, and gives the same record wherever it ran.
 
-Output directory:
+Output directory (locked while a sweep writes into it; a second sweep on it is refused):
 - ``config.json``   the sweep's definition (and the full model and system specs), for ``--resume``;
-- ``points.jsonl``  one JSON line per finished point, appended as points complete (any order);
-- ``sweep.json`` / ``sweep.csv``  regenerated from ``points.jsonl`` in cartesian order at the end.
-No wall-clock value is written anywhere, so two runs of one sweep give byte-identical files.
+- ``points.jsonl``  the journal: one JSON line per finished point, appended and fsync'ed as points
+  complete (any order), never rewritten; each record carries ``key``, a hash of the whole point
+  (model, system, settings and swept values), by which ``--resume`` matches it — torn, malformed or
+  foreign lines are skipped and their points searched again;
+- ``sweep.json`` / ``sweep.csv``  regenerated from the journal in cartesian order at the end.
+Every file except the journal is written atomically (temporary file, fsync, rename: see
+``paraplan.io``). A non-empty directory is refused unless ``resume`` or ``force`` is given.
+No wall-clock value is written anywhere and floats are rounded to ``FLOAT_DIGITS`` significant
+digits, so two runs of one sweep give byte-identical files, also on different machines.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import itertools
 import json
+import math
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.catalog import load_model, load_system
-from paraplan.report.result import BREAKDOWN_FIELDS
-from paraplan.report.result import MEMORY_PARTS as STAGE_MEMORY_PARTS
+from paraplan.io import atomic_write_text
+from paraplan.limits import check_search_bounds
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PLAN_COLUMNS
 from paraplan.specs.system import SystemSpec
+from paraplan.sweep.journal import CONFIG_FILE, POINTS_FILE, PointWriter, dumps, locked, open_output  # noqa: F401
+from paraplan.sweep.schema import EMPTY_SUMMARY, PlanSummary, csv_columns
 from paraplan.sweep.params import SetAxis, apply_overrides, check_axes, override_values, si_value
 from paraplan.units import GiB
 
-POINTS_FILE = "points.jsonl"
-CONFIG_FILE = "config.json"
 JSON_FILE = "sweep.json"
 CSV_FILE = "sweep.csv"
+FLOAT_DIGITS = 9  # significant digits of every float written (last-bit differences between machines vanish)
+MAX_POINTS = 10_000  # points of one sweep (each is a whole plan search)
 
-MEMORY_PARTS = tuple(part.key for part in STAGE_MEMORY_PARTS)  # report.result: the one list
 RESTRICTION_FIELDS = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
 
 
@@ -74,8 +85,13 @@ class SweepConfig:
             raise InputError(f"--global-batch: {batch} is not allowed; must be a positive integer")
         if self.seq_length <= 0:
             raise InputError(f"--seq-length: {self.seq_length} is not allowed; must be a positive integer")
-        if self.top < 1:
-            raise InputError(f"--top: {self.top} is not allowed; must be >= 1")
+        check_search_bounds(gpus=max(self.gpus), seq_length=self.seq_length, batch=batch, top=self.top,
+                            batch_flag="--global-batch" if self.global_batch is not None else "--max-global-batch")
+        if self.tokens is not None and not (math.isfinite(self.tokens) and self.tokens > 0):
+            raise InputError(f"--tokens: {self.tokens!r} is not allowed; must be a finite positive number")
+        count = len(self.systems) * len(self.gpus) * math.prod(len(a.values) for a in self.sets)
+        if count > MAX_POINTS:
+            raise InputError(f"--set: {count:,} points are too many for one sweep; at most {MAX_POINTS:,}")
         unknown = set(self.restrictions) - set(RESTRICTION_FIELDS)
         if unknown:
             raise InputError(f"restrictions: unknown axis {sorted(unknown)[0]!r}; allowed: {', '.join(RESTRICTION_FIELDS)}")
@@ -132,39 +148,54 @@ def swept_values(config: SweepConfig, point: Point, system_name: str) -> dict:
 
 
 # ---- one point ------------------------------------------------------------------------------
-def _memory(stage) -> dict:
-    d = stage.to_dict()
-    out = {f"{p}_gib": d[f"{p}_gib"] for p in MEMORY_PARTS}
-    out.update(stage=d["stage"], peak_gib=d["peak_gib"], capacity_gib=d["capacity_gib"], fits=d["fits"])
-    return out
+def point_key(task: dict) -> str:
+    """Hash of the whole point (model and system specs, settings, swept values): the journal's key."""
+    identity = {k: task[k] for k in ("model", "system", "settings", "swept", "set_si")}
+    return hashlib.sha256(_dumps(identity).encode()).hexdigest()[:32]
 
 
-def _summary(est, plan) -> dict:
-    from dataclasses import asdict
-
-    from paraplan.report.search_view import plan_label
-
-    return {
-        "plan": plan.model_dump(),
-        "plan_label": plan_label(plan),
-        "step_time_s": est.step_time_s,
-        "tokens_per_s": est.tokens_per_s,
-        "mfu": est.mfu,
-        "hfu": est.hfu,
-        "global_batch": plan.global_batch,
-        "memory": _memory(est.peak_stage),
-        "breakdown": asdict(est.breakdown),
-    }
+def _rounded(value):
+    """Floats to FLOAT_DIGITS significant digits (recursively); non-finite floats raise ValueError."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(value)
+        return float(f"{value:.{FLOAT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
 
 
-_EMPTY = {
-    "plan": None, "plan_label": None, "step_time_s": None, "tokens_per_s": None, "mfu": None, "hfu": None,
-    "global_batch": None, "memory": None, "breakdown": None,
-}
+def _first_non_finite(value, path: str = "") -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "value"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, v in items:
+        found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
 
 
 def run_point(task: dict) -> dict:
-    """Search one point; return its record (plain JSON data, no wall-clock value)."""
+    """Search one point; return its record (plain JSON data, floats rounded, no wall-clock value).
+
+    A point whose result holds a non-finite number is recorded as not feasible with the reason,
+    never written as ``Infinity``/``NaN``."""
+    record = _run_point(task)
+    bad = _first_non_finite(record)
+    if bad is not None:
+        keep = {k: record[k] for k in ("index", "model", *task["swept"], "set_si")}
+        record = {**keep, **EMPTY_SUMMARY, "feasible": False, "top": [], "nearest_miss": None, "search": None,
+                  "reason": f"the model gave a non-finite value ({bad}); the inputs are outside its range"}
+        if task["settings"]["tokens"]:
+            record["time_to_train_days"] = None
+    record["key"] = point_key(task)
+    return _rounded(record)
+
+
+def _run_point(task: dict) -> dict:
     from paraplan.estimate import estimate
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
@@ -190,7 +221,7 @@ def run_point(task: dict) -> dict:
         price_per_gpu_hour=system.price_per_gpu_hour,
         **{k: tuple(v) for k, v in settings["restrictions"].items()},
     )
-    record.update(_EMPTY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
+    record.update(EMPTY_SUMMARY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
     try:
         result = search(problem, top_k=settings["top"])
     except InputError as exc:  # this point cannot be searched (no split of the GPUs, batch too small, ...)
@@ -199,9 +230,9 @@ def run_point(task: dict) -> dict:
     record["search"] = {"candidates": result.candidates, "evaluated": result.evaluated, "feasible": result.feasible}
     if result.plans:
         best = result.plans[0]
-        record.update(_summary(best.estimate, best.plan), feasible=True)
+        record.update(PlanSummary.of(best.estimate, best.plan).to_dict(), feasible=True)
         record["top"] = [
-            {"rank": p.rank, "plan_label": _summary(p.estimate, p.plan)["plan_label"], "plan": p.plan.model_dump(),
+            {"rank": p.rank, "plan_label": PlanSummary.of(p.estimate, p.plan).plan_label, "plan": p.plan.model_dump(),
              "step_time_s": p.estimate.step_time_s, "tokens_per_s": p.estimate.tokens_per_s, "mfu": p.estimate.mfu,
              "peak_memory_gib": p.estimate.peak_stage.peak_bytes / GiB}
             for p in result.plans
@@ -211,7 +242,7 @@ def run_point(task: dict) -> dict:
     elif result.nearest_miss is not None:
         miss = result.nearest_miss
         plan = PlanSpec.model_validate(miss["plan"])
-        near = _summary(estimate(model, system, plan), plan)
+        near = PlanSummary.of(estimate(model, system, plan), plan).to_dict()
         near["overflow_gib"] = miss["overflow_gib"]
         record["nearest_miss"] = near
         record["reason"] = (f"no plan fits in memory; nearest miss needs {miss['peak_memory_gib']:.1f} GiB "
@@ -258,6 +289,7 @@ def prepare(config: SweepConfig) -> Prepared:
         if key not in variants:
             m, s = apply_overrides(model, systems[p.system], override_values(list(config.sets), p.combo))
             variants[key] = (m.model_dump(), s.model_dump(), {a.path: si_value(m, s, a.path) for a in config.sets})
+            _check_dtype(s, config.dtype)
         model_data, system_data, set_si = variants[key]
         tasks.append({
             "index": p.index, "model": model_data, "system": system_data, "settings": settings,
@@ -267,91 +299,16 @@ def prepare(config: SweepConfig) -> Prepared:
     return Prepared(config, model, systems, pts, tasks, specs)
 
 
-def _dumps(data) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _read_points(path: Path, prepared: Prepared) -> dict[int, dict]:
-    """Finished records of points.jsonl by point index; a torn last line (interrupted write) is dropped."""
-    done: dict[int, dict] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        index = record.get("index") if isinstance(record, dict) else None
-        if not isinstance(index, int) or not 0 <= index < len(prepared.tasks):
-            continue
-        swept = prepared.tasks[index]["swept"]
-        if all(record.get(k) == v for k, v in swept.items()):
-            done[index] = record
-    return done
-
-
-def _config_record(prepared: Prepared) -> dict:
-    return {"sweep": prepared.config.to_dict(), "specs": prepared.specs}
-
-
-def open_output(prepared: Prepared, out_dir: Path, resume: bool) -> dict[int, dict]:
-    """Create the output directory; with ``resume`` return the points already finished there
-    (InputError when the directory holds a different sweep), else start a new points.jsonl."""
+def _check_dtype(system: SystemSpec, dtype: str) -> None:
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--out: cannot create {str(out_dir)!r}: {exc.strerror}") from None
-    config_path, points_path = out_dir / CONFIG_FILE, out_dir / POINTS_FILE
-    current = json.loads(_dumps(_config_record(prepared)))
-    done: dict[int, dict] = {}
-    if resume and config_path.exists():
-        try:
-            saved = json.loads(config_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            saved = None
-        if saved != current:
-            differs = _first_difference(saved, current)
-            raise InputError(f"--resume: {str(out_dir)!r} holds a different sweep ({differs} differs); "
-                             "use another --out or drop --resume to start again")
-        done = _read_points(points_path, prepared)
-    config_path.write_text(json.dumps(current, sort_keys=True, indent=2) + "\n")
-    # rewrite the finished points (drops a torn last line) or start empty
-    points_path.write_text("".join(_dumps(done[i]) + "\n" for i in sorted(done)))
-    return done
+        system.accelerator.peak_matrix_flops(dtype)
+    except KeyError:
+        have = ", ".join(sorted(system.accelerator.matrix_flops))
+        raise InputError(f"--dtype: {dtype} is not supported by {system.name} "
+                         f"(accelerator.matrix_flops has {have}); choose one of those") from None
 
 
-def _first_difference(saved, current) -> str:
-    if not isinstance(saved, dict):
-        return CONFIG_FILE
-    for part in ("sweep", "specs"):
-        a, b = saved.get(part), current.get(part)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in sorted(set(a) | set(b)):
-                if a.get(k) != b.get(k):
-                    return k if part == "sweep" else f"{k} spec"
-        return part
-    return CONFIG_FILE
-
-
-class PointWriter:
-    """Appends each finished record to points.jsonl at once (flushed), so an interrupted sweep resumes."""
-
-    def __init__(self, path: Path, on_point: Callable[[dict], None] | None):
-        self.path = path
-        self.on_point = on_point
-        self.records: dict[int, dict] = {}
-
-    def __call__(self, record: dict) -> None:
-        line = _dumps(record)
-        with self.path.open("a") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        self.records[record["index"]] = json.loads(line)
-        if self.on_point is not None:
-            self.on_point(record)
+_dumps = dumps
 
 
 def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, dask: str | None = None) -> None:
@@ -368,7 +325,8 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         context = multiprocessing.get_context("spawn")  # no fork of a process that runs a progress thread
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context)
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
+                                   initializer=_die_with_parent, initargs=(os.getpid(),))
         try:
             pending = {pool.submit(run_point, task) for task in tasks}
             while pending:
@@ -384,6 +342,32 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
         pool.shutdown()
 
 
+PARENT_POLL_S = 0.25  # how often a worker checks that the sweep that started it is alive
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: exit as soon as the sweep process is gone (even after SIGKILL, which runs
+    no clean-up in the parent): on Linux the kernel sends SIGKILL (prctl PR_SET_PDEATHSIG), elsewhere
+    a daemon thread notices the new parent within PARENT_POLL_S."""
+    try:  # Linux: immediate
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the parent died before this worker started
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="paraplan-parent-watch").start()
+
+
 def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str, workers: int) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -396,6 +380,7 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
                                    dashboard_address=None)
             client = Client(cluster)
         else:
+            _check_dask_address(address)
             try:
                 client = Client(address, timeout="10s")
             except (OSError, TimeoutError, ValueError) as exc:
@@ -412,6 +397,15 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
             cluster.close()
 
 
+def _check_dask_address(address: str) -> None:
+    """A scheduler address ``[protocol://]host:port`` with a port in 1..65535 (checked before a
+    connection attempt that would wait for its timeout)."""
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError(f"--dask: {address!r} is not a scheduler address; give tcp://HOST:PORT (port 1-65535) or 'local'")
+
+
 def _task_token(task: dict) -> str:
     import hashlib
 
@@ -425,13 +419,12 @@ def results_document(config: SweepConfig, records: list[dict]) -> dict:
 
 
 def write_results(document: dict, out_dir: Path) -> list[Path]:
+    """sweep.json and sweep.csv, each written atomically (temporary file, fsync, rename)."""
     json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
-    json_path.write_text(json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(json_path, json.dumps(_rounded(document), sort_keys=True, indent=2, allow_nan=False) + "\n",
+                      field="--out")
     write_csv(document, csv_path)
     return [json_path, csv_path]
-
-
-BREAKDOWN_COLUMNS = BREAKDOWN_FIELDS
 
 
 def write_csv(document: dict, path: Path) -> None:
@@ -439,25 +432,13 @@ def write_csv(document: dict, path: Path) -> None:
     sweep = document["sweep"]
     set_paths = [s["path"] for s in sweep["sets"]]
     with_days = sweep.get("tokens") is not None
-    header = (["index", "system", "gpus", *set_paths, "feasible", "global_batch", "step_time_s", "tokens_per_s", "mfu"]
-              + (["time_to_train_days"] if with_days else [])
-              + ["plan", *PLAN_COLUMNS, "peak_memory_gib", "capacity_gib", *(f"{p}_gib" for p in MEMORY_PARTS),
-                 *BREAKDOWN_COLUMNS, "nearest_miss_overflow_gib", "reason"])
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow(header)
-        for r in document["points"]:
-            plan = r.get("plan") or {}
-            memory = r.get("memory") or {}
-            breakdown = r.get("breakdown") or {}
-            miss = r.get("nearest_miss") or {}
-            row = ([r["index"], r["system"], r["gpus"], *(r.get(p) for p in set_paths), r["feasible"],
-                    r.get("global_batch"), r.get("step_time_s"), r.get("tokens_per_s"), r.get("mfu")]
-                   + ([r.get("time_to_train_days")] if with_days else [])
-                   + [r.get("plan_label"), *(plan.get(c) for c in PLAN_COLUMNS), memory.get("peak_gib"),
-                      memory.get("capacity_gib"), *(memory.get(f"{p}_gib") for p in MEMORY_PARTS),
-                      *(breakdown.get(c) for c in BREAKDOWN_COLUMNS), miss.get("overflow_gib"), r.get("reason")])
-            writer.writerow(["" if v is None else v for v in row])
+    columns = csv_columns(set_paths, with_days)
+    fh = io.StringIO()
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow([name for name, _ in columns])
+    for r in document["points"]:
+        writer.writerow(["" if (v := value(r)) is None else v for _, value in columns])
+    atomic_write_text(path, fh.getvalue(), field="--out")
 
 
 @dataclass
@@ -466,45 +447,74 @@ class SweepOutcome:
     files: list[Path]
     ran: int  # points computed by this run
     skipped: int  # points already finished (--resume)
+    warnings: tuple[str, ...] = ()  # one line each, for stderr
 
 
 def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool = False, dask: str | None = None,
               on_point: Callable[[dict], None] | None = None, on_start: Callable[[int, int], None] | None = None,
-              plots: bool = True) -> SweepOutcome:
+              plots: bool = True, force: bool = False) -> SweepOutcome:
     """Run (or finish, with ``resume``) a sweep and write its results and plots into ``out_dir``.
+
+    ``out_dir`` is locked for the run; a non-empty one is refused unless ``resume`` or ``force``
+    (see ``paraplan.sweep.journal``).
 
     ``workers > 1`` and ``dask="local"`` start worker processes with the *spawn* method, which
     re-imports the calling script: call this from a script under ``if __name__ == "__main__":``."""
     if workers < 1:
         raise InputError(f"--workers: {workers} is not allowed; must be >= 1")
+    if resume and force:
+        raise InputError("--force: give either --resume (continue) or --force (start again), not both")
     prepared = prepare(config)
-    done = open_output(prepared, out_dir, resume)
-    pending = [t for t in prepared.tasks if t["index"] not in done]
-    if on_start is not None:
-        on_start(len(prepared.tasks), len(done))
-    writer = PointWriter(out_dir / POINTS_FILE, on_point)
-    execute(pending, writer, workers=workers, dask=dask)
-    records = {**done, **writer.records}
-    missing = [t["index"] for t in prepared.tasks if t["index"] not in records]
-    if missing:  # pragma: no cover - every executor returns every task or raises
-        raise RuntimeError(f"sweep: {len(missing)} points did not finish")
-    document = results_document(config, list(records.values()))
-    files = write_results(document, out_dir)
-    if plots:
-        from paraplan.report.plots import plot_sweep
+    keys = [point_key(t) for t in prepared.tasks]
+    with locked(out_dir):
+        done = open_output(out_dir, _config_record(prepared), prepared.tasks, keys, resume, force)
+        pending = [t for t in prepared.tasks if t["index"] not in done]
+        if on_start is not None:
+            on_start(len(prepared.tasks), len(done))
+        writer = PointWriter(out_dir / POINTS_FILE, on_point)
+        execute(pending, writer, workers=workers, dask=dask)
+        records = {**done, **writer.records}
+        missing = [t["index"] for t in prepared.tasks if t["index"] not in records]
+        if missing:  # pragma: no cover - every executor returns every task or raises
+            raise RuntimeError(f"sweep: {len(missing)} points did not finish")
+        document = results_document(config, list(records.values()))
+        files = write_results(document, out_dir)
+        if plots:
+            from paraplan.report.plots import plot_sweep
 
-        files += plot_sweep(document, out_dir)
-    return SweepOutcome(document, files, ran=len(pending), skipped=len(done))
+            files += plot_sweep(document, out_dir)
+    from paraplan.limits import position_warning
+
+    warning = position_warning(prepared.model, config.seq_length)
+    return SweepOutcome(document, files, ran=len(pending), skipped=len(done), warnings=(warning,) if warning else ())
+
+
+def _config_record(prepared: Prepared) -> dict:
+    return {"sweep": prepared.config.to_dict(), "specs": prepared.specs}
 
 
 def load_results(path: Path) -> dict:
     """A saved sweep.json (for ``paraplan plot``); InputError when it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"sweep.json: cannot read {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"sweep.json: {str(path)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    from paraplan.io import parse_document, read_text
+
+    data = parse_document(read_text(path, "sweep.json"), repr(str(path)), "sweep.json", as_json=True)
     if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("sweep"), dict):
         raise InputError(f"sweep.json: {str(path)!r} is not a paraplan sweep result (needs 'sweep' and 'points')")
+    for point in data["points"]:
+        bad = _negative_time(point)
+        if bad is not None:
+            raise InputError(f"sweep.json: {str(path)!r}: {bad} is not allowed; times and memory must be >= 0")
     return data
+
+
+def _negative_time(value, path: str = "point") -> str | None:
+    """The first negative time (``*_s``) or memory (``*_gib``) value in a record, as 'path = value'."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{key}"
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and str(key).endswith(("_s", "_gib")) and item < 0:
+            return f"{where} = {item}"
+        found = _negative_time(item, where) if isinstance(item, (dict, list)) else None
+        if found:
+            return found
+    return None

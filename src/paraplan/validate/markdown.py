@@ -6,7 +6,7 @@ from typing import Any
 
 from paraplan.validate.run import MEMORY_SCOPE_RULE, METRICS, SCOPE_TRANSFORMER
 
-REGENERATE_COMMAND = "paraplan validate --markdown docs/validation.md"
+REGENERATE_COMMAND = "paraplan validate --cv --markdown docs/validation.md"
 
 METRIC_LABELS = {
     "step_time_s": "step time (s)",
@@ -47,12 +47,63 @@ def _summary_table(summary: dict) -> list[str]:
         lines.append(
             f"| {file} | {group['cases']} | {group['step_time_cases']} | {_num(group.get('step_time_s_mape_pct'), 2)} |"
         )
+    lines += [
+        "",
+        "Calibration cases are those of a set some constant was fitted on (paraplan.validate.fitted); "
+        "all others are held out.",
+        "",
+        "| cases | step-time cases | step-time MAPE % | max abs step-time error % |",
+        "|---|---:|---:|---:|",
+    ]
+    for role in ("calibration", "held_out"):
+        part = summary.get(role)
+        if part:
+            lines.append(
+                f"| {role.replace('_', ' ')} | {part['step_time_cases']} | {_num(part.get('step_time_s_mape_pct'), 2)} | "
+                f"{_num(part.get('step_time_max_abs_error_pct'), 2)} |"
+            )
+    lines += ["", "| group | cases | step-time cases | step-time MAPE % |", "|---|---:|---:|---:|"]
+    for name, part in summary.get("by_group", {}).items():
+        lines.append(f"| {name} | {part['cases']} | {part['step_time_cases']} | {_num(part.get('step_time_s_mape_pct'), 2)} |")
+    if summary.get("unsupported"):
+        lines += ["", f"Unsupported cases (not scored): {summary['unsupported']}.", ""]
+        lines += [f"- {u['name']}: {u['reason']}" for u in summary["unsupported_cases"]]
     return lines
+
+
+def _cv_lines(cv: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Leave-one-group-out cross-validation",
+        "",
+        "For each group: the fitted constants that apply to its systems are refitted on every other group's "
+        "step times (paraplan.validate.cv), then the group is predicted. In-sample is the error with the "
+        "shipped constants.",
+        "",
+        "| held-out group | cases | in-sample MAPE % | CV MAPE % | refitted constants |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for group, row in cv["groups"].items():
+        refit = ", ".join(f"{k} = {v:.4g}" for k, v in row["refitted"].items())
+        if row["prior_only"]:
+            refit += f" (prior only: {', '.join(row['prior_only'])})"
+        lines.append(
+            f"| {group} | {row['cases']} | {row['in_sample_step_time_mape_pct']:.2f} | "
+            f"{row['cv_step_time_mape_pct']:.2f} | {refit} |"
+        )
+    if cv.get("cv_step_time_mape_pct") is not None:
+        lines += [
+            "",
+            f"All groups: cross-validated step-time MAPE {cv['cv_step_time_mape_pct']:.2f} %, "
+            f"largest absolute error {cv['cv_step_time_max_abs_error_pct']:.2f} %.",
+        ]
+    return lines + [""]
 
 
 def _case_rows(entry: dict) -> list[str]:
     rows = []
     name = entry["name"]
+    if entry.get("status", "ok") != "ok":
+        return [f"| {name} | unsupported: {entry['reason']} | — | — | — |"]
     for metric in METRICS:
         if metric in entry["measured"]:
             label = METRIC_LABELS[metric]
@@ -93,9 +144,12 @@ def validation_markdown(report: dict[str, Any]) -> str:
         MEMORY_SCOPE_RULE,
         "",
     ]
+    if "cross_validation" in report:
+        lines += _cv_lines(report["cross_validation"])
     for file, group in summary.get("by_source", {}).items():
-        entries = cases[start : start + group["cases"]]
-        start += group["cases"]
+        count = group["cases"] + group.get("unsupported", 0)
+        entries = cases[start : start + count]
+        start += count
         lines += [f"## {file}", ""]
         for source in dict.fromkeys(e["source"] for e in entries):
             lines.append(f"- {source}")

@@ -5,17 +5,35 @@ schema in MISSION.md, "Validation-case schema"). For each case the plan is estim
 predicted metrics are compared with the measured ones; the signed error is
 ``error_pct = 100 · (predicted / measured − 1)`` (positive = paraplan over-predicts).
 
-Memory scope rule (``MEMORY_SCOPE_RULE``)
------------------------------------------
-Measured memory figures are per GPU on the first pipeline stage. Korthikanti et al. 2022
-(arXiv:2205.05198) Figure 1, however, counts only the transformer layers: its parameter bar is
-exactly 18 bytes × 12·l·h²/t for the stage's l layers (22B: 18 · 12·48·6144²/8 B = 45.5625 GiB),
-leaving out the embedding table that the first stage also holds, and its §4 restricts the
-activation analysis to the transformer layers. Cases whose ``source`` names both "Korthikanti" and
-"Figure 1" are therefore compared on the transformer-layer fields of stage 0
-(``StageMemory.transformer_weights_and_optimizer_bytes`` / ``transformer_activations_bytes``);
-their whole-stage values are still reported as ``stage_weights_and_optimizer_gib`` /
-``stage_activations_gib``. Every case carries ``"scope"``: ``"transformer_layers"`` or ``"stage"``.
+Memory scope (``scope`` field, ``MEMORY_SCOPE_RULE``)
+----------------------------------------------------
+Measured memory figures are per GPU on the first pipeline stage. Each case states what its memory
+figures count in an explicit ``scope`` field: ``"stage"`` (default: the whole first stage) or
+``"transformer_layers"`` (the decoder layers of stage 0 only, as in Korthikanti et al. 2022
+Figure 1, whose parameter bar is exactly 18 bytes × 12·l·h²/t for the stage's l layers:
+22B: 18 · 12·48·6144²/8 B = 45.5625 GiB, without the embedding table). Transformer-layer cases are
+compared on ``StageMemory.transformer_*_bytes``; their whole-stage values are still reported as
+``stage_weights_and_optimizer_gib`` / ``stage_activations_gib``.
+
+Case by case
+------------
+A malformed case file (not JSON/YAML, a missing or misspelt case key, an unknown metric, a value
+out of range, a plan that breaks a rule) is an input error naming the file, case and field. A
+well-formed case whose model or plan uses a field this model does not know (for example the
+mixture-of-experts fields before the MoE layer exists) is **unsupported**: it is reported with
+the reason and left out of the summary, and the other cases still run.
+
+Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``, ``derived``,
+``quote``, ``record``, ``config_id``) are accepted and not interpreted, except ``group`` (the
+cross-validation group, default: the file stem). ``framework`` names a framework profile
+(paraplan.frameworks) that sets the implementation defaults of the run. Measured keys in
+``DOC_METRICS`` (``tflops_per_gpu``, ...) are accepted and not compared.
+
+Calibration vs held out
+-----------------------
+A case is a *calibration* case when its group or file was used to fit a constant
+(``paraplan.validate.fitted.FITTED_CONSTANTS``); every other case is *held out*. The summary
+reports both apart (``calibration`` / ``held_out``).
 
 Report format (``run_cases``)::
 
@@ -31,17 +49,17 @@ A MAPE is ``None`` when no case measures that metric.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from paraplan.catalog import load_model, load_system
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.frameworks import apply_framework
 from paraplan.estimate import check_plan, estimate
 from paraplan.report.result import Estimate
 from paraplan.specs.errors import InputError
@@ -51,25 +69,24 @@ from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB, UnitError
 
 METRICS = ("step_time_s", "weights_and_optimizer_gib", "activations_gib", "peak_memory_gib")
+# measured keys that document a case (derived from the same row) but are not compared
+DOC_METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu")
 CASE_KEYS = ("name", "source", "model", "system", "plan", "measured")
-# Documentation keys a case may carry (MISSION.md, validation-case schema): accepted and ignored.
-DOC_KEYS = ("quote", "notes", "group", "tier", "confidence", "derived", "record", "config_id")
-# Measured figures a case may quote beside the compared metrics (Model TFLOP/s per GPU of the
-# Megatron-Bridge tables: a FLOP convention, not a measurement paraplan predicts): ignored.
-IGNORED_MEASURED = ("tflops_per_gpu",)
+DOC_KEYS = ("notes", "group", "tier", "confidence", "derived", "quote", "record", "config_id")
+OPTIONAL_KEYS = ("framework", "scope", *DOC_KEYS)
 
 SCOPE_TRANSFORMER = "transformer_layers"
 SCOPE_STAGE = "stage"
-TRANSFORMER_SCOPE_MARKERS = ("Korthikanti", "Figure 1")
+SCOPES = (SCOPE_STAGE, SCOPE_TRANSFORMER)
 MEMORY_SCOPE_RULE = (
-    "Memory figures are per GPU on the first pipeline stage. Korthikanti et al. 2022 (arXiv:2205.05198) "
-    "Figure 1 counts only the transformer layers: its parameter bar is exactly 18 bytes × 12·l·h²/t for the "
-    "stage's l layers (22B: 18 · 12·48·6144²/8 B = 45.5625 GiB), without the embedding table the first stage "
-    "also holds, and §4 of the paper restricts its activation analysis to the transformer layers. Cases whose "
-    "source names both \"Korthikanti\" and \"Figure 1\" are therefore compared on the transformer layers of "
-    "stage 0 (scope transformer_layers); their whole-stage values are reported too "
-    "(stage_weights_and_optimizer_gib, stage_activations_gib). All other cases compare the whole first stage "
-    "(scope stage)."
+    "Memory figures are per GPU on the first pipeline stage; each case states what they count in its `scope` "
+    "field. Korthikanti et al. 2022 (arXiv:2205.05198) Figure 1 counts only the transformer layers: its "
+    "parameter bar is exactly 18 bytes × 12·l·h²/t for the stage's l layers (22B: 18 · 12·48·6144²/8 B = "
+    "45.5625 GiB), without the embedding table the first stage also holds, and §4 of the paper restricts its "
+    "activation analysis to the transformer layers. Those cases carry scope transformer_layers and are compared "
+    "on the transformer layers of stage 0; their whole-stage values are reported too "
+    "(stage_weights_and_optimizer_gib, stage_activations_gib). Cases with scope stage (the default) compare "
+    "the whole first stage."
 )
 
 
@@ -84,15 +101,32 @@ class Case:
     system: SystemSpec
     plan: PlanSpec
     measured: dict[str, float]
+    scope: str = SCOPE_STAGE
+    framework: str | None = None
+    group: str = ""  # cross-validation group; default the file stem
 
     @property
-    def scope(self) -> str:
-        return memory_scope(self.source)
+    def cv_group(self) -> str:
+        return self.group or self.file
 
 
-def memory_scope(source: str) -> str:
-    """``"transformer_layers"`` for Korthikanti et al. Figure 1 cases, else ``"stage"`` (module docstring)."""
-    return SCOPE_TRANSFORMER if all(m in source for m in TRANSFORMER_SCOPE_MARKERS) else SCOPE_STAGE
+@dataclass(frozen=True)
+class UnsupportedCase:
+    """A well-formed case the model cannot express (a field it does not know); reported, not scored."""
+
+    name: str
+    source: str
+    file: str
+    reason: str
+    group: str = ""
+
+    @property
+    def cv_group(self) -> str:
+        return self.group or self.file
+
+
+class _Unsupported(Exception):
+    """Raised inside case loading for a field the model does not know."""
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -104,16 +138,11 @@ def bundled_case_files() -> list[Any]:
 
 def _read_case_file(path: Any) -> tuple[str, list]:
     """(file stem, raw case list) of a JSON or YAML case file; InputError naming the file otherwise."""
+    from paraplan.io import read_document  # bounded, strict reading shared by every input file
+
     name = path.name
     label = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cases: cannot read file {label!r}: {exc.strerror}") from None
-    try:
-        data = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"cases: {label!r} is not valid JSON/YAML: {str(exc).splitlines()[0]}") from None
+    data = read_document(path, "cases")
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise InputError(f"cases: {label!r} must hold a mapping with a list under 'cases'")
     stem = name.rsplit(".", 1)[0] if "." in name else name
@@ -121,18 +150,24 @@ def _read_case_file(path: Any) -> tuple[str, list]:
 
 
 def _measured(raw: Any) -> dict[str, float]:
+    allowed = ", ".join(METRICS + DOC_METRICS)
     if not isinstance(raw, dict) or not raw:
-        raise InputError(f"measured: {raw!r} is not allowed; give a mapping with any of {', '.join(METRICS)}")
+        raise InputError(f"measured: {raw!r} is not allowed; give a mapping with any of {allowed}")
     out = {}
     for key, value in raw.items():
-        if key in IGNORED_MEASURED:
-            continue
-        if key not in METRICS:
-            raise InputError(f"measured.{key}: unknown metric; allowed: {', '.join(METRICS)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if key not in METRICS and key not in DOC_METRICS:
+            raise InputError(f"measured.{key}: unknown metric; allowed: {allowed}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
             raise InputError(f"measured.{key}: {value!r} is not allowed; must be a positive number")
-        out[key] = float(value)
+        if key in METRICS:
+            out[key] = float(value)
+    if not out:
+        raise InputError(f"measured: {raw!r} has nothing to compare; give any of {', '.join(METRICS)}")
     return out
+
+
+def _unknown_fields_only(exc: InputError) -> bool:
+    return bool(exc.violations) and all(v.rule == "unknown field" for v in exc.violations)
 
 
 def _plan(raw: Any) -> PlanSpec:
@@ -144,41 +179,72 @@ def _plan(raw: Any) -> PlanSpec:
         raise plan_input_error(exc) from None
 
 
-def _case_from_raw(raw: Any, file: str, index: int) -> Case:
-    """Validate one raw case; every error names the file, the case and the field."""
+def _check_keys(raw: dict) -> None:
+    for key in raw:
+        if key not in CASE_KEYS and key not in OPTIONAL_KEYS:
+            raise InputError(f"{key}: unknown field; allowed: {', '.join(CASE_KEYS + OPTIONAL_KEYS)}")
+    for key in CASE_KEYS:
+        if key not in raw:
+            raise InputError(f"{key}: missing")
+    name = raw["name"]
+    if not isinstance(name, str) or not name:
+        raise InputError(f"name: {name!r} is not allowed; must be a non-empty string")
+    for key in ("source", "group", "framework", "scope"):
+        if key in raw and not isinstance(raw[key], str):
+            raise InputError(f"{key}: {raw[key]!r} is not allowed; must be a string")
+    if raw.get("scope", SCOPE_STAGE) not in SCOPES:
+        raise InputError(f"scope: {raw['scope']!r} is not allowed; allowed: {', '.join(SCOPES)}")
+    if not isinstance(raw["model"], (str, dict)):
+        raise InputError(f"model: {raw['model']!r} is not allowed; give a catalog name or a mapping")
+    if not isinstance(raw["system"], (str, dict)):
+        raise InputError(f"system: {raw['system']!r} is not allowed; give a catalog name or a mapping")
+
+
+def _expressible(load, *args):
+    """Call a loader; an InputError that only names unknown fields means the model cannot express the case."""
+    try:
+        return load(*args)
+    except InputError as exc:
+        if _unknown_fields_only(exc):
+            raise _Unsupported(str(exc)) from None
+        raise
+
+
+def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
+    """Validate one raw case; every error names the file, the case and the field (module docstring)."""
     name = raw.get("name") if isinstance(raw, dict) else None
     label = f"{file}: case {name!r}" if isinstance(name, str) and name else f"{file}: case #{index + 1}"
     try:
         if not isinstance(raw, dict):
             raise InputError("must be a mapping with fields " + ", ".join(CASE_KEYS))
-        for key in raw:
-            if key not in CASE_KEYS and key not in DOC_KEYS:
-                raise InputError(f"{key}: unknown field; allowed: {', '.join(CASE_KEYS)}")
-        for key in CASE_KEYS:
-            if key not in raw:
-                raise InputError(f"{key}: missing")
-        if not isinstance(name, str) or not name:
-            raise InputError(f"name: {name!r} is not allowed; must be a non-empty string")
-        if not isinstance(raw["source"], str):
-            raise InputError(f"source: {raw['source']!r} is not allowed; must be a string")
-        if not isinstance(raw["model"], (str, dict)):
-            raise InputError(f"model: {raw['model']!r} is not allowed; give a catalog name or a mapping")
-        if not isinstance(raw["system"], (str, dict)):
-            raise InputError(f"system: {raw['system']!r} is not allowed; give a catalog name or a mapping")
-        model = load_model(raw["model"], field="model")
-        system = load_system(raw["system"], field="system")
-        plan = _plan(raw["plan"])
-        check_plan(model, system, plan)
+        _check_keys(raw)
         measured = _measured(raw["measured"])
+        group = raw.get("group", "")
+        try:
+            model = _expressible(load_model, raw["model"], "model")
+            system = load_system(raw["system"], field="system")
+            plan_fields = raw["plan"]
+            framework = raw.get("framework")
+            if framework is not None:
+                profile = load_framework(framework)
+                if isinstance(plan_fields, dict):
+                    system, plan_fields = apply_framework(profile, system, plan_fields)
+            plan = _expressible(_plan, plan_fields)
+        except _Unsupported as exc:
+            return UnsupportedCase(name, raw["source"], file, f"cannot be expressed: {exc}", group)
+        check_plan(model, system, plan)
     except (InputError, UnitError) as exc:
         raise InputError(f"{label}: {exc}") from None
-    return Case(name, raw["source"], file, model, system, plan, measured)
+    return Case(
+        name, raw["source"], file, model, system, plan, measured,
+        scope=raw.get("scope", SCOPE_STAGE), framework=raw.get("framework"), group=group,
+    )
 
 
-def load_cases(paths: Iterable[str | Path] | None = None) -> list[Case]:
+def load_cases(paths: Iterable[str | Path] | None = None) -> list[Case | UnsupportedCase]:
     """Cases from the given files, or from the bundled case files when ``paths`` is None/empty."""
     files = [Path(p) for p in paths] if paths else bundled_case_files()
-    cases: list[Case] = []
+    cases: list[Case | UnsupportedCase] = []
     seen: set[tuple[str, str]] = set()
     stems: set[str] = set()
     for path in files:
@@ -223,19 +289,30 @@ def error_pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted / measured - 1.0)
 
 
-def run_case(case: Case) -> dict:
-    """The report entry of one case (format in the module docstring)."""
+def case_role(case: Case | UnsupportedCase) -> str:
+    """``"calibration"`` when a fitted constant was fitted on the case's file or group, else ``"held_out"``."""
+    from paraplan.validate.fitted import calibration_sets
+
+    sets = calibration_sets()
+    return "calibration" if case.file in sets or case.group in sets else "held_out"
+
+
+def run_case(case: Case | UnsupportedCase) -> dict:
+    """The report entry of one case (format in the module docstring); unsupported cases carry a reason."""
+    base = {"name": case.name, "source": case.source, "group": case.cv_group, "role": case_role(case)}
+    if isinstance(case, UnsupportedCase):
+        return {**base, "status": "unsupported", "reason": case.reason}
     try:
         est = estimate(case.model, case.system, case.plan)
     except (InputError, UnitError) as exc:
-        raise InputError(f"{case.file}: case {case.name!r}: {exc}") from None
-    scope = case.scope
-    predicted = predicted_metrics(est, scope)
+        return {**base, "status": "unsupported", "reason": f"estimate failed: {exc}"}
+    predicted = predicted_metrics(est, case.scope)
     errors = {k: error_pct(predicted[k], v) for k, v in case.measured.items()}
     return {
-        "name": case.name,
-        "source": case.source,
-        "scope": scope,
+        **base,
+        "status": "ok",
+        "scope": case.scope,
+        "framework": case.framework,
         "predicted": predicted,
         "measured": dict(case.measured),
         "error_pct": errors,
@@ -246,15 +323,33 @@ def _mape(values: list[float]) -> float | None:
     return sum(abs(v) for v in values) / len(values) if values else None
 
 
-def summarize(entries: list[dict], files: list[str]) -> dict:
-    """MAPE per metric, the largest absolute error, and per-source-file step-time MAPE and counts."""
-    summary: dict[str, Any] = {"cases": len(entries)}
+def _subset_summary(entries: list[dict]) -> dict[str, Any]:
+    """Case counts and MAPE per metric (when measured) of some scored entries."""
+    out: dict[str, Any] = {
+        "cases": len(entries),
+        "step_time_cases": sum(1 for e in entries if "step_time_s" in e["error_pct"]),
+    }
     for metric in METRICS:
         errs = [e["error_pct"][metric] for e in entries if metric in e["error_pct"]]
+        if metric == "step_time_s" or errs:
+            out[f"{metric}_mape_pct"] = _mape(errs)
+    steps = [abs(e["error_pct"]["step_time_s"]) for e in entries if "step_time_s" in e["error_pct"]]
+    out["step_time_max_abs_error_pct"] = max(steps) if steps else None
+    out["names"] = [e["name"] for e in entries]
+    return out
+
+
+def summarize(entries: list[dict], files: list[str]) -> dict:
+    """MAPE per metric, the largest absolute error, per-source-file / per-group / calibration vs
+    held-out summaries, and the unsupported cases."""
+    scored = [e for e in entries if e.get("status", "ok") == "ok"]
+    summary: dict[str, Any] = {"cases": len(scored)}
+    for metric in METRICS:
+        errs = [e["error_pct"][metric] for e in scored if metric in e["error_pct"]]
         summary[f"{metric}_mape_pct"] = _mape(errs)
         summary[f"{metric}_cases"] = len(errs)
     worst = (None, None, 0.0)
-    for e in entries:
+    for e in scored:
         for metric, err in e["error_pct"].items():
             if worst[0] is None or abs(err) > abs(worst[2]):
                 worst = (e["name"], metric, err)
@@ -263,22 +358,23 @@ def summarize(entries: list[dict], files: list[str]) -> dict:
     summary["max_abs_error_metric"] = worst[1]
     by_source: dict[str, dict] = {}
     for file in dict.fromkeys(files):
-        mine = [e for e, f in zip(entries, files) if f == file]
-        group: dict[str, Any] = {
-            "cases": len(mine),
-            "step_time_cases": sum(1 for e in mine if "step_time_s" in e["error_pct"]),
-        }
-        for metric in METRICS:
-            errs = [e["error_pct"][metric] for e in mine if metric in e["error_pct"]]
-            if metric == "step_time_s" or errs:
-                group[f"{metric}_mape_pct"] = _mape(errs)
-        group["names"] = [e["name"] for e in mine]
+        mine = [e for e, f in zip(entries, files) if f == file and e.get("status", "ok") == "ok"]
+        group = _subset_summary(mine)
+        group["unsupported"] = sum(1 for e, f in zip(entries, files) if f == file and e.get("status") == "unsupported")
         by_source[file] = group
     summary["by_source"] = by_source
+    summary["by_group"] = {
+        g: _subset_summary([e for e in scored if e.get("group") == g]) for g in dict.fromkeys(e.get("group") for e in scored)
+    }
+    for role in ("calibration", "held_out"):
+        summary[role] = _subset_summary([e for e in scored if e.get("role") == role])
+    unsupported = [e for e in entries if e.get("status") == "unsupported"]
+    summary["unsupported"] = len(unsupported)
+    summary["unsupported_cases"] = [{"name": e["name"], "reason": e["reason"]} for e in unsupported]
     return summary
 
 
-def run_cases(cases: list[Case]) -> dict:
+def run_cases(cases: list[Case | UnsupportedCase]) -> dict:
     """``{"cases": [...], "summary": {...}}`` for the given cases, in order."""
     entries = [run_case(c) for c in cases]
     return {"cases": entries, "summary": summarize(entries, [c.file for c in cases])}

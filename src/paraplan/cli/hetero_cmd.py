@@ -1,0 +1,103 @@
+"""CLI paths for non-uniform plans and mixed clusters (issue 10), reached from ``estimate --plan`` and
+``search --cluster`` / ``search --non-uniform`` (their modules dispatch here on the inputs' shape)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paraplan.catalog import _read_file, load_model, load_system
+from paraplan.cli.app import _stdout
+from paraplan.report.render import simple_table
+from paraplan.specs.cluster import ClusterSpec, load_cluster, uniform_cluster
+from paraplan.specs.errors import InputError
+from paraplan.specs.stage_plan import is_stage_plan, stage_plan_from_dict
+from paraplan.units import GiB
+
+
+def resolve_cluster(cluster: str | Path | None, system: str | None, gpus: int | None) -> ClusterSpec:
+    """``--cluster FILE``, or the uniform special case ``--system`` (+ ``--gpus``)."""
+    if cluster is not None:
+        if system is not None:
+            raise InputError("--cluster: give either --cluster or --system, not both")
+        return load_cluster(cluster, field="cluster")
+    if system is None:
+        raise InputError("--system: missing; give --system (and --gpus) or --cluster FILE")
+    if gpus is None or gpus <= 0:
+        raise InputError(f"--gpus: {gpus!r} is not allowed; give the number of GPUs with --system")
+    return uniform_cluster(load_system(system, field="system"), gpus)
+
+
+def plan_file_is_non_uniform(path: Path) -> bool:
+    """True when ``--plan FILE`` holds a list of stages (specs/stage_plan.py); any other file (a uniform
+    plan, a search result, an export) is left to the uniform path and its own errors."""
+    try:
+        return is_stage_plan(_read_file(Path(path), "--plan"))
+    except InputError:
+        return False
+
+
+def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool) -> None:
+    """``paraplan estimate --plan FILE`` for a non-uniform plan."""
+    from paraplan.estimate_stages import estimate_stage_plan
+
+    model_spec = load_model(model, field="model")
+    plan_spec = stage_plan_from_dict(_read_file(Path(plan), "--plan"), field="plan")
+    pool_names = {d.pool for s in plan_spec.stages for d in s.devices}
+    cluster_spec = resolve_cluster(cluster, system, plan_spec.gpus if system is not None else None)
+    if cluster_spec.is_uniform and system is not None and pool_names != {cluster_spec.pools[0].name}:
+        raise InputError(f"plan.stages: pools {sorted(pool_names)} are not allowed with --system; name the pool {cluster_spec.pools[0].name!r} or give --cluster")
+    est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
+    if as_json:
+        print(json.dumps(est.to_dict(), indent=2))
+        return
+    console = _stdout()
+    console.print(f"{model_spec.name} on {cluster_spec.name}: {plan_spec.pp} stages, {plan_spec.gpus} GPUs, "
+                  f"{plan_spec.n_microbatches} micro-batches, global batch {plan_spec.global_batch}, {plan_spec.dtype}")
+    table = simple_table("Stages", "stage", "devices", "blocks", "tp", "dp", "micro-batch", "recompute",
+                         "work/µbatch (ms)", "tail (ms)", "peak (GiB)", "capacity (GiB)", "fits", numeric_from=3)
+    for summary, work, tail, mem in zip(est.stage_summary, est.stage_work_s, est.stage_tail_s, est.stages):
+        devices = " + ".join(f"{d['gpus']} {d['pool']}" for d in summary["devices"])
+        table.add_row(str(summary["stage"]), devices, f"{summary['blocks'][0]}-{summary['blocks'][1]}", str(summary["tp"]),
+                      str(summary["dp"]), str(summary["micro_batch"]), summary["recompute"], f"{work * 1e3:.2f}",
+                      f"{tail * 1e3:.2f}", f"{mem.peak_bytes / GiB:.2f}", f"{mem.capacity_bytes / GiB:.1f}", "yes" if mem.fits else "NO")
+    console.print(table)
+    parts = simple_table("Step", "part", "seconds", numeric_from=1)
+    for name, value in est.breakdown.__dict__.items():
+        if value:
+            parts.add_row(name.removesuffix("_s"), f"{value:.4f}")
+    parts.add_section()
+    parts.add_row("step time", f"{est.step_time_s:.4f}")
+    console.print(parts)
+    console.print(f"{est.tokens_per_s:,.0f} tokens/s; " + ("fits in memory" if est.fits else "does NOT fit in memory"))
+
+
+def search_hetero(
+    model: str, cluster: str | None, system: str | None, gpus: int | None, non_uniform: bool, seq_length: int,
+    global_batch: int, dtype: str, attention: str, top: int, as_json: bool, time_budget_s: float = 5.0,
+) -> None:
+    """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style)."""
+    from paraplan.search.hetero import HeteroProblem, search_cluster, search_non_uniform
+
+    model_spec = load_model(model, field="model")
+    cluster_spec = resolve_cluster(cluster, system, gpus)
+    problem = HeteroProblem(model_spec, cluster_spec, global_batch, seq_length, dtype, attention)
+    result = search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s) if non_uniform else search_cluster(problem, top_k=top)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    console = _stdout()
+    console.print(f"{model_spec.name} on {cluster_spec.name} ({cluster_spec.gpus} GPUs), seq {seq_length}, "
+                  f"global batch {global_batch}, {dtype}; search {result.mode}")
+    table = simple_table("Plans", "rank", "step (s)", "plan", numeric_from=1)
+    for i, c in enumerate(result.plans, 1):
+        table.add_row(str(i), f"{c.step_time_s:.4f}", c.label)
+    console.print(table)
+    if result.trajectory:
+        traj = simple_table("Trajectory", "iteration", "move", "step (s)", "fits", numeric_from=2)
+        for s in result.trajectory:
+            if s.improved:
+                traj.add_row(str(s.iteration), s.move, f"{s.step_time_s:.4f}", "yes" if s.fits else "no")
+        console.print(traj)
+    console.print(f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
+                  + ("" if result.plans else "; no plan fits"))

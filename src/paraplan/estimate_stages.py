@@ -1,0 +1,562 @@
+"""One training step of a non-uniform plan (specs/stage_plan.py) on a cluster of node pools.
+
+Read top-down: ``estimate_stage_plan`` → ``stage_costs`` (per stage: work of one micro-batch on the
+stage's own GPUs, its tail, its memory) → ``compose_stages`` (pipeline with unequal stages, then the
+data-parallel tail). The searches (search/hetero.py) call ``stage_cost`` directly for every
+candidate stage; both paths share every rule.
+
+The model (issue 10, "The model"):
+- a stage's blocks are costed with the foundation's op-time and collective sums and per-block terms
+  (stages.block_compute / block_comm, schedule.step.block_terms) on the stage's per-GPU micro-batch
+  global_batch / (m · dp_i) and its tp; a stage is a schedule.step.Stage with its own StepInputs
+  (gradient group on its GPUs, HBM, state bytes), whose work, tail and memory come from
+  schedule.step's stage_work, tail_terms and stage_memory_terms;
+  when a stage's GPUs come from several pools, each pool's GPUs are costed and the slowest sets the
+  stage (its data-parallel replicas meet at every gradient sync);
+- pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (schedule/pipeline.py's
+  bubble_from_work_s: the slowest stage sets the steady state, fill and drain pass once through the
+  others), W_i = per-micro-batch forward + backward (+ recompute, exposed TP) + point-to-point;
+- point-to-point between neighbouring stages over the link the two GPUs share: the NVLink/PCIe
+  domain when on one node, else the pools' scale-out network or the cluster's explicit link;
+- data-parallel gradient sync per stage on its own group: the slowest link any member uses sets
+  the bandwidth (hierarchical ring of cost.comm on the group's nodes); optimizer step on the slowest
+  GPU; tied embedding gradients all-reduced between the first and the last stage;
+- memory per stage against the smallest GPU memory among the stage's pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+import numpy as np
+
+from paraplan.cost import memory as mem
+from paraplan.cost.comm import GroupSpan, linear_collective
+from paraplan.graph.encoder import (
+    BlockRef,
+    block_graph,
+    boundary_bytes,
+    cross_layer_extra_activation_bytes,
+    decoder_seq,
+    model_blocks,
+)
+from paraplan.graph.transformer import LayerShape
+from paraplan.report.result import StageMemory, TimeBreakdown
+from paraplan.schedule.pipeline import bubble_from_work_s
+from paraplan.schedule.step import (
+    BLOCK_TERM_NAMES,
+    GRAD_REDUCE_BYTES,
+    RECOMPUTE_CODES,
+    BlockCost,
+    BlockTerms,
+    GradientGroup,
+    GridKnobs,
+    Stage,
+    StepInputs,
+    block_terms,
+    stage_memory_terms,
+    stage_work,
+    tail_terms,
+)
+from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.errors import InputError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
+from paraplan.specs.system import SystemSpec
+from paraplan.stages import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
+
+NO_SPAN = GroupSpan(1, 1, 1)
+
+
+@dataclass(frozen=True)
+class StageSetting:
+    """What a stage is, apart from its blocks: GPUs (per pool: first index, count), tp, dp, per-GPU
+    micro-batch, recompute, position in a pipeline of ``pp`` stages with ``microbatches`` micro-batches."""
+
+    slices: tuple[tuple[str, int, int], ...]
+    tp: int
+    dp: int
+    micro_batch: int
+    recompute: str
+    recompute_ops: tuple[str, ...]
+    index: int
+    pp: int
+    microbatches: int
+
+
+@dataclass(frozen=True)
+class Common:
+    """Plan-wide settings."""
+
+    seq_length: int
+    dtype: str
+    attention: str
+    sequence_parallel: bool
+    zero: int
+    schedule: str
+    overlap_dp_grad_reduce: bool
+    engine: str = "megatron"
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """What the pipeline runtime does between and after micro-batches."""
+
+    transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
+    p2p_split_over_tp: bool  # each TP rank sends 1/t of the activation (scatter/gather) or all of it
+    dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
+    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
+    async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
+
+
+ENGINES = {
+    # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
+    # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
+    # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
+    "megatron": EngineRules(1, True, True, 0.0, True),
+    # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example): the train schedule
+    # issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate blocking instructions, so
+    # two transfers with each neighbour per micro-batch; every model-parallel rank sends the whole
+    # activation; ReduceTiedGrads and ReduceGrads run after the last backward (deepspeed/runtime/pipe/
+    # schedule.py, TrainSchedule); its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master
+    # gradients (4 B) at the step, beside fp16 weights, fp32 master weights and Adam moments
+    # (deepspeed/runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step.
+    # The Megatron-LM it drives (v1.1.5) all-reduces the input gradient of a column-parallel layer
+    # synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward); the
+    # asynchronous all-reduce beside the weight-gradient GEMM came with later Megatron-LM releases
+    # (--async-tensor-model-parallel-allreduce).
+    "deepspeed": EngineRules(2, False, False, 6.0, False),
+}
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage holding blocks [start, stop): seconds per micro-batch by part, tail seconds, memory."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    params: float
+    memory: StageMemory
+
+    @property
+    def work_s(self) -> float:
+        """Per-micro-batch wall time of the stage: compute, exposed TP and point-to-point."""
+        return self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.pp_comm_s
+
+    @property
+    def tail_s(self) -> float:
+        return self.dp_comm_s + self.optimizer_s
+
+
+# ---- placement helpers ---------------------------------------------------------------------------
+def _node(cluster: ClusterSpec, pool: str, index: int) -> tuple[str, int]:
+    return pool, index // cluster.pool(pool).gpus_per_node
+
+
+def _member_gpus(setting: StageSetting, replica_stride: int = 1) -> list[tuple[str, int]]:
+    """(pool, index) of every GPU of the stage, in rank order (tp innermost, then dp)."""
+    out = []
+    for pool, first, count in setting.slices:
+        out += [(pool, first + k) for k in range(count)]
+    return out[::replica_stride]
+
+
+def synthetic_system(base: SystemSpec, inner_Bps: float, inner_latency_s: float, outer_Bps: float, outer_latency_s: float) -> SystemSpec:
+    """``base`` with its NVLink and scale-out rates replaced by achieved rates (efficiency 1), so that the
+    collective formulas of cost.comm apply to a group whose slowest links set these rates."""
+    node = base.node.model_copy(update={"nvlink_bandwidth": inner_Bps, "nvlink_efficiency": 1.0, "nvlink_latency": inner_latency_s})
+    net = base.network.model_copy(update={"nic_bandwidth": outer_Bps, "efficiency": 1.0, "latency": outer_latency_s})
+    return base.model_copy(update={"node": node, "network": net})
+
+
+def node_counts(cluster: ClusterSpec, gpus) -> dict[tuple[str, int], int]:
+    """GPUs of the list on each node."""
+    nodes: dict[tuple[str, int], int] = {}
+    for pool, idx in gpus:
+        key = _node(cluster, pool, idx)
+        nodes[key] = nodes.get(key, 0) + 1
+    return nodes
+
+
+def group_links(cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None) -> tuple[GroupSpan, SystemSpec]:
+    """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
+    members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link,
+    with ``active``: GPUs per node sending at once, for nodes whose interface is shared)."""
+    nodes = node_counts(cluster, gpus)
+    pools = sorted({p for p, _ in gpus})
+    systems = [cluster.pool(p).system for p in pools]
+    inner = min(s.node.nvlink_bandwidth * s.node.nvlink_efficiency for s in systems)
+    inner_lat = max(s.node.nvlink_latency for s in systems)
+    busiest = {p: max((active or nodes).get(n, 1) for n in nodes if n[0] == p) for p in pools}
+    pairs = [(a, b) for a in pools for b in pools if a <= b and (a != b or sum(1 for n in nodes if n[0] == a) > 1)]
+    rates = [cluster.link_rate(a, b, busiest[a], busiest[b]) for a, b in pairs] or [cluster.link_rate(pools[0], pools[0])]
+    outer, outer_lat = min(r for r, _ in rates), max(lat for _, lat in rates)
+    per_node = max(nodes.values())
+    span = GroupSpan(len(gpus), per_node, len(nodes)) if len(nodes) > 1 else GroupSpan(len(gpus), len(gpus), 1)
+    return span, synthetic_system(systems[0], inner, inner_lat, outer, outer_lat)
+
+
+def _tp_span(system: SystemSpec, tp: int) -> GroupSpan:
+    domain = system.node.gpus_per_domain
+    return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
+
+
+@lru_cache(maxsize=65536)
+def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int) -> tuple[tuple[float, float], ...]:
+    """(achieved bytes/s, latency) of each distinct link the data-parallel replicas of stage a use to
+    reach the next stage b: the node's NVLink/PCIe domain when the two GPUs share a node, else the
+    pools' network or the cluster's link between them."""
+    a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
+    b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
+    a_nodes, b_nodes = node_counts(cluster, a_gpus), node_counts(cluster, b_gpus)  # every TP rank sends
+    src, dst = a_gpus[::a_tp], b_gpus[::b_tp]
+    links = set()
+    for r, (pa, ia) in enumerate(src):
+        pb, ib = dst[r * len(dst) // len(src)]
+        na, nb = _node(cluster, pa, ia), _node(cluster, pb, ib)
+        if na == nb:
+            node = cluster.pool(pa).system.node
+            links.add((node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency))
+        else:
+            links.add(cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb]))
+    return tuple(sorted(links))
+
+
+def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes):
+    """One activation (or gradient) transfer between stage a and the next stage b: the slowest over
+    data-parallel replicas of size / achieved bandwidth + latency (floats or numpy arrays of sizes)."""
+    links = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp)
+    size = np.asarray(size_bytes, dtype=float)
+    worst = np.max([size / rate + lat for rate, lat in links], axis=0)
+    return np.where(size > 0, worst, 0.0)
+
+
+# ---- one stage -----------------------------------------------------------------------------------
+def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
+    return LayerShape(
+        tp=setting.tp, cp=1, micro_batch=setting.micro_batch, seq_length=common.seq_length,
+        sequence_parallel=common.sequence_parallel and setting.tp > 1, attention=common.attention, dtype=common.dtype,
+    )
+
+
+def _block_activation_bytes(model: ModelSpec, ref: BlockRef, shape: LayerShape, recompute: str) -> float:
+    """Bytes one block keeps per micro-batch (cost.memory rules; T5's cross-attention adds its own)."""
+    if ref.kind == "embedding":
+        return mem.embedding_activation_bytes(ref.width, shape)
+    if ref.kind == "patch_embedding":
+        return mem.embedding_activation_bytes(ref.width, shape)
+    if ref.kind in ("lm_head", "classifier"):
+        head_shape = shape
+        if model.architecture == "encoder_decoder":
+            head_shape = LayerShape(**{**shape.__dict__, "seq_length": decoder_seq(model, shape.seq_length)})
+        if ref.kind == "classifier":
+            return 2 * shape.act_bytes * shape.local_tokens * ref.width.hidden / (shape.tp if shape.sequence_parallel else 1)
+        return mem.lm_head_activation_bytes(ref.width, head_shape)
+    if ref.kind == "cross_decoder":
+        dec = LayerShape(**{**shape.__dict__, "seq_length": decoder_seq(model, shape.seq_length)})
+        return mem.layer_activation_bytes(ref.width, dec, recompute) + cross_layer_extra_activation_bytes(
+            ref.width, dec, shape.seq_length, recompute
+        )
+    return mem.layer_activation_bytes(ref.width, shape, recompute)
+
+
+def _recompute_mode(setting: StageSetting) -> str:
+    """Per-op recompute of the core-attention ops is what selective recompute does (the op graph flags
+    them, Op.selective_recompute); other ops cannot be re-run alone in this op graph."""
+    return "selective" if setting.recompute_ops else setting.recompute
+
+
+@dataclass(frozen=True)
+class StageArrays:
+    """Per-block terms of one stage setting over the model's whole block list (index k = block k), so
+    that the stage holding any range [a, b) is a difference of prefix sums: the estimator reads one
+    range, the search (search/hetero.py) every range at once. ``parts[pool]`` holds per-micro-batch
+    BlockTerms seconds (schedule.step.block_terms) on that pool's GPUs; ``inputs`` is the stage's own
+    StepInputs (its gradient group on its GPUs, its HBM, its state bytes) for schedule.step's
+    ``tail_terms`` and ``stage_memory_terms``."""
+
+    parts: dict[str, dict[str, np.ndarray]]
+    params: np.ndarray
+    acts: np.ndarray  # kept per in-flight micro-batch
+    held: np.ndarray  # kept once (the head's logits, Korthikanti §4.3)
+    buffers: np.ndarray  # working buffers a layer needs (the stage holds the largest)
+    p2p_in: np.ndarray  # [a]: transfers with the previous stage when the stage starts at block a
+    p2p_out: np.ndarray  # [b]: transfers with the next stage when the stage ends before block b
+    inputs: StepInputs
+    capacity: float
+
+
+@lru_cache(maxsize=4096)
+def _pool_parts(
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True
+) -> dict:
+    """Per-block BlockTerms seconds on one pool's GPUs: the foundation's op-time and collective sums
+    (stages.block_compute / block_comm) composed by schedule.step.block_terms; without ``async_tp``
+    (EngineRules.async_tp_backward) nothing hides the backward TP collectives."""
+    blocks = model_blocks(model)
+    tp_span = _tp_span(system, shape.tp)
+    arrays = {name: np.zeros(len(blocks)) for name in BLOCK_TERM_NAMES}
+    seen: dict = {}
+    for k, ref in enumerate(blocks):
+        if ref not in seen:
+            graph = block_graph(model, ref, shape, first_and_last)
+            code = RECOMPUTE_CODES[recompute] if ref.is_layer else 0
+            comm = block_comm(graph, system, tp_span, NO_SPAN)
+            if not async_tp:
+                comm = replace(comm, tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
+                               tp_hidden_by_dgrad=0.0, tp_hidden_by_wgrad=0.0, tp_backward_price=0.0)
+            seen[ref] = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
+        for name in BLOCK_TERM_NAMES:
+            arrays[name][k] = getattr(seen[ref], name)
+    return arrays
+
+
+@lru_cache(maxsize=4096)
+def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
+    """Per-block parameters, activation bytes, buffers and the bytes sent after each block."""
+    blocks = model_blocks(model)
+    memo: dict = {}
+    rows = []
+    for ref in blocks:
+        if ref not in memo:
+            mode = recompute if ref.is_layer else "none"
+            memo[ref] = (
+                block_graph(model, ref, shape, first_and_last).weight_params,
+                _block_activation_bytes(model, ref, shape, mode),
+                layer_buffer_bytes(ref.width, shape, recompute) if ref.is_layer else 0.0,
+            )
+        rows.append(memo[ref])
+    params, acts, buffers = (np.array(col, dtype=float) for col in zip(*rows))
+    is_head = np.array([ref.kind in ("lm_head", "classifier") for ref in blocks])
+    sent = np.array([0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)])
+    return dict(params=params, acts=np.where(is_head, 0.0, acts), held=np.where(is_head, acts, 0.0), buffers=buffers, sent=sent)
+
+
+@lru_cache(maxsize=65536)
+def _gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
+    """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives in linear
+    form on the slowest links its members use (stages.gradient_group on a synthetic system)."""
+    if dp <= 1:
+        return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
+    every = [(p, first + k) for p, first, count in slices for k in range(count)]
+    span, link_system = group_links(cluster, every[::tp], node_counts(cluster, every))  # all TP ranks reduce at once
+    return gradient_group(link_system, span)
+
+
+@lru_cache(maxsize=8192)
+def stage_arrays(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting,
+    prev: StageSetting | None, nxt: StageSetting | None,
+) -> StageArrays:
+    """Every per-block term of ``setting`` and its own StepInputs (module docstring for the rules)."""
+    shape = layer_shape_for(common, setting)
+    recompute = _recompute_mode(setting)
+    first_and_last = setting.pp == 1
+    pools = sorted({p for p, _, _ in setting.slices})
+    systems = [cluster.pool(p).system for p in pools]
+    rules = ENGINES[common.engine]
+    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward)
+             for pool, system in zip(pools, systems)}
+    static = _block_static(model, shape, recompute, first_and_last)
+    sent = static["sent"] * (1 if rules.p2p_split_over_tp else setting.tp)
+    zero = np.zeros(len(sent))
+    p2p_in = rules.transfers_per_neighbour * p2p_time_s(cluster, prev, setting, sent) if prev is not None else zero
+    p2p_out = rules.transfers_per_neighbour * p2p_time_s(cluster, setting, nxt, sent) if nxt is not None else zero
+    slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
+    terms = system_terms(slowest, common.dtype)
+    if rules.gradient_bytes:
+        terms["grad_bytes"] = rules.gradient_bytes
+    terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
+    knobs = GridKnobs(
+        vpp=1, interleaved=False, gpipe=common.schedule == "gpipe", zero=common.zero,
+        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap, overlap_param_gather=True,
+        offload_weights=False, offload_activations=False, offload_optimizer=False,
+    )
+    inputs = StepInputs(
+        stages=(), pp=setting.pp, microbatches=setting.microbatches,
+        gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)}, knobs=knobs, **terms,
+    )
+    return StageArrays(
+        parts=parts, params=static["params"], acts=static["acts"], held=static["held"], buffers=static["buffers"],
+        p2p_in=p2p_in, p2p_out=p2p_out, inputs=inputs, capacity=min(s.accelerator.hbm_capacity for s in systems),
+    )
+
+
+def _ranged(values: np.ndarray) -> np.ndarray:
+    """[a, b] → Σ values[a:b] for every a ≤ b (negative below the diagonal: callers mask b ≤ a)."""
+    c = np.concatenate([[0.0], np.cumsum(values)])
+    return c[None, :] - c[:, None]
+
+
+def range_stage(arr: StageArrays, index: int) -> Stage:
+    """The stage holding blocks [a, b), every a ≤ b at once, as one schedule.step.Stage whose single
+    block carries [n+1, n+1] arrays: BlockTerms of the slowest pool, parameters, activations, buffers."""
+    n = len(arr.params)
+    best = best_total = None
+    for pool_parts in arr.parts.values():
+        sums = {name: _ranged(pool_parts[name]) for name in BLOCK_TERM_NAMES}
+        total = sum(sums.values())
+        if best is None:
+            best, best_total = sums, total
+        else:
+            slower = total > best_total
+            best = {name: np.where(slower, sums[name], best[name]) for name in BLOCK_TERM_NAMES}
+            best_total = np.maximum(total, best_total)
+    buffers = np.zeros((n + 1, n + 1))
+    for a in range(n):
+        buffers[a, a + 1 :] = np.maximum.accumulate(arr.buffers[a:])
+    block = BlockCost("decoder", BlockTerms(**best), _ranged(arr.params), _ranged(arr.acts), _ranged(arr.held), buffers)
+    return Stage(index, 1, ((block, 1),), arr.p2p_in[:, None] + arr.p2p_out[None, :])
+
+
+def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
+    """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer) and memory of the stage for
+    every block range [a, b) ([n+1, n+1] arrays), through schedule.step's stage_work, tail_terms and
+    stage_memory_terms on the stage's own StepInputs."""
+    stage = range_stage(arr, index)
+    work = stage_work(stage)
+    dp, optimizer, _ = tail_terms(arr.inputs, stage, work)
+    memory = stage_memory_terms(arr.inputs, stage, index)
+    out = dict(work, dp=dp, optimizer=optimizer, params=stage.blocks[0][0].params, memory=memory, peak=memory["peak_bytes"])
+    out["work"] = sum(work.values())
+    out["tail"] = dp + optimizer
+    return out
+
+
+def stage_cost(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting, start: int, stop: int,
+    prev: StageSetting | None, nxt: StageSetting | None,
+) -> StageCost:
+    """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop): one entry of
+    ``range_matrices`` (the search reads the same matrices)."""
+    arr = stage_arrays(model, cluster, common, setting, prev, nxt)
+    m = range_matrices(arr, setting.index)
+    at = lambda value: float(np.asarray(value)[start, stop]) if np.ndim(value) else float(value)  # noqa: E731
+    memory = StageMemory(
+        stage=setting.index,
+        **{k: at(v) for k, v in m["memory"].items() if k != "peak_bytes"},
+        capacity_bytes=arr.capacity,
+    )
+    return StageCost(
+        at(m["forward"]), at(m["backward"]), at(m["recompute"]), at(m["tp_forward"]) + at(m["tp_backward"]),
+        at(m["pp"]), at(m["dp"]), at(m["optimizer"]), at(m["params"]), memory,
+    )
+
+
+def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:
+    """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
+    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters, fp32 gradients, 2-member group."""
+    if not model.tie_embeddings or first.index == last.index or model.is_vit:
+        return 0.0
+    members = [_member_gpus(first)[0], _member_gpus(last)[0]]
+    span, link_system = group_links(cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last)))
+    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES))
+
+
+@dataclass(frozen=True)
+class StagePlanEstimate:
+    """Step time and per-stage details of a non-uniform plan."""
+
+    step_time_s: float
+    breakdown: TimeBreakdown
+    stage_work_s: tuple[float, ...]
+    stage_tail_s: tuple[float, ...]
+    stages: tuple[StageMemory, ...]
+    stage_summary: tuple[dict, ...] = field(default_factory=tuple)
+    gpus: int = 0
+    tokens_per_step: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    def to_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "fits": self.fits,
+            "gpus": self.gpus,
+            "breakdown": self.breakdown.__dict__,
+            "stages": [s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
+                       for s, w, t, m in zip(self.stage_summary, self.stage_work_s, self.stage_tail_s, self.stages)],
+        }
+
+
+def common_of(plan: StagePlanSpec) -> Common:
+    return Common(plan.seq_length, plan.dtype, plan.attention, plan.sequence_parallel, plan.zero, plan.schedule,
+                  plan.overlap_dp_grad_reduce, plan.engine)
+
+
+def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetting]:
+    devices = stage_devices(plan, cluster)
+    return [
+        StageSetting(tuple(devices[i]), s.tp, s.data_parallel, plan.stage_micro_batch(i), s.recompute, s.recompute_ops, i, plan.pp, plan.n_microbatches)
+        for i, s in enumerate(plan.stages)
+    ]
+
+
+def compose_stages(costs: list[StageCost], microbatches: int, extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
+    """m · max_i W_i + bubble + max_i tail_i (+ tied-embedding sync), the composition of
+    schedule.step.compose_step for unequal stages each with its own tail: the bubble is
+    schedule.pipeline.bubble_from_work_s (Σ W_i − max W_i for 1F1B / GPipe); breakdown of the slowest stage."""
+    work = [c.work_s for c in costs]
+    slow = max(range(len(costs)), key=lambda i: work[i])
+    tail = max(range(len(costs)), key=lambda i: costs[i].tail_s)
+    c, m = costs[slow], microbatches
+    breakdown = TimeBreakdown(
+        forward_s=m * c.forward_s, backward_s=m * c.backward_s, recompute_s=m * c.recompute_s,
+        optimizer_s=costs[tail].optimizer_s, bubble_s=float(bubble_from_work_s(sum(work), work[slow], 1)),
+        tp_comm_s=m * c.tp_comm_s, cp_comm_s=0.0, pp_comm_s=m * c.pp_comm_s, ep_comm_s=0.0,
+        dp_comm_s=costs[tail].dp_comm_s + extra_tail_s, offload_s=0.0,
+    )
+    return breakdown.total_s(), breakdown
+
+
+def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec) -> StagePlanEstimate:
+    """Predict the step time and memory per stage of a non-uniform plan (module docstring)."""
+    check_stage_plan(plan, model, cluster)
+    for i, s in enumerate(plan.stages):
+        if s.recompute_ops:
+            allowed = _recomputable_ops(model, plan)
+            bad = [o for o in s.recompute_ops if o not in allowed]
+            if bad:
+                raise InputError(f"plan.stages.{i}.recompute_ops: {bad[0]!r} is not allowed; ops that can be re-run alone: {', '.join(sorted(allowed))}")
+    common = common_of(plan)
+    settings = stage_settings(plan, cluster)
+    ranges = stage_block_ranges(plan, len(model_blocks(model)))
+    costs = [
+        stage_cost(model, cluster, common, st, a, b, settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None)
+        for i, (st, (a, b)) in enumerate(zip(settings, ranges))
+    ]
+    tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
+    step, breakdown = compose_stages(costs, plan.n_microbatches, tied)
+    summary = tuple(
+        {"stage": i, "blocks": [a, b], "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
+         "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices], "tp": st.tp, "dp": st.dp,
+         "micro_batch": st.micro_batch, "recompute": _recompute_mode(st)}
+        for i, (st, (a, b)) in enumerate(zip(settings, ranges))
+    )
+    return StagePlanEstimate(
+        step_time_s=step, breakdown=breakdown, stage_work_s=tuple(c.work_s for c in costs),
+        stage_tail_s=tuple(c.tail_s for c in costs), stages=tuple(c.memory for c in costs),
+        stage_summary=summary, gpus=plan.gpus, tokens_per_step=plan.global_batch * plan.seq_length,
+    )
+
+
+def _recomputable_ops(model: ModelSpec, plan: StagePlanSpec) -> set[str]:
+    """Names of the ops flagged re-runnable alone (Op.selective_recompute) in the model's layers."""
+    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=plan.seq_length, sequence_parallel=False, attention=plan.attention, dtype=plan.dtype)
+    names: set[str] = set()
+    for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
+        names |= {op.name for op in block_graph(model, ref, shape).ops if op.selective_recompute}
+    return names

@@ -1,0 +1,50 @@
+"""Apply a framework profile (``paraplan.specs.framework``) to a system and a plan.
+
+The profile sets what differs by implementation and nothing else:
+- plan defaults (``PLAN_DEFAULTS``): fused vs unfused attention and which overlaps are on; a value
+  the plan states explicitly always wins;
+- the attention kernel: the catalog's ``efficiency.attention`` refers to its ``attention_kernel``;
+  the profile's kernel scales it by the ratio of kernel plateaus
+  (``cost.attention.kernel_relative_speed``, FlashAttention-3 paper Fig. 5);
+- eager element-wise ops: HBM efficiency divided by ``eager_traffic_factor`` when not fused;
+- ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paraplan.cost.attention import effective_kernel, kernel_relative_speed
+from paraplan.specs.framework import FrameworkSpec
+from paraplan.specs.system import SystemSpec
+
+PLAN_DEFAULTS = ("attention", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm")
+
+
+def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any]) -> dict[str, Any]:
+    """``plan_fields`` with the profile's defaults filled in where the plan says nothing."""
+    out = dict(plan_fields)
+    for key in PLAN_DEFAULTS:
+        out.setdefault(key, getattr(framework, key))
+    return out
+
+
+def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec:
+    """The system as this framework uses it: attention kernel, eager-op HBM traffic, runtime memory reserve."""
+    data = system.model_dump()
+    acc = data["accelerator"]
+    eff = acc["efficiency"]
+    arch = system.accelerator.architecture
+    eff["attention"] = min(1.0, eff["attention"] * kernel_relative_speed(framework.attention_kernel, eff["attention_kernel"], arch))
+    eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
+    if not framework.fused_kernels:
+        eff["hbm"] = eff["hbm"] / framework.eager_traffic_factor
+    acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
+    return SystemSpec.model_validate(data)
+
+
+def apply_framework(
+    framework: FrameworkSpec, system: SystemSpec, plan_fields: dict[str, Any]
+) -> tuple[SystemSpec, dict[str, Any]]:
+    """(system, plan fields) under the framework profile (module docstring)."""
+    return framework_system(framework, system), framework_plan_fields(framework, plan_fields)

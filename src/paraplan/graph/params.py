@@ -1,0 +1,46 @@
+"""Parameter counts of a whole model (what ``paraplan models`` and the estimate header show).
+
+The per-block counts are the op graph's own (``graph.transformer``: one decoder layer, the
+embedding, the LM head), taken on one GPU with no tensor parallelism, so the totals agree with the
+memory model by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.graph.transformer import embedding_weight_params, layer_weight_params, lm_head_weight_params
+from paraplan.specs.model import ModelSpec
+from paraplan.units import si_prefixed
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    """Parameters of a model: ``total`` stored, ``active`` used per token (equal for dense models;
+    a mixture-of-experts model counts only the experts a token is routed to in ``active``)."""
+
+    total: float
+    active: float
+    layers: float  # all decoder layers
+    embedding: float  # token table (and a learned position table)
+    head: float  # LM head table when untied, plus the final norm
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, "active": self.active, "layers": self.layers, "embedding": self.embedding,
+                "head": self.head}
+
+
+def parameter_counts(model: ModelSpec) -> ParameterCounts:
+    """N = L·(h·(q+2kv) + q·h + p·h·f + f·h + biases + norms) + V·h (+ P·h learned positions)
+    + V·h when the LM head is untied + the final norm (Shoeybi et al. 2019, §3; p = 2 for SwiGLU);
+    dense models: active = N."""
+    layers = model.layers * layer_weight_params(model, 1)
+    embedding = embedding_weight_params(model, 1)
+    head = lm_head_weight_params(model, 1, True)  # tied: the embedding table serves as the head
+    total = layers + embedding + head
+    return ParameterCounts(total=total, active=total, layers=layers, embedding=embedding, head=head)
+
+
+def format_parameters(n: float) -> str:
+    """8.03e9 -> '8.03B', 1.25e8 -> '125M' (three significant digits, B = billion)."""
+    return si_prefixed(n, ".3g", giga="B")

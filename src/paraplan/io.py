@@ -1,0 +1,315 @@
+"""Reading input documents and writing result files safely.
+
+Reading (:func:`read_text`, :func:`read_document`): a file is read as bytes up to
+``MAX_INPUT_BYTES`` (so ``/dev/zero`` or a multi-gigabyte file is refused at once, not read until
+memory runs out), decoded as UTF-8 with an optional byte-order mark, and parsed as JSON or YAML
+with strict rules: no duplicate mapping keys, no ``NaN``/``Infinity`` in JSON, at most
+``MAX_NESTING`` levels of nesting. ``-`` reads standard input. Every failure is an
+:class:`~paraplan.specs.errors.InputError` of one line naming the field and the file.
+
+Writing: a result file is never written in place. :func:`atomic_write_text` and
+:func:`atomic_path` write a temporary file beside the target, flush and ``fsync`` it, then
+``os.replace`` it over the target (atomic on POSIX), so the target holds either its old content or
+the complete new one — a full disk, an exception or a kill in between leaves the user's file as it
+was. :func:`append_line` appends one line to a journal and ``fsync``s it before returning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paraplan.specs.errors import InputError
+
+MAX_INPUT_BYTES = 16 * 2**20  # 16 MiB: the largest model/system/case file we read (ours are < 100 kB)
+MAX_NESTING = 64  # levels of nested mappings/lists; our schemas need < 6
+
+
+def _label(path: Path | str) -> str:
+    return "standard input" if str(path) == "-" else repr(str(path))
+
+
+def read_bytes(path: Path | str, field: str) -> bytes:
+    """At most MAX_INPUT_BYTES of ``path`` (``-`` = stdin); InputError if unreadable or larger."""
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            p = Path(path)
+            if p.is_dir():
+                raise InputError(f"{field}: {str(p)!r} is a directory; give a file")
+            with p.open("rb") as fh:
+                data = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{field}: cannot read file {_label(path)}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{field}: {_label(path)} is larger than {MAX_INPUT_BYTES // 2**20} MiB; not a paraplan input")
+    return data
+
+
+def read_text(path: Path | str, field: str) -> str:
+    """The file as text: UTF-8, a leading byte-order mark dropped; InputError otherwise."""
+    data = read_bytes(path, field)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{field}: {_label(path)} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            break
+        if duplicate:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {mark.line + 1}); give each key once", mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}; give each key once")
+        out[key] = value
+    return out
+
+
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number paraplan accepts; give a finite value")
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of mappings/lists (iterative: no recursion on hostile input), stops past ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _nesting_of_text(text: str) -> int:
+    """Upper bound of the bracket nesting of a JSON text or a YAML flow collection (cheap pre-check,
+    so that a parser never recurses 100,000 levels deep)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def parse_document(text: str, label: str, field: str, as_json: bool) -> Any:
+    """Parse JSON (``as_json``) or YAML strictly; InputError of one line naming ``field`` and ``label``."""
+    kind = "JSON" if as_json else "YAML"
+    if _nesting_of_text(text) > MAX_NESTING:
+        raise InputError(f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input")
+    try:
+        if as_json:
+            data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
+        else:
+            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{field}: {label} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        first = " ".join(str(exc).split("\n")[0:1]) if not isinstance(exc, yaml.MarkedYAMLError) else _yaml_message(exc)
+        raise InputError(f"{field}: {label} is not valid {kind}: {first}") from None
+    except RecursionError:  # pragma: no cover - the bracket pre-check catches flow nesting
+        raise InputError(f"{field}: {label} nests too deeply; not a paraplan input") from None
+    if _depth(data, MAX_NESTING) > MAX_NESTING:
+        raise InputError(f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input")
+    return data
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
+    problem = exc.problem or exc.context or "invalid"
+    mark = exc.problem_mark or exc.context_mark
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def read_document(path: Path | str, field: str) -> Any:
+    """Read and parse a JSON (``.json``) or YAML file (anything else; JSON is valid YAML too)."""
+    text = read_text(path, field)
+    as_json = str(path).endswith(".json") or (str(path) == "-" and text.lstrip().startswith(("{", "[")))
+    return parse_document(text, _label(path), field, as_json)
+
+
+# ---- writing ------------------------------------------------------------------------------------
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class AtomicTarget:
+    """A temporary file beside ``target`` (``.path``) that :meth:`commit` fsyncs and renames over
+    ``target`` and :meth:`discard` deletes; ``target`` is untouched until the commit.
+
+    A target that is not a regular file (``/dev/null``, ``/dev/full``, a FIFO) cannot be replaced
+    by a rename; it is written through directly (``.path`` is the target itself)."""
+
+    def __init__(self, target: Path | str, field: str = "output"):
+        self.target = Path(target)
+        self.done = False
+        if self.target.exists() and not self.target.is_file():
+            if self.target.is_dir():
+                raise InputError(f"{field}: {str(self.target)!r} is a directory; give a file name")
+            self.path = self.target
+            return
+        directory = self.target.parent
+        if not directory.is_dir():
+            raise InputError(f"{field}: directory {str(directory)!r} does not exist")
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=directory)
+        except OSError as exc:
+            raise InputError(f"{field}: cannot write in {str(directory)!r}: {exc.strerror or exc}") from None
+        os.close(fd)
+        self.path = Path(name)
+
+    def commit(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.path == self.target:
+            return
+        try:
+            with self.path.open("rb+") as fh:
+                os.fsync(fh.fileno())
+            mode = self.target.stat().st_mode & 0o777 if self.target.exists() else 0o666 & ~_umask()
+            os.chmod(self.path, mode)
+            os.replace(self.path, self.target)
+        except BaseException:
+            self.discard()
+            raise
+        _fsync_dir(self.target.parent)
+
+    def discard(self) -> None:
+        self.done = True
+        if self.path != self.target:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(target: Path | str, field: str = "output") -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on normal exit fsync it and rename it over ``target``,
+    on an exception delete it (``target`` is left as it was)."""
+    staged = AtomicTarget(target, field)
+    try:
+        yield staged.path
+    except BaseException:
+        staged.discard()
+        raise
+    staged.commit()
+
+
+def atomic_sink(factory, target: Path | str, field: str = "output"):
+    """``factory(temporary_path)`` (a writer with a ``close()`` method, such as the search's CSV sink)
+    whose ``close()`` renames the temporary file over ``target`` when it is called with no exception
+    propagating (the normal end of a ``try``/``finally``), and deletes it otherwise (an error or
+    Ctrl-C during the search): the user's old file is never truncated by a failed run."""
+    staged = AtomicTarget(target, field)
+    outer = sys.exc_info()[1]
+    try:
+        sink = factory(staged.path)
+    except BaseException:
+        staged.discard()
+        raise
+    close = sink.close
+
+    def close_and_commit() -> None:
+        close()
+        if sys.exc_info()[1] is outer:
+            staged.commit()
+        else:
+            staged.discard()
+
+    sink.close = close_and_commit
+    return sink
+
+
+def atomic_write_text(target: Path | str, text: str, field: str = "output") -> None:
+    """Write ``text`` (UTF-8) to ``target`` all-or-nothing (temp + fsync + rename)."""
+    try:
+        with atomic_path(target, field) as tmp:
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+                fh.flush()
+    except OSError as exc:
+        raise write_error(target, exc, field) from None
+
+
+def append_line(path: Path | str, line: str) -> None:
+    """Append one line to a journal and fsync it before returning (the line is durable when this
+    returns; a kill mid-write leaves at most a torn last line, which readers skip)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        data = (line + "\n").encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_error(target: Path | str, exc: OSError, field: str = "output") -> InputError:
+    """One line for a failed write (full disk, permissions, ...); the target was left unchanged."""
+    return InputError(f"{field}: cannot write {str(target)!r}: {exc.strerror or exc}; the file was left unchanged")
+
+
+__all__ = [
+    "MAX_INPUT_BYTES", "MAX_NESTING", "AtomicTarget", "append_line", "atomic_path", "atomic_sink", "atomic_write_text", "parse_document",
+    "read_bytes", "read_document", "read_text", "write_error",
+]

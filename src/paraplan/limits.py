@@ -1,0 +1,40 @@
+"""Bounds on the sizes a search or sweep accepts: far above any real training run, low enough that
+no input makes paraplan run for minutes, use gigabytes or overflow an integer.
+
+The biggest runs of 2024-25 use ~1e5 GPUs, sequences of ~1e6 tokens and global batches of ~1e4
+sequences; each bound leaves at least an order of magnitude above that.
+"""
+
+from __future__ import annotations
+
+from paraplan.specs.errors import InputError
+
+MAX_GPUS = 2**20  # 1,048,576 GPUs
+MAX_SEQ_LENGTH = 2**24  # 16,777,216 tokens per sequence
+MAX_GLOBAL_BATCH = 2**24  # sequences per step
+MAX_TOP = 100  # plans kept per search (the top-k table; every feasible plan goes to --csv instead)
+
+
+def _check(flag: str, value: object, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise InputError(f"{flag}: {value!r} is not allowed; must be an integer from 1 to {high:,}")
+
+
+def check_search_bounds(gpus: int, seq_length: int, batch: int, batch_flag: str = "--global-batch",
+                        top: int | None = None) -> None:
+    """InputError (one line naming the option) when a size is outside the bounds above."""
+    _check("--gpus", gpus, MAX_GPUS)
+    _check("--seq-length", seq_length, MAX_SEQ_LENGTH)
+    _check(batch_flag, batch, MAX_GLOBAL_BATCH)
+    if top is not None:
+        _check("--top", top, MAX_TOP)
+
+
+def position_warning(model, seq_length: int) -> str | None:
+    """A one-line warning when the sequence is longer than the positions the model was built for
+    (``max_position``: a learned table has no rows beyond it; rotary models were not trained there)."""
+    if seq_length <= model.max_position:
+        return None
+    kind = "its learned position table has" if model.learned_positions else "it was trained with"
+    return (f"--seq-length {seq_length:,} is longer than {model.name}'s {model.max_position:,} positions "
+            f"({kind} {model.max_position:,}); the estimate assumes the model is extended to it")

@@ -1,0 +1,59 @@
+"""A training framework's implementation defaults (``--framework``, case field ``framework``).
+
+Two runs of the same plan on the same GPUs differ by implementation: which fused-attention
+kernel runs, which communication overlaps exist and are on by default, how gradients are kept,
+how much memory the runtime itself takes. A :class:`FrameworkSpec` states those defaults; the
+catalog ships one YAML file per framework (``paraplan/catalog/frameworks``), each value with its
+source in ``sources``. ``paraplan.frameworks.apply_framework`` turns a profile into the plan
+defaults and system fields the cost model reads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paraplan.specs.system import Bytes
+
+
+class FrameworkSpec(BaseModel):
+    """Implementation defaults of one framework; every field is documented with its source in the catalog file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    source: str = ""
+    description: str = ""
+    attention: Literal["flash", "unfused"] = Field("flash", description="plan default: fused or unfused core attention")
+    attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
+        "cudnn", description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run"
+    )
+    grad_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="dtype gradients are accumulated and reduced in (fp32 main grads vs half precision)"
+    )
+    overlap_dp_grad_reduce: bool = Field(True, description="plan default: DP gradient reduction overlaps backward")
+    overlap_param_gather: bool = Field(True, description="plan default: ZeRO parameter all-gather overlaps forward")
+    overlap_tp_comm: bool = Field(False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)")
+    zero3_prefetch_layers: int = Field(
+        1, ge=0, description="layers whose ZeRO-3/FSDP weights are gathered ahead of use (0: no prefetch)"
+    )
+    cp_algorithm: Literal["ring", "all-to-all"] = Field(
+        "ring", description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)"
+    )
+    fused_kernels: bool = Field(
+        True, description="element-wise ops fused (Megatron / Transformer Engine / XLA) or run eagerly one kernel each"
+    )
+    eager_traffic_factor: float = Field(
+        1.0, ge=1.0, description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)"
+    )
+    cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
+    communication_buffers: Bytes = Field(1.0 * 2**30, description="NCCL / framework communication buffers per GPU")
+    allocator_fragmentation: float = Field(
+        0.0, ge=0.0, lt=0.5, description="share of HBM lost to caching-allocator fragmentation"
+    )
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> citation or calibration note")
+
+    def reserved_bytes(self, hbm_capacity_bytes: float) -> float:
+        """Memory the runtime holds beside the model: CUDA context + communication buffers + fragmentation."""
+        return self.cuda_context + self.communication_buffers + self.allocator_fragmentation * hbm_capacity_bytes

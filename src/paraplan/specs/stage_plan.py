@@ -1,0 +1,288 @@
+"""A non-uniform plan: a list of pipeline stages, each with its own GPUs, layers, tp, dp and recompute.
+
+This is the plan AMP (Li et al. 2022, arXiv:2210.07297) and Aceso (Liu et al. 2024, EuroSys) search
+over: stage i holds a contiguous range of the model's blocks (``graph.encoder.model_blocks``: input
+block, transformer layers, output block) on ``tp_i · dp_i`` GPUs taken from the named pools of a
+cluster (specs/cluster.py). Stages run in the listed order; activations flow from stage i to i+1.
+
+Micro-batching: the global batch is cut into ``microbatches`` micro-batches that flow through the
+pipeline; stage i splits each over its dp_i replicas, so one GPU of stage i works on
+global_batch / (microbatches · dp_i) samples per micro-batch (Aceso's per-stage data parallelism).
+``micro_batch`` may be given instead of ``microbatches`` when every stage has the same dp (AMP's
+and Megatron-LM's convention: samples per micro-batch per replica).
+
+Recompute per stage (``none | selective | full``) or per op (``recompute_ops``: names of the ops of
+the stage's layers that are re-run in backward, as listed by ``paraplan estimate --ops``).
+
+File form (YAML or JSON; ``paraplan estimate --plan FILE`` recognises it by its ``stages`` key)::
+
+    global_batch: 32
+    seq_length: 1024
+    microbatches: 8
+    dtype: fp16
+    stages:
+      - {pool: v100, gpus: 4, layers: 5, tp: 1}
+      - {devices: [{pool: v100, gpus: 2}, {pool: t4, gpus: 2}], layers: 7, tp: 2, recompute: full}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from paraplan.specs.cluster import ClusterSpec, PoolName
+from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
+from paraplan.specs.model import ModelSpec
+
+StageRecompute = Literal["none", "selective", "full"]
+
+
+class DeviceSlice(BaseModel):
+    """``gpus`` GPUs of pool ``pool``; taken in order, after those the earlier stages took from it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool: PoolName
+    gpus: int = Field(gt=0)
+
+
+class StageSpec(BaseModel):
+    """One pipeline stage. Give ``layers`` (transformer layers; the input block goes to the first stage
+    and the output block to the last) or ``blocks`` ([start, stop) into the model's block list)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    devices: tuple[DeviceSlice, ...] = Field(min_length=1)
+    layers: int | None = Field(None, ge=0)
+    blocks: tuple[int, int] | None = None
+    tp: int = Field(1, gt=0)
+    dp: int = Field(0, ge=0, description="0 = infer from the stage's GPUs / tp")
+    recompute: StageRecompute = "none"
+    recompute_ops: tuple[str, ...] = Field((), description="op names re-run in backward (per-op recompute)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data):
+        """``pool`` + ``gpus`` is one device slice; dp defaults to gpus / tp."""
+        if isinstance(data, dict):
+            data = dict(data)
+            if "pool" in data or "gpus" in data:
+                if "devices" in data:
+                    raise ValueError("give either devices or pool + gpus, not both")
+                data["devices"] = [{"pool": data.pop("pool", None), "gpus": data.pop("gpus", None)}]
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "StageSpec":
+        if (self.layers is None) == (self.blocks is None):
+            raise ValueError("give exactly one of layers or blocks")
+        if self.blocks is not None and not 0 <= self.blocks[0] <= self.blocks[1]:
+            raise ValueError(f"blocks={list(self.blocks)} must be [start, stop] with 0 <= start <= stop")
+        if self.recompute_ops and self.recompute != "none":
+            raise ValueError(f"recompute={self.recompute!r} and recompute_ops both given; use one")
+        gpus = self.gpus
+        if self.dp and self.tp * self.dp != gpus:
+            raise ValueError(f"tp·dp = {self.tp}·{self.dp} must equal the stage's GPUs = {gpus}")
+        if gpus % self.tp:
+            raise ValueError(f"tp={self.tp} must divide the stage's GPUs = {gpus}")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return sum(d.gpus for d in self.devices)
+
+    @property
+    def data_parallel(self) -> int:
+        return self.dp or self.gpus // self.tp
+
+
+class StagePlanSpec(BaseModel):
+    """A whole non-uniform plan (module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    global_batch: int = Field(gt=0)
+    seq_length: int = Field(gt=0)
+    microbatches: int | None = Field(None, gt=0, description="micro-batches per step (gradient accumulation)")
+    micro_batch: int | None = Field(None, gt=0, description="samples per micro-batch per replica (equal dp only)")
+    dtype: Literal["fp32", "fp16", "bf16", "fp8"] = "bf16"
+    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    attention: Literal["flash", "unfused"] = "flash"
+    sequence_parallel: bool = False
+    zero: int = Field(0, ge=0, le=3)
+    overlap_dp_grad_reduce: bool = True
+    engine: Literal["megatron", "deepspeed"] = Field(
+        "megatron", description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (estimate_stages.ENGINES)"
+    )
+    stages: tuple[StageSpec, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "StagePlanSpec":
+        if (self.microbatches is None) == (self.micro_batch is None):
+            raise ValueError("give exactly one of microbatches or micro_batch")
+        if self.micro_batch is not None:
+            dps = {s.data_parallel for s in self.stages}
+            if len(dps) > 1:
+                raise ValueError(f"micro_batch needs one dp for every stage (got {sorted(dps)}); give microbatches")
+            if self.global_batch % (self.micro_batch * dps.pop()):
+                raise ValueError(f"global_batch={self.global_batch} is not a multiple of micro_batch·dp")
+        kinds = {s.layers is None for s in self.stages}
+        if len(kinds) > 1:
+            raise ValueError("every stage gives layers, or every stage gives blocks; not a mix")
+        return self
+
+    @property
+    def pp(self) -> int:
+        return len(self.stages)
+
+    @property
+    def gpus(self) -> int:
+        return sum(s.gpus for s in self.stages)
+
+    @property
+    def n_microbatches(self) -> int:
+        if self.microbatches is not None:
+            return self.microbatches
+        return self.global_batch // (self.micro_batch * self.stages[0].data_parallel)
+
+    def stage_micro_batch(self, i: int) -> int:
+        """Samples one GPU of stage i handles per micro-batch: global_batch / (microbatches · dp_i)."""
+        return self.global_batch // (self.n_microbatches * self.stages[i].data_parallel)
+
+
+def stage_block_ranges(plan: StagePlanSpec, n_blocks: int) -> list[tuple[int, int]]:
+    """[start, stop) of each stage in the model's block list (input block = 0, output = n_blocks − 1)."""
+    if plan.stages[0].blocks is not None:
+        return [tuple(s.blocks) for s in plan.stages]  # type: ignore[misc]
+    out, start = [], 0
+    for i, s in enumerate(plan.stages):
+        stop = start + s.layers + (1 if i == 0 else 0) + (1 if i == plan.pp - 1 else 0)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def stage_devices(plan: StagePlanSpec, cluster: ClusterSpec) -> list[list[tuple[str, int, int]]]:
+    """Per stage, its (pool, first GPU index inside the pool, count) slices: each pool hands out its
+    GPUs in order, stage by stage (so stage 0 sits on the pool's first nodes)."""
+    used: dict[str, int] = {}
+    out = []
+    for s in plan.stages:
+        slices = []
+        for d in s.devices:
+            first = used.get(d.pool, 0)
+            slices.append((d.pool, first, d.gpus))
+            used[d.pool] = first + d.gpus
+        out.append(slices)
+    return out
+
+
+def stage_plan_violations(plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec) -> list[Violation]:
+    """Every rule the plan breaks for this model and cluster, each naming field, value and rule."""
+    out: list[Violation] = []
+    n_blocks = model.total_layers + 2
+    if plan.stages[0].layers is not None:
+        total = sum(s.layers for s in plan.stages)  # type: ignore[misc]
+        if total != model.total_layers:
+            out.append(Violation("plan.stages.layers", total, f"layers over all stages must sum to the model's {model.total_layers}"))
+    else:
+        ranges = stage_block_ranges(plan, n_blocks)
+        expect = 0
+        for i, (a, b) in enumerate(ranges):
+            if a != expect:
+                out.append(Violation(f"plan.stages.{i}.blocks", [a, b], f"must start at {expect} (stages cover the blocks in order)"))
+                break
+            expect = b
+        else:
+            if expect != n_blocks:
+                out.append(Violation(f"plan.stages.{plan.pp - 1}.blocks", list(ranges[-1]), f"must end at {n_blocks} (the model has {n_blocks} blocks)"))
+    from paraplan.specs.moe_model import moe_shaped
+
+    if moe_shaped(model):  # the per-stage builder (estimate_stages) has no MoE/MLA/window-pattern layers
+        out.append(Violation("model", model.name, "a mixture-of-experts / MLA / windowed-pattern / MTP model is not "
+                             "supported by non-uniform (per-stage) plans; use a uniform plan"))
+    pools = {p.name: p for p in cluster.pools}
+    taken: dict[str, int] = {}
+    for i, s in enumerate(plan.stages):
+        if model.heads % s.tp or model.n_kv_heads % s.tp or model.ffn_hidden % s.tp:
+            out.append(Violation(f"plan.stages.{i}.tp", s.tp, f"must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}"))
+        for j, d in enumerate(s.devices):
+            if d.pool not in pools:
+                out.append(Violation(f"plan.stages.{i}.devices.{j}.pool", d.pool, f"allowed: {', '.join(pools)}"))
+                continue
+            if d.gpus % s.tp:
+                out.append(Violation(f"plan.stages.{i}.devices.{j}.gpus", d.gpus, f"must be a multiple of tp={s.tp} (a TP group stays in one pool)"))
+            taken[d.pool] = taken.get(d.pool, 0) + d.gpus
+        if plan.global_batch % (plan.n_microbatches * s.data_parallel):
+            out.append(Violation("plan.global_batch", plan.global_batch, f"must be a multiple of microbatches·dp of stage {i} = {plan.n_microbatches}·{s.data_parallel}"))
+        if s.recompute_ops and (s.layers == 0 or (s.blocks is not None and s.blocks[0] == s.blocks[1])):
+            out.append(Violation(f"plan.stages.{i}.recompute_ops", list(s.recompute_ops), "the stage holds no transformer layer"))
+    for name, count in taken.items():
+        if name in pools and count > pools[name].gpu_count:
+            out.append(Violation(f"plan.stages (pool {name})", count, f"GPUs taken exceed the pool's {pools[name].gpu_count}"))
+    if plan.sequence_parallel and any(plan.seq_length % s.tp for s in plan.stages):
+        out.append(Violation("plan.seq_length", plan.seq_length, "must be divisible by every stage's tp with sequence_parallel"))
+    return out
+
+
+def check_stage_plan(plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec) -> None:
+    """Raise InputError naming the first broken rule."""
+    violations = stage_plan_violations(plan, model, cluster)
+    if violations:
+        raise InputError.from_violations(violations)
+
+
+# ---- files ---------------------------------------------------------------------------------------
+def is_stage_plan(data: object) -> bool:
+    """True for a mapping shaped like a non-uniform plan (it has a ``stages`` list)."""
+    return isinstance(data, dict) and isinstance(data.get("stages"), list)
+
+
+def stage_plan_from_dict(data: object, field: str = "plan") -> StagePlanSpec:
+    if not isinstance(data, dict):
+        raise InputError(f"{field}: {data!r} is not allowed; give a mapping with a 'stages' list")
+    try:
+        return StagePlanSpec.model_validate(data)
+    except ValidationError as exc:
+        raise input_error_from_pydantic(exc, field) from None
+
+
+def load_stage_plan(path: str | Path, field: str = "plan") -> StagePlanSpec:
+    from paraplan.catalog import _read_file
+
+    return stage_plan_from_dict(_read_file(Path(path), field), field)
+
+
+def stage_plan_to_dict(plan: StagePlanSpec) -> dict:
+    """The plan as plain data (defaults left out; ``pool`` + ``gpus`` shorthand for one-slice stages)."""
+    data = plan.model_dump(mode="json", exclude_defaults=True)
+    data["stages"] = []
+    for s in plan.stages:
+        entry = s.model_dump(mode="json", exclude_defaults=True, exclude={"devices"})
+        if len(s.devices) == 1:
+            entry = {"pool": s.devices[0].pool, "gpus": s.devices[0].gpus, **entry}
+        else:
+            entry = {"devices": [d.model_dump() for d in s.devices], **entry}
+        data["stages"].append(entry)
+    return data
+
+
+def write_stage_plan(plan: StagePlanSpec, path: str | Path) -> None:
+    """Write JSON (``.json``) or YAML atomically (temp file + rename)."""
+    path = Path(path)
+    data = stage_plan_to_dict(plan)
+    text = json.dumps(data, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

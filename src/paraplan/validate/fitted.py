@@ -1,0 +1,118 @@
+"""The constants fitted to step times, what they were fitted on, and how to refit them.
+
+Every other number in the model is a datasheet value, a component benchmark or a stated
+assumption (docs/model.md). The constants below are the only ones fitted to end-to-end step times,
+each on the visible case sets named in ``fitted_on`` (file stems or case groups); the cases of those
+sets are the *calibration* cases of ``paraplan validate``, all others are *held out*.
+
+``refit`` minimises the step-time MAPE of some cases over a set of constants by coordinate descent
+with a golden-section search inside each constant's bounds; ``paraplan validate --cv`` uses it for
+leave-one-group-out cross-validation (paraplan.validate.cv).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from paraplan.catalog import load_system
+from paraplan.specs.system import SystemSpec
+
+
+@dataclass(frozen=True)
+class FittedConstant:
+    """One fitted number: the systems that share it, its field, search bounds and the sets it was fitted on."""
+
+    name: str
+    systems: tuple[str, ...]  # catalog system names carrying the same fitted value
+    path: tuple[str, ...]  # field path inside SystemSpec
+    bounds: tuple[float, float]
+    fitted_on: tuple[str, ...]
+    note: str = ""
+
+    def catalog_value(self) -> float:
+        value: object = load_system(self.systems[0])
+        for part in self.path:
+            value = getattr(value, part)
+        return float(value)  # type: ignore[arg-type]
+
+
+_EFF = ("accelerator", "efficiency")
+FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
+    FittedConstant("a100.gemm", ("dgx-a100-80gb", "dgx-a100-40gb"), (*_EFF, "gemm"), (0.6, 0.95), ("korthikanti2022",),
+                   "jointly with a100.gemm_ramp_s over the Korthikanti Table 5 step times"),
+    FittedConstant("a100.gemm_ramp_s", ("dgx-a100-80gb", "dgx-a100-40gb"), (*_EFF, "gemm_ramp_s"), (0.0, 100e-6),
+                   ("korthikanti2022",), "jointly with a100.gemm"),
+    FittedConstant("h100.gemm", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "gemm"), (0.5, 0.9), ("nemo-llama31-h100",),
+                   "bf16 cases of the DGX Cloud Llama 3.1 recipes"),
+    FittedConstant("h100.gemm_fp8", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "gemm_fp8"), (0.3, 0.9), ("nemo-llama31-h100",),
+                   "fp8 cases of the DGX Cloud Llama 3.1 recipes"),
+    FittedConstant("h100.attention", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "attention"), (0.2, 0.8),
+                   ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
+)
+
+
+def calibration_sets() -> set[str]:
+    """File stems and groups some constant was fitted on."""
+    return {s for c in FITTED_CONSTANTS for s in c.fitted_on}
+
+
+def constants_for(system_names: set[str], constants: Sequence[FittedConstant] = FITTED_CONSTANTS) -> list[FittedConstant]:
+    """The fitted constants that apply to any of these systems."""
+    return [c for c in constants if system_names & set(c.systems)]
+
+
+def with_constants(system: SystemSpec, values: dict[FittedConstant, float]) -> SystemSpec:
+    """``system`` with each applicable constant scaled from its catalog value to ``values[c]`` (a ratio, so that
+    a framework profile's adjustment of the same field is kept); rebuilt so its hash is fresh."""
+    mine = {c: v for c, v in values.items() if system.name in c.systems}
+    if not mine:
+        return system
+    data = system.model_dump()
+    for const, value in mine.items():
+        target = data
+        for part in const.path[:-1]:
+            target = target[part]
+        base = const.catalog_value()
+        current = target[const.path[-1]]
+        target[const.path[-1]] = value if not base or current is None else current * value / base
+    return SystemSpec.model_validate(data)
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, tol: float) -> float:
+    """Minimum of a unimodal f on [lo, hi] by golden-section search to width tol."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > tol:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def refit(
+    objective: Callable[[dict[FittedConstant, float]], float],
+    constants: Sequence[FittedConstant],
+    start: dict[FittedConstant, float],
+    sweeps: int = 2,
+    rel_tol: float = 0.005,
+) -> dict[FittedConstant, float]:
+    """Coordinate descent: each constant in turn by golden-section search in its bounds, ``sweeps`` times."""
+    values = dict(start)
+    for _ in range(sweeps):
+        for const in constants:
+            lo, hi = const.bounds
+
+            def f(x: float, const=const) -> float:
+                return objective({**values, const: x})
+
+            values[const] = _golden(f, lo, hi, rel_tol * (hi - lo))
+    return values

@@ -1,0 +1,118 @@
+"""Kill tests (issue 13): SIGKILL a ``sweep --workers 2`` and a ``search --csv-all`` at deterministic
+moments (observed in their files, not timed): no finished point is lost, no result file is half
+written, the user's old file survives, and no worker process outlives the sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from paraplan.sweep.params import parse_set
+from paraplan.sweep.run import SweepConfig, run_sweep
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to find the sweep's processes")
+
+SWEEP_ARGS = ["--model", "gpt3-125m", "--system", "dgx-a100-80gb", "--gpus", "8,16",
+              "--set", "accelerator.hbm_bandwidth=1TB/s,2TB/s", "--global-batch", "32", "--tp", "1,2", "--pp", "1,2",
+              "--no-offload", "--default-overlap", "--default-placement", "--no-plot", "--top", "2"]
+CONFIG = SweepConfig(model="gpt3-125m", systems=("dgx-a100-80gb",), gpus=(8, 16), seq_length=2048,
+                     sets=(parse_set("accelerator.hbm_bandwidth=1TB/s,2TB/s"),), global_batch=32, top=2,
+                     no_offload=True, default_overlap=True, default_placement=True,
+                     restrictions={"tp": (1, 2), "pp": (1, 2)})
+TIMEOUT_S = 60.0
+
+
+def start(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "paraplan", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True, env=env)
+
+
+def wait_for(condition, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"finished before the kill moment: {process.stderr.read().decode()}")
+        assert time.monotonic() < deadline, "kill moment never came"
+        time.sleep(0.01)
+
+
+def live_members(group: int) -> list[int]:
+    """Processes of a process group that are still running (zombies are dead: they only await reaping)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if int(fields[2]) == group and fields[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def kill(process: subprocess.Popen) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 5.0
+    while live_members(process.pid):
+        assert time.monotonic() < deadline, f"orphan processes: {live_members(process.pid)}"
+        time.sleep(0.02)
+
+
+def complete_lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return text.split("\n")[:-1]  # the last segment is empty or a torn line
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> bytes:
+    out = tmp_path_factory.mktemp("baseline")
+    run_sweep(CONFIG, out, plots=False)
+    return (out / "sweep.json").read_bytes()
+
+
+@pytest.mark.parametrize("finished", [0, 1])
+def test_killed_sweep_loses_nothing_and_leaves_no_worker(tmp_path, baseline, finished):
+    out = tmp_path / "out"
+    journal = out / "points.jsonl"
+    process = start("sweep", *SWEEP_ARGS, "--workers", "2", "--out", str(out))
+    # moment: the journal exists and holds `finished` complete records
+    wait_for(lambda: journal.exists() and len(complete_lines(journal)) >= finished, process)
+    kill(process)
+    kept = complete_lines(journal)
+    records = [json.loads(line) for line in kept]  # every complete line is a whole record
+    assert not (out / "sweep.json").exists() or json.loads((out / "sweep.json").read_text())
+    outcome = run_sweep(CONFIG, out, resume=True, plots=False)
+    assert outcome.skipped == len({r["index"] for r in records})  # no finished point lost
+    assert outcome.skipped + outcome.ran == 4
+    assert (out / "sweep.json").read_bytes() == baseline
+
+
+@pytest.mark.parametrize("moment", ["started", "writing"])
+def test_killed_csv_search_keeps_the_old_file(tmp_path, moment):
+    target = tmp_path / "plans.csv"
+    target.write_text("my old results\n")
+    process = start("search", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8",
+                    "--global-batch", "16", "--top", "1", "--csv-all", str(target))
+
+    def temporary() -> list[Path]:
+        return [p for p in tmp_path.iterdir() if p.name.startswith(".plans.csv.")]
+
+    if moment == "started":
+        wait_for(lambda: bool(temporary()), process)
+    else:
+        wait_for(lambda: any(p.stat().st_size > 100_000 for p in temporary()), process)
+    kill(process)
+    assert target.read_text() == "my old results\n"  # never truncated, never half written
