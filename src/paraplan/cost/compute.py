@@ -123,21 +123,13 @@ def grouped_gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: Acc
 
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound."""
-    if op.kind == "gemm":
+    if op.kind in ("gemm", "grouped_gemm"):
         assert op.gemm_shape is not None
+        time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
         b, m, n, k = op.gemm_shape
         half = op.bwd_flops / 2.0
-        fwd = gemm_time_s(op.fwd_flops, op.gemm_shape, acc, dtype)
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
-        bwd = gemm_time_s(half, (b, m, k, n), acc, dtype) + gemm_time_s(half, (b, k, n, m), acc, dtype)
-        return fwd, bwd
-    if op.kind == "grouped_gemm":
-        assert op.gemm_shape is not None
-        b, m, n, k = op.gemm_shape
-        half = op.bwd_flops / 2.0
-        fwd = grouped_gemm_time_s(op.fwd_flops, op.gemm_shape, acc, dtype)
-        bwd = grouped_gemm_time_s(half, (b, m, k, n), acc, dtype) + grouped_gemm_time_s(half, (b, k, n, m), acc, dtype)
-        return fwd, bwd
+        return time(op.fwd_flops, op.gemm_shape, acc, dtype), time(half, (b, m, k, n), acc, dtype) + time(half, (b, k, n, m), acc, dtype)
     if op.kind == "attention":
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
         bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call)

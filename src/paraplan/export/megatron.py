@@ -52,20 +52,28 @@ SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the sam
 LAYOUT_FLAG = "--pipeline-model-parallel-layout"
 
 
+def megatron_core_checks(plan: PlanSpec, fw: str, who: str, vpp_name: str, offload_name: str) -> tuple[dict, list[str]]:
+    """Refusals shared by every Megatron-Core front end (Megatron-LM, NeMo): its two rank orders,
+    no GPipe, interleaving only with vpp > 1, optimizer offload only with the distributed
+    optimizer. Returns (canonical plan, matching rank orders)."""
+    c = canonical_plan(plan)
+    mapping = [order for order in ORDERS if same_placement(plan, order)]
+    if not mapping:
+        raise refuse(fw, "placement", plan.placement, f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only")
+    if c["schedule"] == "gpipe":
+        raise refuse(fw, "schedule", "gpipe", f"{who} runs 1F1B or interleaved 1F1B pipelines")
+    if c["schedule"] == "interleaved" and plan.vpp == 1:
+        raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
+    if plan.offload_optimizer and c["zero"] == 0:
+        raise refuse(fw, "offload_optimizer", True, f"{offload_name} needs the distributed optimizer (zero >= 1)")
+    return c, mapping
+
+
 def plan_arguments(plan: PlanSpec) -> list[str]:
     """The plan as Megatron-LM arguments (flag, value, flag, ...); refuses what Megatron cannot run."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
-    c = canonical_plan(plan)
-    mapping = [order for order in ORDERS if same_placement(plan, order)]
-    if not mapping:
-        raise refuse(fw, "placement", plan.placement, "Megatron orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only")
-    if c["schedule"] == "gpipe":
-        raise refuse(fw, "schedule", "gpipe", "Megatron runs 1F1B or interleaved 1F1B pipelines")
-    if c["schedule"] == "interleaved" and plan.vpp == 1:
-        raise refuse(fw, "schedule", "interleaved", "interleaving needs vpp > 1 (--num-virtual-stages-per-pipeline-rank)")
-    if plan.offload_optimizer and c["zero"] == 0:
-        raise refuse(fw, "offload_optimizer", True, "--optimizer-cpu-offload needs the distributed optimizer (zero >= 1)")
+    c, mapping = megatron_core_checks(plan, fw, "Megatron", "--num-virtual-stages-per-pipeline-rank", "--optimizer-cpu-offload")
     if c["overlap_tp_comm"] and not c["sequence_parallel"]:
         raise refuse(fw, "overlap_tp_comm", True, "--tp-comm-overlap needs --sequence-parallel")
     a: list[str] = [

@@ -20,9 +20,8 @@ from paraplan.export.common import (
     framework_args,
     nodes_and_gpus_per_node,
     refuse,
-    same_placement,
 )
-from paraplan.export.megatron import ORDERS, SHARDING, layout_from_stage_layers, stage_layers_from_layout
+from paraplan.export.megatron import ORDERS, SHARDING, layout_from_stage_layers, megatron_core_checks, stage_layers_from_layout
 from paraplan.specs.plan import PlanSpec
 
 NAME = "nemo"
@@ -47,16 +46,8 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
-    c = canonical_plan(plan)
-    mapping = [order for order in ORDERS if same_placement(plan, order)]
-    if not mapping:
-        raise refuse(fw, "placement", plan.placement, "NeMo (Megatron-Core) orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only")
-    if c["schedule"] == "gpipe":
-        raise refuse(fw, "schedule", "gpipe", "Megatron-Core runs 1F1B or interleaved 1F1B pipelines")
-    if c["schedule"] == "interleaved" and plan.vpp == 1:
-        raise refuse(fw, "schedule", "interleaved", "interleaving needs vpp > 1 (virtual_pipeline_model_parallel_size)")
-    if plan.offload_optimizer and c["zero"] == 0:
-        raise refuse(fw, "offload_optimizer", True, "optimizer_cpu_offload needs the distributed optimizer (zero >= 1)")
+    c, mapping = megatron_core_checks(plan, fw, "NeMo (Megatron-Core)", "virtual_pipeline_model_parallel_size",
+                                      "optimizer_cpu_offload")
     if plan.stage_layers is not None and any(n % plan.vpp for n in plan.stage_layers):
         raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)

@@ -264,9 +264,9 @@ def _total(parts: dict[str, Num]) -> Num:
     return total
 
 
-def stage_params(stage: Stage, group: str) -> Num:
-    """Parameters per GPU of the stage that ``group`` reduces."""
-    return _sum_blocks(stage, lambda b: np.where(b.gradient_group == group, b.params, 0.0))
+def stage_params(stage: Stage, group: str, kinds: tuple[str, ...] | None = None) -> Num:
+    """Parameters per GPU of the stage (of its blocks of ``kinds``, default all) that ``group`` reduces."""
+    return _sum_blocks(stage, lambda b: b.params if b.gradient_group == group else 0.0, kinds)
 
 
 def _shard(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
@@ -445,7 +445,7 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     weights = grads = optimizer = transformer_states = 0.0
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
-        layer_params = _sum_blocks(stage, lambda b, g=name: np.where(b.gradient_group == g, b.params, 0.0), TRANSFORMER_KINDS)
+        layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
         per_param = (inp.weight_bytes / _shard(inp, group, 3) + inp.grad_bytes / _shard(inp, group, 2)
                      + inp.optimizer_bytes / _shard(inp, group, 1))
         weights = weights + params * inp.weight_bytes / _shard(inp, group, 3)
