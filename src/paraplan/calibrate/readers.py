@@ -16,8 +16,10 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from paraplan.specs.errors import InputError
+from paraplan.specs.system import Dtype
 
 NCCL_KINDS = {
     "all_reduce": "all_reduce",
@@ -134,6 +136,9 @@ def _time_s(row: dict[str, str], flag: str, where: str, flops: float | None = No
     raise InputError(f"{flag}: {where}: needs a column {allowed}")
 
 
+GEMM_DTYPES: tuple[str, ...] = get_args(Dtype)  # the system spec's datatypes
+
+
 @dataclass(frozen=True)
 class GemmSample:
     batch: int
@@ -152,8 +157,8 @@ def read_gemm_table(path: Path) -> list[GemmSample]:
         b = int(_number(row, "batch", "--gemm", where)) if row.get("batch") else 1
         m, n, k = (int(_number(row, c, "--gemm", where)) for c in ("m", "n", "k"))
         dtype = row.get("dtype", "bf16") or "bf16"
-        if dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
-            raise InputError(f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: fp32, tf32, fp16, bf16, fp8")
+        if dtype not in GEMM_DTYPES:
+            raise InputError(f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}")
         out.append(GemmSample(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k)))
     return out
 
