@@ -21,12 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, collective_nic_time_s, collective_time_and_price_s, ring_step_sync_s, collective_time_s, group_span, linear_collective
+from paraplan.cost.comm import GroupSpan, collective_costs_s, collective_time_s, group_span, linear_collective, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
@@ -120,6 +121,23 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
     "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(_mtp_graph), True),
     "head": BlockKind("head", lambda model, shape: lm_head_block(model, shape, False), _head_memory, False),
 }
+
+
+@lru_cache(maxsize=64)
+def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The BLOCK_KINDS a model's stages hold, in stage order: embedding, decoder layers, LM head for a
+    dense decoder; the dense-layer / MoE-layer / experts / MTP kinds instead of "decoder" for models
+    graph/moe.py builds (the other kinds would be absent blocks: no ops, no parameters)."""
+    layer_kinds = ("dense_layer", "moe_layer", "experts", "mtp") if moe_shaped(model) else ("decoder",)
+    return ("embedding", *layer_kinds, "head")
+
+
+@lru_cache(maxsize=64)
+def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
+    """The gradient groups (specs.parallel.GRADIENT_GROUPS) that reduce some block of the model: a
+    group with no parameters has no collectives and must not claim a link (schedule.step.tail_terms)."""
+    used = {BLOCK_KINDS[k].gradient_group for k in model_block_kinds(model)}
+    return tuple(g for g in GRADIENT_GROUPS if g in used)
 
 
 def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
@@ -221,8 +239,7 @@ def block_comm(
             s["ep_forward_price"] += c.count_fwd * price
             s["ep_backward_price"] += c.count_bwd * price
             continue
-        time, price = collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system)
-        nic = collective_nic_time_s(c.kind, c.bytes, spans[c.group], system)
+        time, price, nic = collective_costs_s(c.kind, c.bytes, spans[c.group], system)
         s[f"{c.group}_nic_forward"] += c.count_fwd * nic
         s[f"{c.group}_nic_backward"] += c.count_bwd * nic
         if c.group == "cp":
@@ -321,8 +338,8 @@ def block_cost_facts(
 ) -> dict[str, BlockCostFacts]:
     """Per block kind: summed op times, collective times, parameters per GPU."""
     out = {}
-    for name, kind in BLOCK_KINDS.items():
-        graph = kind.graph(model, shape)
+    for name in model_block_kinds(model):
+        graph = BLOCK_KINDS[name].graph(model, shape)
         moe = moe_shaped(model)
         comm = block_comm(graph, system, tp_span, cp_span, model if moe else None, shape if moe else None)
         out[name] = BlockCostFacts(block_compute(graph, system, shape.dtype), comm, graph.weight_params)
@@ -332,8 +349,9 @@ def block_cost_facts(
 @lru_cache(maxsize=16384)
 def block_memory_facts(model: ModelSpec, shape: LayerShape, recompute: str) -> dict[str, BlockMemoryFacts]:
     """Per block kind: bytes kept per in-flight micro-batch, bytes held once, buffer bytes."""
+    kinds = {name: BLOCK_KINDS[name] for name in model_block_kinds(model)}
     return {name: BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
-            for name, kind in BLOCK_KINDS.items()}
+            for name, kind in kinds.items()}
 
 
 def pipeline_transfer_s(model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan) -> float:
@@ -349,7 +367,7 @@ def row_facts(
     costs = block_cost_facts(model, system, shape, spans["tp"], spans["cp"])
     memory = block_memory_facts(model, shape, recompute)
     return RowFacts(
-        blocks={k: BlockFacts.of(costs[k], memory[k]) for k in BLOCK_KINDS},
+        blocks={k: BlockFacts.of(costs[k], memory[k]) for k in costs},
         head_params_with_embedding=lm_head_weight_params(model, shape.tp, True),
         recompute_code=RECOMPUTE_CODES[recompute],
         overlap_tp_comm=overlap_tp_comm,
@@ -358,7 +376,7 @@ def row_facts(
         layers=model.layers,
         pp=pp,
         microbatches=microbatches,
-        gradient_groups={name: gradient_group(system, spans[name]) for name in GRADIENT_GROUPS},
+        gradient_groups={name: gradient_group(system, spans[name]) for name in model_gradient_groups(model)},
         model=model,
         mtp_layers=model.mtp_layers,
     )
@@ -371,8 +389,8 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
     the TP group inside one NVLink domain (Transformer Engine userbuffers run over NVLink)."""
     overlap = np.logical_and(facts.overlap_tp_comm, facts.tp_domains == 1)
     out = {}
-    for name, kind in BLOCK_KINDS.items():
-        f = facts.blocks[name]
+    for name, f in facts.blocks.items():
+        kind = BLOCK_KINDS[name]
         code = facts.recompute_code if kind.recomputed else 0
         terms = block_terms(f.compute, f.comm, code, overlap)
         out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes,
@@ -453,7 +471,7 @@ def build_step_inputs(
 
 
 # Caches of the builder, cleared by the benchmarks so every run starts cold.
-COLD_CACHES = (block_compute, block_comm, block_cost_facts, block_memory_facts, gradient_group)
+COLD_CACHES = (block_compute, block_comm, block_cost_facts, block_memory_facts, gradient_group, linear_collective)
 
 
 # ---- array helpers for the search ------------------------------------------------------------
@@ -467,7 +485,21 @@ def stack(items: list, index: np.ndarray):
     arrays, entry i taken from items[index[i]] (a leaf equal in every item stays a number)."""
     first = items[0]
     if is_dataclass(first):
-        return type(first)(**{n: stack([getattr(i, n) for i in items], index) for n in _field_names(type(first))})
+        names = _field_names(type(first))
+        values = [getattr(first, n) for n in names]
+        numeric = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in values]
+        out = {}
+        if any(numeric):  # all numeric leaves at once: one (items × leaves) matrix
+            columns = [n for n, is_number in zip(names, numeric) if is_number]
+            get = attrgetter(*columns)
+            matrix = np.array([get(i) for i in items], dtype=float).reshape(len(items), len(columns))
+            uniform = (matrix == matrix[0]).all(axis=0)
+            for j, n in enumerate(columns):
+                out[n] = getattr(first, n) if uniform[j] else matrix[index, j]
+        for n, is_number in zip(names, numeric):
+            if not is_number:
+                out[n] = stack([getattr(i, n) for i in items], index)
+        return type(first)(**out)
     if isinstance(first, dict):
         return {k: stack([i[k] for i in items], index) for k in first}
     if isinstance(first, str) or all(i == first for i in items):

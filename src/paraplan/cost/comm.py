@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -49,16 +50,18 @@ def group_span(plan: PlanSpec, system: SystemSpec, groups: str | tuple[str, ...]
 
     Members are the ranks Σ_g i_g·stride_g; those below D share rank 0's domain."""
     names = (groups,) if isinstance(groups, str) else tuple(groups)
-    domain = system.node.gpus_per_domain
+    sizes = tuple(getattr(plan, g) for g in names)
+    strides = tuple(group_stride(plan, g) for g in names)
+    return _span_of(sizes, strides, system.node.gpus_per_domain)
+
+
+@lru_cache(maxsize=8192)
+def _span_of(sizes: tuple[int, ...], strides: tuple[int, ...], domain: int) -> GroupSpan:
+    """group_span for groups of these sizes and strides on D-GPU domains."""
     offsets = [0]
-    for g in names:
-        stride = group_stride(plan, g)
-        offsets = [
-            o + i * stride for o in offsets for i in range(min(getattr(plan, g), -(-(domain - o) // stride)))
-        ]
-    size = 1
-    for g in names:
-        size *= getattr(plan, g)
+    for n, stride in zip(sizes, strides):
+        offsets = [o + i * stride for o in offsets for i in range(min(n, -(-(domain - o) // stride)))]
+    size = math.prod(sizes)
     per_domain = max(1, min(size, len(offsets)))
     return GroupSpan(size, per_domain, math.ceil(size / per_domain))
 
@@ -109,6 +112,7 @@ class LinearCollective:
         return self.cost_in * inner + self.cost_out * outer
 
 
+@lru_cache(maxsize=4096)
 def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearCollective:
     """The one statement of the collective formulas, tier by tier (module docstring): with a members
     per domain and o domains, all-reduce 2(a-1)/a·S/B_nvlink + 2(o-1)/o·(S/a)/B_nic, all-gather and
@@ -145,13 +149,23 @@ def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: Sys
 
 def collective_time_and_price_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
     """(seconds, hidden price in seconds: LinearCollective.hidden_price_s) of one call."""
+    time, price, _ = collective_costs_s(kind, size_bytes, span, system)
+    return time, price
+
+
+def collective_costs_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> tuple[float, float, float]:
+    """(seconds, hidden price, NIC-busy seconds) of one call, from one evaluation of the linear form:
+    time t_in + t_out, price c_in·t_in + c_out·t_out, NIC t_out when the group spans NVLink domains;
+    ring_exchange is Ring Attention's K/V pass, (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
     if span.size <= 1 or size_bytes <= 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     steps = 1
     if kind == "ring_exchange":
         kind, steps = "send_recv", span.size - 1
     form = linear_collective(kind, span, system)
-    return steps * float(form.time_s(size_bytes)), steps * float(form.hidden_price_s(size_bytes))
+    inner, outer = form.tier_times_s(size_bytes)
+    nic = outer if span.domains > 1 else 0.0
+    return steps * float(inner + outer), steps * float(form.cost_in * inner + form.cost_out * outer), steps * float(nic)
 
 
 def all_reduce_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
@@ -238,12 +252,7 @@ def collective_nic_time_s(kind: str, size_bytes: float, span: GroupSpan, system:
     """Seconds one call keeps each GPU's scale-out link (NIC) busy: the scale-out tier of its linear form
     (``LinearCollective.tier_times_s``), 0 for a group inside one NVLink domain. What other collectives
     crossing the same NICs at the same time cannot use (cost.overlap.shared_link_time_s)."""
-    if span.size <= 1 or size_bytes <= 0 or span.domains <= 1:
-        return 0.0
-    steps = 1
-    if kind == "ring_exchange":
-        kind, steps = "send_recv", span.size - 1
-    return steps * float(linear_collective(kind, span, system).tier_times_s(size_bytes)[1])
+    return collective_costs_s(kind, size_bytes, span, system)[2]
 
 
 def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:

@@ -274,6 +274,23 @@ def _shard(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
     return np.where(inp.knobs.zero >= from_zero, group.size, 1)
 
 
+# The data-parallel collectives of each ZeRO branch (tail_terms): 0 all-reduce of gradients;
+# 1 (stages 1-2) reduce-scatter of gradients and all-gather of weights; 3 per-block gathers and reduce-scatters.
+ZERO_COLLECTIVES = {0: ("all_reduce",), 1: ("reduce_scatter", "all_gather"), 3: ("layer_gather", "layer_reduce")}
+
+
+def zero_branch(zero: Num) -> Num:
+    """The ZeRO stage's branch of the DP tail: 0, 1 (stages 1 and 2 communicate alike) or 3."""
+    return np.where(np.asarray(zero) == 2, 1, zero)
+
+
+def zero_branches(zero: Num) -> tuple[int, ...]:
+    """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed."""
+    if np.ndim(zero) == 0:
+        return (int(zero_branch(zero)),)
+    return tuple(int(b) for b in np.unique(zero_branch(zero))) or (0,)
+
+
 def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num, Num, Num]:
     """(exposed data-parallel communication, optimizer step, optimizer offload) of one stage.
 
@@ -305,7 +322,9 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     gather_window = forward_window * inp.knobs.overlap_param_gather
     calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / np.maximum(calls, 1.0)
-    time = dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather", "layer_gather", "layer_reduce"), 0.0)
+    branches = zero_branches(inp.knobs.zero)
+    kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
+    time = dict.fromkeys(kinds, 0.0)
     price = dict(time)
     owned = 0.0
     buckets = 1.0
@@ -314,35 +333,41 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
         bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
         buckets = np.maximum(buckets, bucket)
         grad_bytes, weight_bytes = params * GRAD_REDUCE_BYTES, params * inp.weight_bytes
-        sizes = {  # (bytes per call, calls)
-            "all_reduce": (grad_bytes / np.maximum(bucket, 1.0), bucket),
-            "reduce_scatter": (grad_bytes / np.maximum(bucket, 1.0), bucket),
-            "all_gather": (weight_bytes / np.maximum(bucket, 1.0), bucket),
-            "layer_gather": (weight_bytes * per_call, 1.0),  # one block's gather (ZeRO-3)
-            "layer_reduce": (grad_bytes * per_call, 1.0),
+        sizes = {  # (collective, bytes per call, calls)
+            "all_reduce": (group.all_reduce, grad_bytes / np.maximum(bucket, 1.0), bucket),
+            "reduce_scatter": (group.reduce_scatter, grad_bytes / np.maximum(bucket, 1.0), bucket),
+            "all_gather": (group.all_gather, weight_bytes / np.maximum(bucket, 1.0), bucket),
+            "layer_gather": (group.all_gather, weight_bytes * per_call, 1.0),  # one block's gather (ZeRO-3)
+            "layer_reduce": (group.reduce_scatter, grad_bytes * per_call, 1.0),
         }
-        forms = {"layer_gather": group.all_gather, "layer_reduce": group.reduce_scatter}
-        for kind, (size, n) in sizes.items():
-            form = forms.get(kind) or getattr(group, kind)
+        for kind in kinds:
+            form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
         owned = owned + params / _shard(inp, group, 1)
-    ar, rs, ag = time["all_reduce"], time["reduce_scatter"], time["all_gather"]
-    zero0 = priced_exposure_s(ar, bucketed_reduce_exposed_s(ar, grad_window, buckets), price["all_reduce"])
-    zero12 = priced_exposure_s(
-        rs + ag,
-        bucketed_reduce_exposed_s(rs, grad_window, buckets) + bucketed_reduce_exposed_s(ag, gather_window, buckets),
-        price["reduce_scatter"] + price["all_gather"],
-    )
-    g, r = time["layer_gather"], time["layer_reduce"]
-    depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
-    zero3 = inp.microbatches * priced_exposure_s(
-        calls * (2.0 * g + r),
-        prefetched_gather_exposed_s(g, forward_window * per_call, calls, depth)
-        + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
-        calls * (2.0 * price["layer_gather"] + price["layer_reduce"]),
-    )
-    exposed = np.where(inp.knobs.zero == 0, zero0, np.where(inp.knobs.zero == 3, zero3, zero12))
+    exposure = {}
+    if 0 in branches:
+        ar = time["all_reduce"]
+        exposure[0] = priced_exposure_s(ar, bucketed_reduce_exposed_s(ar, grad_window, buckets), price["all_reduce"])
+    if 1 in branches:
+        rs, ag = time["reduce_scatter"], time["all_gather"]
+        exposure[1] = priced_exposure_s(
+            rs + ag,
+            bucketed_reduce_exposed_s(rs, grad_window, buckets) + bucketed_reduce_exposed_s(ag, gather_window, buckets),
+            price["reduce_scatter"] + price["all_gather"],
+        )
+    if 3 in branches:
+        g, r = time["layer_gather"], time["layer_reduce"]
+        depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
+        exposure[3] = inp.microbatches * priced_exposure_s(
+            calls * (2.0 * g + r),
+            prefetched_gather_exposed_s(g, forward_window * per_call, calls, depth)
+            + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
+            calls * (2.0 * price["layer_gather"] + price["layer_reduce"]),
+        )
+    exposed = exposure[branches[-1]]
+    for branch in branches[-2::-1]:
+        exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
     optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
     offload = np.where(inp.knobs.offload_optimizer, owned * (GRAD_REDUCE_BYTES + inp.weight_bytes) / inp.host_bandwidth, 0.0)
     return exposed, optimizer, offload
@@ -369,11 +394,9 @@ def _pick(index: Num, values: list[Num]) -> Num:
     return out
 
 
-def compose_step(inp: StepInputs) -> dict[str, Num]:
-    """Step time and its breakdown (report.result.TimeBreakdown fields) per Narayanan et al. 2021
-    §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
-    from every stage's work (schedule/pipeline.py); the longest stage tail (``tail_terms``) and
-    activation / weight streaming to host memory that outlasts the DP exposure."""
+def _pipeline(inp: StepInputs) -> dict:
+    """The pipeline half of compose_step: every stage's per-micro-batch work, the slowest stage, the
+    bubble and the step's parts by kind (m × the slowest stage's parts)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
     works = [stage_work(s) for s in stages]
@@ -385,10 +408,50 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     bubble = bubble_from_work_s(all_work, slowest_work, np.where(inp.knobs.interleaved, inp.knobs.vpp, 1))
     slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
     bubble = split_backward_bubble(inp, bubble, slowest_parts, _pick(slowest, [_sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]))
-
     m = inp.microbatches
-    part = {name: m * _pick(slowest, [w[name] for w in works]) for name in (*BLOCK_TERM_NAMES, "pp")}
-    busy = m * _pick(slowest, [t - w["pp"] for w, t in zip(works, totals)])
+    part = {name: m * slowest_parts[name] for name in (*BLOCK_TERM_NAMES, "pp")}
+    return {"present": present, "works": works, "totals": totals, "slowest": slowest, "bubble": bubble, "part": part}
+
+
+def _breakdown(pipe: dict, optimizer_s: Num, dp_s: Num, offload_s: Num) -> dict[str, Num]:
+    """The TimeBreakdown fields and their sum, step_time_s, in field order."""
+    part = pipe["part"]
+    out = {
+        "forward_s": part["forward"],
+        "backward_s": part["backward"],
+        "recompute_s": part["recompute"],
+        "optimizer_s": optimizer_s,
+        "bubble_s": pipe["bubble"],
+        "tp_comm_s": part["tp_forward"] + part["tp_backward"],
+        "cp_comm_s": part["cp_forward"] + part["cp_backward"],
+        "pp_comm_s": part["pp"],
+        "ep_comm_s": part["ep_forward"] + part["ep_backward"],
+        "dp_comm_s": dp_s,
+        "offload_s": offload_s,
+    }
+    assert tuple(out) == tuple(f.name for f in fields(TimeBreakdown))
+    step = 0.0
+    for v in out.values():
+        step = step + v
+    out["step_time_s"] = step
+    return out
+
+
+def pipeline_bound_s(inp: StepInputs) -> Num:
+    """compose_step's step time with the tail parts (optimizer, data-parallel, offload) at 0: a lower
+    bound on it, to the last bit (the same sum in the same order, each omitted part >= 0), and the
+    same for every ZeRO, DP-overlap and offload choice — the pipeline half does not read them."""
+    return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
+
+
+def compose_step(inp: StepInputs) -> dict[str, Num]:
+    """Step time and its breakdown (report.result.TimeBreakdown fields) per Narayanan et al. 2021
+    §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
+    from every stage's work (schedule/pipeline.py); the longest stage tail (``tail_terms``) and
+    activation / weight streaming to host memory that outlasts the DP exposure."""
+    pipe = _pipeline(inp)
+    stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
+    busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
     tails = [tail_terms(inp, s, w) for s, w in zip(stages, works)]
     streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     for s in stages:
@@ -401,27 +464,14 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
     after = [dp + opt + off + np.maximum(0.0, streamed - dp) for dp, opt, off in tails]
-    _, tail_stage = _argmax(after, present)
+    _, tail_stage = _argmax(after, pipe["present"])
     dp_s = _pick(tail_stage, [t[0] for t in tails])
-    out = {
-        "forward_s": part["forward"],
-        "backward_s": part["backward"],
-        "recompute_s": part["recompute"],
-        "optimizer_s": _pick(tail_stage, [t[1] for t in tails]),
-        "bubble_s": bubble,
-        "tp_comm_s": part["tp_forward"] + part["tp_backward"],
-        "cp_comm_s": part["cp_forward"] + part["cp_backward"],
-        "pp_comm_s": part["pp"],
-        "ep_comm_s": part["ep_forward"] + part["ep_backward"],
-        "dp_comm_s": dp_s,
-        "offload_s": _pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
-    }
-    assert tuple(out) == tuple(f.name for f in fields(TimeBreakdown))
-    step = 0.0
-    for v in out.values():
-        step = step + v
-    out["step_time_s"] = step
-    return out
+    return _breakdown(
+        pipe,
+        optimizer_s=_pick(tail_stage, [t[1] for t in tails]),
+        dp_s=dp_s,
+        offload_s=_pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
+    )
 
 
 def split_backward_bubble(inp: StepInputs, bubble: Num, work: dict[str, Num], wgrad: Num) -> Num:

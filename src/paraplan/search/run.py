@@ -28,9 +28,9 @@ import numpy as np
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
-from paraplan.schedule.step import compose_step, stage_peaks
+from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks, zero_branch
 from paraplan.search import ranking
-from paraplan.search.space import Row, SearchProblem, grid, plan_of, rows
+from paraplan.search.space import SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import RowTable, feasible_columns, grid_arrays
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
@@ -143,45 +143,25 @@ def search(
     problem.check()
     start = time.perf_counter()
     table = RowTable(problem)
-    grids: dict[tuple, tuple] = {}
-    grid_keys = list(zip(table.columns["pp"].tolist(), (table.columns["global_batch"] // (table.columns["dp"] * table.columns["micro_batch"])).tolist(),
-                         (table.columns["dp"] * table.columns["cp"]).tolist()))
-    grid_of_row = []
-    for key in grid_keys:
-        if key not in grids:
-            pp, m, dpcp = key
-            probe = Row(1, pp, dpcp, 1, "", {}, 1, m, False, "none", False)  # grid depends on pp, m, dp·cp only
-            options = grid(problem, probe)
-            grids[key] = (options, grid_arrays(options) if options else None, max((o[0] for o in options), default=1))
-        grid_of_row.append(key)
-    lengths = np.array([len(grids[k][0]) for k in grid_of_row], dtype=np.int64)
-    space = int(lengths.sum())
+    options = _GridIndex(problem, table)
+    lengths, space = options.lengths, int(options.lengths.sum())
 
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     tokens_row = table.columns["global_batch"].astype(float) * problem.seq_length
-    v_max = np.array([grids[k][2] for k in grid_of_row], dtype=float)
-    bound_obj = objective_value(problem, table.lower_bounds(v_max), tokens_row, flops_per_token * tokens_row, peak_flops)
+    bound_obj = objective_value(problem, table.lower_bounds(options.v_max), tokens_row, flops_per_token * tokens_row, peak_flops)
     order = np.lexsort((np.arange(table.size), bound_obj))
-    capacity = problem.system.accelerator.hbm_capacity
-    host_capacity = problem.system.accelerator.host_memory or np.inf
-
-    pool: list[tuple] = []
-    threshold = np.inf
-    evaluated = feasible = rows_done = 0
-    nearest = None  # (overflow_bytes, row, option, peak)
-    faster: list[tuple] = []
-    everything: list[dict] | None = [] if collect_all else None
+    scan = _Scan(problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all)
     scan_all = collect_all or feasible_sink is not None
-    position = 0
+    rows_done = position = 0
     while position < len(order):
-        if not scan_all and not ranking.within(bound_obj[order[position]], threshold):
+        if not scan_all and not ranking.within(bound_obj[order[position]], scan.threshold):
             break
         chunk = []
         count = 0
         while position < len(order) and count < CHUNK_CANDIDATES:
             r = order[position]
-            if not scan_all and not ranking.within(bound_obj[r], threshold):
+            if not scan_all and not ranking.within(bound_obj[r], scan.threshold):
                 break
             if lengths[r]:
                 chunk.append(r)
@@ -193,48 +173,23 @@ def search(
         if not chunk:
             continue
         chunk = np.array(chunk)
-        index = np.repeat(chunk, lengths[chunk])
-        grid_index = np.concatenate([np.arange(lengths[r]) for r in chunk])
-        grid_values = {
-            f: np.concatenate([grids[grid_of_row[r]][1][f] for r in chunk]) for f in grids[grid_of_row[chunk[0]]][1]
-        }
-        inp = table.inputs(index, grid_values)
-        step = compose_step(inp)["step_time_s"]
-        peak, host = stage_peaks(inp)
-        tokens = tokens_row[index]
-        obj = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
-        fits = (peak <= capacity) & (host <= host_capacity)
-        evaluated += len(index)
-        feasible += int(fits.sum())
-        if everything is not None:
-            for i in np.flatnonzero(fits):
-                everything.append({"row": int(index[i]), "grid": int(grid_index[i]), "step_time_s": float(step[i]),
-                                   "objective": float(obj[i]), "peak_memory_bytes": float(peak[i])})
-        if feasible_sink is not None and fits.any():
-            chosen = np.flatnonzero(fits)
-            feasible_sink(feasible_columns(
-                table, index[chosen], {f: v[chosen] for f, v in grid_values.items()},
-                step[chosen], obj[chosen], peak[chosen], tokens[chosen],
-            ))
-        keep = np.flatnonzero(fits & ranking.within(obj, threshold))
-        if keep.size > top_k:  # only this chunk's K best groups (and ties with the K-th) can enter the top K
-            kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], top_k)
-            keep = keep[ranking.within(obj[keep], kth)]
-        pool += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i])) for i in keep]
-        if len(pool) >= top_k:
-            pool, threshold = _trim(pool, top_k)
-        misses = np.flatnonzero(~fits)
-        if misses.size:
-            over = np.maximum(peak[misses] - capacity, host[misses] - host_capacity)
-            j = misses[np.argmin(over)]
-            if nearest is None or over.min() < nearest[0]:
-                nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
-            # plans that would beat the current K-th best but do not fit: keep the nearest misses
-            quick = misses[obj[misses] < threshold]
-            near = quick[np.argsort(peak[quick], kind="stable")[:20]]
-            faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
+        if scan_all:
+            index, grid_index = options.candidates(chunk)
+            scan.evaluate(index, grid_index, options.values(index, grid_index), feasible_sink)
+            continue
+        # pipeline bound per (row, schedule option): the candidates that differ only in ZeRO, DP
+        # overlap and offload share it; only groups whose bound can still enter the top K are evaluated
+        group_row, group_start = options.groups(chunk)
+        reps = table.inputs(group_row, options.values(group_row, group_start))
+        tokens = tokens_row[group_row]
+        group_bound = objective_value(problem, pipeline_bound_s(reps), tokens, flops_per_token * tokens, peak_flops)
+        for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
+            index, grid_index = _expand(group_row[batch], group_start[batch], options.group_size[group_row[batch]])
+            scan.evaluate(index, grid_index, options.values(index, grid_index), None)
 
-    pool = [(obj, r, g, table.row(r), grids[grid_of_row[r]][0][g], st, pk) for obj, r, g, st, pk in _trim(pool, top_k)[0]]
+    pool = scan.pool
+    evaluated, feasible, nearest, faster, everything = scan.evaluated, scan.feasible, scan.nearest, scan.faster, scan.everything
+    pool = [(obj, r, g, table.row(r), options.option(r, g), st, pk) for obj, r, g, st, pk in _trim(pool, top_k)[0]]
     plans = _finish(problem, pool, top_k)
     result = SearchResult(
         plans=plans, candidates=space, evaluated=evaluated, feasible=feasible,
@@ -242,21 +197,164 @@ def search(
     )
     if not plans and nearest is not None:
         over, r, g, peak = nearest
-        plan = plan_of(problem, table.row(r), grids[grid_of_row[r]][0][g])
+        plan = plan_of(problem, table.row(r), options.option(r, g))
         result.nearest_miss = {"plan": plan.model_dump(), "peak_memory_gib": peak / GiB,
-                               "capacity_gib": capacity / GiB, "overflow_gib": over / GiB}
+                               "capacity_gib": scan.capacity / GiB, "overflow_gib": over / GiB}
     if plans:  # faster than the winner but over the memory capacity: the three smallest overflows
         best = plans[0].objective
         faster = sorted((f for f in faster if f[0] < best), key=lambda item: (item[3], item[1], item[2]))
         for obj, r, g, peak in faster[:3]:
             if obj < best:
-                plan = plan_of(problem, table.row(r), grids[grid_of_row[r]][0][g])
+                plan = plan_of(problem, table.row(r), options.option(r, g))
                 result.faster_infeasible.append({"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB})
     if everything is not None:
         for item in everything:
-            item["plan"] = plan_of(problem, table.row(item["row"]), grids[grid_of_row[item["row"]]][0][item["grid"]])
+            item["plan"] = plan_of(problem, table.row(item["row"]), options.option(item["row"], item["grid"]))
         result.all_feasible = everything
     return result
+
+
+class _GridIndex:
+    """Every row's grid (space.grid, which depends on pp, m and dp·cp only) as one table of options:
+    option ``g`` of row ``r`` is entry ``offset[key_of_row[r]] + g``. Options come in groups of
+    ``group_size`` consecutive options sharing a schedule option (vpp, schedule, split), the ZeRO /
+    DP-overlap / offload choices varying inside the group."""
+
+    def __init__(self, problem: SearchProblem, table: RowTable):
+        c = table.columns
+        keys = list(zip(c["pp"].tolist(), (c["global_batch"] // (c["dp"] * c["micro_batch"])).tolist(),
+                        (c["dp"] * c["cp"]).tolist()))
+        self.parts: dict[tuple, tuple] = {}
+        arrays, offsets, sizes, v_max = [], {}, {}, {}
+        total = 0
+        for key in keys:
+            if key in self.parts:
+                continue
+            parts = self.parts[key] = grid_parts(problem, *key)
+            schedules, states, offloads = parts
+            offsets[key] = total
+            sizes[key] = len(schedules) * len(states) * len(offloads)
+            total += sizes[key]
+            v_max[key] = max((o[0] for o in schedules), default=1)
+            if sizes[key]:
+                arrays.append(grid_arrays(parts))
+        self.table = {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
+        self.key_of_row = keys
+        self.lengths = np.array([sizes[k] for k in keys], dtype=np.int64)
+        self.offset = np.array([offsets[k] for k in keys], dtype=np.int64)
+        self.group_size = np.array([max(1, len(self.parts[k][1]) * len(self.parts[k][2])) for k in keys], dtype=np.int64)
+        self.v_max = np.array([v_max[k] for k in keys], dtype=float)
+
+    def option(self, row: int, g: int) -> tuple:
+        """The grid tuple (space.grid) of option ``g`` of ``row``."""
+        return grid_option(self.parts[self.key_of_row[row]], g)
+
+    def values(self, index: np.ndarray, grid_index: np.ndarray) -> dict[str, np.ndarray]:
+        """The grid_arrays fields of candidates (row index[i], option grid_index[i])."""
+        where = self.offset[index] + grid_index
+        return {f: v[where] for f, v in self.table.items()}
+
+    def candidates(self, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, option) of every candidate of the rows ``chunk``, in canonical order."""
+        return _expand(chunk, np.zeros(len(chunk), dtype=np.int64), self.lengths[chunk])
+
+    def groups(self, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, first option) of every schedule-option group of the rows ``chunk``."""
+        counts = self.lengths[chunk] // self.group_size[chunk]
+        row, position = _expand(chunk, np.zeros(len(chunk), dtype=np.int64), counts)
+        return row, position * self.group_size[row]
+
+
+def _expand(rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, option) pairs of the ranges [starts[i], starts[i] + sizes[i]) of options of rows[i]."""
+    index = np.repeat(rows, sizes)
+    first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return index, np.repeat(starts, sizes) + (np.arange(len(index)) - first)
+
+
+def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
+    """Groups in increasing bound order, in batches of about CHUNK_CANDIDATES // 8 candidates, while
+    their bound can still enter the top K (``scan.threshold`` tightens between batches)."""
+    order = np.lexsort((np.arange(len(bound)), bound))
+    ends = np.cumsum(sizes[order])
+    position = 0
+    while position < len(order):
+        if not ranking.within(bound[order[position]], scan.threshold):
+            return
+        stop = max(position + 1, int(np.searchsorted(ends, ends[position] - sizes[order[position]] + CHUNK_CANDIDATES // 8)))
+        batch = order[position:stop]
+        batch = batch[ranking.within(bound[batch], scan.threshold)]
+        position = stop
+        yield batch
+
+
+class _Scan:
+    """The fast path's running state: the pool of best candidates, the K-th group's objective
+    (``threshold``), counters, the nearest memory misses, and every feasible plan on request."""
+
+    def __init__(self, problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all):
+        self.problem, self.table, self.top_k = problem, table, top_k
+        self.tokens_row, self.flops_per_token, self.peak_flops = tokens_row, flops_per_token, peak_flops
+        self.capacity = problem.system.accelerator.hbm_capacity
+        self.host_capacity = problem.system.accelerator.host_memory or np.inf
+        self.pool: list[tuple] = []
+        self.threshold = np.inf
+        self.evaluated = self.feasible = 0
+        self.nearest = None  # (overflow_bytes, row, option, peak)
+        self.faster: list[tuple] = []
+        self.everything: list[dict] | None = [] if collect_all else None
+
+    def evaluate(self, index: np.ndarray, grid_index: np.ndarray, grid_values: dict, feasible_sink) -> None:
+        """Step time and memory of candidates (row index[i], option grid_index[i]); the pool and threshold updated."""
+        if not len(index):
+            return
+        step, peak, host = _evaluate(self.table, index, grid_values)
+        tokens = self.tokens_row[index]
+        obj = objective_value(self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops)
+        fits = (peak <= self.capacity) & (host <= self.host_capacity)
+        self.evaluated += len(index)
+        self.feasible += int(fits.sum())
+        if self.everything is not None:
+            for i in np.flatnonzero(fits):
+                self.everything.append({"row": int(index[i]), "grid": int(grid_index[i]), "step_time_s": float(step[i]),
+                                        "objective": float(obj[i]), "peak_memory_bytes": float(peak[i])})
+        if feasible_sink is not None and fits.any():
+            chosen = np.flatnonzero(fits)
+            feasible_sink(feasible_columns(
+                self.table, index[chosen], {f: v[chosen] for f, v in grid_values.items()},
+                step[chosen], obj[chosen], peak[chosen], tokens[chosen],
+            ))
+        keep = np.flatnonzero(fits & ranking.within(obj, self.threshold))
+        if keep.size > self.top_k:  # only this batch's K best groups (and ties with the K-th) can enter the top K
+            kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], self.top_k)
+            keep = keep[ranking.within(obj[keep], kth)]
+        self.pool += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i])) for i in keep]
+        if len(self.pool) >= self.top_k:
+            self.pool, self.threshold = _trim(self.pool, self.top_k)
+        misses = np.flatnonzero(~fits)
+        if misses.size:
+            over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
+            j = misses[np.argmin(over)]
+            if self.nearest is None or over.min() < self.nearest[0]:
+                self.nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
+            # plans that would beat the current K-th best but do not fit: keep the nearest misses
+            quick = misses[obj[misses] < self.threshold]
+            near = quick[np.argsort(peak[quick], kind="stable")[:20]]
+            self.faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
+
+
+def _evaluate(table: RowTable, index: np.ndarray, grid_values: dict[str, np.ndarray]):
+    """(step time, HBM peak, host memory) of candidates (row ``index[i]``, grid option i), batched by
+    ZeRO branch so that each batch computes only its own data-parallel tail (schedule.step.tail_terms)."""
+    branch = zero_branch(grid_values["zero"])
+    step, peak, host = (np.empty(len(index)) for _ in range(3))
+    for b in np.unique(branch):
+        chosen = np.flatnonzero(branch == b)
+        values = {f: v[chosen] for f, v in grid_values.items()}
+        inp = table.inputs(index[chosen], values)
+        step[chosen] = compose_step(inp)["step_time_s"]
+        peak[chosen], host[chosen] = stage_peaks(inp)
+    return step, peak, host
 
 
 def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):

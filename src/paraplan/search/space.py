@@ -364,14 +364,25 @@ def rows(problem: SearchProblem):
                     yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov)
 
 
+def grid_parts(problem: SearchProblem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
+    """The three option lists whose product is a row's grid (it depends on pp, m and dp·cp only):
+    schedule options (vpp, schedule, accounted split), state options (zero, overlap_dp,
+    overlap_gather), offload options (weights, activations, optimizer)."""
+    return problem.schedule_options(pp, microbatches), problem.state_options(dp_size), problem.offload_options
+
+
+def grid_option(parts: tuple[list, list, list], g: int) -> tuple:
+    """Option ``g`` of the product of ``parts`` (grid's order: schedule outermost, offload innermost)."""
+    schedules, states, offloads = parts
+    rest, o = divmod(g, len(offloads))
+    s, t = divmod(rest, len(states))
+    return (*schedules[s], *states[t], *offloads[o])
+
+
 def grid(problem: SearchProblem, row: Row) -> list[tuple]:
     """The row's candidates: (vpp, schedule, accounted split, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
-    return [
-        (v, sched, acc, z, od, og, ow, oa, oo)
-        for v, sched, acc in problem.schedule_options(row.pp, row.microbatches)
-        for z, od, og in problem.state_options(row.dp * row.cp)
-        for ow, oa, oo in problem.offload_options
-    ]
+    schedules, states, offloads = grid_parts(problem, row.pp, row.microbatches, row.dp * row.cp)
+    return [(*a, *b, *c) for a in schedules for b in states for c in offloads]
 
 
 def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:

@@ -17,11 +17,9 @@ import numpy as np
 from paraplan.graph.transformer import LayerShape, lm_head_weight_params
 from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, StepInputs
 from paraplan.search.space import Row, SearchProblem
-from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.specs.split import default_first_last, grouped_split
 from paraplan.stages import (
-    BLOCK_KINDS,
     BlockFacts,
     GridKnobs,
     RowFacts,
@@ -29,6 +27,7 @@ from paraplan.stages import (
     block_memory_facts,
     build_step_inputs,
     gradient_group,
+    model_gradient_groups,
     pipeline_transfer_s,
     row_blocks,
     stack,
@@ -41,18 +40,29 @@ RECOMPUTE_NAMES = np.array(sorted(RECOMPUTE_CODES, key=RECOMPUTE_CODES.get))
 _GRID_DTYPES = {f.name: (np.int64 if f.name in ("vpp", "zero") else bool) for f in fields(GridKnobs)}
 
 
-def grid_arrays(options: list[tuple]) -> dict[str, np.ndarray]:
-    """Grid options (space.grid tuples) as arrays: the GridKnobs fields plus "accounted" (split
-    with embedding and loss counted as layers)."""
-    v, sched, acc, z, od, og, ow, oa, oo = (list(col) for col in zip(*options))
+def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
+    """The grid of ``space.grid_parts`` (schedule × state × offload options, in space.grid's order)
+    as arrays: the GridKnobs fields plus "accounted" (split with embedding and loss counted as layers)."""
+    schedules, states, offloads = parts
+    n_s, n_t, n_o = len(schedules), len(states), len(offloads)
+
+    def column(options: list[tuple], i: int, inner: int, outer: int, value=lambda x: x) -> np.ndarray:
+        return np.tile(np.repeat(np.array([value(o[i]) for o in options]), inner), outer)
+
     values = {
-        "vpp": v, "interleaved": [s == "interleaved" for s in sched], "gpipe": [s == "gpipe" for s in sched],
-        "zero": z, "overlap_dp_grad_reduce": od, "overlap_param_gather": og,
-        "offload_weights": ow, "offload_activations": oa, "offload_optimizer": oo,
-        "zb": [False] * len(v), "dualpipe": [False] * len(v),  # split-backward schedules: not searched yet
+        "vpp": column(schedules, 0, n_t * n_o, 1),
+        "interleaved": column(schedules, 1, n_t * n_o, 1, lambda x: x == "interleaved"),
+        "gpipe": column(schedules, 1, n_t * n_o, 1, lambda x: x == "gpipe"),
+        "accounted": column(schedules, 2, n_t * n_o, 1),
+        "zero": column(states, 0, n_o, n_s), "overlap_dp_grad_reduce": column(states, 1, n_o, n_s),
+        "overlap_param_gather": column(states, 2, n_o, n_s),
+        "offload_weights": column(offloads, 0, 1, n_s * n_t), "offload_activations": column(offloads, 1, 1, n_s * n_t),
+        "offload_optimizer": column(offloads, 2, 1, n_s * n_t),
     }
-    out = {k: np.asarray(values[k], dtype=_GRID_DTYPES[k]) for k in _GRID_DTYPES}
-    out["accounted"] = np.asarray(acc, dtype=np.int64)
+    n = n_s * n_t * n_o
+    values["zb"] = values["dualpipe"] = np.zeros(n, dtype=bool)  # split-backward schedules: not searched yet
+    out = {k: values[k].astype(_GRID_DTYPES[k]) for k in _GRID_DTYPES}
+    out["accounted"] = values["accounted"].astype(np.int64)
     return out
 
 
@@ -79,6 +89,7 @@ class RowTable:
                 make()
             return table[key]
 
+        reduced = model_gradient_groups(model)
         for tp, pp, cp, dp in problem.factorizations:
             knobs = problem.layer_knobs(tp, cp)
             if not knobs:
@@ -86,34 +97,33 @@ class RowTable:
             placements = problem.placements(tp, pp, cp, dp)
             n_p, n_k = len(placements), len(knobs)
             pids = [intern("placement", name, lambda name=name: self.placement_names.append(name)) for name, _ in placements]
-            gids = [intern("group", tuple(spans[g] for g in GRADIENT_GROUPS),
-                           lambda spans=spans: groups.append({g: gradient_group(system, spans[g]) for g in GRADIENT_GROUPS}))
+            gids = [intern("group", tuple(spans[g] for g in reduced),
+                           lambda spans=spans: groups.append({g: gradient_group(system, spans[g]) for g in reduced}))
                     for _, spans in placements]
-            span_pairs = [(spans["tp"], spans["cp"]) for _, spans in placements]
+            pairs: dict[tuple, int] = {}  # distinct (tp span, cp span) among the placements
+            pair_of = np.array([pairs.setdefault((spans["tp"], spans["cp"]), len(pairs)) for _, spans in placements])
             knob_sp = np.array([sp for sp, _, _ in knobs])
             knob_rc = np.array([RECOMPUTE_CODES[rc] for _, rc, _ in knobs])
             knob_ov = np.array([ov for _, _, ov in knobs])
+            layer_states = sorted({(sp, rc) for sp, rc, _ in knobs})
+            state_of = np.array([layer_states.index((sp, rc)) for sp, rc, _ in knobs])
             for mb, gb in problem.micro_batches(dp):
                 shapes = {sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
                           for sp in (False, True)}
                 p2p_of = [intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans: transfers.append(
                     pipeline_transfer_s(model, system, shapes[False], spans["pp"]))) for _, spans in placements]
-                cost_table = np.empty((n_p, n_k), dtype=np.int64)
-                memory_table = np.empty(n_k, dtype=np.int64)
-                memory_ids, cost_ids = ids["memory"], ids["cost"]
-                for j, (sp, rc, _) in enumerate(knobs):
-                    shape = shapes[sp]
-                    key = (tp, cp, mb, sp, rc)
-                    if key not in memory_ids:
-                        memory_ids[key] = len(memories)
-                        memories.append(block_memory_facts(model, shape, rc))
-                    memory_table[j] = memory_ids[key]
-                    for q, pair in enumerate(span_pairs):
-                        key = (tp, cp, mb, sp, pair)
-                        if key not in cost_ids:
-                            cost_ids[key] = len(costs)
-                            costs.append(block_cost_facts(model, system, shape, *pair))
-                        cost_table[q, j] = cost_ids[key]
+                # block costs per (sp, span pair), activation memory per (sp, recompute): computed once each
+                cost_of = np.zeros((2, len(pairs)), dtype=np.int64)
+                for sp in {sp for sp, _, _ in knobs}:
+                    for pair, q in pairs.items():
+                        cost_of[int(sp), q] = intern("cost", (tp, cp, mb, sp, pair), lambda sp=sp, pair=pair: costs.append(
+                            block_cost_facts(model, system, shapes[sp], *pair)))
+                memory_of = np.array([
+                    intern("memory", (tp, cp, mb, sp, rc), lambda sp=sp, rc=rc: memories.append(block_memory_facts(model, shapes[sp], rc)))
+                    for sp, rc in layer_states
+                ], dtype=np.int64)
+                cost_table = cost_of[knob_sp.astype(np.int64)[None, :], pair_of[:, None]]
+                memory_table = memory_of[state_of]
                 n = n_p * n_k
                 for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro_batch", mb), ("global_batch", gb)):
                     cols[name].append(np.full(n, value, dtype=np.int64))
@@ -134,7 +144,7 @@ class RowTable:
         cid, mid = c["cost_id"], c["memory_id"]
         block_facts = {
             kind: BlockFacts.of(stack([f[kind] for f in costs], cid), stack([m[kind] for m in memories], mid))
-            for kind in BLOCK_KINDS
+            for kind in costs[0]
         }
         head_with_embedding = {tp: lm_head_weight_params(model, tp, True) for tp in set(c["tp"].tolist())}
         self.facts = RowFacts(
