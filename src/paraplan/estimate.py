@@ -22,7 +22,7 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
-from paraplan.stages import BLOCK_KINDS, GridKnobs, build_step_inputs, plan_spans, row_blocks, row_facts, system_terms
+from paraplan.stages import BLOCK_KINDS, GridKnobs, default_recompute_modules, build_step_inputs, plan_spans, row_blocks, row_facts, system_terms
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -40,11 +40,8 @@ def layer_shape(plan: PlanSpec) -> LayerShape:
 
 
 def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
-    """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
-    ``core_attn`` (--recompute-modules); none without selective recompute."""
-    if plan.recompute != "selective":
-        return ()
-    return tuple(plan.recompute_modules or ()) or ("core_attn",)
+    """Modules selective recomputation re-runs (stages.default_recompute_modules)."""
+    return default_recompute_modules(plan.recompute, plan.recompute_modules)
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:

@@ -140,6 +140,14 @@ def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
     return tuple(g for g in GRADIENT_GROUPS if g in used)
 
 
+def default_recompute_modules(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
+    ``core_attn`` (--recompute-modules); none without selective recompute."""
+    if recompute != "selective":
+        return ()
+    return tuple(modules or ()) or ("core_attn",)
+
+
 def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
     """Working buffers beside the kept activations: one layer re-materialised in backward under full
     recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""

@@ -148,20 +148,30 @@ CpOption = Annotated[Optional[str], typer.Option("--cp", help="restrict cp")]
 MicroBatchOption = Annotated[Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")]
 RecomputeOption = Annotated[Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")]
 ZeroOption = Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")]
-ScheduleOption = Annotated[Optional[str], typer.Option("--schedule", help="restrict: 1f1b,gpipe,interleaved")]
+ScheduleOption = Annotated[Optional[str], typer.Option(
+    "--schedule", help="restrict: 1f1b,gpipe,interleaved,zb-h1,dualpipe (zb-h1 and dualpipe are searched by default "
+    "for MoE / MLA / MTP models only)")]
+EpOption = Annotated[Optional[str], typer.Option("--ep", help="restrict the expert-parallel degree (MoE models), e.g. 8,16,32")]
+EtpOption = Annotated[Optional[str], typer.Option("--etp", help="restrict the expert tensor-parallel degree (MoE models)")]
+DispatcherOption = Annotated[Optional[str], typer.Option("--dispatcher", help="restrict: alltoall,allgather,deepep (MoE models)")]
 NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
 DefaultOverlapOption = Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")]
 DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")]
 
 
-def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule) -> dict:
+def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule, ep=None, etp=None, dispatcher=None) -> dict:
     """SearchProblem axis restrictions from the shared options (None = unrestricted)."""
+    from paraplan.specs.moe_plan import Dispatcher
+
     return {
         "tp": _int_list(tp, "--tp"),
         "pp": _int_list(pp, "--pp"),
         "cp": _int_list(cp, "--cp"),
         "micro_batch": _int_list(micro_batch, "--micro-batch"),
-        "recompute": _choice_list(recompute, "--recompute", ("none", "selective", "full")),
+        "recompute": _choice_list(recompute, "--recompute", get_args(specs_plan.Recompute)),
         "zero": _int_list(zero, "--zero"),
-        "schedules": _choice_list(schedule, "--schedule", ("1f1b", "gpipe", "interleaved")),
+        "schedules": _choice_list(schedule, "--schedule", get_args(specs_plan.Schedule)),
+        "ep": _int_list(ep, "--ep"),
+        "etp": _int_list(etp, "--etp"),
+        "dispatchers": _choice_list(dispatcher, "--dispatcher", get_args(Dispatcher)),
     }

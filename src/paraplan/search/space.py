@@ -33,18 +33,24 @@ from paraplan.specs.plan import (
     Recompute,
     Schedule,
     cp_rule,
+    dualpipe_rule,
     interleave_batch_rule,
     interleave_split_rule,
     pp_rule,
     sequence_parallel_rule,
     tp_rules,
 )
+from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.moe_plan import Dispatcher, dispatcher_rule, expert_degree_rules, moe_sequence_parallel_rule
 from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, grouped_split
 from paraplan.specs.system import SystemSpec
 from paraplan.stages import plan_spans
 
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
+# searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
+# other models with --schedules naming them
+SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
 OBJECTIVES = ("time", "cost", "mfu")
 
 
@@ -157,6 +163,12 @@ class SearchProblem:
     zero: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
     schedules: tuple[str, ...] | None = None
+    # mixture-of-experts axes (models with experts only): None = every value the rules allow
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
+    dispatchers: tuple[str, ...] | None = None
+    capacity_factor: float | None = None  # fixed for the search (null = dropless)
+    moe_balance: str = "learned"  # fixed for the search
     vary_offload: bool = True
     vary_overlap: bool = True
     vary_placement: bool = True
@@ -170,13 +182,6 @@ class SearchProblem:
             raise InputError.from_violations(broken)
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
-        from paraplan.specs.moe_model import moe_shaped
-
-        if moe_shaped(self.model):
-            raise InputError(
-                f"model: {self.model.name} has experts, MLA, windows or MTP modules; the search does not cover "
-                "ep / etp / dispatcher yet (issue 9), so it refuses rather than search without them; use paraplan estimate"
-            )
         if self.seq_length <= 0:
             raise InputError(f"seq_length: {self.seq_length!r} is not allowed; must be a positive integer")
         if (self.global_batch is None) == (self.max_global_batch is None):
@@ -273,9 +278,30 @@ class SearchProblem:
             sp_options = [s for s in sp_options if s in self.sequence_parallel] or ([False] if tp == 1 else [])
         if tp > 1 and sequence_parallel_rule(self.seq_length, cp, tp):
             sp_options = [s for s in sp_options if not s]
+        sp_options = [s for s in sp_options if not moe_sequence_parallel_rule(self.model, tp, s)]
         recompute = self.recompute or RECOMPUTE_MODES
         overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]  # default (off) first
         return [(sp, rc, ov) for sp in sp_options for rc in recompute for ov in overlap]
+
+    def expert_options(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str, bool]]:
+        """(ep, etp, moe_dispatcher, moe_a2a_overlap) options of a mixture-of-experts model for these
+        degrees (specs.moe_plan rules); (1, 1, "alltoall", False) for other models. ep ranges over the
+        divisors of the experts, etp over 1 and tp (Megatron-Core's two settings: experts not split, or
+        split like the dense layers), the dispatchers over all three; overlap of dispatch/combine only
+        where there is one (ep·etp > 1)."""
+        if not self.model.is_moe:
+            return [(1, 1, "alltoall", False)]
+        eps = self.ep or tuple(_divisors(self.model.experts))
+        etps = self.etp or tuple(sorted({1, tp}))
+        dispatchers = [d for d in (self.dispatchers or get_args(Dispatcher)) if not dispatcher_rule(d, self.capacity_factor)]
+        out = []
+        for ep in eps:
+            for etp in etps:
+                if expert_degree_rules(self.model, tp, cp, dp, ep, etp):
+                    continue
+                overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
+                out += [(ep, etp, d, ov) for d in dispatchers for ov in overlaps]
+        return out
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
     def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, bool]]:
@@ -284,11 +310,17 @@ class SearchProblem:
         then those only the split that counts the embedding and the loss as layers allows; the
         micro-batch count must be a multiple of pp (interleave_batch_rule)."""
         allowed = self.schedules or SCHEDULES
+        if self.schedules is None and not moe_shaped(self.model):
+            allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
         out = [(1, "1f1b", False)] if "1f1b" in allowed else []
         if pp == 1:
             return out
         if "gpipe" in allowed:
             out.append((1, "gpipe", False))
+        if "zb-h1" in allowed:
+            out.append((1, "zb-h1", False))
+        if "dualpipe" in allowed and not dualpipe_rule(pp, microbatches):
+            out.append((1, "dualpipe", False))
         if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
             return out
         seen = set()
@@ -306,7 +338,7 @@ class SearchProblem:
     def split_groups(self, pp: int, accounted: bool) -> tuple[SplitGroup, ...]:
         """The default split of the layers over pp stages, or with embedding and loss counted as layers."""
         units = int(accounted)
-        first, last = default_first_last(self.model.layers, pp, units, units)
+        first, last = default_first_last(self.model.layers, pp, units, units * (1 + self.model.mtp_layers))
         return grouped_split(self.model.layers, pp, first, last)
 
     def state_options(self, dp_size: int) -> list[tuple[int, bool, bool]]:
@@ -348,6 +380,10 @@ class Row:
     sequence_parallel: bool
     recompute: str
     overlap_tp_comm: bool
+    ep: int = 1
+    etp: int = 1
+    dispatcher: str = "alltoall"
+    a2a_overlap: bool = False
 
     @property
     def microbatches(self) -> int:
@@ -361,7 +397,8 @@ def rows(problem: SearchProblem):
         for mb, gb in problem.micro_batches(dp):
             for placement, spans in placements:
                 for sp, rc, ov in problem.layer_knobs(tp, cp):
-                    yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov)
+                    for ep, etp, dispatcher, a2a in problem.expert_options(tp, cp, dp):
+                        yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov, ep, etp, dispatcher, a2a)
 
 
 def grid_parts(problem: SearchProblem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
@@ -413,4 +450,10 @@ def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
         placement=row.placement,
         embedding_as_layer=accounted,
         loss_as_layer=accounted,
+        ep=row.ep,
+        etp=row.etp,
+        moe_dispatcher=row.dispatcher,
+        moe_a2a_overlap=row.a2a_overlap,
+        capacity_factor=problem.capacity_factor,
+        moe_balance=problem.moe_balance,
     )

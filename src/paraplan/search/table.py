@@ -14,7 +14,12 @@ from dataclasses import fields, replace
 
 import numpy as np
 
+from types import SimpleNamespace
+
+from paraplan.cost.moe import expert_dp_span
+from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape, lm_head_weight_params
+from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
@@ -26,6 +31,7 @@ from paraplan.stages import (
     block_cost_facts,
     block_memory_facts,
     build_step_inputs,
+    default_recompute_modules,
     gradient_group,
     model_gradient_groups,
     pipeline_transfer_s,
@@ -59,11 +65,29 @@ def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
         "offload_weights": column(offloads, 0, 1, n_s * n_t), "offload_activations": column(offloads, 1, 1, n_s * n_t),
         "offload_optimizer": column(offloads, 2, 1, n_s * n_t),
     }
-    n = n_s * n_t * n_o
-    values["zb"] = values["dualpipe"] = np.zeros(n, dtype=bool)  # split-backward schedules: not searched yet
+    values["zb"] = column(schedules, 1, n_t * n_o, 1, lambda x: x == "zb-h1")
+    values["dualpipe"] = column(schedules, 1, n_t * n_o, 1, lambda x: x == "dualpipe")
     out = {k: values[k].astype(_GRID_DTYPES[k]) for k in _GRID_DTYPES}
     out["accounted"] = values["accounted"].astype(np.int64)
     return out
+
+
+def _modules(recompute: str) -> tuple[str, ...]:
+    return default_recompute_modules(recompute)
+
+
+def _expert_shape(problem: SearchProblem, choice: tuple) -> ExpertShape:
+    """The ExpertShape of an expert option (space.expert_options) with the problem's fixed knobs."""
+    ep, etp, dispatcher, a2a_overlap = choice
+    return ExpertShape(ep, etp, dispatcher, problem.capacity_factor, problem.moe_balance, a2a_overlap)
+
+
+def _expert_spans(spans: dict, tp: int, cp: int, dp: int, choice: tuple, system) -> dict:
+    """A placement's spans with the expert gradient group's span for the option's ep and etp."""
+    if "expert" not in spans:
+        return spans
+    degrees = SimpleNamespace(tp=tp, cp=cp, dp=dp, ep=choice[0], etp=choice[1])
+    return {**spans, "expert": expert_dp_span(degrees, system)}
 
 
 class RowTable:
@@ -73,7 +97,7 @@ class RowTable:
         self.problem = problem
         model, system = problem.model, problem.system
         names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
-                 "overlap_tp", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id")
+                 "overlap_tp", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id", "expert")
         cols: dict[str, list] = {k: [] for k in names}
         self.placement_names: list[str] = []
         ids: dict[str, dict] = {k: {} for k in ("placement", "cost", "memory", "p2p", "group")}
@@ -81,6 +105,7 @@ class RowTable:
         memories: list[dict] = []  # per (shape, recompute): BLOCK_KINDS -> (kept, held, buffer)
         transfers: list[float] = []
         groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
+        expert_ids: dict[tuple, int] = {}  # (ep, etp, dispatcher, a2a overlap) -> id
 
         def intern(kind: str, key, make) -> int:
             table = ids[kind]
@@ -90,52 +115,67 @@ class RowTable:
             return table[key]
 
         reduced = model_gradient_groups(model)
+        shaped = moe_shaped(model)  # its layer graphs read the expert knobs and the recomputed modules
         for tp, pp, cp, dp in problem.factorizations:
-            knobs = problem.layer_knobs(tp, cp)
+            knobs = [(*k, e) for k in problem.layer_knobs(tp, cp) for e in problem.expert_options(tp, cp, dp)]
             if not knobs:
                 continue
             placements = problem.placements(tp, pp, cp, dp)
             n_p, n_k = len(placements), len(knobs)
             pids = [intern("placement", name, lambda name=name: self.placement_names.append(name)) for name, _ in placements]
-            gids = [intern("group", tuple(spans[g] for g in reduced),
-                           lambda spans=spans: groups.append({g: gradient_group(system, spans[g]) for g in reduced}))
-                    for _, spans in placements]
+            experts = sorted({e for *_, e in knobs})
+            expert_of = np.array([experts.index(e) for *_, e in knobs])
+            # gradient groups per (placement, expert degrees): the expert group's span follows ep and etp
+            group_of = np.array([[
+                intern("group", (tuple(spans[g] for g in reduced), e[:2]), lambda spans=spans, e=e: groups.append(
+                    {g: gradient_group(system, _expert_spans(spans, tp, cp, dp, e, system)[g]) for g in reduced}))
+                for e in experts] for _, spans in placements])
             pairs: dict[tuple, int] = {}  # distinct (tp span, cp span) among the placements
             pair_of = np.array([pairs.setdefault((spans["tp"], spans["cp"]), len(pairs)) for _, spans in placements])
-            knob_sp = np.array([sp for sp, _, _ in knobs])
-            knob_rc = np.array([RECOMPUTE_CODES[rc] for _, rc, _ in knobs])
-            knob_ov = np.array([ov for _, _, ov in knobs])
-            layer_states = sorted({(sp, rc) for sp, rc, _ in knobs})
-            state_of = np.array([layer_states.index((sp, rc)) for sp, rc, _ in knobs])
+            knob_sp = np.array([k[0] for k in knobs])
+            knob_rc = np.array([RECOMPUTE_CODES[k[1]] for k in knobs])
+            knob_ov = np.array([k[2] for k in knobs])
+            knob_ex = [k[3] for k in knobs]
+            # the layer-shape inputs each knob fixes: costs per (sp, recomputed modules, expert knobs),
+            # activation memory per (sp, recompute, expert knobs)
+            cost_states = [(k[0], _modules(k[1]) if shaped else (), k[3]) for k in knobs]
+            cost_keys = sorted(set(cost_states), key=cost_states.index)
+            cost_state_of = np.array([cost_keys.index(k) for k in cost_states])
+            memory_states = [(k[0], k[1], k[3]) for k in knobs]
+            memory_keys = sorted(set(memory_states), key=memory_states.index)
+            memory_state_of = np.array([memory_keys.index(k) for k in memory_states])
             for mb, gb in problem.micro_batches(dp):
-                shapes = {sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
-                          for sp in (False, True)}
+                def shape(sp, modules, e, mb=mb):
+                    return LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype,
+                                      _expert_shape(problem, e) if shaped else ExpertShape(), modules)
+
                 p2p_of = [intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans: transfers.append(
-                    pipeline_transfer_s(model, system, shapes[False], spans["pp"]))) for _, spans in placements]
-                # block costs per (sp, span pair), activation memory per (sp, recompute): computed once each
-                cost_of = np.zeros((2, len(pairs)), dtype=np.int64)
-                for sp in {sp for sp, _, _ in knobs}:
-                    for pair, q in pairs.items():
-                        cost_of[int(sp), q] = intern("cost", (tp, cp, mb, sp, pair), lambda sp=sp, pair=pair: costs.append(
-                            block_cost_facts(model, system, shapes[sp], *pair)))
+                    pipeline_transfer_s(model, system, shape(False, (), knob_ex[0]), spans["pp"]))) for _, spans in placements]
+                # block costs per (cost state, span pair), activation memory per memory state: computed once each
+                cost_of = np.array([[
+                    intern("cost", (tp, cp, mb, key, pair), lambda key=key, pair=pair: costs.append(
+                        block_cost_facts(model, system, shape(*key), *pair)))
+                    for pair in pairs] for key in cost_keys], dtype=np.int64)
                 memory_of = np.array([
-                    intern("memory", (tp, cp, mb, sp, rc), lambda sp=sp, rc=rc: memories.append(block_memory_facts(model, shapes[sp], rc)))
-                    for sp, rc in layer_states
+                    intern("memory", (tp, cp, mb, key), lambda key=key: memories.append(
+                        block_memory_facts(model, shape(key[0], _modules(key[1]) if shaped else (), key[2]), key[1])))
+                    for key in memory_keys
                 ], dtype=np.int64)
-                cost_table = cost_of[knob_sp.astype(np.int64)[None, :], pair_of[:, None]]
-                memory_table = memory_of[state_of]
+                cost_table = cost_of[cost_state_of[None, :], pair_of[:, None]]
+                memory_table = memory_of[memory_state_of]
                 n = n_p * n_k
                 for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro_batch", mb), ("global_batch", gb)):
                     cols[name].append(np.full(n, value, dtype=np.int64))
                 cols["placement"].append(np.repeat(np.array(pids), n_k))
                 cols["tp_domains"].append(np.repeat(np.array([spans["tp"].domains for _, spans in placements]), n_k))
                 cols["p2p_id"].append(np.repeat(np.array(p2p_of), n_k))
-                cols["group_id"].append(np.repeat(np.array(gids), n_k))
+                cols["group_id"].append(group_of[:, expert_of].reshape(-1))
                 cols["cost_id"].append(cost_table.reshape(-1))
                 cols["memory_id"].append(np.tile(memory_table, n_p))
                 cols["sp"].append(np.tile(knob_sp, n_p))
                 cols["recompute"].append(np.tile(knob_rc, n_p))
                 cols["overlap_tp"].append(np.tile(knob_ov, n_p))
+                cols["expert"].append(np.tile(np.array([expert_ids.setdefault(e, len(expert_ids)) for e in knob_ex]), n_p))
         c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
         self.size = len(c["tp"])
         if not self.size:
@@ -158,7 +198,11 @@ class RowTable:
             pp=c["pp"].astype(float),
             microbatches=(c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float),
             gradient_groups=stack(groups, c["group_id"]),
+            model=model,
+            mtp_layers=model.mtp_layers,
         )
+        self.expert_choices = list(expert_ids)
+        self.layer_kinds = _layer_kinds(model)
         self.blocks = row_blocks(self.facts)
         self.step_facts = replace(self.facts, blocks={})  # what build_step_inputs reads besides the blocks
         self.constants = system_terms(system, problem.dtype)
@@ -168,13 +212,13 @@ class RowTable:
         return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
                    self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
                    int(c["global_batch"][i]), bool(c["sp"][i]), str(RECOMPUTE_NAMES[c["recompute"][i]]),
-                   bool(c["overlap_tp"][i]))
+                   bool(c["overlap_tp"][i]), *self.expert_choices[c["expert"][i]])
 
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
         facts = take(self.step_facts, index)
         accounted = grid_values["accounted"]
-        first, last = default_first_last(facts.layers, facts.pp, accounted, accounted)
+        first, last = default_first_last(facts.layers, facts.pp, accounted, accounted * (1 + facts.mtp_layers))
         split = grouped_split(facts.layers, facts.pp, first, last)
         knobs = GridKnobs(**{f.name: grid_values[f.name] for f in fields(GridKnobs)})
         return build_step_inputs(facts, take(self.blocks, index), knobs, split, self.constants)
@@ -187,16 +231,30 @@ class RowTable:
         least F·u (+ its transfers) per micro-batch and the other stages at least (L − F)·u in
         all; the bound is increasing in F (m >= 1 >= 1/v), so F = ⌈L/p⌉ gives a lower bound. The
         bubble divides the other stages' work by at most v_max, the largest vpp of the row's grid;
-        data-parallel sync, optimizer and offload terms are >= 0."""
-        terms = self.blocks["decoder"].terms
-        unit = 0.0
-        for name in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``, not added)
-            unit = unit + getattr(terms, name)
+        data-parallel sync, optimizer and offload terms are >= 0. For models with several kinds of
+        decoder layer (dense and MoE layers) u is the cheaper kind's work; MTP modules add >= 0.
+        The split-backward schedules (ZB-H1, DualPipe) shrink only the bubble, which the bound
+        already leaves out of the slowest stage's m·F·u."""
+        unit = None
+        for kind in self.layer_kinds:  # the cheapest kind of decoder layer the model has
+            terms = self.blocks[kind].terms
+            work = 0.0
+            for name in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``, not added)
+                work = work + getattr(terms, name)
+            unit = work if unit is None else np.minimum(unit, work)
         facts = self.facts
         p2p = np.where(facts.pp > 1, 2.0 * facts.p2p_transfer_s, 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"]
         fullest = -(-layers // pp)
         return facts.microbatches * (fullest * unit + p2p) + (layers - fullest) * unit / v_max
+
+
+def _layer_kinds(model) -> tuple[str, ...]:
+    """The decoder-layer block kinds a model's stages hold (stages.BLOCK_KINDS names)."""
+    if not moe_shaped(model):
+        return ("decoder",)
+    kinds = ("dense_layer",) if (not model.is_moe or model.dense_layers > 0) else ()
+    return kinds + (("moe_layer",) if model.is_moe else ())
 
 
 def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndarray]:
@@ -209,13 +267,21 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
         "vpp": grid_values["vpp"], "micro_batch": c["micro_batch"][index],
         "sequence_parallel": c["sp"][index].astype(bool), "recompute": RECOMPUTE_NAMES[c["recompute"][index]],
         "zero": grid_values["zero"],
-        "schedule": np.where(grid_values["interleaved"], "interleaved", np.where(grid_values["gpipe"], "gpipe", "1f1b")),
+        "schedule": np.select(
+            [grid_values["interleaved"], grid_values["gpipe"], grid_values["zb"], grid_values["dualpipe"]],
+            ["interleaved", "gpipe", "zb-h1", "dualpipe"], "1f1b"),
         "offload_weights": grid_values["offload_weights"], "offload_activations": grid_values["offload_activations"],
         "offload_optimizer": grid_values["offload_optimizer"], "overlap_dp_grad_reduce": grid_values["overlap_dp_grad_reduce"],
         "overlap_param_gather": grid_values["overlap_param_gather"], "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
         "placement": np.array(table.placement_names)[c["placement"][index]],
         "embedding_as_layer": accounted, "loss_as_layer": accounted,
     }
+    experts = table.expert_choices
+    chosen = c["expert"][index]
+    for field, i in (("ep", 0), ("etp", 1), ("moe_dispatcher", 2), ("moe_a2a_overlap", 3)):
+        values[field] = np.array([e[i] for e in experts])[chosen]
+    values["capacity_factor"] = _default_column(table.problem.capacity_factor, len(index))
+    values["moe_balance"] = np.full(len(index), table.problem.moe_balance)
     n = len(index)
     return {name: values[name] if name in values else _default_column(PlanSpec.model_fields[name].default, n)
             for name in PLAN_COLUMNS}

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations
+from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations, moe_sequence_parallel_rule
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
 from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, explicit_split, grouped_split
 
@@ -177,6 +177,14 @@ def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
     return None
 
 
+def dualpipe_rule(pp: int, microbatches: int) -> str | None:
+    """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
+    pp and the micro-batch count must be even."""
+    if pp % 2 or microbatches % 2:
+        return f"needs an even pp (got {pp}) and an even micro-batch count (got {microbatches})"
+    return None
+
+
 def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
     """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
     if microbatches % pp:
@@ -270,9 +278,8 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         )
     if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
-    if plan.pipeline_schedule == "dualpipe" and (plan.pp % 2 or (batch_ok and plan.microbatches % 2)):
-        # DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1)
-        out.append(Violation("plan.schedule", "dualpipe", f"needs an even pp (got {plan.pp}) and an even micro-batch count"))
+    if plan.pipeline_schedule == "dualpipe" and (rule := dualpipe_rule(plan.pp, plan.microbatches if batch_ok else 0)):
+        out.append(Violation("plan.schedule", "dualpipe", rule))
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("plan.vpp", plan.vpp, "needs pp > 1"))
     elif plan.pipeline_schedule == "interleaved" and split_ok:
@@ -284,10 +291,8 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         if rule := interleave_batch_rule(plan.microbatches, plan.pp):
             out.append(Violation("plan.global_batch", plan.global_batch, rule))
     out += moe_plan_violations(model, plan.tp, plan.cp, plan.dp or 1, plan.ep, plan)
-    if model.is_moe and plan.tp > 1 and not plan.sequence_parallel:
-        # Megatron-Core: "During training, performance may degrade if MoE and tensor parallelism are
-        # enabled without also enabling sequence parallelism" is enforced as an error in arguments.py
-        out.append(Violation("plan.sequence_parallel", False, f"MoE layers with tp={plan.tp} need sequence_parallel (Megatron-Core)"))
+    if rule := moe_sequence_parallel_rule(model, plan.tp, plan.sequence_parallel):
+        out.append(Violation("plan.sequence_parallel", False, rule))
     if plan.recompute_modules and plan.recompute != "selective":
         out.append(Violation("plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"))
     return out

@@ -1,0 +1,115 @@
+"""The search over mixture-of-experts plans (issue 9): ep, etp, dispatcher, dispatch/combine overlap
+and the split-backward schedules are axes of the canonical space, and the fast path stays exact."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.estimate import estimate
+from paraplan.search import run
+from paraplan.search.run import exhaustive_search, search
+from paraplan.search.space import SearchProblem
+from paraplan.search.table import RowTable, feasible_columns, grid_arrays
+
+
+def mixtral_problem(**fields) -> SearchProblem:
+    """Mixtral 8x7B on two H100 nodes: EP inside and across the NVLink domain, pp 2 and 4 (DualPipe,
+    ZB-H1, interleaving), etp 1 or tp; a few thousand candidates so the exhaustive path stays quick."""
+    base = dict(
+        model=load_model("mixtral-8x7b"), system=load_system("dgx-h100-80gb"), gpus=16, seq_length=4096,
+        global_batch=32, tp=(1, 2), pp=(2, 4), micro_batch=(1,), recompute=("full",), zero=(1,),
+        ep=(2, 8), dispatchers=("alltoall", "deepep"), vary_offload=False, vary_placement=False,
+    )
+    return SearchProblem(**{**base, **fields})
+
+
+@pytest.fixture(scope="module")
+def reference():
+    p = mixtral_problem()
+    return p, exhaustive_search(p, top_k=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_moe_fast_search_equals_exhaustive(reference, chunk, monkeypatch):
+    p, want = reference
+    if chunk is not None:
+        monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+    got = search(p, top_k=10)
+    assert got.candidates == want.candidates
+    assert [r.key for r in got.plans] == [r.key for r in want.plans]
+    assert [r.plan.model_dump() for r in got.plans] == [r.plan.model_dump() for r in want.plans]
+    for a, b in zip(got.plans, want.plans):
+        assert math.isclose(a.objective, b.objective, rel_tol=1e-9)
+    if chunk == 1:
+        assert got.evaluated < got.candidates  # the bounds pruned something
+
+
+@pytest.mark.slow
+def test_moe_problem_exercises_the_new_axes(reference):
+    p, want = reference
+    everything = search(p, top_k=10, collect_all=True).all_feasible
+    plans = [item["plan"] for item in everything]
+    assert {q.ep for q in plans} == {2, 8}
+    assert {q.etp for q in plans} == {1, 2}
+    assert {q.moe_dispatcher for q in plans} == {"alltoall", "deepep"}
+    assert {q.moe_a2a_overlap for q in plans} == {False, True}
+    assert {"zb-h1", "dualpipe", "interleaved", "1f1b", "gpipe"} <= {q.schedule for q in plans}
+    assert any(r.plan.ep > 1 for r in want.plans)
+
+
+def test_expert_options_follow_the_plan_rules():
+    p = mixtral_problem(ep=None, dispatchers=None)
+    # tp·cp·dp = 2·1·4 = 8 ranks per stage: ep·etp must divide 8 and ep the 8 experts
+    options = p.expert_options(2, 1, 4)
+    assert {(ep, etp) for ep, etp, _, _ in options} == {(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2)}
+    assert {d for _, _, d, _ in options} == {"alltoall", "allgather", "deepep"}
+    assert not any(ov for ep, etp, _, ov in options if ep * etp == 1)  # nothing to overlap
+    # deepep cannot pad to capacity: dropped when the problem fixes a capacity factor
+    assert {d for _, _, d, _ in mixtral_problem(ep=None, dispatchers=None, capacity_factor=1.25).expert_options(2, 1, 4)} == {
+        "alltoall", "allgather"}
+    dense = SearchProblem(model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=8, seq_length=4096, global_batch=8)
+    assert dense.expert_options(2, 1, 4) == [(1, 1, "alltoall", False)]
+
+
+def test_split_backward_schedules_default_to_moe_models_only():
+    moe = mixtral_problem()
+    assert {s for _, s, _ in moe.schedule_options(2, 16)} >= {"zb-h1", "dualpipe"}
+    assert "dualpipe" not in {s for _, s, _ in moe.schedule_options(2, 15)}  # odd micro-batch count
+    dense = SearchProblem(model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=8, seq_length=4096, global_batch=8)
+    assert not {s for _, s, _ in dense.schedule_options(2, 16)} & {"zb-h1", "dualpipe"}
+    asked = SearchProblem(model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=8, seq_length=4096,
+                          global_batch=8, schedules=("1f1b", "zb-h1"))
+    assert {s for _, s, _ in asked.schedule_options(2, 16)} == {"1f1b", "zb-h1"}
+
+
+def test_moe_tp_without_sequence_parallel_is_not_in_the_space():
+    p = mixtral_problem()
+    assert all(sp for sp, _, _ in p.layer_knobs(2, 1))
+
+
+def test_search_columns_carry_the_expert_knobs_and_match_the_estimate():
+    """The CSV columns of a candidate are its plan: ep / etp / dispatcher / overlap / schedule, and the
+    step time the vectorised path gives equals estimate() of that plan."""
+    p = mixtral_problem()
+    table = RowTable(p)
+    options = run._GridIndex(p, table)
+    rows = [r for r in range(table.size) if options.lengths[r]][::7][:12]
+
+    index, grid_index = options.candidates(np.array(rows))
+    values = options.values(index, grid_index)
+    step, peak, _ = run._evaluate(table, index, values)
+    columns = feasible_columns(table, index, values, step, step, peak, np.ones(len(index)))
+    for i in range(0, len(index), 5):
+        plan = run.plan_of(p, table.row(int(index[i])), options.option(int(index[i]), int(grid_index[i])))
+        for field in ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap", "schedule", "vpp", "tp", "pp"):
+            assert columns[field][i] == getattr(plan, field), field
+        e = estimate(p.model, p.system, plan)
+        assert math.isclose(step[i], e.step_time_s, rel_tol=1e-9)
+        assert math.isclose(peak[i], e.peak_stage.peak_bytes, rel_tol=1e-9)
+    arrays = grid_arrays((p.schedule_options(2, 16), [(1, True, True)], [(False, False, False)]))
+    assert arrays["dualpipe"].any() and arrays["zb"].any()
