@@ -156,6 +156,11 @@ def estimate(
     recompute_modules: Annotated[
         Optional[str], typer.Option("--recompute-modules", help="selective recompute by module, e.g. mla_up_proj,moe_act")
     ] = None,
+    tp_layout: Annotated[str, typer.Option("--tp-layout", help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
+                                                               "tp, sequence over cp, K/V all-gathered); docs/model.md §8")] = "1d",
+    tp_rows: Annotated[Optional[int], typer.Option("--tp-rows", min=1, help="2d: rows of the tp grid (default ≈ √tp)")] = None,
+    summa_panels: Annotated[Optional[int], typer.Option("--summa-panels", min=1, help="2d: SUMMA panels per product "
+                                                                                     "(default max(rows, columns))")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,
@@ -229,6 +234,9 @@ def estimate(
         "moe_balance": moe_balance,
         "moe_a2a_overlap": moe_a2a_overlap,
         "recompute_modules": [m for m in recompute_modules.split(",") if m] if recompute_modules else None,
+        "tp_layout": tp_layout,
+        "tp_rows": tp_rows,
+        "summa_panels": summa_panels,
     }
     given = given_plan_options(ctx, fields)
     if cluster is not None or (plan_file is not None and "#" not in plan_file):  # non-uniform plans: issue 10
