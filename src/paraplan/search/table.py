@@ -19,6 +19,7 @@ from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.specs.split import default_first_last, grouped_split
+from paraplan.specs.tp_layout import TP_LAYOUTS, panel_count
 from paraplan.stages import (
     BlockFacts,
     GridKnobs,
@@ -66,6 +67,22 @@ def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
     return out
 
 
+def layer_shape_of(problem: SearchProblem, tp: int, cp: int, micro_batch: int, sp: bool, layout: str,
+                   rows: int) -> LayerShape:
+    """The LayerShape of a row: estimate.layer_shape's rule (a 2D grid of ``rows`` rows states its
+    activation split as sequence parallelism, with the default panel count)."""
+    summa = layout == "2d"
+    r = rows if summa else 1
+    return LayerShape(tp, cp, micro_batch, problem.seq_length, (sp or summa) and tp > 1, problem.attention,
+                      problem.dtype, tp_layout=layout, tp_rows=r,
+                      summa_panels=panel_count(r, tp // r, None) if summa else 1)
+
+
+def shape_keys_of(knobs: list[tuple]) -> list[tuple]:
+    """(sequence parallel, layout, grid rows or 0) of each layer-knob option (space.layer_knobs)."""
+    return [(sp, layout, rows or 0) for sp, _, _, layout, rows in knobs]
+
+
 class RowTable:
     """Every row of the canonical space: columns (degrees, batch, knobs) and one RowFacts of arrays."""
 
@@ -73,7 +90,7 @@ class RowTable:
         self.problem = problem
         model, system = problem.model, problem.system
         names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
-                 "overlap_tp", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id")
+                 "overlap_tp", "layout", "tp_rows", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id")
         cols: dict[str, list] = {k: [] for k in names}
         self.placement_names: list[str] = []
         ids: dict[str, dict] = {k: {} for k in ("placement", "cost", "memory", "p2p", "group")}
@@ -102,27 +119,34 @@ class RowTable:
                     for _, spans in placements]
             pairs: dict[tuple, int] = {}  # distinct (tp span, cp span) among the placements
             pair_of = np.array([pairs.setdefault((spans["tp"], spans["cp"]), len(pairs)) for _, spans in placements])
-            knob_sp = np.array([sp for sp, _, _ in knobs])
-            knob_rc = np.array([RECOMPUTE_CODES[rc] for _, rc, _ in knobs])
-            knob_ov = np.array([ov for _, _, ov in knobs])
-            layer_states = sorted({(sp, rc) for sp, rc, _ in knobs})
-            state_of = np.array([layer_states.index((sp, rc)) for sp, rc, _ in knobs])
+            knob_sp = np.array([k[0] for k in knobs])
+            knob_rc = np.array([RECOMPUTE_CODES[k[1]] for k in knobs])
+            knob_ov = np.array([k[2] for k in knobs])
+            knob_layout = np.array([TP_LAYOUTS.index(k[3]) for k in knobs])
+            knob_rows = np.array([k[4] or 0 for k in knobs])
+            # layer shapes: (sequence parallel, tensor-parallel layout, grid rows or 0)
+            knob_keys = shape_keys_of(knobs)
+            shape_keys = sorted(set(knob_keys))
+            shape_of = np.array([shape_keys.index(key) for key in knob_keys])
+            knob_states = [(key, k[1]) for key, k in zip(knob_keys, knobs)]
+            layer_states = sorted(set(knob_states))
+            state_of = np.array([layer_states.index(state) for state in knob_states])
             for mb, gb in problem.micro_batches(dp):
-                shapes = {sp: LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype)
-                          for sp in (False, True)}
+                shapes = {key: layer_shape_of(problem, tp, cp, mb, *key) for key in shape_keys}
                 p2p_of = [intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans: transfers.append(
-                    pipeline_transfer_s(model, system, shapes[False], spans["pp"]))) for _, spans in placements]
-                # block costs per (sp, span pair), activation memory per (sp, recompute): computed once each
-                cost_of = np.zeros((2, len(pairs)), dtype=np.int64)
-                for sp in {sp for sp, _, _ in knobs}:
+                    pipeline_transfer_s(model, system, layer_shape_of(problem, tp, cp, mb, False, "1d", 0), spans["pp"])))
+                    for _, spans in placements]
+                # block costs per (shape, span pair), activation memory per (shape, recompute): computed once each
+                cost_of = np.zeros((len(shape_keys), len(pairs)), dtype=np.int64)
+                for i, key in enumerate(shape_keys):
                     for pair, q in pairs.items():
-                        cost_of[int(sp), q] = intern("cost", (tp, cp, mb, sp, pair), lambda sp=sp, pair=pair: costs.append(
-                            block_cost_facts(model, system, shapes[sp], *pair)))
+                        cost_of[i, q] = intern("cost", (tp, cp, mb, key, pair), lambda key=key, pair=pair: costs.append(
+                            block_cost_facts(model, system, shapes[key], *pair)))
                 memory_of = np.array([
-                    intern("memory", (tp, cp, mb, sp, rc), lambda sp=sp, rc=rc: memories.append(block_memory_facts(model, shapes[sp], rc)))
-                    for sp, rc in layer_states
+                    intern("memory", (tp, cp, mb, key, rc), lambda key=key, rc=rc: memories.append(block_memory_facts(model, shapes[key], rc)))
+                    for key, rc in layer_states
                 ], dtype=np.int64)
-                cost_table = cost_of[knob_sp.astype(np.int64)[None, :], pair_of[:, None]]
+                cost_table = cost_of[shape_of[None, :], pair_of[:, None]]
                 memory_table = memory_of[state_of]
                 n = n_p * n_k
                 for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro_batch", mb), ("global_batch", gb)):
@@ -136,6 +160,8 @@ class RowTable:
                 cols["sp"].append(np.tile(knob_sp, n_p))
                 cols["recompute"].append(np.tile(knob_rc, n_p))
                 cols["overlap_tp"].append(np.tile(knob_ov, n_p))
+                cols["layout"].append(np.tile(knob_layout, n_p))
+                cols["tp_rows"].append(np.tile(knob_rows, n_p))
         c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
         self.size = len(c["tp"])
         if not self.size:
@@ -168,7 +194,7 @@ class RowTable:
         return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
                    self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
                    int(c["global_batch"][i]), bool(c["sp"][i]), str(RECOMPUTE_NAMES[c["recompute"][i]]),
-                   bool(c["overlap_tp"][i]))
+                   bool(c["overlap_tp"][i]), TP_LAYOUTS[int(c["layout"][i])], int(c["tp_rows"][i]) or None)
 
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
@@ -215,6 +241,8 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
         "overlap_param_gather": grid_values["overlap_param_gather"], "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
         "placement": np.array(table.placement_names)[c["placement"][index]],
         "embedding_as_layer": accounted, "loss_as_layer": accounted,
+        "tp_layout": np.array(TP_LAYOUTS)[c["layout"][index]],
+        "tp_rows": np.where(c["tp_rows"][index] > 0, c["tp_rows"][index], None).astype(object),
     }
     n = len(index)
     return {name: values[name] if name in values else _default_column(PlanSpec.model_fields[name].default, n)
