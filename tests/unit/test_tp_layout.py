@@ -283,10 +283,29 @@ def test_two_d_seq_exports_as_all_gather_context_parallelism_and_back():
         import_plan("megatron", ulysses)
 
 
-def test_error_band_marks_a_2d_layout_as_extrapolated():
-    from paraplan.validate.band import error_band
+def test_error_band_feature_of_a_2d_layout():
+    """A 2D layout is a feature of its own, so the band lists it as extrapolated (no validation case has one)."""
+    from paraplan.validate.band import plan_features
 
-    plan = plan_from_fields({"gpus": 8, "tp": 4, "global_batch": 8, "seq_length": 2048, "tp_layout": "2d"})
-    gpt, a100 = load_model("gpt3-175b"), load_system("dgx-a100-80gb")
-    band = error_band(gpt, a100, plan, 1.0)
-    assert any(f.endswith("tp layout 2d") for f in band.extrapolated)
+    a100 = load_system("dgx-a100-80gb")
+    for layout, fields in (("2d", {"tp": 4}), ("2d-seq", {"tp": 2, "cp": 2})):
+        plan = plan_from_fields({"gpus": 8, "global_batch": 8, "seq_length": 2048, "tp_layout": layout, **fields})
+        assert f"ampere tp layout {layout}" in plan_features(SMALL, a100, plan)
+    plain = plan_from_fields({"gpus": 8, "tp": 4, "global_batch": 8, "seq_length": 2048})
+    assert not any("layout" in f for f in plan_features(SMALL, a100, plain))
+
+
+def test_search_tries_layouts_only_when_asked(capsys):
+    from paraplan.api import search
+
+    base = dict(gpus=8, global_batch=8, seq_length=8192, tp=[4, 8], micro_batch=[1], recompute=["full"], zero=[1],
+                vary_offload=False, vary_overlap=False, vary_placement=False)
+    plain = search("gpt3-125m", "dgx-a100-80gb", top=50, **base)
+    assert {r.plan.tp_layout for r in plain.plans} == {"1d"}
+    wide = search("gpt3-125m", "dgx-a100-80gb", top=50, tp_layouts=["1d", "2d", "2d-seq"], **base)
+    assert {r.plan.tp_layout for r in wide.plans} >= {"1d", "2d"} and wide.raw.candidates > plain.raw.candidates
+    with pytest.raises(SystemExit) as exc:
+        main(["search", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "8",
+              "--tp-layout", "1d,3d"])
+    _, err = capsys.readouterr()
+    assert exc.value.code == 2 and err.startswith("error: --tp-layout") and err.count("\n") == 1
