@@ -204,7 +204,7 @@ def search(
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     system_spec = load_system(str(system) if isinstance(system, Path) else system)
     fields = dict(space)
-    for key in ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "sequence_parallel", "schedules"):
+    for key in ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "sequence_parallel", "schedules", "tp_layouts"):
         if fields.get(key) is not None and not isinstance(fields[key], tuple):  # a list or one value
             value = fields[key]
             fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)

@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
+from paraplan.cost.summa import grid_spans
 from paraplan.cost.moe import expert_span, expert_tp_span, moe_collective_time_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import ExpertShape
@@ -22,16 +23,24 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
-from paraplan.stages import BLOCK_KINDS, GridKnobs, default_recompute_modules, build_step_inputs, plan_spans, row_blocks, row_facts, system_terms
+from paraplan.specs.tp_layout import grid_shape, panel_count
+from paraplan.stages import BLOCK_KINDS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
+    """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
+    shape states as sequence parallelism over tp (specs/tp_layout.py)."""
+    summa = plan.tp_layout == "2d"
+    rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
     return LayerShape(
         tp=plan.tp,
         cp=plan.cp,
         micro_batch=plan.micro_batch,
         seq_length=plan.seq_length,
-        sequence_parallel=plan.sequence_parallel and plan.tp > 1,
+        sequence_parallel=(plan.sequence_parallel or summa) and plan.tp > 1,
+        tp_layout=plan.tp_layout,
+        tp_rows=rows,
+        summa_panels=panel_count(rows, cols, plan.summa_panels) if summa else 1,
         attention=plan.attention,
         dtype=plan.dtype,
         expert=ExpertShape(plan.ep, plan.etp, plan.moe_dispatcher, plan.capacity_factor, plan.moe_balance, plan.moe_a2a_overlap),
@@ -149,6 +158,8 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     acc = system.accelerator
     shape = layer_shape(plan)
     spans = plan_spans(plan, system)
+    if shape.tp_layout == "2d":
+        spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)
     counts = {"decoder": fullest, "dense_layer": min(fullest, model.dense_layers) if model.is_moe else fullest,
               "moe_layer": fullest, "mtp": model.mtp_layers}

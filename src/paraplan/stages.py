@@ -29,6 +29,7 @@ import numpy as np
 from paraplan.cost import memory as mem
 from paraplan.cost.comm import GroupSpan, collective_costs_s, collective_time_s, group_span, linear_collective, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
+from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
 from paraplan.graph.ops import LayerGraph
@@ -152,9 +153,9 @@ def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> f
     """Working buffers beside the kept activations: one layer re-materialised in backward under full
     recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""
     buffers = mem.layer_activation_bytes(model, shape, "none") if recompute == "full" else 0.0
-    if shape.sequence_parallel:
+    if shape.sequence_parallel and shape.tp_layout != "2d":  # SUMMA gathers panels, not whole inputs
         buffers += shape.act_bytes * shape.local_tokens * model.hidden
-    return buffers
+    return buffers + mem.layout_buffer_bytes(model, shape)
 
 
 def p2p_bytes(model: ModelSpec, shape: LayerShape) -> float:
@@ -219,7 +220,8 @@ class BlockComm:
     tp_nic_backward: float = 0.0
     cp_nic_forward: float = 0.0
     cp_nic_backward: float = 0.0
-    # context-parallel ring: steps per pass (c - 1) and the per-step synchronisation nothing hides
+    # context-parallel ring: steps per pass (c - 1) and the CP time nothing hides: the ring's per-step
+    # synchronisation, or 2d-seq's K/V all-gathers (graph/summa.py; the kernel waits for them)
     cp_steps: float = 0.0
     cp_sync_forward: float = 0.0
     cp_sync_backward: float = 0.0
@@ -235,7 +237,9 @@ def block_comm(
     (cost.moe.moe_collective_time_and_price_s)."""
     spans = {"tp": tp_span, "cp": cp_span}
     s = dict.fromkeys(BlockComm.__dataclass_fields__, 0.0)
-    if shape is not None:
+    if shape is not None and shape.tp_layout == "2d":
+        spans["tp_row"], spans["tp_col"] = grid_spans(tp_span, shape.tp_rows)
+    if shape is not None and model is not None:  # MoE models
         spans["ep"] = expert_span(shape.expert.ep, shape.expert.etp, system)
         spans["etp"] = expert_tp_span(shape.expert.etp, system)
         s["ep_overlap"] = float(shape.expert.a2a_overlap)
@@ -248,8 +252,15 @@ def block_comm(
             s["ep_backward_price"] += c.count_bwd * price
             continue
         time, price, nic = collective_costs_s(c.kind, c.bytes, spans[c.group], system)
-        s[f"{c.group}_nic_forward"] += c.count_fwd * nic
-        s[f"{c.group}_nic_backward"] += c.count_bwd * nic
+        tier = "cp" if c.group == "cp" else "tp"  # the 2D grid's rows and columns are tensor-parallel traffic
+        s[f"{tier}_nic_forward"] += c.count_fwd * nic
+        s[f"{tier}_nic_backward"] += c.count_bwd * nic
+        if c.overlaps_with == "panels":  # SUMMA traffic: exposed beside the block's GEMMs (block_cost_facts)
+            continue
+        if c.group == "cp" and c.kind != "ring_exchange":  # 2d-seq: K/V all-gathers the kernel waits for
+            s["cp_sync_forward"] += c.count_fwd * time
+            s["cp_sync_backward"] += c.count_bwd * time
+            continue
         if c.group == "cp":
             if c.kind == "ring_exchange" and spans["cp"].size > 1:
                 steps = spans["cp"].size - 1
@@ -349,9 +360,26 @@ def block_cost_facts(
     for name in model_block_kinds(model):
         graph = BLOCK_KINDS[name].graph(model, shape)
         moe = moe_shaped(model)
-        comm = block_comm(graph, system, tp_span, cp_span, model if moe else None, shape if moe else None)
-        out[name] = BlockCostFacts(block_compute(graph, system, shape.dtype), comm, graph.weight_params)
+        comm = block_comm(graph, system, tp_span, cp_span, model if moe else None,
+                          shape if moe or shape.tp_layout == "2d" else None)
+        compute = block_compute(graph, system, shape.dtype)
+        if shape.tp_layout == "2d":
+            comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
+        out[name] = BlockCostFacts(compute, comm, graph.weight_params)
     return out
+
+
+def with_summa_exposure(comm: BlockComm, compute: BlockCompute, block: LayerGraph, system: SystemSpec,
+                        tp_span: GroupSpan, shape: LayerShape) -> BlockComm:
+    """A 2D block's SUMMA panel traffic (cost.summa.summa_traffic_s) as exposed TP time: per direction the
+    pipelined-panel exposure beside the block's GEMMs plus the price of the hidden part
+    (cost.summa.summa_exposure_s); the block's other collectives are already in ``comm``."""
+    fwd, bwd, fwd_price, bwd_price = summa_traffic_s(block, system, tp_span, shape.tp_rows)
+    if fwd == bwd == 0.0:
+        return comm
+    return replace(comm,
+                   tp_forward=comm.tp_forward + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
+                   tp_backward=comm.tp_backward + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price))
 
 
 @lru_cache(maxsize=16384)

@@ -40,6 +40,7 @@ def sample_plans(n: int = 400) -> list[PlanSpec]:
             offload_optimizer=rng.random() < 0.2, overlap_dp_grad_reduce=rng.random() < 0.8,
             overlap_param_gather=rng.random() < 0.8, overlap_tp_comm=rng.random() < 0.3,
             placement=rng.choice(["tp-cp-dp-pp", "tp-cp-dp-pp", "tp-cp-pp-dp", "cp-tp-dp-pp", "tp-dp-cp-pp"]),
+            tp_layout=rng.choice(["1d", "1d", "1d", "2d-seq", "2d"]),
         )
         split = rng.choice(["default", "default", "first_last", "as_layer", "explicit"]) if pp > 1 else "default"
         if split == "first_last":

@@ -80,9 +80,41 @@ def test_plan_file_errors_are_one_line(search_file, tmp_path, capsys, suffix, co
     assert code == 2 and message in err and err.count("\n") == 1
 
 
-def test_plan_and_gpus_together_are_refused(search_file, capsys):
-    code, _, err = run(capsys, "estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--gpus", "8", "--plan", str(search_file))
-    assert code == 2 and "not both" in err
+def test_plan_options_beside_plan_override_the_file(search_file, capsys):
+    """--tp / --gpus / --zero beside --plan replace the file's values (dp inferred again); the rest stays."""
+    best = json.loads(search_file.read_text())["plans"][0]["plan"]
+    tp = 2 if best["tp"] != 2 else 4
+    code, out, err = run(capsys, "estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--plan", f"{search_file}#1",
+                         "--tp", str(tp), "--gpus", "16", "--zero", "1", "--json")
+    assert code == 0, err
+    got = json.loads(out)["plan"]
+    assert (got["tp"], got["gpus"], got["zero"]) == (tp, 16, 1)
+    assert got["dp"] == 16 // (tp * best["pp"] * best["cp"])  # not the file's dp
+    keep = ("micro_batch", "global_batch", "recompute", "pp", "cp", "vpp", "sequence_parallel", "placement")
+    assert {k: got[k] for k in keep} == {k: best[k] for k in keep}
+    # an option left at its default does not override: the file's plan is estimated unchanged
+    code, out, err = run(capsys, "estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--plan", f"{search_file}#1", "--json")
+    assert code == 0 and json.loads(out)["plan"] == best
+
+
+def test_plan_overrides_that_break_a_rule_name_the_field(search_file, capsys):
+    code, _, err = run(capsys, "estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--plan", f"{search_file}#1",
+                       "--tp", "5")
+    assert code == 2 and err.startswith("error: plan.tp") and err.count("\n") == 1
+
+
+def test_plan_options_refused_beside_a_non_uniform_plan(tmp_path, capsys):
+    plan = tmp_path / "stages.yaml"
+    plan.write_text(json.dumps({"global_batch": 8, "seq_length": 512, "microbatches": 2,
+                                "stages": [{"pool": "p", "gpus": 4, "layers": 6}, {"pool": "p", "gpus": 4, "layers": 6}]}))
+    code, _, err = run(capsys, "estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--plan", str(plan),
+                       "--tp", "2", "--zero", "1")
+    assert code == 2 and err.count("\n") == 1 and "non-uniform" in err and "--tp, --zero" in err
+
+
+def test_estimate_help_says_options_override_the_plan_file(capsys):
+    code, out, _ = run(capsys, "estimate", "--help")
+    assert code == 0 and "override the file's values" in " ".join(out.split())
 
 
 def test_export_refusal_exits_2_naming_the_knob(tmp_path, capsys):

@@ -72,6 +72,12 @@ PROBLEMS = {
         model="gpt3-125m", system="dgx-a100-40gb", gpus=16, global_batch=64, seq_length=2048, pp=(8,),
         vary_placement=False, vary_offload=False,
     ),
+    # the tensor-parallel layouts (1d, 2D SUMMA grids, 2d-seq): at 32k tokens a 4 x 2 grid beats 1D tp 8
+    "gpt3-2.7b-16xa100-tp-layouts": dict(
+        model="gpt3-2.7b", system="dgx-a100-80gb", gpus=16, seq_length=32768, global_batch=4, tp=(8, 16),
+        micro_batch=(1,), recompute=("none", "full"), zero=(1, 3), vary_placement=False, vary_offload=False,
+        vary_overlap=False, tp_layouts=("1d", "2d", "2d-seq"),
+    ),
     "gpt3-1.3b-32xh100-pp16-uneven": dict(
         model="gpt3-1.3b", system="dgx-h100-80gb", gpus=32, global_batch=64, seq_length=2048, pp=(16,),
         tp=(1, 2), micro_batch=(1, 2), vary_placement=False, vary_offload=False,
@@ -191,6 +197,10 @@ def test_problem_features_are_exercised(exhaustive_cache):
     assert any(r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer for r in cost.plans)
     _, placement = exhaustive("gpt3-350m-32xa100-40-placement", exhaustive_cache)
     assert len({r.plan.placement for r in placement.plans}) > 1
+    p, layouts = exhaustive("gpt3-2.7b-16xa100-tp-layouts", exhaustive_cache)
+    assert layouts.plans[0].plan.tp_layout == "2d" and any(r.plan.tp_layout == "1d" for r in layouts.plans)
+    assert {r.plan.tp_rows for r in layouts.plans if r.plan.tp_layout == "2d"} == {2, 4}  # both grids of tp 8
+    assert ("2d-seq", None) in p.layouts(8, 2)  # in the space, if not in the top 20
     for name in ("gpt3-125m-16xa100-40-pp8-uneven", "gpt3-1.3b-32xh100-pp16-uneven"):
         p, uneven = exhaustive(name, exhaustive_cache)
         assert all(p.model.layers % r.plan.pp for r in uneven.plans)

@@ -89,8 +89,25 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
         raise InputError(f"{option}: {text!r} is not allowed; give whole numbers separated by commas") from None
 
 
+# plan fields whose estimate option has another name (the rest: the option's parameter is the field)
+FIELD_PARAMETER = {"overlap_dp_grad_reduce": "no_overlap_dp", "overlap_param_gather": "no_overlap_param_gather"}
+
+
+def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
+    """{plan field: option as typed} of the plan options given on the command line (not defaults)."""
+    options = {p.name: p.opts[0] for p in ctx.command.params}
+    out = {}
+    for field in fields:
+        param = FIELD_PARAMETER.get(field, field)
+        source = ctx.get_parameter_source(param)  # typer may vendor click: compare the enum by name
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            out[field] = options[param]
+    return out
+
+
 @app.command()
 def estimate(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
     system: Annotated[
         Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)")
@@ -139,6 +156,11 @@ def estimate(
     recompute_modules: Annotated[
         Optional[str], typer.Option("--recompute-modules", help="selective recompute by module, e.g. mla_up_proj,moe_act")
     ] = None,
+    tp_layout: Annotated[str, typer.Option("--tp-layout", help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
+                                                               "tp, sequence over cp, K/V all-gathered); docs/model.md §8")] = "1d",
+    tp_rows: Annotated[Optional[int], typer.Option("--tp-rows", min=1, help="2d: rows of the tp grid (default ≈ √tp)")] = None,
+    summa_panels: Annotated[Optional[int], typer.Option("--summa-panels", min=1, help="2d: SUMMA panels per product "
+                                                                                     "(default max(rows, columns))")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,
@@ -152,7 +174,9 @@ def estimate(
     plan_file: Annotated[
         Optional[str],
         typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
-                     "or a non-uniform plan (a list of stages, docs/heterogeneous.md)"),
+                     "or a non-uniform plan (a list of stages, docs/heterogeneous.md). Plan options given beside it "
+                     "(--tp 4, --gpus 16, --zero 1, ...) override the file's values (dp is inferred again when "
+                     "gpus/tp/pp/cp change); a non-uniform plan takes none"),
     ] = None,
     cluster: Annotated[
         Optional[Path], typer.Option("--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan")
@@ -176,59 +200,70 @@ def estimate(
     from paraplan.graph.params import parameter_counts
     from paraplan.report.render import print_estimate
 
+    fields = {
+        "gpus": gpus,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "vpp": vpp,
+        "micro_batch": micro_batch,
+        "global_batch": global_batch,
+        "seq_length": seq_length,
+        "recompute": recompute.value,
+        "sequence_parallel": sequence_parallel,
+        "zero": zero,
+        "dtype": dtype.value,
+        "schedule": schedule.value if schedule is not None else None,
+        "attention": attention.value,
+        "offload_weights": offload_weights,
+        "offload_activations": offload_activations,
+        "offload_optimizer": offload_optimizer,
+        "overlap_tp_comm": overlap_tp_comm,
+        "overlap_dp_grad_reduce": not no_overlap_dp,
+        "overlap_param_gather": not no_overlap_param_gather,
+        "placement": placement,
+        "stage_layers": _int_list(stage_layers, "--stage-layers"),
+        "layers_first_stage": layers_first_stage,
+        "layers_last_stage": layers_last_stage,
+        "embedding_as_layer": embedding_as_layer,
+        "loss_as_layer": loss_as_layer,
+        "ep": ep,
+        "etp": etp,
+        "moe_dispatcher": moe_dispatcher,
+        "capacity_factor": capacity_factor,
+        "moe_balance": moe_balance,
+        "moe_a2a_overlap": moe_a2a_overlap,
+        "recompute_modules": [m for m in recompute_modules.split(",") if m] if recompute_modules else None,
+        "tp_layout": tp_layout,
+        "tp_rows": tp_rows,
+        "summa_panels": summa_panels,
+    }
+    given = given_plan_options(ctx, fields)
     if cluster is not None or (plan_file is not None and "#" not in plan_file):  # non-uniform plans: issue 10
         from paraplan.cli.hetero_cmd import estimate_plan_file, plan_file_is_non_uniform
 
         if plan_file is not None and plan_file_is_non_uniform(Path(plan_file)):
+            if given:
+                raise InputError(f"--plan: {plan_file!r} is a non-uniform plan (a list of stages); "
+                                 f"{', '.join(given.values())} cannot be applied to it (edit the file)")
             estimate_plan_file(model, Path(plan_file), cluster, system, as_json)
             return
         if cluster is not None:
             raise InputError("--cluster: needs --plan FILE with a list of stages (a non-uniform plan, docs/heterogeneous.md)")
     if system is None:
         raise InputError("--system: missing; give --system (or --cluster with a non-uniform --plan)")
+    if plan_file is None and gpus is None:
+        raise InputError("--gpus: missing; give --gpus N (or --plan FILE)")
     if plot is not None:
         check_plot_path(plot)
     check_price(price)
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
     model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
-    plan = load_plan_option(plan_file, gpus, model_spec, seq_length) if plan_file or gpus is None else plan_from_fields(
-        {
-            "gpus": gpus,
-            "tp": tp,
-            "pp": pp,
-            "cp": cp,
-            "vpp": vpp,
-            "micro_batch": micro_batch,
-            "global_batch": global_batch,
-            "seq_length": seq_length,
-            "recompute": recompute.value,
-            "sequence_parallel": sequence_parallel,
-            "zero": zero,
-            "dtype": dtype.value,
-            "schedule": schedule.value if schedule is not None else None,
-            "attention": attention.value,
-            "offload_weights": offload_weights,
-            "offload_activations": offload_activations,
-            "offload_optimizer": offload_optimizer,
-            "overlap_tp_comm": overlap_tp_comm,
-            "overlap_dp_grad_reduce": not no_overlap_dp,
-            "overlap_param_gather": not no_overlap_param_gather,
-            "placement": placement,
-            "stage_layers": _int_list(stage_layers, "--stage-layers"),
-            "layers_first_stage": layers_first_stage,
-            "layers_last_stage": layers_last_stage,
-            "embedding_as_layer": embedding_as_layer,
-            "loss_as_layer": loss_as_layer,
-            "ep": ep,
-            "etp": etp,
-            "moe_dispatcher": moe_dispatcher,
-            "capacity_factor": capacity_factor,
-            "moe_balance": moe_balance,
-            "moe_a2a_overlap": moe_a2a_overlap,
-            "recompute_modules": [m for m in recompute_modules.split(",") if m] if recompute_modules else None,
-        }
-    )
+    if plan_file is not None:
+        plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
+    else:
+        plan = plan_from_fields(fields)
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
     warn_positions(model_spec, plan.seq_length)  # after the estimate: input errors stay one line

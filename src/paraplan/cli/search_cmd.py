@@ -29,6 +29,7 @@ from paraplan.cli.app import (
     TpOption,
     WidthOption,
     ZeroOption,
+    _choice_list,
     _stdout,
     app,
     parse_tokens,
@@ -36,6 +37,7 @@ from paraplan.cli.app import (
 )
 from paraplan.limits import MAX_TOP
 from paraplan.specs.errors import InputError
+from paraplan.specs.tp_layout import TP_LAYOUTS
 
 
 @app.command()
@@ -65,6 +67,10 @@ def search(
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
+    tp_layout: Annotated[
+        Optional[str], typer.Option("--tp-layout", help="tensor-parallel layouts to try: comma-separated 1d,2d,2d-seq "
+                                                        "(default 1d; docs/model.md §8)")
+    ] = None,
     no_offload: NoOffloadOption = False,
     default_overlap: DefaultOverlapOption = False,
     default_placement: DefaultPlacementOption = False,
@@ -151,6 +157,7 @@ def search(
         vary_overlap=not default_overlap,
         vary_placement=not default_placement,
         price_per_gpu_hour=price_per_gpu_hour,
+        tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
     )
     problem.check()
     from rich.console import Console

@@ -134,11 +134,33 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
             (a - 1) / a / inner, _latency(a - 1, a, alpha_in),
             (o - 1) / o / a / outer, _latency(o - 1, o, alpha_out), c_in, c_out,
         )
+    if kind in ("broadcast", "reduce"):
+        return rooted_collective(span, system)
     if kind == "send_recv":
         if o > 1:
             return LinearCollective(0.0, 0.0, 1 / outer, alpha_out, c_in, c_out)
         return LinearCollective(1 / inner, alpha_in, 0.0, 0.0, c_in, c_out)
     raise ValueError(f"no linear form for collective {kind!r}")
+
+
+def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
+    """Broadcast or reduce of an S-byte buffer (SUMMA's panel traffic, 2D tensor parallelism), pipelined
+    through the group: every byte crosses each tier once, the slower tier bounds it — the NERSC model's
+    two-tier rule (Subramanian et al. 2024, arXiv:2410.00273, its broadcast/reduce time): S/B_nvlink inside
+    one domain, S/B_nic with one member per domain, else max(S/(a·B_nic), S/B_nvlink), the a members of a
+    domain striping the crossing over their a NICs; NCCL's bus-bandwidth factor for broadcast and reduce is 1
+    (nccl-tests doc/PERFORMANCE.md). The whole slope sits on the binding tier (so does its overlap cost);
+    latency min(ring, tree) on each tier the group spans."""
+    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    inner, outer = _bandwidths(system)
+    a, o = span.per_domain, span.domains
+    lat_in = _latency(a - 1, a, system.node.nvlink_latency)
+    lat_out = _latency(o - 1, o, system.network.latency)
+    nvlink = 1.0 / inner if a > 1 else 0.0
+    nic = 1.0 / (a * outer) if o > 1 else 0.0
+    if nic >= nvlink:
+        return LinearCollective(0.0, lat_in, nic, lat_out, c_in, c_out)
+    return LinearCollective(nvlink, lat_in, 0.0, lat_out, c_in, c_out)
 
 
 def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:

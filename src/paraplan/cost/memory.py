@@ -135,3 +135,16 @@ def in_flight_microbatches(schedule: str, pp: int, vpp: int, microbatches: int, 
     return float(
         in_flight_chunks(schedule == "gpipe", schedule == "interleaved" and vpp > 1, pp, vpp, microbatches, stage)
     )
+
+
+def layout_buffer_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Working buffer of a 2D tensor-parallel layout beside the kept activations (graph/summa.py): the
+    all-gathered K and V the fused kernel reads — 2d: the grid column's T tokens, ab·T·2·kv_width/c;
+    2d-seq: the whole sequence, ab·b·s·2·kv_width/t (NERSC model FusedLASeqp's gathered K/V); 0 for 1d.
+    SUMMA's panel buffers ((T/r + f/c)·e/nb elements per linear) are left out: below 1/nb of a block."""
+    if shape.tp_layout == "2d":
+        cols = shape.tp // shape.tp_rows
+        return shape.act_bytes * shape.local_tokens * 2 * model.kv_width / cols
+    if shape.tp_layout == "2d-seq" and shape.cp > 1:
+        return shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
+    return 0.0

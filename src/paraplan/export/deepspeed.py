@@ -122,7 +122,6 @@ def export(plan: PlanSpec) -> str:
 
 def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
     """PlanSpec fields from a DeepSpeed config; ``seq_length`` comes from the caller (the script's)."""
-    fw = framework_args(NAME)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:

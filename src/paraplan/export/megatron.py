@@ -41,7 +41,7 @@ HANDLED = {
     "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
     "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
     "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
-    "embedding_as_layer", "loss_as_layer",
+    "embedding_as_layer", "loss_as_layer", "tp_layout",
 }
 SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
     "layers_first_stage": "--decoder-first-pipeline-num-layers",
@@ -66,7 +66,32 @@ def megatron_core_checks(plan: PlanSpec, fw: str, who: str, vpp_name: str, offlo
         raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
     if plan.offload_optimizer and c["zero"] == 0:
         raise refuse(fw, "offload_optimizer", True, f"{offload_name} needs the distributed optimizer (zero >= 1)")
+    if plan.tp_layout == "2d":
+        raise refuse(fw, "tp_layout", "2d", f"{who} runs 1D tensor parallelism only (no SUMMA grid)")
     return c, mapping
+
+
+# Megatron-Core TransformerConfig.cp_comm_type (megatron/core/transformer/transformer_config.py): "p2p" passes K/V
+# chunks around a ring (overlapped with attention), "all_gather" gathers the whole sequence's K/V before attention
+# (not overlapped) — paraplan's tp_layout 2d-seq; "a2a" / "a2a+p2p" (Ulysses-style) have no plan field.
+CP_COMM_TYPES = {"p2p": "1d", "all_gather": "2d-seq", "allgather": "2d-seq"}  # arguments.py's help spells it allgather
+
+
+def cp_comm_type(plan: PlanSpec) -> str | None:
+    """Megatron-Core's cp_comm_type for the plan's layout: "all_gather" for 2d-seq, None (the default p2p) otherwise."""
+    return "all_gather" if plan.tp_layout == "2d-seq" else None
+
+
+def layout_from_cp_comm_type(value: object, cp: int, where: str) -> str:
+    """The plan's tp_layout from a cp_comm_type (a string, or one per layer that must agree); refuses a2a kinds."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    kinds = {str(v) for v in values if v is not None}
+    if len(kinds) > 1:
+        raise ExportRefused(f"{where} {sorted(kinds)}: one communication type per layer has no paraplan plan field")
+    kind = kinds.pop() if kinds else "p2p"
+    if kind not in CP_COMM_TYPES:
+        raise ExportRefused(f"{where} {kind!r} (all-to-all context parallelism) has no paraplan plan field; not imported")
+    return CP_COMM_TYPES[kind] if cp > 1 else "1d"
 
 
 def plan_arguments(plan: PlanSpec) -> list[str]:
@@ -110,6 +135,8 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
         a += ["--tp-comm-overlap"]
     a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[plan.dtype]
     a += ["--attention-backend", plan.attention]
+    if cp_comm_type(plan):
+        a += ["--cp-comm-type", cp_comm_type(plan)]
     return a
 
 
@@ -294,6 +321,7 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": "--overlap-param-gather" in f or zero == 0,
         "overlap_tp_comm": "--tp-comm-overlap" in f,
         "placement": "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in f else "tp-cp-dp-pp",
+        "tp_layout": layout_from_cp_comm_type(f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"),
         **split,
     }
     return fields

@@ -63,9 +63,27 @@ def plan_fields_from_text(path: Path, text: str, rank: int | None = None, *, mod
     return {k: v for k, v in plan.items() if k not in ("model", "system")}  # documentation beside a plan
 
 
+# degrees from which PlanSpec infers dp: overriding one of them drops the file's dp (re-inferred)
+DP_DEGREES = ("gpus", "tp", "pp", "cp")
+
+
+def with_overrides(fields: dict, overrides: dict | None) -> dict:
+    """The file's plan fields with ``overrides`` (field: value) on top; when an override changes
+    gpus / tp / pp / cp and does not give dp, the file's dp is dropped so that it is inferred again
+    (the rule of ``api.estimate``'s keyword overrides)."""
+    if not overrides:
+        return fields
+    out = dict(fields)
+    if "dp" not in overrides and set(overrides) & set(DP_DEGREES):
+        out.pop("dp", None)
+    out.update(overrides)
+    return out
+
+
 def load_plan(ref: str, rank: int | None = None, *, model: ModelSpec | None = None, seq_length: int | None = None,
-              field: str = "--plan") -> PlanSpec:
-    """The validated plan named by ``ref`` (``FILE`` or ``FILE#RANK``)."""
+              field: str = "--plan", overrides: dict | None = None) -> PlanSpec:
+    """The validated plan named by ``ref`` (``FILE`` or ``FILE#RANK``), with ``overrides`` (plan
+    field: value) applied on top of the file's fields (``with_overrides``)."""
     from paraplan.api import plan_from_fields
 
     path, rank = split_ref(ref, rank)
@@ -74,7 +92,7 @@ def load_plan(ref: str, rank: int | None = None, *, model: ModelSpec | None = No
     except OSError as exc:
         raise InputError(f"{field}: cannot read file {str(path)!r}: {exc.strerror}") from None
     fields = plan_fields_from_text(path, text, rank, model=model, seq_length=seq_length, field=field)
-    return plan_from_fields(fields)
+    return plan_from_fields(with_overrides(fields, overrides))
 
 
 def source_names(ref: str) -> tuple[str | None, str | None]:
@@ -91,11 +109,7 @@ def source_names(ref: str) -> tuple[str | None, str | None]:
     return name(model), name(system)
 
 
-def load_plan_option(ref: str | None, gpus: int | None, model: ModelSpec, seq_length: int) -> PlanSpec:
-    """``estimate --plan FILE``: the plan in the file (the other plan options are not used; a
-    DeepSpeed config takes --seq-length); without --plan, --gpus is required."""
-    if ref is None:
-        raise InputError("--gpus: missing; give --gpus N (or --plan FILE)")
-    if gpus is not None:
-        raise InputError("--plan: give the plan either as a file or as --gpus/--tp/... options, not both")
-    return load_plan(ref, model=model, seq_length=seq_length)
+def load_plan_option(ref: str, model: ModelSpec, seq_length: int, overrides: dict | None = None) -> PlanSpec:
+    """``estimate --plan FILE``: the plan in the file, with the plan options given on the command
+    line (``overrides``, plan field: value) applied on top; a DeepSpeed config takes --seq-length."""
+    return load_plan(ref, model=model, seq_length=seq_length, overrides=overrides)

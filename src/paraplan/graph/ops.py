@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 OpKind = Literal["gemm", "grouped_gemm", "attention", "memory"]
-CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange", "all_to_all", "all_to_all_dedup"]
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange", "all_to_all",
+                         "all_to_all_dedup", "broadcast", "reduce"]
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,19 @@ class Collective:
     ``bytes`` is the size of the full (un-sharded) buffer of one call, the convention of nccl-tests
     (doc/PERFORMANCE.md): all-reduce input, all-gather output, reduce-scatter input.
     ``overlaps_with`` names the compute that hides it: "attention" (context-parallel ring), or in
-    backward the data-gradient ("dgrad") or weight-gradient ("wgrad") GEMMs of the layer.
+    backward the data-gradient ("dgrad") or weight-gradient ("wgrad") GEMMs of the layer, or
+    "panels": SUMMA's per-panel broadcasts and reduces (2D tensor parallelism, graph/summa.py), one
+    call per panel, each overlapping the previous panel's GEMM. Groups ``tp_row`` / ``tp_col`` are
+    the rows and columns of the 2D tensor-parallel grid (cost.summa.grid_spans).
     """
 
     name: str
-    group: Literal["tp", "cp", "pp", "dp", "ep", "etp"]
+    group: Literal["tp", "cp", "pp", "dp", "ep", "etp", "tp_row", "tp_col"]
     kind: CollectiveKind
     bytes: float
     count_fwd: int
     count_bwd: int
-    overlaps_with: Literal["none", "attention", "dgrad", "wgrad"] = "none"
+    overlaps_with: Literal["none", "attention", "dgrad", "wgrad", "panels"] = "none"
 
 
 @dataclass(frozen=True, eq=False)

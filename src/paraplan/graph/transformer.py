@@ -37,6 +37,12 @@ class LayerShape:
     dtype: str
     expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
     recompute_modules: tuple[str, ...] = ()  # ops selective recomputation re-runs (MoE/MLA layers)
+    # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid
+    # size, sequence_parallel True: activations split over the whole grid) with summa_panels panels;
+    # "2d-seq" = K/V all-gathered over cp instead of the ring (graph/summa.py)
+    tp_layout: str = "1d"
+    tp_rows: int = 1
+    summa_panels: int = 1
 
     @property
     def local_tokens(self) -> int:
@@ -198,7 +204,12 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
 
 @lru_cache(maxsize=4096)
 def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block)."""
+    """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block); the
+    2D layouts' graphs come from graph/summa.py."""
+    if shape.tp_layout == "2d":
+        from paraplan.graph.summa import decoder_layer_2d
+
+        return decoder_layer_2d(model, shape)
     h, f, t = model.hidden, model.ffn_hidden, shape.tp
     tokens = shape.local_tokens
     sp_tokens = shape.sp_tokens
@@ -226,7 +237,11 @@ def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     if shape.dtype == "fp8":
         ops.append(fp8_cast_op(model, shape))
     collectives = _tp_collectives(tokens, h, ab, shape)
-    if shape.cp > 1:
+    if shape.cp > 1 and shape.tp_layout == "2d-seq":
+        from paraplan.graph.summa import context_gather_collectives
+
+        collectives += context_gather_collectives(model, shape)
+    elif shape.cp > 1:
         kv_chunk = float(ab * tokens * 2 * model.kv_width / t)  # this GPU's K and V
         collectives.append(
             Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")

@@ -18,6 +18,7 @@ from paraplan.search.run import RankedPlan, SearchResult
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
+from paraplan.specs.tp_layout import grid_shape
 from paraplan.units import GiB
 
 
@@ -109,6 +110,11 @@ def plan_label(plan: PlanSpec) -> str:
     parts.append(f"rc:{plan.recompute}")
     if plan.sequence_parallel:
         parts.append("sp")
+    if plan.tp_layout == "2d":  # the SUMMA grid rows x columns (specs/tp_layout.py)
+        rows, cols = grid_shape(plan.tp, plan.tp_rows)
+        parts.append(f"2d:{rows}x{cols}" + (f"/nb{plan.summa_panels}" if plan.summa_panels is not None else ""))
+    elif plan.tp_layout == "2d-seq":
+        parts.append("2d-seq")
     parts.append(f"zero{plan.zero}")
     offloads = [n for n, on in (("w", plan.offload_weights), ("act", plan.offload_activations),
                                 ("opt", plan.offload_optimizer)) if on]

@@ -43,6 +43,7 @@ from paraplan.specs.plan import (
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.moe_plan import Dispatcher, dispatcher_rule, expert_degree_rules, moe_sequence_parallel_rule
 from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, grouped_split
+from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.stages import plan_spans
 
@@ -142,6 +143,20 @@ class _Degrees:
 
 
 @dataclass(frozen=True)
+class _LayoutProbe:
+    """The plan fields specs.tp_layout's rules read, for a layout option before the plan exists."""
+
+    tp: int
+    cp: int
+    tp_layout: str
+    tp_rows: int | None
+    seq_length: int
+    summa_panels: int | None = None
+    sequence_parallel: bool = False
+    overlap_tp_comm: bool = False
+
+
+@dataclass(frozen=True)
 class SearchProblem:
     """What to search: a model on a cluster at a batch and sequence length, and which axes to vary."""
 
@@ -173,6 +188,8 @@ class SearchProblem:
     vary_overlap: bool = True
     vary_placement: bool = True
     price_per_gpu_hour: float | None = None
+    # tensor-parallel layouts to try (specs/tp_layout.py); 1D only unless asked: the 2D grids multiply the rows
+    tp_layouts: tuple[str, ...] = ("1d",)
 
     def check(self) -> None:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
@@ -184,6 +201,9 @@ class SearchProblem:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
         if self.seq_length <= 0:
             raise InputError(f"seq_length: {self.seq_length!r} is not allowed; must be a positive integer")
+        bad = [t for t in self.tp_layouts if t not in TP_LAYOUTS]
+        if bad or not self.tp_layouts:
+            raise InputError(f"tp_layout: {','.join(bad) or 'none'!r} is not allowed; allowed: {', '.join(TP_LAYOUTS)}")
         if (self.global_batch is None) == (self.max_global_batch is None):
             raise InputError("global_batch: give exactly one of --global-batch or --max-global-batch")
         if self.objective not in OBJECTIVES:
@@ -224,7 +244,7 @@ class SearchProblem:
         for tp in _divisors(self.gpus):
             if self.tp is not None and tp not in self.tp:
                 continue
-            if tp_rules(m, tp):
+            if tp_rules(m, tp) and not ("2d" in self.tp_layouts and self.grids(tp)):
                 continue
             for pp in _divisors(self.gpus // tp):
                 if pp_rule(m, pp) or (self.pp is not None and pp not in self.pp):
@@ -271,8 +291,32 @@ class SearchProblem:
             pairs = [p for p in pairs if p[0] in self.micro_batch]
         return pairs
 
-    def layer_knobs(self, tp: int, cp: int) -> list[tuple[bool, str, bool]]:
-        """(sequence_parallel, recompute, overlap_tp_comm) options for these degrees."""
+    def grids(self, tp: int) -> list[int]:
+        """Rows r of the valid 2D grids r × tp/r for this tp (specs.tp_layout rules that involve only the
+        model and the sequence: the others are the search's own canonical choices)."""
+        out = []
+        for rows in _divisors(tp):
+            plan = _LayoutProbe(tp, 1, "2d", rows, self.seq_length)
+            if not tp_layout_violations(self.model, plan):
+                out.append(rows)
+        return out
+
+    def layouts(self, tp: int, cp: int) -> list[tuple[str, int | None]]:
+        """(tp_layout, tp_rows) options for these degrees: 1d where tp_rules allow it, every valid 2D grid
+        (whose seq_length/cp the rows divide), 2d-seq with cp > 1; in TP_LAYOUTS order."""
+        out: list[tuple[str, int | None]] = []
+        one_d_ok = tp == 1 or not tp_rules(self.model, tp)
+        if "1d" in self.tp_layouts and one_d_ok:
+            out.append(("1d", None))
+        if "2d" in self.tp_layouts and tp >= 4:
+            out += [("2d", r) for r in self.grids(tp) if (self.seq_length // cp) % r == 0]
+        if "2d-seq" in self.tp_layouts and cp > 1 and one_d_ok:
+            out.append(("2d-seq", None))
+        return out
+
+    def layer_knobs(self, tp: int, cp: int) -> list[tuple]:
+        """(sequence_parallel, recompute, overlap_tp_comm, tp_layout, tp_rows) options for these degrees;
+        a 2D grid takes neither sequence parallelism nor TP comm-GEMM overlap (specs.tp_layout)."""
         sp_options = [False] if tp == 1 else [False, True]
         if self.sequence_parallel is not None:
             sp_options = [s for s in sp_options if s in self.sequence_parallel] or ([False] if tp == 1 else [])
@@ -281,7 +325,13 @@ class SearchProblem:
         sp_options = [s for s in sp_options if not moe_sequence_parallel_rule(self.model, tp, s)]
         recompute = self.recompute or RECOMPUTE_MODES
         overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]  # default (off) first
-        return [(sp, rc, ov) for sp in sp_options for rc in recompute for ov in overlap]
+        out = []
+        for layout, rows in self.layouts(tp, cp):
+            if layout == "2d":
+                out += [(False, rc, False, layout, rows) for rc in recompute]
+            else:
+                out += [(sp, rc, ov, layout, rows) for sp in sp_options for rc in recompute for ov in overlap]
+        return out
 
     def expert_options(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str, bool]]:
         """(ep, etp, moe_dispatcher, moe_a2a_overlap) options of a mixture-of-experts model for these
@@ -380,6 +430,8 @@ class Row:
     sequence_parallel: bool
     recompute: str
     overlap_tp_comm: bool
+    tp_layout: str = "1d"
+    tp_rows: int | None = None
     ep: int = 1
     etp: int = 1
     dispatcher: str = "alltoall"
@@ -396,9 +448,9 @@ def rows(problem: SearchProblem):
         placements = problem.placements(tp, pp, cp, dp)
         for mb, gb in problem.micro_batches(dp):
             for placement, spans in placements:
-                for sp, rc, ov in problem.layer_knobs(tp, cp):
+                for sp, rc, ov, layout, tp_rows in problem.layer_knobs(tp, cp):
                     for ep, etp, dispatcher, a2a in problem.expert_options(tp, cp, dp):
-                        yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov, ep, etp, dispatcher, a2a)
+                        yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov, layout, tp_rows, ep, etp, dispatcher, a2a)
 
 
 def grid_parts(problem: SearchProblem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
@@ -450,6 +502,8 @@ def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
         placement=row.placement,
         embedding_as_layer=accounted,
         loss_as_layer=accounted,
+        tp_layout=row.tp_layout,
+        tp_rows=row.tp_rows,
         ep=row.ep,
         etp=row.etp,
         moe_dispatcher=row.dispatcher,

@@ -24,6 +24,7 @@ from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.specs.split import default_first_last, grouped_split
+from paraplan.specs.tp_layout import TP_LAYOUTS, panel_count
 from paraplan.stages import (
     BlockFacts,
     GridKnobs,
@@ -90,6 +91,23 @@ def _expert_spans(spans: dict, tp: int, cp: int, dp: int, choice: tuple, system)
     return {**spans, "expert": expert_dp_span(degrees, system)}
 
 
+def layer_shape_of(problem: SearchProblem, tp: int, cp: int, micro_batch: int, sp: bool, layout: str,
+                   rows: int, expert: ExpertShape = ExpertShape(), modules: tuple[str, ...] = ()) -> LayerShape:
+    """The LayerShape of a row: estimate.layer_shape's rule (a 2D grid of ``rows`` rows states its
+    activation split as sequence parallelism, with the default panel count; MoE-shaped models add
+    the expert knobs and the modules selective recomputation re-runs)."""
+    summa = layout == "2d"
+    r = rows if summa else 1
+    return LayerShape(tp, cp, micro_batch, problem.seq_length, (sp or summa) and tp > 1, problem.attention,
+                      problem.dtype, expert=expert, recompute_modules=modules, tp_layout=layout, tp_rows=r,
+                      summa_panels=panel_count(r, tp // r, None) if summa else 1)
+
+
+def shape_keys_of(knobs: list[tuple]) -> list[tuple]:
+    """(sequence parallel, layout, grid rows or 0) of each layer-knob option (space.layer_knobs)."""
+    return [(sp, layout, rows or 0) for sp, _, _, layout, rows in knobs]
+
+
 class RowTable:
     """Every row of the canonical space: columns (degrees, batch, knobs) and one RowFacts of arrays."""
 
@@ -97,7 +115,7 @@ class RowTable:
         self.problem = problem
         model, system = problem.model, problem.system
         names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
-                 "overlap_tp", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id", "expert")
+                 "overlap_tp", "layout", "tp_rows", "tp_domains", "cost_id", "memory_id", "p2p_id", "group_id", "expert")
         cols: dict[str, list] = {k: [] for k in names}
         self.placement_names: list[str] = []
         ids: dict[str, dict] = {k: {} for k in ("placement", "cost", "memory", "p2p", "group")}
@@ -135,22 +153,25 @@ class RowTable:
             knob_sp = np.array([k[0] for k in knobs])
             knob_rc = np.array([RECOMPUTE_CODES[k[1]] for k in knobs])
             knob_ov = np.array([k[2] for k in knobs])
-            knob_ex = [k[3] for k in knobs]
-            # the layer-shape inputs each knob fixes: costs per (sp, recomputed modules, expert knobs),
-            # activation memory per (sp, recompute, expert knobs)
-            cost_states = [(k[0], _modules(k[1]) if shaped else (), k[3]) for k in knobs]
+            knob_ex = [k[5] for k in knobs]
+            knob_layout = np.array([TP_LAYOUTS.index(k[3]) for k in knobs])
+            knob_rows = np.array([k[4] or 0 for k in knobs])
+            # the layer-shape inputs each knob fixes: costs per (sp, layout, grid rows, recomputed
+            # modules, expert knobs), activation memory per (the same with the recompute mode)
+            knob_keys = shape_keys_of([k[:5] for k in knobs])
+            cost_states = [(key, _modules(k[1]) if shaped else (), k[5]) for key, k in zip(knob_keys, knobs)]
             cost_keys = sorted(set(cost_states), key=cost_states.index)
             cost_state_of = np.array([cost_keys.index(k) for k in cost_states])
-            memory_states = [(k[0], k[1], k[3]) for k in knobs]
+            memory_states = [(key, k[1], k[5]) for key, k in zip(knob_keys, knobs)]
             memory_keys = sorted(set(memory_states), key=memory_states.index)
             memory_state_of = np.array([memory_keys.index(k) for k in memory_states])
             for mb, gb in problem.micro_batches(dp):
-                def shape(sp, modules, e, mb=mb):
-                    return LayerShape(tp, cp, mb, problem.seq_length, sp and tp > 1, problem.attention, problem.dtype,
-                                      _expert_shape(problem, e) if shaped else ExpertShape(), modules)
+                def shape(key, modules, e, mb=mb):
+                    return layer_shape_of(problem, tp, cp, mb, *key, _expert_shape(problem, e) if shaped else ExpertShape(), modules)
 
                 p2p_of = [intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans: transfers.append(
-                    pipeline_transfer_s(model, system, shape(False, (), knob_ex[0]), spans["pp"]))) for _, spans in placements]
+                    pipeline_transfer_s(model, system, layer_shape_of(problem, tp, cp, mb, False, "1d", 0), spans["pp"])))
+                    for _, spans in placements]
                 # block costs per (cost state, span pair), activation memory per memory state: computed once each
                 cost_of = np.array([[
                     intern("cost", (tp, cp, mb, key, pair), lambda key=key, pair=pair: costs.append(
@@ -175,6 +196,8 @@ class RowTable:
                 cols["sp"].append(np.tile(knob_sp, n_p))
                 cols["recompute"].append(np.tile(knob_rc, n_p))
                 cols["overlap_tp"].append(np.tile(knob_ov, n_p))
+                cols["layout"].append(np.tile(knob_layout, n_p))
+                cols["tp_rows"].append(np.tile(knob_rows, n_p))
                 cols["expert"].append(np.tile(np.array([expert_ids.setdefault(e, len(expert_ids)) for e in knob_ex]), n_p))
         c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
         self.size = len(c["tp"])
@@ -212,7 +235,8 @@ class RowTable:
         return Row(int(c["tp"][i]), int(c["pp"][i]), int(c["cp"][i]), int(c["dp"][i]),
                    self.placement_names[c["placement"][i]], {}, int(c["micro_batch"][i]),
                    int(c["global_batch"][i]), bool(c["sp"][i]), str(RECOMPUTE_NAMES[c["recompute"][i]]),
-                   bool(c["overlap_tp"][i]), *self.expert_choices[c["expert"][i]])
+                   bool(c["overlap_tp"][i]), TP_LAYOUTS[int(c["layout"][i])], int(c["tp_rows"][i]) or None,
+                   *self.expert_choices[c["expert"][i]])
 
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
@@ -275,6 +299,8 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
         "overlap_param_gather": grid_values["overlap_param_gather"], "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
         "placement": np.array(table.placement_names)[c["placement"][index]],
         "embedding_as_layer": accounted, "loss_as_layer": accounted,
+        "tp_layout": np.array(TP_LAYOUTS)[c["layout"][index]],
+        "tp_rows": np.where(c["tp_rows"][index] > 0, c["tp_rows"][index], None).astype(object),
     }
     experts = table.expert_choices
     chosen = c["expert"][index]

@@ -16,6 +16,7 @@ from paraplan.specs.errors import InputError, Violation, input_error_from_pydant
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations, moe_sequence_parallel_rule
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
+from paraplan.specs.tp_layout import TPLayoutFields, tp_layout_violations
 from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, explicit_split, grouped_split
 
 Recompute = Literal["none", "selective", "full"]
@@ -24,10 +25,11 @@ PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 Attention = Literal["flash", "unfused"]
 
 
-class PlanSpec(MoEPlanFields):
+class PlanSpec(MoEPlanFields, TPLayoutFields):
     """One way to run a training step. ``dp`` may be omitted: it is gpus / (tp·pp·cp). The
     mixture-of-experts knobs (etp, moe_dispatcher, capacity_factor, moe_balance, moe_a2a_overlap,
-    recompute_modules) come from specs.moe_plan.MoEPlanFields; ``ep`` is carved out of tp·cp·dp."""
+    recompute_modules) come from specs.moe_plan.MoEPlanFields; ``ep`` is carved out of tp·cp·dp. The
+    tensor-parallel layout (tp_layout, tp_rows, summa_panels) comes from specs.tp_layout.TPLayoutFields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -258,7 +260,9 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     out: list[Violation] = []
     if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
         out.append(_degree_violation(plan))
-    out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
+    if plan.tp_layout != "2d":  # a 2D grid needs whole heads per column only (specs.tp_layout)
+        out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
+    out += tp_layout_violations(model, plan)
     for field, rule in (("plan.pp", pp_rule(model, plan.pp)), ("plan.seq_length", cp_rule(plan.seq_length, plan.cp))):
         if rule:
             out.append(Violation(field, getattr(plan, field.split(".")[1]), rule))

@@ -57,6 +57,8 @@ def plan_features(model: ModelSpec, system: SystemSpec, plan: PlanSpec, framewor
             out.append("tp across NVLink domains")
         if plan.sequence_parallel:
             out.append("sequence parallel")
+        if plan.tp_layout != "1d":  # 2D SUMMA / 2D sequence-context layouts (specs/tp_layout.py)
+            out.append(f"tp layout {plan.tp_layout}")
     if plan.pp > 1:
         out.append("pp interleaved" if plan.pipeline_schedule == "interleaved" else f"pp {plan.pipeline_schedule}")
     if plan.cp > 1:
