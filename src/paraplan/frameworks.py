@@ -48,3 +48,13 @@ def apply_framework(
 ) -> tuple[SystemSpec, dict[str, Any]]:
     """(system, plan fields) under the framework profile (module docstring)."""
     return framework_system(framework, system), framework_plan_fields(framework, plan_fields)
+
+
+def framework_search_fields(framework: FrameworkSpec) -> dict[str, Any]:
+    """``SearchProblem`` fields a profile sets: its name (the error band's framework feature) and its
+    (overlap_tp_comm, overlap_dp_grad_reduce, overlap_param_gather) defaults, which the overlap switches
+    take when the search does not vary them."""
+    return {
+        "framework": framework.name,
+        "default_overlaps": (framework.overlap_tp_comm, framework.overlap_dp_grad_reduce, framework.overlap_param_gather),
+    }

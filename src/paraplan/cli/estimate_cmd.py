@@ -14,11 +14,14 @@ from paraplan.cli.app import (
     warn_positions,
     Attention,
     Dtype,
+    FrameworkOption,
     Recompute,
     Schedule,
     WidthOption,
     _stdout,
     app,
+    explicit_options,
+    load_framework_option,
     parse_tokens,
 )
 from paraplan.specs.errors import InputError
@@ -89,8 +92,40 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
         raise InputError(f"{option}: {text!r} is not allowed; give whole numbers separated by commas") from None
 
 
+# plan fields a framework profile sets by default (frameworks.PLAN_DEFAULTS) -> the option that states them
+FRAMEWORK_PLAN_OPTIONS = {
+    "attention": "attention",
+    "overlap_tp_comm": "overlap_tp_comm",
+    "overlap_dp_grad_reduce": "no_overlap_dp",
+    "overlap_param_gather": "no_overlap_param_gather",
+}
+
+
+def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
+    """``plan_fields`` with the options the user left at their CLI default replaced by the profile's defaults."""
+    from paraplan.frameworks import PLAN_DEFAULTS, framework_plan_fields
+
+    if profile is None:
+        return plan_fields
+    unset = {key for key in PLAN_DEFAULTS if FRAMEWORK_PLAN_OPTIONS[key] not in given}
+    return framework_plan_fields(profile, {k: v for k, v in plan_fields.items() if k not in unset})
+
+
+def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> list[str]:
+    """The estimate's error band (validate.band) and its unvalidated features, as report lines."""
+    from paraplan.validate.band import error_band
+
+    band = error_band(model_spec, system_spec, plan, est.step_time_s, framework)
+    lines = [f"error band: step {band.low_s:.4g} to {band.high_s:.4g} s ({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), "
+             "from the validation residuals of the features this plan uses"]
+    if band.extrapolated:
+        lines.append(f"extrapolated (no validation case): {', '.join(band.extrapolated)}")
+    return lines
+
+
 @app.command()
 def estimate(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
     system: Annotated[
         Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)")
@@ -163,6 +198,7 @@ def estimate(
                                    "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
                                    "--set); repeat for more"),
     ] = None,
+    framework: FrameworkOption = None,
     width: WidthOption = None,
 ) -> None:
     """Time, memory and utilisation of one training step under one plan.
@@ -191,9 +227,15 @@ def estimate(
     check_price(price)
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
+    profile = load_framework_option(framework)
+    if profile is not None:  # the profile adapts the system; --set values still win
+        from paraplan.frameworks import framework_system
+
+        system_spec = framework_system(profile, system_spec)
     model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
+    given = explicit_options(ctx, tuple(FRAMEWORK_PLAN_OPTIONS.values()))
     plan = load_plan_option(plan_file, gpus, model_spec, seq_length) if plan_file or gpus is None else plan_from_fields(
-        {
+        framework_defaults({
             "gpus": gpus,
             "tp": tp,
             "pp": pp,
@@ -227,7 +269,7 @@ def estimate(
             "moe_balance": moe_balance,
             "moe_a2a_overlap": moe_a2a_overlap,
             "recompute_modules": [m for m in recompute_modules.split(",") if m] if recompute_modules else None,
-        }
+        }, profile, given)
     )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
@@ -241,9 +283,14 @@ def estimate(
         plot_estimate(est, plot)
     counts = parameter_counts(model_spec)
     hints = [] if est.fits else fit_hint_lines(model_spec, system_spec, plan, model, system)
+    framework_name = profile.name if profile is not None else None
     if as_json:
+        from paraplan.validate.band import error_band
+
         out = est.to_dict(include_ops=ops)
         out["parameters"] = counts.to_dict()
+        out["framework"] = framework_name
+        out["error_band"] = error_band(model_spec, system_spec, plan, est.step_time_s, framework_name).to_dict()
         if set_:
             out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
@@ -252,7 +299,9 @@ def estimate(
             out["fit_hints"] = hints
         print(json.dumps(out, indent=2))
     else:
-        print_estimate(_stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts)
+        notes = ([f"framework profile: {framework_name}"] if framework_name else [])
+        notes += band_lines(model_spec, system_spec, plan, est, framework_name)
+        print_estimate(_stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes)
         if plot is not None:
             print(f"wrote {plot}")
     if not est.fits:

@@ -42,7 +42,30 @@ OBJECTIVES = {
                       "step time · GPUs · USD per GPU-hour / 3600 / tokens per step"),
     "mfu": Objective("mfu", "Plans with the highest MFU that fit", "MFU", "-MFU (fraction)",
                      "minus the model FLOPs utilisation, so that lower is better as for the other objectives"),
+    "robust": Objective("robust", "Fastest plans that fit, pessimistically", "time per token at the pessimistic end "
+                        "of the error band", "s/token",
+                        "pessimistic end of the error band (validation residuals of the plan's features, "
+                        "validate.band) / tokens per step"),
 }
+
+
+def plan_band(ranked: RankedPlan, problem: SearchProblem):
+    """The error band of a ranked plan (validate.band.error_band): computed for the plans shown only."""
+    from paraplan.validate.band import error_band
+
+    return error_band(problem.model, problem.system, ranked.plan, ranked.estimate.step_time_s, problem.framework)
+
+
+def band_note(result: SearchResult, problem: SearchProblem) -> str | None:
+    """The line under the table: what the band column means, and the features of the shown plans no
+    validation case has (the '*' rows)."""
+    bands = [plan_band(r, problem) for r in result.plans]
+    unvalidated = sorted({f for b in bands for f in b.extrapolated})
+    text = ("band: step-time error range from the validation residuals of each plan's features "
+            "(paraplan validate; docs/validation.md)")
+    if unvalidated:
+        text += f"; * extrapolated, no validation case has: {', '.join(unvalidated)}"
+    return text
 
 
 def table_title(problem: SearchProblem) -> str:
@@ -51,6 +74,8 @@ def table_title(problem: SearchProblem) -> str:
     ranked_by = objective.ranked_by
     if problem.objective == "time" and problem.global_batch is not None:
         ranked_by = "step time"
+    if problem.objective == "robust" and problem.global_batch is not None:
+        ranked_by = "step time at the pessimistic end of the error band"
     if problem.objective == "cost":
         ranked_by += f" at ${problem.price_per_gpu_hour:.2f}/GPU-hour"
     return f"{objective.title} (ranked by {ranked_by})"
@@ -95,6 +120,7 @@ def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | Non
         out["cost_usd_per_million_tokens"] = per_step / e.tokens_per_step * 1e6
     if tokens is not None:
         out["run"] = e.run_totals(tokens, problem.price_per_gpu_hour)
+    out["error_band"] = plan_band(ranked, problem).to_dict()
     return out
 
 
@@ -143,7 +169,7 @@ def plans_table(result: SearchResult, problem: SearchProblem | None = None, toke
     extra = (["$/step", "$/M tokens"] if cost else []) + (["run days"] if run else []) + (["run $"] if run_cost else [])
     title = table_title(problem) if problem is not None else OBJECTIVES["time"].title
     table = simple_table(
-        title, "#", "plan", "global batch", "step s", "tokens/s", "MFU", "peak GiB",
+        title, "#", "plan", "global batch", "step s", "band", "tokens/s", "MFU", "peak GiB",
         "compute s", "bubble s", "comm s", *extra, numeric_from=2, foldable=(), detach=1,
     )
     for ranked in result.plans:
@@ -151,7 +177,7 @@ def plans_table(result: SearchResult, problem: SearchProblem | None = None, toke
         comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.ep_comm_s + b.dp_comm_s
         cells = [
             str(ranked.rank), plan_cell(ranked), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
-            f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
+            plan_band(ranked, problem).text() if problem is not None else "", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
             f"{b.forward_s + b.backward_s + b.recompute_s:.3f}", f"{b.bubble_s:.3f}", f"{comm:.3f}",
         ]
         figures = plan_figures(ranked, problem, tokens) if problem is not None else {}
@@ -197,6 +223,16 @@ def nearest_miss_line(result: SearchResult, problem: SearchProblem | None = None
         ways.append("allowing offload (without --no-offload)")
     ways += ["more GPUs", "a smaller global batch or sequence", "GPUs with more memory"]
     return f"{text} What may make a plan fit: {'; '.join(ways)}."
+
+
+def explain_band_lines(ranked: RankedPlan, problem: SearchProblem) -> list[str]:
+    """What --explain says about the best plan's validation: its error band and its unvalidated knobs."""
+    band = plan_band(ranked, problem)
+    lines = [f"the best plan's error band: step {band.low_s:.4g} to {band.high_s:.4g} s "
+             f"({band.low_pct:+.1f} % / {band.high_pct:+.1f} %)"]
+    lines.append("unvalidated knobs (no validation case has them): " + ", ".join(band.extrapolated)
+                 if band.extrapolated else "every feature of the best plan is covered by validation cases")
+    return lines
 
 
 def explain_table(alternatives: list[Alternative], best_time_s: float):
@@ -332,6 +368,7 @@ def problem_dict(problem: SearchProblem, tokens: float | None = None) -> dict:
         "dtype": problem.dtype,
         "attention": problem.attention,
         "objective": problem.objective,
+        "framework": problem.framework,
         "price_per_gpu_hour": problem.price_per_gpu_hour,
         "tokens": tokens,
         "restrictions": {
@@ -352,5 +389,7 @@ def search_document(problem: SearchProblem, result: SearchResult, tokens: float 
     plans = body.pop("plans")
     for item, ranked in zip(plans, result.plans):
         item.update(plan_figures(ranked, problem, tokens))
+    if result.robust_exact is not None:
+        body["robust_exact"] = result.robust_exact
     return {"problem": problem_dict(problem, tokens), "objective": OBJECTIVES[problem.objective].to_dict(),
             "plans": plans, **body, "timing": {"search_s": seconds}}
