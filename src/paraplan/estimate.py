@@ -104,7 +104,7 @@ def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInp
         plan.pp, plan.microbatches, plan.recompute, plan.overlap_tp_comm,
     )
     return build_step_inputs(
-        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype)
+        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype, plan.grad_dtype, plan.fp8_weight_copies)
     )
 
 

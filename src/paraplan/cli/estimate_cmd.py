@@ -15,6 +15,7 @@ from paraplan.cli.app import (
     Attention,
     Dtype,
     FrameworkOption,
+    GradDtype,
     Recompute,
     Schedule,
     WidthOption,
@@ -95,6 +96,8 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
 # plan fields a framework profile sets by default (frameworks.PLAN_DEFAULTS) -> the option that states them
 FRAMEWORK_PLAN_OPTIONS = {
     "attention": "attention",
+    "grad_dtype": "grad_dtype",
+    "fp8_weight_copies": "fp8_weight_copies",
     "overlap_tp_comm": "overlap_tp_comm",
     "overlap_dp_grad_reduce": "no_overlap_dp",
     "overlap_param_gather": "no_overlap_param_gather",
@@ -145,6 +148,13 @@ def estimate(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")] = False,
     zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")] = 0,
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
+    grad_dtype: Annotated[
+        GradDtype, typer.Option("--grad-dtype", help="gradient accumulation/reduction dtype: fp32 main grads or bf16")
+    ] = GradDtype.fp32,
+    fp8_weight_copies: Annotated[
+        bool, typer.Option("--fp8-weight-copies", help="fp8: Transformer Engine caches fp8 weight copies beside the "
+                                                       "bf16 weights (no fp8 primary weights): +2 B per layer parameter")
+    ] = False,
     schedule: Annotated[
         Optional[Schedule], typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b")
     ] = None,
@@ -248,6 +258,8 @@ def estimate(
             "sequence_parallel": sequence_parallel,
             "zero": zero,
             "dtype": dtype.value,
+            "grad_dtype": grad_dtype.value,
+            "fp8_weight_copies": fp8_weight_copies,
             "schedule": schedule.value if schedule is not None else None,
             "attention": attention.value,
             "offload_weights": offload_weights,

@@ -22,6 +22,7 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
 PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 Attention = Literal["flash", "unfused"]
+GradDtype = Literal["fp32", "bf16"]
 
 
 class PlanSpec(MoEPlanFields):
@@ -45,6 +46,12 @@ class PlanSpec(MoEPlanFields):
     recompute: Recompute = "none"
     zero: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights")
     dtype: PlanDtype = "bf16"
+    grad_dtype: GradDtype = Field(
+        "fp32", description="gradient accumulation and reduction dtype under mixed precision: fp32 main grads or bf16"
+    )
+    fp8_weight_copies: bool = Field(
+        False, description="fp8: Transformer Engine caches fp8 weight copies beside bf16 weights (no fp8 primary weights)"
+    )
     attention: Attention = "flash"
     schedule: Schedule | None = Field(None, description="default: interleaved when vpp > 1, else 1f1b")
     offload_weights: bool = False
@@ -142,7 +149,7 @@ class PlanSpec(MoEPlanFields):
 
 # Fields a search problem fixes for every candidate; the other fields are the plan's choices,
 # in this order the columns of search --csv and sweep.csv.
-PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", "attention")
+PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", "grad_dtype", "fp8_weight_copies", "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
 
