@@ -182,7 +182,8 @@ def estimate(
     moe_balance: Annotated[str, typer.Option("--moe-balance", help="learned | forced")] = "learned",
     moe_a2a_overlap: Annotated[bool, typer.Option("--moe-a2a-overlap", help="overlap dispatch/combine with compute")] = False,
     recompute_modules: Annotated[
-        Optional[str], typer.Option("--recompute-modules", help="selective recompute by module, e.g. mla_up_proj,moe_act")
+        Optional[str], typer.Option("--recompute-modules", help="selective recompute by module (Megatron-LM names), e.g. "
+                                               "core_attn,mlp,layernorm or mla_up_proj,moe_act")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
