@@ -110,6 +110,19 @@ def test_search_table_json_and_explain_show_the_band(capsys):
     assert isinstance(data["explain_unvalidated"], list)
 
 
+def test_top_csv_carries_the_band(capsys, tmp_path):
+    import csv
+
+    path = tmp_path / "top.csv"
+    data = run_json(capsys, *SEARCH, "--csv", str(path))
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(data["plans"])
+    for row, item in zip(rows, data["plans"]):
+        assert float(row["band_high_pct"]) == pytest.approx(item["error_band"]["high_pct"], rel=1e-3)
+        assert row["extrapolated_features"] == " | ".join(item["error_band"]["extrapolated"])
+
+
 def test_estimate_text_shows_band_and_profile(capsys):
     code, out, _ = run(capsys, *EST, "--framework", "torchtitan", "--zero", "3")
     assert code == 0

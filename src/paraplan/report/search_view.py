@@ -318,11 +318,13 @@ class CsvSink:
 
 
 TOP_CSV_METRICS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective")
+BAND_CSV_COLUMNS = ("band_low_pct", "band_high_pct", "extrapolated_features")  # validate.band, the rows shown only
 
 
 def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, tokens: float | None = None) -> int:
     """The plans shown (``--csv``): rank, plan label, plan fields, metrics, cost (with a price), the
-    run (with ``tokens``) and the time breakdown; written atomically. Returns the rows written."""
+    run (with ``tokens``), the error band and its extrapolated features, and the time breakdown;
+    written atomically. Returns the rows written."""
     from dataclasses import asdict
 
     sink = AtomicText(path, "--csv")
@@ -333,7 +335,7 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
         extra = (["cost_usd_per_step", "cost_usd_per_million_tokens"] if cost else [])
         extra += (["run_days", "run_gpu_hours"] + (["run_cost_usd"] if cost else [])) if tokens is not None else []
         writer.writerow(["rank", "plan_label", "equivalent_plans", *CSV_PLAN_FIELDS, *TOP_CSV_METRICS, *extra,
-                         *breakdown])
+                         *BAND_CSV_COLUMNS, *breakdown])
         for ranked in result.plans:
             e = ranked.estimate
             data = ranked.plan.model_dump()
@@ -345,9 +347,12 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
                 run = figures["run"]
                 more += [run["days"], run["gpu_hours"]] + ([run["cost_usd"]] if cost else [])
             parts = asdict(e.breakdown)
+            band = figures["error_band"]
             writer.writerow([ranked.rank, figures["plan_label"], " | ".join(figures["equivalent_plan_labels"]),
                              *(data[f] for f in CSV_PLAN_FIELDS),
-                             *(f"{x:.6g}" for x in metrics + more), *(f"{parts[k]:.6g}" for k in breakdown)])
+                             *(f"{x:.6g}" for x in metrics + more),
+                             f"{band['low_pct']:.4g}", f"{band['high_pct']:.4g}", " | ".join(band["extrapolated"]),
+                             *(f"{parts[k]:.6g}" for k in breakdown)])
     except BaseException:
         sink.discard()
         raise
