@@ -86,3 +86,53 @@ def test_recompute_time_follows_the_modules():
 
     attn, mlp, both = recompute_s("core_attn"), recompute_s("mlp"), recompute_s("core_attn,mlp")
     assert mlp > attn > 0 and both == pytest.approx(attn + mlp, rel=1e-9)
+
+
+def test_recompute_flops_follow_the_modules():
+    from paraplan.cost.flops import causal_attention_flops_per_token, recompute_flops_per_token
+
+    model = load_model("llama3-8b")
+    attention = causal_attention_flops_per_token(model, 8192, passes=1.0)
+    mlp = 2.0 * 32 * 3 * 4096 * 14336  # 2 · L · (p·h·f + f·h), SwiGLU p = 2
+    assert recompute_flops_per_token(model, 8192, "selective") == attention
+    assert recompute_flops_per_token(model, 8192, "selective", ("mlp",)) == mlp
+    assert recompute_flops_per_token(model, 8192, "selective", ("core_attn", "mlp", "layernorm")) == attention + mlp
+
+
+# ---- full recomputation of some layers (Megatron-LM --recompute-method block) ----------------------
+def _partial(**kw):
+    base = dict(gpus=8, seq_length=8192, global_batch=32, zero=1, recompute="full")
+    return api.estimate("llama3-8b", "dgx-h100-80gb", **{**base, **kw})
+
+
+def test_block_recompute_is_linear_in_the_recomputed_layers():
+    full, none = _partial(), _partial(recompute="none")
+    quarter, half = _partial(recompute_num_layers=8), _partial(recompute_num_layers=16)
+    # 8 of 32 layers re-run their forward: a quarter of full recomputation's seconds
+    assert quarter.breakdown.recompute_s == pytest.approx(full.breakdown.recompute_s / 4, rel=1e-12)
+    acts = [e.peak_stage.activations_bytes for e in (quarter, half, _partial(recompute_num_layers=24))]
+    assert acts[0] - acts[1] == pytest.approx(acts[1] - acts[2], rel=1e-12)  # each 8 layers save the same
+    assert _partial(recompute_num_layers=32).step_time_s == full.step_time_s  # every layer: plain full recompute
+    assert none.breakdown.recompute_s == 0 < quarter.breakdown.recompute_s
+    # HFU counts the recomputed quarter's FLOPs only
+    assert quarter.hardware_flops_per_step - quarter.model_flops_per_step == pytest.approx(
+        (full.hardware_flops_per_step - full.model_flops_per_step) / 4, rel=1e-12)
+
+
+def test_block_recompute_counts_per_pipeline_chunk():
+    kw = dict(gpus=8, pp=2, vpp=2, tp=1, seq_length=4096, global_batch=16, zero=1)
+    full = _partial(**kw)
+    # 16 layers per stage in 2 chunks: N = 4 per chunk recomputes 8 of each stage's 16
+    assert _partial(recompute_num_layers=4, **kw).breakdown.recompute_s == pytest.approx(
+        full.breakdown.recompute_s / 2, rel=1e-12)
+    assert _partial(recompute_num_layers=10, **kw).breakdown.recompute_s == full.breakdown.recompute_s  # capped
+
+
+def test_block_recompute_rules():
+    from paraplan.specs.errors import InputError
+
+    with pytest.raises(InputError, match="recompute_num_layers.*needs recompute=full"):
+        _partial(recompute="selective", recompute_num_layers=4)
+    with pytest.raises(InputError, match="recompute_num_layers"):
+        api.estimate("mixtral-8x7b", "dgx-h100-80gb", gpus=8, ep=8, seq_length=4096, global_batch=8,
+                     recompute="full", recompute_num_layers=4, zero=1)

@@ -145,6 +145,11 @@ def estimate(
     ] = None,
     seq_length: Annotated[int, typer.Option("--seq-length", min=1)] = 2048,
     recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
+    recompute_num_layers: Annotated[
+        Optional[int], typer.Option("--recompute-num-layers", min=1,
+                                    help="with --recompute full: layers of each pipeline chunk recomputed, the others "
+                                         "keep their activations (Megatron-LM's block method)")
+    ] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")] = False,
     zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")] = 0,
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
@@ -256,6 +261,7 @@ def estimate(
             "global_batch": global_batch,
             "seq_length": seq_length,
             "recompute": recompute.value,
+            "recompute_num_layers": recompute_num_layers,
             "sequence_parallel": sequence_parallel,
             "zero": zero,
             "dtype": dtype.value,

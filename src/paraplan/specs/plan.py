@@ -44,6 +44,11 @@ class PlanSpec(MoEPlanFields):
     seq_length: int = Field(gt=0)
     sequence_parallel: bool = False
     recompute: Recompute = "none"
+    recompute_num_layers: int | None = Field(
+        None, ge=1, description="with recompute=full: layers of each pipeline chunk fully recomputed, the others "
+        "keep their activations (Megatron-LM --recompute-method block --recompute-num-layers; torchtitan's every k-th "
+        "layer is ⌊layers per chunk / k⌋)",
+    )
     zero: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights")
     dtype: PlanDtype = "bf16"
     grad_dtype: GradDtype = Field(
@@ -297,4 +302,12 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         out.append(Violation("plan.sequence_parallel", False, f"MoE layers with tp={plan.tp} need sequence_parallel (Megatron-Core)"))
     if plan.recompute_modules and plan.recompute != "selective":
         out.append(Violation("plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"))
+    if plan.recompute_num_layers is not None:
+        from paraplan.specs.moe_model import moe_shaped
+
+        if plan.recompute != "full":
+            out.append(Violation("plan.recompute_num_layers", plan.recompute_num_layers, "needs recompute=full"))
+        elif moe_shaped(model):
+            out.append(Violation("plan.recompute_num_layers", plan.recompute_num_layers,
+                                 "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"))
     return out
