@@ -191,12 +191,14 @@ def search(
     objective: str = "time",
     price_per_gpu_hour: float | None = None,
     exhaustive: bool = False,
+    framework: str | dict | None = None,
     **space: Any,
 ) -> SearchResults:
     """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
     exactly one of ``global_batch`` / ``max_global_batch``; ``space``: further
     :class:`~paraplan.search.space.SearchProblem` fields (dtype, attention, tp=(1, 2, 4), recompute=
-    ("none", "full"), vary_offload=False, ...). The price defaults to the system's."""
+    ("none", "full"), vary_offload=False, ...). The price defaults to the system's. ``framework`` (as
+    for :func:`estimate`) adapts the system and sets the attention (unless given) and overlap defaults."""
     from paraplan.search.run import exhaustive_search
     from paraplan.search.run import search as run_search
     from paraplan.search.space import SearchProblem
@@ -204,7 +206,14 @@ def search(
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     system_spec = load_system(str(system) if isinstance(system, Path) else system)
     fields = dict(space)
-    for key in ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "sequence_parallel", "schedules", "tp_layouts"):
+    if framework is not None:
+        from paraplan.catalog import load_framework
+        from paraplan.frameworks import framework_search_fields, framework_system
+
+        profile = load_framework(framework)
+        system_spec = framework_system(profile, system_spec)
+        fields = {"attention": profile.attention, **fields, **framework_search_fields(profile)}
+    for key in ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "sequence_parallel", "schedules", "tp_layouts", "ep", "etp", "dispatchers"):
         if fields.get(key) is not None and not isinstance(fields[key], tuple):  # a list or one value
             value = fields[key]
             fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)

@@ -48,6 +48,15 @@ def layer_shape(plan: PlanSpec) -> LayerShape:
     )
 
 
+def recompute_share(plan: PlanSpec, inp: StepInputs) -> float:
+    """Share of the decoder layers whose recomputation FLOPs count (all, unless recompute_num_layers)."""
+    if plan.recompute_num_layers is None:
+        return 1.0
+    from paraplan.schedule.partial_recompute import recomputed_layer_share
+
+    return recomputed_layer_share(inp)
+
+
 def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
     """Modules selective recomputation re-runs (stages.default_recompute_modules)."""
     return default_recompute_modules(plan.recompute, plan.recompute_modules)
@@ -109,9 +118,16 @@ def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInp
         model, system, layer_shape(plan), plan_spans(plan, system),
         plan.pp, plan.microbatches, plan.recompute, plan.overlap_tp_comm,
     )
-    return build_step_inputs(
-        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype)
+    inp = build_step_inputs(
+        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype, plan.grad_dtype, plan.fp8_weight_copies)
     )
+    if plan.recompute_num_layers is not None:  # only some layers recomputed (schedule.partial_recompute)
+        from paraplan.schedule.partial_recompute import split_recompute_layers
+
+        kept = row_facts(model, system, layer_shape(plan), plan_spans(plan, system), plan.pp, plan.microbatches,
+                         "none", plan.overlap_tp_comm)
+        inp = split_recompute_layers(inp, row_blocks(kept)["decoder"], plan.recompute_num_layers, plan.vpp)
+    return inp
 
 
 def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: bool = False) -> Estimate:
@@ -134,7 +150,8 @@ def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: boo
     stages.sort(key=lambda s: s.stage)
     tokens = plan.global_batch * plan.seq_length
     model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
-    hardware_flops = model_flops + recompute_flops_per_token(model, plan.seq_length, plan.recompute) * tokens
+    hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recompute_flops_per_token(
+        model, plan.seq_length, plan.recompute, recompute_modules(plan))
     ops, comms = _op_table(model, plan, system, [s.layers for s in plan.split(model.layers, model.mtp_layers) if s.count]) if with_ops else ((), ())
     return Estimate(
         model=model.name,

@@ -1,8 +1,9 @@
 """Apply a framework profile (``paraplan.specs.framework``) to a system and a plan.
 
 The profile sets what differs by implementation and nothing else:
-- plan defaults (``PLAN_DEFAULTS``): fused vs unfused attention and which overlaps are on; a value
-  the plan states explicitly always wins;
+- plan defaults (``PLAN_DEFAULTS``): fused vs unfused attention, the gradient dtype, whether fp8
+  training keeps cached weight copies, and which overlaps are on; a value the plan states
+  explicitly always wins;
 - the attention kernel: the catalog's ``efficiency.attention`` refers to its ``attention_kernel``;
   the profile's kernel scales it by the ratio of kernel plateaus
   (``cost.attention.kernel_relative_speed``, FlashAttention-3 paper Fig. 5);
@@ -18,7 +19,8 @@ from paraplan.cost.attention import effective_kernel, kernel_relative_speed
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.system import SystemSpec
 
-PLAN_DEFAULTS = ("attention", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm")
+PLAN_DEFAULTS = ("attention", "grad_dtype", "fp8_weight_copies", "overlap_dp_grad_reduce", "overlap_param_gather",
+                 "overlap_tp_comm")
 
 
 def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any]) -> dict[str, Any]:
@@ -48,3 +50,13 @@ def apply_framework(
 ) -> tuple[SystemSpec, dict[str, Any]]:
     """(system, plan fields) under the framework profile (module docstring)."""
     return framework_system(framework, system), framework_plan_fields(framework, plan_fields)
+
+
+def framework_search_fields(framework: FrameworkSpec) -> dict[str, Any]:
+    """``SearchProblem`` fields a profile sets: its name (the error band's framework feature) and its
+    (overlap_tp_comm, overlap_dp_grad_reduce, overlap_param_gather) defaults, which the overlap switches
+    take when the search does not vary them."""
+    return {
+        "framework": framework.name,
+        "default_overlaps": (framework.overlap_tp_comm, framework.overlap_dp_grad_reduce, framework.overlap_param_gather),
+    }

@@ -465,11 +465,12 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
-def system_terms(system: SystemSpec, dtype: str) -> dict:
-    """StepInputs fields set by the system and datatype alone."""
+def system_terms(system: SystemSpec, dtype: str, grad_dtype: str = "fp32", fp8_weight_copies: bool = False) -> dict:
+    """StepInputs fields set by the system and the datatypes alone (gradient dtype, TE's fp8 weight copies)."""
     acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype)
+    state = mem.state_bytes_per_param(dtype, grad_dtype)
     return dict(
+        fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, fp8_weight_copies),
         host_bandwidth=acc.host_bandwidth or 1.0,
         hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
         weight_bytes=state.weights,

@@ -82,7 +82,7 @@ def test_search_json(capsys):
     assert set(data["timing"]) == {"search_s"} and data["timing"]["search_s"] >= 0
     assert data["problem"] == {
         "model": "gpt3-1.3b", "system": "dgx-a100-80gb", "gpus": 8, "seq_length": 2048, "global_batch": 32,
-        "max_global_batch": None, "dtype": "bf16", "attention": "flash", "objective": "time",
+        "max_global_batch": None, "dtype": "bf16", "attention": "flash", "objective": "time", "framework": None,
         "price_per_gpu_hour": 1.8, "tokens": None, "restrictions": data["problem"]["restrictions"],
     }
     assert data["problem"]["restrictions"]["tp"] is None and data["problem"]["restrictions"]["vary_offload"] is True
@@ -95,7 +95,7 @@ def test_search_json(capsys):
     assert [p["rank"] for p in data["plans"]] == [1, 2, 3]
     for item in data["plans"]:
         for key in ("plan", "plan_label", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective",
-                    "breakdown", "cost_usd_per_step", "cost_usd_per_million_tokens"):
+                    "breakdown", "cost_usd_per_step", "cost_usd_per_million_tokens", "error_band"):
             assert key in item, key
         plan = PlanSpec.model_validate(item["plan"])
         assert item["plan_label"] == plan_label(plan)

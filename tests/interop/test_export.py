@@ -168,7 +168,7 @@ def test_a_plan_field_without_mapping_is_refused_not_dropped():
         ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
                      "--recompute-modules core_attn", "recompute-modules"),
         ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
-                     "--recompute-granularity full --recompute-method block --recompute-num-layers 2", "uniform"),
+                     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "uniform"),
         ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 --tensor-parallel 2",
          "not a Megatron-LM"),
         ("deepspeed", '{"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}}', "partition_activations"),
@@ -201,3 +201,14 @@ def test_import_ignores_settings_that_do_not_change_the_plan():
             "--num-layers-per-virtual-pipeline-stage 4")
     fields = import_plan("megatron", argv)
     assert (fields["gpus"], fields["tp"], fields["vpp"], fields["schedule"]) == (16, 2, 5, "interleaved")
+
+
+def test_megatron_block_recompute_round_trips():
+    """--recompute-method block --recompute-num-layers N is the plan's recompute_num_layers (issue 8)."""
+    plan = PlanSpec(gpus=8, pp=2, dp=4, global_batch=8, seq_length=2048, recompute="full", recompute_num_layers=3)
+    text = export_plan("megatron", plan, MODEL)
+    assert "--recompute-method block" in text and "--recompute-num-layers 3" in text
+    back = PlanSpec(**import_plan("megatron", text))
+    assert (back.recompute, back.recompute_num_layers) == ("full", 3)
+    with pytest.raises(ExportRefused, match="recompute_num_layers"):  # torchtitan has no such knob
+        export_plan("torchtitan", plan, MODEL)

@@ -79,6 +79,7 @@ Recompute = _choices("Recompute", specs_plan.Recompute)
 Dtype = _choices("Dtype", specs_plan.PlanDtype)
 Schedule = _choices("Schedule", specs_plan.Schedule)
 Attention = _choices("Attention", specs_plan.Attention)
+GradDtype = _choices("GradDtype", specs_plan.GradDtype)
 
 
 _TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
@@ -157,6 +158,49 @@ DispatcherOption = Annotated[Optional[str], typer.Option("--dispatcher", help="r
 NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
 DefaultOverlapOption = Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")]
 DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")]
+
+
+def _framework_help() -> str:
+    """The --framework help, naming the catalog's profiles (the files of paraplan/catalog/frameworks)."""
+    from paraplan.catalog import framework_names
+
+    return ("implementation profile that sets the framework's defaults (attention kernel, overlaps, runtime "
+            f"memory; docs/validation.md): {', '.join(framework_names())}, or a YAML/JSON profile file")
+
+
+FrameworkOption = Annotated[Optional[str], typer.Option("--framework", help=_framework_help())]
+
+
+def load_framework_option(framework: Optional[str]):
+    """The profile named by --framework (None when not given); an unknown name is one line naming the catalog's."""
+    if framework is None:
+        return None
+    from paraplan.catalog import load_framework
+
+    return load_framework(framework, field="--framework")
+
+
+def framework_problem_fields(framework: Optional[str], system_spec, attention: str, attention_given: bool):
+    """(system, attention, SearchProblem fields) under --framework: the system adapted to the profile
+    (frameworks.framework_system), its attention default unless --attention was given, its name (for
+    the error band) and its overlap defaults (the values of switches the search does not vary)."""
+    profile = load_framework_option(framework)
+    if profile is None:
+        return system_spec, attention, {}
+    from paraplan.frameworks import framework_search_fields, framework_system
+
+    fields = framework_search_fields(profile)
+    return framework_system(profile, system_spec), attention if attention_given else profile.attention, fields
+
+
+def explicit_options(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
+    """The parameters among ``names`` that the user gave (command line or environment), not left at their default."""
+    given = set()
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):  # typer may bundle its own click
+            given.add(name)
+    return given
 
 
 def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule, ep=None, etp=None, dispatcher=None) -> dict:

@@ -14,11 +14,15 @@ from paraplan.cli.app import (
     warn_positions,
     Attention,
     Dtype,
+    FrameworkOption,
+    GradDtype,
     Recompute,
     Schedule,
     WidthOption,
     _stdout,
     app,
+    explicit_options,
+    load_framework_option,
     parse_tokens,
 )
 from paraplan.specs.errors import InputError
@@ -105,6 +109,39 @@ def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
     return out
 
 
+# plan fields a framework profile sets by default (frameworks.PLAN_DEFAULTS) -> the option that states them
+FRAMEWORK_PLAN_OPTIONS = {
+    "attention": "attention",
+    "grad_dtype": "grad_dtype",
+    "fp8_weight_copies": "fp8_weight_copies",
+    "overlap_tp_comm": "overlap_tp_comm",
+    "overlap_dp_grad_reduce": "no_overlap_dp",
+    "overlap_param_gather": "no_overlap_param_gather",
+}
+
+
+def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
+    """``plan_fields`` with the options the user left at their CLI default replaced by the profile's defaults."""
+    from paraplan.frameworks import PLAN_DEFAULTS, framework_plan_fields
+
+    if profile is None:
+        return plan_fields
+    unset = {key for key in PLAN_DEFAULTS if FRAMEWORK_PLAN_OPTIONS[key] not in given}
+    return framework_plan_fields(profile, {k: v for k, v in plan_fields.items() if k not in unset})
+
+
+def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> list[str]:
+    """The estimate's error band (validate.band) and its unvalidated features, as report lines."""
+    from paraplan.validate.band import error_band
+
+    band = error_band(model_spec, system_spec, plan, est.step_time_s, framework)
+    lines = [f"error band: step {band.low_s:.4g} to {band.high_s:.4g} s ({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), "
+             "from the validation residuals of the features this plan uses"]
+    if band.extrapolated:
+        lines.append(f"extrapolated (no validation case): {', '.join(band.extrapolated)}")
+    return lines
+
+
 @app.command()
 def estimate(
     ctx: typer.Context,
@@ -124,9 +161,21 @@ def estimate(
     ] = None,
     seq_length: Annotated[int, typer.Option("--seq-length", min=1)] = 2048,
     recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
+    recompute_num_layers: Annotated[
+        Optional[int], typer.Option("--recompute-num-layers", min=1,
+                                    help="with --recompute full: layers of each pipeline chunk recomputed, the others "
+                                         "keep their activations (Megatron-LM's block method)")
+    ] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")] = False,
     zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")] = 0,
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
+    grad_dtype: Annotated[
+        GradDtype, typer.Option("--grad-dtype", help="gradient accumulation/reduction dtype: fp32 main grads or bf16")
+    ] = GradDtype.fp32,
+    fp8_weight_copies: Annotated[
+        bool, typer.Option("--fp8-weight-copies", help="fp8: Transformer Engine caches fp8 weight copies beside the "
+                                                       "bf16 weights (no fp8 primary weights): +2 B per layer parameter")
+    ] = False,
     schedule: Annotated[
         Optional[Schedule], typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b")
     ] = None,
@@ -154,7 +203,8 @@ def estimate(
     moe_balance: Annotated[str, typer.Option("--moe-balance", help="learned | forced")] = "learned",
     moe_a2a_overlap: Annotated[bool, typer.Option("--moe-a2a-overlap", help="overlap dispatch/combine with compute")] = False,
     recompute_modules: Annotated[
-        Optional[str], typer.Option("--recompute-modules", help="selective recompute by module, e.g. mla_up_proj,moe_act")
+        Optional[str], typer.Option("--recompute-modules", help="selective recompute by module (Megatron-LM names), e.g. "
+                                               "core_attn,mlp,layernorm or mla_up_proj,moe_act")
     ] = None,
     tp_layout: Annotated[str, typer.Option("--tp-layout", help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
                                                                "tp, sequence over cp, K/V all-gathered); docs/model.md §8")] = "1d",
@@ -187,6 +237,7 @@ def estimate(
                                    "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
                                    "--set); repeat for more"),
     ] = None,
+    framework: FrameworkOption = None,
     width: WidthOption = None,
 ) -> None:
     """Time, memory and utilisation of one training step under one plan.
@@ -210,9 +261,12 @@ def estimate(
         "global_batch": global_batch,
         "seq_length": seq_length,
         "recompute": recompute.value,
+        "recompute_num_layers": recompute_num_layers,
         "sequence_parallel": sequence_parallel,
         "zero": zero,
         "dtype": dtype.value,
+        "grad_dtype": grad_dtype.value,
+        "fp8_weight_copies": fp8_weight_copies,
         "schedule": schedule.value if schedule is not None else None,
         "attention": attention.value,
         "offload_weights": offload_weights,
@@ -259,11 +313,17 @@ def estimate(
     check_price(price)
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
+    profile = load_framework_option(framework)
+    if profile is not None:  # the profile adapts the system; --set values still win
+        from paraplan.frameworks import framework_system
+
+        system_spec = framework_system(profile, system_spec)
     model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
+    framework_given = explicit_options(ctx, tuple(FRAMEWORK_PLAN_OPTIONS.values()))
     if plan_file is not None:
         plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
     else:
-        plan = plan_from_fields(fields)
+        plan = plan_from_fields(framework_defaults(fields, profile, framework_given))
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
     warn_positions(model_spec, plan.seq_length)  # after the estimate: input errors stay one line
@@ -276,9 +336,14 @@ def estimate(
         plot_estimate(est, plot)
     counts = parameter_counts(model_spec)
     hints = [] if est.fits else fit_hint_lines(model_spec, system_spec, plan, model, system)
+    framework_name = profile.name if profile is not None else None
     if as_json:
+        from paraplan.validate.band import error_band
+
         out = est.to_dict(include_ops=ops)
         out["parameters"] = counts.to_dict()
+        out["framework"] = framework_name
+        out["error_band"] = error_band(model_spec, system_spec, plan, est.step_time_s, framework_name).to_dict()
         if set_:
             out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
@@ -287,7 +352,9 @@ def estimate(
             out["fit_hints"] = hints
         print(json.dumps(out, indent=2))
     else:
-        print_estimate(_stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts)
+        notes = ([f"framework profile: {framework_name}"] if framework_name else [])
+        notes += band_lines(model_spec, system_spec, plan, est, framework_name)
+        print_estimate(_stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes)
         if plot is not None:
             print(f"wrote {plot}")
     if not est.fits:

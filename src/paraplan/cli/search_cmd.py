@@ -21,6 +21,7 @@ from paraplan.cli.app import (
     EtpOption,
     DefaultPlacementOption,
     Dtype,
+    FrameworkOption,
     MicroBatchOption,
     NoOffloadOption,
     PpOption,
@@ -32,6 +33,8 @@ from paraplan.cli.app import (
     _choice_list,
     _stdout,
     app,
+    explicit_options,
+    framework_problem_fields,
     parse_tokens,
     search_restrictions,
 )
@@ -42,6 +45,7 @@ from paraplan.specs.tp_layout import TP_LAYOUTS
 
 @app.command()
 def search(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
@@ -53,7 +57,8 @@ def search(
     ] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")] = 10,
     objective: Annotated[
-        str, typer.Option("--objective", help="time (s per token) | cost (USD per token, at --price) | mfu")
+        str, typer.Option("--objective", help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
+                                              "(s per token at the pessimistic end of each plan's error band)")
     ] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
@@ -100,6 +105,7 @@ def search(
         bool, typer.Option("--non-uniform", help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search")
     ] = False,
     time_budget: Annotated[float, typer.Option("--time-budget", min=0.0, help="seconds for --non-uniform alleviation")] = 5.0,
+    framework: FrameworkOption = None,
 ) -> None:
     """The best plans that fit in memory, over every plan knob, exact w.r.t. the cost model.
 
@@ -117,8 +123,11 @@ def search(
     from paraplan.catalog import load_model, load_system
     from paraplan.report.search_view import (
         CsvSink,
+        band_note,
+        explain_band_lines,
         explain_table,
         nearest_miss_line,
+        plan_band,
         plan_label,
         plans_table,
         search_document,
@@ -138,6 +147,8 @@ def search(
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     check_price(price)
     system_spec = load_system(system, field="system")
+    system_spec, attention_value, framework_fields = framework_problem_fields(
+        framework, system_spec, attention.value, "attention" in explicit_options(ctx, ("attention",)))
     price_per_gpu_hour = price if price is not None else system_spec.price_per_gpu_hour
     if objective == "cost" and price_per_gpu_hour is None:
         raise InputError(f"--price: --objective cost needs a price and {system_spec.name} has none; "
@@ -150,7 +161,7 @@ def search(
         global_batch=global_batch,
         max_global_batch=max_global_batch,
         dtype=dtype.value,
-        attention=attention.value,
+        attention=attention_value,
         objective=objective,
         **search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule, ep, etp, dispatcher),
         vary_offload=not no_offload,
@@ -158,6 +169,7 @@ def search(
         vary_placement=not default_placement,
         price_per_gpu_hour=price_per_gpu_hour,
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
+        **framework_fields,
     )
     problem.check()
     from rich.console import Console
@@ -192,6 +204,7 @@ def search(
         out = search_document(problem, result, run_tokens)
         if explain and result.plans:
             out["explain"] = [a.__dict__ for a in alternatives]
+            out["explain_unvalidated"] = list(plan_band(result.plans[0], problem).extrapolated)
         if written is not None:
             out["csv_all_rows"] = written
         if shown is not None:
@@ -201,9 +214,13 @@ def search(
         console = _stdout(width)
         console.print(f"{problem.model.name} on {gpus} x {system_spec.name}, seq {seq_length}, "
                       + (f"global batch {global_batch}" if global_batch else f"max global batch {max_global_batch}")
-                      + f", {dtype.value}, objective {objective}")
+                      + f", {dtype.value}, objective {objective}"
+                      + (f", framework {problem.framework}" if problem.framework else ""))
         if result.plans:
             console.print(plans_table(result, problem, run_tokens))
+            console.print(band_note(result, problem))
+            if result.robust_exact is False:
+                console.print("robust ranking over the fastest plans by predicted time only (search.robust.MAX_TIME_GROUPS)")
         else:
             console.print(nearest_miss_line(result, problem))
         console.print(summary_line(result))
@@ -214,6 +231,8 @@ def search(
         if alternatives:
             console.print()
             console.print(explain_table(alternatives, result.plans[0].estimate.step_time_s))
+            for line in explain_band_lines(result.plans[0], problem):
+                console.print(line)
             capacity = system_spec.accelerator.hbm_capacity / GiB
             best_obj = result.plans[0].objective
             for item in result.faster_infeasible:

@@ -15,6 +15,7 @@ from paraplan.cli.app import (
     DefaultOverlapOption,
     DefaultPlacementOption,
     Dtype,
+    FrameworkOption,
     MicroBatchOption,
     NoOffloadOption,
     PpOption,
@@ -24,6 +25,8 @@ from paraplan.cli.app import (
     ZeroOption,
     _stdout,
     app,
+    explicit_options,
+    load_framework_option,
     parse_tokens,
     search_restrictions,
 )
@@ -40,6 +43,7 @@ def _split_systems(values: list[str]) -> tuple[str, ...]:
 
 @app.command()
 def sweep(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
     system: Annotated[list[str], typer.Option("--system", "-s", help="catalog name or file; repeat or comma-separate for several")],
     gpus: Annotated[str, typer.Option("--gpus", help="GPU counts: 512,1024,2048 or a geometric range 256..16384x2")],
@@ -77,6 +81,7 @@ def sweep(
     default_placement: DefaultPlacementOption = False,
     tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
+    framework: FrameworkOption = None,
 ) -> None:
     """Search the best plan at every point of systems × GPU counts × --set values; write JSON, CSV and plots."""
     from rich.progress import (
@@ -95,13 +100,17 @@ def sweep(
     if objective not in OBJECTIVES:
         raise InputError(f"--objective: {objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
     restrictions = search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule)
+    profile = load_framework_option(framework)  # an unknown name is one line before anything runs
+    attention_value = attention.value
+    if profile is not None and "attention" not in explicit_options(ctx, ("attention",)):
+        attention_value = profile.attention
     config = SweepConfig(
         model=model, systems=_split_systems(system), gpus=parse_gpus(gpus), seq_length=seq_length,
         sets=tuple(parse_sets(set_ or [])), global_batch=global_batch, max_global_batch=max_global_batch, top=top,
-        dtype=dtype.value, attention=attention.value, objective=objective, no_offload=no_offload,
+        dtype=dtype.value, attention=attention_value, objective=objective, no_offload=no_offload,
         default_overlap=default_overlap, default_placement=default_placement,
         restrictions={k: v for k, v in restrictions.items() if v is not None},
-        tokens=parse_tokens(tokens) if tokens is not None else None,
+        tokens=parse_tokens(tokens) if tokens is not None else None, framework=framework,
     )
     if dask is not None and not dask.strip():
         raise InputError("--dask: give a scheduler address (tcp://host:8786) or 'local'")

@@ -55,10 +55,12 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch: int) -
     return model_flops_per_token(model, seq_length) * global_batch * seq_length
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
+def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str, modules: tuple[str, ...] = ()) -> float:
     """Extra forward FLOPs per token re-run in backward: full = the whole layer forward,
     2·N_layers + 2·L·(s+1)·(a·d); selective = the attention matmuls, 2·L·(s+1)·(a·d) (Korthikanti et
-    al. 2022, §5; attention counted causally as in model_flops_per_token)."""
+    al. 2022, §5; attention counted causally as in model_flops_per_token), and with ``modules``
+    (Megatron-LM --recompute-modules, dense layers) core_attn that, mlp the MLP forward
+    2·L·(p·h·f + f·h); norms re-run no matrix FLOPs."""
     if _moe_shaped(model):
         from paraplan.cost.moe import moe_recompute_flops_per_token
 
@@ -67,7 +69,9 @@ def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str)
     if recompute == "full":
         return 2.0 * (matmul_params(model) - model.vocab * model.hidden) + attention
     if recompute == "selective":
-        return attention
+        modules = modules or ("core_attn",)
+        mlp = 2.0 * model.layers * (model.mlp_input_projections + 1) * model.hidden * model.ffn_hidden
+        return attention * ("core_attn" in modules) + mlp * ("mlp" in modules)
     return 0.0
 
 

@@ -36,11 +36,30 @@ class StateBytes:
     optimizer: float
 
 
-def state_bytes_per_param(dtype: str) -> StateBytes:
-    """Mixed precision: 2 + 4 + 12 = 18 B/param (Korthikanti Fig. 1; ZeRO §3.1 with fp32 grads); fp32: 4 + 4 + 8."""
+GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}  # bytes per gradient element by gradient dtype
+
+
+def state_bytes_per_param(dtype: str, grad_dtype: str = "fp32") -> StateBytes:
+    """Mixed precision: 2 + g + 12 B/param with g = 4 for fp32 main gradients (Korthikanti Fig. 1's 18 B;
+    ZeRO §3.1; Megatron-LM accumulate_allreduce_grads_in_fp32) or g = 2 for gradients kept and reduced in
+    bf16 (ZeRO §3.1's 2 + 2 + 12 = 16 B); fp32 training: 4 + 4 + 8."""
     if dtype == "fp32":
         return StateBytes(4.0, 4.0, 8.0)
-    return StateBytes(2.0, 4.0, 12.0)
+    return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0)
+
+
+def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
+    """Extra bytes per GEMM weight parameter in FP8 training with Transformer Engine: 2 when TE caches
+    fp8 copies beside the bf16 weight — the rowwise copy (1 B: forward, wgrad) and the physically
+    transposed columnwise copy (1 B: dgrad), which Hopper's FP8 GEMMs need because they take only the
+    TN layout (Transformer Engine docs, "Low precision training: performance considerations —
+    handling transposes"; kept across micro-batches, "FP8 weight caching"); 0 with fp8 primary
+    weights, where those two fp8 tensors replace the 2-byte bf16 weight (NeMo 2.0's
+    bf16_with_fp8_mixed recipe sets fp8_params=True; Megatron-LM --fp8-param-gather) and 0 for other
+    datatypes. MXFP8 on Blackwell keeps rowwise and columnwise data too (its E8M0 scales, 1/32 B
+    each, are neglected), as is delayed-scaling state (1024-entry fp32 amax history per tensor,
+    3 tensors per GEMM: 12 KiB per GEMM)."""
+    return 2.0 if dtype == "fp8" and cached_copies else 0.0
 
 
 def sharded_state_bytes(params: float, dtype: str, zero: int, dp: int) -> StateBytes:
@@ -90,17 +109,38 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
 def layer_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
     """Bytes kept per layer per micro-batch under the recompute mode.
 
-    none: everything; selective: drops the attention internals (Korthikanti §5, 34·s·b·h/t with
+    none: everything; selective: drops what the recomputed modules would store
+    (``recomputed_module_bytes``; by default the attention internals, Korthikanti §5: 34·s·b·h/t with
     SP); full: only the layer input, 2·s·b·h (÷t with SP) (Korthikanti §4.3).
     With sequence parallelism the replicated part is divided by t too (Korthikanti §4.2.2)."""
     parts = layer_activation_parts(model, shape)
     sp_div = shape.tp if shape.sequence_parallel else 1
     if recompute == "full":
         return shape.act_bytes * shape.local_tokens * model.hidden / sp_div
-    kept = parts.replicated / sp_div + parts.tensor_parallel
-    if recompute == "none":
-        kept += parts.attention_internals
+    kept = parts.replicated / sp_div + parts.tensor_parallel + parts.attention_internals
+    if recompute == "selective":
+        kept -= recomputed_module_bytes(model, shape, shape.recompute_modules or ("core_attn",))
     return kept
+
+
+def recomputed_module_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]) -> float:
+    """Bytes of a dense layer's stored activations that selective recomputation by module drops
+    (Megatron-LM --recompute-modules; the terms of ``layer_activation_parts``): core_attn the
+    attention internals (5·a·s/t per token unfused, 4·a/t flash statistics; Korthikanti §5);
+    mlp the MLP intermediates (ab·f/t × 3 for SwiGLU, × 2 for GeLU per token); layernorm the two
+    norms' outputs, recomputed from their kept inputs (ab·h each, ÷t with SP). Modules a dense layer
+    does not have (moe_act, shared_experts, mla_up_proj, moe) drop nothing."""
+    parts = layer_activation_parts(model, shape)
+    sp_div = shape.tp if shape.sequence_parallel else 1
+    ab, tokens = shape.act_bytes, shape.local_tokens
+    dropped = 0.0
+    if "core_attn" in modules:
+        dropped += parts.attention_internals
+    if "mlp" in modules:
+        dropped += ab * tokens * model.ffn_hidden / shape.tp * (3 if model.mlp == "swiglu" else 2)
+    if "layernorm" in modules:
+        dropped += 2 * ab * tokens * model.hidden / sp_div
+    return dropped
 
 
 def embedding_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:

@@ -39,7 +39,7 @@ UNREPRESENTABLE = {
 }
 HANDLED = {
     "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
-    "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
+    "recompute", "recompute_num_layers", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
     "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
     "embedding_as_layer", "loss_as_layer", "tp_layout",
 }
@@ -119,6 +119,9 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
         a += ["--sequence-parallel"]
     if plan.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full" and plan.recompute_num_layers is not None:  # the first N layers of each chunk
+        a += ["--recompute-granularity", "full", "--recompute-method", "block",
+              "--recompute-num-layers", str(plan.recompute_num_layers)]
     elif plan.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if c["zero"] >= 1:
@@ -273,10 +276,11 @@ def import_plan(text: str) -> dict[str, object]:
     for flag, what in UNREPRESENTABLE.items():
         if flag in f:
             raise ExportRefused(f"megatron: {flag} ({what}) has no paraplan plan field; not imported")
-    if f.get("--recompute-granularity") == "full" and (f.get("--recompute-method", "uniform") != "uniform"
-                                                      or str(f.get("--recompute-num-layers", "1")) != "1"):
-        raise ExportRefused("megatron: full recomputation other than --recompute-method uniform --recompute-num-layers 1 "
-                            "(every layer) has no paraplan plan field")
+    method = f.get("--recompute-method", "uniform")
+    if f.get("--recompute-granularity") == "full" and method != "block" and (
+            method != "uniform" or str(f.get("--recompute-num-layers", "1")) != "1"):
+        raise ExportRefused("megatron: full recomputation other than --recompute-method block or uniform with "
+                            "--recompute-num-layers 1 (every layer) has no paraplan plan field")
     for needed in ("--nnodes", "--global-batch-size", "--seq-length"):
         if needed not in f:
             raise ExportRefused(f"megatron: {needed} is missing; paraplan needs it to rebuild the plan")
@@ -313,6 +317,8 @@ def import_plan(text: str) -> dict[str, object]:
         "seq_length": num("--seq-length", 1),
         "sequence_parallel": "--sequence-parallel" in f,
         "recompute": granularity if granularity in ("full", "selective") else "none",
+        "recompute_num_layers": (num("--recompute-num-layers", 1)
+                                 if granularity == "full" and method == "block" else None),
         "zero": zero,
         "dtype": dtype,
         "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",

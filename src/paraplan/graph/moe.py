@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from paraplan.cost.moe import routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
-from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op
+from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
@@ -215,24 +215,6 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape, rows: float, moe: bool) -> 
 
 
 # Megatron-LM recompute module -> the ops it re-runs (selective recomputation by module name).
-RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
-    "core_attn": ("flash_attention", "attention_scores", "softmax_dropout", "attention_over_values"),
-    "mla_up_proj": ("mla_q_up", "mla_kv_up", "mla_rotary_concat"),
-    "layernorm": ("input_norm", "post_attention_norm"),
-    "moe_act": ("expert_activation",),
-    "shared_experts": ("shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
-    "mlp": ("mlp_in_projection", "mlp_activation", "mlp_out_projection"),
-    "moe": ("router", "router_softmax_topk", "permute", "expert_fc1", "expert_activation", "expert_fc2", "unpermute",
-            "shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
-}
-
-
-def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
-    """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
-    names = {name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ())}
-    return tuple(replace(op, selective_recompute=op.name in names) for op in ops)
-
-
 def window_share(model: ModelSpec) -> float:
     """Share of the layers that use the sliding window: 1 for pattern 0, (n−1)/n for every n-th full."""
     if model.sliding_window is None:

@@ -12,7 +12,7 @@ c context-parallel degree (each GPU holds s/c tokens of every sequence).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 OpKind = Literal["gemm", "grouped_gemm", "attention", "memory"]
@@ -86,3 +86,23 @@ class ExpertShape:
     capacity_factor: float | None = None
     balance: str = "learned"  # "forced" | "learned"
     a2a_overlap: bool = False  # dispatch/combine hidden behind another micro-batch's compute
+
+
+# The ops each Megatron-LM --recompute-modules name re-runs (selective recomputation by module), by op name
+# in the dense (graph.transformer) and MoE / MLA (graph.moe, graph.mla) layer builders.
+RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("flash_attention", "attention_scores", "softmax_dropout", "attention_over_values"),
+    "mla_up_proj": ("mla_q_up", "mla_kv_up", "mla_rotary_concat"),
+    "layernorm": ("input_norm", "post_attention_norm"),
+    "moe_act": ("expert_activation",),
+    "shared_experts": ("shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
+    "mlp": ("mlp_in_projection", "mlp_activation", "mlp_out_projection"),
+    "moe": ("router", "router_softmax_topk", "permute", "expert_fc1", "expert_activation", "expert_fc2", "unpermute",
+            "shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
+}
+
+
+def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
+    """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
+    names = {name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ())}
+    return tuple(replace(op, selective_recompute=op.name in names) for op in ops)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op
+from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.specs.model import ModelSpec
 
 # Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
@@ -36,7 +36,7 @@ class LayerShape:
     attention: str  # "flash" | "unfused"
     dtype: str
     expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
-    recompute_modules: tuple[str, ...] = ()  # ops selective recomputation re-runs (MoE/MLA layers)
+    recompute_modules: tuple[str, ...] = ()  # modules selective recomputation re-runs (() = core attention)
     # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid
     # size, sequence_parallel True: activations split over the whole grid) with summa_panels panels;
     # "2d-seq" = K/V all-gathered over cp instead of the ring (graph/summa.py)
@@ -246,6 +246,8 @@ def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         collectives.append(
             Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")
         )
+    if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
+        ops = list(mark_recomputed(ops, shape.recompute_modules))
     return LayerGraph("decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t))
 
 

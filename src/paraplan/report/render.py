@@ -466,10 +466,11 @@ def run_table(run: dict) -> SimpleTable:
 
 
 def estimate_renderables(est: Estimate, *, run: dict | None = None, show_ops: bool = False,
-                         hints: Sequence[str] = (), parameters=None) -> list:
+                         hints: Sequence[str] = (), parameters=None, notes: Sequence[str] = ()) -> list:
     """The sections of the text report, in reading order, separated by blank lines (strings and
     :class:`SimpleTable` s, for :class:`PlainConsole`). ``hints``: what would make a plan that does
-    not fit fit (``search.fit_hints``), printed after the repeated DOES NOT FIT line."""
+    not fit fit (``search.fit_hints``), printed after the repeated DOES NOT FIT line; ``notes``
+    (framework profile, error band) follow the fit line."""
     tables: list = [metrics_table(est), breakdown_table(est), memory_table(est)]
     if show_ops:
         if est.ops:
@@ -478,7 +479,7 @@ def estimate_renderables(est: Estimate, *, run: dict | None = None, show_ops: bo
             tables.append(comms_table(est.comms))
     if run is not None:
         tables.append(run_table(run))
-    out: list = [plan_line(est, parameters), fit_line(est)]
+    out: list = [plan_line(est, parameters), fit_line(est), *notes]
     for table in tables:
         out += ["", table]
     if not est.fits:
@@ -487,9 +488,10 @@ def estimate_renderables(est: Estimate, *, run: dict | None = None, show_ops: bo
 
 
 def print_estimate(console, est: Estimate, *, run: dict | None = None, show_ops: bool = False,
-                   hints: Sequence[str] = (), parameters=None) -> None:
+                   hints: Sequence[str] = (), parameters=None, notes: Sequence[str] = ()) -> None:
     """Print the text report on ``console`` (a :class:`PlainConsole`)."""
-    console.print(*estimate_renderables(est, run=run, show_ops=show_ops, hints=hints, parameters=parameters))
+    console.print(*estimate_renderables(est, run=run, show_ops=show_ops, hints=hints, parameters=parameters,
+                                        notes=notes))
 
 
 def render_to_text(renderables: Sequence, width: int | None = 100) -> str:

@@ -43,7 +43,30 @@ OBJECTIVES = {
                       "step time · GPUs · USD per GPU-hour / 3600 / tokens per step"),
     "mfu": Objective("mfu", "Plans with the highest MFU that fit", "MFU", "-MFU (fraction)",
                      "minus the model FLOPs utilisation, so that lower is better as for the other objectives"),
+    "robust": Objective("robust", "Fastest plans that fit, pessimistically", "time per token at the pessimistic end "
+                        "of the error band", "s/token",
+                        "pessimistic end of the error band (validation residuals of the plan's features, "
+                        "validate.band) / tokens per step"),
 }
+
+
+def plan_band(ranked: RankedPlan, problem: SearchProblem):
+    """The error band of a ranked plan (validate.band.error_band): computed for the plans shown only."""
+    from paraplan.validate.band import error_band
+
+    return error_band(problem.model, problem.system, ranked.plan, ranked.estimate.step_time_s, problem.framework)
+
+
+def band_note(result: SearchResult, problem: SearchProblem) -> str | None:
+    """The line under the table: what the band column means, and the features of the shown plans no
+    validation case has (the '*' rows)."""
+    bands = [plan_band(r, problem) for r in result.plans]
+    unvalidated = sorted({f for b in bands for f in b.extrapolated})
+    text = ("band: step-time error range from the validation residuals of each plan's features "
+            "(paraplan validate; docs/validation.md)")
+    if unvalidated:
+        text += f"; * extrapolated, no validation case has: {', '.join(unvalidated)}"
+    return text
 
 
 def table_title(problem: SearchProblem) -> str:
@@ -52,6 +75,8 @@ def table_title(problem: SearchProblem) -> str:
     ranked_by = objective.ranked_by
     if problem.objective == "time" and problem.global_batch is not None:
         ranked_by = "step time"
+    if problem.objective == "robust" and problem.global_batch is not None:
+        ranked_by = "step time at the pessimistic end of the error band"
     if problem.objective == "cost":
         ranked_by += f" at ${problem.price_per_gpu_hour:.2f}/GPU-hour"
     return f"{objective.title} (ranked by {ranked_by})"
@@ -96,6 +121,7 @@ def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | Non
         out["cost_usd_per_million_tokens"] = per_step / e.tokens_per_step * 1e6
     if tokens is not None:
         out["run"] = e.run_totals(tokens, problem.price_per_gpu_hour)
+    out["error_band"] = plan_band(ranked, problem).to_dict()
     return out
 
 
@@ -149,7 +175,7 @@ def plans_table(result: SearchResult, problem: SearchProblem | None = None, toke
     extra = (["$/step", "$/M tokens"] if cost else []) + (["run days"] if run else []) + (["run $"] if run_cost else [])
     title = table_title(problem) if problem is not None else OBJECTIVES["time"].title
     table = simple_table(
-        title, "#", "plan", "global batch", "step s", "tokens/s", "MFU", "peak GiB",
+        title, "#", "plan", "global batch", "step s", "band", "tokens/s", "MFU", "peak GiB",
         "compute s", "bubble s", "comm s", *extra, numeric_from=2, foldable=(), detach=1,
     )
     for ranked in result.plans:
@@ -157,7 +183,7 @@ def plans_table(result: SearchResult, problem: SearchProblem | None = None, toke
         comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.ep_comm_s + b.dp_comm_s
         cells = [
             str(ranked.rank), plan_cell(ranked), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
-            f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
+            plan_band(ranked, problem).text() if problem is not None else "", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
             f"{b.forward_s + b.backward_s + b.recompute_s:.3f}", f"{b.bubble_s:.3f}", f"{comm:.3f}",
         ]
         figures = plan_figures(ranked, problem, tokens) if problem is not None else {}
@@ -203,6 +229,16 @@ def nearest_miss_line(result: SearchResult, problem: SearchProblem | None = None
         ways.append("allowing offload (without --no-offload)")
     ways += ["more GPUs", "a smaller global batch or sequence", "GPUs with more memory"]
     return f"{text} What may make a plan fit: {'; '.join(ways)}."
+
+
+def explain_band_lines(ranked: RankedPlan, problem: SearchProblem) -> list[str]:
+    """What --explain says about the best plan's validation: its error band and its unvalidated knobs."""
+    band = plan_band(ranked, problem)
+    lines = [f"the best plan's error band: step {band.low_s:.4g} to {band.high_s:.4g} s "
+             f"({band.low_pct:+.1f} % / {band.high_pct:+.1f} %)"]
+    lines.append("unvalidated knobs (no validation case has them): " + ", ".join(band.extrapolated)
+                 if band.extrapolated else "every feature of the best plan is covered by validation cases")
+    return lines
 
 
 def explain_table(alternatives: list[Alternative], best_time_s: float):
@@ -288,11 +324,13 @@ class CsvSink:
 
 
 TOP_CSV_METRICS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective")
+BAND_CSV_COLUMNS = ("band_low_pct", "band_high_pct", "extrapolated_features")  # validate.band, the rows shown only
 
 
 def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, tokens: float | None = None) -> int:
     """The plans shown (``--csv``): rank, plan label, plan fields, metrics, cost (with a price), the
-    run (with ``tokens``) and the time breakdown; written atomically. Returns the rows written."""
+    run (with ``tokens``), the error band and its extrapolated features, and the time breakdown;
+    written atomically. Returns the rows written."""
     from dataclasses import asdict
 
     sink = AtomicText(path, "--csv")
@@ -303,7 +341,7 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
         extra = (["cost_usd_per_step", "cost_usd_per_million_tokens"] if cost else [])
         extra += (["run_days", "run_gpu_hours"] + (["run_cost_usd"] if cost else [])) if tokens is not None else []
         writer.writerow(["rank", "plan_label", "equivalent_plans", *CSV_PLAN_FIELDS, *TOP_CSV_METRICS, *extra,
-                         *breakdown])
+                         *BAND_CSV_COLUMNS, *breakdown])
         for ranked in result.plans:
             e = ranked.estimate
             data = ranked.plan.model_dump()
@@ -315,9 +353,12 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
                 run = figures["run"]
                 more += [run["days"], run["gpu_hours"]] + ([run["cost_usd"]] if cost else [])
             parts = asdict(e.breakdown)
+            band = figures["error_band"]
             writer.writerow([ranked.rank, figures["plan_label"], " | ".join(figures["equivalent_plan_labels"]),
                              *(data[f] for f in CSV_PLAN_FIELDS),
-                             *(f"{x:.6g}" for x in metrics + more), *(f"{parts[k]:.6g}" for k in breakdown)])
+                             *(f"{x:.6g}" for x in metrics + more),
+                             f"{band['low_pct']:.4g}", f"{band['high_pct']:.4g}", " | ".join(band["extrapolated"]),
+                             *(f"{parts[k]:.6g}" for k in breakdown)])
     except BaseException:
         sink.discard()
         raise
@@ -338,6 +379,7 @@ def problem_dict(problem: SearchProblem, tokens: float | None = None) -> dict:
         "dtype": problem.dtype,
         "attention": problem.attention,
         "objective": problem.objective,
+        "framework": problem.framework,
         "price_per_gpu_hour": problem.price_per_gpu_hour,
         "tokens": tokens,
         "restrictions": {
@@ -358,5 +400,7 @@ def search_document(problem: SearchProblem, result: SearchResult, tokens: float 
     plans = body.pop("plans")
     for item, ranked in zip(plans, result.plans):
         item.update(plan_figures(ranked, problem, tokens))
+    if result.robust_exact is not None:
+        body["robust_exact"] = result.robust_exact
     return {"problem": problem_dict(problem, tokens), "objective": OBJECTIVES[problem.objective].to_dict(),
             "plans": plans, **body, "timing": {"search_s": seconds}}

@@ -231,6 +231,7 @@ class StepInputs:
     optimizer_bytes: Num
     reserved_bytes: Num
     zero3_prefetch_layers: Num = 1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
+    fp8_copy_bytes: Num = 0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
 
 
 def _sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
@@ -332,7 +333,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
         params = stage_params(stage, name)
         bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
         buckets = np.maximum(buckets, bucket)
-        grad_bytes, weight_bytes = params * GRAD_REDUCE_BYTES, params * inp.weight_bytes
+        grad_bytes, weight_bytes = params * inp.grad_bytes, params * inp.weight_bytes  # gradients reduced in their dtype
         sizes = {  # (collective, bytes per call, calls)
             "all_reduce": (group.all_reduce, grad_bytes / np.maximum(bucket, 1.0), bucket),
             "reduce_scatter": (group.reduce_scatter, grad_bytes / np.maximum(bucket, 1.0), bucket),
@@ -369,7 +370,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     for branch in branches[-2::-1]:
         exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
     optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
-    offload = np.where(inp.knobs.offload_optimizer, owned * (GRAD_REDUCE_BYTES + inp.weight_bytes) / inp.host_bandwidth, 0.0)
+    offload = np.where(inp.knobs.offload_optimizer, owned * (inp.grad_bytes + inp.weight_bytes) / inp.host_bandwidth, 0.0)
     return exposed, optimizer, offload
 
 
@@ -496,9 +497,9 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
-        per_param = (inp.weight_bytes / _shard(inp, group, 3) + inp.grad_bytes / _shard(inp, group, 2)
+        per_param = ((inp.weight_bytes + inp.fp8_copy_bytes) / _shard(inp, group, 3) + inp.grad_bytes / _shard(inp, group, 2)
                      + inp.optimizer_bytes / _shard(inp, group, 1))
-        weights = weights + params * inp.weight_bytes / _shard(inp, group, 3)
+        weights = weights + (params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes) / _shard(inp, group, 3)
         grads = grads + params * inp.grad_bytes / _shard(inp, group, 2)
         optimizer = optimizer + params * inp.optimizer_bytes / _shard(inp, group, 1)
         transformer_states = transformer_states + layer_params * per_param

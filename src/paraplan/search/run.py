@@ -81,6 +81,7 @@ class SearchResult:
     rows: int
     rows_evaluated: int
     nearest_miss: dict | None = None  # smallest memory overflow when nothing fits
+    robust_exact: bool | None = None  # objective robust: the top K is exact w.r.t. the bands (search.robust)
     faster_infeasible: list[dict] = field(default_factory=list)  # better objective, did not fit
     all_feasible: list[dict] | None = None
 
@@ -99,7 +100,8 @@ class SearchResult:
 
 def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, peak_flops):
     """Smaller is better. time: seconds per token (= step time ranking at a fixed batch); cost:
-    dollars per token at the price; mfu: minus the model FLOPs utilisation."""
+    dollars per token at the price; mfu: minus the model FLOPs utilisation; robust: seconds per
+    token, which search.robust then scales by each returned plan's pessimistic band factor."""
     if problem.objective == "cost":
         price = problem.price_per_gpu_hour if problem.price_per_gpu_hour is not None else 1.0
         return step_time_s / tokens * problem.gpus * price / 3600.0
@@ -141,6 +143,11 @@ def search(
     to the callable as columns (``feasible_columns``) instead of keeping them, for large spaces.
     The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
     problem.check()
+    if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
+        from paraplan.search.robust import robust_search
+
+        return robust_search(problem, top_k, search, collect_all=collect_all, progress=progress, workers=workers,
+                             feasible_sink=feasible_sink)
     start = time.perf_counter()
     table = RowTable(problem)
     options = _GridIndex(problem, table)
@@ -392,6 +399,11 @@ def exhaustive_search(
     """Every candidate of the canonical space through the scalar ``estimate``, one by one
     (``workers`` processes split the rows; each keeps its own top K, merged exactly)."""
     problem.check()
+    if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
+        from paraplan.search.robust import robust_search
+
+        return robust_search(problem, top_k, exhaustive_search, workers=workers, progress=progress,
+                             collect_all=collect_all)
     start = time.perf_counter()
     if workers <= 1:
         parts = [_exhaustive_part(problem, top_k, 0, 1, progress, collect_all)]

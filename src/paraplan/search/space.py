@@ -52,7 +52,7 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
 # other models with --schedules naming them
 SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
-OBJECTIVES = ("time", "cost", "mfu")
+OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 
 
 def _divisors(n: int) -> list[int]:
@@ -190,6 +190,11 @@ class SearchProblem:
     price_per_gpu_hour: float | None = None
     # tensor-parallel layouts to try (specs/tp_layout.py); 1D only unless asked: the 2D grids multiply the rows
     tp_layouts: tuple[str, ...] = ("1d",)
+    # the framework profile the system was adapted to (frameworks.framework_system): its name for the
+    # error band, and its (overlap_tp_comm, overlap_dp_grad_reduce, overlap_param_gather) defaults,
+    # the values the overlap switches take when they are not varied
+    framework: str | None = None
+    default_overlaps: tuple[bool, bool, bool] = (False, True, True)
 
     def check(self) -> None:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
@@ -324,7 +329,8 @@ class SearchProblem:
             sp_options = [s for s in sp_options if not s]
         sp_options = [s for s in sp_options if not moe_sequence_parallel_rule(self.model, tp, s)]
         recompute = self.recompute or RECOMPUTE_MODES
-        overlap = [False, True] if (tp > 1 and self.vary_overlap) else [False]  # default (off) first
+        default = self.default_overlaps[0]
+        overlap = [default, not default] if (tp > 1 and self.vary_overlap) else [default if tp > 1 else False]
         out = []
         for layout, rows in self.layouts(tp, cp):
             if layout == "2d":
@@ -396,14 +402,16 @@ class SearchProblem:
         if dp_size == 1:
             return [(0, True, True)]
         zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
-        ov = [True, False] if self.vary_overlap else [True]  # defaults first: ties resolve to them
+        _, dp_default, gather_default = self.default_overlaps
+        reduce_ov = [dp_default, not dp_default] if self.vary_overlap else [dp_default]  # defaults first: ties
+        gather_ov = [gather_default, not gather_default] if self.vary_overlap else [gather_default]
         out = []
         for z in zeros:
             if z == 3:  # ZeRO-3 gathers and reduces per micro-batch, overlapped layer by layer: switches unused
                 out.append((3, True, True))
                 continue
-            gathers = ov if z >= 1 else [True]
-            out += [(z, d, g) for d in ov for g in gathers]
+            gathers = gather_ov if z >= 1 else [True]
+            out += [(z, d, g) for d in reduce_ov for g in gathers]
         return out
 
     @cached_property

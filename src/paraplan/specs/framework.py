@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paraplan.specs.plan import GradDtype
 from paraplan.specs.system import Bytes
 
 
@@ -29,8 +30,11 @@ class FrameworkSpec(BaseModel):
     attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
         "cudnn", description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run"
     )
-    grad_dtype: Literal["fp32", "bf16"] = Field(
+    grad_dtype: GradDtype = Field(
         "fp32", description="dtype gradients are accumulated and reduced in (fp32 main grads vs half precision)"
+    )
+    fp8_weight_copies: bool = Field(
+        False, description="plan default: fp8 training caches fp8 weight copies beside bf16 weights (cost.memory)"
     )
     overlap_dp_grad_reduce: bool = Field(True, description="plan default: DP gradient reduction overlaps backward")
     overlap_param_gather: bool = Field(True, description="plan default: ZeRO parameter all-gather overlaps forward")

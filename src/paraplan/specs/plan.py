@@ -23,6 +23,7 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
 PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 Attention = Literal["flash", "unfused"]
+GradDtype = Literal["fp32", "bf16"]
 
 
 class PlanSpec(MoEPlanFields, TPLayoutFields):
@@ -45,8 +46,19 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     seq_length: int = Field(gt=0)
     sequence_parallel: bool = False
     recompute: Recompute = "none"
+    recompute_num_layers: int | None = Field(
+        None, ge=1, description="with recompute=full: layers of each pipeline chunk fully recomputed, the others "
+        "keep their activations (Megatron-LM --recompute-method block --recompute-num-layers; torchtitan's every k-th "
+        "layer is ⌊layers per chunk / k⌋)",
+    )
     zero: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights")
     dtype: PlanDtype = "bf16"
+    grad_dtype: GradDtype = Field(
+        "fp32", description="gradient accumulation and reduction dtype under mixed precision: fp32 main grads or bf16"
+    )
+    fp8_weight_copies: bool = Field(
+        False, description="fp8: Transformer Engine caches fp8 weight copies beside bf16 weights (no fp8 primary weights)"
+    )
     attention: Attention = "flash"
     schedule: Schedule | None = Field(None, description="default: interleaved when vpp > 1, else 1f1b")
     offload_weights: bool = False
@@ -144,7 +156,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
 
 # Fields a search problem fixes for every candidate; the other fields are the plan's choices,
 # in this order the columns of search --csv and sweep.csv.
-PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", "attention")
+PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", "grad_dtype", "fp8_weight_copies", "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
 
@@ -299,4 +311,12 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         out.append(Violation("plan.sequence_parallel", False, rule))
     if plan.recompute_modules and plan.recompute != "selective":
         out.append(Violation("plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"))
+    if plan.recompute_num_layers is not None:
+        from paraplan.specs.moe_model import moe_shaped
+
+        if plan.recompute != "full":
+            out.append(Violation("plan.recompute_num_layers", plan.recompute_num_layers, "needs recompute=full"))
+        elif moe_shaped(model):
+            out.append(Violation("plan.recompute_num_layers", plan.recompute_num_layers,
+                                 "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"))
     return out

@@ -72,6 +72,7 @@ class SweepConfig:
     default_placement: bool = False
     restrictions: dict = field(default_factory=dict)  # SearchProblem axis name -> tuple of allowed values
     tokens: float | None = None  # run length for time-to-train
+    framework: str | None = None  # --framework: a profile name or file (paraplan.frameworks)
 
     def check(self) -> None:
         if not self.systems:
@@ -114,6 +115,7 @@ class SweepConfig:
             "default_placement": self.default_placement,
             "restrictions": {k: list(v) for k, v in sorted(self.restrictions.items()) if v is not None},
             "tokens": self.tokens,
+            **({"framework": self.framework} if self.framework is not None else {}),
         }
 
     @property
@@ -220,6 +222,8 @@ def _run_point(task: dict) -> dict:
         vary_placement=not settings["default_placement"],
         price_per_gpu_hour=system.price_per_gpu_hour,
         **{k: tuple(v) for k, v in settings["restrictions"].items()},
+        **({"framework": settings["framework"], "default_overlaps": tuple(settings["default_overlaps"])}
+           if "framework" in settings else {}),
     )
     record.update(EMPTY_SUMMARY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
     try:
@@ -270,6 +274,13 @@ def prepare(config: SweepConfig) -> Prepared:
     config.check()
     model = load_model(config.model, field="model")
     systems = [load_system(s, field="system") for s in config.systems]
+    profile = None
+    if config.framework is not None:  # every system as the framework uses it (frameworks.framework_system)
+        from paraplan.catalog import load_framework
+        from paraplan.frameworks import framework_system
+
+        profile = load_framework(config.framework, field="--framework")
+        systems = [framework_system(profile, s) for s in systems]
     names = [s.name for s in systems]
     if len(set(names)) != len(names):
         raise InputError(f"--system: {', '.join(config.systems)} give systems of the same name; rename one")
@@ -281,6 +292,11 @@ def prepare(config: SweepConfig) -> Prepared:
         "default_placement": config.default_placement, "top": config.top, "tokens": config.tokens,
         "restrictions": {k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None},
     }
+    if profile is not None:  # the name for the error band, the overlap defaults for --default-overlap
+        from paraplan.frameworks import framework_search_fields
+
+        fields = framework_search_fields(profile)
+        settings.update(framework=fields["framework"], default_overlaps=list(fields["default_overlaps"]))
     pts = points(config)
     variants: dict[tuple, tuple[dict, dict, dict]] = {}
     tasks = []

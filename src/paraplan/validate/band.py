@@ -6,8 +6,14 @@ overlaps and offloads it relies on, the sequence-length range, the scale, the fr
 Every bundled validation case (paraplan/validate/cases) has the same features. The band of an
 estimate is the union over its features of the range of signed step-time errors of the cases that
 share the feature, widened to at least ``RUN_TO_RUN_PCT`` (the run-to-run spread of measured step
-times, reference/README.md). Features no case has are returned as ``extrapolated``: the band says
-nothing about them.
+times, reference/README.md). Features no case has are returned as ``extrapolated`` and take the
+widest error range of every case of the same model kind (the validation says nothing specific about
+them, so the band assumes they may be as far off as the worst case seen): a plan that relies on
+unvalidated knobs never gets a narrower band than a validated one.
+
+Features are qualified by the GPU architecture and, for mixture-of-experts / MLA models, by
+``moe``: kernels, networks and calibrations differ by GPU generation, and the MoE cases (held out,
+no constant fitted on them) say nothing about dense models and the reverse.
 
 Errors are ``100·(predicted/measured − 1)``; a case that was over-predicted by e % means the true
 time may be ``predicted / (1 + e/100)``. The band therefore runs from
@@ -23,6 +29,7 @@ from functools import lru_cache
 
 from paraplan.cost.comm import group_span
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -76,10 +83,16 @@ def plan_features(model: ModelSpec, system: SystemSpec, plan: PlanSpec, framewor
             out.append(f"offload {kind}")
     if framework:
         out.append(f"framework:{framework}")
-    # kernels, networks and calibrations differ by GPU generation: a feature validated on one
-    # architecture says nothing about another
+    # kernels, networks and calibrations differ by GPU generation, and MoE from dense (module docstring)
     arch = out[0].split(":", 1)[1]
-    return (out[0], *(f"{arch} {f}" for f in out[1:]))
+    kind = model_kind(model)
+    qualifier = arch if kind == "dense" else f"{arch} {kind}"
+    return (out[0] if kind == "dense" else f"{out[0]} {kind}", *(f"{qualifier} {f}" for f in out[1:]))
+
+
+def model_kind(model: ModelSpec) -> str:
+    """'moe' for the models graph/moe.py builds (experts, MLA, window patterns, MTP), else 'dense'."""
+    return "moe" if moe_shaped(model) else "dense"
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,14 @@ class ErrorBand:
     def validated(self) -> bool:
         return not self.extrapolated
 
+    def text(self) -> str:
+        """'-3.0/+5.9 %', with '*' when a feature is extrapolated (the search table's band cell)."""
+        return f"{self.low_pct:+.1f}/{self.high_pct:+.1f} %" + ("*" if self.extrapolated else "")
+
+    def to_dict(self) -> dict:
+        return {"low_s": self.low_s, "high_s": self.high_s, "low_pct": self.low_pct, "high_pct": self.high_pct,
+                "validated": self.validated, "extrapolated": list(self.extrapolated)}
+
 
 @lru_cache(maxsize=1)
 def validation_residuals() -> dict[str, tuple[float, ...]]:
@@ -114,7 +135,11 @@ def validation_residuals() -> dict[str, tuple[float, ...]]:
         err = entry["error_pct"]["step_time_s"]
         for feature in plan_features(case.model, case.system, case.plan, case.framework):
             out.setdefault(feature, []).append(err)
+        out.setdefault(KIND_KEY + model_kind(case.model), []).append(err)
     return {k: tuple(v) for k, v in out.items()}
+
+
+KIND_KEY = "all cases:"  # residual-table key of every case of one model kind (the extrapolation range)
 
 
 def error_band(
@@ -128,7 +153,10 @@ def error_band(
     """The band of one estimate: union of its validated features' error ranges, at least ±RUN_TO_RUN_PCT."""
     table = validation_residuals() if residuals is None else residuals
     features = plan_features(model, system, plan, framework)
+    extrapolated = tuple(f for f in features if f not in table)
     errors = [e for f in features for e in table.get(f, ())]
+    if extrapolated:  # unvalidated knobs: as far off as any case of this model kind (module docstring)
+        errors += table.get(KIND_KEY + model_kind(model), ())
     lo_err = min([-RUN_TO_RUN_PCT, *errors])  # most under-predicted case: the truth may be slower
     hi_err = max([RUN_TO_RUN_PCT, *errors])
     low_s = step_time_s / (1.0 + hi_err / 100.0)
@@ -140,5 +168,5 @@ def error_band(
         low_pct=100.0 * (low_s / step_time_s - 1.0),
         high_pct=100.0 * (high_s / step_time_s - 1.0),
         features=features,
-        extrapolated=tuple(f for f in features if f not in table),
+        extrapolated=extrapolated,
     )

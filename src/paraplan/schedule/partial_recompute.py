@@ -1,0 +1,58 @@
+"""Full recomputation of only some layers: Megatron-LM's block method, torchtitan's every k-th layer.
+
+Megatron-LM ``--recompute-granularity full --recompute-method block --recompute-num-layers N``
+checkpoints the first N transformer layers of each pipeline chunk (each virtual stage under the
+interleaved schedule) and keeps every activation of the others (Megatron-LM arguments.py; the
+trade-off is Korthikanti et al. 2022 §5: a recomputed layer keeps 2·s·b·h bytes and re-runs its
+forward, a kept one stores everything and re-runs nothing). torchtitan's layer-level selective
+activation checkpointing with frequency k checkpoints every k-th block, ⌊L/k⌋ of L layers
+(torchtitan ``activation_checkpoint.selective_ac_option``); for memory and time sums only the number
+of recomputed layers matters, so it is the same plan with N = ⌊layers per chunk / k⌋.
+
+A stage of n decoder layers in vpp chunks then holds min(N·vpp, n) recomputed layers and the rest
+as layers without recomputation: two block entries instead of one, each with its own time terms
+(recompute seconds, TP re-runs) and its own kept activations; ``schedule.step`` composes them as it
+composes any mix of blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from paraplan.schedule.step import BlockCost, StepInputs
+
+RECOMPUTED_KIND = "decoder"  # dense decoder layers (MoE / MLA layers use graph.moe's per-module recompute)
+
+
+def split_recompute_layers(inp: StepInputs, kept_layer: BlockCost, layers_per_chunk: int, vpp: int) -> StepInputs:
+    """``inp`` (built with full recomputation) with each stage's n decoder layers split into
+    min(N·vpp, n) fully recomputed layers and n − that many ``kept_layer`` s (no recomputation)."""
+    stages = []
+    for stage in inp.stages:
+        blocks = []
+        for block, n in stage.blocks:
+            if block.kind != RECOMPUTED_KIND:
+                blocks.append((block, n))
+                continue
+            recomputed = np.minimum(n, layers_per_chunk * vpp)
+            blocks += [(block, recomputed), (kept_layer, n - recomputed)]
+        stages.append(replace(stage, blocks=tuple(blocks)))
+    return replace(inp, stages=tuple(stages))
+
+
+def recomputed_layer_share(inp: StepInputs) -> float:
+    """Recomputed decoder layers / all decoder layers over every stage of ``inp`` (after
+    ``split_recompute_layers``: the first decoder entry of each stage is the recomputed one)."""
+    recomputed = total = 0.0
+    for stage in inp.stages:
+        first = True
+        for block, n in stage.blocks:
+            if block.kind != RECOMPUTED_KIND:
+                continue
+            total += float(stage.count * n)
+            if first:
+                recomputed += float(stage.count * n)
+                first = False
+    return recomputed / total if total else 0.0
