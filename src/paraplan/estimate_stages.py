@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, linear_collective
+from paraplan.cost.comm import GroupSpan, fastest_collective, linear_collective
 from paraplan.graph.encoder import (
     BlockRef,
     block_graph,
@@ -64,6 +64,7 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
 from paraplan.specs.system import SystemSpec
+from paraplan.pipeline_engines import ENGINES, EngineRules, backward_transfer_bytes, forward_transfer_bytes, host_layer_times_s
 from paraplan.stages import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
 
 NO_SPAN = GroupSpan(1, 1, 1)
@@ -97,37 +98,6 @@ class Common:
     schedule: str
     overlap_dp_grad_reduce: bool
     engine: str = "megatron"
-
-
-@dataclass(frozen=True)
-class EngineRules:
-    """What the pipeline runtime does between and after micro-batches."""
-
-    transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
-    p2p_split_over_tp: bool  # each TP rank sends 1/t of the activation (scatter/gather) or all of it
-    dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
-    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
-    async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
-
-
-ENGINES = {
-    # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
-    # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
-    # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
-    "megatron": EngineRules(1, True, True, 0.0, True),
-    # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example): the train schedule
-    # issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate blocking instructions, so
-    # two transfers with each neighbour per micro-batch; every model-parallel rank sends the whole
-    # activation; ReduceTiedGrads and ReduceGrads run after the last backward (deepspeed/runtime/pipe/
-    # schedule.py, TrainSchedule); its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master
-    # gradients (4 B) at the step, beside fp16 weights, fp32 master weights and Adam moments
-    # (deepspeed/runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step.
-    # The Megatron-LM it drives (v1.1.5) all-reduces the input gradient of a column-parallel layer
-    # synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward); the
-    # asynchronous all-reduce beside the weight-gradient GEMM came with later Megatron-LM releases
-    # (--async-tensor-model-parallel-allreduce).
-    "deepspeed": EngineRules(2, False, False, 6.0, False),
-}
 
 
 @dataclass(frozen=True)
@@ -237,6 +207,28 @@ def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_byte
     return np.where(size > 0, worst, 0.0)
 
 
+def p2p_exchange_s(cluster: ClusterSpec, rules: EngineRules, common: Common, a: StageSetting | None,
+                   b: StageSetting | None, sent_bytes: np.ndarray, receiver: bool) -> np.ndarray:
+    """Point-to-point seconds per micro-batch between stage a and the next stage b, as seen by b (receiver)
+    or a: one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
+    (EngineRules.transfers_per_neighbour), the forward bytes of pipeline_engines.forward_transfer_bytes and
+    the backward bytes of backward_transfer_bytes (``sent_bytes``: the activation over tp after each
+    block), and, on the receiver, the all-gather that rebuilds an activation split over its TP ranks."""
+    if a is None or b is None:
+        return np.zeros(len(sent_bytes))
+    whole = sent_bytes * a.tp
+    fwd = forward_transfer_bytes(rules, whole, a.tp, common.seq_length)
+    bwd = backward_transfer_bytes(rules, whole, a.tp)
+    if rules.transfers_per_neighbour == 1:
+        out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd))
+    else:
+        out = p2p_time_s(cluster, a, b, fwd) + p2p_time_s(cluster, a, b, bwd)
+    if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.tp > 1:
+        system = cluster.pool(b.slices[0][0]).system
+        out = out + linear_collective("all_gather", _tp_span(system, b.tp), system).time_s(whole)
+    return out
+
+
 # ---- one stage -----------------------------------------------------------------------------------
 def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
     return LayerShape(
@@ -294,11 +286,14 @@ class StageArrays:
 
 @lru_cache(maxsize=4096)
 def _pool_parts(
-    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True,
+    host_s: tuple[float, float] = (0.0, 0.0),
 ) -> dict:
     """Per-block BlockTerms seconds on one pool's GPUs: the foundation's op-time and collective sums
     (stages.block_compute / block_comm) composed by schedule.step.block_terms; without ``async_tp``
-    (EngineRules.async_tp_backward) nothing hides the backward TP collectives."""
+    (EngineRules.async_tp_backward) nothing hides the backward TP collectives; ``host_s`` (forward,
+    backward) host seconds per transformer layer (pipeline_engines.host_layer_times_s) are added to its
+    forward and backward (and to its recompute under full recomputation, which re-runs the forward)."""
     blocks = model_blocks(model)
     tp_span = _tp_span(system, shape.tp)
     arrays = {name: np.zeros(len(blocks)) for name in BLOCK_TERM_NAMES}
@@ -311,7 +306,11 @@ def _pool_parts(
             if not async_tp:
                 comm = replace(comm, tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
                                tp_hidden_by_dgrad=0.0, tp_hidden_by_wgrad=0.0, tp_backward_price=0.0)
-            seen[ref] = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
+            terms = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
+            if ref.is_layer and any(host_s):
+                terms = replace(terms, forward=terms.forward + host_s[0], backward=terms.backward + host_s[1],
+                                recompute=terms.recompute + (host_s[0] if recompute == "full" else 0.0))
+            seen[ref] = terms
         for name in BLOCK_TERM_NAMES:
             arrays[name][k] = getattr(seen[ref], name)
     return arrays
@@ -341,12 +340,13 @@ def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and
 @lru_cache(maxsize=65536)
 def _gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
     """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives in linear
-    form on the slowest links its members use (stages.gradient_group on a synthetic system)."""
+    form on the slowest links its members use (a synthetic system), each the faster of the hierarchical
+    and the flat-ring shape (cost.comm.fastest_collective)."""
     if dp <= 1:
         return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
     every = [(p, first + k) for p, first, count in slices for k in range(count)]
     span, link_system = group_links(cluster, every[::tp], node_counts(cluster, every))  # all TP ranks reduce at once
-    return gradient_group(link_system, span)
+    return GradientGroup(span.size, *(fastest_collective(k, span, link_system) for k in ("all_reduce", "reduce_scatter", "all_gather")))
 
 
 @lru_cache(maxsize=8192)
@@ -361,13 +361,11 @@ def stage_arrays(
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
     rules = ENGINES[common.engine]
-    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward)
+    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward, host_layer_times_s(rules))
              for pool, system in zip(pools, systems)}
     static = _block_static(model, shape, recompute, first_and_last)
-    sent = static["sent"] * (1 if rules.p2p_split_over_tp else setting.tp)
-    zero = np.zeros(len(sent))
-    p2p_in = rules.transfers_per_neighbour * p2p_time_s(cluster, prev, setting, sent) if prev is not None else zero
-    p2p_out = rules.transfers_per_neighbour * p2p_time_s(cluster, setting, nxt, sent) if nxt is not None else zero
+    p2p_in = p2p_exchange_s(cluster, rules, common, prev, setting, static["sent"], receiver=True)
+    p2p_out = p2p_exchange_s(cluster, rules, common, setting, nxt, static["sent"], receiver=False)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
     terms = system_terms(slowest, common.dtype)
     if rules.gradient_bytes:
@@ -451,12 +449,13 @@ def stage_cost(
 
 def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:
     """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
-    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters, fp32 gradients, 2-member group."""
+    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters at the engine's tied_grad_bytes, 2-member group."""
     if not model.tie_embeddings or first.index == last.index or model.is_vit:
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
     span, link_system = group_links(cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last)))
-    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES))
+    grad_bytes = ENGINES[common.engine].tied_grad_bytes
+    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * grad_bytes))
 
 
 @dataclass(frozen=True)

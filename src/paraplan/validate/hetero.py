@@ -126,6 +126,7 @@ def run_hetero_case(case: HeteroCase) -> dict:
         "source": case.source,
         "group": case.group,
         "scope": case.scope,
+        "status": "ok",
         "predicted": predicted,
         "measured": dict(case.measured),
         "error_pct": {k: error_pct(predicted[k], v) for k, v in case.measured.items()},
