@@ -470,10 +470,11 @@ class StagePlanEstimate:
     stage_summary: tuple[dict, ...] = field(default_factory=tuple)
     gpus: int = 0
     tokens_per_step: int = 0
+    problems: tuple[str, ...] = ()  # why the plan cannot run at all, whatever its memory (runnable_problems)
 
     @property
     def fits(self) -> bool:
-        return all(s.fits for s in self.stages)
+        return all(s.fits for s in self.stages) and not self.problems
 
     @property
     def tokens_per_s(self) -> float:
@@ -484,6 +485,7 @@ class StagePlanEstimate:
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "fits": self.fits,
+            "problems": list(self.problems),
             "gpus": self.gpus,
             "breakdown": self.breakdown.__dict__,
             "stages": [s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
@@ -549,7 +551,15 @@ def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanS
         step_time_s=step, breakdown=breakdown, stage_work_s=tuple(c.work_s for c in costs),
         stage_tail_s=tuple(c.tail_s for c in costs), stages=tuple(c.memory for c in costs),
         stage_summary=summary, gpus=plan.gpus, tokens_per_step=plan.global_batch * plan.seq_length,
+        problems=runnable_problems(costs),
     )
+
+
+def runnable_problems(costs: list[StageCost]) -> tuple[str, ...]:
+    """Stages that cannot run whatever their memory: a stage holding no parameters gives its optimizer an
+    empty parameter list, which PyTorch refuses (torch.optim.Optimizer.__init__: "optimizer got an empty
+    parameter list"); both Megatron-LM and DeepSpeed build one optimizer per pipeline rank."""
+    return tuple(f"stage {i} holds no parameters: its optimizer cannot be built" for i, c in enumerate(costs) if c.params <= 0)
 
 
 def _recomputable_ops(model: ModelSpec, plan: StagePlanSpec) -> set[str]:

@@ -33,7 +33,7 @@ from paraplan.units import GiB, UnitError
 from paraplan.validate.run import SCOPE_STAGE, _read_case_file, error_pct, summarize
 
 REQUIRED = ("name", "source", "model", "cluster", "plan", "measured")
-DOC_KEYS = {"group", "quote", "notes", "record", "confidence", "derived", "tier", "reference"}
+DOC_KEYS = {"group", "quote", "notes", "record", "confidence", "derived", "tier", "reference", "evidence"}
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ def _predicted(est: StagePlanEstimate) -> dict[str, Any]:
         "peak_memory_gib": peak.peak_bytes / GiB,
         "peak_stage": peak.stage,
         "peak_fraction_of_capacity": peak.peak_bytes / peak.capacity_bytes,
+        "problems": list(est.problems),
     }
 
 
