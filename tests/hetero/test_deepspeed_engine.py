@@ -48,7 +48,7 @@ def test_amp_trials_figures_and_failures():
     report = run_hetero_cases(load_hetero_cases())
     groups = report["summary"]["by_group"]
     assert groups["amp-t4"]["step_time_s_mape_pct"] < 10.0
-    assert groups["amp-mixed"]["step_time_s_mape_pct"] < 15.0
+    assert groups["amp-mixed"]["step_time_s_mape_pct"] < 13.0
     entries = {e["name"]: e for e in report["cases"]}
     # the four trials with a parameterless stage cannot run; no timed trial is predicted not to run
     for name in ("het-011", "het-035", "het-046", "het-101"):
