@@ -381,7 +381,8 @@ def stage_arrays(
         gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)}, knobs=knobs, **terms,
     )
     return StageArrays(
-        parts=parts, params=static["params"], acts=static["acts"], held=static["held"], buffers=static["buffers"],
+        parts=parts, params=static["params"], acts=static["acts"] * rules.activation_memory_factor,
+        held=static["held"] * rules.activation_memory_factor, buffers=static["buffers"],
         p2p_in=p2p_in, p2p_out=p2p_out, inputs=inputs, capacity=min(s.accelerator.hbm_capacity for s in systems),
     )
 
