@@ -1,7 +1,8 @@
 """One training step of a non-uniform plan (specs/stage_plan.py) on a cluster of node pools.
 
 Read top-down: ``estimate_stage_plan`` → ``stage_costs`` (per stage: work of one micro-batch on the
-stage's own GPUs, its tail, its memory) → ``compose_stages`` (pipeline with unequal stages, then the
+stage's own GPUs, its tail, its memory) → ``compose_stages`` (schedule.step.compose_step over stages that
+each carry their own StepInputs: pipeline with unequal stages, then the
 data-parallel tail). The searches (search/hetero.py) call ``stage_cost`` directly for every
 candidate stage; both paths share every rule.
 
@@ -26,7 +27,7 @@ The model (issue 10, "The model"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -43,10 +44,8 @@ from paraplan.graph.encoder import (
 )
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import StageMemory, TimeBreakdown
-from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.schedule.step import (
     BLOCK_TERM_NAMES,
-    GRAD_REDUCE_BYTES,
     RECOMPUTE_CODES,
     BlockCost,
     BlockTerms,
@@ -55,6 +54,7 @@ from paraplan.schedule.step import (
     Stage,
     StepInputs,
     block_terms,
+    compose_step,
     stage_memory_terms,
     stage_work,
     tail_terms,
@@ -414,6 +414,18 @@ def range_stage(arr: StageArrays, index: int) -> Stage:
     return Stage(index, 1, ((block, 1),), arr.p2p_in[:, None] + arr.p2p_out[None, :])
 
 
+def stage_at(arr: StageArrays, index: int, start: int, stop: int) -> Stage:
+    """The stage holding blocks [start, stop) as one schedule.step.Stage of scalar terms carrying its own
+    StepInputs (so compose_step prices its tail on its own GPUs and links): element [start, stop] of
+    ``range_stage``'s arrays."""
+    ranged = range_stage(arr, index)
+    block = ranged.blocks[0][0]
+    pick = lambda value: float(np.asarray(value)[start, stop])  # noqa: E731
+    terms = BlockTerms(**{name: pick(getattr(block.terms, name)) for name in BLOCK_TERM_NAMES})
+    one = BlockCost("decoder", terms, pick(block.params), pick(block.activation_bytes), pick(block.held_bytes), pick(block.buffer_bytes))
+    return Stage(index, 1, ((one, 1),), pick(ranged.p2p_s), inputs=arr.inputs)
+
+
 def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
     """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer) and memory of the stage for
     every block range [a, b) ([n+1, n+1] arrays), through schedule.step's stage_work, tail_terms and
@@ -507,20 +519,13 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
     ]
 
 
-def compose_stages(costs: list[StageCost], microbatches: int, extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
-    """m · max_i W_i + bubble + max_i tail_i (+ tied-embedding sync), the composition of
-    schedule.step.compose_step for unequal stages each with its own tail: the bubble is
-    schedule.pipeline.bubble_from_work_s (Σ W_i − max W_i for 1F1B / GPipe); breakdown of the slowest stage."""
-    work = [c.work_s for c in costs]
-    slow = max(range(len(costs)), key=lambda i: work[i])
-    tail = max(range(len(costs)), key=lambda i: costs[i].tail_s)
-    c, m = costs[slow], microbatches
-    breakdown = TimeBreakdown(
-        forward_s=m * c.forward_s, backward_s=m * c.backward_s, recompute_s=m * c.recompute_s,
-        optimizer_s=costs[tail].optimizer_s, bubble_s=float(bubble_from_work_s(sum(work), work[slow], 1)),
-        tp_comm_s=m * c.tp_comm_s, cp_comm_s=0.0, pp_comm_s=m * c.pp_comm_s, ep_comm_s=0.0,
-        dp_comm_s=costs[tail].dp_comm_s + extra_tail_s, offload_s=0.0,
-    )
+def compose_stages(stages: tuple[Stage, ...], extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
+    """The step of unequal stages through schedule.step.compose_step, each stage with its own StepInputs
+    (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, schedule/pipeline.py) + the longest tail,
+    plus a step-level tail that follows every stage's (the tied-embedding sync)."""
+    out = compose_step(replace(stages[0].inputs, stages=stages))
+    parts = {f.name: float(out[f.name]) for f in fields(TimeBreakdown)}
+    breakdown = TimeBreakdown(**(parts | {"dp_comm_s": parts["dp_comm_s"] + extra_tail_s}))
     return breakdown.total_s(), breakdown
 
 
@@ -536,12 +541,13 @@ def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanS
     common = common_of(plan)
     settings = stage_settings(plan, cluster)
     ranges = stage_block_ranges(plan, len(model_blocks(model)))
-    costs = [
-        stage_cost(model, cluster, common, st, a, b, settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None)
-        for i, (st, (a, b)) in enumerate(zip(settings, ranges))
-    ]
+    neighbours = [(settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None) for i in range(plan.pp)]
+    costs = [stage_cost(model, cluster, common, st, a, b, *nb) for st, (a, b), nb in zip(settings, ranges, neighbours)]
+    stages = tuple(
+        stage_at(stage_arrays(model, cluster, common, st, *nb), st.index, a, b) for st, (a, b), nb in zip(settings, ranges, neighbours)
+    )
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
-    step, breakdown = compose_stages(costs, plan.n_microbatches, tied)
+    step, breakdown = compose_stages(stages, tied)
     summary = tuple(
         {"stage": i, "blocks": [a, b], "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
          "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices], "tp": st.tp, "dp": st.dp,

@@ -185,6 +185,7 @@ class Stage:
     count: Num
     blocks: tuple[tuple[BlockCost, Num], ...]
     p2p_s: Num  # exposed point-to-point transfers per micro-batch (all of the stage's chunks)
+    inputs: StepInputs | None = None  # the stage's own inputs (GPU type, links, gradient groups); None: the step's
 
 
 @dataclass(frozen=True)
@@ -452,7 +453,7 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     pipe = _pipeline(inp)
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
-    tails = [tail_terms(inp, s, w) for s, w in zip(stages, works)]
+    tails = [tail_terms(s.inputs or inp, s, w) for s, w in zip(stages, works)]
     streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     for s in stages:
         traffic = 2.0 * _sum_blocks(
