@@ -177,52 +177,69 @@ def _tp_span(system: SystemSpec, tp: int) -> GroupSpan:
     return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
 
 
+def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
+    """For each sender replica, the receiver replicas its samples go to: sender r holds the micro-batch's
+    samples [r/d_a, (r+1)/d_a), receiver q needs [q/d_b, (q+1)/d_b); they exchange where these overlap
+    (the tile-overlap rule of cross-mesh resharding, Zheng et al. 2022 (Alpa) §5; Aceso's stages of
+    different dp hand activations over the same way)."""
+    return tuple(
+        tuple(q for q in range(receivers) if q * senders < (r + 1) * receivers and r * receivers < (q + 1) * senders)
+        for r in range(senders)
+    )
+
+
 @lru_cache(maxsize=65536)
-def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int) -> tuple[tuple[float, float], ...]:
-    """(achieved bytes/s, latency) of each distinct link the data-parallel replicas of stage a use to
-    reach the next stage b: the node's NVLink/PCIe domain when the two GPUs share a node, else the
-    pools' network or the cluster's link between them."""
+def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, receiver: bool = False) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """For each data-parallel replica on one side of the boundary between stage a and the next stage b
+    (the senders of a, or with ``receiver`` the receivers of b), the (achieved bytes/s, latency) of the
+    link to each of its peers (reshard_peers): the node's NVLink/PCIe domain when the two GPUs share a
+    node, else the pools' network or the cluster's link between them."""
     a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
     b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
     a_nodes, b_nodes = node_counts(cluster, a_gpus), node_counts(cluster, b_gpus)  # every TP rank sends
     src, dst = a_gpus[::a_tp], b_gpus[::b_tp]
-    links = set()
-    for r, (pa, ia) in enumerate(src):
-        pb, ib = dst[r * len(dst) // len(src)]
+
+    def link(pa: str, ia: int, pb: str, ib: int) -> tuple[float, float]:
         na, nb = _node(cluster, pa, ia), _node(cluster, pb, ib)
         if na == nb:
             node = cluster.pool(pa).system.node
-            links.add((node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency))
-        else:
-            links.add(cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb]))
-    return tuple(sorted(links))
+            return node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency
+        return cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb])
+
+    peers = reshard_peers(len(src), len(dst))
+    if receiver:
+        return tuple(tuple(link(*src[r], *dst[q]) for r in range(len(src)) if q in peers[r]) for q in range(len(dst)))
+    return tuple(tuple(link(*src[r], *dst[q]) for q in peers[r]) for r in range(len(src)))
 
 
-def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes):
-    """One activation (or gradient) transfer between stage a and the next stage b: the slowest over
-    data-parallel replicas of size / achieved bandwidth + latency (floats or numpy arrays of sizes)."""
-    links = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp)
+def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes, receiver: bool = False):
+    """One activation (or gradient) transfer between stage a and the next stage b as one side sees it,
+    ``size_bytes`` being that side's per-GPU bytes (floats or numpy arrays): the slowest replica of
+    Σ_peers (size/k)/rate_peer + latency_peer over its k peers (Hockney's α + n/β per message, Hockney
+    1994; the bytes split evenly over the peers, sent one after the other as blocking point-to-point)."""
+    sides = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp, receiver)
     size = np.asarray(size_bytes, dtype=float)
-    worst = np.max([size / rate + lat for rate, lat in links], axis=0)
+    worst = np.max([sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0)
     return np.where(size > 0, worst, 0.0)
 
 
 def p2p_exchange_s(cluster: ClusterSpec, rules: EngineRules, common: Common, a: StageSetting | None,
                    b: StageSetting | None, sent_bytes: np.ndarray, receiver: bool) -> np.ndarray:
     """Point-to-point seconds per micro-batch between stage a and the next stage b, as seen by b (receiver)
-    or a: one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
+    or a, each side with its own per-GPU bytes (stages of different dp or tp reshard: p2p_time_s): one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
     (EngineRules.transfers_per_neighbour), the forward bytes of pipeline_engines.forward_transfer_bytes and
     the backward bytes of backward_transfer_bytes (``sent_bytes``: the activation over tp after each
     block), and, on the receiver, the all-gather that rebuilds an activation split over its TP ranks."""
     if a is None or b is None:
         return np.zeros(len(sent_bytes))
-    whole = sent_bytes * a.tp
-    fwd = forward_transfer_bytes(rules, whole, a.tp, common.seq_length)
-    bwd = backward_transfer_bytes(rules, whole, a.tp)
+    own = b if receiver else a  # sent_bytes are this side's (its micro-batch and tp)
+    whole = sent_bytes * own.tp
+    fwd = forward_transfer_bytes(rules, whole, own.tp, common.seq_length)
+    bwd = backward_transfer_bytes(rules, whole, own.tp)
     if rules.transfers_per_neighbour == 1:
-        out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd))
+        out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd), receiver)
     else:
-        out = p2p_time_s(cluster, a, b, fwd) + p2p_time_s(cluster, a, b, bwd)
+        out = p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
     if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.tp > 1:
         system = cluster.pool(b.slices[0][0]).system
         out = out + linear_collective("all_gather", _tp_span(system, b.tp), system).time_s(whole)

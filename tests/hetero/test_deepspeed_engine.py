@@ -57,3 +57,22 @@ def test_amp_trials_figures_and_failures():
     oom = {"het-023", "het-045", "het-051", "het-053", "het-055", "het-099", "het-105"}
     assert {n for n in oom if entries[n]["predicted"]["peak_fraction_of_capacity"] > 1.0} == oom
     assert all(e["predicted"]["fits"] for e in report["cases"] if "step_time_s" in e["measured"])
+
+
+def test_reshard_peers_and_time_between_stages_of_different_dp():
+    from paraplan.estimate_stages import StageSetting, p2p_time_s, reshard_peers
+    from paraplan.specs.cluster import uniform_cluster
+
+    assert reshard_peers(2, 4) == ((0, 1), (2, 3))
+    assert reshard_peers(4, 2) == ((0,), (0,), (1,), (1,))
+    assert reshard_peers(3, 2) == ((0,), (0, 1), (1,))
+    system = load_system("dgx-a100-80gb")
+    cluster = uniform_cluster(system, 8)
+    pool = cluster.pools[0].name
+    a = StageSetting(((pool, 0, 2),), 1, 2, 2, "none", (), 0, 2, 4)  # dp 2, 2 samples per GPU
+    b = StageSetting(((pool, 2, 4),), 1, 4, 1, "none", (), 1, 2, 4)  # dp 4, 1 sample per GPU
+    rate, lat = system.node.nvlink_bandwidth * system.node.nvlink_efficiency, system.node.nvlink_latency
+    size = 8e6  # a sender's bytes: half to each of its two receivers, one after the other
+    assert p2p_time_s(cluster, a, b, size) == pytest.approx(2 * (size / 2 / rate + lat))
+    # a receiver has one peer and its own (half as large) bytes
+    assert p2p_time_s(cluster, a, b, size / 2, receiver=True) == pytest.approx(size / 2 / rate + lat)
