@@ -133,6 +133,9 @@ def run_hetero_case(case: HeteroCase) -> dict:
         "error_pct": {k: error_pct(predicted[k], v) for k, v in case.measured.items()},
         "reference": dict(case.reference),
         "reference_error_pct": {},
+        # where the time goes: the step's parts and each stage's per-micro-batch work and tail
+        "detail": {"breakdown": dict(est.breakdown.__dict__), "stage_work_s": list(est.stage_work_s),
+                   "stage_tail_s": list(est.stage_tail_s)},
     }
     if "step_time_s" in case.measured:
         entry["reference_error_pct"] = {
