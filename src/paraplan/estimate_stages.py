@@ -1,7 +1,8 @@
 """One training step of a non-uniform plan (specs/stage_plan.py) on a cluster of node pools.
 
 Read top-down: ``estimate_stage_plan`` → ``stage_costs`` (per stage: work of one micro-batch on the
-stage's own GPUs, its tail, its memory) → ``compose_stages`` (pipeline with unequal stages, then the
+stage's own GPUs, its tail, its memory) → ``compose_stages`` (schedule.step.compose_step over stages that
+each carry their own StepInputs: pipeline with unequal stages, then the
 data-parallel tail). The searches (search/hetero.py) call ``stage_cost`` directly for every
 candidate stage; both paths share every rule.
 
@@ -26,13 +27,13 @@ The model (issue 10, "The model"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
 import numpy as np
 
 from paraplan.cost import memory as mem
-from paraplan.cost.comm import GroupSpan, linear_collective
+from paraplan.cost.comm import GroupSpan, fastest_collective, linear_collective
 from paraplan.graph.encoder import (
     BlockRef,
     block_graph,
@@ -43,10 +44,8 @@ from paraplan.graph.encoder import (
 )
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import StageMemory, TimeBreakdown
-from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.schedule.step import (
     BLOCK_TERM_NAMES,
-    GRAD_REDUCE_BYTES,
     RECOMPUTE_CODES,
     BlockCost,
     BlockTerms,
@@ -55,6 +54,7 @@ from paraplan.schedule.step import (
     Stage,
     StepInputs,
     block_terms,
+    compose_step,
     stage_memory_terms,
     stage_work,
     tail_terms,
@@ -64,6 +64,7 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
 from paraplan.specs.system import SystemSpec
+from paraplan.pipeline_engines import ENGINES, EngineRules, backward_transfer_bytes, forward_transfer_bytes, host_layer_times_s
 from paraplan.stages import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
 
 NO_SPAN = GroupSpan(1, 1, 1)
@@ -97,37 +98,6 @@ class Common:
     schedule: str
     overlap_dp_grad_reduce: bool
     engine: str = "megatron"
-
-
-@dataclass(frozen=True)
-class EngineRules:
-    """What the pipeline runtime does between and after micro-batches."""
-
-    transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
-    p2p_split_over_tp: bool  # each TP rank sends 1/t of the activation (scatter/gather) or all of it
-    dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
-    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
-    async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
-
-
-ENGINES = {
-    # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
-    # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
-    # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
-    "megatron": EngineRules(1, True, True, 0.0, True),
-    # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example): the train schedule
-    # issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate blocking instructions, so
-    # two transfers with each neighbour per micro-batch; every model-parallel rank sends the whole
-    # activation; ReduceTiedGrads and ReduceGrads run after the last backward (deepspeed/runtime/pipe/
-    # schedule.py, TrainSchedule); its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master
-    # gradients (4 B) at the step, beside fp16 weights, fp32 master weights and Adam moments
-    # (deepspeed/runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step.
-    # The Megatron-LM it drives (v1.1.5) all-reduces the input gradient of a column-parallel layer
-    # synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward); the
-    # asynchronous all-reduce beside the weight-gradient GEMM came with later Megatron-LM releases
-    # (--async-tensor-model-parallel-allreduce).
-    "deepspeed": EngineRules(2, False, False, 6.0, False),
-}
 
 
 @dataclass(frozen=True)
@@ -207,34 +177,73 @@ def _tp_span(system: SystemSpec, tp: int) -> GroupSpan:
     return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
 
 
+def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
+    """For each sender replica, the receiver replicas its samples go to: sender r holds the micro-batch's
+    samples [r/d_a, (r+1)/d_a), receiver q needs [q/d_b, (q+1)/d_b); they exchange where these overlap
+    (the tile-overlap rule of cross-mesh resharding, Zheng et al. 2022 (Alpa) §5; Aceso's stages of
+    different dp hand activations over the same way)."""
+    return tuple(
+        tuple(q for q in range(receivers) if q * senders < (r + 1) * receivers and r * receivers < (q + 1) * senders)
+        for r in range(senders)
+    )
+
+
 @lru_cache(maxsize=65536)
-def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int) -> tuple[tuple[float, float], ...]:
-    """(achieved bytes/s, latency) of each distinct link the data-parallel replicas of stage a use to
-    reach the next stage b: the node's NVLink/PCIe domain when the two GPUs share a node, else the
-    pools' network or the cluster's link between them."""
+def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, receiver: bool = False) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """For each data-parallel replica on one side of the boundary between stage a and the next stage b
+    (the senders of a, or with ``receiver`` the receivers of b), the (achieved bytes/s, latency) of the
+    link to each of its peers (reshard_peers): the node's NVLink/PCIe domain when the two GPUs share a
+    node, else the pools' network or the cluster's link between them."""
     a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
     b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
     a_nodes, b_nodes = node_counts(cluster, a_gpus), node_counts(cluster, b_gpus)  # every TP rank sends
     src, dst = a_gpus[::a_tp], b_gpus[::b_tp]
-    links = set()
-    for r, (pa, ia) in enumerate(src):
-        pb, ib = dst[r * len(dst) // len(src)]
+
+    def link(pa: str, ia: int, pb: str, ib: int) -> tuple[float, float]:
         na, nb = _node(cluster, pa, ia), _node(cluster, pb, ib)
         if na == nb:
             node = cluster.pool(pa).system.node
-            links.add((node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency))
-        else:
-            links.add(cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb]))
-    return tuple(sorted(links))
+            return node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency
+        return cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb])
+
+    peers = reshard_peers(len(src), len(dst))
+    if receiver:
+        return tuple(tuple(link(*src[r], *dst[q]) for r in range(len(src)) if q in peers[r]) for q in range(len(dst)))
+    return tuple(tuple(link(*src[r], *dst[q]) for q in peers[r]) for r in range(len(src)))
 
 
-def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes):
-    """One activation (or gradient) transfer between stage a and the next stage b: the slowest over
-    data-parallel replicas of size / achieved bandwidth + latency (floats or numpy arrays of sizes)."""
-    links = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp)
+def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes, receiver: bool = False):
+    """One activation (or gradient) transfer between stage a and the next stage b as one side sees it,
+    ``size_bytes`` being that side's per-GPU bytes (floats or numpy arrays): the slowest replica of
+    Σ_peers (size/k)/rate_peer + latency_peer over its k peers (Hockney's α + n/β per message, Hockney
+    1994; the bytes split evenly over the peers, sent one after the other as blocking point-to-point)."""
+    sides = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp, receiver)
     size = np.asarray(size_bytes, dtype=float)
-    worst = np.max([size / rate + lat for rate, lat in links], axis=0)
+    worst = np.max([sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0)
     return np.where(size > 0, worst, 0.0)
+
+
+def p2p_exchange_s(cluster: ClusterSpec, rules: EngineRules, common: Common, a: StageSetting | None,
+                   b: StageSetting | None, sent_bytes: np.ndarray, receiver: bool) -> np.ndarray:
+    """Point-to-point seconds per micro-batch between stage a and the next stage b, as seen by b (receiver)
+    or a, each side with its own per-GPU bytes (stages of different dp or tp reshard: p2p_time_s): one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
+    (EngineRules.transfers_per_neighbour), the forward bytes of pipeline_engines.forward_transfer_bytes and
+    the backward bytes of backward_transfer_bytes (``sent_bytes``: the activation over tp after each
+    block), and, on the receiver, the all-gather that rebuilds an activation split over its TP ranks."""
+    if a is None or b is None:
+        return np.zeros(len(sent_bytes))
+    own = b if receiver else a  # sent_bytes are this side's (its micro-batch and tp)
+    whole = sent_bytes * own.tp
+    fwd = forward_transfer_bytes(rules, whole, own.tp, common.seq_length)
+    bwd = backward_transfer_bytes(rules, whole, own.tp)
+    if rules.transfers_per_neighbour == 1:
+        out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd), receiver)
+    else:
+        out = p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
+    if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.tp > 1:
+        system = cluster.pool(b.slices[0][0]).system
+        out = out + linear_collective("all_gather", _tp_span(system, b.tp), system).time_s(whole)
+    return out
 
 
 # ---- one stage -----------------------------------------------------------------------------------
@@ -294,11 +303,14 @@ class StageArrays:
 
 @lru_cache(maxsize=4096)
 def _pool_parts(
-    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True,
+    host_s: tuple[float, float] = (0.0, 0.0),
 ) -> dict:
     """Per-block BlockTerms seconds on one pool's GPUs: the foundation's op-time and collective sums
     (stages.block_compute / block_comm) composed by schedule.step.block_terms; without ``async_tp``
-    (EngineRules.async_tp_backward) nothing hides the backward TP collectives."""
+    (EngineRules.async_tp_backward) nothing hides the backward TP collectives; ``host_s`` (forward,
+    backward) host seconds per transformer layer (pipeline_engines.host_layer_times_s) are added to its
+    forward and backward (and to its recompute under full recomputation, which re-runs the forward)."""
     blocks = model_blocks(model)
     tp_span = _tp_span(system, shape.tp)
     arrays = {name: np.zeros(len(blocks)) for name in BLOCK_TERM_NAMES}
@@ -311,7 +323,11 @@ def _pool_parts(
             if not async_tp:
                 comm = replace(comm, tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
                                tp_hidden_by_dgrad=0.0, tp_hidden_by_wgrad=0.0, tp_backward_price=0.0)
-            seen[ref] = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
+            terms = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
+            if ref.is_layer and any(host_s):
+                terms = replace(terms, forward=terms.forward + host_s[0], backward=terms.backward + host_s[1],
+                                recompute=terms.recompute + (host_s[0] if recompute == "full" else 0.0))
+            seen[ref] = terms
         for name in BLOCK_TERM_NAMES:
             arrays[name][k] = getattr(seen[ref], name)
     return arrays
@@ -341,12 +357,13 @@ def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and
 @lru_cache(maxsize=65536)
 def _gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
     """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives in linear
-    form on the slowest links its members use (stages.gradient_group on a synthetic system)."""
+    form on the slowest links its members use (a synthetic system), each the faster of the hierarchical
+    and the flat-ring shape (cost.comm.fastest_collective)."""
     if dp <= 1:
         return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
     every = [(p, first + k) for p, first, count in slices for k in range(count)]
     span, link_system = group_links(cluster, every[::tp], node_counts(cluster, every))  # all TP ranks reduce at once
-    return gradient_group(link_system, span)
+    return GradientGroup(span.size, *(fastest_collective(k, span, link_system) for k in ("all_reduce", "reduce_scatter", "all_gather")))
 
 
 @lru_cache(maxsize=8192)
@@ -361,13 +378,11 @@ def stage_arrays(
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
     rules = ENGINES[common.engine]
-    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward)
+    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward, host_layer_times_s(rules))
              for pool, system in zip(pools, systems)}
     static = _block_static(model, shape, recompute, first_and_last)
-    sent = static["sent"] * (1 if rules.p2p_split_over_tp else setting.tp)
-    zero = np.zeros(len(sent))
-    p2p_in = rules.transfers_per_neighbour * p2p_time_s(cluster, prev, setting, sent) if prev is not None else zero
-    p2p_out = rules.transfers_per_neighbour * p2p_time_s(cluster, setting, nxt, sent) if nxt is not None else zero
+    p2p_in = p2p_exchange_s(cluster, rules, common, prev, setting, static["sent"], receiver=True)
+    p2p_out = p2p_exchange_s(cluster, rules, common, setting, nxt, static["sent"], receiver=False)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
     terms = system_terms(slowest, common.dtype)
     if rules.gradient_bytes:
@@ -383,7 +398,8 @@ def stage_arrays(
         gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)}, knobs=knobs, **terms,
     )
     return StageArrays(
-        parts=parts, params=static["params"], acts=static["acts"], held=static["held"], buffers=static["buffers"],
+        parts=parts, params=static["params"], acts=static["acts"] * rules.activation_memory_factor,
+        held=static["held"] * rules.activation_memory_factor, buffers=static["buffers"],
         p2p_in=p2p_in, p2p_out=p2p_out, inputs=inputs, capacity=min(s.accelerator.hbm_capacity for s in systems),
     )
 
@@ -413,6 +429,18 @@ def range_stage(arr: StageArrays, index: int) -> Stage:
         buffers[a, a + 1 :] = np.maximum.accumulate(arr.buffers[a:])
     block = BlockCost("decoder", BlockTerms(**best), _ranged(arr.params), _ranged(arr.acts), _ranged(arr.held), buffers)
     return Stage(index, 1, ((block, 1),), arr.p2p_in[:, None] + arr.p2p_out[None, :])
+
+
+def stage_at(arr: StageArrays, index: int, start: int, stop: int) -> Stage:
+    """The stage holding blocks [start, stop) as one schedule.step.Stage of scalar terms carrying its own
+    StepInputs (so compose_step prices its tail on its own GPUs and links): element [start, stop] of
+    ``range_stage``'s arrays."""
+    ranged = range_stage(arr, index)
+    block = ranged.blocks[0][0]
+    pick = lambda value: float(np.asarray(value)[start, stop])  # noqa: E731
+    terms = BlockTerms(**{name: pick(getattr(block.terms, name)) for name in BLOCK_TERM_NAMES})
+    one = BlockCost("decoder", terms, pick(block.params), pick(block.activation_bytes), pick(block.held_bytes), pick(block.buffer_bytes))
+    return Stage(index, 1, ((one, 1),), pick(ranged.p2p_s), inputs=arr.inputs)
 
 
 def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
@@ -451,12 +479,13 @@ def stage_cost(
 
 def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:
     """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
-    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters, fp32 gradients, 2-member group."""
+    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters at the engine's tied_grad_bytes, 2-member group."""
     if not model.tie_embeddings or first.index == last.index or model.is_vit:
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
     span, link_system = group_links(cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last)))
-    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * GRAD_REDUCE_BYTES))
+    grad_bytes = ENGINES[common.engine].tied_grad_bytes
+    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * grad_bytes))
 
 
 @dataclass(frozen=True)
@@ -471,10 +500,11 @@ class StagePlanEstimate:
     stage_summary: tuple[dict, ...] = field(default_factory=tuple)
     gpus: int = 0
     tokens_per_step: int = 0
+    problems: tuple[str, ...] = ()  # why the plan cannot run at all, whatever its memory (runnable_problems)
 
     @property
     def fits(self) -> bool:
-        return all(s.fits for s in self.stages)
+        return all(s.fits for s in self.stages) and not self.problems
 
     @property
     def tokens_per_s(self) -> float:
@@ -485,6 +515,7 @@ class StagePlanEstimate:
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "fits": self.fits,
+            "problems": list(self.problems),
             "gpus": self.gpus,
             "breakdown": self.breakdown.__dict__,
             "stages": [s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
@@ -505,20 +536,13 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
     ]
 
 
-def compose_stages(costs: list[StageCost], microbatches: int, extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
-    """m · max_i W_i + bubble + max_i tail_i (+ tied-embedding sync), the composition of
-    schedule.step.compose_step for unequal stages each with its own tail: the bubble is
-    schedule.pipeline.bubble_from_work_s (Σ W_i − max W_i for 1F1B / GPipe); breakdown of the slowest stage."""
-    work = [c.work_s for c in costs]
-    slow = max(range(len(costs)), key=lambda i: work[i])
-    tail = max(range(len(costs)), key=lambda i: costs[i].tail_s)
-    c, m = costs[slow], microbatches
-    breakdown = TimeBreakdown(
-        forward_s=m * c.forward_s, backward_s=m * c.backward_s, recompute_s=m * c.recompute_s,
-        optimizer_s=costs[tail].optimizer_s, bubble_s=float(bubble_from_work_s(sum(work), work[slow], 1)),
-        tp_comm_s=m * c.tp_comm_s, cp_comm_s=0.0, pp_comm_s=m * c.pp_comm_s, ep_comm_s=0.0,
-        dp_comm_s=costs[tail].dp_comm_s + extra_tail_s, offload_s=0.0,
-    )
+def compose_stages(stages: tuple[Stage, ...], extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
+    """The step of unequal stages through schedule.step.compose_step, each stage with its own StepInputs
+    (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, schedule/pipeline.py) + the longest tail,
+    plus a step-level tail that follows every stage's (the tied-embedding sync)."""
+    out = compose_step(replace(stages[0].inputs, stages=stages))
+    parts = {f.name: float(out[f.name]) for f in fields(TimeBreakdown)}
+    breakdown = TimeBreakdown(**(parts | {"dp_comm_s": parts["dp_comm_s"] + extra_tail_s}))
     return breakdown.total_s(), breakdown
 
 
@@ -534,12 +558,13 @@ def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanS
     common = common_of(plan)
     settings = stage_settings(plan, cluster)
     ranges = stage_block_ranges(plan, len(model_blocks(model)))
-    costs = [
-        stage_cost(model, cluster, common, st, a, b, settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None)
-        for i, (st, (a, b)) in enumerate(zip(settings, ranges))
-    ]
+    neighbours = [(settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None) for i in range(plan.pp)]
+    costs = [stage_cost(model, cluster, common, st, a, b, *nb) for st, (a, b), nb in zip(settings, ranges, neighbours)]
+    stages = tuple(
+        stage_at(stage_arrays(model, cluster, common, st, *nb), st.index, a, b) for st, (a, b), nb in zip(settings, ranges, neighbours)
+    )
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
-    step, breakdown = compose_stages(costs, plan.n_microbatches, tied)
+    step, breakdown = compose_stages(stages, tied)
     summary = tuple(
         {"stage": i, "blocks": [a, b], "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
          "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices], "tp": st.tp, "dp": st.dp,
@@ -550,7 +575,15 @@ def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanS
         step_time_s=step, breakdown=breakdown, stage_work_s=tuple(c.work_s for c in costs),
         stage_tail_s=tuple(c.tail_s for c in costs), stages=tuple(c.memory for c in costs),
         stage_summary=summary, gpus=plan.gpus, tokens_per_step=plan.global_batch * plan.seq_length,
+        problems=runnable_problems(costs),
     )
+
+
+def runnable_problems(costs: list[StageCost]) -> tuple[str, ...]:
+    """Stages that cannot run whatever their memory: a stage holding no parameters gives its optimizer an
+    empty parameter list, which PyTorch refuses (torch.optim.Optimizer.__init__: "optimizer got an empty
+    parameter list"); both Megatron-LM and DeepSpeed build one optimizer per pipeline rank."""
+    return tuple(f"stage {i} holds no parameters: its optimizer cannot be built" for i, c in enumerate(costs) if c.params <= 0)
 
 
 def _recomputable_ops(model: ModelSpec, plan: StagePlanSpec) -> set[str]:

@@ -475,6 +475,7 @@ def system_terms(system: SystemSpec, dtype: str, grad_dtype: str = "fp32", fp8_w
         hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
         weight_bytes=state.weights,
         grad_bytes=state.gradients,
+        grad_reduce_bytes=state.gradients,  # reduced in the dtype they are kept in (fp32 main grads: 4 B)
         optimizer_bytes=state.optimizer,
         reserved_bytes=acc.reserved_memory,
     )

@@ -7,8 +7,7 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.estimate import estimate
-from paraplan.estimate_stages import StageCost, compose_stages, estimate_stage_plan
-from paraplan.report.result import StageMemory
+from paraplan.estimate_stages import estimate_stage_plan
 from paraplan.specs.cluster import cluster_from_dict, uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
@@ -20,19 +19,19 @@ MIXED = cluster_from_dict({"pools": [{"name": "v100", "system": "aws-p3.8xlarge"
                                      {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1}]})
 
 
-def _memory() -> StageMemory:
-    return StageMemory(0, 1, 1, 1, 1, 0, 0, 10, 0, 0)
+def test_compose_step_over_stages_with_their_own_inputs():
+    """The step goes through schedule.step.compose_step with per-stage StepInputs; it equals the formula
+    Σ W_i + (m − 1)·max W_i + max tail_i + tied sync on the per-stage figures (read apart, by stage_cost)."""
+    from paraplan.estimate_stages import common_of, stage_settings, tied_embedding_sync_s
 
-
-def test_compose_by_hand():
-    # W = (1 + 2 + 0 + 0 + 0.5) = 3.5 and 1.5; tails 0.25 and 0.75; m = 4:
-    # 3.5 + 1.5 + 3·3.5 + 0.75 + 0.1 (extra) = 16.35
-    a = StageCost(1.0, 2.0, 0.0, 0.0, 0.5, 0.2, 0.05, 10, _memory())
-    b = StageCost(0.5, 1.0, 0.0, 0.0, 0.0, 0.5, 0.25, 10, _memory())
-    step, parts = compose_stages([a, b], 4, 0.1)
-    assert step == pytest.approx(16.35)
-    assert parts.bubble_s == pytest.approx(1.5) and parts.forward_s == pytest.approx(4.0)
-    assert parts.dp_comm_s == pytest.approx(0.6) and parts.optimizer_s == pytest.approx(0.25)
+    plan = _plan([{"pool": "v100", "gpus": 4, "layers": 5, "tp": 2}, {"pool": "t4", "gpus": 4, "layers": 3}],
+                 engine="deepspeed", global_batch=16)
+    est = estimate_stage_plan(SMALL, MIXED, plan)
+    settings = stage_settings(plan, MIXED)
+    tied = tied_embedding_sync_s(SMALL, MIXED, common_of(plan), settings[0], settings[-1])
+    w, m = est.stage_work_s, plan.n_microbatches
+    assert est.step_time_s == pytest.approx(sum(w) + (m - 1) * max(w) + max(est.stage_tail_s) + tied)
+    assert est.breakdown.bubble_s == pytest.approx(sum(w) - max(w))
 
 
 def _plan(stages, **kw):

@@ -32,9 +32,9 @@ GPT2 = ModelSpec(layers=24, hidden=1024, heads=16, ffn_hidden=4096, vocab=52256)
 def test_cluster_counts_and_links():
     c = cluster_from_dict(AMP_CLUSTER)
     assert c.gpus == 16 and not c.is_uniform and c.pool_offset("t4") == 12
-    # default link between pools: the slower network (p3.8xlarge 10 Gb/s / 4 GPUs at 80 %)
+    # default link between pools: the slower network (p3.8xlarge 10 Gb/s / 4 GPUs at 90 %)
     bw, lat = c.link_rate("v100", "t4")
-    assert bw == pytest.approx(1.25e9 / 4 * 0.8) and lat == pytest.approx(30e-6)
+    assert bw == pytest.approx(1.25e9 / 4 * 0.9) and lat == pytest.approx(30e-6)
     linked = cluster_from_dict(AMP_CLUSTER | {"links": [{"pools": ["t4", "v100"], "bandwidth": "2 GB/s", "latency": "50 us", "efficiency": 0.5}]})
     assert linked.link_rate("v100", "t4") == (pytest.approx(1e9), pytest.approx(50e-6))
 
@@ -162,7 +162,7 @@ def test_model_architecture_rules():
 def test_shared_interface_gives_fewer_senders_more():
     c = cluster_from_dict({"pools": [{"name": "v100", "system": "aws-p3.8xlarge", "nodes": 2, "nic_shared_by": 4},
                                      {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1, "nic_shared_by": 4}]})
-    per_gpu = 1.25e9 / 4 * 0.8  # p3.8xlarge: 10 Gb/s per instance, 4 GPUs, 80 % achieved
+    per_gpu = 1.25e9 / 4 * 0.9  # p3.8xlarge: 10 Gb/s per instance, 4 GPUs, 90 % achieved
     assert c.link_rate("v100", "v100")[0] == pytest.approx(per_gpu)
     assert c.link_rate("v100", "v100", 1, 1)[0] == pytest.approx(4 * per_gpu)  # one sender: the whole interface
     assert c.link_rate("v100", "v100", 2, 8)[0] == pytest.approx(per_gpu)  # the busier node sets the rate

@@ -33,10 +33,28 @@ class ParameterCounts:
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
     """N = L·(h·(q+2kv) + q·h + p·h·f + f·h + biases + norms) + V·h (+ P·h learned positions)
     + V·h when the LM head is untied + the final norm (Shoeybi et al. 2019, §3; p = 2 for SwiGLU);
-    dense models: active = N."""
+    dense models: active = N. Encoders, T5 and layer lists: the sum over the model's block list
+    (graph.encoder.model_blocks) of each block's op-graph weights."""
+    if model.architecture != "decoder" or model.layer_widths is not None:
+        return _block_list_counts(model)
     layers = model.layers * layer_weight_params(model, 1)
     embedding = embedding_weight_params(model, 1)
     head = lm_head_weight_params(model, 1, True)  # tied: the embedding table serves as the head
+    total = layers + embedding + head
+    return ParameterCounts(total=total, active=total, layers=layers, embedding=embedding, head=head)
+
+
+def _block_list_counts(model: ModelSpec) -> ParameterCounts:
+    """Σ over the block list of each block's weights, on one GPU (tp 1), embedding and head in one stage."""
+    from paraplan.graph.encoder import block_graph, model_blocks
+    from paraplan.graph.transformer import LayerShape
+
+    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=model.max_position, sequence_parallel=False,
+                       attention="flash", dtype="bf16")
+    weights = [(ref, block_graph(model, ref, shape, True).weight_params) for ref in model_blocks(model)]
+    layers = sum(w for ref, w in weights if ref.is_layer)
+    embedding = sum(w for ref, w in weights if ref.kind in ("embedding", "patch_embedding"))
+    head = sum(w for ref, w in weights if ref.kind in ("lm_head", "classifier"))
     total = layers + embedding + head
     return ParameterCounts(total=total, active=total, layers=layers, embedding=embedding, head=head)
 

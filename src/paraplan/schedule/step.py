@@ -185,6 +185,7 @@ class Stage:
     count: Num
     blocks: tuple[tuple[BlockCost, Num], ...]
     p2p_s: Num  # exposed point-to-point transfers per micro-batch (all of the stage's chunks)
+    inputs: StepInputs | None = None  # the stage's own inputs (GPU type, links, gradient groups); None: the step's
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ class StepInputs:
     reserved_bytes: Num
     zero3_prefetch_layers: Num = 1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
     fp8_copy_bytes: Num = 0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
+    grad_reduce_bytes: Num = GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
 
 
 def _sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
@@ -333,7 +335,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
         params = stage_params(stage, name)
         bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
         buckets = np.maximum(buckets, bucket)
-        grad_bytes, weight_bytes = params * inp.grad_bytes, params * inp.weight_bytes  # gradients reduced in their dtype
+        grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * inp.weight_bytes  # gradients reduced in their dtype
         sizes = {  # (collective, bytes per call, calls)
             "all_reduce": (group.all_reduce, grad_bytes / np.maximum(bucket, 1.0), bucket),
             "reduce_scatter": (group.reduce_scatter, grad_bytes / np.maximum(bucket, 1.0), bucket),
@@ -370,7 +372,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     for branch in branches[-2::-1]:
         exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
     optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
-    offload = np.where(inp.knobs.offload_optimizer, owned * (inp.grad_bytes + inp.weight_bytes) / inp.host_bandwidth, 0.0)
+    offload = np.where(inp.knobs.offload_optimizer, owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth, 0.0)
     return exposed, optimizer, offload
 
 
@@ -453,7 +455,7 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     pipe = _pipeline(inp)
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
-    tails = [tail_terms(inp, s, w) for s, w in zip(stages, works)]
+    tails = [tail_terms(s.inputs or inp, s, w) for s, w in zip(stages, works)]
     streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     for s in stages:
         traffic = 2.0 * _sum_blocks(

@@ -96,6 +96,24 @@ def stage_devices(instances: list[str], stage: int, per_stage: int) -> list[dict
     return out
 
 
+PARAMETERLESS_ENTRIES = {1, 26, 29}  # AMP's op list: lambdas (transposes, the loss wrapper) without weights
+
+
+def failure_evidence(record: dict) -> str:
+    """What the record itself says about a trial that could not run (AMP logs only r_cost = inf)."""
+    par, batch = record["parallelism"], record["batch"]
+    bounds = par["stage_boundaries"]
+    empty = [k for k, (a, b) in enumerate(zip(bounds, bounds[1:])) if set(range(a, b)) <= PARAMETERLESS_ENTRIES]
+    if empty:
+        return (f"stage {empty[0]} holds only op entries {sorted(set(range(bounds[empty[0]], bounds[empty[0] + 1])))} "
+                "(no parameters): its optimizer cannot be built (torch.optim: empty parameter list), not an OOM")
+    if batch["mbs"] == 1:
+        return (f"cause not logged; micro-batch 1 (tp {par['tp']}) is the least memory its layout can use, and the same "
+                "layout ran at larger micro-batches: not an out-of-memory failure by this evidence")
+    return (f"cause not logged; micro-batch {batch['mbs']} (tp {par['tp']}): out of memory is the likely cause; "
+            "paraplan's peak for it is in the validate report")
+
+
 def case_of(record: dict) -> dict:
     par, batch = record["parallelism"], record["batch"]
     tp, dp, pp = par["tp"], par["dp"], par["pp"]
@@ -130,6 +148,7 @@ def case_of(record: dict) -> dict:
         },
         "measured": {"fits": False} if measured["failed"] else {"step_time_s": measured["step_time_s"]},
         "reference": {"amp_predicted_s": measured["amp_predicted_s"]},
+        **({"evidence": failure_evidence(record)} if measured["failed"] else {}),
         "record": {"tp": tp, "dp": dp, "pp": pp, "mbs": batch["mbs"], "stage_boundaries": par["stage_boundaries"]},
         "quote": record.get("quote", ""),
         "confidence": record.get("confidence", ""),

@@ -33,7 +33,7 @@ from paraplan.units import GiB, UnitError
 from paraplan.validate.run import SCOPE_STAGE, _read_case_file, error_pct, summarize
 
 REQUIRED = ("name", "source", "model", "cluster", "plan", "measured")
-DOC_KEYS = {"group", "quote", "notes", "record", "confidence", "derived", "tier", "reference"}
+DOC_KEYS = {"group", "quote", "notes", "record", "confidence", "derived", "tier", "reference", "evidence"}
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ def _predicted(est: StagePlanEstimate) -> dict[str, Any]:
         "peak_memory_gib": peak.peak_bytes / GiB,
         "peak_stage": peak.stage,
         "peak_fraction_of_capacity": peak.peak_bytes / peak.capacity_bytes,
+        "problems": list(est.problems),
     }
 
 
@@ -126,11 +127,15 @@ def run_hetero_case(case: HeteroCase) -> dict:
         "source": case.source,
         "group": case.group,
         "scope": case.scope,
+        "status": "ok",
         "predicted": predicted,
         "measured": dict(case.measured),
         "error_pct": {k: error_pct(predicted[k], v) for k, v in case.measured.items()},
         "reference": dict(case.reference),
         "reference_error_pct": {},
+        # where the time goes: the step's parts and each stage's per-micro-batch work and tail
+        "detail": {"breakdown": dict(est.breakdown.__dict__), "stage_work_s": list(est.stage_work_s),
+                   "stage_tail_s": list(est.stage_tail_s)},
     }
     if "step_time_s" in case.measured:
         entry["reference_error_pct"] = {

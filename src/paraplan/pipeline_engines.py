@@ -1,0 +1,118 @@
+"""Pipeline runtimes a non-uniform plan can run on (``plan.engine``): what each does between and after
+micro-batches, as data (``ENGINES``) read by estimate_stages.
+
+Two runtimes are described, each rule with its source:
+- ``megatron``: Megatron-LM's 1F1B schedule (Narayanan et al. 2021);
+- ``deepspeed``: DeepSpeed's PipelineEngine driving Megatron-LM v1.1.5, as AMP ran it (Li et al. 2022,
+  arXiv:2210.07297; repository DachengLi1/AMP @ 72eeea4, which vendors the DeepSpeed and Megatron-LM
+  sources it ran: paths below are inside that repository's ``DeepSpeed/`` folder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.schedule.step import GRAD_REDUCE_BYTES
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """What the pipeline runtime does between and after micro-batches."""
+
+    transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
+    p2p_split_over_tp: bool  # forward: each TP rank sends 1/t of the activation, or all of it
+    dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
+    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
+    async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
+    tied_grad_bytes: float = GRAD_REDUCE_BYTES  # bytes per element of the tied-embedding gradient all-reduce
+    grad_split_over_tp: bool = True  # backward: each TP rank sends 1/t of the activation gradient
+    gather_after_recv: bool = False  # a split activation is all-gathered over the receiving stage's TP group
+    sends_attention_mask: bool = False  # the [1, 1, s, s] fp16 causal mask travels with every activation
+    host_layer_forward_s: float = 0.0  # host (framework) seconds per transformer layer and micro-batch, forward
+    host_backward_factor: float = 2.0  # backward host seconds / forward host seconds
+    activation_memory_factor: float = 1.0  # memory the allocator holds per byte of stored activations
+
+
+def forward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int, seq_length: int):
+    """Bytes one TP rank sends forward per micro-batch at a stage boundary: the activation (whole, or 1/t
+    when split over TP ranks; ``activation_bytes`` is the whole b·s·h activation) plus, for DeepSpeed's
+    GPT-2 pipe model, the causal mask cast to fp16, 2·s² bytes (``attention_mask_bytes``)."""
+    act = activation_bytes / tp if rules.p2p_split_over_tp else activation_bytes
+    return act + (attention_mask_bytes(seq_length) if rules.sends_attention_mask else 0.0) * (activation_bytes > 0)
+
+
+def backward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int):
+    """Bytes one TP rank sends back per micro-batch: the activation gradient, whole or 1/t."""
+    return activation_bytes / tp if rules.grad_split_over_tp else activation_bytes
+
+
+def attention_mask_bytes(seq_length: int) -> float:
+    """2·s² bytes: Megatron-LM v1.1.5's GPT-2 pipe model passes (hidden, attention_mask) between stages,
+    the mask of shape [1, 1, s, s], and DeepSpeed casts it to half before each send
+    (deepspeed/runtime/pipe/engine.py, _exec_send_activations: outputs[-1].half())."""
+    return 2.0 * seq_length * seq_length
+
+
+def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
+    """(forward, backward) host seconds one transformer layer adds per micro-batch: h_f and
+    host_backward_factor · h_f (see ENGINES["deepspeed"] for the value and its calibration)."""
+    return rules.host_layer_forward_s, rules.host_layer_forward_s * rules.host_backward_factor
+
+
+# Host (Python/framework) seconds one transformer layer adds to each micro-batch's forward on AMP's stack
+# (PyTorch 1.7 eager, Megatron-LM v1.1.5 as modified in AMP's repository, which prints shapes in every
+# attention and column-parallel forward, and DeepSpeed with wall_clock_breakdown on, whose timers call
+# torch.cuda.synchronize() at every micro-step so the host cannot run ahead of the GPU across
+# micro-batches). The backward adds host_backward_factor = 2 times as much: the backward issues a data-
+# and a weight-gradient kernel for each forward GEMM, and AMP's own cost model takes backward = 2 x
+# forward (src/cost_het_cluster.py: 3 * profiled forward). Calibration: fitted jointly over AMP's 90
+# timed trials (both clusters) with the T4 catalog efficiencies, never per trial; bounded by component
+# data: AMP's profiled single-layer forward at micro-batch 1 (src/known_cost/gpt2_{P3,G4}_1.npy: 3.9 ms
+# on V100, 4.9-5.8 ms on T4) exceeds our GPU time of that layer by 2.9 ms (V100) and ~1.9 ms (T4).
+DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
+
+# Bytes of GPU memory per byte of stored activations (Korthikanti et al. 2022 counting) on AMP's stack:
+# PyTorch 1.7's caching allocator keeps freed blocks and splits them (fragmentation), and Megatron-LM
+# v1.1.5's unfused attention and GeLU hold transient [b, a, s, s] and [b, s, 4h] tensors beside the
+# stored ones. Calibration on outcomes, not times: AMP's trials are the only memory evidence for this
+# stack, and every factor in [1.5, 1.6) predicts 11 of its 15 failed trials not to run and all 90
+# timed trials to fit (1.0: 4 of 15; 1.6 flags a timed trial); the lowest is kept. The 4 failures left
+# are not memory by their own evidence (docs/heterogeneous.md, "Trials that could not run").
+DEEPSPEED_ACTIVATION_MEMORY_FACTOR = 1.5
+
+ENGINES = {
+    # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
+    # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
+    # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
+    "megatron": EngineRules(1, True, True, 0.0, True),
+    # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example):
+    # - the train schedule issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate
+    #   blocking instructions (p2p.send/recv are synchronous broadcasts in 2-rank groups), so two
+    #   transfers with each neighbour per micro-batch (deepspeed/runtime/pipe/schedule.py TrainSchedule,
+    #   deepspeed/runtime/pipe/p2p.py);
+    # - with model parallelism the forward activation is partitioned over the TP ranks
+    #   (engine.py: is_pipe_partitioned = is_model_parallel) and rebuilt on the receiver by an all-gather
+    #   over the TP group (PartitionedTensor.full()); gradients are not partitioned
+    #   (is_grad_partitioned = False): every TP rank sends the whole gradient; the causal mask goes
+    #   with every activation, cast to fp16 (_exec_send_activations);
+    # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule); ReduceTiedGrads
+    #   all-reduces weight.grad as it is, fp16 on a model DeepSpeed converted with module.half()
+    #   (pipe/module.py allreduce_tied_weight_gradients; runtime/engine.py _configure_distributed_model);
+    #   the data-parallel buckets are flattened and cast to fp32 ("fp32_allreduce": true in AMP's
+    #   examples/ds_config.json; engine.py allreduce_bucket: flatten (2 B/param) then .float() (4 B/param),
+    #   one bucket of up to 5e8 elements), which tail_terms' fp32 all-reduce prices;
+    # - its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master gradients (4 B) at the step,
+    #   beside fp16 weights, fp32 master weights and Adam moments (runtime/fp16/fused_optimizer.py):
+    #   2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step;
+    # - the Megatron-LM it drives (v1.1.5) all-reduces the input gradient of a column-parallel layer
+    #   synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward), inside a timer
+    #   whose start and stop call torch.cuda.synchronize() (megatron/global_vars.py _Timer): nothing hides
+    #   the backward TP collectives;
+    # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
+    #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
+    "deepspeed": EngineRules(
+        2, True, False, 6.0, False, tied_grad_bytes=2.0, grad_split_over_tp=False, gather_after_recv=True,
+        sends_attention_mask=True, host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
+        activation_memory_factor=DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
+    ),
+}
