@@ -126,7 +126,7 @@ def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | Non
 
 
 def plan_label(plan: PlanSpec) -> str:
-    """Compact plan text: degrees, micro-batch, schedule, recompute, SP, ZeRO, offloads, overlaps,
+    """Compact plan text: degrees, micro-batch, schedule, recompute, SP, expert degrees and dispatcher, ZeRO, offloads, overlaps,
     placement, and a user-given stage split (layers per stage, first/last stage, embedding or loss
     counted as a layer); words are separated by single spaces and contain none."""
     parts = [f"tp{plan.tp} pp{plan.pp} cp{plan.cp} dp{plan.dp}", f"mb{plan.micro_batch}"]
@@ -141,6 +141,9 @@ def plan_label(plan: PlanSpec) -> str:
         parts.append(f"2d:{rows}x{cols}" + (f"/nb{plan.summa_panels}" if plan.summa_panels is not None else ""))
     elif plan.tp_layout == "2d-seq":
         parts.append("2d-seq")
+    if plan.ep > 1 or plan.etp > 1:  # expert layers (specs/moe_plan.py): degrees, dispatcher, overlap
+        parts.append(f"ep{plan.ep}" + (f" etp{plan.etp}" if plan.etp > 1 else "") + f" {plan.moe_dispatcher}"
+                     + (" a2a-overlap" if plan.moe_a2a_overlap else ""))
     parts.append(f"zero{plan.zero}")
     offloads = [n for n, on in (("w", plan.offload_weights), ("act", plan.offload_activations),
                                 ("opt", plan.offload_optimizer)) if on]
