@@ -379,17 +379,31 @@ class SearchProblem:
             out.append((1, "dualpipe", False))
         if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
             return out
-        seen = set()
+        return out + self._interleave_options(pp)
+
+    def _interleave_options(self, pp: int) -> list[tuple[int, str, bool]]:
+        """Interleaved options of pp stages (they depend on pp alone; computed once per pp)."""
+        memo = self._memo.setdefault("interleave", {})
+        if pp in memo:
+            return memo[pp]
+        out, seen = [], set()
         for accounted in (False, True):
             groups = self.split_groups(pp, accounted)
             if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
                 continue
-            top = max(int(chunk_units(g, int(accounted), int(accounted))) for g in groups if int(g.count) > 0)
+            embedding, loss = int(accounted), int(accounted) * (1 + self.model.mtp_layers)
+            top = max(int(chunk_units(g, embedding, loss)) for g in groups if int(g.count) > 0)
             for v in _divisors(top):
-                if v > 1 and v not in seen and not interleave_split_rule(groups, v, int(accounted), int(accounted)):
+                if v > 1 and v not in seen and not interleave_split_rule(groups, v, embedding, loss):
                     seen.add(v)
                     out.append((v, "interleaved", accounted))
+        memo[pp] = out
         return out
+
+    @cached_property
+    def _memo(self) -> dict:
+        """Per-problem caches of options that depend on a few degrees only."""
+        return {}
 
     def split_groups(self, pp: int, accounted: bool) -> tuple[SplitGroup, ...]:
         """The default split of the layers over pp stages, or with embedding and loss counted as layers."""
