@@ -18,7 +18,7 @@ from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.schedule.step import StepInputs, compose_step, stage_memory_terms
+from paraplan.schedule.step import SCHEDULE_FLAGS, StepInputs, compose_step, stage_memory_terms
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
@@ -96,13 +96,10 @@ def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
 
 def grid_knobs(plan: PlanSpec) -> GridKnobs:
     """The plan's schedule, ZeRO, overlap and offload knobs (stages.GridKnobs)."""
-    schedule = plan.pipeline_schedule
+    flags = {flag: plan.pipeline_schedule == name for name, flag in SCHEDULE_FLAGS.items()}
     return GridKnobs(
         vpp=plan.vpp,
-        interleaved=schedule == "interleaved",
-        gpipe=schedule == "gpipe",
-        zb=schedule == "zb-h1",
-        dualpipe=schedule == "dualpipe",
+        **flags,
         zero=plan.zero,
         overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather,

@@ -216,6 +216,10 @@ class GridKnobs:
     dualpipe: Num = False  # DualPipe (schedule/zero_bubble.py)
 
 
+# the GridKnobs flag each pipeline schedule (specs.plan.Schedule) sets; 1F1B sets none
+SCHEDULE_FLAGS: dict[str, str] = {"interleaved": "interleaved", "gpipe": "gpipe", "zb-h1": "zb", "dualpipe": "dualpipe"}
+
+
 @dataclass(frozen=True)
 class StepInputs:
     """Everything the step and memory composition needs, per candidate (floats or arrays)."""

@@ -20,7 +20,7 @@ from paraplan.cost.moe import expert_dp_span
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape, lm_head_weight_params
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, StepInputs
+from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, SCHEDULE_FLAGS, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.specs.split import default_first_last, grouped_split
@@ -58,16 +58,13 @@ def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
 
     values = {
         "vpp": column(schedules, 0, n_t * n_o, 1),
-        "interleaved": column(schedules, 1, n_t * n_o, 1, lambda x: x == "interleaved"),
-        "gpipe": column(schedules, 1, n_t * n_o, 1, lambda x: x == "gpipe"),
+        **{flag: column(schedules, 1, n_t * n_o, 1, lambda x, name=name: x == name) for name, flag in SCHEDULE_FLAGS.items()},
         "accounted": column(schedules, 2, n_t * n_o, 1),
         "zero": column(states, 0, n_o, n_s), "overlap_dp_grad_reduce": column(states, 1, n_o, n_s),
         "overlap_param_gather": column(states, 2, n_o, n_s),
         "offload_weights": column(offloads, 0, 1, n_s * n_t), "offload_activations": column(offloads, 1, 1, n_s * n_t),
         "offload_optimizer": column(offloads, 2, 1, n_s * n_t),
     }
-    values["zb"] = column(schedules, 1, n_t * n_o, 1, lambda x: x == "zb-h1")
-    values["dualpipe"] = column(schedules, 1, n_t * n_o, 1, lambda x: x == "dualpipe")
     out = {k: values[k].astype(_GRID_DTYPES[k]) for k in _GRID_DTYPES}
     out["accounted"] = values["accounted"].astype(np.int64)
     return out
@@ -291,9 +288,7 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
         "vpp": grid_values["vpp"], "micro_batch": c["micro_batch"][index],
         "sequence_parallel": c["sp"][index].astype(bool), "recompute": RECOMPUTE_NAMES[c["recompute"][index]],
         "zero": grid_values["zero"],
-        "schedule": np.select(
-            [grid_values["interleaved"], grid_values["gpipe"], grid_values["zb"], grid_values["dualpipe"]],
-            ["interleaved", "gpipe", "zb-h1", "dualpipe"], "1f1b"),
+        "schedule": np.select([grid_values[flag] for flag in SCHEDULE_FLAGS.values()], list(SCHEDULE_FLAGS), "1f1b"),
         "offload_weights": grid_values["offload_weights"], "offload_activations": grid_values["offload_activations"],
         "offload_optimizer": grid_values["offload_optimizer"], "overlap_dp_grad_reduce": grid_values["overlap_dp_grad_reduce"],
         "overlap_param_gather": grid_values["overlap_param_gather"], "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
