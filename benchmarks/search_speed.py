@@ -20,7 +20,15 @@ PROBLEMS = [
     ("gpt3-175b, 1,024 x dgx-a100-80gb, max gbs 1,024", "gpt3-175b", "dgx-a100-80gb", 1024, 2048, None, 1024),
     ("mt-nlg-530b, 5,128 x dgx-a100-80gb, max gbs 2,520", "mt-nlg-530b", "dgx-a100-80gb", 5128, 2048, None, 2520),
     ("llama3-405b, 16,384 x dgx-h100-80gb, seq 8,192, gbs 2,048", "llama3-405b", "dgx-h100-80gb", 16384, 8192, 2048, None),
+    # MoE (issue 9): DeepSeek-V3 with the axes its report's layout spans (tp <= 8, pp 8/16, no CP, ep 8-64,
+    # micro-batch 1-2, no offload, default placement); the unrestricted space has ~22 M rows (docs/model.md §7)
+    ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360 (restricted)", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None),
 ]
+# axis restrictions per problem (SearchProblem fields), by model
+RESTRICTIONS = {
+    "deepseek-v3": dict(tp=(1, 2, 4, 8), pp=(8, 16), cp=(1,), ep=(8, 16, 32, 64), micro_batch=(1, 2),
+                        vary_offload=False, vary_placement=False),
+}
 
 
 def main() -> None:
@@ -32,7 +40,7 @@ def main() -> None:
     for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS:
         problem = SearchProblem(
             model=load_model(model), system=load_system(system), gpus=gpus, seq_length=seq,
-            global_batch=gbs, max_global_batch=max_gbs,
+            global_batch=gbs, max_global_batch=max_gbs, **RESTRICTIONS.get(model, {}),
         )
         best_seconds, result = float("inf"), None
         for _ in range(args.repeat):
