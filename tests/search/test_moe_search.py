@@ -113,3 +113,25 @@ def test_search_columns_carry_the_expert_knobs_and_match_the_estimate():
         assert math.isclose(peak[i], e.peak_stage.peak_bytes, rel_tol=1e-9)
     arrays = grid_arrays((p.schedule_options(2, 16), [(1, True, True)], [(False, False, False)]))
     assert arrays["dualpipe"].any() and arrays["zb"].any()
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    from paraplan.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_info.value.code or 0, out + err
+
+
+def test_cli_searches_an_moe_model_and_refuses_impossible_expert_axes(capsys):
+    base = ["search", "-m", "mixtral-8x7b", "-s", "dgx-h100-80gb", "--gpus", "16", "--global-batch", "32", "--seq-length",
+            "4096", "--tp", "1,2", "--pp", "2", "--micro-batch", "1", "--recompute", "full", "--zero", "1", "--no-offload",
+            "--default-placement", "--default-overlap", "--top", "3", "--width", "250"]
+    code, text = _cli(capsys, *base, "--ep", "8", "--dispatcher", "alltoall")
+    assert code == 0 and " ep8 alltoall" in text
+    code, text = _cli(capsys, *base, "--ep", "3")
+    assert code == 2 and "ep: [3]" in text and "must divide experts=8" in text and "Traceback" not in text
+    code, text = _cli(capsys, "search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "32",
+                      "--seq-length", "4096", "--ep", "2")
+    assert code == 2 and "ep: [2] is not allowed for llama3-8b" in text

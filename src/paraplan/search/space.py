@@ -225,6 +225,7 @@ class SearchProblem:
                 f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name}{within} "
                 f"(tp must divide heads={self.model.heads} and kv_heads={self.model.n_kv_heads}, pp <= layers={self.model.layers})"
             )
+        self._check_expert_axes(factorizations)
         min_dp = min(f[3] for f in factorizations)
         if batch < min_dp:
             raise InputError(
@@ -338,6 +339,25 @@ class SearchProblem:
             else:
                 out += [(sp, rc, ov, layout, rows) for sp in sp_options for rc in recompute for ov in overlap]
         return out
+
+    def _check_expert_axes(self, factorizations) -> None:
+        """The expert axes (--ep, --etp, --dispatcher) name values some plan can take (specs.moe_plan rules)."""
+        given = {name: values for name, values in (("ep", self.ep), ("etp", self.etp), ("dispatcher", self.dispatchers)) if values}
+        if not self.model.is_moe:
+            for name, values in given.items():
+                if name != "dispatcher" and set(values) != {1}:
+                    raise InputError(f"{name}: {list(values)} is not allowed for {self.model.name}; expert parallelism "
+                                     "needs a mixture-of-experts model (dense models use 1)")
+            return
+        if not any(self.expert_options(tp, cp, dp) for tp, _, cp, dp in factorizations):
+            tp, _, cp, dp = factorizations[0]
+            ep, etp = (self.ep or (1,))[0], (self.etp or (1,))[0]
+            rules = expert_degree_rules(self.model, tp, cp, dp, ep, etp)
+            dispatchers = [d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)]
+            why = rules[0][2] if rules else (dispatcher_rule(dispatchers[0], self.capacity_factor) if dispatchers else "no plan has it")
+            raise InputError(f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
+                             f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "
+                             f"(e.g. ep {ep}, etp {etp}: {why})")
 
     def expert_options(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str, bool]]:
         """(ep, etp, moe_dispatcher, moe_a2a_overlap) options of a mixture-of-experts model for these

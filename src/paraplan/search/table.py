@@ -198,6 +198,7 @@ class RowTable:
                 cols["expert"].append(np.tile(np.array([expert_ids.setdefault(e, len(expert_ids)) for e in knob_ex]), n_p))
         c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
         self.size = len(c["tp"])
+        self.layer_kinds = _layer_kinds(model)
         if not self.size:
             self.facts = self.blocks = None
             return
@@ -222,7 +223,6 @@ class RowTable:
             mtp_layers=model.mtp_layers,
         )
         self.expert_choices = list(expert_ids)
-        self.layer_kinds = _layer_kinds(model)
         self.blocks = row_blocks(self.facts)
         self.step_facts = replace(self.facts, blocks={})  # what build_step_inputs reads besides the blocks
         self.constants = system_terms(system, problem.dtype)
