@@ -32,7 +32,7 @@ def refuse(where: str, value: Any, allowed: str) -> InputError:
 
 
 def as_number(value: Any, where: str, *, positive: bool = False, minimum: float | None = None) -> float:
-    """A finite int/float (not a bool, not a string); ``positive``: > 0; ``minimum``: >= it."""
+    """A finite int/float as given (not a bool, not a string); ``positive``: > 0; ``minimum``: >= it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise refuse(where, value, "must be a number")
     number = float(value) if not isinstance(value, int) or abs(value) < MAX_INTEGER else math.inf
@@ -42,7 +42,7 @@ def as_number(value: Any, where: str, *, positive: bool = False, minimum: float 
         raise refuse(where, value, "must be positive")
     if minimum is not None and number < minimum:
         raise refuse(where, value, f"must be >= {minimum:g}")
-    return number
+    return value  # as given: an int stays an int
 
 
 def as_integer(value: Any, where: str, *, minimum: int | None = None) -> int:

@@ -45,8 +45,8 @@ def problem(model: str, system: str, **fields) -> SearchProblem:
 
 PROBLEMS = {
     # small dense model on one node; zero 1 / 2 and offload-free variants tie exactly; overlap switches
-    # varied. micro_batch (2, 4) and recompute none/selective: the top 20 all use micro batch 4 and no
-    # full recompute, so the cut removes only plans far from the top (19,752 -> 5,604 candidates)
+    # varied. micro_batch (2, 4) and recompute none/selective (19,752 -> 5,604 candidates): the space
+    # keeps every tp/cp/pp, ZeRO 0-3 and the overlap switches, and its top 20 still has ties
     "gpt3-1.3b-8xa100-80": dict(
         model="gpt3-1.3b", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
         micro_batch=(2, 4), recompute=("none", "selective"), vary_placement=False, vary_offload=False,

@@ -88,7 +88,7 @@ def read_steps(path: Path) -> list[StepRun]:
         else:
             plan = plan_from_fields(run.doc("plan", {}).data)
         name = run.get("name", f"run{i + 1}")
-        out.append(StepRun(str(name), model, plan, time_s))
+        out.append(StepRun(str(name), model, plan, float(time_s)))
     return out
 
 

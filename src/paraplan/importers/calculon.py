@@ -134,7 +134,7 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
                   "hbm": max(e for _, e in mem1.pairs("MB_efficiency")), "kernel_overhead_s": 0.0}
     if "float8" in matrix:
         efficiency["gemm_fp8"] = max(e for _, e in matrix.doc("float8").pairs("gflops_efficiency"))
-    notes.append(f"system: GEMM efficiency curve {[list(c) for c in curve]} -> cap {cap} and a fixed ramp "
+    notes.append(f"system: GEMM efficiency curve {half.get('gflops_efficiency')} -> cap {cap} and a fixed ramp "
                  f"{ramp * 1e6:.1f} us (least squares over the curve); paraplan also applies tile/wave quantisation")
     notes.append("system: attention runs at the matrix efficiency cap (Calculon costs attention as matrix ops); "
                  "memory efficiency = top of the MB_efficiency curve; no per-kernel overhead and no reserved HBM "
@@ -149,16 +149,17 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
     inner, outer = nets
     for tier, net in (("NVLink", inner), ("scale-out", outer)):
         ops = net.doc("ops", {})
-        for op, ring in RING_FACTOR.items():
-            if op not in ops:
+        for op in ops.keys():
+            ring = RING_FACTOR.get(op)
+            if ring is None:
                 continue
             pair = ops.get(op)
             if not (isinstance(pair, list) and len(pair) == 2):
                 raise refuse(ops.at(op), pair, "must be [scalar, offset] (Calculon's volume factor scalar·(n+offset)/n)")
             scalar, offset = as_number(pair[0], ops.at(op) + "[0]"), as_integer(pair[1], ops.at(op) + "[1]")
             if (scalar, offset) != ring:
-                notes.append(f"system: {tier} {op} factor {scalar:g}·(n{offset:+d})/n differs from paraplan's ring volume "
-                             f"{ring[0]:g}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used")
+                notes.append(f"system: {tier} {op} factor {scalar}·(n{offset:+d})/n differs from paraplan's ring volume "
+                             f"{ring[0]}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used")
     mode = doc.get("processing_mode", None)
     if mode not in (None, "no_overlap"):
         notes.append(f"system: processing_mode {show(mode)} not mapped (paraplan's overlap follows the plan)")
