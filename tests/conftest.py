@@ -28,10 +28,29 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: exhaustive or many-example tests (run in CI too; -m 'not slow' skips them)")
 
 
+def _module_fixtures(item) -> list[str]:
+    """Names of the module-scoped fixtures defined in this test suite that ``item`` uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    here = Path(__file__).parent
+    names = []
+    for name, defs in (info.name2fixturedefs.items() if info is not None else ()):
+        fixture = defs[-1]
+        source = Path(getattr(fixture.func, "__code__", None).co_filename) if hasattr(fixture.func, "__code__") else None
+        if fixture.scope == "module" and source is not None and source.is_relative_to(here):
+            names.append(name)
+    return names
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests; and put the tests of one module that share a module-scoped fixture in one
+    xdist group, so that ``--dist loadgroup`` builds that fixture once, on one worker (ungrouped tests
+    are balanced one by one)."""
     here = Path(__file__).parent
     for item in items:
         path = Path(str(item.fspath))
         relative = path.relative_to(here).as_posix() if path.is_relative_to(here) else path.name
         if relative in SLOW_FILES or any(part in item.name for part in SLOW_NAME_PARTS):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("xdist_group") is None and _module_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(f"module-fixture:{relative}"))

@@ -40,7 +40,11 @@ def default_global_batch(fields: dict[str, Any]) -> int:
     """Smallest global batch the plan accepts (specs.plan.min_global_batch).
 
     When dp cannot be inferred (gpus not divisible by tp·pp·cp) this returns micro_batch, so that
-    the plan's own check reports the real problem (``plan.gpus``) instead of the batch."""
+    the plan's own check reports the real problem (``plan.gpus``) instead of the batch; likewise
+    when a field it reads is not an integer (the plan's validation names that field)."""
+    counts = [fields.get(k) for k in ("micro_batch", "dp", "pp", "vpp")]
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in counts):
+        return 1
     micro_batch = int(fields.get("micro_batch") or DEFAULT_MICRO_BATCH)
     gpus = fields.get("gpus")
     dp = fields.get("dp") or 0

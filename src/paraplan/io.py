@@ -12,6 +12,12 @@ Writing: a result file is never written in place. :func:`atomic_write_text` and
 ``os.replace`` it over the target (atomic on POSIX), so the target holds either its old content or
 the complete new one — a full disk, an exception or a kill in between leaves the user's file as it
 was. :func:`append_line` appends one line to a journal and ``fsync``s it before returning.
+
+A SIGKILL between creating the temporary file and the rename leaves it behind (hidden,
+``.NAME.PID.XXXXXXXX.tmp``). The next write to the same target removes such leftovers: only names of
+exactly that pattern (or the older ``.NAME.XXXXXXXX.tmp``), last modified before this process
+imported this module, and — where the name carries the writer's process id — whose writer is no
+longer running (a concurrent writer's file is never touched).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +193,51 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+WRITER_START_S = time.time()  # when this process imported the writer: leftovers must be older
+
+
+def _temp_pattern(name: str) -> re.Pattern:
+    """Names of our temporary files for target ``name``: ``.NAME.PID.XXXXXXXX.tmp`` (PID optional: older
+    versions wrote ``.NAME.XXXXXXXX.tmp``); XXXXXXXX is tempfile.mkstemp's random part."""
+    return re.compile(rf"\.{re.escape(name)}\.(?:(\d+)\.)?[a-z0-9_]{{8}}\.tmp")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process (alive), or not a pid
+        return True
+    return True
+
+
+def remove_stale_temps(target: Path | str) -> list[Path]:
+    """Delete the temporary files a killed writer left beside ``target`` (see the module docstring for
+    which); return them. Errors (a file removed meanwhile, permissions) are ignored."""
+    target = Path(target)
+    pattern, removed = _temp_pattern(target.name), []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None:
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime >= WRITER_START_S:
+                continue
+            pid = match.group(1)
+            if pid is not None and (int(pid) == os.getpid() or _running(int(pid))):
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
 class AtomicTarget:
     """A temporary file beside ``target`` (``.path``) that :meth:`commit` fsyncs and renames over
     ``target`` and :meth:`discard` deletes; ``target`` is untouched until the commit.
@@ -203,8 +256,9 @@ class AtomicTarget:
         directory = self.target.parent
         if not directory.is_dir():
             raise InputError(f"{field}: directory {str(directory)!r} does not exist")
+        remove_stale_temps(self.target)
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=directory)
+            fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.{os.getpid()}.", suffix=".tmp", dir=directory)
         except OSError as exc:
             raise InputError(f"{field}: cannot write in {str(directory)!r}: {exc.strerror or exc}") from None
         os.close(fd)
@@ -311,5 +365,5 @@ def write_error(target: Path | str, exc: OSError, field: str = "output") -> Inpu
 
 __all__ = [
     "MAX_INPUT_BYTES", "MAX_NESTING", "AtomicTarget", "append_line", "atomic_path", "atomic_sink", "atomic_write_text", "parse_document",
-    "read_bytes", "read_document", "read_text", "write_error",
+    "read_bytes", "read_document", "read_text", "remove_stale_temps", "write_error",
 ]

@@ -1,6 +1,7 @@
 """Kill tests (issue 13): SIGKILL a ``sweep --workers 2`` and a ``search --csv-all`` at deterministic
 moments (observed in their files, not timed): no finished point is lost, no result file is half
-written, the user's old file survives, and no worker process outlives the sweep."""
+written, the user's old file survives, no worker process outlives the sweep, and the temporary file
+the killed writer left is removed by the next write to the same target."""
 
 from __future__ import annotations
 
@@ -83,11 +84,16 @@ def baseline(tmp_path_factory) -> bytes:
     return (out / "sweep.json").read_bytes()
 
 
-@pytest.mark.parametrize("finished", [0, 1])
-def test_killed_sweep_loses_nothing_and_leaves_no_worker(tmp_path, baseline, finished):
+@pytest.mark.parametrize(("executor", "finished"), [
+    (("--workers", "2"), 0), (("--workers", "2"), 1),
+    (("--dask", "local", "--workers", "2"), 1),  # LocalCluster workers are children of the sweep too
+], ids=["workers-0", "workers-1", "dask-local-1"])
+def test_killed_sweep_loses_nothing_and_leaves_no_worker(tmp_path, baseline, executor, finished):
+    if executor[0] == "--dask":
+        pytest.importorskip("distributed")
     out = tmp_path / "out"
     journal = out / "points.jsonl"
-    process = start("sweep", *SWEEP_ARGS, "--workers", "2", "--out", str(out))
+    process = start("sweep", *SWEEP_ARGS, *executor, "--out", str(out))
     # moment: the journal exists and holds `finished` complete records
     wait_for(lambda: journal.exists() and len(complete_lines(journal)) >= finished, process)
     kill(process)
@@ -116,3 +122,33 @@ def test_killed_csv_search_keeps_the_old_file(tmp_path, moment):
         wait_for(lambda: any(p.stat().st_size > 100_000 for p in temporary()), process)
     kill(process)
     assert target.read_text() == "my old results\n"  # never truncated, never half written
+    left = temporary()
+    assert len(left) == 1 and str(process.pid) in left[0].name  # .plans.csv.PID.XXXXXXXX.tmp
+    # the next writer of the same target (a new process) removes the killed writer's leftover
+    subprocess.run([sys.executable, "-c", "import sys; from paraplan.io import atomic_write_text; "
+                    "atomic_write_text(sys.argv[1], 'new\\n')", str(target)], check=True, timeout=TIMEOUT_S)
+    assert target.read_text() == "new\n" and temporary() == []
+
+
+def test_stale_temporary_files_are_removed_only_when_ours_old_and_orphaned(tmp_path):
+    """Removed: our pattern, modified before this process imported the writer, writer gone (pid
+    999999999 exceeds Linux's pid_max) or not recorded (older versions' names). Kept: a live writer's
+    file (our parent's pid), a file newer than this writer, other targets' files, other names."""
+    from paraplan.io import WRITER_START_S, atomic_write_text
+
+    old, new = WRITER_START_S - 60, WRITER_START_S + 60
+    files = {
+        ".t.json.999999999.abcd_123.tmp": (old, False),
+        ".t.json.abcdefgh.tmp": (old, False),
+        f".t.json.{os.getppid()}.abcdefgh.tmp": (old, True),
+        ".t.json.999999999.zzzzzzzz.tmp": (new, True),
+        ".u.json.999999999.abcdefgh.tmp": (old, True),
+        ".t.json.999999999.abcdefgh.tmp.bak": (old, True),
+        ".t.json.notes": (old, True),
+    }
+    for name, (mtime, _) in files.items():
+        (tmp_path / name).write_text("partial")
+        os.utime(tmp_path / name, (mtime, mtime))
+    atomic_write_text(tmp_path / "t.json", "{}\n")
+    assert (tmp_path / "t.json").read_text() == "{}\n"
+    assert {p.name for p in tmp_path.iterdir()} == {"t.json"} | {n for n, (_, kept) in files.items() if kept}

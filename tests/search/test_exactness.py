@@ -9,10 +9,21 @@ every candidate up to the K-th group's objective, so a prefix is exact).
 The fast path evaluates rows in chunks of ``CHUNK_CANDIDATES`` candidates and only prunes between
 chunks; these problems fit in one default chunk, so each is also run with tiny chunks, which makes
 the bound pruning (and the K-th-best threshold with ties) actually decide what is skipped.
+
+Cost: the exhaustive path runs ``estimate`` on every candidate (~2 ms each), so the problems are
+kept to ~25,000 candidates in all. They were 4x larger; each was cut along an axis its feature does
+not need (the comment on each problem says which), and ``test_problem_features_are_exercised`` checks
+that every problem still exercises its feature (ties, pp, CP, batch choice, offload, placements,
+uneven splits) and that tiny chunks prune. Overlap switches stay varied in three problems.
+
+Scheduling (pytest-xdist ``--dist loadgroup``): every test of one problem carries the problem's
+``xdist_group``, so its exhaustive reference is computed once, on one worker, while the other
+problems run on the other worker; the reference is cached per process (``functools.cache``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -33,41 +44,47 @@ def problem(model: str, system: str, **fields) -> SearchProblem:
 
 
 PROBLEMS = {
-    # small dense model on one node; zero 1 / 2 and offload-free variants tie exactly
+    # small dense model on one node; zero 1 / 2 and offload-free variants tie exactly; overlap switches
+    # varied. micro_batch (2, 4) and recompute none/selective (19,752 -> 5,604 candidates): the space
+    # keeps every tp/cp/pp, ZeRO 0-3 and the overlap switches, and its top 20 still has ties
     "gpt3-1.3b-8xa100-80": dict(
         model="gpt3-1.3b", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
-        vary_placement=False, vary_offload=False,
+        micro_batch=(2, 4), recompute=("none", "selective"), vary_placement=False, vary_offload=False,
     ),
-    # 13B on four 40 GB nodes: needs model parallelism, pp allowed (pp=2 plans reach the top 20)
+    # 13B on four 40 GB nodes: needs model parallelism, pp allowed (pp=2 plans reach the top 20);
+    # overlap switches fixed on (varied in three other problems): 23,568 -> 4,336 candidates
     "gpt3-13b-32xa100-40-pp": dict(
         model="gpt3-13b", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
         tp=(2, 4, 8), micro_batch=(1, 2), recompute=("none", "full"),
-        vary_placement=False, vary_offload=False,
+        vary_placement=False, vary_offload=False, vary_overlap=False,
     ),
-    # long sequences with context parallelism, batch from --max-global-batch
+    # long sequences with context parallelism, batch from --max-global-batch; overlap fixed on:
+    # 11,772 -> 2,644 candidates
     "llama3-8b-16xh100-cp-maxgb": dict(
         model="llama3-8b", system="dgx-h100-80gb", gpus=16, seq_length=8192, max_global_batch=64,
         tp=(1, 2, 4), micro_batch=(1, 2), recompute=("none", "full"),
-        vary_placement=False, vary_offload=False,
+        vary_placement=False, vary_offload=False, vary_overlap=False,
     ),
-    # MFU objective with a batch that differs between plans (64 or 96 under max 100)
+    # MFU objective with a batch that differs between plans (64 or 96 under max 100); overlap fixed
+    # on: 13,200 -> 2,920 candidates
     "gpt3-2.7b-16xh100-mfu": dict(
         model="gpt3-2.7b", system="dgx-h100-80gb", gpus=16, seq_length=2048, max_global_batch=100,
         objective="mfu", tp=(1, 2, 4), micro_batch=(1, 2, 4), recompute=("none", "selective"),
-        vary_placement=False, vary_offload=False,
+        vary_placement=False, vary_offload=False, vary_overlap=False,
     ),
-    # cost objective at a price, offloads varied (free offload variants tie with the plain plan)
+    # cost objective at a price, offloads varied (free offload variants tie with the plain plan);
+    # no recompute (the top 20 had none) and overlap fixed on: 26,656 -> 3,984 candidates
     "llama2-7b-8xh200-cost-offload": dict(
         model="llama2-7b", system="dgx-h200", gpus=8, seq_length=4096, global_batch=16,
-        objective="cost", price_per_gpu_hour=2.5, micro_batch=(1, 2), recompute=("none", "full"),
-        zero=(0, 1, 3), vary_placement=False,
+        objective="cost", price_per_gpu_hour=2.5, micro_batch=(1, 2), recompute=("none",),
+        zero=(0, 1, 3), vary_placement=False, vary_overlap=False,
     ),
-    # placements varied on a multi-node cluster
+    # placements varied on a multi-node cluster; micro batch 2 only: 5,376 -> 2,688 candidates
     "gpt3-350m-32xa100-40-placement": dict(
         model="gpt3-350m", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
-        micro_batch=(1, 2), recompute=("none",), zero=(0, 1), vary_offload=False, vary_overlap=False,
+        micro_batch=(2,), recompute=("none",), zero=(0, 1), vary_offload=False, vary_overlap=False,
     ),
-    # uneven pipeline splits: 12 layers on 8 stages, 24 layers on 16 stages
+    # uneven pipeline splits: 12 layers on 8 stages, 24 layers on 16 stages (overlap varied)
     "gpt3-125m-16xa100-40-pp8-uneven": dict(
         model="gpt3-125m", system="dgx-a100-40gb", gpus=16, global_batch=64, seq_length=2048, pp=(8,),
         vary_placement=False, vary_offload=False,
@@ -85,16 +102,16 @@ PROBLEMS = {
 }
 
 
-@pytest.fixture(scope="module")
-def exhaustive_cache():
-    return {}
+def grouped(names) -> list:
+    """``names`` as parameters, each in its problem's xdist group (one worker computes its reference)."""
+    return [pytest.param(name, marks=pytest.mark.xdist_group(f"exact-{name}")) for name in names]
 
 
-def exhaustive(name: str, cache: dict):
-    if name not in cache:
-        p = problem(**PROBLEMS[name])
-        cache[name] = (p, exhaustive_search(p, top_k=K_MAX))
-    return cache[name]
+@functools.cache
+def exhaustive(name: str):
+    """The problem and its exhaustive top K_MAX, computed once per process."""
+    p = problem(**PROBLEMS[name])
+    return p, exhaustive_search(p, top_k=K_MAX)
 
 
 def assert_same_top(fast, reference, k: int) -> None:
@@ -112,9 +129,9 @@ def assert_same_top(fast, reference, k: int) -> None:
         assert got.estimate.fits
 
 
-@pytest.mark.parametrize("name", list(PROBLEMS))
-def test_fast_top_k_equals_exhaustive(name, exhaustive_cache, monkeypatch):
-    p, reference = exhaustive(name, exhaustive_cache)
+@pytest.mark.parametrize("name", grouped(PROBLEMS))
+def test_fast_top_k_equals_exhaustive(name, monkeypatch):
+    p, reference = exhaustive(name)
     assert len(reference.plans) == K_MAX
     for chunk in CHUNKS:
         if chunk is not None:
@@ -128,19 +145,20 @@ def test_fast_top_k_equals_exhaustive(name, exhaustive_cache, monkeypatch):
         monkeypatch.undo()
 
 
-@pytest.mark.parametrize("name", list(PROBLEMS))
-def test_collect_all_counts_match_exhaustive(name, exhaustive_cache):
+@pytest.mark.parametrize("name", grouped(PROBLEMS))
+def test_collect_all_counts_match_exhaustive(name):
     """Without pruning, the vectorised path evaluates and accepts exactly the candidates the scalar one does."""
-    p, reference = exhaustive(name, exhaustive_cache)
+    p, reference = exhaustive(name)
     fast = search(p, top_k=K_MAX, collect_all=True)
     assert fast.evaluated == fast.candidates == reference.evaluated
     assert fast.feasible == reference.feasible == len(fast.all_feasible)
     assert_same_top(fast, reference, K_MAX)
 
 
-def test_small_chunks_prune(exhaustive_cache, monkeypatch):
+@pytest.mark.xdist_group("exact-gpt3-13b-32xa100-40-pp")
+def test_small_chunks_prune(monkeypatch):
     """With small chunks the bound really skips rows, and the answer is still exact."""
-    p, reference = exhaustive("gpt3-13b-32xa100-40-pp", exhaustive_cache)
+    p, reference = exhaustive("gpt3-13b-32xa100-40-pp")
     monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
     fast = search(p, top_k=5)
     assert fast.evaluated < fast.candidates
@@ -148,12 +166,12 @@ def test_small_chunks_prune(exhaustive_cache, monkeypatch):
     assert_same_top(fast, reference, 5)
 
 
-@pytest.mark.parametrize("name", ["gpt3-1.3b-8xa100-80", "llama2-7b-8xh200-cost-offload", "llama3-8b-16xh100-cp-maxgb"])
-def test_ties_are_broken_by_the_ranking_key(name, exhaustive_cache, monkeypatch):
+@pytest.mark.parametrize("name", grouped(["gpt3-1.3b-8xa100-80", "llama2-7b-8xh200-cost-offload", "llama3-8b-16xh100-cp-maxgb"]))
+def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
     """These problems have equal objectives inside the top 20 (e.g. ZeRO-1 vs ZeRO-2, an offload
     that costs nothing); both paths order each tie by search.ranking: lower peak memory, then fewer
     non-default knobs, then canonical key (row, grid)."""
-    p, reference = exhaustive(name, exhaustive_cache)
+    p, reference = exhaustive(name)
     objectives = [tie_value(r.objective) for r in reference.plans]
     tied = [i for i in range(1, len(objectives)) if objectives[i] == objectives[i - 1]]
     assert tied, f"no tie in the top {K_MAX} of {name}: the test data no longer exercises tie-breaking"
@@ -171,10 +189,12 @@ def test_ties_are_broken_by_the_ranking_key(name, exhaustive_cache, monkeypatch)
 
 
 def test_exhaustive_prefix_property():
-    """The reference shortcut used above: exhaustive top K is the prefix of its top 20 (ties included)."""
+    """The reference shortcut used above: exhaustive top K is the prefix of its top 20 (ties included).
+    (Overlap switches fixed on: 2,802 -> 702 candidates, three exhaustive runs; the top 20 still ties.)"""
     p = problem(model="gpt3-350m", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
-                micro_batch=(1, 2), recompute=("none",), vary_placement=False, vary_offload=False)
+                micro_batch=(1, 2), recompute=("none",), vary_placement=False, vary_offload=False, vary_overlap=False)
     reference = exhaustive_search(p, top_k=K_MAX)
+    assert len(reference.plans) == K_MAX
     objectives = [r.objective for r in reference.plans]
     assert len(set(objectives)) < len(objectives)  # ties inside the top 20
     for k in (1, 5):
@@ -184,23 +204,41 @@ def test_exhaustive_prefix_property():
         assert_same_top(search(p, top_k=k), small, k)
 
 
-def test_problem_features_are_exercised(exhaustive_cache):
-    """Guard against the problems drifting into trivial ones."""
-    _, pp = exhaustive("gpt3-13b-32xa100-40-pp", exhaustive_cache)
-    assert any(r.plan.pp > 1 for r in pp.plans)
-    _, cp = exhaustive("llama3-8b-16xh100-cp-maxgb", exhaustive_cache)
-    assert any(r.plan.cp > 1 for r in cp.plans)
-    _, mfu = exhaustive("gpt3-2.7b-16xh100-mfu", exhaustive_cache)
-    assert all(r.objective < 0 for r in mfu.plans)  # minus the MFU
-    assert len({r.plan.global_batch for r in mfu.plans}) > 1
-    _, cost = exhaustive("llama2-7b-8xh200-cost-offload", exhaustive_cache)
-    assert any(r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer for r in cost.plans)
-    _, placement = exhaustive("gpt3-350m-32xa100-40-placement", exhaustive_cache)
-    assert len({r.plan.placement for r in placement.plans}) > 1
-    p, layouts = exhaustive("gpt3-2.7b-16xa100-tp-layouts", exhaustive_cache)
-    assert layouts.plans[0].plan.tp_layout == "2d" and any(r.plan.tp_layout == "1d" for r in layouts.plans)
-    assert {r.plan.tp_rows for r in layouts.plans if r.plan.tp_layout == "2d"} == {2, 4}  # both grids of tp 8
-    assert ("2d-seq", None) in p.layouts(8, 2)  # in the space, if not in the top 20
-    for name in ("gpt3-125m-16xa100-40-pp8-uneven", "gpt3-1.3b-32xh100-pp16-uneven"):
-        p, uneven = exhaustive(name, exhaustive_cache)
-        assert all(p.model.layers % r.plan.pp for r in uneven.plans)
+def _uneven(p, plans) -> bool:
+    return all(p.model.layers % r.plan.pp for r in plans)
+
+
+def _tp_layouts(p, plans) -> bool:
+    """A 2D SUMMA grid wins at 32k tokens, 1D tp reaches the top 20, both grids of tp 8 appear, and the
+    2d-seq layout is in the space (if not in the top 20)."""
+    return (plans[0].plan.tp_layout == "2d" and any(r.plan.tp_layout == "1d" for r in plans)
+            and {r.plan.tp_rows for r in plans if r.plan.tp_layout == "2d"} == {2, 4}
+            and ("2d-seq", None) in p.layouts(8, 2))
+
+
+FEATURES = {  # what each problem is there for, checked on its exhaustive top 20
+    "gpt3-1.3b-8xa100-80": lambda p, plans: len({r.plan.zero for r in plans}) > 1
+    and len({(r.plan.overlap_param_gather, r.plan.overlap_dp_grad_reduce) for r in plans}) > 1,
+    "gpt3-13b-32xa100-40-pp": lambda p, plans: any(r.plan.pp > 1 for r in plans),
+    "llama3-8b-16xh100-cp-maxgb": lambda p, plans: any(r.plan.cp > 1 for r in plans),
+    "gpt3-2.7b-16xh100-mfu": lambda p, plans: all(r.objective < 0 for r in plans)  # minus the MFU
+    and len({r.plan.global_batch for r in plans}) > 1,
+    "llama2-7b-8xh200-cost-offload": lambda p, plans: any(
+        r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer for r in plans),
+    "gpt3-350m-32xa100-40-placement": lambda p, plans: len({r.plan.placement for r in plans}) > 1,
+    "gpt3-125m-16xa100-40-pp8-uneven": _uneven,
+    "gpt3-2.7b-16xa100-tp-layouts": _tp_layouts,
+    "gpt3-1.3b-32xh100-pp16-uneven": _uneven,
+}
+
+
+@pytest.mark.parametrize("name", grouped(PROBLEMS))
+def test_problem_features_are_exercised(name, monkeypatch):
+    """Guard against the problems drifting into trivial ones: each exercises its feature in the top
+    20, and with one-candidate chunks the bound skips candidates (so pruning is tested, not bypassed)."""
+    assert set(FEATURES) == set(PROBLEMS)
+    p, reference = exhaustive(name)
+    assert FEATURES[name](p, reference.plans), f"{name} no longer exercises its feature in the top {K_MAX}"
+    monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
+    fast = search(p, top_k=5)
+    assert fast.evaluated < fast.candidates

@@ -28,6 +28,8 @@ from paraplan.calibrate.fit import (
 )
 from paraplan.calibrate.readers import read_attention_table, read_gemm_table, read_memory_table, read_nccl_tests
 from paraplan.catalog import load_model
+from paraplan.fields import Doc, refuse
+from paraplan.io import read_document
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import SystemSpec
 
@@ -67,27 +69,26 @@ def read_steps(path: Path) -> list[StepRun]:
     from paraplan.api import plan_from_fields
     from paraplan.export.planfile import load_plan
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"--steps: cannot read {str(path)!r}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list) or not data["runs"]:
+    data = Doc(read_document(path, "--steps"), "--steps")
+    runs = data.docs("runs", [])
+    if not runs:
         raise InputError(f"--steps: {str(path)!r} must hold 'runs: [{{name, plan, step_time_s}}, ...]'")
     out = []
-    for i, run in enumerate(data["runs"]):
-        where = f"--steps: runs[{i}]"
-        model_ref = run.get("model", data.get("model"))
+    for i, run in enumerate(runs):
+        where = run.where
+        model_ref = run.get("model", data.get("model", None))
         if model_ref is None:
             raise InputError(f"{where}: no model (give 'model' at the top or in the run)")
+        if not isinstance(model_ref, (str, dict)):
+            raise refuse(f"{where}.model", model_ref, "give a catalog name, a file or a mapping of model fields")
         model = load_model(model_ref, field=f"{where}.model")
-        time_s = run.get("step_time_s")
-        if not isinstance(time_s, (int, float)) or not time_s > 0:
-            raise InputError(f"{where}.step_time_s: {time_s!r} is not allowed; a positive number of seconds")
+        time_s = run.number("step_time_s", positive=True)
         if "plan_file" in run:
-            plan = load_plan(str(path.parent / run["plan_file"]), model=model, field=f"{where}.plan_file")
+            plan = load_plan(str(path.parent / run.text("plan_file")), model=model, field=f"{where}.plan_file")
         else:
-            plan = plan_from_fields(run.get("plan") or {})
-        out.append(StepRun(str(run.get("name", f"run{i + 1}")), model, plan, float(time_s)))
+            plan = plan_from_fields(run.doc("plan", {}).data)
+        name = run.get("name", f"run{i + 1}")
+        out.append(StepRun(str(name), model, plan, float(time_s)))
     return out
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
+from paraplan.io import read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import Dtype
 
@@ -67,11 +69,7 @@ def read_nccl_tests(ref: str) -> NcclRun:
     if kind is None:
         raise InputError(f"--nccl: cannot tell the collective of {ref!r}; name the file after the test "
                          f"(all_reduce_perf.txt, ...) or write KIND=FILE with KIND one of {', '.join(sorted(set(NCCL_KINDS.values())))}")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"--nccl: cannot read file {str(path)!r}: {exc.strerror}") from None
-    return parse_nccl_tests(text, kind, str(path))
+    return parse_nccl_tests(read_text(path, "--nccl"), kind, str(path))
 
 
 def parse_nccl_tests(text: str, kind: str, source: str = "<text>") -> NcclRun:
@@ -93,7 +91,7 @@ def parse_nccl_tests(text: str, kind: str, source: str = "<text>") -> NcclRun:
             size, time_us = float(parts[0]), float(parts[5])
         except ValueError:
             continue
-        if size > 0 and time_us > 0:
+        if 0 < size < math.inf and 0 < time_us < math.inf:
             sizes.append(size)
             times.append(time_us * US)
     if not hosts:
@@ -104,10 +102,7 @@ def parse_nccl_tests(text: str, kind: str, source: str = "<text>") -> NcclRun:
 
 
 def _rows(path: Path, flag: str) -> list[dict[str, str]]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{flag}: cannot read file {str(path)!r}: {exc.strerror}") from None
+    text = read_text(path, flag)
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
     if not rows:
@@ -120,9 +115,19 @@ def _number(row: dict[str, str], key: str, flag: str, where: str) -> float:
         value = float(row[key])
     except (KeyError, ValueError):
         raise InputError(f"{flag}: {where}: column {key!r} must be a number, got {row.get(key)!r}") from None
+    if not math.isfinite(value):
+        raise InputError(f"{flag}: {where}: column {key!r} must be a finite number, got {row.get(key)!r}")
     if not value > 0 and key not in ("causal",):
         raise InputError(f"{flag}: {where}: {key}={value} must be positive")
     return value
+
+
+def _count(row: dict[str, str], key: str, flag: str, where: str) -> int:
+    """A positive whole number (a GEMM or attention dimension)."""
+    value = _number(row, key, flag, where)
+    if not value.is_integer() or value >= 2**53:
+        raise InputError(f"{flag}: {where}: column {key!r} must be a whole number below 2^53, got {row.get(key)!r}")
+    return int(value)
 
 
 def _time_s(row: dict[str, str], flag: str, where: str, flops: float | None = None) -> float:
@@ -154,8 +159,8 @@ def read_gemm_table(path: Path) -> list[GemmSample]:
     out = []
     for i, row in enumerate(_rows(path, "--gemm"), start=2):
         where = f"{path.name} line {i}"
-        b = int(_number(row, "batch", "--gemm", where)) if row.get("batch") else 1
-        m, n, k = (int(_number(row, c, "--gemm", where)) for c in ("m", "n", "k"))
+        b = _count(row, "batch", "--gemm", where) if row.get("batch") else 1
+        m, n, k = (_count(row, c, "--gemm", where) for c in ("m", "n", "k"))
         dtype = row.get("dtype", "bf16") or "bf16"
         if dtype not in GEMM_DTYPES:
             raise InputError(f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}")
@@ -184,8 +189,8 @@ def read_attention_table(path: Path) -> list[AttentionSample]:
         if direction not in ("fwd", "bwd"):
             raise InputError(f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd")
         out.append(AttentionSample(
-            int(_number(row, "batch", "--attention", where)), int(_number(row, "heads", "--attention", where)),
-            int(_number(row, "seq_len", "--attention", where)), int(_number(row, "head_dim", "--attention", where)),
+            _count(row, "batch", "--attention", where), _count(row, "heads", "--attention", where),
+            _count(row, "seq_len", "--attention", where), _count(row, "head_dim", "--attention", where),
             row.get("causal", "1").lower() in ("1", "true", "yes"), direction, row.get("dtype", "bf16") or "bf16",
             _time_s(row, "--attention", where)))
     return out

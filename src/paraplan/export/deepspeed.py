@@ -22,6 +22,8 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.fields import Doc
+from paraplan.io import parse_document
 from paraplan.specs.plan import PlanSpec
 
 NAME = "deepspeed"
@@ -122,11 +124,8 @@ def export(plan: PlanSpec) -> str:
 
 def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
     """PlanSpec fields from a DeepSpeed config; ``seq_length`` comes from the caller (the script's)."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ExportRefused(f"deepspeed: not valid JSON: {exc}") from None
-    flat = {p: _get(cfg, p) for p in _paths(cfg)}
+    cfg = Doc(parse_document(text, "the DeepSpeed config", "deepspeed", as_json=True), "deepspeed")
+    flat = {p: _get(cfg.data, p) for p in _paths(cfg.data)}
     for key, (what, neutral) in UNREPRESENTABLE.items():
         value = flat.get(key)
         if value is not None and json.dumps(value) not in neutral:
@@ -136,28 +135,28 @@ def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
             raise ExportRefused(f"deepspeed: {key}='nvme' has no paraplan plan field (host memory offload only)")
     if seq_length is None:
         raise ExportRefused("deepspeed: the config has no sequence length; give --seq-length")
-    micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
-    accum = int(cfg.get("gradient_accumulation_steps", 1))
-    batch = int(cfg["train_batch_size"])
+    micro = cfg.integer("train_micro_batch_size_per_gpu", 1, minimum=1)
+    accum = cfg.integer("gradient_accumulation_steps", 1, minimum=1)
+    batch = cfg.integer("train_batch_size", minimum=1)
     if batch % (micro * accum):
         raise ExportRefused(f"deepspeed: train_batch_size={batch} is not micro·accumulation·dp for integer dp")
     dp = batch // (micro * accum)
-    tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 0)) or 1
-    pp = int(cfg.get("pipeline", {}).get("stages", 1))
-    zero = cfg.get("zero_optimization", {})
-    ckpt = cfg.get("activation_checkpointing")
-    overlap = bool(zero.get("overlap_comm", False))
-    dtype = "bf16" if cfg.get("bf16", {}).get("enabled") else "fp16" if cfg.get("fp16", {}).get("enabled") else "fp32"
+    tp = cfg.doc("tensor_parallel", {}).integer("autotp_size", 0, minimum=0) or 1
+    pp = cfg.doc("pipeline", {}).integer("stages", 1, minimum=1)
+    zero = cfg.doc("zero_optimization", {})
+    ckpt = cfg.doc("activation_checkpointing") if "activation_checkpointing" in cfg else None
+    overlap = zero.boolean("overlap_comm", False)
+    dtype = "bf16" if cfg.doc("bf16", {}).boolean("enabled", False) else "fp16" if cfg.doc("fp16", {}).boolean("enabled", False) else "fp32"
     return {
         "gpus": dp * tp * pp, "tp": tp, "pp": pp, "dp": dp, "cp": 1,
         "micro_batch": micro, "global_batch": batch, "seq_length": seq_length,
         "schedule": "1f1b",
         "recompute": "full" if ckpt is not None else "none",
-        "zero": int(zero.get("stage", 0)),
+        "zero": zero.choice("stage", (0, 1, 2, 3), 0),
         "dtype": dtype,
-        "offload_weights": zero.get("offload_param", {}).get("device", "none") != "none",
-        "offload_optimizer": zero.get("offload_optimizer", {}).get("device", "none") != "none",
-        "offload_activations": bool(ckpt and ckpt.get("cpu_checkpointing")),
+        "offload_weights": zero.doc("offload_param", {}).text("device", "none") != "none",
+        "offload_optimizer": zero.doc("offload_optimizer", {}).text("device", "none") != "none",
+        "offload_activations": bool(ckpt is not None and ckpt.boolean("cpu_checkpointing", False)),
         "overlap_dp_grad_reduce": overlap,
         "overlap_param_gather": overlap,
         "placement": "tp-cp-dp-pp",

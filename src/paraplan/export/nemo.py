@@ -30,6 +30,7 @@ from paraplan.export.megatron import (
     megatron_core_checks,
     stage_layers_from_layout,
 )
+from paraplan.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
 NAME = "nemo"
@@ -148,28 +149,30 @@ def import_plan(text: str) -> dict[str, object]:
     for needed in ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"):
         if needed not in v:
             raise ExportRefused(f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan")
-    vpp = v.get("trainer.strategy.virtual_pipeline_model_parallel_size") or 1
+    r = Doc(v, "nemo: recipe")
+    pp = r.integer("trainer.strategy.pipeline_model_parallel_size", 1, minimum=1)
+    vpp = r.integer("trainer.strategy.virtual_pipeline_model_parallel_size", 1, minimum=1)
     split: dict[str, object] = {name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)}
     if v.get(LAYOUT_KEY):
-        split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), int(v.get("trainer.strategy.pipeline_model_parallel_size", 1)))
-    zero = 1 if v.get("optim.config.use_distributed_optimizer") else 0
+        split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), pp)
+    zero = 1 if r.get("optim.config.use_distributed_optimizer", False) else 0
     if v.get("trainer.strategy.fsdp") == "megatron":
-        zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[
-            str(v.get("trainer.strategy.ddp.data_parallel_sharding_strategy", "no_shard"))]
-    precision = v.get("trainer.plugins.precision", "bf16-mixed")
-    dtype = "fp8" if v.get("trainer.plugins.fp8") else {"bf16-mixed": "bf16", "16-mixed": "fp16", "32": "fp32"}[str(precision)]
+        zero = r.choice("trainer.strategy.ddp.data_parallel_sharding_strategy",
+                        {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}, "no_shard")
+    precision = r.choice("trainer.plugins.precision", {"bf16-mixed": "bf16", "16-mixed": "fp16", "32": "fp32"}, "bf16-mixed")
+    dtype = "fp8" if v.get("trainer.plugins.fp8") else precision
     granularity = v.get("model.config.recompute_granularity")
     return {
-        "gpus": int(v["trainer.num_nodes"]) * int(v["trainer.devices"]),  # type: ignore[call-overload]
-        "tp": v.get("trainer.strategy.tensor_model_parallel_size", 1),
-        "pp": v.get("trainer.strategy.pipeline_model_parallel_size", 1),
-        "cp": v.get("trainer.strategy.context_parallel_size", 1),
-        "ep": v.get("trainer.strategy.expert_model_parallel_size", 1),
+        "gpus": r.integer("trainer.num_nodes", minimum=1) * r.integer("trainer.devices", minimum=1),
+        "tp": r.integer("trainer.strategy.tensor_model_parallel_size", 1, minimum=1),
+        "pp": pp,
+        "cp": r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
+        "ep": r.integer("trainer.strategy.expert_model_parallel_size", 1, minimum=1),
         "vpp": vpp,
-        "schedule": "interleaved" if vpp > 1 else "1f1b",  # type: ignore[operator]
-        "micro_batch": v.get("data.micro_batch_size", 1),
-        "global_batch": v["data.global_batch_size"],
-        "seq_length": v["data.seq_length"],
+        "schedule": "interleaved" if vpp > 1 else "1f1b",
+        "micro_batch": r.integer("data.micro_batch_size", 1, minimum=1),
+        "global_batch": r.integer("data.global_batch_size", minimum=1),
+        "seq_length": r.integer("data.seq_length", minimum=1),
         "sequence_parallel": bool(v.get("trainer.strategy.sequence_parallel", False)),
         "recompute": granularity if granularity in ("full", "selective") else "none",
         "zero": zero,
@@ -181,7 +184,7 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_tp_comm": tp_overlap,
         "placement": "tp-cp-pp-dp" if v.get("trainer.strategy.use_tp_pp_dp_mapping") else "tp-cp-dp-pp",
         "tp_layout": layout_from_cp_comm_type(v.get("model.config.cp_comm_type"),
-                                              int(v.get("trainer.strategy.context_parallel_size", 1)),  # type: ignore[call-overload]
+                                              r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
                                               "nemo: recipe.model.config.cp_comm_type"),
         **split,
     }

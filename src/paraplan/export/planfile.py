@@ -6,11 +6,10 @@ hand-written JSON/YAML of PlanSpec fields (optionally under a ``plan`` key).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
+from paraplan.fields import Doc
+from paraplan.io import parse_document, read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -26,14 +25,14 @@ def split_ref(ref: str, rank: int | None = None) -> tuple[Path, int | None]:
     return Path(ref), rank
 
 
-def _pick_rank(data: dict, rank: int | None, field: str) -> dict:
-    plans = data.get("plans") or []
+def _pick_rank(data: Doc, rank: int | None, field: str) -> dict:
+    plans = data.docs("plans", [])
     if not plans:
         raise InputError(f"{field}: the search result holds no plans (nothing fit)")
     want = rank or 1
     for row in plans:
-        if row.get("rank") == want:
-            return row["plan"]
+        if row.get("rank", None) == want:
+            return row.doc("plan").data
     raise InputError(f"{field}: rank {want} is not allowed; the search result has ranks 1-{len(plans)}")
 
 
@@ -47,20 +46,13 @@ def plan_fields_from_text(path: Path, text: str, rank: int | None = None, *, mod
         if rank not in (None, 1):
             raise InputError(f"{field}: a {framework} export holds one plan; rank {rank} is not allowed")
         return import_plan(framework, text, model=model, seq_length=seq_length)
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{field}: {str(path)!r} is not valid JSON/YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{field}: {str(path)!r} must hold a mapping of plan fields")
+    data = Doc(parse_document(text, repr(str(path)), field, as_json=path.suffix == ".json"), field)
     if "plans" in data:
         return dict(_pick_rank(data, rank, field))
     if rank not in (None, 1):
         raise InputError(f"{field}: {str(path)!r} holds one plan; rank {rank} is not allowed")
-    plan = data.get("plan", data)
-    if not isinstance(plan, dict):
-        raise InputError(f"{field}: 'plan' in {str(path)!r} must be a mapping of plan fields")
-    return {k: v for k, v in plan.items() if k not in ("model", "system")}  # documentation beside a plan
+    plan = data.doc("plan") if "plan" in data else data
+    return {k: v for k, v in plan.data.items() if k not in ("model", "system")}  # documentation beside a plan
 
 
 # degrees from which PlanSpec infers dp: overriding one of them drops the file's dp (re-inferred)
@@ -87,10 +79,7 @@ def load_plan(ref: str, rank: int | None = None, *, model: ModelSpec | None = No
     from paraplan.api import plan_from_fields
 
     path, rank = split_ref(ref, rank)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{field}: cannot read file {str(path)!r}: {exc.strerror}") from None
+    text = read_text(path, field)
     fields = plan_fields_from_text(path, text, rank, model=model, seq_length=seq_length, field=field)
     return plan_from_fields(with_overrides(fields, overrides))
 
@@ -99,8 +88,8 @@ def source_names(ref: str) -> tuple[str | None, str | None]:
     """(model, system) named in an ``estimate --json`` file, to default --model/--system; else Nones."""
     path, _ = split_ref(ref)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = parse_document(read_text(path, "PLAN"), repr(str(path)), "PLAN", as_json=True)
+    except InputError:  # not JSON (an export, a YAML plan) or unreadable: load_plan reports it
         return None, None
     if not isinstance(data, dict):
         return None, None

@@ -23,6 +23,7 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.fields import Doc, as_list
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 
@@ -144,59 +145,61 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
         for key in fields if isinstance(fields, dict) else ():
             if f"{sec}.{key}" not in fw.names:
                 raise ExportRefused(f"torchtitan: {sec}.{key} is not a torchtitan {fw.version} job-config key")
-    par, training = data.get("parallelism", {}), data.get("training", {})
-    if int(par.get("pipeline_parallel_degree", 1)) > 1 and (int(par.get("pipeline_parallel_first_stage_less_layers", 1))
-                                                           or int(par.get("pipeline_parallel_last_stage_less_layers", 1))):
+    doc = Doc(data, "torchtitan")
+    par, training = doc.doc("parallelism", {}), doc.doc("training", {})
+    pp = par.integer("pipeline_parallel_degree", 1, minimum=1)
+    if pp > 1 and (par.integer("pipeline_parallel_first_stage_less_layers", 1, minimum=0)
+                   or par.integer("pipeline_parallel_last_stage_less_layers", 1, minimum=0)):
         raise ExportRefused("torchtitan: first/last stage with fewer layers (pipeline_parallel_*_stage_less_layers, "
                             "default 1) has no paraplan plan field; set both to 0")
     for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
-        if par.get(key):
+        if par.get(key, None):
             raise ExportRefused(f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field")
-    replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", 1))
+    replicate = par.integer("data_parallel_replicate_degree", 1, minimum=1)
+    shard = par.integer("data_parallel_shard_degree", 1, minimum=1)
     if replicate > 1 and shard > 1:
         raise ExportRefused("torchtitan: hybrid sharding (replicate and shard degrees both > 1) has no paraplan plan")
-    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"))
+    tp = par.integer("tensor_parallel_degree", 1, minimum=1)
+    cp = par.integer("context_parallel_degree", 1, minimum=1)
     dp = replicate * shard
     if shard > 1 or (cp > 1 and replicate == 1):
-        zero = 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+        zero = 2 if par.get("fsdp_reshard_after_forward", None) == "never" else 3
     else:
         zero = 0
-    schedule = {v: k for k, v in SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
-    if schedule is None:
-        raise ExportRefused(f"torchtitan: pipeline schedule {par.get('pipeline_parallel_schedule')!r} has no paraplan schedule")
+    schedule = par.choice("pipeline_parallel_schedule", {v: k for k, v in SCHEDULES.items()}, "1F1B")
     vpp = 1
     if schedule == "interleaved":
-        per_stage = par.get("pipeline_parallel_layers_per_stage")
+        per_stage = par.integer("pipeline_parallel_layers_per_stage", 0, minimum=0)
         if model is None or not per_stage:
             raise ExportRefused("torchtitan: an interleaved schedule needs --model and pipeline_parallel_layers_per_stage")
-        vpp = model.layers // (int(per_stage) * pp)
-    global_batch = int(training.get("global_batch_size", -1))
-    local = int(training.get("local_batch_size", 8))
+        vpp = model.layers // (per_stage * pp)
+    global_batch = training.integer("global_batch_size", -1)
+    local = training.integer("local_batch_size", 8, minimum=1)
     if global_batch <= 0:
         global_batch = local * dp
-    offload = bool(training.get("enable_cpu_offload", False))
-    mode = data.get("activation_checkpoint", {}).get("mode", "selective")  # torchtitan's default
+    offload = training.boolean("enable_cpu_offload", False)
+    mode = doc.doc("activation_checkpoint", {}).text("mode", "selective")  # torchtitan's default
     if mode not in ("none", "full"):
         raise ExportRefused(f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute (none, full)")
-    converters = data.get("model", {}).get("converters", [])
+    converters = as_list(doc.doc("model", {}).get("converters", []), "torchtitan.model.converters")
     return {
         "gpus": dp * tp * pp * cp,
         "tp": tp, "pp": pp, "cp": cp, "dp": dp,
-        "ep": int(par.get("expert_parallel_degree", 1)),
+        "ep": par.integer("expert_parallel_degree", 1, minimum=1),
         "vpp": vpp,
         "schedule": schedule,
-        "micro_batch": int(par.get("pipeline_parallel_microbatch_size", 1)) if pp > 1 else local,
+        "micro_batch": par.integer("pipeline_parallel_microbatch_size", 1, minimum=1) if pp > 1 else local,
         "global_batch": global_batch,
-        "seq_length": int(training.get("seq_len", 2048)),
+        "seq_length": training.integer("seq_len", 2048, minimum=1),
         "sequence_parallel": tp > 1,
         "recompute": mode,
         "zero": zero,
-        "dtype": "fp8" if FLOAT8 in converters else "fp32" if training.get("mixed_precision_param") == "float32" else "bf16",
+        "dtype": "fp8" if FLOAT8 in converters else "fp32" if training.get("mixed_precision_param", None) == "float32" else "bf16",
         "attention": "flash",
         "offload_weights": offload,
         "offload_optimizer": offload,
         "overlap_dp_grad_reduce": True,
         "overlap_param_gather": True,
-        "overlap_tp_comm": bool(par.get("enable_async_tensor_parallel", False)),
+        "overlap_tp_comm": par.boolean("enable_async_tensor_parallel", False),
         "placement": ORDER,
     }

@@ -11,13 +11,14 @@ system comes from ``--system``).
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
+from paraplan.fields import Doc, as_integer, as_number, refuse
+from paraplan.io import read_document
 from paraplan.specs.errors import InputError
 
 PRECISION_BITS = {8: "fp8", 16: "bf16", 32: "fp32"}
@@ -29,52 +30,59 @@ def names() -> dict:
 
 
 def _number(value, name: str) -> float:
-    """A number, or the number of a unit string such as "8 GB" (AMPeD: the unit is descriptive)."""
-    if isinstance(value, bool):
-        raise InputError(f"amped: parameter {name}={value!r} is not a number")
-    try:
-        return float(value if isinstance(value, (int, float)) else str(value).split()[0])
-    except (ValueError, IndexError):
-        raise InputError(f"amped: parameter {name}={value!r} is not a number") from None
+    """A finite number, or the number of a unit string such as "8 GB" (AMPeD: the unit is descriptive)."""
+    where = f"amped: parameter {name}"
+    if isinstance(value, str):
+        head = value.split()[0] if value.split() else ""
+        try:
+            value = float(head)
+        except ValueError:
+            raise refuse(where, value, "must be a number (optionally followed by a unit, e.g. \"300 GB\")") from None
+    return as_number(value, where)
+
+
+def _integer(value, name: str) -> int:
+    """A parameter that counts something (layers, degrees, batch sizes): a whole number >= 1."""
+    return as_integer(_number(value, name), f"amped: parameter {name}", minimum=1)
 
 
 def resolve(config: dict, tables: dict | None) -> tuple[dict[str, object], list[str]]:
     """Every parameter's value (looked up where asked); refuses 'calculated' parameters."""
     values: dict[str, object] = {}
     notes: list[str] = []
-    for category, block in config.items():
+    config_doc = Doc(config, "amped config")
+    tables_doc = Doc(tables if tables is not None else {}, "amped lookup tables")
+    for category in config_doc.keys():
+        block = config_doc.get(category, None)
         if not isinstance(block, dict):
             continue
-        lookup = block.get("lookup_config") or {}
-        for name, par in (block.get("parameters") or {}).items():
+        block = config_doc.doc(category)
+        lookup = block.doc("lookup_config", {})
+        for name, par in block.doc("parameters", {}).data.items():
             if not isinstance(par, dict):
                 values[name] = par
                 continue
-            if par.get("calculated"):
+            par = Doc(par, block.at(f"parameters.{name}"))
+            if par.get("calculated", False):
                 raise InputError(f"amped: {category}.{name} is 'calculated' by AMPeD's own functions; give its value")
-            if par.get("from_lookup_table"):
-                table = (tables or {}).get(lookup.get("lookup_table_name", ""), {})
-                row = table.get(lookup.get("lookup_table_row", ""), {})
-                key = par.get("lookup_name") or name
+            if par.get("from_lookup_table", False):
+                table_name, row_name = lookup.text("lookup_table_name", ""), lookup.text("lookup_table_row", "")
+                table = tables_doc.doc(table_name, {}) if table_name in tables_doc else Doc({}, tables_doc.at(table_name))
+                row = table.doc(row_name, {}) if row_name in table else Doc({}, table.at(row_name))
+                key = par.text("lookup_name", name)
                 if key not in row:
                     raise InputError(f"amped: {category}.{name}: {key!r} not found in lookup table "
-                                     f"{lookup.get('lookup_table_name')!r} row {lookup.get('lookup_table_row')!r}")
-                values[name] = row[key]
+                                     f"{table_name!r} row {row_name!r}")
+                values[name] = row.get(key, None)
             else:
-                values[name] = par.get("value")
+                values[name] = par.get("value", None)
     return values, notes
 
 
 def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, dict, list[str]]:
     """(ModelSpec fields, PlanSpec fields, notes) from an AMPeD-style config."""
-    def read(path: Path) -> dict:
-        try:
-            return json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"amped: cannot read {str(path)!r}: {exc}") from None
-
-    config = read(config_path)
-    tables = read(tables_path) if tables_path else None
+    config = read_document(config_path, "amped config")
+    tables = read_document(tables_path, "amped lookup tables") if tables_path else None
     values, notes = resolve(config, tables)
     mapping = names()
     model: dict[str, object] = {"name": Path(config_path).stem, "source": f"AMPeD-style config {Path(config_path).name}"}
@@ -82,20 +90,20 @@ def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, d
     used = set()
     for name, spec in mapping["model"].items():
         if name in values and values[name] is not None:
-            model[spec["field"]] = int(_number(values[name], name))
+            model[spec["field"]] = _integer(values[name], name)
             used.add(name)
     for name, spec in mapping["plan"].items():
         if name in values and values[name] is not None:
             used.add(name)
             if spec["field"] == "dtype":
-                bits = int(_number(values[name], name))
+                bits = _integer(values[name], name)
                 if bits not in PRECISION_BITS:
                     raise InputError(f"amped: {name}={bits} bits is not allowed; allowed: 8, 16, 32")
                 raw.setdefault("dtype_bits", bits)
                 if raw["dtype_bits"] != bits:
                     raise InputError("amped: weight_precision and activation_precision differ; paraplan has one training dtype")
             else:
-                raw[spec["field"]] = _number(values[name], name)
+                raw[spec["field"]] = _integer(values[name], name)
     for key in ("layers", "hidden", "heads"):
         if key not in model:
             raise InputError(f"amped: no parameter maps to model.{key} (see importers/amped_names.yaml)")

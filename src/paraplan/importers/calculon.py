@@ -10,10 +10,11 @@ inference executions, unknown keys) or stated in the notes returned beside the s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paraplan.fields import Doc, as_integer, as_number, refuse, show
+from paraplan.io import read_document
 from paraplan.specs.errors import InputError
 
 GB, GiB = 1e9, 2**30
@@ -44,41 +45,39 @@ class Converted:
 
 
 def _read(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"calculon {what}: cannot read {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"calculon {what}: {str(path)!r} is not valid JSON: {exc}") from None
+    """A Calculon file through the bounded reader (size, UTF-8, nesting, duplicate keys, NaN)."""
+    data = read_document(path, f"calculon {what}")
     if not isinstance(data, dict):
         raise InputError(f"calculon {what}: {str(path)!r} must hold a JSON object")
     return data
 
 
-def _keys(data: dict, allowed: set[str], what: str) -> None:
-    unknown = sorted(set(data) - allowed)
+def _keys(doc: Doc, allowed: set[str], what: str) -> None:
+    unknown = sorted(str(k) for k in set(doc.keys()) - allowed)
     if unknown:
         raise InputError(f"calculon {what}: unknown key {unknown[0]!r}; paraplan reads {', '.join(sorted(allowed))}")
-    missing = sorted(allowed - set(data))
+    missing = sorted(allowed - set(doc.keys()))
     if missing and what == "model":
-        raise InputError(f"calculon model: missing key {missing[0]!r}")
+        raise InputError(f"calculon model.{missing[0]}: missing; paraplan reads {', '.join(sorted(allowed))}")
 
 
 def convert_model(data: dict, name: str, vocab: int, notes: list[str]) -> dict:
     """Calculon application -> ModelSpec fields (GPT-style block: GELU MLP, LayerNorm, biases)."""
-    _keys(data, MODEL_KEYS, "model")
+    doc = Doc(data, "calculon model")
+    _keys(doc, MODEL_KEYS, "model")
+    shape = {key: doc.integer(key, minimum=1) for key in sorted(MODEL_KEYS)}
     notes.append(f"model: Calculon has no vocabulary or embedding; vocab={vocab} assumed (--vocab), so paraplan also "
                  "costs the embedding and LM head that Calculon leaves out")
     notes.append("model: Calculon's block is GPT-style; paraplan takes gelu MLP, LayerNorm, biases, learned positions")
     model = {
         "name": name, "source": f"Calculon application file {name}.json (reference/calculon-data/models)",
-        "layers": data["num_blocks"], "hidden": data["hidden"], "heads": data["attn_heads"],
-        "head_dim": data["attn_size"], "ffn_hidden": data["feedforward"], "vocab": vocab,
-        "mlp": "gelu", "norm": "layernorm", "max_position": data["seq_size"],
+        "layers": shape["num_blocks"], "hidden": shape["hidden"], "heads": shape["attn_heads"],
+        "head_dim": shape["attn_size"], "ffn_hidden": shape["feedforward"], "vocab": vocab,
+        "mlp": "gelu", "norm": "layernorm", "max_position": shape["seq_size"],
     }
-    if data["attn_heads"] * data["attn_size"] != data["hidden"]:
-        notes.append(f"model: attn_heads·attn_size = {data['attn_heads'] * data['attn_size']} differs from hidden="
-                     f"{data['hidden']}; kept as given (head_dim={data['attn_size']})")
+    if shape["attn_heads"] * shape["attn_size"] != shape["hidden"]:
+        notes.append(f"model: attn_heads·attn_size = {shape['attn_heads'] * shape['attn_size']} differs from hidden="
+                     f"{shape['hidden']}; kept as given (head_dim={shape['attn_size']})")
     return model
 
 
@@ -97,76 +96,94 @@ def _ramp_s(curve: list, peak: float, cap: float) -> float:
 
 def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None = None) -> dict:
     """Calculon system -> SystemSpec fields; two network tiers (scale-up, scale-out)."""
+    doc = Doc(data, "calculon system")
     allowed = {"matrix", "vector", "mem1", "mem2", "processing_mode", "networks"}
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(str(k) for k in set(doc.keys()) - allowed)
     if unknown:
-        raise InputError(f"calculon system: unknown key {unknown[0]!r}")
-    nets = data.get("networks") or []
+        raise InputError(f"calculon system: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    nets = doc.docs("networks", [])
     if len(nets) != 2:
-        raise InputError(f"calculon system: networks has {len(nets)} tiers; paraplan models exactly two (NVLink domain, scale-out)")
-    matrix, vector = data["matrix"], data["vector"]
-    half = matrix.get("float16") or matrix.get("bfloat16")
-    if half is None:
-        raise InputError("calculon system: matrix needs float16 or bfloat16")
+        raise InputError(f"calculon system: networks has {len(nets)} tiers; not allowed, paraplan models exactly two "
+                         "(NVLink domain, scale-out)")
+    matrix, vector = doc.doc("matrix"), doc.doc("vector", {})
+    half_key = "float16" if "float16" in matrix else "bfloat16"
+    if half_key not in matrix:
+        raise InputError("calculon system.matrix: needs float16 or bfloat16")
     mflops, vflops = {}, {}
-    for key, entry in matrix.items():
-        dt = DTYPES.get(key)
-        if dt is None:
-            raise InputError(f"calculon system: matrix datatype {key!r} is not allowed; allowed: {', '.join(DTYPES)}")
-        mflops[dt] = entry["tflops"] * 1e12
-    for key, entry in vector.items():
-        if key in DTYPES:
-            vflops[DTYPES[key]] = entry["tflops"] * 1e12
+    for table, out in ((matrix, mflops), (vector, vflops)):
+        for key in table.keys():
+            dt = DTYPES.get(key) if isinstance(key, str) else None
+            if dt is None:
+                if table is vector:
+                    continue
+                raise InputError(f"calculon system.matrix: datatype {show(key)} is not allowed; allowed: {', '.join(DTYPES)}")
+            out[dt] = table.doc(key).number("tflops", positive=True) * 1e12
     if "fp16" in mflops:
         mflops.setdefault("bf16", mflops["fp16"])
-        vflops.setdefault("bf16", vflops.get("fp16", vflops.get("bf16")))
-    cap = max(e for _, e in half["gflops_efficiency"])
-    peak = half["tflops"] * 1e12
-    ramp = _ramp_s(half["gflops_efficiency"], peak, cap)
+        if "fp16" in vflops:
+            vflops.setdefault("bf16", vflops["fp16"])
+    half = matrix.doc(half_key)
+    curve = half.pairs("gflops_efficiency")
+    cap = max(e for _, e in curve)
+    if not 0 < cap <= 1:
+        raise refuse(half.at("gflops_efficiency"), cap, "the largest efficiency must be in (0, 1]")
+    tflops = half.number("tflops", positive=True)
+    ramp = _ramp_s(curve, tflops * 1e12, cap)
+    mem1 = doc.doc("mem1")
     efficiency = {"gemm": cap, "gemm_ramp_s": ramp, "attention": cap,
-                  "hbm": max(e for _, e in data["mem1"]["MB_efficiency"]), "kernel_overhead_s": 0.0}
+                  "hbm": max(e for _, e in mem1.pairs("MB_efficiency")), "kernel_overhead_s": 0.0}
     if "float8" in matrix:
-        efficiency["gemm_fp8"] = max(e for _, e in matrix["float8"]["gflops_efficiency"])
-    notes.append(f"system: GEMM efficiency curve {half['gflops_efficiency']} -> cap {cap} and a fixed ramp "
+        efficiency["gemm_fp8"] = max(e for _, e in matrix.doc("float8").pairs("gflops_efficiency"))
+    notes.append(f"system: GEMM efficiency curve {half.get('gflops_efficiency')} -> cap {cap} and a fixed ramp "
                  f"{ramp * 1e6:.1f} us (least squares over the curve); paraplan also applies tile/wave quantisation")
     notes.append("system: attention runs at the matrix efficiency cap (Calculon costs attention as matrix ops); "
                  "memory efficiency = top of the MB_efficiency curve; no per-kernel overhead and no reserved HBM "
                  "(Calculon has neither)")
     if sm_count is None:
-        known = SM_COUNT_BY_PEAK.get(round(half["tflops"]))
+        known = SM_COUNT_BY_PEAK.get(round(tflops))
         if known is None:
-            raise InputError(f"calculon system: cannot tell the GPU's SM count from {half['tflops']} TFLOP/s; give --sm-count")
+            raise InputError(f"calculon system.matrix.{half_key}.tflops: cannot tell the GPU's SM count from "
+                             f"{tflops:g} TFLOP/s; give --sm-count")
         sm_count = known[0]
         notes.append(f"system: sm_count={sm_count} ({known[1]}), inferred from the fp16 peak")
     inner, outer = nets
     for tier, net in (("NVLink", inner), ("scale-out", outer)):
-        for op, (scalar, offset) in net["ops"].items():
+        ops = net.doc("ops", {})
+        for op in ops.keys():
             ring = RING_FACTOR.get(op)
-            if ring is not None and (scalar, offset) != ring:
+            if ring is None:
+                continue
+            pair = ops.get(op)
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise refuse(ops.at(op), pair, "must be [scalar, offset] (Calculon's volume factor scalar·(n+offset)/n)")
+            scalar, offset = as_number(pair[0], ops.at(op) + "[0]"), as_integer(pair[1], ops.at(op) + "[1]")
+            if (scalar, offset) != ring:
                 notes.append(f"system: {tier} {op} factor {scalar}·(n{offset:+d})/n differs from paraplan's ring volume "
                              f"{ring[0]}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used")
-    if data.get("processing_mode") not in (None, "no_overlap"):
-        notes.append(f"system: processing_mode {data['processing_mode']!r} not mapped (paraplan's overlap follows the plan)")
-    if inner.get("must_be_filled"):
+    mode = doc.get("processing_mode", None)
+    if mode not in (None, "no_overlap"):
+        notes.append(f"system: processing_mode {show(mode)} not mapped (paraplan's overlap follows the plan)")
+    if inner.get("must_be_filled", False):
         notes.append("system: the NVLink tier's must_be_filled has no paraplan counterpart (placement follows the plan)")
-    mem2 = data.get("mem2")
+    mem2 = doc.doc("mem2") if "mem2" in doc and doc.get("mem2", None) is not None else None
     system = {
         "name": name,
         "source": f"Calculon system file {name}.json (reference/calculon-data/systems)",
         "accelerator": {
             "name": name, "matrix_flops": mflops, "vector_flops": vflops,
-            "hbm_capacity": data["mem1"]["GiB"] * GiB, "hbm_bandwidth": data["mem1"]["GBps"] * GB,
+            "hbm_capacity": mem1.number("GiB", positive=True) * GiB, "hbm_bandwidth": mem1.number("GBps", positive=True) * GB,
             "sm_count": sm_count, "efficiency": efficiency, "reserved_memory": 1.0,
-            **({"host_memory": mem2["GiB"] * GiB, "host_bandwidth": mem2["GBps"] * GB} if mem2 else {}),
+            **({"host_memory": mem2.number("GiB", positive=True) * GiB,
+                "host_bandwidth": mem2.number("GBps", positive=True) * GB} if mem2 else {}),
         },
         "node": {
-            "gpus_per_domain": inner["size"], "nvlink_bandwidth": inner["bandwidth"] * GB,
-            "nvlink_latency": inner["latency"], "nvlink_efficiency": inner["efficiency"],
-            "nvlink_overlap_cost": inner["processor_usage"],
+            "gpus_per_domain": inner.integer("size", minimum=1), "nvlink_bandwidth": inner.number("bandwidth", positive=True) * GB,
+            "nvlink_latency": inner.number("latency", minimum=0), "nvlink_efficiency": inner.number("efficiency", positive=True),
+            "nvlink_overlap_cost": inner.number("processor_usage", minimum=0),
         },
         "network": {
-            "nic_bandwidth": outer["bandwidth"] * GB, "latency": outer["latency"], "efficiency": outer["efficiency"],
-            "overlap_cost": outer["processor_usage"],
+            "nic_bandwidth": outer.number("bandwidth", positive=True) * GB, "latency": outer.number("latency", minimum=0),
+            "efficiency": outer.number("efficiency", positive=True), "overlap_cost": outer.number("processor_usage", minimum=0),
         },
     }
     return system
@@ -174,42 +191,43 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
 
 def convert_execution(data: dict, notes: list[str]) -> tuple[dict, str]:
     """Calculon execution -> PlanSpec fields, and the attention type (a model property in paraplan)."""
-    _keys(data, EXECUTION_KEYS, "execution")
-    if not data.get("training", True):
-        raise InputError("calculon execution: training=false (inference) is not allowed; paraplan models training steps")
-    comm = data.get("tensor_par_comm_type", "ar")
-    if comm not in ("ar", "rs_ag", "p2p_rs_ag"):
-        raise InputError(f"calculon execution: tensor_par_comm_type {comm!r} is not allowed; allowed: ar, rs_ag, p2p_rs_ag")
+    doc = Doc(data, "calculon execution")
+    _keys(doc, EXECUTION_KEYS, "execution")
+    if not doc.boolean("training", True):
+        raise InputError("calculon execution.training: false (inference) is not allowed; paraplan models training steps")
+    comm = doc.choice("tensor_par_comm_type", ("ar", "rs_ag", "p2p_rs_ag"), "ar")
     if comm == "p2p_rs_ag":
         notes.append("plan: tensor_par_comm_type p2p_rs_ag costed as paraplan's reduce-scatter/all-gather (sequence parallel)")
-    if data.get("seq_par_ag_redo"):
+    if doc.boolean("seq_par_ag_redo", False):
         notes.append("plan: seq_par_ag_redo (re-gather in backward instead of storing) is paraplan's selective-recompute "
                      "behaviour for sequence parallelism; not a separate knob")
-    if data.get("fused_activation"):
+    if doc.boolean("fused_activation", False):
         notes.append("plan: fused_activation has no paraplan knob (elementwise ops are costed as memory-bound kernels)")
-    nets = {g: data.get(f"{g}_par_net") for g in ("tensor", "pipeline", "data")}
+    nets = {g: doc.get(f"{g}_par_net", None) for g in ("tensor", "pipeline", "data")}
     notes.append(f"plan: Calculon assigns networks per group {nets}; paraplan derives each group's tiers from the rank "
                  "order tp-cp-dp-pp (innermost first) and the domain size")
-    overlap = data.get("tensor_par_overlap", "none")
-    vpp = int(data.get("pipeline_interleaving", 1))
+    overlap = doc.text("tensor_par_overlap", "none")
+    vpp = doc.integer("pipeline_interleaving", 1, minimum=1)
     plan = {
-        "gpus": data["num_procs"], "tp": data["tensor_par"], "pp": data["pipeline_par"], "dp": data["data_par"],
-        "micro_batch": data["microbatch_size"], "global_batch": data["batch_size"],
+        "gpus": doc.integer("num_procs", minimum=1), "tp": doc.integer("tensor_par", minimum=1),
+        "pp": doc.integer("pipeline_par", minimum=1), "dp": doc.integer("data_par", minimum=1),
+        "micro_batch": doc.integer("microbatch_size", minimum=1), "global_batch": doc.integer("batch_size", minimum=1),
         "vpp": vpp, "schedule": "interleaved" if vpp > 1 else "1f1b",
         "sequence_parallel": comm in ("rs_ag", "p2p_rs_ag"),
-        "recompute": RECOMPUTE[data.get("activation_recompute", "none")],
-        "zero": 1 if data.get("optimizer_sharding") else 0,
-        "dtype": DTYPES[data.get("datatype", "float16")],
+        "recompute": doc.choice("activation_recompute", RECOMPUTE, "none"),
+        "zero": 1 if doc.boolean("optimizer_sharding", False) else 0,
+        "dtype": doc.choice("datatype", DTYPES, "float16"),
         "attention": "unfused",
         "overlap_tp_comm": overlap != "none",
-        "overlap_dp_grad_reduce": bool(data.get("data_par_overlap", False)),
-        "offload_weights": bool(data.get("weight_offload")), "offload_activations": bool(data.get("activations_offload")),
-        "offload_optimizer": bool(data.get("optimizer_offload")),
+        "overlap_dp_grad_reduce": doc.boolean("data_par_overlap", False),
+        "offload_weights": doc.boolean("weight_offload", False),
+        "offload_activations": doc.boolean("activations_offload", False),
+        "offload_optimizer": doc.boolean("optimizer_offload", False),
     }
     notes.append("plan: attention 'unfused' (Calculon costs attention as separate matmuls and softmax)")
     if overlap != "none":
         notes.append(f"plan: tensor_par_overlap {overlap!r} mapped to overlap_tp_comm (paraplan has one TP overlap form)")
-    return plan, data.get("attention_type", "multihead")
+    return plan, doc.choice("attention_type", ("multihead", "multiquery"), "multihead")
 
 
 def convert(model_path: Path, system_path: Path, execution_path: Path, vocab: int = 51200,
@@ -222,7 +240,5 @@ def convert(model_path: Path, system_path: Path, execution_path: Path, vocab: in
     plan, attention_type = convert_execution(_read(execution_path, "execution"), notes)
     if attention_type == "multiquery":
         model["kv_heads"] = 1
-    elif attention_type != "multihead":
-        raise InputError(f"calculon execution: attention_type {attention_type!r} is not allowed; allowed: multihead, multiquery")
-    plan["seq_length"] = model_data["seq_size"]
+    plan["seq_length"] = model["max_position"]  # Calculon's seq_size
     return Converted(model, system, plan, notes)

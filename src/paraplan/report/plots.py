@@ -485,15 +485,12 @@ def plot_estimate(est, path: Path) -> Path:
         raise InputError(f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
                          "(create it first)")
     fig = estimate_figure(est)
-    import os
-    import tempfile
+    from paraplan.io import atomic_path
 
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{ext}", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
+        with atomic_path(path, field="--plot") as temp, open(temp, "wb") as handle:
             fig.savefig(handle, format=ext, dpi=DPI, metadata={"Date": None} if ext == "svg" else {},
                         bbox_inches="tight")
-        os.replace(temp, path)
     except OSError as exc:
         raise InputError(f"--plot: cannot write {str(path)!r}: {exc.strerror}") from None
     return path

@@ -58,6 +58,8 @@ class MoEPlanFields(BaseModel):
             return None
         if isinstance(value, str):
             value = (value,)
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{value!r} is not a list of module names; allowed names: {', '.join(RECOMPUTE_MODULES)}")
         value = tuple(value)
         for name in value:
             if name not in RECOMPUTE_MODULES:

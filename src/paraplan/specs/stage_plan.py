@@ -28,8 +28,6 @@ File form (YAML or JSON; ``paraplan estimate --plan FILE`` recognises it by its 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -278,11 +276,6 @@ def write_stage_plan(plan: StagePlanSpec, path: str | Path) -> None:
     path = Path(path)
     data = stage_plan_to_dict(plan)
     text = json.dumps(data, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from paraplan.io import atomic_write_text
+
+    atomic_write_text(path, text)

@@ -395,6 +395,10 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
             cluster = LocalCluster(n_workers=workers if workers > 1 else 2, threads_per_worker=1, processes=True,
                                    dashboard_address=None)
             client = Client(cluster)
+            # the workers are this process's children (the nannies run in this process): give them the
+            # same parent-death guarantee as --workers (Dask's own worker processes also watch a pipe
+            # to the parent and exit when it closes; this does not depend on that)
+            client.run(_die_with_parent, os.getpid())
         else:
             _check_dask_address(address)
             try:

@@ -29,10 +29,10 @@ What each record becomes (facts from the record; assumptions named in the case's
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from paraplan.io import atomic_write_text
 
 GPUS_PER_NODE = 4
 FIRST_LAYER_ENTRY, LAST_LAYER_ENTRY = 2, 25  # AMP's op list: 0 embed, 1 noop, 2..25 layers, 26-27 noop, 28 head, 29 noop
@@ -172,10 +172,7 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[1])
     text = json.dumps(convert(Path(argv[0])), indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, out)
+    atomic_write_text(out, text)
     return 0
 
 
