@@ -223,38 +223,29 @@ def search(
 
 class _GridIndex:
     """Every row's grid (space.grid, which depends on pp, m and dp·cp only) as one table of options:
-    option ``g`` of row ``r`` is entry ``offset[key_of_row[r]] + g``. Options come in groups of
+    option ``g`` of row ``r`` is entry ``offset[r] + g``. Options come in groups of
     ``group_size`` consecutive options sharing a schedule option (vpp, schedule, split), the ZeRO /
     DP-overlap / offload choices varying inside the group."""
 
     def __init__(self, problem: SearchProblem, table: RowTable):
         c = table.columns
-        keys = list(zip(c["pp"].tolist(), (c["global_batch"] // (c["dp"] * c["micro_batch"])).tolist(),
-                        (c["dp"] * c["cp"]).tolist()))
-        self.parts: dict[tuple, tuple] = {}
-        arrays, offsets, sizes, v_max = [], {}, {}, {}
-        total = 0
-        for key in keys:
-            if key in self.parts:
-                continue
-            parts = self.parts[key] = grid_parts(problem, *key)
-            schedules, states, offloads = parts
-            offsets[key] = total
-            sizes[key] = len(schedules) * len(states) * len(offloads)
-            total += sizes[key]
-            v_max[key] = max((o[0] for o in schedules), default=1)
-            if sizes[key]:
-                arrays.append(grid_arrays(parts))
+        columns = np.stack([c["pp"], c["global_batch"] // (c["dp"] * c["micro_batch"]), c["dp"] * c["cp"]], axis=1)
+        unique, self.key_id = np.unique(columns.reshape(-1, 3), axis=0, return_inverse=True)
+        self.key_id = self.key_id.reshape(-1)
+        self.keys = [tuple(int(x) for x in key) for key in unique]
+        self.parts = [grid_parts(problem, *key) for key in self.keys]
+        sizes = np.array([len(a) * len(b) * len(o) for a, b, o in self.parts], dtype=np.int64)
+        arrays = [grid_arrays(parts) for parts, size in zip(self.parts, sizes) if size]
         self.table = {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
-        self.key_of_row = keys
-        self.lengths = np.array([sizes[k] for k in keys], dtype=np.int64)
-        self.offset = np.array([offsets[k] for k in keys], dtype=np.int64)
-        self.group_size = np.array([max(1, len(self.parts[k][1]) * len(self.parts[k][2])) for k in keys], dtype=np.int64)
-        self.v_max = np.array([v_max[k] for k in keys], dtype=float)
+        offsets = np.cumsum(sizes) - sizes
+        group = np.array([max(1, len(b) * len(o)) for _, b, o in self.parts], dtype=np.int64)
+        v_max = np.array([max((o[0] for o in a), default=1) for a, _, _ in self.parts], dtype=float)
+        self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
+        self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
 
     def option(self, row: int, g: int) -> tuple:
         """The grid tuple (space.grid) of option ``g`` of ``row``."""
-        return grid_option(self.parts[self.key_of_row[row]], g)
+        return grid_option(self.parts[self.key_id[row]], g)
 
     def values(self, index: np.ndarray, grid_index: np.ndarray) -> dict[str, np.ndarray]:
         """The grid_arrays fields of candidates (row index[i], option grid_index[i])."""
