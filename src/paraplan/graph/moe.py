@@ -76,7 +76,11 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     """Permute, grouped expert GEMMs, activation, un-permute on the busiest rank.
 
     Permute reads T rows and writes the R/etp routed copies; un-permute reads them back and
-    writes T rows (memory-bound gathers/scatters, 2-byte elements). Grouped GEMMs: E/ep experts
+    writes T rows (memory-bound gathers/scatters, 2-byte elements). With more than one local
+    expert the received rows arrive in source-rank order and are re-sorted by expert before the
+    GEMMs and back after them (Megatron-Core "permutation 2", sort_chunks_by_idxs, or the
+    transpose-copy of drop-and-pad): one read and one write of the R/etp rows each. A dropless
+    dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
     each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h."""
     h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
     tokens = moe_tokens(shape)
@@ -85,13 +89,29 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     m = math.ceil(rows / local)
     p = model.mlp_input_projections
     sent = rows / expert.etp
-    return [
-        _memory("permute", ab * h * (tokens + sent)),
+    ops = [_memory("permute", ab * h * (tokens + sent))]
+    if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
+        ops.append(_memory("sort_chunks", 2 * ab * h * sent))
+    ops += [
         _grouped_gemm("expert_fc1", local, m, p * f, h),
         _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
         _grouped_gemm("expert_fc2", local, m, h, f),
-        _memory("unpermute", ab * h * (tokens + sent)),
     ]
+    if local > 1:
+        ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
+    ops.append(_memory("unpermute", ab * h * (tokens + sent)))
+    if host_synchronises(expert):
+        ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
+    return ops
+
+
+def host_synchronises(expert: ExpertShape) -> bool:
+    """True when the dispatch needs the per-expert token counts on the host: every dropless dispatch
+    (capacity_factor None). Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess keeps
+    cuda_sync_point "no_sync" only with drop-and-pad (moe_pad_expert_input_to_capacity; the counts are
+    then the constant capacity) and otherwise synchronises before the EP all-to-all or the expert
+    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers."""
+    return expert.capacity_factor is None
 
 
 def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) -> list[Op]:
@@ -222,7 +242,7 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
     "moe_act": ("expert_activation",),
     "shared_experts": ("shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
     "mlp": ("mlp_in_projection", "mlp_activation", "mlp_out_projection"),
-    "moe": ("router", "router_softmax_topk", "permute", "expert_fc1", "expert_activation", "expert_fc2", "unpermute",
+    "moe": ("router", "router_softmax_topk", "permute", "sort_chunks", "expert_fc1", "unsort_chunks", "dispatch_host_sync", "expert_activation", "expert_fc2", "unpermute",
             "shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
 }
 

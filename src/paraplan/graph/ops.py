@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-OpKind = Literal["gemm", "grouped_gemm", "attention", "memory"]
+OpKind = Literal["gemm", "grouped_gemm", "attention", "memory", "host_sync"]
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange", "all_to_all", "all_to_all_dedup"]
 
 
