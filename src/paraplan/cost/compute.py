@@ -111,14 +111,21 @@ GROUPED_GEMM_STREAMS = 4
 
 def grouped_gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
     """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
-    loop (flops/b at peak · gemm_efficiency(1, m, n, k)) plus ⌈b/streams⌉ × (ramp + kernel overhead),
+    loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
     the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel)."""
     if flops <= 0:
         return 0.0
     b, m, n, k = shape
-    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype)
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype) * acc.efficiency.grouped_gemm
     fixed = acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
     return flops / rate + math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
+
+
+def host_sync_time_s(acc: AcceleratorSpec) -> float:
+    """GPU idle time of one device-to-host synchronisation: the launch queue drains and the GPU waits for
+    the host to issue the kernels after it (efficiency.host_sync_s, calibrated; docs/model.md §7).
+    Forward only: backward reuses the sizes the forward read."""
+    return acc.efficiency.host_sync_s
 
 
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
@@ -130,6 +137,8 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         half = op.bwd_flops / 2.0
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
         return time(op.fwd_flops, op.gemm_shape, acc, dtype), time(half, (b, m, k, n), acc, dtype) + time(half, (b, k, n, m), acc, dtype)
+    if op.kind == "host_sync":
+        return host_sync_time_s(acc), 0.0
     if op.kind == "attention":
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
         bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call)

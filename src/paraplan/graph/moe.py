@@ -76,7 +76,11 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     """Permute, grouped expert GEMMs, activation, un-permute on the busiest rank.
 
     Permute reads T rows and writes the R/etp routed copies; un-permute reads them back and
-    writes T rows (memory-bound gathers/scatters, 2-byte elements). Grouped GEMMs: E/ep experts
+    writes T rows (memory-bound gathers/scatters, 2-byte elements). With more than one local
+    expert the received rows arrive in source-rank order and are re-sorted by expert before the
+    GEMMs and back after them (Megatron-Core "permutation 2", sort_chunks_by_idxs, or the
+    transpose-copy of drop-and-pad): one read and one write of the R/etp rows each. A dropless
+    dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
     each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h."""
     h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
     tokens = moe_tokens(shape)
@@ -85,13 +89,29 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     m = math.ceil(rows / local)
     p = model.mlp_input_projections
     sent = rows / expert.etp
-    return [
-        _memory("permute", ab * h * (tokens + sent)),
+    ops = [_memory("permute", ab * h * (tokens + sent))]
+    if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
+        ops.append(_memory("sort_chunks", 2 * ab * h * sent))
+    ops += [
         _grouped_gemm("expert_fc1", local, m, p * f, h),
         _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
         _grouped_gemm("expert_fc2", local, m, h, f),
-        _memory("unpermute", ab * h * (tokens + sent)),
     ]
+    if local > 1:
+        ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
+    ops.append(_memory("unpermute", ab * h * (tokens + sent)))
+    if host_synchronises(expert):
+        ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
+    return ops
+
+
+def host_synchronises(expert: ExpertShape) -> bool:
+    """True when the dispatch needs the per-expert token counts on the host: every dropless dispatch
+    (capacity_factor None). Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess keeps
+    cuda_sync_point "no_sync" only with drop-and-pad (moe_pad_expert_input_to_capacity; the counts are
+    then the constant capacity) and otherwise synchronises before the EP all-to-all or the expert
+    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers."""
+    return expert.capacity_factor is None
 
 
 def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) -> list[Op]:
@@ -163,14 +183,25 @@ def dispatch_collectives(model: ModelSpec, shape: LayerShape, expert: ExpertShap
     return out
 
 
+def gemm_input_bytes(shape: LayerShape) -> float:
+    """Bytes per element of a GEMM input kept for the weight gradient: 1 in fp8 recipes (Transformer
+    Engine quantises the input and saves the fp8 copy for backward, not the bf16 one: TE
+    documentation, "Using FP8 with Transformer Engine"), else the activation width."""
+    return 1.0 if shape.dtype == "fp8" else float(shape.act_bytes)
+
+
 def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: ExpertShape, modules: tuple[str, ...]) -> float:
     """Bytes the MoE MLP keeps for backward: pre-MLP norm input and output (SP shard, 2 B·h each),
-    fp32 router probabilities 4·E per token, the routed rows R/etp·h (expert input, the top_k
-    copies), fc1 output p·f_e/etp and activation output f_e/etp per row, fc2 output h per row (for
-    the gradient of the routing weights); shared experts keep p·f_s/t + f_s/t per token.
+    fp32 router probabilities 4·E per token; per routed row (R rows, the top_k copies of the tokens)
+    the fc1 input h and the fc2 input f_e/etp at gemm_input_bytes (fp8 copies in fp8 recipes), the
+    fc1 output p·f_e/etp at 2 B and the row's fp32 routing weight. The fc2 output is not kept:
+    Megatron-Core's TEGroupedMLP multiplies the routing weights inside the activation
+    (weighted SwiGLU, moe_apply_probs_on_input off), so un-permute is a plain scatter-add.
+    Shared experts keep p·f_s/t at 2 B + f_s/t at gemm_input_bytes per token.
     ``layernorm`` drops the norm input, ``moe_act`` the activation output, ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
+    gin = gemm_input_bytes(shape)
     tokens = moe_tokens(shape)
     norm = (0.0 if "layernorm" in modules else ab * tokens * h) + ab * tokens * h
     if "moe" in modules:
@@ -178,12 +209,12 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
     rows = routed_rows(model, shape, expert)
     f = (model.moe_ffn_hidden or 0) / expert.etp
     p = model.mlp_input_projections
-    routed = ab * rows * (h + p * f + (0.0 if "moe_act" in modules else f) + h / expert.etp)
+    routed = rows * (gin * h + ab * p * f + (0.0 if "moe_act" in modules else gin * f) + ROUTER_SCORE_BYTES)
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0
     if model.shared_experts and "shared_experts" not in modules:
         fs = shared_width(model)
-        shared = ab * shape.local_tokens * (p * fs + fs) / t
+        shared = shape.local_tokens * (ab * p * fs + gin * fs) / t
     return norm + router + routed + shared
 
 

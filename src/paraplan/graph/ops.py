@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-OpKind = Literal["gemm", "grouped_gemm", "attention", "memory"]
+OpKind = Literal["gemm", "grouped_gemm", "attention", "memory", "host_sync"]
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange", "all_to_all",
                          "all_to_all_dedup", "broadcast", "reduce"]
 
@@ -97,7 +97,8 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
     "moe_act": ("expert_activation",),
     "shared_experts": ("shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
     "mlp": ("mlp_in_projection", "mlp_activation", "mlp_out_projection"),
-    "moe": ("router", "router_softmax_topk", "permute", "expert_fc1", "expert_activation", "expert_fc2", "unpermute",
+    "moe": ("router", "router_softmax_topk", "permute", "sort_chunks", "expert_fc1", "unsort_chunks", "dispatch_host_sync",
+            "expert_activation", "expert_fc2", "unpermute",
             "shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
 }
 

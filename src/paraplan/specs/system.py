@@ -52,6 +52,23 @@ class EfficiencySpec(BaseModel):
     )
     hbm: Fraction = Field(0.8, description="fraction of HBM bandwidth reached by streaming kernels")
     kernel_overhead_s: Seconds = Field(4e-6, description="fixed launch/tail cost added to each kernel")
+    grouped_gemm: Fraction = Field(
+        1.0,
+        description="share of the GEMM cap (gemm / gemm_fp8) that grouped per-expert GEMMs reach "
+        "(Transformer Engine GroupedLinear: one cuBLAS GEMM per expert on 4 streams, per-expert quantisation); "
+        "calibration, docs/model.md",
+    )
+    a2a_overlap_cost: float | None = Field(
+        None, ge=0, le=1,
+        description="share of an expert-parallel all-to-all's time still paid when hidden behind another "
+        "micro-batch's compute (the SMs its kernels hold: DeepEP's normal kernels use 20-24 SMs); "
+        "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
+    )
+    host_sync_s: Seconds = Field(
+        0.0,
+        description="GPU idle time per device-to-host synchronisation in the step (the launch queue drains and "
+        "the host re-issues the kernels after it); calibration, docs/model.md",
+    )
 
 
 class AcceleratorSpec(BaseModel):

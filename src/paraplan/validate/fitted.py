@@ -35,10 +35,13 @@ class FittedConstant:
         value: object = load_system(self.systems[0])
         for part in self.path:
             value = getattr(value, part)
-        return float(value)  # type: ignore[arg-type]
+        return 0.0 if value is None else float(value)  # type: ignore[arg-type]
 
 
 _EFF = ("accelerator", "efficiency")
+_B200 = ("dgx-b200", "gb200-nvl72")  # the same B200 silicon and software stack
+# systems that run Megatron-Core MoE on Hopper / Blackwell GPUs with a host like the calibration runs'
+_MOE_SYSTEMS = ("dgx-h100-80gb", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
 FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
     FittedConstant("a100.gemm", ("dgx-a100-80gb", "dgx-a100-40gb"), (*_EFF, "gemm"), (0.6, 0.95), ("korthikanti2022",),
                    "jointly with a100.gemm_ramp_s over the Korthikanti Table 5 step times"),
@@ -50,6 +53,13 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
                    "fp8 cases of the DGX Cloud Llama 3.1 recipes"),
     FittedConstant("h100.attention", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "attention"), (0.2, 0.8),
                    ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
+    # mixture-of-experts constants, jointly over the 10 step times of moe-visible (docs/model.md §7)
+    FittedConstant("b200.gemm_fp8", _B200, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("moe-visible",),
+                   "B200 fp8 GEMM cap: no dense B200 case exists; jointly with the two MoE constants below"),
+    FittedConstant("moe.host_sync_s", _MOE_SYSTEMS, (*_EFF, "host_sync_s"), (0.0, 5e-3), ("moe-visible",),
+                   "GPU idle per dropless-dispatch host synchronisation (4 dropless cases against 6 padded ones)"),
+    FittedConstant("moe.a2a_overlap_cost", _MOE_SYSTEMS, (*_EFF, "a2a_overlap_cost"), (0.0, 1.0), ("moe-visible",),
+                   "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest)"),
 )
 
 
