@@ -7,6 +7,8 @@ memory model by construction.
 
 from __future__ import annotations
 
+from paraplan.specs.moe_model import moe_shaped
+
 from dataclasses import dataclass
 
 from paraplan.graph.transformer import embedding_weight_params, layer_weight_params, lm_head_weight_params
@@ -37,11 +39,25 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
     (graph.encoder.model_blocks) of each block's op-graph weights."""
     if model.architecture != "decoder" or model.layer_widths is not None:
         return _block_list_counts(model)
+    if moe_shaped(model):
+        return _moe_counts(model)
     layers = model.layers * layer_weight_params(model, 1)
     embedding = embedding_weight_params(model, 1)
     head = lm_head_weight_params(model, 1, True)  # tied: the embedding table serves as the head
     total = layers + embedding + head
     return ParameterCounts(total=total, active=total, layers=layers, embedding=embedding, head=head)
+
+
+def _moe_counts(model: ModelSpec) -> ParameterCounts:
+    """Models with experts, MLA or MTP (specs.moe_model.total_params): total counts every routed
+    expert, active only the top_k a token is routed to (plus shared experts and dense layers)."""
+    from paraplan.specs.moe_model import layer_params, total_params
+
+    layers = sum(layer_params(model, i) for i in range(model.layers))
+    embedding = model.vocab * model.hidden + (model.max_position * model.hidden if model.learned_positions else 0)
+    total = float(total_params(model))
+    return ParameterCounts(total=total, active=float(total_params(model, active=True)), layers=float(layers),
+                           embedding=float(embedding), head=total - layers - embedding)
 
 
 def _block_list_counts(model: ModelSpec) -> ParameterCounts:
