@@ -30,7 +30,6 @@ ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 # Flags that change the plan in ways paraplan's PlanSpec cannot hold: refused on import, never ignored.
 UNREPRESENTABLE = {
-    "--expert-tensor-parallel-size": "expert tensor parallelism",
     "--recompute-modules": "recomputation of chosen modules",
     "--use-torch-fsdp2": "PyTorch FSDP2 sharding",
     "--overlap-param-gather-with-optimizer-step": "parameter gather overlapped with the optimizer step",
@@ -42,7 +41,13 @@ HANDLED = {
     "recompute", "recompute_num_layers", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
     "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
     "embedding_as_layer", "loss_as_layer", "tp_layout",
+    "etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance",
 }
+# plan.moe_dispatcher -> Megatron-Core's token dispatcher arguments (megatron/training/arguments.py,
+# core_v0.14.0: --moe-token-dispatcher-type {allgather, alltoall, flex}; DeepEP is flex + --moe-enable-deepep)
+DISPATCHER_ARGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+                   "allgather": ["--moe-token-dispatcher-type", "allgather"],
+                   "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]}
 SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
     "layers_first_stage": "--decoder-first-pipeline-num-layers",
     "layers_last_stage": "--decoder-last-pipeline-num-layers",
@@ -106,8 +111,7 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
         "--pipeline-model-parallel-size", str(plan.pp),
         "--context-parallel-size", str(plan.cp),
     ]
-    if plan.ep > 1:
-        a += ["--expert-model-parallel-size", str(plan.ep)]
+    a += expert_arguments(plan, fw)
     if plan.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
     if ORDERS[mapping[0]]:
@@ -141,6 +145,48 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
     if cp_comm_type(plan):
         a += ["--cp-comm-type", cp_comm_type(plan)]
     return a
+
+
+def expert_arguments(plan: PlanSpec, fw: str) -> list[str]:
+    """The expert layers' arguments (Megatron-Core v0.14 names): expert parallel and expert tensor parallel
+    sizes (stated whenever experts are split: Megatron's etp defaults to tp), the dispatcher, batch-level
+    EP all-to-all overlap (--overlap-moe-expert-parallel-comm, new in v0.14), capacity and padding,
+    forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch)."""
+    if plan.pipeline_schedule in ("zb-h1", "dualpipe"):
+        raise refuse(fw, "schedule", plan.pipeline_schedule, "Megatron-LM runs 1F1B or interleaved 1F1B pipelines")
+    a: list[str] = []
+    experts_split = plan.ep * plan.etp > 1
+    if plan.ep > 1:
+        a += ["--expert-model-parallel-size", str(plan.ep)]
+    if experts_split:
+        a += ["--expert-tensor-parallel-size", str(plan.etp)]
+    if experts_split or plan.moe_dispatcher != "alltoall":
+        a += DISPATCHER_ARGS[plan.moe_dispatcher]
+    if plan.moe_a2a_overlap:
+        a += ["--overlap-moe-expert-parallel-comm"]
+    if plan.capacity_factor is not None:
+        a += ["--moe-expert-capacity-factor", repr(float(plan.capacity_factor)), "--moe-pad-expert-input-to-capacity"]
+    if plan.moe_balance == "forced":
+        a += ["--moe-router-force-load-balancing"]
+    return a
+
+
+def expert_fields(f: dict, num) -> dict:
+    """expert_arguments read back; without --expert-tensor-parallel-size etp is 1 (a file that relies on
+    Megatron's default etp = tp for an MoE model must state it)."""
+    dispatcher = {"alltoall": "alltoall", "allgather": "allgather", "flex": "deepep"}.get(str(f.get("--moe-token-dispatcher-type", "alltoall")))
+    if dispatcher is None:
+        raise ExportRefused(f"megatron: --moe-token-dispatcher-type {f.get('--moe-token-dispatcher-type')!r} has no plan field")
+    if dispatcher == "deepep" and "--moe-enable-deepep" not in f:
+        raise ExportRefused("megatron: --moe-token-dispatcher-type flex without --moe-enable-deepep has no plan field")
+    capacity = f.get("--moe-expert-capacity-factor")
+    return {
+        "etp": num("--expert-tensor-parallel-size", 1),
+        "moe_dispatcher": dispatcher,
+        "moe_a2a_overlap": "--overlap-moe-expert-parallel-comm" in f,
+        "capacity_factor": float(capacity) if capacity is not None else None,
+        "moe_balance": "forced" if "--moe-router-force-load-balancing" in f else "learned",
+    }
 
 
 def layout_from_stage_layers(stage_layers: tuple[int, ...], vpp: int) -> str:
@@ -328,6 +374,7 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_tp_comm": "--tp-comm-overlap" in f,
         "placement": "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in f else "tp-cp-dp-pp",
         "tp_layout": layout_from_cp_comm_type(f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"),
+        **expert_fields(f, num),
         **split,
     }
     return fields

@@ -1,0 +1,42 @@
+"""MoE plans exported to Megatron-LM (core_v0.14.0 argument names) and read back as the same plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.catalog import load_model
+from paraplan.export import megatron
+from paraplan.export.common import ExportRefused
+from paraplan.specs.plan import PlanSpec
+
+MIXTRAL = load_model("mixtral-8x7b")
+
+
+def plan(**fields) -> PlanSpec:
+    base = dict(gpus=64, tp=2, pp=4, ep=8, micro_batch=1, global_batch=256, seq_length=4096, sequence_parallel=True,
+                recompute="full", zero=1)
+    return PlanSpec(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields, flags", [
+    (dict(moe_dispatcher="deepep", moe_a2a_overlap=True),
+     ["--expert-model-parallel-size 8", "--expert-tensor-parallel-size 1", "--moe-token-dispatcher-type flex",
+      "--moe-enable-deepep", "--overlap-moe-expert-parallel-comm"]),
+    (dict(etp=2, moe_dispatcher="allgather"), ["--expert-tensor-parallel-size 2", "--moe-token-dispatcher-type allgather"]),
+    (dict(moe_dispatcher="alltoall", capacity_factor=1.25, moe_balance="forced"),
+     ["--moe-token-dispatcher-type alltoall", "--moe-expert-capacity-factor 1.25", "--moe-pad-expert-input-to-capacity",
+      "--moe-router-force-load-balancing"]),
+])
+def test_moe_plan_exports_and_round_trips(fields, flags):
+    p = plan(**fields)
+    text = megatron.export(p, MIXTRAL)
+    for flag in flags:
+        assert flag in " ".join(text.split()), flag
+    back = PlanSpec(**megatron.import_plan(text))
+    for name in ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance", "tp", "pp"):
+        assert getattr(back, name) == getattr(p, name), name
+
+
+def test_split_backward_schedules_are_refused_by_name():
+    with pytest.raises(ExportRefused, match="schedule"):
+        megatron.export(plan(pp=4, schedule="dualpipe", global_batch=256), MIXTRAL)
