@@ -13,6 +13,9 @@ MAX_GPUS = 2**20  # 1,048,576 GPUs
 MAX_SEQ_LENGTH = 2**24  # 16,777,216 tokens per sequence
 MAX_GLOBAL_BATCH = 2**24  # sequences per step
 MAX_TOP = 100  # plans kept per search (the top-k table; every feasible plan goes to --csv instead)
+# distinct layer costings (milliseconds each, stages.block_cost_facts) above which `search` says so before
+# it starts and names the axes to restrict: 100,000 is minutes on one core (benchmarks/search_speed.py)
+LARGE_COSTINGS = 100_000
 
 
 def _check(flag: str, value: object, high: int) -> None:

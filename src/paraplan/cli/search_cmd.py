@@ -38,7 +38,7 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
-from paraplan.limits import MAX_TOP
+from paraplan.limits import LARGE_COSTINGS, MAX_TOP
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
@@ -173,16 +173,21 @@ def search(
     )
     problem.check()
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TimeElapsedColumn
 
     sink = CsvSink(csv_all) if csv_all is not None else None
-    show_progress = not as_json and (exhaustive or sink is not None) and sys.stderr.isatty()  # long searches
+    show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only
     try:
-        with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as bar:
+        with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=Console(stderr=True),
+                      transient=True, disable=not show_progress) as bar:
             task = bar.add_task("searching", total=None)
 
-            def advance(done: int, total: int | None = None) -> None:
-                bar.update(task, completed=done, total=total)
+            def advance(done: int, total: int | None = None, phase: str = "searching") -> None:
+                if phase == "layer costs" and done == 0 and total and total >= LARGE_COSTINGS:
+                    print(f"note: {total:,} distinct layer costings (milliseconds each) before the search can "
+                          "start; restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, "
+                          "--dispatcher, --no-offload, --default-placement", file=sys.stderr)
+                bar.update(task, completed=done, total=total, description=phase)
 
             if exhaustive:
                 result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance, collect_all=sink is not None)

@@ -141,6 +141,8 @@ def search(
     ``collect_all`` evaluates the whole space (no bound pruning) and returns every feasible plan;
     ``feasible_sink`` also evaluates the whole space but hands each batch of feasible candidates
     to the callable as columns (``feasible_columns``) instead of keeping them, for large spaces.
+    ``progress(done, total, phase)`` reports the two slow phases: "layer costs" (the distinct layer
+    costings of the row table) and "rows" (rows visited in bound order).
     The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
     problem.check()
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
@@ -149,7 +151,7 @@ def search(
         return robust_search(problem, top_k, search, collect_all=collect_all, progress=progress, workers=workers,
                              feasible_sink=feasible_sink)
     start = time.perf_counter()
-    table = RowTable(problem)
+    table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
     options = _GridIndex(problem, table)
     lengths, space = options.lengths, int(options.lengths.sum())
 
@@ -176,7 +178,7 @@ def search(
             position += 1
         rows_done += len(chunk)
         if progress is not None:
-            progress(position, len(order))
+            progress(position, len(order), "rows")
         if not chunk:
             continue
         chunk = np.array(chunk)

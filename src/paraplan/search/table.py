@@ -112,7 +112,9 @@ def shape_keys_of(knobs: list[tuple]) -> list[tuple]:
 class RowTable:
     """Every row of the canonical space: columns (degrees, batch, knobs) and one RowFacts of arrays."""
 
-    def __init__(self, problem: SearchProblem):
+    def __init__(self, problem: SearchProblem, progress=None):
+        """``progress(done, total)``, when given, is called as the distinct layer costs are computed
+        (the slow part of a large space: ``stages.block_cost_facts`` per layer shape and spans)."""
         self.problem = problem
         model, system = problem.model, problem.system
         names = ("tp", "pp", "cp", "dp", "micro_batch", "global_batch", "placement", "sp", "recompute",
@@ -126,11 +128,13 @@ class RowTable:
         groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
         expert_ids: dict[tuple, int] = {}  # (ep, etp, dispatcher, a2a overlap) -> id
 
+        pending: list = []  # the makers of every distinct entry, run after the enumeration (in id order)
+
         def intern(kind: str, key, make) -> int:
             table = ids[kind]
             if key not in table:
                 table[key] = len(table)
-                make()
+                pending.append(make)
             return table[key]
 
         reduced = model_gradient_groups(model)
@@ -205,6 +209,7 @@ class RowTable:
             for name, values in (("sp", knob_sp), ("recompute", knob_rc), ("overlap_tp", knob_ov), ("layout", knob_layout),
                                  ("tp_rows", knob_rows), ("expert", expert_id)):
                 cols[name].append(np.tile(values, n_b * n_p))
+        _run_makers(pending, progress)
         c = self.columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in cols.items()}
         self.size = len(c["tp"])
         self.layer_kinds = _layer_kinds(model)
@@ -277,6 +282,18 @@ class RowTable:
         layers, pp = self.problem.model.layers, self.columns["pp"]
         fullest = -(-layers // pp)
         return facts.microbatches * (fullest * unit + p2p) + (layers - fullest) * unit / v_max
+
+
+def _run_makers(makers: list, progress, every: int = 256) -> None:
+    """Run the deferred makers in order (each appends one entry to its table, so ids stay aligned),
+    reporting ``progress(done, total)`` every ``every`` makers and at the end."""
+    total = len(makers)
+    if progress is not None:
+        progress(0, total)
+    for done, make in enumerate(makers, start=1):
+        make()
+        if progress is not None and (done % every == 0 or done == total):
+            progress(done, total)
 
 
 def _layer_kinds(model) -> tuple[str, ...]:
