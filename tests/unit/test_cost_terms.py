@@ -221,25 +221,50 @@ ONE_PER_DOMAIN = comm.GroupSpan(4, 1, 4)
 
 
 def test_all_reduce_inside_domain():
-    # 2*(8-1)/8 * 1e9 / 50e9 = 0.035 s; latency min(ring 2*7*5us = 70us, tree 2*log2(8)*5us = 30us)
-    assert comm.all_reduce_time_s(1e9, INSIDE, ROUND) == approx(0.035 + 30e-6)
+    # 2*(8-1)/8 * 1e9 / 50e9 = 0.035 s; latency NCCL ring 2*7 NVLink hops = 70us, tree chain 2*(8-1)*5us = 70us
+    assert comm.all_reduce_time_s(1e9, INSIDE, ROUND) == approx(0.035 + 70e-6)
 
 
 def test_all_reduce_across_domains_hierarchical():
     # inside: 2*(4-1)/4 * 1e9 / 50e9 = 0.03; across: 2*(4-1)/4 * (1e9/4) / 5e9 = 0.075
-    # latency: NVLink min(2*3*5us = 30us, 2*2*5us = 20us) + NIC min(2*3*10us = 60us, 2*2*10us = 40us)
-    assert comm.all_reduce_time_s(1e9, ACROSS, ROUND) == approx(0.03 + 0.075 + 20e-6 + 40e-6)
-    # one GPU per domain: only the NIC ring, 2*3/4 * 1e9 / 5e9 = 0.3, + 40 us
+    # latency: ring 2*15 = 30 hops, 2*3 = 6 across: 24*5us + 6*10us = 180us;
+    # tree 2*(4-1)*5us + 2*log2(4)*10us = 30us + 40us = 70us (NCCL picks the tree)
+    assert comm.all_reduce_time_s(1e9, ACROSS, ROUND) == approx(0.03 + 0.075 + 30e-6 + 40e-6)
+    # one GPU per domain: only the NIC ring, 2*3/4 * 1e9 / 5e9 = 0.3, + tree 2*log2(4)*10us = 40 us (ring 60 us)
     assert comm.all_reduce_time_s(1e9, ONE_PER_DOMAIN, ROUND) == approx(0.3 + 40e-6)
 
 
 def test_all_gather_and_reduce_scatter():
-    # inside: (8-1)/8 * 1e9 / 50e9 = 0.0175; latency min(7*5us = 35us, 30us) = 30us
+    # inside: (8-1)/8 * 1e9 / 50e9 = 0.0175; latency ring only, 7 NVLink hops * 5us = 35us
     for kind in ("all_gather", "reduce_scatter"):
-        assert comm.collective_time_s(kind, 1e9, INSIDE, ROUND) == approx(0.0175 + 30e-6)
+        assert comm.collective_time_s(kind, 1e9, INSIDE, ROUND) == approx(0.0175 + 35e-6)
         # across: 3/4 * 1e9 / 50e9 = 0.015 + 3/4 * 0.25e9 / 5e9 = 0.0375;
-        # latency min(3*5us, 2*2*5us) = 15us + min(3*10us, 2*2*10us) = 30us
-        assert comm.collective_time_s(kind, 1e9, ACROSS, ROUND) == approx(0.015 + 0.0375 + 15e-6 + 30e-6)
+        # latency: flat ring of 15 hops, 3 across domains: 12*5us + 3*10us = 90us
+        assert comm.collective_time_s(kind, 1e9, ACROSS, ROUND) == approx(0.015 + 0.0375 + 60e-6 + 30e-6)
+
+
+def test_nccl_latency_at_scale():
+    """NCCL tuning.cc's ring and tree latencies worked by hand: 1,536 ranks on 192 8-GPU nodes."""
+    big = comm.GroupSpan(1536, 8, 192)
+    # all-gather / reduce-scatter: ring only, 1535 hops, 191 across nodes -> 1344*5us + 191*10us = 8.63 ms
+    assert comm.collective_latency_s("all_gather", big, 5e-6, 10e-6) == (approx(1344 * 5e-6), approx(191 * 10e-6))
+    form = comm.linear_collective("reduce_scatter", big, ROUND)
+    assert form.latency_in + form.latency_out == approx(8.63e-3)
+    # all-reduce: ring 2*1535 = 3070 hops, 2*191 = 382 across: 2688*5us + 382*10us = 17.26 ms;
+    # tree 2*(8-1)*5us + 2*floor(log2 192)*10us = 70us + 140us = 210us -> the tree
+    assert comm.ring_hops(*comm.ring_steps("all_reduce", big)) == (2688, 382)
+    assert comm.tree_all_reduce_hops(8, 192) == (14, 14)
+    assert comm.collective_latency_hops("all_reduce", big, 5e-6, 10e-6) == (14, 14)
+    form = comm.linear_collective("all_reduce", big, ROUND)
+    assert (form.latency_in, form.latency_out) == (approx(70e-6), approx(140e-6))
+    # n = 8 in one node: all-gather 7 NVLink hops, all-reduce 14 (ring and tree alike), nothing on the NIC
+    one = comm.GroupSpan(8, 8, 1)
+    assert comm.collective_latency_s("all_gather", one, 5e-6, 10e-6) == (approx(35e-6), 0.0)
+    assert comm.collective_latency_hops("all_reduce", one, 5e-6, 10e-6) == (14, 0)
+    # grows with n, not with a + o: doubling the nodes doubles the all-gather latency (to first order)
+    assert comm.collective_latency_s("all_gather", comm.GroupSpan(3072, 8, 384), 5e-6, 10e-6)[0] == approx(2688 * 5e-6)
+    assert comm.log2i(1) == 0 and comm.log2i(192) == 7 and comm.log2i(256) == 8
+    assert comm.collective_latency_hops("all_reduce", comm.GroupSpan(1, 1, 1), 5e-6, 10e-6) == (0, 0)
 
 
 def test_point_to_point():

@@ -78,18 +78,18 @@ def test_grid_spans_agree_with_placement_spans():
 # ---- broadcast / reduce on two tiers -----------------------------------------------------------
 def test_broadcast_and_reduce_two_tier():
     for kind in ("broadcast", "reduce"):
-        # inside one domain, 4 members: 1e9 / 50e9 = 0.02 s; latency min(ring 3*5us, tree 2*2*5us) = 15 us
+        # inside one domain, 4 members: 1e9 / 50e9 = 0.02 s; latency the chain along NCCL's ring, 3*5us = 15 us
         assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 4, 1), ROUND) == approx(0.02 + 15e-6)
-        # one member per domain, 4 domains: 1e9 / 5e9 = 0.2 s; latency min(3*10us, 4*10us) = 30 us
+        # one member per domain, 4 domains: 1e9 / 5e9 = 0.2 s; latency 3 hops across domains, 3*10us = 30 us
         assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 1, 4), ROUND) == approx(0.2 + 30e-6)
         # 2 per domain over 2 domains: max(1e9/(2*5e9) = 0.1, 1e9/50e9 = 0.02) = 0.1 s (the NIC binds);
-        # latency NVLink min(5us, 2*1*5us) = 5 us + NIC min(10us, 2*1*10us) = 10 us
-        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 2, 2), ROUND) == approx(0.1 + 15e-6)
+        # latency: the ring's 3 hops, 1 across domains: 2*5us NVLink + 1*10us NIC = 20 us
+        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 2, 2), ROUND) == approx(0.1 + 20e-6)
     # hiding it costs the binding tier's overlap price only: NIC 0.1 s x its overlap_cost
     form = comm.linear_collective("broadcast", comm.GroupSpan(4, 2, 2), ROUND)
     assert form.slope_in == 0.0 and form.slope_out == approx(1 / 10e9)
     assert comm.collective_time_and_price_s("broadcast", 1e9, comm.GroupSpan(4, 2, 2), ROUND)[1] == approx(
-        ROUND.node.nvlink_overlap_cost * 5e-6 + ROUND.network.overlap_cost * (0.1 + 10e-6))
+        ROUND.node.nvlink_overlap_cost * 10e-6 + ROUND.network.overlap_cost * (0.1 + 10e-6))
 
 
 def test_summa_exposure_pipelines_panels():

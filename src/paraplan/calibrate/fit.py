@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
-from paraplan.cost.comm import GroupSpan, linear_collective
+from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.model import ModelSpec
@@ -106,9 +106,14 @@ def nccl_span(run: NcclRun, system: SystemSpec, domain_spans_nodes: bool = False
 
 
 def collective_columns(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float, float, float]:
-    """(per-byte seconds at η_nv = 1, per-byte at η_nic = 1, latency per second of α_nv, per second of α_nic)."""
+    """(per-byte seconds at η_nv = 1, per-byte at η_nic = 1, latency per second of α_nv, per second of α_nic).
+    The latency columns are the hop counts of the algorithm NCCL picks at the system's own α
+    (cost.comm.collective_latency_hops: ring or tree for all-reduce), so the fit keeps that choice."""
     unit = with_values(system, {NVLINK_EFF: 1.0, NIC_EFF: 1.0, NVLINK_LAT: 1.0, NIC_LAT: 1.0})
     form = linear_collective(kind, span, unit)
+    if kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        hops = collective_latency_hops(kind, span, system.node.nvlink_latency, system.network.latency)
+        return form.slope_in, form.slope_out, float(hops[0]), float(hops[1])
     return form.slope_in, form.slope_out, form.latency_in, form.latency_out
 
 

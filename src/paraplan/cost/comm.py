@@ -9,7 +9,11 @@ Algorithms: two-level ring (reduce-scatter inside the domain, ring across domain
 data through each GPU's own NIC, all-gather inside the domain) — the hierarchical scheme of the
 NERSC model (Subramanian et al. 2024, arXiv:2410.00273) and of NCCL's NVLS/tree variants; bandwidth terms
 are the ring volumes of Thakur et al. 2005 (all-reduce 2(n-1)/n·S, reduce-scatter and all-gather
-(n-1)/n·S per rank), latency the smaller of ring (steps·α) and tree (2·log2 n·α).
+(n-1)/n·S per rank). Latency as NCCL's own cost model states it (NVIDIA/nccl src/graph/tuning.cc,
+ncclTopoTuneModel, v2.7-v2.30): all-gather and reduce-scatter run the ring only, one flat ring through
+all n ranks whose hops are NVLink except the o−1 (o domains) that cross the network; all-reduce the
+faster of that ring and NCCL's tree (``collective_latency_s``). Per-hop α: the catalog's
+``node.nvlink_latency`` and ``network.latency``.
 """
 
 from __future__ import annotations
@@ -83,11 +87,66 @@ def _bandwidths(system: SystemSpec) -> tuple[float, float]:
     return inner, outer
 
 
-def _latency(steps_ring: int, n: int, alpha: float) -> float:
-    """min(ring: steps·α, tree: 2·⌈log2 n⌉·α)."""
+def log2i(n: int) -> int:
+    """⌊log2 n⌋ for n >= 1 (NCCL's log2i, the tree depth over n nodes in tuning.cc)."""
+    return max(int(n), 1).bit_length() - 1
+
+
+def ring_hops(steps: int, inter_steps: int) -> tuple[int, int]:
+    """(NVLink hops, scale-out hops) of a ring of ``steps`` hops, ``inter_steps`` of them across domains:
+    (steps − inter_steps, inter_steps) — NCCL tuning.cc ncclTopoTuneModel (v2.7 on), Ring latency
+    (nsteps − nInterSteps)·intraLat + nInterSteps·interLat (its per-call baseLat not charged)."""
+    return steps - inter_steps, inter_steps
+
+
+def tree_all_reduce_hops(per_domain: int, domains: int) -> tuple[int, int]:
+    """(NVLink hops, scale-out hops) of NCCL's tree all-reduce, a members per domain, o domains:
+    (2·(a−1), 2·⌊log2 o⌋) — NCCL tuning.cc ncclTopoTuneModel, Tree latency 2·((nRanks/nNodes − 1)·intraLat
+    + log2i(nNodes)·interLat): a chain inside the node and a double binary tree across nodes, up and down."""
+    return 2 * (per_domain - 1), 2 * log2i(domains)
+
+
+def ring_steps(kind: str, span: GroupSpan) -> tuple[int, int]:
+    """(hops, hops across domains) of NCCL's ring for one collective on n ranks in o domains: all-reduce
+    (2(n−1), 2(o−1)), all-gather / reduce-scatter (n−1, o−1) (NCCL tuning.cc nsteps, nInterSteps in
+    v2.7-v2.11 and v2.23 on; v2.12-v2.22 count 2o inter-node all-reduce steps); broadcast / reduce the
+    pipelined chain along the same ring (n−1, o−1)."""
+    n, o = span.size, span.domains
+    if kind == "all_reduce":
+        return 2 * (n - 1), 2 * (o - 1)
+    return n - 1, o - 1
+
+
+def collective_latency_hops(kind: str, span: GroupSpan, alpha_in: float, alpha_out: float) -> tuple[int, int]:
+    """(NVLink hops, scale-out hops) of the algorithm NCCL runs for one call (tuning.cc ncclTopoTuneModel):
+    all-reduce the one of ring_hops and tree_all_reduce_hops with the smaller latency at these per-hop α;
+    every other collective the ring (NCCL runs all-gather, reduce-scatter, broadcast and reduce on the ring
+    only: "if (coll != ncclCollAllReduce && a != NCCL_ALGO_RING) continue;" v2.7-v2.18; v2.19 adds NVLS and
+    v2.20 CollNet Direct for switch-offloaded fabrics, v2.23 PAT for one GPU per node, none modelled);
+    (0, 0) for one member."""
+    if span.size <= 1:
+        return 0, 0
+    ring = ring_hops(*ring_steps(kind, span))
+    if kind != "all_reduce":
+        return ring
+    tree = tree_all_reduce_hops(span.per_domain, span.domains)
+    lat = lambda hops: hops[0] * alpha_in + hops[1] * alpha_out  # noqa: E731
+    return tree if lat(tree) < lat(ring) else ring
+
+
+def collective_latency_s(kind: str, span: GroupSpan, alpha_in: float, alpha_out: float) -> tuple[float, float]:
+    """(NVLink, scale-out) latency of one call: hops_in·α_in, hops_out·α_out of collective_latency_hops
+    (NCCL tuning.cc: (nsteps − nInterSteps)·intraLat + nInterSteps·interLat for the ring)."""
+    hops_in, hops_out = collective_latency_hops(kind, span, alpha_in, alpha_out)
+    return hops_in * alpha_in, hops_out * alpha_out
+
+
+def _all_to_all_latency_s(n: int, alpha: float) -> float:
+    """min(ring (n−1)·α, tree 2·⌈log2 n⌉·α) on one tier: all-to-all is NCCL grouped send/recv, which
+    tuning.cc does not cost; kept as before NCCL's ring/tree latencies were adopted (issue 8)."""
     if n <= 1:
         return 0.0
-    return min(steps_ring * alpha, 2 * math.ceil(math.log2(n)) * alpha)
+    return min((n - 1) * alpha, 2 * math.ceil(math.log2(n)) * alpha)
 
 
 @dataclass(frozen=True)
@@ -128,7 +187,8 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     """The one statement of the collective formulas, tier by tier (module docstring): with a members
     per domain and o domains, all-reduce 2(a-1)/a·S/B_nvlink + 2(o-1)/o·(S/a)/B_nic, all-gather and
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
-    hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses."""
+    hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
+    latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
     c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
     if span.size <= 1:
         return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out)
@@ -136,15 +196,11 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     a, o = span.per_domain, span.domains
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
-        return LinearCollective(
-            2 * (a - 1) / a / inner, _latency(2 * (a - 1), a, alpha_in),
-            2 * (o - 1) / o / a / outer, _latency(2 * (o - 1), o, alpha_out), c_in, c_out,
-        )
+        lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
+        return LinearCollective(2 * (a - 1) / a / inner, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out)
     if kind in ("all_gather", "reduce_scatter"):
-        return LinearCollective(
-            (a - 1) / a / inner, _latency(a - 1, a, alpha_in),
-            (o - 1) / o / a / outer, _latency(o - 1, o, alpha_out), c_in, c_out,
-        )
+        lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
+        return LinearCollective((a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out)
     if kind in ("broadcast", "reduce"):
         return rooted_collective(span, system)
     if kind == "send_recv":
@@ -161,12 +217,12 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     one domain, S/B_nic with one member per domain, else max(S/(a·B_nic), S/B_nvlink), the a members of a
     domain striping the crossing over their a NICs; NCCL's bus-bandwidth factor for broadcast and reduce is 1
     (nccl-tests doc/PERFORMANCE.md). The whole slope sits on the binding tier (so does its overlap cost);
-    latency min(ring, tree) on each tier the group spans."""
+    latency the chain along NCCL's ring (NCCL runs broadcast and reduce on the ring only):
+    collective_latency_s, (n−o)·α_nvlink + (o−1)·α_nic."""
     c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
     inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
-    lat_in = _latency(a - 1, a, system.node.nvlink_latency)
-    lat_out = _latency(o - 1, o, system.network.latency)
+    lat_in, lat_out = collective_latency_s("broadcast", span, system.node.nvlink_latency, system.network.latency)
     nvlink = 1.0 / inner if a > 1 else 0.0
     nic = 1.0 / (a * outer) if o > 1 else 0.0
     if nic >= nvlink:
@@ -179,7 +235,9 @@ def flat_ring_collective(kind: str, span: GroupSpan, system: SystemSpec) -> Line
     2(n-1)/n·S, all-gather / reduce-scatter (n-1)/n·S through every hop, the hops working at once, so
     the slowest hop sets the rate: min(B_nvlink, a·B_nic) where a node's a members share its interfaces
     and the ring enters and leaves each node once (Thakur et al. 2005 ring volumes; NCCL's ring moves
-    chunks hop by hop, pipelined). Counted on the scale-out tier; the linear form of linear_collective."""
+    chunks hop by hop, pipelined). Bandwidth counted on the scale-out tier; latency per tier as
+    linear_collective's (collective_latency_s: NCCL's ring, or tree for all-reduce); the linear form
+    of linear_collective."""
     c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
     n = span.size
     if n <= 1 or span.domains <= 1:
@@ -187,7 +245,8 @@ def flat_ring_collective(kind: str, span: GroupSpan, system: SystemSpec) -> Line
     inner, outer = _bandwidths(system)
     rate = min(inner, outer * span.per_domain)
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return LinearCollective(0.0, 0.0, steps / n / rate, _latency(steps, n, system.network.latency), c_in, c_out)
+    lat_in, lat_out = collective_latency_s(kind, span, system.node.nvlink_latency, system.network.latency)
+    return LinearCollective(0.0, lat_in, steps / n / rate, lat_out, c_in, c_out)
 
 
 def fastest_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearCollective:
@@ -285,13 +344,13 @@ def hierarchical_all_to_all_time_s(nvlink_bytes: float, nic_bytes: float, span: 
     """max(nvlink_bytes / B_nvlink, nic_bytes / B_nic) + latency: the peers of an all-to-all are
     reached at once over both tiers (NCCL issues the n−1 sends as one group), and the slower tier
     bounds it — DeepSeek-V3 report (arXiv:2412.19437) §3.2.2: cross-node all-to-all is limited by
-    InfiniBand (50 GB/s) beside NVLink (160 GB/s). Latency: min(ring (n−1)·α, tree 2·log2 n·α) on the
-    outer tier when the group leaves the domain, else on NVLink."""
+    InfiniBand (50 GB/s) beside NVLink (160 GB/s). Latency: _all_to_all_latency_s with the outer tier's
+    α when the group leaves the domain, else NVLink's."""
     if span.size <= 1 or (nvlink_bytes <= 0 and nic_bytes <= 0):
         return 0.0
     inner, outer = _bandwidths(system)
     alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
-    return max(nvlink_bytes / inner, nic_bytes / outer) + _latency(span.size - 1, span.size, alpha)
+    return max(nvlink_bytes / inner, nic_bytes / outer) + _all_to_all_latency_s(span.size, alpha)
 
 
 def all_to_all_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
@@ -309,7 +368,7 @@ def all_to_all_coefficients(span: GroupSpan, system: SystemSpec) -> tuple[float,
     n, n_in = span.size, span.per_domain
     alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
     slope = max((n_in - 1) / n / inner, (n - n_in) / n / outer)
-    return slope, _latency(n - 1, n, alpha)
+    return slope, _all_to_all_latency_s(n, alpha)
 
 
 def collective_nic_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
