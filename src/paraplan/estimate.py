@@ -23,6 +23,7 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
+from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
 from paraplan.stages import BLOCK_KINDS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
 
@@ -79,11 +80,14 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     """The uniform builder (stages.BLOCK_KINDS) composes stacks of identical layers: decoder-only
     models, and encoder-only ones (BERT, ViT: the same layer with bidirectional attention, ViT's patch
     embedding and classifier); encoder-decoders and stacks of differing widths are costed stage by
-    stage from a non-uniform plan file (estimate_stages.py), never silently as decoder layers."""
-    if model.architecture == "encoder_decoder":
+    stage (estimate_stages.py), never silently as decoder layers: the CLI's estimate and search turn
+    an encoder-decoder's uniform flags into a per-stage plan (specs.uniform_stages) before reaching here."""
+    if costed_by_stages(model):
         return [Violation("model.architecture", model.architecture,
-                          "the uniform estimate and search cost decoder-only and encoder-only models; "
-                          "give a per-stage plan (--plan FILE with stages)")]
+                          "the uniform plan paths (Python API estimate and search, sweep, export, validate) take "
+                          "decoder-only and encoder-only models; an encoder-decoder is costed stage by stage: "
+                          "paraplan estimate / search with the same options, --plan FILE with stages, or in Python "
+                          "estimate_stages.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan")]
     if model.layer_widths is not None:
         return [Violation("model.layer_widths", "given",
                           "layers of differing widths need a per-stage plan (--plan FILE with stages)")]

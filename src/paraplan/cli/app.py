@@ -204,6 +204,17 @@ def explicit_options(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
     return given
 
 
+def refuse_options(ctx: typer.Context, honoured: frozenset[str], where: str, allowed: str | None = None) -> None:
+    """InputError naming every option given (command line or environment) that is not in ``honoured`` (parameter
+    names), which the path ``where`` would otherwise ignore; ``allowed`` defaults to the honoured options' flags."""
+    options = {p.name: p.opts[0] for p in ctx.command.params}
+    given = explicit_options(ctx, tuple(n for n in options if n not in honoured))
+    if given:
+        named = ", ".join(options[n] for n in options if n in given)
+        allowed = allowed or ", ".join(options[n] for n in options if n in honoured)
+        raise InputError(f"{named}: not allowed {where}; allowed: {allowed}")
+
+
 def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule, ep=None, etp=None, dispatcher=None) -> dict:
     """SearchProblem axis restrictions from the shared options (None = unrestricted)."""
     from paraplan.specs.moe_plan import Dispatcher

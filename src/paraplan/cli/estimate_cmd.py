@@ -25,6 +25,7 @@ from paraplan.cli.app import (
     explicit_options,
     load_framework_option,
     parse_tokens,
+    refuse_options,
 )
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -96,6 +97,8 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
 
 # plan fields whose estimate option has another name (the rest: the option's parameter is the field)
 FIELD_PARAMETER = {"overlap_dp_grad_reduce": "no_overlap_dp", "overlap_param_gather": "no_overlap_param_gather"}
+# options besides the plan's an encoder-decoder's per-stage estimate honours (parameter names); others are refused
+STAGED_ESTIMATE_OPTIONS = frozenset({"model", "system", "gpus", "plan_file", "set_", "as_json", "width"})
 
 
 def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
@@ -319,7 +322,8 @@ def estimate(
             if given:
                 raise InputError(f"--plan: {plan_file!r} is a non-uniform plan (a list of stages); "
                                  f"{', '.join(given.values())} cannot be applied to it (edit the file)")
-            estimate_plan_file(model, Path(plan_file), cluster, system, as_json)
+            if not estimate_plan_file(model, Path(plan_file), cluster, system, as_json):
+                raise typer.Exit(EXIT_DOES_NOT_FIT)
             return
         if cluster is not None:
             raise InputError("--cluster: needs --plan FILE with a list of stages (a non-uniform plan, docs/heterogeneous.md)")
@@ -332,6 +336,12 @@ def estimate(
     check_price(price)
     model_spec = load_model(model, field="model")
     system_spec = load_system(system, field="system")
+    from paraplan.specs.uniform_stages import costed_by_stages
+
+    staged = costed_by_stages(model_spec)  # encoder-decoders: the per-stage estimator (issue 10)
+    if staged:
+        refuse_options(ctx, STAGED_ESTIMATE_OPTIONS | {FIELD_PARAMETER.get(f, f) for f in fields},
+                       "for an encoder-decoder model (costed stage by stage)", "the plan options, --plan, --set, --json, --width")
     profile = load_framework_option(framework)
     if profile is not None:  # the profile adapts the system; --set values still win
         from paraplan.frameworks import framework_system
@@ -343,6 +353,14 @@ def estimate(
         plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
     else:
         plan = plan_from_fields(framework_defaults(fields, profile, framework_given))
+    if staged:
+        from paraplan.cli.hetero_cmd import estimate_uniform_stages
+
+        fits = estimate_uniform_stages(model_spec, system_spec, plan, as_json, width)
+        warn_positions(model_spec, plan.seq_length)
+        if not fits:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
+        return
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     est = run_estimate(model_spec, system_spec, plan, with_ops=ops)
     warn_positions(model_spec, plan.seq_length)  # after the estimate: input errors stay one line

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.catalog import _read_file, load_model, load_system
 from paraplan.cli.app import _stdout
 from paraplan.report.render import simple_table
 from paraplan.specs.cluster import ClusterSpec, load_cluster, uniform_cluster
 from paraplan.specs.errors import InputError
-from paraplan.specs.stage_plan import is_stage_plan, stage_plan_from_dict
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.stage_plan import StagePlanSpec, is_stage_plan, stage_plan_from_dict, stage_plan_to_dict
+from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB
+
+if TYPE_CHECKING:
+    from paraplan.estimate_stages import StagePlanEstimate
+    from paraplan.search.hetero import HeteroResult
 
 
 def resolve_cluster(cluster: str | Path | None, system: str | None, gpus: int | None) -> ClusterSpec:
@@ -37,8 +45,8 @@ def plan_file_is_non_uniform(path: Path) -> bool:
         return False
 
 
-def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool) -> None:
-    """``paraplan estimate --plan FILE`` for a non-uniform plan."""
+def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool) -> bool:
+    """``paraplan estimate --plan FILE`` for a non-uniform plan; True when it fits."""
     from paraplan.estimate_stages import estimate_stage_plan
 
     model_spec = load_model(model, field="model")
@@ -48,12 +56,38 @@ def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str 
     if cluster_spec.is_uniform and system is not None and pool_names != {cluster_spec.pools[0].name}:
         raise InputError(f"plan.stages: pools {sorted(pool_names)} are not allowed with --system; name the pool {cluster_spec.pools[0].name!r} or give --cluster")
     est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
+    print_stage_estimate(est, model_spec.name, cluster_spec.name, plan_spec, as_json)
+    return est.fits
+
+
+def estimate_uniform_stages(model_spec: ModelSpec, system_spec: SystemSpec, plan: PlanSpec, as_json: bool,
+                            width: int | None = None) -> bool:
+    """``paraplan estimate`` with the uniform options for an encoder-decoder: the plan's per-stage form
+    (specs.uniform_stages.uniform_stage_plan) costed by estimate_stages on the uniform cluster; True when it fits."""
+    from paraplan.estimate_stages import estimate_stage_plan
+    from paraplan.specs.uniform_stages import uniform_stage_plan
+
+    cluster_spec = uniform_cluster(system_spec, plan.gpus)
+    plan_spec = uniform_stage_plan(plan, model_spec, cluster_spec.pools[0].name)
+    est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
+    layers = ",".join(str(s.layers) for s in plan_spec.stages)
+    note = (f"{model_spec.architecture}: costed stage by stage (estimate_stages) as the per-stage plan of these "
+            f"options, transformer layers per stage {layers} (docs/heterogeneous.md)")
+    print_stage_estimate(est, model_spec.name, cluster_spec.name, plan_spec, as_json, width, (note,))
+    return est.fits
+
+
+def print_stage_estimate(est: StagePlanEstimate, model_name: str, cluster_name: str, plan_spec: StagePlanSpec,
+                         as_json: bool, width: int | None = None, notes: tuple[str, ...] = ()) -> None:
+    """The report of a per-stage estimate: JSON (the estimate and its per-stage plan), or the stage and step tables."""
     if as_json:
-        print(json.dumps(est.to_dict(), indent=2))
+        print(json.dumps(est.to_dict() | {"stage_plan": stage_plan_to_dict(plan_spec)}, indent=2))
         return
-    console = _stdout()
-    console.print(f"{model_spec.name} on {cluster_spec.name}: {plan_spec.pp} stages, {plan_spec.gpus} GPUs, "
+    console = _stdout(width)
+    console.print(f"{model_name} on {cluster_name}: {plan_spec.pp} stages, {plan_spec.gpus} GPUs, "
                   f"{plan_spec.n_microbatches} micro-batches, global batch {plan_spec.global_batch}, {plan_spec.dtype}")
+    for line in notes:
+        console.print(line)
     table = simple_table("Stages", "stage", "devices", "blocks", "tp", "dp", "micro-batch", "recompute",
                          "work/µbatch (ms)", "tail (ms)", "peak (GiB)", "capacity (GiB)", "fits", numeric_from=3)
     for summary, work, tail, mem in zip(est.stage_summary, est.stage_work_s, est.stage_tail_s, est.stages):
@@ -75,8 +109,9 @@ def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str 
 def search_hetero(
     model: str, cluster: str | None, system: str | None, gpus: int | None, non_uniform: bool, seq_length: int,
     global_batch: int, dtype: str, attention: str, top: int, as_json: bool, time_budget_s: float = 5.0,
-) -> None:
-    """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style)."""
+    width: int | None = None, note: str = "",
+) -> HeteroResult:
+    """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header line."""
     from paraplan.search.hetero import HeteroProblem, search_cluster, search_non_uniform
 
     model_spec = load_model(model, field="model")
@@ -84,11 +119,11 @@ def search_hetero(
     problem = HeteroProblem(model_spec, cluster_spec, global_batch, seq_length, dtype, attention)
     result = search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s) if non_uniform else search_cluster(problem, top_k=top)
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
-        return
-    console = _stdout()
+        print(json.dumps(result.to_dict() | ({"note": note} if note else {}), indent=2))
+        return result
+    console = _stdout(width)
     console.print(f"{model_spec.name} on {cluster_spec.name} ({cluster_spec.gpus} GPUs), seq {seq_length}, "
-                  f"global batch {global_batch}, {dtype}; search {result.mode}")
+                  f"global batch {global_batch}, {dtype}; search {result.mode}" + (f"; {note}" if note else ""))
     table = simple_table("Plans", "rank", "step (s)", "plan", numeric_from=1)
     for i, c in enumerate(result.plans, 1):
         table.add_row(str(i), f"{c.step_time_s:.4f}", c.label)
@@ -101,3 +136,4 @@ def search_hetero(
         console.print(traj)
     console.print(f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
                   + ("" if result.plans else "; no plan fits"))
+    return result

@@ -36,11 +36,17 @@ from paraplan.cli.app import (
     explicit_options,
     framework_problem_fields,
     parse_tokens,
+    refuse_options,
     search_restrictions,
 )
 from paraplan.limits import LARGE_COSTINGS, MAX_TOP
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
+
+
+# the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name; any other is refused
+HETERO_SEARCH_OPTIONS = frozenset({"model", "system", "gpus", "cluster", "non_uniform", "time_budget", "global_batch",
+                                   "seq_length", "dtype", "attention", "top", "as_json", "width"})
 
 
 @app.command()
@@ -110,17 +116,29 @@ def search(
     """The best plans that fit in memory, over every plan knob, exact w.r.t. the cost model.
 
     Exit status 1 when no plan fits (the nearest miss is printed), 2 on bad input."""
-    if cluster is not None or non_uniform:  # mixed clusters / per-stage plans: issue 10
+    from paraplan.catalog import load_model
+    from paraplan.specs.uniform_stages import costed_by_stages
+
+    model_spec = load_model(model, field="model") if cluster is None and not non_uniform else None
+    staged_model = model_spec is not None and costed_by_stages(model_spec)
+    if cluster is not None or non_uniform or staged_model:  # mixed clusters / per-stage plans / encoder-decoders: issue 10
         from paraplan.cli.hetero_cmd import search_hetero
 
+        where = ("for an encoder-decoder model (AMP-style per-stage search)" if staged_model
+                 else "with --cluster / --non-uniform (per-stage search)")
+        refuse_options(ctx, HETERO_SEARCH_OPTIONS, where)
         if global_batch is None:
-            raise InputError("--global-batch: missing; --cluster / --non-uniform search a fixed global batch")
-        search_hetero(model, str(cluster) if cluster else None, system, gpus, non_uniform, seq_length, global_batch,
-                      dtype.value, attention.value, top, as_json, time_budget)
+            raise InputError("--global-batch: missing; the per-stage searches (--cluster, --non-uniform, "
+                             "encoder-decoder models) search a fixed global batch")
+        note = "encoder-decoder: AMP-style per-stage search on one GPU type (docs/heterogeneous.md)" if staged_model else ""
+        result = search_hetero(model, str(cluster) if cluster else None, system, gpus, non_uniform, seq_length, global_batch,
+                               dtype.value, attention.value, top, as_json, time_budget, width, note)
+        if not result.plans:
+            raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     if system is None or gpus is None:
         raise InputError(f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)")
-    from paraplan.catalog import load_model, load_system
+    from paraplan.catalog import load_system
     from paraplan.report.search_view import (
         CsvSink,
         band_note,
@@ -154,7 +172,7 @@ def search(
         raise InputError(f"--price: --objective cost needs a price and {system_spec.name} has none; "
                          "give --price USD per GPU-hour")
     problem = SearchProblem(
-        model=load_model(model, field="model"),
+        model=model_spec,
         system=system_spec,
         gpus=gpus,
         seq_length=seq_length,

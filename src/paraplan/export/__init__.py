@@ -17,7 +17,14 @@ SUFFIX = {"megatron": ".sh", "nemo": ".py", "torchtitan": ".toml", "deepspeed": 
 
 def export_plan(framework: str, plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8,
                 header: str = "") -> str:
-    """The plan as ``framework`` takes it (text); :class:`ExportRefused` names a knob it cannot express."""
+    """The plan as ``framework`` takes it (text); :class:`ExportRefused` names a knob it cannot express,
+    InputError a model the uniform plan does not describe (estimate.model_violations: encoder-decoders)."""
+    if model is not None:
+        from paraplan.estimate import model_violations
+        from paraplan.specs.errors import InputError
+
+        if broken := model_violations(model):
+            raise InputError.from_violations(broken)
     if framework == "megatron":
         return megatron.export(plan, model, gpus_per_node, header)
     if framework == "nemo":

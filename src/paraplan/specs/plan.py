@@ -191,8 +191,9 @@ def tp_rules(model: ModelSpec, tp: int) -> list[str]:
 
 
 def pp_rule(model: ModelSpec, pp: int) -> str | None:
-    """pp may not exceed the layers (every stage needs work; uneven splits are allowed)."""
-    return f"must not exceed layers={model.layers}" if pp > model.layers else None
+    """pp may not exceed the transformer layers (every stage needs work; uneven splits are allowed);
+    an encoder-decoder's encoder and decoder layers all count (ModelSpec.total_layers)."""
+    return f"must not exceed layers={model.total_layers}" if pp > model.total_layers else None
 
 
 def cp_rule(seq_length: int, cp: int) -> str | None:
@@ -212,6 +213,11 @@ def ulysses_rule(model: ModelSpec, tp: int, cp: int, cp_algorithm: str, tp_layou
     if model.heads % (tp * cp) or model.n_kv_heads % (tp * cp):
         return f"cp_algorithm='all-to-all' needs tp·cp = {tp * cp} to divide heads={model.heads} and kv_heads={model.n_kv_heads}"
     return None
+
+
+def batch_rule(global_batch: int, dp: int, micro_batch: int) -> str | None:
+    """The global batch splits into whole micro-batches of micro_batch samples on each of dp replicas."""
+    return f"must be a multiple of dp·micro_batch = {dp}·{micro_batch}" if global_batch % (dp * micro_batch) else None
 
 
 def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
@@ -314,15 +320,9 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         broken = split_violations(plan, model)
         out += broken
         split_ok = not broken
-    batch_ok = bool(plan.dp) and plan.global_batch % (plan.dp * plan.micro_batch) == 0
+    batch_ok = bool(plan.dp) and not batch_rule(plan.global_batch, plan.dp, plan.micro_batch)
     if plan.dp and not batch_ok:
-        out.append(
-            Violation(
-                "plan.global_batch",
-                plan.global_batch,
-                f"must be a multiple of dp·micro_batch = {plan.dp}·{plan.micro_batch}",
-            )
-        )
+        out.append(Violation("plan.global_batch", plan.global_batch, batch_rule(plan.global_batch, plan.dp, plan.micro_batch)))
     if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
     if plan.pipeline_schedule == "dualpipe" and (rule := dualpipe_rule(plan.pp, plan.microbatches if batch_ok else 0)):

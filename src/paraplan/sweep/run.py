@@ -273,6 +273,10 @@ def prepare(config: SweepConfig) -> Prepared:
     """Load the specs, check every --set value (alone and in combination) and build one task per point."""
     config.check()
     model = load_model(config.model, field="model")
+    from paraplan.estimate import model_violations
+
+    if broken := model_violations(model):  # no point of the sweep could search it (the uniform search's model rule)
+        raise InputError.from_violations(broken)
     systems = [load_system(s, field="system") for s in config.systems]
     profile = None
     if config.framework is not None:  # every system as the framework uses it (frameworks.framework_system)

@@ -1,0 +1,88 @@
+"""A uniform plan (specs/plan.py) restated as the per-stage plan (specs/stage_plan.py) that costs it, for
+the models the uniform builder does not compose: encoder-decoders (T5, issue 10). ``paraplan estimate``
+and ``paraplan search`` take the uniform flags for them and cost the result with
+estimate_stages.estimate_stage_plan / search.hetero, so there is one cost model for T5, not two.
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from paraplan.specs.errors import InputError, Violation
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec, _degree_violation, batch_rule, pp_rule, sequence_parallel_rule, tp_rules
+from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
+
+# The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
+# its default (unsupported_field_violations compares against PlanSpec's own defaults, so a field added to
+# PlanSpec later is refused until it is carried here).
+CARRIED_FIELDS = frozenset({
+    "gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "seq_length", "sequence_parallel", "recompute",
+    "zero", "dtype", "attention", "schedule", "overlap_dp_grad_reduce",
+})
+STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
+
+
+def costed_by_stages(model: ModelSpec) -> bool:
+    """True for models whose uniform flags `paraplan estimate` / `search` cost stage by stage: encoder-
+    decoders, whose two layer kinds on two sequence lengths the uniform builder (stages.BLOCK_KINDS) lacks."""
+    return model.architecture == "encoder_decoder"
+
+
+def even_layer_split(layers: int, stages: int) -> tuple[int, ...]:
+    """``layers`` over ``stages`` as evenly as possible, the first (layers mod stages) stages one layer more."""
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if i < extra else 0) for i in range(stages))
+
+
+def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
+    """Every PlanSpec field outside CARRIED_FIELDS that is not at its default, and a pipeline schedule
+    the per-stage estimator does not run (StagePlanSpec.schedule)."""
+    out = []
+    for name, info in PlanSpec.model_fields.items():
+        value = getattr(plan, name)
+        if name not in CARRIED_FIELDS and value != info.default:
+            out.append(Violation(f"plan.{name}", value, "encoder-decoder models are costed stage by stage "
+                                 f"(estimate_stages), whose per-stage plan has no such knob; allowed: {info.default!r}"))
+    if plan.pipeline_schedule not in STAGE_SCHEDULES and plan.vpp == 1:
+        out.append(Violation("plan.schedule", plan.pipeline_schedule, "encoder-decoder models are costed stage by "
+                             f"stage (estimate_stages); allowed: {', '.join(STAGE_SCHEDULES)}"))
+    return out
+
+
+def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
+    """The uniform plan's own rules a per-stage plan relies on (specs.plan: degrees, tp, pp, batch,
+    sequence parallelism), then the knobs it cannot carry."""
+    out = unsupported_field_violations(plan)
+    if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
+        out.append(_degree_violation(plan))
+    out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
+    if rule := pp_rule(model, plan.pp):
+        out.append(Violation("plan.pp", plan.pp, rule))
+    if plan.dp and (rule := batch_rule(plan.global_batch, plan.dp, plan.micro_batch)):
+        out.append(Violation("plan.global_batch", plan.global_batch, rule))
+    if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
+        out.append(Violation("plan.seq_length", plan.seq_length, rule))
+    return out
+
+
+def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlanSpec:
+    """The per-stage plan of a uniform plan on pool ``pool``: pp stages of tp·dp GPUs each, the model's
+    transformer layers (encoder, then decoder) split by even_layer_split, the run-wide knobs carried over.
+    Megatron-LM (before Megatron-Core) instead gives each T5 stage encoder or decoder layers only, split at
+    --pipeline-model-parallel-split-rank (pretrain_t5.py, "Pipeline parallelism for T5"), with a second
+    embedding on the split rank (megatron/training.py get_model: pre_process = rank == 0 or rank ==
+    split_rank), which a per-stage plan of contiguous blocks cannot state; for an even pp and equal encoder
+    and decoder depths the even split matches split rank pp/2 up to that embedding.
+    InputError (one line naming field, value and what is allowed) for a plan it cannot carry."""
+    violations = uniform_plan_violations(plan, model)
+    if violations:
+        raise InputError.from_violations(violations)
+    stages = [{"pool": pool, "gpus": plan.tp * plan.dp, "tp": plan.tp, "dp": plan.dp, "layers": layers,
+               "recompute": plan.recompute} for layers in even_layer_split(model.total_layers, plan.pp)]
+    return stage_plan_from_dict({
+        "global_batch": plan.global_batch, "seq_length": plan.seq_length, "micro_batch": plan.micro_batch,
+        "dtype": plan.dtype, "schedule": plan.pipeline_schedule, "attention": plan.attention,
+        "sequence_parallel": plan.sequence_parallel, "zero": plan.zero,
+        "overlap_dp_grad_reduce": plan.overlap_dp_grad_reduce, "stages": stages,
+    })

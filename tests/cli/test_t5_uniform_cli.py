@@ -1,0 +1,104 @@
+"""`paraplan estimate` and `paraplan search` with the uniform options for an encoder-decoder (T5): costed
+stage by stage (specs.uniform_stages → estimate_stages / search.hetero), one-line refusals, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from paraplan.catalog import load_model, load_system
+from paraplan.cli import main
+from paraplan.estimate_stages import estimate_stage_plan
+from paraplan.specs.cluster import uniform_cluster
+from paraplan.specs.stage_plan import stage_plan_from_dict
+
+T5 = ["--model", "t5-3b", "--system", "dgx-a100-80gb"]
+ESTIMATE = ["estimate", *T5, "--gpus", "16", "--tp", "2", "--pp", "2", "--global-batch", "64", "--micro-batch", "4",
+            "--seq-length", "512"]
+SEARCH = ["search", *T5, "--gpus", "16", "--global-batch", "64", "--seq-length", "512"]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``paraplan *argv``."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    code = exit_info.value.code
+    return (0 if code is None else code), out, err
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def test_estimate_prints_the_per_stage_report(capsys):
+    code, out, err = run(capsys, *ESTIMATE)
+    assert code == 0, err
+    assert "t5-3b on 16x dgx-a100-80gb: 2 stages, 16 GPUs, 4 micro-batches" in out
+    assert "costed stage by stage" in out and "layers per stage 24,24" in out
+    assert "Stages" in out and "step time" in out and "fits in memory" in out
+
+
+def test_estimate_json_is_the_hand_built_stage_plan_estimate(capsys):
+    """tp 2 · pp 2 · dp 4: two stages of 8 GPUs, 24 layers each, micro-batch 4."""
+    code, out, err = run(capsys, *ESTIMATE, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    hand = stage_plan_from_dict({"global_batch": 64, "seq_length": 512, "micro_batch": 4,
+                                 "stages": [{"pool": "dgx-a100-80gb", "gpus": 8, "tp": 2, "layers": 24}] * 2})
+    ref = estimate_stage_plan(load_model("t5-3b"), uniform_cluster(load_system("dgx-a100-80gb"), 16), hand)
+    assert data["step_time_s"] == ref.step_time_s and data["fits"] is True
+    assert {k: v for k, v in data.items() if k != "stage_plan"} == json.loads(json.dumps(ref.to_dict()))
+    assert [s["layers"] for s in data["stage_plan"]["stages"]] == [24, 24]
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--cp", "2"], "plan.cp: 2 is not allowed"),
+    (["--vpp", "2"], "plan.vpp: 2 is not allowed"),
+    (["--schedule", "zb-h1"], "plan.schedule: 'zb-h1' is not allowed"),
+    (["--overlap-tp-comm"], "plan.overlap_tp_comm: True is not allowed"),
+    (["--offload-activations"], "plan.offload_activations: True is not allowed"),
+    (["--ops"], "--ops: not allowed for an encoder-decoder model"),
+    (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),
+])
+def test_estimate_refuses_what_the_stage_plan_cannot_carry(capsys, extra, named):
+    code, out, err = run(capsys, *ESTIMATE, *extra)
+    assert code == 2 and out == "" and err.count("\n") == 1 and named in err and "allowed" in err
+
+
+def test_estimate_that_does_not_fit_exits_1(capsys):
+    code, out, _ = run(capsys, "estimate", *T5, "--gpus", "1", "--global-batch", "64", "--micro-batch", "64",
+                       "--seq-length", "512")
+    assert code == 1 and "does NOT fit in memory" in out
+
+
+def test_per_stage_plan_file_that_does_not_fit_exits_1(capsys, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"global_batch": 64, "seq_length": 512, "micro_batch": 64,
+                                    "stages": [{"pool": "dgx-a100-80gb", "gpus": 1, "layers": 48}]}))
+    code, out, _ = run(capsys, "estimate", *T5, "--plan", str(plan))
+    assert code == 1 and "does NOT fit in memory" in out
+
+
+def test_search_runs_the_amp_style_search(capsys):
+    code, out, err = run(capsys, *SEARCH, "--top", "2")
+    assert code == 0, err
+    header = out.splitlines()[0]
+    assert "search amp-dp" in header and "encoder-decoder: AMP-style per-stage search" in header
+    code, out, err = run(capsys, *SEARCH, "--top", "2", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["mode"] == "amp-dp" and len(data["plans"]) == 2 and "encoder-decoder" in data["note"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["search", *T5, "--gpus", "16", "--seq-length", "512"], "--global-batch: missing"),
+    ([*SEARCH, "--tp", "2", "--objective", "cost"], "--objective, --tp: not allowed for an encoder-decoder model"),
+    ([*SEARCH, "--exhaustive"], "--exhaustive: not allowed"),
+])
+def test_search_refuses_what_it_cannot_honour(capsys, argv, named):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and named in err
