@@ -150,7 +150,7 @@ class RowTable:
             expert_of = np.array([experts.index(e) for *_, e in knobs])
             # gradient groups per (placement, expert degrees): the expert group's span follows ep and etp
             group_of = np.array([[
-                intern("group", (tuple(spans[g] for g in reduced), e[:2]), lambda spans=spans, e=e: groups.append(
+                intern("group", (tuple(spans[g] for g in reduced), e[:2]), lambda spans=spans, e=e, tp=tp, cp=cp, dp=dp: groups.append(
                     {g: gradient_group(system, _expert_spans(spans, tp, cp, dp, e, system)[g]) for g in reduced}))
                 for e in experts] for _, spans in placements])
             pairs: dict[tuple, int] = {}  # distinct (tp span, cp span) among the placements
@@ -175,10 +175,11 @@ class RowTable:
                 continue
             p2p_ids, cost_ids, memory_ids = [], [], []
             for mb, gb in batches:
-                def shape(key, modules, e, mb=mb):
+                # makers run after the enumeration (_run_makers): every loop variable they read is bound here
+                def shape(key, modules, e, mb=mb, tp=tp, cp=cp):
                     return layer_shape_of(problem, tp, cp, mb, *key, _expert_shape(problem, e) if shaped else ExpertShape(), modules)
 
-                p2p_ids.append([intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans, mb=mb: transfers.append(
+                p2p_ids.append([intern("p2p", (tp, cp, mb, spans["pp"]), lambda spans=spans, mb=mb, tp=tp, cp=cp: transfers.append(
                     pipeline_transfer_s(model, system, layer_shape_of(problem, tp, cp, mb, False, "1d", 0), spans["pp"])))
                     for _, spans in placements])
                 # block costs per (cost state, span pair), activation memory per memory state: computed once each
