@@ -42,7 +42,7 @@ from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
 from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
-from paraplan.graph.ops import LayerGraph, largest_weight_params
+from paraplan.graph.ops import LayerGraph, largest_weight_params, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
@@ -333,6 +333,7 @@ class BlockCostFacts:
     comm: BlockComm
     params: Num
     largest_weight_params: Num = 0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
+    weight_tensors: Num = 1.0  # its weight tensors (graph.ops.weight_tensor_count)
 
 
 @dataclass(frozen=True)
@@ -355,11 +356,12 @@ class BlockFacts:
     held_bytes: Num
     buffer_bytes: Num
     largest_weight_params: Num = 0.0
+    weight_tensors: Num = 1.0
 
     @classmethod
     def of(cls, cost: BlockCostFacts, memory: BlockMemoryFacts) -> "BlockFacts":
         return cls(cost.compute, cost.comm, cost.params, memory.activation_bytes, memory.held_bytes, memory.buffer_bytes,
-                   cost.largest_weight_params)
+                   cost.largest_weight_params, cost.weight_tensors)
 
 
 @dataclass(frozen=True)
@@ -420,7 +422,9 @@ def block_cost_facts(
         compute = block_compute(graph, system, shape.dtype)
         if shape.tp_layout == "2d":
             comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
-        out[name] = BlockCostFacts(compute, comm, graph.weight_params, largest_weight_params(graph))
+        tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
+                                      model.learned_positions)
+        out[name] = BlockCostFacts(compute, comm, graph.weight_params, largest_weight_params(graph), tensors)
     return out
 
 
@@ -488,7 +492,7 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
                               kind.gradient_group,
                               nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
                               nic_backward_s=block_nic_backward_s(f.comm, code),
-                              largest_weight_params=f.largest_weight_params)
+                              largest_weight_params=f.largest_weight_params, weight_tensors=f.weight_tensors)
     return out
 
 
@@ -528,7 +532,7 @@ _RUNTIME_DEFAULTS = SimpleNamespace(**{name: PlanSpec.model_fields[name].default
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec
     or SearchProblem: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient dtype, TE's fp8 weight
-    copies, ZeRO-3 prefetch depth and cap on resident gathered parameters (None: no cap)."""
+    copies, ZeRO-3 prefetch depth, gather unit and cap on resident gathered parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
     state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
@@ -544,6 +548,8 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         reserved_bytes=acc.reserved_memory,
         zero3_live_params=math.inf if cap is None else float(cap),
         zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
+        zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
+        kernel_overhead_s=acc.efficiency.kernel_overhead_s,
     )
 
 

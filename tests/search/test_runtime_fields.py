@@ -19,6 +19,7 @@ def test_fast_equals_exhaustive_under_profile_knobs():
         tp=(1, 2), cp=(1, 2, 4), micro_batch=(1,), recompute=("none", "full"), zero=(1, 3),
         vary_offload=False, vary_placement=False, vary_overlap=False,
         grad_dtype="bf16", zero3_prefetch_layers=0, zero3_max_live_params=2e8, cp_algorithm="all-to-all",
+        zero3_gather_unit="tensor",
     )
     fast, slow = search(problem, top_k=5), exhaustive_search(problem, top_k=5)
     assert [p.plan for p in fast.plans] == [p.plan for p in slow.plans]

@@ -20,6 +20,7 @@ from paraplan.cli.app import (
     Recompute,
     Schedule,
     WidthOption,
+    Zero3GatherUnit,
     _stdout,
     app,
     explicit_options,
@@ -120,6 +121,7 @@ FRAMEWORK_PLAN_OPTIONS = {
     "fp8_weight_copies": "fp8_weight_copies",
     "zero3_max_live_params": "zero3_max_live_params",
     "zero3_prefetch_layers": "zero3_prefetch_layers",
+    "zero3_gather_unit": "zero3_gather_unit",
     "cp_algorithm": "cp_algorithm",
     "overlap_tp_comm": "overlap_tp_comm",
     "overlap_dp_grad_reduce": "no_overlap_dp",
@@ -192,6 +194,10 @@ def estimate(
         int, typer.Option("--zero3-prefetch-layers", min=0, max=8,
                           help="ZeRO-3/FSDP: layers gathered ahead of use when the gather overlaps (0: none)")
     ] = 1,
+    zero3_gather_unit: Annotated[
+        Zero3GatherUnit, typer.Option("--zero3-gather-unit", help="ZeRO-3: one all-gather per layer, or one per weight "
+                                                                  "tensor (DeepSpeed <= 0.5.4)")
+    ] = Zero3GatherUnit.layer,
     cp_algorithm: Annotated[
         CPAlgorithm, typer.Option("--cp-algorithm", help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)")
     ] = CPAlgorithm.ring,
@@ -288,6 +294,7 @@ def estimate(
         "fp8_weight_copies": fp8_weight_copies,
         "zero3_max_live_params": zero3_max_live_params,
         "zero3_prefetch_layers": zero3_prefetch_layers,
+        "zero3_gather_unit": zero3_gather_unit.value,
         "cp_algorithm": cp_algorithm.value,
         "schedule": schedule.value if schedule is not None else None,
         "attention": attention.value,

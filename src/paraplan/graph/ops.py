@@ -119,6 +119,28 @@ def largest_weight_params(graph: LayerGraph) -> float:
     return largest
 
 
+@lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph
+def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool) -> float:
+    """Weight tensors of one block, what a per-tensor ZeRO-3 gather issues one all-gather each for
+    (DeepSpeed <= 0.5.4, ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them):
+    every weight GEMM's weight (a grouped GEMM: one per local expert) plus its bias when the model has
+    biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none), each
+    norm's scale plus its shift for
+    LayerNorm, and the embedding table plus the learned position table. Core-attention GEMMs hold no weight."""
+    attention = set(RECOMPUTE_MODULE_OPS["core_attn"])
+    count = 0.0
+    for op in graph.ops:
+        if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in attention:
+            weights = float(op.gemm_shape[0]) if op.kind == "grouped_gemm" else 1.0
+            has_bias = qkv_bias if op.name == "qkv_projection" else (bias and op.name != "lm_head")
+            count += weights * (2.0 if has_bias else 1.0)
+        elif op.kind == "memory" and op.name.endswith("norm"):
+            count += 2.0 if layernorm else 1.0
+        elif op.name == "embedding_lookup":
+            count += 2.0 if learned_positions else 1.0
+    return count
+
+
 def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     """The modules (RECOMPUTE_MODULE_OPS, Megatron-LM's --recompute-modules names) a per-op recompute list
     re-runs: a module name stands for itself, an op name for the module holding it (the memory model drops

@@ -182,6 +182,7 @@ class BlockCost:
     nic_forward_s: Num = 0.0  # NIC-busy seconds of its TP/CP collectives per micro-batch, forward window
     nic_backward_s: Num = 0.0  # the same in the backward window (recompute re-runs included)
     largest_weight_params: Num = 0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
+    weight_tensors: Num = 1.0  # its weight tensors: ZeRO-3 all-gather calls when gathered per tensor
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,8 @@ class StepInputs:
     fp8_copy_bytes: Num = 0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
     grad_reduce_bytes: Num = GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
     zero3_live_params: Num = math.inf  # ZeRO-3: most gathered parameters resident at once (DeepSpeed's cap; inf: none)
+    zero3_tensor_gathers: Num = 0.0  # 1: ZeRO-3 gathers each weight tensor apart (DeepSpeed <= 0.5.4), 0: a layer at once
+    kernel_overhead_s: Num = 0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
 
 
 def _sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
@@ -338,6 +341,9 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     gather_window = forward_window * inp.knobs.overlap_param_gather
     calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / np.maximum(calls, 1.0)
+    # gathered per weight tensor (DeepSpeed <= 0.5.4): each block's gather is that many calls, the same bytes
+    tensors_per_block = _sum_blocks(stage, lambda b: b.weight_tensors) * per_call
+    extra_gathers = inp.zero3_tensor_gathers * (tensors_per_block - 1.0)
     branches = zero_branches(inp.knobs.zero)
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
@@ -360,6 +366,14 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
+            if kind == "layer_gather":
+                gathers = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_gathers, 0.0)
+                extra = per_tensor_gather_latency_s(form, extra_gathers) + gathers * list_gather_copies_s(
+                    group.size, tensors_per_block, size, inp.kernel_overhead_s, inp.hbm_rate)
+                time[kind] = time[kind] + np.where(gathers > 0, extra, 0.0)
+                price[kind] = price[kind] + np.where(gathers > 0, per_tensor_gather_latency_s(form, extra_gathers, priced=True)
+                                                     + list_gather_copies_s(group.size, tensors_per_block, size,
+                                                                            inp.kernel_overhead_s, inp.hbm_rate), 0.0)
         owned = owned + params / _shard(inp, group, 1)
     exposure = {}
     if 0 in branches:
@@ -387,6 +401,25 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
     offload = np.where(inp.knobs.offload_optimizer, owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth, 0.0)
     return exposed, optimizer, offload
+
+
+def per_tensor_gather_latency_s(form, extra_calls: Num, priced: bool = False) -> Num:
+    """Latency of the extra calls when a block's ZeRO-3 gather is issued per weight tensor: k·(l_in + l_out)
+    for k extra calls of the same collective (the bytes are unchanged: S·slope summed over the tensors is the
+    block's S·slope; DeepSpeed <= 0.5.4 ``_allgather_param``, one all_gather per parameter, microsoft/DeepSpeed
+    PR #1188). ``priced``: each tier's latency times its overlap cost (LinearCollective.hidden_price_s)."""
+    if priced:
+        return extra_calls * (form.cost_in * form.latency_in + form.cost_out * form.latency_out)
+    return extra_calls * (form.latency_in + form.latency_out)
+
+
+def list_gather_copies_s(ranks: Num, calls: Num, size_bytes: Num, kernel_overhead_s: Num, hbm_rate: Num) -> Num:
+    """Copy-back of ``calls`` all-gathers into lists of per-rank outputs, S bytes gathered in all:
+    calls·n·t_kernel + 2·S/HBM rate. torch.distributed.all_gather with a list of n output tensors
+    (DeepSpeed <= 0.5.4 ``_allgather_param`` passes n partition views) gathers into a flat buffer and
+    then copies it into each output, one copy kernel per rank (PyTorch ProcessGroupNCCL::allgather);
+    the device synchronize before each gather leaves nothing to hide them behind."""
+    return calls * ranks * kernel_overhead_s + 2.0 * size_bytes / hbm_rate
 
 
 def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:

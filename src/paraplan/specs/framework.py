@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paraplan.specs.plan import CPAlgorithm, GradDtype
+from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit
 from paraplan.specs.system import Bytes
 
 
@@ -45,6 +45,9 @@ class FrameworkSpec(BaseModel):
     zero3_max_live_params: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="ZeRO-3: most gathered parameters resident per GPU at once (DeepSpeed "
         "stage3_max_live_parameters); None: whole gathered units (FSDP wraps a layer and prefetches the next)"
+    )
+    zero3_gather_unit: Zero3GatherUnit = Field(
+        "layer", description="ZeRO-3 all-gather per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.4)"
     )
     cp_algorithm: CPAlgorithm = Field(
         "ring", description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)"

@@ -25,6 +25,7 @@ PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 Attention = Literal["flash", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 CPAlgorithm = Literal["ring", "all-to-all"]
+Zero3GatherUnit = Literal["layer", "tensor"]
 
 
 class PlanSpec(MoEPlanFields, TPLayoutFields):
@@ -67,6 +68,10 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     zero3_prefetch_layers: int = Field(
         1, ge=0, le=8, description="ZeRO-3/FSDP: layers whose weights are gathered ahead of use when the parameter "
         "gather overlaps (0: each gather waits for its layer; FSDP2 and DeepSpeed prefetch one)"
+    )
+    zero3_gather_unit: Zero3GatherUnit = Field(
+        "layer", description="ZeRO-3: one all-gather per layer (FSDP units, DeepSpeed >= 0.5.5) or one per weight "
+        "tensor (DeepSpeed <= 0.5.4: per-parameter all_gather calls, coalesced by microsoft/DeepSpeed PR #1188)"
     )
     cp_algorithm: CPAlgorithm = Field(
         "ring", description="context parallelism: ring exchange of K/V beside the attention (ring attention, "
@@ -171,7 +176,8 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
 # in this order the columns of search --csv and sweep.csv.
 # plan fields an implementation sets for the whole run (a framework profile's defaults, frameworks.PLAN_DEFAULTS):
 # the search holds them at its problem's values (search.space.SearchProblem), the search table reads the same
-RUNTIME_FIELDS = ("grad_dtype", "fp8_weight_copies", "zero3_max_live_params", "zero3_prefetch_layers", "cp_algorithm")
+RUNTIME_FIELDS = ("grad_dtype", "fp8_weight_copies", "zero3_max_live_params", "zero3_prefetch_layers", "zero3_gather_unit",
+                  "cp_algorithm")
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
