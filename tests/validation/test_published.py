@@ -64,7 +64,7 @@ def test_scope_is_explicit_in_the_bundled_files():
     for case in cases:
         expected = SCOPE_TRANSFORMER if "Figure 1" in case.source else SCOPE_STAGE
         assert case.scope == expected, case.name
-    assert all(c.framework in ("megatron-lm-2021", "megatron-core", "deepspeed") for c in cases)
+    assert all(c.framework in ("megatron-lm-2021", "megatron-core", "deepspeed", "deepspeed-2021") for c in cases)
 
 
 def test_calibration_and_held_out_reported_apart(report):

@@ -385,3 +385,22 @@ def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:
     if span.size <= 1:
         return 0.0
     return system.network.latency if span.domains > 1 else system.node.nvlink_latency
+
+
+def per_tensor_gather_latency_s(form: LinearCollective, extra_calls: Any, priced: bool = False) -> Any:
+    """Latency of the extra calls when a block's ZeRO-3 gather is issued per weight tensor: k·(l_in + l_out)
+    for k extra calls of the same collective (the bytes are unchanged: S·slope summed over the tensors is the
+    block's S·slope; DeepSpeed <= 0.5.4 ``_allgather_param``, one all_gather per parameter, microsoft/DeepSpeed
+    PR #1188). ``priced``: each tier's latency times its overlap cost (LinearCollective.hidden_price_s)."""
+    if priced:
+        return extra_calls * (form.cost_in * form.latency_in + form.cost_out * form.latency_out)
+    return extra_calls * (form.latency_in + form.latency_out)
+
+
+def list_gather_copies_s(ranks: Any, calls: Any, size_bytes: Any, kernel_overhead_s: Any, hbm_rate: Any) -> Any:
+    """Copy-back of ``calls`` all-gathers into lists of per-rank outputs, S bytes gathered in all:
+    calls·n·t_kernel + 2·S/HBM rate. torch.distributed.all_gather with a list of n output tensors
+    (DeepSpeed <= 0.5.4 ``_allgather_param`` passes n partition views) gathers into a flat buffer and
+    then copies it into each output, one copy kernel per rank (PyTorch ProcessGroupNCCL::allgather);
+    the device synchronize before each gather leaves nothing to hide them behind."""
+    return calls * ranks * kernel_overhead_s + 2.0 * size_bytes / hbm_rate

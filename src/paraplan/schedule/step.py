@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import LinearCollective, priced_exposure_s
+from paraplan.cost.comm import LinearCollective, list_gather_copies_s, per_tensor_gather_latency_s, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
     bucketed_reduce_exposed_s,
@@ -401,25 +401,6 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
     offload = np.where(inp.knobs.offload_optimizer, owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth, 0.0)
     return exposed, optimizer, offload
-
-
-def per_tensor_gather_latency_s(form, extra_calls: Num, priced: bool = False) -> Num:
-    """Latency of the extra calls when a block's ZeRO-3 gather is issued per weight tensor: k·(l_in + l_out)
-    for k extra calls of the same collective (the bytes are unchanged: S·slope summed over the tensors is the
-    block's S·slope; DeepSpeed <= 0.5.4 ``_allgather_param``, one all_gather per parameter, microsoft/DeepSpeed
-    PR #1188). ``priced``: each tier's latency times its overlap cost (LinearCollective.hidden_price_s)."""
-    if priced:
-        return extra_calls * (form.cost_in * form.latency_in + form.cost_out * form.latency_out)
-    return extra_calls * (form.latency_in + form.latency_out)
-
-
-def list_gather_copies_s(ranks: Num, calls: Num, size_bytes: Num, kernel_overhead_s: Num, hbm_rate: Num) -> Num:
-    """Copy-back of ``calls`` all-gathers into lists of per-rank outputs, S bytes gathered in all:
-    calls·n·t_kernel + 2·S/HBM rate. torch.distributed.all_gather with a list of n output tensors
-    (DeepSpeed <= 0.5.4 ``_allgather_param`` passes n partition views) gathers into a flat buffer and
-    then copies it into each output, one copy kernel per rank (PyTorch ProcessGroupNCCL::allgather);
-    the device synchronize before each gather leaves nothing to hide them behind."""
-    return calls * ranks * kernel_overhead_s + 2.0 * size_bytes / hbm_rate
 
 
 def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
