@@ -54,3 +54,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is None and _module_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(f"module-fixture:{relative}"))
+
+
+@pytest.fixture()
+def cli(capsys, monkeypatch):
+    """``cli(*argv)`` runs ``paraplan *argv`` in-process on a 200-column console (wide enough that rich keeps
+    every table cell on one line) and returns (exit code, stdout, stderr)."""
+    from paraplan.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(list(argv))
+        out, err = capsys.readouterr()
+        code = exit_info.value.code
+        return (0 if code is None else code), out, err
+
+    return run

@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from paraplan.catalog import load_model, load_system
-from paraplan.cli import main
 from paraplan.estimate_stages import estimate_stage_plan
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.stage_plan import stage_plan_from_dict
@@ -20,31 +19,17 @@ ESTIMATE = ["estimate", *T5, "--gpus", "16", "--tp", "2", "--pp", "2", "--global
 SEARCH = ["search", *T5, "--gpus", "16", "--global-batch", "64", "--seq-length", "512"]
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``paraplan *argv``."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    code = exit_info.value.code
-    return (0 if code is None else code), out, err
-
-
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-def test_estimate_prints_the_per_stage_report(capsys):
-    code, out, err = run(capsys, *ESTIMATE)
+def test_estimate_prints_the_per_stage_report(cli):
+    code, out, err = cli(*ESTIMATE)
     assert code == 0, err
     assert "t5-3b on 16x dgx-a100-80gb: 2 stages, 16 GPUs, 4 micro-batches" in out
     assert "costed stage by stage" in out and "layers per stage 24,24" in out
     assert "Stages" in out and "step time" in out and "fits in memory" in out
 
 
-def test_estimate_json_is_the_hand_built_stage_plan_estimate(capsys):
+def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
     """tp 2 · pp 2 · dp 4: two stages of 8 GPUs, 24 layers each, micro-batch 4."""
-    code, out, err = run(capsys, *ESTIMATE, "--json")
+    code, out, err = cli(*ESTIMATE, "--json")
     assert code == 0, err
     data = json.loads(out)
     hand = stage_plan_from_dict({"global_batch": 64, "seq_length": 512, "micro_batch": 4,
@@ -64,31 +49,31 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(capsys):
     (["--ops"], "--ops: not allowed for an encoder-decoder model"),
     (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),
 ])
-def test_estimate_refuses_what_the_stage_plan_cannot_carry(capsys, extra, named):
-    code, out, err = run(capsys, *ESTIMATE, *extra)
+def test_estimate_refuses_what_the_stage_plan_cannot_carry(cli, extra, named):
+    code, out, err = cli(*ESTIMATE, *extra)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err and "allowed" in err
 
 
-def test_estimate_that_does_not_fit_exits_1(capsys):
-    code, out, _ = run(capsys, "estimate", *T5, "--gpus", "1", "--global-batch", "64", "--micro-batch", "64",
+def test_estimate_that_does_not_fit_exits_1(cli):
+    code, out, _ = cli("estimate", *T5, "--gpus", "1", "--global-batch", "64", "--micro-batch", "64",
                        "--seq-length", "512")
     assert code == 1 and "does NOT fit in memory" in out
 
 
-def test_per_stage_plan_file_that_does_not_fit_exits_1(capsys, tmp_path):
+def test_per_stage_plan_file_that_does_not_fit_exits_1(cli, tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"global_batch": 64, "seq_length": 512, "micro_batch": 64,
                                     "stages": [{"pool": "dgx-a100-80gb", "gpus": 1, "layers": 48}]}))
-    code, out, _ = run(capsys, "estimate", *T5, "--plan", str(plan))
+    code, out, _ = cli("estimate", *T5, "--plan", str(plan))
     assert code == 1 and "does NOT fit in memory" in out
 
 
-def test_search_runs_the_amp_style_search(capsys):
-    code, out, err = run(capsys, *SEARCH, "--top", "2")
+def test_search_runs_the_amp_style_search(cli):
+    code, out, err = cli(*SEARCH, "--top", "2")
     assert code == 0, err
     header = out.splitlines()[0]
     assert "search amp-dp" in header and "encoder-decoder: AMP-style per-stage search" in header
-    code, out, err = run(capsys, *SEARCH, "--top", "2", "--json")
+    code, out, err = cli(*SEARCH, "--top", "2", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["mode"] == "amp-dp" and len(data["plans"]) == 2 and "encoder-decoder" in data["note"]
@@ -99,6 +84,6 @@ def test_search_runs_the_amp_style_search(capsys):
     ([*SEARCH, "--tp", "2", "--objective", "cost"], "--objective, --tp: not allowed for an encoder-decoder model"),
     ([*SEARCH, "--exhaustive"], "--exhaustive: not allowed"),
 ])
-def test_search_refuses_what_it_cannot_honour(capsys, argv, named):
-    code, out, err = run(capsys, *argv)
+def test_search_refuses_what_it_cannot_honour(cli, argv, named):
+    code, out, err = cli(*argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err
