@@ -81,9 +81,28 @@ def test_search_runs_the_amp_style_search(cli):
 
 @pytest.mark.parametrize("argv, named", [
     (["search", *T5, "--gpus", "16", "--seq-length", "512"], "--global-batch: missing"),
-    ([*SEARCH, "--tp", "2", "--objective", "cost"], "--objective, --tp: not allowed for an encoder-decoder model"),
+    ([*SEARCH, "--cp", "2", "--objective", "cost"], "--objective, --cp: not allowed for an encoder-decoder model"),
     ([*SEARCH, "--exhaustive"], "--exhaustive: not allowed"),
 ])
 def test_search_refuses_what_it_cannot_honour(cli, argv, named):
     code, out, err = cli(*argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err
+
+
+def test_search_takes_axis_restrictions(cli):
+    """--tp / --pp / --micro-batch / --recompute restrict the AMP-style search: every plan it returns obeys them."""
+    code, out, err = cli(*SEARCH, "--tp", "2", "--pp", "2,4", "--micro-batch", "2", "--recompute", "none,selective",
+                         "--top", "5", "--json")
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans
+    for item in plans:
+        stages = item["plan"]["stages"]
+        assert len(stages) in (2, 4) and all(s["tp"] == 2 for s in stages)
+        assert {s.get("recompute", "none") for s in stages} <= {"none", "selective"}
+        assert item["label"].split(" mb")[1].startswith("2 ")
+
+
+def test_search_restrictions_that_leave_nothing_say_so(cli):
+    code, out, _ = cli(*SEARCH, "--tp", "3")
+    assert code == 1 and "no candidate" in out

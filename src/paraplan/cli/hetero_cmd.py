@@ -109,14 +109,16 @@ def print_stage_estimate(est: StagePlanEstimate, model_name: str, cluster_name: 
 def search_hetero(
     model: str, cluster: str | None, system: str | None, gpus: int | None, non_uniform: bool, seq_length: int,
     global_batch: int, dtype: str, attention: str, top: int, as_json: bool, time_budget_s: float = 5.0,
-    width: int | None = None, note: str = "",
+    width: int | None = None, note: str = "", restrictions: dict | None = None,
 ) -> HeteroResult:
-    """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header line."""
+    """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
+    line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute)."""
     from paraplan.search.hetero import HeteroProblem, search_cluster, search_non_uniform
 
     model_spec = load_model(model, field="model")
     cluster_spec = resolve_cluster(cluster, system, gpus)
-    problem = HeteroProblem(model_spec, cluster_spec, global_batch, seq_length, dtype, attention)
+    given = {k: v for k, v in (restrictions or {}).items() if v is not None}
+    problem = HeteroProblem(model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given)
     result = search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s) if non_uniform else search_cluster(problem, top_k=top)
     if as_json:
         print(json.dumps(result.to_dict() | ({"note": note} if note else {}), indent=2))
@@ -135,5 +137,7 @@ def search_hetero(
                 traj.add_row(str(s.iteration), s.move, f"{s.step_time_s:.4f}", "yes" if s.fits else "no")
         console.print(traj)
     console.print(f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
-                  + ("" if result.plans else "; no plan fits"))
+                  + ("" if result.plans else "; no plan fits" if result.evaluated else
+                     "; no candidate: the axis restrictions leave none (tp: powers of two within a node that "
+                     "divide the heads; pp: divisors of the GPUs / tp)"))
     return result

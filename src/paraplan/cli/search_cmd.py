@@ -47,6 +47,8 @@ from paraplan.specs.tp_layout import TP_LAYOUTS
 # the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name; any other is refused
 HETERO_SEARCH_OPTIONS = frozenset({"model", "system", "gpus", "cluster", "non_uniform", "time_budget", "global_batch",
                                    "seq_length", "dtype", "attention", "top", "as_json", "width"})
+# the axis restrictions the AMP-style search (--cluster, encoder-decoder models) honours -> HeteroProblem fields
+AMP_SEARCH_AXES = {"tp": "tps", "pp": "pps", "micro_batch": "micro_batches", "recompute": "recompute"}
 
 
 @app.command()
@@ -126,13 +128,15 @@ def search(
 
         where = ("for an encoder-decoder model (AMP-style per-stage search)" if staged_model
                  else "with --cluster / --non-uniform (per-stage search)")
-        refuse_options(ctx, HETERO_SEARCH_OPTIONS, where)
+        refuse_options(ctx, HETERO_SEARCH_OPTIONS | (set() if non_uniform else set(AMP_SEARCH_AXES)), where)
+        axes = search_restrictions(tp, pp, None, micro_batch, recompute, None, None)
         if global_batch is None:
             raise InputError("--global-batch: missing; the per-stage searches (--cluster, --non-uniform, "
                              "encoder-decoder models) search a fixed global batch")
         note = "encoder-decoder: AMP-style per-stage search on one GPU type (docs/heterogeneous.md)" if staged_model else ""
         result = search_hetero(model, str(cluster) if cluster else None, system, gpus, non_uniform, seq_length, global_batch,
-                               dtype.value, attention.value, top, as_json, time_budget, width, note)
+                               dtype.value, attention.value, top, as_json, time_budget, width, note,
+                               {AMP_SEARCH_AXES[k]: axes[k] for k in AMP_SEARCH_AXES})
         if not result.plans:
             raise typer.Exit(EXIT_DOES_NOT_FIT)
         return

@@ -53,6 +53,8 @@ class HeteroProblem:
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = None  # per-GPU micro-batch sizes to try; default powers of two
     engine: str = "megatron"
+    tps: tuple[int, ...] | None = None  # tensor-parallel degrees to try (AMP-style search); default powers of two in a node
+    pps: tuple[int, ...] | None = None  # pipeline depths to try (AMP-style search); default every divisor
 
     @property
     def common(self) -> Common:
@@ -219,10 +221,10 @@ def _degrees(problem: HeteroProblem):
     node_min = min(p.gpus_per_node for p in cluster.pools)
     n_blocks = len(model_blocks(problem.model))
     for tp in _powers_of_two(node_min):
-        if problem.model.heads % tp or problem.model.ffn_hidden % tp or gpus % tp:
+        if problem.model.heads % tp or problem.model.ffn_hidden % tp or gpus % tp or (problem.tps and tp not in problem.tps):
             continue
         for pp in range(1, min(gpus // tp, n_blocks) + 1):
-            if (gpus // tp) % pp:
+            if (gpus // tp) % pp or (problem.pps and pp not in problem.pps):
                 continue
             dp = gpus // tp // pp
             if problem.global_batch % dp:
