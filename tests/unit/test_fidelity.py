@@ -177,12 +177,12 @@ def test_leave_one_group_out_refits_without_the_group():
 
     cases = [c for c in load_cases() if c.name.startswith("korthikanti2022-tab5-megatron-22b")]
     cases = [replace(cases[0], group="a"), replace(cases[1], group="b")]
-    gemm = [c for c in FITTED_CONSTANTS if c.name == "a100.gemm"]
+    gemm = [c for c in FITTED_CONSTANTS if c.name == "gemm.bf16"]  # value: the A100 cap (catalog.gemm_benchmarks)
     report = cross_validate(cases, constants=gemm)
     assert set(report["groups"]) == {"a", "b"}
     for group in report["groups"].values():
-        value = group["refitted"]["a100.gemm"]
-        assert 0.6 <= value <= 0.95 and group["training_cases"] == 1
+        value = group["refitted"]["gemm.bf16"]
+        assert 0.55 <= value <= 0.89 and group["training_cases"] == 1
     # one case constrains the cap exactly: refitting on "b" alone reproduces "b" (in-sample error ~0)
     assert report["cv_step_time_mape_pct"] >= 0 and len(report["cases"]) == 2
 

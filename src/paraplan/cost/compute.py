@@ -6,7 +6,9 @@ waste part of the machine (tile and wave quantization, NVIDIA "Matrix Multiplica
 User's Guide", §"Tile quantization" and §"Wave quantization"); short reductions (small k) cannot
 amortise each tile's load/store prologue. Memory-bound kernels run at a fraction of HBM bandwidth.
 Every kernel pays a fixed launch/tail overhead. The achievable fractions (``cap``) live in the
-system catalog with their sources and calibration notes (docs/model.md, "Efficiency").
+system catalog with their sources and calibration notes (docs/model.md, "Efficiency"); the bf16 caps are
+a published GEMM benchmark's kernel cap (``gemm_benchmark_cap``, catalog.gemm_benchmarks) times a fitted
+in-step share.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ def gemm_depth_efficiency(k: int) -> float:
 def gemm_efficiency(batch: int, m: int, n: int, k: int, acc: AcceleratorSpec, dtype: str) -> float:
     """Fraction of peak matrix FLOP/s in the GEMM's main loop: cap · wave/tile · depth factors."""
     return acc.gemm_efficiency_cap(dtype) * gemm_wave_efficiency(batch, m, n, acc.sm_count) * gemm_depth_efficiency(k)
+
+
+def gemm_benchmark_cap(tflops: float, shape: tuple[int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
+    """Kernel cap at which gemm_time_s without the step-level ramp reproduces a measured GEMM rate R at its shape:
+    F / (peak · wave · depth · (F/R − t_kernel)), F = 2·m·n·k (catalog.gemm_benchmarks: one kernel timed alone)."""
+    m, n, k = shape
+    flops = 2.0 * m * n * k
+    main_loop_s = flops / (tflops * 1e12) - acc.efficiency.kernel_overhead_s
+    return flops / (acc.peak_matrix_flops(dtype) * gemm_wave_efficiency(1, m, n, acc.sm_count) * gemm_depth_efficiency(k) * main_loop_s)
 
 
 def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:

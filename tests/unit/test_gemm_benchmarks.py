@@ -1,0 +1,69 @@
+"""The bf16 GEMM caps against the published GEMM benchmark they come from (catalog.gemm_benchmarks).
+
+Each catalog cap is kernel cap x one fitted in-step share. The kernel cap must reproduce the benchmark: on the
+catalog accelerator with the cap divided by the share and no ramp, gemm_time_s at the benchmark's shape takes
+the benchmark's time, F / MAMF, written below as the arithmetic on the source's numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.catalog import load_system
+from paraplan.catalog.gemm_benchmarks import MAMF_BF16, kernel_cap
+from paraplan.cost.compute import gemm_benchmark_cap, gemm_time_s
+from paraplan.specs.system import AcceleratorSpec
+from paraplan.validate.fitted import FITTED_CONSTANTS
+
+SHARE_CONSTANT = next(c for c in FITTED_CONSTANTS if c.name == "gemm.bf16")
+# the fitted in-step share: dgx-a100-80gb's catalog cap over its kernel cap (the constant's value is that cap)
+SHARE = SHARE_CONSTANT.catalog_value() / kernel_cap("dgx-a100-80gb")
+
+# (system, m, n, k, expected kernel time in s = 2·m·n·k / (MAMF TFLOPS · 1e12)), MAMF table at ml-engineering 744d01e
+BENCHMARK_TIMES = [
+    ("dgx-a100-80gb", 1024, 10240, 5120, 2 * 1024 * 10240 * 5120 / 271.2e12),  # A100 SXM 271.2: 395.9 us
+    ("dgx-a100-40gb", 1024, 10240, 5120, 2 * 1024 * 10240 * 5120 / 271.2e12),  # same A100 SXM row
+    ("dgx-h100-80gb", 2048, 2048, 13312, 2 * 2048 * 2048 * 13312 / 794.5e12),  # H100 SXM 794.5: 140.6 us
+    ("dgx-h200", 2048, 2048, 13312, 2 * 2048 * 2048 * 13312 / 794.5e12),  # "H200 is the same"
+    ("dgx-h800", 2048, 2048, 13312, 2 * 2048 * 2048 * 13312 / 794.5e12),  # H100 SXM compute datasheet
+    ("dgx-b200", 1792, 16128, 3072, 2 * 1792 * 16128 * 3072 / 1745.0e12),  # B200 SXM 1745.0: 101.8 us
+    ("gb200-nvl72", 4096, 9728, 2048, 2 * 4096 * 9728 * 2048 / 1822.0e12),  # GB200 1822.0: 89.6 us
+    ("dgx-b300", 12288, 18432, 1024, 2 * 12288 * 18432 * 1024 / 1769.0e12),  # B300 SXM 1769.0: 262.2 us
+    ("mi300x-8", 10240, 15360, 8192, 2 * 10240 * 15360 * 8192 / 668.4e12),  # MI300X 668.4: 3855 us
+]
+
+
+def _kernel_accelerator(acc: AcceleratorSpec) -> AcceleratorSpec:
+    """The catalog accelerator with its cap divided by the in-step share and no ramp (the benchmark's kernel)."""
+    eff = acc.efficiency.model_copy(update={"gemm": acc.efficiency.gemm / SHARE, "gemm_ramp_s": 0.0})
+    return acc.model_copy(update={"efficiency": eff})
+
+
+def test_every_benchmarked_system_is_listed():
+    assert {s for s, *_ in BENCHMARK_TIMES} == set(MAMF_BF16)
+    assert set(MAMF_BF16) <= set(SHARE_CONSTANT.systems)
+    assert 0.6 < SHARE < 1.0  # a share of the isolated kernel's rate, not a free cap
+
+
+@pytest.mark.parametrize(("system", "m", "n", "k", "expected_s"), BENCHMARK_TIMES)
+def test_catalog_cap_reproduces_the_mamf_benchmark(system, m, n, k, expected_s):
+    acc = _kernel_accelerator(load_system(system).accelerator)
+    # caps are written to 3 decimals: 0.1 % on a cap of 0.45 (MI300X) is the largest rounding
+    assert gemm_time_s(2.0 * m * n * k, (1, m, n, k), acc, "bf16") == pytest.approx(expected_s, rel=2e-3)
+
+
+def test_caps_share_one_in_step_share():
+    for system in SHARE_CONSTANT.systems:
+        ref = system if system in MAMF_BF16 else "dgx-h100-80gb"  # H100 PCIe / NVL: the H100 SXM kernel cap
+        assert load_system(system).accelerator.efficiency.gemm / kernel_cap(ref) == pytest.approx(SHARE, rel=2e-3)
+
+
+def test_benchmark_cap_by_hand_a100():
+    # A100 SXM MAMF 271.2 TFLOPS at 1024x10240x5120: F = 2·1024·10240·5120 = 107,374,182,400
+    # wave: 128x256 tiles -> 8·40 = 320 tiles in 3 waves of 108 SMs -> 320/324; depth 5120/(5120+32)
+    # cap = F / (312e12 · 320/324 · 5120/5152 · (F/271.2e12 - 4e-6)) = 0.8946
+    acc = load_system("dgx-a100-80gb").accelerator
+    f = 2 * 1024 * 10240 * 5120
+    expected = f / (312e12 * (320 / 324) * (5120 / 5152) * (f / 271.2e12 - 4e-6))
+    assert gemm_benchmark_cap(271.2, (1024, 10240, 5120), acc, "bf16") == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(0.8946, abs=1e-4)
