@@ -22,11 +22,11 @@ see docs/model.md §6.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-MAMF_SOURCE = (
-    "S. Bekman, ML Engineering Open Book, compute/accelerator/README.md 'Maximum Achievable Matmul FLOPS comparison "
-    "table' (github.com/stas00/ml-engineering @ 744d01e18b79512572f64a6bbd8b5f4a725203a7)"
-)
+import yaml
+
+_DATA = Path(__file__).with_name("benchmarks") / "gemm.yaml"  # the rows, as data (source and commit in the file)
 
 
 @dataclass(frozen=True)
@@ -41,36 +41,14 @@ class GemmBenchmark:
     note: str = ""
 
 
-_A100 = GemmBenchmark("NVIDIA A100 SXM", "bf16", 271.2, (1024, 10240, 5120), "torch 2.6.0+cu126")
-_H100 = GemmBenchmark("NVIDIA H100 SXM", "bf16", 794.5, (2048, 2048, 13312), "torch 2.7.0+cu126",
-                      "the source: 'H200 is the same'; H800 SXM has the H100 SXM compute datasheet")
-_B200 = GemmBenchmark("NVIDIA B200 SXM", "bf16", 1745.0, (1792, 16128, 3072), "torch 2.7.1+cu128")
-_GB200 = GemmBenchmark("NVIDIA GB200 SXM", "bf16", 1822.0, (4096, 9728, 2048), "torch 2.10.0.dev20250916+cu130")
-_B300 = GemmBenchmark("NVIDIA B300 SXM", "bf16", 1769.0, (12288, 18432, 1024), "torch 2.9.1+cu130")
-_MI300X = GemmBenchmark("AMD MI300X", "bf16", 668.4, (10240, 15360, 8192), "torch 2.5.1+rocm 6.3.42131",
-                        "PYTORCH_TUNABLEOP_ENABLED=1")
+def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
+    """(source, system -> bf16 row, system -> fp8 row) from catalog/benchmarks/gemm.yaml."""
+    data = yaml.safe_load(_DATA.read_text())
+    rows = {k: GemmBenchmark(**{**v, "shape": tuple(v["shape"])}) for k, v in data["rows"].items()}
+    return data["source"], {s: rows[r] for s, r in data["bf16"].items()}, {s: rows[r] for s, r in data["fp8"].items()}
 
-# catalog system -> its bf16 row (the systems whose ``gemm`` is kernel cap x in-step share)
-MAMF_BF16: dict[str, GemmBenchmark] = {
-    "dgx-a100-80gb": _A100,
-    "dgx-a100-40gb": _A100,
-    "dgx-h100-80gb": _H100,
-    "dgx-h200": _H100,
-    "dgx-h800": _H100,
-    "dgx-b200": _B200,
-    "gb200-nvl72": _GB200,
-    "dgx-b300": _B300,
-    "mi300x-8": _MI300X,
-}
 
-# fp8 (float8_e4m3fn) rows, for comparison with the fitted fp8 caps; not used by the model
-MAMF_FP8: dict[str, GemmBenchmark] = {
-    "dgx-h100-80gb": GemmBenchmark("NVIDIA H100 SXM", "fp8", 1402.6, (1024, 9216, 14336), "torch 2.7.0+cu126"),
-    "dgx-h200": GemmBenchmark("NVIDIA H200 SXM", "fp8", 1453.4, (1280, 4096, 12032), "torch 2.7.1+cu128"),
-    "dgx-b200": GemmBenchmark("NVIDIA B200 SXM", "fp8", 3432.5, (15360, 4096, 3072), "torch 2.7.1+cu128"),
-    "gb200-nvl72": GemmBenchmark("NVIDIA GB200 SXM", "fp8", 3615.6, (19456, 5120, 1536), "torch 2.10.0.dev20250916+cu130"),
-    "dgx-b300": GemmBenchmark("NVIDIA B300 SXM", "fp8", 3353.3, (3072, 6144, 7168), "torch 2.9.1+cu130"),
-}
+MAMF_SOURCE, MAMF_BF16, MAMF_FP8 = _load()
 
 
 def kernel_cap(system_name: str, dtype: str = "bf16") -> float:
