@@ -207,3 +207,60 @@ def test_shared_moe_costings_equal_costings_from_scratch(problem):
                 fresh.activation_bytes, fresh.dispatch_buffer_bytes)
     assert dispatchers >= {"alltoall", "allgather"}
     assert overlaps == {False, True}
+
+
+@pytest.mark.slow
+def test_block_search_equals_exhaustive(reference):
+    """Block by block (search.blocks: a block's row table built only when its admissible bound can
+    still enter the top K) the fast path returns what the exhaustive path and the one-table path return."""
+    p, want = reference
+    for got in (search(p, top_k=10, blocks=True), search(p, top_k=10, blocks=False)):
+        assert got.candidates == want.candidates and got.rows == want.rows
+        assert [r.key for r in got.plans] == [r.key for r in want.plans]
+        assert [r.plan.model_dump() for r in got.plans] == [r.plan.model_dump() for r in want.plans]
+        assert [[q.model_dump() for q in r.equivalents] for r in got.plans] == [
+            [q.model_dump() for q in r.equivalents] for r in want.plans]
+        for a, b in zip(got.plans, want.plans):
+            assert math.isclose(a.objective, b.objective, rel_tol=1e-9)
+    assert search(p, top_k=10, blocks=True).rows_evaluated < want.rows  # whole blocks were skipped
+
+
+@pytest.mark.parametrize("problem", [
+    mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None, micro_batch=None, zero=None),
+    mixtral_problem(schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4), global_batch=64,
+                    micro_batch=(1, 2), vary_offload=True, vary_placement=True),
+], ids=["mixtral-axes", "mixtral-schedules"])
+def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
+    """Every block's rows are the canonical rows [offset, offset + rows) (its own row table lists them
+    in that order), and its bound is at most the objective of every feasible candidate it holds."""
+    import bisect
+
+    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
+    from paraplan.search.space import rows
+
+    parts = blocks(problem)
+    canonical = list(rows(problem))
+    assert parts[-1].offset + parts[-1].rows == len(canonical)
+    for b in parts:
+        table = RowTable(b.problem(problem))
+        assert table.size == b.rows
+        for i in range(table.size):
+            want = canonical[b.offset + i]
+            assert table.row(i) == replace_spans(want)
+    everything = search(problem, top_k=10, collect_all=True).all_feasible
+    offsets = [b.offset for b in parts]
+    lowest = {}
+    for item in everything:
+        i = bisect.bisect_right(offsets, item["row"]) - 1
+        lowest[i] = min(lowest.get(i, math.inf), item["step_time_s"])
+    assert len(lowest) > 1
+    for i, step in lowest.items():
+        b = parts[i]
+        assert block_step_floor(problem, b, layer_floors(problem, b.tp, b.cp, b.micro_batch)) <= step
+
+
+def replace_spans(row):
+    """A space.rows Row as RowTable.row gives it (no spans)."""
+    from dataclasses import replace
+
+    return replace(row, spans={})
