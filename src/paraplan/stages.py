@@ -18,11 +18,9 @@ Steps 3 and 4 are written once for floats and arrays: the estimator and the sear
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -44,10 +42,10 @@ from paraplan.graph.encoder import classifier_block, classifier_weight_params, e
 from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op, largest_weight_params, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.split import SplitGroup
 from paraplan.specs.system import SystemSpec
 
@@ -420,12 +418,9 @@ _NO_EXPERT = ExpertShape()
 def block_cost_facts(
     model: ModelSpec, system: SystemSpec, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan
 ) -> dict[str, BlockCostFacts]:
-    """Per block kind: summed op times, collective times, parameters per GPU.
-
-    The kinds of EXPERT_FREE_KINDS are costed on the shape with the default expert knobs and shared
-    by every expert option (their graphs do not read them), the others on the shape without
-    a2a overlap: block_comm records that switch only as ``ep_overlap``, set back here. The same
-    numbers to the last bit, a fraction of the work (tests/search/test_moe_search.py)."""
+    """Per block kind: summed op times, collective times, parameters per GPU. EXPERT_FREE_KINDS are costed
+    without expert knobs, the others without a2a overlap (block_comm records it only as ``ep_overlap``,
+    set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py)."""
     out = {}
     moe = moe_shaped(model)
     neutral = replace(shape, expert=_NO_EXPERT) if moe and shape.expert != _NO_EXPERT else shape
@@ -458,9 +453,8 @@ def _kind_cost_facts(
 
 
 def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """(block_compute, weight_tensor_count, largest_weight_params) of a block's graph: they read its
-    ops only, which the dispatcher and the a2a-overlap switch do not change (graph.moe builds them
-    from ep, etp, capacity and balance), so they are shared across those two knobs."""
+    """(block_compute, weight_tensor_count, largest_weight_params) of a block: they read its ops only, which
+    neither the dispatcher nor the a2a-overlap switch changes (graph.moe._ops_expert), so they are shared."""
     if moe_shaped(model) and (shape.expert.dispatcher != "alltoall" or shape.expert.a2a_overlap):
         shape = replace(shape, expert=replace(shape.expert, dispatcher="alltoall", a2a_overlap=False))
     return _statics_of(model, system, name, shape)
@@ -569,34 +563,6 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 
 
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
-
-
-# the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
-_RUNTIME_DEFAULTS = SimpleNamespace(**{name: PlanSpec.model_fields[name].default for name in RUNTIME_FIELDS})
-
-
-def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
-    """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec
-    or SearchProblem: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient dtype, TE's fp8 weight
-    copies, ZeRO-3 prefetch depth, gather unit and cap on resident gathered parameters (None: no cap)."""
-    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
-    acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
-    cap = knobs.zero3_max_live_params
-    return dict(
-        fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
-        host_bandwidth=acc.host_bandwidth or 1.0,
-        hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
-        weight_bytes=state.weights,
-        grad_bytes=state.gradients,
-        grad_reduce_bytes=state.gradients,  # reduced in the dtype they are kept in (fp32 main grads: 4 B)
-        optimizer_bytes=state.optimizer,
-        reserved_bytes=acc.reserved_memory,
-        zero3_live_params=math.inf if cap is None else float(cap),
-        zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
-        zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
-        kernel_overhead_s=acc.efficiency.kernel_overhead_s,
-    )
 
 
 def build_step_inputs(
