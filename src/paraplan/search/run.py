@@ -143,7 +143,8 @@ def search(
     ``feasible_sink`` also evaluates the whole space but hands each batch of feasible candidates
     to the callable as columns (``feasible_columns``) instead of keeping them, for large spaces.
     ``progress(done, total, phase)`` reports the two slow phases: "layer costs" (the distinct layer
-    costings of the row table) and "rows" (rows visited in bound order).
+    costings of the row table) and "rows" (rows visited in bound order); block by block "block
+    bounds" and "blocks" (blocks visited in bound order) instead.
     ``blocks`` searches block by block (``_search_blocks``, search.blocks); None: when the space has
     more than BLOCK_ROWS rows (never with ``collect_all`` or ``feasible_sink``).
     The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
@@ -269,6 +270,8 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
     parts = blocks(problem)
     floors: dict[tuple, object] = {}
     bounds = np.empty(len(parts))
+    if progress is not None:
+        progress(0, len(parts), "block bounds")
     for i, b in enumerate(parts):
         key = (b.tp, b.cp, b.micro_batch)
         if key not in floors:
