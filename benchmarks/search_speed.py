@@ -1,8 +1,10 @@
 """Plan-search speed on the issue's three production-sized problems (single process).
 
-Run: python benchmarks/search_speed.py [--markdown]
+Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted]
 Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
 candidates per second (space size / seconds), and the best plan.
+``--unrestricted`` adds DeepSeek-V3 on 2,048 H800s over every axis (22 M rows, searched block by
+block: search.blocks), which takes tens of minutes on the 2-core machine (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ PROBLEMS = [
     # micro-batch 1-2, no offload, default placement); the unrestricted space has ~22 M rows (docs/model.md §7)
     ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (restricted)", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None),
 ]
+# the same DeepSeek-V3 problem over every axis (issue 9's acceptance problem); with --unrestricted
+UNRESTRICTED = ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (unrestricted)", "deepseek-v3", "dgx-h800",
+                2048, 4096, 15360, None)
 # axis restrictions per problem (SearchProblem fields), by model
 RESTRICTIONS = {
     "deepseek-v3": dict(tp=(1, 2, 4, 8), pp=(8, 16), cp=(1,), ep=(8, 16, 32, 64), micro_batch=(1, 2),
@@ -37,15 +42,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
+    parser.add_argument("--unrestricted", action="store_true",
+                        help="add DeepSeek-V3 over every axis (tens of minutes; run once whatever --repeat says)")
     args = parser.parse_args()
     rows = []
-    for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS:
+    for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS + ([UNRESTRICTED] if args.unrestricted else []):
+        restricted = "(unrestricted)" not in label
         problem = SearchProblem(
             model=load_model(model), system=load_system(system), gpus=gpus, seq_length=seq,
-            global_batch=gbs, max_global_batch=max_gbs, **RESTRICTIONS.get(model, {}),
+            global_batch=gbs, max_global_batch=max_gbs, **(RESTRICTIONS.get(model, {}) if restricted else {}),
         )
         best_seconds, result = float("inf"), None
-        for _ in range(args.repeat):
+        for _ in range(args.repeat if restricted else 1):
             for cached in COLD_CACHES:
                 cached.cache_clear()  # every run starts cold
             start = time.perf_counter()

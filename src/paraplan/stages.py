@@ -18,11 +18,9 @@ Steps 3 and 4 are written once for floats and arrays: the estimator and the sear
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -42,12 +40,12 @@ from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
 from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
-from paraplan.graph.ops import LayerGraph, largest_weight_params, weight_tensor_count
+from paraplan.graph.ops import ExpertShape, LayerGraph, Op, largest_weight_params, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.split import SplitGroup
 from paraplan.specs.system import SystemSpec
 
@@ -213,10 +211,9 @@ class BlockCompute:
 @lru_cache(maxsize=16384)
 def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
-    acc = system.accelerator
     s = dict.fromkeys(BlockCompute.__dataclass_fields__, 0.0)
     for op in block.ops:
-        f, b = op_times_s(op, acc, dtype)
+        f, b = _op_times(op, system, dtype)
         s["forward"] += f
         s["backward"] += b
         if op.selective_recompute:
@@ -226,6 +223,13 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
             s["gemm_forward"] += f
             s["gemm_backward"] += b
     return BlockCompute(**s)
+
+
+@lru_cache(maxsize=262144)
+def _op_times(op: Op, system: SystemSpec, dtype: str) -> tuple[float, float]:
+    """cost.compute.op_times_s, once per distinct op: the attention half of an MoE layer, its router
+    and shared experts repeat unchanged across the expert options of a search."""
+    return op_times_s(op, system.accelerator, dtype)
 
 
 @dataclass(frozen=True)
@@ -405,27 +409,63 @@ _TP_GROUPS = {"tp", "tp_row", "tp_col"}  # collective groups priced on the tp sp
 _NO_SPAN = GroupSpan(1, 1, 1)
 
 
+# block kinds whose graph never reads the expert knobs (LayerShape.expert): costed once per expert-free shape
+EXPERT_FREE_KINDS = frozenset({"embedding", "decoder", "dense_layer", "head"})
+_NO_EXPERT = ExpertShape()
+
+
 @lru_cache(maxsize=65536)
 def block_cost_facts(
     model: ModelSpec, system: SystemSpec, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan
 ) -> dict[str, BlockCostFacts]:
-    """Per block kind: summed op times, collective times, parameters per GPU."""
+    """Per block kind: summed op times, collective times, parameters per GPU. EXPERT_FREE_KINDS are costed
+    without expert knobs, the others without a2a overlap (block_comm records it only as ``ep_overlap``,
+    set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py)."""
     out = {}
     moe = moe_shaped(model)
+    neutral = replace(shape, expert=_NO_EXPERT) if moe and shape.expert != _NO_EXPERT else shape
+    base = replace(shape, expert=replace(shape.expert, a2a_overlap=False)) if moe and shape.expert.a2a_overlap else shape
+    overlap = float(shape.expert.a2a_overlap) if moe else 0.0
     for name in model_block_kinds(model):
-        graph = BLOCK_KINDS[name].graph(model, shape)
-        # a span the block's collectives do not use is not part of its cost (more cache hits: the
-        # embedding and LM head have no CP collective, whatever the CP placement)
-        used = {c.group for c in graph.collectives}
-        comm = block_comm(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN, cp_span if "cp" in used else _NO_SPAN,
-                          model if moe else None, shape if moe or shape.tp_layout == "2d" else None)
-        compute = block_compute(graph, system, shape.dtype)
-        if shape.tp_layout == "2d":
-            comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
-        tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
-                                      model.learned_positions)
-        out[name] = BlockCostFacts(compute, comm, graph.weight_params, largest_weight_params(graph), tensors)
+        facts = _kind_cost_facts(model, system, name, neutral if name in EXPERT_FREE_KINDS else base, tp_span, cp_span)
+        if facts.comm.ep_overlap != overlap:
+            facts = replace(facts, comm=replace(facts.comm, ep_overlap=overlap))
+        out[name] = facts
     return out
+
+
+@lru_cache(maxsize=65536)
+def _kind_cost_facts(
+    model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan
+) -> BlockCostFacts:
+    """One block kind's BlockCostFacts (block_cost_facts)."""
+    moe = moe_shaped(model)
+    graph = BLOCK_KINDS[name].graph(model, shape)
+    # a span the block's collectives do not use is not part of its cost (more cache hits: the
+    # embedding and LM head have no CP collective, whatever the CP placement)
+    used = {c.group for c in graph.collectives}
+    comm = block_comm(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN, cp_span if "cp" in used else _NO_SPAN,
+                      model if moe else None, shape if moe or shape.tp_layout == "2d" else None)
+    compute, tensors, largest = _graph_statics(model, system, name, shape)
+    if shape.tp_layout == "2d":
+        comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
+    return BlockCostFacts(compute, comm, graph.weight_params, largest, tensors)
+
+
+def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
+    """(block_compute, weight_tensor_count, largest_weight_params) of a block: they read its ops only, which
+    neither the dispatcher nor the a2a-overlap switch changes (graph.moe._ops_expert), so they are shared."""
+    if moe_shaped(model) and (shape.expert.dispatcher != "alltoall" or shape.expert.a2a_overlap):
+        shape = replace(shape, expert=replace(shape.expert, dispatcher="alltoall", a2a_overlap=False))
+    return _statics_of(model, system, name, shape)
+
+
+@lru_cache(maxsize=65536)
+def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
+    graph = BLOCK_KINDS[name].graph(model, shape)  # the builders are cached: the same graph as the caller's
+    tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
+                                  model.learned_positions)
+    return block_compute(graph, system, shape.dtype), tensors, largest_weight_params(graph)
 
 
 def with_summa_exposure(comm: BlockComm, compute: BlockCompute, block: LayerGraph, system: SystemSpec,
@@ -525,34 +565,6 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
-# the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
-_RUNTIME_DEFAULTS = SimpleNamespace(**{name: PlanSpec.model_fields[name].default for name in RUNTIME_FIELDS})
-
-
-def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
-    """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec
-    or SearchProblem: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient dtype, TE's fp8 weight
-    copies, ZeRO-3 prefetch depth, gather unit and cap on resident gathered parameters (None: no cap)."""
-    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
-    acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
-    cap = knobs.zero3_max_live_params
-    return dict(
-        fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
-        host_bandwidth=acc.host_bandwidth or 1.0,
-        hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
-        weight_bytes=state.weights,
-        grad_bytes=state.gradients,
-        grad_reduce_bytes=state.gradients,  # reduced in the dtype they are kept in (fp32 main grads: 4 B)
-        optimizer_bytes=state.optimizer,
-        reserved_bytes=acc.reserved_memory,
-        zero3_live_params=math.inf if cap is None else float(cap),
-        zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
-        zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
-        kernel_overhead_s=acc.efficiency.kernel_overhead_s,
-    )
-
-
 def build_step_inputs(
     facts: RowFacts, blocks: dict[str, BlockCost], knobs: GridKnobs, groups: tuple[SplitGroup, ...], constants: dict
 ) -> StepInputs:
@@ -581,5 +593,5 @@ def build_step_inputs(
 
 
 # Caches of the builder, cleared by the benchmarks so every run starts cold.
-COLD_CACHES = (block_compute, block_comm, block_cost_facts, block_memory_facts, gradient_group, linear_collective,
-               collective_costs_s)
+COLD_CACHES = (block_compute, block_comm, block_cost_facts, _kind_cost_facts, _statics_of, _op_times, block_memory_facts,
+               gradient_group, linear_collective, collective_costs_s)

@@ -139,3 +139,128 @@ def test_cli_searches_an_moe_model_and_refuses_impossible_expert_axes(capsys):
     code, text = _cli(capsys, "search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "32",
                       "--seq-length", "4096", "--ep", "2")
     assert code == 2 and "ep: [2] is not allowed for llama3-8b" in text
+
+
+def _reference_cost_facts(model, system, shape, tp_span, cp_span):
+    """block_cost_facts without any sharing: every kind's graph built from scratch for exactly this
+    shape (graph.moe.build_moe_model_layer) and costed by the uncached block_compute / block_comm."""
+    from paraplan.graph.moe import build_moe_model_layer, mtp_block
+    from paraplan.graph.ops import LayerGraph, largest_weight_params, weight_tensor_count
+    from paraplan.stages import (BLOCK_KINDS, BlockCostFacts, _NO_SPAN, _TP_GROUPS, block_comm, block_compute,
+                                 model_block_kinds)
+
+    out = {}
+    for name in model_block_kinds(model):
+        if name in ("dense_layer", "moe_layer"):
+            graph = build_moe_model_layer(model, shape, name == "moe_layer")
+        elif name == "experts":
+            graph = LayerGraph("experts", (), (), build_moe_model_layer(model, shape, True).expert_weight_params)
+        elif name == "mtp":
+            graph = mtp_block.__wrapped__(model, shape) if model.mtp_layers else BLOCK_KINDS[name].graph(model, shape)
+        else:
+            graph = BLOCK_KINDS[name].graph(model, shape)
+        used = {c.group for c in graph.collectives}
+        comm = block_comm.__wrapped__(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN,
+                                      cp_span if "cp" in used else _NO_SPAN, model, shape)
+        tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
+                                      model.learned_positions)
+        out[name] = BlockCostFacts(block_compute.__wrapped__(graph, system, shape.dtype), comm, graph.weight_params,
+                                   largest_weight_params(graph), tensors)
+    return out
+
+
+@pytest.mark.parametrize("problem", [
+    mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None),
+    mixtral_problem(dispatchers=None, ep=(2, 8), dtype="fp8", capacity_factor=1.25, moe_balance="forced"),
+    SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=64, seq_length=4096,
+                  global_batch=64, tp=(1, 2), pp=(8,), micro_batch=(1,), ep=(4, 8), vary_placement=False),
+], ids=["mixtral", "mixtral-fp8-capacity", "deepseek-v3"])
+def test_shared_moe_costings_equal_costings_from_scratch(problem):
+    """block_cost_facts shares the expert-independent kinds across expert options, the ops across
+    dispatchers and the graph across the a2a-overlap switch (stages.block_cost_facts, graph.moe.
+    moe_model_layer): every row's costs equal those built from scratch, to the last bit."""
+    from paraplan.graph.moe import build_moe_model_layer, moe_model_layer
+    from paraplan.search.space import rows
+    from paraplan.search.table import _expert_shape, layer_shape_of
+    from paraplan.stages import COLD_CACHES, block_cost_facts, default_recompute_modules
+
+    for cached in COLD_CACHES:
+        cached.cache_clear()
+    model, system = problem.model, problem.system
+    seen, dispatchers, overlaps = set(), set(), set()
+    for row in rows(problem):
+        expert = _expert_shape(problem, (row.ep, row.etp, row.dispatcher, row.a2a_overlap))
+        shape = layer_shape_of(problem, row.tp, row.cp, row.micro_batch, row.sequence_parallel, row.tp_layout,
+                               row.tp_rows or 0, expert, default_recompute_modules(row.recompute))
+        key = (shape, row.spans["tp"], row.spans["cp"])
+        if key in seen:
+            continue
+        seen.add(key)
+        dispatchers.add(row.dispatcher)
+        overlaps.add(row.a2a_overlap)
+        assert block_cost_facts(model, system, shape, *key[1:]) == _reference_cost_facts(model, system, shape, *key[1:])
+        for moe in (False, True):
+            shared, fresh = moe_model_layer(model, shape, moe), build_moe_model_layer(model, shape, moe)
+            assert (shared.ops, shared.collectives, shared.weight_params, shared.expert_weight_params,
+                    shared.activation_bytes, shared.dispatch_buffer_bytes) == (
+                fresh.ops, fresh.collectives, fresh.weight_params, fresh.expert_weight_params,
+                fresh.activation_bytes, fresh.dispatch_buffer_bytes)
+    assert dispatchers >= {"alltoall", "allgather"}
+    assert overlaps == {False, True}
+
+
+@pytest.mark.slow
+def test_block_search_equals_exhaustive(reference):
+    """Block by block (search.blocks: a block's row table built only when its admissible bound can
+    still enter the top K) the fast path returns what the exhaustive path and the one-table path return."""
+    p, want = reference
+    for got in (search(p, top_k=10, blocks=True), search(p, top_k=10, blocks=False)):
+        assert got.candidates == want.candidates and got.rows == want.rows
+        assert [r.key for r in got.plans] == [r.key for r in want.plans]
+        assert [r.plan.model_dump() for r in got.plans] == [r.plan.model_dump() for r in want.plans]
+        assert [[q.model_dump() for q in r.equivalents] for r in got.plans] == [
+            [q.model_dump() for q in r.equivalents] for r in want.plans]
+        for a, b in zip(got.plans, want.plans):
+            assert math.isclose(a.objective, b.objective, rel_tol=1e-9)
+    assert search(p, top_k=10, blocks=True).rows_evaluated < want.rows  # whole blocks were skipped
+
+
+@pytest.mark.parametrize("problem", [
+    mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None, micro_batch=None, zero=None),
+    mixtral_problem(schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4), global_batch=64,
+                    micro_batch=(1, 2), vary_offload=True, vary_placement=True),
+], ids=["mixtral-axes", "mixtral-schedules"])
+def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
+    """Every block's rows are the canonical rows [offset, offset + rows) (its own row table lists them
+    in that order), and its bound is at most the objective of every feasible candidate it holds."""
+    import bisect
+
+    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
+    from paraplan.search.space import rows
+
+    parts = blocks(problem)
+    canonical = list(rows(problem))
+    assert parts[-1].offset + parts[-1].rows == len(canonical)
+    for b in parts:
+        table = RowTable(b.problem(problem))
+        assert table.size == b.rows
+        for i in range(table.size):
+            want = canonical[b.offset + i]
+            assert table.row(i) == replace_spans(want)
+    everything = search(problem, top_k=10, collect_all=True).all_feasible
+    offsets = [b.offset for b in parts]
+    lowest = {}
+    for item in everything:
+        i = bisect.bisect_right(offsets, item["row"]) - 1
+        lowest[i] = min(lowest.get(i, math.inf), item["step_time_s"])
+    assert len(lowest) > 1
+    for i, step in lowest.items():
+        b = parts[i]
+        assert block_step_floor(problem, b, layer_floors(problem, b.tp, b.cp, b.micro_batch)) <= step
+
+
+def replace_spans(row):
+    """A space.rows Row as RowTable.row gives it (no spans)."""
+    from dataclasses import replace
+
+    return replace(row, spans={})

@@ -209,6 +209,10 @@ def search(
                     print(f"note: {total:,} distinct layer costings (milliseconds each) before the search can "
                           "start; restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, "
                           "--dispatcher, --no-offload, --default-placement", file=sys.stderr)
+                if phase == "block bounds" and done == 0:
+                    print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
+                          "and micro-batch; minutes for the largest); restrict axes for a faster search: --tp, --pp, "
+                          "--cp, --ep, --micro-batch, --dispatcher, --no-offload, --default-placement", file=sys.stderr)
                 bar.update(task, completed=done, total=total, description=phase)
 
             if exhaustive:

@@ -254,26 +254,60 @@ def window_share(model: ModelSpec) -> float:
     return 1.0 if n == 0 else (n - 1) / n
 
 
+_NO_EXPERT = ExpertShape()
+
+
+def _ops_expert(expert: ExpertShape, moe: bool) -> ExpertShape:
+    """The expert knobs a layer's ops, parameters and memory read: ep, etp, capacity and balance of an
+    MoE layer (the dispatcher changes only its collectives, the a2a-overlap switch nothing of the
+    graph); none of a dense layer's."""
+    return replace(expert, dispatcher="alltoall", a2a_overlap=False) if moe else _NO_EXPERT
+
+
+def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool) -> list[Collective]:
+    """Collectives of one layer: the attention half's, then the MoE MLP's dispatch/combine and shared
+    experts' TP collectives, or the dense MLP's."""
+    coll = attention_half_collectives(model, shape)
+    if moe:
+        coll += dispatch_collectives(model, shape, shape.expert)
+        if model.shared_experts:
+            coll += mlp_tp_collectives(shape, model.hidden, "shared_expert")
+    else:
+        coll += mlp_tp_collectives(shape, model.hidden, "mlp")
+    return coll
+
+
 @lru_cache(maxsize=4096)
 def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
     """All ops of one layer of an MoE / MLA / windowed model (one micro-batch, one GPU): the attention
     half, then the MoE MLP (``moe``) or the dense MLP of width ffn_hidden. A windowed model's layer
-    block stands for its window pattern (the attention's score share is the pattern mean)."""
+    block stands for its window pattern (the attention's score share is the pattern mean).
+
+    The ops are built once per _ops_expert knobs: another dispatcher takes that graph with its own
+    collectives, the a2a-overlap switch and a dense layer's expert knobs take it as is (the same values)."""
+    base = _ops_expert(shape.expert, moe)
+    if base != shape.expert:
+        graph = moe_model_layer(model, replace(shape, expert=base), moe)
+        if moe and shape.expert.dispatcher != base.dispatcher:
+            graph = replace(graph, collectives=tuple(_layer_collectives(model, shape, moe)))
+        return graph
+    return build_moe_model_layer(model, shape, moe)
+
+
+def build_moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
+    """moe_model_layer's graph built from scratch for exactly this shape (no cache, no sharing)."""
     expert, modules = shape.expert, shape.recompute_modules
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
     ops = attention_half_ops(model, shape, model.sliding_window, window_share(model))
-    coll = attention_half_collectives(model, shape)
+    coll = _layer_collectives(model, shape, moe)
     ops.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
     rows = routed_rows(model, shape, expert) if moe else 0.0
     if moe:
         ops += router_ops(model, shape) + expert_ops(model, shape, expert)
-        coll += dispatch_collectives(model, shape, expert)
         if model.shared_experts:
             ops += dense_mlp_ops(model, shape, shared_width(model), "shared_expert")
-            coll += mlp_tp_collectives(shape, h, "shared_expert")
     else:
         ops += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
-        coll += mlp_tp_collectives(shape, h, "mlp")
     ops.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
     if shape.dtype == "fp8":
         ops.append(fp8_cast_op(model, shape, rows, moe))

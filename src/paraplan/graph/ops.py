@@ -155,4 +155,6 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
 def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
     """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
     names = {name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ())}
-    return tuple(replace(op, selective_recompute=op.name in names) for op in ops)
+    # an op whose flag already has the value is kept as is (equal to its replace; no copy)
+    return tuple(op if op.selective_recompute == (op.name in names) else replace(op, selective_recompute=op.name in names)
+                 for op in ops)

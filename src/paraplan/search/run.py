@@ -135,6 +135,7 @@ def search(
     progress=None,
     workers: int = 1,
     feasible_sink=None,
+    blocks: bool | None = None,
 ) -> SearchResult:
     """Top-K feasible plans by the objective, exact w.r.t. ``exhaustive_search`` (see module doc).
 
@@ -142,7 +143,10 @@ def search(
     ``feasible_sink`` also evaluates the whole space but hands each batch of feasible candidates
     to the callable as columns (``feasible_columns``) instead of keeping them, for large spaces.
     ``progress(done, total, phase)`` reports the two slow phases: "layer costs" (the distinct layer
-    costings of the row table) and "rows" (rows visited in bound order).
+    costings of the row table) and "rows" (rows visited in bound order); block by block "block
+    bounds" and "blocks" (blocks visited in bound order) instead.
+    ``blocks`` searches block by block (``_search_blocks``, search.blocks); None: when the space has
+    more than BLOCK_ROWS rows (never with ``collect_all`` or ``feasible_sink``).
     The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
     problem.check()
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
@@ -151,17 +155,34 @@ def search(
         return robust_search(problem, top_k, search, collect_all=collect_all, progress=progress, workers=workers,
                              feasible_sink=feasible_sink)
     start = time.perf_counter()
+    if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _too_large(problem)):
+        return _search_blocks(problem, top_k, progress, start)
     table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
     options = _GridIndex(problem, table)
-    lengths, space = options.lengths, int(options.lengths.sum())
+    space = int(options.lengths.sum())
 
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     tokens_row = table.columns["global_batch"].astype(float) * problem.seq_length
-    bound_obj = objective_value(problem, table.lower_bounds(options.v_max), tokens_row, flops_per_token * tokens_row, peak_flops)
-    order = np.lexsort((np.arange(table.size), bound_obj))
     scan = _Scan(problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all)
     scan_all = collect_all or feasible_sink is not None
+    rows_done = _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
+    result = _result(problem, scan, top_k, space, table.size, rows_done, start)
+    everything = scan.everything
+    if everything is not None:
+        for item in everything:
+            item["plan"] = plan_of(problem, table.row(item["row"]), options.option(item["row"], item["grid"]))
+        result.all_feasible = everything
+    return result
+
+
+def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) -> int:
+    """Visit the table's rows best bound first (module doc, steps 2-4) with the scan's running
+    threshold; the rows visited."""
+    lengths = options.lengths
+    bound_obj = objective_value(problem, table.lower_bounds(options.v_max), scan.tokens_row,
+                                scan.flops_per_token * scan.tokens_row, scan.peak_flops)
+    order = np.lexsort((np.arange(table.size), bound_obj))
     rows_done = position = 0
     while position < len(order):
         if not scan_all and not ranking.within(bound_obj[order[position]], scan.threshold):
@@ -189,36 +210,92 @@ def search(
         # pipeline bound per (row, schedule option): the candidates that differ only in ZeRO, DP
         # overlap and offload share it; only groups whose bound can still enter the top K are evaluated
         reps = table.inputs(group_row, options.values(group_row, group_start))
-        tokens = tokens_row[group_row]
-        group_bound = objective_value(problem, pipeline_bound_s(reps), tokens, flops_per_token * tokens, peak_flops)
+        tokens = scan.tokens_row[group_row]
+        group_bound = objective_value(problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens,
+                                      scan.peak_flops)
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
             scan.evaluate(options, group_row[batch], group_start[batch], None)
+    return rows_done
 
-    pool = scan.pool
-    evaluated, feasible, nearest, faster, everything = scan.evaluated, scan.feasible, scan.nearest, scan.faster, scan.everything
-    pool = [(obj, r, g, table.row(r), options.option(r, g), st, pk) for obj, r, g, st, pk in _trim(pool, top_k)[0]]
+
+def _result(problem, scan, top_k, space, rows, rows_done, start) -> SearchResult:
+    """The SearchResult of a finished scan: the top K groups, the nearest miss when nothing fits, and
+    the faster plans that did not fit (rows and options as the scan resolved them)."""
+    at = scan.resolve
+    pool = [(obj, r, g, *at(r, g), st, pk) for obj, r, g, st, pk in _trim(scan.pool, top_k)[0]]
     plans = _finish(problem, pool, top_k)
     result = SearchResult(
-        plans=plans, candidates=space, evaluated=evaluated, feasible=feasible,
-        seconds=time.perf_counter() - start, rows=table.size, rows_evaluated=rows_done,
+        plans=plans, candidates=space, evaluated=scan.evaluated, feasible=scan.feasible,
+        seconds=time.perf_counter() - start, rows=rows, rows_evaluated=rows_done,
     )
-    if not plans and nearest is not None:
-        over, r, g, peak = nearest
-        plan = plan_of(problem, table.row(r), options.option(r, g))
+    if not plans and scan.nearest is not None:
+        over, r, g, peak = scan.nearest
+        plan = plan_of(problem, *at(r, g))
         result.nearest_miss = {"plan": plan.model_dump(), "peak_memory_gib": peak / GiB,
                                "capacity_gib": scan.capacity / GiB, "overflow_gib": over / GiB}
     if plans:  # faster than the winner but over the memory capacity: the three smallest overflows
         best = plans[0].objective
-        faster = sorted((f for f in faster if f[0] < best), key=lambda item: (item[3], item[1], item[2]))
+        faster = sorted((f for f in scan.faster if f[0] < best), key=lambda item: (item[3], item[1], item[2]))
         for obj, r, g, peak in faster[:3]:
             if obj < best:
-                plan = plan_of(problem, table.row(r), options.option(r, g))
+                plan = plan_of(problem, *at(r, g))
                 result.faster_infeasible.append({"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB})
-    if everything is not None:
-        for item in everything:
-            item["plan"] = plan_of(problem, table.row(item["row"]), options.option(item["row"], item["grid"]))
-        result.all_feasible = everything
     return result
+
+
+# spaces with more rows than this are searched block by block (search.blocks): one row table of the
+# whole space would not fit in memory (DeepSeek-V3 on 2,048 GPUs: 22 M rows)
+BLOCK_ROWS = 1_000_000
+
+
+def _too_large(problem: SearchProblem) -> bool:
+    total = 0
+    for tp, pp, cp, dp in problem.factorizations:
+        total += (len(problem.placements(tp, pp, cp, dp)) * len(problem.layer_knobs(tp, cp))
+                  * len(problem.expert_options(tp, cp, dp)) * len(problem.micro_batches(dp)))
+        if total > BLOCK_ROWS:
+            return True
+    return False
+
+
+def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -> SearchResult:
+    """``search`` block by block (search.blocks): blocks visited best bound first, each one's row
+    table built only when its bound can still enter the top K, its rows scanned with the running
+    threshold; row numbers are the canonical ones (block offset + row of the block), so ties break
+    as in one table."""
+    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
+
+    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+    flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
+    parts = blocks(problem)
+    floors: dict[tuple, object] = {}
+    bounds = np.empty(len(parts))
+    if progress is not None:
+        progress(0, len(parts), "block bounds")
+    for i, b in enumerate(parts):
+        key = (b.tp, b.cp, b.micro_batch)
+        if key not in floors:
+            floors[key] = layer_floors(problem, *key)
+        tokens = float(b.global_batch * problem.seq_length)
+        bounds[i] = objective_value(problem, block_step_floor(problem, b, floors[key]), tokens,
+                                    flops_per_token * tokens, peak_flops)
+        if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
+            progress(i + 1, len(parts), "block bounds")
+    scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
+    rows_done = 0
+    order = np.lexsort((np.arange(len(parts)), bounds))
+    for done, i in enumerate(order):
+        if not ranking.within(bounds[i], scan.threshold):
+            break
+        b = parts[i]
+        table = RowTable(b.problem(problem))
+        options = _GridIndex(problem, table)
+        scan.use(table, b.offset)
+        rows_done += _scan_rows(problem, table, options, scan, False, None, None)
+        if progress is not None:
+            progress(done + 1, len(parts), "blocks")
+    rows = parts[-1].offset + parts[-1].rows if parts else 0
+    return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, rows_done, start)
 
 
 class _GridIndex:
@@ -300,12 +377,43 @@ class _Scan:
         self.nearest = None  # (overflow_bytes, row, option, peak)
         self.faster: list[tuple] = []
         self.everything: list[dict] | None = [] if collect_all else None
+        self.options: _GridIndex | None = None
+        self.offset = 0  # canonical number of the table's first row (search block by block)
+        self.resolved: dict[tuple[int, int], tuple] | None = None  # (row, option) -> (Row, grid tuple), by block
+
+    def use(self, table: RowTable, offset: int) -> None:
+        """Go on with another block's row table, whose rows are canonical rows offset, offset + 1, ...:
+        the rows and options the pool and the misses name are resolved as they enter them."""
+        self.table, self.offset = table, offset
+        self.tokens_row = table.columns["global_batch"].astype(float) * self.problem.seq_length
+        if self.resolved is None:
+            self.resolved = {}
+        # a miss at or above the threshold cannot beat the winner (<= threshold): the result never shows it
+        self.faster = [f for f in self.faster if f[0] < self.threshold]
+
+    def resolve(self, r: int, g: int) -> tuple:
+        """(Row, grid option) of canonical row r, option g."""
+        if self.resolved is not None:
+            return self.resolved[(r, g)]
+        return self.table.row(r), self.options.option(r, g)
+
+    def _keep(self, items: list[tuple]) -> list[tuple]:
+        """Pool / miss items with table rows made canonical (and resolved, block by block)."""
+        if self.resolved is None:
+            return items
+        out = []
+        for item in items:
+            r, g = item[1], item[2]
+            self.resolved[(r + self.offset, g)] = (self.table.row(r), self.options.option(r, g))
+            out.append((item[0], r + self.offset, *item[2:]))
+        return out
 
     def evaluate(self, options: "_GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink) -> None:
         """Step time and memory of every candidate of the option groups (rows[i], options from
         starts[i]), in ``_expand`` order; the pool and threshold updated."""
         if not len(rows):
             return
+        self.options = options
         index, grid_index = _expand(rows, starts, options.group_size[rows])
         step, peak, host = _evaluate_groups(self.table, options, rows, starts)
         tokens = self.tokens_row[index]
@@ -327,7 +435,8 @@ class _Scan:
         if keep.size > self.top_k:  # only this batch's K best groups (and ties with the K-th) can enter the top K
             kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], self.top_k)
             keep = keep[ranking.within(obj[keep], kth)]
-        self.pool += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i])) for i in keep]
+        self.pool += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
+                                 for i in keep])
         if len(self.pool) >= self.top_k:
             self.pool, self.threshold = _trim(self.pool, self.top_k)
         misses = np.flatnonzero(~fits)
@@ -335,11 +444,12 @@ class _Scan:
             over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
             j = misses[np.argmin(over)]
             if self.nearest is None or over.min() < self.nearest[0]:
-                self.nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
+                nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
+                self.nearest = self._keep([nearest])[0]
             # plans that would beat the current K-th best but do not fit: keep the nearest misses
             quick = misses[obj[misses] < self.threshold]
             near = quick[np.argsort(peak[quick], kind="stable")[:20]]
-            self.faster += [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
+            self.faster += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near])
 
 
 def _evaluate_groups(table: RowTable, options: "_GridIndex", rows: np.ndarray, starts: np.ndarray):

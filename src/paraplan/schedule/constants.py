@@ -1,0 +1,38 @@
+"""The StepInputs fields a step takes from the system, the datatype and the run-wide knobs (not from the plan's
+degrees): ``stages.build_step_inputs`` attaches them to every estimate and every searched candidate."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from paraplan.cost import memory as mem
+from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.system import SystemSpec
+
+# the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
+_RUNTIME_DEFAULTS = SimpleNamespace(**{name: PlanSpec.model_fields[name].default for name in RUNTIME_FIELDS})
+
+
+def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
+    """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec
+    or SearchProblem: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient dtype, TE's fp8 weight
+    copies, ZeRO-3 prefetch depth, gather unit and cap on resident gathered parameters (None: no cap)."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    acc = system.accelerator
+    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
+    cap = knobs.zero3_max_live_params
+    return dict(
+        fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
+        host_bandwidth=acc.host_bandwidth or 1.0,
+        hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
+        weight_bytes=state.weights,
+        grad_bytes=state.gradients,
+        grad_reduce_bytes=state.gradients,  # reduced in the dtype they are kept in (fp32 main grads: 4 B)
+        optimizer_bytes=state.optimizer,
+        reserved_bytes=acc.reserved_memory,
+        zero3_live_params=math.inf if cap is None else float(cap),
+        zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
+        zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
+        kernel_overhead_s=acc.efficiency.kernel_overhead_s,
+    )

@@ -1,0 +1,173 @@
+"""The canonical space in blocks, each with an admissible bound, for spaces too large for one row table.
+
+A *block* is one (tp, pp, cp, dp) factorization at one micro-batch size: its rows are contiguous in
+the canonical order (space.rows: factorization, micro-batch, placement, layer knobs, expert options),
+so a block is a range [offset, offset + rows) of the row numbers and its own row table
+(search.table.RowTable on the problem restricted to the block's degrees and micro-batch) lists
+exactly those rows, in that order.
+
+The bound of a block never exceeds the step time of any of its candidates (module ``search.run``
+skips a block whose bound cannot enter the top K). With W_s the per-micro-batch work of stage s
+(``schedule.step.stage_work``), S the slowest stage's, T = Σ_s W_s over the pp stages and m
+micro-batches, ``schedule.step.compose_step`` gives
+    step = m·S + bubble + tail,    tail (optimizer, data-parallel, offload) >= 0,
+    bubble = (T − S)/v (1F1B and GPipe v = 1; interleaved v = vpp <= v_max), (T − S)·share (ZB-H1),
+             (p/2 − 1)·max(F + 2B − 3W, 0)/2 (DualPipe; F, B, W of the slowest stage, S = F + B + p2p).
+Every BlockTerms part is >= 0, so a stage's work is at least the sum over its blocks of their
+compute (forward + backward); a floor of each block kind's compute over every row of the block
+(``layer_floors``: the least over the sequence-parallel / layout options and every (ep, etp)) and
+the layer split of the schedule option (specs.split, stages.layer_mix, the same rule
+``stages.build_step_inputs`` lays the blocks out with) give floors S0 <= S and T0 <= T. With
+ρ = the largest share of backward GEMM time in any block's compute (gemm_backward / (forward +
+backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
+share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
+m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
+block's bound is the least over its schedule options.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from paraplan.graph.ops import ExpertShape
+from paraplan.search.space import SearchProblem, _divisors
+from paraplan.specs.moe_model import moe_shaped
+from paraplan.stages import EXPERT_FREE_KINDS, _statics_of, layer_mix, model_block_kinds
+
+SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
+
+
+@dataclass(frozen=True)
+class Block:
+    """One (tp, pp, cp, dp) factorization at one micro-batch: rows [offset, offset + rows) of the space."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+    offset: int
+    rows: int
+    candidates: int
+
+    @property
+    def microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def problem(self, problem: SearchProblem) -> SearchProblem:
+        """The problem restricted to this block: its row table lists exactly the block's rows, in order."""
+        return replace(problem, tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), micro_batch=(self.micro_batch,))
+
+
+def blocks(problem: SearchProblem) -> list[Block]:
+    """Every non-empty block of the space, in canonical order, with its row offset and sizes."""
+    out, offset = [], 0
+    states = {}
+    for tp, pp, cp, dp in problem.factorizations:
+        per_batch = len(problem.placements(tp, pp, cp, dp)) * len(problem.layer_knobs(tp, cp)) * len(
+            problem.expert_options(tp, cp, dp))
+        if not per_batch:
+            continue
+        if dp * cp not in states:
+            states[dp * cp] = len(problem.state_options(dp * cp)) * len(problem.offload_options)
+        for mb, gb in problem.micro_batches(dp):
+            m = gb // (dp * mb)
+            grid = len(problem.schedule_options(pp, m)) * states[dp * cp]
+            out.append(Block(tp, pp, cp, dp, mb, gb, offset, per_batch, per_batch * grid))
+            offset += per_batch
+    return out
+
+
+@dataclass(frozen=True)
+class LayerFloors:
+    """Least compute (forward + backward seconds per micro-batch) of each block kind over a block's
+    rows, and the largest share of backward GEMM time in any of them (ρ)."""
+
+    work: dict
+    rho: float
+
+
+def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> LayerFloors:
+    """LayerFloors over every row with these degrees and micro-batch: every (sequence parallel, layout,
+    grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
+    superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
+    a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them)."""
+    from paraplan.search.table import layer_shape_of
+
+    model, system = problem.model, problem.system
+    shaped = moe_shaped(model)
+    knobs = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
+    experts = [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+               for ep, etp in _expert_pairs(problem, tp)] if shaped else []
+    work: dict[str, float] = {}
+    rho = 0.0
+
+    def add(name, shape):
+        nonlocal rho
+        compute = _statics_of(model, system, name, shape)[0]
+        total = compute.forward + compute.backward
+        work[name] = min(work.get(name, math.inf), total)
+        if total > 0:
+            rho = max(rho, compute.gemm_backward / total)
+
+    for key in knobs:
+        shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
+        for name in model_block_kinds(model):
+            if name in EXPERT_FREE_KINDS or not shaped:
+                add(name, shape)
+            else:
+                for expert in experts:
+                    add(name, replace(shape, expert=expert))
+    return LayerFloors(work, rho)
+
+
+def _expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
+    """Every (ep, etp) the expert axes allow for this tp, before the rules that read dp."""
+    if not problem.model.is_moe:
+        return [(1, 1)]
+    eps = problem.ep or tuple(_divisors(problem.model.experts))
+    etps = problem.etp or tuple(sorted({1, tp}))
+    return [(ep, etp) for ep in eps for etp in etps]
+
+
+def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: LayerFloors) -> tuple[float, float]:
+    """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
+    of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
+    model, w = problem.model, floors.work
+    slowest, total, start = 0.0, 0.0, 0
+    for g in problem.split_groups(pp, accounted):
+        count, layers, embedding, head = int(g.count), int(g.layers), int(g.embedding), int(g.head)
+        if moe_shaped(model):
+            dense, moe = (int(x) for x in layer_mix(model, start, layers))
+            work = (w["embedding"] * embedding + w["dense_layer"] * dense + w["moe_layer"] * moe
+                    + w["mtp"] * head * model.mtp_layers + w["head"] * head)
+        else:
+            work = w["embedding"] * embedding + w["decoder"] * layers + w["head"] * head
+        if count > 0:
+            slowest = max(slowest, work)
+            total += count * work
+        start += count * layers
+    return slowest, total
+
+
+def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
+    """A lower bound on the step time of every candidate of the block (module docstring)."""
+    m, pp = block.microbatches, block.pp
+    best = math.inf
+    splits = {}
+    for v, schedule, accounted in problem.schedule_options(pp, m):
+        if accounted not in splits:
+            splits[accounted] = _stage_floors(problem, pp, accounted, floors)
+        s, t = splits[accounted]
+        if schedule == "interleaved":
+            bound = m * s + (t - s) / v
+        elif schedule == "zb-h1":
+            bound = m * s + (1.0 - floors.rho) * (t - s)
+        elif schedule == "dualpipe":
+            bound = m * s + max(pp / 2.0 - 1.0, 0.0) * max(1.0 - 1.5 * floors.rho, 0.0) * s / 2.0
+        else:  # 1f1b, gpipe
+            bound = m * s + (t - s)
+        best = min(best, bound)
+    return best * SAFETY
