@@ -264,3 +264,19 @@ def replace_spans(row):
     from dataclasses import replace
 
     return replace(row, spans={})
+
+
+def test_row_bounds_are_admissible_with_split_backward_schedules():
+    """RowTable.lower_bounds never exceeds the step of a row's best feasible candidate, also when the
+    row's grid has ZB-H1 / DualPipe, whose bubble is far below 1F1B's (it used to keep (L − F)·u/v_max)."""
+    from paraplan.search.run import _GridIndex
+
+    p = mixtral_problem(schedules=("1f1b", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64, micro_batch=(1, 2))
+    table = RowTable(p)
+    options = _GridIndex(p, table)
+    bound = table.lower_bounds(options.v_max, options.split_backward)
+    best: dict[int, float] = {}
+    for item in search(p, top_k=10, collect_all=True).all_feasible:
+        best[item["row"]] = min(best.get(item["row"], math.inf), item["step_time_s"])
+    assert len(best) > 100
+    assert all(bound[r] <= step for r, step in best.items())

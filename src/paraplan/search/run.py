@@ -180,7 +180,7 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
     """Visit the table's rows best bound first (module doc, steps 2-4) with the scan's running
     threshold; the rows visited."""
     lengths = options.lengths
-    bound_obj = objective_value(problem, table.lower_bounds(options.v_max), scan.tokens_row,
+    bound_obj = objective_value(problem, table.lower_bounds(options.v_max, options.split_backward), scan.tokens_row,
                                 scan.flops_per_token * scan.tokens_row, scan.peak_flops)
     order = np.lexsort((np.arange(table.size), bound_obj))
     rows_done = position = 0
@@ -322,6 +322,9 @@ class _GridIndex:
         v_max = np.array([max((o[0] for o in a), default=1) for a, _, _ in self.parts], dtype=float)
         self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
         self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
+        # rows whose grid has ZB-H1 or DualPipe: their bubble can be far below (L − F)·u / v_max
+        split = np.array([any(o[1] in ("zb-h1", "dualpipe") for o in a) for a, _, _ in self.parts], dtype=bool)
+        self.split_backward = split[self.key_id]
 
     def option(self, row: int, g: int) -> tuple:
         """The grid tuple (space.grid) of option ``g`` of ``row``."""
