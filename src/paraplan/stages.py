@@ -39,8 +39,8 @@ from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
-from paraplan.graph.moe import moe_model_layer, moe_shaped, mtp_block
-from paraplan.graph.ops import ExpertShape, LayerGraph, Op, largest_weight_params, weight_tensor_count
+from paraplan.graph.moe import NO_EXPERT, moe_model_layer, moe_shaped, mtp_block, ops_expert_knobs
+from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
@@ -411,7 +411,6 @@ _NO_SPAN = GroupSpan(1, 1, 1)
 
 # block kinds whose graph never reads the expert knobs (LayerShape.expert): costed once per expert-free shape
 EXPERT_FREE_KINDS = frozenset({"embedding", "decoder", "dense_layer", "head"})
-_NO_EXPERT = ExpertShape()
 
 
 @lru_cache(maxsize=65536)
@@ -423,7 +422,7 @@ def block_cost_facts(
     set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py)."""
     out = {}
     moe = moe_shaped(model)
-    neutral = replace(shape, expert=_NO_EXPERT) if moe and shape.expert != _NO_EXPERT else shape
+    neutral = replace(shape, expert=NO_EXPERT) if moe and shape.expert != NO_EXPERT else shape
     base = replace(shape, expert=replace(shape.expert, a2a_overlap=False)) if moe and shape.expert.a2a_overlap else shape
     overlap = float(shape.expert.a2a_overlap) if moe else 0.0
     for name in model_block_kinds(model):
@@ -454,9 +453,9 @@ def _kind_cost_facts(
 
 def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
     """(block_compute, weight_tensor_count, largest_weight_params) of a block: they read its ops only, which
-    neither the dispatcher nor the a2a-overlap switch changes (graph.moe._ops_expert), so they are shared."""
-    if moe_shaped(model) and (shape.expert.dispatcher != "alltoall" or shape.expert.a2a_overlap):
-        shape = replace(shape, expert=replace(shape.expert, dispatcher="alltoall", a2a_overlap=False))
+    neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs), so they are shared."""
+    if moe_shaped(model) and shape.expert != NO_EXPERT:
+        shape = replace(shape, expert=ops_expert_knobs(shape.expert, True))
     return _statics_of(model, system, name, shape)
 
 

@@ -49,6 +49,8 @@ HETERO_SEARCH_OPTIONS = frozenset({"model", "system", "gpus", "cluster", "non_un
                                    "seq_length", "dtype", "attention", "top", "as_json", "width"})
 # the axis restrictions the AMP-style search (--cluster, encoder-decoder models) honours -> HeteroProblem fields
 AMP_SEARCH_AXES = {"tp": "tps", "pp": "pps", "micro_batch": "micro_batches", "recompute": "recompute"}
+RESTRICT_HINT = ("restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
+                 "--default-placement")
 
 
 @app.command()
@@ -207,12 +209,10 @@ def search(
             def advance(done: int, total: int | None = None, phase: str = "searching") -> None:
                 if phase == "layer costs" and done == 0 and total and total >= LARGE_COSTINGS:
                     print(f"note: {total:,} distinct layer costings (milliseconds each) before the search can "
-                          "start; restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, "
-                          "--dispatcher, --no-offload, --default-placement", file=sys.stderr)
+                          f"start; {RESTRICT_HINT}", file=sys.stderr)
                 if phase == "block bounds" and done == 0:
                     print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
-                          "and micro-batch; minutes for the largest); restrict axes for a faster search: --tp, --pp, "
-                          "--cp, --ep, --micro-batch, --dispatcher, --no-offload, --default-placement", file=sys.stderr)
+                          f"and micro-batch; minutes for the largest); {RESTRICT_HINT}", file=sys.stderr)
                 bar.update(task, completed=done, total=total, description=phase)
 
             if exhaustive:

@@ -254,14 +254,14 @@ def window_share(model: ModelSpec) -> float:
     return 1.0 if n == 0 else (n - 1) / n
 
 
-_NO_EXPERT = ExpertShape()
+NO_EXPERT = ExpertShape()
 
 
-def _ops_expert(expert: ExpertShape, moe: bool) -> ExpertShape:
+def ops_expert_knobs(expert: ExpertShape, moe: bool) -> ExpertShape:
     """The expert knobs a layer's ops, parameters and memory read: ep, etp, capacity and balance of an
     MoE layer (the dispatcher changes only its collectives, the a2a-overlap switch nothing of the
     graph); none of a dense layer's."""
-    return replace(expert, dispatcher="alltoall", a2a_overlap=False) if moe else _NO_EXPERT
+    return replace(expert, dispatcher="alltoall", a2a_overlap=False) if moe else NO_EXPERT
 
 
 def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool) -> list[Collective]:
@@ -283,9 +283,9 @@ def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerG
     half, then the MoE MLP (``moe``) or the dense MLP of width ffn_hidden. A windowed model's layer
     block stands for its window pattern (the attention's score share is the pattern mean).
 
-    The ops are built once per _ops_expert knobs: another dispatcher takes that graph with its own
+    The ops are built once per ops_expert_knobs knobs: another dispatcher takes that graph with its own
     collectives, the a2a-overlap switch and a dense layer's expert knobs take it as is (the same values)."""
-    base = _ops_expert(shape.expert, moe)
+    base = ops_expert_knobs(shape.expert, moe)
     if base != shape.expert:
         graph = moe_model_layer(model, replace(shape, expert=base), moe)
         if moe and shape.expert.dispatcher != base.dispatcher:

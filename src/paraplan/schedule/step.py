@@ -343,7 +343,6 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     per_call = 1.0 / np.maximum(calls, 1.0)
     # gathered per weight tensor (DeepSpeed <= 0.5.4): each block's gather is that many calls, the same bytes
     tensors_per_block = _sum_blocks(stage, lambda b: b.weight_tensors) * per_call
-    extra_gathers = inp.zero3_tensor_gathers * (tensors_per_block - 1.0)
     branches = zero_branches(inp.knobs.zero)
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
@@ -366,14 +365,12 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
-            if kind == "layer_gather":
-                gathers = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_gathers, 0.0)
-                extra = per_tensor_gather_latency_s(form, extra_gathers) + gathers * list_gather_copies_s(
-                    group.size, tensors_per_block, size, inp.kernel_overhead_s, inp.hbm_rate)
-                time[kind] = time[kind] + np.where(gathers > 0, extra, 0.0)
-                price[kind] = price[kind] + np.where(gathers > 0, per_tensor_gather_latency_s(form, extra_gathers, priced=True)
-                                                     + list_gather_copies_s(group.size, tensors_per_block, size,
-                                                                            inp.kernel_overhead_s, inp.hbm_rate), 0.0)
+            if kind == "layer_gather":  # per-tensor gathers: the extra calls' latency and the list copies, no overlap
+                per_tensor = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_gathers, 0.0)
+                copies = list_gather_copies_s(group.size, tensors_per_block, size, inp.kernel_overhead_s, inp.hbm_rate)
+                extra = tensors_per_block - 1.0
+                time[kind] = time[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra) + copies)
+                price[kind] = price[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + copies)
         owned = owned + params / _shard(inp, group, 1)
     exposure = {}
     if 0 in branches:

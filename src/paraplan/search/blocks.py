@@ -61,13 +61,18 @@ class Block:
         return replace(problem, tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), micro_batch=(self.micro_batch,))
 
 
+def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
+    """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
+    return (len(problem.placements(tp, pp, cp, dp)) * len(problem.layer_knobs(tp, cp))
+            * len(problem.expert_options(tp, cp, dp)))
+
+
 def blocks(problem: SearchProblem) -> list[Block]:
     """Every non-empty block of the space, in canonical order, with its row offset and sizes."""
     out, offset = [], 0
     states = {}
     for tp, pp, cp, dp in problem.factorizations:
-        per_batch = len(problem.placements(tp, pp, cp, dp)) * len(problem.layer_knobs(tp, cp)) * len(
-            problem.expert_options(tp, cp, dp))
+        per_batch = rows_per_micro_batch(problem, tp, pp, cp, dp)
         if not per_batch:
             continue
         if dp * cp not in states:

@@ -30,7 +30,9 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
 from paraplan.search import ranking
-from paraplan.search.space import SearchProblem, grid, grid_option, grid_parts, plan_of, rows
+from paraplan.search.blocks import block_step_floor, layer_floors, rows_per_micro_batch
+from paraplan.search.blocks import blocks as space_blocks
+from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
@@ -249,10 +251,10 @@ BLOCK_ROWS = 1_000_000
 
 
 def _too_large(problem: SearchProblem) -> bool:
+    """More than BLOCK_ROWS rows (counted until the limit is passed)."""
     total = 0
     for tp, pp, cp, dp in problem.factorizations:
-        total += (len(problem.placements(tp, pp, cp, dp)) * len(problem.layer_knobs(tp, cp))
-                  * len(problem.expert_options(tp, cp, dp)) * len(problem.micro_batches(dp)))
+        total += rows_per_micro_batch(problem, tp, pp, cp, dp) * len(problem.micro_batches(dp))
         if total > BLOCK_ROWS:
             return True
     return False
@@ -263,11 +265,9 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
     table built only when its bound can still enter the top K, its rows scanned with the running
     threshold; row numbers are the canonical ones (block offset + row of the block), so ties break
     as in one table."""
-    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
-
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
-    parts = blocks(problem)
+    parts = space_blocks(problem)
     floors: dict[tuple, object] = {}
     bounds = np.empty(len(parts))
     if progress is not None:
@@ -323,7 +323,7 @@ class _GridIndex:
         self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
         self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
         # rows whose grid has ZB-H1 or DualPipe: their bubble can be far below (L − F)·u / v_max
-        split = np.array([any(o[1] in ("zb-h1", "dualpipe") for o in a) for a, _, _ in self.parts], dtype=bool)
+        split = np.array([any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool)
         self.split_backward = split[self.key_id]
 
     def option(self, row: int, g: int) -> tuple:

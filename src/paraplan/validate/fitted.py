@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from paraplan.catalog import load_system
+from paraplan.catalog.gemm_benchmarks import MAMF_BF16
 from paraplan.specs.system import SystemSpec
 
 
@@ -44,8 +45,7 @@ _B200 = ("dgx-b200", "gb200-nvl72")  # the same B200 silicon and software stack
 _MOE_SYSTEMS = ("dgx-h100-80gb", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
 # systems whose bf16 GEMM cap is a published kernel benchmark's cap x one in-step share (catalog.gemm_benchmarks);
 # the H100 PCIe / NVL entries carry the H100 SXM cap (no benchmark of their own)
-_GEMM_BF16 = ("dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100-80gb", "dgx-h200", "dgx-h800", "h100-pcie-8", "h100-nvl-8",
-              "dgx-b200", "gb200-nvl72", "dgx-b300", "mi300x-8")
+_GEMM_BF16 = (*MAMF_BF16, "h100-pcie-8", "h100-nvl-8")
 FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
     FittedConstant("gemm.bf16", _GEMM_BF16, (*_EFF, "gemm"), (0.55, 0.89), ("korthikanti2022", "nemo-llama31-h100"),
                    "the bf16 in-step share, one for all GPUs: value = dgx-a100-80gb's cap (its MAMF kernel cap 0.895 x the "
