@@ -281,7 +281,7 @@ def test_validate_json_format(capsys):
     for key in ("step_time_s_mape_pct", "weights_and_optimizer_gib_mape_pct", "activations_gib_mape_pct",
                 "max_abs_error_pct", "by_source"):
         assert key in summary, key
-    assert set(summary["by_source"]) == {"korthikanti2022", "nemo-llama31-h100", "moe-visible", "narayanan2021"}
+    assert set(summary["by_source"]) == {"korthikanti2022", "nemo-llama31-h100", "mbridge-dense", "moe-visible", "narayanan2021"}
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)
     assert sum(g["cases"] for g in summary["by_source"].values()) == len(report["cases"]) == summary["cases"]

@@ -30,9 +30,9 @@ def write(tmp_path, cases, suffix=".json"):
 
 def test_bundled_files_load():
     names = [p.name for p in bundled_case_files()]
-    assert {"korthikanti2022.json", "nemo-llama31-h100.json", "moe-visible.json", "narayanan2021.json"} <= set(names)
+    assert {"korthikanti2022.json", "nemo-llama31-h100.json", "mbridge-dense.json", "moe-visible.json", "narayanan2021.json"} <= set(names)
     cases = load_cases()
-    assert len(cases) == 60 and len({(c.file, c.name) for c in cases}) == 60
+    assert len(cases) == 66 and len({(c.file, c.name) for c in cases}) == 66
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -120,14 +120,22 @@ def attention_time_s(
 GROUPED_GEMM_STREAMS = 4
 
 
+def grouped_gemm_share(acc: AcceleratorSpec, dtype: str) -> float:
+    """Share of the single-GEMM rate that Transformer Engine's per-expert GEMMs reach: efficiency.grouped_gemm_fp8
+    in fp8 recipes (each expert's split quantised and multiplied on its own, GroupedLinear; calibrated jointly
+    over moe-visible, validate.fitted moe.grouped_gemm_fp8, docs/model.md §7), 1 in bf16/fp16 (the Mixtral bf16
+    run is predicted within 3 % at the single-GEMM rate)."""
+    return acc.efficiency.grouped_gemm_fp8 if dtype == "fp8" else 1.0
+
+
 def grouped_gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
     """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
-    loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
+    loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm_share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
     the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel)."""
     if flops <= 0:
         return 0.0
     b, m, n, k = shape
-    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype) * acc.efficiency.grouped_gemm
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype) * grouped_gemm_share(acc, dtype)
     fixed = acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
     return flops / rate + math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
 

@@ -52,11 +52,11 @@ class EfficiencySpec(BaseModel):
     )
     hbm: Fraction = Field(0.8, description="fraction of HBM bandwidth reached by streaming kernels")
     kernel_overhead_s: Seconds = Field(4e-6, description="fixed launch/tail cost added to each kernel")
-    grouped_gemm: Fraction = Field(
+    grouped_gemm_fp8: Fraction = Field(
         1.0,
-        description="share of the GEMM cap (gemm / gemm_fp8) that grouped per-expert GEMMs reach "
-        "(Transformer Engine GroupedLinear: one cuBLAS GEMM per expert on 4 streams, per-expert quantisation); "
-        "calibration, docs/model.md",
+        description="share of the fp8 GEMM cap that grouped per-expert fp8 GEMMs reach "
+        "(Transformer Engine GroupedLinear: each expert's split quantised and multiplied on its own, one cuBLAS GEMM "
+        "per expert on 4 streams); calibration, docs/model.md",
     )
     a2a_overlap_cost: float | None = Field(
         None, ge=0, le=1,

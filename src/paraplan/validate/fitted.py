@@ -57,9 +57,14 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
                    "fp8 cases of the DGX Cloud Llama 3.1 recipes"),
     FittedConstant("h100.attention", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "attention"), (0.2, 0.8),
                    ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
-    # mixture-of-experts constants, jointly over the 10 step times of moe-visible (docs/model.md §7)
-    FittedConstant("b200.gemm_fp8", _B200, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("moe-visible",),
-                   "B200 fp8 GEMM cap: no dense B200 case exists; jointly with the two MoE constants below"),
+    # the B200 fp8 cap on dense runs; then the mixture-of-experts constants, jointly over the 10 step times of
+    # moe-visible (docs/model.md §7)
+    FittedConstant("b200.gemm_fp8", _B200, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("mbridge-dense",),
+                   "B200 fp8 GEMM cap, on the dense Llama 3 / 3.1 fp8 runs of DGX B200 and GB200 (no MoE case: the MoE "
+                   "runs add the grouped-GEMM share below on top of it)"),
+    FittedConstant("moe.grouped_gemm_fp8", _MOE_SYSTEMS, (*_EFF, "grouped_gemm_fp8"), (0.2, 1.0), ("moe-visible",),
+                   "share of the fp8 GEMM cap Transformer Engine's per-expert fp8 GEMMs reach, one for Hopper and "
+                   "Blackwell; jointly with the two MoE constants below, b200.gemm_fp8 held at its dense fit"),
     FittedConstant("moe.host_sync_s", _MOE_SYSTEMS, (*_EFF, "host_sync_s"), (0.0, 5e-3), ("moe-visible",),
                    "GPU idle per dropless-dispatch host synchronisation (4 dropless cases against 6 padded ones)"),
     FittedConstant("moe.a2a_overlap_cost", _MOE_SYSTEMS, (*_EFF, "a2a_overlap_cost"), (0.0, 1.0), ("moe-visible",),
