@@ -40,7 +40,9 @@ class FittedConstant:
 
 
 _EFF = ("accelerator", "efficiency")
-_B200 = ("dgx-b200", "gb200-nvl72")  # the same B200 silicon and software stack
+# Blackwell and Blackwell Ultra: the same fp8 tensor-core rate per SM and clock (datasheets: B200 and B300 4.5 PFLOPS
+# dense fp8 on HGX, GB200 and GB300 5 PFLOPS), so one fitted fp8 cap; Blackwell Ultra adds FP4 and attention rate only
+_BLACKWELL_FP8 = ("dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
 # systems that run Megatron-Core MoE on Hopper / Blackwell GPUs with a host like the calibration runs'
 _MOE_SYSTEMS = ("dgx-h100-80gb", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
 # systems whose bf16 GEMM cap is a published kernel benchmark's cap x one in-step share (catalog.gemm_benchmarks);
@@ -59,7 +61,7 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
                    ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
     # the B200 fp8 cap on dense runs; then the mixture-of-experts constants, jointly over the 10 step times of
     # moe-visible (docs/model.md §7)
-    FittedConstant("b200.gemm_fp8", _B200, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("mbridge-dense",),
+    FittedConstant("b200.gemm_fp8", _BLACKWELL_FP8, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("mbridge-dense",),
                    "B200 fp8 GEMM cap, on the dense Llama 3 / 3.1 fp8 runs of DGX B200 and GB200 (no MoE case: the MoE "
                    "runs add the grouped-GEMM share below on top of it)"),
     FittedConstant("moe.grouped_gemm_fp8", _MOE_SYSTEMS, (*_EFF, "grouped_gemm_fp8"), (0.2, 1.0), ("moe-visible",),
