@@ -111,3 +111,14 @@ def test_no_trailing_spaces_and_unlimited_width_keeps_rows_whole(fitting):
     text = render_estimate(fitting, show_ops=True, width=None)
     assert all(line == line.rstrip() for line in text.splitlines())
     assert text.splitlines()[0].startswith("plan: ") and " | " in text.splitlines()[0]  # one line
+
+
+def test_host_memory_overflow_names_the_host():
+    """Offloaded activations that fit no host: the line names host memory, not a negative GPU overflow."""
+    est = estimate("llama3-70b", "gb300-nvl72", gpus=64, micro_batch=2, global_batch=256, seq_length=8192,
+                   zero=3, offload_activations=True)
+    line = next(x for x in render_estimate(est, width=200).splitlines() if x.startswith("DOES NOT FIT"))
+    stage = max(est.stages, key=lambda s: s.host_bytes)
+    assert stage.peak_bytes <= stage.capacity_bytes < stage.host_bytes and not est.fits
+    assert line.startswith(f"DOES NOT FIT: stage {stage.stage} offloads {stage.host_bytes / 2**30:.2f} GiB per GPU to host memory")
+    assert f"host has {stage.host_capacity_bytes / 2**30:.2f} GiB per GPU" in line and "-" not in line.split("over by")[1]

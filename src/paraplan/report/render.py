@@ -324,6 +324,13 @@ def fit_line(est: Estimate) -> str:
             f"fits: peak {_gib(peak.peak_bytes)} GiB on stage {peak.stage} of {_gib(peak.capacity_bytes)} GiB per GPU"
         )
     over = sum(1 for s in est.stages if not s.fits)
+    if peak.peak_bytes <= peak.capacity_bytes:  # every GPU holds its stage: offload overflows the host memory
+        host = max((s for s in est.stages if not s.fits), key=lambda s: s.host_bytes - s.host_capacity_bytes)
+        return (
+            f"DOES NOT FIT: stage {host.stage} offloads {_gib(host.host_bytes)} GiB per GPU to host memory but the "
+            f"host has {_gib(host.host_capacity_bytes)} GiB per GPU (over by "
+            f"{_gib(host.host_bytes - host.host_capacity_bytes)} GiB; {over} of {len(est.stages)} stages over capacity)"
+        )
     return (
         f"DOES NOT FIT: stage {peak.stage} needs {_gib(peak.peak_bytes)} GiB per GPU but has "
         f"{_gib(peak.capacity_bytes)} GiB (over by {_gib(peak.peak_bytes - peak.capacity_bytes)} GiB; "
