@@ -347,6 +347,21 @@ def test_activations_korthikanti_full_recompute():
     assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "full") == approx(6_291_456.0)
 
 
+def test_activations_fp8_keep_gemm_inputs_in_one_byte():
+    """Transformer Engine saves the fp8 copy of each GEMM input (QKV, projection, fc1, fc2 inputs):
+    s*b*h*(8 + 19/t + 5as/(ht)) for GPT shapes, against (10 + 24/t + ...) in bf16."""
+    fp8 = LayerShape(tp=8, cp=1, micro_batch=1, seq_length=2048, sequence_parallel=False, attention="unfused", dtype="fp8")
+    # SBH * (8 + 19/8 + 10) = SBH * 20.375 = 512_753_664
+    assert memory.layer_activation_bytes(GPT3_175B, fp8, "none") == approx(20.375 * SBH)
+    # selective drops the attention internals: SBH * (8 + 19/8)
+    assert memory.layer_activation_bytes(GPT3_175B, fp8, "selective") == approx(10.375 * SBH)
+    # recompute_modules mlp drops the intermediates (4h: GeLU input 2 B + fc2 input 1 B = 12h / t), layernorm the
+    # two norm outputs (1 B each): SBH * (20.375 - 12/8 - 2)
+    mods = LayerShape(tp=8, cp=1, micro_batch=1, seq_length=2048, sequence_parallel=False, attention="unfused",
+                      dtype="fp8", recompute_modules=("mlp", "layernorm"))
+    assert memory.layer_activation_bytes(GPT3_175B, mods, "selective") == approx((20.375 - 1.5 - 2) * SBH)
+
+
 def test_in_flight_1f1b():
     # min(pp - stage, m)
     assert memory.in_flight_microbatches("1f1b", 4, 1, 8, 0) == 4.0

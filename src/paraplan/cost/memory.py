@@ -81,22 +81,32 @@ class LayerActivations:
     attention_internals: float  # the part selective recomputation drops (already divided by t)
 
 
-def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivations:
-    """Per-layer stored activations (Korthikanti et al. 2022, §4.1, generalised; 2-byte elements).
+def mlp_intermediate_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Bytes per element of the MLP's inner width kept for backward: the fc1 output at the activation
+    width (SwiGLU: gate and up, 2; GeLU: its input, 1) plus the fc2 GEMM input at gemm_input_bytes (the
+    SwiGLU product / the GeLU output): 3·ab (SwiGLU) or 2·ab in bf16, 2·2+1 / 2+1 in fp8 (Korthikanti
+    et al. 2022 §4.1; Transformer Engine saves fp8 GEMM inputs)."""
+    return shape.act_bytes * (2 if model.mlp == "swiglu" else 1) + shape.gemm_input_bytes
 
-    Outside the TP region (s·b·h each): two norm inputs 2+2, QKV input 2, MLP input 2, two dropout
-    masks 1+1 → 10 s·b·h with dropout. Inside: Q 2·q, K 2·kv, V 2·kv, attention-projection input
-    2·q (per token); MLP intermediates 4·f (gelu: input and output of GeLU) or 6·f (SwiGLU: gate,
-    up and product); unfused attention 5·a·s per token (softmax output 2, dropout mask 1, dropout
-    output 2; without dropout only the softmax 2); flash attention keeps the fp32 log-sum-exp,
-    4·a bytes per token. With GPT shapes (q = kv = h, f = 4h) this is s·b·h·(10 + 24/t + 5as/(ht)).
+
+def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivations:
+    """Per-layer stored activations (Korthikanti et al. 2022, §4.1, generalised).
+
+    Outside the TP region (s·b·h each): two norm inputs 2+2, QKV and MLP inputs (GEMM inputs, g each),
+    two dropout masks 1+1 → (6 + 2g) s·b·h with dropout. Inside: Q 2·q, K 2·kv, V 2·kv (the core
+    attention's inputs), attention-projection input g·q (a GEMM input, per token); MLP intermediates
+    (``mlp_intermediate_bytes``: 4·f GeLU, 6·f SwiGLU in bf16); unfused attention 5·a·s per token
+    (softmax output 2, dropout mask 1, dropout output 2; without dropout only the softmax 2); flash
+    attention keeps the fp32 log-sum-exp, 4·a bytes per token. g = gemm_input_bytes: 2 in bf16 and 1 in
+    fp8 recipes (Transformer Engine saves the fp8 copy of each GEMM input). With GPT shapes (q = kv = h,
+    f = 4h) in bf16 this is s·b·h·(10 + 24/t + 5as/(ht)); in fp8, s·b·h·(8 + 19/t + 5as/(ht)).
     """
-    ab = shape.act_bytes
+    ab, gin = shape.act_bytes, shape.gemm_input_bytes
     tokens = shape.local_tokens
     h, f, t = model.hidden, model.ffn_hidden, shape.tp
     mask = 1.0 if model.has_dropout else 0.0
-    replicated = tokens * h * (2 * ab + 2 * ab + 2 * mask)  # norm inputs (2), QKV and MLP inputs (2), masks
-    tp_part = tokens * (ab * (2 * model.q_width + 2 * model.kv_width) + ab * f * (3 if model.mlp == "swiglu" else 2))
+    replicated = tokens * h * (2 * ab + 2 * gin + 2 * mask)  # norm inputs (2), QKV and MLP inputs (GEMM inputs), masks
+    tp_part = tokens * (ab * (model.q_width + 2 * model.kv_width) + gin * model.q_width + f * mlp_intermediate_bytes(model, shape))
     heads = model.heads
     if shape.attention == "flash":
         internals = tokens * heads * 4.0
@@ -127,19 +137,19 @@ def recomputed_module_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[
     """Bytes of a dense layer's stored activations that selective recomputation by module drops
     (Megatron-LM --recompute-modules; the terms of ``layer_activation_parts``): core_attn the
     attention internals (5·a·s/t per token unfused, 4·a/t flash statistics; Korthikanti §5);
-    mlp the MLP intermediates (ab·f/t × 3 for SwiGLU, × 2 for GeLU per token); layernorm the two
-    norms' outputs, recomputed from their kept inputs (ab·h each, ÷t with SP). Modules a dense layer
+    mlp the MLP intermediates (f/t × mlp_intermediate_bytes per token); layernorm the two norms'
+    outputs, recomputed from their kept inputs (gemm_input_bytes·h each, ÷t with SP). Modules a dense layer
     does not have (moe_act, shared_experts, mla_up_proj, moe) drop nothing."""
     parts = layer_activation_parts(model, shape)
     sp_div = shape.tp if shape.sequence_parallel else 1
-    ab, tokens = shape.act_bytes, shape.local_tokens
+    tokens = shape.local_tokens
     dropped = 0.0
     if "core_attn" in modules:
         dropped += parts.attention_internals
     if "mlp" in modules:
-        dropped += ab * tokens * model.ffn_hidden / shape.tp * (3 if model.mlp == "swiglu" else 2)
+        dropped += tokens * model.ffn_hidden / shape.tp * mlp_intermediate_bytes(model, shape)
     if "layernorm" in modules:
-        dropped += 2 * ab * tokens * model.hidden / sp_div
+        dropped += 2 * shape.gemm_input_bytes * tokens * model.hidden / sp_div
     return dropped
 
 

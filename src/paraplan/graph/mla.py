@@ -142,25 +142,26 @@ def attention_half_collectives(model: ModelSpec, shape: LayerShape) -> list[Coll
 
 def attention_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...], selective: bool) -> float:
     """Bytes the attention half keeps for backward (one micro-batch, one GPU), Korthikanti et al.
-    2022 §4.1 generalised. Outside TP (SP-sharded): input-norm input and the projections' input
-    (2 each per h); MLA adds the duplicated latents: query latent d_q and its norm output, the
+    2022 §4.1 generalised. Outside TP (SP-sharded): input-norm input (2 per h) and the projections'
+    input (a GEMM input: LayerShape.gemm_input_bytes, 1 in fp8 recipes); MLA adds the duplicated latents: query latent d_q and its norm output, the
     key/value latent d_c+d_r and its norm output; inside TP: Q, K, V (MLA: the up-projection
     outputs, and Q/K/V after rotary), the output-projection input, and flash's fp32 log-sum-exp
     (4·a/t). ``mla_up_proj`` drops the up-projection outputs and Q/K/V (recomputed from the
     latents; Megatron-LM --recompute-modules mla_up_proj); ``core_attn`` / ``selective`` drop the
     flash statistics (the core re-runs from the kept Q/K/V); ``layernorm`` drops the norm input."""
-    h, a, t, ab = model.hidden, model.heads, shape.tp, shape.act_bytes
+    h, a, t, ab, gin = model.hidden, model.heads, shape.tp, shape.act_bytes, shape.gemm_input_bytes
     tokens, sp = shape.local_tokens, shape.sp_tokens
     q_w, k_w, v_w = attention_widths(model)
     norm_in = 0.0 if "layernorm" in modules else ab * sp * h
-    replicated = norm_in + ab * sp * h  # norm input, projection input (stored SP-sharded)
+    replicated = norm_in + gin * sp * h  # norm input, projection (GEMM) input (stored SP-sharded)
     qkv = ab * tokens * (q_w + k_w + v_w) / t
     stats = 4.0 * tokens * a / t
-    out_in = ab * tokens * (v_w if model.is_mla else model.q_width) / t
+    out_in = gin * tokens * (v_w if model.is_mla else model.q_width) / t
     core = qkv + (0.0 if (selective or "core_attn" in modules) else stats)
     if model.is_mla:
         dq, dc, dr = model.q_lora_rank or 0, model.kv_lora_rank or 0, model.qk_rope_head_dim or 0
-        latents = ab * tokens * (2 * dq + 2 * dc + dr)
+        # each latent (the norm's input, ab) and its norm output (the up-projection's GEMM input, gin); the rope key ab
+        latents = tokens * (ab * (dq + dc + dr) + gin * (dq + dc))
         up = ab * tokens * (q_w + a * ((model.qk_nope_head_dim or 0) + (model.v_head_dim or 0))) / t
         if "mla_up_proj" in modules:
             up, core = 0.0, core - qkv

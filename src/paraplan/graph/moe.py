@@ -27,6 +27,7 @@ from functools import lru_cache
 from paraplan.cost.moe import routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
 from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
+from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
@@ -183,17 +184,10 @@ def dispatch_collectives(model: ModelSpec, shape: LayerShape, expert: ExpertShap
     return out
 
 
-def gemm_input_bytes(shape: LayerShape) -> float:
-    """Bytes per element of a GEMM input kept for the weight gradient: 1 in fp8 recipes (Transformer
-    Engine quantises the input and saves the fp8 copy for backward, not the bf16 one: TE
-    documentation, "Using FP8 with Transformer Engine"), else the activation width."""
-    return 1.0 if shape.dtype == "fp8" else float(shape.act_bytes)
-
-
 def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: ExpertShape, modules: tuple[str, ...]) -> float:
     """Bytes the MoE MLP keeps for backward: pre-MLP norm input and output (SP shard, 2 B·h each),
     fp32 router probabilities 4·E per token; per routed row (R rows, the top_k copies of the tokens)
-    the fc1 input h and the fc2 input f_e/etp at gemm_input_bytes (fp8 copies in fp8 recipes), the
+    the fc1 input h and the fc2 input f_e/etp at LayerShape.gemm_input_bytes (fp8 copies in fp8 recipes), the
     fc1 output p·f_e/etp at 2 B and the row's fp32 routing weight. The fc2 output is not kept:
     Megatron-Core's TEGroupedMLP multiplies the routing weights inside the activation
     (weighted SwiGLU, moe_apply_probs_on_input off), so un-permute is a plain scatter-add.
@@ -201,7 +195,7 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
     ``layernorm`` drops the norm input, ``moe_act`` the activation output, ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
-    gin = gemm_input_bytes(shape)
+    gin = shape.gemm_input_bytes
     tokens = moe_tokens(shape)
     norm = (0.0 if "layernorm" in modules else ab * tokens * h) + ab * tokens * h
     if "moe" in modules:
@@ -219,13 +213,14 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
 
 
 def dense_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]) -> float:
-    """Dense MLP (Korthikanti et al. 2022 §4.1): norm input and MLP input (SP shard, 2 B·h each),
-    intermediates 3·f (SwiGLU) or 2·f per token split by t; ``mlp`` drops the intermediates,
-    ``layernorm`` the norm input."""
-    h, ab, t = model.hidden, shape.act_bytes, shape.tp
+    """Dense MLP (Korthikanti et al. 2022 §4.1): norm input (2 B·h) and MLP input (the fc1 GEMM input,
+    gemm_input_bytes·h), both SP shards; intermediates per token split by t: the fc1 output (2·f
+    SwiGLU, f GeLU, at 2 B) and the fc2 GEMM input f at gemm_input_bytes; ``mlp`` drops the
+    intermediates, ``layernorm`` the norm input."""
+    h, ab, gin, t = model.hidden, shape.act_bytes, shape.gemm_input_bytes, shape.tp
     sp = shape.sp_tokens
-    norm = (0.0 if "layernorm" in modules else ab * sp * h) + ab * sp * h
-    inner = 0.0 if "mlp" in modules else ab * shape.local_tokens * model.ffn_hidden / t * (3 if model.mlp == "swiglu" else 2)
+    norm = (0.0 if "layernorm" in modules else ab * sp * h) + gin * sp * h
+    inner = 0.0 if "mlp" in modules else shape.local_tokens * model.ffn_hidden / t * mlp_intermediate_bytes(model, shape)
     return norm + inner
 
 

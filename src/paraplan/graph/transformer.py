@@ -79,6 +79,13 @@ class LayerShape:
     def act_bytes(self) -> int:
         return ACTIVATION_BYTES[self.dtype]
 
+    @property
+    def gemm_input_bytes(self) -> float:
+        """Bytes per element of a GEMM input kept for the weight gradient: 1 in fp8 recipes (Transformer
+        Engine's Linear / LayerNormLinear quantise the input and save the fp8 copy for backward, not the
+        bf16 one: TE documentation, "Using FP8 with Transformer Engine"), else the activation width."""
+        return 1.0 if self.dtype == "fp8" else float(self.act_bytes)
+
 
 def _gemm(name: str, batch: int, m: int, n: float, k: float) -> Op:
     """Dense GEMM: forward 2·m·n·k FLOPs; backward = dgrad + wgrad = 2× forward (Narayanan et al. 2021, §5.1)."""
