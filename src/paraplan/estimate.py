@@ -113,6 +113,7 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
         offload_weights=plan.offload_weights,
         offload_activations=plan.offload_activations,
         offload_optimizer=plan.offload_optimizer,
+        offload_activation_layers=plan.offload_activation_layers or 0,
     )
 
 

@@ -207,6 +207,10 @@ def estimate(
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
     offload_weights: Annotated[bool, typer.Option("--offload-weights")] = False,
     offload_activations: Annotated[bool, typer.Option("--offload-activations")] = False,
+    offload_activation_layers: Annotated[Optional[int], typer.Option(
+        "--offload-activation-layers", min=1,
+        help="with --offload-activations: decoder layers per pipeline stage that offload (Megatron-LM "
+        "--cpu-offloading-num-layers); default: all")] = None,
     offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer")] = False,
     overlap_tp_comm: Annotated[bool, typer.Option("--overlap-tp-comm", help="overlap TP collectives with GEMMs")] = False,
     no_overlap_dp: Annotated[bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")] = False,
@@ -300,6 +304,7 @@ def estimate(
         "attention": attention.value,
         "offload_weights": offload_weights,
         "offload_activations": offload_activations,
+        "offload_activation_layers": offload_activation_layers,
         "offload_optimizer": offload_optimizer,
         "overlap_tp_comm": overlap_tp_comm,
         "overlap_dp_grad_reduce": not no_overlap_dp,

@@ -307,6 +307,8 @@ def plan_line(est: Estimate, parameters=None) -> str:
         + (", sequence parallel" if p.get("sequence_parallel") else ""),
     ]
     extras = [name for name in ("offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm") if p.get(name)]
+    if p.get("offload_activation_layers"):
+        extras[extras.index("offload_activations")] += f" ({p['offload_activation_layers']} layers per stage)"
     extras += [f"no {name}" for name in ("overlap_dp_grad_reduce", "overlap_param_gather") if p.get(name) is False]
     placement = p.get("placement", DEFAULT_PLACEMENT_LABEL)
     if placement != DEFAULT_PLACEMENT_LABEL:

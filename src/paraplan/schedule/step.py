@@ -223,6 +223,7 @@ class GridKnobs:
     offload_optimizer: Num
     zb: Num = False  # ZB-H1 (schedule/zero_bubble.py)
     dualpipe: Num = False  # DualPipe (schedule/zero_bubble.py)
+    offload_activation_layers: Num = 0  # with offload_activations: decoder layers per stage offloaded (0: all)
 
 
 # the GridKnobs flag each pipeline schedule (specs.plan.Schedule) sets; 1F1B sets none
@@ -267,6 +268,15 @@ def _max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Nu
         if kinds is None or block.kind in kinds:
             best = np.maximum(best, np.where(n > 0, value(block), 0.0))
     return best
+
+
+def offloaded_activation_share(knobs: GridKnobs, stage: Stage) -> Num:
+    """Share of a stage's decoder-layer activations kept in host memory: 0 without activation offload,
+    min(1, k / the stage's decoder layers) when only k layers offload (Megatron-LM
+    --cpu-offloading-num-layers; ``offload_activation_layers``), 1 when every layer does."""
+    layers = np.maximum(_sum_blocks(stage, lambda b: 1.0, TRANSFORMER_KINDS), 1.0)
+    k = knobs.offload_activation_layers
+    return np.where(knobs.offload_activations, np.where(k > 0, np.minimum(1.0, k / layers), 1.0), 0.0)
 
 
 def stage_work(stage: Stage) -> dict[str, Num]:
@@ -482,9 +492,10 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     tails = [tail_terms(s.inputs or inp, s, w) for s, w in zip(stages, works)]
     streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     for s in stages:
+        share = offloaded_activation_share(inp.knobs, s)
         traffic = 2.0 * _sum_blocks(
             s,
-            lambda b: b.activation_bytes * inp.knobs.offload_activations + b.params * inp.weight_bytes * inp.knobs.offload_weights,
+            lambda b, share=share: b.activation_bytes * share + b.params * inp.weight_bytes * inp.knobs.offload_weights,
             TRANSFORMER_KINDS,
         )
         streamed = np.maximum(streamed, np.where(s.count > 0, m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0))
@@ -537,19 +548,22 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     transformer_kept = _sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
     acts = in_flight * kept + _sum_blocks(stage, lambda b: b.held_bytes)
     offloaded_acts = 2.0 * _max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)  # one out, one in
+    share = offloaded_activation_share(inp.knobs, stage)  # the rest of the layers keep theirs on the GPU
     streamed_weights = 2.0 * _max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS)
     out = {
         "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),
         "gradients_bytes": grads,
         "optimizer_bytes": np.where(inp.knobs.offload_optimizer, 0.0, optimizer),
-        "activations_bytes": np.where(inp.knobs.offload_activations, offloaded_acts, acts),
+        "activations_bytes": np.where(inp.knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts),
         "buffers_bytes": _max_blocks(stage, lambda b: b.buffer_bytes) + np.where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
         "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
         "transformer_weights_and_optimizer_bytes": transformer_states,
-        "transformer_activations_bytes": np.where(inp.knobs.offload_activations, offloaded_acts, in_flight * transformer_kept),
+        "transformer_activations_bytes": np.where(inp.knobs.offload_activations,
+                                                  (1.0 - share) * in_flight * transformer_kept + offloaded_acts,
+                                                  in_flight * transformer_kept),
         "host_bytes": np.where(inp.knobs.offload_optimizer, optimizer, 0.0)
         + np.where(inp.knobs.offload_weights, weights, 0.0)
-        + np.where(inp.knobs.offload_activations, acts, 0.0),
+        + share * acts,
     }
     out["peak_bytes"] = (
         out["weights_bytes"] + out["gradients_bytes"] + out["optimizer_bytes"] + out["activations_bytes"]

@@ -81,6 +81,10 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     schedule: Schedule | None = Field(None, description="default: interleaved when vpp > 1, else 1f1b")
     offload_weights: bool = False
     offload_activations: bool = False
+    offload_activation_layers: int | None = Field(
+        None, ge=1, description="with offload_activations: only this many decoder layers per pipeline stage (per "
+        "GPU) offload their activations, the others keep them (Megatron-LM --cpu-offloading-num-layers); "
+        "default: every layer")
     offload_optimizer: bool = False
     overlap_dp_grad_reduce: bool = Field(True, description="overlap DP gradient reduction with backward")
     overlap_param_gather: bool = Field(True, description="overlap ZeRO parameter all-gather with forward")
@@ -119,6 +123,9 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
             raise ValueError(f"stage_layers cannot be combined with {', '.join(given + accounted)}")
         if given and accounted:
             raise ValueError(f"{given[0]} cannot be combined with {accounted[0]} (Megatron-LM refuses it too)")
+        if self.offload_activation_layers is not None and not self.offload_activations:
+            raise ValueError(f"offload_activation_layers={self.offload_activation_layers} needs offload_activations "
+                             "(--offload-activations)")
         return self
 
     @property
