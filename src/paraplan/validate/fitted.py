@@ -43,11 +43,16 @@ _EFF = ("accelerator", "efficiency")
 # Blackwell and Blackwell Ultra: the same fp8 tensor-core rate per SM and clock (datasheets: B200 and B300 4.5 PFLOPS
 # dense fp8 on HGX, GB200 and GB300 5 PFLOPS), so one fitted fp8 cap; Blackwell Ultra adds FP4 and attention rate only
 _BLACKWELL_FP8 = ("dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
-# systems that run Megatron-Core MoE on Hopper / Blackwell GPUs with a host like the calibration runs'
-_MOE_SYSTEMS = ("dgx-h100-80gb", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
+# systems that run Megatron-Core MoE on Hopper / Blackwell GPUs with a host like the calibration runs' (gh200-96gb-quad:
+# the H100 GPU with a Grace host, as gb200-nvl72 / gb300-nvl72 pair Blackwell with Grace)
+_MOE_SYSTEMS = ("dgx-h100-80gb", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72",
+                "gh200-96gb-quad")
+# H100 SXM silicon (GH100, 132 SMs, the H100 SXM tensor rates) with the fp8 GEMM cap and attention fraction fitted on
+# the DGX H100 runs: H200 (same compute, HBM3e) and GH200 (the H100 GPU of the Grace Hopper superchip); H800 keeps its own
+_H100_SILICON = ("dgx-h100-80gb", "dgx-h200", "gh200-96gb-quad")
 # systems whose bf16 GEMM cap is a published kernel benchmark's cap x one in-step share (catalog.gemm_benchmarks);
-# the H100 PCIe / NVL entries carry the H100 SXM cap (no benchmark of their own)
-_GEMM_BF16 = (*MAMF_BF16, "h100-pcie-8", "h100-nvl-8")
+# the H100 PCIe / NVL and GH200 entries carry the H100 SXM cap (no benchmark of their own; GH200 is the same GH100 silicon)
+_GEMM_BF16 = (*MAMF_BF16, "h100-pcie-8", "h100-nvl-8", "gh200-96gb-quad")
 FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
     FittedConstant("gemm.bf16", _GEMM_BF16, (*_EFF, "gemm"), (0.55, 0.89), ("korthikanti2022", "nemo-llama31-h100"),
                    "the bf16 in-step share, one for all GPUs: value = dgx-a100-80gb's cap (its MAMF kernel cap 0.895 x the "
@@ -55,9 +60,9 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
                    "a100.gemm_ramp_s and h100.gemm_fp8, mean of the two sets' step-time MAPEs"),
     FittedConstant("a100.gemm_ramp_s", ("dgx-a100-80gb", "dgx-a100-40gb"), (*_EFF, "gemm_ramp_s"), (0.0, 100e-6),
                    ("korthikanti2022",), "jointly with gemm.bf16"),
-    FittedConstant("h100.gemm_fp8", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "gemm_fp8"), (0.3, 0.9), ("nemo-llama31-h100",),
+    FittedConstant("h100.gemm_fp8", _H100_SILICON, (*_EFF, "gemm_fp8"), (0.3, 0.9), ("nemo-llama31-h100",),
                    "fp8 cases of the DGX Cloud Llama 3.1 recipes"),
-    FittedConstant("h100.attention", ("dgx-h100-80gb", "dgx-h200"), (*_EFF, "attention"), (0.2, 0.8),
+    FittedConstant("h100.attention", _H100_SILICON, (*_EFF, "attention"), (0.2, 0.8),
                    ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
     # the B200 fp8 cap on dense runs; then the mixture-of-experts constants, jointly over the 10 step times of
     # moe-visible (docs/model.md §7)
