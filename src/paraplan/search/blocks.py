@@ -28,13 +28,25 @@ block's bound is the least over its schedule options.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass, replace
 
+from paraplan.arrays import stack
 from paraplan.graph.ops import ExpertShape
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.stages import EXPERT_FREE_KINDS, _statics_of, layer_mix, model_block_kinds
+from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, block_terms
+from paraplan.stages import (
+    EXPERT_FREE_KINDS,
+    _statics_of,
+    block_cost_facts,
+    default_recompute_modules,
+    layer_mix,
+    model_block_kinds,
+)
 
+EXPERT_TERMS = ("ep_forward", "ep_backward")  # the BlockTerms parts that read the dispatcher (work_floors)
 SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
 
 
@@ -126,6 +138,64 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
                 for expert in experts:
                     add(name, replace(shape, expert=expert))
     return LayerFloors(work, rho)
+
+
+def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
+    """The distinct (tp span, cp span) of the block's placements: the spans its layer costings read."""
+    spans = problem.placements(block.tp, block.pp, block.cp, block.dp)
+    return tuple(dict.fromkeys((s["tp"], s["cp"]) for _, s in spans))
+
+
+def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple) -> dict[str, float]:
+    """Least per-micro-batch work of each block kind over every row with these degrees, micro-batch and
+    (tp span, cp span): the sum of ``schedule.step.block_terms``' time parts but the expert-parallel
+    ones (each >= 0, left out because they read the dispatcher) — forward, backward, recompute and
+    the exposed TP and CP communication — least over every ``layer_knobs`` option (its recompute mode
+    and TP overlap included) and every (ep, etp). Admissible: each row's block work (stage_work) is
+    one of these sums plus its EP terms; the dispatcher and the a2a-overlap switch change only the
+    EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives: groups ep/etp
+    only, which stages.block_comm books as EP), so the alltoall costing stands for all three."""
+    from paraplan.search.table import layer_shape_of
+
+    model, system = problem.model, problem.system
+    shaped = moe_shaped(model)
+    experts = [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+               for ep, etp in _expert_pairs(problem, tp)] if shaped else [ExpertShape()]
+    facts: dict[str, list] = {name: [] for name in model_block_kinds(model)}
+    codes, overlaps = [], []
+    for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
+        modules = default_recompute_modules(recompute) if shaped else ()
+        for expert in experts:
+            shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules)
+            for name, kind in block_cost_facts(model, system, shape, *pair).items():
+                facts[name].append(kind)
+            codes.append(RECOMPUTE_CODES[recompute])
+            overlaps.append(overlap)
+    out: dict[str, float] = {}
+    index = np.arange(len(codes))
+    for name, kinds in facts.items():  # every option at once: block_terms works on arrays
+        terms = block_terms(stack([k.compute for k in kinds], index), stack([k.comm for k in kinds], index),
+                            np.array(codes), np.array(overlaps))
+        work = 0.0
+        for part in BLOCK_TERM_NAMES:
+            if part not in EXPERT_TERMS:
+                work = work + getattr(terms, part)
+        out[name] = float(np.min(work))
+    return out
+
+
+def refined_floors(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict) -> LayerFloors:
+    """The block's LayerFloors with each kind's work raised to ``work_floors``' least over the block's
+    span pairs (never below the compute floor: both bound every row of the block)."""
+    work = dict(floors.work)
+    for pair in block_span_pairs(problem, block):
+        key = (block.tp, block.cp, block.micro_batch, pair)
+        if key not in cache:
+            cache[key] = work_floors(problem, block.tp, block.cp, block.micro_batch, pair)
+    for name in work:
+        least = min(cache[(block.tp, block.cp, block.micro_batch, pair)][name] for pair in block_span_pairs(problem, block))
+        work[name] = max(work[name], least)
+    return LayerFloors(work, floors.rho)
 
 
 def _expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ group (one ranked plan with its ``equivalents``), and the top K is K groups.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
 from paraplan.search import ranking
-from paraplan.search.blocks import block_step_floor, layer_floors, rows_per_micro_batch
+from paraplan.search.blocks import block_step_floor, layer_floors, refined_floors, rows_per_micro_batch
 from paraplan.search.blocks import blocks as space_blocks
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
@@ -282,18 +283,30 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
-    rows_done = 0
-    order = np.lexsort((np.arange(len(parts)), bounds))
-    for done, i in enumerate(order):
-        if not ranking.within(bounds[i], scan.threshold):
+    rows_done = done = 0
+    # best bound first; a block's bound is refined (search.blocks.refined_floors: its exposed TP / CP
+    # communication and recomputation) when it first reaches the front, and the block goes back in line
+    heap = [(float(bounds[i]), i, False) for i in range(len(parts))]
+    heapq.heapify(heap)
+    work: dict[tuple, dict] = {}
+    while heap:
+        bound, i, refined = heapq.heappop(heap)
+        if not ranking.within(bound, scan.threshold):
             break
         b = parts[i]
+        if not refined:
+            tokens = float(b.global_batch * problem.seq_length)
+            better = objective_value(problem, block_step_floor(problem, b, refined_floors(
+                problem, b, floors[(b.tp, b.cp, b.micro_batch)], work)), tokens, flops_per_token * tokens, peak_flops)
+            heapq.heappush(heap, (max(bound, float(better)), i, True))
+            continue
         table = RowTable(b.problem(problem))
         options = _GridIndex(problem, table)
         scan.use(table, b.offset)
         rows_done += _scan_rows(problem, table, options, scan, False, None, None)
+        done += 1
         if progress is not None:
-            progress(done + 1, len(parts), "blocks")
+            progress(done, len(parts), "blocks")
     rows = parts[-1].offset + parts[-1].rows if parts else 0
     return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, rows_done, start)
 
