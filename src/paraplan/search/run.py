@@ -31,7 +31,7 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
 from paraplan.search import ranking
-from paraplan.search.blocks import block_step_floor, layer_floors, refined_floors, rows_per_micro_batch
+from paraplan.search.blocks import block_step_floor, layer_floors, refined_bound, rows_per_micro_batch
 from paraplan.search.blocks import blocks as space_blocks
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
@@ -284,8 +284,8 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     rows_done = done = 0
-    # best bound first; a block's bound is refined (search.blocks.refined_floors: its exposed TP / CP
-    # communication and recomputation) when it first reaches the front, and the block goes back in line
+    # best bound first; a block's bound is refined (search.blocks.refined_bound: exposed TP / CP communication,
+    # recomputation, memory) when it first reaches the front, and the block goes back in line
     heap = [(float(bounds[i]), i, False) for i in range(len(parts))]
     heapq.heapify(heap)
     work: dict[tuple, dict] = {}
@@ -296,8 +296,8 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
         b = parts[i]
         if not refined:
             tokens = float(b.global_batch * problem.seq_length)
-            better = objective_value(problem, block_step_floor(problem, b, refined_floors(
-                problem, b, floors[(b.tp, b.cp, b.micro_batch)], work)), tokens, flops_per_token * tokens, peak_flops)
+            better = objective_value(problem, refined_bound(problem, b, floors[(b.tp, b.cp, b.micro_batch)], work),
+                                     tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, True))
             continue
         table = RowTable(b.problem(problem))
