@@ -159,7 +159,7 @@ class ModeFloors:
     held: dict
 
 
-def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple) -> ModeFloors:
+def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool = True) -> ModeFloors:
     """Per recompute mode, each block kind's least per-micro-batch work over every row with these
     degrees, micro-batch, (tp span, cp span) and mode: the sum of ``schedule.step.block_terms``' time
     parts but the expert-parallel ones (each >= 0, left out because they read the dispatcher) —
@@ -168,13 +168,17 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
     (stage_work) is one of these sums plus its EP terms; the dispatcher and the a2a-overlap switch
     change only the EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives:
-    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for all."""
+    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for all.
+    Without ``expert_kinds`` only the EXPERT_FREE_KINDS are costed (for one expert option: they read
+    none) and the other kinds get 0, a floor of anything: a cheap first refinement."""
     from paraplan.search.table import layer_shape_of
 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
     experts = [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
                for ep, etp in _expert_pairs(problem, tp)] if shaped else [ExpertShape()]
+    if not expert_kinds:
+        experts = experts[:1]
     facts: dict[str, dict[str, list]] = {}
     memory: dict[str, dict[str, list]] = {}
     options: dict[str, tuple[list, list]] = {}
@@ -204,24 +208,33 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
             for part in BLOCK_TERM_NAMES:
                 if part not in EXPERT_TERMS:
                     total = total + getattr(terms, part)
-            work[mode][name] = float(np.min(total))
-            kept[mode][name] = min(m.activation_bytes for m in memory[mode][name])
-            held[mode][name] = min(m.held_bytes for m in memory[mode][name])
+            costed = expert_kinds or name in EXPERT_FREE_KINDS
+            work[mode][name] = float(np.min(total)) if costed else 0.0
+            kept[mode][name] = min(m.activation_bytes for m in memory[mode][name]) if costed else 0.0
+            held[mode][name] = min(m.held_bytes for m in memory[mode][name]) if costed else 0.0
     return ModeFloors(work, kept, held)
 
 
-def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict) -> float:
+def refinements(problem: SearchProblem) -> tuple[bool, ...]:
+    """The ``expert_kinds`` values refined_bound is called with, cheap first: (False, True) when some
+    block kind reads the expert knobs, else (True,)."""
+    if all(name in EXPERT_FREE_KINDS for name in model_block_kinds(problem.model)):
+        return (True,)
+    return (False, True)
+
+
+def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, expert_kinds: bool = True) -> float:
     """A lower bound on the step time of every candidate of the block, at least block_step_floor's:
     the least over the recompute modes of the block_step_floor of the mode's ``work_floors`` (least
     over the block's span pairs, never below the compute floor), where a mode whose activations
     cannot fit in HBM (``activation_floor_bytes``) needs activation offload and then takes at least
-    ``streaming_floor_s``; a mode that fits neither way bounds nothing (no candidate of it fits)."""
-    pairs = block_span_pairs(problem, block)
-    for pair in pairs:
-        key = (block.tp, block.cp, block.micro_batch, pair)
+    ``streaming_floor_s``; a mode that fits neither way bounds nothing (no candidate of it fits).
+    ``expert_kinds``: as work_floors (False: a cheaper, lower bound)."""
+    keys = [(block.tp, block.cp, block.micro_batch, pair, expert_kinds) for pair in block_span_pairs(problem, block)]
+    for key in keys:
         if key not in cache:
-            cache[key] = work_floors(problem, block.tp, block.cp, block.micro_batch, pair)
-    per_pair = [cache[(block.tp, block.cp, block.micro_batch, pair)] for pair in pairs]
+            cache[key] = work_floors(problem, *key)
+    per_pair = [cache[key] for key in keys]
     constants = system_terms(problem.system, problem.dtype, problem)
     capacity = problem.system.accelerator.hbm_capacity
     offloads = any(activations for _, activations, _ in problem.offload_options)

@@ -31,7 +31,7 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
 from paraplan.search import ranking
-from paraplan.search.blocks import block_step_floor, layer_floors, refined_bound, rows_per_micro_batch
+from paraplan.search.blocks import block_step_floor, layer_floors, refined_bound, refinements, rows_per_micro_batch
 from paraplan.search.blocks import blocks as space_blocks
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
@@ -284,21 +284,23 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     rows_done = done = 0
-    # best bound first; a block's bound is refined (search.blocks.refined_bound: exposed TP / CP communication,
-    # recomputation, memory) when it first reaches the front, and the block goes back in line
-    heap = [(float(bounds[i]), i, False) for i in range(len(parts))]
+    # best bound first; a block's bound is refined (search.blocks.refined_bound: exposed TP / CP
+    # communication, recomputation, memory; the expert-free block kinds first) when it reaches the
+    # front, and the block goes back in line; a block whose last refinement reaches the front is searched
+    steps = refinements(problem)
+    heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
-    work: dict[tuple, dict] = {}
+    work: dict[tuple, object] = {}
     while heap:
-        bound, i, refined = heapq.heappop(heap)
+        bound, i, level = heapq.heappop(heap)
         if not ranking.within(bound, scan.threshold):
             break
         b = parts[i]
-        if not refined:
+        if level < len(steps):
             tokens = float(b.global_batch * problem.seq_length)
-            better = objective_value(problem, refined_bound(problem, b, floors[(b.tp, b.cp, b.micro_batch)], work),
-                                     tokens, flops_per_token * tokens, peak_flops)
-            heapq.heappush(heap, (max(bound, float(better)), i, True))
+            better = objective_value(problem, refined_bound(problem, b, floors[(b.tp, b.cp, b.micro_batch)], work,
+                                                            steps[level]), tokens, flops_per_token * tokens, peak_flops)
+            heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
         table = RowTable(b.problem(problem))
         options = _GridIndex(problem, table)
