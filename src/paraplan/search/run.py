@@ -265,7 +265,9 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
     """``search`` block by block (search.blocks): blocks visited best bound first, each one's row
     table built only when its bound can still enter the top K, its rows scanned with the running
     threshold; row numbers are the canonical ones (block offset + row of the block), so ties break
-    as in one table."""
+    as in one table. The top K is exact; the faster plans that do not fit (``faster_infeasible``) come
+    from the blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound)
+    may hold plans that do not fit and are faster than the winner."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     parts = space_blocks(problem)
