@@ -280,3 +280,69 @@ def test_row_bounds_are_admissible_with_split_backward_schedules():
         best[item["row"]] = min(best.get(item["row"], math.inf), item["step_time_s"])
     assert len(best) > 100
     assert all(bound[r] <= step for r, step in best.items())
+
+
+def tiny_deepseek():
+    """DeepSeek-V3's layer kinds (MLA, a dense first layer, shared + routed experts, MTP) at a size that
+    fits a few dozen GPUs: 8 layers, hidden 2048, 32 experts."""
+    model = load_model("deepseek-v3")
+    return model.model_copy(update=dict(name="tiny-deepseek", layers=8, hidden=2048, heads=16, kv_heads=16,
+                                        ffn_hidden=5632, experts=32, moe_ffn_hidden=512, shared_ffn_hidden=512,
+                                        dense_layers=1, q_lora_rank=512, kv_lora_rank=256, vocab=32000))
+
+
+def _least_step_per_block(problem):
+    """(blocks, {block index: least step time of its feasible candidates}) from the whole space."""
+    import bisect
+
+    from paraplan.search.blocks import blocks
+
+    parts = blocks(problem)
+    offsets = [b.offset for b in parts]
+    least: dict[int, float] = {}
+    for item in search(problem, top_k=10, collect_all=True).all_feasible:
+        i = bisect.bisect_right(offsets, item["row"]) - 1
+        least[i] = min(least.get(i, math.inf), item["step_time_s"])
+    return parts, least
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem, memory", [
+    (mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None, cp=(1, 2, 4), vary_placement=True,
+                     sequence_parallel=None), False),
+    (mixtral_problem(schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64,
+                     micro_batch=(1, 2), recompute=None, vary_offload=True, vary_placement=True), False),
+    (mixtral_problem(recompute=None, micro_batch=(1, 2, 4), seq_length=16384, global_batch=32, vary_offload=True), True),
+    (SearchProblem(model=tiny_deepseek(), system=load_system("dgx-h800"), gpus=32, seq_length=4096,
+                   global_batch=64, tp=(1, 2), pp=(1, 2, 4), cp=(1, 2, 4), micro_batch=(1, 2), ep=(4, 8), zero=(1, 2),
+                   vary_placement=True, vary_offload=False), False),
+    (SearchProblem(model=load_model("gpt3-13b"), system=load_system("dgx-a100-80gb"), gpus=16, seq_length=16384,
+                   global_batch=16, tp=(1, 2, 4), pp=(1, 2), cp=(1, 2), micro_batch=(1, 2), zero=(0, 1),
+                   vary_placement=True), True),
+], ids=["mixtral-cp", "mixtral-schedules", "mixtral-memory", "deepseek-like", "gpt3-13b-memory"])
+def test_refined_block_bounds_are_admissible(problem, memory):
+    """search.blocks.refined_bound (block work with its exposed TP / CP communication and recompute per
+    recompute mode, modes whose activations cannot fit without offload held to the streaming floor or
+    dropped) is at most the step time of every feasible candidate of the block (so of every row's
+    best), at least the compute-only bound, and above it on some block; on the ``memory`` problems
+    some block has a recompute mode whose activations cannot fit in HBM without offload."""
+    from paraplan.schedule.constants import system_terms
+    from paraplan.search.blocks import activation_floor_bytes, block_step_floor, layer_floors, refined_bound
+
+    parts, least = _least_step_per_block(problem)
+    assert len(least) > 1
+    cache: dict = {}
+    raised = 0
+    for i, step in least.items():
+        b = parts[i]
+        coarse = layer_floors(problem, b.tp, b.cp, b.micro_batch)
+        low = block_step_floor(problem, b, coarse)
+        bound = refined_bound(problem, b, coarse, cache)
+        cheap = refined_bound(problem, b, coarse, cache, expert_kinds=False)  # the first, cheaper refinement
+        assert low <= bound <= step and low <= cheap <= step, (b, low, cheap, bound, step)
+        raised += bound > low
+    assert raised
+    if memory:
+        reserved, capacity = system_terms(problem.system, problem.dtype, problem)["reserved_bytes"], problem.system.accelerator.hbm_capacity
+        assert any(activation_floor_bytes(problem, b, cache[key].kept[mode], cache[key].held[mode]) + reserved > capacity
+                   for b in parts for key in cache if key[:3] == (b.tp, b.cp, b.micro_batch) and key[4] for mode in cache[key].kept)

@@ -493,9 +493,10 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     for s in stages:
         share = offloaded_activation_share(inp.knobs, s)
-        traffic = 2.0 * _sum_blocks(
+        traffic = _sum_blocks(
             s,
-            lambda b, share=share: b.activation_bytes * share + b.params * inp.weight_bytes * inp.knobs.offload_weights,
+            lambda b, share=share: offload_traffic_bytes(b.activation_bytes * share,
+                                                         b.params * inp.weight_bytes * inp.knobs.offload_weights),
             TRANSFORMER_KINDS,
         )
         streamed = np.maximum(streamed, np.where(s.count > 0, m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0))
@@ -510,6 +511,12 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
         dp_s=dp_s,
         offload_s=_pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
     )
+
+
+def offload_traffic_bytes(activation_bytes: Num, weight_bytes: Num) -> Num:
+    """Host-link bytes per micro-batch of one block's offloaded activations and weights: each goes out
+    to host memory and comes back (2×; exact in floating point, so summing it per block is the sum's double)."""
+    return 2.0 * (activation_bytes + weight_bytes)
 
 
 def split_backward_bubble(inp: StepInputs, bubble: Num, work: dict[str, Num], wgrad: Num) -> Num:

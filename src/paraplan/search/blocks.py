@@ -28,13 +28,28 @@ block's bound is the least over its schedule options.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass, replace
 
+from paraplan.arrays import stack
 from paraplan.graph.ops import ExpertShape
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.stages import EXPERT_FREE_KINDS, _statics_of, layer_mix, model_block_kinds
+from paraplan.schedule.constants import system_terms
+from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms, offload_traffic_bytes
+from paraplan.stages import (
+    BLOCK_KINDS,
+    EXPERT_FREE_KINDS,
+    _statics_of,
+    block_cost_facts,
+    block_memory_facts,
+    default_recompute_modules,
+    layer_mix,
+    model_block_kinds,
+)
 
+EXPERT_TERMS = ("ep_forward", "ep_backward")  # the BlockTerms parts that read the dispatcher (work_floors)
 SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
 
 
@@ -128,6 +143,136 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     return LayerFloors(work, rho)
 
 
+def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
+    """The distinct (tp span, cp span) of the block's placements: the spans its layer costings read."""
+    spans = problem.placements(block.tp, block.pp, block.cp, block.dp)
+    return tuple(dict.fromkeys((s["tp"], s["cp"]) for _, s in spans))
+
+
+@dataclass(frozen=True)
+class ModeFloors:
+    """Per recompute mode (``RECOMPUTE_MODES`` name -> kind -> value) over a set of rows: least block work
+    (``work_floors``), least activation bytes kept per in-flight micro-batch, least bytes held once."""
+
+    work: dict
+    kept: dict
+    held: dict
+
+
+def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool = True) -> ModeFloors:
+    """Per recompute mode, each block kind's least per-micro-batch work over every row with these
+    degrees, micro-batch, (tp span, cp span) and mode: the sum of ``schedule.step.block_terms``' time
+    parts but the expert-parallel ones (each >= 0, left out because they read the dispatcher) —
+    forward, backward, recompute and the exposed TP and CP communication — least over every
+    ``layer_knobs`` option of the mode (TP overlap included) and every (ep, etp); and its least kept
+    and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
+    (stage_work) is one of these sums plus its EP terms; the dispatcher and the a2a-overlap switch
+    change only the EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives:
+    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for all.
+    Without ``expert_kinds`` only the EXPERT_FREE_KINDS are costed (for one expert option: they read
+    none) and the other kinds get 0, a floor of anything: a cheap first refinement."""
+    from paraplan.search.table import layer_shape_of
+
+    model, system = problem.model, problem.system
+    shaped = moe_shaped(model)
+    experts = [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+               for ep, etp in _expert_pairs(problem, tp)] if shaped else [ExpertShape()]
+    if not expert_kinds:
+        experts = experts[:1]
+    facts: dict[str, dict[str, list]] = {}
+    memory: dict[str, dict[str, list]] = {}
+    options: dict[str, tuple[list, list]] = {}
+    for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
+        modules = default_recompute_modules(recompute) if shaped else ()
+        by_kind = facts.setdefault(recompute, {name: [] for name in model_block_kinds(model)})
+        kept = memory.setdefault(recompute, {name: [] for name in model_block_kinds(model)})
+        codes, overlaps = options.setdefault(recompute, ([], []))
+        for expert in experts:
+            shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules)
+            for name, kind in block_cost_facts(model, system, shape, *pair).items():
+                by_kind[name].append(kind)
+            for name, kind in block_memory_facts(model, shape, recompute).items():
+                kept[name].append(kind)
+            codes.append(RECOMPUTE_CODES[recompute])
+            overlaps.append(overlap and pair[0].domains == 1)  # stages.row_blocks: comm-GEMM overlap inside one domain
+    work, kept, held = {}, {}, {}
+    for mode, by_kind in facts.items():
+        codes, overlaps = (np.array(x) for x in options[mode])
+        index = np.arange(len(codes))
+        work[mode], kept[mode], held[mode] = {}, {}, {}
+        for name, kinds in by_kind.items():  # every option at once: block_terms works on arrays
+            code = codes if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
+            terms = block_terms(stack([k.compute for k in kinds], index), stack([k.comm for k in kinds], index),
+                                code, overlaps)
+            total = 0.0
+            for part in BLOCK_TERM_NAMES:
+                if part not in EXPERT_TERMS:
+                    total = total + getattr(terms, part)
+            costed = expert_kinds or name in EXPERT_FREE_KINDS
+            work[mode][name] = float(np.min(total)) if costed else 0.0
+            kept[mode][name] = min(m.activation_bytes for m in memory[mode][name]) if costed else 0.0
+            held[mode][name] = min(m.held_bytes for m in memory[mode][name]) if costed else 0.0
+    return ModeFloors(work, kept, held)
+
+
+def refinements(problem: SearchProblem) -> tuple[bool, ...]:
+    """The ``expert_kinds`` values refined_bound is called with, cheap first: (False, True) when some
+    block kind reads the expert knobs, else (True,)."""
+    if all(name in EXPERT_FREE_KINDS for name in model_block_kinds(problem.model)):
+        return (True,)
+    return (False, True)
+
+
+def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, expert_kinds: bool = True) -> float:
+    """A lower bound on the step time of every candidate of the block, at least block_step_floor's:
+    the least over the recompute modes of the block_step_floor of the mode's ``work_floors`` (least
+    over the block's span pairs, never below the compute floor), where a mode whose activations
+    cannot fit in HBM (``activation_floor_bytes``) needs activation offload and then takes at least
+    ``streaming_floor_s``; a mode that fits neither way bounds nothing (no candidate of it fits).
+    ``expert_kinds``: as work_floors (False: a cheaper, lower bound)."""
+    keys = [(block.tp, block.cp, block.micro_batch, pair, expert_kinds) for pair in block_span_pairs(problem, block)]
+    for key in keys:
+        if key not in cache:
+            cache[key] = work_floors(problem, *key)
+    per_pair = [cache[key] for key in keys]
+    constants = system_terms(problem.system, problem.dtype, problem)
+    capacity = problem.system.accelerator.hbm_capacity
+    offloads = any(activations for _, activations, _ in problem.offload_options)
+    best = math.inf
+    for mode in per_pair[0].work:
+        work = {name: max(value, min(f.work[mode][name] for f in per_pair)) for name, value in floors.work.items()}
+        bound = block_step_floor(problem, block, LayerFloors(work, floors.rho))
+        first = per_pair[0]  # activation memory reads no span
+        if activation_floor_bytes(problem, block, first.kept[mode], first.held[mode]) + constants["reserved_bytes"] > capacity:
+            if not offloads:
+                continue
+            bound = max(bound, streaming_floor_s(problem, block, first.kept[mode], constants["host_bandwidth"]))
+        best = min(best, bound)
+    return max(best, block_step_floor(problem, block, floors))
+
+
+def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, held: dict) -> float:
+    """Least activation bytes some stage of any candidate of the block holds without activation
+    offload: stage_memory_terms keeps in_flight × kept + held with in_flight >= 1 (cost.memory.
+    in_flight_chunks: at least one micro-batch on every schedule), so the fullest stage of the
+    schedule options' splits, at the least kept and held bytes per kind, bounds it (the weight,
+    gradient, optimizer and buffer terms are >= 0 and left out); SAFETY keeps it below the sum."""
+    once = LayerFloors({name: kept[name] + held[name] for name in kept}, 0.0)
+    splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
+    return min(_stage_floors(problem, block.pp, accounted, once)[0] for accounted in splits) * SAFETY
+
+
+def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_bandwidth: float) -> float:
+    """Least step time of a candidate of the block that offloads its activations: compose_step adds
+    the streaming the fullest stage's traffic (offload_traffic_bytes of its transformer blocks per
+    micro-batch) leaves beyond the busy time m·(S − pp) to a step of at least m·S, so the step is at
+    least m × that traffic / the host bandwidth (weights' traffic >= 0 left out)."""
+    moved = {name: (offload_traffic_bytes(kept[name], 0.0) if name in TRANSFORMER_KINDS else 0.0) for name in kept}
+    splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
+    traffic = min(_stage_floors(problem, block.pp, accounted, LayerFloors(moved, 0.0))[0] for accounted in splits)
+    return block.microbatches * traffic / host_bandwidth * SAFETY
+
+
 def _expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
     """Every (ep, etp) the expert axes allow for this tp, before the rules that read dp."""
     if not problem.model.is_moe:
@@ -147,6 +292,7 @@ def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: Laye
         if moe_shaped(model):
             dense, moe = (int(x) for x in layer_mix(model, start, layers))
             work = (w["embedding"] * embedding + w["dense_layer"] * dense + w["moe_layer"] * moe
+                    + w.get("experts", 0.0) * (moe + head * model.mtp_layers)
                     + w["mtp"] * head * model.mtp_layers + w["head"] * head)
         else:
             work = w["embedding"] * embedding + w["decoder"] * layers + w["head"] * head

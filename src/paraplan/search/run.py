@@ -20,6 +20,7 @@ group (one ranked plan with its ``equivalents``), and the top K is K groups.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
 from paraplan.search import ranking
-from paraplan.search.blocks import block_step_floor, layer_floors, rows_per_micro_batch
+from paraplan.search.blocks import block_step_floor, layer_floors, refined_bound, refinements, rows_per_micro_batch
 from paraplan.search.blocks import blocks as space_blocks
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
@@ -264,7 +265,9 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
     """``search`` block by block (search.blocks): blocks visited best bound first, each one's row
     table built only when its bound can still enter the top K, its rows scanned with the running
     threshold; row numbers are the canonical ones (block offset + row of the block), so ties break
-    as in one table."""
+    as in one table. The top K is exact; the faster plans that do not fit (``faster_infeasible``) come
+    from the blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound)
+    may hold plans that do not fit and are faster than the winner."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     parts = space_blocks(problem)
@@ -282,18 +285,32 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
-    rows_done = 0
-    order = np.lexsort((np.arange(len(parts)), bounds))
-    for done, i in enumerate(order):
-        if not ranking.within(bounds[i], scan.threshold):
+    rows_done = done = 0
+    # best bound first; a block's bound is refined (search.blocks.refined_bound: exposed TP / CP
+    # communication, recomputation, memory; the expert-free block kinds first) when it reaches the
+    # front, and the block goes back in line; a block whose last refinement reaches the front is searched
+    steps = refinements(problem)
+    heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
+    heapq.heapify(heap)
+    work: dict[tuple, object] = {}
+    while heap:
+        bound, i, level = heapq.heappop(heap)
+        if not ranking.within(bound, scan.threshold):
             break
         b = parts[i]
+        if level < len(steps):
+            tokens = float(b.global_batch * problem.seq_length)
+            better = objective_value(problem, refined_bound(problem, b, floors[(b.tp, b.cp, b.micro_batch)], work,
+                                                            steps[level]), tokens, flops_per_token * tokens, peak_flops)
+            heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
+            continue
         table = RowTable(b.problem(problem))
         options = _GridIndex(problem, table)
         scan.use(table, b.offset)
         rows_done += _scan_rows(problem, table, options, scan, False, None, None)
+        done += 1
         if progress is not None:
-            progress(done + 1, len(parts), "blocks")
+            progress(done, len(parts), "blocks")
     rows = parts[-1].offset + parts[-1].rows if parts else 0
     return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, rows_done, start)
 
