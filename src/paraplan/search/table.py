@@ -44,7 +44,7 @@ from paraplan.stages import (
 from paraplan.units import GiB
 
 RECOMPUTE_NAMES = np.array(sorted(RECOMPUTE_CODES, key=RECOMPUTE_CODES.get))
-_GRID_DTYPES = {f.name: (np.int64 if f.name in ("vpp", "zero") else bool) for f in fields(GridKnobs)}
+_GRID_DTYPES = {f.name: (np.int64 if f.name in ("vpp", "zero", "offload_activation_layers") else bool) for f in fields(GridKnobs)}
 
 
 # the grid_arrays fields a schedule option sets (constant inside a group of options, run._GridIndex)
@@ -68,6 +68,8 @@ def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
         "overlap_param_gather": column(states, 2, n_o, n_s),
         "offload_weights": column(offloads, 0, 1, n_s * n_t), "offload_activations": column(offloads, 1, 1, n_s * n_t),
         "offload_optimizer": column(offloads, 2, 1, n_s * n_t),
+        # activation offload is all-or-nothing in the search (0: every layer; --offload-activation-layers is estimate-only)
+        "offload_activation_layers": np.zeros(n_s * n_t * n_o),
     }
     out = {k: values[k].astype(_GRID_DTYPES[k]) for k in _GRID_DTYPES}
     out["accounted"] = values["accounted"].astype(np.int64)
