@@ -24,7 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import LinearCollective, list_gather_copies_s, per_tensor_gather_latency_s, priced_exposure_s
+from paraplan.cost.comm import (
+    LinearCollective,
+    gather_buffer_zeroing_s,
+    host_exposed_s,
+    list_gather_copies_s,
+    list_reduce_scatter_device_s,
+    list_reduce_scatter_host_s,
+    per_tensor_gather_latency_s,
+    priced_exposure_s,
+    rank_loop_views_s,
+)
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
     bucketed_reduce_exposed_s,
@@ -249,6 +259,7 @@ class StepInputs:
     grad_reduce_bytes: Num = GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
     zero3_live_params: Num = math.inf  # ZeRO-3: most gathered parameters resident at once (DeepSpeed's cap; inf: none)
     zero3_tensor_gathers: Num = 0.0  # 1: ZeRO-3 gathers each weight tensor apart (DeepSpeed <= 0.5.4), 0: a layer at once
+    zero3_tensor_reduces: Num = 0.0  # 1: ZeRO-3 reduce-scatters each weight tensor's gradient apart (DeepSpeed <= 0.5.x)
     kernel_overhead_s: Num = 0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
 
 
@@ -349,6 +360,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     price = dict(time)
     owned = 0.0
     buckets = 1.0
+    reduce_host = 0.0  # host seconds per block issuing per-tensor reduce-scatters (DeepSpeed <= 0.5.x)
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
@@ -367,10 +379,20 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
             if kind == "layer_gather":  # per-tensor gathers: the extra calls' latency and the list copies, no overlap
                 per_tensor = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_gathers, 0.0)
-                copies = list_gather_copies_s(group.size, tensors_per_block, size, inp.kernel_overhead_s, inp.hbm_rate)
+                copies = (list_gather_copies_s(group.size, tensors_per_block, size, inp.kernel_overhead_s, inp.hbm_rate)
+                          + rank_loop_views_s(group.size, tensors_per_block, 1.0)
+                          + gather_buffer_zeroing_s(size, inp.hbm_rate))
                 extra = tensors_per_block - 1.0
                 time[kind] = time[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra) + copies)
                 price[kind] = price[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + copies)
+            if kind == "layer_reduce":  # per-tensor reduce-scatters: the extra calls' latency and the HBM passes
+                per_tensor = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_reduces, 0.0)
+                passes = list_reduce_scatter_device_s(size, inp.hbm_rate)
+                extra = tensors_per_block - 1.0
+                time[kind] = time[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra) + passes)
+                price[kind] = price[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + passes)
+                reduce_host = reduce_host + per_tensor * list_reduce_scatter_host_s(group.size, tensors_per_block,
+                                                                                    inp.kernel_overhead_s)
         owned = owned + params / _shard(inp, group, 1)
     exposure = {}
     if 0 in branches:
@@ -392,6 +414,9 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
             calls * (2.0 * price["layer_gather"] + price["layer_reduce"]),
         )
+        if np.any(np.asarray(reduce_host) > 0):  # per-tensor reduce-scatters issued while the block's backward runs
+            exposure[3] = exposure[3] + inp.microbatches * calls * host_exposed_s(
+                reduce_host, backward_window * per_call + r)
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
         exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
