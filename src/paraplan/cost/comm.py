@@ -423,6 +423,40 @@ def rank_loop_views_s(ranks: Any, calls: Any, views_per_rank: Any, view_op_s: An
     return calls * ranks * views_per_rank * view_op_s
 
 
+# Host time of one DeepSpeed per-parameter all-gather, measured: "pre_launch" (torch.zeros, torch.cuda.synchronize,
+# the partition loop) ~130 us and "launch" (torch.distributed.all_gather with the n-entry output list) ~250 us on one
+# p4d.24xlarge (8 A100, NVLink), DeepSpeed 0.3.16+47ec97eb, PyTorch 1.8.0 (microsoft/DeepSpeed issue #1069, comment of
+# 2021-06-21, setup in issue #1174). A component measurement, not fitted to any step time.
+DS_GATHER_CALL_HOST_S = 380e-6
+DS_GATHER_CALL_HOST_RANKS = 8
+
+
+def gather_call_host_overhead_s(calls: Any, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
+    """calls·max(0, T₈ − 8·(t_view + t_kernel)): the per-call host time of DeepSpeed's ``_allgather_param`` beyond its
+    per-rank terms (rank_loop_views_s, the list copies of list_gather_copies_s), T₈ = DS_GATHER_CALL_HOST_S measured at
+    8 ranks (microsoft/DeepSpeed issue #1069); what stays is the fixed part (allocation, synchronize, the NCCL launch,
+    the ``print_rank_0`` f-strings formatted on every call). Issued after a device synchronize: nothing hides it."""
+    fixed = np.maximum(0.0, DS_GATHER_CALL_HOST_S - DS_GATHER_CALL_HOST_RANKS * (view_op_s + kernel_overhead_s))
+    return calls * fixed
+
+
+# DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
+# (microsoft/DeepSpeed v0.3.14, 0cd9abf, deepspeed/runtime/zero/constants.py, ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)
+DS_PERSISTENCE_THRESHOLD = 1e5
+
+
+def coalesced_gather_copy_back_s(ranks: Any, numels: tuple, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
+    """Σ_s (1 + ⌈s/p_s⌉·(3·t_view + t_kernel)), p_s = ⌈s/n⌉: host time of DeepSpeed's coalesced gather
+    (``_allgather_params``, microsoft/DeepSpeed 0cd9abf, partition_parameters.py) for tensors of s elements: one copy
+    of the own partition in, then per tensor a Python loop over the ranks whose padded partition holds a piece,
+    each ``partitions[i].narrow``, ``view(-1).narrow`` and one ``copy_`` kernel; t_view = EAGER_VIEW_OP_S."""
+    total = 0.0
+    for s in numels:
+        pieces = np.ceil(s / np.ceil(s / np.asarray(ranks, dtype=float)))
+        total = total + kernel_overhead_s + pieces * (3.0 * view_op_s + kernel_overhead_s)
+    return total
+
+
 def gather_buffer_zeroing_s(size_bytes: Any, hbm_rate: Any) -> Any:
     """S/HBM rate: ``_allgather_param`` (microsoft/DeepSpeed v0.3.14, 0cd9abf, partition_parameters.py)
     allocates each gathered parameter with ``torch.zeros(aligned size)`` and then calls

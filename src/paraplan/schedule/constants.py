@@ -35,5 +35,6 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
         zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
         zero3_tensor_reduces=1.0 if knobs.zero3_reduce_unit == "tensor" else 0.0,
+        zero3_regather=1.0 if knobs.zero3_regather_recompute else 0.0,
         kernel_overhead_s=acc.efficiency.kernel_overhead_s,
     )

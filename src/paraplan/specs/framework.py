@@ -52,6 +52,9 @@ class FrameworkSpec(BaseModel):
     zero3_reduce_unit: Zero3ReduceUnit = Field(
         "layer", description="ZeRO-3 gradient reduce-scatter per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.x)"
     )
+    zero3_regather_recompute: bool = Field(
+        False, description="ZeRO-3 with full recomputation: the recomputed forward gathers the weights again"
+    )
     cp_algorithm: CPAlgorithm = Field(
         "ring", description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)"
     )

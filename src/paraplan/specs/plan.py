@@ -78,6 +78,11 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
         "layer", description="ZeRO-3: one gradient reduce-scatter per layer (FSDP units, DeepSpeed >= 0.6.0) or one per "
         "weight tensor (DeepSpeed <= 0.5.x: _reduce_scatter_gradient per parameter, each with an n-entry input list)"
     )
+    zero3_regather_recompute: bool = Field(
+        False, description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
+        "(DeepSpeed v0.3.13-v0.4.x: every sub-module releases its weights after use, its trace-based keep and prefetch "
+        "disabled by an off-by-one step id, microsoft/DeepSpeed issue #1069); False: gathered twice per micro-batch"
+    )
     cp_algorithm: CPAlgorithm = Field(
         "ring", description="context parallelism: ring exchange of K/V beside the attention (ring attention, "
         "Megatron-Core's p2p) or all-to-all of Q, K, V and the output over the heads (DeepSpeed-Ulysses)"
@@ -182,7 +187,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
 # plan fields an implementation sets for the whole run (a framework profile's defaults, frameworks.PLAN_DEFAULTS):
 # the search holds them at its problem's values (search.space.SearchProblem), the search table reads the same
 RUNTIME_FIELDS = ("grad_dtype", "fp8_weight_copies", "zero3_max_live_params", "zero3_prefetch_layers", "zero3_gather_unit",
-                  "zero3_reduce_unit", "cp_algorithm")
+                  "zero3_reduce_unit", "zero3_regather_recompute", "cp_algorithm")
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
