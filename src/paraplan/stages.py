@@ -27,7 +27,6 @@ import numpy as np
 
 from paraplan.cost import memory as mem
 from paraplan.cost.comm import (
-    DS_PERSISTENCE_THRESHOLD,
     GroupSpan,
     collective_costs_s,
     collective_time_s,
@@ -43,6 +42,7 @@ from paraplan.graph.encoder import classifier_block, classifier_weight_params, e
 from paraplan.graph.moe import NO_EXPERT, moe_model_layer, moe_shaped, mtp_block, ops_expert_knobs
 from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, small_weight_numels, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.schedule.zero3_legacy import full_recompute
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
@@ -455,9 +455,8 @@ def _kind_cost_facts(
 
 
 def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """(block_compute, weight_tensor_count, largest_weight_params, small_weight_numels) of a block: they read its
-    ops only, which
-    neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs), so they are shared."""
+    """(block_compute, weight_tensor_count, largest_weight_params, small_weight_numels) of a block: they read its ops
+    only, which neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs): shared."""
     if moe_shaped(model) and shape.expert != NO_EXPERT:
         shape = replace(shape, expert=ops_expert_knobs(shape.expert, True))
     return _statics_of(model, system, name, shape)
@@ -468,8 +467,7 @@ def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerSha
     graph = BLOCK_KINDS[name].graph(model, shape)  # the builders are cached: the same graph as the caller's
     tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
                                   model.learned_positions)
-    small = small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden,
-                                DS_PERSISTENCE_THRESHOLD)
+    small = small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden)
     return block_compute(graph, system, shape.dtype), tensors, largest_weight_params(graph), small
 
 
@@ -522,12 +520,6 @@ def row_facts(
     )
 
 
-def _full_recompute(code: Num) -> Num:
-    """1.0 where the block's forward is re-run in full (recompute code 2), else 0.0 (a float for a float code)."""
-    out = np.where(np.asarray(code) == 2, 1.0, 0.0)
-    return float(out) if np.ndim(out) == 0 else out
-
-
 # ---- 3. blocks ----------------------------------------------------------------------------------
 def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
     """Per-block costs of a row: time terms (schedule.step.block_terms), parameters and memory.
@@ -542,9 +534,9 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
         out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes,
                               kind.gradient_group,
                               nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
-                              nic_backward_s=block_nic_backward_s(f.comm, code),
+                              nic_backward_s=block_nic_backward_s(f.comm, code), regathered=full_recompute(code),
                               largest_weight_params=f.largest_weight_params, weight_tensors=f.weight_tensors,
-                              regathered=_full_recompute(code), small_numels=f.small_numels)
+                              small_numels=f.small_numels)
     return out
 
 

@@ -60,8 +60,7 @@ def test_per_tensor_gather_adds_latency_and_list_copies():
 def test_persistent_tensors_are_the_biases_and_norms():
     """DeepSpeed keeps parameters under 1e5 elements gathered: a GPT-3 175B layer's four biases (3h, h, 4h, h) and
     two LayerNorms' scale and shift (h each), h = 12288; Llama's RMSNorm scales (4096); no weight matrix."""
-    from paraplan.cost.comm import DS_PERSISTENCE_THRESHOLD
-    from paraplan.graph.ops import small_weight_numels
+    from paraplan.graph.ops import DS_PERSISTENCE_THRESHOLD, small_weight_numels
 
     def small(name: str, kind: str) -> list[float]:
         model = load_model(name)

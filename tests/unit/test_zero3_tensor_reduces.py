@@ -1,4 +1,4 @@
-"""ZeRO-3 as DeepSpeed v0.3.13-v0.4.x ran it (profile deepspeed-2021): gradients reduce-scattered per weight tensor
+"""ZeRO-3 as DeepSpeed v0.3.13-v0.3.16 ran it (profile deepspeed-2021): gradients reduce-scattered per weight tensor
 with n-entry input lists, the Python loops over the ranks, and the recomputed forward gathering the weights again;
 cost functions and step-time differences against hand-computed values."""
 
@@ -24,7 +24,7 @@ from paraplan.cost.comm import (
 from paraplan.estimate import estimate
 from paraplan.graph.params import parameter_counts
 from paraplan.graph.transformer import LayerShape
-from paraplan.schedule.step import regather_s
+from paraplan.schedule.zero3_legacy import regather_s
 from paraplan.specs.plan import PlanSpec
 from paraplan.stages import BLOCK_KINDS
 
@@ -92,3 +92,21 @@ def test_regather_per_tensor_by_hand():
     assert time == pytest.approx(24 * (size * 4e-11 + 6e-5 + 3 * 6e-5 + host))
     hidden = 0.5 * (size * 1e-11 + 2e-5) + 0.25 * (size * 3e-11 + 4e-5)
     assert price == pytest.approx(24 * (hidden + 3 * (0.5 * 2e-5 + 0.25 * 4e-5) + host))
+
+
+def test_persistent_sizes_stack_across_candidates():
+    """In the search one block kind's persistent tensors may differ by candidate (TP shards a weight under the
+    threshold): arrays.stack pads the lists with zeros, and the copy-back counts only the non-zero entries."""
+    import numpy as np
+
+    from paraplan.arrays import stack
+    from paraplan.schedule.zero3_legacy import small_count
+
+    rows = stack([(2048.0, 2048.0), (2048.0, 2048.0, 6144.0)], np.array([0, 1, 1]))
+    assert rows.shape == (3, 3) and list(small_count(SimpleNamespace(small_numels=rows))) == [2, 3, 3]
+    ranks = np.array([16.0, 16.0, 32.0])
+    got = coalesced_gather_copy_back_s(ranks, rows, KERNEL)
+    one = [coalesced_gather_copy_back_s(n, t, KERNEL) for n, t in
+           zip(ranks, [(2048.0, 2048.0), (2048.0, 2048.0, 6144.0), (2048.0, 2048.0, 6144.0)])]
+    assert got == pytest.approx(one)
+    assert one[0] == pytest.approx(2 * (KERNEL + 16 * (3 * VIEW + KERNEL)))

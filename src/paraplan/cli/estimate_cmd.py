@@ -207,7 +207,7 @@ def estimate(
     ] = Zero3ReduceUnit.layer,
     zero3_regather_recompute: Annotated[
         bool, typer.Option("--zero3-regather-recompute", help="ZeRO-3 with full recomputation: gather the weights again "
-                                                               "for the recomputed forward (DeepSpeed v0.3.13-v0.4.x)")
+                                                               "for the recomputed forward (DeepSpeed v0.3.13-v0.3.16)")
     ] = False,
     cp_algorithm: Annotated[
         CPAlgorithm, typer.Option("--cp-algorithm", help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)")

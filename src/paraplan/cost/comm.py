@@ -440,21 +440,22 @@ def gather_call_host_overhead_s(calls: Any, kernel_overhead_s: Any, view_op_s: A
     return calls * fixed
 
 
-# DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
-# (microsoft/DeepSpeed v0.3.14, 0cd9abf, deepspeed/runtime/zero/constants.py, ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)
-DS_PERSISTENCE_THRESHOLD = 1e5
-
-
 def coalesced_gather_copy_back_s(ranks: Any, numels: tuple, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
     """Σ_s (1 + ⌈s/p_s⌉·(3·t_view + t_kernel)), p_s = ⌈s/n⌉: host time of DeepSpeed's coalesced gather
     (``_allgather_params``, microsoft/DeepSpeed 0cd9abf, partition_parameters.py) for tensors of s elements: one copy
     of the own partition in, then per tensor a Python loop over the ranks whose padded partition holds a piece,
     each ``partitions[i].narrow``, ``view(-1).narrow`` and one ``copy_`` kernel; t_view = EAGER_VIEW_OP_S."""
-    total = 0.0
-    for s in numels:
-        pieces = np.ceil(s / np.ceil(s / np.asarray(ranks, dtype=float)))
-        total = total + kernel_overhead_s + pieces * (3.0 * view_op_s + kernel_overhead_s)
-    return total
+    sizes = np.asarray(numels, dtype=float)  # (tensors,), or (candidates, tensors) padded with zeros (arrays.stack)
+    if not sizes.size:
+        return 0.0
+    n = np.asarray(ranks, dtype=float)
+    n = n[..., None] if n.ndim else n
+    held = sizes > 0
+    safe = np.where(held, sizes, 1.0)
+    pieces = np.ceil(safe / np.ceil(safe / n))
+    per_tensor = np.where(held, kernel_overhead_s + pieces * (3.0 * view_op_s + kernel_overhead_s), 0.0)
+    total = np.sum(per_tensor, axis=-1)
+    return float(total) if np.ndim(total) == 0 else total
 
 
 def gather_buffer_zeroing_s(size_bytes: Any, hbm_rate: Any) -> Any:

@@ -141,9 +141,14 @@ def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm
     return count
 
 
+# DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
+# (microsoft/DeepSpeed v0.3.14, 0cd9abf, deepspeed/runtime/zero/constants.py, ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)
+DS_PERSISTENCE_THRESHOLD = 1e5
+
+
 @lru_cache(maxsize=16384)
 def small_weight_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, hidden: int,
-                        threshold: float) -> tuple[float, ...]:
+                        threshold: float = DS_PERSISTENCE_THRESHOLD) -> tuple[float, ...]:
     """Sizes (elements, on one GPU) of the block's weight tensors smaller than ``threshold``, among those
     weight_tensor_count counts: GEMM weights (k·n) and biases (n), each norm's scale and shift (hidden). DeepSpeed's
     ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5; stage3.py

@@ -24,27 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import (
-    LinearCollective,
-    gather_buffer_zeroing_s,
-    gather_call_host_overhead_s,
-    coalesced_gather_copy_back_s,
-    host_exposed_s,
-    list_gather_copies_s,
-    list_reduce_scatter_device_s,
-    list_reduce_scatter_host_s,
-    per_tensor_gather_latency_s,
-    priced_exposure_s,
-    rank_loop_views_s,
-)
+from paraplan.cost.comm import LinearCollective, host_exposed_s, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
     bucketed_reduce_exposed_s,
     chunked_overlap_exposed_s,
-    prefetched_gather_exposed_s,
     ring_attention_exposed_s,
 )
 from paraplan.report.result import TimeBreakdown
+from paraplan.schedule import zero3_legacy as legacy
 from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.schedule.zero_bubble import dualpipe_bubble_s, zb_h1_bubble_share
 
@@ -314,47 +302,6 @@ def _shard(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
 ZERO_COLLECTIVES = {0: ("all_reduce",), 1: ("reduce_scatter", "all_gather"), 3: ("layer_gather", "layer_reduce")}
 
 
-def _tensor_gather_host_s(ranks: Num, tensors: Num, size: Num, inp: StepInputs) -> Num:
-    """What a block's gather issued per weight tensor adds beside the collectives' latency, ``tensors`` calls moving
-    ``size`` bytes in all (DeepSpeed <= 0.5.4 ``_allgather_param``): the list copies (cost.comm.list_gather_copies_s),
-    the Python loop over the ranks (rank_loop_views_s, one view each), the zeroed buffer (gather_buffer_zeroing_s)
-    and the measured fixed host time per call (gather_call_host_overhead_s)."""
-    return (list_gather_copies_s(ranks, tensors, size, inp.kernel_overhead_s, inp.hbm_rate)
-            + rank_loop_views_s(ranks, tensors, 1.0)
-            + gather_buffer_zeroing_s(size, inp.hbm_rate)
-            + gather_call_host_overhead_s(tensors, inp.kernel_overhead_s))
-
-
-def regather_s(stage: Stage, group_name: str, form: LinearCollective, ranks: Num, inp: StepInputs) -> tuple[Num, Num]:
-    """(time, price) per micro-batch of gathering again, for the recomputed forward, the weights of the blocks whose
-    forward is re-run in full: B gathers of the same collective as the block gathers (per weight tensor when
-    zero3_tensor_gathers). DeepSpeed v0.3.13-v0.4.x releases every sub-module's weights after its forward (stage3.py
-    ``release_sub_module``: the reuse-distance keep and the prefetch read a trace whose step ids are off by one,
-    microsoft/DeepSpeed issue #1069), so Megatron's checkpointed layers are gathered in forward, recompute and backward."""
-    blocks = _sum_blocks(stage, lambda b: b.regathered)
-    params = _sum_blocks(stage, lambda b: b.params * b.regathered if b.gradient_group == group_name else 0.0)
-    tensors = _sum_blocks(stage, lambda b: (b.weight_tensors - len(b.small_numels)) * b.regathered) / np.maximum(blocks, 1.0)
-    size = params * inp.weight_bytes / np.maximum(blocks, 1.0)
-    per_tensor = np.where(size > 0, inp.zero3_tensor_gathers, 0.0)
-    extra = tensors - 1.0
-    host = _tensor_gather_host_s(ranks, tensors, size, inp)
-    time = blocks * (form.time_s(size) + per_tensor * (per_tensor_gather_latency_s(form, extra) + host))
-    price = blocks * (form.hidden_price_s(size) + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + host))
-    return np.where(size > 0, time, 0.0), np.where(size > 0, price, 0.0)
-
-
-def persistent_gather_s(stage: Stage, form: LinearCollective, ranks: Num, inp: StepInputs) -> Num:
-    """Seconds per step of DeepSpeed's gather of the persistent tensors after the optimizer step (stage3.py ``_post_step``
-    → ``_allgather_params``, microsoft/DeepSpeed 0cd9abf): one all-gather (its latency, its list copies) whose result
-    is copied back tensor by tensor in a Python loop over the ranks holding a piece (coalesced_gather_copy_back_s);
-    the gathered bytes (biases and norms) are left out."""
-    copy_back = _sum_blocks(stage, lambda b: coalesced_gather_copy_back_s(ranks, b.small_numels, inp.kernel_overhead_s))
-    if not any(b.small_numels for b, _ in stage.blocks):
-        return 0.0
-    return (per_tensor_gather_latency_s(form, 1.0) + list_gather_copies_s(ranks, 1.0, 0.0, inp.kernel_overhead_s, inp.hbm_rate)
-            + rank_loop_views_s(ranks, 1.0, 1.0) + copy_back)
-
-
 def zero_branch(zero: Num) -> Num:
     """The ZeRO stage's branch of the DP tail: 0, 1 (stages 1 and 2 communicate alike) or 3."""
     return np.where(np.asarray(zero) == 2, 1, zero)
@@ -399,13 +346,6 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / np.maximum(calls, 1.0)
     # gathered per weight tensor (DeepSpeed <= 0.5.4): each block's gather is that many calls, the same bytes
-    tensors_per_block = _sum_blocks(stage, lambda b: b.weight_tensors) * per_call
-    # DeepSpeed's persistent (small) tensors stay gathered from the previous step's coalesced gather through the first
-    # micro-batch and from each later micro-batch's forward through its backward: only the others are gathered per
-    # tensor, except in the forward of micro-batches 2..m (persistent_gathers_per_block)
-    small_per_block = _sum_blocks(stage, lambda b: float(len(b.small_numels))) * per_call
-    gathered_per_block = tensors_per_block - small_per_block
-    forward_gathered = gathered_per_block + small_per_block * (inp.microbatches - 1.0) / np.maximum(inp.microbatches, 1.0)
     branches = zero_branches(inp.knobs.zero)
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
@@ -413,9 +353,8 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     owned = 0.0
     buckets = 1.0
     reduce_host = 0.0  # host seconds per block issuing per-tensor reduce-scatters (DeepSpeed <= 0.5.x)
-    forward_delta = None  # (time, price) the forward's per-tensor gathers add to a block's backward gather
+    forward_delta = regather = None  # (time, price): forward's per-tensor extra; recompute's gathers (zero3_legacy)
     persistent = 0.0  # seconds per step of DeepSpeed's coalesced gather of the persistent tensors after the step
-    regather = None  # (time, price) of gathering the fully recomputed blocks' weights again, per micro-batch
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
@@ -432,35 +371,18 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
-            if kind == "layer_gather":  # per-tensor gathers: the extra calls' latency and the list copies, no overlap
-                per_tensor = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_gathers, 0.0)
-                copies = _tensor_gather_host_s(group.size, gathered_per_block, size, inp)
-                extra = gathered_per_block - 1.0
-                time[kind] = time[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra) + copies)
-                price[kind] = price[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + copies)
-                if np.any(np.asarray(per_tensor) > 0) and np.any(np.asarray(small_per_block) > 0):
-                    # the forward's own count: its persistent re-gathers in micro-batches 2..m
-                    more = forward_gathered - gathered_per_block
-                    fwd_extra = (_tensor_gather_host_s(group.size, forward_gathered, size, inp) - copies
-                                 + per_tensor_gather_latency_s(form, more))
-                    fwd_extra_price = (_tensor_gather_host_s(group.size, forward_gathered, size, inp) - copies
-                                       + per_tensor_gather_latency_s(form, more, priced=True))
-                    before = forward_delta or (0.0, 0.0)
-                    forward_delta = (before[0] + per_tensor * fwd_extra, before[1] + per_tensor * fwd_extra_price)
-                    persistent = persistent + per_tensor * persistent_gather_s(stage, form, group.size, inp)
-            if kind == "layer_reduce":  # per-tensor reduce-scatters: the extra calls' latency and the HBM passes
-                per_tensor = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_reduces, 0.0)
-                passes = list_reduce_scatter_device_s(size, inp.hbm_rate)
-                extra = tensors_per_block - 1.0
-                time[kind] = time[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra) + passes)
-                price[kind] = price[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + passes)
-                reduce_host = reduce_host + per_tensor * list_reduce_scatter_host_s(group.size, tensors_per_block,
-                                                                                    inp.kernel_overhead_s)
+            if kind == "layer_gather":  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
+                t_x, p_x, fwd, persist = legacy.tensor_gather_terms(form, size, group.size, stage, inp)
+                time[kind], price[kind] = time[kind] + t_x, price[kind] + p_x
+                forward_delta = legacy.add_pair(forward_delta, fwd)
+                persistent = persistent + persist
+            if kind == "layer_reduce":
+                t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
+                time[kind], price[kind], reduce_host = time[kind] + t_x, price[kind] + p_x, reduce_host + host
         if 3 in branches and np.any(np.asarray(inp.zero3_regather) > 0):  # the recompute's gathers (DeepSpeed 2021)
             on = np.where(group.size > 1, inp.zero3_regather, 0.0)
-            t_rc, p_rc = regather_s(stage, name, group.all_gather, group.size, inp)
-            before = regather or (0.0, 0.0)
-            regather = (before[0] + on * t_rc, before[1] + on * p_rc)
+            t_rc, p_rc = legacy.regather_s(stage, name, group.all_gather, group.size, inp)
+            regather = legacy.add_pair(regather, (on * t_rc, on * p_rc))
         owned = owned + params / _shard(inp, group, 1)
     exposure = {}
     if 0 in branches:
@@ -476,25 +398,11 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     if 3 in branches:
         g, r = time["layer_gather"], time["layer_reduce"]
         depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
-        if regather is None and forward_delta is None:  # each block gathered once per direction, alike
-            exposure[3] = inp.microbatches * priced_exposure_s(
-                calls * (2.0 * g + r),
-                prefetched_gather_exposed_s(g, forward_window * per_call, calls, depth)
-                + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
-                calls * (2.0 * price["layer_gather"] + price["layer_reduce"]),
-            )
-        else:  # the forward's gathers count its persistent re-gathers; the recompute's sit in the backward window
-            regather, forward_delta = regather or (0.0, 0.0), forward_delta or (0.0, 0.0)
-            g_f, g_rc = g + forward_delta[0], regather[0] * per_call
-            exposure[3] = inp.microbatches * priced_exposure_s(
-                calls * (g_f + g + r + g_rc),
-                prefetched_gather_exposed_s(g_f, forward_window * per_call, calls, depth)
-                + prefetched_gather_exposed_s(g + r + g_rc, backward_window * per_call, calls, depth),
-                calls * (2.0 * price["layer_gather"] + forward_delta[1] + price["layer_reduce"]) + regather[1],
-            ) + persistent
+        exposure[3] = inp.microbatches * legacy.zero3_exposure_s(
+            calls, per_call, depth, (g, price["layer_gather"]), (r, price["layer_reduce"]), forward_delta, regather,
+            forward_window, backward_window) + persistent
         if np.any(np.asarray(reduce_host) > 0):  # per-tensor reduce-scatters issued while the block's backward runs
-            exposure[3] = exposure[3] + inp.microbatches * calls * host_exposed_s(
-                reduce_host, backward_window * per_call + r)
+            exposure[3] = exposure[3] + inp.microbatches * calls * host_exposed_s(reduce_host, backward_window * per_call + r)
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
         exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)

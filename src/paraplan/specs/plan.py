@@ -80,7 +80,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     )
     zero3_regather_recompute: bool = Field(
         False, description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
-        "(DeepSpeed v0.3.13-v0.4.x: every sub-module releases its weights after use, its trace-based keep and prefetch "
+        "(DeepSpeed v0.3.13-v0.3.16: every sub-module releases its weights after use, its trace-based keep and prefetch "
         "disabled by an off-by-one step id, microsoft/DeepSpeed issue #1069); False: gathered twice per micro-batch"
     )
     cp_algorithm: CPAlgorithm = Field(
