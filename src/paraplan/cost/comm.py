@@ -388,7 +388,7 @@ def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:
 
 
 def per_tensor_gather_latency_s(form: LinearCollective, extra_calls: Any, priced: bool = False) -> Any:
-    """Latency of the extra calls when a block's ZeRO-3 gather is issued per weight tensor: k·(l_in + l_out)
+    """Latency of the extra calls when a block's ZeRO-3 gather (or reduce-scatter) is issued per weight tensor: k·(l_in + l_out)
     for k extra calls of the same collective (the bytes are unchanged: S·slope summed over the tensors is the
     block's S·slope; DeepSpeed <= 0.5.4 ``_allgather_param``, one all_gather per parameter, microsoft/DeepSpeed
     PR #1188). ``priced``: each tier's latency times its overlap cost (LinearCollective.hidden_price_s)."""

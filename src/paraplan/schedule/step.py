@@ -372,7 +372,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
             if kind == "layer_gather":  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
-                t_x, p_x, fwd, persist = legacy.tensor_gather_terms(form, size, group.size, stage, inp)
+                t_x, p_x, fwd, persist = legacy.tensor_gather_terms(form, size, group.size, stage, inp, name)
                 time[kind], price[kind] = time[kind] + t_x, price[kind] + p_x
                 forward_delta = legacy.add_pair(forward_delta, fwd)
                 persistent = persistent + persist

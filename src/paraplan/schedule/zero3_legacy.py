@@ -77,7 +77,8 @@ def gathered_per_block(stage: Any) -> tuple[Num, Num]:
     return _sum(stage, lambda b: b.weight_tensors) * per_call, _sum(stage, small_count) * per_call
 
 
-def tensor_gather_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any) -> tuple[Num, Num, tuple | None, Num]:
+def tensor_gather_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any,
+                        group_name: str = "dense") -> tuple[Num, Num, tuple | None, Num]:
     """(time, price) a block's gather adds when issued per tensor, the forward's extra (time, price) or None, and the
     step's persistent gather. The persistent tensors stay gathered from the previous step's coalesced gather through
     the first micro-batch and from each later micro-batch's forward through its backward, so a block gathers its
@@ -95,7 +96,7 @@ def tensor_gather_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any) 
     extra_host = tensor_gather_host_s(ranks, gathered + more, size, inp) - host
     forward = (per_tensor * (per_tensor_gather_latency_s(form, more) + extra_host),
                per_tensor * (per_tensor_gather_latency_s(form, more, priced=True) + extra_host))
-    return time, price, forward, per_tensor * persistent_gather_s(stage, form, ranks, inp)
+    return time, price, forward, per_tensor * persistent_gather_s(stage, form, ranks, inp, group_name)
 
 
 def tensor_reduce_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any) -> tuple[Num, Num, Num]:
@@ -129,14 +130,17 @@ def regather_s(stage: Any, group_name: str, form: Any, ranks: Num, inp: Any) -> 
     return np.where(size > 0, time, 0.0), np.where(size > 0, price, 0.0)
 
 
-def persistent_gather_s(stage: Any, form: Any, ranks: Num, inp: Any) -> Num:
+def persistent_gather_s(stage: Any, form: Any, ranks: Num, inp: Any, group_name: str = "dense") -> Num:
     """Seconds per step of DeepSpeed's gather of the persistent tensors after the optimizer step (stage3.py ``_post_step``
     → ``_allgather_params``): one all-gather (its latency, its list copies, its n partition views) whose result is
     copied back tensor by tensor in a Python loop over the ranks holding a piece (coalesced_gather_copy_back_s); the
-    gathered bytes (biases and norms) are left out."""
-    if not any(np.any(small_count(b) > 0) for b, _ in stage.blocks):
+    gathered bytes (biases and norms) are left out. The tensors of the blocks that ``group_name`` reduces: each
+    gradient group gathers its own."""
+    mine = [b for b, _ in stage.blocks if b.gradient_group == group_name]
+    if not any(np.any(small_count(b) > 0) for b in mine):
         return 0.0
-    copy_back = _sum(stage, lambda b: coalesced_gather_copy_back_s(ranks, b.small_numels, inp.kernel_overhead_s))
+    copy_back = _sum(stage, lambda b: coalesced_gather_copy_back_s(ranks, b.small_numels, inp.kernel_overhead_s)
+                     if b.gradient_group == group_name else 0.0)
     return (per_tensor_gather_latency_s(form, 1.0) + list_gather_copies_s(ranks, 1.0, 0.0, inp.kernel_overhead_s, inp.hbm_rate)
             + rank_loop_views_s(ranks, 1.0, 1.0) + copy_back)
 
