@@ -42,7 +42,6 @@ from paraplan.graph.encoder import classifier_block, classifier_weight_params, e
 from paraplan.graph.moe import NO_EXPERT, moe_model_layer, moe_shaped, mtp_block, ops_expert_knobs
 from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, small_weight_numels, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
-from paraplan.schedule.zero3_legacy import full_recompute
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
@@ -534,7 +533,7 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
         out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes,
                               kind.gradient_group,
                               nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
-                              nic_backward_s=block_nic_backward_s(f.comm, code), regathered=full_recompute(code),
+                              nic_backward_s=block_nic_backward_s(f.comm, code), regathered=1.0 * (np.asarray(code) == 2),
                               largest_weight_params=f.largest_weight_params, weight_tensors=f.weight_tensors,
                               small_numels=f.small_numels)
     return out

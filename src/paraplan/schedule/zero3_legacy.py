@@ -47,12 +47,6 @@ def small_count(block: Any) -> Num:
     return np.sum(numels > 0, axis=-1) * 1.0 if numels.size else 0.0
 
 
-def full_recompute(code: Num) -> Num:
-    """1.0 where a block's forward is re-run in full (recompute code 2), else 0.0 (a float for a float code)."""
-    out = np.where(np.asarray(code) == 2, 1.0, 0.0)
-    return float(out) if np.ndim(out) == 0 else out
-
-
 def add_pair(total: tuple | None, more: tuple | None) -> tuple | None:
     """Sum of two (time, price) pairs, None standing for a term that is not there."""
     if more is None:
