@@ -42,6 +42,9 @@ def stack(items: list, index: np.ndarray):
         return {k: stack([i[k] for i in items], index) for k in first}
     if isinstance(first, str) or all(i == first for i in items):
         return first
+    if isinstance(first, tuple) and len({len(i) for i in items}) > 1:  # number lists of different lengths: 0-padded
+        width = max(len(i) for i in items)
+        items = [tuple(i) + (0.0,) * (width - len(i)) for i in items]
     return np.asarray(items, dtype=float)[index]
 
 

@@ -40,7 +40,7 @@ from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
 from paraplan.graph.moe import NO_EXPERT, moe_model_layer, moe_shaped, mtp_block, ops_expert_knobs
-from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, weight_tensor_count
+from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, small_weight_numels, weight_tensor_count
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
@@ -338,6 +338,7 @@ class BlockCostFacts:
     params: Num
     largest_weight_params: Num = 0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
     weight_tensors: Num = 1.0  # its weight tensors (graph.ops.weight_tensor_count)
+    small_numels: tuple = ()  # sizes of its weight tensors below DeepSpeed's persistence threshold (small_weight_numels)
 
 
 @dataclass(frozen=True)
@@ -361,11 +362,12 @@ class BlockFacts:
     buffer_bytes: Num
     largest_weight_params: Num = 0.0
     weight_tensors: Num = 1.0
+    small_numels: tuple = ()
 
     @classmethod
     def of(cls, cost: BlockCostFacts, memory: BlockMemoryFacts) -> "BlockFacts":
         return cls(cost.compute, cost.comm, cost.params, memory.activation_bytes, memory.held_bytes, memory.buffer_bytes,
-                   cost.largest_weight_params, cost.weight_tensors)
+                   cost.largest_weight_params, cost.weight_tensors, cost.small_numels)
 
 
 @dataclass(frozen=True)
@@ -445,15 +447,15 @@ def _kind_cost_facts(
     used = {c.group for c in graph.collectives}
     comm = block_comm(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN, cp_span if "cp" in used else _NO_SPAN,
                       model if moe else None, shape if moe or shape.tp_layout == "2d" else None)
-    compute, tensors, largest = _graph_statics(model, system, name, shape)
+    compute, tensors, largest, small = _graph_statics(model, system, name, shape)
     if shape.tp_layout == "2d":
         comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
-    return BlockCostFacts(compute, comm, graph.weight_params, largest, tensors)
+    return BlockCostFacts(compute, comm, graph.weight_params, largest, tensors, small)
 
 
 def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """(block_compute, weight_tensor_count, largest_weight_params) of a block: they read its ops only, which
-    neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs), so they are shared."""
+    """(block_compute, weight_tensor_count, largest_weight_params, small_weight_numels) of a block: they read its ops
+    only, which neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs): shared."""
     if moe_shaped(model) and shape.expert != NO_EXPERT:
         shape = replace(shape, expert=ops_expert_knobs(shape.expert, True))
     return _statics_of(model, system, name, shape)
@@ -464,7 +466,8 @@ def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerSha
     graph = BLOCK_KINDS[name].graph(model, shape)  # the builders are cached: the same graph as the caller's
     tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
                                   model.learned_positions)
-    return block_compute(graph, system, shape.dtype), tensors, largest_weight_params(graph)
+    small = small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden)
+    return block_compute(graph, system, shape.dtype), tensors, largest_weight_params(graph), small
 
 
 def with_summa_exposure(comm: BlockComm, compute: BlockCompute, block: LayerGraph, system: SystemSpec,
@@ -530,8 +533,9 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
         out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes,
                               kind.gradient_group,
                               nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
-                              nic_backward_s=block_nic_backward_s(f.comm, code),
-                              largest_weight_params=f.largest_weight_params, weight_tensors=f.weight_tensors)
+                              nic_backward_s=block_nic_backward_s(f.comm, code), regathered=1.0 * (np.asarray(code) == 2),
+                              largest_weight_params=f.largest_weight_params, weight_tensors=f.weight_tensors,
+                              small_numels=f.small_numels)
     return out
 
 

@@ -145,7 +145,7 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
     """block_cost_facts without any sharing: every kind's graph built from scratch for exactly this
     shape (graph.moe.build_moe_model_layer) and costed by the uncached block_compute / block_comm."""
     from paraplan.graph.moe import build_moe_model_layer, mtp_block
-    from paraplan.graph.ops import LayerGraph, largest_weight_params, weight_tensor_count
+    from paraplan.graph.ops import LayerGraph, largest_weight_params, small_weight_numels, weight_tensor_count
     from paraplan.stages import (BLOCK_KINDS, BlockCostFacts, _NO_SPAN, _TP_GROUPS, block_comm, block_compute,
                                  model_block_kinds)
 
@@ -164,8 +164,9 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
                                       cp_span if "cp" in used else _NO_SPAN, model, shape)
         tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
                                       model.learned_positions)
+        small = small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden)
         out[name] = BlockCostFacts(block_compute.__wrapped__(graph, system, shape.dtype), comm, graph.weight_params,
-                                   largest_weight_params(graph), tensors)
+                                   largest_weight_params(graph), tensors, small)
     return out
 
 

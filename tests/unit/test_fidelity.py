@@ -199,13 +199,13 @@ def test_api_estimate_with_a_framework():
 
 def test_cases_of_another_framework_speak_only_for_that_framework():
     """The ZeRO-3 runs of Narayanan et al. 2021 Table 2 (DeepSpeed as of April 2021, still predicted up to
-    25 % too fast) widen the band of a deepspeed-2021 estimate, not that of a Megatron-LM one of the same
+    18 % too fast) widen the band of a deepspeed-2021 estimate, not that of a Megatron-LM one of the same
     plan (validate.band)."""
     model, system = load_model("gpt3-175b"), load_system("dgx-a100-80gb")
     plan = PlanSpec(gpus=1536, tp=1, pp=1, dp=1536, micro_batch=1, global_batch=1536, seq_length=2048,
                     recompute="full", zero=3, dtype="fp16", attention="unfused")
     deepspeed = error_band(model, system, plan, 1.0, "deepspeed-2021")
     megatron = error_band(model, system, plan, 1.0)
-    assert deepspeed.high_s > 1 / (1 - 0.2)  # the -25 % case is in its population
+    assert deepspeed.high_s > 1 / (1 - 0.15)  # the -18 % case is in its population
     assert megatron.high_s < deepspeed.high_s
     assert all(" deepspeed-2021 " in f for f in deepspeed.features[1:]) and not any("deepspeed" in f for f in megatron.features)

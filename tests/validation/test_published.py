@@ -127,13 +127,15 @@ def test_moe_step_time(report):
 
 def test_narayanan2021_held_out(report):
     """Narayanan et al. 2021 Table 2, held out (no constant fitted on it). PTD-P (Megatron-LM, t 8) is
-    within 9 % (today -1.7 to -8.9 %). ZeRO-3 without model parallelism is NOT: the model predicts it
-    35-78 % too fast, worst at 1,536-2,240 GPUs where each GPU computes one micro-batch per step
-    (docs/validation.md, "ZeRO-3 at scale"). This test pins today's state so that a change to it is
-    seen; it is not a tolerance we promise."""
+    within 9 % (today -0.3 to -7.0 %). ZeRO-3 without model parallelism, run as DeepSpeed ran it in April 2021
+    (profile deepspeed-2021: per-tensor gathers and reduce-scatters, recomputed layers gathered again, the Python
+    loops over the ranks), is within 20 % (today -18.0 to +4.9 %), the 530B runs still too fast
+    (docs/model.md, "Known limits"). This test pins today's state so that a change to it is seen; it is not a
+    tolerance we promise."""
     cases = [c for c in report["cases"] if c["name"].startswith("narayanan2021-")]
     assert len(cases) == 12 and all(c["role"] == "held_out" for c in cases)
     ptdp = [c["error_pct"]["step_time_s"] for c in cases if "-ptdp-" in c["name"]]
     assert max(abs(e) for e in ptdp) <= 10.0
-    zero3 = [c["error_pct"]["step_time_s"] for c in cases if "-zero3-" in c["name"]]
-    assert all(e < 0 for e in zero3)  # optimistic, every one (the open mechanism)
+    zero3 = {c["name"]: c["error_pct"]["step_time_s"] for c in cases if "-zero3-" in c["name"]}
+    assert max(abs(e) for e in zero3.values()) <= 20.0
+    assert all(e < 0 for name, e in zero3.items() if "-530b-" in name)  # optimistic (docs/model.md, Known limits)

@@ -82,6 +82,7 @@ Attention = _choices("Attention", specs_plan.Attention)
 GradDtype = _choices("GradDtype", specs_plan.GradDtype)
 CPAlgorithm = _choices("CPAlgorithm", specs_plan.CPAlgorithm)
 Zero3GatherUnit = _choices("Zero3GatherUnit", specs_plan.Zero3GatherUnit)
+Zero3ReduceUnit = _choices("Zero3ReduceUnit", specs_plan.Zero3ReduceUnit)
 
 
 _TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}

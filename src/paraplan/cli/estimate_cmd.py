@@ -21,6 +21,7 @@ from paraplan.cli.app import (
     Schedule,
     WidthOption,
     Zero3GatherUnit,
+    Zero3ReduceUnit,
     _stdout,
     app,
     explicit_options,
@@ -122,6 +123,8 @@ FRAMEWORK_PLAN_OPTIONS = {
     "zero3_max_live_params": "zero3_max_live_params",
     "zero3_prefetch_layers": "zero3_prefetch_layers",
     "zero3_gather_unit": "zero3_gather_unit",
+    "zero3_reduce_unit": "zero3_reduce_unit",
+    "zero3_regather_recompute": "zero3_regather_recompute",
     "cp_algorithm": "cp_algorithm",
     "overlap_tp_comm": "overlap_tp_comm",
     "overlap_dp_grad_reduce": "no_overlap_dp",
@@ -198,6 +201,14 @@ def estimate(
         Zero3GatherUnit, typer.Option("--zero3-gather-unit", help="ZeRO-3: one all-gather per layer, or one per weight "
                                                                   "tensor (DeepSpeed <= 0.5.4)")
     ] = Zero3GatherUnit.layer,
+    zero3_reduce_unit: Annotated[
+        Zero3ReduceUnit, typer.Option("--zero3-reduce-unit", help="ZeRO-3: one gradient reduce-scatter per layer, or one "
+                                                                  "per weight tensor (DeepSpeed <= 0.5.x)")
+    ] = Zero3ReduceUnit.layer,
+    zero3_regather_recompute: Annotated[
+        bool, typer.Option("--zero3-regather-recompute", help="ZeRO-3 with full recomputation: gather the weights again "
+                                                               "for the recomputed forward (DeepSpeed v0.3.13-v0.3.16)")
+    ] = False,
     cp_algorithm: Annotated[
         CPAlgorithm, typer.Option("--cp-algorithm", help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)")
     ] = CPAlgorithm.ring,
@@ -299,6 +310,8 @@ def estimate(
         "zero3_max_live_params": zero3_max_live_params,
         "zero3_prefetch_layers": zero3_prefetch_layers,
         "zero3_gather_unit": zero3_gather_unit.value,
+        "zero3_reduce_unit": zero3_reduce_unit.value,
+        "zero3_regather_recompute": zero3_regather_recompute,
         "cp_algorithm": cp_algorithm.value,
         "schedule": schedule.value if schedule is not None else None,
         "attention": attention.value,

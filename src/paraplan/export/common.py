@@ -95,7 +95,8 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     if plan.cp == 1:  # no context parallelism: no algorithm for it
         d["cp_algorithm"] = PlanSpec.model_fields["cp_algorithm"].default
     if d["zero"] < 3:  # nothing gathered per layer: no prefetch depth, no cap on live parameters
-        for name in ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_gather_unit"):
+        for name in ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_gather_unit", "zero3_reduce_unit",
+                     "zero3_regather_recompute"):
             d[name] = PlanSpec.model_fields[name].default
     if same_placement(plan, DEFAULT_PLACEMENT_LABEL):
         d["placement"] = DEFAULT_PLACEMENT_LABEL

@@ -141,6 +141,32 @@ def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm
     return count
 
 
+# DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
+# (microsoft/DeepSpeed v0.3.14, 0cd9abf, deepspeed/runtime/zero/constants.py, ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)
+DS_PERSISTENCE_THRESHOLD = 1e5
+
+
+@lru_cache(maxsize=16384)
+def small_weight_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, hidden: int,
+                        threshold: float = DS_PERSISTENCE_THRESHOLD) -> tuple[float, ...]:
+    """Sizes (elements, on one GPU) of the block's weight tensors smaller than ``threshold``, among those
+    weight_tensor_count counts: GEMM weights (k·n) and biases (n), each norm's scale and shift (hidden). DeepSpeed's
+    ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5; stage3.py
+    ``persistent_parameters``, microsoft/DeepSpeed 0cd9abf). Embedding and position tables are taken as larger."""
+    attention = set(RECOMPUTE_MODULE_OPS["core_attn"])
+    out: list[float] = []
+    for op in graph.ops:
+        if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in attention:
+            batch, _, n, k = op.gemm_shape
+            weights = int(batch) if op.kind == "grouped_gemm" else 1
+            has_bias = qkv_bias if op.name == "qkv_projection" else (bias and op.name != "lm_head")
+            out += [float(n) * float(k)] * weights if float(n) * float(k) < threshold else []
+            out += [float(n)] * weights if has_bias and float(n) < threshold else []
+        elif op.kind == "memory" and op.name.endswith("norm") and hidden < threshold:
+            out += [float(hidden)] * (2 if layernorm else 1)
+    return tuple(out)
+
+
 def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     """The modules (RECOMPUTE_MODULE_OPS, Megatron-LM's --recompute-modules names) a per-op recompute list
     re-runs: a module name stands for itself, an op name for the module holding it (the memory model drops

@@ -17,7 +17,7 @@ _RUNTIME_DEFAULTS = SimpleNamespace(**{name: PlanSpec.model_fields[name].default
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec
     or SearchProblem: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient dtype, TE's fp8 weight
-    copies, ZeRO-3 prefetch depth, gather unit and cap on resident gathered parameters (None: no cap)."""
+    copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
     state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
@@ -34,5 +34,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         zero3_live_params=math.inf if cap is None else float(cap),
         zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
         zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
+        zero3_tensor_reduces=1.0 if knobs.zero3_reduce_unit == "tensor" else 0.0,
+        zero3_regather=1.0 if knobs.zero3_regather_recompute else 0.0,
         kernel_overhead_s=acc.efficiency.kernel_overhead_s,
     )

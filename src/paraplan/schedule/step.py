@@ -24,15 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import LinearCollective, list_gather_copies_s, per_tensor_gather_latency_s, priced_exposure_s
+from paraplan.cost.comm import LinearCollective, host_exposed_s, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
     bucketed_reduce_exposed_s,
     chunked_overlap_exposed_s,
-    prefetched_gather_exposed_s,
     ring_attention_exposed_s,
 )
 from paraplan.report.result import TimeBreakdown
+from paraplan.schedule import zero3_legacy as legacy
 from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.schedule.zero_bubble import dualpipe_bubble_s, zb_h1_bubble_share
 
@@ -183,6 +183,8 @@ class BlockCost:
     nic_backward_s: Num = 0.0  # the same in the backward window (recompute re-runs included)
     largest_weight_params: Num = 0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
     weight_tensors: Num = 1.0  # its weight tensors: ZeRO-3 all-gather calls when gathered per tensor
+    regathered: Num = 0.0  # 1: its forward is re-run in full in backward (full recompute of a recomputed kind)
+    small_numels: tuple = ()  # sizes of its weight tensors DeepSpeed keeps gathered (graph.ops.small_weight_numels)
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,8 @@ class StepInputs:
     grad_reduce_bytes: Num = GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
     zero3_live_params: Num = math.inf  # ZeRO-3: most gathered parameters resident at once (DeepSpeed's cap; inf: none)
     zero3_tensor_gathers: Num = 0.0  # 1: ZeRO-3 gathers each weight tensor apart (DeepSpeed <= 0.5.4), 0: a layer at once
+    zero3_tensor_reduces: Num = 0.0  # 1: ZeRO-3 reduce-scatters each weight tensor's gradient apart (DeepSpeed <= 0.5.x)
+    zero3_regather: Num = 0.0  # 1: ZeRO-3 gathers a fully recomputed block's weights again for the recompute
     kernel_overhead_s: Num = 0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
 
 
@@ -352,13 +356,15 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / np.maximum(calls, 1.0)
     # gathered per weight tensor (DeepSpeed <= 0.5.4): each block's gather is that many calls, the same bytes
-    tensors_per_block = _sum_blocks(stage, lambda b: b.weight_tensors) * per_call
     branches = zero_branches(inp.knobs.zero)
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
     price = dict(time)
     owned = 0.0
     buckets = 1.0
+    reduce_host = 0.0  # host seconds per block issuing per-tensor reduce-scatters (DeepSpeed <= 0.5.x)
+    forward_delta = regather = None  # (time, price): forward's per-tensor extra; recompute's gathers (zero3_legacy)
+    persistent = 0.0  # seconds per step of DeepSpeed's coalesced gather of the persistent tensors after the step
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
@@ -375,12 +381,18 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
-            if kind == "layer_gather":  # per-tensor gathers: the extra calls' latency and the list copies, no overlap
-                per_tensor = np.where((group.size > 1) & (size > 0), inp.zero3_tensor_gathers, 0.0)
-                copies = list_gather_copies_s(group.size, tensors_per_block, size, inp.kernel_overhead_s, inp.hbm_rate)
-                extra = tensors_per_block - 1.0
-                time[kind] = time[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra) + copies)
-                price[kind] = price[kind] + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + copies)
+            if kind == "layer_gather":  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
+                t_x, p_x, fwd, persist = legacy.tensor_gather_terms(form, size, group.size, stage, inp, name)
+                time[kind], price[kind] = time[kind] + t_x, price[kind] + p_x
+                forward_delta = legacy.add_pair(forward_delta, fwd)
+                persistent = persistent + persist
+            if kind == "layer_reduce":
+                t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
+                time[kind], price[kind], reduce_host = time[kind] + t_x, price[kind] + p_x, reduce_host + host
+        if 3 in branches and np.any(np.asarray(inp.zero3_regather) > 0):  # the recompute's gathers (DeepSpeed 2021)
+            on = np.where(group.size > 1, inp.zero3_regather, 0.0)
+            t_rc, p_rc = legacy.regather_s(stage, name, group.all_gather, group.size, inp)
+            regather = legacy.add_pair(regather, (on * t_rc, on * p_rc))
         owned = owned + params / _shard(inp, group, 1)
     exposure = {}
     if 0 in branches:
@@ -396,12 +408,11 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     if 3 in branches:
         g, r = time["layer_gather"], time["layer_reduce"]
         depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
-        exposure[3] = inp.microbatches * priced_exposure_s(
-            calls * (2.0 * g + r),
-            prefetched_gather_exposed_s(g, forward_window * per_call, calls, depth)
-            + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
-            calls * (2.0 * price["layer_gather"] + price["layer_reduce"]),
-        )
+        exposure[3] = inp.microbatches * legacy.zero3_exposure_s(
+            calls, per_call, depth, (g, price["layer_gather"]), (r, price["layer_reduce"]), forward_delta, regather,
+            forward_window, backward_window) + persistent
+        if np.any(np.asarray(reduce_host) > 0):  # per-tensor reduce-scatters issued while the block's backward runs
+            exposure[3] = exposure[3] + inp.microbatches * calls * host_exposed_s(reduce_host, backward_window * per_call + r)
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
         exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)

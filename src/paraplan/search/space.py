@@ -203,6 +203,8 @@ class SearchProblem:
     zero3_max_live_params: float | None = None
     zero3_prefetch_layers: int = 1
     zero3_gather_unit: str = "layer"
+    zero3_reduce_unit: str = "layer"
+    zero3_regather_recompute: bool = False
     cp_algorithm: str = "ring"
 
     def check(self) -> None:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit
+from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
 from paraplan.specs.system import Bytes
 
 
@@ -48,6 +48,12 @@ class FrameworkSpec(BaseModel):
     )
     zero3_gather_unit: Zero3GatherUnit = Field(
         "layer", description="ZeRO-3 all-gather per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.4)"
+    )
+    zero3_reduce_unit: Zero3ReduceUnit = Field(
+        "layer", description="ZeRO-3 gradient reduce-scatter per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.x)"
+    )
+    zero3_regather_recompute: bool = Field(
+        False, description="ZeRO-3 with full recomputation: the recomputed forward gathers the weights again"
     )
     cp_algorithm: CPAlgorithm = Field(
         "ring", description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)"

@@ -26,6 +26,7 @@ Attention = Literal["flash", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 CPAlgorithm = Literal["ring", "all-to-all"]
 Zero3GatherUnit = Literal["layer", "tensor"]
+Zero3ReduceUnit = Literal["layer", "tensor"]
 
 
 class PlanSpec(MoEPlanFields, TPLayoutFields):
@@ -72,6 +73,15 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     zero3_gather_unit: Zero3GatherUnit = Field(
         "layer", description="ZeRO-3: one all-gather per layer (FSDP units, DeepSpeed >= 0.5.5) or one per weight "
         "tensor (DeepSpeed <= 0.5.4: per-parameter all_gather calls, coalesced by microsoft/DeepSpeed PR #1188)"
+    )
+    zero3_reduce_unit: Zero3ReduceUnit = Field(
+        "layer", description="ZeRO-3: one gradient reduce-scatter per layer (FSDP units, DeepSpeed >= 0.6.0) or one per "
+        "weight tensor (DeepSpeed <= 0.5.x: _reduce_scatter_gradient per parameter, each with an n-entry input list)"
+    )
+    zero3_regather_recompute: bool = Field(
+        False, description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
+        "(DeepSpeed v0.3.13-v0.3.16: every sub-module releases its weights after use, its trace-based keep and prefetch "
+        "disabled by an off-by-one step id, microsoft/DeepSpeed issue #1069); False: gathered twice per micro-batch"
     )
     cp_algorithm: CPAlgorithm = Field(
         "ring", description="context parallelism: ring exchange of K/V beside the attention (ring attention, "
@@ -184,7 +194,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
 # plan fields an implementation sets for the whole run (a framework profile's defaults, frameworks.PLAN_DEFAULTS):
 # the search holds them at its problem's values (search.space.SearchProblem), the search table reads the same
 RUNTIME_FIELDS = ("grad_dtype", "fp8_weight_copies", "zero3_max_live_params", "zero3_prefetch_layers", "zero3_gather_unit",
-                  "cp_algorithm")
+                  "zero3_reduce_unit", "zero3_regather_recompute", "cp_algorithm")
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
