@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.schedule.offload import offload_traffic_bytes, offloaded_activation_share
 from paraplan.cost.comm import LinearCollective, host_exposed_s, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
@@ -34,7 +35,7 @@ from paraplan.cost.overlap import (
 from paraplan.report.result import TimeBreakdown
 from paraplan.schedule import zero3_legacy as legacy
 from paraplan.schedule.pipeline import bubble_from_work_s
-from paraplan.schedule.zero_bubble import dualpipe_bubble_s, zb_h1_bubble_share
+from paraplan.schedule.zero_bubble import split_backward_bubble
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -265,6 +266,11 @@ def _sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Nu
     return total
 
 
+def _layers(stage: Stage) -> Num:
+    """Decoder layers (transformer blocks, every chunk) one GPU of the stage runs."""
+    return _sum_blocks(stage, lambda b: 1.0, TRANSFORMER_KINDS)
+
+
 def _max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
     """Largest value over the blocks the stage holds at least once (0 when none)."""
     best = 0.0
@@ -272,15 +278,6 @@ def _max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Nu
         if kinds is None or block.kind in kinds:
             best = np.maximum(best, np.where(n > 0, value(block), 0.0))
     return best
-
-
-def offloaded_activation_share(knobs: GridKnobs, stage: Stage) -> Num:
-    """Share of a stage's decoder-layer activations kept in host memory: 0 without activation offload,
-    min(1, k / the stage's decoder layers) when only k layers offload (Megatron-LM
-    --cpu-offloading-num-layers; ``offload_activation_layers``), 1 when every layer does."""
-    layers = np.maximum(_sum_blocks(stage, lambda b: 1.0, TRANSFORMER_KINDS), 1.0)
-    k = knobs.offload_activation_layers
-    return np.where(knobs.offload_activations, np.where(k > 0, np.minimum(1.0, k / layers), 1.0), 0.0)
 
 
 def stage_work(stage: Stage) -> dict[str, Num]:
@@ -455,7 +452,7 @@ def _pipeline(inp: StepInputs) -> dict:
         all_work = all_work + s.count * t
     bubble = bubble_from_work_s(all_work, slowest_work, np.where(inp.knobs.interleaved, inp.knobs.vpp, 1))
     slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
-    bubble = split_backward_bubble(inp, bubble, slowest_parts, _pick(slowest, [_sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]))
+    bubble = split_backward_bubble(inp.knobs.zb, inp.knobs.dualpipe, inp.pp, bubble, slowest_parts, _pick(slowest, [_sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]))
     m = inp.microbatches
     part = {name: m * slowest_parts[name] for name in (*BLOCK_TERM_NAMES, "pp")}
     return {"present": present, "works": works, "totals": totals, "slowest": slowest, "bubble": bubble, "part": part}
@@ -503,7 +500,7 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     tails = [tail_terms(s.inputs or inp, s, w) for s, w in zip(stages, works)]
     streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     for s in stages:
-        share = offloaded_activation_share(inp.knobs, s)
+        share = offloaded_activation_share(inp.knobs.offload_activations, inp.knobs.offload_activation_layers, _layers(s))
         traffic = _sum_blocks(
             s,
             lambda b, share=share: offload_traffic_bytes(b.activation_bytes * share,
@@ -522,24 +519,6 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
         dp_s=dp_s,
         offload_s=_pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
     )
-
-
-def offload_traffic_bytes(activation_bytes: Num, weight_bytes: Num) -> Num:
-    """Host-link bytes per micro-batch of one block's offloaded activations and weights: each goes out
-    to host memory and comes back (2×; exact in floating point, so summing it per block is the sum's double)."""
-    return 2.0 * (activation_bytes + weight_bytes)
-
-
-def split_backward_bubble(inp: StepInputs, bubble: Num, work: dict[str, Num], wgrad: Num) -> Num:
-    """The bubble of the split-backward schedules from the slowest stage's per-micro-batch F (forward
-    and its exposed communication), B (backward, recompute, exposed communication) and W (weight
-    gradients): ZB-H1 scales the 1F1B bubble by (F+B−2W)/(F+B) (Qi et al. 2023 §3.1); DualPipe is
-    (p/2−1)·(F&B + B − 3W) over chunks of half a stage, F&B = F + B (DeepSeek-V3 Table 2)."""
-    forward = work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
-    backward = work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"] + work["ep_backward"]
-    zb = bubble * zb_h1_bubble_share(forward, backward, wgrad)
-    dual = dualpipe_bubble_s(inp.pp, forward / 2.0, backward / 2.0, wgrad / 2.0)
-    return np.where(inp.knobs.dualpipe, dual, np.where(inp.knobs.zb, zb, bubble))
 
 
 def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, Num]:
@@ -566,7 +545,8 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     transformer_kept = _sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
     acts = in_flight * kept + _sum_blocks(stage, lambda b: b.held_bytes)
     offloaded_acts = 2.0 * _max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)  # one out, one in
-    share = offloaded_activation_share(inp.knobs, stage)  # the rest of the layers keep theirs on the GPU
+    share = offloaded_activation_share(inp.knobs.offload_activations, inp.knobs.offload_activation_layers,
+                                       _layers(stage))  # the other layers keep theirs on the GPU
     streamed_weights = 2.0 * _max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS)
     out = {
         "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),

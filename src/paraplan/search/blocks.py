@@ -37,7 +37,8 @@ from paraplan.graph.ops import ExpertShape
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
-from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms, offload_traffic_bytes
+from paraplan.schedule.offload import offload_traffic_bytes
+from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms
 from paraplan.stages import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
