@@ -314,6 +314,9 @@ def test_validate_markdown_and_case_files(capsys, tmp_path):
     text = md.read_text()
     assert "## mine" in text and "| tiny | step time (s) |" in text
     assert "paraplan validate --cv --markdown docs/validation.md" in text and "Figure 1" in text
+    # issue 8: every mechanism with the component data it rests on
+    assert "## Mechanisms and the component data they rest on" in text
+    assert all(f"| {name} |" in text for name in ("shared links", "GEMM efficiency", "memory realism", "hardware variants"))
 
 
 def test_validate_bad_case_file(capsys, tmp_path):
