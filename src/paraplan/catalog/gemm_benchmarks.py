@@ -14,8 +14,8 @@ factors and the 4 µs kernel overhead included). A system's catalog ``gemm`` is 
 *in-step share*, one number for every listed system, fitted on the step times of korthikanti2022 and
 nemo-llama31-h100 (validate.fitted ``gemm.bf16``): the share of an isolated kernel's rate a framework's GEMMs keep
 inside a training step (clocks under a full node's power draw, SMs lent to overlapped collectives, off-best
-shapes beyond the tile model). The fp8 rows are recorded for comparison only: the fp8 caps stay fitted to step
-times (their in-step shares differ by GPU: ~0.69 on H100 in the NeMo Llama 3.1 runs, ~0.39 on B200 in moe-visible),
+shapes beyond the tile model). The fp8 rows are recorded for comparison only: the fp8 caps stay fitted to dense
+step times (their in-step shares: ~0.69 on H100 in the NeMo Llama 3.1 runs, ~0.64 on B200 in mbridge-dense),
 see docs/model.md §6.
 """
 

@@ -24,10 +24,10 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.cost.moe import routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
 from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
-from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
@@ -191,7 +191,7 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
     fc1 output p·f_e/etp at 2 B and the row's fp32 routing weight. The fc2 output is not kept:
     Megatron-Core's TEGroupedMLP multiplies the routing weights inside the activation
     (weighted SwiGLU, moe_apply_probs_on_input off), so un-permute is a plain scatter-add.
-    Shared experts keep p·f_s/t at 2 B + f_s/t at gemm_input_bytes per token.
+    Shared experts keep f_s/t × cost.memory.mlp_intermediate_bytes per token.
     ``layernorm`` drops the norm input, ``moe_act`` the activation output, ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
@@ -208,7 +208,7 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
     shared = 0.0
     if model.shared_experts and "shared_experts" not in modules:
         fs = shared_width(model)
-        shared = shape.local_tokens * (ab * p * fs + gin * fs) / t
+        shared = shape.local_tokens * fs * mlp_intermediate_bytes(model, shape) / t
     return norm + router + routed + shared
 
 

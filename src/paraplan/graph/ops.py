@@ -12,6 +12,8 @@ c context-parallel degree (each GPU holds s/c tokens of every sequence).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
@@ -104,41 +106,50 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
 }
 
 
-@lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph
-def largest_weight_params(graph: LayerGraph) -> float:
-    """The block's largest weight tensor on one GPU: max over its weight GEMMs of k·n (the forward GEMM's
-    (batch, m, n, k): an m×k input times a k×n weight); a grouped GEMM holds batch (local experts) such
-    weights. The core-attention GEMMs multiply activations, not weights, and are left out."""
+def _weight_gemms(graph: LayerGraph):
+    """(op, batch, n, k) of each GEMM of the block that multiplies by a weight (the forward GEMM's (batch, m, n, k): an
+    m×k input times a k×n weight; a grouped GEMM holds batch such weights); the core-attention GEMMs multiply
+    activations, not weights, and are left out."""
     attention = set(RECOMPUTE_MODULE_OPS["core_attn"])
-    largest = 0.0
-    for op in graph.ops:
-        if op.gemm_shape is None or op.name in attention or op.kind not in ("gemm", "grouped_gemm"):
-            continue
-        batch, _, n, k = op.gemm_shape
-        largest = max(largest, float(n) * float(k) * (batch if op.kind == "grouped_gemm" else 1))
-    return largest
-
-
-@lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph
-def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool) -> float:
-    """Weight tensors of one block, what a per-tensor ZeRO-3 gather issues one all-gather each for
-    (DeepSpeed <= 0.5.4, ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them):
-    every weight GEMM's weight (a grouped GEMM: one per local expert) plus its bias when the model has
-    biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none), each
-    norm's scale plus its shift for
-    LayerNorm, and the embedding table plus the learned position table. Core-attention GEMMs hold no weight."""
-    attention = set(RECOMPUTE_MODULE_OPS["core_attn"])
-    count = 0.0
     for op in graph.ops:
         if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in attention:
-            weights = float(op.gemm_shape[0]) if op.kind == "grouped_gemm" else 1.0
+            batch, _, n, k = op.gemm_shape
+            yield op, (int(batch) if op.kind == "grouped_gemm" else 1), float(n), float(k)
+
+
+@lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph
+def largest_weight_params(graph: LayerGraph) -> float:
+    """The block's largest weight tensor on one GPU: max over its weight GEMMs (_weight_gemms) of k·n, times the
+    local experts of a grouped GEMM."""
+    return max((n * k * batch for _, batch, n, k in _weight_gemms(graph)), default=0.0)
+
+
+@lru_cache(maxsize=16384)
+def _weight_tensor_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool,
+                          hidden: int) -> tuple[float, ...]:
+    """Elements (on one GPU) of each weight tensor of the block, the tensors a per-tensor ZeRO-3 gather issues one
+    all-gather each for: every weight GEMM's weight k·n (a grouped GEMM: one per local expert) plus its bias n when
+    the model has biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none),
+    each norm's scale (and shift for LayerNorm) of ``hidden``, and the embedding table plus the learned position
+    table (taken as larger than any persistence threshold: inf)."""
+    gemms = {id(op): (batch, n, k) for op, batch, n, k in _weight_gemms(graph)}
+    out: list[float] = []
+    for op in graph.ops:  # in op order
+        if id(op) in gemms:
+            batch, n, k = gemms[id(op)]
             has_bias = qkv_bias if op.name == "qkv_projection" else (bias and op.name != "lm_head")
-            count += weights * (2.0 if has_bias else 1.0)
+            out += [n * k] * batch + ([n] * batch if has_bias else [])
         elif op.kind == "memory" and op.name.endswith("norm"):
-            count += 2.0 if layernorm else 1.0
+            out += [float(hidden)] * (2 if layernorm else 1)
         elif op.name == "embedding_lookup":
-            count += 2.0 if learned_positions else 1.0
-    return count
+            out += [math.inf] * (2 if learned_positions else 1)
+    return tuple(out)
+
+
+def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool) -> float:
+    """Weight tensors of one block (_weight_tensor_numels), what a per-tensor ZeRO-3 gather issues one all-gather each
+    for (DeepSpeed <= 0.5.4, ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them)."""
+    return float(len(_weight_tensor_numels(graph, bias, qkv_bias, layernorm, learned_positions, 0)))
 
 
 # DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
@@ -146,25 +157,12 @@ def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm
 DS_PERSISTENCE_THRESHOLD = 1e5
 
 
-@lru_cache(maxsize=16384)
 def small_weight_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, hidden: int,
                         threshold: float = DS_PERSISTENCE_THRESHOLD) -> tuple[float, ...]:
-    """Sizes (elements, on one GPU) of the block's weight tensors smaller than ``threshold``, among those
-    weight_tensor_count counts: GEMM weights (k·n) and biases (n), each norm's scale and shift (hidden). DeepSpeed's
-    ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5; stage3.py
-    ``persistent_parameters``, microsoft/DeepSpeed 0cd9abf). Embedding and position tables are taken as larger."""
-    attention = set(RECOMPUTE_MODULE_OPS["core_attn"])
-    out: list[float] = []
-    for op in graph.ops:
-        if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in attention:
-            batch, _, n, k = op.gemm_shape
-            weights = int(batch) if op.kind == "grouped_gemm" else 1
-            has_bias = qkv_bias if op.name == "qkv_projection" else (bias and op.name != "lm_head")
-            out += [float(n) * float(k)] * weights if float(n) * float(k) < threshold else []
-            out += [float(n)] * weights if has_bias and float(n) < threshold else []
-        elif op.kind == "memory" and op.name.endswith("norm") and hidden < threshold:
-            out += [float(hidden)] * (2 if layernorm else 1)
-    return tuple(out)
+    """Sizes (elements, on one GPU) of the block's weight tensors (_weight_tensor_numels) smaller than ``threshold``.
+    DeepSpeed's ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5;
+    stage3.py ``persistent_parameters``, microsoft/DeepSpeed 0cd9abf)."""
+    return tuple(x for x in _weight_tensor_numels(graph, bias, qkv_bias, layernorm, False, hidden) if x < threshold)
 
 
 def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:

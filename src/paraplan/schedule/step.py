@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.schedule.offload import offload_traffic_bytes, offloaded_activation_share
 from paraplan.cost.comm import LinearCollective, host_exposed_s, priced_exposure_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
@@ -34,6 +33,7 @@ from paraplan.cost.overlap import (
 )
 from paraplan.report.result import TimeBreakdown
 from paraplan.schedule import zero3_legacy as legacy
+from paraplan.schedule.offload import offload_traffic_bytes, offloaded_activation_share
 from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.schedule.zero_bubble import split_backward_bubble
 
@@ -352,8 +352,10 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     gather_window = forward_window * inp.knobs.overlap_param_gather
     calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / np.maximum(calls, 1.0)
-    # gathered per weight tensor (DeepSpeed <= 0.5.4): each block's gather is that many calls, the same bytes
     branches = zero_branches(inp.knobs.zero)
+    # DeepSpeed 2021's per-tensor collectives (schedule.zero3_legacy): run-wide knobs, off for every other framework
+    tensor_gathers = np.any(np.asarray(inp.zero3_tensor_gathers) > 0)
+    tensor_reduces = np.any(np.asarray(inp.zero3_tensor_reduces) > 0)
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
     price = dict(time)
@@ -378,12 +380,12 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
             form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
-            if kind == "layer_gather":  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
+            if kind == "layer_gather" and tensor_gathers:  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
                 t_x, p_x, fwd, persist = legacy.tensor_gather_terms(form, size, group.size, stage, inp, name)
                 time[kind], price[kind] = time[kind] + t_x, price[kind] + p_x
                 forward_delta = legacy.add_pair(forward_delta, fwd)
                 persistent = persistent + persist
-            if kind == "layer_reduce":
+            if kind == "layer_reduce" and tensor_reduces:
                 t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
                 time[kind], price[kind], reduce_host = time[kind] + t_x, price[kind] + p_x, reduce_host + host
         if 3 in branches and np.any(np.asarray(inp.zero3_regather) > 0):  # the recompute's gathers (DeepSpeed 2021)

@@ -28,9 +28,9 @@ block's bound is the least over its schedule options.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
-from dataclasses import dataclass, replace
 
 from paraplan.arrays import stack
 from paraplan.graph.ops import ExpertShape
@@ -120,8 +120,7 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
     knobs = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
-    experts = [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
-               for ep, etp in _expert_pairs(problem, tp)] if shaped else []
+    experts = _costing_experts(problem, tp) if shaped else []
     work: dict[str, float] = {}
     rho = 0.0
 
@@ -176,8 +175,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
-    experts = [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
-               for ep, etp in _expert_pairs(problem, tp)] if shaped else [ExpertShape()]
+    experts = _costing_experts(problem, tp) if shaped else [ExpertShape()]
     if not expert_kinds:
         experts = experts[:1]
     facts: dict[str, dict[str, list]] = {}
@@ -230,13 +228,16 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     over the block's span pairs, never below the compute floor), where a mode whose activations
     cannot fit in HBM (``activation_floor_bytes``) needs activation offload and then takes at least
     ``streaming_floor_s``; a mode that fits neither way bounds nothing (no candidate of it fits).
-    ``expert_kinds``: as work_floors (False: a cheaper, lower bound)."""
+    ``expert_kinds``: as work_floors (False: a cheaper, lower bound). ``cache`` keeps the work_floors of each
+    (tp, cp, micro-batch, span pair, expert_kinds) and the problem's system_terms across one search's blocks."""
     keys = [(block.tp, block.cp, block.micro_batch, pair, expert_kinds) for pair in block_span_pairs(problem, block)]
     for key in keys:
         if key not in cache:
             cache[key] = work_floors(problem, *key)
     per_pair = [cache[key] for key in keys]
-    constants = system_terms(problem.system, problem.dtype, problem)
+    if "constants" not in cache:  # the problem's, the same for every block
+        cache["constants"] = system_terms(problem.system, problem.dtype, problem)
+    constants = cache["constants"]
     capacity = problem.system.accelerator.hbm_capacity
     offloads = any(activations for _, activations, _ in problem.offload_options)
     best = math.inf
@@ -281,6 +282,13 @@ def _expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
     eps = problem.ep or tuple(_divisors(problem.model.experts))
     etps = problem.etp or tuple(sorted({1, tp}))
     return [(ep, etp) for ep in eps for etp in etps]
+
+
+def _costing_experts(problem: SearchProblem, tp: int) -> list[ExpertShape]:
+    """One ExpertShape per (ep, etp) of _expert_pairs, with the alltoall dispatcher and no a2a overlap: the costing
+    that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs)."""
+    return [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+            for ep, etp in _expert_pairs(problem, tp)]
 
 
 def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: LayerFloors) -> tuple[float, float]:
