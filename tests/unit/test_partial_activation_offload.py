@@ -43,3 +43,10 @@ def test_all_layers_equals_plain_offload(runs):
 def test_layers_without_offload_is_refused():
     with pytest.raises(InputError, match="offload_activation_layers"):
         estimate("llama3-70b", "gb300-nvl72", offload_activation_layers=20, **KW)
+
+
+@pytest.mark.parametrize("value", [True, "3", 2.0, 0])
+def test_layers_take_a_positive_integer_only(value):
+    """No coercion: a bool, a string or a float is refused by name, as is a count below 1."""
+    with pytest.raises(InputError, match="offload_activation_layers"):
+        estimate("llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=value, **KW)

@@ -79,7 +79,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
         "weight tensor (DeepSpeed <= 0.5.x: _reduce_scatter_gradient per parameter, each with an n-entry input list)"
     )
     zero3_regather_recompute: bool = Field(
-        False, description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
+        False, strict=True, description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
         "(DeepSpeed v0.3.13-v0.3.16: every sub-module releases its weights after use, its trace-based keep and prefetch "
         "disabled by an off-by-one step id, microsoft/DeepSpeed issue #1069); False: gathered twice per micro-batch"
     )
@@ -92,7 +92,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     offload_weights: bool = False
     offload_activations: bool = False
     offload_activation_layers: int | None = Field(
-        None, ge=1, description="with offload_activations: only this many decoder layers per pipeline stage (per "
+        None, ge=1, strict=True, description="with offload_activations: only this many decoder layers per pipeline stage (per "
         "GPU) offload their activations, the others keep them (Megatron-LM --cpu-offloading-num-layers); "
         "default: every layer")
     offload_optimizer: bool = False
