@@ -347,3 +347,38 @@ def test_refined_block_bounds_are_admissible(problem, memory):
         reserved, capacity = system_terms(problem.system, problem.dtype, problem)["reserved_bytes"], problem.system.accelerator.hbm_capacity
         assert any(activation_floor_bytes(problem, b, cache[key].kept[mode], cache[key].held[mode]) + reserved > capacity
                    for b in parts for key in cache if key[:3] == (b.tp, b.cp, b.micro_batch) and key[4] for mode in cache[key].kept)
+
+
+@pytest.mark.parametrize("model_name, dtype", [("deepseek-v3", "bf16"), ("deepseek-v3", "fp8"), ("mixtral-8x22b", "fp8"),
+                                               ("qwen3-30b-a3b", "bf16"), ("gpt-oss-120b", "bf16")])
+def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
+    """search.blocks.expert_computes builds a block kind once and adds each expert option's own ops
+    (graph.moe.expert_knob_ops): every field equals stages.block_compute of the graph built for that
+    option (to summation order), for every kind, recompute module list and expert option."""
+    from dataclasses import replace
+
+    from paraplan.search.blocks import _costing_experts, expert_computes
+    from paraplan.search.table import layer_shape_of
+    from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, block_compute, model_block_kinds
+
+    problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=256,
+                            seq_length=4096, global_batch=512, dtype=dtype)
+    model, system = problem.model, problem.system
+    checked = 0
+    for tp, cp, mb in ((1, 1, 1), (2, 2, 3), (4, 1, 2)):
+        experts = _costing_experts(problem, tp)
+        assert len(experts) > 1
+        for modules in ((), ("core_attn",), ("moe_act", "layernorm"), ("mlp",)):
+            shape = layer_shape_of(problem, tp, cp, mb, tp > 1, "1d", 0, experts[0], modules)
+            for name in model_block_kinds(model):
+                if name in EXPERT_FREE_KINDS:
+                    continue
+                split = expert_computes(model, system, name, shape, experts)
+                for i, expert in enumerate(experts):
+                    graph = BLOCK_KINDS[name].graph(model, replace(shape, expert=expert))
+                    whole = block_compute(graph, system, dtype)
+                    got = split[i] if len(split) > 1 else split[0]
+                    for field in whole.__dataclass_fields__:
+                        assert getattr(got, field) == pytest.approx(getattr(whole, field), rel=1e-12, abs=0.0), (name, expert, field)
+                    checked += 1
+    assert checked > 100

@@ -106,6 +106,16 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     return ops
 
 
+def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
+    """The ops of an MoE layer that read the expert knobs (ep, etp, capacity, balance): expert_ops, and the
+    fp8 casts, whose element count includes the routed rows (build_moe_model_layer); every other op of
+    the layer is the same for every expert option (search.blocks.layer_floors costs it once)."""
+    ops = expert_ops(model, shape, expert)
+    if shape.dtype == "fp8":
+        ops.append(fp8_cast_op(model, shape, routed_rows(model, shape, expert), True))
+    return ops
+
+
 def host_synchronises(expert: ExpertShape) -> bool:
     """True when the dispatch needs the per-expert token counts on the host: every dropless dispatch
     (capacity_factor None). Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess keeps

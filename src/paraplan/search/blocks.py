@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
 from paraplan.arrays import stack
-from paraplan.graph.ops import ExpertShape
+from paraplan.graph.moe import NO_EXPERT, expert_knob_ops
+from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
@@ -42,6 +44,10 @@ from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORME
 from paraplan.stages import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
+    BlockCompute,
+    BlockMemoryFacts,
+    _kind_cost_facts as kind_cost_facts,
+    block_compute,
     _statics_of,
     block_cost_facts,
     block_memory_facts,
@@ -114,7 +120,10 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     """LayerFloors over every row with these degrees and micro-batch: every (sequence parallel, layout,
     grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
     superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
-    a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them)."""
+    a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them).
+    A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
+    its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
+    option's total is the rest of the block plus those ops' times (the same sum in another order)."""
     from paraplan.search.table import layer_shape_of
 
     model, system = problem.model, problem.system
@@ -124,9 +133,8 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     work: dict[str, float] = {}
     rho = 0.0
 
-    def add(name, shape):
+    def add(name, compute):
         nonlocal rho
-        compute = _statics_of(model, system, name, shape)[0]
         total = compute.forward + compute.backward
         work[name] = min(work.get(name, math.inf), total)
         if total > 0:
@@ -136,11 +144,38 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
         for name in model_block_kinds(model):
             if name in EXPERT_FREE_KINDS or not shaped:
-                add(name, shape)
+                add(name, _statics_of(model, system, name, shape)[0])
             else:
-                for expert in experts:
-                    add(name, replace(shape, expert=expert))
+                for compute in expert_computes(model, system, name, shape, experts):
+                    add(name, compute)
     return LayerFloors(work, rho)
+
+
+def expert_computes(model, system, name: str, shape, experts: list[ExpertShape]) -> list:
+    """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, the graph built
+    once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
+    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest of the block
+    plus its own such ops (the same terms, summed in another order: SAFETY)."""
+    first = replace(shape, expert=experts[0])
+    graph = BLOCK_KINDS[name].graph(model, first)
+    knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
+    if not knob_names:
+        return [_statics_of(model, system, name, first)[0]]
+    rest = block_compute.__wrapped__(  # a one-off op list: not worth a cache entry
+        LayerGraph("rest", tuple(op for op in graph.ops if op.name not in knob_names), (), 0.0), system, shape.dtype)
+    out = []
+    for expert in experts:
+        own = _knob_compute(model, system, replace(shape, expert=expert))
+        out.append(BlockCompute(*(getattr(rest, f) + getattr(own, f) for f in BlockCompute.__dataclass_fields__)))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _knob_compute(model, system, shape) -> BlockCompute:
+    """stages.BlockCompute of the ops graph.moe.expert_knob_ops lists for the shape's expert knobs (marked for its
+    recompute modules as the layer marks them): shared by every block kind holding an MoE layer."""
+    ops = mark_recomputed(expert_knob_ops(model, shape, shape.expert), shape.recompute_modules)
+    return block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
@@ -183,15 +218,30 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     options: dict[str, tuple[list, list]] = {}
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
-        by_kind = facts.setdefault(recompute, {name: [] for name in model_block_kinds(model)})
-        kept = memory.setdefault(recompute, {name: [] for name in model_block_kinds(model)})
+        costed = [name for name in model_block_kinds(model) if expert_kinds or name in EXPERT_FREE_KINDS]
+        by_kind = facts.setdefault(recompute, {name: [] for name in costed})
+        kept = memory.setdefault(recompute, {name: [] for name in costed})
         codes, overlaps = options.setdefault(recompute, ([], []))
-        for expert in experts:
-            shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules)
-            for name, kind in block_cost_facts(model, system, shape, *pair).items():
-                by_kind[name].append(kind)
-            for name, kind in block_memory_facts(model, shape, recompute).items():
-                kept[name].append(kind)
+        shapes = [layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules) for expert in experts]
+        first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
+        # the kinds that read the expert knobs: compute per option from one graph (expert_computes); their TP / CP
+        # collectives read no expert knob (EP and ETP ones are EXPERT_TERMS), but a 2D layout's SUMMA exposure
+        # reads the compute (stages.with_summa_exposure): costed option by option then
+        split = {name: expert_computes(model, system, name, shapes[0], experts) for name in first
+                 if name not in EXPERT_FREE_KINDS and layout != "2d" and len(experts) > 1}
+        for i, shape in enumerate(shapes):
+            if i == 0:
+                facts_i = first
+            elif split:  # the first option's costs stand for the rest but the split kinds' compute; memory per option
+                memory_i = block_memory_facts(model, shape, recompute)
+                facts_i = {name: (cost, memory_i[name]) for name, (cost, _) in first.items()}
+            else:
+                facts_i = _kind_facts(model, system, shape, pair, recompute, expert_kinds)
+            for name, (cost, activations) in facts_i.items():
+                computes = split.get(name)
+                compute = cost.compute if computes is None else computes[i if len(computes) > 1 else 0]
+                by_kind[name].append((compute, cost.comm))
+                kept[name].append(activations)
             codes.append(RECOMPUTE_CODES[recompute])
             overlaps.append(overlap and pair[0].domains == 1)  # stages.row_blocks: comm-GEMM overlap inside one domain
     work, kept, held = {}, {}, {}
@@ -199,19 +249,38 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
         codes, overlaps = (np.array(x) for x in options[mode])
         index = np.arange(len(codes))
         work[mode], kept[mode], held[mode] = {}, {}, {}
-        for name, kinds in by_kind.items():  # every option at once: block_terms works on arrays
+        for name in model_block_kinds(model):
+            if name not in by_kind:  # not costed (without expert_kinds): 0 floors anything
+                work[mode][name] = kept[mode][name] = held[mode][name] = 0.0
+                continue
+            kinds = by_kind[name]  # every option at once: block_terms works on arrays
             code = codes if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
-            terms = block_terms(stack([k.compute for k in kinds], index), stack([k.comm for k in kinds], index),
+            terms = block_terms(stack([k[0] for k in kinds], index), stack([k[1] for k in kinds], index),
                                 code, overlaps)
             total = 0.0
             for part in BLOCK_TERM_NAMES:
                 if part not in EXPERT_TERMS:
                     total = total + getattr(terms, part)
-            costed = expert_kinds or name in EXPERT_FREE_KINDS
-            work[mode][name] = float(np.min(total)) if costed else 0.0
-            kept[mode][name] = min(m.activation_bytes for m in memory[mode][name]) if costed else 0.0
-            held[mode][name] = min(m.held_bytes for m in memory[mode][name]) if costed else 0.0
+            work[mode][name] = float(np.min(total))
+            kept[mode][name] = min(m.activation_bytes for m in memory[mode][name])
+            held[mode][name] = min(m.held_bytes for m in memory[mode][name])
     return ModeFloors(work, kept, held)
+
+
+def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds: bool) -> dict[str, tuple]:
+    """Per block kind (all, or only EXPERT_FREE_KINDS without ``expert_kinds``): its stages.block_cost_facts
+    and stages.block_memory_facts entries, the same values, without costing the kinds left out."""
+    if expert_kinds:
+        costs, memory = block_cost_facts(model, system, shape, *pair), block_memory_facts(model, shape, recompute)
+        return {name: (costs[name], memory[name]) for name in costs}
+    neutral = replace(shape, expert=NO_EXPERT) if moe_shaped(model) else shape
+    out = {}
+    for name in model_block_kinds(model):
+        if name in EXPERT_FREE_KINDS:
+            kind = BLOCK_KINDS[name]
+            out[name] = (kind_cost_facts(model, system, name, neutral, *pair),
+                         BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none")))
+    return out
 
 
 def refinements(problem: SearchProblem) -> tuple[bool, ...]:
