@@ -1,9 +1,9 @@
 """The one builder of a step: op graphs → per-block costs → pipeline stages → ``StepInputs``.
 
 Read top-down:
-1. ``BLOCK_KINDS``: the registry of block kinds (embedding, decoder layer, LM head), each with
-   its op-graph builder (graph/) and its memory facts (cost/memory.py). A new layer kind (an MoE
-   layer, an encoder layer) is one more entry.
+1. ``BLOCK_KINDS`` (paraplan/block_kinds.py): the registry of block kinds (embedding, decoder layer,
+   LM head, MoE kinds), each with its op-graph builder (graph/) and its memory facts (cost/memory.py).
+   A new layer kind (an MoE layer, an encoder layer) is one more entry.
 2. ``row_facts``: everything the layer shape, the group spans and the degrees fix for one plan —
    summed op times and collective times per block, parameters, activations, the gradient
    group's collectives, the pipeline transfer — as floats. The search gathers the same fields,
@@ -18,14 +18,21 @@ Steps 3 and 4 are written once for floats and arrays: the estimator and the sear
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from paraplan.cost import memory as mem
+from paraplan.block_kinds import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
+    BLOCK_KINDS,
+    default_recompute_modules,
+    head_params_with_embedding,
+    layer_buffer_bytes,
+    model_block_kinds,
+    model_gradient_groups,
+    p2p_bytes,
+)
 from paraplan.cost.comm import (
     GroupSpan,
     collective_costs_s,
@@ -38,10 +45,9 @@ from paraplan.cost.comm import (
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
-from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
-from paraplan.graph.moe import NO_EXPERT, moe_model_layer, moe_shaped, mtp_block, ops_expert_knobs
+from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs
 from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, small_weight_numels, weight_tensor_count
-from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.graph.transformer import LayerShape
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
@@ -52,149 +58,7 @@ from paraplan.specs.system import SystemSpec
 Num = Any
 
 
-# ---- 1. block kinds ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BlockKind:
-    """One kind of block: how to build its op graph and what it keeps in memory."""
-
-    name: str
-    graph: Callable[[ModelSpec, LayerShape], LayerGraph]
-    memory: Callable[[ModelSpec, LayerShape, str], tuple[float, float, float]]  # (kept, held once, buffer) bytes
-    recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
-    gradient_group: str = "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
-
-
-def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
-    if moe_shaped(model):
-        return 0.0, 0.0, 0.0
-    return mem.layer_activation_bytes(model, shape, recompute), 0.0, layer_buffer_bytes(model, shape, recompute)
-
-
-def _embedding_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
-    return mem.embedding_activation_bytes(model, shape), 0.0, 0.0
-
-
-def _head_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
-    if model.is_vit:
-        return 0.0, mem.classifier_activation_bytes(model, shape), 0.0
-    return 0.0, mem.lm_head_activation_bytes(model, shape), 0.0
-
-
-EMPTY_BLOCK = LayerGraph("absent", (), (), 0.0)
-
-
-def _decoder_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """Dense transformer layer — a decoder layer, or for encoder models (BERT, ViT) the same layer with
-    bidirectional attention (graph.encoder.encoder_layer); absent (no ops, no parameters) for models
-    graph.moe builds."""
-    if moe_shaped(model):
-        return EMPTY_BLOCK
-    return encoder_layer(model, shape) if model.architecture == "encoder" else decoder_layer(model, shape)
-
-
-def _input_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """Token embedding, or ViT's patch embedding (graph.encoder.patch_embedding_block)."""
-    return patch_embedding_block(model, shape) if model.is_vit else embedding_block(model, shape)
-
-
-def _output_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """LM head and loss, or ViT's classification head on the class token (graph.encoder.classifier_block)."""
-    return classifier_block(model, shape) if model.is_vit else lm_head_block(model, shape, False)
-
-
-def head_params_with_embedding(model: ModelSpec, tp: int) -> float:
-    """Output-layer parameters on one GPU when it shares the stage with the input layer (tied tables
-    are held once: graph.transformer.lm_head_weight_params; ViT's classifier is not tied)."""
-    return classifier_weight_params(model) if model.is_vit else lm_head_weight_params(model, tp, True)
-
-
-def _moe_kind_graph(moe: bool):
-    def graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-        return moe_model_layer(model, shape, moe) if moe_shaped(model) and (model.is_moe or not moe) else EMPTY_BLOCK
-
-    return graph
-
-
-def _experts_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """The routed experts of one MoE layer as a block of their own: no ops (their time is in the
-    moe_layer block), only the parameters the expert gradient group reduces."""
-    if not model.is_moe:
-        return EMPTY_BLOCK
-    return LayerGraph("experts", (), (), moe_model_layer(model, shape, True).expert_weight_params)
-
-
-def _mtp_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    return mtp_block(model, shape) if model.mtp_layers else EMPTY_BLOCK
-
-
-def _moe_memory(graph_of):
-    def memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
-        graph = graph_of(model, shape)
-        if graph is EMPTY_BLOCK:
-            return 0.0, 0.0, 0.0
-        kept = shape.act_bytes * shape.sp_tokens * model.hidden if recompute == "full" else graph.activation_bytes
-        return kept, 0.0, graph.dispatch_buffer_bytes + (graph.activation_bytes if recompute == "full" else 0.0)
-
-    return memory
-
-
-def _no_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
-    return 0.0, 0.0, 0.0
-
-
-BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
-    "embedding": BlockKind("embedding", _input_graph, _embedding_memory, False),
-    "decoder": BlockKind("decoder", _decoder_graph, _decoder_memory, True),
-    # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
-    # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
-    "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_graph(False)), True),
-    "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_graph(True)), True),
-    "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert"),
-    "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(_mtp_graph), True),
-    "head": BlockKind("head", _output_graph, _head_memory, False),
-}
-
-
-@lru_cache(maxsize=64)
-def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
-    """The BLOCK_KINDS a model's stages hold, in stage order: embedding, decoder layers, LM head for a
-    dense decoder; the dense-layer / MoE-layer / experts / MTP kinds instead of "decoder" for models
-    graph/moe.py builds (the other kinds would be absent blocks: no ops, no parameters)."""
-    layer_kinds = ("dense_layer", "moe_layer", "experts", "mtp") if moe_shaped(model) else ("decoder",)
-    return ("embedding", *layer_kinds, "head")
-
-
-@lru_cache(maxsize=64)
-def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
-    """The gradient groups (specs.parallel.GRADIENT_GROUPS) that reduce some block of the model: a
-    group with no parameters has no collectives and must not claim a link (schedule.step.tail_terms)."""
-    used = {BLOCK_KINDS[k].gradient_group for k in model_block_kinds(model)}
-    return tuple(g for g in GRADIENT_GROUPS if g in used)
-
-
-def default_recompute_modules(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
-    ``core_attn`` (--recompute-modules); none without selective recompute."""
-    if recompute != "selective":
-        return ()
-    return tuple(modules or ()) or ("core_attn",)
-
-
-def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
-    """Working buffers beside the kept activations: one layer re-materialised in backward under full
-    recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""
-    buffers = mem.layer_activation_bytes(model, shape, "none") if recompute == "full" else 0.0
-    if shape.sequence_parallel and shape.tp_layout != "2d":  # SUMMA gathers panels, not whole inputs
-        buffers += shape.act_bytes * shape.local_tokens * model.hidden
-    return buffers + mem.layout_buffer_bytes(model, shape)
-
-
-def p2p_bytes(model: ModelSpec, shape: LayerShape) -> float:
-    """Activation sent between stages per micro-batch: b·(s/c)·h half-precision elements, split over
-    the t tensor-parallel ranks (scatter/gather optimisation, Narayanan et al. 2021 §4.1)."""
-    return shape.act_bytes * shape.local_tokens * model.hidden / shape.tp
-
-
+# ---- 1. block kinds: paraplan.block_kinds (BLOCK_KINDS and the per-kind rules) -------------------
 # ---- 2. facts of a row --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BlockCompute:

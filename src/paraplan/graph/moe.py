@@ -317,12 +317,23 @@ def build_moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoE
     if shape.dtype == "fp8":
         ops.append(fp8_cast_op(model, shape, rows, moe))
     weights, experts = layer_weight_split(model, t, expert, moe)
-    acts = moe_layer_activation_bytes(model, shape, moe)
-    buffers = ab * h * (moe_tokens(shape) * model.top_k + rows) if moe else 0.0
+    acts, buffers = moe_layer_memory_bytes(model, shape, moe)
     return MoELayerGraph(
         "moe_layer" if moe else "dense_layer", mark_recomputed(ops, modules), tuple(coll), weights,
         expert_weight_params=experts, activation_bytes=acts, dispatch_buffer_bytes=buffers,
     )
+
+
+def moe_layer_memory_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple[float, float]:
+    """(bytes kept for backward, dispatch buffer bytes) of one layer at the shape's expert knobs: moe_layer_activation_bytes,
+    and the dispatch's send + receive buffers, b·h·(T·k + R) elements of the activation type (none in a dense layer);
+    at the knobs moe_model_layer builds the layer with (ops_expert_knobs)."""
+    base = ops_expert_knobs(shape.expert, moe)
+    shape = shape if base == shape.expert else replace(shape, expert=base)
+    acts = moe_layer_activation_bytes(model, shape, moe)
+    if not moe:
+        return acts, 0.0
+    return acts, shape.act_bytes * model.hidden * (moe_tokens(shape) * model.top_k + routed_rows(model, shape, shape.expert))
 
 
 def moe_layer_activation_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> float:
@@ -374,9 +385,17 @@ def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
     )
     norms = 3 * (2 if model.norm == "layernorm" else 1) * h
     weights = layer.weight_params + 2 * h * h / shape.tp + norms
-    acts = layer.activation_bytes + ab * tokens * 3 * h + 4.0 * tokens * model.vocab / shape.tp
+    acts, buffers = mtp_memory_bytes(model, shape)
     return MoELayerGraph(
         "mtp", ops, layer.collectives + head.collectives, weights,
-        expert_weight_params=layer.expert_weight_params, activation_bytes=acts,
-        dispatch_buffer_bytes=layer.dispatch_buffer_bytes,
+        expert_weight_params=layer.expert_weight_params, activation_bytes=acts, dispatch_buffer_bytes=buffers,
     )
+
+
+def mtp_memory_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float]:
+    """(bytes kept for backward, dispatch buffer bytes) of one MTP module: its Transformer block's
+    (moe_layer_memory_bytes), the projection's inputs and output (3·b·s·h) and the fp32 logits of its
+    output head (4·b·s·V/t)."""
+    acts, buffers = moe_layer_memory_bytes(model, shape, model.is_moe)
+    tokens = shape.local_tokens
+    return acts + shape.act_bytes * tokens * 3 * model.hidden + 4.0 * tokens * model.vocab / shape.tp, buffers

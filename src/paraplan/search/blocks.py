@@ -48,7 +48,6 @@ from paraplan.stages import (
     BlockMemoryFacts,
     _kind_cost_facts as kind_cost_facts,
     block_compute,
-    _statics_of,
     block_cost_facts,
     block_memory_facts,
     default_recompute_modules,
@@ -129,7 +128,7 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
     knobs = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
-    experts = _costing_experts(problem, tp) if shaped else []
+    experts = _costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     rho = 0.0
 
@@ -144,30 +143,37 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
         for name in model_block_kinds(model):
             if name in EXPERT_FREE_KINDS or not shaped:
-                add(name, _statics_of(model, system, name, shape)[0])
+                add(name, block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype))
             else:
                 for compute in expert_computes(model, system, name, shape, experts):
                     add(name, compute)
     return LayerFloors(work, rho)
 
 
-def expert_computes(model, system, name: str, shape, experts: list[ExpertShape]) -> list:
+def expert_computes(model, system, name: str, shape, experts) -> tuple:
     """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, the graph built
     once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
     graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest of the block
-    plus its own such ops (the same terms, summed in another order: SAFETY)."""
-    first = replace(shape, expert=experts[0])
+    plus its own such ops (the same terms, summed in another order: SAFETY). One entry when the kind holds
+    none of those ops. Cached: the refinements of every span pair and both levels ask again."""
+    first = shape if shape.expert == experts[0] else replace(shape, expert=experts[0])
+    return _expert_computes(model, system, name, first, tuple(experts))
+
+
+@lru_cache(maxsize=16384)
+def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
+    """expert_computes with the shape at the first expert option."""
     graph = BLOCK_KINDS[name].graph(model, first)
     knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
     if not knob_names:
-        return [_statics_of(model, system, name, first)[0]]
+        return (block_compute(graph, system, first.dtype),)
     rest = block_compute.__wrapped__(  # a one-off op list: not worth a cache entry
-        LayerGraph("rest", tuple(op for op in graph.ops if op.name not in knob_names), (), 0.0), system, shape.dtype)
+        LayerGraph("rest", tuple(op for op in graph.ops if op.name not in knob_names), (), 0.0), system, first.dtype)
     out = []
     for expert in experts:
-        own = _knob_compute(model, system, replace(shape, expert=expert))
+        own = _knob_compute(model, system, replace(first, expert=expert))
         out.append(BlockCompute(*(getattr(rest, f) + getattr(own, f) for f in BlockCompute.__dataclass_fields__)))
-    return out
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)
@@ -210,7 +216,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
-    experts = _costing_experts(problem, tp) if shaped else [ExpertShape()]
+    experts = _costing_experts(problem, tp) if shaped else (ExpertShape(),)
     if not expert_kinds:
         experts = experts[:1]
     facts: dict[str, dict[str, list]] = {}
@@ -353,11 +359,11 @@ def _expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
     return [(ep, etp) for ep in eps for etp in etps]
 
 
-def _costing_experts(problem: SearchProblem, tp: int) -> list[ExpertShape]:
+def _costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     """One ExpertShape per (ep, etp) of _expert_pairs, with the alltoall dispatcher and no a2a overlap: the costing
     that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs)."""
-    return [ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
-            for ep, etp in _expert_pairs(problem, tp)]
+    return tuple(ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+                 for ep, etp in _expert_pairs(problem, tp))
 
 
 def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: LayerFloors) -> tuple[float, float]:
@@ -400,3 +406,6 @@ def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) 
             bound = m * s + (t - s)
         best = min(best, bound)
     return best * SAFETY
+
+
+SEARCH_CACHES = (_expert_computes, _knob_compute)  # beside stages.COLD_CACHES: what a cold search starts without

@@ -1,0 +1,174 @@
+"""Block kinds: the registry of what a pipeline stage holds (embedding, decoder layer, dense / MoE layer, routed
+experts, MTP module, LM head), each with its op-graph builder (graph/) and its activation memory (cost/memory.py,
+graph/moe.py), plus the per-kind rules the builder of a step (stages.py) reads: the kinds of a model, their
+gradient groups, selective recompute's default modules, working buffers and the pipeline send size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from paraplan.cost import memory as mem
+from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
+from paraplan.graph.moe import moe_layer_memory_bytes, moe_model_layer, moe_shaped, mtp_block, mtp_memory_bytes
+from paraplan.graph.ops import LayerGraph
+from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import GRADIENT_GROUPS
+
+
+@dataclass(frozen=True)
+class BlockKind:
+    """One kind of block: how to build its op graph and what it keeps in memory."""
+
+    name: str
+    graph: Callable[[ModelSpec, LayerShape], LayerGraph]
+    memory: Callable[[ModelSpec, LayerShape, str], tuple[float, float, float]]  # (kept, held once, buffer) bytes
+    recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
+    gradient_group: str = "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
+
+
+def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    if moe_shaped(model):
+        return 0.0, 0.0, 0.0
+    return mem.layer_activation_bytes(model, shape, recompute), 0.0, layer_buffer_bytes(model, shape, recompute)
+
+
+def _embedding_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    return mem.embedding_activation_bytes(model, shape), 0.0, 0.0
+
+
+def _head_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    if model.is_vit:
+        return 0.0, mem.classifier_activation_bytes(model, shape), 0.0
+    return 0.0, mem.lm_head_activation_bytes(model, shape), 0.0
+
+
+EMPTY_BLOCK = LayerGraph("absent", (), (), 0.0)
+
+
+def _decoder_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """Dense transformer layer — a decoder layer, or for encoder models (BERT, ViT) the same layer with
+    bidirectional attention (graph.encoder.encoder_layer); absent (no ops, no parameters) for models
+    graph.moe builds."""
+    if moe_shaped(model):
+        return EMPTY_BLOCK
+    return encoder_layer(model, shape) if model.architecture == "encoder" else decoder_layer(model, shape)
+
+
+def _input_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """Token embedding, or ViT's patch embedding (graph.encoder.patch_embedding_block)."""
+    return patch_embedding_block(model, shape) if model.is_vit else embedding_block(model, shape)
+
+
+def _output_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """LM head and loss, or ViT's classification head on the class token (graph.encoder.classifier_block)."""
+    return classifier_block(model, shape) if model.is_vit else lm_head_block(model, shape, False)
+
+
+def head_params_with_embedding(model: ModelSpec, tp: int) -> float:
+    """Output-layer parameters on one GPU when it shares the stage with the input layer (tied tables
+    are held once: graph.transformer.lm_head_weight_params; ViT's classifier is not tied)."""
+    return classifier_weight_params(model) if model.is_vit else lm_head_weight_params(model, tp, True)
+
+
+def _moe_kind_present(model: ModelSpec, moe: bool) -> bool:  # graph/moe.py models: dense layers; MoE layers if MoE
+    return moe_shaped(model) and (model.is_moe or not moe)
+
+
+def _moe_kind_graph(moe: bool):
+    def graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+        return moe_model_layer(model, shape, moe) if _moe_kind_present(model, moe) else EMPTY_BLOCK
+
+    return graph
+
+
+def _moe_kind_memory_bytes(moe: bool):
+    def memory_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float] | None:
+        """(kept, dispatch buffer) bytes of _moe_kind_graph(moe)'s graph without building it; None when absent."""
+        return moe_layer_memory_bytes(model, shape, moe) if _moe_kind_present(model, moe) else None
+
+    return memory_bytes
+
+
+def _experts_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """The routed experts of one MoE layer as a block of their own: no ops (their time is in the
+    moe_layer block), only the parameters the expert gradient group reduces."""
+    if not model.is_moe:
+        return EMPTY_BLOCK
+    return LayerGraph("experts", (), (), moe_model_layer(model, shape, True).expert_weight_params)
+
+
+def _mtp_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    return mtp_block(model, shape) if model.mtp_layers else EMPTY_BLOCK
+
+
+def _moe_memory(memory_bytes_of):
+    def memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+        found = memory_bytes_of(model, shape)
+        if found is None:
+            return 0.0, 0.0, 0.0
+        activation_bytes, dispatch_buffer_bytes = found
+        kept = shape.act_bytes * shape.sp_tokens * model.hidden if recompute == "full" else activation_bytes
+        return kept, 0.0, dispatch_buffer_bytes + (activation_bytes if recompute == "full" else 0.0)
+
+    return memory
+
+
+def _no_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    return 0.0, 0.0, 0.0
+
+
+BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
+    "embedding": BlockKind("embedding", _input_graph, _embedding_memory, False),
+    "decoder": BlockKind("decoder", _decoder_graph, _decoder_memory, True),
+    # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
+    # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
+    "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_memory_bytes(False)), True),
+    "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_memory_bytes(True)), True),
+    "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert"),
+    "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True),
+    "head": BlockKind("head", _output_graph, _head_memory, False),
+}
+
+
+@lru_cache(maxsize=64)
+def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The BLOCK_KINDS a model's stages hold, in stage order: embedding, decoder layers, LM head for a
+    dense decoder; the dense-layer / MoE-layer / experts / MTP kinds instead of "decoder" for models
+    graph/moe.py builds (the other kinds would be absent blocks: no ops, no parameters)."""
+    layer_kinds = ("dense_layer", "moe_layer", "experts", "mtp") if moe_shaped(model) else ("decoder",)
+    return ("embedding", *layer_kinds, "head")
+
+
+@lru_cache(maxsize=64)
+def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
+    """The gradient groups (specs.parallel.GRADIENT_GROUPS) that reduce some block of the model: a
+    group with no parameters has no collectives and must not claim a link (schedule.step.tail_terms)."""
+    used = {BLOCK_KINDS[k].gradient_group for k in model_block_kinds(model)}
+    return tuple(g for g in GRADIENT_GROUPS if g in used)
+
+
+def default_recompute_modules(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
+    ``core_attn`` (--recompute-modules); none without selective recompute."""
+    if recompute != "selective":
+        return ()
+    return tuple(modules or ()) or ("core_attn",)
+
+
+def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
+    """Working buffers beside the kept activations: one layer re-materialised in backward under full
+    recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""
+    buffers = mem.layer_activation_bytes(model, shape, "none") if recompute == "full" else 0.0
+    if shape.sequence_parallel and shape.tp_layout != "2d":  # SUMMA gathers panels, not whole inputs
+        buffers += shape.act_bytes * shape.local_tokens * model.hidden
+    return buffers + mem.layout_buffer_bytes(model, shape)
+
+
+def p2p_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Activation sent between stages per micro-batch: b·(s/c)·h half-precision elements, split over
+    the t tensor-parallel ranks (scatter/gather optimisation, Narayanan et al. 2021 §4.1)."""
+    return shape.act_bytes * shape.local_tokens * model.hidden / shape.tp
