@@ -314,14 +314,19 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
         cache["constants"] = system_terms(problem.system, problem.dtype, problem)
     constants = cache["constants"]
     capacity = problem.system.accelerator.hbm_capacity
+    host_capacity = problem.system.accelerator.host_memory or math.inf
     offloads = any(activations for _, activations, _ in problem.offload_options)
     best = math.inf
     for mode in per_pair[0].work:
         work = {name: max(value, min(f.work[mode][name] for f in per_pair)) for name, value in floors.work.items()}
         bound = block_step_floor(problem, block, LayerFloors(work, floors.rho))
         first = per_pair[0]  # activation memory reads no span
-        if activation_floor_bytes(problem, block, first.kept[mode], first.held[mode]) + constants["reserved_bytes"] > capacity:
-            if not offloads:
+        activations = activation_floor_bytes(problem, block, first.kept[mode], first.held[mode])
+        if activations + constants["reserved_bytes"] > capacity:
+            # only activation offload can fit it: the host then holds every layer's (the search offloads all
+            # layers, offload_activation_layers 0: share 1) and the GPU twice the largest kept layer block
+            working = offloaded_working_bytes(problem, block, first.kept[mode])
+            if not offloads or activations > host_capacity or working + constants["reserved_bytes"] > capacity:
                 continue
             bound = max(bound, streaming_floor_s(problem, block, first.kept[mode], constants["host_bandwidth"]))
         best = min(best, bound)
@@ -330,13 +335,35 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
 
 def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, held: dict) -> float:
     """Least activation bytes some stage of any candidate of the block holds without activation
-    offload: stage_memory_terms keeps in_flight × kept + held with in_flight >= 1 (cost.memory.
-    in_flight_chunks: at least one micro-batch on every schedule), so the fullest stage of the
-    schedule options' splits, at the least kept and held bytes per kind, bounds it (the weight,
-    gradient, optimizer and buffer terms are >= 0 and left out); SAFETY keeps it below the sum."""
-    once = LayerFloors({name: kept[name] + held[name] for name in kept}, 0.0)
+    offload: stage_memory_terms keeps in_flight × kept + held, where every schedule keeps at least
+    min(pp − i, m) micro-batches in flight on stage i (cost.memory.in_flight_chunks: 1F1B and ZB-H1
+    that many; GPipe m; DualPipe min(pp + 1, m); interleaved (2(pp − i − 1) + (v − 1)·pp + 1)/v, which
+    is at least pp − i for v >= 2, capped at m), so the fullest stage of the schedule options' splits,
+    at the least kept and held bytes per kind, bounds it (the weight, gradient, optimizer and buffer
+    terms are >= 0 and left out); SAFETY keeps it below the sum."""
     splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
-    return min(_stage_floors(problem, block.pp, accounted, once)[0] for accounted in splits) * SAFETY
+    m, least = block.microbatches, math.inf
+    for accounted in splits:
+        stages = zip(_group_sums(problem, block.pp, accounted, kept), _group_sums(problem, block.pp, accounted, held))
+        least = min(least, max(min(block.pp - i, m) * k + h for (i, _, k), (_, _, h) in stages))
+    return least * SAFETY
+
+
+def offloaded_working_bytes(problem: SearchProblem, block: Block, kept: dict) -> float:
+    """Least activation bytes a stage of any candidate of the block keeps on the GPU with activation offload:
+    stage_memory_terms keeps twice its largest kept transformer block (one going out, one coming in), so twice
+    the largest least-kept bytes of a transformer kind some stage holds, least over the schedule options' splits."""
+    splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
+    least = math.inf
+    for accounted in splits:
+        largest = 0.0
+        for name in kept:
+            if name in TRANSFORMER_KINDS and kept[name] > 0:
+                only = {k: (1.0 if k == name else 0.0) for k in kept}
+                if any(count > 0 for _, _, count in _group_sums(problem, block.pp, accounted, only)):
+                    largest = max(largest, kept[name])
+        least = min(least, 2.0 * largest)
+    return least * SAFETY
 
 
 def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_bandwidth: float) -> float:
@@ -369,22 +396,31 @@ def _costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]
 def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: LayerFloors) -> tuple[float, float]:
     """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
     of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
-    model, w = problem.model, floors.work
-    slowest, total, start = 0.0, 0.0, 0
+    slowest, total = 0.0, 0.0
+    for _, count, work in _group_sums(problem, pp, accounted, floors.work):
+        slowest = max(slowest, work)
+        total += count * work
+    return slowest, total
+
+
+def _group_sums(problem: SearchProblem, pp: int, accounted: bool, per_kind: dict) -> list[tuple[int, int, float]]:
+    """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
+    the split of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
+    model, w = problem.model, per_kind
+    out, start = [], 0
     for g in problem.split_groups(pp, accounted):
         count, layers, embedding, head = int(g.count), int(g.layers), int(g.embedding), int(g.head)
         if moe_shaped(model):
             dense, moe = (int(x) for x in layer_mix(model, start, layers))
-            work = (w["embedding"] * embedding + w["dense_layer"] * dense + w["moe_layer"] * moe
-                    + w.get("experts", 0.0) * (moe + head * model.mtp_layers)
-                    + w["mtp"] * head * model.mtp_layers + w["head"] * head)
+            value = (w["embedding"] * embedding + w["dense_layer"] * dense + w["moe_layer"] * moe
+                     + w.get("experts", 0.0) * (moe + head * model.mtp_layers)
+                     + w["mtp"] * head * model.mtp_layers + w["head"] * head)
         else:
-            work = w["embedding"] * embedding + w["decoder"] * layers + w["head"] * head
+            value = w["embedding"] * embedding + w["decoder"] * layers + w["head"] * head
         if count > 0:
-            slowest = max(slowest, work)
-            total += count * work
+            out.append((int(g.index), count, value))
         start += count * layers
-    return slowest, total
+    return out
 
 
 def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
