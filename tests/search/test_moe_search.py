@@ -382,3 +382,33 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
                         assert getattr(got, field) == pytest.approx(getattr(whole, field), rel=1e-12, abs=0.0), (name, expert, field)
                     checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
+    """graph.moe.expert_knob_inputs names everything expert_knob_ops reads of a layer shape: shapes of
+    different tp, cp, micro-batch and sequence parallelism that agree on it give equal ops (search.blocks
+    memoises the ops' compute on it), and shapes that differ on it exist in the grid (the test can fail)."""
+    from itertools import product
+
+    from paraplan.graph.moe import expert_knob_inputs, expert_knob_ops
+    from paraplan.graph.ops import ExpertShape
+    from paraplan.search.table import layer_shape_of
+
+    problem = SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=256,
+                            seq_length=4096, global_batch=512, dtype=dtype)
+    expert = ExpertShape(8, 1, "alltoall", None, "learned", False)
+    seen: dict = {}
+    shared = 0
+    for tp, cp, mb, sp in product((1, 2, 4, 8), (1, 2, 4), (1, 2, 3, 4, 6, 8), (False, True)):
+        if sp and tp == 1:
+            continue
+        shape = layer_shape_of(problem, tp, cp, mb, sp, "1d", 0, expert)
+        ops = expert_knob_ops(problem.model, shape, expert)
+        key = expert_knob_inputs(shape)
+        if key in seen:
+            assert ops == seen[key], (tp, cp, mb, sp)
+            shared += 1
+        else:
+            seen[key] = ops
+    assert shared > 10 and len(seen) > 10

@@ -106,6 +106,14 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     return ops
 
 
+def expert_knob_inputs(shape: LayerShape) -> tuple:
+    """What expert_knob_ops reads of the shape besides the expert knobs (the datatype, the activation bytes, the
+    tokens a rank routes; with fp8 casts also tp, the local tokens and sequence parallelism): two shapes equal
+    on it give the same ops (tests/search/test_moe_search.py)."""
+    fp8 = shape.dtype == "fp8"
+    return shape.dtype, shape.act_bytes, moe_tokens(shape), (shape.tp, shape.local_tokens, shape.sequence_parallel) if fp8 else ()
+
+
 def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
     """The ops of an MoE layer that read the expert knobs (ep, etp, capacity, balance): expert_ops, and the
     fp8 casts, whose element count includes the routed rows (build_moe_model_layer); every other op of

@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.arrays import stack
-from paraplan.graph.moe import NO_EXPERT, expert_knob_ops
+from paraplan.graph.moe import NO_EXPERT, expert_knob_inputs, expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
@@ -176,12 +176,23 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
     return tuple(out)
 
 
-@lru_cache(maxsize=65536)
 def _knob_compute(model, system, shape) -> BlockCompute:
     """stages.BlockCompute of the ops graph.moe.expert_knob_ops lists for the shape's expert knobs (marked for its
-    recompute modules as the layer marks them): shared by every block kind holding an MoE layer."""
-    ops = mark_recomputed(expert_knob_ops(model, shape, shape.expert), shape.recompute_modules)
-    return block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)
+    recompute modules as the layer marks them), memoised on what those ops read (graph.moe.expert_knob_inputs):
+    shared by every block kind holding an MoE layer and every (tp, cp, micro-batch) routing as many tokens."""
+    key = (model, system, expert_knob_inputs(shape), shape.expert, shape.recompute_modules)
+    found = _KNOB_COMPUTES.get(key)
+    if found is None:
+        if len(_KNOB_COMPUTES) >= KNOB_MEMO_SIZE:
+            _KNOB_COMPUTES.clear()
+        ops = mark_recomputed(expert_knob_ops(model, shape, shape.expert), shape.recompute_modules)
+        found = _KNOB_COMPUTES[key] = block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)
+    return found
+
+
+_KNOB_COMPUTES: dict = {}
+KNOB_MEMO_SIZE = 1 << 18
+_knob_compute.cache_clear = _KNOB_COMPUTES.clear  # as the lru caches (SEARCH_CACHES)
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
@@ -388,9 +399,12 @@ def _expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
 
 def _costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     """One ExpertShape per (ep, etp) of _expert_pairs, with the alltoall dispatcher and no a2a overlap: the costing
-    that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs)."""
-    return tuple(ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
-                 for ep, etp in _expert_pairs(problem, tp))
+    that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs). Memoised."""
+    memo = problem._memo.setdefault("costing_experts", {})
+    if tp not in memo:
+        memo[tp] = tuple(ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+                         for ep, etp in _expert_pairs(problem, tp))
+    return memo[tp]
 
 
 def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: LayerFloors) -> tuple[float, float]:

@@ -447,10 +447,13 @@ class SearchProblem:
         return {}
 
     def split_groups(self, pp: int, accounted: bool) -> tuple[SplitGroup, ...]:
-        """The default split of the layers over pp stages, or with embedding and loss counted as layers."""
-        units = int(accounted)
-        first, last = default_first_last(self.model.layers, pp, units, units * (1 + self.model.mtp_layers))
-        return grouped_split(self.model.layers, pp, first, last)
+        """The default split of the layers over pp stages, or with embedding and loss counted as layers (memoised)."""
+        memo = self._memo.setdefault("split", {})
+        if (pp, accounted) not in memo:
+            units = int(accounted)
+            first, last = default_first_last(self.model.layers, pp, units, units * (1 + self.model.mtp_layers))
+            memo[(pp, accounted)] = grouped_split(self.model.layers, pp, first, last)
+        return memo[(pp, accounted)]
 
     def state_options(self, dp_size: int) -> list[tuple[int, bool, bool]]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
