@@ -261,24 +261,30 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
                 kept[name].append(activations)
             codes.append(RECOMPUTE_CODES[recompute])
             overlaps.append(overlap and pair[0].domains == 1)  # stages.row_blocks: comm-GEMM overlap inside one domain
+    # every (mode, kind, option) at once: block_terms works on arrays
+    entries = [(mode, name, i) for mode, by_kind in facts.items() for name, kinds in by_kind.items() for i in range(len(kinds))]
+    items = [facts[mode][name][i] for mode, name, i in entries]
+    index = np.arange(len(items))
+    code = np.array([options[mode][0][i] if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
+                     for mode, name, i in entries])
+    terms = block_terms(stack([c for c, _ in items], index), stack([c for _, c in items], index), code,
+                        np.array([options[mode][1][i] for mode, _, i in entries]))
+    total = 0.0
+    for part in BLOCK_TERM_NAMES:
+        if part not in EXPERT_TERMS:
+            total = total + getattr(terms, part)
+    total = np.broadcast_to(total, index.shape)
+    rows: dict[tuple, list] = {}
+    for j, (mode, name, _) in enumerate(entries):
+        rows.setdefault((mode, name), []).append(j)
     work, kept, held = {}, {}, {}
     for mode, by_kind in facts.items():
-        codes, overlaps = (np.array(x) for x in options[mode])
-        index = np.arange(len(codes))
         work[mode], kept[mode], held[mode] = {}, {}, {}
         for name in model_block_kinds(model):
             if name not in by_kind:  # not costed (without expert_kinds): 0 floors anything
                 work[mode][name] = kept[mode][name] = held[mode][name] = 0.0
                 continue
-            kinds = by_kind[name]  # every option at once: block_terms works on arrays
-            code = codes if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
-            terms = block_terms(stack([k[0] for k in kinds], index), stack([k[1] for k in kinds], index),
-                                code, overlaps)
-            total = 0.0
-            for part in BLOCK_TERM_NAMES:
-                if part not in EXPERT_TERMS:
-                    total = total + getattr(terms, part)
-            work[mode][name] = float(np.min(total))
+            work[mode][name] = float(np.min(total[rows[(mode, name)]]))
             kept[mode][name] = min(m.activation_bytes for m in memory[mode][name])
             held[mode][name] = min(m.held_bytes for m in memory[mode][name])
     return ModeFloors(work, kept, held)
