@@ -321,8 +321,12 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     cannot fit in HBM (``activation_floor_bytes``) needs activation offload and then takes at least
     ``streaming_floor_s``; a mode that fits neither way bounds nothing (no candidate of it fits).
     ``expert_kinds``: as work_floors (False: a cheaper, lower bound). ``cache`` keeps the work_floors of each
-    (tp, cp, micro-batch, span pair, expert_kinds) and the problem's system_terms across one search's blocks."""
-    keys = [(block.tp, block.cp, block.micro_batch, pair, expert_kinds) for pair in block_span_pairs(problem, block)]
+    (tp, cp, micro-batch, span pair, expert_kinds), the span pairs of each factorization and the problem's
+    system_terms across one search's blocks."""
+    degrees = ("spans", block.tp, block.pp, block.cp, block.dp)  # the span pairs of every micro-batch's block
+    if degrees not in cache:
+        cache[degrees] = block_span_pairs(problem, block)
+    keys = [(block.tp, block.cp, block.micro_batch, pair, expert_kinds) for pair in cache[degrees]]
     for key in keys:
         if key not in cache:
             cache[key] = work_floors(problem, *key)
