@@ -30,23 +30,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
 from paraplan.arrays import stack
-from paraplan.graph.moe import NO_EXPERT, expert_knob_inputs, expert_knob_ops
+from paraplan.graph.moe import NO_EXPERT, dispatch_collectives, expert_knob_inputs, expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
 from paraplan.schedule.offload import offload_traffic_bytes
-from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms
+from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms, expert_exposure
 from paraplan.stages import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
     BlockCompute,
     BlockMemoryFacts,
+    _NO_SPAN as NO_SPAN,
     _kind_cost_facts as kind_cost_facts,
+    block_comm,
     block_compute,
     block_cost_facts,
     block_memory_facts,
@@ -153,9 +156,10 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
     """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, the graph built
     once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
-    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest of the block
-    plus its own such ops (the same terms, summed in another order: SAFETY). One entry when the kind holds
-    none of those ops. Cached: the refinements of every span pair and both levels ask again."""
+    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the block's at the first
+    option less that option's such ops, plus its own (equal to the sum over its graph to a few ulps: SAFETY).
+    One entry when the kind holds none of those ops. Cached: the refinements of every span pair and both
+    levels ask again."""
     first = shape if shape.expert == experts[0] else replace(shape, expert=experts[0])
     return _expert_computes(model, system, name, first, tuple(experts))
 
@@ -167,12 +171,13 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
     knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
     if not knob_names:
         return (block_compute(graph, system, first.dtype),)
-    rest = block_compute.__wrapped__(  # a one-off op list: not worth a cache entry
-        LayerGraph("rest", tuple(op for op in graph.ops if op.name not in knob_names), (), 0.0), system, first.dtype)
+    whole, mine = block_compute(graph, system, first.dtype), _knob_compute(model, system, first)
+    names = BlockCompute.__dataclass_fields__
+    rest = [getattr(whole, f) - getattr(mine, f) for f in names]  # exact to a few ulps of the block's sum: SAFETY
     out = []
     for expert in experts:
         own = _knob_compute(model, system, replace(first, expert=expert))
-        out.append(BlockCompute(*(getattr(rest, f) + getattr(own, f) for f in BlockCompute.__dataclass_fields__)))
+        out.append(BlockCompute(*(max(0.0, r + getattr(own, f)) for r, f in zip(rest, names))))
     return tuple(out)
 
 
@@ -233,12 +238,14 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     facts: dict[str, dict[str, list]] = {}
     memory: dict[str, dict[str, list]] = {}
     options: dict[str, tuple[list, list]] = {}
+    dispatches: dict[str, dict[str, list]] = {}  # per entry: the shape whose dispatch it costs (split kinds), else None
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
         costed = [name for name in model_block_kinds(model) if expert_kinds or name in EXPERT_FREE_KINDS]
         by_kind = facts.setdefault(recompute, {name: [] for name in costed})
         kept = memory.setdefault(recompute, {name: [] for name in costed})
         codes, overlaps = options.setdefault(recompute, ([], []))
+        dispatched = dispatches.setdefault(recompute, {name: [] for name in costed})
         shapes = [layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules) for expert in experts]
         first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
         # the kinds that read the expert knobs: compute per option from one graph (expert_computes); their TP / CP
@@ -259,6 +266,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
                 compute = cost.compute if computes is None else computes[i if len(computes) > 1 else 0]
                 by_kind[name].append((compute, cost.comm))
                 kept[name].append(activations)
+                dispatched[name].append(shape if computes is not None and len(computes) > 1 else None)
             codes.append(RECOMPUTE_CODES[recompute])
             overlaps.append(overlap and pair[0].domains == 1)  # stages.row_blocks: comm-GEMM overlap inside one domain
     # every (mode, kind, option) at once: block_terms works on arrays
@@ -273,7 +281,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
-    total = np.broadcast_to(total, index.shape)
+    total = np.broadcast_to(total, index.shape) + _dispatch_floors(problem, [dispatches[m][n][i] for m, n, i in entries], items)
     rows: dict[tuple, list] = {}
     for j, (mode, name, _) in enumerate(entries):
         rows.setdefault((mode, name), []).append(j)
@@ -288,6 +296,65 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
             kept[mode][name] = min(m.activation_bytes for m in memory[mode][name])
             held[mode][name] = min(m.held_bytes for m in memory[mode][name])
     return ModeFloors(work, kept, held)
+
+
+def _dispatch_floors(problem: SearchProblem, shapes: list, items: list) -> np.ndarray:
+    """Per entry (a kind's (compute, comm) at one expert option), the least exposed dispatch and combine
+    (schedule.step.expert_exposure, the EP parts of block_terms) over the option's dispatchers and a2a-overlap
+    switches (SearchProblem.expert_switches) with its own compute; 0 where ``shapes`` has None (no MoE layer,
+    or costed without the per-option split). Its EP collectives are the MoE layer's dispatch_collectives, once."""
+    out = np.zeros(len(shapes))
+    chosen = [j for j, shape in enumerate(shapes) if shape is not None]
+    if not chosen:
+        return out
+    unique: dict[int, int] = {}  # one table per shape object (the entries of one option share it)
+    tables = []
+    for j in chosen:
+        if id(shapes[j]) not in unique:
+            unique[id(shapes[j])] = len(tables)
+            shape = shapes[j]
+            tables.append(_dispatch_comms(problem.model, problem.system, shape,
+                                          tuple(problem.expert_switches(shape.expert.ep, shape.expert.etp))))
+    width = max(len(t) for t in tables)
+    padded = np.array([[t[min(k, len(t) - 1)] for k in range(width)] for t in tables])  # (shapes, switches, 5)
+    fields = padded[[unique[id(shapes[j])] for j in chosen]]  # (entries, switches, 5); a short row repeats its last
+    compute = SimpleNamespace(forward=np.array([items[j][0].forward for j in chosen])[:, None],
+                              backward=np.array([items[j][0].backward for j in chosen])[:, None])
+    comm = SimpleNamespace(**{name: fields[:, :, f] for f, name in enumerate(_EP_FIELDS)})
+    forward, backward = expert_exposure(compute, comm)
+    out[chosen] = np.min(forward + backward, axis=1)
+    return out
+
+
+_EP_FIELDS = ("ep_forward", "ep_backward", "ep_forward_price", "ep_backward_price", "ep_overlap")
+
+
+def _dispatch_comms(model, system, shape, switches: tuple) -> tuple:
+    """Per (dispatcher, overlap) switch: the _EP_FIELDS of stages.block_comm over the MoE layer's dispatch
+    collectives at the shape's expert degrees (the same collectives, in the same order, as its graph's);
+    memoised on what they read of the shape (a subset of graph.moe.expert_knob_inputs)."""
+    key = (model, system, expert_knob_inputs(shape), shape.expert, switches)
+    found = _DISPATCH_COMMS.get(key)
+    if found is None:
+        if len(_DISPATCH_COMMS) >= KNOB_MEMO_SIZE:
+            _DISPATCH_COMMS.clear()
+        found = _DISPATCH_COMMS[key] = _dispatch_comms_of(model, system, shape, switches)
+    return found
+
+
+_DISPATCH_COMMS: dict = {}
+_dispatch_comms.cache_clear = _DISPATCH_COMMS.clear
+
+
+def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple:
+    """_dispatch_comms, computed."""
+    out = []
+    for dispatcher, overlap in switches:
+        knobs = replace(shape, expert=replace(shape.expert, dispatcher=dispatcher, a2a_overlap=overlap))
+        collectives = tuple(dispatch_collectives(model, knobs, knobs.expert))
+        comm = block_comm.__wrapped__(LayerGraph("dispatch", (), collectives, 0.0), system, NO_SPAN, NO_SPAN, model, knobs)
+        out.append(tuple(getattr(comm, name) for name in _EP_FIELDS))
+    return tuple(out)
 
 
 def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds: bool) -> dict[str, tuple]:
@@ -468,4 +535,4 @@ def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) 
     return best * SAFETY
 
 
-SEARCH_CACHES = (_expert_computes, _knob_compute)  # beside stages.COLD_CACHES: what a cold search starts without
+SEARCH_CACHES = (_expert_computes, _knob_compute, _dispatch_comms)  # beside stages.COLD_CACHES: what a cold search starts without

@@ -390,15 +390,23 @@ class SearchProblem:
             return [(1, 1, "alltoall", False)]
         eps = self.ep or tuple(_divisors(self.model.experts))
         etps = self.etp or tuple(sorted({1, tp}))
-        dispatchers = [d for d in (self.dispatchers or get_args(Dispatcher)) if not dispatcher_rule(d, self.capacity_factor)]
         out = []
         for ep in eps:
             for etp in etps:
                 if expert_degree_rules(self.model, tp, cp, dp, ep, etp):
                     continue
-                overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
-                out += [(ep, etp, d, ov) for d in dispatchers for ov in overlaps]
+                out += [(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
         return out
+
+    def expert_switches(self, ep: int, etp: int) -> list[tuple[str, bool]]:
+        """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher; overlap of
+        dispatch/combine only where there is one (ep·etp > 1). Memoised."""
+        memo = self._memo.setdefault("expert_switches", {})
+        if (ep, etp) not in memo:
+            dispatchers = [d for d in (self.dispatchers or get_args(Dispatcher)) if not dispatcher_rule(d, self.capacity_factor)]
+            overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
+            memo[(ep, etp)] = [(d, ov) for d in dispatchers for ov in overlaps]
+        return memo[(ep, etp)]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
     def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, bool]]:
