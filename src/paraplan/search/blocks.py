@@ -235,17 +235,14 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     experts = _costing_experts(problem, tp) if shaped else (ExpertShape(),)
     if not expert_kinds:
         experts = experts[:1]
-    facts: dict[str, dict[str, list]] = {}
-    memory: dict[str, dict[str, list]] = {}
-    options: dict[str, tuple[list, list]] = {}
-    dispatches: dict[str, dict[str, list]] = {}  # per entry: the shape whose dispatch it costs (split kinds), else None
+    # one entry per (mode, kind, costing): (compute, comm, recompute code, TP overlap, the shape whose dispatch it
+    # costs or None); a kind whose costs read no expert knob has one entry per layer knob, not one per option
+    entries: dict[tuple[str, str], list] = {}
+    memory: dict[tuple[str, str], list] = {}
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
-        costed = [name for name in model_block_kinds(model) if expert_kinds or name in EXPERT_FREE_KINDS]
-        by_kind = facts.setdefault(recompute, {name: [] for name in costed})
-        kept = memory.setdefault(recompute, {name: [] for name in costed})
-        codes, overlaps = options.setdefault(recompute, ([], []))
-        dispatched = dispatches.setdefault(recompute, {name: [] for name in costed})
+        code = RECOMPUTE_CODES[recompute]
+        overlaps = overlap and pair[0].domains == 1  # stages.row_blocks: comm-GEMM overlap inside one domain
         shapes = [layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules) for expert in experts]
         first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
         # the kinds that read the expert knobs: compute per option from one graph (expert_computes); their TP / CP
@@ -256,45 +253,42 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
         for i, shape in enumerate(shapes):
             if i == 0:
                 facts_i = first
-            elif split:  # the first option's costs stand for the rest but the split kinds' compute; memory per option
+            elif split:  # the first option's costs stand for the rest but the split kinds'; memory per option
                 memory_i = block_memory_facts(model, shape, recompute)
-                facts_i = {name: (cost, memory_i[name]) for name, (cost, _) in first.items()}
+                facts_i = {name: (first[name][0], memory_i[name]) for name in split}
             else:
                 facts_i = _kind_facts(model, system, shape, pair, recompute, expert_kinds)
             for name, (cost, activations) in facts_i.items():
                 computes = split.get(name)
-                compute = cost.compute if computes is None else computes[i if len(computes) > 1 else 0]
-                by_kind[name].append((compute, cost.comm))
-                kept[name].append(activations)
-                dispatched[name].append(shape if computes is not None and len(computes) > 1 else None)
-            codes.append(RECOMPUTE_CODES[recompute])
-            overlaps.append(overlap and pair[0].domains == 1)  # stages.row_blocks: comm-GEMM overlap inside one domain
-    # every (mode, kind, option) at once: block_terms works on arrays
-    entries = [(mode, name, i) for mode, by_kind in facts.items() for name, kinds in by_kind.items() for i in range(len(kinds))]
-    items = [facts[mode][name][i] for mode, name, i in entries]
+                own = computes is not None and len(computes) > 1
+                compute = computes[i] if own else cost.compute
+                entries.setdefault((recompute, name), []).append((compute, cost.comm, code, overlaps, shape if own else None))
+                memory.setdefault((recompute, name), []).append(activations)
+    # every entry at once: block_terms works on arrays
+    keys = list(entries)
+    items = [item for key in keys for item in entries[key]]
     index = np.arange(len(items))
-    code = np.array([options[mode][0][i] if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
-                     for mode, name, i in entries])
-    terms = block_terms(stack([c for c, _ in items], index), stack([c for _, c in items], index), code,
-                        np.array([options[mode][1][i] for mode, _, i in entries]))
+    code = np.array([item[2] if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
+                     for (mode, name) in keys for item in entries[(mode, name)]])
+    terms = block_terms(stack([item[0] for item in items], index), stack([item[1] for item in items], index), code,
+                        np.array([item[3] for item in items]))
     total = 0.0
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
-    total = np.broadcast_to(total, index.shape) + _dispatch_floors(problem, [dispatches[m][n][i] for m, n, i in entries], items)
-    rows: dict[tuple, list] = {}
-    for j, (mode, name, _) in enumerate(entries):
-        rows.setdefault((mode, name), []).append(j)
+    total = np.broadcast_to(total, index.shape) + _dispatch_floors(problem, [item[4] for item in items], items)
     work, kept, held = {}, {}, {}
-    for mode, by_kind in facts.items():
-        work[mode], kept[mode], held[mode] = {}, {}, {}
+    start = 0
+    for mode, name in keys:
+        stop = start + len(entries[(mode, name)])
+        work.setdefault(mode, {})[name] = float(np.min(total[start:stop]))
+        kept.setdefault(mode, {})[name] = min(m.activation_bytes for m in memory[(mode, name)])
+        held.setdefault(mode, {})[name] = min(m.held_bytes for m in memory[(mode, name)])
+        start = stop
+    for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
         for name in model_block_kinds(model):
-            if name not in by_kind:  # not costed (without expert_kinds): 0 floors anything
-                work[mode][name] = kept[mode][name] = held[mode][name] = 0.0
-                continue
-            work[mode][name] = float(np.min(total[rows[(mode, name)]]))
-            kept[mode][name] = min(m.activation_bytes for m in memory[mode][name])
-            held[mode][name] = min(m.held_bytes for m in memory[mode][name])
+            for values in (work, kept, held):
+                values[mode].setdefault(name, 0.0)
     return ModeFloors(work, kept, held)
 
 
@@ -497,20 +491,30 @@ def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: Laye
 def _group_sums(problem: SearchProblem, pp: int, accounted: bool, per_kind: dict) -> list[tuple[int, int, float]]:
     """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
     the split of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
-    model, w = problem.model, per_kind
-    out, start = [], 0
+    return [(index, count, sum(per_kind.get(name, 0.0) * n for name, n in blocks))
+            for index, count, blocks in _group_blocks(problem, pp, accounted)]
+
+
+def _group_blocks(problem: SearchProblem, pp: int, accounted: bool) -> list[tuple[int, int, tuple]]:
+    """(first stage index, stages, ((kind, blocks of it on one stage), ...)) of each non-empty stage group of the
+    split of (pp, accounted): stages.layer_mix's dense / MoE layers, the routed experts of each MoE layer and MTP
+    module, the embedding, the MTP modules and the head where the split puts them. Memoised per problem."""
+    memo = problem._memo.setdefault("group_blocks", {})
+    if (pp, accounted) in memo:
+        return memo[(pp, accounted)]
+    model, out, start = problem.model, [], 0
     for g in problem.split_groups(pp, accounted):
         count, layers, embedding, head = int(g.count), int(g.layers), int(g.embedding), int(g.head)
         if moe_shaped(model):
             dense, moe = (int(x) for x in layer_mix(model, start, layers))
-            value = (w["embedding"] * embedding + w["dense_layer"] * dense + w["moe_layer"] * moe
-                     + w.get("experts", 0.0) * (moe + head * model.mtp_layers)
-                     + w["mtp"] * head * model.mtp_layers + w["head"] * head)
+            blocks = (("embedding", embedding), ("dense_layer", dense), ("moe_layer", moe),
+                      ("experts", moe + head * model.mtp_layers), ("mtp", head * model.mtp_layers), ("head", head))
         else:
-            value = w["embedding"] * embedding + w["decoder"] * layers + w["head"] * head
+            blocks = (("embedding", embedding), ("decoder", layers), ("head", head))
         if count > 0:
-            out.append((int(g.index), count, value))
+            out.append((int(g.index), count, blocks))
         start += count * layers
+    memo[(pp, accounted)] = out
     return out
 
 
