@@ -122,7 +122,9 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     """LayerFloors over every row with these degrees and micro-batch: every (sequence parallel, layout,
     grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
     superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
-    a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them).
+    a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them);
+    an MoE kind adds each option's least exposed dispatch and combine (_dispatch_floors; ρ stays the
+    backward-GEMM share of compute alone, which a larger work only lowers).
     A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
     its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
     option's total is the rest of the block plus those ops' times (the same sum in another order)."""
@@ -135,10 +137,10 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     work: dict[str, float] = {}
     rho = 0.0
 
-    def add(name, compute):
+    def add(name, compute, dispatch=0.0):
         nonlocal rho
         total = compute.forward + compute.backward
-        work[name] = min(work.get(name, math.inf), total)
+        work[name] = min(work.get(name, math.inf), total + dispatch)
         if total > 0:
             rho = max(rho, compute.gemm_backward / total)
 
@@ -148,8 +150,10 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
             if name in EXPERT_FREE_KINDS or not shaped:
                 add(name, block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype))
             else:
-                for compute in expert_computes(model, system, name, shape, experts):
-                    add(name, compute)
+                computes = expert_computes(model, system, name, shape, experts)
+                dispatches = [(shape, x) for x in experts] if len(computes) > 1 else [None]
+                for compute, dispatch in zip(computes, _dispatch_floors(problem, dispatches, computes)):
+                    add(name, compute, dispatch)
     return LayerFloors(work, rho)
 
 
@@ -171,26 +175,27 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
     knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
     if not knob_names:
         return (block_compute(graph, system, first.dtype),)
-    whole, mine = block_compute(graph, system, first.dtype), _knob_compute(model, system, first)
+    whole, mine = block_compute(graph, system, first.dtype), _knob_compute(model, system, first, experts[0])
     names = BlockCompute.__dataclass_fields__
     rest = [getattr(whole, f) - getattr(mine, f) for f in names]  # exact to a few ulps of the block's sum: SAFETY
     out = []
     for expert in experts:
-        own = _knob_compute(model, system, replace(first, expert=expert))
+        own = _knob_compute(model, system, first, expert)
         out.append(BlockCompute(*(max(0.0, r + getattr(own, f)) for r, f in zip(rest, names))))
     return tuple(out)
 
 
-def _knob_compute(model, system, shape) -> BlockCompute:
-    """stages.BlockCompute of the ops graph.moe.expert_knob_ops lists for the shape's expert knobs (marked for its
+def _knob_compute(model, system, shape, expert) -> BlockCompute:
+    """stages.BlockCompute of the ops graph.moe.expert_knob_ops lists for ``expert`` at the shape (marked for its
     recompute modules as the layer marks them), memoised on what those ops read (graph.moe.expert_knob_inputs):
     shared by every block kind holding an MoE layer and every (tp, cp, micro-batch) routing as many tokens."""
-    key = (model, system, expert_knob_inputs(shape), shape.expert, shape.recompute_modules)
+    key = (model, system, expert_knob_inputs(shape), expert, shape.recompute_modules)
     found = _KNOB_COMPUTES.get(key)
     if found is None:
         if len(_KNOB_COMPUTES) >= KNOB_MEMO_SIZE:
             _KNOB_COMPUTES.clear()
-        ops = mark_recomputed(expert_knob_ops(model, shape, shape.expert), shape.recompute_modules)
+        shape = shape if shape.expert == expert else replace(shape, expert=expert)
+        ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
         found = _KNOB_COMPUTES[key] = block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)
     return found
 
@@ -262,7 +267,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
                 computes = split.get(name)
                 own = computes is not None and len(computes) > 1
                 compute = computes[i] if own else cost.compute
-                entries.setdefault((recompute, name), []).append((compute, cost.comm, code, overlaps, shape if own else None))
+                entries.setdefault((recompute, name), []).append((compute, cost.comm, code, overlaps, (shape, shape.expert) if own else None))
                 memory.setdefault((recompute, name), []).append(activations)
     # every entry at once: block_terms works on arrays
     keys = list(entries)
@@ -276,7 +281,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
-    total = np.broadcast_to(total, index.shape) + _dispatch_floors(problem, [item[4] for item in items], items)
+    total = np.broadcast_to(total, index.shape) + _dispatch_floors(problem, [item[4] for item in items], [item[0] for item in items])
     work, kept, held = {}, {}, {}
     start = 0
     for mode, name in keys:
@@ -292,28 +297,29 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     return ModeFloors(work, kept, held)
 
 
-def _dispatch_floors(problem: SearchProblem, shapes: list, items: list) -> np.ndarray:
-    """Per entry (a kind's (compute, comm) at one expert option), the least exposed dispatch and combine
+def _dispatch_floors(problem: SearchProblem, dispatches: list, computes: list) -> np.ndarray:
+    """Per entry (a kind's stages.BlockCompute at one expert option), the least exposed dispatch and combine
     (schedule.step.expert_exposure, the EP parts of block_terms) over the option's dispatchers and a2a-overlap
-    switches (SearchProblem.expert_switches) with its own compute; 0 where ``shapes`` has None (no MoE layer,
-    or costed without the per-option split). Its EP collectives are the MoE layer's dispatch_collectives, once."""
-    out = np.zeros(len(shapes))
-    chosen = [j for j, shape in enumerate(shapes) if shape is not None]
+    switches (SearchProblem.expert_switches) with its own compute; ``dispatches`` gives each entry's (layer
+    shape, expert option), None where it has no per-option split (no MoE layer, or a 2D layout): 0 there.
+    Its EP collectives are the MoE layer's dispatch_collectives, once."""
+    out = np.zeros(len(dispatches))
+    chosen = [j for j, d in enumerate(dispatches) if d is not None]
     if not chosen:
         return out
-    unique: dict[int, int] = {}  # one table per shape object (the entries of one option share it)
+    unique: dict[tuple, int] = {}  # one table per (shape object, option): the entries of one option share it
     tables = []
     for j in chosen:
-        if id(shapes[j]) not in unique:
-            unique[id(shapes[j])] = len(tables)
-            shape = shapes[j]
-            tables.append(_dispatch_comms(problem.model, problem.system, shape,
-                                          tuple(problem.expert_switches(shape.expert.ep, shape.expert.etp))))
+        shape, expert = dispatches[j]
+        if (id(shape), expert) not in unique:
+            unique[(id(shape), expert)] = len(tables)
+            tables.append(_dispatch_comms(problem.model, problem.system, shape, expert,
+                                          tuple(problem.expert_switches(expert.ep, expert.etp))))
     width = max(len(t) for t in tables)
-    padded = np.array([[t[min(k, len(t) - 1)] for k in range(width)] for t in tables])  # (shapes, switches, 5)
-    fields = padded[[unique[id(shapes[j])] for j in chosen]]  # (entries, switches, 5); a short row repeats its last
-    compute = SimpleNamespace(forward=np.array([items[j][0].forward for j in chosen])[:, None],
-                              backward=np.array([items[j][0].backward for j in chosen])[:, None])
+    padded = np.array([[t[min(k, len(t) - 1)] for k in range(width)] for t in tables])  # (tables, switches, 5)
+    fields = padded[[unique[(id(dispatches[j][0]), dispatches[j][1])] for j in chosen]]  # a short row repeats its last
+    compute = SimpleNamespace(forward=np.array([computes[j].forward for j in chosen])[:, None],
+                              backward=np.array([computes[j].backward for j in chosen])[:, None])
     comm = SimpleNamespace(**{name: fields[:, :, f] for f, name in enumerate(_EP_FIELDS)})
     forward, backward = expert_exposure(compute, comm)
     out[chosen] = np.min(forward + backward, axis=1)
@@ -323,15 +329,16 @@ def _dispatch_floors(problem: SearchProblem, shapes: list, items: list) -> np.nd
 _EP_FIELDS = ("ep_forward", "ep_backward", "ep_forward_price", "ep_backward_price", "ep_overlap")
 
 
-def _dispatch_comms(model, system, shape, switches: tuple) -> tuple:
+def _dispatch_comms(model, system, shape, expert, switches: tuple) -> tuple:
     """Per (dispatcher, overlap) switch: the _EP_FIELDS of stages.block_comm over the MoE layer's dispatch
-    collectives at the shape's expert degrees (the same collectives, in the same order, as its graph's);
+    collectives at the shape with ``expert``'s degrees (the same collectives, in the same order, as its graph's);
     memoised on what they read of the shape (a subset of graph.moe.expert_knob_inputs)."""
-    key = (model, system, expert_knob_inputs(shape), shape.expert, switches)
+    key = (model, system, expert_knob_inputs(shape), expert, switches)
     found = _DISPATCH_COMMS.get(key)
     if found is None:
         if len(_DISPATCH_COMMS) >= KNOB_MEMO_SIZE:
             _DISPATCH_COMMS.clear()
+        shape = shape if shape.expert == expert else replace(shape, expert=expert)
         found = _DISPATCH_COMMS[key] = _dispatch_comms_of(model, system, shape, switches)
     return found
 
