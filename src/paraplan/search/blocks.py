@@ -14,15 +14,19 @@ micro-batches, ``schedule.step.compose_step`` gives
     bubble = (T − S)/v (1F1B and GPipe v = 1; interleaved v = vpp <= v_max), (T − S)·share (ZB-H1),
              (p/2 − 1)·max(F + 2B − 3W, 0)/2 (DualPipe; F, B, W of the slowest stage, S = F + B + p2p).
 Every BlockTerms part is >= 0, so a stage's work is at least the sum over its blocks of their
-compute (forward + backward); a floor of each block kind's compute over every row of the block
-(``layer_floors``: the least over the sequence-parallel / layout options and every (ep, etp)) and
+compute (forward + backward) and, for a block holding an MoE layer, its exposed dispatch and combine
+(the EP parts, least over the dispatchers and a2a-overlap switches); a floor of each block kind's work
+over every row of the block (``layer_floors``: the least over the sequence-parallel / layout options
+and every (ep, etp)) and
 the layer split of the schedule option (specs.split, stages.layer_mix, the same rule
 ``stages.build_step_inputs`` lays the blocks out with) give floors S0 <= S and T0 <= T. With
 ρ = the largest share of backward GEMM time in any block's compute (gemm_backward / (forward +
 backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
 share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
 m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
-block's bound is the least over its schedule options.
+block's bound is the least over its schedule options. ``refined_bound`` raises it per recompute mode
+with the exposed TP / CP communication and recomputation and with memory (module doc of search.run:
+refined when the block reaches the front of the queue).
 """
 
 from __future__ import annotations
