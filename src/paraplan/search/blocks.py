@@ -228,13 +228,14 @@ class ModeFloors:
 def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool = True) -> ModeFloors:
     """Per recompute mode, each block kind's least per-micro-batch work over every row with these
     degrees, micro-batch, (tp span, cp span) and mode: the sum of ``schedule.step.block_terms``' time
-    parts but the expert-parallel ones (each >= 0, left out because they read the dispatcher) —
-    forward, backward, recompute and the exposed TP and CP communication — least over every
+    parts — forward, backward, recompute, the exposed TP and CP communication, and for an MoE kind
+    split per option (expert_computes) the least exposed dispatch and combine over the option's
+    dispatchers and a2a-overlap switches (_dispatch_floors; 0 otherwise, a floor) — least over every
     ``layer_knobs`` option of the mode (TP overlap included) and every (ep, etp); and its least kept
     and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
-    (stage_work) is one of these sums plus its EP terms; the dispatcher and the a2a-overlap switch
+    (stage_work) is one of these sums with its own EP terms; the dispatcher and the a2a-overlap switch
     change only the EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives:
-    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for all.
+    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for the rest.
     Without ``expert_kinds`` only the EXPERT_FREE_KINDS are costed (for one expert option: they read
     none) and the other kinds get 0, a floor of anything: a cheap first refinement."""
     from paraplan.search.table import layer_shape_of
