@@ -22,13 +22,14 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.strict import InputModel
 from paraplan.specs.system import SystemSpec
 from paraplan.units import ALLOWED_UNITS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-class Measured(BaseModel):
+class Measured(InputModel):
     """Published measurements of one run; memory per GPU on the first pipeline stage, in GiB."""
 
     model_config = ConfigDict(extra="forbid")

@@ -26,7 +26,9 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from paraplan.specs.strict import InputModel
 
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.system import BytesPerS, Fraction, Seconds, SystemSpec
@@ -34,7 +36,7 @@ from paraplan.specs.system import BytesPerS, Fraction, Seconds, SystemSpec
 PoolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
-class PoolSpec(BaseModel):
+class PoolSpec(InputModel):
     """``nodes`` identical servers of one system; ``gpus`` may use fewer than all their GPUs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -67,7 +69,7 @@ class PoolSpec(BaseModel):
         return self
 
 
-class LinkSpec(BaseModel):
+class LinkSpec(InputModel):
     """The network between two pools, per GPU and direction (as ``NetworkSpec.nic_bandwidth``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,7 +80,7 @@ class LinkSpec(BaseModel):
     efficiency: Fraction = Field(0.85, description="achieved fraction of bandwidth by NCCL transfers")
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpec(InputModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = "custom"

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from paraplan.specs.strict import InputModel
 
 from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
 from paraplan.specs.system import Bytes
 
 
-class FrameworkSpec(BaseModel):
+class FrameworkSpec(InputModel):
     """Implementation defaults of one framework; every field is documented with its source in the catalog file."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

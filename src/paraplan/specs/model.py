@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+
+from paraplan.specs.strict import InputModel
 
 
-class LayerWidth(BaseModel):
+class LayerWidth(InputModel):
     """``count`` consecutive transformer layers whose widths differ from the model's (unset = the model's)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -20,7 +22,7 @@ class LayerWidth(BaseModel):
     ffn_hidden: int | None = Field(default=None, gt=0)
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(InputModel):
     """A dense decoder-only transformer.
 
     ``bias``, ``dropout`` and ``position_embedding`` default from the MLP type: GPT-style (gelu)

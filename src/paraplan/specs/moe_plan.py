@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from paraplan.specs.strict import InputModel
 
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
@@ -28,7 +30,7 @@ Balance = Literal["forced", "learned"]
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "shared_experts", "layernorm", "mla_up_proj", "mlp", "moe")
 
 
-class MoEPlanFields(BaseModel):
+class MoEPlanFields(InputModel):
     """Mixture-of-experts knobs of a plan (defaults leave a dense plan unchanged)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from paraplan.specs.strict import InputModel
 
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
@@ -41,7 +43,7 @@ from paraplan.specs.model import ModelSpec
 StageRecompute = Literal["none", "selective", "full"]
 
 
-class DeviceSlice(BaseModel):
+class DeviceSlice(InputModel):
     """``gpus`` GPUs of pool ``pool``; taken in order, after those the earlier stages took from it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,7 +52,7 @@ class DeviceSlice(BaseModel):
     gpus: int = Field(gt=0)
 
 
-class StageSpec(BaseModel):
+class StageSpec(InputModel):
     """One pipeline stage. Give ``layers`` (transformer layers; the input block goes to the first stage
     and the output block to the last) or ``blocks`` ([start, stop) into the model's block list)."""
 
@@ -100,7 +102,7 @@ class StageSpec(BaseModel):
         return self.dp or self.gpus // self.tp
 
 
-class StagePlanSpec(BaseModel):
+class StagePlanSpec(InputModel):
     """A whole non-uniform plan (module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

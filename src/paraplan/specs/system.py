@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+
+from paraplan.specs.strict import InputModel
 
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.units import parse_quantity
@@ -32,7 +34,7 @@ Seconds = Annotated[float, _quantity("time"), Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
-class EfficiencySpec(BaseModel):
+class EfficiencySpec(InputModel):
     """Achievable fractions of peak; each value in a catalog file carries its source or calibration."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,7 +73,7 @@ class EfficiencySpec(BaseModel):
     )
 
 
-class AcceleratorSpec(BaseModel):
+class AcceleratorSpec(InputModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
@@ -131,7 +133,7 @@ class AcceleratorSpec(BaseModel):
         return self.efficiency.gemm
 
 
-class NodeSpec(BaseModel):
+class NodeSpec(InputModel):
     """The scale-up domain: GPUs joined by NVLink/NVSwitch (or Infinity Fabric)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -147,7 +149,7 @@ class NodeSpec(BaseModel):
     )
 
 
-class NetworkSpec(BaseModel):
+class NetworkSpec(InputModel):
     """The scale-out fabric between domains (InfiniBand / RoCE)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -162,7 +164,7 @@ class NetworkSpec(BaseModel):
     )
 
 
-class SystemSpec(BaseModel):
+class SystemSpec(InputModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = "custom"

@@ -28,7 +28,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from paraplan.specs.strict import InputModel
 
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
@@ -37,7 +39,7 @@ TPLayout = Literal["1d", "2d", "2d-seq"]
 TP_LAYOUTS: tuple[str, ...] = ("1d", "2d", "2d-seq")
 
 
-class TPLayoutFields(BaseModel):
+class TPLayoutFields(InputModel):
     """Tensor-parallel layout knobs of a plan (the defaults leave a 1D plan unchanged)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
