@@ -8,6 +8,7 @@ expert-parallel group, D NVLink domains it spans, f_e expert width.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from paraplan.cost.comm import (
     GroupSpan,
@@ -217,6 +218,7 @@ def expert_state_bytes(expert_params: float, dtype: str, zero: int, edp: int):
     return sharded_state_bytes(expert_params, dtype, zero, edp)
 
 
+@lru_cache(maxsize=65536)  # the dispatch of an expert option repeats across the span pairs and layer knobs of a search
 def moe_collective_time_and_price_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec):
     """(seconds, hidden price) of one expert-parallel call: moe_collective_time_s, and as price
     efficiency.a2a_overlap_cost (the SMs the all-to-all kernels hold while hidden), else the

@@ -28,7 +28,7 @@ from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.cost.moe import routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
 from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
-from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block
+from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
 
@@ -59,8 +59,7 @@ def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> flo
 def _grouped_gemm(name: str, experts: int, m: int, n: float, k: float) -> Op:
     """Grouped GEMM of ``experts`` (m, n, k) GEMMs: FLOPs as graph.transformer._gemm, costed per expert
     by cost.compute.grouped_gemm_time_s."""
-    op = _gemm(name, experts, m, n, k)
-    return replace(op, kind="grouped_gemm")
+    return _gemm(name, experts, m, n, k, "grouped_gemm")
 
 
 def router_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
@@ -252,11 +251,18 @@ def window_share(model: ModelSpec) -> float:
 NO_EXPERT = ExpertShape()
 
 
+@lru_cache(maxsize=4096)
 def ops_expert_knobs(expert: ExpertShape, moe: bool) -> ExpertShape:
     """The expert knobs a layer's ops, parameters and memory read: ep, etp, capacity and balance of an
     MoE layer (the dispatcher changes only its collectives, the a2a-overlap switch nothing of the
     graph); none of a dense layer's."""
     return replace(expert, dispatcher="alltoall", a2a_overlap=False) if moe else NO_EXPERT
+
+
+@lru_cache(maxsize=4096)
+def without_a2a_overlap(expert: ExpertShape) -> ExpertShape:
+    """The expert knobs with the a2a-overlap switch off (stages.block_cost_facts costs the MoE kinds so)."""
+    return replace(expert, a2a_overlap=False)
 
 
 def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool) -> list[Collective]:
@@ -279,38 +285,68 @@ def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerG
     block stands for its window pattern (the attention's score share is the pattern mean).
 
     The ops are built once per ops_expert_knobs knobs: another dispatcher takes that graph with its own
-    collectives, the a2a-overlap switch and a dense layer's expert knobs take it as is (the same values)."""
+    collectives, the a2a-overlap switch and a dense layer's expert knobs take it as is (the same values);
+    the parts that read no expert knob (_expert_free_parts) are built once for every expert option."""
     base = ops_expert_knobs(shape.expert, moe)
     if base != shape.expert:
-        graph = moe_model_layer(model, replace(shape, expert=base), moe)
+        graph = moe_model_layer(model, with_expert(shape, base), moe)
         if moe and shape.expert.dispatcher != base.dispatcher:
             graph = replace(graph, collectives=tuple(_layer_collectives(model, shape, moe)))
         return graph
-    return build_moe_model_layer(model, shape, moe)
+    return _assemble_layer(model, shape, moe, _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe))
 
 
 def build_moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
     """moe_model_layer's graph built from scratch for exactly this shape (no cache, no sharing)."""
+    return _assemble_layer(model, shape, moe, _expert_free_parts(model, shape, moe))
+
+
+def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
+    """The parts of a layer that read no expert knob, marked for the shape's recompute modules: (ops before the
+    routed experts: attention half, pre-MLP norm, router; ops after them: shared experts or the dense MLP, residual;
+    the attention half's collectives; the shared experts' or dense MLP's TP collectives; the attention half's
+    activation bytes, graph.mla.attention_activation_bytes)."""
+    h, ab, modules = model.hidden, shape.act_bytes, shape.recompute_modules
+    before = attention_half_ops(model, shape, model.sliding_window, window_share(model))
+    before.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
+    after, after_coll = [], []
+    if moe:
+        before += router_ops(model, shape)
+        if model.shared_experts:
+            after += dense_mlp_ops(model, shape, shared_width(model), "shared_expert")
+            after_coll += mlp_tp_collectives(shape, h, "shared_expert")
+    else:
+        after += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
+        after_coll += mlp_tp_collectives(shape, h, "mlp")
+    after.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
+    attention_bytes = attention_activation_bytes(model, shape, modules, "core_attn" in modules)
+    return (mark_recomputed(before, modules), mark_recomputed(after, modules),
+            tuple(attention_half_collectives(model, shape)), tuple(after_coll), attention_bytes)
+
+
+# keyed on the expert-free shape (graph.transformer.with_expert(shape, NO_EXPERT)): one build for every expert option
+_shared_expert_free_parts = lru_cache(maxsize=4096)(_expert_free_parts)
+
+
+def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> MoELayerGraph:
+    """A layer's graph from its _expert_free_parts and the shape's expert knobs: the routed experts' ops between the
+    two op parts, the dispatch / combine between the two collective parts, as build_moe_model_layer lists them."""
+    before, after, attention_coll, after_coll, attention_bytes = parts
     expert, modules = shape.expert, shape.recompute_modules
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
-    ops = attention_half_ops(model, shape, model.sliding_window, window_share(model))
-    coll = _layer_collectives(model, shape, moe)
-    ops.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
     rows = routed_rows(model, shape, expert) if moe else 0.0
-    if moe:
-        ops += router_ops(model, shape) + expert_ops(model, shape, expert)
-        if model.shared_experts:
-            ops += dense_mlp_ops(model, shape, shared_width(model), "shared_expert")
-    else:
-        ops += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
-    ops.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
+    ops = before + (mark_recomputed(expert_ops(model, shape, expert), modules) if moe else ()) + after
     if shape.dtype == "fp8":
-        ops.append(fp8_cast_op(model, shape, rows, moe))
+        ops += mark_recomputed([fp8_cast_op(model, shape, rows, moe)], modules)
+    coll = attention_coll + (tuple(dispatch_collectives(model, shape, expert)) if moe else ()) + after_coll
     weights, experts = layer_weight_split(model, t, expert, moe)
-    acts = moe_layer_activation_bytes(model, shape, moe)
+    if moe:  # moe_layer_activation_bytes, with the attention half's bytes from the parts
+        acts = attention_bytes + moe_mlp_activation_bytes(model, shape, expert, modules)
+    else:
+        acts = attention_bytes + dense_mlp_activation_bytes(model, shape, modules)
     buffers = ab * h * (moe_tokens(shape) * model.top_k + rows) if moe else 0.0
     return MoELayerGraph(
-        "moe_layer" if moe else "dense_layer", mark_recomputed(ops, modules), tuple(coll), weights,
+        "moe_layer" if moe else "dense_layer", ops, coll, weights,
         expert_weight_params=experts, activation_bytes=acts, dispatch_buffer_bytes=buffers,
     )
 
@@ -325,6 +361,7 @@ def moe_layer_activation_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -
     return acts + dense_mlp_activation_bytes(model, shape, modules)
 
 
+@lru_cache(maxsize=4096)
 def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool) -> tuple[float, float]:
     """(dense-group, expert-group) parameters of one layer on one GPU. Attention: MLA's down
     projections and latent norms are duplicated on every TP rank, the rest split by t (GQA: all
@@ -346,7 +383,7 @@ def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool
     return attention + norms + model.experts * model.hidden + shared, routed
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=16384)
 def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
     """One DeepSeek-V3 MTP module (§2.2, Fig. 3) on the last stage: norms of the hidden state and
     of the next token's embedding, projection 2h→h, one Transformer block (MoE when the model is),
