@@ -391,14 +391,8 @@ def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
     h, ab = model.hidden, shape.act_bytes
     tokens = shape.local_tokens
     layer = moe_model_layer(model, shape, model.is_moe)
-    head = lm_head_block(model, shape, True)
-    ops = (
-        _memory("mtp_embedding_lookup", 2 * ab * tokens * h),
-        _memory("mtp_norms", 4 * ab * shape.sp_tokens * h),
-        _gemm("mtp_projection", 1, tokens, h / shape.tp, 2 * h),
-        *layer.ops,
-        *head.ops,
-    )
+    entry, head = _mtp_entry_and_head(model, with_expert(shape, NO_EXPERT))
+    ops = (*entry, *layer.ops, *head.ops)
     norms = 3 * (2 if model.norm == "layernorm" else 1) * h
     weights = layer.weight_params + 2 * h * h / shape.tp + norms
     acts = layer.activation_bytes + ab * tokens * 3 * h + 4.0 * tokens * model.vocab / shape.tp
@@ -407,3 +401,16 @@ def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
         expert_weight_params=layer.expert_weight_params, activation_bytes=acts,
         dispatch_buffer_bytes=layer.dispatch_buffer_bytes,
     )
+
+
+@lru_cache(maxsize=4096)
+def _mtp_entry_and_head(model: ModelSpec, shape: LayerShape) -> tuple[tuple[Op, ...], LayerGraph]:
+    """The MTP module's ops before its Transformer block (embedding lookup, norms, projection 2h→h) and its output
+    head (graph.transformer.lm_head_block): they read no expert knob, one build for every expert option."""
+    h, ab, tokens = model.hidden, shape.act_bytes, shape.local_tokens
+    entry = (
+        _memory("mtp_embedding_lookup", 2 * ab * tokens * h),
+        _memory("mtp_norms", 4 * ab * shape.sp_tokens * h),
+        _gemm("mtp_projection", 1, tokens, h / shape.tp, 2 * h),
+    )
+    return entry, lm_head_block(model, shape, True)
