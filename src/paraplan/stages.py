@@ -40,7 +40,7 @@ from paraplan.cost.summa import grid_spans, with_summa_exposure
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
 from paraplan.graph.moe import NO_EXPERT, moe_model_layer, moe_shaped, mtp_block, ops_expert_knobs, without_a2a_overlap
-from paraplan.graph.ops import LayerGraph, Op, weight_tensor_stats
+from paraplan.graph.ops import LayerGraph, Op, collective_groups, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params, with_expert
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
@@ -212,8 +212,14 @@ class BlockCompute:
 def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
     forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
+    times = _op_times(system, dtype)
+    if len(times) > 262144:  # a bound, as an lru cache's
+        times.clear()
     for op in block.ops:
-        f, b = _op_times(op, system, dtype)
+        pair = times.get(op)
+        if pair is None:
+            pair = times[op] = op_times_s(op, system.accelerator, dtype)
+        f, b = pair
         forward += f
         backward += b
         if op.selective_recompute:
@@ -225,11 +231,11 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
     return BlockCompute(forward, backward, attention_forward, attention_backward, gemm_forward, gemm_backward)
 
 
-@lru_cache(maxsize=262144)
-def _op_times(op: Op, system: SystemSpec, dtype: str) -> tuple[float, float]:
-    """cost.compute.op_times_s, once per distinct op: the attention half of an MoE layer, its router
-    and shared experts repeat unchanged across the expert options of a search."""
-    return op_times_s(op, system.accelerator, dtype)
+@lru_cache(maxsize=64)
+def _op_times(system: SystemSpec, dtype: str) -> dict[Op, tuple[float, float]]:
+    """op -> cost.compute.op_times_s on this system and dtype, filled by block_compute once per distinct op: the
+    attention half of an MoE layer, its router and shared experts repeat unchanged across the expert options."""
+    return {}
 
 
 @dataclass(frozen=True)
@@ -450,7 +456,7 @@ def _kind_cost_facts(
     graph = BLOCK_KINDS[name].graph(model, shape)
     # a span the block's collectives do not use is not part of its cost (more cache hits: the
     # embedding and LM head have no CP collective, whatever the CP placement)
-    used = {c.group for c in graph.collectives}
+    used = collective_groups(graph)
     comm = block_comm(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN, cp_span if "cp" in used else _NO_SPAN,
                       model if moe else None, shape if moe or shape.tp_layout == "2d" else None)
     compute, tensors, largest, small = _graph_statics(model, system, name, shape)

@@ -164,6 +164,7 @@ def dense_moe_params_per_gpu(m: ModelSpec, moe_layers: int, tp: int) -> float:
 # ---- expert-parallel communication ---------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
 def expert_span(ep: int, etp: int, system: SystemSpec) -> GroupSpan:
     """Span of the EP group: Megatron-Core orders expert ranks etp-ep-edp (innermost first) over the
     tp·cp·dp ranks of a stage, so EP members are etp ranks apart and ⌊D/etp⌋ of them share an
@@ -172,6 +173,7 @@ def expert_span(ep: int, etp: int, system: SystemSpec) -> GroupSpan:
     return GroupSpan(ep, per_domain, math.ceil(ep / per_domain))
 
 
+@lru_cache(maxsize=4096)
 def expert_tp_span(etp: int, system: SystemSpec) -> GroupSpan:
     """Span of the ETP group: etp adjacent ranks."""
     per_domain = max(1, min(etp, system.node.gpus_per_domain))

@@ -190,6 +190,12 @@ def weight_tensor_stats(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm
     return float(len(numels)), largest, tuple(x for x in numels if x < DS_PERSISTENCE_THRESHOLD)
 
 
+@lru_cache(maxsize=65536)  # graphs hash by identity
+def collective_groups(graph: LayerGraph) -> frozenset[str]:
+    """The groups (Collective.group) the block's collectives run on."""
+    return frozenset(c.group for c in graph.collectives)
+
+
 def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     """The modules (RECOMPUTE_MODULE_OPS, Megatron-LM's --recompute-modules names) a per-op recompute list
     re-runs: a module name stands for itself, an op name for the module holding it (the memory model drops
