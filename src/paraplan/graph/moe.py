@@ -304,8 +304,7 @@ def build_moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoE
 def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
     """The parts of a layer that read no expert knob, marked for the shape's recompute modules: (ops before the
     routed experts: attention half, pre-MLP norm, router; ops after them: shared experts or the dense MLP, residual;
-    the attention half's collectives; the shared experts' or dense MLP's TP collectives; the attention half's
-    activation bytes, graph.mla.attention_activation_bytes)."""
+    the attention half's collectives; the shared experts' or dense MLP's TP collectives)."""
     h, ab, modules = model.hidden, shape.act_bytes, shape.recompute_modules
     before = attention_half_ops(model, shape, model.sliding_window, window_share(model))
     before.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
@@ -319,9 +318,8 @@ def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
         after += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
         after_coll += mlp_tp_collectives(shape, h, "mlp")
     after.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
-    attention_bytes = attention_activation_bytes(model, shape, modules, "core_attn" in modules)
     return (mark_recomputed(before, modules), mark_recomputed(after, modules),
-            tuple(attention_half_collectives(model, shape)), tuple(after_coll), attention_bytes)
+            tuple(attention_half_collectives(model, shape)), tuple(after_coll))
 
 
 # keyed on the expert-free shape (graph.transformer.with_expert(shape, NO_EXPERT)): one build for every expert option
@@ -331,7 +329,7 @@ _shared_expert_free_parts = lru_cache(maxsize=4096)(_expert_free_parts)
 def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> MoELayerGraph:
     """A layer's graph from its _expert_free_parts and the shape's expert knobs: the routed experts' ops between the
     two op parts, the dispatch / combine between the two collective parts, as build_moe_model_layer lists them."""
-    before, after, attention_coll, after_coll, attention_bytes = parts
+    before, after, attention_coll, after_coll = parts
     expert, modules = shape.expert, shape.recompute_modules
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
     rows = routed_rows(model, shape, expert) if moe else 0.0
@@ -340,10 +338,7 @@ def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple
         ops += mark_recomputed([fp8_cast_op(model, shape, rows, moe)], modules)
     coll = attention_coll + (tuple(dispatch_collectives(model, shape, expert)) if moe else ()) + after_coll
     weights, experts = layer_weight_split(model, t, expert, moe)
-    if moe:  # moe_layer_activation_bytes, with the attention half's bytes from the parts
-        acts = attention_bytes + moe_mlp_activation_bytes(model, shape, expert, modules)
-    else:
-        acts = attention_bytes + dense_mlp_activation_bytes(model, shape, modules)
+    acts = moe_layer_activation_bytes(model, shape, moe)
     buffers = ab * h * (moe_tokens(shape) * model.top_k + rows) if moe else 0.0
     return MoELayerGraph(
         "moe_layer" if moe else "dense_layer", ops, coll, weights,
