@@ -18,26 +18,39 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+@lru_cache(maxsize=None)
+def _leaf_split(cls: type, types: tuple[type, ...]) -> tuple[tuple[str, ...], attrgetter | None, tuple[str, ...]]:
+    """(numeric field names, a getter of them, the other field names) of a dataclass whose fields hold values of
+    these types: ints and floats are numeric, bools are not."""
+    names = _field_names(cls)
+    numeric = [issubclass(t, (int, float)) and not issubclass(t, bool) for t in types]
+    columns = tuple(n for n, is_number in zip(names, numeric) if is_number)
+    return columns, (attrgetter(*columns) if columns else None), tuple(n for n, is_number in zip(names, numeric) if not is_number)
+
+
 def stack(items: list, index: np.ndarray):
     """Dataclasses / dicts / numbers of the same shape → one of the same shape whose leaves are
     arrays, entry i taken from items[index[i]] (a leaf equal in every item stays a number)."""
     first = items[0]
     if is_dataclass(first):
-        names = _field_names(type(first))
-        values = [getattr(first, n) for n in names]
-        numeric = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in values]
+        cls = type(first)
+        columns, get, others = _leaf_split(cls, tuple(type(getattr(first, n)) for n in _field_names(cls)))
         out = {}
-        if any(numeric):  # all numeric leaves at once: one (items × leaves) matrix
-            columns = [n for n, is_number in zip(names, numeric) if is_number]
-            get = attrgetter(*columns)
-            matrix = np.array([get(i) for i in items], dtype=float).reshape(len(items), len(columns))
+        if columns:  # all numeric leaves at once: one (items × leaves) matrix
+            matrix = np.array(list(map(get, items)), dtype=float).reshape(len(items), len(columns))
             uniform = (matrix == matrix[0]).all(axis=0)
+            # the varying leaves taken at once, each a contiguous row of one (varying × index) matrix
+            varying = matrix[:, ~uniform].T.copy()[:, index]
+            row = 0
             for j, n in enumerate(columns):
-                out[n] = getattr(first, n) if uniform[j] else matrix[index, j]
-        for n, is_number in zip(names, numeric):
-            if not is_number:
-                out[n] = stack([getattr(i, n) for i in items], index)
-        return type(first)(**out)
+                if uniform[j]:
+                    out[n] = getattr(first, n)
+                else:
+                    out[n] = varying[row]
+                    row += 1
+        for n in others:
+            out[n] = stack([getattr(i, n) for i in items], index)
+        return cls(**out)
     if isinstance(first, dict):
         return {k: stack([i[k] for i in items], index) for k in first}
     if isinstance(first, str) or all(i == first for i in items):

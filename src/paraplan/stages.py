@@ -43,11 +43,11 @@ from paraplan.cost.comm import (
     ring_step_sync_s,
 )
 from paraplan.cost.compute import op_times_s
-from paraplan.cost.summa import grid_spans, summa_exposure_s, summa_traffic_s
+from paraplan.cost.summa import grid_spans, with_summa_exposure
 from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
-from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs
-from paraplan.graph.ops import LayerGraph, Op, largest_weight_params, small_weight_numels, weight_tensor_count
-from paraplan.graph.transformer import LayerShape
+from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
+from paraplan.graph.ops import LayerGraph, Op, collective_groups, weight_tensor_stats
+from paraplan.graph.transformer import LayerShape, with_expert
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
@@ -75,25 +75,31 @@ class BlockCompute:
 @lru_cache(maxsize=16384)
 def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
-    s = dict.fromkeys(BlockCompute.__dataclass_fields__, 0.0)
+    forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
+    times = _op_times(system, dtype)
+    if len(times) > 262144:  # a bound, as an lru cache's
+        times.clear()
     for op in block.ops:
-        f, b = _op_times(op, system, dtype)
-        s["forward"] += f
-        s["backward"] += b
+        pair = times.get(op)
+        if pair is None:
+            pair = times[op] = op_times_s(op, system.accelerator, dtype)
+        f, b = pair
+        forward += f
+        backward += b
         if op.selective_recompute:
-            s["attention_forward"] += f
-            s["attention_backward"] += b
+            attention_forward += f
+            attention_backward += b
         if op.kind in ("gemm", "grouped_gemm"):
-            s["gemm_forward"] += f
-            s["gemm_backward"] += b
-    return BlockCompute(**s)
+            gemm_forward += f
+            gemm_backward += b
+    return BlockCompute(forward, backward, attention_forward, attention_backward, gemm_forward, gemm_backward)
 
 
-@lru_cache(maxsize=262144)
-def _op_times(op: Op, system: SystemSpec, dtype: str) -> tuple[float, float]:
-    """cost.compute.op_times_s, once per distinct op: the attention half of an MoE layer, its router
-    and shared experts repeat unchanged across the expert options of a search."""
-    return op_times_s(op, system.accelerator, dtype)
+@lru_cache(maxsize=64)
+def _op_times(system: SystemSpec, dtype: str) -> dict[Op, tuple[float, float]]:
+    """op -> cost.compute.op_times_s on this system and dtype, filled by block_compute once per distinct op: the
+    attention half of an MoE layer, its router and shared experts repeat unchanged across the expert options."""
+    return {}
 
 
 @dataclass(frozen=True)
@@ -126,10 +132,6 @@ class BlockComm:
     cp_steps: float = 0.0
     cp_sync_forward: float = 0.0
     cp_sync_backward: float = 0.0
-
-
-# where a backward TP collective's seconds go, by what hides it (Collective.overlaps_with)
-_TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
 
 
 @lru_cache(maxsize=65536)
@@ -191,6 +193,15 @@ def block_comm(
         s["tp_backward_price"] += bwd * price
     return BlockComm(**s)
 
+
+# where a backward TP collective's seconds go, by what hides it (Collective.overlaps_with)
+_TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
+
+
+@lru_cache(maxsize=65536)
+def _comm_with_overlap(comm: BlockComm, ep_overlap: float) -> BlockComm:
+    """``replace(comm, ep_overlap=ep_overlap)``, once per (costing, switch)."""
+    return comm if comm.ep_overlap == ep_overlap else replace(comm, ep_overlap=ep_overlap)
 
 
 @dataclass(frozen=True)
@@ -288,13 +299,14 @@ def block_cost_facts(
     set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py)."""
     out = {}
     moe = moe_shaped(model)
-    neutral = replace(shape, expert=NO_EXPERT) if moe and shape.expert != NO_EXPERT else shape
-    base = replace(shape, expert=replace(shape.expert, a2a_overlap=False)) if moe and shape.expert.a2a_overlap else shape
+    neutral = with_expert(shape, NO_EXPERT) if moe else shape
+    base = with_expert(shape, without_a2a_overlap(shape.expert)) if moe and shape.expert.a2a_overlap else shape
     overlap = float(shape.expert.a2a_overlap) if moe else 0.0
     for name in model_block_kinds(model):
         facts = _kind_cost_facts(model, system, name, neutral if name in EXPERT_FREE_KINDS else base, tp_span, cp_span)
         if facts.comm.ep_overlap != overlap:
-            facts = replace(facts, comm=replace(facts.comm, ep_overlap=overlap))
+            facts = BlockCostFacts(facts.compute, _comm_with_overlap(facts.comm, overlap), facts.params,
+                                   facts.largest_weight_params, facts.weight_tensors, facts.small_numels)
         out[name] = facts
     return out
 
@@ -308,7 +320,7 @@ def _kind_cost_facts(
     graph = BLOCK_KINDS[name].graph(model, shape)
     # a span the block's collectives do not use is not part of its cost (more cache hits: the
     # embedding and LM head have no CP collective, whatever the CP placement)
-    used = {c.group for c in graph.collectives}
+    used = collective_groups(graph)
     comm = block_comm(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN, cp_span if "cp" in used else _NO_SPAN,
                       model if moe else None, shape if moe or shape.tp_layout == "2d" else None)
     compute, tensors, largest, small = _graph_statics(model, system, name, shape)
@@ -321,30 +333,17 @@ def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: Layer
     """(block_compute, weight_tensor_count, largest_weight_params, small_weight_numels) of a block: they read its ops
     only, which neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs): shared."""
     if moe_shaped(model) and shape.expert != NO_EXPERT:
-        shape = replace(shape, expert=ops_expert_knobs(shape.expert, True))
+        shape = with_expert(shape, ops_expert_knobs(shape.expert, True))
     return _statics_of(model, system, name, shape)
 
 
 @lru_cache(maxsize=65536)
 def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
+    """_graph_statics of the block kind's graph for exactly this shape (graph.ops.weight_tensor_stats: one walk)."""
     graph = BLOCK_KINDS[name].graph(model, shape)  # the builders are cached: the same graph as the caller's
-    tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
-                                  model.learned_positions)
-    small = small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden)
-    return block_compute(graph, system, shape.dtype), tensors, largest_weight_params(graph), small
-
-
-def with_summa_exposure(comm: BlockComm, compute: BlockCompute, block: LayerGraph, system: SystemSpec,
-                        tp_span: GroupSpan, shape: LayerShape) -> BlockComm:
-    """A 2D block's SUMMA panel traffic (cost.summa.summa_traffic_s) as exposed TP time: per direction the
-    pipelined-panel exposure beside the block's GEMMs plus the price of the hidden part
-    (cost.summa.summa_exposure_s); the block's other collectives are already in ``comm``."""
-    fwd, bwd, fwd_price, bwd_price = summa_traffic_s(block, system, tp_span, shape.tp_rows)
-    if fwd == bwd == 0.0:
-        return comm
-    return replace(comm,
-                   tp_forward=comm.tp_forward + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
-                   tp_backward=comm.tp_backward + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price))
+    tensors, largest, small = weight_tensor_stats(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
+                                                  model.learned_positions, model.hidden)
+    return block_compute(graph, system, shape.dtype), tensors, largest, small
 
 
 @lru_cache(maxsize=16384)
@@ -461,4 +460,4 @@ def build_step_inputs(
 
 # Caches of the builder, cleared by the benchmarks so every run starts cold.
 COLD_CACHES = (block_compute, block_comm, block_cost_facts, _kind_cost_facts, _statics_of, _op_times, block_memory_facts,
-               gradient_group, linear_collective, collective_costs_s)
+               gradient_group, linear_collective, collective_costs_s, moe_collective_time_and_price_s, _comm_with_overlap)

@@ -323,6 +323,11 @@ def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
 def priced_exposure_s(total_s, exposed_s, price_s):
     """exposed + (total − exposed)·price/total: the exposed part of a collective plus the price of
     its hidden part, where price is the cost of hiding all of it (c_in·t_in + c_out·t_out)."""
+    if not isinstance(total_s, np.ndarray) and not isinstance(price_s, np.ndarray):  # scalars: the same IEEE steps
+        total = float(total_s)
+        share = float(price_s) / total if total > 0 else 0.0
+        out = exposed_s + share * (total - exposed_s)
+        return out if isinstance(out, np.ndarray) and out.ndim else float(out)
     total = np.asarray(total_s, dtype=float)
     share = np.divide(price_s, total, out=np.zeros_like(total), where=total > 0)
     out = exposed_s + share * (total - exposed_s)

@@ -8,6 +8,7 @@ expert-parallel group, D NVLink domains it spans, f_e expert width.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from paraplan.cost.comm import (
     GroupSpan,
@@ -163,6 +164,7 @@ def dense_moe_params_per_gpu(m: ModelSpec, moe_layers: int, tp: int) -> float:
 # ---- expert-parallel communication ---------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
 def expert_span(ep: int, etp: int, system: SystemSpec) -> GroupSpan:
     """Span of the EP group: Megatron-Core orders expert ranks etp-ep-edp (innermost first) over the
     tp·cp·dp ranks of a stage, so EP members are etp ranks apart and ⌊D/etp⌋ of them share an
@@ -171,6 +173,7 @@ def expert_span(ep: int, etp: int, system: SystemSpec) -> GroupSpan:
     return GroupSpan(ep, per_domain, math.ceil(ep / per_domain))
 
 
+@lru_cache(maxsize=4096)
 def expert_tp_span(etp: int, system: SystemSpec) -> GroupSpan:
     """Span of the ETP group: etp adjacent ranks."""
     per_domain = max(1, min(etp, system.node.gpus_per_domain))
@@ -217,6 +220,7 @@ def expert_state_bytes(expert_params: float, dtype: str, zero: int, edp: int):
     return sharded_state_bytes(expert_params, dtype, zero, edp)
 
 
+@lru_cache(maxsize=65536)  # the dispatch of an expert option repeats across the span pairs and layer knobs of a search
 def moe_collective_time_and_price_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec):
     """(seconds, hidden price) of one expert-parallel call: moe_collective_time_s, and as price
     efficiency.a2a_overlap_cost (the SMs the all-to-all kernels hold while hidden), else the

@@ -12,6 +12,7 @@ has min(c, a) members per domain and a column min(r, ⌈a/c⌉) — the NERSC mo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from paraplan.cost.comm import GroupSpan, collective_time_and_price_s, priced_exposure_s
 from paraplan.cost.overlap import chunked_overlap_exposed_s
@@ -57,3 +58,15 @@ def summa_traffic_s(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, r
         fwd, bwd = fwd + c.count_fwd * time, bwd + c.count_bwd * time
         fwd_price, bwd_price = fwd_price + c.count_fwd * price, bwd_price + c.count_bwd * price
     return fwd, bwd, fwd_price, bwd_price
+
+
+def with_summa_exposure(comm, compute, block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, shape):
+    """``comm`` (a stages.BlockComm) with a 2D block's SUMMA panel traffic (summa_traffic_s) as exposed TP time: per
+    direction the pipelined-panel exposure beside the block's GEMMs (``compute``: its stages.BlockCompute) plus the
+    price of the hidden part (summa_exposure_s); the block's other collectives are already in ``comm``."""
+    fwd, bwd, fwd_price, bwd_price = summa_traffic_s(block, system, tp_span, shape.tp_rows)
+    if fwd == bwd == 0.0:
+        return comm
+    return replace(comm,
+                   tp_forward=comm.tp_forward + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
+                   tp_backward=comm.tp_backward + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price))

@@ -28,7 +28,7 @@ from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.cost.moe import routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
 from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
-from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block
+from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
 
@@ -59,8 +59,7 @@ def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> flo
 def _grouped_gemm(name: str, experts: int, m: int, n: float, k: float) -> Op:
     """Grouped GEMM of ``experts`` (m, n, k) GEMMs: FLOPs as graph.transformer._gemm, costed per expert
     by cost.compute.grouped_gemm_time_s."""
-    op = _gemm(name, experts, m, n, k)
-    return replace(op, kind="grouped_gemm")
+    return _gemm(name, experts, m, n, k, "grouped_gemm")
 
 
 def router_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
@@ -270,11 +269,18 @@ def window_share(model: ModelSpec) -> float:
 NO_EXPERT = ExpertShape()
 
 
+@lru_cache(maxsize=4096)
 def ops_expert_knobs(expert: ExpertShape, moe: bool) -> ExpertShape:
     """The expert knobs a layer's ops, parameters and memory read: ep, etp, capacity and balance of an
     MoE layer (the dispatcher changes only its collectives, the a2a-overlap switch nothing of the
     graph); none of a dense layer's."""
     return replace(expert, dispatcher="alltoall", a2a_overlap=False) if moe else NO_EXPERT
+
+
+@lru_cache(maxsize=4096)
+def without_a2a_overlap(expert: ExpertShape) -> ExpertShape:
+    """The expert knobs with the a2a-overlap switch off (stages.block_cost_facts costs the MoE kinds so)."""
+    return replace(expert, a2a_overlap=False)
 
 
 def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool) -> list[Collective]:
@@ -297,37 +303,61 @@ def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerG
     block stands for its window pattern (the attention's score share is the pattern mean).
 
     The ops are built once per ops_expert_knobs knobs: another dispatcher takes that graph with its own
-    collectives, the a2a-overlap switch and a dense layer's expert knobs take it as is (the same values)."""
+    collectives, the a2a-overlap switch and a dense layer's expert knobs take it as is (the same values);
+    the parts that read no expert knob (_expert_free_parts) are built once for every expert option."""
     base = ops_expert_knobs(shape.expert, moe)
     if base != shape.expert:
-        graph = moe_model_layer(model, replace(shape, expert=base), moe)
+        graph = moe_model_layer(model, with_expert(shape, base), moe)
         if moe and shape.expert.dispatcher != base.dispatcher:
             graph = replace(graph, collectives=tuple(_layer_collectives(model, shape, moe)))
         return graph
-    return build_moe_model_layer(model, shape, moe)
+    return _assemble_layer(model, shape, moe, _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe))
 
 
 def build_moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
     """moe_model_layer's graph built from scratch for exactly this shape (no cache, no sharing)."""
-    expert, modules = shape.expert, shape.recompute_modules
-    h, ab, t = model.hidden, shape.act_bytes, shape.tp
-    ops = attention_half_ops(model, shape, model.sliding_window, window_share(model))
-    coll = _layer_collectives(model, shape, moe)
-    ops.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
-    rows = routed_rows(model, shape, expert) if moe else 0.0
+    return _assemble_layer(model, shape, moe, _expert_free_parts(model, shape, moe))
+
+
+def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
+    """The parts of a layer that read no expert knob, marked for the shape's recompute modules: (ops before the
+    routed experts: attention half, pre-MLP norm, router; ops after them: shared experts or the dense MLP, residual;
+    the attention half's collectives; the shared experts' or dense MLP's TP collectives)."""
+    h, ab, modules = model.hidden, shape.act_bytes, shape.recompute_modules
+    before = attention_half_ops(model, shape, model.sliding_window, window_share(model))
+    before.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
+    after, after_coll = [], []
     if moe:
-        ops += router_ops(model, shape) + expert_ops(model, shape, expert)
+        before += router_ops(model, shape)
         if model.shared_experts:
-            ops += dense_mlp_ops(model, shape, shared_width(model), "shared_expert")
+            after += dense_mlp_ops(model, shape, shared_width(model), "shared_expert")
+            after_coll += mlp_tp_collectives(shape, h, "shared_expert")
     else:
-        ops += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
-    ops.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
+        after += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
+        after_coll += mlp_tp_collectives(shape, h, "mlp")
+    after.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
+    return (mark_recomputed(before, modules), mark_recomputed(after, modules),
+            tuple(attention_half_collectives(model, shape)), tuple(after_coll))
+
+
+# keyed on the expert-free shape (graph.transformer.with_expert(shape, NO_EXPERT)): one build for every expert option
+_shared_expert_free_parts = lru_cache(maxsize=4096)(_expert_free_parts)
+
+
+def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> MoELayerGraph:
+    """A layer's graph from its _expert_free_parts and the shape's expert knobs: the routed experts' ops between the
+    two op parts, the dispatch / combine between the two collective parts, as build_moe_model_layer lists them."""
+    before, after, attention_coll, after_coll = parts
+    expert, modules, t = shape.expert, shape.recompute_modules, shape.tp
+    rows = routed_rows(model, shape, expert) if moe else 0.0
+    ops = before + (mark_recomputed(expert_ops(model, shape, expert), modules) if moe else ()) + after
     if shape.dtype == "fp8":
-        ops.append(fp8_cast_op(model, shape, rows, moe))
+        ops += mark_recomputed([fp8_cast_op(model, shape, rows, moe)], modules)
+    coll = attention_coll + (tuple(dispatch_collectives(model, shape, expert)) if moe else ()) + after_coll
     weights, experts = layer_weight_split(model, t, expert, moe)
     acts, buffers = moe_layer_memory_bytes(model, shape, moe)
     return MoELayerGraph(
-        "moe_layer" if moe else "dense_layer", mark_recomputed(ops, modules), tuple(coll), weights,
+        "moe_layer" if moe else "dense_layer", ops, coll, weights,
         expert_weight_params=experts, activation_bytes=acts, dispatch_buffer_bytes=buffers,
     )
 
@@ -336,8 +366,7 @@ def moe_layer_memory_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> tu
     """(bytes kept for backward, dispatch buffer bytes) of one layer at the shape's expert knobs: moe_layer_activation_bytes,
     and the dispatch's send + receive buffers, b·h·(T·k + R) elements of the activation type (none in a dense layer);
     at the knobs moe_model_layer builds the layer with (ops_expert_knobs)."""
-    base = ops_expert_knobs(shape.expert, moe)
-    shape = shape if base == shape.expert else replace(shape, expert=base)
+    shape = with_expert(shape, ops_expert_knobs(shape.expert, moe))
     acts = moe_layer_activation_bytes(model, shape, moe)
     if not moe:
         return acts, 0.0
@@ -354,6 +383,7 @@ def moe_layer_activation_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -
     return acts + dense_mlp_activation_bytes(model, shape, modules)
 
 
+@lru_cache(maxsize=4096)
 def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool) -> tuple[float, float]:
     """(dense-group, expert-group) parameters of one layer on one GPU. Attention: MLA's down
     projections and latent norms are duplicated on every TP rank, the rest split by t (GQA: all
@@ -375,22 +405,15 @@ def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool
     return attention + norms + model.experts * model.hidden + shared, routed
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=16384)
 def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
     """One DeepSeek-V3 MTP module (§2.2, Fig. 3) on the last stage: norms of the hidden state and
     of the next token's embedding, projection 2h→h, one Transformer block (MoE when the model is),
     then the shared output head and its cross-entropy again (graph.transformer.lm_head_block)."""
-    h, ab = model.hidden, shape.act_bytes
-    tokens = shape.local_tokens
+    h = model.hidden
     layer = moe_model_layer(model, shape, model.is_moe)
-    head = lm_head_block(model, shape, True)
-    ops = (
-        _memory("mtp_embedding_lookup", 2 * ab * tokens * h),
-        _memory("mtp_norms", 4 * ab * shape.sp_tokens * h),
-        _gemm("mtp_projection", 1, tokens, h / shape.tp, 2 * h),
-        *layer.ops,
-        *head.ops,
-    )
+    entry, head = _mtp_entry_and_head(model, with_expert(shape, NO_EXPERT))
+    ops = (*entry, *layer.ops, *head.ops)
     norms = 3 * (2 if model.norm == "layernorm" else 1) * h
     weights = layer.weight_params + 2 * h * h / shape.tp + norms
     acts, buffers = mtp_memory_bytes(model, shape)
@@ -407,3 +430,16 @@ def mtp_memory_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float]
     acts, buffers = moe_layer_memory_bytes(model, shape, model.is_moe)
     tokens = shape.local_tokens
     return acts + shape.act_bytes * tokens * 3 * model.hidden + 4.0 * tokens * model.vocab / shape.tp, buffers
+
+
+@lru_cache(maxsize=4096)
+def _mtp_entry_and_head(model: ModelSpec, shape: LayerShape) -> tuple[tuple[Op, ...], LayerGraph]:
+    """The MTP module's ops before its Transformer block (embedding lookup, norms, projection 2h→h) and its output
+    head (graph.transformer.lm_head_block): they read no expert knob, one build for every expert option."""
+    h, ab, tokens = model.hidden, shape.act_bytes, shape.local_tokens
+    entry = (
+        _memory("mtp_embedding_lookup", 2 * ab * tokens * h),
+        _memory("mtp_norms", 4 * ab * shape.sp_tokens * h),
+        _gemm("mtp_projection", 1, tokens, h / shape.tp, 2 * h),
+    )
+    return entry, lm_head_block(model, shape, True)

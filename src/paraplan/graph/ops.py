@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -106,13 +106,15 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
 }
 
 
+_CORE_ATTENTION_OPS = frozenset(RECOMPUTE_MODULE_OPS["core_attn"])
+
+
 def _weight_gemms(graph: LayerGraph):
     """(op, batch, n, k) of each GEMM of the block that multiplies by a weight (the forward GEMM's (batch, m, n, k): an
     m×k input times a k×n weight; a grouped GEMM holds batch such weights); the core-attention GEMMs multiply
     activations, not weights, and are left out."""
-    attention = set(RECOMPUTE_MODULE_OPS["core_attn"])
     for op in graph.ops:
-        if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in attention:
+        if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in _CORE_ATTENTION_OPS:
             batch, _, n, k = op.gemm_shape
             yield op, (int(batch) if op.kind == "grouped_gemm" else 1), float(n), float(k)
 
@@ -132,18 +134,32 @@ def _weight_tensor_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layerno
     the model has biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none),
     each norm's scale (and shift for LayerNorm) of ``hidden``, and the embedding table plus the learned position
     table (taken as larger than any persistence threshold: inf)."""
-    gemms = {id(op): (batch, n, k) for op, batch, n, k in _weight_gemms(graph)}
+    return _walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, hidden)[0]
+
+
+def _walk_weights(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool,
+                  hidden: int) -> tuple[tuple[float, ...], float]:
+    """(_weight_tensor_numels, largest_weight_params) of the block from one walk over its ops, in op order (the
+    weight GEMMs are those of _weight_gemms; the largest is the first of the greatest k·n·batch, as ``max``)."""
     out: list[float] = []
-    for op in graph.ops:  # in op order
-        if id(op) in gemms:
-            batch, n, k = gemms[id(op)]
-            has_bias = qkv_bias if op.name == "qkv_projection" else (bias and op.name != "lm_head")
+    largest = None
+    norm = [float(hidden)] * (2 if layernorm else 1)
+    embedding = [math.inf] * (2 if learned_positions else 1)
+    for op in graph.ops:
+        kind, name = op.kind, op.name
+        if kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and name not in _CORE_ATTENTION_OPS:
+            batch, _, n, k = op.gemm_shape
+            batch, n, k = (int(batch) if kind == "grouped_gemm" else 1), float(n), float(k)
+            size = n * k * batch
+            if largest is None or size > largest:
+                largest = size
+            has_bias = qkv_bias if name == "qkv_projection" else (bias and name != "lm_head")
             out += [n * k] * batch + ([n] * batch if has_bias else [])
-        elif op.kind == "memory" and op.name.endswith("norm"):
-            out += [float(hidden)] * (2 if layernorm else 1)
-        elif op.name == "embedding_lookup":
-            out += [math.inf] * (2 if learned_positions else 1)
-    return tuple(out)
+        elif kind == "memory" and name.endswith("norm"):
+            out += norm
+        elif name == "embedding_lookup":
+            out += embedding
+    return tuple(out), (0.0 if largest is None else largest)
 
 
 def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool) -> float:
@@ -165,6 +181,21 @@ def small_weight_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm
     return tuple(x for x in _weight_tensor_numels(graph, bias, qkv_bias, layernorm, False, hidden) if x < threshold)
 
 
+@lru_cache(maxsize=65536)  # graphs hash by identity: one walk per graph and model
+def weight_tensor_stats(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool,
+                        hidden: int) -> tuple[float, float, tuple[float, ...]]:
+    """(weight_tensor_count, largest_weight_params, small_weight_numels at DS_PERSISTENCE_THRESHOLD) of one block from
+    one walk (_walk_weights): the learned position table counts as a tensor but is never small (inf)."""
+    numels, largest = _walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, hidden)
+    return float(len(numels)), largest, tuple(x for x in numels if x < DS_PERSISTENCE_THRESHOLD)
+
+
+@lru_cache(maxsize=65536)  # graphs hash by identity
+def collective_groups(graph: LayerGraph) -> frozenset[str]:
+    """The groups (Collective.group) the block's collectives run on."""
+    return frozenset(c.group for c in graph.collectives)
+
+
 def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     """The modules (RECOMPUTE_MODULE_OPS, Megatron-LM's --recompute-modules names) a per-op recompute list
     re-runs: a module name stands for itself, an op name for the module holding it (the memory model drops
@@ -178,7 +209,19 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
 
 def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
     """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
-    names = {name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ())}
+    names = _recomputed_op_names(modules)
     # an op whose flag already has the value is kept as is (equal to its replace; no copy)
-    return tuple(op if op.selective_recompute == (op.name in names) else replace(op, selective_recompute=op.name in names)
+    return tuple(op if op.selective_recompute == (op.name in names) else _with_recompute_flag(op, op.name in names)
                  for op in ops)
+
+
+@lru_cache(maxsize=256)
+def _recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
+    """The op names the modules re-run (RECOMPUTE_MODULE_OPS)."""
+    return frozenset(name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ()))
+
+
+def _with_recompute_flag(op: Op, flag: bool) -> Op:
+    """``replace(op, selective_recompute=flag)``, constructed directly (the graph builders' hot path)."""
+    return Op(op.name, op.kind, op.fwd_flops, op.fwd_bytes, op.bwd_flops, op.bwd_bytes, op.gemm_shape, flag,
+              op.causal_fraction, op.attention_call)

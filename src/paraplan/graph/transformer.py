@@ -10,7 +10,7 @@ sequence and receives the keys/values of the other c-1 chunks by ring exchange (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
@@ -87,10 +87,17 @@ class LayerShape:
         return 1.0 if self.dtype == "fp8" else float(self.act_bytes)
 
 
-def _gemm(name: str, batch: int, m: int, n: float, k: float) -> Op:
+@lru_cache(maxsize=65536)
+def with_expert(shape: LayerShape, expert: ExpertShape) -> LayerShape:
+    """``replace(shape, expert=expert)``, once per (shape, expert): the costing caches derive the same shapes again
+    and again (the expert-free one, the one without a2a overlap), and a repeated key compares by identity."""
+    return shape if shape.expert == expert else replace(shape, expert=expert)
+
+
+def _gemm(name: str, batch: int, m: int, n: float, k: float, kind: str = "gemm") -> Op:
     """Dense GEMM: forward 2·m·n·k FLOPs; backward = dgrad + wgrad = 2× forward (Narayanan et al. 2021, §5.1)."""
     flops = 2.0 * batch * m * n * k
-    return Op(name, "gemm", flops, 0.0, 2.0 * flops, 0.0, gemm_shape=(batch, int(m), int(n), int(k)))
+    return Op(name, kind, flops, 0.0, 2.0 * flops, 0.0, (batch, int(m), int(n), int(k)))
 
 
 # Vector (non-tensor-core) FLOPs per element of the element-wise kernels, counted from each

@@ -41,6 +41,7 @@ import numpy as np
 from paraplan.arrays import stack
 from paraplan.graph.moe import NO_EXPERT, dispatch_collectives, expert_knob_inputs, expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
+from paraplan.graph.transformer import with_expert
 from paraplan.search.space import SearchProblem, _divisors
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
@@ -168,7 +169,7 @@ def expert_computes(model, system, name: str, shape, experts) -> tuple:
     option less that option's such ops, plus its own (equal to the sum over its graph to a few ulps: SAFETY).
     One entry when the kind holds none of those ops. Cached: the refinements of every span pair and both
     levels ask again."""
-    first = shape if shape.expert == experts[0] else replace(shape, expert=experts[0])
+    first = with_expert(shape, experts[0])
     return _expert_computes(model, system, name, first, tuple(experts))
 
 
@@ -198,7 +199,7 @@ def _knob_compute(model, system, shape, expert) -> BlockCompute:
     if found is None:
         if len(_KNOB_COMPUTES) >= KNOB_MEMO_SIZE:
             _KNOB_COMPUTES.clear()
-        shape = shape if shape.expert == expert else replace(shape, expert=expert)
+        shape = with_expert(shape, expert)
         ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
         found = _KNOB_COMPUTES[key] = block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)
     return found
@@ -343,7 +344,7 @@ def _dispatch_comms(model, system, shape, expert, switches: tuple) -> tuple:
     if found is None:
         if len(_DISPATCH_COMMS) >= KNOB_MEMO_SIZE:
             _DISPATCH_COMMS.clear()
-        shape = shape if shape.expert == expert else replace(shape, expert=expert)
+        shape = with_expert(shape, expert)
         found = _DISPATCH_COMMS[key] = _dispatch_comms_of(model, system, shape, switches)
     return found
 
@@ -369,7 +370,7 @@ def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds:
     if expert_kinds:
         costs, memory = block_cost_facts(model, system, shape, *pair), block_memory_facts(model, shape, recompute)
         return {name: (costs[name], memory[name]) for name in costs}
-    neutral = replace(shape, expert=NO_EXPERT) if moe_shaped(model) else shape
+    neutral = with_expert(shape, NO_EXPERT) if moe_shaped(model) else shape
     out = {}
     for name in model_block_kinds(model):
         if name in EXPERT_FREE_KINDS:
