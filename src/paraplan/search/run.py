@@ -159,10 +159,15 @@ def search(
 
         return robust_search(problem, top_k, search, collect_all=collect_all, progress=progress, workers=workers,
                              feasible_sink=feasible_sink)
+    with _cyclic_gc_paused():
+        return _search(problem, top_k, collect_all, progress, feasible_sink, blocks)
+
+
+def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, feasible_sink, blocks: bool | None) -> SearchResult:
+    """``search`` after the objective's dispatch: block by block, or one row table (module doc)."""
     start = time.perf_counter()
     if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _too_large(problem)):
-        with _cyclic_gc_paused():
-            return _search_blocks(problem, top_k, progress, start)
+        return _search_blocks(problem, top_k, progress, start)
     table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
     options = _GridIndex(problem, table)
     space = int(options.lengths.sum())
@@ -251,7 +256,7 @@ def _result(problem, scan, top_k, space, rows, rows_done, start) -> SearchResult
 
 @contextmanager
 def _cyclic_gc_paused():
-    """Python's cyclic garbage collector off for the block search, back on after: the cost caches hold millions of
+    """Python's cyclic garbage collector off for a search, back on after: the cost caches hold millions of
     acyclic objects that every full collection walks again (a quarter of the unrestricted DeepSeek-V3 search, 21 s
     against 17 s: docs/performance.md); the search makes no reference cycles worth collecting before it ends."""
     was_enabled = gc.isenabled()
