@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
     parser.add_argument("--unrestricted", action="store_true",
-                        help="add DeepSeek-V3 over every axis (tens of minutes; run once whatever --repeat says)")
+                        help="add DeepSeek-V3 over every axis (~20 s; run once whatever --repeat says)")
     args = parser.parse_args()
     rows = []
     for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS + ([UNRESTRICTED] if args.unrestricted else []):
