@@ -28,9 +28,8 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from paraplan.specs.strict import InputModel
-
 from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.specs.strict import InputModel
 from paraplan.specs.system import BytesPerS, Fraction, Seconds, SystemSpec
 
 PoolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]

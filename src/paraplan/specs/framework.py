@@ -14,9 +14,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from paraplan.specs.strict import InputModel
-
 from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
+from paraplan.specs.strict import InputModel
 from paraplan.specs.system import Bytes
 
 

@@ -20,10 +20,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from paraplan.specs.strict import InputModel
-
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.strict import InputModel
 
 Dispatcher = Literal["alltoall", "allgather", "deepep"]
 Balance = Literal["forced", "learned"]

@@ -34,11 +34,10 @@ from typing import Literal
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from paraplan.specs.strict import InputModel
-
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.strict import InputModel
 
 StageRecompute = Literal["none", "selective", "full"]
 

@@ -11,9 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
-from paraplan.specs.strict import InputModel
-
 from paraplan.specs.errors import UnsupportedDtype
+from paraplan.specs.strict import InputModel
 from paraplan.units import parse_quantity
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]

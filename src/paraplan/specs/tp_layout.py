@@ -30,10 +30,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from paraplan.specs.strict import InputModel
-
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.strict import InputModel
 
 TPLayout = Literal["1d", "2d", "2d-seq"]
 TP_LAYOUTS: tuple[str, ...] = ("1d", "2d", "2d-seq")
