@@ -412,3 +412,37 @@ def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
         else:
             seen[key] = ops
     assert shared > 10 and len(seen) > 10
+
+
+@pytest.mark.parametrize("model_name", ["deepseek-v3", "mixtral-8x7b"])
+def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
+    """search.blocks._dispatch_floors gives, per expert option, the least exposed dispatch + combine that a row of
+    that (ep, etp) can have: schedule.step.expert_exposure on the row's own costing (stages.block_cost_facts), over
+    every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
+    from dataclasses import replace
+
+    from paraplan.schedule.step import expert_exposure
+    from paraplan.search.blocks import _costing_experts, _dispatch_floors, expert_computes
+    from paraplan.search.table import layer_shape_of
+    from paraplan.stages import block_cost_facts, plan_spans
+    from paraplan.specs.plan import PlanSpec
+
+    problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=64,
+                            seq_length=4096, global_batch=256)
+    model, system = problem.model, problem.system
+    spans = plan_spans(PlanSpec(gpus=64, seq_length=4096, tp=2, pp=1, dp=32, micro_batch=1, global_batch=256), system)
+    experts = _costing_experts(problem, 2)
+    shape = layer_shape_of(problem, 2, 1, 2, True, "1d", 0, experts[0])
+    computes = expert_computes(model, system, "moe_layer", shape, experts)
+    floors = _dispatch_floors(problem, [(shape, x) for x in experts], computes)
+    checked = 0
+    for x, floor in zip(experts, floors):
+        totals = []
+        for dispatcher, overlap in problem.expert_switches(x.ep, x.etp):
+            row = replace(shape, expert=replace(x, dispatcher=dispatcher, a2a_overlap=overlap))
+            facts = block_cost_facts(model, system, row, spans["tp"], spans["cp"])["moe_layer"]
+            forward, backward = expert_exposure(facts.compute, facts.comm)
+            totals.append(float(forward + backward))
+        assert floor == pytest.approx(min(totals), rel=1e-9), (x, floor, totals)
+        checked += 1
+    assert checked == len(experts) > 4 and max(floors) > 0
