@@ -349,9 +349,13 @@ def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerSha
 @lru_cache(maxsize=16384)
 def block_memory_facts(model: ModelSpec, shape: LayerShape, recompute: str) -> dict[str, BlockMemoryFacts]:
     """Per block kind: bytes kept per in-flight micro-batch, bytes held once, buffer bytes."""
-    kinds = {name: BLOCK_KINDS[name] for name in model_block_kinds(model)}
-    return {name: BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
-            for name, kind in kinds.items()}
+    return {name: kind_memory_facts(model, shape, name, recompute) for name in model_block_kinds(model)}
+
+
+def kind_memory_facts(model: ModelSpec, shape: LayerShape, name: str, recompute: str) -> BlockMemoryFacts:
+    """One block kind's BlockMemoryFacts; only the kinds recomputation checkpoints read the recompute mode."""
+    kind = BLOCK_KINDS[name]
+    return BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
 
 
 def pipeline_transfer_s(model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan) -> float:
@@ -431,6 +435,19 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
+def stage_block_counts(model: ModelSpec | None, group: SplitGroup, start: Num) -> tuple[tuple[str, Num], ...]:
+    """(block kind, blocks of it on one stage of the group) in stage order: the embedding; the decoder layers, or
+    for a model graph/moe.py builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each
+    MoE layer and MTP module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
+    if model is not None:
+        dense, moe = layer_mix(model, start, group.layers)
+        mtp = group.head * model.mtp_layers
+        layers = (("dense_layer", dense), ("moe_layer", moe), ("experts", moe + mtp), ("mtp", mtp))
+    else:
+        layers = (("decoder", group.layers),)
+    return (("embedding", group.embedding), *layers, ("head", group.head))
+
+
 def build_step_inputs(
     facts: RowFacts, blocks: dict[str, BlockCost], knobs: GridKnobs, groups: tuple[SplitGroup, ...], constants: dict
 ) -> StepInputs:
@@ -445,13 +462,9 @@ def build_step_inputs(
     start = 0  # first decoder layer of the group's first stage
     moe_model = facts.model is not None and moe_shaped(facts.model)
     for g in groups:
-        if moe_model:
-            dense, moe = layer_mix(facts.model, start, g.layers)
-            layers = ((blocks["dense_layer"], dense), (blocks["moe_layer"], moe),
-                      (blocks["experts"], moe + g.head * facts.mtp_layers), (blocks["mtp"], g.head * facts.mtp_layers))
-        else:
-            layers = ((blocks["decoder"], g.layers),)
-        stages.append(Stage(g.index, g.count, ((blocks["embedding"], g.embedding), *layers, (head, g.head)), p2p))
+        placed = tuple((head if name == "head" else blocks[name], n)
+                       for name, n in stage_block_counts(facts.model if moe_model else None, g, start))
+        stages.append(Stage(g.index, g.count, placed, p2p))
         start = start + g.count * g.layers
     stages = tuple(stages)
     return StepInputs(stages=stages, pp=facts.pp, microbatches=facts.microbatches,

@@ -113,14 +113,18 @@ def expert_knob_inputs(shape: LayerShape) -> tuple:
     return shape.dtype, shape.act_bytes, moe_tokens(shape), (shape.tp, shape.local_tokens, shape.sequence_parallel) if fp8 else ()
 
 
+def expert_knob_parts(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> tuple[list[Op], list[Op]]:
+    """The ops of an MoE layer that read the expert knobs (ep, etp, capacity, balance), in the two places the layer
+    has them (_assemble_layer): expert_ops between the router and the shared experts, and at the end the fp8 casts,
+    whose element count includes the routed rows; every other op of the layer is the same for every expert option."""
+    trailing = [fp8_cast_op(model, shape, routed_rows(model, shape, expert), True)] if shape.dtype == "fp8" else []
+    return expert_ops(model, shape, expert), trailing
+
+
 def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
-    """The ops of an MoE layer that read the expert knobs (ep, etp, capacity, balance): expert_ops, and the
-    fp8 casts, whose element count includes the routed rows (build_moe_model_layer); every other op of
-    the layer is the same for every expert option (search.blocks.layer_floors costs it once)."""
-    ops = expert_ops(model, shape, expert)
-    if shape.dtype == "fp8":
-        ops.append(fp8_cast_op(model, shape, routed_rows(model, shape, expert), True))
-    return ops
+    """expert_knob_parts as one list (search.blocks costs the rest of the layer once: expert_computes)."""
+    routed, trailing = expert_knob_parts(model, shape, expert)
+    return routed + trailing
 
 
 def host_synchronises(expert: ExpertShape) -> bool:
@@ -349,10 +353,11 @@ def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple
     two op parts, the dispatch / combine between the two collective parts, as build_moe_model_layer lists them."""
     before, after, attention_coll, after_coll = parts
     expert, modules, t = shape.expert, shape.recompute_modules, shape.tp
-    rows = routed_rows(model, shape, expert) if moe else 0.0
-    ops = before + (mark_recomputed(expert_ops(model, shape, expert), modules) if moe else ()) + after
-    if shape.dtype == "fp8":
-        ops += mark_recomputed([fp8_cast_op(model, shape, rows, moe)], modules)
+    if moe:
+        routed, trailing = expert_knob_parts(model, shape, expert)
+    else:  # a dense layer's fp8 casts have no routed rows
+        routed, trailing = [], ([fp8_cast_op(model, shape, 0.0, False)] if shape.dtype == "fp8" else [])
+    ops = before + mark_recomputed(routed, modules) + after + mark_recomputed(trailing, modules)
     coll = attention_coll + (tuple(dispatch_collectives(model, shape, expert)) if moe else ()) + after_coll
     weights, experts = layer_weight_split(model, t, expert, moe)
     acts, buffers = moe_layer_memory_bytes(model, shape, moe)

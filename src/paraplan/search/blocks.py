@@ -51,7 +51,6 @@ from paraplan.stages import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
     BlockCompute,
-    BlockMemoryFacts,
     _NO_SPAN as NO_SPAN,
     _kind_cost_facts as kind_cost_facts,
     block_comm,
@@ -59,8 +58,9 @@ from paraplan.stages import (
     block_cost_facts,
     block_memory_facts,
     default_recompute_modules,
-    layer_mix,
+    kind_memory_facts,
     model_block_kinds,
+    stage_block_counts,
 )
 
 EXPERT_TERMS = ("ep_forward", "ep_backward")  # the BlockTerms parts that read the dispatcher (work_floors)
@@ -197,12 +197,18 @@ def _knob_compute(model, system, shape, expert) -> BlockCompute:
     key = (model, system, expert_knob_inputs(shape), expert, shape.recompute_modules)
     found = _KNOB_COMPUTES.get(key)
     if found is None:
-        if len(_KNOB_COMPUTES) >= KNOB_MEMO_SIZE:
-            _KNOB_COMPUTES.clear()
         shape = with_expert(shape, expert)
         ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
-        found = _KNOB_COMPUTES[key] = block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)
+        found = _remember(_KNOB_COMPUTES, key, block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype))
     return found
+
+
+def _remember(memo: dict, key, value):
+    """memo[key] = value, the memo emptied first once it holds KNOB_MEMO_SIZE entries; the value."""
+    if len(memo) >= KNOB_MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 _KNOB_COMPUTES: dict = {}
@@ -252,7 +258,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     memory: dict[tuple[str, str], list] = {}
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
-        code = RECOMPUTE_CODES[recompute]
+        code = RECOMPUTE_CODES[recompute]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
         overlaps = overlap and pair[0].domains == 1  # stages.row_blocks: comm-GEMM overlap inside one domain
         shapes = [layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules) for expert in experts]
         first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
@@ -273,16 +279,15 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
                 computes = split.get(name)
                 own = computes is not None and len(computes) > 1
                 compute = computes[i] if own else cost.compute
-                entries.setdefault((recompute, name), []).append((compute, cost.comm, code, overlaps, (shape, shape.expert) if own else None))
+                entries.setdefault((recompute, name), []).append((compute, cost.comm, code if BLOCK_KINDS[name].recomputed else 0,
+                                                                  overlaps, (shape, shape.expert) if own else None))
                 memory.setdefault((recompute, name), []).append(activations)
     # every entry at once: block_terms works on arrays
     keys = list(entries)
     items = [item for key in keys for item in entries[key]]
     index = np.arange(len(items))
-    code = np.array([item[2] if BLOCK_KINDS[name].recomputed else 0  # stages.row_blocks: only these kinds recompute
-                     for (mode, name) in keys for item in entries[(mode, name)]])
-    terms = block_terms(stack([item[0] for item in items], index), stack([item[1] for item in items], index), code,
-                        np.array([item[3] for item in items]))
+    terms = block_terms(stack([item[0] for item in items], index), stack([item[1] for item in items], index),
+                        np.array([item[2] for item in items]), np.array([item[3] for item in items]))
     total = 0.0
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
@@ -342,10 +347,7 @@ def _dispatch_comms(model, system, shape, expert, switches: tuple) -> tuple:
     key = (model, system, expert_knob_inputs(shape), expert, switches)
     found = _DISPATCH_COMMS.get(key)
     if found is None:
-        if len(_DISPATCH_COMMS) >= KNOB_MEMO_SIZE:
-            _DISPATCH_COMMS.clear()
-        shape = with_expert(shape, expert)
-        found = _DISPATCH_COMMS[key] = _dispatch_comms_of(model, system, shape, switches)
+        found = _remember(_DISPATCH_COMMS, key, _dispatch_comms_of(model, system, with_expert(shape, expert), switches))
     return found
 
 
@@ -374,9 +376,7 @@ def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds:
     out = {}
     for name in model_block_kinds(model):
         if name in EXPERT_FREE_KINDS:
-            kind = BLOCK_KINDS[name]
-            out[name] = (kind_cost_facts(model, system, name, neutral, *pair),
-                         BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none")))
+            out[name] = (kind_cost_facts(model, system, name, neutral, *pair), kind_memory_facts(model, shape, name, recompute))
     return out
 
 
@@ -451,13 +451,8 @@ def offloaded_working_bytes(problem: SearchProblem, block: Block, kept: dict) ->
     splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
     least = math.inf
     for accounted in splits:
-        largest = 0.0
-        for name in kept:
-            if name in TRANSFORMER_KINDS and kept[name] > 0:
-                only = {k: (1.0 if k == name else 0.0) for k in kept}
-                if any(count > 0 for _, _, count in _group_sums(problem, block.pp, accounted, only)):
-                    largest = max(largest, kept[name])
-        least = min(least, 2.0 * largest)
+        present = {name for _, _, blocks in _group_blocks(problem, block.pp, accounted) for name, n in blocks if n > 0}
+        least = min(least, 2.0 * max((kept[name] for name in present & set(TRANSFORMER_KINDS)), default=0.0))
     return least * SAFETY
 
 
@@ -510,23 +505,17 @@ def _group_sums(problem: SearchProblem, pp: int, accounted: bool, per_kind: dict
 
 def _group_blocks(problem: SearchProblem, pp: int, accounted: bool) -> list[tuple[int, int, tuple]]:
     """(first stage index, stages, ((kind, blocks of it on one stage), ...)) of each non-empty stage group of the
-    split of (pp, accounted): stages.layer_mix's dense / MoE layers, the routed experts of each MoE layer and MTP
-    module, the embedding, the MTP modules and the head where the split puts them. Memoised per problem."""
+    split of (pp, accounted), as stages.build_step_inputs lays them out (stages.stage_block_counts). Memoised."""
     memo = problem._memo.setdefault("group_blocks", {})
     if (pp, accounted) in memo:
         return memo[(pp, accounted)]
     model, out, start = problem.model, [], 0
     for g in problem.split_groups(pp, accounted):
-        count, layers, embedding, head = int(g.count), int(g.layers), int(g.embedding), int(g.head)
-        if moe_shaped(model):
-            dense, moe = (int(x) for x in layer_mix(model, start, layers))
-            blocks = (("embedding", embedding), ("dense_layer", dense), ("moe_layer", moe),
-                      ("experts", moe + head * model.mtp_layers), ("mtp", head * model.mtp_layers), ("head", head))
-        else:
-            blocks = (("embedding", embedding), ("decoder", layers), ("head", head))
+        count = int(g.count)
         if count > 0:
-            out.append((int(g.index), count, blocks))
-        start += count * layers
+            counts = stage_block_counts(model if moe_shaped(model) else None, g, start)
+            out.append((int(g.index), count, tuple((name, int(n)) for name, n in counts)))
+        start += count * int(g.layers)
     memo[(pp, accounted)] = out
     return out
 
