@@ -32,9 +32,9 @@ refined when the block reaches the front of the queue).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -117,10 +117,12 @@ def blocks(problem: SearchProblem) -> list[Block]:
 @dataclass(frozen=True)
 class LayerFloors:
     """Least compute (forward + backward seconds per micro-batch) of each block kind over a block's
-    rows, and the largest share of backward GEMM time in any of them (ρ)."""
+    rows, and the largest share of backward GEMM time in any of them (ρ); ``forward``: each kind's least
+    forward seconds (what full recomputation re-runs: memory_floors)."""
 
     work: dict
     rho: float
+    forward: dict = field(default_factory=dict)
 
 
 def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> LayerFloors:
@@ -128,8 +130,8 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
     superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
     a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them);
-    an MoE kind adds each option's least exposed dispatch and combine (_dispatch_floors; ρ stays the
-    backward-GEMM share of compute alone, which a larger work only lowers).
+    an MoE kind adds each option's least exposed dispatch and combine at any compute (_DispatchTable.least;
+    ρ stays the backward-GEMM share of compute alone, which a larger work only lowers).
     A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
     its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
     option's total is the rest of the block plus those ops' times (the same sum in another order)."""
@@ -140,12 +142,14 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     knobs = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
     experts = _costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
+    forward: dict[str, float] = {}
     rho = 0.0
 
     def add(name, compute, dispatch=0.0):
         nonlocal rho
         total = compute.forward + compute.backward
         work[name] = min(work.get(name, math.inf), total + dispatch)
+        forward[name] = min(forward.get(name, math.inf), compute.forward)
         if total > 0:
             rho = max(rho, compute.gemm_backward / total)
 
@@ -156,10 +160,14 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
                 add(name, block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype))
             else:
                 computes = expert_computes(model, system, name, shape, experts)
-                dispatches = [(shape, x) for x in experts] if len(computes) > 1 else [None]
-                for compute, dispatch in zip(computes, _dispatch_floors(problem, dispatches, computes)):
-                    add(name, compute, dispatch)
-    return LayerFloors(work, rho)
+                if len(computes) == 1:
+                    add(name, computes[0])
+                    continue
+                inputs = expert_knob_inputs(shape)
+                for compute, expert in zip(computes, experts):
+                    add(name, compute, _dispatch_table(model, system, shape, expert, problem.expert_switches(expert.ep, expert.etp),
+                                                       inputs).least)
+    return LayerFloors(work, rho, forward)
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -313,56 +321,89 @@ def _dispatch_floors(problem: SearchProblem, dispatches: list, computes: list) -
     (schedule.step.expert_exposure, the EP parts of block_terms) over the option's dispatchers and a2a-overlap
     switches (SearchProblem.expert_switches) with its own compute; ``dispatches`` gives each entry's (layer
     shape, expert option), None where it has no per-option split (no MoE layer, or a 2D layout): 0 there.
-    Its EP collectives are the MoE layer's dispatch_collectives, once."""
+    Its EP collectives are the MoE layer's dispatch_collectives, once (_DispatchTable: an overlapped switch is
+    evaluated only when its least exposure is below the best so far, so the least is the same value)."""
     out = np.zeros(len(dispatches))
-    chosen = [j for j, d in enumerate(dispatches) if d is not None]
-    if not chosen:
-        return out
-    unique: dict[tuple, int] = {}  # one table per (shape object, option): the entries of one option share it
-    tables = []
-    for j in chosen:
-        shape, expert = dispatches[j]
-        if (id(shape), expert) not in unique:
-            unique[(id(shape), expert)] = len(tables)
-            tables.append(_dispatch_comms(problem.model, problem.system, shape, expert,
-                                          tuple(problem.expert_switches(expert.ep, expert.etp))))
-    width = max(len(t) for t in tables)
-    padded = np.array([[t[min(k, len(t) - 1)] for k in range(width)] for t in tables])  # (tables, switches, 5)
-    fields = padded[[unique[(id(dispatches[j][0]), dispatches[j][1])] for j in chosen]]  # a short row repeats its last
-    compute = SimpleNamespace(forward=np.array([computes[j].forward for j in chosen])[:, None],
-                              backward=np.array([computes[j].backward for j in chosen])[:, None])
-    comm = SimpleNamespace(**{name: fields[:, :, f] for f, name in enumerate(_EP_FIELDS)})
-    forward, backward = expert_exposure(compute, comm)
-    out[chosen] = np.min(forward + backward, axis=1)
+    tables: dict[tuple, _DispatchTable] = {}  # one per (shape object, option): the entries of one option share it
+    inputs: dict[int, tuple] = {}
+    least_exposures: dict[tuple, float] = {}
+    for j, found in enumerate(dispatches):
+        if found is None:
+            continue
+        shape, expert = found
+        table = tables.get((id(shape), expert))
+        if table is None:
+            if id(shape) not in inputs:
+                inputs[id(shape)] = expert_knob_inputs(shape)
+            table = tables[(id(shape), expert)] = _dispatch_table(problem.model, problem.system, shape, expert,
+                                                                  problem.expert_switches(expert.ep, expert.etp), inputs[id(shape)])
+        compute = computes[j]
+        key = (id(table), compute.forward, compute.backward)  # the recompute modes and TP overlap share a compute
+        best = least_exposures.get(key)
+        if best is None:
+            best = table.exposed
+            for least, comm in table.overlapped:
+                if least >= best:
+                    break
+                forward, backward = expert_exposure(compute, comm)
+                best = min(best, forward + backward)
+            least_exposures[key] = best
+        out[j] = best
     return out
 
 
-_EP_FIELDS = ("ep_forward", "ep_backward", "ep_forward_price", "ep_backward_price", "ep_overlap")
+class _EpComm(NamedTuple):
+    """The EP fields of a stages.BlockComm (what schedule.step.expert_exposure reads)."""
+
+    ep_forward: float
+    ep_backward: float
+    ep_forward_price: float
+    ep_backward_price: float
+    ep_overlap: float
 
 
-def _dispatch_comms(model, system, shape, expert, switches: tuple) -> tuple:
-    """Per (dispatcher, overlap) switch: the _EP_FIELDS of stages.block_comm over the MoE layer's dispatch
-    collectives at the shape with ``expert``'s degrees (the same collectives, in the same order, as its graph's);
-    memoised on what they read of the shape (a subset of graph.moe.expert_knob_inputs)."""
-    key = (model, system, expert_knob_inputs(shape), expert, switches)
-    found = _DISPATCH_COMMS.get(key)
+class _DispatchTable(NamedTuple):
+    """An expert option's dispatch/combine over its switches: the least exposure of the switches without a2a
+    overlap (exposed whole: it reads no compute), and each overlapped switch after the least exposure it can
+    take, ascending: expert_exposure gives it priced_exposure_s per direction, linear in the exposed part
+    between 0 (its price) and the whole transfer, so at least min(price, transfer) per direction."""
+
+    exposed: float
+    overlapped: tuple[tuple[float, _EpComm], ...]
+
+    @property
+    def least(self) -> float:
+        """The least exposure of any switch at any compute."""
+        return min(self.exposed, self.overlapped[0][0]) if self.overlapped else self.exposed
+
+
+def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple) -> _DispatchTable:
+    """The _DispatchTable of stages.block_comm over the MoE layer's dispatch collectives at the shape with
+    ``expert``'s degrees (the same collectives, in the same order, as its graph's), per (dispatcher, overlap)
+    switch; memoised on what they read of the shape (``inputs``: graph.moe.expert_knob_inputs, a superset)."""
+    key = (model, system, inputs, expert, switches)
+    found = _DISPATCH_TABLES.get(key)
     if found is None:
-        found = _remember(_DISPATCH_COMMS, key, _dispatch_comms_of(model, system, with_expert(shape, expert), switches))
+        comms = _dispatch_comms_of(model, system, with_expert(shape, expert), switches)
+        exposed = min((c.ep_forward + c.ep_backward for c in comms if not c.ep_overlap), default=math.inf)
+        overlapped = sorted(((min(c.ep_forward_price, c.ep_forward) + min(c.ep_backward_price, c.ep_backward), c)
+                             for c in comms if c.ep_overlap), key=lambda item: item[0])
+        found = _remember(_DISPATCH_TABLES, key, _DispatchTable(exposed, tuple(overlapped)))
     return found
 
 
-_DISPATCH_COMMS: dict = {}
-_dispatch_comms.cache_clear = _DISPATCH_COMMS.clear
+_DISPATCH_TABLES: dict = {}
+_dispatch_table.cache_clear = _DISPATCH_TABLES.clear
 
 
-def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple:
-    """_dispatch_comms, computed."""
+def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple[_EpComm, ...]:
+    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives."""
     out = []
     for dispatcher, overlap in switches:
         knobs = replace(shape, expert=replace(shape.expert, dispatcher=dispatcher, a2a_overlap=overlap))
         collectives = tuple(dispatch_collectives(model, knobs, knobs.expert))
         comm = block_comm.__wrapped__(LayerGraph("dispatch", (), collectives, 0.0), system, NO_SPAN, NO_SPAN, model, knobs)
-        out.append(tuple(getattr(comm, name) for name in _EP_FIELDS))
+        out.append(_EpComm(*(getattr(comm, name) for name in _EpComm._fields)))
     return tuple(out)
 
 
@@ -380,30 +421,85 @@ def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds:
     return out
 
 
-def refinements(problem: SearchProblem) -> tuple[bool, ...]:
-    """The ``expert_kinds`` values refined_bound is called with, cheap first: (False, True) when some
-    block kind reads the expert knobs, else (True,)."""
+def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, floors: LayerFloors) -> ModeFloors:
+    """Per recompute mode, each block kind's least work: its layer floor (``floors.work``: compute and exposed
+    dispatch) plus the least the mode recomputes (schedule.step.recompute_s: full re-runs a recomputed kind's
+    forward, at least ``floors.forward``; selective at least 0), every other BlockTerms part >= 0, so no
+    communication is costed; and its least kept and held activation bytes over every row with these degrees,
+    micro-batch and mode (stages.kind_memory_facts at each layer knob of the mode and the expert option that
+    keeps the least, _least_memory_expert). The cheapest refinement: it raises a block whose activations force
+    recomputation (refined_bound)."""
+    from paraplan.search.table import layer_shape_of
+
+    model = problem.model
+    shaped = moe_shaped(model)
+    experts = (_least_memory_expert(problem, tp),) if shaped else (ExpertShape(),)
+    kinds = model_block_kinds(model)
+    work: dict[str, dict] = {}
+    kept: dict[str, dict] = {}
+    held: dict[str, dict] = {}
+    for sp, recompute, layout, rows in dict.fromkeys((sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)):
+        modules = default_recompute_modules(recompute) if shaped else ()
+        least_kept = kept.setdefault(recompute, dict.fromkeys(kinds, math.inf))
+        least_held = held.setdefault(recompute, dict.fromkeys(kinds, math.inf))
+        for i, expert in enumerate(experts):
+            shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
+            for name in kinds:
+                if i and name in EXPERT_FREE_KINDS:
+                    continue
+                facts = kind_memory_facts(model, shape, name, recompute)
+                least_kept[name] = min(least_kept[name], facts.activation_bytes)
+                least_held[name] = min(least_held[name], facts.held_bytes)
+        full = RECOMPUTE_CODES[recompute] == 2
+        work[recompute] = {name: floors.work[name] + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
+                           for name in kinds}
+    return ModeFloors(work, kept, held)
+
+
+def _least_memory_expert(problem: SearchProblem, tp: int) -> ExpertShape:
+    """The expert option of _costing_experts with the least ep and the least etp: the one whose layers keep the
+    fewest activation bytes. graph.moe.moe_mlp_activation_bytes keeps, per routed row (R = T·k·etp·load,
+    graph.moe.routed_rows), gin·h + score bytes and p·f/etp + f/etp elements: T·k·load·(etp·(gin·h + score)
+    + F·(ab·p + gin)) grows with etp, and load (cost.moe.routed_load_factor: constant, or
+    expected_max_load_factor over T·k·ep choices in ep bins) does not fall with ep; nothing else a kind keeps
+    reads them (tests/search/test_moe_search.py checks it against every option)."""
+    options = _costing_experts(problem, tp)
+    return min(options, key=lambda expert: (expert.ep, expert.etp))
+
+
+REFINEMENTS = ("memory", "expert_free", "all")  # refined_bound's levels, cheapest first
+
+
+def refinements(problem: SearchProblem) -> tuple[str, ...]:
+    """The levels refined_bound is called with, cheap first: REFINEMENTS, without "expert_free" when no block
+    kind reads the expert knobs (it would cost every kind, as "all" does)."""
     if all(name in EXPERT_FREE_KINDS for name in model_block_kinds(problem.model)):
-        return (True,)
-    return (False, True)
+        return ("memory", "all")
+    return REFINEMENTS
 
 
-def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, expert_kinds: bool = True) -> float:
+def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, level: str = "all") -> float:
     """A lower bound on the step time of every candidate of the block, at least block_step_floor's:
-    the least over the recompute modes of the block_step_floor of the mode's ``work_floors`` (least
-    over the block's span pairs, never below the compute floor), where a mode whose activations
-    cannot fit in HBM (``activation_floor_bytes``) needs activation offload and then takes at least
-    ``streaming_floor_s``; a mode that fits neither way bounds nothing (no candidate of it fits).
-    ``expert_kinds``: as work_floors (False: a cheaper, lower bound). ``cache`` keeps the work_floors of each
-    (tp, cp, micro-batch, span pair, expert_kinds), the span pairs of each factorization and the problem's
-    system_terms across one search's blocks."""
-    degrees = ("spans", block.tp, block.pp, block.cp, block.dp)  # the span pairs of every micro-batch's block
-    if degrees not in cache:
-        cache[degrees] = block_span_pairs(problem, block)
-    keys = [(block.tp, block.cp, block.micro_batch, pair, expert_kinds) for pair in cache[degrees]]
-    for key in keys:
-        if key not in cache:
-            cache[key] = work_floors(problem, *key)
+    the least over the recompute modes of the block_step_floor of the mode's ModeFloors (least over the
+    block's span pairs, never below the compute floor), where a mode whose activations cannot fit in HBM
+    (``activation_floor_bytes``) needs activation offload and then takes at least ``streaming_floor_s``; a
+    mode that fits neither way bounds nothing (no candidate of it fits). ``level`` (REFINEMENTS): "memory"
+    the memory_floors (no communication costed, one for every span pair), "expert_free" and "all" the
+    ``work_floors`` of each span pair without / with the kinds that read the expert knobs (each tighter and
+    dearer than the one before). ``cache`` keeps the ModeFloors of each (tp, cp, micro-batch, span pair or
+    None, level), the span pairs of each factorization and the problem's system_terms across one search's blocks."""
+    if level == "memory":
+        keys = [(block.tp, block.cp, block.micro_batch, None, level)]
+        if keys[0] not in cache:
+            cache[keys[0]] = memory_floors(problem, block.tp, block.cp, block.micro_batch, floors)
+    else:
+        degrees = ("spans", block.tp, block.pp, block.cp, block.dp)  # the span pairs of every micro-batch's block
+        if degrees not in cache:
+            cache[degrees] = block_span_pairs(problem, block)
+        keys = [(block.tp, block.cp, block.micro_batch, pair, level) for pair in cache[degrees]]
+        for key in keys:
+            if key not in cache:
+                cache[key] = work_floors(problem, *key[:4], level == "all")
     per_pair = [cache[key] for key in keys]
     if "constants" not in cache:  # the problem's, the same for every block
         cache["constants"] = system_terms(problem.system, problem.dtype, problem)
@@ -541,4 +637,4 @@ def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) 
     return best * SAFETY
 
 
-SEARCH_CACHES = (_expert_computes, _knob_compute, _dispatch_comms)  # beside stages.COLD_CACHES: what a cold search starts without
+SEARCH_CACHES = (_expert_computes, _knob_compute, _dispatch_table)  # beside stages.COLD_CACHES: what a cold search starts without

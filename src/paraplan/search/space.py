@@ -398,14 +398,14 @@ class SearchProblem:
                 out += [(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
         return out
 
-    def expert_switches(self, ep: int, etp: int) -> list[tuple[str, bool]]:
+    def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
         """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher; overlap of
         dispatch/combine only where there is one (ep·etp > 1). Memoised."""
         memo = self._memo.setdefault("expert_switches", {})
         if (ep, etp) not in memo:
             dispatchers = [d for d in (self.dispatchers or get_args(Dispatcher)) if not dispatcher_rule(d, self.capacity_factor)]
             overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
-            memo[(ep, etp)] = [(d, ov) for d in dispatchers for ov in overlaps]
+            memo[(ep, etp)] = tuple((d, ov) for d in dispatchers for ov in overlaps)
         return memo[(ep, etp)]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
