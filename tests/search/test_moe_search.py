@@ -417,13 +417,13 @@ def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
 
 @pytest.mark.parametrize("model_name", ["deepseek-v3", "mixtral-8x7b"])
 def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
-    """search.blocks._dispatch_floors gives, per expert option, the least exposed dispatch + combine that a row of
+    """search.blocks._DispatchFloors gives, per expert option, the least exposed dispatch + combine that a row of
     that (ep, etp) can have: schedule.step.expert_exposure on the row's own costing (stages.block_cost_facts), over
     every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
     from dataclasses import replace
 
     from paraplan.schedule.step import expert_exposure
-    from paraplan.search.blocks import _costing_experts, _dispatch_floors, expert_computes
+    from paraplan.search.blocks import _costing_experts, _DispatchFloors, expert_computes
     from paraplan.search.table import layer_shape_of
     from paraplan.stages import block_cost_facts, plan_spans
     from paraplan.specs.plan import PlanSpec
@@ -435,7 +435,8 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     experts = _costing_experts(problem, 2)
     shape = layer_shape_of(problem, 2, 1, 2, True, "1d", 0, experts[0])
     computes = expert_computes(model, system, "moe_layer", shape, experts)
-    floors = _dispatch_floors(problem, [(shape, x) for x in experts], computes)
+    dispatch = _DispatchFloors(problem)
+    floors = [dispatch(shape, x, compute) for x, compute in zip(experts, computes)]
     checked = 0
     for x, floor in zip(experts, floors):
         totals = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -144,29 +145,21 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
     rho = 0.0
-
-    def add(name, compute, dispatch=0.0):
-        nonlocal rho
-        total = compute.forward + compute.backward
-        work[name] = min(work.get(name, math.inf), total + dispatch)
-        forward[name] = min(forward.get(name, math.inf), compute.forward)
-        if total > 0:
-            rho = max(rho, compute.gemm_backward / total)
-
+    dispatch = _DispatchFloors(problem)
     for key in knobs:
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
         for name in model_block_kinds(model):
             if name in EXPERT_FREE_KINDS or not shaped:
-                add(name, block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype))
+                computes = (block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype),)
             else:
                 computes = expert_computes(model, system, name, shape, experts)
-                if len(computes) == 1:
-                    add(name, computes[0])
-                    continue
-                inputs = expert_knob_inputs(shape)
-                for compute, expert in zip(computes, experts):
-                    add(name, compute, _dispatch_table(model, system, shape, expert, problem.expert_switches(expert.ep, expert.etp),
-                                                       inputs).least)
+            totals = [c.forward + c.backward for c in computes]
+            forward[name] = min(forward.get(name, math.inf), *(c.forward for c in computes))
+            rho = max(rho, *(c.gemm_backward / t for c, t in zip(computes, totals) if t > 0), 0.0)
+            if len(computes) == 1:
+                work[name] = min(work.get(name, math.inf), totals[0])
+            else:  # each option with its least dispatch at any compute; only options that can still be the least
+                work[name] = min(work.get(name, math.inf), _least_with(totals, lambda i: dispatch.table(shape, experts[i]).least))
     return LayerFloors(work, rho, forward)
 
 
@@ -188,26 +181,28 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
     knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
     if not knob_names:
         return (block_compute(graph, system, first.dtype),)
-    whole, mine = block_compute(graph, system, first.dtype), _knob_compute(model, system, first, experts[0])
-    names = BlockCompute.__dataclass_fields__
-    rest = [getattr(whole, f) - getattr(mine, f) for f in names]  # exact to a few ulps of the block's sum: SAFETY
-    out = []
-    for expert in experts:
-        own = _knob_compute(model, system, first, expert)
-        out.append(BlockCompute(*(max(0.0, r + getattr(own, f)) for r, f in zip(rest, names))))
-    return tuple(out)
+    whole, owns = block_compute(graph, system, first.dtype), _knob_computes(model, system, first, experts)
+    rest = [w - m for w, m in zip(_compute_fields(whole), owns[0])]  # exact to a few ulps of the block's sum: SAFETY
+    return tuple(BlockCompute(*[max(0.0, r + o) for r, o in zip(rest, own)]) for own in owns)
 
 
-def _knob_compute(model, system, shape, expert) -> BlockCompute:
-    """stages.BlockCompute of the ops graph.moe.expert_knob_ops lists for ``expert`` at the shape (marked for its
-    recompute modules as the layer marks them), memoised on what those ops read (graph.moe.expert_knob_inputs):
-    shared by every block kind holding an MoE layer and every (tp, cp, micro-batch) routing as many tokens."""
-    key = (model, system, expert_knob_inputs(shape), expert, shape.recompute_modules)
+_compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
+
+
+def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
+    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe.expert_knob_ops lists for it
+    at the shape (marked for its recompute modules as the layer marks them), memoised on what those ops read
+    (graph.moe.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
+    micro-batch) routing as many tokens."""
+    key = (model, system, expert_knob_inputs(shape), experts, shape.recompute_modules)
     found = _KNOB_COMPUTES.get(key)
     if found is None:
-        shape = with_expert(shape, expert)
-        ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
-        found = _remember(_KNOB_COMPUTES, key, block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype))
+        found = []
+        for expert in experts:
+            knobs = with_expert(shape, expert)
+            ops = mark_recomputed(expert_knob_ops(model, knobs, expert), knobs.recompute_modules)
+            found.append(_compute_fields(block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, knobs.dtype)))
+        found = _remember(_KNOB_COMPUTES, key, tuple(found))
     return found
 
 
@@ -221,7 +216,7 @@ def _remember(memo: dict, key, value):
 
 _KNOB_COMPUTES: dict = {}
 KNOB_MEMO_SIZE = 1 << 18
-_knob_compute.cache_clear = _KNOB_COMPUTES.clear  # as the lru caches (SEARCH_CACHES)
+_knob_computes.cache_clear = _KNOB_COMPUTES.clear  # as the lru caches (SEARCH_CACHES)
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
@@ -245,7 +240,7 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     degrees, micro-batch, (tp span, cp span) and mode: the sum of ``schedule.step.block_terms``' time
     parts — forward, backward, recompute, the exposed TP and CP communication, and for an MoE kind
     split per option (expert_computes) the least exposed dispatch and combine over the option's
-    dispatchers and a2a-overlap switches (_dispatch_floors; 0 otherwise, a floor) — least over every
+    dispatchers and a2a-overlap switches (_DispatchFloors; 0 otherwise, a floor) — least over every
     ``layer_knobs`` option of the mode (TP overlap included) and every (ep, etp); and its least kept
     and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
     (stage_work) is one of these sums with its own EP terms; the dispatcher and the a2a-overlap switch
@@ -300,12 +295,18 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
-    total = np.broadcast_to(total, index.shape) + _dispatch_floors(problem, [item[4] for item in items], [item[0] for item in items])
+    total = np.broadcast_to(total, index.shape).tolist()
+    dispatch = _DispatchFloors(problem)
+
+    def exposed_dispatch(j):  # an entry's least EP terms (0 without a per-option split)
+        found = items[j][4]
+        return dispatch(*found, items[j][0]) if found is not None else 0.0
+
     work, kept, held = {}, {}, {}
     start = 0
     for mode, name in keys:
         stop = start + len(entries[(mode, name)])
-        work.setdefault(mode, {})[name] = float(np.min(total[start:stop]))
+        work.setdefault(mode, {})[name] = _least_with(total[start:stop], lambda j, start=start: exposed_dispatch(start + j))
         kept.setdefault(mode, {})[name] = min(m.activation_bytes for m in memory[(mode, name)])
         held.setdefault(mode, {})[name] = min(m.held_bytes for m in memory[(mode, name)])
         start = stop
@@ -316,30 +317,35 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     return ModeFloors(work, kept, held)
 
 
-def _dispatch_floors(problem: SearchProblem, dispatches: list, computes: list) -> np.ndarray:
-    """Per entry (a kind's stages.BlockCompute at one expert option), the least exposed dispatch and combine
-    (schedule.step.expert_exposure, the EP parts of block_terms) over the option's dispatchers and a2a-overlap
-    switches (SearchProblem.expert_switches) with its own compute; ``dispatches`` gives each entry's (layer
-    shape, expert option), None where it has no per-option split (no MoE layer, or a 2D layout): 0 there.
-    Its EP collectives are the MoE layer's dispatch_collectives, once (_DispatchTable: an overlapped switch is
-    evaluated only when its least exposure is below the best so far, so the least is the same value)."""
-    out = np.zeros(len(dispatches))
-    tables: dict[tuple, _DispatchTable] = {}  # one per (shape object, option): the entries of one option share it
-    inputs: dict[int, tuple] = {}
-    least_exposures: dict[tuple, float] = {}
-    for j, found in enumerate(dispatches):
-        if found is None:
-            continue
-        shape, expert = found
-        table = tables.get((id(shape), expert))
+class _DispatchFloors:
+    """The least exposed dispatch and combine (schedule.step.expert_exposure, the EP parts of block_terms) of an
+    MoE layer at a shape, an expert option and a block compute, over the option's dispatchers and a2a-overlap
+    switches (SearchProblem.expert_switches); its EP collectives are the layer's dispatch_collectives, once
+    (_DispatchTable: an overlapped switch is evaluated only when its least exposure is below the best so far, so the
+    least is the same value). Memoised for one floors call: the shapes are keyed by identity."""
+
+    def __init__(self, problem: SearchProblem):
+        self.problem = problem
+        self.tables: dict[tuple, _DispatchTable] = {}
+        self.inputs: dict[int, tuple] = {}
+        self.exposures: dict[tuple, float] = {}
+
+    def table(self, shape, expert) -> _DispatchTable:
+        """The option's _DispatchTable at the shape."""
+        table = self.tables.get((id(shape), expert))
         if table is None:
-            if id(shape) not in inputs:
-                inputs[id(shape)] = expert_knob_inputs(shape)
-            table = tables[(id(shape), expert)] = _dispatch_table(problem.model, problem.system, shape, expert,
-                                                                  problem.expert_switches(expert.ep, expert.etp), inputs[id(shape)])
-        compute = computes[j]
+            if id(shape) not in self.inputs:
+                self.inputs[id(shape)] = expert_knob_inputs(shape)
+            problem = self.problem
+            table = self.tables[(id(shape), expert)] = _dispatch_table(
+                problem.model, problem.system, shape, expert, problem.expert_switches(expert.ep, expert.etp), self.inputs[id(shape)])
+        return table
+
+    def __call__(self, shape, expert, compute) -> float:
+        """The least exposure over the option's switches with this compute (stages.BlockCompute)."""
+        table = self.table(shape, expert)
         key = (id(table), compute.forward, compute.backward)  # the recompute modes and TP overlap share a compute
-        best = least_exposures.get(key)
+        best = self.exposures.get(key)
         if best is None:
             best = table.exposed
             for least, comm in table.overlapped:
@@ -347,9 +353,19 @@ def _dispatch_floors(problem: SearchProblem, dispatches: list, computes: list) -
                     break
                 forward, backward = expert_exposure(compute, comm)
                 best = min(best, forward + backward)
-            least_exposures[key] = best
-        out[j] = best
-    return out
+            self.exposures[key] = best
+        return best
+
+
+def _least_with(totals, extra) -> float:
+    """min over j of totals[j] + extra(j), for extra(j) >= 0, evaluating extra(j) only while totals[j] (ascending) is
+    below the least so far: the same value, with fewer dispatch costings (extra: _DispatchFloors)."""
+    best = math.inf
+    for j in sorted(range(len(totals)), key=totals.__getitem__):
+        if totals[j] >= best:
+            break
+        best = min(best, totals[j] + extra(j))
+    return best
 
 
 class _EpComm(NamedTuple):
@@ -637,4 +653,4 @@ def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) 
     return best * SAFETY
 
 
-SEARCH_CACHES = (_expert_computes, _knob_compute, _dispatch_table)  # beside stages.COLD_CACHES: what a cold search starts without
+SEARCH_CACHES = (_expert_computes, _knob_computes, _dispatch_table)  # beside stages.COLD_CACHES: what a cold search starts without
