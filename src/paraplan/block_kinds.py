@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from paraplan.cost import memory as mem
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
-from paraplan.graph.moe import moe_layer_memory_bytes, moe_model_layer, moe_shaped, mtp_block, mtp_memory_bytes
+from paraplan.graph.moe import moe_layer_memory_bytes, moe_model_layer, moe_shaped, mtp_block, mtp_memory_bytes, mtp_outer_ops
 from paraplan.graph.ops import LayerGraph
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.specs.model import ModelSpec
@@ -28,6 +28,8 @@ class BlockKind:
     memory: Callable[[ModelSpec, LayerShape, str], tuple[float, float, float]]  # (kept, held once, buffer) bytes
     recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
     gradient_group: str = "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
+    # when its graph is another kind's at the same shape plus ops around it: (that kind, those ops), else None
+    parts: Callable[[ModelSpec, LayerShape], tuple[str, tuple] | None] = lambda model, shape: None
 
 
 def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
@@ -105,6 +107,13 @@ def _mtp_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     return mtp_block(model, shape) if model.mtp_layers else EMPTY_BLOCK
 
 
+def _mtp_parts(model: ModelSpec, shape: LayerShape) -> tuple[str, tuple] | None:
+    """An MTP module: its Transformer block (the MoE or dense layer kind) and the ops around it (graph.moe.mtp_outer_ops)."""
+    if not model.mtp_layers:
+        return None
+    return ("moe_layer" if model.is_moe else "dense_layer"), mtp_outer_ops(model, shape)
+
+
 def _moe_memory(memory_bytes_of):
     def memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
         found = memory_bytes_of(model, shape)
@@ -129,7 +138,8 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
     "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_memory_bytes(False)), True),
     "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_memory_bytes(True)), True),
     "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert"),
-    "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True),
+    "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True,
+                     parts=_mtp_parts),
     "head": BlockKind("head", _output_graph, _head_memory, False),
 }
 

@@ -353,12 +353,12 @@ def test_refined_block_bounds_are_admissible(problem, memory):
 @pytest.mark.parametrize("model_name, dtype", [("deepseek-v3", "bf16"), ("deepseek-v3", "fp8"), ("mixtral-8x22b", "fp8"),
                                                ("qwen3-30b-a3b", "bf16"), ("gpt-oss-120b", "bf16")])
 def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
-    """search.blocks.expert_computes builds a block kind once and adds each expert option's own ops
+    """search.expert_floors.expert_computes builds a block kind once and adds each expert option's own ops
     (graph.moe.expert_knob_ops): every field equals stages.block_compute of the graph built for that
     option (to summation order), for every kind, recompute module list and expert option."""
     from dataclasses import replace
 
-    from paraplan.search.blocks import _costing_experts, expert_computes
+    from paraplan.search.expert_floors import costing_experts, expert_computes
     from paraplan.search.table import layer_shape_of
     from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, block_compute, model_block_kinds
 
@@ -367,7 +367,7 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     model, system = problem.model, problem.system
     checked = 0
     for tp, cp, mb in ((1, 1, 1), (2, 2, 3), (4, 1, 2)):
-        experts = _costing_experts(problem, tp)
+        experts = costing_experts(problem, tp)
         assert len(experts) > 1
         for modules in ((), ("core_attn",), ("moe_act", "layernorm"), ("mlp",)):
             shape = layer_shape_of(problem, tp, cp, mb, tp > 1, "1d", 0, experts[0], modules)
@@ -417,13 +417,13 @@ def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
 
 @pytest.mark.parametrize("model_name", ["deepseek-v3", "mixtral-8x7b"])
 def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
-    """search.blocks._DispatchFloors gives, per expert option, the least exposed dispatch + combine that a row of
+    """search.expert_floors.DispatchFloors gives, per expert option, the least exposed dispatch + combine that a row of
     that (ep, etp) can have: schedule.step.expert_exposure on the row's own costing (stages.block_cost_facts), over
     every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
     from dataclasses import replace
 
     from paraplan.schedule.step import expert_exposure
-    from paraplan.search.blocks import _costing_experts, _DispatchFloors, expert_computes
+    from paraplan.search.expert_floors import DispatchFloors, costing_experts, expert_computes
     from paraplan.search.table import layer_shape_of
     from paraplan.stages import block_cost_facts, plan_spans
     from paraplan.specs.plan import PlanSpec
@@ -432,10 +432,10 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
                             seq_length=4096, global_batch=256)
     model, system = problem.model, problem.system
     spans = plan_spans(PlanSpec(gpus=64, seq_length=4096, tp=2, pp=1, dp=32, micro_batch=1, global_batch=256), system)
-    experts = _costing_experts(problem, 2)
+    experts = costing_experts(problem, 2)
     shape = layer_shape_of(problem, 2, 1, 2, True, "1d", 0, experts[0])
     computes = expert_computes(model, system, "moe_layer", shape, experts)
-    dispatch = _DispatchFloors(problem)
+    dispatch = DispatchFloors(problem)
     floors = [dispatch(shape, x, compute) for x, compute in zip(experts, computes)]
     checked = 0
     for x, floor in zip(experts, floors):
@@ -453,11 +453,11 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
 @pytest.mark.parametrize("model_name", ["deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b",
                                         "mixtral-8x22b", "gpt-oss-120b", "grok-1"])
 def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
-    """search.blocks._least_memory_expert (the least ep and etp) keeps, in every block kind and recompute mode,
+    """search.expert_floors.least_memory_expert (the least ep and etp) keeps, in every block kind and recompute mode,
     the least activation bytes and held bytes over every expert option (search.blocks.memory_floors reads only
     it), for learned and forced balance, dropless and capacity-bound, bf16 and fp8; and the options do differ
     in what they keep (the test can fail)."""
-    from paraplan.search.blocks import _costing_experts, _least_memory_expert
+    from paraplan.search.expert_floors import costing_experts, least_memory_expert
     from paraplan.search.table import layer_shape_of
     from paraplan.stages import default_recompute_modules, kind_memory_facts, model_block_kinds
 
@@ -467,8 +467,8 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
                                 global_batch=512, dtype=dtype, moe_balance=balance, capacity_factor=capacity)
         model = problem.model
         for tp, cp, mb in ((1, 1, 1), (2, 2, 3), (4, 1, 2), (8, 1, 1)):
-            options = _costing_experts(problem, tp)
-            least = _least_memory_expert(problem, tp)
+            options = costing_experts(problem, tp)
+            least = least_memory_expert(problem, tp)
             assert least in options
             for recompute in ("none", "selective", "full"):
                 modules = default_recompute_modules(recompute)

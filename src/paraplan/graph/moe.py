@@ -122,7 +122,7 @@ def expert_knob_parts(model: ModelSpec, shape: LayerShape, expert: ExpertShape) 
 
 
 def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
-    """expert_knob_parts as one list (search.blocks costs the rest of the layer once: expert_computes)."""
+    """expert_knob_parts as one list (search.expert_floors costs the rest of the layer once: expert_computes)."""
     routed, trailing = expert_knob_parts(model, shape, expert)
     return routed + trailing
 
@@ -435,6 +435,13 @@ def mtp_memory_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float]
     acts, buffers = moe_layer_memory_bytes(model, shape, model.is_moe)
     tokens = shape.local_tokens
     return acts + shape.act_bytes * tokens * 3 * model.hidden + 4.0 * tokens * model.vocab / shape.tp, buffers
+
+
+def mtp_outer_ops(model: ModelSpec, shape: LayerShape) -> tuple[Op, ...]:
+    """The MTP module's ops around its Transformer block (moe_model_layer's ops at the same shape): mtp_block's ops are
+    the entry ops, the block's, then the output head's."""
+    entry, head = _mtp_entry_and_head(model, with_expert(shape, NO_EXPERT))
+    return (*entry, *head.ops)
 
 
 @lru_cache(maxsize=4096)

@@ -161,12 +161,7 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
     (moe_a2a_overlap: DeepEP / DualPipe / Megatron-LM's 1F1B A2A overlap run one micro-batch's
     dispatch and combine beside another micro-batch's compute; DeepSeek-V3 report §3.2.1) they
     hide behind the block's compute of the other direction and cost their price
-    (cost.comm.priced_exposure_s). Python floats take the same steps without numpy (the search's floors)."""
-    if not any(isinstance(x, np.ndarray) for x in (c.forward, c.backward, comm.ep_forward, comm.ep_backward, comm.ep_overlap)):
-        if not comm.ep_overlap:
-            return comm.ep_forward, comm.ep_backward
-        return (priced_exposure_s(comm.ep_forward, max(0.0, comm.ep_forward - c.backward), comm.ep_forward_price),
-                priced_exposure_s(comm.ep_backward, max(0.0, comm.ep_backward - c.forward), comm.ep_backward_price))
+    (cost.comm.priced_exposure_s)."""
     ep_f = np.where(comm.ep_overlap, priced_exposure_s(comm.ep_forward, np.maximum(0.0, comm.ep_forward - c.backward),
                                                         comm.ep_forward_price), comm.ep_forward)
     ep_b = np.where(comm.ep_overlap, priced_exposure_s(comm.ep_backward, np.maximum(0.0, comm.ep_backward - c.forward),

@@ -1,0 +1,228 @@
+"""The expert-parallel parts of the search's floors (search.blocks): each expert option's compute from one graph
+per block kind, the least exposed dispatch and combine of an option over its dispatchers and a2a-overlap switches,
+and the expert options the floors range over.
+
+A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe.expert_knob_ops lists read
+the expert knobs (ep, etp, capacity, balance), so an option's compute is the block's at the first option less that
+option's such ops, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
+(graph.moe.ops_expert_knobs), so an option's least EP terms come from its dispatch collectives alone. The costings
+are memoised on what they read (graph.moe.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
+tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import lru_cache
+from operator import attrgetter
+from typing import NamedTuple
+
+from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops
+from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
+from paraplan.graph.transformer import with_expert
+from paraplan.schedule.step import expert_exposure
+from paraplan.search.space import SearchProblem, _divisors
+from paraplan.stages import BLOCK_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, block_comm, block_compute
+
+
+def expert_computes(model, system, name: str, shape, experts) -> tuple:
+    """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, the graph built
+    once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
+    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the block's at the first
+    option less that option's such ops, plus its own (equal to the sum over its graph to a few ulps: SAFETY).
+    One entry when the kind holds none of those ops. Cached: the refinements of every span pair and both
+    levels ask again."""
+    first = with_expert(shape, experts[0])
+    return _expert_computes(model, system, name, first, tuple(experts))
+
+
+@lru_cache(maxsize=16384)
+def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
+    """expert_computes with the shape at the first expert option; a kind made of another kind's graph and ops around
+    it (BlockKind.parts: the MTP module) from that kind's computes plus those ops' (its sum in another order)."""
+    parts = BLOCK_KINDS[name].parts(model, first)
+    if parts is not None:
+        inner, around = parts
+        outer = _compute_fields(block_compute(LayerGraph(name, around, (), 0.0), system, first.dtype))
+        return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
+                     for c in _expert_computes(model, system, inner, first, experts))
+    graph = BLOCK_KINDS[name].graph(model, first)
+    knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
+    if not knob_names:
+        return (block_compute(graph, system, first.dtype),)
+    whole, owns = block_compute(graph, system, first.dtype), _knob_computes(model, system, first, experts)
+    rest = [w - m for w, m in zip(_compute_fields(whole), owns[0])]  # exact to a few ulps of the block's sum: SAFETY
+    return tuple(BlockCompute(*[max(0.0, r + o) for r, o in zip(rest, own)]) for own in owns)
+
+
+_compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
+
+
+def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
+    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe.expert_knob_ops lists for it
+    at the shape (marked for its recompute modules as the layer marks them), memoised on what those ops read
+    (graph.moe.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
+    micro-batch) routing as many tokens."""
+    key = (model, system, expert_knob_inputs(shape), experts, shape.recompute_modules)
+    found = _KNOB_COMPUTES.get(key)
+    if found is None:
+        found = []
+        for expert in experts:
+            knobs = with_expert(shape, expert)
+            ops = mark_recomputed(expert_knob_ops(model, knobs, expert), knobs.recompute_modules)
+            found.append(_compute_fields(block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, knobs.dtype)))
+        found = _remember(_KNOB_COMPUTES, key, tuple(found))
+    return found
+
+
+def _remember(memo: dict, key, value):
+    """memo[key] = value, the memo emptied first once it holds KNOB_MEMO_SIZE entries; the value."""
+    if len(memo) >= KNOB_MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+_KNOB_COMPUTES: dict = {}
+KNOB_MEMO_SIZE = 1 << 18
+_knob_computes.cache_clear = _KNOB_COMPUTES.clear  # as the lru caches (SEARCH_CACHES)
+
+
+class DispatchFloors:
+    """The least exposed dispatch and combine (schedule.step.expert_exposure, the EP parts of block_terms) of an
+    MoE layer at a shape, an expert option and a block compute, over the option's dispatchers and a2a-overlap
+    switches (SearchProblem.expert_switches); its EP collectives are the layer's dispatch_collectives, once
+    (_DispatchTable: an overlapped switch is evaluated only when its least exposure is below the best so far, so the
+    least is the same value). Memoised for one floors call: the shapes are keyed by identity."""
+
+    def __init__(self, problem: SearchProblem):
+        self.problem = problem
+        self.tables: dict[tuple, _DispatchTable] = {}
+        self.inputs: dict[int, tuple] = {}
+        self.exposures: dict[tuple, float] = {}
+
+    def table(self, shape, expert) -> _DispatchTable:
+        """The option's _DispatchTable at the shape."""
+        table = self.tables.get((id(shape), expert))
+        if table is None:
+            if id(shape) not in self.inputs:
+                self.inputs[id(shape)] = expert_knob_inputs(shape)
+            problem = self.problem
+            table = self.tables[(id(shape), expert)] = _dispatch_table(
+                problem.model, problem.system, shape, expert, problem.expert_switches(expert.ep, expert.etp), self.inputs[id(shape)])
+        return table
+
+    def __call__(self, shape, expert, compute) -> float:
+        """The least exposure over the option's switches with this compute (stages.BlockCompute)."""
+        table = self.table(shape, expert)
+        key = (id(table), compute.forward, compute.backward)  # the recompute modes and TP overlap share a compute
+        best = self.exposures.get(key)
+        if best is None:
+            best = table.exposed
+            for least, comm in table.overlapped:
+                if least >= best:
+                    break
+                forward, backward = expert_exposure(compute, comm)
+                best = min(best, forward + backward)
+            self.exposures[key] = best
+        return best
+
+
+def least_with(totals, extra) -> float:
+    """min over j of totals[j] + extra(j), for extra(j) >= 0, evaluating extra(j) only while totals[j] (ascending) is
+    below the least so far: the same value, with fewer dispatch costings (extra: DispatchFloors)."""
+    best = math.inf
+    for j in sorted(range(len(totals)), key=totals.__getitem__):
+        if totals[j] >= best:
+            break
+        best = min(best, totals[j] + extra(j))
+    return best
+
+
+class _EpComm(NamedTuple):
+    """The EP fields of a stages.BlockComm (what schedule.step.expert_exposure reads)."""
+
+    ep_forward: float
+    ep_backward: float
+    ep_forward_price: float
+    ep_backward_price: float
+    ep_overlap: float
+
+
+class _DispatchTable(NamedTuple):
+    """An expert option's dispatch/combine over its switches: the least exposure of the switches without a2a
+    overlap (exposed whole: it reads no compute), and each overlapped switch after the least exposure it can
+    take, ascending: expert_exposure gives it priced_exposure_s per direction, linear in the exposed part
+    between 0 (its price) and the whole transfer, so at least min(price, transfer) per direction."""
+
+    exposed: float
+    overlapped: tuple[tuple[float, _EpComm], ...]
+
+    @property
+    def least(self) -> float:
+        """The least exposure of any switch at any compute."""
+        return min(self.exposed, self.overlapped[0][0]) if self.overlapped else self.exposed
+
+
+def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple) -> _DispatchTable:
+    """The _DispatchTable of stages.block_comm over the MoE layer's dispatch collectives at the shape with
+    ``expert``'s degrees (the same collectives, in the same order, as its graph's), per (dispatcher, overlap)
+    switch; memoised on what they read of the shape (``inputs``: graph.moe.expert_knob_inputs, a superset)."""
+    key = (model, system, inputs, expert, switches)
+    found = _DISPATCH_TABLES.get(key)
+    if found is None:
+        comms = _dispatch_comms_of(model, system, with_expert(shape, expert), switches)
+        exposed = min((c.ep_forward + c.ep_backward for c in comms if not c.ep_overlap), default=math.inf)
+        overlapped = sorted(((min(c.ep_forward_price, c.ep_forward) + min(c.ep_backward_price, c.ep_backward), c)
+                             for c in comms if c.ep_overlap), key=lambda item: item[0])
+        found = _remember(_DISPATCH_TABLES, key, _DispatchTable(exposed, tuple(overlapped)))
+    return found
+
+
+_DISPATCH_TABLES: dict = {}
+_dispatch_table.cache_clear = _DISPATCH_TABLES.clear
+
+
+def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple[_EpComm, ...]:
+    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives."""
+    out = []
+    for dispatcher, overlap in switches:
+        knobs = replace(shape, expert=replace(shape.expert, dispatcher=dispatcher, a2a_overlap=overlap))
+        collectives = tuple(dispatch_collectives(model, knobs, knobs.expert))
+        comm = block_comm.__wrapped__(LayerGraph("dispatch", (), collectives, 0.0), system, NO_SPAN, NO_SPAN, model, knobs)
+        out.append(_EpComm(*(getattr(comm, name) for name in _EpComm._fields)))
+    return tuple(out)
+
+
+def least_memory_expert(problem: SearchProblem, tp: int) -> ExpertShape:
+    """The expert option of costing_experts with the least ep and the least etp: the one whose layers keep the
+    fewest activation bytes. graph.moe.moe_mlp_activation_bytes keeps, per routed row (R = T·k·etp·load,
+    graph.moe.routed_rows), gin·h + score bytes and p·f/etp + f/etp elements: T·k·load·(etp·(gin·h + score)
+    + F·(ab·p + gin)) grows with etp, and load (cost.moe.routed_load_factor: constant, or
+    expected_max_load_factor over T·k·ep choices in ep bins) does not fall with ep; nothing else a kind keeps
+    reads them (tests/search/test_moe_search.py checks it against every option)."""
+    options = costing_experts(problem, tp)
+    return min(options, key=lambda expert: (expert.ep, expert.etp))
+
+
+def expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
+    """Every (ep, etp) the expert axes allow for this tp, before the rules that read dp."""
+    if not problem.model.is_moe:
+        return [(1, 1)]
+    eps = problem.ep or tuple(_divisors(problem.model.experts))
+    etps = problem.etp or tuple(sorted({1, tp}))
+    return [(ep, etp) for ep in eps for etp in etps]
+
+
+def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
+    """One ExpertShape per (ep, etp) of expert_pairs, with the alltoall dispatcher and no a2a overlap: the costing
+    that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs). Memoised."""
+    memo = problem._memo.setdefault("costing_experts", {})
+    if tp not in memo:
+        memo[tp] = tuple(ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+                         for ep, etp in expert_pairs(problem, tp))
+    return memo[tp]
+
+
+EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table)  # what a cold search starts without
