@@ -48,8 +48,7 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
         return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
                      for c in _expert_computes(model, system, inner, first, experts))
     graph = BLOCK_KINDS[name].graph(model, first)
-    knob_names = {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}
-    if not knob_names:
+    if not graph.ops or not {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
         return (block_compute(graph, system, first.dtype),)
     whole, owns = block_compute(graph, system, first.dtype), _knob_computes(model, system, first, experts)
     rest = [w - m for w, m in zip(_compute_fields(whole), owns[0])]  # exact to a few ulps of the block's sum: SAFETY
