@@ -24,9 +24,11 @@ the layer split of the schedule option (specs.split, stages.layer_mix, the same 
 backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
 share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
 m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
-block's bound is the least over its schedule options. ``refined_bound`` raises it per recompute mode
-with the exposed TP / CP communication and recomputation and with memory (module doc of search.run:
-refined when the block reaches the front of the queue).
+block's bound is the least over its schedule options. ``refined_bound`` raises it per recompute mode,
+first with memory alone (``memory_floors``: the recomputation a block's activations force), then with the
+exposed TP / CP communication and recomputation of the expert-free kinds, then of every kind (module doc
+of search.run: refined when the block reaches the front of the queue). The expert-parallel parts of the
+floors (each expert option's compute and least dispatch/combine) are search.expert_floors'.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
     superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
     a2a-overlap switch, nor the recompute mode (selective recompute marks ops, it does not change them);
-    an MoE kind adds each option's least exposed dispatch and combine at any compute (_DispatchTable.least;
-    ρ stays the backward-GEMM share of compute alone, which a larger work only lowers).
+    an MoE kind adds each option's least exposed dispatch and combine at any compute (DispatchFloors.table's
+    least), costed only for the options whose compute alone is below the least so far (least_with; ρ stays the
+    backward-GEMM share of compute alone, which a larger work only lowers).
     A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
     its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
     option's total is the rest of the block plus those ops' times (the same sum in another order)."""
@@ -282,23 +285,20 @@ def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, fl
 
     model = problem.model
     shaped = moe_shaped(model)
-    experts = (least_memory_expert(problem, tp),) if shaped else (ExpertShape(),)
+    expert = least_memory_expert(problem, tp) if shaped else ExpertShape()
     kinds = model_block_kinds(model)
     work: dict[str, dict] = {}
     kept: dict[str, dict] = {}
     held: dict[str, dict] = {}
     for sp, recompute, layout, rows in dict.fromkeys((sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)):
         modules = default_recompute_modules(recompute) if shaped else ()
+        shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
         least_kept = kept.setdefault(recompute, dict.fromkeys(kinds, math.inf))
         least_held = held.setdefault(recompute, dict.fromkeys(kinds, math.inf))
-        for i, expert in enumerate(experts):
-            shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
-            for name in kinds:
-                if i and name in EXPERT_FREE_KINDS:
-                    continue
-                facts = kind_memory_facts(model, shape, name, recompute)
-                least_kept[name] = min(least_kept[name], facts.activation_bytes)
-                least_held[name] = min(least_held[name], facts.held_bytes)
+        for name in kinds:
+            facts = kind_memory_facts(model, shape, name, recompute)
+            least_kept[name] = min(least_kept[name], facts.activation_bytes)
+            least_held[name] = min(least_held[name], facts.held_bytes)
         full = RECOMPUTE_CODES[recompute] == 2
         work[recompute] = {name: floors.work[name] + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
                            for name in kinds}
