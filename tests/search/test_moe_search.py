@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate
@@ -482,3 +483,26 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
                         assert mine.held_bytes == min(f.held_bytes for f in every), (name, recompute, tp)
                         differs += len({f.activation_bytes for f in every}) > 1
     assert differs
+
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 1e3), st.floats(0.0, 1e3)), min_size=1, max_size=30))
+def test_least_with_is_the_least_sum_and_skips_what_cannot_win(pairs):
+    """search.expert_floors.least_with(totals, extra) is min_j totals[j] + extra(j) for extras >= 0 (the same value,
+    the same bits), evaluating extra(j) only for an entry whose total alone is below the least so far."""
+    from paraplan.search.expert_floors import least_with
+
+    totals = [t for t, _ in pairs]
+    asked = []
+
+    def extra(j):
+        asked.append(j)
+        return pairs[j][1]
+
+    best = least_with(totals, extra)
+    assert best == min(t + e for t, e in pairs)
+    so_far = float("inf")
+    for j in asked:  # each evaluated entry could still have been the least when it was evaluated
+        assert totals[j] < so_far
+        so_far = min(so_far, totals[j] + pairs[j][1])
+    assert all(totals[j] >= best for j in range(len(pairs)) if j not in asked)  # the skipped could not win
