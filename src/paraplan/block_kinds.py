@@ -12,7 +12,15 @@ from functools import lru_cache
 
 from paraplan.cost import memory as mem
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
-from paraplan.graph.moe import moe_layer_memory_bytes, moe_model_layer, moe_shaped, mtp_block, mtp_memory_bytes, mtp_outer_ops
+from paraplan.graph.moe import (
+    expert_free_ops,
+    moe_layer_memory_bytes,
+    moe_model_layer,
+    moe_shaped,
+    mtp_block,
+    mtp_memory_bytes,
+    mtp_outer_ops,
+)
 from paraplan.graph.ops import LayerGraph
 from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
 from paraplan.specs.model import ModelSpec
@@ -30,6 +38,8 @@ class BlockKind:
     gradient_group: str = "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
     # when its graph is another kind's at the same shape plus ops around it: (that kind, those ops), else None
     parts: Callable[[ModelSpec, LayerShape], tuple[str, tuple] | None] = lambda model, shape: None
+    # when its ops are these plus graph.moe.expert_knob_parts' (an MoE layer): those that read no expert knob, else None
+    expert_free_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
 
 
 def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
@@ -136,7 +146,8 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
     # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
     # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
     "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_memory_bytes(False)), True),
-    "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_memory_bytes(True)), True),
+    "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_memory_bytes(True)), True,
+                           expert_free_ops=lambda m, s: expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None),
     "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert"),
     "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True,
                      parts=_mtp_parts),

@@ -348,6 +348,12 @@ def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
 _shared_expert_free_parts = lru_cache(maxsize=4096)(_expert_free_parts)
 
 
+def expert_free_ops(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple[Op, ...]:
+    """The ops of moe_model_layer's layer that read no expert knob (its ops less expert_knob_parts'), in order."""
+    before, after, _, _ = _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe)
+    return (*before, *after)
+
+
 def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> MoELayerGraph:
     """A layer's graph from its _expert_free_parts and the shape's expert knobs: the routed experts' ops between the
     two op parts, the dispatch / combine between the two collective parts, as build_moe_model_layer lists them."""

@@ -212,12 +212,16 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
         # reads the compute (stages.with_summa_exposure): costed option by option then
         split = {name: expert_computes(model, system, name, shapes[0], experts) for name in first
                  if name not in EXPERT_FREE_KINDS and layout != "2d" and len(experts) > 1}
+        least_memory = None
         for i, shape in enumerate(shapes):
             if i == 0:
                 facts_i = first
-            elif split:  # the first option's costs stand for the rest but the split kinds'; memory per option
-                memory_i = block_memory_facts(model, shape, recompute)
-                facts_i = {name: (first[name][0], memory_i[name]) for name in split}
+            elif split:  # the first option's costs stand for the rest but the split kinds'; of the options' memory only
+                # the least is read, and the least-memory option keeps it (least_memory_expert)
+                if least_memory is None:
+                    least_memory = block_memory_facts(model, layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0,
+                                                                            least_memory_expert(problem, tp), modules), recompute)
+                facts_i = {name: (first[name][0], least_memory[name]) for name in split}
             else:
                 facts_i = _kind_facts(model, system, shape, pair, recompute, expert_kinds)
             for name, (cost, activations) in facts_i.items():

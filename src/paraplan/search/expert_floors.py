@@ -23,7 +23,7 @@ from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.graph.transformer import with_expert
 from paraplan.schedule.step import expert_exposure
 from paraplan.search.space import SearchProblem, _divisors
-from paraplan.stages import BLOCK_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, block_comm, block_compute
+from paraplan.stages import BLOCK_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, _comm_with_overlap, block_comm, block_compute
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -47,6 +47,10 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
         outer = _compute_fields(block_compute(LayerGraph(name, around, (), 0.0), system, first.dtype))
         return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
                      for c in _expert_computes(model, system, inner, first, experts))
+    free = BLOCK_KINDS[name].expert_free_ops(model, first)
+    if free is not None:  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
+        rest = _compute_fields(block_compute(LayerGraph(name, free, (), 0.0), system, first.dtype))
+        return tuple(BlockCompute(*[r + o for r, o in zip(rest, own)]) for own in _knob_computes(model, system, first, experts))
     graph = BLOCK_KINDS[name].graph(model, first)
     if not graph.ops or not {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
         return (block_compute(graph, system, first.dtype),)
@@ -184,12 +188,18 @@ _dispatch_table.cache_clear = _DISPATCH_TABLES.clear
 
 
 def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple[_EpComm, ...]:
-    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives."""
+    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives,
+    costed once per dispatcher without a2a overlap and the switch set on it as stages.block_cost_facts sets it
+    (block_comm records the switch only as ``ep_overlap``: stages._comm_with_overlap)."""
+    costed: dict[str, object] = {}
     out = []
     for dispatcher, overlap in switches:
-        knobs = replace(shape, expert=replace(shape.expert, dispatcher=dispatcher, a2a_overlap=overlap))
-        collectives = tuple(dispatch_collectives(model, knobs, knobs.expert))
-        comm = block_comm.__wrapped__(LayerGraph("dispatch", (), collectives, 0.0), system, NO_SPAN, NO_SPAN, model, knobs)
+        if dispatcher not in costed:
+            knobs = replace(shape, expert=replace(shape.expert, dispatcher=dispatcher, a2a_overlap=False))
+            collectives = tuple(dispatch_collectives(model, knobs, knobs.expert))
+            costed[dispatcher] = block_comm.__wrapped__(LayerGraph("dispatch", (), collectives, 0.0), system, NO_SPAN, NO_SPAN,
+                                                        model, knobs)
+        comm = _comm_with_overlap(costed[dispatcher], float(overlap))
         out.append(_EpComm(*(getattr(comm, name) for name in _EpComm._fields)))
     return tuple(out)
 
