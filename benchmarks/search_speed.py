@@ -1,6 +1,6 @@
 """Plan-search speed on the issue's three production-sized problems (single process).
 
-Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted]
+Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted] [--workers N]
 Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
 candidates per second (space size / seconds), and the best plan.
 ``--unrestricted`` adds DeepSeek-V3 on 2,048 H800s over every axis (22 M rows, searched block by
@@ -43,6 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
+    parser.add_argument("--workers", type=int, default=1, help="search(workers=...): processes for the block bounds")
     parser.add_argument("--unrestricted", action="store_true",
                         help="add DeepSeek-V3 over every axis (~8 s; run once whatever --repeat says)")
     args = parser.parse_args()
@@ -58,7 +59,7 @@ def main() -> None:
             for cached in COLD_CACHES + SEARCH_CACHES:
                 cached.cache_clear()  # every run starts cold
             start = time.perf_counter()
-            result = search(problem, top_k=10)
+            result = search(problem, top_k=10, workers=args.workers)
             best_seconds = min(best_seconds, time.perf_counter() - start)
         best = result.plans[0] if result.plans else None
         rows.append((

@@ -506,3 +506,27 @@ def test_least_with_is_the_least_sum_and_skips_what_cannot_win(pairs):
         assert totals[j] < so_far
         so_far = min(so_far, totals[j] + pairs[j][1])
     assert all(totals[j] >= best for j in range(len(pairs)) if j not in asked)  # the skipped could not win
+
+
+def test_block_bounds_in_processes_equal_one_process(monkeypatch):
+    """``workers`` > 1 computes a block search's first bounds (search.blocks.parallel_layer_floors, the
+    (tp, cp, micro-batch) dealt round robin to processes): the same floors, so the same plans, objectives and
+    rows visited as in one process."""
+    from paraplan.search import blocks as block_module
+
+    problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
+    one = search(problem, top_k=10, blocks=True)
+    calls = []
+
+    def spy(problem, keys, workers):
+        calls.append((len(keys), workers))
+        floors = block_module.parallel_layer_floors(problem, keys, workers)
+        assert floors == {key: block_module.layer_floors(problem, *key) for key in keys}
+        return floors
+
+    monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
+    monkeypatch.setattr(run, "parallel_layer_floors", spy)
+    two = search(problem, top_k=10, blocks=True, workers=2)
+    assert calls and calls[0][0] > 2 and calls[0][1] == 2
+    assert [(r.key, r.objective) for r in two.plans] == [(r.key, r.objective) for r in one.plans]
+    assert (two.evaluated, two.rows_evaluated) == (one.evaluated, one.rows_evaluated)

@@ -105,7 +105,7 @@ def search(
         typer.Option("--csv-all", help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
                                        "of rows (the count is printed)"),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="processes for --exhaustive")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="processes for --exhaustive, and for the first bounds of a block-by-block search")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     width: WidthOption = None,
     cluster: Annotated[

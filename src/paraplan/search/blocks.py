@@ -161,6 +161,25 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     return LayerFloors(work, rho, forward)
 
 
+def parallel_layer_floors(problem: SearchProblem, keys: list[tuple], workers: int) -> dict[tuple, LayerFloors]:
+    """layer_floors of each (tp, cp, micro-batch) key in ``workers`` processes, the keys dealt round robin: the same
+    values as in one process (pure functions of the problem and the key)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks = [keys[w::workers] for w in range(workers)]
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(_layer_floors_part, problem, chunk) for chunk in chunks]
+        return {key: floors for chunk, future in zip(chunks, futures) for key, floors in zip(chunk, future.result())}
+
+
+def _layer_floors_part(problem: SearchProblem, keys: list[tuple]) -> list[LayerFloors]:
+    """layer_floors of each key, in a worker process (cyclic GC off, as search.run keeps it during a search)."""
+    import gc
+
+    gc.disable()
+    return [layer_floors(problem, *key) for key in keys]
+
+
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
     """The distinct (tp span, cp span) of the block's placements: the spans its layer costings read."""
     spans = problem.placements(block.tp, block.pp, block.cp, block.dp)

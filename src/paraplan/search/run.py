@@ -33,7 +33,14 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
 from paraplan.search import ranking
-from paraplan.search.blocks import block_step_floor, layer_floors, refined_bound, refinements, rows_per_micro_batch
+from paraplan.search.blocks import (
+    block_step_floor,
+    layer_floors,
+    parallel_layer_floors,
+    refined_bound,
+    refinements,
+    rows_per_micro_batch,
+)
 from paraplan.search.blocks import blocks as space_blocks
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
@@ -152,7 +159,8 @@ def search(
     bounds" and "blocks" (blocks visited in bound order) instead.
     ``blocks`` searches block by block (``_search_blocks``, search.blocks); None: when the space has
     more than BLOCK_ROWS rows (never with ``collect_all`` or ``feasible_sink``).
-    The fast path runs in one process (``workers`` is accepted for interface symmetry)."""
+    ``workers`` > 1 computes a block-by-block search's first bounds (search.blocks.layer_floors of every
+    (tp, cp, micro-batch)) in that many processes; the rest of the fast path runs in one process."""
     problem.check()
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
         from paraplan.search.robust import robust_search
@@ -160,14 +168,15 @@ def search(
         return robust_search(problem, top_k, search, collect_all=collect_all, progress=progress, workers=workers,
                              feasible_sink=feasible_sink)
     with _cyclic_gc_paused():
-        return _search(problem, top_k, collect_all, progress, feasible_sink, blocks)
+        return _search(problem, top_k, collect_all, progress, feasible_sink, blocks, workers)
 
 
-def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, feasible_sink, blocks: bool | None) -> SearchResult:
+def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, feasible_sink, blocks: bool | None,
+            workers: int = 1) -> SearchResult:
     """``search`` after the objective's dispatch: block by block, or one row table (module doc)."""
     start = time.perf_counter()
     if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _too_large(problem)):
-        return _search_blocks(problem, top_k, progress, start)
+        return _search_blocks(problem, top_k, progress, start, workers)
     table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
     options = _GridIndex(problem, table)
     space = int(options.lengths.sum())
@@ -264,6 +273,9 @@ def _cyclic_gc_paused():
     try:
         yield
     finally:
+        if not gc.get_freeze_count():  # what the search allocated joins the oldest generation, uncollected (a
+            gc.freeze()  # young-generation pass over its millions of cached objects took 0.4 s of the DeepSeek-V3
+            gc.unfreeze()  # search); skipped when the caller keeps objects frozen (unfreeze would release them)
         if was_enabled:
             gc.enable()
 
@@ -271,6 +283,9 @@ def _cyclic_gc_paused():
 # spaces with more rows than this are searched block by block (search.blocks): one row table of the
 # whole space would not fit in memory (DeepSeek-V3 on 2,048 GPUs: 22 M rows)
 BLOCK_ROWS = 1_000_000
+# with more (tp, cp, micro-batch) than this, ``workers`` > 1 computes the first block bounds in processes (each
+# ~1.5 ms on DeepSeek-V3: below a few hundred, starting the processes costs more than it saves)
+PARALLEL_KEYS = 256
 
 
 def _too_large(problem: SearchProblem) -> bool:
@@ -283,7 +298,7 @@ def _too_large(problem: SearchProblem) -> bool:
     return False
 
 
-def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -> SearchResult:
+def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, workers: int = 1) -> SearchResult:
     """``search`` block by block (search.blocks): blocks visited best bound first, each one's row
     table built only when its bound can still enter the top K, its rows scanned with the running
     threshold; row numbers are the canonical ones (block offset + row of the block), so ties break
@@ -293,10 +308,11 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     parts = space_blocks(problem)
-    floors: dict[tuple, object] = {}
     bounds = np.empty(len(parts))
     if progress is not None:
         progress(0, len(parts), "block bounds")
+    keys = list(dict.fromkeys((b.tp, b.cp, b.micro_batch) for b in parts))
+    floors = parallel_layer_floors(problem, keys, workers) if workers > 1 and len(keys) >= PARALLEL_KEYS else {}
     for i, b in enumerate(parts):
         key = (b.tp, b.cp, b.micro_batch)
         if key not in floors:
@@ -308,9 +324,10 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float) -
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     rows_done = done = 0
-    # best bound first; a block's bound is refined (search.blocks.refined_bound: exposed TP / CP
-    # communication, recomputation, memory; the expert-free block kinds first) when it reaches the
-    # front, and the block goes back in line; a block whose last refinement reaches the front is searched
+    # best bound first; a block's bound is refined (search.blocks.refined_bound: the recomputation memory forces,
+    # then the exposed TP / CP communication and recomputation of the expert-free block kinds, then of every kind)
+    # when it reaches the front, and the block goes back in line; a block whose last refinement reaches the front
+    # is searched
     steps = refinements(problem)
     heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
