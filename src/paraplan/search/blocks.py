@@ -437,7 +437,7 @@ def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: Laye
 def _group_sums(problem: SearchProblem, pp: int, accounted: bool, per_kind: dict) -> list[tuple[int, int, float]]:
     """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
     the split of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
-    return [(index, count, sum(per_kind.get(name, 0.0) * n for name, n in blocks))
+    return [(index, count, sum([per_kind.get(name, 0.0) * n for name, n in blocks]))
             for index, count, blocks in _group_blocks(problem, pp, accounted)]
 
 
