@@ -530,3 +530,4 @@ def test_block_bounds_in_processes_equal_one_process(monkeypatch):
     assert calls and calls[0][0] > 2 and calls[0][1] == 2
     assert [(r.key, r.objective) for r in two.plans] == [(r.key, r.objective) for r in one.plans]
     assert (two.evaluated, two.rows_evaluated) == (one.evaluated, one.rows_evaluated)
+

@@ -264,3 +264,36 @@ def test_collapsed_knobs_never_beat_their_canonical_value(pp):
         a, b = _est(p, **canonical), _est(p, **dropped)
         assert b.step_time_s >= a.step_time_s * (1 - 1e-12), (dropped, a.step_time_s, b.step_time_s)
         assert b.peak_stage.peak_bytes >= a.peak_stage.peak_bytes * (1 - 1e-12), dropped
+
+
+def test_search_leaves_the_garbage_collector_as_it_found_it():
+    """search.run._cyclic_gc_paused turns the cyclic collector off during a search and back on after; what the
+    search allocated ends in the oldest generation (gc.freeze + gc.unfreeze) unless the caller keeps objects frozen,
+    whose frozen set it leaves alone; a caller that had the collector off keeps it off."""
+    import gc
+
+    from paraplan.search.run import _cyclic_gc_paused
+
+    assert gc.isenabled()
+    with _cyclic_gc_paused():
+        assert not gc.isenabled()
+        garbage = [[i] for i in range(1000)]
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and gc.get_count()[0] < 1000
+    del garbage
+    kept = [[i] for i in range(100)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _cyclic_gc_paused():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        with _cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    del kept
