@@ -3,8 +3,8 @@ per block kind, the least exposed dispatch and combine of an option over its dis
 and the expert options the floors range over.
 
 A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe.expert_knob_ops lists read
-the expert knobs (ep, etp, capacity, balance), so an option's compute is the block's at the first option less that
-option's such ops, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
+the expert knobs (ep, etp, capacity, balance), so an option's compute is the block's other ops' (an MoE layer's
+graph.moe.expert_free_ops; an MTP module's, its layer's plus the ops around it), costed once, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
 (graph.moe.ops_expert_knobs), so an option's least EP terms come from its dispatch collectives alone. The costings
 are memoised on what they read (graph.moe.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
 tokens.
@@ -27,12 +27,11 @@ from paraplan.stages import BLOCK_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, _com
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
-    """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, the graph built
+    """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, its other ops costed
     once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
-    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the block's at the first
-    option less that option's such ops, plus its own (equal to the sum over its graph to a few ulps: SAFETY).
-    One entry when the kind holds none of those ops. Cached: the refinements of every span pair and both
-    levels ask again."""
+    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
+    (the sum over its graph in another order, equal to a few ulps: SAFETY). One entry when the kind holds none of
+    those ops. Cached: the refinements of every span pair and level ask again."""
     first = with_expert(shape, experts[0])
     return _expert_computes(model, system, name, first, tuple(experts))
 
