@@ -531,3 +531,24 @@ def test_block_bounds_in_processes_equal_one_process(monkeypatch):
     assert [(r.key, r.objective) for r in two.plans] == [(r.key, r.objective) for r in one.plans]
     assert (two.evaluated, two.rows_evaluated) == (one.evaluated, one.rows_evaluated)
 
+
+
+def test_a_kind_holding_expert_ops_must_declare_the_rest(monkeypatch):
+    """search.expert_floors.expert_computes refuses a block kind whose graph holds ops that read the expert knobs but
+    that declares neither BlockKind.expert_free_ops nor BlockKind.parts: one compute for every option would not be
+    a floor of them."""
+    from dataclasses import replace
+
+    from paraplan.search import expert_floors
+    from paraplan.search.table import layer_shape_of
+    from paraplan.stages import BLOCK_KINDS
+
+    problem = mixtral_problem()
+    experts = expert_floors.costing_experts(problem, 2)
+    shape = layer_shape_of(problem, 2, 1, 1, True, "1d", 0, experts[0])
+    undeclared = replace(BLOCK_KINDS["moe_layer"], expert_free_ops=lambda model, shape: None)
+    monkeypatch.setitem(BLOCK_KINDS, "moe_layer", undeclared)
+    expert_floors.EXPERT_CACHES[0].cache_clear()
+    with pytest.raises(ValueError, match="moe_layer holds ops that read the expert knobs"):
+        expert_floors.expert_computes(problem.model, problem.system, "moe_layer", shape, experts)
+    expert_floors.EXPERT_CACHES[0].cache_clear()

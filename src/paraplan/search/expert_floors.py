@@ -31,7 +31,8 @@ def expert_computes(model, system, name: str, shape, experts) -> tuple:
     once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
     graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
     (the sum over its graph in another order, equal to a few ulps: SAFETY). One entry when the kind holds none of
-    those ops. Cached: the refinements of every span pair and level ask again."""
+    those ops; a kind that holds them declares the rest (BlockKind.expert_free_ops or parts). Cached: the refinements
+    of every span pair and level ask again."""
     first = with_expert(shape, experts[0])
     return _expert_computes(model, system, name, first, tuple(experts))
 
@@ -51,11 +52,10 @@ def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
         rest = _compute_fields(block_compute(LayerGraph(name, free, (), 0.0), system, first.dtype))
         return tuple(BlockCompute(*[r + o for r, o in zip(rest, own)]) for own in _knob_computes(model, system, first, experts))
     graph = BLOCK_KINDS[name].graph(model, first)
-    if not graph.ops or not {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
-        return (block_compute(graph, system, first.dtype),)
-    whole, owns = block_compute(graph, system, first.dtype), _knob_computes(model, system, first, experts)
-    rest = [w - m for w, m in zip(_compute_fields(whole), owns[0])]  # exact to a few ulps of the block's sum: SAFETY
-    return tuple(BlockCompute(*[max(0.0, r + o) for r, o in zip(rest, own)]) for own in owns)
+    if graph.ops and {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
+        raise ValueError(f"block kind {name} holds ops that read the expert knobs: it must declare them "
+                         "(BlockKind.expert_free_ops or BlockKind.parts) for the search's floors")
+    return (block_compute(graph, system, first.dtype),)  # reads no expert knob: one compute for every option
 
 
 _compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
