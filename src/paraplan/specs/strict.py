@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationInfo, WrapValidator, field_validator
 
+_NOT_NUMBERS = (bool, np.bool_, str, bytes)
+_BOOLEANS = (bool, np.bool_)
 _RULES = {
-    int: ("an integer", lambda v: not isinstance(v, (bool, np.bool_, str, bytes))),
-    float: ("a number", lambda v: not isinstance(v, (bool, np.bool_, str, bytes))),
-    bool: ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
+    int: ("an integer", lambda v: not isinstance(v, _NOT_NUMBERS)),
+    float: ("a number", lambda v: not isinstance(v, _NOT_NUMBERS)),
+    bool: ("true or false", lambda v: isinstance(v, _BOOLEANS)),
 }
 
 
@@ -60,6 +62,21 @@ def _field_kinds(cls: type[BaseModel], name: str) -> tuple[type, ...]:
     return () if _parses_itself(cls, name) else _scalar_kinds(cls.model_fields[name].annotation)
 
 
+def _field_check(cls: type[BaseModel], name: str):
+    """The one test of _RULES a field's values must pass (its kinds' rules agree: a number refuses the same types
+    for int and float), None when it has no scalar kind; memoised per model and field (the validator runs for
+    every field of every model built, e.g. every plan a --csv-all search lists)."""
+    key = (cls, name)
+    if key not in _CHECKS:
+        kinds = _field_kinds(cls, name)
+        rules = {_RULES[k][1] for k in kinds}
+        _CHECKS[key] = (rules.pop() if len(rules) == 1 else (lambda v: any(rule(v) for rule in rules))) if kinds else None
+    return _CHECKS[key]
+
+
+_CHECKS: dict = {}
+
+
 class InputModel(BaseModel):
     """A frozen input model with no unknown fields whose int, float and bool fields take only values of their kind."""
 
@@ -72,7 +89,9 @@ class InputModel(BaseModel):
         name = info.field_name
         if value is None or name is None:
             return value
-        kinds = _field_kinds(cls, name)
-        if kinds and not any(_RULES[k][1](value) for k in kinds):
-            raise ValueError(f"must be {' or '.join(_RULES[k][0] for k in kinds)}")
+        check = _CHECKS.get((cls, name), _field_check)
+        if check is _field_check:
+            check = _field_check(cls, name)
+        if check is not None and not check(value):
+            raise ValueError(f"must be {' or '.join(_RULES[k][0] for k in _field_kinds(cls, name))}")
         return value
