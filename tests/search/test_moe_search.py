@@ -294,17 +294,22 @@ def tiny_deepseek():
 
 
 def _least_step_per_block(problem):
-    """(blocks, {block index: least step time of its feasible candidates}) from the whole space."""
-    import bisect
-
+    """(blocks, {block index: least step time of its feasible candidates}) from the whole space: every feasible
+    candidate's columns (the search's ``feasible_sink``, one table, no bound), a block found by its factorization
+    and micro-batch."""
     from paraplan.search.blocks import blocks
 
     parts = blocks(problem)
-    offsets = [b.offset for b in parts]
+    index = {(b.tp, b.pp, b.cp, b.dp, b.micro_batch): i for i, b in enumerate(parts)}
     least: dict[int, float] = {}
-    for item in search(problem, top_k=10, collect_all=True).all_feasible:
-        i = bisect.bisect_right(offsets, item["row"]) - 1
-        least[i] = min(least.get(i, math.inf), item["step_time_s"])
+
+    def sink(columns):
+        keys = zip(*(columns[name].tolist() for name in ("tp", "pp", "cp", "dp", "micro_batch")))
+        for key, step in zip(keys, columns["step_time_s"].tolist()):
+            i = index[key]
+            least[i] = min(least.get(i, math.inf), step)
+
+    search(problem, top_k=10, feasible_sink=sink)
     return parts, least
 
 
