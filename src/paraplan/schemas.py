@@ -32,8 +32,6 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 class Measured(InputModel):
     """Published measurements of one run; memory per GPU on the first pipeline stage, in GiB."""
 
-    model_config = ConfigDict(extra="forbid")
-
     step_time_s: float | None = Field(None, gt=0, description="seconds per training step")
     weights_and_optimizer_gib: float | None = Field(None, gt=0, description="weights, gradients, optimizer state")
     activations_gib: float | None = Field(None, gt=0, description="activations kept for backward")

@@ -287,19 +287,6 @@ def without_a2a_overlap(expert: ExpertShape) -> ExpertShape:
     return replace(expert, a2a_overlap=False)
 
 
-def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool) -> list[Collective]:
-    """Collectives of one layer: the attention half's, then the MoE MLP's dispatch/combine and shared
-    experts' TP collectives, or the dense MLP's."""
-    coll = attention_half_collectives(model, shape)
-    if moe:
-        coll += dispatch_collectives(model, shape, shape.expert)
-        if model.shared_experts:
-            coll += mlp_tp_collectives(shape, model.hidden, "shared_expert")
-    else:
-        coll += mlp_tp_collectives(shape, model.hidden, "mlp")
-    return coll
-
-
 @lru_cache(maxsize=4096)
 def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
     """All ops of one layer of an MoE / MLA / windowed model (one micro-batch, one GPU): the attention
@@ -313,7 +300,8 @@ def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerG
     if base != shape.expert:
         graph = moe_model_layer(model, with_expert(shape, base), moe)
         if moe and shape.expert.dispatcher != base.dispatcher:
-            graph = replace(graph, collectives=tuple(_layer_collectives(model, shape, moe)))
+            parts = _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe)
+            graph = replace(graph, collectives=_layer_collectives(model, shape, moe, parts))
         return graph
     return _assemble_layer(model, shape, moe, _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe))
 
@@ -357,20 +345,27 @@ def expert_free_ops(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple[Op,
 def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> MoELayerGraph:
     """A layer's graph from its _expert_free_parts and the shape's expert knobs: the routed experts' ops between the
     two op parts, the dispatch / combine between the two collective parts, as build_moe_model_layer lists them."""
-    before, after, attention_coll, after_coll = parts
+    before, after, _, _ = parts
     expert, modules, t = shape.expert, shape.recompute_modules, shape.tp
     if moe:
         routed, trailing = expert_knob_parts(model, shape, expert)
     else:  # a dense layer's fp8 casts have no routed rows
         routed, trailing = [], ([fp8_cast_op(model, shape, 0.0, False)] if shape.dtype == "fp8" else [])
     ops = before + mark_recomputed(routed, modules) + after + mark_recomputed(trailing, modules)
-    coll = attention_coll + (tuple(dispatch_collectives(model, shape, expert)) if moe else ()) + after_coll
+    coll = _layer_collectives(model, shape, moe, parts)
     weights, experts = layer_weight_split(model, t, expert, moe)
     acts, buffers = moe_layer_memory_bytes(model, shape, moe)
     return MoELayerGraph(
         "moe_layer" if moe else "dense_layer", ops, coll, weights,
         expert_weight_params=experts, activation_bytes=acts, dispatch_buffer_bytes=buffers,
     )
+
+
+def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> tuple[Collective, ...]:
+    """Collectives of one layer from its _expert_free_parts: the attention half's, then the MoE MLP's dispatch/combine
+    at the shape's expert knobs, then the shared experts' TP collectives, or the dense MLP's."""
+    _, _, attention_coll, after_coll = parts
+    return attention_coll + (tuple(dispatch_collectives(model, shape, shape.expert)) if moe else ()) + after_coll
 
 
 def moe_layer_memory_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple[float, float]:

@@ -114,9 +114,14 @@ def _weight_gemms(graph: LayerGraph):
     m×k input times a k×n weight; a grouped GEMM holds batch such weights); the core-attention GEMMs multiply
     activations, not weights, and are left out."""
     for op in graph.ops:
-        if op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in _CORE_ATTENTION_OPS:
+        if _is_weight_gemm(op):
             batch, _, n, k = op.gemm_shape
             yield op, (int(batch) if op.kind == "grouped_gemm" else 1), float(n), float(k)
+
+
+def _is_weight_gemm(op: Op) -> bool:
+    """A GEMM that multiplies by a weight: every GEMM with a shape but the core-attention ones."""
+    return op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in _CORE_ATTENTION_OPS
 
 
 @lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph
@@ -147,7 +152,7 @@ def _walk_weights(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool
     embedding = [math.inf] * (2 if learned_positions else 1)
     for op in graph.ops:
         kind, name = op.kind, op.name
-        if kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and name not in _CORE_ATTENTION_OPS:
+        if _is_weight_gemm(op):
             batch, _, n, k = op.gemm_shape
             batch, n, k = (int(batch) if kind == "grouped_gemm" else 1), float(n), float(k)
             size = n * k * batch

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.strict import InputModel
@@ -37,8 +37,6 @@ PoolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0
 
 class PoolSpec(InputModel):
     """``nodes`` identical servers of one system; ``gpus`` may use fewer than all their GPUs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: PoolName
     system: SystemSpec
@@ -71,8 +69,6 @@ class PoolSpec(InputModel):
 class LinkSpec(InputModel):
     """The network between two pools, per GPU and direction (as ``NetworkSpec.nic_bandwidth``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     pools: tuple[PoolName, PoolName]
     bandwidth: BytesPerS
     latency: Seconds = 10e-6
@@ -80,8 +76,6 @@ class LinkSpec(InputModel):
 
 
 class ClusterSpec(InputModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     name: str = "custom"
     source: str = ""
     pools: tuple[PoolSpec, ...] = Field(min_length=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
 from paraplan.specs.strict import InputModel
@@ -21,8 +21,6 @@ from paraplan.specs.system import Bytes
 
 class FrameworkSpec(InputModel):
     """Implementation defaults of one framework; every field is documented with its source in the catalog file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     source: str = ""

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from paraplan.specs.strict import InputModel
 
 
 class LayerWidth(InputModel):
     """``count`` consecutive transformer layers whose widths differ from the model's (unset = the model's)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     count: int = Field(gt=0)
     hidden: int | None = Field(default=None, gt=0)
@@ -30,8 +28,6 @@ class ModelSpec(InputModel):
     al. 2020; Megatron-LM defaults), Llama-style (swiglu) models have none of them and use rotary
     positions (Touvron et al. 2023).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = "custom"
     source: str = ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
@@ -31,8 +31,6 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "shared_experts", "layernorm", "mla
 
 class MoEPlanFields(InputModel):
     """Mixture-of-experts knobs of a plan (defaults leave a dense plan unchanged)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     etp: int = Field(1, gt=0, description="expert tensor-parallel degree; ep·etp must divide tp·cp·dp")
     moe_dispatcher: Dispatcher = Field(

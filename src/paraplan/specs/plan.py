@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
@@ -34,8 +34,6 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     mixture-of-experts knobs (etp, moe_dispatcher, capacity_factor, moe_balance, moe_a2a_overlap,
     recompute_modules) come from specs.moe_plan.MoEPlanFields; ``ep`` is carved out of tp·cp·dp. The
     tensor-parallel layout (tp_layout, tp_rows, summa_panels) comes from specs.tp_layout.TPLayoutFields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpus: int = Field(gt=0)
     tp: int = Field(1, gt=0, description="tensor-parallel degree (Megatron 1D); must divide heads and kv_heads")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
@@ -45,8 +45,6 @@ StageRecompute = Literal["none", "selective", "full"]
 class DeviceSlice(InputModel):
     """``gpus`` GPUs of pool ``pool``; taken in order, after those the earlier stages took from it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     pool: PoolName
     gpus: int = Field(gt=0)
 
@@ -54,8 +52,6 @@ class DeviceSlice(InputModel):
 class StageSpec(InputModel):
     """One pipeline stage. Give ``layers`` (transformer layers; the input block goes to the first stage
     and the output block to the last) or ``blocks`` ([start, stop) into the model's block list)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     devices: tuple[DeviceSlice, ...] = Field(min_length=1)
     layers: int | None = Field(None, ge=0)
@@ -103,8 +99,6 @@ class StageSpec(InputModel):
 
 class StagePlanSpec(InputModel):
     """A whole non-uniform plan (module docstring)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     global_batch: int = Field(gt=0)
     seq_length: int = Field(gt=0)

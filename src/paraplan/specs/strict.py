@@ -78,7 +78,8 @@ _CHECKS: dict = {}
 
 
 class InputModel(BaseModel):
-    """A frozen input model with no unknown fields whose int, float and bool fields take only values of their kind."""
+    """A frozen input model with no unknown fields whose int, float and bool fields take only values of their kind
+    (the one model_config of every input model)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

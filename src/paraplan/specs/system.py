@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.strict import InputModel
@@ -35,8 +35,6 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 
 class EfficiencySpec(InputModel):
     """Achievable fractions of peak; each value in a catalog file carries its source or calibration."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
@@ -73,8 +71,6 @@ class EfficiencySpec(InputModel):
 
 
 class AcceleratorSpec(InputModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     name: str
     architecture: Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3"] | None = Field(
         None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
@@ -135,8 +131,6 @@ class AcceleratorSpec(InputModel):
 class NodeSpec(InputModel):
     """The scale-up domain: GPUs joined by NVLink/NVSwitch (or Infinity Fabric)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
@@ -151,8 +145,6 @@ class NodeSpec(InputModel):
 class NetworkSpec(InputModel):
     """The scale-out fabric between domains (InfiniBand / RoCE)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
     latency: Seconds = 10e-6
     efficiency: Fraction = Field(0.85, description="achieved fraction of nic_bandwidth by NCCL collectives")
@@ -164,8 +156,6 @@ class NetworkSpec(InputModel):
 
 
 class SystemSpec(InputModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     name: str = "custom"
     source: str = ""
     accelerator: AcceleratorSpec

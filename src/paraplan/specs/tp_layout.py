@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from paraplan.specs.errors import Violation
 from paraplan.specs.model import ModelSpec
@@ -40,8 +40,6 @@ TP_LAYOUTS: tuple[str, ...] = ("1d", "2d", "2d-seq")
 
 class TPLayoutFields(InputModel):
     """Tensor-parallel layout knobs of a plan (the defaults leave a 1D plan unchanged)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tp_layout: TPLayout = Field(
         "1d", description="1d (Megatron), 2d (SUMMA on a tp_rows × tp/tp_rows grid) or 2d-seq (heads over tp, "
