@@ -14,6 +14,8 @@ from paraplan.cost import memory as mem
 from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
 from paraplan.graph.moe import (
     expert_free_ops,
+    layer_core_ops,
+    layer_weight_split,
     moe_layer_memory_bytes,
     moe_model_layer,
     moe_shaped,
@@ -40,6 +42,9 @@ class BlockKind:
     parts: Callable[[ModelSpec, LayerShape], tuple[str, tuple] | None] = lambda model, shape: None
     # when its ops are these plus graph.moe.expert_knob_parts' (an MoE layer): those that read no expert knob, else None
     expert_free_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
+    # its ops that read the context-parallel split beyond the local tokens (core attention), when every other op of it
+    # is a function of graph.transformer.cp_free_key(shape) (search.expert_floors costs those once); None: undeclared
+    core_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
 
 
 def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
@@ -107,10 +112,11 @@ def _moe_kind_memory_bytes(moe: bool):
 
 def _experts_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """The routed experts of one MoE layer as a block of their own: no ops (their time is in the
-    moe_layer block), only the parameters the expert gradient group reduces."""
+    moe_layer block), only the parameters the expert gradient group reduces (graph.moe.layer_weight_split, the
+    split the MoE layer's graph records, without building that graph)."""
     if not model.is_moe:
         return EMPTY_BLOCK
-    return LayerGraph("experts", (), (), moe_model_layer(model, shape, True).expert_weight_params)
+    return LayerGraph("experts", (), (), layer_weight_split(model, shape.tp, shape.expert, True)[1])
 
 
 def _mtp_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
@@ -140,18 +146,39 @@ def _no_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[flo
     return 0.0, 0.0, 0.0
 
 
+def _no_core_ops(model: ModelSpec, shape: LayerShape) -> tuple:
+    """No core attention: the kind's ops read the local tokens only (embedding, routed experts)."""
+    return ()
+
+
+def _head_core_ops(model: ModelSpec, shape: LayerShape) -> tuple | None:
+    """No core attention in the LM head (its ops read the local tokens only); ViT's classifier reads the micro-batch
+    (one class token per image): undeclared."""
+    return None if model.is_vit else ()
+
+
+def _moe_kind_core_ops(moe: bool):
+    def core_ops(model: ModelSpec, shape: LayerShape) -> tuple:
+        """The layer's core attention (graph.moe.layer_core_ops); none when the kind is absent."""
+        return layer_core_ops(model, shape) if _moe_kind_present(model, moe) else ()
+
+    return core_ops
+
+
 BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
-    "embedding": BlockKind("embedding", _input_graph, _embedding_memory, False),
+    "embedding": BlockKind("embedding", _input_graph, _embedding_memory, False, core_ops=_no_core_ops),
     "decoder": BlockKind("decoder", _decoder_graph, _decoder_memory, True),
     # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
     # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
-    "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_memory_bytes(False)), True),
+    "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_memory_bytes(False)), True,
+                             core_ops=_moe_kind_core_ops(False)),
     "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_memory_bytes(True)), True,
-                           expert_free_ops=lambda m, s: expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None),
-    "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert"),
+                           expert_free_ops=lambda m, s: expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None,
+                           core_ops=_moe_kind_core_ops(True)),
+    "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert", core_ops=_no_core_ops),
     "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True,
                      parts=_mtp_parts),
-    "head": BlockKind("head", _output_graph, _head_memory, False),
+    "head": BlockKind("head", _output_graph, _head_memory, False, core_ops=_head_core_ops),
 }
 
 

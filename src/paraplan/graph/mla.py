@@ -77,7 +77,7 @@ def mla_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, wind
         # rotary on the a·d_r query part and the shared d_r key, and the concatenation of the
         # key's no-rope and rope parts into a·(d_n+d_r): read + write of those tensors
         _memory("mla_rotary_concat", 2 * ab * tokens * (a * dr / t + dr + a * qk / t)),
-        mla_core_attention(model, shape, window, window_share),
+        *core_attention_ops(model, shape, window, window_share),
     ]
     return ops
 
@@ -89,6 +89,17 @@ def gqa_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, wind
     ops = [_gemm("qkv_projection", 1, shape.local_tokens, (model.q_width + 2 * model.kv_width) / t, model.hidden)]
     if not model.learned_positions:
         ops.append(_memory("rotary_embedding", 2 * shape.act_bytes * shape.local_tokens * (model.q_width + model.kv_width) / t))
+    return ops + core_attention_ops(model, shape, window, window_share)
+
+
+def core_attention_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+    """The core attention of a layer, last in mla_ops / gqa_ops: MLA's fused attention (mla_core_attention), or
+    GQA's (graph.transformer.attention_ops) with the window's share of the score matrix for windowed layers. The only
+    ops of a layer that read the context-parallel split beyond the local tokens b·s/c (the queries per sequence and
+    the ring's diagonal chunks: graph.transformer.cp_free_key)."""
+    if model.is_mla:
+        return [mla_core_attention(model, shape, window, window_share)]
+    ops = []
     for op in attention_ops(model, shape):
         if op.kind == "attention" and window is not None:
             op = Op(op.name, op.kind, op.fwd_flops, op.fwd_bytes, op.bwd_flops, op.bwd_bytes, op.gemm_shape,

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.cost.moe import routed_load_factor
-from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops
+from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops, core_attention_ops
 from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
 from paraplan.specs.model import ModelSpec
@@ -270,6 +270,19 @@ def window_share(model: ModelSpec) -> float:
     return 1.0 if n == 0 else (n - 1) / n
 
 
+def layer_window(model: ModelSpec) -> tuple[int | None, float]:
+    """(window, share of windowed layers) of the attention of one layer block: a windowed model's block stands for
+    its window pattern (moe_model_layer)."""
+    return model.sliding_window, window_share(model)
+
+
+def layer_core_ops(model: ModelSpec, shape: LayerShape) -> tuple[Op, ...]:
+    """The core attention ops of one layer (graph.mla.core_attention_ops at layer_window), marked for the shape's
+    recompute modules as _expert_free_parts marks them: the ops of a dense or MoE layer that read the
+    context-parallel split beyond the local tokens (graph.transformer.cp_free_key)."""
+    return tuple(mark_recomputed(core_attention_ops(model, shape, *layer_window(model)), shape.recompute_modules))
+
+
 NO_EXPERT = ExpertShape()
 
 
@@ -316,7 +329,7 @@ def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
     routed experts: attention half, pre-MLP norm, router; ops after them: shared experts or the dense MLP, residual;
     the attention half's collectives; the shared experts' or dense MLP's TP collectives)."""
     h, ab, modules = model.hidden, shape.act_bytes, shape.recompute_modules
-    before = attention_half_ops(model, shape, model.sliding_window, window_share(model))
+    before = attention_half_ops(model, shape, *layer_window(model))
     before.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
     after, after_coll = [], []
     if moe:

@@ -94,6 +94,17 @@ def with_expert(shape: LayerShape, expert: ExpertShape) -> LayerShape:
     return shape if shape.expert == expert else replace(shape, expert=expert)
 
 
+def cp_free_key(shape: LayerShape) -> tuple:
+    """What a layer's ops other than its core attention (graph.mla.core_attention_ops) read of the shape: with the
+    K/V ring every GEMM, norm, router and expert op sees the local tokens b·s/c alone, so (cp, micro-batch) enter only
+    through them; the whole shape under Ulysses or a 2D layout (the heads they split and SUMMA's grid read cp).
+    Two shapes equal on it give the same other ops (tests/search/test_moe_search.py)."""
+    if shape.ulysses or shape.tp_layout != "1d":
+        return (shape,)
+    return (shape.tp, shape.local_tokens, shape.seq_length, shape.sequence_parallel, shape.attention, shape.dtype,
+            shape.expert, shape.recompute_modules, shape.cp_algorithm)
+
+
 def _gemm(name: str, batch: int, m: int, n: float, k: float, kind: str = "gemm") -> Op:
     """Dense GEMM: forward 2·m·n·k FLOPs; backward = dgrad + wgrad = 2× forward (Narayanan et al. 2021, §5.1)."""
     flops = 2.0 * batch * m * n * k

@@ -42,7 +42,7 @@ from paraplan.arrays import stack
 from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
-from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, costing_experts, expert_computes, least_memory_expert, least_with
+from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, costing_experts, expert_computes, kind_floor, least_memory_expert, least_with
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
@@ -147,17 +147,16 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     for key in knobs:
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
         for name in model_block_kinds(model):
-            if name in EXPERT_FREE_KINDS or not shaped:
-                computes = (block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype),)
-            else:
-                computes = expert_computes(model, system, name, shape, experts)
-            totals = [c.forward + c.backward for c in computes]
-            forward[name] = min(forward.get(name, math.inf), *(c.forward for c in computes))
-            rho = max(rho, *(c.gemm_backward / t for c, t in zip(computes, totals) if t > 0), 0.0)
-            if len(computes) == 1:
-                work[name] = min(work.get(name, math.inf), totals[0])
-            else:  # each option with its least dispatch at any compute; only options that can still be the least
-                work[name] = min(work.get(name, math.inf), least_with(totals, lambda i: dispatch.table(shape, experts[i]).least))
+            if shaped:  # the ops other than the core attention costed once per local-token count (kind_floor)
+                floor = kind_floor(problem, name, shape, experts, dispatch)
+                work[name] = min(work.get(name, math.inf), floor.work)
+                forward[name] = min(forward.get(name, math.inf), floor.forward)
+                rho = max(rho, floor.rho)
+                continue
+            c = block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype)
+            work[name] = min(work.get(name, math.inf), c.forward + c.backward)
+            forward[name] = min(forward.get(name, math.inf), c.forward)
+            rho = max(rho, c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0)
     return LayerFloors(work, rho, forward)
 
 

@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
-from paraplan.graph.transformer import with_expert
+from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.schedule.step import expert_exposure
 from paraplan.search.space import SearchProblem, _divisors
-from paraplan.stages import BLOCK_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, _comm_with_overlap, block_comm, block_compute
+from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, _comm_with_overlap, block_comm, block_compute
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -38,24 +38,98 @@ def expert_computes(model, system, name: str, shape, experts) -> tuple:
 
 
 @lru_cache(maxsize=16384)
-def _expert_computes(model, system, name: str, first, experts: tuple) -> tuple:
-    """expert_computes with the shape at the first expert option; a kind made of another kind's graph and ops around
-    it (BlockKind.parts: the MTP module) from that kind's computes plus those ops' (its sum in another order)."""
+def _expert_computes(model, system, name: str, first, experts: tuple, drop: tuple = ()) -> tuple:
+    """expert_computes with the shape at the first expert option, without the ops in ``drop`` (kind_floor: the core
+    attention); a kind made of another kind's graph and ops around it (BlockKind.parts: the MTP module) from that
+    kind's computes plus those ops' (its sum in another order)."""
     parts = BLOCK_KINDS[name].parts(model, first)
     if parts is not None:
         inner, around = parts
-        outer = _compute_fields(block_compute(LayerGraph(name, around, (), 0.0), system, first.dtype))
+        outer = _compute_fields(block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype))
         return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
-                     for c in _expert_computes(model, system, inner, first, experts))
+                     for c in _expert_computes(model, system, inner, first, experts, drop))
     free = BLOCK_KINDS[name].expert_free_ops(model, first)
     if free is not None:  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
-        rest = _compute_fields(block_compute(LayerGraph(name, free, (), 0.0), system, first.dtype))
+        rest = _compute_fields(block_compute(LayerGraph(name, _without(free, drop), (), 0.0), system, first.dtype))
         return tuple(BlockCompute(*[r + o for r, o in zip(rest, own)]) for own in _knob_computes(model, system, first, experts))
     graph = BLOCK_KINDS[name].graph(model, first)
-    if graph.ops and {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
+    if name not in EXPERT_FREE_KINDS and graph.ops and {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
         raise ValueError(f"block kind {name} holds ops that read the expert knobs: it must declare them "
                          "(BlockKind.expert_free_ops or BlockKind.parts) for the search's floors")
+    if drop:
+        graph = LayerGraph(name, _without(graph.ops, drop), (), 0.0)
     return (block_compute(graph, system, first.dtype),)  # reads no expert knob: one compute for every option
+
+
+def _without(ops, drop: tuple) -> tuple:
+    """The ops not in ``drop``, in order."""
+    return tuple(op for op in ops if op not in drop) if drop else tuple(ops)
+
+
+def kind_core_ops(model, name: str, shape) -> tuple | None:
+    """BlockKind.core_ops of the kind (through BlockKind.parts, the inner kind's: the ops around it read the local
+    tokens only); None when undeclared."""
+    parts = BLOCK_KINDS[name].parts(model, shape)
+    return kind_core_ops(model, parts[0], shape) if parts is not None else BLOCK_KINDS[name].core_ops(model, shape)
+
+
+class KindFloor(NamedTuple):
+    """One block kind's floors over the expert options at a shape (search.blocks.layer_floors): least work (compute,
+    and for an MoE kind its least dispatch and combine), least forward, largest backward-GEMM share of compute."""
+
+    work: float
+    forward: float
+    rho: float
+
+
+class _RestFloor(NamedTuple):
+    """A kind's floors without its core attention: per option (forward + backward, backward GEMM), the least work
+    with dispatch, the least forward."""
+
+    totals: tuple
+    gemm_backward: tuple
+    work: float
+    forward: float
+
+
+def kind_floor(problem: SearchProblem, name: str, shape, experts: tuple, dispatch: "DispatchFloors") -> KindFloor:
+    """KindFloor of block kind ``name`` at the shape: the kind's ops other than its core attention (kind_core_ops)
+    read graph.transformer.cp_free_key(shape) only, so their floors are costed once for every (cp, micro-batch) with
+    the same local tokens (_rest_floor) and the core attention's time is added to every option (the same sums in
+    another order: SAFETY); a kind without declared core ops is costed whole (expert_computes)."""
+    model, system = problem.model, problem.system
+    core = kind_core_ops(model, name, shape)
+    if core is None:
+        rest, extra = _rest_floor(problem, name, shape, experts, (), dispatch), (0.0,) * 6
+    else:
+        rest = _rest_floor(problem, name, shape, experts, core, dispatch)
+        extra = _compute_fields(block_compute(LayerGraph(name, core, (), 0.0), system, shape.dtype)) if core else (0.0,) * 6
+    added = extra[0] + extra[1]
+    rho = max([(g + extra[5]) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0], default=0.0)
+    return KindFloor(rest.work + added, rest.forward + extra[0], rho)
+
+
+def _rest_floor(problem: SearchProblem, name: str, shape, experts: tuple, core: tuple, dispatch: "DispatchFloors") -> _RestFloor:
+    """The _RestFloor of the kind at the shape without the ``core`` ops: each option's compute (expert_computes) with
+    its least dispatch at any compute for an MoE kind, costed only for the options whose compute alone is below the
+    least so far (least_with); memoised on cp_free_key when ``core`` is declared (else on the shape itself)."""
+    model, system = problem.model, problem.system
+    first = with_expert(shape, experts[0])
+    key = (model, system, name, cp_free_key(first) if core is not None else first, experts, dispatch.switches(experts))
+    found = _REST_FLOORS.get(key)
+    if found is None:
+        computes = _expert_computes(model, system, name, first, tuple(experts), tuple(core))
+        totals = tuple(c.forward + c.backward for c in computes)
+        if len(computes) == 1:
+            work = totals[0]
+        else:  # each option with its least dispatch at any compute; only options that can still be the least
+            work = least_with(totals, lambda i: dispatch.table(shape, experts[i]).least)
+        found = _remember(_REST_FLOORS, key, _RestFloor(totals, tuple(c.gemm_backward for c in computes), work,
+                                                        min(c.forward for c in computes)))
+    return found
+
+
+_REST_FLOORS: dict = {}
 
 
 _compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
@@ -103,6 +177,14 @@ class DispatchFloors:
         self.tables: dict[tuple, _DispatchTable] = {}
         self.inputs: dict[int, tuple] = {}
         self.exposures: dict[tuple, float] = {}
+        self.switch_sets: dict[tuple, tuple] = {}
+
+    def switches(self, experts: tuple) -> tuple:
+        """SearchProblem.expert_switches of each option (what the tables read of the problem beyond the shape)."""
+        found = self.switch_sets.get(experts)
+        if found is None:
+            found = self.switch_sets[experts] = tuple(self.problem.expert_switches(e.ep, e.etp) for e in experts)
+        return found
 
     def table(self, shape, expert) -> _DispatchTable:
         """The option's _DispatchTable at the shape."""
@@ -233,4 +315,5 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     return memo[tp]
 
 
-EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table)  # what a cold search starts without
+_rest_floor.cache_clear = _REST_FLOORS.clear  # as the lru caches (SEARCH_CACHES)
+EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table, _rest_floor)  # what a cold search starts without
