@@ -1,5 +1,5 @@
 """The search's layer floors cost a block kind's ops other than its core attention once per local-token count
-(search.expert_floors.kind_floor): BlockKind.core_ops must name exactly the ops that read the context-parallel
+(search.expert_floors.KindFloors): BlockKind.core_ops must name exactly the ops that read the context-parallel
 split beyond the local tokens (graph.transformer.cp_free_key), and the shared floors must equal the whole costing."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.graph.transformer import cp_free_key
-from paraplan.search.expert_floors import DispatchFloors, costing_experts, expert_computes, kind_core_ops, kind_floor, least_with
+from paraplan.search.expert_floors import DispatchFloors, KindFloors, costing_experts, expert_computes, kind_core_ops, least_with
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.stages import BLOCK_KINDS, model_block_kinds
@@ -86,12 +86,12 @@ def _whole_floor(problem: SearchProblem, name: str, shape, experts) -> tuple[flo
 
 @pytest.mark.parametrize("model_name, fields", [
     ("deepseek-v3", {}), ("deepseek-v3", {"dtype": "fp8"}), ("mixtral-8x7b", {}), ("gpt-oss-120b", {}),
-    ("qwen3-30b-a3b", {"cp_algorithm": "all-to-all"}),
+    ("qwen3-30b-a3b", {"cp_algorithm": "all-to-all"}), ("llama3-70b", {}), ("vit-large", {}),
 ])
 def test_shared_kind_floors_equal_the_whole_costing(model_name, fields):
-    """kind_floor (the shared ops once per local-token count, the core attention added) equals the floor from each
-    option's whole graph, to summation order, at every shape of the grid, in any order of the shapes; 2D layouts
-    and Ulysses fall back to the whole shape as the key."""
+    """KindFloors (the shared ops once per local-token count, the core attention added) equals the floor from each
+    option's whole graph, to summation order, at every shape of the grid, in any order of the shapes; 2D layouts,
+    Ulysses and kinds without declared core ops (a dense model's decoder, ViT's head) are keyed on the whole shape."""
     problem = _problem(model_name, **fields)
     model = problem.model
     checked = 0
@@ -101,9 +101,9 @@ def test_shared_kind_floors_equal_the_whole_costing(model_name, fields):
                 continue
             experts = costing_experts(problem, tp)
             shape = layer_shape_of(problem, tp, cp, mb, sp, layout, rows, experts[0])
-            dispatch = DispatchFloors(problem)
+            floors_of = KindFloors(problem, experts)
             for name in model_block_kinds(model):
-                got = kind_floor(problem, name, shape, experts, dispatch)
+                got = floors_of(name, shape)
                 want = _whole_floor(problem, name, shape, experts)
                 for a, b in zip(got, want):
                     assert a == pytest.approx(b, rel=1e-12, abs=1e-300), (name, tp, cp, mb, sp, layout)
@@ -114,17 +114,16 @@ def test_shared_kind_floors_equal_the_whole_costing(model_name, fields):
 def test_shared_kind_floors_are_reused_across_cp():
     """Two (cp, micro-batch) with the same local tokens cost the shared ops once (the memo grows by one entry per
     kind for the first, none for the second)."""
-    from paraplan.search import expert_floors
-
     problem = _problem("deepseek-v3")
     experts = costing_experts(problem, 2)
-    expert_floors._REST_FLOORS.clear()
-    dispatch = DispatchFloors(problem)
+    KindFloors.cache_clear()
+    floors_of = KindFloors(problem, experts)
     for cp, mb in ((1, 2), (2, 4), (4, 8)):
         shape = layer_shape_of(problem, 2, cp, mb, True, "1d", 0, experts[0])
         for name in model_block_kinds(problem.model):
-            kind_floor(problem, name, shape, experts, dispatch)
+            floors_of(name, shape)
         if cp == 1:
-            first = len(expert_floors._REST_FLOORS)
+            first = len(floors_of.rest)
     assert first == len(model_block_kinds(problem.model))
-    assert len(expert_floors._REST_FLOORS) == first
+    assert len(floors_of.rest) == first
+    assert KindFloors(problem, experts).rest is floors_of.rest  # shared by the next call with these options

@@ -42,7 +42,7 @@ from paraplan.arrays import stack
 from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
-from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, costing_experts, expert_computes, kind_floor, least_memory_expert, least_with
+from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, costing_experts, expert_computes, KindFloors, least_memory_expert, least_with
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
@@ -143,12 +143,12 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
     rho = 0.0
-    dispatch = DispatchFloors(problem)
+    floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
         for name in model_block_kinds(model):
-            if shaped:  # the ops other than the core attention costed once per local-token count (kind_floor)
-                floor = kind_floor(problem, name, shape, experts, dispatch)
+            if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
+                floor = floors_of(name, shape)
                 work[name] = min(work.get(name, math.inf), floor.work)
                 forward[name] = min(forward.get(name, math.inf), floor.forward)
                 rho = max(rho, floor.rho)

@@ -92,44 +92,63 @@ class _RestFloor(NamedTuple):
     forward: float
 
 
-def kind_floor(problem: SearchProblem, name: str, shape, experts: tuple, dispatch: "DispatchFloors") -> KindFloor:
-    """KindFloor of block kind ``name`` at the shape: the kind's ops other than its core attention (kind_core_ops)
-    read graph.transformer.cp_free_key(shape) only, so their floors are costed once for every (cp, micro-batch) with
-    the same local tokens (_rest_floor) and the core attention's time is added to every option (the same sums in
-    another order: SAFETY); a kind without declared core ops is costed whole (expert_computes)."""
-    model, system = problem.model, problem.system
-    core = kind_core_ops(model, name, shape)
-    if core is None:
-        rest, extra = _rest_floor(problem, name, shape, experts, (), dispatch), (0.0,) * 6
-    else:
-        rest = _rest_floor(problem, name, shape, experts, core, dispatch)
-        extra = _compute_fields(block_compute(LayerGraph(name, core, (), 0.0), system, shape.dtype)) if core else (0.0,) * 6
-    added = extra[0] + extra[1]
-    rho = max([(g + extra[5]) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0], default=0.0)
-    return KindFloor(rest.work + added, rest.forward + extra[0], rho)
+class KindFloors:
+    """KindFloor of each block kind at a shape, over the expert options ``experts`` (costing_experts of one tp).
+
+    A kind's ops other than its core attention (kind_core_ops) read graph.transformer.cp_free_key(shape) only, so their
+    floors (_RestFloor: each option's compute, expert_computes without the core ops, with its least dispatch at any
+    compute for an MoE kind, costed only for the options whose compute alone is below the least so far: least_with)
+    are costed once for every (cp, micro-batch) with the same local tokens, memoised across calls; the core
+    attention's time is added to every option (the same sums in another order: SAFETY). A kind without declared core
+    ops is costed whole, memoised on its shape."""
+
+    def __init__(self, problem: SearchProblem, experts: tuple):
+        self.problem, self.experts = problem, tuple(experts)
+        self.dispatch = DispatchFloors(problem)
+        # what the rest floors read beyond the kind and the shape: the expert options and their switches
+        outer = (problem.model, problem.system, self.experts,
+                 tuple(problem.expert_switches(e.ep, e.etp) for e in self.experts))
+        if len(_REST_FLOORS) >= KNOB_MEMO_SIZE:
+            _REST_FLOORS.clear()
+        self.rest = _REST_FLOORS.setdefault(outer, {})
+        self.core_computes: dict[tuple, tuple] = {}
+
+    def __call__(self, name: str, shape) -> KindFloor:
+        model, system = self.problem.model, self.problem.system
+        core = kind_core_ops(model, name, shape)
+        rest = self._rest(name, shape, core)
+        if core:
+            extra = self.core_computes.get(core)
+            if extra is None:
+                extra = self.core_computes[core] = _compute_fields(block_compute(LayerGraph(name, core, (), 0.0), system, shape.dtype))
+        else:
+            extra = (0.0,) * 6
+        added = extra[0] + extra[1]
+        rho = max([(g + extra[5]) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0], default=0.0)
+        return KindFloor(rest.work + added, rest.forward + extra[0], rho)
+
+    def _rest(self, name: str, shape, core: tuple | None) -> _RestFloor:
+        """The kind's _RestFloor at the shape without the ``core`` ops (all its ops when None)."""
+        experts = self.experts
+        first = with_expert(shape, experts[0])
+        key = (name, cp_free_key(first) if core is not None else first)
+        found = self.rest.get(key)
+        if found is None:
+            model, system = self.problem.model, self.problem.system
+            computes = _expert_computes(model, system, name, first, experts, tuple(core or ()))
+            totals = tuple(c.forward + c.backward for c in computes)
+            if len(computes) == 1:
+                work = totals[0]
+            else:  # each option with its least dispatch at any compute; only options that can still be the least
+                work = least_with(totals, lambda i: self.dispatch.table(shape, experts[i]).least)
+            if len(self.rest) >= KNOB_MEMO_SIZE:
+                self.rest.clear()
+            found = self.rest[key] = _RestFloor(totals, tuple(c.gemm_backward for c in computes), work,
+                                                min(c.forward for c in computes))
+        return found
 
 
-def _rest_floor(problem: SearchProblem, name: str, shape, experts: tuple, core: tuple, dispatch: "DispatchFloors") -> _RestFloor:
-    """The _RestFloor of the kind at the shape without the ``core`` ops: each option's compute (expert_computes) with
-    its least dispatch at any compute for an MoE kind, costed only for the options whose compute alone is below the
-    least so far (least_with); memoised on cp_free_key when ``core`` is declared (else on the shape itself)."""
-    model, system = problem.model, problem.system
-    first = with_expert(shape, experts[0])
-    key = (model, system, name, cp_free_key(first) if core is not None else first, experts, dispatch.switches(experts))
-    found = _REST_FLOORS.get(key)
-    if found is None:
-        computes = _expert_computes(model, system, name, first, tuple(experts), tuple(core))
-        totals = tuple(c.forward + c.backward for c in computes)
-        if len(computes) == 1:
-            work = totals[0]
-        else:  # each option with its least dispatch at any compute; only options that can still be the least
-            work = least_with(totals, lambda i: dispatch.table(shape, experts[i]).least)
-        found = _remember(_REST_FLOORS, key, _RestFloor(totals, tuple(c.gemm_backward for c in computes), work,
-                                                        min(c.forward for c in computes)))
-    return found
-
-
-_REST_FLOORS: dict = {}
+_REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
 
 
 _compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
@@ -177,14 +196,6 @@ class DispatchFloors:
         self.tables: dict[tuple, _DispatchTable] = {}
         self.inputs: dict[int, tuple] = {}
         self.exposures: dict[tuple, float] = {}
-        self.switch_sets: dict[tuple, tuple] = {}
-
-    def switches(self, experts: tuple) -> tuple:
-        """SearchProblem.expert_switches of each option (what the tables read of the problem beyond the shape)."""
-        found = self.switch_sets.get(experts)
-        if found is None:
-            found = self.switch_sets[experts] = tuple(self.problem.expert_switches(e.ep, e.etp) for e in experts)
-        return found
 
     def table(self, shape, expert) -> _DispatchTable:
         """The option's _DispatchTable at the shape."""
@@ -315,5 +326,5 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     return memo[tp]
 
 
-_rest_floor.cache_clear = _REST_FLOORS.clear  # as the lru caches (SEARCH_CACHES)
-EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table, _rest_floor)  # what a cold search starts without
+KindFloors.cache_clear = _REST_FLOORS.clear  # as the lru caches (SEARCH_CACHES)
+EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without
