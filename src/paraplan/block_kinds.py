@@ -42,8 +42,9 @@ class BlockKind:
     parts: Callable[[ModelSpec, LayerShape], tuple[str, tuple] | None] = lambda model, shape: None
     # when its ops are these plus graph.moe.expert_knob_parts' (an MoE layer): those that read no expert knob, else None
     expert_free_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
-    # its ops that read the context-parallel split beyond the local tokens (core attention), when every other op of it
-    # is a function of graph.transformer.cp_free_key(shape) (search.expert_floors costs those once); None: undeclared
+    # its ops that read the context-parallel split beyond the local tokens (core attention; an MTP module's are its
+    # Transformer block's), when every other op of it is a function of graph.transformer.cp_free_key(shape)
+    # (search.expert_floors costs those once); None: undeclared
     core_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
 
 
@@ -177,7 +178,7 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
                            core_ops=_moe_kind_core_ops(True)),
     "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert", core_ops=_no_core_ops),
     "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True,
-                     parts=_mtp_parts),
+                     parts=_mtp_parts, core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else ()),
     "head": BlockKind("head", _output_graph, _head_memory, False, core_ops=_head_core_ops),
 }
 

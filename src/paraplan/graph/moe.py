@@ -276,10 +276,12 @@ def layer_window(model: ModelSpec) -> tuple[int | None, float]:
     return model.sliding_window, window_share(model)
 
 
+@lru_cache(maxsize=4096)
 def layer_core_ops(model: ModelSpec, shape: LayerShape) -> tuple[Op, ...]:
     """The core attention ops of one layer (graph.mla.core_attention_ops at layer_window), marked for the shape's
     recompute modules as _expert_free_parts marks them: the ops of a dense or MoE layer that read the
-    context-parallel split beyond the local tokens (graph.transformer.cp_free_key)."""
+    context-parallel split beyond the local tokens (graph.transformer.cp_free_key). Memoised: the dense layer, the MoE
+    layer and the MTP module ask for the same shape's."""
     return tuple(mark_recomputed(core_attention_ops(model, shape, *layer_window(model)), shape.recompute_modules))
 
 

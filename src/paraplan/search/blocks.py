@@ -145,7 +145,7 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     rho = 0.0
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
-        shape = layer_shape_of(problem, tp, cp, micro_batch, *key)
+        shape = layer_shape_of(problem, tp, cp, micro_batch, *key, experts[0] if shaped else ExpertShape())
         for name in model_block_kinds(model):
             if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
                 floor = floors_of(name, shape)

@@ -67,10 +67,8 @@ def _without(ops, drop: tuple) -> tuple:
 
 
 def kind_core_ops(model, name: str, shape) -> tuple | None:
-    """BlockKind.core_ops of the kind (through BlockKind.parts, the inner kind's: the ops around it read the local
-    tokens only); None when undeclared."""
-    parts = BLOCK_KINDS[name].parts(model, shape)
-    return kind_core_ops(model, parts[0], shape) if parts is not None else BLOCK_KINDS[name].core_ops(model, shape)
+    """BlockKind.core_ops of the kind; None when undeclared."""
+    return BLOCK_KINDS[name].core_ops(model, shape)
 
 
 class KindFloor(NamedTuple):
