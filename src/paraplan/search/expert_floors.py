@@ -161,10 +161,9 @@ def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, .
     found = _KNOB_COMPUTES.get(key)
     if found is None:
         found = []
-        for expert in experts:
-            knobs = with_expert(shape, expert)
-            ops = mark_recomputed(expert_knob_ops(model, knobs, expert), knobs.recompute_modules)
-            found.append(_compute_fields(block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, knobs.dtype)))
+        for expert in experts:  # the ops read the option from ``expert`` (expert_knob_parts), not from the shape
+            ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
+            found.append(_compute_fields(block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)))
         found = _remember(_KNOB_COMPUTES, key, tuple(found))
     return found
 
