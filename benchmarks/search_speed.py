@@ -4,7 +4,7 @@ Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted
 Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
 candidates per second (space size / seconds), and the best plan.
 ``--unrestricted`` adds DeepSeek-V3 on 2,048 H800s over every axis (22 M rows, searched block by
-block: search.blocks), ~7 s on the 2-core machine, ~5 s with --workers 2 (docs/performance.md).
+block: search.blocks), ~4-5 s on the 2-core machine, ~0.5 s less with --workers 2 (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
     parser.add_argument("--workers", type=int, default=1, help="search(workers=...): processes for the block bounds")
     parser.add_argument("--unrestricted", action="store_true",
-                        help="add DeepSeek-V3 over every axis (~7 s; run once whatever --repeat says)")
+                        help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)")
     args = parser.parse_args()
     rows = []
     for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS + ([UNRESTRICTED] if args.unrestricted else []):

@@ -212,7 +212,7 @@ def search(
                           f"start; {RESTRICT_HINT}", file=sys.stderr)
                 if phase == "block bounds" and done == 0:
                     print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
-                          f"and micro-batch; seconds, ~10 s for the largest; --workers N splits its first bounds over N "
+                          f"and micro-batch; seconds, ~5 s for the largest; --workers N splits its first bounds over N "
                           f"processes); {RESTRICT_HINT}", file=sys.stderr)
                 bar.update(task, completed=done, total=total, description=phase)
 
