@@ -11,7 +11,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.graph.transformer import cp_free_key
-from paraplan.search.expert_floors import DispatchFloors, KindFloors, costing_experts, expert_computes, kind_core_ops, least_with
+from paraplan.search.expert_floors import DispatchFloors, KindFloors, costing_experts, expert_computes, least_with
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.stages import BLOCK_KINDS, model_block_kinds
@@ -39,7 +39,7 @@ def contract_breaks(problem: SearchProblem) -> tuple[list, int]:
         for expert in (experts[0], experts[-1]):
             shape = layer_shape_of(problem, tp, cp, mb, sp, "1d", 0, expert, modules)
             for name in model_block_kinds(model):
-                core = kind_core_ops(model, name, shape)
+                core = BLOCK_KINDS[name].core_ops(model, shape)
                 if core is None:
                     continue
                 ops = BLOCK_KINDS[name].graph(model, shape).ops

@@ -98,7 +98,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
     """What a layer's ops other than its core attention (graph.mla.core_attention_ops) read of the shape: with the
     K/V ring every GEMM, norm, router and expert op sees the local tokens b·s/c alone, so (cp, micro-batch) enter only
     through them; the whole shape under Ulysses or a 2D layout (the heads they split and SUMMA's grid read cp).
-    Two shapes equal on it give the same other ops (tests/search/test_moe_search.py)."""
+    Two shapes equal on it give the same other ops (tests/search/test_cp_shared_floors.py)."""
     if shape.ulysses or shape.tp_layout != "1d":
         return (shape,)
     return (shape.tp, shape.local_tokens, shape.seq_length, shape.sequence_parallel, shape.attention, shape.dtype,

@@ -42,7 +42,7 @@ from paraplan.arrays import stack
 from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
-from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, costing_experts, expert_computes, KindFloors, least_memory_expert, least_with
+from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms

@@ -7,7 +7,9 @@ the expert knobs (ep, etp, capacity, balance), so an option's compute is the blo
 graph.moe.expert_free_ops; an MTP module's, its layer's plus the ops around it), costed once, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
 (graph.moe.ops_expert_knobs), so an option's least EP terms come from its dispatch collectives alone. The costings
 are memoised on what they read (graph.moe.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
-tokens.
+tokens. With the K/V ring a kind's ops other than its core attention read the local tokens alone
+(graph.transformer.cp_free_key), so its floors without that attention are costed once per (tp, local tokens) and the
+attention's time is added per (cp, micro-batch) (KindFloors).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def expert_computes(model, system, name: str, shape, experts) -> tuple:
 
 @lru_cache(maxsize=16384)
 def _expert_computes(model, system, name: str, first, experts: tuple, drop: tuple = ()) -> tuple:
-    """expert_computes with the shape at the first expert option, without the ops in ``drop`` (kind_floor: the core
+    """expert_computes with the shape at the first expert option, without the ops in ``drop`` (KindFloors: the core
     attention); a kind made of another kind's graph and ops around it (BlockKind.parts: the MTP module) from that
     kind's computes plus those ops' (its sum in another order)."""
     parts = BLOCK_KINDS[name].parts(model, first)
@@ -66,11 +68,6 @@ def _without(ops, drop: tuple) -> tuple:
     return tuple(op for op in ops if op not in drop) if drop else tuple(ops)
 
 
-def kind_core_ops(model, name: str, shape) -> tuple | None:
-    """BlockKind.core_ops of the kind; None when undeclared."""
-    return BLOCK_KINDS[name].core_ops(model, shape)
-
-
 class KindFloor(NamedTuple):
     """One block kind's floors over the expert options at a shape (search.blocks.layer_floors): least work (compute,
     and for an MoE kind its least dispatch and combine), least forward, largest backward-GEMM share of compute."""
@@ -93,7 +90,7 @@ class _RestFloor(NamedTuple):
 class KindFloors:
     """KindFloor of each block kind at a shape, over the expert options ``experts`` (costing_experts of one tp).
 
-    A kind's ops other than its core attention (kind_core_ops) read graph.transformer.cp_free_key(shape) only, so their
+    A kind's ops other than its core attention (BlockKind.core_ops) read graph.transformer.cp_free_key(shape) only, so their
     floors (_RestFloor: each option's compute, expert_computes without the core ops, with its least dispatch at any
     compute for an MoE kind, costed only for the options whose compute alone is below the least so far: least_with)
     are costed once for every (cp, micro-batch) with the same local tokens, memoised across calls; the core
@@ -109,21 +106,19 @@ class KindFloors:
         if len(_REST_FLOORS) >= KNOB_MEMO_SIZE:
             _REST_FLOORS.clear()
         self.rest = _REST_FLOORS.setdefault(outer, {})
-        self.core_computes: dict[tuple, tuple] = {}
+        self.core_computes: dict[tuple, BlockCompute] = {}
 
     def __call__(self, name: str, shape) -> KindFloor:
         model, system = self.problem.model, self.problem.system
-        core = kind_core_ops(model, name, shape)
+        core = BLOCK_KINDS[name].core_ops(model, shape)
         rest = self._rest(name, shape, core)
-        if core:
-            extra = self.core_computes.get(core)
-            if extra is None:
-                extra = self.core_computes[core] = _compute_fields(block_compute(LayerGraph(name, core, (), 0.0), system, shape.dtype))
-        else:
-            extra = (0.0,) * 6
-        added = extra[0] + extra[1]
-        rho = max([(g + extra[5]) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0], default=0.0)
-        return KindFloor(rest.work + added, rest.forward + extra[0], rho)
+        extra = self.core_computes.get(core) if core else NO_COMPUTE
+        if extra is None:
+            extra = self.core_computes[core] = block_compute(LayerGraph(name, core, (), 0.0), system, shape.dtype)
+        added = extra.forward + extra.backward
+        rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
+                  default=0.0)
+        return KindFloor(rest.work + added, rest.forward + extra.forward, rho)
 
     def _rest(self, name: str, shape, core: tuple | None) -> _RestFloor:
         """The kind's _RestFloor at the shape without the ``core`` ops (all its ops when None)."""
@@ -147,6 +142,7 @@ class KindFloors:
 
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
+NO_COMPUTE = BlockCompute(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # of a kind without core ops
 
 
 _compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
