@@ -16,6 +16,9 @@ MAX_TOP = 100  # plans kept per search (the top-k table; every feasible plan goe
 # distinct layer costings (milliseconds each, stages.block_cost_facts) above which `search` says so before
 # it starts and names the axes to restrict: 100,000 is minutes on one core (benchmarks/search_speed.py)
 LARGE_COSTINGS = 100_000
+# blocks (search.blocks) above which `search` says the block-by-block search takes seconds and names the axes to
+# restrict: Qwen3-235B on 512 H100 has ~1,150 (~6 s), Mixtral 8x7B on 64 H100 ~540 (~1 s; docs/performance.md)
+LARGE_BLOCKS = 1_000
 
 
 def _check(flag: str, value: object, high: int) -> None:

@@ -39,7 +39,7 @@ from paraplan.cli.app import (
     refuse_options,
     search_restrictions,
 )
-from paraplan.limits import LARGE_COSTINGS, MAX_TOP
+from paraplan.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
@@ -210,7 +210,7 @@ def search(
                 if phase == "layer costs" and done == 0 and total and total >= LARGE_COSTINGS:
                     print(f"note: {total:,} distinct layer costings (milliseconds each) before the search can "
                           f"start; {RESTRICT_HINT}", file=sys.stderr)
-                if phase == "block bounds" and done == 0:
+                if phase == "block bounds" and done == 0 and total and total >= LARGE_BLOCKS:
                     print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
                           f"and micro-batch; seconds, ~5 s for the largest; --workers N splits its first bounds over N "
                           f"processes); {RESTRICT_HINT}", file=sys.stderr)

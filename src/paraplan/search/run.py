@@ -157,8 +157,8 @@ def search(
     ``progress(done, total, phase)`` reports the two slow phases: "layer costs" (the distinct layer
     costings of the row table) and "rows" (rows visited in bound order); block by block "block
     bounds" and "blocks" (blocks visited in bound order) instead.
-    ``blocks`` searches block by block (``_search_blocks``, search.blocks); None: when the space has
-    more than BLOCK_ROWS rows (never with ``collect_all`` or ``feasible_sink``).
+    ``blocks`` searches block by block (``_search_blocks``, search.blocks); None: for MoE models, and when the
+    space has more than BLOCK_ROWS rows (``_by_blocks``; never with ``collect_all`` or ``feasible_sink``).
     ``workers`` > 1 computes a block-by-block search's first bounds (search.blocks.layer_floors of every
     (tp, cp, micro-batch)) in that many processes; the rest of the fast path runs in one process."""
     problem.check()
@@ -175,7 +175,7 @@ def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, fea
             workers: int = 1) -> SearchResult:
     """``search`` after the objective's dispatch: block by block, or one row table (module doc)."""
     start = time.perf_counter()
-    if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _too_large(problem)):
+    if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _by_blocks(problem)):
         return _search_blocks(problem, top_k, progress, start, workers)
     table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
     options = _GridIndex(problem, table)
@@ -291,8 +291,12 @@ BLOCK_ROWS = 1_000_000
 PARALLEL_KEYS = 256
 
 
-def _too_large(problem: SearchProblem) -> bool:
-    """More than BLOCK_ROWS rows (counted until the limit is passed)."""
+def _by_blocks(problem: SearchProblem) -> bool:
+    """Search block by block: an MoE model (a row costs every expert option's layers, and blocks whose bound cannot
+    enter the top K are never costed: the same plans 3–25× faster on the catalog's MoE problems, docs/performance.md),
+    or more than BLOCK_ROWS rows (counted until the limit is passed)."""
+    if problem.model.is_moe:
+        return True
     total = 0
     for tp, pp, cp, dp in problem.factorizations:
         total += rows_per_micro_batch(problem, tp, pp, cp, dp) * len(problem.micro_batches(dp))
