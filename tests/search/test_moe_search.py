@@ -557,3 +557,15 @@ def test_a_kind_holding_expert_ops_must_declare_the_rest(monkeypatch):
     with pytest.raises(ValueError, match="moe_layer holds ops that read the expert knobs"):
         expert_floors.expert_computes(problem.model, problem.system, "moe_layer", shape, experts)
     expert_floors.EXPERT_CACHES[0].cache_clear()
+
+
+def test_moe_searches_go_block_by_block():
+    """search.run._by_blocks: an MoE model's space is searched block by block whatever its size (its rows cost every
+    expert option's layers), a dense model's below BLOCK_ROWS rows in one table; the default path is the block one."""
+    p = mixtral_problem()
+    dense = SearchProblem(model=load_model("llama3-70b"), system=load_system("dgx-h100-80gb"), gpus=64, seq_length=8192,
+                          global_batch=128)
+    assert run._by_blocks(p) and not run._by_blocks(dense)
+    default, by_blocks = search(p, top_k=5), search(p, top_k=5, blocks=True)
+    assert (default.evaluated, default.rows_evaluated) == (by_blocks.evaluated, by_blocks.rows_evaluated)
+    assert [(r.key, r.objective) for r in default.plans] == [(r.key, r.objective) for r in search(p, top_k=5, blocks=False).plans]
