@@ -292,9 +292,9 @@ PARALLEL_KEYS = 256
 
 
 def _by_blocks(problem: SearchProblem) -> bool:
-    """Search block by block: an MoE model (a row costs every expert option's layers, and blocks whose bound cannot
-    enter the top K are never costed: the same plans 3–25× faster on the catalog's MoE problems, docs/performance.md),
-    or more than BLOCK_ROWS rows (counted until the limit is passed)."""
+    """Search block by block: an MoE model (a row costs every expert option's layers; blocks whose bound cannot enter
+    the top K are never costed: the same plans 1.4–25× faster, benchmarks/block_search_speed.py), or more than
+    BLOCK_ROWS rows (counted until the limit is passed)."""
     if problem.model.is_moe:
         return True
     total = 0
