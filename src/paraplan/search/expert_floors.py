@@ -103,18 +103,14 @@ class KindFloors:
         # what the rest floors read beyond the kind and the shape: the expert options and their switches
         outer = (problem.model, problem.system, self.experts,
                  tuple(problem.expert_switches(e.ep, e.etp) for e in self.experts))
-        if len(_REST_FLOORS) >= KNOB_MEMO_SIZE:
-            _REST_FLOORS.clear()
-        self.rest = _REST_FLOORS.setdefault(outer, {})
-        self.core_computes: dict[tuple, BlockCompute] = {}
+        found = _REST_FLOORS.get(outer)
+        self.rest = found if found is not None else _remember(_REST_FLOORS, outer, {})
 
     def __call__(self, name: str, shape) -> KindFloor:
-        model, system = self.problem.model, self.problem.system
-        core = BLOCK_KINDS[name].core_ops(model, shape)
+        core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
         rest = self._rest(name, shape, core)
-        extra = self.core_computes.get(core) if core else NO_COMPUTE
-        if extra is None:
-            extra = self.core_computes[core] = block_compute(LayerGraph(name, core, (), 0.0), system, shape.dtype)
+        # the layer kinds share their core attention: one cached costing of it per shape (stages.block_compute)
+        extra = block_compute(LayerGraph("core attention", core, (), 0.0), self.problem.system, shape.dtype) if core else NO_COMPUTE
         added = extra.forward + extra.backward
         rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
                   default=0.0)
@@ -134,10 +130,8 @@ class KindFloors:
                 work = totals[0]
             else:  # each option with its least dispatch at any compute; only options that can still be the least
                 work = least_with(totals, lambda i: self.dispatch.table(shape, experts[i]).least)
-            if len(self.rest) >= KNOB_MEMO_SIZE:
-                self.rest.clear()
-            found = self.rest[key] = _RestFloor(totals, tuple(c.gemm_backward for c in computes), work,
-                                                min(c.forward for c in computes))
+            found = _remember(self.rest, key, _RestFloor(totals, tuple(c.gemm_backward for c in computes), work,
+                                                         min(c.forward for c in computes)))
         return found
 
 

@@ -286,8 +286,8 @@ def _cyclic_gc_paused():
 # spaces with more rows than this are searched block by block (search.blocks): one row table of the
 # whole space would not fit in memory (DeepSeek-V3 on 2,048 GPUs: 22 M rows)
 BLOCK_ROWS = 1_000_000
-# with more (tp, cp, micro-batch) than this, ``workers`` > 1 computes the first block bounds in processes (each
-# ~1.5 ms on DeepSeek-V3: below a few hundred, starting the processes costs more than it saves)
+# with more (tp, cp, micro-batch) than this, ``workers`` > 1 computes the first block bounds in processes (~0.5 ms
+# each on DeepSeek-V3, its 508 shared costings ~2 ms: below a few hundred, starting the processes costs more)
 PARALLEL_KEYS = 256
 
 
