@@ -141,3 +141,21 @@ def test_interleaved_without_vpp_is_an_input_error(capsys):
     code, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8",
                        "--pp", "2", "--vpp", "2", "--schedule", "interleaved", "--zero", "1", "--json")
     assert code == 0, err
+
+
+def test_the_command_exits_fast_with_its_output_whole_and_its_exit_code(tmp_path):
+    """console_main ends the process with os._exit after flushing: the whole output reaches a pipe, the exit code and
+    the one-line error are kept, the atexit handlers run."""
+    search = [sys.executable, "-m", "paraplan", "search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8",
+              "--global-batch", "16", "--top", "50", "--json"]
+    proc = subprocess.run(search, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["plans"]) == 50  # ~100 kB through the pipe, parsed whole
+    proc = subprocess.run([sys.executable, "-m", "paraplan", "estimate", "-m", "nope", "-s", "dgx-h100-80gb", "--gpus", "8"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith("error: model: unknown model 'nope'")
+    marker = tmp_path / "atexit-ran"
+    script = ("import atexit, pathlib, sys; atexit.register(pathlib.Path(sys.argv[1]).write_text, 'ran'); "
+              "sys.argv[1:] = ['models']; from paraplan.cli import console_main; console_main()")
+    proc = subprocess.run([sys.executable, "-c", script, str(marker)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "deepseek-v3" in proc.stdout and marker.read_text() == "ran"

@@ -1,5 +1,5 @@
 """``python -m paraplan.cli``: the console entry point."""
 
-from paraplan.cli.main import main
+from paraplan.cli.main import console_main
 
-main()
+console_main()

@@ -29,13 +29,13 @@ larger they are out of sample, docs/validation.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from paraplan.cost.comm import group_span
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
+from paraplan.validate.residuals import validation_residuals
 
 RUN_TO_RUN_PCT = 3.0  # reference/README.md: measured runs vary by a few percent; below ~3 % is the level of the data
 SEQ_BUCKETS = (2048, 8192, 32768)  # sequence-length ranges: <=2k, <=8k, <=32k, longer
@@ -135,26 +135,6 @@ class ErrorBand:
     def to_dict(self) -> dict:
         return {"low_s": self.low_s, "high_s": self.high_s, "low_pct": self.low_pct, "high_pct": self.high_pct,
                 "validated": self.validated, "extrapolated": list(self.extrapolated)}
-
-
-@lru_cache(maxsize=1)
-def validation_residuals() -> dict[str, tuple[float, ...]]:
-    """Signed step-time errors (%) of the bundled validation cases, by feature."""
-    from paraplan.validate.run import Case, load_cases, run_case
-
-    out: dict[str, list[float]] = {}
-    for case in load_cases():
-        if not isinstance(case, Case) or "step_time_s" not in case.measured:
-            continue
-        entry = run_case(case)
-        if entry["status"] != "ok":
-            continue
-        err = entry["error_pct"]["step_time_s"]
-        for feature in plan_features(case.model, case.system, case.plan, case.framework):
-            out.setdefault(feature, []).append(err)
-        out.setdefault(KIND_KEY + case_population(case.model, case.framework), []).append(err)
-        out.setdefault(ANY_FRAMEWORK_KEY + model_kind(case.model), []).append(err)
-    return {k: tuple(v) for k, v in out.items()}
 
 
 KIND_KEY = "all cases:"  # residual-table key of every case of one population (case_population): the extrapolation range
