@@ -4,6 +4,7 @@ and the split-backward schedules are axes of the canonical space, and the fast p
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given, strategies as st
 from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate
 from paraplan.search import run
+from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.run import exhaustive_search, search
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import RowTable, feasible_columns, grid_arrays
@@ -98,16 +100,16 @@ def test_search_columns_carry_the_expert_knobs_and_match_the_estimate():
     step time the vectorised path gives equals estimate() of that plan."""
     p = mixtral_problem()
     table = RowTable(p)
-    options = run._GridIndex(p, table)
+    options = GridIndex(p, table)
     rows = [r for r in range(table.size) if options.lengths[r]][::7][:12]
 
     group_row, group_start = options.groups(np.array(rows))
-    index, grid_index = run._expand(group_row, group_start, options.group_size[group_row])
+    index, grid_index = expand(group_row, group_start, options.group_size[group_row])
     # the groups cover the rows' whole grids, in order: options 0 .. lengths[r] − 1 of each row
-    every_index, every_option = run._expand(np.array(rows), np.zeros(len(rows), dtype=np.int64), options.lengths[rows])
+    every_index, every_option = expand(np.array(rows), np.zeros(len(rows), dtype=np.int64), options.lengths[rows])
     assert np.array_equal(index, every_index) and np.array_equal(grid_index, every_option)
     values = options.values(index, grid_index)
-    step, peak, _ = run._evaluate_groups(table, options, group_row, group_start)
+    step, peak, _ = evaluate_groups(table, options, group_row, group_start)
     columns = feasible_columns(table, index, values, step, step, peak, np.ones(len(index)))
     for i in range(0, len(index), 5):
         plan = run.plan_of(p, table.row(int(index[i])), options.option(int(index[i]), int(grid_index[i])))
@@ -271,11 +273,10 @@ def replace_spans(row):
 def test_row_bounds_are_admissible_with_split_backward_schedules():
     """RowTable.lower_bounds never exceeds the step of a row's best feasible candidate, also when the
     row's grid has ZB-H1 / DualPipe, whose bubble is far below 1F1B's (it used to keep (L − F)·u/v_max)."""
-    from paraplan.search.run import _GridIndex
-
+    
     p = mixtral_problem(schedules=("1f1b", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64, micro_batch=(1, 2))
     table = RowTable(p)
-    options = _GridIndex(p, table)
+    options = GridIndex(p, table)
     bound = table.lower_bounds(options.v_max, options.split_backward)
     best: dict[int, float] = {}
     for item in search(p, top_k=10, collect_all=True).all_feasible:
@@ -513,29 +514,74 @@ def test_least_with_is_the_least_sum_and_skips_what_cannot_win(pairs):
     assert all(totals[j] >= best for j in range(len(pairs)) if j not in asked)  # the skipped could not win
 
 
-def test_block_bounds_in_processes_equal_one_process(monkeypatch):
-    """``workers`` > 1 computes a block search's first bounds (search.blocks.parallel_layer_floors, the
-    (tp, cp, micro-batch) dealt round robin to processes): the same floors, so the same plans, objectives and
-    rows visited as in one process."""
-    from paraplan.search import blocks as block_module
+@pytest.mark.parametrize("workers", [2, 3])
+def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
+    """``workers`` > 1 splits a block search over processes by costing class (search.block_processes), each pruning
+    against the least published threshold: the same plans, objectives and ranks as one process; every block is in
+    exactly one part, a class in one part only."""
+    from paraplan.search import block_processes
+    from paraplan.search.blocks import blocks as space_blocks, costing_class
 
     problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
     one = search(problem, top_k=10, blocks=True)
-    calls = []
+    parts_seen = []
+    real_run_parts = block_processes.run_parts
 
-    def spy(problem, keys, workers):
-        calls.append((len(keys), workers))
-        floors = block_module.parallel_layer_floors(problem, keys, workers)
-        assert floors == {key: block_module.layer_floors(problem, *key) for key in keys}
-        return floors
+    def spy(task, parts):
+        parts_seen.append(parts)
+        return real_run_parts(task, parts)
 
     monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
-    monkeypatch.setattr(run, "parallel_layer_floors", spy)
-    two = search(problem, top_k=10, blocks=True, workers=2)
-    assert calls and calls[0][0] > 2 and calls[0][1] == 2
-    assert [(r.key, r.objective) for r in two.plans] == [(r.key, r.objective) for r in one.plans]
-    assert (two.evaluated, two.rows_evaluated) == (one.evaluated, one.rows_evaluated)
+    monkeypatch.setattr(run, "run_parts", spy)
+    many = search(problem, top_k=10, blocks=True, workers=workers)
+    assert [(r.key, r.objective, r.estimate.step_time_s) for r in many.plans] == \
+        [(r.key, r.objective, r.estimate.step_time_s) for r in one.plans]
+    assert [len(r.equivalents) for r in many.plans] == [len(r.equivalents) for r in one.plans]
+    assert many.candidates == one.candidates and many.rows == one.rows
+    (parts,) = parts_seen
+    assert 1 < len(parts) <= workers
+    every = space_blocks(problem)
+    assert sorted(b.offset for part in parts for b in part) == [b.offset for b in every]
+    owner = {}
+    for i, part in enumerate(parts):
+        assert [b.offset for b in part] == sorted(b.offset for b in part)
+        for b in part:
+            assert owner.setdefault(costing_class(problem, b), i) == i
 
+
+def test_a_failing_search_worker_is_reported(monkeypatch):
+    """An exception in a forked worker reaches the caller as an error naming it, with the worker's traceback."""
+    from paraplan.search import block_processes
+
+    def task(part, shared):
+        if part == ["second"]:
+            raise ValueError("boom in the worker")
+        return part
+
+    with pytest.raises(RuntimeError, match="(?s)a search worker failed.*boom in the worker"):
+        block_processes.run_parts(task, [["first"], ["second"]])
+    assert block_processes.run_parts(lambda part, shared: (part, shared.get()), [[1], [2], [3]]) == \
+        [([1], math.inf), ([2], math.inf), ([3], math.inf)]
+
+    def parent_fails(part, shared):  # the workers' parts are not waited for: they are stopped
+        if part == ["first"]:
+            raise KeyError("boom here")
+        time.sleep(60)
+
+    started = time.perf_counter()
+    with pytest.raises(KeyError, match="boom here"):
+        block_processes.run_parts(parent_fails, [["first"], ["second"]])
+    assert time.perf_counter() - started < 30
+
+
+def test_the_shared_threshold_keeps_the_least_offer():
+    from paraplan.search.block_processes import SharedThreshold
+
+    shared = SharedThreshold()
+    assert shared.get() == math.inf
+    for offer, least in ((5.0, 5.0), (7.0, 5.0), (2.5, 2.5), (math.inf, 2.5)):
+        shared.offer(offer)
+        assert shared.get() == least
 
 
 def test_a_kind_holding_expert_ops_must_declare_the_rest(monkeypatch):

@@ -105,7 +105,7 @@ def search(
         typer.Option("--csv-all", help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
                                        "of rows (the count is printed)"),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="processes for --exhaustive, and for the first bounds of a block-by-block search")] = 1,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="processes: for --exhaustive (default 1), and a large block-by-block search split by costing class (default: the usable CPUs, at most 4, on Linux)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     width: WidthOption = None,
     cluster: Annotated[
@@ -212,8 +212,8 @@ def search(
                           f"start; {RESTRICT_HINT}", file=sys.stderr)
                 if phase == "block bounds" and done == 0 and total and total >= LARGE_BLOCKS:
                     print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
-                          f"and micro-batch; seconds, ~5 s for the largest; --workers N splits its first bounds over N "
-                          f"processes); {RESTRICT_HINT}", file=sys.stderr)
+                          f"and micro-batch; seconds, ~3-5 s for the largest, split over --workers processes); "
+                          f"{RESTRICT_HINT}", file=sys.stderr)
                 bar.update(task, completed=done, total=total, description=phase)
 
             if exhaustive:

@@ -160,40 +160,12 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     return LayerFloors(work, rho, forward)
 
 
-def parallel_layer_floors(problem: SearchProblem, keys: list[tuple], workers: int) -> dict[tuple, LayerFloors]:
-    """layer_floors of each (tp, cp, micro-batch) key in ``workers`` processes: the same values as in one process (pure
-    functions of the problem and the key). Keys sharing their costings (the same tp and local tokens,
-    graph.transformer.cp_free_key: search.expert_floors.KindFloors) go to one process, the largest groups first to
-    the least loaded (a group's first key costs the shared ops, each key its core attention)."""
-    from concurrent.futures import ProcessPoolExecutor
+def costing_class(problem: SearchProblem, block: Block) -> tuple:
+    """(tp, local tokens b·s/c) of a block: the blocks whose layer floors share their costings (KindFloors, keyed on
+    graph.transformer.cp_free_key); search.block_processes keeps a class in one process."""
     from paraplan.search.table import layer_shape_of
 
-    groups: dict[tuple, list] = {}
-    for key in keys:
-        tp, cp, micro_batch = key
-        groups.setdefault((tp, layer_shape_of(problem, tp, cp, micro_batch, False, "1d", 0).local_tokens), []).append(key)
-    chunks: list[list] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for group in sorted(groups.values(), key=len, reverse=True):
-        w = loads.index(min(loads))
-        chunks[w] += group
-        loads[w] += SHARED_COST_KEYS + len(group)
-    with ProcessPoolExecutor(workers) as pool:
-        futures = [pool.submit(_layer_floors_part, problem, chunk) for chunk in chunks]
-        return {key: floors for chunk, future in zip(chunks, futures) for key, floors in zip(chunk, future.result())}
-
-
-# the shared costing of a group of keys, in keys' worth of per-key work (parallel_layer_floors' balance; measured on
-# DeepSeek-V3: ~2 ms for a group's first key, ~0.25 ms for each key after it)
-SHARED_COST_KEYS = 8
-
-
-def _layer_floors_part(problem: SearchProblem, keys: list[tuple]) -> list[LayerFloors]:
-    """layer_floors of each key, in a worker process (cyclic GC off, as search.run keeps it during a search)."""
-    import gc
-
-    gc.disable()
-    return [layer_floors(problem, *key) for key in keys]
+    return block.tp, layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0).local_tokens
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:

@@ -25,25 +25,28 @@ import heapq
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
-from paraplan.schedule.step import compose_step, pipeline_bound_s, stage_peaks
+from paraplan.schedule.step import pipeline_bound_s
 from paraplan.search import ranking
+from paraplan.search.block_processes import auto_workers, processes_available, run_parts, split_by_costing_class
 from paraplan.search.blocks import (
     block_step_floor,
+    costing_class,
     layer_floors,
-    parallel_layer_floors,
     refined_bound,
     refinements,
     rows_per_micro_batch,
 )
 from paraplan.search.blocks import blocks as space_blocks
-from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid, grid_option, grid_parts, plan_of, rows
-from paraplan.search.table import SCHEDULE_FIELDS, RowTable, feasible_columns, grid_arrays
+from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
+from paraplan.search.space import SearchProblem, grid, plan_of, rows
+from paraplan.search.table import RowTable, feasible_columns
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
 
@@ -145,7 +148,7 @@ def search(
     top_k: int = 10,
     collect_all: bool = False,
     progress=None,
-    workers: int = 1,
+    workers: int | None = None,
     feasible_sink=None,
     blocks: bool | None = None,
 ) -> SearchResult:
@@ -159,8 +162,9 @@ def search(
     bounds" and "blocks" (blocks visited in bound order) instead.
     ``blocks`` searches block by block (``_search_blocks``, search.blocks); None: for MoE models, and when the
     space has more than BLOCK_ROWS rows (``_by_blocks``; never with ``collect_all`` or ``feasible_sink``).
-    ``workers`` > 1 computes a block-by-block search's first bounds (search.blocks.layer_floors of every
-    (tp, cp, micro-batch)) in that many processes; the rest of the fast path runs in one process."""
+    ``workers`` > 1 splits a block-by-block search of at least PARALLEL_KEYS (tp, cp, micro-batch) over that many
+    processes (search.block_processes: the same plans); None: search.block_processes.auto_workers() (the usable
+    CPUs, at most AUTO_WORKERS_MAX, on Linux; 1 elsewhere)."""
     problem.check()
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
         from paraplan.search.robust import robust_search
@@ -172,13 +176,13 @@ def search(
 
 
 def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, feasible_sink, blocks: bool | None,
-            workers: int = 1) -> SearchResult:
+            workers: int | None = 1) -> SearchResult:
     """``search`` after the objective's dispatch: block by block, or one row table (module doc)."""
     start = time.perf_counter()
     if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _by_blocks(problem)):
         return _search_blocks(problem, top_k, progress, start, workers)
     table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
-    options = _GridIndex(problem, table)
+    options = GridIndex(problem, table)
     space = int(options.lengths.sum())
 
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
@@ -286,8 +290,8 @@ def _cyclic_gc_paused():
 # spaces with more rows than this are searched block by block (search.blocks): one row table of the
 # whole space would not fit in memory (DeepSeek-V3 on 2,048 GPUs: 22 M rows)
 BLOCK_ROWS = 1_000_000
-# with more (tp, cp, micro-batch) than this, ``workers`` > 1 computes the first block bounds in processes (~0.5 ms
-# each on DeepSeek-V3, its 508 shared costings ~2 ms: below a few hundred, starting the processes costs more)
+# with more (tp, cp, micro-batch) than this, ``workers`` > 1 splits a block-by-block search over processes
+# (search.block_processes; each key's first bound ~0.5 ms on DeepSeek-V3: below a few hundred, forking costs more)
 PARALLEL_KEYS = 256
 
 
@@ -305,21 +309,60 @@ def _by_blocks(problem: SearchProblem) -> bool:
     return False
 
 
-def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, workers: int = 1) -> SearchResult:
-    """``search`` block by block (search.blocks): blocks visited best bound first, each one's row
-    table built only when its bound can still enter the top K, its rows scanned with the running
-    threshold; row numbers are the canonical ones (block offset + row of the block), so ties break
-    as in one table. The top K is exact; the faster plans that do not fit (``faster_infeasible``) come
-    from the blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound)
-    may hold plans that do not fit and are faster than the winner."""
-    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
-    flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
+def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, workers: int | None = 1) -> SearchResult:
+    """``search`` block by block (search.blocks; ``_branch_and_bound``). With ``workers`` > 1 and at least PARALLEL_KEYS
+    (tp, cp, micro-batch) keys, the blocks are split over that many processes by costing class, each pruning against
+    the least threshold any of them has reached (search.block_processes), and their top Ks merged: the same plans."""
     parts = space_blocks(problem)
-    bounds = np.empty(len(parts))
     if progress is not None:
         progress(0, len(parts), "block bounds")
-    keys = list(dict.fromkeys((b.tp, b.cp, b.micro_batch) for b in parts))
-    floors = parallel_layer_floors(problem, keys, workers) if workers > 1 and len(keys) >= PARALLEL_KEYS else {}
+    keys = {(b.tp, b.cp, b.micro_batch) for b in parts}
+    workers = auto_workers() if workers is None else workers
+    if workers > 1 and len(keys) >= PARALLEL_KEYS and processes_available():
+        subsets = split_by_costing_class(parts, workers, lambda b: costing_class(problem, b))
+        first = subsets[0]
+        outcomes = run_parts(lambda part, shared: _branch_and_bound(problem, top_k, part, progress if part is first else None,
+                                                                    shared), subsets)
+    else:
+        outcomes = [_branch_and_bound(problem, top_k, parts, progress)]
+    scan = _Scan(problem, None, top_k, None, 0.0, 0.0, False)
+    scan.resolved = {}
+    for outcome in outcomes:
+        scan.pool += outcome.pool
+        scan.faster += outcome.faster
+        scan.resolved.update(outcome.resolved)
+        scan.evaluated += outcome.evaluated
+        scan.feasible += outcome.feasible
+        if outcome.nearest is not None and (scan.nearest is None or outcome.nearest[:3] < scan.nearest[:3]):
+            scan.nearest = outcome.nearest
+    rows = parts[-1].offset + parts[-1].rows if parts else 0
+    return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, sum(o.rows_done for o in outcomes), start)
+
+
+class _PartOutcome(NamedTuple):
+    """What a branch and bound over some blocks found: its top K pool, nearest miss and faster misses (canonical rows,
+    with the (Row, grid option) of each in ``resolved``), its counters."""
+
+    pool: list
+    faster: list
+    nearest: tuple | None
+    resolved: dict
+    evaluated: int
+    feasible: int
+    rows_done: int
+
+
+def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None) -> _PartOutcome:
+    """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
+    the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
+    ``shared``: search.block_processes.SharedThreshold); row numbers are the canonical ones (block offset + row of
+    the block), so ties break as in one table. The top K is exact; the faster plans that do not fit come from the
+    blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound) may hold plans
+    that do not fit and are faster than the winner."""
+    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+    flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
+    bounds = np.empty(len(parts))
+    floors: dict[tuple, object] = {}
     for i, b in enumerate(parts):
         key = (b.tp, b.cp, b.micro_batch)
         if key not in floors:
@@ -330,6 +373,10 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
+
+    def threshold() -> float:
+        return scan.threshold if shared is None else min(scan.threshold, shared.get())
+
     rows_done = done = 0
     # best bound first; a block's bound is refined (search.blocks.refined_bound: the recomputation memory forces,
     # then the exposed TP / CP communication and recomputation of the expert-free block kinds, then of every kind)
@@ -341,7 +388,7 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
     work: dict[tuple, object] = {}
     while heap:
         bound, i, level = heapq.heappop(heap)
-        if not ranking.within(bound, scan.threshold):
+        if not ranking.within(bound, threshold()):
             break
         b = parts[i]
         if level < len(steps):
@@ -351,65 +398,19 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
         table = RowTable(b.problem(problem))
-        options = _GridIndex(problem, table)
+        options = GridIndex(problem, table)
         scan.use(table, b.offset)
+        scan.threshold = threshold()
         rows_done += _scan_rows(problem, table, options, scan, False, None, None)
+        if shared is not None:
+            shared.offer(scan.threshold)
         done += 1
         if progress is not None:
             progress(done, len(parts), "blocks")
-    rows = parts[-1].offset + parts[-1].rows if parts else 0
-    return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, rows_done, start)
-
-
-class _GridIndex:
-    """Every row's grid (space.grid, which depends on pp, m and dp·cp only) as one table of options:
-    option ``g`` of row ``r`` is entry ``offset[r] + g``. Options come in groups of
-    ``group_size`` consecutive options sharing a schedule option (vpp, schedule, split), the ZeRO /
-    DP-overlap / offload choices varying inside the group."""
-
-    def __init__(self, problem: SearchProblem, table: RowTable):
-        c = table.columns
-        columns = (c["pp"], c["global_batch"] // (c["dp"] * c["micro_batch"]), c["dp"] * c["cp"])
-        # one integer per (pp, m, dp·cp), in the same (lexicographic) order as the triples
-        radix = [int(x.max()) + 1 if len(x) else 1 for x in columns]
-        code = (columns[0] * radix[1] + columns[1]) * radix[2] + columns[2]
-        unique, self.key_id = np.unique(code, return_inverse=True)
-        self.key_id = self.key_id.reshape(-1)
-        self.keys = [(int(k // (radix[1] * radix[2])), int(k // radix[2] % radix[1]), int(k % radix[2])) for k in unique]
-        self.parts = [grid_parts(problem, *key) for key in self.keys]
-        sizes = np.array([len(a) * len(b) * len(o) for a, b, o in self.parts], dtype=np.int64)
-        arrays = [grid_arrays(parts) for parts, size in zip(self.parts, sizes) if size]
-        self.table = {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
-        offsets = np.cumsum(sizes) - sizes
-        group = np.array([max(1, len(b) * len(o)) for _, b, o in self.parts], dtype=np.int64)
-        v_max = np.array([max((o[0] for o in a), default=1) for a, _, _ in self.parts], dtype=float)
-        self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
-        self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
-        # rows whose grid has ZB-H1 or DualPipe: their bubble can be far below (L − F)·u / v_max
-        split = np.array([any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool)
-        self.split_backward = split[self.key_id]
-
-    def option(self, row: int, g: int) -> tuple:
-        """The grid tuple (space.grid) of option ``g`` of ``row``."""
-        return grid_option(self.parts[self.key_id[row]], g)
-
-    def values(self, index: np.ndarray, grid_index: np.ndarray) -> dict[str, np.ndarray]:
-        """The grid_arrays fields of candidates (row index[i], option grid_index[i])."""
-        where = self.offset[index] + grid_index
-        return {f: v[where] for f, v in self.table.items()}
-
-    def groups(self, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row, first option) of every schedule-option group of the rows ``chunk``."""
-        counts = self.lengths[chunk] // self.group_size[chunk]
-        row, position = _expand(chunk, np.zeros(len(chunk), dtype=np.int64), counts)
-        return row, position * self.group_size[row]
-
-
-def _expand(rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row, option) pairs of the ranges [starts[i], starts[i] + sizes[i]) of options of rows[i]."""
-    index = np.repeat(rows, sizes)
-    first = np.repeat(np.cumsum(sizes) - sizes, sizes)
-    return index, np.repeat(starts, sizes) + (np.arange(len(index)) - first)
+    pool = _trim(scan.pool, top_k)[0] if scan.pool else []
+    named = [(r, g) for _, r, g, *_ in pool + scan.faster] + ([scan.nearest[1:3]] if scan.nearest is not None else [])
+    return _PartOutcome(pool, scan.faster, scan.nearest, {key: scan.resolved[key] for key in named} if named else {},
+                        scan.evaluated, scan.feasible, rows_done)
 
 
 def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
@@ -443,7 +444,7 @@ class _Scan:
         self.nearest = None  # (overflow_bytes, row, option, peak)
         self.faster: list[tuple] = []
         self.everything: list[dict] | None = [] if collect_all else None
-        self.options: _GridIndex | None = None
+        self.options: GridIndex | None = None
         self.offset = 0  # canonical number of the table's first row (search block by block)
         self.resolved: dict[tuple[int, int], tuple] | None = None  # (row, option) -> (Row, grid tuple), by block
 
@@ -474,14 +475,14 @@ class _Scan:
             out.append((item[0], r + self.offset, *item[2:]))
         return out
 
-    def evaluate(self, options: "_GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink) -> None:
+    def evaluate(self, options: "GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink) -> None:
         """Step time and memory of every candidate of the option groups (rows[i], options from
         starts[i]), in ``_expand`` order; the pool and threshold updated."""
         if not len(rows):
             return
         self.options = options
-        index, grid_index = _expand(rows, starts, options.group_size[rows])
-        step, peak, host = _evaluate_groups(self.table, options, rows, starts)
+        index, grid_index = expand(rows, starts, options.group_size[rows])
+        step, peak, host = evaluate_groups(self.table, options, rows, starts)
         tokens = self.tokens_row[index]
         obj = objective_value(self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops)
         fits = (peak <= self.capacity) & (host <= self.host_capacity)
@@ -518,28 +519,6 @@ class _Scan:
             self.faster += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near])
 
 
-def _evaluate_groups(table: RowTable, options: "_GridIndex", rows: np.ndarray, starts: np.ndarray):
-    """(step time, HBM peak, host memory) of every candidate of the option groups (rows[i], the
-    group_size[rows[i]] options from starts[i]), flat in ``_expand`` order.
-
-    The groups are evaluated as one (groups × options) broadcast: the row facts and the schedule
-    option are (G, 1) arrays, the ZeRO / DP-overlap / offload options (G, K) (a group with fewer
-    than K options repeats its last one; the repeats are dropped), so the per-stage sums run once
-    per group and only what those knobs change runs per candidate. Every function on the way is
-    elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
-    sizes = options.group_size[rows]
-    k = int(sizes.max())
-    slot = np.minimum(np.arange(k)[None, :], sizes[:, None] - 1)
-    where = (options.offset[rows] + starts)[:, None] + slot
-    values = {f: v[where[:, :1]] if f in SCHEDULE_FIELDS else v[where] for f, v in options.table.items()}
-    inp = table.inputs(rows[:, None], values)
-    valid = np.arange(k)[None, :] < sizes[:, None]  # row-major: _expand's order
-    shape = (len(rows), k)
-    step = np.broadcast_to(compose_step(inp)["step_time_s"], shape)[valid]
-    peak, host = (np.broadcast_to(v, shape)[valid] for v in stage_peaks(inp))
-    return step, peak, host
-
-
 def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):
     """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties),
     and with ``collect_all`` every feasible candidate."""
@@ -570,10 +549,10 @@ def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, 
 
 
 def exhaustive_search(
-    problem: SearchProblem, top_k: int = 10, workers: int = 1, progress=None, collect_all: bool = False
+    problem: SearchProblem, top_k: int = 10, workers: int | None = 1, progress=None, collect_all: bool = False
 ) -> SearchResult:
     """Every candidate of the canonical space through the scalar ``estimate``, one by one
-    (``workers`` processes split the rows; each keeps its own top K, merged exactly)."""
+    (``workers`` processes split the rows; each keeps its own top K, merged exactly; None: one)."""
     problem.check()
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
         from paraplan.search.robust import robust_search
@@ -581,7 +560,7 @@ def exhaustive_search(
         return robust_search(problem, top_k, exhaustive_search, workers=workers, progress=progress,
                              collect_all=collect_all)
     start = time.perf_counter()
-    if workers <= 1:
+    if workers is None or workers <= 1:
         parts = [_exhaustive_part(problem, top_k, 0, 1, progress, collect_all)]
     else:
         from concurrent.futures import ProcessPoolExecutor

@@ -27,8 +27,6 @@ import itertools
 import json
 import math
 import os
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ from pathlib import Path
 from paraplan.catalog import load_model, load_system
 from paraplan.io import atomic_write_text
 from paraplan.limits import check_search_bounds
+from paraplan.processes import die_with_parent
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -346,7 +345,7 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
 
         context = multiprocessing.get_context("spawn")  # no fork of a process that runs a progress thread
         pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
-                                   initializer=_die_with_parent, initargs=(os.getpid(),))
+                                   initializer=die_with_parent, initargs=(os.getpid(),))
         try:
             pending = {pool.submit(run_point, task) for task in tasks}
             while pending:
@@ -360,32 +359,6 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
-
-
-PARENT_POLL_S = 0.25  # how often a worker checks that the sweep that started it is alive
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Worker initializer: exit as soon as the sweep process is gone (even after SIGKILL, which runs
-    no clean-up in the parent): on Linux the kernel sends SIGKILL (prctl PR_SET_PDEATHSIG), elsewhere
-    a daemon thread notices the new parent within PARENT_POLL_S."""
-    try:  # Linux: immediate
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    if os.getppid() != parent_pid:  # the parent died before this worker started
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True, name="paraplan-parent-watch").start()
 
 
 def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str, workers: int) -> None:
@@ -402,7 +375,7 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
             # the workers are this process's children (the nannies run in this process): give them the
             # same parent-death guarantee as --workers (Dask's own worker processes also watch a pipe
             # to the parent and exit when it closes; this does not depend on that)
-            client.run(_die_with_parent, os.getpid())
+            client.run(die_with_parent, os.getpid())
         else:
             _check_dask_address(address)
             try:

@@ -1,0 +1,83 @@
+"""Every row's grid options as one table (search.run's fast path): the (row, option) pairs the scan evaluates, and
+the step time and memory of groups of them on arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
+from paraplan.schedule.step import compose_step, stage_peaks
+from paraplan.search.table import SCHEDULE_FIELDS, RowTable, grid_arrays
+
+
+class GridIndex:
+    """Every row's grid (space.grid, which depends on pp, m and dp·cp only) as one table of options:
+    option ``g`` of row ``r`` is entry ``offset[r] + g``. Options come in groups of
+    ``group_size`` consecutive options sharing a schedule option (vpp, schedule, split), the ZeRO /
+    DP-overlap / offload choices varying inside the group."""
+
+    def __init__(self, problem: SearchProblem, table: RowTable):
+        c = table.columns
+        columns = (c["pp"], c["global_batch"] // (c["dp"] * c["micro_batch"]), c["dp"] * c["cp"])
+        # one integer per (pp, m, dp·cp), in the same (lexicographic) order as the triples
+        radix = [int(x.max()) + 1 if len(x) else 1 for x in columns]
+        code = (columns[0] * radix[1] + columns[1]) * radix[2] + columns[2]
+        unique, self.key_id = np.unique(code, return_inverse=True)
+        self.key_id = self.key_id.reshape(-1)
+        self.keys = [(int(k // (radix[1] * radix[2])), int(k // radix[2] % radix[1]), int(k % radix[2])) for k in unique]
+        self.parts = [grid_parts(problem, *key) for key in self.keys]
+        sizes = np.array([len(a) * len(b) * len(o) for a, b, o in self.parts], dtype=np.int64)
+        arrays = [grid_arrays(parts) for parts, size in zip(self.parts, sizes) if size]
+        self.table = {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
+        offsets = np.cumsum(sizes) - sizes
+        group = np.array([max(1, len(b) * len(o)) for _, b, o in self.parts], dtype=np.int64)
+        v_max = np.array([max((o[0] for o in a), default=1) for a, _, _ in self.parts], dtype=float)
+        self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
+        self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
+        # rows whose grid has ZB-H1 or DualPipe: their bubble can be far below (L − F)·u / v_max
+        split = np.array([any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool)
+        self.split_backward = split[self.key_id]
+
+    def option(self, row: int, g: int) -> tuple:
+        """The grid tuple (space.grid) of option ``g`` of ``row``."""
+        return grid_option(self.parts[self.key_id[row]], g)
+
+    def values(self, index: np.ndarray, grid_index: np.ndarray) -> dict[str, np.ndarray]:
+        """The grid_arrays fields of candidates (row index[i], option grid_index[i])."""
+        where = self.offset[index] + grid_index
+        return {f: v[where] for f, v in self.table.items()}
+
+    def groups(self, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, first option) of every schedule-option group of the rows ``chunk``."""
+        counts = self.lengths[chunk] // self.group_size[chunk]
+        row, position = expand(chunk, np.zeros(len(chunk), dtype=np.int64), counts)
+        return row, position * self.group_size[row]
+
+
+def expand(rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, option) pairs of the ranges [starts[i], starts[i] + sizes[i]) of options of rows[i]."""
+    index = np.repeat(rows, sizes)
+    first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return index, np.repeat(starts, sizes) + (np.arange(len(index)) - first)
+
+
+def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, starts: np.ndarray):
+    """(step time, HBM peak, host memory) of every candidate of the option groups (rows[i], the
+    group_size[rows[i]] options from starts[i]), flat in ``_expand`` order.
+
+    The groups are evaluated as one (groups × options) broadcast: the row facts and the schedule
+    option are (G, 1) arrays, the ZeRO / DP-overlap / offload options (G, K) (a group with fewer
+    than K options repeats its last one; the repeats are dropped), so the per-stage sums run once
+    per group and only what those knobs change runs per candidate. Every function on the way is
+    elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
+    sizes = options.group_size[rows]
+    k = int(sizes.max())
+    slot = np.minimum(np.arange(k)[None, :], sizes[:, None] - 1)
+    where = (options.offset[rows] + starts)[:, None] + slot
+    values = {f: v[where[:, :1]] if f in SCHEDULE_FIELDS else v[where] for f, v in options.table.items()}
+    inp = table.inputs(rows[:, None], values)
+    valid = np.arange(k)[None, :] < sizes[:, None]  # row-major: _expand's order
+    shape = (len(rows), k)
+    step = np.broadcast_to(compose_step(inp)["step_time_s"], shape)[valid]
+    peak, host = (np.broadcast_to(v, shape)[valid] for v in stage_peaks(inp))
+    return step, peak, host
