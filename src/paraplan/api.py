@@ -196,13 +196,16 @@ def search(
     price_per_gpu_hour: float | None = None,
     exhaustive: bool = False,
     framework: str | dict | None = None,
+    workers: int | None = None,
     **space: Any,
 ) -> SearchResults:
     """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
     exactly one of ``global_batch`` / ``max_global_batch``; ``space``: further
     :class:`~paraplan.search.space.SearchProblem` fields (dtype, attention, tp=(1, 2, 4), recompute=
     ("none", "full"), vary_offload=False, ...). The price defaults to the system's. ``framework`` (as
-    for :func:`estimate`) adapts the system and sets the attention (unless given) and overlap defaults."""
+    for :func:`estimate`) adapts the system and sets the attention (unless given) and overlap defaults.
+    ``workers``: processes (``paraplan search --workers``; None: one for ``exhaustive``, else the usable CPUs for a
+    large block-by-block search, search.block_processes.auto_workers)."""
     from paraplan.search.run import exhaustive_search
     from paraplan.search.run import search as run_search
     from paraplan.search.space import SearchProblem
@@ -231,7 +234,8 @@ def search(
         price_per_gpu_hour=price_per_gpu_hour if price_per_gpu_hour is not None else system_spec.price_per_gpu_hour,
         **fields,
     )
-    result = exhaustive_search(problem, top_k=top) if exhaustive else run_search(problem, top_k=top)
+    result = (exhaustive_search(problem, top_k=top, workers=workers) if exhaustive
+              else run_search(problem, top_k=top, workers=workers))
     return SearchResults(problem, result)
 
 

@@ -4,7 +4,6 @@ and the split-backward schedules are axes of the canonical space, and the fast p
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -547,41 +546,6 @@ def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
         assert [b.offset for b in part] == sorted(b.offset for b in part)
         for b in part:
             assert owner.setdefault(costing_class(problem, b), i) == i
-
-
-def test_a_failing_search_worker_is_reported(monkeypatch):
-    """An exception in a forked worker reaches the caller as an error naming it, with the worker's traceback."""
-    from paraplan.search import block_processes
-
-    def task(part, shared):
-        if part == ["second"]:
-            raise ValueError("boom in the worker")
-        return part
-
-    with pytest.raises(RuntimeError, match="(?s)a search worker failed.*boom in the worker"):
-        block_processes.run_parts(task, [["first"], ["second"]])
-    assert block_processes.run_parts(lambda part, shared: (part, shared.get()), [[1], [2], [3]]) == \
-        [([1], math.inf), ([2], math.inf), ([3], math.inf)]
-
-    def parent_fails(part, shared):  # the workers' parts are not waited for: they are stopped
-        if part == ["first"]:
-            raise KeyError("boom here")
-        time.sleep(60)
-
-    started = time.perf_counter()
-    with pytest.raises(KeyError, match="boom here"):
-        block_processes.run_parts(parent_fails, [["first"], ["second"]])
-    assert time.perf_counter() - started < 30
-
-
-def test_the_shared_threshold_keeps_the_least_offer():
-    from paraplan.search.block_processes import SharedThreshold
-
-    shared = SharedThreshold()
-    assert shared.get() == math.inf
-    for offer, least in ((5.0, 5.0), (7.0, 5.0), (2.5, 2.5), (math.inf, 2.5)):
-        shared.offer(offer)
-        assert shared.get() == least
 
 
 def test_a_kind_holding_expert_ops_must_declare_the_rest(monkeypatch):

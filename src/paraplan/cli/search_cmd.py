@@ -200,6 +200,10 @@ def search(
     from rich.progress import Progress, TimeElapsedColumn
 
     sink = CsvSink(csv_all) if csv_all is not None else None
+    if workers is None and not exhaustive:  # before the progress bar's thread starts (auto_workers forks from one thread)
+        from paraplan.search.block_processes import auto_workers
+
+        workers = auto_workers()
     show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only
     try:
         with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=Console(stderr=True),

@@ -19,6 +19,7 @@ import math
 import multiprocessing
 import os
 import sys
+import threading
 import traceback
 
 from paraplan.processes import die_with_parent
@@ -32,14 +33,16 @@ AUTO_WORKERS_MAX = 4  # processes a search uses unasked (each holds its own cost
 
 
 def processes_available() -> bool:
-    """True where worker processes can be forked."""
-    return "fork" in multiprocessing.get_all_start_methods()
+    """True where worker processes can be forked: the platform forks, and this process is not a daemonic worker
+    (multiprocessing forbids those children)."""
+    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
 
 
 def auto_workers() -> int:
     """The processes a block-by-block search uses when not told: the CPUs this process may run on, at most
-    AUTO_WORKERS_MAX, on Linux (forking is the platform's default there); 1 elsewhere."""
-    if not sys.platform.startswith("linux"):
+    AUTO_WORKERS_MAX, on Linux (forking is the platform's default there) in a process running no other thread (a fork
+    copies one thread, and the locks the others hold); 1 elsewhere."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
         return 1
     try:
         usable = len(os.sched_getaffinity(0))

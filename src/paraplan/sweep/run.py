@@ -226,7 +226,7 @@ def _run_point(task: dict) -> dict:
     )
     record.update(EMPTY_SUMMARY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
     try:
-        result = search(problem, top_k=settings["top"])
+        result = search(problem, top_k=settings["top"], workers=1)  # a sweep runs its points in parallel instead
     except InputError as exc:  # this point cannot be searched (no split of the GPUs, batch too small, ...)
         record["reason"] = str(exc)
         return record

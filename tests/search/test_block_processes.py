@@ -1,0 +1,83 @@
+"""search.block_processes: forked workers, the shared threshold, the split by costing class, the default count."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+from paraplan.search import block_processes
+
+
+def test_a_failing_search_worker_is_reported():
+    """An exception in a forked worker reaches the caller as an error naming it, with the worker's traceback."""
+    def task(part, shared):
+        if part == ["second"]:
+            raise ValueError("boom in the worker")
+        return part
+
+    with pytest.raises(RuntimeError, match="(?s)a search worker failed.*boom in the worker"):
+        block_processes.run_parts(task, [["first"], ["second"]])
+    assert block_processes.run_parts(lambda part, shared: (part, shared.get()), [[1], [2], [3]]) == \
+        [([1], math.inf), ([2], math.inf), ([3], math.inf)]
+
+    def parent_fails(part, shared):  # the workers' parts are not waited for: they are stopped
+        if part == ["first"]:
+            raise KeyError("boom here")
+        time.sleep(60)
+
+    started = time.perf_counter()
+    with pytest.raises(KeyError, match="boom here"):
+        block_processes.run_parts(parent_fails, [["first"], ["second"]])
+    assert time.perf_counter() - started < 30
+
+
+def test_the_shared_threshold_keeps_the_least_offer():
+    from paraplan.search.block_processes import SharedThreshold
+
+    shared = SharedThreshold()
+    assert shared.get() == math.inf
+    for offer, least in ((5.0, 5.0), (7.0, 5.0), (2.5, 2.5), (math.inf, 2.5)):
+        shared.offer(offer)
+        assert shared.get() == least
+
+
+def test_auto_workers_forks_only_from_a_single_thread():
+    assert 1 <= block_processes.auto_workers() <= block_processes.AUTO_WORKERS_MAX
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert block_processes.auto_workers() == 1
+    finally:
+        stop.set()
+        other.join()
+
+
+def test_the_split_keeps_a_class_together_and_balances_the_keys():
+    from collections import namedtuple
+
+    Block = namedtuple("Block", "tp cp micro_batch offset")
+    blocks = [Block(tp, cp, mb, i) for i, (tp, cp, mb) in enumerate(
+        (tp, cp, mb) for tp in (1, 2) for cp in (1, 2, 4) for mb in (1, 2, 4, 8))]
+    parts = block_processes.split_by_costing_class(blocks, 2, lambda b: (b.tp, b.micro_batch // b.cp if b.micro_batch >= b.cp else -b.cp // b.micro_batch))
+    assert sorted(b.offset for part in parts for b in part) == list(range(len(blocks)))
+    assert all([b.offset for b in part] == sorted(b.offset for b in part) for part in parts)
+    sizes = [len(part) for part in parts]
+    assert max(sizes) - min(sizes) <= 4
+    assert block_processes.split_by_costing_class(blocks[:1], 4, lambda b: 0) == [blocks[:1]]
+
+
+def test_a_threshold_a_worker_publishes_reaches_the_other_processes():
+    def task(part, shared):
+        if part == ["worker"]:
+            shared.offer(3.0)
+            return None
+        deadline = time.monotonic() + 30
+        while shared.get() != 3.0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return shared.get()
+
+    assert block_processes.run_parts(task, [["parent"], ["worker"]]) == [3.0, None]
