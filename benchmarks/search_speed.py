@@ -4,7 +4,8 @@ Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted
 Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
 candidates per second (space size / seconds), and the best plan.
 ``--unrestricted`` adds DeepSeek-V3 on 2,048 H800s over every axis (22 M rows, searched block by
-block: search.blocks), ~4-5 s on the 2-core machine, ~0.5 s less with --workers 2 (docs/performance.md).
+block: search.blocks), ~3-3.7 s on the 2-core machine split over its two processes (search.block_processes; the
+default workers), ~4-6 s with --workers 1 (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
-    parser.add_argument("--workers", type=int, default=1, help="search(workers=...): processes for the block bounds")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="search(workers=...): processes for a large block-by-block search (default: auto_workers)")
     parser.add_argument("--unrestricted", action="store_true",
                         help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)")
     args = parser.parse_args()

@@ -144,18 +144,20 @@ _compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.Blo
 
 def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
     """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe.expert_knob_ops lists for it
-    at the shape (marked for its recompute modules as the layer marks them), memoised on what those ops read
-    (graph.moe.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
-    micro-batch) routing as many tokens."""
-    key = (model, system, expert_knob_inputs(shape), experts, shape.recompute_modules)
-    found = _KNOB_COMPUTES.get(key)
-    if found is None:
-        found = []
-        for expert in experts:  # the ops read the option from ``expert`` (expert_knob_parts), not from the shape
+    at the shape (marked for its recompute modules as the layer marks them), memoised per option on what those ops
+    read (graph.moe.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
+    micro-batch) routing as many tokens, whatever the tp (the options with etp 1 recur for every tp)."""
+    inputs = expert_knob_inputs(shape)
+    out = []
+    for expert in experts:
+        key = (model, system, inputs, expert, shape.recompute_modules)
+        found = _KNOB_COMPUTES.get(key)
+        if found is None:  # the ops read the option from ``expert`` (expert_knob_parts), not from the shape
             ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
-            found.append(_compute_fields(block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)))
-        found = _remember(_KNOB_COMPUTES, key, tuple(found))
-    return found
+            found = _remember(_KNOB_COMPUTES, key, _compute_fields(
+                block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)))
+        out.append(found)
+    return tuple(out)
 
 
 def _remember(memo: dict, key, value):
