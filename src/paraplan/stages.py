@@ -152,16 +152,11 @@ def block_comm(
     if shape is not None and shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(tp_span, shape.tp_rows)
     if moe:
-        spans["ep"] = expert_span(shape.expert.ep, shape.expert.etp, system)
-        spans["etp"] = expert_tp_span(shape.expert.etp, system)
+        s["ep_forward"], s["ep_backward"], s["ep_forward_price"], s["ep_backward_price"] = expert_comm_terms(
+            block.collectives, system, model, shape)
     for c in block.collectives:
         fwd, bwd = c.count_fwd, c.count_bwd
-        if c.group in ("ep", "etp"):
-            time, price = moe_collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system, model)
-            s["ep_forward"] += fwd * time
-            s["ep_backward"] += bwd * time
-            s["ep_forward_price"] += fwd * price
-            s["ep_backward_price"] += bwd * price
+        if c.group in ("ep", "etp"):  # expert_comm_terms
             continue
         time, price, nic = collective_costs_s(c.kind, c.bytes, spans[c.group], system)
         if c.group == "cp":
@@ -192,6 +187,25 @@ def block_comm(
         s[_TP_BACKWARD_FIELD.get(c.overlaps_with, "tp_backward")] += bwd * time
         s["tp_backward_price"] += bwd * price
     return BlockComm(**s)
+
+
+def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, shape: LayerShape) -> tuple[float, float, float, float]:
+    """(ep_forward, ep_backward, ep_forward_price, ep_backward_price) of block_comm: Σ over the expert-parallel
+    collectives (groups ep, etp) of calls × cost.moe.moe_collective_time_and_price_s on the expert spans of
+    ``shape.expert`` (cost.moe.expert_span, expert_tp_span); the other collectives are left out."""
+    forward = backward = forward_price = backward_price = 0.0
+    spans = None
+    for c in collectives:
+        if c.group not in ("ep", "etp"):
+            continue
+        if spans is None:
+            spans = {"ep": expert_span(shape.expert.ep, shape.expert.etp, system), "etp": expert_tp_span(shape.expert.etp, system)}
+        time, price = moe_collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system, model)
+        forward += c.count_fwd * time
+        backward += c.count_bwd * time
+        forward_price += c.count_fwd * price
+        backward_price += c.count_bwd * price
+    return forward, backward, forward_price, backward_price
 
 
 # where a backward TP collective's seconds go, by what hides it (Collective.overlaps_with)

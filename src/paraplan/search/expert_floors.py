@@ -25,7 +25,7 @@ from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.schedule.step import expert_exposure
 from paraplan.search.space import SearchProblem, _divisors
-from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, _NO_SPAN as NO_SPAN, _comm_with_overlap, block_comm, block_compute
+from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -270,18 +270,15 @@ _dispatch_table.cache_clear = _DISPATCH_TABLES.clear
 
 def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple[_EpComm, ...]:
     """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives,
-    costed once per dispatcher without a2a overlap and the switch set on it as stages.block_cost_facts sets it
-    (block_comm records the switch only as ``ep_overlap``: stages._comm_with_overlap)."""
-    costed: dict[str, object] = {}
+    their EP terms (stages.expert_comm_terms, what block_comm sums) costed once per dispatcher without a2a overlap,
+    and the switch as stages.block_cost_facts sets it: ep_overlap only (stages._comm_with_overlap)."""
+    costed: dict[str, tuple] = {}
     out = []
     for dispatcher, overlap in switches:
         if dispatcher not in costed:
-            knobs = replace(shape, expert=replace(shape.expert, dispatcher=dispatcher, a2a_overlap=False))
-            collectives = tuple(dispatch_collectives(model, knobs, knobs.expert))
-            costed[dispatcher] = block_comm.__wrapped__(LayerGraph("dispatch", (), collectives, 0.0), system, NO_SPAN, NO_SPAN,
-                                                        model, knobs)
-        comm = _comm_with_overlap(costed[dispatcher], float(overlap))
-        out.append(_EpComm(*(getattr(comm, name) for name in _EpComm._fields)))
+            knobs = with_expert(shape, replace(shape.expert, dispatcher=dispatcher, a2a_overlap=False))
+            costed[dispatcher] = expert_comm_terms(dispatch_collectives(model, knobs, knobs.expert), system, model, knobs)
+        out.append(_EpComm(*costed[dispatcher], float(overlap)))
     return tuple(out)
 
 
