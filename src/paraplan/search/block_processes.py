@@ -69,11 +69,16 @@ class SharedThreshold:
 
 
 def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[list]:
-    """``blocks`` in at most ``workers`` parts, each in the blocks' order: the blocks of one costing_class(block) together,
-    classes dealt largest first (SHARED_COST_KEYS plus their distinct (tp, cp, micro-batch) keys) to the least loaded."""
+    """``blocks`` in at most ``workers`` parts, each in the blocks' order: the blocks of one costing_class(block) (a
+    function of the block's (tp, cp, micro-batch), asked once per key) together, classes dealt largest first
+    (SHARED_COST_KEYS plus their distinct keys) to the least loaded."""
     classes: dict = {}
+    of_key: dict = {}
     for block in blocks:
-        classes.setdefault(costing_class(block), []).append(block)
+        key = (block.tp, block.cp, block.micro_batch)
+        if key not in of_key:
+            of_key[key] = costing_class(block)
+        classes.setdefault(of_key[key], []).append(block)
     parts: list[list] = [[] for _ in range(workers)]
     loads = [0] * workers
 
