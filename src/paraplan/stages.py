@@ -156,7 +156,7 @@ def block_comm(
             block.collectives, system, model, shape)
     for c in block.collectives:
         fwd, bwd = c.count_fwd, c.count_bwd
-        if c.group in ("ep", "etp"):  # expert_comm_terms
+        if c.group in EXPERT_GROUPS:  # expert_comm_terms
             continue
         time, price, nic = collective_costs_s(c.kind, c.bytes, spans[c.group], system)
         if c.group == "cp":
@@ -189,6 +189,9 @@ def block_comm(
     return BlockComm(**s)
 
 
+EXPERT_GROUPS = ("ep", "etp")  # the collective groups priced on the expert spans (graph.moe.dispatch_collectives)
+
+
 def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, shape: LayerShape) -> tuple[float, float, float, float]:
     """(ep_forward, ep_backward, ep_forward_price, ep_backward_price) of block_comm: Σ over the expert-parallel
     collectives (groups ep, etp) of calls × cost.moe.moe_collective_time_and_price_s on the expert spans of
@@ -196,7 +199,7 @@ def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, shape: 
     forward = backward = forward_price = backward_price = 0.0
     spans = None
     for c in collectives:
-        if c.group not in ("ep", "etp"):
+        if c.group not in EXPERT_GROUPS:
             continue
         if spans is None:
             spans = {"ep": expert_span(shape.expert.ep, shape.expert.etp, system), "etp": expert_tp_span(shape.expert.etp, system)}
