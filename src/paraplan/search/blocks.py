@@ -433,8 +433,9 @@ def _group_sums(problem: SearchProblem, pp: int, accounted: bool, per_kind: dict
 
 
 def _group_blocks(problem: SearchProblem, pp: int, accounted: bool) -> list[tuple[int, int, tuple]]:
-    """(first stage index, stages, ((kind, blocks of it on one stage), ...)) of each non-empty stage group of the
-    split of (pp, accounted), as stages.build_step_inputs lays them out (stages.stage_block_counts). Memoised."""
+    """(first stage index, stages, ((kind, blocks of it on one stage), ...) of the kinds it holds) of each non-empty
+    stage group of the split of (pp, accounted), as stages.build_step_inputs lays them out (stages.stage_block_counts).
+    Memoised."""
     memo = problem._memo.setdefault("group_blocks", {})
     if (pp, accounted) in memo:
         return memo[(pp, accounted)]
@@ -443,7 +444,7 @@ def _group_blocks(problem: SearchProblem, pp: int, accounted: bool) -> list[tupl
         count = int(g.count)
         if count > 0:
             counts = stage_block_counts(model if moe_shaped(model) else None, g, start)
-            out.append((int(g.index), count, tuple((name, int(n)) for name, n in counts)))
+            out.append((int(g.index), count, tuple((name, int(n)) for name, n in counts if n)))
         start += count * int(g.layers)
     memo[(pp, accounted)] = out
     return out
