@@ -35,13 +35,38 @@ def test_a_failing_search_worker_is_reported():
 
 
 def test_the_shared_threshold_keeps_the_least_offer():
-    from paraplan.search.block_processes import SharedThreshold
-
-    shared = SharedThreshold()
+    shared = block_processes.SharedSearch(2).view(0)
     assert shared.get() == math.inf
     for offer, least in ((5.0, 5.0), (7.0, 5.0), (2.5, 2.5), (math.inf, 2.5)):
         shared.offer(offer)
         assert shared.get() == least
+
+
+def test_a_block_is_searched_once_no_other_part_visits_a_lower_bound(monkeypatch):
+    """PartView.wait_turn: a part waits while another visits a lower bound (ties: the lower index first), stops
+    waiting once the others pass its bound, finish, or the threshold rules its bound out, and never waits longer
+    than WAIT_CAP_S."""
+    shared = block_processes.SharedSearch(3)
+    first, second, third = (shared.view(i) for i in range(3))
+    first.at(1.0)
+    second.at(2.0)
+    third.done()
+    started = time.monotonic()
+    first.wait_turn(1.0, lambda: True)  # the lowest: no wait
+    second.at(1.0)
+    first.wait_turn(1.0, lambda: True)  # a tie with a higher index: no wait
+    assert time.monotonic() - started < 1.0
+    waited = []
+    second.wait_turn(1.0, lambda: waited.append(1) or len(waited) < 3)  # a tie with a lower index: waits until closed
+    assert len(waited) == 3
+    monkeypatch.setattr(block_processes, "WAIT_CAP_S", 0.05)
+    started = time.monotonic()
+    second.wait_turn(5.0, lambda: True)  # the first part never moves on: the cap ends the wait
+    assert 0.05 <= time.monotonic() - started < 2.0
+    first.done()
+    started = time.monotonic()
+    second.wait_turn(5.0, lambda: True)
+    assert time.monotonic() - started < 0.05
 
 
 def test_auto_workers_forks_only_from_a_single_thread():

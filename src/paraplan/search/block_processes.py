@@ -5,9 +5,12 @@ floors (search.expert_floors.KindFloors), so a class goes whole to one process, 
 loaded. Each process runs the same branch and bound over its blocks and keeps its own top K. The K-th group's objective
 θ of any process is an admissible threshold for all of them: that process holds K groups at or below θ, so a candidate
 above it is in no global top K. The processes therefore publish their θ in a shared double, and each prunes against
-the least published one. The parent merges the parts' pools: the top K is the one-process search's (ties broken by
-canonical row, as there). How many candidates are evaluated depends on when a threshold is published, so the counts
-may differ from run to run; the plans do not.
+the least published one. Each also publishes the bound of the block it visits, and waits before searching a block
+(building its row table, the dear step) while another visits a lower bound: the blocks are searched in the order of
+one process's search, so a low block's threshold reaches the others before they search blocks it rules out. The
+parent merges the parts' pools: the top K is the one-process search's (ties broken by canonical row, as there). The
+evaluated counts usually equal one process's; they can differ (each part's own K-th group is looser than the K-th of
+their union), the plans cannot.
 
 The workers are forked (POSIX only; elsewhere the search runs in one process). A worker sends its part back through a
 pipe and ends with os._exit: deallocating its caches one by one would keep the parent waiting (~1 s on DeepSeek-V3).
@@ -20,6 +23,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 import traceback
 
 from paraplan.processes import die_with_parent
@@ -51,21 +55,62 @@ def auto_workers() -> int:
     return max(1, min(usable, AUTO_WORKERS_MAX))
 
 
-class SharedThreshold:
-    """The least K-th-group objective any process has published (math.inf before any): a double in shared memory."""
+class SharedSearch:
+    """What the processes of one split search share: the least K-th-group objective any of them has published
+    (math.inf before any), and each one's frontier, the bound of the block it visits now (-inf before its first
+    bounds, inf once done). ``view(i)`` is what process i uses (PartView)."""
 
-    def __init__(self, context=None):
-        self.value = (context or multiprocessing).Value("d", math.inf)
+    def __init__(self, parts: int, context=None):
+        context = context or multiprocessing
+        self.threshold = context.Value("d", math.inf)
+        self.frontiers = context.RawArray("d", [-math.inf] * parts)  # each slot written by its own process only
+
+    def view(self, index: int) -> "PartView":
+        return PartView(self, index)
+
+
+# the longest a process waits for the others before scanning a block (a safety valve: a process that died without
+# marking itself done must not stall the others; waits are milliseconds when all run)
+WAIT_CAP_S = 5.0
+WAIT_POLL_S = 0.0005
+
+
+class PartView:
+    """One process's side of a SharedSearch."""
+
+    def __init__(self, shared: SharedSearch, index: int):
+        self.shared, self.index = shared, index
 
     def get(self) -> float:
-        return self.value.value
+        """The least threshold published."""
+        return self.shared.threshold.value
 
     def offer(self, threshold: float) -> None:
-        """Publish a process's threshold (kept when it is below the shared one)."""
-        if threshold < self.value.value:
-            with self.value.get_lock():
-                if threshold < self.value.value:
-                    self.value.value = threshold
+        """Publish this process's threshold (kept when it is below the shared one)."""
+        value = self.shared.threshold
+        if threshold < value.value:
+            with value.get_lock():
+                if threshold < value.value:
+                    value.value = threshold
+
+    def at(self, bound: float) -> None:
+        """This process now visits a block of this bound."""
+        self.shared.frontiers[self.index] = bound
+
+    def done(self) -> None:
+        self.shared.frontiers[self.index] = math.inf
+
+    def wait_turn(self, bound: float, still_open) -> None:
+        """Before searching a block of this bound (building its row table, the dear step): wait while another process
+        visits a lower bound (ties: the lower index first) and ``still_open()`` (the threshold has not ruled the
+        bound out), at most WAIT_CAP_S. The blocks are then searched in the order of one process's search, so the
+        threshold a low block sets reaches the others before they search blocks it rules out."""
+        deadline = time.monotonic() + WAIT_CAP_S
+        frontiers, me = self.shared.frontiers, self.index
+        while any(f < bound or (f == bound and j < me) for j, f in enumerate(frontiers) if j != me) and still_open():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(WAIT_POLL_S)
 
 
 def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[list]:
@@ -93,20 +138,23 @@ def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[li
 
 
 def run_parts(task, parts: list[list]) -> list:
-    """[task(part, shared) for part in parts], the first part in this process and each other one in a forked worker,
-    all with one SharedThreshold; an exception in a worker is raised here (with the worker's traceback)."""
+    """[task(part, view) for part in parts], the first part in this process and each other one in a forked worker,
+    each with its view of one SharedSearch; an exception in a worker is raised here (with the worker's traceback)."""
     context = multiprocessing.get_context("fork")
-    shared = SharedThreshold(context)
+    shared = SharedSearch(len(parts), context)
     workers = []
-    for part in parts[1:]:
+    for index, part in enumerate(parts[1:], start=1):
         receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=_worker, args=(task, part, shared, sender, os.getpid()), daemon=True)
+        process = context.Process(target=_worker, args=(task, part, shared.view(index), sender, os.getpid()), daemon=True)
         process.start()
         sender.close()
         workers.append((process, receiver))
     finished = False
     try:
-        results = [task(parts[0], shared)]
+        try:
+            results = [task(parts[0], shared.view(0))]
+        finally:
+            shared.view(0).done()
         for process, receiver in workers:
             try:
                 status, value = receiver.recv()
@@ -125,7 +173,7 @@ def run_parts(task, parts: list[list]) -> list:
             process.join()
 
 
-def _worker(task, part, shared: SharedThreshold, sender, parent_pid: int) -> None:
+def _worker(task, part, shared: PartView, sender, parent_pid: int) -> None:
     """A forked worker: task(part, shared) sent through ``sender``, then os._exit (no teardown of its caches); it ends
     with the process that started it (processes.die_with_parent)."""
     import gc
@@ -135,10 +183,12 @@ def _worker(task, part, shared: SharedThreshold, sender, parent_pid: int) -> Non
     code = 0
     try:
         try:
-            sender.send(("ok", task(part, shared)))
+            result = ("ok", task(part, shared))
         except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
             code = 1
-            sender.send(("error", traceback.format_exc()))
+            result = ("error", traceback.format_exc())
+        shared.done()
+        sender.send(result)
         sender.close()
     finally:
         os._exit(code)

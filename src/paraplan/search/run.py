@@ -355,7 +355,7 @@ class _PartOutcome(NamedTuple):
 def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None) -> _PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
-    ``shared``: search.block_processes.SharedThreshold); row numbers are the canonical ones (block offset + row of
+    ``shared``: search.block_processes.PartView, which also orders the blocks searched across processes); row numbers are the canonical ones (block offset + row of
     the block), so ties break as in one table. The top K is exact; the faster plans that do not fit come from the
     blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound) may hold plans
     that do not fit and are faster than the winner."""
@@ -388,6 +388,8 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     work: dict[tuple, object] = {}
     while heap:
         bound, i, level = heapq.heappop(heap)
+        if shared is not None:
+            shared.at(bound)
         if not ranking.within(bound, threshold()):
             break
         b = parts[i]
@@ -397,6 +399,10 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
                                                             steps[level]), tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
+        if shared is not None:  # in the order of one process's search (block_processes.PartView.wait_turn)
+            shared.wait_turn(bound, lambda: ranking.within(bound, threshold()))
+            if not ranking.within(bound, threshold()):
+                break
         table = RowTable(b.problem(problem))
         options = GridIndex(problem, table)
         scan.use(table, b.offset)
