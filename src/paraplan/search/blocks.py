@@ -160,15 +160,12 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     return LayerFloors(work, rho, forward)
 
 
-def costing_class(problem: SearchProblem, block: Block) -> float:
-    """The tokens one tensor-parallel rank routes per micro-batch, b·s/(c·t) (graph.moe.moe_tokens): blocks equal on it
-    share costings: the layer floors of one (tp, local tokens) (KindFloors, keyed on graph.transformer.cp_free_key),
-    and the expert ops and dispatch of one routed-token count whatever the tp (search.expert_floors' memos);
-    search.block_processes keeps a class in one process."""
-    from paraplan.graph.moe import moe_tokens
+def costing_class(problem: SearchProblem, block: Block) -> tuple:
+    """(tp, local tokens b·s/c) of a block: the blocks whose layer floors share their costings (KindFloors, keyed on
+    graph.transformer.cp_free_key); search.block_processes keeps a class in one process."""
     from paraplan.search.table import layer_shape_of
 
-    return moe_tokens(layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0))
+    return block.tp, layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0).local_tokens
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
