@@ -81,17 +81,30 @@ def test_auto_workers_forks_only_from_a_single_thread():
         other.join()
 
 
-def test_the_split_keeps_a_class_together_and_balances_the_keys():
+def test_the_split_keeps_a_class_together_and_alternates_neighbouring_classes():
     from collections import namedtuple
 
     Block = namedtuple("Block", "tp cp micro_batch offset")
     blocks = [Block(tp, cp, mb, i) for i, (tp, cp, mb) in enumerate(
         (tp, cp, mb) for tp in (1, 2) for cp in (1, 2, 4) for mb in (1, 2, 4, 8))]
-    parts = block_processes.split_by_costing_class(blocks, 2, lambda b: (b.tp, b.micro_batch // b.cp if b.micro_batch >= b.cp else -b.cp // b.micro_batch))
+
+    def tokens(b):  # the class: (tp, micro-batch tokens per cp rank), as search.blocks.costing_class
+        return b.tp, 4096 * b.micro_batch // b.cp
+
+    asked = []
+    parts = block_processes.split_by_costing_class(blocks, 2, lambda b: asked.append(b) or tokens(b))
+    assert len(asked) == len({(b.tp, b.cp, b.micro_batch) for b in blocks})  # once per key
     assert sorted(b.offset for part in parts for b in part) == list(range(len(blocks)))
     assert all([b.offset for b in part] == sorted(b.offset for b in part) for part in parts)
-    sizes = [len(part) for part in parts]
-    assert max(sizes) - min(sizes) <= 4
+    owner = {}
+    for i, part in enumerate(parts):
+        for b in part:
+            assert owner.setdefault(tokens(b), i) == i  # a class in one part
+    classes = sorted(owner, reverse=True)
+    assert owner[classes[0]] != owner[classes[1]]  # the two largest classes in different parts
+    loads = [sum(1 for _ in {(b.tp, b.cp, b.micro_batch) for b in part}) + block_processes.SHARED_COST_KEYS *
+             len({tokens(b) for b in part}) for part in parts]
+    assert max(loads) - min(loads) <= block_processes.SHARED_COST_KEYS + 3
     assert block_processes.split_by_costing_class(blocks[:1], 4, lambda b: 0) == [blocks[:1]]
 
 

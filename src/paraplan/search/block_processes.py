@@ -1,8 +1,8 @@
 """A block-by-block search (search.run) split over processes that share one pruning threshold.
 
 The blocks are dealt to the processes by costing class: blocks whose (tp, local tokens) are equal share their layer
-floors (search.expert_floors.KindFloors), so a class goes whole to one process, the largest classes first to the least
-loaded. Each process runs the same branch and bound over its blocks and keeps its own top K. The K-th group's objective
+floors (search.expert_floors.KindFloors), so a class goes whole to one process; the classes are dealt in descending
+order, each to the least loaded process (split_by_costing_class). Each process runs the same branch and bound over its blocks and keeps its own top K. The K-th group's objective
 θ of any process is an admissible threshold for all of them: that process holds K groups at or below θ, so a candidate
 above it is in no global top K. The processes therefore publish their θ in a shared double, and each prunes against
 the least published one. Each also publishes the bound of the block it visits, and waits before searching a block
