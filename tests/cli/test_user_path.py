@@ -159,3 +159,16 @@ def test_the_command_exits_fast_with_its_output_whole_and_its_exit_code(tmp_path
               "sys.argv[1:] = ['models']; from paraplan.cli import console_main; console_main()")
     proc = subprocess.run([sys.executable, "-c", script, str(marker)], capture_output=True, text=True)
     assert proc.returncode == 0 and "deepseek-v3" in proc.stdout and marker.read_text() == "ran"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "16", "--top", "0"],
+     "error: --top: 0 is not allowed; must be greater than or equal to 1\n"),
+    (["search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "16", "--workers=0"],
+     "error: --workers: 0 is not allowed; must be greater than or equal to 1\n"),
+    (["estimate", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--tp", "x"],
+     "error: --tp: x is not allowed; must be a valid integer, unable to parse string as an integer\n"),
+])
+def test_an_option_out_of_its_range_names_the_value_given(capsys, argv, expected):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err == expected

@@ -13,6 +13,7 @@ import atexit
 import functools
 import math
 import os
+import re
 import sys
 import threading
 
@@ -87,6 +88,28 @@ def _refuse_repeated_options(command, args: list[str]) -> None:
         seen.add(key)
 
 
+_RANGE_MESSAGE = re.compile(r"^Invalid value for '([^']+)': Input should be (.+)$")
+
+
+def _with_given_value(message: str, exc: ClickException, args: list[str]) -> str:
+    """A bad option value's message naming the value given (click's range messages name only the option and the
+    range): "--top: 0 is not allowed; must be greater than or equal to 1"."""
+    opts = getattr(getattr(exc, "param", None), "opts", None) or ()
+    given = None
+    for i, arg in enumerate(args):
+        for opt in opts:
+            if arg == opt and i + 1 < len(args):
+                given = args[i + 1]
+            elif arg.startswith(opt + "="):
+                given = arg[len(opt) + 1:]
+    if given is None:
+        return message
+    found = _RANGE_MESSAGE.match(message)
+    if found:
+        return f"{found.group(1)}: {given} is not allowed; must be {found.group(2)}"
+    return message if repr(given) in message or given in message else f"{message} (given: {given!r})"
+
+
 @functools.cache
 def _command():
     """The click command of ``app``, built once per process (typer rebuilds it from the function
@@ -111,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except ClickException as exc:
-        _fail(exc.format_message().replace("Value error, ", ""), getattr(exc, "exit_code", 1) or EXIT_INPUT_ERROR)
+        _fail(_with_given_value(exc.format_message().replace("Value error, ", ""), exc, args),
+              getattr(exc, "exit_code", 1) or EXIT_INPUT_ERROR)
     except Exit as exc:
         sys.exit(exc.exit_code)
     except Abort:
