@@ -85,6 +85,7 @@ class _RestFloor(NamedTuple):
     gemm_backward: tuple
     work: float
     forward: float
+    floor: "KindFloor"  # the KindFloor with nothing added (a kind without core ops)
 
 
 class KindFloors:
@@ -100,17 +101,26 @@ class KindFloors:
     def __init__(self, problem: SearchProblem, experts: tuple):
         self.problem, self.experts = problem, tuple(experts)
         self.dispatch = DispatchFloors(problem)
+        # the memo of these options, found once per problem and options tuple (costing_experts keeps one per tp) while
+        # _REST_FLOORS is not cleared
+        known = problem._memo.setdefault("rest_floors", {}).get(id(experts))
+        if known is not None and known[0] is experts and known[1] == _REST_GENERATION[0]:
+            self.rest = known[2]
+            return
         # what the rest floors read beyond the kind and the shape: the expert options and their switches
         outer = (problem.model, problem.system, self.experts,
                  tuple(problem.expert_switches(e.ep, e.etp) for e in self.experts))
         found = _REST_FLOORS.get(outer)
         self.rest = found if found is not None else _remember(_REST_FLOORS, outer, {})
+        problem._memo["rest_floors"][id(experts)] = (experts, _REST_GENERATION[0], self.rest)
 
     def __call__(self, name: str, shape) -> KindFloor:
         core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
         rest = self._rest(name, shape, core)
+        if not core:  # nothing added per (cp, micro-batch): the rest's own floor
+            return rest.floor
         # the layer kinds share their core attention: one cached costing of it per shape (stages.block_compute)
-        extra = block_compute(LayerGraph("core attention", core, (), 0.0), self.problem.system, shape.dtype) if core else NO_COMPUTE
+        extra = block_compute(LayerGraph("core attention", core, (), 0.0), self.problem.system, shape.dtype)
         added = extra.forward + extra.backward
         rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
                   default=0.0)
@@ -119,7 +129,7 @@ class KindFloors:
     def _rest(self, name: str, shape, core: tuple | None) -> _RestFloor:
         """The kind's _RestFloor at the shape without the ``core`` ops (all its ops when None)."""
         experts = self.experts
-        first = with_expert(shape, experts[0])
+        first = shape if shape.expert is experts[0] else with_expert(shape, experts[0])
         key = (name, cp_free_key(first) if core is not None else first)
         found = self.rest.get(key)
         if found is None:
@@ -130,12 +140,15 @@ class KindFloors:
                 work = totals[0]
             else:  # each option with its least dispatch at any compute; only options that can still be the least
                 work = least_with(totals, lambda i: self.dispatch.table(shape, experts[i]).least)
-            found = _remember(self.rest, key, _RestFloor(totals, tuple(c.gemm_backward for c in computes), work,
-                                                         min(c.forward for c in computes)))
+            gemm_backward = tuple(c.gemm_backward for c in computes)
+            forward = min(c.forward for c in computes)
+            rho = max([g / t for g, t in zip(gemm_backward, totals) if t > 0], default=0.0)
+            found = _remember(self.rest, key, _RestFloor(totals, gemm_backward, work, forward, KindFloor(work, forward, rho)))
         return found
 
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
+_REST_GENERATION = [0]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
 NO_COMPUTE = BlockCompute(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # of a kind without core ops
 
 
@@ -312,5 +325,11 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     return memo[tp]
 
 
-KindFloors.cache_clear = _REST_FLOORS.clear  # as the lru caches (SEARCH_CACHES)
+def _clear_rest_floors() -> None:
+    """KindFloors.cache_clear: empty the memo and retire the problems' handles on it."""
+    _REST_FLOORS.clear()
+    _REST_GENERATION[0] += 1
+
+
+KindFloors.cache_clear = _clear_rest_floors  # as the lru caches (SEARCH_CACHES)
 EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without
