@@ -4,8 +4,8 @@ Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted
 Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
 candidates per second (space size / seconds), and the best plan.
 ``--unrestricted`` adds DeepSeek-V3 on 2,048 H800s over every axis (22 M rows, searched block by
-block: search.blocks), ~3-3.7 s on the 2-core machine split over its two processes (search.block_processes; the
-default workers), ~4-6 s with --workers 1 (docs/performance.md).
+block: search.blocks), ~2-3.3 s on the 2-core machine split over its two processes (search.block_processes; the
+default workers), ~3.5-5 s with --workers 1 (docs/performance.md).
 """
 
 from __future__ import annotations

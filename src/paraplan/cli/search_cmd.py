@@ -216,7 +216,7 @@ def search(
                           f"start; {RESTRICT_HINT}", file=sys.stderr)
                 if phase == "block bounds" and done == 0 and total and total >= LARGE_BLOCKS:
                     print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
-                          f"and micro-batch; seconds, ~3-5 s for the largest, split over --workers processes); "
+                          f"and micro-batch; seconds, ~2-4 s for the largest, split over --workers processes); "
                           f"{RESTRICT_HINT}", file=sys.stderr)
                 bar.update(task, completed=done, total=total, description=phase)
 
