@@ -149,7 +149,6 @@ class KindFloors:
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
 _REST_GENERATION = [0]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
-NO_COMPUTE = BlockCompute(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # of a kind without core ops
 
 
 _compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
