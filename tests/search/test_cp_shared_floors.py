@@ -127,3 +127,17 @@ def test_shared_kind_floors_are_reused_across_cp():
     assert first == len(model_block_kinds(problem.model))
     assert len(floors_of.rest) == first
     assert KindFloors(problem, experts).rest is floors_of.rest  # shared by the next call with these options
+
+
+def test_a_cleared_memo_is_not_reached_through_an_old_handle():
+    """KindFloors finds its memo once per problem and options (a handle in the problem's memo); clearing the memo
+    (SEARCH_CACHES, before every cold benchmark run) retires the handle, so the next KindFloors starts empty."""
+    problem = _problem("deepseek-v3")
+    experts = costing_experts(problem, 2)
+    floors_of = KindFloors(problem, experts)
+    floors_of("moe_layer", layer_shape_of(problem, 2, 1, 2, True, "1d", 0, experts[0]))
+    assert floors_of.rest and KindFloors(problem, experts).rest is floors_of.rest
+    KindFloors.cache_clear()
+    fresh = KindFloors(problem, experts)
+    assert fresh.rest is not floors_of.rest and not fresh.rest
+    assert KindFloors(problem, experts).rest is fresh.rest
