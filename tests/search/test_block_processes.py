@@ -48,9 +48,11 @@ def test_a_block_is_searched_once_no_other_part_visits_a_lower_bound(monkeypatch
     than WAIT_CAP_S."""
     shared = block_processes.SharedSearch(3)
     first, second, third = (shared.view(i) for i in range(3))
+    assert not first.turn(1.0)  # the others have not started: their frontiers are -inf
     first.at(1.0)
     second.at(2.0)
     third.done()
+    assert first.turn(1.0) and first.turn(2.0) and not first.turn(2.5) and not second.turn(2.0)
     started = time.monotonic()
     first.wait_turn(1.0, lambda: True)  # the lowest: no wait
     second.at(1.0)

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import NamedTuple
 
 from paraplan.processes import die_with_parent
 
@@ -100,17 +101,34 @@ class PartView:
     def done(self) -> None:
         self.shared.frontiers[self.index] = math.inf
 
+    def turn(self, bound: float) -> bool:
+        """True when no other process visits a lower bound (ties: the lower index first): a block of this bound may be
+        searched (its row table built, the dear step) in the order of one process's search, so the threshold a low
+        block sets reaches the others before they search blocks it rules out."""
+        me = self.index
+        return not any(f < bound or (f == bound and j < me) for j, f in enumerate(self.shared.frontiers) if j != me)
+
     def wait_turn(self, bound: float, still_open) -> None:
-        """Before searching a block of this bound (building its row table, the dear step): wait while another process
-        visits a lower bound (ties: the lower index first) and ``still_open()`` (the threshold has not ruled the
-        bound out), at most WAIT_CAP_S. The blocks are then searched in the order of one process's search, so the
-        threshold a low block sets reaches the others before they search blocks it rules out."""
+        """Wait until ``turn(bound)`` or not ``still_open()`` (the threshold has ruled the bound out), at most
+        WAIT_CAP_S (search.run._branch_and_bound waits only when it has nothing else to do)."""
         deadline = time.monotonic() + WAIT_CAP_S
-        frontiers, me = self.shared.frontiers, self.index
-        while any(f < bound or (f == bound and j < me) for j, f in enumerate(frontiers) if j != me) and still_open():
+        while not self.turn(bound) and still_open():
             if time.monotonic() > deadline:
                 return
             time.sleep(WAIT_POLL_S)
+
+
+class PartOutcome(NamedTuple):
+    """What a branch and bound over some blocks found: its top K pool, nearest miss and faster misses (canonical rows,
+    with the (Row, grid option) of each in ``resolved``), its counters."""
+
+    pool: list
+    faster: list
+    nearest: tuple | None
+    resolved: dict
+    evaluated: int
+    feasible: int
+    rows_done: int
 
 
 def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[list]:

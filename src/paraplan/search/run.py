@@ -25,7 +25,6 @@ import heapq
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -34,7 +33,7 @@ from paraplan.estimate import estimate
 from paraplan.report.result import Estimate
 from paraplan.schedule.step import pipeline_bound_s
 from paraplan.search import ranking
-from paraplan.search.block_processes import auto_workers, processes_available, run_parts, split_by_costing_class
+from paraplan.search.block_processes import PartOutcome, auto_workers, processes_available, run_parts, split_by_costing_class
 from paraplan.search.blocks import (
     block_step_floor,
     costing_class,
@@ -339,20 +338,7 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
     return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, sum(o.rows_done for o in outcomes), start)
 
 
-class _PartOutcome(NamedTuple):
-    """What a branch and bound over some blocks found: its top K pool, nearest miss and faster misses (canonical rows,
-    with the (Row, grid option) of each in ``resolved``), its counters."""
-
-    pool: list
-    faster: list
-    nearest: tuple | None
-    resolved: dict
-    evaluated: int
-    feasible: int
-    rows_done: int
-
-
-def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None) -> _PartOutcome:
+def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
     ``shared``: search.block_processes.PartView, which also orders the blocks searched across processes); row numbers are the canonical ones (block offset + row of
@@ -386,12 +372,39 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
     work: dict[tuple, object] = {}
-    while heap:
+    pending: list = []  # (bound, block) ready to be searched before their turn (in processes: PartView.turn)
+
+    def search_block(i: int) -> None:
+        nonlocal rows_done, done
+        table = RowTable(parts[i].problem(problem))
+        scan.use(table, parts[i].offset)
+        scan.threshold = threshold()
+        rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
+        if shared is not None:
+            shared.offer(scan.threshold)
+        done += 1
+        if progress is not None:
+            progress(done, len(parts), "blocks")
+
+    while heap or pending:
+        # a pending block is searched when its turn comes, or when nothing else is left to do (then it waits for it)
+        if pending and (not heap or shared.turn(pending[0][0]) or not ranking.within(heap[0][0], threshold())):
+            bound, i = heapq.heappop(pending)
+            shared.at(bound)
+            if ranking.within(bound, threshold()):
+                shared.wait_turn(bound, lambda: ranking.within(bound, threshold()))
+            if not ranking.within(bound, threshold()):
+                break  # every block left is bounded by at least this one's bound
+            search_block(i)
+            continue
         bound, i, level = heapq.heappop(heap)
         if shared is not None:
-            shared.at(bound)
+            shared.at(pending[0][0] if pending else bound)
         if not ranking.within(bound, threshold()):
-            break
+            if not pending:
+                break
+            heap.clear()  # the rest of the heap is ruled out; the pending blocks, lower, may not be
+            continue
         b = parts[i]
         if level < len(steps):
             tokens = float(b.global_batch * problem.seq_length)
@@ -399,23 +412,13 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
                                                             steps[level]), tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
-        if shared is not None:  # in the order of one process's search (block_processes.PartView.wait_turn)
-            shared.wait_turn(bound, lambda: ranking.within(bound, threshold()))
-            if not ranking.within(bound, threshold()):
-                break
-        table = RowTable(b.problem(problem))
-        options = GridIndex(problem, table)
-        scan.use(table, b.offset)
-        scan.threshold = threshold()
-        rows_done += _scan_rows(problem, table, options, scan, False, None, None)
-        if shared is not None:
-            shared.offer(scan.threshold)
-        done += 1
-        if progress is not None:
-            progress(done, len(parts), "blocks")
+        if shared is not None and (pending or not shared.turn(bound)):  # in the order of one process's search: the
+            heapq.heappush(pending, (bound, i))  # block waits while this process refines the next ones (PartView.turn)
+            continue
+        search_block(i)
     pool = _trim(scan.pool, top_k)[0] if scan.pool else []
     named = [(r, g) for _, r, g, *_ in pool + scan.faster] + ([scan.nearest[1:3]] if scan.nearest is not None else [])
-    return _PartOutcome(pool, scan.faster, scan.nearest, {key: scan.resolved[key] for key in named} if named else {},
+    return PartOutcome(pool, scan.faster, scan.nearest, {key: scan.resolved[key] for key in named} if named else {},
                         scan.evaluated, scan.feasible, rows_done)
 
 
