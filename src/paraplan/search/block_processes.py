@@ -5,9 +5,10 @@ floors (search.expert_floors.KindFloors), so a class goes whole to one process; 
 order, each to the least loaded process (split_by_costing_class). Each process runs the same branch and bound over its blocks and keeps its own top K. The K-th group's objective
 θ of any process is an admissible threshold for all of them: that process holds K groups at or below θ, so a candidate
 above it is in no global top K. The processes therefore publish their θ in a shared double, and each prunes against
-the least published one. Each also publishes the bound of the block it visits, and waits before searching a block
-(building its row table, the dear step) while another visits a lower bound: the blocks are searched in the order of
-one process's search, so a low block's threshold reaches the others before they search blocks it rules out. The
+the least published one. Each also publishes the bound of the block it visits, and searches a block (builds its row
+table, the dear step) only when no other visits a lower bound (PartView.turn; until then the block waits while its
+process refines the next ones): the blocks are searched in the order of one process's search, so a low block's
+threshold reaches the others before they search blocks it rules out. The
 parent merges the parts' pools: the top K is the one-process search's (ties broken by canonical row, as there). The
 evaluated counts usually equal one process's; they can differ (each part's own K-th group is looser than the K-th of
 their union), the plans cannot.
