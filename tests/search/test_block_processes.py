@@ -121,3 +121,18 @@ def test_a_threshold_a_worker_publishes_reaches_the_other_processes():
         return shared.get()
 
     assert block_processes.run_parts(task, [["parent"], ["worker"]]) == [3.0, None]
+
+
+def test_the_best_groups_of_every_process_set_the_threshold_together():
+    """offer_groups: with top_k = 3, one process found groups of objective 1 and 4, the other 2, 2 (one group twice:
+    equal objective, step and memory) and 5: together their third group is 4, tighter than either's own (neither
+    holds three groups). A group found by both counts once."""
+    shared = block_processes.SharedSearch(2, top_k=3)
+    first, second = shared.view(0), shared.view(1)
+    first.offer_groups([1.0, 4.0], [10.0, 40.0], [1.0, 1.0])
+    assert first.get() == math.inf  # two groups so far
+    second.offer_groups([2.0, 2.0, 5.0], [20.0, 20.0, 50.0], [1.0, 1.0, 1.0])
+    assert second.get() == 4.0
+    second.offer_groups([1.0, 2.0, 5.0], [10.0, 20.0, 50.0], [1.0, 1.0, 1.0])  # the first's group 1 found again
+    assert second.get() == 4.0
+    assert block_processes.SharedSearch(2).view(0).offer_groups([1.0], [1.0], [1.0]) is None  # top_k 0: nothing shared

@@ -28,7 +28,10 @@ import time
 import traceback
 from typing import NamedTuple
 
+import numpy as np
+
 from paraplan.processes import die_with_parent
+from paraplan.search import ranking
 
 # the shared costing of a class, in keys' worth of per-key work (the balance of the split; measured on DeepSeek-V3:
 # ~2 ms for a class's first (tp, cp, micro-batch) key, ~0.25 ms for each key after it)
@@ -62,10 +65,13 @@ class SharedSearch:
     (math.inf before any), and each one's frontier, the bound of the block it visits now (-inf before its first
     bounds, inf once done). ``view(i)`` is what process i uses (PartView)."""
 
-    def __init__(self, parts: int, context=None):
+    def __init__(self, parts: int, context=None, top_k: int = 0):
         context = context or multiprocessing
         self.threshold = context.Value("d", math.inf)
         self.frontiers = context.RawArray("d", [-math.inf] * parts)  # each slot written by its own process only
+        # each process's best top_k groups, (objective, step, peak) each, tie-rounded (PartView.offer_groups)
+        self.top_k = top_k
+        self.groups = context.RawArray("d", [math.inf] * (parts * top_k * 3))
 
     def view(self, index: int) -> "PartView":
         return PartView(self, index)
@@ -94,6 +100,28 @@ class PartView:
             with value.get_lock():
                 if threshold < value.value:
                     value.value = threshold
+
+    def offer_groups(self, objectives, steps, peaks) -> None:
+        """Publish this process's best top_k groups (its pool's candidates) and offer the K-th group objective of
+        every process's published groups together (ranking.kth_group_objective): admissible, since each published
+        group is a plan some process found, and tighter than any one process's K-th when the best groups are spread
+        over the processes. Under the threshold's lock: no process reads a half-written slot."""
+        shared, k = self.shared, self.shared.top_k
+        if not k:
+            return
+        triples = np.unique(np.atleast_2d(np.stack([ranking.tie_value(np.asarray(objectives, dtype=float)),
+                                                    ranking.tie_value(np.asarray(steps, dtype=float)),
+                                                    ranking.tie_value(np.asarray(peaks, dtype=float))], axis=1)), axis=0)[:k]
+        mine = np.full((k, 3), math.inf)
+        mine[:len(triples)] = triples
+        with shared.threshold.get_lock():
+            slot = self.index * k * 3
+            shared.groups[slot:slot + k * 3] = mine.ravel().tolist()
+            every = np.frombuffer(shared.groups, dtype=float).reshape(-1, 3)
+            found = every[np.isfinite(every[:, 0])]
+            threshold = ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k) if len(found) else math.inf
+            if threshold < shared.threshold.value:
+                shared.threshold.value = threshold
 
     def at(self, bound: float) -> None:
         """This process now visits a block of this bound."""
@@ -159,11 +187,12 @@ def split_by_costing_class(blocks: list, workers: int, costing_class) -> list[li
     return [sorted(part, key=lambda b: b.offset) for part in parts if part]
 
 
-def run_parts(task, parts: list[list]) -> list:
+def run_parts(task, parts: list[list], top_k: int = 0) -> list:
     """[task(part, view) for part in parts], the first part in this process and each other one in a forked worker,
-    each with its view of one SharedSearch; an exception in a worker is raised here (with the worker's traceback)."""
+    each with its view of one SharedSearch (sharing top_k groups per process); an exception in a worker is raised
+    here (with the worker's traceback)."""
     context = multiprocessing.get_context("fork")
-    shared = SharedSearch(len(parts), context)
+    shared = SharedSearch(len(parts), context, top_k)
     workers = []
     for index, part in enumerate(parts[1:], start=1):
         receiver, sender = context.Pipe(duplex=False)

@@ -321,7 +321,7 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
         subsets = split_by_costing_class(parts, workers, lambda b: costing_class(problem, b))
         first = subsets[0]
         outcomes = run_parts(lambda part, shared: _branch_and_bound(problem, top_k, part, progress if part is first else None,
-                                                                    shared), subsets)
+                                                                    shared), subsets, top_k)
     else:
         outcomes = [_branch_and_bound(problem, top_k, parts, progress)]
     scan = _Scan(problem, None, top_k, None, 0.0, 0.0, False)
@@ -378,10 +378,13 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         nonlocal rows_done, done
         table = RowTable(parts[i].problem(problem))
         scan.use(table, parts[i].offset)
+        scan.ceiling = shared.get() if shared is not None else np.inf
         scan.threshold = threshold()
         rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
         if shared is not None:
             shared.offer(scan.threshold)
+            if scan.pool:  # this process's best groups, with the others' (PartView.offer_groups)
+                shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
         done += 1
         if progress is not None:
             progress(done, len(parts), "blocks")
@@ -449,6 +452,7 @@ class _Scan:
         self.host_capacity = problem.system.accelerator.host_memory or np.inf
         self.pool: list[tuple] = []
         self.threshold = np.inf
+        self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)
         self.evaluated = self.feasible = 0
         self.nearest = None  # (overflow_bytes, row, option, peak)
         self.faster: list[tuple] = []
@@ -513,8 +517,9 @@ class _Scan:
             keep = keep[ranking.within(obj[keep], kth)]
         self.pool += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
                                  for i in keep])
-        if len(self.pool) >= self.top_k:
-            self.pool, self.threshold = _trim(self.pool, self.top_k)
+        if len(self.pool) >= self.top_k:  # never above a threshold other processes reached (``ceiling``)
+            self.pool, threshold = _trim(self.pool, self.top_k)
+            self.threshold = min(threshold, self.ceiling)
         misses = np.flatnonzero(~fits)
         if misses.size:
             over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
