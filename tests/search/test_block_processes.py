@@ -42,35 +42,6 @@ def test_the_shared_threshold_keeps_the_least_offer():
         assert shared.get() == least
 
 
-def test_a_block_is_searched_once_no_other_part_visits_a_lower_bound(monkeypatch):
-    """PartView.wait_turn: a part waits while another visits a lower bound (ties: the lower index first), stops
-    waiting once the others pass its bound, finish, or the threshold rules its bound out, and never waits longer
-    than WAIT_CAP_S."""
-    shared = block_processes.SharedSearch(3)
-    first, second, third = (shared.view(i) for i in range(3))
-    assert not first.turn(1.0)  # the others have not started: their frontiers are -inf
-    first.at(1.0)
-    second.at(2.0)
-    third.done()
-    assert first.turn(1.0) and first.turn(2.0) and not first.turn(2.5) and not second.turn(2.0)
-    started = time.monotonic()
-    first.wait_turn(1.0, lambda: True)  # the lowest: no wait
-    second.at(1.0)
-    first.wait_turn(1.0, lambda: True)  # a tie with a higher index: no wait
-    assert time.monotonic() - started < 1.0
-    waited = []
-    second.wait_turn(1.0, lambda: waited.append(1) or len(waited) < 3)  # a tie with a lower index: waits until closed
-    assert len(waited) == 3
-    monkeypatch.setattr(block_processes, "WAIT_CAP_S", 0.05)
-    started = time.monotonic()
-    second.wait_turn(5.0, lambda: True)  # the first part never moves on: the cap ends the wait
-    assert 0.05 <= time.monotonic() - started < 2.0
-    first.done()
-    started = time.monotonic()
-    second.wait_turn(5.0, lambda: True)
-    assert time.monotonic() - started < 0.05
-
-
 def test_auto_workers_forks_only_from_a_single_thread():
     assert 1 <= block_processes.auto_workers() <= block_processes.AUTO_WORKERS_MAX
     stop = threading.Event()

@@ -2,16 +2,15 @@
 
 The blocks are dealt to the processes by costing class: blocks whose (tp, local tokens) are equal share their layer
 floors (search.expert_floors.KindFloors), so a class goes whole to one process; the classes are dealt in descending
-order, each to the least loaded process (split_by_costing_class). Each process runs the same branch and bound over its blocks and keeps its own top K. The K-th group's objective
-θ of any process is an admissible threshold for all of them: that process holds K groups at or below θ, so a candidate
-above it is in no global top K. The processes therefore publish their θ in a shared double, and each prunes against
-the least published one. Each also publishes the bound of the block it visits, and searches a block (builds its row
-table, the dear step) only when no other visits a lower bound (PartView.turn; until then the block waits while its
-process refines the next ones): the blocks are searched in the order of one process's search, so a low block's
-threshold reaches the others before they search blocks it rules out. The
-parent merges the parts' pools: the top K is the one-process search's (ties broken by canonical row, as there). The
-evaluated counts usually equal one process's; they can differ (each part's own K-th group is looser than the K-th of
-their union), the plans cannot.
+order, each to the least loaded process (split_by_costing_class). Each process runs the same branch and bound over
+its blocks and keeps its own top K. The K-th group's objective θ of any process is an admissible threshold for all of
+them: that process holds K groups at or below θ, so a candidate above it is in no global top K. The processes
+therefore publish their θ in a shared double, and each prunes against the least published one. They also publish
+their best K groups, whose K-th together is tighter than any one's own when the best plans are spread over the
+processes (PartView.offer_groups), and a block's scan never loosens the threshold the others reached
+(search.run._Scan.ceiling). The parent merges the parts' pools: the top K is the one-process search's (ties broken by
+canonical row, as there). The evaluated counts can differ from one process's (the blocks are searched in another
+order), the plans cannot.
 
 The workers are forked (POSIX only; elsewhere the search runs in one process). A worker sends its part back through a
 pipe and ends with os._exit: deallocating its caches one by one would keep the parent waiting (~1 s on DeepSeek-V3).
@@ -24,7 +23,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import time
 import traceback
 from typing import NamedTuple
 
@@ -61,26 +59,18 @@ def auto_workers() -> int:
 
 
 class SharedSearch:
-    """What the processes of one split search share: the least K-th-group objective any of them has published
-    (math.inf before any), and each one's frontier, the bound of the block it visits now (-inf before its first
-    bounds, inf once done). ``view(i)`` is what process i uses (PartView)."""
+    """What the processes of one split search share: the least K-th-group objective any of them has reached
+    (math.inf before any), and each one's best top_k groups. ``view(i)`` is what process i uses (PartView)."""
 
     def __init__(self, parts: int, context=None, top_k: int = 0):
         context = context or multiprocessing
         self.threshold = context.Value("d", math.inf)
-        self.frontiers = context.RawArray("d", [-math.inf] * parts)  # each slot written by its own process only
         # each process's best top_k groups, (objective, step, peak) each, tie-rounded (PartView.offer_groups)
         self.top_k = top_k
         self.groups = context.RawArray("d", [math.inf] * (parts * top_k * 3))
 
     def view(self, index: int) -> "PartView":
         return PartView(self, index)
-
-
-# the longest a process waits for the others before scanning a block (a safety valve: a process that died without
-# marking itself done must not stall the others; waits are milliseconds when all run)
-WAIT_CAP_S = 5.0
-WAIT_POLL_S = 0.0005
 
 
 class PartView:
@@ -122,29 +112,6 @@ class PartView:
             threshold = ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k) if len(found) else math.inf
             if threshold < shared.threshold.value:
                 shared.threshold.value = threshold
-
-    def at(self, bound: float) -> None:
-        """This process now visits a block of this bound."""
-        self.shared.frontiers[self.index] = bound
-
-    def done(self) -> None:
-        self.shared.frontiers[self.index] = math.inf
-
-    def turn(self, bound: float) -> bool:
-        """True when no other process visits a lower bound (ties: the lower index first): a block of this bound may be
-        searched (its row table built, the dear step) in the order of one process's search, so the threshold a low
-        block sets reaches the others before they search blocks it rules out."""
-        me = self.index
-        return not any(f < bound or (f == bound and j < me) for j, f in enumerate(self.shared.frontiers) if j != me)
-
-    def wait_turn(self, bound: float, still_open) -> None:
-        """Wait until ``turn(bound)`` or not ``still_open()`` (the threshold has ruled the bound out), at most
-        WAIT_CAP_S (search.run._branch_and_bound waits only when it has nothing else to do)."""
-        deadline = time.monotonic() + WAIT_CAP_S
-        while not self.turn(bound) and still_open():
-            if time.monotonic() > deadline:
-                return
-            time.sleep(WAIT_POLL_S)
 
 
 class PartOutcome(NamedTuple):
@@ -202,10 +169,7 @@ def run_parts(task, parts: list[list], top_k: int = 0) -> list:
         workers.append((process, receiver))
     finished = False
     try:
-        try:
-            results = [task(parts[0], shared.view(0))]
-        finally:
-            shared.view(0).done()
+        results = [task(parts[0], shared.view(0))]
         for process, receiver in workers:
             try:
                 status, value = receiver.recv()
@@ -238,7 +202,6 @@ def _worker(task, part, shared: PartView, sender, parent_pid: int) -> None:
         except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
             code = 1
             result = ("error", traceback.format_exc())
-        shared.done()
         sender.send(result)
         sender.close()
     finally:

@@ -341,7 +341,7 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
 def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
-    ``shared``: search.block_processes.PartView, which also orders the blocks searched across processes); row numbers are the canonical ones (block offset + row of
+    ``shared``: search.block_processes.PartView); row numbers are the canonical ones (block offset + row of
     the block), so ties break as in one table. The top K is exact; the faster plans that do not fit come from the
     blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound) may hold plans
     that do not fit and are faster than the winner."""
@@ -372,8 +372,6 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
     work: dict[tuple, object] = {}
-    pending: list = []  # (bound, block) ready to be searched before their turn (in processes: PartView.turn)
-
     def search_block(i: int) -> None:
         nonlocal rows_done, done
         table = RowTable(parts[i].problem(problem))
@@ -389,34 +387,16 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         if progress is not None:
             progress(done, len(parts), "blocks")
 
-    while heap or pending:
-        # a pending block is searched when its turn comes, or when nothing else is left to do (then it waits for it)
-        if pending and (not heap or shared.turn(pending[0][0]) or not ranking.within(heap[0][0], threshold())):
-            bound, i = heapq.heappop(pending)
-            shared.at(bound)
-            if ranking.within(bound, threshold()):
-                shared.wait_turn(bound, lambda: ranking.within(bound, threshold()))
-            if not ranking.within(bound, threshold()):
-                break  # every block left is bounded by at least this one's bound
-            search_block(i)
-            continue
+    while heap:
         bound, i, level = heapq.heappop(heap)
-        if shared is not None:
-            shared.at(pending[0][0] if pending else bound)
         if not ranking.within(bound, threshold()):
-            if not pending:
-                break
-            heap.clear()  # the rest of the heap is ruled out; the pending blocks, lower, may not be
-            continue
+            break
         b = parts[i]
         if level < len(steps):
             tokens = float(b.global_batch * problem.seq_length)
             better = objective_value(problem, refined_bound(problem, b, floors[(b.tp, b.cp, b.micro_batch)], work,
                                                             steps[level]), tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
-            continue
-        if shared is not None and (pending or not shared.turn(bound)):  # in the order of one process's search: the
-            heapq.heappush(pending, (bound, i))  # block waits while this process refines the next ones (PartView.turn)
             continue
         search_block(i)
     pool = _trim(scan.pool, top_k)[0] if scan.pool else []
