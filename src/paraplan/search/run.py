@@ -372,21 +372,6 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
     work: dict[tuple, object] = {}
-    def search_block(i: int) -> None:
-        nonlocal rows_done, done
-        table = RowTable(parts[i].problem(problem))
-        scan.use(table, parts[i].offset)
-        scan.ceiling = shared.get() if shared is not None else np.inf
-        scan.threshold = threshold()
-        rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
-        if shared is not None:
-            shared.offer(scan.threshold)
-            if scan.pool:  # this process's best groups, with the others' (PartView.offer_groups)
-                shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
-        done += 1
-        if progress is not None:
-            progress(done, len(parts), "blocks")
-
     while heap:
         bound, i, level = heapq.heappop(heap)
         if not ranking.within(bound, threshold()):
@@ -398,7 +383,18 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
                                                             steps[level]), tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
-        search_block(i)
+        table = RowTable(b.problem(problem))
+        scan.use(table, b.offset)
+        scan.ceiling = shared.get() if shared is not None else np.inf
+        scan.threshold = threshold()
+        rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
+        if shared is not None:
+            shared.offer(scan.threshold)
+            if scan.pool:  # this process's best groups, with the others' (PartView.offer_groups)
+                shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
+        done += 1
+        if progress is not None:
+            progress(done, len(parts), "blocks")
     pool = _trim(scan.pool, top_k)[0] if scan.pool else []
     named = [(r, g) for _, r, g, *_ in pool + scan.faster] + ([scan.nearest[1:3]] if scan.nearest is not None else [])
     return PartOutcome(pool, scan.faster, scan.nearest, {key: scan.resolved[key] for key in named} if named else {},
