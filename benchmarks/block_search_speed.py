@@ -10,15 +10,13 @@ more than half a minute (Mixtral 8x22B, Qwen3-235B, GPT-OSS 120B: ~3 min togethe
 from __future__ import annotations
 
 import argparse
-import time
 
+from _cold import cold_search
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search.blocks import SEARCH_CACHES, blocks
-from paraplan.search.run import search
+from paraplan.search.blocks import blocks
 from paraplan.search.space import SearchProblem
-from paraplan.stages import COLD_CACHES
 from search_speed import RESTRICTIONS
 
 # (label, model, system, GPUs, sequence, SearchProblem batch fields, slow with one table)
@@ -37,11 +35,8 @@ PROBLEMS = [
 
 
 def timed(problem: SearchProblem, by_blocks: bool):
-    for cached in COLD_CACHES + SEARCH_CACHES:
-        cached.cache_clear()  # every run starts cold
-    start = time.perf_counter()
-    result = search(problem, top_k=10, blocks=by_blocks)
-    return time.perf_counter() - start, [(r.key, r.objective) for r in result.plans]
+    seconds, result = cold_search(problem, top_k=10, blocks=by_blocks)
+    return seconds, [(r.key, r.objective) for r in result.plans]
 
 
 def main() -> None:

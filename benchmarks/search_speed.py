@@ -11,16 +11,13 @@ default workers), ~3.5-5 s with --workers 1 (docs/performance.md).
 from __future__ import annotations
 
 import argparse
-import time
 
+from _cold import cold_search
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
 from paraplan.report.search_view import plan_label
-from paraplan.search.blocks import SEARCH_CACHES
-from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
-from paraplan.stages import COLD_CACHES
 
 PROBLEMS = [
     ("gpt3-175b, 1,024 x dgx-a100-80gb, max gbs 1,024", "gpt3-175b", "dgx-a100-80gb", 1024, 2048, None, 1024),
@@ -58,11 +55,8 @@ def main() -> None:
         )
         best_seconds, result = float("inf"), None
         for _ in range(args.repeat if restricted else 1):
-            for cached in COLD_CACHES + SEARCH_CACHES:
-                cached.cache_clear()  # every run starts cold
-            start = time.perf_counter()
-            result = search(problem, top_k=10, workers=args.workers)
-            best_seconds = min(best_seconds, time.perf_counter() - start)
+            seconds, result = cold_search(problem, top_k=10, workers=args.workers)  # every run starts cold
+            best_seconds = min(best_seconds, seconds)
         best = result.plans[0] if result.plans else None
         rows.append((
             label, f"{result.candidates:,}", f"{result.evaluated:,}", f"{result.feasible:,}", f"{best_seconds:.2f}",

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
+from _cold import cold_search
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
 from paraplan.search.block_processes import auto_workers
-from paraplan.search.blocks import SEARCH_CACHES, blocks
-from paraplan.search.run import PARALLEL_KEYS, search
+from paraplan.search.blocks import blocks
+from paraplan.search.run import PARALLEL_KEYS
 from paraplan.search.space import SearchProblem
-from paraplan.stages import COLD_CACHES
 
 PROBLEMS = [
     ("DeepSeek-V3, 2,048 H800, every axis", "deepseek-v3", "dgx-h800", 2048, 15360),
@@ -33,11 +32,8 @@ PROBLEMS = [
 
 
 def timed(problem: SearchProblem, workers: int | None):
-    for cached in COLD_CACHES + SEARCH_CACHES:
-        cached.cache_clear()
-    start = time.perf_counter()
-    result = search(problem, top_k=10, workers=workers)
-    return time.perf_counter() - start, [(p.key, p.objective, p.estimate.step_time_s) for p in result.plans]
+    seconds, result = cold_search(problem, top_k=10, workers=workers)
+    return seconds, [(p.key, p.objective, p.estimate.step_time_s) for p in result.plans]
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from dataclasses import fields
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans
-from paraplan.cost.moe import expert_span, expert_tp_span, moe_collective_time_s
+from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
@@ -25,7 +25,7 @@ from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
-from paraplan.stages import BLOCK_KINDS, EXPERT_GROUPS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
+from paraplan.stages import BLOCK_KINDS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -195,7 +195,7 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
             ops.append(OpCost(block.name, op.name, op.kind, count, op.fwd_flops, op.bwd_flops, op.fwd_bytes, op.gemm_shape, eff, f, b))
         for c in block.collectives:
             if c.group in EXPERT_GROUPS:
-                span = expert_span(plan.ep, plan.etp, system) if c.group == "ep" else expert_tp_span(plan.etp, system)
+                span = expert_group_span(c.group, plan.ep, plan.etp, system)
                 time = moe_collective_time_s(c.kind, c.bytes, span, system, model)
             else:
                 span = spans[c.group]

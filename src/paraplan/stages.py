@@ -44,7 +44,7 @@ from paraplan.cost.comm import (
 )
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans, with_summa_exposure
-from paraplan.cost.moe import expert_dp_span, expert_span, expert_tp_span, moe_collective_time_and_price_s
+from paraplan.cost.moe import EXPERT_GROUPS, expert_dp_span, expert_group_span, moe_collective_time_and_price_s
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
 from paraplan.graph.ops import LayerGraph, Op, collective_groups, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, with_expert
@@ -189,21 +189,16 @@ def block_comm(
     return BlockComm(**s)
 
 
-EXPERT_GROUPS = ("ep", "etp")  # the collective groups priced on the expert spans (graph.moe.dispatch_collectives)
-
-
 def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, shape: LayerShape) -> tuple[float, float, float, float]:
     """(ep_forward, ep_backward, ep_forward_price, ep_backward_price) of block_comm: Σ over the expert-parallel
     collectives (groups ep, etp) of calls × cost.moe.moe_collective_time_and_price_s on the expert spans of
-    ``shape.expert`` (cost.moe.expert_span, expert_tp_span); the other collectives are left out."""
+    ``shape.expert`` (cost.moe.expert_group_span); the other collectives are left out."""
     forward = backward = forward_price = backward_price = 0.0
-    spans = None
+    ep, etp = shape.expert.ep, shape.expert.etp
     for c in collectives:
         if c.group not in EXPERT_GROUPS:
             continue
-        if spans is None:
-            spans = {"ep": expert_span(shape.expert.ep, shape.expert.etp, system), "etp": expert_tp_span(shape.expert.etp, system)}
-        time, price = moe_collective_time_and_price_s(c.kind, c.bytes, spans[c.group], system, model)
+        time, price = moe_collective_time_and_price_s(c.kind, c.bytes, expert_group_span(c.group, ep, etp, system), system, model)
         forward += c.count_fwd * time
         backward += c.count_bwd * time
         forward_price += c.count_fwd * price

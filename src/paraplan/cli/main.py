@@ -107,7 +107,7 @@ def _with_given_value(message: str, exc: ClickException, args: list[str]) -> str
     found = _RANGE_MESSAGE.match(message)
     if found:
         return f"{found.group(1)}: {given} is not allowed; must be {found.group(2)}"
-    return message if repr(given) in message or given in message else f"{message} (given: {given!r})"
+    return message if given in message else f"{message} (given: {given!r})"
 
 
 @functools.cache

@@ -180,6 +180,14 @@ def expert_tp_span(etp: int, system: SystemSpec) -> GroupSpan:
     return GroupSpan(etp, per_domain, math.ceil(etp / per_domain))
 
 
+EXPERT_GROUPS = ("ep", "etp")  # the collective groups priced on the expert spans (graph.moe.dispatch_collectives)
+
+
+def expert_group_span(group: str, ep: int, etp: int, system: SystemSpec) -> GroupSpan:
+    """The span an expert-parallel collective of ``group`` (EXPERT_GROUPS) runs on: expert_span or expert_tp_span."""
+    return expert_span(ep, etp, system) if group == "ep" else expert_tp_span(etp, system)
+
+
 def deepep_split_bytes(model: ModelSpec, size_bytes: float, ep: int, per_domain: int) -> tuple[float, float]:
     """(NVLink bytes, NIC bytes) of a DeepEP dispatch of ``size_bytes`` (one copy of every token):
     NIC: one copy per remote NVLink domain the token's experts fall in, d·(D−1)/D with d =

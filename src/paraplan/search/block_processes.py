@@ -104,14 +104,12 @@ class PartView:
                                                     ranking.tie_value(np.asarray(peaks, dtype=float))], axis=1)), axis=0)[:k]
         mine = np.full((k, 3), math.inf)
         mine[:len(triples)] = triples
-        with shared.threshold.get_lock():
+        with shared.threshold.get_lock():  # a reentrant lock: offer takes it again
             slot = self.index * k * 3
             shared.groups[slot:slot + k * 3] = mine.ravel().tolist()
             every = np.frombuffer(shared.groups, dtype=float).reshape(-1, 3)
             found = every[np.isfinite(every[:, 0])]
-            threshold = ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k) if len(found) else math.inf
-            if threshold < shared.threshold.value:
-                shared.threshold.value = threshold
+            self.offer(ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k) if len(found) else math.inf)
 
 
 class PartOutcome(NamedTuple):

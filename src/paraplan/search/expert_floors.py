@@ -78,14 +78,12 @@ class KindFloor(NamedTuple):
 
 
 class _RestFloor(NamedTuple):
-    """A kind's floors without its core attention: per option (forward + backward, backward GEMM), the least work
-    with dispatch, the least forward."""
+    """A kind's floors without its core attention: per option (forward + backward, backward GEMM), and its KindFloor
+    with nothing added (least work with dispatch, least forward, largest backward-GEMM share)."""
 
     totals: tuple
     gemm_backward: tuple
-    work: float
-    forward: float
-    floor: "KindFloor"  # the KindFloor with nothing added (a kind without core ops)
+    floor: KindFloor
 
 
 class KindFloors:
@@ -124,7 +122,7 @@ class KindFloors:
         added = extra.forward + extra.backward
         rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
                   default=0.0)
-        return KindFloor(rest.work + added, rest.forward + extra.forward, rho)
+        return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
 
     def _rest(self, name: str, shape, core: tuple | None) -> _RestFloor:
         """The kind's _RestFloor at the shape without the ``core`` ops (all its ops when None)."""
@@ -143,7 +141,7 @@ class KindFloors:
             gemm_backward = tuple(c.gemm_backward for c in computes)
             forward = min(c.forward for c in computes)
             rho = max([g / t for g, t in zip(gemm_backward, totals) if t > 0], default=0.0)
-            found = _remember(self.rest, key, _RestFloor(totals, gemm_backward, work, forward, KindFloor(work, forward, rho)))
+            found = _remember(self.rest, key, _RestFloor(totals, gemm_backward, KindFloor(work, forward, rho)))
         return found
 
 

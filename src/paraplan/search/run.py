@@ -388,10 +388,9 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         scan.ceiling = shared.get() if shared is not None else np.inf
         scan.threshold = threshold()
         rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
-        if shared is not None:
-            shared.offer(scan.threshold)
-            if scan.pool:  # this process's best groups, with the others' (PartView.offer_groups)
-                shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
+        if shared is not None and scan.pool:  # this process's best groups, with the others' (PartView.offer_groups: their
+            # K-th together is at most this scan's own threshold)
+            shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
         done += 1
         if progress is not None:
             progress(done, len(parts), "blocks")

@@ -59,13 +59,13 @@ def compute_validation_residuals() -> dict[str, tuple[float, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def stored_residuals(fingerprint: str | None = None) -> dict[str, tuple[float, ...]] | None:
+def stored_residuals() -> dict[str, tuple[float, ...]] | None:
     """The stored table when the store exists, parses and carries this package's fingerprint; else None."""
     try:
         document = json.loads(STORE.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(document, dict) or document.get("fingerprint") != (fingerprint or package_fingerprint()):
+    if not isinstance(document, dict) or document.get("fingerprint") != package_fingerprint():
         return None
     table = document.get("residuals")
     if not isinstance(table, dict):
