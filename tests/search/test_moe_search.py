@@ -143,6 +143,25 @@ def test_cli_searches_an_moe_model_and_refuses_impossible_expert_axes(capsys):
     assert code == 2 and "ep: [2] is not allowed for llama3-8b" in text
 
 
+def test_cli_vary_split_finds_the_uneven_layouts_deepseek_v3_runs_use(capsys):
+    """``--vary-split`` searches the accounting switches' splits with every schedule: on the README's restricted
+    DeepSeek-V3 search the best plan counts the loss and the MTP module as layers (first / last stage 4 / 1 on pp 16,
+    the layout of the Megatron-Bridge runs) and is faster than the best plan without it."""
+    import json
+
+    base = ["search", "-m", "deepseek-v3", "-s", "dgx-h800", "--gpus", "2048", "--seq-length", "4096", "--global-batch",
+            "15360", "--dtype", "fp8", "--tp", "1,2", "--pp", "16", "--cp", "1", "--ep", "32,64", "--micro-batch", "1",
+            "--no-offload", "--default-placement", "--default-overlap", "--top", "1", "--json"]
+    code, plain = _cli(capsys, *base)
+    assert code == 0
+    code, varied = _cli(capsys, *base, "--vary-split")
+    assert code == 0
+    plain, varied = json.loads(plain)["plans"][0], json.loads(varied)["plans"][0]
+    assert not plain["plan"].get("loss_as_layer") and varied["plan"]["loss_as_layer"]
+    assert not varied["plan"].get("embedding_as_layer")
+    assert varied["step_time_s"] < 0.9 * plain["step_time_s"]
+
+
 def _reference_cost_facts(model, system, shape, tp_span, cp_span):
     """block_cost_facts without any sharing: every kind's graph built from scratch for exactly this
     shape (graph.moe.build_moe_model_layer) and costed by the uncached block_compute / block_comm."""
@@ -228,11 +247,36 @@ def test_block_search_equals_exhaustive(reference):
     assert search(p, top_k=10, blocks=True).rows_evaluated < want.rows  # whole blocks were skipped
 
 
+@pytest.mark.slow
+def test_search_over_every_split_equals_exhaustive():
+    """With vary_split (every split of SearchProblem.split_options with every schedule) the block-by-block and
+    one-table paths return what the exhaustive path returns, and the search reaches splits the default space
+    does not hold."""
+    p = mixtral_problem(vary_split=True, tp=(1,), ep=(2,), dispatchers=("deepep",), global_batch=64, micro_batch=(2,))
+    want = exhaustive_search(p, top_k=10)
+    plain = search(mixtral_problem(tp=(1,), ep=(2,), dispatchers=("deepep",), global_batch=64, micro_batch=(2,)), top_k=10)
+    assert want.candidates > plain.candidates
+    for got in (search(p, top_k=10, blocks=True), search(p, top_k=10, blocks=False)):
+        assert got.candidates == want.candidates and got.rows == want.rows
+        assert [r.key for r in got.plans] == [r.key for r in want.plans]
+        assert [r.plan.model_dump() for r in got.plans] == [r.plan.model_dump() for r in want.plans]
+        for a, b in zip(got.plans, want.plans):
+            assert math.isclose(a.objective, b.objective, rel_tol=1e-9)
+    everything = search(p, top_k=10, collect_all=True).all_feasible
+    splits = {(item["plan"].pp, item["plan"].schedule, item["plan"].embedding_as_layer, item["plan"].loss_as_layer)
+              for item in everything}
+    assert {(4, "1f1b", e, l) for e in (False, True) for l in (False, True)} <= splits
+    # pp 2: the embedding counted alone and both counted split 16 / 16 again, as the default does: one of them kept
+    assert p.split_options(2) == ((False, False), (False, True)) and p.split_options(1) == ((False, False),)
+
+
 @pytest.mark.parametrize("problem", [
     mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None, micro_batch=None, zero=None),
     mixtral_problem(schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4), global_batch=64,
                     micro_batch=(1, 2), vary_offload=True, vary_placement=True),
-], ids=["mixtral-axes", "mixtral-schedules"])
+    mixtral_problem(vary_split=True, schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4),
+                    global_batch=64, micro_batch=(1, 2), ep=(2,)),
+], ids=["mixtral-axes", "mixtral-schedules", "mixtral-splits"])
 def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
     """Every block's rows are the canonical rows [offset, offset + rows) (its own row table lists them
     in that order), and its bound is at most the objective of every feasible candidate it holds."""
@@ -322,7 +366,7 @@ def _least_step_per_block(problem):
     (mixtral_problem(recompute=None, micro_batch=(1, 2, 4), seq_length=16384, global_batch=32, vary_offload=True), True),
     (SearchProblem(model=tiny_deepseek(), system=load_system("dgx-h800"), gpus=32, seq_length=4096,
                    global_batch=64, tp=(1, 2), pp=(1, 2, 4), cp=(1, 2, 4), micro_batch=(1, 2), ep=(4, 8), zero=(1, 2),
-                   vary_placement=True, vary_offload=False), False),
+                   vary_placement=True, vary_offload=False, vary_split=True), False),
     (SearchProblem(model=load_model("gpt3-13b"), system=load_system("dgx-a100-80gb"), gpus=16, seq_length=16384,
                    global_batch=16, tp=(1, 2, 4), pp=(1, 2), cp=(1, 2), micro_batch=(1, 2), zero=(0, 1),
                    vary_placement=True), True),

@@ -167,3 +167,20 @@ def test_estimate_plot_png_and_svg(tmp_path, capsys):
     assert_svg(tmp_path / "sub" / "one.svg")
     code, _, err = run_cli(capsys, *base, "--plot", str(tmp_path / "one.pdf"))
     assert code == 2 and err.startswith("error: --plot:") and ".png or .svg" in err and err.count("\n") == 1
+
+
+def test_sweep_vary_split_reaches_each_point_and_keeps_older_configs(tmp_path, capsys):
+    """``sweep --vary-split`` searches every point with SearchProblem.vary_split (the README's DeepSeek-V3 layout:
+    the loss and its MTP module counted as layers); the config records it only when on, so a sweep written before
+    the option existed still resumes."""
+    assert "vary_split" not in CONFIG.to_dict()
+    code, out, err = run_cli(
+        capsys, "sweep", "--model", "deepseek-v3", "--system", "dgx-h800", "--gpus", "2048", "--global-batch", "15360",
+        "--seq-length", "4096", "--dtype", "fp8", "--tp", "2", "--pp", "16", "--cp", "1", "--micro-batch", "1",
+        "--no-offload", "--default-overlap", "--default-placement", "--top", "1", "--no-plot", "--vary-split",
+        "--out", str(tmp_path / "split"))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "split" / "sweep.json").read_text())
+    assert doc["sweep"]["vary_split"] is True
+    best = doc["points"][0]["top"][0]["plan"]
+    assert best["loss_as_layer"] and not best["embedding_as_layer"]

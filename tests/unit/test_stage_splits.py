@@ -93,11 +93,12 @@ def test_405b_published_layouts_evaluate():
 def test_search_offers_accounted_splits_only_where_needed():
     problem = SearchProblem(model=L405, system=H100, gpus=1024, seq_length=8192, global_batch=512)
     options = problem.schedule_options(8, 16)
-    accounted = sorted(v for v, s, acc in options if acc)
+    accounted = sorted(v for v, s, split in options if split == (True, True))
     assert accounted == [2, 4, 8, 16]  # 128/8 = 16 units per stage; 126/8 is not whole
-    assert not [o for o in options if o[1] == "interleaved" and not o[2]]
+    assert not [o for o in options if o[1] == "interleaved" and o[2] == (False, False)]
+    assert {o[2] for o in options} == {(False, False), (True, True)}  # without vary_split, no other split
     gpt = SearchProblem(model=load_model("gpt3-175b"), system=H100, gpus=1024, seq_length=2048, global_batch=512)
-    assert not [o for o in gpt.schedule_options(8, 16) if o[2]]  # 96/8 interleaves without it
+    assert not [o for o in gpt.schedule_options(8, 16) if any(o[2])]  # 96/8 interleaves without it
 
 
 def test_vectorised_split_matches_scalar():
@@ -118,3 +119,30 @@ def test_vectorised_split_matches_scalar():
 def test_too_many_stages_for_the_split_is_reported():
     with pytest.raises(InputError):
         estimate(load_model("gpt3-125m"), H100, gpus=8, pp=4, layers_first_stage=12, layers_last_stage=0, global_batch=8)
+
+
+def test_vary_split_offers_the_accounting_switches_splits_for_every_schedule():
+    """With vary_split the non-interleaved schedules are searched with every split Megatron-LM's two accounting
+    switches give (distinct stage layer counts only); DeepSeek-V3 on pp 16 with the loss and its MTP module counted
+    as layers is the 4 / 1 first / last layout of the Megatron-Bridge DeepSeek-V3 runs (the moe-visible cases with
+    pp 16), and plan_of's PlanSpec splits as the search's stage groups do (one rule)."""
+    from paraplan.search.space import Row, plan_of
+
+    model = load_model("deepseek-v3")
+    problem = SearchProblem(model=model, system=load_system("dgx-h800"), gpus=2048, seq_length=4096,
+                            global_batch=15360, vary_split=True)
+    splits = problem.split_options(16)
+    assert splits[0] == (False, False) and set(splits) == {(False, False), (True, False), (False, True), (True, True)}
+    first, *_, last = problem.split_groups(16, (False, True))
+    assert (int(first.layers), int(last.layers)) == (4, 1)
+    options = problem.schedule_options(16, 120)
+    for schedule in ("1f1b", "zb-h1", "dualpipe"):
+        assert {split for _, s, split in options if s == schedule} == set(splits)
+    row = Row(1, 16, 1, 128, "tp-cp-dp-pp", {}, 1, 15360, False, "none", False)
+    for v, schedule, split in options:
+        plan = plan_of(problem, row, (v, schedule, split, 1, True, True, False, False, False))
+        want = [(int(g.index), int(g.count), int(g.layers)) for g in problem.split_groups(16, split) if int(g.count) > 0]
+        assert [(g.index, g.count, g.layers) for g in plan.split(model.layers, model.mtp_layers) if g.count > 0] == want
+    plain = SearchProblem(model=model, system=load_system("dgx-h800"), gpus=2048, seq_length=4096, global_batch=15360)
+    assert plain.split_options(16) == ((False, False),) and problem.split_options(1) == ((False, False),)
+    assert {split for _, s, split in plain.schedule_options(16, 120) if s != "interleaved"} == {(False, False)}

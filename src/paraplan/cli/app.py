@@ -161,6 +161,9 @@ DispatcherOption = Annotated[Optional[str], typer.Option("--dispatcher", help="r
 NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
 DefaultOverlapOption = Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")]
 DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")]
+VarySplitOption = Annotated[bool, typer.Option(
+    "--vary-split", help="also search the layer split with every schedule: the first / last stage layer counts of "
+    "Megatron-LM's accounting switches (embedding, loss and MTP modules counted as layers)")]
 
 
 def _framework_help() -> str:

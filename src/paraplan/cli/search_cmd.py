@@ -20,6 +20,7 @@ from paraplan.cli.app import (
     EpOption,
     EtpOption,
     DefaultPlacementOption,
+    VarySplitOption,
     Dtype,
     FrameworkOption,
     MicroBatchOption,
@@ -89,6 +90,7 @@ def search(
     no_offload: NoOffloadOption = False,
     default_overlap: DefaultOverlapOption = False,
     default_placement: DefaultPlacementOption = False,
+    vary_split: VarySplitOption = False,
     price: Annotated[
         Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)")
     ] = None,
@@ -191,6 +193,7 @@ def search(
         vary_offload=not no_offload,
         vary_overlap=not default_overlap,
         vary_placement=not default_placement,
+        vary_split=vary_split,
         price_per_gpu_hour=price_per_gpu_hour,
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
         **framework_fields,

@@ -381,10 +381,10 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
     is at least pp − i for v >= 2, capped at m), so the fullest stage of the schedule options' splits,
     at the least kept and held bytes per kind, bounds it (the weight, gradient, optimizer and buffer
     terms are >= 0 and left out); SAFETY keeps it below the sum."""
-    splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
+    splits = {split for _, _, split in problem.schedule_options(block.pp, block.microbatches)}
     m, least = block.microbatches, math.inf
-    for accounted in splits:
-        stages = zip(_group_sums(problem, block.pp, accounted, kept), _group_sums(problem, block.pp, accounted, held))
+    for split in splits:
+        stages = zip(_group_sums(problem, block.pp, split, kept), _group_sums(problem, block.pp, split, held))
         least = min(least, max(min(block.pp - i, m) * k + h for (i, _, k), (_, _, h) in stages))
     return least * SAFETY
 
@@ -393,10 +393,10 @@ def offloaded_working_bytes(problem: SearchProblem, block: Block, kept: dict) ->
     """Least activation bytes a stage of any candidate of the block keeps on the GPU with activation offload:
     stage_memory_terms keeps twice its largest kept transformer block (one going out, one coming in), so twice
     the largest least-kept bytes of a transformer kind some stage holds, least over the schedule options' splits."""
-    splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
+    splits = {split for _, _, split in problem.schedule_options(block.pp, block.microbatches)}
     least = math.inf
-    for accounted in splits:
-        present = {name for _, _, blocks in _group_blocks(problem, block.pp, accounted) for name, n in blocks if n > 0}
+    for split in splits:
+        present = {name for _, _, blocks in _group_blocks(problem, block.pp, split) for name, n in blocks if n > 0}
         least = min(least, 2.0 * max((kept[name] for name in present & set(TRANSFORMER_KINDS)), default=0.0))
     return least * SAFETY
 
@@ -407,43 +407,43 @@ def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_ban
     micro-batch) leaves beyond the busy time m·(S − pp) to a step of at least m·S, so the step is at
     least m × that traffic / the host bandwidth (weights' traffic >= 0 left out)."""
     moved = {name: (offload_traffic_bytes(kept[name], 0.0) if name in TRANSFORMER_KINDS else 0.0) for name in kept}
-    splits = {accounted for _, _, accounted in problem.schedule_options(block.pp, block.microbatches)}
-    traffic = min(_stage_floors(problem, block.pp, accounted, LayerFloors(moved, 0.0))[0] for accounted in splits)
+    splits = {split for _, _, split in problem.schedule_options(block.pp, block.microbatches)}
+    traffic = min(_stage_floors(problem, block.pp, split, LayerFloors(moved, 0.0))[0] for split in splits)
     return block.microbatches * traffic / host_bandwidth * SAFETY
 
 
-def _stage_floors(problem: SearchProblem, pp: int, accounted: bool, floors: LayerFloors) -> tuple[float, float]:
+def _stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors) -> tuple[float, float]:
     """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
-    of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
+    of (pp, split), blocks laid out as stages.build_step_inputs does."""
     slowest, total = 0.0, 0.0
-    for _, count, work in _group_sums(problem, pp, accounted, floors.work):
+    for _, count, work in _group_sums(problem, pp, split, floors.work):
         slowest = max(slowest, work)
         total += count * work
     return slowest, total
 
 
-def _group_sums(problem: SearchProblem, pp: int, accounted: bool, per_kind: dict) -> list[tuple[int, int, float]]:
+def _group_sums(problem: SearchProblem, pp: int, split: tuple, per_kind: dict) -> list[tuple[int, int, float]]:
     """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
-    the split of (pp, accounted), blocks laid out as stages.build_step_inputs does."""
+    the split of (pp, split), blocks laid out as stages.build_step_inputs does."""
     return [(index, count, sum([per_kind.get(name, 0.0) * n for name, n in blocks]))
-            for index, count, blocks in _group_blocks(problem, pp, accounted)]
+            for index, count, blocks in _group_blocks(problem, pp, split)]
 
 
-def _group_blocks(problem: SearchProblem, pp: int, accounted: bool) -> list[tuple[int, int, tuple]]:
+def _group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[int, int, tuple]]:
     """(first stage index, stages, ((kind, blocks of it on one stage), ...) of the kinds it holds) of each non-empty
-    stage group of the split of (pp, accounted), as stages.build_step_inputs lays them out (stages.stage_block_counts).
+    stage group of the split of (pp, split), as stages.build_step_inputs lays them out (stages.stage_block_counts).
     Memoised."""
     memo = problem._memo.setdefault("group_blocks", {})
-    if (pp, accounted) in memo:
-        return memo[(pp, accounted)]
+    if (pp, split) in memo:
+        return memo[(pp, split)]
     model, out, start = problem.model, [], 0
-    for g in problem.split_groups(pp, accounted):
+    for g in problem.split_groups(pp, split):
         count = int(g.count)
         if count > 0:
             counts = stage_block_counts(model if moe_shaped(model) else None, g, start)
             out.append((int(g.index), count, tuple((name, int(n)) for name, n in counts if n)))
         start += count * int(g.layers)
-    memo[(pp, accounted)] = out
+    memo[(pp, split)] = out
     return out
 
 
@@ -452,10 +452,10 @@ def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) 
     m, pp = block.microbatches, block.pp
     best = math.inf
     splits = {}
-    for v, schedule, accounted in problem.schedule_options(pp, m):
-        if accounted not in splits:
-            splits[accounted] = _stage_floors(problem, pp, accounted, floors)
-        s, t = splits[accounted]
+    for v, schedule, split in problem.schedule_options(pp, m):
+        if split not in splits:
+            splits[split] = _stage_floors(problem, pp, split, floors)
+        s, t = splits[split]
         if schedule == "interleaved":
             bound = m * s + (t - s) / v
         elif schedule == "zb-h1":

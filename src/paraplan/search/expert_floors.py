@@ -24,7 +24,8 @@ from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.schedule.step import expert_exposure
-from paraplan.search.space import SearchProblem, _divisors
+from paraplan.search.divisors import divisors
+from paraplan.search.space import SearchProblem
 from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms
 
 
@@ -307,7 +308,7 @@ def expert_pairs(problem: SearchProblem, tp: int) -> list[tuple[int, int]]:
     """Every (ep, etp) the expert axes allow for this tp, before the rules that read dp."""
     if not problem.model.is_moe:
         return [(1, 1)]
-    eps = problem.ep or tuple(_divisors(problem.model.experts))
+    eps = problem.ep or tuple(divisors(problem.model.experts))
     etps = problem.etp or tuple(sorted({1, tp}))
     return [(ep, etp) for ep in eps for etp in etps]
 

@@ -12,7 +12,8 @@ the parameter-gather switch only with ZeRO >= 1; gpipe and interleaving only wit
 only on systems with host memory), and placement orders that give every group the same network
 span are one candidate (the first order in our list, the Megatron-LM default first). Layers are
 split by the default rule (specs/split.py); counting the embedding and the loss as layers is
-tried only where it is the only way to interleave with some vpp (Llama 3.1 405B's 126 layers).
+tried only where it is the only way to interleave with some vpp (Llama 3.1 405B's 126 layers), unless
+``vary_split`` asks for every split Megatron-LM's two accounting switches give (``split_options``).
 Every plan rule comes from specs/plan.py.
 """
 
@@ -25,6 +26,7 @@ from functools import cached_property
 from typing import get_args
 
 from paraplan.cost.comm import GroupSpan
+from paraplan.search.divisors import divisors as _divisors
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, placement_label
@@ -55,77 +57,6 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # other models with --schedules naming them
 SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
 OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
-
-
-def _divisors(n: int) -> list[int]:
-    """Every divisor of ``n`` in increasing order, built from its prime factorisation (Pollard's rho
-    above trial division by small primes): milliseconds for any n < 2**64, not O(n)."""
-    if n < 1:
-        return []
-    divisors = [1]
-    for prime, power in sorted(_prime_factors(n).items()):
-        divisors = [d * prime**e for d in divisors for e in range(power + 1)]
-    return sorted(divisors)
-
-
-def _prime_factors(n: int) -> dict[int, int]:
-    factors: dict[int, int] = {}
-    for p in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
-        while n % p == 0:
-            factors[p] = factors.get(p, 0) + 1
-            n //= p
-    stack = [n] if n > 1 else []
-    while stack:
-        m = stack.pop()
-        if _is_prime(m):
-            factors[m] = factors.get(m, 0) + 1
-            continue
-        d = _pollard_rho(m)
-        stack += [d, m // d]
-    return factors
-
-
-def _is_prime(n: int) -> bool:
-    """Deterministic Miller-Rabin for n < 3.3e24 (the first 13 prime bases; Sorenson & Webster 2015)."""
-    if n < 2:
-        return False
-    bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
-    if n in bases:
-        return True
-    if any(n % p == 0 for p in bases):
-        return False
-    d, r = n - 1, 0
-    while d % 2 == 0:
-        d, r = d // 2, r + 1
-    for a in bases:
-        x = pow(a, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(r - 1):
-            x = x * x % n
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
-
-
-def _pollard_rho(n: int) -> int:
-    """A non-trivial factor of the odd composite ``n`` (Pollard 1975, Floyd's cycle detection)."""
-    import math
-
-    c = 1
-    while True:
-        x = y = 2
-        d = 1
-        while d == 1:
-            x = (x * x + c) % n
-            y = (y * y + c) % n
-            y = (y * y + c) % n
-            d = math.gcd(abs(x - y), n)
-        if d != n:
-            return d
-        c += 1
 
 
 def _placement_orders() -> list[tuple[str, ...]]:
@@ -189,6 +120,9 @@ class SearchProblem:
     vary_offload: bool = True
     vary_overlap: bool = True
     vary_placement: bool = True
+    # every layer split of split_options for every schedule (the first and last stages' layer counts); False: the
+    # default split, and the accounted one only where interleaving needs it
+    vary_split: bool = False
     price_per_gpu_hour: float | None = None
     # tensor-parallel layouts to try (specs/tp_layout.py); 1D only unless asked: the 2D grids multiply the rows
     tp_layouts: tuple[str, ...] = ("1d",)
@@ -409,59 +343,90 @@ class SearchProblem:
         return memo[(ep, etp)]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
-    def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, bool]]:
-        """(vpp, schedule, embedding and loss counted as layers): 1f1b; with pp > 1 also gpipe and
-        interleaved with every vpp > 1 the default split allows (specs.plan.interleave_split_rule),
-        then those only the split that counts the embedding and the loss as layers allows; the
-        micro-batch count must be a multiple of pp (interleave_batch_rule)."""
+    def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, tuple[bool, bool]]]:
+        """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
+        every split of split_options, and interleaved with every vpp > 1 a split allows
+        (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
+        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer)."""
         allowed = self.schedules or SCHEDULES
         if self.schedules is None and not moe_shaped(self.model):
             allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
-        out = [(1, "1f1b", False)] if "1f1b" in allowed else []
+        splits = self.split_options(pp)
+        out = [(1, "1f1b", split) for split in splits] if "1f1b" in allowed else []
         if pp == 1:
             return out
         if "gpipe" in allowed:
-            out.append((1, "gpipe", False))
+            out += [(1, "gpipe", split) for split in splits]
         if "zb-h1" in allowed:
-            out.append((1, "zb-h1", False))
+            out += [(1, "zb-h1", split) for split in splits]
         if "dualpipe" in allowed and not dualpipe_rule(pp, microbatches):
-            out.append((1, "dualpipe", False))
+            out += [(1, "dualpipe", split) for split in splits]
         if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
             return out
         return out + self._interleave_options(pp)
 
-    def _interleave_options(self, pp: int) -> list[tuple[int, str, bool]]:
-        """Interleaved options of pp stages (they depend on pp alone; computed once per pp)."""
+    def split_options(self, pp: int) -> tuple[tuple[bool, bool], ...]:
+        """The layer splits (embedding_as_layer, loss_as_layer) the non-interleaved schedules are searched with:
+        the default split; with ``vary_split`` and pp > 1 also the splits Megatron-LM's accounting switches give
+        (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split: the embedding counts as one
+        layer, the loss and each MTP module as one more; specs.split.default_first_last), the first of those with
+        equal stage layer counts kept. Memoised."""
+        memo = self._memo.setdefault("split_options", {})
+        if pp not in memo:
+            out, seen = [], set()
+            for split in ((False, False), (True, False), (False, True), (True, True)) if self.vary_split and pp > 1 else ((False, False),):
+                groups = self.split_groups(pp, split)
+                layout = tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
+                if layout in seen or any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
+                    continue
+                seen.add(layout)
+                out.append(split)
+            memo[pp] = tuple(out)
+        return memo[pp]
+
+    def _interleave_options(self, pp: int) -> list[tuple[int, str, tuple[bool, bool]]]:
+        """Interleaved options of pp stages (they depend on pp alone; computed once per pp): every vpp > 1 the default
+        split allows, then those only the accounted split (embedding and loss counted as layers) allows; with
+        ``vary_split``, every (vpp, split) of split_options and the accounted split with distinct stage layer counts."""
         memo = self._memo.setdefault("interleave", {})
         if pp in memo:
             return memo[pp]
         out, seen = [], set()
-        for accounted in (False, True):
-            groups = self.split_groups(pp, accounted)
+        splits = dict.fromkeys(self.split_options(pp) + ((True, True),))
+        for split in splits:
+            groups = self.split_groups(pp, split)
             if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
                 continue
-            embedding, loss = int(accounted), int(accounted) * (1 + self.model.mtp_layers)
+            embedding, loss = self.split_units(split)
             top = max(int(chunk_units(g, embedding, loss)) for g in groups if int(g.count) > 0)
+            layout = tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
             for v in _divisors(top):
-                if v > 1 and v not in seen and not interleave_split_rule(groups, v, embedding, loss):
-                    seen.add(v)
-                    out.append((v, "interleaved", accounted))
+                key = (v, layout) if self.vary_split else v
+                if v > 1 and key not in seen and not interleave_split_rule(groups, v, embedding, loss):
+                    seen.add(key)
+                    out.append((v, "interleaved", split))
         memo[pp] = out
         return out
+
+    def split_units(self, split: tuple[bool, bool]) -> tuple[int, int]:
+        """(embedding units, loss units) a split counts: 1 for the embedding, 1 for the loss and 1 per MTP module
+        (specs.plan.PlanSpec.split)."""
+        embedding, loss = split
+        return int(embedding), int(loss) * (1 + self.model.mtp_layers)
 
     @cached_property
     def _memo(self) -> dict:
         """Per-problem caches of options that depend on a few degrees only."""
         return {}
 
-    def split_groups(self, pp: int, accounted: bool) -> tuple[SplitGroup, ...]:
-        """The default split of the layers over pp stages, or with embedding and loss counted as layers (memoised)."""
+    def split_groups(self, pp: int, split: tuple[bool, bool]) -> tuple[SplitGroup, ...]:
+        """The split of the layers over pp stages with the embedding and the loss counted as layers or not (split:
+        (embedding_as_layer, loss_as_layer); specs.plan.PlanSpec.split's rule). Memoised."""
         memo = self._memo.setdefault("split", {})
-        if (pp, accounted) not in memo:
-            units = int(accounted)
-            first, last = default_first_last(self.model.layers, pp, units, units * (1 + self.model.mtp_layers))
-            memo[(pp, accounted)] = grouped_split(self.model.layers, pp, first, last)
-        return memo[(pp, accounted)]
+        if (pp, split) not in memo:
+            first, last = default_first_last(self.model.layers, pp, *self.split_units(split))
+            memo[(pp, split)] = grouped_split(self.model.layers, pp, first, last)
+        return memo[(pp, split)]
 
     def state_options(self, dp_size: int) -> list[tuple[int, bool, bool]]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
@@ -529,7 +494,7 @@ def rows(problem: SearchProblem):
 
 def grid_parts(problem: SearchProblem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
     """The three option lists whose product is a row's grid (it depends on pp, m and dp·cp only):
-    schedule options (vpp, schedule, accounted split), state options (zero, overlap_dp,
+    schedule options (vpp, schedule, split), state options (zero, overlap_dp,
     overlap_gather), offload options (weights, activations, optimizer)."""
     return problem.schedule_options(pp, microbatches), problem.state_options(dp_size), problem.offload_options
 
@@ -543,14 +508,14 @@ def grid_option(parts: tuple[list, list, list], g: int) -> tuple:
 
 
 def grid(problem: SearchProblem, row: Row) -> list[tuple]:
-    """The row's candidates: (vpp, schedule, accounted split, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
+    """The row's candidates: (vpp, schedule, split, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
     schedules, states, offloads = grid_parts(problem, row.pp, row.microbatches, row.dp * row.cp)
     return [(*a, *b, *c) for a in schedules for b in states for c in offloads]
 
 
 def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
     """The PlanSpec of one candidate."""
-    v, sched, accounted, z, od, og, ow, oa, oo = option
+    v, sched, (embedding_as_layer, loss_as_layer), z, od, og, ow, oa, oo = option
     return PlanSpec(
         gpus=problem.gpus,
         tp=row.tp,
@@ -574,8 +539,8 @@ def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
         overlap_param_gather=og,
         overlap_tp_comm=row.overlap_tp_comm,
         placement=row.placement,
-        embedding_as_layer=accounted,
-        loss_as_layer=accounted,
+        embedding_as_layer=embedding_as_layer,
+        loss_as_layer=loss_as_layer,
         tp_layout=row.tp_layout,
         tp_rows=row.tp_rows,
         ep=row.ep,

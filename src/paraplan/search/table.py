@@ -48,12 +48,12 @@ _GRID_DTYPES = {f.name: (np.int64 if f.name in ("vpp", "zero", "offload_activati
 
 
 # the grid_arrays fields a schedule option sets (constant inside a group of options, run._GridIndex)
-SCHEDULE_FIELDS = ("vpp", *SCHEDULE_FLAGS.values(), "accounted")
+SCHEDULE_FIELDS = ("vpp", *SCHEDULE_FLAGS.values(), "embedding_as_layer", "loss_as_layer")
 
 
 def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
     """The grid of ``space.grid_parts`` (schedule × state × offload options, in space.grid's order)
-    as arrays: the GridKnobs fields plus "accounted" (split with embedding and loss counted as layers)."""
+    as arrays: the GridKnobs fields plus the split's "embedding_as_layer" and "loss_as_layer" (0 or 1)."""
     schedules, states, offloads = parts
     n_s, n_t, n_o = len(schedules), len(states), len(offloads)
 
@@ -63,7 +63,8 @@ def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
     values = {
         "vpp": column(schedules, 0, n_t * n_o, 1),
         **{flag: column(schedules, 1, n_t * n_o, 1, lambda x, name=name: x == name) for name, flag in SCHEDULE_FLAGS.items()},
-        "accounted": column(schedules, 2, n_t * n_o, 1),
+        "embedding_as_layer": column(schedules, 2, n_t * n_o, 1, lambda split: split[0]),
+        "loss_as_layer": column(schedules, 2, n_t * n_o, 1, lambda split: split[1]),
         "zero": column(states, 0, n_o, n_s), "overlap_dp_grad_reduce": column(states, 1, n_o, n_s),
         "overlap_param_gather": column(states, 2, n_o, n_s),
         "offload_weights": column(offloads, 0, 1, n_s * n_t), "offload_activations": column(offloads, 1, 1, n_s * n_t),
@@ -72,7 +73,8 @@ def grid_arrays(parts: tuple[list, list, list]) -> dict[str, np.ndarray]:
         "offload_activation_layers": np.zeros(n_s * n_t * n_o),
     }
     out = {k: values[k].astype(_GRID_DTYPES[k]) for k in _GRID_DTYPES}
-    out["accounted"] = values["accounted"].astype(np.int64)
+    for name in ("embedding_as_layer", "loss_as_layer"):
+        out[name] = values[name].astype(np.int64)
     return out
 
 
@@ -255,8 +257,8 @@ class RowTable:
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
         facts = take(self.step_facts, index)
-        accounted = grid_values["accounted"]
-        first, last = default_first_last(facts.layers, facts.pp, accounted, accounted * (1 + facts.mtp_layers))
+        first, last = default_first_last(facts.layers, facts.pp, grid_values["embedding_as_layer"],
+                                         grid_values["loss_as_layer"] * (1 + facts.mtp_layers))
         split = grouped_split(facts.layers, facts.pp, first, last)
         knobs = GridKnobs(**{f.name: grid_values[f.name] for f in fields(GridKnobs)})
         return build_step_inputs(facts, take(self.blocks, index), knobs, split, self.constants)
@@ -314,7 +316,6 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
     """The PlanSpec fields of a batch of candidates, column-wise, in PlanSpec's field order
     (specs.plan.PLAN_COLUMNS); fields the search does not vary keep their default."""
     c = table.columns
-    accounted = grid_values["accounted"].astype(bool)
     values = {
         "tp": c["tp"][index], "pp": c["pp"][index], "cp": c["cp"][index], "dp": c["dp"][index],
         "vpp": grid_values["vpp"], "micro_batch": c["micro_batch"][index],
@@ -325,7 +326,8 @@ def plan_columns(table: RowTable, index, grid_values: dict) -> dict[str, np.ndar
         "offload_optimizer": grid_values["offload_optimizer"], "overlap_dp_grad_reduce": grid_values["overlap_dp_grad_reduce"],
         "overlap_param_gather": grid_values["overlap_param_gather"], "overlap_tp_comm": c["overlap_tp"][index].astype(bool),
         "placement": np.array(table.placement_names)[c["placement"][index]],
-        "embedding_as_layer": accounted, "loss_as_layer": accounted,
+        "embedding_as_layer": grid_values["embedding_as_layer"].astype(bool),
+        "loss_as_layer": grid_values["loss_as_layer"].astype(bool),
         "tp_layout": np.array(TP_LAYOUTS)[c["layout"][index]],
         "tp_rows": np.where(c["tp_rows"][index] > 0, c["tp_rows"][index], None).astype(object),
     }

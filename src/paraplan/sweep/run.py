@@ -69,6 +69,7 @@ class SweepConfig:
     no_offload: bool = False
     default_overlap: bool = False
     default_placement: bool = False
+    vary_split: bool = False  # search.space.SearchProblem.vary_split
     restrictions: dict = field(default_factory=dict)  # SearchProblem axis name -> tuple of allowed values
     tokens: float | None = None  # run length for time-to-train
     framework: str | None = None  # --framework: a profile name or file (paraplan.frameworks)
@@ -115,6 +116,7 @@ class SweepConfig:
             "restrictions": {k: list(v) for k, v in sorted(self.restrictions.items()) if v is not None},
             "tokens": self.tokens,
             **({"framework": self.framework} if self.framework is not None else {}),
+            **({"vary_split": True} if self.vary_split else {}),  # absent when off: earlier sweeps' configs still match
         }
 
     @property
@@ -219,6 +221,7 @@ def _run_point(task: dict) -> dict:
         vary_offload=not settings["no_offload"],
         vary_overlap=not settings["default_overlap"],
         vary_placement=not settings["default_placement"],
+        vary_split=settings.get("vary_split", False),
         price_per_gpu_hour=system.price_per_gpu_hour,
         **{k: tuple(v) for k, v in settings["restrictions"].items()},
         **({"framework": settings["framework"], "default_overlaps": tuple(settings["default_overlaps"])}
@@ -292,7 +295,8 @@ def prepare(config: SweepConfig) -> Prepared:
         "seq_length": config.seq_length, "global_batch": config.global_batch,
         "max_global_batch": config.max_global_batch, "dtype": config.dtype, "attention": config.attention,
         "objective": config.objective, "no_offload": config.no_offload, "default_overlap": config.default_overlap,
-        "default_placement": config.default_placement, "top": config.top, "tokens": config.tokens,
+        "default_placement": config.default_placement, "vary_split": config.vary_split, "top": config.top,
+        "tokens": config.tokens,
         "restrictions": {k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None},
     }
     if profile is not None:  # the name for the error band, the overlap defaults for --default-overlap
