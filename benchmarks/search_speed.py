@@ -3,6 +3,7 @@
 Run: python benchmarks/search_speed.py [--markdown] [--repeat N] [--unrestricted] [--workers N]
 Prints: problem, candidates in the space, evaluated, feasible among evaluated, seconds,
 candidates per second (space size / seconds), and the best plan.
+The restricted DeepSeek-V3 problem runs twice, the second time with every layer split (``--vary-split``).
 ``--unrestricted`` adds DeepSeek-V3 on 2,048 H800s over every axis (22 M rows, searched block by
 block: search.blocks), ~2-3.3 s on the 2-core machine split over its two processes (search.block_processes; the
 default workers), ~3.5-5 s with --workers 1 (docs/performance.md).
@@ -26,6 +27,8 @@ PROBLEMS = [
     # MoE (issue 9): DeepSeek-V3 with the axes its report's layout spans (tp <= 8, pp 8/16, no CP, ep 8-64,
     # micro-batch 1-2, no offload, default placement); the unrestricted space has ~22 M rows (docs/model.md §7)
     ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (restricted)", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None),
+    # the same with every layer split of the accounting switches (--vary-split, SearchProblem.split_options)
+    ("deepseek-v3, the same, --vary-split", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None, dict(vary_split=True)),
 ]
 # the same DeepSeek-V3 problem over every axis (issue 9's acceptance problem); with --unrestricted
 UNRESTRICTED = ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (unrestricted)", "deepseek-v3", "dgx-h800",
@@ -47,11 +50,12 @@ def main() -> None:
                         help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)")
     args = parser.parse_args()
     rows = []
-    for label, model, system, gpus, seq, gbs, max_gbs in PROBLEMS + ([UNRESTRICTED] if args.unrestricted else []):
+    for label, model, system, gpus, seq, gbs, max_gbs, *extra in PROBLEMS + ([UNRESTRICTED] if args.unrestricted else []):
         restricted = "(unrestricted)" not in label
         problem = SearchProblem(
             model=load_model(model), system=load_system(system), gpus=gpus, seq_length=seq,
             global_batch=gbs, max_global_batch=max_gbs, **(RESTRICTIONS.get(model, {}) if restricted else {}),
+            **(extra[0] if extra else {}),
         )
         best_seconds, result = float("inf"), None
         for _ in range(args.repeat if restricted else 1):
