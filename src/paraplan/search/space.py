@@ -46,7 +46,7 @@ from paraplan.specs.plan import (
 )
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.moe_plan import Dispatcher, dispatcher_rule, expert_degree_rules, moe_sequence_parallel_rule
-from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, grouped_split
+from paraplan.specs.split import SplitGroup, accounted_units, chunk_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.stages import plan_spans
@@ -409,10 +409,8 @@ class SearchProblem:
         return out
 
     def split_units(self, split: tuple[bool, bool]) -> tuple[int, int]:
-        """(embedding units, loss units) a split counts: 1 for the embedding, 1 for the loss and 1 per MTP module
-        (specs.plan.PlanSpec.split)."""
-        embedding, loss = split
-        return int(embedding), int(loss) * (1 + self.model.mtp_layers)
+        """(embedding units, loss units) a split (embedding_as_layer, loss_as_layer) counts (specs.split.accounted_units)."""
+        return accounted_units(int(split[0]), int(split[1]), self.model.mtp_layers)
 
     @cached_property
     def _memo(self) -> dict:

@@ -24,7 +24,7 @@ from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, SCHEDULE_FLAGS, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
-from paraplan.specs.split import default_first_last, grouped_split
+from paraplan.specs.split import accounted_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS, panel_count
 from paraplan.stages import (
     BlockFacts,
@@ -257,8 +257,8 @@ class RowTable:
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
         facts = take(self.step_facts, index)
-        first, last = default_first_last(facts.layers, facts.pp, grid_values["embedding_as_layer"],
-                                         grid_values["loss_as_layer"] * (1 + facts.mtp_layers))
+        first, last = default_first_last(facts.layers, facts.pp, *accounted_units(
+            grid_values["embedding_as_layer"], grid_values["loss_as_layer"], facts.mtp_layers))
         split = grouped_split(facts.layers, facts.pp, first, last)
         knobs = GridKnobs(**{f.name: grid_values[f.name] for f in fields(GridKnobs)})
         return build_step_inputs(facts, take(self.blocks, index), knobs, split, self.constants)

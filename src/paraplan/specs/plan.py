@@ -17,7 +17,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations, moe_sequence_parallel_rule
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
 from paraplan.specs.tp_layout import TPLayoutFields, tp_layout_violations
-from paraplan.specs.split import SplitGroup, chunk_units, default_first_last, explicit_split, grouped_split
+from paraplan.specs.split import SplitGroup, accounted_units, chunk_units, default_first_last, explicit_split, grouped_split
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
@@ -172,7 +172,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
         pipeline layout places its 'm' next to 'L')."""
         if self.stage_layers is not None:
             return explicit_split(self.stage_layers)
-        first, last = default_first_last(layers, self.pp, self.embedding_units, self.loss_units * (1 + mtp_layers))
+        first, last = default_first_last(layers, self.pp, *accounted_units(self.embedding_units, self.loss_units, mtp_layers))
         if self.pp > 1 and (self.layers_first_stage is not None or self.layers_last_stage is not None):
             rest_stages = self.pp - 1
             if self.layers_first_stage is not None and self.layers_last_stage is not None:
@@ -351,8 +351,8 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("plan.vpp", plan.vpp, "needs pp > 1"))
     elif plan.pipeline_schedule == "interleaved" and split_ok:
-        rule = interleave_split_rule(plan.split(model.layers, model.mtp_layers), plan.vpp, plan.embedding_units,
-                                     plan.loss_units * (1 + model.mtp_layers))
+        rule = interleave_split_rule(plan.split(model.layers, model.mtp_layers), plan.vpp,
+                                     *accounted_units(plan.embedding_units, plan.loss_units, model.mtp_layers))
         if rule:
             out.append(Violation("plan.vpp", plan.vpp, rule))
     if plan.pipeline_schedule == "interleaved" and batch_ok and plan.pp > 1:

@@ -58,6 +58,12 @@ def grouped_split(layers: Num, pp: Num, first: Num, last: Num) -> tuple[SplitGro
     )
 
 
+def accounted_units(embedding_as_layer: Num, loss_as_layer: Num, mtp_layers: Num = 0) -> tuple[Num, Num]:
+    """(embedding units, loss units) the accounting switches count: 1 for the embedding; 1 for the loss and 1 more per
+    MTP module (Megatron-LM's pipeline layout places its 'm' next to the loss 'L'). Ints or numpy arrays."""
+    return embedding_as_layer * 1, loss_as_layer * (1 + mtp_layers)
+
+
 def default_first_last(layers: Num, pp: Num, embedding_units: Num = 0, loss_units: Num = 0) -> tuple[Num, Num]:
     """(first, last) stage layer counts of the default rule applied to L + e + l units, minus the
     units the embedding (e) and the loss (l) stand for (module docstring)."""
