@@ -156,7 +156,9 @@ def test_cli_vary_split_finds_the_uneven_layouts_deepseek_v3_runs_use(capsys):
     assert code == 0
     code, varied = _cli(capsys, *base, "--vary-split")
     assert code == 0
-    plain, varied = json.loads(plain)["plans"][0], json.loads(varied)["plans"][0]
+    plain, varied = json.loads(plain), json.loads(varied)
+    assert varied["problem"]["restrictions"]["vary_split"] and not plain["problem"]["restrictions"]["vary_split"]
+    plain, varied = plain["plans"][0], varied["plans"][0]
     assert not plain["plan"].get("loss_as_layer") and varied["plan"]["loss_as_layer"]
     assert not varied["plan"].get("embedding_as_layer")
     assert varied["step_time_s"] < 0.9 * plain["step_time_s"]

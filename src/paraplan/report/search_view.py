@@ -389,7 +389,7 @@ def problem_dict(problem: SearchProblem, tokens: float | None = None) -> dict:
             "tp": problem.tp, "pp": problem.pp, "cp": problem.cp, "micro_batch": problem.micro_batch,
             "recompute": problem.recompute, "zero": problem.zero, "sequence_parallel": problem.sequence_parallel,
             "schedules": problem.schedules, "vary_offload": problem.vary_offload,
-            "vary_overlap": problem.vary_overlap, "vary_placement": problem.vary_placement,
+            "vary_overlap": problem.vary_overlap, "vary_placement": problem.vary_placement, "vary_split": problem.vary_split,
         },
     }
 
