@@ -99,6 +99,12 @@ PROBLEMS = {
         model="gpt3-1.3b", system="dgx-h100-80gb", gpus=32, global_batch=64, seq_length=2048, pp=(16,),
         tp=(1, 2), micro_batch=(1, 2), vary_placement=False, vary_offload=False,
     ),
+    # every layer split of the accounting switches with every schedule (--vary-split) on a dense model
+    "gpt3-1.3b-16xh100-splits": dict(
+        model="gpt3-1.3b", system="dgx-h100-80gb", gpus=16, global_batch=64, seq_length=2048, pp=(4, 8),
+        tp=(1, 2), micro_batch=(1, 2), recompute=("none",), schedules=("1f1b", "gpipe"), vary_placement=False,
+        vary_offload=False, vary_overlap=False, vary_split=True,
+    ),
 }
 
 
@@ -229,6 +235,9 @@ FEATURES = {  # what each problem is there for, checked on its exhaustive top 20
     "gpt3-125m-16xa100-40-pp8-uneven": _uneven,
     "gpt3-2.7b-16xa100-tp-layouts": _tp_layouts,
     "gpt3-1.3b-32xh100-pp16-uneven": _uneven,
+    # a split of the accounting switches wins (not the default one), and the top 20 holds two of them
+    "gpt3-1.3b-16xh100-splits": lambda p, plans: (plans[0].plan.embedding_as_layer or plans[0].plan.loss_as_layer)
+    and len({(r.plan.embedding_as_layer, r.plan.loss_as_layer) for r in plans}) > 1,
 }
 
 
