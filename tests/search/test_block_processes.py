@@ -107,3 +107,27 @@ def test_the_best_groups_of_every_process_set_the_threshold_together():
     second.offer_groups([1.0, 2.0, 5.0], [10.0, 20.0, 50.0], [1.0, 1.0, 1.0])  # the first's group 1 found again
     assert second.get() == 4.0
     assert block_processes.SharedSearch(2).view(0).offer_groups([1.0], [1.0], [1.0]) is None  # top_k 0: nothing shared
+
+
+def test_a_scan_takes_a_lower_shared_threshold_between_batches():
+    """search.run._Scan.refresh: a scan of a split search lowers its ceiling and threshold to what another process
+    has published since the scan began (never raises them)."""
+    from paraplan.catalog import load_model, load_system
+    from paraplan.search.run import _Scan
+    from paraplan.search.space import SearchProblem
+
+    problem = SearchProblem(model=load_model("gpt3-125m"), system=load_system("dgx-a100-80gb"), gpus=8, seq_length=2048,
+                            global_batch=8)
+    shared = block_processes.SharedSearch(2)
+    mine, other = shared.view(0), shared.view(1)
+    scan = _Scan(problem, None, 1, None, 1.0, 1.0, False)
+    scan.threshold, scan.ceiling = 9.0, 9.5
+    scan.refresh()  # not in a split search: unchanged
+    assert (scan.threshold, scan.ceiling) == (9.0, 9.5)
+    scan.shared = mine
+    other.offer(7.0)
+    scan.refresh()
+    assert (scan.threshold, scan.ceiling) == (7.0, 7.0)
+    other.offer(8.0)  # a higher offer is not taken: the shared value stays the least
+    scan.refresh()
+    assert (scan.threshold, scan.ceiling) == (7.0, 7.0)

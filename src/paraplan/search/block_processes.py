@@ -8,7 +8,8 @@ them: that process holds K groups at or below θ, so a candidate above it is in 
 therefore publish their θ in a shared double, and each prunes against the least published one. They also publish
 their best K groups, whose K-th together is tighter than any one's own when the best plans are spread over the
 processes (PartView.offer_groups), and a block's scan never loosens the threshold the others reached
-(search.run._Scan.ceiling). The parent merges the parts' pools: the top K is the one-process search's (ties broken by
+(search.run._Scan.ceiling); a scan publishes its threshold as soon as it holds K groups and takes, between batches,
+a lower one another process published meanwhile (search.run._Scan.refresh). The parent merges the parts' pools: the top K is the one-process search's (ties broken by
 canonical row, as there). The evaluated counts can differ from one process's (the blocks are searched in another
 order), the plans cannot.
 

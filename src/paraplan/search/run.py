@@ -208,6 +208,7 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
     order = np.lexsort((np.arange(table.size), bound_obj))
     rows_done = position = 0
     while position < len(order):
+        scan.refresh()
         if not scan_all and not ranking.within(bound_obj[order[position]], scan.threshold):
             break
         chunk = []
@@ -359,6 +360,7 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
+    scan.shared = shared
 
     def threshold() -> float:
         return scan.threshold if shared is None else min(scan.threshold, shared.get())
@@ -407,6 +409,7 @@ def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
     ends = np.cumsum(sizes[order])
     position = 0
     while position < len(order):
+        scan.refresh()
         if not ranking.within(bound[order[position]], scan.threshold):
             return
         stop = max(position + 1, int(np.searchsorted(ends, ends[position] - sizes[order[position]] + CHUNK_CANDIDATES // 8)))
@@ -428,6 +431,7 @@ class _Scan:
         self.pool: list[tuple] = []
         self.threshold = np.inf
         self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)
+        self.shared = None  # in a split search, this process's search.block_processes.PartView
         self.evaluated = self.feasible = 0
         self.nearest = None  # (overflow_bytes, row, option, peak)
         self.faster: list[tuple] = []
@@ -435,6 +439,14 @@ class _Scan:
         self.options: GridIndex | None = None
         self.offset = 0  # canonical number of the table's first row (search block by block)
         self.resolved: dict[tuple[int, int], tuple] | None = None  # (row, option) -> (Row, grid tuple), by block
+
+    def refresh(self) -> None:
+        """In a split search, lower the ceiling and the threshold to the least threshold any process has published
+        since (admissible: search.block_processes), between batches of a scan: a process whose first block scan runs
+        beside another's stops evaluating once the other has found a better K-th group."""
+        if self.shared is not None:
+            self.ceiling = min(self.ceiling, self.shared.get())
+            self.threshold = min(self.threshold, self.ceiling)
 
     def use(self, table: RowTable, offset: int) -> None:
         """Go on with another block's row table, whose rows are canonical rows offset, offset + 1, ...:
@@ -495,6 +507,8 @@ class _Scan:
         if len(self.pool) >= self.top_k:  # never above a threshold other processes reached (``ceiling``)
             self.pool, threshold = _trim(self.pool, self.top_k)
             self.threshold = min(threshold, self.ceiling)
+            if self.shared is not None:  # published at once: the other processes' scans read it between batches
+                self.shared.offer(self.threshold)
         misses = np.flatnonzero(~fits)
         if misses.size:
             over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
