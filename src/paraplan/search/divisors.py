@@ -18,6 +18,7 @@ def divisors(n: int) -> list[int]:
 
 
 def _prime_factors(n: int) -> dict[int, int]:
+    """{prime: power} of ``n``: trial division by the primes up to 37, then Pollard's rho on what is left."""
     factors: dict[int, int] = {}
     for p in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
         while n % p == 0:
