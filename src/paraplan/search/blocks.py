@@ -381,7 +381,7 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
     is at least pp − i for v >= 2, capped at m), so the fullest stage of the schedule options' splits,
     at the least kept and held bytes per kind, bounds it (the weight, gradient, optimizer and buffer
     terms are >= 0 and left out); SAFETY keeps it below the sum."""
-    splits = {split for _, _, split in problem.schedule_options(block.pp, block.microbatches)}
+    splits = problem.schedule_splits(block.pp, block.microbatches)
     m, least = block.microbatches, math.inf
     for split in splits:
         stages = zip(_group_sums(problem, block.pp, split, kept), _group_sums(problem, block.pp, split, held))
@@ -393,7 +393,7 @@ def offloaded_working_bytes(problem: SearchProblem, block: Block, kept: dict) ->
     """Least activation bytes a stage of any candidate of the block keeps on the GPU with activation offload:
     stage_memory_terms keeps twice its largest kept transformer block (one going out, one coming in), so twice
     the largest least-kept bytes of a transformer kind some stage holds, least over the schedule options' splits."""
-    splits = {split for _, _, split in problem.schedule_options(block.pp, block.microbatches)}
+    splits = problem.schedule_splits(block.pp, block.microbatches)
     least = math.inf
     for split in splits:
         present = {name for _, _, blocks in _group_blocks(problem, block.pp, split) for name, n in blocks if n > 0}
@@ -407,7 +407,7 @@ def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_ban
     micro-batch) leaves beyond the busy time m·(S − pp) to a step of at least m·S, so the step is at
     least m × that traffic / the host bandwidth (weights' traffic >= 0 left out)."""
     moved = {name: (offload_traffic_bytes(kept[name], 0.0) if name in TRANSFORMER_KINDS else 0.0) for name in kept}
-    splits = {split for _, _, split in problem.schedule_options(block.pp, block.microbatches)}
+    splits = problem.schedule_splits(block.pp, block.microbatches)
     traffic = min(_stage_floors(problem, block.pp, split, LayerFloors(moved, 0.0))[0] for split in splits)
     return block.microbatches * traffic / host_bandwidth * SAFETY
 

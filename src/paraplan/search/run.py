@@ -361,10 +361,6 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     scan.shared = shared
-
-    def threshold() -> float:
-        return scan.threshold if shared is None else min(scan.threshold, shared.get())
-
     rows_done = done = 0
     # best bound first; a block's bound is refined (search.blocks.refined_bound: the recomputation memory forces,
     # then the exposed TP / CP communication and recomputation of the expert-free block kinds, then of every kind)
@@ -376,7 +372,8 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     work: dict[tuple, object] = {}
     while heap:
         bound, i, level = heapq.heappop(heap)
-        if not ranking.within(bound, threshold()):
+        scan.refresh()  # in processes, the least threshold any of them has reached
+        if not ranking.within(bound, scan.threshold):
             break
         b = parts[i]
         if level < len(steps):
@@ -387,8 +384,6 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             continue
         table = RowTable(b.problem(problem))
         scan.use(table, b.offset)
-        scan.ceiling = shared.get() if shared is not None else np.inf
-        scan.threshold = threshold()
         rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
         if shared is not None and scan.pool:  # this process's best groups, with the others' (PartView.offer_groups: their
             # K-th together is at most this scan's own threshold)

@@ -343,11 +343,26 @@ class SearchProblem:
         return memo[(ep, etp)]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
-    def schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, tuple[bool, bool]]]:
+    def schedule_options(self, pp: int, microbatches: int) -> tuple[tuple[int, str, tuple[bool, bool]], ...]:
         """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
         every split of split_options, and interleaved with every vpp > 1 a split allows
         (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
-        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer)."""
+        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
+        every block."""
+        memo = self._memo.setdefault("schedule_options", {})
+        if (pp, microbatches) not in memo:
+            memo[(pp, microbatches)] = tuple(self._schedule_options(pp, microbatches))
+        return memo[(pp, microbatches)]
+
+    def schedule_splits(self, pp: int, microbatches: int) -> tuple[tuple[bool, bool], ...]:
+        """The distinct splits of schedule_options(pp, microbatches), in their order (the block bounds' least over
+        the splits a block's candidates use). Memoised."""
+        memo = self._memo.setdefault("schedule_splits", {})
+        if (pp, microbatches) not in memo:
+            memo[(pp, microbatches)] = tuple(dict.fromkeys(split for _, _, split in self.schedule_options(pp, microbatches)))
+        return memo[(pp, microbatches)]
+
+    def _schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, tuple[bool, bool]]]:
         allowed = self.schedules or SCHEDULES
         if self.schedules is None and not moe_shaped(self.model):
             allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
@@ -375,9 +390,8 @@ class SearchProblem:
         if pp not in memo:
             out, seen = [], set()
             for split in ((False, False), (True, False), (False, True), (True, True)) if self.vary_split and pp > 1 else ((False, False),):
-                groups = self.split_groups(pp, split)
-                layout = tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
-                if layout in seen or any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
+                layout = self._split_layout(pp, split)
+                if layout is None or layout in seen:
                     continue
                 seen.add(layout)
                 out.append(split)
@@ -394,12 +408,12 @@ class SearchProblem:
         out, seen = [], set()
         splits = dict.fromkeys(self.split_options(pp) + ((True, True),))
         for split in splits:
-            groups = self.split_groups(pp, split)
-            if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
+            layout = self._split_layout(pp, split)
+            if layout is None:
                 continue
+            groups = self.split_groups(pp, split)
             embedding, loss = self.split_units(split)
             top = max(int(chunk_units(g, embedding, loss)) for g in groups if int(g.count) > 0)
-            layout = tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
             for v in _divisors(top):
                 key = (v, layout) if self.vary_split else v
                 if v > 1 and key not in seen and not interleave_split_rule(groups, v, embedding, loss):
@@ -407,6 +421,14 @@ class SearchProblem:
                     out.append((v, "interleaved", split))
         memo[pp] = out
         return out
+
+    def _split_layout(self, pp: int, split: tuple[bool, bool]) -> tuple | None:
+        """The split's stage groups as (index, stages, layers) triples (splits equal on it lay the layers out alike), or
+        None when it leaves a stage a negative layer count."""
+        groups = self.split_groups(pp, split)
+        if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
+            return None
+        return tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
 
     def split_units(self, split: tuple[bool, bool]) -> tuple[int, int]:
         """(embedding units, loss units) a split (embedding_as_layer, loss_as_layer) counts (specs.split.accounted_units)."""
