@@ -221,7 +221,7 @@ def _run_point(task: dict) -> dict:
         vary_offload=not settings["no_offload"],
         vary_overlap=not settings["default_overlap"],
         vary_placement=not settings["default_placement"],
-        vary_split=settings.get("vary_split", False),
+        vary_split=settings["vary_split"],
         price_per_gpu_hour=system.price_per_gpu_hour,
         **{k: tuple(v) for k, v in settings["restrictions"].items()},
         **({"framework": settings["framework"], "default_overlaps": tuple(settings["default_overlaps"])}
