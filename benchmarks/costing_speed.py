@@ -49,7 +49,7 @@ def main() -> None:
     layer_s = time.perf_counter() - start
     start = time.perf_counter()
     for key, pair in keys.items():
-        work_floors(problem, *key, pair, True)
+        work_floors(problem, *key, (pair,), True)
     work_s = time.perf_counter() - start
     rows = [("layer_floors", f"{len(keys):,}", f"{layer_s * 1e3 / len(keys):.2f}"),
             ("work_floors (expert kinds)", f"{len(keys):,}", f"{work_s * 1e3 / len(keys):.2f}")]

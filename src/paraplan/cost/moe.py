@@ -82,6 +82,7 @@ def mtp_flops_per_token(m: ModelSpec, seq_length: int) -> float:
     return 6.0 * matmul + attention_flops_per_token(m, index, seq_length)
 
 
+@lru_cache(maxsize=256)
 def moe_model_flops_per_token(m: ModelSpec, seq_length: int) -> float:
     """Model FLOPs per token on active parameters (PaLM App. B: 6·N_active + attention), layer by
     layer, plus the LM head 6·V·h and the MTP modules. MFU of an MoE model uses these active FLOPs
@@ -91,6 +92,7 @@ def moe_model_flops_per_token(m: ModelSpec, seq_length: int) -> float:
     return total + m.mtp_layers * mtp_flops_per_token(m, seq_length)
 
 
+@lru_cache(maxsize=256)
 def moe_recompute_flops_per_token(m: ModelSpec, seq_length: int, recompute: str) -> float:
     """Forward FLOPs re-run in backward per token: full = every layer's forward (2·N_layer + a third
     of its attention FLOPs); selective = the attention core (a third of the attention FLOPs),

@@ -24,11 +24,14 @@ the layer split of the schedule option (specs.split, stages.layer_mix, the same 
 backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
 share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
 m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
-block's bound is the least over its schedule options. ``refined_bound`` raises it per recompute mode,
-first with memory alone (``memory_floors``: the recomputation a block's activations force), then with the
-exposed TP / CP communication and recomputation of the expert-free kinds, then of every kind (module doc
-of search.run: refined when the block reaches the front of the queue). The expert-parallel parts of the
-floors (each expert option's compute and least dispatch/combine) are search.expert_floors'.
+block's bound is the least over its schedule options. For an MoE model the first bound takes cheaper
+floors (``layer_floors(cheap=True)``: the routed experts' GEMMs at their FLOP floor, no dispatch, ρ = 1;
+``first_bound_levels``) and the floors above are its first refinement. ``refined_bound`` then raises it per
+recompute mode, first with memory alone (``memory_floors``: the recomputation a block's activations force),
+then with the exposed TP / CP communication and recomputation of the expert-free kinds, then of every kind
+(``work_floors``, over the block's span pairs at once) — each when the block reaches the front of the queue
+(search.run._branch_and_bound). The expert-parallel parts of the floors (each expert option's compute and
+least dispatch/combine) are search.expert_floors'.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from paraplan.arrays import stack
-from paraplan.graph.moe import NO_EXPERT
+from paraplan.graph.moe import NO_EXPERT, moe_tokens
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
 from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
@@ -123,7 +126,7 @@ class LayerFloors:
     forward: dict = field(default_factory=dict)
 
 
-def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> LayerFloors:
+def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, cheap: bool = False) -> LayerFloors:
     """LayerFloors over every row with these degrees and micro-batch: every (sequence parallel, layout,
     grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
     superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
@@ -133,7 +136,9 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
     backward-GEMM share of compute alone, which a larger work only lowers).
     A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
     its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
-    option's total is the rest of the block plus those ops' times (the same sum in another order)."""
+    option's total is the rest of the block plus those ops' times (the same sum in another order).
+    ``cheap``: lower floors that cost no expert option (KindFloors.cheap; ρ = 1), the first bound of a search that
+    computes these floors only for the blocks that reach the front (search.run, first_bound_levels)."""
     from paraplan.search.table import layer_shape_of
 
     model, system = problem.model, problem.system
@@ -148,7 +153,7 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key, experts[0] if shaped else ExpertShape())
         for name in model_block_kinds(model):
             if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
-                floor = floors_of(name, shape)
+                floor = floors_of.cheap(name, shape) if cheap else floors_of(name, shape)
                 work[name] = min(work.get(name, math.inf), floor.work)
                 forward[name] = min(forward.get(name, math.inf), floor.forward)
                 rho = max(rho, floor.rho)
@@ -161,11 +166,17 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> 
 
 
 def costing_class(problem: SearchProblem, block: Block) -> tuple:
-    """(tp, local tokens b·s/c) of a block: the blocks whose layer floors share their costings (KindFloors, keyed on
-    graph.transformer.cp_free_key); search.block_processes keeps a class in one process."""
+    """The blocks whose layer floors share their costings, which search.block_processes keeps in one process: the
+    (tp, local tokens b·s/c) of a block (KindFloors, keyed on graph.transformer.cp_free_key); for a model built by
+    graph/moe.py the tokens a rank routes, b·s/(c·t) (graph.moe.moe_tokens), which also keys the expert options'
+    computes and dispatch tables (expert_floors: shared by the tp that route as many tokens) and is a function of
+    (tp, local tokens)."""
     from paraplan.search.table import layer_shape_of
 
-    return block.tp, layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0).local_tokens
+    shape = layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0)
+    if moe_shaped(problem.model):
+        return (moe_tokens(shape),)
+    return block.tp, shape.local_tokens
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
@@ -184,19 +195,80 @@ class ModeFloors:
     held: dict
 
 
-def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool = True) -> ModeFloors:
+def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pairs: tuple, expert_kinds: bool = True,
+                cache: dict | None = None) -> ModeFloors:
     """Per recompute mode, each block kind's least per-micro-batch work over every row with these
-    degrees, micro-batch, (tp span, cp span) and mode: the sum of ``schedule.step.block_terms``' time
-    parts — forward, backward, recompute, the exposed TP and CP communication, and for an MoE kind
-    split per option (expert_computes) the least exposed dispatch and combine over the option's
+    degrees, micro-batch, one of the (tp span, cp span) ``pairs`` and the mode: the sum of
+    ``schedule.step.block_terms``' time parts — forward, backward, recompute, the exposed TP and CP communication,
+    and for an MoE kind split per option (expert_computes) the least exposed dispatch and combine over the option's
     dispatchers and a2a-overlap switches (DispatchFloors; 0 otherwise, a floor) — least over every
-    ``layer_knobs`` option of the mode (TP overlap included) and every (ep, etp); and its least kept
+    ``layer_knobs`` option of the mode (TP overlap included), every (ep, etp) and every pair; and its least kept
     and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
     (stage_work) is one of these sums with its own EP terms; the dispatcher and the a2a-overlap switch
     change only the EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives:
-    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for the rest.
+    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for the rest; the
+    dispatch reads no span, so the least over the pairs is taken entry by entry before it is added (the same
+    value as the least over the pairs of each pair's floor).
     Without ``expert_kinds`` only the EXPERT_FREE_KINDS are costed (for one expert option: they read
-    none) and the other kinds get 0, a floor of anything: a cheap first refinement."""
+    none) and the other kinds get 0, a floor of anything: a cheap first refinement.
+    ``cache`` (refined_bound's) keeps what no span reads (_WorkEntries) per (tp, cp, micro-batch, level) and each
+    pair's sums (_pair_totals) across the blocks of one search."""
+    cache = {} if cache is None else cache
+    level = "all" if expert_kinds else "expert_free"
+    key = ("entries", tp, cp, micro_batch, level)
+    entries = cache.get(key)
+    if entries is None:
+        entries = cache[key] = _work_entries(problem, tp, cp, micro_batch, pairs[0], expert_kinds)
+    totals = None
+    for pair in pairs:
+        pair_key = ("totals", tp, cp, micro_batch, pair, level)
+        found = cache.get(pair_key)
+        if found is None:
+            found = cache[pair_key] = _pair_totals(problem, entries, pair, expert_kinds)
+        totals = found if totals is None else np.minimum(totals, found)
+    total = totals.tolist()
+    dispatch = DispatchFloors(problem)
+
+    def exposed_dispatch(j):  # an entry's least EP terms (0 without a per-option split)
+        found = entries.dispatch[j]
+        return dispatch(*found, entries.computes[j]) if found is not None else 0.0
+
+    work: dict[str, dict] = {}
+    start = 0
+    for (mode, name), stop in zip(entries.keys, entries.stops):
+        work.setdefault(mode, {})[name] = least_with(total[start:stop], lambda j, start=start: exposed_dispatch(start + j))
+        start = stop
+    for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
+        for name in model_block_kinds(problem.model):
+            work[mode].setdefault(name, 0.0)
+    return ModeFloors(work, entries.kept, entries.held)
+
+
+@dataclass(frozen=True)
+class _WorkEntries:
+    """What work_floors reads that no span changes, for one (tp, cp, micro-batch, level): per (mode, kind), in
+    ``keys`` order, a range of entries ending at its ``stops``; per entry its compute (stages.BlockCompute), the
+    recompute code, whether its layer knob overlaps TP communication, the layer shape and kind whose cost facts give
+    its communication (``sources``: an index into ``shapes``, and a kind), and the (shape, expert option) whose
+    dispatch it adds or None; the least kept and held bytes per mode and kind."""
+
+    keys: tuple
+    stops: tuple
+    computes: tuple
+    stacked: object  # ``computes`` as one stages.BlockCompute of arrays (arrays.stack)
+    codes: np.ndarray
+    overlaps: np.ndarray
+    shapes: tuple
+    sources: tuple
+    dispatch: tuple
+    kept: dict
+    held: dict
+
+
+def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool) -> _WorkEntries:
+    """work_floors' _WorkEntries: one entry per (mode, kind, costing); a kind whose costs read no expert knob has
+    one entry per layer knob, not one per option. Compute and memory read no span (stages._graph_statics), so the
+    stages.block_cost_facts at any pair give them: at ``pair``, whose communication work_floors costs next."""
     from paraplan.search.table import layer_shape_of
 
     model, system = problem.model, problem.system
@@ -204,14 +276,12 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     experts = costing_experts(problem, tp) if shaped else (ExpertShape(),)
     if not expert_kinds:
         experts = experts[:1]
-    # one entry per (mode, kind, costing): (compute, comm, recompute code, TP overlap, the shape whose dispatch it
-    # costs or None); a kind whose costs read no expert knob has one entry per layer knob, not one per option
     entries: dict[tuple[str, str], list] = {}
     memory: dict[tuple[str, str], list] = {}
+    knobs: dict[int, tuple] = {}  # id of a layer shape whose cost facts give some entry's communication -> (index, shape)
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
         code = RECOMPUTE_CODES[recompute]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
-        overlaps = overlap and pair[0].domains == 1  # stages.row_blocks: comm-GEMM overlap inside one domain
         shapes = [layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules) for expert in experts]
         first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
         # the kinds that read the expert knobs: compute per option from one graph (expert_computes); their TP / CP
@@ -223,65 +293,82 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
         for i, shape in enumerate(shapes):
             if i == 0:
                 facts_i = first
+                source = first_source = knobs.setdefault(id(shape), (len(knobs), shape))[0]
             elif split:  # the first option's costs stand for the rest but the split kinds'; of the options' memory only
                 # the least is read, and the least-memory option keeps it (least_memory_expert)
                 if least_memory is None:
                     least_memory = block_memory_facts(model, layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0,
                                                                             least_memory_expert(problem, tp), modules), recompute)
                 facts_i = {name: (first[name][0], least_memory[name]) for name in split}
+                source = first_source  # the first option's communication stands for every option's
             else:
                 facts_i = _kind_facts(model, system, shape, pair, recompute, expert_kinds)
+                source = knobs.setdefault(id(shape), (len(knobs), shape))[0]
             for name, (cost, activations) in facts_i.items():
                 computes = split.get(name)
                 own = computes is not None and len(computes) > 1
-                compute = computes[i] if own else cost.compute
-                entries.setdefault((recompute, name), []).append((compute, cost.comm, code if BLOCK_KINDS[name].recomputed else 0,
-                                                                  overlaps, (shape, shape.expert) if own else None))
+                entries.setdefault((recompute, name), []).append((computes[i] if own else cost.compute,
+                                                                  code if BLOCK_KINDS[name].recomputed else 0, overlap,
+                                                                  (source, name), (shape, shape.expert) if own else None))
                 memory.setdefault((recompute, name), []).append(activations)
-    # every entry at once: block_terms works on arrays
-    keys = list(entries)
+    keys = tuple(entries)
     items = [item for key in keys for item in entries[key]]
-    index = np.arange(len(items))
-    terms = block_terms(stack([item[0] for item in items], index), stack([item[1] for item in items], index),
-                        np.array([item[2] for item in items]), np.array([item[3] for item in items]))
+    stops = tuple(np.cumsum([len(entries[key]) for key in keys]).tolist())
+    kept: dict[str, dict] = {}
+    held: dict[str, dict] = {}
+    for mode, name in keys:
+        kept.setdefault(mode, {})[name] = min(m.activation_bytes for m in memory[(mode, name)])
+        held.setdefault(mode, {})[name] = min(m.held_bytes for m in memory[(mode, name)])
+    for mode in kept:  # kinds not costed (without expert_kinds): 0 floors anything
+        for name in model_block_kinds(model):
+            kept[mode].setdefault(name, 0.0)
+            held[mode].setdefault(name, 0.0)
+    computes = tuple(item[0] for item in items)
+    return _WorkEntries(keys, stops, computes, stack(list(computes), np.arange(len(items))), np.array([item[1] for item in items]),
+                        np.array([item[2] for item in items], dtype=bool), tuple(shape for _, shape in knobs.values()),
+                        tuple(item[3] for item in items),
+                        tuple(item[4] for item in items), kept, held)
+
+
+def _pair_totals(problem: SearchProblem, entries: _WorkEntries, pair: tuple, expert_kinds: bool) -> np.ndarray:
+    """Each entry's block_terms time parts but the EXPERT_TERMS, summed, with the communication of the (tp span,
+    cp span) ``pair`` (stages.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
+    NVLink domain (stages.row_blocks)."""
+    model, system = problem.model, problem.system
+    costs = [_kind_costs(model, system, shape, pair, expert_kinds) for shape in entries.shapes]
+    comms, index, seen = [], [], {}
+    for source, name in entries.sources:
+        comm = costs[source][name].comm
+        slot = seen.get(id(comm))
+        if slot is None:
+            slot = seen[id(comm)] = len(comms)
+            comms.append(comm)
+        index.append(slot)
+    terms = block_terms(entries.stacked, stack(comms, np.array(index)), entries.codes, entries.overlaps & (pair[0].domains == 1))
     total = 0.0
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
-    total = np.broadcast_to(total, index.shape).tolist()
-    dispatch = DispatchFloors(problem)
-
-    def exposed_dispatch(j):  # an entry's least EP terms (0 without a per-option split)
-        found = items[j][4]
-        return dispatch(*found, items[j][0]) if found is not None else 0.0
-
-    work, kept, held = {}, {}, {}
-    start = 0
-    for mode, name in keys:
-        stop = start + len(entries[(mode, name)])
-        work.setdefault(mode, {})[name] = least_with(total[start:stop], lambda j, start=start: exposed_dispatch(start + j))
-        kept.setdefault(mode, {})[name] = min(m.activation_bytes for m in memory[(mode, name)])
-        held.setdefault(mode, {})[name] = min(m.held_bytes for m in memory[(mode, name)])
-        start = stop
-    for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
-        for name in model_block_kinds(model):
-            for values in (work, kept, held):
-                values[mode].setdefault(name, 0.0)
-    return ModeFloors(work, kept, held)
+    return np.broadcast_to(total, entries.codes.shape)
 
 
 def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds: bool) -> dict[str, tuple]:
     """Per block kind (all, or only EXPERT_FREE_KINDS without ``expert_kinds``): its stages.block_cost_facts
     and stages.block_memory_facts entries, the same values, without costing the kinds left out."""
+    costs = _kind_costs(model, system, shape, pair, expert_kinds)
     if expert_kinds:
-        costs, memory = block_cost_facts(model, system, shape, *pair), block_memory_facts(model, shape, recompute)
+        memory = block_memory_facts(model, shape, recompute)
         return {name: (costs[name], memory[name]) for name in costs}
+    return {name: (cost, kind_memory_facts(model, shape, name, recompute)) for name, cost in costs.items()}
+
+
+def _kind_costs(model, system, shape, pair: tuple, expert_kinds: bool) -> dict:
+    """_kind_facts' stages.block_cost_facts entries alone (what a span changes: _pair_totals)."""
+    if expert_kinds:
+        return block_cost_facts(model, system, shape, *pair)
     neutral = with_expert(shape, NO_EXPERT) if moe_shaped(model) else shape
-    out = {}
-    for name in model_block_kinds(model):
-        if name in EXPERT_FREE_KINDS:
-            out[name] = (kind_cost_facts(model, system, name, neutral, *pair), kind_memory_facts(model, shape, name, recompute))
-    return out
+    return {name: kind_cost_facts(model, system, name, neutral, *pair) for name in model_block_kinds(model)
+            if name in EXPERT_FREE_KINDS}
 
 
 def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, floors: LayerFloors) -> ModeFloors:
@@ -316,6 +403,16 @@ def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, fl
     return ModeFloors(work, kept, held)
 
 
+def first_bound_levels(problem: SearchProblem, parts: list) -> tuple[str, ...]:
+    """("exact",) when the blocks' first bounds should be layer_floors(cheap=True) and the exact layer floors a first
+    refinement, computed only for the (tp, cp, micro-batch) of blocks that reach the front: an MoE model with more
+    than one expert option at some tp of ``parts`` (each option's compute and dispatch are most of a costing:
+    docs/performance.md); () otherwise (the cheap floors would be the exact ones)."""
+    if not moe_shaped(problem.model) or not problem.model.is_moe:
+        return ()
+    return ("exact",) if any(len(costing_experts(problem, tp)) > 1 for tp in {b.tp for b in parts}) else ()
+
+
 REFINEMENTS = ("memory", "expert_free", "all")  # refined_bound's levels, cheapest first
 
 
@@ -334,22 +431,22 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     (``activation_floor_bytes``) needs activation offload and then takes at least ``streaming_floor_s``; a
     mode that fits neither way bounds nothing (no candidate of it fits). ``level`` (REFINEMENTS): "memory"
     the memory_floors (no communication costed, one for every span pair), "expert_free" and "all" the
-    ``work_floors`` of each span pair without / with the kinds that read the expert knobs (each tighter and
-    dearer than the one before). ``cache`` keeps the ModeFloors of each (tp, cp, micro-batch, span pair or
-    None, level), the span pairs of each factorization and the problem's system_terms across one search's blocks."""
+    ``work_floors`` over the block's span pairs without / with the kinds that read the expert knobs (each tighter
+    and dearer than the one before). ``cache`` keeps the ModeFloors of each (tp, cp, micro-batch, span pairs or
+    None, level), what work_floors shares between them, the span pairs of each factorization and the problem's
+    system_terms across one search's blocks."""
     if level == "memory":
-        keys = [(block.tp, block.cp, block.micro_batch, None, level)]
-        if keys[0] not in cache:
-            cache[keys[0]] = memory_floors(problem, block.tp, block.cp, block.micro_batch, floors)
+        key = (block.tp, block.cp, block.micro_batch, None, level)
+        if key not in cache:
+            cache[key] = memory_floors(problem, block.tp, block.cp, block.micro_batch, floors)
     else:
         degrees = ("spans", block.tp, block.pp, block.cp, block.dp)  # the span pairs of every micro-batch's block
         if degrees not in cache:
             cache[degrees] = block_span_pairs(problem, block)
-        keys = [(block.tp, block.cp, block.micro_batch, pair, level) for pair in cache[degrees]]
-        for key in keys:
-            if key not in cache:
-                cache[key] = work_floors(problem, *key[:4], level == "all")
-    per_pair = [cache[key] for key in keys]
+        key = (block.tp, block.cp, block.micro_batch, cache[degrees], level)
+        if key not in cache:
+            cache[key] = work_floors(problem, *key[:4], level == "all", cache)
+    mode_floors = cache[key]
     if "constants" not in cache:  # the problem's, the same for every block
         cache["constants"] = system_terms(problem.system, problem.dtype, problem)
     constants = cache["constants"]
@@ -357,19 +454,19 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     host_capacity = problem.system.accelerator.host_memory or math.inf
     offloads = any(activations for _, activations, _ in problem.offload_options)
     best = math.inf
-    for mode in per_pair[0].work:
-        work = {name: max(value, min(f.work[mode][name] for f in per_pair)) for name, value in floors.work.items()}
-        bound = block_step_floor(problem, block, LayerFloors(work, floors.rho))
-        first = per_pair[0]  # activation memory reads no span
-        activations = activation_floor_bytes(problem, block, first.kept[mode], first.held[mode])
+    for mode, mode_work in mode_floors.work.items():
+        kept = mode_floors.kept[mode]
+        activations = activation_floor_bytes(problem, block, kept, mode_floors.held[mode])
+        streaming = 0.0
         if activations + constants["reserved_bytes"] > capacity:
             # only activation offload can fit it: the host then holds every layer's (the search offloads all
             # layers, offload_activation_layers 0: share 1) and the GPU twice the largest kept layer block
-            working = offloaded_working_bytes(problem, block, first.kept[mode])
+            working = offloaded_working_bytes(problem, block, kept)
             if not offloads or activations > host_capacity or working + constants["reserved_bytes"] > capacity:
                 continue
-            bound = max(bound, streaming_floor_s(problem, block, first.kept[mode], constants["host_bandwidth"]))
-        best = min(best, bound)
+            streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
+        work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
+        best = min(best, max(block_step_floor(problem, block, LayerFloors(work, floors.rho)), streaming))
     return max(best, block_step_floor(problem, block, floors))
 
 

@@ -20,7 +20,8 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
 
-from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops
+from paraplan.cost.compute import grouped_gemm_share
+from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.schedule.step import expert_exposure
@@ -51,9 +52,9 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
         outer = _compute_fields(block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype))
         return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
                      for c in _expert_computes(model, system, inner, first, experts, drop))
-    free = BLOCK_KINDS[name].expert_free_ops(model, first)
-    if free is not None:  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
-        rest = _compute_fields(block_compute(LayerGraph(name, _without(free, drop), (), 0.0), system, first.dtype))
+    rest = _rest_compute(model, system, name, first, drop)
+    if rest is not None:  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
+        rest = _compute_fields(rest)
         return tuple(BlockCompute(*[r + o for r, o in zip(rest, own)]) for own in _knob_computes(model, system, first, experts))
     graph = BLOCK_KINDS[name].graph(model, first)
     if name not in EXPERT_FREE_KINDS and graph.ops and {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
@@ -62,6 +63,16 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
     if drop:
         graph = LayerGraph(name, _without(graph.ops, drop), (), 0.0)
     return (block_compute(graph, system, first.dtype),)  # reads no expert knob: one compute for every option
+
+
+@lru_cache(maxsize=16384)
+def _rest_compute(model, system, name: str, first, drop: tuple) -> BlockCompute | None:
+    """The stages.BlockCompute of an MoE layer kind's ops that read no expert knob (BlockKind.expert_free_ops),
+    without the ops in ``drop``; None for a kind that declares no such ops."""
+    free = BLOCK_KINDS[name].expert_free_ops(model, first)
+    if free is None:
+        return None
+    return block_compute(LayerGraph(name, _without(free, drop), (), 0.0), system, first.dtype)
 
 
 def _without(ops, drop: tuple) -> tuple:
@@ -118,12 +129,62 @@ class KindFloors:
         rest = self._rest(name, shape, core)
         if not core:  # nothing added per (cp, micro-batch): the rest's own floor
             return rest.floor
-        # the layer kinds share their core attention: one cached costing of it per shape (stages.block_compute)
-        extra = block_compute(LayerGraph("core attention", core, (), 0.0), self.problem.system, shape.dtype)
+        extra = self._core(core, shape)
         added = extra.forward + extra.backward
         rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
                   default=0.0)
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
+
+    def cheap(self, name: str, shape) -> KindFloor:
+        """A floor of ``self(name, shape)`` that costs no expert option (search.run: the first bound of an MoE model's
+        blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops takes its
+        other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it, BlockKind.parts) and
+        its core attention costed as in __call__, the routed experts' grouped GEMMs at expert_gemm_floor_s, no
+        dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it: block_step_floor); any other kind, and
+        every kind when there is one expert option, its __call__ floor (costed once either way)."""
+        if len(self.experts) <= 1:
+            return self(name, shape)
+        core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
+        floor = self._cheap_rest(name, shape, core)
+        if floor is None:
+            return self(name, shape)
+        if not core:
+            return floor
+        extra = self._core(core, shape)
+        return KindFloor(floor.work + extra.forward + extra.backward, floor.forward + extra.forward, 1.0)
+
+    def _core(self, core: tuple, shape) -> BlockCompute:
+        """The core attention's compute, costed once per core-ops tuple: the layer kinds of a shape share it
+        (graph.moe.layer_core_ops is memoised: the same tuple), as do the cheap and exact floors of a key."""
+        system = self.problem.system
+        found = _CORE_COMPUTES.get((id(core), id(system)))
+        if found is None or found[0] is not core or found[1] is not system:  # ids of collected objects are reused
+            found = _remember(_CORE_COMPUTES, (id(core), id(system)), (core, system, block_compute.__wrapped__(
+                LayerGraph("core attention", core, (), 0.0), system, shape.dtype)))
+        return found[2]
+
+    def _cheap_rest(self, name: str, shape, core: tuple | None) -> KindFloor | None:
+        """cheap's floor without the core attention, memoised as _rest's; None for a kind without expert-knob ops."""
+        experts = self.experts
+        first = shape if shape.expert is experts[0] else with_expert(shape, experts[0])
+        key = ("cheap", name, cp_free_key(first) if core is not None else first)
+        found = self.rest.get(key, _MISSING)
+        if found is _MISSING:
+            model, system = self.problem.model, self.problem.system
+            drop = tuple(core or ())
+            parts = BLOCK_KINDS[name].parts(model, first)
+            inner, around = parts if parts is not None else (name, ())
+            rest = _rest_compute(model, system, inner, first, drop)
+            if rest is None:
+                found = None
+            else:
+                outer = block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype)
+                experts_s = expert_gemm_floor_s(model, system, first, experts)
+                # forward + backward, and forward alone: a third of the GEMMs' FLOPs (graph.transformer._gemm)
+                found = KindFloor(rest.forward + rest.backward + outer.forward + outer.backward + experts_s,
+                                  rest.forward + outer.forward + experts_s / 3.0, 1.0)
+            _remember(self.rest, key, found)
+        return found
 
     def _rest(self, name: str, shape, core: tuple | None) -> _RestFloor:
         """The kind's _RestFloor at the shape without the ``core`` ops (all its ops when None)."""
@@ -147,6 +208,8 @@ class KindFloors:
 
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
+_MISSING = object()
+_CORE_COMPUTES: dict = {}  # (id(core ops), id(system)) -> (those ops, the system, stages.BlockCompute): KindFloors._core
 _REST_GENERATION = [0]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
 
 
@@ -222,6 +285,22 @@ class DispatchFloors:
                 best = min(best, forward + backward)
             self.exposures[key] = best
         return best
+
+
+def expert_gemm_floor_s(model, system, shape, experts) -> float:
+    """Least forward + backward seconds of an MoE layer's routed-expert grouped GEMMs (graph.moe.expert_ops) over the
+    expert options ``experts`` at the shape: 3 · 2·T·k·load·etp·(p + 1)·h·⌊F/etp⌋ / (peak · cap · grouped share).
+    The GEMMs multiply ⌈R/(E/ep)⌉ rows per local expert, R = T·k·etp·load (graph.moe.routed_rows), through p·⌊F/etp⌋
+    and ⌊F/etp⌋-wide weights: forward 2·(E/ep)·⌈R/(E/ep)⌉·(p + 1)·⌊F/etp⌋·h FLOPs, backward twice that
+    (graph.transformer._gemm), each at no more than peak · gemm_efficiency_cap · grouped_gemm_share
+    (cost.compute.grouped_gemm_time_s: its wave and depth factors are <= 1, its fixed costs >= 0). The load is the
+    capacity factor when one is set, else at least 1 (cost.moe.routed_load_factor: forced balance 1, learned routing
+    the expected maximum over the ranks, >= the mean)."""
+    acc, dtype = system.accelerator, shape.dtype
+    width = model.moe_ffn_hidden or 0
+    weights = min(e.etp * (width // e.etp) * (e.capacity_factor if e.capacity_factor is not None else 1.0) for e in experts)
+    flops = 2.0 * moe_tokens(shape) * model.top_k * (model.mlp_input_projections + 1) * model.hidden * weights
+    return 3.0 * flops / (acc.peak_matrix_flops(dtype) * acc.gemm_efficiency_cap(dtype) * grouped_gemm_share(acc, dtype))
 
 
 def least_with(totals, extra) -> float:
@@ -324,10 +403,11 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
 
 
 def _clear_rest_floors() -> None:
-    """KindFloors.cache_clear: empty the memo and retire the problems' handles on it."""
+    """KindFloors.cache_clear: empty the memos and retire the problems' handles on them."""
     _REST_FLOORS.clear()
+    _CORE_COMPUTES.clear()
     _REST_GENERATION[0] += 1
 
 
 KindFloors.cache_clear = _clear_rest_floors  # as the lru caches (SEARCH_CACHES)
-EXPERT_CACHES = (_expert_computes, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without
+EXPERT_CACHES = (_expert_computes, _rest_compute, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without

@@ -37,6 +37,7 @@ from paraplan.search.block_processes import PartOutcome, auto_workers, processes
 from paraplan.search.blocks import (
     block_step_floor,
     costing_class,
+    first_bound_levels,
     layer_floors,
     refined_bound,
     refinements,
@@ -349,24 +350,28 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     bounds = np.empty(len(parts))
-    floors: dict[tuple, object] = {}
+    # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors); the
+    # exact layer floors of a (tp, cp, micro-batch) are computed when one of its blocks reaches the front
+    steps = first_bound_levels(problem, parts) + refinements(problem)
+    cheap = steps[0] == "exact"
+    first: dict[tuple, object] = {}
     for i, b in enumerate(parts):
         key = (b.tp, b.cp, b.micro_batch)
-        if key not in floors:
-            floors[key] = layer_floors(problem, *key)
+        if key not in first:
+            first[key] = layer_floors(problem, *key, cheap=cheap)
         tokens = float(b.global_batch * problem.seq_length)
-        bounds[i] = objective_value(problem, block_step_floor(problem, b, floors[key]), tokens,
+        bounds[i] = objective_value(problem, block_step_floor(problem, b, first[key]), tokens,
                                     flops_per_token * tokens, peak_flops)
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     scan.shared = shared
     rows_done = done = 0
-    # best bound first; a block's bound is refined (search.blocks.refined_bound: the recomputation memory forces,
-    # then the exposed TP / CP communication and recomputation of the expert-free block kinds, then of every kind)
-    # when it reaches the front, and the block goes back in line; a block whose last refinement reaches the front
-    # is searched
-    steps = refinements(problem)
+    # best bound first; a block's bound is refined (the exact layer floors after cheap ones, then
+    # search.blocks.refined_bound: the recomputation memory forces, then the exposed TP / CP communication and
+    # recomputation of the expert-free block kinds, then of every kind) when it reaches the front, and the block goes
+    # back in line; a block whose last refinement reaches the front is searched
+    floors: dict[tuple, object] = {} if cheap else first
     heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
     work: dict[tuple, object] = {}
@@ -377,9 +382,15 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             break
         b = parts[i]
         if level < len(steps):
+            key = (b.tp, b.cp, b.micro_batch)
+            if steps[level] == "exact":
+                if key not in floors:
+                    floors[key] = layer_floors(problem, *key)
+                step = block_step_floor(problem, b, floors[key])
+            else:
+                step = refined_bound(problem, b, floors[key], work, steps[level])
             tokens = float(b.global_batch * problem.seq_length)
-            better = objective_value(problem, refined_bound(problem, b, floors[(b.tp, b.cp, b.micro_batch)], work,
-                                                            steps[level]), tokens, flops_per_token * tokens, peak_flops)
+            better = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
         table = RowTable(b.problem(problem))
