@@ -483,6 +483,22 @@ def build_step_inputs(
                       gradient_groups=facts.gradient_groups, knobs=knobs, **constants)
 
 
-# Caches of the builder, cleared by the benchmarks so every run starts cold.
+def _graph_caches() -> tuple:
+    """The memos of the op-graph builders (graph/: the layers, their core attention, memory and parameter counts) and
+    of the cost functions they feed (cost/: GEMM waves, group spans, MoE FLOP counts)."""
+    from paraplan.cost import compute, comm, moe as moe_cost
+    from paraplan.graph import encoder, moe, ops, summa, transformer
+
+    return (moe.layer_core_ops, moe.moe_model_layer, moe.moe_layer_memory_bytes, moe.layer_weight_split, moe.mtp_block,
+            moe._mtp_entry_and_head, transformer.decoder_layer, transformer.embedding_block, transformer.lm_head_block,
+            transformer.with_expert, summa.decoder_layer_2d, encoder.encoder_layer, encoder.cross_decoder_layer,
+            encoder.patch_embedding_block, encoder.classifier_block, ops.largest_weight_params, ops._weight_tensor_numels,
+            ops.weight_tensor_stats, ops.collective_groups, compute.gemm_wave_efficiency, comm._span_of,
+            moe_cost.expert_span, moe_cost.expert_tp_span, moe_cost.moe_model_flops_per_token,
+            moe_cost.moe_recompute_flops_per_token)
+
+
+# Caches of the builder and of the op graphs it costs, cleared by the benchmarks so every run starts cold.
 COLD_CACHES = (block_compute, block_comm, block_cost_facts, _kind_cost_facts, _statics_of, _op_times, block_memory_facts,
-               gradient_group, linear_collective, collective_costs_s, moe_collective_time_and_price_s, _comm_with_overlap)
+               gradient_group, linear_collective, collective_costs_s, moe_collective_time_and_price_s, _comm_with_overlap,
+               *_graph_caches())

@@ -383,10 +383,12 @@ def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool, parts: tu
     return attention_coll + (tuple(dispatch_collectives(model, shape, shape.expert)) if moe else ()) + after_coll
 
 
+@lru_cache(maxsize=16384)
 def moe_layer_memory_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple[float, float]:
     """(bytes kept for backward, dispatch buffer bytes) of one layer at the shape's expert knobs: moe_layer_activation_bytes,
     and the dispatch's send + receive buffers, b·h·(T·k + R) elements of the activation type (none in a dense layer);
-    at the knobs moe_model_layer builds the layer with (ops_expert_knobs)."""
+    at the knobs moe_model_layer builds the layer with (ops_expert_knobs). Memoised: the MoE layer and MTP module of
+    a shape, and the search's memory floors of its recompute modes, ask again."""
     shape = with_expert(shape, ops_expert_knobs(shape.expert, moe))
     acts = moe_layer_activation_bytes(model, shape, moe)
     if not moe:
