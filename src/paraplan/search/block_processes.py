@@ -1,8 +1,7 @@
 """A block-by-block search (search.run) split over processes that share one pruning threshold.
 
-The blocks are dealt to the processes by costing class (search.blocks.costing_class): blocks whose (tp, local tokens),
-for an MoE model whose routed tokens, are equal share their layer costings (search.expert_floors), so a class goes whole
-to one process; the classes are dealt in descending
+The blocks are dealt to the processes by costing class (search.blocks.costing_class): blocks whose (tp, local tokens)
+are equal share their layer floors (search.expert_floors.KindFloors), so a class goes whole to one process; the classes are dealt in descending
 order, each to the least loaded process (split_by_costing_class). Each process runs the same branch and bound over
 its blocks and keeps its own top K. The K-th group's objective θ of any process is an admissible threshold for all of
 them: that process holds K groups at or below θ, so a candidate above it is in no global top K. The processes

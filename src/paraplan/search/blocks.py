@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from paraplan.arrays import stack
-from paraplan.graph.moe import NO_EXPERT, moe_tokens
+from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
 from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
@@ -166,17 +166,13 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
 
 
 def costing_class(problem: SearchProblem, block: Block) -> tuple:
-    """The blocks whose layer floors share their costings, which search.block_processes keeps in one process: the
-    (tp, local tokens b·s/c) of a block (KindFloors, keyed on graph.transformer.cp_free_key); for a model built by
-    graph/moe.py the tokens a rank routes, b·s/(c·t) (graph.moe.moe_tokens), which also keys the expert options'
-    computes and dispatch tables (expert_floors: shared by the tp that route as many tokens) and is a function of
-    (tp, local tokens)."""
+    """(tp, local tokens b·s/c) of a block: the blocks whose layer floors share their costings (KindFloors, keyed on
+    graph.transformer.cp_free_key); search.block_processes keeps a class in one process. (Grouping an MoE model's
+    classes by the tokens a rank routes, which also keys the expert options' costings, spared DeepSeek-V3's split
+    search ~15 % but doubled the rows Qwen3-235B's scanned: docs/performance.md.)"""
     from paraplan.search.table import layer_shape_of
 
-    shape = layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0)
-    if moe_shaped(problem.model):
-        return (moe_tokens(shape),)
-    return block.tp, shape.local_tokens
+    return block.tp, layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0).local_tokens
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
