@@ -157,9 +157,10 @@ class KindFloors:
         """The core attention's compute, costed once per core-ops tuple: the layer kinds of a shape share it
         (graph.moe.layer_core_ops is memoised: the same tuple), as do the cheap and exact floors of a key."""
         system = self.problem.system
-        found = _CORE_COMPUTES.get((id(core), id(system)))
+        key = (id(core), id(system), shape.dtype)
+        found = _CORE_COMPUTES.get(key)
         if found is None or found[0] is not core or found[1] is not system:  # ids of collected objects are reused
-            found = _remember(_CORE_COMPUTES, (id(core), id(system)), (core, system, block_compute.__wrapped__(
+            found = _remember(_CORE_COMPUTES, key, (core, system, block_compute.__wrapped__(
                 LayerGraph("core attention", core, (), 0.0), system, shape.dtype)))
         return found[2]
 
@@ -209,7 +210,7 @@ class KindFloors:
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
 _MISSING = object()
-_CORE_COMPUTES: dict = {}  # (id(core ops), id(system)) -> (those ops, the system, stages.BlockCompute): KindFloors._core
+_CORE_COMPUTES: dict = {}  # (id(core ops), id(system), dtype) -> (those ops, the system, BlockCompute): KindFloors._core
 _REST_GENERATION = [0]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
 
 
