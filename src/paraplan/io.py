@@ -332,15 +332,19 @@ def atomic_sink(factory, target: Path | str, field: str = "output"):
     return sink
 
 
-def atomic_write_text(target: Path | str, text: str, field: str = "output") -> None:
-    """Write ``text`` (UTF-8) to ``target`` all-or-nothing (temp + fsync + rename)."""
+def atomic_write_text(target: Path | str, text: str, field: str = "output", make_parents: bool = False) -> Path:
+    """Write ``text`` (UTF-8) to ``target`` all-or-nothing (temp + fsync + rename), creating its folder first with
+    ``make_parents``; the target's path."""
     try:
+        if make_parents:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(target, field) as tmp:
             with open(tmp, "w", encoding="utf-8", newline="") as fh:
                 fh.write(text)
                 fh.flush()
     except OSError as exc:
         raise write_error(target, exc, field) from None
+    return Path(target)
 
 
 def append_line(path: Path | str, line: str) -> None:

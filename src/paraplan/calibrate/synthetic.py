@@ -26,7 +26,7 @@ from paraplan.calibrate.readers import AttentionSample, NcclRun
 from paraplan.catalog import load_model, load_system
 from paraplan.cost.comm import collective_time_s, gather_or_scatter_time_s
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
-from paraplan.fileio import write_text_atomic
+from paraplan.io import atomic_write_text
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -151,4 +151,4 @@ def write_samples(folder: Path) -> list[Path]:
     files["attention.csv"] = attention_csv(system)
     files["memory.csv"] = memory_csv(system)
     files["steps.yaml"] = steps_yaml(system)
-    return [write_text_atomic(folder / name, text) for name, text in files.items()]
+    return [atomic_write_text(folder / name, text, make_parents=True) for name, text in files.items()]

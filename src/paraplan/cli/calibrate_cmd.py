@@ -29,7 +29,7 @@ def calibrate_command(
     """Fit link efficiencies and latencies, GEMM / attention / HBM efficiencies and overlap costs."""
     from paraplan.calibrate import calibrate, system_yaml
     from paraplan.catalog import load_system
-    from paraplan.fileio import write_text_atomic
+    from paraplan.io import atomic_write_text
 
     if write_synthetic is not None:
         from paraplan.calibrate.synthetic import write_samples
@@ -41,11 +41,11 @@ def calibrate_command(
                     memory=memory, steps=steps, name=name, domain_spans_nodes=domain_spans_nodes)
     text = system_yaml(cal)
     if report is not None:
-        write_text_atomic(report, json.dumps(cal.to_dict(), indent=2) + "\n")
+        atomic_write_text(report, json.dumps(cal.to_dict(), indent=2) + "\n", make_parents=True)
     if out is None:
         sys.stdout.write(text)
         return
-    write_text_atomic(out, text)
+    atomic_write_text(out, text, make_parents=True)
     print(f"wrote {out}", file=sys.stderr)
     for r in cal.residuals:
         print(f"  {Path(r.source).name}: {r.what}: RMS {r.rms_rel:.2%}, max {r.max_rel:.2%} over {r.points} points", file=sys.stderr)

@@ -31,7 +31,7 @@ def export_command(
     from paraplan.catalog import load_model, load_system
     from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
     from paraplan.export.planfile import load_plan, source_names
-    from paraplan.fileio import write_text_atomic
+    from paraplan.io import atomic_write_text
 
     targets = FRAMEWORKS if to == "all" else (to,)
     if to != "all" and to not in FRAMEWORKS:
@@ -57,11 +57,11 @@ def export_command(
             refused.append(f"{fw}: {exc}")
     if to == "all" and out is not None:
         for fw, text in texts.items():
-            print(f"wrote {write_text_atomic(out / f'plan-{fw}{SUFFIX[fw]}', text)}", file=sys.stderr)
+            print(f"wrote {atomic_write_text(out / f'plan-{fw}{SUFFIX[fw]}', text, make_parents=True)}", file=sys.stderr)
         _report_refused(refused)
         return
     if out is not None:
-        write_text_atomic(out, texts[targets[0]])
+        atomic_write_text(out, texts[targets[0]], make_parents=True)
         print(f"wrote {out}", file=sys.stderr)
         return
     for fw, text in texts.items():

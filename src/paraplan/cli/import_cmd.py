@@ -16,13 +16,13 @@ app.add_typer(import_app, name="import")
 
 
 def _emit(data: dict, out: Optional[Path]) -> None:
-    from paraplan.fileio import write_text_atomic
+    from paraplan.io import atomic_write_text
 
     text = json.dumps(data, indent=2) + "\n"
     if out is None:
         sys.stdout.write(text)
     else:
-        write_text_atomic(out, text)
+        atomic_write_text(out, text, make_parents=True)
         print(f"wrote {out}", file=sys.stderr)
 
 
@@ -57,7 +57,7 @@ def import_calculon_command(
 
     from paraplan.api import plan_from_fields
     from paraplan.catalog import load_model, load_system
-    from paraplan.fileio import write_text_atomic
+    from paraplan.io import atomic_write_text
     from paraplan.importers.calculon import convert
 
     conv = convert(model, system, execution, vocab=vocab, sm_count=sm_count)
@@ -68,9 +68,10 @@ def import_calculon_command(
         print(f"note: {note}", file=sys.stderr)
     if out is not None:
         head = "# converted by `paraplan import calculon`; notes:\n" + "".join(f"#   {n}\n" for n in conv.notes)
-        write_text_atomic(out / "model.yaml", head + yaml.safe_dump(conv.model, sort_keys=False))
-        write_text_atomic(out / "system.yaml", head + yaml.safe_dump(conv.system, sort_keys=False))
-        write_text_atomic(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n")
+        atomic_write_text(out / "model.yaml", head + yaml.safe_dump(conv.model, sort_keys=False), make_parents=True)
+        atomic_write_text(out / "system.yaml", head + yaml.safe_dump(conv.system, sort_keys=False), make_parents=True)
+        atomic_write_text(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n",
+                          make_parents=True)
         print(f"wrote {out}/model.yaml, system.yaml, plan.json", file=sys.stderr)
     if estimate:
         from paraplan.estimate import estimate as run_estimate
@@ -95,7 +96,7 @@ def import_amped_command(
 
     from paraplan.api import plan_from_fields
     from paraplan.catalog import load_model
-    from paraplan.fileio import write_text_atomic
+    from paraplan.io import atomic_write_text
     from paraplan.importers.amped import convert
 
     model, plan_fields, notes = convert(config, tables)
@@ -106,6 +107,7 @@ def import_amped_command(
     if out is None:
         _emit({"model": model, "plan": plan.model_dump(exclude_defaults=True)}, None)
         return
-    write_text_atomic(out / "model.yaml", yaml.safe_dump(model, sort_keys=False))
-    write_text_atomic(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n")
+    atomic_write_text(out / "model.yaml", yaml.safe_dump(model, sort_keys=False), make_parents=True)
+    atomic_write_text(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n",
+                      make_parents=True)
     print(f"wrote {out}/model.yaml, plan.json", file=sys.stderr)

@@ -261,7 +261,8 @@ class _WorkEntries:
     held: dict
 
 
-def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool) -> _WorkEntries:
+def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple,
+                  expert_kinds: bool) -> _WorkEntries:
     """work_floors' _WorkEntries: one entry per (mode, kind, costing); a kind whose costs read no expert knob has
     one entry per layer knob, not one per option. Compute and memory read no span (stages._graph_statics), so the
     stages.block_cost_facts at any pair give them: at ``pair``, whose communication work_floors costs next."""
@@ -274,7 +275,8 @@ def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pa
         experts = experts[:1]
     entries: dict[tuple[str, str], list] = {}
     memory: dict[tuple[str, str], list] = {}
-    knobs: dict[int, tuple] = {}  # id of a layer shape whose cost facts give some entry's communication -> (index, shape)
+    # id of a layer shape whose cost facts give some entry's communication -> (its index, the shape)
+    knobs: dict[int, tuple] = {}
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
         code = RECOMPUTE_CODES[recompute]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
