@@ -13,6 +13,7 @@ from paraplan.graph.moe import expert_knob_ops, moe_tokens
 from paraplan.graph.transformer import with_expert
 from paraplan.search import run
 from paraplan.search.blocks import (
+    EXACT,
     block_span_pairs,
     block_step_floor,
     blocks,
@@ -49,7 +50,7 @@ def test_cheap_layer_floors_are_below_the_exact_ones(problem):
     """Every kind's cheap work and forward floors are at most the exact ones (KindFloors.cheap: admissible), strictly
     below for the kinds holding expert ops (what the cheap floor leaves out is > 0), with ρ = 1; so every block's
     cheap step floor is at most its exact one, and below it on some block."""
-    assert first_bound_levels(problem, blocks(problem)) == ("exact",)
+    assert first_bound_levels(problem, blocks(problem)) == (EXACT,)
     below = 0
     keys = sorted({(b.tp, b.cp, b.micro_batch) for b in blocks(problem)})
     floors = {key: (layer_floors(problem, *key, cheap=True), layer_floors(problem, *key)) for key in keys}
@@ -115,7 +116,7 @@ def test_first_bound_levels():
     assert first_bound_levels(dense, blocks(dense)) == ()
     one = mixtral_problem(ep=(8,), tp=(1,))
     assert first_bound_levels(one, blocks(one)) == ()
-    assert first_bound_levels(mixtral_problem(), blocks(mixtral_problem())) == ("exact",)
+    assert first_bound_levels(mixtral_problem(), blocks(mixtral_problem())) == (EXACT,)
 
 
 def test_a_search_computes_exact_floors_only_for_blocks_that_reach_the_front(monkeypatch):

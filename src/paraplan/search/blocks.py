@@ -401,14 +401,17 @@ def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, fl
     return ModeFloors(work, kept, held)
 
 
+EXACT = "exact"  # the level of search.run's block queue that replaces cheap layer floors by the exact ones
+
+
 def first_bound_levels(problem: SearchProblem, parts: list) -> tuple[str, ...]:
-    """("exact",) when the blocks' first bounds should be layer_floors(cheap=True) and the exact layer floors a first
+    """(EXACT,) when the blocks' first bounds should be layer_floors(cheap=True) and the exact layer floors a first
     refinement, computed only for the (tp, cp, micro-batch) of blocks that reach the front: an MoE model with more
     than one expert option at some tp of ``parts`` (each option's compute and dispatch are most of a costing:
     docs/performance.md); () otherwise (the cheap floors would be the exact ones)."""
     if not moe_shaped(problem.model) or not problem.model.is_moe:
         return ()
-    return ("exact",) if any(len(costing_experts(problem, tp)) > 1 for tp in {b.tp for b in parts}) else ()
+    return (EXACT,) if any(len(costing_experts(problem, tp)) > 1 for tp in {b.tp for b in parts}) else ()
 
 
 REFINEMENTS = ("memory", "expert_free", "all")  # refined_bound's levels, cheapest first
@@ -511,7 +514,8 @@ def _stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFl
     """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
     of (pp, split), blocks laid out as stages.build_step_inputs does."""
     slowest, total = 0.0, 0.0
-    for _, count, work in _group_sums(problem, pp, split, floors.work):
+    for _, count, blocks in _group_blocks(problem, pp, split):  # the search's most frequent loop: no list of sums
+        work = _stage_sum(floors.work, blocks)
         slowest = max(slowest, work)
         total += count * work
     return slowest, total
@@ -520,8 +524,12 @@ def _stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFl
 def _group_sums(problem: SearchProblem, pp: int, split: tuple, per_kind: dict) -> list[tuple[int, int, float]]:
     """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
     the split of (pp, split), blocks laid out as stages.build_step_inputs does."""
-    return [(index, count, sum([per_kind.get(name, 0.0) * n for name, n in blocks]))
-            for index, count, blocks in _group_blocks(problem, pp, split)]
+    return [(index, count, _stage_sum(per_kind, blocks)) for index, count, blocks in _group_blocks(problem, pp, split)]
+
+
+def _stage_sum(per_kind: dict, blocks: tuple) -> float:
+    """Σ over one stage's (kind, blocks of it) of the kind's value (0 for a kind without one)."""
+    return sum([per_kind.get(name, 0.0) * n for name, n in blocks])
 
 
 def _group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[int, int, tuple]]:
@@ -545,19 +553,12 @@ def _group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[i
 def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
     """A lower bound on the step time of every candidate of the block (module docstring)."""
     m, pp = block.microbatches, block.pp
-    work = floors.work
     best = math.inf
     splits = {}
     for v, schedule, split in problem.schedule_options(pp, m):
-        st = splits.get(split)
-        if st is None:  # _stage_floors, inline (the search's most frequent call)
-            s = t = 0.0
-            for _, count, blocks in _group_blocks(problem, pp, split):
-                stage = sum([work.get(name, 0.0) * n for name, n in blocks])
-                s = max(s, stage)
-                t += count * stage
-            st = splits[split] = (s, t)
-        s, t = st
+        if split not in splits:
+            splits[split] = _stage_floors(problem, pp, split, floors)
+        s, t = splits[split]
         if schedule == "interleaved":
             bound = m * s + (t - s) / v
         elif schedule == "zb-h1":

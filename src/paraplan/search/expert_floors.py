@@ -21,6 +21,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from paraplan.cost.compute import grouped_gemm_share
+from paraplan.cost.moe import mlp_matmul_params, routed_load_factor
 from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
 from paraplan.graph.transformer import cp_free_key, with_expert
@@ -46,10 +47,10 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
     """expert_computes with the shape at the first expert option, without the ops in ``drop`` (KindFloors: the core
     attention); a kind made of another kind's graph and ops around it (BlockKind.parts: the MTP module) from that
     kind's computes plus those ops' (its sum in another order)."""
-    parts = BLOCK_KINDS[name].parts(model, first)
+    parts = _parts_compute(model, system, name, first, drop)
     if parts is not None:
-        inner, around = parts
-        outer = _compute_fields(block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype))
+        inner, outer = parts
+        outer = _compute_fields(outer)
         return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
                      for c in _expert_computes(model, system, inner, first, experts, drop))
     rest = _rest_compute(model, system, name, first, drop)
@@ -63,6 +64,17 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
     if drop:
         graph = LayerGraph(name, _without(graph.ops, drop), (), 0.0)
     return (block_compute(graph, system, first.dtype),)  # reads no expert knob: one compute for every option
+
+
+@lru_cache(maxsize=16384)
+def _parts_compute(model, system, name: str, first, drop: tuple) -> tuple[str, BlockCompute] | None:
+    """(the kind it is built on, the stages.BlockCompute of the ops around it without the ops in ``drop``) of a kind
+    made of another kind's graph and ops around it (BlockKind.parts: the MTP module); None for any other kind."""
+    parts = BLOCK_KINDS[name].parts(model, first)
+    if parts is None:
+        return None
+    inner, around = parts
+    return inner, block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype)
 
 
 @lru_cache(maxsize=16384)
@@ -173,17 +185,17 @@ class KindFloors:
         if found is _MISSING:
             model, system = self.problem.model, self.problem.system
             drop = tuple(core or ())
-            parts = BLOCK_KINDS[name].parts(model, first)
-            inner, around = parts if parts is not None else (name, ())
-            rest = _rest_compute(model, system, inner, first, drop)
+            parts = _parts_compute(model, system, name, first, drop)
+            rest = _rest_compute(model, system, name if parts is None else parts[0], first, drop)
             if rest is None:
                 found = None
             else:
-                outer = block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype)
+                work, forward = rest.forward + rest.backward, rest.forward
+                if parts is not None:  # the ops around the layer (an MTP module's)
+                    work, forward = work + parts[1].forward + parts[1].backward, forward + parts[1].forward
                 experts_s = expert_gemm_floor_s(model, system, first, experts)
                 # forward + backward, and forward alone: a third of the GEMMs' FLOPs (graph.transformer._gemm)
-                found = KindFloor(rest.forward + rest.backward + outer.forward + outer.backward + experts_s,
-                                  rest.forward + outer.forward + experts_s / 3.0, 1.0)
+                found = KindFloor(work + experts_s, forward + experts_s / 3.0, 1.0)
             _remember(self.rest, key, found)
         return found
 
@@ -297,10 +309,13 @@ def expert_gemm_floor_s(model, system, shape, experts) -> float:
     (cost.compute.grouped_gemm_time_s: its wave and depth factors are <= 1, its fixed costs >= 0). The load is the
     capacity factor when one is set, else at least 1 (cost.moe.routed_load_factor: forced balance 1, learned routing
     the expected maximum over the ranks, >= the mean)."""
-    acc, dtype = system.accelerator, shape.dtype
+    acc, dtype, tokens = system.accelerator, shape.dtype, moe_tokens(shape)
     width = model.moe_ffn_hidden or 0
-    weights = min(e.etp * (width // e.etp) * (e.capacity_factor if e.capacity_factor is not None else 1.0) for e in experts)
-    flops = 2.0 * moe_tokens(shape) * model.top_k * (model.mlp_input_projections + 1) * model.hidden * weights
+    # per option: the weights a routed row passes through across its etp ranks (cost.moe.mlp_matmul_params) times its
+    # least load, forced balance's (the capacity factor when set, else 1)
+    weights = min(mlp_matmul_params(model, e.etp * (width // e.etp))
+                  * routed_load_factor(tokens, model.top_k, e.ep, "forced", e.capacity_factor) for e in experts)
+    flops = 2.0 * tokens * model.top_k * weights
     return 3.0 * flops / (acc.peak_matrix_flops(dtype) * acc.gemm_efficiency_cap(dtype) * grouped_gemm_share(acc, dtype))
 
 
@@ -411,4 +426,4 @@ def _clear_rest_floors() -> None:
 
 
 KindFloors.cache_clear = _clear_rest_floors  # as the lru caches (SEARCH_CACHES)
-EXPERT_CACHES = (_expert_computes, _rest_compute, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without
+EXPERT_CACHES = (_expert_computes, _parts_compute, _rest_compute, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without

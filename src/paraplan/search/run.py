@@ -35,6 +35,7 @@ from paraplan.schedule.step import pipeline_bound_s
 from paraplan.search import ranking
 from paraplan.search.block_processes import PartOutcome, auto_workers, processes_available, run_parts, split_by_costing_class
 from paraplan.search.blocks import (
+    EXACT,
     block_step_floor,
     costing_class,
     first_bound_levels,
@@ -353,7 +354,7 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors); the
     # exact layer floors of a (tp, cp, micro-batch) are computed when one of its blocks reaches the front
     steps = first_bound_levels(problem, parts) + refinements(problem)
-    cheap = steps[0] == "exact"
+    cheap = steps[0] == EXACT
     first: dict[tuple, object] = {}
     for i, b in enumerate(parts):
         key = (b.tp, b.cp, b.micro_batch)
@@ -383,7 +384,7 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         b = parts[i]
         if level < len(steps):
             key = (b.tp, b.cp, b.micro_batch)
-            if steps[level] == "exact":
+            if steps[level] == EXACT:
                 if key not in floors:
                     floors[key] = layer_floors(problem, *key)
                 step = block_step_floor(problem, b, floors[key])
