@@ -25,7 +25,7 @@ from functools import cached_property
 
 from typing import get_args
 
-from paraplan.cost.comm import GroupSpan
+from paraplan.cost.comm import GroupSpan, span_signature
 from paraplan.search.divisors import divisors as _divisors
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
@@ -215,17 +215,18 @@ class SearchProblem:
         seen: dict[tuple, str] = {}
         out = []
         orders = _placement_orders() if self.vary_placement else [DEFAULT_PLACEMENT]
-        sizes = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
-        tried: set[tuple[str, ...]] = set()
+        domain = self.system.node.gpus_per_domain
+        tried: set[tuple[tuple[str, int], ...]] = set()
         for order in orders:
-            # a degree-1 dimension changes no stride (cost.comm.group_stride): orders equal without
-            # them have equal spans, and the first of them wins anyway
-            effective = tuple(name for name in order if sizes[name] > 1)
-            if effective in tried:
+            # orders whose strides agree once clipped to the domain (cost.comm.span_signature: degree-1 dimensions and
+            # strides of a domain or more change no span) have equal spans, and the first of them wins anyway
+            degrees = _Degrees(tp, pp, cp, dp, order)
+            signature = tuple(sorted(zip(order, span_signature(degrees, domain))))
+            if signature in tried:
                 continue
-            tried.add(effective)
+            tried.add(signature)
             placement = placement_label(order)
-            spans = plan_spans(_Degrees(tp, pp, cp, dp, order), self.system)
+            spans = plan_spans(degrees, self.system)
             key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
             if key not in seen:
                 seen[key] = placement
