@@ -510,13 +510,14 @@ def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_ban
     return block.microbatches * traffic / host_bandwidth * SAFETY
 
 
-def _stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors) -> tuple[float, float]:
+def _stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max) -> tuple:
     """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
-    of (pp, split), blocks laid out as stages.build_step_inputs does."""
+    of (pp, split), blocks laid out as stages.build_step_inputs does; ``floors.work``'s values floats, or arrays
+    over blocks with ``maximum`` np.maximum (block_step_floors: the same operations in the same order)."""
     slowest, total = 0.0, 0.0
     for _, count, blocks in _group_blocks(problem, pp, split):  # the search's most frequent loop: no list of sums
         work = _stage_sum(floors.work, blocks)
-        slowest = max(slowest, work)
+        slowest = maximum(slowest, work)
         total += count * work
     return slowest, total
 
@@ -555,20 +556,48 @@ def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) 
     m, pp = block.microbatches, block.pp
     best = math.inf
     splits = {}
+    dual = max(1.0 - 1.5 * floors.rho, 0.0)
     for v, schedule, split in problem.schedule_options(pp, m):
         if split not in splits:
             splits[split] = _stage_floors(problem, pp, split, floors)
-        s, t = splits[split]
-        if schedule == "interleaved":
-            bound = m * s + (t - s) / v
-        elif schedule == "zb-h1":
-            bound = m * s + (1.0 - floors.rho) * (t - s)
-        elif schedule == "dualpipe":
-            bound = m * s + max(pp / 2.0 - 1.0, 0.0) * max(1.0 - 1.5 * floors.rho, 0.0) * s / 2.0
-        else:  # 1f1b, gpipe
-            bound = m * s + (t - s)
-        best = min(best, bound)
+        best = min(best, _schedule_floor(schedule, v, m, pp, *splits[split], floors.rho, dual))
     return best * SAFETY
+
+
+def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> np.ndarray:
+    """block_step_floor of every block of ``parts`` (``floors_of(block)``: its LayerFloors), on arrays over the blocks
+    of each (pp, micro-batches): the same operations in the same order, so the same values to the last bit."""
+    out = np.empty(len(parts))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, b in enumerate(parts):
+        groups.setdefault((b.pp, b.microbatches), []).append(i)
+    kinds = model_block_kinds(problem.model)
+    for (pp, m), members in groups.items():
+        floors = [floors_of(parts[i]) for i in members]
+        rho = np.array([f.rho for f in floors])
+        work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
+        arrays = LayerFloors(work, rho)
+        dual = np.maximum(1.0 - 1.5 * rho, 0.0)
+        best = np.full(len(members), math.inf)
+        splits = {}
+        for v, schedule, split in problem.schedule_options(pp, m):
+            if split not in splits:
+                splits[split] = _stage_floors(problem, pp, split, arrays, np.maximum)
+            best = np.minimum(best, _schedule_floor(schedule, v, m, pp, *splits[split], rho, dual))
+        out[members] = best * SAFETY
+    return out
+
+
+def _schedule_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
+    """m·S + the schedule's bubble floor at S = ``slowest``, T = ``total`` (module docstring); ``dual`` = max(1 − 1.5ρ,
+    0), DualPipe's floor of (F + 2B − 3W)/(F + B). Floats or arrays over blocks."""
+    if schedule == "interleaved":
+        return m * slowest + (total - slowest) / v
+    if schedule == "zb-h1":
+        return m * slowest + (1.0 - rho) * (total - slowest)
+    if schedule == "dualpipe":
+        return m * slowest + max(pp / 2.0 - 1.0, 0.0) * dual * slowest / 2.0
+    return m * slowest + (total - slowest)  # 1f1b, gpipe
 
 
 SEARCH_CACHES = EXPERT_CACHES  # beside stages.COLD_CACHES: what a cold search starts without

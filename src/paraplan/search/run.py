@@ -37,6 +37,7 @@ from paraplan.search.block_processes import PartOutcome, auto_workers, processes
 from paraplan.search.blocks import (
     EXACT,
     block_step_floor,
+    block_step_floors,
     costing_class,
     first_bound_levels,
     layer_floors,
@@ -350,7 +351,6 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     that do not fit and are faster than the winner."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
-    bounds = np.empty(len(parts))
     # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors); the
     # exact layer floors of a (tp, cp, micro-batch) are computed when one of its blocks reaches the front
     steps = first_bound_levels(problem, parts) + refinements(problem)
@@ -360,11 +360,11 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         key = (b.tp, b.cp, b.micro_batch)
         if key not in first:
             first[key] = layer_floors(problem, *key, cheap=cheap)
-        tokens = float(b.global_batch * problem.seq_length)
-        bounds[i] = objective_value(problem, block_step_floor(problem, b, first[key]), tokens,
-                                    flops_per_token * tokens, peak_flops)
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
+    tokens = np.array([float(b.global_batch * problem.seq_length) for b in parts])
+    bounds = objective_value(problem, block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)]),
+                             tokens, flops_per_token * tokens, peak_flops)
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     scan.shared = shared
     rows_done = done = 0
