@@ -16,6 +16,7 @@ from paraplan.search.blocks import (
     EXACT,
     block_span_pairs,
     block_step_floor,
+    block_step_floors,
     blocks,
     first_bound_levels,
     layer_floors,
@@ -65,6 +66,22 @@ def test_cheap_layer_floors_are_below_the_exact_ones(problem):
         assert low <= high, b
         below += low < high
     assert below
+
+
+@pytest.mark.parametrize("problem", _problems() + [
+    SearchProblem(model=load_model("gpt3-1.3b"), system=load_system("dgx-h100-80gb"), gpus=16, seq_length=2048,
+                  global_batch=64, schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"))],
+    ids=["deepseek-like", "fp8-forced", "capacity-0.5", "mixtral", "gpt3-1.3b-all-schedules"])
+def test_block_step_floors_on_arrays_equal_each_blocks(problem):
+    """block_step_floors (the initial bounds, on arrays over the blocks of each (pp, micro-batches)) gives every
+    block's block_step_floor to the last bit, cheap and exact floors, every schedule's bubble floor."""
+    parts = blocks(problem)
+    schedules = {s for b in parts for _, s, _ in problem.schedule_options(b.pp, b.microbatches)}
+    assert len(parts) >= 16 and schedules == set(problem.schedules or schedules)
+    for cheap in (True, False):
+        floors = {key: layer_floors(problem, *key, cheap=cheap) for key in {(b.tp, b.cp, b.micro_batch) for b in parts}}
+        of = lambda b: floors[(b.tp, b.cp, b.micro_batch)]
+        assert block_step_floors(problem, parts, of).tolist() == [block_step_floor(problem, b, of(b)) for b in parts]
 
 
 @pytest.mark.parametrize("model_name, dtype, capacity", [("deepseek-v3", "bf16", None), ("deepseek-v3", "fp8", None),
