@@ -16,7 +16,6 @@ from paraplan.search.blocks import (
     EXACT,
     block_span_pairs,
     block_step_floor,
-    block_step_floors,
     blocks,
     first_bound_levels,
     layer_floors,
@@ -24,6 +23,7 @@ from paraplan.search.blocks import (
 )
 from paraplan.search.expert_floors import costing_experts, expert_gemm_floor_s
 from paraplan.search.run import search
+from paraplan.search.step_floors import block_step_floors
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.graph.ops import LayerGraph

@@ -57,19 +57,6 @@ def placement_strides(plan: PlanSpec) -> dict[str, int]:
     return out
 
 
-def span_signature(plan: PlanSpec, domain: int) -> tuple[int, ...]:
-    """Per dimension of the placement order, in order: its stride clipped to the domain size D, 0 for a degree-1
-    dimension. Every group_span of a plan reads its order only through these: _span_of reaches a member ``stride``
-    past an offset o < D only when stride < D − o, so strides >= D all leave one member per domain, and a size-1 group
-    spans one GPU whatever its stride. Placement orders with equal signatures span alike (search.space.placements)."""
-    out, stride = [], 1
-    for name in plan.placement_order:
-        size = getattr(plan, name)
-        out.append(min(stride, domain) if size > 1 else 0)
-        stride *= size
-    return tuple(out)
-
-
 def group_span(plan: PlanSpec, system: SystemSpec, groups: str | tuple[str, ...],
                strides: dict[str, int] | None = None) -> GroupSpan:
     """Members per NVLink domain and domains spanned by one group, or by the product of several

@@ -37,7 +37,7 @@ least dispatch/combine) are search.expert_floors'.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +47,14 @@ from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
 from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
 from paraplan.search.space import SearchProblem
+from paraplan.search.step_floors import (
+    SAFETY,
+    LayerFloors,
+    block_step_floor,
+    group_blocks,
+    group_sums,
+    stage_floors,
+)
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
 from paraplan.schedule.offload import offload_traffic_bytes
@@ -61,11 +69,9 @@ from paraplan.stages import (
     default_recompute_modules,
     kind_memory_facts,
     model_block_kinds,
-    stage_block_counts,
 )
 
 EXPERT_TERMS = ("ep_forward", "ep_backward")  # the BlockTerms parts that read the dispatcher (work_floors)
-SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
 
 
 @dataclass(frozen=True)
@@ -113,17 +119,6 @@ def blocks(problem: SearchProblem) -> list[Block]:
             out.append(Block(tp, pp, cp, dp, mb, gb, offset, per_batch, per_batch * grid))
             offset += per_batch
     return out
-
-
-@dataclass(frozen=True)
-class LayerFloors:
-    """Least compute (forward + backward seconds per micro-batch) of each block kind over a block's
-    rows, and the largest share of backward GEMM time in any of them (ρ); ``forward``: each kind's least
-    forward seconds (what full recomputation re-runs: memory_floors)."""
-
-    work: dict
-    rho: float
-    forward: dict = field(default_factory=dict)
 
 
 def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, cheap: bool = False) -> LayerFloors:
@@ -482,7 +477,7 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
     splits = problem.schedule_splits(block.pp, block.microbatches)
     m, least = block.microbatches, math.inf
     for split in splits:
-        stages = zip(_group_sums(problem, block.pp, split, kept), _group_sums(problem, block.pp, split, held))
+        stages = zip(group_sums(problem, block.pp, split, kept), group_sums(problem, block.pp, split, held))
         least = min(least, max(min(block.pp - i, m) * k + h for (i, _, k), (_, _, h) in stages))
     return least * SAFETY
 
@@ -494,7 +489,7 @@ def offloaded_working_bytes(problem: SearchProblem, block: Block, kept: dict) ->
     splits = problem.schedule_splits(block.pp, block.microbatches)
     least = math.inf
     for split in splits:
-        present = {name for _, _, blocks in _group_blocks(problem, block.pp, split) for name, n in blocks if n > 0}
+        present = {name for _, _, blocks in group_blocks(problem, block.pp, split) for name, n in blocks if n > 0}
         least = min(least, 2.0 * max((kept[name] for name in present & set(TRANSFORMER_KINDS)), default=0.0))
     return least * SAFETY
 
@@ -506,98 +501,8 @@ def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_ban
     least m × that traffic / the host bandwidth (weights' traffic >= 0 left out)."""
     moved = {name: (offload_traffic_bytes(kept[name], 0.0) if name in TRANSFORMER_KINDS else 0.0) for name in kept}
     splits = problem.schedule_splits(block.pp, block.microbatches)
-    traffic = min(_stage_floors(problem, block.pp, split, LayerFloors(moved, 0.0))[0] for split in splits)
+    traffic = min(stage_floors(problem, block.pp, split, LayerFloors(moved, 0.0))[0] for split in splits)
     return block.microbatches * traffic / host_bandwidth * SAFETY
-
-
-def _stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max) -> tuple:
-    """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
-    of (pp, split), blocks laid out as stages.build_step_inputs does; ``floors.work``'s values floats, or arrays
-    over blocks with ``maximum`` np.maximum (block_step_floors: the same operations in the same order)."""
-    slowest, total = 0.0, 0.0
-    for _, count, blocks in _group_blocks(problem, pp, split):  # the search's most frequent loop: no list of sums
-        work = _stage_sum(floors.work, blocks)
-        slowest = maximum(slowest, work)
-        total += count * work
-    return slowest, total
-
-
-def _group_sums(problem: SearchProblem, pp: int, split: tuple, per_kind: dict) -> list[tuple[int, int, float]]:
-    """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
-    the split of (pp, split), blocks laid out as stages.build_step_inputs does."""
-    return [(index, count, _stage_sum(per_kind, blocks)) for index, count, blocks in _group_blocks(problem, pp, split)]
-
-
-def _stage_sum(per_kind: dict, blocks: tuple) -> float:
-    """Σ over one stage's (kind, blocks of it) of the kind's value (0 for a kind without one)."""
-    return sum([per_kind.get(name, 0.0) * n for name, n in blocks])
-
-
-def _group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[int, int, tuple]]:
-    """(first stage index, stages, ((kind, blocks of it on one stage), ...) of the kinds it holds) of each non-empty
-    stage group of the split of (pp, split), as stages.build_step_inputs lays them out (stages.stage_block_counts).
-    Memoised."""
-    memo = problem._memo.setdefault("group_blocks", {})
-    if (pp, split) in memo:
-        return memo[(pp, split)]
-    model, out, start = problem.model, [], 0
-    for g in problem.split_groups(pp, split):
-        count = int(g.count)
-        if count > 0:
-            counts = stage_block_counts(model if moe_shaped(model) else None, g, start)
-            out.append((int(g.index), count, tuple((name, int(n)) for name, n in counts if n)))
-        start += count * int(g.layers)
-    memo[(pp, split)] = out
-    return out
-
-
-def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
-    """A lower bound on the step time of every candidate of the block (module docstring)."""
-    m, pp = block.microbatches, block.pp
-    best = math.inf
-    splits = {}
-    dual = max(1.0 - 1.5 * floors.rho, 0.0)
-    for v, schedule, split in problem.schedule_options(pp, m):
-        if split not in splits:
-            splits[split] = _stage_floors(problem, pp, split, floors)
-        best = min(best, _schedule_floor(schedule, v, m, pp, *splits[split], floors.rho, dual))
-    return best * SAFETY
-
-
-def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> np.ndarray:
-    """block_step_floor of every block of ``parts`` (``floors_of(block)``: its LayerFloors), on arrays over the blocks
-    of each (pp, micro-batches): the same operations in the same order, so the same values to the last bit."""
-    out = np.empty(len(parts))
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, b in enumerate(parts):
-        groups.setdefault((b.pp, b.microbatches), []).append(i)
-    kinds = model_block_kinds(problem.model)
-    for (pp, m), members in groups.items():
-        floors = [floors_of(parts[i]) for i in members]
-        rho = np.array([f.rho for f in floors])
-        work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
-        arrays = LayerFloors(work, rho)
-        dual = np.maximum(1.0 - 1.5 * rho, 0.0)
-        best = np.full(len(members), math.inf)
-        splits = {}
-        for v, schedule, split in problem.schedule_options(pp, m):
-            if split not in splits:
-                splits[split] = _stage_floors(problem, pp, split, arrays, np.maximum)
-            best = np.minimum(best, _schedule_floor(schedule, v, m, pp, *splits[split], rho, dual))
-        out[members] = best * SAFETY
-    return out
-
-
-def _schedule_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
-    """m·S + the schedule's bubble floor at S = ``slowest``, T = ``total`` (module docstring); ``dual`` = max(1 − 1.5ρ,
-    0), DualPipe's floor of (F + 2B − 3W)/(F + B). Floats or arrays over blocks."""
-    if schedule == "interleaved":
-        return m * slowest + (total - slowest) / v
-    if schedule == "zb-h1":
-        return m * slowest + (1.0 - rho) * (total - slowest)
-    if schedule == "dualpipe":
-        return m * slowest + max(pp / 2.0 - 1.0, 0.0) * dual * slowest / 2.0
-    return m * slowest + (total - slowest)  # 1f1b, gpipe
 
 
 SEARCH_CACHES = EXPERT_CACHES  # beside stages.COLD_CACHES: what a cold search starts without

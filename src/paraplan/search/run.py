@@ -36,8 +36,6 @@ from paraplan.search import ranking
 from paraplan.search.block_processes import PartOutcome, auto_workers, processes_available, run_parts, split_by_costing_class
 from paraplan.search.blocks import (
     EXACT,
-    block_step_floor,
-    block_step_floors,
     costing_class,
     first_bound_levels,
     layer_floors,
@@ -46,6 +44,7 @@ from paraplan.search.blocks import (
     rows_per_micro_batch,
 )
 from paraplan.search.blocks import blocks as space_blocks
+from paraplan.search.step_floors import block_step_floor, block_step_floors
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
 from paraplan.search.table import RowTable, feasible_columns

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from typing import get_args
 
-from paraplan.cost.comm import GroupSpan, span_signature
+from paraplan.cost.comm import GroupSpan
 from paraplan.search.divisors import divisors as _divisors
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
@@ -62,6 +62,30 @@ OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 def _placement_orders() -> list[tuple[str, ...]]:
     rest = [p for p in itertools.permutations(DEFAULT_PLACEMENT) if p != DEFAULT_PLACEMENT]
     return [DEFAULT_PLACEMENT, *rest]
+
+
+@lru_cache(maxsize=4096)
+def _distinct_orders(clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool) -> tuple[tuple[str, ...], ...]:
+    """The placement orders with distinct spans, the first order of each (``vary`` False: the default order alone),
+    for degrees (tp, pp, cp, dp) whose min(degree, D) are ``clipped``, D the system's GPUs per NVLink domain. Which
+    orders span alike depends on those alone, so they are costed on the clipped degrees: the orders of one
+    factorization share every group's size, so they differ only in members per domain, which cost.comm._span_of reads
+    from min(size, D) and from the strides below D (a stride is a product of degrees, below D exactly when the product
+    of their clipped values is, and then equal to it); the expert span reads no order. Orders equal without their
+    degree-1 dimensions change no stride and are not costed."""
+    sizes = dict(zip(("tp", "pp", "cp", "dp"), clipped))
+    seen, tried, out = set(), set(), []
+    for order in (_placement_orders() if vary else [DEFAULT_PLACEMENT]):
+        effective = tuple(name for name in order if sizes[name] > 1)
+        if effective in tried:
+            continue
+        tried.add(effective)
+        spans = plan_spans(_Degrees(*clipped, order), system)
+        key = tuple(s.per_domain for s in spans.values())
+        if key not in seen:
+            seen.add(key)
+            out.append(order)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -211,27 +235,12 @@ class SearchProblem:
         return out
 
     def placements(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[str, dict[str, GroupSpan]]]:
-        """Placement orders with distinct network spans for these degrees (first order wins)."""
-        seen: dict[tuple, str] = {}
-        out = []
-        orders = _placement_orders() if self.vary_placement else [DEFAULT_PLACEMENT]
+        """Placement orders with distinct network spans for these degrees (first order wins; _distinct_orders), with
+        the spans of each."""
         domain = self.system.node.gpus_per_domain
-        tried: set[tuple[tuple[str, int], ...]] = set()
-        for order in orders:
-            # orders whose strides agree once clipped to the domain (cost.comm.span_signature: degree-1 dimensions and
-            # strides of a domain or more change no span) have equal spans, and the first of them wins anyway
-            degrees = _Degrees(tp, pp, cp, dp, order)
-            signature = tuple(sorted(zip(order, span_signature(degrees, domain))))
-            if signature in tried:
-                continue
-            tried.add(signature)
-            placement = placement_label(order)
-            spans = plan_spans(degrees, self.system)
-            key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
-            if key not in seen:
-                seen[key] = placement
-                out.append((placement, spans))
-        return out
+        clipped = tuple(min(n, domain) for n in (tp, pp, cp, dp))
+        return [(placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
+                for order in _distinct_orders(clipped, self.system, self.vary_placement)]
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
     def micro_batches(self, dp: int) -> list[tuple[int, int]]:
