@@ -56,21 +56,3 @@ def test_with_expert_equals_replace():
     shape = LayerShape(2, 1, 1, 4096, True, "flash", "bf16", expert=ExpertShape(ep=8), recompute_modules=("core_attn",))
     for expert in (ExpertShape(), ExpertShape(ep=8), ExpertShape(ep=16, etp=2, dispatcher="deepep", a2a_overlap=True)):
         assert with_expert(shape, expert) == replace(shape, expert=expert)
-
-
-def test_shapes_hash_once_as_the_generated_hash():
-    """LayerShape and ExpertShape keep their hash (graph.ops.hash_once): the generated dataclass hash of their fields,
-    equal for equal shapes, fresh on a replaced shape, and left out of pickles and copies."""
-    import copy
-    import pickle
-
-    a = LayerShape(2, 1, 4, 4096, True, "flash", "bf16", ExpertShape(8, 1, "deepep"), ("core_attn",))
-    b = LayerShape(2, 1, 4, 4096, True, "flash", "bf16", ExpertShape(8, 1, "deepep"), ("core_attn",))
-    for shape in (a, a.expert):
-        assert hash(shape) == hash(tuple(getattr(shape, f.name) for f in fields(shape)))
-    assert a == b and hash(a) == hash(b) and "_hash" in a.__dict__
-    wider = replace(a, tp=4)
-    assert "_hash" not in wider.__dict__ and hash(wider) != hash(a) and wider != a
-    for other in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):
-        assert "_hash" not in other.__dict__ and other == a and hash(other) == hash(a)
-    assert "_hash" not in repr(a) and {a: 1}[b] == 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -79,35 +79,9 @@ class LayerGraph:
     weight_params: float  # parameters of the block held by one GPU (tensor-parallel shard)
 
 
-def hash_once(self) -> int:
-    """__hash__ of a frozen dataclass the cost caches key on (LayerShape, ExpertShape: ~10^5 lookups a search): the
-    generated hash (of the tuple of its hashed fields), computed once per object and kept beside its fields."""
-    found = self.__dict__.get("_hash")
-    if found is None:
-        found = hash(tuple(getattr(self, name) for name in _hashed_fields(type(self))))
-        object.__setattr__(self, "_hash", found)
-    return found
-
-
-def state_without_hash(self) -> dict:
-    """__getstate__ of a hash_once class: its fields without the kept hash (string hashes differ between interpreters)."""
-    state = dict(self.__dict__)
-    state.pop("_hash", None)
-    return state
-
-
-@lru_cache(maxsize=None)
-def _hashed_fields(cls) -> tuple[str, ...]:
-    """The fields a dataclass's generated hash reads (field.hash, else field.compare), in order."""
-    return tuple(f.name for f in fields(cls) if (f.hash if f.hash is not None else f.compare))
-
-
 @dataclass(frozen=True)
 class ExpertShape:
     """The plan knobs that change the expert half of an MoE layer (graph/moe.py)."""
-
-    __hash__ = hash_once
-    __getstate__ = state_without_hash
 
     ep: int = 1
     etp: int = 1

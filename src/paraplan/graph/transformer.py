@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, hash_once, mark_recomputed, state_without_hash
+from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.specs.model import ModelSpec
 
 # Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
@@ -27,9 +27,6 @@ FLASH_BACKWARD_FLOP_RATIO = 2.5
 @dataclass(frozen=True)
 class LayerShape:
     """The plan knobs that change one layer's per-GPU work."""
-
-    __hash__ = hash_once  # the generated hash, computed once per shape
-    __getstate__ = state_without_hash
 
     tp: int
     cp: int
