@@ -131,3 +131,26 @@ def test_a_scan_takes_a_lower_shared_threshold_between_batches():
     other.offer(8.0)  # a higher offer is not taken: the shared value stays the least
     scan.refresh()
     assert (scan.threshold, scan.ceiling) == (7.0, 7.0)
+
+
+def test_handed_over_blocks_are_each_searched_once_by_some_process():
+    """PartView.hand_over / take / help_until_done: nothing is handed over while no process waits; once one has
+    finished its own part, the blocks another hands over are each searched exactly once (by either: the one that
+    handed them over helps too once it finishes), and every process returns only when all have finished."""
+    def task(part, shared):
+        searched = []
+        if part == ["owner"]:
+            deadline = time.monotonic() + 30
+            while not shared.waiting() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            handed = [shared.hand_over(block, float(block)) for block in (7, 8, 9)]
+            assert handed == [True, True, True]
+            assert not shared.hand_over(10, 10.0)  # room for three: the caller searches it itself
+        shared.help_until_done(lambda block, bound: searched.append((block, bound)))
+        return searched
+
+    owner, helper = block_processes.run_parts(task, [["owner"], ["helper"]], blocks=3)
+    assert sorted(owner + helper) == [(7, 7.0), (8, 8.0), (9, 9.0)]
+    alone = block_processes.SharedSearch(1, blocks=2).view(0)
+    assert not alone.waiting() and not alone.hand_over(1, 1.0) and alone.take() is None
+    alone.help_until_done(lambda block, bound: pytest.fail("nothing was handed over"))  # returns: all finished

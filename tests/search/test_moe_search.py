@@ -572,9 +572,9 @@ def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
     parts_seen = []
     real_run_parts = block_processes.run_parts
 
-    def spy(task, parts, top_k):
+    def spy(task, parts, top_k, blocks=0):
         parts_seen.append(parts)
-        return real_run_parts(task, parts, top_k)
+        return real_run_parts(task, parts, top_k, blocks)
 
     monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
     monkeypatch.setattr(run, "run_parts", spy)
@@ -592,6 +592,43 @@ def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
         assert [b.offset for b in part] == sorted(b.offset for b in part)
         for b in part:
             assert owner.setdefault(costing_class(problem, b), i) == i
+
+
+def test_blocks_handed_over_to_a_process_that_finished_give_the_same_plans(monkeypatch):
+    """A process that finished its own blocks searches those another one hands over (PartView.hand_over,
+    help_until_done): here the second process holds one block and the first starts only once it waits, so the first
+    hands its blocks over as it reaches them; the plans are one process's."""
+    import time as clock
+
+    from paraplan.search import block_processes
+    from paraplan.search.blocks import blocks as space_blocks
+
+    problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
+    one = search(problem, top_k=10, blocks=True)
+    outcomes = []
+    real_run_parts = block_processes.run_parts
+
+    def after_the_other_waits(task, parts, top_k, blocks=0):
+        def task_of(part, shared):
+            if part is parts[0]:
+                deadline = clock.monotonic() + 60
+                while not shared.waiting() and clock.monotonic() < deadline:
+                    clock.sleep(0.01)
+                assert shared.waiting()
+            return task(part, shared)
+
+        outcomes.extend(real_run_parts(task_of, parts, top_k, blocks))
+        return outcomes
+
+    monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
+    monkeypatch.setattr(run, "split_by_costing_class", lambda parts, workers, costing_class: [parts[:-1], parts[-1:]])
+    monkeypatch.setattr(run, "run_parts", after_the_other_waits)
+    two = search(problem, top_k=10, blocks=True, workers=2)
+    assert [(r.key, r.objective, r.estimate.step_time_s, len(r.equivalents)) for r in two.plans] == \
+        [(r.key, r.objective, r.estimate.step_time_s, len(r.equivalents)) for r in one.plans]
+    first, second = outcomes  # the second searched handed-over rows beyond its own block's (the first, once finished,
+    # helps too)
+    assert second.rows_done > space_blocks(problem)[-1].rows and first.rows_done + second.rows_done >= one.rows_evaluated
 
 
 def test_a_split_search_searches_as_one_process_does(monkeypatch):

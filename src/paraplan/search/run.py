@@ -324,7 +324,7 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
         subsets = split_by_costing_class(parts, workers, lambda b: costing_class(problem, b))
         first = subsets[0]
         outcomes = run_parts(lambda part, shared: _branch_and_bound(problem, top_k, part, progress if part is first else None,
-                                                                    shared), subsets, top_k)
+                                                                    shared, parts), subsets, top_k, len(parts))
     else:
         outcomes = [_branch_and_bound(problem, top_k, parts, progress)]
     scan = _Scan(problem, None, top_k, None, 0.0, 0.0, False)
@@ -341,13 +341,17 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
     return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, sum(o.rows_done for o in outcomes), start)
 
 
-def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None) -> PartOutcome:
+def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None,
+                      every: list | None = None) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
     ``shared``: search.block_processes.PartView); row numbers are the canonical ones (block offset + row of
     the block), so ties break as in one table. The top K is exact; the faster plans that do not fit come from the
     blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound) may hold plans
-    that do not fit and are faster than the winner."""
+    that do not fit and are faster than the winner. In processes, a block to search is handed over (by its offset)
+    when another process has finished its own blocks, and this process, once finished, searches the blocks the others
+    hand over (``every``: all the search's blocks; PartView.help_until_done) while its bound can still enter the top K:
+    the pools are merged, so the top K is the same whoever searches a block."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors); the
@@ -393,19 +397,38 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             better = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
-        table = RowTable(b.problem(problem))
-        scan.use(table, b.offset)
-        rows_done += _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
-        if shared is not None and scan.pool:  # this process's best groups, with the others' (PartView.offer_groups: their
-            # K-th together is at most this scan's own threshold)
-            shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
+        if shared is not None and shared.waiting() and shared.hand_over(b.offset, bound):
+            continue
+        rows_done += _search_block(problem, b, scan)
         done += 1
         if progress is not None:
             progress(done, len(parts), "blocks")
+    if shared is not None:
+        by_offset = {b.offset: b for b in every or parts}
+
+        def search_handed(offset: int, bound: float) -> None:
+            nonlocal rows_done
+            scan.refresh()
+            if ranking.within(bound, scan.threshold):
+                rows_done += _search_block(problem, by_offset[offset], scan)
+
+        shared.help_until_done(search_handed)
     pool = _trim(scan.pool, top_k)[0] if scan.pool else []
     named = [(r, g) for _, r, g, *_ in pool + scan.faster] + ([scan.nearest[1:3]] if scan.nearest is not None else [])
     return PartOutcome(pool, scan.faster, scan.nearest, {key: scan.resolved[key] for key in named} if named else {},
                         scan.evaluated, scan.feasible, rows_done)
+
+
+def _search_block(problem: SearchProblem, block, scan: "_Scan") -> int:
+    """Scan the block's row table into ``scan`` (its rows numbered canonically); in processes, offer this process's best
+    groups with the others' (PartView.offer_groups: their K-th together is at most this scan's own threshold). The
+    rows scanned."""
+    table = RowTable(block.problem(problem))
+    scan.use(table, block.offset)
+    rows = _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
+    if scan.shared is not None and scan.pool:
+        scan.shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
+    return rows
 
 
 def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
