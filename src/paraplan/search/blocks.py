@@ -146,13 +146,13 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key, experts[0] if shaped else ExpertShape())
-        for name in model_block_kinds(model):
-            if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
-                floor = floors_of.cheap(name, shape) if cheap else floors_of(name, shape)
+        if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
+            for name, floor in floors_of.kinds(shape, cheap):
                 work[name] = min(work.get(name, math.inf), floor.work)
                 forward[name] = min(forward.get(name, math.inf), floor.forward)
                 rho = max(rho, floor.rho)
-                continue
+            continue
+        for name in model_block_kinds(model):
             c = block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype)
             work[name] = min(work.get(name, math.inf), c.forward + c.backward)
             forward[name] = min(forward.get(name, math.inf), c.forward)

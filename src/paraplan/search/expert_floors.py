@@ -28,7 +28,7 @@ from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.schedule.step import expert_exposure
 from paraplan.search.divisors import divisors
 from paraplan.search.space import SearchProblem
-from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms
+from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms, model_block_kinds
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -138,14 +138,8 @@ class KindFloors:
 
     def __call__(self, name: str, shape) -> KindFloor:
         core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
-        rest = self._rest(name, shape, core)
-        if not core:  # nothing added per (cp, micro-batch): the rest's own floor
-            return rest.floor
-        extra = self._core(core, shape)
-        added = extra.forward + extra.backward
-        rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
-                  default=0.0)
-        return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
+        first = self._first(shape)
+        return self._floor(name, shape, core, first, cp_free_key(first) if core is not None else first)
 
     def cheap(self, name: str, shape) -> KindFloor:
         """A floor of ``self(name, shape)`` that costs no expert option (search.run: the first bound of an MoE model's
@@ -154,12 +148,48 @@ class KindFloors:
         its core attention costed as in __call__, the routed experts' grouped GEMMs at expert_gemm_floor_s, no
         dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it: block_step_floor); any other kind, and
         every kind when there is one expert option, its __call__ floor (costed once either way)."""
-        if len(self.experts) <= 1:
-            return self(name, shape)
         core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
-        floor = self._cheap_rest(name, shape, core)
+        first = self._first(shape)
+        return self._cheap(name, shape, core, first, cp_free_key(first) if core is not None else first)
+
+    def kinds(self, shape, cheap: bool = False) -> list[tuple[str, KindFloor]]:
+        """(name, cheap(name, shape) or self(name, shape)) of every block kind of the model, the shape at the first
+        expert option and its cp_free_key found once for all of them (search.blocks.layer_floors, once per key and
+        layer knob)."""
+        model = self.problem.model
+        first = self._first(shape)
+        free = None
+        out = []
+        for name in model_block_kinds(model):
+            core = BLOCK_KINDS[name].core_ops(model, shape)
+            if core is not None and free is None:
+                free = cp_free_key(first)
+            key = free if core is not None else first
+            out.append((name, self._cheap(name, shape, core, first, key) if cheap else self._floor(name, shape, core, first, key)))
+        return out
+
+    def _first(self, shape):
+        """The shape at the first expert option (what the rest floors are costed at)."""
+        return shape if shape.expert is self.experts[0] else with_expert(shape, self.experts[0])
+
+    def _floor(self, name: str, shape, core: tuple | None, first, key) -> KindFloor:
+        """__call__'s floor; ``first`` the shape at the first option, ``key`` its cp_free_key (the shape without core)."""
+        rest = self._rest(name, shape, first, key, core)
+        if not core:  # nothing added per (cp, micro-batch): the rest's own floor
+            return rest.floor
+        extra = self._core(core, shape)
+        added = extra.forward + extra.backward
+        rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
+                  default=0.0)
+        return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
+
+    def _cheap(self, name: str, shape, core: tuple | None, first, key) -> KindFloor:
+        """cheap's floor (_floor's arguments)."""
+        if len(self.experts) <= 1:
+            return self._floor(name, shape, core, first, key)
+        floor = self._cheap_rest(name, first, key, core)
         if floor is None:
-            return self(name, shape)
+            return self._floor(name, shape, core, first, key)
         if not core:
             return floor
         extra = self._core(core, shape)
@@ -176,11 +206,10 @@ class KindFloors:
                 LayerGraph("core attention", core, (), 0.0), system, shape.dtype)))
         return found[2]
 
-    def _cheap_rest(self, name: str, shape, core: tuple | None) -> KindFloor | None:
+    def _cheap_rest(self, name: str, first, shape_key, core: tuple | None) -> KindFloor | None:
         """cheap's floor without the core attention, memoised as _rest's; None for a kind without expert-knob ops."""
         experts = self.experts
-        first = shape if shape.expert is experts[0] else with_expert(shape, experts[0])
-        key = ("cheap", name, cp_free_key(first) if core is not None else first)
+        key = ("cheap", name, shape_key)
         found = self.rest.get(key, _MISSING)
         if found is _MISSING:
             model, system = self.problem.model, self.problem.system
@@ -199,11 +228,11 @@ class KindFloors:
             _remember(self.rest, key, found)
         return found
 
-    def _rest(self, name: str, shape, core: tuple | None) -> _RestFloor:
-        """The kind's _RestFloor at the shape without the ``core`` ops (all its ops when None)."""
+    def _rest(self, name: str, shape, first, shape_key, core: tuple | None) -> _RestFloor:
+        """The kind's _RestFloor at the shape (``first``: at the first option; ``shape_key`` its cp_free_key, or itself
+        when ``core`` is None) without the ``core`` ops (all its ops when None)."""
         experts = self.experts
-        first = shape if shape.expert is experts[0] else with_expert(shape, experts[0])
-        key = (name, cp_free_key(first) if core is not None else first)
+        key = (name, shape_key)
         found = self.rest.get(key)
         if found is None:
             model, system = self.problem.model, self.problem.system
