@@ -1,5 +1,5 @@
 """search.space.placements finds the orders with distinct spans on the degrees clipped to the NVLink domain
-(search.space._distinct_orders): the same list as costing every order on the degrees themselves."""
+(search.space.distinct_orders): the same list as costing every order on the degrees themselves."""
 
 from __future__ import annotations
 

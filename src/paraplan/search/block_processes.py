@@ -124,7 +124,6 @@ class PartView:
             found = every[np.isfinite(every[:, 0])]
             self.offer(ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k) if len(found) else math.inf)
 
-
     def waiting(self) -> bool:
         """Some process has finished its own blocks and takes handed-over ones (help_until_done)."""
         return self.shared.counts[2] > 0

@@ -46,7 +46,7 @@ from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
 from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
-from paraplan.search.space import SearchProblem
+from paraplan.search.space import SearchProblem, distinct_orders
 from paraplan.search.step_floors import (
     SAFETY,
     LayerFloors,
@@ -505,4 +505,4 @@ def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_ban
     return block.microbatches * traffic / host_bandwidth * SAFETY
 
 
-SEARCH_CACHES = EXPERT_CACHES  # beside stages.COLD_CACHES: what a cold search starts without
+SEARCH_CACHES = EXPERT_CACHES + (distinct_orders,)  # beside stages.COLD_CACHES: what a cold search starts without

@@ -65,7 +65,7 @@ def _placement_orders() -> list[tuple[str, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _distinct_orders(clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool) -> tuple[tuple[str, ...], ...]:
+def distinct_orders(clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool) -> tuple[tuple[str, ...], ...]:
     """The placement orders with distinct spans, the first order of each (``vary`` False: the default order alone),
     for degrees (tp, pp, cp, dp) whose min(degree, D) are ``clipped``, D the system's GPUs per NVLink domain. Which
     orders span alike depends on those alone, so they are costed on the clipped degrees: the orders of one
@@ -235,12 +235,12 @@ class SearchProblem:
         return out
 
     def placements(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[str, dict[str, GroupSpan]]]:
-        """Placement orders with distinct network spans for these degrees (first order wins; _distinct_orders), with
+        """Placement orders with distinct network spans for these degrees (first order wins; distinct_orders), with
         the spans of each."""
         domain = self.system.node.gpus_per_domain
         clipped = tuple(min(n, domain) for n in (tp, pp, cp, dp))
         return [(placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
-                for order in _distinct_orders(clipped, self.system, self.vary_placement)]
+                for order in distinct_orders(clipped, self.system, self.vary_placement)]
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
     def micro_batches(self, dp: int) -> list[tuple[int, int]]:
