@@ -206,7 +206,7 @@ def search(
     for :func:`estimate`) adapts the system and sets the attention (unless given) and overlap defaults.
     ``workers``: processes (``paraplan search --workers``; None: one for ``exhaustive``, else the usable CPUs for a
     large block-by-block search, search.block_processes.auto_workers)."""
-    from paraplan.search.run import exhaustive_search
+    from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
     from paraplan.search.space import SearchProblem
 

@@ -31,7 +31,8 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.search import run
 from paraplan.search.ranking import non_default_knobs, tie_value
-from paraplan.search.run import exhaustive_search, search
+from paraplan.search.exhaustive import exhaustive_search
+from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 
 K_MAX = 20

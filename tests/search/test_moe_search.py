@@ -13,7 +13,8 @@ from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate
 from paraplan.search import run
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
-from paraplan.search.run import exhaustive_search, search
+from paraplan.search.exhaustive import exhaustive_search
+from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import RowTable, feasible_columns, grid_arrays
 

@@ -12,7 +12,8 @@ from paraplan.catalog import load_model, load_system
 from paraplan.estimate import estimate
 from paraplan.search import ranking, run
 from paraplan.search.ranking import Candidate, kth_group_objective, non_default_knobs, rank_key, tie_value, top_groups
-from paraplan.search.run import exhaustive_search, search
+from paraplan.search.exhaustive import exhaustive_search
+from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec
 

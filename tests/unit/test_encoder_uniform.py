@@ -13,7 +13,8 @@ from paraplan.cost.flops import model_flops_per_token
 from paraplan.estimate import estimate
 from paraplan.estimate_stages import estimate_stage_plan
 from paraplan.graph.transformer import LayerShape
-from paraplan.search.run import exhaustive_search, search
+from paraplan.search.exhaustive import exhaustive_search
+from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError

@@ -161,7 +161,7 @@ def search(
         write_top_csv,
     )
     from paraplan.search.explain import explain as explain_plan
-    from paraplan.search.run import exhaustive_search
+    from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
     from paraplan.search.space import SearchProblem
     from paraplan.units import GiB

@@ -12,7 +12,7 @@ Fast path (``search``):
    uses, on numpy arrays;
 4. once the next row's bound is worse than the K-th best objective found, every remaining row
    is skipped: none of its candidates can enter the top K (the bound is admissible).
-Ranking and ties follow ``search.ranking`` in both this path and ``exhaustive_search`` (which
+Ranking and ties follow ``search.ranking`` in both this path and ``search.exhaustive.exhaustive_search`` (which
 evaluates every candidate one by one through ``estimate``): objective, then peak memory, then the
 simpler plan, then canonical order; candidates equal in objective, step time and memory are one
 group (one ranked plan with its ``equivalents``), and the top K is K groups.
@@ -46,7 +46,7 @@ from paraplan.search.blocks import (
 from paraplan.search.blocks import blocks as space_blocks
 from paraplan.search.step_floors import block_step_floor, block_step_floors
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
-from paraplan.search.space import SearchProblem, grid, plan_of, rows
+from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable, feasible_columns
 from paraplan.specs.plan import PlanSpec
 from paraplan.units import GiB
@@ -549,63 +549,3 @@ class _Scan:
             quick = misses[obj[misses] < self.threshold]
             near = quick[np.argsort(peak[quick], kind="stable")[:20]]
             self.faster += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near])
-
-
-def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):
-    """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties),
-    and with ``collect_all`` every feasible candidate."""
-    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
-    pool, evaluated, feasible, n_rows = [], 0, 0, 0
-    everything = []
-    for r, row in enumerate(rows(problem)):
-        n_rows += 1
-        if r % parts != part:
-            continue
-        if progress is not None:
-            progress(r)
-        for g, option in enumerate(grid(problem, row)):
-            plan = plan_of(problem, row, option)
-            e = estimate(problem.model, problem.system, plan)
-            evaluated += 1
-            if not e.fits:
-                continue
-            feasible += 1
-            obj = float(objective_value(problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops))
-            pool.append((obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
-            if collect_all:
-                everything.append({"row": r, "grid": g, "step_time_s": e.step_time_s, "objective": obj,
-                                   "peak_memory_bytes": e.peak_stage.peak_bytes, "plan": plan})
-        if len(pool) > 4 * top_k:
-            pool = _trim(pool, top_k)[0]
-    return pool, evaluated, feasible, n_rows, everything
-
-
-def exhaustive_search(
-    problem: SearchProblem, top_k: int = 10, workers: int | None = 1, progress=None, collect_all: bool = False
-) -> SearchResult:
-    """Every candidate of the canonical space through the scalar ``estimate``, one by one
-    (``workers`` processes split the rows; each keeps its own top K, merged exactly; None: one)."""
-    problem.check()
-    if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
-        from paraplan.search.robust import robust_search
-
-        return robust_search(problem, top_k, exhaustive_search, workers=workers, progress=progress,
-                             collect_all=collect_all)
-    start = time.perf_counter()
-    if workers is None or workers <= 1:
-        parts = [_exhaustive_part(problem, top_k, 0, 1, progress, collect_all)]
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers) as pool_executor:
-            futures = [pool_executor.submit(_exhaustive_part, problem, top_k, w, workers, None, collect_all)
-                       for w in range(workers)]
-            parts = [f.result() for f in futures]
-    pool = [(obj, r, g, row, option, step, peak) for part in parts for obj, r, g, step, peak, row, option in part[0]]
-    evaluated = sum(p[1] for p in parts)
-    feasible = sum(p[2] for p in parts)
-    n_rows = parts[0][3]
-    plans = _finish(problem, pool, top_k)
-    return SearchResult(plans=plans, candidates=evaluated, evaluated=evaluated, feasible=feasible,
-                        seconds=time.perf_counter() - start, rows=n_rows, rows_evaluated=n_rows,
-                        all_feasible=[item for part in parts for item in part[4]] if collect_all else None)
