@@ -137,9 +137,7 @@ class KindFloors:
         problem._memo["rest_floors"][id(experts)] = (experts, _REST_GENERATION[0], self.rest)
 
     def __call__(self, name: str, shape) -> KindFloor:
-        core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
-        first = self._first(shape)
-        return self._floor(name, shape, core, first, cp_free_key(first) if core is not None else first)
+        return self._floor(name, shape, *self._at(name, shape))
 
     def cheap(self, name: str, shape) -> KindFloor:
         """A floor of ``self(name, shape)`` that costs no expert option (search.run: the first bound of an MoE model's
@@ -148,9 +146,7 @@ class KindFloors:
         its core attention costed as in __call__, the routed experts' grouped GEMMs at expert_gemm_floor_s, no
         dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it: block_step_floor); any other kind, and
         every kind when there is one expert option, its __call__ floor (costed once either way)."""
-        core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
-        first = self._first(shape)
-        return self._cheap(name, shape, core, first, cp_free_key(first) if core is not None else first)
+        return self._cheap(name, shape, *self._at(name, shape))
 
     def kinds(self, shape, cheap: bool = False) -> list[tuple[str, KindFloor]]:
         """(name, cheap(name, shape) or self(name, shape)) of every block kind of the model, the shape at the first
@@ -167,6 +163,13 @@ class KindFloors:
             key = free if core is not None else first
             out.append((name, self._cheap(name, shape, core, first, key) if cheap else self._floor(name, shape, core, first, key)))
         return out
+
+    def _at(self, name: str, shape) -> tuple:
+        """(the kind's core ops at the shape, the shape at the first option, the rest floors' memo key: that shape's
+        cp_free_key, or the shape itself for a kind without declared core ops)."""
+        core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
+        first = self._first(shape)
+        return core, first, cp_free_key(first) if core is not None else first
 
     def _first(self, shape):
         """The shape at the first expert option (what the rest floors are costed at)."""

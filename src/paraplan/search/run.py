@@ -397,7 +397,7 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             better = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
-        if shared is not None and shared.waiting() and shared.hand_over(b.offset, bound):
+        if shared is not None and shared.hand_over(b.offset, bound):  # another process has finished its own
             continue
         rows_done += _search_block(problem, b, scan)
         done += 1

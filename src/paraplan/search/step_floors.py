@@ -74,15 +74,8 @@ def group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[in
 
 def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
     """A lower bound on the step time of every candidate of the block (module docstring)."""
-    m, pp = block.microbatches, block.pp
-    best = math.inf
-    splits = {}
     dual = max(1.0 - 1.5 * floors.rho, 0.0)
-    for v, schedule, split in problem.schedule_options(pp, m):
-        if split not in splits:
-            splits[split] = stage_floors(problem, pp, split, floors)
-        best = min(best, _schedule_floor(schedule, v, m, pp, *splits[split], floors.rho, dual))
-    return best * SAFETY
+    return _least_over_options(problem, block.pp, block.microbatches, floors, dual, math.inf, max, min) * SAFETY
 
 
 def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> np.ndarray:
@@ -97,16 +90,21 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
         floors = [floors_of(parts[i]) for i in members]
         rho = np.array([f.rho for f in floors])
         work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
-        arrays = LayerFloors(work, rho)
         dual = np.maximum(1.0 - 1.5 * rho, 0.0)
         best = np.full(len(members), math.inf)
-        splits = {}
-        for v, schedule, split in problem.schedule_options(pp, m):
-            if split not in splits:
-                splits[split] = stage_floors(problem, pp, split, arrays, np.maximum)
-            best = np.minimum(best, _schedule_floor(schedule, v, m, pp, *splits[split], rho, dual))
-        out[members] = best * SAFETY
+        out[members] = _least_over_options(problem, pp, m, LayerFloors(work, rho), dual, best, np.maximum, np.minimum) * SAFETY
     return out
+
+
+def _least_over_options(problem: SearchProblem, pp: int, m: int, floors: LayerFloors, dual, best, maximum, minimum):
+    """The least _schedule_floor over the schedule options of (pp, m), each split's stage floors found once; floats
+    (``maximum``, ``minimum``: max, min) or arrays over blocks (np.maximum, np.minimum)."""
+    splits = {}
+    for v, schedule, split in problem.schedule_options(pp, m):
+        if split not in splits:
+            splits[split] = stage_floors(problem, pp, split, floors, maximum)
+        best = minimum(best, _schedule_floor(schedule, v, m, pp, *splits[split], floors.rho, dual))
+    return best
 
 
 def _schedule_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
