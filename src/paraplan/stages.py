@@ -275,17 +275,26 @@ class RowFacts:
     mtp_layers: Num = 0
 
 
+# the groups whose span the placement order sets: tp, cp, pp and the gradient groups but the expert one, which is
+# carved out of tp·cp·dp (cost.moe.expert_dp_span)
+PLACED_GROUPS: dict[str, tuple[str, ...]] = {**{g: (g,) for g in ("tp", "cp", "pp")},
+                                             **{name: dims for name, dims in GRADIENT_GROUPS.items() if name != "expert"}}
+
+
 def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
     ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``."""
     strides = placement_strides(degrees)
-    spans = {g: group_span(degrees, system, g, strides) for g in ("tp", "cp", "pp")}
-    for name, dims in GRADIENT_GROUPS.items():
-        if name == "expert":  # carved out of tp·cp·dp (cost.moe.expert_dp_span)
-            spans[name] = expert_dp_span(degrees, system)
-        else:
-            spans[name] = group_span(degrees, system, dims, strides)
+    spans = {name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()}
+    if "expert" in GRADIENT_GROUPS:
+        spans["expert"] = expert_dp_span(degrees, system)
     return spans
+
+
+def placed_domains(degrees, system: SystemSpec) -> tuple[int, ...]:
+    """The members per NVLink domain of each PLACED_GROUPS span of plan_spans: what the placement order changes."""
+    strides = placement_strides(degrees)
+    return tuple(group_span(degrees, system, dims, strides).per_domain for dims in PLACED_GROUPS.values())
 
 
 @lru_cache(maxsize=4096)

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search.space import SearchProblem, _Degrees, _placement_orders
+from paraplan.search.space import PLACEMENT_ORDERS, SearchProblem, _Degrees
 from paraplan.specs.parallel import placement_label
 from paraplan.stages import plan_spans
 
@@ -18,7 +18,7 @@ SYSTEMS = ("dgx-h800", "gb200-nvl72", "aws-p3.8xlarge", "gh200-96gb-quad")
 def _every_order(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> list:
     """The placements by costing every order: the first order of each distinct set of spans."""
     seen, out = set(), []
-    for order in _placement_orders():
+    for order in PLACEMENT_ORDERS:
         spans = plan_spans(_Degrees(tp, pp, cp, dp, order), problem.system)
         key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
         if key not in seen:

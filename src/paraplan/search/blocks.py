@@ -52,8 +52,8 @@ from paraplan.search.step_floors import (
     LayerFloors,
     block_step_floor,
     group_blocks,
-    group_sums,
     stage_floors,
+    stage_sum,
 )
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.schedule.constants import system_terms
@@ -99,7 +99,7 @@ class Block:
 
 def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
     """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
-    return (len(problem.placements(tp, pp, cp, dp)) * len(problem.layer_knobs(tp, cp))
+    return (problem.placement_count(tp, pp, cp, dp) * len(problem.layer_knobs(tp, cp))
             * len(problem.expert_options(tp, cp, dp)))
 
 
@@ -449,6 +449,7 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     capacity = problem.system.accelerator.hbm_capacity
     host_capacity = problem.system.accelerator.host_memory or math.inf
     offloads = any(activations for _, activations, _ in problem.offload_options)
+    base = block_step_floor(problem, block, floors)  # a mode that raises no kind's work bounds the block at this
     best = math.inf
     for mode, mode_work in mode_floors.work.items():
         kept = mode_floors.kept[mode]
@@ -462,8 +463,9 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
                 continue
             streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
-        best = min(best, max(block_step_floor(problem, block, LayerFloors(work, floors.rho)), streaming))
-    return max(best, block_step_floor(problem, block, floors))
+        step = base if work == floors.work else block_step_floor(problem, block, LayerFloors(work, floors.rho))
+        best = min(best, max(step, streaming))
+    return max(best, base)
 
 
 def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, held: dict) -> float:
@@ -477,8 +479,8 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
     splits = problem.schedule_splits(block.pp, block.microbatches)
     m, least = block.microbatches, math.inf
     for split in splits:
-        stages = zip(group_sums(problem, block.pp, split, kept), group_sums(problem, block.pp, split, held))
-        least = min(least, max(min(block.pp - i, m) * k + h for (i, _, k), (_, _, h) in stages))
+        least = min(least, max(min(block.pp - i, m) * stage_sum(kept, blocks) + stage_sum(held, blocks)
+                               for i, _, blocks in group_blocks(problem, block.pp, split)))
     return least * SAFETY
 
 

@@ -49,7 +49,7 @@ from paraplan.specs.moe_plan import Dispatcher, dispatcher_rule, expert_degree_r
 from paraplan.specs.split import SplitGroup, accounted_units, chunk_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
 from paraplan.specs.system import SystemSpec
-from paraplan.stages import plan_spans
+from paraplan.stages import placed_domains, plan_spans
 
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
@@ -59,9 +59,8 @@ SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
 OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 
 
-def _placement_orders() -> list[tuple[str, ...]]:
-    rest = [p for p in itertools.permutations(DEFAULT_PLACEMENT) if p != DEFAULT_PLACEMENT]
-    return [DEFAULT_PLACEMENT, *rest]
+# every placement order, the default first
+PLACEMENT_ORDERS = (DEFAULT_PLACEMENT, *(p for p in itertools.permutations(DEFAULT_PLACEMENT) if p != DEFAULT_PLACEMENT))
 
 
 @lru_cache(maxsize=4096)
@@ -75,13 +74,12 @@ def distinct_orders(clipped: tuple[int, int, int, int], system: SystemSpec, vary
     degree-1 dimensions change no stride and are not costed."""
     sizes = dict(zip(("tp", "pp", "cp", "dp"), clipped))
     seen, tried, out = set(), set(), []
-    for order in (_placement_orders() if vary else [DEFAULT_PLACEMENT]):
+    for order in (PLACEMENT_ORDERS if vary else PLACEMENT_ORDERS[:1]):
         effective = tuple(name for name in order if sizes[name] > 1)
         if effective in tried:
             continue
         tried.add(effective)
-        spans = plan_spans(_Degrees(*clipped, order), system)
-        key = tuple(s.per_domain for s in spans.values())
+        key = placed_domains(_Degrees(*clipped, order), system)
         if key not in seen:
             seen.add(key)
             out.append(order)
@@ -237,10 +235,18 @@ class SearchProblem:
     def placements(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[str, dict[str, GroupSpan]]]:
         """Placement orders with distinct network spans for these degrees (first order wins; distinct_orders), with
         the spans of each."""
+        return [(placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
+                for order in self._orders(tp, pp, cp, dp)]
+
+    def placement_count(self, tp: int, pp: int, cp: int, dp: int) -> int:
+        """len(placements(tp, pp, cp, dp)), without costing the spans."""
+        return len(self._orders(tp, pp, cp, dp))
+
+    def _orders(self, tp: int, pp: int, cp: int, dp: int) -> tuple[tuple[str, ...], ...]:
+        """distinct_orders of these degrees."""
         domain = self.system.node.gpus_per_domain
         clipped = tuple(min(n, domain) for n in (tp, pp, cp, dp))
-        return [(placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
-                for order in distinct_orders(clipped, self.system, self.vary_placement)]
+        return distinct_orders(clipped, self.system, self.vary_placement)
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
     def micro_batches(self, dp: int) -> list[tuple[int, int]]:

@@ -43,12 +43,6 @@ def stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFlo
     return slowest, total
 
 
-def group_sums(problem: SearchProblem, pp: int, split: tuple, per_kind: dict) -> list[tuple[int, int, float]]:
-    """(first stage index, stages, Σ over one stage's blocks of the kind's value) of each non-empty stage group of
-    the split of (pp, split), blocks laid out as stages.build_step_inputs does."""
-    return [(index, count, stage_sum(per_kind, blocks)) for index, count, blocks in group_blocks(problem, pp, split)]
-
-
 def stage_sum(per_kind: dict, blocks: tuple) -> float:
     """Σ over one stage's (kind, blocks of it) of the kind's value (0 for a kind without one)."""
     return sum([per_kind.get(name, 0.0) * n for name, n in blocks])
