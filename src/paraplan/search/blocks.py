@@ -465,6 +465,8 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
         step = base if work == floors.work else block_step_floor(problem, block, LayerFloors(work, floors.rho))
         best = min(best, max(step, streaming))
+        if best <= base:  # no other mode can take the bound below the block's own floor
+            break
     return max(best, base)
 
 
