@@ -46,7 +46,7 @@ from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans, with_summa_exposure
 from paraplan.cost.moe import EXPERT_GROUPS, expert_dp_span, expert_group_span, moe_collective_time_and_price_s
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
-from paraplan.graph.ops import LayerGraph, Op, collective_groups, weight_tensor_stats
+from paraplan.graph.ops import ExpertShape, LayerGraph, Op, collective_groups, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, with_expert
 from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
@@ -153,7 +153,7 @@ def block_comm(
         spans["tp_row"], spans["tp_col"] = grid_spans(tp_span, shape.tp_rows)
     if moe:
         s["ep_forward"], s["ep_backward"], s["ep_forward_price"], s["ep_backward_price"] = expert_comm_terms(
-            block.collectives, system, model, shape)
+            block.collectives, system, model, shape.expert)
     for c in block.collectives:
         fwd, bwd = c.count_fwd, c.count_bwd
         if c.group in EXPERT_GROUPS:  # expert_comm_terms
@@ -189,12 +189,12 @@ def block_comm(
     return BlockComm(**s)
 
 
-def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, shape: LayerShape) -> tuple[float, float, float, float]:
+def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, expert: ExpertShape) -> tuple[float, float, float, float]:
     """(ep_forward, ep_backward, ep_forward_price, ep_backward_price) of block_comm: Σ over the expert-parallel
     collectives (groups ep, etp) of calls × cost.moe.moe_collective_time_and_price_s on the expert spans of
-    ``shape.expert`` (cost.moe.expert_group_span); the other collectives are left out."""
+    the option ``expert`` (cost.moe.expert_group_span); the other collectives are left out."""
     forward = backward = forward_price = backward_price = 0.0
-    ep, etp = shape.expert.ep, shape.expert.etp
+    ep, etp = expert.ep, expert.etp
     for c in collectives:
         if c.group not in EXPERT_GROUPS:
             continue

@@ -394,7 +394,7 @@ def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple
     key = (model, system, inputs, expert, switches)
     found = _DISPATCH_TABLES.get(key)
     if found is None:
-        comms = _dispatch_comms_of(model, system, with_expert(shape, expert), switches)
+        comms = _dispatch_comms_of(model, system, shape, expert, switches)
         exposed = min((c.ep_forward + c.ep_backward for c in comms if not c.ep_overlap), default=math.inf)
         overlapped = sorted(((min(c.ep_forward_price, c.ep_forward) + min(c.ep_backward_price, c.ep_backward), c)
                              for c in comms if c.ep_overlap), key=lambda item: item[0])
@@ -406,16 +406,18 @@ _DISPATCH_TABLES: dict = {}
 _dispatch_table.cache_clear = _DISPATCH_TABLES.clear
 
 
-def _dispatch_comms_of(model, system, shape, switches: tuple) -> tuple[_EpComm, ...]:
-    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives,
-    their EP terms (stages.expert_comm_terms, what block_comm sums) costed once per dispatcher without a2a overlap,
-    and the switch as stages.block_cost_facts sets it: ep_overlap only (stages._comm_with_overlap)."""
+def _dispatch_comms_of(model, system, shape, expert, switches: tuple) -> tuple[_EpComm, ...]:
+    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives
+    with the option ``expert`` at the shape, their EP terms (stages.expert_comm_terms, what block_comm sums) costed
+    once per dispatcher without a2a overlap, and the switch as stages.block_cost_facts sets it: ep_overlap only
+    (stages._comm_with_overlap). graph.moe.dispatch_collectives reads the option from its ``expert`` argument, not
+    from the shape, so the shape is not rebuilt per dispatcher."""
     costed: dict[str, tuple] = {}
     out = []
     for dispatcher, overlap in switches:
         if dispatcher not in costed:
-            knobs = with_expert(shape, replace(shape.expert, dispatcher=dispatcher, a2a_overlap=False))
-            costed[dispatcher] = expert_comm_terms(dispatch_collectives(model, knobs, knobs.expert), system, model, knobs)
+            knobs = replace(expert, dispatcher=dispatcher, a2a_overlap=False)
+            costed[dispatcher] = expert_comm_terms(dispatch_collectives(model, shape, knobs), system, model, knobs)
         out.append(_EpComm(*costed[dispatcher], float(overlap)))
     return tuple(out)
 
