@@ -4,7 +4,6 @@ work_floors over a block's span pairs at once."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
@@ -121,7 +120,7 @@ def test_expert_gemm_floor_by_hand():
     assert flops == pytest.approx(8.658e12, rel=1e-3)
     expected = flops / (acc.peak_matrix_flops("bf16") * acc.gemm_efficiency_cap("bf16"))
     assert expert_gemm_floor_s(problem.model, problem.system, shape, experts) == pytest.approx(expected, rel=1e-12)
-    halved = tuple(replace(e, capacity_factor=0.5) for e in experts)
+    halved = tuple(e._replace(capacity_factor=0.5) for e in experts)
     assert expert_gemm_floor_s(problem.model, problem.system, shape, halved) == pytest.approx(expected / 2, rel=1e-12)
 
 

@@ -494,7 +494,7 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     for x, floor in zip(experts, floors):
         totals = []
         for dispatcher, overlap in problem.expert_switches(x.ep, x.etp):
-            row = replace(shape, expert=replace(x, dispatcher=dispatcher, a2a_overlap=overlap))
+            row = replace(shape, expert=x._replace(dispatcher=dispatcher, a2a_overlap=overlap))
             facts = block_cost_facts(model, system, row, spans["tp"], spans["cp"])["moe_layer"]
             forward, backward = expert_exposure(facts.compute, facts.comm)
             totals.append(float(forward + backward))

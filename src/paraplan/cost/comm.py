@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,9 +29,9 @@ from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
 
-@dataclass(frozen=True)
-class GroupSpan:
-    """How one parallel group sits on the hierarchy: members per domain and domains spanned."""
+class GroupSpan(NamedTuple):
+    """How one parallel group sits on the hierarchy: members per domain and domains spanned (a NamedTuple: the cost
+    caches key on it, and a tuple hashes without a Python call)."""
 
     size: int
     per_domain: int

@@ -293,13 +293,13 @@ def ops_expert_knobs(expert: ExpertShape, moe: bool) -> ExpertShape:
     """The expert knobs a layer's ops, parameters and memory read: ep, etp, capacity and balance of an
     MoE layer (the dispatcher changes only its collectives, the a2a-overlap switch nothing of the
     graph); none of a dense layer's."""
-    return replace(expert, dispatcher="alltoall", a2a_overlap=False) if moe else NO_EXPERT
+    return expert._replace(dispatcher="alltoall", a2a_overlap=False) if moe else NO_EXPERT
 
 
 @lru_cache(maxsize=4096)
 def without_a2a_overlap(expert: ExpertShape) -> ExpertShape:
     """The expert knobs with the a2a-overlap switch off (stages.block_cost_facts costs the MoE kinds so)."""
-    return replace(expert, a2a_overlap=False)
+    return expert._replace(a2a_overlap=False)
 
 
 @lru_cache(maxsize=4096)

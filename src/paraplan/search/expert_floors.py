@@ -15,7 +15,6 @@ attention's time is added per (cp, micro-batch) (KindFloors).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
@@ -416,7 +415,7 @@ def _dispatch_comms_of(model, system, shape, expert, switches: tuple) -> tuple[_
     out = []
     for dispatcher, overlap in switches:
         if dispatcher not in costed:
-            knobs = replace(expert, dispatcher=dispatcher, a2a_overlap=False)
+            knobs = expert._replace(dispatcher=dispatcher, a2a_overlap=False)
             costed[dispatcher] = expert_comm_terms(dispatch_collectives(model, shape, knobs), system, model, knobs)
         out.append(_EpComm(*costed[dispatcher], float(overlap)))
     return tuple(out)
