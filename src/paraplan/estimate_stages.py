@@ -266,12 +266,12 @@ def _block_activation_bytes(model: ModelSpec, ref: BlockRef, shape: LayerShape, 
     if ref.kind in ("lm_head", "classifier"):
         head_shape = shape
         if model.architecture == "encoder_decoder":
-            head_shape = LayerShape(**{**shape.__dict__, "seq_length": decoder_seq(model, shape.seq_length)})
+            head_shape = shape._replace(seq_length=decoder_seq(model, shape.seq_length))
         if ref.kind == "classifier":
             return mem.classifier_activation_bytes(ref.width, shape)
         return mem.lm_head_activation_bytes(ref.width, head_shape)
     if ref.kind == "cross_decoder":
-        dec = LayerShape(**{**shape.__dict__, "seq_length": decoder_seq(model, shape.seq_length)})
+        dec = shape._replace(seq_length=decoder_seq(model, shape.seq_length))
         return mem.layer_activation_bytes(ref.width, dec, recompute) + cross_layer_extra_activation_bytes(
             ref.width, dec, shape.seq_length, recompute
         )

@@ -409,7 +409,6 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     """search.expert_floors.expert_computes builds a block kind once and adds each expert option's own ops
     (graph.moe.expert_knob_ops): every field equals stages.block_compute of the graph built for that
     option (to summation order), for every kind, recompute module list and expert option."""
-    from dataclasses import replace
 
     from paraplan.search.expert_floors import costing_experts, expert_computes
     from paraplan.search.table import layer_shape_of
@@ -429,7 +428,7 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
                     continue
                 split = expert_computes(model, system, name, shape, experts)
                 for i, expert in enumerate(experts):
-                    graph = BLOCK_KINDS[name].graph(model, replace(shape, expert=expert))
+                    graph = BLOCK_KINDS[name].graph(model, shape._replace(expert=expert))
                     whole = block_compute(graph, system, dtype)
                     got = split[i] if len(split) > 1 else split[0]
                     for field in whole.__dataclass_fields__:
@@ -473,7 +472,6 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     """search.expert_floors.DispatchFloors gives, per expert option, the least exposed dispatch + combine that a row of
     that (ep, etp) can have: schedule.step.expert_exposure on the row's own costing (stages.block_cost_facts), over
     every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
-    from dataclasses import replace
 
     from paraplan.schedule.step import expert_exposure
     from paraplan.search.expert_floors import DispatchFloors, costing_experts, expert_computes
@@ -494,7 +492,7 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     for x, floor in zip(experts, floors):
         totals = []
         for dispatcher, overlap in problem.expert_switches(x.ep, x.etp):
-            row = replace(shape, expert=x._replace(dispatcher=dispatcher, a2a_overlap=overlap))
+            row = shape._replace(expert=x._replace(dispatcher=dispatcher, a2a_overlap=overlap))
             facts = block_cost_facts(model, system, row, spans["tp"], spans["cp"])["moe_layer"]
             forward, backward = expert_exposure(facts.compute, facts.comm)
             totals.append(float(forward + backward))

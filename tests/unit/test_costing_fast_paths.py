@@ -52,7 +52,7 @@ def test_recompute_flag_copy_equals_replace():
 
 
 def test_with_expert_equals_replace():
-    """with_expert (cached) derives the shape replace derives, for equal and different expert knobs."""
+    """with_expert (cached) derives the shape _replace derives, for equal and different expert knobs."""
     shape = LayerShape(2, 1, 1, 4096, True, "flash", "bf16", expert=ExpertShape(ep=8), recompute_modules=("core_attn",))
     for expert in (ExpertShape(), ExpertShape(ep=8), ExpertShape(ep=16, etp=2, dispatcher="deepep", a2a_overlap=True)):
-        assert with_expert(shape, expert) == replace(shape, expert=expert)
+        assert with_expert(shape, expert) == shape._replace(expert=expert)

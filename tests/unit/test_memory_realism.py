@@ -72,7 +72,7 @@ def test_recomputed_module_bytes_by_hand():
     assert recomputed_module_bytes(GPT13, SHAPE, ("core_attn",)) == core
     assert recomputed_module_bytes(GPT13, SHAPE, ("moe_act", "mla_up_proj")) == 0.0  # not in a dense layer
     none = layer_activation_bytes(GPT13, SHAPE, "none")
-    selective = LayerShape(**{**SHAPE.__dict__, "recompute_modules": ("core_attn", "mlp")})
+    selective = SHAPE._replace(recompute_modules=("core_attn", "mlp"))
     assert layer_activation_bytes(GPT13, selective, "selective") == none - core - mlp
     # the default module list is Megatron-LM's core attention: Korthikanti's 34·s·b·h/t with SP
     assert layer_activation_bytes(GPT13, SHAPE, "selective") == pytest.approx(34 * tokens * 2048 / 2)

@@ -18,7 +18,6 @@ from paraplan.cost.moe import (
     routed_load_factor,
 )
 from paraplan.graph.mla import attention_activation_bytes, window_fraction
-from dataclasses import replace
 
 from paraplan.graph.moe import ExpertShape, moe_model_layer, mtp_block, routed_rows
 from paraplan.graph.transformer import LayerShape
@@ -192,7 +191,7 @@ SHAPE = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=4096, sequence_parallel
 
 def test_moe_layer_expert_gemms_by_hand():
     m = load_model("qwen3-30b-a3b")
-    g = moe_model_layer(m, replace(SHAPE, expert=ExpertShape(ep=8, balance="forced")), True)
+    g = moe_model_layer(m, SHAPE._replace(expert=ExpertShape(ep=8, balance="forced")), True)
     ops = {op.name: op for op in g.ops}
     # every rank sends 4096 tokens x top-8 and, balanced, receives as many rows: 32768 over its
     # 128/8 = 16 experts = 2048 rows each
@@ -215,15 +214,15 @@ def test_capacity_pads_every_expert():
 
 def test_etp_and_allgather_dispatchers():
     m = load_model("mixtral-8x7b")
-    g = moe_model_layer(m, replace(SHAPE, expert=ExpertShape(ep=4, etp=2, balance="forced")), True)
+    g = moe_model_layer(m, SHAPE._replace(expert=ExpertShape(ep=4, etp=2, balance="forced")), True)
     assert [c.group for c in g.collectives] == ["ep", "ep", "etp", "etp"]
-    ag = moe_model_layer(m, replace(SHAPE, expert=ExpertShape(ep=8, dispatcher="allgather")), True)
+    ag = moe_model_layer(m, SHAPE._replace(expert=ExpertShape(ep=8, dispatcher="allgather")), True)
     assert ag.collectives[0].kind == "all_gather" and ag.collectives[0].bytes == 2 * 4096 * 4096 * 8
 
 
 def test_dense_first_layers_and_mla():
     m = load_model("deepseek-v3")
-    shape = replace(SHAPE, expert=ExpertShape(ep=8))
+    shape = SHAPE._replace(expert=ExpertShape(ep=8))
     dense = moe_model_layer(m, shape, False)
     assert dense.expert_weight_params == 0.0 and not dense.collectives
     names = [op.name for op in dense.ops]

@@ -195,7 +195,7 @@ def block_graph(model: ModelSpec, ref: BlockRef, shape: LayerShape, first_and_la
     """The op graph of one block of ``model`` (``ref`` from ``model_blocks``) on ``shape`` (encoder length);
     T5's decoder-side blocks run on the decoder length."""
     width = ref.width
-    dec_shape = replace(shape, seq_length=decoder_seq(model, shape.seq_length))
+    dec_shape = shape._replace(seq_length=decoder_seq(model, shape.seq_length))
     if ref.kind == "embedding":
         return embedding_block(width, shape)
     if ref.kind == "patch_embedding":

@@ -31,7 +31,6 @@ their gradients reduce-scattered in backward (no ring); nothing hides them (the 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
 from paraplan.graph.ops import Collective, LayerGraph, Op
@@ -86,7 +85,7 @@ def summa_weight_params(model: ModelSpec, rows: int, cols: int) -> float:
 def attention_shape_2d(shape: LayerShape) -> LayerShape:
     """The 1D shape whose attention ops are the grid's: heads over the c columns (tp = c), the
     sequence in cp·r chunks (the rows' token shards, K/V all-gathered over each column)."""
-    return replace(shape, tp=shape.tp // shape.tp_rows, cp=shape.cp * shape.tp_rows, tp_layout="1d")
+    return shape._replace(tp=shape.tp // shape.tp_rows, cp=shape.cp * shape.tp_rows, tp_layout="1d")
 
 
 def kv_gather_collectives(group: str, kv_bytes: float, members: int) -> list[Collective]:
