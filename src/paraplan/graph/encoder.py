@@ -16,7 +16,7 @@ non-uniform plan holds a contiguous range of that list. The op types and cost fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -76,7 +76,7 @@ def model_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
 
 def bidirectional(op: Op) -> Op:
     """Fused attention without the causal mask: every score tile is computed (causal_fraction 1)."""
-    return replace(op, causal_fraction=1.0) if op.kind == "attention" else op
+    return op._replace(causal_fraction=1.0) if op.kind == "attention" else op
 
 
 @lru_cache(maxsize=4096)
@@ -106,9 +106,9 @@ def cross_attention_ops(model: ModelSpec, shape: LayerShape, encoder_seq: int) -
         scores = batch * q_tokens * encoder_seq
         per_score = (4 * ab + 1) if model.has_dropout else 2 * ab
         core = [
-            replace(_gemm("cross_attention_scores", batch, q_tokens, encoder_seq, d), selective_recompute=True),
-            replace(_memory("cross_softmax_dropout", per_score * scores), selective_recompute=True),
-            replace(_gemm("cross_attention_over_values", batch, q_tokens, d, encoder_seq), selective_recompute=True),
+            _gemm("cross_attention_scores", batch, q_tokens, encoder_seq, d)._replace(selective_recompute=True),
+            _memory("cross_softmax_dropout", per_score * scores)._replace(selective_recompute=True),
+            _gemm("cross_attention_over_values", batch, q_tokens, d, encoder_seq)._replace(selective_recompute=True),
         ]
     return [
         _memory("cross_attention_norm", 2 * ab * shape.sp_tokens * h),
@@ -139,7 +139,7 @@ def cross_decoder_layer(model: ModelSpec, shape: LayerShape, encoder_seq: int) -
     ops[split:split] = cross_attention_ops(model, shape, encoder_seq)
     coll = list(self_layer.collectives)
     extra = _tp_collectives(shape.local_tokens, model.hidden, shape.act_bytes, shape)
-    coll += [replace(c, name="cross_" + c.name, count_fwd=c.count_fwd // 2, count_bwd=c.count_bwd // 2) for c in extra]
+    coll += [c._replace(name="cross_" + c.name, count_fwd=c.count_fwd // 2, count_bwd=c.count_bwd // 2) for c in extra]
     params = layer_weight_params(model, shape.tp) + cross_attention_weight_params(model, shape.tp)
     return LayerGraph("cross_decoder_layer", tuple(ops), tuple(coll), params)
 

@@ -23,12 +23,13 @@ CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_rec
                          "all_to_all_dedup", "broadcast", "reduce"]
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One kernel (or fused group of kernels) for one micro-batch on one GPU, forward pass.
 
     ``bwd_flops`` / ``bwd_bytes`` are the backward cost of the same op; ``selective_recompute`` is
     True for the ops that selective recomputation re-runs (the core attention, Korthikanti §5).
+    A NamedTuple, not a dataclass: the graph builders make hundreds of thousands in a large search, and the op
+    costings are memoised on them (stages.block_compute); a tuple is built, hashed and compared without Python calls.
     """
 
     name: str
@@ -44,8 +45,7 @@ class Op:
     attention_call: tuple[int, int, int, bool] | None = None
 
 
-@dataclass(frozen=True)
-class Collective:
+class Collective(NamedTuple):
     """A collective of one micro-batch in one layer: ``count_fwd`` calls in forward, ``count_bwd`` in backward.
 
     ``bytes`` is the size of the full (un-sharded) buffer of one call, the convention of nccl-tests
@@ -54,7 +54,7 @@ class Collective:
     backward the data-gradient ("dgrad") or weight-gradient ("wgrad") GEMMs of the layer, or
     "panels": SUMMA's per-panel broadcasts and reduces (2D tensor parallelism, graph/summa.py), one
     call per panel, each overlapping the previous panel's GEMM. Groups ``tp_row`` / ``tp_col`` are
-    the rows and columns of the 2D tensor-parallel grid (cost.summa.grid_spans).
+    the rows and columns of the 2D tensor-parallel grid (cost.summa.grid_spans). A NamedTuple, as Op.
     """
 
     name: str
@@ -227,6 +227,6 @@ def _recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
 
 
 def _with_recompute_flag(op: Op, flag: bool) -> Op:
-    """``replace(op, selective_recompute=flag)``, constructed directly (the graph builders' hot path)."""
+    """``op._replace(selective_recompute=flag)``, constructed directly (the graph builders' hot path)."""
     return Op(op.name, op.kind, op.fwd_flops, op.fwd_bytes, op.bwd_flops, op.bwd_bytes, op.gemm_shape, flag,
               op.causal_fraction, op.attention_call)
