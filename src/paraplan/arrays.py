@@ -1,6 +1,7 @@
-"""Structures of arrays: the search's facts are the estimator's dataclasses with numpy arrays as leaves.
+"""Structures of arrays: the search's facts are the estimator's records (dataclasses and NamedTuples) with numpy arrays
+as leaves.
 
-``stack`` gathers many same-shaped dataclasses / dicts / numbers into one whose leaves are arrays;
+``stack`` gathers many same-shaped records / dicts / numbers into one whose leaves are arrays;
 ``take`` selects candidates from such a structure. Used by search/table.py on stages.RowFacts.
 """
 
@@ -15,7 +16,13 @@ import numpy as np
 
 @lru_cache(maxsize=None)
 def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
+    """The fields of a record class: a dataclass's, or a NamedTuple's."""
+    return cls._fields if issubclass(cls, tuple) else tuple(f.name for f in fields(cls))
+
+
+def _is_record(value) -> bool:
+    """A dataclass instance or a NamedTuple (a tuple with named fields): stacked and taken field by field."""
+    return is_dataclass(value) or (isinstance(value, tuple) and hasattr(type(value), "_fields"))
 
 
 @lru_cache(maxsize=None)
@@ -32,7 +39,7 @@ def stack(items: list, index: np.ndarray):
     """Dataclasses / dicts / numbers of the same shape → one of the same shape whose leaves are
     arrays, entry i taken from items[index[i]] (a leaf equal in every item stays a number)."""
     first = items[0]
-    if is_dataclass(first):
+    if _is_record(first):
         cls = type(first)
         columns, get, others = _leaf_split(cls, tuple(type(getattr(first, n)) for n in _field_names(cls)))
         out = {}
@@ -65,7 +72,7 @@ def take(value, index: np.ndarray):
     """The candidates ``index`` of a structure of arrays (scalars and strings pass through)."""
     if isinstance(value, np.ndarray):
         return value[index] if value.ndim else value
-    if is_dataclass(value):
+    if _is_record(value):
         return type(value)(**{n: take(getattr(value, n), index) for n in _field_names(type(value))})
     if isinstance(value, dict):
         return {k: take(v, index) for k, v in value.items()}

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -74,9 +75,9 @@ from paraplan.stages import (
 EXPERT_TERMS = ("ep_forward", "ep_backward")  # the BlockTerms parts that read the dispatcher (work_floors)
 
 
-@dataclass(frozen=True)
-class Block:
-    """One (tp, pp, cp, dp) factorization at one micro-batch: rows [offset, offset + rows) of the space."""
+class Block(NamedTuple):
+    """One (tp, pp, cp, dp) factorization at one micro-batch: rows [offset, offset + rows) of the space (a NamedTuple:
+    a search enumerates thousands before it forks, search.run._search_blocks)."""
 
     tp: int
     pp: int

@@ -5,8 +5,8 @@ block's schedule options; on arrays over the blocks of one (pp, micro-batches) f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
@@ -20,15 +20,14 @@ if TYPE_CHECKING:
 SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
 
 
-@dataclass(frozen=True)
-class LayerFloors:
+class LayerFloors(NamedTuple):
     """Least compute (forward + backward seconds per micro-batch) of each block kind over a block's
     rows, and the largest share of backward GEMM time in any of them (ρ); ``forward``: each kind's least
-    forward seconds (what full recomputation re-runs: memory_floors)."""
+    forward seconds (what full recomputation re-runs: memory_floors; none given: an empty mapping)."""
 
     work: dict
     rho: float
-    forward: dict = field(default_factory=dict)
+    forward: Mapping = MappingProxyType({})
 
 
 def stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max) -> tuple:
