@@ -324,7 +324,7 @@ def _pool_parts(
             code = RECOMPUTE_CODES[recompute] if ref.is_layer else 0
             comm = block_comm(graph, system, tp_span, NO_SPAN)
             if not async_tp:
-                comm = replace(comm, tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
+                comm = comm._replace(tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
                                tp_hidden_by_dgrad=0.0, tp_hidden_by_wgrad=0.0, tp_backward_price=0.0)
             terms = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
             if ref.is_layer and any(host_s):

@@ -60,9 +60,10 @@ Num = Any
 
 # ---- 1. block kinds: paraplan.block_kinds (BLOCK_KINDS and the per-kind rules) -------------------
 # ---- 2. facts of a row --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BlockCompute:
-    """Summed op times of one block for one micro-batch (seconds), before communication."""
+class BlockCompute(NamedTuple):
+    """Summed op times of one block for one micro-batch (seconds), before communication. (BlockCompute, BlockComm,
+    BlockCostFacts and BlockMemoryFacts are NamedTuples: built by the thousand in a search, and a tuple is built,
+    hashed and compared without a Python call per field; arrays.stack stacks them field by field.)"""
 
     forward: float
     backward: float
@@ -102,8 +103,7 @@ def _op_times(system: SystemSpec, dtype: str) -> dict[Op, tuple[float, float]]:
     return {}
 
 
-@dataclass(frozen=True)
-class BlockComm:
+class BlockComm(NamedTuple):
     """Seconds of one block's collectives for one micro-batch, grouped by what can hide them, and
     the price of hiding each group completely (cost.comm.LinearCollective.hidden_price_s)."""
 
@@ -143,7 +143,7 @@ def block_comm(
     expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
     (cost.moe.moe_collective_time_and_price_s)."""
     spans = {"tp": tp_span, "cp": cp_span}
-    s = dict.fromkeys(BlockComm.__dataclass_fields__, 0.0)
+    s = dict.fromkeys(BlockComm._fields, 0.0)
     moe = shape is not None and model is not None
     if moe:
         s["ep_overlap"] = float(shape.expert.a2a_overlap)
@@ -212,8 +212,8 @@ _TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgra
 
 @lru_cache(maxsize=65536)
 def _comm_with_overlap(comm: BlockComm, ep_overlap: float) -> BlockComm:
-    """``replace(comm, ep_overlap=ep_overlap)``, once per (costing, switch)."""
-    return comm if comm.ep_overlap == ep_overlap else replace(comm, ep_overlap=ep_overlap)
+    """``comm._replace(ep_overlap=ep_overlap)``, once per (costing, switch)."""
+    return comm if comm.ep_overlap == ep_overlap else comm._replace(ep_overlap=ep_overlap)
 
 
 class BlockCostFacts(NamedTuple):

@@ -431,7 +431,7 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
                     graph = BLOCK_KINDS[name].graph(model, shape._replace(expert=expert))
                     whole = block_compute(graph, system, dtype)
                     got = split[i] if len(split) > 1 else split[0]
-                    for field in whole.__dataclass_fields__:
+                    for field in whole._fields:
                         assert getattr(got, field) == pytest.approx(getattr(whole, field), rel=1e-12, abs=0.0), (name, expert, field)
                     checked += 1
     assert checked > 100

@@ -73,7 +73,7 @@ def test_zero3_per_block_gathers_with_prefetch():
 
 
 def _comm(**kw) -> BlockComm:
-    base = dict.fromkeys(BlockComm.__dataclass_fields__, 0.0)
+    base = dict.fromkeys(BlockComm._fields, 0.0)
     base.update(kw)
     return BlockComm(**base)
 

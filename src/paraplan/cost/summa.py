@@ -12,7 +12,6 @@ has min(c, a) members per domain and a column min(r, ⌈a/c⌉) — the NERSC mo
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from paraplan.cost.comm import GroupSpan, collective_time_and_price_s, priced_exposure_s
 from paraplan.cost.overlap import chunked_overlap_exposed_s
@@ -67,6 +66,6 @@ def with_summa_exposure(comm, compute, block: LayerGraph, system: SystemSpec, tp
     fwd, bwd, fwd_price, bwd_price = summa_traffic_s(block, system, tp_span, shape.tp_rows)
     if fwd == bwd == 0.0:
         return comm
-    return replace(comm,
-                   tp_forward=comm.tp_forward + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
-                   tp_backward=comm.tp_backward + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price))
+    return comm._replace(
+        tp_forward=comm.tp_forward + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
+        tp_backward=comm.tp_backward + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price))

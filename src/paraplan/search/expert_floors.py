@@ -257,7 +257,7 @@ _CORE_COMPUTES: dict = {}  # (id(core ops), id(system), dtype) -> (those ops, th
 _REST_GENERATION = [0]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
 
 
-_compute_fields = attrgetter(*BlockCompute.__dataclass_fields__)  # a stages.BlockCompute's fields as a tuple
+_compute_fields = attrgetter(*BlockCompute._fields)  # a stages.BlockCompute's fields as a tuple
 
 
 def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
