@@ -139,7 +139,10 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
-    knobs = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
+    memo = problem._memo.setdefault("layer_floor_knobs", {})
+    knobs = memo.get((tp, cp))
+    if knobs is None:  # the (sequence parallel, layout, grid rows) options of the layer knobs, once per (tp, cp)
+        knobs = memo[(tp, cp)] = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
     experts = costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     forward: dict[str, float] = {}

@@ -291,9 +291,16 @@ class SearchProblem:
             out.append(("2d-seq", None))
         return [(layout, rows) for layout, rows in out if not ulysses_rule(self.model, tp, cp, self.cp_algorithm, layout)]
 
-    def layer_knobs(self, tp: int, cp: int) -> list[tuple]:
+    def layer_knobs(self, tp: int, cp: int) -> tuple[tuple, ...]:
         """(sequence_parallel, recompute, overlap_tp_comm, tp_layout, tp_rows) options for these degrees;
-        a 2D grid takes neither sequence parallelism nor TP comm-GEMM overlap (specs.tp_layout)."""
+        a 2D grid takes neither sequence parallelism nor TP comm-GEMM overlap (specs.tp_layout). Memoised."""
+        memo = self._memo.setdefault("layer_knobs", {})
+        if (tp, cp) not in memo:
+            memo[(tp, cp)] = self._layer_knobs(tp, cp)
+        return memo[(tp, cp)]
+
+    def _layer_knobs(self, tp: int, cp: int) -> tuple[tuple, ...]:
+        """layer_knobs, computed."""
         sp_options = [False] if tp == 1 else [False, True]
         if self.sequence_parallel is not None:
             sp_options = [s for s in sp_options if s in self.sequence_parallel] or ([False] if tp == 1 else [])
@@ -309,7 +316,7 @@ class SearchProblem:
                 out += [(False, rc, False, layout, rows) for rc in recompute]
             else:
                 out += [(sp, rc, ov, layout, rows) for sp in sp_options for rc in recompute for ov in overlap]
-        return out
+        return tuple(out)
 
     def _check_expert_axes(self, factorizations) -> None:
         """The expert axes (--ep, --etp, --dispatcher) name values some plan can take (specs.moe_plan rules)."""
