@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from paraplan.arrays import stack
+from paraplan.arrays import stack, take
 from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
@@ -214,12 +214,13 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     entries = cache.get(key)
     if entries is None:
         entries = cache[key] = _work_entries(problem, tp, cp, micro_batch, pairs[0], expert_kinds)
+    missing = [pair for pair in pairs if ("totals", tp, cp, micro_batch, pair, level) not in cache]
+    if missing:  # the pairs not costed yet, on one set of arrays
+        for pair, found in zip(missing, _pair_totals(problem, entries, missing, expert_kinds)):
+            cache[("totals", tp, cp, micro_batch, pair, level)] = found
     totals = None
     for pair in pairs:
-        pair_key = ("totals", tp, cp, micro_batch, pair, level)
-        found = cache.get(pair_key)
-        if found is None:
-            found = cache[pair_key] = _pair_totals(problem, entries, pair, expert_kinds)
+        found = cache[("totals", tp, cp, micro_batch, pair, level)]
         totals = found if totals is None else np.minimum(totals, found)
     total = totals.tolist()
     dispatch = DispatchFloors(problem)
@@ -327,26 +328,32 @@ def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pa
                         tuple(item[4] for item in items), kept, held)
 
 
-def _pair_totals(problem: SearchProblem, entries: _WorkEntries, pair: tuple, expert_kinds: bool) -> np.ndarray:
-    """Each entry's block_terms time parts but the EXPERT_TERMS, summed, with the communication of the (tp span,
-    cp span) ``pair`` (stages.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
-    NVLink domain (stages.row_blocks)."""
+def _pair_totals(problem: SearchProblem, entries: _WorkEntries, pairs: list, expert_kinds: bool) -> list[np.ndarray]:
+    """Per (tp span, cp span) pair of ``pairs``: each entry's block_terms time parts but the EXPERT_TERMS, summed, with
+    the pair's communication (stages.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
+    NVLink domain (stages.row_blocks). The pairs' entries go through block_terms on one set of arrays (it works entry
+    by entry: the same values as pair by pair)."""
     model, system = problem.model, problem.system
-    costs = [_kind_costs(model, system, shape, pair, expert_kinds) for shape in entries.shapes]
+    costs = [[_kind_costs(model, system, shape, pair, expert_kinds) for shape in entries.shapes] for pair in pairs]
     comms, index, seen = [], [], {}
-    for source, name in entries.sources:
-        comm = costs[source][name].comm
-        slot = seen.get(id(comm))
-        if slot is None:
-            slot = seen[id(comm)] = len(comms)
-            comms.append(comm)
-        index.append(slot)
-    terms = block_terms(entries.stacked, stack(comms, np.array(index)), entries.codes, entries.overlaps & (pair[0].domains == 1))
+    for costs_of_pair in costs:
+        for source, name in entries.sources:
+            comm = costs_of_pair[source][name].comm
+            slot = seen.get(id(comm))
+            if slot is None:
+                slot = seen[id(comm)] = len(comms)
+                comms.append(comm)
+            index.append(slot)
+    n = len(entries.codes)
+    compute = take(entries.stacked, np.tile(np.arange(n), len(pairs)))
+    overlaps = np.concatenate([entries.overlaps & (pair[0].domains == 1) for pair in pairs])
+    terms = block_terms(compute, stack(comms, np.array(index)), np.tile(entries.codes, len(pairs)), overlaps)
     total = 0.0
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
-    return np.broadcast_to(total, entries.codes.shape)
+    total = np.broadcast_to(total, (len(pairs) * n,))
+    return [total[i * n:(i + 1) * n] for i in range(len(pairs))]
 
 
 def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds: bool) -> dict[str, tuple]:
