@@ -151,7 +151,13 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
     for key in knobs:
         shape = layer_shape_of(problem, tp, cp, micro_batch, *key, experts[0] if shaped else ExpertShape())
         if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
-            for name, floor in floors_of.kinds(shape, cheap):
+            kinds = floors_of.kinds(shape, cheap)
+            if not work:  # the first knob (most keys have one): its floors as they are
+                work = {name: floor.work for name, floor in kinds}
+                forward = {name: floor.forward for name, floor in kinds}
+                rho = max([rho, *(floor.rho for _, floor in kinds)])
+                continue
+            for name, floor in kinds:
                 work[name] = min(work.get(name, math.inf), floor.work)
                 forward[name] = min(forward.get(name, math.inf), floor.forward)
                 rho = max(rho, floor.rho)
