@@ -1,6 +1,6 @@
 """The block search's first bounds for MoE models (search.blocks.first_bound_levels): cheap layer floors that cost no
-expert option (search.expert_floors.KindFloors.cheap, expert_gemm_floor_s), the exact floors a first refinement; and
-work_floors over a block's span pairs at once."""
+expert option (search.expert_floors.KindFloors.kinds(cheap=True), expert_gemm_floor_s), the exact floors a first
+refinement; and work_floors over a block's span pairs at once."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _problems():
 
 @pytest.mark.parametrize("problem", _problems(), ids=["deepseek-like", "fp8-forced", "capacity-0.5", "mixtral"])
 def test_cheap_layer_floors_are_below_the_exact_ones(problem):
-    """Every kind's cheap work and forward floors are at most the exact ones (KindFloors.cheap: admissible), strictly
+    """Every kind's cheap work and forward floors are at most the exact ones (KindFloors.kinds(cheap=True):
+    admissible), strictly
     below for the kinds holding expert ops (what the cheap floor leaves out is > 0), with ρ = 1; so every block's
     cheap step floor is at most its exact one, and below it on some block."""
     assert first_bound_levels(problem, blocks(problem)) == (EXACT,)

@@ -134,7 +134,7 @@ class PartView:
         shared = self.shared
         with shared.threshold.get_lock():
             handed = shared.counts[0]
-            if shared.counts[2] == 0 or handed >= len(shared.handed):
+            if not self.waiting() or handed >= len(shared.handed):
                 return False
             shared.handed[handed], shared.handed_bounds[handed] = block, bound
             shared.counts[0] = handed + 1

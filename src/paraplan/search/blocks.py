@@ -133,16 +133,16 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
     A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
     its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
     option's total is the rest of the block plus those ops' times (the same sum in another order).
-    ``cheap``: lower floors that cost no expert option (KindFloors.cheap; ρ = 1), the first bound of a search that
-    computes these floors only for the blocks that reach the front (search.run, first_bound_levels)."""
-    from paraplan.search.table import layer_shape_of
+    ``cheap``: lower floors that cost no expert option (KindFloors.kinds(cheap=True); ρ = 1), the first bound of a
+    search that computes these floors only for the blocks that reach the front (search.run, first_bound_levels)."""
+    from paraplan.search.table import layer_shape_of, shape_keys_of
 
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
     memo = problem._memo.setdefault("layer_floor_knobs", {})
     knobs = memo.get((tp, cp))
-    if knobs is None:  # the (sequence parallel, layout, grid rows) options of the layer knobs, once per (tp, cp)
-        knobs = memo[(tp, cp)] = sorted({(sp, layout, rows or 0) for sp, _, _, layout, rows in problem.layer_knobs(tp, cp)})
+    if knobs is None:  # the distinct layer shapes of the layer knobs, once per (tp, cp)
+        knobs = memo[(tp, cp)] = sorted(set(shape_keys_of(problem.layer_knobs(tp, cp))))
     experts = costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
@@ -437,7 +437,8 @@ def refinements(problem: SearchProblem) -> tuple[str, ...]:
     return REFINEMENTS
 
 
-def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, level: str = "all") -> float:
+def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, level: str = "all",
+                  own_s: float | None = None) -> float:
     """A lower bound on the step time of every candidate of the block, at least block_step_floor's:
     the least over the recompute modes of the block_step_floor of the mode's ModeFloors (least over the
     block's span pairs, never below the compute floor), where a mode whose activations cannot fit in HBM
@@ -447,7 +448,8 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     ``work_floors`` over the block's span pairs without / with the kinds that read the expert knobs (each tighter
     and dearer than the one before). ``cache`` keeps the ModeFloors of each (tp, cp, micro-batch, span pairs or
     None, level), what work_floors shares between them, the span pairs of each factorization and the problem's
-    system_terms across one search's blocks."""
+    system_terms across one search's blocks. ``own_s``: block_step_floor(problem, block, floors) when the caller has it
+    (search.run keeps it from the block's earlier level), computed otherwise."""
     if level == "memory":
         key = (block.tp, block.cp, block.micro_batch, None, level)
         if key not in cache:
@@ -466,7 +468,8 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
     capacity = problem.system.accelerator.hbm_capacity
     host_capacity = problem.system.accelerator.host_memory or math.inf
     offloads = any(activations for _, activations, _ in problem.offload_options)
-    base = block_step_floor(problem, block, floors)  # a mode that raises no kind's work bounds the block at this
+    # a mode that raises no kind's work bounds the block at its own floor
+    base = block_step_floor(problem, block, floors) if own_s is None else own_s
     best = math.inf
     for mode, mode_work in mode_floors.work.items():
         kept = mode_floors.kept[mode]

@@ -136,21 +136,12 @@ class KindFloors:
         problem._memo["rest_floors"][id(experts)] = (experts, _REST_GENERATION[0], self.rest)
 
     def __call__(self, name: str, shape) -> KindFloor:
-        return self._floor(name, shape, *self._at(name, shape))
-
-    def cheap(self, name: str, shape) -> KindFloor:
-        """A floor of ``self(name, shape)`` that costs no expert option (search.run: the first bound of an MoE model's
-        blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops takes its
-        other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it, BlockKind.parts) and
-        its core attention costed as in __call__, the routed experts' grouped GEMMs at expert_gemm_floor_s, no
-        dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it: block_step_floor); any other kind, and
-        every kind when there is one expert option, its __call__ floor (costed once either way)."""
-        return self._cheap(name, shape, *self._at(name, shape))
+        return dict(self.kinds(shape))[name]
 
     def kinds(self, shape, cheap: bool = False) -> list[tuple[str, KindFloor]]:
-        """(name, cheap(name, shape) or self(name, shape)) of every block kind of the model, the shape at the first
-        expert option and its cp_free_key found once for all of them (search.blocks.layer_floors, once per key and
-        layer knob)."""
+        """(name, its floor at the shape) of every block kind of the model, or with ``cheap`` its cheap floor (_cheap),
+        the shape at the first expert option and its cp_free_key found once for all of them (search.blocks.layer_floors,
+        once per key and layer knob)."""
         model = self.problem.model
         first = self._first(shape)
         free = None
@@ -162,13 +153,6 @@ class KindFloors:
             key = free if core is not None else first
             out.append((name, self._cheap(name, shape, core, first, key) if cheap else self._floor(name, shape, core, first, key)))
         return out
-
-    def _at(self, name: str, shape) -> tuple:
-        """(the kind's core ops at the shape, the shape at the first option, the rest floors' memo key: that shape's
-        cp_free_key, or the shape itself for a kind without declared core ops)."""
-        core = BLOCK_KINDS[name].core_ops(self.problem.model, shape)
-        first = self._first(shape)
-        return core, first, cp_free_key(first) if core is not None else first
 
     def _first(self, shape):
         """The shape at the first expert option (what the rest floors are costed at)."""
@@ -186,7 +170,13 @@ class KindFloors:
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
 
     def _cheap(self, name: str, shape, core: tuple | None, first, key) -> KindFloor:
-        """cheap's floor (_floor's arguments)."""
+        """A floor of the kind's _floor (same arguments) that costs no expert option (search.run: the first bound of an
+        MoE model's blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops
+        takes its other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it,
+        BlockKind.parts) and its core attention costed as in _floor, the routed experts' grouped GEMMs at
+        expert_gemm_floor_s, no dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it:
+        block_step_floor); any other kind, and every kind when there is one expert option, its _floor (costed once
+        either way)."""
         if len(self.experts) <= 1:
             return self._floor(name, shape, core, first, key)
         floor = self._cheap_rest(name, first, key, core)

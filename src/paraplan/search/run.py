@@ -366,8 +366,8 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
         if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
             progress(i + 1, len(parts), "block bounds")
     tokens = np.array([float(b.global_batch * problem.seq_length) for b in parts])
-    bounds = objective_value(problem, block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)]),
-                             tokens, flops_per_token * tokens, peak_flops)
+    first_s = block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)])
+    bounds = objective_value(problem, first_s, tokens, flops_per_token * tokens, peak_flops)
     scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
     scan.shared = shared
     rows_done = done = 0
@@ -376,6 +376,9 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
     # recomputation of the expert-free block kinds, then of every kind) when it reaches the front, and the block goes
     # back in line; a block whose last refinement reaches the front is searched
     floors: dict[tuple, object] = {} if cheap else first
+    # each block's block_step_floor at floors[key], what refined_bound starts from (the first bounds' when they are
+    # the exact floors: block_step_floors gives the same bits)
+    own_s: dict[int, float] = {} if cheap else dict(enumerate(first_s.tolist()))
     heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
     heapq.heapify(heap)
     work: dict[tuple, object] = {}
@@ -390,9 +393,9 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             if steps[level] == EXACT:
                 if key not in floors:
                     floors[key] = layer_floors(problem, *key)
-                step = block_step_floor(problem, b, floors[key])
+                step = own_s[i] = block_step_floor(problem, b, floors[key])
             else:
-                step = refined_bound(problem, b, floors[key], work, steps[level])
+                step = refined_bound(problem, b, floors[key], work, steps[level], own_s[i])
             tokens = float(b.global_batch * problem.seq_length)
             better = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
