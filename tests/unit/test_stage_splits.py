@@ -11,8 +11,8 @@ from paraplan.api import estimate
 from paraplan.catalog import load_model, load_system
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
-from paraplan.specs.plan import PlanSpec, plan_violations
-from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
+from paraplan.specs.plan import PlanSpec, interleave_split_rule, plan_violations
+from paraplan.specs.split import chunk_layer_counts, default_first_last, grouped_split, stage_layer_counts
 
 L405 = load_model("llama3-405b")
 H100 = load_system("dgx-h100-80gb")
@@ -44,10 +44,32 @@ def test_embedding_and_loss_as_layers_make_405b_interleavable():
     assert not plan_violations(p16, L405)
 
 
-def test_interleaving_without_accounting_is_refused_for_126_layers():
-    bad = plan(pp=8, vpp=8, gpus=1024, cp=2, global_batch=64)
-    rules = [v.rule for v in plan_violations(bad, L405)]
-    assert any("multiple of vpp=8" in r for r in rules)
+def test_interleaving_uneven_stages_is_a_layout_the_estimate_takes_and_the_search_leaves_out():
+    """126 layers over pp 8 × vpp 8 without the accounting switches: stages of 15 and 16 layers do not cut into 8
+    equal chunks. Megatron-Core runs it with a pipeline layout (chunks of 1 and 2 layers), so the plan is valid and
+    estimates like the accounted split with the same stage counts; the search enumerates equal chunks only."""
+    uneven = plan(pp=8, vpp=8, gpus=1024, cp=2, global_batch=64, layers_first_stage=15, layers_last_stage=15)
+    assert not plan_violations(uneven, L405)
+    assert counts(uneven) == [15] + [16] * 6 + [15]
+    assert interleave_split_rule(uneven.split(126), 8, 0, 0)  # not equal chunks: outside the search's options
+    chunks = chunk_layer_counts(counts(uneven), 8)
+    assert chunks[0] == [2] * 7 + [1] and chunks[1] == [2] * 8 and sum(map(sum, chunks)) == 126
+    accounted = dict(embedding_as_layer=True, loss_as_layer=True)
+    assert chunk_layer_counts(counts(plan(pp=8, vpp=8, gpus=1024, cp=2, global_batch=64, **accounted)), 8, 1, 1)[0] == [1] + [2] * 7
+    common = dict(gpus=1024, tp=8, pp=8, cp=2, vpp=8, micro_batch=1, global_batch=64, seq_length=8192,
+                  sequence_parallel=True, zero=1)
+    a = estimate(L405, H100, layers_first_stage=15, layers_last_stage=15, **common)
+    b = estimate(L405, H100, **accounted, **common)
+    assert a.step_time_s == approx(b.step_time_s, rel=1e-12)
+    assert a.first_stage.peak_bytes == approx(b.first_stage.peak_bytes, rel=1e-12)
+
+
+def test_chunk_layer_counts_keeps_accounted_layouts_and_evens_out_the_rest():
+    # DeepSeek-V3 at pp 8 × vpp 4, embedding counted, loss + MTP counted: Megatron-Bridge's 'Et|(tt|)*30mL'
+    assert chunk_layer_counts([7, 8, 8, 8, 8, 8, 8, 6], 4, 1, 2) == [[1, 2, 2, 2]] + [[2, 2, 2, 2]] * 6 + [[2, 2, 2, 0]]
+    # pp 4 × vpp 4 (the Bridge layout puts 4, 4, 4, 1 on the last stage; this rule evens it out)
+    assert chunk_layer_counts([16, 16, 16, 13], 4)[3] == [4, 3, 3, 3]
+    assert chunk_layer_counts([0, 3], 2, 1, 1) == [[0, 0], [2, 1]]
 
 
 def test_first_and_last_stage_counts():

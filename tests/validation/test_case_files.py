@@ -68,7 +68,6 @@ BAD = {
     "unknown model name": (broken(model="llama9"), "model"),
     "unknown system": (broken(system="dgx-z100"), "system"),
     "bad plan field": (broken(plan__recompute="most"), "plan.recompute"),
-    "plan breaks a rule": (broken(plan__tp=3, plan__gpus=12), "plan.tp"),
     "system with bad unit": (
         broken(system={"accelerator": {"name": "x", "matrix_flops": {"bf16": "1 PFLOPS"}, "vector_flops": {},
                                        "hbm_capacity": "80 GiBB", "hbm_bandwidth": "2 TB/s", "sm_count": 100},
@@ -112,6 +111,20 @@ def test_unsupported_case_is_reported_and_the_rest_run(tmp_path):
     assert [e["status"] for e in report["cases"]] == ["ok", "unsupported"]
     assert report["summary"]["cases"] == 1 and report["summary"]["unsupported"] == 1
     assert report["summary"]["unsupported_cases"][0]["name"] == "ssm"
+
+
+def test_case_whose_plan_breaks_a_rule_is_reported_and_the_rest_run(tmp_path):
+    """A published run whose plan paraplan's rules refuse (tp 3 does not divide the heads) is not bad input: the case
+    is reported unsupported with the field and the rule, and the other cases still run and are scored."""
+    from paraplan.validate.run import UnsupportedCase, run_cases
+
+    refused = broken(plan__tp=3, plan__gpus=12)
+    refused["name"] = "tp3"
+    cases = load_cases([write(tmp_path, [GOOD, refused])])
+    assert isinstance(cases[1], UnsupportedCase) and "plan.tp" in cases[1].reason and "\n" not in cases[1].reason
+    report = run_cases(cases)
+    assert [e["status"] for e in report["cases"]] == ["ok", "unsupported"]
+    assert report["summary"]["cases"] == 1 and report["summary"]["unsupported_cases"][0]["name"] == "tp3"
 
 
 def test_bad_file_shapes(tmp_path):

@@ -22,7 +22,8 @@ from paraplan.export.common import (
     same_placement,
 )
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.plan import PlanSpec, interleave_split_rule
+from paraplan.specs.split import accounted_units, chunk_layer_counts, stage_layer_counts
 
 NAME = "megatron"
 SCRIPT = "pretrain_gpt.py"
@@ -106,8 +107,9 @@ def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str,
     return {"tp_layout": layout, "cp_algorithm": algorithm}
 
 
-def plan_arguments(plan: PlanSpec) -> list[str]:
-    """The plan as Megatron-LM arguments (flag, value, flag, ...); refuses what Megatron cannot run."""
+def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
+    """The plan as Megatron-LM arguments (flag, value, flag, ...); refuses what Megatron cannot run. With the model, an
+    interleaved split whose stages do not cut into equal chunks is written as a pipeline layout (split_arguments)."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
     c, mapping = megatron_core_checks(plan, fw, "Megatron", "--num-virtual-stages-per-pipeline-rank", "--optimizer-cpu-offload")
@@ -123,7 +125,7 @@ def plan_arguments(plan: PlanSpec) -> list[str]:
         a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
     if ORDERS[mapping[0]]:
         a += ["--use-tp-pp-dp-mapping"]
-    a += split_arguments(plan, fw)
+    a += split_arguments(plan, fw, model)
     a += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     a += ["--seq-length", str(plan.seq_length)]
     if c["sequence_parallel"]:
@@ -196,20 +198,25 @@ def expert_fields(f: dict, num) -> dict:
     }
 
 
-def layout_from_stage_layers(stage_layers: tuple[int, ...], vpp: int) -> str:
-    """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position
-    v·pp + s, as Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 'L' last, 't*n' layers."""
+def layout_from_stage_layers(stage_layers: tuple[int, ...], vpp: int, embedding_units: int = 0, loss_units: int = 0,
+                             mtp_layers: int = 0) -> str:
+    """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position v·pp + s, as
+    Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 't*n' decoder layers (each stage's over its chunks
+    by specs.split.chunk_layer_counts), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
+    last chunk of its rank, after the decoder layers)."""
     pp = len(stage_layers)
+    counts = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
     chunks = []
     for v in range(vpp):
-        for s, n in enumerate(stage_layers):
-            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{n // vpp}" if n // vpp else "")
-            chunks.append(text + ("L" if (s, v) == (pp - 1, vpp - 1) else ""))
+        for s, layers in enumerate(counts):
+            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{layers[v]}" if layers[v] else "")
+            chunks.append(text + ("m" * mtp_layers + "L" if (s, v) == (pp - 1, vpp - 1) else ""))
     return "|".join(chunks)
 
 
 def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
-    """(decoder layers per stage, vpp) from a layout string; refuses what a plan cannot hold."""
+    """(decoder layers per stage, vpp) from a layout string, its chunks even or not; refuses what a plan cannot hold
+    (MTP modules 'm' anywhere but beside the loss, where paraplan places them)."""
     text = layout.replace(",", "")
     text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
     text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
@@ -217,24 +224,41 @@ def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int
     if len(chunks) % pp:
         raise ExportRefused(f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}")
     vpp = len(chunks) // pp
-    if set(text) - set("EtL|"):
-        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, L (e.g. MTP); no plan field")
+    if set(text) - set("EtmL|"):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, m, L; no plan field")
     if not (chunks[0].startswith("E") and chunks[-1].endswith("L") and text.count("E") == 1 and text.count("L") == 1):
         raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise")
-    counts = [[chunks[v * pp + s].count("t") for v in range(vpp)] for s in range(pp)]
-    if any(len(set(c)) > 1 for c in counts):
-        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} splits a stage's layers unevenly over its virtual chunks")
-    return tuple(sum(c) for c in counts), vpp
+    mtp = text.count("m")
+    if mtp and (chunks[-1].count("m") != mtp or not chunks[-1].endswith("m" * mtp + "L")):
+        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} places MTP modules away from the loss; no plan field")
+    return tuple(sum(chunks[v * pp + s].count("t") for v in range(vpp)) for s in range(pp)), vpp
 
 
-def split_arguments(plan: PlanSpec, fw: str) -> list[str]:
-    """The plan's stage split: first/last stage counts, embedding/loss as layers, or a layout."""
+def uneven_stage_layers(plan: PlanSpec, model: ModelSpec | None) -> tuple[int, ...] | None:
+    """The stage layer counts of an interleaved plan whose stages do not split into vpp equal chunks (the layout
+    Megatron-LM then needs); None when they do, when the plan is not interleaved, or when the counts need the model
+    and it is not given."""
+    if plan.vpp <= 1 or (model is None and plan.stage_layers is None):
+        return None
+    layers = model.layers if model is not None else sum(plan.stage_layers or ())
+    groups = plan.split(layers, model.mtp_layers if model is not None else 0)
+    units = accounted_units(plan.embedding_units, plan.loss_units, model.mtp_layers if model is not None else 0)
+    if not interleave_split_rule(groups, plan.vpp, *units):
+        return None
+    return tuple(stage_layer_counts(groups))
+
+
+def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> list[str]:
+    """The plan's stage split: first/last stage counts and embedding/loss as layers, or a layout for explicit stage
+    counts and for an interleaved split whose stages do not cut into equal chunks (uneven_stage_layers: the layout
+    replaces the split flags, which Megatron-LM would refuse with vpp)."""
+    mtp = model.mtp_layers if model is not None else 0
+    uneven = uneven_stage_layers(plan, model)
+    if uneven is not None or plan.stage_layers is not None:
+        stages = uneven if uneven is not None else plan.stage_layers
+        return [LAYOUT_FLAG, layout_from_stage_layers(stages, plan.vpp, *accounted_units(plan.embedding_units, plan.loss_units, mtp),
+                                                      mtp_layers=mtp)]
     a: list[str] = []
-    if plan.stage_layers is not None:
-        bad = [n for n in plan.stage_layers if n % plan.vpp]
-        if bad:
-            raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
-        a += [LAYOUT_FLAG, layout_from_stage_layers(plan.stage_layers, plan.vpp)]
     for name, flag in SPLIT_FLAGS.items():
         value = getattr(plan, name)
         if value is True:
@@ -271,7 +295,7 @@ def model_arguments(model: ModelSpec) -> list[str]:
 def export(plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8, header: str = "") -> str:
     """A runnable launch line: torchrun with whole nodes, then the script and its arguments."""
     fw = framework_args(NAME)
-    args = plan_arguments(plan) + (model_arguments(model) if model is not None else [])
+    args = plan_arguments(plan, model) + (model_arguments(model) if model is not None else [])
     check_names(fw, [t for t in args if t.startswith("--")])
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     lines = [f"# {header}" if header else None, f"# argument names: {fw.label}, {fw.source.split(' (')[0]}"]

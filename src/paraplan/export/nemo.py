@@ -19,7 +19,6 @@ from paraplan.export.common import (
     check_names,
     framework_args,
     nodes_and_gpus_per_node,
-    refuse,
 )
 from paraplan.export.megatron import (
     ORDERS,
@@ -57,8 +56,6 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     check_handled(plan, HANDLED, fw)
     c, mapping = megatron_core_checks(plan, fw, "NeMo (Megatron-Core)", "virtual_pipeline_model_parallel_size",
                                       "optimizer_cpu_offload")
-    if plan.stage_layers is not None and any(n % plan.vpp for n in plan.stage_layers):
-        raise refuse(fw, "stage_layers", list(plan.stage_layers), f"a layout needs each stage's layers divisible by vpp={plan.vpp}")
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     o: list[tuple[str, object]] = [
         ("trainer.num_nodes", nodes),
@@ -70,8 +67,10 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
         ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
-        *[(key, getattr(plan, name)) for name, key in SPLIT_KEYS.items() if getattr(plan, name) not in (None, False)],
-        *([(LAYOUT_KEY, layout_from_stage_layers(plan.stage_layers, plan.vpp))] if plan.stage_layers is not None else []),
+        # explicit stage counts as a layout (its chunks even or not: export.megatron.layout_from_stage_layers), else the split keys
+        *([(key, getattr(plan, name)) for name, key in SPLIT_KEYS.items() if getattr(plan, name) not in (None, False)]
+          if plan.stage_layers is None else
+          [(LAYOUT_KEY, layout_from_stage_layers(plan.stage_layers, plan.vpp, plan.embedding_units, plan.loss_units))]),
         ("data.micro_batch_size", plan.micro_batch),
         ("data.global_batch_size", plan.global_batch),
         ("data.seq_length", plan.seq_length),

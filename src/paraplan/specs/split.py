@@ -14,6 +14,14 @@ Four ways, as Megatron-LM offers them (argument names in brackets):
   layer fewer (126 layers of Llama 3.1 405B + 2 = 128 = 8 stages × 16, or 16 × 8).
 - ``stage_layers``: the count of every stage, given explicitly.
 
+With interleaving (vpp > 1) each stage's layers are cut into vpp virtual chunks. Megatron-LM's
+``--num-virtual-stages-per-pipeline-rank`` alone needs every stage's units to split into equal whole
+chunks; its ``--pipeline-model-parallel-layout`` (Megatron-Core PipelineParallelLayerLayout) takes any
+number of layers per chunk, empty chunks included, and the Megatron-Bridge recipes use such layouts
+(DeepSeek-V3 at PP 4 × VP 4: 61 layers as [16, 16, 16, 13]). A plan may split either way
+(``chunk_layer_counts`` gives the chunks); the search enumerates the equal splits only
+(specs.plan.interleave_split_rule).
+
 Every split is described as four groups — first stage, the fuller middle stages, the other
 middle stages, last stage — whose counts work on ints and on numpy arrays alike (the search splits
 millions of candidates at once), except the explicit list, which is one group per stage.
@@ -95,3 +103,25 @@ def chunk_units(group: SplitGroup, embedding_units: Num, loss_units: Num) -> Num
     """Layers a stage interleaves into virtual chunks: its decoder layers plus the embedding / loss
     units counted on it (Megatron-LM requires whole layers per virtual chunk)."""
     return group.layers + group.embedding * embedding_units + group.head * loss_units
+
+
+def chunk_layer_counts(stage_layers: list[int], vpp: int, embedding_units: int = 0, loss_units: int = 0) -> list[list[int]]:
+    """Decoder layers of each of the vpp virtual chunks of every stage (scalar): each layer in turn goes to the chunk
+    of its stage with the fewest units (its layers plus the units counted on it: the embedding in stage 0's first
+    chunk, the loss and MTP units in the last stage's last chunk), the earliest on a tie. An accounted split that
+    divides evenly keeps Megatron-LM's chunks (DeepSeek-V3 at PP 8 × VP 4: 'Et|tt|...|tt|mL'), any other is as even
+    as it can be (13 layers over 4 chunks: 4, 3, 3, 3)."""
+    out = []
+    for stage, n in enumerate(stage_layers):
+        units = [0] * vpp
+        if stage == 0:
+            units[0] += embedding_units
+        if stage == len(stage_layers) - 1:
+            units[-1] += loss_units
+        layers = [0] * vpp
+        for _ in range(n):
+            chunk = min(range(vpp), key=lambda c: (units[c], c))
+            units[chunk] += 1
+            layers[chunk] += 1
+        out.append(layers)
+    return out

@@ -18,10 +18,11 @@ compared on ``StageMemory.transformer_*_bytes``; their whole-stage values are st
 Case by case
 ------------
 A malformed case file (not JSON/YAML, a missing or misspelt case key, an unknown metric, a value
-out of range, a plan that breaks a rule) is an input error naming the file, case and field. A
-well-formed case whose model or plan uses a field this model does not know (for example the
-mixture-of-experts fields before the MoE layer exists) is **unsupported**: it is reported with
-the reason and left out of the summary, and the other cases still run.
+out of range) is an input error naming the file, case and field. A well-formed case whose model or
+plan uses a field this model does not know (for example the mixture-of-experts fields before the
+MoE layer exists), or whose plan breaks one of paraplan's plan rules (specs.plan.plan_violations: a
+published run that ran is evidence against the rule, not bad input), is **unsupported**: it is
+reported with the reason and left out of the summary, and the other cases still run.
 
 Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``, ``derived``,
 ``quote``, ``record``, ``config_id``) are accepted and not interpreted, except ``group`` (the
@@ -232,7 +233,10 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             plan = _expressible(_plan, plan_fields)
         except _Unsupported as exc:
             return UnsupportedCase(name, raw["source"], file, f"cannot be expressed: {exc}", group)
-        check_plan(model, system, plan)
+        try:
+            check_plan(model, system, plan)
+        except InputError as exc:  # a run that ran is evidence against the rule: report it, run the others
+            return UnsupportedCase(name, raw["source"], file, f"plan refused by paraplan's rules: {exc}", group)
     except (InputError, UnitError) as exc:
         raise InputError(f"{label}: {exc}") from None
     return Case(
