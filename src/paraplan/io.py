@@ -132,10 +132,23 @@ def _depth(value: Any, limit: int) -> int:
 
 def _nesting_of_text(text: str) -> int:
     """Upper bound of the bracket nesting of a JSON text or a YAML flow collection (cheap pre-check,
-    so that a parser never recurses 100,000 levels deep)."""
+    so that a parser never recurses 100,000 levels deep); brackets inside double-quoted strings (backslash
+    escapes) do not count, so a JSON note quoting "[a, b)" does not make a file look deep (other brackets count:
+    the bound stays an upper one, and the parsed data's own depth is checked after)."""
     depth = deepest = 0
+    quote = ""
+    escaped = False
     for ch in text:
-        if ch in "[{":
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch == '"':
+            quote = ch
+        elif ch in "[{":
             depth += 1
             deepest = max(deepest, depth)
         elif ch in "]}":

@@ -208,3 +208,15 @@ def test_plot_refuses_nan_and_negative_times(cli, tmp_path):
     bad = write(tmp_path, "sweep2.json", '{"sweep": {}, "points": [{"step_time_s": -1.0}]}')
     code, _, err = cli("plot", bad)
     assert code == 2 and "must be >= 0" in err
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    """The cheap nesting pre-check skips double-quoted strings: a note that quotes 100 unclosed "[" (AMP's records
+    quote "[b_i, b_{i+1})" once per record) is not deep; real nesting past the limit still is."""
+    from paraplan.io import MAX_NESTING, parse_document
+    from paraplan.specs.errors import InputError
+
+    text = json.dumps({"notes": "[" * 100 + '\\" {', "cases": [[1]]})
+    assert parse_document(text, "x.json", "cases", True)["cases"] == [[1]]
+    with pytest.raises(InputError, match="nests deeper"):
+        parse_document("[" * (MAX_NESTING + 2) + "]" * (MAX_NESTING + 2), "x.json", "cases", True)

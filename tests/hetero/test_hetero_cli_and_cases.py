@@ -115,3 +115,34 @@ def test_amp_report_against_amps_own_error():
     assert mixed["step_time_s_mape_pct"] < mixed["reference_mape_pct"]["amp_predicted_s"]
     for entry in report["cases"]:
         assert entry["predicted"]["step_time_s"] > 0
+
+
+HET_001 = {  # AMP's trial het-001 as reference/published/amp-trials.json records it (the fields the converter reads)
+    "id": "het-001",
+    "arch": {"name": "GPT-2 medium-like (AMP gpt2)", "layers": 24, "hidden": 1024, "heads": 16, "seq": 1024, "vocab": 52256},
+    "hardware": {"nodes": [{"node": i, "instance": inst} for i, inst in
+                           enumerate(["p3.8xlarge", "p3.8xlarge", "p3.8xlarge", "g4dn.12xlarge"])]},
+    "parallelism": {"tp": 1, "dp": 4, "pp": 4, "stage_boundaries": [0, 7, 14, 20, 30],
+                    "stage_boundaries_meaning": "stage i holds [b_i, b_{i+1}) of a 30-entry op list"},
+    "batch": {"gbs": 32, "mbs": 1, "seq": 1024, "ga": 8},
+    "measured": {"step_time_s": 1.47, "failed": False, "amp_predicted_s": 1.0859},
+    "source": {"title": "AMP (NeurIPS 2022) cached real trials", "repo": "DachengLi1/AMP",
+               "path": "src/results/het_cluster_results.txt", "commit": "72eeea4", "paper": "arXiv 2210.07297"},
+}
+
+
+def test_validate_reads_amp_trial_records_as_given(capsys, tmp_path):
+    """A file of AMP's raw trial records (the format of reference/published/amp-trials.json, whose notes quote
+    "[b_i, b_{i+1})" without making the file look deeply nested) validates as the converted cases would; a record the
+    converter cannot read is a one-line input error naming it."""
+    records = tmp_path / "records.json"
+    records.write_text(json.dumps({"about": "AMP trials [subset]", "records": [HET_001]}))
+    code, out, _ = run(capsys, "validate", "--cases", str(records), "--json")
+    assert code == 0
+    (case,) = json.loads(out)["cases"]
+    bundled = next(c for c in run_hetero_cases(load_hetero_cases())["cases"] if c["name"] == "het-001")
+    assert case["name"] == "het-001" and case["predicted"]["step_time_s"] == bundled["predicted"]["step_time_s"]
+    broken = dict(HET_001, hardware={"nodes": [{"node": 0, "instance": "p4d.24xlarge"}] * 4})
+    records.write_text(json.dumps({"records": [broken]}))
+    code, _, err = run(capsys, "validate", "--cases", str(records))
+    assert code == 2 and "het-001" in err and len(err.strip().splitlines()) == 1

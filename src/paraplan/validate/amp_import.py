@@ -157,13 +157,32 @@ def case_of(record: dict) -> dict:
     }
 
 
-def convert(records_path: Path) -> dict:
-    data = json.loads(Path(records_path).read_text())
+def is_records(data: object) -> bool:
+    """True for a document of AMP trial records (a ``records`` list of mappings with ``arch``, ``hardware`` and
+    ``parallelism``, the format of reference/published/amp-trials.json) rather than a case file."""
+    records = data.get("records") if isinstance(data, dict) and "cases" not in data else None
+    return bool(records) and isinstance(records, list) and all(
+        isinstance(r, dict) and {"arch", "hardware", "parallelism"} <= set(r) for r in records)
+
+
+def convert_records(data: dict) -> dict:
+    """The case file of a document of AMP trial records (is_records); ValueError naming the record it cannot read."""
+    cases = []
+    for i, record in enumerate(data["records"]):
+        try:
+            cases.append(case_of(record))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            name = record.get("id", f"#{i + 1}") if isinstance(record, dict) else f"#{i + 1}"
+            raise ValueError(f"record {name!r}: {type(exc).__name__} {exc}; not an AMP trial record this converter reads") from None
     return {
         "about": "AMP (NeurIPS 2022) real trials as heterogeneous validation cases; schema in docs/heterogeneous.md. "
-        + data.get("about", ""),
-        "cases": [case_of(r) for r in data["records"]],
+        + str(data.get("about", "")),
+        "cases": cases,
     }
+
+
+def convert(records_path: Path) -> dict:
+    return convert_records(json.loads(Path(records_path).read_text()))
 
 
 def main(argv: list[str]) -> int:

@@ -138,12 +138,19 @@ def bundled_case_files() -> list[Any]:
 
 
 def _read_case_file(path: Any) -> tuple[str, list]:
-    """(file stem, raw case list) of a JSON or YAML case file; InputError naming the file otherwise."""
+    """(file stem, raw case list) of a JSON or YAML case file, or of a file of AMP's trial records (converted by
+    validate.amp_import, as the bundled hetero/amp2022.json was); InputError naming the file otherwise."""
     from paraplan.io import read_document  # bounded, strict reading shared by every input file
+    from paraplan.validate.amp_import import convert_records, is_records
 
     name = path.name
     label = str(path)
     data = read_document(path, "cases")
+    if is_records(data):  # AMP's raw trial records (reference/published/amp-trials.json): made cases on reading
+        try:
+            data = convert_records(data)
+        except ValueError as exc:
+            raise InputError(f"cases: {label!r}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise InputError(f"cases: {label!r} must hold a mapping with a list under 'cases'")
     stem = name.rsplit(".", 1)[0] if "." in name else name
