@@ -325,8 +325,16 @@ def test_validate_bad_case_file(capsys, tmp_path):
         "plan": {"gpus": 8, "tp": 3, "global_batch": 8, "seq_length": 2048}, "measured": {"step_time_s": 1.0},
     }
     path = tmp_path / "bad.json"
+    case["plan"]["recompute"] = "most"  # malformed: an input error naming the case and the field
     path.write_text(json.dumps({"cases": [case]}))
     code, out, err = run(capsys, "validate", "--cases", str(path))
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "broken" in lines[0] and "plan." in lines[0]
+    assert len(lines) == 1 and "broken" in lines[0] and "plan.recompute" in lines[0]
+    # well formed but against a plan rule (tp 3 does not divide 32 heads): reported, not scored, no crash
+    del case["plan"]["recompute"]
+    path.write_text(json.dumps({"cases": [case]}))
+    code, out, err = run(capsys, "validate", "--cases", str(path))
+    assert code == 0 and "unsupported: broken: plan refused by paraplan's rules: plan.tp" in " ".join(out.split())
+    code, out, err = run(capsys, "validate", "--cases", str(path), "--max-mape", "10")
+    assert code == 1 and "no case was compared" in err

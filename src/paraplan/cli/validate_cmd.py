@@ -130,7 +130,7 @@ def validate(
     else:
         console = _stdout()
         console.print(_validation_table(report))
-        if any(e["scope"] == "transformer_layers" for e in report["cases"]):
+        if any(e.get("scope") == "transformer_layers" for e in report["cases"]):
             console.print(_LAYERS_NOTE)
         console.print()
         console.print(_summary_table(report["summary"]))
