@@ -40,8 +40,8 @@ def raises(model, system, **fields) -> InputError:
         (LLAMA, dict(gpus=12, tp=12, global_batch=8), "plan.tp", 12),
         # 24 layers, pp 32: more stages than layers (uneven splits such as pp 5 are allowed)
         (GPT, dict(gpus=32, pp=32, global_batch=64), "plan.pp", 32),
-        # 24 layers, pp 4 x vpp 4 = 16: interleaving needs pp·vpp to divide the layers
-        (GPT, dict(gpus=4, pp=4, vpp=4, global_batch=16), "plan.vpp", 4),
+        # interleaving needs a pipeline (24 layers over pp 4 × vpp 4 is valid: a layout of 1- and 2-layer chunks)
+        (GPT, dict(gpus=4, pp=1, vpp=4, global_batch=16), "plan.vpp", 4),
         # dp 4 x micro_batch 2 = 8 does not divide 12
         (GPT, dict(gpus=4, micro_batch=2, global_batch=12), "plan.global_batch", 12),
         # explicit dp: 2*1*3*1 = 6 != 8 GPUs; tp divides 8, so dp is blamed
