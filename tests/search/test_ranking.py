@@ -102,3 +102,16 @@ def test_fast_and_exhaustive_agree_on_groups_for_every_k(grouped, monkeypatch, c
         assert [r.equivalents for r in fast.plans] == [r.equivalents for r in reference.plans[:k]], k
         if chunk is None:
             assert exhaustive_search(problem, top_k=k).plans[-1].key == reference.plans[k - 1].key
+
+
+def test_unique_rows_is_numpys_unique_over_rows():
+    """ranking.unique_rows (the K-th group's objective, the groups a split search publishes) gives np.unique(axis=0)'s
+    rows, in its order, infinities included, without the masked-array import np.unique makes."""
+    from paraplan.search.ranking import unique_rows
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        rows = rng.integers(0, 4, size=(int(rng.integers(1, 40)), 3)).astype(float)
+        rows[rng.random(rows.shape) < 0.1] = np.inf
+        assert np.array_equal(unique_rows(rows), np.unique(rows, axis=0))
+    assert unique_rows(np.empty((0, 3))).shape == (0, 3)

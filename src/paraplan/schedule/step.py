@@ -318,7 +318,7 @@ def zero_branches(zero: Num) -> tuple[int, ...]:
     """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed."""
     if np.ndim(zero) == 0:
         return (int(zero_branch(zero)),)
-    return tuple(int(b) for b in np.unique(zero_branch(zero))) or (0,)
+    return tuple(sorted({int(b) for b in np.ravel(zero_branch(zero))})) or (0,)  # a set: np.unique would import numpy.ma
 
 
 def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num, Num, Num]:

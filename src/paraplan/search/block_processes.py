@@ -112,9 +112,9 @@ class PartView:
         shared, k = self.shared, self.shared.top_k
         if not k:
             return
-        triples = np.unique(np.atleast_2d(np.stack([ranking.tie_value(np.asarray(objectives, dtype=float)),
-                                                    ranking.tie_value(np.asarray(steps, dtype=float)),
-                                                    ranking.tie_value(np.asarray(peaks, dtype=float))], axis=1)), axis=0)[:k]
+        triples = ranking.unique_rows(np.stack([ranking.tie_value(np.asarray(objectives, dtype=float)),
+                                                ranking.tie_value(np.asarray(steps, dtype=float)),
+                                                ranking.tie_value(np.asarray(peaks, dtype=float))], axis=1))[:k]
         mine = np.full((k, 3), math.inf)
         mine[:len(triples)] = triples
         with shared.threshold.get_lock():  # a reentrant lock: offer takes it again
