@@ -253,20 +253,24 @@ def test_uneven_interleaving_exports_as_a_layout_and_bridge_layouts_import():
     """An interleaved plan whose stages do not cut into equal chunks (DeepSeek-V3, 61 layers, pp 8 × vpp 4 with 7 / 6
     on the first / last stage, the moe-visible H100 case) is written as Megatron-Core's pipeline layout, its MTP module
     'm' beside the loss (the layout wants it in the last chunk, after the decoder layers), and reads back as the same
-    stage counts; Megatron-Bridge's own DeepSeek-V3 layouts (recipes/deepseek, (8, 4) and (4, 4)) import."""
+    stage counts, its recomputed modules as --recompute-modules; Megatron-Bridge's own DeepSeek-V3 layouts
+    (recipes/deepseek, (8, 4) and (4, 4)) import."""
     from paraplan.export.megatron import stage_layers_from_layout
 
     model = load_model("deepseek-v3")
     plan = PlanSpec(gpus=1024, tp=2, pp=8, vpp=4, micro_batch=1, global_batch=8192, seq_length=4096, sequence_parallel=True,
-                    zero=1, dtype="fp8", ep=64, layers_first_stage=7, layers_last_stage=6, recompute="selective")
+                    zero=1, dtype="fp8", ep=64, layers_first_stage=7, layers_last_stage=6, recompute="selective",
+                    recompute_modules=("mla_up_proj", "mlp"))
     assert not plan_violations(plan, model)
     text = export_plan("megatron", plan, model)
     layout = re.search(r"--pipeline-model-parallel-layout '([^']+)'", text).group(1)
     chunks = layout.split("|")
     assert len(chunks) == 32 and chunks[0].startswith("E") and chunks[-1].endswith("mL")
     assert "--decoder-first-pipeline-num-layers" not in text  # the layout replaces the split flags
+    assert "--recompute-modules mla_up_proj mlp" in " ".join(text.split())  # Megatron-Core's names, a list flag
     back = import_plan("megatron", text, model, plan.seq_length)
     assert back["stage_layers"] == (7, 8, 8, 8, 8, 8, 8, 6) and back["vpp"] == 4
+    assert back["recompute_modules"] == ("mla_up_proj", "mlp") and back["recompute"] == "selective"
     assert stage_layers_from_layout("Et|(tt|)*30mL", 8) == ((7, 8, 8, 8, 8, 8, 8, 6), 4)
     assert stage_layers_from_layout("Et*4|(t*4|)*14tmL", 4) == ((16, 16, 16, 13), 4)
     with pytest.raises(ExportRefused, match="MTP"):

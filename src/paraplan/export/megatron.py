@@ -31,7 +31,6 @@ ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 # Flags that change the plan in ways paraplan's PlanSpec cannot hold: refused on import, never ignored.
 UNREPRESENTABLE = {
-    "--recompute-modules": "recomputation of chosen modules",
     "--use-torch-fsdp2": "PyTorch FSDP2 sharding",
     "--overlap-param-gather-with-optimizer-step": "parameter gather overlapped with the optimizer step",
     "--optimizer-offload-fraction": "partial optimizer offload",
@@ -42,8 +41,9 @@ HANDLED = {
     "recompute", "recompute_num_layers", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
     "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
     "embedding_as_layer", "loss_as_layer", "tp_layout", "cp_algorithm",
-    "etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance",
+    "etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance", "recompute_modules",
 }
+MULTI_VALUE_FLAGS = {"--recompute-modules"}  # flags that take a list (argparse nargs='*')
 # plan.moe_dispatcher -> Megatron-Core's token dispatcher arguments (megatron/training/arguments.py,
 # core_v0.14.0: --moe-token-dispatcher-type {allgather, alltoall, flex}; DeepEP is flex + --moe-enable-deepep)
 DISPATCHER_ARGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
@@ -132,6 +132,8 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
         a += ["--sequence-parallel"]
     if plan.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
+        if plan.recompute_modules:  # Megatron-Core's module names, which the plan field uses (default: core_attn)
+            a += ["--recompute-modules", *plan.recompute_modules]
     elif plan.recompute == "full" and plan.recompute_num_layers is not None:  # the first N layers of each chunk
         a += ["--recompute-granularity", "full", "--recompute-method", "block",
               "--recompute-num-layers", str(plan.recompute_num_layers)]
@@ -303,19 +305,19 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 
     launch = f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT}"
     pairs: list[str] = []
     i = 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            pairs.append(f"{args[i]} {shlex.quote(args[i + 1])}")
-            i += 2
-        else:
-            pairs.append(args[i])
-            i += 1
+    while i < len(args):  # a flag and the values after it (several for MULTI_VALUE_FLAGS) on one line
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        pairs.append(" ".join([args[i], *map(shlex.quote, args[i + 1:j])]))
+        i = j
     out.append(" \\\n    ".join([launch] + pairs))
     return "\n".join(out) + "\n"
 
 
 def parse(text: str) -> dict[str, object]:
-    """Flags of a launch line (comments and line continuations allowed): {flag: value or True}."""
+    """Flags of a launch line (comments and line continuations allowed): {flag: value or True, or a tuple of values for
+    MULTI_VALUE_FLAGS}."""
     body = " ".join(line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines())
     tokens = shlex.split(body)
     flags: dict[str, object] = {}
@@ -326,6 +328,12 @@ def parse(text: str) -> dict[str, object]:
             key, eq, val = tok.partition("=")
             if eq:
                 flags[key] = val
+            elif key in MULTI_VALUE_FLAGS:  # every value up to the next flag, as a tuple
+                values = []
+                while i + 1 < len(tokens) and not tokens[i + 1].startswith("--") and not tokens[i + 1].endswith(".py"):
+                    values.append(tokens[i + 1])
+                    i += 1
+                flags[key] = tuple(values)
             elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--") and not tokens[i + 1].endswith(".py"):
                 flags[key] = tokens[i + 1]
                 i += 1
@@ -358,6 +366,9 @@ def import_plan(text: str) -> dict[str, object]:
             method != "uniform" or str(f.get("--recompute-num-layers", "1")) != "1"):
         raise ExportRefused("megatron: full recomputation other than --recompute-method block or uniform with "
                             "--recompute-num-layers 1 (every layer) has no paraplan plan field")
+    if "--recompute-modules" in f and f.get("--recompute-granularity") != "selective":
+        raise ExportRefused("megatron: --recompute-modules without --recompute-granularity selective recomputes nothing "
+                            "in Megatron-LM; paraplan's recompute_modules needs recompute=selective")
     for needed in ("--nnodes", "--global-batch-size", "--seq-length"):
         if needed not in f:
             raise ExportRefused(f"megatron: {needed} is missing; paraplan needs it to rebuild the plan")
@@ -396,6 +407,8 @@ def import_plan(text: str) -> dict[str, object]:
         "recompute": granularity if granularity in ("full", "selective") else "none",
         "recompute_num_layers": (num("--recompute-num-layers", 1)
                                  if granularity == "full" and method == "block" else None),
+        **({"recompute_modules": tuple(f["--recompute-modules"])}
+           if granularity == "selective" and f.get("--recompute-modules") else {}),
         "zero": zero,
         "dtype": dtype,
         "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
