@@ -65,8 +65,6 @@ BAD = {
     "unknown framework": (broken(framework="megatron"), "framework"),
     "only documentation metrics": (broken(measured={"tflops_per_gpu": 400}), "measured"),
     "bad model field": (broken(model__hidden=0), "model.hidden"),
-    "unknown model name": (broken(model="llama9"), "model"),
-    "unknown system": (broken(system="dgx-z100"), "system"),
     "bad plan field": (broken(plan__recompute="most"), "plan.recompute"),
     "system with bad unit": (
         broken(system={"accelerator": {"name": "x", "matrix_flops": {"bf16": "1 PFLOPS"}, "vector_flops": {},
@@ -125,6 +123,19 @@ def test_case_whose_plan_breaks_a_rule_is_reported_and_the_rest_run(tmp_path):
     report = run_cases(cases)
     assert [e["status"] for e in report["cases"]] == ["ok", "unsupported"]
     assert report["summary"]["cases"] == 1 and report["summary"]["unsupported_cases"][0]["name"] == "tp3"
+
+
+def test_unknown_catalog_names_are_reported_and_the_rest_run(tmp_path):
+    """A case naming a model or system the catalog does not have is reported unsupported with the name and the
+    catalog's suggestions (a system this tool does not know yet is not a malformed file); the others still run."""
+    from paraplan.validate.run import UnsupportedCase, run_cases
+
+    model, system = broken(model="llama9"), broken(system="dgx-z100")
+    model["name"], system["name"] = "m", "s"
+    cases = load_cases([write(tmp_path, [GOOD, model, system])])
+    assert [type(c) for c in cases[1:]] == [UnsupportedCase, UnsupportedCase]
+    assert "model: unknown model 'llama9'" in cases[1].reason and "system: unknown system 'dgx-z100'" in cases[2].reason
+    assert run_cases(cases)["summary"]["cases"] == 1
 
 
 def test_bad_file_shapes(tmp_path):

@@ -20,7 +20,7 @@ Case by case
 A malformed case file (not JSON/YAML, a missing or misspelt case key, an unknown metric, a value
 out of range) is an input error naming the file, case and field. A well-formed case whose model or
 plan uses a field this model does not know (for example the mixture-of-experts fields before the
-MoE layer exists), or whose plan breaks one of paraplan's plan rules (specs.plan.plan_violations: a
+MoE layer exists), names a model or system the catalog does not have, or whose plan breaks one of paraplan's plan rules (specs.plan.plan_violations: a
 published run that ran is evidence against the rule, not bad input), is **unsupported**: it is
 reported with the reason and left out of the summary, and the other cases still run.
 
@@ -213,9 +213,16 @@ def _expressible(load, *args):
     try:
         return load(*args)
     except InputError as exc:
-        if _unknown_fields_only(exc):
+        if _unknown_fields_only(exc) or _unknown_catalog_name(exc, args):
             raise _Unsupported(str(exc)) from None
         raise
+
+
+def _unknown_catalog_name(exc: InputError, args: tuple) -> bool:
+    """True when a loader refused a name it does not have in its catalog (catalog._unknown's message, the reference a
+    string): a model or system this tool does not know yet, not a malformed case."""
+    ref, field = args[0], args[1] if len(args) > 1 else ""
+    return isinstance(ref, str) and str(exc).startswith(f"{field}: unknown ")
 
 
 def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
@@ -230,7 +237,7 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
         group = raw.get("group", "")
         try:
             model = _expressible(load_model, raw["model"], "model")
-            system = load_system(raw["system"], field="system")
+            system = _expressible(load_system, raw["system"], "system")
             plan_fields = raw["plan"]
             framework = raw.get("framework")
             if framework is not None:
