@@ -11,7 +11,15 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.graph.transformer import cp_free_key
-from paraplan.search.expert_floors import DispatchFloors, KindFloors, costing_experts, expert_computes, least_with
+from paraplan.search.expert_floors import (
+    DispatchFloors,
+    KindFloors,
+    costing_experts,
+    expert_computes,
+    least_with,
+    ring_floor_s,
+    ring_transfer_floor_s,
+)
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.stages import BLOCK_KINDS, model_block_kinds
@@ -74,12 +82,16 @@ def test_the_contract_check_can_fail(monkeypatch):
 
 
 def _whole_floor(problem: SearchProblem, name: str, shape, experts) -> tuple[float, float, float]:
-    """(work, forward, ρ) of the kind from each option's whole compute (expert_computes) and least dispatch."""
+    """(work, forward, ρ) of the kind from each option's whole compute (expert_computes) and least dispatch, and for a
+    kind with core attention the K/V ring's exposure floor (ring_floor_s) at the largest attention time of any option."""
     model, system = problem.model, problem.system
     computes = expert_computes(model, system, name, shape, experts)
     totals = [c.forward + c.backward for c in computes]
     dispatch = DispatchFloors(problem)
     work = totals[0] if len(totals) == 1 else least_with(totals, lambda i: dispatch.table(shape, experts[i]).least)
+    ring = ring_transfer_floor_s(model, system, shape)
+    if BLOCK_KINDS[name].core_ops(model, shape) and ring is not None:
+        work += ring_floor_s(ring, max(c.attention_forward for c in computes), max(c.attention_backward for c in computes))
     rho = max([c.gemm_backward / t for c, t in zip(computes, totals) if t > 0], default=0.0)
     return work, min(c.forward for c in computes), rho
 

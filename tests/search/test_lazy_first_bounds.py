@@ -42,10 +42,11 @@ def _problems():
         SearchProblem(**{**deepseek, "dtype": "fp8", "moe_balance": "forced"}),
         SearchProblem(**{**deepseek, "capacity_factor": 0.5}),
         mixtral_problem(cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None),
+        SearchProblem(**{**deepseek, "cp": (1, 16)}),  # the K/V ring across NVLink domains (ring_floor_s)
     ]
 
 
-@pytest.mark.parametrize("problem", _problems(), ids=["deepseek-like", "fp8-forced", "capacity-0.5", "mixtral"])
+@pytest.mark.parametrize("problem", _problems(), ids=["deepseek-like", "fp8-forced", "capacity-0.5", "mixtral", "long-cp"])
 def test_cheap_layer_floors_are_below_the_exact_ones(problem):
     """Every kind's cheap work and forward floors are at most the exact ones (KindFloors.kinds(cheap=True):
     admissible), strictly
@@ -71,7 +72,7 @@ def test_cheap_layer_floors_are_below_the_exact_ones(problem):
 @pytest.mark.parametrize("problem", _problems() + [
     SearchProblem(model=load_model("gpt3-1.3b"), system=load_system("dgx-h100-80gb"), gpus=16, seq_length=2048,
                   global_batch=64, schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"))],
-    ids=["deepseek-like", "fp8-forced", "capacity-0.5", "mixtral", "gpt3-1.3b-all-schedules"])
+    ids=["deepseek-like", "fp8-forced", "capacity-0.5", "mixtral", "long-cp", "gpt3-1.3b-all-schedules"])
 def test_block_step_floors_on_arrays_equal_each_blocks(problem):
     """block_step_floors (the initial bounds, on arrays over the blocks of each (pp, micro-batches)) gives every
     block's block_step_floor to the last bit, cheap and exact floors, every schedule's bubble floor."""

@@ -30,6 +30,11 @@ def mixtral_problem(**fields) -> SearchProblem:
     return SearchProblem(**{**base, **fields})
 
 
+# context parallelism inside and beyond the 8-GPU NVLink domain (cp 16 and 32 cross it in every placement): the K/V
+# ring's exposure floor of the exact layer floors (search.expert_floors.ring_floor_s) on both of its spans
+CP_PROBLEM = mixtral_problem(global_batch=16, tp=(1,), pp=(1, 2), cp=(1, 2, 16), dispatchers=("alltoall",), vary_placement=True)
+
+
 @pytest.fixture(scope="module")
 def reference():
     p = mixtral_problem()
@@ -251,6 +256,19 @@ def test_block_search_equals_exhaustive(reference):
 
 
 @pytest.mark.slow
+def test_long_context_parallel_search_equals_exhaustive():
+    """On CP_PROBLEM the block search (whose exact layer floors add the K/V ring's exposure floor) returns what the
+    exhaustive path returns, and the ring floor prunes: blocks with cp 16 / 32 are bounded above the cp 1 ones."""
+    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
+
+    want = exhaustive_search(CP_PROBLEM, top_k=10)
+    got = search(CP_PROBLEM, top_k=10, workers=1)
+    assert [(c.key, c.estimate.step_time_s) for c in got.plans] == [(c.key, c.estimate.step_time_s) for c in want.plans]
+    floors = {b.cp: block_step_floor(CP_PROBLEM, b, layer_floors(CP_PROBLEM, b.tp, b.cp, b.micro_batch))
+              for b in blocks(CP_PROBLEM) if b.pp == 1}
+    assert floors[16] > 2 * floors[1]
+
+
 def test_search_over_every_split_equals_exhaustive():
     """With vary_split (every split of SearchProblem.split_options with every schedule) the block-by-block and
     one-table paths return what the exhaustive path returns, and the search reaches splits the default space
@@ -279,7 +297,8 @@ def test_search_over_every_split_equals_exhaustive():
                     micro_batch=(1, 2), vary_offload=True, vary_placement=True),
     mixtral_problem(vary_split=True, schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4),
                     global_batch=64, micro_batch=(1, 2), ep=(2,)),
-], ids=["mixtral-axes", "mixtral-schedules", "mixtral-splits"])
+    CP_PROBLEM,
+], ids=["mixtral-axes", "mixtral-schedules", "mixtral-splits", "mixtral-long-cp"])
 def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
     """Every block's rows are the canonical rows [offset, offset + rows) (its own row table lists them
     in that order), and its bound is at most the objective of every feasible candidate it holds."""

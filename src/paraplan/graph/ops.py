@@ -214,14 +214,14 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
 
 def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
     """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
-    names = _recomputed_op_names(modules)
+    names = recomputed_op_names(modules)
     # an op whose flag already has the value is kept as is (equal to its replace; no copy)
     return tuple(op if op.selective_recompute == (op.name in names) else _with_recompute_flag(op, op.name in names)
                  for op in ops)
 
 
 @lru_cache(maxsize=256)
-def _recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
+def recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
     """The op names the modules re-run (RECOMPUTE_MODULE_OPS)."""
     return frozenset(name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ()))
 

@@ -14,8 +14,10 @@ micro-batches, ``schedule.step.compose_step`` gives
     bubble = (T − S)/v (1F1B and GPipe v = 1; interleaved v = vpp <= v_max), (T − S)·share (ZB-H1),
              (p/2 − 1)·max(F + 2B − 3W, 0)/2 (DualPipe; F, B, W of the slowest stage, S = F + B + p2p).
 Every BlockTerms part is >= 0, so a stage's work is at least the sum over its blocks of their
-compute (forward + backward) and, for a block holding an MoE layer, its exposed dispatch and combine
-(the EP parts, least over the dispatchers and a2a-overlap switches); a floor of each block kind's work
+compute (forward + backward), for a block holding an MoE layer its exposed dispatch and combine (the EP parts, least
+over the dispatchers and a2a-overlap switches), and for a block with core attention under the K/V ring the ring's
+exposure floor (search.expert_floors.ring_floor_s: its transfer on the cheapest span a cp group of the key can
+have, less the largest attention time it can hide behind); a floor of each block kind's work
 over every row of the block (``layer_floors``: the least over the sequence-parallel / layout options
 and every (ep, etp)) and
 the layer split of the schedule option (specs.split, stages.layer_mix, the same rule
@@ -25,7 +27,8 @@ backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + 
 share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
 m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
 block's bound is the least over its schedule options. For an MoE model the first bound takes cheaper
-floors (``layer_floors(cheap=True)``: the routed experts' GEMMs at their FLOP floor, no dispatch, ρ = 1;
+floors (``layer_floors(cheap=True)``: the routed experts' GEMMs at their FLOP floor, no dispatch, ρ = 1, the ring's
+floor only where no expert op is recomputed;
 ``first_bound_levels``) and the floors above are its first refinement. ``refined_bound`` then raises it per
 recompute mode, first with memory alone (``memory_floors``: the recomputation a block's activations force),
 then with the exposed TP / CP communication and recomputation of the expert-free kinds, then of every kind

@@ -19,10 +19,12 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
 
+from paraplan.cost.comm import GroupSpan, collective_costs_s
 from paraplan.cost.compute import grouped_gemm_share
 from paraplan.cost.moe import mlp_matmul_params, routed_load_factor
+from paraplan.graph.mla import attention_half_collectives
 from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
-from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed
+from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.schedule.step import expert_exposure
 from paraplan.search.divisors import divisors
@@ -101,12 +103,14 @@ class KindFloor(NamedTuple):
 
 
 class _RestFloor(NamedTuple):
-    """A kind's floors without its core attention: per option (forward + backward, backward GEMM), and its KindFloor
-    with nothing added (least work with dispatch, least forward, largest backward-GEMM share)."""
+    """A kind's floors without its core attention: per option (forward + backward, backward GEMM), its KindFloor
+    with nothing added (least work with dispatch, least forward, largest backward-GEMM share), and the largest
+    attention forward / backward time (BlockCompute.attention_*) of any option (ring_floor_s)."""
 
     totals: tuple
     gemm_backward: tuple
     floor: KindFloor
+    attention: tuple[float, float]
 
 
 class KindFloors:
@@ -144,22 +148,24 @@ class KindFloors:
         once per key and layer knob)."""
         model = self.problem.model
         first = self._first(shape)
-        free = None
+        free = ring = None
         out = []
         for name in model_block_kinds(model):
             core = BLOCK_KINDS[name].core_ops(model, shape)
             if core is not None and free is None:
                 free = cp_free_key(first)
+                ring = ring_transfer_floor_s(model, self.problem.system, shape)
             key = free if core is not None else first
-            out.append((name, self._cheap(name, shape, core, first, key) if cheap else self._floor(name, shape, core, first, key)))
+            out.append((name, self._cheap(name, shape, core, first, key, ring) if cheap else self._floor(name, shape, core, first, key, ring)))
         return out
 
     def _first(self, shape):
         """The shape at the first expert option (what the rest floors are costed at)."""
         return shape if shape.expert is self.experts[0] else with_expert(shape, self.experts[0])
 
-    def _floor(self, name: str, shape, core: tuple | None, first, key) -> KindFloor:
-        """__call__'s floor; ``first`` the shape at the first option, ``key`` its cp_free_key (the shape without core)."""
+    def _floor(self, name: str, shape, core: tuple | None, first, key, ring: tuple[float, float] | None = None) -> KindFloor:
+        """__call__'s floor; ``first`` the shape at the first option, ``key`` its cp_free_key (the shape without core);
+        ``ring``: ring_transfer_floor_s at the shape (a kind with core attention adds ring_floor_s to its work)."""
         rest = self._rest(name, shape, first, key, core)
         if not core:  # nothing added per (cp, micro-batch): the rest's own floor
             return rest.floor
@@ -167,25 +173,32 @@ class KindFloors:
         added = extra.forward + extra.backward
         rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
                   default=0.0)
+        if ring is not None:  # the K/V ring's exposure, at least its transfer less the largest attention it can hide behind
+            added += ring_floor_s(ring, rest.attention[0] + extra.attention_forward, rest.attention[1] + extra.attention_backward)
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
 
-    def _cheap(self, name: str, shape, core: tuple | None, first, key) -> KindFloor:
+    def _cheap(self, name: str, shape, core: tuple | None, first, key, ring: tuple[float, float] | None = None) -> KindFloor:
         """A floor of the kind's _floor (same arguments) that costs no expert option (search.run: the first bound of an
         MoE model's blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops
         takes its other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it,
         BlockKind.parts) and its core attention costed as in _floor, the routed experts' grouped GEMMs at
         expert_gemm_floor_s, no dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it:
-        block_step_floor); any other kind, and every kind when there is one expert option, its _floor (costed once
-        either way)."""
+        block_step_floor), and the K/V ring's floor (ring_floor_s) when no expert-knob op is among the ops its recompute
+        modules mark (their attention time is then the same for every option); any other kind, and every kind when
+        there is one expert option, its _floor (costed once either way)."""
         if len(self.experts) <= 1:
-            return self._floor(name, shape, core, first, key)
-        floor = self._cheap_rest(name, first, key, core)
-        if floor is None:
-            return self._floor(name, shape, core, first, key)
+            return self._floor(name, shape, core, first, key, ring)
+        found = self._cheap_rest(name, first, key, core)
+        if found is None:
+            return self._floor(name, shape, core, first, key, ring)
+        floor, attention = found
         if not core:
             return floor
         extra = self._core(core, shape)
-        return KindFloor(floor.work + extra.forward + extra.backward, floor.forward + extra.forward, 1.0)
+        work = floor.work + extra.forward + extra.backward
+        if ring is not None and attention is not None:
+            work += ring_floor_s(ring, attention[0] + extra.attention_forward, attention[1] + extra.attention_backward)
+        return KindFloor(work, floor.forward + extra.forward, 1.0)
 
     def _core(self, core: tuple, shape) -> BlockCompute:
         """The core attention's compute, costed once per core-ops tuple: the layer kinds of a shape share it
@@ -198,8 +211,10 @@ class KindFloors:
                 LayerGraph("core attention", core, (), 0.0), system, shape.dtype)))
         return found[2]
 
-    def _cheap_rest(self, name: str, first, shape_key, core: tuple | None) -> KindFloor | None:
-        """cheap's floor without the core attention, memoised as _rest's; None for a kind without expert-knob ops."""
+    def _cheap_rest(self, name: str, first, shape_key, core: tuple | None) -> tuple[KindFloor, tuple | None] | None:
+        """(cheap's floor without the core attention, the attention time of those ops — forward, backward — when no
+        expert-knob op is marked for recomputation at this shape, else None), memoised as _rest's; None for a kind
+        without expert-knob ops."""
         experts = self.experts
         key = ("cheap", name, shape_key)
         found = self.rest.get(key, _MISSING)
@@ -212,12 +227,27 @@ class KindFloors:
                 found = None
             else:
                 work, forward = rest.forward + rest.backward, rest.forward
+                attention = (rest.attention_forward, rest.attention_backward)
                 if parts is not None:  # the ops around the layer (an MTP module's)
                     work, forward = work + parts[1].forward + parts[1].backward, forward + parts[1].forward
+                    attention = (attention[0] + parts[1].attention_forward, attention[1] + parts[1].attention_backward)
                 experts_s = expert_gemm_floor_s(model, system, first, experts)
                 # forward + backward, and forward alone: a third of the GEMMs' FLOPs (graph.transformer._gemm)
-                found = KindFloor(work + experts_s, forward + experts_s / 3.0, 1.0)
+                found = (KindFloor(work + experts_s, forward + experts_s / 3.0, 1.0),
+                         None if self._marks_expert_ops(first) else attention)
             _remember(self.rest, key, found)
+        return found
+
+    def _marks_expert_ops(self, shape) -> bool:
+        """Whether the shape's recompute modules mark an expert-knob op (graph.ops.mark_recomputed): the op names at the
+        option with the least ep, which has every option's ops and the re-sorts of several local experts
+        (graph.moe.expert_ops); memoised per modules and datatype (the fp8 casts)."""
+        key = ("marks expert ops", shape.recompute_modules, shape.dtype)
+        found = self.rest.get(key)
+        if found is None:
+            widest = min(self.experts, key=lambda e: e.ep)
+            names = {op.name for op in expert_knob_ops(self.problem.model, shape, widest)}
+            found = _remember(self.rest, key, bool(names & recomputed_op_names(shape.recompute_modules)))
         return found
 
     def _rest(self, name: str, shape, first, shape_key, core: tuple | None) -> _RestFloor:
@@ -237,7 +267,8 @@ class KindFloors:
             gemm_backward = tuple(c.gemm_backward for c in computes)
             forward = min(c.forward for c in computes)
             rho = max([g / t for g, t in zip(gemm_backward, totals) if t > 0], default=0.0)
-            found = _remember(self.rest, key, _RestFloor(totals, gemm_backward, KindFloor(work, forward, rho)))
+            attention = (max(c.attention_forward for c in computes), max(c.attention_backward for c in computes))
+            found = _remember(self.rest, key, _RestFloor(totals, gemm_backward, KindFloor(work, forward, rho), attention))
         return found
 
 
@@ -338,6 +369,37 @@ def expert_gemm_floor_s(model, system, shape, experts) -> float:
                   * routed_load_factor(tokens, model.top_k, e.ep, "forced", e.capacity_factor) for e in experts)
     flops = 2.0 * tokens * model.top_k * weights
     return 3.0 * flops / (acc.peak_matrix_flops(dtype) * acc.gemm_efficiency_cap(dtype) * grouped_gemm_share(acc, dtype))
+
+
+def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
+    """(forward, backward) seconds of a layer's context-parallel K/V ring transfers (graph.mla.attention_half_collectives'
+    ring_exchange, calls × stages.block_comm's cost.comm.collective_costs_s) on the cheapest span a cp group of the
+    shape can have: inside one NVLink domain when cp fits in one (cost.comm.linear_collective's send/recv over NVLink),
+    else across domains (over the NIC: every placement then crosses); None without a ring (cp 1, Ulysses, the 2D
+    layouts, whose collectives the floor does not cover)."""
+    if shape.cp <= 1 or shape.ulysses or shape.tp_layout != "1d":
+        return None
+    rings = [c for c in attention_half_collectives(model, shape) if c.kind == "ring_exchange"]
+    if not rings:
+        return None
+    cp, domain = shape.cp, system.node.gpus_per_domain
+    spans = [GroupSpan(cp, 1, cp)] + ([GroupSpan(cp, cp, 1)] if cp <= domain else [])
+    forward = backward = 0.0
+    for c in rings:
+        time = min(collective_costs_s(c.kind, c.bytes, span, system)[0] for span in spans)
+        forward += c.count_fwd * time
+        backward += c.count_bwd * time
+    return forward, backward
+
+
+def ring_floor_s(ring: tuple[float, float], attention_forward: float, attention_backward: float) -> float:
+    """A floor of a block's exposed K/V ring time (schedule.step.block_terms' cp_f + cp_b): max(0, T_f − A_f) +
+    max(0, T_b − A_b), T the ring's transfer on its cheapest span (ring_transfer_floor_s), A at least the block's
+    attention time. block_terms exposes per pass E = (c−1)·max(0, T/(c−1) − A/c) + sync >= T − A
+    (cost.overlap.ring_attention_exposed_s; the synchronisation >= 0) and prices it as E + (P/T)(T − E), between E and T
+    for a price P <= T (cost.comm.priced_exposure_s; a collective's price is its time times an overlap cost <= 1), so
+    at least min(E, T) >= max(0, T − A); recomputation only adds."""
+    return max(0.0, ring[0] - attention_forward) + max(0.0, ring[1] - attention_backward)
 
 
 def least_with(totals, extra) -> float:
