@@ -9,12 +9,13 @@ from itertools import product
 
 import pytest
 
-from paraplan.catalog import load_model, load_system
+from paraplan.catalog import load_model, load_system, model_names
 from paraplan.cost.comm import GroupSpan
 from paraplan.schedule.step import RECOMPUTE_CODES, block_terms
 from paraplan.search.expert_floors import costing_experts, ring_floor_s, ring_transfer_floor_s
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
+from paraplan.specs.moe_model import moe_shaped
 from paraplan.stages import BLOCK_KINDS, _kind_cost_facts, model_block_kinds
 
 
@@ -25,6 +26,7 @@ def _spans(cp: int, domain: int) -> list[GroupSpan]:
 
 @pytest.mark.parametrize("model_name, system_name", [
     ("deepseek-v3", "dgx-h800"), ("mixtral-8x7b", "dgx-h100-80gb"), ("qwen3-30b-a3b", "gb200-nvl72"),
+    *((name, "dgx-h100-80gb") for name in model_names() if moe_shaped(load_model(name)) and name not in ("deepseek-v3", "mixtral-8x7b")),
 ])
 def test_ring_floor_never_exceeds_the_exposed_ring(model_name, system_name):
     model, system = load_model(model_name), load_system(system_name)

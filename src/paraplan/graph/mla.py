@@ -144,11 +144,19 @@ def attention_half_collectives(model: ModelSpec, shape: LayerShape) -> list[Coll
             ]
     if shape.ulysses:
         out += ulysses_collectives(shape, *attention_widths(model))
-    elif shape.cp > 1:
-        _, k_width, v_width = attention_widths(model)
-        kv_chunk = float(shape.act_bytes * shape.local_tokens * (k_width + v_width) / shape.tp)
-        out.append(Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"))
+    else:
+        out += context_ring_collectives(model, shape)
     return out
+
+
+def context_ring_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
+    """The context-parallel K/V ring of the attention half (Liu et al. 2023; none with cp 1): this GPU's K and V chunk
+    passed around the cp group, once forward, twice backward (search.expert_floors.ring_transfer_floor_s floors it)."""
+    if shape.cp <= 1 or shape.ulysses:
+        return []
+    _, k_width, v_width = attention_widths(model)
+    kv_chunk = float(shape.act_bytes * shape.local_tokens * (k_width + v_width) / shape.tp)
+    return [Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")]
 
 
 def attention_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...], selective: bool) -> float:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from paraplan.cost.comm import GroupSpan, collective_costs_s
 from paraplan.cost.compute import grouped_gemm_share
 from paraplan.cost.moe import mlp_matmul_params, routed_load_factor
-from paraplan.graph.mla import attention_half_collectives
+from paraplan.graph.mla import context_ring_collectives
 from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
@@ -372,14 +372,14 @@ def expert_gemm_floor_s(model, system, shape, experts) -> float:
 
 
 def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
-    """(forward, backward) seconds of a layer's context-parallel K/V ring transfers (graph.mla.attention_half_collectives'
-    ring_exchange, calls × stages.block_comm's cost.comm.collective_costs_s) on the cheapest span a cp group of the
+    """(forward, backward) seconds of a layer's context-parallel K/V ring transfers (graph.mla.context_ring_collectives,
+    calls × stages.block_comm's cost.comm.collective_costs_s) on the cheapest span a cp group of the
     shape can have: inside one NVLink domain when cp fits in one (cost.comm.linear_collective's send/recv over NVLink),
     else across domains (over the NIC: every placement then crosses); None without a ring (cp 1, Ulysses, the 2D
     layouts, whose collectives the floor does not cover)."""
     if shape.cp <= 1 or shape.ulysses or shape.tp_layout != "1d":
         return None
-    rings = [c for c in attention_half_collectives(model, shape) if c.kind == "ring_exchange"]
+    rings = context_ring_collectives(model, shape)
     if not rings:
         return None
     cp, domain = shape.cp, system.node.gpus_per_domain
