@@ -136,18 +136,17 @@ def _nesting_of_text(text: str) -> int:
     escapes) do not count, so a JSON note quoting "[a, b)" does not make a file look deep (other brackets count:
     the bound stays an upper one, and the parsed data's own depth is checked after)."""
     depth = deepest = 0
-    quote = ""
-    escaped = False
+    in_string = escaped = False
     for ch in text:
-        if quote:
+        if in_string:
             if escaped:
                 escaped = False
-            elif ch == "\\" and quote == '"':
+            elif ch == "\\":
                 escaped = True
-            elif ch == quote:
-                quote = ""
+            elif ch == '"':
+                in_string = False
         elif ch == '"':
-            quote = ch
+            in_string = True
         elif ch in "[{":
             depth += 1
             deepest = max(deepest, depth)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, get_args
 from pydantic import BaseModel, ValidationError
 
 from paraplan.io import parse_document, read_document
-from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
+from paraplan.specs.errors import InputError, UnknownNameError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 
@@ -53,10 +53,10 @@ def suggestions(name: str, known: list[str], n: int = 3) -> list[str]:
     return [c for *_, c in sorted(scored)[:n]]
 
 
-def _unknown(kind: str, field: str, name: str, known: list[str]) -> InputError:
+def _unknown(kind: str, field: str, name: str, known: list[str]) -> UnknownNameError:
     close = suggestions(name, known)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return InputError(f"{field}: unknown {kind} {name!r}{hint}; allowed: {', '.join(known)} or a YAML/JSON file")
+    return UnknownNameError(f"{field}: unknown {kind} {name!r}{hint}; allowed: {', '.join(known)} or a YAML/JSON file")
 
 
 @lru_cache(maxsize=None)

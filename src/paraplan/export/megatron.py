@@ -236,30 +236,19 @@ def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int
     return tuple(sum(chunks[v * pp + s].count("t") for v in range(vpp)) for s in range(pp)), vpp
 
 
-def uneven_stage_layers(plan: PlanSpec, model: ModelSpec | None) -> tuple[int, ...] | None:
-    """The stage layer counts of an interleaved plan whose stages do not split into vpp equal chunks (the layout
-    Megatron-LM then needs); None when they do, when the plan is not interleaved, or when the counts need the model
-    and it is not given."""
-    if plan.vpp <= 1 or (model is None and plan.stage_layers is None):
-        return None
-    layers = model.layers if model is not None else sum(plan.stage_layers or ())
-    groups = plan.split(layers, model.mtp_layers if model is not None else 0)
-    units = accounted_units(plan.embedding_units, plan.loss_units, model.mtp_layers if model is not None else 0)
-    if not interleave_split_rule(groups, plan.vpp, *units):
-        return None
-    return tuple(stage_layer_counts(groups))
-
-
 def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> list[str]:
     """The plan's stage split: first/last stage counts and embedding/loss as layers, or a layout for explicit stage
-    counts and for an interleaved split whose stages do not cut into equal chunks (uneven_stage_layers: the layout
-    replaces the split flags, which Megatron-LM would refuse with vpp)."""
+    counts and, with the model, for an interleaved split whose stages do not cut into equal chunks
+    (specs.plan.interleave_split_rule; the layout replaces the split flags, which Megatron-LM would refuse with vpp)."""
     mtp = model.mtp_layers if model is not None else 0
-    uneven = uneven_stage_layers(plan, model)
-    if uneven is not None or plan.stage_layers is not None:
-        stages = uneven if uneven is not None else plan.stage_layers
-        return [LAYOUT_FLAG, layout_from_stage_layers(stages, plan.vpp, *accounted_units(plan.embedding_units, plan.loss_units, mtp),
-                                                      mtp_layers=mtp)]
+    units = accounted_units(plan.embedding_units, plan.loss_units, mtp)
+    stages = plan.stage_layers
+    if stages is None and plan.vpp > 1 and model is not None:
+        groups = plan.split(model.layers, mtp)
+        if interleave_split_rule(groups, plan.vpp, *units):
+            stages = tuple(stage_layer_counts(groups))
+    if stages is not None:
+        return [LAYOUT_FLAG, layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=mtp)]
     a: list[str] = []
     for name, flag in SPLIT_FLAGS.items():
         value = getattr(plan, name)

@@ -173,8 +173,7 @@ class KindFloors:
         added = extra.forward + extra.backward
         rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
                   default=0.0)
-        if ring is not None:  # the K/V ring's exposure, at least its transfer less the largest attention it can hide behind
-            added += ring_floor_s(ring, rest.attention[0] + extra.attention_forward, rest.attention[1] + extra.attention_backward)
+        added += _ring_added_s(ring, rest.attention, extra)
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
 
     def _cheap(self, name: str, shape, core: tuple | None, first, key, ring: tuple[float, float] | None = None) -> KindFloor:
@@ -195,9 +194,7 @@ class KindFloors:
         if not core:
             return floor
         extra = self._core(core, shape)
-        work = floor.work + extra.forward + extra.backward
-        if ring is not None and attention is not None:
-            work += ring_floor_s(ring, attention[0] + extra.attention_forward, attention[1] + extra.attention_backward)
+        work = floor.work + extra.forward + extra.backward + _ring_added_s(ring, attention, extra)
         return KindFloor(work, floor.forward + extra.forward, 1.0)
 
     def _core(self, core: tuple, shape) -> BlockCompute:
@@ -377,9 +374,7 @@ def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
     shape can have: inside one NVLink domain when cp fits in one (cost.comm.linear_collective's send/recv over NVLink),
     else across domains (over the NIC: every placement then crosses); None without a ring (cp 1, Ulysses, the 2D
     layouts, whose collectives the floor does not cover)."""
-    if shape.cp <= 1 or shape.ulysses or shape.tp_layout != "1d":
-        return None
-    rings = context_ring_collectives(model, shape)
+    rings = context_ring_collectives(model, shape) if shape.tp_layout == "1d" else []
     if not rings:
         return None
     cp, domain = shape.cp, system.node.gpus_per_domain
@@ -390,6 +385,14 @@ def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
         forward += c.count_fwd * time
         backward += c.count_bwd * time
     return forward, backward
+
+
+def _ring_added_s(ring: tuple[float, float] | None, attention: tuple[float, float] | None, core: BlockCompute) -> float:
+    """KindFloors' ring term: ring_floor_s with the attention time of the kind's other ops (``attention``: forward,
+    backward; None when unknown) plus its core attention's; 0 without a ring or that attention time."""
+    if ring is None or attention is None:
+        return 0.0
+    return ring_floor_s(ring, attention[0] + core.attention_forward, attention[1] + core.attention_backward)
 
 
 def ring_floor_s(ring: tuple[float, float], attention_forward: float, attention_backward: float) -> float:

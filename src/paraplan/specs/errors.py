@@ -48,6 +48,10 @@ class InputError(ValueError):
         return cls("; ".join(parts), tuple(violations))
 
 
+class UnknownNameError(InputError):
+    """A catalog name the catalog does not have (paraplan validate reports such a case unsupported)."""
+
+
 def input_error_from_pydantic(exc: ValidationError, prefix: str) -> InputError:
     """Turn pydantic's multi-line report into one line per the project's error convention."""
     violations = []

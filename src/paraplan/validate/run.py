@@ -63,7 +63,7 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.frameworks import apply_framework
 from paraplan.estimate import check_plan, estimate
 from paraplan.report.result import Estimate
-from paraplan.specs.errors import InputError
+from paraplan.specs.errors import InputError, UnknownNameError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.system import SystemSpec
@@ -209,20 +209,14 @@ def _check_keys(raw: dict) -> None:
 
 
 def _expressible(load, *args):
-    """Call a loader; an InputError that only names unknown fields means the model cannot express the case."""
+    """Call a loader; an InputError that only names unknown fields, or a catalog name the catalog does not have, means
+    the model cannot express the case."""
     try:
         return load(*args)
     except InputError as exc:
-        if _unknown_fields_only(exc) or _unknown_catalog_name(exc, args):
+        if _unknown_fields_only(exc) or isinstance(exc, UnknownNameError):  # a name the catalog does not have yet
             raise _Unsupported(str(exc)) from None
         raise
-
-
-def _unknown_catalog_name(exc: InputError, args: tuple) -> bool:
-    """True when a loader refused a name it does not have in its catalog (catalog._unknown's message, the reference a
-    string): a model or system this tool does not know yet, not a malformed case."""
-    ref, field = args[0], args[1] if len(args) > 1 else ""
-    return isinstance(ref, str) and str(exc).startswith(f"{field}: unknown ")
 
 
 def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
