@@ -87,3 +87,18 @@ def test_cheap_floors_take_the_ring_floor_unless_an_expert_op_is_recomputed():
         without = floors_of._cheap("moe_layer", shape, core, first, cp_free_key(first), None).work
         exact = dict(floors_of.kinds(shape))["moe_layer"].work
         assert (cheap > without) == ring_taken and cheap <= exact
+
+
+def test_ring_floor_against_a_hand_computed_value():
+    """Mixtral 8x7B (8 KV heads of 128) on DGX H100, tp 1, cp 16, micro-batch 1, sequence 8,192: each rank holds
+    512 tokens, so its K/V chunk is 2 B · 512 · (1,024 + 1,024) = 2,097,152 B; cp 16 > 8 GPUs per domain, so the ring
+    crosses the NIC: 15 steps of S/(B_nic·η) + α each pass, once forward and twice backward; the floor is that less the
+    attention time it can hide behind, per direction."""
+    model, system = load_model("mixtral-8x7b"), load_system("dgx-h100-80gb")
+    problem = SearchProblem(model=model, system=system, gpus=64, seq_length=8192, global_batch=64)
+    shape = layer_shape_of(problem, 1, 16, 1, False, "1d", 0, costing_experts(problem, 1)[0])
+    net = system.network
+    per_pass = 15 * (2 * 512 * 2048 / (net.nic_bandwidth * net.efficiency) + net.latency)
+    forward, backward = ring_transfer_floor_s(model, system, shape)
+    assert forward == pytest.approx(per_pass, rel=1e-12) and backward == pytest.approx(2 * per_pass, rel=1e-12)
+    assert ring_floor_s((forward, backward), 0.25 * per_pass, 3 * per_pass) == pytest.approx(0.75 * per_pass, rel=1e-12)
