@@ -100,6 +100,12 @@ class Common:
     schedule: str
     overlap_dp_grad_reduce: bool
     engine: str = "megatron"
+    engine_rules: EngineRules | None = None  # replaces ENGINES[engine] (the hetero cross-validation's refitted constants)
+
+    @property
+    def rules(self) -> EngineRules:
+        """The pipeline runtime's rules: ``engine_rules`` when given, else ENGINES[engine]."""
+        return self.engine_rules or ENGINES[self.engine]
 
 
 @dataclass(frozen=True)
@@ -380,7 +386,7 @@ def stage_arrays(
     first_and_last = setting.pp == 1
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
-    rules = ENGINES[common.engine]
+    rules = common.rules
     parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward, host_layer_times_s(rules))
              for pool, system in zip(pools, systems)}
     static = _block_static(model, shape, recompute, first_and_last)
@@ -487,7 +493,7 @@ def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
     span, link_system = group_links(cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last)))
-    grad_bytes = ENGINES[common.engine].tied_grad_bytes
+    grad_bytes = common.rules.tied_grad_bytes
     return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * grad_bytes))
 
 
@@ -549,8 +555,9 @@ def compose_stages(stages: tuple[Stage, ...], extra_tail_s: float = 0.0) -> tupl
     return breakdown.total_s(), breakdown
 
 
-def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec) -> StagePlanEstimate:
-    """Predict the step time and memory per stage of a non-uniform plan (module docstring)."""
+def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec, rules: EngineRules | None = None) -> StagePlanEstimate:
+    """Predict the step time and memory per stage of a non-uniform plan (module docstring); ``rules``, when
+    given, replace the plan engine's ENGINES entry (validate.hetero_cv refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:
@@ -558,7 +565,7 @@ def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanS
             bad = [o for o in s.recompute_ops if o not in allowed]
             if bad:
                 raise InputError(f"plan.stages.{i}.recompute_ops: {bad[0]!r} is not allowed; ops that can be re-run alone: {', '.join(sorted(allowed))}")
-    common = common_of(plan)
+    common = replace(common_of(plan), engine_rules=rules)
     settings = stage_settings(plan, cluster)
     ranges = stage_block_ranges(plan, len(model_blocks(model)))
     neighbours = [(settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None) for i in range(plan.pp)]

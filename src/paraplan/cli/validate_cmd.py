@@ -108,7 +108,7 @@ def validate(
         bool, typer.Option("--hetero", help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)")
     ] = False,
     cv: Annotated[
-        bool, typer.Option("--cv", help="leave-one-group-out cross-validation: refit the fitted constants without each group")
+        bool, typer.Option("--cv", help="leave-one-group-out cross-validation: refit the fitted constants without each group (with --hetero: AMP's two clusters)")
     ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
@@ -117,14 +117,12 @@ def validate(
     from paraplan.validate.run import load_cases, run_cases
 
     hetero = hetero or bool(cases) and all(is_hetero_file(p) for p in cases)
-    if hetero and cv:
-        raise InputError("--cv: cross-validation refits the uniform model's constants; it does not apply to --hetero cases")
-    loaded = None if hetero else load_cases(cases)
-    report = run_hetero_cases(load_hetero_cases(cases)) if hetero else run_cases(loaded)
+    loaded = load_hetero_cases(cases) if hetero else load_cases(cases)
+    report = run_hetero_cases(loaded) if hetero else run_cases(loaded)
     if cv:
-        from paraplan.validate.cv import cross_validate
+        from paraplan.validate.cv import cross_validate, cross_validate_hetero
 
-        report["cross_validation"] = cross_validate(loaded)
+        report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(loaded)
     if as_json:
         print(json.dumps(report, indent=2))
     else:

@@ -1,22 +1,25 @@
-"""Leave-one-group-out cross-validation of the fitted constants (``paraplan validate --cv``).
+"""Leave-one-group-out cross-validation of the fitted constants (``paraplan validate --cv`` and
+``paraplan validate --hetero --cv``).
 
 For each case group (a case's ``group`` field, default its file stem): refit the fitted constants
-that apply to the group's systems (paraplan.validate.fitted) on the step times of every *other*
-calibration group (the sets the constants are fitted on, ``case_role``; held-out sets are never
-fitted on, in the shipped constants or here), then predict the group's step times with the
-refitted values. A constant no remaining case
-constrains falls back to the schema default (``EfficiencySpec``), not to its catalog value, which
-was fitted with the group in. The cross-validated MAPE is the honest error of a new group of runs
-of the same kind.
+that apply to the group (paraplan.validate.fitted: its systems', and for a per-stage case its
+pipeline runtime's) on the step times of every *other* calibration group (the sets the constants are
+fitted on, ``case_role``; held-out sets are never fitted on, in the shipped constants or here), then
+predict the group's step times with the refitted values. A constant no remaining case constrains
+falls back to its schema default (``EfficiencySpec``, ``NetworkSpec``, ``EngineRules``), not to its
+catalog value, which was fitted with the group in. The cross-validated MAPE is the honest error of a
+new group of runs of the same kind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from paraplan.estimate import estimate
-from paraplan.specs.system import EfficiencySpec
-from paraplan.validate.fitted import FITTED_CONSTANTS, FittedConstant, constants_for, refit, with_constants
+from paraplan.pipeline_engines import ENGINES, EngineRules
+from paraplan.specs.system import EfficiencySpec, SystemSpec
+from paraplan.validate.fitted import FITTED_CONSTANTS, EngineConstant, FittedConstant, refit, with_constants, with_engine_constants
 from paraplan.validate.run import Case, UnsupportedCase, case_role, error_pct
 
 
@@ -26,36 +29,48 @@ def _step_error(case: Case, values: dict[FittedConstant, float]) -> float:
 
 
 def _prior(const: FittedConstant) -> float:
-    """Schema default of an efficiency constant (no calibration), used when nothing constrains it."""
-    default = EfficiencySpec.model_fields[const.path[-1]].default
+    """Schema default of a constant's field (no calibration), used when nothing constrains it; an efficiency
+    field without a default (the fp8 caps) takes the bf16 cap's default."""
+    if isinstance(const, EngineConstant):
+        return float(EngineRules.__dataclass_fields__[const.path[-1]].default)
+    model: Any = SystemSpec
+    for part in const.path[:-1]:
+        model = model.model_fields[part].annotation
+    default = model.model_fields[const.path[-1]].default
     return float(default) if default is not None else EfficiencySpec.model_fields["gemm"].default
 
 
-def cross_validate(cases: list[Case | UnsupportedCase], constants=FITTED_CONSTANTS) -> dict[str, Any]:
-    """Per held-out group: refitted constants, predictions and MAPE; overall LOGO MAPE (module docstring)."""
-    scored = [c for c in cases if isinstance(c, Case) and "step_time_s" in c.measured]
-    groups: dict[str, list[Case]] = {}
-    for case in scored:
+def leave_one_group_out(
+    cases: Sequence[Any],
+    constants: Sequence[FittedConstant],
+    applies: Callable[[FittedConstant, Any], bool],
+    step_error: Callable[[Any, dict[FittedConstant, float]], float],
+    trains: Callable[[Any], bool] = lambda case: True,
+) -> dict[str, Any]:
+    """The procedure of the module docstring over ``cases`` (each with ``name``, ``cv_group``): ``applies(k, c)``
+    says whether constant k acts on case c, ``step_error(c, values)`` is c's signed step-time error (%) with the
+    constants at ``values``, ``trains(c)`` whether c may be fitted on."""
+    groups: dict[str, list[Any]] = {}
+    for case in cases:
         groups.setdefault(case.cv_group, []).append(case)
     report: dict[str, Any] = {"groups": {}, "cases": []}
     all_errors: list[float] = []
     for group, held in groups.items():
-        mine = constants_for({c.system.name for c in held}, constants)
-        train = [c for c in scored if c.cv_group != group and case_role(c) == "calibration"
-                 and constants_for({c.system.name}, mine)]
-        start = {c: c.catalog_value() for c in mine}
-        free = [c for c in mine if any(t.system.name in c.systems for t in train)]
-        fixed = {c: _prior(c) for c in mine if c not in free}
+        mine = [k for k in constants if any(applies(k, c) for c in held)]
+        train = [c for c in cases if c.cv_group != group and trains(c) and any(applies(k, c) for k in mine)]
+        start = {k: k.catalog_value() for k in mine}
+        free = [k for k in mine if any(applies(k, t) for t in train)]
+        fixed = {k: _prior(k) for k in mine if k not in free}
         start.update(fixed)
 
         def objective(values: dict[FittedConstant, float]) -> float:
-            errs = [abs(_step_error(t, values)) for t in train]
+            errs = [abs(step_error(t, values)) for t in train]
             return sum(errs) / len(errs)
 
         values = refit(objective, free, start) if free and train else start
-        errors = {c.name: _step_error(c, values) for c in held}
+        errors = {c.name: step_error(c, values) for c in held}
         all_errors += list(errors.values())
-        in_sample = [abs(_step_error(c, {k: k.catalog_value() for k in mine})) for c in held]
+        in_sample = [abs(step_error(c, {k: k.catalog_value() for k in mine})) for c in held]
         report["groups"][group] = {
             "cases": len(held),
             "cv_step_time_mape_pct": sum(abs(e) for e in errors.values()) / len(errors),
@@ -68,3 +83,36 @@ def cross_validate(cases: list[Case | UnsupportedCase], constants=FITTED_CONSTAN
     report["cv_step_time_mape_pct"] = sum(abs(e) for e in all_errors) / len(all_errors) if all_errors else None
     report["cv_step_time_max_abs_error_pct"] = max((abs(e) for e in all_errors), default=None)
     return report
+
+
+def cross_validate(cases: list[Case | UnsupportedCase], constants=FITTED_CONSTANTS) -> dict[str, Any]:
+    """Per held-out group of uniform cases: refitted constants, predictions and MAPE; overall LOGO MAPE."""
+    scored = [c for c in cases if isinstance(c, Case) and "step_time_s" in c.measured]
+    return leave_one_group_out(
+        scored, constants, lambda k, c: c.system.name in k.systems, _step_error,
+        lambda c: case_role(c) == "calibration",
+    )
+
+
+def _hetero_applies(const: FittedConstant, case: Any) -> bool:
+    """A system constant acts on a per-stage case through any of its pools, a runtime constant through its engine."""
+    if isinstance(const, EngineConstant):
+        return case.plan.engine == const.engine
+    return any(pool.system.name in const.systems for pool in case.cluster.pools)
+
+
+def hetero_step_error(case: Any, values: dict[FittedConstant, float]) -> float:
+    """Signed step-time error (%) of a per-stage case (validate.hetero.HeteroCase) with the fitted constants at
+    ``values``: its pools' systems through ``with_constants``, its runtime's rules through ``with_engine_constants``."""
+    from paraplan.estimate_stages import estimate_stage_plan
+
+    pools = tuple(p.model_copy(update={"system": with_constants(p.system, values)}) for p in case.cluster.pools)
+    cluster = case.cluster.model_copy(update={"pools": pools})
+    rules = with_engine_constants(ENGINES[case.plan.engine], values)
+    return error_pct(estimate_stage_plan(case.model, cluster, case.plan, rules).step_time_s, case.measured["step_time_s"])
+
+
+def cross_validate_hetero(cases: Sequence[Any], constants=FITTED_CONSTANTS) -> dict[str, Any]:
+    """As ``cross_validate`` over heterogeneous / per-stage cases (validate.hetero.HeteroCase): the groups are
+    the cases' ``group`` (AMP's amp-mixed and amp-t4), every timed case is a calibration case."""
+    return leave_one_group_out([c for c in cases if "step_time_s" in c.measured], constants, _hetero_applies, hetero_step_error)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from paraplan.catalog import load_system
 from paraplan.catalog.gemm_benchmarks import MAMF_BF16
+from paraplan.pipeline_engines import ENGINES, EngineRules
 from paraplan.specs.system import SystemSpec
 
 
@@ -39,7 +40,18 @@ class FittedConstant:
         return 0.0 if value is None else float(value)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class EngineConstant(FittedConstant):
+    """A fitted number of a pipeline runtime (``pipeline_engines.ENGINES[engine]``, field ``path[-1]``), not of a system."""
+
+    engine: str = "deepspeed"
+
+    def catalog_value(self) -> float:
+        return float(getattr(ENGINES[self.engine], self.path[-1]))
+
+
 _EFF = ("accelerator", "efficiency")
+_AMP_SETS = ("amp-mixed", "amp-t4")  # the two groups of AMP's timed trials (validate/cases/hetero/amp2022.json)
 # Blackwell and Blackwell Ultra: the same fp8 tensor-core rate per SM and clock (datasheets: B200 and B300 4.5 PFLOPS
 # dense fp8 on HGX, GB200 and GB300 5 PFLOPS), so one fitted fp8 cap; Blackwell Ultra adds FP4 and attention rate only
 _BLACKWELL_FP8 = ("dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
@@ -76,6 +88,16 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
                    "GPU idle per dropless-dispatch host synchronisation (4 dropless cases against 6 padded ones)"),
     FittedConstant("moe.a2a_overlap_cost", _MOE_SYSTEMS, (*_EFF, "a2a_overlap_cost"), (0.0, 1.0), ("moe-visible",),
                    "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest)"),
+    # AMP's software stack and the T4, jointly over AMP's 90 timed trials (docs/heterogeneous.md "Calibration"); the
+    # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.hetero_cv)
+    FittedConstant("t4.gemm", ("aws-g4dn.12xlarge",), (*_EFF, "gemm"), (0.15, 0.8), _AMP_SETS,
+                   "T4 fp16 GEMM cap under sustained load (a 70 W part), jointly with t4.hbm and the host time"),
+    FittedConstant("t4.hbm", ("aws-g4dn.12xlarge",), (*_EFF, "hbm"), (0.2, 1.0), _AMP_SETS,
+                   "achieved fraction of the T4's GDDR6 bandwidth by Megatron-LM v1.1.5's eager element-wise kernels"),
+    EngineConstant("deepspeed.host_layer_forward_s", (), ("host_layer_forward_s",), (0.0, 3e-3), _AMP_SETS,
+                   "host seconds per transformer layer and micro-batch, forward (backward 2x), of AMP's stack"),
+    FittedConstant("p3.network_efficiency", ("aws-p3.8xlarge",), ("network", "efficiency"), (0.5, 1.0), ("amp-mixed",),
+                   "achieved fraction of the p3.8xlarge's 10 Gb/s by NCCL over TCP (only the mixed cluster has p3 nodes)"),
 )
 
 
@@ -104,6 +126,13 @@ def with_constants(system: SystemSpec, values: dict[FittedConstant, float]) -> S
         current = target[const.path[-1]]
         target[const.path[-1]] = value if not base or current is None else current * value / base
     return SystemSpec.model_validate(data)
+
+
+def with_engine_constants(rules: EngineRules, values: dict[FittedConstant, float]) -> EngineRules:
+    """``rules`` with each EngineConstant among ``values`` set to its value."""
+    from dataclasses import replace
+
+    return replace(rules, **{c.path[-1]: v for c, v in values.items() if isinstance(c, EngineConstant)})
 
 
 def _golden(f: Callable[[float], float], lo: float, hi: float, tol: float) -> float:

@@ -53,6 +53,11 @@ class HeteroCase:
     def scope(self) -> str:
         return SCOPE_STAGE
 
+    @property
+    def cv_group(self) -> str:
+        """The group left out together by ``paraplan validate --hetero --cv`` (validate.cv)."""
+        return self.group
+
 
 def bundled_hetero_files() -> list[Any]:
     folder = resources.files("paraplan.validate") / "cases" / "hetero"

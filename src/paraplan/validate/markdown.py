@@ -75,7 +75,8 @@ def _cv_lines(cv: dict[str, Any]) -> list[str]:
     lines = [
         "## Leave-one-group-out cross-validation",
         "",
-        "For each group: the fitted constants that apply to its systems are refitted on every other group's "
+        "For each group: the fitted constants that apply to its systems (and to a per-stage case's pipeline "
+        "runtime) are refitted on every other group's "
         "step times (paraplan.validate.cv), then the group is predicted. In-sample is the error with the "
         "shipped constants.",
         "",
