@@ -25,7 +25,7 @@ PROBLEMS = [
     ("mt-nlg-530b, 5,128 x dgx-a100-80gb, max gbs 2,520", "mt-nlg-530b", "dgx-a100-80gb", 5128, 2048, None, 2520),
     ("llama3-405b, 16,384 x dgx-h100-80gb, seq 8,192, gbs 2,048", "llama3-405b", "dgx-h100-80gb", 16384, 8192, 2048, None),
     # MoE (issue 9): DeepSeek-V3 with the axes its report's layout spans (tp <= 8, pp 8/16, no CP, ep 8-64,
-    # micro-batch 1-2, no offload, default placement); the unrestricted space has ~22 M rows (docs/model.md §7)
+    # micro-batch 1-2, no offload, default placement); the unrestricted space has ~22 M rows (docs/model.md §8)
     ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (restricted)", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None),
     # the same with every layer split of the accounting switches (--vary-split, SearchProblem.split_options)
     ("deepseek-v3, the same, --vary-split", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None, dict(vary_split=True)),

@@ -247,7 +247,7 @@ def estimate(
                                                "core_attn,mlp,layernorm or mla_up_proj,moe_act")
     ] = None,
     tp_layout: Annotated[str, typer.Option("--tp-layout", help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
-                                                               "tp, sequence over cp, K/V all-gathered); docs/model.md §8")] = "1d",
+                                                               "tp, sequence over cp, K/V all-gathered); docs/model.md §9")] = "1d",
     tp_rows: Annotated[Optional[int], typer.Option("--tp-rows", min=1, help="2d: rows of the tp grid (default ≈ √tp)")] = None,
     summa_panels: Annotated[Optional[int], typer.Option("--summa-panels", min=1, help="2d: SUMMA panels per product "
                                                                                      "(default max(rows, columns))")] = None,

@@ -85,7 +85,7 @@ def search(
     dispatcher: DispatcherOption = None,
     tp_layout: Annotated[
         Optional[str], typer.Option("--tp-layout", help="tensor-parallel layouts to try: comma-separated 1d,2d,2d-seq "
-                                                        "(default 1d; docs/model.md §8)")
+                                                        "(default 1d; docs/model.md §9)")
     ] = None,
     no_offload: NoOffloadOption = False,
     default_overlap: DefaultOverlapOption = False,
@@ -287,7 +287,7 @@ def _split_note(problem, result) -> None:
     """After the plans, a note on stderr when the best plan pipelines a model with MTP modules (its last stage holds
     them beside the LM head) and ``--vary-split`` would search other first / last stage layer counts for its pp
     (search.space.SearchProblem.split_options): on the moe-visible DeepSeek-V3 runs the default split's best is 12-28 %
-    slower than with them (docs/model.md §7); on models without MTP the gain measured there is 0-3.4 %."""
+    slower than with them (docs/model.md §8); on models without MTP the gain measured there is 0-3.4 %."""
     from dataclasses import replace
 
     if problem.vary_split or not result.plans or not problem.model.mtp_layers:

@@ -123,7 +123,7 @@ GROUPED_GEMM_STREAMS = 4
 def grouped_gemm_share(acc: AcceleratorSpec, dtype: str) -> float:
     """Share of the single-GEMM rate that Transformer Engine's per-expert GEMMs reach: efficiency.grouped_gemm_fp8
     in fp8 recipes (each expert's split quantised and multiplied on its own, GroupedLinear; calibrated jointly
-    over moe-visible, validate.fitted moe.grouped_gemm_fp8, docs/model.md §7), 1 in bf16/fp16 (the Mixtral bf16
+    over moe-visible, validate.fitted moe.grouped_gemm_fp8, docs/model.md §8), 1 in bf16/fp16 (the Mixtral bf16
     run is predicted within 3 % at the single-GEMM rate)."""
     return acc.efficiency.grouped_gemm_fp8 if dtype == "fp8" else 1.0
 
@@ -142,7 +142,7 @@ def grouped_gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: Acc
 
 def host_sync_time_s(acc: AcceleratorSpec) -> float:
     """GPU idle time of one device-to-host synchronisation: the launch queue drains and the GPU waits for
-    the host to issue the kernels after it (efficiency.host_sync_s, calibrated; docs/model.md §7).
+    the host to issue the kernels after it (efficiency.host_sync_s, calibrated; docs/model.md §8).
     Forward only: backward reuses the sizes the forward read."""
     return acc.efficiency.host_sync_s
 

@@ -77,7 +77,7 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
     FittedConstant("h100.attention", _H100_SILICON, (*_EFF, "attention"), (0.2, 0.8),
                    ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
     # the B200 fp8 cap on dense runs; then the mixture-of-experts constants, jointly over the 10 step times of
-    # moe-visible (docs/model.md §7)
+    # moe-visible (docs/model.md §8)
     FittedConstant("b200.gemm_fp8", _BLACKWELL_FP8, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("mbridge-dense",),
                    "B200 fp8 GEMM cap, on the dense Llama 3 / 3.1 fp8 runs of DGX B200 and GB200 (no MoE case: the MoE "
                    "runs add the grouped-GEMM share below on top of it)"),
