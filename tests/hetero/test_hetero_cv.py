@@ -89,3 +89,13 @@ def test_validate_hetero_cv_cli(capsys, tmp_path, monkeypatch):
     out, err = capsys.readouterr()
     assert exit_info.value.code in (0, None), err
     assert "Leave-one-group-out cross-validation" in out and "amp-mixed" in out and "amp-t4" in out
+
+
+def test_amp_trials_are_reported_as_calibration_cases(cases):
+    """The constants of validate.fitted were fitted on both AMP groups, so ``paraplan validate --hetero`` labels
+    every timed trial a calibration case (the held-out figures come from ``--cv``)."""
+    few = _few(cases, 2)
+    report = run_hetero_cases(few)
+    assert {e["role"] for e in report["cases"]} == {"calibration"}
+    assert report["summary"]["calibration"]["step_time_cases"] == len(few)
+    assert report["summary"]["held_out"]["step_time_cases"] == 0

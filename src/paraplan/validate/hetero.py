@@ -30,7 +30,7 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_plan_from_dict
 from paraplan.units import GiB, UnitError
-from paraplan.validate.run import SCOPE_STAGE, _read_case_file, error_pct, summarize
+from paraplan.validate.run import SCOPE_STAGE, _read_case_file, case_role, error_pct, summarize
 
 REQUIRED = ("name", "source", "model", "cluster", "plan", "measured")
 DOC_KEYS = {"group", "quote", "notes", "record", "confidence", "derived", "tier", "reference", "evidence"}
@@ -131,6 +131,7 @@ def run_hetero_case(case: HeteroCase) -> dict:
         "name": case.name,
         "source": case.source,
         "group": case.group,
+        "role": case_role(case),  # calibration: a constant of validate.fitted was fitted on the case's group
         "scope": case.scope,
         "status": "ok",
         "predicted": predicted,
