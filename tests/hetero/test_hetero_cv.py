@@ -99,3 +99,10 @@ def test_amp_trials_are_reported_as_calibration_cases(cases):
     assert {e["role"] for e in report["cases"]} == {"calibration"}
     assert report["summary"]["calibration"]["step_time_cases"] == len(few)
     assert report["summary"]["held_out"]["step_time_cases"] == 0
+
+
+def test_cross_validation_reports_its_progress(cases):
+    """``progress(group, done, total)`` before each group's refit and once at the end (what the CLI's bar shows)."""
+    calls = []
+    cross_validate_hetero(_few(cases, 1), constants=[AMP["t4.hbm"]], progress=lambda *a: calls.append(a))
+    assert calls == [("amp-mixed", 0, 2), ("amp-t4", 1, 2), ("", 2, 2)]

@@ -120,9 +120,20 @@ def validate(
     loaded = load_hetero_cases(cases) if hetero else load_cases(cases)
     report = run_hetero_cases(loaded) if hetero else run_cases(loaded)
     if cv:
+        from rich.console import Console
+        from rich.progress import Progress, TimeElapsedColumn
+
         from paraplan.validate.cv import cross_validate, cross_validate_hetero
 
-        report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(loaded)
+        stderr = Console(stderr=True)
+        with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=stderr, transient=True,
+                      disable=not stderr.is_terminal) as bar:  # a transient bar on the terminal only
+            task = bar.add_task("cross-validation", total=None)
+
+            def advance(group: str, done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total, description=f"refitting without {group}" if group else "done")
+
+            report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(loaded, progress=advance)
     if as_json:
         print(json.dumps(report, indent=2))
     else:

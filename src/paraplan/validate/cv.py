@@ -46,16 +46,20 @@ def leave_one_group_out(
     applies: Callable[[FittedConstant, Any], bool],
     step_error: Callable[[Any, dict[FittedConstant, float]], float],
     trains: Callable[[Any], bool] = lambda case: True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The procedure of the module docstring over ``cases`` (each with ``name``, ``cv_group``): ``applies(k, c)``
     says whether constant k acts on case c, ``step_error(c, values)`` is c's signed step-time error (%) with the
-    constants at ``values``, ``trains(c)`` whether c may be fitted on."""
+    constants at ``values``, ``trains(c)`` whether c may be fitted on; ``progress(group, done, total)`` is called
+    before each group is refitted and once at the end (group "")."""
     groups: dict[str, list[Any]] = {}
     for case in cases:
         groups.setdefault(case.cv_group, []).append(case)
     report: dict[str, Any] = {"groups": {}, "cases": []}
     all_errors: list[float] = []
-    for group, held in groups.items():
+    for done, (group, held) in enumerate(groups.items()):
+        if progress is not None:
+            progress(group, done, len(groups))
         mine = [k for k in constants if any(applies(k, c) for c in held)]
         train = [c for c in cases if c.cv_group != group and trains(c) and any(applies(k, c) for k in mine)]
         start = {k: k.catalog_value() for k in mine}
@@ -80,17 +84,19 @@ def leave_one_group_out(
             "training_cases": len(train),
         }
         report["cases"] += [{"name": n, "group": group, "cv_error_pct": e} for n, e in errors.items()]
+    if progress is not None:
+        progress("", len(groups), len(groups))
     report["cv_step_time_mape_pct"] = sum(abs(e) for e in all_errors) / len(all_errors) if all_errors else None
     report["cv_step_time_max_abs_error_pct"] = max((abs(e) for e in all_errors), default=None)
     return report
 
 
-def cross_validate(cases: list[Case | UnsupportedCase], constants=FITTED_CONSTANTS) -> dict[str, Any]:
+def cross_validate(cases: list[Case | UnsupportedCase], constants=FITTED_CONSTANTS, progress=None) -> dict[str, Any]:
     """Per held-out group of uniform cases: refitted constants, predictions and MAPE; overall LOGO MAPE."""
     scored = [c for c in cases if isinstance(c, Case) and "step_time_s" in c.measured]
     return leave_one_group_out(
         scored, constants, lambda k, c: c.system.name in k.systems, _step_error,
-        lambda c: case_role(c) == "calibration",
+        lambda c: case_role(c) == "calibration", progress,
     )
 
 
@@ -112,7 +118,8 @@ def hetero_step_error(case: Any, values: dict[FittedConstant, float]) -> float:
     return error_pct(estimate_stage_plan(case.model, cluster, case.plan, rules).step_time_s, case.measured["step_time_s"])
 
 
-def cross_validate_hetero(cases: Sequence[Any], constants=FITTED_CONSTANTS) -> dict[str, Any]:
+def cross_validate_hetero(cases: Sequence[Any], constants=FITTED_CONSTANTS, progress=None) -> dict[str, Any]:
     """As ``cross_validate`` over heterogeneous / per-stage cases (validate.hetero.HeteroCase): the groups are
     the cases' ``group`` (AMP's amp-mixed and amp-t4), every timed case is a calibration case."""
-    return leave_one_group_out([c for c in cases if "step_time_s" in c.measured], constants, _hetero_applies, hetero_step_error)
+    return leave_one_group_out([c for c in cases if "step_time_s" in c.measured], constants, _hetero_applies,
+                               hetero_step_error, progress=progress)
