@@ -100,7 +100,7 @@ class Common:
     schedule: str
     overlap_dp_grad_reduce: bool
     engine: str = "megatron"
-    engine_rules: EngineRules | None = None  # replaces ENGINES[engine] (the hetero cross-validation's refitted constants)
+    engine_rules: EngineRules | None = None  # replaces ENGINES[engine] (validate.cv's refitted constants)
 
     @property
     def rules(self) -> EngineRules:
@@ -557,7 +557,7 @@ def compose_stages(stages: tuple[Stage, ...], extra_tail_s: float = 0.0) -> tupl
 
 def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec, rules: EngineRules | None = None) -> StagePlanEstimate:
     """Predict the step time and memory per stage of a non-uniform plan (module docstring); ``rules``, when
-    given, replace the plan engine's ENGINES entry (validate.hetero_cv refits their fitted constants)."""
+    given, replace the plan engine's ENGINES entry (validate.cv refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.catalog import load_system
 from paraplan.catalog.gemm_benchmarks import MAMF_BF16
@@ -89,7 +89,7 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
     FittedConstant("moe.a2a_overlap_cost", _MOE_SYSTEMS, (*_EFF, "a2a_overlap_cost"), (0.0, 1.0), ("moe-visible",),
                    "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest)"),
     # AMP's software stack and the T4, jointly over AMP's 90 timed trials (docs/heterogeneous.md "Calibration"); the
-    # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.hetero_cv)
+    # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.cv)
     FittedConstant("t4.gemm", ("aws-g4dn.12xlarge",), (*_EFF, "gemm"), (0.15, 0.8), _AMP_SETS,
                    "T4 fp16 GEMM cap under sustained load (a 70 W part), jointly with t4.hbm and the host time"),
     FittedConstant("t4.hbm", ("aws-g4dn.12xlarge",), (*_EFF, "hbm"), (0.2, 1.0), _AMP_SETS,
@@ -130,8 +130,6 @@ def with_constants(system: SystemSpec, values: dict[FittedConstant, float]) -> S
 
 def with_engine_constants(rules: EngineRules, values: dict[FittedConstant, float]) -> EngineRules:
     """``rules`` with each EngineConstant among ``values`` set to its value."""
-    from dataclasses import replace
-
     return replace(rules, **{c.path[-1]: v for c, v in values.items() if isinstance(c, EngineConstant)})
 
 
