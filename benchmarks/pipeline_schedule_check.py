@@ -27,6 +27,7 @@ import sys
 from _table import print_table
 
 from paraplan.estimate_stages import common_of, model_blocks, stage_cost, stage_settings
+from paraplan.schedule.pipeline import bubble_from_work_s
 from paraplan.specs.stage_plan import stage_block_ranges
 from paraplan.validate.hetero import load_hetero_cases
 
@@ -61,30 +62,42 @@ def instructions(stage: int, stages: int, microbatches: int) -> list[tuple[str, 
     return out
 
 
-def simulate(forward_s: list[float], backward_s: list[float], microbatches: int) -> float:
-    """Makespan of one batch: every stage runs its instructions in order, a transfer waits for its partner."""
-    n = len(forward_s)
-    streams = [instructions(i, n, microbatches) for i in range(n)]
+def _replay(streams: list[list[tuple[str, int]]], advance) -> float:
+    """Run every stage's instruction stream in order until all are done: ``advance(i, instruction, at, clock)``
+    executes stage i's next instruction (moving ``at`` / ``clock``, also a partner's) and returns False when it must
+    wait; the makespan is the latest clock."""
+    n = len(streams)
     at, clock = [0] * n, [0.0] * n
     while any(at[i] < len(streams[i]) for i in range(n)):
         moved = False
         for i in range(n):
-            while at[i] < len(streams[i]):
-                kind, k = streams[i][at[i]]
-                if kind in ("F", "B"):
-                    clock[i] += forward_s[i] if kind == "F" else backward_s[i]
-                else:
-                    step, want = _MATCH[kind]
-                    j = i + step
-                    if at[j] >= len(streams[j]) or streams[j][at[j]] != (want, k):
-                        break
-                    clock[i] = clock[j] = max(clock[i], clock[j])
-                    at[j] += 1
-                at[i] += 1
+            while at[i] < len(streams[i]) and advance(i, streams[i][at[i]], at, clock):
                 moved = True
         if not moved:
             raise RuntimeError("the instruction streams deadlock")
     return max(clock)
+
+
+def simulate(forward_s: list[float], backward_s: list[float], microbatches: int) -> float:
+    """Makespan of one batch: every stage runs its instructions in order, a transfer waits for its partner."""
+    n = len(forward_s)
+    streams = [instructions(i, n, microbatches) for i in range(n)]
+
+    def advance(i: int, instruction: tuple[str, int], at: list[int], clock: list[float]) -> bool:
+        kind, k = instruction
+        if kind in ("F", "B"):
+            clock[i] += forward_s[i] if kind == "F" else backward_s[i]
+        else:
+            offset, want = _MATCH[kind]
+            j = i + offset
+            if at[j] >= len(streams[j]) or streams[j][at[j]] != (want, k):
+                return False
+            clock[i] = clock[j] = max(clock[i], clock[j])
+            at[j] += 1
+        at[i] += 1
+        return True
+
+    return _replay(streams, advance)
 
 
 def one_f_one_b_makespan(forward_s: list[float], backward_s: list[float], microbatches: int) -> float:
@@ -92,36 +105,35 @@ def one_f_one_b_makespan(forward_s: list[float], backward_s: list[float], microb
     warm-up forwards, then forward / backward pairs, then the remaining backwards; F(s, k) waits for F(s − 1, k),
     B(s, k) for B(s + 1, k) (the last stage's for its own F): the longest path of that graph."""
     n = len(forward_s)
-    orders = []
+    streams = []
     for s in range(n):
         warm = min(n - s - 1, microbatches)
         order = [("F", k) for k in range(warm)]
         for k in range(microbatches - warm):
             order += [("F", warm + k), ("B", k)]
-        orders.append(order + [("B", k) for k in range(microbatches - warm, microbatches)])
+        streams.append(order + [("B", k) for k in range(microbatches - warm, microbatches)])
     done: dict[tuple[str, int, int], float] = {}
-    at, clock = [0] * n, [0.0] * n
-    while any(at[s] < len(orders[s]) for s in range(n)):
-        moved = False
-        for s in range(n):
-            while at[s] < len(orders[s]):
-                kind, k = orders[s][at[s]]
-                dep = ("F", s - 1, k) if kind == "F" and s > 0 else ("B", s + 1, k) if kind == "B" and s < n - 1 else (
-                    ("F", s, k) if kind == "B" else None)
-                if dep is not None and dep not in done:
-                    break
-                clock[s] = max(clock[s], done[dep] if dep else 0.0) + (forward_s[s] if kind == "F" else backward_s[s])
-                done[(kind, s, k)] = clock[s]
-                at[s] += 1
-                moved = True
-        if not moved:
-            raise RuntimeError("the 1F1B graph has a cycle")
-    return max(clock)
+
+    def advance(s: int, instruction: tuple[str, int], at: list[int], clock: list[float]) -> bool:
+        kind, k = instruction
+        if kind == "F":
+            dep = ("F", s - 1, k) if s > 0 else None
+        else:
+            dep = ("B", s + 1, k) if s < n - 1 else ("F", s, k)
+        if dep is not None and dep not in done:
+            return False
+        clock[s] = max(clock[s], done[dep] if dep else 0.0) + (forward_s[s] if kind == "F" else backward_s[s])
+        done[(kind, s, k)] = clock[s]
+        at[s] += 1
+        return True
+
+    return _replay(streams, advance)
 
 
 def composed(forward_s: list[float], backward_s: list[float], microbatches: int) -> float:
+    """The composition's pipeline time: m·max W + the bubble of schedule.pipeline.bubble_from_work_s (1F1B, v = 1)."""
     work = [f + b for f, b in zip(forward_s, backward_s)]
-    return microbatches * max(work) + sum(work) - max(work)
+    return microbatches * max(work) + bubble_from_work_s(sum(work), max(work), 1)
 
 
 def amp_rows() -> list[tuple[str, ...]]:

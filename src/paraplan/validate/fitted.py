@@ -13,6 +13,7 @@ leave-one-group-out cross-validation (paraplan.validate.cv).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -114,11 +115,15 @@ def constants_for(system_names: set[str], constants: Sequence[FittedConstant] = 
 def with_constants(system: SystemSpec, values: dict[FittedConstant, float]) -> SystemSpec:
     """``system`` with each applicable constant scaled from its catalog value to ``values[c]`` (a ratio, so that
     a framework profile's adjustment of the same field is kept); rebuilt so its hash is fresh."""
-    mine = {c: v for c, v in values.items() if system.name in c.systems}
-    if not mine:
-        return system
+    mine = tuple((c, v) for c, v in values.items() if system.name in c.systems)
+    return _rebuilt(system, mine) if mine else system
+
+
+@lru_cache(maxsize=256)
+def _rebuilt(system: SystemSpec, mine: tuple[tuple[FittedConstant, float], ...]) -> SystemSpec:
+    """with_constants' system, built once per (system, values): a refit's objective asks for it once per case."""
     data = system.model_dump()
-    for const, value in mine.items():
+    for const, value in mine:
         target = data
         for part in const.path[:-1]:
             target = target[part]
