@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from paraplan.search.blocks import SEARCH_CACHES
+from paraplan.search.bounds.blocks import SEARCH_CACHES
 from paraplan.search.run import search
-from paraplan.stages import COLD_CACHES
+from paraplan.step.build import COLD_CACHES
 
 
 def cold_search(problem, **options):

@@ -15,7 +15,7 @@ from _cold import cold_search
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search.blocks import blocks
+from paraplan.search.bounds.blocks import blocks
 from paraplan.search.space import SearchProblem
 from search_speed import RESTRICTIONS
 

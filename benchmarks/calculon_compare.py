@@ -14,7 +14,7 @@ from pathlib import Path
 
 from paraplan.api import plan_from_fields
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.importers.calculon import convert
 
 CALC = Path(__file__).resolve().parents[1] / "tests" / "data" / "calculon"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-HEAVY = ("numpy", "matplotlib", "paraplan.estimate", "paraplan.search.run", "distributed", "pandas")
+HEAVY = ("numpy", "matplotlib", "paraplan.step.estimate", "paraplan.search.run", "distributed", "pandas")
 
 
 def timed(argv: list[str], runs: int) -> list[float]:

@@ -15,10 +15,10 @@ import time
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search.blocks import block_span_pairs, blocks, layer_floors, work_floors
+from paraplan.search.bounds.blocks import block_span_pairs, blocks, layer_floors, work_floors
 from paraplan.search.space import SearchProblem
 
-COSTING_MODULES = ("paraplan.cost", "paraplan.graph", "paraplan.stages", "paraplan.arrays", "paraplan.schedule")
+COSTING_MODULES = ("paraplan.cost", "paraplan.graph", "paraplan.step.build", "paraplan.search.arrays", "paraplan.schedule")
 
 
 def clear_costing_caches() -> None:

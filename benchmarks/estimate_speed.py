@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from paraplan.stages import COLD_CACHES
+from paraplan.step.build import COLD_CACHES
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.specs.plan import PlanSpec
 
 CASES = [

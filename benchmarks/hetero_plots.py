@@ -25,9 +25,9 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from paraplan.catalog import load_model  # noqa: E402
-from paraplan.estimate_stages import estimate_stage_plan  # noqa: E402
+from paraplan.step.per_stage import estimate_stage_plan  # noqa: E402
 from paraplan.graph.encoder import model_blocks  # noqa: E402
-from paraplan.search.hetero import HeteroProblem, _degrees, _gpu_list, _slices, search_cluster, search_non_uniform  # noqa: E402
+from paraplan.search.staged.hetero import HeteroProblem, _degrees, _gpu_list, _slices, search_cluster, search_non_uniform  # noqa: E402
 from paraplan.specs.cluster import cluster_from_dict  # noqa: E402
 from paraplan.specs.errors import InputError  # noqa: E402
 from paraplan.specs.model import ModelSpec  # noqa: E402
@@ -61,7 +61,7 @@ def _model(ref) -> ModelSpec:
 def even_bounds(model: ModelSpec, pp: int) -> list[int]:
     """Even split of the transformer layers (the extra ones to the middle stages first, the uniform rule of
     schedule.pipeline.layers_on_stage), embedding on the first stage, head on the last."""
-    from paraplan.schedule.pipeline import layers_on_stage
+    from paraplan.step.pipeline import layers_on_stage
 
     layers = [int(layers_on_stage(model.total_layers, pp, i)) for i in range(pp)]
     bounds = [0]

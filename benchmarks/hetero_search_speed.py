@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from paraplan.catalog import load_model
-from paraplan.search.hetero import HeteroProblem, search_cluster, search_non_uniform
+from paraplan.search.staged.hetero import HeteroProblem, search_cluster, search_non_uniform
 from paraplan.specs.cluster import cluster_from_dict
 
 CASES = [

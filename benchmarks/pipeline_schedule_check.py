@@ -26,8 +26,8 @@ import sys
 
 from _table import print_table
 
-from paraplan.estimate_stages import common_of, model_blocks, stage_cost, stage_settings
-from paraplan.schedule.pipeline import bubble_from_work_s
+from paraplan.step.per_stage import common_of, model_blocks, stage_cost, stage_settings
+from paraplan.step.pipeline import bubble_from_work_s
 from paraplan.specs.stage_plan import stage_block_ranges
 from paraplan.validate.hetero import load_hetero_cases
 

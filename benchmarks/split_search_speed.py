@@ -16,8 +16,8 @@ from _cold import cold_search
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search.block_processes import auto_workers
-from paraplan.search.blocks import blocks
+from paraplan.search.bounds.block_processes import auto_workers
+from paraplan.search.bounds.blocks import blocks
 from paraplan.search.run import PARALLEL_KEYS
 from paraplan.search.space import SearchProblem
 

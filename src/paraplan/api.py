@@ -9,7 +9,7 @@
 Models and systems may be catalog names, paths to YAML/JSON files (a model may also be a Hugging
 Face ``config.json``), dicts, or already-built specs. Plan fields are :class:`PlanSpec` fields;
 ``seq_length`` and ``global_batch`` get the CLI's defaults when omitted (see :func:`plan_from_fields`).
-Results: :class:`~paraplan.report.result.Estimate` and :class:`SearchResults` (ranked plans with
+Results: :class:`~paraplan.step.result.Estimate` and :class:`SearchResults` (ranked plans with
 ``to_dict``, ``to_records``, ``to_dataframe`` — pandas is optional — and a Jupyter view);
 :func:`plan_label` is the compact plan text of the tables; :func:`to_dataframe` takes estimates too.
 """
@@ -24,8 +24,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate as _estimate
-from paraplan.report.result import Estimate
+from paraplan.step.estimate import estimate as _estimate
+from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import derive_dp
@@ -81,13 +81,13 @@ def estimate(
 ) -> Estimate:
     """Estimate one plan. ``plan`` (a PlanSpec or dict) and keyword plan fields are merged, the
     keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
-    plan fields left unset and adapts the system (paraplan.frameworks.apply_framework); raises
+    plan fields left unset and adapts the system (paraplan.cost.frameworks.apply_framework); raises
     :class:`~paraplan.specs.errors.InputError` on bad input."""
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     system_spec = load_system(str(system) if isinstance(system, Path) else system)
     if framework is not None:
         from paraplan.catalog import load_framework
-        from paraplan.frameworks import framework_plan_fields, framework_system
+        from paraplan.cost.frameworks import framework_plan_fields, framework_system
 
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)
@@ -215,7 +215,7 @@ def search(
     fields = dict(space)
     if framework is not None:
         from paraplan.catalog import load_framework
-        from paraplan.frameworks import framework_search_fields, framework_system
+        from paraplan.cost.frameworks import framework_search_fields, framework_system
 
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)

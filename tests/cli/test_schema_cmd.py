@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paraplan.cli import main
-from paraplan.schemas import schema_models
+from paraplan.io.schemas import schema_models
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate_stages import estimate_stage_plan
+from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.stage_plan import stage_plan_from_dict
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.io import MAX_INPUT_BYTES
+from paraplan.io.documents import MAX_INPUT_BYTES
 
 TINY = {"layers": 2, "hidden": 64, "heads": 8, "ffn_hidden": 256, "vocab": 1000}
 SEARCH = ["search", "--model", "gpt3-125m", "--system", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "16",
@@ -213,7 +213,7 @@ def test_plot_refuses_nan_and_negative_times(cli, tmp_path):
 def test_brackets_inside_strings_do_not_count_as_nesting():
     """The cheap nesting pre-check skips double-quoted strings: a note that quotes 100 unclosed "[" (AMP's records
     quote "[b_i, b_{i+1})" once per record) is not deep; real nesting past the limit still is."""
-    from paraplan.io import MAX_NESTING, parse_document
+    from paraplan.io.documents import MAX_NESTING, parse_document
     from paraplan.specs.errors import InputError
 
     text = json.dumps({"notes": "[" * 100 + '\\" {', "cases": [[1]]})

@@ -125,7 +125,7 @@ def test_killed_csv_search_keeps_the_old_file(tmp_path, moment):
     left = temporary()
     assert len(left) == 1 and str(process.pid) in left[0].name  # .plans.csv.PID.XXXXXXXX.tmp
     # the next writer of the same target (a new process) removes the killed writer's leftover
-    subprocess.run([sys.executable, "-c", "import sys; from paraplan.io import atomic_write_text; "
+    subprocess.run([sys.executable, "-c", "import sys; from paraplan.io.documents import atomic_write_text; "
                     "atomic_write_text(sys.argv[1], 'new\\n')", str(target)], check=True, timeout=TIMEOUT_S)
     assert target.read_text() == "new\n" and temporary() == []
 
@@ -134,7 +134,7 @@ def test_stale_temporary_files_are_removed_only_when_ours_old_and_orphaned(tmp_p
     """Removed: our pattern, modified before this process imported the writer, writer gone (pid
     999999999 exceeds Linux's pid_max) or not recorded (older versions' names). Kept: a live writer's
     file (our parent's pid), a file newer than this writer, other targets' files, other names."""
-    from paraplan.io import WRITER_START_S, atomic_write_text
+    from paraplan.io.documents import WRITER_START_S, atomic_write_text
 
     old, new = WRITER_START_S - 60, WRITER_START_S + 60
     files = {

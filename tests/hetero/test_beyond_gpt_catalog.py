@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate_stages import estimate_stage_plan
+from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.graph.params import parameter_counts
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.stage_plan import stage_plan_from_dict

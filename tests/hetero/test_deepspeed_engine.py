@@ -6,7 +6,7 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.cost.comm import GroupSpan, fastest_collective, flat_ring_collective, linear_collective
-from paraplan.pipeline_engines import (
+from paraplan.step.engines import (
     ENGINES,
     attention_mask_bytes,
     backward_transfer_bytes,
@@ -60,7 +60,7 @@ def test_amp_trials_figures_and_failures():
 
 
 def test_reshard_peers_and_time_between_stages_of_different_dp():
-    from paraplan.estimate_stages import StageSetting, p2p_time_s, reshard_peers
+    from paraplan.step.per_stage import StageSetting, p2p_time_s, reshard_peers
     from paraplan.specs.cluster import uniform_cluster
 
     assert reshard_peers(2, 4) == ((0, 1), (2, 3))

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from paraplan.cli import main
-from paraplan.estimate_stages import estimate_stage_plan
-from paraplan.pipeline_engines import ENGINES
+from paraplan.step.per_stage import estimate_stage_plan
+from paraplan.step.engines import ENGINES
 from paraplan.validate.cv import hetero_step_error, _prior, cross_validate_hetero
 from paraplan.validate.fitted import FITTED_CONSTANTS, with_engine_constants
 from paraplan.validate.hetero import bundled_hetero_files, load_hetero_cases, run_hetero_cases

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.estimate import estimate
-from paraplan.estimate_stages import estimate_stage_plan
+from paraplan.step.estimate import estimate
+from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.specs.cluster import cluster_from_dict, uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
@@ -22,7 +22,7 @@ MIXED = cluster_from_dict({"pools": [{"name": "v100", "system": "aws-p3.8xlarge"
 def test_compose_step_over_stages_with_their_own_inputs():
     """The step goes through schedule.step.compose_step with per-stage StepInputs; it equals the formula
     Σ W_i + (m − 1)·max W_i + max tail_i + tied sync on the per-stage figures (read apart, by stage_cost)."""
-    from paraplan.estimate_stages import common_of, stage_settings, tied_embedding_sync_s
+    from paraplan.step.per_stage import common_of, stage_settings, tied_embedding_sync_s
 
     plan = _plan([{"pool": "v100", "gpus": 4, "layers": 5, "tp": 2}, {"pool": "t4", "gpus": 4, "layers": 3}],
                  engine="deepspeed", global_batch=16)

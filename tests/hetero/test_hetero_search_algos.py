@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from paraplan.search.alleviate import Score, StageConfig, alleviate, bottleneck
-from paraplan.search.balance import all_splits, balance_split, brute_force_split, pipeline_objective
+from paraplan.search.staged.alleviate import Score, StageConfig, alleviate, bottleneck
+from paraplan.search.staged.balance import all_splits, balance_split, brute_force_split, pipeline_objective
 
 
 def range_costs(weights, speeds, fixed=0.0, cap=None, allow_empty=False):

@@ -10,7 +10,7 @@ import pytest
 from paraplan.api import plan_from_fields
 from paraplan.catalog import load_model, load_system
 from paraplan.cli import main
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.importers.calculon import _ramp_s, convert, convert_system
 from paraplan.specs.errors import InputError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system, model_names, system_names
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.sweep.params import apply_overrides

@@ -7,7 +7,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from paraplan.catalog import load_model, load_system, model_names, system_names
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from paraplan.search import block_processes
+from paraplan.search.bounds import block_processes
 
 
 def test_a_failing_search_worker_is_reported():

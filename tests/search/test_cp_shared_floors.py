@@ -11,7 +11,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.graph.transformer import cp_free_key
-from paraplan.search.expert_floors import (
+from paraplan.search.bounds.expert_floors import (
     DispatchFloors,
     KindFloors,
     costing_experts,
@@ -22,7 +22,7 @@ from paraplan.search.expert_floors import (
 )
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
-from paraplan.stages import BLOCK_KINDS, model_block_kinds
+from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 from paraplan.specs.moe_model import moe_shaped
 
 # (tp, cp, micro-batch): pairs with equal local tokens b·s/c across different cp

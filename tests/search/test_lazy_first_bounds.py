@@ -11,7 +11,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.graph.moe import expert_knob_ops, moe_tokens
 from paraplan.graph.transformer import with_expert
 from paraplan.search import run
-from paraplan.search.blocks import (
+from paraplan.search.bounds.blocks import (
     EXACT,
     block_span_pairs,
     block_step_floor,
@@ -20,13 +20,13 @@ from paraplan.search.blocks import (
     layer_floors,
     work_floors,
 )
-from paraplan.search.expert_floors import costing_experts, expert_gemm_floor_s
+from paraplan.search.bounds.expert_floors import costing_experts, expert_gemm_floor_s
 from paraplan.search.run import search
-from paraplan.search.step_floors import block_step_floors
+from paraplan.search.bounds.step_floors import block_step_floors
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.graph.ops import LayerGraph
-from paraplan.stages import block_compute
+from paraplan.step.build import block_compute
 
 from tests.search.test_moe_search import mixtral_problem, tiny_deepseek
 

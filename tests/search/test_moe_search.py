@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.search import run
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.exhaustive import exhaustive_search
@@ -175,7 +175,7 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
     shape (graph.moe.build_moe_model_layer) and costed by the uncached block_compute / block_comm."""
     from paraplan.graph.moe import build_moe_model_layer, mtp_block
     from paraplan.graph.ops import LayerGraph, largest_weight_params, small_weight_numels, weight_tensor_count
-    from paraplan.stages import (BLOCK_KINDS, BlockCostFacts, _NO_SPAN, _TP_GROUPS, block_comm, block_compute,
+    from paraplan.step.build import (BLOCK_KINDS, BlockCostFacts, _NO_SPAN, _TP_GROUPS, block_comm, block_compute,
                                  model_block_kinds)
 
     out = {}
@@ -212,7 +212,7 @@ def test_shared_moe_costings_equal_costings_from_scratch(problem):
     from paraplan.graph.moe import build_moe_model_layer, moe_model_layer
     from paraplan.search.space import rows
     from paraplan.search.table import _expert_shape, layer_shape_of
-    from paraplan.stages import COLD_CACHES, block_cost_facts, default_recompute_modules
+    from paraplan.step.build import COLD_CACHES, block_cost_facts, default_recompute_modules
 
     for cached in COLD_CACHES:
         cached.cache_clear()
@@ -259,7 +259,7 @@ def test_block_search_equals_exhaustive(reference):
 def test_long_context_parallel_search_equals_exhaustive():
     """On CP_PROBLEM the block search (whose exact layer floors add the K/V ring's exposure floor) returns what the
     exhaustive path returns, and the ring floor prunes: blocks with cp 16 / 32 are bounded above the cp 1 ones."""
-    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
+    from paraplan.search.bounds.blocks import block_step_floor, blocks, layer_floors
 
     want = exhaustive_search(CP_PROBLEM, top_k=10)
     got = search(CP_PROBLEM, top_k=10, workers=1)
@@ -304,7 +304,7 @@ def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
     in that order), and its bound is at most the objective of every feasible candidate it holds."""
     import bisect
 
-    from paraplan.search.blocks import block_step_floor, blocks, layer_floors
+    from paraplan.search.bounds.blocks import block_step_floor, blocks, layer_floors
     from paraplan.search.space import rows
 
     parts = blocks(problem)
@@ -363,7 +363,7 @@ def _least_step_per_block(problem):
     """(blocks, {block index: least step time of its feasible candidates}) from the whole space: every feasible
     candidate's columns (the search's ``feasible_sink``, one table, no bound), a block found by its factorization
     and micro-batch."""
-    from paraplan.search.blocks import blocks
+    from paraplan.search.bounds.blocks import blocks
 
     parts = blocks(problem)
     index = {(b.tp, b.pp, b.cp, b.dp, b.micro_batch): i for i, b in enumerate(parts)}
@@ -399,8 +399,8 @@ def test_refined_block_bounds_are_admissible(problem, memory):
     dropped) is at most the step time of every feasible candidate of the block (so of every row's
     best), at least the compute-only bound, and above it on some block; on the ``memory`` problems
     some block has a recompute mode whose activations cannot fit in HBM without offload."""
-    from paraplan.schedule.constants import system_terms
-    from paraplan.search.blocks import REFINEMENTS, activation_floor_bytes, block_step_floor, layer_floors, refined_bound
+    from paraplan.step.constants import system_terms
+    from paraplan.search.bounds.blocks import REFINEMENTS, activation_floor_bytes, block_step_floor, layer_floors, refined_bound
 
     parts, least = _least_step_per_block(problem)
     assert len(least) > 1
@@ -429,9 +429,9 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     (graph.moe.expert_knob_ops): every field equals stages.block_compute of the graph built for that
     option (to summation order), for every kind, recompute module list and expert option."""
 
-    from paraplan.search.expert_floors import costing_experts, expert_computes
+    from paraplan.search.bounds.expert_floors import costing_experts, expert_computes
     from paraplan.search.table import layer_shape_of
-    from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, block_compute, model_block_kinds
+    from paraplan.step.build import BLOCK_KINDS, EXPERT_FREE_KINDS, block_compute, model_block_kinds
 
     problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=256,
                             seq_length=4096, global_batch=512, dtype=dtype)
@@ -492,10 +492,10 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     that (ep, etp) can have: schedule.step.expert_exposure on the row's own costing (stages.block_cost_facts), over
     every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
 
-    from paraplan.schedule.step import expert_exposure
-    from paraplan.search.expert_floors import DispatchFloors, costing_experts, expert_computes
+    from paraplan.step.compose import expert_exposure
+    from paraplan.search.bounds.expert_floors import DispatchFloors, costing_experts, expert_computes
     from paraplan.search.table import layer_shape_of
-    from paraplan.stages import block_cost_facts, plan_spans
+    from paraplan.step.build import block_cost_facts, plan_spans
     from paraplan.specs.plan import PlanSpec
 
     problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=64,
@@ -527,9 +527,9 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
     the least activation bytes and held bytes over every expert option (search.blocks.memory_floors reads only
     it), for learned and forced balance, dropless and capacity-bound, bf16 and fp8; and the options do differ
     in what they keep (the test can fail)."""
-    from paraplan.search.expert_floors import costing_experts, least_memory_expert
+    from paraplan.search.bounds.expert_floors import costing_experts, least_memory_expert
     from paraplan.search.table import layer_shape_of
-    from paraplan.stages import default_recompute_modules, kind_memory_facts, model_block_kinds
+    from paraplan.step.build import default_recompute_modules, kind_memory_facts, model_block_kinds
 
     differs = 0
     for balance, capacity, dtype in (("learned", None, "bf16"), ("forced", None, "fp8"), ("learned", 1.25, "bf16")):
@@ -559,7 +559,7 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
 def test_least_with_is_the_least_sum_and_skips_what_cannot_win(pairs):
     """search.expert_floors.least_with(totals, extra) is min_j totals[j] + extra(j) for extras >= 0 (the same value,
     the same bits), evaluating extra(j) only for an entry whose total alone is below the least so far."""
-    from paraplan.search.expert_floors import least_with
+    from paraplan.search.bounds.expert_floors import least_with
 
     totals = [t for t, _ in pairs]
     asked = []
@@ -582,8 +582,8 @@ def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
     """``workers`` > 1 splits a block search over processes by costing class (search.block_processes), each pruning
     against the least published threshold: the same plans, objectives and ranks as one process; every block is in
     exactly one part, a class in one part only."""
-    from paraplan.search import block_processes
-    from paraplan.search.blocks import blocks as space_blocks, costing_class
+    from paraplan.search.bounds import block_processes
+    from paraplan.search.bounds.blocks import blocks as space_blocks, costing_class
 
     problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
     one = search(problem, top_k=10, blocks=True)
@@ -618,8 +618,8 @@ def test_blocks_handed_over_to_a_process_that_finished_give_the_same_plans(monke
     hands its blocks over as it reaches them; the plans are one process's."""
     import time as clock
 
-    from paraplan.search import block_processes
-    from paraplan.search.blocks import blocks as space_blocks
+    from paraplan.search.bounds import block_processes
+    from paraplan.search.bounds.blocks import blocks as space_blocks
 
     problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
     one = search(problem, top_k=10, blocks=True)
@@ -669,9 +669,9 @@ def test_a_kind_holding_expert_ops_must_declare_the_rest(monkeypatch):
     a floor of them."""
     from dataclasses import replace
 
-    from paraplan.search import expert_floors
+    from paraplan.search.bounds import expert_floors
     from paraplan.search.table import layer_shape_of
-    from paraplan.stages import BLOCK_KINDS
+    from paraplan.step.build import BLOCK_KINDS
 
     problem = mixtral_problem()
     experts = expert_floors.costing_experts(problem, 2)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.search import ranking, run
 from paraplan.search.ranking import Candidate, kth_group_objective, non_default_knobs, rank_key, tie_value, top_groups
 from paraplan.search.exhaustive import exhaustive_search

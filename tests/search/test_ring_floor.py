@@ -11,12 +11,12 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.cost.comm import GroupSpan
-from paraplan.schedule.step import RECOMPUTE_CODES, block_terms
-from paraplan.search.expert_floors import costing_experts, ring_floor_s, ring_transfer_floor_s
+from paraplan.step.compose import RECOMPUTE_CODES, block_terms
+from paraplan.search.bounds.expert_floors import costing_experts, ring_floor_s, ring_transfer_floor_s
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.stages import BLOCK_KINDS, _kind_cost_facts, model_block_kinds
+from paraplan.step.build import BLOCK_KINDS, _kind_cost_facts, model_block_kinds
 
 
 def _spans(cp: int, domain: int) -> list[GroupSpan]:
@@ -72,7 +72,7 @@ def test_cheap_floors_take_the_ring_floor_unless_an_expert_op_is_recomputed():
     every option, and leave it out when the recompute modules mark an expert op (moe_act: the routed activation
     then counts as attention, search.expert_floors.KindFloors._cheap); either way at most the exact floor."""
     from paraplan.graph.transformer import cp_free_key, with_expert
-    from paraplan.search.expert_floors import KindFloors
+    from paraplan.search.bounds.expert_floors import KindFloors
 
     model, system = load_model("deepseek-v3"), load_system("dgx-h800")
     problem = SearchProblem(model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.frameworks import framework_search_fields
+from paraplan.cost.frameworks import framework_search_fields
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.search.explain import explain
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem, grid, plan_of, rows

@@ -1,11 +1,11 @@
-"""paraplan.io.atomic_write_text: the one writer of result files (temp + fsync + rename)."""
+"""paraplan.io.documents.atomic_write_text: the one writer of result files (temp + fsync + rename)."""
 
 from __future__ import annotations
 
 import pytest
 
 from paraplan.specs.errors import InputError
-from paraplan.io import atomic_write_text
+from paraplan.io.documents import atomic_write_text
 
 
 def test_it_creates_the_folder_and_replaces_the_file_whole(tmp_path):

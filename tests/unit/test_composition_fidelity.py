@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.cost.comm import LinearCollective
-from paraplan.schedule.step import (
+from paraplan.step.compose import (
     BlockCost,
     BlockTerms,
     GradientGroup,
@@ -17,7 +17,7 @@ from paraplan.schedule.step import (
     stage_work,
     tail_terms,
 )
-from paraplan.stages import BlockComm, BlockCompute
+from paraplan.step.build import BlockComm, BlockCompute
 
 GB = 1e-9  # seconds per byte at 1 GB/s
 

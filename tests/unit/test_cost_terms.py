@@ -15,7 +15,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.cost import comm, compute, flops, memory
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import LayerShape, _gemm, decoder_layer, embedding_weight_params, layer_weight_params
-from paraplan.schedule.pipeline import bubble_from_work_s
+from paraplan.step.pipeline import bubble_from_work_s
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -489,7 +489,7 @@ def test_model_flops_per_token_llama_gqa():
 
 
 def test_layers_on_stage_uneven_split():
-    from paraplan.schedule.pipeline import layers_on_stage
+    from paraplan.step.pipeline import layers_on_stage
 
     # Llama 3 405B: 126 layers on 16 stages: 7 each (112) + 14 extra -> stages 1..14 get 8
     counts = [int(layers_on_stage(126, 16, i)) for i in range(16)]

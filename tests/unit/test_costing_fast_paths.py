@@ -19,7 +19,7 @@ from paraplan.graph.ops import (
     weight_tensor_stats,
 )
 from paraplan.graph.transformer import LayerShape, with_expert
-from paraplan.stages import BLOCK_KINDS, model_block_kinds
+from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "llama3-8b", "deepseek-v3", "mixtral-8x7b"])

@@ -10,8 +10,8 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.cost.flops import model_flops_per_token
-from paraplan.estimate import estimate
-from paraplan.estimate_stages import estimate_stage_plan
+from paraplan.step.estimate import estimate
+from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.graph.transformer import LayerShape
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
@@ -20,7 +20,7 @@ from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.stage_plan import stage_plan_from_dict
-from paraplan.stages import BLOCK_KINDS
+from paraplan.step.build import BLOCK_KINDS
 
 
 def test_bert_large_model_flops_closed_form():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import check_plan, estimate
+from paraplan.step.estimate import check_plan, estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec

@@ -12,7 +12,7 @@ from paraplan.cost.attention import (
     kernel_relative_speed,
 )
 from paraplan.cost.compute import attention_efficiency
-from paraplan.frameworks import apply_framework
+from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.plan import PlanSpec
 from paraplan.validate.band import KIND_KEY, error_band, plan_features
 from paraplan.validate.fitted import FittedConstant, _golden, refit, with_constants

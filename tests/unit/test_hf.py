@@ -5,7 +5,7 @@ import json
 import pytest
 
 from paraplan.catalog import load_model
-from paraplan.hf import is_hf_config, model_from_hf_config
+from paraplan.catalog.hf import is_hf_config, model_from_hf_config
 from paraplan.specs.errors import InputError
 
 LLAMA2_7B = {

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from paraplan.catalog import load_model
-from paraplan.hf import model_from_hf_config
+from paraplan.catalog.hf import model_from_hf_config
 from paraplan.specs.errors import InputError
 
 # Key subsets of the published config.json files (Hugging Face model repositories named per dict).

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from paraplan.catalog import load_model
-from paraplan.hf import model_from_hf_config
+from paraplan.catalog.hf import model_from_hf_config
 from paraplan.specs.errors import InputError
 
 from test_hf import FALCON_7B, GPT2, LLAMA2_7B, MISTRAL_7B, PYTHIA_160M, QWEN2_05B

@@ -4,11 +4,11 @@ import pytest
 
 from paraplan.api import estimate as api_estimate
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate import estimate, step_inputs
+from paraplan.step.estimate import estimate, step_inputs
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
-from paraplan.stages import layer_mix
+from paraplan.step.build import layer_mix
 
 QWEN = load_model("qwen3-30b-a3b")
 H100 = load_system("dgx-h100-80gb")
@@ -95,8 +95,8 @@ def test_search_accepts_moe_models_with_their_expert_axes():
 
 
 def test_split_backward_schedules():
-    from paraplan.schedule.zero_bubble import dualpipe_bubble_s
-    from paraplan.schedule.step import compose_step, stage_work
+    from paraplan.step.zero_bubble import dualpipe_bubble_s
+    from paraplan.step.compose import compose_step, stage_work
 
     p = dict(gpus=64, pp=8, ep=8, global_batch=512, seq_length=4096, zero=1)
     one = estimate(QWEN, H100, PlanSpec(**p))

@@ -8,7 +8,7 @@ import pytest
 from paraplan.api import estimate
 from paraplan.report.plots import _overlap, breakdown_figure, estimate_figure, memory_figure
 from paraplan.report.render import render_to_text
-from paraplan.report.result import BREAKDOWN_FIELDS, MEMORY_PARTS
+from paraplan.step.result import BREAKDOWN_FIELDS, MEMORY_PARTS
 from paraplan.report.sweep_view import sweep_table
 
 SYSTEMS = ["a-rather-long-system-name-one", "a-rather-long-system-name-two", "another-long-system-name-3"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pytest import approx
 
 from paraplan.cost.comm import LinearCollective
-from paraplan.schedule.step import (
+from paraplan.step.compose import (
     BlockCost,
     BlockTerms,
     GradientGroup,

@@ -18,7 +18,7 @@ from paraplan.cli import main
 from paraplan.cost import comm
 from paraplan.cost.memory import layer_activation_bytes, layout_buffer_bytes
 from paraplan.cost.summa import grid_spans, summa_exposed_s
-from paraplan.estimate import layer_shape
+from paraplan.step.estimate import layer_shape
 from paraplan.graph.summa import decoder_layer_2d, summa_weight_params
 from paraplan.graph.transformer import LayerShape, decoder_layer, layer_weight_params
 from paraplan.specs.errors import InputError
@@ -26,8 +26,8 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
-from paraplan.schedule.step import block_terms
-from paraplan.stages import block_comm, block_compute, block_cost_facts, plan_spans
+from paraplan.step.compose import block_terms
+from paraplan.step.build import block_comm, block_compute, block_cost_facts, plan_spans
 
 ROUND = SystemSpec.model_validate({
     "name": "round",
@@ -203,7 +203,7 @@ def test_estimate_composes_the_summa_exposure():
     pipelined-panel rule, hidden part priced), their exposed gathers and statistics, and the embedding /
     LM head's collectives."""
     from paraplan.cost.summa import summa_traffic_s
-    from paraplan.estimate import step_inputs
+    from paraplan.step.estimate import step_inputs
 
     plan = plan_from_fields({"gpus": 4, "tp": 4, "global_batch": 1, "seq_length": 1024, "tp_layout": "2d"})
     est = estimate(SMALL, ROUND, plan)

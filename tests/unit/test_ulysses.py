@@ -9,12 +9,12 @@ import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.comm import all_to_all_time_s
-from paraplan.estimate import estimate
-from paraplan.frameworks import framework_plan_fields
+from paraplan.step.estimate import estimate
+from paraplan.cost.frameworks import framework_plan_fields
 from paraplan.graph.transformer import LayerShape, decoder_layer
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
-from paraplan.stages import block_comm, plan_spans
+from paraplan.step.build import block_comm, plan_spans
 
 S, CP = 65536, 8
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.estimate_stages import estimate_stage_plan
+from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec

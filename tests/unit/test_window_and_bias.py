@@ -6,7 +6,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.cost.flops import matmul_params, model_flops_per_token
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.graph.transformer import LayerShape, attention_ops, layer_weight_params
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -59,7 +59,7 @@ def test_qkv_bias_adds_the_projection_biases_split_by_tp():
 
 
 def test_position_warning():
-    from paraplan.limits import position_warning
+    from paraplan.specs.limits import position_warning
 
     assert position_warning(LLAMA, 8192) is None
     assert "longer than llama3-8b's 8,192 positions (it was trained with" in position_warning(LLAMA, 16384)

@@ -8,12 +8,12 @@ import math
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.estimate import estimate
-from paraplan.frameworks import apply_framework, framework_plan_fields
+from paraplan.step.estimate import estimate
+from paraplan.cost.frameworks import apply_framework, framework_plan_fields
 from paraplan.graph.ops import largest_weight_params
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.plan import PlanSpec
-from paraplan.stages import BLOCK_KINDS
+from paraplan.step.build import BLOCK_KINDS
 
 H_530B = 20480  # Korthikanti et al. 2022 Table 3
 

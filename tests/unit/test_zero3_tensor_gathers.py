@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.export import export_plan
-from paraplan.frameworks import framework_plan_fields
+from paraplan.cost.frameworks import framework_plan_fields
 from paraplan.graph.ops import weight_tensor_count
 from paraplan.graph.params import parameter_counts
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
-from paraplan.stages import BLOCK_KINDS
+from paraplan.step.build import BLOCK_KINDS
 
 
 def _tensors(model_name: str, kind: str) -> float:

@@ -21,12 +21,12 @@ from paraplan.cost.comm import (
     list_reduce_scatter_host_s,
     rank_loop_views_s,
 )
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.graph.params import parameter_counts
 from paraplan.graph.transformer import LayerShape
-from paraplan.schedule.zero3_legacy import regather_s
+from paraplan.step.zero3_legacy import regather_s
 from paraplan.specs.plan import PlanSpec
-from paraplan.stages import BLOCK_KINDS
+from paraplan.step.build import BLOCK_KINDS
 
 VIEW, KERNEL = 1.4e-6, 4e-6  # pytorch/pytorch#30831 eager view op; the A100 catalog's kernel overhead
 
@@ -99,8 +99,8 @@ def test_persistent_sizes_stack_across_candidates():
     threshold): arrays.stack pads the lists with zeros, and the copy-back counts only the non-zero entries."""
     import numpy as np
 
-    from paraplan.arrays import stack
-    from paraplan.schedule.zero3_legacy import small_count
+    from paraplan.search.arrays import stack
+    from paraplan.step.zero3_legacy import small_count
 
     rows = stack([(2048.0, 2048.0), (2048.0, 2048.0, 6144.0)], np.array([0, 1, 1]))
     assert rows.shape == (3, 3) and list(small_count(SimpleNamespace(small_numels=rows))) == [2, 3, 3]

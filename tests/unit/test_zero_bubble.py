@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from paraplan.schedule.zero_bubble import (
+from paraplan.step.zero_bubble import (
     dualpipe_bubble_s,
     in_flight_microbatches,
     weight_copies,

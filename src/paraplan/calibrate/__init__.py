@@ -28,8 +28,8 @@ from paraplan.calibrate.fit import (
 )
 from paraplan.calibrate.readers import read_attention_table, read_gemm_table, read_memory_table, read_nccl_tests
 from paraplan.catalog import load_model
-from paraplan.fields import Doc, refuse
-from paraplan.io import read_document
+from paraplan.io.fields import Doc, refuse
+from paraplan.io.documents import read_document
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import SystemSpec
 

@@ -235,7 +235,7 @@ class StepRun:
 
 
 def _predict(run: StepRun, system: SystemSpec) -> float:
-    from paraplan.estimate import estimate
+    from paraplan.step.estimate import estimate
 
     return estimate(run.model, system, run.plan).step_time_s
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
-from paraplan.io import read_text
+from paraplan.io.documents import read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import Dtype
 

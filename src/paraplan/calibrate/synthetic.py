@@ -26,7 +26,7 @@ from paraplan.calibrate.readers import AttentionSample, NcclRun
 from paraplan.catalog import load_model, load_system
 from paraplan.cost.comm import collective_time_s, gather_or_scatter_time_s
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
-from paraplan.io import atomic_write_text
+from paraplan.io.documents import atomic_write_text
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -125,7 +125,7 @@ STEP_MODEL = "gpt3-13b"
 
 
 def step_runs(system: SystemSpec) -> list[StepRun]:
-    from paraplan.estimate import estimate
+    from paraplan.step.estimate import estimate
 
     model = load_model(STEP_MODEL)
     out = []

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from paraplan.io import parse_document, read_document
+from paraplan.io.documents import parse_document, read_document
 from paraplan.specs.errors import InputError, UnknownNameError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -162,7 +162,7 @@ def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
         elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
             source = _model_path(ref)
             data = _read_file(source, field)
-            from paraplan.hf import is_hf_config, model_from_hf_config
+            from paraplan.catalog.hf import is_hf_config, model_from_hf_config
 
             stem = "stdin" if source == "-" else Path(source).stem
             if is_hf_config(data):

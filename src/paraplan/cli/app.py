@@ -96,7 +96,7 @@ def check_price(price: float | None) -> None:
 
 def warn_positions(model, seq_length: int) -> None:
     """One line on stderr when the sequence is longer than the model's positions (limits.position_warning)."""
-    from paraplan.limits import position_warning
+    from paraplan.specs.limits import position_warning
 
     if (warning := position_warning(model, seq_length)) is not None:
         print(f"warning: {warning}", file=sys.stderr)
@@ -193,7 +193,7 @@ def framework_problem_fields(framework: Optional[str], system_spec, attention: s
     profile = load_framework_option(framework)
     if profile is None:
         return system_spec, attention, {}
-    from paraplan.frameworks import framework_search_fields, framework_system
+    from paraplan.cost.frameworks import framework_search_fields, framework_system
 
     fields = framework_search_fields(profile)
     return framework_system(profile, system_spec), attention if attention_given else profile.attention, fields

@@ -29,7 +29,7 @@ def calibrate_command(
     """Fit link efficiencies and latencies, GEMM / attention / HBM efficiencies and overlap costs."""
     from paraplan.calibrate import calibrate, system_yaml
     from paraplan.catalog import load_system
-    from paraplan.io import atomic_write_text
+    from paraplan.io.documents import atomic_write_text
 
     if write_synthetic is not None:
         from paraplan.calibrate.synthetic import write_samples

@@ -69,7 +69,7 @@ def _model_fields_table(ref: str, model):
     hf = model.source.startswith("Hugging Face")
     for name in type(model).model_fields:
         value = getattr(model, name)
-        how = ("config.json, mapped by paraplan.hf" if hf else "the file") if name in given else "default"
+        how = ("config.json, mapped by paraplan.catalog.hf" if hf else "the file") if name in given else "default"
         if name == "name" and hf:
             how = "the directory (or file) name"
         if name in _DERIVED and value is None:
@@ -194,7 +194,7 @@ def schema(
     """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
     for editors and validators; quantities accept unit strings such as "80 GiB"."""
     from paraplan.report.search_view import AtomicText
-    from paraplan.schemas import json_schema, schema_models
+    from paraplan.io.schemas import json_schema, schema_models
 
     names = list(schema_models())
     if name not in names:

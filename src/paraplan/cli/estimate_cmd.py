@@ -134,7 +134,7 @@ FRAMEWORK_PLAN_OPTIONS = {
 
 def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
     """``plan_fields`` with the options the user left at their CLI default replaced by the profile's defaults."""
-    from paraplan.frameworks import PLAN_DEFAULTS, framework_plan_fields
+    from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_plan_fields
 
     if profile is None:
         return plan_fields
@@ -286,7 +286,7 @@ def estimate(
     make it fit), 2 on bad input."""
     from paraplan.api import plan_from_fields
     from paraplan.catalog import load_model, load_system
-    from paraplan.estimate import estimate as run_estimate
+    from paraplan.step.estimate import estimate as run_estimate
     from paraplan.export.planfile import load_plan_option
     from paraplan.graph.params import parameter_counts
     from paraplan.report.render import print_estimate
@@ -369,7 +369,7 @@ def estimate(
                        "for an encoder-decoder model (costed stage by stage)", "the plan options, --plan, --set, --json, --width")
     profile = load_framework_option(framework)
     if profile is not None:  # the profile adapts the system; --set values still win
-        from paraplan.frameworks import framework_system
+        from paraplan.cost.frameworks import framework_system
 
         system_spec = framework_system(profile, system_spec)
     model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])

@@ -31,7 +31,7 @@ def export_command(
     from paraplan.catalog import load_model, load_system
     from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
     from paraplan.export.planfile import load_plan, source_names
-    from paraplan.io import atomic_write_text
+    from paraplan.io.documents import atomic_write_text
 
     targets = FRAMEWORKS if to == "all" else (to,)
     if to != "all" and to not in FRAMEWORKS:

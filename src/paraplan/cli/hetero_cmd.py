@@ -19,8 +19,8 @@ from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB
 
 if TYPE_CHECKING:
-    from paraplan.estimate_stages import StagePlanEstimate
-    from paraplan.search.hetero import HeteroResult
+    from paraplan.step.per_stage import StagePlanEstimate
+    from paraplan.search.staged.hetero import HeteroResult
 
 
 def resolve_cluster(cluster: str | Path | None, system: str | None, gpus: int | None) -> ClusterSpec:
@@ -47,7 +47,7 @@ def plan_file_is_non_uniform(path: Path) -> bool:
 
 def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool) -> bool:
     """``paraplan estimate --plan FILE`` for a non-uniform plan; True when it fits."""
-    from paraplan.estimate_stages import estimate_stage_plan
+    from paraplan.step.per_stage import estimate_stage_plan
 
     model_spec = load_model(model, field="model")
     plan_spec = stage_plan_from_dict(_read_file(Path(plan), "--plan"), field="plan")
@@ -64,7 +64,7 @@ def estimate_uniform_stages(model_spec: ModelSpec, system_spec: SystemSpec, plan
                             width: int | None = None) -> bool:
     """``paraplan estimate`` with the uniform options for an encoder-decoder: the plan's per-stage form
     (specs.uniform_stages.uniform_stage_plan) costed by estimate_stages on the uniform cluster; True when it fits."""
-    from paraplan.estimate_stages import estimate_stage_plan
+    from paraplan.step.per_stage import estimate_stage_plan
     from paraplan.specs.uniform_stages import uniform_stage_plan
 
     cluster_spec = uniform_cluster(system_spec, plan.gpus)
@@ -113,7 +113,7 @@ def search_hetero(
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
     line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute)."""
-    from paraplan.search.hetero import HeteroProblem, search_cluster, search_non_uniform
+    from paraplan.search.staged.hetero import HeteroProblem, search_cluster, search_non_uniform
 
     model_spec = load_model(model, field="model")
     cluster_spec = resolve_cluster(cluster, system, gpus)

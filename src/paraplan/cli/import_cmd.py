@@ -16,7 +16,7 @@ app.add_typer(import_app, name="import")
 
 
 def _emit(data: dict, out: Optional[Path]) -> None:
-    from paraplan.io import atomic_write_text
+    from paraplan.io.documents import atomic_write_text
 
     text = json.dumps(data, indent=2) + "\n"
     if out is None:
@@ -57,7 +57,7 @@ def import_calculon_command(
 
     from paraplan.api import plan_from_fields
     from paraplan.catalog import load_model, load_system
-    from paraplan.io import atomic_write_text
+    from paraplan.io.documents import atomic_write_text
     from paraplan.importers.calculon import convert
 
     conv = convert(model, system, execution, vocab=vocab, sm_count=sm_count)
@@ -74,7 +74,7 @@ def import_calculon_command(
                           make_parents=True)
         print(f"wrote {out}/model.yaml, system.yaml, plan.json", file=sys.stderr)
     if estimate:
-        from paraplan.estimate import estimate as run_estimate
+        from paraplan.step.estimate import estimate as run_estimate
 
         est = run_estimate(model_spec, system_spec, plan)
         from paraplan.units import GiB
@@ -96,7 +96,7 @@ def import_amped_command(
 
     from paraplan.api import plan_from_fields
     from paraplan.catalog import load_model
-    from paraplan.io import atomic_write_text
+    from paraplan.io.documents import atomic_write_text
     from paraplan.importers.amped import convert
 
     model, plan_fields, notes = convert(config, tables)

@@ -40,7 +40,7 @@ from paraplan.cli.app import (
     refuse_options,
     search_restrictions,
 )
-from paraplan.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
+from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
@@ -204,7 +204,7 @@ def search(
 
     sink = CsvSink(csv_all) if csv_all is not None else None
     if workers is None and not exhaustive:  # before the progress bar's thread starts (auto_workers forks from one thread)
-        from paraplan.search.block_processes import auto_workers
+        from paraplan.search.bounds.block_processes import auto_workers
 
         workers = auto_workers()
     show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only

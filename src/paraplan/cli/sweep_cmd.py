@@ -31,7 +31,7 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
-from paraplan.limits import MAX_TOP
+from paraplan.specs.limits import MAX_TOP
 from paraplan.specs.errors import InputError
 
 

@@ -20,7 +20,7 @@ def export_plan(framework: str, plan: PlanSpec, model: ModelSpec | None = None, 
     """The plan as ``framework`` takes it (text); :class:`ExportRefused` names a knob it cannot express,
     InputError a model the uniform plan does not describe (estimate.model_violations: encoder-decoders)."""
     if model is not None:
-        from paraplan.estimate import model_violations
+        from paraplan.step.estimate import model_violations
         from paraplan.specs.errors import InputError
 
         if broken := model_violations(model):

@@ -22,8 +22,8 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
-from paraplan.fields import Doc
-from paraplan.io import parse_document
+from paraplan.io.fields import Doc
+from paraplan.io.documents import parse_document
 from paraplan.specs.plan import PlanSpec
 
 NAME = "deepspeed"

@@ -29,7 +29,7 @@ from paraplan.export.megatron import (
     megatron_core_checks,
     stage_layers_from_layout,
 )
-from paraplan.fields import Doc
+from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
 NAME = "nemo"

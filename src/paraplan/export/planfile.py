@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paraplan.fields import Doc
-from paraplan.io import parse_document, read_text
+from paraplan.io.fields import Doc
+from paraplan.io.documents import parse_document, read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec

@@ -23,7 +23,7 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
-from paraplan.fields import Doc, as_list
+from paraplan.io.fields import Doc, as_list
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from paraplan.fields import Doc, as_integer, as_number, refuse
-from paraplan.io import read_document
+from paraplan.io.fields import Doc, as_integer, as_number, refuse
+from paraplan.io.documents import read_document
 from paraplan.specs.errors import InputError
 
 PRECISION_BITS = {8: "fp8", 16: "bf16", 32: "fp32"}

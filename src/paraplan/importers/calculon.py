@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paraplan.fields import Doc, as_integer, as_number, refuse, show
-from paraplan.io import read_document
+from paraplan.io.fields import Doc, as_integer, as_number, refuse, show
+from paraplan.io.documents import read_document
 from paraplan.specs.errors import InputError
 
 GB, GiB = 1e9, 2**30

@@ -11,7 +11,7 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 
-from paraplan.report.result import Estimate
+from paraplan.step.result import Estimate
 from paraplan.units import GiB
 
 SUMMARY_COLUMNS = ("rank", "plan_label", "global_batch", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib",

@@ -26,8 +26,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from paraplan.report.result import BREAKDOWN_PARTS  # noqa: E402
-from paraplan.report.result import MEMORY_PARTS as STAGE_MEMORY_PARTS  # noqa: E402
+from paraplan.step.result import BREAKDOWN_PARTS  # noqa: E402
+from paraplan.step.result import MEMORY_PARTS as STAGE_MEMORY_PARTS  # noqa: E402
 from paraplan.specs.errors import InputError  # noqa: E402
 from paraplan.units import GiB, si_prefixed  # noqa: E402
 
@@ -485,7 +485,7 @@ def plot_estimate(est, path: Path) -> Path:
         raise InputError(f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
                          "(create it first)")
     fig = estimate_figure(est)
-    from paraplan.io import atomic_path
+    from paraplan.io.documents import atomic_path
 
     try:
         with atomic_path(path, field="--plot") as temp, open(temp, "wb") as handle:

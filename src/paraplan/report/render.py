@@ -1,4 +1,4 @@
-"""Render an :class:`~paraplan.report.result.Estimate` as readable plain text.
+"""Render an :class:`~paraplan.step.result.Estimate` as readable plain text.
 
 Everything is built from the typed fields of the result objects (no formatting chosen by key
 names). ``estimate_renderables`` returns the sections (strings and tables), :class:`PlainConsole`
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from rich.cells import cell_len
 
-from paraplan.report.result import BREAKDOWN_PARTS, CommCost, Estimate, OpCost, StageMemory
+from paraplan.step.result import BREAKDOWN_PARTS, CommCost, Estimate, OpCost, StageMemory
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB, si_prefixed
 

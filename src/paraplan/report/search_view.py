@@ -264,10 +264,10 @@ class AtomicText:
     """A text file written to a temporary file beside ``path`` and renamed onto it by ``close``
     (``discard`` removes the temporary file): readers never see half a file. The rule (fsync,
     rename, a device such as /dev/null or /dev/full written through, never replaced) is
-    ``paraplan.io.AtomicTarget``."""
+    ``paraplan.io.documents.AtomicTarget``."""
 
     def __init__(self, path: Path, flag: str):
-        from paraplan.io import AtomicTarget
+        from paraplan.io.documents import AtomicTarget
 
         self.path = Path(path)
         self.target = AtomicTarget(self.path, flag)

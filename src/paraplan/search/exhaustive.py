@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from paraplan.estimate import estimate
+from paraplan.step.estimate import estimate
 from paraplan.search.run import SearchResult, _finish, _trim, objective_value
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.estimate import estimate
-from paraplan.report.result import BREAKDOWN_PARTS, Estimate
+from paraplan.step.estimate import estimate
+from paraplan.step.result import BREAKDOWN_PARTS, Estimate
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.estimate import estimate
-from paraplan.report.result import Estimate
+from paraplan.step.estimate import estimate
+from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec

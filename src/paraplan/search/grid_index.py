@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
-from paraplan.schedule.step import compose_step, stage_peaks
+from paraplan.step.compose import compose_step, stage_peaks
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, grid_arrays
 
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
-from paraplan.estimate import estimate
-from paraplan.report.result import Estimate
-from paraplan.schedule.step import pipeline_bound_s
+from paraplan.step.estimate import estimate
+from paraplan.step.result import Estimate
+from paraplan.step.compose import pipeline_bound_s
 from paraplan.search import ranking
-from paraplan.search.block_processes import PartOutcome, auto_workers, processes_available, run_parts, split_by_costing_class
-from paraplan.search.blocks import (
+from paraplan.search.bounds.block_processes import PartOutcome, auto_workers, processes_available, run_parts, split_by_costing_class
+from paraplan.search.bounds.blocks import (
     EXACT,
     costing_class,
     first_bound_levels,
@@ -43,8 +43,8 @@ from paraplan.search.blocks import (
     refinements,
     rows_per_micro_batch,
 )
-from paraplan.search.blocks import blocks as space_blocks
-from paraplan.search.step_floors import block_step_floor, block_step_floors
+from paraplan.search.bounds.blocks import blocks as space_blocks
+from paraplan.search.bounds.step_floors import block_step_floor, block_step_floors
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable, feasible_columns

@@ -49,7 +49,7 @@ from paraplan.specs.moe_plan import Dispatcher, dispatcher_rule, expert_degree_r
 from paraplan.specs.split import SplitGroup, accounted_units, chunk_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
 from paraplan.specs.system import SystemSpec
-from paraplan.stages import placed_domains, plan_spans
+from paraplan.step.build import placed_domains, plan_spans
 
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
@@ -165,7 +165,7 @@ class SearchProblem:
 
     def check(self) -> None:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
-        from paraplan.estimate import model_violations  # the estimator's own model rule
+        from paraplan.step.estimate import model_violations  # the estimator's own model rule
 
         if broken := model_violations(self.model):
             raise InputError.from_violations(broken)

@@ -16,17 +16,17 @@ import numpy as np
 
 from types import SimpleNamespace
 
-from paraplan.arrays import stack, take
+from paraplan.search.arrays import stack, take
 from paraplan.cost.moe import expert_dp_span
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, SCHEDULE_FLAGS, StepInputs
+from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, SCHEDULE_FLAGS, StepInputs
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.specs.split import accounted_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS, panel_count
-from paraplan.stages import (
+from paraplan.step.build import (
     BlockFacts,
     GridKnobs,
     RowFacts,

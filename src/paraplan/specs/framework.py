@@ -4,7 +4,7 @@ Two runs of the same plan on the same GPUs differ by implementation: which fused
 kernel runs, which communication overlaps exist and are on by default, how gradients are kept,
 how much memory the runtime itself takes. A :class:`FrameworkSpec` states those defaults; the
 catalog ships one YAML file per framework (``paraplan/catalog/frameworks``), each value with its
-source in ``sources``. ``paraplan.frameworks.apply_framework`` turns a profile into the plan
+source in ``sources``. ``paraplan.cost.frameworks.apply_framework`` turns a profile into the plan
 defaults and system fields the cost model reads.
 """
 

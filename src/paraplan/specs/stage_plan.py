@@ -271,6 +271,6 @@ def write_stage_plan(plan: StagePlanSpec, path: str | Path) -> None:
     path = Path(path)
     data = stage_plan_to_dict(plan)
     text = json.dumps(data, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
-    from paraplan.io import atomic_write_text
+    from paraplan.io.documents import atomic_write_text
 
     atomic_write_text(path, text)

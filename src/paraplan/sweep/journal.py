@@ -20,8 +20,8 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from paraplan.io import MAX_INPUT_BYTES, append_line, atomic_write_text
-from paraplan.report.result import MEMORY_PARTS
+from paraplan.io.documents import MAX_INPUT_BYTES, append_line, atomic_write_text
+from paraplan.step.result import MEMORY_PARTS
 from paraplan.specs.errors import InputError
 
 POINTS_FILE = "points.jsonl"

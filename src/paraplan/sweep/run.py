@@ -13,7 +13,7 @@ Output directory (locked while a sweep writes into it; a second sweep on it is r
   foreign lines are skipped and their points searched again;
 - ``sweep.json`` / ``sweep.csv``  regenerated from the journal in cartesian order at the end.
 Every file except the journal is written atomically (temporary file, fsync, rename: see
-``paraplan.io``). A non-empty directory is refused unless ``resume`` or ``force`` is given.
+``paraplan.io.documents``). A non-empty directory is refused unless ``resume`` or ``force`` is given.
 No wall-clock value is written anywhere and floats are rounded to ``FLOAT_DIGITS`` significant
 digits, so two runs of one sweep give byte-identical files, also on different machines.
 """
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.catalog import load_model, load_system
-from paraplan.io import atomic_write_text
-from paraplan.limits import check_search_bounds
-from paraplan.processes import die_with_parent
+from paraplan.io.documents import atomic_write_text
+from paraplan.specs.limits import check_search_bounds
+from paraplan.search.processes import die_with_parent
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -72,7 +72,7 @@ class SweepConfig:
     vary_split: bool = False  # search.space.SearchProblem.vary_split
     restrictions: dict = field(default_factory=dict)  # SearchProblem axis name -> tuple of allowed values
     tokens: float | None = None  # run length for time-to-train
-    framework: str | None = None  # --framework: a profile name or file (paraplan.frameworks)
+    framework: str | None = None  # --framework: a profile name or file (paraplan.cost.frameworks)
 
     def check(self) -> None:
         if not self.systems:
@@ -199,7 +199,7 @@ def run_point(task: dict) -> dict:
 
 
 def _run_point(task: dict) -> dict:
-    from paraplan.estimate import estimate
+    from paraplan.step.estimate import estimate
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
     from paraplan.specs.plan import PlanSpec
@@ -275,7 +275,7 @@ def prepare(config: SweepConfig) -> Prepared:
     """Load the specs, check every --set value (alone and in combination) and build one task per point."""
     config.check()
     model = load_model(config.model, field="model")
-    from paraplan.estimate import model_violations
+    from paraplan.step.estimate import model_violations
 
     if broken := model_violations(model):  # no point of the sweep could search it (the uniform search's model rule)
         raise InputError.from_violations(broken)
@@ -283,7 +283,7 @@ def prepare(config: SweepConfig) -> Prepared:
     profile = None
     if config.framework is not None:  # every system as the framework uses it (frameworks.framework_system)
         from paraplan.catalog import load_framework
-        from paraplan.frameworks import framework_system
+        from paraplan.cost.frameworks import framework_system
 
         profile = load_framework(config.framework, field="--framework")
         systems = [framework_system(profile, s) for s in systems]
@@ -300,7 +300,7 @@ def prepare(config: SweepConfig) -> Prepared:
         "restrictions": {k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None},
     }
     if profile is not None:  # the name for the error band, the overlap defaults for --default-overlap
-        from paraplan.frameworks import framework_search_fields
+        from paraplan.cost.frameworks import framework_search_fields
 
         fields = framework_search_fields(profile)
         settings.update(framework=fields["framework"], default_overlaps=list(fields["default_overlaps"]))
@@ -484,7 +484,7 @@ def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool
             from paraplan.report.plots import plot_sweep
 
             files += plot_sweep(document, out_dir)
-    from paraplan.limits import position_warning
+    from paraplan.specs.limits import position_warning
 
     warning = position_warning(prepared.model, config.seq_length)
     return SweepOutcome(document, files, ran=len(pending), skipped=len(done), warnings=(warning,) if warning else ())
@@ -496,7 +496,7 @@ def _config_record(prepared: Prepared) -> dict:
 
 def load_results(path: Path) -> dict:
     """A saved sweep.json (for ``paraplan plot``); InputError when it is not one."""
-    from paraplan.io import parse_document, read_text
+    from paraplan.io.documents import parse_document, read_text
 
     data = parse_document(read_text(path, "sweep.json"), repr(str(path)), "sweep.json", as_json=True)
     if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("sweep"), dict):

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
-from paraplan.report.result import BREAKDOWN_FIELDS
-from paraplan.report.result import MEMORY_PARTS as STAGE_MEMORY_PARTS
+from paraplan.step.result import BREAKDOWN_FIELDS
+from paraplan.step.result import MEMORY_PARTS as STAGE_MEMORY_PARTS
 from paraplan.specs.plan import PLAN_COLUMNS
 
 MEMORY_PARTS = tuple(part.key for part in STAGE_MEMORY_PARTS)

@@ -32,7 +32,7 @@ import json
 import sys
 from pathlib import Path
 
-from paraplan.io import atomic_write_text
+from paraplan.io.documents import atomic_write_text
 
 GPUS_PER_NODE = 4
 FIRST_LAYER_ENTRY, LAST_LAYER_ENTRY = 2, 25  # AMP's op list: 0 embed, 1 noop, 2..25 layers, 26-27 noop, 28 head, 29 noop

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from paraplan.estimate import estimate
-from paraplan.pipeline_engines import ENGINES, EngineRules
+from paraplan.step.estimate import estimate
+from paraplan.step.engines import ENGINES, EngineRules
 from paraplan.specs.system import EfficiencySpec, SystemSpec
 from paraplan.validate.fitted import FITTED_CONSTANTS, EngineConstant, FittedConstant, refit, with_constants, with_engine_constants
 from paraplan.validate.run import Case, UnsupportedCase, case_role, error_pct
@@ -110,7 +110,7 @@ def _hetero_applies(const: FittedConstant, case: Any) -> bool:
 def hetero_step_error(case: Any, values: dict[FittedConstant, float]) -> float:
     """Signed step-time error (%) of a per-stage case (validate.hetero.HeteroCase) with the fitted constants at
     ``values``: its pools' systems through ``with_constants``, its runtime's rules through ``with_engine_constants``."""
-    from paraplan.estimate_stages import estimate_stage_plan
+    from paraplan.step.per_stage import estimate_stage_plan
 
     pools = tuple(p.model_copy(update={"system": with_constants(p.system, values)}) for p in case.cluster.pools)
     cluster = case.cluster.model_copy(update={"pools": pools})

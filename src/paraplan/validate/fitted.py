@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.catalog import load_system
 from paraplan.catalog.gemm_benchmarks import MAMF_BF16
-from paraplan.pipeline_engines import ENGINES, EngineRules
+from paraplan.step.engines import ENGINES, EngineRules
 from paraplan.specs.system import SystemSpec
 
 

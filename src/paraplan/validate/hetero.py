@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.catalog import load_model
-from paraplan.estimate_stages import StagePlanEstimate, estimate_stage_plan
+from paraplan.step.per_stage import StagePlanEstimate, estimate_stage_plan
 from paraplan.specs.cluster import ClusterSpec, cluster_from_dict
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec

@@ -81,8 +81,8 @@ def validation_residuals() -> dict[str, tuple[float, ...]]:
 
 
 def write_store() -> Path:
-    """Compute the table and write it with the package's fingerprint (atomically: paraplan.io)."""
-    from paraplan.io import atomic_write_text
+    """Compute the table and write it with the package's fingerprint (atomically: paraplan.io.documents)."""
+    from paraplan.io.documents import atomic_write_text
 
     document = {"about": "validation residuals by feature (paraplan.validate.residuals); regenerate with "
                          "python -m paraplan.validate.residuals",

@@ -27,7 +27,7 @@ reported with the reason and left out of the summary, and the other cases still 
 Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``, ``derived``,
 ``quote``, ``record``, ``config_id``) are accepted and not interpreted, except ``group`` (the
 cross-validation group, default: the file stem). ``framework`` names a framework profile
-(paraplan.frameworks) that sets the implementation defaults of the run. Measured keys in
+(paraplan.cost.frameworks) that sets the implementation defaults of the run. Measured keys in
 ``DOC_METRICS`` (``tflops_per_gpu``, ...) are accepted and not compared.
 
 Calibration vs held out
@@ -60,9 +60,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.frameworks import apply_framework
-from paraplan.estimate import check_plan, estimate
-from paraplan.report.result import Estimate
+from paraplan.cost.frameworks import apply_framework
+from paraplan.step.estimate import check_plan, estimate
+from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError, UnknownNameError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
@@ -140,7 +140,7 @@ def bundled_case_files() -> list[Any]:
 def _read_case_file(path: Any) -> tuple[str, list]:
     """(file stem, raw case list) of a JSON or YAML case file, or of a file of AMP's trial records (converted by
     validate.amp_import, as the bundled hetero/amp2022.json was); InputError naming the file otherwise."""
-    from paraplan.io import read_document  # bounded, strict reading shared by every input file
+    from paraplan.io.documents import read_document  # bounded, strict reading shared by every input file
     from paraplan.validate.amp_import import convert_records, is_records
 
     name = path.name

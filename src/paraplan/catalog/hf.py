@@ -121,7 +121,7 @@ def _moe_reason(data: dict) -> str | None:
 def _supported_moe(data: dict, field: str) -> str | None:
     """The MoE family hf_moe.py reads (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3, Kimi-K2, GPT-OSS), or None;
     model_type and architectures are type-checked first (never coerced)."""
-    from paraplan.hf_moe import moe_family
+    from paraplan.catalog.hf_moe import moe_family
 
     model_type = data.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
@@ -134,7 +134,7 @@ def _refuse_moe(data: dict, field: str) -> None:
     """A mixture-of-experts config of a family hf_moe.py does not read is refused (never read as dense)."""
     reason = _moe_reason(data)
     if reason is not None:
-        from paraplan.hf_moe import MOE_TYPES
+        from paraplan.catalog.hf_moe import MOE_TYPES
 
         raise InputError(
             f"{field}: a mixture-of-experts config ({reason}) is not supported yet; paraplan reads dense "
@@ -338,7 +338,7 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
         field = f"{field}.text_config"
     moe = _supported_moe(data, field)
     if moe is not None:
-        from paraplan.hf_moe import model_from_hf_moe
+        from paraplan.catalog.hf_moe import model_from_hf_moe
 
         return model_from_hf_moe(data, moe, name, field)
     _refuse_moe(data, field)

@@ -45,8 +45,8 @@ from paraplan.graph.encoder import (
 )
 from paraplan.graph.ops import recompute_modules_of
 from paraplan.graph.transformer import LayerShape
-from paraplan.report.result import StageMemory, TimeBreakdown
-from paraplan.schedule.step import (
+from paraplan.step.result import StageMemory, TimeBreakdown
+from paraplan.step.compose import (
     BLOCK_TERM_NAMES,
     RECOMPUTE_CODES,
     BlockCost,
@@ -66,8 +66,8 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
 from paraplan.specs.system import SystemSpec
-from paraplan.pipeline_engines import ENGINES, EngineRules, backward_transfer_bytes, forward_transfer_bytes, host_layer_times_s
-from paraplan.stages import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
+from paraplan.step.engines import ENGINES, EngineRules, backward_transfer_bytes, forward_transfer_bytes, host_layer_times_s
+from paraplan.step.build import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
 
 NO_SPAN = GroupSpan(1, 1, 1)
 

@@ -17,15 +17,15 @@ from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_t
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
-from paraplan.report.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.schedule.step import SCHEDULE_FLAGS, StepInputs, compose_step, stage_memory_terms
+from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
+from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step, stage_memory_terms
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
-from paraplan.stages import BLOCK_KINDS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
+from paraplan.step.build import BLOCK_KINDS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -54,7 +54,7 @@ def recompute_share(plan: PlanSpec, inp: StepInputs) -> float:
     """Share of the decoder layers whose recomputation FLOPs count (all, unless recompute_num_layers)."""
     if plan.recompute_num_layers is None:
         return 1.0
-    from paraplan.schedule.partial_recompute import recomputed_layer_share
+    from paraplan.step.partial_recompute import recomputed_layer_share
 
     return recomputed_layer_share(inp)
 
@@ -127,7 +127,7 @@ def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInp
         facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype, plan)
     )
     if plan.recompute_num_layers is not None:  # only some layers recomputed (schedule.partial_recompute)
-        from paraplan.schedule.partial_recompute import split_recompute_layers
+        from paraplan.step.partial_recompute import split_recompute_layers
 
         kept = row_facts(model, system, layer_shape(plan), plan_spans(plan, system), plan.pp, plan.microbatches,
                          "none", plan.overlap_tp_comm)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.estimate_stages import (
+from paraplan.step.per_stage import (
     Common,
     StageSetting,
     estimate_stage_plan,
@@ -31,8 +31,8 @@ from paraplan.estimate_stages import (
     tied_embedding_sync_s,
 )
 from paraplan.graph.encoder import model_blocks, recomputable_modules
-from paraplan.search.alleviate import Score, StageConfig, alleviate, recompute_label
-from paraplan.search.balance import balance_split
+from paraplan.search.staged.alleviate import Score, StageConfig, alleviate, recompute_label
+from paraplan.search.staged.balance import balance_split
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec

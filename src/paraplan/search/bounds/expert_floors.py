@@ -26,10 +26,10 @@ from paraplan.graph.mla import context_ring_collectives
 from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
-from paraplan.schedule.step import expert_exposure
+from paraplan.step.compose import expert_exposure
 from paraplan.search.divisors import divisors
 from paraplan.search.space import SearchProblem
-from paraplan.stages import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms, model_block_kinds
+from paraplan.step.build import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms, model_block_kinds
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:

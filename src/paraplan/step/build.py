@@ -1,7 +1,7 @@
 """The one builder of a step: op graphs → per-block costs → pipeline stages → ``StepInputs``.
 
 Read top-down:
-1. ``BLOCK_KINDS`` (paraplan/block_kinds.py): the registry of block kinds (embedding, decoder layer,
+1. ``BLOCK_KINDS`` (paraplan/step/blocks.py): the registry of block kinds (embedding, decoder layer,
    LM head, MoE kinds), each with its op-graph builder (graph/) and its memory facts (cost/memory.py).
    A new layer kind (an MoE layer, an encoder layer) is one more entry.
 2. ``row_facts``: everything the layer shape, the group spans and the degrees fix for one plan —
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from paraplan.block_kinds import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
+from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     BLOCK_KINDS,
     default_recompute_modules,
     head_params_with_embedding,
@@ -48,8 +48,8 @@ from paraplan.cost.moe import EXPERT_GROUPS, expert_dp_span, expert_group_span, 
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op, collective_groups, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, with_expert
-from paraplan.schedule.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
-from paraplan.schedule.step import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
+from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
+from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.split import SplitGroup
@@ -58,7 +58,7 @@ from paraplan.specs.system import SystemSpec
 Num = Any
 
 
-# ---- 1. block kinds: paraplan.block_kinds (BLOCK_KINDS and the per-kind rules) -------------------
+# ---- 1. block kinds: paraplan.step.blocks (BLOCK_KINDS and the per-kind rules) -------------------
 # ---- 2. facts of a row --------------------------------------------------------------------------
 class BlockCompute(NamedTuple):
     """Summed op times of one block for one micro-batch (seconds), before communication. (BlockCompute, BlockComm,

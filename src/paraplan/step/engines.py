@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.schedule.step import GRAD_REDUCE_BYTES
+from paraplan.step.compose import GRAD_REDUCE_BYTES
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from paraplan.schedule.step import BlockCost, StepInputs
+from paraplan.step.compose import BlockCost, StepInputs
 
 RECOMPUTED_KIND = "decoder"  # dense decoder layers (MoE / MLA layers use graph.moe's per-module recompute)
 

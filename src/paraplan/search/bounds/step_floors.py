@@ -12,10 +12,10 @@ import numpy as np
 
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.stages import model_block_kinds, stage_block_counts
+from paraplan.step.build import model_block_kinds, stage_block_counts
 
 if TYPE_CHECKING:
-    from paraplan.search.blocks import Block
+    from paraplan.search.bounds.blocks import Block
 
 SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
 

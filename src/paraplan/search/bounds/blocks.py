@@ -45,13 +45,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from paraplan.arrays import stack, take
+from paraplan.search.arrays import stack, take
 from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
-from paraplan.search.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
+from paraplan.search.bounds.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
 from paraplan.search.space import SearchProblem, distinct_orders
-from paraplan.search.step_floors import (
+from paraplan.search.bounds.step_floors import (
     SAFETY,
     LayerFloors,
     block_step_floor,
@@ -60,10 +60,10 @@ from paraplan.search.step_floors import (
     stage_sum,
 )
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.schedule.constants import system_terms
-from paraplan.schedule.offload import offload_traffic_bytes
-from paraplan.schedule.step import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms
-from paraplan.stages import (
+from paraplan.step.constants import system_terms
+from paraplan.step.offload import offload_traffic_bytes
+from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms
+from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
     _kind_cost_facts as kind_cost_facts,

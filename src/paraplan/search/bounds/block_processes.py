@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from paraplan.processes import die_with_parent
+from paraplan.search.processes import die_with_parent
 from paraplan.search import ranking
 
 # the shared costing of a class, in keys' worth of per-key work (the balance of the split; measured on DeepSeek-V3:

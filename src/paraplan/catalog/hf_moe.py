@@ -1,8 +1,8 @@
 """Read a mixture-of-experts Hugging Face ``config.json`` as a :class:`~paraplan.specs.model.ModelSpec`.
 
-``paraplan.hf.model_from_hf_config`` hands a config here when :func:`moe_family` recognises it
+``paraplan.catalog.hf.model_from_hf_config`` hands a config here when :func:`moe_family` recognises it
 (``model_type``, else ``architectures``). Mappings, HF key -> ModelSpec field, beyond the Llama-like
-ones of ``paraplan.hf`` (num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+ones of ``paraplan.catalog.hf`` (num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
 head_dim, vocab_size, tie_word_embeddings, max_position_embeddings; SwiGLU, RMSNorm, rotary):
 
 Mixtral (``mixtral``)
@@ -250,7 +250,7 @@ def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") 
     else:
         spec = _gpt_oss(data, get, field)
     spec["name"] = name
-    spec["source"] = f"Hugging Face config.json (model_type {data.get('model_type', family)}, read by paraplan.hf_moe)"
+    spec["source"] = f"Hugging Face config.json (model_type {data.get('model_type', family)}, read by paraplan.catalog.hf_moe)"
     try:
         return ModelSpec.model_validate(spec)
     except ValidationError as exc:

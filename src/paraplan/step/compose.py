@@ -31,11 +31,11 @@ from paraplan.cost.overlap import (
     chunked_overlap_exposed_s,
     ring_attention_exposed_s,
 )
-from paraplan.report.result import TimeBreakdown
-from paraplan.schedule import zero3_legacy as legacy
-from paraplan.schedule.offload import offload_traffic_bytes, offloaded_activation_share
-from paraplan.schedule.pipeline import bubble_from_work_s
-from paraplan.schedule.zero_bubble import split_backward_bubble
+from paraplan.step.result import TimeBreakdown
+from paraplan.step import zero3_legacy as legacy
+from paraplan.step.offload import offload_traffic_bytes, offloaded_activation_share
+from paraplan.step.pipeline import bubble_from_work_s
+from paraplan.step.zero_bubble import split_backward_bubble
 
 Num = Any  # float or numpy array, broadcastable
 
