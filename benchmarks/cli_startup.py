@@ -15,7 +15,14 @@ import subprocess
 import sys
 import time
 
-HEAVY = ("numpy", "matplotlib", "paraplan.step.estimate", "paraplan.search.run", "distributed", "pandas")
+HEAVY = (
+    "numpy",
+    "matplotlib",
+    "paraplan.step.estimate",
+    "paraplan.search.run",
+    "distributed",
+    "pandas",
+)
 
 
 def timed(argv: list[str], runs: int) -> list[float]:
@@ -28,10 +35,12 @@ def timed(argv: list[str], runs: int) -> list[float]:
 
 
 def heavy_modules() -> list[str]:
-    code = ("import sys; sys.argv = ['paraplan', '--help']\n"
-            "from paraplan.cli.main import main\n"
-            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            f"print('HEAVY:', *[m for m in {HEAVY!r} if m in sys.modules])")
+    code = (
+        "import sys; sys.argv = ['paraplan', '--help']\n"
+        "from paraplan.cli.main import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY:', *[m for m in {HEAVY!r} if m in sys.modules])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     line = [x for x in proc.stdout.splitlines() if x.startswith("HEAVY:")][-1]
     return line.split()[1:]
@@ -41,8 +50,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    rows = [("python -c pass", timed([sys.executable, "-c", "pass"], args.runs)),
-            ("python -m paraplan --help", timed([sys.executable, "-m", "paraplan", "--help"], args.runs))]
+    rows = [
+        ("python -c pass", timed([sys.executable, "-c", "pass"], args.runs)),
+        (
+            "python -m paraplan --help",
+            timed([sys.executable, "-m", "paraplan", "--help"], args.runs),
+        ),
+    ]
     script = shutil.which("paraplan")
     if script:
         rows.append(("paraplan --help", timed([script, "--help"], args.runs)))

@@ -18,7 +18,13 @@ from paraplan.catalog import load_model, load_system
 from paraplan.search.bounds.blocks import block_span_pairs, blocks, layer_floors, work_floors
 from paraplan.search.space import SearchProblem
 
-COSTING_MODULES = ("paraplan.cost", "paraplan.graph", "paraplan.step.build", "paraplan.search.arrays", "paraplan.schedule")
+COSTING_MODULES = (
+    "paraplan.cost",
+    "paraplan.graph",
+    "paraplan.step.build",
+    "paraplan.search.arrays",
+    "paraplan.schedule",
+)
 
 
 def clear_costing_caches() -> None:
@@ -33,10 +39,17 @@ def clear_costing_caches() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    parser.add_argument("--keys", type=int, default=400, help="distinct (tp, cp, micro-batch) keys to cost")
+    parser.add_argument(
+        "--keys", type=int, default=400, help="distinct (tp, cp, micro-batch) keys to cost"
+    )
     args = parser.parse_args()
-    problem = SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=2048,
-                            seq_length=4096, global_batch=15360)
+    problem = SearchProblem(
+        model=load_model("deepseek-v3"),
+        system=load_system("dgx-h800"),
+        gpus=2048,
+        seq_length=4096,
+        global_batch=15360,
+    )
     keys: dict[tuple, tuple] = {}
     for b in blocks(problem):
         keys.setdefault((b.tp, b.cp, b.micro_batch), block_span_pairs(problem, b)[0])
@@ -51,8 +64,10 @@ def main() -> None:
     for key, pair in keys.items():
         work_floors(problem, *key, (pair,), True)
     work_s = time.perf_counter() - start
-    rows = [("layer_floors", f"{len(keys):,}", f"{layer_s * 1e3 / len(keys):.2f}"),
-            ("work_floors (expert kinds)", f"{len(keys):,}", f"{work_s * 1e3 / len(keys):.2f}")]
+    rows = [
+        ("layer_floors", f"{len(keys):,}", f"{layer_s * 1e3 / len(keys):.2f}"),
+        ("work_floors (expert kinds)", f"{len(keys):,}", f"{work_s * 1e3 / len(keys):.2f}"),
+    ]
     print_table(("function", "calls", "ms per call"), rows, args.markdown)
 
 

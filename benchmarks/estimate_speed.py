@@ -13,12 +13,52 @@ from paraplan.step.estimate import estimate
 from paraplan.specs.plan import PlanSpec
 
 CASES = [
-    ("gpt3-175b tp8 pp8 vpp3 (Korthikanti Tab. 5)", "gpt3-175b", "dgx-a100-80gb",
-     dict(gpus=64, tp=8, pp=8, vpp=3, global_batch=64, seq_length=2048, sequence_parallel=True, recompute="selective")),
-    ("llama3-70b tp4 pp4 cp2 vpp5 (NeMo)", "llama3-70b", "dgx-h100-80gb",
-     dict(gpus=512, tp=4, pp=4, cp=2, vpp=5, global_batch=1024, seq_length=8192, sequence_parallel=True, zero=1)),
-    ("llama3-405b tp8 pp2 cp2 on 16,128 GPUs", "llama3-405b", "dgx-h100-80gb",
-     dict(gpus=16128, tp=8, pp=2, cp=2, global_batch=2016, seq_length=8192, sequence_parallel=True, zero=1)),
+    (
+        "gpt3-175b tp8 pp8 vpp3 (Korthikanti Tab. 5)",
+        "gpt3-175b",
+        "dgx-a100-80gb",
+        dict(
+            gpus=64,
+            tp=8,
+            pp=8,
+            vpp=3,
+            global_batch=64,
+            seq_length=2048,
+            sequence_parallel=True,
+            recompute="selective",
+        ),
+    ),
+    (
+        "llama3-70b tp4 pp4 cp2 vpp5 (NeMo)",
+        "llama3-70b",
+        "dgx-h100-80gb",
+        dict(
+            gpus=512,
+            tp=4,
+            pp=4,
+            cp=2,
+            vpp=5,
+            global_batch=1024,
+            seq_length=8192,
+            sequence_parallel=True,
+            zero=1,
+        ),
+    ),
+    (
+        "llama3-405b tp8 pp2 cp2 on 16,128 GPUs",
+        "llama3-405b",
+        "dgx-h100-80gb",
+        dict(
+            gpus=16128,
+            tp=8,
+            pp=2,
+            cp=2,
+            global_batch=2016,
+            seq_length=8192,
+            sequence_parallel=True,
+            zero=1,
+        ),
+    ),
 ]
 CACHES = COLD_CACHES
 

@@ -27,25 +27,84 @@ from matplotlib.figure import Figure  # noqa: E402
 from paraplan.catalog import load_model  # noqa: E402
 from paraplan.step.per_stage import estimate_stage_plan  # noqa: E402
 from paraplan.graph.encoder import model_blocks  # noqa: E402
-from paraplan.search.staged.hetero import HeteroProblem, _degrees, _gpu_list, _slices, search_cluster, search_non_uniform  # noqa: E402
+from paraplan.search.staged.hetero import (
+    HeteroProblem,
+    _degrees,
+    _gpu_list,
+    _slices,
+    search_cluster,
+    search_non_uniform,
+)  # noqa: E402
 from paraplan.specs.cluster import cluster_from_dict  # noqa: E402
 from paraplan.specs.errors import InputError  # noqa: E402
 from paraplan.specs.model import ModelSpec  # noqa: E402
 from paraplan.specs.stage_plan import stage_plan_from_dict  # noqa: E402
 
-AMP_GPT2 = {"name": "amp-gpt2-medium", "layers": 24, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 52256,
-            "tie_embeddings": True, "max_position": 1024}
-T5_3B = {"name": "t5-3b shape", "architecture": "encoder_decoder", "layers": 24, "encoder_layers": 24,
-           "hidden": 1024, "heads": 32, "head_dim": 128, "ffn_hidden": 16384, "vocab": 32128, "decoder_seq_length": 128,
-           "tie_embeddings": True, "bias": False, "dropout": False, "position_embedding": "rope", "mlp": "gelu"}
-WIDE_NARROW = {"name": "mixed-width stack (24 narrow + 8 wide layers)", "layers": 32, "hidden": 4096, "heads": 32,
-               "ffn_hidden": 16384, "vocab": 51200, "layer_widths": [{"count": 24, "ffn_hidden": 8192}, {"count": 8, "ffn_hidden": 32768}]}
+AMP_GPT2 = {
+    "name": "amp-gpt2-medium",
+    "layers": 24,
+    "hidden": 1024,
+    "heads": 16,
+    "ffn_hidden": 4096,
+    "vocab": 52256,
+    "tie_embeddings": True,
+    "max_position": 1024,
+}
+T5_3B = {
+    "name": "t5-3b shape",
+    "architecture": "encoder_decoder",
+    "layers": 24,
+    "encoder_layers": 24,
+    "hidden": 1024,
+    "heads": 32,
+    "head_dim": 128,
+    "ffn_hidden": 16384,
+    "vocab": 32128,
+    "decoder_seq_length": 128,
+    "tie_embeddings": True,
+    "bias": False,
+    "dropout": False,
+    "position_embedding": "rope",
+    "mlp": "gelu",
+}
+WIDE_NARROW = {
+    "name": "mixed-width stack (24 narrow + 8 wide layers)",
+    "layers": 32,
+    "hidden": 4096,
+    "heads": 32,
+    "ffn_hidden": 16384,
+    "vocab": 51200,
+    "layer_widths": [{"count": 24, "ffn_hidden": 8192}, {"count": 8, "ffn_hidden": 32768}],
+}
 
 MIXED = [
-    ("AMP cluster: 3x p3.8xlarge + 1x g4dn.12xlarge", [("v100", "aws-p3.8xlarge", 3), ("t4", "aws-g4dn.12xlarge", 1)],
-     AMP_GPT2, 32, 1024, "fp16", "unfused"),
-    ("2x DGX-1 (V100) + 2x DGX A100 40GB", [("v100", "dgx-1-v100", 2), ("a100", "dgx-a100-40gb", 2)], "gpt3-1.3b", 256, 2048, "fp16", "flash"),
-    ("1x DGX A100 40GB + 4x g4dn.12xlarge", [("a100", "dgx-a100-40gb", 1), ("t4", "aws-g4dn.12xlarge", 4)], "gpt3-760m", 128, 2048, "fp16", "flash"),
+    (
+        "AMP cluster: 3x p3.8xlarge + 1x g4dn.12xlarge",
+        [("v100", "aws-p3.8xlarge", 3), ("t4", "aws-g4dn.12xlarge", 1)],
+        AMP_GPT2,
+        32,
+        1024,
+        "fp16",
+        "unfused",
+    ),
+    (
+        "2x DGX-1 (V100) + 2x DGX A100 40GB",
+        [("v100", "dgx-1-v100", 2), ("a100", "dgx-a100-40gb", 2)],
+        "gpt3-1.3b",
+        256,
+        2048,
+        "fp16",
+        "flash",
+    ),
+    (
+        "1x DGX A100 40GB + 4x g4dn.12xlarge",
+        [("a100", "dgx-a100-40gb", 1), ("t4", "aws-g4dn.12xlarge", 4)],
+        "gpt3-760m",
+        128,
+        2048,
+        "fp16",
+        "flash",
+    ),
 ]
 UNIFORM = [
     ("gpt3-6.7b, 8x A100 40GB", "gpt3-6.7b", ("a100", "dgx-a100-40gb", 1), 64, 2048),
@@ -83,10 +142,27 @@ def best_uniform(problem: HeteroProblem) -> tuple[float, str]:
         for rc in problem.recompute:
             stages = []
             for k in range(pp):
-                devices = [{"pool": p, "gpus": c} for p, _, c in _slices(gpu_list[k * per : (k + 1) * per])]
-                stages.append({"devices": devices, "blocks": [bounds[k], bounds[k + 1]], "tp": tp, "recompute": rc})
-            plan = stage_plan_from_dict({"global_batch": problem.global_batch, "seq_length": problem.seq_length, "microbatches": m,
-                                         "dtype": problem.dtype, "attention": problem.attention, "stages": stages})
+                devices = [
+                    {"pool": p, "gpus": c} for p, _, c in _slices(gpu_list[k * per : (k + 1) * per])
+                ]
+                stages.append(
+                    {
+                        "devices": devices,
+                        "blocks": [bounds[k], bounds[k + 1]],
+                        "tp": tp,
+                        "recompute": rc,
+                    }
+                )
+            plan = stage_plan_from_dict(
+                {
+                    "global_batch": problem.global_batch,
+                    "seq_length": problem.seq_length,
+                    "microbatches": m,
+                    "dtype": problem.dtype,
+                    "attention": problem.attention,
+                    "stages": stages,
+                }
+            )
             try:
                 est = estimate_stage_plan(problem.model, problem.cluster, plan)
             except InputError:
@@ -107,7 +183,14 @@ def _write(path: Path, writer) -> None:
         raise
 
 
-def _bars(title: str, labels: list[str], uniform: list[float], better: list[float], better_name: str, path: Path) -> None:
+def _bars(
+    title: str,
+    labels: list[str],
+    uniform: list[float],
+    better: list[float],
+    better_name: str,
+    path: Path,
+) -> None:
     fig = Figure(figsize=(8.5, 3.6))
     ax = fig.add_subplot()
     x = range(len(labels))
@@ -115,7 +198,9 @@ def _bars(title: str, labels: list[str], uniform: list[float], better: list[floa
     ax.bar([i + 0.2 for i in x], better, width=0.4, label=better_name, color="#2a7ab0")
     for i, (u, b) in enumerate(zip(uniform, better)):
         ax.text(i + 0.2, b, f"{u / b:.2f}x", ha="center", va="bottom", fontsize=9)
-    ax.set_xticks(list(x), [label.replace(", ", ",\n").replace(": ", ":\n") for label in labels], fontsize=8)
+    ax.set_xticks(
+        list(x), [label.replace(", ", ",\n").replace(": ", ":\n") for label in labels], fontsize=8
+    )
     ax.set_ylabel("predicted step time (s)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
@@ -127,34 +212,82 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     results = {"mixed": [], "non_uniform": []}
     for label, pools, model_ref, batch, seq, dtype, attention in MIXED:
-        cluster = cluster_from_dict({"name": label, "pools": [{"name": n, "system": s, "nodes": k} for n, s, k in pools]})
+        cluster = cluster_from_dict(
+            {"name": label, "pools": [{"name": n, "system": s, "nodes": k} for n, s, k in pools]}
+        )
         problem = HeteroProblem(_model(model_ref), cluster, batch, seq, dtype, attention)
         uni_t, uni_label = best_uniform(problem)
         aware = search_cluster(problem, top_k=1).plans[0]
-        results["mixed"].append({"case": label, "model": problem.model.name, "uniform_s": uni_t, "uniform_plan": uni_label,
-                                 "aware_s": aware.step_time_s, "aware_plan": aware.label, "speedup": uni_t / aware.step_time_s})
+        results["mixed"].append(
+            {
+                "case": label,
+                "model": problem.model.name,
+                "uniform_s": uni_t,
+                "uniform_plan": uni_label,
+                "aware_s": aware.step_time_s,
+                "aware_plan": aware.label,
+                "speedup": uni_t / aware.step_time_s,
+            }
+        )
     for label, model_ref, (name, system, nodes), batch, seq in UNIFORM:
-        cluster = cluster_from_dict({"name": label, "pools": [{"name": name, "system": system, "nodes": nodes}]})
+        cluster = cluster_from_dict(
+            {"name": label, "pools": [{"name": name, "system": system, "nodes": nodes}]}
+        )
         dtype = "fp16" if system == "dgx-1-v100" else "bf16"
-        problem = HeteroProblem(_model(model_ref), cluster, batch, seq, dtype, "flash", recompute=("none", "selective", "full"))
+        problem = HeteroProblem(
+            _model(model_ref),
+            cluster,
+            batch,
+            seq,
+            dtype,
+            "flash",
+            recompute=("none", "selective", "full"),
+        )
         uni_t, uni_label = best_uniform(problem)
-        best = search_non_uniform(problem, top_k=1, max_stages=4, exact_limit=20000, time_budget_s=20.0)
-        results["non_uniform"].append({"case": label, "model": problem.model.name, "uniform_s": uni_t, "uniform_plan": uni_label,
-                                       "non_uniform_s": best.plans[0].step_time_s, "non_uniform_plan": best.plans[0].label,
-                                       "search": best.mode, "speedup": uni_t / best.plans[0].step_time_s})
-    _bars("Mixed clusters: heterogeneity-aware plan vs best uniform plan", [r["case"] for r in results["mixed"]],
-          [r["uniform_s"] for r in results["mixed"]], [r["aware_s"] for r in results["mixed"]],
-          "heterogeneity-aware (search --cluster)", out / "mixed_cluster.png")
-    _bars("One GPU type: per-stage (non-uniform) plan vs best uniform plan", [r["case"] for r in results["non_uniform"]],
-          [r["uniform_s"] for r in results["non_uniform"]], [r["non_uniform_s"] for r in results["non_uniform"]],
-          "non-uniform (search --non-uniform)", out / "non_uniform.png")
-    _write(out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(results, indent=2) + "\n"))
+        best = search_non_uniform(
+            problem, top_k=1, max_stages=4, exact_limit=20000, time_budget_s=20.0
+        )
+        results["non_uniform"].append(
+            {
+                "case": label,
+                "model": problem.model.name,
+                "uniform_s": uni_t,
+                "uniform_plan": uni_label,
+                "non_uniform_s": best.plans[0].step_time_s,
+                "non_uniform_plan": best.plans[0].label,
+                "search": best.mode,
+                "speedup": uni_t / best.plans[0].step_time_s,
+            }
+        )
+    _bars(
+        "Mixed clusters: heterogeneity-aware plan vs best uniform plan",
+        [r["case"] for r in results["mixed"]],
+        [r["uniform_s"] for r in results["mixed"]],
+        [r["aware_s"] for r in results["mixed"]],
+        "heterogeneity-aware (search --cluster)",
+        out / "mixed_cluster.png",
+    )
+    _bars(
+        "One GPU type: per-stage (non-uniform) plan vs best uniform plan",
+        [r["case"] for r in results["non_uniform"]],
+        [r["uniform_s"] for r in results["non_uniform"]],
+        [r["non_uniform_s"] for r in results["non_uniform"]],
+        "non-uniform (search --non-uniform)",
+        out / "non_uniform.png",
+    )
+    _write(
+        out / "results.json", lambda tmp: Path(tmp).write_text(json.dumps(results, indent=2) + "\n")
+    )
     print("| question | case | best uniform (s) | better plan (s) | speedup | better plan |")
     print("|---|---|---|---|---|---|")
     for r in results["mixed"]:
-        print(f"| mixed cluster | {r['case']}, {r['model']} | {r['uniform_s']:.3f} | {r['aware_s']:.3f} | {r['speedup']:.2f}x | {r['aware_plan']} |")
+        print(
+            f"| mixed cluster | {r['case']}, {r['model']} | {r['uniform_s']:.3f} | {r['aware_s']:.3f} | {r['speedup']:.2f}x | {r['aware_plan']} |"
+        )
     for r in results["non_uniform"]:
-        print(f"| non-uniform ({r['search']}) | {r['case']} | {r['uniform_s']:.3f} | {r['non_uniform_s']:.3f} | {r['speedup']:.2f}x | {r['non_uniform_plan']} |")
+        print(
+            f"| non-uniform ({r['search']}) | {r['case']} | {r['uniform_s']:.3f} | {r['non_uniform_s']:.3f} | {r['speedup']:.2f}x | {r['non_uniform_plan']} |"
+        )
 
 
 if __name__ == "__main__":

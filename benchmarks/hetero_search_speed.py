@@ -10,11 +10,27 @@ from paraplan.search.staged.hetero import HeteroProblem, search_cluster, search_
 from paraplan.specs.cluster import cluster_from_dict
 
 CASES = [
-    ("amp-gpt2-medium-like (gpt3-350m)", "gpt3-350m", [("v100", "aws-p3.8xlarge", 3), ("t4", "aws-g4dn.12xlarge", 1)], 32, 1024),
-    ("gpt3-1.3b, 64 GPUs: 4x p3.16xlarge + 8x g4dn.12xlarge", "gpt3-1.3b",
-     [("v100", "aws-p3.16xlarge", 4), ("t4", "aws-g4dn.12xlarge", 8)], 512, 2048),
-    ("gpt3-2.7b, 64 GPUs: 4x DGX-1 + 4x DGX A100 40GB", "gpt3-2.7b",
-     [("v100", "dgx-1-v100", 4), ("a100", "dgx-a100-40gb", 4)], 512, 2048),
+    (
+        "amp-gpt2-medium-like (gpt3-350m)",
+        "gpt3-350m",
+        [("v100", "aws-p3.8xlarge", 3), ("t4", "aws-g4dn.12xlarge", 1)],
+        32,
+        1024,
+    ),
+    (
+        "gpt3-1.3b, 64 GPUs: 4x p3.16xlarge + 8x g4dn.12xlarge",
+        "gpt3-1.3b",
+        [("v100", "aws-p3.16xlarge", 4), ("t4", "aws-g4dn.12xlarge", 8)],
+        512,
+        2048,
+    ),
+    (
+        "gpt3-2.7b, 64 GPUs: 4x DGX-1 + 4x DGX A100 40GB",
+        "gpt3-2.7b",
+        [("v100", "dgx-1-v100", 4), ("a100", "dgx-a100-40gb", 4)],
+        512,
+        2048,
+    ),
 ]
 
 
@@ -22,20 +38,28 @@ def main() -> None:
     print("| search | model / cluster | GPUs | candidates | wall s | CPU s | best step (s) |")
     print("|---|---|---|---|---|---|---|")
     for label, model, pools, batch, seq in CASES:
-        cluster = cluster_from_dict({"pools": [{"name": n, "system": s, "nodes": k} for n, s, k in pools]})
+        cluster = cluster_from_dict(
+            {"pools": [{"name": n, "system": s, "nodes": k} for n, s, k in pools]}
+        )
         problem = HeteroProblem(load_model(model), cluster, batch, seq, "fp16")
         t0, c0 = time.perf_counter(), time.process_time()
         result = search_cluster(problem, top_k=1)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         best = f"{result.plans[0].step_time_s:.3f}" if result.plans else "none fits"
-        print(f"| --cluster (AMP-style) | {label} | {cluster.gpus} | {result.evaluated} | {elapsed:.2f} | {cpu:.2f} | {best} |")
-    uniform = cluster_from_dict({"pools": [{"name": "a100", "system": "dgx-a100-40gb", "nodes": 8}]})
+        print(
+            f"| --cluster (AMP-style) | {label} | {cluster.gpus} | {result.evaluated} | {elapsed:.2f} | {cpu:.2f} | {best} |"
+        )
+    uniform = cluster_from_dict(
+        {"pools": [{"name": "a100", "system": "dgx-a100-40gb", "nodes": 8}]}
+    )
     problem = HeteroProblem(load_model("gpt3-2.7b"), uniform, 512, 2048, "bf16")
     t0, c0 = time.perf_counter(), time.process_time()
     result = search_non_uniform(problem, time_budget_s=10.0)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(f"| --non-uniform ({result.mode}) | gpt3-2.7b on 64 x A100 40GB | 64 | {result.evaluated} | {elapsed:.2f} | {cpu:.2f} | "
-          f"{result.plans[0].step_time_s:.3f} |")
+    print(
+        f"| --non-uniform ({result.mode}) | gpt3-2.7b on 64 x A100 40GB | 64 | {result.evaluated} | {elapsed:.2f} | {cpu:.2f} | "
+        f"{result.plans[0].step_time_s:.3f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,12 @@ from paraplan.specs.stage_plan import stage_block_ranges
 from paraplan.validate.hetero import load_hetero_cases
 
 # a send's matching receive: (neighbour offset, instruction)
-_MATCH = {"send_act": (1, "recv_act"), "recv_act": (-1, "send_act"), "send_grad": (-1, "recv_grad"), "recv_grad": (1, "send_grad")}
+_MATCH = {
+    "send_act": (1, "recv_act"),
+    "recv_act": (-1, "send_act"),
+    "send_grad": (-1, "recv_grad"),
+    "recv_grad": (1, "send_grad"),
+}
 
 
 def _step_work(stage: int, stages: int, step: int) -> tuple[int, bool]:
@@ -100,7 +105,9 @@ def simulate(forward_s: list[float], backward_s: list[float], microbatches: int)
     return _replay(streams, advance)
 
 
-def one_f_one_b_makespan(forward_s: list[float], backward_s: list[float], microbatches: int) -> float:
+def one_f_one_b_makespan(
+    forward_s: list[float], backward_s: list[float], microbatches: int
+) -> float:
     """Makespan of Megatron-LM's non-interleaved 1F1B (non-blocking transfers): stage s runs min(pp − s − 1, m)
     warm-up forwards, then forward / backward pairs, then the remaining backwards; F(s, k) waits for F(s − 1, k),
     B(s, k) for B(s + 1, k) (the last stage's for its own F): the longest path of that graph."""
@@ -122,7 +129,9 @@ def one_f_one_b_makespan(forward_s: list[float], backward_s: list[float], microb
             dep = ("B", s + 1, k) if s < n - 1 else ("F", s, k)
         if dep is not None and dep not in done:
             return False
-        clock[s] = max(clock[s], done[dep] if dep else 0.0) + (forward_s[s] if kind == "F" else backward_s[s])
+        clock[s] = max(clock[s], done[dep] if dep else 0.0) + (
+            forward_s[s] if kind == "F" else backward_s[s]
+        )
         done[(kind, s, k)] = clock[s]
         at[s] += 1
         return True
@@ -146,14 +155,33 @@ def amp_rows() -> list[tuple[str, ...]]:
         ranges = stage_block_ranges(plan, len(model_blocks(case.model)))
         fwd, bwd = [], []
         for i, (st, (a, b)) in enumerate(zip(settings, ranges)):
-            c = stage_cost(case.model, case.cluster, common, st, a, b, settings[i - 1] if i else None,
-                           settings[i + 1] if i + 1 < n else None)
+            c = stage_cost(
+                case.model,
+                case.cluster,
+                common,
+                st,
+                a,
+                b,
+                settings[i - 1] if i else None,
+                settings[i + 1] if i + 1 < n else None,
+            )
             tp_forward = c.tp_comm_s * c.forward_s / (c.forward_s + c.backward_s)
             fwd.append(c.forward_s + tp_forward + c.pp_comm_s / 2)
             bwd.append(c.backward_s + c.recompute_s + c.tp_comm_s - tp_forward + c.pp_comm_s / 2)
         sim = simulate(fwd, bwd, plan.microbatches)
-        gaps.setdefault(case.group, []).append(100 * (composed(fwd, bwd, plan.microbatches) / sim - 1))
-    return [(f"AMP trials, {g}", str(len(v)), f"{max(v):+.2f}", f"{sum(v) / len(v):+.2f}", f"{min(v):+.2f}") for g, v in gaps.items()]
+        gaps.setdefault(case.group, []).append(
+            100 * (composed(fwd, bwd, plan.microbatches) / sim - 1)
+        )
+    return [
+        (
+            f"AMP trials, {g}",
+            str(len(v)),
+            f"{max(v):+.2f}",
+            f"{sum(v) / len(v):+.2f}",
+            f"{min(v):+.2f}",
+        )
+        for g, v in gaps.items()
+    ]
 
 
 def random_rows(trials: int = 3000) -> list[tuple[str, ...]]:
@@ -169,14 +197,33 @@ def random_rows(trials: int = 3000) -> list[tuple[str, ...]]:
         deepspeed = simulate(fwd, bwd, m)
         gaps[key].append(100 * (composed(fwd, bwd, m) / deepspeed - 1))
         engines.append(100 * (one_f_one_b_makespan(fwd, bwd, m) / deepspeed - 1))
-    rows = [(f"random pipelines, {k}", str(len(v)), f"{max(v):+.2f}", f"{sum(v) / len(v):+.2f}", f"{min(v):+.2f}") for k, v in gaps.items()]
-    return rows + [("random pipelines: Megatron 1F1B graph vs DeepSpeed (not the composition)", str(len(engines)),
-                    f"{max(engines):+.2f}", f"{sum(engines) / len(engines):+.2f}", f"{min(engines):+.2f}")]
+    rows = [
+        (
+            f"random pipelines, {k}",
+            str(len(v)),
+            f"{max(v):+.2f}",
+            f"{sum(v) / len(v):+.2f}",
+            f"{min(v):+.2f}",
+        )
+        for k, v in gaps.items()
+    ]
+    return rows + [
+        (
+            "random pipelines: Megatron 1F1B graph vs DeepSpeed (not the composition)",
+            str(len(engines)),
+            f"{max(engines):+.2f}",
+            f"{sum(engines) / len(engines):+.2f}",
+            f"{min(engines):+.2f}",
+        )
+    ]
 
 
 def main() -> None:
-    print_table(("pipelines", "count", "composed vs simulated, max %", "mean %", "min %"), amp_rows() + random_rows(),
-                "--markdown" in sys.argv)
+    print_table(
+        ("pipelines", "count", "composed vs simulated, max %", "mean %", "min %"),
+        amp_rows() + random_rows(),
+        "--markdown" in sys.argv,
+    )
 
 
 if __name__ == "__main__":

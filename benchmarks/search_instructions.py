@@ -23,18 +23,39 @@ from paraplan.search.space import SearchProblem
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, default=1, help="processes the block search uses (default 1)")
-    parser.add_argument("--fp8", action="store_true", help="the fp8 space (the README's example's dtype)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes the block search uses (default 1)"
+    )
+    parser.add_argument(
+        "--fp8", action="store_true", help="the fp8 space (the README's example's dtype)"
+    )
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = parser.parse_args()
-    problem = SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=2048, seq_length=4096,
-                            global_batch=15360, dtype="fp8" if args.fp8 else "bf16")
+    problem = SearchProblem(
+        model=load_model("deepseek-v3"),
+        system=load_system("dgx-h800"),
+        gpus=2048,
+        seq_length=4096,
+        global_batch=15360,
+        dtype="fp8" if args.fp8 else "bf16",
+    )
     result = search(problem, top_k=10, workers=args.workers)
     best = result.plans[0]
-    print_table(("workers", "evaluated", "best objective", "best step s"),
-                [(str(args.workers), f"{result.evaluated:,}", f"{best.objective:.6e}", f"{best.estimate.step_time_s:.4f}")],
-                args.markdown)
+    print_table(
+        ("workers", "evaluated", "best objective", "best step s"),
+        [
+            (
+                str(args.workers),
+                f"{result.evaluated:,}",
+                f"{best.objective:.6e}",
+                f"{best.estimate.step_time_s:.4f}",
+            )
+        ],
+        args.markdown,
+    )
 
 
 if __name__ == "__main__":

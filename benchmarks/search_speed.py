@@ -21,53 +21,142 @@ from paraplan.report.search_view import plan_label
 from paraplan.search.space import SearchProblem
 
 PROBLEMS = [
-    ("gpt3-175b, 1,024 x dgx-a100-80gb, max gbs 1,024", "gpt3-175b", "dgx-a100-80gb", 1024, 2048, None, 1024),
-    ("mt-nlg-530b, 5,128 x dgx-a100-80gb, max gbs 2,520", "mt-nlg-530b", "dgx-a100-80gb", 5128, 2048, None, 2520),
-    ("llama3-405b, 16,384 x dgx-h100-80gb, seq 8,192, gbs 2,048", "llama3-405b", "dgx-h100-80gb", 16384, 8192, 2048, None),
+    (
+        "gpt3-175b, 1,024 x dgx-a100-80gb, max gbs 1,024",
+        "gpt3-175b",
+        "dgx-a100-80gb",
+        1024,
+        2048,
+        None,
+        1024,
+    ),
+    (
+        "mt-nlg-530b, 5,128 x dgx-a100-80gb, max gbs 2,520",
+        "mt-nlg-530b",
+        "dgx-a100-80gb",
+        5128,
+        2048,
+        None,
+        2520,
+    ),
+    (
+        "llama3-405b, 16,384 x dgx-h100-80gb, seq 8,192, gbs 2,048",
+        "llama3-405b",
+        "dgx-h100-80gb",
+        16384,
+        8192,
+        2048,
+        None,
+    ),
     # MoE (issue 9): DeepSeek-V3 with the axes its report's layout spans (tp <= 8, pp 8/16, no CP, ep 8-64,
     # micro-batch 1-2, no offload, default placement); the unrestricted space has ~22 M rows (docs/model.md §8)
-    ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (restricted)", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None),
+    (
+        "deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (restricted)",
+        "deepseek-v3",
+        "dgx-h800",
+        2048,
+        4096,
+        15360,
+        None,
+    ),
     # the same with every layer split of the accounting switches (--vary-split, SearchProblem.split_options)
-    ("deepseek-v3, the same, --vary-split", "deepseek-v3", "dgx-h800", 2048, 4096, 15360, None, dict(vary_split=True)),
+    (
+        "deepseek-v3, the same, --vary-split",
+        "deepseek-v3",
+        "dgx-h800",
+        2048,
+        4096,
+        15360,
+        None,
+        dict(vary_split=True),
+    ),
 ]
 # the same DeepSeek-V3 problem over every axis (issue 9's acceptance problem); with --unrestricted
-UNRESTRICTED = ("deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (unrestricted)", "deepseek-v3", "dgx-h800",
-                2048, 4096, 15360, None)
+UNRESTRICTED = (
+    "deepseek-v3, 2,048 x dgx-h800, seq 4,096, gbs 15,360, bf16 (unrestricted)",
+    "deepseek-v3",
+    "dgx-h800",
+    2048,
+    4096,
+    15360,
+    None,
+)
 # axis restrictions per problem (SearchProblem fields), by model
 RESTRICTIONS = {
-    "deepseek-v3": dict(tp=(1, 2, 4, 8), pp=(8, 16), cp=(1,), ep=(8, 16, 32, 64), micro_batch=(1, 2),
-                        vary_offload=False, vary_placement=False),
+    "deepseek-v3": dict(
+        tp=(1, 2, 4, 8),
+        pp=(8, 16),
+        cp=(1,),
+        ep=(8, 16, 32, 64),
+        micro_batch=(1, 2),
+        vary_offload=False,
+        vary_placement=False,
+    ),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per problem; the best is reported")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="search(workers=...): processes for a large block-by-block search (default: auto_workers)")
-    parser.add_argument("--unrestricted", action="store_true",
-                        help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per problem; the best is reported"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="search(workers=...): processes for a large block-by-block search (default: auto_workers)",
+    )
+    parser.add_argument(
+        "--unrestricted",
+        action="store_true",
+        help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)",
+    )
     args = parser.parse_args()
     rows = []
-    for label, model, system, gpus, seq, gbs, max_gbs, *extra in PROBLEMS + ([UNRESTRICTED] if args.unrestricted else []):
+    for label, model, system, gpus, seq, gbs, max_gbs, *extra in PROBLEMS + (
+        [UNRESTRICTED] if args.unrestricted else []
+    ):
         restricted = "(unrestricted)" not in label
         problem = SearchProblem(
-            model=load_model(model), system=load_system(system), gpus=gpus, seq_length=seq,
-            global_batch=gbs, max_global_batch=max_gbs, **(RESTRICTIONS.get(model, {}) if restricted else {}),
+            model=load_model(model),
+            system=load_system(system),
+            gpus=gpus,
+            seq_length=seq,
+            global_batch=gbs,
+            max_global_batch=max_gbs,
+            **(RESTRICTIONS.get(model, {}) if restricted else {}),
             **(extra[0] if extra else {}),
         )
         best_seconds, result = float("inf"), None
         for _ in range(args.repeat if restricted else 1):
-            seconds, result = cold_search(problem, top_k=10, workers=args.workers)  # every run starts cold
+            seconds, result = cold_search(
+                problem, top_k=10, workers=args.workers
+            )  # every run starts cold
             best_seconds = min(best_seconds, seconds)
         best = result.plans[0] if result.plans else None
-        rows.append((
-            label, f"{result.candidates:,}", f"{result.evaluated:,}", f"{result.feasible:,}", f"{best_seconds:.2f}",
-            f"{result.candidates / best_seconds:,.0f}",
-            f"{plan_label(best.plan)}: {best.estimate.step_time_s:.2f} s/step, MFU {best.estimate.mfu:.1%}" if best else "none fits",
-        ))
-    header = ("problem", "candidates", "evaluated", "feasible (of evaluated)", "seconds", "candidates/s", "best plan")
+        rows.append(
+            (
+                label,
+                f"{result.candidates:,}",
+                f"{result.evaluated:,}",
+                f"{result.feasible:,}",
+                f"{best_seconds:.2f}",
+                f"{result.candidates / best_seconds:,.0f}",
+                f"{plan_label(best.plan)}: {best.estimate.step_time_s:.2f} s/step, MFU {best.estimate.mfu:.1%}"
+                if best
+                else "none fits",
+            )
+        )
+    header = (
+        "problem",
+        "candidates",
+        "evaluated",
+        "feasible (of evaluated)",
+        "seconds",
+        "candidates/s",
+        "best plan",
+    )
     print_table(header, rows, args.markdown)
 
 

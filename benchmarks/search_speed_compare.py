@@ -48,22 +48,35 @@ def source_dir(ref: str, scratch: Path) -> Path:
         return ROOT / "src"
     target = scratch / ref
     target.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "src"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     return target / "src"
 
 
 def run(src: Path, problem: tuple) -> dict:
     """One cold search in a fresh interpreter on the sources in ``src``."""
-    out = subprocess.run([sys.executable, "-c", RUN_ONE, json.dumps(problem)], check=True, capture_output=True,
-                         text=True, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_ONE, json.dumps(problem)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("refs", nargs="*", default=["b77d0d7", "work"], help="git refs; 'work' = the work tree")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per ref and problem; the best is reported")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "refs", nargs="*", default=["b77d0d7", "work"], help="git refs; 'work' = the work tree"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per ref and problem; the best is reported"
+    )
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -71,14 +84,18 @@ def main() -> None:
         table = []
         for label, problem in PROBLEMS.items():
             runs: dict[str, list[dict]] = {ref: [] for ref in args.refs}
-            for _ in range(args.repeat):  # the refs alternate, so that a burst of other load hits them alike
+            for _ in range(
+                args.repeat
+            ):  # the refs alternate, so that a burst of other load hits them alike
                 for ref in args.refs:
                     runs[ref].append(run(sources[ref], problem))
             cells = []
             for ref in args.refs:
                 best = min(runs[ref], key=lambda r: r["seconds"])
-                cells.append(f"{best['seconds']:.2f} s, {best['evaluated']:,} evaluated of {best['candidates']:,}"
-                             f" (best {best['step']:.2f} s/step)")
+                cells.append(
+                    f"{best['seconds']:.2f} s, {best['evaluated']:,} evaluated of {best['candidates']:,}"
+                    f" (best {best['step']:.2f} s/step)"
+                )
             table.append((label, *cells))
     print_table(("problem", *args.refs), table, args.markdown)
 

@@ -43,8 +43,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for label, model, system, gpus, batch in PROBLEMS:
-        problem = SearchProblem(model=load_model(model), system=load_system(system), gpus=gpus, seq_length=4096,
-                                global_batch=batch)
+        problem = SearchProblem(
+            model=load_model(model),
+            system=load_system(system),
+            gpus=gpus,
+            seq_length=4096,
+            global_batch=batch,
+        )
         keys = len({(b.tp, b.cp, b.micro_batch) for b in blocks(problem)})
         one, split, same = [], [], True
         for _ in range(args.runs):
@@ -54,9 +59,21 @@ def main() -> None:
             split.append(seconds)
             same = same and top_one == top_split
         processes = auto_workers() if keys >= PARALLEL_KEYS else 1
-        rows.append((label, f"{keys:,}", str(processes), f"{statistics.median(one):.2f}", f"{statistics.median(split):.2f}",
-                     "yes" if same else "NO"))
-    print_table(("problem", "keys", "processes", "one process s", "split s", "same top 10"), rows, args.markdown)
+        rows.append(
+            (
+                label,
+                f"{keys:,}",
+                str(processes),
+                f"{statistics.median(one):.2f}",
+                f"{statistics.median(split):.2f}",
+                "yes" if same else "NO",
+            )
+        )
+    print_table(
+        ("problem", "keys", "processes", "one process s", "split s", "same top 10"),
+        rows,
+        args.markdown,
+    )
 
 
 if __name__ == "__main__":

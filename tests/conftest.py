@@ -17,7 +17,9 @@ import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-settings.register_profile("explore", derandomize=False, deadline=None, max_examples=500, print_blob=True)
+settings.register_profile(
+    "explore", derandomize=False, deadline=None, max_examples=500, print_blob=True
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 SLOW_FILES = ("search/test_exactness.py", "invariants/test_properties.py")
@@ -25,7 +27,10 @@ SLOW_NAME_PARTS = ("exhaustive",)
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: exhaustive or many-example tests (run in CI too; -m 'not slow' skips them)")
+    config.addinivalue_line(
+        "markers",
+        "slow: exhaustive or many-example tests (run in CI too; -m 'not slow' skips them)",
+    )
 
 
 def _module_fixtures(item) -> list[str]:
@@ -33,9 +38,13 @@ def _module_fixtures(item) -> list[str]:
     info = getattr(item, "_fixtureinfo", None)
     here = Path(__file__).parent
     names = []
-    for name, defs in (info.name2fixturedefs.items() if info is not None else ()):
+    for name, defs in info.name2fixturedefs.items() if info is not None else ():
         fixture = defs[-1]
-        source = Path(getattr(fixture.func, "__code__", None).co_filename) if hasattr(fixture.func, "__code__") else None
+        source = (
+            Path(getattr(fixture.func, "__code__", None).co_filename)
+            if hasattr(fixture.func, "__code__")
+            else None
+        )
         if fixture.scope == "module" and source is not None and source.is_relative_to(here):
             names.append(name)
     return names

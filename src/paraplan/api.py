@@ -53,7 +53,9 @@ def default_global_batch(fields: dict[str, Any]) -> int:
     if not dp or dp < 0 or micro_batch < 1:
         return max(1, micro_batch)
     schedule = fields.get("schedule")
-    interleaved = schedule == "interleaved" or (schedule is None and int(fields.get("vpp") or 1) > 1)
+    interleaved = schedule == "interleaved" or (
+        schedule is None and int(fields.get("vpp") or 1) > 1
+    )
     return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), interleaved)
 
 
@@ -91,13 +93,21 @@ def estimate(
 
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)
-        base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+        base = (
+            plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+        )
         plan, plan_fields = None, framework_plan_fields(profile, {**base, **plan_fields})
     if isinstance(plan, PlanSpec) and not plan_fields:
         plan_spec = plan
     else:
-        base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
-        if isinstance(plan, PlanSpec) and "dp" not in plan_fields and {"gpus", "tp", "pp", "cp"} & set(plan_fields):
+        base = (
+            plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+        )
+        if (
+            isinstance(plan, PlanSpec)
+            and "dp" not in plan_fields
+            and {"gpus", "tp", "pp", "cp"} & set(plan_fields)
+        ):
             base.pop("dp", None)  # re-infer dp from the new degrees
         base.update(plan_fields)
         plan_spec = plan_from_fields(base)
@@ -167,15 +177,23 @@ class SearchResults:
 
     def _title(self) -> str:
         p = self.problem
-        batch = f"global batch {p.global_batch}" if p.global_batch is not None else f"max global batch {p.max_global_batch}"
+        batch = (
+            f"global batch {p.global_batch}"
+            if p.global_batch is not None
+            else f"max global batch {p.max_global_batch}"
+        )
         return f"{p.model.name} on {p.gpus} x {p.system.name}, seq {p.seq_length}, {batch}, objective {p.objective}"
 
     def __repr__(self) -> str:
         best = self.best
         if best is None:
-            return f"<SearchResults {self._title()}: no plan fits ({self.raw.evaluated:,} evaluated)>"
-        return (f"<SearchResults {self._title()}: {len(self)} plans; best {plan_label(best.plan)}, "
-                f"step {best.estimate.step_time_s:.4g} s>")
+            return (
+                f"<SearchResults {self._title()}: no plan fits ({self.raw.evaluated:,} evaluated)>"
+            )
+        return (
+            f"<SearchResults {self._title()}: {len(self)} plans; best {plan_label(best.plan)}, "
+            f"step {best.estimate.step_time_s:.4g} s>"
+        )
 
     def _repr_html_(self) -> str:
         from paraplan.report.frames import html_table
@@ -220,22 +238,49 @@ def search(
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)
         fields = {"attention": profile.attention, **fields, **framework_search_fields(profile)}
-    for key in ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "sequence_parallel", "schedules", "tp_layouts", "ep", "etp", "dispatchers"):
-        if fields.get(key) is not None and not isinstance(fields[key], tuple):  # a list or one value
+    for key in (
+        "tp",
+        "pp",
+        "cp",
+        "micro_batch",
+        "recompute",
+        "zero",
+        "sequence_parallel",
+        "schedules",
+        "tp_layouts",
+        "ep",
+        "etp",
+        "dispatchers",
+    ):
+        if fields.get(key) is not None and not isinstance(
+            fields[key], tuple
+        ):  # a list or one value
             value = fields[key]
             fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)
     known = set(SearchProblem.__dataclass_fields__)
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise InputError(f"search: {unknown[0]!r} is not a search field; allowed: {', '.join(sorted(known - {'model', 'system'}))}")
+        raise InputError(
+            f"search: {unknown[0]!r} is not a search field; allowed: {', '.join(sorted(known - {'model', 'system'}))}"
+        )
     problem = SearchProblem(
-        model=model_spec, system=system_spec, gpus=gpus, seq_length=seq_length, global_batch=global_batch,
-        max_global_batch=max_global_batch, objective=objective,
-        price_per_gpu_hour=price_per_gpu_hour if price_per_gpu_hour is not None else system_spec.price_per_gpu_hour,
+        model=model_spec,
+        system=system_spec,
+        gpus=gpus,
+        seq_length=seq_length,
+        global_batch=global_batch,
+        max_global_batch=max_global_batch,
+        objective=objective,
+        price_per_gpu_hour=price_per_gpu_hour
+        if price_per_gpu_hour is not None
+        else system_spec.price_per_gpu_hour,
         **fields,
     )
-    result = (exhaustive_search(problem, top_k=top, workers=workers) if exhaustive
-              else run_search(problem, top_k=top, workers=workers))
+    result = (
+        exhaustive_search(problem, top_k=top, workers=workers)
+        if exhaustive
+        else run_search(problem, top_k=top, workers=workers)
+    )
     return SearchResults(problem, result)
 
 

@@ -34,7 +34,10 @@ ALLOWED_UNITS: dict[str, str] = {
 # leave several orders of magnitude around every real system (a 2026 GPU: ~1e15-1e16 FLOP/s,
 # ~1e11-1e13 B/s, ~1e10-1e11 B of HBM; latencies ~1e-6 s).
 RANGES: dict[str, tuple[float, float]] = {
-    "bytes": (1.0, 1e21),  # 1 B .. 1 ZB (Calculon's a100_80e study system has 80e9 GiB = 8.6e19 B: "endless" HBM)
+    "bytes": (
+        1.0,
+        1e21,
+    ),  # 1 B .. 1 ZB (Calculon's a100_80e study system has 80e9 GiB = 8.6e19 B: "endless" HBM)
     "bandwidth": (1e6, 1e16),  # 1 MB/s .. 10 PB/s
     "flops": (1e6, 1e20),  # 1 MFLOP/s .. 100 EFLOP/s
     "time": (0.0, 1e6),  # 0 .. ~11.6 days (latencies, fixed overheads)
@@ -102,14 +105,20 @@ def parse_quantity(value: str | int | float, kind: Kind, field: str = "value") -
     Raises UnitError with a one-line message naming the field, the value and what is allowed.
     """
     if isinstance(value, bool):
-        raise UnitError(f"{field}: {value!r} is not a quantity; allowed units: {ALLOWED_UNITS[kind]}")
+        raise UnitError(
+            f"{field}: {value!r} is not a quantity; allowed units: {ALLOWED_UNITS[kind]}"
+        )
     if isinstance(value, (int, float)):
         return _in_range(_to_float(value, field, kind), value, kind, field)
     if not isinstance(value, str):
-        raise UnitError(f"{field}: {value!r} is not a quantity; allowed units: {ALLOWED_UNITS[kind]}")
+        raise UnitError(
+            f"{field}: {value!r} is not a quantity; allowed units: {ALLOWED_UNITS[kind]}"
+        )
     match = _PATTERN.match(value)
     if not match:
-        raise UnitError(f"{field}: cannot read {value!r} as a number with a unit; allowed units: {ALLOWED_UNITS[kind]}")
+        raise UnitError(
+            f"{field}: cannot read {value!r} as a number with a unit; allowed units: {ALLOWED_UNITS[kind]}"
+        )
     scale = _unit_scale(match.group("unit"), kind)
     if scale is None:
         raise UnitError(
@@ -122,18 +131,24 @@ def _to_float(value: int | float, field: str, kind: Kind) -> float:
     try:
         return float(value)
     except OverflowError:  # an integer beyond 1.8e308
-        raise UnitError(f"{field}: {value} is too large; allowed range: {_RANGE_TEXT.get(kind, 'a finite number')}") from None
+        raise UnitError(
+            f"{field}: {value} is too large; allowed range: {_RANGE_TEXT.get(kind, 'a finite number')}"
+        ) from None
 
 
 def _in_range(number: float, typed: str | int | float, kind: Kind, field: str) -> float:
     """``number`` (SI) if finite and inside RANGES[kind] (positive-only kinds: the schema's own bounds
     decide 0 and negatives, so that their messages stay as they are); UnitError otherwise."""
     if not math.isfinite(number):
-        raise UnitError(f"{field}: {typed!r} is not a finite quantity; allowed range: {_RANGE_TEXT.get(kind, 'finite')}")
+        raise UnitError(
+            f"{field}: {typed!r} is not a finite quantity; allowed range: {_RANGE_TEXT.get(kind, 'finite')}"
+        )
     if kind in RANGES and number > 0:
         low, high = RANGES[kind]
         if not low <= number <= high:
-            raise UnitError(f"{field}: {typed!r} is outside the meaningful range {_RANGE_TEXT[kind]}")
+            raise UnitError(
+                f"{field}: {typed!r} is outside the meaningful range {_RANGE_TEXT[kind]}"
+            )
     return number
 
 

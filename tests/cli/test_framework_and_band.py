@@ -15,10 +15,40 @@ from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.sweep.run import SweepConfig, prepare
 
-EST = ["estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8", "--seq-length", "8192",
-       "--global-batch", "32", "--recompute", "full"]
-SEARCH = ["search", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "32",
-          "--seq-length", "2048", "--top", "3", "--micro-batch", "1", "--no-offload", "--default-placement"]
+EST = [
+    "estimate",
+    "--model",
+    "llama3-8b",
+    "--system",
+    "dgx-h100-80gb",
+    "--gpus",
+    "8",
+    "--seq-length",
+    "8192",
+    "--global-batch",
+    "32",
+    "--recompute",
+    "full",
+]
+SEARCH = [
+    "search",
+    "--model",
+    "gpt3-1.3b",
+    "--system",
+    "dgx-a100-80gb",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "32",
+    "--seq-length",
+    "2048",
+    "--top",
+    "3",
+    "--micro-batch",
+    "1",
+    "--no-offload",
+    "--default-placement",
+]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -52,18 +82,30 @@ def test_framework_choices_come_from_the_catalog(capsys):
 
 def test_estimate_framework_matches_the_api(capsys):
     data = run_json(capsys, *EST, "--framework", "torchtitan", "--zero", "1")
-    expected = api.estimate("llama3-8b", "dgx-h100-80gb", framework="torchtitan", gpus=8, seq_length=8192,
-                            global_batch=32, zero=1, recompute="full")
+    expected = api.estimate(
+        "llama3-8b",
+        "dgx-h100-80gb",
+        framework="torchtitan",
+        gpus=8,
+        seq_length=8192,
+        global_batch=32,
+        zero=1,
+        recompute="full",
+    )
     assert data["framework"] == "torchtitan"
     assert data["step_time_s"] == pytest.approx(expected.step_time_s, rel=1e-12)
     plain = run_json(capsys, *EST, "--zero", "1")
-    assert plain["framework"] is None and plain["step_time_s"] < data["step_time_s"]  # FA2 + eager ops are slower
+    assert (
+        plain["framework"] is None and plain["step_time_s"] < data["step_time_s"]
+    )  # FA2 + eager ops are slower
 
 
 def test_profile_defaults_yield_to_explicit_options(capsys):
     old = run_json(capsys, *EST, "--framework", "megatron-lm-2021", "--zero", "1")["plan"]
     assert old["attention"] == "unfused" and old["overlap_dp_grad_reduce"] is False
-    mine = run_json(capsys, *EST, "--framework", "megatron-lm-2021", "--zero", "1", "--attention", "flash")["plan"]
+    mine = run_json(
+        capsys, *EST, "--framework", "megatron-lm-2021", "--zero", "1", "--attention", "flash"
+    )["plan"]
     assert mine["attention"] == "flash" and mine["overlap_dp_grad_reduce"] is False
 
 
@@ -76,22 +118,38 @@ def test_unknown_framework_is_one_line(capsys):
 
 def test_search_framework_sets_attention_and_unvaried_overlaps(capsys):
     data = run_json(capsys, *SEARCH, "--framework", "megatron-lm-2021", "--default-overlap")
-    assert data["problem"]["framework"] == "megatron-lm-2021" and data["problem"]["attention"] == "unfused"
+    assert (
+        data["problem"]["framework"] == "megatron-lm-2021"
+        and data["problem"]["attention"] == "unfused"
+    )
     plans = [item["plan"] for item in data["plans"]]
     assert plans and all(p["attention"] == "unfused" for p in plans)
     assert any(p["dp"] > 1 for p in plans)
     # ZeRO-3 overlaps layer by layer whatever the switches say (search.space.state_options)
-    assert all(not p["overlap_dp_grad_reduce"] for p in plans if p["dp"] * p["cp"] > 1 and p["zero"] < 3)
+    assert all(
+        not p["overlap_dp_grad_reduce"] for p in plans if p["dp"] * p["cp"] > 1 and p["zero"] < 3
+    )
 
 
 def test_sweep_applies_the_profile_to_every_system():
-    config = SweepConfig(model="gpt3-1.3b", systems=("dgx-a100-80gb", "dgx-h100-80gb"), gpus=(8,), seq_length=2048,
-                         global_batch=32, framework="torchtitan")
+    config = SweepConfig(
+        model="gpt3-1.3b",
+        systems=("dgx-a100-80gb", "dgx-h100-80gb"),
+        gpus=(8,),
+        seq_length=2048,
+        global_batch=32,
+        framework="torchtitan",
+    )
     prepared = prepare(config)
     assert all(t["settings"]["framework"] == "torchtitan" for t in prepared.tasks)
-    assert all(t["system"]["accelerator"]["efficiency"]["attention_kernel"] == "fa2" for t in prepared.tasks)
+    assert all(
+        t["system"]["accelerator"]["efficiency"]["attention_kernel"] == "fa2"
+        for t in prepared.tasks
+    )
     assert config.to_dict()["framework"] == "torchtitan"
-    assert "framework" not in replace(config, framework=None).to_dict()  # old sweeps keep their keys
+    assert (
+        "framework" not in replace(config, framework=None).to_dict()
+    )  # old sweeps keep their keys
 
 
 # ---- the band where a user decides ----------------------------------------------------------------
@@ -119,7 +177,9 @@ def test_top_csv_carries_the_band(capsys, tmp_path):
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(data["plans"])
     for row, item in zip(rows, data["plans"]):
-        assert float(row["band_high_pct"]) == pytest.approx(item["error_band"]["high_pct"], rel=1e-3)
+        assert float(row["band_high_pct"]) == pytest.approx(
+            item["error_band"]["high_pct"], rel=1e-3
+        )
         assert row["extrapolated_features"] == " | ".join(item["error_band"]["extrapolated"])
 
 
@@ -128,26 +188,43 @@ def test_estimate_text_shows_band_and_profile(capsys):
     assert code == 0
     assert "framework profile: torchtitan" in out and "error band: step" in out
     # no validation case ran torchtitan: its features (qualified by the framework, validate.band) are extrapolated
-    assert "hopper dense torchtitan framework:torchtitan" in " ".join(out.split())  # (the line wraps)
+    assert "hopper dense torchtitan framework:torchtitan" in " ".join(
+        out.split()
+    )  # (the line wraps)
 
 
 # ---- --objective robust --------------------------------------------------------------------------
 def _problem(objective: str) -> SearchProblem:
-    return SearchProblem(model=load_model("gpt3-1.3b"), system=load_system("dgx-a100-80gb"), gpus=8, seq_length=2048,
-                         global_batch=32, objective=objective, micro_batch=(1, 2), tp=(1, 2), pp=(1,),
-                         recompute=("none",), vary_offload=False, vary_placement=False)
+    return SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=load_system("dgx-a100-80gb"),
+        gpus=8,
+        seq_length=2048,
+        global_batch=32,
+        objective=objective,
+        micro_batch=(1, 2),
+        tp=(1, 2),
+        pp=(1,),
+        recompute=("none",),
+        vary_offload=False,
+        vary_placement=False,
+    )
 
 
 def test_robust_ranking_is_exact_against_every_feasible_plan(monkeypatch):
     # a plan-dependent pessimistic factor that reorders the time ranking: ZeRO plans are distrusted
-    monkeypatch.setattr(robust, "pessimistic_factor", lambda problem, plan: 1.2 if plan.zero else 1.04)
+    monkeypatch.setattr(
+        robust, "pessimistic_factor", lambda problem, plan: 1.2 if plan.zero else 1.04
+    )
     result = search(_problem("robust"), top_k=4)
     every = search(_problem("time"), collect_all=True).all_feasible
     brute = sorted(item["objective"] * (1.2 if item["plan"].zero else 1.04) for item in every)
     assert [p.objective for p in result.plans] == pytest.approx(brute[:4], rel=1e-9)
     assert [p.rank for p in result.plans] == [1, 2, 3, 4] and result.robust_exact is True
     by_time = sorted(every, key=lambda i: i["objective"])[:4]  # the bands reorder the time ranking
-    assert sorted(i["objective"] * (1.2 if i["plan"].zero else 1.04) for i in by_time) != pytest.approx(brute[:4])
+    assert sorted(
+        i["objective"] * (1.2 if i["plan"].zero else 1.04) for i in by_time
+    ) != pytest.approx(brute[:4])
 
 
 def test_robust_objective_is_the_pessimistic_end(capsys):
@@ -160,5 +237,7 @@ def test_robust_objective_is_the_pessimistic_end(capsys):
 
 
 def test_robust_refuses_csv_all(capsys, tmp_path):
-    code, out, err = run(capsys, *SEARCH, "--objective", "robust", "--csv-all", str(tmp_path / "all.csv"))
+    code, out, err = run(
+        capsys, *SEARCH, "--objective", "robust", "--csv-all", str(tmp_path / "all.csv")
+    )
     assert code == 2 and "--csv-all" in err and "robust" in err

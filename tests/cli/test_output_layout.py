@@ -14,16 +14,44 @@ import pytest
 
 from paraplan import api
 
-SEARCH = ["search", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "32",
-          "--seq-length", "2048", "--top", "3", "--tp", "1,2", "--micro-batch", "1,2", "--no-offload",
-          "--default-placement"]
+SEARCH = [
+    "search",
+    "--model",
+    "gpt3-1.3b",
+    "--system",
+    "dgx-a100-80gb",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "32",
+    "--seq-length",
+    "2048",
+    "--top",
+    "3",
+    "--tp",
+    "1,2",
+    "--micro-batch",
+    "1,2",
+    "--no-offload",
+    "--default-placement",
+]
 
 
 @pytest.fixture(scope="module")
 def ranked() -> list[dict]:
     """The plans of SEARCH, in process (the same as `paraplan search --json`)."""
-    found = api.search("gpt3-1.3b", "dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048, top=3, tp=(1, 2),
-                       micro_batch=(1, 2), vary_offload=False, vary_placement=False)
+    found = api.search(
+        "gpt3-1.3b",
+        "dgx-a100-80gb",
+        gpus=8,
+        global_batch=32,
+        seq_length=2048,
+        top=3,
+        tp=(1, 2),
+        micro_batch=(1, 2),
+        vary_offload=False,
+        vary_placement=False,
+    )
     return found.to_dict()["plans"]
 
 
@@ -31,7 +59,9 @@ def paraplan(*argv: str, columns: str | None = None) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         env["COLUMNS"] = columns
-    return subprocess.run([sys.executable, "-m", "paraplan", *argv], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan", *argv], capture_output=True, text=True, env=env
+    )
 
 
 def test_search_at_80_columns_keeps_every_plan_label_whole(ranked):
@@ -52,14 +82,18 @@ def test_search_piped_is_one_line_per_row_for_grep_and_cut(ranked):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("#  plan"))
-    end = header.index("step s") + len("step s")  # right-aligned column: values end where the header ends
+    end = header.index("step s") + len(
+        "step s"
+    )  # right-aligned column: values end where the header ends
     for item in ranked:
         # grep for the plan finds its whole row; a label may be the start of another ("zero2" and
         # "zero2 no-gather-overlap"), so match it up to the column gap (two spaces)
         row = [line for line in lines if item["plan_label"] + "  " in line]
         assert len(row) == 1
         assert row[0].split()[0] == str(item["rank"])
-        assert row[0][:end].split()[-1] == f"{item['step_time_s']:.3f}"  # cut -c1-END ends with the step time
+        assert (
+            row[0][:end].split()[-1] == f"{item['step_time_s']:.3f}"
+        )  # cut -c1-END ends with the step time
     assert all(line == line.rstrip() for line in lines)
 
 

@@ -9,14 +9,21 @@ BASE = ["-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paraplan", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_zero_price_is_an_input_error():
-    for command in (["estimate", *BASE, "--price", "0"], ["search", *BASE, "--global-batch", "8", "--price", "0"]):
+    for command in (
+        ["estimate", *BASE, "--price", "0"],
+        ["search", *BASE, "--global-batch", "8", "--price", "0"],
+    ):
         out = run(*command)
         assert out.returncode == 2
-        assert out.stderr.strip().splitlines() == ["error: --price: 0.0 is not allowed; must be a positive number of USD per GPU-hour"]
+        assert out.stderr.strip().splitlines() == [
+            "error: --price: 0.0 is not allowed; must be a positive number of USD per GPU-hour"
+        ]
 
 
 def test_sequence_longer_than_positions_warns():

@@ -31,7 +31,10 @@ def catalog_files(kind: str) -> list:
 
 
 def test_every_schema_is_a_json_schema_with_the_fields(capsys):
-    assert list(schema_models())[:3] == ["model", "system", "plan"] and "validation-case" in schema_models()
+    assert (
+        list(schema_models())[:3] == ["model", "system", "plan"]
+        and "validation-case" in schema_models()
+    )
     model = schema(capsys, "model")
     assert model["$schema"].endswith("2020-12/schema")
     assert {"layers", "hidden", "heads", "ffn_hidden", "vocab"} <= set(model["required"])
@@ -66,8 +69,18 @@ def test_catalog_and_bundled_case_files_validate_against_the_schemas(capsys):
     assert files
     for path in files:
         jsonschema.validate(json.loads(path.read_text()), case)
-    bad = {"cases": [{"name": "x", "source": "y", "model": "gpt3-1.3b", "system": "dgx-a100-80gb",
-                      "plan": {"gpus": 8, "global_batch": 8, "seq_length": 2048, "tp": 0}, "measured": {}}]}
+    bad = {
+        "cases": [
+            {
+                "name": "x",
+                "source": "y",
+                "model": "gpt3-1.3b",
+                "system": "dgx-a100-80gb",
+                "plan": {"gpus": 8, "global_batch": 8, "seq_length": 2048, "tp": 0},
+                "measured": {},
+            }
+        ]
+    }
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, case)
 
@@ -75,7 +88,10 @@ def test_catalog_and_bundled_case_files_validate_against_the_schemas(capsys):
 def test_unknown_schema_is_one_line_with_a_suggestion(capsys, tmp_path):
     code, out, err = run(capsys, "schema", "sytem")
     assert code == 2 and out == ""
-    assert err.startswith("error: schema: unknown schema 'sytem' (did you mean system?)") and err.count("\n") == 1
+    assert (
+        err.startswith("error: schema: unknown schema 'sytem' (did you mean system?)")
+        and err.count("\n") == 1
+    )
     path = tmp_path / "plan.schema.json"
     code, out, _ = run(capsys, "schema", "plan", "--out", str(path))
     assert code == 0 and json.loads(path.read_text())["$id"] == "paraplan:plan"

@@ -21,13 +21,51 @@ from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec
 
-BASE = ["search", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8",
-        "--global-batch", "32", "--seq-length", "2048", "--top", "3"]
-SMALL = ["--tp", "1,2", "--micro-batch", "1", "--no-offload", "--default-placement", "--recompute", "none"]
+BASE = [
+    "search",
+    "--model",
+    "gpt3-1.3b",
+    "--system",
+    "dgx-a100-80gb",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "32",
+    "--seq-length",
+    "2048",
+    "--top",
+    "3",
+]
+SMALL = [
+    "--tp",
+    "1,2",
+    "--micro-batch",
+    "1",
+    "--no-offload",
+    "--default-placement",
+    "--recompute",
+    "none",
+]
 # a space where part of the candidates do not fit (for the CSV)
-CSV_ARGS = ["search", "--model", "gpt3-13b", "--system", "dgx-a100-40gb", "--gpus", "8", "--global-batch", "16",
-            "--seq-length", "2048", "--micro-batch", "1,2", "--recompute", "none,full", "--default-placement",
-            "--default-overlap"]
+CSV_ARGS = [
+    "search",
+    "--model",
+    "gpt3-13b",
+    "--system",
+    "dgx-a100-40gb",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "16",
+    "--seq-length",
+    "2048",
+    "--micro-batch",
+    "1,2",
+    "--recompute",
+    "none,full",
+    "--default-placement",
+    "--default-overlap",
+]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -75,34 +113,79 @@ def test_search_prints_table_and_summary(capsys):
 
 def test_search_json(capsys):
     data = run_json(capsys, *BASE)
-    for key in ("problem", "objective", "plans", "candidates", "evaluated", "feasible", "rows", "rows_evaluated",
-                "nearest_miss", "timing"):
+    for key in (
+        "problem",
+        "objective",
+        "plans",
+        "candidates",
+        "evaluated",
+        "feasible",
+        "rows",
+        "rows_evaluated",
+        "nearest_miss",
+        "timing",
+    ):
         assert key in data, key
     assert "seconds" not in data  # wall-clock time is kept apart, under "timing"
     assert set(data["timing"]) == {"search_s"} and data["timing"]["search_s"] >= 0
     assert data["problem"] == {
-        "model": "gpt3-1.3b", "system": "dgx-a100-80gb", "gpus": 8, "seq_length": 2048, "global_batch": 32,
-        "max_global_batch": None, "dtype": "bf16", "attention": "flash", "objective": "time", "framework": None,
-        "price_per_gpu_hour": 1.8, "tokens": None, "restrictions": data["problem"]["restrictions"],
+        "model": "gpt3-1.3b",
+        "system": "dgx-a100-80gb",
+        "gpus": 8,
+        "seq_length": 2048,
+        "global_batch": 32,
+        "max_global_batch": None,
+        "dtype": "bf16",
+        "attention": "flash",
+        "objective": "time",
+        "framework": None,
+        "price_per_gpu_hour": 1.8,
+        "tokens": None,
+        "restrictions": data["problem"]["restrictions"],
     }
-    assert data["problem"]["restrictions"]["tp"] is None and data["problem"]["restrictions"]["vary_offload"] is True
-    assert data["objective"] == {"name": "time", "unit": "s/token", "better": "lower",
-                                 "meaning": data["objective"]["meaning"]}
+    assert (
+        data["problem"]["restrictions"]["tp"] is None
+        and data["problem"]["restrictions"]["vary_offload"] is True
+    )
+    assert data["objective"] == {
+        "name": "time",
+        "unit": "s/token",
+        "better": "lower",
+        "meaning": data["objective"]["meaning"],
+    }
     assert isinstance(data["evaluated"], int) and isinstance(data["feasible"], int)
     assert data["candidates"] >= data["evaluated"] >= data["feasible"] > 0
     assert data["nearest_miss"] is None
     assert len(data["plans"]) == 3
     assert [p["rank"] for p in data["plans"]] == [1, 2, 3]
     for item in data["plans"]:
-        for key in ("plan", "plan_label", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective",
-                    "breakdown", "cost_usd_per_step", "cost_usd_per_million_tokens", "error_band"):
+        for key in (
+            "plan",
+            "plan_label",
+            "step_time_s",
+            "tokens_per_s",
+            "mfu",
+            "peak_memory_gib",
+            "objective",
+            "breakdown",
+            "cost_usd_per_step",
+            "cost_usd_per_million_tokens",
+            "error_band",
+        ):
             assert key in item, key
         plan = PlanSpec.model_validate(item["plan"])
         assert item["plan_label"] == plan_label(plan)
-        assert math.isclose(item["objective"], item["step_time_s"] / (32 * 2048), rel_tol=1e-9)  # s/token
-        assert math.isclose(item["cost_usd_per_step"], item["step_time_s"] * 8 * 1.8 / 3600, rel_tol=1e-9)
-        assert math.isclose(item["cost_usd_per_million_tokens"], item["cost_usd_per_step"] / (32 * 2048) * 1e6,
-                            rel_tol=1e-9)
+        assert math.isclose(
+            item["objective"], item["step_time_s"] / (32 * 2048), rel_tol=1e-9
+        )  # s/token
+        assert math.isclose(
+            item["cost_usd_per_step"], item["step_time_s"] * 8 * 1.8 / 3600, rel_tol=1e-9
+        )
+        assert math.isclose(
+            item["cost_usd_per_million_tokens"],
+            item["cost_usd_per_step"] / (32 * 2048) * 1e6,
+            rel_tol=1e-9,
+        )
         assert plan.gpus == 8 and plan.global_batch == 32 and plan.seq_length == 2048
         assert math.isclose(item["tokens_per_s"], 32 * 2048 / item["step_time_s"], rel_tol=1e-9)
         assert 0 < item["mfu"] < 1
@@ -110,9 +193,14 @@ def test_search_json(capsys):
     times = [item["step_time_s"] for item in data["plans"]]
     assert times == sorted(times)
     # the CLI answer is the library's answer
-    problem = SearchProblem(model=load_model("gpt3-1.3b"), system=load_system("dgx-a100-80gb"), gpus=8,
-                            global_batch=32, seq_length=2048,
-                            price_per_gpu_hour=load_system("dgx-a100-80gb").price_per_gpu_hour)
+    problem = SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=load_system("dgx-a100-80gb"),
+        gpus=8,
+        global_batch=32,
+        seq_length=2048,
+        price_per_gpu_hour=load_system("dgx-a100-80gb").price_per_gpu_hour,
+    )
     result = search(problem, top_k=3)
     assert [item["plan"] for item in data["plans"]] == [r.plan.model_dump() for r in result.plans]
     assert data["candidates"] == result.candidates
@@ -146,7 +234,9 @@ def test_cost_objective_shows_cost_title_columns_and_units(capsys):
     assert data["problem"]["tokens"] == 300e9
     best = data["plans"][0]
     assert math.isclose(best["objective"], best["cost_usd_per_step"] / (32 * 2048), rel_tol=1e-9)
-    assert math.isclose(best["run"]["cost_usd"], 300e9 / (32 * 2048) * best["cost_usd_per_step"], rel_tol=1e-9)
+    assert math.isclose(
+        best["run"]["cost_usd"], 300e9 / (32 * 2048) * best["cost_usd_per_step"], rel_tol=1e-9
+    )
     row = next(line for line in out.splitlines() if line.startswith("1 "))
     assert f"{best['cost_usd_per_step']:.4g}" in row and f"{best['run']['cost_usd']:,.0f}" in row
 
@@ -163,8 +253,20 @@ def test_cost_objective_without_a_price_is_an_input_error(capsys, tmp_path):
     data = load_system("dgx-a100-80gb").model_dump(exclude={"price_per_gpu_hour"})
     path = tmp_path / "noprice.json"
     path.write_text(json.dumps(data))
-    code, out, err = run(capsys, "search", "--model", "gpt3-1.3b", "--system", str(path), "--gpus", "8",
-                         "--global-batch", "32", "--objective", "cost")
+    code, out, err = run(
+        capsys,
+        "search",
+        "--model",
+        "gpt3-1.3b",
+        "--system",
+        str(path),
+        "--gpus",
+        "8",
+        "--global-batch",
+        "32",
+        "--objective",
+        "cost",
+    )
     assert code == 2 and out == ""
     assert err.startswith("error: --price:") and err.count("\n") == 1
 
@@ -176,11 +278,15 @@ def test_csv_writes_the_rows_shown(capsys, tmp_path):
     with path.open(newline="") as handle:
         table = list(csv.reader(handle))
     header, rows = table[0], table[1:]
-    assert header[:2] == ["rank", "plan_label"] and "step_time_s" in header and "forward_s" in header
+    assert (
+        header[:2] == ["rank", "plan_label"] and "step_time_s" in header and "forward_s" in header
+    )
     assert len(rows) == len(data["plans"]) == data["csv_rows"] == 3
     assert [r[1] for r in rows] == [p["plan_label"] for p in data["plans"]]
     for row, item in zip(rows, data["plans"]):
-        assert math.isclose(float(row[header.index("step_time_s")]), item["step_time_s"], rel_tol=1e-5)
+        assert math.isclose(
+            float(row[header.index("step_time_s")]), item["step_time_s"], rel_tol=1e-5
+        )
     assert "csv_all_rows" not in data
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically, no temporary file left
     code, out, _ = run(capsys, *BASE, "--csv", str(path))
@@ -193,14 +299,28 @@ def test_csv_all_has_one_row_per_feasible_plan(capsys, tmp_path):
     with path.open(newline="") as handle:
         table = list(csv.reader(handle))
     header, rows = table[0], table[1:]
-    assert header == [*CSV_PLAN_FIELDS, "step_time_s", "tokens_per_s", "objective", "peak_memory_gib"]
+    assert header == [
+        *CSV_PLAN_FIELDS,
+        "step_time_s",
+        "tokens_per_s",
+        "objective",
+        "peak_memory_gib",
+    ]
     # with --csv-all the search evaluates the whole space: rows = every feasible candidate
     assert data["evaluated"] == data["candidates"]
     assert len(rows) == data["feasible"] == data["csv_all_rows"]
     assert 0 < len(rows) < data["candidates"]  # some candidates do not fit and are not written
-    problem = SearchProblem(model=load_model("gpt3-13b"), system=load_system("dgx-a100-40gb"), gpus=8,
-                            global_batch=16, seq_length=2048, micro_batch=(1, 2), recompute=("none", "full"),
-                            vary_placement=False, vary_overlap=False)
+    problem = SearchProblem(
+        model=load_model("gpt3-13b"),
+        system=load_system("dgx-a100-40gb"),
+        gpus=8,
+        global_batch=16,
+        seq_length=2048,
+        micro_batch=(1, 2),
+        recompute=("none", "full"),
+        vary_placement=False,
+        vary_overlap=False,
+    )
     full = search(problem, top_k=1, collect_all=True)
     assert len(rows) == full.feasible == len(full.all_feasible)
     assert all(len(row) == len(header) for row in rows)
@@ -259,7 +379,7 @@ def test_explain_table(capsys):
     code, out, err = run(capsys, *BASE, "--explain")
     assert code == 0, err
     assert "Why the best plan wins" in out
-    table = out[out.index("Why the best plan wins"):]
+    table = out[out.index("Why the best plan wins") :]
     for knob in ("tp", "pp", "micro_batch", "recompute", "zero", "offload_weights"):
         assert f"\n{knob} " in table, knob
     assert "slower" in table
@@ -282,15 +402,37 @@ def test_exhaustive_matches_the_fast_path(capsys, tmp_path_factory):
     assert slow["candidates"] == fast["candidates"] == slow["evaluated"]
     assert slow["feasible"] == fast["feasible"]  # nothing pruned on this problem: same counts
     # the table of an exhaustive search (a smaller space: the title, not the ranking, is checked here)
-    code, out, err = run(capsys, *BASE, "--tp", "1", "--micro-batch", "1", "--no-offload", "--default-placement",
-                         "--recompute", "none", "--default-overlap", "--exhaustive")
+    code, out, err = run(
+        capsys,
+        *BASE,
+        "--tp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--no-offload",
+        "--default-placement",
+        "--recompute",
+        "none",
+        "--default-overlap",
+        "--exhaustive",
+    )
     assert code == 0, err
     assert "Fastest plans that fit" in out
 
 
 # ---- no feasible plan ----------------------------------------------------------------------------
-NOTHING_FITS = ["search", "--model", "llama3-405b", "--system", "dgx-a100-40gb", "--gpus", "8",
-                "--global-batch", "8", "--no-offload"]
+NOTHING_FITS = [
+    "search",
+    "--model",
+    "llama3-405b",
+    "--system",
+    "dgx-a100-40gb",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "8",
+    "--no-offload",
+]
 
 
 def test_no_feasible_plan_prints_the_nearest_miss_and_exits_1(capsys):
@@ -348,8 +490,18 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, expected):
 @pytest.mark.parametrize("flag", ["--global-batch", "--max-global-batch"])
 def test_batch_below_minimum_dp_is_an_input_error(capsys, flag):
     """gpt3-125m (12 heads, 12 layers) on 125 GPUs: every split has dp >= 25."""
-    code, out, err = run(capsys, "search", "--model", "gpt3-125m", "--system", "dgx-a100-80gb", "--gpus", "125",
-                         flag, "16")
+    code, out, err = run(
+        capsys,
+        "search",
+        "--model",
+        "gpt3-125m",
+        "--system",
+        "dgx-a100-80gb",
+        "--gpus",
+        "125",
+        flag,
+        "16",
+    )
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1
@@ -358,27 +510,70 @@ def test_batch_below_minimum_dp_is_an_input_error(capsys, flag):
 
 
 def test_batch_not_divisible_by_any_dp_is_an_input_error(capsys):
-    code, out, err = run(capsys, "search", "--model", "gpt3-125m", "--system", "dgx-a100-80gb", "--gpus", "125",
-                         "--global-batch", "64")
+    code, out, err = run(
+        capsys,
+        "search",
+        "--model",
+        "gpt3-125m",
+        "--system",
+        "dgx-a100-80gb",
+        "--gpus",
+        "125",
+        "--global-batch",
+        "64",
+    )
     assert code == 2
     assert "global_batch" in err
 
 
 def test_console_script_process():
-    ok = subprocess.run([sys.executable, "-m", "paraplan.cli", *BASE, *SMALL, "--json"], capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *BASE, *SMALL, "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["plans"]
-    bad = subprocess.run([sys.executable, "-m", "paraplan.cli", *GOOD, "--gpus", "abc", "--global-batch", "8"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *GOOD, "--gpus", "abc", "--global-batch", "8"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2
     assert bad.stdout == ""
     assert len(bad.stderr.splitlines()) == 1 and "--gpus" in bad.stderr
 
 
 # ---- ties and equivalent plans -------------------------------------------------------------------
-GROUPED = ["search", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "64", "--global-batch", "64",
-           "--seq-length", "8192", "--tp", "4", "--cp", "2,4", "--pp", "1", "--micro-batch", "1,2", "--recompute",
-           "none", "--zero", "2", "--no-offload", "--default-overlap", "--top", "12"]
+GROUPED = [
+    "search",
+    "--model",
+    "llama3-8b",
+    "--system",
+    "dgx-h100-80gb",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "64",
+    "--seq-length",
+    "8192",
+    "--tp",
+    "4",
+    "--cp",
+    "2,4",
+    "--pp",
+    "1",
+    "--micro-batch",
+    "1,2",
+    "--recompute",
+    "none",
+    "--zero",
+    "2",
+    "--no-offload",
+    "--default-overlap",
+    "--top",
+    "12",
+]
 
 
 def test_equivalent_plans_share_one_row_that_names_them(capsys, tmp_path):
@@ -403,7 +598,11 @@ def test_equivalent_plans_share_one_row_that_names_them(capsys, tmp_path):
 def test_equal_step_times_list_the_lower_memory_plan_first(capsys):
     data = run_json(capsys, *BASE[:-1], "10")
     plans = data["plans"]
-    ties = [(a, b) for a, b in zip(plans, plans[1:]) if math.isclose(a["objective"], b["objective"], rel_tol=1e-12)]
+    ties = [
+        (a, b)
+        for a, b in zip(plans, plans[1:])
+        if math.isclose(a["objective"], b["objective"], rel_tol=1e-12)
+    ]
     assert ties
     for a, b in ties:
         assert a["peak_memory_gib"] <= b["peak_memory_gib"]

@@ -14,8 +14,22 @@ from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.stage_plan import stage_plan_from_dict
 
 T5 = ["--model", "t5-3b", "--system", "dgx-a100-80gb"]
-ESTIMATE = ["estimate", *T5, "--gpus", "16", "--tp", "2", "--pp", "2", "--global-batch", "64", "--micro-batch", "4",
-            "--seq-length", "512"]
+ESTIMATE = [
+    "estimate",
+    *T5,
+    "--gpus",
+    "16",
+    "--tp",
+    "2",
+    "--pp",
+    "2",
+    "--global-batch",
+    "64",
+    "--micro-batch",
+    "4",
+    "--seq-length",
+    "512",
+]
 SEARCH = ["search", *T5, "--gpus", "16", "--global-batch", "64", "--seq-length", "512"]
 
 
@@ -32,38 +46,69 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
     code, out, err = cli(*ESTIMATE, "--json")
     assert code == 0, err
     data = json.loads(out)
-    hand = stage_plan_from_dict({"global_batch": 64, "seq_length": 512, "micro_batch": 4,
-                                 "stages": [{"pool": "dgx-a100-80gb", "gpus": 8, "tp": 2, "layers": 24}] * 2})
-    ref = estimate_stage_plan(load_model("t5-3b"), uniform_cluster(load_system("dgx-a100-80gb"), 16), hand)
+    hand = stage_plan_from_dict(
+        {
+            "global_batch": 64,
+            "seq_length": 512,
+            "micro_batch": 4,
+            "stages": [{"pool": "dgx-a100-80gb", "gpus": 8, "tp": 2, "layers": 24}] * 2,
+        }
+    )
+    ref = estimate_stage_plan(
+        load_model("t5-3b"), uniform_cluster(load_system("dgx-a100-80gb"), 16), hand
+    )
     assert data["step_time_s"] == ref.step_time_s and data["fits"] is True
-    assert {k: v for k, v in data.items() if k != "stage_plan"} == json.loads(json.dumps(ref.to_dict()))
+    assert {k: v for k, v in data.items() if k != "stage_plan"} == json.loads(
+        json.dumps(ref.to_dict())
+    )
     assert [s["layers"] for s in data["stage_plan"]["stages"]] == [24, 24]
 
 
-@pytest.mark.parametrize("extra, named", [
-    (["--cp", "2"], "plan.cp: 2 is not allowed"),
-    (["--vpp", "2"], "plan.vpp: 2 is not allowed"),
-    (["--schedule", "zb-h1"], "plan.schedule: 'zb-h1' is not allowed"),
-    (["--overlap-tp-comm"], "plan.overlap_tp_comm: True is not allowed"),
-    (["--offload-activations"], "plan.offload_activations: True is not allowed"),
-    (["--ops"], "--ops: not allowed for an encoder-decoder model"),
-    (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (["--cp", "2"], "plan.cp: 2 is not allowed"),
+        (["--vpp", "2"], "plan.vpp: 2 is not allowed"),
+        (["--schedule", "zb-h1"], "plan.schedule: 'zb-h1' is not allowed"),
+        (["--overlap-tp-comm"], "plan.overlap_tp_comm: True is not allowed"),
+        (["--offload-activations"], "plan.offload_activations: True is not allowed"),
+        (["--ops"], "--ops: not allowed for an encoder-decoder model"),
+        (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),
+    ],
+)
 def test_estimate_refuses_what_the_stage_plan_cannot_carry(cli, extra, named):
     code, out, err = cli(*ESTIMATE, *extra)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err and "allowed" in err
 
 
 def test_estimate_that_does_not_fit_exits_1(cli):
-    code, out, _ = cli("estimate", *T5, "--gpus", "1", "--global-batch", "64", "--micro-batch", "64",
-                       "--seq-length", "512")
+    code, out, _ = cli(
+        "estimate",
+        *T5,
+        "--gpus",
+        "1",
+        "--global-batch",
+        "64",
+        "--micro-batch",
+        "64",
+        "--seq-length",
+        "512",
+    )
     assert code == 1 and "does NOT fit in memory" in out
 
 
 def test_per_stage_plan_file_that_does_not_fit_exits_1(cli, tmp_path):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(yaml.safe_dump({"global_batch": 64, "seq_length": 512, "micro_batch": 64,
-                                    "stages": [{"pool": "dgx-a100-80gb", "gpus": 1, "layers": 48}]}))
+    plan.write_text(
+        yaml.safe_dump(
+            {
+                "global_batch": 64,
+                "seq_length": 512,
+                "micro_batch": 64,
+                "stages": [{"pool": "dgx-a100-80gb", "gpus": 1, "layers": 48}],
+            }
+        )
+    )
     code, out, _ = cli("estimate", *T5, "--plan", str(plan))
     assert code == 1 and "does NOT fit in memory" in out
 
@@ -76,14 +121,22 @@ def test_search_runs_the_amp_style_search(cli):
     code, out, err = cli(*SEARCH, "--top", "2", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["mode"] == "amp-dp" and len(data["plans"]) == 2 and "encoder-decoder" in data["note"]
+    assert (
+        data["mode"] == "amp-dp" and len(data["plans"]) == 2 and "encoder-decoder" in data["note"]
+    )
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["search", *T5, "--gpus", "16", "--seq-length", "512"], "--global-batch: missing"),
-    ([*SEARCH, "--cp", "2", "--objective", "cost"], "--objective, --cp: not allowed for an encoder-decoder model"),
-    ([*SEARCH, "--exhaustive"], "--exhaustive: not allowed"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["search", *T5, "--gpus", "16", "--seq-length", "512"], "--global-batch: missing"),
+        (
+            [*SEARCH, "--cp", "2", "--objective", "cost"],
+            "--objective, --cp: not allowed for an encoder-decoder model",
+        ),
+        ([*SEARCH, "--exhaustive"], "--exhaustive: not allowed"),
+    ],
+)
 def test_search_refuses_what_it_cannot_honour(cli, argv, named):
     code, out, err = cli(*argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err
@@ -91,8 +144,20 @@ def test_search_refuses_what_it_cannot_honour(cli, argv, named):
 
 def test_search_takes_axis_restrictions(cli):
     """--tp / --pp / --micro-batch / --recompute restrict the AMP-style search: every plan it returns obeys them."""
-    code, out, err = cli(*SEARCH, "--tp", "2", "--pp", "2,4", "--micro-batch", "2", "--recompute", "none,selective",
-                         "--top", "5", "--json")
+    code, out, err = cli(
+        *SEARCH,
+        "--tp",
+        "2",
+        "--pp",
+        "2,4",
+        "--micro-batch",
+        "2",
+        "--recompute",
+        "none,selective",
+        "--top",
+        "5",
+        "--json",
+    )
     assert code == 0, err
     plans = json.loads(out)["plans"]
     assert plans

@@ -15,7 +15,17 @@ from paraplan.cli import main
 from paraplan.graph.params import parameter_counts
 from paraplan.catalog import load_model
 
-BASE = ["estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8", "--zero", "1"]
+BASE = [
+    "estimate",
+    "--model",
+    "llama3-8b",
+    "--system",
+    "dgx-h100-80gb",
+    "--gpus",
+    "8",
+    "--zero",
+    "1",
+]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -36,19 +46,40 @@ def test_version(capsys):
 
 
 def test_shell_completion_is_offered_and_completes_commands():
-    env = {**os.environ, "_PARAPLAN_COMPLETE": "complete_bash", "COMP_WORDS": "paraplan se", "COMP_CWORD": "1"}
-    proc = subprocess.run([sys.executable, "-m", "paraplan"], capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "_PARAPLAN_COMPLETE": "complete_bash",
+        "COMP_WORDS": "paraplan se",
+        "COMP_CWORD": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "paraplan"], capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert set(proc.stdout.split()) == {"search"}
-    proc = subprocess.run([sys.executable, "-m", "paraplan", "--help"], capture_output=True, text=True)
-    assert "--install-completion" in proc.stdout and "--version" in proc.stdout and "Exit status" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "paraplan", "--help"], capture_output=True, text=True
+    )
+    assert (
+        "--install-completion" in proc.stdout
+        and "--version" in proc.stdout
+        and "Exit status" in proc.stdout
+    )
 
 
 # ---- estimate --set ------------------------------------------------------------------------------
 def test_estimate_set_changes_the_system_and_the_model(capsys):
     _, out, _ = run(capsys, *BASE, "--json")
     base = json.loads(out)
-    code, out, err = run(capsys, *BASE, "--set", "accelerator.hbm_capacity=141GiB", "--set", "model.layers=16", "--json")
+    code, out, err = run(
+        capsys,
+        *BASE,
+        "--set",
+        "accelerator.hbm_capacity=141GiB",
+        "--set",
+        "model.layers=16",
+        "--json",
+    )
     assert code == 0, err
     changed = json.loads(out)
     assert changed["memory"]["capacity_gib"] == pytest.approx(141)
@@ -111,8 +142,15 @@ def test_models_lists_total_and_active_parameters(capsys):
 def test_models_model_file_shows_how_it_was_read(capsys, tmp_path):
     folder = tmp_path / "tiny-llama"
     folder.mkdir()
-    config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
-              "num_key_value_heads": 2, "intermediate_size": 1376, "vocab_size": 32000}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 4,
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1376,
+        "vocab_size": 32000,
+    }
     (folder / "config.json").write_text(json.dumps(config))
     code, out, err = run(capsys, "models", "--model", str(folder / "config.json"))
     assert code == 0, err
@@ -128,47 +166,161 @@ def test_models_model_file_shows_how_it_was_read(capsys, tmp_path):
     code, out, _ = run(capsys, "models", "--model", str(own))
     assert code == 0 and "paraplan model file" in out.splitlines()[0]
     rows = {line.split()[0]: line for line in out.splitlines() if line.split()}
-    assert rows["layers"].rstrip().endswith("the file") and "default (gelu models: yes" in rows["bias"]
+    assert (
+        rows["layers"].rstrip().endswith("the file") and "default (gelu models: yes" in rows["bias"]
+    )
     code, out, _ = run(capsys, "models", "--model", str(own), "--json")
-    assert code == 0 and json.loads(out)["given"] == ["ffn_hidden", "heads", "hidden", "layers", "name", "vocab"]
+    assert code == 0 and json.loads(out)["given"] == [
+        "ffn_hidden",
+        "heads",
+        "hidden",
+        "layers",
+        "name",
+        "vocab",
+    ]
 
 
 def test_interleaved_without_vpp_is_an_input_error(capsys):
-    code, out, err = run(capsys, "estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8",
-                         "--pp", "2", "--schedule", "interleaved", "--zero", "1")
+    code, out, err = run(
+        capsys,
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--system",
+        "dgx-h100-80gb",
+        "--gpus",
+        "8",
+        "--pp",
+        "2",
+        "--schedule",
+        "interleaved",
+        "--zero",
+        "1",
+    )
     assert code == 2 and out == ""
-    assert err.startswith("error: plan:") and "interleaved" in err and "--vpp" in err and err.count("\n") == 1
-    code, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--system", "dgx-h100-80gb", "--gpus", "8",
-                       "--pp", "2", "--vpp", "2", "--schedule", "interleaved", "--zero", "1", "--json")
+    assert (
+        err.startswith("error: plan:")
+        and "interleaved" in err
+        and "--vpp" in err
+        and err.count("\n") == 1
+    )
+    code, _, err = run(
+        capsys,
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--system",
+        "dgx-h100-80gb",
+        "--gpus",
+        "8",
+        "--pp",
+        "2",
+        "--vpp",
+        "2",
+        "--schedule",
+        "interleaved",
+        "--zero",
+        "1",
+        "--json",
+    )
     assert code == 0, err
 
 
 def test_the_command_exits_fast_with_its_output_whole_and_its_exit_code(tmp_path):
     """console_main ends the process with os._exit after flushing: the whole output reaches a pipe, the exit code and
     the one-line error are kept, the atexit handlers run."""
-    search = [sys.executable, "-m", "paraplan", "search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8",
-              "--global-batch", "16", "--top", "50", "--json"]
+    search = [
+        sys.executable,
+        "-m",
+        "paraplan",
+        "search",
+        "-m",
+        "llama3-8b",
+        "-s",
+        "dgx-h100-80gb",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--top",
+        "50",
+        "--json",
+    ]
     proc = subprocess.run(search, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["plans"]) == 50  # ~100 kB through the pipe, parsed whole
-    proc = subprocess.run([sys.executable, "-m", "paraplan", "estimate", "-m", "nope", "-s", "dgx-h100-80gb", "--gpus", "8"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith("error: model: unknown model 'nope'")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paraplan",
+            "estimate",
+            "-m",
+            "nope",
+            "-s",
+            "dgx-h100-80gb",
+            "--gpus",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stdout == ""
+        and proc.stderr.startswith("error: model: unknown model 'nope'")
+    )
     marker = tmp_path / "atexit-ran"
-    script = ("import atexit, pathlib, sys; atexit.register(pathlib.Path(sys.argv[1]).write_text, 'ran'); "
-              "sys.argv[1:] = ['models']; from paraplan.cli import console_main; console_main()")
-    proc = subprocess.run([sys.executable, "-c", script, str(marker)], capture_output=True, text=True)
+    script = (
+        "import atexit, pathlib, sys; atexit.register(pathlib.Path(sys.argv[1]).write_text, 'ran'); "
+        "sys.argv[1:] = ['models']; from paraplan.cli import console_main; console_main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(marker)], capture_output=True, text=True
+    )
     assert proc.returncode == 0 and "deepseek-v3" in proc.stdout and marker.read_text() == "ran"
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "16", "--top", "0"],
-     "error: --top: 0 is not allowed; must be greater than or equal to 1\n"),
-    (["search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "16", "--workers=0"],
-     "error: --workers: 0 is not allowed; must be greater than or equal to 1\n"),
-    (["estimate", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--tp", "x"],
-     "error: --tp: x is not allowed; must be a valid integer, unable to parse string as an integer\n"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            [
+                "search",
+                "-m",
+                "llama3-8b",
+                "-s",
+                "dgx-h100-80gb",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "16",
+                "--top",
+                "0",
+            ],
+            "error: --top: 0 is not allowed; must be greater than or equal to 1\n",
+        ),
+        (
+            [
+                "search",
+                "-m",
+                "llama3-8b",
+                "-s",
+                "dgx-h100-80gb",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "16",
+                "--workers=0",
+            ],
+            "error: --workers: 0 is not allowed; must be greater than or equal to 1\n",
+        ),
+        (
+            ["estimate", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--tp", "x"],
+            "error: --tp: x is not allowed; must be a valid integer, unable to parse string as an integer\n",
+        ),
+    ],
+)
 def test_an_option_out_of_its_range_names_the_value_given(capsys, argv, expected):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and err == expected

@@ -7,16 +7,44 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
-INTS = ["0", "-1", "1", "2", "8", "16", "3", "1024", "99999999999999999999999", "1e23", "abc", "", "1.5", "nan"]
+INTS = [
+    "0",
+    "-1",
+    "1",
+    "2",
+    "8",
+    "16",
+    "3",
+    "1024",
+    "99999999999999999999999",
+    "1e23",
+    "abc",
+    "",
+    "1.5",
+    "nan",
+]
 FLOATS = ["0", "-1", "inf", "nan", "1e308", "1e-300", "2.5", "x"]
 OPTIONS = {
-    "--gpus": INTS, "--global-batch": INTS, "--seq-length": INTS + ["16777217", "1048576"], "--tp": INTS,
-    "--pp": INTS, "--cp": INTS, "--micro-batch": INTS, "--zero": INTS + ["7"], "--dtype": ["bf16", "fp8", "fp4"],
-    "--recompute": ["none", "full", "partial"], "--tokens": ["1T", "inf", "nan", "-5", "15e12", "1e400"],
-    "--price": FLOATS, "--model": ["gpt3-125m", "llama3-8b", "h100", "-", "/dev/zero", "/nonexistent.yaml"],
+    "--gpus": INTS,
+    "--global-batch": INTS,
+    "--seq-length": INTS + ["16777217", "1048576"],
+    "--tp": INTS,
+    "--pp": INTS,
+    "--cp": INTS,
+    "--micro-batch": INTS,
+    "--zero": INTS + ["7"],
+    "--dtype": ["bf16", "fp8", "fp4"],
+    "--recompute": ["none", "full", "partial"],
+    "--tokens": ["1T", "inf", "nan", "-5", "15e12", "1e400"],
+    "--price": FLOATS,
+    "--model": ["gpt3-125m", "llama3-8b", "h100", "-", "/dev/zero", "/nonexistent.yaml"],
     "--system": ["dgx-a100-80gb", "dgx-h100-80gb", "a100", "/dev/zero"],
 }
 SEARCH_ONLY = {"--top": INTS + ["1000000"], "--max-global-batch": INTS}

@@ -18,22 +18,57 @@ import pytest
 from paraplan.sweep.params import parse_set
 from paraplan.sweep.run import SweepConfig, run_sweep
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to find the sweep's processes")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="reads /proc to find the sweep's processes"
+)
 
-SWEEP_ARGS = ["--model", "gpt3-125m", "--system", "dgx-a100-80gb", "--gpus", "8,16",
-              "--set", "accelerator.hbm_bandwidth=1TB/s,2TB/s", "--global-batch", "32", "--tp", "1,2", "--pp", "1,2",
-              "--no-offload", "--default-overlap", "--default-placement", "--no-plot", "--top", "2"]
-CONFIG = SweepConfig(model="gpt3-125m", systems=("dgx-a100-80gb",), gpus=(8, 16), seq_length=2048,
-                     sets=(parse_set("accelerator.hbm_bandwidth=1TB/s,2TB/s"),), global_batch=32, top=2,
-                     no_offload=True, default_overlap=True, default_placement=True,
-                     restrictions={"tp": (1, 2), "pp": (1, 2)})
+SWEEP_ARGS = [
+    "--model",
+    "gpt3-125m",
+    "--system",
+    "dgx-a100-80gb",
+    "--gpus",
+    "8,16",
+    "--set",
+    "accelerator.hbm_bandwidth=1TB/s,2TB/s",
+    "--global-batch",
+    "32",
+    "--tp",
+    "1,2",
+    "--pp",
+    "1,2",
+    "--no-offload",
+    "--default-overlap",
+    "--default-placement",
+    "--no-plot",
+    "--top",
+    "2",
+]
+CONFIG = SweepConfig(
+    model="gpt3-125m",
+    systems=("dgx-a100-80gb",),
+    gpus=(8, 16),
+    seq_length=2048,
+    sets=(parse_set("accelerator.hbm_bandwidth=1TB/s,2TB/s"),),
+    global_batch=32,
+    top=2,
+    no_offload=True,
+    default_overlap=True,
+    default_placement=True,
+    restrictions={"tp": (1, 2), "pp": (1, 2)},
+)
 TIMEOUT_S = 60.0
 
 
 def start(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "paraplan", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "paraplan", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+    )
 
 
 def wait_for(condition, process: subprocess.Popen) -> None:
@@ -55,7 +90,7 @@ def live_members(group: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
         if int(fields[2]) == group and fields[0] != "Z":
             out.append(int(entry.name))
     return out
@@ -84,10 +119,18 @@ def baseline(tmp_path_factory) -> bytes:
     return (out / "sweep.json").read_bytes()
 
 
-@pytest.mark.parametrize(("executor", "finished"), [
-    (("--workers", "2"), 0), (("--workers", "2"), 1),
-    (("--dask", "local", "--workers", "2"), 1),  # LocalCluster workers are children of the sweep too
-], ids=["workers-0", "workers-1", "dask-local-1"])
+@pytest.mark.parametrize(
+    ("executor", "finished"),
+    [
+        (("--workers", "2"), 0),
+        (("--workers", "2"), 1),
+        (
+            ("--dask", "local", "--workers", "2"),
+            1,
+        ),  # LocalCluster workers are children of the sweep too
+    ],
+    ids=["workers-0", "workers-1", "dask-local-1"],
+)
 def test_killed_sweep_loses_nothing_and_leaves_no_worker(tmp_path, baseline, executor, finished):
     if executor[0] == "--dask":
         pytest.importorskip("distributed")
@@ -110,8 +153,21 @@ def test_killed_sweep_loses_nothing_and_leaves_no_worker(tmp_path, baseline, exe
 def test_killed_csv_search_keeps_the_old_file(tmp_path, moment):
     target = tmp_path / "plans.csv"
     target.write_text("my old results\n")
-    process = start("search", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8",
-                    "--global-batch", "16", "--top", "1", "--csv-all", str(target))
+    process = start(
+        "search",
+        "--model",
+        "gpt3-1.3b",
+        "--system",
+        "dgx-a100-80gb",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--top",
+        "1",
+        "--csv-all",
+        str(target),
+    )
 
     def temporary() -> list[Path]:
         return [p for p in tmp_path.iterdir() if p.name.startswith(".plans.csv.")]
@@ -125,8 +181,17 @@ def test_killed_csv_search_keeps_the_old_file(tmp_path, moment):
     left = temporary()
     assert len(left) == 1 and str(process.pid) in left[0].name  # .plans.csv.PID.XXXXXXXX.tmp
     # the next writer of the same target (a new process) removes the killed writer's leftover
-    subprocess.run([sys.executable, "-c", "import sys; from paraplan.io.documents import atomic_write_text; "
-                    "atomic_write_text(sys.argv[1], 'new\\n')", str(target)], check=True, timeout=TIMEOUT_S)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from paraplan.io.documents import atomic_write_text; "
+            "atomic_write_text(sys.argv[1], 'new\\n')",
+            str(target),
+        ],
+        check=True,
+        timeout=TIMEOUT_S,
+    )
     assert target.read_text() == "new\n" and temporary() == []
 
 
@@ -151,4 +216,6 @@ def test_stale_temporary_files_are_removed_only_when_ours_old_and_orphaned(tmp_p
         os.utime(tmp_path / name, (mtime, mtime))
     atomic_write_text(tmp_path / "t.json", "{}\n")
     assert (tmp_path / "t.json").read_text() == "{}\n"
-    assert {p.name for p in tmp_path.iterdir()} == {"t.json"} | {n for n, (_, kept) in files.items() if kept}
+    assert {p.name for p in tmp_path.iterdir()} == {"t.json"} | {
+        n for n, (_, kept) in files.items() if kept
+    }

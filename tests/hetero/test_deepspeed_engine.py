@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cost.comm import GroupSpan, fastest_collective, flat_ring_collective, linear_collective
+from paraplan.cost.comm import (
+    GroupSpan,
+    fastest_collective,
+    flat_ring_collective,
+    linear_collective,
+)
 from paraplan.step.engines import (
     ENGINES,
     attention_mask_bytes,
@@ -25,7 +30,9 @@ def test_transfer_bytes_by_hand():
     assert forward_transfer_bytes(ds, ACT, 2, 1024) == ACT / 2 + 2 * 1024**2
     assert backward_transfer_bytes(ds, ACT, 2) == ACT
     # Megatron: 1/t both ways, no mask
-    assert forward_transfer_bytes(mg, ACT, 2, 1024) == backward_transfer_bytes(mg, ACT, 2) == ACT / 2
+    assert (
+        forward_transfer_bytes(mg, ACT, 2, 1024) == backward_transfer_bytes(mg, ACT, 2) == ACT / 2
+    )
     assert host_layer_times_s(ds) == (ds.host_layer_forward_s, 2 * ds.host_layer_forward_s)
     assert host_layer_times_s(mg) == (0.0, 0.0)
 
@@ -39,9 +46,13 @@ def test_flat_ring_by_hand_and_the_faster_shape():
     assert ring.slope_out == pytest.approx(2 * 15 / 16 / min(inner, 4 * nic))
     hier = linear_collective("all_reduce", span, t4)
     assert hier.slope_in + hier.slope_out == pytest.approx(2 * 3 / 4 / inner + 2 * 3 / 4 / 4 / nic)
-    assert fastest_collective("all_reduce", span, t4) == ring  # PCIe-bound ring beats PCIe + NIC in sequence
+    assert (
+        fastest_collective("all_reduce", span, t4) == ring
+    )  # PCIe-bound ring beats PCIe + NIC in sequence
     v100 = load_system("aws-p3.8xlarge")  # 10 Gb/s: the ring's 2(n-1)/n·S through each NIC loses
-    assert fastest_collective("all_reduce", span, v100) == linear_collective("all_reduce", span, v100)
+    assert fastest_collective("all_reduce", span, v100) == linear_collective(
+        "all_reduce", span, v100
+    )
 
 
 def test_amp_trials_figures_and_failures():
@@ -53,7 +64,9 @@ def test_amp_trials_figures_and_failures():
     # the four trials with a parameterless stage cannot run (problems), seven more are out of memory;
     # no timed trial is predicted not to run
     for name in ("het-011", "het-035", "het-046", "het-101"):
-        assert entries[name]["predicted"]["fits"] is False and entries[name]["predicted"]["problems"]
+        assert (
+            entries[name]["predicted"]["fits"] is False and entries[name]["predicted"]["problems"]
+        )
     oom = {"het-023", "het-045", "het-051", "het-053", "het-055", "het-099", "het-105"}
     assert {n for n in oom if entries[n]["predicted"]["peak_fraction_of_capacity"] > 1.0} == oom
     assert all(e["predicted"]["fits"] for e in report["cases"] if "step_time_s" in e["measured"])
@@ -71,8 +84,13 @@ def test_reshard_peers_and_time_between_stages_of_different_dp():
     pool = cluster.pools[0].name
     a = StageSetting(((pool, 0, 2),), 1, 2, 2, "none", (), 0, 2, 4)  # dp 2, 2 samples per GPU
     b = StageSetting(((pool, 2, 4),), 1, 4, 1, "none", (), 1, 2, 4)  # dp 4, 1 sample per GPU
-    rate, lat = system.node.nvlink_bandwidth * system.node.nvlink_efficiency, system.node.nvlink_latency
+    rate, lat = (
+        system.node.nvlink_bandwidth * system.node.nvlink_efficiency,
+        system.node.nvlink_latency,
+    )
     size = 8e6  # a sender's bytes: half to each of its two receivers, one after the other
     assert p2p_time_s(cluster, a, b, size) == pytest.approx(2 * (size / 2 / rate + lat))
     # a receiver has one peer and its own (half as large) bytes
-    assert p2p_time_s(cluster, a, b, size / 2, receiver=True) == pytest.approx(size / 2 / rate + lat)
+    assert p2p_time_s(cluster, a, b, size / 2, receiver=True) == pytest.approx(
+        size / 2 / rate + lat
+    )

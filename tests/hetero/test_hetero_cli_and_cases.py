@@ -12,11 +12,31 @@ from paraplan.cli import main
 from paraplan.validate.amp_import import convert
 from paraplan.validate.hetero import bundled_hetero_files, load_hetero_cases, run_hetero_cases
 
-MIXED = {"name": "mixed", "pools": [{"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1},
-                                     {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1}]}
-MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn_hidden": 2048, "vocab": 8000, "max_position": 512}
-PLAN = {"global_batch": 8, "seq_length": 512, "microbatches": 2, "dtype": "fp16",
-        "stages": [{"pool": "v100", "gpus": 4, "layers": 3}, {"pool": "t4", "gpus": 4, "layers": 1, "recompute": "full"}]}
+MIXED = {
+    "name": "mixed",
+    "pools": [
+        {"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1},
+        {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1},
+    ],
+}
+MODEL = {
+    "layers": 4,
+    "hidden": 512,
+    "heads": 8,
+    "ffn_hidden": 2048,
+    "vocab": 8000,
+    "max_position": 512,
+}
+PLAN = {
+    "global_batch": 8,
+    "seq_length": 512,
+    "microbatches": 2,
+    "dtype": "fp16",
+    "stages": [
+        {"pool": "v100", "gpus": 4, "layers": 3},
+        {"pool": "t4", "gpus": 4, "layers": 1, "recompute": "full"},
+    ],
+}
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -38,25 +58,56 @@ def files(tmp_path, monkeypatch):
 
 
 def test_estimate_plan_file(capsys, files):
-    code, out, _ = run(capsys, "estimate", "-m", str(files["model.yaml"]), "--plan", str(files["plan.yaml"]),
-                       "--cluster", str(files["cluster.yaml"]), "--json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "-m",
+        str(files["model.yaml"]),
+        "--plan",
+        str(files["plan.yaml"]),
+        "--cluster",
+        str(files["cluster.yaml"]),
+        "--json",
+    )
     assert code == 0
     data = json.loads(out)
-    assert data["fits"] and data["step_time_s"] > 0 and [s["devices"][0]["pool"] for s in data["stages"]] == ["v100", "t4"]
-    code, out, _ = run(capsys, "estimate", "-m", str(files["model.yaml"]), "--plan", str(files["plan.yaml"]),
-                       "--cluster", str(files["cluster.yaml"]))
+    assert (
+        data["fits"]
+        and data["step_time_s"] > 0
+        and [s["devices"][0]["pool"] for s in data["stages"]] == ["v100", "t4"]
+    )
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "-m",
+        str(files["model.yaml"]),
+        "--plan",
+        str(files["plan.yaml"]),
+        "--cluster",
+        str(files["cluster.yaml"]),
+    )
     assert code == 0 and "step time" in out and "t4" in out
 
 
 @pytest.mark.parametrize(
     "change, message",
-    [({"stages": [{"pool": "v100", "gpus": 4, "layers": 3}]}, "must sum to the model's 4"),
-     ({"microbatches": 0}, "plan.microbatches")],
+    [
+        ({"stages": [{"pool": "v100", "gpus": 4, "layers": 3}]}, "must sum to the model's 4"),
+        ({"microbatches": 0}, "plan.microbatches"),
+    ],
 )
 def test_estimate_plan_errors(capsys, files, change, message):
     files["plan.yaml"].write_text(yaml.safe_dump(PLAN | change))
-    code, _, err = run(capsys, "estimate", "-m", str(files["model.yaml"]), "--plan", str(files["plan.yaml"]),
-                       "--cluster", str(files["cluster.yaml"]))
+    code, _, err = run(
+        capsys,
+        "estimate",
+        "-m",
+        str(files["model.yaml"]),
+        "--plan",
+        str(files["plan.yaml"]),
+        "--cluster",
+        str(files["cluster.yaml"]),
+    )
     assert code == 2 and message in err and "Traceback" not in err
 
 
@@ -66,14 +117,46 @@ def test_estimate_without_system_is_an_input_error(capsys, files):
 
 
 def test_search_cluster_and_non_uniform(capsys, files):
-    code, out, _ = run(capsys, "search", "-m", str(files["model.yaml"]), "--cluster", str(files["cluster.yaml"]),
-                       "--global-batch", "8", "--seq-length", "512", "--dtype", "fp16", "--top", "2", "--json")
+    code, out, _ = run(
+        capsys,
+        "search",
+        "-m",
+        str(files["model.yaml"]),
+        "--cluster",
+        str(files["cluster.yaml"]),
+        "--global-batch",
+        "8",
+        "--seq-length",
+        "512",
+        "--dtype",
+        "fp16",
+        "--top",
+        "2",
+        "--json",
+    )
     assert code == 0
     data = json.loads(out)
     assert data["mode"] == "amp-dp" and len(data["plans"]) == 2
     assert data["plans"][0]["step_time_s"] <= data["plans"][1]["step_time_s"]
-    code, out, _ = run(capsys, "search", "-m", str(files["model.yaml"]), "-s", "aws-g4dn.12xlarge", "--gpus", "4",
-                       "--non-uniform", "--global-batch", "8", "--seq-length", "512", "--dtype", "fp16", "--top", "1")
+    code, out, _ = run(
+        capsys,
+        "search",
+        "-m",
+        str(files["model.yaml"]),
+        "-s",
+        "aws-g4dn.12xlarge",
+        "--gpus",
+        "4",
+        "--non-uniform",
+        "--global-batch",
+        "8",
+        "--seq-length",
+        "512",
+        "--dtype",
+        "fp16",
+        "--top",
+        "1",
+    )
     assert code == 0 and "search exact" in out
 
 
@@ -85,7 +168,9 @@ def test_validate_hetero_cli(capsys):
 
 
 # ---- AMP trials as cases ----------------------------------------------------------------------
-RECORDS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "published" / "amp-trials.json"
+RECORDS = (
+    Path(__file__).resolve().parents[3] / "shared" / "reference" / "published" / "amp-trials.json"
+)
 
 
 def test_bundled_amp_cases():
@@ -97,7 +182,9 @@ def test_bundled_amp_cases():
     first = next(c for c in cases if c.name == "het-001")
     # AMP rank order (pp, dp, mp): with pp = 4 each stage is one node; the T4 node holds the last stage
     assert [s.devices[0].pool for s in first.plan.stages] == ["v100", "v100", "v100", "t4"]
-    assert [s.layers for s in first.plan.stages] == [5, 7, 6, 6] and first.measured == {"step_time_s": 1.47}
+    assert [s.layers for s in first.plan.stages] == [5, 7, 6, 6] and first.measured == {
+        "step_time_s": 1.47
+    }
 
 
 @pytest.mark.skipif(not RECORDS.exists(), reason="reference records not beside the repository")
@@ -111,7 +198,9 @@ def test_amp_report_against_amps_own_error():
     report = run_hetero_cases(load_hetero_cases())
     groups = report["summary"]["by_group"]
     mixed = groups["amp-mixed"]
-    assert mixed["step_time_cases"] == 43 and mixed["reference_mape_pct"]["amp_predicted_s"] == pytest.approx(49.4, abs=0.1)
+    assert mixed["step_time_cases"] == 43 and mixed["reference_mape_pct"][
+        "amp_predicted_s"
+    ] == pytest.approx(49.4, abs=0.1)
     assert mixed["step_time_s_mape_pct"] < mixed["reference_mape_pct"]["amp_predicted_s"]
     for entry in report["cases"]:
         assert entry["predicted"]["step_time_s"] > 0
@@ -119,15 +208,36 @@ def test_amp_report_against_amps_own_error():
 
 HET_001 = {  # AMP's trial het-001 as reference/published/amp-trials.json records it (the fields the converter reads)
     "id": "het-001",
-    "arch": {"name": "GPT-2 medium-like (AMP gpt2)", "layers": 24, "hidden": 1024, "heads": 16, "seq": 1024, "vocab": 52256},
-    "hardware": {"nodes": [{"node": i, "instance": inst} for i, inst in
-                           enumerate(["p3.8xlarge", "p3.8xlarge", "p3.8xlarge", "g4dn.12xlarge"])]},
-    "parallelism": {"tp": 1, "dp": 4, "pp": 4, "stage_boundaries": [0, 7, 14, 20, 30],
-                    "stage_boundaries_meaning": "stage i holds [b_i, b_{i+1}) of a 30-entry op list"},
+    "arch": {
+        "name": "GPT-2 medium-like (AMP gpt2)",
+        "layers": 24,
+        "hidden": 1024,
+        "heads": 16,
+        "seq": 1024,
+        "vocab": 52256,
+    },
+    "hardware": {
+        "nodes": [
+            {"node": i, "instance": inst}
+            for i, inst in enumerate(["p3.8xlarge", "p3.8xlarge", "p3.8xlarge", "g4dn.12xlarge"])
+        ]
+    },
+    "parallelism": {
+        "tp": 1,
+        "dp": 4,
+        "pp": 4,
+        "stage_boundaries": [0, 7, 14, 20, 30],
+        "stage_boundaries_meaning": "stage i holds [b_i, b_{i+1}) of a 30-entry op list",
+    },
     "batch": {"gbs": 32, "mbs": 1, "seq": 1024, "ga": 8},
     "measured": {"step_time_s": 1.47, "failed": False, "amp_predicted_s": 1.0859},
-    "source": {"title": "AMP (NeurIPS 2022) cached real trials", "repo": "DachengLi1/AMP",
-               "path": "src/results/het_cluster_results.txt", "commit": "72eeea4", "paper": "arXiv 2210.07297"},
+    "source": {
+        "title": "AMP (NeurIPS 2022) cached real trials",
+        "repo": "DachengLi1/AMP",
+        "path": "src/results/het_cluster_results.txt",
+        "commit": "72eeea4",
+        "paper": "arXiv 2210.07297",
+    },
 }
 
 
@@ -140,8 +250,13 @@ def test_validate_reads_amp_trial_records_as_given(capsys, tmp_path):
     code, out, _ = run(capsys, "validate", "--cases", str(records), "--json")
     assert code == 0
     (case,) = json.loads(out)["cases"]
-    bundled = next(c for c in run_hetero_cases(load_hetero_cases())["cases"] if c["name"] == "het-001")
-    assert case["name"] == "het-001" and case["predicted"]["step_time_s"] == bundled["predicted"]["step_time_s"]
+    bundled = next(
+        c for c in run_hetero_cases(load_hetero_cases())["cases"] if c["name"] == "het-001"
+    )
+    assert (
+        case["name"] == "het-001"
+        and case["predicted"]["step_time_s"] == bundled["predicted"]["step_time_s"]
+    )
     broken = dict(HET_001, hardware={"nodes": [{"node": 0, "instance": "p4d.24xlarge"}] * 4})
     records.write_text(json.dumps({"records": [broken]}))
     code, _, err = run(capsys, "validate", "--cases", str(records))

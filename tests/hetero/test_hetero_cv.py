@@ -32,12 +32,24 @@ def _few(cases, per_group=3):
 
 
 def test_the_amp_constants_are_listed_with_their_catalog_values():
-    assert set(AMP) == {"t4.gemm", "t4.hbm", "deepspeed.host_layer_forward_s", "p3.network_efficiency"}
+    assert set(AMP) == {
+        "t4.gemm",
+        "t4.hbm",
+        "deepspeed.host_layer_forward_s",
+        "p3.network_efficiency",
+    }
     assert AMP["t4.gemm"].catalog_value() == 0.27 and AMP["t4.hbm"].catalog_value() == 0.6
-    assert AMP["deepspeed.host_layer_forward_s"].catalog_value() == ENGINES["deepspeed"].host_layer_forward_s == 1e-3
+    assert (
+        AMP["deepspeed.host_layer_forward_s"].catalog_value()
+        == ENGINES["deepspeed"].host_layer_forward_s
+        == 1e-3
+    )
     assert AMP["p3.network_efficiency"].catalog_value() == 0.9
     # with nothing to fit on, a constant takes its schema default: the network's 0.85, no host time
-    assert _prior(AMP["p3.network_efficiency"]) == 0.85 and _prior(AMP["deepspeed.host_layer_forward_s"]) == 0.0
+    assert (
+        _prior(AMP["p3.network_efficiency"]) == 0.85
+        and _prior(AMP["deepspeed.host_layer_forward_s"]) == 0.0
+    )
 
 
 def test_catalog_values_reproduce_validate(cases):
@@ -46,7 +58,9 @@ def test_catalog_values_reproduce_validate(cases):
     shipped = {k: k.catalog_value() for k in AMP.values()}
     entries = {e["name"]: e for e in run_hetero_cases(few)["cases"]}
     for case in few:
-        assert hetero_step_error(case, shipped) == pytest.approx(entries[case.name]["error_pct"]["step_time_s"], rel=1e-12)
+        assert hetero_step_error(case, shipped) == pytest.approx(
+            entries[case.name]["error_pct"]["step_time_s"], rel=1e-12
+        )
 
 
 def test_engine_rules_override_reaches_the_estimate(cases):
@@ -55,7 +69,9 @@ def test_engine_rules_override_reaches_the_estimate(cases):
     are left as they were."""
     case = next(c for c in cases if c.name == "het-001")
     shipped = estimate_stage_plan(case.model, case.cluster, case.plan).step_time_s
-    no_host = with_engine_constants(ENGINES["deepspeed"], {AMP["deepspeed.host_layer_forward_s"]: 0.0})
+    no_host = with_engine_constants(
+        ENGINES["deepspeed"], {AMP["deepspeed.host_layer_forward_s"]: 0.0}
+    )
     assert no_host == replace(ENGINES["deepspeed"], host_layer_forward_s=0.0)
     faster = estimate_stage_plan(case.model, case.cluster, case.plan, no_host).step_time_s
     # 8 micro-batches x 6 layers of the T4 stage x 3 ms is the least the steady state loses
@@ -70,8 +86,13 @@ def test_leave_one_group_out_on_a_subset(cases):
     report = cross_validate_hetero(_few(cases), constants=constants)
     mixed, t4 = report["groups"]["amp-mixed"], report["groups"]["amp-t4"]
     assert mixed["training_cases"] == t4["training_cases"] == 3
-    assert mixed["prior_only"] == ["p3.network_efficiency"] and mixed["refitted"]["p3.network_efficiency"] == 0.85
-    assert t4["prior_only"] == [] and set(t4["refitted"]) == {"t4.gemm"}  # no p3 node in the T4 cluster
+    assert (
+        mixed["prior_only"] == ["p3.network_efficiency"]
+        and mixed["refitted"]["p3.network_efficiency"] == 0.85
+    )
+    assert t4["prior_only"] == [] and set(t4["refitted"]) == {
+        "t4.gemm"
+    }  # no p3 node in the T4 cluster
     for group in (mixed, t4):
         assert 0.15 <= group["refitted"]["t4.gemm"] <= 0.8 and group["cv_step_time_mape_pct"] >= 0
     assert len(report["cases"]) == 6 and report["cv_step_time_mape_pct"] is not None
@@ -104,5 +125,7 @@ def test_amp_trials_are_reported_as_calibration_cases(cases):
 def test_cross_validation_reports_its_progress(cases):
     """``progress(group, done, total)`` before each group's refit and once at the end (what the CLI's bar shows)."""
     calls = []
-    cross_validate_hetero(_few(cases, 1), constants=[AMP["t4.hbm"]], progress=lambda *a: calls.append(a))
+    cross_validate_hetero(
+        _few(cases, 1), constants=[AMP["t4.hbm"]], progress=lambda *a: calls.append(a)
+    )
     assert calls == [("amp-mixed", 0, 2), ("amp-t4", 1, 2), ("", 2, 2)]

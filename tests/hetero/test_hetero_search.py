@@ -9,20 +9,40 @@ import pytest
 
 from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.search.staged.balance import all_splits
-from paraplan.search.staged.hetero import HeteroProblem, _compositions, _powers_of_two, search_cluster, search_non_uniform
+from paraplan.search.staged.hetero import (
+    HeteroProblem,
+    _compositions,
+    _powers_of_two,
+    search_cluster,
+    search_non_uniform,
+)
 from paraplan.specs.cluster import cluster_from_dict
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import stage_plan_from_dict
 
 TINY = ModelSpec(layers=4, hidden=512, heads=8, ffn_hidden=2048, vocab=8000, max_position=512)
-MIXED = cluster_from_dict({"pools": [{"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1, "gpus": 2},
-                                     {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1, "gpus": 2}]})
+MIXED = cluster_from_dict(
+    {
+        "pools": [
+            {"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1, "gpus": 2},
+            {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1, "gpus": 2},
+        ]
+    }
+)
 N_BLOCKS = TINY.layers + 2
 
 
 def _estimate(stages, problem, m):
-    plan = stage_plan_from_dict({"global_batch": problem.global_batch, "seq_length": problem.seq_length, "microbatches": m,
-                                 "dtype": problem.dtype, "attention": problem.attention, "stages": stages})
+    plan = stage_plan_from_dict(
+        {
+            "global_batch": problem.global_batch,
+            "seq_length": problem.seq_length,
+            "microbatches": m,
+            "dtype": problem.dtype,
+            "attention": problem.attention,
+            "stages": stages,
+        }
+    )
     est = estimate_stage_plan(problem.model, problem.cluster, plan)
     return est.step_time_s if est.fits else None
 
@@ -32,7 +52,9 @@ def brute_force_cluster(problem):
     best = None
     gpus = problem.cluster.gpus
     for order in itertools.permutations([p.name for p in problem.cluster.pools]):
-        gpu_list = [(name, i) for name in order for i in range(problem.cluster.pool(name).gpu_count)]
+        gpu_list = [
+            (name, i) for name in order for i in range(problem.cluster.pool(name).gpu_count)
+        ]
         for tp in (1, 2):
             for pp in range(1, gpus // tp + 1):
                 if (gpus // tp) % pp:
@@ -53,7 +75,14 @@ def brute_force_cluster(problem):
                                         devices[-1]["gpus"] += 1
                                     else:
                                         devices.append({"pool": pool, "gpus": 1})
-                                stages.append({"devices": devices, "blocks": [bounds[k], bounds[k + 1]], "tp": tp, "recompute": rc})
+                                stages.append(
+                                    {
+                                        "devices": devices,
+                                        "blocks": [bounds[k], bounds[k + 1]],
+                                        "tp": tp,
+                                        "recompute": rc,
+                                    }
+                                )
                             t = _estimate(stages, problem, m)
                             if t is not None and (best is None or t < best):
                                 best = t
@@ -62,11 +91,15 @@ def brute_force_cluster(problem):
 
 @pytest.mark.parametrize("global_batch", [4, 8])
 def test_cluster_search_equals_brute_force(global_batch):
-    problem = HeteroProblem(TINY, MIXED, global_batch, 512, "fp16", "unfused", recompute=("none", "full"))
+    problem = HeteroProblem(
+        TINY, MIXED, global_batch, 512, "fp16", "unfused", recompute=("none", "full")
+    )
     result = search_cluster(problem, top_k=3)
     assert result.plans[0].step_time_s == pytest.approx(brute_force_cluster(problem), rel=1e-9)
     for cand in result.plans:  # what is reported re-estimates to the same time
-        assert estimate_stage_plan(TINY, MIXED, cand.plan).step_time_s == pytest.approx(cand.step_time_s, rel=1e-9)
+        assert estimate_stage_plan(TINY, MIXED, cand.plan).step_time_s == pytest.approx(
+            cand.step_time_s, rel=1e-9
+        )
 
 
 UNIFORM4 = cluster_from_dict({"pools": [{"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1}]})
@@ -77,15 +110,28 @@ def brute_force_non_uniform(problem, max_stages):
     gpus = problem.cluster.gpus
     for pp in range(1, max_stages + 1):
         for comp in _compositions(gpus, pp):
-            options = [[(t, rc) for t in _powers_of_two(g) if g % t == 0 for rc in problem.recompute] for g in comp]
+            options = [
+                [(t, rc) for t in _powers_of_two(g) if g % t == 0 for rc in problem.recompute]
+                for g in comp
+            ]
             for choice in itertools.product(*options):
                 for m in (1, 2, 4, 8):
-                    if any(problem.global_batch % (m * (g // t)) for g, (t, _) in zip(comp, choice)):
+                    if any(
+                        problem.global_batch % (m * (g // t)) for g, (t, _) in zip(comp, choice)
+                    ):
                         continue
                     for bounds in all_splits(N_BLOCKS, pp):
                         stages, first = [], 0
                         for k, (g, (t, rc)) in enumerate(zip(comp, choice)):
-                            stages.append({"pool": "t4", "gpus": g, "blocks": [bounds[k], bounds[k + 1]], "tp": t, "recompute": rc})
+                            stages.append(
+                                {
+                                    "pool": "t4",
+                                    "gpus": g,
+                                    "blocks": [bounds[k], bounds[k + 1]],
+                                    "tp": t,
+                                    "recompute": rc,
+                                }
+                            )
                         t_step = _estimate(stages, problem, m)
                         if t_step is not None and (best is None or t_step < best):
                             best = t_step
@@ -96,15 +142,23 @@ def test_non_uniform_exact_equals_brute_force():
     problem = HeteroProblem(TINY, UNIFORM4, 8, 512, "fp16", "unfused", recompute=("none", "full"))
     result = search_non_uniform(problem, top_k=2, max_stages=2)
     assert result.mode == "exact"
-    assert result.plans[0].step_time_s == pytest.approx(brute_force_non_uniform(problem, 2), rel=1e-9)
+    assert result.plans[0].step_time_s == pytest.approx(
+        brute_force_non_uniform(problem, 2), rel=1e-9
+    )
 
 
 def test_non_uniform_alleviation_under_budget():
     problem = HeteroProblem(TINY, UNIFORM4, 8, 512, "fp16", "unfused")
     result = search_non_uniform(problem, max_stages=3, exact_limit=0, time_budget_s=2.0)
-    assert result.mode == "alleviation" and result.trajectory and result.trajectory[0].move == "start"
+    assert (
+        result.mode == "alleviation" and result.trajectory and result.trajectory[0].move == "start"
+    )
     start = search_cluster(problem, top_k=1).plans[0].step_time_s
     assert result.plans[0].step_time_s <= start + 1e-12
-    assert estimate_stage_plan(TINY, UNIFORM4, result.plans[0].plan).step_time_s == pytest.approx(result.plans[0].step_time_s)
+    assert estimate_stage_plan(TINY, UNIFORM4, result.plans[0].plan).step_time_s == pytest.approx(
+        result.plans[0].step_time_s
+    )
     plans = [p.plan for p in result.plans]
-    assert all(a != b for i, a in enumerate(plans) for b in plans[i + 1:])  # the start plan is not listed twice
+    assert all(
+        a != b for i, a in enumerate(plans) for b in plans[i + 1 :]
+    )  # the start plan is not listed twice

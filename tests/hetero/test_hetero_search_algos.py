@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from paraplan.search.staged.alleviate import Score, StageConfig, alleviate, bottleneck
-from paraplan.search.staged.balance import all_splits, balance_split, brute_force_split, pipeline_objective
+from paraplan.search.staged.balance import (
+    all_splits,
+    balance_split,
+    brute_force_split,
+    pipeline_objective,
+)
 
 
 def range_costs(weights, speeds, fixed=0.0, cap=None, allow_empty=False):
@@ -63,8 +68,13 @@ def test_dp_equals_brute_force(seed, microbatches):
         assert dp is None
     else:
         assert dp is not None and dp.objective == pytest.approx(bf.objective, rel=1e-12)
-        assert pipeline_objective(dp.stage_times, microbatches, None if tails is None else [
-            tails[i, dp.bounds[i], dp.bounds[i + 1]] for i in range(stages)]) == pytest.approx(dp.objective)
+        assert pipeline_objective(
+            dp.stage_times,
+            microbatches,
+            None
+            if tails is None
+            else [tails[i, dp.bounds[i], dp.bounds[i + 1]] for i in range(stages)],
+        ) == pytest.approx(dp.objective)
 
 
 def test_infeasible_returns_none():
@@ -89,7 +99,12 @@ def toy_evaluate(stages, capacity=4.0, total_gpus=8, layers=16, m=8):
         tp_eff = {1: 1.0, 2: 0.9, 4: 0.75, 8: 0.6}[s.tp]
         rc = {"none": 1.0, "selective": 1.1, "full": 4 / 3}[s.recompute]
         times.append(s.layers * LAYER_WORK * rc / (s.gpus * tp_eff))
-        mem = s.layers * LAYER_MEMORY / s.tp * ({"none": 1.0, "selective": 0.7, "full": 1 / 3}[s.recompute])
+        mem = (
+            s.layers
+            * LAYER_MEMORY
+            / s.tp
+            * ({"none": 1.0, "selective": 0.7, "full": 1 / 3}[s.recompute])
+        )
         over.append(mem - capacity)
     return Score(pipeline_objective(times, m), tuple(times), tuple(over))
 
@@ -105,7 +120,10 @@ def test_alleviation_fixes_oom_and_balances():
     res = alleviate(start, toy_evaluate, time_budget_s=5.0)
     assert not toy_evaluate(start).fits
     assert res.best_score.fits
-    assert res.best_score.step_time_s < toy_evaluate((StageConfig(8, 4, 2), StageConfig(8, 4, 2))).step_time_s * 1.0001
+    assert (
+        res.best_score.step_time_s
+        < toy_evaluate((StageConfig(8, 4, 2), StageConfig(8, 4, 2))).step_time_s * 1.0001
+    )
     assert res.trajectory[0].move == "start" and len(res.trajectory) >= 2
     best_seen = [s.step_time_s for s in res.trajectory if s.improved and s.fits]
     assert best_seen == sorted(best_seen, reverse=True)
@@ -120,31 +138,54 @@ def test_alleviation_reaches_exhaustive_optimum_on_toy():
                 for tp1 in (1, 2, 4):
                     for r0 in ("none", "selective", "full"):
                         for r1 in ("none", "selective", "full"):
-                            sc = toy_evaluate((StageConfig(l0, g0, tp0, r0), StageConfig(16 - l0, 8 - g0, tp1, r1)))
-                            if sc is not None and sc.fits and (best is None or sc.step_time_s < best):
+                            sc = toy_evaluate(
+                                (
+                                    StageConfig(l0, g0, tp0, r0),
+                                    StageConfig(16 - l0, 8 - g0, tp1, r1),
+                                )
+                            )
+                            if (
+                                sc is not None
+                                and sc.fits
+                                and (best is None or sc.step_time_s < best)
+                            ):
                                 best = sc.step_time_s
     res = alleviate((StageConfig(8, 4, 1), StageConfig(8, 4, 1)), toy_evaluate, max_hops=4)
-    assert res.best_score.step_time_s <= best * 1.05  # a heuristic: within 5 % of the exhaustive optimum here
+    assert (
+        res.best_score.step_time_s <= best * 1.05
+    )  # a heuristic: within 5 % of the exhaustive optimum here
 
 
 def test_alleviation_switches_per_op_recompute_when_memory_binds():
     """Per-op recompute (Aceso §4.2): re-running only the MLP keeps 55 % of the memory for 5 % more time,
     cheaper than selective (70 %, +10 %) or full (1/3, +33 %). With a capacity only it and full recompute
     meet, the search takes it from the memory bottleneck."""
+
     def evaluate(stages):
-        if sum(s.layers for s in stages) != 16 or sum(s.gpus for s in stages) != 8 or any(s.layers < 1 for s in stages):
+        if (
+            sum(s.layers for s in stages) != 16
+            or sum(s.gpus for s in stages) != 8
+            or any(s.layers < 1 for s in stages)
+        ):
             return None
         times, over = [], []
         for s in stages:
             if s.recompute_ops == ("mlp",):
                 rc_time, rc_mem = 1.05, 0.55
             else:
-                rc_time, rc_mem = {"none": (1.0, 1.0), "selective": (1.1, 0.7), "full": (4 / 3, 1 / 3)}[s.recompute]
+                rc_time, rc_mem = {
+                    "none": (1.0, 1.0),
+                    "selective": (1.1, 0.7),
+                    "full": (4 / 3, 1 / 3),
+                }[s.recompute]
             times.append(s.layers * rc_time / s.gpus)
             over.append(s.layers * rc_mem / s.gpus - 1.2)
         return Score(pipeline_objective(times, 4), tuple(times), tuple(over))
 
-    start = (StageConfig(8, 4), StageConfig(8, 4))  # 2 layers' memory per GPU: over the 1.2 capacity
+    start = (
+        StageConfig(8, 4),
+        StageConfig(8, 4),
+    )  # 2 layers' memory per GPU: over the 1.2 capacity
     plain = alleviate(start, evaluate, max_hops=2)
     fine = alleviate(start, evaluate, max_hops=2, op_sets=(("mlp",), ("core_attn",)))
     assert fine.best_score.fits and fine.best_score.step_time_s < plain.best_score.step_time_s

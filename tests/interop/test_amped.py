@@ -19,7 +19,15 @@ def test_config_with_lookup_tables():
     model, plan, notes = convert(DATA / "config.json", DATA / "lookup_tables.json")
     m, p = load_model(model), plan_from_fields(plan)
     assert (m.layers, m.hidden, m.heads, m.ffn_hidden) == (24, 1024, 16, 4096)
-    assert (p.gpus, p.tp, p.pp, p.dp, p.micro_batch, p.global_batch, p.seq_length) == (16, 4, 2, 2, 4, 64, 1024)
+    assert (p.gpus, p.tp, p.pp, p.dp, p.micro_batch, p.global_batch, p.seq_length) == (
+        16,
+        4,
+        2,
+        2,
+        4,
+        64,
+        1024,
+    )
     assert p.placement == "tp-cp-dp-pp"  # tp intra-node innermost; dp and pp across nodes
     assert any("not mapped" in n and "frequency" in n for n in notes)
 

@@ -25,7 +25,9 @@ def test_every_shipped_system_converts(system):
     notes: list[str] = []
     spec = load_system(convert_system(json.loads(system.read_text()), system.stem, notes))
     assert spec.node.gpus_per_domain == 8
-    assert spec.accelerator.efficiency.gemm == pytest.approx(max(e for _, e in json.loads(system.read_text())["matrix"]["float16"]["gflops_efficiency"]))
+    assert spec.accelerator.efficiency.gemm == pytest.approx(
+        max(e for _, e in json.loads(system.read_text())["matrix"]["float16"]["gflops_efficiency"])
+    )
     assert any("sm_count" in n for n in notes)
 
 
@@ -38,21 +40,33 @@ def test_every_model_and_execution_imports_and_estimates():
         assert load_model(conv.model).layers == json.loads(model.read_text())["num_blocks"]
     for ex in EXECUTIONS:
         conv = convert(CALC / "models" / f"{ex.stem.rsplit('_', 1)[0]}.json", system, ex)
-        est = estimate(load_model(conv.model), load_system(conv.system), plan_from_fields(conv.plan))
+        est = estimate(
+            load_model(conv.model), load_system(conv.system), plan_from_fields(conv.plan)
+        )
         assert 0 < est.mfu < 1 and est.step_time_s > 0
 
 
 def test_a100_conversion_values():
     """Units: bandwidth GB/s -> bytes/s (1e9), GiB -> 2^30; efficiencies and processor usage carried."""
-    conv = convert(CALC / "models" / "gpt3-175B.json", CALC / "systems" / "a100_80g.json",
-                   CALC / "validation" / "seqsel" / "tab5" / "gpt3-175B_seqsel.json")
+    conv = convert(
+        CALC / "models" / "gpt3-175B.json",
+        CALC / "systems" / "a100_80g.json",
+        CALC / "validation" / "seqsel" / "tab5" / "gpt3-175B_seqsel.json",
+    )
     s = load_system(conv.system)
     assert s.node.nvlink_bandwidth == 300e9 and s.network.nic_bandwidth == 25e9
     assert s.accelerator.hbm_capacity == 80 * 2**30 and s.accelerator.hbm_bandwidth == 2048e9
     assert (s.node.nvlink_efficiency, s.network.efficiency) == (0.65, 0.9)
     assert (s.node.nvlink_overlap_cost, s.network.overlap_cost) == (0.15, 0.02)
     plan = plan_from_fields(conv.plan)
-    assert (plan.tp, plan.pp, plan.dp, plan.vpp, plan.recompute, plan.sequence_parallel) == (8, 8, 1, 3, "selective", True)
+    assert (plan.tp, plan.pp, plan.dp, plan.vpp, plan.recompute, plan.sequence_parallel) == (
+        8,
+        8,
+        1,
+        3,
+        "selective",
+        True,
+    )
     assert any("1.5·(n-1)/n" in n for n in conv.notes)  # rs/ag factor not representable: stated
 
 
@@ -80,14 +94,31 @@ def test_inference_execution_is_refused(tmp_path):
 
 
 def test_import_calculon_cli_writes_inputs_estimate_reads(tmp_path, capsys):
-    args = ["import", "calculon", str(CALC / "models" / "megatron-22B.json"), str(CALC / "systems" / "a100_80g.json"),
-            str(CALC / "validation" / "seqsel" / "tab5" / "megatron-22B_full.json"), "--out", str(tmp_path)]
+    args = [
+        "import",
+        "calculon",
+        str(CALC / "models" / "megatron-22B.json"),
+        str(CALC / "systems" / "a100_80g.json"),
+        str(CALC / "validation" / "seqsel" / "tab5" / "megatron-22B_full.json"),
+        "--out",
+        str(tmp_path),
+    ]
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code in (0, None)
     assert "note: model: Calculon has no vocabulary" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        main(["estimate", "-m", str(tmp_path / "model.yaml"), "-s", str(tmp_path / "system.yaml"),
-              "--plan", str(tmp_path / "plan.json"), "--json"])
+        main(
+            [
+                "estimate",
+                "-m",
+                str(tmp_path / "model.yaml"),
+                "-s",
+                str(tmp_path / "system.yaml"),
+                "--plan",
+                str(tmp_path / "plan.json"),
+                "--json",
+            ]
+        )
     out = json.loads(capsys.readouterr().out)
     assert out["plan"]["tp"] == 8 and out["plan"]["recompute"] == "full"

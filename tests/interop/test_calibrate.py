@@ -23,9 +23,14 @@ SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "calibration"
 def fitted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("synthetic")
     write_samples(folder)
-    return calibrate(load_system(BASE_SYSTEM), nccl=[str(p) for p in sorted(folder.glob("*_perf_*.txt"))],
-                     gemm=folder / "gemm.csv", attention=folder / "attention.csv", memory=folder / "memory.csv",
-                     steps=folder / "steps.yaml")
+    return calibrate(
+        load_system(BASE_SYSTEM),
+        nccl=[str(p) for p in sorted(folder.glob("*_perf_*.txt"))],
+        gemm=folder / "gemm.csv",
+        attention=folder / "attention.csv",
+        memory=folder / "memory.csv",
+        steps=folder / "steps.yaml",
+    )
 
 
 def test_recovers_every_known_constant(fitted):
@@ -35,7 +40,9 @@ def test_recovers_every_known_constant(fitted):
         if path in (NVLINK_OVERLAP, NIC_OVERLAP):
             assert got == pytest.approx(true, abs=2e-3), path  # step times are rounded to 1 µs
         else:
-            assert got == pytest.approx(true, rel=1e-3), path  # nccl-tests prints µs with two decimals
+            assert got == pytest.approx(true, rel=1e-3), (
+                path
+            )  # nccl-tests prints µs with two decimals
     # the base differs from the truth, so the fit had work to do
     assert base.node.nvlink_efficiency != TRUE_VALUES["node.nvlink_efficiency"]
 
@@ -60,13 +67,16 @@ def test_shipped_samples_are_the_synthetic_cluster(tmp_path):
     depend only on cost/comm.py and cost/compute.py); the step times follow the whole estimator and
     are regenerated with it, so only their runs are compared here."""
     written = {p.name: p.read_text() for p in write_samples(tmp_path)}
-    shipped = {p.name: p.read_text() for p in SAMPLES.iterdir() if p.is_file() and p.name != "README.md"}
+    shipped = {
+        p.name: p.read_text() for p in SAMPLES.iterdir() if p.is_file() and p.name != "README.md"
+    }
     assert set(written) == set(shipped)
     for name in written:
         if name != "steps.yaml":
             assert written[name] == shipped[name], name
-    assert [r["plan"] for r in yaml.safe_load(written["steps.yaml"])["runs"]] == \
-        [r["plan"] for r in yaml.safe_load(shipped["steps.yaml"])["runs"]]
+    assert [r["plan"] for r in yaml.safe_load(written["steps.yaml"])["runs"]] == [
+        r["plan"] for r in yaml.safe_load(shipped["steps.yaml"])["runs"]
+    ]
 
 
 def test_nccl_reader_counts_ranks_and_nodes():
@@ -101,8 +111,19 @@ def test_gemm_table_accepts_tflops(tmp_path):
 def test_calibrate_cli_writes_a_system(tmp_path, capsys):
     out = tmp_path / "sys.yaml"
     with pytest.raises(SystemExit) as exc:
-        main(["calibrate", "--system", BASE_SYSTEM, "--gemm", str(SAMPLES / "gemm.csv"), "--memory",
-              str(SAMPLES / "memory.csv"), "--out", str(out)])
+        main(
+            [
+                "calibrate",
+                "--system",
+                BASE_SYSTEM,
+                "--gemm",
+                str(SAMPLES / "gemm.csv"),
+                "--memory",
+                str(SAMPLES / "memory.csv"),
+                "--out",
+                str(out),
+            ]
+        )
     assert exc.value.code in (0, None)
     assert load_system(str(out)).accelerator.efficiency.gemm == pytest.approx(0.77, rel=1e-3)
     with pytest.raises(SystemExit) as exc:

@@ -13,7 +13,14 @@ import pytest
 from pydantic import ValidationError
 
 from paraplan.catalog import load_model
-from paraplan.export import FRAMEWORKS, ExportRefused, canonical_plan, export_plan, framework_args, import_plan
+from paraplan.export import (
+    FRAMEWORKS,
+    ExportRefused,
+    canonical_plan,
+    export_plan,
+    framework_args,
+    import_plan,
+)
 from paraplan.export.common import check_handled
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.split import stage_layer_counts
@@ -31,20 +38,41 @@ def sample_plans(n: int = 400) -> list[PlanSpec]:
         vpp = rng.choice([1, 1, 5]) if pp > 1 else 1
         mb = rng.choice([1, 2])
         fields = dict(
-            gpus=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb,
-            global_batch=dp * mb * pp * rng.choice([1, 2]), seq_length=4096,
-            sequence_parallel=rng.random() < 0.5, recompute=rng.choice(["none", "selective", "full"]),
-            zero=rng.choice([0, 1, 2, 3]), dtype=rng.choice(["bf16", "fp16", "fp8", "fp32"]),
+            gpus=tp * pp * cp * dp,
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            vpp=vpp,
+            micro_batch=mb,
+            global_batch=dp * mb * pp * rng.choice([1, 2]),
+            seq_length=4096,
+            sequence_parallel=rng.random() < 0.5,
+            recompute=rng.choice(["none", "selective", "full"]),
+            zero=rng.choice([0, 1, 2, 3]),
+            dtype=rng.choice(["bf16", "fp16", "fp8", "fp32"]),
             attention=rng.choice(["flash", "flash", "unfused"]),
-            schedule=rng.choice([None, "interleaved" if vpp > 1 else rng.choice(["1f1b", "gpipe"])]),
-            offload_weights=rng.random() < 0.15, offload_activations=rng.random() < 0.15,
-            offload_optimizer=rng.random() < 0.2, overlap_dp_grad_reduce=rng.random() < 0.8,
-            overlap_param_gather=rng.random() < 0.8, overlap_tp_comm=rng.random() < 0.3,
-            placement=rng.choice(["tp-cp-dp-pp", "tp-cp-dp-pp", "tp-cp-pp-dp", "cp-tp-dp-pp", "tp-dp-cp-pp"]),
+            schedule=rng.choice(
+                [None, "interleaved" if vpp > 1 else rng.choice(["1f1b", "gpipe"])]
+            ),
+            offload_weights=rng.random() < 0.15,
+            offload_activations=rng.random() < 0.15,
+            offload_optimizer=rng.random() < 0.2,
+            overlap_dp_grad_reduce=rng.random() < 0.8,
+            overlap_param_gather=rng.random() < 0.8,
+            overlap_tp_comm=rng.random() < 0.3,
+            placement=rng.choice(
+                ["tp-cp-dp-pp", "tp-cp-dp-pp", "tp-cp-pp-dp", "cp-tp-dp-pp", "tp-dp-cp-pp"]
+            ),
             tp_layout=rng.choice(["1d", "1d", "1d", "2d-seq", "2d"]),
-            cp_algorithm="all-to-all" if cp > 1 and len(out) % 3 == 0 else "ring",  # (not from rng: same stream)
+            cp_algorithm="all-to-all"
+            if cp > 1 and len(out) % 3 == 0
+            else "ring",  # (not from rng: same stream)
         )
-        split = rng.choice(["default", "default", "first_last", "as_layer", "explicit"]) if pp > 1 else "default"
+        split = (
+            rng.choice(["default", "default", "first_last", "as_layer", "explicit"])
+            if pp > 1
+            else "default"
+        )
         if split == "first_last":
             fields["layers_first_stage"] = (MODEL.layers // pp - 2) // vpp * vpp or vpp
         elif split == "as_layer":
@@ -66,12 +94,21 @@ PLANS = sample_plans()
 def _as_written(framework: str, plan: PlanSpec, text: str) -> PlanSpec:
     """The plan as an export that wrote a pipeline layout states it: its stage counts explicit, no split switches (a
     layout replaces them; an interleaved split with unequal chunks is written as one)."""
-    if not ((framework == "megatron" and "--pipeline-model-parallel-layout" in text)
-            or (framework == "nemo" and "pipeline_model_parallel_layout" in text)):
+    if not (
+        (framework == "megatron" and "--pipeline-model-parallel-layout" in text)
+        or (framework == "nemo" and "pipeline_model_parallel_layout" in text)
+    ):
         return plan
     stages = tuple(stage_layer_counts(plan.split(MODEL.layers, MODEL.mtp_layers)))
-    return plan.model_copy(update=dict(stage_layers=stages, layers_first_stage=None, layers_last_stage=None,
-                                       embedding_as_layer=False, loss_as_layer=False))
+    return plan.model_copy(
+        update=dict(
+            stage_layers=stages,
+            layers_first_stage=None,
+            layers_last_stage=None,
+            embedding_as_layer=False,
+            loss_as_layer=False,
+        )
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -88,7 +125,11 @@ def test_export_import_round_trip_or_named_refusal(framework):
             refused += 1
             continue
         back = PlanSpec(**import_plan(framework, text, MODEL, plan.seq_length))
-        assert canonical_plan(back) == canonical_plan(_as_written(framework, plan, text)), (framework, plan, text)
+        assert canonical_plan(back) == canonical_plan(_as_written(framework, plan, text)), (
+            framework,
+            plan,
+            text,
+        )
         exported += 1
     assert exported >= 10 and refused >= 10, (exported, refused)  # both branches exercised
 
@@ -96,14 +137,22 @@ def test_export_import_round_trip_or_named_refusal(framework):
 def _names(framework: str, text: str) -> list[str]:
     """The argument names an export uses, read from its text independently of the exporter."""
     if framework == "megatron":
-        return [t.split("=")[0] for t in shlex.split(text.replace("\\\n", " "), comments=True) if t.startswith("--")]
+        return [
+            t.split("=")[0]
+            for t in shlex.split(text.replace("\\\n", " "), comments=True)
+            if t.startswith("--")
+        ]
     if framework == "nemo":
         return re.findall(r"^recipe\.([\w.]+) =", text, flags=re.M)
     if framework == "torchtitan":
         return [f"{s}.{k}" for s, fields in tomllib.loads(text).items() for k in fields]
 
     def paths(d, prefix=""):
-        return [p for k, v in d.items() for p in (paths(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])]
+        return [
+            p
+            for k, v in d.items()
+            for p in (paths(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])
+        ]
 
     return paths(json.loads(text))
 
@@ -127,21 +176,50 @@ def test_exported_names_exist_in_the_kept_argument_list(framework):
 
 def test_kept_lists_hold_the_real_names_and_choices():
     meg = framework_args("megatron")
-    assert {"--tensor-model-parallel-size", "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity"} <= meg.names
-    assert meg.choices["--data-parallel-sharding-strategy"] == ["no_shard", "optim", "optim_grads", "optim_grads_params"]
-    assert "--tensor-parallel-size" not in meg.names  # a plausible but wrong name is not in the list
+    assert {
+        "--tensor-model-parallel-size",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--recompute-granularity",
+    } <= meg.names
+    assert meg.choices["--data-parallel-sharding-strategy"] == [
+        "no_shard",
+        "optim",
+        "optim_grads",
+        "optim_grads_params",
+    ]
+    assert (
+        "--tensor-parallel-size" not in meg.names
+    )  # a plausible but wrong name is not in the list
     assert "parallelism.data_parallel_shard_degree" in framework_args("torchtitan").names
     assert "zero_optimization.stage" in framework_args("deepspeed").names
 
 
 def test_megatron_export_of_a_known_plan():
-    plan = PlanSpec(gpus=64, tp=8, pp=2, vpp=5, micro_batch=1, global_batch=64, seq_length=2048, sequence_parallel=True,
-                    recompute="full", zero=1, dtype="fp8")
+    plan = PlanSpec(
+        gpus=64,
+        tp=8,
+        pp=2,
+        vpp=5,
+        micro_batch=1,
+        global_batch=64,
+        seq_length=2048,
+        sequence_parallel=True,
+        recompute="full",
+        zero=1,
+        dtype="fp8",
+    )
     text = export_plan("megatron", plan, MODEL)
     flags = " ".join(text.split())
     assert "torchrun --nnodes 8 --nproc-per-node 8" in flags
-    for part in ("--tensor-model-parallel-size 8", "--num-virtual-stages-per-pipeline-rank 5", "--recompute-granularity full",
-                 "--recompute-method uniform", "--use-distributed-optimizer", "--fp8-format hybrid", "--num-layers 40"):
+    for part in (
+        "--tensor-model-parallel-size 8",
+        "--num-virtual-stages-per-pipeline-rank 5",
+        "--recompute-granularity full",
+        "--recompute-method uniform",
+        "--use-distributed-optimizer",
+        "--fp8-format hybrid",
+        "--num-layers 40",
+    ):
         assert part in flags
 
 
@@ -176,15 +254,34 @@ def test_a_plan_field_without_mapping_is_refused_not_dropped():
 @pytest.mark.parametrize(
     ("framework", "text", "message"),
     [
-        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
-                     "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et*2|mt*2L'", "MTP"),
-        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
-                     "--recompute-modules core_attn", "recompute-modules"),
-        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
-                     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "uniform"),
-        ("megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 --tensor-parallel 2",
-         "not a Megatron-LM"),
-        ("deepspeed", '{"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}}', "partition_activations"),
+        (
+            "megatron",
+            "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
+            "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et*2|mt*2L'",
+            "MTP",
+        ),
+        (
+            "megatron",
+            "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
+            "--recompute-modules core_attn",
+            "recompute-modules",
+        ),
+        (
+            "megatron",
+            "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 "
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
+            "uniform",
+        ),
+        (
+            "megatron",
+            "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --global-batch-size 8 --seq-length 64 --tensor-parallel 2",
+            "not a Megatron-LM",
+        ),
+        (
+            "deepspeed",
+            '{"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}}',
+            "partition_activations",
+        ),
         ("deepspeed", '{"train_batch_size": 8, "sequence_parallel_size": 2}', "Ulysses"),
         ("torchtitan", "[parallelism]\npipeline_parallel_degree = 2\n", "less_layers"),
         ("nemo", "recipe.trainer.strategy.tensor_parallel = 2\n", "not a known NeMo"),
@@ -196,7 +293,16 @@ def test_import_refuses_what_the_plan_cannot_hold(framework, text, message):
 
 
 def test_megatron_layout_round_trip_with_interleaving():
-    plan = PlanSpec(gpus=8, pp=4, vpp=2, dp=2, micro_batch=1, global_batch=8, seq_length=2048, stage_layers=(8, 12, 12, 8))
+    plan = PlanSpec(
+        gpus=8,
+        pp=4,
+        vpp=2,
+        dp=2,
+        micro_batch=1,
+        global_batch=8,
+        seq_length=2048,
+        stage_layers=(8, 12, 12, 8),
+    )
     text = export_plan("megatron", plan, MODEL)
     assert "--pipeline-model-parallel-layout 'Et*4|t*6|t*6|t*4|t*4|t*6|t*6|t*4L'" in text
     back = PlanSpec(**import_plan("megatron", text))
@@ -204,21 +310,42 @@ def test_megatron_layout_round_trip_with_interleaving():
 
 
 def test_import_ignores_settings_that_do_not_change_the_plan():
-    cfg = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "gradient_clipping": 1.0, "bf16": {"enabled": True},
-           "activation_checkpointing": {"partition_activations": False}}
+    cfg = {
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "gradient_clipping": 1.0,
+        "bf16": {"enabled": True},
+        "activation_checkpointing": {"partition_activations": False},
+    }
     fields = import_plan("deepspeed", json.dumps(cfg), None, 2048)
     assert (fields["gpus"], fields["dp"], fields["recompute"]) == (8, 8, "full")
-    argv = ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --lr 3e-4 "
-            "--global-batch-size 64 --seq-length 4096 --num-layers 40 --pipeline-model-parallel-size 2 "
-            "--num-layers-per-virtual-pipeline-stage 4")
+    argv = (
+        "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --lr 3e-4 "
+        "--global-batch-size 64 --seq-length 4096 --num-layers 40 --pipeline-model-parallel-size 2 "
+        "--num-layers-per-virtual-pipeline-stage 4"
+    )
     fields = import_plan("megatron", argv)
-    assert (fields["gpus"], fields["tp"], fields["vpp"], fields["schedule"]) == (16, 2, 5, "interleaved")
+    assert (fields["gpus"], fields["tp"], fields["vpp"], fields["schedule"]) == (
+        16,
+        2,
+        5,
+        "interleaved",
+    )
 
 
 def test_megatron_block_recompute_round_trips():
     """--recompute-method block --recompute-num-layers N is the plan's recompute_num_layers (issue 8)."""
-    plan = PlanSpec(gpus=8, pp=2, dp=4, global_batch=8, seq_length=2048, recompute="full", recompute_num_layers=3)
+    plan = PlanSpec(
+        gpus=8,
+        pp=2,
+        dp=4,
+        global_batch=8,
+        seq_length=2048,
+        recompute="full",
+        recompute_num_layers=3,
+    )
     text = export_plan("megatron", plan, MODEL)
     assert "--recompute-method block" in text and "--recompute-num-layers 3" in text
     back = PlanSpec(**import_plan("megatron", text))
@@ -230,7 +357,9 @@ def test_megatron_block_recompute_round_trips():
 def test_megatron_cp_comm_type_a2a_is_ulysses():
     """Megatron-Core's --cp-comm-type a2a (all-to-all over the heads) is cp_algorithm 'all-to-all' both ways;
     the hierarchical a2a+p2p has no plan field and is refused by name."""
-    plan = PlanSpec(gpus=16, tp=2, cp=4, dp=2, global_batch=8, seq_length=8192, cp_algorithm="all-to-all")
+    plan = PlanSpec(
+        gpus=16, tp=2, cp=4, dp=2, global_batch=8, seq_length=8192, cp_algorithm="all-to-all"
+    )
     text = export_plan("megatron", plan, MODEL)
     assert "--cp-comm-type a2a" in text
     assert import_plan("megatron", text)["cp_algorithm"] == "all-to-all"
@@ -240,7 +369,9 @@ def test_megatron_cp_comm_type_a2a_is_ulysses():
 
 def test_deepspeed_live_parameter_cap_round_trips():
     """plan.zero3_max_live_params <-> zero_optimization.stage3_max_live_parameters at ZeRO 3."""
-    plan = PlanSpec(gpus=8, dp=8, global_batch=16, seq_length=2048, zero=3, zero3_max_live_params=2e9)
+    plan = PlanSpec(
+        gpus=8, dp=8, global_batch=16, seq_length=2048, zero=3, zero3_max_live_params=2e9
+    )
     cfg = json.loads(export_plan("deepspeed", plan, MODEL))
     assert cfg["zero_optimization"]["stage3_max_live_parameters"] == 2_000_000_000
     back = import_plan("deepspeed", json.dumps(cfg), MODEL, 2048)
@@ -258,16 +389,32 @@ def test_uneven_interleaving_exports_as_a_layout_and_bridge_layouts_import():
     from paraplan.export.megatron import stage_layers_from_layout
 
     model = load_model("deepseek-v3")
-    plan = PlanSpec(gpus=1024, tp=2, pp=8, vpp=4, micro_batch=1, global_batch=8192, seq_length=4096, sequence_parallel=True,
-                    zero=1, dtype="fp8", ep=64, layers_first_stage=7, layers_last_stage=6, recompute="selective",
-                    recompute_modules=("mla_up_proj", "mlp"))
+    plan = PlanSpec(
+        gpus=1024,
+        tp=2,
+        pp=8,
+        vpp=4,
+        micro_batch=1,
+        global_batch=8192,
+        seq_length=4096,
+        sequence_parallel=True,
+        zero=1,
+        dtype="fp8",
+        ep=64,
+        layers_first_stage=7,
+        layers_last_stage=6,
+        recompute="selective",
+        recompute_modules=("mla_up_proj", "mlp"),
+    )
     assert not plan_violations(plan, model)
     text = export_plan("megatron", plan, model)
     layout = re.search(r"--pipeline-model-parallel-layout '([^']+)'", text).group(1)
     chunks = layout.split("|")
     assert len(chunks) == 32 and chunks[0].startswith("E") and chunks[-1].endswith("mL")
     assert "--decoder-first-pipeline-num-layers" not in text  # the layout replaces the split flags
-    assert "--recompute-modules mla_up_proj mlp" in " ".join(text.split())  # Megatron-Core's names, a list flag
+    assert "--recompute-modules mla_up_proj mlp" in " ".join(
+        text.split()
+    )  # Megatron-Core's names, a list flag
     back = import_plan("megatron", text, model, plan.seq_length)
     assert back["stage_layers"] == (7, 8, 8, 8, 8, 8, 8, 6) and back["vpp"] == 4
     assert back["recompute_modules"] == ("mla_up_proj", "mlp") and back["recompute"] == "selective"

@@ -13,27 +13,65 @@ MIXTRAL = load_model("mixtral-8x7b")
 
 
 def plan(**fields) -> PlanSpec:
-    base = dict(gpus=64, tp=2, pp=4, ep=8, micro_batch=1, global_batch=256, seq_length=4096, sequence_parallel=True,
-                recompute="full", zero=1)
+    base = dict(
+        gpus=64,
+        tp=2,
+        pp=4,
+        ep=8,
+        micro_batch=1,
+        global_batch=256,
+        seq_length=4096,
+        sequence_parallel=True,
+        recompute="full",
+        zero=1,
+    )
     return PlanSpec(**{**base, **fields})
 
 
-@pytest.mark.parametrize("fields, flags", [
-    (dict(moe_dispatcher="deepep", moe_a2a_overlap=True),
-     ["--expert-model-parallel-size 8", "--expert-tensor-parallel-size 1", "--moe-token-dispatcher-type flex",
-      "--moe-enable-deepep", "--overlap-moe-expert-parallel-comm"]),
-    (dict(etp=2, moe_dispatcher="allgather"), ["--expert-tensor-parallel-size 2", "--moe-token-dispatcher-type allgather"]),
-    (dict(moe_dispatcher="alltoall", capacity_factor=1.25, moe_balance="forced"),
-     ["--moe-token-dispatcher-type alltoall", "--moe-expert-capacity-factor 1.25", "--moe-pad-expert-input-to-capacity",
-      "--moe-router-force-load-balancing"]),
-])
+@pytest.mark.parametrize(
+    "fields, flags",
+    [
+        (
+            dict(moe_dispatcher="deepep", moe_a2a_overlap=True),
+            [
+                "--expert-model-parallel-size 8",
+                "--expert-tensor-parallel-size 1",
+                "--moe-token-dispatcher-type flex",
+                "--moe-enable-deepep",
+                "--overlap-moe-expert-parallel-comm",
+            ],
+        ),
+        (
+            dict(etp=2, moe_dispatcher="allgather"),
+            ["--expert-tensor-parallel-size 2", "--moe-token-dispatcher-type allgather"],
+        ),
+        (
+            dict(moe_dispatcher="alltoall", capacity_factor=1.25, moe_balance="forced"),
+            [
+                "--moe-token-dispatcher-type alltoall",
+                "--moe-expert-capacity-factor 1.25",
+                "--moe-pad-expert-input-to-capacity",
+                "--moe-router-force-load-balancing",
+            ],
+        ),
+    ],
+)
 def test_moe_plan_exports_and_round_trips(fields, flags):
     p = plan(**fields)
     text = megatron.export(p, MIXTRAL)
     for flag in flags:
         assert flag in " ".join(text.split()), flag
     back = PlanSpec(**megatron.import_plan(text))
-    for name in ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance", "tp", "pp"):
+    for name in (
+        "ep",
+        "etp",
+        "moe_dispatcher",
+        "moe_a2a_overlap",
+        "capacity_factor",
+        "moe_balance",
+        "tp",
+        "pp",
+    ):
         assert getattr(back, name) == getattr(p, name), name
 
 

@@ -22,17 +22,40 @@ def long_sequence_cases(draw):
     system = draw(st.sampled_from(SYSTEMS))
     if draw(st.booleans()):  # an ideal accelerator: every kernel at peak, no fixed overheads
         data = system.model_dump()
-        data["accelerator"]["efficiency"] = {"gemm": 1.0, "attention": 1.0, "hbm": 1.0, "gemm_ramp_s": 0.0,
-                                             "kernel_overhead_s": 0.0}
+        data["accelerator"]["efficiency"] = {
+            "gemm": 1.0,
+            "attention": 1.0,
+            "hbm": 1.0,
+            "gemm_ramp_s": 0.0,
+            "kernel_overhead_s": 0.0,
+        }
         system = SystemSpec.model_validate(data)
-    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if model.heads % t == 0 and model.n_kv_heads % t == 0]))
+    tp = draw(
+        st.sampled_from(
+            [t for t in (1, 2, 4, 8) if model.heads % t == 0 and model.n_kv_heads % t == 0]
+        )
+    )
     cp = draw(st.sampled_from([1, 2, 4, 8]))
     pp = draw(st.sampled_from([p for p in (1, 2, 4) if p <= model.layers]))
     seq = draw(st.sampled_from([1024, 8192, 65536, 262144, 1048576]))
-    fields = dict(gpus=tp * cp * pp, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=1, global_batch=pp * 2,
-                  seq_length=seq, recompute=draw(st.sampled_from(["none", "selective", "full"])),
-                  attention=draw(st.sampled_from(["flash", "unfused"])), sequence_parallel=tp > 1,
-                  dtype=draw(st.sampled_from(["bf16", "fp8"] if "fp8" in system.accelerator.matrix_flops else ["bf16"])))
+    fields = dict(
+        gpus=tp * cp * pp,
+        tp=tp,
+        cp=cp,
+        pp=pp,
+        dp=1,
+        micro_batch=1,
+        global_batch=pp * 2,
+        seq_length=seq,
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        attention=draw(st.sampled_from(["flash", "unfused"])),
+        sequence_parallel=tp > 1,
+        dtype=draw(
+            st.sampled_from(
+                ["bf16", "fp8"] if "fp8" in system.accelerator.matrix_flops else ["bf16"]
+            )
+        ),
+    )
     plan = PlanSpec(**fields)
     assume(not plan_violations(plan, model))
     return model, system, plan

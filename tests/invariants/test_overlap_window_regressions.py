@@ -18,20 +18,66 @@ def faster(system: str, what: str) -> SystemSpec:
     elif what == "nic":
         data["network"]["nic_bandwidth"] *= 2
     elif what == "flops":
-        data["accelerator"]["matrix_flops"] = {k: 2 * v for k, v in data["accelerator"]["matrix_flops"].items()}
+        data["accelerator"]["matrix_flops"] = {
+            k: 2 * v for k, v in data["accelerator"]["matrix_flops"].items()
+        }
     return SystemSpec.model_validate(data)
 
 
 CASES = [
     # the reproducer: 0.2200 s -> 0.2236 s with twice the NVLink bandwidth
-    ("llama3-8b", "dgx-a100-80gb", "nvlink", dict(gpus=32, tp=8, pp=2, dp=2, vpp=2, global_batch=4, zero=3,
-                                                  overlap_dp_grad_reduce=False, overlap_param_gather=False)),
+    (
+        "llama3-8b",
+        "dgx-a100-80gb",
+        "nvlink",
+        dict(
+            gpus=32,
+            tp=8,
+            pp=2,
+            dp=2,
+            vpp=2,
+            global_batch=4,
+            zero=3,
+            overlap_dp_grad_reduce=False,
+            overlap_param_gather=False,
+        ),
+    ),
     # found by a random search over plans against the old code: 0.1775 s -> 0.1793 s
-    ("llama3-8b", "dgx-h100-80gb", "nvlink", dict(gpus=128, tp=8, pp=2, cp=2, dp=4, vpp=2, global_batch=8,
-                                                  seq_length=8192, sequence_parallel=True, zero=3)),
+    (
+        "llama3-8b",
+        "dgx-h100-80gb",
+        "nvlink",
+        dict(
+            gpus=128,
+            tp=8,
+            pp=2,
+            cp=2,
+            dp=4,
+            vpp=2,
+            global_batch=8,
+            seq_length=8192,
+            sequence_parallel=True,
+            zero=3,
+        ),
+    ),
     # 0.5850 s -> 0.5938 s
-    ("llama2-13b", "mi300x-8", "nvlink", dict(gpus=32, tp=8, pp=2, cp=2, dp=1, global_batch=8, recompute="selective",
-                                              zero=3, overlap_param_gather=False, placement="dp-tp-cp-pp")),
+    (
+        "llama2-13b",
+        "mi300x-8",
+        "nvlink",
+        dict(
+            gpus=32,
+            tp=8,
+            pp=2,
+            cp=2,
+            dp=1,
+            global_batch=8,
+            recompute="selective",
+            zero=3,
+            overlap_param_gather=False,
+            placement="dp-tp-cp-pp",
+        ),
+    ),
 ]
 
 

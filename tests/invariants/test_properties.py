@@ -28,7 +28,9 @@ def _divisors(n: int, limit: int) -> list[int]:
 
 
 @st.composite
-def cases(draw, zero=None, recompute=None, offload=True, offload_activations=True, overlap_windows=True):
+def cases(
+    draw, zero=None, recompute=None, offload=True, offload_activations=True, overlap_windows=True
+):
     """(model, system, plan-fields) with the plan valid for the model. ``zero`` is a strategy for the
     ZeRO stage (default 0-3); ``overlap_windows=False`` turns off every comm/compute overlap switch."""
     model = MODELS[draw(st.sampled_from(sorted(MODELS)))]
@@ -83,18 +85,32 @@ def run(model: ModelSpec, system: SystemSpec, fields: dict):
 def _scaled(system: SystemSpec, what: str, k: float) -> SystemSpec:
     acc, node, net = system.accelerator, system.node, system.network
     if what == "nvlink":
-        return system.model_copy(update={"node": node.model_copy(update={"nvlink_bandwidth": node.nvlink_bandwidth * k})})
+        return system.model_copy(
+            update={"node": node.model_copy(update={"nvlink_bandwidth": node.nvlink_bandwidth * k})}
+        )
     if what == "nic":
-        return system.model_copy(update={"network": net.model_copy(update={"nic_bandwidth": net.nic_bandwidth * k})})
+        return system.model_copy(
+            update={"network": net.model_copy(update={"nic_bandwidth": net.nic_bandwidth * k})}
+        )
     if what == "hbm":
-        return system.model_copy(update={"accelerator": acc.model_copy(update={"hbm_bandwidth": acc.hbm_bandwidth * k})})
+        return system.model_copy(
+            update={"accelerator": acc.model_copy(update={"hbm_bandwidth": acc.hbm_bandwidth * k})}
+        )
     if what == "flops":
         data = system.model_dump()
-        data["accelerator"]["matrix_flops"] = {d: v * k for d, v in data["accelerator"]["matrix_flops"].items()}
-        data["accelerator"]["vector_flops"] = {d: v * k for d, v in data["accelerator"]["vector_flops"].items()}
+        data["accelerator"]["matrix_flops"] = {
+            d: v * k for d, v in data["accelerator"]["matrix_flops"].items()
+        }
+        data["accelerator"]["vector_flops"] = {
+            d: v * k for d, v in data["accelerator"]["vector_flops"].items()
+        }
         return SystemSpec.model_validate(data)
     if what == "host":
-        return system.model_copy(update={"accelerator": acc.model_copy(update={"host_bandwidth": acc.host_bandwidth * k})})
+        return system.model_copy(
+            update={
+                "accelerator": acc.model_copy(update={"host_bandwidth": acc.host_bandwidth * k})
+            }
+        )
     raise ValueError(what)
 
 
@@ -123,7 +139,9 @@ def test_more_compute_is_never_slower(case, what, k):
 
 def _slower_with_2x_flops(model_name: str, system_name: str, fields: dict) -> tuple[float, float]:
     model, system = MODELS[model_name], SYSTEMS[system_name]
-    return run(model, system, fields).step_time_s, run(model, _scaled(system, "flops", 2.0), fields).step_time_s
+    return run(model, system, fields).step_time_s, run(
+        model, _scaled(system, "flops", 2.0), fields
+    ).step_time_s
 
 
 # Regression cases (fixed): plans where 2x FLOP/s used to give a slower step because the DP gradient reduce-scatter / parameter
@@ -135,8 +153,15 @@ SLOWER_DP_OR_OFFLOAD_WINDOW = [
     # zero 1, overlapped DP sync, m = 1: 0.043490 s -> 0.043847 s
     dict(gpus=32, tp=4, dp=4, cp=2, global_batch=4, seq_length=2048, zero=1),
     # activation offload, m = 1: 0.204083 s -> 0.205006 s
-    dict(gpus=2, cp=2, global_batch=1, seq_length=2048, offload_activations=True,
-         overlap_dp_grad_reduce=False, overlap_param_gather=False),
+    dict(
+        gpus=2,
+        cp=2,
+        global_batch=1,
+        seq_length=2048,
+        offload_activations=True,
+        overlap_dp_grad_reduce=False,
+        overlap_param_gather=False,
+    ),
 ]
 
 
@@ -150,9 +175,19 @@ def test_more_flops_never_slower_with_tp_comm_overlap():
     # gpt3-13b on DGX H100, tp 8 spread over 4 nodes (dp innermost), pp 2, fp8, overlap_tp_comm:
     # 0.194576 s -> 0.197320 s with 2x FLOP/s
     # (per layer: forward + backward + exposed TP 0.004034 s -> 0.004111 s)
-    fields = dict(gpus=64, tp=8, pp=2, dp=4, global_batch=4, seq_length=4096, dtype="fp8",
-                  placement="dp-tp-cp-pp", overlap_tp_comm=True, overlap_dp_grad_reduce=False,
-                  overlap_param_gather=False)
+    fields = dict(
+        gpus=64,
+        tp=8,
+        pp=2,
+        dp=4,
+        global_batch=4,
+        seq_length=4096,
+        dtype="fp8",
+        placement="dp-tp-cp-pp",
+        overlap_tp_comm=True,
+        overlap_dp_grad_reduce=False,
+        overlap_param_gather=False,
+    )
     slow, fast = _slower_with_2x_flops("gpt3-13b", "dgx-h100-80gb", fields)
     assert fast <= slow * (1 + REL)
 
@@ -178,7 +213,9 @@ def test_larger_tp_never_more_weight_memory(case, data):
 @given(case=cases(), factor=st.sampled_from([2, 4, 8]))
 def test_more_data_parallel_gpus_never_more_memory(case, factor):
     model, system, fields = case
-    m = fields["global_batch"] // (fields["dp"] * fields["micro_batch"])  # micro-batches per step, kept
+    m = fields["global_batch"] // (
+        fields["dp"] * fields["micro_batch"]
+    )  # micro-batches per step, kept
     dp2 = fields["dp"] * factor
     fields2 = dict(
         fields,
@@ -224,7 +261,10 @@ def test_model_flops_are_6n_plus_causal_attention(case):
     est = run(model, system, fields)
     tokens = fields["global_batch"] * fields["seq_length"]
     # attention counted causally: a query sees (s+1)/2 keys on average (cost/flops.py)
-    expected = (6 * _matmul_params(model) + 6 * model.layers * (fields["seq_length"] + 1) * model.heads * model.d_head) * tokens
+    expected = (
+        6 * _matmul_params(model)
+        + 6 * model.layers * (fields["seq_length"] + 1) * model.heads * model.d_head
+    ) * tokens
     assert math.isclose(est.model_flops_per_step, expected, rel_tol=0.01)
     assert est.tokens_per_step == tokens
 
@@ -236,8 +276,16 @@ def test_step_time_is_sum_of_breakdown_and_utilisation_bounded(case):
     est = run(model, system, fields)
     parts = est.breakdown
     total = (
-        parts.forward_s + parts.backward_s + parts.recompute_s + parts.optimizer_s + parts.bubble_s
-        + parts.tp_comm_s + parts.cp_comm_s + parts.pp_comm_s + parts.dp_comm_s + parts.offload_s
+        parts.forward_s
+        + parts.backward_s
+        + parts.recompute_s
+        + parts.optimizer_s
+        + parts.bubble_s
+        + parts.tp_comm_s
+        + parts.cp_comm_s
+        + parts.pp_comm_s
+        + parts.dp_comm_s
+        + parts.offload_s
     )
     assert math.isclose(est.step_time_s, total, rel_tol=REL)
     assert all(v >= 0 for v in vars(parts).values())

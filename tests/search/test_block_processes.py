@@ -13,6 +13,7 @@ from paraplan.search.bounds import block_processes
 
 def test_a_failing_search_worker_is_reported():
     """An exception in a forked worker reaches the caller as an error naming it, with the worker's traceback."""
+
     def task(part, shared):
         if part == ["second"]:
             raise ValueError("boom in the worker")
@@ -20,8 +21,9 @@ def test_a_failing_search_worker_is_reported():
 
     with pytest.raises(RuntimeError, match="(?s)a search worker failed.*boom in the worker"):
         block_processes.run_parts(task, [["first"], ["second"]])
-    assert block_processes.run_parts(lambda part, shared: (part, shared.get()), [[1], [2], [3]]) == \
-        [([1], math.inf), ([2], math.inf), ([3], math.inf)]
+    assert block_processes.run_parts(
+        lambda part, shared: (part, shared.get()), [[1], [2], [3]]
+    ) == [([1], math.inf), ([2], math.inf), ([3], math.inf)]
 
     def parent_fails(part, shared):  # the workers' parts are not waited for: they are stopped
         if part == ["first"]:
@@ -58,14 +60,22 @@ def test_the_split_keeps_a_class_together_and_alternates_neighbouring_classes():
     from collections import namedtuple
 
     Block = namedtuple("Block", "tp cp micro_batch offset")
-    blocks = [Block(tp, cp, mb, i) for i, (tp, cp, mb) in enumerate(
-        (tp, cp, mb) for tp in (1, 2) for cp in (1, 2, 4) for mb in (1, 2, 4, 8))]
+    blocks = [
+        Block(tp, cp, mb, i)
+        for i, (tp, cp, mb) in enumerate(
+            (tp, cp, mb) for tp in (1, 2) for cp in (1, 2, 4) for mb in (1, 2, 4, 8)
+        )
+    ]
 
-    def tokens(b):  # the class: (tp, micro-batch tokens per cp rank), as search.blocks.costing_class
+    def tokens(
+        b,
+    ):  # the class: (tp, micro-batch tokens per cp rank), as search.blocks.costing_class
         return b.tp, 4096 * b.micro_batch // b.cp
 
     asked = []
-    parts = block_processes.split_by_costing_class(blocks, 2, lambda b: asked.append(b) or tokens(b))
+    parts = block_processes.split_by_costing_class(
+        blocks, 2, lambda b: asked.append(b) or tokens(b)
+    )
     assert len(asked) == len({(b.tp, b.cp, b.micro_batch) for b in blocks})  # once per key
     assert sorted(b.offset for part in parts for b in part) == list(range(len(blocks)))
     assert all([b.offset for b in part] == sorted(b.offset for b in part) for part in parts)
@@ -75,8 +85,11 @@ def test_the_split_keeps_a_class_together_and_alternates_neighbouring_classes():
             assert owner.setdefault(tokens(b), i) == i  # a class in one part
     classes = sorted(owner, reverse=True)
     assert owner[classes[0]] != owner[classes[1]]  # the two largest classes in different parts
-    loads = [sum(1 for _ in {(b.tp, b.cp, b.micro_batch) for b in part}) + block_processes.SHARED_COST_KEYS *
-             len({tokens(b) for b in part}) for part in parts]
+    loads = [
+        sum(1 for _ in {(b.tp, b.cp, b.micro_batch) for b in part})
+        + block_processes.SHARED_COST_KEYS * len({tokens(b) for b in part})
+        for part in parts
+    ]
     assert max(loads) - min(loads) <= block_processes.SHARED_COST_KEYS + 3
     assert block_processes.split_by_costing_class(blocks[:1], 4, lambda b: 0) == [blocks[:1]]
 
@@ -104,9 +117,13 @@ def test_the_best_groups_of_every_process_set_the_threshold_together():
     assert first.get() == math.inf  # two groups so far
     second.offer_groups([2.0, 2.0, 5.0], [20.0, 20.0, 50.0], [1.0, 1.0, 1.0])
     assert second.get() == 4.0
-    second.offer_groups([1.0, 2.0, 5.0], [10.0, 20.0, 50.0], [1.0, 1.0, 1.0])  # the first's group 1 found again
+    second.offer_groups(
+        [1.0, 2.0, 5.0], [10.0, 20.0, 50.0], [1.0, 1.0, 1.0]
+    )  # the first's group 1 found again
     assert second.get() == 4.0
-    assert block_processes.SharedSearch(2).view(0).offer_groups([1.0], [1.0], [1.0]) is None  # top_k 0: nothing shared
+    assert (
+        block_processes.SharedSearch(2).view(0).offer_groups([1.0], [1.0], [1.0]) is None
+    )  # top_k 0: nothing shared
 
 
 def test_a_scan_takes_a_lower_shared_threshold_between_batches():
@@ -116,8 +133,13 @@ def test_a_scan_takes_a_lower_shared_threshold_between_batches():
     from paraplan.search.run import _Scan
     from paraplan.search.space import SearchProblem
 
-    problem = SearchProblem(model=load_model("gpt3-125m"), system=load_system("dgx-a100-80gb"), gpus=8, seq_length=2048,
-                            global_batch=8)
+    problem = SearchProblem(
+        model=load_model("gpt3-125m"),
+        system=load_system("dgx-a100-80gb"),
+        gpus=8,
+        seq_length=2048,
+        global_batch=8,
+    )
     shared = block_processes.SharedSearch(2)
     mine, other = shared.view(0), shared.view(1)
     scan = _Scan(problem, None, 1, None, 1.0, 1.0, False)
@@ -137,6 +159,7 @@ def test_handed_over_blocks_are_each_searched_once_by_some_process():
     """PartView.hand_over / take / help_until_done: nothing is handed over while no process waits; once one has
     finished its own part, the blocks another hands over are each searched exactly once (by either: the one that
     handed them over helps too once it finishes), and every process returns only when all have finished."""
+
     def task(part, shared):
         searched = []
         if part == ["owner"]:
@@ -153,4 +176,6 @@ def test_handed_over_blocks_are_each_searched_once_by_some_process():
     assert sorted(owner + helper) == [(7, 7.0), (8, 8.0), (9, 9.0)]
     alone = block_processes.SharedSearch(1, blocks=2).view(0)
     assert not alone.waiting() and not alone.hand_over(1, 1.0) and alone.take() is None
-    alone.help_until_done(lambda block, bound: pytest.fail("nothing was handed over"))  # returns: all finished
+    alone.help_until_done(
+        lambda block, bound: pytest.fail("nothing was handed over")
+    )  # returns: all finished

@@ -26,12 +26,20 @@ from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 from paraplan.specs.moe_model import moe_shaped
 
 # (tp, cp, micro-batch): pairs with equal local tokens b·s/c across different cp
-GRID = [(tp, cp, mb) for tp, cp, mb in product((1, 2, 8), (1, 2, 4, 8), (1, 2, 4, 8)) if mb * 8 >= cp]
+GRID = [
+    (tp, cp, mb) for tp, cp, mb in product((1, 2, 8), (1, 2, 4, 8), (1, 2, 4, 8)) if mb * 8 >= cp
+]
 
 
 def _problem(model_name: str, **fields) -> SearchProblem:
-    return SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=512,
-                         seq_length=4096, global_batch=1024, **fields)
+    return SearchProblem(
+        model=load_model(model_name),
+        system=load_system("dgx-h100-80gb"),
+        gpus=512,
+        seq_length=4096,
+        global_batch=1024,
+        **fields,
+    )
 
 
 def contract_breaks(problem: SearchProblem) -> tuple[list, int]:
@@ -40,7 +48,9 @@ def contract_breaks(problem: SearchProblem) -> tuple[list, int]:
     model = problem.model
     seen: dict = {}
     breaks, shared = [], 0
-    for (tp, cp, mb), sp, modules in product(GRID, (False, True), ((), ("core_attn",), ("moe_act", "layernorm"))):
+    for (tp, cp, mb), sp, modules in product(
+        GRID, (False, True), ((), ("core_attn",), ("moe_act", "layernorm"))
+    ):
         if sp and tp == 1 or (modules and not moe_shaped(model)):
             continue
         experts = costing_experts(problem, tp)
@@ -88,18 +98,34 @@ def _whole_floor(problem: SearchProblem, name: str, shape, experts) -> tuple[flo
     computes = expert_computes(model, system, name, shape, experts)
     totals = [c.forward + c.backward for c in computes]
     dispatch = DispatchFloors(problem)
-    work = totals[0] if len(totals) == 1 else least_with(totals, lambda i: dispatch.table(shape, experts[i]).least)
+    work = (
+        totals[0]
+        if len(totals) == 1
+        else least_with(totals, lambda i: dispatch.table(shape, experts[i]).least)
+    )
     ring = ring_transfer_floor_s(model, system, shape)
     if BLOCK_KINDS[name].core_ops(model, shape) and ring is not None:
-        work += ring_floor_s(ring, max(c.attention_forward for c in computes), max(c.attention_backward for c in computes))
+        work += ring_floor_s(
+            ring,
+            max(c.attention_forward for c in computes),
+            max(c.attention_backward for c in computes),
+        )
     rho = max([c.gemm_backward / t for c, t in zip(computes, totals) if t > 0], default=0.0)
     return work, min(c.forward for c in computes), rho
 
 
-@pytest.mark.parametrize("model_name, fields", [
-    ("deepseek-v3", {}), ("deepseek-v3", {"dtype": "fp8"}), ("mixtral-8x7b", {}), ("gpt-oss-120b", {}),
-    ("qwen3-30b-a3b", {"cp_algorithm": "all-to-all"}), ("llama3-70b", {}), ("vit-large", {}),
-])
+@pytest.mark.parametrize(
+    "model_name, fields",
+    [
+        ("deepseek-v3", {}),
+        ("deepseek-v3", {"dtype": "fp8"}),
+        ("mixtral-8x7b", {}),
+        ("gpt-oss-120b", {}),
+        ("qwen3-30b-a3b", {"cp_algorithm": "all-to-all"}),
+        ("llama3-70b", {}),
+        ("vit-large", {}),
+    ],
+)
 def test_shared_kind_floors_equal_the_whole_costing(model_name, fields):
     """KindFloors (the shared ops once per local-token count, the core attention added) equals the floor from each
     option's whole graph, to summation order, at every shape of the grid, in any order of the shapes; 2D layouts,
@@ -118,7 +144,14 @@ def test_shared_kind_floors_equal_the_whole_costing(model_name, fields):
                 got = floors_of(name, shape)
                 want = _whole_floor(problem, name, shape, experts)
                 for a, b in zip(got, want):
-                    assert a == pytest.approx(b, rel=1e-12, abs=1e-300), (name, tp, cp, mb, sp, layout)
+                    assert a == pytest.approx(b, rel=1e-12, abs=1e-300), (
+                        name,
+                        tp,
+                        cp,
+                        mb,
+                        sp,
+                        layout,
+                    )
                 checked += 1
     assert checked > 100
 
@@ -138,7 +171,9 @@ def test_shared_kind_floors_are_reused_across_cp():
             first = len(floors_of.rest)
     assert first == len(model_block_kinds(problem.model))
     assert len(floors_of.rest) == first
-    assert KindFloors(problem, experts).rest is floors_of.rest  # shared by the next call with these options
+    assert (
+        KindFloors(problem, experts).rest is floors_of.rest
+    )  # shared by the next call with these options
 
 
 def test_a_cleared_memo_is_not_reached_through_an_old_handle():

@@ -49,62 +49,146 @@ PROBLEMS = {
     # varied. micro_batch (2, 4) and recompute none/selective (19,752 -> 5,604 candidates): the space
     # keeps every tp/cp/pp, ZeRO 0-3 and the overlap switches, and its top 20 still has ties
     "gpt3-1.3b-8xa100-80": dict(
-        model="gpt3-1.3b", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
-        micro_batch=(2, 4), recompute=("none", "selective"), vary_placement=False, vary_offload=False,
+        model="gpt3-1.3b",
+        system="dgx-a100-80gb",
+        gpus=8,
+        global_batch=32,
+        seq_length=2048,
+        micro_batch=(2, 4),
+        recompute=("none", "selective"),
+        vary_placement=False,
+        vary_offload=False,
     ),
     # 13B on four 40 GB nodes: needs model parallelism, pp allowed (pp=2 plans reach the top 20);
     # overlap switches fixed on (varied in three other problems): 23,568 -> 4,336 candidates
     "gpt3-13b-32xa100-40-pp": dict(
-        model="gpt3-13b", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
-        tp=(2, 4, 8), micro_batch=(1, 2), recompute=("none", "full"),
-        vary_placement=False, vary_offload=False, vary_overlap=False,
+        model="gpt3-13b",
+        system="dgx-a100-40gb",
+        gpus=32,
+        global_batch=64,
+        seq_length=2048,
+        tp=(2, 4, 8),
+        micro_batch=(1, 2),
+        recompute=("none", "full"),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
     ),
     # long sequences with context parallelism, batch from --max-global-batch; overlap fixed on:
     # 11,772 -> 2,644 candidates
     "llama3-8b-16xh100-cp-maxgb": dict(
-        model="llama3-8b", system="dgx-h100-80gb", gpus=16, seq_length=8192, max_global_batch=64,
-        tp=(1, 2, 4), micro_batch=(1, 2), recompute=("none", "full"),
-        vary_placement=False, vary_offload=False, vary_overlap=False,
+        model="llama3-8b",
+        system="dgx-h100-80gb",
+        gpus=16,
+        seq_length=8192,
+        max_global_batch=64,
+        tp=(1, 2, 4),
+        micro_batch=(1, 2),
+        recompute=("none", "full"),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
     ),
     # MFU objective with a batch that differs between plans (64 or 96 under max 100); overlap fixed
     # on: 13,200 -> 2,920 candidates
     "gpt3-2.7b-16xh100-mfu": dict(
-        model="gpt3-2.7b", system="dgx-h100-80gb", gpus=16, seq_length=2048, max_global_batch=100,
-        objective="mfu", tp=(1, 2, 4), micro_batch=(1, 2, 4), recompute=("none", "selective"),
-        vary_placement=False, vary_offload=False, vary_overlap=False,
+        model="gpt3-2.7b",
+        system="dgx-h100-80gb",
+        gpus=16,
+        seq_length=2048,
+        max_global_batch=100,
+        objective="mfu",
+        tp=(1, 2, 4),
+        micro_batch=(1, 2, 4),
+        recompute=("none", "selective"),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
     ),
     # cost objective at a price, offloads varied (free offload variants tie with the plain plan);
     # no recompute (the top 20 had none) and overlap fixed on: 26,656 -> 3,984 candidates
     "llama2-7b-8xh200-cost-offload": dict(
-        model="llama2-7b", system="dgx-h200", gpus=8, seq_length=4096, global_batch=16,
-        objective="cost", price_per_gpu_hour=2.5, micro_batch=(1, 2), recompute=("none",),
-        zero=(0, 1, 3), vary_placement=False, vary_overlap=False,
+        model="llama2-7b",
+        system="dgx-h200",
+        gpus=8,
+        seq_length=4096,
+        global_batch=16,
+        objective="cost",
+        price_per_gpu_hour=2.5,
+        micro_batch=(1, 2),
+        recompute=("none",),
+        zero=(0, 1, 3),
+        vary_placement=False,
+        vary_overlap=False,
     ),
     # placements varied on a multi-node cluster; micro batch 2 only: 5,376 -> 2,688 candidates
     "gpt3-350m-32xa100-40-placement": dict(
-        model="gpt3-350m", system="dgx-a100-40gb", gpus=32, global_batch=64, seq_length=2048,
-        micro_batch=(2,), recompute=("none",), zero=(0, 1), vary_offload=False, vary_overlap=False,
+        model="gpt3-350m",
+        system="dgx-a100-40gb",
+        gpus=32,
+        global_batch=64,
+        seq_length=2048,
+        micro_batch=(2,),
+        recompute=("none",),
+        zero=(0, 1),
+        vary_offload=False,
+        vary_overlap=False,
     ),
     # uneven pipeline splits: 12 layers on 8 stages, 24 layers on 16 stages (overlap varied)
     "gpt3-125m-16xa100-40-pp8-uneven": dict(
-        model="gpt3-125m", system="dgx-a100-40gb", gpus=16, global_batch=64, seq_length=2048, pp=(8,),
-        vary_placement=False, vary_offload=False,
+        model="gpt3-125m",
+        system="dgx-a100-40gb",
+        gpus=16,
+        global_batch=64,
+        seq_length=2048,
+        pp=(8,),
+        vary_placement=False,
+        vary_offload=False,
     ),
     # the tensor-parallel layouts (1d, 2D SUMMA grids, 2d-seq): at 32k tokens a 4 x 2 grid beats 1D tp 8
     "gpt3-2.7b-16xa100-tp-layouts": dict(
-        model="gpt3-2.7b", system="dgx-a100-80gb", gpus=16, seq_length=32768, global_batch=4, tp=(8, 16),
-        micro_batch=(1,), recompute=("none", "full"), zero=(1, 3), vary_placement=False, vary_offload=False,
-        vary_overlap=False, tp_layouts=("1d", "2d", "2d-seq"),
+        model="gpt3-2.7b",
+        system="dgx-a100-80gb",
+        gpus=16,
+        seq_length=32768,
+        global_batch=4,
+        tp=(8, 16),
+        micro_batch=(1,),
+        recompute=("none", "full"),
+        zero=(1, 3),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
+        tp_layouts=("1d", "2d", "2d-seq"),
     ),
     "gpt3-1.3b-32xh100-pp16-uneven": dict(
-        model="gpt3-1.3b", system="dgx-h100-80gb", gpus=32, global_batch=64, seq_length=2048, pp=(16,),
-        tp=(1, 2), micro_batch=(1, 2), vary_placement=False, vary_offload=False,
+        model="gpt3-1.3b",
+        system="dgx-h100-80gb",
+        gpus=32,
+        global_batch=64,
+        seq_length=2048,
+        pp=(16,),
+        tp=(1, 2),
+        micro_batch=(1, 2),
+        vary_placement=False,
+        vary_offload=False,
     ),
     # every layer split of the accounting switches with every schedule (--vary-split) on a dense model
     "gpt3-1.3b-16xh100-splits": dict(
-        model="gpt3-1.3b", system="dgx-h100-80gb", gpus=16, global_batch=64, seq_length=2048, pp=(4, 8),
-        tp=(1, 2), micro_batch=(1, 2), recompute=("none",), schedules=("1f1b", "gpipe"), vary_placement=False,
-        vary_offload=False, vary_overlap=False, vary_split=True,
+        model="gpt3-1.3b",
+        system="dgx-h100-80gb",
+        gpus=16,
+        global_batch=64,
+        seq_length=2048,
+        pp=(4, 8),
+        tp=(1, 2),
+        micro_batch=(1, 2),
+        recompute=("none",),
+        schedules=("1f1b", "gpipe"),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
+        vary_split=True,
     ),
 }
 
@@ -127,12 +211,19 @@ def assert_same_top(fast, reference, k: int) -> None:
     assert [r.plan.model_dump() for r in fast.plans] == [r.plan.model_dump() for r in expected]
     assert [r.key for r in fast.plans] == [r.key for r in expected]
     assert [r.rank for r in fast.plans] == list(range(1, k + 1))
-    assert [[q.model_dump() for q in r.equivalents] for r in fast.plans] == \
-        [[q.model_dump() for q in r.equivalents] for r in expected]
+    assert [[q.model_dump() for q in r.equivalents] for r in fast.plans] == [
+        [q.model_dump() for q in r.equivalents] for r in expected
+    ]
     for got, want in zip(fast.plans, expected):
-        assert math.isclose(got.objective, want.objective, rel_tol=1e-9), (got.key, got.objective, want.objective)
+        assert math.isclose(got.objective, want.objective, rel_tol=1e-9), (
+            got.key,
+            got.objective,
+            want.objective,
+        )
         assert math.isclose(got.estimate.step_time_s, want.estimate.step_time_s, rel_tol=1e-9)
-        assert math.isclose(got.estimate.peak_stage.peak_bytes, want.estimate.peak_stage.peak_bytes, rel_tol=1e-9)
+        assert math.isclose(
+            got.estimate.peak_stage.peak_bytes, want.estimate.peak_stage.peak_bytes, rel_tol=1e-9
+        )
         assert got.estimate.fits
 
 
@@ -173,7 +264,10 @@ def test_small_chunks_prune(monkeypatch):
     assert_same_top(fast, reference, 5)
 
 
-@pytest.mark.parametrize("name", grouped(["gpt3-1.3b-8xa100-80", "llama2-7b-8xh200-cost-offload", "llama3-8b-16xh100-cp-maxgb"]))
+@pytest.mark.parametrize(
+    "name",
+    grouped(["gpt3-1.3b-8xa100-80", "llama2-7b-8xh200-cost-offload", "llama3-8b-16xh100-cp-maxgb"]),
+)
 def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
     """These problems have equal objectives inside the top 20 (e.g. ZeRO-1 vs ZeRO-2, an offload
     that costs nothing); both paths order each tie by search.ranking: lower peak memory, then fewer
@@ -181,8 +275,13 @@ def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
     p, reference = exhaustive(name)
     objectives = [tie_value(r.objective) for r in reference.plans]
     tied = [i for i in range(1, len(objectives)) if objectives[i] == objectives[i - 1]]
-    assert tied, f"no tie in the top {K_MAX} of {name}: the test data no longer exercises tie-breaking"
-    keys = [(tie_value(r.estimate.peak_stage.peak_bytes), non_default_knobs(r.plan), r.key) for r in reference.plans]
+    assert tied, (
+        f"no tie in the top {K_MAX} of {name}: the test data no longer exercises tie-breaking"
+    )
+    keys = [
+        (tie_value(r.estimate.peak_stage.peak_bytes), non_default_knobs(r.plan), r.key)
+        for r in reference.plans
+    ]
     for i in tied:
         assert keys[i - 1] < keys[i]
     assert any(keys[i - 1][0] < keys[i][0] for i in tied)  # lower memory first decides some ties
@@ -198,15 +297,27 @@ def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
 def test_exhaustive_prefix_property():
     """The reference shortcut used above: exhaustive top K is the prefix of its top 20 (ties included).
     (Overlap switches fixed on: 2,802 -> 702 candidates, three exhaustive runs; the top 20 still ties.)"""
-    p = problem(model="gpt3-350m", system="dgx-a100-80gb", gpus=8, global_batch=32, seq_length=2048,
-                micro_batch=(1, 2), recompute=("none",), vary_placement=False, vary_offload=False, vary_overlap=False)
+    p = problem(
+        model="gpt3-350m",
+        system="dgx-a100-80gb",
+        gpus=8,
+        global_batch=32,
+        seq_length=2048,
+        micro_batch=(1, 2),
+        recompute=("none",),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
+    )
     reference = exhaustive_search(p, top_k=K_MAX)
     assert len(reference.plans) == K_MAX
     objectives = [r.objective for r in reference.plans]
     assert len(set(objectives)) < len(objectives)  # ties inside the top 20
     for k in (1, 5):
         small = exhaustive_search(p, top_k=k)
-        assert [r.plan.model_dump() for r in small.plans] == [r.plan.model_dump() for r in reference.plans[:k]]
+        assert [r.plan.model_dump() for r in small.plans] == [
+            r.plan.model_dump() for r in reference.plans[:k]
+        ]
         assert [r.key for r in small.plans] == [r.key for r in reference.plans[:k]]
         assert_same_top(search(p, top_k=k), small, k)
 
@@ -218,27 +329,38 @@ def _uneven(p, plans) -> bool:
 def _tp_layouts(p, plans) -> bool:
     """A 2D SUMMA grid wins at 32k tokens, 1D tp reaches the top 20, both grids of tp 8 appear, and the
     2d-seq layout is in the space (if not in the top 20)."""
-    return (plans[0].plan.tp_layout == "2d" and any(r.plan.tp_layout == "1d" for r in plans)
-            and {r.plan.tp_rows for r in plans if r.plan.tp_layout == "2d"} == {2, 4}
-            and ("2d-seq", None) in p.layouts(8, 2))
+    return (
+        plans[0].plan.tp_layout == "2d"
+        and any(r.plan.tp_layout == "1d" for r in plans)
+        and {r.plan.tp_rows for r in plans if r.plan.tp_layout == "2d"} == {2, 4}
+        and ("2d-seq", None) in p.layouts(8, 2)
+    )
 
 
 FEATURES = {  # what each problem is there for, checked on its exhaustive top 20
-    "gpt3-1.3b-8xa100-80": lambda p, plans: len({r.plan.zero for r in plans}) > 1
-    and len({(r.plan.overlap_param_gather, r.plan.overlap_dp_grad_reduce) for r in plans}) > 1,
+    "gpt3-1.3b-8xa100-80": lambda p, plans: (
+        len({r.plan.zero for r in plans}) > 1
+        and len({(r.plan.overlap_param_gather, r.plan.overlap_dp_grad_reduce) for r in plans}) > 1
+    ),
     "gpt3-13b-32xa100-40-pp": lambda p, plans: any(r.plan.pp > 1 for r in plans),
     "llama3-8b-16xh100-cp-maxgb": lambda p, plans: any(r.plan.cp > 1 for r in plans),
-    "gpt3-2.7b-16xh100-mfu": lambda p, plans: all(r.objective < 0 for r in plans)  # minus the MFU
-    and len({r.plan.global_batch for r in plans}) > 1,
+    "gpt3-2.7b-16xh100-mfu": lambda p, plans: (
+        all(r.objective < 0 for r in plans)  # minus the MFU
+        and len({r.plan.global_batch for r in plans}) > 1
+    ),
     "llama2-7b-8xh200-cost-offload": lambda p, plans: any(
-        r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer for r in plans),
+        r.plan.offload_weights or r.plan.offload_activations or r.plan.offload_optimizer
+        for r in plans
+    ),
     "gpt3-350m-32xa100-40-placement": lambda p, plans: len({r.plan.placement for r in plans}) > 1,
     "gpt3-125m-16xa100-40-pp8-uneven": _uneven,
     "gpt3-2.7b-16xa100-tp-layouts": _tp_layouts,
     "gpt3-1.3b-32xh100-pp16-uneven": _uneven,
     # a split of the accounting switches wins (not the default one), and the top 20 holds two of them
-    "gpt3-1.3b-16xh100-splits": lambda p, plans: (plans[0].plan.embedding_as_layer or plans[0].plan.loss_as_layer)
-    and len({(r.plan.embedding_as_layer, r.plan.loss_as_layer) for r in plans}) > 1,
+    "gpt3-1.3b-16xh100-splits": lambda p, plans: (
+        (plans[0].plan.embedding_as_layer or plans[0].plan.loss_as_layer)
+        and len({(r.plan.embedding_as_layer, r.plan.loss_as_layer) for r in plans}) > 1
+    ),
 }
 
 
@@ -248,7 +370,9 @@ def test_problem_features_are_exercised(name, monkeypatch):
     20, and with one-candidate chunks the bound skips candidates (so pruning is tested, not bypassed)."""
     assert set(FEATURES) == set(PROBLEMS)
     p, reference = exhaustive(name)
-    assert FEATURES[name](p, reference.plans), f"{name} no longer exercises its feature in the top {K_MAX}"
+    assert FEATURES[name](p, reference.plans), (
+        f"{name} no longer exercises its feature in the top {K_MAX}"
+    )
     monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
     fast = search(p, top_k=5)
     assert fast.evaluated < fast.candidates

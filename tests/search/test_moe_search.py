@@ -23,16 +23,34 @@ def mixtral_problem(**fields) -> SearchProblem:
     """Mixtral 8x7B on two H100 nodes: EP inside and across the NVLink domain, pp 2 and 4 (DualPipe,
     ZB-H1, interleaving), etp 1 or tp; a few thousand candidates so the exhaustive path stays quick."""
     base = dict(
-        model=load_model("mixtral-8x7b"), system=load_system("dgx-h100-80gb"), gpus=16, seq_length=4096,
-        global_batch=32, tp=(1, 2), pp=(2, 4), micro_batch=(1,), recompute=("full",), zero=(1,),
-        ep=(2, 8), dispatchers=("alltoall", "deepep"), vary_offload=False, vary_placement=False,
+        model=load_model("mixtral-8x7b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=16,
+        seq_length=4096,
+        global_batch=32,
+        tp=(1, 2),
+        pp=(2, 4),
+        micro_batch=(1,),
+        recompute=("full",),
+        zero=(1,),
+        ep=(2, 8),
+        dispatchers=("alltoall", "deepep"),
+        vary_offload=False,
+        vary_placement=False,
     )
     return SearchProblem(**{**base, **fields})
 
 
 # context parallelism inside and beyond the 8-GPU NVLink domain (cp 16 and 32 cross it in every placement): the K/V
 # ring's exposure floor of the exact layer floors (search.expert_floors.ring_floor_s) on both of its spans
-CP_PROBLEM = mixtral_problem(global_batch=16, tp=(1,), pp=(1, 2), cp=(1, 2, 16), dispatchers=("alltoall",), vary_placement=True)
+CP_PROBLEM = mixtral_problem(
+    global_batch=16,
+    tp=(1,),
+    pp=(1, 2),
+    cp=(1, 2, 16),
+    dispatchers=("alltoall",),
+    vary_placement=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +92,31 @@ def test_expert_options_follow_the_plan_rules():
     p = mixtral_problem(ep=None, dispatchers=None)
     # tp·cp·dp = 2·1·4 = 8 ranks per stage: ep·etp must divide 8 and ep the 8 experts
     options = p.expert_options(2, 1, 4)
-    assert {(ep, etp) for ep, etp, _, _ in options} == {(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2)}
+    assert {(ep, etp) for ep, etp, _, _ in options} == {
+        (1, 1),
+        (2, 1),
+        (4, 1),
+        (8, 1),
+        (1, 2),
+        (2, 2),
+        (4, 2),
+    }
     assert {d for _, _, d, _ in options} == {"alltoall", "allgather", "deepep"}
     assert not any(ov for ep, etp, _, ov in options if ep * etp == 1)  # nothing to overlap
     # deepep cannot pad to capacity: dropped when the problem fixes a capacity factor
-    assert {d for _, _, d, _ in mixtral_problem(ep=None, dispatchers=None, capacity_factor=1.25).expert_options(2, 1, 4)} == {
-        "alltoall", "allgather"}
-    dense = SearchProblem(model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=8, seq_length=4096, global_batch=8)
+    assert {
+        d
+        for _, _, d, _ in mixtral_problem(
+            ep=None, dispatchers=None, capacity_factor=1.25
+        ).expert_options(2, 1, 4)
+    } == {"alltoall", "allgather"}
+    dense = SearchProblem(
+        model=load_model("llama3-8b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=8,
+        seq_length=4096,
+        global_batch=8,
+    )
     assert dense.expert_options(2, 1, 4) == [(1, 1, "alltoall", False)]
 
 
@@ -88,10 +124,22 @@ def test_split_backward_schedules_default_to_moe_models_only():
     moe = mixtral_problem()
     assert {s for _, s, _ in moe.schedule_options(2, 16)} >= {"zb-h1", "dualpipe"}
     assert "dualpipe" not in {s for _, s, _ in moe.schedule_options(2, 15)}  # odd micro-batch count
-    dense = SearchProblem(model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=8, seq_length=4096, global_batch=8)
+    dense = SearchProblem(
+        model=load_model("llama3-8b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=8,
+        seq_length=4096,
+        global_batch=8,
+    )
     assert not {s for _, s, _ in dense.schedule_options(2, 16)} & {"zb-h1", "dualpipe"}
-    asked = SearchProblem(model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=8, seq_length=4096,
-                          global_batch=8, schedules=("1f1b", "zb-h1"))
+    asked = SearchProblem(
+        model=load_model("llama3-8b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=8,
+        seq_length=4096,
+        global_batch=8,
+        schedules=("1f1b", "zb-h1"),
+    )
     assert {s for _, s, _ in asked.schedule_options(2, 16)} == {"1f1b", "zb-h1"}
 
 
@@ -111,14 +159,27 @@ def test_search_columns_carry_the_expert_knobs_and_match_the_estimate():
     group_row, group_start = options.groups(np.array(rows))
     index, grid_index = expand(group_row, group_start, options.group_size[group_row])
     # the groups cover the rows' whole grids, in order: options 0 .. lengths[r] − 1 of each row
-    every_index, every_option = expand(np.array(rows), np.zeros(len(rows), dtype=np.int64), options.lengths[rows])
+    every_index, every_option = expand(
+        np.array(rows), np.zeros(len(rows), dtype=np.int64), options.lengths[rows]
+    )
     assert np.array_equal(index, every_index) and np.array_equal(grid_index, every_option)
     values = options.values(index, grid_index)
     step, peak, _ = evaluate_groups(table, options, group_row, group_start)
     columns = feasible_columns(table, index, values, step, step, peak, np.ones(len(index)))
     for i in range(0, len(index), 5):
-        plan = run.plan_of(p, table.row(int(index[i])), options.option(int(index[i]), int(grid_index[i])))
-        for field in ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap", "schedule", "vpp", "tp", "pp"):
+        plan = run.plan_of(
+            p, table.row(int(index[i])), options.option(int(index[i]), int(grid_index[i]))
+        )
+        for field in (
+            "ep",
+            "etp",
+            "moe_dispatcher",
+            "moe_a2a_overlap",
+            "schedule",
+            "vpp",
+            "tp",
+            "pp",
+        ):
             assert columns[field][i] == getattr(plan, field), field
         e = estimate(p.model, p.system, plan)
         assert math.isclose(step[i], e.step_time_s, rel_tol=1e-9)
@@ -137,15 +198,61 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
 
 
 def test_cli_searches_an_moe_model_and_refuses_impossible_expert_axes(capsys):
-    base = ["search", "-m", "mixtral-8x7b", "-s", "dgx-h100-80gb", "--gpus", "16", "--global-batch", "32", "--seq-length",
-            "4096", "--tp", "1,2", "--pp", "2", "--micro-batch", "1", "--recompute", "full", "--zero", "1", "--no-offload",
-            "--default-placement", "--default-overlap", "--top", "3", "--width", "250"]
+    base = [
+        "search",
+        "-m",
+        "mixtral-8x7b",
+        "-s",
+        "dgx-h100-80gb",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "32",
+        "--seq-length",
+        "4096",
+        "--tp",
+        "1,2",
+        "--pp",
+        "2",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--no-offload",
+        "--default-placement",
+        "--default-overlap",
+        "--top",
+        "3",
+        "--width",
+        "250",
+    ]
     code, text = _cli(capsys, *base, "--ep", "8", "--dispatcher", "alltoall")
     assert code == 0 and " ep8 alltoall" in text
     code, text = _cli(capsys, *base, "--ep", "3")
-    assert code == 2 and "ep: [3]" in text and "must divide experts=8" in text and "Traceback" not in text
-    code, text = _cli(capsys, "search", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "32",
-                      "--seq-length", "4096", "--ep", "2")
+    assert (
+        code == 2
+        and "ep: [3]" in text
+        and "must divide experts=8" in text
+        and "Traceback" not in text
+    )
+    code, text = _cli(
+        capsys,
+        "search",
+        "-m",
+        "llama3-8b",
+        "-s",
+        "dgx-h100-80gb",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "32",
+        "--seq-length",
+        "4096",
+        "--ep",
+        "2",
+    )
     assert code == 2 and "ep: [2] is not allowed for llama3-8b" in text
 
 
@@ -155,15 +262,50 @@ def test_cli_vary_split_finds_the_uneven_layouts_deepseek_v3_runs_use(capsys):
     the layout of the Megatron-Bridge runs) and is faster than the best plan without it."""
     import json
 
-    base = ["search", "-m", "deepseek-v3", "-s", "dgx-h800", "--gpus", "2048", "--seq-length", "4096", "--global-batch",
-            "15360", "--dtype", "fp8", "--tp", "1,2", "--pp", "16", "--cp", "1", "--ep", "32,64", "--micro-batch", "1",
-            "--no-offload", "--default-placement", "--default-overlap", "--top", "1", "--json"]
+    base = [
+        "search",
+        "-m",
+        "deepseek-v3",
+        "-s",
+        "dgx-h800",
+        "--gpus",
+        "2048",
+        "--seq-length",
+        "4096",
+        "--global-batch",
+        "15360",
+        "--dtype",
+        "fp8",
+        "--tp",
+        "1,2",
+        "--pp",
+        "16",
+        "--cp",
+        "1",
+        "--ep",
+        "32,64",
+        "--micro-batch",
+        "1",
+        "--no-offload",
+        "--default-placement",
+        "--default-overlap",
+        "--top",
+        "1",
+        "--json",
+    ]
     code, plain = _cli(capsys, *base)
-    assert code == 0 and "note: the best plan has pp 16; --vary-split also searches" in plain  # on stderr
+    assert (
+        code == 0 and "note: the best plan has pp 16; --vary-split also searches" in plain
+    )  # on stderr
     code, varied = _cli(capsys, *base, "--vary-split")
     assert code == 0 and "--vary-split also searches" not in varied
-    plain, varied = (json.loads(text[text.index("{"):text.rindex("}") + 1]) for text in (plain, varied))
-    assert varied["problem"]["restrictions"]["vary_split"] and not plain["problem"]["restrictions"]["vary_split"]
+    plain, varied = (
+        json.loads(text[text.index("{") : text.rindex("}") + 1]) for text in (plain, varied)
+    )
+    assert (
+        varied["problem"]["restrictions"]["vary_split"]
+        and not plain["problem"]["restrictions"]["vary_split"]
+    )
     plain, varied = plain["plans"][0], varied["plans"][0]
     assert not plain["plan"].get("loss_as_layer") and varied["plan"]["loss_as_layer"]
     assert not varied["plan"].get("embedding_as_layer")
@@ -174,37 +316,90 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
     """block_cost_facts without any sharing: every kind's graph built from scratch for exactly this
     shape (graph.moe.build_moe_model_layer) and costed by the uncached block_compute / block_comm."""
     from paraplan.graph.moe import build_moe_model_layer, mtp_block
-    from paraplan.graph.ops import LayerGraph, largest_weight_params, small_weight_numels, weight_tensor_count
-    from paraplan.step.build import (BLOCK_KINDS, BlockCostFacts, _NO_SPAN, _TP_GROUPS, block_comm, block_compute,
-                                 model_block_kinds)
+    from paraplan.graph.ops import (
+        LayerGraph,
+        largest_weight_params,
+        small_weight_numels,
+        weight_tensor_count,
+    )
+    from paraplan.step.build import (
+        BLOCK_KINDS,
+        BlockCostFacts,
+        _NO_SPAN,
+        _TP_GROUPS,
+        block_comm,
+        block_compute,
+        model_block_kinds,
+    )
 
     out = {}
     for name in model_block_kinds(model):
         if name in ("dense_layer", "moe_layer"):
             graph = build_moe_model_layer(model, shape, name == "moe_layer")
         elif name == "experts":
-            graph = LayerGraph("experts", (), (), build_moe_model_layer(model, shape, True).expert_weight_params)
+            graph = LayerGraph(
+                "experts", (), (), build_moe_model_layer(model, shape, True).expert_weight_params
+            )
         elif name == "mtp":
-            graph = mtp_block.__wrapped__(model, shape) if model.mtp_layers else BLOCK_KINDS[name].graph(model, shape)
+            graph = (
+                mtp_block.__wrapped__(model, shape)
+                if model.mtp_layers
+                else BLOCK_KINDS[name].graph(model, shape)
+            )
         else:
             graph = BLOCK_KINDS[name].graph(model, shape)
         used = {c.group for c in graph.collectives}
-        comm = block_comm.__wrapped__(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN,
-                                      cp_span if "cp" in used else _NO_SPAN, model, shape)
-        tensors = weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
-                                      model.learned_positions)
-        small = small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden)
-        out[name] = BlockCostFacts(block_compute.__wrapped__(graph, system, shape.dtype), comm, graph.weight_params,
-                                   largest_weight_params(graph), tensors, small)
+        comm = block_comm.__wrapped__(
+            graph,
+            system,
+            tp_span if used & _TP_GROUPS else _NO_SPAN,
+            cp_span if "cp" in used else _NO_SPAN,
+            model,
+            shape,
+        )
+        tensors = weight_tensor_count(
+            graph,
+            model.has_bias,
+            model.has_qkv_bias,
+            model.norm == "layernorm",
+            model.learned_positions,
+        )
+        small = small_weight_numels(
+            graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden
+        )
+        out[name] = BlockCostFacts(
+            block_compute.__wrapped__(graph, system, shape.dtype),
+            comm,
+            graph.weight_params,
+            largest_weight_params(graph),
+            tensors,
+            small,
+        )
     return out
 
 
-@pytest.mark.parametrize("problem", [
-    mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None),
-    mixtral_problem(dispatchers=None, ep=(2, 8), dtype="fp8", capacity_factor=1.25, moe_balance="forced"),
-    SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=64, seq_length=4096,
-                  global_batch=64, tp=(1, 2), pp=(8,), micro_batch=(1,), ep=(4, 8), vary_placement=False),
-], ids=["mixtral", "mixtral-fp8-capacity", "deepseek-v3"])
+@pytest.mark.parametrize(
+    "problem",
+    [
+        mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None),
+        mixtral_problem(
+            dispatchers=None, ep=(2, 8), dtype="fp8", capacity_factor=1.25, moe_balance="forced"
+        ),
+        SearchProblem(
+            model=load_model("deepseek-v3"),
+            system=load_system("dgx-h800"),
+            gpus=64,
+            seq_length=4096,
+            global_batch=64,
+            tp=(1, 2),
+            pp=(8,),
+            micro_batch=(1,),
+            ep=(4, 8),
+            vary_placement=False,
+        ),
+    ],
+    ids=["mixtral", "mixtral-fp8-capacity", "deepseek-v3"],
+)
 def test_shared_moe_costings_equal_costings_from_scratch(problem):
     """block_cost_facts shares the expert-independent kinds across expert options, the ops across
     dispatchers and the graph across the a2a-overlap switch (stages.block_cost_facts, graph.moe.
@@ -220,21 +415,46 @@ def test_shared_moe_costings_equal_costings_from_scratch(problem):
     seen, dispatchers, overlaps = set(), set(), set()
     for row in rows(problem):
         expert = _expert_shape(problem, (row.ep, row.etp, row.dispatcher, row.a2a_overlap))
-        shape = layer_shape_of(problem, row.tp, row.cp, row.micro_batch, row.sequence_parallel, row.tp_layout,
-                               row.tp_rows or 0, expert, default_recompute_modules(row.recompute))
+        shape = layer_shape_of(
+            problem,
+            row.tp,
+            row.cp,
+            row.micro_batch,
+            row.sequence_parallel,
+            row.tp_layout,
+            row.tp_rows or 0,
+            expert,
+            default_recompute_modules(row.recompute),
+        )
         key = (shape, row.spans["tp"], row.spans["cp"])
         if key in seen:
             continue
         seen.add(key)
         dispatchers.add(row.dispatcher)
         overlaps.add(row.a2a_overlap)
-        assert block_cost_facts(model, system, shape, *key[1:]) == _reference_cost_facts(model, system, shape, *key[1:])
+        assert block_cost_facts(model, system, shape, *key[1:]) == _reference_cost_facts(
+            model, system, shape, *key[1:]
+        )
         for moe in (False, True):
-            shared, fresh = moe_model_layer(model, shape, moe), build_moe_model_layer(model, shape, moe)
-            assert (shared.ops, shared.collectives, shared.weight_params, shared.expert_weight_params,
-                    shared.activation_bytes, shared.dispatch_buffer_bytes) == (
-                fresh.ops, fresh.collectives, fresh.weight_params, fresh.expert_weight_params,
-                fresh.activation_bytes, fresh.dispatch_buffer_bytes)
+            shared, fresh = (
+                moe_model_layer(model, shape, moe),
+                build_moe_model_layer(model, shape, moe),
+            )
+            assert (
+                shared.ops,
+                shared.collectives,
+                shared.weight_params,
+                shared.expert_weight_params,
+                shared.activation_bytes,
+                shared.dispatch_buffer_bytes,
+            ) == (
+                fresh.ops,
+                fresh.collectives,
+                fresh.weight_params,
+                fresh.expert_weight_params,
+                fresh.activation_bytes,
+                fresh.dispatch_buffer_bytes,
+            )
     assert dispatchers >= {"alltoall", "allgather"}
     assert overlaps == {False, True}
 
@@ -249,7 +469,8 @@ def test_block_search_equals_exhaustive(reference):
         assert [r.key for r in got.plans] == [r.key for r in want.plans]
         assert [r.plan.model_dump() for r in got.plans] == [r.plan.model_dump() for r in want.plans]
         assert [[q.model_dump() for q in r.equivalents] for r in got.plans] == [
-            [q.model_dump() for q in r.equivalents] for r in want.plans]
+            [q.model_dump() for q in r.equivalents] for r in want.plans
+        ]
         for a, b in zip(got.plans, want.plans):
             assert math.isclose(a.objective, b.objective, rel_tol=1e-9)
     assert search(p, top_k=10, blocks=True).rows_evaluated < want.rows  # whole blocks were skipped
@@ -263,9 +484,14 @@ def test_long_context_parallel_search_equals_exhaustive():
 
     want = exhaustive_search(CP_PROBLEM, top_k=10)
     got = search(CP_PROBLEM, top_k=10, workers=1)
-    assert [(c.key, c.estimate.step_time_s) for c in got.plans] == [(c.key, c.estimate.step_time_s) for c in want.plans]
-    floors = {b.cp: block_step_floor(CP_PROBLEM, b, layer_floors(CP_PROBLEM, b.tp, b.cp, b.micro_batch))
-              for b in blocks(CP_PROBLEM) if b.pp == 1}
+    assert [(c.key, c.estimate.step_time_s) for c in got.plans] == [
+        (c.key, c.estimate.step_time_s) for c in want.plans
+    ]
+    floors = {
+        b.cp: block_step_floor(CP_PROBLEM, b, layer_floors(CP_PROBLEM, b.tp, b.cp, b.micro_batch))
+        for b in blocks(CP_PROBLEM)
+        if b.pp == 1
+    }
     assert floors[16] > 2 * floors[1]
 
 
@@ -273,9 +499,21 @@ def test_search_over_every_split_equals_exhaustive():
     """With vary_split (every split of SearchProblem.split_options with every schedule) the block-by-block and
     one-table paths return what the exhaustive path returns, and the search reaches splits the default space
     does not hold."""
-    p = mixtral_problem(vary_split=True, tp=(1,), ep=(2,), dispatchers=("deepep",), global_batch=64, micro_batch=(2,))
+    p = mixtral_problem(
+        vary_split=True,
+        tp=(1,),
+        ep=(2,),
+        dispatchers=("deepep",),
+        global_batch=64,
+        micro_batch=(2,),
+    )
     want = exhaustive_search(p, top_k=10)
-    plain = search(mixtral_problem(tp=(1,), ep=(2,), dispatchers=("deepep",), global_batch=64, micro_batch=(2,)), top_k=10)
+    plain = search(
+        mixtral_problem(
+            tp=(1,), ep=(2,), dispatchers=("deepep",), global_batch=64, micro_batch=(2,)
+        ),
+        top_k=10,
+    )
     assert want.candidates > plain.candidates
     for got in (search(p, top_k=10, blocks=True), search(p, top_k=10, blocks=False)):
         assert got.candidates == want.candidates and got.rows == want.rows
@@ -284,21 +522,48 @@ def test_search_over_every_split_equals_exhaustive():
         for a, b in zip(got.plans, want.plans):
             assert math.isclose(a.objective, b.objective, rel_tol=1e-9)
     everything = search(p, top_k=10, collect_all=True).all_feasible
-    splits = {(item["plan"].pp, item["plan"].schedule, item["plan"].embedding_as_layer, item["plan"].loss_as_layer)
-              for item in everything}
+    splits = {
+        (
+            item["plan"].pp,
+            item["plan"].schedule,
+            item["plan"].embedding_as_layer,
+            item["plan"].loss_as_layer,
+        )
+        for item in everything
+    }
     assert {(4, "1f1b", e, l) for e in (False, True) for l in (False, True)} <= splits
     # pp 2: the embedding counted alone and both counted split 16 / 16 again, as the default does: one of them kept
-    assert p.split_options(2) == ((False, False), (False, True)) and p.split_options(1) == ((False, False),)
+    assert p.split_options(2) == ((False, False), (False, True)) and p.split_options(1) == (
+        (False, False),
+    )
 
 
-@pytest.mark.parametrize("problem", [
-    mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None, micro_batch=None, zero=None),
-    mixtral_problem(schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4), global_batch=64,
-                    micro_batch=(1, 2), vary_offload=True, vary_placement=True),
-    mixtral_problem(vary_split=True, schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"), pp=(2, 4),
-                    global_batch=64, micro_batch=(1, 2), ep=(2,)),
-    CP_PROBLEM,
-], ids=["mixtral-axes", "mixtral-schedules", "mixtral-splits", "mixtral-long-cp"])
+@pytest.mark.parametrize(
+    "problem",
+    [
+        mixtral_problem(
+            dispatchers=None, ep=(1, 2, 8), recompute=None, micro_batch=None, zero=None
+        ),
+        mixtral_problem(
+            schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"),
+            pp=(2, 4),
+            global_batch=64,
+            micro_batch=(1, 2),
+            vary_offload=True,
+            vary_placement=True,
+        ),
+        mixtral_problem(
+            vary_split=True,
+            schedules=("1f1b", "interleaved", "zb-h1", "dualpipe", "gpipe"),
+            pp=(2, 4),
+            global_batch=64,
+            micro_batch=(1, 2),
+            ep=(2,),
+        ),
+        CP_PROBLEM,
+    ],
+    ids=["mixtral-axes", "mixtral-schedules", "mixtral-splits", "mixtral-long-cp"],
+)
 def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
     """Every block's rows are the canonical rows [offset, offset + rows) (its own row table lists them
     in that order), and its bound is at most the objective of every feasible candidate it holds."""
@@ -325,7 +590,9 @@ def test_block_bounds_are_admissible_and_blocks_are_row_ranges(problem):
     assert len(lowest) > 1
     for i, step in lowest.items():
         b = parts[i]
-        assert block_step_floor(problem, b, layer_floors(problem, b.tp, b.cp, b.micro_batch)) <= step
+        assert (
+            block_step_floor(problem, b, layer_floors(problem, b.tp, b.cp, b.micro_batch)) <= step
+        )
 
 
 def replace_spans(row):
@@ -338,8 +605,10 @@ def replace_spans(row):
 def test_row_bounds_are_admissible_with_split_backward_schedules():
     """RowTable.lower_bounds never exceeds the step of a row's best feasible candidate, also when the
     row's grid has ZB-H1 / DualPipe, whose bubble is far below 1F1B's (it used to keep (L − F)·u/v_max)."""
-    
-    p = mixtral_problem(schedules=("1f1b", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64, micro_batch=(1, 2))
+
+    p = mixtral_problem(
+        schedules=("1f1b", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64, micro_batch=(1, 2)
+    )
     table = RowTable(p)
     options = GridIndex(p, table)
     bound = table.lower_bounds(options.v_max, options.split_backward)
@@ -354,9 +623,23 @@ def tiny_deepseek():
     """DeepSeek-V3's layer kinds (MLA, a dense first layer, shared + routed experts, MTP) at a size that
     fits a few dozen GPUs: 8 layers, hidden 2048, 32 experts."""
     model = load_model("deepseek-v3")
-    return model.model_copy(update=dict(name="tiny-deepseek", layers=8, hidden=2048, heads=16, kv_heads=16,
-                                        ffn_hidden=5632, experts=32, moe_ffn_hidden=512, shared_ffn_hidden=512,
-                                        dense_layers=1, q_lora_rank=512, kv_lora_rank=256, vocab=32000))
+    return model.model_copy(
+        update=dict(
+            name="tiny-deepseek",
+            layers=8,
+            hidden=2048,
+            heads=16,
+            kv_heads=16,
+            ffn_hidden=5632,
+            experts=32,
+            moe_ffn_hidden=512,
+            shared_ffn_hidden=512,
+            dense_layers=1,
+            q_lora_rank=512,
+            kv_lora_rank=256,
+            vocab=32000,
+        )
+    )
 
 
 def _least_step_per_block(problem):
@@ -380,19 +663,80 @@ def _least_step_per_block(problem):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("problem, memory", [
-    (mixtral_problem(dispatchers=None, ep=(1, 2, 8), recompute=None, cp=(1, 2, 4), vary_placement=True,
-                     sequence_parallel=None), False),
-    (mixtral_problem(schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64,
-                     micro_batch=(1, 2), recompute=None, vary_offload=True, vary_placement=True), False),
-    (mixtral_problem(recompute=None, micro_batch=(1, 2, 4), seq_length=16384, global_batch=32, vary_offload=True), True),
-    (SearchProblem(model=tiny_deepseek(), system=load_system("dgx-h800"), gpus=32, seq_length=4096,
-                   global_batch=64, tp=(1, 2), pp=(1, 2, 4), cp=(1, 2, 4), micro_batch=(1, 2), ep=(4, 8), zero=(1, 2),
-                   vary_placement=True, vary_offload=False, vary_split=True), False),
-    (SearchProblem(model=load_model("gpt3-13b"), system=load_system("dgx-a100-80gb"), gpus=16, seq_length=16384,
-                   global_batch=16, tp=(1, 2, 4), pp=(1, 2), cp=(1, 2), micro_batch=(1, 2), zero=(0, 1),
-                   vary_placement=True), True),
-], ids=["mixtral-cp", "mixtral-schedules", "mixtral-memory", "deepseek-like", "gpt3-13b-memory"])
+@pytest.mark.parametrize(
+    "problem, memory",
+    [
+        (
+            mixtral_problem(
+                dispatchers=None,
+                ep=(1, 2, 8),
+                recompute=None,
+                cp=(1, 2, 4),
+                vary_placement=True,
+                sequence_parallel=None,
+            ),
+            False,
+        ),
+        (
+            mixtral_problem(
+                schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"),
+                pp=(2, 4),
+                global_batch=64,
+                micro_batch=(1, 2),
+                recompute=None,
+                vary_offload=True,
+                vary_placement=True,
+            ),
+            False,
+        ),
+        (
+            mixtral_problem(
+                recompute=None,
+                micro_batch=(1, 2, 4),
+                seq_length=16384,
+                global_batch=32,
+                vary_offload=True,
+            ),
+            True,
+        ),
+        (
+            SearchProblem(
+                model=tiny_deepseek(),
+                system=load_system("dgx-h800"),
+                gpus=32,
+                seq_length=4096,
+                global_batch=64,
+                tp=(1, 2),
+                pp=(1, 2, 4),
+                cp=(1, 2, 4),
+                micro_batch=(1, 2),
+                ep=(4, 8),
+                zero=(1, 2),
+                vary_placement=True,
+                vary_offload=False,
+                vary_split=True,
+            ),
+            False,
+        ),
+        (
+            SearchProblem(
+                model=load_model("gpt3-13b"),
+                system=load_system("dgx-a100-80gb"),
+                gpus=16,
+                seq_length=16384,
+                global_batch=16,
+                tp=(1, 2, 4),
+                pp=(1, 2),
+                cp=(1, 2),
+                micro_batch=(1, 2),
+                zero=(0, 1),
+                vary_placement=True,
+            ),
+            True,
+        ),
+    ],
+    ids=["mixtral-cp", "mixtral-schedules", "mixtral-memory", "deepseek-like", "gpt3-13b-memory"],
+)
 def test_refined_block_bounds_are_admissible(problem, memory):
     """search.blocks.refined_bound (block work with its exposed TP / CP communication and recompute per
     recompute mode, modes whose activations cannot fit without offload held to the streaming floor or
@@ -400,7 +744,13 @@ def test_refined_block_bounds_are_admissible(problem, memory):
     best), at least the compute-only bound, and above it on some block; on the ``memory`` problems
     some block has a recompute mode whose activations cannot fit in HBM without offload."""
     from paraplan.step.constants import system_terms
-    from paraplan.search.bounds.blocks import REFINEMENTS, activation_floor_bytes, block_step_floor, layer_floors, refined_bound
+    from paraplan.search.bounds.blocks import (
+        REFINEMENTS,
+        activation_floor_bytes,
+        block_step_floor,
+        layer_floors,
+        refined_bound,
+    )
 
     parts, least = _least_step_per_block(problem)
     assert len(least) > 1
@@ -410,20 +760,42 @@ def test_refined_block_bounds_are_admissible(problem, memory):
         b = parts[i]
         coarse = layer_floors(problem, b.tp, b.cp, b.micro_batch)
         low = block_step_floor(problem, b, coarse)
-        bounds = [refined_bound(problem, b, coarse, cache, level) for level in REFINEMENTS]  # cheapest first
+        bounds = [
+            refined_bound(problem, b, coarse, cache, level) for level in REFINEMENTS
+        ]  # cheapest first
         assert all(low <= bound <= step for bound in bounds), (b, low, bounds, step)
         raised += bounds[-1] > low
         by_memory += bounds[0] > low
     assert raised
     if memory:
-        assert by_memory  # the memory level alone raises some block: its activations force recomputation
-        reserved, capacity = system_terms(problem.system, problem.dtype, problem)["reserved_bytes"], problem.system.accelerator.hbm_capacity
-        assert any(activation_floor_bytes(problem, b, cache[key].kept[mode], cache[key].held[mode]) + reserved > capacity
-                   for b in parts for key in cache if key[:3] == (b.tp, b.cp, b.micro_batch) and key[4] == "all" for mode in cache[key].kept)
+        assert (
+            by_memory
+        )  # the memory level alone raises some block: its activations force recomputation
+        reserved, capacity = (
+            system_terms(problem.system, problem.dtype, problem)["reserved_bytes"],
+            problem.system.accelerator.hbm_capacity,
+        )
+        assert any(
+            activation_floor_bytes(problem, b, cache[key].kept[mode], cache[key].held[mode])
+            + reserved
+            > capacity
+            for b in parts
+            for key in cache
+            if key[:3] == (b.tp, b.cp, b.micro_batch) and key[4] == "all"
+            for mode in cache[key].kept
+        )
 
 
-@pytest.mark.parametrize("model_name, dtype", [("deepseek-v3", "bf16"), ("deepseek-v3", "fp8"), ("mixtral-8x22b", "fp8"),
-                                               ("qwen3-30b-a3b", "bf16"), ("gpt-oss-120b", "bf16")])
+@pytest.mark.parametrize(
+    "model_name, dtype",
+    [
+        ("deepseek-v3", "bf16"),
+        ("deepseek-v3", "fp8"),
+        ("mixtral-8x22b", "fp8"),
+        ("qwen3-30b-a3b", "bf16"),
+        ("gpt-oss-120b", "bf16"),
+    ],
+)
 def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     """search.expert_floors.expert_computes builds a block kind once and adds each expert option's own ops
     (graph.moe.expert_knob_ops): every field equals stages.block_compute of the graph built for that
@@ -433,8 +805,14 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     from paraplan.search.table import layer_shape_of
     from paraplan.step.build import BLOCK_KINDS, EXPERT_FREE_KINDS, block_compute, model_block_kinds
 
-    problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=256,
-                            seq_length=4096, global_batch=512, dtype=dtype)
+    problem = SearchProblem(
+        model=load_model(model_name),
+        system=load_system("dgx-h100-80gb"),
+        gpus=256,
+        seq_length=4096,
+        global_batch=512,
+        dtype=dtype,
+    )
     model, system = problem.model, problem.system
     checked = 0
     for tp, cp, mb in ((1, 1, 1), (2, 2, 3), (4, 1, 2)):
@@ -451,7 +829,9 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
                     whole = block_compute(graph, system, dtype)
                     got = split[i] if len(split) > 1 else split[0]
                     for field in whole._fields:
-                        assert getattr(got, field) == pytest.approx(getattr(whole, field), rel=1e-12, abs=0.0), (name, expert, field)
+                        assert getattr(got, field) == pytest.approx(
+                            getattr(whole, field), rel=1e-12, abs=0.0
+                        ), (name, expert, field)
                     checked += 1
     assert checked > 100
 
@@ -467,8 +847,14 @@ def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
     from paraplan.graph.ops import ExpertShape
     from paraplan.search.table import layer_shape_of
 
-    problem = SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=256,
-                            seq_length=4096, global_batch=512, dtype=dtype)
+    problem = SearchProblem(
+        model=load_model("deepseek-v3"),
+        system=load_system("dgx-h800"),
+        gpus=256,
+        seq_length=4096,
+        global_batch=512,
+        dtype=dtype,
+    )
     expert = ExpertShape(8, 1, "alltoall", None, "learned", False)
     seen: dict = {}
     shared = 0
@@ -493,15 +879,27 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
 
     from paraplan.step.compose import expert_exposure
-    from paraplan.search.bounds.expert_floors import DispatchFloors, costing_experts, expert_computes
+    from paraplan.search.bounds.expert_floors import (
+        DispatchFloors,
+        costing_experts,
+        expert_computes,
+    )
     from paraplan.search.table import layer_shape_of
     from paraplan.step.build import block_cost_facts, plan_spans
     from paraplan.specs.plan import PlanSpec
 
-    problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h100-80gb"), gpus=64,
-                            seq_length=4096, global_batch=256)
+    problem = SearchProblem(
+        model=load_model(model_name),
+        system=load_system("dgx-h100-80gb"),
+        gpus=64,
+        seq_length=4096,
+        global_batch=256,
+    )
     model, system = problem.model, problem.system
-    spans = plan_spans(PlanSpec(gpus=64, seq_length=4096, tp=2, pp=1, dp=32, micro_batch=1, global_batch=256), system)
+    spans = plan_spans(
+        PlanSpec(gpus=64, seq_length=4096, tp=2, pp=1, dp=32, micro_batch=1, global_batch=256),
+        system,
+    )
     experts = costing_experts(problem, 2)
     shape = layer_shape_of(problem, 2, 1, 2, True, "1d", 0, experts[0])
     computes = expert_computes(model, system, "moe_layer", shape, experts)
@@ -520,8 +918,19 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     assert checked == len(experts) > 4 and max(floors) > 0
 
 
-@pytest.mark.parametrize("model_name", ["deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b",
-                                        "mixtral-8x22b", "gpt-oss-120b", "grok-1"])
+@pytest.mark.parametrize(
+    "model_name",
+    [
+        "deepseek-v3",
+        "kimi-k2",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "gpt-oss-120b",
+        "grok-1",
+    ],
+)
 def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
     """search.expert_floors.least_memory_expert (the least ep and etp) keeps, in every block kind and recompute mode,
     the least activation bytes and held bytes over every expert option (search.blocks.memory_floors reads only
@@ -532,9 +941,21 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
     from paraplan.step.build import default_recompute_modules, kind_memory_facts, model_block_kinds
 
     differs = 0
-    for balance, capacity, dtype in (("learned", None, "bf16"), ("forced", None, "fp8"), ("learned", 1.25, "bf16")):
-        problem = SearchProblem(model=load_model(model_name), system=load_system("dgx-h800"), gpus=256, seq_length=4096,
-                                global_batch=512, dtype=dtype, moe_balance=balance, capacity_factor=capacity)
+    for balance, capacity, dtype in (
+        ("learned", None, "bf16"),
+        ("forced", None, "fp8"),
+        ("learned", 1.25, "bf16"),
+    ):
+        problem = SearchProblem(
+            model=load_model(model_name),
+            system=load_system("dgx-h800"),
+            gpus=256,
+            seq_length=4096,
+            global_batch=512,
+            dtype=dtype,
+            moe_balance=balance,
+            capacity_factor=capacity,
+        )
         model = problem.model
         for tp, cp, mb in ((1, 1, 1), (2, 2, 3), (4, 1, 2), (8, 1, 1)):
             options = costing_experts(problem, tp)
@@ -543,16 +964,28 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
             for recompute in ("none", "selective", "full"):
                 modules = default_recompute_modules(recompute)
                 for sp in {False, tp > 1}:
-                    shapes = [layer_shape_of(problem, tp, cp, mb, sp, "1d", 0, x, modules) for x in options]
+                    shapes = [
+                        layer_shape_of(problem, tp, cp, mb, sp, "1d", 0, x, modules)
+                        for x in options
+                    ]
                     chosen = layer_shape_of(problem, tp, cp, mb, sp, "1d", 0, least, modules)
                     for name in model_block_kinds(model):
-                        every = [kind_memory_facts(model, shape, name, recompute) for shape in shapes]
+                        every = [
+                            kind_memory_facts(model, shape, name, recompute) for shape in shapes
+                        ]
                         mine = kind_memory_facts(model, chosen, name, recompute)
-                        assert mine.activation_bytes == min(f.activation_bytes for f in every), (name, recompute, tp)
-                        assert mine.held_bytes == min(f.held_bytes for f in every), (name, recompute, tp)
+                        assert mine.activation_bytes == min(f.activation_bytes for f in every), (
+                            name,
+                            recompute,
+                            tp,
+                        )
+                        assert mine.held_bytes == min(f.held_bytes for f in every), (
+                            name,
+                            recompute,
+                            tp,
+                        )
                         differs += len({f.activation_bytes for f in every}) > 1
     assert differs
-
 
 
 @given(st.lists(st.tuples(st.floats(0.0, 1e3), st.floats(0.0, 1e3)), min_size=1, max_size=30))
@@ -574,7 +1007,9 @@ def test_least_with_is_the_least_sum_and_skips_what_cannot_win(pairs):
     for j in asked:  # each evaluated entry could still have been the least when it was evaluated
         assert totals[j] < so_far
         so_far = min(so_far, totals[j] + pairs[j][1])
-    assert all(totals[j] >= best for j in range(len(pairs)) if j not in asked)  # the skipped could not win
+    assert all(
+        totals[j] >= best for j in range(len(pairs)) if j not in asked
+    )  # the skipped could not win
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -585,7 +1020,9 @@ def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
     from paraplan.search.bounds import block_processes
     from paraplan.search.bounds.blocks import blocks as space_blocks, costing_class
 
-    problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
+    problem = mixtral_problem(
+        ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None
+    )
     one = search(problem, top_k=10, blocks=True)
     parts_seen = []
     real_run_parts = block_processes.run_parts
@@ -597,8 +1034,9 @@ def test_block_search_in_processes_finds_the_same_plans(monkeypatch, workers):
     monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
     monkeypatch.setattr(run, "run_parts", spy)
     many = search(problem, top_k=10, blocks=True, workers=workers)
-    assert [(r.key, r.objective, r.estimate.step_time_s) for r in many.plans] == \
-        [(r.key, r.objective, r.estimate.step_time_s) for r in one.plans]
+    assert [(r.key, r.objective, r.estimate.step_time_s) for r in many.plans] == [
+        (r.key, r.objective, r.estimate.step_time_s) for r in one.plans
+    ]
     assert [len(r.equivalents) for r in many.plans] == [len(r.equivalents) for r in one.plans]
     assert many.candidates == one.candidates and many.rows == one.rows
     (parts,) = parts_seen
@@ -621,7 +1059,9 @@ def test_blocks_handed_over_to_a_process_that_finished_give_the_same_plans(monke
     from paraplan.search.bounds import block_processes
     from paraplan.search.bounds.blocks import blocks as space_blocks
 
-    problem = mixtral_problem(ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None)
+    problem = mixtral_problem(
+        ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None
+    )
     one = search(problem, top_k=10, blocks=True)
     outcomes = []
     real_run_parts = block_processes.run_parts
@@ -639,14 +1079,24 @@ def test_blocks_handed_over_to_a_process_that_finished_give_the_same_plans(monke
         return outcomes
 
     monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
-    monkeypatch.setattr(run, "split_by_costing_class", lambda parts, workers, costing_class: [parts[:-1], parts[-1:]])
+    monkeypatch.setattr(
+        run,
+        "split_by_costing_class",
+        lambda parts, workers, costing_class: [parts[:-1], parts[-1:]],
+    )
     monkeypatch.setattr(run, "run_parts", after_the_other_waits)
     two = search(problem, top_k=10, blocks=True, workers=2)
-    assert [(r.key, r.objective, r.estimate.step_time_s, len(r.equivalents)) for r in two.plans] == \
-        [(r.key, r.objective, r.estimate.step_time_s, len(r.equivalents)) for r in one.plans]
-    first, second = outcomes  # the second searched handed-over rows beyond its own block's (the first, once finished,
+    assert [
+        (r.key, r.objective, r.estimate.step_time_s, len(r.equivalents)) for r in two.plans
+    ] == [(r.key, r.objective, r.estimate.step_time_s, len(r.equivalents)) for r in one.plans]
+    first, second = (
+        outcomes  # the second searched handed-over rows beyond its own block's (the first, once finished,
+    )
     # helps too)
-    assert second.rows_done > space_blocks(problem)[-1].rows and first.rows_done + second.rows_done >= one.rows_evaluated
+    assert (
+        second.rows_done > space_blocks(problem)[-1].rows
+        and first.rows_done + second.rows_done >= one.rows_evaluated
+    )
 
 
 def test_a_split_search_searches_as_one_process_does(monkeypatch):
@@ -654,8 +1104,17 @@ def test_a_split_search_searches_as_one_process_does(monkeypatch):
     and a block's scan loosened the threshold the others had reached (281,952 candidates instead of 19,096 in one
     block, 606,848 in all). With the groups shared (PartView.offer_groups) and the scan's ``ceiling``, the processes
     evaluate the same plans as one process, and no more candidates than twice its count."""
-    problem = SearchProblem(model=load_model("deepseek-v3"), system=load_system("dgx-h800"), gpus=64, seq_length=4096,
-                            global_batch=512, tp=(1, 2), pp=(1, 2, 4), cp=(1,), micro_batch=(1, 2))
+    problem = SearchProblem(
+        model=load_model("deepseek-v3"),
+        system=load_system("dgx-h800"),
+        gpus=64,
+        seq_length=4096,
+        global_batch=512,
+        tp=(1, 2),
+        pp=(1, 2, 4),
+        cp=(1,),
+        micro_batch=(1, 2),
+    )
     one = search(problem, top_k=5, workers=1)
     monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
     two = search(problem, top_k=5, workers=2)
@@ -690,12 +1149,22 @@ def test_moe_searches_go_block_by_block():
     """search.run._by_blocks: an MoE model's space is searched block by block whatever its size (its rows cost every
     expert option's layers), a dense model's below BLOCK_ROWS rows in one table; the default path is the block one."""
     p = mixtral_problem()
-    dense = SearchProblem(model=load_model("llama3-70b"), system=load_system("dgx-h100-80gb"), gpus=64, seq_length=8192,
-                          global_batch=128)
+    dense = SearchProblem(
+        model=load_model("llama3-70b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=64,
+        seq_length=8192,
+        global_batch=128,
+    )
     assert run._by_blocks(p) and not run._by_blocks(dense)
     default, by_blocks = search(p, top_k=5), search(p, top_k=5, blocks=True)
-    assert (default.evaluated, default.rows_evaluated) == (by_blocks.evaluated, by_blocks.rows_evaluated)
-    assert [(r.key, r.objective) for r in default.plans] == [(r.key, r.objective) for r in search(p, top_k=5, blocks=False).plans]
+    assert (default.evaluated, default.rows_evaluated) == (
+        by_blocks.evaluated,
+        by_blocks.rows_evaluated,
+    )
+    assert [(r.key, r.objective) for r in default.plans] == [
+        (r.key, r.objective) for r in search(p, top_k=5, blocks=False).plans
+    ]
 
 
 @pytest.mark.slow
@@ -716,10 +1185,23 @@ def test_the_search_with_every_split_matches_or_beats_the_published_moe_layouts(
         best = {}
         for vary in (False, True):
             problem = SearchProblem(
-                model=case.model, system=case.system, gpus=plan.gpus, seq_length=plan.seq_length,
-                global_batch=plan.global_batch, dtype=plan.dtype, tp=(plan.tp,), pp=(plan.pp,), cp=(plan.cp,),
-                ep=(plan.ep,), micro_batch=(plan.micro_batch,), capacity_factor=plan.capacity_factor,
-                moe_balance=plan.moe_balance, vary_offload=False, vary_placement=False, vary_split=vary)
+                model=case.model,
+                system=case.system,
+                gpus=plan.gpus,
+                seq_length=plan.seq_length,
+                global_batch=plan.global_batch,
+                dtype=plan.dtype,
+                tp=(plan.tp,),
+                pp=(plan.pp,),
+                cp=(plan.cp,),
+                ep=(plan.ep,),
+                micro_batch=(plan.micro_batch,),
+                capacity_factor=plan.capacity_factor,
+                moe_balance=plan.moe_balance,
+                vary_offload=False,
+                vary_placement=False,
+                vary_split=vary,
+            )
             best[vary] = search(problem, top_k=1, workers=1).plans[0].estimate.step_time_s
         assert best[True] <= published * (1 + 1e-9), (case.name, best[True], published)
         assert best[True] <= best[False] * (1 + 1e-9)

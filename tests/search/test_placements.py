@@ -29,10 +29,17 @@ def _every_order(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> 
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_placements_equal_costing_every_order(system):
-    problem = SearchProblem(model=load_model("deepseek-v3"), system=load_system(system), gpus=576, seq_length=4096,
-                            global_batch=576)
+    problem = SearchProblem(
+        model=load_model("deepseek-v3"),
+        system=load_system(system),
+        gpus=576,
+        seq_length=4096,
+        global_batch=576,
+    )
     checked = 0
-    for tp, pp, cp, dp in itertools.product((1, 2, 3, 4, 8, 9, 16), (1, 2, 4, 8), (1, 2, 4), (1, 2, 8, 9, 18, 36, 144)):
+    for tp, pp, cp, dp in itertools.product(
+        (1, 2, 3, 4, 8, 9, 16), (1, 2, 4, 8), (1, 2, 4), (1, 2, 8, 9, 18, 36, 144)
+    ):
         assert problem.placements(tp, pp, cp, dp) == _every_order(problem, tp, pp, cp, dp)
         checked += 1
     assert checked == 7 * 4 * 3 * 7

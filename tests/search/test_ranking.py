@@ -11,7 +11,14 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.step.estimate import estimate
 from paraplan.search import ranking, run
-from paraplan.search.ranking import Candidate, kth_group_objective, non_default_knobs, rank_key, tie_value, top_groups
+from paraplan.search.ranking import (
+    Candidate,
+    kth_group_objective,
+    non_default_knobs,
+    rank_key,
+    tie_value,
+    top_groups,
+)
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
@@ -29,8 +36,15 @@ def test_non_default_knobs_by_hand():
     assert non_default_knobs(plan()) == 0
     assert non_default_knobs(plan(schedule="1f1b")) == 0  # the schedule the vpp implies is no knob
     assert non_default_knobs(plan(tp=2, zero=1)) == 2
-    assert non_default_knobs(plan(tp=2, pp=2, vpp=2, global_batch=16, schedule="interleaved")) == 3  # tp, pp, vpp
-    assert non_default_knobs(plan(pp=2, schedule="gpipe", offload_weights=True, overlap_dp_grad_reduce=False)) == 4
+    assert (
+        non_default_knobs(plan(tp=2, pp=2, vpp=2, global_batch=16, schedule="interleaved")) == 3
+    )  # tp, pp, vpp
+    assert (
+        non_default_knobs(
+            plan(pp=2, schedule="gpipe", offload_weights=True, overlap_dp_grad_reduce=False)
+        )
+        == 4
+    )
 
 
 def test_tie_value_rounds_to_ten_significant_digits():
@@ -43,18 +57,28 @@ def test_rank_key_orders_ties_by_memory_then_simplicity_then_canonical_order():
     simple, knobby = plan(zero=1), plan(zero=1, offload_weights=True)
     a = Candidate(1.0, 1.0, 50.0, knobby, (5, 0))
     b = Candidate(1.0, 1.0, 60.0, simple, (0, 0))  # same objective, more memory: after a
-    c = Candidate(1.0 + 1e-13, 1.0, 50.0, simple, (9, 9))  # equal to 10 digits, same memory, simpler: before a
+    c = Candidate(
+        1.0 + 1e-13, 1.0, 50.0, simple, (9, 9)
+    )  # equal to 10 digits, same memory, simpler: before a
     d = Candidate(0.9, 1.2, 70.0, knobby, (7, 0))  # better objective: first
     assert sorted([a, b, c, d], key=rank_key) == [d, c, a, b]
 
 
 def test_groups_and_the_kth_group_objective():
     p1, p2, p3 = plan(zero=1), plan(zero=1, placement="tp-dp-cp-pp"), plan(zero=2)
-    same = [Candidate(1.0, 2.0, 50.0, p2, (1, 0)), Candidate(1.0, 2.0, 50.0, p1, (2, 0))]  # differ in placement only
-    other = Candidate(1.0, 2.0, 40.0, p3, (3, 0))  # same time, less memory: its own group, ranked first
+    same = [
+        Candidate(1.0, 2.0, 50.0, p2, (1, 0)),
+        Candidate(1.0, 2.0, 50.0, p1, (2, 0)),
+    ]  # differ in placement only
+    other = Candidate(
+        1.0, 2.0, 40.0, p3, (3, 0)
+    )  # same time, less memory: its own group, ranked first
     worse = Candidate(2.0, 4.0, 10.0, p1, (4, 0))
     groups = top_groups([*same, other, worse], 2)
-    assert [[c.key for c in g] for g in groups] == [[(3, 0)], [(2, 0), (1, 0)]]  # simpler placement represents
+    assert [[c.key for c in g] for g in groups] == [
+        [(3, 0)],
+        [(2, 0), (1, 0)],
+    ]  # simpler placement represents
     objectives, steps, peaks = [1.0, 1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 4.0], [50.0, 50.0, 40.0, 10.0]
     assert kth_group_objective(objectives, steps, peaks, 2) == 1.0
     assert kth_group_objective(objectives, steps, peaks, 3) == 2.0
@@ -68,9 +92,19 @@ def grouped():
     """llama3-8b on 64 H100 with cp 4: the tp-cp-dp-pp and tp-dp-cp-pp placements give the same time
     and memory for some plans (40 candidates, every K checked against the exhaustive search)."""
     problem = SearchProblem(
-        model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=64, global_batch=64,
-        seq_length=8192, tp=(4,), cp=(2, 4), pp=(1,), micro_batch=(1, 2), recompute=("none",), zero=(2,),
-        vary_offload=False, vary_overlap=False,
+        model=load_model("llama3-8b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=64,
+        global_batch=64,
+        seq_length=8192,
+        tp=(4,),
+        cp=(2, 4),
+        pp=(1,),
+        micro_batch=(1, 2),
+        recompute=("none",),
+        zero=(2,),
+        vary_offload=False,
+        vary_overlap=False,
     )
     return problem, exhaustive_search(problem, top_k=40)
 
@@ -83,10 +117,14 @@ def test_equivalent_plans_are_one_row_with_the_same_time_and_memory(grouped):
         for other in ranked.equivalents:
             e = estimate(problem.model, problem.system, other)
             assert tie_value(e.step_time_s) == tie_value(ranked.estimate.step_time_s)
-            assert tie_value(e.peak_stage.peak_bytes) == tie_value(ranked.estimate.peak_stage.peak_bytes)
+            assert tie_value(e.peak_stage.peak_bytes) == tie_value(
+                ranked.estimate.peak_stage.peak_bytes
+            )
             assert non_default_knobs(other) >= non_default_knobs(ranked.plan)
-    keys = [ranking.group_key(r.objective, r.estimate.step_time_s, r.estimate.peak_stage.peak_bytes)
-            for r in reference.plans]
+    keys = [
+        ranking.group_key(r.objective, r.estimate.step_time_s, r.estimate.peak_stage.peak_bytes)
+        for r in reference.plans
+    ]
     assert len(set(keys)) == len(keys)  # K rows, K different choices
 
 
@@ -99,7 +137,9 @@ def test_fast_and_exhaustive_agree_on_groups_for_every_k(grouped, monkeypatch, c
     for k in sorted({1, 2, 5, *cuts[:3], len(reference.plans)}):
         fast = search(problem, top_k=k)
         assert [r.key for r in fast.plans] == [r.key for r in reference.plans[:k]], k
-        assert [r.equivalents for r in fast.plans] == [r.equivalents for r in reference.plans[:k]], k
+        assert [r.equivalents for r in fast.plans] == [
+            r.equivalents for r in reference.plans[:k]
+        ], k
         if chunk is None:
             assert exhaustive_search(problem, top_k=k).plans[-1].key == reference.plans[k - 1].key
 

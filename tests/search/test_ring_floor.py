@@ -12,7 +12,11 @@ import pytest
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.cost.comm import GroupSpan
 from paraplan.step.compose import RECOMPUTE_CODES, block_terms
-from paraplan.search.bounds.expert_floors import costing_experts, ring_floor_s, ring_transfer_floor_s
+from paraplan.search.bounds.expert_floors import (
+    costing_experts,
+    ring_floor_s,
+    ring_transfer_floor_s,
+)
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.specs.moe_model import moe_shaped
@@ -21,31 +25,58 @@ from paraplan.step.build import BLOCK_KINDS, _kind_cost_facts, model_block_kinds
 
 def _spans(cp: int, domain: int) -> list[GroupSpan]:
     """Every (members per domain, domains) a cp group of this size can take: p members in each of ⌈cp/p⌉ domains."""
-    return [GroupSpan(cp, p, math.ceil(cp / p)) for p in range(1, min(cp, domain) + 1) if cp % p == 0]
+    return [
+        GroupSpan(cp, p, math.ceil(cp / p)) for p in range(1, min(cp, domain) + 1) if cp % p == 0
+    ]
 
 
-@pytest.mark.parametrize("model_name, system_name", [
-    ("deepseek-v3", "dgx-h800"), ("mixtral-8x7b", "dgx-h100-80gb"), ("qwen3-30b-a3b", "gb200-nvl72"),
-    *((name, "dgx-h100-80gb") for name in model_names() if moe_shaped(load_model(name)) and name not in ("deepseek-v3", "mixtral-8x7b")),
-])
+@pytest.mark.parametrize(
+    "model_name, system_name",
+    [
+        ("deepseek-v3", "dgx-h800"),
+        ("mixtral-8x7b", "dgx-h100-80gb"),
+        ("qwen3-30b-a3b", "gb200-nvl72"),
+        *(
+            (name, "dgx-h100-80gb")
+            for name in model_names()
+            if moe_shaped(load_model(name)) and name not in ("deepseek-v3", "mixtral-8x7b")
+        ),
+    ],
+)
 def test_ring_floor_never_exceeds_the_exposed_ring(model_name, system_name):
     model, system = load_model(model_name), load_system(system_name)
-    problem = SearchProblem(model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048)
+    problem = SearchProblem(
+        model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048
+    )
     checked = 0
-    for tp, cp, mb, modules in product((1, 2), (2, 8, 16, 64), (1, 2), ((), ("core_attn",), ("moe_act", "mla_up_proj"))):
+    for tp, cp, mb, modules in product(
+        (1, 2), (2, 8, 16, 64), (1, 2), ((), ("core_attn",), ("moe_act", "mla_up_proj"))
+    ):
         expert = costing_experts(problem, tp)[-1]
         shape = layer_shape_of(problem, tp, cp, mb, tp > 1, "1d", 0, expert, modules)
         ring = ring_transfer_floor_s(model, system, shape)
-        assert ring is not None and ring[0] > 0 and ring[1] == pytest.approx(2 * ring[0])  # forward once, backward twice
+        assert (
+            ring is not None and ring[0] > 0 and ring[1] == pytest.approx(2 * ring[0])
+        )  # forward once, backward twice
         tp_span = GroupSpan(tp, tp, 1)
-        for name, cp_span in product(model_block_kinds(model), _spans(cp, system.node.gpus_per_domain)):
+        for name, cp_span in product(
+            model_block_kinds(model), _spans(cp, system.node.gpus_per_domain)
+        ):
             if not BLOCK_KINDS[name].core_ops(model, shape):
                 continue
             facts = _kind_cost_facts(model, system, name, shape, tp_span, cp_span)
-            floor = ring_floor_s(ring, facts.compute.attention_forward, facts.compute.attention_backward)
+            floor = ring_floor_s(
+                ring, facts.compute.attention_forward, facts.compute.attention_backward
+            )
             for code, overlap in product(set(RECOMPUTE_CODES.values()), (False, True)):
                 terms = block_terms(facts.compute, facts.comm, code, overlap)
-                assert floor <= (terms.cp_forward + terms.cp_backward) * (1 + 1e-12), (name, tp, cp, mb, cp_span)
+                assert floor <= (terms.cp_forward + terms.cp_backward) * (1 + 1e-12), (
+                    name,
+                    tp,
+                    cp,
+                    mb,
+                    cp_span,
+                )
                 checked += 1
     assert checked > 200
 
@@ -54,15 +85,32 @@ def test_ring_floor_is_large_beyond_the_domain_and_absent_without_a_ring():
     """cp 64 on 8-GPU domains crosses the NIC in every placement: the floor is most of the transfer; Ulysses and cp 1
     have no ring to floor."""
     model, system = load_model("deepseek-v3"), load_system("dgx-h800")
-    problem = SearchProblem(model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048)
+    problem = SearchProblem(
+        model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048
+    )
     expert = costing_experts(problem, 1)[0]
     wide = layer_shape_of(problem, 1, 64, 1, False, "1d", 0, expert)
     forward, backward = ring_transfer_floor_s(model, system, wide)
-    facts = _kind_cost_facts(model, system, "moe_layer", wide, GroupSpan(1, 1, 1), GroupSpan(64, 8, 8))
-    assert ring_floor_s((forward, backward), facts.compute.attention_forward, facts.compute.attention_backward) > 0.5 * (forward + backward)
-    assert ring_transfer_floor_s(model, system, layer_shape_of(problem, 1, 1, 1, False, "1d", 0, expert)) is None
-    ulysses = SearchProblem(model=load_model("qwen3-30b-a3b"), system=system, gpus=64, seq_length=8192, global_batch=64,
-                            cp_algorithm="all-to-all")
+    facts = _kind_cost_facts(
+        model, system, "moe_layer", wide, GroupSpan(1, 1, 1), GroupSpan(64, 8, 8)
+    )
+    assert ring_floor_s(
+        (forward, backward), facts.compute.attention_forward, facts.compute.attention_backward
+    ) > 0.5 * (forward + backward)
+    assert (
+        ring_transfer_floor_s(
+            model, system, layer_shape_of(problem, 1, 1, 1, False, "1d", 0, expert)
+        )
+        is None
+    )
+    ulysses = SearchProblem(
+        model=load_model("qwen3-30b-a3b"),
+        system=system,
+        gpus=64,
+        seq_length=8192,
+        global_batch=64,
+        cp_algorithm="all-to-all",
+    )
     shape = layer_shape_of(ulysses, 1, 4, 1, False, "1d", 0, costing_experts(ulysses, 1)[0])
     assert shape.ulysses and ring_transfer_floor_s(ulysses.model, system, shape) is None
 
@@ -75,7 +123,9 @@ def test_cheap_floors_take_the_ring_floor_unless_an_expert_op_is_recomputed():
     from paraplan.search.bounds.expert_floors import KindFloors
 
     model, system = load_model("deepseek-v3"), load_system("dgx-h800")
-    problem = SearchProblem(model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048)
+    problem = SearchProblem(
+        model=model, system=system, gpus=2048, seq_length=8192, global_batch=2048
+    )
     experts = costing_experts(problem, 1)
     floors_of = KindFloors(problem, experts)
     for modules, ring_taken in ((("core_attn",), True), (("moe_act",), False)):
@@ -100,5 +150,9 @@ def test_ring_floor_against_a_hand_computed_value():
     net = system.network
     per_pass = 15 * (2 * 512 * 2048 / (net.nic_bandwidth * net.efficiency) + net.latency)
     forward, backward = ring_transfer_floor_s(model, system, shape)
-    assert forward == pytest.approx(per_pass, rel=1e-12) and backward == pytest.approx(2 * per_pass, rel=1e-12)
-    assert ring_floor_s((forward, backward), 0.25 * per_pass, 3 * per_pass) == pytest.approx(0.75 * per_pass, rel=1e-12)
+    assert forward == pytest.approx(per_pass, rel=1e-12) and backward == pytest.approx(
+        2 * per_pass, rel=1e-12
+    )
+    assert ring_floor_s((forward, backward), 0.25 * per_pass, 3 * per_pass) == pytest.approx(
+        0.75 * per_pass, rel=1e-12
+    )

@@ -16,19 +16,42 @@ from paraplan.search.space import SearchProblem
 @pytest.mark.xdist_group("runtime-fields")
 def test_fast_equals_exhaustive_under_profile_knobs():
     problem = SearchProblem(
-        model=load_model("llama3-8b"), system=load_system("dgx-h100-80gb"), gpus=16, seq_length=16384, global_batch=16,
-        tp=(1, 2), cp=(1, 2, 4), micro_batch=(1,), recompute=("none", "full"), zero=(1, 3),
-        vary_offload=False, vary_placement=False, vary_overlap=False,
-        grad_dtype="bf16", zero3_prefetch_layers=0, zero3_max_live_params=2e8, cp_algorithm="all-to-all",
-        zero3_gather_unit="tensor", zero3_reduce_unit="tensor", zero3_regather_recompute=True,
+        model=load_model("llama3-8b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=16,
+        seq_length=16384,
+        global_batch=16,
+        tp=(1, 2),
+        cp=(1, 2, 4),
+        micro_batch=(1,),
+        recompute=("none", "full"),
+        zero=(1, 3),
+        vary_offload=False,
+        vary_placement=False,
+        vary_overlap=False,
+        grad_dtype="bf16",
+        zero3_prefetch_layers=0,
+        zero3_max_live_params=2e8,
+        cp_algorithm="all-to-all",
+        zero3_gather_unit="tensor",
+        zero3_reduce_unit="tensor",
+        zero3_regather_recompute=True,
     )
     fast, slow = search(problem, top_k=5), exhaustive_search(problem, top_k=5)
     assert [p.plan for p in fast.plans] == [p.plan for p in slow.plans]
     for a, b in zip(fast.plans, slow.plans):
         assert a.estimate.step_time_s == pytest.approx(b.estimate.step_time_s, rel=1e-9)
-    assert all(p.plan.cp_algorithm == "all-to-all" and p.plan.grad_dtype == "bf16" for p in fast.plans)
-    assert all(p.plan.zero3_reduce_unit == "tensor" and p.plan.zero3_regather_recompute for p in fast.plans)
-    assert {cp for _, _, cp, _ in problem.factorizations} == {1, 2, 4}  # Ulysses rows are in the space
+    assert all(
+        p.plan.cp_algorithm == "all-to-all" and p.plan.grad_dtype == "bf16" for p in fast.plans
+    )
+    assert all(
+        p.plan.zero3_reduce_unit == "tensor" and p.plan.zero3_regather_recompute for p in fast.plans
+    )
+    assert {cp for _, _, cp, _ in problem.factorizations} == {
+        1,
+        2,
+        4,
+    }  # Ulysses rows are in the space
 
 
 def test_profile_sets_the_search_problem_runtime_fields():

@@ -25,15 +25,21 @@ def problem(model: str, system: str, **fields) -> SearchProblem:
 
 # ---- no feasible plan --------------------------------------------------------------------------
 def test_nothing_fits_gives_empty_plans_and_nearest_miss():
-    p = problem("llama3-405b", "dgx-a100-40gb", gpus=8, global_batch=8, seq_length=2048, vary_offload=False)
+    p = problem(
+        "llama3-405b", "dgx-a100-40gb", gpus=8, global_batch=8, seq_length=2048, vary_offload=False
+    )
     result = search(p, top_k=5)
     assert result.plans == []
     assert result.feasible == 0
-    assert result.evaluated == result.candidates > 0  # nothing to prune against: everything was tried
+    assert (
+        result.evaluated == result.candidates > 0
+    )  # nothing to prune against: everything was tried
     miss = result.nearest_miss
     assert miss is not None
     assert miss["overflow_gib"] > 0
-    assert math.isclose(miss["peak_memory_gib"] - miss["capacity_gib"], miss["overflow_gib"], rel_tol=1e-9)
+    assert math.isclose(
+        miss["peak_memory_gib"] - miss["capacity_gib"], miss["overflow_gib"], rel_tol=1e-9
+    )
     # the reported plan is a real plan of the space whose estimate agrees
     plan = PlanSpec.model_validate(miss["plan"])
     e = estimate(p.model, p.system, plan)
@@ -45,17 +51,32 @@ def test_nothing_fits_gives_empty_plans_and_nearest_miss():
 
 def test_nearest_miss_is_the_smallest_overflow():
     """Checked against every candidate of a small space, each through the scalar estimator."""
-    p = problem("llama3-70b", "dgx-a100-40gb", gpus=8, global_batch=8, seq_length=4096, tp=(4, 8),
-                micro_batch=(1,), vary_offload=False, vary_placement=False, vary_overlap=False)
+    p = problem(
+        "llama3-70b",
+        "dgx-a100-40gb",
+        gpus=8,
+        global_batch=8,
+        seq_length=4096,
+        tp=(4, 8),
+        micro_batch=(1,),
+        vary_offload=False,
+        vary_placement=False,
+        vary_overlap=False,
+    )
     result = search(p, top_k=3)
     assert result.plans == []
-    peaks = [estimate(p.model, p.system, plan_of(p, row, option)).peak_stage.peak_bytes
-             for row in rows(p) for option in grid(p, row)]
+    peaks = [
+        estimate(p.model, p.system, plan_of(p, row, option)).peak_stage.peak_bytes
+        for row in rows(p)
+        for option in grid(p, row)
+    ]
     assert len(peaks) == result.candidates == result.evaluated
     capacity = p.system.accelerator.hbm_capacity
     assert min(peaks) > capacity
     assert math.isclose(result.nearest_miss["peak_memory_gib"], min(peaks) / GiB, rel_tol=1e-9)
-    assert math.isclose(result.nearest_miss["overflow_gib"], (min(peaks) - capacity) / GiB, rel_tol=1e-9)
+    assert math.isclose(
+        result.nearest_miss["overflow_gib"], (min(peaks) - capacity) / GiB, rel_tol=1e-9
+    )
 
 
 # ---- a feasible search ---------------------------------------------------------------------------
@@ -83,7 +104,9 @@ def test_feasible_plans_fit_and_are_sorted(feasible_result):
         # the time objective is seconds per token of this plan
         assert math.isclose(r.objective, r.estimate.step_time_s / (32 * 2048), rel_tol=1e-9)
         # the ranked estimate is the estimator's own answer for the plan
-        assert math.isclose(estimate(p.model, p.system, r.plan).step_time_s, r.estimate.step_time_s, rel_tol=1e-12)
+        assert math.isclose(
+            estimate(p.model, p.system, r.plan).step_time_s, r.estimate.step_time_s, rel_tol=1e-12
+        )
 
 
 def test_counts_are_consistent(feasible_result):
@@ -92,7 +115,16 @@ def test_counts_are_consistent(feasible_result):
     assert result.rows >= result.rows_evaluated > 0
     assert result.candidates > result.evaluated  # the bound pruned something on this problem
     d = result.to_dict()
-    for key in ("plans", "candidates", "evaluated", "feasible", "seconds", "rows", "rows_evaluated", "nearest_miss"):
+    for key in (
+        "plans",
+        "candidates",
+        "evaluated",
+        "feasible",
+        "seconds",
+        "rows",
+        "rows_evaluated",
+        "nearest_miss",
+    ):
         assert key in d
     assert d["nearest_miss"] is None
 
@@ -106,8 +138,20 @@ def test_faster_infeasible_are_faster_and_do_not_fit(feasible_result):
 
 
 def test_top_k_larger_than_the_feasible_set():
-    p = problem("gpt3-350m", "dgx-a100-80gb", gpus=8, global_batch=8, seq_length=2048, tp=(8,), pp=(1,),
-                micro_batch=(1,), recompute=("none",), vary_offload=False, vary_overlap=False, vary_placement=False)
+    p = problem(
+        "gpt3-350m",
+        "dgx-a100-80gb",
+        gpus=8,
+        global_batch=8,
+        seq_length=2048,
+        tp=(8,),
+        pp=(1,),
+        micro_batch=(1,),
+        recompute=("none",),
+        vary_offload=False,
+        vary_overlap=False,
+        vary_placement=False,
+    )
     result = search(p, top_k=1000)
     assert 0 < len(result.plans) == result.feasible <= result.candidates < 1000
 
@@ -138,7 +182,9 @@ def test_check_rejects_unknown_objective():
     assert message.startswith("objective") and "'speed'" in message
 
 
-@pytest.mark.parametrize("changes", [dict(global_batch=None), dict(global_batch=32, max_global_batch=64)])
+@pytest.mark.parametrize(
+    "changes", [dict(global_batch=None), dict(global_batch=32, max_global_batch=64)]
+)
 def test_check_needs_exactly_one_batch(changes):
     assert "global_batch" in check_error(**changes)
 
@@ -159,7 +205,10 @@ def test_check_rejects_batch_below_minimum_dp(field):
     assert str(min_dp) in message
 
 
-@pytest.mark.parametrize("changes", [dict(global_batch=0), dict(seq_length=0), dict(global_batch=None, max_global_batch=-1)])
+@pytest.mark.parametrize(
+    "changes",
+    [dict(global_batch=0), dict(seq_length=0), dict(global_batch=None, max_global_batch=-1)],
+)
 def test_check_rejects_non_positive_sizes(changes):
     check_error(**changes)
 
@@ -167,8 +216,15 @@ def test_check_rejects_non_positive_sizes(changes):
 # ---- max_global_batch ----------------------------------------------------------------------------
 @pytest.mark.parametrize("max_batch", [100, 64, 7])
 def test_max_global_batch_rounds_down_to_dp_times_micro_batch(max_batch):
-    p = problem("gpt3-1.3b", "dgx-a100-80gb", gpus=8, seq_length=2048, max_global_batch=max_batch,
-                vary_placement=False, vary_offload=False)
+    p = problem(
+        "gpt3-1.3b",
+        "dgx-a100-80gb",
+        gpus=8,
+        seq_length=2048,
+        max_global_batch=max_batch,
+        vary_placement=False,
+        vary_offload=False,
+    )
     result = search(p, top_k=20, collect_all=True)
     assert result.plans
     checked = [r.plan for r in result.plans] + [item["plan"] for item in result.all_feasible]
@@ -176,17 +232,28 @@ def test_max_global_batch_rounds_down_to_dp_times_micro_batch(max_batch):
         unit = plan.dp * plan.micro_batch
         assert plan.global_batch == (max_batch // unit) * unit
         assert 0 < plan.global_batch <= max_batch
-    if max_batch == 100:  # not a power of two: some plans lose part of the batch, some keep all of it
+    if (
+        max_batch == 100
+    ):  # not a power of two: some plans lose part of the batch, some keep all of it
         assert {plan.global_batch for plan in checked} >= {96, 100}
 
 
 def test_max_global_batch_objective_is_per_token():
     """Plans with different batches are ranked by time per token, not by step time."""
-    p = problem("gpt3-1.3b", "dgx-a100-80gb", gpus=8, seq_length=2048, max_global_batch=100,
-                vary_placement=False, vary_offload=False)
+    p = problem(
+        "gpt3-1.3b",
+        "dgx-a100-80gb",
+        gpus=8,
+        seq_length=2048,
+        max_global_batch=100,
+        vary_placement=False,
+        vary_offload=False,
+    )
     result = search(p, top_k=50)
     for r in result.plans:
-        assert math.isclose(r.objective, r.estimate.step_time_s / (r.plan.global_batch * 2048), rel_tol=1e-9)
+        assert math.isclose(
+            r.objective, r.estimate.step_time_s / (r.plan.global_batch * 2048), rel_tol=1e-9
+        )
 
 
 # ---- explain -------------------------------------------------------------------------------------
@@ -254,10 +321,18 @@ def test_collapsed_knobs_never_beat_their_canonical_value(pp):
     pairs += [(tp1, dict(tp1, sequence_parallel=True)), (tp1, dict(tp1, overlap_tp_comm=True))]
     dp1 = dict(gpus=8 * pp, tp=8, pp=pp, dp=1, micro_batch=1, global_batch=16, seq_length=4096)
     pairs += [(dp1, dict(dp1, zero=z)) for z in (1, 2, 3)]
-    pairs += [(dp1, dict(dp1, overlap_dp_grad_reduce=False)), (dp1, dict(dp1, overlap_param_gather=False))]
+    pairs += [
+        (dp1, dict(dp1, overlap_dp_grad_reduce=False)),
+        (dp1, dict(dp1, overlap_param_gather=False)),
+    ]
     dp2 = dict(gpus=8 * pp * 2, tp=8, pp=pp, dp=2, micro_batch=1, global_batch=16, seq_length=4096)
     pairs += [(dp2, dict(dp2, overlap_param_gather=False))]
-    pairs += [(dict(dp2, zero=3), dict(dp2, zero=3, overlap_param_gather=False, overlap_dp_grad_reduce=False))]
+    pairs += [
+        (
+            dict(dp2, zero=3),
+            dict(dp2, zero=3, overlap_param_gather=False, overlap_dp_grad_reduce=False),
+        )
+    ]
     if pp == 1:
         pairs += [(tp1, dict(tp1, schedule="gpipe"))]
     for canonical, dropped in pairs:
@@ -286,7 +361,9 @@ def test_search_leaves_the_garbage_collector_as_it_found_it():
         frozen = gc.get_freeze_count()
         with _cyclic_gc_paused():
             more = [[i] for i in range(100)]
-        assert 0 < gc.get_freeze_count() <= frozen  # not released, nothing added (some frozen objects may be freed)
+        assert (
+            0 < gc.get_freeze_count() <= frozen
+        )  # not released, nothing added (some frozen objects may be freed)
         del more
     finally:
         gc.unfreeze()

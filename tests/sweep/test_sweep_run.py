@@ -21,13 +21,41 @@ from paraplan.sweep.run import SweepConfig, run_sweep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("strong_scaling", "breakdown", "memory", "heatmap")
-ARGS = ["--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8,16",
-        "--set", "accelerator.hbm_bandwidth=1TB/s,2TB/s", "--global-batch", "64", "--seq-length", "2048",
-        "--tp", "1,2", "--pp", "1,2", "--no-offload", "--default-overlap", "--default-placement", "--top", "3"]
+ARGS = [
+    "--model",
+    "gpt3-1.3b",
+    "--system",
+    "dgx-a100-80gb",
+    "--gpus",
+    "8,16",
+    "--set",
+    "accelerator.hbm_bandwidth=1TB/s,2TB/s",
+    "--global-batch",
+    "64",
+    "--seq-length",
+    "2048",
+    "--tp",
+    "1,2",
+    "--pp",
+    "1,2",
+    "--no-offload",
+    "--default-overlap",
+    "--default-placement",
+    "--top",
+    "3",
+]
 CONFIG = SweepConfig(
-    model="gpt3-1.3b", systems=("dgx-a100-80gb",), gpus=(8, 16), seq_length=2048,
-    sets=(parse_set("accelerator.hbm_bandwidth=1TB/s,2TB/s"),), global_batch=64, top=3, no_offload=True,
-    default_overlap=True, default_placement=True, restrictions={"tp": (1, 2), "pp": (1, 2)},
+    model="gpt3-1.3b",
+    systems=("dgx-a100-80gb",),
+    gpus=(8, 16),
+    seq_length=2048,
+    sets=(parse_set("accelerator.hbm_bandwidth=1TB/s,2TB/s"),),
+    global_batch=64,
+    top=3,
+    no_offload=True,
+    default_overlap=True,
+    default_placement=True,
+    restrictions={"tp": (1, 2), "pp": (1, 2)},
 )
 
 
@@ -60,25 +88,49 @@ def test_sweep_json_has_every_point_in_cartesian_order(baseline):
     doc = json.loads((baseline / "sweep.json").read_text())
     pts = doc["points"]
     assert [(p["system"], p["gpus"], p["accelerator.hbm_bandwidth"]) for p in pts] == [
-        ("dgx-a100-80gb", 8, "1TB/s"), ("dgx-a100-80gb", 8, "2TB/s"),
-        ("dgx-a100-80gb", 16, "1TB/s"), ("dgx-a100-80gb", 16, "2TB/s")]
+        ("dgx-a100-80gb", 8, "1TB/s"),
+        ("dgx-a100-80gb", 8, "2TB/s"),
+        ("dgx-a100-80gb", 16, "1TB/s"),
+        ("dgx-a100-80gb", 16, "2TB/s"),
+    ]
     for p in pts:
         assert p["feasible"] is True
-        assert p["set_si"] == {"accelerator.hbm_bandwidth": 1e12 if p["accelerator.hbm_bandwidth"] == "1TB/s" else 2e12}
-        assert p["plan"]["gpus"] == p["gpus"] and p["plan"]["tp"] in (1, 2) and p["plan"]["pp"] in (1, 2)
+        assert p["set_si"] == {
+            "accelerator.hbm_bandwidth": 1e12 if p["accelerator.hbm_bandwidth"] == "1TB/s" else 2e12
+        }
+        assert (
+            p["plan"]["gpus"] == p["gpus"]
+            and p["plan"]["tp"] in (1, 2)
+            and p["plan"]["pp"] in (1, 2)
+        )
         assert p["step_time_s"] > 0 and p["tokens_per_s"] > 0 and 0 < p["mfu"] < 1
-        assert abs(sum(p["breakdown"].values()) - p["step_time_s"]) < 1e-8 * p["step_time_s"]  # 9 digits written
+        assert (
+            abs(sum(p["breakdown"].values()) - p["step_time_s"]) < 1e-8 * p["step_time_s"]
+        )  # 9 digits written
         mem = p["memory"]
-        parts = sum(mem[f"{k}_gib"] for k in ("weights", "gradients", "optimizer", "activations", "buffers", "reserved"))
-        assert abs(parts - mem["peak_gib"]) < 1e-8 * mem["peak_gib"] and mem["peak_gib"] <= mem["capacity_gib"]
+        parts = sum(
+            mem[f"{k}_gib"]
+            for k in ("weights", "gradients", "optimizer", "activations", "buffers", "reserved")
+        )
+        assert (
+            abs(parts - mem["peak_gib"]) < 1e-8 * mem["peak_gib"]
+            and mem["peak_gib"] <= mem["capacity_gib"]
+        )
         assert 1 <= len(p["top"]) <= 3 and p["top"][0]["plan"] == p["plan"]
         assert [t["rank"] for t in p["top"]] == list(range(1, len(p["top"]) + 1))
     # more HBM bandwidth never makes the best plan slower
-    assert pts[1]["step_time_s"] <= pts[0]["step_time_s"] and pts[3]["step_time_s"] <= pts[2]["step_time_s"]
+    assert (
+        pts[1]["step_time_s"] <= pts[0]["step_time_s"]
+        and pts[3]["step_time_s"] <= pts[2]["step_time_s"]
+    )
     assert "seconds" not in (baseline / "sweep.json").read_text()  # no wall-clock field
-    assert doc["sweep"]["sets"] == [{"path": "accelerator.hbm_bandwidth", "values": ["1TB/s", "2TB/s"]}]
+    assert doc["sweep"]["sets"] == [
+        {"path": "accelerator.hbm_bandwidth", "values": ["1TB/s", "2TB/s"]}
+    ]
     lines = (baseline / "sweep.csv").read_text().splitlines()
-    assert lines[0].startswith("index,system,gpus,accelerator.hbm_bandwidth,feasible,global_batch,step_time_s")
+    assert lines[0].startswith(
+        "index,system,gpus,accelerator.hbm_bandwidth,feasible,global_batch,step_time_s"
+    )
     assert len(lines) == 5
 
 
@@ -100,21 +152,29 @@ def test_sweep_is_byte_identical_across_runs(baseline, tmp_path, capsys):
 def test_resume_skips_finished_points(baseline, tmp_path, monkeypatch):
     shutil.copy(baseline / "config.json", tmp_path / "config.json")
     finished = (baseline / "points.jsonl").read_text().splitlines()
-    (tmp_path / "points.jsonl").write_text(finished[0] + "\n" + finished[1] + "\n" + finished[2][:40])  # torn line
+    (tmp_path / "points.jsonl").write_text(
+        finished[0] + "\n" + finished[1] + "\n" + finished[2][:40]
+    )  # torn line
     calls = []
     real = sweep_run.run_point
-    monkeypatch.setattr(sweep_run, "run_point", lambda task: calls.append(task["index"]) or real(task))
+    monkeypatch.setattr(
+        sweep_run, "run_point", lambda task: calls.append(task["index"]) or real(task)
+    )
     outcome = run_sweep(CONFIG, tmp_path, resume=True, plots=False)
     assert outcome.skipped == 2 and outcome.ran == 2
     done = {json.loads(line)["index"] for line in finished[:2]}
     assert sorted(calls) == sorted({0, 1, 2, 3} - done)
     assert (tmp_path / "sweep.json").read_bytes() == (baseline / "sweep.json").read_bytes()
-    journal = (tmp_path / "points.jsonl").read_text().splitlines()  # append-only: the torn line stays
+    journal = (
+        (tmp_path / "points.jsonl").read_text().splitlines()
+    )  # append-only: the torn line stays
     assert journal[:2] == finished[:2] and journal[2] == finished[2][:40] and len(journal) == 5
     calls.clear()
     assert run_sweep(CONFIG, tmp_path, resume=True, plots=False).ran == 0 and calls == []
     other = SweepConfig(**{**CONFIG.__dict__, "seq_length": 1024})
-    with pytest.raises(InputError, match="--resume: .* holds a different sweep \\(seq_length differs\\)"):
+    with pytest.raises(
+        InputError, match="--resume: .* holds a different sweep \\(seq_length differs\\)"
+    ):
         run_sweep(other, tmp_path, resume=True, plots=False)
 
 
@@ -124,7 +184,9 @@ def test_dask_local_cluster_and_processes_give_the_local_result(baseline, tmp_pa
     assert dask_out.ran == 4
     assert (tmp_path / "dask" / "sweep.json").read_bytes() == (baseline / "sweep.json").read_bytes()
     run_sweep(CONFIG, tmp_path / "procs", workers=2, plots=False)
-    assert (tmp_path / "procs" / "sweep.json").read_bytes() == (baseline / "sweep.json").read_bytes()
+    assert (tmp_path / "procs" / "sweep.json").read_bytes() == (
+        baseline / "sweep.json"
+    ).read_bytes()
 
 
 def test_plot_redraws_from_saved_results(baseline, tmp_path, capsys):
@@ -140,33 +202,66 @@ def test_plot_redraws_from_saved_results(baseline, tmp_path, capsys):
 
 
 def test_points_without_a_plan_are_recorded_and_drawn(tmp_path):
-    config = SweepConfig(model="gpt3-175b", systems=("dgx-a100-80gb",), gpus=(8, 128), seq_length=2048,
-                         global_batch=8, top=2, no_offload=True, default_overlap=True, default_placement=True,
-                         restrictions={"tp": (8,), "pp": (1,), "cp": (1,), "recompute": ("full",)})
+    config = SweepConfig(
+        model="gpt3-175b",
+        systems=("dgx-a100-80gb",),
+        gpus=(8, 128),
+        seq_length=2048,
+        global_batch=8,
+        top=2,
+        no_offload=True,
+        default_overlap=True,
+        default_placement=True,
+        restrictions={"tp": (8,), "pp": (1,), "cp": (1,), "recompute": ("full",)},
+    )
     doc = run_sweep(config, tmp_path).document
     miss, split = doc["points"]
     assert miss["feasible"] is False and miss["plan"] is None and miss["step_time_s"] is None
-    assert miss["nearest_miss"]["memory"]["peak_gib"] > miss["nearest_miss"]["memory"]["capacity_gib"]
+    assert (
+        miss["nearest_miss"]["memory"]["peak_gib"] > miss["nearest_miss"]["memory"]["capacity_gib"]
+    )
     assert "nearest miss needs" in miss["reason"]
-    assert split["feasible"] is False and "minimum data-parallel degree 16" in split["reason"]  # tp8: dp 16 > batch 8
+    assert (
+        split["feasible"] is False and "minimum data-parallel degree 16" in split["reason"]
+    )  # tp8: dp 16 > batch 8
     for name in ("strong_scaling", "breakdown", "memory"):
         assert_png(tmp_path / f"{name}.png")
 
 
 def test_estimate_plot_png_and_svg(tmp_path, capsys):
-    base = ["estimate", "--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--tp", "2", "--pp", "2",
-            "--global-batch", "16"]
+    base = [
+        "estimate",
+        "--model",
+        "gpt3-1.3b",
+        "--system",
+        "dgx-a100-80gb",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--global-batch",
+        "16",
+    ]
     code, out, err = run_cli(capsys, *base, "--plot", str(tmp_path / "one.png"))
     assert code == 0, err
     assert f"wrote {tmp_path / 'one.png'}" in out
     assert_png(tmp_path / "one.png")
-    (tmp_path / "sub").mkdir()  # --plot writes into an existing directory (a missing one is an input error)
+    (
+        tmp_path / "sub"
+    ).mkdir()  # --plot writes into an existing directory (a missing one is an input error)
     code, out, err = run_cli(capsys, *base, "--json", "--plot", str(tmp_path / "sub" / "one.svg"))
     assert code == 0, err
     json.loads(out)  # stdout stays pure JSON
     assert_svg(tmp_path / "sub" / "one.svg")
     code, _, err = run_cli(capsys, *base, "--plot", str(tmp_path / "one.pdf"))
-    assert code == 2 and err.startswith("error: --plot:") and ".png or .svg" in err and err.count("\n") == 1
+    assert (
+        code == 2
+        and err.startswith("error: --plot:")
+        and ".png or .svg" in err
+        and err.count("\n") == 1
+    )
 
 
 def test_sweep_vary_split_reaches_each_point_and_keeps_older_configs(tmp_path, capsys):
@@ -175,10 +270,38 @@ def test_sweep_vary_split_reaches_each_point_and_keeps_older_configs(tmp_path, c
     the option existed still resumes."""
     assert "vary_split" not in CONFIG.to_dict()
     code, out, err = run_cli(
-        capsys, "sweep", "--model", "deepseek-v3", "--system", "dgx-h800", "--gpus", "2048", "--global-batch", "15360",
-        "--seq-length", "4096", "--dtype", "fp8", "--tp", "2", "--pp", "16", "--cp", "1", "--micro-batch", "1",
-        "--no-offload", "--default-overlap", "--default-placement", "--top", "1", "--no-plot", "--vary-split",
-        "--out", str(tmp_path / "split"))
+        capsys,
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "dgx-h800",
+        "--gpus",
+        "2048",
+        "--global-batch",
+        "15360",
+        "--seq-length",
+        "4096",
+        "--dtype",
+        "fp8",
+        "--tp",
+        "2",
+        "--pp",
+        "16",
+        "--cp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--no-offload",
+        "--default-overlap",
+        "--default-placement",
+        "--top",
+        "1",
+        "--no-plot",
+        "--vary-split",
+        "--out",
+        str(tmp_path / "split"),
+    )
     assert code == 0, err
     doc = json.loads((tmp_path / "split" / "sweep.json").read_text())
     assert doc["sweep"]["vary_split"] is True

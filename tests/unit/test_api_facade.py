@@ -16,7 +16,11 @@ def test_names_dicts_specs_and_paths_agree(tmp_path):
     model = load_model("llama3-8b")
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(model.model_dump(exclude={"name"})))
-    by_spec = api.estimate(model, load_system("dgx-h100-80gb"), PlanSpec(gpus=8, zero=1, global_batch=8, seq_length=2048))
+    by_spec = api.estimate(
+        model,
+        load_system("dgx-h100-80gb"),
+        PlanSpec(gpus=8, zero=1, global_batch=8, seq_length=2048),
+    )
     by_dict = api.estimate(model.model_dump(), "dgx-h100-80gb", {"gpus": 8, "zero": 1})
     by_path = api.estimate(path, "dgx-h100-80gb", gpus=8, zero=1)
     for other in (by_spec, by_dict, by_path):
@@ -26,9 +30,18 @@ def test_names_dicts_specs_and_paths_agree(tmp_path):
 
 def test_default_global_batch():
     assert api.default_global_batch({"gpus": 64, "tp": 8, "pp": 2}) == 4
-    assert api.default_global_batch({"gpus": 64, "tp": 8, "pp": 2, "vpp": 2}) == 8  # interleaved: ·pp
-    assert api.default_global_batch({"gpus": 64, "tp": 8, "pp": 2, "micro_batch": 2, "schedule": "interleaved"}) == 16
-    assert api.default_global_batch({"gpus": 6, "tp": 4, "micro_batch": 3}) == 3  # dp unknown: let plan.gpus report it
+    assert (
+        api.default_global_batch({"gpus": 64, "tp": 8, "pp": 2, "vpp": 2}) == 8
+    )  # interleaved: ·pp
+    assert (
+        api.default_global_batch(
+            {"gpus": 64, "tp": 8, "pp": 2, "micro_batch": 2, "schedule": "interleaved"}
+        )
+        == 16
+    )
+    assert (
+        api.default_global_batch({"gpus": 6, "tp": 4, "micro_batch": 3}) == 3
+    )  # dp unknown: let plan.gpus report it
 
 
 def test_plan_errors_are_one_line():
@@ -43,11 +56,21 @@ def test_with_ops_and_validate():
     est = api.estimate("llama3-8b", "dgx-h100-80gb", gpus=8, zero=1, with_ops=True)
     assert est.ops and est.to_dict(include_ops=True)["ops"]
     report = api.validate()
-    assert set(report) == {"cases", "summary"} and report["summary"]["cases"] == len(report["cases"])
+    assert set(report) == {"cases", "summary"} and report["summary"]["cases"] == len(
+        report["cases"]
+    )
 
 
 # ---- search, results, labels, DataFrames ------------------------------------------------------------
-SMALL = dict(gpus=8, global_batch=32, top=3, tp=[1, 2], micro_batch=1, vary_offload=False, vary_placement=False)
+SMALL = dict(
+    gpus=8,
+    global_batch=32,
+    top=3,
+    tp=[1, 2],
+    micro_batch=1,
+    vary_offload=False,
+    vary_placement=False,
+)
 
 
 def test_search_takes_catalog_names_like_estimate():
@@ -55,9 +78,18 @@ def test_search_takes_catalog_names_like_estimate():
     from paraplan.search.space import SearchProblem
 
     found = api.search("gpt3-1.3b", "dgx-a100-80gb", **SMALL)
-    problem = SearchProblem(model=load_model("gpt3-1.3b"), system=load_system("dgx-a100-80gb"), gpus=8,
-                            global_batch=32, seq_length=2048, tp=(1, 2), micro_batch=(1,), vary_offload=False,
-                            vary_placement=False, price_per_gpu_hour=load_system("dgx-a100-80gb").price_per_gpu_hour)
+    problem = SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=load_system("dgx-a100-80gb"),
+        gpus=8,
+        global_batch=32,
+        seq_length=2048,
+        tp=(1, 2),
+        micro_batch=(1,),
+        vary_offload=False,
+        vary_placement=False,
+        price_per_gpu_hour=load_system("dgx-a100-80gb").price_per_gpu_hour,
+    )
     direct = run_search(problem, top_k=3)
     assert [r.plan for r in found] == [r.plan for r in direct.plans]
     assert len(found) == 3 and found.best is found[0] and found.best.rank == 1
@@ -69,7 +101,11 @@ def test_search_takes_catalog_names_like_estimate():
 def test_short_reprs_and_jupyter_view():
     found = api.search("gpt3-1.3b", "dgx-a100-80gb", **SMALL)
     text = repr(found)
-    assert text.startswith("<SearchResults gpt3-1.3b on 8 x dgx-a100-80gb") and "\n" not in text and len(text) < 250
+    assert (
+        text.startswith("<SearchResults gpt3-1.3b on 8 x dgx-a100-80gb")
+        and "\n" not in text
+        and len(text) < 250
+    )
     assert api.plan_label(found.best.plan) in text
     html = found._repr_html_()
     assert html.startswith("<table>") and html.count("<tr>") == 1 + 3
@@ -83,23 +119,47 @@ def test_records_and_dataframe():
     first = records[0]
     assert first["plan_label"] == api.plan_label(found.best.plan)
     assert first["step_time_s"] == found.best.estimate.step_time_s and first["fits"] is True
-    assert sum(first[k] for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s", "bubble_s", "tp_comm_s",
-                                  "cp_comm_s", "pp_comm_s", "dp_comm_s", "offload_s")) == pytest.approx(first["step_time_s"])
+    assert sum(
+        first[k]
+        for k in (
+            "forward_s",
+            "backward_s",
+            "recompute_s",
+            "optimizer_s",
+            "bubble_s",
+            "tp_comm_s",
+            "cp_comm_s",
+            "pp_comm_s",
+            "dp_comm_s",
+            "offload_s",
+        )
+    ) == pytest.approx(first["step_time_s"])
     pd = pytest.importorskip("pandas")
     frame = found.to_dataframe()
     assert isinstance(frame, pd.DataFrame) and list(frame["rank"]) == [1, 2, 3]
     est = api.estimate("llama3-8b", "dgx-h100-80gb", gpus=8, zero=1)
-    assert api.to_dataframe([est, est]).shape[0] == 2 and api.to_dataframe(est)["mfu"].iloc[0] == est.mfu
+    assert (
+        api.to_dataframe([est, est]).shape[0] == 2
+        and api.to_dataframe(est)["mfu"].iloc[0] == est.mfu
+    )
 
 
 def test_estimate_ranked_plan_and_plan_reprs_are_one_short_line():
     est = api.estimate("llama3-8b", "dgx-h100-80gb", gpus=8, zero=1)
     text = repr(est)
-    assert text.startswith("<Estimate llama3-8b on 8 x dgx-h100-80gb: tp1 pp1 cp1 dp8 mb1 rc:none zero1; step ")
+    assert text.startswith(
+        "<Estimate llama3-8b on 8 x dgx-h100-80gb: tp1 pp1 cp1 dp8 mb1 rc:none zero1; step "
+    )
     assert "\n" not in text and len(text) < 200 and "(fits)" in text
-    assert est._repr_html_().startswith("<table>") and est.to_record()["plan_label"] == "tp1 pp1 cp1 dp8 mb1 rc:none zero1"
+    assert (
+        est._repr_html_().startswith("<table>")
+        and est.to_record()["plan_label"] == "tp1 pp1 cp1 dp8 mb1 rc:none zero1"
+    )
     ranked = api.search("gpt3-1.3b", "dgx-a100-80gb", **SMALL).best
-    assert repr(ranked).startswith(f"<RankedPlan #1 {api.plan_label(ranked.plan)}: step ") and len(repr(ranked)) < 200
+    assert (
+        repr(ranked).startswith(f"<RankedPlan #1 {api.plan_label(ranked.plan)}: step ")
+        and len(repr(ranked)) < 200
+    )
     plan = PlanSpec(gpus=8, tp=2, zero=1, global_batch=8, seq_length=2048)
     assert repr(plan) == "PlanSpec(gpus=8, tp=2, dp=4, global_batch=8, seq_length=2048, zero=1)"
     assert PlanSpec.model_validate(plan.model_dump()) == plan  # the data are all still there

@@ -24,13 +24,19 @@ def _imports() -> dict[str, set[str]]:
     for name, path in modules.items():
         deps = set()
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("paraplan"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("paraplan")
+            ):
                 for alias in node.names:
                     sub = f"{node.module}.{alias.name}"
                     deps.add(sub if sub in modules else node.module)
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name.startswith("paraplan")}
-        graph[name] = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")}
+        graph[name] = {
+            d for d in deps if d in modules and d != name and not name.startswith(d + ".")
+        }
     return graph
 
 
@@ -43,7 +49,7 @@ def test_no_import_cycles():
         state[node] = 1
         for dep in graph[node]:
             if state.get(dep) == 1:
-                cycles.append(" -> ".join(path[path.index(dep):] + [dep]))
+                cycles.append(" -> ".join(path[path.index(dep) :] + [dep]))
             elif dep not in state:
                 visit(dep, path + [dep])
         state[node] = 2
@@ -55,5 +61,9 @@ def test_no_import_cycles():
 
 
 def test_no_source_file_over_600_lines():
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in ROOT.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, long

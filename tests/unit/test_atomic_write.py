@@ -14,7 +14,9 @@ def test_it_creates_the_folder_and_replaces_the_file_whole(tmp_path):
     assert target.read_text() == "one\n"
     atomic_write_text(target, "two\n")
     assert target.read_text() == "two\n"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["plan.json"]  # no temporary file left
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        "plan.json"
+    ]  # no temporary file left
 
 
 def test_a_folder_it_cannot_create_is_a_one_line_error_and_nothing_is_written(tmp_path):

@@ -22,11 +22,33 @@ DATASHEET_FIELDS = (
 )
 
 EXPECTED_MODELS = {
-    "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
-    "megatron-22b", "mt-nlg-530b", "megatron-1t",
-    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
+    "gpt3-125m",
+    "gpt3-350m",
+    "gpt3-760m",
+    "gpt3-1.3b",
+    "gpt3-2.7b",
+    "gpt3-6.7b",
+    "gpt3-13b",
+    "gpt3-175b",
+    "megatron-22b",
+    "mt-nlg-530b",
+    "megatron-1t",
+    "llama2-7b",
+    "llama2-13b",
+    "llama2-70b",
+    "llama3-8b",
+    "llama3-70b",
+    "llama3-405b",
 }
-EXPECTED_SYSTEMS = {"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100-80gb", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8"}
+EXPECTED_SYSTEMS = {
+    "dgx-a100-40gb",
+    "dgx-a100-80gb",
+    "dgx-h100-80gb",
+    "dgx-h200",
+    "dgx-b200",
+    "gb200-nvl72",
+    "mi300x-8",
+}
 
 
 def params(m: ModelSpec) -> float:
@@ -72,7 +94,9 @@ def test_system_cites_every_datasheet_number(name):
     sources = load_system(name).sources
     missing = [f for f in DATASHEET_FIELDS if not sources.get(f, "").strip()]
     assert not missing, f"{name}: no sources entry for {missing}"
-    assert sources.get("accelerator.efficiency", "").strip(), f"{name}: efficiency calibration not cited"
+    assert sources.get("accelerator.efficiency", "").strip(), (
+        f"{name}: efficiency calibration not cited"
+    )
 
 
 @pytest.mark.parametrize("name", system_names())
@@ -132,7 +156,13 @@ def test_llama_parameter_counts(name, billions):
 
 def test_llama_style_defaults():
     m = load_model("llama3-70b")
-    assert (m.mlp, m.norm, m.tie_embeddings, m.n_kv_heads, m.d_head) == ("swiglu", "rmsnorm", False, 8, 128)
+    assert (m.mlp, m.norm, m.tie_embeddings, m.n_kv_heads, m.d_head) == (
+        "swiglu",
+        "rmsnorm",
+        False,
+        8,
+        128,
+    )
     assert not m.has_bias and not m.learned_positions
 
 

@@ -23,18 +23,46 @@ GB = 1e-9  # seconds per byte at 1 GB/s
 
 
 def _group(on_nic: bool) -> GradientGroup:
-    form = LinearCollective(0.0, 0.0, GB, 0.0, 0.0, 0.0) if on_nic else LinearCollective(GB, 0.0, 0.0, 0.0, 0.0, 0.0)
+    form = (
+        LinearCollective(0.0, 0.0, GB, 0.0, 0.0, 0.0)
+        if on_nic
+        else LinearCollective(GB, 0.0, 0.0, 0.0, 0.0, 0.0)
+    )
     return GradientGroup(2, form, form, form)
 
 
-def _inputs(block: BlockCost, count: int, zero: int, on_nic: bool = True, gather_overlap: bool = True, m: int = 2):
+def _inputs(
+    block: BlockCost,
+    count: int,
+    zero: int,
+    on_nic: bool = True,
+    gather_overlap: bool = True,
+    m: int = 2,
+):
     stage = Stage(0, 1, ((block, count),), 0.0)
-    knobs = GridKnobs(vpp=1, interleaved=False, gpipe=False, zero=zero, overlap_dp_grad_reduce=True,
-                      overlap_param_gather=gather_overlap, offload_weights=False, offload_activations=False,
-                      offload_optimizer=False)
+    knobs = GridKnobs(
+        vpp=1,
+        interleaved=False,
+        gpipe=False,
+        zero=zero,
+        overlap_dp_grad_reduce=True,
+        overlap_param_gather=gather_overlap,
+        offload_weights=False,
+        offload_activations=False,
+        offload_optimizer=False,
+    )
     inp = StepInputs(
-        stages=(stage,), pp=1, microbatches=m, gradient_groups={"dense": _group(on_nic)}, knobs=knobs,
-        host_bandwidth=1.0, hbm_rate=1e30, weight_bytes=2.0, grad_bytes=4.0, optimizer_bytes=12.0, reserved_bytes=0.0,
+        stages=(stage,),
+        pp=1,
+        microbatches=m,
+        gradient_groups={"dense": _group(on_nic)},
+        knobs=knobs,
+        host_bandwidth=1.0,
+        hbm_rate=1e30,
+        weight_bytes=2.0,
+        grad_bytes=4.0,
+        optimizer_bytes=12.0,
+        reserved_bytes=0.0,
     )
     return inp, stage
 

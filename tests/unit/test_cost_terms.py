@@ -14,7 +14,13 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.cost import comm, compute, flops, memory
 from paraplan.graph.ops import Op
-from paraplan.graph.transformer import LayerShape, _gemm, decoder_layer, embedding_weight_params, layer_weight_params
+from paraplan.graph.transformer import (
+    LayerShape,
+    _gemm,
+    decoder_layer,
+    embedding_weight_params,
+    layer_weight_params,
+)
 from paraplan.step.pipeline import bubble_from_work_s
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -112,7 +118,9 @@ def test_gemm_time_fp8_uses_fp8_peak_and_cap():
     #   64x128 : 24*18 = 432 tiles -> 4 waves: 0.85*432/528 = 0.6955   => 108/132
     flops_ = 28_991_029_248.0
     expected = flops_ / (1978.9e12 * 0.60 * (108 / 132) * (4096 / 4128)) + 40e-6 + 4e-6
-    assert compute.gemm_time_s(flops_, (1, 1536, 2304, 4096), H100.accelerator, "fp8") == approx(expected)
+    assert compute.gemm_time_s(flops_, (1, 1536, 2304, 4096), H100.accelerator, "fp8") == approx(
+        expected
+    )
 
 
 def test_memory_time():
@@ -125,18 +133,26 @@ def test_memory_kernel_roofline_uses_vector_flops():
     """Element-wise kernels are bound by HBM unless vector FLOP/s are scarce (roofline)."""
     acc = ROUND.accelerator  # 1 TB/s HBM at 80 %, 10 TFLOP/s vector bf16
     assert compute.memory_time_s(1e9, acc, flops=1e9) == approx(1e9 / 0.8e12 + 4e-6)  # memory-bound
-    assert compute.memory_time_s(1e9, acc, flops=1e11) == approx(1e11 / 10e12 + 4e-6)  # vector-bound
+    assert compute.memory_time_s(1e9, acc, flops=1e11) == approx(
+        1e11 / 10e12 + 4e-6
+    )  # vector-bound
     slow = acc.model_copy(update={"vector_flops": {"bf16": 1e9}})
     op = decoder_layer(LLAMA3_8B, LayerShape(1, 1, 1, 2048, False, "flash", "bf16")).ops[0]
-    assert op.name == "input_norm" and op.fwd_flops == 4.0 * 2048 * 4096  # RMSNorm: 4 FLOPs per element
+    assert (
+        op.name == "input_norm" and op.fwd_flops == 4.0 * 2048 * 4096
+    )  # RMSNorm: 4 FLOPs per element
     assert compute.op_times_s(op, slow, "bf16")[0] > compute.op_times_s(op, acc, "bf16")[0]
 
 
 def test_attention_time():
     # 1 TFLOP, causal half: 1e12 * 0.5 / (312e12 * 0.6) + 4 us
-    assert compute.attention_time_s(1e12, 0.5, A100.accelerator, "bf16") == approx(0.5e12 / 187.2e12 + 4e-6)
+    assert compute.attention_time_s(1e12, 0.5, A100.accelerator, "bf16") == approx(
+        0.5e12 / 187.2e12 + 4e-6
+    )
     # fp8 plans run attention at the bf16 peak: H100 989.4 TFLOP/s x 0.45
-    assert compute.attention_time_s(1e12, 0.5, H100.accelerator, "fp8") == approx(0.5e12 / (989.4e12 * 0.45) + 4e-6)
+    assert compute.attention_time_s(1e12, 0.5, H100.accelerator, "fp8") == approx(
+        0.5e12 / (989.4e12 * 0.45) + 4e-6
+    )
 
 
 def test_op_times_gemm_backward_is_dgrad_plus_wgrad():
@@ -150,7 +166,9 @@ def test_op_times_gemm_backward_is_dgrad_plus_wgrad():
     f = 28_991_029_248.0
     assert op.fwd_flops == f and op.bwd_flops == 2 * f
     fwd, bwd = compute.op_times_s(op, A100.accelerator, "bf16")
-    peak = 312e12 * 0.778  # the A100 cap (catalog.gemm_benchmarks); fixed time 26.4 us ramp + 4 us launch
+    peak = (
+        312e12 * 0.778
+    )  # the A100 cap (catalog.gemm_benchmarks); fixed time 26.4 us ramp + 4 us launch
     assert fwd == approx(f / (peak * 1.0 * 4096 / 4128) + 30.4e-6)
     dgrad = f / (peak * (8 / 9) * (2304 / 2336)) + 30.4e-6
     wgrad = f / (peak * (8 / 9) * (1536 / 1568)) + 30.4e-6
@@ -241,14 +259,19 @@ def test_all_gather_and_reduce_scatter():
         assert comm.collective_time_s(kind, 1e9, INSIDE, ROUND) == approx(0.0175 + 35e-6)
         # across: 3/4 * 1e9 / 50e9 = 0.015 + 3/4 * 0.25e9 / 5e9 = 0.0375;
         # latency: flat ring of 15 hops, 3 across domains: 12*5us + 3*10us = 90us
-        assert comm.collective_time_s(kind, 1e9, ACROSS, ROUND) == approx(0.015 + 0.0375 + 60e-6 + 30e-6)
+        assert comm.collective_time_s(kind, 1e9, ACROSS, ROUND) == approx(
+            0.015 + 0.0375 + 60e-6 + 30e-6
+        )
 
 
 def test_nccl_latency_at_scale():
     """NCCL tuning.cc's ring and tree latencies worked by hand: 1,536 ranks on 192 8-GPU nodes."""
     big = comm.GroupSpan(1536, 8, 192)
     # all-gather / reduce-scatter: ring only, 1535 hops, 191 across nodes -> 1344*5us + 191*10us = 8.63 ms
-    assert comm.collective_latency_s("all_gather", big, 5e-6, 10e-6) == (approx(1344 * 5e-6), approx(191 * 10e-6))
+    assert comm.collective_latency_s("all_gather", big, 5e-6, 10e-6) == (
+        approx(1344 * 5e-6),
+        approx(191 * 10e-6),
+    )
     form = comm.linear_collective("reduce_scatter", big, ROUND)
     assert form.latency_in + form.latency_out == approx(8.63e-3)
     # all-reduce: ring 2*1535 = 3070 hops, 2*191 = 382 across: 2688*5us + 382*10us = 17.26 ms;
@@ -263,9 +286,14 @@ def test_nccl_latency_at_scale():
     assert comm.collective_latency_s("all_gather", one, 5e-6, 10e-6) == (approx(35e-6), 0.0)
     assert comm.collective_latency_hops("all_reduce", one, 5e-6, 10e-6) == (14, 0)
     # grows with n, not with a + o: doubling the nodes doubles the all-gather latency (to first order)
-    assert comm.collective_latency_s("all_gather", comm.GroupSpan(3072, 8, 384), 5e-6, 10e-6)[0] == approx(2688 * 5e-6)
+    assert comm.collective_latency_s("all_gather", comm.GroupSpan(3072, 8, 384), 5e-6, 10e-6)[
+        0
+    ] == approx(2688 * 5e-6)
     assert comm.log2i(1) == 0 and comm.log2i(192) == 7 and comm.log2i(256) == 8
-    assert comm.collective_latency_hops("all_reduce", comm.GroupSpan(1, 1, 1), 5e-6, 10e-6) == (0, 0)
+    assert comm.collective_latency_hops("all_reduce", comm.GroupSpan(1, 1, 1), 5e-6, 10e-6) == (
+        0,
+        0,
+    )
 
 
 def test_point_to_point():
@@ -314,7 +342,15 @@ def test_sharded_state_bytes(zero, expected):
 
 
 def _gpt3_shape(sp: bool) -> LayerShape:
-    return LayerShape(tp=8, cp=1, micro_batch=1, seq_length=2048, sequence_parallel=sp, attention="unfused", dtype="bf16")
+    return LayerShape(
+        tp=8,
+        cp=1,
+        micro_batch=1,
+        seq_length=2048,
+        sequence_parallel=sp,
+        attention="unfused",
+        dtype="bf16",
+    )
 
 
 # GPT-3 175B layer, s=2048, b=1, h=12288, a=96, t=8: s*b*h = 2048*12288 = 25_165_824;
@@ -336,30 +372,56 @@ def test_activations_korthikanti_sp_selective():
 
 def test_activations_korthikanti_sp_no_recompute_and_selective_without_sp():
     # SP, none: s*b*h*(34/t + 5as/(ht)) = SBH * 14.25 = 358_612_992
-    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "none") == approx(358_612_992.0)
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "none") == approx(
+        358_612_992.0
+    )
     # no SP, selective: s*b*h*(10 + 24/t) = 13 * SBH = 327_155_712
-    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "selective") == approx(327_155_712.0)
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "selective") == approx(
+        327_155_712.0
+    )
 
 
 def test_activations_korthikanti_full_recompute():
     # 2*s*b*h = 50_331_648; with SP / t: 6_291_456
-    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "full") == approx(50_331_648.0)
-    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "full") == approx(6_291_456.0)
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(False), "full") == approx(
+        50_331_648.0
+    )
+    assert memory.layer_activation_bytes(GPT3_175B, _gpt3_shape(True), "full") == approx(
+        6_291_456.0
+    )
 
 
 def test_activations_fp8_keep_gemm_inputs_in_one_byte():
     """Transformer Engine saves the fp8 copy of each GEMM input (QKV, projection, fc1, fc2 inputs):
     s*b*h*(8 + 19/t + 5as/(ht)) for GPT shapes, against (10 + 24/t + ...) in bf16."""
-    fp8 = LayerShape(tp=8, cp=1, micro_batch=1, seq_length=2048, sequence_parallel=False, attention="unfused", dtype="fp8")
+    fp8 = LayerShape(
+        tp=8,
+        cp=1,
+        micro_batch=1,
+        seq_length=2048,
+        sequence_parallel=False,
+        attention="unfused",
+        dtype="fp8",
+    )
     # SBH * (8 + 19/8 + 10) = SBH * 20.375 = 512_753_664
     assert memory.layer_activation_bytes(GPT3_175B, fp8, "none") == approx(20.375 * SBH)
     # selective drops the attention internals: SBH * (8 + 19/8)
     assert memory.layer_activation_bytes(GPT3_175B, fp8, "selective") == approx(10.375 * SBH)
     # recompute_modules mlp drops the intermediates (4h: GeLU input 2 B + fc2 input 1 B = 12h / t), layernorm the
     # two norm outputs (1 B each): SBH * (20.375 - 12/8 - 2)
-    mods = LayerShape(tp=8, cp=1, micro_batch=1, seq_length=2048, sequence_parallel=False, attention="unfused",
-                      dtype="fp8", recompute_modules=("mlp", "layernorm"))
-    assert memory.layer_activation_bytes(GPT3_175B, mods, "selective") == approx((20.375 - 1.5 - 2) * SBH)
+    mods = LayerShape(
+        tp=8,
+        cp=1,
+        micro_batch=1,
+        seq_length=2048,
+        sequence_parallel=False,
+        attention="unfused",
+        dtype="fp8",
+        recompute_modules=("mlp", "layernorm"),
+    )
+    assert memory.layer_activation_bytes(GPT3_175B, mods, "selective") == approx(
+        (20.375 - 1.5 - 2) * SBH
+    )
 
 
 def test_in_flight_1f1b():
@@ -468,7 +530,9 @@ def test_full_recompute_is_the_forward_again():
     s = 2048
     layers_n = 96 * 12 * 12288**2
     expected = 8 * layers_n + 6 * 51200 * 12288 + 4 * 2 * 96 * (s + 1) * 12288
-    got = flops.model_flops_per_token(GPT3_175B, s) + flops.recompute_flops_per_token(GPT3_175B, s, "full")
+    got = flops.model_flops_per_token(GPT3_175B, s) + flops.recompute_flops_per_token(
+        GPT3_175B, s, "full"
+    )
     assert got == approx(expected, rel=1e-12)
 
 

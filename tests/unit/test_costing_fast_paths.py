@@ -31,27 +31,65 @@ def test_weight_tensor_stats_equal_the_separate_walks(name):
         shape = LayerShape(tp, 1, 1, 2048, tp > 1, "flash", "bf16", expert=expert)
         for kind in model_block_kinds(model):
             graph = BLOCK_KINDS[kind].graph(model, shape)
-            stats = weight_tensor_stats(graph, model.has_bias, model.has_qkv_bias, layernorm, model.learned_positions,
-                                        model.hidden)
+            stats = weight_tensor_stats(
+                graph,
+                model.has_bias,
+                model.has_qkv_bias,
+                layernorm,
+                model.learned_positions,
+                model.hidden,
+            )
             assert stats == (
-                weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, layernorm, model.learned_positions),
+                weight_tensor_count(
+                    graph, model.has_bias, model.has_qkv_bias, layernorm, model.learned_positions
+                ),
                 largest_weight_params(graph),
-                small_weight_numels(graph, model.has_bias, model.has_qkv_bias, layernorm, model.hidden,
-                                    DS_PERSISTENCE_THRESHOLD),
+                small_weight_numels(
+                    graph,
+                    model.has_bias,
+                    model.has_qkv_bias,
+                    layernorm,
+                    model.hidden,
+                    DS_PERSISTENCE_THRESHOLD,
+                ),
             )
 
 
 def test_recompute_flag_copy_equals_replace():
     """_with_recompute_flag copies every field of Op (a field added to Op must be added there too)."""
     op = Op("x", "gemm", 1.0, 2.0, 3.0, 4.0, (1, 2, 3, 4), False, 0.5, (8, 8, 64, True))
-    assert set(Op._fields) == {"name", "kind", "fwd_flops", "fwd_bytes", "bwd_flops", "bwd_bytes",
-                                            "gemm_shape", "selective_recompute", "causal_fraction", "attention_call"}
+    assert set(Op._fields) == {
+        "name",
+        "kind",
+        "fwd_flops",
+        "fwd_bytes",
+        "bwd_flops",
+        "bwd_bytes",
+        "gemm_shape",
+        "selective_recompute",
+        "causal_fraction",
+        "attention_call",
+    }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)
 
 
 def test_with_expert_equals_replace():
     """with_expert (cached) derives the shape _replace derives, for equal and different expert knobs."""
-    shape = LayerShape(2, 1, 1, 4096, True, "flash", "bf16", expert=ExpertShape(ep=8), recompute_modules=("core_attn",))
-    for expert in (ExpertShape(), ExpertShape(ep=8), ExpertShape(ep=16, etp=2, dispatcher="deepep", a2a_overlap=True)):
+    shape = LayerShape(
+        2,
+        1,
+        1,
+        4096,
+        True,
+        "flash",
+        "bf16",
+        expert=ExpertShape(ep=8),
+        recompute_modules=("core_attn",),
+    )
+    for expert in (
+        ExpertShape(),
+        ExpertShape(ep=8),
+        ExpertShape(ep=16, etp=2, dispatcher="deepep", a2a_overlap=True),
+    ):
         assert with_expert(shape, expert) == shape._replace(expert=expert)

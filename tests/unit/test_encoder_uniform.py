@@ -36,7 +36,9 @@ def test_vit_large_model_flops_closed_form():
     h, layers, classes, s = 1024, 24, 21843, 197
     n = layers * 12 * h * h + classes * h / s + 3 * 16 * 16 * h
     attention = 3 * 2 * s * 2 * h * layers
-    assert math.isclose(model_flops_per_token(load_model("vit-large"), s), 6 * n + attention, rel_tol=1e-12)
+    assert math.isclose(
+        model_flops_per_token(load_model("vit-large"), s), 6 * n + attention, rel_tol=1e-12
+    )
 
 
 def test_encoder_blocks_are_bidirectional_and_vit_blocks_are_its_own():
@@ -56,25 +58,51 @@ def test_uniform_bert_equals_the_per_stage_estimator(tp):
     """One stage of the non-uniform path (graph.encoder blocks, estimate_stages) and the uniform builder agree."""
     model, system = load_model("bert-large"), load_system("dgx-a100-80gb")
     cluster = uniform_cluster(system, tp)
-    plan = stage_plan_from_dict({"global_batch": 8, "seq_length": 512, "microbatches": 4, "dtype": "bf16",
-                                 "stages": [{"pool": cluster.pools[0].name, "gpus": tp, "layers": 24, "tp": tp}]})
+    plan = stage_plan_from_dict(
+        {
+            "global_batch": 8,
+            "seq_length": 512,
+            "microbatches": 4,
+            "dtype": "bf16",
+            "stages": [{"pool": cluster.pools[0].name, "gpus": tp, "layers": 24, "tp": tp}],
+        }
+    )
     mine = estimate_stage_plan(model, cluster, plan)
-    ref = estimate(model, system, PlanSpec(gpus=tp, tp=tp, global_batch=8, micro_batch=2, seq_length=512, dtype="bf16"))
+    ref = estimate(
+        model,
+        system,
+        PlanSpec(gpus=tp, tp=tp, global_batch=8, micro_batch=2, seq_length=512, dtype="bf16"),
+    )
     assert ref.step_time_s == pytest.approx(mine.step_time_s, rel=1e-9)
     assert ref.stages[0].peak_bytes == pytest.approx(mine.stages[0].peak_bytes, rel=1e-9)
 
 
 def test_encoder_decoder_still_needs_a_per_stage_plan():
     with pytest.raises(InputError, match="model.architecture: 'encoder_decoder'"):
-        estimate(load_model("t5-3b"), load_system("dgx-a100-80gb"), PlanSpec(gpus=8, seq_length=512, global_batch=8))
+        estimate(
+            load_model("t5-3b"),
+            load_system("dgx-a100-80gb"),
+            PlanSpec(gpus=8, seq_length=512, global_batch=8),
+        )
 
 
 @pytest.mark.xdist_group("encoder-search")
 @pytest.mark.parametrize("model,seq", [("bert-large", 512), ("vit-large", 197)])
 def test_encoder_search_is_exact(model, seq):
-    problem = SearchProblem(model=load_model(model), system=load_system("dgx-a100-80gb"), gpus=8, seq_length=seq,
-                            global_batch=64, tp=(1, 2), pp=(1, 2), micro_batch=(2, 4), recompute=("none", "full"),
-                            vary_placement=False, vary_offload=False, vary_overlap=False)
+    problem = SearchProblem(
+        model=load_model(model),
+        system=load_system("dgx-a100-80gb"),
+        gpus=8,
+        seq_length=seq,
+        global_batch=64,
+        tp=(1, 2),
+        pp=(1, 2),
+        micro_batch=(2, 4),
+        recompute=("none", "full"),
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
+    )
     fast, slow = search(problem, top_k=5), exhaustive_search(problem, top_k=5)
     assert fast.plans and [p.plan for p in fast.plans] == [p.plan for p in slow.plans]
     for a, b in zip(fast.plans, slow.plans):
@@ -87,12 +115,29 @@ def test_vit_head_memory_is_one_rule_for_both_estimators():
     from paraplan.cost.memory import classifier_activation_bytes
 
     shape = LayerShape(1, 1, 2, 197, False, "flash", "bf16")
-    assert classifier_activation_bytes(load_model("vit-large"), shape) == 2 * 2 * 2 * 197 * 1024 + 4 * 2 * 21843 == 1_788_568
+    assert (
+        classifier_activation_bytes(load_model("vit-large"), shape)
+        == 2 * 2 * 2 * 197 * 1024 + 4 * 2 * 21843
+        == 1_788_568
+    )
     model, system = load_model("vit-large"), load_system("dgx-a100-80gb")
-    cluster = uniform_cluster(system, 1)  # one stage: the case where the two estimators are held equal
-    plan = stage_plan_from_dict({"global_batch": 8, "seq_length": 197, "microbatches": 2, "dtype": "bf16",
-                                 "stages": [{"pool": cluster.pools[0].name, "gpus": 1, "layers": 24}]})
+    cluster = uniform_cluster(
+        system, 1
+    )  # one stage: the case where the two estimators are held equal
+    plan = stage_plan_from_dict(
+        {
+            "global_batch": 8,
+            "seq_length": 197,
+            "microbatches": 2,
+            "dtype": "bf16",
+            "stages": [{"pool": cluster.pools[0].name, "gpus": 1, "layers": 24}],
+        }
+    )
     mine = estimate_stage_plan(model, cluster, plan)
-    ref = estimate(model, system, PlanSpec(gpus=1, global_batch=8, micro_batch=4, seq_length=197, dtype="bf16"))
+    ref = estimate(
+        model, system, PlanSpec(gpus=1, global_batch=8, micro_batch=4, seq_length=197, dtype="bf16")
+    )
     assert ref.step_time_s == pytest.approx(mine.step_time_s, rel=1e-9)
-    assert [s.peak_bytes for s in ref.stages] == pytest.approx([s.peak_bytes for s in mine.stages], rel=1e-9)
+    assert [s.peak_bytes for s in ref.stages] == pytest.approx(
+        [s.peak_bytes for s in mine.stages], rel=1e-9
+    )

@@ -62,7 +62,10 @@ def test_plan_rule_violations(model, fields, field, value):
 def test_two_violations_are_one_line():
     err = raises(GPT, A100, gpus=3, tp=3, global_batch=8)
     assert len(err.violations) == 2  # heads and ffn_hidden
-    assert str(err) == "plan.tp: 3 is not allowed; must divide heads=16 and must divide ffn_hidden=8192"
+    assert (
+        str(err)
+        == "plan.tp: 3 is not allowed; must divide heads=16 and must divide ffn_hidden=8192"
+    )
 
 
 def test_offload_without_host_bandwidth():
@@ -88,7 +91,13 @@ def test_estimate_checks_the_plan_first():
 
 
 def test_valid_plan_passes():
-    check_plan(LLAMA, A100, PlanSpec(gpus=64, tp=8, pp=4, vpp=2, global_batch=32, seq_length=8192, sequence_parallel=True))
+    check_plan(
+        LLAMA,
+        A100,
+        PlanSpec(
+            gpus=64, tp=8, pp=4, vpp=2, global_batch=32, seq_length=8192, sequence_parallel=True
+        ),
+    )
 
 
 def test_non_decoder_models_are_refused_by_the_uniform_estimate_and_search():

@@ -21,9 +21,13 @@ from paraplan.validate.fitted import FittedConstant, _golden, refit, with_consta
 # ---- attention kernel curves (FA3 paper Fig. 5 fits) ------------------------------------------
 def test_shape_factor_by_hand():
     # FA3, s = 4096, d = 128, causal: 4096/(4096+220) · 1 · 4096/(4096+128)
-    assert attention_shape_factor("fa3", 4096, 128, True) == pytest.approx(4096 / 4316 * 4096 / 4224)
+    assert attention_shape_factor("fa3", 4096, 128, True) == pytest.approx(
+        4096 / 4316 * 4096 / 4224
+    )
     # head dim 64: (64/(64+55)) / (128/(128+55)); non-causal drops the diagonal-tile factor
-    assert attention_shape_factor("fa3", 1024, 64, False) == pytest.approx(1024 / 1244 * (64 / 119) / (128 / 183))
+    assert attention_shape_factor("fa3", 1024, 64, False) == pytest.approx(
+        1024 / 1244 * (64 / 119) / (128 / 183)
+    )
     # head dims above 128 are capped
     assert attention_shape_factor("fa2", 1024, 256, False) == pytest.approx(1024 / 1131)
     assert attention_shape_scale("cudnn", 8192, 128, True) == pytest.approx(1.0)
@@ -41,20 +45,26 @@ def test_fitted_curve_reproduces_the_figure_within_three_percent():
 def test_longer_sequences_are_faster_per_flop_and_kernels_fall_back():
     acc = load_system("dgx-h100-80gb").accelerator
     # head dim 64 on FA3 at 16k: 497 / 648 in the figure; the fit gives (64/119)/(128/183) = 0.769
-    assert attention_shape_factor("fa3", 16384, 64, False) / attention_shape_factor("fa3", 16384, 128, False) == pytest.approx(
-        497 / 648, rel=0.01
-    )
+    assert attention_shape_factor("fa3", 16384, 64, False) / attention_shape_factor(
+        "fa3", 16384, 128, False
+    ) == pytest.approx(497 / 648, rel=0.01)
     effs = [attention_efficiency(acc, (s, s, 128, True)) for s in (1024, 4096, 16384, 131072)]
     assert effs == sorted(effs) and effs[-1] < 1.0
-    assert attention_efficiency(acc, (8192, 8192, 128, True)) == pytest.approx(acc.efficiency.attention)
+    assert attention_efficiency(acc, (8192, 8192, 128, True)) == pytest.approx(
+        acc.efficiency.attention
+    )
     assert effective_kernel("fa3", "ampere") == "fa2" and effective_kernel("fa3", "hopper") == "fa3"
     assert kernel_relative_speed("fa3", "fa2", "ampere") == 1.0
-    assert 0.5 < kernel_relative_speed("fa2", "cudnn", "hopper") < 0.7  # FA2 ~370 vs cuDNN ~600 TFLOP/s
+    assert (
+        0.5 < kernel_relative_speed("fa2", "cudnn", "hopper") < 0.7
+    )  # FA2 ~370 vs cuDNN ~600 TFLOP/s
 
 
 # ---- framework profiles ----------------------------------------------------------------------
 def test_every_profile_loads_and_cites_its_choices():
-    assert {"megatron-core", "megatron-lm-2021", "deepspeed", "torchtitan", "maxtext"} <= set(framework_names())
+    assert {"megatron-core", "megatron-lm-2021", "deepspeed", "torchtitan", "maxtext"} <= set(
+        framework_names()
+    )
     for name in framework_names():
         profile = load_framework(name)
         assert profile.name == name and profile.source
@@ -64,12 +74,16 @@ def test_every_profile_loads_and_cites_its_choices():
 
 def test_apply_framework():
     h100 = load_system("dgx-h100-80gb")
-    system, plan = apply_framework(load_framework("torchtitan"), h100, {"overlap_dp_grad_reduce": False})
+    system, plan = apply_framework(
+        load_framework("torchtitan"), h100, {"overlap_dp_grad_reduce": False}
+    )
     assert plan["overlap_dp_grad_reduce"] is False  # the plan's explicit value wins
     assert plan["overlap_param_gather"] is True  # the profile fills the rest
     eff = system.accelerator.efficiency
     assert eff.attention_kernel == "fa2"
-    assert eff.attention == pytest.approx(h100.accelerator.efficiency.attention * kernel_relative_speed("fa2", "cudnn", "hopper"))
+    assert eff.attention == pytest.approx(
+        h100.accelerator.efficiency.attention * kernel_relative_speed("fa2", "cudnn", "hopper")
+    )
     assert eff.hbm == pytest.approx(h100.accelerator.efficiency.hbm / 2.0)  # eager element-wise ops
     assert system.accelerator.reserved_memory == pytest.approx((0.5 + 1.0 + 0.05 * 80) * 2**30)
     # the calibration profile changes nothing that the visible H100 set was fitted with
@@ -88,11 +102,15 @@ def test_band_from_a_hand_made_residual_table():
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     plan = _plan()
     features = plan_features(model, system, plan)
-    assert features[0] == "architecture:hopper" and "hopper tp" in features and "hopper dp" in features
+    assert (
+        features[0] == "architecture:hopper" and "hopper tp" in features and "hopper dp" in features
+    )
     table = {f: (0.0,) for f in features}
     table["hopper tp"] = (-10.0, 2.0)  # one case 10 % too fast, one 2 % too slow
     band = error_band(model, system, plan, 1.0, residuals=table)
-    assert band.high_s == pytest.approx(1 / 0.9) and band.low_s == pytest.approx(1 / 1.03)  # 3 % floor
+    assert band.high_s == pytest.approx(1 / 0.9) and band.low_s == pytest.approx(
+        1 / 1.03
+    )  # 3 % floor
     assert band.extrapolated == ()
     del table["hopper dp"]
     assert error_band(model, system, plan, 1.0, residuals=table).extrapolated == ("hopper dp",)
@@ -100,8 +118,13 @@ def test_band_from_a_hand_made_residual_table():
 
 def test_band_of_a_plan_outside_the_validation_sets_is_marked():
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
-    band = error_band(model, system, _plan(seq_length=131072, cp=2, gpus=16, tp=8, overlap_tp_comm=True), 10.0)
-    assert "hopper tp comm overlap" in band.extrapolated and "hopper seq:>32768 tokens" in band.extrapolated
+    band = error_band(
+        model, system, _plan(seq_length=131072, cp=2, gpus=16, tp=8, overlap_tp_comm=True), 10.0
+    )
+    assert (
+        "hopper tp comm overlap" in band.extrapolated
+        and "hopper seq:>32768 tokens" in band.extrapolated
+    )
     assert band.low_s <= 10.0 <= band.high_s
 
 
@@ -111,7 +134,9 @@ def test_extrapolated_features_take_the_widest_range_of_their_model_kind():
     table = {f: (-1.0,) for f in plan_features(model, system, plan)}
     table[KIND_KEY + "dense"] = (-20.0, 4.0, 1.0)
     table[KIND_KEY + "moe"] = (-50.0,)  # another model kind: never used for a dense plan
-    assert error_band(model, system, plan, 1.0, residuals=table).high_s == pytest.approx(1 / 0.97)  # validated
+    assert error_band(model, system, plan, 1.0, residuals=table).high_s == pytest.approx(
+        1 / 0.97
+    )  # validated
     del table["hopper tp"]
     band = error_band(model, system, plan, 1.0, residuals=table)
     assert band.extrapolated == ("hopper tp",)
@@ -120,9 +145,16 @@ def test_extrapolated_features_take_the_widest_range_of_their_model_kind():
 
 
 def test_moe_features_are_kept_apart_from_dense_ones():
-    moe, dense, system = load_model("mixtral-8x7b"), load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    moe, dense, system = (
+        load_model("mixtral-8x7b"),
+        load_model("llama3-8b"),
+        load_system("dgx-h100-80gb"),
+    )
     plan = _plan(gpus=8, tp=1, sequence_parallel=False)
-    moe_features, dense_features = plan_features(moe, system, plan), plan_features(dense, system, plan)
+    moe_features, dense_features = (
+        plan_features(moe, system, plan),
+        plan_features(dense, system, plan),
+    )
     assert moe_features[0] == "architecture:hopper moe" and "hopper moe dp" in moe_features
     assert not set(moe_features) & set(dense_features)
 
@@ -130,18 +162,33 @@ def test_moe_features_are_kept_apart_from_dense_ones():
 # ---- refit ------------------------------------------------------------------------------------
 def test_golden_section_and_coordinate_descent():
     assert _golden(lambda x: (x - 0.3) ** 2, 0.0, 1.0, 1e-6) == pytest.approx(0.3, abs=1e-5)
-    a = FittedConstant("a", ("dgx-a100-80gb",), ("accelerator", "efficiency", "gemm"), (0.0, 1.0), ("x",))
-    b = FittedConstant("b", ("dgx-a100-80gb",), ("accelerator", "efficiency", "hbm"), (0.0, 1.0), ("x",))
-    values = refit(lambda v: (v[a] - 0.2) ** 2 + (v[b] - 0.7) ** 2 + 0.1 * v[a] * v[b], [a, b], {a: 0.5, b: 0.5}, sweeps=4)
+    a = FittedConstant(
+        "a", ("dgx-a100-80gb",), ("accelerator", "efficiency", "gemm"), (0.0, 1.0), ("x",)
+    )
+    b = FittedConstant(
+        "b", ("dgx-a100-80gb",), ("accelerator", "efficiency", "hbm"), (0.0, 1.0), ("x",)
+    )
+    values = refit(
+        lambda v: (v[a] - 0.2) ** 2 + (v[b] - 0.7) ** 2 + 0.1 * v[a] * v[b],
+        [a, b],
+        {a: 0.5, b: 0.5},
+        sweeps=4,
+    )
     # minimum of the quadratic: 2(a-0.2)+0.1b = 0, 2(b-0.7)+0.1a = 0
-    assert values[a] == pytest.approx(0.1652, abs=2e-3) and values[b] == pytest.approx(0.6917, abs=2e-3)
+    assert values[a] == pytest.approx(0.1652, abs=2e-3) and values[b] == pytest.approx(
+        0.6917, abs=2e-3
+    )
 
 
 def test_with_constants_scales_from_the_catalog_value():
     system = load_system("dgx-a100-80gb")
-    gemm = FittedConstant("g", ("dgx-a100-80gb",), ("accelerator", "efficiency", "gemm"), (0.5, 1.0), ("x",))
+    gemm = FittedConstant(
+        "g", ("dgx-a100-80gb",), ("accelerator", "efficiency", "gemm"), (0.5, 1.0), ("x",)
+    )
     changed = with_constants(system, {gemm: 0.6})
-    assert changed.accelerator.efficiency.gemm == pytest.approx(0.6) and hash(changed) != hash(system)
+    assert changed.accelerator.efficiency.gemm == pytest.approx(0.6) and hash(changed) != hash(
+        system
+    )
     assert with_constants(load_system("dgx-h100-80gb"), {gemm: 0.6}) == load_system("dgx-h100-80gb")
 
 
@@ -151,7 +198,10 @@ def test_overlap_mechanisms_by_hand():
 
     # fair sharing: alone 1 s and 3 s on one link -> the short flow ends at 2 s, the long at 4 s
     assert list(ov.fair_share_times_s([3.0, 1.0])) == [4.0, 2.0]
-    assert float(ov.shared_link_time_s(1.0, 3.0)) == 2.0 and float(ov.shared_link_time_s(2.0, 0.0)) == 2.0
+    assert (
+        float(ov.shared_link_time_s(1.0, 3.0)) == 2.0
+        and float(ov.shared_link_time_s(2.0, 0.0)) == 2.0
+    )
     # 4 chunks, comm 0.4 s, GEMM 1.0 s, 5 % SM slowdown: 0.1 + 0 + 0.05
     assert float(ov.chunked_overlap_exposed_s(0.4, 1.0, 4, 0.05)) == pytest.approx(0.15)
     # comm-bound: comm 2 s, GEMM 1 s, 2 chunks, no slowdown: 1 + 0.5·1
@@ -177,7 +227,9 @@ def test_leave_one_group_out_refits_without_the_group():
 
     cases = [c for c in load_cases() if c.name.startswith("korthikanti2022-tab5-megatron-22b")]
     cases = [replace(cases[0], group="a"), replace(cases[1], group="b")]
-    gemm = [c for c in FITTED_CONSTANTS if c.name == "gemm.bf16"]  # value: the A100 cap (catalog.gemm_benchmarks)
+    gemm = [
+        c for c in FITTED_CONSTANTS if c.name == "gemm.bf16"
+    ]  # value: the A100 cap (catalog.gemm_benchmarks)
     report = cross_validate(cases, constants=gemm)
     assert set(report["groups"]) == {"a", "b"}
     for group in report["groups"].values():
@@ -191,8 +243,24 @@ def test_api_estimate_with_a_framework():
     from paraplan.api import estimate
 
     plain = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=16, seq_length=8192, zero=1)
-    core = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=16, seq_length=8192, zero=1, framework="megatron-core")
-    titan = estimate("llama3-8b", "dgx-h100-80gb", gpus=8, global_batch=16, seq_length=8192, zero=1, framework="torchtitan")
+    core = estimate(
+        "llama3-8b",
+        "dgx-h100-80gb",
+        gpus=8,
+        global_batch=16,
+        seq_length=8192,
+        zero=1,
+        framework="megatron-core",
+    )
+    titan = estimate(
+        "llama3-8b",
+        "dgx-h100-80gb",
+        gpus=8,
+        global_batch=16,
+        seq_length=8192,
+        zero=1,
+        framework="torchtitan",
+    )
     assert core.step_time_s == pytest.approx(plain.step_time_s)  # the calibration profile
     assert titan.step_time_s > plain.step_time_s  # FA2 kernel and eager element-wise ops
 
@@ -202,10 +270,23 @@ def test_cases_of_another_framework_speak_only_for_that_framework():
     18 % too fast) widen the band of a deepspeed-2021 estimate, not that of a Megatron-LM one of the same
     plan (validate.band)."""
     model, system = load_model("gpt3-175b"), load_system("dgx-a100-80gb")
-    plan = PlanSpec(gpus=1536, tp=1, pp=1, dp=1536, micro_batch=1, global_batch=1536, seq_length=2048,
-                    recompute="full", zero=3, dtype="fp16", attention="unfused")
+    plan = PlanSpec(
+        gpus=1536,
+        tp=1,
+        pp=1,
+        dp=1536,
+        micro_batch=1,
+        global_batch=1536,
+        seq_length=2048,
+        recompute="full",
+        zero=3,
+        dtype="fp16",
+        attention="unfused",
+    )
     deepspeed = error_band(model, system, plan, 1.0, "deepspeed-2021")
     megatron = error_band(model, system, plan, 1.0)
     assert deepspeed.high_s > 1 / (1 - 0.15)  # the -18 % case is in its population
     assert megatron.high_s < deepspeed.high_s
-    assert all(" deepspeed-2021 " in f for f in deepspeed.features[1:]) and not any("deepspeed" in f for f in megatron.features)
+    assert all(" deepspeed-2021 " in f for f in deepspeed.features[1:]) and not any(
+        "deepspeed" in f for f in megatron.features
+    )

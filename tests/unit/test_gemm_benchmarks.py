@@ -21,21 +21,53 @@ SHARE = SHARE_CONSTANT.catalog_value() / kernel_cap("dgx-a100-80gb")
 
 # (system, m, n, k, expected kernel time in s = 2·m·n·k / (MAMF TFLOPS · 1e12)), MAMF table at ml-engineering 744d01e
 BENCHMARK_TIMES = [
-    ("dgx-a100-80gb", 1024, 10240, 5120, 2 * 1024 * 10240 * 5120 / 271.2e12),  # A100 SXM 271.2: 395.9 us
+    (
+        "dgx-a100-80gb",
+        1024,
+        10240,
+        5120,
+        2 * 1024 * 10240 * 5120 / 271.2e12,
+    ),  # A100 SXM 271.2: 395.9 us
     ("dgx-a100-40gb", 1024, 10240, 5120, 2 * 1024 * 10240 * 5120 / 271.2e12),  # same A100 SXM row
-    ("dgx-h100-80gb", 2048, 2048, 13312, 2 * 2048 * 2048 * 13312 / 794.5e12),  # H100 SXM 794.5: 140.6 us
+    (
+        "dgx-h100-80gb",
+        2048,
+        2048,
+        13312,
+        2 * 2048 * 2048 * 13312 / 794.5e12,
+    ),  # H100 SXM 794.5: 140.6 us
     ("dgx-h200", 2048, 2048, 13312, 2 * 2048 * 2048 * 13312 / 794.5e12),  # "H200 is the same"
-    ("dgx-h800", 2048, 2048, 13312, 2 * 2048 * 2048 * 13312 / 794.5e12),  # H100 SXM compute datasheet
-    ("dgx-b200", 1792, 16128, 3072, 2 * 1792 * 16128 * 3072 / 1745.0e12),  # B200 SXM 1745.0: 101.8 us
+    (
+        "dgx-h800",
+        2048,
+        2048,
+        13312,
+        2 * 2048 * 2048 * 13312 / 794.5e12,
+    ),  # H100 SXM compute datasheet
+    (
+        "dgx-b200",
+        1792,
+        16128,
+        3072,
+        2 * 1792 * 16128 * 3072 / 1745.0e12,
+    ),  # B200 SXM 1745.0: 101.8 us
     ("gb200-nvl72", 4096, 9728, 2048, 2 * 4096 * 9728 * 2048 / 1822.0e12),  # GB200 1822.0: 89.6 us
-    ("dgx-b300", 12288, 18432, 1024, 2 * 12288 * 18432 * 1024 / 1769.0e12),  # B300 SXM 1769.0: 262.2 us
+    (
+        "dgx-b300",
+        12288,
+        18432,
+        1024,
+        2 * 12288 * 18432 * 1024 / 1769.0e12,
+    ),  # B300 SXM 1769.0: 262.2 us
     ("mi300x-8", 10240, 15360, 8192, 2 * 10240 * 15360 * 8192 / 668.4e12),  # MI300X 668.4: 3855 us
 ]
 
 
 def _kernel_accelerator(acc: AcceleratorSpec) -> AcceleratorSpec:
     """The catalog accelerator with its cap divided by the in-step share and no ramp (the benchmark's kernel)."""
-    eff = acc.efficiency.model_copy(update={"gemm": acc.efficiency.gemm / SHARE, "gemm_ramp_s": 0.0})
+    eff = acc.efficiency.model_copy(
+        update={"gemm": acc.efficiency.gemm / SHARE, "gemm_ramp_s": 0.0}
+    )
     return acc.model_copy(update={"efficiency": eff})
 
 
@@ -49,13 +81,19 @@ def test_every_benchmarked_system_is_listed():
 def test_catalog_cap_reproduces_the_mamf_benchmark(system, m, n, k, expected_s):
     acc = _kernel_accelerator(load_system(system).accelerator)
     # caps are written to 3 decimals: 0.1 % on a cap of 0.45 (MI300X) is the largest rounding
-    assert gemm_time_s(2.0 * m * n * k, (1, m, n, k), acc, "bf16") == pytest.approx(expected_s, rel=2e-3)
+    assert gemm_time_s(2.0 * m * n * k, (1, m, n, k), acc, "bf16") == pytest.approx(
+        expected_s, rel=2e-3
+    )
 
 
 def test_caps_share_one_in_step_share():
     for system in SHARE_CONSTANT.systems:
-        ref = system if system in MAMF_BF16 else "dgx-h100-80gb"  # H100 PCIe / NVL: the H100 SXM kernel cap
-        assert load_system(system).accelerator.efficiency.gemm / kernel_cap(ref) == pytest.approx(SHARE, rel=2e-3)
+        ref = (
+            system if system in MAMF_BF16 else "dgx-h100-80gb"
+        )  # H100 PCIe / NVL: the H100 SXM kernel cap
+        assert load_system(system).accelerator.efficiency.gemm / kernel_cap(ref) == pytest.approx(
+            SHARE, rel=2e-3
+        )
 
 
 def test_benchmark_cap_by_hand_a100():
@@ -65,5 +103,7 @@ def test_benchmark_cap_by_hand_a100():
     acc = load_system("dgx-a100-80gb").accelerator
     f = 2 * 1024 * 10240 * 5120
     expected = f / (312e12 * (320 / 324) * (5120 / 5152) * (f / 271.2e12 - 4e-6))
-    assert gemm_benchmark_cap(271.2, (1024, 10240, 5120), acc, "bf16") == pytest.approx(expected, rel=1e-12)
+    assert gemm_benchmark_cap(271.2, (1024, 10240, 5120), acc, "bf16") == pytest.approx(
+        expected, rel=1e-12
+    )
     assert expected == pytest.approx(0.8946, abs=1e-4)

@@ -21,7 +21,9 @@ def test_loads_with_its_datasheet_numbers():
     # the H100 SXM tensor rates (same GH100 configuration): 1,979 / 3,958 TFLOPS sparse, halved
     h100 = load_system("dgx-h100-80gb").accelerator
     assert a.matrix_flops == h100.matrix_flops and a.vector_flops == h100.vector_flops
-    assert a.host_bandwidth == pytest.approx(300e9)  # NVLink-C2C: 450 GB/s per direction, ~300 measured D2H
+    assert a.host_bandwidth == pytest.approx(
+        300e9
+    )  # NVLink-C2C: 450 GB/s per direction, ~300 measured D2H
     assert a.host_bandwidth > 4 * h100.host_bandwidth  # C2C against PCIe Gen5
     assert a.host_memory == pytest.approx(120e9)  # Alps: ~120 GB LPDDR5X usable per Grace
     assert s.node.gpus_per_domain == 4 and s.node.nvlink_bandwidth == pytest.approx(3 * 150e9)
@@ -32,15 +34,26 @@ def test_carries_the_h100_efficiencies_and_is_listed_with_them():
     """Same silicon as H100 SXM: the fitted constants of the H100 list this system, at the same catalog values
     (a refit moves it with dgx-h100-80gb)."""
     mine = [c for c in FITTED_CONSTANTS if NAME in c.systems]
-    assert {c.name for c in mine} >= {"gemm.bf16", "h100.gemm_fp8", "h100.attention", "moe.grouped_gemm_fp8",
-                                      "moe.host_sync_s", "moe.a2a_overlap_cost"}
-    eff, ref = load_system(NAME).accelerator.efficiency, load_system("dgx-h100-80gb").accelerator.efficiency
+    assert {c.name for c in mine} >= {
+        "gemm.bf16",
+        "h100.gemm_fp8",
+        "h100.attention",
+        "moe.grouped_gemm_fp8",
+        "moe.host_sync_s",
+        "moe.a2a_overlap_cost",
+    }
+    eff, ref = (
+        load_system(NAME).accelerator.efficiency,
+        load_system("dgx-h100-80gb").accelerator.efficiency,
+    )
     assert eff == ref
     for const in mine:
         value: object = load_system(NAME)
         for part in const.path:
             value = getattr(value, part)
-        if const.name != "gemm.bf16":  # gemm.bf16 lists caps that differ by GPU (test_gemm_benchmarks)
+        if (
+            const.name != "gemm.bf16"
+        ):  # gemm.bf16 lists caps that differ by GPU (test_gemm_benchmarks)
             assert value == pytest.approx(const.catalog_value()), const.name
 
 

@@ -15,7 +15,15 @@ LLAMA = load_model("llama3-8b")  # h 4096, a 32, a_kv 8, f 14336, swiglu, no dro
 
 
 def shape(tp=1, cp=1, b=1, s=2048, sp=False, attention="flash", dtype="bf16") -> LayerShape:
-    return LayerShape(tp=tp, cp=cp, micro_batch=b, seq_length=s, sequence_parallel=sp, attention=attention, dtype=dtype)
+    return LayerShape(
+        tp=tp,
+        cp=cp,
+        micro_batch=b,
+        seq_length=s,
+        sequence_parallel=sp,
+        attention=attention,
+        dtype=dtype,
+    )
 
 
 def forward_matmul_flops(graph) -> float:
@@ -35,17 +43,28 @@ def test_layer_forward_flops_match_closed_form(model, tp, cp, attention):
     # causal discount; the graph lists attention's FLOPs over all s keys, 4·L·s·(a·d) (the causal
     # fraction enters its time), i.e. 2·L·(s-1)·(a·d) more
     closed = (model_flops_per_token(model, s) - 6.0 * model.vocab * model.hidden) / 3.0
-    assert per_token == pytest.approx(closed + 2.0 * model.layers * (s - 1) * model.q_width, rel=1e-9)
+    assert per_token == pytest.approx(
+        closed + 2.0 * model.layers * (s - 1) * model.q_width, rel=1e-9
+    )
     # what the graph charges (attention scaled by its causal fraction) is never below the closed form
-    charged = sum(op.fwd_flops * (op.causal_fraction if op.kind == "attention" else 1.0)
-                  for op in graph.ops if op.kind in ("gemm", "attention"))
+    charged = sum(
+        op.fwd_flops * (op.causal_fraction if op.kind == "attention" else 1.0)
+        for op in graph.ops
+        if op.kind in ("gemm", "attention")
+    )
     assert charged * tp * cp * model.layers / (b * s) >= closed * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("model", [GPT, LLAMA], ids=lambda m: m.name)
 def test_layer_forward_flops_by_hand(model):
     # t=1, b=1, s=2048: 2·s·(h·(q+2kv) + q·h + p·h·f + f·h) + 4·s·s·q
-    h, q, kv, f, p = model.hidden, model.q_width, model.kv_width, model.ffn_hidden, model.mlp_input_projections
+    h, q, kv, f, p = (
+        model.hidden,
+        model.q_width,
+        model.kv_width,
+        model.ffn_hidden,
+        model.mlp_input_projections,
+    )
     expected = 2 * 2048 * (h * (q + 2 * kv) + q * h + p * h * f + f * h) + 4 * 2048 * 2048 * q
     assert forward_matmul_flops(decoder_layer(model, shape())) == pytest.approx(expected, rel=1e-12)
 
@@ -82,9 +101,19 @@ def test_tp_collectives_without_sequence_parallel():
     coll = by_name(decoder_layer(GPT, shape(tp=8)))
     assert set(coll) == {"tp_all_reduce", "tp_grad_all_reduce"}
     ar, grad = coll["tp_all_reduce"], coll["tp_grad_all_reduce"]
-    assert (ar.kind, ar.group, ar.bytes, ar.count_fwd, ar.count_bwd) == ("all_reduce", "tp", 8_388_608, 2, 0)
+    assert (ar.kind, ar.group, ar.bytes, ar.count_fwd, ar.count_bwd) == (
+        "all_reduce",
+        "tp",
+        8_388_608,
+        2,
+        0,
+    )
     assert (grad.kind, grad.bytes, grad.count_fwd, grad.count_bwd, grad.overlaps_with) == (
-        "all_reduce", 8_388_608, 0, 2, "wgrad",
+        "all_reduce",
+        8_388_608,
+        0,
+        2,
+        "wgrad",
     )
 
 
@@ -98,7 +127,9 @@ def test_tp_collectives_with_sequence_parallel():
         "tp_input_regather": ("all_gather", 0, 2, "dgrad"),
         "tp_grad_reduce_scatter": ("reduce_scatter", 0, 2, "wgrad"),
     }
-    assert {n: (c.kind, c.count_fwd, c.count_bwd, c.overlaps_with) for n, c in coll.items()} == expected
+    assert {
+        n: (c.kind, c.count_fwd, c.count_bwd, c.overlaps_with) for n, c in coll.items()
+    } == expected
     assert all(c.bytes == 8_388_608 and c.group == "tp" for c in coll.values())
 
 
@@ -108,7 +139,9 @@ def test_sequence_parallel_keeps_forward_volume():
         unit = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
         return sum(unit[c.kind] * c.count_fwd * c.bytes for c in graph.collectives)
 
-    assert fwd_units(decoder_layer(GPT, shape(tp=4))) == fwd_units(decoder_layer(GPT, shape(tp=4, sp=True)))
+    assert fwd_units(decoder_layer(GPT, shape(tp=4))) == fwd_units(
+        decoder_layer(GPT, shape(tp=4, sp=True))
+    )
 
 
 def test_sequence_parallel_divides_norm_traffic():
@@ -122,8 +155,20 @@ def test_sequence_parallel_divides_norm_traffic():
 def test_context_parallel_ring():
     # this GPU's K and V: 2 B * (2048/2 tokens) * 2 * kv_width/t = 2 * 1024 * 2 * 2048/8 = 1_048_576 B
     ring = by_name(decoder_layer(GPT, shape(tp=8, cp=2)))["cp_kv_ring"]
-    assert (ring.group, ring.kind, ring.bytes, ring.count_fwd, ring.count_bwd, ring.overlaps_with) == (
-        "cp", "ring_exchange", 1_048_576, 1, 2, "attention",
+    assert (
+        ring.group,
+        ring.kind,
+        ring.bytes,
+        ring.count_fwd,
+        ring.count_bwd,
+        ring.overlaps_with,
+    ) == (
+        "cp",
+        "ring_exchange",
+        1_048_576,
+        1,
+        2,
+        "attention",
     )
     # Llama 3 8B (GQA): 2 * (8192/2) * 2 * 1024/8 = 2_097_152 B
     ring = by_name(decoder_layer(LLAMA, shape(tp=8, cp=2, s=8192)))["cp_kv_ring"]
@@ -157,7 +202,9 @@ def test_flash_attention_is_one_fused_op():
     assert attn[0].fwd_flops == pytest.approx(4 * 8 * 1024 * 2048 * 128)
     # causal share of computed tiles: (1 + c/s)/2
     assert attn[0].causal_fraction == pytest.approx(0.5 * (1 + 2 / 2048))
-    assert not any(o.name.startswith("attention_scores") or o.name == "softmax_dropout" for o in ops)
+    assert not any(
+        o.name.startswith("attention_scores") or o.name == "softmax_dropout" for o in ops
+    )
 
 
 def test_unfused_attention_is_two_gemms_and_softmax():
@@ -174,7 +221,11 @@ def test_unfused_attention_is_two_gemms_and_softmax():
     assert attn[0].gemm_shape == (8, 2048, 2048, 128)
     assert attn[2].gemm_shape == (8, 2048, 128, 2048)
     # Llama (no dropout): softmax only, 4 B per score; 32/8 = 4 heads * 2048 * 2048
-    llama = [o for o in decoder_layer(LLAMA, shape(tp=8, attention="unfused")).ops if o.name == "softmax_dropout"]
+    llama = [
+        o
+        for o in decoder_layer(LLAMA, shape(tp=8, attention="unfused")).ops
+        if o.name == "softmax_dropout"
+    ]
     assert llama[0].fwd_bytes == pytest.approx(4 * 4 * 2048 * 2048)
 
 

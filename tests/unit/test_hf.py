@@ -141,7 +141,12 @@ def test_mistral_gqa(tmp_path):
     m = load_model(write(tmp_path, "mistral-7b", MISTRAL_7B))
     assert fields(m, *SHAPE) == (32, 4096, 32, 8, 14336, 32000)
     assert fields(m, *STYLE) == ("swiglu", "rmsnorm", False, False, False)
-    assert m.d_head == 128 and m.max_position == 32768 and m.sliding_window == 4096 and not m.has_qkv_bias
+    assert (
+        m.d_head == 128
+        and m.max_position == 32768
+        and m.sliding_window == 4096
+        and not m.has_qkv_bias
+    )
 
 
 def test_qwen2_tied_with_qkv_bias(tmp_path):
@@ -205,14 +210,22 @@ def test_falcon_ffn_hidden_size_and_untied(tmp_path):
 
 
 def test_falcon_without_multi_query_has_full_heads(tmp_path):
-    m = load_model(write(tmp_path, "falcon-mha", dict(FALCON_7B, hidden_size=4096, num_attention_heads=32, multi_query=False)))
+    m = load_model(
+        write(
+            tmp_path,
+            "falcon-mha",
+            dict(FALCON_7B, hidden_size=4096, num_attention_heads=32, multi_query=False),
+        )
+    )
     assert m.n_kv_heads == 32
 
 
 def test_yaml_hf_config_also_works(tmp_path):
     path = tmp_path / "llama.yaml"
-    path.write_text("model_type: llama\nnum_hidden_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"
-                    "intermediate_size: 128\nvocab_size: 1000\n")
+    path.write_text(
+        "model_type: llama\nnum_hidden_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"
+        "intermediate_size: 128\nvocab_size: 1000\n"
+    )
     m = load_model(str(path))
     assert fields(m, *SHAPE) == (2, 64, 4, 4, 128, 1000)
 
@@ -225,7 +238,11 @@ def test_family_inferred_without_model_type(tmp_path):
 
 
 def test_text_config_is_unwrapped():
-    data = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "text_config": LLAMA2_7B}
+    data = {
+        "model_type": "llava",
+        "architectures": ["LlavaForConditionalGeneration"],
+        "text_config": LLAMA2_7B,
+    }
     assert model_from_hf_config(data, name="llava").hidden == 4096
 
 
@@ -233,12 +250,20 @@ def test_is_hf_config():
     for data in (LLAMA2_7B, MISTRAL_7B, QWEN2_05B, GPT2, PYTHIA_160M, FALCON_7B, FALCON_7B_RW):
         assert is_hf_config(data)
     assert is_hf_config({"n_embd": 768})
-    assert not is_hf_config({"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 1000})
+    assert not is_hf_config(
+        {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 1000}
+    )
     assert not is_hf_config([1, 2])
 
 
 def test_our_own_json_schema_still_loads(tmp_path):
-    m = load_model(write(tmp_path, "tiny", {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 1000}))
+    m = load_model(
+        write(
+            tmp_path,
+            "tiny",
+            {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 1000},
+        )
+    )
     assert m.name == "tiny" and m.layers == 2
 
 
@@ -271,7 +296,9 @@ def test_missing_key_uses_given_field_prefix():
 
 
 def test_unsupported_model_type():
-    with pytest.raises(InputError, match=r"^model\.model_type: 'bert' is not supported; allowed: llama"):
+    with pytest.raises(
+        InputError, match=r"^model\.model_type: 'bert' is not supported; allowed: llama"
+    ):
         model_from_hf_config({"model_type": "bert", "hidden_size": 768}, name="bert")
 
 
@@ -285,7 +312,9 @@ def test_invalid_shape_goes_through_pydantic():
         model_from_hf_config(dict(MISTRAL_7B, num_key_value_heads=5), name="bad")
     message = str(info.value)
     assert message.startswith("model") and "kv_heads=5 must divide heads=32" in message
-    with pytest.raises(InputError, match=r"^model\.hidden_size: 'big' is not allowed; must be an integer$"):
+    with pytest.raises(
+        InputError, match=r"^model\.hidden_size: 'big' is not allowed; must be an integer$"
+    ):
         model_from_hf_config(dict(LLAMA2_7B, hidden_size="big"), name="bad")
     with pytest.raises(InputError, match=r"^model\.layers: "):
         model_from_hf_config(dict(LLAMA2_7B, num_hidden_layers=0), name="bad")

@@ -6,7 +6,12 @@ import pytest
 from pydantic import ValidationError
 
 from paraplan.catalog import load_model, load_system
-from paraplan.cost.comm import GroupSpan, all_to_all_split_bytes, all_to_all_time_s, hierarchical_all_to_all_time_s
+from paraplan.cost.comm import (
+    GroupSpan,
+    all_to_all_split_bytes,
+    all_to_all_time_s,
+    hierarchical_all_to_all_time_s,
+)
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.cost.moe import (
     expected_groups_hit,
@@ -40,8 +45,14 @@ def toy(**extra) -> ModelSpec:
         (dict(top_k=2), "needs experts > 0"),
         (dict(experts=8, top_k=9, moe_ffn_hidden=32), "top_k=9 must be between 1 and experts=8"),
         (dict(experts=8, top_k=2), "moe_ffn_hidden is required"),
-        (dict(experts=8, top_k=2, moe_ffn_hidden=32, dense_layers=4), "dense_layers=4 must be below layers=4"),
-        (dict(attention_type="mla", kv_lora_rank=16), "needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim"),
+        (
+            dict(experts=8, top_k=2, moe_ffn_hidden=32, dense_layers=4),
+            "dense_layers=4 must be below layers=4",
+        ),
+        (
+            dict(attention_type="mla", kv_lora_rank=16),
+            "needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim",
+        ),
         (dict(kv_lora_rank=16), "needs attention_type=mla"),
         (dict(sliding_window_pattern=2), "needs sliding_window"),
     ],
@@ -54,7 +65,15 @@ def test_model_rules_name_the_field(extra, words):
 
 def test_mla_needs_one_kv_head_per_head():
     with pytest.raises(ValidationError, match="kv_heads=2 must equal heads=4"):
-        ModelSpec(**TOY, kv_heads=2, attention_type="mla", kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+        ModelSpec(
+            **TOY,
+            kv_heads=2,
+            attention_type="mla",
+            kv_lora_rank=16,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+        )
 
 
 def test_moe_layer_pattern():
@@ -78,8 +97,13 @@ def test_toy_parameters_by_hand():
 def test_deepseek_v3_mla_layer_parameters_by_hand():
     parts = mla_params(load_model("deepseek-v3"))
     assert parts == {
-        "q_down": 7168 * 1536, "q_norm": 1536, "q_up": 1536 * 128 * 192,
-        "kv_down": 7168 * 576, "kv_norm": 512, "kv_up": 512 * 128 * 256, "out_proj": 128 * 128 * 7168,
+        "q_down": 7168 * 1536,
+        "q_norm": 1536,
+        "q_up": 1536 * 128 * 192,
+        "kv_down": 7168 * 576,
+        "kv_norm": 512,
+        "kv_up": 512 * 128 * 256,
+        "out_proj": 128 * 128 * 7168,
     }
     assert sum(parts.values()) == 187_107_328
 
@@ -88,8 +112,12 @@ def test_deepseek_v3_mla_layer_parameters_by_hand():
     "name, total_b, active_b",
     [  # published totals: DeepSeek-V3 report §1 (671B / 37B without the MTP module), Qwen3 report Table 2,
         # Mixtral paper §2 (46.7B / 12.9B), gpt-oss model card Table 1 (116.8B)
-        ("deepseek-v3", 671, 37), ("qwen3-235b-a22b", 235, 22), ("qwen3-30b-a3b", 30.5, 3.3),
-        ("mixtral-8x7b", 46.7, 12.9), ("gpt-oss-120b", 116.8, None), ("grok-1", 314, None),
+        ("deepseek-v3", 671, 37),
+        ("qwen3-235b-a22b", 235, 22),
+        ("qwen3-30b-a3b", 30.5, 3.3),
+        ("mixtral-8x7b", 46.7, 12.9),
+        ("gpt-oss-120b", 116.8, None),
+        ("grok-1", 314, None),
     ],
 )
 def test_catalog_totals_match_published(name, total_b, active_b):
@@ -98,18 +126,39 @@ def test_catalog_totals_match_published(name, total_b, active_b):
     m = load_model(name)
     assert total_params(m, include_mtp=False) / 1e9 == pytest.approx(total_b, rel=0.01)
     if active_b is not None:
-        assert total_params(m, active=True, include_mtp=False) / 1e9 == pytest.approx(active_b, rel=0.03)
+        assert total_params(m, active=True, include_mtp=False) / 1e9 == pytest.approx(
+            active_b, rel=0.03
+        )
 
 
 def test_every_moe_catalog_model_loads_and_cites_per_field():
     from importlib import resources
 
-    for name in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "mixtral-8x22b", "gpt-oss-120b", "grok-1"):
+    for name in (
+        "deepseek-v3",
+        "kimi-k2",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "gpt-oss-120b",
+        "grok-1",
+    ):
         m = load_model(name)
         assert m.is_moe and m.source
         text = (resources.files("paraplan.catalog") / "models" / f"{name}.yaml").read_text()
-        fields = [line for line in text.splitlines() if line and not line.startswith(("#", "name:", "source:"))]
-        assert all("#" in line for line in fields if not line.startswith(("shared_experts: 0", "dense_layers: 0", "moe_layer_interval: 1"))), name
+        fields = [
+            line
+            for line in text.splitlines()
+            if line and not line.startswith(("#", "name:", "source:"))
+        ]
+        assert all(
+            "#" in line
+            for line in fields
+            if not line.startswith(
+                ("shared_experts: 0", "dense_layers: 0", "moe_layer_interval: 1")
+            )
+        ), name
 
 
 def test_moe_systems_load():
@@ -164,7 +213,9 @@ def test_all_to_all_split_and_time_by_hand():
     assert (intra, inter) == (7e6, 8e6)
     nic = system.network.nic_bandwidth * system.network.efficiency
     alpha = system.network.latency
-    expected = max(7e6 / (system.node.nvlink_bandwidth * system.node.nvlink_efficiency), 8e6 / nic) + min(15 * alpha, 8 * alpha)
+    expected = max(
+        7e6 / (system.node.nvlink_bandwidth * system.node.nvlink_efficiency), 8e6 / nic
+    ) + min(15 * alpha, 8 * alpha)
     assert all_to_all_time_s(16e6, span, system) == pytest.approx(expected)
     assert all_to_all_time_s(16e6, GroupSpan(1, 1, 1), system) == 0.0
     assert hierarchical_all_to_all_time_s(0.0, 0.0, span, system) == 0.0
@@ -186,7 +237,15 @@ def test_deepep_sends_less_over_the_network_than_alltoall():
 
 
 # ---- op graphs ---------------------------------------------------------------------------------
-SHAPE = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=4096, sequence_parallel=False, attention="flash", dtype="bf16")
+SHAPE = LayerShape(
+    tp=1,
+    cp=1,
+    micro_batch=1,
+    seq_length=4096,
+    sequence_parallel=False,
+    attention="flash",
+    dtype="bf16",
+)
 
 
 def test_moe_layer_expert_gemms_by_hand():
@@ -197,7 +256,9 @@ def test_moe_layer_expert_gemms_by_hand():
     # 128/8 = 16 experts = 2048 rows each
     assert ops["expert_fc1"].gemm_shape == (16, 2048, 2 * 768, 2048)
     assert ops["expert_fc2"].gemm_shape == (16, 2048, 2048, 768)
-    assert ops["expert_fc1"].fwd_flops + ops["expert_fc2"].fwd_flops == 2 * 4096 * 8 * 3 * 2048 * 768
+    assert (
+        ops["expert_fc1"].fwd_flops + ops["expert_fc2"].fwd_flops == 2 * 4096 * 8 * 3 * 2048 * 768
+    )
     assert ops["router"].fwd_flops == 2 * 4096 * 128 * 2048
     assert g.expert_weight_params == 16 * 3 * 2048 * 768
     assert expert_params_per_gpu(m, 48, 8, 1) == 48 * g.expert_weight_params
@@ -226,11 +287,22 @@ def test_dense_first_layers_and_mla():
     dense = moe_model_layer(m, shape, False)
     assert dense.expert_weight_params == 0.0 and not dense.collectives
     names = [op.name for op in dense.ops]
-    assert names[:8] == ["input_norm", "mla_q_down", "mla_q_norm", "mla_q_up", "mla_kv_down", "mla_kv_norm", "mla_kv_up", "mla_rotary_concat"]
+    assert names[:8] == [
+        "input_norm",
+        "mla_q_down",
+        "mla_q_norm",
+        "mla_q_up",
+        "mla_kv_down",
+        "mla_kv_norm",
+        "mla_kv_up",
+        "mla_rotary_concat",
+    ]
     attention = next(op for op in dense.ops if op.kind == "attention")
     assert attention.fwd_flops == 2 * 128 * 4096 * 4096 * (192 + 128)
     mtp = mtp_block(m, shape)
-    assert "mtp_projection" in [op.name for op in mtp.ops] and "lm_head" in [op.name for op in mtp.ops]
+    assert "mtp_projection" in [op.name for op in mtp.ops] and "lm_head" in [
+        op.name for op in mtp.ops
+    ]
 
 
 def test_mla_up_proj_recompute_drops_the_expanded_tensors():
@@ -252,9 +324,14 @@ def test_plan_knobs_and_rules():
     assert expert_data_parallel(tp=2, cp=1, dp=16, ep=8, etp=1) == 4
     fields = MoEPlanFields(etp=2, recompute_modules=["moe_act"])
     assert moe_plan_violations(m, 2, 1, 16, 8, fields) == []
-    bad = moe_plan_violations(m, 1, 1, 4, 16, MoEPlanFields(capacity_factor=1.0, moe_dispatcher="deepep"))
+    bad = moe_plan_violations(
+        m, 1, 1, 4, 16, MoEPlanFields(capacity_factor=1.0, moe_dispatcher="deepep")
+    )
     assert [v.field for v in bad] == ["plan.ep", "plan.capacity_factor"]
-    assert moe_plan_violations(load_model("llama3-8b"), 1, 1, 8, 2, MoEPlanFields())[0].field == "plan.ep"
+    assert (
+        moe_plan_violations(load_model("llama3-8b"), 1, 1, 8, 2, MoEPlanFields())[0].field
+        == "plan.ep"
+    )
     with pytest.raises(ValidationError, match="unknown module 'attn'"):
         MoEPlanFields(recompute_modules=["attn"])
 
@@ -273,7 +350,9 @@ def test_grouped_gemm_pays_fixed_costs_per_four_experts():
     flops = 2.0 * 16 * 2048 * 1536 * 2048
     rate = acc.peak_matrix_flops("bf16") * gemm_efficiency(1, 2048, 1536, 2048, acc, "bf16")
     fixed = acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
-    assert grouped_gemm_time_s(flops, (16, 2048, 1536, 2048), acc, "bf16") == pytest.approx(flops / rate + 4 * fixed)
+    assert grouped_gemm_time_s(flops, (16, 2048, 1536, 2048), acc, "bf16") == pytest.approx(
+        flops / rate + 4 * fixed
+    )
     assert grouped_gemm_time_s(0.0, (16, 2048, 1536, 2048), acc, "bf16") == 0.0
 
 
@@ -283,7 +362,10 @@ def test_fp8_grouped_gemm_runs_at_the_grouped_share_of_the_fp8_rate():
 
     acc = load_system("dgx-h100-80gb").accelerator
     assert acc.efficiency.grouped_gemm_fp8 == pytest.approx(0.523)
-    assert grouped_gemm_share(acc, "fp8") == acc.efficiency.grouped_gemm_fp8 and grouped_gemm_share(acc, "bf16") == 1.0
+    assert (
+        grouped_gemm_share(acc, "fp8") == acc.efficiency.grouped_gemm_fp8
+        and grouped_gemm_share(acc, "bf16") == 1.0
+    )
     shape = (16, 2048, 1536, 2048)
     flops = 2.0 * 16 * 2048 * 1536 * 2048
     rate = acc.peak_matrix_flops("fp8") * gemm_efficiency(1, 2048, 1536, 2048, acc, "fp8") * 0.523

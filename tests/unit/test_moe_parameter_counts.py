@@ -10,11 +10,14 @@ from paraplan.catalog import load_model
 from paraplan.graph.params import parameter_counts
 
 
-@pytest.mark.parametrize("name, total_b, active_b, rel", [
-    ("mixtral-8x7b", 46.7, 12.9, 0.01),
-    ("qwen3-235b-a22b", 235.0, 22.0, 0.02),
-    ("deepseek-v3", 685.0, 37.0, 0.04),
-])
+@pytest.mark.parametrize(
+    "name, total_b, active_b, rel",
+    [
+        ("mixtral-8x7b", 46.7, 12.9, 0.01),
+        ("qwen3-235b-a22b", 235.0, 22.0, 0.02),
+        ("deepseek-v3", 685.0, 37.0, 0.04),
+    ],
+)
 def test_moe_totals_count_every_expert_and_active_the_routed_ones(name, total_b, active_b, rel):
     counts = parameter_counts(load_model(name))
     assert counts.total == pytest.approx(total_b * 1e9, rel=rel)

@@ -39,7 +39,9 @@ def test_a2a_overlap_hides_dispatch_and_forced_balance_is_no_slower():
 def test_experts_are_their_own_gradient_group_sharded_over_edp():
     inp = step_inputs(QWEN, H100, plan())
     assert set(inp.gradient_groups) == {"dense", "expert"}
-    assert inp.gradient_groups["dense"].size == 16 and inp.gradient_groups["expert"].size == 2  # 16 / ep 8
+    assert (
+        inp.gradient_groups["dense"].size == 16 and inp.gradient_groups["expert"].size == 2
+    )  # 16 / ep 8
     blocks = {b.kind: (b, n) for b, n in inp.stages[0].blocks}
     experts, count = blocks["experts"]
     assert experts.gradient_group == "expert" and count == 48
@@ -60,8 +62,20 @@ def test_layer_mix_by_hand():
 
 def test_deepseek_v3_with_mtp_and_mla_up_proj_recompute():
     ds = load_model("deepseek-v3")
-    p = PlanSpec(gpus=256, pp=16, ep=8, global_batch=2048, seq_length=4096, zero=1, dtype="fp8", recompute="selective",
-                 recompute_modules=["mla_up_proj"], layers_first_stage=4, layers_last_stage=1, capacity_factor=1.0)
+    p = PlanSpec(
+        gpus=256,
+        pp=16,
+        ep=8,
+        global_batch=2048,
+        seq_length=4096,
+        zero=1,
+        dtype="fp8",
+        recompute="selective",
+        recompute_modules=["mla_up_proj"],
+        layers_first_stage=4,
+        layers_last_stage=1,
+        capacity_factor=1.0,
+    )
     est = estimate(ds, load_system("dgx-b200"), p)
     last = est.stages[-1]
     assert est.breakdown.recompute_s > 0 and last.weights_bytes > 0
@@ -110,8 +124,16 @@ def test_split_backward_schedules():
     slowest = max(works, key=lambda w: sum(w.values()))
     wgrad = max(sum(n * b.terms.wgrad for b, n in s.blocks) for s in inp.stages if s.count)
     f = slowest["forward"] + slowest["tp_forward"] + slowest["cp_forward"] + slowest["ep_forward"]
-    b = slowest["backward"] + slowest["recompute"] + slowest["tp_backward"] + slowest["cp_backward"] + slowest["ep_backward"]
-    assert compose_step(inp)["bubble_s"] == pytest.approx(dualpipe_bubble_s(8, f / 2, b / 2, wgrad / 2))
+    b = (
+        slowest["backward"]
+        + slowest["recompute"]
+        + slowest["tp_backward"]
+        + slowest["cp_backward"]
+        + slowest["ep_backward"]
+    )
+    assert compose_step(inp)["bubble_s"] == pytest.approx(
+        dualpipe_bubble_s(8, f / 2, b / 2, wgrad / 2)
+    )
     assert dual.stages[0].weights_bytes == pytest.approx(2 * one.stages[0].weights_bytes)
     with pytest.raises(InputError, match="plan.schedule"):
         estimate(QWEN, H100, PlanSpec(**(p | dict(gpus=56, pp=7)), schedule="dualpipe"))

@@ -15,7 +15,9 @@ KW = dict(gpus=64, micro_batch=2, global_batch=256, seq_length=8192, dtype="fp8"
 def runs():
     none = estimate("llama3-70b", "gb300-nvl72", **KW)
     every = estimate("llama3-70b", "gb300-nvl72", offload_activations=True, **KW)
-    quarter = estimate("llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=20, **KW)
+    quarter = estimate(
+        "llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=20, **KW
+    )
     return none, every, quarter
 
 
@@ -27,13 +29,19 @@ def test_share_of_the_layers_goes_to_the_host(runs):
     assert every.stages[0].host_bytes == pytest.approx(kept)
     # the GPU keeps the other three quarters plus the staging buffers full offload keeps
     assert quarter.stages[0].activations_bytes == pytest.approx(0.75 * kept + staged)
-    assert not none.fits and quarter.fits and not every.fits  # full offload overflows the 223.5 GiB host
+    assert (
+        not none.fits and quarter.fits and not every.fits
+    )  # full offload overflows the 223.5 GiB host
 
 
 def test_all_layers_equals_plain_offload(runs):
     _, every, _ = runs
-    same = estimate("llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=80, **KW)
-    more = estimate("llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=500, **KW)
+    same = estimate(
+        "llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=80, **KW
+    )
+    more = estimate(
+        "llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=500, **KW
+    )
     for est in (same, more):
         assert est.step_time_s == every.step_time_s
         assert est.stages[0].peak_bytes == every.stages[0].peak_bytes
@@ -49,4 +57,10 @@ def test_layers_without_offload_is_refused():
 def test_layers_take_a_positive_integer_only(value):
     """No coercion: a bool, a string or a float is refused by name, as is a count below 1."""
     with pytest.raises(InputError, match="offload_activation_layers"):
-        estimate("llama3-70b", "gb300-nvl72", offload_activations=True, offload_activation_layers=value, **KW)
+        estimate(
+            "llama3-70b",
+            "gb300-nvl72",
+            offload_activations=True,
+            offload_activation_layers=value,
+            **KW,
+        )

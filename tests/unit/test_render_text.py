@@ -12,12 +12,24 @@ from paraplan.report.render import SimpleTable, render_estimate, render_to_text
 
 @pytest.fixture(scope="module")
 def fitting():
-    return estimate("llama3-70b", "dgx-h100-80gb", gpus=64, tp=8, pp=4, vpp=5, zero=1, sequence_parallel=True, with_ops=True)
+    return estimate(
+        "llama3-70b",
+        "dgx-h100-80gb",
+        gpus=64,
+        tp=8,
+        pp=4,
+        vpp=5,
+        zero=1,
+        sequence_parallel=True,
+        with_ops=True,
+    )
 
 
 @pytest.fixture(scope="module")
 def too_big():
-    return estimate("llama3-8b", "dgx-h100-80gb", gpus=8)  # ZeRO 0: 16 B/param of 8B params > 80 GiB
+    return estimate(
+        "llama3-8b", "dgx-h100-80gb", gpus=8
+    )  # ZeRO 0: 16 B/param of 8B params > 80 GiB
 
 
 @pytest.mark.parametrize("width", [60, 80, 100, 160])
@@ -29,7 +41,14 @@ def test_lines_fit_the_width(fitting, width):
 
 def test_sections(fitting):
     text = render_estimate(fitting, run=fitting.run_totals(15e12, None), show_ops=True, width=200)
-    for title in ("Key metrics", "Time per step", "Memory per GPU", "Ops per micro-batch", "Collectives per micro-batch", "Run of 15.00T tokens"):
+    for title in (
+        "Key metrics",
+        "Time per step",
+        "Memory per GPU",
+        "Ops per micro-batch",
+        "Collectives per micro-batch",
+        "Run of 15.00T tokens",
+    ):
         assert title in text
     assert "vpp 5" in text and "schedule interleaved" in text and "sequence parallel" in text
     # the peak stage is flagged, once
@@ -44,7 +63,10 @@ def test_does_not_fit_is_prominent(too_big):
     assert lines[0].startswith("plan: ") and lines[1].startswith("DOES NOT FIT: stage 0 needs")
     assert lines[-1].startswith("DOES NOT FIT")  # repeated after the tables
     peak = too_big.peak_stage
-    assert f"{peak.peak_bytes / 2**30:.2f} GiB" in lines[1] and f"{peak.capacity_bytes / 2**30:.2f} GiB" in lines[1]
+    assert (
+        f"{peak.peak_bytes / 2**30:.2f} GiB" in lines[1]
+        and f"{peak.capacity_bytes / 2**30:.2f} GiB" in lines[1]
+    )
 
 
 def test_long_pipelines_collapse_middle_stages():
@@ -65,18 +87,27 @@ def test_simple_table_never_crops_nor_breaks_a_word():
         text = render_to_text([table], width=width)
         for line in text.splitlines():  # longer than the width only when one word is
             assert len(line) <= width or line.strip() == "a-rather-long-name-here", line
-        assert {"a-rather-long-name-here", "123456.789", "[bracketed]"} <= _words(text), (width, text)
+        assert {"a-rather-long-name-here", "123456.789", "[bracketed]"} <= _words(text), (
+            width,
+            text,
+        )
 
 
 def test_table_layouts_from_wide_to_narrow():
     """Wide: one line per row. Narrower: headers wrap, then the detach column (a plan) moves under
     its row. Narrowest: records of 'header: value'. No word is ever split."""
-    table = SimpleTable("Plans", "#", "plan", "global batch", "step s", numeric_from=2, foldable=(), detach=1)
-    table.add_row("1", "tp8 pp4 cp1 dp32 mb4 interleaved/v12 rc:none sp zero1 tp-overlap", "1024", "10.554")
+    table = SimpleTable(
+        "Plans", "#", "plan", "global batch", "step s", numeric_from=2, foldable=(), detach=1
+    )
+    table.add_row(
+        "1", "tp8 pp4 cp1 dp32 mb4 interleaved/v12 rc:none sp zero1 tp-overlap", "1024", "10.554"
+    )
     table.add_row("2", "tp8 pp2 cp1 dp64 mb4 1f1b rc:full zero2", "1024", "10.577")
     wide = render_to_text([table], width=None).splitlines()
     assert wide[1].split() == ["#", "plan", "global", "batch", "step", "s"]
-    assert wide[3].startswith("1  tp8 pp4 cp1 dp32 mb4 interleaved/v12 rc:none sp zero1 tp-overlap") and wide[3].endswith("10.554")
+    assert wide[3].startswith(
+        "1  tp8 pp4 cp1 dp32 mb4 interleaved/v12 rc:none sp zero1 tp-overlap"
+    ) and wide[3].endswith("10.554")
     detached = render_to_text([table], width=40).splitlines()
     assert detached[1:3] == ["#  global batch  step s", "   plan"]
     assert detached[4:6] == ["1          1024  10.554", "   tp8 pp4 cp1 dp32 mb4 interleaved/v12"]
@@ -115,10 +146,25 @@ def test_no_trailing_spaces_and_unlimited_width_keeps_rows_whole(fitting):
 
 def test_host_memory_overflow_names_the_host():
     """Offloaded activations that fit no host: the line names host memory, not a negative GPU overflow."""
-    est = estimate("llama3-70b", "gb300-nvl72", gpus=64, micro_batch=2, global_batch=256, seq_length=8192,
-                   zero=3, offload_activations=True)
-    line = next(x for x in render_estimate(est, width=200).splitlines() if x.startswith("DOES NOT FIT"))
+    est = estimate(
+        "llama3-70b",
+        "gb300-nvl72",
+        gpus=64,
+        micro_batch=2,
+        global_batch=256,
+        seq_length=8192,
+        zero=3,
+        offload_activations=True,
+    )
+    line = next(
+        x for x in render_estimate(est, width=200).splitlines() if x.startswith("DOES NOT FIT")
+    )
     stage = max(est.stages, key=lambda s: s.host_bytes)
     assert stage.peak_bytes <= stage.capacity_bytes < stage.host_bytes and not est.fits
-    assert line.startswith(f"DOES NOT FIT: stage {stage.stage} offloads {stage.host_bytes / 2**30:.2f} GiB per GPU to host memory")
-    assert f"host has {stage.host_capacity_bytes / 2**30:.2f} GiB per GPU" in line and "-" not in line.split("over by")[1]
+    assert line.startswith(
+        f"DOES NOT FIT: stage {stage.stage} offloads {stage.host_bytes / 2**30:.2f} GiB per GPU to host memory"
+    )
+    assert (
+        f"host has {stage.host_capacity_bytes / 2**30:.2f} GiB per GPU" in line
+        and "-" not in line.split("over by")[1]
+    )

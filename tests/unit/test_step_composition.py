@@ -23,7 +23,9 @@ GiB = 2**30
 NO_COLLECTIVE = LinearCollective(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
-def terms(forward=0.0, backward=0.0, recompute=0.0, tp_f=0.0, tp_b=0.0, cp_f=0.0, cp_b=0.0) -> BlockTerms:
+def terms(
+    forward=0.0, backward=0.0, recompute=0.0, tp_f=0.0, tp_b=0.0, cp_f=0.0, cp_b=0.0
+) -> BlockTerms:
     return BlockTerms(forward, backward, recompute, tp_f, tp_b, cp_f, cp_b)
 
 
@@ -31,15 +33,44 @@ def block(kind, t, params=0.0, kept=0.0, held=0.0, buffer=0.0) -> BlockCost:
     return BlockCost(kind, t, params, kept, held, buffer)
 
 
-def inputs(stages, *, pp, microbatches, group=None, zero=0, vpp=1, interleaved=False, gpipe=False,
-           overlap_grad=True, overlap_gather=True, hbm_rate=54e6) -> StepInputs:
-    knobs = GridKnobs(vpp=vpp, interleaved=interleaved, gpipe=gpipe, zero=zero, overlap_dp_grad_reduce=overlap_grad,
-                      overlap_param_gather=overlap_gather, offload_weights=False, offload_activations=False,
-                      offload_optimizer=False)
+def inputs(
+    stages,
+    *,
+    pp,
+    microbatches,
+    group=None,
+    zero=0,
+    vpp=1,
+    interleaved=False,
+    gpipe=False,
+    overlap_grad=True,
+    overlap_gather=True,
+    hbm_rate=54e6,
+) -> StepInputs:
+    knobs = GridKnobs(
+        vpp=vpp,
+        interleaved=interleaved,
+        gpipe=gpipe,
+        zero=zero,
+        overlap_dp_grad_reduce=overlap_grad,
+        overlap_param_gather=overlap_gather,
+        offload_weights=False,
+        offload_activations=False,
+        offload_optimizer=False,
+    )
     return StepInputs(
-        stages=tuple(stages), pp=pp, microbatches=microbatches, knobs=knobs,
-        gradient_groups={"dense": group or GradientGroup(1, NO_COLLECTIVE, NO_COLLECTIVE, NO_COLLECTIVE)},
-        host_bandwidth=1.0, hbm_rate=hbm_rate, weight_bytes=2.0, grad_bytes=4.0, optimizer_bytes=12.0,
+        stages=tuple(stages),
+        pp=pp,
+        microbatches=microbatches,
+        knobs=knobs,
+        gradient_groups={
+            "dense": group or GradientGroup(1, NO_COLLECTIVE, NO_COLLECTIVE, NO_COLLECTIVE)
+        },
+        host_bandwidth=1.0,
+        hbm_rate=hbm_rate,
+        weight_bytes=2.0,
+        grad_bytes=4.0,
+        optimizer_bytes=12.0,
         reserved_bytes=1 * GiB,
     )
 
@@ -77,7 +108,14 @@ def zero3_case(**changes):
     t = dict(forward=0.5, backward=1.0, tp_f=0.1, tp_b=0.2) | changes
     dec = block("decoder", terms(**t), params=1e8)
     stage = Stage(0, 1, ((dec, 1),), 0.0)
-    return inputs([stage], pp=1, microbatches=2, zero=3, group=GradientGroup(4, link, link, link), hbm_rate=54e8)
+    return inputs(
+        [stage],
+        pp=1,
+        microbatches=2,
+        zero=3,
+        group=GradientGroup(4, link, link, link),
+        hbm_rate=54e8,
+    )
 
 
 def test_zero3_windows_by_hand():
@@ -101,7 +139,14 @@ def test_zero3_prefetch_hides_all_but_the_first_block():
     link = LinearCollective(1e-8, 0.0, 0.0, 0.0, 0.25, 0.0)
     dec = block("decoder", terms(forward=0.5, backward=1.0, tp_f=0.1, tp_b=0.2), params=2.5e7)
     stage = Stage(0, 1, ((dec, 4),), 0.0)
-    inp = inputs([stage], pp=1, microbatches=2, zero=3, group=GradientGroup(4, link, link, link), hbm_rate=54e8)
+    inp = inputs(
+        [stage],
+        pp=1,
+        microbatches=2,
+        zero=3,
+        group=GradientGroup(4, link, link, link),
+        hbm_rate=54e8,
+    )
     assert compose_step(inp)["dp_comm_s"] == approx(8.35)
 
 
@@ -115,8 +160,14 @@ def test_faster_tp_never_slows_zero3():
 def test_zero1_gradient_reduce_hides_behind_the_backward_window():
     link = LinearCollective(1e-9, 0.0, 0.0, 0.0, 0.25, 0.0)
     dec = block("decoder", terms(forward=0.5, backward=1.0, tp_f=0.4), params=1e8)
-    inp = inputs([Stage(0, 1, ((dec, 1),), 0.0)], pp=1, microbatches=2, zero=1,
-                 group=GradientGroup(4, link, link, link), hbm_rate=54e8)
+    inp = inputs(
+        [Stage(0, 1, ((dec, 1),), 0.0)],
+        pp=1,
+        microbatches=2,
+        zero=1,
+        group=GradientGroup(4, link, link, link),
+        hbm_rate=54e8,
+    )
     out = compose_step(inp)
     # 1e8 params in buckets of max(40M, 1M · 4) = 40M: 3 buckets; the last one is produced when the
     # backward ends (cost.overlap.bucketed_reduce_exposed_s):
@@ -124,8 +175,18 @@ def test_zero1_gradient_reduce_hides_behind_the_backward_window():
     # all-gather 0.2 s, forward window 0.9: 0.2/3 = 0.0667; exposed 0.2 of 0.6 s, price 0.25 · 0.6 = 0.15:
     # 0.2 + (0.6 − 0.2) · 0.15/0.6 = 0.3
     assert out["dp_comm_s"] == approx(0.3)
-    off = compose_step(inputs([Stage(0, 1, ((dec, 1),), 0.0)], pp=1, microbatches=2, zero=1, overlap_grad=False,
-                              overlap_gather=False, group=GradientGroup(4, link, link, link), hbm_rate=54e8))
+    off = compose_step(
+        inputs(
+            [Stage(0, 1, ((dec, 1),), 0.0)],
+            pp=1,
+            microbatches=2,
+            zero=1,
+            overlap_grad=False,
+            overlap_gather=False,
+            group=GradientGroup(4, link, link, link),
+            hbm_rate=54e8,
+        )
+    )
     assert off["dp_comm_s"] == approx(0.6)  # nothing overlaps: 0.4 + 0.2
 
 

@@ -42,15 +42,30 @@ def test_every_input_model_refuses_scalars_of_another_kind_naming_the_field():
                     with pytest.raises(ValidationError) as caught:
                         model.model_validate({name: value})
                     mine = [e for e in caught.value.errors() if e["loc"] == (name,)]
-                    assert mine and "must be" in mine[0]["msg"], (model.__name__, name, value, caught.value.errors())
+                    assert mine and "must be" in mine[0]["msg"], (
+                        model.__name__,
+                        name,
+                        value,
+                        caught.value.errors(),
+                    )
                     checked += 1
     assert checked > 200
 
 
-@pytest.mark.parametrize("field, value", [("tp", True), ("tp", "2"), ("micro_batch", "1"), ("zero", "1"),
-                                          ("sequence_parallel", 1), ("sequence_parallel", "no"),
-                                          ("overlap_tp_comm", "true"), ("recompute_num_layers", True),
-                                          ("capacity_factor", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("tp", True),
+        ("tp", "2"),
+        ("micro_batch", "1"),
+        ("zero", "1"),
+        ("sequence_parallel", 1),
+        ("sequence_parallel", "no"),
+        ("overlap_tp_comm", "true"),
+        ("recompute_num_layers", True),
+        ("capacity_factor", True),
+    ],
+)
 def test_plan_refuses_another_kind(field, value):
     with pytest.raises(ValidationError, match="must be"):
         PlanSpec(**{**BASE, field: value})
@@ -58,7 +73,9 @@ def test_plan_refuses_another_kind(field, value):
 
 def test_plan_takes_numpy_scalars_and_integral_numbers_for_floats():
     """What the search builds plans from (numpy integers and booleans) and an int for a float field pass."""
-    plan = PlanSpec(**{**BASE, "tp": np.int64(1), "sequence_parallel": np.bool_(False), "capacity_factor": 1})
+    plan = PlanSpec(
+        **{**BASE, "tp": np.int64(1), "sequence_parallel": np.bool_(False), "capacity_factor": 1}
+    )
     assert plan.tp == 1 and plan.sequence_parallel is False and plan.capacity_factor == 1.0
 
 

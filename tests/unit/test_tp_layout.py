@@ -29,16 +29,38 @@ from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
 from paraplan.step.compose import block_terms
 from paraplan.step.build import block_comm, block_compute, block_cost_facts, plan_spans
 
-ROUND = SystemSpec.model_validate({
-    "name": "round",
-    "accelerator": {"name": "round-gpu", "matrix_flops": {"bf16": 100e12}, "vector_flops": {"bf16": 10e12},
-                    "hbm_capacity": 80e9, "hbm_bandwidth": 1e12, "sm_count": 100},
-    "node": {"gpus_per_domain": 8, "nvlink_bandwidth": 100e9, "nvlink_latency": 5e-6, "nvlink_efficiency": 0.5},
-    "network": {"nic_bandwidth": 10e9, "latency": 10e-6, "efficiency": 0.5},
-})
+ROUND = SystemSpec.model_validate(
+    {
+        "name": "round",
+        "accelerator": {
+            "name": "round-gpu",
+            "matrix_flops": {"bf16": 100e12},
+            "vector_flops": {"bf16": 10e12},
+            "hbm_capacity": 80e9,
+            "hbm_bandwidth": 1e12,
+            "sm_count": 100,
+        },
+        "node": {
+            "gpus_per_domain": 8,
+            "nvlink_bandwidth": 100e9,
+            "nvlink_latency": 5e-6,
+            "nvlink_efficiency": 0.5,
+        },
+        "network": {"nic_bandwidth": 10e9, "latency": 10e-6, "efficiency": 0.5},
+    }
+)
 # h 1024, 16 heads of 64, f 4096, GPT-style (gelu, layernorm, biases, dropout, learned positions)
-SMALL = ModelSpec.model_validate({"name": "small", "layers": 4, "hidden": 1024, "heads": 16, "ffn_hidden": 4096,
-                                  "vocab": 32000, "max_position": 4096})
+SMALL = ModelSpec.model_validate(
+    {
+        "name": "small",
+        "layers": 4,
+        "hidden": 1024,
+        "heads": 16,
+        "ffn_hidden": 4096,
+        "vocab": 32000,
+        "max_position": 4096,
+    }
+)
 
 
 def approx(x: float, rel: float = 1e-12) -> object:
@@ -47,7 +69,12 @@ def approx(x: float, rel: float = 1e-12) -> object:
 
 # ---- the grid ----------------------------------------------------------------------------------
 def test_grid_shape_and_panels():
-    assert default_rows(16) == 4 and default_rows(8) == 2 and default_rows(12) == 3 and default_rows(7) == 1
+    assert (
+        default_rows(16) == 4
+        and default_rows(8) == 2
+        and default_rows(12) == 3
+        and default_rows(7) == 1
+    )
     assert grid_shape(8, None) == (2, 4) and grid_shape(8, 4) == (4, 2)
     assert panel_count(2, 4, None) == 4 and panel_count(2, 4, 16) == 16
 
@@ -71,25 +98,34 @@ def test_grid_spans_agree_with_placement_spans():
     """A 4 x 4 grid laid row by row is a tp-4 group (row) inside a cp-4 group (column): group_span says the same."""
     plan = PlanSpec(gpus=16, tp=4, cp=4, global_batch=1, seq_length=64)
     whole = PlanSpec(gpus=16, tp=16, global_batch=1, seq_length=64)
-    assert grid_spans(comm.group_span(whole, ROUND, "tp"), 4) == (comm.group_span(plan, ROUND, "tp"),
-                                                                 comm.group_span(plan, ROUND, "cp"))
+    assert grid_spans(comm.group_span(whole, ROUND, "tp"), 4) == (
+        comm.group_span(plan, ROUND, "tp"),
+        comm.group_span(plan, ROUND, "cp"),
+    )
 
 
 # ---- broadcast / reduce on two tiers -----------------------------------------------------------
 def test_broadcast_and_reduce_two_tier():
     for kind in ("broadcast", "reduce"):
         # inside one domain, 4 members: 1e9 / 50e9 = 0.02 s; latency the chain along NCCL's ring, 3*5us = 15 us
-        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 4, 1), ROUND) == approx(0.02 + 15e-6)
+        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 4, 1), ROUND) == approx(
+            0.02 + 15e-6
+        )
         # one member per domain, 4 domains: 1e9 / 5e9 = 0.2 s; latency 3 hops across domains, 3*10us = 30 us
-        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 1, 4), ROUND) == approx(0.2 + 30e-6)
+        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 1, 4), ROUND) == approx(
+            0.2 + 30e-6
+        )
         # 2 per domain over 2 domains: max(1e9/(2*5e9) = 0.1, 1e9/50e9 = 0.02) = 0.1 s (the NIC binds);
         # latency: the ring's 3 hops, 1 across domains: 2*5us NVLink + 1*10us NIC = 20 us
-        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 2, 2), ROUND) == approx(0.1 + 20e-6)
+        assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 2, 2), ROUND) == approx(
+            0.1 + 20e-6
+        )
     # hiding it costs the binding tier's overlap price only: NIC 0.1 s x its overlap_cost
     form = comm.linear_collective("broadcast", comm.GroupSpan(4, 2, 2), ROUND)
     assert form.slope_in == 0.0 and form.slope_out == approx(1 / 10e9)
-    assert comm.collective_time_and_price_s("broadcast", 1e9, comm.GroupSpan(4, 2, 2), ROUND)[1] == approx(
-        ROUND.node.nvlink_overlap_cost * 10e-6 + ROUND.network.overlap_cost * (0.1 + 10e-6))
+    assert comm.collective_time_and_price_s("broadcast", 1e9, comm.GroupSpan(4, 2, 2), ROUND)[
+        1
+    ] == approx(ROUND.node.nvlink_overlap_cost * 10e-6 + ROUND.network.overlap_cost * (0.1 + 10e-6))
 
 
 def test_summa_exposure_pipelines_panels():
@@ -101,8 +137,18 @@ def test_summa_exposure_pipelines_panels():
 
 
 # ---- the op graph of a 2D layer --------------------------------------------------------------
-SHAPE_2D = LayerShape(tp=4, cp=1, micro_batch=1, seq_length=1024, sequence_parallel=True, attention="flash",
-                      dtype="bf16", tp_layout="2d", tp_rows=2, summa_panels=2)
+SHAPE_2D = LayerShape(
+    tp=4,
+    cp=1,
+    micro_batch=1,
+    seq_length=1024,
+    sequence_parallel=True,
+    attention="flash",
+    dtype="bf16",
+    tp_layout="2d",
+    tp_rows=2,
+    summa_panels=2,
+)
 
 
 def test_summa_gemms_and_traffic_by_hand():
@@ -118,10 +164,22 @@ def test_summa_gemms_and_traffic_by_hand():
     coll = {c.name: c for c in g.collectives}
     # X panel of QKV: 2 B x 512 tokens x 1024/2 = 524,288 B per call, 2 panels, along the row
     x = coll["qkv_projection_x_broadcast"]
-    assert (x.group, x.kind, x.bytes, x.count_fwd, x.count_bwd) == ("tp_row", "broadcast", 524288.0, 2, 2)
+    assert (x.group, x.kind, x.bytes, x.count_fwd, x.count_bwd) == (
+        "tp_row",
+        "broadcast",
+        524288.0,
+        2,
+        2,
+    )
     # W panel of QKV: 2 B x 1024/2 x 3072/2 = 1,572,864 B per call, along the column; dW reduced in backward only
     w = coll["qkv_projection_dw_reduce"]
-    assert (w.group, w.kind, w.bytes, w.count_fwd, w.count_bwd) == ("tp_col", "reduce", 1572864.0, 0, 2)
+    assert (w.group, w.kind, w.bytes, w.count_fwd, w.count_bwd) == (
+        "tp_col",
+        "reduce",
+        1572864.0,
+        0,
+        2,
+    )
     # K/V of the column's 1024 tokens, 8 heads of 64 each: 2 B x 1024 x 2 x 1024/2 = 2 MiB, all-gathered over 2 rows
     kv = coll["tp_col_kv_all_gather"]
     assert (kv.kind, kv.bytes, kv.count_fwd, kv.count_bwd) == ("all_gather", 2097152.0, 1, 1)
@@ -137,21 +195,43 @@ def test_summa_splits_every_gemm_and_weight_over_the_grid():
     assert gemm(two) * 4 == approx(gemm(one))
     # parameters: matrices 1024*3072 + 1024*1024 + 2*1024*4096 = 12,582,912 over 4 GPUs;
     # QKV and MLP-in biases 3072 + 4096, two row biases 2*1024 and two LayerNorms 4*1024 over 2 columns
-    assert two.weight_params == summa_weight_params(SMALL, 2, 2) == 12582912 / 4 + (7168 + 2048 + 4096) / 2
+    assert (
+        two.weight_params
+        == summa_weight_params(SMALL, 2, 2)
+        == 12582912 / 4 + (7168 + 2048 + 4096) / 2
+    )
     assert layer_weight_params(SMALL, 4) == 12582912 / 4 + 7168 / 4 + 2048 + 4096
 
 
 def test_summa_memory_is_the_whole_grid_split():
     # activations: Korthikanti's per-layer bytes with every tensor split over r*c = 4 (SP form with t = 4)
-    sp = LayerShape(tp=4, cp=1, micro_batch=1, seq_length=1024, sequence_parallel=True, attention="flash", dtype="bf16")
-    assert layer_activation_bytes(SMALL, SHAPE_2D, "none") == layer_activation_bytes(SMALL, sp, "none")
+    sp = LayerShape(
+        tp=4,
+        cp=1,
+        micro_batch=1,
+        seq_length=1024,
+        sequence_parallel=True,
+        attention="flash",
+        dtype="bf16",
+    )
+    assert layer_activation_bytes(SMALL, SHAPE_2D, "none") == layer_activation_bytes(
+        SMALL, sp, "none"
+    )
     # buffer: the column's gathered K/V, 2 B x 1024 tokens x 2 x 1024/2
     assert layout_buffer_bytes(SMALL, SHAPE_2D) == 2 * 1024 * 2 * 512
 
 
 def test_two_d_seq_gathers_kv_over_cp_instead_of_the_ring():
-    shape = LayerShape(tp=2, cp=4, micro_batch=1, seq_length=1024, sequence_parallel=True, attention="flash",
-                       dtype="bf16", tp_layout="2d-seq")
+    shape = LayerShape(
+        tp=2,
+        cp=4,
+        micro_batch=1,
+        seq_length=1024,
+        sequence_parallel=True,
+        attention="flash",
+        dtype="bf16",
+        tp_layout="2d-seq",
+    )
     coll = {c.name: c for c in decoder_layer(SMALL, shape).collectives}
     assert "cp_kv_ring" not in coll
     # K and V of all 1024 tokens for the rank's 8 heads: 2 B x 1024 x 2 x 1024/2 = 2 MiB, gathered forward and backward
@@ -164,7 +244,12 @@ def test_two_d_seq_gathers_kv_over_cp_instead_of_the_ring():
     c = block_comm(decoder_layer(SMALL, shape), ROUND, comm.GroupSpan(2, 2, 1), span)
     # all-gather: 3/4 * 2 MiB / 50e9 + min(3*5us, 2*2*5us); reduce-scatter the same
     one = 0.75 * 2097152 / 50e9 + 15e-6
-    assert (c.cp_forward, c.cp_steps, c.cp_sync_forward, c.cp_sync_backward) == (0.0, 0.0, approx(one), approx(2 * one))
+    assert (c.cp_forward, c.cp_steps, c.cp_sync_forward, c.cp_sync_backward) == (
+        0.0,
+        0.0,
+        approx(one),
+        approx(2 * one),
+    )
     terms = block_terms(block_compute(decoder_layer(SMALL, shape), ROUND, "bf16"), c, 0, False)
     assert (float(terms.cp_forward), float(terms.cp_backward)) == (approx(one), approx(2 * one))
 
@@ -179,20 +264,38 @@ def test_plan_rules_of_the_layouts():
     assert _rules(tp=4, tp_layout="2d") == []
     assert _rules(tp=16, tp_layout="2d", tp_rows=4) == []  # 16 heads: columns 4 hold whole heads
     assert ("plan.tp_rows", "must divide tp=4") in _rules(tp=4, tp_layout="2d", tp_rows=3)
-    assert any(f == "plan.tp_rows" and "at least 2 × 2" in r for f, r in _rules(tp=4, tp_layout="2d", tp_rows=1))
-    assert any(f == "plan.sequence_parallel" for f, _ in _rules(tp=4, tp_layout="2d", sequence_parallel=True))
-    assert any(f == "plan.overlap_tp_comm" for f, _ in _rules(tp=4, tp_layout="2d", overlap_tp_comm=True))
+    assert any(
+        f == "plan.tp_rows" and "at least 2 × 2" in r
+        for f, r in _rules(tp=4, tp_layout="2d", tp_rows=1)
+    )
+    assert any(
+        f == "plan.sequence_parallel"
+        for f, _ in _rules(tp=4, tp_layout="2d", sequence_parallel=True)
+    )
+    assert any(
+        f == "plan.overlap_tp_comm" for f, _ in _rules(tp=4, tp_layout="2d", overlap_tp_comm=True)
+    )
     assert ("plan.tp_rows", "needs tp_layout=2d") in _rules(tp=4, tp_rows=2)
     assert any(f == "plan.cp" for f, _ in _rules(tp=4, tp_layout="2d-seq"))
     assert _rules(tp=2, cp=2, tp_layout="2d-seq") == []
     moe = load_model("mixtral-8x7b")
-    plan = plan_from_fields({"gpus": 8, "tp": 4, "global_batch": 8, "seq_length": 1024, "tp_layout": "2d",
-                             "sequence_parallel": False})
+    plan = plan_from_fields(
+        {
+            "gpus": 8,
+            "tp": 4,
+            "global_batch": 8,
+            "seq_length": 1024,
+            "tp_layout": "2d",
+            "sequence_parallel": False,
+        }
+    )
     assert any(v.field == "plan.tp_layout" for v in plan_violations(plan, moe))
 
 
 def test_layer_shape_of_a_2d_plan():
-    plan = plan_from_fields({"gpus": 8, "tp": 8, "global_batch": 8, "seq_length": 1024, "tp_layout": "2d"})
+    plan = plan_from_fields(
+        {"gpus": 8, "tp": 8, "global_batch": 8, "seq_length": 1024, "tp_layout": "2d"}
+    )
     shape = layer_shape(plan)
     assert (shape.tp, shape.tp_rows, shape.summa_panels, shape.sequence_parallel) == (8, 2, 4, True)
 
@@ -205,24 +308,35 @@ def test_estimate_composes_the_summa_exposure():
     from paraplan.cost.summa import summa_traffic_s
     from paraplan.step.estimate import step_inputs
 
-    plan = plan_from_fields({"gpus": 4, "tp": 4, "global_batch": 1, "seq_length": 1024, "tp_layout": "2d"})
+    plan = plan_from_fields(
+        {"gpus": 4, "tp": 4, "global_batch": 1, "seq_length": 1024, "tp_layout": "2d"}
+    )
     est = estimate(SMALL, ROUND, plan)
     shape = layer_shape(plan)
     spans = plan_spans(plan, ROUND)
     graph = decoder_layer(SMALL, shape)
-    c = block_comm(graph, ROUND, spans["tp"], spans["cp"], None, shape)  # K/V gathers and norm statistics
+    c = block_comm(
+        graph, ROUND, spans["tp"], spans["cp"], None, shape
+    )  # K/V gathers and norm statistics
     gemm = block_compute(graph, ROUND, "bf16")
     fwd, bwd, fwd_price, bwd_price = summa_traffic_s(graph, ROUND, spans["tp"], 2)
     assert shape.summa_panels == 2 and 0 < fwd < bwd
     by_hand = c.tp_forward + c.tp_backward  # nothing hides those
-    for total, gemm_s, price in ((fwd, gemm.gemm_forward, fwd_price), (bwd, gemm.gemm_backward, bwd_price)):
+    for total, gemm_s, price in (
+        (fwd, gemm.gemm_forward, fwd_price),
+        (bwd, gemm.gemm_backward, bwd_price),
+    ):
         exposed = total / 2 + max(0.0, 0.5 * (total - gemm_s))  # nb = 2
         by_hand += exposed + (total - exposed) * price / total
     facts = block_cost_facts(SMALL, ROUND, shape, spans["tp"], spans["cp"])["decoder"]
     layer = block_terms(facts.compute, facts.comm, 0, False)
     assert float(layer.tp_forward + layer.tp_backward) == approx(by_hand, 1e-9)
     inp = step_inputs(SMALL, ROUND, plan)
-    others = sum(float(b.terms.tp_forward + b.terms.tp_backward) * n for b, n in inp.stages[0].blocks if b.kind != "decoder")
+    others = sum(
+        float(b.terms.tp_forward + b.terms.tp_backward) * n
+        for b, n in inp.stages[0].blocks
+        if b.kind != "decoder"
+    )
     assert est.breakdown.tp_comm_s == approx(SMALL.layers * by_hand + others, 1e-9)
 
 
@@ -231,7 +345,15 @@ def test_2d_trades_weight_traffic_for_activation_traffic():
     with many it moves less than 1D's activation all-reduces (NERSC model: 2D pays off at large b·s)."""
     gpt = load_model("gpt3-175b")
     a100 = load_system("dgx-a100-80gb")
-    base = {"gpus": 16, "tp": 16, "pp": 1, "global_batch": 1, "micro_batch": 1, "recompute": "full", "zero": 3}
+    base = {
+        "gpus": 16,
+        "tp": 16,
+        "pp": 1,
+        "global_batch": 1,
+        "micro_batch": 1,
+        "recompute": "full",
+        "zero": 3,
+    }
     for seq, two_d_wins in ((2048, False), (65536, True)):
         one = estimate(gpt, a100, {**base, "seq_length": seq, "sequence_parallel": True})
         two = estimate(gpt, a100, {**base, "seq_length": seq, "tp_layout": "2d"})
@@ -241,14 +363,44 @@ def test_2d_trades_weight_traffic_for_activation_traffic():
 
 def test_cli_estimate_takes_the_layout_and_refuses_bad_values(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--gpus", "8", "--tp", "4", "--tp-layout", "2d",
-              "--seq-length", "1024", "--json"])
+        main(
+            [
+                "estimate",
+                "-m",
+                "gpt3-125m",
+                "-s",
+                "dgx-a100-80gb",
+                "--gpus",
+                "8",
+                "--tp",
+                "4",
+                "--tp-layout",
+                "2d",
+                "--seq-length",
+                "1024",
+                "--json",
+            ]
+        )
     out, err = capsys.readouterr()
     assert exc.value.code in (0, None), err
     plan = json.loads(out)["plan"]
     assert (plan["tp_layout"], plan["tp_rows"], plan["sequence_parallel"]) == ("2d", None, False)
     with pytest.raises(SystemExit) as exc:
-        main(["estimate", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--gpus", "8", "--tp", "4", "--tp-layout", "3d"])
+        main(
+            [
+                "estimate",
+                "-m",
+                "gpt3-125m",
+                "-s",
+                "dgx-a100-80gb",
+                "--gpus",
+                "8",
+                "--tp",
+                "4",
+                "--tp-layout",
+                "3d",
+            ]
+        )
     _, err = capsys.readouterr()
     assert exc.value.code == 2 and err.startswith("error: plan.tp_layout") and err.count("\n") == 1
 
@@ -256,7 +408,9 @@ def test_cli_estimate_takes_the_layout_and_refuses_bad_values(capsys):
 def test_exports_refuse_a_2d_plan():
     from paraplan.export import export_plan
 
-    plan = plan_from_fields({"gpus": 8, "tp": 4, "global_batch": 8, "seq_length": 1024, "tp_layout": "2d"})
+    plan = plan_from_fields(
+        {"gpus": 8, "tp": 4, "global_batch": 8, "seq_length": 1024, "tp_layout": "2d"}
+    )
     for framework in ("megatron", "nemo", "torchtitan", "deepspeed"):
         with pytest.raises(InputError, match="tp_layout"):
             export_plan(framework, plan, load_model("gpt3-125m"))
@@ -269,7 +423,9 @@ def test_two_d_seq_exports_as_all_gather_context_parallelism_and_back():
     from paraplan.export import canonical_plan, export_plan, import_plan
 
     gpt = load_model("gpt3-125m")
-    plan = plan_from_fields({"gpus": 16, "tp": 2, "cp": 4, "global_batch": 8, "seq_length": 2048, "tp_layout": "2d-seq"})
+    plan = plan_from_fields(
+        {"gpus": 16, "tp": 2, "cp": 4, "global_batch": 8, "seq_length": 2048, "tp_layout": "2d-seq"}
+    )
     line = export_plan("megatron", plan, gpt)
     assert "--cp-comm-type all_gather" in line
     assert canonical_plan(plan_from_fields(import_plan("megatron", line))) == canonical_plan(plan)
@@ -278,8 +434,13 @@ def test_two_d_seq_exports_as_all_gather_context_parallelism_and_back():
     assert canonical_plan(plan_from_fields(import_plan("nemo", recipe))) == canonical_plan(plan)
     ring = plan_from_fields({"gpus": 16, "tp": 2, "cp": 4, "global_batch": 8, "seq_length": 2048})
     assert "--cp-comm-type" not in export_plan("megatron", ring, gpt)  # the default, p2p
-    ulysses = line.replace("--cp-comm-type all_gather", "--cp-comm-type a2a")  # Ulysses: the 1D layout, all-to-all CP
-    assert {k: import_plan("megatron", ulysses)[k] for k in ("tp_layout", "cp_algorithm")} == {"tp_layout": "1d", "cp_algorithm": "all-to-all"}
+    ulysses = line.replace(
+        "--cp-comm-type all_gather", "--cp-comm-type a2a"
+    )  # Ulysses: the 1D layout, all-to-all CP
+    assert {k: import_plan("megatron", ulysses)[k] for k in ("tp_layout", "cp_algorithm")} == {
+        "tp_layout": "1d",
+        "cp_algorithm": "all-to-all",
+    }
     with pytest.raises(InputError, match="hierarchical all-to-all"):
         import_plan("megatron", line.replace("--cp-comm-type all_gather", "--cp-comm-type a2a+p2p"))
 
@@ -290,7 +451,9 @@ def test_error_band_feature_of_a_2d_layout():
 
     a100 = load_system("dgx-a100-80gb")
     for layout, fields in (("2d", {"tp": 4}), ("2d-seq", {"tp": 2, "cp": 2})):
-        plan = plan_from_fields({"gpus": 8, "global_batch": 8, "seq_length": 2048, "tp_layout": layout, **fields})
+        plan = plan_from_fields(
+            {"gpus": 8, "global_batch": 8, "seq_length": 2048, "tp_layout": layout, **fields}
+        )
         assert f"ampere tp layout {layout}" in plan_features(SMALL, a100, plan)
     plain = plan_from_fields({"gpus": 8, "tp": 4, "global_batch": 8, "seq_length": 2048})
     assert not any("layout" in f for f in plan_features(SMALL, a100, plain))
@@ -299,14 +462,40 @@ def test_error_band_feature_of_a_2d_layout():
 def test_search_tries_layouts_only_when_asked(capsys):
     from paraplan.api import search
 
-    base = dict(gpus=8, global_batch=8, seq_length=8192, tp=[4, 8], micro_batch=[1], recompute=["full"], zero=[1],
-                vary_offload=False, vary_overlap=False, vary_placement=False)
+    base = dict(
+        gpus=8,
+        global_batch=8,
+        seq_length=8192,
+        tp=[4, 8],
+        micro_batch=[1],
+        recompute=["full"],
+        zero=[1],
+        vary_offload=False,
+        vary_overlap=False,
+        vary_placement=False,
+    )
     plain = search("gpt3-125m", "dgx-a100-80gb", top=50, **base)
     assert {r.plan.tp_layout for r in plain.plans} == {"1d"}
     wide = search("gpt3-125m", "dgx-a100-80gb", top=50, tp_layouts=["1d", "2d", "2d-seq"], **base)
-    assert {r.plan.tp_layout for r in wide.plans} >= {"1d", "2d"} and wide.raw.candidates > plain.raw.candidates
+    assert {r.plan.tp_layout for r in wide.plans} >= {
+        "1d",
+        "2d",
+    } and wide.raw.candidates > plain.raw.candidates
     with pytest.raises(SystemExit) as exc:
-        main(["search", "-m", "gpt3-125m", "-s", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "8",
-              "--tp-layout", "1d,3d"])
+        main(
+            [
+                "search",
+                "-m",
+                "gpt3-125m",
+                "-s",
+                "dgx-a100-80gb",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "8",
+                "--tp-layout",
+                "1d,3d",
+            ]
+        )
     _, err = capsys.readouterr()
     assert exc.value.code == 2 and err.startswith("error: --tp-layout") and err.count("\n") == 1

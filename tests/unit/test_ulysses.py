@@ -21,7 +21,9 @@ S, CP = 65536, 8
 
 def _layer(algorithm: str):
     model = load_model("llama3-8b")  # h 4096, 32 heads, 8 KV heads of 128
-    return model, decoder_layer(model, LayerShape(1, CP, 1, S, False, "flash", "bf16", cp_algorithm=algorithm))
+    return model, decoder_layer(
+        model, LayerShape(1, CP, 1, S, False, "flash", "bf16", cp_algorithm=algorithm)
+    )
 
 
 def test_ulysses_moves_q_k_v_and_the_output_by_all_to_all():
@@ -46,8 +48,15 @@ def test_ulysses_attention_is_whole_sequences_of_fewer_heads():
     a = next(op for op in ring.ops if op.kind == "attention")
     b = next(op for op in uly.ops if op.kind == "attention")
     assert a.fwd_flops == b.fwd_flops
-    assert math.isclose(b.causal_fraction, (S + 1) / (2 * S)) and math.isclose(a.causal_fraction - b.causal_fraction, (CP - 1) / (2 * S))
-    assert b.attention_call == (S, S, 128, True) and a.attention_call == (S // CP, S // CP, 128, True)
+    assert math.isclose(b.causal_fraction, (S + 1) / (2 * S)) and math.isclose(
+        a.causal_fraction - b.causal_fraction, (CP - 1) / (2 * S)
+    )
+    assert b.attention_call == (S, S, 128, True) and a.attention_call == (
+        S // CP,
+        S // CP,
+        128,
+        True,
+    )
 
 
 def test_ulysses_all_to_alls_are_exposed():
@@ -57,20 +66,45 @@ def test_ulysses_all_to_alls_are_exposed():
     plan = PlanSpec(gpus=16, tp=1, cp=CP, seq_length=S, global_batch=2)
     span = plan_spans(plan, system)["cp"]
     comm = block_comm(layer, system, plan_spans(plan, system)["tp"], span)
-    expected = sum(all_to_all_time_s(c.bytes, span, system) for c in layer.collectives if c.group == "cp")
-    assert math.isclose(comm.cp_sync_forward, expected) and math.isclose(comm.cp_sync_backward, expected)
+    expected = sum(
+        all_to_all_time_s(c.bytes, span, system) for c in layer.collectives if c.group == "cp"
+    )
+    assert math.isclose(comm.cp_sync_forward, expected) and math.isclose(
+        comm.cp_sync_backward, expected
+    )
     assert comm.cp_forward == 0.0
 
 
 def test_ulysses_rule_and_profiles():
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     with pytest.raises(InputError, match="plan.cp_algorithm: 'all-to-all'.*kv_heads=8"):
-        estimate(model, system, PlanSpec(gpus=16, tp=2, cp=8, seq_length=S, global_batch=1, cp_algorithm="all-to-all"))
+        estimate(
+            model,
+            system,
+            PlanSpec(gpus=16, tp=2, cp=8, seq_length=S, global_batch=1, cp_algorithm="all-to-all"),
+        )
     with pytest.raises(InputError, match="tp_layout='1d'"):
-        estimate(model, system, PlanSpec(gpus=16, tp=4, cp=4, seq_length=S, global_batch=1, cp_algorithm="all-to-all",
-                                         tp_layout="2d-seq"))
+        estimate(
+            model,
+            system,
+            PlanSpec(
+                gpus=16,
+                tp=4,
+                cp=4,
+                seq_length=S,
+                global_batch=1,
+                cp_algorithm="all-to-all",
+                tp_layout="2d-seq",
+            ),
+        )
     assert framework_plan_fields(load_framework("deepspeed"), {})["cp_algorithm"] == "all-to-all"
     assert framework_plan_fields(load_framework("megatron-core"), {})["cp_algorithm"] == "ring"
     ring = estimate(model, system, PlanSpec(gpus=16, tp=1, cp=8, seq_length=S, global_batch=2))
-    uly = estimate(model, system, PlanSpec(gpus=16, tp=1, cp=8, seq_length=S, global_batch=2, cp_algorithm="all-to-all"))
-    assert uly.breakdown.cp_comm_s > ring.breakdown.cp_comm_s  # exposed, where the ring hides behind attention
+    uly = estimate(
+        model,
+        system,
+        PlanSpec(gpus=16, tp=1, cp=8, seq_length=S, global_batch=2, cp_algorithm="all-to-all"),
+    )
+    assert (
+        uly.breakdown.cp_comm_s > ring.breakdown.cp_comm_s
+    )  # exposed, where the ring hides behind attention

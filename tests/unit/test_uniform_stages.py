@@ -27,34 +27,63 @@ def test_48_layers_over_5_stages_by_hand():
 
 def test_uniform_t5_estimate_equals_the_hand_built_stage_plan():
     """tp 2, pp 5, dp 2 on 20 GPUs: five stages of 4 GPUs holding 10,10,10,9,9 layers; same estimate, bit for bit."""
-    plan = PlanSpec(gpus=20, tp=2, pp=5, global_batch=32, micro_batch=2, seq_length=512, recompute="full",
-                    sequence_parallel=True, zero=1, schedule="gpipe", overlap_dp_grad_reduce=False)
-    hand = stage_plan_from_dict({
-        "global_batch": 32, "seq_length": 512, "micro_batch": 2, "dtype": "bf16", "schedule": "gpipe",
-        "attention": "flash", "sequence_parallel": True, "zero": 1, "overlap_dp_grad_reduce": False,
-        "stages": [{"pool": POOL, "gpus": 4, "tp": 2, "dp": 2, "layers": n, "recompute": "full"} for n in (10, 10, 10, 9, 9)],
-    })
+    plan = PlanSpec(
+        gpus=20,
+        tp=2,
+        pp=5,
+        global_batch=32,
+        micro_batch=2,
+        seq_length=512,
+        recompute="full",
+        sequence_parallel=True,
+        zero=1,
+        schedule="gpipe",
+        overlap_dp_grad_reduce=False,
+    )
+    hand = stage_plan_from_dict(
+        {
+            "global_batch": 32,
+            "seq_length": 512,
+            "micro_batch": 2,
+            "dtype": "bf16",
+            "schedule": "gpipe",
+            "attention": "flash",
+            "sequence_parallel": True,
+            "zero": 1,
+            "overlap_dp_grad_reduce": False,
+            "stages": [
+                {"pool": POOL, "gpus": 4, "tp": 2, "dp": 2, "layers": n, "recompute": "full"}
+                for n in (10, 10, 10, 9, 9)
+            ],
+        }
+    )
     cluster = uniform_cluster(A100, 20)
     assert cluster.pools[0].name == POOL
     mine = uniform_stage_plan(plan, T5, POOL)
     assert mine == hand
-    assert estimate_stage_plan(T5, cluster, mine).to_dict() == estimate_stage_plan(T5, cluster, hand).to_dict()
+    assert (
+        estimate_stage_plan(T5, cluster, mine).to_dict()
+        == estimate_stage_plan(T5, cluster, hand).to_dict()
+    )
 
 
-@pytest.mark.parametrize("fields, field", [
-    ({"cp": 2}, "plan.cp"),
-    ({"vpp": 2, "pp": 2}, "plan.vpp"),
-    ({"schedule": "zb-h1"}, "plan.schedule"),
-    ({"schedule": "dualpipe"}, "plan.schedule"),
-    ({"overlap_tp_comm": True}, "plan.overlap_tp_comm"),
-    ({"offload_optimizer": True}, "plan.offload_optimizer"),
-    ({"recompute": "full", "recompute_num_layers": 2}, "plan.recompute_num_layers"),
-    ({"dtype": "fp8", "fp8_weight_copies": True}, "plan.fp8_weight_copies"),
-    ({"grad_dtype": "bf16"}, "plan.grad_dtype"),
-    ({"ep": 2}, "plan.ep"),
-    ({"stage_layers": (30, 18), "pp": 2}, "plan.stage_layers"),
-    ({"overlap_param_gather": False}, "plan.overlap_param_gather"),
-])
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"cp": 2}, "plan.cp"),
+        ({"vpp": 2, "pp": 2}, "plan.vpp"),
+        ({"schedule": "zb-h1"}, "plan.schedule"),
+        ({"schedule": "dualpipe"}, "plan.schedule"),
+        ({"overlap_tp_comm": True}, "plan.overlap_tp_comm"),
+        ({"offload_optimizer": True}, "plan.offload_optimizer"),
+        ({"recompute": "full", "recompute_num_layers": 2}, "plan.recompute_num_layers"),
+        ({"dtype": "fp8", "fp8_weight_copies": True}, "plan.fp8_weight_copies"),
+        ({"grad_dtype": "bf16"}, "plan.grad_dtype"),
+        ({"ep": 2}, "plan.ep"),
+        ({"stage_layers": (30, 18), "pp": 2}, "plan.stage_layers"),
+        ({"overlap_param_gather": False}, "plan.overlap_param_gather"),
+    ],
+)
 def test_knobs_the_stage_plan_cannot_carry_are_refused(fields, field):
     plan = PlanSpec(**({"gpus": 8, "global_batch": 8, "seq_length": 512} | fields))
     with pytest.raises(InputError) as err:
@@ -64,7 +93,10 @@ def test_knobs_the_stage_plan_cannot_carry_are_refused(fields, field):
 
 
 def test_the_uniform_rules_still_apply():
-    with pytest.raises(InputError, match=r"plan.global_batch: 12 is not allowed; must be a multiple of dp·micro_batch = 8·1"):
+    with pytest.raises(
+        InputError,
+        match=r"plan.global_batch: 12 is not allowed; must be a multiple of dp·micro_batch = 8·1",
+    ):
         uniform_stage_plan(PlanSpec(gpus=8, global_batch=12, seq_length=512), T5, POOL)
     with pytest.raises(InputError, match=r"plan.tp: 3 is not allowed"):
         uniform_stage_plan(PlanSpec(gpus=6, tp=3, global_batch=12, seq_length=512), T5, POOL)
@@ -83,8 +115,17 @@ def test_other_uniform_paths_still_refuse_encoder_decoders(tmp_path):
     from paraplan.sweep.run import SweepConfig, prepare
 
     plan = PlanSpec(gpus=16, tp=2, pp=2, global_batch=64, micro_batch=4, seq_length=512)
-    for call in (lambda: api.estimate("t5-3b", "dgx-a100-80gb", plan=plan),
-                 lambda: export_plan("megatron", plan, T5),
-                 lambda: prepare(SweepConfig(model="t5-3b", systems=["dgx-a100-80gb"], gpus=[16], global_batch=64, seq_length=512))):
-        with pytest.raises(InputError, match="model.architecture: 'encoder_decoder' is not allowed; .*stage by stage"):
+    for call in (
+        lambda: api.estimate("t5-3b", "dgx-a100-80gb", plan=plan),
+        lambda: export_plan("megatron", plan, T5),
+        lambda: prepare(
+            SweepConfig(
+                model="t5-3b", systems=["dgx-a100-80gb"], gpus=[16], global_batch=64, seq_length=512
+            )
+        ),
+    ):
+        with pytest.raises(
+            InputError,
+            match="model.architecture: 'encoder_decoder' is not allowed; .*stage by stage",
+        ):
             call()

@@ -17,7 +17,9 @@ WINDOWED = ModelSpec.model_validate({**LLAMA.model_dump(), "sliding_window": 102
 
 def test_mean_visible_keys_by_hand():
     tiny = ModelSpec(layers=1, hidden=8, heads=1, ffn_hidden=8, vocab=8, sliding_window=3)
-    assert tiny.mean_visible_keys(8) == pytest.approx(21 / 8)  # min(i, 3) for i = 1..8: 1+2+3·6 = 21
+    assert tiny.mean_visible_keys(8) == pytest.approx(
+        21 / 8
+    )  # min(i, 3) for i = 1..8: 1+2+3·6 = 21
     assert tiny.mean_visible_keys(3) == pytest.approx(2.0)  # window >= s: plain causal, (3+1)/2
     assert LLAMA.mean_visible_keys(4096) == pytest.approx(4097 / 2)
 
@@ -31,19 +33,36 @@ def test_model_flops_with_a_window():
 
 
 def test_flash_attention_computes_only_the_window():
-    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=4096, sequence_parallel=False, attention="flash",
-                       dtype="bf16")
-    full, = attention_ops(LLAMA, shape)
-    windowed, = attention_ops(WINDOWED, shape)
-    assert full.fwd_flops == windowed.fwd_flops  # listed over all keys; the fraction enters the time
+    shape = LayerShape(
+        tp=1,
+        cp=1,
+        micro_batch=1,
+        seq_length=4096,
+        sequence_parallel=False,
+        attention="flash",
+        dtype="bf16",
+    )
+    (full,) = attention_ops(LLAMA, shape)
+    (windowed,) = attention_ops(WINDOWED, shape)
+    assert (
+        full.fwd_flops == windowed.fwd_flops
+    )  # listed over all keys; the fraction enters the time
     assert windowed.causal_fraction == pytest.approx(896.125 / 4096)
     assert full.causal_fraction == pytest.approx(4097 / 8192)
 
 
 def test_a_window_makes_long_sequences_cheaper_and_mfu_stays_bounded():
     system = load_system("dgx-h100-80gb")
-    plan = PlanSpec(gpus=8, tp=8, dp=1, micro_batch=1, global_batch=1, seq_length=32768, sequence_parallel=True,
-                    recompute="selective")
+    plan = PlanSpec(
+        gpus=8,
+        tp=8,
+        dp=1,
+        micro_batch=1,
+        global_batch=1,
+        seq_length=32768,
+        sequence_parallel=True,
+        recompute="selective",
+    )
     full, windowed = estimate(LLAMA, system, plan), estimate(WINDOWED, system, plan)
     assert windowed.step_time_s < full.step_time_s
     assert windowed.model_flops_per_step < full.model_flops_per_step
@@ -62,5 +81,7 @@ def test_position_warning():
     from paraplan.specs.limits import position_warning
 
     assert position_warning(LLAMA, 8192) is None
-    assert "longer than llama3-8b's 8,192 positions (it was trained with" in position_warning(LLAMA, 16384)
+    assert "longer than llama3-8b's 8,192 positions (it was trained with" in position_warning(
+        LLAMA, 16384
+    )
     assert "learned position table" in position_warning(load_model("gpt3-125m"), 4096)

@@ -33,8 +33,20 @@ def test_largest_weight_is_the_mlp_projection(tp):
 
 def _buffers(plan_fields: dict) -> float:
     model, system = load_model("mt-nlg-530b"), load_system("dgx-a100-80gb")
-    plan = PlanSpec(gpus=640, tp=1, pp=1, dp=640, micro_batch=4, global_batch=2560, recompute="full", zero=3,
-                    seq_length=2048, dtype="fp16", attention="unfused", **plan_fields)
+    plan = PlanSpec(
+        gpus=640,
+        tp=1,
+        pp=1,
+        dp=640,
+        micro_batch=4,
+        global_batch=2560,
+        recompute="full",
+        zero=3,
+        seq_length=2048,
+        dtype="fp16",
+        attention="unfused",
+        **plan_fields,
+    )
     return estimate(model, system, plan).peak_stage.buffers_bytes
 
 
@@ -57,25 +69,52 @@ def test_cap_above_two_layers_changes_nothing_and_a_small_cap_stops_at_the_large
 def test_deepspeed_profile_sets_the_cap_and_megatron_does_not():
     assert load_framework("deepspeed").zero3_max_live_params == 1e9
     assert framework_plan_fields(load_framework("deepspeed"), {})["zero3_max_live_params"] == 1e9
-    assert framework_plan_fields(load_framework("megatron-core"), {})["zero3_max_live_params"] is None
+    assert (
+        framework_plan_fields(load_framework("megatron-core"), {})["zero3_max_live_params"] is None
+    )
 
 
 def test_published_530b_zero3_run_fits_under_deepspeed():
     """Narayanan et al. 2021 Table 2 trained 530B with ZeRO-3 on 640 A100s at micro-batch 4 (the
     validation case narayanan2021-tab2-zero3-530b-640): two whole gathered layers (20 GB) would not fit."""
     model, system = load_model("mt-nlg-530b"), load_system("dgx-a100-80gb")
-    fields = dict(gpus=640, tp=1, pp=1, dp=640, micro_batch=4, global_batch=2560, recompute="full", zero=3,
-                  seq_length=2048, dtype="fp16", attention="unfused")
+    fields = dict(
+        gpus=640,
+        tp=1,
+        pp=1,
+        dp=640,
+        micro_batch=4,
+        global_batch=2560,
+        recompute="full",
+        zero=3,
+        seq_length=2048,
+        dtype="fp16",
+        attention="unfused",
+    )
     profile = load_framework("deepspeed")
     ds_system, ds_fields = apply_framework(profile, system, fields)
     assert estimate(model, ds_system, PlanSpec(**ds_fields)).fits
-    assert not estimate(model, ds_system, PlanSpec(**{**ds_fields, "zero3_max_live_params": None})).fits
+    assert not estimate(
+        model, ds_system, PlanSpec(**{**ds_fields, "zero3_max_live_params": None})
+    ).fits
 
 
 def _zero3(prefetch: int, overlap: bool = True, **extra):
     model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
-    plan = PlanSpec(gpus=64, tp=1, pp=1, dp=64, micro_batch=1, global_batch=64, seq_length=2048, zero=3,
-                    recompute="full", zero3_prefetch_layers=prefetch, overlap_param_gather=overlap, **extra)
+    plan = PlanSpec(
+        gpus=64,
+        tp=1,
+        pp=1,
+        dp=64,
+        micro_batch=1,
+        global_batch=64,
+        seq_length=2048,
+        zero=3,
+        recompute="full",
+        zero3_prefetch_layers=prefetch,
+        overlap_param_gather=overlap,
+        **extra,
+    )
     return estimate(model, system, plan)
 
 
@@ -85,7 +124,9 @@ def test_prefetch_depth_sets_the_gathered_layers_resident():
     _, graph = _decoder("gpt3-13b", 1)
     layer_bytes = 2 * graph.weight_params
     b0, b1, b2 = (_zero3(d).peak_stage.buffers_bytes for d in (0, 1, 2))
-    assert math.isclose(b1 - b0, layer_bytes, rel_tol=1e-12) and math.isclose(b2 - b1, layer_bytes, rel_tol=1e-12)
+    assert math.isclose(b1 - b0, layer_bytes, rel_tol=1e-12) and math.isclose(
+        b2 - b1, layer_bytes, rel_tol=1e-12
+    )
     assert _zero3(2, overlap=False).peak_stage.buffers_bytes == b2
 
 
@@ -93,5 +134,7 @@ def test_prefetch_depth_hides_gathers_and_the_profile_sets_it():
     """Depth 0 leaves every per-layer gather exposed (cost.overlap.prefetched_gather_exposed_s); the
     megatron-lm-2021 profile has no ZeRO-3 prefetch, the others prefetch one layer."""
     assert _zero3(0).step_time_s > _zero3(1).step_time_s
-    assert framework_plan_fields(load_framework("megatron-lm-2021"), {})["zero3_prefetch_layers"] == 0
+    assert (
+        framework_plan_fields(load_framework("megatron-lm-2021"), {})["zero3_prefetch_layers"] == 0
+    )
     assert framework_plan_fields(load_framework("torchtitan"), {})["zero3_prefetch_layers"] == 1

@@ -20,7 +20,13 @@ from paraplan.step.build import BLOCK_KINDS
 def _tensors(model_name: str, kind: str) -> float:
     model = load_model(model_name)
     graph = BLOCK_KINDS[kind].graph(model, LayerShape(1, 1, 1, 2048, False, "flash", "bf16"))
-    return weight_tensor_count(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.learned_positions)
+    return weight_tensor_count(
+        graph,
+        model.has_bias,
+        model.has_qkv_bias,
+        model.norm == "layernorm",
+        model.learned_positions,
+    )
 
 
 def test_weight_tensors_of_a_gpt_and_a_llama_layer():
@@ -43,16 +49,31 @@ def test_per_tensor_gather_adds_latency_and_list_copies():
     tensors are gathered in one call (its latency, 16 copies and 16 views) and copied back in a loop over the 16 ranks
     (pieces ⌈s/⌈s/16⌉⌉ = 16 each: 3 views and 1 copy kernel per piece, plus the own-partition copy per tensor)."""
     model, system = load_model("gpt3-1.3b"), load_system("dgx-a100-80gb")
-    fields = dict(gpus=16, tp=1, pp=1, dp=16, micro_batch=1, global_batch=16, seq_length=2048, zero=3, dtype="bf16",
-                  overlap_param_gather=False, zero3_prefetch_layers=0)
+    fields = dict(
+        gpus=16,
+        tp=1,
+        pp=1,
+        dp=16,
+        micro_batch=1,
+        global_batch=16,
+        seq_length=2048,
+        zero=3,
+        dtype="bf16",
+        overlap_param_gather=False,
+        zero3_prefetch_layers=0,
+    )
     layer = estimate(model, system, PlanSpec(**fields)).step_time_s
     tensor = estimate(model, system, PlanSpec(**fields, zero3_gather_unit="tensor")).step_time_s
     gathered_bytes = 2.0 * parameter_counts(model).total
     hbm = 2039e9 * 0.8
     latency, kernel, view = 14 * 5e-6 + 10e-6, 4e-6, 1.4e-6
     calls, blocks, small = 24 * 4 + 2 + 1, 24 + 2, 24 * 8 + 2
-    per_gather = ((calls - blocks) * latency + calls * 16 * (kernel + view) + 3 * gathered_bytes / hbm
-                  + calls * (380e-6 - 8 * (view + kernel)))
+    per_gather = (
+        (calls - blocks) * latency
+        + calls * 16 * (kernel + view)
+        + 3 * gathered_bytes / hbm
+        + calls * (380e-6 - 8 * (view + kernel))
+    )
     post_step = latency + 16 * kernel + 16 * view + small * (kernel + 16 * (3 * view + kernel))
     assert tensor - layer == pytest.approx(2 * per_gather + post_step, rel=1e-9)
 
@@ -65,8 +86,16 @@ def test_persistent_tensors_are_the_biases_and_norms():
     def small(name: str, kind: str) -> list[float]:
         model = load_model(name)
         graph = BLOCK_KINDS[kind].graph(model, LayerShape(1, 1, 1, 2048, False, "flash", "bf16"))
-        return sorted(small_weight_numels(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
-                                          model.hidden, DS_PERSISTENCE_THRESHOLD))
+        return sorted(
+            small_weight_numels(
+                graph,
+                model.has_bias,
+                model.has_qkv_bias,
+                model.norm == "layernorm",
+                model.hidden,
+                DS_PERSISTENCE_THRESHOLD,
+            )
+        )
 
     h = 12288.0
     assert small("gpt3-175b", "decoder") == sorted([3 * h, h, 4 * h, h] + [h] * 4)
@@ -86,17 +115,46 @@ def test_the_2021_deepspeed_profile_gathers_per_tensor_without_overlap():
 
 def test_exporters_refuse_per_tensor_gathers():
     """No launcher option selects a 2021 DeepSpeed's per-parameter gather: every exporter refuses it by name."""
-    plan = PlanSpec(gpus=16, tp=1, pp=1, dp=16, micro_batch=1, global_batch=16, seq_length=2048, zero=3,
-                    zero3_gather_unit="tensor")
+    plan = PlanSpec(
+        gpus=16,
+        tp=1,
+        pp=1,
+        dp=16,
+        micro_batch=1,
+        global_batch=16,
+        seq_length=2048,
+        zero=3,
+        zero3_gather_unit="tensor",
+    )
     for framework in ("megatron", "deepspeed", "torchtitan"):
         with pytest.raises(InputError, match="zero3_gather_unit"):
             export_plan(framework, plan)
     for knob, value in (("zero3_reduce_unit", "tensor"), ("zero3_regather_recompute", True)):
-        other = PlanSpec(gpus=16, tp=1, pp=1, dp=16, micro_batch=1, global_batch=16, seq_length=2048, zero=3,
-                         **{knob: value})
+        other = PlanSpec(
+            gpus=16,
+            tp=1,
+            pp=1,
+            dp=16,
+            micro_batch=1,
+            global_batch=16,
+            seq_length=2048,
+            zero=3,
+            **{knob: value},
+        )
         for framework in ("megatron", "deepspeed", "torchtitan"):
             with pytest.raises(InputError, match=knob):
                 export_plan(framework, other)
-    below = PlanSpec(gpus=16, tp=1, pp=1, dp=16, micro_batch=1, global_batch=16, seq_length=2048, zero=1,
-                     zero3_gather_unit="tensor")
-    assert export_plan("megatron", below)  # nothing is gathered per layer below ZeRO-3: the knob is moot
+    below = PlanSpec(
+        gpus=16,
+        tp=1,
+        pp=1,
+        dp=16,
+        micro_batch=1,
+        global_batch=16,
+        seq_length=2048,
+        zero=1,
+        zero3_gather_unit="tensor",
+    )
+    assert export_plan(
+        "megatron", below
+    )  # nothing is gathered per layer below ZeRO-3: the knob is moot

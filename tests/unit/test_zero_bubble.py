@@ -22,7 +22,10 @@ def test_dualpipe_table_2():
     # DeepSeek-V3 Table 2: (PP/2 - 1)(F&B + B - 3W); p = 8, F = 1, B = 2, W = 1, F&B = F + B
     assert dualpipe_bubble_s(8, 1.0, 2.0, 1.0) == pytest.approx(3 * (3 + 2 - 3))
     assert dualpipe_bubble_s(2, 1.0, 2.0, 1.0) == 0.0
-    assert dualpipe_bubble_s(np.array([4, 8]), 1.0, 2.0, 1.0, overlapped_pair_s=2.5).tolist() == [1.5, 4.5]
+    assert dualpipe_bubble_s(np.array([4, 8]), 1.0, 2.0, 1.0, overlapped_pair_s=2.5).tolist() == [
+        1.5,
+        4.5,
+    ]
 
 
 def test_memory_of_the_schedules():

@@ -30,7 +30,13 @@ def write(tmp_path, cases, suffix=".json"):
 
 def test_bundled_files_load():
     names = [p.name for p in bundled_case_files()]
-    assert {"korthikanti2022.json", "nemo-llama31-h100.json", "mbridge-dense.json", "moe-visible.json", "narayanan2021.json"} <= set(names)
+    assert {
+        "korthikanti2022.json",
+        "nemo-llama31-h100.json",
+        "mbridge-dense.json",
+        "moe-visible.json",
+        "narayanan2021.json",
+    } <= set(names)
     cases = load_cases()
     assert len(cases) == 66 and len({(c.file, c.name) for c in cases}) == 66
 
@@ -67,10 +73,20 @@ BAD = {
     "bad model field": (broken(model__hidden=0), "model.hidden"),
     "bad plan field": (broken(plan__recompute="most"), "plan.recompute"),
     "system with bad unit": (
-        broken(system={"accelerator": {"name": "x", "matrix_flops": {"bf16": "1 PFLOPS"}, "vector_flops": {},
-                                       "hbm_capacity": "80 GiBB", "hbm_bandwidth": "2 TB/s", "sm_count": 100},
-                       "node": {"gpus_per_domain": 8, "nvlink_bandwidth": "300 GB/s"},
-                       "network": {"nic_bandwidth": "200 Gb/s"}}),
+        broken(
+            system={
+                "accelerator": {
+                    "name": "x",
+                    "matrix_flops": {"bf16": "1 PFLOPS"},
+                    "vector_flops": {},
+                    "hbm_capacity": "80 GiBB",
+                    "hbm_bandwidth": "2 TB/s",
+                    "sm_count": 100,
+                },
+                "node": {"gpus_per_domain": 8, "nvlink_bandwidth": "300 GB/s"},
+                "network": {"nic_bandwidth": "200 Gb/s"},
+            }
+        ),
         "hbm_capacity",
     ),
 }
@@ -87,14 +103,31 @@ def test_bad_case_names_case_and_field(tmp_path, case, field):
 
 
 def test_documentation_keys_accepted(tmp_path):
-    doc = dict(GOOD, notes="n", group="g1", tier="main", confidence="high", derived="d", quote="q", record="r",
-               config_id="v1", framework="torchtitan", scope="stage")
+    doc = dict(
+        GOOD,
+        notes="n",
+        group="g1",
+        tier="main",
+        confidence="high",
+        derived="d",
+        quote="q",
+        record="r",
+        config_id="v1",
+        framework="torchtitan",
+        scope="stage",
+    )
     doc["measured"] = {"step_time_s": 0.5, "tflops_per_gpu": 300}
     (case,) = load_cases([write(tmp_path, [doc])])
-    assert case.cv_group == "g1" and case.framework == "torchtitan" and case.measured == {"step_time_s": 0.5}
+    assert (
+        case.cv_group == "g1"
+        and case.framework == "torchtitan"
+        and case.measured == {"step_time_s": 0.5}
+    )
     # the framework's defaults fill what the plan leaves out, an explicit plan value wins
     assert case.plan.overlap_tp_comm is False and case.plan.attention == "flash"
-    assert case.system.accelerator.reserved_memory > 2 * 2**30  # torchtitan: fragmentation on top of buffers
+    assert (
+        case.system.accelerator.reserved_memory > 2 * 2**30
+    )  # torchtitan: fragmentation on top of buffers
 
 
 def test_unsupported_case_is_reported_and_the_rest_run(tmp_path):
@@ -119,10 +152,17 @@ def test_case_whose_plan_breaks_a_rule_is_reported_and_the_rest_run(tmp_path):
     refused = broken(plan__tp=3, plan__gpus=12)
     refused["name"] = "tp3"
     cases = load_cases([write(tmp_path, [GOOD, refused])])
-    assert isinstance(cases[1], UnsupportedCase) and "plan.tp" in cases[1].reason and "\n" not in cases[1].reason
+    assert (
+        isinstance(cases[1], UnsupportedCase)
+        and "plan.tp" in cases[1].reason
+        and "\n" not in cases[1].reason
+    )
     report = run_cases(cases)
     assert [e["status"] for e in report["cases"]] == ["ok", "unsupported"]
-    assert report["summary"]["cases"] == 1 and report["summary"]["unsupported_cases"][0]["name"] == "tp3"
+    assert (
+        report["summary"]["cases"] == 1
+        and report["summary"]["unsupported_cases"][0]["name"] == "tp3"
+    )
 
 
 def test_unknown_catalog_names_are_reported_and_the_rest_run(tmp_path):
@@ -134,7 +174,10 @@ def test_unknown_catalog_names_are_reported_and_the_rest_run(tmp_path):
     model["name"], system["name"] = "m", "s"
     cases = load_cases([write(tmp_path, [GOOD, model, system])])
     assert [type(c) for c in cases[1:]] == [UnsupportedCase, UnsupportedCase]
-    assert "model: unknown model 'llama9'" in cases[1].reason and "system: unknown system 'dgx-z100'" in cases[2].reason
+    assert (
+        "model: unknown model 'llama9'" in cases[1].reason
+        and "system: unknown system 'dgx-z100'" in cases[2].reason
+    )
     assert run_cases(cases)["summary"]["cases"] == 1
 
 

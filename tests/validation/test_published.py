@@ -37,7 +37,11 @@ def _mape(errors: list[float]) -> float:
 
 
 def test_korthikanti_step_time(report):
-    errors = [c["error_pct"]["step_time_s"] for c in _cases(report, "Korthikanti") if "step_time_s" in c["measured"]]
+    errors = [
+        c["error_pct"]["step_time_s"]
+        for c in _cases(report, "Korthikanti")
+        if "step_time_s" in c["measured"]
+    ]
     assert len(errors) == 8
     assert _mape(errors) <= 3.5
     assert max(abs(e) for e in errors) <= 8.0
@@ -49,9 +53,16 @@ def test_korthikanti_figure1_memory_transformer_layers(report):
     for case in figure1:
         assert case["scope"] == SCOPE_TRANSFORMER
         for metric in ("weights_and_optimizer_gib", "activations_gib"):
-            assert abs(case["error_pct"][metric]) <= 2.0, (case["name"], metric, case["error_pct"][metric])
+            assert abs(case["error_pct"][metric]) <= 2.0, (
+                case["name"],
+                metric,
+                case["error_pct"][metric],
+            )
         # nothing hidden: the whole first stage holds at least the transformer layers' memory
-        assert case["predicted"]["stage_weights_and_optimizer_gib"] >= case["predicted"]["weights_and_optimizer_gib"]
+        assert (
+            case["predicted"]["stage_weights_and_optimizer_gib"]
+            >= case["predicted"]["weights_and_optimizer_gib"]
+        )
         assert case["predicted"]["stage_activations_gib"] >= case["predicted"]["activations_gib"]
 
 
@@ -68,7 +79,10 @@ def test_scope_is_explicit_in_the_bundled_files():
     for case in cases:
         expected = SCOPE_TRANSFORMER if "Figure 1" in case.source else SCOPE_STAGE
         assert case.scope == expected, case.name
-    assert all(c.framework in ("megatron-lm-2021", "megatron-core", "deepspeed", "deepspeed-2021") for c in cases)
+    assert all(
+        c.framework in ("megatron-lm-2021", "megatron-core", "deepspeed", "deepspeed-2021")
+        for c in cases
+    )
 
 
 def test_calibration_and_held_out_reported_apart(report):
@@ -100,7 +114,9 @@ def test_every_step_time_case_fits(report):
 
 def test_summary_matches_cases(report):
     summary = report["summary"]
-    step = [c["error_pct"]["step_time_s"] for c in report["cases"] if "step_time_s" in c["error_pct"]]
+    step = [
+        c["error_pct"]["step_time_s"] for c in report["cases"] if "step_time_s" in c["error_pct"]
+    ]
     assert summary["step_time_s_mape_pct"] == pytest.approx(_mape(step))
     assert summary["step_time_s_cases"] == len(step)
     everything = [abs(e) for c in report["cases"] for e in c["error_pct"].values()]
@@ -112,7 +128,11 @@ def test_summary_matches_cases(report):
 def test_dense_blackwell_fp8_step_time(report):
     """Megatron-Bridge 25.09/25.11 dense Llama 3 8B / 3.1 405B fp8 runs on DGX B200 and GB200, the set the
     B200 fp8 GEMM cap is fitted on: within issue 2's bar for a calibration set (today 4.4 %, worst 6.5 %)."""
-    errors = [c["error_pct"]["step_time_s"] for c in report["cases"] if c["group"].startswith("mbridge-dense-")]
+    errors = [
+        c["error_pct"]["step_time_s"]
+        for c in report["cases"]
+        if c["group"].startswith("mbridge-dense-")
+    ]
     assert len(errors) == 6
     assert _mape(errors) <= 8.0
     assert max(abs(e) for e in errors) <= 10.0
@@ -142,11 +162,17 @@ def test_narayanan2021_held_out(report):
     assert max(abs(e) for e in ptdp) <= 10.0
     zero3 = {c["name"]: c["error_pct"]["step_time_s"] for c in cases if "-zero3-" in c["name"]}
     assert max(abs(e) for e in zero3.values()) <= 20.0
-    assert all(e < 0 for name, e in zero3.items() if "-530b-" in name)  # optimistic (docs/model.md, Known limits)
+    assert all(
+        e < 0 for name, e in zero3.items() if "-530b-" in name
+    )  # optimistic (docs/model.md, Known limits)
 
 
 REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "published"
-ADDED_KEYS = ("framework", "scope", "group")  # what the bundled copies add to a published case (documented per file)
+ADDED_KEYS = (
+    "framework",
+    "scope",
+    "group",
+)  # what the bundled copies add to a published case (documented per file)
 
 
 @pytest.mark.parametrize("stem", ["korthikanti2022", "nemo-llama31-h100", "moe-visible"])
@@ -158,7 +184,12 @@ def test_bundled_cases_are_the_published_files(stem):
     if not path.exists():
         pytest.skip("the shared reference files are not beside this checkout")
     published = json.loads(path.read_text())["cases"]
-    bundled = {c["name"]: c for c in json.loads((resources.files("paraplan.validate") / "cases" / f"{stem}.json").read_text())["cases"]}
+    bundled = {
+        c["name"]: c
+        for c in json.loads(
+            (resources.files("paraplan.validate") / "cases" / f"{stem}.json").read_text()
+        )["cases"]
+    }
     assert [c["name"] for c in published] == list(bundled)
     for case in published:
         ours = {k: v for k, v in bundled[case["name"]].items() if k in case or k not in ADDED_KEYS}
@@ -173,6 +204,8 @@ def test_published_moe_file_validates_as_given():
     if not path.exists():
         pytest.skip("the shared reference files are not beside this checkout")
     report = run_cases(load_cases([path]))
-    assert all(c["status"] == "ok" for c in report["cases"]), [c.get("reason") for c in report["cases"]]
+    assert all(c["status"] == "ok" for c in report["cases"]), [
+        c.get("reason") for c in report["cases"]
+    ]
     errors = [c["error_pct"]["step_time_s"] for c in report["cases"]]
     assert len(errors) == 10 and _mape(errors) <= 8.0 and max(abs(e) for e in errors) <= 20.0

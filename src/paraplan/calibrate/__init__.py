@@ -26,7 +26,12 @@ from paraplan.calibrate.fit import (
     fit_steps,
     with_values,
 )
-from paraplan.calibrate.readers import read_attention_table, read_gemm_table, read_memory_table, read_nccl_tests
+from paraplan.calibrate.readers import (
+    read_attention_table,
+    read_gemm_table,
+    read_memory_table,
+    read_nccl_tests,
+)
 from paraplan.catalog import load_model
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
@@ -72,7 +77,9 @@ def read_steps(path: Path) -> list[StepRun]:
     data = Doc(read_document(path, "--steps"), "--steps")
     runs = data.docs("runs", [])
     if not runs:
-        raise InputError(f"--steps: {str(path)!r} must hold 'runs: [{{name, plan, step_time_s}}, ...]'")
+        raise InputError(
+            f"--steps: {str(path)!r} must hold 'runs: [{{name, plan, step_time_s}}, ...]'"
+        )
     out = []
     for i, run in enumerate(runs):
         where = run.where
@@ -80,11 +87,17 @@ def read_steps(path: Path) -> list[StepRun]:
         if model_ref is None:
             raise InputError(f"{where}: no model (give 'model' at the top or in the run)")
         if not isinstance(model_ref, (str, dict)):
-            raise refuse(f"{where}.model", model_ref, "give a catalog name, a file or a mapping of model fields")
+            raise refuse(
+                f"{where}.model",
+                model_ref,
+                "give a catalog name, a file or a mapping of model fields",
+            )
         model = load_model(model_ref, field=f"{where}.model")
         time_s = run.number("step_time_s", positive=True)
         if "plan_file" in run:
-            plan = load_plan(str(path.parent / run.text("plan_file")), model=model, field=f"{where}.plan_file")
+            plan = load_plan(
+                str(path.parent / run.text("plan_file")), model=model, field=f"{where}.plan_file"
+            )
         else:
             plan = plan_from_fields(run.doc("plan", {}).data)
         name = run.get("name", f"run{i + 1}")
@@ -101,12 +114,22 @@ def _merge(cal: Calibration, part: FitPart, source: str) -> None:
     cal.system = with_values(cal.system, part.values)
 
 
-def calibrate(base: SystemSpec, *, nccl: list[str] = (), gemm: Path | None = None, attention: Path | None = None,
-              memory: Path | None = None, steps: Path | None = None, name: str | None = None,
-              domain_spans_nodes: bool = False) -> Calibration:
+def calibrate(
+    base: SystemSpec,
+    *,
+    nccl: list[str] = (),
+    gemm: Path | None = None,
+    attention: Path | None = None,
+    memory: Path | None = None,
+    steps: Path | None = None,
+    name: str | None = None,
+    domain_spans_nodes: bool = False,
+) -> Calibration:
     """Fit what the given measurements identify; everything else keeps the base system's value."""
     if not (nccl or gemm or attention or memory or steps):
-        raise InputError("calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps")
+        raise InputError(
+            "calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps"
+        )
     cal = Calibration(base=base, system=base)
     overhead = None
     if memory is not None:
@@ -114,18 +137,28 @@ def calibrate(base: SystemSpec, *, nccl: list[str] = (), gemm: Path | None = Non
         cal.inputs.append(str(memory))
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if attention is not None:
-        _merge(cal, fit_attention(read_attention_table(attention), cal.system, attention.name, overhead), attention.name)
+        _merge(
+            cal,
+            fit_attention(read_attention_table(attention), cal.system, attention.name, overhead),
+            attention.name,
+        )
         cal.inputs.append(str(attention))
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if gemm is not None:
         if overhead is None:
-            cal.notes[f"{EFF}.kernel_overhead_s"] = "base value kept (no memory or attention table); GEMM ramp = fixed time − it"
+            cal.notes[f"{EFF}.kernel_overhead_s"] = (
+                "base value kept (no memory or attention table); GEMM ramp = fixed time − it"
+            )
             overhead = cal.system.accelerator.efficiency.kernel_overhead_s
         _merge(cal, fit_gemm(read_gemm_table(gemm), cal.system, gemm.name, overhead), gemm.name)
         cal.inputs.append(str(gemm))
     if nccl:
         runs = [read_nccl_tests(ref) for ref in nccl]
-        _merge(cal, fit_network(runs, cal.system, domain_spans_nodes), ", ".join(Path(r.source).name for r in runs))
+        _merge(
+            cal,
+            fit_network(runs, cal.system, domain_spans_nodes),
+            ", ".join(Path(r.source).name for r in runs),
+        )
         cal.inputs += [r.source for r in runs]
     if steps is not None:
         part, loo = fit_steps(read_steps(steps), cal.system, steps.name)
@@ -141,21 +174,34 @@ def system_yaml(cal: Calibration) -> str:
     stamp = _dt.date.today().isoformat()
     data = cal.system.model_dump(mode="json")
     data["name"] = cal.system.name
-    data["source"] = f"{cal.base.name} calibrated by paraplan calibrate on {stamp} from: " + ", ".join(Path(i).name for i in cal.inputs)
+    data["source"] = (
+        f"{cal.base.name} calibrated by paraplan calibrate on {stamp} from: "
+        + ", ".join(Path(i).name for i in cal.inputs)
+    )
     sources = dict(cal.base.sources)
     for path, value in cal.values.items():
-        sources[path] = f"paraplan calibrate {stamp}: {cal.notes.get(path, 'fitted')}; base {_get(cal.base, path)!r} -> {value:.6g}"
+        sources[path] = (
+            f"paraplan calibrate {stamp}: {cal.notes.get(path, 'fitted')}; base {_get(cal.base, path)!r} -> {value:.6g}"
+        )
     data["sources"] = sources
-    lines = [f"# Calibrated system written by `paraplan calibrate` ({stamp}); base system: {cal.base.name}",
-             "# Fit residuals (relative error of each input's rows under the fitted constants):"]
+    lines = [
+        f"# Calibrated system written by `paraplan calibrate` ({stamp}); base system: {cal.base.name}",
+        "# Fit residuals (relative error of each input's rows under the fitted constants):",
+    ]
     for r in cal.residuals:
-        lines.append(f"#   {r.source}: {r.what}: {r.points} points, RMS {r.rms_rel:.2%}, max {r.max_rel:.2%}")
+        lines.append(
+            f"#   {r.source}: {r.what}: {r.points} points, RMS {r.rms_rel:.2%}, max {r.max_rel:.2%}"
+        )
     for path, note in sorted(cal.notes.items()):
         if path not in cal.values:
             lines.append(f"# {path}: {note}")
     if cal.leave_one_out and cal.leave_one_out.get("runs"):
         loo = cal.leave_one_out
-        lines.append(f"# Leave-one-out step-time error: mean {loo['mean_abs_error']:.2%}, max {loo['max_abs_error']:.2%}")
+        lines.append(
+            f"# Leave-one-out step-time error: mean {loo['mean_abs_error']:.2%}, max {loo['max_abs_error']:.2%}"
+        )
         for row in loo["runs"]:
-            lines.append(f"#   {row['run']}: measured {row['measured_s']:.4f} s, predicted {row['predicted_s']:.4f} s ({row['error']:+.2%})")
+            lines.append(
+                f"#   {row['run']}: measured {row['measured_s']:.4f} s, predicted {row['predicted_s']:.4f} s ({row['error']:+.2%})"
+            )
     return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -78,18 +78,24 @@ def _solve(rows: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _residual(source: str, what: str, predicted: np.ndarray, measured: np.ndarray) -> Residual:
     rel = predicted / measured - 1.0
-    return Residual(source, what, len(rel), float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel))))
+    return Residual(
+        source, what, len(rel), float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel)))
+    )
 
 
 def _fraction(part: FitPart, path: str, inverse: float, label: str) -> None:
     """Store 1/inverse as a fraction of peak; cap at 1 with a note; a non-positive slope (the data
     show no size dependence) leaves the base value, noted."""
     if not math.isfinite(inverse) or inverse <= 0:
-        part.notes[path] = f"{label}: not identified (fitted time does not grow with size); base value kept"
+        part.notes[path] = (
+            f"{label}: not identified (fitted time does not grow with size); base value kept"
+        )
         return
     value = 1.0 / inverse
     if value > 1.0:
-        part.notes[path] = f"{label}: fitted {value:.3f} > 1 (faster than paraplan's algorithm model); capped at 1"
+        part.notes[path] = (
+            f"{label}: fitted {value:.3f} > 1 (faster than paraplan's algorithm model); capped at 1"
+        )
         value = 1.0
     part.values[path] = value
 
@@ -105,25 +111,34 @@ def nccl_span(run: NcclRun, system: SystemSpec, domain_spans_nodes: bool = False
     return GroupSpan(run.ranks, per_domain, math.ceil(run.ranks / per_domain))
 
 
-def collective_columns(kind: str, span: GroupSpan, system: SystemSpec) -> tuple[float, float, float, float]:
+def collective_columns(
+    kind: str, span: GroupSpan, system: SystemSpec
+) -> tuple[float, float, float, float]:
     """(per-byte seconds at η_nv = 1, per-byte at η_nic = 1, latency per second of α_nv, per second of α_nic).
     The latency columns are the hop counts of the algorithm NCCL picks at the system's own α
     (cost.comm.collective_latency_hops: ring or tree for all-reduce), so the fit keeps that choice."""
     unit = with_values(system, {NVLINK_EFF: 1.0, NIC_EFF: 1.0, NVLINK_LAT: 1.0, NIC_LAT: 1.0})
     form = linear_collective(kind, span, unit)
     if kind in ("all_reduce", "all_gather", "reduce_scatter"):
-        hops = collective_latency_hops(kind, span, system.node.nvlink_latency, system.network.latency)
+        hops = collective_latency_hops(
+            kind, span, system.node.nvlink_latency, system.network.latency
+        )
         return form.slope_in, form.slope_out, float(hops[0]), float(hops[1])
     return form.slope_in, form.slope_out, form.latency_in, form.latency_out
 
 
-def fit_network(runs: list[NcclRun], system: SystemSpec, domain_spans_nodes: bool = False) -> FitPart:
+def fit_network(
+    runs: list[NcclRun], system: SystemSpec, domain_spans_nodes: bool = False
+) -> FitPart:
     """η_nv, η_nic, α_nv, α_nic from nccl-tests runs (all-to-all: read and reported, not fitted)."""
     part = FitPart()
     usable = [r for r in runs if r.kind != "all_to_all" and r.ranks > 1]
     for r in runs:
         if r.kind == "all_to_all":
-            part.notes.setdefault("all_to_all", f"{r.source}: no paraplan cost term uses all-to-all yet; read, not fitted")
+            part.notes.setdefault(
+                "all_to_all",
+                f"{r.source}: no paraplan cost term uses all-to-all yet; read, not fitted",
+            )
     if not usable:
         return part
     blocks, times, cols = [], [], []
@@ -147,9 +162,19 @@ def fit_network(runs: list[NcclRun], system: SystemSpec, domain_spans_nodes: boo
     fitted = with_values(system, part.values)
     for r, c in zip(usable, cols):
         eff_nv, eff_nic = fitted.node.nvlink_efficiency, fitted.network.efficiency
-        pred = np.array([s * (c[0] / eff_nv + c[1] / eff_nic) + c[2] * fitted.node.nvlink_latency
-                         + c[3] * fitted.network.latency for s in r.sizes_bytes])
-        part.residuals.append(_residual(r.source, f"{r.kind} {r.ranks} ranks / {r.nodes} nodes", pred, np.array(r.times_s)))
+        pred = np.array(
+            [
+                s * (c[0] / eff_nv + c[1] / eff_nic)
+                + c[2] * fitted.node.nvlink_latency
+                + c[3] * fitted.network.latency
+                for s in r.sizes_bytes
+            ]
+        )
+        part.residuals.append(
+            _residual(
+                r.source, f"{r.kind} {r.ranks} ranks / {r.nodes} nodes", pred, np.array(r.times_s)
+            )
+        )
     return part
 
 
@@ -167,7 +192,10 @@ def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: s
         x[0] = 0.0
     _fraction(part, f"{EFF}.hbm", x[0], "hbm")
     part.values[f"{EFF}.kernel_overhead_s"] = max(0.0, float(x[1]))
-    pred = rows[:, 0] / part.values.get(f"{EFF}.hbm", system.accelerator.efficiency.hbm) + part.values[f"{EFF}.kernel_overhead_s"]
+    pred = (
+        rows[:, 0] / part.values.get(f"{EFF}.hbm", system.accelerator.efficiency.hbm)
+        + part.values[f"{EFF}.kernel_overhead_s"]
+    )
     part.residuals.append(_residual(source, "memory-bound kernels", pred, meas))
     return part
 
@@ -180,10 +208,14 @@ def attention_flops(s: AttentionSample) -> tuple[float, float]:
     return flops, (0.5 * (1.0 + 1.0 / s.seq_len) if s.causal else 1.0)
 
 
-def fit_attention(samples: list[AttentionSample], system: SystemSpec, source: str, overhead_s: float | None) -> FitPart:
+def fit_attention(
+    samples: list[AttentionSample], system: SystemSpec, source: str, overhead_s: float | None
+) -> FitPart:
     """Fused-attention efficiency (and the kernel overhead when no memory-kernel table fixed it)."""
     part = FitPart()
-    unit = with_values(system, {f"{EFF}.attention": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+    unit = with_values(
+        system, {f"{EFF}.attention": 1.0, f"{EFF}.kernel_overhead_s": 0.0}
+    ).accelerator
     col = np.array([attention_time_s(*attention_flops(s), unit, s.dtype) for s in samples])
     meas = np.array([s.time_s for s in samples])
     if overhead_s is None:
@@ -193,16 +225,28 @@ def fit_attention(samples: list[AttentionSample], system: SystemSpec, source: st
     else:
         x, _ = _solve(col[:, None], meas - overhead_s)
     _fraction(part, f"{EFF}.attention", x[0], "attention")
-    pred = col / part.values.get(f"{EFF}.attention", system.accelerator.efficiency.attention) + overhead_s
+    pred = (
+        col / part.values.get(f"{EFF}.attention", system.accelerator.efficiency.attention)
+        + overhead_s
+    )
     part.residuals.append(_residual(source, "fused attention", pred, meas))
     return part
 
 
-def fit_gemm(samples: list[GemmSample], system: SystemSpec, source: str, overhead_s: float) -> FitPart:
+def fit_gemm(
+    samples: list[GemmSample], system: SystemSpec, source: str, overhead_s: float
+) -> FitPart:
     """GEMM efficiency cap (half precision and, when fp8 rows are given, fp8) and the ramp time."""
     part = FitPart()
-    unit = with_values(system, {f"{EFF}.gemm": 1.0, f"{EFF}.gemm_fp8": 1.0, f"{EFF}.gemm_ramp_s": 0.0,
-                                f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+    unit = with_values(
+        system,
+        {
+            f"{EFF}.gemm": 1.0,
+            f"{EFF}.gemm_fp8": 1.0,
+            f"{EFF}.gemm_ramp_s": 0.0,
+            f"{EFF}.kernel_overhead_s": 0.0,
+        },
+    ).accelerator
     rows, meas = [], []
     for s in samples:
         col = gemm_time_s(2.0 * s.batch * s.m * s.n * s.k, (s.batch, s.m, s.n, s.k), unit, s.dtype)
@@ -216,10 +260,16 @@ def fit_gemm(samples: list[GemmSample], system: SystemSpec, source: str, overhea
         _fraction(part, f"{EFF}.gemm_fp8", x[1], "gemm_fp8")
     ramp = float(x[2]) - overhead_s
     if ramp < 0:
-        part.notes[f"{EFF}.gemm_ramp_s"] = f"fitted fixed GEMM time {x[2]:.3g} s is below the kernel overhead; ramp set to 0"
+        part.notes[f"{EFF}.gemm_ramp_s"] = (
+            f"fitted fixed GEMM time {x[2]:.3g} s is below the kernel overhead; ramp set to 0"
+        )
     part.values[f"{EFF}.gemm_ramp_s"] = max(0.0, ramp)
-    caps = np.array([part.values.get(f"{EFF}.gemm", system.accelerator.efficiency.gemm),
-                     part.values.get(f"{EFF}.gemm_fp8", system.accelerator.efficiency.gemm_fp8 or 1.0)])
+    caps = np.array(
+        [
+            part.values.get(f"{EFF}.gemm", system.accelerator.efficiency.gemm),
+            part.values.get(f"{EFF}.gemm_fp8", system.accelerator.efficiency.gemm_fp8 or 1.0),
+        ]
+    )
     pred = a[:, 0] / caps[0] + a[:, 1] / caps[1] + part.values[f"{EFF}.gemm_ramp_s"] + overhead_s
     part.residuals.append(_residual(source, "GEMMs", pred, m))
     return part
@@ -245,7 +295,9 @@ def _predict_all(runs: list[StepRun], system: SystemSpec, costs: np.ndarray) -> 
     return np.array([_predict(r, sys_c) for r in runs])
 
 
-def _jacobian(runs: list[StepRun], system: SystemSpec, costs: np.ndarray, pred: np.ndarray) -> np.ndarray:
+def _jacobian(
+    runs: list[StepRun], system: SystemSpec, costs: np.ndarray, pred: np.ndarray
+) -> np.ndarray:
     """d step / d cost by finite differences (a step of 0.05 towards the inside of [0, 1])."""
     cols = []
     for j in range(2):
@@ -256,7 +308,9 @@ def _jacobian(runs: list[StepRun], system: SystemSpec, costs: np.ndarray, pred: 
     return np.column_stack(cols)
 
 
-def _fit_costs(runs: list[StepRun], system: SystemSpec, meas: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _fit_costs(
+    runs: list[StepRun], system: SystemSpec, meas: np.ndarray, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Overlap costs minimising the relative step-time error (Gauss-Newton: linear least squares
     on the local slopes, repeated; the costs interact through the overlap windows), clipped to
     [0, 1]. Returns (costs, identified): a cost no run's step time depends on keeps its start value."""
@@ -268,9 +322,13 @@ def _fit_costs(runs: list[StepRun], system: SystemSpec, meas: np.ndarray, start:
         identified = np.abs(jac).max(axis=0) > 1e-9 * np.abs(pred).max()
         if not identified.any():
             break
-        delta, *_ = np.linalg.lstsq(jac[:, identified] / meas[:, None], (meas - pred) / meas, rcond=None)
+        delta, *_ = np.linalg.lstsq(
+            jac[:, identified] / meas[:, None], (meas - pred) / meas, rcond=None
+        )
         new = costs.copy()
-        new[identified] = np.clip(costs[identified] + np.nan_to_num(delta[: identified.sum()]), 0.0, 1.0)
+        new[identified] = np.clip(
+            costs[identified] + np.nan_to_num(delta[: identified.sum()]), 0.0, 1.0
+        )
         if np.max(np.abs(new - costs)) < 1e-9:
             costs = new
             break
@@ -288,7 +346,9 @@ def fit_steps(runs: list[StepRun], system: SystemSpec, source: str) -> tuple[Fit
         if identified[i]:
             part.values[path] = float(costs[i])
         else:
-            part.notes[path] = "not identified (no measured run overlaps communication on this tier); base value kept"
+            part.notes[path] = (
+                "not identified (no measured run overlaps communication on this tier); base value kept"
+            )
     pred = _predict_all(runs, system, costs)
     part.residuals.append(_residual(source, "step times", pred, meas))
     loo = []
@@ -296,7 +356,14 @@ def fit_steps(runs: list[StepRun], system: SystemSpec, source: str) -> tuple[Fit
         keep = [j for j in range(len(runs)) if j != i]
         c = _fit_costs([runs[j] for j in keep], system, meas[keep], start)[0] if keep else start
         p = float(_predict_all([r], system, c)[0])
-        loo.append({"run": r.name, "measured_s": r.step_time_s, "predicted_s": p, "error": p / r.step_time_s - 1.0})
+        loo.append(
+            {
+                "run": r.name,
+                "measured_s": r.step_time_s,
+                "predicted_s": p,
+                "error": p / r.step_time_s - 1.0,
+            }
+        )
     errors = np.array([row["error"] for row in loo])
     summary = {
         "runs": loo,

@@ -67,8 +67,10 @@ def read_nccl_tests(ref: str) -> NcclRun:
     path = Path(path_text)
     kind = NCCL_KINDS.get(kind_text) if kind_text else _kind_from_name(path.name)
     if kind is None:
-        raise InputError(f"--nccl: cannot tell the collective of {ref!r}; name the file after the test "
-                         f"(all_reduce_perf.txt, ...) or write KIND=FILE with KIND one of {', '.join(sorted(set(NCCL_KINDS.values())))}")
+        raise InputError(
+            f"--nccl: cannot tell the collective of {ref!r}; name the file after the test "
+            f"(all_reduce_perf.txt, ...) or write KIND=FILE with KIND one of {', '.join(sorted(set(NCCL_KINDS.values())))}"
+        )
     return parse_nccl_tests(read_text(path, "--nccl"), kind, str(path))
 
 
@@ -95,9 +97,13 @@ def parse_nccl_tests(text: str, kind: str, source: str = "<text>") -> NcclRun:
             sizes.append(size)
             times.append(time_us * US)
     if not hosts:
-        raise InputError(f"--nccl: {source!r} has no '#  Rank N Group G Pid P on HOST' lines; is it nccl-tests output?")
+        raise InputError(
+            f"--nccl: {source!r} has no '#  Rank N Group G Pid P on HOST' lines; is it nccl-tests output?"
+        )
     if not sizes:
-        raise InputError(f"--nccl: {source!r} has no result rows (size count type redop root time ...)")
+        raise InputError(
+            f"--nccl: {source!r} has no result rows (size count type redop root time ...)"
+        )
     return NcclRun(source, kind, len(hosts), len(set(hosts.values())), tuple(sizes), tuple(times))
 
 
@@ -114,9 +120,13 @@ def _number(row: dict[str, str], key: str, flag: str, where: str) -> float:
     try:
         value = float(row[key])
     except (KeyError, ValueError):
-        raise InputError(f"{flag}: {where}: column {key!r} must be a number, got {row.get(key)!r}") from None
+        raise InputError(
+            f"{flag}: {where}: column {key!r} must be a number, got {row.get(key)!r}"
+        ) from None
     if not math.isfinite(value):
-        raise InputError(f"{flag}: {where}: column {key!r} must be a finite number, got {row.get(key)!r}")
+        raise InputError(
+            f"{flag}: {where}: column {key!r} must be a finite number, got {row.get(key)!r}"
+        )
     if not value > 0 and key not in ("causal",):
         raise InputError(f"{flag}: {where}: {key}={value} must be positive")
     return value
@@ -126,7 +136,9 @@ def _count(row: dict[str, str], key: str, flag: str, where: str) -> int:
     """A positive whole number (a GEMM or attention dimension)."""
     value = _number(row, key, flag, where)
     if not value.is_integer() or value >= 2**53:
-        raise InputError(f"{flag}: {where}: column {key!r} must be a whole number below 2^53, got {row.get(key)!r}")
+        raise InputError(
+            f"{flag}: {where}: column {key!r} must be a whole number below 2^53, got {row.get(key)!r}"
+        )
     return int(value)
 
 
@@ -163,8 +175,12 @@ def read_gemm_table(path: Path) -> list[GemmSample]:
         m, n, k = (_count(row, c, "--gemm", where) for c in ("m", "n", "k"))
         dtype = row.get("dtype", "bf16") or "bf16"
         if dtype not in GEMM_DTYPES:
-            raise InputError(f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}")
-        out.append(GemmSample(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k)))
+            raise InputError(
+                f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}"
+            )
+        out.append(
+            GemmSample(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k))
+        )
     return out
 
 
@@ -187,16 +203,30 @@ def read_attention_table(path: Path) -> list[AttentionSample]:
         where = f"{path.name} line {i}"
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
-            raise InputError(f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd")
-        out.append(AttentionSample(
-            _count(row, "batch", "--attention", where), _count(row, "heads", "--attention", where),
-            _count(row, "seq_len", "--attention", where), _count(row, "head_dim", "--attention", where),
-            row.get("causal", "1").lower() in ("1", "true", "yes"), direction, row.get("dtype", "bf16") or "bf16",
-            _time_s(row, "--attention", where)))
+            raise InputError(
+                f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd"
+            )
+        out.append(
+            AttentionSample(
+                _count(row, "batch", "--attention", where),
+                _count(row, "heads", "--attention", where),
+                _count(row, "seq_len", "--attention", where),
+                _count(row, "head_dim", "--attention", where),
+                row.get("causal", "1").lower() in ("1", "true", "yes"),
+                direction,
+                row.get("dtype", "bf16") or "bf16",
+                _time_s(row, "--attention", where),
+            )
+        )
     return out
 
 
 def read_memory_table(path: Path) -> list[tuple[float, float]]:
     """CSV with bytes (read + written) and time_(s|ms|us) of memory-bound kernels (copies, norms)."""
-    return [(_number(row, "bytes", "--memory", f"{path.name} line {i}"), _time_s(row, "--memory", f"{path.name} line {i}"))
-            for i, row in enumerate(_rows(path, "--memory"), start=2)]
+    return [
+        (
+            _number(row, "bytes", "--memory", f"{path.name} line {i}"),
+            _time_s(row, "--memory", f"{path.name} line {i}"),
+        )
+        for i, row in enumerate(_rows(path, "--memory"), start=2)
+    ]

@@ -32,33 +32,66 @@ from paraplan.specs.system import SystemSpec
 
 EFF = "accelerator.efficiency"
 TRUE_VALUES = {
-    NVLINK_EFF: 0.72, NIC_EFF: 0.81, NVLINK_LAT: 7e-6, NIC_LAT: 18e-6,
-    f"{EFF}.gemm": 0.77, f"{EFF}.gemm_fp8": 0.64, f"{EFF}.gemm_ramp_s": 30e-6, f"{EFF}.kernel_overhead_s": 5e-6,
-    f"{EFF}.attention": 0.55, f"{EFF}.hbm": 0.86, NVLINK_OVERLAP: 0.3, NIC_OVERLAP: 0.05,
+    NVLINK_EFF: 0.72,
+    NIC_EFF: 0.81,
+    NVLINK_LAT: 7e-6,
+    NIC_LAT: 18e-6,
+    f"{EFF}.gemm": 0.77,
+    f"{EFF}.gemm_fp8": 0.64,
+    f"{EFF}.gemm_ramp_s": 30e-6,
+    f"{EFF}.kernel_overhead_s": 5e-6,
+    f"{EFF}.attention": 0.55,
+    f"{EFF}.hbm": 0.86,
+    NVLINK_OVERLAP: 0.3,
+    NIC_OVERLAP: 0.05,
 }
 BASE_SYSTEM = "dgx-h100-80gb"
-NCCL_RUNS = (("all_reduce", 8, 1), ("all_reduce", 32, 4), ("all_gather", 8, 1), ("reduce_scatter", 16, 2),
-             ("sendrecv", 16, 2), ("alltoall", 8, 1))
-BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-                "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
+NCCL_RUNS = (
+    ("all_reduce", 8, 1),
+    ("all_reduce", 32, 4),
+    ("all_gather", 8, 1),
+    ("reduce_scatter", 16, 2),
+    ("sendrecv", 16, 2),
+    ("alltoall", 8, 1),
+)
+BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "sendrecv": lambda n: 1.0,
+}
 REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 
 
 def true_system() -> SystemSpec:
-    return with_values(load_system(BASE_SYSTEM), TRUE_VALUES).model_copy(update={"name": "synthetic-h100"})
+    return with_values(load_system(BASE_SYSTEM), TRUE_VALUES).model_copy(
+        update={"name": "synthetic-h100"}
+    )
 
 
-def nccl_text(kind: str, ranks: int, nodes: int, sizes: list[int], times_us: list[float], gpu: str) -> str:
+def nccl_text(
+    kind: str, ranks: int, nodes: int, sizes: list[int], times_us: list[float], gpu: str
+) -> str:
     """nccl-tests' output layout (nccl-tests 2.13 column set)."""
     per_node = ranks // nodes
-    lines = [f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 4(factor) warmup iters: 5 iters: 20 "
-             "agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    lines = [
+        f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 4(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+    ]
     for r in range(ranks):
-        lines.append(f"#  Rank {r:2d} Group  0 Pid {40000 + r:6d} on node-{r // per_node:03d} device {r % per_node:2d} "
-                     f"[0x{(r % per_node) * 16 + 7:02x}] {gpu}")
-    lines += ["#", "#" + " " * 62 + "out-of-place                       in-place          ",
-              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "]
+        lines.append(
+            f"#  Rank {r:2d} Group  0 Pid {40000 + r:6d} on node-{r // per_node:03d} device {r % per_node:2d} "
+            f"[0x{(r % per_node) * 16 + 7:02x}] {gpu}"
+        )
+    lines += [
+        "#",
+        "#" + " " * 62 + "out-of-place                       in-place          ",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+    ]
     busbw_sum = 0.0
     for size, t in zip(sizes, times_us):
         count = size // 4 // (ranks if kind in ("all_gather", "alltoall") else 1)
@@ -66,8 +99,14 @@ def nccl_text(kind: str, ranks: int, nodes: int, sizes: list[int], times_us: lis
         busbw = algbw * BUSBW_FACTOR[kind](ranks)
         busbw_sum += busbw
         cell = f"{t:8.2f} {algbw:7.2f} {busbw:7.2f} {0:6d}"
-        lines.append(f"{size:12d} {count:13d} {'float':>9s} {REDOP.get(kind, 'none'):>7s} {-1:7d} {cell} {cell}")
-    lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {busbw_sum / len(sizes):.4g} ", "#"]
+        lines.append(
+            f"{size:12d} {count:13d} {'float':>9s} {REDOP.get(kind, 'none'):>7s} {-1:7d} {cell} {cell}"
+        )
+    lines += [
+        "# Out of bounds values : 0 OK",
+        f"# Avg bus bandwidth    : {busbw_sum / len(sizes):.4g} ",
+        "#",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -78,14 +117,27 @@ def nccl_measurements(system: SystemSpec) -> dict[str, str]:
     for kind, ranks, nodes in NCCL_RUNS:
         probe = NcclRun("", kind, ranks, nodes, (), ())
         span = nccl_span(probe, system)
-        model_kind = {"sendrecv": "send_recv", "alltoall": "all_gather"}.get(kind, kind)  # all-to-all: stand-in
-        times = [(gather_or_scatter_time_s(s, span, system) if kind == "alltoall" else collective_time_s(model_kind, s, span, system))
-                 * 1e6 for s in sizes]
-        out[f"{kind}_perf_{nodes}n{ranks}g.txt"] = nccl_text(kind, ranks, nodes, sizes, times, "NVIDIA H100 80GB HBM3")
+        model_kind = {"sendrecv": "send_recv", "alltoall": "all_gather"}.get(
+            kind, kind
+        )  # all-to-all: stand-in
+        times = [
+            (
+                gather_or_scatter_time_s(s, span, system)
+                if kind == "alltoall"
+                else collective_time_s(model_kind, s, span, system)
+            )
+            * 1e6
+            for s in sizes
+        ]
+        out[f"{kind}_perf_{nodes}n{ranks}g.txt"] = nccl_text(
+            kind, ranks, nodes, sizes, times, "NVIDIA H100 80GB HBM3"
+        )
     return out
 
 
-GEMM_SHAPES = [(m, n, k) for m in (512, 2048, 8192) for n in (1024, 4096, 12288) for k in (1024, 4096, 12288)]
+GEMM_SHAPES = [
+    (m, n, k) for m in (512, 2048, 8192) for n in (1024, 4096, 12288) for k in (1024, 4096, 12288)
+]
 
 
 def gemm_csv(system: SystemSpec) -> str:
@@ -115,11 +167,37 @@ def memory_csv(system: SystemSpec) -> str:
 
 
 STEP_PLANS = [
-    dict(gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64, sequence_parallel=True, overlap_tp_comm=True),
-    dict(gpus=64, tp=4, pp=2, micro_batch=2, global_batch=128, sequence_parallel=True, overlap_tp_comm=True, zero=1),
+    dict(
+        gpus=64,
+        tp=8,
+        pp=1,
+        micro_batch=1,
+        global_batch=64,
+        sequence_parallel=True,
+        overlap_tp_comm=True,
+    ),
+    dict(
+        gpus=64,
+        tp=4,
+        pp=2,
+        micro_batch=2,
+        global_batch=128,
+        sequence_parallel=True,
+        overlap_tp_comm=True,
+        zero=1,
+    ),
     dict(gpus=64, tp=2, pp=1, micro_batch=1, global_batch=64, zero=3),
     dict(gpus=32, tp=8, pp=1, micro_batch=2, global_batch=64, sequence_parallel=True),
-    dict(gpus=64, tp=8, pp=2, micro_batch=1, global_batch=128, sequence_parallel=True, overlap_tp_comm=True, recompute="selective"),
+    dict(
+        gpus=64,
+        tp=8,
+        pp=2,
+        micro_batch=1,
+        global_batch=128,
+        sequence_parallel=True,
+        overlap_tp_comm=True,
+        recompute="selective",
+    ),
 ]
 STEP_MODEL = "gpt3-13b"
 
@@ -131,15 +209,23 @@ def step_runs(system: SystemSpec) -> list[StepRun]:
     out = []
     for i, fields in enumerate(STEP_PLANS):
         plan = PlanSpec(seq_length=2048, **fields)
-        out.append(StepRun(f"run{i + 1}", model, plan, round(estimate(model, system, plan).step_time_s, 6)))
+        out.append(
+            StepRun(f"run{i + 1}", model, plan, round(estimate(model, system, plan).step_time_s, 6))
+        )
     return out
 
 
 def steps_yaml(system: SystemSpec) -> str:
     import yaml
 
-    runs = [{"name": r.name, "step_time_s": r.step_time_s,
-             "plan": r.plan.model_dump(exclude_defaults=True)} for r in step_runs(system)]
+    runs = [
+        {
+            "name": r.name,
+            "step_time_s": r.step_time_s,
+            "plan": r.plan.model_dump(exclude_defaults=True),
+        }
+        for r in step_runs(system)
+    ]
     return yaml.safe_dump({"model": STEP_MODEL, "runs": runs}, sort_keys=False)
 
 
@@ -151,4 +237,6 @@ def write_samples(folder: Path) -> list[Path]:
     files["attention.csv"] = attention_csv(system)
     files["memory.csv"] = memory_csv(system)
     files["steps.yaml"] = steps_yaml(system)
-    return [atomic_write_text(folder / name, text, make_parents=True) for name, text in files.items()]
+    return [
+        atomic_write_text(folder / name, text, make_parents=True) for name, text in files.items()
+    ]

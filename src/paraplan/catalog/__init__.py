@@ -56,7 +56,9 @@ def suggestions(name: str, known: list[str], n: int = 3) -> list[str]:
 def _unknown(kind: str, field: str, name: str, known: list[str]) -> UnknownNameError:
     close = suggestions(name, known)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return UnknownNameError(f"{field}: unknown {kind} {name!r}{hint}; allowed: {', '.join(known)} or a YAML/JSON file")
+    return UnknownNameError(
+        f"{field}: unknown {kind} {name!r}{hint}; allowed: {', '.join(known)} or a YAML/JSON file"
+    )
 
 
 @lru_cache(maxsize=None)
@@ -73,7 +75,9 @@ def _read_file(path: Path | str, field: str) -> dict:
     return data
 
 
-MAX_INTEGER = 2**24  # largest count a spec may hold (layers, hidden, vocab, positions, SMs ...): 16.7M
+MAX_INTEGER = (
+    2**24
+)  # largest count a spec may hold (layers, hidden, vocab, positions, SMs ...): 16.7M
 
 
 def validate_spec(schema: type[Spec], data: Any, field: str) -> Spec:
@@ -92,23 +96,35 @@ def validate_spec(schema: type[Spec], data: Any, field: str) -> Spec:
     except ValidationError as exc:
         raise input_error_from_pydantic(exc, field) from None
     problems = list(_out_of_range(spec, field))
-    if isinstance(spec, SystemSpec) and spec.accelerator.reserved_memory >= spec.accelerator.hbm_capacity:
-        problems.append(Violation(f"{field}.accelerator.reserved_memory", spec.accelerator.reserved_memory,
-                                  f"must be less than hbm_capacity ({spec.accelerator.hbm_capacity:.4g} B)"))
+    if (
+        isinstance(spec, SystemSpec)
+        and spec.accelerator.reserved_memory >= spec.accelerator.hbm_capacity
+    ):
+        problems.append(
+            Violation(
+                f"{field}.accelerator.reserved_memory",
+                spec.accelerator.reserved_memory,
+                f"must be less than hbm_capacity ({spec.accelerator.hbm_capacity:.4g} B)",
+            )
+        )
     if problems:
         raise InputError.from_violations(problems)
     return spec
 
 
 def _not_json(value: Any) -> Any:
-    raise TypeError(f"{value!r} ({type(value).__name__}) is not allowed; give numbers, strings, true/false, lists or mappings")
+    raise TypeError(
+        f"{value!r} ({type(value).__name__}) is not allowed; give numbers, strings, true/false, lists or mappings"
+    )
 
 
 def _out_of_range(value: Any, path: str, integer: bool = False):
     """Violations for non-finite floats and integer fields above MAX_INTEGER anywhere in a spec."""
     if isinstance(value, BaseModel):
         for name, info in type(value).model_fields.items():
-            yield from _out_of_range(getattr(value, name), f"{path}.{name}", int in _types(info.annotation))
+            yield from _out_of_range(
+                getattr(value, name), f"{path}.{name}", int in _types(info.annotation)
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from _out_of_range(item, f"{path}.{key}")
@@ -124,7 +140,9 @@ def _out_of_range(value: Any, path: str, integer: bool = False):
     elif isinstance(value, float) and not math.isfinite(value):
         yield Violation(path, value, "must be a finite number")
     elif path.endswith(".price_per_gpu_hour") and isinstance(value, (int, float)) and value <= 0:
-        yield Violation(path, value, "must be a positive price in USD per GPU-hour (leave it out when unknown)")
+        yield Violation(
+            path, value, "must be a positive price in USD per GPU-hour (leave it out when unknown)"
+        )
 
 
 def _types(annotation: Any) -> set:
@@ -146,7 +164,9 @@ def _model_path(ref: str) -> Path | str:
     if path.is_dir():
         config = path / "config.json"
         if not config.is_file():
-            raise InputError(f"model: {ref!r} is a directory without a config.json; give a model file or a checkpoint directory")
+            raise InputError(
+                f"model: {ref!r} is a directory without a config.json; give a model file or a checkpoint directory"
+            )
         return config
     return path
 

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import yaml
 
-_DATA = Path(__file__).with_name("benchmarks") / "gemm.yaml"  # the rows, as data (source and commit in the file)
+_DATA = (
+    Path(__file__).with_name("benchmarks") / "gemm.yaml"
+)  # the rows, as data (source and commit in the file)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,11 @@ def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
     """(source, system -> bf16 row, system -> fp8 row) from catalog/benchmarks/gemm.yaml."""
     data = yaml.safe_load(_DATA.read_text())
     rows = {k: GemmBenchmark(**{**v, "shape": tuple(v["shape"])}) for k, v in data["rows"].items()}
-    return data["source"], {s: rows[r] for s, r in data["bf16"].items()}, {s: rows[r] for s, r in data["fp8"].items()}
+    return (
+        data["source"],
+        {s: rows[r] for s, r in data["bf16"].items()},
+        {s: rows[r] for s, r in data["fp8"].items()},
+    )
 
 
 MAMF_SOURCE, MAMF_BF16, MAMF_FP8 = _load()
@@ -57,4 +63,6 @@ def kernel_cap(system_name: str, dtype: str = "bf16") -> float:
     from paraplan.cost.compute import gemm_benchmark_cap
 
     row = (MAMF_FP8 if dtype == "fp8" else MAMF_BF16)[system_name]
-    return gemm_benchmark_cap(row.tflops, row.shape, load_system(system_name).accelerator, row.dtype)
+    return gemm_benchmark_cap(
+        row.tflops, row.shape, load_system(system_name).accelerator, row.dtype
+    )

@@ -99,8 +99,15 @@ def is_hf_config(data: dict) -> bool:
 
 
 # keys that give a config's expert count (Mixtral, Qwen2-MoE / Qwen3-MoE, DeepSeek V2/V3, DBRX, ...)
-MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
-            "moe_intermediate_size", "n_shared_experts")
+MOE_KEYS = (
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+)
 _MOE_NAMES = ("moe", "mixtral", "deepseek", "dbrx", "jamba", "arctic", "grok")
 
 
@@ -108,7 +115,12 @@ def _moe_reason(data: dict) -> str | None:
     """Why ``data`` is a mixture-of-experts config (a key or a name), or None for a dense model."""
     for key in MOE_KEYS:
         value = data.get(key)
-        if value is not None and value is not False and value != 0 and not (key == "num_experts_per_tok" and value == 1):
+        if (
+            value is not None
+            and value is not False
+            and value != 0
+            and not (key == "num_experts_per_tok" and value == 1)
+        ):
             return f"{key}={value!r}"
     archs = data.get("architectures")
     names = [data.get("model_type")] + (archs if isinstance(archs, list) else [])
@@ -125,7 +137,9 @@ def _supported_moe(data: dict, field: str) -> str | None:
 
     model_type = data.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
-        raise InputError(f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'")
+        raise InputError(
+            f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'"
+        )
     _architectures(data, field)
     return moe_family(data)
 
@@ -148,7 +162,9 @@ def _architectures(data: dict, field: str) -> list[str]:
     if archs is None:
         return []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise InputError(f"{field}.architectures: {archs!r} is not allowed; must be a list of class names (strings)")
+        raise InputError(
+            f"{field}.architectures: {archs!r} is not allowed; must be a list of class names (strings)"
+        )
     return archs
 
 
@@ -156,7 +172,9 @@ def _family(data: dict, field: str) -> str:
     model_type = data.get("model_type")
     if model_type is not None:
         if not isinstance(model_type, str):
-            raise InputError(f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'")
+            raise InputError(
+                f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'"
+            )
         if model_type in _LLAMA_LIKE or model_type in ("gpt2", "gpt_neox"):
             return model_type
         if model_type in _FALCON:
@@ -197,10 +215,18 @@ def _getter(data: dict, field: str, family: str, required: tuple[str, ...]):
         for key in keys:
             if key in data and data[key] is not None:
                 value = data[key]
-                ok = isinstance(value, bool) if kind is bool else (
-                    not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else kind))
+                ok = (
+                    isinstance(value, bool)
+                    if kind is bool
+                    else (
+                        not isinstance(value, bool)
+                        and isinstance(value, (int, float) if kind is float else kind)
+                    )
+                )
                 if not ok:
-                    raise InputError(f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}")
+                    raise InputError(
+                        f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}"
+                    )
                 return value
         if default is ...:
             raise InputError(
@@ -233,8 +259,10 @@ def _llama_like(data: dict, get, family: str) -> dict:
         "position_embedding": "rope",
     }
     window = get("sliding_window", default=None)
-    if window is not None and (family == "mistral" or (family == "qwen2" and get("use_sliding_window", default=False,
-                                                                                  kind=bool))):
+    if window is not None and (
+        family == "mistral"
+        or (family == "qwen2" and get("use_sliding_window", default=False, kind=bool))
+    ):
         spec["sliding_window"] = window
     head_dim = get("head_dim", default=None)
     if head_dim is not None:
@@ -286,7 +314,9 @@ def _gpt_neox(data: dict, get) -> dict:
 
 def _falcon(data: dict, get, field: str) -> dict:
     if get("alibi", default=False, kind=bool):
-        raise InputError(f"{field}.alibi: True is not supported; paraplan models rope or learned positions")
+        raise InputError(
+            f"{field}.alibi: True is not supported; paraplan models rope or learned positions"
+        )
     hidden = get("hidden_size")
     heads = get("num_attention_heads", "n_head")
     if get("new_decoder_architecture", default=False, kind=bool):
@@ -321,10 +351,27 @@ def _times(k: int, value: Any) -> Any:
 
 
 _REQUIRED = {
-    "llama": ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"),
+    "llama": (
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+    ),
     "gpt2": ("n_layer", "n_embd", "n_head", "vocab_size"),
-    "gpt_neox": ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"),
-    "falcon": ("num_hidden_layers (or n_layer)", "hidden_size", "num_attention_heads (or n_head)", "vocab_size"),
+    "gpt_neox": (
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+    ),
+    "falcon": (
+        "num_hidden_layers (or n_layer)",
+        "hidden_size",
+        "num_attention_heads (or n_head)",
+        "vocab_size",
+    ),
 }
 
 
@@ -332,7 +379,11 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
     """Map a Hugging Face config dict to a validated ModelSpec named ``name``."""
     if not isinstance(data, dict):
         raise InputError(f"{field}: a Hugging Face config must be a mapping of keys")
-    if "hidden_size" not in data and "n_embd" not in data and isinstance(data.get("text_config"), dict):
+    if (
+        "hidden_size" not in data
+        and "n_embd" not in data
+        and isinstance(data.get("text_config"), dict)
+    ):
         _refuse_moe(data, field)
         data = data["text_config"]
         field = f"{field}.text_config"

@@ -41,7 +41,15 @@ from pydantic import ValidationError
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss")
+MOE_TYPES = (
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "gpt_oss",
+)
 _ARCH = {
     "Mixtral": "mixtral",
     "Qwen2Moe": "qwen2_moe",
@@ -66,7 +74,13 @@ def moe_family(data: dict) -> str | None:
     return None
 
 
-MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
+MOE_KEYS = (
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_intermediate_size",
+    "num_experts_per_tok",
+)
 
 
 def refuse_other_moe(data: dict, field: str) -> None:
@@ -79,8 +93,13 @@ def refuse_other_moe(data: dict, field: str) -> None:
         )
 
 
-_KINDS = {"tie_word_embeddings": bool, "use_sliding_window": bool, "attention_bias": bool,
-          "mlp_only_layers": list, "layer_types": list}
+_KINDS = {
+    "tie_word_embeddings": bool,
+    "use_sliding_window": bool,
+    "attention_bias": bool,
+    "mlp_only_layers": list,
+    "layer_types": list,
+}
 _KIND_TEXT = {int: "an integer", bool: "true or false", list: "a list"}
 
 
@@ -89,9 +108,15 @@ def _getter(data: dict, field: str, family: str):
         if key in data and data[key] is not None:
             value, kind = data[key], _KINDS.get(key, int)
             # strict as hf.py's getter: no coercion (a bool is no integer, "8" no number)
-            ok = isinstance(value, bool) if kind is bool else (not isinstance(value, bool) and isinstance(value, kind))
+            ok = (
+                isinstance(value, bool)
+                if kind is bool
+                else (not isinstance(value, bool) and isinstance(value, kind))
+            )
             if not ok:
-                raise InputError(f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}")
+                raise InputError(
+                    f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}"
+                )
             return value
         if default is ...:
             raise InputError(f"{field}.{key}: missing; a Hugging Face {family} config needs it")
@@ -126,7 +151,9 @@ def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple
     """(dense_layers, moe_layer_interval) whose rule (ModelSpec: layer i ≥ dense_layers is MoE when
     (i − dense_layers + 1) % interval == 0) names exactly ``moe_set``; InputError otherwise."""
     if not moe_set:
-        raise InputError(f"{field}.{key}: the config names no MoE layer; describe a dense model instead")
+        raise InputError(
+            f"{field}.{key}: the config names no MoE layer; describe a dense model instead"
+        )
     first = min(moe_set)
     for dense in range(first + 1):
         for interval in range(1, layers + 1):
@@ -141,7 +168,12 @@ def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple
 
 def _mixtral(data: dict, get, field: str) -> dict:
     width = get("intermediate_size")
-    spec = _common(get) | {"ffn_hidden": width, "experts": get("num_local_experts"), "top_k": get("num_experts_per_tok"), "moe_ffn_hidden": width}
+    spec = _common(get) | {
+        "ffn_hidden": width,
+        "experts": get("num_local_experts"),
+        "top_k": get("num_experts_per_tok"),
+        "moe_ffn_hidden": width,
+    }
     window = get("sliding_window", None)
     if window is not None:
         spec["sliding_window"] = window
@@ -151,13 +183,17 @@ def _mixtral(data: dict, get, field: str) -> dict:
 def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     layers = get("num_hidden_layers")
     if get("use_sliding_window", False):
-        raise InputError(f"{field}.use_sliding_window: true (windowed layers from max_window_layers) is not representable; allowed: false")
+        raise InputError(
+            f"{field}.use_sliding_window: true (windowed layers from max_window_layers) is not representable; allowed: false"
+        )
     step = get("decoder_sparse_step", 1)
     dense_only = set(get("mlp_only_layers", []) or [])
     if not isinstance(layers, int) or not isinstance(step, int) or step < 1:
         raise InputError(f"{field}.decoder_sparse_step: {step!r} must be a positive integer")
     moe_set = {i for i in range(layers) if i not in dense_only and (i + 1) % step == 0}
-    dense, interval = _interval_for(moe_set, layers, field, "mlp_only_layers" if dense_only else "decoder_sparse_step")
+    dense, interval = _interval_for(
+        moe_set, layers, field, "mlp_only_layers" if dense_only else "decoder_sparse_step"
+    )
     spec = _common(get) | {
         "ffn_hidden": get("intermediate_size"),
         "experts": get("num_experts"),
@@ -176,8 +212,13 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
     layers = get("num_hidden_layers")
     first_dense = get("first_k_dense_replace", 0)
     freq = get("moe_layer_freq", 1)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (layers, first_dense, freq)) or freq < 1:
-        raise InputError(f"{field}.moe_layer_freq: {freq!r} must be a positive integer (with integer first_k_dense_replace)")
+    if (
+        not all(isinstance(v, int) and not isinstance(v, bool) for v in (layers, first_dense, freq))
+        or freq < 1
+    ):
+        raise InputError(
+            f"{field}.moe_layer_freq: {freq!r} must be a positive integer (with integer first_k_dense_replace)"
+        )
     # DeepseekV3/V2 modelling: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
     moe_set = {i for i in range(layers) if i >= first_dense and i % freq == 0}
     dense, interval = _interval_for(moe_set, layers, field, "moe_layer_freq")
@@ -200,7 +241,10 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
     }
     spec.pop("head_dim", None)
     if shared:
-        spec |= {"shared_experts": shared, "shared_ffn_hidden": shared * width if isinstance(width, int) else width}
+        spec |= {
+            "shared_experts": shared,
+            "shared_ffn_hidden": shared * width if isinstance(width, int) else width,
+        }
     return spec
 
 
@@ -221,8 +265,14 @@ def _gpt_oss(data: dict, get, field: str) -> dict:
         if window is not None:
             spec["sliding_window"] = window
         return spec
-    if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {"sliding_attention", "full_attention"}:
-        raise InputError(f"{field}.layer_types: must list sliding_attention/full_attention for each of the {layers} layers")
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != layers
+        or not set(kinds) <= {"sliding_attention", "full_attention"}
+    ):
+        raise InputError(
+            f"{field}.layer_types: must list sliding_attention/full_attention for each of the {layers} layers"
+        )
     full = {i for i, k in enumerate(kinds) if k == "full_attention"}
     if len(full) == layers:
         return spec
@@ -235,7 +285,9 @@ def _gpt_oss(data: dict, get, field: str) -> dict:
         if full == {i for i in range(layers) if (i + 1) % n == 0}:
             spec["sliding_window_pattern"] = n
             return spec
-    raise InputError(f"{field}.layer_types: full-attention layers {sorted(full)[:6]}... are not every n-th layer; not representable")
+    raise InputError(
+        f"{field}.layer_types: full-attention layers {sorted(full)[:6]}... are not every n-th layer; not representable"
+    )
 
 
 def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") -> ModelSpec:
@@ -250,7 +302,9 @@ def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") 
     else:
         spec = _gpt_oss(data, get, field)
     spec["name"] = name
-    spec["source"] = f"Hugging Face config.json (model_type {data.get('model_type', family)}, read by paraplan.catalog.hf_moe)"
+    spec["source"] = (
+        f"Hugging Face config.json (model_type {data.get('model_type', family)}, read by paraplan.catalog.hf_moe)"
+    )
     try:
         return ModelSpec.model_validate(spec)
     except ValidationError as exc:

@@ -25,8 +25,8 @@ EXIT_DOES_NOT_FIT = 1  # a plan that does not fit in memory, a search where no p
 app = typer.Typer(
     name="paraplan",
     help="How fast will a transformer train on a cluster, and will it fit? An analytical model.\n\n"
-         "Exit status: 0 done; 1 estimate's plan does not fit in memory, search finds no plan that fits, or "
-         "validate --max-mape is exceeded; 2 bad input (one line on stderr: field, value, what is allowed).",
+    "Exit status: 0 done; 1 estimate's plan does not fit in memory, search finds no plan that fits, or "
+    "validate --max-mape is exceeded; 2 bad input (one line on stderr: field, value, what is allowed).",
     no_args_is_help=True,
     add_completion=True,
     rich_markup_mode=None,
@@ -42,15 +42,20 @@ def _show_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-WIDTH_HELP = ("width of text output in characters (0: unlimited, one line per table row); default: the "
-              "terminal's, or $COLUMNS, or unlimited when piped")
+WIDTH_HELP = (
+    "width of text output in characters (0: unlimited, one line per table row); default: the "
+    "terminal's, or $COLUMNS, or unlimited when piped"
+)
 WidthOption = Annotated[Optional[int], typer.Option("--width", min=0, help=WIDTH_HELP)]
 
 
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", is_eager=True, callback=_show_version, help="print the version and exit")
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="print the version and exit"
+        ),
     ] = False,
     width: WidthOption = None,
 ) -> None:
@@ -91,7 +96,9 @@ _TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T":
 def check_price(price: float | None) -> None:
     """--price must be a positive number of USD per GPU-hour (0 would make every plan free)."""
     if price is not None and not price > 0:
-        raise InputError(f"--price: {price!r} is not allowed; must be a positive number of USD per GPU-hour")
+        raise InputError(
+            f"--price: {price!r} is not allowed; must be a positive number of USD per GPU-hour"
+        )
 
 
 def warn_positions(model, seq_length: int) -> None:
@@ -110,7 +117,9 @@ def parse_tokens(text: str) -> float:
     try:
         value = float(number) * _TOKEN_SUFFIX[suffix]
     except ValueError:
-        raise InputError(f"--tokens: {text!r} is not a number of tokens; e.g. 15e12, 15T, 300B") from None
+        raise InputError(
+            f"--tokens: {text!r} is not a number of tokens; e.g. 15e12, 15T, 300B"
+        ) from None
     if not 0 < value < float("inf"):
         raise InputError(f"--tokens: {text!r} must be a finite positive number of tokens")
     return value
@@ -135,43 +144,78 @@ def _int_list(text: Optional[str], flag: str) -> tuple[int, ...] | None:
     return values
 
 
-def _choice_list(text: Optional[str], flag: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+def _choice_list(
+    text: Optional[str], flag: str, allowed: tuple[str, ...]
+) -> tuple[str, ...] | None:
     if text is None:
         return None
     values = tuple(v.strip() for v in text.split(",") if v.strip())
     bad = [v for v in values if v not in allowed]
     if bad or not values:
-        raise InputError(f"{flag}: {text!r} is not allowed; allowed: comma-separated {', '.join(allowed)}")
+        raise InputError(
+            f"{flag}: {text!r} is not allowed; allowed: comma-separated {', '.join(allowed)}"
+        )
     return values
 
 
 # ---- search-space options shared by ``search`` and ``sweep`` ----------------------------------
-TpOption = Annotated[Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")]
+TpOption = Annotated[
+    Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")
+]
 PpOption = Annotated[Optional[str], typer.Option("--pp", help="restrict pp")]
 CpOption = Annotated[Optional[str], typer.Option("--cp", help="restrict cp")]
-MicroBatchOption = Annotated[Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")]
-RecomputeOption = Annotated[Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")]
+MicroBatchOption = Annotated[
+    Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")
+]
+RecomputeOption = Annotated[
+    Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")
+]
 ZeroOption = Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")]
-ScheduleOption = Annotated[Optional[str], typer.Option(
-    "--schedule", help="restrict: 1f1b,gpipe,interleaved,zb-h1,dualpipe (zb-h1 and dualpipe are searched by default "
-    "for MoE / MLA / MTP models only)")]
-EpOption = Annotated[Optional[str], typer.Option("--ep", help="restrict the expert-parallel degree (MoE models), e.g. 8,16,32")]
-EtpOption = Annotated[Optional[str], typer.Option("--etp", help="restrict the expert tensor-parallel degree (MoE models)")]
-DispatcherOption = Annotated[Optional[str], typer.Option("--dispatcher", help="restrict: alltoall,allgather,deepep (MoE models)")]
+ScheduleOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--schedule",
+        help="restrict: 1f1b,gpipe,interleaved,zb-h1,dualpipe (zb-h1 and dualpipe are searched by default "
+        "for MoE / MLA / MTP models only)",
+    ),
+]
+EpOption = Annotated[
+    Optional[str],
+    typer.Option("--ep", help="restrict the expert-parallel degree (MoE models), e.g. 8,16,32"),
+]
+EtpOption = Annotated[
+    Optional[str],
+    typer.Option("--etp", help="restrict the expert tensor-parallel degree (MoE models)"),
+]
+DispatcherOption = Annotated[
+    Optional[str],
+    typer.Option("--dispatcher", help="restrict: alltoall,allgather,deepep (MoE models)"),
+]
 NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
-DefaultOverlapOption = Annotated[bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")]
-DefaultPlacementOption = Annotated[bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")]
-VarySplitOption = Annotated[bool, typer.Option(
-    "--vary-split", help="also search the layer split with every schedule: the first / last stage layer counts of "
-    "Megatron-LM's accounting switches (embedding, loss and MTP modules counted as layers)")]
+DefaultOverlapOption = Annotated[
+    bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")
+]
+DefaultPlacementOption = Annotated[
+    bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")
+]
+VarySplitOption = Annotated[
+    bool,
+    typer.Option(
+        "--vary-split",
+        help="also search the layer split with every schedule: the first / last stage layer counts of "
+        "Megatron-LM's accounting switches (embedding, loss and MTP modules counted as layers)",
+    ),
+]
 
 
 def _framework_help() -> str:
     """The --framework help, naming the catalog's profiles (the files of paraplan/catalog/frameworks)."""
     from paraplan.catalog import framework_names
 
-    return ("implementation profile that sets the framework's defaults (attention kernel, overlaps, runtime "
-            f"memory; docs/validation.md): {', '.join(framework_names())}, or a YAML/JSON profile file")
+    return (
+        "implementation profile that sets the framework's defaults (attention kernel, overlaps, runtime "
+        f"memory; docs/validation.md): {', '.join(framework_names())}, or a YAML/JSON profile file"
+    )
 
 
 FrameworkOption = Annotated[Optional[str], typer.Option("--framework", help=_framework_help())]
@@ -186,7 +230,9 @@ def load_framework_option(framework: Optional[str]):
     return load_framework(framework, field="--framework")
 
 
-def framework_problem_fields(framework: Optional[str], system_spec, attention: str, attention_given: bool):
+def framework_problem_fields(
+    framework: Optional[str], system_spec, attention: str, attention_given: bool
+):
     """(system, attention, SearchProblem fields) under --framework: the system adapted to the profile
     (frameworks.framework_system), its attention default unless --attention was given, its name (for
     the error band) and its overlap defaults (the values of switches the search does not vary)."""
@@ -196,7 +242,11 @@ def framework_problem_fields(framework: Optional[str], system_spec, attention: s
     from paraplan.cost.frameworks import framework_search_fields, framework_system
 
     fields = framework_search_fields(profile)
-    return framework_system(profile, system_spec), attention if attention_given else profile.attention, fields
+    return (
+        framework_system(profile, system_spec),
+        attention if attention_given else profile.attention,
+        fields,
+    )
 
 
 def explicit_options(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
@@ -204,12 +254,17 @@ def explicit_options(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
     given = set()
     for name in names:
         source = ctx.get_parameter_source(name)
-        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):  # typer may bundle its own click
+        if source is not None and source.name not in (
+            "DEFAULT",
+            "DEFAULT_MAP",
+        ):  # typer may bundle its own click
             given.add(name)
     return given
 
 
-def refuse_options(ctx: typer.Context, honoured: frozenset[str], where: str, allowed: str | None = None) -> None:
+def refuse_options(
+    ctx: typer.Context, honoured: frozenset[str], where: str, allowed: str | None = None
+) -> None:
     """InputError naming every option given (command line or environment) that is not in ``honoured`` (parameter
     names), which the path ``where`` would otherwise ignore; ``allowed`` defaults to the honoured options' flags."""
     options = {p.name: p.opts[0] for p in ctx.command.params}
@@ -220,7 +275,9 @@ def refuse_options(ctx: typer.Context, honoured: frozenset[str], where: str, all
         raise InputError(f"{named}: not allowed {where}; allowed: {allowed}")
 
 
-def search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule, ep=None, etp=None, dispatcher=None) -> dict:
+def search_restrictions(
+    tp, pp, cp, micro_batch, recompute, zero, schedule, ep=None, etp=None, dispatcher=None
+) -> dict:
     """SearchProblem axis restrictions from the shared options (None = unrestricted)."""
     from paraplan.specs.moe_plan import Dispatcher
 

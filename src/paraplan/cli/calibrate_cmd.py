@@ -14,17 +14,60 @@ from paraplan.cli.app import app
 
 @app.command("calibrate")
 def calibrate_command(
-    system: Annotated[str, typer.Option("--system", "-s", help="base system (catalog name or file): nominal bandwidths and peaks")],
-    nccl: Annotated[Optional[list[str]], typer.Option("--nccl", help="nccl-tests output (FILE or KIND=FILE); repeat")] = None,
-    gemm: Annotated[Optional[Path], typer.Option("--gemm", help="CSV m,n,k,dtype,time_us|time_ms|time_s|tflops")] = None,
-    attention: Annotated[Optional[Path], typer.Option("--attention", help="CSV batch,heads,seq_len,head_dim,causal,direction,dtype,time_us")] = None,
-    memory: Annotated[Optional[Path], typer.Option("--memory", help="CSV bytes,time_us of memory-bound kernels")] = None,
-    steps: Annotated[Optional[Path], typer.Option("--steps", help="YAML/JSON of measured runs: model, plan, step_time_s")] = None,
-    domain_spans_nodes: Annotated[bool, typer.Option("--domain-spans-nodes", help="rack-scale NVLink: the hosts of an nccl-tests run share one NVLink domain")] = False,
-    name: Annotated[Optional[str], typer.Option("--name", help="name of the calibrated system")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write the system YAML here (default: stdout)")] = None,
-    report: Annotated[Optional[Path], typer.Option("--report", help="also write the fit (values, residuals, leave-one-out) as JSON")] = None,
-    write_synthetic: Annotated[Optional[Path], typer.Option("--write-synthetic", help="write a synthetic cluster's measurements to DIR and exit")] = None,
+    system: Annotated[
+        str,
+        typer.Option(
+            "--system",
+            "-s",
+            help="base system (catalog name or file): nominal bandwidths and peaks",
+        ),
+    ],
+    nccl: Annotated[
+        Optional[list[str]],
+        typer.Option("--nccl", help="nccl-tests output (FILE or KIND=FILE); repeat"),
+    ] = None,
+    gemm: Annotated[
+        Optional[Path], typer.Option("--gemm", help="CSV m,n,k,dtype,time_us|time_ms|time_s|tflops")
+    ] = None,
+    attention: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--attention", help="CSV batch,heads,seq_len,head_dim,causal,direction,dtype,time_us"
+        ),
+    ] = None,
+    memory: Annotated[
+        Optional[Path], typer.Option("--memory", help="CSV bytes,time_us of memory-bound kernels")
+    ] = None,
+    steps: Annotated[
+        Optional[Path],
+        typer.Option("--steps", help="YAML/JSON of measured runs: model, plan, step_time_s"),
+    ] = None,
+    domain_spans_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--domain-spans-nodes",
+            help="rack-scale NVLink: the hosts of an nccl-tests run share one NVLink domain",
+        ),
+    ] = False,
+    name: Annotated[
+        Optional[str], typer.Option("--name", help="name of the calibrated system")
+    ] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="write the system YAML here (default: stdout)"),
+    ] = None,
+    report: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--report", help="also write the fit (values, residuals, leave-one-out) as JSON"
+        ),
+    ] = None,
+    write_synthetic: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--write-synthetic", help="write a synthetic cluster's measurements to DIR and exit"
+        ),
+    ] = None,
 ) -> None:
     """Fit link efficiencies and latencies, GEMM / attention / HBM efficiencies and overlap costs."""
     from paraplan.calibrate import calibrate, system_yaml
@@ -37,8 +80,16 @@ def calibrate_command(
         for path in write_samples(write_synthetic):
             print(f"wrote {path}", file=sys.stderr)
         return
-    cal = calibrate(load_system(system, field="system"), nccl=list(nccl or ()), gemm=gemm, attention=attention,
-                    memory=memory, steps=steps, name=name, domain_spans_nodes=domain_spans_nodes)
+    cal = calibrate(
+        load_system(system, field="system"),
+        nccl=list(nccl or ()),
+        gemm=gemm,
+        attention=attention,
+        memory=memory,
+        steps=steps,
+        name=name,
+        domain_spans_nodes=domain_spans_nodes,
+    )
     text = system_yaml(cal)
     if report is not None:
         atomic_write_text(report, json.dumps(cal.to_dict(), indent=2) + "\n", make_parents=True)
@@ -48,7 +99,13 @@ def calibrate_command(
     atomic_write_text(out, text, make_parents=True)
     print(f"wrote {out}", file=sys.stderr)
     for r in cal.residuals:
-        print(f"  {Path(r.source).name}: {r.what}: RMS {r.rms_rel:.2%}, max {r.max_rel:.2%} over {r.points} points", file=sys.stderr)
+        print(
+            f"  {Path(r.source).name}: {r.what}: RMS {r.rms_rel:.2%}, max {r.max_rel:.2%} over {r.points} points",
+            file=sys.stderr,
+        )
     if cal.leave_one_out:
-        print(f"  leave-one-out step time error: mean {cal.leave_one_out['mean_abs_error']:.2%}, "
-              f"max {cal.leave_one_out['max_abs_error']:.2%}", file=sys.stderr)
+        print(
+            f"  leave-one-out step time error: mean {cal.leave_one_out['mean_abs_error']:.2%}, "
+            f"max {cal.leave_one_out['max_abs_error']:.2%}",
+            file=sys.stderr,
+        )

@@ -63,13 +63,23 @@ def _model_fields_table(ref: str, model):
     from paraplan.graph.params import format_parameters, parameter_counts
     from paraplan.report.render import simple_table
 
-    table = simple_table(f"How {ref} was read: {_read_as(ref, model)}", "field", "value", "from",
-                         numeric_from=3, foldable=(1, 2))
+    table = simple_table(
+        f"How {ref} was read: {_read_as(ref, model)}",
+        "field",
+        "value",
+        "from",
+        numeric_from=3,
+        foldable=(1, 2),
+    )
     given = model.model_fields_set
     hf = model.source.startswith("Hugging Face")
     for name in type(model).model_fields:
         value = getattr(model, name)
-        how = ("config.json, mapped by paraplan.catalog.hf" if hf else "the file") if name in given else "default"
+        how = (
+            ("config.json, mapped by paraplan.catalog.hf" if hf else "the file")
+            if name in given
+            else "default"
+        )
         if name == "name" and hf:
             how = "the directory (or file) name"
         if name in _DERIVED and value is None:
@@ -80,12 +90,21 @@ def _model_fields_table(ref: str, model):
             value, how = effective, f"default ({rule})"
         table.add_row(name, str(value).lower() if isinstance(value, bool) else str(value), how)
     counts = parameter_counts(model)
-    params = simple_table(f"Parameters of {model.name} (graph.params.parameter_counts)", "part", "parameters",
-                          numeric_from=1)
+    params = simple_table(
+        f"Parameters of {model.name} (graph.params.parameter_counts)",
+        "part",
+        "parameters",
+        numeric_from=1,
+    )
     params.add_row(f"{model.layers} decoder layers", format_parameters(counts.layers))
-    params.add_row("embedding" + (" (+ learned positions)" if model.learned_positions else ""),
-                   format_parameters(counts.embedding))
-    params.add_row("LM head" + (" (tied: final norm only)" if model.tie_embeddings else "") , format_parameters(counts.head))
+    params.add_row(
+        "embedding" + (" (+ learned positions)" if model.learned_positions else ""),
+        format_parameters(counts.embedding),
+    )
+    params.add_row(
+        "LM head" + (" (tied: final norm only)" if model.tie_embeddings else ""),
+        format_parameters(counts.head),
+    )
     params.add_section()
     params.add_row("total", f"{format_parameters(counts.total)} ({counts.total:,.0f})")
     params.add_row("active per token", f"{format_parameters(counts.active)} ({counts.active:,.0f})")
@@ -97,8 +116,12 @@ def models(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     model: Annotated[
         Optional[str],
-        typer.Option("--model", "-m", help="show how this catalog name or file (YAML/JSON, Hugging Face config.json) is "
-                                           "read: every field, given or default, and the parameter counts"),
+        typer.Option(
+            "--model",
+            "-m",
+            help="show how this catalog name or file (YAML/JSON, Hugging Face config.json) is "
+            "read: every field, given or default, and the parameter counts",
+        ),
     ] = None,
     width: WidthOption = None,
 ) -> None:
@@ -121,12 +144,29 @@ def models(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = simple_table("Models (paraplan estimate --model NAME); parameters in billions",
-                         "name", "params (B)", "active (B)", "layers", "hidden", "heads", "kv heads", "ffn", "vocab",
-                         "mlp")
+    table = simple_table(
+        "Models (paraplan estimate --model NAME); parameters in billions",
+        "name",
+        "params (B)",
+        "active (B)",
+        "layers",
+        "hidden",
+        "heads",
+        "kv heads",
+        "ffn",
+        "vocab",
+        "mlp",
+    )
     for r in rows:
-        table.add_row(r["name"], f"{r['params_b']:.2f}", f"{r['active_params_b']:.2f}",
-                      *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp")))
+        table.add_row(
+            r["name"],
+            f"{r['params_b']:.2f}",
+            f"{r['active_params_b']:.2f}",
+            *(
+                str(r[k])
+                for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp")
+            ),
+        )
     _stdout(width).print(table)
 
 
@@ -168,7 +208,15 @@ def systems(
         return
     table = simple_table(
         "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
-        "name", "gpu", "HBM GiB", "HBM TB/s", "bf16 TFLOP/s", "domain", "NVLink GB/s", "NIC GB/s", "$/GPU-h",
+        "name",
+        "gpu",
+        "HBM GiB",
+        "HBM TB/s",
+        "bf16 TFLOP/s",
+        "domain",
+        "NVLink GB/s",
+        "NIC GB/s",
+        "$/GPU-h",
         numeric_from=2,
     )
     for r in rows:
@@ -188,8 +236,13 @@ def systems(
 
 @app.command()
 def schema(
-    name: Annotated[str, typer.Argument(help="model | system | plan | validation-case (| cluster)")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="write the schema to FILE instead of printing it")] = None,
+    name: Annotated[
+        str, typer.Argument(help="model | system | plan | validation-case (| cluster)")
+    ],
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="write the schema to FILE instead of printing it"),
+    ] = None,
 ) -> None:
     """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
     for editors and validators; quantities accept unit strings such as "80 GiB"."""

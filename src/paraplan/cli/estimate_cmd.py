@@ -42,21 +42,29 @@ def apply_sets(model_spec, system_spec, sets: list[str]):
     axes = parse_sets(sets)
     for axis in axes:
         if len(axis.values) != 1:
-            raise InputError(f"--set {axis.path}: {','.join(axis.values)!r} gives {len(axis.values)} values; "
-                             "estimate takes one (paraplan sweep takes lists)")
+            raise InputError(
+                f"--set {axis.path}: {','.join(axis.values)!r} gives {len(axis.values)} values; "
+                "estimate takes one (paraplan sweep takes lists)"
+            )
     if not axes:
         return model_spec, system_spec
-    return apply_overrides(model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes)))
+    return apply_overrides(
+        model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes))
+    )
 
 
 def check_plot_path(plot: Path) -> None:
     """--plot must end in .png or .svg and go into an existing directory."""
     if plot.suffix.lower() not in (".png", ".svg"):
-        raise InputError(f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg")
+        raise InputError(
+            f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg"
+        )
     folder = plot.parent
     if not folder.is_dir():
-        raise InputError(f"--plot: {str(plot)!r} is not allowed; the directory {str(folder)!r} does not exist "
-                         "(create it first)")
+        raise InputError(
+            f"--plot: {str(plot)!r} is not allowed; the directory {str(folder)!r} does not exist "
+            "(create it first)"
+        )
 
 
 def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> list[str]:
@@ -70,21 +78,35 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
 
-    command = (f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
-               f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}")
-    problem = SearchProblem(model=model_spec, system=system_spec, gpus=plan.gpus, seq_length=plan.seq_length,
-                            global_batch=plan.global_batch, dtype=plan.dtype, attention=plan.attention)
+    command = (
+        f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
+        f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}"
+    )
+    problem = SearchProblem(
+        model=model_spec,
+        system=system_spec,
+        gpus=plan.gpus,
+        seq_length=plan.seq_length,
+        global_batch=plan.global_batch,
+        dtype=plan.dtype,
+        attention=plan.attention,
+    )
     try:
         result = search(problem, top_k=1)
     except InputError:
         result = None
     if result is None or not result.plans:
-        return [f"no single change fits, and no plan of {plan.gpus} GPUs fits at global batch "
-                f"{plan.global_batch}: more GPUs, a smaller micro-batch or a shorter sequence may ({command})"]
+        return [
+            f"no single change fits, and no plan of {plan.gpus} GPUs fits at global batch "
+            f"{plan.global_batch}: more GPUs, a smaller micro-batch or a shorter sequence may ({command})"
+        ]
     best = result.plans[0]
-    return ["no single change fits; the fastest plan that fits at this batch "
-            f"({best.estimate.peak_stage.peak_bytes / GiB:.1f} GiB, step {best.estimate.step_time_s:.3g} s):",
-            f"  {plan_label(best.plan)}", f"  ({command})"]
+    return [
+        "no single change fits; the fastest plan that fits at this batch "
+        f"({best.estimate.peak_stage.peak_bytes / GiB:.1f} GiB, step {best.estimate.step_time_s:.3g} s):",
+        f"  {plan_label(best.plan)}",
+        f"  ({command})",
+    ]
 
 
 def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
@@ -94,13 +116,20 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise InputError(f"{option}: {text!r} is not allowed; give whole numbers separated by commas") from None
+        raise InputError(
+            f"{option}: {text!r} is not allowed; give whole numbers separated by commas"
+        ) from None
 
 
 # plan fields whose estimate option has another name (the rest: the option's parameter is the field)
-FIELD_PARAMETER = {"overlap_dp_grad_reduce": "no_overlap_dp", "overlap_param_gather": "no_overlap_param_gather"}
+FIELD_PARAMETER = {
+    "overlap_dp_grad_reduce": "no_overlap_dp",
+    "overlap_param_gather": "no_overlap_param_gather",
+}
 # options besides the plan's an encoder-decoder's per-stage estimate honours (parameter names); others are refused
-STAGED_ESTIMATE_OPTIONS = frozenset({"model", "system", "gpus", "plan_file", "set_", "as_json", "width"})
+STAGED_ESTIMATE_OPTIONS = frozenset(
+    {"model", "system", "gpus", "plan_file", "set_", "as_json", "width"}
+)
 
 
 def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
@@ -147,8 +176,10 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
     from paraplan.validate.band import error_band
 
     band = error_band(model_spec, system_spec, plan, est.step_time_s, framework)
-    lines = [f"error band: step {band.low_s:.4g} to {band.high_s:.4g} s ({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), "
-             "from the validation residuals of the features this plan uses"]
+    lines = [
+        f"error band: step {band.low_s:.4g} to {band.high_s:.4g} s ({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), "
+        "from the validation residuals of the features this plan uses"
+    ]
     if band.extrapolated:
         lines.append(f"extrapolated (no validation case): {', '.join(band.extrapolated)}")
     return lines
@@ -157,125 +188,248 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
 @app.command()
 def estimate(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)",
+        ),
+    ],
     system: Annotated[
-        Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)")
+        Optional[str],
+        typer.Option(
+            "--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)"
+        ),
     ] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp (required unless --plan)")] = None,
+    gpus: Annotated[
+        Optional[int],
+        typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp (required unless --plan)"),
+    ] = None,
     tp: Annotated[int, typer.Option("--tp", min=1, help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option("--pp", min=1, help="pipeline stages")] = 1,
     cp: Annotated[int, typer.Option("--cp", min=1, help="context-parallel degree")] = 1,
-    vpp: Annotated[int, typer.Option("--vpp", min=1, help="virtual stages per GPU (interleaved)")] = 1,
+    vpp: Annotated[
+        int, typer.Option("--vpp", min=1, help="virtual stages per GPU (interleaved)")
+    ] = 1,
     micro_batch: Annotated[int, typer.Option("--micro-batch", min=1)] = 1,
     global_batch: Annotated[
         Optional[int],
-        typer.Option("--global-batch", min=1, help="default: dp·micro_batch (·pp when interleaved)"),
+        typer.Option(
+            "--global-batch", min=1, help="default: dp·micro_batch (·pp when interleaved)"
+        ),
     ] = None,
     seq_length: Annotated[int, typer.Option("--seq-length", min=1)] = 2048,
     recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
     recompute_num_layers: Annotated[
-        Optional[int], typer.Option("--recompute-num-layers", min=1,
-                                    help="with --recompute full: layers of each pipeline chunk recomputed, the others "
-                                         "keep their activations (Megatron-LM's block method)")
+        Optional[int],
+        typer.Option(
+            "--recompute-num-layers",
+            min=1,
+            help="with --recompute full: layers of each pipeline chunk recomputed, the others "
+            "keep their activations (Megatron-LM's block method)",
+        ),
     ] = None,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")] = False,
-    zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")] = 0,
+    sequence_parallel: Annotated[
+        bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")
+    ] = False,
+    zero: Annotated[
+        int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")
+    ] = 0,
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
     grad_dtype: Annotated[
-        GradDtype, typer.Option("--grad-dtype", help="gradient accumulation/reduction dtype: fp32 main grads or bf16")
+        GradDtype,
+        typer.Option(
+            "--grad-dtype", help="gradient accumulation/reduction dtype: fp32 main grads or bf16"
+        ),
     ] = GradDtype.fp32,
     fp8_weight_copies: Annotated[
-        bool, typer.Option("--fp8-weight-copies", help="fp8: Transformer Engine caches fp8 weight copies beside the "
-                                                       "bf16 weights (no fp8 primary weights): +2 B per layer parameter")
+        bool,
+        typer.Option(
+            "--fp8-weight-copies",
+            help="fp8: Transformer Engine caches fp8 weight copies beside the "
+            "bf16 weights (no fp8 primary weights): +2 B per layer parameter",
+        ),
     ] = False,
     zero3_max_live_params: Annotated[
-        Optional[float], typer.Option("--zero3-max-live-params", min=1.0,
-                                      help="ZeRO-3: most gathered parameters resident per GPU (DeepSpeed "
-                                           "stage3_max_live_parameters); default: two whole layers (FSDP)")
+        Optional[float],
+        typer.Option(
+            "--zero3-max-live-params",
+            min=1.0,
+            help="ZeRO-3: most gathered parameters resident per GPU (DeepSpeed "
+            "stage3_max_live_parameters); default: two whole layers (FSDP)",
+        ),
     ] = None,
     zero3_prefetch_layers: Annotated[
-        int, typer.Option("--zero3-prefetch-layers", min=0, max=8,
-                          help="ZeRO-3/FSDP: layers gathered ahead of use when the gather overlaps (0: none)")
+        int,
+        typer.Option(
+            "--zero3-prefetch-layers",
+            min=0,
+            max=8,
+            help="ZeRO-3/FSDP: layers gathered ahead of use when the gather overlaps (0: none)",
+        ),
     ] = 1,
     zero3_gather_unit: Annotated[
-        Zero3GatherUnit, typer.Option("--zero3-gather-unit", help="ZeRO-3: one all-gather per layer, or one per weight "
-                                                                  "tensor (DeepSpeed <= 0.5.4)")
+        Zero3GatherUnit,
+        typer.Option(
+            "--zero3-gather-unit",
+            help="ZeRO-3: one all-gather per layer, or one per weight tensor (DeepSpeed <= 0.5.4)",
+        ),
     ] = Zero3GatherUnit.layer,
     zero3_reduce_unit: Annotated[
-        Zero3ReduceUnit, typer.Option("--zero3-reduce-unit", help="ZeRO-3: one gradient reduce-scatter per layer, or one "
-                                                                  "per weight tensor (DeepSpeed <= 0.5.x)")
+        Zero3ReduceUnit,
+        typer.Option(
+            "--zero3-reduce-unit",
+            help="ZeRO-3: one gradient reduce-scatter per layer, or one "
+            "per weight tensor (DeepSpeed <= 0.5.x)",
+        ),
     ] = Zero3ReduceUnit.layer,
     zero3_regather_recompute: Annotated[
-        bool, typer.Option("--zero3-regather-recompute", help="ZeRO-3 with full recomputation: gather the weights again "
-                                                               "for the recomputed forward (DeepSpeed v0.3.13-v0.3.16)")
+        bool,
+        typer.Option(
+            "--zero3-regather-recompute",
+            help="ZeRO-3 with full recomputation: gather the weights again "
+            "for the recomputed forward (DeepSpeed v0.3.13-v0.3.16)",
+        ),
     ] = False,
     cp_algorithm: Annotated[
-        CPAlgorithm, typer.Option("--cp-algorithm", help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)")
+        CPAlgorithm,
+        typer.Option(
+            "--cp-algorithm",
+            help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)",
+        ),
     ] = CPAlgorithm.ring,
     schedule: Annotated[
-        Optional[Schedule], typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b")
+        Optional[Schedule],
+        typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b"),
     ] = None,
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
     offload_weights: Annotated[bool, typer.Option("--offload-weights")] = False,
     offload_activations: Annotated[bool, typer.Option("--offload-activations")] = False,
-    offload_activation_layers: Annotated[Optional[int], typer.Option(
-        "--offload-activation-layers", min=1,
-        help="with --offload-activations: decoder layers per pipeline stage that offload (Megatron-LM "
-        "--cpu-offloading-num-layers); default: all")] = None,
-    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer")] = False,
-    overlap_tp_comm: Annotated[bool, typer.Option("--overlap-tp-comm", help="overlap TP collectives with GEMMs")] = False,
-    no_overlap_dp: Annotated[bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")] = False,
-    no_overlap_param_gather: Annotated[bool, typer.Option("--no-overlap-param-gather")] = False,
-    placement: Annotated[str, typer.Option("--placement", help="group order on the network, innermost first")] = DEFAULT_PLACEMENT_LABEL,
-    stage_layers: Annotated[
-        Optional[str], typer.Option("--stage-layers", help="decoder layers of every pipeline stage, e.g. 15,16,16,...,15")
+    offload_activation_layers: Annotated[
+        Optional[int],
+        typer.Option(
+            "--offload-activation-layers",
+            min=1,
+            help="with --offload-activations: decoder layers per pipeline stage that offload (Megatron-LM "
+            "--cpu-offloading-num-layers); default: all",
+        ),
     ] = None,
-    layers_first_stage: Annotated[Optional[int], typer.Option("--layers-first-stage", min=0)] = None,
+    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer")] = False,
+    overlap_tp_comm: Annotated[
+        bool, typer.Option("--overlap-tp-comm", help="overlap TP collectives with GEMMs")
+    ] = False,
+    no_overlap_dp: Annotated[
+        bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")
+    ] = False,
+    no_overlap_param_gather: Annotated[bool, typer.Option("--no-overlap-param-gather")] = False,
+    placement: Annotated[
+        str, typer.Option("--placement", help="group order on the network, innermost first")
+    ] = DEFAULT_PLACEMENT_LABEL,
+    stage_layers: Annotated[
+        Optional[str],
+        typer.Option(
+            "--stage-layers", help="decoder layers of every pipeline stage, e.g. 15,16,16,...,15"
+        ),
+    ] = None,
+    layers_first_stage: Annotated[
+        Optional[int], typer.Option("--layers-first-stage", min=0)
+    ] = None,
     layers_last_stage: Annotated[Optional[int], typer.Option("--layers-last-stage", min=0)] = None,
     embedding_as_layer: Annotated[
-        bool, typer.Option("--embedding-as-layer", help="count the embedding as a layer when splitting stages")
+        bool,
+        typer.Option(
+            "--embedding-as-layer", help="count the embedding as a layer when splitting stages"
+        ),
     ] = False,
-    loss_as_layer: Annotated[bool, typer.Option("--loss-as-layer", help="count the LM head and loss as a layer")] = False,
-    ep: Annotated[int, typer.Option("--ep", min=1, help="expert-parallel degree (carved out of tp·cp·dp)")] = 1,
+    loss_as_layer: Annotated[
+        bool, typer.Option("--loss-as-layer", help="count the LM head and loss as a layer")
+    ] = False,
+    ep: Annotated[
+        int, typer.Option("--ep", min=1, help="expert-parallel degree (carved out of tp·cp·dp)")
+    ] = 1,
     etp: Annotated[int, typer.Option("--etp", min=1, help="expert tensor-parallel degree")] = 1,
-    moe_dispatcher: Annotated[str, typer.Option("--moe-dispatcher", help="alltoall | allgather | deepep")] = "alltoall",
-    capacity_factor: Annotated[Optional[float], typer.Option("--capacity-factor", help="expert capacity factor (default dropless)")] = None,
-    moe_balance: Annotated[str, typer.Option("--moe-balance", help="learned | forced")] = "learned",
-    moe_a2a_overlap: Annotated[bool, typer.Option("--moe-a2a-overlap", help="overlap dispatch/combine with compute")] = False,
-    recompute_modules: Annotated[
-        Optional[str], typer.Option("--recompute-modules", help="selective recompute by module (Megatron-LM names), e.g. "
-                                               "core_attn,mlp,layernorm or mla_up_proj,moe_act")
+    moe_dispatcher: Annotated[
+        str, typer.Option("--moe-dispatcher", help="alltoall | allgather | deepep")
+    ] = "alltoall",
+    capacity_factor: Annotated[
+        Optional[float],
+        typer.Option("--capacity-factor", help="expert capacity factor (default dropless)"),
     ] = None,
-    tp_layout: Annotated[str, typer.Option("--tp-layout", help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
-                                                               "tp, sequence over cp, K/V all-gathered); docs/model.md §9")] = "1d",
-    tp_rows: Annotated[Optional[int], typer.Option("--tp-rows", min=1, help="2d: rows of the tp grid (default ≈ √tp)")] = None,
-    summa_panels: Annotated[Optional[int], typer.Option("--summa-panels", min=1, help="2d: SUMMA panels per product "
-                                                                                     "(default max(rows, columns))")] = None,
+    moe_balance: Annotated[str, typer.Option("--moe-balance", help="learned | forced")] = "learned",
+    moe_a2a_overlap: Annotated[
+        bool, typer.Option("--moe-a2a-overlap", help="overlap dispatch/combine with compute")
+    ] = False,
+    recompute_modules: Annotated[
+        Optional[str],
+        typer.Option(
+            "--recompute-modules",
+            help="selective recompute by module (Megatron-LM names), e.g. "
+            "core_attn,mlp,layernorm or mla_up_proj,moe_act",
+        ),
+    ] = None,
+    tp_layout: Annotated[
+        str,
+        typer.Option(
+            "--tp-layout",
+            help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
+            "tp, sequence over cp, K/V all-gathered); docs/model.md §9",
+        ),
+    ] = "1d",
+    tp_rows: Annotated[
+        Optional[int],
+        typer.Option("--tp-rows", min=1, help="2d: rows of the tp grid (default ≈ √tp)"),
+    ] = None,
+    summa_panels: Annotated[
+        Optional[int],
+        typer.Option(
+            "--summa-panels",
+            min=1,
+            help="2d: SUMMA panels per product (default max(rows, columns))",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
-    ops: Annotated[bool, typer.Option("--ops", help="add the per-op and per-collective tables")] = False,
-    tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")] = None,
+    ops: Annotated[
+        bool, typer.Option("--ops", help="add the per-op and per-collective tables")
+    ] = False,
+    tokens: Annotated[
+        Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")
+    ] = None,
     price: Annotated[
-        Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)")
+        Optional[float],
+        typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
     ] = None,
     plot: Annotated[
         Optional[Path],
-        typer.Option("--plot", help="also draw the time and memory breakdown to FILE (.png or .svg) in an existing directory"),
+        typer.Option(
+            "--plot",
+            help="also draw the time and memory breakdown to FILE (.png or .svg) in an existing directory",
+        ),
     ] = None,
     plan_file: Annotated[
         Optional[str],
-        typer.Option("--plan", help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
-                     "or a non-uniform plan (a list of stages, docs/heterogeneous.md). Plan options given beside it "
-                     "(--tp 4, --gpus 16, --zero 1, ...) override the file's values (dp is inferred again when "
-                     "gpus/tp/pp/cp change); a non-uniform plan takes none"),
+        typer.Option(
+            "--plan",
+            help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
+            "or a non-uniform plan (a list of stages, docs/heterogeneous.md). Plan options given beside it "
+            "(--tp 4, --gpus 16, --zero 1, ...) override the file's values (dp is inferred again when "
+            "gpus/tp/pp/cp change); a non-uniform plan takes none",
+        ),
     ] = None,
     cluster: Annotated[
-        Optional[Path], typer.Option("--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan")
+        Optional[Path],
+        typer.Option(
+            "--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan"
+        ),
     ] = None,
     set_: Annotated[
         Optional[list[str]],
-        typer.Option("--set", help="change one numeric field of the system or model for this estimate, e.g. "
-                                   "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
-                                   "--set); repeat for more"),
+        typer.Option(
+            "--set",
+            help="change one numeric field of the system or model for this estimate, e.g. "
+            "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
+            "--set); repeat for more",
+        ),
     ] = None,
     framework: FrameworkOption = None,
     width: WidthOption = None,
@@ -334,26 +488,36 @@ def estimate(
         "capacity_factor": capacity_factor,
         "moe_balance": moe_balance,
         "moe_a2a_overlap": moe_a2a_overlap,
-        "recompute_modules": [m for m in recompute_modules.split(",") if m] if recompute_modules else None,
+        "recompute_modules": [m for m in recompute_modules.split(",") if m]
+        if recompute_modules
+        else None,
         "tp_layout": tp_layout,
         "tp_rows": tp_rows,
         "summa_panels": summa_panels,
     }
     given = given_plan_options(ctx, fields)
-    if cluster is not None or (plan_file is not None and "#" not in plan_file):  # non-uniform plans: issue 10
+    if cluster is not None or (
+        plan_file is not None and "#" not in plan_file
+    ):  # non-uniform plans: issue 10
         from paraplan.cli.hetero_cmd import estimate_plan_file, plan_file_is_non_uniform
 
         if plan_file is not None and plan_file_is_non_uniform(Path(plan_file)):
             if given:
-                raise InputError(f"--plan: {plan_file!r} is a non-uniform plan (a list of stages); "
-                                 f"{', '.join(given.values())} cannot be applied to it (edit the file)")
+                raise InputError(
+                    f"--plan: {plan_file!r} is a non-uniform plan (a list of stages); "
+                    f"{', '.join(given.values())} cannot be applied to it (edit the file)"
+                )
             if not estimate_plan_file(model, Path(plan_file), cluster, system, as_json):
                 raise typer.Exit(EXIT_DOES_NOT_FIT)
             return
         if cluster is not None:
-            raise InputError("--cluster: needs --plan FILE with a list of stages (a non-uniform plan, docs/heterogeneous.md)")
+            raise InputError(
+                "--cluster: needs --plan FILE with a list of stages (a non-uniform plan, docs/heterogeneous.md)"
+            )
     if system is None:
-        raise InputError("--system: missing; give --system (or --cluster with a non-uniform --plan)")
+        raise InputError(
+            "--system: missing; give --system (or --cluster with a non-uniform --plan)"
+        )
     if plan_file is None and gpus is None:
         raise InputError("--gpus: missing; give --gpus N (or --plan FILE)")
     if plot is not None:
@@ -365,8 +529,12 @@ def estimate(
 
     staged = costed_by_stages(model_spec)  # encoder-decoders: the per-stage estimator (issue 10)
     if staged:
-        refuse_options(ctx, STAGED_ESTIMATE_OPTIONS | {FIELD_PARAMETER.get(f, f) for f in fields},
-                       "for an encoder-decoder model (costed stage by stage)", "the plan options, --plan, --set, --json, --width")
+        refuse_options(
+            ctx,
+            STAGED_ESTIMATE_OPTIONS | {FIELD_PARAMETER.get(f, f) for f in fields},
+            "for an encoder-decoder model (costed stage by stage)",
+            "the plan options, --plan, --set, --json, --width",
+        )
     profile = load_framework_option(framework)
     if profile is not None:  # the profile adapts the system; --set values still win
         from paraplan.cost.frameworks import framework_system
@@ -391,7 +559,9 @@ def estimate(
     warn_positions(model_spec, plan.seq_length)  # after the estimate: input errors stay one line
     run = None
     if run_tokens is not None:
-        run = est.run_totals(run_tokens, price if price is not None else system_spec.price_per_gpu_hour)
+        run = est.run_totals(
+            run_tokens, price if price is not None else system_spec.price_per_gpu_hour
+        )
     if plot is not None:
         from paraplan.report.plots import plot_estimate
 
@@ -405,7 +575,9 @@ def estimate(
         out = est.to_dict(include_ops=ops)
         out["parameters"] = counts.to_dict()
         out["framework"] = framework_name
-        out["error_band"] = error_band(model_spec, system_spec, plan, est.step_time_s, framework_name).to_dict()
+        out["error_band"] = error_band(
+            model_spec, system_spec, plan, est.step_time_s, framework_name
+        ).to_dict()
         if set_:
             out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
@@ -414,12 +586,12 @@ def estimate(
             out["fit_hints"] = hints
         print(json.dumps(out, indent=2))
     else:
-        notes = ([f"framework profile: {framework_name}"] if framework_name else [])
+        notes = [f"framework profile: {framework_name}"] if framework_name else []
         notes += band_lines(model_spec, system_spec, plan, est, framework_name)
-        print_estimate(_stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes)
+        print_estimate(
+            _stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes
+        )
         if plot is not None:
             print(f"wrote {plot}")
     if not est.fits:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
-
-

@@ -18,14 +18,42 @@ DEFAULT_GPUS_PER_NODE = 8
 
 @app.command("export")
 def export_command(
-    plan: Annotated[str, typer.Argument(help="search --json / estimate --json output, an export, or a plan YAML/JSON; FILE#N picks rank N")],
-    to: Annotated[str, typer.Option("--to", help="megatron | nemo | torchtitan | deepspeed | all")] = "megatron",
-    rank: Annotated[Optional[int], typer.Option("--rank", min=1, help="rank of a search result (default 1)")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="add the model's shape (Megatron) / layers per stage (torchtitan)")] = None,
-    system: Annotated[Optional[str], typer.Option("--system", "-s", help="take GPUs per node from this system")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option("--gpus-per-node", min=1, help="launcher node size (default: the system's NVLink domain up to 8, else 8)")] = None,
-    seq_length: Annotated[Optional[int], typer.Option("--seq-length", min=1, help="for a DeepSpeed config read as input")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write to FILE (with --to all: a folder)")] = None,
+    plan: Annotated[
+        str,
+        typer.Argument(
+            help="search --json / estimate --json output, an export, or a plan YAML/JSON; FILE#N picks rank N"
+        ),
+    ],
+    to: Annotated[
+        str, typer.Option("--to", help="megatron | nemo | torchtitan | deepspeed | all")
+    ] = "megatron",
+    rank: Annotated[
+        Optional[int], typer.Option("--rank", min=1, help="rank of a search result (default 1)")
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model", "-m", help="add the model's shape (Megatron) / layers per stage (torchtitan)"
+        ),
+    ] = None,
+    system: Annotated[
+        Optional[str], typer.Option("--system", "-s", help="take GPUs per node from this system")
+    ] = None,
+    gpus_per_node: Annotated[
+        Optional[int],
+        typer.Option(
+            "--gpus-per-node",
+            min=1,
+            help="launcher node size (default: the system's NVLink domain up to 8, else 8)",
+        ),
+    ] = None,
+    seq_length: Annotated[
+        Optional[int],
+        typer.Option("--seq-length", min=1, help="for a DeepSpeed config read as input"),
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="write to FILE (with --to all: a folder)")
+    ] = None,
 ) -> None:
     """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express."""
     from paraplan.catalog import load_model, load_system
@@ -44,20 +72,29 @@ def export_command(
         sys_spec = load_system(system_ref, field="system")
         gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
     plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length, field="PLAN")
-    header = f"paraplan plan {plan}" + (f" rank {rank}" if rank else "") + (f", model {model_spec.name}" if model_spec else "")
+    header = (
+        f"paraplan plan {plan}"
+        + (f" rank {rank}" if rank else "")
+        + (f", model {model_spec.name}" if model_spec else "")
+    )
     from paraplan.export import ExportRefused
 
     texts, refused = {}, []
     for fw in targets:
         try:
-            texts[fw] = export_plan(fw, plan_spec, model_spec, gpus_per_node or DEFAULT_GPUS_PER_NODE, header)
+            texts[fw] = export_plan(
+                fw, plan_spec, model_spec, gpus_per_node or DEFAULT_GPUS_PER_NODE, header
+            )
         except ExportRefused as exc:
             if to != "all":
                 raise
             refused.append(f"{fw}: {exc}")
     if to == "all" and out is not None:
         for fw, text in texts.items():
-            print(f"wrote {atomic_write_text(out / f'plan-{fw}{SUFFIX[fw]}', text, make_parents=True)}", file=sys.stderr)
+            print(
+                f"wrote {atomic_write_text(out / f'plan-{fw}{SUFFIX[fw]}', text, make_parents=True)}",
+                file=sys.stderr,
+            )
         _report_refused(refused)
         return
     if out is not None:

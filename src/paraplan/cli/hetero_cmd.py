@@ -14,7 +14,12 @@ from paraplan.specs.cluster import ClusterSpec, load_cluster, uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.stage_plan import StagePlanSpec, is_stage_plan, stage_plan_from_dict, stage_plan_to_dict
+from paraplan.specs.stage_plan import (
+    StagePlanSpec,
+    is_stage_plan,
+    stage_plan_from_dict,
+    stage_plan_to_dict,
+)
 from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB
 
@@ -23,7 +28,9 @@ if TYPE_CHECKING:
     from paraplan.search.staged.hetero import HeteroResult
 
 
-def resolve_cluster(cluster: str | Path | None, system: str | None, gpus: int | None) -> ClusterSpec:
+def resolve_cluster(
+    cluster: str | Path | None, system: str | None, gpus: int | None
+) -> ClusterSpec:
     """``--cluster FILE``, or the uniform special case ``--system`` (+ ``--gpus``)."""
     if cluster is not None:
         if system is not None:
@@ -45,7 +52,9 @@ def plan_file_is_non_uniform(path: Path) -> bool:
         return False
 
 
-def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool) -> bool:
+def estimate_plan_file(
+    model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool
+) -> bool:
     """``paraplan estimate --plan FILE`` for a non-uniform plan; True when it fits."""
     from paraplan.step.per_stage import estimate_stage_plan
 
@@ -53,15 +62,26 @@ def estimate_plan_file(model: str, plan: Path, cluster: str | None, system: str 
     plan_spec = stage_plan_from_dict(_read_file(Path(plan), "--plan"), field="plan")
     pool_names = {d.pool for s in plan_spec.stages for d in s.devices}
     cluster_spec = resolve_cluster(cluster, system, plan_spec.gpus if system is not None else None)
-    if cluster_spec.is_uniform and system is not None and pool_names != {cluster_spec.pools[0].name}:
-        raise InputError(f"plan.stages: pools {sorted(pool_names)} are not allowed with --system; name the pool {cluster_spec.pools[0].name!r} or give --cluster")
+    if (
+        cluster_spec.is_uniform
+        and system is not None
+        and pool_names != {cluster_spec.pools[0].name}
+    ):
+        raise InputError(
+            f"plan.stages: pools {sorted(pool_names)} are not allowed with --system; name the pool {cluster_spec.pools[0].name!r} or give --cluster"
+        )
     est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
     print_stage_estimate(est, model_spec.name, cluster_spec.name, plan_spec, as_json)
     return est.fits
 
 
-def estimate_uniform_stages(model_spec: ModelSpec, system_spec: SystemSpec, plan: PlanSpec, as_json: bool,
-                            width: int | None = None) -> bool:
+def estimate_uniform_stages(
+    model_spec: ModelSpec,
+    system_spec: SystemSpec,
+    plan: PlanSpec,
+    as_json: bool,
+    width: int | None = None,
+) -> bool:
     """``paraplan estimate`` with the uniform options for an encoder-decoder: the plan's per-stage form
     (specs.uniform_stages.uniform_stage_plan) costed by estimate_stages on the uniform cluster; True when it fits."""
     from paraplan.step.per_stage import estimate_stage_plan
@@ -71,30 +91,70 @@ def estimate_uniform_stages(model_spec: ModelSpec, system_spec: SystemSpec, plan
     plan_spec = uniform_stage_plan(plan, model_spec, cluster_spec.pools[0].name)
     est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
     layers = ",".join(str(s.layers) for s in plan_spec.stages)
-    note = (f"{model_spec.architecture}: costed stage by stage (estimate_stages) as the per-stage plan of these "
-            f"options, transformer layers per stage {layers} (docs/heterogeneous.md)")
-    print_stage_estimate(est, model_spec.name, cluster_spec.name, plan_spec, as_json, width, (note,))
+    note = (
+        f"{model_spec.architecture}: costed stage by stage (estimate_stages) as the per-stage plan of these "
+        f"options, transformer layers per stage {layers} (docs/heterogeneous.md)"
+    )
+    print_stage_estimate(
+        est, model_spec.name, cluster_spec.name, plan_spec, as_json, width, (note,)
+    )
     return est.fits
 
 
-def print_stage_estimate(est: StagePlanEstimate, model_name: str, cluster_name: str, plan_spec: StagePlanSpec,
-                         as_json: bool, width: int | None = None, notes: tuple[str, ...] = ()) -> None:
+def print_stage_estimate(
+    est: StagePlanEstimate,
+    model_name: str,
+    cluster_name: str,
+    plan_spec: StagePlanSpec,
+    as_json: bool,
+    width: int | None = None,
+    notes: tuple[str, ...] = (),
+) -> None:
     """The report of a per-stage estimate: JSON (the estimate and its per-stage plan), or the stage and step tables."""
     if as_json:
         print(json.dumps(est.to_dict() | {"stage_plan": stage_plan_to_dict(plan_spec)}, indent=2))
         return
     console = _stdout(width)
-    console.print(f"{model_name} on {cluster_name}: {plan_spec.pp} stages, {plan_spec.gpus} GPUs, "
-                  f"{plan_spec.n_microbatches} micro-batches, global batch {plan_spec.global_batch}, {plan_spec.dtype}")
+    console.print(
+        f"{model_name} on {cluster_name}: {plan_spec.pp} stages, {plan_spec.gpus} GPUs, "
+        f"{plan_spec.n_microbatches} micro-batches, global batch {plan_spec.global_batch}, {plan_spec.dtype}"
+    )
     for line in notes:
         console.print(line)
-    table = simple_table("Stages", "stage", "devices", "blocks", "tp", "dp", "micro-batch", "recompute",
-                         "work/µbatch (ms)", "tail (ms)", "peak (GiB)", "capacity (GiB)", "fits", numeric_from=3)
-    for summary, work, tail, mem in zip(est.stage_summary, est.stage_work_s, est.stage_tail_s, est.stages):
+    table = simple_table(
+        "Stages",
+        "stage",
+        "devices",
+        "blocks",
+        "tp",
+        "dp",
+        "micro-batch",
+        "recompute",
+        "work/µbatch (ms)",
+        "tail (ms)",
+        "peak (GiB)",
+        "capacity (GiB)",
+        "fits",
+        numeric_from=3,
+    )
+    for summary, work, tail, mem in zip(
+        est.stage_summary, est.stage_work_s, est.stage_tail_s, est.stages
+    ):
         devices = " + ".join(f"{d['gpus']} {d['pool']}" for d in summary["devices"])
-        table.add_row(str(summary["stage"]), devices, f"{summary['blocks'][0]}-{summary['blocks'][1]}", str(summary["tp"]),
-                      str(summary["dp"]), str(summary["micro_batch"]), summary["recompute"], f"{work * 1e3:.2f}",
-                      f"{tail * 1e3:.2f}", f"{mem.peak_bytes / GiB:.2f}", f"{mem.capacity_bytes / GiB:.1f}", "yes" if mem.fits else "NO")
+        table.add_row(
+            str(summary["stage"]),
+            devices,
+            f"{summary['blocks'][0]}-{summary['blocks'][1]}",
+            str(summary["tp"]),
+            str(summary["dp"]),
+            str(summary["micro_batch"]),
+            summary["recompute"],
+            f"{work * 1e3:.2f}",
+            f"{tail * 1e3:.2f}",
+            f"{mem.peak_bytes / GiB:.2f}",
+            f"{mem.capacity_bytes / GiB:.1f}",
+            "yes" if mem.fits else "NO",
+        )
     console.print(table)
     parts = simple_table("Step", "part", "seconds", numeric_from=1)
     for name, value in est.breakdown.__dict__.items():
@@ -103,13 +163,28 @@ def print_stage_estimate(est: StagePlanEstimate, model_name: str, cluster_name: 
     parts.add_section()
     parts.add_row("step time", f"{est.step_time_s:.4f}")
     console.print(parts)
-    console.print(f"{est.tokens_per_s:,.0f} tokens/s; " + ("fits in memory" if est.fits else "does NOT fit in memory"))
+    console.print(
+        f"{est.tokens_per_s:,.0f} tokens/s; "
+        + ("fits in memory" if est.fits else "does NOT fit in memory")
+    )
 
 
 def search_hetero(
-    model: str, cluster: str | None, system: str | None, gpus: int | None, non_uniform: bool, seq_length: int,
-    global_batch: int, dtype: str, attention: str, top: int, as_json: bool, time_budget_s: float = 5.0,
-    width: int | None = None, note: str = "", restrictions: dict | None = None,
+    model: str,
+    cluster: str | None,
+    system: str | None,
+    gpus: int | None,
+    non_uniform: bool,
+    seq_length: int,
+    global_batch: int,
+    dtype: str,
+    attention: str,
+    top: int,
+    as_json: bool,
+    time_budget_s: float = 5.0,
+    width: int | None = None,
+    note: str = "",
+    restrictions: dict | None = None,
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
     line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute)."""
@@ -118,14 +193,23 @@ def search_hetero(
     model_spec = load_model(model, field="model")
     cluster_spec = resolve_cluster(cluster, system, gpus)
     given = {k: v for k, v in (restrictions or {}).items() if v is not None}
-    problem = HeteroProblem(model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given)
-    result = search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s) if non_uniform else search_cluster(problem, top_k=top)
+    problem = HeteroProblem(
+        model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given
+    )
+    result = (
+        search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s)
+        if non_uniform
+        else search_cluster(problem, top_k=top)
+    )
     if as_json:
         print(json.dumps(result.to_dict() | ({"note": note} if note else {}), indent=2))
         return result
     console = _stdout(width)
-    console.print(f"{model_spec.name} on {cluster_spec.name} ({cluster_spec.gpus} GPUs), seq {seq_length}, "
-                  f"global batch {global_batch}, {dtype}; search {result.mode}" + (f"; {note}" if note else ""))
+    console.print(
+        f"{model_spec.name} on {cluster_spec.name} ({cluster_spec.gpus} GPUs), seq {seq_length}, "
+        f"global batch {global_batch}, {dtype}; search {result.mode}"
+        + (f"; {note}" if note else "")
+    )
     table = simple_table("Plans", "rank", "step (s)", "plan", numeric_from=1)
     for i, c in enumerate(result.plans, 1):
         table.add_row(str(i), f"{c.step_time_s:.4f}", c.label)
@@ -134,10 +218,19 @@ def search_hetero(
         traj = simple_table("Trajectory", "iteration", "move", "step (s)", "fits", numeric_from=2)
         for s in result.trajectory:
             if s.improved:
-                traj.add_row(str(s.iteration), s.move, f"{s.step_time_s:.4f}", "yes" if s.fits else "no")
+                traj.add_row(
+                    str(s.iteration), s.move, f"{s.step_time_s:.4f}", "yes" if s.fits else "no"
+                )
         console.print(traj)
-    console.print(f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
-                  + ("" if result.plans else "; no plan fits" if result.evaluated else
-                     "; no candidate: the axis restrictions leave none (tp: powers of two within a node that "
-                     "divide the heads; pp: divisors of the GPUs / tp)"))
+    console.print(
+        f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
+        + (
+            ""
+            if result.plans
+            else "; no plan fits"
+            if result.evaluated
+            else "; no candidate: the axis restrictions leave none (tp: powers of two within a node that "
+            "divide the heads; pp: divisors of the GPUs / tp)"
+        )
+    )
     return result

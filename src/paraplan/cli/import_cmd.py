@@ -11,7 +11,9 @@ import typer
 
 from paraplan.cli.app import app
 
-import_app = typer.Typer(help="Read other tools' inputs as paraplan plans, models and systems.", no_args_is_help=True)
+import_app = typer.Typer(
+    help="Read other tools' inputs as paraplan plans, models and systems.", no_args_is_help=True
+)
 app.add_typer(import_app, name="import")
 
 
@@ -28,10 +30,22 @@ def _emit(data: dict, out: Optional[Path]) -> None:
 
 @import_app.command("plan")
 def import_plan_command(
-    file: Annotated[str, typer.Argument(help="a Megatron launch line, NeMo override, torchtitan TOML or DeepSpeed JSON; or a search result FILE#N")],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="needed for torchtitan interleaved pipelines")] = None,
-    seq_length: Annotated[Optional[int], typer.Option("--seq-length", min=1, help="needed for DeepSpeed configs")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write the plan JSON to FILE")] = None,
+    file: Annotated[
+        str,
+        typer.Argument(
+            help="a Megatron launch line, NeMo override, torchtitan TOML or DeepSpeed JSON; or a search result FILE#N"
+        ),
+    ],
+    model: Annotated[
+        Optional[str],
+        typer.Option("--model", "-m", help="needed for torchtitan interleaved pipelines"),
+    ] = None,
+    seq_length: Annotated[
+        Optional[int], typer.Option("--seq-length", min=1, help="needed for DeepSpeed configs")
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="write the plan JSON to FILE")
+    ] = None,
 ) -> None:
     """A framework's launch arguments back as a paraplan plan (JSON of PlanSpec fields)."""
     from paraplan.catalog import load_model
@@ -47,10 +61,19 @@ def import_calculon_command(
     model: Annotated[Path, typer.Argument(help="Calculon application (model) JSON")],
     system: Annotated[Path, typer.Argument(help="Calculon system JSON")],
     execution: Annotated[Path, typer.Argument(help="Calculon execution JSON")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml, system.yaml, plan.json")] = None,
-    vocab: Annotated[int, typer.Option("--vocab", min=1, help="vocabulary (Calculon's models have none)")] = 51200,
-    sm_count: Annotated[Optional[int], typer.Option("--sm-count", min=1, help="SMs per GPU when not inferable")] = None,
-    estimate: Annotated[bool, typer.Option("--estimate", help="also estimate the step with paraplan")] = False,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="folder for model.yaml, system.yaml, plan.json"),
+    ] = None,
+    vocab: Annotated[
+        int, typer.Option("--vocab", min=1, help="vocabulary (Calculon's models have none)")
+    ] = 51200,
+    sm_count: Annotated[
+        Optional[int], typer.Option("--sm-count", min=1, help="SMs per GPU when not inferable")
+    ] = None,
+    estimate: Annotated[
+        bool, typer.Option("--estimate", help="also estimate the step with paraplan")
+    ] = False,
 ) -> None:
     """Calculon's model, system and execution files as paraplan inputs; prints what could not be carried."""
     import yaml
@@ -67,11 +90,24 @@ def import_calculon_command(
     for note in conv.notes:
         print(f"note: {note}", file=sys.stderr)
     if out is not None:
-        head = "# converted by `paraplan import calculon`; notes:\n" + "".join(f"#   {n}\n" for n in conv.notes)
-        atomic_write_text(out / "model.yaml", head + yaml.safe_dump(conv.model, sort_keys=False), make_parents=True)
-        atomic_write_text(out / "system.yaml", head + yaml.safe_dump(conv.system, sort_keys=False), make_parents=True)
-        atomic_write_text(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n",
-                          make_parents=True)
+        head = "# converted by `paraplan import calculon`; notes:\n" + "".join(
+            f"#   {n}\n" for n in conv.notes
+        )
+        atomic_write_text(
+            out / "model.yaml",
+            head + yaml.safe_dump(conv.model, sort_keys=False),
+            make_parents=True,
+        )
+        atomic_write_text(
+            out / "system.yaml",
+            head + yaml.safe_dump(conv.system, sort_keys=False),
+            make_parents=True,
+        )
+        atomic_write_text(
+            out / "plan.json",
+            json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n",
+            make_parents=True,
+        )
         print(f"wrote {out}/model.yaml, system.yaml, plan.json", file=sys.stderr)
     if estimate:
         from paraplan.step.estimate import estimate as run_estimate
@@ -79,17 +115,30 @@ def import_calculon_command(
         est = run_estimate(model_spec, system_spec, plan)
         from paraplan.units import GiB
 
-        print(f"{model_spec.name} on {system_spec.name}: step {est.step_time_s:.3f} s, MFU {est.mfu:.1%}, "
-              f"peak memory {est.peak_stage.peak_bytes / GiB:.1f} GiB ({'fits' if est.fits else 'does not fit'})")
+        print(
+            f"{model_spec.name} on {system_spec.name}: step {est.step_time_s:.3f} s, MFU {est.mfu:.1%}, "
+            f"peak memory {est.peak_stage.peak_bytes / GiB:.1f} GiB ({'fits' if est.fits else 'does not fit'})"
+        )
     if out is None and not estimate:
-        _emit({"model": conv.model, "system": conv.system, "plan": plan.model_dump(exclude_defaults=True)}, None)
+        _emit(
+            {
+                "model": conv.model,
+                "system": conv.system,
+                "plan": plan.model_dump(exclude_defaults=True),
+            },
+            None,
+        )
 
 
 @import_app.command("amped")
 def import_amped_command(
     config: Annotated[Path, typer.Argument(help="AMPeD-style config.json")],
-    tables: Annotated[Optional[Path], typer.Option("--lookup-tables", help="lookup_tables.json")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml and plan.json")] = None,
+    tables: Annotated[
+        Optional[Path], typer.Option("--lookup-tables", help="lookup_tables.json")
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml and plan.json")
+    ] = None,
 ) -> None:
     """An AMPeD-style configuration as a paraplan model and plan (the system comes from --system later)."""
     import yaml
@@ -108,6 +157,9 @@ def import_amped_command(
         _emit({"model": model, "plan": plan.model_dump(exclude_defaults=True)}, None)
         return
     atomic_write_text(out / "model.yaml", yaml.safe_dump(model, sort_keys=False), make_parents=True)
-    atomic_write_text(out / "plan.json", json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n",
-                      make_parents=True)
+    atomic_write_text(
+        out / "plan.json",
+        json.dumps({"plan": plan.model_dump(exclude_defaults=True)}, indent=2) + "\n",
+        make_parents=True,
+    )
     print(f"wrote {out}/model.yaml, plan.json", file=sys.stderr)

@@ -33,7 +33,11 @@ except ImportError:  # pragma: no cover - older typer on top of click
 from typer import Abort, Exit
 
 
-_SPEC_FIELD = {"PlanSpec": "plan", "ModelSpec": "model", "SystemSpec": "system"}  # pydantic title -> field prefix
+_SPEC_FIELD = {
+    "PlanSpec": "plan",
+    "ModelSpec": "model",
+    "SystemSpec": "system",
+}  # pydantic title -> field prefix
 
 
 def _one_line(message: str) -> str:
@@ -57,7 +61,9 @@ def _require_finite_numbers(command) -> None:
             def checked(ctx, value, _process=process, _param=param):
                 value = _process(ctx, value)
                 if isinstance(value, float) and not math.isfinite(value):
-                    raise InputError(f"{_param.opts[0]}: {value} is not allowed; must be a finite number")
+                    raise InputError(
+                        f"{_param.opts[0]}: {value} is not allowed; must be a finite number"
+                    )
                 return value
 
             param.process_value = checked
@@ -101,7 +107,7 @@ def _with_given_value(message: str, exc: ClickException, args: list[str]) -> str
             if arg == opt and i + 1 < len(args):
                 given = args[i + 1]
             elif arg.startswith(opt + "="):
-                given = arg[len(opt) + 1:]
+                given = arg[len(opt) + 1 :]
     if given is None:
         return message
     found = _RANGE_MESSAGE.match(message)
@@ -134,8 +140,10 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except ClickException as exc:
-        _fail(_with_given_value(exc.format_message().replace("Value error, ", ""), exc, args),
-              getattr(exc, "exit_code", 1) or EXIT_INPUT_ERROR)
+        _fail(
+            _with_given_value(exc.format_message().replace("Value error, ", ""), exc, args),
+            getattr(exc, "exit_code", 1) or EXIT_INPUT_ERROR,
+        )
     except Exit as exc:
         sys.exit(exc.exit_code)
     except Abort:
@@ -152,7 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
         if os.environ.get("PARAPLAN_DEBUG"):
             raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (please report; PARAPLAN_DEBUG=1 shows the traceback)")
+        _fail(
+            f"internal error: {type(exc).__name__}: {exc} (please report; PARAPLAN_DEBUG=1 shows the traceback)"
+        )
     sys.exit(result if isinstance(result, int) else 0)
 
 
@@ -168,13 +178,20 @@ def console_main() -> None:
         code = exc.code
     if code is None:
         code = 0
-    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    others = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
     if not isinstance(code, int) or others:
         sys.exit(code)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (BrokenPipeError, ValueError):  # a reader that went away, a closed stream: the usual exit reports it
+    except (
+        BrokenPipeError,
+        ValueError,
+    ):  # a reader that went away, a closed stream: the usual exit reports it
         sys.exit(code)
     atexit._run_exitfuncs()  # what the interpreter would run at exit (multiprocessing's, logging's, ...)
     os._exit(code)

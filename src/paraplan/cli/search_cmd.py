@@ -46,30 +46,72 @@ from paraplan.specs.tp_layout import TP_LAYOUTS
 
 
 # the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name; any other is refused
-HETERO_SEARCH_OPTIONS = frozenset({"model", "system", "gpus", "cluster", "non_uniform", "time_budget", "global_batch",
-                                   "seq_length", "dtype", "attention", "top", "as_json", "width"})
+HETERO_SEARCH_OPTIONS = frozenset(
+    {
+        "model",
+        "system",
+        "gpus",
+        "cluster",
+        "non_uniform",
+        "time_budget",
+        "global_batch",
+        "seq_length",
+        "dtype",
+        "attention",
+        "top",
+        "as_json",
+        "width",
+    }
+)
 # the axis restrictions the AMP-style search (--cluster, encoder-decoder models) honours -> HeteroProblem fields
-AMP_SEARCH_AXES = {"tp": "tps", "pp": "pps", "micro_batch": "micro_batches", "recompute": "recompute"}
-RESTRICT_HINT = ("restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
-                 "--default-placement")
+AMP_SEARCH_AXES = {
+    "tp": "tps",
+    "pp": "pps",
+    "micro_batch": "micro_batches",
+    "recompute": "recompute",
+}
+RESTRICT_HINT = (
+    "restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
+    "--default-placement"
+)
 
 
 @app.command()
 def search(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
-    system: Annotated[Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)",
+        ),
+    ],
+    system: Annotated[
+        Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")
+    ] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
     seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="sequences per step")] = None,
+    global_batch: Annotated[
+        Optional[int], typer.Option("--global-batch", help="sequences per step")
+    ] = None,
     max_global_batch: Annotated[
         Optional[int],
-        typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
+        typer.Option(
+            "--max-global-batch",
+            help="instead of --global-batch: largest multiple of dp·micro_batch not above it",
+        ),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")] = 10,
+    top: Annotated[
+        int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")
+    ] = 10,
     objective: Annotated[
-        str, typer.Option("--objective", help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
-                                              "(s per token at the pessimistic end of each plan's error band)")
+        str,
+        typer.Option(
+            "--objective",
+            help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
+            "(s per token at the pessimistic end of each plan's error band)",
+        ),
     ] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
     attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
@@ -84,39 +126,70 @@ def search(
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
     tp_layout: Annotated[
-        Optional[str], typer.Option("--tp-layout", help="tensor-parallel layouts to try: comma-separated 1d,2d,2d-seq "
-                                                        "(default 1d; docs/model.md §9)")
+        Optional[str],
+        typer.Option(
+            "--tp-layout",
+            help="tensor-parallel layouts to try: comma-separated 1d,2d,2d-seq "
+            "(default 1d; docs/model.md §9)",
+        ),
     ] = None,
     no_offload: NoOffloadOption = False,
     default_overlap: DefaultOverlapOption = False,
     default_placement: DefaultPlacementOption = False,
     vary_split: VarySplitOption = False,
     price: Annotated[
-        Optional[float], typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)")
+        Optional[float],
+        typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
     ] = None,
     tokens: Annotated[
-        Optional[str], typer.Option("--tokens", help="run length in tokens (15T, 300B): days and cost of each plan")
+        Optional[str],
+        typer.Option(
+            "--tokens", help="run length in tokens (15T, 300B): days and cost of each plan"
+        ),
     ] = None,
-    exhaustive: Annotated[bool, typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator")] = False,
-    explain: Annotated[bool, typer.Option("--explain", help="show why the best plan wins over its neighbours")] = False,
+    exhaustive: Annotated[
+        bool,
+        typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator"),
+    ] = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="show why the best plan wins over its neighbours")
+    ] = False,
     csv_path: Annotated[
-        Optional[Path], typer.Option("--csv", help="write the plans shown (the top K) with their metrics to FILE")
+        Optional[Path],
+        typer.Option("--csv", help="write the plans shown (the top K) with their metrics to FILE"),
     ] = None,
     csv_all: Annotated[
         Optional[Path],
-        typer.Option("--csv-all", help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
-                                       "of rows (the count is printed)"),
+        typer.Option(
+            "--csv-all",
+            help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
+            "of rows (the count is printed)",
+        ),
     ] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="processes: for --exhaustive (default 1), and a large block-by-block search split by costing class (default: the usable CPUs, at most 4, on Linux)")] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            "--workers",
+            min=1,
+            help="processes: for --exhaustive (default 1), and a large block-by-block search split by costing class (default: the usable CPUs, at most 4, on Linux)",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     width: WidthOption = None,
     cluster: Annotated[
-        Optional[Path], typer.Option("--cluster", help="mixed cluster of node pools (YAML/JSON): AMP-style search")
+        Optional[Path],
+        typer.Option("--cluster", help="mixed cluster of node pools (YAML/JSON): AMP-style search"),
     ] = None,
     non_uniform: Annotated[
-        bool, typer.Option("--non-uniform", help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search")
+        bool,
+        typer.Option(
+            "--non-uniform",
+            help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search",
+        ),
     ] = False,
-    time_budget: Annotated[float, typer.Option("--time-budget", min=0.0, help="seconds for --non-uniform alleviation")] = 5.0,
+    time_budget: Annotated[
+        float, typer.Option("--time-budget", min=0.0, help="seconds for --non-uniform alleviation")
+    ] = 5.0,
     framework: FrameworkOption = None,
 ) -> None:
     """The best plans that fit in memory, over every plan knob, exact w.r.t. the cost model.
@@ -127,25 +200,54 @@ def search(
 
     model_spec = load_model(model, field="model") if cluster is None and not non_uniform else None
     staged_model = model_spec is not None and costed_by_stages(model_spec)
-    if cluster is not None or non_uniform or staged_model:  # mixed clusters / per-stage plans / encoder-decoders: issue 10
+    if (
+        cluster is not None or non_uniform or staged_model
+    ):  # mixed clusters / per-stage plans / encoder-decoders: issue 10
         from paraplan.cli.hetero_cmd import search_hetero
 
-        where = ("for an encoder-decoder model (AMP-style per-stage search)" if staged_model
-                 else "with --cluster / --non-uniform (per-stage search)")
-        refuse_options(ctx, HETERO_SEARCH_OPTIONS | (set() if non_uniform else set(AMP_SEARCH_AXES)), where)
+        where = (
+            "for an encoder-decoder model (AMP-style per-stage search)"
+            if staged_model
+            else "with --cluster / --non-uniform (per-stage search)"
+        )
+        refuse_options(
+            ctx, HETERO_SEARCH_OPTIONS | (set() if non_uniform else set(AMP_SEARCH_AXES)), where
+        )
         axes = search_restrictions(tp, pp, None, micro_batch, recompute, None, None)
         if global_batch is None:
-            raise InputError("--global-batch: missing; the per-stage searches (--cluster, --non-uniform, "
-                             "encoder-decoder models) search a fixed global batch")
-        note = "encoder-decoder: AMP-style per-stage search on one GPU type (docs/heterogeneous.md)" if staged_model else ""
-        result = search_hetero(model, str(cluster) if cluster else None, system, gpus, non_uniform, seq_length, global_batch,
-                               dtype.value, attention.value, top, as_json, time_budget, width, note,
-                               {AMP_SEARCH_AXES[k]: axes[k] for k in AMP_SEARCH_AXES})
+            raise InputError(
+                "--global-batch: missing; the per-stage searches (--cluster, --non-uniform, "
+                "encoder-decoder models) search a fixed global batch"
+            )
+        note = (
+            "encoder-decoder: AMP-style per-stage search on one GPU type (docs/heterogeneous.md)"
+            if staged_model
+            else ""
+        )
+        result = search_hetero(
+            model,
+            str(cluster) if cluster else None,
+            system,
+            gpus,
+            non_uniform,
+            seq_length,
+            global_batch,
+            dtype.value,
+            attention.value,
+            top,
+            as_json,
+            time_budget,
+            width,
+            note,
+            {AMP_SEARCH_AXES[k]: axes[k] for k in AMP_SEARCH_AXES},
+        )
         if not result.plans:
             raise typer.Exit(EXIT_DOES_NOT_FIT)
         return
     if system is None or gpus is None:
-        raise InputError(f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)")
+        raise InputError(
+            f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)"
+        )
     from paraplan.catalog import load_system
     from paraplan.report.search_view import (
         CsvSink,
@@ -169,16 +271,24 @@ def search(
     if gpus <= 0:
         raise InputError(f"--gpus: {gpus} is not allowed; must be a positive integer")
     if csv_path is not None and csv_all is not None and csv_path.resolve() == csv_all.resolve():
-        raise InputError(f"--csv-all: {str(csv_all)!r} is also the --csv file; give two different files")
+        raise InputError(
+            f"--csv-all: {str(csv_all)!r} is also the --csv file; give two different files"
+        )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     check_price(price)
     system_spec = load_system(system, field="system")
     system_spec, attention_value, framework_fields = framework_problem_fields(
-        framework, system_spec, attention.value, "attention" in explicit_options(ctx, ("attention",)))
+        framework,
+        system_spec,
+        attention.value,
+        "attention" in explicit_options(ctx, ("attention",)),
+    )
     price_per_gpu_hour = price if price is not None else system_spec.price_per_gpu_hour
     if objective == "cost" and price_per_gpu_hour is None:
-        raise InputError(f"--price: --objective cost needs a price and {system_spec.name} has none; "
-                         "give --price USD per GPU-hour")
+        raise InputError(
+            f"--price: --objective cost needs a price and {system_spec.name} has none; "
+            "give --price USD per GPU-hour"
+        )
     problem = SearchProblem(
         model=model_spec,
         system=system_spec,
@@ -189,7 +299,9 @@ def search(
         dtype=dtype.value,
         attention=attention_value,
         objective=objective,
-        **search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule, ep, etp, dispatcher),
+        **search_restrictions(
+            tp, pp, cp, micro_batch, recompute, zero, schedule, ep, etp, dispatcher
+        ),
         vary_offload=not no_offload,
         vary_overlap=not default_overlap,
         vary_placement=not default_placement,
@@ -203,32 +315,53 @@ def search(
     from rich.progress import Progress, TimeElapsedColumn
 
     sink = CsvSink(csv_all) if csv_all is not None else None
-    if workers is None and not exhaustive:  # before the progress bar's thread starts (auto_workers forks from one thread)
+    if (
+        workers is None and not exhaustive
+    ):  # before the progress bar's thread starts (auto_workers forks from one thread)
         from paraplan.search.bounds.block_processes import auto_workers
 
         workers = auto_workers()
     show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only
     try:
-        with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=Console(stderr=True),
-                      transient=True, disable=not show_progress) as bar:
+        with Progress(
+            *Progress.get_default_columns(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+            disable=not show_progress,
+        ) as bar:
             task = bar.add_task("searching", total=None)
 
             def advance(done: int, total: int | None = None, phase: str = "searching") -> None:
                 if phase == "layer costs" and done == 0 and total and total >= LARGE_COSTINGS:
-                    print(f"note: {total:,} distinct layer costings (milliseconds each) before the search can "
-                          f"start; {RESTRICT_HINT}", file=sys.stderr)
+                    print(
+                        f"note: {total:,} distinct layer costings (milliseconds each) before the search can "
+                        f"start; {RESTRICT_HINT}",
+                        file=sys.stderr,
+                    )
                 if phase == "block bounds" and done == 0 and total and total >= LARGE_BLOCKS:
-                    print(f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
-                          f"and micro-batch; seconds, ~2-4 s for the largest, split over --workers processes); "
-                          f"{RESTRICT_HINT}", file=sys.stderr)
+                    print(
+                        f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
+                        f"and micro-batch; seconds, ~2-4 s for the largest, split over --workers processes); "
+                        f"{RESTRICT_HINT}",
+                        file=sys.stderr,
+                    )
                 bar.update(task, completed=done, total=total, description=phase)
 
             if exhaustive:
-                result = exhaustive_search(problem, top_k=top, workers=workers, progress=advance, collect_all=sink is not None)
+                result = exhaustive_search(
+                    problem,
+                    top_k=top,
+                    workers=workers,
+                    progress=advance,
+                    collect_all=sink is not None,
+                )
                 if sink is not None:
                     sink.write_plans(result.all_feasible or [], seq_length)
             else:
-                result = run_search(problem, top_k=top, workers=workers, progress=advance, feasible_sink=sink)
+                result = run_search(
+                    problem, top_k=top, workers=workers, progress=advance, feasible_sink=sink
+                )
     except BaseException:
         if sink is not None:
             sink.discard()
@@ -238,7 +371,11 @@ def search(
     warn_positions(problem.model, seq_length)  # after the search: input errors stay one line
     written = sink.rows if sink is not None else None
     shown = write_top_csv(csv_path, result, problem, run_tokens) if csv_path is not None else None
-    alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate) if (explain and result.plans) else []
+    alternatives = (
+        explain_plan(problem, result.plans[0].plan, result.plans[0].estimate)
+        if (explain and result.plans)
+        else []
+    )
     if as_json:
         out = search_document(problem, result, run_tokens)
         if explain and result.plans:
@@ -251,15 +388,23 @@ def search(
         print(json.dumps(out, indent=2))
     else:
         console = _stdout(width)
-        console.print(f"{problem.model.name} on {gpus} x {system_spec.name}, seq {seq_length}, "
-                      + (f"global batch {global_batch}" if global_batch else f"max global batch {max_global_batch}")
-                      + f", {dtype.value}, objective {objective}"
-                      + (f", framework {problem.framework}" if problem.framework else ""))
+        console.print(
+            f"{problem.model.name} on {gpus} x {system_spec.name}, seq {seq_length}, "
+            + (
+                f"global batch {global_batch}"
+                if global_batch
+                else f"max global batch {max_global_batch}"
+            )
+            + f", {dtype.value}, objective {objective}"
+            + (f", framework {problem.framework}" if problem.framework else "")
+        )
         if result.plans:
             console.print(plans_table(result, problem, run_tokens))
             console.print(band_note(result, problem))
             if result.robust_exact is False:
-                console.print("robust ranking over the fastest plans by predicted time only (search.robust.MAX_TIME_GROUPS)")
+                console.print(
+                    "robust ranking over the fastest plans by predicted time only (search.robust.MAX_TIME_GROUPS)"
+                )
         else:
             console.print(nearest_miss_line(result, problem))
         console.print(summary_line(result))
@@ -275,9 +420,15 @@ def search(
             capacity = system_spec.accelerator.hbm_capacity / GiB
             best_obj = result.plans[0].objective
             for item in result.faster_infeasible:
-                gain = 1 - item["objective"] / best_obj if problem.objective != "mfu" else item["objective"] / best_obj - 1
-                console.print(f"{gain:.1%} faster but does not fit: {plan_label(item['plan'])} "
-                              f"needs {item['peak_memory_gib']:.1f} GiB > {capacity:.0f} GiB")
+                gain = (
+                    1 - item["objective"] / best_obj
+                    if problem.objective != "mfu"
+                    else item["objective"] / best_obj - 1
+                )
+                console.print(
+                    f"{gain:.1%} faster but does not fit: {plan_label(item['plan'])} "
+                    f"needs {item['peak_memory_gib']:.1f} GiB > {capacity:.0f} GiB"
+                )
     _split_note(problem, result)
     if not result.plans:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
@@ -295,5 +446,8 @@ def _split_note(problem, result) -> None:
     pp = result.plans[0].plan.pp
     if pp > 1 and len(replace(problem, vary_split=True).split_options(pp)) > 1:
         sys.stdout.flush()
-        print(f"note: the best plan has pp {pp}; --vary-split also searches the first / last stage layer counts "
-              "(embedding, loss and MTP modules counted as layers), which can be faster (docs/model.md §4)", file=sys.stderr)
+        print(
+            f"note: the best plan has pp {pp}; --vary-split also searches the first / last stage layer counts "
+            "(embedding, loss and MTP modules counted as layers), which can be faster (docs/model.md §4)",
+            file=sys.stderr,
+        )

@@ -45,27 +45,62 @@ def _split_systems(values: list[str]) -> tuple[str, ...]:
 @app.command()
 def sweep(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)")],
-    system: Annotated[list[str], typer.Option("--system", "-s", help="catalog name or file; repeat or comma-separate for several")],
-    gpus: Annotated[str, typer.Option("--gpus", help="GPU counts: 512,1024,2048 or a geometric range 256..16384x2")],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)",
+        ),
+    ],
+    system: Annotated[
+        list[str],
+        typer.Option(
+            "--system", "-s", help="catalog name or file; repeat or comma-separate for several"
+        ),
+    ],
+    gpus: Annotated[
+        str,
+        typer.Option("--gpus", help="GPU counts: 512,1024,2048 or a geometric range 256..16384x2"),
+    ],
     set_: Annotated[
         Optional[list[str]],
-        typer.Option("--set", help="sweep a numeric system field (accelerator.hbm_bandwidth=2TB/s,4TB/s) or model field "
-                                   "(model.hidden=...); repeat for more axes"),
+        typer.Option(
+            "--set",
+            help="sweep a numeric system field (accelerator.hbm_bandwidth=2TB/s,4TB/s) or model field "
+            "(model.hidden=...); repeat for more axes",
+        ),
     ] = None,
     seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="sequences per step")] = None,
+    global_batch: Annotated[
+        Optional[int], typer.Option("--global-batch", help="sequences per step")
+    ] = None,
     max_global_batch: Annotated[
         Optional[int],
-        typer.Option("--max-global-batch", help="instead of --global-batch: largest multiple of dp·micro_batch not above it"),
+        typer.Option(
+            "--max-global-batch",
+            help="instead of --global-batch: largest multiple of dp·micro_batch not above it",
+        ),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")] = 5,
+    top: Annotated[
+        int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")
+    ] = 5,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("sweep-out"),
-    workers: Annotated[int, typer.Option("--workers", min=1, help="local processes (1 = in this process)")] = 1,
-    resume: Annotated[bool, typer.Option("--resume", help="skip the points already finished in OUT/points.jsonl")] = False,
-    force: Annotated[bool, typer.Option("--force", help="replace the results in a non-empty OUT (default: refuse)")] = False,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="local processes (1 = in this process)")
+    ] = 1,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="skip the points already finished in OUT/points.jsonl")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="replace the results in a non-empty OUT (default: refuse)"),
+    ] = False,
     dask: Annotated[
-        Optional[str], typer.Option("--dask", help="run on a Dask scheduler at ADDRESS, or 'local' for a LocalCluster")
+        Optional[str],
+        typer.Option(
+            "--dask", help="run on a Dask scheduler at ADDRESS, or 'local' for a LocalCluster"
+        ),
     ] = None,
     objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
@@ -81,7 +116,9 @@ def sweep(
     default_overlap: DefaultOverlapOption = False,
     default_placement: DefaultPlacementOption = False,
     vary_split: VarySplitOption = False,
-    tokens: Annotated[Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")] = None,
+    tokens: Annotated[
+        Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")
+    ] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
     framework: FrameworkOption = None,
 ) -> None:
@@ -100,29 +137,51 @@ def sweep(
     from paraplan.sweep.run import SweepConfig, run_sweep
 
     if objective not in OBJECTIVES:
-        raise InputError(f"--objective: {objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
+        raise InputError(
+            f"--objective: {objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}"
+        )
     restrictions = search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule)
     profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     attention_value = attention.value
     if profile is not None and "attention" not in explicit_options(ctx, ("attention",)):
         attention_value = profile.attention
     config = SweepConfig(
-        model=model, systems=_split_systems(system), gpus=parse_gpus(gpus), seq_length=seq_length,
-        sets=tuple(parse_sets(set_ or [])), global_batch=global_batch, max_global_batch=max_global_batch, top=top,
-        dtype=dtype.value, attention=attention_value, objective=objective, no_offload=no_offload,
-        default_overlap=default_overlap, default_placement=default_placement, vary_split=vary_split,
+        model=model,
+        systems=_split_systems(system),
+        gpus=parse_gpus(gpus),
+        seq_length=seq_length,
+        sets=tuple(parse_sets(set_ or [])),
+        global_batch=global_batch,
+        max_global_batch=max_global_batch,
+        top=top,
+        dtype=dtype.value,
+        attention=attention_value,
+        objective=objective,
+        no_offload=no_offload,
+        default_overlap=default_overlap,
+        default_placement=default_placement,
+        vary_split=vary_split,
         restrictions={k: v for k, v in restrictions.items() if v is not None},
-        tokens=parse_tokens(tokens) if tokens is not None else None, framework=framework,
+        tokens=parse_tokens(tokens) if tokens is not None else None,
+        framework=framework,
     )
     if dask is not None and not dask.strip():
         raise InputError("--dask: give a scheduler address (tcp://host:8786) or 'local'")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
-               TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("points"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     stderr = Console(stderr=True)
     bar = Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal)
     task = bar.add_task("sweep", total=None)
 
-    def started(total: int, skipped: int) -> None:  # after the inputs are checked: errors stay one line
+    def started(
+        total: int, skipped: int
+    ) -> None:  # after the inputs are checked: errors stay one line
         note = f" ({skipped} already done)" if skipped else ""
         bar.update(task, total=total, completed=skipped, description=f"sweep{note}")
         bar.start()
@@ -131,12 +190,23 @@ def sweep(
         bar.advance(task)
 
     try:
-        outcome = run_sweep(config, out, workers=workers, resume=resume, dask=dask, on_point=finished,
-                            on_start=started, plots=not no_plot, force=force)
+        outcome = run_sweep(
+            config,
+            out,
+            workers=workers,
+            resume=resume,
+            dask=dask,
+            on_point=finished,
+            on_start=started,
+            plots=not no_plot,
+            force=force,
+        )
     except KeyboardInterrupt:
         bar.stop()
-        print(f"interrupted: the finished points are in {out / 'points.jsonl'}; add --resume to continue",
-              file=sys.stderr)
+        print(
+            f"interrupted: the finished points are in {out / 'points.jsonl'}; add --resume to continue",
+            file=sys.stderr,
+        )
         raise typer.Exit(130) from None
     finally:
         bar.stop()
@@ -147,13 +217,17 @@ def sweep(
 
     console.print(sweep_table(outcome.document))
     skipped = f", {outcome.skipped} resumed from {out / 'points.jsonl'}" if outcome.skipped else ""
-    console.print(f"{outcome.ran} points searched{skipped}; wrote {', '.join(str(f) for f in outcome.files)}")
+    console.print(
+        f"{outcome.ran} points searched{skipped}; wrote {', '.join(str(f) for f in outcome.files)}"
+    )
 
 
 @app.command()
 def plot(
     results: Annotated[Path, typer.Argument(help="a sweep.json written by paraplan sweep")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="output directory (default: beside sweep.json)")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="output directory (default: beside sweep.json)")
+    ] = None,
 ) -> None:
     """Re-draw the plots of a saved sweep (PNG and SVG)."""
     from paraplan.report.plots import plot_sweep
@@ -163,7 +237,7 @@ def plot(
     try:
         files = plot_sweep(document, out if out is not None else results.parent)
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"sweep.json: {str(results)!r} is not a complete paraplan sweep result ({exc!r})") from None
+        raise InputError(
+            f"sweep.json: {str(results)!r} is not a complete paraplan sweep result ({exc!r})"
+        ) from None
     print(f"wrote {', '.join(str(f) for f in files)}")
-
-

@@ -30,13 +30,24 @@ _LAYERS_NOTE = (
 
 
 def _validation_table(report: dict) -> SimpleTable:
-    table = simple_table("Predicted vs measured", "case", "metric", "predicted", "measured", "error %", numeric_from=2)
+    table = simple_table(
+        "Predicted vs measured",
+        "case",
+        "metric",
+        "predicted",
+        "measured",
+        "error %",
+        numeric_from=2,
+    )
     for entry in report["cases"]:
         if entry["status"] != "ok":
             table.add_row(entry["name"], "unsupported", "-", "-", "-")
             continue
         for metric, measured in entry["measured"].items():
-            layers = entry["scope"] == "transformer_layers" and metric in ("weights_and_optimizer_gib", "activations_gib")
+            layers = entry["scope"] == "transformer_layers" and metric in (
+                "weights_and_optimizer_gib",
+                "activations_gib",
+            )
             table.add_row(
                 entry["name"],
                 _METRIC_LABELS[metric] + (_LAYERS_MARK if layers else ""),
@@ -51,14 +62,24 @@ def _summary_table(summary: dict) -> SimpleTable:
     table = simple_table("Summary", "metric", "cases", "MAPE %")
     for metric, label in _METRIC_LABELS.items():
         if summary.get(f"{metric}_cases"):
-            table.add_row(label, str(summary[f"{metric}_cases"]), f"{summary[f'{metric}_mape_pct']:.2f}")
+            table.add_row(
+                label, str(summary[f"{metric}_cases"]), f"{summary[f'{metric}_mape_pct']:.2f}"
+            )
     for file, group in summary["by_source"].items():
         mape = group.get("step_time_s_mape_pct")
-        table.add_row(f"{file}: step time", str(group["step_time_cases"]), "-" if mape is None else f"{mape:.2f}")
+        table.add_row(
+            f"{file}: step time",
+            str(group["step_time_cases"]),
+            "-" if mape is None else f"{mape:.2f}",
+        )
     for role in ("calibration", "held_out"):
         mape = summary[role].get("step_time_s_mape_pct")
         if summary[role]["step_time_cases"]:
-            table.add_row(f"{role.replace('_', '-')} cases: step time", str(summary[role]["step_time_cases"]), f"{mape:.2f}")
+            table.add_row(
+                f"{role.replace('_', '-')} cases: step time",
+                str(summary[role]["step_time_cases"]),
+                f"{mape:.2f}",
+            )
     if summary.get("unsupported"):
         table.add_row("unsupported (not scored)", str(summary["unsupported"]), "-")
     if summary.get("max_abs_error_pct") is not None:
@@ -73,21 +94,53 @@ def _summary_table(summary: dict) -> SimpleTable:
 
 def _group_table(groups: dict) -> SimpleTable:
     """Per group of heterogeneous cases: our step-time MAPE beside the reference tool's, and OOM trials."""
-    table = simple_table("By group", "group", "timed cases", "MAPE %", "reference MAPE %", "did not run", "predicted not to fit", numeric_from=1)
+    table = simple_table(
+        "By group",
+        "group",
+        "timed cases",
+        "MAPE %",
+        "reference MAPE %",
+        "did not run",
+        "predicted not to fit",
+        numeric_from=1,
+    )
     for name, g in groups.items():
-        ref = ", ".join(f"{k.removesuffix('_predicted_s')} {v:.1f}" for k, v in g["reference_mape_pct"].items() if v is not None) or "-"
+        ref = (
+            ", ".join(
+                f"{k.removesuffix('_predicted_s')} {v:.1f}"
+                for k, v in g["reference_mape_pct"].items()
+                if v is not None
+            )
+            or "-"
+        )
         mape = g["step_time_s_mape_pct"]
-        table.add_row(name, str(g["step_time_cases"]), "-" if mape is None else f"{mape:.1f}", ref, str(g["oom_cases"]), str(g["oom_predicted_not_to_fit"]))
+        table.add_row(
+            name,
+            str(g["step_time_cases"]),
+            "-" if mape is None else f"{mape:.1f}",
+            ref,
+            str(g["oom_cases"]),
+            str(g["oom_predicted_not_to_fit"]),
+        )
     return table
 
 
 def _cv_table(cv: dict) -> SimpleTable:
     table = simple_table(
-        "Leave-one-group-out cross-validation (step time)", "held-out group", "cases", "in-sample MAPE %", "CV MAPE %",
+        "Leave-one-group-out cross-validation (step time)",
+        "held-out group",
+        "cases",
+        "in-sample MAPE %",
+        "CV MAPE %",
         numeric_from=1,
     )
     for group, row in cv["groups"].items():
-        table.add_row(group, str(row["cases"]), f"{row['in_sample_step_time_mape_pct']:.2f}", f"{row['cv_step_time_mape_pct']:.2f}")
+        table.add_row(
+            group,
+            str(row["cases"]),
+            f"{row['in_sample_step_time_mape_pct']:.2f}",
+            f"{row['cv_step_time_mape_pct']:.2f}",
+        )
     if cv["cv_step_time_mape_pct"] is not None:
         table.add_section()
         table.add_row("all groups", str(len(cv["cases"])), "", f"{cv['cv_step_time_mape_pct']:.2f}")
@@ -97,18 +150,34 @@ def _cv_table(cv: dict) -> SimpleTable:
 @app.command()
 def validate(
     cases: Annotated[
-        Optional[list[Path]], typer.Option("--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases")
+        Optional[list[Path]],
+        typer.Option(
+            "--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases"
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     max_mape: Annotated[
-        Optional[float], typer.Option("--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)")
+        Optional[float],
+        typer.Option(
+            "--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)"
+        ),
     ] = None,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")] = None,
+    markdown: Annotated[
+        Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")
+    ] = None,
     hetero: Annotated[
-        bool, typer.Option("--hetero", help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)")
+        bool,
+        typer.Option(
+            "--hetero",
+            help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)",
+        ),
     ] = False,
     cv: Annotated[
-        bool, typer.Option("--cv", help="leave-one-group-out cross-validation: refit the fitted constants without each group (with --hetero: AMP's two clusters)")
+        bool,
+        typer.Option(
+            "--cv",
+            help="leave-one-group-out cross-validation: refit the fitted constants without each group (with --hetero: AMP's two clusters)",
+        ),
     ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
@@ -126,14 +195,26 @@ def validate(
         from paraplan.validate.cv import cross_validate, cross_validate_hetero
 
         stderr = Console(stderr=True)
-        with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=stderr, transient=True,
-                      disable=not stderr.is_terminal) as bar:  # a transient bar on the terminal only
+        with Progress(
+            *Progress.get_default_columns(),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+            disable=not stderr.is_terminal,
+        ) as bar:  # a transient bar on the terminal only
             task = bar.add_task("cross-validation", total=None)
 
             def advance(group: str, done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, description=f"refitting without {group}" if group else "done")
+                bar.update(
+                    task,
+                    completed=done,
+                    total=total,
+                    description=f"refitting without {group}" if group else "done",
+                )
 
-            report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(loaded, progress=advance)
+            report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(
+                loaded, progress=advance
+            )
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -153,7 +234,9 @@ def validate(
         try:
             markdown.write_text(validation_markdown(report))
         except OSError as exc:
-            raise InputError(f"--markdown: cannot write {str(markdown)!r}: {exc.strerror}") from None
+            raise InputError(
+                f"--markdown: cannot write {str(markdown)!r}: {exc.strerror}"
+            ) from None
     if max_mape is not None:
         failure = mape_gate_failure(report, max_mape)
         if failure:

@@ -82,7 +82,9 @@ def attention_shape_factor(kernel: str, seq: float, head_dim: float, causal: boo
 
 def attention_shape_scale(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
     """Efficiency at this shape relative to ``REFERENCE_SHAPE``: shape factor ratio."""
-    return attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(kernel, *REFERENCE_SHAPE)
+    return attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(
+        kernel, *REFERENCE_SHAPE
+    )
 
 
 def kernel_relative_speed(to_kernel: str, from_kernel: str, architecture: str | None) -> float:
@@ -92,5 +94,8 @@ def kernel_relative_speed(to_kernel: str, from_kernel: str, architecture: str | 
     a, b = effective_kernel(to_kernel, architecture), effective_kernel(from_kernel, architecture)
     if a == b:
         return 1.0
-    speed = {k: KERNEL_CURVES[k].plateau_tflops_h100 * attention_shape_factor(k, *REFERENCE_SHAPE) for k in (a, b)}
+    speed = {
+        k: KERNEL_CURVES[k].plateau_tflops_h100 * attention_shape_factor(k, *REFERENCE_SHAPE)
+        for k in (a, b)
+    }
     return speed[a] / speed[b]

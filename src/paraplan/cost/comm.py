@@ -57,8 +57,12 @@ def placement_strides(plan: PlanSpec) -> dict[str, int]:
     return out
 
 
-def group_span(plan: PlanSpec, system: SystemSpec, groups: str | tuple[str, ...],
-               strides: dict[str, int] | None = None) -> GroupSpan:
+def group_span(
+    plan: PlanSpec,
+    system: SystemSpec,
+    groups: str | tuple[str, ...],
+    strides: dict[str, int] | None = None,
+) -> GroupSpan:
     """Members per NVLink domain and domains spanned by one group, or by the product of several
     (e.g. ("cp", "dp"): Megatron-LM reduces gradients over data- and context-parallel ranks together).
     ``strides``: placement_strides(plan), when the caller spans several groups of one plan.
@@ -66,7 +70,11 @@ def group_span(plan: PlanSpec, system: SystemSpec, groups: str | tuple[str, ...]
     Members are the ranks Σ_g i_g·stride_g; those below D share rank 0's domain."""
     names = (groups,) if isinstance(groups, str) else tuple(groups)
     sizes = tuple(getattr(plan, g) for g in names)
-    strides = tuple(group_stride(plan, g) for g in names) if strides is None else tuple(strides[g] for g in names)
+    strides = (
+        tuple(group_stride(plan, g) for g in names)
+        if strides is None
+        else tuple(strides[g] for g in names)
+    )
     return _span_of(sizes, strides, system.node.gpus_per_domain)
 
 
@@ -75,7 +83,9 @@ def _span_of(sizes: tuple[int, ...], strides: tuple[int, ...], domain: int) -> G
     """group_span for groups of these sizes and strides on D-GPU domains."""
     offsets = [0]
     for n, stride in zip(sizes, strides):
-        offsets = [o + i * stride for o in offsets for i in range(min(n, -(-(domain - o) // stride)))]
+        offsets = [
+            o + i * stride for o in offsets for i in range(min(n, -(-(domain - o) // stride)))
+        ]
     size = math.prod(sizes)
     per_domain = max(1, min(size, len(offsets)))
     return GroupSpan(size, per_domain, math.ceil(size / per_domain))
@@ -117,7 +127,9 @@ def ring_steps(kind: str, span: GroupSpan) -> tuple[int, int]:
     return n - 1, o - 1
 
 
-def collective_latency_hops(kind: str, span: GroupSpan, alpha_in: float, alpha_out: float) -> tuple[int, int]:
+def collective_latency_hops(
+    kind: str, span: GroupSpan, alpha_in: float, alpha_out: float
+) -> tuple[int, int]:
     """(NVLink hops, scale-out hops) of the algorithm NCCL runs for one call (tuning.cc ncclTopoTuneModel):
     all-reduce the one of ring_hops and tree_all_reduce_hops with the smaller latency at these per-hop α;
     every other collective the ring (NCCL runs all-gather, reduce-scatter, broadcast and reduce on the ring
@@ -134,7 +146,9 @@ def collective_latency_hops(kind: str, span: GroupSpan, alpha_in: float, alpha_o
     return tree if lat(tree) < lat(ring) else ring
 
 
-def collective_latency_s(kind: str, span: GroupSpan, alpha_in: float, alpha_out: float) -> tuple[float, float]:
+def collective_latency_s(
+    kind: str, span: GroupSpan, alpha_in: float, alpha_out: float
+) -> tuple[float, float]:
     """(NVLink, scale-out) latency of one call: hops_in·α_in, hops_out·α_out of collective_latency_hops
     (NCCL tuning.cc: (nsteps − nInterSteps)·intraLat + nInterSteps·interLat for the ring)."""
     hops_in, hops_out = collective_latency_hops(kind, span, alpha_in, alpha_out)
@@ -168,7 +182,9 @@ class LinearCollective:
     def tier_times_s(self, size_bytes):
         """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer."""
         on = size_bytes > 0  # bool or bool array: an empty buffer costs nothing
-        return (size_bytes * self.slope_in + self.latency_in) * on, (size_bytes * self.slope_out + self.latency_out) * on
+        return (size_bytes * self.slope_in + self.latency_in) * on, (
+            size_bytes * self.slope_out + self.latency_out
+        ) * on
 
     def time_s(self, size_bytes):
         """S·(a_in + a_out) + l_in + l_out (0 for an empty buffer)."""
@@ -197,10 +213,14 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
-        return LinearCollective(2 * (a - 1) / a / inner, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out)
+        return LinearCollective(
+            2 * (a - 1) / a / inner, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out
+        )
     if kind in ("all_gather", "reduce_scatter"):
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
-        return LinearCollective((a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out)
+        return LinearCollective(
+            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out
+        )
     if kind in ("broadcast", "reduce"):
         return rooted_collective(span, system)
     if kind == "send_recv":
@@ -222,7 +242,9 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
     inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
-    lat_in, lat_out = collective_latency_s("broadcast", span, system.node.nvlink_latency, system.network.latency)
+    lat_in, lat_out = collective_latency_s(
+        "broadcast", span, system.node.nvlink_latency, system.network.latency
+    )
     nvlink = 1.0 / inner if a > 1 else 0.0
     nic = 1.0 / (a * outer) if o > 1 else 0.0
     if nic >= nvlink:
@@ -245,7 +267,9 @@ def flat_ring_collective(kind: str, span: GroupSpan, system: SystemSpec) -> Line
     inner, outer = _bandwidths(system)
     rate = min(inner, outer * span.per_domain)
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    lat_in, lat_out = collective_latency_s(kind, span, system.node.nvlink_latency, system.network.latency)
+    lat_in, lat_out = collective_latency_s(
+        kind, span, system.node.nvlink_latency, system.network.latency
+    )
     return LinearCollective(0.0, lat_in, steps / n / rate, lat_out, c_in, c_out)
 
 
@@ -263,20 +287,28 @@ def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: Sys
     return collective_time_and_price_s(kind, size_bytes, span, system)[0]
 
 
-def collective_time_and_price_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
+def collective_time_and_price_s(
+    kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec
+) -> tuple[float, float]:
     """(seconds, hidden price in seconds: LinearCollective.hidden_price_s) of one call."""
     time, price, _ = collective_costs_s(kind, size_bytes, span, system)
     return time, price
 
 
-@lru_cache(maxsize=65536)  # a layer's collectives repeat across recompute / layout variants of its shape
-def collective_costs_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> tuple[float, float, float]:
+@lru_cache(
+    maxsize=65536
+)  # a layer's collectives repeat across recompute / layout variants of its shape
+def collective_costs_s(
+    kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec
+) -> tuple[float, float, float]:
     """(seconds, hidden price, NIC-busy seconds) of one call, from one evaluation of the linear form:
     time t_in + t_out, price c_in·t_in + c_out·t_out, NIC t_out when the group spans NVLink domains;
     ring_exchange is Ring Attention's K/V pass, (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
     if span.size <= 1 or size_bytes <= 0:
         return 0.0, 0.0, 0.0
-    if kind == "all_to_all":  # Ulysses context parallelism (graph.transformer): the slower tier bounds it
+    if (
+        kind == "all_to_all"
+    ):  # Ulysses context parallelism (graph.transformer): the slower tier bounds it
         time = all_to_all_time_s(size_bytes, span, system)
         _, nic_bytes = all_to_all_split_bytes(size_bytes, span)
         nic = nic_bytes / _bandwidths(system)[1] if span.domains > 1 else 0.0
@@ -288,7 +320,11 @@ def collective_costs_s(kind: str, size_bytes: float, span: GroupSpan, system: Sy
     form = linear_collective(kind, span, system)
     inner, outer = form.tier_times_s(size_bytes)
     nic = outer if span.domains > 1 else 0.0
-    return steps * float(inner + outer), steps * float(form.cost_in * inner + form.cost_out * outer), steps * float(nic)
+    return (
+        steps * float(inner + outer),
+        steps * float(form.cost_in * inner + form.cost_out * outer),
+        steps * float(nic),
+    )
 
 
 def all_reduce_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
@@ -323,7 +359,9 @@ def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
 def priced_exposure_s(total_s, exposed_s, price_s):
     """exposed + (total − exposed)·price/total: the exposed part of a collective plus the price of
     its hidden part, where price is the cost of hiding all of it (c_in·t_in + c_out·t_out)."""
-    if not isinstance(total_s, np.ndarray) and not isinstance(price_s, np.ndarray):  # scalars: the same IEEE steps
+    if not isinstance(total_s, np.ndarray) and not isinstance(
+        price_s, np.ndarray
+    ):  # scalars: the same IEEE steps
         total = float(total_s)
         share = float(price_s) / total if total > 0 else 0.0
         out = exposed_s + share * (total - exposed_s)
@@ -345,7 +383,9 @@ def all_to_all_split_bytes(size_bytes: float, span: GroupSpan) -> tuple[float, f
     return size_bytes * (n_in - 1) / n, size_bytes * (n - n_in) / n
 
 
-def hierarchical_all_to_all_time_s(nvlink_bytes: float, nic_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+def hierarchical_all_to_all_time_s(
+    nvlink_bytes: float, nic_bytes: float, span: GroupSpan, system: SystemSpec
+) -> float:
     """max(nvlink_bytes / B_nvlink, nic_bytes / B_nic) + latency: the peers of an all-to-all are
     reached at once over both tiers (NCCL issues the n−1 sends as one group), and the slower tier
     bounds it — DeepSeek-V3 report (arXiv:2412.19437) §3.2.2: cross-node all-to-all is limited by
@@ -376,7 +416,9 @@ def all_to_all_coefficients(span: GroupSpan, system: SystemSpec) -> tuple[float,
     return slope, _all_to_all_latency_s(n, alpha)
 
 
-def collective_nic_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
+def collective_nic_time_s(
+    kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec
+) -> float:
     """Seconds one call keeps each GPU's scale-out link (NIC) busy: the scale-out tier of its linear form
     (``LinearCollective.tier_times_s``), 0 for a group inside one NVLink domain. What other collectives
     crossing the same NICs at the same time cannot use (cost.overlap.shared_link_time_s)."""
@@ -392,7 +434,9 @@ def ring_step_sync_s(span: GroupSpan, system: SystemSpec) -> float:
     return system.network.latency if span.domains > 1 else system.node.nvlink_latency
 
 
-def per_tensor_gather_latency_s(form: LinearCollective, extra_calls: Any, priced: bool = False) -> Any:
+def per_tensor_gather_latency_s(
+    form: LinearCollective, extra_calls: Any, priced: bool = False
+) -> Any:
     """Latency of the extra calls when a block's ZeRO-3 gather (or reduce-scatter) is issued per weight tensor: k·(l_in + l_out)
     for k extra calls of the same collective (the bytes are unchanged: S·slope summed over the tensors is the
     block's S·slope; DeepSpeed <= 0.5.4 ``_allgather_param``, one all_gather per parameter, microsoft/DeepSpeed
@@ -402,7 +446,9 @@ def per_tensor_gather_latency_s(form: LinearCollective, extra_calls: Any, priced
     return extra_calls * (form.latency_in + form.latency_out)
 
 
-def list_gather_copies_s(ranks: Any, calls: Any, size_bytes: Any, kernel_overhead_s: Any, hbm_rate: Any) -> Any:
+def list_gather_copies_s(
+    ranks: Any, calls: Any, size_bytes: Any, kernel_overhead_s: Any, hbm_rate: Any
+) -> Any:
     """Copy-back of ``calls`` all-gathers into lists of per-rank outputs, S bytes gathered in all:
     calls·n·t_kernel + 2·S/HBM rate. torch.distributed.all_gather with a list of n output tensors
     (DeepSpeed <= 0.5.4 ``_allgather_param`` passes n partition views) gathers into a flat buffer and
@@ -419,7 +465,9 @@ def list_gather_copies_s(ranks: Any, calls: Any, size_bytes: Any, kernel_overhea
 EAGER_VIEW_OP_S = 1.4e-6
 
 
-def rank_loop_views_s(ranks: Any, calls: Any, views_per_rank: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
+def rank_loop_views_s(
+    ranks: Any, calls: Any, views_per_rank: Any, view_op_s: Any = EAGER_VIEW_OP_S
+) -> Any:
     """calls·n·v·t_view: host time of a Python loop over the n ranks that builds v partition views per rank
     for each of ``calls`` collectives (microsoft/DeepSpeed v0.3.14, 0cd9abf, partition_parameters.py:
     ``_allgather_param`` does ``flat_tensor.narrow(...)`` per rank, v = 1; ``_reduce_scatter_gradient`` does
@@ -436,21 +484,29 @@ DS_GATHER_CALL_HOST_S = 380e-6
 DS_GATHER_CALL_HOST_RANKS = 8
 
 
-def gather_call_host_overhead_s(calls: Any, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
+def gather_call_host_overhead_s(
+    calls: Any, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S
+) -> Any:
     """calls·max(0, T₈ − 8·(t_view + t_kernel)): the per-call host time of DeepSpeed's ``_allgather_param`` beyond its
     per-rank terms (rank_loop_views_s, the list copies of list_gather_copies_s), T₈ = DS_GATHER_CALL_HOST_S measured at
     8 ranks (microsoft/DeepSpeed issue #1069); what stays is the fixed part (allocation, synchronize, the NCCL launch,
     the ``print_rank_0`` f-strings formatted on every call). Issued after a device synchronize: nothing hides it."""
-    fixed = np.maximum(0.0, DS_GATHER_CALL_HOST_S - DS_GATHER_CALL_HOST_RANKS * (view_op_s + kernel_overhead_s))
+    fixed = np.maximum(
+        0.0, DS_GATHER_CALL_HOST_S - DS_GATHER_CALL_HOST_RANKS * (view_op_s + kernel_overhead_s)
+    )
     return calls * fixed
 
 
-def coalesced_gather_copy_back_s(ranks: Any, numels: tuple, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
+def coalesced_gather_copy_back_s(
+    ranks: Any, numels: tuple, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S
+) -> Any:
     """Σ_s (1 + ⌈s/p_s⌉·(3·t_view + t_kernel)), p_s = ⌈s/n⌉: host time of DeepSpeed's coalesced gather
     (``_allgather_params``, microsoft/DeepSpeed 0cd9abf, partition_parameters.py) for tensors of s elements: one copy
     of the own partition in, then per tensor a Python loop over the ranks whose padded partition holds a piece,
     each ``partitions[i].narrow``, ``view(-1).narrow`` and one ``copy_`` kernel; t_view = EAGER_VIEW_OP_S."""
-    sizes = np.asarray(numels, dtype=float)  # (tensors,), or (candidates, tensors) padded with zeros (arrays.stack)
+    sizes = np.asarray(
+        numels, dtype=float
+    )  # (tensors,), or (candidates, tensors) padded with zeros (arrays.stack)
     if not sizes.size:
         return 0.0
     n = np.asarray(ranks, dtype=float)
@@ -458,7 +514,9 @@ def coalesced_gather_copy_back_s(ranks: Any, numels: tuple, kernel_overhead_s: A
     held = sizes > 0
     safe = np.where(held, sizes, 1.0)
     pieces = np.ceil(safe / np.ceil(safe / n))
-    per_tensor = np.where(held, kernel_overhead_s + pieces * (3.0 * view_op_s + kernel_overhead_s), 0.0)
+    per_tensor = np.where(
+        held, kernel_overhead_s + pieces * (3.0 * view_op_s + kernel_overhead_s), 0.0
+    )
     total = np.sum(per_tensor, axis=-1)
     return float(total) if np.ndim(total) == 0 else total
 
@@ -470,7 +528,9 @@ def gather_buffer_zeroing_s(size_bytes: Any, hbm_rate: Any) -> Any:
     return size_bytes / hbm_rate
 
 
-def list_reduce_scatter_host_s(ranks: Any, calls: Any, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S) -> Any:
+def list_reduce_scatter_host_s(
+    ranks: Any, calls: Any, kernel_overhead_s: Any, view_op_s: Any = EAGER_VIEW_OP_S
+) -> Any:
     """calls·n·(2·t_view + t_kernel): host time to issue ``calls`` per-parameter reduce-scatters whose input is a
     list of n partition views. DeepSpeed v0.3.13-v0.5.x ``_reduce_scatter_gradient`` (partition_parameters.py,
     microsoft/DeepSpeed 0cd9abf) builds the n views in Python (rank_loop_views_s, v = 2) and passes them to

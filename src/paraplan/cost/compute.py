@@ -57,31 +57,48 @@ def gemm_depth_efficiency(k: int) -> float:
 
 def gemm_efficiency(batch: int, m: int, n: int, k: int, acc: AcceleratorSpec, dtype: str) -> float:
     """Fraction of peak matrix FLOP/s in the GEMM's main loop: cap · wave/tile · depth factors."""
-    return acc.gemm_efficiency_cap(dtype) * gemm_wave_efficiency(batch, m, n, acc.sm_count) * gemm_depth_efficiency(k)
+    return (
+        acc.gemm_efficiency_cap(dtype)
+        * gemm_wave_efficiency(batch, m, n, acc.sm_count)
+        * gemm_depth_efficiency(k)
+    )
 
 
-def gemm_benchmark_cap(tflops: float, shape: tuple[int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
+def gemm_benchmark_cap(
+    tflops: float, shape: tuple[int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
     """Kernel cap at which gemm_time_s without the step-level ramp reproduces a measured GEMM rate R at its shape:
     F / (peak · wave · depth · (F/R − t_kernel)), F = 2·m·n·k (catalog.gemm_benchmarks: one kernel timed alone)."""
     m, n, k = shape
     flops = 2.0 * m * n * k
     main_loop_s = flops / (tflops * 1e12) - acc.efficiency.kernel_overhead_s
-    return flops / (acc.peak_matrix_flops(dtype) * gemm_wave_efficiency(1, m, n, acc.sm_count) * gemm_depth_efficiency(k) * main_loop_s)
+    return flops / (
+        acc.peak_matrix_flops(dtype)
+        * gemm_wave_efficiency(1, m, n, acc.sm_count)
+        * gemm_depth_efficiency(k)
+        * main_loop_s
+    )
 
 
-def gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
+def gemm_time_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
     """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json)."""
     if flops <= 0:
         return 0.0
-    b, m, n, k = (max(1, d) for d in shape)  # a slice narrower than one row (vocab < tp) is padded to one
+    b, m, n, k = (
+        max(1, d) for d in shape
+    )  # a slice narrower than one row (vocab < tp) is padded to one
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
 
-def memory_time_s(bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, dtype: str = "bf16") -> float:
+def memory_time_s(
+    bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, dtype: str = "bf16"
+) -> float:
     """max(bytes / (HBM bandwidth · hbm efficiency), FLOPs / peak vector FLOP/s) + kernel overhead
     (roofline of an element-wise kernel; Williams et al. 2009)."""
     if bytes_moved <= 0 and flops <= 0:
@@ -102,7 +119,11 @@ def attention_efficiency(acc: AcceleratorSpec, call: tuple[int, int, int, bool] 
 
 
 def attention_time_s(
-    flops: float, causal_fraction: float, acc: AcceleratorSpec, dtype: str, call: tuple[int, int, int, bool] | None = None
+    flops: float,
+    causal_fraction: float,
+    acc: AcceleratorSpec,
+    dtype: str,
+    call: tuple[int, int, int, bool] | None = None,
 ) -> float:
     """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead.
 
@@ -111,7 +132,10 @@ def attention_time_s(
     if flops <= 0:
         return 0.0
     peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
-    return flops * causal_fraction / (peak * attention_efficiency(acc, call)) + acc.efficiency.kernel_overhead_s
+    return (
+        flops * causal_fraction / (peak * attention_efficiency(acc, call))
+        + acc.efficiency.kernel_overhead_s
+    )
 
 
 # Transformer Engine runs a grouped GEMM (GroupedLinear, Megatron-Core's TEGroupedMLP) as one cuBLAS
@@ -128,14 +152,20 @@ def grouped_gemm_share(acc: AcceleratorSpec, dtype: str) -> float:
     return acc.efficiency.grouped_gemm_fp8 if dtype == "fp8" else 1.0
 
 
-def grouped_gemm_time_s(flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str) -> float:
+def grouped_gemm_time_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
     """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
     loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm_share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
     the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel)."""
     if flops <= 0:
         return 0.0
     b, m, n, k = shape
-    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype) * grouped_gemm_share(acc, dtype)
+    rate = (
+        acc.peak_matrix_flops(dtype)
+        * gemm_efficiency(1, m, n, k, acc, dtype)
+        * grouped_gemm_share(acc, dtype)
+    )
     fixed = acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
     return flops / rate + math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
 
@@ -155,11 +185,15 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         b, m, n, k = op.gemm_shape
         half = op.bwd_flops / 2.0
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
-        return time(op.fwd_flops, op.gemm_shape, acc, dtype), time(half, (b, m, k, n), acc, dtype) + time(half, (b, k, n, m), acc, dtype)
+        return time(op.fwd_flops, op.gemm_shape, acc, dtype), time(
+            half, (b, m, k, n), acc, dtype
+        ) + time(half, (b, k, n, m), acc, dtype)
     if op.kind == "host_sync":
         return host_sync_time_s(acc), 0.0
     if op.kind == "attention":
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
         bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
         return fwd, bwd
-    return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(op.bwd_bytes, acc, op.bwd_flops, dtype)
+    return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
+        op.bwd_bytes, acc, op.bwd_flops, dtype
+    )

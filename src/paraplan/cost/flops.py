@@ -23,7 +23,9 @@ def matmul_params(model: ModelSpec) -> float:
     return model.layers * per_layer + model.vocab * h
 
 
-def attention_layer_flops_per_token(keys: float, qk_width: float, v_width: float, passes: float) -> float:
+def attention_layer_flops_per_token(
+    keys: float, qk_width: float, v_width: float, passes: float
+) -> float:
     """passes·2·k·(qk + v): one layer's Q·Kᵀ (2·qk FLOPs per key) and P·V (2·v per key) over the k keys
     a query sees on average (causal: ModelSpec.mean_visible_keys); the one attention FLOP rule, also
     for the per-layer count of cost.moe (MLA's differing qk/v widths, window patterns)."""
@@ -36,8 +38,14 @@ def causal_attention_flops_per_token(model: ModelSpec, seq_length: int, passes: 
     window, ModelSpec.mean_visible_keys; k = s for an encoder's bidirectional attention, Devlin et al.
     2019); passes = 3 for forward and backward, 1 for a forward re-run."""
     # an encoder (BERT, ViT) attends bidirectionally: every query sees all s keys
-    keys = float(seq_length) if model.architecture == "encoder" else model.mean_visible_keys(seq_length)
-    return model.layers * attention_layer_flops_per_token(keys, model.q_width, model.q_width, passes)
+    keys = (
+        float(seq_length)
+        if model.architecture == "encoder"
+        else model.mean_visible_keys(seq_length)
+    )
+    return model.layers * attention_layer_flops_per_token(
+        keys, model.q_width, model.q_width, passes
+    )
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
@@ -52,7 +60,9 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
 
         return moe_model_flops_per_token(model, seq_length)
     attention = causal_attention_flops_per_token(model, seq_length, passes=3.0)
-    if model.is_vit:  # the patch projection on every token, the classifier on each sample's class token only
+    if (
+        model.is_vit
+    ):  # the patch projection on every token, the classifier on each sample's class token only
         head = model.vocab * model.hidden
         patches = model.image_channels * (model.patch_size or 1) ** 2 * model.hidden
         return 6.0 * (matmul_params(model) - head + head / seq_length + patches) + attention
@@ -64,7 +74,9 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch: int) -
     return model_flops_per_token(model, seq_length) * global_batch * seq_length
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str, modules: tuple[str, ...] = ()) -> float:
+def recompute_flops_per_token(
+    model: ModelSpec, seq_length: int, recompute: str, modules: tuple[str, ...] = ()
+) -> float:
     """Extra forward FLOPs per token re-run in backward: full = the whole layer forward,
     2·N_layers + 2·L·(s+1)·(a·d); selective = the attention matmuls, 2·L·(s+1)·(a·d) (Korthikanti et
     al. 2022, §5; attention counted causally as in model_flops_per_token), and with ``modules``
@@ -79,10 +91,11 @@ def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str,
         return 2.0 * (matmul_params(model) - model.vocab * model.hidden) + attention
     if recompute == "selective":
         modules = modules or ("core_attn",)
-        mlp = 2.0 * model.layers * (model.mlp_input_projections + 1) * model.hidden * model.ffn_hidden
+        mlp = (
+            2.0 * model.layers * (model.mlp_input_projections + 1) * model.hidden * model.ffn_hidden
+        )
         return attention * ("core_attn" in modules) + mlp * ("mlp" in modules)
     return 0.0
-
 
 
 def _moe_shaped(model: ModelSpec) -> bool:

@@ -21,8 +21,13 @@ from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
 from paraplan.specs.system import SystemSpec
 
-PLAN_DEFAULTS = ("attention", *RUNTIME_FIELDS, "overlap_dp_grad_reduce", "overlap_param_gather",
-                 "overlap_tp_comm")
+PLAN_DEFAULTS = (
+    "attention",
+    *RUNTIME_FIELDS,
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+)
 
 
 def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +44,11 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     acc = data["accelerator"]
     eff = acc["efficiency"]
     arch = system.accelerator.architecture
-    eff["attention"] = min(1.0, eff["attention"] * kernel_relative_speed(framework.attention_kernel, eff["attention_kernel"], arch))
+    eff["attention"] = min(
+        1.0,
+        eff["attention"]
+        * kernel_relative_speed(framework.attention_kernel, eff["attention_kernel"], arch),
+    )
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
         eff["hbm"] = eff["hbm"] / framework.eager_traffic_factor
@@ -60,6 +69,10 @@ def framework_search_fields(framework: FrameworkSpec) -> dict[str, Any]:
     take when the search does not vary them, and the run-wide knobs (specs.plan.RUNTIME_FIELDS)."""
     return {
         "framework": framework.name,
-        "default_overlaps": (framework.overlap_tp_comm, framework.overlap_dp_grad_reduce, framework.overlap_param_gather),
+        "default_overlaps": (
+            framework.overlap_tp_comm,
+            framework.overlap_dp_grad_reduce,
+            framework.overlap_param_gather,
+        ),
         **{name: getattr(framework, name) for name in RUNTIME_FIELDS},
     }

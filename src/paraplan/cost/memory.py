@@ -105,8 +105,14 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
     tokens = shape.local_tokens
     h, f, t = model.hidden, model.ffn_hidden, shape.tp
     mask = 1.0 if model.has_dropout else 0.0
-    replicated = tokens * h * (2 * ab + 2 * gin + 2 * mask)  # norm inputs (2), QKV and MLP inputs (GEMM inputs), masks
-    tp_part = tokens * (ab * (model.q_width + 2 * model.kv_width) + gin * model.q_width + f * mlp_intermediate_bytes(model, shape))
+    replicated = (
+        tokens * h * (2 * ab + 2 * gin + 2 * mask)
+    )  # norm inputs (2), QKV and MLP inputs (GEMM inputs), masks
+    tp_part = tokens * (
+        ab * (model.q_width + 2 * model.kv_width)
+        + gin * model.q_width
+        + f * mlp_intermediate_bytes(model, shape)
+    )
     heads = model.heads
     if shape.attention == "flash":
         internals = tokens * heads * 4.0
@@ -166,31 +172,41 @@ def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     kept for the cross-entropy backward, 4·s·b·V/t (Korthikanti §4.3, output layer term)."""
     sp_div = shape.tp if shape.sequence_parallel else 1
     tokens = shape.local_tokens
-    return 2 * shape.act_bytes * tokens * model.hidden / sp_div + 4.0 * tokens * model.vocab / shape.tp
+    return (
+        2 * shape.act_bytes * tokens * model.hidden / sp_div + 4.0 * tokens * model.vocab / shape.tp
+    )
 
 
 def classifier_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     """ViT's classification head (graph.encoder.classifier_block): the final-norm input over every token,
     2·s·b·h (÷t with SP), and the fp32 logits of each sample's class token, 4·b·V (the head is replicated
     over TP; Dosovitskiy et al. 2021 Eq. 4)."""
-    return 2 * shape.act_bytes * shape.sp_tokens * model.hidden + 4.0 * shape.micro_batch * model.vocab
+    return (
+        2 * shape.act_bytes * shape.sp_tokens * model.hidden + 4.0 * shape.micro_batch * model.vocab
+    )
 
 
 def in_flight_chunks(gpipe, interleaved, pp, vpp, microbatches, stage):
     """Vectorisable core of ``in_flight_microbatches`` (flags and counts as floats or numpy arrays)."""
-    interleaved_count = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
+    interleaved_count = (
+        np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
+    )
     one_f_one_b = np.minimum(pp - stage, microbatches)
     return np.where(gpipe, microbatches, np.where(interleaved, interleaved_count, one_f_one_b))
 
 
-def in_flight_microbatches(schedule: str, pp: int, vpp: int, microbatches: int, stage: int) -> float:
+def in_flight_microbatches(
+    schedule: str, pp: int, vpp: int, microbatches: int, stage: int
+) -> float:
     """Micro-batches (in units of a whole stage's layers) whose activations stage ``stage`` holds at peak.
 
     gpipe: all m. 1f1b: min(pp - stage, m) (Narayanan et al. 2021, §2.2.1). interleaved: Megatron-LM's
     warm-up of 2·(pp - stage - 1) + (vpp - 1)·pp + 1 model chunks of 1/vpp stage each, capped at m·vpp;
     on stage 0 this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.3)."""
     return float(
-        in_flight_chunks(schedule == "gpipe", schedule == "interleaved" and vpp > 1, pp, vpp, microbatches, stage)
+        in_flight_chunks(
+            schedule == "gpipe", schedule == "interleaved" and vpp > 1, pp, vpp, microbatches, stage
+        )
     )
 
 
@@ -203,5 +219,7 @@ def layout_buffer_bytes(model: ModelSpec, shape: LayerShape) -> float:
         cols = shape.tp // shape.tp_rows
         return shape.act_bytes * shape.local_tokens * 2 * model.kv_width / cols
     if shape.tp_layout == "2d-seq" and shape.cp > 1:
-        return shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
+        return (
+            shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
+        )
     return 0.0

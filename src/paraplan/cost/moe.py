@@ -70,8 +70,12 @@ def attention_flops_per_token(m: ModelSpec, index: int, seq_length: int) -> floa
     from paraplan.cost.flops import attention_layer_flops_per_token
 
     q, _, v = attention_widths(m)
-    v = v if m.is_mla else q  # P·V yields one d-wide output per query head (GQA shares V, not its work)
-    return attention_layer_flops_per_token(attention_keys_per_query(m, index, seq_length), q, v, passes=3.0)
+    v = (
+        v if m.is_mla else q
+    )  # P·V yields one d-wide output per query head (GQA shares V, not its work)
+    return attention_layer_flops_per_token(
+        attention_keys_per_query(m, index, seq_length), q, v, passes=3.0
+    )
 
 
 def mtp_flops_per_token(m: ModelSpec, seq_length: int) -> float:
@@ -87,7 +91,10 @@ def moe_model_flops_per_token(m: ModelSpec, seq_length: int) -> float:
     """Model FLOPs per token on active parameters (PaLM App. B: 6·N_active + attention), layer by
     layer, plus the LM head 6·V·h and the MTP modules. MFU of an MoE model uses these active FLOPs
     (the routed experts a token does not visit do no work)."""
-    total = sum(6.0 * layer_matmul_params(m, i) + attention_flops_per_token(m, i, seq_length) for i in range(m.layers))
+    total = sum(
+        6.0 * layer_matmul_params(m, i) + attention_flops_per_token(m, i, seq_length)
+        for i in range(m.layers)
+    )
     total += 6.0 * m.vocab * m.hidden
     return total + m.mtp_layers * mtp_flops_per_token(m, seq_length)
 
@@ -182,7 +189,10 @@ def expert_tp_span(etp: int, system: SystemSpec) -> GroupSpan:
     return GroupSpan(etp, per_domain, math.ceil(etp / per_domain))
 
 
-EXPERT_GROUPS = ("ep", "etp")  # the collective groups priced on the expert spans (graph.moe.dispatch_collectives)
+EXPERT_GROUPS = (
+    "ep",
+    "etp",
+)  # the collective groups priced on the expert spans (graph.moe.dispatch_collectives)
 
 
 def expert_group_span(group: str, ep: int, etp: int, system: SystemSpec) -> GroupSpan:
@@ -190,7 +200,9 @@ def expert_group_span(group: str, ep: int, etp: int, system: SystemSpec) -> Grou
     return expert_span(ep, etp, system) if group == "ep" else expert_tp_span(etp, system)
 
 
-def deepep_split_bytes(model: ModelSpec, size_bytes: float, ep: int, per_domain: int) -> tuple[float, float]:
+def deepep_split_bytes(
+    model: ModelSpec, size_bytes: float, ep: int, per_domain: int
+) -> tuple[float, float]:
     """(NVLink bytes, NIC bytes) of a DeepEP dispatch of ``size_bytes`` (one copy of every token):
     NIC: one copy per remote NVLink domain the token's experts fall in, d·(D−1)/D with d =
     expected_groups_hit(E, k, D); NVLink: one copy per other GPU of the domain hit, g·(n_in−1)/n_in
@@ -204,9 +216,9 @@ def deepep_split_bytes(model: ModelSpec, size_bytes: float, ep: int, per_domain:
     return nvlink, nic
 
 
-
-
-def moe_collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec) -> float:
+def moe_collective_time_s(
+    kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec
+) -> float:
     """One call of an expert-parallel collective: all_to_all (cost.comm.all_to_all_time_s),
     all_to_all_dedup (DeepEP, deepep_split_bytes on cost.comm.hierarchical_all_to_all_time_s), or a
     ring collective (cost.comm.collective_time_s)."""
@@ -230,8 +242,12 @@ def expert_state_bytes(expert_params: float, dtype: str, zero: int, edp: int):
     return sharded_state_bytes(expert_params, dtype, zero, edp)
 
 
-@lru_cache(maxsize=65536)  # the dispatch of an expert option repeats across the span pairs and layer knobs of a search
-def moe_collective_time_and_price_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec):
+@lru_cache(
+    maxsize=65536
+)  # the dispatch of an expert option repeats across the span pairs and layer knobs of a search
+def moe_collective_time_and_price_s(
+    kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec
+):
     """(seconds, hidden price) of one expert-parallel call: moe_collective_time_s, and as price
     efficiency.a2a_overlap_cost (the SMs the all-to-all kernels hold while hidden), else the
     overlap cost of the tier that bounds it (scale-out when the group leaves the NVLink domain;

@@ -47,7 +47,11 @@ def chunked_overlap_exposed_s(comm_s, compute_s, chunks, compute_slowdown):
     (``compute_slowdown``, a fraction of the GEMM time):
     exposed = comm/n + max(0, (n−1)/n·(comm − compute)) + slowdown·compute."""
     n = np.maximum(chunks, 1)
-    return comm_s / n + np.maximum(0.0, (n - 1) / n * (comm_s - compute_s)) + compute_slowdown * compute_s
+    return (
+        comm_s / n
+        + np.maximum(0.0, (n - 1) / n * (comm_s - compute_s))
+        + compute_slowdown * compute_s
+    )
 
 
 def bucketed_reduce_exposed_s(reduce_s, backward_s, buckets):

@@ -26,7 +26,9 @@ def grid_spans(tp_span: GroupSpan, rows: int) -> tuple[GroupSpan, GroupSpan]:
     a = tp_span.per_domain
     row_in = max(1, min(cols, a))
     col_in = max(1, min(rows, math.ceil(a / cols)))
-    return GroupSpan(cols, row_in, math.ceil(cols / row_in)), GroupSpan(rows, col_in, math.ceil(rows / col_in))
+    return GroupSpan(cols, row_in, math.ceil(cols / row_in)), GroupSpan(
+        rows, col_in, math.ceil(rows / col_in)
+    )
 
 
 def summa_exposed_s(comm_s, gemm_s, panels):
@@ -45,7 +47,9 @@ def summa_exposure_s(comm_s: float, gemm_s: float, panels: int, price_s: float) 
     return float(priced_exposure_s(comm_s, summa_exposed_s(comm_s, gemm_s, panels), price_s))
 
 
-def summa_traffic_s(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, rows: int) -> tuple[float, float, float, float]:
+def summa_traffic_s(
+    block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, rows: int
+) -> tuple[float, float, float, float]:
     """(forward seconds, backward seconds, forward hidden price, backward hidden price) of a block's SUMMA
     panel collectives (``overlaps_with="panels"``) on the grid's row and column spans, calls × time per call."""
     spans = dict(zip(("tp_row", "tp_col"), grid_spans(tp_span, rows)))
@@ -59,7 +63,9 @@ def summa_traffic_s(block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, r
     return fwd, bwd, fwd_price, bwd_price
 
 
-def with_summa_exposure(comm, compute, block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, shape):
+def with_summa_exposure(
+    comm, compute, block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, shape
+):
     """``comm`` (a stages.BlockComm) with a 2D block's SUMMA panel traffic (summa_traffic_s) as exposed TP time: per
     direction the pipelined-panel exposure beside the block's GEMMs (``compute``: its stages.BlockCompute) plus the
     price of the hidden part (summa_exposure_s); the block's other collectives are already in ``comm``."""
@@ -67,5 +73,8 @@ def with_summa_exposure(comm, compute, block: LayerGraph, system: SystemSpec, tp
     if fwd == bwd == 0.0:
         return comm
     return comm._replace(
-        tp_forward=comm.tp_forward + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
-        tp_backward=comm.tp_backward + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price))
+        tp_forward=comm.tp_forward
+        + summa_exposure_s(fwd, compute.gemm_forward, shape.summa_panels, fwd_price),
+        tp_backward=comm.tp_backward
+        + summa_exposure_s(bwd, compute.gemm_backward, shape.summa_panels, bwd_price),
+    )

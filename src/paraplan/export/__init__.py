@@ -10,13 +10,26 @@ from paraplan.export.common import FRAMEWORKS, ExportRefused, canonical_plan, fr
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 
-__all__ = ["FRAMEWORKS", "ExportRefused", "canonical_plan", "export_plan", "framework_args", "import_plan", "SUFFIX"]
+__all__ = [
+    "FRAMEWORKS",
+    "ExportRefused",
+    "canonical_plan",
+    "export_plan",
+    "framework_args",
+    "import_plan",
+    "SUFFIX",
+]
 
 SUFFIX = {"megatron": ".sh", "nemo": ".py", "torchtitan": ".toml", "deepspeed": ".json"}
 
 
-def export_plan(framework: str, plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8,
-                header: str = "") -> str:
+def export_plan(
+    framework: str,
+    plan: PlanSpec,
+    model: ModelSpec | None = None,
+    gpus_per_node: int = 8,
+    header: str = "",
+) -> str:
     """The plan as ``framework`` takes it (text); :class:`ExportRefused` names a knob it cannot express,
     InputError a model the uniform plan does not describe (estimate.model_violations: encoder-decoders)."""
     if model is not None:
@@ -33,10 +46,14 @@ def export_plan(framework: str, plan: PlanSpec, model: ModelSpec | None = None, 
         return torchtitan.export(plan, model, header)
     if framework == "deepspeed":
         return deepspeed.export(plan)
-    raise ExportRefused(f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}")
+    raise ExportRefused(
+        f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}"
+    )
 
 
-def import_plan(framework: str, text: str, model: ModelSpec | None = None, seq_length: int | None = None) -> dict:
+def import_plan(
+    framework: str, text: str, model: ModelSpec | None = None, seq_length: int | None = None
+) -> dict:
     """PlanSpec fields read back from an export of ``framework``."""
     if framework == "megatron":
         return megatron.import_plan(text)
@@ -46,7 +63,9 @@ def import_plan(framework: str, text: str, model: ModelSpec | None = None, seq_l
         return torchtitan.import_plan(text, model)
     if framework == "deepspeed":
         return deepspeed.import_plan(text, seq_length)
-    raise ExportRefused(f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}")
+    raise ExportRefused(
+        f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}"
+    )
 
 
 def detect_framework(path: Path, text: str) -> str | None:

@@ -83,7 +83,9 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     at cp = 1 and the ZeRO-3 prefetch / live-parameter knobs below ZeRO 3 at their defaults, and the
     default placement when the groups of degree > 1 are placed in the default order."""
     d = plan.model_dump()
-    d["schedule"] = plan.pipeline_schedule if plan.pp > 1 else "1f1b"  # one stage: no pipeline schedule
+    d["schedule"] = (
+        plan.pipeline_schedule if plan.pp > 1 else "1f1b"
+    )  # one stage: no pipeline schedule
     if plan.dp * plan.cp == 1:
         d["zero"] = 0
         d["overlap_dp_grad_reduce"] = True
@@ -95,8 +97,13 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     if plan.cp == 1:  # no context parallelism: no algorithm for it
         d["cp_algorithm"] = PlanSpec.model_fields["cp_algorithm"].default
     if d["zero"] < 3:  # nothing gathered per layer: no prefetch depth, no cap on live parameters
-        for name in ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_gather_unit", "zero3_reduce_unit",
-                     "zero3_regather_recompute"):
+        for name in (
+            "zero3_prefetch_layers",
+            "zero3_max_live_params",
+            "zero3_gather_unit",
+            "zero3_reduce_unit",
+            "zero3_regather_recompute",
+        ):
             d[name] = PlanSpec.model_fields[name].default
     if same_placement(plan, DEFAULT_PLACEMENT_LABEL):
         d["placement"] = DEFAULT_PLACEMENT_LABEL
@@ -119,7 +126,9 @@ def check_names(args: FrameworkArgs, used: list[str]) -> None:
     """Every exported name must be in the framework's kept argument list (a bug otherwise)."""
     unknown = [n for n in used if n not in args.names]
     if unknown:
-        raise AssertionError(f"{args.label}: exported names not in the kept argument list: {unknown}")
+        raise AssertionError(
+            f"{args.label}: exported names not in the kept argument list: {unknown}"
+        )
 
 
 def nodes_and_gpus_per_node(gpus: int, gpus_per_node: int) -> tuple[int, int]:
@@ -127,5 +136,7 @@ def nodes_and_gpus_per_node(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     if gpus <= gpus_per_node:
         return 1, gpus
     if gpus % gpus_per_node:
-        raise ExportRefused(f"plan.gpus={gpus} is not a whole number of {gpus_per_node}-GPU nodes; give --gpus-per-node")
+        raise ExportRefused(
+            f"plan.gpus={gpus} is not a whole number of {gpus_per_node}-GPU nodes; give --gpus-per-node"
+        )
     return gpus // gpus_per_node, gpus_per_node

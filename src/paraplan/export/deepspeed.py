@@ -34,13 +34,35 @@ UNREPRESENTABLE = {  # key: (what it is, the JSON values that leave the plan unc
     "sequence_parallel_size": ("DeepSpeed-Ulysses sequence parallelism", ("1",)),
     "zero_optimization.zero_hpz_partition_size": ("ZeRO++ hierarchical partitioning", ("1",)),
     "zero_optimization.mics_shard_size": ("MiCS sharding", ("-1",)),
-    "activation_checkpointing.partition_activations": ("activations partitioned over tensor-parallel ranks", ("false",)),
+    "activation_checkpointing.partition_activations": (
+        "activations partitioned over tensor-parallel ranks",
+        ("false",),
+    ),
     "pipeline.activation_checkpoint_interval": ("checkpointing every n-th pipeline layer", ("0",)),
 }
 HANDLED = {
-    "gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
-    "recompute", "zero", "dtype", "attention", "schedule", "offload_weights", "offload_activations",
-    "offload_optimizer", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "placement",
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vpp",
+    "micro_batch",
+    "global_batch",
+    "seq_length",
+    "sequence_parallel",
+    "recompute",
+    "zero",
+    "dtype",
+    "attention",
+    "schedule",
+    "offload_weights",
+    "offload_activations",
+    "offload_optimizer",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+    "placement",
     "zero3_max_live_params",
 }
 
@@ -51,33 +73,88 @@ def config(plan: PlanSpec) -> dict:
     check_handled(plan, HANDLED, fw)
     c = canonical_plan(plan)
     if plan.cp > 1:
-        raise refuse(fw, "cp", plan.cp, "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)")
+        raise refuse(
+            fw,
+            "cp",
+            plan.cp,
+            "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)",
+        )
     if not same_placement(plan, ORDER):
-        raise refuse(fw, "placement", plan.placement, "DeepSpeed's topology places tp innermost, then dp, then pp")
+        raise refuse(
+            fw,
+            "placement",
+            plan.placement,
+            "DeepSpeed's topology places tp innermost, then dp, then pp",
+        )
     if c["sequence_parallel"]:
-        raise refuse(fw, "sequence_parallel", True, "AutoTP training has no Megatron-style sequence parallelism")
+        raise refuse(
+            fw,
+            "sequence_parallel",
+            True,
+            "AutoTP training has no Megatron-style sequence parallelism",
+        )
     if c["overlap_tp_comm"]:
-        raise refuse(fw, "overlap_tp_comm", True, "AutoTP training does not overlap TP collectives with GEMMs")
+        raise refuse(
+            fw,
+            "overlap_tp_comm",
+            True,
+            "AutoTP training does not overlap TP collectives with GEMMs",
+        )
     if c["schedule"] != "1f1b":
-        raise refuse(fw, "schedule", c["schedule"], "DeepSpeed's pipeline engine runs 1F1B (TrainSchedule) only")
+        raise refuse(
+            fw,
+            "schedule",
+            c["schedule"],
+            "DeepSpeed's pipeline engine runs 1F1B (TrainSchedule) only",
+        )
     if plan.pp > 1 and c["zero"] >= 2:
-        raise refuse(fw, "zero", c["zero"], "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
+        raise refuse(
+            fw, "zero", c["zero"], "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only"
+        )
     if plan.dtype == "fp8":
-        raise refuse(fw, "dtype", "fp8", "the DeepSpeed config has no fp8 training switch (Transformer Engine is set in the script)")
+        raise refuse(
+            fw,
+            "dtype",
+            "fp8",
+            "the DeepSpeed config has no fp8 training switch (Transformer Engine is set in the script)",
+        )
     if plan.attention != "flash":
-        raise refuse(fw, "attention", plan.attention, "the attention kernel is chosen by the training script, not the config")
+        raise refuse(
+            fw,
+            "attention",
+            plan.attention,
+            "the attention kernel is chosen by the training script, not the config",
+        )
     if plan.recompute == "selective":
-        raise refuse(fw, "recompute", "selective", "DeepSpeed checkpoints whole layers (activation_checkpointing)")
+        raise refuse(
+            fw,
+            "recompute",
+            "selective",
+            "DeepSpeed checkpoints whole layers (activation_checkpointing)",
+        )
     if plan.offload_activations and plan.recompute != "full":
-        raise refuse(fw, "offload_activations", True, "cpu_checkpointing offloads only the checkpoints of full recomputation")
+        raise refuse(
+            fw,
+            "offload_activations",
+            True,
+            "cpu_checkpointing offloads only the checkpoints of full recomputation",
+        )
     if plan.offload_weights and c["zero"] != 3:
         raise refuse(fw, "offload_weights", True, "offload_param needs ZeRO stage 3")
     if plan.offload_optimizer and c["zero"] == 0:
         raise refuse(fw, "offload_optimizer", True, "offload_optimizer needs ZeRO stage 1 or more")
     if c["zero"] >= 1 and c["overlap_param_gather"] != c["overlap_dp_grad_reduce"]:
-        raise refuse(fw, "overlap_param_gather", c["overlap_param_gather"],
-                     "DeepSpeed has one switch (zero_optimization.overlap_comm) for both overlaps")
-    zero: dict[str, object] = {"stage": c["zero"], "overlap_comm": c["overlap_dp_grad_reduce"], "contiguous_gradients": True}
+        raise refuse(
+            fw,
+            "overlap_param_gather",
+            c["overlap_param_gather"],
+            "DeepSpeed has one switch (zero_optimization.overlap_comm) for both overlaps",
+        )
+    zero: dict[str, object] = {
+        "stage": c["zero"],
+        "overlap_comm": c["overlap_dp_grad_reduce"],
+        "contiguous_gradients": True,
+    }
     if plan.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
     if plan.offload_weights:
@@ -132,27 +209,48 @@ def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
     for key, (what, neutral) in UNREPRESENTABLE.items():
         value = flat.get(key)
         if value is not None and json.dumps(value) not in neutral:
-            raise ExportRefused(f"deepspeed: {key}={value!r} ({what}) has no paraplan plan field; not imported")
-    for key in ("zero_optimization.offload_param.device", "zero_optimization.offload_optimizer.device"):
+            raise ExportRefused(
+                f"deepspeed: {key}={value!r} ({what}) has no paraplan plan field; not imported"
+            )
+    for key in (
+        "zero_optimization.offload_param.device",
+        "zero_optimization.offload_optimizer.device",
+    ):
         if flat.get(key) == "nvme":
-            raise ExportRefused(f"deepspeed: {key}='nvme' has no paraplan plan field (host memory offload only)")
+            raise ExportRefused(
+                f"deepspeed: {key}='nvme' has no paraplan plan field (host memory offload only)"
+            )
     if seq_length is None:
         raise ExportRefused("deepspeed: the config has no sequence length; give --seq-length")
     micro = cfg.integer("train_micro_batch_size_per_gpu", 1, minimum=1)
     accum = cfg.integer("gradient_accumulation_steps", 1, minimum=1)
     batch = cfg.integer("train_batch_size", minimum=1)
     if batch % (micro * accum):
-        raise ExportRefused(f"deepspeed: train_batch_size={batch} is not micro·accumulation·dp for integer dp")
+        raise ExportRefused(
+            f"deepspeed: train_batch_size={batch} is not micro·accumulation·dp for integer dp"
+        )
     dp = batch // (micro * accum)
     tp = cfg.doc("tensor_parallel", {}).integer("autotp_size", 0, minimum=0) or 1
     pp = cfg.doc("pipeline", {}).integer("stages", 1, minimum=1)
     zero = cfg.doc("zero_optimization", {})
     ckpt = cfg.doc("activation_checkpointing") if "activation_checkpointing" in cfg else None
     overlap = zero.boolean("overlap_comm", False)
-    dtype = "bf16" if cfg.doc("bf16", {}).boolean("enabled", False) else "fp16" if cfg.doc("fp16", {}).boolean("enabled", False) else "fp32"
+    dtype = (
+        "bf16"
+        if cfg.doc("bf16", {}).boolean("enabled", False)
+        else "fp16"
+        if cfg.doc("fp16", {}).boolean("enabled", False)
+        else "fp32"
+    )
     return {
-        "gpus": dp * tp * pp, "tp": tp, "pp": pp, "dp": dp, "cp": 1,
-        "micro_batch": micro, "global_batch": batch, "seq_length": seq_length,
+        "gpus": dp * tp * pp,
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "cp": 1,
+        "micro_batch": micro,
+        "global_batch": batch,
+        "seq_length": seq_length,
         "schedule": "1f1b",
         "recompute": "full" if ckpt is not None else "none",
         "zero": zero.choice("stage", (0, 1, 2, 3), 0),
@@ -166,5 +264,6 @@ def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
         # given: DeepSpeed's cap on live ZeRO-3 parameters; absent, the plan keeps paraplan's default (two whole
         # layers) rather than DeepSpeed's 1e9 (state it with --zero3-max-live-params, or --framework deepspeed)
         "zero3_max_live_params": zero.number("stage3_max_live_parameters", None, minimum=1.0)
-        if "stage3_max_live_parameters" in zero else None,
+        if "stage3_max_live_parameters" in zero
+        else None,
     }

@@ -37,18 +37,50 @@ UNREPRESENTABLE = {
     "--cpu-offloading": "activation/weight offload of chosen layers",
 }
 HANDLED = {
-    "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
-    "recompute", "recompute_num_layers", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
-    "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
-    "embedding_as_layer", "loss_as_layer", "tp_layout", "cp_algorithm",
-    "etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance", "recompute_modules",
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vpp",
+    "ep",
+    "micro_batch",
+    "global_batch",
+    "seq_length",
+    "sequence_parallel",
+    "recompute",
+    "recompute_num_layers",
+    "zero",
+    "dtype",
+    "attention",
+    "schedule",
+    "offload_optimizer",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+    "placement",
+    "stage_layers",
+    "layers_first_stage",
+    "layers_last_stage",
+    "embedding_as_layer",
+    "loss_as_layer",
+    "tp_layout",
+    "cp_algorithm",
+    "etp",
+    "moe_dispatcher",
+    "moe_a2a_overlap",
+    "capacity_factor",
+    "moe_balance",
+    "recompute_modules",
 }
 MULTI_VALUE_FLAGS = {"--recompute-modules"}  # flags that take a list (argparse nargs='*')
 # plan.moe_dispatcher -> Megatron-Core's token dispatcher arguments (megatron/training/arguments.py,
 # core_v0.14.0: --moe-token-dispatcher-type {allgather, alltoall, flex}; DeepEP is flex + --moe-enable-deepep)
-DISPATCHER_ARGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
-                   "allgather": ["--moe-token-dispatcher-type", "allgather"],
-                   "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]}
+DISPATCHER_ARGS = {
+    "alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+    "allgather": ["--moe-token-dispatcher-type", "allgather"],
+    "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"],
+}
 SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
     "layers_first_stage": "--decoder-first-pipeline-num-layers",
     "layers_last_stage": "--decoder-last-pipeline-num-layers",
@@ -58,22 +90,36 @@ SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the sam
 LAYOUT_FLAG = "--pipeline-model-parallel-layout"
 
 
-def megatron_core_checks(plan: PlanSpec, fw: str, who: str, vpp_name: str, offload_name: str) -> tuple[dict, list[str]]:
+def megatron_core_checks(
+    plan: PlanSpec, fw: str, who: str, vpp_name: str, offload_name: str
+) -> tuple[dict, list[str]]:
     """Refusals shared by every Megatron-Core front end (Megatron-LM, NeMo): its two rank orders,
     no GPipe, interleaving only with vpp > 1, optimizer offload only with the distributed
     optimizer. Returns (canonical plan, matching rank orders)."""
     c = canonical_plan(plan)
     mapping = [order for order in ORDERS if same_placement(plan, order)]
     if not mapping:
-        raise refuse(fw, "placement", plan.placement, f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only")
+        raise refuse(
+            fw,
+            "placement",
+            plan.placement,
+            f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only",
+        )
     if c["schedule"] == "gpipe":
         raise refuse(fw, "schedule", "gpipe", f"{who} runs 1F1B or interleaved 1F1B pipelines")
     if c["schedule"] == "interleaved" and plan.vpp == 1:
         raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
     if plan.offload_optimizer and c["zero"] == 0:
-        raise refuse(fw, "offload_optimizer", True, f"{offload_name} needs the distributed optimizer (zero >= 1)")
+        raise refuse(
+            fw,
+            "offload_optimizer",
+            True,
+            f"{offload_name} needs the distributed optimizer (zero >= 1)",
+        )
     if plan.tp_layout == "2d":
-        raise refuse(fw, "tp_layout", "2d", f"{who} runs 1D tensor parallelism only (no SUMMA grid)")
+        raise refuse(
+            fw, "tp_layout", "2d", f"{who} runs 1D tensor parallelism only (no SUMMA grid)"
+        )
     return c, mapping
 
 
@@ -82,8 +128,12 @@ def megatron_core_checks(plan: PlanSpec, fw: str, who: str, vpp_name: str, offlo
 # (not overlapped) — paraplan's tp_layout 2d-seq; "a2a" all-to-all over the heads (DeepSpeed-Ulysses style) —
 # paraplan's cp_algorithm 'all-to-all'; "a2a+p2p" (hierarchical) has no plan field.
 # cp_comm_type -> (tp_layout, cp_algorithm)
-CP_COMM_TYPES = {"p2p": ("1d", "ring"), "all_gather": ("2d-seq", "ring"), "allgather": ("2d-seq", "ring"),  # help: allgather
-                 "a2a": ("1d", "all-to-all")}
+CP_COMM_TYPES = {
+    "p2p": ("1d", "ring"),
+    "all_gather": ("2d-seq", "ring"),
+    "allgather": ("2d-seq", "ring"),  # help: allgather
+    "a2a": ("1d", "all-to-all"),
+}
 
 
 def cp_comm_type(plan: PlanSpec) -> str | None:
@@ -99,10 +149,14 @@ def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str,
     values = value if isinstance(value, (list, tuple)) else [value]
     kinds = {str(v) for v in values if v is not None}
     if len(kinds) > 1:
-        raise ExportRefused(f"{where} {sorted(kinds)}: one communication type per layer has no paraplan plan field")
+        raise ExportRefused(
+            f"{where} {sorted(kinds)}: one communication type per layer has no paraplan plan field"
+        )
     kind = kinds.pop() if kinds else "p2p"
     if kind not in CP_COMM_TYPES:
-        raise ExportRefused(f"{where} {kind!r} (hierarchical all-to-all context parallelism) has no paraplan plan field; not imported")
+        raise ExportRefused(
+            f"{where} {kind!r} (hierarchical all-to-all context parallelism) has no paraplan plan field; not imported"
+        )
     layout, algorithm = CP_COMM_TYPES[kind] if cp > 1 else ("1d", "ring")
     return {"tp_layout": layout, "cp_algorithm": algorithm}
 
@@ -112,13 +166,18 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
     interleaved split whose stages do not cut into equal chunks is written as a pipeline layout (split_arguments)."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
-    c, mapping = megatron_core_checks(plan, fw, "Megatron", "--num-virtual-stages-per-pipeline-rank", "--optimizer-cpu-offload")
+    c, mapping = megatron_core_checks(
+        plan, fw, "Megatron", "--num-virtual-stages-per-pipeline-rank", "--optimizer-cpu-offload"
+    )
     if c["overlap_tp_comm"] and not c["sequence_parallel"]:
         raise refuse(fw, "overlap_tp_comm", True, "--tp-comm-overlap needs --sequence-parallel")
     a: list[str] = [
-        "--tensor-model-parallel-size", str(plan.tp),
-        "--pipeline-model-parallel-size", str(plan.pp),
-        "--context-parallel-size", str(plan.cp),
+        "--tensor-model-parallel-size",
+        str(plan.tp),
+        "--pipeline-model-parallel-size",
+        str(plan.pp),
+        "--context-parallel-size",
+        str(plan.cp),
     ]
     a += expert_arguments(plan, fw)
     if plan.vpp > 1:
@@ -126,19 +185,41 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
     if ORDERS[mapping[0]]:
         a += ["--use-tp-pp-dp-mapping"]
     a += split_arguments(plan, fw, model)
-    a += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
+    a += [
+        "--micro-batch-size",
+        str(plan.micro_batch),
+        "--global-batch-size",
+        str(plan.global_batch),
+    ]
     a += ["--seq-length", str(plan.seq_length)]
     if c["sequence_parallel"]:
         a += ["--sequence-parallel"]
     if plan.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
-        if plan.recompute_modules:  # Megatron-Core's module names, which the plan field uses (default: core_attn)
+        if (
+            plan.recompute_modules
+        ):  # Megatron-Core's module names, which the plan field uses (default: core_attn)
             a += ["--recompute-modules", *plan.recompute_modules]
-    elif plan.recompute == "full" and plan.recompute_num_layers is not None:  # the first N layers of each chunk
-        a += ["--recompute-granularity", "full", "--recompute-method", "block",
-              "--recompute-num-layers", str(plan.recompute_num_layers)]
+    elif (
+        plan.recompute == "full" and plan.recompute_num_layers is not None
+    ):  # the first N layers of each chunk
+        a += [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "block",
+            "--recompute-num-layers",
+            str(plan.recompute_num_layers),
+        ]
     elif plan.recompute == "full":
-        a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        a += [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "1",
+        ]
     if c["zero"] >= 1:
         a += ["--use-distributed-optimizer"]
     if c["zero"] >= 2:
@@ -151,7 +232,12 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
         a += ["--overlap-param-gather"]
     if c["overlap_tp_comm"]:
         a += ["--tp-comm-overlap"]
-    a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[plan.dtype]
+    a += {
+        "bf16": ["--bf16"],
+        "fp16": ["--fp16"],
+        "fp8": ["--bf16", "--fp8-format", "hybrid"],
+        "fp32": [],
+    }[plan.dtype]
     a += ["--attention-backend", plan.attention]
     if cp_comm_type(plan):
         a += ["--cp-comm-type", cp_comm_type(plan)]
@@ -164,7 +250,12 @@ def expert_arguments(plan: PlanSpec, fw: str) -> list[str]:
     EP all-to-all overlap (--overlap-moe-expert-parallel-comm, new in v0.14), capacity and padding,
     forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch)."""
     if plan.pipeline_schedule in ("zb-h1", "dualpipe"):
-        raise refuse(fw, "schedule", plan.pipeline_schedule, "Megatron-LM runs 1F1B or interleaved 1F1B pipelines")
+        raise refuse(
+            fw,
+            "schedule",
+            plan.pipeline_schedule,
+            "Megatron-LM runs 1F1B or interleaved 1F1B pipelines",
+        )
     a: list[str] = []
     experts_split = plan.ep * plan.etp > 1
     if plan.ep > 1:
@@ -176,7 +267,11 @@ def expert_arguments(plan: PlanSpec, fw: str) -> list[str]:
     if plan.moe_a2a_overlap:
         a += ["--overlap-moe-expert-parallel-comm"]
     if plan.capacity_factor is not None:
-        a += ["--moe-expert-capacity-factor", repr(float(plan.capacity_factor)), "--moe-pad-expert-input-to-capacity"]
+        a += [
+            "--moe-expert-capacity-factor",
+            repr(float(plan.capacity_factor)),
+            "--moe-pad-expert-input-to-capacity",
+        ]
     if plan.moe_balance == "forced":
         a += ["--moe-router-force-load-balancing"]
     return a
@@ -185,11 +280,17 @@ def expert_arguments(plan: PlanSpec, fw: str) -> list[str]:
 def expert_fields(f: dict, num) -> dict:
     """expert_arguments read back; without --expert-tensor-parallel-size etp is 1 (a file that relies on
     Megatron's default etp = tp for an MoE model must state it)."""
-    dispatcher = {"alltoall": "alltoall", "allgather": "allgather", "flex": "deepep"}.get(str(f.get("--moe-token-dispatcher-type", "alltoall")))
+    dispatcher = {"alltoall": "alltoall", "allgather": "allgather", "flex": "deepep"}.get(
+        str(f.get("--moe-token-dispatcher-type", "alltoall"))
+    )
     if dispatcher is None:
-        raise ExportRefused(f"megatron: --moe-token-dispatcher-type {f.get('--moe-token-dispatcher-type')!r} has no plan field")
+        raise ExportRefused(
+            f"megatron: --moe-token-dispatcher-type {f.get('--moe-token-dispatcher-type')!r} has no plan field"
+        )
     if dispatcher == "deepep" and "--moe-enable-deepep" not in f:
-        raise ExportRefused("megatron: --moe-token-dispatcher-type flex without --moe-enable-deepep has no plan field")
+        raise ExportRefused(
+            "megatron: --moe-token-dispatcher-type flex without --moe-enable-deepep has no plan field"
+        )
     capacity = f.get("--moe-expert-capacity-factor")
     return {
         "etp": num("--expert-tensor-parallel-size", 1),
@@ -200,8 +301,13 @@ def expert_fields(f: dict, num) -> dict:
     }
 
 
-def layout_from_stage_layers(stage_layers: tuple[int, ...], vpp: int, embedding_units: int = 0, loss_units: int = 0,
-                             mtp_layers: int = 0) -> str:
+def layout_from_stage_layers(
+    stage_layers: tuple[int, ...],
+    vpp: int,
+    embedding_units: int = 0,
+    loss_units: int = 0,
+    mtp_layers: int = 0,
+) -> str:
     """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position v·pp + s, as
     Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 't*n' decoder layers (each stage's over its chunks
     by specs.split.chunk_layer_counts), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
@@ -224,15 +330,28 @@ def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int
     text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
     chunks = text.split("|")
     if len(chunks) % pp:
-        raise ExportRefused(f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}")
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}"
+        )
     vpp = len(chunks) // pp
     if set(text) - set("EtmL|"):
-        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, m, L; no plan field")
-    if not (chunks[0].startswith("E") and chunks[-1].endswith("L") and text.count("E") == 1 and text.count("L") == 1):
-        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise")
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, m, L; no plan field"
+        )
+    if not (
+        chunks[0].startswith("E")
+        and chunks[-1].endswith("L")
+        and text.count("E") == 1
+        and text.count("L") == 1
+    ):
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise"
+        )
     mtp = text.count("m")
     if mtp and (chunks[-1].count("m") != mtp or not chunks[-1].endswith("m" * mtp + "L")):
-        raise ExportRefused(f"megatron: {LAYOUT_FLAG} {layout!r} places MTP modules away from the loss; no plan field")
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} {layout!r} places MTP modules away from the loss; no plan field"
+        )
     return tuple(sum(chunks[v * pp + s].count("t") for v in range(vpp)) for s in range(pp)), vpp
 
 
@@ -262,8 +381,18 @@ def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> 
 def model_arguments(model: ModelSpec) -> list[str]:
     """The model's shape as Megatron-LM arguments (so the launch line trains the planned model)."""
     a = [
-        "--num-layers", str(model.layers), "--hidden-size", str(model.hidden), "--ffn-hidden-size", str(model.ffn_hidden),
-        "--num-attention-heads", str(model.heads), "--kv-channels", str(model.d_head), "--vocab-size", str(model.vocab),
+        "--num-layers",
+        str(model.layers),
+        "--hidden-size",
+        str(model.hidden),
+        "--ffn-hidden-size",
+        str(model.ffn_hidden),
+        "--num-attention-heads",
+        str(model.heads),
+        "--kv-channels",
+        str(model.d_head),
+        "--vocab-size",
+        str(model.vocab),
     ]
     if model.n_kv_heads != model.heads:
         a += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
@@ -273,7 +402,12 @@ def model_arguments(model: ModelSpec) -> list[str]:
     if not model.tie_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
     if model.learned_positions:
-        a += ["--position-embedding-type", "learned_absolute", "--max-position-embeddings", str(model.max_position)]
+        a += [
+            "--position-embedding-type",
+            "learned_absolute",
+            "--max-position-embeddings",
+            str(model.max_position),
+        ]
     else:
         a += ["--position-embedding-type", "rope"]
     if not model.has_bias:
@@ -283,22 +417,29 @@ def model_arguments(model: ModelSpec) -> list[str]:
     return a
 
 
-def export(plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8, header: str = "") -> str:
+def export(
+    plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8, header: str = ""
+) -> str:
     """A runnable launch line: torchrun with whole nodes, then the script and its arguments."""
     fw = framework_args(NAME)
     args = plan_arguments(plan, model) + (model_arguments(model) if model is not None else [])
     check_names(fw, [t for t in args if t.startswith("--")])
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
-    lines = [f"# {header}" if header else None, f"# argument names: {fw.label}, {fw.source.split(' (')[0]}"]
+    lines = [
+        f"# {header}" if header else None,
+        f"# argument names: {fw.label}, {fw.source.split(' (')[0]}",
+    ]
     out = [ln for ln in lines if ln]
     launch = f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT}"
     pairs: list[str] = []
     i = 0
-    while i < len(args):  # a flag and the values after it (several for MULTI_VALUE_FLAGS) on one line
+    while i < len(
+        args
+    ):  # a flag and the values after it (several for MULTI_VALUE_FLAGS) on one line
         j = i + 1
         while j < len(args) and not args[j].startswith("--"):
             j += 1
-        pairs.append(" ".join([args[i], *map(shlex.quote, args[i + 1:j])]))
+        pairs.append(" ".join([args[i], *map(shlex.quote, args[i + 1 : j])]))
         i = j
     out.append(" \\\n    ".join([launch] + pairs))
     return "\n".join(out) + "\n"
@@ -319,11 +460,19 @@ def parse(text: str) -> dict[str, object]:
                 flags[key] = val
             elif key in MULTI_VALUE_FLAGS:  # every value up to the next flag, as a tuple
                 values = []
-                while i + 1 < len(tokens) and not tokens[i + 1].startswith("--") and not tokens[i + 1].endswith(".py"):
+                while (
+                    i + 1 < len(tokens)
+                    and not tokens[i + 1].startswith("--")
+                    and not tokens[i + 1].endswith(".py")
+                ):
                     values.append(tokens[i + 1])
                     i += 1
                 flags[key] = tuple(values)
-            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--") and not tokens[i + 1].endswith(".py"):
+            elif (
+                i + 1 < len(tokens)
+                and not tokens[i + 1].startswith("--")
+                and not tokens[i + 1].endswith(".py")
+            ):
                 flags[key] = tokens[i + 1]
                 i += 1
             else:
@@ -338,7 +487,9 @@ def import_plan(text: str) -> dict[str, object]:
     known = framework_args(NAME).names | {"--nnodes", "--nproc-per-node", "--nproc_per_node"}
     unknown = sorted(k for k in f if k not in known)
     if unknown:
-        raise ExportRefused(f"megatron: {unknown[0]!r} is not a Megatron-LM {framework_args(NAME).version} argument")
+        raise ExportRefused(
+            f"megatron: {unknown[0]!r} is not a Megatron-LM {framework_args(NAME).version} argument"
+        )
 
     def num(flag: str, default: int) -> int:
         value = f.get(flag, default)
@@ -349,18 +500,29 @@ def import_plan(text: str) -> dict[str, object]:
 
     for flag, what in UNREPRESENTABLE.items():
         if flag in f:
-            raise ExportRefused(f"megatron: {flag} ({what}) has no paraplan plan field; not imported")
+            raise ExportRefused(
+                f"megatron: {flag} ({what}) has no paraplan plan field; not imported"
+            )
     method = f.get("--recompute-method", "uniform")
-    if f.get("--recompute-granularity") == "full" and method != "block" and (
-            method != "uniform" or str(f.get("--recompute-num-layers", "1")) != "1"):
-        raise ExportRefused("megatron: full recomputation other than --recompute-method block or uniform with "
-                            "--recompute-num-layers 1 (every layer) has no paraplan plan field")
+    if (
+        f.get("--recompute-granularity") == "full"
+        and method != "block"
+        and (method != "uniform" or str(f.get("--recompute-num-layers", "1")) != "1")
+    ):
+        raise ExportRefused(
+            "megatron: full recomputation other than --recompute-method block or uniform with "
+            "--recompute-num-layers 1 (every layer) has no paraplan plan field"
+        )
     if "--recompute-modules" in f and f.get("--recompute-granularity") != "selective":
-        raise ExportRefused("megatron: --recompute-modules without --recompute-granularity selective recomputes nothing "
-                            "in Megatron-LM; paraplan's recompute_modules needs recompute=selective")
+        raise ExportRefused(
+            "megatron: --recompute-modules without --recompute-granularity selective recomputes nothing "
+            "in Megatron-LM; paraplan's recompute_modules needs recompute=selective"
+        )
     for needed in ("--nnodes", "--global-batch-size", "--seq-length"):
         if needed not in f:
-            raise ExportRefused(f"megatron: {needed} is missing; paraplan needs it to rebuild the plan")
+            raise ExportRefused(
+                f"megatron: {needed} is missing; paraplan needs it to rebuild the plan"
+            )
     per_node = num("--nproc-per-node", num("--nproc_per_node", 1))
     granularity = f.get("--recompute-granularity")
     strategy = f.get("--data-parallel-sharding-strategy", "no_shard")
@@ -368,19 +530,36 @@ def import_plan(text: str) -> dict[str, object]:
     if "--use-distributed-optimizer" in f:
         zero = 1
     if "--use-megatron-fsdp" in f:
-        zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[str(strategy)]
-    dtype = "fp8" if "--fp8-format" in f else "bf16" if "--bf16" in f else "fp16" if "--fp16" in f else "fp32"
+        zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[
+            str(strategy)
+        ]
+    dtype = (
+        "fp8"
+        if "--fp8-format" in f
+        else "bf16"
+        if "--bf16" in f
+        else "fp16"
+        if "--fp16" in f
+        else "fp32"
+    )
     vpp = num("--num-virtual-stages-per-pipeline-rank", 1)
     split: dict[str, object] = {}
     if LAYOUT_FLAG in f:
-        split["stage_layers"], vpp = stage_layers_from_layout(str(f[LAYOUT_FLAG]), num("--pipeline-model-parallel-size", 1))
+        split["stage_layers"], vpp = stage_layers_from_layout(
+            str(f[LAYOUT_FLAG]), num("--pipeline-model-parallel-size", 1)
+        )
     for name, flag in SPLIT_FLAGS.items():
         if flag in f:
             split[name] = True if name.endswith("_as_layer") else num(flag, 0)
     if "--num-layers-per-virtual-pipeline-stage" in f:
         if "--num-layers" not in f:
-            raise ExportRefused("megatron: --num-layers-per-virtual-pipeline-stage needs --num-layers to give vpp")
-        vpp = num("--num-layers", 1) // (num("--num-layers-per-virtual-pipeline-stage", 1) * num("--pipeline-model-parallel-size", 1))
+            raise ExportRefused(
+                "megatron: --num-layers-per-virtual-pipeline-stage needs --num-layers to give vpp"
+            )
+        vpp = num("--num-layers", 1) // (
+            num("--num-layers-per-virtual-pipeline-stage", 1)
+            * num("--pipeline-model-parallel-size", 1)
+        )
     fields: dict[str, object] = {
         "gpus": num("--nnodes", 1) * per_node,
         "tp": num("--tensor-model-parallel-size", 1),
@@ -394,10 +573,16 @@ def import_plan(text: str) -> dict[str, object]:
         "seq_length": num("--seq-length", 1),
         "sequence_parallel": "--sequence-parallel" in f,
         "recompute": granularity if granularity in ("full", "selective") else "none",
-        "recompute_num_layers": (num("--recompute-num-layers", 1)
-                                 if granularity == "full" and method == "block" else None),
-        **({"recompute_modules": tuple(f["--recompute-modules"])}
-           if granularity == "selective" and f.get("--recompute-modules") else {}),
+        "recompute_num_layers": (
+            num("--recompute-num-layers", 1)
+            if granularity == "full" and method == "block"
+            else None
+        ),
+        **(
+            {"recompute_modules": tuple(f["--recompute-modules"])}
+            if granularity == "selective" and f.get("--recompute-modules")
+            else {}
+        ),
         "zero": zero,
         "dtype": dtype,
         "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
@@ -406,7 +591,9 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": "--overlap-param-gather" in f or zero == 0,
         "overlap_tp_comm": "--tp-comm-overlap" in f,
         "placement": "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in f else "tp-cp-dp-pp",
-        **cp_fields_from_cp_comm_type(f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"),
+        **cp_fields_from_cp_comm_type(
+            f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"
+        ),
         **expert_fields(f, num),
         **split,
     }

@@ -33,12 +33,38 @@ from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
 NAME = "nemo"
-CALLBACK = "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
+CALLBACK = (
+    "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
+)
 HANDLED = {
-    "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
-    "recompute", "zero", "dtype", "attention", "schedule", "offload_optimizer", "overlap_dp_grad_reduce",
-    "overlap_param_gather", "overlap_tp_comm", "placement", "stage_layers", "layers_first_stage", "layers_last_stage",
-    "embedding_as_layer", "loss_as_layer", "tp_layout", "cp_algorithm",
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vpp",
+    "ep",
+    "micro_batch",
+    "global_batch",
+    "seq_length",
+    "sequence_parallel",
+    "recompute",
+    "zero",
+    "dtype",
+    "attention",
+    "schedule",
+    "offload_optimizer",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+    "placement",
+    "stage_layers",
+    "layers_first_stage",
+    "layers_last_stage",
+    "embedding_as_layer",
+    "loss_as_layer",
+    "tp_layout",
+    "cp_algorithm",
 }
 SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
     "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
@@ -54,23 +80,44 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
-    c, mapping = megatron_core_checks(plan, fw, "NeMo (Megatron-Core)", "virtual_pipeline_model_parallel_size",
-                                      "optimizer_cpu_offload")
+    c, mapping = megatron_core_checks(
+        plan,
+        fw,
+        "NeMo (Megatron-Core)",
+        "virtual_pipeline_model_parallel_size",
+        "optimizer_cpu_offload",
+    )
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     o: list[tuple[str, object]] = [
         ("trainer.num_nodes", nodes),
         ("trainer.devices", per_node),
         ("trainer.strategy.tensor_model_parallel_size", plan.tp),
         ("trainer.strategy.pipeline_model_parallel_size", plan.pp),
-        ("trainer.strategy.virtual_pipeline_model_parallel_size", plan.vpp if plan.vpp > 1 else None),
+        (
+            "trainer.strategy.virtual_pipeline_model_parallel_size",
+            plan.vpp if plan.vpp > 1 else None,
+        ),
         ("trainer.strategy.context_parallel_size", plan.cp),
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
         ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
         # explicit stage counts as a layout (its chunks even or not: export.megatron.layout_from_stage_layers), else the split keys
-        *([(key, getattr(plan, name)) for name, key in SPLIT_KEYS.items() if getattr(plan, name) not in (None, False)]
-          if plan.stage_layers is None else
-          [(LAYOUT_KEY, layout_from_stage_layers(plan.stage_layers, plan.vpp, plan.embedding_units, plan.loss_units))]),
+        *(
+            [
+                (key, getattr(plan, name))
+                for name, key in SPLIT_KEYS.items()
+                if getattr(plan, name) not in (None, False)
+            ]
+            if plan.stage_layers is None
+            else [
+                (
+                    LAYOUT_KEY,
+                    layout_from_stage_layers(
+                        plan.stage_layers, plan.vpp, plan.embedding_units, plan.loss_units
+                    ),
+                )
+            ]
+        ),
         ("data.micro_batch_size", plan.micro_batch),
         ("data.global_batch_size", plan.global_batch),
         ("data.seq_length", plan.seq_length),
@@ -81,18 +128,28 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     elif plan.recompute == "selective":
         o += [("model.config.recompute_granularity", "selective")]
     else:
-        o += [("model.config.recompute_granularity", "full"), ("model.config.recompute_method", "uniform"),
-              ("model.config.recompute_num_layers", 1)]
-    o += [("optim.config.use_distributed_optimizer", c["zero"] >= 1),
-          ("trainer.strategy.ddp.use_distributed_optimizer", c["zero"] >= 1)]
+        o += [
+            ("model.config.recompute_granularity", "full"),
+            ("model.config.recompute_method", "uniform"),
+            ("model.config.recompute_num_layers", 1),
+        ]
+    o += [
+        ("optim.config.use_distributed_optimizer", c["zero"] >= 1),
+        ("trainer.strategy.ddp.use_distributed_optimizer", c["zero"] >= 1),
+    ]
     if c["zero"] >= 2:
-        o += [("trainer.strategy.fsdp", "megatron"), ("trainer.strategy.ddp.data_parallel_sharding_strategy", SHARDING[c["zero"]])]
-    o += [("optim.config.optimizer_cpu_offload", plan.offload_optimizer),
-          ("trainer.strategy.ddp.overlap_grad_reduce", c["overlap_dp_grad_reduce"]),
-          ("trainer.strategy.ddp.overlap_param_gather", c["zero"] >= 1 and c["overlap_param_gather"]),
-          ("trainer.plugins.precision", PRECISION[plan.dtype]),
-          ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
-          ("model.config.attention_backend", plan.attention)]
+        o += [
+            ("trainer.strategy.fsdp", "megatron"),
+            ("trainer.strategy.ddp.data_parallel_sharding_strategy", SHARDING[c["zero"]]),
+        ]
+    o += [
+        ("optim.config.optimizer_cpu_offload", plan.offload_optimizer),
+        ("trainer.strategy.ddp.overlap_grad_reduce", c["overlap_dp_grad_reduce"]),
+        ("trainer.strategy.ddp.overlap_param_gather", c["zero"] >= 1 and c["overlap_param_gather"]),
+        ("trainer.plugins.precision", PRECISION[plan.dtype]),
+        ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
+        ("model.config.attention_backend", plan.attention),
+    ]
     if cp_comm_type(plan):
         o += [("model.config.cp_comm_type", cp_comm_type(plan))]
     return o
@@ -103,12 +160,17 @@ def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
     fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node)
     check_names(fw, [k for k, _ in pairs])
-    lines = [f"# {header}" if header else "", f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
-             "# recipe = llm.<model>.pretrain_recipe(...)  # then:"]
+    lines = [
+        f"# {header}" if header else "",
+        f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
+        "# recipe = llm.<model>.pretrain_recipe(...)  # then:",
+    ]
     lines = [ln for ln in lines if ln]
     lines.append("from megatron.core.transformer.enums import AttnBackend")
     if canonical_plan(plan)["overlap_tp_comm"]:
-        lines.append("from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback")
+        lines.append(
+            "from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback"
+        )
     for key, value in pairs:
         text = f"AttnBackend.{value}" if key == "model.config.attention_backend" else repr(value)
         lines.append(f"recipe.{key} = {text}")
@@ -134,10 +196,14 @@ def import_plan(text: str) -> dict[str, object]:
             continue
         m = _ASSIGN.match(line)
         if not m:
-            raise ExportRefused(f"nemo: cannot read line {line!r}; expected recipe.<path> = <value>")
+            raise ExportRefused(
+                f"nemo: cannot read line {line!r}; expected recipe.<path> = <value>"
+            )
         key, value = m.group(1), m.group(2).strip()
         if key not in fw.names:
-            raise ExportRefused(f"nemo: recipe.{key} is not a known NeMo {fw.version} recipe attribute")
+            raise ExportRefused(
+                f"nemo: recipe.{key} is not a known NeMo {fw.version} recipe attribute"
+            )
         if value.startswith("AttnBackend."):
             v[key] = value.split(".", 1)[1]
             continue
@@ -145,20 +211,36 @@ def import_plan(text: str) -> dict[str, object]:
             v[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             raise ExportRefused(f"nemo: recipe.{key} = {value!r} is not a literal") from None
-    for needed in ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"):
+    for needed in (
+        "trainer.num_nodes",
+        "trainer.devices",
+        "data.global_batch_size",
+        "data.seq_length",
+    ):
         if needed not in v:
-            raise ExportRefused(f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan")
+            raise ExportRefused(
+                f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan"
+            )
     r = Doc(v, "nemo: recipe")
     pp = r.integer("trainer.strategy.pipeline_model_parallel_size", 1, minimum=1)
     vpp = r.integer("trainer.strategy.virtual_pipeline_model_parallel_size", 1, minimum=1)
-    split: dict[str, object] = {name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)}
+    split: dict[str, object] = {
+        name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)
+    }
     if v.get(LAYOUT_KEY):
         split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), pp)
     zero = 1 if r.get("optim.config.use_distributed_optimizer", False) else 0
     if v.get("trainer.strategy.fsdp") == "megatron":
-        zero = r.choice("trainer.strategy.ddp.data_parallel_sharding_strategy",
-                        {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}, "no_shard")
-    precision = r.choice("trainer.plugins.precision", {"bf16-mixed": "bf16", "16-mixed": "fp16", "32": "fp32"}, "bf16-mixed")
+        zero = r.choice(
+            "trainer.strategy.ddp.data_parallel_sharding_strategy",
+            {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3},
+            "no_shard",
+        )
+    precision = r.choice(
+        "trainer.plugins.precision",
+        {"bf16-mixed": "bf16", "16-mixed": "fp16", "32": "fp32"},
+        "bf16-mixed",
+    )
     dtype = "fp8" if v.get("trainer.plugins.fp8") else precision
     granularity = v.get("model.config.recompute_granularity")
     return {
@@ -179,11 +261,16 @@ def import_plan(text: str) -> dict[str, object]:
         "attention": "unfused" if v.get("model.config.attention_backend") == "unfused" else "flash",
         "offload_optimizer": bool(v.get("optim.config.optimizer_cpu_offload", False)),
         "overlap_dp_grad_reduce": bool(v.get("trainer.strategy.ddp.overlap_grad_reduce", False)),
-        "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False)) or zero == 0,
+        "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False))
+        or zero == 0,
         "overlap_tp_comm": tp_overlap,
-        "placement": "tp-cp-pp-dp" if v.get("trainer.strategy.use_tp_pp_dp_mapping") else "tp-cp-dp-pp",
-        **cp_fields_from_cp_comm_type(v.get("model.config.cp_comm_type"),
-                                      r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
-                                      "nemo: recipe.model.config.cp_comm_type"),
+        "placement": "tp-cp-pp-dp"
+        if v.get("trainer.strategy.use_tp_pp_dp_mapping")
+        else "tp-cp-dp-pp",
+        **cp_fields_from_cp_comm_type(
+            v.get("model.config.cp_comm_type"),
+            r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
+            "nemo: recipe.model.config.cp_comm_type",
+        ),
         **split,
     }

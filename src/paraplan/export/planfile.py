@@ -33,18 +33,29 @@ def _pick_rank(data: Doc, rank: int | None, field: str) -> dict:
     for row in plans:
         if row.get("rank", None) == want:
             return row.doc("plan").data
-    raise InputError(f"{field}: rank {want} is not allowed; the search result has ranks 1-{len(plans)}")
+    raise InputError(
+        f"{field}: rank {want} is not allowed; the search result has ranks 1-{len(plans)}"
+    )
 
 
-def plan_fields_from_text(path: Path, text: str, rank: int | None = None, *, model: ModelSpec | None = None,
-                          seq_length: int | None = None, field: str = "--plan") -> dict:
+def plan_fields_from_text(
+    path: Path,
+    text: str,
+    rank: int | None = None,
+    *,
+    model: ModelSpec | None = None,
+    seq_length: int | None = None,
+    field: str = "--plan",
+) -> dict:
     """PlanSpec fields from a file's text (see the module docstring for the formats)."""
     from paraplan.export import detect_framework, import_plan
 
     framework = detect_framework(path, text)
     if framework is not None:
         if rank not in (None, 1):
-            raise InputError(f"{field}: a {framework} export holds one plan; rank {rank} is not allowed")
+            raise InputError(
+                f"{field}: a {framework} export holds one plan; rank {rank} is not allowed"
+            )
         return import_plan(framework, text, model=model, seq_length=seq_length)
     data = Doc(parse_document(text, repr(str(path)), field, as_json=path.suffix == ".json"), field)
     if "plans" in data:
@@ -52,7 +63,9 @@ def plan_fields_from_text(path: Path, text: str, rank: int | None = None, *, mod
     if rank not in (None, 1):
         raise InputError(f"{field}: {str(path)!r} holds one plan; rank {rank} is not allowed")
     plan = data.doc("plan") if "plan" in data else data
-    return {k: v for k, v in plan.data.items() if k not in ("model", "system")}  # documentation beside a plan
+    return {
+        k: v for k, v in plan.data.items() if k not in ("model", "system")
+    }  # documentation beside a plan
 
 
 # degrees from which PlanSpec infers dp: overriding one of them drops the file's dp (re-inferred)
@@ -72,15 +85,24 @@ def with_overrides(fields: dict, overrides: dict | None) -> dict:
     return out
 
 
-def load_plan(ref: str, rank: int | None = None, *, model: ModelSpec | None = None, seq_length: int | None = None,
-              field: str = "--plan", overrides: dict | None = None) -> PlanSpec:
+def load_plan(
+    ref: str,
+    rank: int | None = None,
+    *,
+    model: ModelSpec | None = None,
+    seq_length: int | None = None,
+    field: str = "--plan",
+    overrides: dict | None = None,
+) -> PlanSpec:
     """The validated plan named by ``ref`` (``FILE`` or ``FILE#RANK``), with ``overrides`` (plan
     field: value) applied on top of the file's fields (``with_overrides``)."""
     from paraplan.api import plan_from_fields
 
     path, rank = split_ref(ref, rank)
     text = read_text(path, field)
-    fields = plan_fields_from_text(path, text, rank, model=model, seq_length=seq_length, field=field)
+    fields = plan_fields_from_text(
+        path, text, rank, model=model, seq_length=seq_length, field=field
+    )
     return plan_from_fields(with_overrides(fields, overrides))
 
 
@@ -98,7 +120,9 @@ def source_names(ref: str) -> tuple[str | None, str | None]:
     return name(model), name(system)
 
 
-def load_plan_option(ref: str, model: ModelSpec, seq_length: int, overrides: dict | None = None) -> PlanSpec:
+def load_plan_option(
+    ref: str, model: ModelSpec, seq_length: int, overrides: dict | None = None
+) -> PlanSpec:
     """``estimate --plan FILE``: the plan in the file, with the plan options given on the command
     line (``overrides``, plan field: value) applied on top; a DeepSpeed config takes --seq-length."""
     return load_plan(ref, model=model, seq_length=seq_length, overrides=overrides)

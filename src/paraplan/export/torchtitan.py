@@ -32,9 +32,29 @@ ORDER = "tp-cp-dp-pp"
 SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 FLOAT8 = "quantize.linear.float8"
 HANDLED = {
-    "gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_length", "sequence_parallel",
-    "recompute", "zero", "dtype", "attention", "schedule", "offload_weights", "offload_activations",
-    "offload_optimizer", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "placement",
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vpp",
+    "ep",
+    "micro_batch",
+    "global_batch",
+    "seq_length",
+    "sequence_parallel",
+    "recompute",
+    "zero",
+    "dtype",
+    "attention",
+    "schedule",
+    "offload_weights",
+    "offload_activations",
+    "offload_optimizer",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+    "placement",
 }
 
 
@@ -44,33 +64,77 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
     check_handled(plan, HANDLED, fw)
     c = canonical_plan(plan)
     if not same_placement(plan, ORDER):
-        raise refuse(fw, "placement", plan.placement, "torchtitan's mesh places tp innermost, then cp, dp, pp")
+        raise refuse(
+            fw,
+            "placement",
+            plan.placement,
+            "torchtitan's mesh places tp innermost, then cp, dp, pp",
+        )
     if plan.tp > 1 and not c["sequence_parallel"]:
-        raise refuse(fw, "sequence_parallel", False, "torchtitan's tensor parallelism always shards norms along the sequence")
+        raise refuse(
+            fw,
+            "sequence_parallel",
+            False,
+            "torchtitan's tensor parallelism always shards norms along the sequence",
+        )
     if c["zero"] == 1:
         raise refuse(fw, "zero", 1, "FSDP2 has no optimizer-state-only sharding (use zero 2 or 3)")
     if c["zero"] == 0 and plan.cp > 1:
-        raise refuse(fw, "zero", 0, "torchtitan shards parameters over the context-parallel ranks (FSDP over dp_shard·cp)")
+        raise refuse(
+            fw,
+            "zero",
+            0,
+            "torchtitan shards parameters over the context-parallel ranks (FSDP over dp_shard·cp)",
+        )
     if plan.recompute == "selective":
-        raise refuse(fw, "recompute", "selective", "torchtitan's selective checkpointing (per op or every n-th layer) is not "
-                     "Korthikanti et al.'s attention-core recomputation")
+        raise refuse(
+            fw,
+            "recompute",
+            "selective",
+            "torchtitan's selective checkpointing (per op or every n-th layer) is not "
+            "Korthikanti et al.'s attention-core recomputation",
+        )
     if plan.attention != "flash":
-        raise refuse(fw, "attention", plan.attention, "torchtitan runs fused scaled-dot-product attention")
+        raise refuse(
+            fw, "attention", plan.attention, "torchtitan runs fused scaled-dot-product attention"
+        )
     if plan.dtype == "fp16":
         raise refuse(fw, "dtype", "fp16", "mixed_precision_param allows bfloat16 or float32")
     if not c["overlap_dp_grad_reduce"]:
-        raise refuse(fw, "overlap_dp_grad_reduce", False, "FSDP2/DDP always overlap the gradient reduction with backward")
+        raise refuse(
+            fw,
+            "overlap_dp_grad_reduce",
+            False,
+            "FSDP2/DDP always overlap the gradient reduction with backward",
+        )
     if c["zero"] >= 2 and not c["overlap_param_gather"]:
-        raise refuse(fw, "overlap_param_gather", False, "FSDP2 always prefetches the next parameters")
+        raise refuse(
+            fw, "overlap_param_gather", False, "FSDP2 always prefetches the next parameters"
+        )
     offloads = (plan.offload_weights, plan.offload_activations, plan.offload_optimizer)
-    if any(offloads) and not (all(offloads[::2]) and not plan.offload_activations and c["zero"] == 3):
-        knob = "offload_activations" if plan.offload_activations else "offload_weights" if not plan.offload_weights else "offload_optimizer"
-        raise refuse(fw, knob, getattr(plan, knob), "training.enable_cpu_offload moves weights and optimizer state "
-                     "together, with ZeRO 3, and never activations")
+    if any(offloads) and not (
+        all(offloads[::2]) and not plan.offload_activations and c["zero"] == 3
+    ):
+        knob = (
+            "offload_activations"
+            if plan.offload_activations
+            else "offload_weights"
+            if not plan.offload_weights
+            else "offload_optimizer"
+        )
+        raise refuse(
+            fw,
+            knob,
+            getattr(plan, knob),
+            "training.enable_cpu_offload moves weights and optimizer state "
+            "together, with ZeRO 3, and never activations",
+        )
     if c["schedule"] == "interleaved" and plan.vpp == 1:
         raise refuse(fw, "schedule", "interleaved", "Interleaved1F1B needs vpp > 1 stages per rank")
     if plan.vpp > 1 and model is None:
-        raise ExportRefused("plan.vpp: torchtitan needs pipeline_parallel_layers_per_stage; give --model to compute it")
+        raise ExportRefused(
+            "plan.vpp: torchtitan needs pipeline_parallel_layers_per_stage; give --model to compute it"
+        )
     par: dict[str, object] = {
         "data_parallel_replicate_degree": plan.dp if c["zero"] == 0 else 1,
         "data_parallel_shard_degree": plan.dp if c["zero"] >= 2 else 1,
@@ -83,7 +147,10 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
     }
     if plan.ep > 1:
         par["expert_parallel_degree"] = plan.ep
-    training: dict[str, object] = {"global_batch_size": plan.global_batch, "seq_len": plan.seq_length}
+    training: dict[str, object] = {
+        "global_batch_size": plan.global_batch,
+        "seq_len": plan.seq_length,
+    }
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = SCHEDULES[c["schedule"]]
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch
@@ -92,7 +159,12 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
         if model is not None:
             stages = plan.pp * plan.vpp
             if model.layers % stages:
-                raise refuse(fw, "pp", plan.pp, f"layers={model.layers} do not split evenly into pp·vpp={stages} stages")
+                raise refuse(
+                    fw,
+                    "pp",
+                    plan.pp,
+                    f"layers={model.layers} do not split evenly into pp·vpp={stages} stages",
+                )
             par["pipeline_parallel_layers_per_stage"] = model.layers // stages
         training["local_batch_size"] = plan.global_batch // plan.dp
     else:
@@ -125,7 +197,10 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> 
     fw = framework_args(NAME)
     secs = sections(plan, model)
     check_names(fw, [f"{s}.{k}" for s, fields in secs.items() for k in fields])
-    lines = [f"# {header}" if header else "", f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py"]
+    lines = [
+        f"# {header}" if header else "",
+        f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py",
+    ]
     lines = [ln for ln in lines if ln]
     for name, fields in secs.items():
         lines.append("")
@@ -144,21 +219,31 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     for sec, fields in data.items():
         for key in fields if isinstance(fields, dict) else ():
             if f"{sec}.{key}" not in fw.names:
-                raise ExportRefused(f"torchtitan: {sec}.{key} is not a torchtitan {fw.version} job-config key")
+                raise ExportRefused(
+                    f"torchtitan: {sec}.{key} is not a torchtitan {fw.version} job-config key"
+                )
     doc = Doc(data, "torchtitan")
     par, training = doc.doc("parallelism", {}), doc.doc("training", {})
     pp = par.integer("pipeline_parallel_degree", 1, minimum=1)
-    if pp > 1 and (par.integer("pipeline_parallel_first_stage_less_layers", 1, minimum=0)
-                   or par.integer("pipeline_parallel_last_stage_less_layers", 1, minimum=0)):
-        raise ExportRefused("torchtitan: first/last stage with fewer layers (pipeline_parallel_*_stage_less_layers, "
-                            "default 1) has no paraplan plan field; set both to 0")
+    if pp > 1 and (
+        par.integer("pipeline_parallel_first_stage_less_layers", 1, minimum=0)
+        or par.integer("pipeline_parallel_last_stage_less_layers", 1, minimum=0)
+    ):
+        raise ExportRefused(
+            "torchtitan: first/last stage with fewer layers (pipeline_parallel_*_stage_less_layers, "
+            "default 1) has no paraplan plan field; set both to 0"
+        )
     for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
         if par.get(key, None):
-            raise ExportRefused(f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field")
+            raise ExportRefused(
+                f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field"
+            )
     replicate = par.integer("data_parallel_replicate_degree", 1, minimum=1)
     shard = par.integer("data_parallel_shard_degree", 1, minimum=1)
     if replicate > 1 and shard > 1:
-        raise ExportRefused("torchtitan: hybrid sharding (replicate and shard degrees both > 1) has no paraplan plan")
+        raise ExportRefused(
+            "torchtitan: hybrid sharding (replicate and shard degrees both > 1) has no paraplan plan"
+        )
     tp = par.integer("tensor_parallel_degree", 1, minimum=1)
     cp = par.integer("context_parallel_degree", 1, minimum=1)
     dp = replicate * shard
@@ -166,12 +251,16 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
         zero = 2 if par.get("fsdp_reshard_after_forward", None) == "never" else 3
     else:
         zero = 0
-    schedule = par.choice("pipeline_parallel_schedule", {v: k for k, v in SCHEDULES.items()}, "1F1B")
+    schedule = par.choice(
+        "pipeline_parallel_schedule", {v: k for k, v in SCHEDULES.items()}, "1F1B"
+    )
     vpp = 1
     if schedule == "interleaved":
         per_stage = par.integer("pipeline_parallel_layers_per_stage", 0, minimum=0)
         if model is None or not per_stage:
-            raise ExportRefused("torchtitan: an interleaved schedule needs --model and pipeline_parallel_layers_per_stage")
+            raise ExportRefused(
+                "torchtitan: an interleaved schedule needs --model and pipeline_parallel_layers_per_stage"
+            )
         vpp = model.layers // (per_stage * pp)
     global_batch = training.integer("global_batch_size", -1)
     local = training.integer("local_batch_size", 8, minimum=1)
@@ -180,21 +269,32 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     offload = training.boolean("enable_cpu_offload", False)
     mode = doc.doc("activation_checkpoint", {}).text("mode", "selective")  # torchtitan's default
     if mode not in ("none", "full"):
-        raise ExportRefused(f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute (none, full)")
+        raise ExportRefused(
+            f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute (none, full)"
+        )
     converters = as_list(doc.doc("model", {}).get("converters", []), "torchtitan.model.converters")
     return {
         "gpus": dp * tp * pp * cp,
-        "tp": tp, "pp": pp, "cp": cp, "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": dp,
         "ep": par.integer("expert_parallel_degree", 1, minimum=1),
         "vpp": vpp,
         "schedule": schedule,
-        "micro_batch": par.integer("pipeline_parallel_microbatch_size", 1, minimum=1) if pp > 1 else local,
+        "micro_batch": par.integer("pipeline_parallel_microbatch_size", 1, minimum=1)
+        if pp > 1
+        else local,
         "global_batch": global_batch,
         "seq_length": training.integer("seq_len", 2048, minimum=1),
         "sequence_parallel": tp > 1,
         "recompute": mode,
         "zero": zero,
-        "dtype": "fp8" if FLOAT8 in converters else "fp32" if training.get("mixed_precision_param", None) == "float32" else "bf16",
+        "dtype": "fp8"
+        if FLOAT8 in converters
+        else "fp32"
+        if training.get("mixed_precision_param", None) == "float32"
+        else "bf16",
         "attention": "flash",
         "offload_weights": offload,
         "offload_optimizer": offload,

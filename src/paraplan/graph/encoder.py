@@ -33,7 +33,9 @@ from paraplan.graph.transformer import (
 )
 from paraplan.specs.model import ModelSpec
 
-BlockKind = Literal["embedding", "patch_embedding", "decoder", "encoder", "cross_decoder", "lm_head", "classifier"]
+BlockKind = Literal[
+    "embedding", "patch_embedding", "decoder", "encoder", "cross_decoder", "lm_head", "classifier"
+]
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,12 @@ def bidirectional(op: Op) -> Op:
 def encoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """A pre-norm encoder layer: the decoder layer's ops with bidirectional attention."""
     layer = decoder_layer(model, shape)
-    return LayerGraph("encoder_layer", tuple(bidirectional(op) for op in layer.ops), layer.collectives, layer.weight_params)
+    return LayerGraph(
+        "encoder_layer",
+        tuple(bidirectional(op) for op in layer.ops),
+        layer.collectives,
+        layer.weight_params,
+    )
 
 
 def cross_attention_ops(model: ModelSpec, shape: LayerShape, encoder_seq: int) -> list[Op]:
@@ -101,14 +108,28 @@ def cross_attention_ops(model: ModelSpec, shape: LayerShape, encoder_seq: int) -
     if shape.attention == "flash":
         fwd = 4.0 * batch * q_tokens * encoder_seq * d
         io_bytes = ab * (tokens * 2 * model.q_width + enc_tokens * 2 * model.kv_width) / t
-        core = [Op("cross_flash_attention", "attention", fwd, io_bytes, 2.5 * fwd, 2.0 * io_bytes, selective_recompute=True)]
+        core = [
+            Op(
+                "cross_flash_attention",
+                "attention",
+                fwd,
+                io_bytes,
+                2.5 * fwd,
+                2.0 * io_bytes,
+                selective_recompute=True,
+            )
+        ]
     else:
         scores = batch * q_tokens * encoder_seq
         per_score = (4 * ab + 1) if model.has_dropout else 2 * ab
         core = [
-            _gemm("cross_attention_scores", batch, q_tokens, encoder_seq, d)._replace(selective_recompute=True),
+            _gemm("cross_attention_scores", batch, q_tokens, encoder_seq, d)._replace(
+                selective_recompute=True
+            ),
             _memory("cross_softmax_dropout", per_score * scores)._replace(selective_recompute=True),
-            _gemm("cross_attention_over_values", batch, q_tokens, d, encoder_seq)._replace(selective_recompute=True),
+            _gemm("cross_attention_over_values", batch, q_tokens, d, encoder_seq)._replace(
+                selective_recompute=True
+            ),
         ]
     return [
         _memory("cross_attention_norm", 2 * ab * shape.sp_tokens * h),
@@ -139,7 +160,10 @@ def cross_decoder_layer(model: ModelSpec, shape: LayerShape, encoder_seq: int) -
     ops[split:split] = cross_attention_ops(model, shape, encoder_seq)
     coll = list(self_layer.collectives)
     extra = _tp_collectives(shape.local_tokens, model.hidden, shape.act_bytes, shape)
-    coll += [c._replace(name="cross_" + c.name, count_fwd=c.count_fwd // 2, count_bwd=c.count_bwd // 2) for c in extra]
+    coll += [
+        c._replace(name="cross_" + c.name, count_fwd=c.count_fwd // 2, count_bwd=c.count_bwd // 2)
+        for c in extra
+    ]
     params = layer_weight_params(model, shape.tp) + cross_attention_weight_params(model, shape.tp)
     return LayerGraph("cross_decoder_layer", tuple(ops), tuple(coll), params)
 
@@ -160,7 +184,9 @@ def patch_embedding_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         _gemm("patch_projection", 1, tokens, h, c * p * p),
         _memory("position_add", 3 * ab * tokens * h),
     )
-    return LayerGraph("patch_embedding", ops, (), patch_embedding_weight_params(model, shape.seq_length))
+    return LayerGraph(
+        "patch_embedding", ops, (), patch_embedding_weight_params(model, shape.seq_length)
+    )
 
 
 def classifier_weight_params(model: ModelSpec) -> float:
@@ -191,7 +217,9 @@ def decoder_seq(model: ModelSpec, seq_length: int) -> int:
     return model.decoder_seq_length or seq_length
 
 
-def block_graph(model: ModelSpec, ref: BlockRef, shape: LayerShape, first_and_last: bool = False) -> LayerGraph:
+def block_graph(
+    model: ModelSpec, ref: BlockRef, shape: LayerShape, first_and_last: bool = False
+) -> LayerGraph:
     """The op graph of one block of ``model`` (``ref`` from ``model_blocks``) on ``shape`` (encoder length);
     T5's decoder-side blocks run on the decoder length."""
     width = ref.width
@@ -212,21 +240,31 @@ def block_graph(model: ModelSpec, ref: BlockRef, shape: LayerShape, first_and_la
     return lm_head_block(width, head_shape, first_and_last)
 
 
-def boundary_bytes(model: ModelSpec, blocks: tuple[BlockRef, ...], after: int, shape: LayerShape) -> float:
+def boundary_bytes(
+    model: ModelSpec, blocks: tuple[BlockRef, ...], after: int, shape: LayerShape
+) -> float:
     """Activation bytes sent forward after block ``after`` per micro-batch (gradients of the same size
     come back): b·(s/c)·h half-precision elements split over TP (Narayanan et al. 2021 §4.1); inside
     T5's decoder the encoder output travels along with the decoder state (every decoder layer reads it)."""
     ref = blocks[min(after, len(blocks) - 1)]
     nxt = blocks[min(after + 1, len(blocks) - 1)]
-    if nxt.kind in ("cross_decoder", "lm_head") and model.architecture == "encoder_decoder" and ref.kind != "embedding":
+    if (
+        nxt.kind in ("cross_decoder", "lm_head")
+        and model.architecture == "encoder_decoder"
+        and ref.kind != "embedding"
+    ):
         dec = decoder_seq(model, shape.seq_length)
-        enc_bytes = shape.act_bytes * shape.micro_batch * shape.seq_length * ref.width.hidden / shape.cp
+        enc_bytes = (
+            shape.act_bytes * shape.micro_batch * shape.seq_length * ref.width.hidden / shape.cp
+        )
         dec_bytes = shape.act_bytes * shape.micro_batch * dec * ref.width.hidden / shape.cp
         return (enc_bytes + (dec_bytes if ref.kind == "cross_decoder" else 0.0)) / shape.tp
     return shape.act_bytes * shape.local_tokens * ref.width.hidden / shape.tp
 
 
-def cross_layer_extra_activation_bytes(model: ModelSpec, shape: LayerShape, encoder_seq: int, recompute: str) -> float:
+def cross_layer_extra_activation_bytes(
+    model: ModelSpec, shape: LayerShape, encoder_seq: int, recompute: str
+) -> float:
     """Stored activations the cross-attention adds to a decoder layer, per micro-batch (Korthikanti et
     al. 2022 §4.1 counting applied to the cross block): norm input and residual mask 2+1 per decoder
     token·h, Q and projection input 2·q/t per decoder token, K and V 2·2kv/t per encoder token, and the
@@ -238,20 +276,35 @@ def cross_layer_extra_activation_bytes(model: ModelSpec, shape: LayerShape, enco
     enc_tokens = shape.micro_batch * encoder_seq / shape.cp
     mask = 1.0 if model.has_dropout else 0.0
     sp_div = t if shape.sequence_parallel else 1
-    kept = tokens * h * (ab + mask) / sp_div + (tokens * 2 * ab * model.q_width + enc_tokens * 2 * ab * model.kv_width) / t
+    kept = (
+        tokens * h * (ab + mask) / sp_div
+        + (tokens * 2 * ab * model.q_width + enc_tokens * 2 * ab * model.kv_width) / t
+    )
     if recompute == "none":
         if shape.attention == "flash":
             kept += tokens * model.heads * 4.0 / t
         else:
-            kept += tokens * model.heads * encoder_seq * ((2 * ab + 1) if model.has_dropout else ab) / t
+            kept += (
+                tokens * model.heads * encoder_seq * ((2 * ab + 1) if model.has_dropout else ab) / t
+            )
     return kept
 
 
 @lru_cache(maxsize=256)
-def recomputable_names(model: ModelSpec, seq_length: int, attention: str, dtype: str) -> frozenset[str]:
+def recomputable_names(
+    model: ModelSpec, seq_length: int, attention: str, dtype: str
+) -> frozenset[str]:
     """What a per-op recompute list (StagePlanSpec ``recompute_ops``) may name for this model: every module
     of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops."""
-    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=seq_length, sequence_parallel=False, attention=attention, dtype=dtype)
+    shape = LayerShape(
+        tp=1,
+        cp=1,
+        micro_batch=1,
+        seq_length=seq_length,
+        sequence_parallel=False,
+        attention=attention,
+        dtype=dtype,
+    )
     present: set[str] = set()
     for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
         present |= {op.name for op in block_graph(model, ref, shape).ops}
@@ -263,7 +316,9 @@ def recomputable_names(model: ModelSpec, seq_length: int, attention: str, dtype:
     return frozenset(names)
 
 
-def recomputable_modules(model: ModelSpec, seq_length: int, attention: str, dtype: str) -> tuple[str, ...]:
+def recomputable_modules(
+    model: ModelSpec, seq_length: int, attention: str, dtype: str
+) -> tuple[str, ...]:
     """The module names among ``recomputable_names``, in RECOMPUTE_MODULE_OPS order."""
     allowed = recomputable_names(model, seq_length, attention, dtype)
     return tuple(m for m in RECOMPUTE_MODULE_OPS if m in allowed)

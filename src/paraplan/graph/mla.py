@@ -15,7 +15,14 @@ tensor in :func:`attention_activation_bytes`.
 from __future__ import annotations
 
 from paraplan.graph.ops import Collective, Op
-from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO, LayerShape, _gemm, _memory, attention_ops, ulysses_collectives
+from paraplan.graph.transformer import (
+    FLASH_BACKWARD_FLOP_RATIO,
+    LayerShape,
+    _gemm,
+    _memory,
+    attention_ops,
+    ulysses_collectives,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_widths, mla_qk_head_dim
 
@@ -36,10 +43,14 @@ def layer_causal_fraction(window: int | None, keys: int, cp: int, window_share: 
     over whole window patterns)."""
     if window is None:
         return window_fraction(None, keys, cp)
-    return window_share * window_fraction(window, keys, cp) + (1.0 - window_share) * window_fraction(None, keys, cp)
+    return window_share * window_fraction(window, keys, cp) + (
+        1.0 - window_share
+    ) * window_fraction(None, keys, cp)
 
 
-def mla_core_attention(model: ModelSpec, shape: LayerShape, window: int | None, window_share: float = 1.0) -> Op:
+def mla_core_attention(
+    model: ModelSpec, shape: LayerShape, window: int | None, window_share: float = 1.0
+) -> Op:
     """Fused attention with query/key head width d_n+d_r and value width d_v: forward
     2·b·(a/t)·(s/c)·s·(d_qk + d_v) FLOPs (Q·Kᵀ and P·V; Dao et al. 2022), backward 2.5× (as
     graph.transformer.attention_ops); reads Q, K, V, writes O."""
@@ -50,16 +61,30 @@ def mla_core_attention(model: ModelSpec, shape: LayerShape, window: int | None, 
     fwd = 2.0 * shape.micro_batch * heads_local * q_tokens * keys * (qk + dv)
     io_bytes = shape.act_bytes * shape.micro_batch * q_tokens * heads_local * (2 * qk + 2 * dv)
     return Op(
-        "flash_attention", "attention", fwd, io_bytes, FLASH_BACKWARD_FLOP_RATIO * fwd, 2.0 * io_bytes,
-        selective_recompute=True, causal_fraction=layer_causal_fraction(window, keys, shape.ring_chunks, window_share),
+        "flash_attention",
+        "attention",
+        fwd,
+        io_bytes,
+        FLASH_BACKWARD_FLOP_RATIO * fwd,
+        2.0 * io_bytes,
+        selective_recompute=True,
+        causal_fraction=layer_causal_fraction(window, keys, shape.ring_chunks, window_share),
     )
 
 
-def mla_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+def mla_ops(
+    model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0
+) -> list[Op]:
     """MLA projections, latent norms, rotary and core attention of one layer (one micro-batch, one GPU)."""
     h, a, t, ab = model.hidden, model.heads, shape.tp, shape.act_bytes
     tokens = shape.local_tokens
-    qk, dn, dr, dv, dc = mla_qk_head_dim(model), model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0, model.v_head_dim or 0, model.kv_lora_rank or 0
+    qk, dn, dr, dv, dc = (
+        mla_qk_head_dim(model),
+        model.qk_nope_head_dim or 0,
+        model.qk_rope_head_dim or 0,
+        model.v_head_dim or 0,
+        model.kv_lora_rank or 0,
+    )
     ops: list[Op] = []
     if model.q_lora_rank:
         dq = model.q_lora_rank
@@ -82,17 +107,34 @@ def mla_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, wind
     return ops
 
 
-def gqa_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+def gqa_ops(
+    model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0
+) -> list[Op]:
     """QKV projection, rotary and core attention of a GQA layer (graph.transformer's ops), with the
     window's share of the score matrix for windowed layers."""
     t = shape.tp
-    ops = [_gemm("qkv_projection", 1, shape.local_tokens, (model.q_width + 2 * model.kv_width) / t, model.hidden)]
+    ops = [
+        _gemm(
+            "qkv_projection",
+            1,
+            shape.local_tokens,
+            (model.q_width + 2 * model.kv_width) / t,
+            model.hidden,
+        )
+    ]
     if not model.learned_positions:
-        ops.append(_memory("rotary_embedding", 2 * shape.act_bytes * shape.local_tokens * (model.q_width + model.kv_width) / t))
+        ops.append(
+            _memory(
+                "rotary_embedding",
+                2 * shape.act_bytes * shape.local_tokens * (model.q_width + model.kv_width) / t,
+            )
+        )
     return ops + core_attention_ops(model, shape, window, window_share)
 
 
-def core_attention_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+def core_attention_ops(
+    model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0
+) -> list[Op]:
     """The core attention of a layer, last in mla_ops / gqa_ops: MLA's fused attention (mla_core_attention), or
     GQA's (graph.transformer.attention_ops) with the window's share of the score matrix for windowed layers. The only
     ops of a layer that read the context-parallel split beyond the local tokens b·s/c (the queries per sequence and
@@ -102,19 +144,34 @@ def core_attention_ops(model: ModelSpec, shape: LayerShape, window: int | None =
     ops = []
     for op in attention_ops(model, shape):
         if op.kind == "attention" and window is not None:
-            op = Op(op.name, op.kind, op.fwd_flops, op.fwd_bytes, op.bwd_flops, op.bwd_bytes, op.gemm_shape,
-                    op.selective_recompute, layer_causal_fraction(window, shape.seq_length, shape.ring_chunks, window_share))
+            op = Op(
+                op.name,
+                op.kind,
+                op.fwd_flops,
+                op.fwd_bytes,
+                op.bwd_flops,
+                op.bwd_bytes,
+                op.gemm_shape,
+                op.selective_recompute,
+                layer_causal_fraction(window, shape.seq_length, shape.ring_chunks, window_share),
+            )
         ops.append(op)
     return ops
 
 
-def attention_half_ops(model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0) -> list[Op]:
+def attention_half_ops(
+    model: ModelSpec, shape: LayerShape, window: int | None = None, window_share: float = 1.0
+) -> list[Op]:
     """Input norm, attention (MLA or GQA), output projection and residual of one layer."""
     h, ab = model.hidden, shape.act_bytes
     mask = 1.0 if model.has_dropout else 0.0
     _, _, v_width = attention_widths(model)
     out_in = v_width if model.is_mla else model.q_width
-    core = mla_ops(model, shape, window, window_share) if model.is_mla else gqa_ops(model, shape, window, window_share)
+    core = (
+        mla_ops(model, shape, window, window_share)
+        if model.is_mla
+        else gqa_ops(model, shape, window, window_share)
+    )
     return [
         _memory("input_norm", 2 * ab * shape.sp_tokens * h),
         *core,
@@ -134,13 +191,25 @@ def attention_half_collectives(model: ModelSpec, shape: LayerShape) -> list[Coll
             out += [
                 Collective("tp_all_gather", "tp", "all_gather", size, 1, 1),
                 Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
-                Collective("tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"),
-                Collective("tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 1, overlaps_with="wgrad"),
+                Collective(
+                    "tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"
+                ),
+                Collective(
+                    "tp_grad_reduce_scatter",
+                    "tp",
+                    "reduce_scatter",
+                    size,
+                    0,
+                    1,
+                    overlaps_with="wgrad",
+                ),
             ]
         else:
             out += [
                 Collective("tp_all_reduce", "tp", "all_reduce", size, 1, 0),
-                Collective("tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"),
+                Collective(
+                    "tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"
+                ),
             ]
     if shape.ulysses:
         out += ulysses_collectives(shape, *attention_widths(model))
@@ -156,10 +225,14 @@ def context_ring_collectives(model: ModelSpec, shape: LayerShape) -> list[Collec
         return []
     _, k_width, v_width = attention_widths(model)
     kv_chunk = float(shape.act_bytes * shape.local_tokens * (k_width + v_width) / shape.tp)
-    return [Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")]
+    return [
+        Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")
+    ]
 
 
-def attention_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...], selective: bool) -> float:
+def attention_activation_bytes(
+    model: ModelSpec, shape: LayerShape, modules: tuple[str, ...], selective: bool
+) -> float:
     """Bytes the attention half keeps for backward (one micro-batch, one GPU), Korthikanti et al.
     2022 §4.1 generalised. Outside TP (SP-sharded): input-norm input (2 per h) and the projections'
     input (a GEMM input: LayerShape.gemm_input_bytes, 1 in fp8 recipes); MLA adds the duplicated latents: query latent d_q and its norm output, the

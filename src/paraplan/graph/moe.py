@@ -26,13 +26,33 @@ from functools import lru_cache
 
 from paraplan.cost.memory import mlp_intermediate_bytes
 from paraplan.cost.moe import routed_load_factor
-from paraplan.graph.mla import attention_activation_bytes, attention_half_collectives, attention_half_ops, core_attention_ops
-from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, Collective, ExpertShape, LayerGraph, Op, mark_recomputed  # noqa: F401 (re-exported)
+from paraplan.graph.mla import (
+    attention_activation_bytes,
+    attention_half_collectives,
+    attention_half_ops,
+    core_attention_ops,
+)
+from paraplan.graph.ops import (
+    RECOMPUTE_MODULE_OPS,
+    Collective,
+    ExpertShape,
+    LayerGraph,
+    Op,
+    mark_recomputed,
+)  # noqa: F401 (re-exported)
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_model import attention_params, expert_params, mlp_params, moe_shaped, shared_width  # noqa: F401 (moe_shaped re-exported)
+from paraplan.specs.moe_model import (
+    attention_params,
+    expert_params,
+    mlp_params,
+    moe_shaped,
+    shared_width,
+)  # noqa: F401 (moe_shaped re-exported)
 
-ROUTER_SCORE_BYTES = 4  # router logits/probabilities in fp32 (Megatron-Core moe_router_dtype / router softmax)
+ROUTER_SCORE_BYTES = (
+    4  # router logits/probabilities in fp32 (Megatron-Core moe_router_dtype / router softmax)
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,7 +61,9 @@ class MoELayerGraph(LayerGraph):
     GPU, ``expert_weight_params`` the routed experts' (reduced over the expert-data-parallel group)."""
 
     expert_weight_params: float = 0.0
-    activation_bytes: float = 0.0  # bytes kept for backward (one micro-batch), after recompute_modules
+    activation_bytes: float = (
+        0.0  # bytes kept for backward (one micro-batch), after recompute_modules
+    )
     dispatch_buffer_bytes: float = 0.0  # send + receive buffers of the dispatch (transient)
 
 
@@ -52,7 +74,9 @@ def moe_tokens(shape: LayerShape) -> float:
 
 def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
     """R: expert rows the busiest rank computes, T·k·etp·load (cost.moe.routed_load_factor)."""
-    load = routed_load_factor(moe_tokens(shape), model.top_k, expert.ep, expert.balance, expert.capacity_factor)
+    load = routed_load_factor(
+        moe_tokens(shape), model.top_k, expert.ep, expert.balance, expert.capacity_factor
+    )
     return moe_tokens(shape) * model.top_k * expert.etp * load
 
 
@@ -110,14 +134,25 @@ def expert_knob_inputs(shape: LayerShape) -> tuple:
     tokens a rank routes; with fp8 casts also tp, the local tokens and sequence parallelism): two shapes equal
     on it give the same ops (tests/search/test_moe_search.py)."""
     fp8 = shape.dtype == "fp8"
-    return shape.dtype, shape.act_bytes, moe_tokens(shape), (shape.tp, shape.local_tokens, shape.sequence_parallel) if fp8 else ()
+    return (
+        shape.dtype,
+        shape.act_bytes,
+        moe_tokens(shape),
+        (shape.tp, shape.local_tokens, shape.sequence_parallel) if fp8 else (),
+    )
 
 
-def expert_knob_parts(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> tuple[list[Op], list[Op]]:
+def expert_knob_parts(
+    model: ModelSpec, shape: LayerShape, expert: ExpertShape
+) -> tuple[list[Op], list[Op]]:
     """The ops of an MoE layer that read the expert knobs (ep, etp, capacity, balance), in the two places the layer
     has them (_assemble_layer): expert_ops between the router and the shared experts, and at the end the fp8 casts,
     whose element count includes the routed rows; every other op of the layer is the same for every expert option."""
-    trailing = [fp8_cast_op(model, shape, routed_rows(model, shape, expert), True)] if shape.dtype == "fp8" else []
+    trailing = (
+        [fp8_cast_op(model, shape, routed_rows(model, shape, expert), True)]
+        if shape.dtype == "fp8"
+        else []
+    )
     return expert_ops(model, shape, expert), trailing
 
 
@@ -141,8 +176,16 @@ def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) 
     parallel in-projection p·f/t, activation, row-parallel out-projection (Shoeybi et al. 2019 §3)."""
     t, tokens, ab = shape.tp, shape.local_tokens, shape.act_bytes
     return [
-        _gemm(f"{prefix}_in_projection", 1, tokens, model.mlp_input_projections * width / t, model.hidden),
-        _memory(f"{prefix}_activation", ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2)),
+        _gemm(
+            f"{prefix}_in_projection",
+            1,
+            tokens,
+            model.mlp_input_projections * width / t,
+            model.hidden,
+        ),
+        _memory(
+            f"{prefix}_activation", ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2)
+        ),
         _gemm(f"{prefix}_out_projection", 1, tokens, model.hidden, width / t),
     ]
 
@@ -157,16 +200,30 @@ def mlp_tp_collectives(shape: LayerShape, hidden: int, prefix: str) -> list[Coll
         return [
             Collective(f"{prefix}_tp_all_gather", "tp", "all_gather", size, 1, 1),
             Collective(f"{prefix}_tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
-            Collective(f"{prefix}_tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"),
-            Collective(f"{prefix}_tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 1, overlaps_with="wgrad"),
+            Collective(
+                f"{prefix}_tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"
+            ),
+            Collective(
+                f"{prefix}_tp_grad_reduce_scatter",
+                "tp",
+                "reduce_scatter",
+                size,
+                0,
+                1,
+                overlaps_with="wgrad",
+            ),
         ]
     return [
         Collective(f"{prefix}_tp_all_reduce", "tp", "all_reduce", size, 1, 0),
-        Collective(f"{prefix}_tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"),
+        Collective(
+            f"{prefix}_tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"
+        ),
     ]
 
 
-def dispatch_collectives(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Collective]:
+def dispatch_collectives(
+    model: ModelSpec, shape: LayerShape, expert: ExpertShape
+) -> list[Collective]:
     """Dispatch and combine of one MoE layer (each once in forward and once in backward, reversed).
 
     alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): all-to-all over "ep" of the R/etp rows
@@ -205,7 +262,9 @@ def dispatch_collectives(model: ModelSpec, shape: LayerShape, expert: ExpertShap
     return out
 
 
-def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: ExpertShape, modules: tuple[str, ...]) -> float:
+def moe_mlp_activation_bytes(
+    model: ModelSpec, shape: LayerShape, expert: ExpertShape, modules: tuple[str, ...]
+) -> float:
     """Bytes the MoE MLP keeps for backward: pre-MLP norm input and output (SP shard, 2 B·h each),
     fp32 router probabilities 4·E per token; per routed row (R rows, the top_k copies of the tokens)
     the fc1 input h and the fc2 input f_e/etp at LayerShape.gemm_input_bytes (fp8 copies in fp8 recipes), the
@@ -224,7 +283,9 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
     rows = routed_rows(model, shape, expert)
     f = (model.moe_ffn_hidden or 0) / expert.etp
     p = model.mlp_input_projections
-    routed = rows * (gin * h + ab * p * f + (0.0 if "moe_act" in modules else gin * f) + ROUTER_SCORE_BYTES)
+    routed = rows * (
+        gin * h + ab * p * f + (0.0 if "moe_act" in modules else gin * f) + ROUTER_SCORE_BYTES
+    )
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0
     if model.shared_experts and "shared_experts" not in modules:
@@ -233,7 +294,9 @@ def moe_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, expert: Expert
     return norm + router + routed + shared
 
 
-def dense_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]) -> float:
+def dense_mlp_activation_bytes(
+    model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]
+) -> float:
     """Dense MLP (Korthikanti et al. 2022 §4.1): norm input (2 B·h) and MLP input (the fc1 GEMM input,
     gemm_input_bytes·h), both SP shards; intermediates per token split by t: the fc1 output (2·f
     SwiGLU, f GeLU, at 2 B) and the fc2 GEMM input f at gemm_input_bytes; ``mlp`` drops the
@@ -241,7 +304,11 @@ def dense_mlp_activation_bytes(model: ModelSpec, shape: LayerShape, modules: tup
     h, ab, gin, t = model.hidden, shape.act_bytes, shape.gemm_input_bytes, shape.tp
     sp = shape.sp_tokens
     norm = (0.0 if "layernorm" in modules else ab * sp * h) + gin * sp * h
-    inner = 0.0 if "mlp" in modules else shape.local_tokens * model.ffn_hidden / t * mlp_intermediate_bytes(model, shape)
+    inner = (
+        0.0
+        if "mlp" in modules
+        else shape.local_tokens * model.ffn_hidden / t * mlp_intermediate_bytes(model, shape)
+    )
     return norm + inner
 
 
@@ -282,7 +349,11 @@ def layer_core_ops(model: ModelSpec, shape: LayerShape) -> tuple[Op, ...]:
     recompute modules as _expert_free_parts marks them: the ops of a dense or MoE layer that read the
     context-parallel split beyond the local tokens (graph.transformer.cp_free_key). Memoised: the dense layer, the MoE
     layer and the MTP module ask for the same shape's."""
-    return tuple(mark_recomputed(core_attention_ops(model, shape, *layer_window(model)), shape.recompute_modules))
+    return tuple(
+        mark_recomputed(
+            core_attention_ops(model, shape, *layer_window(model)), shape.recompute_modules
+        )
+    )
 
 
 NO_EXPERT = ExpertShape()
@@ -318,7 +389,9 @@ def moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerG
             parts = _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe)
             graph = replace(graph, collectives=_layer_collectives(model, shape, moe, parts))
         return graph
-    return _assemble_layer(model, shape, moe, _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe))
+    return _assemble_layer(
+        model, shape, moe, _shared_expert_free_parts(model, with_expert(shape, NO_EXPERT), moe)
+    )
 
 
 def build_moe_model_layer(model: ModelSpec, shape: LayerShape, moe: bool) -> MoELayerGraph:
@@ -343,8 +416,12 @@ def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
         after += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
         after_coll += mlp_tp_collectives(shape, h, "mlp")
     after.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
-    return (mark_recomputed(before, modules), mark_recomputed(after, modules),
-            tuple(attention_half_collectives(model, shape)), tuple(after_coll))
+    return (
+        mark_recomputed(before, modules),
+        mark_recomputed(after, modules),
+        tuple(attention_half_collectives(model, shape)),
+        tuple(after_coll),
+    )
 
 
 # keyed on the expert-free shape (graph.transformer.with_expert(shape, NO_EXPERT)): one build for every expert option
@@ -365,22 +442,36 @@ def _assemble_layer(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple
     if moe:
         routed, trailing = expert_knob_parts(model, shape, expert)
     else:  # a dense layer's fp8 casts have no routed rows
-        routed, trailing = [], ([fp8_cast_op(model, shape, 0.0, False)] if shape.dtype == "fp8" else [])
+        routed, trailing = (
+            [],
+            ([fp8_cast_op(model, shape, 0.0, False)] if shape.dtype == "fp8" else []),
+        )
     ops = before + mark_recomputed(routed, modules) + after + mark_recomputed(trailing, modules)
     coll = _layer_collectives(model, shape, moe, parts)
     weights, experts = layer_weight_split(model, t, expert, moe)
     acts, buffers = moe_layer_memory_bytes(model, shape, moe)
     return MoELayerGraph(
-        "moe_layer" if moe else "dense_layer", ops, coll, weights,
-        expert_weight_params=experts, activation_bytes=acts, dispatch_buffer_bytes=buffers,
+        "moe_layer" if moe else "dense_layer",
+        ops,
+        coll,
+        weights,
+        expert_weight_params=experts,
+        activation_bytes=acts,
+        dispatch_buffer_bytes=buffers,
     )
 
 
-def _layer_collectives(model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple) -> tuple[Collective, ...]:
+def _layer_collectives(
+    model: ModelSpec, shape: LayerShape, moe: bool, parts: tuple
+) -> tuple[Collective, ...]:
     """Collectives of one layer from its _expert_free_parts: the attention half's, then the MoE MLP's dispatch/combine
     at the shape's expert knobs, then the shared experts' TP collectives, or the dense MLP's."""
     _, _, attention_coll, after_coll = parts
-    return attention_coll + (tuple(dispatch_collectives(model, shape, shape.expert)) if moe else ()) + after_coll
+    return (
+        attention_coll
+        + (tuple(dispatch_collectives(model, shape, shape.expert)) if moe else ())
+        + after_coll
+    )
 
 
 @lru_cache(maxsize=16384)
@@ -393,7 +484,9 @@ def moe_layer_memory_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> tu
     acts = moe_layer_activation_bytes(model, shape, moe)
     if not moe:
         return acts, 0.0
-    return acts, shape.act_bytes * model.hidden * (moe_tokens(shape) * model.top_k + routed_rows(model, shape, shape.expert))
+    return acts, shape.act_bytes * model.hidden * (
+        moe_tokens(shape) * model.top_k + routed_rows(model, shape, shape.expert)
+    )
 
 
 def moe_layer_activation_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -> float:
@@ -407,7 +500,9 @@ def moe_layer_activation_bytes(model: ModelSpec, shape: LayerShape, moe: bool) -
 
 
 @lru_cache(maxsize=4096)
-def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool) -> tuple[float, float]:
+def layer_weight_split(
+    model: ModelSpec, tp: int, expert: ExpertShape, moe: bool
+) -> tuple[float, float]:
     """(dense-group, expert-group) parameters of one layer on one GPU. Attention: MLA's down
     projections and latent norms are duplicated on every TP rank, the rest split by t (GQA: all
     matrices split by t); two norms replicated. MoE MLP: router E·h replicated, shared experts
@@ -417,7 +512,9 @@ def layer_weight_split(model: ModelSpec, tp: int, expert: ExpertShape, moe: bool
     norms = (2 if model.norm == "layernorm" else 1) * 2 * model.hidden
     if model.is_mla:
         parts = mla_params(model)
-        duplicated = sum(v for k, v in parts.items() if k in ("q_down", "q_norm", "kv_down", "kv_norm"))
+        duplicated = sum(
+            v for k, v in parts.items() if k in ("q_down", "q_norm", "kv_down", "kv_norm")
+        )
         attention = duplicated + (attention_params(model) - duplicated) / tp
     else:
         attention = attention_params(model) / tp
@@ -441,8 +538,13 @@ def mtp_block(model: ModelSpec, shape: LayerShape) -> MoELayerGraph:
     weights = layer.weight_params + 2 * h * h / shape.tp + norms
     acts, buffers = mtp_memory_bytes(model, shape)
     return MoELayerGraph(
-        "mtp", ops, layer.collectives + head.collectives, weights,
-        expert_weight_params=layer.expert_weight_params, activation_bytes=acts, dispatch_buffer_bytes=buffers,
+        "mtp",
+        ops,
+        layer.collectives + head.collectives,
+        weights,
+        expert_weight_params=layer.expert_weight_params,
+        activation_bytes=acts,
+        dispatch_buffer_bytes=buffers,
     )
 
 
@@ -452,7 +554,10 @@ def mtp_memory_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float]
     output head (4·b·s·V/t)."""
     acts, buffers = moe_layer_memory_bytes(model, shape, model.is_moe)
     tokens = shape.local_tokens
-    return acts + shape.act_bytes * tokens * 3 * model.hidden + 4.0 * tokens * model.vocab / shape.tp, buffers
+    return (
+        acts + shape.act_bytes * tokens * 3 * model.hidden + 4.0 * tokens * model.vocab / shape.tp,
+        buffers,
+    )
 
 
 def mtp_outer_ops(model: ModelSpec, shape: LayerShape) -> tuple[Op, ...]:

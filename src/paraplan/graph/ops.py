@@ -19,8 +19,17 @@ from functools import lru_cache
 from typing import Literal, NamedTuple
 
 OpKind = Literal["gemm", "grouped_gemm", "attention", "memory", "host_sync"]
-CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "ring_exchange", "all_to_all",
-                         "all_to_all_dedup", "broadcast", "reduce"]
+CollectiveKind = Literal[
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "send_recv",
+    "ring_exchange",
+    "all_to_all",
+    "all_to_all_dedup",
+    "broadcast",
+    "reduce",
+]
 
 
 class Op(NamedTuple):
@@ -94,15 +103,36 @@ class ExpertShape(NamedTuple):
 # The ops each Megatron-LM --recompute-modules name re-runs (selective recomputation by module), by op name
 # in the dense (graph.transformer) and MoE / MLA (graph.moe, graph.mla) layer builders.
 RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
-    "core_attn": ("flash_attention", "attention_scores", "softmax_dropout", "attention_over_values"),
+    "core_attn": (
+        "flash_attention",
+        "attention_scores",
+        "softmax_dropout",
+        "attention_over_values",
+    ),
     "mla_up_proj": ("mla_q_up", "mla_kv_up", "mla_rotary_concat"),
     "layernorm": ("input_norm", "post_attention_norm"),
     "moe_act": ("expert_activation",),
-    "shared_experts": ("shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
+    "shared_experts": (
+        "shared_expert_in_projection",
+        "shared_expert_activation",
+        "shared_expert_out_projection",
+    ),
     "mlp": ("mlp_in_projection", "mlp_activation", "mlp_out_projection"),
-    "moe": ("router", "router_softmax_topk", "permute", "sort_chunks", "expert_fc1", "unsort_chunks", "dispatch_host_sync",
-            "expert_activation", "expert_fc2", "unpermute",
-            "shared_expert_in_projection", "shared_expert_activation", "shared_expert_out_projection"),
+    "moe": (
+        "router",
+        "router_softmax_topk",
+        "permute",
+        "sort_chunks",
+        "expert_fc1",
+        "unsort_chunks",
+        "dispatch_host_sync",
+        "expert_activation",
+        "expert_fc2",
+        "unpermute",
+        "shared_expert_in_projection",
+        "shared_expert_activation",
+        "shared_expert_out_projection",
+    ),
 }
 
 
@@ -121,7 +151,11 @@ def _weight_gemms(graph: LayerGraph):
 
 def _is_weight_gemm(op: Op) -> bool:
     """A GEMM that multiplies by a weight: every GEMM with a shape but the core-attention ones."""
-    return op.kind in ("gemm", "grouped_gemm") and op.gemm_shape is not None and op.name not in _CORE_ATTENTION_OPS
+    return (
+        op.kind in ("gemm", "grouped_gemm")
+        and op.gemm_shape is not None
+        and op.name not in _CORE_ATTENTION_OPS
+    )
 
 
 @lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph
@@ -132,8 +166,14 @@ def largest_weight_params(graph: LayerGraph) -> float:
 
 
 @lru_cache(maxsize=16384)
-def _weight_tensor_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool,
-                          hidden: int) -> tuple[float, ...]:
+def _weight_tensor_numels(
+    graph: LayerGraph,
+    bias: bool,
+    qkv_bias: bool,
+    layernorm: bool,
+    learned_positions: bool,
+    hidden: int,
+) -> tuple[float, ...]:
     """Elements (on one GPU) of each weight tensor of the block, the tensors a per-tensor ZeRO-3 gather issues one
     all-gather each for: every weight GEMM's weight k·n (a grouped GEMM: one per local expert) plus its bias n when
     the model has biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none),
@@ -142,8 +182,14 @@ def _weight_tensor_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layerno
     return _walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, hidden)[0]
 
 
-def _walk_weights(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool,
-                  hidden: int) -> tuple[tuple[float, ...], float]:
+def _walk_weights(
+    graph: LayerGraph,
+    bias: bool,
+    qkv_bias: bool,
+    layernorm: bool,
+    learned_positions: bool,
+    hidden: int,
+) -> tuple[tuple[float, ...], float]:
     """(_weight_tensor_numels, largest_weight_params) of the block from one walk over its ops, in op order (the
     weight GEMMs are those of _weight_gemms; the largest is the first of the greatest k·n·batch, as ``max``)."""
     out: list[float] = []
@@ -167,7 +213,9 @@ def _walk_weights(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool
     return tuple(out), (0.0 if largest is None else largest)
 
 
-def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool) -> float:
+def weight_tensor_count(
+    graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool
+) -> float:
     """Weight tensors of one block (_weight_tensor_numels), what a per-tensor ZeRO-3 gather issues one all-gather each
     for (DeepSpeed <= 0.5.4, ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them)."""
     return float(len(_weight_tensor_numels(graph, bias, qkv_bias, layernorm, learned_positions, 0)))
@@ -178,17 +226,33 @@ def weight_tensor_count(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm
 DS_PERSISTENCE_THRESHOLD = 1e5
 
 
-def small_weight_numels(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, hidden: int,
-                        threshold: float = DS_PERSISTENCE_THRESHOLD) -> tuple[float, ...]:
+def small_weight_numels(
+    graph: LayerGraph,
+    bias: bool,
+    qkv_bias: bool,
+    layernorm: bool,
+    hidden: int,
+    threshold: float = DS_PERSISTENCE_THRESHOLD,
+) -> tuple[float, ...]:
     """Sizes (elements, on one GPU) of the block's weight tensors (_weight_tensor_numels) smaller than ``threshold``.
     DeepSpeed's ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5;
     stage3.py ``persistent_parameters``, microsoft/DeepSpeed 0cd9abf)."""
-    return tuple(x for x in _weight_tensor_numels(graph, bias, qkv_bias, layernorm, False, hidden) if x < threshold)
+    return tuple(
+        x
+        for x in _weight_tensor_numels(graph, bias, qkv_bias, layernorm, False, hidden)
+        if x < threshold
+    )
 
 
 @lru_cache(maxsize=65536)  # graphs hash by identity: one walk per graph and model
-def weight_tensor_stats(graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool,
-                        hidden: int) -> tuple[float, float, tuple[float, ...]]:
+def weight_tensor_stats(
+    graph: LayerGraph,
+    bias: bool,
+    qkv_bias: bool,
+    layernorm: bool,
+    learned_positions: bool,
+    hidden: int,
+) -> tuple[float, float, tuple[float, ...]]:
     """(weight_tensor_count, largest_weight_params, small_weight_numels at DS_PERSISTENCE_THRESHOLD) of one block from
     one walk (_walk_weights): the learned position table counts as a tensor but is never small (inf)."""
     numels, largest = _walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, hidden)
@@ -207,7 +271,11 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     a module's stored activations as a whole: cost.memory.recomputed_module_bytes)."""
     out: list[str] = []
     for name in names:
-        modules = [name] if name in RECOMPUTE_MODULE_OPS else [m for m, ops in RECOMPUTE_MODULE_OPS.items() if name in ops]
+        modules = (
+            [name]
+            if name in RECOMPUTE_MODULE_OPS
+            else [m for m, ops in RECOMPUTE_MODULE_OPS.items() if name in ops]
+        )
         out += [m for m in modules[:1] if m not in out]
     return tuple(out)
 
@@ -216,8 +284,12 @@ def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
     """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
     names = recomputed_op_names(modules)
     # an op whose flag already has the value is kept as is (equal to its replace; no copy)
-    return tuple(op if op.selective_recompute == (op.name in names) else _with_recompute_flag(op, op.name in names)
-                 for op in ops)
+    return tuple(
+        op
+        if op.selective_recompute == (op.name in names)
+        else _with_recompute_flag(op, op.name in names)
+        for op in ops
+    )
 
 
 @lru_cache(maxsize=256)
@@ -228,5 +300,15 @@ def recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
 
 def _with_recompute_flag(op: Op, flag: bool) -> Op:
     """``op._replace(selective_recompute=flag)``, constructed directly (the graph builders' hot path)."""
-    return Op(op.name, op.kind, op.fwd_flops, op.fwd_bytes, op.bwd_flops, op.bwd_bytes, op.gemm_shape, flag,
-              op.causal_fraction, op.attention_call)
+    return Op(
+        op.name,
+        op.kind,
+        op.fwd_flops,
+        op.fwd_bytes,
+        op.bwd_flops,
+        op.bwd_bytes,
+        op.gemm_shape,
+        flag,
+        op.causal_fraction,
+        op.attention_call,
+    )

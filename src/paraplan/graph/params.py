@@ -11,7 +11,11 @@ from paraplan.specs.moe_model import moe_shaped
 
 from dataclasses import dataclass
 
-from paraplan.graph.transformer import embedding_weight_params, layer_weight_params, lm_head_weight_params
+from paraplan.graph.transformer import (
+    embedding_weight_params,
+    layer_weight_params,
+    lm_head_weight_params,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.units import si_prefixed
 
@@ -28,8 +32,13 @@ class ParameterCounts:
     head: float  # LM head table when untied, plus the final norm
 
     def to_dict(self) -> dict:
-        return {"total": self.total, "active": self.active, "layers": self.layers, "embedding": self.embedding,
-                "head": self.head}
+        return {
+            "total": self.total,
+            "active": self.active,
+            "layers": self.layers,
+            "embedding": self.embedding,
+            "head": self.head,
+        }
 
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
@@ -54,10 +63,17 @@ def _moe_counts(model: ModelSpec) -> ParameterCounts:
     from paraplan.specs.moe_model import layer_params, total_params
 
     layers = sum(layer_params(model, i) for i in range(model.layers))
-    embedding = model.vocab * model.hidden + (model.max_position * model.hidden if model.learned_positions else 0)
+    embedding = model.vocab * model.hidden + (
+        model.max_position * model.hidden if model.learned_positions else 0
+    )
     total = float(total_params(model))
-    return ParameterCounts(total=total, active=float(total_params(model, active=True)), layers=float(layers),
-                           embedding=float(embedding), head=total - layers - embedding)
+    return ParameterCounts(
+        total=total,
+        active=float(total_params(model, active=True)),
+        layers=float(layers),
+        embedding=float(embedding),
+        head=total - layers - embedding,
+    )
 
 
 def _block_list_counts(model: ModelSpec) -> ParameterCounts:
@@ -65,9 +81,18 @@ def _block_list_counts(model: ModelSpec) -> ParameterCounts:
     from paraplan.graph.encoder import block_graph, model_blocks
     from paraplan.graph.transformer import LayerShape
 
-    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=model.max_position, sequence_parallel=False,
-                       attention="flash", dtype="bf16")
-    weights = [(ref, block_graph(model, ref, shape, True).weight_params) for ref in model_blocks(model)]
+    shape = LayerShape(
+        tp=1,
+        cp=1,
+        micro_batch=1,
+        seq_length=model.max_position,
+        sequence_parallel=False,
+        attention="flash",
+        dtype="bf16",
+    )
+    weights = [
+        (ref, block_graph(model, ref, shape, True).weight_params) for ref in model_blocks(model)
+    ]
     layers = sum(w for ref, w in weights if ref.is_layer)
     embedding = sum(w for ref, w in weights if ref.kind in ("embedding", "patch_embedding"))
     head = sum(w for ref, w in weights if ref.kind in ("lm_head", "classifier"))

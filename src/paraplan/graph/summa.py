@@ -34,7 +34,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from paraplan.graph.ops import Collective, LayerGraph, Op
-from paraplan.graph.transformer import FLOPS_PER_ELEMENT, LayerShape, _memory, _norm_flops, attention_ops
+from paraplan.graph.transformer import (
+    FLOPS_PER_ELEMENT,
+    LayerShape,
+    _memory,
+    _norm_flops,
+    attention_ops,
+)
 from paraplan.specs.model import ModelSpec
 
 
@@ -44,17 +50,28 @@ def norm_statistics(model: ModelSpec) -> int:
     return 2 if model.norm == "layernorm" else 1
 
 
-def summa_gemm(name: str, tokens: float, e: float, f: float, rows: int, cols: int, panels: int) -> Op:
+def summa_gemm(
+    name: str, tokens: float, e: float, f: float, rows: int, cols: int, panels: int
+) -> Op:
     """One GPU's share of Y = X·W on the grid: 2·(T/r)·(f/c)·e FLOPs forward, the panel GEMMs
     (T/r) × (f/c) × (e/nb) accumulating into one output block (their shape sets the efficiency);
     backward dgrad + wgrad = 2× forward (Narayanan et al. 2021, §5.1)."""
     m, n = tokens / rows, f / cols
     flops = 2.0 * m * n * e
-    return Op(name, "gemm", flops, 0.0, 2.0 * flops, 0.0, gemm_shape=(1, int(m), int(n), max(1, int(e // panels))))
+    return Op(
+        name,
+        "gemm",
+        flops,
+        0.0,
+        2.0 * flops,
+        0.0,
+        gemm_shape=(1, int(m), int(n), max(1, int(e // panels))),
+    )
 
 
-def summa_collectives(name: str, tokens: float, e: float, f: float, rows: int, cols: int, panels: int,
-                      ab: int) -> list[Collective]:
+def summa_collectives(
+    name: str, tokens: float, e: float, f: float, rows: int, cols: int, panels: int, ab: int
+) -> list[Collective]:
     """SUMMA traffic of one linear e → f per GPU and micro-batch, one call per panel (bytes per call):
     forward broadcasts (T/r)·e/nb activation elements along the row and e/nb·f/c weight elements along
     the column; backward broadcasts both again and reduces the two partial products (dX along the
@@ -63,10 +80,30 @@ def summa_collectives(name: str, tokens: float, e: float, f: float, rows: int, c
     x_panel = float(ab * tokens / rows * e / panels)
     w_panel = float(ab * e * f / cols / panels)
     return [
-        Collective(f"{name}_x_broadcast", "tp_row", "broadcast", x_panel, panels, panels, overlaps_with="panels"),
-        Collective(f"{name}_w_broadcast", "tp_col", "broadcast", w_panel, panels, panels, overlaps_with="panels"),
-        Collective(f"{name}_dx_reduce", "tp_row", "reduce", x_panel, 0, panels, overlaps_with="panels"),
-        Collective(f"{name}_dw_reduce", "tp_col", "reduce", w_panel, 0, panels, overlaps_with="panels"),
+        Collective(
+            f"{name}_x_broadcast",
+            "tp_row",
+            "broadcast",
+            x_panel,
+            panels,
+            panels,
+            overlaps_with="panels",
+        ),
+        Collective(
+            f"{name}_w_broadcast",
+            "tp_col",
+            "broadcast",
+            w_panel,
+            panels,
+            panels,
+            overlaps_with="panels",
+        ),
+        Collective(
+            f"{name}_dx_reduce", "tp_row", "reduce", x_panel, 0, panels, overlaps_with="panels"
+        ),
+        Collective(
+            f"{name}_dw_reduce", "tp_col", "reduce", w_panel, 0, panels, overlaps_with="panels"
+        ),
     ]
 
 
@@ -77,7 +114,9 @@ def summa_weight_params(model: ModelSpec, rows: int, cols: int) -> float:
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
-    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (p * f if model.has_bias else 0)
+    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (
+        p * f if model.has_bias else 0
+    )
     replicated_bias = 2 * h if model.has_bias else 0
     return matrices / (rows * cols) + (split_bias + replicated_bias + norm_params) / cols
 
@@ -110,43 +149,73 @@ def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     block = tokens * h / grid  # elements of one T/r × h/c activation block
     mask = 1.0 if model.has_dropout else 0.0
     qkv = model.q_width + 2 * model.kv_width
-    linears = (("qkv_projection", h, qkv), ("attention_projection", model.q_width, h),
-               ("mlp_in_projection", h, model.mlp_input_projections * f), ("mlp_out_projection", f, h))
+    linears = (
+        ("qkv_projection", h, qkv),
+        ("attention_projection", model.q_width, h),
+        ("mlp_in_projection", h, model.mlp_input_projections * f),
+        ("mlp_out_projection", f, h),
+    )
     gemms = {name: summa_gemm(name, tokens, e, out, rows, cols, nb) for name, e, out in linears}
-    ops: list[Op] = [_memory("input_norm", 2 * ab * block, _norm_flops(model, block)), gemms["qkv_projection"]]
+    ops: list[Op] = [
+        _memory("input_norm", 2 * ab * block, _norm_flops(model, block)),
+        gemms["qkv_projection"],
+    ]
     if not model.learned_positions:
         rotated = tokens * (model.q_width + model.kv_width) / grid
-        ops.append(_memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated))
+        ops.append(
+            _memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated)
+        )
     ops += attention_ops(model, attention_shape_2d(shape))
     ops += [
         gemms["attention_projection"],
-        _memory("attention_residual", (3 * ab + mask) * block, FLOPS_PER_ELEMENT["residual"] * block),
+        _memory(
+            "attention_residual", (3 * ab + mask) * block, FLOPS_PER_ELEMENT["residual"] * block
+        ),
         _memory("post_attention_norm", 2 * ab * block, _norm_flops(model, block)),
         gemms["mlp_in_projection"],
-        _memory("mlp_activation", ab * tokens * f / grid * (3 if model.mlp == "swiglu" else 2),
-                FLOPS_PER_ELEMENT[model.mlp] * tokens * f / grid),
+        _memory(
+            "mlp_activation",
+            ab * tokens * f / grid * (3 if model.mlp == "swiglu" else 2),
+            FLOPS_PER_ELEMENT[model.mlp] * tokens * f / grid,
+        ),
         gemms["mlp_out_projection"],
         _memory("mlp_residual", (3 * ab + mask) * block, FLOPS_PER_ELEMENT["residual"] * block),
     ]
-    if shape.dtype == "fp8":  # casts of every GEMM input / output gradient: the 1D count over the whole grid
+    if (
+        shape.dtype == "fp8"
+    ):  # casts of every GEMM input / output gradient: the 1D count over the whole grid
         fwd_elems = tokens * (h + model.q_width + h + f) / grid
         bwd_elems = tokens * (qkv + h + model.mlp_input_projections * f + h) / grid
         ops.append(Op("fp8_casts", "memory", 0.0, 3.0 * fwd_elems, 0.0, 3.0 * bwd_elems))
     collectives: list[Collective] = []
     for name, e, out in linears:
         collectives += summa_collectives(name, tokens, e, out, rows, cols, nb, ab)
-    stats = float(norm_statistics(model) * 4 * tokens / rows)  # fp32 per-token statistics of one norm
-    collectives.append(Collective("norm_statistics_all_reduce", "tp_row", "all_reduce", stats, 2, 2))
+    stats = float(
+        norm_statistics(model) * 4 * tokens / rows
+    )  # fp32 per-token statistics of one norm
+    collectives.append(
+        Collective("norm_statistics_all_reduce", "tp_row", "all_reduce", stats, 2, 2)
+    )
     kv = float(ab * tokens * 2 * model.kv_width / cols)  # the column's K and V of all T tokens
     collectives += kv_gather_collectives("tp_col", kv, rows)
     if shape.cp > 1:
-        kv_chunk = float(ab * tokens * 2 * model.kv_width / cols)  # the grid column's K and V, passed around the cp ring
-        collectives.append(Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"))
-    return LayerGraph("decoder_layer", tuple(ops), tuple(collectives), summa_weight_params(model, rows, cols))
+        kv_chunk = float(
+            ab * tokens * 2 * model.kv_width / cols
+        )  # the grid column's K and V, passed around the cp ring
+        collectives.append(
+            Collective(
+                "cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"
+            )
+        )
+    return LayerGraph(
+        "decoder_layer", tuple(ops), tuple(collectives), summa_weight_params(model, rows, cols)
+    )
 
 
 def context_gather_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
     """2d-seq's exchange over cp (module docstring): K and V of all s tokens for the tp rank's heads,
     b·s·2·kv_width/t elements gathered; replaces the ring (graph.transformer.decoder_layer)."""
-    kv = float(shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp)
+    kv = float(
+        shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
+    )
     return kv_gather_collectives("cp", kv, shape.cp)

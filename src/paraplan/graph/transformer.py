@@ -36,14 +36,18 @@ class LayerShape(NamedTuple):
     attention: str  # "flash" | "unfused"
     dtype: str
     expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
-    recompute_modules: tuple[str, ...] = ()  # modules selective recomputation re-runs (() = core attention)
+    recompute_modules: tuple[
+        str, ...
+    ] = ()  # modules selective recomputation re-runs (() = core attention)
     # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid
     # size, sequence_parallel True: activations split over the whole grid) with summa_panels panels;
     # "2d-seq" = K/V all-gathered over cp instead of the ring (graph/summa.py)
     tp_layout: str = "1d"
     tp_rows: int = 1
     summa_panels: int = 1
-    cp_algorithm: str = "ring"  # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
+    cp_algorithm: str = (
+        "ring"  # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
+    )
 
     @property
     def ulysses(self) -> bool:
@@ -101,8 +105,17 @@ def cp_free_key(shape: LayerShape) -> tuple:
     Two shapes equal on it give the same other ops (tests/search/test_cp_shared_floors.py)."""
     if shape.ulysses or shape.tp_layout != "1d":
         return (shape,)
-    return (shape.tp, shape.local_tokens, shape.seq_length, shape.sequence_parallel, shape.attention, shape.dtype,
-            shape.expert, shape.recompute_modules, shape.cp_algorithm)
+    return (
+        shape.tp,
+        shape.local_tokens,
+        shape.seq_length,
+        shape.sequence_parallel,
+        shape.attention,
+        shape.dtype,
+        shape.expert,
+        shape.recompute_modules,
+        shape.cp_algorithm,
+    )
 
 
 def _gemm(name: str, batch: int, m: int, n: float, k: float, kind: str = "gemm") -> Op:
@@ -157,7 +170,10 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
         fwd = 4.0 * batch * q_tokens * kv_tokens * d
         # causal mask: (n+1)/2n of the n×n scores; (c-1)/2n more for c diagonal chunks of the ring;
         # a sliding window keeps only the scores of the window (ModelSpec.mean_visible_keys)
-        causal = model.mean_visible_keys(kv_tokens) / kv_tokens + 0.5 * (shape.ring_chunks - 1) / kv_tokens
+        causal = (
+            model.mean_visible_keys(kv_tokens) / kv_tokens
+            + 0.5 * (shape.ring_chunks - 1) / kv_tokens
+        )
         qkvo_bytes = ab * shape.local_tokens * (2 * model.q_width + 2 * model.kv_width) / shape.tp
         return [
             Op(
@@ -175,13 +191,18 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
         ]
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
     dropout_mask = 1.0 if model.has_dropout else 0.0
-    softmax_bytes = ab * scores * 2 + (ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0)
+    softmax_bytes = ab * scores * 2 + (
+        ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0
+    )
     ops = [
         _gemm("attention_scores", batch, q_tokens, kv_tokens, d),
         _memory("softmax_dropout", softmax_bytes, FLOPS_PER_ELEMENT["softmax"] * scores),
         _gemm("attention_over_values", batch, q_tokens, d, kv_tokens),
     ]
-    return [Op(o.name, o.kind, o.fwd_flops, o.fwd_bytes, o.bwd_flops, o.bwd_bytes, o.gemm_shape, True) for o in ops]
+    return [
+        Op(o.name, o.kind, o.fwd_flops, o.fwd_bytes, o.bwd_flops, o.bwd_bytes, o.gemm_shape, True)
+        for o in ops
+    ]
 
 
 def layer_weight_params(model: ModelSpec, tp: int) -> float:
@@ -191,7 +212,9 @@ def layer_weight_params(model: ModelSpec, tp: int) -> float:
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
-    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (p * f if model.has_bias else 0)
+    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (
+        p * f if model.has_bias else 0
+    )
     replicated_bias = 2 * h if model.has_bias else 0
     return (matrices + split_bias) / tp + replicated_bias + norm_params
 
@@ -208,7 +231,11 @@ def lm_head_weight_params(model: ModelSpec, tp: int, shares_stage_with_embedding
     With tied embeddings and pp > 1, Megatron-LM keeps a second copy of the table on the last
     stage and all-reduces its gradient with the first (Narayanan et al. 2021, §4.1)."""
     norm = (2 if model.norm == "layernorm" else 1) * model.hidden
-    table = 0.0 if (model.tie_embeddings and shares_stage_with_embedding) else model.vocab * model.hidden / tp
+    table = (
+        0.0
+        if (model.tie_embeddings and shares_stage_with_embedding)
+        else model.vocab * model.hidden / tp
+    )
     return table + norm
 
 
@@ -231,7 +258,9 @@ def _tp_collectives(tokens: int, width: int, ab: int, shape: LayerShape) -> list
             Collective("tp_all_gather", "tp", "all_gather", size, 2, 2),
             Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 2, 0),
             Collective("tp_input_regather", "tp", "all_gather", size, 0, 2, overlaps_with="dgrad"),
-            Collective("tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 2, overlaps_with="wgrad"),
+            Collective(
+                "tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 2, overlaps_with="wgrad"
+            ),
         ]
     return [
         Collective("tp_all_reduce", "tp", "all_reduce", size, 2, 0),
@@ -246,7 +275,9 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
     t, h, f = shape.tp, model.hidden, model.ffn_hidden
     tokens = shape.local_tokens
     fwd_elems = tokens * (h + model.q_width / t + h + f / t)
-    bwd_elems = tokens * ((model.q_width + 2 * model.kv_width) / t + h + model.mlp_input_projections * f / t + h)
+    bwd_elems = tokens * (
+        (model.q_width + 2 * model.kv_width) / t + h + model.mlp_input_projections * f / t + h
+    )
     return Op("fp8_casts", "memory", 0.0, 3.0 * fwd_elems, 0.0, 3.0 * bwd_elems)
 
 
@@ -270,17 +301,30 @@ def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     ]
     if not model.learned_positions:
         rotated = tokens * (model.q_width + model.kv_width) / t
-        ops.append(_memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated))
+        ops.append(
+            _memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated)
+        )
     ops += attention_ops(model, shape)
     ops += [
         _gemm("attention_projection", 1, tokens, h, model.q_width / t),
-        _memory("attention_residual", (3 * ab + mask) * sp_tokens * h, FLOPS_PER_ELEMENT["residual"] * sp_tokens * h),
+        _memory(
+            "attention_residual",
+            (3 * ab + mask) * sp_tokens * h,
+            FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
+        ),
         _memory("post_attention_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
         _gemm("mlp_in_projection", 1, tokens, model.mlp_input_projections * f / t, h),
-        _memory("mlp_activation", ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2),
-                FLOPS_PER_ELEMENT[model.mlp] * tokens * f / t),
+        _memory(
+            "mlp_activation",
+            ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2),
+            FLOPS_PER_ELEMENT[model.mlp] * tokens * f / t,
+        ),
         _gemm("mlp_out_projection", 1, tokens, h, f / t),
-        _memory("mlp_residual", (3 * ab + mask) * sp_tokens * h, FLOPS_PER_ELEMENT["residual"] * sp_tokens * h),
+        _memory(
+            "mlp_residual",
+            (3 * ab + mask) * sp_tokens * h,
+            FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
+        ),
     ]
     if shape.dtype == "fp8":
         ops.append(fp8_cast_op(model, shape))
@@ -294,14 +338,20 @@ def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     elif shape.cp > 1:
         kv_chunk = float(ab * tokens * 2 * model.kv_width / t)  # this GPU's K and V
         collectives.append(
-            Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")
+            Collective(
+                "cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"
+            )
         )
     if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
         ops = list(mark_recomputed(ops, shape.recompute_modules))
-    return LayerGraph("decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t))
+    return LayerGraph(
+        "decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t)
+    )
 
 
-def ulysses_collectives(shape: LayerShape, q_width: float, k_width: float, v_width: float) -> list[Collective]:
+def ulysses_collectives(
+    shape: LayerShape, q_width: float, k_width: float, v_width: float
+) -> list[Collective]:
     """DeepSpeed-Ulysses (Jacobs et al. 2023, §3.1): all-to-alls over the cp group of this GPU's Q, K, V
     before the attention (sequence-split → head-split) and of the output after it; the same four on the
     gradients in backward. Each buffer is the GPU's local tensor (b·s/c tokens × width/t, half precision),
@@ -312,7 +362,9 @@ def ulysses_collectives(shape: LayerShape, q_width: float, k_width: float, v_wid
         Collective("cp_ulysses_k", "cp", "all_to_all", float(local * k_width), 1, 1),
         Collective("cp_ulysses_v", "cp", "all_to_all", float(local * v_width), 1, 1),
         # the output: every query head's value-width result, q·(v/k) (a·d for GQA, a·d_v for MLA)
-        Collective("cp_ulysses_out", "cp", "all_to_all", float(local * q_width * v_width / k_width), 1, 1),
+        Collective(
+            "cp_ulysses_out", "cp", "all_to_all", float(local * q_width * v_width / k_width), 1, 1
+        ),
     ]
 
 
@@ -332,7 +384,9 @@ def embedding_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
 
 
 @lru_cache(maxsize=1024)
-def lm_head_block(model: ModelSpec, shape: LayerShape, shares_stage_with_embedding: bool) -> LayerGraph:
+def lm_head_block(
+    model: ModelSpec, shape: LayerShape, shares_stage_with_embedding: bool
+) -> LayerGraph:
     """Final norm, vocab-parallel output GEMM and cross-entropy on the last stage.
 
     The loss works on fp32 logits, b·(s/c)·V/t of them per GPU, read and written about three times
@@ -342,17 +396,28 @@ def lm_head_block(model: ModelSpec, shape: LayerShape, shares_stage_with_embeddi
     tokens = shape.local_tokens
     logits = tokens * model.vocab / t
     ops = (
-        _memory("final_norm", 2 * ab * shape.sp_tokens * h, _norm_flops(model, shape.sp_tokens * h)),
+        _memory(
+            "final_norm", 2 * ab * shape.sp_tokens * h, _norm_flops(model, shape.sp_tokens * h)
+        ),
         _gemm("lm_head", 1, tokens, model.vocab / t, h),
-        Op("cross_entropy", "memory", FLOPS_PER_ELEMENT["cross_entropy"] * logits, 3 * 4.0 * logits,
-           FLOPS_PER_ELEMENT["cross_entropy"] * logits, 2 * 4.0 * logits),
+        Op(
+            "cross_entropy",
+            "memory",
+            FLOPS_PER_ELEMENT["cross_entropy"] * logits,
+            3 * 4.0 * logits,
+            FLOPS_PER_ELEMENT["cross_entropy"] * logits,
+            2 * 4.0 * logits,
+        ),
     )
     coll: list[Collective] = []
     if t > 1:
         if shape.sequence_parallel:
-            coll.append(Collective("lm_head_all_gather", "tp", "all_gather", float(ab * tokens * h), 1, 1))
-        coll.append(Collective("cross_entropy_all_reduce", "tp", "all_reduce", 3 * 4.0 * tokens, 1, 0))
+            coll.append(
+                Collective("lm_head_all_gather", "tp", "all_gather", float(ab * tokens * h), 1, 1)
+            )
+        coll.append(
+            Collective("cross_entropy_all_reduce", "tp", "all_reduce", 3 * 4.0 * tokens, 1, 0)
+        )
     return LayerGraph(
         "lm_head", ops, tuple(coll), lm_head_weight_params(model, t, shares_stage_with_embedding)
     )
-

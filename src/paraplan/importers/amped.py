@@ -37,7 +37,9 @@ def _number(value, name: str) -> float:
         try:
             value = float(head)
         except ValueError:
-            raise refuse(where, value, "must be a number (optionally followed by a unit, e.g. \"300 GB\")") from None
+            raise refuse(
+                where, value, 'must be a number (optionally followed by a unit, e.g. "300 GB")'
+            ) from None
     return as_number(value, where)
 
 
@@ -64,15 +66,26 @@ def resolve(config: dict, tables: dict | None) -> tuple[dict[str, object], list[
                 continue
             par = Doc(par, block.at(f"parameters.{name}"))
             if par.get("calculated", False):
-                raise InputError(f"amped: {category}.{name} is 'calculated' by AMPeD's own functions; give its value")
+                raise InputError(
+                    f"amped: {category}.{name} is 'calculated' by AMPeD's own functions; give its value"
+                )
             if par.get("from_lookup_table", False):
-                table_name, row_name = lookup.text("lookup_table_name", ""), lookup.text("lookup_table_row", "")
-                table = tables_doc.doc(table_name, {}) if table_name in tables_doc else Doc({}, tables_doc.at(table_name))
+                table_name, row_name = (
+                    lookup.text("lookup_table_name", ""),
+                    lookup.text("lookup_table_row", ""),
+                )
+                table = (
+                    tables_doc.doc(table_name, {})
+                    if table_name in tables_doc
+                    else Doc({}, tables_doc.at(table_name))
+                )
                 row = table.doc(row_name, {}) if row_name in table else Doc({}, table.at(row_name))
                 key = par.text("lookup_name", name)
                 if key not in row:
-                    raise InputError(f"amped: {category}.{name}: {key!r} not found in lookup table "
-                                     f"{table_name!r} row {row_name!r}")
+                    raise InputError(
+                        f"amped: {category}.{name}: {key!r} not found in lookup table "
+                        f"{table_name!r} row {row_name!r}"
+                    )
                 values[name] = row.get(key, None)
             else:
                 values[name] = par.get("value", None)
@@ -85,7 +98,10 @@ def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, d
     tables = read_document(tables_path, "amped lookup tables") if tables_path else None
     values, notes = resolve(config, tables)
     mapping = names()
-    model: dict[str, object] = {"name": Path(config_path).stem, "source": f"AMPeD-style config {Path(config_path).name}"}
+    model: dict[str, object] = {
+        "name": Path(config_path).stem,
+        "source": f"AMPeD-style config {Path(config_path).name}",
+    }
     raw: dict[str, float] = {}
     used = set()
     for name, spec in mapping["model"].items():
@@ -98,47 +114,75 @@ def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, d
             if spec["field"] == "dtype":
                 bits = _integer(values[name], name)
                 if bits not in PRECISION_BITS:
-                    raise InputError(f"amped: {name}={bits} bits is not allowed; allowed: 8, 16, 32")
+                    raise InputError(
+                        f"amped: {name}={bits} bits is not allowed; allowed: 8, 16, 32"
+                    )
                 raw.setdefault("dtype_bits", bits)
                 if raw["dtype_bits"] != bits:
-                    raise InputError("amped: weight_precision and activation_precision differ; paraplan has one training dtype")
+                    raise InputError(
+                        "amped: weight_precision and activation_precision differ; paraplan has one training dtype"
+                    )
             else:
                 raw[spec["field"]] = _integer(values[name], name)
     for key in ("layers", "hidden", "heads"):
         if key not in model:
-            raise InputError(f"amped: no parameter maps to model.{key} (see importers/amped_names.yaml)")
+            raise InputError(
+                f"amped: no parameter maps to model.{key} (see importers/amped_names.yaml)"
+            )
     model.setdefault("ffn_hidden", 4 * int(model["hidden"]))
     if "vocab" not in model:
         model["vocab"] = 50257
         notes.append("model: no vocabulary parameter; vocab=50257 (GPT-2) assumed")
-    degree = {g: int(raw.get(f"{g}_intra", 1)) * int(raw.get(f"{g}_inter", 1)) for g in ("dp", "tp", "pp")}
+    degree = {
+        g: int(raw.get(f"{g}_intra", 1)) * int(raw.get(f"{g}_inter", 1)) for g in ("dp", "tp", "pp")
+    }
     intra = {g: int(raw.get(f"{g}_intra", 1)) for g in ("tp", "dp", "pp")}
     inter = {g: int(raw.get(f"{g}_inter", 1)) for g in ("tp", "dp", "pp")}
     mixed = [g for g in intra if intra[g] > 1 and inter[g] > 1]
     if len(mixed) > 1:
-        raise InputError(f"amped: {' and '.join(mixed)} both span inside and across nodes; paraplan's rank order "
-                         "can split at most one group over the node boundary")
+        raise InputError(
+            f"amped: {' and '.join(mixed)} both span inside and across nodes; paraplan's rank order "
+            "can split at most one group over the node boundary"
+        )
     # innermost first: groups wholly inside a node, then the one split over the boundary, then the rest
-    rank = {g: (0 if inter[g] == 1 and intra[g] > 1 else 1 if g in mixed else 2) for g in ("tp", "dp", "pp")}
+    rank = {
+        g: (0 if inter[g] == 1 and intra[g] > 1 else 1 if g in mixed else 2)
+        for g in ("tp", "dp", "pp")
+    }
     order = sorted(("tp", "dp", "pp"), key=lambda g: (rank[g], ("tp", "dp", "pp").index(g)))
     placement = "-".join(order[:1] + ["cp"] + order[1:])
     micro = int(raw.get("micro_batch", 1))
     n_micro = int(raw.get("microbatches", 1))
     plan = {
-        "gpus": degree["dp"] * degree["tp"] * degree["pp"], "tp": degree["tp"], "pp": degree["pp"], "dp": degree["dp"],
-        "micro_batch": micro, "global_batch": micro * n_micro * degree["dp"],
+        "gpus": degree["dp"] * degree["tp"] * degree["pp"],
+        "tp": degree["tp"],
+        "pp": degree["pp"],
+        "dp": degree["dp"],
+        "micro_batch": micro,
+        "global_batch": micro * n_micro * degree["dp"],
         "seq_length": int(raw.get("seq_length", 2048)),
         "dtype": PRECISION_BITS[int(raw.get("dtype_bits", 16))],
         "placement": placement,
     }
-    notes.append(f"plan: intra-node degrees {intra} placed innermost (placement {placement}); the system's NVLink "
-                 "domain should hold their product")
+    notes.append(
+        f"plan: intra-node degrees {intra} placed innermost (placement {placement}); the system's NVLink "
+        "domain should hold their product"
+    )
     if raw.get("dtype_bits", 16) == 16:
         notes.append("plan: 16-bit precision taken as bf16")
     unmapped = sorted(set(values) - used)
     if unmapped:
-        notes.append(f"not mapped (AMPeD's accelerator/system model has no paraplan fields; give --system): {', '.join(unmapped)}")
-    assumed = sorted(n for sec in ("model", "plan") for n, s in mapping[sec].items() if n in used and s["origin"] == "assumed")
+        notes.append(
+            f"not mapped (AMPeD's accelerator/system model has no paraplan fields; give --system): {', '.join(unmapped)}"
+        )
+    assumed = sorted(
+        n
+        for sec in ("model", "plan")
+        for n, s in mapping[sec].items()
+        if n in used and s["origin"] == "assumed"
+    )
     if assumed:
-        notes.append(f"names read as assumed in amped_names.yaml (not in AMPeD's README): {', '.join(assumed)}")
+        notes.append(
+            f"names read as assumed in amped_names.yaml (not in AMPeD's README): {', '.join(assumed)}"
+        )
     return model, plan, notes

@@ -22,14 +22,36 @@ GFLOP, MB = 1e9, 1e6
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float8": "fp8", "float32": "fp32"}
 RECOMPUTE = {"none": "none", "attn_only": "selective", "full": "full"}
 # SM counts by fp16 dense peak (TFLOP/s): Calculon's systems do not name the GPU.
-SM_COUNT_BY_PEAK = {312: (108, "A100 whitepaper: 108 SMs"), 989: (132, "H100 SXM5 whitepaper: 132 SMs"),
-                    1000: (132, "H100 SXM5 whitepaper: 132 SMs (Calculon rounds the peak to 1000 TFLOP/s)")}
+SM_COUNT_BY_PEAK = {
+    312: (108, "A100 whitepaper: 108 SMs"),
+    989: (132, "H100 SXM5 whitepaper: 132 SMs"),
+    1000: (132, "H100 SXM5 whitepaper: 132 SMs (Calculon rounds the peak to 1000 TFLOP/s)"),
+}
 MODEL_KEYS = {"hidden", "feedforward", "seq_size", "attn_heads", "attn_size", "num_blocks"}
 EXECUTION_KEYS = {
-    "num_procs", "tensor_par", "pipeline_par", "data_par", "tensor_par_net", "pipeline_par_net", "data_par_net",
-    "batch_size", "microbatch_size", "datatype", "fused_activation", "attention_type", "activation_recompute",
-    "pipeline_interleaving", "optimizer_sharding", "tensor_par_comm_type", "tensor_par_overlap", "seq_par_ag_redo",
-    "data_par_overlap", "weight_offload", "activations_offload", "optimizer_offload", "training",
+    "num_procs",
+    "tensor_par",
+    "pipeline_par",
+    "data_par",
+    "tensor_par_net",
+    "pipeline_par_net",
+    "data_par_net",
+    "batch_size",
+    "microbatch_size",
+    "datatype",
+    "fused_activation",
+    "attention_type",
+    "activation_recompute",
+    "pipeline_interleaving",
+    "optimizer_sharding",
+    "tensor_par_comm_type",
+    "tensor_par_overlap",
+    "seq_par_ag_redo",
+    "data_par_overlap",
+    "weight_offload",
+    "activations_offload",
+    "optimizer_offload",
+    "training",
 }
 RING_FACTOR = {"all_reduce": (2.0, -1), "reduce_scatter": (1.0, -1), "all_gather": (1.0, -1)}
 
@@ -55,10 +77,14 @@ def _read(path: Path, what: str) -> dict:
 def _keys(doc: Doc, allowed: set[str], what: str) -> None:
     unknown = sorted(str(k) for k in set(doc.keys()) - allowed)
     if unknown:
-        raise InputError(f"calculon {what}: unknown key {unknown[0]!r}; paraplan reads {', '.join(sorted(allowed))}")
+        raise InputError(
+            f"calculon {what}: unknown key {unknown[0]!r}; paraplan reads {', '.join(sorted(allowed))}"
+        )
     missing = sorted(allowed - set(doc.keys()))
     if missing and what == "model":
-        raise InputError(f"calculon model.{missing[0]}: missing; paraplan reads {', '.join(sorted(allowed))}")
+        raise InputError(
+            f"calculon model.{missing[0]}: missing; paraplan reads {', '.join(sorted(allowed))}"
+        )
 
 
 def convert_model(data: dict, name: str, vocab: int, notes: list[str]) -> dict:
@@ -66,18 +92,31 @@ def convert_model(data: dict, name: str, vocab: int, notes: list[str]) -> dict:
     doc = Doc(data, "calculon model")
     _keys(doc, MODEL_KEYS, "model")
     shape = {key: doc.integer(key, minimum=1) for key in sorted(MODEL_KEYS)}
-    notes.append(f"model: Calculon has no vocabulary or embedding; vocab={vocab} assumed (--vocab), so paraplan also "
-                 "costs the embedding and LM head that Calculon leaves out")
-    notes.append("model: Calculon's block is GPT-style; paraplan takes gelu MLP, LayerNorm, biases, learned positions")
+    notes.append(
+        f"model: Calculon has no vocabulary or embedding; vocab={vocab} assumed (--vocab), so paraplan also "
+        "costs the embedding and LM head that Calculon leaves out"
+    )
+    notes.append(
+        "model: Calculon's block is GPT-style; paraplan takes gelu MLP, LayerNorm, biases, learned positions"
+    )
     model = {
-        "name": name, "source": f"Calculon application file {name}.json (reference/calculon-data/models)",
-        "layers": shape["num_blocks"], "hidden": shape["hidden"], "heads": shape["attn_heads"],
-        "head_dim": shape["attn_size"], "ffn_hidden": shape["feedforward"], "vocab": vocab,
-        "mlp": "gelu", "norm": "layernorm", "max_position": shape["seq_size"],
+        "name": name,
+        "source": f"Calculon application file {name}.json (reference/calculon-data/models)",
+        "layers": shape["num_blocks"],
+        "hidden": shape["hidden"],
+        "heads": shape["attn_heads"],
+        "head_dim": shape["attn_size"],
+        "ffn_hidden": shape["feedforward"],
+        "vocab": vocab,
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "max_position": shape["seq_size"],
     }
     if shape["attn_heads"] * shape["attn_size"] != shape["hidden"]:
-        notes.append(f"model: attn_heads·attn_size = {shape['attn_heads'] * shape['attn_size']} differs from hidden="
-                     f"{shape['hidden']}; kept as given (head_dim={shape['attn_size']})")
+        notes.append(
+            f"model: attn_heads·attn_size = {shape['attn_heads'] * shape['attn_size']} differs from hidden="
+            f"{shape['hidden']}; kept as given (head_dim={shape['attn_size']})"
+        )
     return model
 
 
@@ -100,11 +139,15 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
     allowed = {"matrix", "vector", "mem1", "mem2", "processing_mode", "networks"}
     unknown = sorted(str(k) for k in set(doc.keys()) - allowed)
     if unknown:
-        raise InputError(f"calculon system: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
+        raise InputError(
+            f"calculon system: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}"
+        )
     nets = doc.docs("networks", [])
     if len(nets) != 2:
-        raise InputError(f"calculon system: networks has {len(nets)} tiers; not allowed, paraplan models exactly two "
-                         "(NVLink domain, scale-out)")
+        raise InputError(
+            f"calculon system: networks has {len(nets)} tiers; not allowed, paraplan models exactly two "
+            "(NVLink domain, scale-out)"
+        )
     matrix, vector = doc.doc("matrix"), doc.doc("vector", {})
     half_key = "float16" if "float16" in matrix else "bfloat16"
     if half_key not in matrix:
@@ -116,7 +159,9 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
             if dt is None:
                 if table is vector:
                     continue
-                raise InputError(f"calculon system.matrix: datatype {show(key)} is not allowed; allowed: {', '.join(DTYPES)}")
+                raise InputError(
+                    f"calculon system.matrix: datatype {show(key)} is not allowed; allowed: {', '.join(DTYPES)}"
+                )
             out[dt] = table.doc(key).number("tflops", positive=True) * 1e12
     if "fp16" in mflops:
         mflops.setdefault("bf16", mflops["fp16"])
@@ -130,20 +175,31 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
     tflops = half.number("tflops", positive=True)
     ramp = _ramp_s(curve, tflops * 1e12, cap)
     mem1 = doc.doc("mem1")
-    efficiency = {"gemm": cap, "gemm_ramp_s": ramp, "attention": cap,
-                  "hbm": max(e for _, e in mem1.pairs("MB_efficiency")), "kernel_overhead_s": 0.0}
+    efficiency = {
+        "gemm": cap,
+        "gemm_ramp_s": ramp,
+        "attention": cap,
+        "hbm": max(e for _, e in mem1.pairs("MB_efficiency")),
+        "kernel_overhead_s": 0.0,
+    }
     if "float8" in matrix:
         efficiency["gemm_fp8"] = max(e for _, e in matrix.doc("float8").pairs("gflops_efficiency"))
-    notes.append(f"system: GEMM efficiency curve {half.get('gflops_efficiency')} -> cap {cap} and a fixed ramp "
-                 f"{ramp * 1e6:.1f} us (least squares over the curve); paraplan also applies tile/wave quantisation")
-    notes.append("system: attention runs at the matrix efficiency cap (Calculon costs attention as matrix ops); "
-                 "memory efficiency = top of the MB_efficiency curve; no per-kernel overhead and no reserved HBM "
-                 "(Calculon has neither)")
+    notes.append(
+        f"system: GEMM efficiency curve {half.get('gflops_efficiency')} -> cap {cap} and a fixed ramp "
+        f"{ramp * 1e6:.1f} us (least squares over the curve); paraplan also applies tile/wave quantisation"
+    )
+    notes.append(
+        "system: attention runs at the matrix efficiency cap (Calculon costs attention as matrix ops); "
+        "memory efficiency = top of the MB_efficiency curve; no per-kernel overhead and no reserved HBM "
+        "(Calculon has neither)"
+    )
     if sm_count is None:
         known = SM_COUNT_BY_PEAK.get(round(tflops))
         if known is None:
-            raise InputError(f"calculon system.matrix.{half_key}.tflops: cannot tell the GPU's SM count from "
-                             f"{tflops:g} TFLOP/s; give --sm-count")
+            raise InputError(
+                f"calculon system.matrix.{half_key}.tflops: cannot tell the GPU's SM count from "
+                f"{tflops:g} TFLOP/s; give --sm-count"
+            )
         sm_count = known[0]
         notes.append(f"system: sm_count={sm_count} ({known[1]}), inferred from the fp16 peak")
     inner, outer = nets
@@ -155,35 +211,63 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
                 continue
             pair = ops.get(op)
             if not (isinstance(pair, list) and len(pair) == 2):
-                raise refuse(ops.at(op), pair, "must be [scalar, offset] (Calculon's volume factor scalar·(n+offset)/n)")
-            scalar, offset = as_number(pair[0], ops.at(op) + "[0]"), as_integer(pair[1], ops.at(op) + "[1]")
+                raise refuse(
+                    ops.at(op),
+                    pair,
+                    "must be [scalar, offset] (Calculon's volume factor scalar·(n+offset)/n)",
+                )
+            scalar, offset = (
+                as_number(pair[0], ops.at(op) + "[0]"),
+                as_integer(pair[1], ops.at(op) + "[1]"),
+            )
             if (scalar, offset) != ring:
-                notes.append(f"system: {tier} {op} factor {scalar}·(n{offset:+d})/n differs from paraplan's ring volume "
-                             f"{ring[0]}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used")
+                notes.append(
+                    f"system: {tier} {op} factor {scalar}·(n{offset:+d})/n differs from paraplan's ring volume "
+                    f"{ring[0]}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used"
+                )
     mode = doc.get("processing_mode", None)
     if mode not in (None, "no_overlap"):
-        notes.append(f"system: processing_mode {show(mode)} not mapped (paraplan's overlap follows the plan)")
+        notes.append(
+            f"system: processing_mode {show(mode)} not mapped (paraplan's overlap follows the plan)"
+        )
     if inner.get("must_be_filled", False):
-        notes.append("system: the NVLink tier's must_be_filled has no paraplan counterpart (placement follows the plan)")
+        notes.append(
+            "system: the NVLink tier's must_be_filled has no paraplan counterpart (placement follows the plan)"
+        )
     mem2 = doc.doc("mem2") if "mem2" in doc and doc.get("mem2", None) is not None else None
     system = {
         "name": name,
         "source": f"Calculon system file {name}.json (reference/calculon-data/systems)",
         "accelerator": {
-            "name": name, "matrix_flops": mflops, "vector_flops": vflops,
-            "hbm_capacity": mem1.number("GiB", positive=True) * GiB, "hbm_bandwidth": mem1.number("GBps", positive=True) * GB,
-            "sm_count": sm_count, "efficiency": efficiency, "reserved_memory": 1.0,
-            **({"host_memory": mem2.number("GiB", positive=True) * GiB,
-                "host_bandwidth": mem2.number("GBps", positive=True) * GB} if mem2 else {}),
+            "name": name,
+            "matrix_flops": mflops,
+            "vector_flops": vflops,
+            "hbm_capacity": mem1.number("GiB", positive=True) * GiB,
+            "hbm_bandwidth": mem1.number("GBps", positive=True) * GB,
+            "sm_count": sm_count,
+            "efficiency": efficiency,
+            "reserved_memory": 1.0,
+            **(
+                {
+                    "host_memory": mem2.number("GiB", positive=True) * GiB,
+                    "host_bandwidth": mem2.number("GBps", positive=True) * GB,
+                }
+                if mem2
+                else {}
+            ),
         },
         "node": {
-            "gpus_per_domain": inner.integer("size", minimum=1), "nvlink_bandwidth": inner.number("bandwidth", positive=True) * GB,
-            "nvlink_latency": inner.number("latency", minimum=0), "nvlink_efficiency": inner.number("efficiency", positive=True),
+            "gpus_per_domain": inner.integer("size", minimum=1),
+            "nvlink_bandwidth": inner.number("bandwidth", positive=True) * GB,
+            "nvlink_latency": inner.number("latency", minimum=0),
+            "nvlink_efficiency": inner.number("efficiency", positive=True),
             "nvlink_overlap_cost": inner.number("processor_usage", minimum=0),
         },
         "network": {
-            "nic_bandwidth": outer.number("bandwidth", positive=True) * GB, "latency": outer.number("latency", minimum=0),
-            "efficiency": outer.number("efficiency", positive=True), "overlap_cost": outer.number("processor_usage", minimum=0),
+            "nic_bandwidth": outer.number("bandwidth", positive=True) * GB,
+            "latency": outer.number("latency", minimum=0),
+            "efficiency": outer.number("efficiency", positive=True),
+            "overlap_cost": outer.number("processor_usage", minimum=0),
         },
     }
     return system
@@ -194,25 +278,39 @@ def convert_execution(data: dict, notes: list[str]) -> tuple[dict, str]:
     doc = Doc(data, "calculon execution")
     _keys(doc, EXECUTION_KEYS, "execution")
     if not doc.boolean("training", True):
-        raise InputError("calculon execution.training: false (inference) is not allowed; paraplan models training steps")
+        raise InputError(
+            "calculon execution.training: false (inference) is not allowed; paraplan models training steps"
+        )
     comm = doc.choice("tensor_par_comm_type", ("ar", "rs_ag", "p2p_rs_ag"), "ar")
     if comm == "p2p_rs_ag":
-        notes.append("plan: tensor_par_comm_type p2p_rs_ag costed as paraplan's reduce-scatter/all-gather (sequence parallel)")
+        notes.append(
+            "plan: tensor_par_comm_type p2p_rs_ag costed as paraplan's reduce-scatter/all-gather (sequence parallel)"
+        )
     if doc.boolean("seq_par_ag_redo", False):
-        notes.append("plan: seq_par_ag_redo (re-gather in backward instead of storing) is paraplan's selective-recompute "
-                     "behaviour for sequence parallelism; not a separate knob")
+        notes.append(
+            "plan: seq_par_ag_redo (re-gather in backward instead of storing) is paraplan's selective-recompute "
+            "behaviour for sequence parallelism; not a separate knob"
+        )
     if doc.boolean("fused_activation", False):
-        notes.append("plan: fused_activation has no paraplan knob (elementwise ops are costed as memory-bound kernels)")
+        notes.append(
+            "plan: fused_activation has no paraplan knob (elementwise ops are costed as memory-bound kernels)"
+        )
     nets = {g: doc.get(f"{g}_par_net", None) for g in ("tensor", "pipeline", "data")}
-    notes.append(f"plan: Calculon assigns networks per group {nets}; paraplan derives each group's tiers from the rank "
-                 "order tp-cp-dp-pp (innermost first) and the domain size")
+    notes.append(
+        f"plan: Calculon assigns networks per group {nets}; paraplan derives each group's tiers from the rank "
+        "order tp-cp-dp-pp (innermost first) and the domain size"
+    )
     overlap = doc.text("tensor_par_overlap", "none")
     vpp = doc.integer("pipeline_interleaving", 1, minimum=1)
     plan = {
-        "gpus": doc.integer("num_procs", minimum=1), "tp": doc.integer("tensor_par", minimum=1),
-        "pp": doc.integer("pipeline_par", minimum=1), "dp": doc.integer("data_par", minimum=1),
-        "micro_batch": doc.integer("microbatch_size", minimum=1), "global_batch": doc.integer("batch_size", minimum=1),
-        "vpp": vpp, "schedule": "interleaved" if vpp > 1 else "1f1b",
+        "gpus": doc.integer("num_procs", minimum=1),
+        "tp": doc.integer("tensor_par", minimum=1),
+        "pp": doc.integer("pipeline_par", minimum=1),
+        "dp": doc.integer("data_par", minimum=1),
+        "micro_batch": doc.integer("microbatch_size", minimum=1),
+        "global_batch": doc.integer("batch_size", minimum=1),
+        "vpp": vpp,
+        "schedule": "interleaved" if vpp > 1 else "1f1b",
         "sequence_parallel": comm in ("rs_ag", "p2p_rs_ag"),
         "recompute": doc.choice("activation_recompute", RECOMPUTE, "none"),
         "zero": 1 if doc.boolean("optimizer_sharding", False) else 0,
@@ -224,14 +322,23 @@ def convert_execution(data: dict, notes: list[str]) -> tuple[dict, str]:
         "offload_activations": doc.boolean("activations_offload", False),
         "offload_optimizer": doc.boolean("optimizer_offload", False),
     }
-    notes.append("plan: attention 'unfused' (Calculon costs attention as separate matmuls and softmax)")
+    notes.append(
+        "plan: attention 'unfused' (Calculon costs attention as separate matmuls and softmax)"
+    )
     if overlap != "none":
-        notes.append(f"plan: tensor_par_overlap {overlap!r} mapped to overlap_tp_comm (paraplan has one TP overlap form)")
+        notes.append(
+            f"plan: tensor_par_overlap {overlap!r} mapped to overlap_tp_comm (paraplan has one TP overlap form)"
+        )
     return plan, doc.choice("attention_type", ("multihead", "multiquery"), "multihead")
 
 
-def convert(model_path: Path, system_path: Path, execution_path: Path, vocab: int = 51200,
-            sm_count: int | None = None) -> Converted:
+def convert(
+    model_path: Path,
+    system_path: Path,
+    execution_path: Path,
+    vocab: int = 51200,
+    sm_count: int | None = None,
+) -> Converted:
     """Read the three Calculon files; the plan's sequence length is the model's seq_size."""
     notes: list[str] = []
     model_data = _read(model_path, "model")

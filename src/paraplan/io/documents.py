@@ -37,7 +37,9 @@ import yaml
 
 from paraplan.specs.errors import InputError
 
-MAX_INPUT_BYTES = 16 * 2**20  # 16 MiB: the largest model/system/case file we read (ours are < 100 kB)
+MAX_INPUT_BYTES = (
+    16 * 2**20
+)  # 16 MiB: the largest model/system/case file we read (ours are < 100 kB)
 MAX_NESTING = 64  # levels of nested mappings/lists; our schemas need < 6
 
 
@@ -57,9 +59,13 @@ def read_bytes(path: Path | str, field: str) -> bytes:
             with p.open("rb") as fh:
                 data = fh.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"{field}: cannot read file {_label(path)}: {exc.strerror or exc}") from None
+        raise InputError(
+            f"{field}: cannot read file {_label(path)}: {exc.strerror or exc}"
+        ) from None
     if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"{field}: {_label(path)} is larger than {MAX_INPUT_BYTES // 2**20} MiB; not a paraplan input")
+        raise InputError(
+            f"{field}: {_label(path)} is larger than {MAX_INPUT_BYTES // 2**20} MiB; not a paraplan input"
+        )
     return data
 
 
@@ -78,7 +84,9 @@ class _StrictLoader(yaml.SafeLoader):
     """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
 
 
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _mapping_without_duplicates(
+    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict:
     loader.flatten_mapping(node)
     seen: set = set()
     for key_node, _ in node.value:
@@ -90,13 +98,18 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
         if duplicate:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {mark.line + 1}); give each key once", mark
+                None,
+                None,
+                f"duplicate key {key!r} (line {mark.line + 1}); give each key once",
+                mark,
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
@@ -159,21 +172,31 @@ def parse_document(text: str, label: str, field: str, as_json: bool) -> Any:
     """Parse JSON (``as_json``) or YAML strictly; InputError of one line naming ``field`` and ``label``."""
     kind = "JSON" if as_json else "YAML"
     if _nesting_of_text(text) > MAX_NESTING:
-        raise InputError(f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input")
+        raise InputError(
+            f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input"
+        )
     try:
         if as_json:
             data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
         else:
             data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except json.JSONDecodeError as exc:
-        raise InputError(f"{field}: {label} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        raise InputError(
+            f"{field}: {label} is not valid JSON: {exc.msg} (line {exc.lineno})"
+        ) from None
     except (ValueError, yaml.YAMLError) as exc:
-        first = " ".join(str(exc).split("\n")[0:1]) if not isinstance(exc, yaml.MarkedYAMLError) else _yaml_message(exc)
+        first = (
+            " ".join(str(exc).split("\n")[0:1])
+            if not isinstance(exc, yaml.MarkedYAMLError)
+            else _yaml_message(exc)
+        )
         raise InputError(f"{field}: {label} is not valid {kind}: {first}") from None
     except RecursionError:  # pragma: no cover - the bracket pre-check catches flow nesting
         raise InputError(f"{field}: {label} nests too deeply; not a paraplan input") from None
     if _depth(data, MAX_NESTING) > MAX_NESTING:
-        raise InputError(f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input")
+        raise InputError(
+            f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input"
+        )
     return data
 
 
@@ -187,7 +210,9 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
 def read_document(path: Path | str, field: str) -> Any:
     """Read and parse a JSON (``.json``) or YAML file (anything else; JSON is valid YAML too)."""
     text = read_text(path, field)
-    as_json = str(path).endswith(".json") or (str(path) == "-" and text.lstrip().startswith(("{", "[")))
+    as_json = str(path).endswith(".json") or (
+        str(path) == "-" and text.lstrip().startswith(("{", "["))
+    )
     return parse_document(text, _label(path), field, as_json)
 
 
@@ -238,7 +263,10 @@ def remove_stale_temps(target: Path | str) -> list[Path]:
         if match is None:
             continue
         try:
-            if not entry.is_file(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime >= WRITER_START_S:
+            if (
+                not entry.is_file(follow_symlinks=False)
+                or entry.stat(follow_symlinks=False).st_mtime >= WRITER_START_S
+            ):
                 continue
             pid = match.group(1)
             if pid is not None and (int(pid) == os.getpid() or _running(int(pid))):
@@ -270,9 +298,13 @@ class AtomicTarget:
             raise InputError(f"{field}: directory {str(directory)!r} does not exist")
         remove_stale_temps(self.target)
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{self.target.name}.{os.getpid()}.", suffix=".tmp", dir=directory)
+            fd, name = tempfile.mkstemp(
+                prefix=f".{self.target.name}.{os.getpid()}.", suffix=".tmp", dir=directory
+            )
         except OSError as exc:
-            raise InputError(f"{field}: cannot write in {str(directory)!r}: {exc.strerror or exc}") from None
+            raise InputError(
+                f"{field}: cannot write in {str(directory)!r}: {exc.strerror or exc}"
+            ) from None
         os.close(fd)
         self.path = Path(name)
 
@@ -344,7 +376,9 @@ def atomic_sink(factory, target: Path | str, field: str = "output"):
     return sink
 
 
-def atomic_write_text(target: Path | str, text: str, field: str = "output", make_parents: bool = False) -> Path:
+def atomic_write_text(
+    target: Path | str, text: str, field: str = "output", make_parents: bool = False
+) -> Path:
     """Write ``text`` (UTF-8) to ``target`` all-or-nothing (temp + fsync + rename), creating its folder first with
     ``make_parents``; the target's path."""
     try:
@@ -376,10 +410,23 @@ def append_line(path: Path | str, line: str) -> None:
 
 def write_error(target: Path | str, exc: OSError, field: str = "output") -> InputError:
     """One line for a failed write (full disk, permissions, ...); the target was left unchanged."""
-    return InputError(f"{field}: cannot write {str(target)!r}: {exc.strerror or exc}; the file was left unchanged")
+    return InputError(
+        f"{field}: cannot write {str(target)!r}: {exc.strerror or exc}; the file was left unchanged"
+    )
 
 
 __all__ = [
-    "MAX_INPUT_BYTES", "MAX_NESTING", "AtomicTarget", "append_line", "atomic_path", "atomic_sink", "atomic_write_text", "parse_document",
-    "read_bytes", "read_document", "read_text", "remove_stale_temps", "write_error",
+    "MAX_INPUT_BYTES",
+    "MAX_NESTING",
+    "AtomicTarget",
+    "append_line",
+    "atomic_path",
+    "atomic_sink",
+    "atomic_write_text",
+    "parse_document",
+    "read_bytes",
+    "read_document",
+    "read_text",
+    "remove_stale_temps",
+    "write_error",
 ]

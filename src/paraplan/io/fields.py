@@ -17,7 +17,9 @@ from typing import Any
 from paraplan.specs.errors import InputError
 
 MISSING: Any = object()
-MAX_INTEGER = 2**53  # larger integers are not exact as JSON numbers; no plan or model field comes close
+MAX_INTEGER = (
+    2**53
+)  # larger integers are not exact as JSON numbers; no plan or model field comes close
 
 
 def show(value: Any) -> str:
@@ -31,7 +33,9 @@ def refuse(where: str, value: Any, allowed: str) -> InputError:
     return InputError(f"{where}: {show(value)} is not allowed; {allowed}")
 
 
-def as_number(value: Any, where: str, *, positive: bool = False, minimum: float | None = None) -> float:
+def as_number(
+    value: Any, where: str, *, positive: bool = False, minimum: float | None = None
+) -> float:
     """A finite int/float as given (not a bool, not a string); ``positive``: > 0; ``minimum``: >= it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise refuse(where, value, "must be a number")
@@ -98,7 +102,9 @@ def as_pairs(value: Any, where: str) -> list[tuple[float, float]]:
     for i, item in enumerate(as_list(value, where, nonempty=True)):
         if not isinstance(item, list) or len(item) != 2:
             raise refuse(f"{where}[{i}]", item, "must be a pair [number, number]")
-        pairs.append((as_number(item[0], f"{where}[{i}][0]"), as_number(item[1], f"{where}[{i}][1]")))
+        pairs.append(
+            (as_number(item[0], f"{where}[{i}][0]"), as_number(item[1], f"{where}[{i}][1]"))
+        )
     return pairs
 
 
@@ -151,11 +157,28 @@ class Doc:
 
     def choice(self, key: Any, allowed: Mapping | Iterable, default: Any = MISSING) -> Any:
         options = allowed if isinstance(allowed, Mapping) else tuple(allowed)
-        return as_choice(self.get(key, default, f"allowed: {', '.join(map(str, options))}"), self.at(key), options)
+        return as_choice(
+            self.get(key, default, f"allowed: {', '.join(map(str, options))}"),
+            self.at(key),
+            options,
+        )
 
     def pairs(self, key: Any) -> list[tuple[float, float]]:
-        return as_pairs(self.get(key, MISSING, "give a list of [number, number] pairs"), self.at(key))
+        return as_pairs(
+            self.get(key, MISSING, "give a list of [number, number] pairs"), self.at(key)
+        )
 
 
-__all__ = ["Doc", "MISSING", "as_boolean", "as_choice", "as_integer", "as_list", "as_number", "as_pairs", "as_text",
-           "refuse", "show"]
+__all__ = [
+    "Doc",
+    "MISSING",
+    "as_boolean",
+    "as_choice",
+    "as_integer",
+    "as_list",
+    "as_number",
+    "as_pairs",
+    "as_text",
+    "refuse",
+    "show",
+]

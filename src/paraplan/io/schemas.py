@@ -33,12 +33,18 @@ class Measured(InputModel):
     """Published measurements of one run; memory per GPU on the first pipeline stage, in GiB."""
 
     step_time_s: float | None = Field(None, gt=0, description="seconds per training step")
-    weights_and_optimizer_gib: float | None = Field(None, gt=0, description="weights, gradients, optimizer state")
+    weights_and_optimizer_gib: float | None = Field(
+        None, gt=0, description="weights, gradients, optimizer state"
+    )
     activations_gib: float | None = Field(None, gt=0, description="activations kept for backward")
     peak_memory_gib: float | None = Field(None, gt=0, description="peak memory per GPU")
     # documentation metrics (validate.run.DOC_METRICS): quoted beside the compared figures, not compared
-    tflops_per_gpu: float | None = Field(None, gt=0, description="documentation only: model TFLOP/s per GPU")
-    tokens_per_s_per_gpu: float | None = Field(None, gt=0, description="documentation only: tokens/s per GPU")
+    tflops_per_gpu: float | None = Field(
+        None, gt=0, description="documentation only: model TFLOP/s per GPU"
+    )
+    tokens_per_s_per_gpu: float | None = Field(
+        None, gt=0, description="documentation only: tokens/s per GPU"
+    )
     mfu: float | None = Field(None, gt=0, description="documentation only: model FLOP utilisation")
 
 
@@ -53,7 +59,9 @@ class ValidationCase(BaseModel):
     system: str | SystemSpec = Field(description="a catalog name or the system's fields")
     plan: PlanSpec
     measured: Measured
-    framework: str | None = Field(None, description="framework profile of the run (the fidelity issue's profiles)")
+    framework: str | None = Field(
+        None, description="framework profile of the run (the fidelity issue's profiles)"
+    )
     scope: str | None = Field(None, description="which memory a figure counts")
     quote: Any = Field(None, description="documentation only: the quoted source text")
     notes: Any = Field(None, description="documentation only")
@@ -71,7 +79,9 @@ class ValidationCaseFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cases: list[ValidationCase]
-    source_file: str | None = Field(None, description="documentation: the reference file the cases were taken from")
+    source_file: str | None = Field(
+        None, description="documentation: the reference file the cases were taken from"
+    )
 
 
 def _cluster_model() -> type[BaseModel] | None:
@@ -125,14 +135,22 @@ def _standard_keywords(node):
     if not isinstance(node, dict):
         return node
     out = {k: _standard_keywords(v) for k, v in node.items()}
-    bounds = {_BOUNDS.get(k, k): out.pop(k) for k in list(out)
-              if k in _BOUNDS or (k in _BOUNDS.values() and "anyOf" in out)}
+    bounds = {
+        _BOUNDS.get(k, k): out.pop(k)
+        for k in list(out)
+        if k in _BOUNDS or (k in _BOUNDS.values() and "anyOf" in out)
+    }
     if "anyOf" in out:
-        out["anyOf"] = [{**member, **bounds} if member.get("type") in _NUMERIC else member for member in out["anyOf"]]
+        out["anyOf"] = [
+            {**member, **bounds} if member.get("type") in _NUMERIC else member
+            for member in out["anyOf"]
+        ]
     elif "type" in out:
         out.update(bounds)
     else:
-        out.update({k: v for k, v in node.items() if _BOUNDS.get(k, k) in bounds})  # leave as it was
+        out.update(
+            {k: v for k, v in node.items() if _BOUNDS.get(k, k) in bounds}
+        )  # leave as it was
     return out
 
 

@@ -14,8 +14,16 @@ from dataclasses import asdict
 from paraplan.step.result import Estimate
 from paraplan.units import GiB
 
-SUMMARY_COLUMNS = ("rank", "plan_label", "global_batch", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib",
-                   "fits")
+SUMMARY_COLUMNS = (
+    "rank",
+    "plan_label",
+    "global_batch",
+    "step_time_s",
+    "tokens_per_s",
+    "mfu",
+    "peak_memory_gib",
+    "fits",
+)
 
 
 def plan_text(plan) -> str:
@@ -29,20 +37,22 @@ def plan_text(plan) -> str:
 def estimate_record(est: Estimate, **extra) -> dict:
     """One flat record of an estimate (``extra`` fields first, e.g. rank and objective)."""
     record = dict(extra)
-    record.update({
-        "model": est.model,
-        "system": est.system,
-        "plan_label": plan_text(est.plan),
-        **{k: v for k, v in est.plan.items() if not isinstance(v, (list, dict))},
-        "step_time_s": est.step_time_s,
-        "tokens_per_s": est.tokens_per_s,
-        "mfu": est.mfu,
-        "hfu": est.hfu,
-        "peak_memory_gib": est.peak_stage.peak_bytes / GiB,
-        "peak_stage": est.peak_stage.stage,
-        "capacity_gib": est.peak_stage.capacity_bytes / GiB,
-        "fits": est.fits,
-    })
+    record.update(
+        {
+            "model": est.model,
+            "system": est.system,
+            "plan_label": plan_text(est.plan),
+            **{k: v for k, v in est.plan.items() if not isinstance(v, (list, dict))},
+            "step_time_s": est.step_time_s,
+            "tokens_per_s": est.tokens_per_s,
+            "mfu": est.mfu,
+            "hfu": est.hfu,
+            "peak_memory_gib": est.peak_stage.peak_bytes / GiB,
+            "peak_stage": est.peak_stage.stage,
+            "capacity_gib": est.peak_stage.capacity_bytes / GiB,
+            "fits": est.fits,
+        }
+    )
     record.update(asdict(est.breakdown))
     return record
 
@@ -57,20 +67,33 @@ def to_dataframe(records: Sequence[dict]):
     try:
         import pandas as pd
     except ImportError:
-        raise ImportError("to_dataframe needs pandas, an optional dependency: pip install 'paraplan[pandas]'") from None
+        raise ImportError(
+            "to_dataframe needs pandas, an optional dependency: pip install 'paraplan[pandas]'"
+        ) from None
     return pd.DataFrame.from_records(list(records))
 
 
-_FORMATS = {"step_time_s": "{:.4g}", "tokens_per_s": "{:,.0f}", "mfu": "{:.1%}", "peak_memory_gib": "{:.1f}",
-            "fits": "{}"}
+_FORMATS = {
+    "step_time_s": "{:.4g}",
+    "tokens_per_s": "{:,.0f}",
+    "mfu": "{:.1%}",
+    "peak_memory_gib": "{:.1f}",
+    "fits": "{}",
+}
 
 
-def html_table(records: Sequence[dict], columns: Sequence[str] = SUMMARY_COLUMNS, caption: str = "") -> str:
+def html_table(
+    records: Sequence[dict], columns: Sequence[str] = SUMMARY_COLUMNS, caption: str = ""
+) -> str:
     """A small HTML table of the ``columns`` of records (Jupyter's ``_repr_html_``), escaped."""
     shown = [c for c in columns if any(c in r for r in records)]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in shown)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_FORMATS.get(c, '{}').format(r[c]) if c in r else '')}</td>" for c in shown)
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(_FORMATS.get(c, '{}').format(r[c]) if c in r else '')}</td>"
+            for c in shown
+        )
         + "</tr>"
         for r in records
     )
@@ -81,14 +104,23 @@ def html_table(records: Sequence[dict], columns: Sequence[str] = SUMMARY_COLUMNS
 def estimate_summary(est: Estimate) -> str:
     """One line for a repr: model, system, plan label, step time, MFU, peak memory, fit."""
     fit = "fits" if est.fits else "DOES NOT FIT"
-    return (f"{est.model} on {est.gpus} x {est.system}: {plan_text(est.plan)}; step {est.step_time_s:.4g} s, "
-            f"MFU {est.mfu:.1%}, peak {est.peak_stage.peak_bytes / GiB:.1f} GiB ({fit})")
+    return (
+        f"{est.model} on {est.gpus} x {est.system}: {plan_text(est.plan)}; step {est.step_time_s:.4g} s, "
+        f"MFU {est.mfu:.1%}, peak {est.peak_stage.peak_bytes / GiB:.1f} GiB ({fit})"
+    )
 
 
 def estimate_html(est: Estimate) -> str:
     """Jupyter view of an estimate: the summary record and the time breakdown."""
     breakdown = asdict(est.breakdown)
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" for k, v in breakdown.items())
-    return (html_table([estimate_record(est)], [c for c in SUMMARY_COLUMNS if c != "rank"],
-                       caption=f"{est.model} on {est.gpus} x {est.system}")
-            + f"<table><caption>time per step (s)</caption><tbody>{rows}</tbody></table>")
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" for k, v in breakdown.items()
+    )
+    return (
+        html_table(
+            [estimate_record(est)],
+            [c for c in SUMMARY_COLUMNS if c != "rank"],
+            caption=f"{est.model} on {est.gpus} x {est.system}",
+        )
+        + f"<table><caption>time per step (s)</caption><tbody>{rows}</tbody></table>"
+    )

@@ -34,10 +34,22 @@ from paraplan.units import GiB, si_prefixed  # noqa: E402
 FORMATS = ("png", "svg")
 DPI = 130
 
-TIME_PARTS = tuple((p.name, p.label, p.color) for p in BREAKDOWN_PARTS)  # report.result: the one list
+TIME_PARTS = tuple(
+    (p.name, p.label, p.color) for p in BREAKDOWN_PARTS
+)  # report.result: the one list
 MEMORY_PARTS = tuple((p.key, p.label, p.color) for p in STAGE_MEMORY_PARTS)
-LINE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
-               "#bcbd22")
+LINE_COLORS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+)
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
 matplotlib.rcParams["svg.hashsalt"] = "paraplan"
@@ -82,8 +94,9 @@ def _save(fig: Figure, stem: Path, formats=FORMATS) -> list[Path]:
 
 # ---- sweep structure ------------------------------------------------------------------------
 def _axes(sweep: dict) -> list[tuple[str, list]]:
-    return ([("system", list(sweep["systems"])), ("gpus", list(sweep["gpus"]))]
-            + [(s["path"], list(s["values"])) for s in sweep.get("sets", [])])
+    return [("system", list(sweep["systems"])), ("gpus", list(sweep["gpus"]))] + [
+        (s["path"], list(s["values"])) for s in sweep.get("sets", [])
+    ]
 
 
 def _swept(sweep: dict) -> list[tuple[str, list]]:
@@ -111,7 +124,13 @@ def _batch_text(sweep: dict) -> str:
 
 def _subtitle(sweep: dict) -> str:
     fixed = [_value_text(n, v[0]) for n, v in _axes(sweep) if len(v) == 1]
-    parts = [sweep["model"], *fixed, f"seq {sweep['seq_length']}", _batch_text(sweep), sweep["dtype"]]
+    parts = [
+        sweep["model"],
+        *fixed,
+        f"seq {sweep['seq_length']}",
+        _batch_text(sweep),
+        sweep["dtype"],
+    ]
     return ", ".join(str(p) for p in parts)
 
 
@@ -142,12 +161,25 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
         if sweep.get("max_global_batch") is not None:  # the search may pick a smaller batch: say so
             for p in ok:
                 if p["global_batch"] < sweep["max_global_batch"]:
-                    ax_time.annotate(f"batch {p['global_batch']}", (p["gpus"], p["step_time_s"]), xytext=(-7, -13), ha="right",
-                                     textcoords="offset points", fontsize=8, color=color)
+                    ax_time.annotate(
+                        f"batch {p['global_batch']}",
+                        (p["gpus"], p["step_time_s"]),
+                        xytext=(-7, -13),
+                        ha="right",
+                        textcoords="offset points",
+                        fontsize=8,
+                        color=color,
+                    )
         # ideal scaling from the first feasible point: time per token ∝ 1/GPUs (batch may differ by plan)
         per_token0 = ok[0]["step_time_s"] / ok[0]["global_batch"]
-        ax_time.plot(g, [per_token0 * ok[0]["gpus"] / n * p["global_batch"] for n, p in zip(g, ok)],
-                     color=color, linestyle=":", linewidth=1.2, alpha=0.8)
+        ax_time.plot(
+            g,
+            [per_token0 * ok[0]["gpus"] / n * p["global_batch"] for n, p in zip(g, ok)],
+            color=color,
+            linestyle=":",
+            linewidth=1.2,
+            alpha=0.8,
+        )
         if with_days:
             y = [p["time_to_train_days"] for p in ok]
             ideal = [y[0] * ok[0]["gpus"] / n for n in g]
@@ -156,7 +188,9 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
             ideal = [y[0] * n / ok[0]["gpus"] for n in g]
         ax_rate.plot(g, y, color=color, marker=marker, linewidth=2, label=label)
         ax_rate.plot(g, ideal, color=color, linestyle=":", linewidth=1.2, alpha=0.8)
-    ax_rate.plot([], [], color="black", linestyle=":", linewidth=1.2, label="ideal (linear) scaling")
+    ax_rate.plot(
+        [], [], color="black", linestyle=":", linewidth=1.2, label="ideal (linear) scaling"
+    )
     ax_time.set_ylabel("step time (s, log scale)")
     if with_days:
         ax_rate.set_ylabel(f"time to train {fmt_tokens(sweep['tokens'])} tokens (days, log scale)")
@@ -171,7 +205,14 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
         if anything:
             ax.set_yscale("log")
         else:
-            ax.text(0.5, 0.5, "no plan fits at any point", transform=ax.transAxes, ha="center", color="#C44E52")
+            ax.text(
+                0.5,
+                0.5,
+                "no plan fits at any point",
+                transform=ax.transAxes,
+                ha="center",
+                color="#C44E52",
+            )
         ax.set_xticks(sweep["gpus"])
         ax.xaxis.set_major_formatter(FuncFormatter(_int_label))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -194,8 +235,15 @@ def plot_strong_scaling(document: dict, stem: Path) -> list[Path]:
         ax_rate.legend(loc="best", fontsize=9)
         fig.tight_layout()
     if misses:
-        fig.text(0.5, 0.0, "no plan fits in memory: " + "; ".join(misses), ha="center", va="top", fontsize=8,
-                 wrap=True)
+        fig.text(
+            0.5,
+            0.0,
+            "no plan fits in memory: " + "; ".join(misses),
+            ha="center",
+            va="top",
+            fontsize=8,
+            wrap=True,
+        )
     return _save(fig, stem)
 
 
@@ -260,8 +308,16 @@ def _decorate_bars(fig: Figure, ax, xs, ticks, groups, xtitle):
     ax.set_xlabel(xtitle)
     for label, first, last in groups:
         ax.axvline(first - 0.9, color="#999999", linewidth=0.8) if first > 0 else None
-        ax.text((first + last) / 2, 1.01, label, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                fontsize=10, fontweight="bold")
+        ax.text(
+            (first + last) / 2,
+            1.01,
+            label,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=10,
+            fontweight="bold",
+        )
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     return [t for t in ax.texts if t.get_fontweight() == "bold"]
@@ -309,8 +365,23 @@ def _label_bars(ax, xs, labels, y: float) -> None:
     """Each bar's plan, written up the bar from ``y`` on a light box (readable over any colour)."""
     for x, label in zip(xs, labels):
         if label:
-            ax.text(x, y, label, rotation=90, ha="center", va="bottom", fontsize=7, color="black", clip_on=True,
-                    bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75, "linewidth": 0})
+            ax.text(
+                x,
+                y,
+                label,
+                rotation=90,
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="black",
+                clip_on=True,
+                bbox={
+                    "boxstyle": "round,pad=0.2",
+                    "facecolor": "white",
+                    "alpha": 0.75,
+                    "linewidth": 0,
+                },
+            )
 
 
 def _point_label(point: dict) -> str | None:
@@ -328,27 +399,58 @@ def breakdown_figure(document: dict) -> Figure:
     """Stacked shares of the step time per point, each bar labelled with its plan."""
     sweep, pts = document["sweep"], document["points"]
     xs, ticks, groups, xtitle = _bar_layout(document)
-    used = [part for part in TIME_PARTS if any(p["feasible"] and p["breakdown"][part[0]] > 0 for p in pts)]
+    used = [
+        part
+        for part in TIME_PARTS
+        if any(p["feasible"] and p["breakdown"][part[0]] > 0 for p in pts)
+    ]
     fig = Figure(figsize=(max(8.0, 0.5 * len(pts) + 4.5), 6.2))
     ax = fig.subplots()
     bottoms = [0.0] * len(pts)
     for key, label, color in used:
-        shares = [100 * p["breakdown"][key] / p["step_time_s"] if p["feasible"] else 0.0 for p in pts]
-        ax.bar(xs, shares, bottom=bottoms, width=0.75, color=color, label=label, edgecolor="white", linewidth=0.4)
+        shares = [
+            100 * p["breakdown"][key] / p["step_time_s"] if p["feasible"] else 0.0 for p in pts
+        ]
+        ax.bar(
+            xs,
+            shares,
+            bottom=bottoms,
+            width=0.75,
+            color=color,
+            label=label,
+            edgecolor="white",
+            linewidth=0.4,
+        )
         bottoms = [b + s for b, s in zip(bottoms, shares)]
     for x, p in zip(xs, pts):
         text = fmt_seconds(p["step_time_s"]) if p["feasible"] else "no plan fits"
-        ax.text(x, 101.5, text, ha="center", va="bottom", rotation=90, fontsize=8,
-                color="black" if p["feasible"] else "#C44E52")
+        ax.text(
+            x,
+            101.5,
+            text,
+            ha="center",
+            va="bottom",
+            rotation=90,
+            fontsize=8,
+            color="black" if p["feasible"] else "#C44E52",
+        )
     ax.set_ylim(0, 125 if groups else 118)
     ax.set_yticks(range(0, 101, 20))
     ax.set_ylabel("share of step time (%)")
     _label_bars(ax, xs, [_point_label(p) if p["feasible"] else None for p in pts], 1.5)
     titles = _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
     if used:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="time per step", title_fontsize=9)
-    fig.suptitle(f"Time breakdown of the best plan per point (plan on each bar, step time above it)\n{_subtitle(sweep)}",
-                 fontsize=11)
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=9,
+            title="time per step",
+            title_fontsize=9,
+        )
+    fig.suptitle(
+        f"Time breakdown of the best plan per point (plan on each bar, step time above it)\n{_subtitle(sweep)}",
+        fontsize=11,
+    )
     _layout_apart(fig, titles)
     return fig
 
@@ -361,7 +463,9 @@ def memory_figure(document: dict) -> Figure:
     """Memory per GPU of each point's peak stage by component against the capacity, labelled with the plan."""
     sweep, pts = document["sweep"], document["points"]
     xs, ticks, groups, xtitle = _bar_layout(document)
-    shown = [(p["memory"] if p["feasible"] else (p.get("nearest_miss") or {}).get("memory")) for p in pts]
+    shown = [
+        (p["memory"] if p["feasible"] else (p.get("nearest_miss") or {}).get("memory")) for p in pts
+    ]
     fig = Figure(figsize=(max(8.0, 0.5 * len(pts) + 4.5), 6.2))
     ax = fig.subplots()
     bottoms = [0.0] * len(pts)
@@ -369,18 +473,44 @@ def memory_figure(document: dict) -> Figure:
         values = [(m[f"{key}_gib"] if m else 0.0) for m in shown]
         ok = [v if p["feasible"] else 0.0 for v, p in zip(values, pts)]
         miss = [0.0 if p["feasible"] else v for v, p in zip(values, pts)]
-        ax.bar(xs, ok, bottom=bottoms, width=0.75, color=color, label=label, edgecolor="white", linewidth=0.4)
+        ax.bar(
+            xs,
+            ok,
+            bottom=bottoms,
+            width=0.75,
+            color=color,
+            label=label,
+            edgecolor="white",
+            linewidth=0.4,
+        )
         if any(miss):
-            ax.bar(xs, miss, bottom=bottoms, width=0.75, color=color, alpha=0.45, hatch="//", edgecolor="#444444",
-                   linewidth=0.4)
+            ax.bar(
+                xs,
+                miss,
+                bottom=bottoms,
+                width=0.75,
+                color=color,
+                alpha=0.45,
+                hatch="//",
+                edgecolor="#444444",
+                linewidth=0.4,
+            )
         bottoms = [b + v for b, v in zip(bottoms, values)]
     first_cap = True
     for x, p, m in zip(xs, pts, shown):
         if m is None:
-            ax.text(x, 0, "no plan", ha="center", va="bottom", rotation=90, fontsize=8, color="#C44E52")
+            ax.text(
+                x, 0, "no plan", ha="center", va="bottom", rotation=90, fontsize=8, color="#C44E52"
+            )
             continue
-        ax.hlines(m["capacity_gib"], x - 0.45, x + 0.45, colors="black", linewidth=2,
-                  label="HBM capacity" if first_cap else None)
+        ax.hlines(
+            m["capacity_gib"],
+            x - 0.45,
+            x + 0.45,
+            colors="black",
+            linewidth=2,
+            label="HBM capacity" if first_cap else None,
+        )
         first_cap = False
     handles, labels = ax.get_legend_handles_labels()
     if any(not p["feasible"] and m for p, m in zip(pts, shown)):
@@ -391,9 +521,19 @@ def memory_figure(document: dict) -> Figure:
     ax.set_ylabel("memory per GPU, peak pipeline stage (GiB)")
     _label_bars(ax, xs, [_point_label(p) if m else None for p, m in zip(pts, shown)], top * 0.015)
     titles = _decorate_bars(fig, ax, xs, ticks, groups, xtitle)
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="memory per GPU",
-              title_fontsize=9)
-    fig.suptitle(f"Memory per GPU of the best plan per point (plan on each bar)\n{_subtitle(sweep)}", fontsize=11)
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=9,
+        title="memory per GPU",
+        title_fontsize=9,
+    )
+    fig.suptitle(
+        f"Memory per GPU of the best plan per point (plan on each bar)\n{_subtitle(sweep)}",
+        fontsize=11,
+    )
     _layout_apart(fig, titles)
     return fig
 
@@ -405,9 +545,13 @@ def plot_heatmap(document: dict, stem: Path) -> list[Path]:
     grid = [[None] * len(col_values) for _ in row_values]
     for p in pts:
         grid[row_values.index(p[row_name])][col_values.index(p[col_name])] = p
-    values = [[(c["tokens_per_s"] if c and c["feasible"] else math.nan) for c in row] for row in grid]
+    values = [
+        [(c["tokens_per_s"] if c and c["feasible"] else math.nan) for c in row] for row in grid
+    ]
     finite = [v for row in values for v in row if not math.isnan(v)]
-    fig = Figure(figsize=(max(6.5, 1.25 * len(col_values) + 3.5), max(4.0, 0.7 * len(row_values) + 2.4)))
+    fig = Figure(
+        figsize=(max(6.5, 1.25 * len(col_values) + 3.5), max(4.0, 0.7 * len(row_values) + 2.4))
+    )
     ax = fig.subplots()
     import numpy as np
 
@@ -424,14 +568,25 @@ def plot_heatmap(document: dict, stem: Path) -> list[Path]:
             if cell["feasible"]:
                 v = cell["tokens_per_s"]
                 dark = norm(v) < 0.6 if hi > lo else True
-                ax.text(j, i, f"{fmt_count(v)}\n{fmt_seconds(cell['step_time_s'])}", ha="center", va="center",
-                        fontsize=9, color="white" if dark else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{fmt_count(v)}\n{fmt_seconds(cell['step_time_s'])}",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white" if dark else "black",
+                )
             else:
-                ax.text(j, i, "no plan\nfits", ha="center", va="center", fontsize=9, color="#C44E52")
+                ax.text(
+                    j, i, "no plan\nfits", ha="center", va="center", fontsize=9, color="#C44E52"
+                )
     ax.set_xticks(range(len(col_values)))
-    ax.set_xticklabels([_tick_text(col_name, v) for v in col_values],
-                       rotation=45 if max(len(str(v)) for v in col_values) > 8 else 0, ha="right"
-                       if max(len(str(v)) for v in col_values) > 8 else "center")
+    ax.set_xticklabels(
+        [_tick_text(col_name, v) for v in col_values],
+        rotation=45 if max(len(str(v)) for v in col_values) > 8 else 0,
+        ha="right" if max(len(str(v)) for v in col_values) > 8 else "center",
+    )
     ax.set_yticks(range(len(row_values)))
     ax.set_yticklabels([_tick_text(row_name, v) for v in row_values])
     ax.set_xlabel(_axis_title(col_name))
@@ -440,7 +595,9 @@ def plot_heatmap(document: dict, stem: Path) -> list[Path]:
     bar.set_label("throughput (tokens/s" + (", log colour scale)" if log else ")"))
     bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: fmt_count(v)))
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_title(f"Throughput of the best plan (tokens/s; step time below)\n{_subtitle(sweep)}", fontsize=11)
+    ax.set_title(
+        f"Throughput of the best plan (tokens/s; step time below)\n{_subtitle(sweep)}", fontsize=11
+    )
     fig.tight_layout()
     return _save(fig, stem)
 
@@ -480,17 +637,26 @@ def plot_estimate(est, path: Path) -> Path:
     path = Path(path)
     ext = path.suffix.lower().lstrip(".")
     if ext not in FORMATS:
-        raise InputError(f"--plot: {str(path)!r} is not allowed; the file name must end in .png or .svg")
+        raise InputError(
+            f"--plot: {str(path)!r} is not allowed; the file name must end in .png or .svg"
+        )
     if not path.parent.is_dir():
-        raise InputError(f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
-                         "(create it first)")
+        raise InputError(
+            f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
+            "(create it first)"
+        )
     fig = estimate_figure(est)
     from paraplan.io.documents import atomic_path
 
     try:
         with atomic_path(path, field="--plot") as temp, open(temp, "wb") as handle:
-            fig.savefig(handle, format=ext, dpi=DPI, metadata={"Date": None} if ext == "svg" else {},
-                        bbox_inches="tight")
+            fig.savefig(
+                handle,
+                format=ext,
+                dpi=DPI,
+                metadata={"Date": None} if ext == "svg" else {},
+                bbox_inches="tight",
+            )
     except OSError as exc:
         raise InputError(f"--plot: cannot write {str(path)!r}: {exc.strerror}") from None
     return path
@@ -506,23 +672,34 @@ def estimate_figure(est) -> Figure:
     from paraplan.specs.plan import PlanSpec
 
     breakdown = asdict(est.breakdown)
-    parts = [(label, breakdown[key], color) for key, label, color in TIME_PARTS if breakdown[key] > 0]
+    parts = [
+        (label, breakdown[key], color) for key, label, color in TIME_PARTS if breakdown[key] > 0
+    ]
     staged = len(est.stages) > 1
     fig = Figure(figsize=(13, 9.6 if staged else 5.2))
     if staged:
         grid = fig.add_gridspec(2, 2, width_ratios=[1.25, 1], height_ratios=[1, 0.85])
-        ax_t, ax_m, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+        ax_t, ax_m, ax_s = (
+            fig.add_subplot(grid[0, 0]),
+            fig.add_subplot(grid[0, 1]),
+            fig.add_subplot(grid[1, :]),
+        )
     else:
         ax_t, ax_m = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
     names = [p[0] for p in parts][::-1]
     seconds = [p[1] for p in parts][::-1]
     ax_t.barh(names, seconds, color=[p[2] for p in parts][::-1])
     for y, s in enumerate(seconds):
-        ax_t.text(s, y, f"  {fmt_seconds(s)} ({100 * s / est.step_time_s:.1f}%)", va="center", fontsize=9)
+        ax_t.text(
+            s, y, f"  {fmt_seconds(s)} ({100 * s / est.step_time_s:.1f}%)", va="center", fontsize=9
+        )
     ax_t.set_xlim(0, max(seconds) * 1.45)
     ax_t.set_xlabel("seconds per step")
-    ax_t.set_title(f"Time per step: {fmt_seconds(est.step_time_s)}  ·  {fmt_count(est.tokens_per_s)} tokens/s  ·  "
-                   f"MFU {100 * est.mfu:.1f}%", fontsize=10)
+    ax_t.set_title(
+        f"Time per step: {fmt_seconds(est.step_time_s)}  ·  {fmt_count(est.tokens_per_s)} tokens/s  ·  "
+        f"MFU {100 * est.mfu:.1f}%",
+        fontsize=10,
+    )
     ax_t.grid(True, axis="x", alpha=0.3)
     ax_t.set_axisbelow(True)
 
@@ -535,7 +712,9 @@ def estimate_figure(est) -> Figure:
     ax_m.barh(ys, values, color=[c for _, _, c in MEMORY_PARTS], height=0.7)
     left = 0.0
     for value, (_, _, color) in zip(values, MEMORY_PARTS):
-        ax_m.barh([n + 0.3], [value], left=left, color=color, height=0.8, edgecolor="white", linewidth=0.5)
+        ax_m.barh(
+            [n + 0.3], [value], left=left, color=color, height=0.8, edgecolor="white", linewidth=0.5
+        )
         left += value
     for y, v in zip([n + 0.3, *ys], [left, *values]):
         ax_m.text(v, y, f"  {v:.2f} GiB", va="center", fontsize=9)
@@ -547,15 +726,20 @@ def estimate_figure(est) -> Figure:
     ax_m.set_ylim(-0.6, n + 1.5)
     ax_m.set_xlabel("memory per GPU (GiB)")
     fit = "fits" if stage.fits else "DOES NOT FIT"
-    ax_m.set_title(f"Memory per GPU, peak stage {stage.stage}: {left:.1f} of {cap:.0f} GiB ({fit})", fontsize=10)
+    ax_m.set_title(
+        f"Memory per GPU, peak stage {stage.stage}: {left:.1f} of {cap:.0f} GiB ({fit})",
+        fontsize=10,
+    )
     ax_m.grid(True, axis="x", alpha=0.3)
     ax_m.set_axisbelow(True)
     if staged:
         _stage_memory(ax_s, est)
     label = plan_label(PlanSpec.model_validate(est.plan))
-    fig.suptitle(f"{est.model} on {est.gpus:,} × {est.system}: {label}\n"
-                 f"global batch {est.plan['global_batch']}, seq {est.plan['seq_length']}, {est.plan['dtype']}",
-                 fontsize=11)
+    fig.suptitle(
+        f"{est.model} on {est.gpus:,} × {est.system}: {label}\n"
+        f"global batch {est.plan['global_batch']}, seq {est.plan['seq_length']}, {est.plan['dtype']}",
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 
@@ -569,12 +753,23 @@ def _stage_memory(ax, est) -> None:
     peak = est.peak_stage.stage
     for key, label, color in MEMORY_PARTS:
         values = [s[f"{key}_gib"] for s in stages]
-        ax.bar(xs, values, bottom=bottoms, width=0.75, color=color, label=label, edgecolor="white", linewidth=0.4)
+        ax.bar(
+            xs,
+            values,
+            bottom=bottoms,
+            width=0.75,
+            color=color,
+            label=label,
+            edgecolor="white",
+            linewidth=0.4,
+        )
         bottoms = [b + v for b, v in zip(bottoms, values)]
     cap = est.peak_stage.capacity_bytes / GiB
     ax.axhline(cap, color="black", linewidth=2, label=f"HBM capacity ({cap:.0f} GiB)")
     ax.bar([peak], [bottoms[peak]], width=0.75, fill=False, edgecolor="black", linewidth=1.5)
-    ax.text(peak, bottoms[peak], f"peak\n{bottoms[peak]:.1f} GiB", ha="center", va="bottom", fontsize=8)
+    ax.text(
+        peak, bottoms[peak], f"peak\n{bottoms[peak]:.1f} GiB", ha="center", va="bottom", fontsize=8
+    )
     ax.set_xticks(xs)
     ax.set_xticklabels([str(x) for x in xs], fontsize=8 if len(xs) > 24 else 9)
     ax.set_xlim(-0.7, len(xs) - 0.3)
@@ -582,8 +777,12 @@ def _stage_memory(ax, est) -> None:
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("memory per GPU (GiB)")
     over = sum(1 for s in est.stages if not s.fits)
-    ax.set_title(f"Memory per GPU by pipeline stage ({over} of {len(stages)} stages over capacity)" if over
-                 else f"Memory per GPU by pipeline stage (all {len(stages)} fit)", fontsize=10)
+    ax.set_title(
+        f"Memory per GPU by pipeline stage ({over} of {len(stages)} stages over capacity)"
+        if over
+        else f"Memory per GPU by pipeline stage (all {len(stages)} fit)",
+        fontsize=10,
+    )
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_axisbelow(True)

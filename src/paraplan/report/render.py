@@ -26,7 +26,6 @@ MB = 1e6
 MAX_STAGE_ROWS = 12  # longer pipelines show the first, the last and the peak stages
 
 
-
 # ---- small formatters ------------------------------------------------------------------------
 def _gib(n_bytes: float) -> str:
     return f"{n_bytes / GiB:.2f}"
@@ -100,7 +99,11 @@ class SimpleTable:
             natural.append(max(widest, cell_len(self.columns[i])))
             header_min.append(max(widest, header_word))
             foldable = wrap_cells and i in self.foldable and i != self.detach
-            cell_min.append(max(header_word, max([0] + [_longest_word(c) for c in cells])) if foldable else header_min[-1])
+            cell_min.append(
+                max(header_word, max([0] + [_longest_word(c) for c in cells]))
+                if foldable
+                else header_min[-1]
+            )
         fixed = list(natural)
         if width is None:
             return fixed
@@ -129,7 +132,12 @@ class SimpleTable:
         # one column on a line of its own: the given one under its row, else the widest name column above it
         detach = self.detach
         if detach is None and self.foldable:
-            detach = max(self.foldable, key=lambda i: max([cell_len(self.columns[i])] + [cell_len(r[i]) for r in self.rows]))
+            detach = max(
+                self.foldable,
+                key=lambda i: max(
+                    [cell_len(self.columns[i])] + [cell_len(r[i]) for r in self.rows]
+                ),
+            )
         if detach is not None:
             rest = [i for i in every if i != detach]
             rest_widths = self._widths(rest, width, wrap_cells=True)
@@ -137,28 +145,37 @@ class SimpleTable:
                 return self._grid(rest, rest_widths, width, detach)
         return self._records(width)
 
-    def _grid(self, shown: list[int], widths: list[int], width: int | None, detached: int | None = None) -> list[str]:
+    def _grid(
+        self, shown: list[int], widths: list[int], width: int | None, detached: int | None = None
+    ) -> list[str]:
         """Rows as lines of aligned columns; a ``detached`` column on its own line, under its row
         (indented to the second column) when it is the table's ``detach`` column, else above it."""
         below = detached is not None and detached == self.detach
         out = _wrap_prose(self.title, width)
         header_cells = [_wrap_cell(self.columns[i], w) for i, w in zip(shown, widths)]
         height = max(len(h) for h in header_cells)
-        header_cells = [[""] * (height - len(h)) + h for h in header_cells]  # headers bottom-aligned
+        header_cells = [
+            [""] * (height - len(h)) + h for h in header_cells
+        ]  # headers bottom-aligned
         header = [self._join(shown, widths, [h[n] for h in header_cells]) for n in range(height)]
         indent = " " * (widths[0] + COLUMN_GAP) if below else ""
         if detached is not None:
             name = _wrap_prose(self.columns[detached], width, indent)
             header = header + name if below else name + header
         out += header
-        rule = "─" * max([sum(widths) + COLUMN_GAP * (len(widths) - 1)] + [cell_len(line) for line in header])
+        rule = "─" * max(
+            [sum(widths) + COLUMN_GAP * (len(widths) - 1)] + [cell_len(line) for line in header]
+        )
         out.append(rule)
         for n, row in enumerate(self.rows):
             if n in self.sections:
                 out.append(rule)
             if detached is not None and not below and row[detached]:
                 out += _wrap_prose(row[detached], width)
-            cells = [_wrap_cell(row[i], w) if i in self.foldable else [row[i]] for i, w in zip(shown, widths)]
+            cells = [
+                _wrap_cell(row[i], w) if i in self.foldable else [row[i]]
+                for i, w in zip(shown, widths)
+            ]
             for k in range(max(len(c) for c in cells)):
                 out.append(self._join(shown, widths, [c[k] if k < len(c) else "" for c in cells]))
             if below and row[detached]:
@@ -184,8 +201,11 @@ class SimpleTable:
             out += _wrap_prose("  ".join(row[i] for i in names if row[i]) or "-", width)
             if self.detach is not None and row[self.detach]:
                 out += _wrap_prose(row[self.detach], width, RECORD_INDENT)
-            pairs = [f"{self.columns[i]}: {row[i]}" for i in range(len(self.columns))
-                     if i not in names and i != self.detach and row[i]]
+            pairs = [
+                f"{self.columns[i]}: {row[i]}"
+                for i in range(len(self.columns))
+                if i not in names and i != self.detach and row[i]
+            ]
             out += _pack(pairs, width, RECORD_INDENT)
         return out
 
@@ -217,8 +237,14 @@ def _wrap_prose(text: str, width: int | None, indent: str = "") -> list[str]:
     """Prose wrapped at spaces to ``width`` (None: one line), every line prefixed by ``indent``."""
     if width is None or cell_len(indent + text) <= width:
         return [indent + text]
-    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False) or [indent]
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 def _pack(units: list[str], width: int | None, indent: str) -> list[str]:
@@ -226,7 +252,9 @@ def _pack(units: list[str], width: int | None, indent: str) -> list[str]:
     lines: list[str] = []
     current = ""
     for unit in units:
-        if width is not None and cell_len(indent + unit) > width:  # a unit too long for a line: wrap it alone
+        if (
+            width is not None and cell_len(indent + unit) > width
+        ):  # a unit too long for a line: wrap it alone
             if current:
                 lines.append(indent + current)
                 current = ""
@@ -244,7 +272,11 @@ def _pack(units: list[str], width: int | None, indent: str) -> list[str]:
 
 
 def simple_table(
-    title: str, *columns: str, numeric_from: int = 1, foldable: Sequence[int] | None = None, detach: int | None = None
+    title: str,
+    *columns: str,
+    numeric_from: int = 1,
+    foldable: Sequence[int] | None = None,
+    detach: int | None = None,
 ) -> SimpleTable:
     """A :class:`SimpleTable` (``foldable``: indexes of the columns whose cells may wrap at spaces;
     default the name columns before ``numeric_from``; ``detach``: a column that moves to its own line
@@ -270,7 +302,9 @@ class PlainConsole:
             return [line for r in obj for line in self.lines(r)]
         text = getattr(obj, "plain", None)  # a rich Text
         text = str(obj) if text is None else text
-        return [line for paragraph in text.split("\n") for line in _wrap_prose(paragraph, self.width)]
+        return [
+            line for paragraph in text.split("\n") for line in _wrap_prose(paragraph, self.width)
+        ]
 
     def print(self, *objects) -> None:
         lines = [line for obj in (objects or ("",)) for line in self.lines(obj)]
@@ -306,10 +340,25 @@ def plan_line(est: Estimate, parameters=None) -> str:
         f"{p['dtype']}, {p['attention']} attention, recompute {p['recompute']}, zero {p['zero']}, schedule {schedule}"
         + (", sequence parallel" if p.get("sequence_parallel") else ""),
     ]
-    extras = [name for name in ("offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm") if p.get(name)]
+    extras = [
+        name
+        for name in (
+            "offload_weights",
+            "offload_activations",
+            "offload_optimizer",
+            "overlap_tp_comm",
+        )
+        if p.get(name)
+    ]
     if p.get("offload_activation_layers"):
-        extras[extras.index("offload_activations")] += f" ({p['offload_activation_layers']} layers per stage)"
-    extras += [f"no {name}" for name in ("overlap_dp_grad_reduce", "overlap_param_gather") if p.get(name) is False]
+        extras[extras.index("offload_activations")] += (
+            f" ({p['offload_activation_layers']} layers per stage)"
+        )
+    extras += [
+        f"no {name}"
+        for name in ("overlap_dp_grad_reduce", "overlap_param_gather")
+        if p.get(name) is False
+    ]
     placement = p.get("placement", DEFAULT_PLACEMENT_LABEL)
     if placement != DEFAULT_PLACEMENT_LABEL:
         extras.append(f"placement {placement}")
@@ -322,12 +371,15 @@ def fit_line(est: Estimate) -> str:
     """'fits' or the prominent 'DOES NOT FIT' line with the peak stage's memory vs capacity."""
     peak = est.peak_stage
     if est.fits:
-        return (
-            f"fits: peak {_gib(peak.peak_bytes)} GiB on stage {peak.stage} of {_gib(peak.capacity_bytes)} GiB per GPU"
-        )
+        return f"fits: peak {_gib(peak.peak_bytes)} GiB on stage {peak.stage} of {_gib(peak.capacity_bytes)} GiB per GPU"
     over = sum(1 for s in est.stages if not s.fits)
-    if peak.peak_bytes <= peak.capacity_bytes:  # every GPU holds its stage: offload overflows the host memory
-        host = max((s for s in est.stages if not s.fits), key=lambda s: s.host_bytes - s.host_capacity_bytes)
+    if (
+        peak.peak_bytes <= peak.capacity_bytes
+    ):  # every GPU holds its stage: offload overflows the host memory
+        host = max(
+            (s for s in est.stages if not s.fits),
+            key=lambda s: s.host_bytes - s.host_capacity_bytes,
+        )
         return (
             f"DOES NOT FIT: stage {host.stage} offloads {_gib(host.host_bytes)} GiB per GPU to host memory but the "
             f"host has {_gib(host.host_capacity_bytes)} GiB per GPU (over by "
@@ -382,7 +434,16 @@ def memory_table(est: Estimate) -> SimpleTable:
     """GiB per GPU on each pipeline stage; the peak stage is marked with '*'."""
     table = simple_table(
         "Memory per GPU (GiB) by pipeline stage; optim. = optimizer state, activ. = activations, * = peak stage",
-        "stage", "weights", "grads", "optim.", "activ.", "buffers", "reserved", "peak", "capacity", "fits",
+        "stage",
+        "weights",
+        "grads",
+        "optim.",
+        "activ.",
+        "buffers",
+        "reserved",
+        "peak",
+        "capacity",
+        "fits",
     )
     peak = est.peak_stage.stage
     for s in _stages_to_show(est.stages, peak):
@@ -415,7 +476,15 @@ def ops_table(ops: Sequence[OpCost]) -> SimpleTable:
     """Per op of one micro-batch on one GPU of the busiest stage (GEMM shape = batch×m×n×k)."""
     table = simple_table(
         "Ops per micro-batch per GPU",
-        "block", "op", "kind", "GEMM b×m×n×k", "fwd GFLOP", "eff %", "fwd ms", "bwd ms", "count",
+        "block",
+        "op",
+        "kind",
+        "GEMM b×m×n×k",
+        "fwd GFLOP",
+        "eff %",
+        "fwd ms",
+        "bwd ms",
+        "count",
         numeric_from=3,
         foldable=(0, 1, 2, 3),
     )
@@ -440,7 +509,15 @@ def comms_table(comms: Sequence[CommCost]) -> SimpleTable:
     """Per collective of one micro-batch: volume, calls, time per call and the group's placement."""
     table = simple_table(
         "Collectives per micro-batch per GPU",
-        "block", "name", "group", "kind", "MB", "calls f/b", "ms/call", "group size", "domains",
+        "block",
+        "name",
+        "group",
+        "kind",
+        "MB",
+        "calls f/b",
+        "ms/call",
+        "group size",
+        "domains",
         numeric_from=4,
         foldable=(0, 1, 3),
     )
@@ -470,12 +547,21 @@ def run_table(run: dict) -> SimpleTable:
     if run.get("cost_usd") is None:
         table.add_row("cost (USD)", "- (no price: pass --price)")
     else:
-        table.add_row("cost (USD)", f"{run['cost_usd']:,.0f} at {run['price_per_gpu_hour']:.2f}/GPU-hour")
+        table.add_row(
+            "cost (USD)", f"{run['cost_usd']:,.0f} at {run['price_per_gpu_hour']:.2f}/GPU-hour"
+        )
     return table
 
 
-def estimate_renderables(est: Estimate, *, run: dict | None = None, show_ops: bool = False,
-                         hints: Sequence[str] = (), parameters=None, notes: Sequence[str] = ()) -> list:
+def estimate_renderables(
+    est: Estimate,
+    *,
+    run: dict | None = None,
+    show_ops: bool = False,
+    hints: Sequence[str] = (),
+    parameters=None,
+    notes: Sequence[str] = (),
+) -> list:
     """The sections of the text report, in reading order, separated by blank lines (strings and
     :class:`SimpleTable` s, for :class:`PlainConsole`). ``hints``: what would make a plan that does
     not fit fit (``search.fit_hints``), printed after the repeated DOES NOT FIT line; ``notes``
@@ -496,11 +582,22 @@ def estimate_renderables(est: Estimate, *, run: dict | None = None, show_ops: bo
     return out
 
 
-def print_estimate(console, est: Estimate, *, run: dict | None = None, show_ops: bool = False,
-                   hints: Sequence[str] = (), parameters=None, notes: Sequence[str] = ()) -> None:
+def print_estimate(
+    console,
+    est: Estimate,
+    *,
+    run: dict | None = None,
+    show_ops: bool = False,
+    hints: Sequence[str] = (),
+    parameters=None,
+    notes: Sequence[str] = (),
+) -> None:
     """Print the text report on ``console`` (a :class:`PlainConsole`)."""
-    console.print(*estimate_renderables(est, run=run, show_ops=show_ops, hints=hints, parameters=parameters,
-                                        notes=notes))
+    console.print(
+        *estimate_renderables(
+            est, run=run, show_ops=show_ops, hints=hints, parameters=parameters, notes=notes
+        )
+    )
 
 
 def render_to_text(renderables: Sequence, width: int | None = 100) -> str:
@@ -510,8 +607,17 @@ def render_to_text(renderables: Sequence, width: int | None = 100) -> str:
     return buffer.getvalue()
 
 
-def render_estimate(est: Estimate, *, run: dict | None = None, show_ops: bool = False, width: int | None = 100,
-                    hints: Sequence[str] = (), parameters=None) -> str:
+def render_estimate(
+    est: Estimate,
+    *,
+    run: dict | None = None,
+    show_ops: bool = False,
+    width: int | None = 100,
+    hints: Sequence[str] = (),
+    parameters=None,
+) -> str:
     """Plain-text report of ``est`` (what ``paraplan estimate`` prints)."""
-    return render_to_text(estimate_renderables(est, run=run, show_ops=show_ops, hints=hints, parameters=parameters),
-                          width=width)
+    return render_to_text(
+        estimate_renderables(est, run=run, show_ops=show_ops, hints=hints, parameters=parameters),
+        width=width,
+    )

@@ -37,16 +37,35 @@ class Objective:
 
 
 OBJECTIVES = {
-    "time": Objective("time", "Fastest plans that fit", "time per token", "s/token",
-                      "step time / tokens per step (at a fixed global batch: the step time order)"),
-    "cost": Objective("cost", "Cheapest plans that fit", "USD per token", "USD/token",
-                      "step time · GPUs · USD per GPU-hour / 3600 / tokens per step"),
-    "mfu": Objective("mfu", "Plans with the highest MFU that fit", "MFU", "-MFU (fraction)",
-                     "minus the model FLOPs utilisation, so that lower is better as for the other objectives"),
-    "robust": Objective("robust", "Fastest plans that fit, pessimistically", "time per token at the pessimistic end "
-                        "of the error band", "s/token",
-                        "pessimistic end of the error band (validation residuals of the plan's features, "
-                        "validate.band) / tokens per step"),
+    "time": Objective(
+        "time",
+        "Fastest plans that fit",
+        "time per token",
+        "s/token",
+        "step time / tokens per step (at a fixed global batch: the step time order)",
+    ),
+    "cost": Objective(
+        "cost",
+        "Cheapest plans that fit",
+        "USD per token",
+        "USD/token",
+        "step time · GPUs · USD per GPU-hour / 3600 / tokens per step",
+    ),
+    "mfu": Objective(
+        "mfu",
+        "Plans with the highest MFU that fit",
+        "MFU",
+        "-MFU (fraction)",
+        "minus the model FLOPs utilisation, so that lower is better as for the other objectives",
+    ),
+    "robust": Objective(
+        "robust",
+        "Fastest plans that fit, pessimistically",
+        "time per token at the pessimistic end of the error band",
+        "s/token",
+        "pessimistic end of the error band (validation residuals of the plan's features, "
+        "validate.band) / tokens per step",
+    ),
 }
 
 
@@ -54,7 +73,9 @@ def plan_band(ranked: RankedPlan, problem: SearchProblem):
     """The error band of a ranked plan (validate.band.error_band): computed for the plans shown only."""
     from paraplan.validate.band import error_band
 
-    return error_band(problem.model, problem.system, ranked.plan, ranked.estimate.step_time_s, problem.framework)
+    return error_band(
+        problem.model, problem.system, ranked.plan, ranked.estimate.step_time_s, problem.framework
+    )
 
 
 def band_note(result: SearchResult, problem: SearchProblem) -> str | None:
@@ -62,8 +83,10 @@ def band_note(result: SearchResult, problem: SearchProblem) -> str | None:
     validation case has (the '*' rows)."""
     bands = [plan_band(r, problem) for r in result.plans]
     unvalidated = sorted({f for b in bands for f in b.extrapolated})
-    text = ("band: step-time error range from the validation residuals of each plan's features "
-            "(paraplan validate; docs/validation.md)")
+    text = (
+        "band: step-time error range from the validation residuals of each plan's features "
+        "(paraplan validate; docs/validation.md)"
+    )
     if unvalidated:
         text += f"; * extrapolated, no validation case has: {', '.join(unvalidated)}"
     return text
@@ -96,8 +119,11 @@ def equivalent_text(plan: PlanSpec, other: PlanSpec) -> str:
     added = [w for w in theirs if w not in mine]
     removed = [w for w in mine if w not in theirs]
     text = " ".join(added) or "without"
-    return f"{text} instead of {' '.join(removed)}" if removed and added else (
-        f"without {' '.join(removed)}" if removed else text)
+    return (
+        f"{text} instead of {' '.join(removed)}"
+        if removed and added
+        else (f"without {' '.join(removed)}" if removed else text)
+    )
 
 
 def plan_cell(ranked: RankedPlan) -> str:
@@ -113,8 +139,10 @@ def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | Non
     with the same time and memory, cost per step and per million tokens, and for a run of
     ``tokens`` tokens its days, GPU-hours and cost."""
     e = ranked.estimate
-    out: dict = {"plan_label": plan_label(ranked.plan),
-                 "equivalent_plan_labels": [plan_label(q) for q in ranked.equivalents]}
+    out: dict = {
+        "plan_label": plan_label(ranked.plan),
+        "equivalent_plan_labels": [plan_label(q) for q in ranked.equivalents],
+    }
     per_step = cost_usd_per_step(ranked, problem)
     if per_step is not None:
         out["cost_usd_per_step"] = per_step
@@ -138,15 +166,31 @@ def plan_label(plan: PlanSpec) -> str:
         parts.append("sp")
     if plan.tp_layout == "2d":  # the SUMMA grid rows x columns (specs/tp_layout.py)
         rows, cols = grid_shape(plan.tp, plan.tp_rows)
-        parts.append(f"2d:{rows}x{cols}" + (f"/nb{plan.summa_panels}" if plan.summa_panels is not None else ""))
+        parts.append(
+            f"2d:{rows}x{cols}"
+            + (f"/nb{plan.summa_panels}" if plan.summa_panels is not None else "")
+        )
     elif plan.tp_layout == "2d-seq":
         parts.append("2d-seq")
-    if plan.ep > 1 or plan.etp > 1:  # expert layers (specs/moe_plan.py): degrees, dispatcher, overlap
-        parts.append(f"ep{plan.ep}" + (f" etp{plan.etp}" if plan.etp > 1 else "") + f" {plan.moe_dispatcher}"
-                     + (" a2a-overlap" if plan.moe_a2a_overlap else ""))
+    if (
+        plan.ep > 1 or plan.etp > 1
+    ):  # expert layers (specs/moe_plan.py): degrees, dispatcher, overlap
+        parts.append(
+            f"ep{plan.ep}"
+            + (f" etp{plan.etp}" if plan.etp > 1 else "")
+            + f" {plan.moe_dispatcher}"
+            + (" a2a-overlap" if plan.moe_a2a_overlap else "")
+        )
     parts.append(f"zero{plan.zero}")
-    offloads = [n for n, on in (("w", plan.offload_weights), ("act", plan.offload_activations),
-                                ("opt", plan.offload_optimizer)) if on]
+    offloads = [
+        n
+        for n, on in (
+            ("w", plan.offload_weights),
+            ("act", plan.offload_activations),
+            ("opt", plan.offload_optimizer),
+        )
+        if on
+    ]
     if offloads:
         parts.append("offload:" + "+".join(offloads))
     if plan.overlap_tp_comm:
@@ -162,36 +206,73 @@ def plan_label(plan: PlanSpec) -> str:
     for name, word in (("layers_first_stage", "first"), ("layers_last_stage", "last")):
         if getattr(plan, name) is not None:
             parts.append(f"{word}:{getattr(plan, name)}")
-    accounted = [w for w, on in (("emb", plan.embedding_as_layer), ("loss", plan.loss_as_layer)) if on]
+    accounted = [
+        w for w, on in (("emb", plan.embedding_as_layer), ("loss", plan.loss_as_layer)) if on
+    ]
     if accounted:
         parts.append("+".join(accounted) + "-as-layer")
     return " ".join(parts)
 
 
-def plans_table(result: SearchResult, problem: SearchProblem | None = None, tokens: float | None = None):
+def plans_table(
+    result: SearchResult, problem: SearchProblem | None = None, tokens: float | None = None
+):
     """Top plans with step time, tokens/s, MFU, peak memory and the main time components; with the
     cost objective also USD per step and per million tokens, with ``tokens`` the run's days (and
     cost). The plan goes on its own line under its row when the table is too wide for it."""
-    cost = problem is not None and problem.objective == "cost" and problem.price_per_gpu_hour is not None
+    cost = (
+        problem is not None
+        and problem.objective == "cost"
+        and problem.price_per_gpu_hour is not None
+    )
     run = tokens is not None and problem is not None
     run_cost = run and problem.price_per_gpu_hour is not None
-    extra = (["$/step", "$/M tokens"] if cost else []) + (["run days"] if run else []) + (["run $"] if run_cost else [])
+    extra = (
+        (["$/step", "$/M tokens"] if cost else [])
+        + (["run days"] if run else [])
+        + (["run $"] if run_cost else [])
+    )
     title = table_title(problem) if problem is not None else OBJECTIVES["time"].title
     table = simple_table(
-        title, "#", "plan", "global batch", "step s", "band", "tokens/s", "MFU", "peak GiB",
-        "compute s", "bubble s", "comm s", *extra, numeric_from=2, foldable=(), detach=1,
+        title,
+        "#",
+        "plan",
+        "global batch",
+        "step s",
+        "band",
+        "tokens/s",
+        "MFU",
+        "peak GiB",
+        "compute s",
+        "bubble s",
+        "comm s",
+        *extra,
+        numeric_from=2,
+        foldable=(),
+        detach=1,
     )
     for ranked in result.plans:
         e, b = ranked.estimate, ranked.estimate.breakdown
         comm = b.tp_comm_s + b.cp_comm_s + b.pp_comm_s + b.ep_comm_s + b.dp_comm_s
         cells = [
-            str(ranked.rank), plan_cell(ranked), str(ranked.plan.global_batch), f"{e.step_time_s:.3f}",
-            plan_band(ranked, problem).text() if problem is not None else "", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_stage.peak_bytes / GiB:.1f}",
-            f"{b.forward_s + b.backward_s + b.recompute_s:.3f}", f"{b.bubble_s:.3f}", f"{comm:.3f}",
+            str(ranked.rank),
+            plan_cell(ranked),
+            str(ranked.plan.global_batch),
+            f"{e.step_time_s:.3f}",
+            plan_band(ranked, problem).text() if problem is not None else "",
+            f"{e.tokens_per_s:,.0f}",
+            f"{e.mfu:.1%}",
+            f"{e.peak_stage.peak_bytes / GiB:.1f}",
+            f"{b.forward_s + b.backward_s + b.recompute_s:.3f}",
+            f"{b.bubble_s:.3f}",
+            f"{comm:.3f}",
         ]
         figures = plan_figures(ranked, problem, tokens) if problem is not None else {}
         if cost:
-            cells += [f"{figures['cost_usd_per_step']:.4g}", f"{figures['cost_usd_per_million_tokens']:.4g}"]
+            cells += [
+                f"{figures['cost_usd_per_step']:.4g}",
+                f"{figures['cost_usd_per_million_tokens']:.4g}",
+            ]
         if run:
             cells.append(f"{figures['run']['days']:,.1f}")
         if run_cost:
@@ -222,9 +303,19 @@ def nearest_miss_line(result: SearchResult, problem: SearchProblem | None = None
     if problem is None:
         return text
     ways = []
-    restricted = [f"--{flag}" for flag, value in (("tp", problem.tp), ("pp", problem.pp), ("cp", problem.cp),
-                  ("micro-batch", problem.micro_batch), ("recompute", problem.recompute), ("zero", problem.zero),
-                  ("schedule", problem.schedules)) if value is not None]
+    restricted = [
+        f"--{flag}"
+        for flag, value in (
+            ("tp", problem.tp),
+            ("pp", problem.pp),
+            ("cp", problem.cp),
+            ("micro-batch", problem.micro_batch),
+            ("recompute", problem.recompute),
+            ("zero", problem.zero),
+            ("schedule", problem.schedules),
+        )
+        if value is not None
+    ]
     if restricted:
         ways.append(f"fewer restrictions ({', '.join(restricted)})")
     acc = problem.system.accelerator
@@ -237,17 +328,30 @@ def nearest_miss_line(result: SearchResult, problem: SearchProblem | None = None
 def explain_band_lines(ranked: RankedPlan, problem: SearchProblem) -> list[str]:
     """What --explain says about the best plan's validation: its error band and its unvalidated knobs."""
     band = plan_band(ranked, problem)
-    lines = [f"the best plan's error band: step {band.low_s:.4g} to {band.high_s:.4g} s "
-             f"({band.low_pct:+.1f} % / {band.high_pct:+.1f} %)"]
-    lines.append("unvalidated knobs (no validation case has them): " + ", ".join(band.extrapolated)
-                 if band.extrapolated else "every feature of the best plan is covered by validation cases")
+    lines = [
+        f"the best plan's error band: step {band.low_s:.4g} to {band.high_s:.4g} s "
+        f"({band.low_pct:+.1f} % / {band.high_pct:+.1f} %)"
+    ]
+    lines.append(
+        "unvalidated knobs (no validation case has them): " + ", ".join(band.extrapolated)
+        if band.extrapolated
+        else "every feature of the best plan is covered by validation cases"
+    )
     return lines
 
 
 def explain_table(alternatives: list[Alternative], best_time_s: float):
     """One row per one-knob neighbour of the best plan: what changed and what decided."""
-    table = simple_table("Why the best plan wins (one knob changed at a time)", "knob", "change", "verdict",
-                         "Δ step", "reason", numeric_from=3, foldable=(1, 4))
+    table = simple_table(
+        "Why the best plan wins (one knob changed at a time)",
+        "knob",
+        "change",
+        "verdict",
+        "Δ step",
+        "reason",
+        numeric_from=3,
+        foldable=(1, 4),
+    )
     for alt in alternatives:
         delta = "" if alt.delta_s is None else f"{alt.delta_s / best_time_s:+.1%}"
         table.add_row(alt.knob, alt.change, alt.verdict, delta, alt.reason)
@@ -312,11 +416,15 @@ class CsvSink:
             data = plan.model_dump()
             data["schedule"] = plan.pipeline_schedule
             tokens = plan.global_batch * seq_length
-            self.writer.writerow([
-                *(data[f] for f in CSV_PLAN_FIELDS), f"{item['step_time_s']:.6g}",
-                f"{tokens / item['step_time_s']:.6g}", f"{item['objective']:.6g}",
-                f"{item['peak_memory_bytes'] / GiB:.4f}",
-            ])
+            self.writer.writerow(
+                [
+                    *(data[f] for f in CSV_PLAN_FIELDS),
+                    f"{item['step_time_s']:.6g}",
+                    f"{tokens / item['step_time_s']:.6g}",
+                    f"{item['objective']:.6g}",
+                    f"{item['peak_memory_bytes'] / GiB:.4f}",
+                ]
+            )
             self.rows += 1
 
     def close(self) -> None:
@@ -327,10 +435,16 @@ class CsvSink:
 
 
 TOP_CSV_METRICS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "objective")
-BAND_CSV_COLUMNS = ("band_low_pct", "band_high_pct", "extrapolated_features")  # validate.band, the rows shown only
+BAND_CSV_COLUMNS = (
+    "band_low_pct",
+    "band_high_pct",
+    "extrapolated_features",
+)  # validate.band, the rows shown only
 
 
-def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, tokens: float | None = None) -> int:
+def write_top_csv(
+    path: Path, result: SearchResult, problem: SearchProblem, tokens: float | None = None
+) -> int:
     """The plans shown (``--csv``): rank, plan label, plan fields, metrics, cost (with a price), the
     run (with ``tokens``), the error band and its extrapolated features, and the time breakdown;
     written atomically. Returns the rows written."""
@@ -341,27 +455,59 @@ def write_top_csv(path: Path, result: SearchResult, problem: SearchProblem, toke
         writer = csv.writer(sink.handle)
         breakdown = list(asdict(result.plans[0].estimate.breakdown)) if result.plans else []
         cost = problem.price_per_gpu_hour is not None
-        extra = (["cost_usd_per_step", "cost_usd_per_million_tokens"] if cost else [])
-        extra += (["run_days", "run_gpu_hours"] + (["run_cost_usd"] if cost else [])) if tokens is not None else []
-        writer.writerow(["rank", "plan_label", "equivalent_plans", *CSV_PLAN_FIELDS, *TOP_CSV_METRICS, *extra,
-                         *BAND_CSV_COLUMNS, *breakdown])
+        extra = ["cost_usd_per_step", "cost_usd_per_million_tokens"] if cost else []
+        extra += (
+            (["run_days", "run_gpu_hours"] + (["run_cost_usd"] if cost else []))
+            if tokens is not None
+            else []
+        )
+        writer.writerow(
+            [
+                "rank",
+                "plan_label",
+                "equivalent_plans",
+                *CSV_PLAN_FIELDS,
+                *TOP_CSV_METRICS,
+                *extra,
+                *BAND_CSV_COLUMNS,
+                *breakdown,
+            ]
+        )
         for ranked in result.plans:
             e = ranked.estimate
             data = ranked.plan.model_dump()
             data["schedule"] = ranked.plan.pipeline_schedule
             figures = plan_figures(ranked, problem, tokens)
-            metrics = [e.step_time_s, e.tokens_per_s, e.mfu, e.peak_stage.peak_bytes / GiB, ranked.objective]
-            more = [figures["cost_usd_per_step"], figures["cost_usd_per_million_tokens"]] if cost else []
+            metrics = [
+                e.step_time_s,
+                e.tokens_per_s,
+                e.mfu,
+                e.peak_stage.peak_bytes / GiB,
+                ranked.objective,
+            ]
+            more = (
+                [figures["cost_usd_per_step"], figures["cost_usd_per_million_tokens"]]
+                if cost
+                else []
+            )
             if tokens is not None:
                 run = figures["run"]
                 more += [run["days"], run["gpu_hours"]] + ([run["cost_usd"]] if cost else [])
             parts = asdict(e.breakdown)
             band = figures["error_band"]
-            writer.writerow([ranked.rank, figures["plan_label"], " | ".join(figures["equivalent_plan_labels"]),
-                             *(data[f] for f in CSV_PLAN_FIELDS),
-                             *(f"{x:.6g}" for x in metrics + more),
-                             f"{band['low_pct']:.4g}", f"{band['high_pct']:.4g}", " | ".join(band["extrapolated"]),
-                             *(f"{parts[k]:.6g}" for k in breakdown)])
+            writer.writerow(
+                [
+                    ranked.rank,
+                    figures["plan_label"],
+                    " | ".join(figures["equivalent_plan_labels"]),
+                    *(data[f] for f in CSV_PLAN_FIELDS),
+                    *(f"{x:.6g}" for x in metrics + more),
+                    f"{band['low_pct']:.4g}",
+                    f"{band['high_pct']:.4g}",
+                    " | ".join(band["extrapolated"]),
+                    *(f"{parts[k]:.6g}" for k in breakdown),
+                ]
+            )
     except BaseException:
         sink.discard()
         raise
@@ -386,15 +532,25 @@ def problem_dict(problem: SearchProblem, tokens: float | None = None) -> dict:
         "price_per_gpu_hour": problem.price_per_gpu_hour,
         "tokens": tokens,
         "restrictions": {
-            "tp": problem.tp, "pp": problem.pp, "cp": problem.cp, "micro_batch": problem.micro_batch,
-            "recompute": problem.recompute, "zero": problem.zero, "sequence_parallel": problem.sequence_parallel,
-            "schedules": problem.schedules, "vary_offload": problem.vary_offload,
-            "vary_overlap": problem.vary_overlap, "vary_placement": problem.vary_placement, "vary_split": problem.vary_split,
+            "tp": problem.tp,
+            "pp": problem.pp,
+            "cp": problem.cp,
+            "micro_batch": problem.micro_batch,
+            "recompute": problem.recompute,
+            "zero": problem.zero,
+            "sequence_parallel": problem.sequence_parallel,
+            "schedules": problem.schedules,
+            "vary_offload": problem.vary_offload,
+            "vary_overlap": problem.vary_overlap,
+            "vary_placement": problem.vary_placement,
+            "vary_split": problem.vary_split,
         },
     }
 
 
-def search_document(problem: SearchProblem, result: SearchResult, tokens: float | None = None) -> dict:
+def search_document(
+    problem: SearchProblem, result: SearchResult, tokens: float | None = None
+) -> dict:
     """The JSON of ``paraplan search --json``: the problem, the objective and its unit, the ranked
     plans (with cost and run figures), the counts, and — apart, under ``timing`` — the wall-clock
     time, so that everything but ``timing`` is the same on every run."""
@@ -405,5 +561,10 @@ def search_document(problem: SearchProblem, result: SearchResult, tokens: float 
         item.update(plan_figures(ranked, problem, tokens))
     if result.robust_exact is not None:
         body["robust_exact"] = result.robust_exact
-    return {"problem": problem_dict(problem, tokens), "objective": OBJECTIVES[problem.objective].to_dict(),
-            "plans": plans, **body, "timing": {"search_s": seconds}}
+    return {
+        "problem": problem_dict(problem, tokens),
+        "objective": OBJECTIVES[problem.objective].to_dict(),
+        "plans": plans,
+        **body,
+        "timing": {"search_s": seconds},
+    }

@@ -19,19 +19,38 @@ def sweep_table(document: dict) -> SimpleTable:
     set_paths = [s["path"] for s in document["sweep"]["sets"]]
     plan_column = 2 + len(set_paths)
     table = simple_table(
-        "Best plan per point", "system", "GPUs", *(p.split(".")[-1] for p in set_paths), "best plan", "global batch",
-        "step s", "tokens/s", "MFU", "peak GiB", numeric_from=plan_column + 1, foldable=[plan_column],
+        "Best plan per point",
+        "system",
+        "GPUs",
+        *(p.split(".")[-1] for p in set_paths),
+        "best plan",
+        "global batch",
+        "step s",
+        "tokens/s",
+        "MFU",
+        "peak GiB",
+        numeric_from=plan_column + 1,
+        foldable=[plan_column],
         detach=plan_column,
     )
     for p in document["points"]:
         cells = [p["system"], f"{p['gpus']:,}", *(str(p[k]) for k in set_paths)]
         if p["feasible"]:
-            cells += [p["plan_label"], f"{p['global_batch']:,}", f"{p['step_time_s']:.3f}", _rate(p["tokens_per_s"]),
-                      f"{100 * p['mfu']:.1f}%", f"{p['memory']['peak_gib']:.1f}"]
+            cells += [
+                p["plan_label"],
+                f"{p['global_batch']:,}",
+                f"{p['step_time_s']:.3f}",
+                _rate(p["tokens_per_s"]),
+                f"{100 * p['mfu']:.1f}%",
+                f"{p['memory']['peak_gib']:.1f}",
+            ]
         else:
             miss = p.get("nearest_miss")
-            text = (f"nothing fits: nearest miss {miss['memory']['peak_gib']:.0f} of {miss['memory']['capacity_gib']:.0f} GiB"
-                    if miss else (p.get("reason") or "no plan"))
+            text = (
+                f"nothing fits: nearest miss {miss['memory']['peak_gib']:.0f} of {miss['memory']['capacity_gib']:.0f} GiB"
+                if miss
+                else (p.get("reason") or "no plan")
+            )
             cells += [text, "-", "-", "-", "-", "-"]
         table.add_row(*cells)
     return table

@@ -26,13 +26,19 @@ def _is_record(value) -> bool:
 
 
 @lru_cache(maxsize=None)
-def _leaf_split(cls: type, types: tuple[type, ...]) -> tuple[tuple[str, ...], attrgetter | None, tuple[str, ...]]:
+def _leaf_split(
+    cls: type, types: tuple[type, ...]
+) -> tuple[tuple[str, ...], attrgetter | None, tuple[str, ...]]:
     """(numeric field names, a getter of them, the other field names) of a dataclass whose fields hold values of
     these types: ints and floats are numeric, bools are not."""
     names = _field_names(cls)
     numeric = [issubclass(t, (int, float)) and not issubclass(t, bool) for t in types]
     columns = tuple(n for n, is_number in zip(names, numeric) if is_number)
-    return columns, (attrgetter(*columns) if columns else None), tuple(n for n, is_number in zip(names, numeric) if not is_number)
+    return (
+        columns,
+        (attrgetter(*columns) if columns else None),
+        tuple(n for n, is_number in zip(names, numeric) if not is_number),
+    )
 
 
 def stack(items: list, index: np.ndarray):
@@ -41,7 +47,9 @@ def stack(items: list, index: np.ndarray):
     first = items[0]
     if _is_record(first):
         cls = type(first)
-        columns, get, others = _leaf_split(cls, tuple(type(getattr(first, n)) for n in _field_names(cls)))
+        columns, get, others = _leaf_split(
+            cls, tuple(type(getattr(first, n)) for n in _field_names(cls))
+        )
         out = {}
         if columns:  # all numeric leaves at once: one (items × leaves) matrix
             matrix = np.array(list(map(get, items)), dtype=float).reshape(len(items), len(columns))
@@ -62,7 +70,9 @@ def stack(items: list, index: np.ndarray):
         return {k: stack([i[k] for i in items], index) for k in first}
     if isinstance(first, str) or all(i == first for i in items):
         return first
-    if isinstance(first, tuple) and len({len(i) for i in items}) > 1:  # number lists of different lengths: 0-padded
+    if (
+        isinstance(first, tuple) and len({len(i) for i in items}) > 1
+    ):  # number lists of different lengths: 0-padded
         width = max(len(i) for i in items)
         items = [tuple(i) + (0.0,) * (width - len(i)) for i in items]
     return np.asarray(items, dtype=float)[index]

@@ -11,7 +11,9 @@ from paraplan.search.run import SearchResult, _finish, _trim, objective_value
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
 
 
-def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False):
+def _exhaustive_part(
+    problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False
+):
     """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties),
     and with ``collect_all`` every feasible candidate."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
@@ -30,18 +32,34 @@ def _exhaustive_part(problem: SearchProblem, top_k: int, part: int, parts: int, 
             if not e.fits:
                 continue
             feasible += 1
-            obj = float(objective_value(problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops))
+            obj = float(
+                objective_value(
+                    problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops
+                )
+            )
             pool.append((obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
             if collect_all:
-                everything.append({"row": r, "grid": g, "step_time_s": e.step_time_s, "objective": obj,
-                                   "peak_memory_bytes": e.peak_stage.peak_bytes, "plan": plan})
+                everything.append(
+                    {
+                        "row": r,
+                        "grid": g,
+                        "step_time_s": e.step_time_s,
+                        "objective": obj,
+                        "peak_memory_bytes": e.peak_stage.peak_bytes,
+                        "plan": plan,
+                    }
+                )
         if len(pool) > 4 * top_k:
             pool = _trim(pool, top_k)[0]
     return pool, evaluated, feasible, n_rows, everything
 
 
 def exhaustive_search(
-    problem: SearchProblem, top_k: int = 10, workers: int | None = 1, progress=None, collect_all: bool = False
+    problem: SearchProblem,
+    top_k: int = 10,
+    workers: int | None = 1,
+    progress=None,
+    collect_all: bool = False,
 ) -> SearchResult:
     """Every candidate of the canonical space through the scalar ``estimate``, one by one
     (``workers`` processes split the rows; each keeps its own top K, merged exactly; None: one)."""
@@ -49,8 +67,14 @@ def exhaustive_search(
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
         from paraplan.search.robust import robust_search
 
-        return robust_search(problem, top_k, exhaustive_search, workers=workers, progress=progress,
-                             collect_all=collect_all)
+        return robust_search(
+            problem,
+            top_k,
+            exhaustive_search,
+            workers=workers,
+            progress=progress,
+            collect_all=collect_all,
+        )
     start = time.perf_counter()
     if workers is None or workers <= 1:
         parts = [_exhaustive_part(problem, top_k, 0, 1, progress, collect_all)]
@@ -58,14 +82,29 @@ def exhaustive_search(
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(workers) as pool_executor:
-            futures = [pool_executor.submit(_exhaustive_part, problem, top_k, w, workers, None, collect_all)
-                       for w in range(workers)]
+            futures = [
+                pool_executor.submit(
+                    _exhaustive_part, problem, top_k, w, workers, None, collect_all
+                )
+                for w in range(workers)
+            ]
             parts = [f.result() for f in futures]
-    pool = [(obj, r, g, row, option, step, peak) for part in parts for obj, r, g, step, peak, row, option in part[0]]
+    pool = [
+        (obj, r, g, row, option, step, peak)
+        for part in parts
+        for obj, r, g, step, peak, row, option in part[0]
+    ]
     evaluated = sum(p[1] for p in parts)
     feasible = sum(p[2] for p in parts)
     n_rows = parts[0][3]
     plans = _finish(problem, pool, top_k)
-    return SearchResult(plans=plans, candidates=evaluated, evaluated=evaluated, feasible=feasible,
-                        seconds=time.perf_counter() - start, rows=n_rows, rows_evaluated=n_rows,
-                        all_feasible=[item for part in parts for item in part[4]] if collect_all else None)
+    return SearchResult(
+        plans=plans,
+        candidates=evaluated,
+        evaluated=evaluated,
+        feasible=feasible,
+        seconds=time.perf_counter() - start,
+        rows=n_rows,
+        rows_evaluated=n_rows,
+        all_feasible=[item for part in parts for item in part[4]] if collect_all else None,
+    )

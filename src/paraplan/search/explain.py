@@ -33,9 +33,11 @@ class Alternative:
 
 def _neighbours(problem: SearchProblem, plan: PlanSpec) -> list[tuple[str, str, dict]]:
     out = []
-    degree_sets = {"tp": sorted({f[0] for f in problem.factorizations}),
-                   "pp": sorted({f[1] for f in problem.factorizations}),
-                   "cp": sorted({f[2] for f in problem.factorizations})}
+    degree_sets = {
+        "tp": sorted({f[0] for f in problem.factorizations}),
+        "pp": sorted({f[1] for f in problem.factorizations}),
+        "cp": sorted({f[2] for f in problem.factorizations}),
+    }
     for knob, values in degree_sets.items():
         current = getattr(plan, knob)
         lower = [v for v in values if v < current]
@@ -53,18 +55,34 @@ def _neighbours(problem: SearchProblem, plan: PlanSpec) -> list[tuple[str, str, 
         if mode != plan.recompute:
             out.append(("recompute", f"{plan.recompute} → {mode}", {"recompute": mode}))
     if plan.tp > 1:
-        out.append(("sequence_parallel", f"{plan.sequence_parallel} → {not plan.sequence_parallel}",
-                    {"sequence_parallel": not plan.sequence_parallel}))
+        out.append(
+            (
+                "sequence_parallel",
+                f"{plan.sequence_parallel} → {not plan.sequence_parallel}",
+                {"sequence_parallel": not plan.sequence_parallel},
+            )
+        )
     for z in (plan.zero - 1, plan.zero + 1):
         if 0 <= z <= 3:
             out.append(("zero", f"{plan.zero} → {z}", {"zero": z}))
     if plan.pp > 1:
         for sched, vpp in (("1f1b", 1), ("gpipe", 1), ("interleaved", plan.vpp * 2)):
             if (sched, vpp) != (plan.pipeline_schedule, plan.vpp):
-                out.append(("schedule", f"{plan.pipeline_schedule}/vpp{plan.vpp} → {sched}/vpp{vpp}",
-                            {"schedule": sched, "vpp": vpp}))
+                out.append(
+                    (
+                        "schedule",
+                        f"{plan.pipeline_schedule}/vpp{plan.vpp} → {sched}/vpp{vpp}",
+                        {"schedule": sched, "vpp": vpp},
+                    )
+                )
     for knob in ("offload_weights", "offload_activations", "offload_optimizer", "overlap_tp_comm"):
-        out.append((knob, f"{getattr(plan, knob)} → {not getattr(plan, knob)}", {knob: not getattr(plan, knob)}))
+        out.append(
+            (
+                knob,
+                f"{getattr(plan, knob)} → {not getattr(plan, knob)}",
+                {knob: not getattr(plan, knob)},
+            )
+        )
     return out
 
 
@@ -72,7 +90,9 @@ def _main_differences(best: Estimate, other: Estimate) -> str:
     a, b = best.breakdown.__dict__, other.breakdown.__dict__
     deltas = sorted(((b[k] - a[k], k) for k in a), reverse=True)
     grew = [f"{_COMPONENTS[k]} {d:+.3g} s" for d, k in deltas if d > 1e-3 * best.step_time_s][:2]
-    shrank = [f"{_COMPONENTS[k]} {d:+.3g} s" for d, k in reversed(deltas) if d < -1e-3 * best.step_time_s][:1]
+    shrank = [
+        f"{_COMPONENTS[k]} {d:+.3g} s" for d, k in reversed(deltas) if d < -1e-3 * best.step_time_s
+    ][:1]
     return ", ".join(grew + shrank) or "same time components"
 
 
@@ -82,11 +102,21 @@ def explain(problem: SearchProblem, best_plan: PlanSpec, best: Estimate) -> list
     for knob, change, update in _neighbours(problem, best_plan):
         data = best_plan.model_dump()
         data.update(update)
-        if problem.max_global_batch is not None:  # the batch follows dp·micro_batch, as in the search
+        if (
+            problem.max_global_batch is not None
+        ):  # the batch follows dp·micro_batch, as in the search
             unit = data["dp"] * data["micro_batch"]
             if unit > problem.max_global_batch:
-                out.append(Alternative(knob, change, "invalid", None, None,
-                                       f"dp·micro_batch = {unit} exceeds max global batch {problem.max_global_batch}"))
+                out.append(
+                    Alternative(
+                        knob,
+                        change,
+                        "invalid",
+                        None,
+                        None,
+                        f"dp·micro_batch = {unit} exceeds max global batch {problem.max_global_batch}",
+                    )
+                )
                 continue
             data["global_batch"] = problem.max_global_batch // unit * unit
         try:
@@ -97,17 +127,43 @@ def explain(problem: SearchProblem, best_plan: PlanSpec, best: Estimate) -> list
             continue
         delta = other.step_time_s - best.step_time_s
         if other.tokens_per_step != best.tokens_per_step:
-            delta = other.step_time_s / other.tokens_per_step * best.tokens_per_step - best.step_time_s
+            delta = (
+                other.step_time_s / other.tokens_per_step * best.tokens_per_step - best.step_time_s
+            )
         if not other.fits:
             peak = other.peak_stage
-            out.append(Alternative(knob, change, "does not fit", other.step_time_s, delta,
-                                   f"needs {peak.peak_bytes / GiB:.1f} GiB on stage {peak.stage} > "
-                                   f"{peak.capacity_bytes / GiB:.0f} GiB"))
+            out.append(
+                Alternative(
+                    knob,
+                    change,
+                    "does not fit",
+                    other.step_time_s,
+                    delta,
+                    f"needs {peak.peak_bytes / GiB:.1f} GiB on stage {peak.stage} > "
+                    f"{peak.capacity_bytes / GiB:.0f} GiB",
+                )
+            )
         elif delta > 1e-12 * best.step_time_s:
-            out.append(Alternative(knob, change, "slower", other.step_time_s, delta, _main_differences(best, other)))
+            out.append(
+                Alternative(
+                    knob, change, "slower", other.step_time_s, delta, _main_differences(best, other)
+                )
+            )
         elif delta < -1e-12 * best.step_time_s:
-            out.append(Alternative(knob, change, "faster", other.step_time_s, delta,
-                                   "outside the searched space (an axis was restricted)"))
+            out.append(
+                Alternative(
+                    knob,
+                    change,
+                    "faster",
+                    other.step_time_s,
+                    delta,
+                    "outside the searched space (an axis was restricted)",
+                )
+            )
         else:
-            out.append(Alternative(knob, change, "equal", other.step_time_s, delta, "no effect on this plan"))
+            out.append(
+                Alternative(
+                    knob, change, "equal", other.step_time_s, delta, "no effect on this plan"
+                )
+            )
     return out

@@ -30,8 +30,10 @@ class FitChange:
 
     def text(self) -> str:
         e = self.estimate
-        return (f"{self.flag}: peak {e.peak_stage.peak_bytes / GiB:.1f} GiB, step {e.step_time_s:.3g} s, "
-                f"MFU {100 * e.mfu:.1f}%")
+        return (
+            f"{self.flag}: peak {e.peak_stage.peak_bytes / GiB:.1f} GiB, step {e.step_time_s:.3g} s, "
+            f"MFU {100 * e.mfu:.1f}%"
+        )
 
 
 def _changes(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> list[tuple[str, dict]]:
@@ -54,7 +56,9 @@ def _changes(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> list[tuple
     return out
 
 
-def fit_changes(model: ModelSpec, system: SystemSpec, plan: PlanSpec, limit: int = 4) -> list[FitChange]:
+def fit_changes(
+    model: ModelSpec, system: SystemSpec, plan: PlanSpec, limit: int = 4
+) -> list[FitChange]:
     """Single changes after which the plan fits, fastest first (at most ``limit``)."""
     found = []
     for flag, update in _changes(model, system, plan):

@@ -24,18 +24,25 @@ class GridIndex:
         code = (columns[0] * radix[1] + columns[1]) * radix[2] + columns[2]
         unique, self.key_id = np.unique(code, return_inverse=True)
         self.key_id = self.key_id.reshape(-1)
-        self.keys = [(int(k // (radix[1] * radix[2])), int(k // radix[2] % radix[1]), int(k % radix[2])) for k in unique]
+        self.keys = [
+            (int(k // (radix[1] * radix[2])), int(k // radix[2] % radix[1]), int(k % radix[2]))
+            for k in unique
+        ]
         self.parts = [grid_parts(problem, *key) for key in self.keys]
         sizes = np.array([len(a) * len(b) * len(o) for a, b, o in self.parts], dtype=np.int64)
         arrays = [grid_arrays(parts) for parts, size in zip(self.parts, sizes) if size]
-        self.table = {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
+        self.table = (
+            {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
+        )
         offsets = np.cumsum(sizes) - sizes
         group = np.array([max(1, len(b) * len(o)) for _, b, o in self.parts], dtype=np.int64)
         v_max = np.array([max((o[0] for o in a), default=1) for a, _, _ in self.parts], dtype=float)
         self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
         self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
         # rows whose grid has ZB-H1 or DualPipe: their bubble can be far below (L − F)·u / v_max
-        split = np.array([any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool)
+        split = np.array(
+            [any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool
+        )
         self.split_backward = split[self.key_id]
 
     def option(self, row: int, g: int) -> tuple:
@@ -54,7 +61,9 @@ class GridIndex:
         return row, position * self.group_size[row]
 
 
-def expand(rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def expand(
+    rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(row, option) pairs of the ranges [starts[i], starts[i] + sizes[i]) of options of rows[i]."""
     index = np.repeat(rows, sizes)
     first = np.repeat(np.cumsum(sizes) - sizes, sizes)
@@ -74,7 +83,9 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     k = int(sizes.max())
     slot = np.minimum(np.arange(k)[None, :], sizes[:, None] - 1)
     where = (options.offset[rows] + starts)[:, None] + slot
-    values = {f: v[where[:, :1]] if f in SCHEDULE_FIELDS else v[where] for f, v in options.table.items()}
+    values = {
+        f: v[where[:, :1]] if f in SCHEDULE_FIELDS else v[where] for f, v in options.table.items()
+    }
     inp = table.inputs(rows[:, None], values)
     valid = np.arange(k)[None, :] < sizes[:, None]  # row-major: _expand's order
     shape = (len(rows), k)

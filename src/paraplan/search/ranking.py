@@ -25,7 +25,9 @@ import numpy as np
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 
 TIE_DIGITS = 10
-TIE_RTOL = 10.0 ** (1 - TIE_DIGITS)  # relative slack that keeps every tie of the K-th objective in the pool
+TIE_RTOL = 10.0 ** (
+    1 - TIE_DIGITS
+)  # relative slack that keeps every tie of the K-th objective in the pool
 
 
 def tie_value(x):
@@ -76,7 +78,9 @@ def rank_key(c: Candidate) -> tuple:
     return (tie_value(c.objective), tie_value(c.peak_bytes), non_default_knobs(c.plan), c.key)
 
 
-def group_key(objective: float, step_time_s: float, peak_bytes: float) -> tuple[float, float, float]:
+def group_key(
+    objective: float, step_time_s: float, peak_bytes: float
+) -> tuple[float, float, float]:
     """Candidates with equal (objective, step time, peak memory) are one choice."""
     return (tie_value(objective), tie_value(step_time_s), tie_value(peak_bytes))
 
@@ -95,8 +99,14 @@ def kth_group_objective(objectives, step_times, peaks, k: int) -> float:
     m = min(n, 4 * k)
     while True:
         chosen = objectives <= np.partition(objectives, m - 1)[m - 1] if m < n else slice(None)
-        triples = np.stack([tie_value(objectives[chosen]), tie_value(step_times[chosen]), tie_value(peaks[chosen])],
-                           axis=1)
+        triples = np.stack(
+            [
+                tie_value(objectives[chosen]),
+                tie_value(step_times[chosen]),
+                tie_value(peaks[chosen]),
+            ],
+            axis=1,
+        )
         distinct = unique_rows(triples)  # sorted by objective first
         if len(distinct) >= k:
             return float(distinct[k - 1, 0])

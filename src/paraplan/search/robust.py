@@ -40,27 +40,39 @@ def robust_search(problem: SearchProblem, top_k: int, run, **options):
     (``search.run.search`` or ``exhaustive_search``) with ``options``; its result comes back with
     ranks and objectives replaced and ``robust_exact`` set."""
     if options.get("collect_all") or options.get("feasible_sink") is not None:
-        raise InputError("--csv-all: not available with --objective robust (the error band is computed for the "
-                         "ranked plans only, not for every candidate); use --objective time for --csv-all")
+        raise InputError(
+            "--csv-all: not available with --objective robust (the error band is computed for the "
+            "ranked plans only, not for every candidate); use --objective time for --csv-all"
+        )
     inner = replace(problem, objective="time")
     k = max(2 * top_k, top_k + 10)
     while True:
         result = run(inner, top_k=k, **options)
         scored = sorted(
-            ((p.objective * pessimistic_factor(problem, p.plan), i, p) for i, p in enumerate(result.plans)),
+            (
+                (p.objective * pessimistic_factor(problem, p.plan), i, p)
+                for i, p in enumerate(result.plans)
+            ),
             key=lambda item: (ranking.tie_value(item[0]), item[1]),
         )
         complete = len(result.plans) < k  # every feasible group was returned
         kth = scored[min(top_k, len(scored)) - 1][0] if scored else float("inf")
-        unseen_bound = result.plans[-1].objective * MIN_PESSIMISTIC_FACTOR if result.plans else float("inf")
+        unseen_bound = (
+            result.plans[-1].objective * MIN_PESSIMISTIC_FACTOR if result.plans else float("inf")
+        )
         exact = complete or len(scored) < top_k or kth <= unseen_bound
         if exact or k >= MAX_TIME_GROUPS:
             break
         k = min(4 * k, MAX_TIME_GROUPS)
-    result.plans = [replace(p, rank=rank, objective=value) for rank, (value, _, p) in enumerate(scored[:top_k], start=1)]
+    result.plans = [
+        replace(p, rank=rank, objective=value)
+        for rank, (value, _, p) in enumerate(scored[:top_k], start=1)
+    ]
     best = result.plans[0].objective if result.plans else float("inf")
-    rescored = ({**item, "objective": item["objective"] * pessimistic_factor(problem, item["plan"])}
-                for item in result.faster_infeasible)
+    rescored = (
+        {**item, "objective": item["objective"] * pessimistic_factor(problem, item["plan"])}
+        for item in result.faster_infeasible
+    )
     result.faster_infeasible = [item for item in rescored if item["objective"] < best]
     result.robust_exact = exact
     return result

@@ -33,7 +33,13 @@ from paraplan.step.estimate import estimate
 from paraplan.step.result import Estimate
 from paraplan.step.compose import pipeline_bound_s
 from paraplan.search import ranking
-from paraplan.search.bounds.block_processes import PartOutcome, auto_workers, processes_available, run_parts, split_by_costing_class
+from paraplan.search.bounds.block_processes import (
+    PartOutcome,
+    auto_workers,
+    processes_available,
+    run_parts,
+    split_by_costing_class,
+)
 from paraplan.search.bounds.blocks import (
     EXACT,
     costing_class,
@@ -63,14 +69,18 @@ class RankedPlan:
     estimate: Estimate
     objective: float
     key: tuple[int, int]  # (row, grid index) in canonical order
-    equivalents: tuple[PlanSpec, ...] = ()  # same objective, step time and memory (search.ranking groups)
+    equivalents: tuple[
+        PlanSpec, ...
+    ] = ()  # same objective, step time and memory (search.ranking groups)
 
     def __repr__(self) -> str:
         from paraplan.report.frames import plan_text
 
         more = f" (+{len(self.equivalents)} equivalent)" if self.equivalents else ""
-        return (f"<RankedPlan #{self.rank} {plan_text(self.plan)}{more}: step {self.estimate.step_time_s:.4g} s, "
-                f"objective {self.objective:.4g}>")
+        return (
+            f"<RankedPlan #{self.rank} {plan_text(self.plan)}{more}: step {self.estimate.step_time_s:.4g} s, "
+            f"objective {self.objective:.4g}>"
+        )
 
     def to_dict(self) -> dict:
         e = self.estimate
@@ -97,7 +107,9 @@ class SearchResult:
     rows: int
     rows_evaluated: int
     nearest_miss: dict | None = None  # smallest memory overflow when nothing fits
-    robust_exact: bool | None = None  # objective robust: the top K is exact w.r.t. the bands (search.robust)
+    robust_exact: bool | None = (
+        None  # objective robust: the top K is exact w.r.t. the bands (search.robust)
+    )
     faster_infeasible: list[dict] = field(default_factory=list)  # better objective, did not fit
     all_feasible: list[dict] | None = None
 
@@ -128,19 +140,31 @@ def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, pe
 
 def _finish(problem, pool, k) -> list[RankedPlan]:
     """The top K groups of the pool's (objective, row, grid, row, option, step, peak) items."""
-    candidates = [ranking.Candidate(obj, step, peak, plan_of(problem, row, option), (r, g))
-                  for obj, r, g, row, option, step, peak in pool]
+    candidates = [
+        ranking.Candidate(obj, step, peak, plan_of(problem, row, option), (r, g))
+        for obj, r, g, row, option, step, peak in pool
+    ]
     out = []
     for rank, group in enumerate(ranking.top_groups(candidates, k), start=1):
         best = group[0]
-        out.append(RankedPlan(rank, best.plan, estimate(problem.model, problem.system, best.plan), best.objective,
-                              best.key, tuple(c.plan for c in group[1:])))
+        out.append(
+            RankedPlan(
+                rank,
+                best.plan,
+                estimate(problem.model, problem.system, best.plan),
+                best.objective,
+                best.key,
+                tuple(c.plan for c in group[1:]),
+            )
+        )
     return out
 
 
 def _trim(pool: list[tuple], k: int) -> tuple[list[tuple], float]:
     """Pool items (objective, row, grid, step, peak, ...) up to the K-th group's objective, and that objective."""
-    threshold = ranking.kth_group_objective([p[0] for p in pool], [p[3] for p in pool], [p[4] for p in pool], k)
+    threshold = ranking.kth_group_objective(
+        [p[0] for p in pool], [p[3] for p in pool], [p[4] for p in pool], k
+    )
     return [p for p in pool if ranking.within(p[0], threshold)], threshold
 
 
@@ -170,19 +194,38 @@ def search(
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
         from paraplan.search.robust import robust_search
 
-        return robust_search(problem, top_k, search, collect_all=collect_all, progress=progress, workers=workers,
-                             feasible_sink=feasible_sink)
+        return robust_search(
+            problem,
+            top_k,
+            search,
+            collect_all=collect_all,
+            progress=progress,
+            workers=workers,
+            feasible_sink=feasible_sink,
+        )
     with _cyclic_gc_paused():
         return _search(problem, top_k, collect_all, progress, feasible_sink, blocks, workers)
 
 
-def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, feasible_sink, blocks: bool | None,
-            workers: int | None = 1) -> SearchResult:
+def _search(
+    problem: SearchProblem,
+    top_k: int,
+    collect_all: bool,
+    progress,
+    feasible_sink,
+    blocks: bool | None,
+    workers: int | None = 1,
+) -> SearchResult:
     """``search`` after the objective's dispatch: block by block, or one row table (module doc)."""
     start = time.perf_counter()
-    if not (collect_all or feasible_sink is not None) and (blocks if blocks is not None else _by_blocks(problem)):
+    if not (collect_all or feasible_sink is not None) and (
+        blocks if blocks is not None else _by_blocks(problem)
+    ):
         return _search_blocks(problem, top_k, progress, start, workers)
-    table = RowTable(problem, None if progress is None else lambda done, total: progress(done, total, "layer costs"))
+    table = RowTable(
+        problem,
+        None if progress is None else lambda done, total: progress(done, total, "layer costs"),
+    )
     options = GridIndex(problem, table)
     space = int(options.lengths.sum())
 
@@ -196,7 +239,9 @@ def _search(problem: SearchProblem, top_k: int, collect_all: bool, progress, fea
     everything = scan.everything
     if everything is not None:
         for item in everything:
-            item["plan"] = plan_of(problem, table.row(item["row"]), options.option(item["row"], item["grid"]))
+            item["plan"] = plan_of(
+                problem, table.row(item["row"]), options.option(item["row"], item["grid"])
+            )
         result.all_feasible = everything
     return result
 
@@ -205,8 +250,13 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
     """Visit the table's rows best bound first (module doc, steps 2-4) with the scan's running
     threshold; the rows visited."""
     lengths = options.lengths
-    bound_obj = objective_value(problem, table.lower_bounds(options.v_max, options.split_backward), scan.tokens_row,
-                                scan.flops_per_token * scan.tokens_row, scan.peak_flops)
+    bound_obj = objective_value(
+        problem,
+        table.lower_bounds(options.v_max, options.split_backward),
+        scan.tokens_row,
+        scan.flops_per_token * scan.tokens_row,
+        scan.peak_flops,
+    )
     order = np.lexsort((np.arange(table.size), bound_obj))
     rows_done = position = 0
     while position < len(order):
@@ -237,8 +287,9 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
         # overlap and offload share it; only groups whose bound can still enter the top K are evaluated
         reps = table.inputs(group_row, options.values(group_row, group_start))
         tokens = scan.tokens_row[group_row]
-        group_bound = objective_value(problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens,
-                                      scan.peak_flops)
+        group_bound = objective_value(
+            problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
+        )
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
             scan.evaluate(options, group_row[batch], group_start[batch], None)
     return rows_done
@@ -251,21 +302,34 @@ def _result(problem, scan, top_k, space, rows, rows_done, start) -> SearchResult
     pool = [(obj, r, g, *at(r, g), st, pk) for obj, r, g, st, pk in _trim(scan.pool, top_k)[0]]
     plans = _finish(problem, pool, top_k)
     result = SearchResult(
-        plans=plans, candidates=space, evaluated=scan.evaluated, feasible=scan.feasible,
-        seconds=time.perf_counter() - start, rows=rows, rows_evaluated=rows_done,
+        plans=plans,
+        candidates=space,
+        evaluated=scan.evaluated,
+        feasible=scan.feasible,
+        seconds=time.perf_counter() - start,
+        rows=rows,
+        rows_evaluated=rows_done,
     )
     if not plans and scan.nearest is not None:
         over, r, g, peak = scan.nearest
         plan = plan_of(problem, *at(r, g))
-        result.nearest_miss = {"plan": plan.model_dump(), "peak_memory_gib": peak / GiB,
-                               "capacity_gib": scan.capacity / GiB, "overflow_gib": over / GiB}
+        result.nearest_miss = {
+            "plan": plan.model_dump(),
+            "peak_memory_gib": peak / GiB,
+            "capacity_gib": scan.capacity / GiB,
+            "overflow_gib": over / GiB,
+        }
     if plans:  # faster than the winner but over the memory capacity: the three smallest overflows
         best = plans[0].objective
-        faster = sorted((f for f in scan.faster if f[0] < best), key=lambda item: (item[3], item[1], item[2]))
+        faster = sorted(
+            (f for f in scan.faster if f[0] < best), key=lambda item: (item[3], item[1], item[2])
+        )
         for obj, r, g, peak in faster[:3]:
             if obj < best:
                 plan = plan_of(problem, *at(r, g))
-                result.faster_infeasible.append({"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB})
+                result.faster_infeasible.append(
+                    {"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB}
+                )
     return result
 
 
@@ -311,7 +375,9 @@ def _by_blocks(problem: SearchProblem) -> bool:
     return False
 
 
-def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, workers: int | None = 1) -> SearchResult:
+def _search_blocks(
+    problem: SearchProblem, top_k: int, progress, start: float, workers: int | None = 1
+) -> SearchResult:
     """``search`` block by block (search.blocks; ``_branch_and_bound``). With ``workers`` > 1 and at least PARALLEL_KEYS
     (tp, cp, micro-batch) keys, the blocks are split over that many processes by costing class, each pruning against
     the least threshold any of them has reached (search.block_processes), and their top Ks merged: the same plans."""
@@ -323,8 +389,14 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
     if workers > 1 and len(keys) >= PARALLEL_KEYS and processes_available():
         subsets = split_by_costing_class(parts, workers, lambda b: costing_class(problem, b))
         first = subsets[0]
-        outcomes = run_parts(lambda part, shared: _branch_and_bound(problem, top_k, part, progress if part is first else None,
-                                                                    shared, parts), subsets, top_k, len(parts))
+        outcomes = run_parts(
+            lambda part, shared: _branch_and_bound(
+                problem, top_k, part, progress if part is first else None, shared, parts
+            ),
+            subsets,
+            top_k,
+            len(parts),
+        )
     else:
         outcomes = [_branch_and_bound(problem, top_k, parts, progress)]
     scan = _Scan(problem, None, top_k, None, 0.0, 0.0, False)
@@ -335,14 +407,30 @@ def _search_blocks(problem: SearchProblem, top_k: int, progress, start: float, w
         scan.resolved.update(outcome.resolved)
         scan.evaluated += outcome.evaluated
         scan.feasible += outcome.feasible
-        if outcome.nearest is not None and (scan.nearest is None or outcome.nearest[:3] < scan.nearest[:3]):
+        if outcome.nearest is not None and (
+            scan.nearest is None or outcome.nearest[:3] < scan.nearest[:3]
+        ):
             scan.nearest = outcome.nearest
     rows = parts[-1].offset + parts[-1].rows if parts else 0
-    return _result(problem, scan, top_k, sum(b.candidates for b in parts), rows, sum(o.rows_done for o in outcomes), start)
+    return _result(
+        problem,
+        scan,
+        top_k,
+        sum(b.candidates for b in parts),
+        rows,
+        sum(o.rows_done for o in outcomes),
+        start,
+    )
 
 
-def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=None, shared=None,
-                      every: list | None = None) -> PartOutcome:
+def _branch_and_bound(
+    problem: SearchProblem,
+    top_k: int,
+    parts: list,
+    progress=None,
+    shared=None,
+    every: list | None = None,
+) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
     ``shared``: search.block_processes.PartView); row numbers are the canonical ones (block offset + row of
@@ -400,7 +488,9 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
             better = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
             heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
             continue
-        if shared is not None and shared.hand_over(b.offset, bound):  # another process has finished its own
+        if shared is not None and shared.hand_over(
+            b.offset, bound
+        ):  # another process has finished its own
             continue
         rows_done += _search_block(problem, b, scan)
         done += 1
@@ -417,9 +507,18 @@ def _branch_and_bound(problem: SearchProblem, top_k: int, parts: list, progress=
 
         shared.help_until_done(search_handed)
     pool = _trim(scan.pool, top_k)[0] if scan.pool else []
-    named = [(r, g) for _, r, g, *_ in pool + scan.faster] + ([scan.nearest[1:3]] if scan.nearest is not None else [])
-    return PartOutcome(pool, scan.faster, scan.nearest, {key: scan.resolved[key] for key in named} if named else {},
-                        scan.evaluated, scan.feasible, rows_done)
+    named = [(r, g) for _, r, g, *_ in pool + scan.faster] + (
+        [scan.nearest[1:3]] if scan.nearest is not None else []
+    )
+    return PartOutcome(
+        pool,
+        scan.faster,
+        scan.nearest,
+        {key: scan.resolved[key] for key in named} if named else {},
+        scan.evaluated,
+        scan.feasible,
+        rows_done,
+    )
 
 
 def _search_block(problem: SearchProblem, block, scan: "_Scan") -> int:
@@ -444,7 +543,14 @@ def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
         scan.refresh()
         if not ranking.within(bound[order[position]], scan.threshold):
             return
-        stop = max(position + 1, int(np.searchsorted(ends, ends[position] - sizes[order[position]] + CHUNK_CANDIDATES // 8)))
+        stop = max(
+            position + 1,
+            int(
+                np.searchsorted(
+                    ends, ends[position] - sizes[order[position]] + CHUNK_CANDIDATES // 8
+                )
+            ),
+        )
         batch = order[position:stop]
         batch = batch[ranking.within(bound[batch], scan.threshold)]
         position = stop
@@ -457,7 +563,11 @@ class _Scan:
 
     def __init__(self, problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all):
         self.problem, self.table, self.top_k = problem, table, top_k
-        self.tokens_row, self.flops_per_token, self.peak_flops = tokens_row, flops_per_token, peak_flops
+        self.tokens_row, self.flops_per_token, self.peak_flops = (
+            tokens_row,
+            flops_per_token,
+            peak_flops,
+        )
         self.capacity = problem.system.accelerator.hbm_capacity
         self.host_capacity = problem.system.accelerator.host_memory or np.inf
         self.pool: list[tuple] = []
@@ -470,7 +580,9 @@ class _Scan:
         self.everything: list[dict] | None = [] if collect_all else None
         self.options: GridIndex | None = None
         self.offset = 0  # canonical number of the table's first row (search block by block)
-        self.resolved: dict[tuple[int, int], tuple] | None = None  # (row, option) -> (Row, grid tuple), by block
+        self.resolved: dict[tuple[int, int], tuple] | None = (
+            None  # (row, option) -> (Row, grid tuple), by block
+        )
 
     def refresh(self) -> None:
         """In a split search, lower the ceiling and the threshold to the least threshold any process has published
@@ -507,7 +619,9 @@ class _Scan:
             out.append((item[0], r + self.offset, *item[2:]))
         return out
 
-    def evaluate(self, options: "GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink) -> None:
+    def evaluate(
+        self, options: "GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink
+    ) -> None:
         """Step time and memory of every candidate of the option groups (rows[i], options from
         starts[i]), in ``_expand`` order; the pool and threshold updated."""
         if not len(rows):
@@ -516,30 +630,56 @@ class _Scan:
         index, grid_index = expand(rows, starts, options.group_size[rows])
         step, peak, host = evaluate_groups(self.table, options, rows, starts)
         tokens = self.tokens_row[index]
-        obj = objective_value(self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops)
+        obj = objective_value(
+            self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops
+        )
         fits = (peak <= self.capacity) & (host <= self.host_capacity)
         self.evaluated += len(index)
         self.feasible += int(fits.sum())
         if self.everything is not None:
             for i in np.flatnonzero(fits):
-                self.everything.append({"row": int(index[i]), "grid": int(grid_index[i]), "step_time_s": float(step[i]),
-                                        "objective": float(obj[i]), "peak_memory_bytes": float(peak[i])})
+                self.everything.append(
+                    {
+                        "row": int(index[i]),
+                        "grid": int(grid_index[i]),
+                        "step_time_s": float(step[i]),
+                        "objective": float(obj[i]),
+                        "peak_memory_bytes": float(peak[i]),
+                    }
+                )
         if feasible_sink is not None and fits.any():
             chosen = np.flatnonzero(fits)
-            feasible_sink(feasible_columns(
-                self.table, index[chosen], options.values(index[chosen], grid_index[chosen]),
-                step[chosen], obj[chosen], peak[chosen], tokens[chosen],
-            ))
+            feasible_sink(
+                feasible_columns(
+                    self.table,
+                    index[chosen],
+                    options.values(index[chosen], grid_index[chosen]),
+                    step[chosen],
+                    obj[chosen],
+                    peak[chosen],
+                    tokens[chosen],
+                )
+            )
         keep = np.flatnonzero(fits & ranking.within(obj, self.threshold))
-        if keep.size > self.top_k:  # only this batch's K best groups (and ties with the K-th) can enter the top K
+        if (
+            keep.size > self.top_k
+        ):  # only this batch's K best groups (and ties with the K-th) can enter the top K
             kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], self.top_k)
             keep = keep[ranking.within(obj[keep], kth)]
-        self.pool += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
-                                 for i in keep])
-        if len(self.pool) >= self.top_k:  # never above a threshold other processes reached (``ceiling``)
+        self.pool += self._keep(
+            [
+                (float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
+                for i in keep
+            ]
+        )
+        if (
+            len(self.pool) >= self.top_k
+        ):  # never above a threshold other processes reached (``ceiling``)
             self.pool, threshold = _trim(self.pool, self.top_k)
             self.threshold = min(threshold, self.ceiling)
-            if self.shared is not None:  # published at once: the other processes' scans read it between batches
+            if (
+                self.shared is not None
+            ):  # published at once: the other processes' scans read it between batches
                 self.shared.offer(self.threshold)
         misses = np.flatnonzero(~fits)
         if misses.size:
@@ -551,4 +691,6 @@ class _Scan:
             # plans that would beat the current K-th best but do not fit: keep the nearest misses
             quick = misses[obj[misses] < self.threshold]
             near = quick[np.argsort(peak[quick], kind="stable")[:20]]
-            self.faster += self._keep([(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near])
+            self.faster += self._keep(
+                [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
+            )

@@ -45,8 +45,19 @@ from paraplan.specs.plan import (
     ulysses_rule,
 )
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.specs.moe_plan import Dispatcher, dispatcher_rule, expert_degree_rules, moe_sequence_parallel_rule
-from paraplan.specs.split import SplitGroup, accounted_units, chunk_units, default_first_last, grouped_split
+from paraplan.specs.moe_plan import (
+    Dispatcher,
+    dispatcher_rule,
+    expert_degree_rules,
+    moe_sequence_parallel_rule,
+)
+from paraplan.specs.split import (
+    SplitGroup,
+    accounted_units,
+    chunk_units,
+    default_first_last,
+    grouped_split,
+)
 from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import placed_domains, plan_spans
@@ -60,11 +71,16 @@ OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 
 
 # every placement order, the default first
-PLACEMENT_ORDERS = (DEFAULT_PLACEMENT, *(p for p in itertools.permutations(DEFAULT_PLACEMENT) if p != DEFAULT_PLACEMENT))
+PLACEMENT_ORDERS = (
+    DEFAULT_PLACEMENT,
+    *(p for p in itertools.permutations(DEFAULT_PLACEMENT) if p != DEFAULT_PLACEMENT),
+)
 
 
 @lru_cache(maxsize=4096)
-def distinct_orders(clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool) -> tuple[tuple[str, ...], ...]:
+def distinct_orders(
+    clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool
+) -> tuple[tuple[str, ...], ...]:
     """The placement orders with distinct spans, the first order of each (``vary`` False: the default order alone),
     for degrees (tp, pp, cp, dp) whose min(degree, D) are ``clipped``, D the system's GPUs per NVLink domain. Which
     orders span alike depends on those alone, so they are costed on the clipped degrees: the orders of one
@@ -74,7 +90,7 @@ def distinct_orders(clipped: tuple[int, int, int, int], system: SystemSpec, vary
     degree-1 dimensions change no stride and are not costed."""
     sizes = dict(zip(("tp", "pp", "cp", "dp"), clipped))
     seen, tried, out = set(), set(), []
-    for order in (PLACEMENT_ORDERS if vary else PLACEMENT_ORDERS[:1]):
+    for order in PLACEMENT_ORDERS if vary else PLACEMENT_ORDERS[:1]:
         effective = tuple(name for name in order if sizes[name] > 1)
         if effective in tried:
             continue
@@ -172,21 +188,33 @@ class SearchProblem:
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
         if self.seq_length <= 0:
-            raise InputError(f"seq_length: {self.seq_length!r} is not allowed; must be a positive integer")
+            raise InputError(
+                f"seq_length: {self.seq_length!r} is not allowed; must be a positive integer"
+            )
         bad = [t for t in self.tp_layouts if t not in TP_LAYOUTS]
         if bad or not self.tp_layouts:
-            raise InputError(f"tp_layout: {','.join(bad) or 'none'!r} is not allowed; allowed: {', '.join(TP_LAYOUTS)}")
+            raise InputError(
+                f"tp_layout: {','.join(bad) or 'none'!r} is not allowed; allowed: {', '.join(TP_LAYOUTS)}"
+            )
         if (self.global_batch is None) == (self.max_global_batch is None):
-            raise InputError("global_batch: give exactly one of --global-batch or --max-global-batch")
+            raise InputError(
+                "global_batch: give exactly one of --global-batch or --max-global-batch"
+            )
         if self.objective not in OBJECTIVES:
-            raise InputError(f"objective: {self.objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
+            raise InputError(
+                f"objective: {self.objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}"
+            )
         batch = self.global_batch if self.global_batch is not None else self.max_global_batch
         field_name = "global_batch" if self.global_batch is not None else "max_global_batch"
         if batch <= 0:
             raise InputError(f"{field_name}: {batch!r} is not allowed; must be a positive integer")
         factorizations = self.factorizations
         if not factorizations:
-            restricted = [f"--{n} {','.join(map(str, v))}" for n, v in (("tp", self.tp), ("pp", self.pp), ("cp", self.cp)) if v]
+            restricted = [
+                f"--{n} {','.join(map(str, v))}"
+                for n, v in (("tp", self.tp), ("pp", self.pp), ("cp", self.cp))
+                if v
+            ]
             within = f" within {' '.join(restricted)}" if restricted else ""
             raise InputError(
                 f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name}{within} "
@@ -232,11 +260,15 @@ class SearchProblem:
                     out.append((tp, pp, cp, self.gpus // (tp * pp * cp)))
         return out
 
-    def placements(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[str, dict[str, GroupSpan]]]:
+    def placements(
+        self, tp: int, pp: int, cp: int, dp: int
+    ) -> list[tuple[str, dict[str, GroupSpan]]]:
         """Placement orders with distinct network spans for these degrees (first order wins; distinct_orders), with
         the spans of each."""
-        return [(placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
-                for order in self._orders(tp, pp, cp, dp)]
+        return [
+            (placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
+            for order in self._orders(tp, pp, cp, dp)
+        ]
 
     def placement_count(self, tp: int, pp: int, cp: int, dp: int) -> int:
         """len(placements(tp, pp, cp, dp)), without costing the spans."""
@@ -262,7 +294,9 @@ class SearchProblem:
             top = self.max_global_batch // dp
             if top < 1:
                 return []
-            options = sorted(set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top})
+            options = sorted(
+                set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top}
+            )
             pairs = [(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options]
         if self.micro_batch is not None:
             pairs = [p for p in pairs if p[0] in self.micro_batch]
@@ -289,7 +323,11 @@ class SearchProblem:
             out += [("2d", r) for r in self.grids(tp) if (self.seq_length // cp) % r == 0]
         if "2d-seq" in self.tp_layouts and cp > 1 and one_d_ok:
             out.append(("2d-seq", None))
-        return [(layout, rows) for layout, rows in out if not ulysses_rule(self.model, tp, cp, self.cp_algorithm, layout)]
+        return [
+            (layout, rows)
+            for layout, rows in out
+            if not ulysses_rule(self.model, tp, cp, self.cp_algorithm, layout)
+        ]
 
     def layer_knobs(self, tp: int, cp: int) -> tuple[tuple, ...]:
         """(sequence_parallel, recompute, overlap_tp_comm, tp_layout, tp_rows) options for these degrees;
@@ -303,39 +341,72 @@ class SearchProblem:
         """layer_knobs, computed."""
         sp_options = [False] if tp == 1 else [False, True]
         if self.sequence_parallel is not None:
-            sp_options = [s for s in sp_options if s in self.sequence_parallel] or ([False] if tp == 1 else [])
+            sp_options = [s for s in sp_options if s in self.sequence_parallel] or (
+                [False] if tp == 1 else []
+            )
         if tp > 1 and sequence_parallel_rule(self.seq_length, cp, tp):
             sp_options = [s for s in sp_options if not s]
         sp_options = [s for s in sp_options if not moe_sequence_parallel_rule(self.model, tp, s)]
         recompute = self.recompute or RECOMPUTE_MODES
         default = self.default_overlaps[0]
-        overlap = [default, not default] if (tp > 1 and self.vary_overlap) else [default if tp > 1 else False]
+        overlap = (
+            [default, not default]
+            if (tp > 1 and self.vary_overlap)
+            else [default if tp > 1 else False]
+        )
         out = []
         for layout, rows in self.layouts(tp, cp):
             if layout == "2d":
                 out += [(False, rc, False, layout, rows) for rc in recompute]
             else:
-                out += [(sp, rc, ov, layout, rows) for sp in sp_options for rc in recompute for ov in overlap]
+                out += [
+                    (sp, rc, ov, layout, rows)
+                    for sp in sp_options
+                    for rc in recompute
+                    for ov in overlap
+                ]
         return tuple(out)
 
     def _check_expert_axes(self, factorizations) -> None:
         """The expert axes (--ep, --etp, --dispatcher) name values some plan can take (specs.moe_plan rules)."""
-        given = {name: values for name, values in (("ep", self.ep), ("etp", self.etp), ("dispatcher", self.dispatchers)) if values}
+        given = {
+            name: values
+            for name, values in (
+                ("ep", self.ep),
+                ("etp", self.etp),
+                ("dispatcher", self.dispatchers),
+            )
+            if values
+        }
         if not self.model.is_moe:
             for name, values in given.items():
                 if name != "dispatcher" and set(values) != {1}:
-                    raise InputError(f"{name}: {list(values)} is not allowed for {self.model.name}; expert parallelism "
-                                     "needs a mixture-of-experts model (dense models use 1)")
+                    raise InputError(
+                        f"{name}: {list(values)} is not allowed for {self.model.name}; expert parallelism "
+                        "needs a mixture-of-experts model (dense models use 1)"
+                    )
             return
         if not any(self.expert_options(tp, cp, dp) for tp, _, cp, dp in factorizations):
             tp, _, cp, dp = factorizations[0]
             ep, etp = (self.ep or (1,))[0], (self.etp or (1,))[0]
             rules = expert_degree_rules(self.model, tp, cp, dp, ep, etp)
-            dispatchers = [d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)]
-            why = rules[0][2] if rules else (dispatcher_rule(dispatchers[0], self.capacity_factor) if dispatchers else "no plan has it")
-            raise InputError(f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
-                             f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "
-                             f"(e.g. ep {ep}, etp {etp}: {why})")
+            dispatchers = [
+                d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)
+            ]
+            why = (
+                rules[0][2]
+                if rules
+                else (
+                    dispatcher_rule(dispatchers[0], self.capacity_factor)
+                    if dispatchers
+                    else "no plan has it"
+                )
+            )
+            raise InputError(
+                f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
+                f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "
+                f"(e.g. ep {ep}, etp {etp}: {why})"
+            )
 
     def expert_options(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str, bool]]:
         """(ep, etp, moe_dispatcher, moe_a2a_overlap) options of a mixture-of-experts model for these
@@ -360,13 +431,19 @@ class SearchProblem:
         dispatch/combine only where there is one (ep·etp > 1). Memoised."""
         memo = self._memo.setdefault("expert_switches", {})
         if (ep, etp) not in memo:
-            dispatchers = [d for d in (self.dispatchers or get_args(Dispatcher)) if not dispatcher_rule(d, self.capacity_factor)]
+            dispatchers = [
+                d
+                for d in (self.dispatchers or get_args(Dispatcher))
+                if not dispatcher_rule(d, self.capacity_factor)
+            ]
             overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
             memo[(ep, etp)] = tuple((d, ov) for d in dispatchers for ov in overlaps)
         return memo[(ep, etp)]
 
     # ---- level 3: the grid of a row ------------------------------------------------------------
-    def schedule_options(self, pp: int, microbatches: int) -> tuple[tuple[int, str, tuple[bool, bool]], ...]:
+    def schedule_options(
+        self, pp: int, microbatches: int
+    ) -> tuple[tuple[int, str, tuple[bool, bool]], ...]:
         """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
         every split of split_options, and interleaved with every vpp > 1 a split allows
         (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
@@ -382,10 +459,14 @@ class SearchProblem:
         the splits a block's candidates use). Memoised."""
         memo = self._memo.setdefault("schedule_splits", {})
         if (pp, microbatches) not in memo:
-            memo[(pp, microbatches)] = tuple(dict.fromkeys(split for _, _, split in self.schedule_options(pp, microbatches)))
+            memo[(pp, microbatches)] = tuple(
+                dict.fromkeys(split for _, _, split in self.schedule_options(pp, microbatches))
+            )
         return memo[(pp, microbatches)]
 
-    def _schedule_options(self, pp: int, microbatches: int) -> list[tuple[int, str, tuple[bool, bool]]]:
+    def _schedule_options(
+        self, pp: int, microbatches: int
+    ) -> list[tuple[int, str, tuple[bool, bool]]]:
         allowed = self.schedules or SCHEDULES
         if self.schedules is None and not moe_shaped(self.model):
             allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
@@ -412,7 +493,11 @@ class SearchProblem:
         memo = self._memo.setdefault("split_options", {})
         if pp not in memo:
             out, seen = [], set()
-            for split in ((False, False), (True, False), (False, True), (True, True)) if self.vary_split and pp > 1 else ((False, False),):
+            for split in (
+                ((False, False), (True, False), (False, True), (True, True))
+                if self.vary_split and pp > 1
+                else ((False, False),)
+            ):
                 layout = self._split_layout(pp, split)
                 if layout is None or layout in seen:
                     continue
@@ -439,7 +524,11 @@ class SearchProblem:
             top = max(int(chunk_units(g, embedding, loss)) for g in groups if int(g.count) > 0)
             for v in _divisors(top):
                 key = (v, layout) if self.vary_split else v
-                if v > 1 and key not in seen and not interleave_split_rule(groups, v, embedding, loss):
+                if (
+                    v > 1
+                    and key not in seen
+                    and not interleave_split_rule(groups, v, embedding, loss)
+                ):
                     seen.add(key)
                     out.append((v, "interleaved", split))
         memo[pp] = out
@@ -477,11 +566,15 @@ class SearchProblem:
             return [(0, True, True)]
         zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
         _, dp_default, gather_default = self.default_overlaps
-        reduce_ov = [dp_default, not dp_default] if self.vary_overlap else [dp_default]  # defaults first: ties
+        reduce_ov = (
+            [dp_default, not dp_default] if self.vary_overlap else [dp_default]
+        )  # defaults first: ties
         gather_ov = [gather_default, not gather_default] if self.vary_overlap else [gather_default]
         out = []
         for z in zeros:
-            if z == 3:  # ZeRO-3 gathers and reduces per micro-batch, overlapped layer by layer: switches unused
+            if (
+                z == 3
+            ):  # ZeRO-3 gathers and reduces per micro-batch, overlapped layer by layer: switches unused
                 out.append((3, True, True))
                 continue
             gathers = gather_ov if z >= 1 else [True]
@@ -532,14 +625,38 @@ def rows(problem: SearchProblem):
             for placement, spans in placements:
                 for sp, rc, ov, layout, tp_rows in problem.layer_knobs(tp, cp):
                     for ep, etp, dispatcher, a2a in problem.expert_options(tp, cp, dp):
-                        yield Row(tp, pp, cp, dp, placement, spans, mb, gb, sp, rc, ov, layout, tp_rows, ep, etp, dispatcher, a2a)
+                        yield Row(
+                            tp,
+                            pp,
+                            cp,
+                            dp,
+                            placement,
+                            spans,
+                            mb,
+                            gb,
+                            sp,
+                            rc,
+                            ov,
+                            layout,
+                            tp_rows,
+                            ep,
+                            etp,
+                            dispatcher,
+                            a2a,
+                        )
 
 
-def grid_parts(problem: SearchProblem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
+def grid_parts(
+    problem: SearchProblem, pp: int, microbatches: int, dp_size: int
+) -> tuple[list, list, list]:
     """The three option lists whose product is a row's grid (it depends on pp, m and dp·cp only):
     schedule options (vpp, schedule, split), state options (zero, overlap_dp,
     overlap_gather), offload options (weights, activations, optimizer)."""
-    return problem.schedule_options(pp, microbatches), problem.state_options(dp_size), problem.offload_options
+    return (
+        problem.schedule_options(pp, microbatches),
+        problem.state_options(dp_size),
+        problem.offload_options,
+    )
 
 
 def grid_option(parts: tuple[list, list, list], g: int) -> tuple:

@@ -32,7 +32,9 @@ from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.strict import InputModel
 from paraplan.specs.system import BytesPerS, Fraction, Seconds, SystemSpec
 
-PoolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+PoolName = Annotated[
+    str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+]
 
 
 class PoolSpec(InputModel):
@@ -43,7 +45,8 @@ class PoolSpec(InputModel):
     nodes: int = Field(1, gt=0, description="servers in the pool")
     gpus: int | None = Field(None, gt=0, description="GPUs used; default nodes × GPUs per node")
     nic_shared_by: int = Field(
-        1, gt=0,
+        1,
+        gt=0,
         description="GPUs of a node that share one network interface (AWS instances: all of them). The system's "
         "nic_bandwidth is each GPU's share when all of them send; fewer senders get more (link_rate)",
     )
@@ -72,7 +75,9 @@ class LinkSpec(InputModel):
     pools: tuple[PoolName, PoolName]
     bandwidth: BytesPerS
     latency: Seconds = 10e-6
-    efficiency: Fraction = Field(0.85, description="achieved fraction of bandwidth by NCCL transfers")
+    efficiency: Fraction = Field(
+        0.85, description="achieved fraction of bandwidth by NCCL transfers"
+    )
 
 
 class ClusterSpec(InputModel):
@@ -101,7 +106,9 @@ class ClusterSpec(InputModel):
                 if n not in names:
                     raise ValueError(f"link names pool {n!r}; pools are {', '.join(names)}")
             if a == b:
-                raise ValueError(f"link joins pool {a!r} to itself; a pool's own network is its system's")
+                raise ValueError(
+                    f"link joins pool {a!r} to itself; a pool's own network is its system's"
+                )
             if frozenset((a, b)) in pairs:
                 raise ValueError(f"two links between {a!r} and {b!r}")
             pairs.add(frozenset((a, b)))
@@ -121,7 +128,9 @@ class ClusterSpec(InputModel):
         for p in self.pools:
             if p.name == name:
                 return p
-        raise InputError(f"pool: {name!r} is not allowed; the cluster's pools are {', '.join(p.name for p in self.pools)}")
+        raise InputError(
+            f"pool: {name!r} is not allowed; the cluster's pools are {', '.join(p.name for p in self.pools)}"
+        )
 
     def pool_offset(self, name: str) -> int:
         """Global index of the pool's first GPU (pools numbered in the order listed)."""
@@ -130,7 +139,9 @@ class ClusterSpec(InputModel):
             if p.name == name:
                 return offset
             offset += p.gpu_count
-        raise InputError(f"pool: {name!r} is not allowed; the cluster's pools are {', '.join(p.name for p in self.pools)}")
+        raise InputError(
+            f"pool: {name!r} is not allowed; the cluster's pools are {', '.join(p.name for p in self.pools)}"
+        )
 
     def nic_boost(self, pool: str, active: int | None) -> float:
         """How much more than its per-GPU share a sending GPU gets when only ``active`` GPUs of its node
@@ -139,7 +150,9 @@ class ClusterSpec(InputModel):
             return 1.0
         return max(1.0, self.pool(pool).nic_shared_by / max(1, active))
 
-    def link_rate(self, a: str, b: str, active_a: int | None = None, active_b: int | None = None) -> tuple[float, float]:
+    def link_rate(
+        self, a: str, b: str, active_a: int | None = None, active_b: int | None = None
+    ) -> tuple[float, float]:
         """(achieved bytes/s per GPU and direction, latency s) between a GPU of pool ``a`` and one of ``b``
         on different nodes, with ``active_a`` / ``active_b`` GPUs of the two nodes sending at once (None:
         all): the pool's own scale-out network for a == b; otherwise the explicit link, or the slower of
@@ -163,7 +176,14 @@ def uniform_cluster(system: SystemSpec, gpus: int) -> ClusterSpec:
     nodes = max(1, math.ceil(gpus / per_node))
     return ClusterSpec(
         name=f"{gpus}x {system.name}",
-        pools=(PoolSpec(name=re.sub(r"[^A-Za-z0-9_.-]", "-", system.name).lstrip("-._") or "pool", system=system, nodes=nodes, gpus=gpus),),
+        pools=(
+            PoolSpec(
+                name=re.sub(r"[^A-Za-z0-9_.-]", "-", system.name).lstrip("-._") or "pool",
+                system=system,
+                nodes=nodes,
+                gpus=gpus,
+            ),
+        ),
     )
 
 
@@ -178,7 +198,9 @@ def cluster_from_dict(data: dict, field: str = "cluster") -> ClusterSpec:
         resolved = []
         for i, pool in enumerate(pools):
             if isinstance(pool, dict) and isinstance(pool.get("system"), (str, dict)):
-                pool = dict(pool, system=load_system(pool["system"], field=f"{field}.pools.{i}.system"))
+                pool = dict(
+                    pool, system=load_system(pool["system"], field=f"{field}.pools.{i}.system")
+                )
             resolved.append(pool)
         data = dict(data, pools=resolved)
     try:

@@ -16,7 +16,9 @@ class Violation:
     rule: str
 
     def message(self) -> str:
-        if isinstance(self.value, dict):  # a rule between fields: the whole mapping would bury the rule
+        if isinstance(
+            self.value, dict
+        ):  # a rule between fields: the whole mapping would bury the rule
             return f"{self.field}: {self.rule}"
         return f"{self.field}: {_short(self.value)} is not allowed; {self.rule}"
 

@@ -25,51 +25,82 @@ class FrameworkSpec(InputModel):
     name: str
     source: str = ""
     description: str = ""
-    attention: Literal["flash", "unfused"] = Field("flash", description="plan default: fused or unfused core attention")
+    attention: Literal["flash", "unfused"] = Field(
+        "flash", description="plan default: fused or unfused core attention"
+    )
     attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
-        "cudnn", description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run"
+        "cudnn",
+        description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run",
     )
     grad_dtype: GradDtype = Field(
-        "fp32", description="dtype gradients are accumulated and reduced in (fp32 main grads vs half precision)"
+        "fp32",
+        description="dtype gradients are accumulated and reduced in (fp32 main grads vs half precision)",
     )
     fp8_weight_copies: bool = Field(
-        False, description="plan default: fp8 training caches fp8 weight copies beside bf16 weights (cost.memory)"
+        False,
+        description="plan default: fp8 training caches fp8 weight copies beside bf16 weights (cost.memory)",
     )
-    overlap_dp_grad_reduce: bool = Field(True, description="plan default: DP gradient reduction overlaps backward")
-    overlap_param_gather: bool = Field(True, description="plan default: ZeRO parameter all-gather overlaps forward")
-    overlap_tp_comm: bool = Field(False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)")
+    overlap_dp_grad_reduce: bool = Field(
+        True, description="plan default: DP gradient reduction overlaps backward"
+    )
+    overlap_param_gather: bool = Field(
+        True, description="plan default: ZeRO parameter all-gather overlaps forward"
+    )
+    overlap_tp_comm: bool = Field(
+        False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)"
+    )
     zero3_prefetch_layers: int = Field(
-        1, ge=0, description="layers whose ZeRO-3/FSDP weights are gathered ahead of use (0: no prefetch)"
+        1,
+        ge=0,
+        description="layers whose ZeRO-3/FSDP weights are gathered ahead of use (0: no prefetch)",
     )
     zero3_max_live_params: float | None = Field(
-        None, gt=0, allow_inf_nan=False, description="ZeRO-3: most gathered parameters resident per GPU at once (DeepSpeed "
-        "stage3_max_live_parameters); None: whole gathered units (FSDP wraps a layer and prefetches the next)"
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="ZeRO-3: most gathered parameters resident per GPU at once (DeepSpeed "
+        "stage3_max_live_parameters); None: whole gathered units (FSDP wraps a layer and prefetches the next)",
     )
     zero3_gather_unit: Zero3GatherUnit = Field(
-        "layer", description="ZeRO-3 all-gather per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.4)"
+        "layer",
+        description="ZeRO-3 all-gather per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.4)",
     )
     zero3_reduce_unit: Zero3ReduceUnit = Field(
-        "layer", description="ZeRO-3 gradient reduce-scatter per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.x)"
+        "layer",
+        description="ZeRO-3 gradient reduce-scatter per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.x)",
     )
     zero3_regather_recompute: bool = Field(
-        False, description="ZeRO-3 with full recomputation: the recomputed forward gathers the weights again"
+        False,
+        description="ZeRO-3 with full recomputation: the recomputed forward gathers the weights again",
     )
     cp_algorithm: CPAlgorithm = Field(
-        "ring", description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)"
+        "ring",
+        description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)",
     )
     fused_kernels: bool = Field(
-        True, description="element-wise ops fused (Megatron / Transformer Engine / XLA) or run eagerly one kernel each"
+        True,
+        description="element-wise ops fused (Megatron / Transformer Engine / XLA) or run eagerly one kernel each",
     )
     eager_traffic_factor: float = Field(
-        1.0, ge=1.0, description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)"
+        1.0,
+        ge=1.0,
+        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)",
     )
     cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
-    communication_buffers: Bytes = Field(1.0 * 2**30, description="NCCL / framework communication buffers per GPU")
+    communication_buffers: Bytes = Field(
+        1.0 * 2**30, description="NCCL / framework communication buffers per GPU"
+    )
     allocator_fragmentation: float = Field(
         0.0, ge=0.0, lt=0.5, description="share of HBM lost to caching-allocator fragmentation"
     )
-    sources: dict[str, str] = Field(default_factory=dict, description="field -> citation or calibration note")
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="field -> citation or calibration note"
+    )
 
     def reserved_bytes(self, hbm_capacity_bytes: float) -> float:
         """Memory the runtime holds beside the model: CUDA context + communication buffers + fragmentation."""
-        return self.cuda_context + self.communication_buffers + self.allocator_fragmentation * hbm_capacity_bytes
+        return (
+            self.cuda_context
+            + self.communication_buffers
+            + self.allocator_fragmentation * hbm_capacity_bytes
+        )

@@ -26,8 +26,13 @@ def _check(flag: str, value: object, high: int) -> None:
         raise InputError(f"{flag}: {value!r} is not allowed; must be an integer from 1 to {high:,}")
 
 
-def check_search_bounds(gpus: int, seq_length: int, batch: int, batch_flag: str = "--global-batch",
-                        top: int | None = None) -> None:
+def check_search_bounds(
+    gpus: int,
+    seq_length: int,
+    batch: int,
+    batch_flag: str = "--global-batch",
+    top: int | None = None,
+) -> None:
     """InputError (one line naming the option) when a size is outside the bounds above."""
     _check("--gpus", gpus, MAX_GPUS)
     _check("--seq-length", seq_length, MAX_SEQ_LENGTH)
@@ -42,5 +47,7 @@ def position_warning(model, seq_length: int) -> str | None:
     if seq_length <= model.max_position:
         return None
     kind = "its learned position table has" if model.learned_positions else "it was trained with"
-    return (f"--seq-length {seq_length:,} is longer than {model.name}'s {model.max_position:,} positions "
-            f"({kind} {model.max_position:,}); the estimate assumes the model is extended to it")
+    return (
+        f"--seq-length {seq_length:,} is longer than {model.name}'s {model.max_position:,} positions "
+        f"({kind} {model.max_position:,}); the estimate assumes the model is extended to it"
+    )

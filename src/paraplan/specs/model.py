@@ -34,8 +34,12 @@ class ModelSpec(InputModel):
     layers: int = Field(gt=0, description="number of transformer layers")
     hidden: int = Field(gt=0, description="model (residual stream) width h")
     heads: int = Field(gt=0, description="query heads a")
-    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (GQA/MQA); default = heads")
-    head_dim: int | None = Field(default=None, gt=0, description="per-head width; default hidden / heads")
+    kv_heads: int | None = Field(
+        default=None, gt=0, description="key/value heads (GQA/MQA); default = heads"
+    )
+    head_dim: int | None = Field(
+        default=None, gt=0, description="per-head width; default hidden / heads"
+    )
     ffn_hidden: int = Field(gt=0, description="MLP inner width")
     vocab: int = Field(gt=0, description="vocabulary size")
     mlp: Literal["gelu", "swiglu"] = "gelu"
@@ -46,33 +50,60 @@ class ModelSpec(InputModel):
         default=None, description="biases on the q/k/v projections only (Qwen2); default: as bias"
     )
     sliding_window: int | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="each query attends to at most this many most recent keys (Mistral 7B v0.1, Jiang et al. "
         "2023, §2); None = the whole causal prefix",
     )
-    dropout: bool | None = Field(default=None, description="hidden/attention dropout on; default: gelu models yes")
+    dropout: bool | None = Field(
+        default=None, description="hidden/attention dropout on; default: gelu models yes"
+    )
     position_embedding: Literal["learned", "rope"] | None = None
     max_position: int = Field(default=2048, gt=0, description="rows of a learned position table")
     # ---- mixture-of-experts, MLA, MTP (issue 9; rules and derived shape in specs/moe_model.py) ----
     experts: int = Field(0, ge=0, description="routed experts per MoE layer; 0 = dense model")
-    top_k: int = Field(0, ge=0, description="routed experts each token is sent to (1 <= top_k <= experts)")
-    moe_ffn_hidden: int | None = Field(None, gt=0, description="inner width of one routed expert")
-    shared_experts: int = Field(0, ge=0, description="experts every token passes through (DeepSeekMoE)")
-    shared_ffn_hidden: int | None = Field(
-        None, gt=0, description="total inner width of the shared expert(s); default shared_experts·moe_ffn_hidden"
+    top_k: int = Field(
+        0, ge=0, description="routed experts each token is sent to (1 <= top_k <= experts)"
     )
-    dense_layers: int = Field(0, ge=0, description="leading dense layers (MLP width ffn_hidden) before the MoE layers")
-    moe_layer_interval: int = Field(1, gt=0, description="after the dense layers, every n-th layer is MoE (1 = all)")
-    attention_type: Literal["gqa", "mla"] = Field("gqa", description="gqa (MHA/GQA/MQA) or mla (DeepSeek-V2 latent attention)")
-    q_lora_rank: int | None = Field(None, gt=0, description="MLA query compression rank; null = no query compression")
-    kv_lora_rank: int | None = Field(None, gt=0, description="MLA joint key/value compression rank d_c")
-    qk_nope_head_dim: int | None = Field(None, gt=0, description="MLA per-head query/key width without rotary")
-    qk_rope_head_dim: int | None = Field(None, gt=0, description="MLA per-head decoupled rotary query/key width")
+    moe_ffn_hidden: int | None = Field(None, gt=0, description="inner width of one routed expert")
+    shared_experts: int = Field(
+        0, ge=0, description="experts every token passes through (DeepSeekMoE)"
+    )
+    shared_ffn_hidden: int | None = Field(
+        None,
+        gt=0,
+        description="total inner width of the shared expert(s); default shared_experts·moe_ffn_hidden",
+    )
+    dense_layers: int = Field(
+        0, ge=0, description="leading dense layers (MLP width ffn_hidden) before the MoE layers"
+    )
+    moe_layer_interval: int = Field(
+        1, gt=0, description="after the dense layers, every n-th layer is MoE (1 = all)"
+    )
+    attention_type: Literal["gqa", "mla"] = Field(
+        "gqa", description="gqa (MHA/GQA/MQA) or mla (DeepSeek-V2 latent attention)"
+    )
+    q_lora_rank: int | None = Field(
+        None, gt=0, description="MLA query compression rank; null = no query compression"
+    )
+    kv_lora_rank: int | None = Field(
+        None, gt=0, description="MLA joint key/value compression rank d_c"
+    )
+    qk_nope_head_dim: int | None = Field(
+        None, gt=0, description="MLA per-head query/key width without rotary"
+    )
+    qk_rope_head_dim: int | None = Field(
+        None, gt=0, description="MLA per-head decoupled rotary query/key width"
+    )
     v_head_dim: int | None = Field(None, gt=0, description="MLA per-head value width")
-    mtp_layers: int = Field(0, ge=0, description="multi-token-prediction modules (DeepSeek-V3 §2.2)")
+    mtp_layers: int = Field(
+        0, ge=0, description="multi-token-prediction modules (DeepSeek-V3 §2.2)"
+    )
     # sliding_window (above) is the window of the windowed layers; the pattern says which are windowed
     sliding_window_pattern: int = Field(
-        0, ge=0, description="0: every layer windowed; n: every n-th layer full, the others windowed"
+        0,
+        ge=0,
+        description="0: every layer windowed; n: every n-th layer full, the others windowed",
     )
     # ---- end of the MoE block -------------------------------------------------------------
 
@@ -82,16 +113,23 @@ class ModelSpec(InputModel):
     # et al. 2020): ``encoder_layers`` encoder layers, then ``layers`` decoder layers that add
     # cross-attention over the encoder output. The plan's seq_length is the (encoder) input length.
     architecture: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
-    encoder_layers: int | None = Field(default=None, gt=0, description="encoder_decoder: encoder layers")
+    encoder_layers: int | None = Field(
+        default=None, gt=0, description="encoder_decoder: encoder layers"
+    )
     decoder_seq_length: int | None = Field(
-        default=None, gt=0, description="encoder_decoder: target length; default the plan's seq_length"
+        default=None,
+        gt=0,
+        description="encoder_decoder: target length; default the plan's seq_length",
     )
     patch_size: int | None = Field(
-        default=None, gt=0, description="ViT: patches of p×p pixels replace the token embedding; vocab = classes"
+        default=None,
+        gt=0,
+        description="ViT: patches of p×p pixels replace the token embedding; vocab = classes",
     )
     image_channels: int = Field(default=3, gt=0, description="ViT: channels of the input image")
     layer_widths: tuple[LayerWidth, ...] | None = Field(
-        default=None, description="explicit list of layer groups of differing widths, in order; counts sum to all layers"
+        default=None,
+        description="explicit list of layer groups of differing widths, in order; counts sum to all layers",
     )
     _hash: int = PrivateAttr(0)
 
@@ -107,7 +145,9 @@ class ModelSpec(InputModel):
         if self.heads % kv != 0:
             raise ValueError(f"kv_heads={kv} must divide heads={self.heads}")
         if self.head_dim is None and self.hidden % self.heads != 0:
-            raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}; give head_dim")
+            raise ValueError(
+                f"hidden={self.hidden} is not divisible by heads={self.heads}; give head_dim"
+            )
         from paraplan.specs.moe_model import moe_model_problems
 
         problems = moe_model_problems(self)
@@ -118,15 +158,21 @@ class ModelSpec(InputModel):
     # ---- architectures and layer lists (issue 10) ------------------------------------------------
     def _check_architecture(self) -> "ModelSpec":
         if self.encoder_layers is not None and self.architecture != "encoder_decoder":
-            raise ValueError(f"encoder_layers={self.encoder_layers} needs architecture='encoder_decoder'")
+            raise ValueError(
+                f"encoder_layers={self.encoder_layers} needs architecture='encoder_decoder'"
+            )
         if self.decoder_seq_length is not None and self.architecture != "encoder_decoder":
-            raise ValueError(f"decoder_seq_length={self.decoder_seq_length} needs architecture='encoder_decoder'")
+            raise ValueError(
+                f"decoder_seq_length={self.decoder_seq_length} needs architecture='encoder_decoder'"
+            )
         if self.patch_size is not None and self.architecture != "encoder":
             raise ValueError(f"patch_size={self.patch_size} (ViT) needs architecture='encoder'")
         if self.layer_widths is not None:
             total = sum(w.count for w in self.layer_widths)
             if total != self.total_layers:
-                raise ValueError(f"layer_widths counts sum to {total}; must equal all transformer layers = {self.total_layers}")
+                raise ValueError(
+                    f"layer_widths counts sum to {total}; must equal all transformer layers = {self.total_layers}"
+                )
             for w in self.layer_widths:
                 self.widened(w)  # each group must be a valid shape on its own
         return self
@@ -134,7 +180,9 @@ class ModelSpec(InputModel):
     @property
     def total_layers(self) -> int:
         """Transformer layers of every kind: encoder + decoder for T5, else ``layers``."""
-        return self.layers + (self.n_encoder_layers if self.architecture == "encoder_decoder" else 0)
+        return self.layers + (
+            self.n_encoder_layers if self.architecture == "encoder_decoder" else 0
+        )
 
     @property
     def n_encoder_layers(self) -> int:

@@ -27,7 +27,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MOE_ONLY_FIELDS = ("top_k", "moe_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers")
 MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_FIELD_DEFAULTS = {"top_k": 0, "moe_ffn_hidden": None, "shared_experts": 0, "shared_ffn_hidden": None, "dense_layers": 0}
+_FIELD_DEFAULTS = {
+    "top_k": 0,
+    "moe_ffn_hidden": None,
+    "shared_experts": 0,
+    "shared_ffn_hidden": None,
+    "dense_layers": 0,
+}
 
 
 def moe_model_problems(m: "ModelSpec") -> list[str]:
@@ -36,14 +42,18 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
     if m.experts == 0:
         for name in MOE_ONLY_FIELDS:
             if getattr(m, name) != _FIELD_DEFAULTS[name]:
-                out.append(f"{name}={getattr(m, name)} needs experts > 0 (a mixture-of-experts model); dense models omit it")
+                out.append(
+                    f"{name}={getattr(m, name)} needs experts > 0 (a mixture-of-experts model); dense models omit it"
+                )
         if m.moe_layer_interval != 1:
             out.append(f"moe_layer_interval={m.moe_layer_interval} needs experts > 0")
     else:
         if not 1 <= m.top_k <= m.experts:
             out.append(f"top_k={m.top_k} must be between 1 and experts={m.experts}")
         if m.moe_ffn_hidden is None:
-            out.append(f"moe_ffn_hidden is required with experts={m.experts} (one routed expert's inner width)")
+            out.append(
+                f"moe_ffn_hidden is required with experts={m.experts} (one routed expert's inner width)"
+            )
         if m.dense_layers >= m.layers:
             out.append(f"dense_layers={m.dense_layers} must be below layers={m.layers}")
         if m.shared_ffn_hidden is not None and m.shared_experts == 0:
@@ -55,7 +65,9 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
         if missing:
             out.append(f"attention_type=mla needs {', '.join(missing)}")
         if m.kv_heads is not None and m.kv_heads != m.heads:
-            out.append(f"kv_heads={m.kv_heads} must equal heads={m.heads} with attention_type=mla (every head has its own key/value)")
+            out.append(
+                f"kv_heads={m.kv_heads} must equal heads={m.heads} with attention_type=mla (every head has its own key/value)"
+            )
     else:
         given = [name for name in MLA_FIELDS + ("q_lora_rank",) if getattr(m, name) is not None]
         if given:
@@ -68,7 +80,12 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
 def moe_shaped(m: "ModelSpec") -> bool:
     """Models whose layers graph/moe.py builds (experts, MLA, window patterns or MTP modules). A window on
     every layer (sliding_window, pattern 0) is the dense builder's (graph.transformer)."""
-    return m.experts > 0 or m.attention_type == "mla" or m.sliding_window_pattern > 0 or m.mtp_layers > 0
+    return (
+        m.experts > 0
+        or m.attention_type == "mla"
+        or m.sliding_window_pattern > 0
+        or m.mtp_layers > 0
+    )
 
 
 # ---- which layers --------------------------------------------------------------------------
@@ -98,7 +115,11 @@ def shared_width(m: "ModelSpec") -> int:
     """Total inner width of the shared expert(s): shared_ffn_hidden, default shared_experts·moe_ffn_hidden."""
     if m.shared_experts == 0:
         return 0
-    return m.shared_ffn_hidden if m.shared_ffn_hidden is not None else m.shared_experts * (m.moe_ffn_hidden or 0)
+    return (
+        m.shared_ffn_hidden
+        if m.shared_ffn_hidden is not None
+        else m.shared_experts * (m.moe_ffn_hidden or 0)
+    )
 
 
 def mla_qk_head_dim(m: "ModelSpec") -> int:
@@ -125,7 +146,12 @@ def mla_params(m: "ModelSpec") -> dict[str, int]:
     d_q) and up d_q·a(d_n+d_r) (or one h·a(d_n+d_r) projection without query compression); joint
     key/value down h·(d_c+d_r) (+ norm d_c), up d_c·a(d_n+d_v); output a·d_v·h."""
     h, a = m.hidden, m.heads
-    qk, dc, dr, dv = mla_qk_head_dim(m), m.kv_lora_rank or 0, m.qk_rope_head_dim or 0, m.v_head_dim or 0
+    qk, dc, dr, dv = (
+        mla_qk_head_dim(m),
+        m.kv_lora_rank or 0,
+        m.qk_rope_head_dim or 0,
+        m.v_head_dim or 0,
+    )
     parts: dict[str, int] = {}
     if m.q_lora_rank:
         parts["q_down"] = h * m.q_lora_rank

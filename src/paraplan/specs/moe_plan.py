@@ -26,28 +26,44 @@ from paraplan.specs.strict import InputModel
 
 Dispatcher = Literal["alltoall", "allgather", "deepep"]
 Balance = Literal["forced", "learned"]
-RECOMPUTE_MODULES = ("core_attn", "moe_act", "shared_experts", "layernorm", "mla_up_proj", "mlp", "moe")
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "moe_act",
+    "shared_experts",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+)
 
 
 class MoEPlanFields(InputModel):
     """Mixture-of-experts knobs of a plan (defaults leave a dense plan unchanged)."""
 
-    etp: int = Field(1, gt=0, description="expert tensor-parallel degree; ep·etp must divide tp·cp·dp")
+    etp: int = Field(
+        1, gt=0, description="expert tensor-parallel degree; ep·etp must divide tp·cp·dp"
+    )
     moe_dispatcher: Dispatcher = Field(
-        "alltoall", description="token dispatcher: alltoall (NCCL all-to-all), allgather, deepep (DeepEP kernels)"
+        "alltoall",
+        description="token dispatcher: alltoall (NCCL all-to-all), allgather, deepep (DeepEP kernels)",
     )
     capacity_factor: float | None = Field(
-        None, gt=0, description="expert capacity = factor·tokens·top_k/experts, tokens over it dropped and "
-        "every expert padded to it; null = dropless"
+        None,
+        gt=0,
+        description="expert capacity = factor·tokens·top_k/experts, tokens over it dropped and "
+        "every expert padded to it; null = dropless",
     )
     moe_balance: Balance = Field(
-        "learned", description="forced: tokens spread evenly over experts (benchmarks); learned: routing decides"
+        "learned",
+        description="forced: tokens spread evenly over experts (benchmarks); learned: routing decides",
     )
     moe_a2a_overlap: bool = Field(
-        False, description="dispatch/combine overlapped with another micro-batch's compute (DeepEP / 1F1B A2A overlap)"
+        False,
+        description="dispatch/combine overlapped with another micro-batch's compute (DeepEP / 1F1B A2A overlap)",
     )
     recompute_modules: tuple[str, ...] | None = Field(
-        None, description="selective recomputation by module name (null: Megatron-LM's default, core_attn)"
+        None,
+        description="selective recomputation by module name (null: Megatron-LM's default, core_attn)",
     )
 
     @field_validator("recompute_modules", mode="before")
@@ -58,11 +74,15 @@ class MoEPlanFields(InputModel):
         if isinstance(value, str):
             value = (value,)
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{value!r} is not a list of module names; allowed names: {', '.join(RECOMPUTE_MODULES)}")
+            raise ValueError(
+                f"{value!r} is not a list of module names; allowed names: {', '.join(RECOMPUTE_MODULES)}"
+            )
         value = tuple(value)
         for name in value:
             if name not in RECOMPUTE_MODULES:
-                raise ValueError(f"unknown module {name!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+                raise ValueError(
+                    f"unknown module {name!r}; allowed: {', '.join(RECOMPUTE_MODULES)}"
+                )
         return value
 
 
@@ -71,7 +91,9 @@ def expert_data_parallel(tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
     return tp * cp * dp // (ep * etp)
 
 
-def expert_degree_rules(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int) -> list[tuple[str, int, str]]:
+def expert_degree_rules(
+    model: ModelSpec, tp: int, cp: int, dp: int, ep: int, etp: int
+) -> list[tuple[str, int, str]]:
     """(field, value, rule) for each broken rule of ep and etp on an MoE model: ep divides the experts,
     ep·etp divides tp·cp·dp (Megatron-Core carves the expert groups from them), etp divides one
     expert's width. Shared by plan validation and the search space."""
@@ -79,7 +101,13 @@ def expert_degree_rules(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, et
     if model.experts % ep:
         out.append(("plan.ep", ep, f"must divide experts={model.experts}"))
     if (tp * cp * dp) % (ep * etp):
-        out.append(("plan.ep", ep, f"ep·etp = {ep}·{etp} must divide tp·cp·dp = {tp}·{cp}·{dp} (expert groups are carved from them)"))
+        out.append(
+            (
+                "plan.ep",
+                ep,
+                f"ep·etp = {ep}·{etp} must divide tp·cp·dp = {tp}·{cp}·{dp} (expert groups are carved from them)",
+            )
+        )
     width = model.moe_ffn_hidden or 0
     if width % etp:
         out.append(("plan.etp", etp, f"must divide moe_ffn_hidden={width}"))
@@ -102,14 +130,28 @@ def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: boo
     return None
 
 
-def moe_plan_violations(model: ModelSpec, tp: int, cp: int, dp: int, ep: int, moe: MoEPlanFields) -> list[Violation]:
+def moe_plan_violations(
+    model: ModelSpec, tp: int, cp: int, dp: int, ep: int, moe: MoEPlanFields
+) -> list[Violation]:
     """Rules of the MoE knobs against the model and the dense degrees, each naming field, value and rule."""
     out: list[Violation] = []
     if not model.is_moe:
         if ep != 1:
-            out.append(Violation("plan.ep", ep, "expert parallelism needs a mixture-of-experts model; dense models use ep=1"))
+            out.append(
+                Violation(
+                    "plan.ep",
+                    ep,
+                    "expert parallelism needs a mixture-of-experts model; dense models use ep=1",
+                )
+            )
         if moe.etp != 1:
-            out.append(Violation("plan.etp", moe.etp, "expert tensor parallelism needs a mixture-of-experts model; use etp=1"))
+            out.append(
+                Violation(
+                    "plan.etp",
+                    moe.etp,
+                    "expert tensor parallelism needs a mixture-of-experts model; use etp=1",
+                )
+            )
         return out
     for field, value, rule in expert_degree_rules(model, tp, cp, dp, ep, moe.etp):
         out.append(Violation(field, value, rule))

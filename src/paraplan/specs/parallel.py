@@ -27,7 +27,9 @@ class ParallelDim:
 
 
 DIMS: tuple[ParallelDim, ...] = (
-    ParallelDim("tp", "tensor parallel", "each layer's weight matrices and heads (Shoeybi et al. 2019)"),
+    ParallelDim(
+        "tp", "tensor parallel", "each layer's weight matrices and heads (Shoeybi et al. 2019)"
+    ),
     ParallelDim("cp", "context parallel", "the sequence of every sample (Liu et al. 2023)"),
     ParallelDim("dp", "data parallel", "the global batch (replicas of the model)"),
     ParallelDim("pp", "pipeline parallel", "the layers into stages (Narayanan et al. 2021)"),
@@ -45,7 +47,7 @@ GRADIENT_GROUPS: dict[str, tuple[str, ...]] = {"dense": ("cp", "dp"), "expert": 
 
 
 def placement_label(order: tuple[str, ...]) -> str:
-    """"tp-cp-dp-pp" from ("tp", "cp", "dp", "pp")."""
+    """ "tp-cp-dp-pp" from ("tp", "cp", "dp", "pp")."""
     return PLACEMENT_SEPARATOR.join(order)
 
 

@@ -17,7 +17,14 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations, moe_sequence_parallel_rule
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
 from paraplan.specs.tp_layout import TPLayoutFields, tp_layout_violations
-from paraplan.specs.split import SplitGroup, accounted_units, chunk_units, default_first_last, explicit_split, grouped_split
+from paraplan.specs.split import (
+    SplitGroup,
+    accounted_units,
+    chunk_units,
+    default_first_last,
+    explicit_split,
+    grouped_split,
+)
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
@@ -36,8 +43,14 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     tensor-parallel layout (tp_layout, tp_rows, summa_panels) comes from specs.tp_layout.TPLayoutFields."""
 
     gpus: int = Field(gt=0)
-    tp: int = Field(1, gt=0, description="tensor-parallel degree (Megatron 1D); must divide heads and kv_heads")
-    pp: int = Field(1, gt=0, description="pipeline stages; uneven splits follow schedule.pipeline.layers_on_stage")
+    tp: int = Field(
+        1, gt=0, description="tensor-parallel degree (Megatron 1D); must divide heads and kv_heads"
+    )
+    pp: int = Field(
+        1,
+        gt=0,
+        description="pipeline stages; uneven splits follow schedule.pipeline.layers_on_stage",
+    )
     dp: int = Field(0, ge=0, description="data-parallel degree; 0 = infer from gpus")
     cp: int = Field(1, gt=0, description="context-parallel degree; splits the sequence")
     vpp: int = Field(1, gt=0, description="virtual stages per GPU (interleaved schedule)")
@@ -48,62 +61,106 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     sequence_parallel: bool = False
     recompute: Recompute = "none"
     recompute_num_layers: int | None = Field(
-        None, ge=1, description="with recompute=full: layers of each pipeline chunk fully recomputed, the others "
+        None,
+        ge=1,
+        description="with recompute=full: layers of each pipeline chunk fully recomputed, the others "
         "keep their activations (Megatron-LM --recompute-method block --recompute-num-layers; torchtitan's every k-th "
         "layer is ⌊layers per chunk / k⌋)",
     )
-    zero: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights")
+    zero: int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights",
+    )
     dtype: PlanDtype = "bf16"
     grad_dtype: GradDtype = Field(
-        "fp32", description="gradient accumulation and reduction dtype under mixed precision: fp32 main grads or bf16"
+        "fp32",
+        description="gradient accumulation and reduction dtype under mixed precision: fp32 main grads or bf16",
     )
     fp8_weight_copies: bool = Field(
-        False, description="fp8: Transformer Engine caches fp8 weight copies beside bf16 weights (no fp8 primary weights)"
+        False,
+        description="fp8: Transformer Engine caches fp8 weight copies beside bf16 weights (no fp8 primary weights)",
     )
     zero3_max_live_params: float | None = Field(
-        None, gt=0, allow_inf_nan=False, description="ZeRO-3: most gathered parameters resident per GPU at once (DeepSpeed "
-        "stage3_max_live_parameters; a block's largest weight is always resident); None: two whole layers (FSDP)"
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="ZeRO-3: most gathered parameters resident per GPU at once (DeepSpeed "
+        "stage3_max_live_parameters; a block's largest weight is always resident); None: two whole layers (FSDP)",
     )
     zero3_prefetch_layers: int = Field(
-        1, ge=0, le=8, description="ZeRO-3/FSDP: layers whose weights are gathered ahead of use when the parameter "
-        "gather overlaps (0: each gather waits for its layer; FSDP2 and DeepSpeed prefetch one)"
+        1,
+        ge=0,
+        le=8,
+        description="ZeRO-3/FSDP: layers whose weights are gathered ahead of use when the parameter "
+        "gather overlaps (0: each gather waits for its layer; FSDP2 and DeepSpeed prefetch one)",
     )
     zero3_gather_unit: Zero3GatherUnit = Field(
-        "layer", description="ZeRO-3: one all-gather per layer (FSDP units, DeepSpeed >= 0.5.5) or one per weight "
-        "tensor (DeepSpeed <= 0.5.4: per-parameter all_gather calls, coalesced by microsoft/DeepSpeed PR #1188)"
+        "layer",
+        description="ZeRO-3: one all-gather per layer (FSDP units, DeepSpeed >= 0.5.5) or one per weight "
+        "tensor (DeepSpeed <= 0.5.4: per-parameter all_gather calls, coalesced by microsoft/DeepSpeed PR #1188)",
     )
     zero3_reduce_unit: Zero3ReduceUnit = Field(
-        "layer", description="ZeRO-3: one gradient reduce-scatter per layer (FSDP units, DeepSpeed >= 0.6.0) or one per "
-        "weight tensor (DeepSpeed <= 0.5.x: _reduce_scatter_gradient per parameter, each with an n-entry input list)"
+        "layer",
+        description="ZeRO-3: one gradient reduce-scatter per layer (FSDP units, DeepSpeed >= 0.6.0) or one per "
+        "weight tensor (DeepSpeed <= 0.5.x: _reduce_scatter_gradient per parameter, each with an n-entry input list)",
     )
     zero3_regather_recompute: bool = Field(
-        False, strict=True, description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
+        False,
+        strict=True,
+        description="ZeRO-3 with full recomputation: the recomputed forward gathers each layer's weights again "
         "(DeepSpeed v0.3.13-v0.3.16: every sub-module releases its weights after use, its trace-based keep and prefetch "
-        "disabled by an off-by-one step id, microsoft/DeepSpeed issue #1069); False: gathered twice per micro-batch"
+        "disabled by an off-by-one step id, microsoft/DeepSpeed issue #1069); False: gathered twice per micro-batch",
     )
     cp_algorithm: CPAlgorithm = Field(
-        "ring", description="context parallelism: ring exchange of K/V beside the attention (ring attention, "
-        "Megatron-Core's p2p) or all-to-all of Q, K, V and the output over the heads (DeepSpeed-Ulysses)"
+        "ring",
+        description="context parallelism: ring exchange of K/V beside the attention (ring attention, "
+        "Megatron-Core's p2p) or all-to-all of Q, K, V and the output over the heads (DeepSpeed-Ulysses)",
     )
     attention: Attention = "flash"
-    schedule: Schedule | None = Field(None, description="default: interleaved when vpp > 1, else 1f1b")
+    schedule: Schedule | None = Field(
+        None, description="default: interleaved when vpp > 1, else 1f1b"
+    )
     offload_weights: bool = False
     offload_activations: bool = False
     offload_activation_layers: int | None = Field(
-        None, ge=1, strict=True, description="with offload_activations: only this many decoder layers per pipeline stage (per "
+        None,
+        ge=1,
+        strict=True,
+        description="with offload_activations: only this many decoder layers per pipeline stage (per "
         "GPU) offload their activations, the others keep them (Megatron-LM --cpu-offloading-num-layers); "
-        "default: every layer")
+        "default: every layer",
+    )
     offload_optimizer: bool = False
-    overlap_dp_grad_reduce: bool = Field(True, description="overlap DP gradient reduction with backward")
-    overlap_param_gather: bool = Field(True, description="overlap ZeRO parameter all-gather with forward")
-    overlap_tp_comm: bool = Field(False, description="overlap TP collectives with GEMMs (userbuffers)")
-    placement: str = Field(DEFAULT_PLACEMENT_LABEL, description="group order on the network, innermost first")
+    overlap_dp_grad_reduce: bool = Field(
+        True, description="overlap DP gradient reduction with backward"
+    )
+    overlap_param_gather: bool = Field(
+        True, description="overlap ZeRO parameter all-gather with forward"
+    )
+    overlap_tp_comm: bool = Field(
+        False, description="overlap TP collectives with GEMMs (userbuffers)"
+    )
+    placement: str = Field(
+        DEFAULT_PLACEMENT_LABEL, description="group order on the network, innermost first"
+    )
     # how the decoder layers are split over the pipeline stages (specs/split.py; default rule when unset)
-    stage_layers: tuple[int, ...] | None = Field(None, description="decoder layers of every pipeline stage")
-    layers_first_stage: int | None = Field(None, ge=0, description="decoder layers on the first stage")
-    layers_last_stage: int | None = Field(None, ge=0, description="decoder layers on the last stage")
-    embedding_as_layer: bool = Field(False, description="count the input embedding as a layer when splitting")
-    loss_as_layer: bool = Field(False, description="count the LM head and loss as a layer when splitting")
+    stage_layers: tuple[int, ...] | None = Field(
+        None, description="decoder layers of every pipeline stage"
+    )
+    layers_first_stage: int | None = Field(
+        None, ge=0, description="decoder layers on the first stage"
+    )
+    layers_last_stage: int | None = Field(
+        None, ge=0, description="decoder layers on the last stage"
+    )
+    embedding_as_layer: bool = Field(
+        False, description="count the input embedding as a layer when splitting"
+    )
+    loss_as_layer: bool = Field(
+        False, description="count the LM head and loss as a layer when splitting"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -112,7 +169,9 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
             data = dict(data)
             gpus = data.get("gpus")
             degrees = {k: data.get(k) for k in ("tp", "pp", "cp")}
-            if isinstance(gpus, int) and all(v is None or (isinstance(v, int) and v > 0) for v in degrees.values()):
+            if isinstance(gpus, int) and all(
+                v is None or (isinstance(v, int) and v > 0) for v in degrees.values()
+            ):
                 dp = derive_dp(gpus, degrees)
                 if dp:
                     data["dp"] = dp
@@ -122,18 +181,28 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     def _check_self(self) -> "PlanSpec":
         parse_placement(self.placement)
         if self.schedule in ("1f1b", "gpipe", "zb-h1", "dualpipe") and self.vpp > 1:
-            raise ValueError(f"schedule={self.schedule} cannot use vpp={self.vpp}; use 'interleaved'")
+            raise ValueError(
+                f"schedule={self.schedule} cannot use vpp={self.vpp}; use 'interleaved'"
+            )
         if self.schedule == "interleaved" and self.vpp == 1:
-            raise ValueError("schedule=interleaved needs vpp > 1 (model chunks per GPU); give --vpp")
-        given = [n for n in ("layers_first_stage", "layers_last_stage") if getattr(self, n) is not None]
+            raise ValueError(
+                "schedule=interleaved needs vpp > 1 (model chunks per GPU); give --vpp"
+            )
+        given = [
+            n for n in ("layers_first_stage", "layers_last_stage") if getattr(self, n) is not None
+        ]
         accounted = [n for n in ("embedding_as_layer", "loss_as_layer") if getattr(self, n)]
         if self.stage_layers is not None and (given or accounted):
             raise ValueError(f"stage_layers cannot be combined with {', '.join(given + accounted)}")
         if given and accounted:
-            raise ValueError(f"{given[0]} cannot be combined with {accounted[0]} (Megatron-LM refuses it too)")
+            raise ValueError(
+                f"{given[0]} cannot be combined with {accounted[0]} (Megatron-LM refuses it too)"
+            )
         if self.offload_activation_layers is not None and not self.offload_activations:
-            raise ValueError(f"offload_activation_layers={self.offload_activation_layers} needs offload_activations "
-                             "(--offload-activations)")
+            raise ValueError(
+                f"offload_activation_layers={self.offload_activation_layers} needs offload_activations "
+                "(--offload-activations)"
+            )
         return self
 
     @property
@@ -172,15 +241,25 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
         pipeline layout places its 'm' next to 'L')."""
         if self.stage_layers is not None:
             return explicit_split(self.stage_layers)
-        first, last = default_first_last(layers, self.pp, *accounted_units(self.embedding_units, self.loss_units, mtp_layers))
-        if self.pp > 1 and (self.layers_first_stage is not None or self.layers_last_stage is not None):
+        first, last = default_first_last(
+            layers, self.pp, *accounted_units(self.embedding_units, self.loss_units, mtp_layers)
+        )
+        if self.pp > 1 and (
+            self.layers_first_stage is not None or self.layers_last_stage is not None
+        ):
             rest_stages = self.pp - 1
             if self.layers_first_stage is not None and self.layers_last_stage is not None:
                 first, last = self.layers_first_stage, self.layers_last_stage
             elif self.layers_first_stage is not None:
-                first, last = self.layers_first_stage, (layers - self.layers_first_stage) // rest_stages
+                first, last = (
+                    self.layers_first_stage,
+                    (layers - self.layers_first_stage) // rest_stages,
+                )
             else:
-                first, last = (layers - self.layers_last_stage) // rest_stages, self.layers_last_stage
+                first, last = (
+                    (layers - self.layers_last_stage) // rest_stages,
+                    self.layers_last_stage,
+                )
         return tuple(
             SplitGroup(int(g.index), int(g.count), int(g.layers), int(g.embedding), int(g.head))
             for g in grouped_split(layers, self.pp, int(first), int(last))
@@ -191,8 +270,16 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
 # in this order the columns of search --csv and sweep.csv.
 # plan fields an implementation sets for the whole run (a framework profile's defaults, frameworks.PLAN_DEFAULTS):
 # the search holds them at its problem's values (search.space.SearchProblem), the search table reads the same
-RUNTIME_FIELDS = ("grad_dtype", "fp8_weight_copies", "zero3_max_live_params", "zero3_prefetch_layers", "zero3_gather_unit",
-                  "zero3_reduce_unit", "zero3_regather_recompute", "cp_algorithm")
+RUNTIME_FIELDS = (
+    "grad_dtype",
+    "fp8_weight_copies",
+    "zero3_max_live_params",
+    "zero3_prefetch_layers",
+    "zero3_gather_unit",
+    "zero3_reduce_unit",
+    "zero3_regather_recompute",
+    "cp_algorithm",
+)
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
@@ -222,7 +309,9 @@ def cp_rule(seq_length: int, cp: int) -> str | None:
     return f"must be divisible by 2·cp = {2 * cp}" if cp > 1 and seq_length % (2 * cp) else None
 
 
-def ulysses_rule(model: ModelSpec, tp: int, cp: int, cp_algorithm: str, tp_layout: str = "1d") -> str | None:
+def ulysses_rule(
+    model: ModelSpec, tp: int, cp: int, cp_algorithm: str, tp_layout: str = "1d"
+) -> str | None:
     """Ulysses (cp_algorithm 'all-to-all' with cp > 1; nothing to check otherwise) gives each of the cp
     ranks a share of the tp-local heads: tp·cp must divide heads and kv_heads (Jacobs et al. 2023, §3.1:
     the all-to-all partitions the attention heads). The 2D tensor-parallel layouts exchange K/V their
@@ -238,7 +327,11 @@ def ulysses_rule(model: ModelSpec, tp: int, cp: int, cp_algorithm: str, tp_layou
 
 def batch_rule(global_batch: int, dp: int, micro_batch: int) -> str | None:
     """The global batch splits into whole micro-batches of micro_batch samples on each of dp replicas."""
-    return f"must be a multiple of dp·micro_batch = {dp}·{micro_batch}" if global_batch % (dp * micro_batch) else None
+    return (
+        f"must be a multiple of dp·micro_batch = {dp}·{micro_batch}"
+        if global_batch % (dp * micro_batch)
+        else None
+    )
 
 
 def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
@@ -259,11 +352,15 @@ def dualpipe_rule(pp: int, microbatches: int) -> str | None:
 def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
     """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
     if microbatches % pp:
-        return f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
+        return (
+            f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
+        )
     return None
 
 
-def interleave_split_rule(groups: tuple[SplitGroup, ...], vpp: int, embedding_units: int, loss_units: int) -> str | None:
+def interleave_split_rule(
+    groups: tuple[SplitGroup, ...], vpp: int, embedding_units: int, loss_units: int
+) -> str | None:
     """The search's interleaving rule: every stage's layers (+ the embedding / loss units counted on it) split into vpp
     equal whole chunks, what Megatron-LM builds from --num-virtual-stages-per-pipeline-rank alone. A plan may split
     unevenly (a pipeline layout runs it, specs.split.chunk_layer_counts; the export writes it); the search enumerates
@@ -284,20 +381,46 @@ def split_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     """The split's own rules: stage_layers has pp entries summing to the layers; no stage is empty."""
     if plan.stage_layers is not None:
         if len(plan.stage_layers) != plan.pp:
-            return [Violation("plan.stage_layers", list(plan.stage_layers), f"must list pp={plan.pp} stages")]
+            return [
+                Violation(
+                    "plan.stage_layers", list(plan.stage_layers), f"must list pp={plan.pp} stages"
+                )
+            ]
         if sum(plan.stage_layers) != model.layers or min(plan.stage_layers) < 0:
-            return [Violation("plan.stage_layers", list(plan.stage_layers), f"must be >= 0 and sum to layers={model.layers}")]
+            return [
+                Violation(
+                    "plan.stage_layers",
+                    list(plan.stage_layers),
+                    f"must be >= 0 and sum to layers={model.layers}",
+                )
+            ]
     if plan.pp == 1 and (plan.layers_first_stage is not None or plan.layers_last_stage is not None):
         return [Violation("plan.layers_first_stage", plan.layers_first_stage, "needs pp > 1")]
     groups = plan.split(model.layers, model.mtp_layers)
-    bad = [g for g in groups if int(g.count) > 0 and (int(g.layers) < 0 or (int(g.layers) == 0 and not (g.embedding or g.head)))]
+    bad = [
+        g
+        for g in groups
+        if int(g.count) > 0
+        and (int(g.layers) < 0 or (int(g.layers) == 0 and not (g.embedding or g.head)))
+    ]
     if bad:
         counts = [int(g.layers) for g in groups if int(g.count) > 0]
-        field = "plan.stage_layers" if plan.stage_layers is not None else (
-            "plan.layers_first_stage" if plan.layers_first_stage is not None or plan.layers_last_stage is not None
-            else "plan.pp")
-        return [Violation(field, getattr(plan, field.split(".")[1]),
-                          f"leaves a pipeline stage without layers (stage layer counts {counts}, layers={model.layers})")]
+        field = (
+            "plan.stage_layers"
+            if plan.stage_layers is not None
+            else (
+                "plan.layers_first_stage"
+                if plan.layers_first_stage is not None or plan.layers_last_stage is not None
+                else "plan.pp"
+            )
+        )
+        return [
+            Violation(
+                field,
+                getattr(plan, field.split(".")[1]),
+                f"leaves a pipeline stage without layers (stage layer counts {counts}, layers={model.layers})",
+            )
+        ]
     return []
 
 
@@ -324,7 +447,9 @@ def _degree_violation(plan: PlanSpec) -> Violation:
             return Violation(f"plan.{name}", value, f"must divide gpus={plan.gpus}{others}")
     if plan.dp:
         return Violation("plan.dp", plan.dp, f"must equal gpus/(tp·pp·cp) = {plan.gpus // product}")
-    return Violation("plan.gpus", plan.gpus, f"must equal tp·pp·dp·cp = {plan.tp}·{plan.pp}·?·{plan.cp}")
+    return Violation(
+        "plan.gpus", plan.gpus, f"must equal tp·pp·dp·cp = {plan.tp}·{plan.pp}·?·{plan.cp}"
+    )
 
 
 def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
@@ -335,8 +460,14 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     if plan.tp_layout != "2d":  # a 2D grid needs whole heads per column only (specs.tp_layout)
         out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
     out += tp_layout_violations(model, plan)
-    for field, rule in (("plan.pp", pp_rule(model, plan.pp)), ("plan.seq_length", cp_rule(plan.seq_length, plan.cp)),
-                        ("plan.cp_algorithm", ulysses_rule(model, plan.tp, plan.cp, plan.cp_algorithm, plan.tp_layout))):
+    for field, rule in (
+        ("plan.pp", pp_rule(model, plan.pp)),
+        ("plan.seq_length", cp_rule(plan.seq_length, plan.cp)),
+        (
+            "plan.cp_algorithm",
+            ulysses_rule(model, plan.tp, plan.cp, plan.cp_algorithm, plan.tp_layout),
+        ),
+    ):
         if rule:
             out.append(Violation(field, getattr(plan, field.split(".")[1]), rule))
     split_ok = not pp_rule(model, plan.pp)
@@ -346,10 +477,20 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
         split_ok = not broken
     batch_ok = bool(plan.dp) and not batch_rule(plan.global_batch, plan.dp, plan.micro_batch)
     if plan.dp and not batch_ok:
-        out.append(Violation("plan.global_batch", plan.global_batch, batch_rule(plan.global_batch, plan.dp, plan.micro_batch)))
-    if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
+        out.append(
+            Violation(
+                "plan.global_batch",
+                plan.global_batch,
+                batch_rule(plan.global_batch, plan.dp, plan.micro_batch),
+            )
+        )
+    if plan.sequence_parallel and (
+        rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)
+    ):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
-    if plan.pipeline_schedule == "dualpipe" and (rule := dualpipe_rule(plan.pp, plan.microbatches if batch_ok else 0)):
+    if plan.pipeline_schedule == "dualpipe" and (
+        rule := dualpipe_rule(plan.pp, plan.microbatches if batch_ok else 0)
+    ):
         out.append(Violation("plan.schedule", "dualpipe", rule))
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("plan.vpp", plan.vpp, "needs pp > 1"))
@@ -360,13 +501,26 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     if rule := moe_sequence_parallel_rule(model, plan.tp, plan.sequence_parallel):
         out.append(Violation("plan.sequence_parallel", False, rule))
     if plan.recompute_modules and plan.recompute != "selective":
-        out.append(Violation("plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"))
+        out.append(
+            Violation(
+                "plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"
+            )
+        )
     if plan.recompute_num_layers is not None:
         from paraplan.specs.moe_model import moe_shaped
 
         if plan.recompute != "full":
-            out.append(Violation("plan.recompute_num_layers", plan.recompute_num_layers, "needs recompute=full"))
+            out.append(
+                Violation(
+                    "plan.recompute_num_layers", plan.recompute_num_layers, "needs recompute=full"
+                )
+            )
         elif moe_shaped(model):
-            out.append(Violation("plan.recompute_num_layers", plan.recompute_num_layers,
-                                 "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"))
+            out.append(
+                Violation(
+                    "plan.recompute_num_layers",
+                    plan.recompute_num_layers,
+                    "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)",
+                )
+            )
     return out

@@ -66,13 +66,17 @@ def grouped_split(layers: Num, pp: Num, first: Num, last: Num) -> tuple[SplitGro
     )
 
 
-def accounted_units(embedding_as_layer: Num, loss_as_layer: Num, mtp_layers: Num = 0) -> tuple[Num, Num]:
+def accounted_units(
+    embedding_as_layer: Num, loss_as_layer: Num, mtp_layers: Num = 0
+) -> tuple[Num, Num]:
     """(embedding units, loss units) the accounting switches count: 1 for the embedding; 1 for the loss and 1 more per
     MTP module (Megatron-LM's pipeline layout places its 'm' next to the loss 'L'). Ints or numpy arrays."""
     return embedding_as_layer * 1, loss_as_layer * (1 + mtp_layers)
 
 
-def default_first_last(layers: Num, pp: Num, embedding_units: Num = 0, loss_units: Num = 0) -> tuple[Num, Num]:
+def default_first_last(
+    layers: Num, pp: Num, embedding_units: Num = 0, loss_units: Num = 0
+) -> tuple[Num, Num]:
     """(first, last) stage layer counts of the default rule applied to L + e + l units, minus the
     units the embedding (e) and the loss (l) stand for (module docstring)."""
     import numpy as np  # see grouped_split
@@ -96,7 +100,9 @@ def stage_layer_counts(groups: tuple[SplitGroup, ...]) -> list[int]:
 def explicit_split(stage_layers: tuple[int, ...]) -> tuple[SplitGroup, ...]:
     """One group per stage, as given; the first holds the embedding, the last the LM head."""
     pp = len(stage_layers)
-    return tuple(SplitGroup(i, 1, n, int(i == 0), int(i == pp - 1)) for i, n in enumerate(stage_layers))
+    return tuple(
+        SplitGroup(i, 1, n, int(i == 0), int(i == pp - 1)) for i, n in enumerate(stage_layers)
+    )
 
 
 def chunk_units(group: SplitGroup, embedding_units: Num, loss_units: Num) -> Num:
@@ -105,7 +111,9 @@ def chunk_units(group: SplitGroup, embedding_units: Num, loss_units: Num) -> Num
     return group.layers + group.embedding * embedding_units + group.head * loss_units
 
 
-def chunk_layer_counts(stage_layers: list[int], vpp: int, embedding_units: int = 0, loss_units: int = 0) -> list[list[int]]:
+def chunk_layer_counts(
+    stage_layers: list[int], vpp: int, embedding_units: int = 0, loss_units: int = 0
+) -> list[list[int]]:
     """Decoder layers of each of the vpp virtual chunks of every stage (scalar): each layer in turn goes to the chunk
     of its stage with the fewest units (its layers plus the units counted on it: the embedding in stage 0's first
     chunk, the loss and MTP units in the last stage's last chunk), the earliest on a tie. An accounted split that

@@ -59,7 +59,9 @@ class StageSpec(InputModel):
     tp: int = Field(1, gt=0)
     dp: int = Field(0, ge=0, description="0 = infer from the stage's GPUs / tp")
     recompute: StageRecompute = "none"
-    recompute_ops: tuple[str, ...] = Field((), description="op names re-run in backward (per-op recompute)")
+    recompute_ops: tuple[str, ...] = Field(
+        (), description="op names re-run in backward (per-op recompute)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -78,7 +80,9 @@ class StageSpec(InputModel):
         if (self.layers is None) == (self.blocks is None):
             raise ValueError("give exactly one of layers or blocks")
         if self.blocks is not None and not 0 <= self.blocks[0] <= self.blocks[1]:
-            raise ValueError(f"blocks={list(self.blocks)} must be [start, stop] with 0 <= start <= stop")
+            raise ValueError(
+                f"blocks={list(self.blocks)} must be [start, stop] with 0 <= start <= stop"
+            )
         if self.recompute_ops and self.recompute != "none":
             raise ValueError(f"recompute={self.recompute!r} and recompute_ops both given; use one")
         gpus = self.gpus
@@ -102,8 +106,12 @@ class StagePlanSpec(InputModel):
 
     global_batch: int = Field(gt=0)
     seq_length: int = Field(gt=0)
-    microbatches: int | None = Field(None, gt=0, description="micro-batches per step (gradient accumulation)")
-    micro_batch: int | None = Field(None, gt=0, description="samples per micro-batch per replica (equal dp only)")
+    microbatches: int | None = Field(
+        None, gt=0, description="micro-batches per step (gradient accumulation)"
+    )
+    micro_batch: int | None = Field(
+        None, gt=0, description="samples per micro-batch per replica (equal dp only)"
+    )
     dtype: Literal["fp32", "fp16", "bf16", "fp8"] = "bf16"
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     attention: Literal["flash", "unfused"] = "flash"
@@ -111,7 +119,8 @@ class StagePlanSpec(InputModel):
     zero: int = Field(0, ge=0, le=3)
     overlap_dp_grad_reduce: bool = True
     engine: Literal["megatron", "deepspeed"] = Field(
-        "megatron", description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (estimate_stages.ENGINES)"
+        "megatron",
+        description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (estimate_stages.ENGINES)",
     )
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
@@ -122,9 +131,13 @@ class StagePlanSpec(InputModel):
         if self.micro_batch is not None:
             dps = {s.data_parallel for s in self.stages}
             if len(dps) > 1:
-                raise ValueError(f"micro_batch needs one dp for every stage (got {sorted(dps)}); give microbatches")
+                raise ValueError(
+                    f"micro_batch needs one dp for every stage (got {sorted(dps)}); give microbatches"
+                )
             if self.global_batch % (self.micro_batch * dps.pop()):
-                raise ValueError(f"global_batch={self.global_batch} is not a multiple of micro_batch·dp")
+                raise ValueError(
+                    f"global_batch={self.global_batch} is not a multiple of micro_batch·dp"
+                )
         kinds = {s.layers is None for s in self.stages}
         if len(kinds) > 1:
             raise ValueError("every stage gives layers, or every stage gives blocks; not a mix")
@@ -176,51 +189,121 @@ def stage_devices(plan: StagePlanSpec, cluster: ClusterSpec) -> list[list[tuple[
     return out
 
 
-def stage_plan_violations(plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec) -> list[Violation]:
+def stage_plan_violations(
+    plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec
+) -> list[Violation]:
     """Every rule the plan breaks for this model and cluster, each naming field, value and rule."""
     out: list[Violation] = []
     n_blocks = model.total_layers + 2
     if plan.stages[0].layers is not None:
         total = sum(s.layers for s in plan.stages)  # type: ignore[misc]
         if total != model.total_layers:
-            out.append(Violation("plan.stages.layers", total, f"layers over all stages must sum to the model's {model.total_layers}"))
+            out.append(
+                Violation(
+                    "plan.stages.layers",
+                    total,
+                    f"layers over all stages must sum to the model's {model.total_layers}",
+                )
+            )
     else:
         ranges = stage_block_ranges(plan, n_blocks)
         expect = 0
         for i, (a, b) in enumerate(ranges):
             if a != expect:
-                out.append(Violation(f"plan.stages.{i}.blocks", [a, b], f"must start at {expect} (stages cover the blocks in order)"))
+                out.append(
+                    Violation(
+                        f"plan.stages.{i}.blocks",
+                        [a, b],
+                        f"must start at {expect} (stages cover the blocks in order)",
+                    )
+                )
                 break
             expect = b
         else:
             if expect != n_blocks:
-                out.append(Violation(f"plan.stages.{plan.pp - 1}.blocks", list(ranges[-1]), f"must end at {n_blocks} (the model has {n_blocks} blocks)"))
+                out.append(
+                    Violation(
+                        f"plan.stages.{plan.pp - 1}.blocks",
+                        list(ranges[-1]),
+                        f"must end at {n_blocks} (the model has {n_blocks} blocks)",
+                    )
+                )
     from paraplan.specs.moe_model import moe_shaped
 
-    if moe_shaped(model):  # the per-stage builder (estimate_stages) has no MoE/MLA/window-pattern layers
-        out.append(Violation("model", model.name, "a mixture-of-experts / MLA / windowed-pattern / MTP model is not "
-                             "supported by non-uniform (per-stage) plans; use a uniform plan"))
+    if moe_shaped(
+        model
+    ):  # the per-stage builder (estimate_stages) has no MoE/MLA/window-pattern layers
+        out.append(
+            Violation(
+                "model",
+                model.name,
+                "a mixture-of-experts / MLA / windowed-pattern / MTP model is not "
+                "supported by non-uniform (per-stage) plans; use a uniform plan",
+            )
+        )
     pools = {p.name: p for p in cluster.pools}
     taken: dict[str, int] = {}
     for i, s in enumerate(plan.stages):
         if model.heads % s.tp or model.n_kv_heads % s.tp or model.ffn_hidden % s.tp:
-            out.append(Violation(f"plan.stages.{i}.tp", s.tp, f"must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}"))
+            out.append(
+                Violation(
+                    f"plan.stages.{i}.tp",
+                    s.tp,
+                    f"must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}",
+                )
+            )
         for j, d in enumerate(s.devices):
             if d.pool not in pools:
-                out.append(Violation(f"plan.stages.{i}.devices.{j}.pool", d.pool, f"allowed: {', '.join(pools)}"))
+                out.append(
+                    Violation(
+                        f"plan.stages.{i}.devices.{j}.pool", d.pool, f"allowed: {', '.join(pools)}"
+                    )
+                )
                 continue
             if d.gpus % s.tp:
-                out.append(Violation(f"plan.stages.{i}.devices.{j}.gpus", d.gpus, f"must be a multiple of tp={s.tp} (a TP group stays in one pool)"))
+                out.append(
+                    Violation(
+                        f"plan.stages.{i}.devices.{j}.gpus",
+                        d.gpus,
+                        f"must be a multiple of tp={s.tp} (a TP group stays in one pool)",
+                    )
+                )
             taken[d.pool] = taken.get(d.pool, 0) + d.gpus
         if plan.global_batch % (plan.n_microbatches * s.data_parallel):
-            out.append(Violation("plan.global_batch", plan.global_batch, f"must be a multiple of microbatches·dp of stage {i} = {plan.n_microbatches}·{s.data_parallel}"))
-        if s.recompute_ops and (s.layers == 0 or (s.blocks is not None and s.blocks[0] == s.blocks[1])):
-            out.append(Violation(f"plan.stages.{i}.recompute_ops", list(s.recompute_ops), "the stage holds no transformer layer"))
+            out.append(
+                Violation(
+                    "plan.global_batch",
+                    plan.global_batch,
+                    f"must be a multiple of microbatches·dp of stage {i} = {plan.n_microbatches}·{s.data_parallel}",
+                )
+            )
+        if s.recompute_ops and (
+            s.layers == 0 or (s.blocks is not None and s.blocks[0] == s.blocks[1])
+        ):
+            out.append(
+                Violation(
+                    f"plan.stages.{i}.recompute_ops",
+                    list(s.recompute_ops),
+                    "the stage holds no transformer layer",
+                )
+            )
     for name, count in taken.items():
         if name in pools and count > pools[name].gpu_count:
-            out.append(Violation(f"plan.stages (pool {name})", count, f"GPUs taken exceed the pool's {pools[name].gpu_count}"))
+            out.append(
+                Violation(
+                    f"plan.stages (pool {name})",
+                    count,
+                    f"GPUs taken exceed the pool's {pools[name].gpu_count}",
+                )
+            )
     if plan.sequence_parallel and any(plan.seq_length % s.tp for s in plan.stages):
-        out.append(Violation("plan.seq_length", plan.seq_length, "must be divisible by every stage's tp with sequence_parallel"))
+        out.append(
+            Violation(
+                "plan.seq_length",
+                plan.seq_length,
+                "must be divisible by every stage's tp with sequence_parallel",
+            )
+        )
     return out
 
 
@@ -270,7 +353,11 @@ def write_stage_plan(plan: StagePlanSpec, path: str | Path) -> None:
     """Write JSON (``.json``) or YAML atomically (temp file + rename)."""
     path = Path(path)
     data = stage_plan_to_dict(plan)
-    text = json.dumps(data, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
+    text = (
+        json.dumps(data, indent=2) + "\n"
+        if path.suffix == ".json"
+        else yaml.safe_dump(data, sort_keys=False)
+    )
     from paraplan.io.documents import atomic_write_text
 
     atomic_write_text(path, text)

@@ -10,7 +10,15 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationInfo, WrapValidator, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainValidator,
+    ValidationInfo,
+    WrapValidator,
+    field_validator,
+)
 
 _NOT_NUMBERS = (bool, np.bool_, str, bytes)
 _BOOLEANS = (bool, np.bool_)
@@ -47,11 +55,17 @@ def _scalar_kinds(annotation: Any) -> tuple[type, ...]:
 def _parses_itself(cls: type[BaseModel], name: str) -> bool:
     """The field has its own before / plain / wrap validator (a unit string such as "80 GiB" read into a number):
     that parser decides what it takes."""
-    if any(isinstance(m, (BeforeValidator, PlainValidator, WrapValidator)) for m in cls.model_fields[name].metadata):
+    if any(
+        isinstance(m, (BeforeValidator, PlainValidator, WrapValidator))
+        for m in cls.model_fields[name].metadata
+    ):
         return True
     for key, decorator in cls.__pydantic_decorators__.field_validators.items():
-        if key != "_scalar_of_its_kind" and decorator.info.mode in ("before", "plain", "wrap") and (
-                name in decorator.info.fields or "*" in decorator.info.fields):
+        if (
+            key != "_scalar_of_its_kind"
+            and decorator.info.mode in ("before", "plain", "wrap")
+            and (name in decorator.info.fields or "*" in decorator.info.fields)
+        ):
             return True
     return False
 
@@ -70,7 +84,11 @@ def _field_check(cls: type[BaseModel], name: str):
     if key not in _CHECKS:
         kinds = _field_kinds(cls, name)
         rules = {_RULES[k][1] for k in kinds}
-        _CHECKS[key] = (rules.pop() if len(rules) == 1 else (lambda v: any(rule(v) for rule in rules))) if kinds else None
+        _CHECKS[key] = (
+            (rules.pop() if len(rules) == 1 else (lambda v: any(rule(v) for rule in rules)))
+            if kinds
+            else None
+        )
     return _CHECKS[key]
 
 
@@ -94,5 +112,7 @@ class InputModel(BaseModel):
         if check is _field_check:
             check = _field_check(cls, name)
         if check is not None and not check(value):
-            raise ValueError(f"must be {' or '.join(_RULES[k][0] for k in _field_kinds(cls, name))}")
+            raise ValueError(
+                f"must be {' or '.join(_RULES[k][0] for k in _field_kinds(cls, name))}"
+            )
         return value

@@ -39,7 +39,8 @@ class EfficiencySpec(InputModel):
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
     gemm_ramp_s: Seconds = Field(
-        40e-6, description="fixed ramp-up/tail time of one GEMM at full rate (size effect: t = F/R + t_ramp)"
+        40e-6,
+        description="fixed ramp-up/tail time of one GEMM at full rate (size effect: t = F/R + t_ramp)",
     )
     attention: Fraction = Field(
         0.6,
@@ -47,10 +48,13 @@ class EfficiencySpec(InputModel):
         "shape: causal, 8k tokens per call, head dim 128 (cost.attention.REFERENCE_SHAPE)",
     )
     attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
-        "fa2", description="fused-attention kernel the attention fraction refers to (cost.attention.KERNEL_CURVES)"
+        "fa2",
+        description="fused-attention kernel the attention fraction refers to (cost.attention.KERNEL_CURVES)",
     )
     hbm: Fraction = Field(0.8, description="fraction of HBM bandwidth reached by streaming kernels")
-    kernel_overhead_s: Seconds = Field(4e-6, description="fixed launch/tail cost added to each kernel")
+    kernel_overhead_s: Seconds = Field(
+        4e-6, description="fixed launch/tail cost added to each kernel"
+    )
     grouped_gemm_fp8: Fraction = Field(
         1.0,
         description="share of the fp8 GEMM cap that grouped per-expert fp8 GEMMs reach "
@@ -58,7 +62,9 @@ class EfficiencySpec(InputModel):
         "per expert on 4 streams); calibration, docs/model.md",
     )
     a2a_overlap_cost: float | None = Field(
-        None, ge=0, le=1,
+        None,
+        ge=0,
+        le=1,
         description="share of an expert-parallel all-to-all's time still paid when hidden behind another "
         "micro-batch's compute (the SMs its kernels hold: DeepEP's normal kernels use 20-24 SMs); "
         "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
@@ -72,8 +78,10 @@ class EfficiencySpec(InputModel):
 
 class AcceleratorSpec(InputModel):
     name: str
-    architecture: Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3"] | None = Field(
-        None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
+    architecture: Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3"] | None = (
+        Field(
+            None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
+        )
     )
     matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
         description="peak dense matrix FLOP/s per datatype"
@@ -83,12 +91,19 @@ class AcceleratorSpec(InputModel):
     )
     hbm_capacity: Bytes
     hbm_bandwidth: BytesPerS
-    sm_count: int = Field(gt=0, description="streaming multiprocessors (compute units); sets the wave size")
+    sm_count: int = Field(
+        gt=0, description="streaming multiprocessors (compute units); sets the wave size"
+    )
     efficiency: EfficiencySpec = EfficiencySpec()
-    host_memory: Bytes | None = Field(None, description="second memory tier (host DRAM) per GPU, for offload")
-    host_bandwidth: BytesPerS | None = Field(None, description="HBM <-> host bandwidth per GPU (PCIe / C2C)")
+    host_memory: Bytes | None = Field(
+        None, description="second memory tier (host DRAM) per GPU, for offload"
+    )
+    host_bandwidth: BytesPerS | None = Field(
+        None, description="HBM <-> host bandwidth per GPU (PCIe / C2C)"
+    )
     reserved_memory: Bytes = Field(
-        2 * 2**30, description="HBM not available to the framework (CUDA context, allocator fragmentation)"
+        2 * 2**30,
+        description="HBM not available to the framework (CUDA context, allocator fragmentation)",
     )
 
     @field_validator("matrix_flops")
@@ -134,9 +149,13 @@ class NodeSpec(InputModel):
     gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
-    nvlink_efficiency: Fraction = Field(0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives")
+    nvlink_efficiency: Fraction = Field(
+        0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives"
+    )
     nvlink_overlap_cost: float = Field(
-        0.15, ge=0, le=1,
+        0.15,
+        ge=0,
+        le=1,
         description="share of an NVLink collective's time still paid when hidden behind compute (SMs it occupies); "
         "Calculon's processor_usage for the NVLink tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
     )
@@ -147,9 +166,13 @@ class NetworkSpec(InputModel):
 
     nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
     latency: Seconds = 10e-6
-    efficiency: Fraction = Field(0.85, description="achieved fraction of nic_bandwidth by NCCL collectives")
+    efficiency: Fraction = Field(
+        0.85, description="achieved fraction of nic_bandwidth by NCCL collectives"
+    )
     overlap_cost: float = Field(
-        0.02, ge=0, le=1,
+        0.02,
+        ge=0,
+        le=1,
         description="share of a scale-out collective's time still paid when hidden behind compute; "
         "Calculon's processor_usage for the InfiniBand tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
     )
@@ -161,14 +184,19 @@ class SystemSpec(InputModel):
     accelerator: AcceleratorSpec
     node: NodeSpec
     network: NetworkSpec
-    price_per_gpu_hour: float | None = Field(None, ge=0, description="USD per GPU-hour, for run cost")
+    price_per_gpu_hour: float | None = Field(
+        None, ge=0, description="USD per GPU-hour, for run cost"
+    )
     sources: dict[str, str] = Field(
-        default_factory=dict, description="dotted field path -> datasheet citation or calibration note"
+        default_factory=dict,
+        description="dotted field path -> datasheet citation or calibration note",
     )
     _hash: int = PrivateAttr(0)
 
     def model_post_init(self, __context) -> None:
         self._hash = hash(self.model_dump_json(exclude={"sources"}))
 
-    def __hash__(self) -> int:  # frozen but holds dicts: hash the canonical JSON once (cost caches key on it)
+    def __hash__(
+        self,
+    ) -> int:  # frozen but holds dicts: hash the canonical JSON once (cost caches key on it)
         return self.__pydantic_private__["_hash"]

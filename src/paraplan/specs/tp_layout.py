@@ -42,15 +42,20 @@ class TPLayoutFields(InputModel):
     """Tensor-parallel layout knobs of a plan (the defaults leave a 1D plan unchanged)."""
 
     tp_layout: TPLayout = Field(
-        "1d", description="1d (Megatron), 2d (SUMMA on a tp_rows × tp/tp_rows grid) or 2d-seq (heads over tp, "
-        "sequence over cp with K/V all-gathered); NERSC model, arXiv:2410.00273"
+        "1d",
+        description="1d (Megatron), 2d (SUMMA on a tp_rows × tp/tp_rows grid) or 2d-seq (heads over tp, "
+        "sequence over cp with K/V all-gathered); NERSC model, arXiv:2410.00273",
     )
     tp_rows: int | None = Field(
-        None, gt=0, description="2d: rows of the tensor-parallel grid (tokens split over rows, widths over the "
-        "tp/tp_rows columns); default: the largest divisor of tp not above √tp"
+        None,
+        gt=0,
+        description="2d: rows of the tensor-parallel grid (tokens split over rows, widths over the "
+        "tp/tp_rows columns); default: the largest divisor of tp not above √tp",
     )
     summa_panels: int | None = Field(
-        None, gt=0, description="2d: panels per SUMMA product (NERSC summa_nb); default max(rows, columns)"
+        None,
+        gt=0,
+        description="2d: panels per SUMMA product (NERSC summa_nb); default max(rows, columns)",
     )
 
 
@@ -87,33 +92,70 @@ def tp_layout_violations(model: ModelSpec, plan) -> list[Violation]:
     from paraplan.specs.moe_model import moe_shaped
 
     if moe_shaped(model):
-        out.append(Violation("plan.tp_layout", layout, "is costed for dense GQA/MHA models only (use 1d)"))
+        out.append(
+            Violation("plan.tp_layout", layout, "is costed for dense GQA/MHA models only (use 1d)")
+        )
         return out
     if layout == "2d-seq":
         if plan.cp == 1:
-            out.append(Violation("plan.cp", 1, "tp_layout=2d-seq lays the grid over tp × cp: needs cp > 1"))
+            out.append(
+                Violation("plan.cp", 1, "tp_layout=2d-seq lays the grid over tp × cp: needs cp > 1")
+            )
         return out
     rows = plan.tp_rows if plan.tp_rows is not None else default_rows(plan.tp)
     if plan.tp % rows:
         return out + [Violation("plan.tp_rows", rows, f"must divide tp={plan.tp}")]
     cols = plan.tp // rows
     if rows < 2 or cols < 2:
-        return out + [Violation("plan.tp_rows", rows, f"gives a {rows} × {cols} grid; 2d needs at least 2 × 2 "
-                                                      "(a single row or column is 1d tensor parallelism)")]
+        return out + [
+            Violation(
+                "plan.tp_rows",
+                rows,
+                f"gives a {rows} × {cols} grid; 2d needs at least 2 × 2 "
+                "(a single row or column is 1d tensor parallelism)",
+            )
+        ]
     h, f = model.hidden, model.ffn_hidden
-    for dim, name in ((model.heads, "heads"), (model.n_kv_heads, "kv_heads"), (h, "hidden"), (f, "ffn_hidden")):
+    for dim, name in (
+        (model.heads, "heads"),
+        (model.n_kv_heads, "kv_heads"),
+        (h, "hidden"),
+        (f, "ffn_hidden"),
+    ):
         if dim % cols:
-            out.append(Violation("plan.tp", plan.tp, f"2d grid columns ({cols}) must divide {name}={dim}"))
+            out.append(
+                Violation("plan.tp", plan.tp, f"2d grid columns ({cols}) must divide {name}={dim}")
+            )
     for dim, name in ((h, "hidden"), (f, "ffn_hidden"), (model.q_width, "heads·head_dim")):
         if dim % rows:
             out.append(Violation("plan.tp_rows", rows, f"must divide {name}={dim}"))
     if (plan.seq_length // plan.cp) % rows:
-        out.append(Violation("plan.seq_length", plan.seq_length, f"seq_length/cp must be divisible by tp_rows={rows}"))
+        out.append(
+            Violation(
+                "plan.seq_length",
+                plan.seq_length,
+                f"seq_length/cp must be divisible by tp_rows={rows}",
+            )
+        )
     if plan.sequence_parallel:
-        out.append(Violation("plan.sequence_parallel", True, "tp_layout=2d splits the activations over the grid already"))
+        out.append(
+            Violation(
+                "plan.sequence_parallel",
+                True,
+                "tp_layout=2d splits the activations over the grid already",
+            )
+        )
     if plan.overlap_tp_comm:
-        out.append(Violation("plan.overlap_tp_comm", True, "tp_layout=2d pipelines its own broadcasts (summa_panels)"))
+        out.append(
+            Violation(
+                "plan.overlap_tp_comm",
+                True,
+                "tp_layout=2d pipelines its own broadcasts (summa_panels)",
+            )
+        )
     panels = panel_count(rows, cols, plan.summa_panels)
     if panels > min(h, f):
-        out.append(Violation("plan.summa_panels", panels, f"must not exceed hidden={h} and ffn_hidden={f}"))
+        out.append(
+            Violation("plan.summa_panels", panels, f"must not exceed hidden={h} and ffn_hidden={f}")
+        )
     return out

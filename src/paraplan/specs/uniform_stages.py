@@ -10,16 +10,37 @@ from typing import get_args
 
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec, _degree_violation, batch_rule, pp_rule, sequence_parallel_rule, tp_rules
+from paraplan.specs.plan import (
+    PlanSpec,
+    _degree_violation,
+    batch_rule,
+    pp_rule,
+    sequence_parallel_rule,
+    tp_rules,
+)
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
 # its default (unsupported_field_violations compares against PlanSpec's own defaults, so a field added to
 # PlanSpec later is refused until it is carried here).
-CARRIED_FIELDS = frozenset({
-    "gpus", "tp", "pp", "dp", "micro_batch", "global_batch", "seq_length", "sequence_parallel", "recompute",
-    "zero", "dtype", "attention", "schedule", "overlap_dp_grad_reduce",
-})
+CARRIED_FIELDS = frozenset(
+    {
+        "gpus",
+        "tp",
+        "pp",
+        "dp",
+        "micro_batch",
+        "global_batch",
+        "seq_length",
+        "sequence_parallel",
+        "recompute",
+        "zero",
+        "dtype",
+        "attention",
+        "schedule",
+        "overlap_dp_grad_reduce",
+    }
+)
 STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
 
 
@@ -42,11 +63,23 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
     for name, info in PlanSpec.model_fields.items():
         value = getattr(plan, name)
         if name not in CARRIED_FIELDS and value != info.default:
-            out.append(Violation(f"plan.{name}", value, "encoder-decoder models are costed stage by stage "
-                                 f"(estimate_stages), whose per-stage plan has no such knob; allowed: {info.default!r}"))
+            out.append(
+                Violation(
+                    f"plan.{name}",
+                    value,
+                    "encoder-decoder models are costed stage by stage "
+                    f"(estimate_stages), whose per-stage plan has no such knob; allowed: {info.default!r}",
+                )
+            )
     if plan.pipeline_schedule not in STAGE_SCHEDULES and plan.vpp == 1:
-        out.append(Violation("plan.schedule", plan.pipeline_schedule, "encoder-decoder models are costed stage by "
-                             f"stage (estimate_stages); allowed: {', '.join(STAGE_SCHEDULES)}"))
+        out.append(
+            Violation(
+                "plan.schedule",
+                plan.pipeline_schedule,
+                "encoder-decoder models are costed stage by "
+                f"stage (estimate_stages); allowed: {', '.join(STAGE_SCHEDULES)}",
+            )
+        )
     return out
 
 
@@ -61,7 +94,9 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
         out.append(Violation("plan.pp", plan.pp, rule))
     if plan.dp and (rule := batch_rule(plan.global_batch, plan.dp, plan.micro_batch)):
         out.append(Violation("plan.global_batch", plan.global_batch, rule))
-    if plan.sequence_parallel and (rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)):
+    if plan.sequence_parallel and (
+        rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)
+    ):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
     return out
 
@@ -78,11 +113,28 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
     violations = uniform_plan_violations(plan, model)
     if violations:
         raise InputError.from_violations(violations)
-    stages = [{"pool": pool, "gpus": plan.tp * plan.dp, "tp": plan.tp, "dp": plan.dp, "layers": layers,
-               "recompute": plan.recompute} for layers in even_layer_split(model.total_layers, plan.pp)]
-    return stage_plan_from_dict({
-        "global_batch": plan.global_batch, "seq_length": plan.seq_length, "micro_batch": plan.micro_batch,
-        "dtype": plan.dtype, "schedule": plan.pipeline_schedule, "attention": plan.attention,
-        "sequence_parallel": plan.sequence_parallel, "zero": plan.zero,
-        "overlap_dp_grad_reduce": plan.overlap_dp_grad_reduce, "stages": stages,
-    })
+    stages = [
+        {
+            "pool": pool,
+            "gpus": plan.tp * plan.dp,
+            "tp": plan.tp,
+            "dp": plan.dp,
+            "layers": layers,
+            "recompute": plan.recompute,
+        }
+        for layers in even_layer_split(model.total_layers, plan.pp)
+    ]
+    return stage_plan_from_dict(
+        {
+            "global_batch": plan.global_batch,
+            "seq_length": plan.seq_length,
+            "micro_batch": plan.micro_batch,
+            "dtype": plan.dtype,
+            "schedule": plan.pipeline_schedule,
+            "attention": plan.attention,
+            "sequence_parallel": plan.sequence_parallel,
+            "zero": plan.zero,
+            "overlap_dp_grad_reduce": plan.overlap_dp_grad_reduce,
+            "stages": stages,
+        }
+    )

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from paraplan.cost import memory as mem
-from paraplan.graph.encoder import classifier_block, classifier_weight_params, encoder_layer, patch_embedding_block
+from paraplan.graph.encoder import (
+    classifier_block,
+    classifier_weight_params,
+    encoder_layer,
+    patch_embedding_block,
+)
 from paraplan.graph.moe import (
     expert_free_ops,
     layer_core_ops,
@@ -24,7 +29,13 @@ from paraplan.graph.moe import (
     mtp_outer_ops,
 )
 from paraplan.graph.ops import LayerGraph
-from paraplan.graph.transformer import LayerShape, decoder_layer, embedding_block, lm_head_block, lm_head_weight_params
+from paraplan.graph.transformer import (
+    LayerShape,
+    decoder_layer,
+    embedding_block,
+    lm_head_block,
+    lm_head_weight_params,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
 
@@ -35,9 +46,13 @@ class BlockKind:
 
     name: str
     graph: Callable[[ModelSpec, LayerShape], LayerGraph]
-    memory: Callable[[ModelSpec, LayerShape, str], tuple[float, float, float]]  # (kept, held once, buffer) bytes
+    memory: Callable[
+        [ModelSpec, LayerShape, str], tuple[float, float, float]
+    ]  # (kept, held once, buffer) bytes
     recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
-    gradient_group: str = "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
+    gradient_group: str = (
+        "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
+    )
     # when its graph is another kind's at the same shape plus ops around it: (that kind, those ops), else None
     parts: Callable[[ModelSpec, LayerShape], tuple[str, tuple] | None] = lambda model, shape: None
     # when its ops are these plus graph.moe.expert_knob_parts' (an MoE layer): those that read no expert knob, else None
@@ -48,13 +63,21 @@ class BlockKind:
     core_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
 
 
-def _decoder_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+def _decoder_memory(
+    model: ModelSpec, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
     if moe_shaped(model):
         return 0.0, 0.0, 0.0
-    return mem.layer_activation_bytes(model, shape, recompute), 0.0, layer_buffer_bytes(model, shape, recompute)
+    return (
+        mem.layer_activation_bytes(model, shape, recompute),
+        0.0,
+        layer_buffer_bytes(model, shape, recompute),
+    )
 
 
-def _embedding_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+def _embedding_memory(
+    model: ModelSpec, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
     return mem.embedding_activation_bytes(model, shape), 0.0, 0.0
 
 
@@ -73,7 +96,11 @@ def _decoder_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     graph.moe builds."""
     if moe_shaped(model):
         return EMPTY_BLOCK
-    return encoder_layer(model, shape) if model.architecture == "encoder" else decoder_layer(model, shape)
+    return (
+        encoder_layer(model, shape)
+        if model.architecture == "encoder"
+        else decoder_layer(model, shape)
+    )
 
 
 def _input_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
@@ -89,10 +116,14 @@ def _output_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
 def head_params_with_embedding(model: ModelSpec, tp: int) -> float:
     """Output-layer parameters on one GPU when it shares the stage with the input layer (tied tables
     are held once: graph.transformer.lm_head_weight_params; ViT's classifier is not tied)."""
-    return classifier_weight_params(model) if model.is_vit else lm_head_weight_params(model, tp, True)
+    return (
+        classifier_weight_params(model) if model.is_vit else lm_head_weight_params(model, tp, True)
+    )
 
 
-def _moe_kind_present(model: ModelSpec, moe: bool) -> bool:  # graph/moe.py models: dense layers; MoE layers if MoE
+def _moe_kind_present(
+    model: ModelSpec, moe: bool
+) -> bool:  # graph/moe.py models: dense layers; MoE layers if MoE
     return moe_shaped(model) and (model.is_moe or not moe)
 
 
@@ -137,7 +168,11 @@ def _moe_memory(memory_bytes_of):
         if found is None:
             return 0.0, 0.0, 0.0
         activation_bytes, dispatch_buffer_bytes = found
-        kept = shape.act_bytes * shape.sp_tokens * model.hidden if recompute == "full" else activation_bytes
+        kept = (
+            shape.act_bytes * shape.sp_tokens * model.hidden
+            if recompute == "full"
+            else activation_bytes
+        )
         return kept, 0.0, dispatch_buffer_bytes + (activation_bytes if recompute == "full" else 0.0)
 
     return memory
@@ -167,18 +202,40 @@ def _moe_kind_core_ops(moe: bool):
 
 
 BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
-    "embedding": BlockKind("embedding", _input_graph, _embedding_memory, False, core_ops=_no_core_ops),
+    "embedding": BlockKind(
+        "embedding", _input_graph, _embedding_memory, False, core_ops=_no_core_ops
+    ),
     "decoder": BlockKind("decoder", _decoder_graph, _decoder_memory, True),
     # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
     # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
-    "dense_layer": BlockKind("dense_layer", _moe_kind_graph(False), _moe_memory(_moe_kind_memory_bytes(False)), True,
-                             core_ops=_moe_kind_core_ops(False)),
-    "moe_layer": BlockKind("moe_layer", _moe_kind_graph(True), _moe_memory(_moe_kind_memory_bytes(True)), True,
-                           expert_free_ops=lambda m, s: expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None,
-                           core_ops=_moe_kind_core_ops(True)),
-    "experts": BlockKind("experts", _experts_graph, _no_memory, False, "expert", core_ops=_no_core_ops),
-    "mtp": BlockKind("mtp", _mtp_graph, _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None), True,
-                     parts=_mtp_parts, core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else ()),
+    "dense_layer": BlockKind(
+        "dense_layer",
+        _moe_kind_graph(False),
+        _moe_memory(_moe_kind_memory_bytes(False)),
+        True,
+        core_ops=_moe_kind_core_ops(False),
+    ),
+    "moe_layer": BlockKind(
+        "moe_layer",
+        _moe_kind_graph(True),
+        _moe_memory(_moe_kind_memory_bytes(True)),
+        True,
+        expert_free_ops=lambda m, s: (
+            expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None
+        ),
+        core_ops=_moe_kind_core_ops(True),
+    ),
+    "experts": BlockKind(
+        "experts", _experts_graph, _no_memory, False, "expert", core_ops=_no_core_ops
+    ),
+    "mtp": BlockKind(
+        "mtp",
+        _mtp_graph,
+        _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None),
+        True,
+        parts=_mtp_parts,
+        core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else (),
+    ),
     "head": BlockKind("head", _output_graph, _head_memory, False, core_ops=_head_core_ops),
 }
 
@@ -188,7 +245,9 @@ def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
     """The BLOCK_KINDS a model's stages hold, in stage order: embedding, decoder layers, LM head for a
     dense decoder; the dense-layer / MoE-layer / experts / MTP kinds instead of "decoder" for models
     graph/moe.py builds (the other kinds would be absent blocks: no ops, no parameters)."""
-    layer_kinds = ("dense_layer", "moe_layer", "experts", "mtp") if moe_shaped(model) else ("decoder",)
+    layer_kinds = (
+        ("dense_layer", "moe_layer", "experts", "mtp") if moe_shaped(model) else ("decoder",)
+    )
     return ("embedding", *layer_kinds, "head")
 
 
@@ -200,7 +259,9 @@ def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
     return tuple(g for g in GRADIENT_GROUPS if g in used)
 
 
-def default_recompute_modules(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:
+def default_recompute_modules(
+    recompute: str, modules: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
     """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
     ``core_attn`` (--recompute-modules); none without selective recompute."""
     if recompute != "selective":
@@ -212,7 +273,9 @@ def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> f
     """Working buffers beside the kept activations: one layer re-materialised in backward under full
     recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""
     buffers = mem.layer_activation_bytes(model, shape, "none") if recompute == "full" else 0.0
-    if shape.sequence_parallel and shape.tp_layout != "2d":  # SUMMA gathers panels, not whole inputs
+    if (
+        shape.sequence_parallel and shape.tp_layout != "2d"
+    ):  # SUMMA gathers panels, not whole inputs
         buffers += shape.act_bytes * shape.local_tokens * model.hidden
     return buffers + mem.layout_buffer_bytes(model, shape)
 

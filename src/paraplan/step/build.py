@@ -44,12 +44,25 @@ from paraplan.cost.comm import (
 )
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans, with_summa_exposure
-from paraplan.cost.moe import EXPERT_GROUPS, expert_dp_span, expert_group_span, moe_collective_time_and_price_s
+from paraplan.cost.moe import (
+    EXPERT_GROUPS,
+    expert_dp_span,
+    expert_group_span,
+    moe_collective_time_and_price_s,
+)
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op, collective_groups, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, with_expert
 from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
-from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, GradientGroup, GridKnobs, Stage, StepInputs, block_terms
+from paraplan.step.compose import (
+    RECOMPUTE_CODES,
+    BlockCost,
+    GradientGroup,
+    GridKnobs,
+    Stage,
+    StepInputs,
+    block_terms,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.split import SplitGroup
@@ -93,7 +106,9 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
         if op.kind in ("gemm", "grouped_gemm"):
             gemm_forward += f
             gemm_backward += b
-    return BlockCompute(forward, backward, attention_forward, attention_backward, gemm_forward, gemm_backward)
+    return BlockCompute(
+        forward, backward, attention_forward, attention_backward, gemm_forward, gemm_backward
+    )
 
 
 @lru_cache(maxsize=64)
@@ -121,7 +136,9 @@ class BlockComm(NamedTuple):
     ep_backward: float = 0.0
     ep_forward_price: float = 0.0
     ep_backward_price: float = 0.0
-    ep_overlap: float = 0.0  # 1 when the plan overlaps dispatch/combine with compute (moe_a2a_overlap)
+    ep_overlap: float = (
+        0.0  # 1 when the plan overlaps dispatch/combine with compute (moe_a2a_overlap)
+    )
     # seconds the collectives keep the NIC busy (groups spanning NVLink domains): cost.comm.collective_nic_time_s
     tp_nic_forward: float = 0.0
     tp_nic_backward: float = 0.0
@@ -136,8 +153,12 @@ class BlockComm(NamedTuple):
 
 @lru_cache(maxsize=65536)
 def block_comm(
-    block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, cp_span: GroupSpan,
-    model: ModelSpec | None = None, shape: LayerShape | None = None,
+    block: LayerGraph,
+    system: SystemSpec,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
+    model: ModelSpec | None = None,
+    shape: LayerShape | None = None,
 ) -> BlockComm:
     """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span;
     expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
@@ -152,8 +173,9 @@ def block_comm(
     if shape is not None and shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(tp_span, shape.tp_rows)
     if moe:
-        s["ep_forward"], s["ep_backward"], s["ep_forward_price"], s["ep_backward_price"] = expert_comm_terms(
-            block.collectives, system, model, shape.expert)
+        s["ep_forward"], s["ep_backward"], s["ep_forward_price"], s["ep_backward_price"] = (
+            expert_comm_terms(block.collectives, system, model, shape.expert)
+        )
     for c in block.collectives:
         fwd, bwd = c.count_fwd, c.count_bwd
         if c.group in EXPERT_GROUPS:  # expert_comm_terms
@@ -162,7 +184,9 @@ def block_comm(
         if c.group == "cp":
             s["cp_nic_forward"] += fwd * nic
             s["cp_nic_backward"] += bwd * nic
-            if c.kind != "ring_exchange":  # 2d-seq's K/V all-gathers, Ulysses' all-to-alls: the kernel waits for them
+            if (
+                c.kind != "ring_exchange"
+            ):  # 2d-seq's K/V all-gathers, Ulysses' all-to-alls: the kernel waits for them
                 s["cp_sync_forward"] += fwd * time
                 s["cp_sync_backward"] += bwd * time
                 continue
@@ -180,7 +204,9 @@ def block_comm(
         # tp, and the 2D grid's rows and columns: tensor-parallel traffic
         s["tp_nic_forward"] += fwd * nic
         s["tp_nic_backward"] += bwd * nic
-        if c.overlaps_with == "panels":  # SUMMA traffic: exposed beside the block's GEMMs (block_cost_facts)
+        if (
+            c.overlaps_with == "panels"
+        ):  # SUMMA traffic: exposed beside the block's GEMMs (block_cost_facts)
             continue
         s["tp_forward"] += fwd * time
         s["tp_forward_price"] += fwd * price
@@ -189,7 +215,9 @@ def block_comm(
     return BlockComm(**s)
 
 
-def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, expert: ExpertShape) -> tuple[float, float, float, float]:
+def expert_comm_terms(
+    collectives, system: SystemSpec, model: ModelSpec, expert: ExpertShape
+) -> tuple[float, float, float, float]:
     """(ep_forward, ep_backward, ep_forward_price, ep_backward_price) of block_comm: Σ over the expert-parallel
     collectives (groups ep, etp) of calls × cost.moe.moe_collective_time_and_price_s on the expert spans of
     the option ``expert`` (cost.moe.expert_group_span); the other collectives are left out."""
@@ -198,7 +226,9 @@ def expert_comm_terms(collectives, system: SystemSpec, model: ModelSpec, expert:
     for c in collectives:
         if c.group not in EXPERT_GROUPS:
             continue
-        time, price = moe_collective_time_and_price_s(c.kind, c.bytes, expert_group_span(c.group, ep, etp, system), system, model)
+        time, price = moe_collective_time_and_price_s(
+            c.kind, c.bytes, expert_group_span(c.group, ep, etp, system), system, model
+        )
         forward += c.count_fwd * time
         backward += c.count_bwd * time
         forward_price += c.count_fwd * price
@@ -223,7 +253,9 @@ class BlockCostFacts(NamedTuple):
     compute: BlockCompute
     comm: BlockComm
     params: Num
-    largest_weight_params: Num = 0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
+    largest_weight_params: Num = (
+        0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
+    )
     weight_tensors: Num = 1.0  # its weight tensors (graph.ops.weight_tensor_count)
     small_numels: tuple = ()  # sizes of its weight tensors below DeepSpeed's persistence threshold (small_weight_numels)
 
@@ -253,8 +285,17 @@ class BlockFacts:
 
     @classmethod
     def of(cls, cost: BlockCostFacts, memory: BlockMemoryFacts) -> "BlockFacts":
-        return cls(cost.compute, cost.comm, cost.params, memory.activation_bytes, memory.held_bytes, memory.buffer_bytes,
-                   cost.largest_weight_params, cost.weight_tensors, cost.small_numels)
+        return cls(
+            cost.compute,
+            cost.comm,
+            cost.params,
+            memory.activation_bytes,
+            memory.held_bytes,
+            memory.buffer_bytes,
+            cost.largest_weight_params,
+            cost.weight_tensors,
+            cost.small_numels,
+        )
 
 
 @dataclass(frozen=True)
@@ -262,7 +303,9 @@ class RowFacts:
     """Everything a (layer shape, spans, degrees, recompute, TP overlap) row fixes (floats or arrays)."""
 
     blocks: dict[str, BlockFacts]  # by BLOCK_KINDS name
-    head_params_with_embedding: Num  # LM head parameters when it shares the stage with the embedding
+    head_params_with_embedding: (
+        Num  # LM head parameters when it shares the stage with the embedding
+    )
     recompute_code: Num
     overlap_tp_comm: Num  # as the plan asks
     tp_domains: Num
@@ -277,15 +320,19 @@ class RowFacts:
 
 # the groups whose span the placement order sets: tp, cp, pp and the gradient groups but the expert one, which is
 # carved out of tp·cp·dp (cost.moe.expert_dp_span)
-PLACED_GROUPS: dict[str, tuple[str, ...]] = {**{g: (g,) for g in ("tp", "cp", "pp")},
-                                             **{name: dims for name, dims in GRADIENT_GROUPS.items() if name != "expert"}}
+PLACED_GROUPS: dict[str, tuple[str, ...]] = {
+    **{g: (g,) for g in ("tp", "cp", "pp")},
+    **{name: dims for name, dims in GRADIENT_GROUPS.items() if name != "expert"},
+}
 
 
 def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
     ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``."""
     strides = placement_strides(degrees)
-    spans = {name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()}
+    spans = {
+        name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()
+    }
     if "expert" in GRADIENT_GROUPS:
         spans["expert"] = expert_dp_span(degrees, system)
     return spans
@@ -294,16 +341,28 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
 def placed_domains(degrees, system: SystemSpec) -> tuple[int, ...]:
     """The members per NVLink domain of each PLACED_GROUPS span of plan_spans: what the placement order changes."""
     strides = placement_strides(degrees)
-    return tuple(group_span(degrees, system, dims, strides).per_domain for dims in PLACED_GROUPS.values())
+    return tuple(
+        group_span(degrees, system, dims, strides).per_domain for dims in PLACED_GROUPS.values()
+    )
 
 
 @lru_cache(maxsize=4096)
 def gradient_group(system: SystemSpec, span: GroupSpan) -> GradientGroup:
     """A gradient group's size and collectives in linear form (cost.comm.linear_collective)."""
-    return GradientGroup(span.size, *(linear_collective(k, span, system) for k in ("all_reduce", "reduce_scatter", "all_gather")))
+    return GradientGroup(
+        span.size,
+        *(
+            linear_collective(k, span, system)
+            for k in ("all_reduce", "reduce_scatter", "all_gather")
+        ),
+    )
 
 
-_TP_GROUPS = {"tp", "tp_row", "tp_col"}  # collective groups priced on the tp span (2D grid spans derive from it)
+_TP_GROUPS = {
+    "tp",
+    "tp_row",
+    "tp_col",
+}  # collective groups priced on the tp span (2D grid spans derive from it)
 _NO_SPAN = GroupSpan(1, 1, 1)
 
 
@@ -321,20 +380,37 @@ def block_cost_facts(
     out = {}
     moe = moe_shaped(model)
     neutral = with_expert(shape, NO_EXPERT) if moe else shape
-    base = with_expert(shape, without_a2a_overlap(shape.expert)) if moe and shape.expert.a2a_overlap else shape
+    base = (
+        with_expert(shape, without_a2a_overlap(shape.expert))
+        if moe and shape.expert.a2a_overlap
+        else shape
+    )
     overlap = float(shape.expert.a2a_overlap) if moe else 0.0
     for name in model_block_kinds(model):
-        facts = _kind_cost_facts(model, system, name, neutral if name in EXPERT_FREE_KINDS else base, tp_span, cp_span)
+        facts = _kind_cost_facts(
+            model, system, name, neutral if name in EXPERT_FREE_KINDS else base, tp_span, cp_span
+        )
         if facts.comm.ep_overlap != overlap:
-            facts = BlockCostFacts(facts.compute, _comm_with_overlap(facts.comm, overlap), facts.params,
-                                   facts.largest_weight_params, facts.weight_tensors, facts.small_numels)
+            facts = BlockCostFacts(
+                facts.compute,
+                _comm_with_overlap(facts.comm, overlap),
+                facts.params,
+                facts.largest_weight_params,
+                facts.weight_tensors,
+                facts.small_numels,
+            )
         out[name] = facts
     return out
 
 
 @lru_cache(maxsize=65536)
 def _kind_cost_facts(
-    model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan
+    model: ModelSpec,
+    system: SystemSpec,
+    name: str,
+    shape: LayerShape,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
 ) -> BlockCostFacts:
     """One block kind's BlockCostFacts (block_cost_facts)."""
     moe = moe_shaped(model)
@@ -342,8 +418,14 @@ def _kind_cost_facts(
     # a span the block's collectives do not use is not part of its cost (more cache hits: the
     # embedding and LM head have no CP collective, whatever the CP placement)
     used = collective_groups(graph)
-    comm = block_comm(graph, system, tp_span if used & _TP_GROUPS else _NO_SPAN, cp_span if "cp" in used else _NO_SPAN,
-                      model if moe else None, shape if moe or shape.tp_layout == "2d" else None)
+    comm = block_comm(
+        graph,
+        system,
+        tp_span if used & _TP_GROUPS else _NO_SPAN,
+        cp_span if "cp" in used else _NO_SPAN,
+        model if moe else None,
+        shape if moe or shape.tp_layout == "2d" else None,
+    )
     compute, tensors, largest, small = _graph_statics(model, system, name, shape)
     if shape.tp_layout == "2d":
         comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
@@ -361,32 +443,54 @@ def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: Layer
 @lru_cache(maxsize=65536)
 def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
     """_graph_statics of the block kind's graph for exactly this shape (graph.ops.weight_tensor_stats: one walk)."""
-    graph = BLOCK_KINDS[name].graph(model, shape)  # the builders are cached: the same graph as the caller's
-    tensors, largest, small = weight_tensor_stats(graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm",
-                                                  model.learned_positions, model.hidden)
+    graph = BLOCK_KINDS[name].graph(
+        model, shape
+    )  # the builders are cached: the same graph as the caller's
+    tensors, largest, small = weight_tensor_stats(
+        graph,
+        model.has_bias,
+        model.has_qkv_bias,
+        model.norm == "layernorm",
+        model.learned_positions,
+        model.hidden,
+    )
     return block_compute(graph, system, shape.dtype), tensors, largest, small
 
 
 @lru_cache(maxsize=16384)
-def block_memory_facts(model: ModelSpec, shape: LayerShape, recompute: str) -> dict[str, BlockMemoryFacts]:
+def block_memory_facts(
+    model: ModelSpec, shape: LayerShape, recompute: str
+) -> dict[str, BlockMemoryFacts]:
     """Per block kind: bytes kept per in-flight micro-batch, bytes held once, buffer bytes."""
-    return {name: kind_memory_facts(model, shape, name, recompute) for name in model_block_kinds(model)}
+    return {
+        name: kind_memory_facts(model, shape, name, recompute) for name in model_block_kinds(model)
+    }
 
 
-def kind_memory_facts(model: ModelSpec, shape: LayerShape, name: str, recompute: str) -> BlockMemoryFacts:
+def kind_memory_facts(
+    model: ModelSpec, shape: LayerShape, name: str, recompute: str
+) -> BlockMemoryFacts:
     """One block kind's BlockMemoryFacts; only the kinds recomputation checkpoints read the recompute mode."""
     kind = BLOCK_KINDS[name]
     return BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
 
 
-def pipeline_transfer_s(model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan) -> float:
+def pipeline_transfer_s(
+    model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan
+) -> float:
     """One activation send between neighbouring stages (p2p_bytes over the pp group's link)."""
     return collective_time_s("send_recv", p2p_bytes(model, shape), pp_span, system)
 
 
 def row_facts(
-    model: ModelSpec, system: SystemSpec, shape: LayerShape, spans: dict[str, GroupSpan],
-    pp: int, microbatches: int, recompute: str, overlap_tp_comm: bool,
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    spans: dict[str, GroupSpan],
+    pp: int,
+    microbatches: int,
+    recompute: str,
+    overlap_tp_comm: bool,
 ) -> RowFacts:
     """The RowFacts of one plan, as floats."""
     costs = block_cost_facts(model, system, shape, spans["tp"], spans["cp"])
@@ -401,7 +505,9 @@ def row_facts(
         layers=model.layers,
         pp=pp,
         microbatches=microbatches,
-        gradient_groups={name: gradient_group(system, spans[name]) for name in model_gradient_groups(model)},
+        gradient_groups={
+            name: gradient_group(system, spans[name]) for name in model_gradient_groups(model)
+        },
         model=model,
         mtp_layers=model.mtp_layers,
     )
@@ -418,12 +524,21 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
         kind = BLOCK_KINDS[name]
         code = facts.recompute_code if kind.recomputed else 0
         terms = block_terms(f.compute, f.comm, code, overlap)
-        out[name] = BlockCost(name, terms, f.params, f.activation_bytes, f.held_bytes, f.buffer_bytes,
-                              kind.gradient_group,
-                              nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
-                              nic_backward_s=block_nic_backward_s(f.comm, code), regathered=1.0 * (np.asarray(code) == 2),
-                              largest_weight_params=f.largest_weight_params, weight_tensors=f.weight_tensors,
-                              small_numels=f.small_numels)
+        out[name] = BlockCost(
+            name,
+            terms,
+            f.params,
+            f.activation_bytes,
+            f.held_bytes,
+            f.buffer_bytes,
+            kind.gradient_group,
+            nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
+            nic_backward_s=block_nic_backward_s(f.comm, code),
+            regathered=1.0 * (np.asarray(code) == 2),
+            largest_weight_params=f.largest_weight_params,
+            weight_tensors=f.weight_tensors,
+            small_numels=f.small_numels,
+        )
     return out
 
 
@@ -432,7 +547,12 @@ def block_nic_backward_s(comm: BlockComm, recompute_code: Num) -> Num:
     re-runs (full: the forward TP collectives; selective and full: the CP ring), as block_terms counts them."""
     full = np.where(np.asarray(recompute_code) == 2, 1.0, 0.0)
     any_rc = np.where(np.asarray(recompute_code) > 0, 1.0, 0.0)
-    return comm.tp_nic_backward + comm.cp_nic_backward + full * comm.tp_nic_forward + any_rc * comm.cp_nic_forward
+    return (
+        comm.tp_nic_backward
+        + comm.cp_nic_backward
+        + full * comm.tp_nic_forward
+        + any_rc * comm.cp_nic_forward
+    )
 
 
 # ---- 4. stages and the step ---------------------------------------------------------------------
@@ -456,7 +576,9 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
-def stage_block_counts(model: ModelSpec | None, group: SplitGroup, start: Num) -> tuple[tuple[str, Num], ...]:
+def stage_block_counts(
+    model: ModelSpec | None, group: SplitGroup, start: Num
+) -> tuple[tuple[str, Num], ...]:
     """(block kind, blocks of it on one stage of the group) in stage order: the embedding; the decoder layers, or
     for a model graph/moe.py builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each
     MoE layer and MTP module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
@@ -470,7 +592,11 @@ def stage_block_counts(model: ModelSpec | None, group: SplitGroup, start: Num) -
 
 
 def build_step_inputs(
-    facts: RowFacts, blocks: dict[str, BlockCost], knobs: GridKnobs, groups: tuple[SplitGroup, ...], constants: dict
+    facts: RowFacts,
+    blocks: dict[str, BlockCost],
+    knobs: GridKnobs,
+    groups: tuple[SplitGroup, ...],
+    constants: dict,
 ) -> StepInputs:
     """Lay the blocks out on the split's stages (embedding on the first, decoder layers by the
     split, LM head on the last, which also holds the embedding's parameters when pp = 1 and the
@@ -483,13 +609,21 @@ def build_step_inputs(
     start = 0  # first decoder layer of the group's first stage
     moe_model = facts.model is not None and moe_shaped(facts.model)
     for g in groups:
-        placed = tuple((head if name == "head" else blocks[name], n)
-                       for name, n in stage_block_counts(facts.model if moe_model else None, g, start))
+        placed = tuple(
+            (head if name == "head" else blocks[name], n)
+            for name, n in stage_block_counts(facts.model if moe_model else None, g, start)
+        )
         stages.append(Stage(g.index, g.count, placed, p2p))
         start = start + g.count * g.layers
     stages = tuple(stages)
-    return StepInputs(stages=stages, pp=facts.pp, microbatches=facts.microbatches,
-                      gradient_groups=facts.gradient_groups, knobs=knobs, **constants)
+    return StepInputs(
+        stages=stages,
+        pp=facts.pp,
+        microbatches=facts.microbatches,
+        gradient_groups=facts.gradient_groups,
+        knobs=knobs,
+        **constants,
+    )
 
 
 def _graph_caches() -> tuple:
@@ -498,16 +632,48 @@ def _graph_caches() -> tuple:
     from paraplan.cost import compute, comm, moe as moe_cost
     from paraplan.graph import encoder, moe, ops, summa, transformer
 
-    return (moe.layer_core_ops, moe.moe_model_layer, moe.moe_layer_memory_bytes, moe.layer_weight_split, moe.mtp_block,
-            moe._mtp_entry_and_head, transformer.decoder_layer, transformer.embedding_block, transformer.lm_head_block,
-            transformer.with_expert, summa.decoder_layer_2d, encoder.encoder_layer, encoder.cross_decoder_layer,
-            encoder.patch_embedding_block, encoder.classifier_block, ops.largest_weight_params, ops._weight_tensor_numels,
-            ops.weight_tensor_stats, ops.collective_groups, compute.gemm_wave_efficiency, comm._span_of,
-            moe_cost.expert_span, moe_cost.expert_tp_span, moe_cost.moe_model_flops_per_token,
-            moe_cost.moe_recompute_flops_per_token)
+    return (
+        moe.layer_core_ops,
+        moe.moe_model_layer,
+        moe.moe_layer_memory_bytes,
+        moe.layer_weight_split,
+        moe.mtp_block,
+        moe._mtp_entry_and_head,
+        transformer.decoder_layer,
+        transformer.embedding_block,
+        transformer.lm_head_block,
+        transformer.with_expert,
+        summa.decoder_layer_2d,
+        encoder.encoder_layer,
+        encoder.cross_decoder_layer,
+        encoder.patch_embedding_block,
+        encoder.classifier_block,
+        ops.largest_weight_params,
+        ops._weight_tensor_numels,
+        ops.weight_tensor_stats,
+        ops.collective_groups,
+        compute.gemm_wave_efficiency,
+        comm._span_of,
+        moe_cost.expert_span,
+        moe_cost.expert_tp_span,
+        moe_cost.moe_model_flops_per_token,
+        moe_cost.moe_recompute_flops_per_token,
+    )
 
 
 # Caches of the builder and of the op graphs it costs, cleared by the benchmarks so every run starts cold.
-COLD_CACHES = (block_compute, block_comm, block_cost_facts, _kind_cost_facts, _statics_of, _op_times, block_memory_facts,
-               gradient_group, linear_collective, collective_costs_s, moe_collective_time_and_price_s, _comm_with_overlap,
-               *_graph_caches())
+COLD_CACHES = (
+    block_compute,
+    block_comm,
+    block_cost_facts,
+    _kind_cost_facts,
+    _statics_of,
+    _op_times,
+    block_memory_facts,
+    gradient_group,
+    linear_collective,
+    collective_costs_s,
+    moe_collective_time_and_price_s,
+    _comm_with_overlap,
+    *_graph_caches(),
+)

@@ -77,7 +77,9 @@ class BlockTerms:
     cp_backward: Num
     ep_forward: Num = 0.0  # exposed expert-parallel dispatch / combine (graph/moe.py)
     ep_backward: Num = 0.0
-    wgrad: Num = 0.0  # the weight-gradient share of ``backward`` (split-backward schedules); not added again
+    wgrad: Num = (
+        0.0  # the weight-gradient share of ``backward`` (split-backward schedules); not added again
+    )
 
 
 BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name != "wgrad")
@@ -108,13 +110,17 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     per_step = 1.0 / np.maximum(steps, 1.0)
     cp_f = priced_exposure_s(
         comm.cp_forward,
-        ring_attention_exposed_s(comm.cp_forward * per_step, c.attention_forward / (steps + 1.0), steps + 1.0, 0.0)
+        ring_attention_exposed_s(
+            comm.cp_forward * per_step, c.attention_forward / (steps + 1.0), steps + 1.0, 0.0
+        )
         + comm.cp_sync_forward,
         comm.cp_forward_price,
     )
     cp_b = priced_exposure_s(
         comm.cp_backward,
-        ring_attention_exposed_s(comm.cp_backward * per_step, c.attention_backward / (steps + 1.0), steps + 1.0, 0.0)
+        ring_attention_exposed_s(
+            comm.cp_backward * per_step, c.attention_backward / (steps + 1.0), steps + 1.0, 0.0
+        )
         + comm.cp_sync_backward,
         comm.cp_backward_price,
     )
@@ -127,7 +133,8 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     tp_f = np.where(
         overlap_tp_comm,
         priced_exposure_s(
-            comm.tp_forward, chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0),
+            comm.tp_forward,
+            chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0),
             comm.tp_forward_price,
         ),
         comm.tp_forward,
@@ -142,16 +149,33 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
         comm.tp_backward_price,
     )
     tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
-    cp_rc = np.where(recompute_code > 0, cp_f, 0.0)  # both recompute modes re-run the core attention
+    cp_rc = np.where(
+        recompute_code > 0, cp_f, 0.0
+    )  # both recompute modes re-run the core attention
     ep_f, ep_b = expert_exposure(c, comm)
     # W: the weight-gradient GEMMs, half of the backward GEMM time (equal FLOPs, Narayanan et al. 2021 §5.1)
-    return BlockTerms(c.forward, c.backward, rc, tp_f, tp_b + tp_rc, cp_f, cp_b + cp_rc, ep_f, ep_b, c.gemm_backward / 2.0)
+    return BlockTerms(
+        c.forward,
+        c.backward,
+        rc,
+        tp_f,
+        tp_b + tp_rc,
+        cp_f,
+        cp_b + cp_rc,
+        ep_f,
+        ep_b,
+        c.gemm_backward / 2.0,
+    )
 
 
 def recompute_s(compute, recompute_code: Num) -> Num:
     """Seconds recomputation re-runs per micro-batch (Korthikanti et al. 2022 §5): full (code 2) the
     block's forward, selective (1) its core attention (``attention_forward``), none (0) nothing."""
-    return np.where(recompute_code == 2, compute.forward, np.where(recompute_code == 1, compute.attention_forward, 0.0))
+    return np.where(
+        recompute_code == 2,
+        compute.forward,
+        np.where(recompute_code == 1, compute.attention_forward, 0.0),
+    )
 
 
 def expert_exposure(c, comm) -> tuple[Num, Num]:
@@ -162,10 +186,20 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
     dispatch and combine beside another micro-batch's compute; DeepSeek-V3 report §3.2.1) they
     hide behind the block's compute of the other direction and cost their price
     (cost.comm.priced_exposure_s)."""
-    ep_f = np.where(comm.ep_overlap, priced_exposure_s(comm.ep_forward, np.maximum(0.0, comm.ep_forward - c.backward),
-                                                        comm.ep_forward_price), comm.ep_forward)
-    ep_b = np.where(comm.ep_overlap, priced_exposure_s(comm.ep_backward, np.maximum(0.0, comm.ep_backward - c.forward),
-                                                        comm.ep_backward_price), comm.ep_backward)
+    ep_f = np.where(
+        comm.ep_overlap,
+        priced_exposure_s(
+            comm.ep_forward, np.maximum(0.0, comm.ep_forward - c.backward), comm.ep_forward_price
+        ),
+        comm.ep_forward,
+    )
+    ep_b = np.where(
+        comm.ep_overlap,
+        priced_exposure_s(
+            comm.ep_backward, np.maximum(0.0, comm.ep_backward - c.forward), comm.ep_backward_price
+        ),
+        comm.ep_backward,
+    )
     return ep_f, ep_b
 
 
@@ -180,11 +214,19 @@ class BlockCost:
     held_bytes: Num  # kept once at the stage's peak (the LM head's fp32 logits)
     buffer_bytes: Num  # transient working buffer while the block runs
     gradient_group: str = "dense"  # specs.parallel.GRADIENT_GROUPS
-    nic_forward_s: Num = 0.0  # NIC-busy seconds of its TP/CP collectives per micro-batch, forward window
+    nic_forward_s: Num = (
+        0.0  # NIC-busy seconds of its TP/CP collectives per micro-batch, forward window
+    )
     nic_backward_s: Num = 0.0  # the same in the backward window (recompute re-runs included)
-    largest_weight_params: Num = 0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
-    weight_tensors: Num = 1.0  # its weight tensors: ZeRO-3 all-gather calls when gathered per tensor
-    regathered: Num = 0.0  # 1: its forward is re-run in full in backward (full recompute of a recomputed kind)
+    largest_weight_params: Num = (
+        0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
+    )
+    weight_tensors: Num = (
+        1.0  # its weight tensors: ZeRO-3 all-gather calls when gathered per tensor
+    )
+    regathered: Num = (
+        0.0  # 1: its forward is re-run in full in backward (full recompute of a recomputed kind)
+    )
     small_numels: tuple = ()  # sizes of its weight tensors DeepSpeed keeps gathered (graph.ops.small_weight_numels)
 
 
@@ -197,7 +239,9 @@ class Stage:
     count: Num
     blocks: tuple[tuple[BlockCost, Num], ...]
     p2p_s: Num  # exposed point-to-point transfers per micro-batch (all of the stage's chunks)
-    inputs: StepInputs | None = None  # the stage's own inputs (GPU type, links, gradient groups); None: the step's
+    inputs: StepInputs | None = (
+        None  # the stage's own inputs (GPU type, links, gradient groups); None: the step's
+    )
 
 
 @dataclass(frozen=True)
@@ -226,11 +270,18 @@ class GridKnobs:
     offload_optimizer: Num
     zb: Num = False  # ZB-H1 (schedule/zero_bubble.py)
     dualpipe: Num = False  # DualPipe (schedule/zero_bubble.py)
-    offload_activation_layers: Num = 0  # with offload_activations: decoder layers per stage offloaded (0: all)
+    offload_activation_layers: Num = (
+        0  # with offload_activations: decoder layers per stage offloaded (0: all)
+    )
 
 
 # the GridKnobs flag each pipeline schedule (specs.plan.Schedule) sets; 1F1B sets none
-SCHEDULE_FLAGS: dict[str, str] = {"interleaved": "interleaved", "gpipe": "gpipe", "zb-h1": "zb", "dualpipe": "dualpipe"}
+SCHEDULE_FLAGS: dict[str, str] = {
+    "interleaved": "interleaved",
+    "gpipe": "gpipe",
+    "zb-h1": "zb",
+    "dualpipe": "dualpipe",
+}
 
 
 @dataclass(frozen=True)
@@ -248,14 +299,30 @@ class StepInputs:
     grad_bytes: Num
     optimizer_bytes: Num
     reserved_bytes: Num
-    zero3_prefetch_layers: Num = 1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
-    fp8_copy_bytes: Num = 0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
-    grad_reduce_bytes: Num = GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
-    zero3_live_params: Num = math.inf  # ZeRO-3: most gathered parameters resident at once (DeepSpeed's cap; inf: none)
-    zero3_tensor_gathers: Num = 0.0  # 1: ZeRO-3 gathers each weight tensor apart (DeepSpeed <= 0.5.4), 0: a layer at once
-    zero3_tensor_reduces: Num = 0.0  # 1: ZeRO-3 reduce-scatters each weight tensor's gradient apart (DeepSpeed <= 0.5.x)
-    zero3_regather: Num = 0.0  # 1: ZeRO-3 gathers a fully recomputed block's weights again for the recompute
-    kernel_overhead_s: Num = 0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
+    zero3_prefetch_layers: Num = (
+        1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
+    )
+    fp8_copy_bytes: Num = (
+        0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
+    )
+    grad_reduce_bytes: Num = (
+        GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
+    )
+    zero3_live_params: Num = (
+        math.inf
+    )  # ZeRO-3: most gathered parameters resident at once (DeepSpeed's cap; inf: none)
+    zero3_tensor_gathers: Num = (
+        0.0  # 1: ZeRO-3 gathers each weight tensor apart (DeepSpeed <= 0.5.4), 0: a layer at once
+    )
+    zero3_tensor_reduces: Num = (
+        0.0  # 1: ZeRO-3 reduce-scatters each weight tensor's gradient apart (DeepSpeed <= 0.5.x)
+    )
+    zero3_regather: Num = (
+        0.0  # 1: ZeRO-3 gathers a fully recomputed block's weights again for the recompute
+    )
+    kernel_overhead_s: Num = (
+        0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
+    )
 
 
 def _sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
@@ -282,7 +349,9 @@ def _max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Nu
 
 def stage_work(stage: Stage) -> dict[str, Num]:
     """Per-micro-batch seconds of one stage by part (BlockTerms names + "pp"), summed over its blocks."""
-    parts = {name: _sum_blocks(stage, lambda b, k=name: getattr(b.terms, k)) for name in BLOCK_TERM_NAMES}
+    parts = {
+        name: _sum_blocks(stage, lambda b, k=name: getattr(b.terms, k)) for name in BLOCK_TERM_NAMES
+    }
     parts["pp"] = stage.p2p_s
     return parts
 
@@ -306,7 +375,11 @@ def _shard(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
 
 # The data-parallel collectives of each ZeRO branch (tail_terms): 0 all-reduce of gradients;
 # 1 (stages 1-2) reduce-scatter of gradients and all-gather of weights; 3 per-block gathers and reduce-scatters.
-ZERO_COLLECTIVES = {0: ("all_reduce",), 1: ("reduce_scatter", "all_gather"), 3: ("layer_gather", "layer_reduce")}
+ZERO_COLLECTIVES = {
+    0: ("all_reduce",),
+    1: ("reduce_scatter", "all_gather"),
+    3: ("layer_gather", "layer_reduce"),
+}
 
 
 def zero_branch(zero: Num) -> Num:
@@ -318,7 +391,9 @@ def zero_branches(zero: Num) -> tuple[int, ...]:
     """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed."""
     if np.ndim(zero) == 0:
         return (int(zero_branch(zero)),)
-    return tuple(sorted({int(b) for b in np.ravel(zero_branch(zero))})) or (0,)  # a set: np.unique would import numpy.ma
+    return tuple(sorted({int(b) for b in np.ravel(zero_branch(zero))})) or (
+        0,
+    )  # a set: np.unique would import numpy.ma
 
 
 def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num, Num, Num]:
@@ -336,21 +411,31 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to the host and weights
     back over host_bandwidth instead of the on-GPU step."""
     forward_window = work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
-    backward_window = (work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"]
-                       + work["ep_backward"] + work["pp"])
+    backward_window = (
+        work["backward"]
+        + work["recompute"]
+        + work["tp_backward"]
+        + work["cp_backward"]
+        + work["ep_backward"]
+        + work["pp"]
+    )
     # links shared with the gradient group's traffic: a TP or CP group spanning NVLink domains keeps
     # the NICs busy for part of each window; the gradient collectives, when they cross the NICs too,
     # can use only the rest (fair sharing of one link moves every byte once: cost.overlap.fair_share_times_s)
     dp_on_nic = 0.0
     for group in inp.gradient_groups.values():
-        dp_on_nic = np.maximum(dp_on_nic, np.where(np.asarray(group.reduce_scatter.slope_out) > 0, 1.0, 0.0))
+        dp_on_nic = np.maximum(
+            dp_on_nic, np.where(np.asarray(group.reduce_scatter.slope_out) > 0, 1.0, 0.0)
+        )
     nic_forward = dp_on_nic * _sum_blocks(stage, lambda b: b.nic_forward_s)
     nic_backward = dp_on_nic * _sum_blocks(stage, lambda b: b.nic_backward_s)
     forward_window = np.maximum(0.0, forward_window - nic_forward)
     backward_window = np.maximum(0.0, backward_window - nic_backward)
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
-    calls = _sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
+    calls = _sum_blocks(
+        stage, lambda b: 1.0
+    )  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / np.maximum(calls, 1.0)
     branches = zero_branches(inp.knobs.zero)
     # DeepSpeed 2021's per-tensor collectives (schedule.zero3_legacy): run-wide knobs, off for every other framework
@@ -361,34 +446,57 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     price = dict(time)
     owned = 0.0
     buckets = 1.0
-    reduce_host = 0.0  # host seconds per block issuing per-tensor reduce-scatters (DeepSpeed <= 0.5.x)
-    forward_delta = regather = None  # (time, price): forward's per-tensor extra; recompute's gathers (zero3_legacy)
+    reduce_host = (
+        0.0  # host seconds per block issuing per-tensor reduce-scatters (DeepSpeed <= 0.5.x)
+    )
+    forward_delta = regather = (
+        None  # (time, price): forward's per-tensor extra; recompute's gathers (zero3_legacy)
+    )
     persistent = 0.0  # seconds per step of DeepSpeed's coalesced gather of the persistent tensors after the step
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
-        bucket = np.ceil(params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size))
+        bucket = np.ceil(
+            params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size)
+        )
         buckets = np.maximum(buckets, bucket)
-        grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * inp.weight_bytes  # gradients reduced in their dtype
+        grad_bytes, weight_bytes = (
+            params * inp.grad_reduce_bytes,
+            params * inp.weight_bytes,
+        )  # gradients reduced in their dtype
         sizes = {  # (collective, bytes per call, calls)
             "all_reduce": (group.all_reduce, grad_bytes / np.maximum(bucket, 1.0), bucket),
             "reduce_scatter": (group.reduce_scatter, grad_bytes / np.maximum(bucket, 1.0), bucket),
             "all_gather": (group.all_gather, weight_bytes / np.maximum(bucket, 1.0), bucket),
-            "layer_gather": (group.all_gather, weight_bytes * per_call, 1.0),  # one block's gather (ZeRO-3)
+            "layer_gather": (
+                group.all_gather,
+                weight_bytes * per_call,
+                1.0,
+            ),  # one block's gather (ZeRO-3)
             "layer_reduce": (group.reduce_scatter, grad_bytes * per_call, 1.0),
         }
         for kind in kinds:
             form, size, n = sizes[kind]
             time[kind] = time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
             price[kind] = price[kind] + np.where(group.size > 1, n * form.hidden_price_s(size), 0.0)
-            if kind == "layer_gather" and tensor_gathers:  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
-                t_x, p_x, fwd, persist = legacy.tensor_gather_terms(form, size, group.size, stage, inp, name)
+            if (
+                kind == "layer_gather" and tensor_gathers
+            ):  # per weight tensor (DeepSpeed <= 0.5.4): schedule.zero3_legacy
+                t_x, p_x, fwd, persist = legacy.tensor_gather_terms(
+                    form, size, group.size, stage, inp, name
+                )
                 time[kind], price[kind] = time[kind] + t_x, price[kind] + p_x
                 forward_delta = legacy.add_pair(forward_delta, fwd)
                 persistent = persistent + persist
             if kind == "layer_reduce" and tensor_reduces:
                 t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
-                time[kind], price[kind], reduce_host = time[kind] + t_x, price[kind] + p_x, reduce_host + host
-        if 3 in branches and np.any(np.asarray(inp.zero3_regather) > 0):  # the recompute's gathers (DeepSpeed 2021)
+                time[kind], price[kind], reduce_host = (
+                    time[kind] + t_x,
+                    price[kind] + p_x,
+                    reduce_host + host,
+                )
+        if 3 in branches and np.any(
+            np.asarray(inp.zero3_regather) > 0
+        ):  # the recompute's gathers (DeepSpeed 2021)
             on = np.where(group.size > 1, inp.zero3_regather, 0.0)
             t_rc, p_rc = legacy.regather_s(stage, name, group.all_gather, group.size, inp)
             regather = legacy.add_pair(regather, (on * t_rc, on * p_rc))
@@ -396,27 +504,52 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     exposure = {}
     if 0 in branches:
         ar = time["all_reduce"]
-        exposure[0] = priced_exposure_s(ar, bucketed_reduce_exposed_s(ar, grad_window, buckets), price["all_reduce"])
+        exposure[0] = priced_exposure_s(
+            ar, bucketed_reduce_exposed_s(ar, grad_window, buckets), price["all_reduce"]
+        )
     if 1 in branches:
         rs, ag = time["reduce_scatter"], time["all_gather"]
         exposure[1] = priced_exposure_s(
             rs + ag,
-            bucketed_reduce_exposed_s(rs, grad_window, buckets) + bucketed_reduce_exposed_s(ag, gather_window, buckets),
+            bucketed_reduce_exposed_s(rs, grad_window, buckets)
+            + bucketed_reduce_exposed_s(ag, gather_window, buckets),
             price["reduce_scatter"] + price["all_gather"],
         )
     if 3 in branches:
         g, r = time["layer_gather"], time["layer_reduce"]
         depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
-        exposure[3] = inp.microbatches * legacy.zero3_exposure_s(
-            calls, per_call, depth, (g, price["layer_gather"]), (r, price["layer_reduce"]), forward_delta, regather,
-            forward_window, backward_window) + persistent
-        if np.any(np.asarray(reduce_host) > 0):  # per-tensor reduce-scatters issued while the block's backward runs
-            exposure[3] = exposure[3] + inp.microbatches * calls * host_exposed_s(reduce_host, backward_window * per_call + r)
+        exposure[3] = (
+            inp.microbatches
+            * legacy.zero3_exposure_s(
+                calls,
+                per_call,
+                depth,
+                (g, price["layer_gather"]),
+                (r, price["layer_reduce"]),
+                forward_delta,
+                regather,
+                forward_window,
+                backward_window,
+            )
+            + persistent
+        )
+        if np.any(
+            np.asarray(reduce_host) > 0
+        ):  # per-tensor reduce-scatters issued while the block's backward runs
+            exposure[3] = exposure[3] + inp.microbatches * calls * host_exposed_s(
+                reduce_host, backward_window * per_call + r
+            )
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
         exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
-    optimizer = np.where(inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate)
-    offload = np.where(inp.knobs.offload_optimizer, owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth, 0.0)
+    optimizer = np.where(
+        inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate
+    )
+    offload = np.where(
+        inp.knobs.offload_optimizer,
+        owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth,
+        0.0,
+    )
     return exposed, optimizer, offload
 
 
@@ -452,12 +585,28 @@ def _pipeline(inp: StepInputs) -> dict:
     all_work = 0.0
     for s, t in zip(stages, totals):
         all_work = all_work + s.count * t
-    bubble = bubble_from_work_s(all_work, slowest_work, np.where(inp.knobs.interleaved, inp.knobs.vpp, 1))
+    bubble = bubble_from_work_s(
+        all_work, slowest_work, np.where(inp.knobs.interleaved, inp.knobs.vpp, 1)
+    )
     slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
-    bubble = split_backward_bubble(inp.knobs.zb, inp.knobs.dualpipe, inp.pp, bubble, slowest_parts, _pick(slowest, [_sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]))
+    bubble = split_backward_bubble(
+        inp.knobs.zb,
+        inp.knobs.dualpipe,
+        inp.pp,
+        bubble,
+        slowest_parts,
+        _pick(slowest, [_sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]),
+    )
     m = inp.microbatches
     part = {name: m * slowest_parts[name] for name in (*BLOCK_TERM_NAMES, "pp")}
-    return {"present": present, "works": works, "totals": totals, "slowest": slowest, "bubble": bubble, "part": part}
+    return {
+        "present": present,
+        "works": works,
+        "totals": totals,
+        "slowest": slowest,
+        "bubble": bubble,
+        "part": part,
+    }
 
 
 def _breakdown(pipe: dict, optimizer_s: Num, dp_s: Num, offload_s: Num) -> dict[str, Num]:
@@ -500,16 +649,26 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
     tails = [tail_terms(s.inputs or inp, s, w) for s, w in zip(stages, works)]
-    streamed = 0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
+    streamed = (
+        0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
+    )
     for s in stages:
-        share = offloaded_activation_share(inp.knobs.offload_activations, inp.knobs.offload_activation_layers, _layers(s))
+        share = offloaded_activation_share(
+            inp.knobs.offload_activations, inp.knobs.offload_activation_layers, _layers(s)
+        )
         traffic = _sum_blocks(
             s,
-            lambda b, share=share: offload_traffic_bytes(b.activation_bytes * share,
-                                                         b.params * inp.weight_bytes * inp.knobs.offload_weights),
+            lambda b, share=share: offload_traffic_bytes(
+                b.activation_bytes * share, b.params * inp.weight_bytes * inp.knobs.offload_weights
+            ),
             TRANSFORMER_KINDS,
         )
-        streamed = np.maximum(streamed, np.where(s.count > 0, m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0))
+        streamed = np.maximum(
+            streamed,
+            np.where(
+                s.count > 0, m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0
+            ),
+        )
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
     after = [dp + opt + off + np.maximum(0.0, streamed - dp) for dp, opt, off in tails]
@@ -533,41 +692,67 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
-        per_param = ((inp.weight_bytes + inp.fp8_copy_bytes) / _shard(inp, group, 3) + inp.grad_bytes / _shard(inp, group, 2)
-                     + inp.optimizer_bytes / _shard(inp, group, 1))
-        weights = weights + (params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes) / _shard(inp, group, 3)
+        per_param = (
+            (inp.weight_bytes + inp.fp8_copy_bytes) / _shard(inp, group, 3)
+            + inp.grad_bytes / _shard(inp, group, 2)
+            + inp.optimizer_bytes / _shard(inp, group, 1)
+        )
+        weights = weights + (
+            params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes
+        ) / _shard(inp, group, 3)
         grads = grads + params * inp.grad_bytes / _shard(inp, group, 2)
         optimizer = optimizer + params * inp.optimizer_bytes / _shard(inp, group, 1)
         transformer_states = transformer_states + layer_params * per_param
-    in_flight = np.where(inp.knobs.dualpipe, np.minimum(inp.pp + 1, inp.microbatches),
-                         in_flight_chunks(inp.knobs.gpipe, inp.knobs.interleaved, inp.pp, inp.knobs.vpp, inp.microbatches, index))
-    copies = np.where(inp.knobs.dualpipe, 2.0, 1.0)  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
+    in_flight = np.where(
+        inp.knobs.dualpipe,
+        np.minimum(inp.pp + 1, inp.microbatches),
+        in_flight_chunks(
+            inp.knobs.gpipe, inp.knobs.interleaved, inp.pp, inp.knobs.vpp, inp.microbatches, index
+        ),
+    )
+    copies = np.where(
+        inp.knobs.dualpipe, 2.0, 1.0
+    )  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
     weights, grads = weights * copies, grads * copies
     kept = _sum_blocks(stage, lambda b: b.activation_bytes)
     transformer_kept = _sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
     acts = in_flight * kept + _sum_blocks(stage, lambda b: b.held_bytes)
-    offloaded_acts = 2.0 * _max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)  # one out, one in
-    share = offloaded_activation_share(inp.knobs.offload_activations, inp.knobs.offload_activation_layers,
-                                       _layers(stage))  # the other layers keep theirs on the GPU
-    streamed_weights = 2.0 * _max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS)
+    offloaded_acts = 2.0 * _max_blocks(
+        stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS
+    )  # one out, one in
+    share = offloaded_activation_share(
+        inp.knobs.offload_activations, inp.knobs.offload_activation_layers, _layers(stage)
+    )  # the other layers keep theirs on the GPU
+    streamed_weights = 2.0 * _max_blocks(
+        stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS
+    )
     out = {
         "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),
         "gradients_bytes": grads,
         "optimizer_bytes": np.where(inp.knobs.offload_optimizer, 0.0, optimizer),
-        "activations_bytes": np.where(inp.knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts),
-        "buffers_bytes": _max_blocks(stage, lambda b: b.buffer_bytes) + np.where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+        "activations_bytes": np.where(
+            inp.knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts
+        ),
+        "buffers_bytes": _max_blocks(stage, lambda b: b.buffer_bytes)
+        + np.where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
         "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
         "transformer_weights_and_optimizer_bytes": transformer_states,
-        "transformer_activations_bytes": np.where(inp.knobs.offload_activations,
-                                                  (1.0 - share) * in_flight * transformer_kept + offloaded_acts,
-                                                  in_flight * transformer_kept),
+        "transformer_activations_bytes": np.where(
+            inp.knobs.offload_activations,
+            (1.0 - share) * in_flight * transformer_kept + offloaded_acts,
+            in_flight * transformer_kept,
+        ),
         "host_bytes": np.where(inp.knobs.offload_optimizer, optimizer, 0.0)
         + np.where(inp.knobs.offload_weights, weights, 0.0)
         + share * acts,
     }
     out["peak_bytes"] = (
-        out["weights_bytes"] + out["gradients_bytes"] + out["optimizer_bytes"] + out["activations_bytes"]
-        + out["buffers_bytes"] + out["reserved_bytes"]
+        out["weights_bytes"]
+        + out["gradients_bytes"]
+        + out["optimizer_bytes"]
+        + out["activations_bytes"]
+        + out["buffers_bytes"]
+        + out["reserved_bytes"]
     )
     return out
 
@@ -579,7 +764,9 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     never less than the block's largest weight tensor, which must be whole to run:
     min((1 + d)·layer, max(cap, largest tensor)) × weight bytes. The buffer is counted whether or not the
     gather overlaps (the search keeps only the overlapped ZeRO-3 variant, which must need no more memory)."""
-    layer = (1.0 + inp.zero3_prefetch_layers) * _max_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)
+    layer = (1.0 + inp.zero3_prefetch_layers) * _max_blocks(
+        stage, lambda b: b.params, TRANSFORMER_KINDS
+    )
     largest = _max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
     return np.minimum(layer, np.maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
 

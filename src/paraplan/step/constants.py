@@ -11,7 +11,9 @@ from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.system import SystemSpec
 
 # the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
-_RUNTIME_DEFAULTS = SimpleNamespace(**{name: PlanSpec.model_fields[name].default for name in RUNTIME_FIELDS})
+_RUNTIME_DEFAULTS = SimpleNamespace(
+    **{name: PlanSpec.model_fields[name].default for name in RUNTIME_FIELDS}
+)
 
 
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:

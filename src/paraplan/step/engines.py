@@ -19,18 +19,32 @@ from paraplan.step.compose import GRAD_REDUCE_BYTES
 class EngineRules:
     """What the pipeline runtime does between and after micro-batches."""
 
-    transfers_per_neighbour: int  # blocking point-to-point transfers with each neighbour per micro-batch
+    transfers_per_neighbour: (
+        int  # blocking point-to-point transfers with each neighbour per micro-batch
+    )
     p2p_split_over_tp: bool  # forward: each TP rank sends 1/t of the activation, or all of it
     dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
-    gradient_bytes: float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
+    gradient_bytes: (
+        float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
+    )
     async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
-    tied_grad_bytes: float = GRAD_REDUCE_BYTES  # bytes per element of the tied-embedding gradient all-reduce
+    tied_grad_bytes: float = (
+        GRAD_REDUCE_BYTES  # bytes per element of the tied-embedding gradient all-reduce
+    )
     grad_split_over_tp: bool = True  # backward: each TP rank sends 1/t of the activation gradient
-    gather_after_recv: bool = False  # a split activation is all-gathered over the receiving stage's TP group
-    sends_attention_mask: bool = False  # the [1, 1, s, s] fp16 causal mask travels with every activation
-    host_layer_forward_s: float = 0.0  # host (framework) seconds per transformer layer and micro-batch, forward
+    gather_after_recv: bool = (
+        False  # a split activation is all-gathered over the receiving stage's TP group
+    )
+    sends_attention_mask: bool = (
+        False  # the [1, 1, s, s] fp16 causal mask travels with every activation
+    )
+    host_layer_forward_s: float = (
+        0.0  # host (framework) seconds per transformer layer and micro-batch, forward
+    )
     host_backward_factor: float = 2.0  # backward host seconds / forward host seconds
-    activation_memory_factor: float = 1.0  # memory the allocator holds per byte of stored activations
+    activation_memory_factor: float = (
+        1.0  # memory the allocator holds per byte of stored activations
+    )
 
 
 def forward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int, seq_length: int):
@@ -38,7 +52,9 @@ def forward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int, seq_le
     when split over TP ranks; ``activation_bytes`` is the whole b·s·h activation) plus, for DeepSpeed's
     GPT-2 pipe model, the causal mask cast to fp16, 2·s² bytes (``attention_mask_bytes``)."""
     act = activation_bytes / tp if rules.p2p_split_over_tp else activation_bytes
-    return act + (attention_mask_bytes(seq_length) if rules.sends_attention_mask else 0.0) * (activation_bytes > 0)
+    return act + (attention_mask_bytes(seq_length) if rules.sends_attention_mask else 0.0) * (
+        activation_bytes > 0
+    )
 
 
 def backward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int):
@@ -111,8 +127,16 @@ ENGINES = {
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
     #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
     "deepspeed": EngineRules(
-        2, True, False, 6.0, False, tied_grad_bytes=2.0, grad_split_over_tp=False, gather_after_recv=True,
-        sends_attention_mask=True, host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
+        2,
+        True,
+        False,
+        6.0,
+        False,
+        tied_grad_bytes=2.0,
+        grad_split_over_tp=False,
+        gather_after_recv=True,
+        sends_attention_mask=True,
+        host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
         activation_memory_factor=DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
     ),
 }

@@ -25,7 +25,16 @@ from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
-from paraplan.step.build import BLOCK_KINDS, GridKnobs, build_step_inputs, default_recompute_modules, plan_spans, row_blocks, row_facts, system_terms
+from paraplan.step.build import (
+    BLOCK_KINDS,
+    GridKnobs,
+    build_step_inputs,
+    default_recompute_modules,
+    plan_spans,
+    row_blocks,
+    row_facts,
+    system_terms,
+)
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -44,7 +53,14 @@ def layer_shape(plan: PlanSpec) -> LayerShape:
         summa_panels=panel_count(rows, cols, plan.summa_panels) if summa else 1,
         attention=plan.attention,
         dtype=plan.dtype,
-        expert=ExpertShape(plan.ep, plan.etp, plan.moe_dispatcher, plan.capacity_factor, plan.moe_balance, plan.moe_a2a_overlap),
+        expert=ExpertShape(
+            plan.ep,
+            plan.etp,
+            plan.moe_dispatcher,
+            plan.capacity_factor,
+            plan.moe_balance,
+            plan.moe_a2a_overlap,
+        ),
         recompute_modules=recompute_modules(plan),
         cp_algorithm=plan.cp_algorithm,
     )
@@ -70,9 +86,23 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     try:
         acc.peak_matrix_flops(plan.dtype)
     except KeyError:
-        out.append(Violation("plan.dtype", plan.dtype, f"{acc.name} has no peak for it; allowed: {', '.join(acc.matrix_flops)}"))
-    if (plan.offload_weights or plan.offload_activations or plan.offload_optimizer) and not acc.host_bandwidth:
-        out.append(Violation("plan.offload", True, f"system {system.name} declares no host_bandwidth / host_memory"))
+        out.append(
+            Violation(
+                "plan.dtype",
+                plan.dtype,
+                f"{acc.name} has no peak for it; allowed: {', '.join(acc.matrix_flops)}",
+            )
+        )
+    if (
+        plan.offload_weights or plan.offload_activations or plan.offload_optimizer
+    ) and not acc.host_bandwidth:
+        out.append(
+            Violation(
+                "plan.offload",
+                True,
+                f"system {system.name} declares no host_bandwidth / host_memory",
+            )
+        )
     return out
 
 
@@ -83,20 +113,32 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     stage (estimate_stages.py), never silently as decoder layers: the CLI's estimate and search turn
     an encoder-decoder's uniform flags into a per-stage plan (specs.uniform_stages) before reaching here."""
     if costed_by_stages(model):
-        return [Violation("model.architecture", model.architecture,
-                          "the uniform plan paths (Python API estimate and search, sweep, export, validate) take "
-                          "decoder-only and encoder-only models; an encoder-decoder is costed stage by stage: "
-                          "paraplan estimate / search with the same options, --plan FILE with stages, or in Python "
-                          "estimate_stages.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan")]
+        return [
+            Violation(
+                "model.architecture",
+                model.architecture,
+                "the uniform plan paths (Python API estimate and search, sweep, export, validate) take "
+                "decoder-only and encoder-only models; an encoder-decoder is costed stage by stage: "
+                "paraplan estimate / search with the same options, --plan FILE with stages, or in Python "
+                "estimate_stages.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan",
+            )
+        ]
     if model.layer_widths is not None:
-        return [Violation("model.layer_widths", "given",
-                          "layers of differing widths need a per-stage plan (--plan FILE with stages)")]
+        return [
+            Violation(
+                "model.layer_widths",
+                "given",
+                "layers of differing widths need a per-stage plan (--plan FILE with stages)",
+            )
+        ]
     return []
 
 
 def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
     """Raise InputError naming the first broken rule (field, value, what is allowed)."""
-    violations = model_violations(model) + plan_violations(plan, model) + _system_violations(plan, system)
+    violations = (
+        model_violations(model) + plan_violations(plan, model) + _system_violations(plan, system)
+    )
     if violations:
         raise InputError.from_violations(violations)
 
@@ -120,22 +162,46 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
 def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInputs:
     """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py)."""
     facts = row_facts(
-        model, system, layer_shape(plan), plan_spans(plan, system),
-        plan.pp, plan.microbatches, plan.recompute, plan.overlap_tp_comm,
+        model,
+        system,
+        layer_shape(plan),
+        plan_spans(plan, system),
+        plan.pp,
+        plan.microbatches,
+        plan.recompute,
+        plan.overlap_tp_comm,
     )
     inp = build_step_inputs(
-        facts, row_blocks(facts), grid_knobs(plan), plan.split(model.layers, model.mtp_layers), system_terms(system, plan.dtype, plan)
+        facts,
+        row_blocks(facts),
+        grid_knobs(plan),
+        plan.split(model.layers, model.mtp_layers),
+        system_terms(system, plan.dtype, plan),
     )
-    if plan.recompute_num_layers is not None:  # only some layers recomputed (schedule.partial_recompute)
+    if (
+        plan.recompute_num_layers is not None
+    ):  # only some layers recomputed (schedule.partial_recompute)
         from paraplan.step.partial_recompute import split_recompute_layers
 
-        kept = row_facts(model, system, layer_shape(plan), plan_spans(plan, system), plan.pp, plan.microbatches,
-                         "none", plan.overlap_tp_comm)
-        inp = split_recompute_layers(inp, row_blocks(kept)["decoder"], plan.recompute_num_layers, plan.vpp)
+        kept = row_facts(
+            model,
+            system,
+            layer_shape(plan),
+            plan_spans(plan, system),
+            plan.pp,
+            plan.microbatches,
+            "none",
+            plan.overlap_tp_comm,
+        )
+        inp = split_recompute_layers(
+            inp, row_blocks(kept)["decoder"], plan.recompute_num_layers, plan.vpp
+        )
     return inp
 
 
-def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: bool = False) -> Estimate:
+def estimate(
+    model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: bool = False
+) -> Estimate:
     """Predict step time, its breakdown, memory per stage, FLOPs and utilisation for one plan."""
     check_plan(model, system, plan)
     inp = step_inputs(model, system, plan)
@@ -146,18 +212,32 @@ def estimate(model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: boo
     for entry in inp.stages:
         for index in range(int(entry.index), int(entry.index) + int(entry.count)):
             terms = stage_memory_terms(inp, entry, index)
-            stages.append(StageMemory(
-                stage=index,
-                capacity_bytes=acc.hbm_capacity,
-                host_capacity_bytes=acc.host_memory or float("inf"),
-                **{f.name: float(terms[f.name]) for f in fields(StageMemory) if f.name in terms},
-            ))
+            stages.append(
+                StageMemory(
+                    stage=index,
+                    capacity_bytes=acc.hbm_capacity,
+                    host_capacity_bytes=acc.host_memory or float("inf"),
+                    **{
+                        f.name: float(terms[f.name]) for f in fields(StageMemory) if f.name in terms
+                    },
+                )
+            )
     stages.sort(key=lambda s: s.stage)
     tokens = plan.global_batch * plan.seq_length
     model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
     hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recompute_flops_per_token(
-        model, plan.seq_length, plan.recompute, recompute_modules(plan))
-    ops, comms = _op_table(model, plan, system, [s.layers for s in plan.split(model.layers, model.mtp_layers) if s.count]) if with_ops else ((), ())
+        model, plan.seq_length, plan.recompute, recompute_modules(plan)
+    )
+    ops, comms = (
+        _op_table(
+            model,
+            plan,
+            system,
+            [s.layers for s in plan.split(model.layers, model.mtp_layers) if s.count],
+        )
+        if with_ops
+        else ((), ())
+    )
     return Estimate(
         model=model.name,
         system=system.name,
@@ -183,16 +263,38 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     if shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)
-    counts = {"decoder": fullest, "dense_layer": min(fullest, model.dense_layers) if model.is_moe else fullest,
-              "moe_layer": fullest, "mtp": model.mtp_layers}
+    counts = {
+        "decoder": fullest,
+        "dense_layer": min(fullest, model.dense_layers) if model.is_moe else fullest,
+        "moe_layer": fullest,
+        "mtp": model.mtp_layers,
+    }
     ops, comms = [], []
     for name, kind in BLOCK_KINDS.items():
         block = kind.graph(model, shape)
         count = counts.get(name, 1)
         for op in block.ops:
             f, b = op_times_s(op, acc, plan.dtype)
-            eff = op.fwd_flops / (f * acc.peak_matrix_flops(plan.dtype)) if op.kind in ("gemm", "grouped_gemm") and f > 0 else None
-            ops.append(OpCost(block.name, op.name, op.kind, count, op.fwd_flops, op.bwd_flops, op.fwd_bytes, op.gemm_shape, eff, f, b))
+            eff = (
+                op.fwd_flops / (f * acc.peak_matrix_flops(plan.dtype))
+                if op.kind in ("gemm", "grouped_gemm") and f > 0
+                else None
+            )
+            ops.append(
+                OpCost(
+                    block.name,
+                    op.name,
+                    op.kind,
+                    count,
+                    op.fwd_flops,
+                    op.bwd_flops,
+                    op.fwd_bytes,
+                    op.gemm_shape,
+                    eff,
+                    f,
+                    b,
+                )
+            )
         for c in block.collectives:
             if c.group in EXPERT_GROUPS:
                 span = expert_group_span(c.group, plan.ep, plan.etp, system)
@@ -201,6 +303,17 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
                 span = spans[c.group]
                 time = collective_time_s(c.kind, c.bytes, span, system)
             comms.append(
-                CommCost(block.name, c.name, c.group, c.kind, c.bytes, c.count_fwd, c.count_bwd, time, span.size, span.domains)
+                CommCost(
+                    block.name,
+                    c.name,
+                    c.group,
+                    c.kind,
+                    c.bytes,
+                    c.count_fwd,
+                    c.count_bwd,
+                    time,
+                    span.size,
+                    span.domains,
+                )
             )
     return tuple(ops), tuple(comms)

@@ -13,12 +13,16 @@ import numpy as np
 Num = Any  # float or numpy array, broadcastable (as schedule.step)
 
 
-def offloaded_activation_share(offload_activations: Num, offload_activation_layers: Num, layers: Num) -> Num:
+def offloaded_activation_share(
+    offload_activations: Num, offload_activation_layers: Num, layers: Num
+) -> Num:
     """Share of a stage's decoder-layer activations kept in host memory: 0 without activation offload,
     min(1, k / layers) when only k of the stage's layers offload (Megatron-LM --cpu-offloading-num-layers;
     plan field ``offload_activation_layers``), 1 when every layer does (k = 0)."""
     k = offload_activation_layers
-    return np.where(offload_activations, np.where(k > 0, np.minimum(1.0, k / np.maximum(layers, 1.0)), 1.0), 0.0)
+    return np.where(
+        offload_activations, np.where(k > 0, np.minimum(1.0, k / np.maximum(layers, 1.0)), 1.0), 0.0
+    )
 
 
 def offload_traffic_bytes(activation_bytes: Num, weight_bytes: Num) -> Num:

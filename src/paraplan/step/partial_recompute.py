@@ -23,10 +23,14 @@ import numpy as np
 
 from paraplan.step.compose import BlockCost, StepInputs
 
-RECOMPUTED_KIND = "decoder"  # dense decoder layers (MoE / MLA layers use graph.moe's per-module recompute)
+RECOMPUTED_KIND = (
+    "decoder"  # dense decoder layers (MoE / MLA layers use graph.moe's per-module recompute)
+)
 
 
-def split_recompute_layers(inp: StepInputs, kept_layer: BlockCost, layers_per_chunk: int, vpp: int) -> StepInputs:
+def split_recompute_layers(
+    inp: StepInputs, kept_layer: BlockCost, layers_per_chunk: int, vpp: int
+) -> StepInputs:
     """``inp`` (built with full recomputation) with each stage's n decoder layers split into
     min(N·vpp, n) fully recomputed layers and n − that many ``kept_layer`` s (no recomputation)."""
     stages = []

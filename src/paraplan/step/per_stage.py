@@ -64,10 +64,27 @@ from paraplan.step.compose import (
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_block_ranges, stage_devices
+from paraplan.specs.stage_plan import (
+    StagePlanSpec,
+    check_stage_plan,
+    stage_block_ranges,
+    stage_devices,
+)
 from paraplan.specs.system import SystemSpec
-from paraplan.step.engines import ENGINES, EngineRules, backward_transfer_bytes, forward_transfer_bytes, host_layer_times_s
-from paraplan.step.build import block_comm, block_compute, gradient_group, layer_buffer_bytes, system_terms
+from paraplan.step.engines import (
+    ENGINES,
+    EngineRules,
+    backward_transfer_bytes,
+    forward_transfer_bytes,
+    host_layer_times_s,
+)
+from paraplan.step.build import (
+    block_comm,
+    block_compute,
+    gradient_group,
+    layer_buffer_bytes,
+    system_terms,
+)
 
 NO_SPAN = GroupSpan(1, 1, 1)
 
@@ -100,7 +117,9 @@ class Common:
     schedule: str
     overlap_dp_grad_reduce: bool
     engine: str = "megatron"
-    engine_rules: EngineRules | None = None  # replaces ENGINES[engine] (validate.cv's refitted constants)
+    engine_rules: EngineRules | None = (
+        None  # replaces ENGINES[engine] (validate.cv's refitted constants)
+    )
 
     @property
     def rules(self) -> EngineRules:
@@ -145,11 +164,25 @@ def _member_gpus(setting: StageSetting, replica_stride: int = 1) -> list[tuple[s
     return out[::replica_stride]
 
 
-def synthetic_system(base: SystemSpec, inner_Bps: float, inner_latency_s: float, outer_Bps: float, outer_latency_s: float) -> SystemSpec:
+def synthetic_system(
+    base: SystemSpec,
+    inner_Bps: float,
+    inner_latency_s: float,
+    outer_Bps: float,
+    outer_latency_s: float,
+) -> SystemSpec:
     """``base`` with its NVLink and scale-out rates replaced by achieved rates (efficiency 1), so that the
     collective formulas of cost.comm apply to a group whose slowest links set these rates."""
-    node = base.node.model_copy(update={"nvlink_bandwidth": inner_Bps, "nvlink_efficiency": 1.0, "nvlink_latency": inner_latency_s})
-    net = base.network.model_copy(update={"nic_bandwidth": outer_Bps, "efficiency": 1.0, "latency": outer_latency_s})
+    node = base.node.model_copy(
+        update={
+            "nvlink_bandwidth": inner_Bps,
+            "nvlink_efficiency": 1.0,
+            "nvlink_latency": inner_latency_s,
+        }
+    )
+    net = base.network.model_copy(
+        update={"nic_bandwidth": outer_Bps, "efficiency": 1.0, "latency": outer_latency_s}
+    )
     return base.model_copy(update={"node": node, "network": net})
 
 
@@ -162,7 +195,9 @@ def node_counts(cluster: ClusterSpec, gpus) -> dict[tuple[str, int], int]:
     return nodes
 
 
-def group_links(cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None) -> tuple[GroupSpan, SystemSpec]:
+def group_links(
+    cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None
+) -> tuple[GroupSpan, SystemSpec]:
     """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
     members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link,
     with ``active``: GPUs per node sending at once, for nodes whose interface is shared)."""
@@ -172,11 +207,22 @@ def group_links(cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None) 
     inner = min(s.node.nvlink_bandwidth * s.node.nvlink_efficiency for s in systems)
     inner_lat = max(s.node.nvlink_latency for s in systems)
     busiest = {p: max((active or nodes).get(n, 1) for n in nodes if n[0] == p) for p in pools}
-    pairs = [(a, b) for a in pools for b in pools if a <= b and (a != b or sum(1 for n in nodes if n[0] == a) > 1)]
-    rates = [cluster.link_rate(a, b, busiest[a], busiest[b]) for a, b in pairs] or [cluster.link_rate(pools[0], pools[0])]
+    pairs = [
+        (a, b)
+        for a in pools
+        for b in pools
+        if a <= b and (a != b or sum(1 for n in nodes if n[0] == a) > 1)
+    ]
+    rates = [cluster.link_rate(a, b, busiest[a], busiest[b]) for a, b in pairs] or [
+        cluster.link_rate(pools[0], pools[0])
+    ]
     outer, outer_lat = min(r for r, _ in rates), max(lat for _, lat in rates)
     per_node = max(nodes.values())
-    span = GroupSpan(len(gpus), per_node, len(nodes)) if len(nodes) > 1 else GroupSpan(len(gpus), len(gpus), 1)
+    span = (
+        GroupSpan(len(gpus), per_node, len(nodes))
+        if len(nodes) > 1
+        else GroupSpan(len(gpus), len(gpus), 1)
+    )
     return span, synthetic_system(systems[0], inner, inner_lat, outer, outer_lat)
 
 
@@ -191,20 +237,29 @@ def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
     (the tile-overlap rule of cross-mesh resharding, Zheng et al. 2022 (Alpa) §5; Aceso's stages of
     different dp hand activations over the same way)."""
     return tuple(
-        tuple(q for q in range(receivers) if q * senders < (r + 1) * receivers and r * receivers < (q + 1) * senders)
+        tuple(
+            q
+            for q in range(receivers)
+            if q * senders < (r + 1) * receivers and r * receivers < (q + 1) * senders
+        )
         for r in range(senders)
     )
 
 
 @lru_cache(maxsize=65536)
-def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, receiver: bool = False) -> tuple[tuple[tuple[float, float], ...], ...]:
+def p2p_links(
+    cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, receiver: bool = False
+) -> tuple[tuple[tuple[float, float], ...], ...]:
     """For each data-parallel replica on one side of the boundary between stage a and the next stage b
     (the senders of a, or with ``receiver`` the receivers of b), the (achieved bytes/s, latency) of the
     link to each of its peers (reshard_peers): the node's NVLink/PCIe domain when the two GPUs share a
     node, else the pools' network or the cluster's link between them."""
     a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
     b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
-    a_nodes, b_nodes = node_counts(cluster, a_gpus), node_counts(cluster, b_gpus)  # every TP rank sends
+    a_nodes, b_nodes = (
+        node_counts(cluster, a_gpus),
+        node_counts(cluster, b_gpus),
+    )  # every TP rank sends
     src, dst = a_gpus[::a_tp], b_gpus[::b_tp]
 
     def link(pa: str, ia: int, pb: str, ib: int) -> tuple[float, float]:
@@ -216,23 +271,37 @@ def p2p_links(cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, re
 
     peers = reshard_peers(len(src), len(dst))
     if receiver:
-        return tuple(tuple(link(*src[r], *dst[q]) for r in range(len(src)) if q in peers[r]) for q in range(len(dst)))
+        return tuple(
+            tuple(link(*src[r], *dst[q]) for r in range(len(src)) if q in peers[r])
+            for q in range(len(dst))
+        )
     return tuple(tuple(link(*src[r], *dst[q]) for q in peers[r]) for r in range(len(src)))
 
 
-def p2p_time_s(cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes, receiver: bool = False):
+def p2p_time_s(
+    cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes, receiver: bool = False
+):
     """One activation (or gradient) transfer between stage a and the next stage b as one side sees it,
     ``size_bytes`` being that side's per-GPU bytes (floats or numpy arrays): the slowest replica of
     Σ_peers (size/k)/rate_peer + latency_peer over its k peers (Hockney's α + n/β per message, Hockney
     1994; the bytes split evenly over the peers, sent one after the other as blocking point-to-point)."""
     sides = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp, receiver)
     size = np.asarray(size_bytes, dtype=float)
-    worst = np.max([sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0)
+    worst = np.max(
+        [sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0
+    )
     return np.where(size > 0, worst, 0.0)
 
 
-def p2p_exchange_s(cluster: ClusterSpec, rules: EngineRules, common: Common, a: StageSetting | None,
-                   b: StageSetting | None, sent_bytes: np.ndarray, receiver: bool) -> np.ndarray:
+def p2p_exchange_s(
+    cluster: ClusterSpec,
+    rules: EngineRules,
+    common: Common,
+    a: StageSetting | None,
+    b: StageSetting | None,
+    sent_bytes: np.ndarray,
+    receiver: bool,
+) -> np.ndarray:
     """Point-to-point seconds per micro-batch between stage a and the next stage b, as seen by b (receiver)
     or a, each side with its own per-GPU bytes (stages of different dp or tp reshard: p2p_time_s): one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
     (EngineRules.transfers_per_neighbour), the forward bytes of pipeline_engines.forward_transfer_bytes and
@@ -257,13 +326,20 @@ def p2p_exchange_s(cluster: ClusterSpec, rules: EngineRules, common: Common, a: 
 # ---- one stage -----------------------------------------------------------------------------------
 def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
     return LayerShape(
-        tp=setting.tp, cp=1, micro_batch=setting.micro_batch, seq_length=common.seq_length,
-        sequence_parallel=common.sequence_parallel and setting.tp > 1, attention=common.attention, dtype=common.dtype,
+        tp=setting.tp,
+        cp=1,
+        micro_batch=setting.micro_batch,
+        seq_length=common.seq_length,
+        sequence_parallel=common.sequence_parallel and setting.tp > 1,
+        attention=common.attention,
+        dtype=common.dtype,
         recompute_modules=recompute_modules_of(setting.recompute_ops),
     )
 
 
-def _block_activation_bytes(model: ModelSpec, ref: BlockRef, shape: LayerShape, recompute: str) -> float:
+def _block_activation_bytes(
+    model: ModelSpec, ref: BlockRef, shape: LayerShape, recompute: str
+) -> float:
     """Bytes one block keeps per micro-batch (cost.memory rules; T5's cross-attention adds its own)."""
     if ref.kind == "embedding":
         return mem.embedding_activation_bytes(ref.width, shape)
@@ -278,9 +354,9 @@ def _block_activation_bytes(model: ModelSpec, ref: BlockRef, shape: LayerShape, 
         return mem.lm_head_activation_bytes(ref.width, head_shape)
     if ref.kind == "cross_decoder":
         dec = shape._replace(seq_length=decoder_seq(model, shape.seq_length))
-        return mem.layer_activation_bytes(ref.width, dec, recompute) + cross_layer_extra_activation_bytes(
-            ref.width, dec, shape.seq_length, recompute
-        )
+        return mem.layer_activation_bytes(
+            ref.width, dec, recompute
+        ) + cross_layer_extra_activation_bytes(ref.width, dec, shape.seq_length, recompute)
     return mem.layer_activation_bytes(ref.width, shape, recompute)
 
 
@@ -312,7 +388,12 @@ class StageArrays:
 
 @lru_cache(maxsize=4096)
 def _pool_parts(
-    model: ModelSpec, system: SystemSpec, shape: LayerShape, recompute: str, first_and_last: bool, async_tp: bool = True,
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    recompute: str,
+    first_and_last: bool,
+    async_tp: bool = True,
     host_s: tuple[float, float] = (0.0, 0.0),
 ) -> dict:
     """Per-block BlockTerms seconds on one pool's GPUs: the foundation's op-time and collective sums
@@ -330,12 +411,22 @@ def _pool_parts(
             code = RECOMPUTE_CODES[recompute] if ref.is_layer else 0
             comm = block_comm(graph, system, tp_span, NO_SPAN)
             if not async_tp:
-                comm = comm._replace(tp_backward=comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad,
-                               tp_hidden_by_dgrad=0.0, tp_hidden_by_wgrad=0.0, tp_backward_price=0.0)
+                comm = comm._replace(
+                    tp_backward=comm.tp_backward
+                    + comm.tp_hidden_by_dgrad
+                    + comm.tp_hidden_by_wgrad,
+                    tp_hidden_by_dgrad=0.0,
+                    tp_hidden_by_wgrad=0.0,
+                    tp_backward_price=0.0,
+                )
             terms = block_terms(block_compute(graph, system, shape.dtype), comm, code, False)
             if ref.is_layer and any(host_s):
-                terms = replace(terms, forward=terms.forward + host_s[0], backward=terms.backward + host_s[1],
-                                recompute=terms.recompute + (host_s[0] if recompute == "full" else 0.0))
+                terms = replace(
+                    terms,
+                    forward=terms.forward + host_s[0],
+                    backward=terms.backward + host_s[1],
+                    recompute=terms.recompute + (host_s[0] if recompute == "full" else 0.0),
+                )
             seen[ref] = terms
         for name in BLOCK_TERM_NAMES:
             arrays[name][k] = getattr(seen[ref], name)
@@ -343,7 +434,9 @@ def _pool_parts(
 
 
 @lru_cache(maxsize=4096)
-def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and_last: bool) -> dict:
+def _block_static(
+    model: ModelSpec, shape: LayerShape, recompute: str, first_and_last: bool
+) -> dict:
     """Per-block parameters, activation bytes, buffers and the bytes sent after each block."""
     blocks = model_blocks(model)
     memo: dict = {}
@@ -359,8 +452,16 @@ def _block_static(model: ModelSpec, shape: LayerShape, recompute: str, first_and
         rows.append(memo[ref])
     params, acts, buffers = (np.array(col, dtype=float) for col in zip(*rows))
     is_head = np.array([ref.kind in ("lm_head", "classifier") for ref in blocks])
-    sent = np.array([0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)])
-    return dict(params=params, acts=np.where(is_head, 0.0, acts), held=np.where(is_head, acts, 0.0), buffers=buffers, sent=sent)
+    sent = np.array(
+        [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
+    )
+    return dict(
+        params=params,
+        acts=np.where(is_head, 0.0, acts),
+        held=np.where(is_head, acts, 0.0),
+        buffers=buffers,
+        sent=sent,
+    )
 
 
 @lru_cache(maxsize=65536)
@@ -371,14 +472,26 @@ def _gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientG
     if dp <= 1:
         return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
     every = [(p, first + k) for p, first, count in slices for k in range(count)]
-    span, link_system = group_links(cluster, every[::tp], node_counts(cluster, every))  # all TP ranks reduce at once
-    return GradientGroup(span.size, *(fastest_collective(k, span, link_system) for k in ("all_reduce", "reduce_scatter", "all_gather")))
+    span, link_system = group_links(
+        cluster, every[::tp], node_counts(cluster, every)
+    )  # all TP ranks reduce at once
+    return GradientGroup(
+        span.size,
+        *(
+            fastest_collective(k, span, link_system)
+            for k in ("all_reduce", "reduce_scatter", "all_gather")
+        ),
+    )
 
 
 @lru_cache(maxsize=8192)
 def stage_arrays(
-    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting,
-    prev: StageSetting | None, nxt: StageSetting | None,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    common: Common,
+    setting: StageSetting,
+    prev: StageSetting | None,
+    nxt: StageSetting | None,
 ) -> StageArrays:
     """Every per-block term of ``setting`` and its own StepInputs (module docstring for the rules)."""
     shape = layer_shape_for(common, setting)
@@ -387,8 +500,18 @@ def stage_arrays(
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
     rules = common.rules
-    parts = {pool: _pool_parts(model, system, shape, recompute, first_and_last, rules.async_tp_backward, host_layer_times_s(rules))
-             for pool, system in zip(pools, systems)}
+    parts = {
+        pool: _pool_parts(
+            model,
+            system,
+            shape,
+            recompute,
+            first_and_last,
+            rules.async_tp_backward,
+            host_layer_times_s(rules),
+        )
+        for pool, system in zip(pools, systems)
+    }
     static = _block_static(model, shape, recompute, first_and_last)
     p2p_in = p2p_exchange_s(cluster, rules, common, prev, setting, static["sent"], receiver=True)
     p2p_out = p2p_exchange_s(cluster, rules, common, setting, nxt, static["sent"], receiver=False)
@@ -398,18 +521,34 @@ def stage_arrays(
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
     knobs = GridKnobs(
-        vpp=1, interleaved=False, gpipe=common.schedule == "gpipe", zero=common.zero,
-        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap, overlap_param_gather=True,
-        offload_weights=False, offload_activations=False, offload_optimizer=False,
+        vpp=1,
+        interleaved=False,
+        gpipe=common.schedule == "gpipe",
+        zero=common.zero,
+        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap,
+        overlap_param_gather=True,
+        offload_weights=False,
+        offload_activations=False,
+        offload_optimizer=False,
     )
     inputs = StepInputs(
-        stages=(), pp=setting.pp, microbatches=setting.microbatches,
-        gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)}, knobs=knobs, **terms,
+        stages=(),
+        pp=setting.pp,
+        microbatches=setting.microbatches,
+        gradient_groups={"dense": _gradient_group(cluster, setting.slices, setting.tp, setting.dp)},
+        knobs=knobs,
+        **terms,
     )
     return StageArrays(
-        parts=parts, params=static["params"], acts=static["acts"] * rules.activation_memory_factor,
-        held=static["held"] * rules.activation_memory_factor, buffers=static["buffers"],
-        p2p_in=p2p_in, p2p_out=p2p_out, inputs=inputs, capacity=min(s.accelerator.hbm_capacity for s in systems),
+        parts=parts,
+        params=static["params"],
+        acts=static["acts"] * rules.activation_memory_factor,
+        held=static["held"] * rules.activation_memory_factor,
+        buffers=static["buffers"],
+        p2p_in=p2p_in,
+        p2p_out=p2p_out,
+        inputs=inputs,
+        capacity=min(s.accelerator.hbm_capacity for s in systems),
     )
 
 
@@ -436,7 +575,14 @@ def range_stage(arr: StageArrays, index: int) -> Stage:
     buffers = np.zeros((n + 1, n + 1))
     for a in range(n):
         buffers[a, a + 1 :] = np.maximum.accumulate(arr.buffers[a:])
-    block = BlockCost("decoder", BlockTerms(**best), _ranged(arr.params), _ranged(arr.acts), _ranged(arr.held), buffers)
+    block = BlockCost(
+        "decoder",
+        BlockTerms(**best),
+        _ranged(arr.params),
+        _ranged(arr.acts),
+        _ranged(arr.held),
+        buffers,
+    )
     return Stage(index, 1, ((block, 1),), arr.p2p_in[:, None] + arr.p2p_out[None, :])
 
 
@@ -448,7 +594,14 @@ def stage_at(arr: StageArrays, index: int, start: int, stop: int) -> Stage:
     block = ranged.blocks[0][0]
     pick = lambda value: float(np.asarray(value)[start, stop])  # noqa: E731
     terms = BlockTerms(**{name: pick(getattr(block.terms, name)) for name in BLOCK_TERM_NAMES})
-    one = BlockCost("decoder", terms, pick(block.params), pick(block.activation_bytes), pick(block.held_bytes), pick(block.buffer_bytes))
+    one = BlockCost(
+        "decoder",
+        terms,
+        pick(block.params),
+        pick(block.activation_bytes),
+        pick(block.held_bytes),
+        pick(block.buffer_bytes),
+    )
     return Stage(index, 1, ((one, 1),), pick(ranged.p2p_s), inputs=arr.inputs)
 
 
@@ -460,15 +613,28 @@ def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
     work = stage_work(stage)
     dp, optimizer, _ = tail_terms(arr.inputs, stage, work)
     memory = stage_memory_terms(arr.inputs, stage, index)
-    out = dict(work, dp=dp, optimizer=optimizer, params=stage.blocks[0][0].params, memory=memory, peak=memory["peak_bytes"])
+    out = dict(
+        work,
+        dp=dp,
+        optimizer=optimizer,
+        params=stage.blocks[0][0].params,
+        memory=memory,
+        peak=memory["peak_bytes"],
+    )
     out["work"] = sum(work.values())
     out["tail"] = dp + optimizer
     return out
 
 
 def stage_cost(
-    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting, start: int, stop: int,
-    prev: StageSetting | None, nxt: StageSetting | None,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    common: Common,
+    setting: StageSetting,
+    start: int,
+    stop: int,
+    prev: StageSetting | None,
+    nxt: StageSetting | None,
 ) -> StageCost:
     """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop): one entry of
     ``range_matrices`` (the search reads the same matrices)."""
@@ -481,20 +647,35 @@ def stage_cost(
         capacity_bytes=arr.capacity,
     )
     return StageCost(
-        at(m["forward"]), at(m["backward"]), at(m["recompute"]), at(m["tp_forward"]) + at(m["tp_backward"]),
-        at(m["pp"]), at(m["dp"]), at(m["optimizer"]), at(m["params"]), memory,
+        at(m["forward"]),
+        at(m["backward"]),
+        at(m["recompute"]),
+        at(m["tp_forward"]) + at(m["tp_backward"]),
+        at(m["pp"]),
+        at(m["dp"]),
+        at(m["optimizer"]),
+        at(m["params"]),
+        memory,
     )
 
 
-def tied_embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting) -> float:
+def tied_embedding_sync_s(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting
+) -> float:
     """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
     embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters at the engine's tied_grad_bytes, 2-member group."""
     if not model.tie_embeddings or first.index == last.index or model.is_vit:
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
-    span, link_system = group_links(cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last)))
+    span, link_system = group_links(
+        cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last))
+    )
     grad_bytes = common.rules.tied_grad_bytes
-    return float(linear_collective("all_reduce", span, link_system).time_s(model.vocab * model.hidden / first.tp * grad_bytes))
+    return float(
+        linear_collective("all_reduce", span, link_system).time_s(
+            model.vocab * model.hidden / first.tp * grad_bytes
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -509,7 +690,9 @@ class StagePlanEstimate:
     stage_summary: tuple[dict, ...] = field(default_factory=tuple)
     gpus: int = 0
     tokens_per_step: int = 0
-    problems: tuple[str, ...] = ()  # why the plan cannot run at all, whatever its memory (runnable_problems)
+    problems: tuple[
+        str, ...
+    ] = ()  # why the plan cannot run at all, whatever its memory (runnable_problems)
 
     @property
     def fits(self) -> bool:
@@ -527,25 +710,49 @@ class StagePlanEstimate:
             "problems": list(self.problems),
             "gpus": self.gpus,
             "breakdown": self.breakdown.__dict__,
-            "stages": [s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
-                       for s, w, t, m in zip(self.stage_summary, self.stage_work_s, self.stage_tail_s, self.stages)],
+            "stages": [
+                s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
+                for s, w, t, m in zip(
+                    self.stage_summary, self.stage_work_s, self.stage_tail_s, self.stages
+                )
+            ],
         }
 
 
 def common_of(plan: StagePlanSpec) -> Common:
-    return Common(plan.seq_length, plan.dtype, plan.attention, plan.sequence_parallel, plan.zero, plan.schedule,
-                  plan.overlap_dp_grad_reduce, plan.engine)
+    return Common(
+        plan.seq_length,
+        plan.dtype,
+        plan.attention,
+        plan.sequence_parallel,
+        plan.zero,
+        plan.schedule,
+        plan.overlap_dp_grad_reduce,
+        plan.engine,
+    )
 
 
 def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetting]:
     devices = stage_devices(plan, cluster)
     return [
-        StageSetting(tuple(devices[i]), s.tp, s.data_parallel, plan.stage_micro_batch(i), s.recompute, s.recompute_ops, i, plan.pp, plan.n_microbatches)
+        StageSetting(
+            tuple(devices[i]),
+            s.tp,
+            s.data_parallel,
+            plan.stage_micro_batch(i),
+            s.recompute,
+            s.recompute_ops,
+            i,
+            plan.pp,
+            plan.n_microbatches,
+        )
         for i, s in enumerate(plan.stages)
     ]
 
 
-def compose_stages(stages: tuple[Stage, ...], extra_tail_s: float = 0.0) -> tuple[float, TimeBreakdown]:
+def compose_stages(
+    stages: tuple[Stage, ...], extra_tail_s: float = 0.0
+) -> tuple[float, TimeBreakdown]:
     """The step of unequal stages through schedule.step.compose_step, each stage with its own StepInputs
     (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, schedule/pipeline.py) + the longest tail,
     plus a step-level tail that follows every stage's (the tied-embedding sync)."""
@@ -555,7 +762,9 @@ def compose_stages(stages: tuple[Stage, ...], extra_tail_s: float = 0.0) -> tupl
     return breakdown.total_s(), breakdown
 
 
-def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec, rules: EngineRules | None = None) -> StagePlanEstimate:
+def estimate_stage_plan(
+    model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec, rules: EngineRules | None = None
+) -> StagePlanEstimate:
     """Predict the step time and memory per stage of a non-uniform plan (module docstring); ``rules``, when
     given, replace the plan engine's ENGINES entry (validate.cv refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
@@ -564,27 +773,48 @@ def estimate_stage_plan(model: ModelSpec, cluster: ClusterSpec, plan: StagePlanS
             allowed = recomputable_names(model, plan.seq_length, plan.attention, plan.dtype)
             bad = [o for o in s.recompute_ops if o not in allowed]
             if bad:
-                raise InputError(f"plan.stages.{i}.recompute_ops: {bad[0]!r} is not allowed; ops that can be re-run alone: {', '.join(sorted(allowed))}")
+                raise InputError(
+                    f"plan.stages.{i}.recompute_ops: {bad[0]!r} is not allowed; ops that can be re-run alone: {', '.join(sorted(allowed))}"
+                )
     common = replace(common_of(plan), engine_rules=rules)
     settings = stage_settings(plan, cluster)
     ranges = stage_block_ranges(plan, len(model_blocks(model)))
-    neighbours = [(settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None) for i in range(plan.pp)]
-    costs = [stage_cost(model, cluster, common, st, a, b, *nb) for st, (a, b), nb in zip(settings, ranges, neighbours)]
+    neighbours = [
+        (settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None)
+        for i in range(plan.pp)
+    ]
+    costs = [
+        stage_cost(model, cluster, common, st, a, b, *nb)
+        for st, (a, b), nb in zip(settings, ranges, neighbours)
+    ]
     stages = tuple(
-        stage_at(stage_arrays(model, cluster, common, st, *nb), st.index, a, b) for st, (a, b), nb in zip(settings, ranges, neighbours)
+        stage_at(stage_arrays(model, cluster, common, st, *nb), st.index, a, b)
+        for st, (a, b), nb in zip(settings, ranges, neighbours)
     )
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
     step, breakdown = compose_stages(stages, tied)
     summary = tuple(
-        {"stage": i, "blocks": [a, b], "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
-         "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices], "tp": st.tp, "dp": st.dp,
-         "micro_batch": st.micro_batch, "recompute": _recompute_mode(st)}
+        {
+            "stage": i,
+            "blocks": [a, b],
+            "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
+            "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices],
+            "tp": st.tp,
+            "dp": st.dp,
+            "micro_batch": st.micro_batch,
+            "recompute": _recompute_mode(st),
+        }
         for i, (st, (a, b)) in enumerate(zip(settings, ranges))
     )
     return StagePlanEstimate(
-        step_time_s=step, breakdown=breakdown, stage_work_s=tuple(c.work_s for c in costs),
-        stage_tail_s=tuple(c.tail_s for c in costs), stages=tuple(c.memory for c in costs),
-        stage_summary=summary, gpus=plan.gpus, tokens_per_step=plan.global_batch * plan.seq_length,
+        step_time_s=step,
+        breakdown=breakdown,
+        stage_work_s=tuple(c.work_s for c in costs),
+        stage_tail_s=tuple(c.tail_s for c in costs),
+        stages=tuple(c.memory for c in costs),
+        stage_summary=summary,
+        gpus=plan.gpus,
+        tokens_per_step=plan.global_batch * plan.seq_length,
         problems=runnable_problems(costs),
     )
 
@@ -593,4 +823,8 @@ def runnable_problems(costs: list[StageCost]) -> tuple[str, ...]:
     """Stages that cannot run whatever their memory: a stage holding no parameters gives its optimizer an
     empty parameter list, which PyTorch refuses (torch.optim.Optimizer.__init__: "optimizer got an empty
     parameter list"); both Megatron-LM and DeepSpeed build one optimizer per pipeline rank."""
-    return tuple(f"stage {i} holds no parameters: its optimizer cannot be built" for i, c in enumerate(costs) if c.params <= 0)
+    return tuple(
+        f"stage {i} holds no parameters: its optimizer cannot be built"
+        for i, c in enumerate(costs)
+        if c.params <= 0
+    )

@@ -49,8 +49,11 @@ class Part:
 
 
 def _parts(cls, names=None) -> tuple[Part, ...]:
-    return tuple(Part(f.name, f.metadata["label"], f.metadata["color"]) for f in fields(cls)
-                 if "label" in f.metadata and (names is None or f.name in names))
+    return tuple(
+        Part(f.name, f.metadata["label"], f.metadata["color"])
+        for f in fields(cls)
+        if "label" in f.metadata and (names is None or f.name in names)
+    )
 
 
 BREAKDOWN_PARTS: tuple[Part, ...] = _parts(TimeBreakdown)
@@ -85,14 +88,17 @@ class StageMemory:
 
     @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes and self.host_bytes <= self.host_capacity_bytes
+        return (
+            self.peak_bytes <= self.capacity_bytes and self.host_bytes <= self.host_capacity_bytes
+        )
 
     def to_dict(self) -> dict:
         return {
             "stage": self.stage,
             **{f"{p.key}_gib": getattr(self, p.name) / GiB for p in MEMORY_PARTS},
             "weights_and_optimizer_gib": self.weights_and_optimizer_bytes / GiB,
-            "transformer_weights_and_optimizer_gib": self.transformer_weights_and_optimizer_bytes / GiB,
+            "transformer_weights_and_optimizer_gib": self.transformer_weights_and_optimizer_bytes
+            / GiB,
             "transformer_activations_gib": self.transformer_activations_bytes / GiB,
             "peak_gib": self.peak_bytes / GiB,
             "capacity_gib": self.capacity_bytes / GiB,
@@ -111,7 +117,9 @@ class OpCost:
     block: str
     name: str
     kind: str
-    count_per_gpu: int  # how many times per micro-batch this GPU runs the block (layers on the busiest stage)
+    count_per_gpu: (
+        int  # how many times per micro-batch this GPU runs the block (layers on the busiest stage)
+    )
     fwd_flops: float
     bwd_flops: float
     fwd_bytes: float
@@ -188,7 +196,9 @@ class Estimate:
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilisation (Korthikanti et al. 2022, §6.3): counts recomputed FLOPs too."""
-        return self.hardware_flops_per_step / self.step_time_s / (self.gpus * self.peak_flops_per_gpu)
+        return (
+            self.hardware_flops_per_step / self.step_time_s / (self.gpus * self.peak_flops_per_gpu)
+        )
 
     @property
     def first_stage(self) -> StageMemory:

@@ -59,10 +59,12 @@ def tensor_gather_host_s(ranks: Num, tensors: Num, size: Num, inp: Any) -> Num:
     ``size`` bytes in all (``_allgather_param``): the list copies (cost.comm.list_gather_copies_s), the Python loop over
     the ranks (rank_loop_views_s, one view each), the zeroed buffer (gather_buffer_zeroing_s) and the measured fixed
     host time per call (gather_call_host_overhead_s)."""
-    return (list_gather_copies_s(ranks, tensors, size, inp.kernel_overhead_s, inp.hbm_rate)
-            + rank_loop_views_s(ranks, tensors, 1.0)
-            + gather_buffer_zeroing_s(size, inp.hbm_rate)
-            + gather_call_host_overhead_s(tensors, inp.kernel_overhead_s))
+    return (
+        list_gather_copies_s(ranks, tensors, size, inp.kernel_overhead_s, inp.hbm_rate)
+        + rank_loop_views_s(ranks, tensors, 1.0)
+        + gather_buffer_zeroing_s(size, inp.hbm_rate)
+        + gather_call_host_overhead_s(tensors, inp.kernel_overhead_s)
+    )
 
 
 def gathered_per_block(stage: Any) -> tuple[Num, Num]:
@@ -71,8 +73,9 @@ def gathered_per_block(stage: Any) -> tuple[Num, Num]:
     return _sum(stage, lambda b: b.weight_tensors) * per_call, _sum(stage, small_count) * per_call
 
 
-def tensor_gather_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any,
-                        group_name: str = "dense") -> tuple[Num, Num, tuple | None, Num]:
+def tensor_gather_terms(
+    form: Any, size: Num, ranks: Num, stage: Any, inp: Any, group_name: str = "dense"
+) -> tuple[Num, Num, tuple | None, Num]:
     """(time, price) a block's gather adds when issued per tensor, the forward's extra (time, price) or None, and the
     step's persistent gather. The persistent tensors stay gathered from the previous step's coalesced gather through
     the first micro-batch and from each later micro-batch's forward through its backward, so a block gathers its
@@ -88,12 +91,21 @@ def tensor_gather_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any,
         return time, price, None, 0.0
     more = small * (inp.microbatches - 1.0) / np.maximum(inp.microbatches, 1.0)
     extra_host = tensor_gather_host_s(ranks, gathered + more, size, inp) - host
-    forward = (per_tensor * (per_tensor_gather_latency_s(form, more) + extra_host),
-               per_tensor * (per_tensor_gather_latency_s(form, more, priced=True) + extra_host))
-    return time, price, forward, per_tensor * persistent_gather_s(stage, form, ranks, inp, group_name)
+    forward = (
+        per_tensor * (per_tensor_gather_latency_s(form, more) + extra_host),
+        per_tensor * (per_tensor_gather_latency_s(form, more, priced=True) + extra_host),
+    )
+    return (
+        time,
+        price,
+        forward,
+        per_tensor * persistent_gather_s(stage, form, ranks, inp, group_name),
+    )
 
 
-def tensor_reduce_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any) -> tuple[Num, Num, Num]:
+def tensor_reduce_terms(
+    form: Any, size: Num, ranks: Num, stage: Any, inp: Any
+) -> tuple[Num, Num, Num]:
     """(time, price, host seconds) a block's reduce-scatter adds when issued per gradient tensor: T − 1 extra calls'
     latency and the HBM passes (cost.comm.list_reduce_scatter_device_s) on the GPU, and the host time to issue the T
     calls (list_reduce_scatter_host_s), which the block's backward can hide (cost.comm.host_exposed_s)."""
@@ -102,7 +114,11 @@ def tensor_reduce_terms(form: Any, size: Num, ranks: Num, stage: Any, inp: Any) 
     passes = list_reduce_scatter_device_s(size, inp.hbm_rate)
     time = per_tensor * (per_tensor_gather_latency_s(form, tensors - 1.0) + passes)
     price = per_tensor * (per_tensor_gather_latency_s(form, tensors - 1.0, priced=True) + passes)
-    return time, price, per_tensor * list_reduce_scatter_host_s(ranks, tensors, inp.kernel_overhead_s)
+    return (
+        time,
+        price,
+        per_tensor * list_reduce_scatter_host_s(ranks, tensors, inp.kernel_overhead_s),
+    )
 
 
 def regather_s(stage: Any, group_name: str, form: Any, ranks: Num, inp: Any) -> tuple[Num, Num]:
@@ -113,18 +129,29 @@ def regather_s(stage: Any, group_name: str, form: Any, ranks: Num, inp: Any) -> 
     one, microsoft/DeepSpeed issue #1069), so Megatron's checkpointed layers are gathered in forward, recompute and
     backward."""
     blocks = _sum(stage, lambda b: b.regathered)
-    params = _sum(stage, lambda b: b.params * b.regathered if b.gradient_group == group_name else 0.0)
-    tensors = _sum(stage, lambda b: (b.weight_tensors - small_count(b)) * b.regathered) / np.maximum(blocks, 1.0)
+    params = _sum(
+        stage, lambda b: b.params * b.regathered if b.gradient_group == group_name else 0.0
+    )
+    tensors = _sum(
+        stage, lambda b: (b.weight_tensors - small_count(b)) * b.regathered
+    ) / np.maximum(blocks, 1.0)
     size = params * inp.weight_bytes / np.maximum(blocks, 1.0)
     per_tensor = np.where(size > 0, inp.zero3_tensor_gathers, 0.0)
     extra = tensors - 1.0
     host = tensor_gather_host_s(ranks, tensors, size, inp)
-    time = blocks * (form.time_s(size) + per_tensor * (per_tensor_gather_latency_s(form, extra) + host))
-    price = blocks * (form.hidden_price_s(size) + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + host))
+    time = blocks * (
+        form.time_s(size) + per_tensor * (per_tensor_gather_latency_s(form, extra) + host)
+    )
+    price = blocks * (
+        form.hidden_price_s(size)
+        + per_tensor * (per_tensor_gather_latency_s(form, extra, priced=True) + host)
+    )
     return np.where(size > 0, time, 0.0), np.where(size > 0, price, 0.0)
 
 
-def persistent_gather_s(stage: Any, form: Any, ranks: Num, inp: Any, group_name: str = "dense") -> Num:
+def persistent_gather_s(
+    stage: Any, form: Any, ranks: Num, inp: Any, group_name: str = "dense"
+) -> Num:
     """Seconds per step of DeepSpeed's gather of the persistent tensors after the optimizer step (stage3.py ``_post_step``
     → ``_allgather_params``): one all-gather (its latency, its list copies, its n partition views) whose result is
     copied back tensor by tensor in a Python loop over the ranks holding a piece (coalesced_gather_copy_back_s); the
@@ -133,14 +160,33 @@ def persistent_gather_s(stage: Any, form: Any, ranks: Num, inp: Any, group_name:
     mine = [b for b, _ in stage.blocks if b.gradient_group == group_name]
     if not any(np.any(small_count(b) > 0) for b in mine):
         return 0.0
-    copy_back = _sum(stage, lambda b: coalesced_gather_copy_back_s(ranks, b.small_numels, inp.kernel_overhead_s)
-                     if b.gradient_group == group_name else 0.0)
-    return (per_tensor_gather_latency_s(form, 1.0) + list_gather_copies_s(ranks, 1.0, 0.0, inp.kernel_overhead_s, inp.hbm_rate)
-            + rank_loop_views_s(ranks, 1.0, 1.0) + copy_back)
+    copy_back = _sum(
+        stage,
+        lambda b: (
+            coalesced_gather_copy_back_s(ranks, b.small_numels, inp.kernel_overhead_s)
+            if b.gradient_group == group_name
+            else 0.0
+        ),
+    )
+    return (
+        per_tensor_gather_latency_s(form, 1.0)
+        + list_gather_copies_s(ranks, 1.0, 0.0, inp.kernel_overhead_s, inp.hbm_rate)
+        + rank_loop_views_s(ranks, 1.0, 1.0)
+        + copy_back
+    )
 
 
-def zero3_exposure_s(calls: Num, per_call: Num, depth: Num, gather: tuple, reduce: tuple, forward_delta: tuple | None,
-                     regather: tuple | None, forward_window: Num, backward_window: Num) -> Num:
+def zero3_exposure_s(
+    calls: Num,
+    per_call: Num,
+    depth: Num,
+    gather: tuple,
+    reduce: tuple,
+    forward_delta: tuple | None,
+    regather: tuple | None,
+    forward_window: Num,
+    backward_window: Num,
+) -> Num:
     """Exposed ZeRO-3 traffic of one micro-batch: ``calls`` block gathers in forward and in backward and block
     reduce-scatters, each direction's against its window (cost.overlap.prefetched_gather_exposed_s, prefetch depth
     ``depth``), plus what is hidden at its price. ``gather`` and ``reduce`` are one block's (time, price); the

@@ -28,7 +28,9 @@ Num = Any  # float or numpy array, broadcastable (as schedule.step)
 def zb_h1_bubble_share(forward_s, backward_s, wgrad_s):
     """(F + B − 2W) / (F + B): ZB-H1's bubble relative to 1F1B's (Qi et al. 2023 §3.1); 1/3 when
     B = 2F and W = F."""
-    return np.maximum(forward_s + backward_s - 2.0 * wgrad_s, 0.0) / np.maximum(forward_s + backward_s, 1e-30)
+    return np.maximum(forward_s + backward_s - 2.0 * wgrad_s, 0.0) / np.maximum(
+        forward_s + backward_s, 1e-30
+    )
 
 
 def zb_h1_bubble_s(other_stages_work_s, forward_s, backward_s, wgrad_s):
@@ -59,14 +61,22 @@ def weight_copies(schedule: str) -> int:
     return 2 if schedule == "dualpipe" else 1
 
 
-def split_backward_bubble(zb: Num, dualpipe: Num, pp: Num, bubble: Num, work: dict[str, Num], wgrad: Num) -> Num:
+def split_backward_bubble(
+    zb: Num, dualpipe: Num, pp: Num, bubble: Num, work: dict[str, Num], wgrad: Num
+) -> Num:
     """The bubble of the split-backward schedules from the slowest stage's per-micro-batch F (forward
     and its exposed communication), B (backward, recompute, exposed communication) and W (weight
     gradients): ZB-H1 scales the 1F1B bubble by (F+B−2W)/(F+B) (Qi et al. 2023 §3.1); DualPipe is
     (p/2−1)·(F&B + B − 3W) over chunks of half a stage, F&B = F + B (DeepSeek-V3 Table 2); other
     schedules keep ``bubble``."""
     forward = work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
-    backward = work["backward"] + work["recompute"] + work["tp_backward"] + work["cp_backward"] + work["ep_backward"]
+    backward = (
+        work["backward"]
+        + work["recompute"]
+        + work["tp_backward"]
+        + work["cp_backward"]
+        + work["ep_backward"]
+    )
     zero_bubble = bubble * zb_h1_bubble_share(forward, backward, wgrad)
     dual = dualpipe_bubble_s(pp, forward / 2.0, backward / 2.0, wgrad / 2.0)
     return np.where(dualpipe, dual, np.where(zb, zero_bubble, bubble))

@@ -9,6 +9,13 @@ from paraplan.sweep.params import SetAxis, apply_overrides, numeric_fields, pars
 from paraplan.sweep.run import SweepConfig, load_results, run_point, run_sweep
 
 __all__ = [
-    "SetAxis", "SweepConfig", "apply_overrides", "load_results", "numeric_fields", "parse_gpus", "parse_set",
-    "run_point", "run_sweep",
+    "SetAxis",
+    "SweepConfig",
+    "apply_overrides",
+    "load_results",
+    "numeric_fields",
+    "parse_gpus",
+    "parse_set",
+    "run_point",
+    "run_sweep",
 ]

@@ -31,11 +31,22 @@ MAX_JOURNAL_BYTES = 64 * MAX_INPUT_BYTES  # 1 GiB: far above any sweep's journal
 
 # fields every record has, with the types a record written by run_point gives them
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "index": (int,), "key": (str,), "feasible": (bool,), "top": (list,), "reason": (str, type(None)),
-    "plan": (dict, type(None)), "plan_label": (str, type(None)), "memory": (dict, type(None)),
-    "breakdown": (dict, type(None)), "nearest_miss": (dict, type(None)), "search": (dict, type(None)),
-    "step_time_s": (int, float, type(None)), "tokens_per_s": (int, float, type(None)),
-    "mfu": (int, float, type(None)), "hfu": (int, float, type(None)), "global_batch": (int, type(None)),
+    "index": (int,),
+    "key": (str,),
+    "feasible": (bool,),
+    "top": (list,),
+    "reason": (str, type(None)),
+    "plan": (dict, type(None)),
+    "plan_label": (str, type(None)),
+    "memory": (dict, type(None)),
+    "breakdown": (dict, type(None)),
+    "nearest_miss": (dict, type(None)),
+    "search": (dict, type(None)),
+    "step_time_s": (int, float, type(None)),
+    "tokens_per_s": (int, float, type(None)),
+    "mfu": (int, float, type(None)),
+    "hfu": (int, float, type(None)),
+    "global_batch": (int, type(None)),
     "set_si": (dict,),
 }
 _MEMORY_KEYS = ("peak_gib", "capacity_gib", *(f"{part.key}_gib" for part in MEMORY_PARTS))
@@ -60,7 +71,9 @@ def locked(out_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise InputError(f"--out: another sweep is writing into {str(out_dir)!r}; wait for it or use another --out") from None
+            raise InputError(
+                f"--out: another sweep is writing into {str(out_dir)!r}; wait for it or use another --out"
+            ) from None
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -72,25 +85,41 @@ def _is_number(value) -> bool:
 
 def valid_record(record, task: dict, key: str) -> bool:
     """True when ``record`` is a complete record of ``task`` (as run_point writes it)."""
-    if not isinstance(record, dict) or record.get("key") != key or record.get("index") != task["index"]:
+    if (
+        not isinstance(record, dict)
+        or record.get("key") != key
+        or record.get("index") != task["index"]
+    ):
         return False
     for name, types in _RECORD_TYPES.items():
         value = record.get(name, ...)
-        if value is ... or isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+        if (
+            value is ...
+            or isinstance(value, bool) != (bool in types)
+            or not isinstance(value, types)
+        ):
             return False
     if any(record.get(k) != v for k, v in task["swept"].items()):
         return False
     if record["feasible"]:
         memory, breakdown = record["memory"], record["breakdown"]
-        if not (isinstance(memory, dict) and isinstance(breakdown, dict) and isinstance(record["plan"], dict)):
+        if not (
+            isinstance(memory, dict)
+            and isinstance(breakdown, dict)
+            and isinstance(record["plan"], dict)
+        ):
             return False
-        if not all(_is_number(memory.get(k)) for k in _MEMORY_KEYS) or not all(_is_number(v) for v in breakdown.values()):
+        if not all(_is_number(memory.get(k)) for k in _MEMORY_KEYS) or not all(
+            _is_number(v) for v in breakdown.values()
+        ):
             return False
         if not all(_is_number(record[k]) for k in ("step_time_s", "tokens_per_s", "mfu")):
             return False
     miss = record["nearest_miss"]
-    if miss is not None and not (isinstance(miss.get("memory"), dict)
-                                 and all(_is_number(miss["memory"].get(k)) for k in _MEMORY_KEYS)):
+    if miss is not None and not (
+        isinstance(miss.get("memory"), dict)
+        and all(_is_number(miss["memory"].get(k)) for k in _MEMORY_KEYS)
+    ):
         return False
     return True
 
@@ -101,14 +130,20 @@ def read_points(path: Path, tasks: list[dict], keys: list[str]) -> dict[int, dic
     if not path.exists():
         return done
     if path.stat().st_size > MAX_JOURNAL_BYTES:
-        raise InputError(f"--resume: {str(path)!r} is larger than {MAX_JOURNAL_BYTES // 2**30} GiB; not a paraplan journal")
+        raise InputError(
+            f"--resume: {str(path)!r} is larger than {MAX_JOURNAL_BYTES // 2**30} GiB; not a paraplan journal"
+        )
     by_key = {key: task for key, task in zip(keys, tasks)}
     for raw in path.read_bytes().split(b"\n"):
         try:
             record = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, ValueError, RecursionError):
             continue
-        task = by_key.get(record.get("key")) if isinstance(record, dict) and isinstance(record.get("key"), str) else None
+        task = (
+            by_key.get(record.get("key"))
+            if isinstance(record, dict) and isinstance(record.get("key"), str)
+            else None
+        )
         if task is not None and valid_record(record, task, record["key"]):
             done[task["index"]] = record
     return done
@@ -122,15 +157,23 @@ def is_empty(out_dir: Path) -> bool:
     return not out_dir.exists() or not any(p.name != LOCK_FILE for p in out_dir.iterdir())
 
 
-def open_output(out_dir: Path, config_record: dict, tasks: list[dict], keys: list[str], resume: bool,
-                force: bool) -> dict[int, dict]:
+def open_output(
+    out_dir: Path,
+    config_record: dict,
+    tasks: list[dict],
+    keys: list[str],
+    resume: bool,
+    force: bool,
+) -> dict[int, dict]:
     """Prepare a locked ``out_dir``: with ``resume`` return the points already finished there
     (InputError when it holds a different sweep); otherwise refuse a non-empty directory unless
     ``force``, and start an empty journal."""
     config_path, points_path = out_dir / CONFIG_FILE, out_dir / POINTS_FILE
     if not resume and not force and not is_empty(out_dir):
-        raise InputError(f"--out: {str(out_dir)!r} is not empty; add --resume to continue the sweep in it, "
-                         "--force to replace its results, or choose another --out")
+        raise InputError(
+            f"--out: {str(out_dir)!r} is not empty; add --resume to continue the sweep in it, "
+            "--force to replace its results, or choose another --out"
+        )
     current = json.loads(dumps(config_record))
     done: dict[int, dict] = {}
     if resume and config_path.exists():
@@ -140,10 +183,14 @@ def open_output(out_dir: Path, config_record: dict, tasks: list[dict], keys: lis
             saved = None
         if saved != current:
             differs = _first_difference(saved, current)
-            raise InputError(f"--resume: {str(out_dir)!r} holds a different sweep ({differs} differs); "
-                             "use another --out, or --force to replace it")
+            raise InputError(
+                f"--resume: {str(out_dir)!r} holds a different sweep ({differs} differs); "
+                "use another --out, or --force to replace it"
+            )
         done = read_points(points_path, tasks, keys)
-    atomic_write_text(config_path, json.dumps(current, sort_keys=True, indent=2) + "\n", field="--out")
+    atomic_write_text(
+        config_path, json.dumps(current, sort_keys=True, indent=2) + "\n", field="--out"
+    )
     if resume and points_path.exists():
         _end_torn_line(points_path)
     else:

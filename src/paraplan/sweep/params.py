@@ -110,41 +110,56 @@ def _error_text(exc: ValidationError) -> str:
     err = exc.errors()[0]
     msg = str(err.get("msg", "invalid"))
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     loc = [str(part) for part in err.get("loc", ())]
     if loc and msg.startswith(f"{loc[-1]}: "):  # unit errors name the field already
-        msg = msg[len(loc[-1]) + 2:]
+        msg = msg[len(loc[-1]) + 2 :]
     return msg
 
 
-def apply_overrides(model: ModelSpec, system: SystemSpec, overrides: dict[str, object]) -> tuple[ModelSpec, SystemSpec]:
+def apply_overrides(
+    model: ModelSpec, system: SystemSpec, overrides: dict[str, object]
+) -> tuple[ModelSpec, SystemSpec]:
     """The model and system with ``overrides`` (path -> value as typed) applied and re-validated.
 
     Raises InputError naming ``--set PATH``, the value and the rule it breaks."""
     model_data = model.model_dump() if any(p.startswith(MODEL_PREFIX) for p in overrides) else None
-    system_data = system.model_dump() if any(not p.startswith(MODEL_PREFIX) for p in overrides) else None
+    system_data = (
+        system.model_dump() if any(not p.startswith(MODEL_PREFIX) for p in overrides) else None
+    )
     for path, value in overrides.items():
         if path.startswith(MODEL_PREFIX):
-            _set_in(model_data, path[len(MODEL_PREFIX):].split("."), value)
+            _set_in(model_data, path[len(MODEL_PREFIX) :].split("."), value)
         else:
             _set_in(system_data, path.split("."), value)
     try:
         new_model = ModelSpec.model_validate(model_data) if model_data is not None else model
     except ValidationError as exc:
-        raise _value_error([p for p in overrides if p.startswith(MODEL_PREFIX)], overrides, _error_text(exc), model.name) from None
+        raise _value_error(
+            [p for p in overrides if p.startswith(MODEL_PREFIX)],
+            overrides,
+            _error_text(exc),
+            model.name,
+        ) from None
     try:
         new_system = SystemSpec.model_validate(system_data) if system_data is not None else system
     except (ValidationError, UnitError) as exc:
         text = _error_text(exc) if isinstance(exc, ValidationError) else str(exc)
-        raise _value_error([p for p in overrides if not p.startswith(MODEL_PREFIX)], overrides, text, system.name) from None
+        raise _value_error(
+            [p for p in overrides if not p.startswith(MODEL_PREFIX)], overrides, text, system.name
+        ) from None
     return new_model, new_system
 
 
 def _value_error(paths: list[str], overrides: dict, message: str, spec_name: str) -> InputError:
     if len(paths) == 1:
-        return InputError(f"--set {paths[0]}: {overrides[paths[0]]!r} is not allowed for {spec_name}; {message}")
+        return InputError(
+            f"--set {paths[0]}: {overrides[paths[0]]!r} is not allowed for {spec_name}; {message}"
+        )
     shown = ", ".join(f"{p}={overrides[p]!r}" for p in paths)
-    return InputError(f"--set {' + '.join(paths)}: {shown} together are not allowed for {spec_name}; {message}")
+    return InputError(
+        f"--set {' + '.join(paths)}: {shown} together are not allowed for {spec_name}; {message}"
+    )
 
 
 # ---- parsing the options -------------------------------------------------------------------
@@ -162,7 +177,9 @@ class SetAxis:
 def parse_set(text: str) -> SetAxis:
     """``PATH=V1,V2,...`` -> SetAxis; the path must be a numeric leaf of the schemas."""
     if "=" not in text:
-        raise InputError(f"--set: {text!r} is not PATH=VALUE[,VALUE...]; e.g. accelerator.hbm_bandwidth=2TB/s,4TB/s")
+        raise InputError(
+            f"--set: {text!r} is not PATH=VALUE[,VALUE...]; e.g. accelerator.hbm_bandwidth=2TB/s,4TB/s"
+        )
     path, _, raw = text.partition("=")
     path = path.strip()
     fields = numeric_fields()
@@ -229,7 +246,7 @@ def override_values(axes: list[SetAxis], combo: tuple[str, ...]) -> dict[str, ob
 def si_value(model: ModelSpec, system: SystemSpec, path: str):
     """The value of ``path`` in the (already overridden) specs, in SI units."""
     if path.startswith(MODEL_PREFIX):
-        return _get_in(model.model_dump(), path[len(MODEL_PREFIX):].split("."))
+        return _get_in(model.model_dump(), path[len(MODEL_PREFIX) :].split("."))
     return _get_in(system.model_dump(), path.split("."))
 
 
@@ -251,7 +268,9 @@ def parse_gpus(text: str) -> tuple[int, ...]:
             if factor is None:
                 raise InputError(f"--gpus: {item!r} has no factor; give {form}")
             if start < 1 or stop < start or factor < 2:
-                raise InputError(f"--gpus: {item!r} is not allowed; need 1 <= START <= STOP and FACTOR >= 2")
+                raise InputError(
+                    f"--gpus: {item!r} is not allowed; need 1 <= START <= STOP and FACTOR >= 2"
+                )
             value = start
             while value <= stop:
                 out.append(value)
@@ -274,6 +293,13 @@ def parse_gpus(text: str) -> tuple[int, ...]:
 
 
 __all__ = [
-    "SetAxis", "apply_overrides", "check_axes", "numeric_fields", "override_values", "parse_gpus",
-    "parse_set", "parse_sets", "si_value",
+    "SetAxis",
+    "apply_overrides",
+    "check_axes",
+    "numeric_fields",
+    "override_values",
+    "parse_gpus",
+    "parse_set",
+    "parse_sets",
+    "si_value",
 ]

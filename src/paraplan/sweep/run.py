@@ -45,7 +45,9 @@ from paraplan.units import GiB
 
 JSON_FILE = "sweep.json"
 CSV_FILE = "sweep.csv"
-FLOAT_DIGITS = 9  # significant digits of every float written (last-bit differences between machines vanish)
+FLOAT_DIGITS = (
+    9  # significant digits of every float written (last-bit differences between machines vanish)
+)
 MAX_POINTS = 10_000  # points of one sweep (each is a whole plan search)
 
 RESTRICTION_FIELDS = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
@@ -70,7 +72,9 @@ class SweepConfig:
     default_overlap: bool = False
     default_placement: bool = False
     vary_split: bool = False  # search.space.SearchProblem.vary_split
-    restrictions: dict = field(default_factory=dict)  # SearchProblem axis name -> tuple of allowed values
+    restrictions: dict = field(
+        default_factory=dict
+    )  # SearchProblem axis name -> tuple of allowed values
     tokens: float | None = None  # run length for time-to-train
     framework: str | None = None  # --framework: a profile name or file (paraplan.cost.frameworks)
 
@@ -78,24 +82,41 @@ class SweepConfig:
         if not self.systems:
             raise InputError("--system: give at least one system")
         if len(set(self.systems)) != len(self.systems):
-            raise InputError(f"--system: {','.join(self.systems)!r} repeats a system; list each once")
+            raise InputError(
+                f"--system: {','.join(self.systems)!r} repeats a system; list each once"
+            )
         if (self.global_batch is None) == (self.max_global_batch is None):
-            raise InputError("--global-batch: give exactly one of --global-batch or --max-global-batch")
+            raise InputError(
+                "--global-batch: give exactly one of --global-batch or --max-global-batch"
+            )
         batch = self.global_batch if self.global_batch is not None else self.max_global_batch
         if batch <= 0:
             raise InputError(f"--global-batch: {batch} is not allowed; must be a positive integer")
         if self.seq_length <= 0:
-            raise InputError(f"--seq-length: {self.seq_length} is not allowed; must be a positive integer")
-        check_search_bounds(gpus=max(self.gpus), seq_length=self.seq_length, batch=batch, top=self.top,
-                            batch_flag="--global-batch" if self.global_batch is not None else "--max-global-batch")
+            raise InputError(
+                f"--seq-length: {self.seq_length} is not allowed; must be a positive integer"
+            )
+        check_search_bounds(
+            gpus=max(self.gpus),
+            seq_length=self.seq_length,
+            batch=batch,
+            top=self.top,
+            batch_flag="--global-batch" if self.global_batch is not None else "--max-global-batch",
+        )
         if self.tokens is not None and not (math.isfinite(self.tokens) and self.tokens > 0):
-            raise InputError(f"--tokens: {self.tokens!r} is not allowed; must be a finite positive number")
+            raise InputError(
+                f"--tokens: {self.tokens!r} is not allowed; must be a finite positive number"
+            )
         count = len(self.systems) * len(self.gpus) * math.prod(len(a.values) for a in self.sets)
         if count > MAX_POINTS:
-            raise InputError(f"--set: {count:,} points are too many for one sweep; at most {MAX_POINTS:,}")
+            raise InputError(
+                f"--set: {count:,} points are too many for one sweep; at most {MAX_POINTS:,}"
+            )
         unknown = set(self.restrictions) - set(RESTRICTION_FIELDS)
         if unknown:
-            raise InputError(f"restrictions: unknown axis {sorted(unknown)[0]!r}; allowed: {', '.join(RESTRICTION_FIELDS)}")
+            raise InputError(
+                f"restrictions: unknown axis {sorted(unknown)[0]!r}; allowed: {', '.join(RESTRICTION_FIELDS)}"
+            )
 
     def to_dict(self) -> dict:
         return {
@@ -113,16 +134,22 @@ class SweepConfig:
             "no_offload": self.no_offload,
             "default_overlap": self.default_overlap,
             "default_placement": self.default_placement,
-            "restrictions": {k: list(v) for k, v in sorted(self.restrictions.items()) if v is not None},
+            "restrictions": {
+                k: list(v) for k, v in sorted(self.restrictions.items()) if v is not None
+            },
             "tokens": self.tokens,
             **({"framework": self.framework} if self.framework is not None else {}),
-            **({"vary_split": True} if self.vary_split else {}),  # absent when off: earlier sweeps' configs still match
+            **(
+                {"vary_split": True} if self.vary_split else {}
+            ),  # absent when off: earlier sweeps' configs still match
         }
 
     @property
     def axes(self) -> list[tuple[str, list]]:
         """(name, values) of every swept dimension in cartesian order: system, gpus, each --set path."""
-        return [("system", list(self.systems)), ("gpus", list(self.gpus))] + [(a.path, list(a.values)) for a in self.sets]
+        return [("system", list(self.systems)), ("gpus", list(self.gpus))] + [
+            (a.path, list(a.values)) for a in self.sets
+        ]
 
 
 @dataclass(frozen=True)
@@ -173,7 +200,13 @@ def _rounded(value):
 def _first_non_finite(value, path: str = "") -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return path or "value"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, (list, tuple))
+        else ()
+    )
     for k, v in items:
         found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
         if found:
@@ -190,8 +223,15 @@ def run_point(task: dict) -> dict:
     bad = _first_non_finite(record)
     if bad is not None:
         keep = {k: record[k] for k in ("index", "model", *task["swept"], "set_si")}
-        record = {**keep, **EMPTY_SUMMARY, "feasible": False, "top": [], "nearest_miss": None, "search": None,
-                  "reason": f"the model gave a non-finite value ({bad}); the inputs are outside its range"}
+        record = {
+            **keep,
+            **EMPTY_SUMMARY,
+            "feasible": False,
+            "top": [],
+            "nearest_miss": None,
+            "search": None,
+            "reason": f"the model gave a non-finite value ({bad}); the inputs are outside its range",
+        }
         if task["settings"]["tokens"]:
             record["time_to_train_days"] = None
     record["key"] = point_key(task)
@@ -206,7 +246,12 @@ def _run_point(task: dict) -> dict:
 
     model = ModelSpec.model_validate(task["model"])
     system = SystemSpec.model_validate(task["system"])
-    record = {"index": task["index"], "model": model.name, **task["swept"], "set_si": task["set_si"]}
+    record = {
+        "index": task["index"],
+        "model": model.name,
+        **task["swept"],
+        "set_si": task["set_si"],
+    }
     settings = task["settings"]
     problem = SearchProblem(
         model=model,
@@ -224,35 +269,61 @@ def _run_point(task: dict) -> dict:
         vary_split=settings["vary_split"],
         price_per_gpu_hour=system.price_per_gpu_hour,
         **{k: tuple(v) for k, v in settings["restrictions"].items()},
-        **({"framework": settings["framework"], "default_overlaps": tuple(settings["default_overlaps"])}
-           if "framework" in settings else {}),
+        **(
+            {
+                "framework": settings["framework"],
+                "default_overlaps": tuple(settings["default_overlaps"]),
+            }
+            if "framework" in settings
+            else {}
+        ),
     )
-    record.update(EMPTY_SUMMARY, feasible=False, top=[], nearest_miss=None, reason=None, search=None)
+    record.update(
+        EMPTY_SUMMARY, feasible=False, top=[], nearest_miss=None, reason=None, search=None
+    )
     try:
-        result = search(problem, top_k=settings["top"], workers=1)  # a sweep runs its points in parallel instead
-    except InputError as exc:  # this point cannot be searched (no split of the GPUs, batch too small, ...)
+        result = search(
+            problem, top_k=settings["top"], workers=1
+        )  # a sweep runs its points in parallel instead
+    except (
+        InputError
+    ) as exc:  # this point cannot be searched (no split of the GPUs, batch too small, ...)
         record["reason"] = str(exc)
         return record
-    record["search"] = {"candidates": result.candidates, "evaluated": result.evaluated, "feasible": result.feasible}
+    record["search"] = {
+        "candidates": result.candidates,
+        "evaluated": result.evaluated,
+        "feasible": result.feasible,
+    }
     if result.plans:
         best = result.plans[0]
         record.update(PlanSummary.of(best.estimate, best.plan).to_dict(), feasible=True)
         record["top"] = [
-            {"rank": p.rank, "plan_label": PlanSummary.of(p.estimate, p.plan).plan_label, "plan": p.plan.model_dump(),
-             "step_time_s": p.estimate.step_time_s, "tokens_per_s": p.estimate.tokens_per_s, "mfu": p.estimate.mfu,
-             "peak_memory_gib": p.estimate.peak_stage.peak_bytes / GiB}
+            {
+                "rank": p.rank,
+                "plan_label": PlanSummary.of(p.estimate, p.plan).plan_label,
+                "plan": p.plan.model_dump(),
+                "step_time_s": p.estimate.step_time_s,
+                "tokens_per_s": p.estimate.tokens_per_s,
+                "mfu": p.estimate.mfu,
+                "peak_memory_gib": p.estimate.peak_stage.peak_bytes / GiB,
+            }
             for p in result.plans
         ]
         if settings["tokens"]:
-            record["time_to_train_days"] = best.estimate.run_totals(settings["tokens"], None)["days"]
+            record["time_to_train_days"] = best.estimate.run_totals(settings["tokens"], None)[
+                "days"
+            ]
     elif result.nearest_miss is not None:
         miss = result.nearest_miss
         plan = PlanSpec.model_validate(miss["plan"])
         near = PlanSummary.of(estimate(model, system, plan), plan).to_dict()
         near["overflow_gib"] = miss["overflow_gib"]
         record["nearest_miss"] = near
-        record["reason"] = (f"no plan fits in memory; nearest miss needs {miss['peak_memory_gib']:.1f} GiB "
-                            f"of {miss['capacity_gib']:.1f} GiB per GPU")
+        record["reason"] = (
+            f"no plan fits in memory; nearest miss needs {miss['peak_memory_gib']:.1f} GiB "
+            f"of {miss['capacity_gib']:.1f} GiB per GPU"
+        )
     else:
         record["reason"] = "no candidate plan"
     if settings["tokens"] and "time_to_train_days" not in record:
@@ -277,11 +348,15 @@ def prepare(config: SweepConfig) -> Prepared:
     model = load_model(config.model, field="model")
     from paraplan.step.estimate import model_violations
 
-    if broken := model_violations(model):  # no point of the sweep could search it (the uniform search's model rule)
+    if broken := model_violations(
+        model
+    ):  # no point of the sweep could search it (the uniform search's model rule)
         raise InputError.from_violations(broken)
     systems = [load_system(s, field="system") for s in config.systems]
     profile = None
-    if config.framework is not None:  # every system as the framework uses it (frameworks.framework_system)
+    if (
+        config.framework is not None
+    ):  # every system as the framework uses it (frameworks.framework_system)
         from paraplan.catalog import load_framework
         from paraplan.cost.frameworks import framework_system
 
@@ -289,35 +364,62 @@ def prepare(config: SweepConfig) -> Prepared:
         systems = [framework_system(profile, s) for s in systems]
     names = [s.name for s in systems]
     if len(set(names)) != len(names):
-        raise InputError(f"--system: {', '.join(config.systems)} give systems of the same name; rename one")
+        raise InputError(
+            f"--system: {', '.join(config.systems)} give systems of the same name; rename one"
+        )
     check_axes(model, systems, list(config.sets))
     settings = {
-        "seq_length": config.seq_length, "global_batch": config.global_batch,
-        "max_global_batch": config.max_global_batch, "dtype": config.dtype, "attention": config.attention,
-        "objective": config.objective, "no_offload": config.no_offload, "default_overlap": config.default_overlap,
-        "default_placement": config.default_placement, "vary_split": config.vary_split, "top": config.top,
+        "seq_length": config.seq_length,
+        "global_batch": config.global_batch,
+        "max_global_batch": config.max_global_batch,
+        "dtype": config.dtype,
+        "attention": config.attention,
+        "objective": config.objective,
+        "no_offload": config.no_offload,
+        "default_overlap": config.default_overlap,
+        "default_placement": config.default_placement,
+        "vary_split": config.vary_split,
+        "top": config.top,
         "tokens": config.tokens,
-        "restrictions": {k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None},
+        "restrictions": {
+            k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None
+        },
     }
-    if profile is not None:  # the name for the error band, the overlap defaults for --default-overlap
+    if (
+        profile is not None
+    ):  # the name for the error band, the overlap defaults for --default-overlap
         from paraplan.cost.frameworks import framework_search_fields
 
         fields = framework_search_fields(profile)
-        settings.update(framework=fields["framework"], default_overlaps=list(fields["default_overlaps"]))
+        settings.update(
+            framework=fields["framework"], default_overlaps=list(fields["default_overlaps"])
+        )
     pts = points(config)
     variants: dict[tuple, tuple[dict, dict, dict]] = {}
     tasks = []
     for p in pts:
         key = (p.system, p.combo)
         if key not in variants:
-            m, s = apply_overrides(model, systems[p.system], override_values(list(config.sets), p.combo))
-            variants[key] = (m.model_dump(), s.model_dump(), {a.path: si_value(m, s, a.path) for a in config.sets})
+            m, s = apply_overrides(
+                model, systems[p.system], override_values(list(config.sets), p.combo)
+            )
+            variants[key] = (
+                m.model_dump(),
+                s.model_dump(),
+                {a.path: si_value(m, s, a.path) for a in config.sets},
+            )
             _check_dtype(s, config.dtype)
         model_data, system_data, set_si = variants[key]
-        tasks.append({
-            "index": p.index, "model": model_data, "system": system_data, "settings": settings,
-            "swept": swept_values(config, p, systems[p.system].name), "set_si": set_si,
-        })
+        tasks.append(
+            {
+                "index": p.index,
+                "model": model_data,
+                "system": system_data,
+                "settings": settings,
+                "swept": swept_values(config, p, systems[p.system].name),
+                "set_si": set_si,
+            }
+        )
     specs = {"model": model.model_dump(), "systems": [s.model_dump() for s in systems]}
     return Prepared(config, model, systems, pts, tasks, specs)
 
@@ -327,14 +429,18 @@ def _check_dtype(system: SystemSpec, dtype: str) -> None:
         system.accelerator.peak_matrix_flops(dtype)
     except KeyError:
         have = ", ".join(sorted(system.accelerator.matrix_flops))
-        raise InputError(f"--dtype: {dtype} is not supported by {system.name} "
-                         f"(accelerator.matrix_flops has {have}); choose one of those") from None
+        raise InputError(
+            f"--dtype: {dtype} is not supported by {system.name} "
+            f"(accelerator.matrix_flops has {have}); choose one of those"
+        ) from None
 
 
 _dumps = dumps
 
 
-def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, dask: str | None = None) -> None:
+def execute(
+    tasks: list[dict], write: Callable[[dict], None], workers: int = 1, dask: str | None = None
+) -> None:
     """Run ``run_point`` on every task: in this process (workers=1), on local processes, or on Dask."""
     if not tasks:
         return
@@ -347,17 +453,27 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        context = multiprocessing.get_context("spawn")  # no fork of a process that runs a progress thread
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
-                                   initializer=die_with_parent, initargs=(os.getpid(),))
+        context = multiprocessing.get_context(
+            "spawn"
+        )  # no fork of a process that runs a progress thread
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(tasks)),
+            mp_context=context,
+            initializer=die_with_parent,
+            initargs=(os.getpid(),),
+        )
         try:
             pending = {pool.submit(run_point, task) for task in tasks}
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(finished, key=lambda f: f.result()["index"]):
                     write(future.result())
-        except BaseException:  # interrupted or failed: stop at once; finished points are saved already
-            processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
+        except (
+            BaseException
+        ):  # interrupted or failed: stop at once; finished points are saved already
+            processes = list(
+                (getattr(pool, "_processes", None) or {}).values()
+            )  # shutdown() forgets them
             for process in processes:
                 process.terminate()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -365,16 +481,24 @@ def execute(tasks: list[dict], write: Callable[[dict], None], workers: int = 1, 
         pool.shutdown()
 
 
-def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str, workers: int) -> None:
+def _execute_dask(
+    tasks: list[dict], write: Callable[[dict], None], address: str, workers: int
+) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:  # pragma: no cover - a main dependency
-        raise InputError("--dask: the 'distributed' package is not installed; pip install distributed") from None
+        raise InputError(
+            "--dask: the 'distributed' package is not installed; pip install distributed"
+        ) from None
     cluster = None
     try:
         if address == "local":
-            cluster = LocalCluster(n_workers=workers if workers > 1 else 2, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+            cluster = LocalCluster(
+                n_workers=workers if workers > 1 else 2,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+            )
             client = Client(cluster)
             # the workers are this process's children (the nannies run in this process): give them the
             # same parent-death guarantee as --workers (Dask's own worker processes also watch a pipe
@@ -385,10 +509,19 @@ def _execute_dask(tasks: list[dict], write: Callable[[dict], None], address: str
             try:
                 client = Client(address, timeout="10s")
             except (OSError, TimeoutError, ValueError) as exc:
-                raise InputError(f"--dask: cannot connect to the scheduler at {address!r}: {exc}") from None
+                raise InputError(
+                    f"--dask: cannot connect to the scheduler at {address!r}: {exc}"
+                ) from None
         try:
-            futures = [client.submit(run_point, task, key=f"paraplan-point-{task['index']}-{_task_token(task)}", pure=False)
-                       for task in tasks]
+            futures = [
+                client.submit(
+                    run_point,
+                    task,
+                    key=f"paraplan-point-{task['index']}-{_task_token(task)}",
+                    pure=False,
+                )
+                for task in tasks
+            ]
             for future, record in as_completed(futures, with_results=True):
                 write(record)
         finally:
@@ -404,7 +537,9 @@ def _check_dask_address(address: str) -> None:
     rest = address.split("://", 1)[-1]
     host, sep, port = rest.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise InputError(f"--dask: {address!r} is not a scheduler address; give tcp://HOST:PORT (port 1-65535) or 'local'")
+        raise InputError(
+            f"--dask: {address!r} is not a scheduler address; give tcp://HOST:PORT (port 1-65535) or 'local'"
+        )
 
 
 def _task_token(task: dict) -> str:
@@ -422,8 +557,11 @@ def results_document(config: SweepConfig, records: list[dict]) -> dict:
 def write_results(document: dict, out_dir: Path) -> list[Path]:
     """sweep.json and sweep.csv, each written atomically (temporary file, fsync, rename)."""
     json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
-    atomic_write_text(json_path, json.dumps(_rounded(document), sort_keys=True, indent=2, allow_nan=False) + "\n",
-                      field="--out")
+    atomic_write_text(
+        json_path,
+        json.dumps(_rounded(document), sort_keys=True, indent=2, allow_nan=False) + "\n",
+        field="--out",
+    )
     write_csv(document, csv_path)
     return [json_path, csv_path]
 
@@ -451,9 +589,17 @@ class SweepOutcome:
     warnings: tuple[str, ...] = ()  # one line each, for stderr
 
 
-def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool = False, dask: str | None = None,
-              on_point: Callable[[dict], None] | None = None, on_start: Callable[[int, int], None] | None = None,
-              plots: bool = True, force: bool = False) -> SweepOutcome:
+def run_sweep(
+    config: SweepConfig,
+    out_dir: Path,
+    workers: int = 1,
+    resume: bool = False,
+    dask: str | None = None,
+    on_point: Callable[[dict], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    plots: bool = True,
+    force: bool = False,
+) -> SweepOutcome:
     """Run (or finish, with ``resume``) a sweep and write its results and plots into ``out_dir``.
 
     ``out_dir`` is locked for the run; a non-empty one is refused unless ``resume`` or ``force``
@@ -464,7 +610,9 @@ def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool
     if workers < 1:
         raise InputError(f"--workers: {workers} is not allowed; must be >= 1")
     if resume and force:
-        raise InputError("--force: give either --resume (continue) or --force (start again), not both")
+        raise InputError(
+            "--force: give either --resume (continue) or --force (start again), not both"
+        )
     prepared = prepare(config)
     keys = [point_key(t) for t in prepared.tasks]
     with locked(out_dir):
@@ -487,7 +635,9 @@ def run_sweep(config: SweepConfig, out_dir: Path, workers: int = 1, resume: bool
     from paraplan.specs.limits import position_warning
 
     warning = position_warning(prepared.model, config.seq_length)
-    return SweepOutcome(document, files, ran=len(pending), skipped=len(done), warnings=(warning,) if warning else ())
+    return SweepOutcome(
+        document, files, ran=len(pending), skipped=len(done), warnings=(warning,) if warning else ()
+    )
 
 
 def _config_record(prepared: Prepared) -> dict:
@@ -498,22 +648,43 @@ def load_results(path: Path) -> dict:
     """A saved sweep.json (for ``paraplan plot``); InputError when it is not one."""
     from paraplan.io.documents import parse_document, read_text
 
-    data = parse_document(read_text(path, "sweep.json"), repr(str(path)), "sweep.json", as_json=True)
-    if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("sweep"), dict):
-        raise InputError(f"sweep.json: {str(path)!r} is not a paraplan sweep result (needs 'sweep' and 'points')")
+    data = parse_document(
+        read_text(path, "sweep.json"), repr(str(path)), "sweep.json", as_json=True
+    )
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("points"), list)
+        or not isinstance(data.get("sweep"), dict)
+    ):
+        raise InputError(
+            f"sweep.json: {str(path)!r} is not a paraplan sweep result (needs 'sweep' and 'points')"
+        )
     for point in data["points"]:
         bad = _negative_time(point)
         if bad is not None:
-            raise InputError(f"sweep.json: {str(path)!r}: {bad} is not allowed; times and memory must be >= 0")
+            raise InputError(
+                f"sweep.json: {str(path)!r}: {bad} is not allowed; times and memory must be >= 0"
+            )
     return data
 
 
 def _negative_time(value, path: str = "point") -> str | None:
     """The first negative time (``*_s``) or memory (``*_gib``) value in a record, as 'path = value'."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, item in items:
         where = f"{path}.{key}"
-        if isinstance(item, (int, float)) and not isinstance(item, bool) and str(key).endswith(("_s", "_gib")) and item < 0:
+        if (
+            isinstance(item, (int, float))
+            and not isinstance(item, bool)
+            and str(key).endswith(("_s", "_gib"))
+            and item < 0
+        ):
             return f"{where} = {item}"
         found = _negative_time(item, where) if isinstance(item, (dict, list)) else None
         if found:

@@ -25,7 +25,9 @@ class PlanSummary:
     mfu: float | None = None
     hfu: float | None = None
     global_batch: int | None = None
-    memory: dict | None = None  # peak stage: "<part>_gib" per MEMORY_PARTS, stage, peak, capacity, fits
+    memory: dict | None = (
+        None  # peak stage: "<part>_gib" per MEMORY_PARTS, stage, peak, capacity, fits
+    )
     breakdown: dict | None = None  # TimeBreakdown fields
 
     @classmethod
@@ -34,11 +36,23 @@ class PlanSummary:
 
         stage = est.peak_stage.to_dict()
         memory = {f"{p}_gib": stage[f"{p}_gib"] for p in MEMORY_PARTS}
-        memory.update(stage=stage["stage"], peak_gib=stage["peak_gib"], capacity_gib=stage["capacity_gib"],
-                      fits=stage["fits"])
-        return cls(plan=plan.model_dump(), plan_label=plan_label(plan), step_time_s=est.step_time_s,
-                   tokens_per_s=est.tokens_per_s, mfu=est.mfu, hfu=est.hfu, global_batch=plan.global_batch,
-                   memory=memory, breakdown=asdict(est.breakdown))
+        memory.update(
+            stage=stage["stage"],
+            peak_gib=stage["peak_gib"],
+            capacity_gib=stage["capacity_gib"],
+            fits=stage["fits"],
+        )
+        return cls(
+            plan=plan.model_dump(),
+            plan_label=plan_label(plan),
+            step_time_s=est.step_time_s,
+            tokens_per_s=est.tokens_per_s,
+            mfu=est.mfu,
+            hfu=est.hfu,
+            global_batch=plan.global_batch,
+            memory=memory,
+            breakdown=asdict(est.breakdown),
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,24 +62,36 @@ EMPTY_SUMMARY: dict = PlanSummary().to_dict()
 SUMMARY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PlanSummary))
 
 
-def csv_columns(set_paths: list[str], with_days: bool) -> list[tuple[str, Callable[[dict], object]]]:
+def csv_columns(
+    set_paths: list[str], with_days: bool
+) -> list[tuple[str, Callable[[dict], object]]]:
     """(header, value of a point record) for every sweep.csv column, in order."""
+
     def get(*path):
         def value(r: dict):
             for key in path:
                 r = (r or {}).get(key)
             return r
+
         return value
 
     columns = [("index", get("index")), ("system", get("system")), ("gpus", get("gpus"))]
     columns += [(p, get(p)) for p in set_paths]
-    columns += [(k, get(k)) for k in ("feasible", "global_batch", "step_time_s", "tokens_per_s", "mfu")]
+    columns += [
+        (k, get(k)) for k in ("feasible", "global_batch", "step_time_s", "tokens_per_s", "mfu")
+    ]
     if with_days:
         columns.append(("time_to_train_days", get("time_to_train_days")))
     columns.append(("plan", get("plan_label")))
     columns += [(c, get("plan", c)) for c in PLAN_COLUMNS]
-    columns += [("peak_memory_gib", get("memory", "peak_gib")), ("capacity_gib", get("memory", "capacity_gib"))]
+    columns += [
+        ("peak_memory_gib", get("memory", "peak_gib")),
+        ("capacity_gib", get("memory", "capacity_gib")),
+    ]
     columns += [(f"{p}_gib", get("memory", f"{p}_gib")) for p in MEMORY_PARTS]
     columns += [(c, get("breakdown", c)) for c in BREAKDOWN_FIELDS]
-    columns += [("nearest_miss_overflow_gib", get("nearest_miss", "overflow_gib")), ("reason", get("reason"))]
+    columns += [
+        ("nearest_miss_overflow_gib", get("nearest_miss", "overflow_gib")),
+        ("reason", get("reason")),
+    ]
     return columns

@@ -35,8 +35,14 @@ from pathlib import Path
 from paraplan.io.documents import atomic_write_text
 
 GPUS_PER_NODE = 4
-FIRST_LAYER_ENTRY, LAST_LAYER_ENTRY = 2, 25  # AMP's op list: 0 embed, 1 noop, 2..25 layers, 26-27 noop, 28 head, 29 noop
-INSTANCE_SYSTEMS = {"p3.8xlarge": ("v100", "aws-p3.8xlarge"), "g4dn.12xlarge": ("t4", "aws-g4dn.12xlarge")}
+FIRST_LAYER_ENTRY, LAST_LAYER_ENTRY = (
+    2,
+    25,
+)  # AMP's op list: 0 embed, 1 noop, 2..25 layers, 26-27 noop, 28 head, 29 noop
+INSTANCE_SYSTEMS = {
+    "p3.8xlarge": ("v100", "aws-p3.8xlarge"),
+    "g4dn.12xlarge": ("t4", "aws-g4dn.12xlarge"),
+}
 
 MODEL = {
     "name": "amp-gpt2-medium",
@@ -73,14 +79,17 @@ def cluster_of(instances: list[str]) -> dict:
         if pools and pools[-1]["system"] == system:
             pools[-1]["nodes"] += 1
         else:
-            pools.append({"name": name, "system": system, "nodes": 1, "nic_shared_by": GPUS_PER_NODE})
+            pools.append(
+                {"name": name, "system": system, "nodes": 1, "nic_shared_by": GPUS_PER_NODE}
+            )
     return {"name": "+".join(f"{p['nodes']}x {p['system']}" for p in pools), "pools": pools}
 
 
 def stage_layers(bounds: list[int]) -> list[int]:
     """Transformer layers in each stage's [b_k, b_{k+1}) of AMP's op list."""
     return [
-        sum(1 for e in range(a, b) if FIRST_LAYER_ENTRY <= e <= LAST_LAYER_ENTRY) for a, b in zip(bounds, bounds[1:])
+        sum(1 for e in range(a, b) if FIRST_LAYER_ENTRY <= e <= LAST_LAYER_ENTRY)
+        for a, b in zip(bounds, bounds[1:])
     ]
 
 
@@ -96,22 +105,36 @@ def stage_devices(instances: list[str], stage: int, per_stage: int) -> list[dict
     return out
 
 
-PARAMETERLESS_ENTRIES = {1, 26, 29}  # AMP's op list: lambdas (transposes, the loss wrapper) without weights
+PARAMETERLESS_ENTRIES = {
+    1,
+    26,
+    29,
+}  # AMP's op list: lambdas (transposes, the loss wrapper) without weights
 
 
 def failure_evidence(record: dict) -> str:
     """What the record itself says about a trial that could not run (AMP logs only r_cost = inf)."""
     par, batch = record["parallelism"], record["batch"]
     bounds = par["stage_boundaries"]
-    empty = [k for k, (a, b) in enumerate(zip(bounds, bounds[1:])) if set(range(a, b)) <= PARAMETERLESS_ENTRIES]
+    empty = [
+        k
+        for k, (a, b) in enumerate(zip(bounds, bounds[1:]))
+        if set(range(a, b)) <= PARAMETERLESS_ENTRIES
+    ]
     if empty:
-        return (f"stage {empty[0]} holds only op entries {sorted(set(range(bounds[empty[0]], bounds[empty[0] + 1])))} "
-                "(no parameters): its optimizer cannot be built (torch.optim: empty parameter list), not an OOM")
+        return (
+            f"stage {empty[0]} holds only op entries {sorted(set(range(bounds[empty[0]], bounds[empty[0] + 1])))} "
+            "(no parameters): its optimizer cannot be built (torch.optim: empty parameter list), not an OOM"
+        )
     if batch["mbs"] == 1:
-        return (f"cause not logged; micro-batch 1 (tp {par['tp']}) is the least memory its layout can use, and the same "
-                "layout ran at larger micro-batches: not an out-of-memory failure by this evidence")
-    return (f"cause not logged; micro-batch {batch['mbs']} (tp {par['tp']}): out of memory is the likely cause; "
-            "paraplan's peak for it is in the validate report")
+        return (
+            f"cause not logged; micro-batch 1 (tp {par['tp']}) is the least memory its layout can use, and the same "
+            "layout ran at larger micro-batches: not an out-of-memory failure by this evidence"
+        )
+    return (
+        f"cause not logged; micro-batch {batch['mbs']} (tp {par['tp']}): out of memory is the likely cause; "
+        "paraplan's peak for it is in the validate report"
+    )
 
 
 def case_of(record: dict) -> dict:
@@ -120,7 +143,9 @@ def case_of(record: dict) -> dict:
     instances = node_instances(record)
     layers = stage_layers(par["stage_boundaries"])
     if "transformer_layers_per_stage" in par and par["transformer_layers_per_stage"] != layers:
-        raise ValueError(f"{record['id']}: layer count {layers} disagrees with {par['transformer_layers_per_stage']}")
+        raise ValueError(
+            f"{record['id']}: layer count {layers} disagrees with {par['transformer_layers_per_stage']}"
+        )
     stages = []
     for k in range(pp):
         devices = stage_devices(instances, k, tp * dp)
@@ -146,10 +171,18 @@ def case_of(record: dict) -> dict:
             "engine": "deepspeed",
             "stages": stages,
         },
-        "measured": {"fits": False} if measured["failed"] else {"step_time_s": measured["step_time_s"]},
+        "measured": {"fits": False}
+        if measured["failed"]
+        else {"step_time_s": measured["step_time_s"]},
         "reference": {"amp_predicted_s": measured["amp_predicted_s"]},
         **({"evidence": failure_evidence(record)} if measured["failed"] else {}),
-        "record": {"tp": tp, "dp": dp, "pp": pp, "mbs": batch["mbs"], "stage_boundaries": par["stage_boundaries"]},
+        "record": {
+            "tp": tp,
+            "dp": dp,
+            "pp": pp,
+            "mbs": batch["mbs"],
+            "stage_boundaries": par["stage_boundaries"],
+        },
         "quote": record.get("quote", ""),
         "confidence": record.get("confidence", ""),
         "notes": "converted by paraplan.validate.amp_import: stage GPUs from AMP's (pp, dp, mp) rank order; "
@@ -161,8 +194,13 @@ def is_records(data: object) -> bool:
     """True for a document of AMP trial records (a ``records`` list of mappings with ``arch``, ``hardware`` and
     ``parallelism``, the format of reference/published/amp-trials.json) rather than a case file."""
     records = data.get("records") if isinstance(data, dict) and "cases" not in data else None
-    return bool(records) and isinstance(records, list) and all(
-        isinstance(r, dict) and {"arch", "hardware", "parallelism"} <= set(r) for r in records)
+    return (
+        bool(records)
+        and isinstance(records, list)
+        and all(
+            isinstance(r, dict) and {"arch", "hardware", "parallelism"} <= set(r) for r in records
+        )
+    )
 
 
 def convert_records(data: dict) -> dict:
@@ -173,7 +211,9 @@ def convert_records(data: dict) -> dict:
             cases.append(case_of(record))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             name = record.get("id", f"#{i + 1}") if isinstance(record, dict) else f"#{i + 1}"
-            raise ValueError(f"record {name!r}: {type(exc).__name__} {exc}; not an AMP trial record this converter reads") from None
+            raise ValueError(
+                f"record {name!r}: {type(exc).__name__} {exc}; not an AMP trial record this converter reads"
+            ) from None
     return {
         "about": "AMP (NeurIPS 2022) real trials as heterogeneous validation cases; schema in docs/heterogeneous.md. "
         + str(data.get("about", "")),
@@ -187,7 +227,9 @@ def convert(records_path: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m paraplan.validate.amp_import RECORDS.json OUT.json", file=sys.stderr)
+        print(
+            "usage: python -m paraplan.validate.amp_import RECORDS.json OUT.json", file=sys.stderr
+        )
         return 2
     out = Path(argv[1])
     text = json.dumps(convert(Path(argv[0])), indent=1) + "\n"

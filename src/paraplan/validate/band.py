@@ -49,7 +49,9 @@ def _bucket(value: int, edges: tuple[int, ...], unit: str) -> str:
     return f">{edges[-1]}{unit}"
 
 
-def plan_features(model: ModelSpec, system: SystemSpec, plan: PlanSpec, framework: str | None = None) -> tuple[str, ...]:
+def plan_features(
+    model: ModelSpec, system: SystemSpec, plan: PlanSpec, framework: str | None = None
+) -> tuple[str, ...]:
     """The named features an estimate of this plan relies on (module docstring)."""
     acc = system.accelerator
     out = [
@@ -71,7 +73,11 @@ def plan_features(model: ModelSpec, system: SystemSpec, plan: PlanSpec, framewor
         if plan.tp_layout != "1d":  # 2D SUMMA / 2D sequence-context layouts (specs/tp_layout.py)
             out.append(f"tp layout {plan.tp_layout}")
     if plan.pp > 1:
-        out.append("pp interleaved" if plan.pipeline_schedule == "interleaved" else f"pp {plan.pipeline_schedule}")
+        out.append(
+            "pp interleaved"
+            if plan.pipeline_schedule == "interleaved"
+            else f"pp {plan.pipeline_schedule}"
+        )
     if plan.cp > 1:
         out.append("cp")
     if plan.dp > 1:
@@ -85,7 +91,9 @@ def plan_features(model: ModelSpec, system: SystemSpec, plan: PlanSpec, framewor
     for kind in ("weights", "activations", "optimizer"):
         if getattr(plan, f"offload_{kind}"):
             out.append(f"offload {kind}")
-    if model.architecture != "decoder":  # encoders (BERT, ViT): bidirectional attention, other input/output blocks
+    if (
+        model.architecture != "decoder"
+    ):  # encoders (BERT, ViT): bidirectional attention, other input/output blocks
         out.append(f"architecture {model.architecture}")
     if framework:
         out.append(f"framework:{framework}")
@@ -94,7 +102,10 @@ def plan_features(model: ModelSpec, system: SystemSpec, plan: PlanSpec, framewor
     arch = out[0].split(":", 1)[1]
     population = case_population(model, framework)
     qualifier = arch if population == "dense" else f"{arch} {population}"
-    return (out[0] if population == "dense" else f"{out[0]} {population}", *(f"{qualifier} {f}" for f in out[1:]))
+    return (
+        out[0] if population == "dense" else f"{out[0]} {population}",
+        *(f"{qualifier} {f}" for f in out[1:]),
+    )
 
 
 def model_kind(model: ModelSpec) -> str:
@@ -102,7 +113,10 @@ def model_kind(model: ModelSpec) -> str:
     return "moe" if moe_shaped(model) else "dense"
 
 
-MEGATRON_FAMILY = ("megatron-core", "megatron-lm-2021")  # the profiles the fitted constants were calibrated under
+MEGATRON_FAMILY = (
+    "megatron-core",
+    "megatron-lm-2021",
+)  # the profiles the fitted constants were calibrated under
 
 
 def case_population(model: ModelSpec, framework: str | None) -> str:
@@ -133,8 +147,14 @@ class ErrorBand:
         return f"{self.low_pct:+.1f}/{self.high_pct:+.1f} %" + ("*" if self.extrapolated else "")
 
     def to_dict(self) -> dict:
-        return {"low_s": self.low_s, "high_s": self.high_s, "low_pct": self.low_pct, "high_pct": self.high_pct,
-                "validated": self.validated, "extrapolated": list(self.extrapolated)}
+        return {
+            "low_s": self.low_s,
+            "high_s": self.high_s,
+            "low_pct": self.low_pct,
+            "high_pct": self.high_pct,
+            "validated": self.validated,
+            "extrapolated": list(self.extrapolated),
+        }
 
 
 KIND_KEY = "all cases:"  # residual-table key of every case of one population (case_population): the extrapolation range
@@ -154,7 +174,9 @@ def error_band(
     features = plan_features(model, system, plan, framework)
     extrapolated = tuple(f for f in features if f not in table)
     errors = [e for f in features for e in table.get(f, ())]
-    if extrapolated:  # unvalidated knobs: as far off as any case of this population (module docstring)
+    if (
+        extrapolated
+    ):  # unvalidated knobs: as far off as any case of this population (module docstring)
         population = KIND_KEY + case_population(model, framework)
         # a framework no case ran: as far off as any case of the model kind, under any framework
         errors += table.get(population, table.get(ANY_FRAMEWORK_KEY + model_kind(model), ()))

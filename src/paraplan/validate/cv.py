@@ -19,13 +19,22 @@ from typing import Any
 from paraplan.step.estimate import estimate
 from paraplan.step.engines import ENGINES, EngineRules
 from paraplan.specs.system import EfficiencySpec, SystemSpec
-from paraplan.validate.fitted import FITTED_CONSTANTS, EngineConstant, FittedConstant, refit, with_constants, with_engine_constants
+from paraplan.validate.fitted import (
+    FITTED_CONSTANTS,
+    EngineConstant,
+    FittedConstant,
+    refit,
+    with_constants,
+    with_engine_constants,
+)
 from paraplan.validate.run import Case, UnsupportedCase, case_role, error_pct
 
 
 def _step_error(case: Case, values: dict[FittedConstant, float]) -> float:
     system = with_constants(case.system, values)
-    return error_pct(estimate(case.model, system, case.plan).step_time_s, case.measured["step_time_s"])
+    return error_pct(
+        estimate(case.model, system, case.plan).step_time_s, case.measured["step_time_s"]
+    )
 
 
 def _prior(const: FittedConstant) -> float:
@@ -61,7 +70,11 @@ def leave_one_group_out(
         if progress is not None:
             progress(group, done, len(groups))
         mine = [k for k in constants if any(applies(k, c) for c in held)]
-        train = [c for c in cases if c.cv_group != group and trains(c) and any(applies(k, c) for k in mine)]
+        train = [
+            c
+            for c in cases
+            if c.cv_group != group and trains(c) and any(applies(k, c) for k in mine)
+        ]
         start = {k: k.catalog_value() for k in mine}
         free = [k for k in mine if any(applies(k, t) for t in train)]
         fixed = {k: _prior(k) for k in mine if k not in free}
@@ -83,20 +96,30 @@ def leave_one_group_out(
             "prior_only": sorted(c.name for c in fixed),
             "training_cases": len(train),
         }
-        report["cases"] += [{"name": n, "group": group, "cv_error_pct": e} for n, e in errors.items()]
+        report["cases"] += [
+            {"name": n, "group": group, "cv_error_pct": e} for n, e in errors.items()
+        ]
     if progress is not None:
         progress("", len(groups), len(groups))
-    report["cv_step_time_mape_pct"] = sum(abs(e) for e in all_errors) / len(all_errors) if all_errors else None
+    report["cv_step_time_mape_pct"] = (
+        sum(abs(e) for e in all_errors) / len(all_errors) if all_errors else None
+    )
     report["cv_step_time_max_abs_error_pct"] = max((abs(e) for e in all_errors), default=None)
     return report
 
 
-def cross_validate(cases: list[Case | UnsupportedCase], constants=FITTED_CONSTANTS, progress=None) -> dict[str, Any]:
+def cross_validate(
+    cases: list[Case | UnsupportedCase], constants=FITTED_CONSTANTS, progress=None
+) -> dict[str, Any]:
     """Per held-out group of uniform cases: refitted constants, predictions and MAPE; overall LOGO MAPE."""
     scored = [c for c in cases if isinstance(c, Case) and "step_time_s" in c.measured]
     return leave_one_group_out(
-        scored, constants, lambda k, c: c.system.name in k.systems, _step_error,
-        lambda c: case_role(c) == "calibration", progress,
+        scored,
+        constants,
+        lambda k, c: c.system.name in k.systems,
+        _step_error,
+        lambda c: case_role(c) == "calibration",
+        progress,
     )
 
 
@@ -112,14 +135,27 @@ def hetero_step_error(case: Any, values: dict[FittedConstant, float]) -> float:
     ``values``: its pools' systems through ``with_constants``, its runtime's rules through ``with_engine_constants``."""
     from paraplan.step.per_stage import estimate_stage_plan
 
-    pools = tuple(p.model_copy(update={"system": with_constants(p.system, values)}) for p in case.cluster.pools)
+    pools = tuple(
+        p.model_copy(update={"system": with_constants(p.system, values)})
+        for p in case.cluster.pools
+    )
     cluster = case.cluster.model_copy(update={"pools": pools})
     rules = with_engine_constants(ENGINES[case.plan.engine], values)
-    return error_pct(estimate_stage_plan(case.model, cluster, case.plan, rules).step_time_s, case.measured["step_time_s"])
+    return error_pct(
+        estimate_stage_plan(case.model, cluster, case.plan, rules).step_time_s,
+        case.measured["step_time_s"],
+    )
 
 
-def cross_validate_hetero(cases: Sequence[Any], constants=FITTED_CONSTANTS, progress=None) -> dict[str, Any]:
+def cross_validate_hetero(
+    cases: Sequence[Any], constants=FITTED_CONSTANTS, progress=None
+) -> dict[str, Any]:
     """As ``cross_validate`` over heterogeneous / per-stage cases (validate.hetero.HeteroCase): the groups are
     the cases' ``group`` (AMP's amp-mixed and amp-t4), every timed case is a calibration case."""
-    return leave_one_group_out([c for c in cases if "step_time_s" in c.measured], constants, _hetero_applies,
-                               hetero_step_error, progress=progress)
+    return leave_one_group_out(
+        [c for c in cases if "step_time_s" in c.measured],
+        constants,
+        _hetero_applies,
+        hetero_step_error,
+        progress=progress,
+    )

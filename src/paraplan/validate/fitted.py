@@ -52,14 +52,25 @@ class EngineConstant(FittedConstant):
 
 
 _EFF = ("accelerator", "efficiency")
-_AMP_SETS = ("amp-mixed", "amp-t4")  # the two groups of AMP's timed trials (validate/cases/hetero/amp2022.json)
+_AMP_SETS = (
+    "amp-mixed",
+    "amp-t4",
+)  # the two groups of AMP's timed trials (validate/cases/hetero/amp2022.json)
 # Blackwell and Blackwell Ultra: the same fp8 tensor-core rate per SM and clock (datasheets: B200 and B300 4.5 PFLOPS
 # dense fp8 on HGX, GB200 and GB300 5 PFLOPS), so one fitted fp8 cap; Blackwell Ultra adds FP4 and attention rate only
 _BLACKWELL_FP8 = ("dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
 # systems that run Megatron-Core MoE on Hopper / Blackwell GPUs with a host like the calibration runs' (gh200-96gb-quad:
 # the H100 GPU with a Grace host, as gb200-nvl72 / gb300-nvl72 pair Blackwell with Grace)
-_MOE_SYSTEMS = ("dgx-h100-80gb", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72",
-                "gh200-96gb-quad")
+_MOE_SYSTEMS = (
+    "dgx-h100-80gb",
+    "dgx-h200",
+    "dgx-h800",
+    "dgx-b200",
+    "gb200-nvl72",
+    "dgx-b300",
+    "gb300-nvl72",
+    "gh200-96gb-quad",
+)
 # H100 SXM silicon (GH100, 132 SMs, the H100 SXM tensor rates) with the fp8 GEMM cap and attention fraction fitted on
 # the DGX H100 runs: H200 (same compute, HBM3e) and GH200 (the H100 GPU of the Grace Hopper superchip); H800 keeps its own
 _H100_SILICON = ("dgx-h100-80gb", "dgx-h200", "gh200-96gb-quad")
@@ -67,38 +78,110 @@ _H100_SILICON = ("dgx-h100-80gb", "dgx-h200", "gh200-96gb-quad")
 # the H100 PCIe / NVL and GH200 entries carry the H100 SXM cap (no benchmark of their own; GH200 is the same GH100 silicon)
 _GEMM_BF16 = (*MAMF_BF16, "h100-pcie-8", "h100-nvl-8", "gh200-96gb-quad")
 FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
-    FittedConstant("gemm.bf16", _GEMM_BF16, (*_EFF, "gemm"), (0.55, 0.89), ("korthikanti2022", "nemo-llama31-h100"),
-                   "the bf16 in-step share, one for all GPUs: value = dgx-a100-80gb's cap (its MAMF kernel cap 0.895 x the "
-                   "share); every listed system's cap scales with it, keeping the MAMF ratios between GPUs; jointly with "
-                   "a100.gemm_ramp_s and h100.gemm_fp8, mean of the two sets' step-time MAPEs"),
-    FittedConstant("a100.gemm_ramp_s", ("dgx-a100-80gb", "dgx-a100-40gb"), (*_EFF, "gemm_ramp_s"), (0.0, 100e-6),
-                   ("korthikanti2022",), "jointly with gemm.bf16"),
-    FittedConstant("h100.gemm_fp8", _H100_SILICON, (*_EFF, "gemm_fp8"), (0.3, 0.9), ("nemo-llama31-h100",),
-                   "fp8 cases of the DGX Cloud Llama 3.1 recipes"),
-    FittedConstant("h100.attention", _H100_SILICON, (*_EFF, "attention"), (0.2, 0.8),
-                   ("nemo-llama31-h100",), "bf16 and fp8 cases (attention runs in bf16 in both)"),
+    FittedConstant(
+        "gemm.bf16",
+        _GEMM_BF16,
+        (*_EFF, "gemm"),
+        (0.55, 0.89),
+        ("korthikanti2022", "nemo-llama31-h100"),
+        "the bf16 in-step share, one for all GPUs: value = dgx-a100-80gb's cap (its MAMF kernel cap 0.895 x the "
+        "share); every listed system's cap scales with it, keeping the MAMF ratios between GPUs; jointly with "
+        "a100.gemm_ramp_s and h100.gemm_fp8, mean of the two sets' step-time MAPEs",
+    ),
+    FittedConstant(
+        "a100.gemm_ramp_s",
+        ("dgx-a100-80gb", "dgx-a100-40gb"),
+        (*_EFF, "gemm_ramp_s"),
+        (0.0, 100e-6),
+        ("korthikanti2022",),
+        "jointly with gemm.bf16",
+    ),
+    FittedConstant(
+        "h100.gemm_fp8",
+        _H100_SILICON,
+        (*_EFF, "gemm_fp8"),
+        (0.3, 0.9),
+        ("nemo-llama31-h100",),
+        "fp8 cases of the DGX Cloud Llama 3.1 recipes",
+    ),
+    FittedConstant(
+        "h100.attention",
+        _H100_SILICON,
+        (*_EFF, "attention"),
+        (0.2, 0.8),
+        ("nemo-llama31-h100",),
+        "bf16 and fp8 cases (attention runs in bf16 in both)",
+    ),
     # the B200 fp8 cap on dense runs; then the mixture-of-experts constants, jointly over the 10 step times of
     # moe-visible (docs/model.md §8)
-    FittedConstant("b200.gemm_fp8", _BLACKWELL_FP8, (*_EFF, "gemm_fp8"), (0.25, 0.9), ("mbridge-dense",),
-                   "B200 fp8 GEMM cap, on the dense Llama 3 / 3.1 fp8 runs of DGX B200 and GB200 (no MoE case: the MoE "
-                   "runs add the grouped-GEMM share below on top of it)"),
-    FittedConstant("moe.grouped_gemm_fp8", _MOE_SYSTEMS, (*_EFF, "grouped_gemm_fp8"), (0.2, 1.0), ("moe-visible",),
-                   "share of the fp8 GEMM cap Transformer Engine's per-expert fp8 GEMMs reach, one for Hopper and "
-                   "Blackwell; jointly with the two MoE constants below, b200.gemm_fp8 held at its dense fit"),
-    FittedConstant("moe.host_sync_s", _MOE_SYSTEMS, (*_EFF, "host_sync_s"), (0.0, 5e-3), ("moe-visible",),
-                   "GPU idle per dropless-dispatch host synchronisation (4 dropless cases against 6 padded ones)"),
-    FittedConstant("moe.a2a_overlap_cost", _MOE_SYSTEMS, (*_EFF, "a2a_overlap_cost"), (0.0, 1.0), ("moe-visible",),
-                   "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest)"),
+    FittedConstant(
+        "b200.gemm_fp8",
+        _BLACKWELL_FP8,
+        (*_EFF, "gemm_fp8"),
+        (0.25, 0.9),
+        ("mbridge-dense",),
+        "B200 fp8 GEMM cap, on the dense Llama 3 / 3.1 fp8 runs of DGX B200 and GB200 (no MoE case: the MoE "
+        "runs add the grouped-GEMM share below on top of it)",
+    ),
+    FittedConstant(
+        "moe.grouped_gemm_fp8",
+        _MOE_SYSTEMS,
+        (*_EFF, "grouped_gemm_fp8"),
+        (0.2, 1.0),
+        ("moe-visible",),
+        "share of the fp8 GEMM cap Transformer Engine's per-expert fp8 GEMMs reach, one for Hopper and "
+        "Blackwell; jointly with the two MoE constants below, b200.gemm_fp8 held at its dense fit",
+    ),
+    FittedConstant(
+        "moe.host_sync_s",
+        _MOE_SYSTEMS,
+        (*_EFF, "host_sync_s"),
+        (0.0, 5e-3),
+        ("moe-visible",),
+        "GPU idle per dropless-dispatch host synchronisation (4 dropless cases against 6 padded ones)",
+    ),
+    FittedConstant(
+        "moe.a2a_overlap_cost",
+        _MOE_SYSTEMS,
+        (*_EFF, "a2a_overlap_cost"),
+        (0.0, 1.0),
+        ("moe-visible",),
+        "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest)",
+    ),
     # AMP's software stack and the T4, jointly over AMP's 90 timed trials (docs/heterogeneous.md "Calibration"); the
     # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.cv)
-    FittedConstant("t4.gemm", ("aws-g4dn.12xlarge",), (*_EFF, "gemm"), (0.15, 0.8), _AMP_SETS,
-                   "T4 fp16 GEMM cap under sustained load (a 70 W part), jointly with t4.hbm and the host time"),
-    FittedConstant("t4.hbm", ("aws-g4dn.12xlarge",), (*_EFF, "hbm"), (0.2, 1.0), _AMP_SETS,
-                   "achieved fraction of the T4's GDDR6 bandwidth by Megatron-LM v1.1.5's eager element-wise kernels"),
-    EngineConstant("deepspeed.host_layer_forward_s", (), ("host_layer_forward_s",), (0.0, 3e-3), _AMP_SETS,
-                   "host seconds per transformer layer and micro-batch, forward (backward 2x), of AMP's stack"),
-    FittedConstant("p3.network_efficiency", ("aws-p3.8xlarge",), ("network", "efficiency"), (0.5, 1.0), ("amp-mixed",),
-                   "achieved fraction of the p3.8xlarge's 10 Gb/s by NCCL over TCP (only the mixed cluster has p3 nodes)"),
+    FittedConstant(
+        "t4.gemm",
+        ("aws-g4dn.12xlarge",),
+        (*_EFF, "gemm"),
+        (0.15, 0.8),
+        _AMP_SETS,
+        "T4 fp16 GEMM cap under sustained load (a 70 W part), jointly with t4.hbm and the host time",
+    ),
+    FittedConstant(
+        "t4.hbm",
+        ("aws-g4dn.12xlarge",),
+        (*_EFF, "hbm"),
+        (0.2, 1.0),
+        _AMP_SETS,
+        "achieved fraction of the T4's GDDR6 bandwidth by Megatron-LM v1.1.5's eager element-wise kernels",
+    ),
+    EngineConstant(
+        "deepspeed.host_layer_forward_s",
+        (),
+        ("host_layer_forward_s",),
+        (0.0, 3e-3),
+        _AMP_SETS,
+        "host seconds per transformer layer and micro-batch, forward (backward 2x), of AMP's stack",
+    ),
+    FittedConstant(
+        "p3.network_efficiency",
+        ("aws-p3.8xlarge",),
+        ("network", "efficiency"),
+        (0.5, 1.0),
+        ("amp-mixed",),
+        "achieved fraction of the p3.8xlarge's 10 Gb/s by NCCL over TCP (only the mixed cluster has p3 nodes)",
+    ),
 )
 
 
@@ -107,7 +190,9 @@ def calibration_sets() -> set[str]:
     return {s for c in FITTED_CONSTANTS for s in c.fitted_on}
 
 
-def constants_for(system_names: set[str], constants: Sequence[FittedConstant] = FITTED_CONSTANTS) -> list[FittedConstant]:
+def constants_for(
+    system_names: set[str], constants: Sequence[FittedConstant] = FITTED_CONSTANTS
+) -> list[FittedConstant]:
     """The fitted constants that apply to any of these systems."""
     return [c for c in constants if system_names & set(c.systems)]
 
@@ -135,7 +220,9 @@ def _rebuilt(system: SystemSpec, mine: tuple[tuple[FittedConstant, float], ...])
 
 def with_engine_constants(rules: EngineRules, values: dict[FittedConstant, float]) -> EngineRules:
     """``rules`` with each EngineConstant among ``values`` set to its value."""
-    return replace(rules, **{c.path[-1]: v for c, v in values.items() if isinstance(c, EngineConstant)})
+    return replace(
+        rules, **{c.path[-1]: v for c, v in values.items() if isinstance(c, EngineConstant)}
+    )
 
 
 def _golden(f: Callable[[float], float], lo: float, hi: float, tol: float) -> float:

@@ -33,7 +33,17 @@ from paraplan.units import GiB, UnitError
 from paraplan.validate.run import SCOPE_STAGE, _read_case_file, case_role, error_pct, summarize
 
 REQUIRED = ("name", "source", "model", "cluster", "plan", "measured")
-DOC_KEYS = {"group", "quote", "notes", "record", "confidence", "derived", "tier", "reference", "evidence"}
+DOC_KEYS = {
+    "group",
+    "quote",
+    "notes",
+    "record",
+    "confidence",
+    "derived",
+    "tier",
+    "reference",
+    "evidence",
+}
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,9 @@ def _case(raw: Any, stem: str, index: int) -> HeteroCase:
         raise InputError(f"{label}: {missing[0]}: missing; a case needs {', '.join(REQUIRED)}")
     unknown = sorted(set(raw) - set(REQUIRED) - DOC_KEYS)
     if unknown:
-        raise InputError(f"{label}: {unknown[0]}: unknown field; allowed: {', '.join(REQUIRED + tuple(sorted(DOC_KEYS)))}")
+        raise InputError(
+            f"{label}: {unknown[0]}: unknown field; allowed: {', '.join(REQUIRED + tuple(sorted(DOC_KEYS)))}"
+        )
     label = f"{stem}: case {raw['name']!r}"
     try:
         model = load_model(raw["model"], field="model")
@@ -94,13 +106,30 @@ def _case(raw: Any, stem: str, index: int) -> HeteroCase:
     measured = raw["measured"]
     if measured == {"fits": False}:
         values, oom = {}, True
-    elif isinstance(measured, dict) and set(measured) == {"step_time_s"} and isinstance(measured["step_time_s"], (int, float)) and measured["step_time_s"] > 0:
+    elif (
+        isinstance(measured, dict)
+        and set(measured) == {"step_time_s"}
+        and isinstance(measured["step_time_s"], (int, float))
+        and measured["step_time_s"] > 0
+    ):
         values, oom = {"step_time_s": float(measured["step_time_s"])}, False
     else:
-        raise InputError(f"{label}: measured: {measured!r} is not allowed; give {{'step_time_s': seconds > 0}} or {{'fits': false}}")
+        raise InputError(
+            f"{label}: measured: {measured!r} is not allowed; give {{'step_time_s': seconds > 0}} or {{'fits': false}}"
+        )
     ref = raw.get("reference") or {}
-    return HeteroCase(str(raw["name"]), str(raw["source"]), stem, str(raw.get("group", stem)), model, cluster, plan, values, oom,
-                      {k: float(v) for k, v in ref.items() if isinstance(v, (int, float))})
+    return HeteroCase(
+        str(raw["name"]),
+        str(raw["source"]),
+        stem,
+        str(raw.get("group", stem)),
+        model,
+        cluster,
+        plan,
+        values,
+        oom,
+        {k: float(v) for k, v in ref.items() if isinstance(v, (int, float))},
+    )
 
 
 def load_hetero_cases(paths=None) -> list[HeteroCase]:
@@ -131,7 +160,9 @@ def run_hetero_case(case: HeteroCase) -> dict:
         "name": case.name,
         "source": case.source,
         "group": case.group,
-        "role": case_role(case),  # calibration: a constant of validate.fitted was fitted on the case's group
+        "role": case_role(
+            case
+        ),  # calibration: a constant of validate.fitted was fitted on the case's group
         "scope": case.scope,
         "status": "ok",
         "predicted": predicted,
@@ -140,12 +171,17 @@ def run_hetero_case(case: HeteroCase) -> dict:
         "reference": dict(case.reference),
         "reference_error_pct": {},
         # where the time goes: the step's parts and each stage's per-micro-batch work and tail
-        "detail": {"breakdown": dict(est.breakdown.__dict__), "stage_work_s": list(est.stage_work_s),
-                   "stage_tail_s": list(est.stage_tail_s)},
+        "detail": {
+            "breakdown": dict(est.breakdown.__dict__),
+            "stage_work_s": list(est.stage_work_s),
+            "stage_tail_s": list(est.stage_tail_s),
+        },
     }
     if "step_time_s" in case.measured:
         entry["reference_error_pct"] = {
-            k: error_pct(v, case.measured["step_time_s"]) for k, v in case.reference.items() if k.endswith("_predicted_s")
+            k: error_pct(v, case.measured["step_time_s"])
+            for k, v in case.reference.items()
+            if k.endswith("_predicted_s")
         }
     if case.must_not_fit:
         entry["must_not_fit"] = True
@@ -161,7 +197,17 @@ def run_hetero_cases(cases: list[HeteroCase]) -> dict:
     summary = summarize(entries, [c.file for c in cases])
     groups: dict[str, dict] = {}
     for e in entries:
-        g = groups.setdefault(e["group"], {"cases": 0, "step_time_cases": 0, "errors": [], "reference": {}, "oom_cases": 0, "oom_predicted": 0})
+        g = groups.setdefault(
+            e["group"],
+            {
+                "cases": 0,
+                "step_time_cases": 0,
+                "errors": [],
+                "reference": {},
+                "oom_cases": 0,
+                "oom_predicted": 0,
+            },
+        )
         g["cases"] += 1
         if "step_time_s" in e["error_pct"]:
             g["step_time_cases"] += 1

@@ -34,7 +34,9 @@ def _summary_table(summary: dict) -> list[str]:
     for metric in METRICS:
         n = summary.get(f"{metric}_cases", 0)
         if n:
-            lines.append(f"| {METRIC_LABELS[metric]} | {n} | {_num(summary[f'{metric}_mape_pct'], 2)} |")
+            lines.append(
+                f"| {METRIC_LABELS[metric]} | {n} | {_num(summary[f'{metric}_mape_pct'], 2)} |"
+            )
     worst = summary.get("max_abs_error_pct")
     lines.append("")
     if worst is not None:
@@ -42,7 +44,11 @@ def _summary_table(summary: dict) -> list[str]:
             f"Largest absolute error: {worst:.2f}% ({summary['max_abs_error_case']}, "
             f"{METRIC_LABELS.get(summary['max_abs_error_metric'], summary['max_abs_error_metric'])})."
         )
-    lines += ["", "| case file | cases | step-time cases | step-time MAPE % |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "| case file | cases | step-time cases | step-time MAPE % |",
+        "|---|---:|---:|---:|",
+    ]
     for file, group in summary.get("by_source", {}).items():
         lines.append(
             f"| {file} | {group['cases']} | {group['step_time_cases']} | {_num(group.get('step_time_s_mape_pct'), 2)} |"
@@ -64,7 +70,9 @@ def _summary_table(summary: dict) -> list[str]:
             )
     lines += ["", "| group | cases | step-time cases | step-time MAPE % |", "|---|---:|---:|---:|"]
     for name, part in summary.get("by_group", {}).items():
-        lines.append(f"| {name} | {part['cases']} | {part['step_time_cases']} | {_num(part.get('step_time_s_mape_pct'), 2)} |")
+        lines.append(
+            f"| {name} | {part['cases']} | {part['step_time_cases']} | {_num(part.get('step_time_s_mape_pct'), 2)} |"
+        )
     if summary.get("unsupported"):
         lines += ["", f"Unsupported cases (not scored): {summary['unsupported']}.", ""]
         lines += [f"- {u['name']}: {u['reason']}" for u in summary["unsupported_cases"]]
@@ -108,7 +116,10 @@ def _case_rows(entry: dict) -> list[str]:
     for metric in METRICS:
         if metric in entry["measured"]:
             label = METRIC_LABELS[metric]
-            if entry["scope"] == SCOPE_TRANSFORMER and metric in ("weights_and_optimizer_gib", "activations_gib"):
+            if entry["scope"] == SCOPE_TRANSFORMER and metric in (
+                "weights_and_optimizer_gib",
+                "activations_gib",
+            ):
                 label += ", transformer layers"
             rows.append(
                 f"| {name} | {label} | {_num(entry['predicted'][metric])} | "
@@ -119,44 +130,82 @@ def _case_rows(entry: dict) -> list[str]:
             rows.append(f"| {name} | {label} | {_num(entry['predicted'][key])} | — | — |")
     if "peak_memory_gib" not in entry["measured"]:
         fits = "plan fits" if entry["predicted"]["fits"] else "plan **does not fit**"
-        rows.append(f"| {name} | peak memory (GiB), not measured; {fits} | {_num(entry['predicted']['peak_memory_gib'])} | — | — |")
+        rows.append(
+            f"| {name} | peak memory (GiB), not measured; {fits} | {_num(entry['predicted']['peak_memory_gib'])} | — | — |"
+        )
     return rows
 
 
 # Issue 8's mechanisms: where each is modelled, the component data it rests on, and what (if anything) is fitted
 # to step times (validate/fitted.py); docs/model.md has the formulas
 MECHANISMS: tuple[tuple[str, str, str, str], ...] = (
-    ("shared links", "cost/overlap.py (fair sharing of one link tier by concurrent collectives), cost/comm.py group spans",
-     "catalog link bandwidths and latencies (datasheets); NCCL's algorithm choice", "nothing"),
-    ("partial overlap", "cost/overlap.py: chunked TP comm-GEMM overlap, last DP bucket exposed, ZeRO-3/FSDP prefetch depth",
-     "Wang et al. ASPLOS '23 (chunking), Li et al. VLDB 2020 (buckets); SM share of NCCL kernels (catalog overlap costs)",
-     "moe.a2a_overlap_cost (moe-visible)"),
-    ("attention and context parallelism", "cost/attention.py kernel curves; ring / all-to-all (Ulysses) CP exposure",
-     "FlashAttention-3 paper (arXiv:2407.08608) Fig. 5: FA2, cuDNN, FA3 forward TFLOP/s by length and head dim",
-     "h100.attention (nemo-llama31-h100)"),
-    ("GEMM efficiency", "cost/compute.py gemm_time_s, grouped_gemm_time_s, grouped_gemm_share",
-     "MAMF GEMM benchmark table (S. Bekman, ml-engineering @744d01e: A100, H100, B200, GB200, B300, MI300X)",
-     "gemm.bf16 in-step share, a100.gemm_ramp_s, h100.gemm_fp8 (nemo-llama31-h100), b200.gemm_fp8 (mbridge-dense), "
-     "moe.grouped_gemm_fp8 (moe-visible)"),
-    ("DP / FSDP / ZeRO-3 at scale", "cost/comm.py collective_latency_hops; schedule/zero3_legacy.py (DeepSpeed 2021)",
-     "NVIDIA/nccl src/graph/tuning.cc (ring / tree hop counts); DeepSpeed v0.3.14 source; per-call host times measured "
-     "in microsoft/DeepSpeed#1069 and pytorch/pytorch#30831", "nothing"),
-    ("memory realism", "cost/memory.py; schedule/step.py stage_memory_terms; specs/framework.py reserves",
-     "Korthikanti et al. 2022 §4 (activations); Transformer Engine docs (fp8 weight and GEMM-input copies); Megatron-LM "
-     "--cpu-offloading-num-layers; profile reserves (CUDA context, NCCL buffers)", "nothing (memory MAPE above)"),
-    ("framework profiles", "catalog/frameworks/*.yaml, frameworks.py",
-     "each profile field cites its framework's source or documentation", "nothing"),
-    ("hardware variants", "catalog/systems/*.yaml",
-     "datasheets cited per field (H800, H100 PCIe / NVL, GH200 96 GB, A100 40 GB, B300 / GB300, V100, T4 nodes)", "nothing"),
+    (
+        "shared links",
+        "cost/overlap.py (fair sharing of one link tier by concurrent collectives), cost/comm.py group spans",
+        "catalog link bandwidths and latencies (datasheets); NCCL's algorithm choice",
+        "nothing",
+    ),
+    (
+        "partial overlap",
+        "cost/overlap.py: chunked TP comm-GEMM overlap, last DP bucket exposed, ZeRO-3/FSDP prefetch depth",
+        "Wang et al. ASPLOS '23 (chunking), Li et al. VLDB 2020 (buckets); SM share of NCCL kernels (catalog overlap costs)",
+        "moe.a2a_overlap_cost (moe-visible)",
+    ),
+    (
+        "attention and context parallelism",
+        "cost/attention.py kernel curves; ring / all-to-all (Ulysses) CP exposure",
+        "FlashAttention-3 paper (arXiv:2407.08608) Fig. 5: FA2, cuDNN, FA3 forward TFLOP/s by length and head dim",
+        "h100.attention (nemo-llama31-h100)",
+    ),
+    (
+        "GEMM efficiency",
+        "cost/compute.py gemm_time_s, grouped_gemm_time_s, grouped_gemm_share",
+        "MAMF GEMM benchmark table (S. Bekman, ml-engineering @744d01e: A100, H100, B200, GB200, B300, MI300X)",
+        "gemm.bf16 in-step share, a100.gemm_ramp_s, h100.gemm_fp8 (nemo-llama31-h100), b200.gemm_fp8 (mbridge-dense), "
+        "moe.grouped_gemm_fp8 (moe-visible)",
+    ),
+    (
+        "DP / FSDP / ZeRO-3 at scale",
+        "cost/comm.py collective_latency_hops; schedule/zero3_legacy.py (DeepSpeed 2021)",
+        "NVIDIA/nccl src/graph/tuning.cc (ring / tree hop counts); DeepSpeed v0.3.14 source; per-call host times measured "
+        "in microsoft/DeepSpeed#1069 and pytorch/pytorch#30831",
+        "nothing",
+    ),
+    (
+        "memory realism",
+        "cost/memory.py; schedule/step.py stage_memory_terms; specs/framework.py reserves",
+        "Korthikanti et al. 2022 §4 (activations); Transformer Engine docs (fp8 weight and GEMM-input copies); Megatron-LM "
+        "--cpu-offloading-num-layers; profile reserves (CUDA context, NCCL buffers)",
+        "nothing (memory MAPE above)",
+    ),
+    (
+        "framework profiles",
+        "catalog/frameworks/*.yaml, frameworks.py",
+        "each profile field cites its framework's source or documentation",
+        "nothing",
+    ),
+    (
+        "hardware variants",
+        "catalog/systems/*.yaml",
+        "datasheets cited per field (H800, H100 PCIe / NVL, GH200 96 GB, A100 40 GB, B300 / GB300, V100, T4 nodes)",
+        "nothing",
+    ),
 )
 
 
 def _mechanism_lines() -> list[str]:
     rows = [f"| {name} | {where} | {data} | {fitted} |" for name, where, data, fitted in MECHANISMS]
-    return ["## Mechanisms and the component data they rest on", "",
-            "What each modelled mechanism is built from; the fitted column names the only constants fitted to step "
-            "times (validate/fitted.py, with the sets they were fitted on). Formulas: docs/model.md.", "",
-            "| mechanism | modelled in | component data | fitted to step times |", "|---|---|---|---|", *rows, ""]
+    return [
+        "## Mechanisms and the component data they rest on",
+        "",
+        "What each modelled mechanism is built from; the fitted column names the only constants fitted to step "
+        "times (validate/fitted.py, with the sets they were fitted on). Formulas: docs/model.md.",
+        "",
+        "| mechanism | modelled in | component data | fitted to step times |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def validation_markdown(report: dict[str, Any]) -> str:
@@ -191,7 +240,11 @@ def validation_markdown(report: dict[str, Any]) -> str:
         lines += [f"## {file}", ""]
         for source in dict.fromkeys(e["source"] for e in entries):
             lines.append(f"- {source}")
-        lines += ["", "| case | metric | predicted | measured | error % |", "|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "| case | metric | predicted | measured | error % |",
+            "|---|---|---:|---:|---:|",
+        ]
         for entry in entries:
             lines += _case_rows(entry)
         lines.append("")

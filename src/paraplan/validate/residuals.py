@@ -21,15 +21,25 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # src/paraplan
 STORE = Path(__file__).with_name("residuals.json")
-FINGERPRINTED_SUFFIXES = (".py", ".yaml", ".json")  # the package's code and data files (pyproject package-data)
+FINGERPRINTED_SUFFIXES = (
+    ".py",
+    ".yaml",
+    ".json",
+)  # the package's code and data files (pyproject package-data)
 
 
 def package_fingerprint() -> str:
     """SHA-256 over the relative path and bytes of every code and data file of the package but the store itself:
     the same on an editable and a wheel install of one source tree (~15 ms)."""
     digest = hashlib.sha256()
-    files = sorted(p for p in PACKAGE_ROOT.rglob("*")
-                   if p.suffix in FINGERPRINTED_SUFFIXES and p.is_file() and p != STORE and "__pycache__" not in p.parts)
+    files = sorted(
+        p
+        for p in PACKAGE_ROOT.rglob("*")
+        if p.suffix in FINGERPRINTED_SUFFIXES
+        and p.is_file()
+        and p != STORE
+        and "__pycache__" not in p.parts
+    )
     for path in files:
         digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode())
         digest.update(b"\0")
@@ -41,7 +51,13 @@ def package_fingerprint() -> str:
 def compute_validation_residuals() -> dict[str, tuple[float, ...]]:
     """Signed step-time errors (%) of the bundled validation cases that ran, by feature (validate.band.plan_features),
     by population (band.KIND_KEY) and by model kind (band.ANY_FRAMEWORK_KEY)."""
-    from paraplan.validate.band import ANY_FRAMEWORK_KEY, KIND_KEY, case_population, model_kind, plan_features
+    from paraplan.validate.band import (
+        ANY_FRAMEWORK_KEY,
+        KIND_KEY,
+        case_population,
+        model_kind,
+        plan_features,
+    )
     from paraplan.validate.run import Case, load_cases, run_case
 
     out: dict[str, list[float]] = {}
@@ -84,10 +100,12 @@ def write_store() -> Path:
     """Compute the table and write it with the package's fingerprint (atomically: paraplan.io.documents)."""
     from paraplan.io.documents import atomic_write_text
 
-    document = {"about": "validation residuals by feature (paraplan.validate.residuals); regenerate with "
-                         "python -m paraplan.validate.residuals",
-                "fingerprint": package_fingerprint(),
-                "residuals": {k: list(v) for k, v in sorted(compute_validation_residuals().items())}}
+    document = {
+        "about": "validation residuals by feature (paraplan.validate.residuals); regenerate with "
+        "python -m paraplan.validate.residuals",
+        "fingerprint": package_fingerprint(),
+        "residuals": {k: list(v) for k, v in sorted(compute_validation_residuals().items())},
+    }
     atomic_write_text(STORE, json.dumps(document, indent=1) + "\n", field="residuals store")
     return STORE
 

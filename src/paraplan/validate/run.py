@@ -140,13 +140,17 @@ def bundled_case_files() -> list[Any]:
 def _read_case_file(path: Any) -> tuple[str, list]:
     """(file stem, raw case list) of a JSON or YAML case file, or of a file of AMP's trial records (converted by
     validate.amp_import, as the bundled hetero/amp2022.json was); InputError naming the file otherwise."""
-    from paraplan.io.documents import read_document  # bounded, strict reading shared by every input file
+    from paraplan.io.documents import (
+        read_document,
+    )  # bounded, strict reading shared by every input file
     from paraplan.validate.amp_import import convert_records, is_records
 
     name = path.name
     label = str(path)
     data = read_document(path, "cases")
-    if is_records(data):  # AMP's raw trial records (reference/published/amp-trials.json): made cases on reading
+    if is_records(
+        data
+    ):  # AMP's raw trial records (reference/published/amp-trials.json): made cases on reading
         try:
             data = convert_records(data)
         except ValueError as exc:
@@ -165,12 +169,18 @@ def _measured(raw: Any) -> dict[str, float]:
     for key, value in raw.items():
         if key not in METRICS and key not in DOC_METRICS:
             raise InputError(f"measured.{key}: unknown metric; allowed: {allowed}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (0 < value < math.inf)
+        ):
             raise InputError(f"measured.{key}: {value!r} is not allowed; must be a positive number")
         if key in METRICS:
             out[key] = float(value)
     if not out:
-        raise InputError(f"measured: {raw!r} has nothing to compare; give any of {', '.join(METRICS)}")
+        raise InputError(
+            f"measured: {raw!r} has nothing to compare; give any of {', '.join(METRICS)}"
+        )
     return out
 
 
@@ -190,7 +200,9 @@ def _plan(raw: Any) -> PlanSpec:
 def _check_keys(raw: dict) -> None:
     for key in raw:
         if key not in CASE_KEYS and key not in OPTIONAL_KEYS:
-            raise InputError(f"{key}: unknown field; allowed: {', '.join(CASE_KEYS + OPTIONAL_KEYS)}")
+            raise InputError(
+                f"{key}: unknown field; allowed: {', '.join(CASE_KEYS + OPTIONAL_KEYS)}"
+            )
     for key in CASE_KEYS:
         if key not in raw:
             raise InputError(f"{key}: missing")
@@ -203,9 +215,13 @@ def _check_keys(raw: dict) -> None:
     if raw.get("scope", SCOPE_STAGE) not in SCOPES:
         raise InputError(f"scope: {raw['scope']!r} is not allowed; allowed: {', '.join(SCOPES)}")
     if not isinstance(raw["model"], (str, dict)):
-        raise InputError(f"model: {raw['model']!r} is not allowed; give a catalog name or a mapping")
+        raise InputError(
+            f"model: {raw['model']!r} is not allowed; give a catalog name or a mapping"
+        )
     if not isinstance(raw["system"], (str, dict)):
-        raise InputError(f"system: {raw['system']!r} is not allowed; give a catalog name or a mapping")
+        raise InputError(
+            f"system: {raw['system']!r} is not allowed; give a catalog name or a mapping"
+        )
 
 
 def _expressible(load, *args):
@@ -214,7 +230,9 @@ def _expressible(load, *args):
     try:
         return load(*args)
     except InputError as exc:
-        if _unknown_fields_only(exc) or isinstance(exc, UnknownNameError):  # a name the catalog does not have yet
+        if _unknown_fields_only(exc) or isinstance(
+            exc, UnknownNameError
+        ):  # a name the catalog does not have yet
             raise _Unsupported(str(exc)) from None
         raise
 
@@ -222,7 +240,9 @@ def _expressible(load, *args):
 def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
     """Validate one raw case; every error names the file, the case and the field (module docstring)."""
     name = raw.get("name") if isinstance(raw, dict) else None
-    label = f"{file}: case {name!r}" if isinstance(name, str) and name else f"{file}: case #{index + 1}"
+    label = (
+        f"{file}: case {name!r}" if isinstance(name, str) and name else f"{file}: case #{index + 1}"
+    )
     try:
         if not isinstance(raw, dict):
             raise InputError("must be a mapping with fields " + ", ".join(CASE_KEYS))
@@ -243,13 +263,25 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             return UnsupportedCase(name, raw["source"], file, f"cannot be expressed: {exc}", group)
         try:
             check_plan(model, system, plan)
-        except InputError as exc:  # a run that ran is evidence against the rule: report it, run the others
-            return UnsupportedCase(name, raw["source"], file, f"plan refused by paraplan's rules: {exc}", group)
+        except (
+            InputError
+        ) as exc:  # a run that ran is evidence against the rule: report it, run the others
+            return UnsupportedCase(
+                name, raw["source"], file, f"plan refused by paraplan's rules: {exc}", group
+            )
     except (InputError, UnitError) as exc:
         raise InputError(f"{label}: {exc}") from None
     return Case(
-        name, raw["source"], file, model, system, plan, measured,
-        scope=raw.get("scope", SCOPE_STAGE), framework=raw.get("framework"), group=group,
+        name,
+        raw["source"],
+        file,
+        model,
+        system,
+        plan,
+        measured,
+        scope=raw.get("scope", SCOPE_STAGE),
+        framework=raw.get("framework"),
+        group=group,
     )
 
 
@@ -311,7 +343,12 @@ def case_role(case: Case | UnsupportedCase) -> str:
 
 def run_case(case: Case | UnsupportedCase) -> dict:
     """The report entry of one case (format in the module docstring); unsupported cases carry a reason."""
-    base = {"name": case.name, "source": case.source, "group": case.cv_group, "role": case_role(case)}
+    base = {
+        "name": case.name,
+        "source": case.source,
+        "group": case.cv_group,
+        "role": case_role(case),
+    }
     if isinstance(case, UnsupportedCase):
         return {**base, "status": "unsupported", "reason": case.reason}
     try:
@@ -372,11 +409,14 @@ def summarize(entries: list[dict], files: list[str]) -> dict:
     for file in dict.fromkeys(files):
         mine = [e for e, f in zip(entries, files) if f == file and e.get("status", "ok") == "ok"]
         group = _subset_summary(mine)
-        group["unsupported"] = sum(1 for e, f in zip(entries, files) if f == file and e.get("status") == "unsupported")
+        group["unsupported"] = sum(
+            1 for e, f in zip(entries, files) if f == file and e.get("status") == "unsupported"
+        )
         by_source[file] = group
     summary["by_source"] = by_source
     summary["by_group"] = {
-        g: _subset_summary([e for e in scored if e.get("group") == g]) for g in dict.fromkeys(e.get("group") for e in scored)
+        g: _subset_summary([e for e in scored if e.get("group") == g])
+        for g in dict.fromkeys(e.get("group") for e in scored)
     }
     for role in ("calibration", "held_out"):
         summary[role] = _subset_summary([e for e in scored if e.get("role") == role])
@@ -396,5 +436,11 @@ def summary_mapes(summary: dict) -> dict[str, float]:
     """Every MAPE in a summary (overall and per source) that has a value, by a readable key."""
     out = {k: v for k, v in summary.items() if k.endswith("_mape_pct") and v is not None}
     for file, group in summary.get("by_source", {}).items():
-        out.update({f"{file}.{k}": v for k, v in group.items() if k.endswith("_mape_pct") and v is not None})
+        out.update(
+            {
+                f"{file}.{k}": v
+                for k, v in group.items()
+                if k.endswith("_mape_pct") and v is not None
+            }
+        )
     return out

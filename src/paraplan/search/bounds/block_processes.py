@@ -41,13 +41,18 @@ from paraplan.search import ranking
 SHARED_COST_KEYS = 8
 
 
-AUTO_WORKERS_MAX = 4  # processes a search uses unasked (each holds its own cost caches: ~0.2 GB on DeepSeek-V3)
+AUTO_WORKERS_MAX = (
+    4  # processes a search uses unasked (each holds its own cost caches: ~0.2 GB on DeepSeek-V3)
+)
 
 
 def processes_available() -> bool:
     """True where worker processes can be forked: the platform forks, and this process is not a daemonic worker
     (multiprocessing forbids those children)."""
-    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
+    return (
+        "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon
+    )
 
 
 def auto_workers() -> int:
@@ -112,17 +117,28 @@ class PartView:
         shared, k = self.shared, self.shared.top_k
         if not k:
             return
-        triples = ranking.unique_rows(np.stack([ranking.tie_value(np.asarray(objectives, dtype=float)),
-                                                ranking.tie_value(np.asarray(steps, dtype=float)),
-                                                ranking.tie_value(np.asarray(peaks, dtype=float))], axis=1))[:k]
+        triples = ranking.unique_rows(
+            np.stack(
+                [
+                    ranking.tie_value(np.asarray(objectives, dtype=float)),
+                    ranking.tie_value(np.asarray(steps, dtype=float)),
+                    ranking.tie_value(np.asarray(peaks, dtype=float)),
+                ],
+                axis=1,
+            )
+        )[:k]
         mine = np.full((k, 3), math.inf)
-        mine[:len(triples)] = triples
+        mine[: len(triples)] = triples
         with shared.threshold.get_lock():  # a reentrant lock: offer takes it again
             slot = self.index * k * 3
-            shared.groups[slot:slot + k * 3] = mine.ravel().tolist()
+            shared.groups[slot : slot + k * 3] = mine.ravel().tolist()
             every = np.frombuffer(shared.groups, dtype=float).reshape(-1, 3)
             found = every[np.isfinite(every[:, 0])]
-            self.offer(ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k) if len(found) else math.inf)
+            self.offer(
+                ranking.kth_group_objective(found[:, 0], found[:, 1], found[:, 2], k)
+                if len(found)
+                else math.inf
+            )
 
     def waiting(self) -> bool:
         """Some process has finished its own blocks and takes handed-over ones (help_until_done)."""
@@ -224,7 +240,9 @@ def run_parts(task, parts: list[list], top_k: int = 0, blocks: int = 0) -> list:
     workers = []
     for index, part in enumerate(parts[1:], start=1):
         receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=_worker, args=(task, part, shared.view(index), sender, os.getpid()), daemon=True)
+        process = context.Process(
+            target=_worker, args=(task, part, shared.view(index), sender, os.getpid()), daemon=True
+        )
         process.start()
         sender.close()
         workers.append((process, receiver))
@@ -236,7 +254,9 @@ def run_parts(task, parts: list[list], top_k: int = 0, blocks: int = 0) -> list:
             try:
                 status, value = receiver.recv()
             except EOFError:
-                raise RuntimeError(f"a search worker ended without a result (exit code {process.exitcode})") from None
+                raise RuntimeError(
+                    f"a search worker ended without a result (exit code {process.exitcode})"
+                ) from None
             if status == "error":
                 raise RuntimeError(f"a search worker failed:\n{value}")
             results.append(value)
@@ -245,7 +265,9 @@ def run_parts(task, parts: list[list], top_k: int = 0, blocks: int = 0) -> list:
     finally:
         for process, receiver in workers:
             receiver.close()
-            if not finished:  # this process failed or was interrupted: the workers' parts are not wanted
+            if (
+                not finished
+            ):  # this process failed or was interrupted: the workers' parts are not wanted
                 process.kill()
             process.join()
 

@@ -49,7 +49,15 @@ from paraplan.search.arrays import stack, take
 from paraplan.graph.moe import NO_EXPERT
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import with_expert
-from paraplan.search.bounds.expert_floors import EXPERT_CACHES, DispatchFloors, KindFloors, costing_experts, expert_computes, least_memory_expert, least_with
+from paraplan.search.bounds.expert_floors import (
+    EXPERT_CACHES,
+    DispatchFloors,
+    KindFloors,
+    costing_experts,
+    expert_computes,
+    least_memory_expert,
+    least_with,
+)
 from paraplan.search.space import SearchProblem, distinct_orders
 from paraplan.search.bounds.step_floors import (
     SAFETY,
@@ -75,7 +83,10 @@ from paraplan.step.build import (
     model_block_kinds,
 )
 
-EXPERT_TERMS = ("ep_forward", "ep_backward")  # the BlockTerms parts that read the dispatcher (work_floors)
+EXPERT_TERMS = (
+    "ep_forward",
+    "ep_backward",
+)  # the BlockTerms parts that read the dispatcher (work_floors)
 
 
 class Block(NamedTuple):
@@ -98,13 +109,18 @@ class Block(NamedTuple):
 
     def problem(self, problem: SearchProblem) -> SearchProblem:
         """The problem restricted to this block: its row table lists exactly the block's rows, in order."""
-        return replace(problem, tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), micro_batch=(self.micro_batch,))
+        return replace(
+            problem, tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), micro_batch=(self.micro_batch,)
+        )
 
 
 def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
     """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
-    return (problem.placement_count(tp, pp, cp, dp) * len(problem.layer_knobs(tp, cp))
-            * len(problem.expert_options(tp, cp, dp)))
+    return (
+        problem.placement_count(tp, pp, cp, dp)
+        * len(problem.layer_knobs(tp, cp))
+        * len(problem.expert_options(tp, cp, dp))
+    )
 
 
 def blocks(problem: SearchProblem) -> list[Block]:
@@ -125,7 +141,9 @@ def blocks(problem: SearchProblem) -> list[Block]:
     return out
 
 
-def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, cheap: bool = False) -> LayerFloors:
+def layer_floors(
+    problem: SearchProblem, tp: int, cp: int, micro_batch: int, cheap: bool = False
+) -> LayerFloors:
     """LayerFloors over every row with these degrees and micro-batch: every (sequence parallel, layout,
     grid rows) option of ``layer_knobs`` and every (ep, etp) of ``expert_options`` for any dp (a
     superset of a block's: its floor is lower or equal). Compute reads neither the dispatcher nor the
@@ -152,8 +170,12 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
     rho = 0.0
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
-        shape = layer_shape_of(problem, tp, cp, micro_batch, *key, experts[0] if shaped else ExpertShape())
-        if shaped:  # the ops other than the core attention costed once per local-token count (KindFloors)
+        shape = layer_shape_of(
+            problem, tp, cp, micro_batch, *key, experts[0] if shaped else ExpertShape()
+        )
+        if (
+            shaped
+        ):  # the ops other than the core attention costed once per local-token count (KindFloors)
             kinds = floors_of.kinds(shape, cheap)
             if not work:  # the first knob (most keys have one): its floors as they are
                 work = {name: floor.work for name, floor in kinds}
@@ -169,7 +191,10 @@ def layer_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, che
             c = block_compute(BLOCK_KINDS[name].graph(model, shape), system, shape.dtype)
             work[name] = min(work.get(name, math.inf), c.forward + c.backward)
             forward[name] = min(forward.get(name, math.inf), c.forward)
-            rho = max(rho, c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0)
+            rho = max(
+                rho,
+                c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0,
+            )
     return LayerFloors(work, rho, forward)
 
 
@@ -180,7 +205,9 @@ def costing_class(problem: SearchProblem, block: Block) -> tuple:
     search ~15 % but doubled the rows Qwen3-235B's scanned: docs/performance.md.)"""
     from paraplan.search.table import layer_shape_of
 
-    return block.tp, layer_shape_of(problem, block.tp, block.cp, block.micro_batch, False, "1d", 0).local_tokens
+    return block.tp, layer_shape_of(
+        problem, block.tp, block.cp, block.micro_batch, False, "1d", 0
+    ).local_tokens
 
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
@@ -199,8 +226,15 @@ class ModeFloors:
     held: dict
 
 
-def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pairs: tuple, expert_kinds: bool = True,
-                cache: dict | None = None) -> ModeFloors:
+def work_floors(
+    problem: SearchProblem,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    pairs: tuple,
+    expert_kinds: bool = True,
+    cache: dict | None = None,
+) -> ModeFloors:
     """Per recompute mode, each block kind's least per-micro-batch work over every row with these
     degrees, micro-batch, one of the (tp span, cp span) ``pairs`` and the mode: the sum of
     ``schedule.step.block_terms``' time parts — forward, backward, recompute, the exposed TP and CP communication,
@@ -241,7 +275,9 @@ def work_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair
     work: dict[str, dict] = {}
     start = 0
     for (mode, name), stop in zip(entries.keys, entries.stops):
-        work.setdefault(mode, {})[name] = least_with(total[start:stop], lambda j, start=start: exposed_dispatch(start + j))
+        work.setdefault(mode, {})[name] = least_with(
+            total[start:stop], lambda j, start=start: exposed_dispatch(start + j)
+        )
         start = stop
     for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
         for name in model_block_kinds(problem.model):
@@ -270,8 +306,9 @@ class _WorkEntries:
     held: dict
 
 
-def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple,
-                  expert_kinds: bool) -> _WorkEntries:
+def _work_entries(
+    problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool
+) -> _WorkEntries:
     """work_floors' _WorkEntries: one entry per (mode, kind, costing); a kind whose costs read no expert knob has
     one entry per layer knob, not one per option. Compute and memory read no span (stages._graph_statics), so the
     stages.block_cost_facts at any pair give them: at ``pair``, whose communication work_floors costs next."""
@@ -288,14 +325,22 @@ def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pa
     knobs: dict[int, tuple] = {}
     for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
         modules = default_recompute_modules(recompute) if shaped else ()
-        code = RECOMPUTE_CODES[recompute]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
-        shapes = [layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules) for expert in experts]
+        code = RECOMPUTE_CODES[
+            recompute
+        ]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
+        shapes = [
+            layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules)
+            for expert in experts
+        ]
         first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
         # the kinds that read the expert knobs: compute per option from one graph (expert_computes); their TP / CP
         # collectives read no expert knob (EP and ETP ones are EXPERT_TERMS), but a 2D layout's SUMMA exposure
         # reads the compute (stages.with_summa_exposure): costed option by option then
-        split = {name: expert_computes(model, system, name, shapes[0], experts) for name in first
-                 if name not in EXPERT_FREE_KINDS and layout != "2d" and len(experts) > 1}
+        split = {
+            name: expert_computes(model, system, name, shapes[0], experts)
+            for name in first
+            if name not in EXPERT_FREE_KINDS and layout != "2d" and len(experts) > 1
+        }
         least_memory = None
         for i, shape in enumerate(shapes):
             if i == 0:
@@ -304,8 +349,21 @@ def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pa
             elif split:  # the first option's costs stand for the rest but the split kinds'; of the options' memory only
                 # the least is read, and the least-memory option keeps it (least_memory_expert)
                 if least_memory is None:
-                    least_memory = block_memory_facts(model, layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0,
-                                                                            least_memory_expert(problem, tp), modules), recompute)
+                    least_memory = block_memory_facts(
+                        model,
+                        layer_shape_of(
+                            problem,
+                            tp,
+                            cp,
+                            micro_batch,
+                            sp,
+                            layout,
+                            rows or 0,
+                            least_memory_expert(problem, tp),
+                            modules,
+                        ),
+                        recompute,
+                    )
                 facts_i = {name: (first[name][0], least_memory[name]) for name in split}
                 source = first_source  # the first option's communication stands for every option's
             else:
@@ -314,9 +372,15 @@ def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pa
             for name, (cost, activations) in facts_i.items():
                 computes = split.get(name)
                 own = computes is not None and len(computes) > 1
-                entries.setdefault((recompute, name), []).append((computes[i] if own else cost.compute,
-                                                                  code if BLOCK_KINDS[name].recomputed else 0, overlap,
-                                                                  (source, name), (shape, shape.expert) if own else None))
+                entries.setdefault((recompute, name), []).append(
+                    (
+                        computes[i] if own else cost.compute,
+                        code if BLOCK_KINDS[name].recomputed else 0,
+                        overlap,
+                        (source, name),
+                        (shape, shape.expert) if own else None,
+                    )
+                )
                 memory.setdefault((recompute, name), []).append(activations)
     keys = tuple(entries)
     items = [item for key in keys for item in entries[key]]
@@ -331,19 +395,33 @@ def _work_entries(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pa
             kept[mode].setdefault(name, 0.0)
             held[mode].setdefault(name, 0.0)
     computes = tuple(item[0] for item in items)
-    return _WorkEntries(keys, stops, computes, stack(list(computes), np.arange(len(items))), np.array([item[1] for item in items]),
-                        np.array([item[2] for item in items], dtype=bool), tuple(shape for _, shape in knobs.values()),
-                        tuple(item[3] for item in items),
-                        tuple(item[4] for item in items), kept, held)
+    return _WorkEntries(
+        keys,
+        stops,
+        computes,
+        stack(list(computes), np.arange(len(items))),
+        np.array([item[1] for item in items]),
+        np.array([item[2] for item in items], dtype=bool),
+        tuple(shape for _, shape in knobs.values()),
+        tuple(item[3] for item in items),
+        tuple(item[4] for item in items),
+        kept,
+        held,
+    )
 
 
-def _pair_totals(problem: SearchProblem, entries: _WorkEntries, pairs: list, expert_kinds: bool) -> list[np.ndarray]:
+def _pair_totals(
+    problem: SearchProblem, entries: _WorkEntries, pairs: list, expert_kinds: bool
+) -> list[np.ndarray]:
     """Per (tp span, cp span) pair of ``pairs``: each entry's block_terms time parts but the EXPERT_TERMS, summed, with
     the pair's communication (stages.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
     NVLink domain (stages.row_blocks). The pairs' entries go through block_terms on one set of arrays (it works entry
     by entry: the same values as pair by pair)."""
     model, system = problem.model, problem.system
-    costs = [[_kind_costs(model, system, shape, pair, expert_kinds) for shape in entries.shapes] for pair in pairs]
+    costs = [
+        [_kind_costs(model, system, shape, pair, expert_kinds) for shape in entries.shapes]
+        for pair in pairs
+    ]
     comms, index, seen = [], [], {}
     for costs_of_pair in costs:
         for source, name in entries.sources:
@@ -356,23 +434,30 @@ def _pair_totals(problem: SearchProblem, entries: _WorkEntries, pairs: list, exp
     n = len(entries.codes)
     compute = take(entries.stacked, np.tile(np.arange(n), len(pairs)))
     overlaps = np.concatenate([entries.overlaps & (pair[0].domains == 1) for pair in pairs])
-    terms = block_terms(compute, stack(comms, np.array(index)), np.tile(entries.codes, len(pairs)), overlaps)
+    terms = block_terms(
+        compute, stack(comms, np.array(index)), np.tile(entries.codes, len(pairs)), overlaps
+    )
     total = 0.0
     for part in BLOCK_TERM_NAMES:
         if part not in EXPERT_TERMS:
             total = total + getattr(terms, part)
     total = np.broadcast_to(total, (len(pairs) * n,))
-    return [total[i * n:(i + 1) * n] for i in range(len(pairs))]
+    return [total[i * n : (i + 1) * n] for i in range(len(pairs))]
 
 
-def _kind_facts(model, system, shape, pair: tuple, recompute: str, expert_kinds: bool) -> dict[str, tuple]:
+def _kind_facts(
+    model, system, shape, pair: tuple, recompute: str, expert_kinds: bool
+) -> dict[str, tuple]:
     """Per block kind (all, or only EXPERT_FREE_KINDS without ``expert_kinds``): its stages.block_cost_facts
     and stages.block_memory_facts entries, the same values, without costing the kinds left out."""
     costs = _kind_costs(model, system, shape, pair, expert_kinds)
     if expert_kinds:
         memory = block_memory_facts(model, shape, recompute)
         return {name: (costs[name], memory[name]) for name in costs}
-    return {name: (cost, kind_memory_facts(model, shape, name, recompute)) for name, cost in costs.items()}
+    return {
+        name: (cost, kind_memory_facts(model, shape, name, recompute))
+        for name, cost in costs.items()
+    }
 
 
 def _kind_costs(model, system, shape, pair: tuple, expert_kinds: bool) -> dict:
@@ -380,11 +465,16 @@ def _kind_costs(model, system, shape, pair: tuple, expert_kinds: bool) -> dict:
     if expert_kinds:
         return block_cost_facts(model, system, shape, *pair)
     neutral = with_expert(shape, NO_EXPERT) if moe_shaped(model) else shape
-    return {name: kind_cost_facts(model, system, name, neutral, *pair) for name in model_block_kinds(model)
-            if name in EXPERT_FREE_KINDS}
+    return {
+        name: kind_cost_facts(model, system, name, neutral, *pair)
+        for name in model_block_kinds(model)
+        if name in EXPERT_FREE_KINDS
+    }
 
 
-def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, floors: LayerFloors) -> ModeFloors:
+def memory_floors(
+    problem: SearchProblem, tp: int, cp: int, micro_batch: int, floors: LayerFloors
+) -> ModeFloors:
     """Per recompute mode, each block kind's least work: its layer floor (``floors.work``: compute and exposed
     dispatch) plus the least the mode recomputes (schedule.step.recompute_s: full re-runs a recomputed kind's
     forward, at least ``floors.forward``; selective at least 0), every other BlockTerms part >= 0, so no
@@ -401,7 +491,9 @@ def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, fl
     work: dict[str, dict] = {}
     kept: dict[str, dict] = {}
     held: dict[str, dict] = {}
-    for sp, recompute, layout, rows in dict.fromkeys((sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)):
+    for sp, recompute, layout, rows in dict.fromkeys(
+        (sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)
+    ):
         modules = default_recompute_modules(recompute) if shaped else ()
         shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
         least_kept = kept.setdefault(recompute, dict.fromkeys(kinds, math.inf))
@@ -411,8 +503,11 @@ def memory_floors(problem: SearchProblem, tp: int, cp: int, micro_batch: int, fl
             least_kept[name] = min(least_kept[name], facts.activation_bytes)
             least_held[name] = min(least_held[name], facts.held_bytes)
         full = RECOMPUTE_CODES[recompute] == 2
-        work[recompute] = {name: floors.work[name] + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
-                           for name in kinds}
+        work[recompute] = {
+            name: floors.work[name]
+            + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
+            for name in kinds
+        }
     return ModeFloors(work, kept, held)
 
 
@@ -426,7 +521,11 @@ def first_bound_levels(problem: SearchProblem, parts: list) -> tuple[str, ...]:
     docs/performance.md); () otherwise (the cheap floors would be the exact ones)."""
     if not moe_shaped(problem.model) or not problem.model.is_moe:
         return ()
-    return (EXACT,) if any(len(costing_experts(problem, tp)) > 1 for tp in {b.tp for b in parts}) else ()
+    return (
+        (EXACT,)
+        if any(len(costing_experts(problem, tp)) > 1 for tp in {b.tp for b in parts})
+        else ()
+    )
 
 
 REFINEMENTS = ("memory", "expert_free", "all")  # refined_bound's levels, cheapest first
@@ -440,8 +539,14 @@ def refinements(problem: SearchProblem) -> tuple[str, ...]:
     return REFINEMENTS
 
 
-def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cache: dict, level: str = "all",
-                  own_s: float | None = None) -> float:
+def refined_bound(
+    problem: SearchProblem,
+    block: Block,
+    floors: LayerFloors,
+    cache: dict,
+    level: str = "all",
+    own_s: float | None = None,
+) -> float:
     """A lower bound on the step time of every candidate of the block, at least block_step_floor's:
     the least over the recompute modes of the block_step_floor of the mode's ModeFloors (least over the
     block's span pairs, never below the compute floor), where a mode whose activations cannot fit in HBM
@@ -458,7 +563,13 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
         if key not in cache:
             cache[key] = memory_floors(problem, block.tp, block.cp, block.micro_batch, floors)
     else:
-        degrees = ("spans", block.tp, block.pp, block.cp, block.dp)  # the span pairs of every micro-batch's block
+        degrees = (
+            "spans",
+            block.tp,
+            block.pp,
+            block.cp,
+            block.dp,
+        )  # the span pairs of every micro-batch's block
         if degrees not in cache:
             cache[degrees] = block_span_pairs(problem, block)
         key = (block.tp, block.cp, block.micro_batch, cache[degrees], level)
@@ -482,11 +593,19 @@ def refined_bound(problem: SearchProblem, block: Block, floors: LayerFloors, cac
             # only activation offload can fit it: the host then holds every layer's (the search offloads all
             # layers, offload_activation_layers 0: share 1) and the GPU twice the largest kept layer block
             working = offloaded_working_bytes(problem, block, kept)
-            if not offloads or activations > host_capacity or working + constants["reserved_bytes"] > capacity:
+            if (
+                not offloads
+                or activations > host_capacity
+                or working + constants["reserved_bytes"] > capacity
+            ):
                 continue
             streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
-        step = base if work == floors.work else block_step_floor(problem, block, LayerFloors(work, floors.rho))
+        step = (
+            base
+            if work == floors.work
+            else block_step_floor(problem, block, LayerFloors(work, floors.rho))
+        )
         best = min(best, max(step, streaming))
         if best <= base:  # no other mode can take the bound below the block's own floor
             break
@@ -504,8 +623,13 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
     splits = problem.schedule_splits(block.pp, block.microbatches)
     m, least = block.microbatches, math.inf
     for split in splits:
-        least = min(least, max(min(block.pp - i, m) * stage_sum(kept, blocks) + stage_sum(held, blocks)
-                               for i, _, blocks in group_blocks(problem, block.pp, split)))
+        least = min(
+            least,
+            max(
+                min(block.pp - i, m) * stage_sum(kept, blocks) + stage_sum(held, blocks)
+                for i, _, blocks in group_blocks(problem, block.pp, split)
+            ),
+        )
     return least * SAFETY
 
 
@@ -516,20 +640,36 @@ def offloaded_working_bytes(problem: SearchProblem, block: Block, kept: dict) ->
     splits = problem.schedule_splits(block.pp, block.microbatches)
     least = math.inf
     for split in splits:
-        present = {name for _, _, blocks in group_blocks(problem, block.pp, split) for name, n in blocks if n > 0}
-        least = min(least, 2.0 * max((kept[name] for name in present & set(TRANSFORMER_KINDS)), default=0.0))
+        present = {
+            name
+            for _, _, blocks in group_blocks(problem, block.pp, split)
+            for name, n in blocks
+            if n > 0
+        }
+        least = min(
+            least, 2.0 * max((kept[name] for name in present & set(TRANSFORMER_KINDS)), default=0.0)
+        )
     return least * SAFETY
 
 
-def streaming_floor_s(problem: SearchProblem, block: Block, kept: dict, host_bandwidth: float) -> float:
+def streaming_floor_s(
+    problem: SearchProblem, block: Block, kept: dict, host_bandwidth: float
+) -> float:
     """Least step time of a candidate of the block that offloads its activations: compose_step adds
     the streaming the fullest stage's traffic (offload_traffic_bytes of its transformer blocks per
     micro-batch) leaves beyond the busy time m·(S − pp) to a step of at least m·S, so the step is at
     least m × that traffic / the host bandwidth (weights' traffic >= 0 left out)."""
-    moved = {name: (offload_traffic_bytes(kept[name], 0.0) if name in TRANSFORMER_KINDS else 0.0) for name in kept}
+    moved = {
+        name: (offload_traffic_bytes(kept[name], 0.0) if name in TRANSFORMER_KINDS else 0.0)
+        for name in kept
+    }
     splits = problem.schedule_splits(block.pp, block.microbatches)
-    traffic = min(stage_floors(problem, block.pp, split, LayerFloors(moved, 0.0))[0] for split in splits)
+    traffic = min(
+        stage_floors(problem, block.pp, split, LayerFloors(moved, 0.0))[0] for split in splits
+    )
     return block.microbatches * traffic / host_bandwidth * SAFETY
 
 
-SEARCH_CACHES = EXPERT_CACHES + (distinct_orders,)  # beside stages.COLD_CACHES: what a cold search starts without
+SEARCH_CACHES = EXPERT_CACHES + (
+    distinct_orders,
+)  # beside stages.COLD_CACHES: what a cold search starts without

@@ -29,7 +29,14 @@ from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.step.compose import expert_exposure
 from paraplan.search.divisors import divisors
 from paraplan.search.space import SearchProblem
-from paraplan.step.build import BLOCK_KINDS, EXPERT_FREE_KINDS, BlockCompute, block_compute, expert_comm_terms, model_block_kinds
+from paraplan.step.build import (
+    BLOCK_KINDS,
+    EXPERT_FREE_KINDS,
+    BlockCompute,
+    block_compute,
+    expert_comm_terms,
+    model_block_kinds,
+)
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -52,19 +59,35 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
     if parts is not None:
         inner, outer = parts
         outer = _compute_fields(outer)
-        return tuple(BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
-                     for c in _expert_computes(model, system, inner, first, experts, drop))
+        return tuple(
+            BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
+            for c in _expert_computes(model, system, inner, first, experts, drop)
+        )
     rest = _rest_compute(model, system, name, first, drop)
-    if rest is not None:  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
+    if (
+        rest is not None
+    ):  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
         rest = _compute_fields(rest)
-        return tuple(BlockCompute(*[r + o for r, o in zip(rest, own)]) for own in _knob_computes(model, system, first, experts))
+        return tuple(
+            BlockCompute(*[r + o for r, o in zip(rest, own)])
+            for own in _knob_computes(model, system, first, experts)
+        )
     graph = BLOCK_KINDS[name].graph(model, first)
-    if name not in EXPERT_FREE_KINDS and graph.ops and {op.name for op in expert_knob_ops(model, first, experts[0])} & {op.name for op in graph.ops}:
-        raise ValueError(f"block kind {name} holds ops that read the expert knobs: it must declare them "
-                         "(BlockKind.expert_free_ops or BlockKind.parts) for the search's floors")
+    if (
+        name not in EXPERT_FREE_KINDS
+        and graph.ops
+        and {op.name for op in expert_knob_ops(model, first, experts[0])}
+        & {op.name for op in graph.ops}
+    ):
+        raise ValueError(
+            f"block kind {name} holds ops that read the expert knobs: it must declare them "
+            "(BlockKind.expert_free_ops or BlockKind.parts) for the search's floors"
+        )
     if drop:
         graph = LayerGraph(name, _without(graph.ops, drop), (), 0.0)
-    return (block_compute(graph, system, first.dtype),)  # reads no expert knob: one compute for every option
+    return (
+        block_compute(graph, system, first.dtype),
+    )  # reads no expert knob: one compute for every option
 
 
 @lru_cache(maxsize=16384)
@@ -75,7 +98,9 @@ def _parts_compute(model, system, name: str, first, drop: tuple) -> tuple[str, B
     if parts is None:
         return None
     inner, around = parts
-    return inner, block_compute(LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype)
+    return inner, block_compute(
+        LayerGraph(name, _without(around, drop), (), 0.0), system, first.dtype
+    )
 
 
 @lru_cache(maxsize=16384)
@@ -133,8 +158,12 @@ class KindFloors:
             self.rest = known[2]
             return
         # what the rest floors read beyond the kind and the shape: the expert options and their switches
-        outer = (problem.model, problem.system, self.experts,
-                 tuple(problem.expert_switches(e.ep, e.etp) for e in self.experts))
+        outer = (
+            problem.model,
+            problem.system,
+            self.experts,
+            tuple(problem.expert_switches(e.ep, e.etp) for e in self.experts),
+        )
         found = _REST_FLOORS.get(outer)
         self.rest = found if found is not None else _remember(_REST_FLOORS, outer, {})
         problem._memo["rest_floors"][id(experts)] = (experts, _REST_GENERATION[0], self.rest)
@@ -156,14 +185,29 @@ class KindFloors:
                 free = cp_free_key(first)
                 ring = ring_transfer_floor_s(model, self.problem.system, shape)
             key = free if core is not None else first
-            out.append((name, self._cheap(name, shape, core, first, key, ring) if cheap else self._floor(name, shape, core, first, key, ring)))
+            out.append(
+                (
+                    name,
+                    self._cheap(name, shape, core, first, key, ring)
+                    if cheap
+                    else self._floor(name, shape, core, first, key, ring),
+                )
+            )
         return out
 
     def _first(self, shape):
         """The shape at the first expert option (what the rest floors are costed at)."""
         return shape if shape.expert is self.experts[0] else with_expert(shape, self.experts[0])
 
-    def _floor(self, name: str, shape, core: tuple | None, first, key, ring: tuple[float, float] | None = None) -> KindFloor:
+    def _floor(
+        self,
+        name: str,
+        shape,
+        core: tuple | None,
+        first,
+        key,
+        ring: tuple[float, float] | None = None,
+    ) -> KindFloor:
         """__call__'s floor; ``first`` the shape at the first option, ``key`` its cp_free_key (the shape without core);
         ``ring``: ring_transfer_floor_s at the shape (a kind with core attention adds ring_floor_s to its work)."""
         rest = self._rest(name, shape, first, key, core)
@@ -171,12 +215,26 @@ class KindFloors:
             return rest.floor
         extra = self._core(core, shape)
         added = extra.forward + extra.backward
-        rho = max([(g + extra.gemm_backward) / (t + added) for g, t in zip(rest.gemm_backward, rest.totals) if t + added > 0],
-                  default=0.0)
+        rho = max(
+            [
+                (g + extra.gemm_backward) / (t + added)
+                for g, t in zip(rest.gemm_backward, rest.totals)
+                if t + added > 0
+            ],
+            default=0.0,
+        )
         added += _ring_added_s(ring, rest.attention, extra)
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
 
-    def _cheap(self, name: str, shape, core: tuple | None, first, key, ring: tuple[float, float] | None = None) -> KindFloor:
+    def _cheap(
+        self,
+        name: str,
+        shape,
+        core: tuple | None,
+        first,
+        key,
+        ring: tuple[float, float] | None = None,
+    ) -> KindFloor:
         """A floor of the kind's _floor (same arguments) that costs no expert option (search.run: the first bound of an
         MoE model's blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops
         takes its other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it,
@@ -203,12 +261,25 @@ class KindFloors:
         system = self.problem.system
         key = (id(core), id(system), shape.dtype)
         found = _CORE_COMPUTES.get(key)
-        if found is None or found[0] is not core or found[1] is not system:  # ids of collected objects are reused
-            found = _remember(_CORE_COMPUTES, key, (core, system, block_compute.__wrapped__(
-                LayerGraph("core attention", core, (), 0.0), system, shape.dtype)))
+        if (
+            found is None or found[0] is not core or found[1] is not system
+        ):  # ids of collected objects are reused
+            found = _remember(
+                _CORE_COMPUTES,
+                key,
+                (
+                    core,
+                    system,
+                    block_compute.__wrapped__(
+                        LayerGraph("core attention", core, (), 0.0), system, shape.dtype
+                    ),
+                ),
+            )
         return found[2]
 
-    def _cheap_rest(self, name: str, first, shape_key, core: tuple | None) -> tuple[KindFloor, tuple | None] | None:
+    def _cheap_rest(
+        self, name: str, first, shape_key, core: tuple | None
+    ) -> tuple[KindFloor, tuple | None] | None:
         """(cheap's floor without the core attention, the attention time of those ops — forward, backward — when no
         expert-knob op is marked for recomputation at this shape, else None), memoised as _rest's; None for a kind
         without expert-knob ops."""
@@ -226,12 +297,20 @@ class KindFloors:
                 work, forward = rest.forward + rest.backward, rest.forward
                 attention = (rest.attention_forward, rest.attention_backward)
                 if parts is not None:  # the ops around the layer (an MTP module's)
-                    work, forward = work + parts[1].forward + parts[1].backward, forward + parts[1].forward
-                    attention = (attention[0] + parts[1].attention_forward, attention[1] + parts[1].attention_backward)
+                    work, forward = (
+                        work + parts[1].forward + parts[1].backward,
+                        forward + parts[1].forward,
+                    )
+                    attention = (
+                        attention[0] + parts[1].attention_forward,
+                        attention[1] + parts[1].attention_backward,
+                    )
                 experts_s = expert_gemm_floor_s(model, system, first, experts)
                 # forward + backward, and forward alone: a third of the GEMMs' FLOPs (graph.transformer._gemm)
-                found = (KindFloor(work + experts_s, forward + experts_s / 3.0, 1.0),
-                         None if self._marks_expert_ops(first) else attention)
+                found = (
+                    KindFloor(work + experts_s, forward + experts_s / 3.0, 1.0),
+                    None if self._marks_expert_ops(first) else attention,
+                )
             _remember(self.rest, key, found)
         return found
 
@@ -244,7 +323,9 @@ class KindFloors:
         if found is None:
             widest = min(self.experts, key=lambda e: e.ep)
             names = {op.name for op in expert_knob_ops(self.problem.model, shape, widest)}
-            found = _remember(self.rest, key, bool(names & recomputed_op_names(shape.recompute_modules)))
+            found = _remember(
+                self.rest, key, bool(names & recomputed_op_names(shape.recompute_modules))
+            )
         return found
 
     def _rest(self, name: str, shape, first, shape_key, core: tuple | None) -> _RestFloor:
@@ -264,15 +345,24 @@ class KindFloors:
             gemm_backward = tuple(c.gemm_backward for c in computes)
             forward = min(c.forward for c in computes)
             rho = max([g / t for g, t in zip(gemm_backward, totals) if t > 0], default=0.0)
-            attention = (max(c.attention_forward for c in computes), max(c.attention_backward for c in computes))
-            found = _remember(self.rest, key, _RestFloor(totals, gemm_backward, KindFloor(work, forward, rho), attention))
+            attention = (
+                max(c.attention_forward for c in computes),
+                max(c.attention_backward for c in computes),
+            )
+            found = _remember(
+                self.rest,
+                key,
+                _RestFloor(totals, gemm_backward, KindFloor(work, forward, rho), attention),
+            )
         return found
 
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
 _MISSING = object()
 _CORE_COMPUTES: dict = {}  # (id(core ops), id(system), dtype) -> (those ops, the system, BlockCompute): KindFloors._core
-_REST_GENERATION = [0]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
+_REST_GENERATION = [
+    0
+]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
 
 
 _compute_fields = attrgetter(*BlockCompute._fields)  # a stages.BlockCompute's fields as a tuple
@@ -288,10 +378,19 @@ def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, .
     for expert in experts:
         key = (model, system, inputs, expert, shape.recompute_modules)
         found = _KNOB_COMPUTES.get(key)
-        if found is None:  # the ops read the option from ``expert`` (expert_knob_parts), not from the shape
+        if (
+            found is None
+        ):  # the ops read the option from ``expert`` (expert_knob_parts), not from the shape
             ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
-            found = _remember(_KNOB_COMPUTES, key, _compute_fields(
-                block_compute.__wrapped__(LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype)))
+            found = _remember(
+                _KNOB_COMPUTES,
+                key,
+                _compute_fields(
+                    block_compute.__wrapped__(
+                        LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype
+                    )
+                ),
+            )
         out.append(found)
     return tuple(out)
 
@@ -330,13 +429,23 @@ class DispatchFloors:
                 self.inputs[id(shape)] = expert_knob_inputs(shape)
             problem = self.problem
             table = self.tables[(id(shape), expert)] = _dispatch_table(
-                problem.model, problem.system, shape, expert, problem.expert_switches(expert.ep, expert.etp), self.inputs[id(shape)])
+                problem.model,
+                problem.system,
+                shape,
+                expert,
+                problem.expert_switches(expert.ep, expert.etp),
+                self.inputs[id(shape)],
+            )
         return table
 
     def __call__(self, shape, expert, compute) -> float:
         """The least exposure over the option's switches with this compute (stages.BlockCompute)."""
         table = self.table(shape, expert)
-        key = (id(table), compute.forward, compute.backward)  # the recompute modes and TP overlap share a compute
+        key = (
+            id(table),
+            compute.forward,
+            compute.backward,
+        )  # the recompute modes and TP overlap share a compute
         best = self.exposures.get(key)
         if best is None:
             best = table.exposed
@@ -362,10 +471,21 @@ def expert_gemm_floor_s(model, system, shape, experts) -> float:
     width = model.moe_ffn_hidden or 0
     # per option: the weights a routed row passes through across its etp ranks (cost.moe.mlp_matmul_params) times its
     # least load, forced balance's (the capacity factor when set, else 1)
-    weights = min(mlp_matmul_params(model, e.etp * (width // e.etp))
-                  * routed_load_factor(tokens, model.top_k, e.ep, "forced", e.capacity_factor) for e in experts)
+    weights = min(
+        mlp_matmul_params(model, e.etp * (width // e.etp))
+        * routed_load_factor(tokens, model.top_k, e.ep, "forced", e.capacity_factor)
+        for e in experts
+    )
     flops = 2.0 * tokens * model.top_k * weights
-    return 3.0 * flops / (acc.peak_matrix_flops(dtype) * acc.gemm_efficiency_cap(dtype) * grouped_gemm_share(acc, dtype))
+    return (
+        3.0
+        * flops
+        / (
+            acc.peak_matrix_flops(dtype)
+            * acc.gemm_efficiency_cap(dtype)
+            * grouped_gemm_share(acc, dtype)
+        )
+    )
 
 
 def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
@@ -387,15 +507,21 @@ def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
     return forward, backward
 
 
-def _ring_added_s(ring: tuple[float, float] | None, attention: tuple[float, float] | None, core: BlockCompute) -> float:
+def _ring_added_s(
+    ring: tuple[float, float] | None, attention: tuple[float, float] | None, core: BlockCompute
+) -> float:
     """KindFloors' ring term: ring_floor_s with the attention time of the kind's other ops (``attention``: forward,
     backward; None when unknown) plus its core attention's; 0 without a ring or that attention time."""
     if ring is None or attention is None:
         return 0.0
-    return ring_floor_s(ring, attention[0] + core.attention_forward, attention[1] + core.attention_backward)
+    return ring_floor_s(
+        ring, attention[0] + core.attention_forward, attention[1] + core.attention_backward
+    )
 
 
-def ring_floor_s(ring: tuple[float, float], attention_forward: float, attention_backward: float) -> float:
+def ring_floor_s(
+    ring: tuple[float, float], attention_forward: float, attention_backward: float
+) -> float:
     """A floor of a block's exposed K/V ring time (schedule.step.block_terms' cp_f + cp_b): max(0, T_f − A_f) +
     max(0, T_b − A_b), T the ring's transfer on its cheapest span (ring_transfer_floor_s), A at least the block's
     attention time. block_terms exposes per pass E = (c−1)·max(0, T/(c−1) − A/c) + sync >= T − A
@@ -449,9 +575,17 @@ def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple
     found = _DISPATCH_TABLES.get(key)
     if found is None:
         comms = _dispatch_comms_of(model, system, shape, expert, switches)
-        exposed = min((c.ep_forward + c.ep_backward for c in comms if not c.ep_overlap), default=math.inf)
-        overlapped = sorted(((min(c.ep_forward_price, c.ep_forward) + min(c.ep_backward_price, c.ep_backward), c)
-                             for c in comms if c.ep_overlap), key=lambda item: item[0])
+        exposed = min(
+            (c.ep_forward + c.ep_backward for c in comms if not c.ep_overlap), default=math.inf
+        )
+        overlapped = sorted(
+            (
+                (min(c.ep_forward_price, c.ep_forward) + min(c.ep_backward_price, c.ep_backward), c)
+                for c in comms
+                if c.ep_overlap
+            ),
+            key=lambda item: item[0],
+        )
         found = _remember(_DISPATCH_TABLES, key, _DispatchTable(exposed, tuple(overlapped)))
     return found
 
@@ -471,7 +605,9 @@ def _dispatch_comms_of(model, system, shape, expert, switches: tuple) -> tuple[_
     for dispatcher, overlap in switches:
         if dispatcher not in costed:
             knobs = expert._replace(dispatcher=dispatcher, a2a_overlap=False)
-            costed[dispatcher] = expert_comm_terms(dispatch_collectives(model, shape, knobs), system, model, knobs)
+            costed[dispatcher] = expert_comm_terms(
+                dispatch_collectives(model, shape, knobs), system, model, knobs
+            )
         out.append(_EpComm(*costed[dispatcher], float(overlap)))
     return tuple(out)
 
@@ -501,8 +637,10 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs). Memoised."""
     memo = problem._memo.setdefault("costing_experts", {})
     if tp not in memo:
-        memo[tp] = tuple(ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
-                         for ep, etp in expert_pairs(problem, tp))
+        memo[tp] = tuple(
+            ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+            for ep, etp in expert_pairs(problem, tp)
+        )
     return memo[tp]
 
 
@@ -514,4 +652,11 @@ def _clear_rest_floors() -> None:
 
 
 KindFloors.cache_clear = _clear_rest_floors  # as the lru caches (SEARCH_CACHES)
-EXPERT_CACHES = (_expert_computes, _parts_compute, _rest_compute, _knob_computes, _dispatch_table, KindFloors)  # what a cold search starts without
+EXPERT_CACHES = (
+    _expert_computes,
+    _parts_compute,
+    _rest_compute,
+    _knob_computes,
+    _dispatch_table,
+    KindFloors,
+)  # what a cold search starts without

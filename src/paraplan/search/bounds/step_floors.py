@@ -30,12 +30,16 @@ class LayerFloors(NamedTuple):
     forward: Mapping = MappingProxyType({})
 
 
-def stage_floors(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max) -> tuple:
+def stage_floors(
+    problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max
+) -> tuple:
     """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
     of (pp, split), blocks laid out as stages.build_step_inputs does; ``floors.work``'s values floats, or arrays
     over blocks with ``maximum`` np.maximum (block_step_floors: the same operations in the same order)."""
     slowest, total = 0.0, 0.0
-    for _, count, blocks in group_blocks(problem, pp, split):  # the search's most frequent loop: no list of sums
+    for _, count, blocks in group_blocks(
+        problem, pp, split
+    ):  # the search's most frequent loop: no list of sums
         work = stage_sum(floors.work, blocks)
         slowest = maximum(slowest, work)
         total += count * work
@@ -68,7 +72,10 @@ def group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[in
 def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
     """A lower bound on the step time of every candidate of the block (module docstring)."""
     dual = max(1.0 - 1.5 * floors.rho, 0.0)
-    return _least_over_options(problem, block.pp, block.microbatches, floors, dual, math.inf, max, min) * SAFETY
+    return (
+        _least_over_options(problem, block.pp, block.microbatches, floors, dual, math.inf, max, min)
+        * SAFETY
+    )
 
 
 def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> np.ndarray:
@@ -85,11 +92,18 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
         work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
         dual = np.maximum(1.0 - 1.5 * rho, 0.0)
         best = np.full(len(members), math.inf)
-        out[members] = _least_over_options(problem, pp, m, LayerFloors(work, rho), dual, best, np.maximum, np.minimum) * SAFETY
+        out[members] = (
+            _least_over_options(
+                problem, pp, m, LayerFloors(work, rho), dual, best, np.maximum, np.minimum
+            )
+            * SAFETY
+        )
     return out
 
 
-def _least_over_options(problem: SearchProblem, pp: int, m: int, floors: LayerFloors, dual, best, maximum, minimum):
+def _least_over_options(
+    problem: SearchProblem, pp: int, m: int, floors: LayerFloors, dual, best, maximum, minimum
+):
     """The least _schedule_floor over the schedule options of (pp, m), each split's stage floors found once; floats
     (``maximum``, ``minimum``: max, min) or arrays over blocks (np.maximum, np.minimum)."""
     splits = {}

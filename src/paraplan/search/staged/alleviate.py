@@ -61,7 +61,11 @@ class Score:
 
     def key(self) -> tuple[float, float]:
         """Order: plans that fit first (by time), then by total overflow."""
-        return (0.0, self.step_time_s) if self.fits else (1.0, sum(max(0.0, o) for o in self.overflow_bytes))
+        return (
+            (0.0, self.step_time_s)
+            if self.fits
+            else (1.0, sum(max(0.0, o) for o in self.overflow_bytes))
+        )
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,10 @@ def moves(stages: tuple[StageConfig, ...], i: int, op_sets: tuple[tuple[str, ...
                 yield f"move {k} layer(s) stage {i} -> {j}", tuple(new)
     for tp in (s.tp * 2, s.tp // 2):
         if tp >= 1 and s.gpus % tp == 0:
-            yield f"stage {i} tp {s.tp} -> {tp}", stages[:i] + (replace(s, tp=tp),) + stages[i + 1 :]
+            yield (
+                f"stage {i} tp {s.tp} -> {tp}",
+                stages[:i] + (replace(s, tp=tp),) + stages[i + 1 :],
+            )
     for j in range(n):
         if j == i:
             continue
@@ -128,11 +135,17 @@ def moves(stages: tuple[StageConfig, ...], i: int, op_sets: tuple[tuple[str, ...
     current = recompute_label(s.recompute, s.recompute_ops)
     for mode in RECOMPUTE_MODES:
         if mode != s.recompute or s.recompute_ops:
-            yield f"stage {i} recompute {current} -> {mode}", stages[:i] + (replace(s, recompute=mode, recompute_ops=()),) + stages[i + 1 :]
+            yield (
+                f"stage {i} recompute {current} -> {mode}",
+                stages[:i] + (replace(s, recompute=mode, recompute_ops=()),) + stages[i + 1 :],
+            )
     for ops in op_sets:
         if tuple(ops) != s.recompute_ops:
             new = replace(s, recompute="none", recompute_ops=tuple(ops))
-            yield f"stage {i} recompute {current} -> {recompute_label('none', new.recompute_ops)}", stages[:i] + (new,) + stages[i + 1 :]
+            yield (
+                f"stage {i} recompute {current} -> {recompute_label('none', new.recompute_ops)}",
+                stages[:i] + (new,) + stages[i + 1 :],
+            )
 
 
 def alleviate(

@@ -61,7 +61,9 @@ def _min_sum(times: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int] |
     return float(best[-1]), bounds[::-1]
 
 
-def _best_under(times: np.ndarray, allowed: np.ndarray, microbatches: int) -> tuple[float, list[int] | None]:
+def _best_under(
+    times: np.ndarray, allowed: np.ndarray, microbatches: int
+) -> tuple[float, list[int] | None]:
     """Exact min over splits (restricted to ``allowed`` entries) of Σ t + (m − 1)·max t."""
     finite = np.isfinite(times) & allowed
     if not finite.any():
@@ -146,7 +148,9 @@ def all_splits(n_blocks: int, stages: int, allow_empty: bool = False):
     yield from rec([0], stages)
 
 
-def brute_force_split(times, microbatches: int, tails=None, allow_empty: bool = True) -> Split | None:
+def brute_force_split(
+    times, microbatches: int, tails=None, allow_empty: bool = True
+) -> Split | None:
     """Exhaustive reference for ``balance_split`` (tests, small cases)."""
     times = np.asarray(times, dtype=float)
     stages, n1, _ = times.shape

@@ -51,14 +51,29 @@ class HeteroProblem:
     zero: int = 0
     overlap_dp_grad_reduce: bool = True
     recompute: tuple[str, ...] = ("none", "full")
-    micro_batches: tuple[int, ...] | None = None  # per-GPU micro-batch sizes to try; default powers of two
+    micro_batches: tuple[int, ...] | None = (
+        None  # per-GPU micro-batch sizes to try; default powers of two
+    )
     engine: str = "megatron"
-    tps: tuple[int, ...] | None = None  # tensor-parallel degrees to try (AMP-style search); default powers of two in a node
-    pps: tuple[int, ...] | None = None  # pipeline depths to try (AMP-style search); default every divisor
+    tps: tuple[int, ...] | None = (
+        None  # tensor-parallel degrees to try (AMP-style search); default powers of two in a node
+    )
+    pps: tuple[int, ...] | None = (
+        None  # pipeline depths to try (AMP-style search); default every divisor
+    )
 
     @property
     def common(self) -> Common:
-        return Common(self.seq_length, self.dtype, self.attention, False, self.zero, self.schedule, self.overlap_dp_grad_reduce, self.engine)
+        return Common(
+            self.seq_length,
+            self.dtype,
+            self.attention,
+            False,
+            self.zero,
+            self.schedule,
+            self.overlap_dp_grad_reduce,
+            self.engine,
+        )
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,10 @@ class HeteroResult:
             "evaluated": self.evaluated,
             "solved": self.solved,
             "elapsed_s": self.elapsed_s,
-            "plans": [{"step_time_s": c.step_time_s, "label": c.label, "plan": stage_plan_to_dict(c.plan)} for c in self.plans],
+            "plans": [
+                {"step_time_s": c.step_time_s, "label": c.label, "plan": stage_plan_to_dict(c.plan)}
+                for c in self.plans
+            ],
             "trajectory": [s.__dict__ for s in self.trajectory],
         }
 
@@ -119,10 +137,19 @@ def _lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[
     model, cluster, common = problem.model, problem.cluster, problem.common
     stages = len(settings)
     arrays = [
-        stage_arrays(model, cluster, common, st, settings[i - 1] if i else None, settings[i + 1] if i + 1 < stages else None)
+        stage_arrays(
+            model,
+            cluster,
+            common,
+            st,
+            settings[i - 1] if i else None,
+            settings[i + 1] if i + 1 < stages else None,
+        )
         for i, st in enumerate(settings)
     ]
-    cheapest = np.min([np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0)
+    cheapest = np.min(
+        [np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0
+    )
     return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
 
 
@@ -158,7 +185,9 @@ def split_stages(
     split = balance_split(times, microbatches, tails)
     if split is None:
         return None
-    tied = tied_embedding_sync_s(problem.model, problem.cluster, problem.common, settings[0], settings[-1])
+    tied = tied_embedding_sync_s(
+        problem.model, problem.cluster, problem.common, settings[0], settings[-1]
+    )
     return split.objective + tied, split.bounds
 
 
@@ -187,7 +216,9 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int):
     return found, solved
 
 
-def _plan_from(problem: HeteroProblem, settings: list[StageSetting], bounds, microbatches: int) -> StagePlanSpec:
+def _plan_from(
+    problem: HeteroProblem, settings: list[StageSetting], bounds, microbatches: int
+) -> StagePlanSpec:
     stages = []
     for st, a, b in zip(settings, bounds, bounds[1:]):
         devices = [{"pool": p, "gpus": c} for p, _, c in st.slices]
@@ -195,22 +226,35 @@ def _plan_from(problem: HeteroProblem, settings: list[StageSetting], bounds, mic
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
         stages.append(stage)
-    return stage_plan_from_dict({
-        "global_batch": problem.global_batch, "seq_length": problem.seq_length, "microbatches": microbatches,
-        "dtype": problem.dtype, "attention": problem.attention, "schedule": problem.schedule, "zero": problem.zero,
-        "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce, "engine": problem.engine, "stages": stages,
-    })
+    return stage_plan_from_dict(
+        {
+            "global_batch": problem.global_batch,
+            "seq_length": problem.seq_length,
+            "microbatches": microbatches,
+            "dtype": problem.dtype,
+            "attention": problem.attention,
+            "schedule": problem.schedule,
+            "zero": problem.zero,
+            "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce,
+            "engine": problem.engine,
+            "stages": stages,
+        }
+    )
 
 
 def _label(settings: list[StageSetting], bounds, order) -> str:
     layers = [b - a for a, b in zip(bounds, bounds[1:])]
     st = settings[0]
+
     def rc(s: StageSetting) -> str:
         return recompute_label(s.recompute, s.recompute_ops)
 
     uniform = all(s.tp == st.tp and s.dp == st.dp and rc(s) == rc(st) for s in settings)
-    head = f"tp{st.tp} dp{st.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}" if uniform else "per-stage " + " | ".join(
-        f"{s.tp}x{s.dp} {rc(s)}" for s in settings)
+    head = (
+        f"tp{st.tp} dp{st.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
+        if uniform
+        else "per-stage " + " | ".join(f"{s.tp}x{s.dp} {rc(s)}" for s in settings)
+    )
     return f"{head}; pools {'>'.join(order)}; blocks/stage {layers}"
 
 
@@ -221,7 +265,12 @@ def _degrees(problem: HeteroProblem):
     node_min = min(p.gpus_per_node for p in cluster.pools)
     n_blocks = len(model_blocks(problem.model))
     for tp in _powers_of_two(node_min):
-        if problem.model.heads % tp or problem.model.ffn_hidden % tp or gpus % tp or (problem.tps and tp not in problem.tps):
+        if (
+            problem.model.heads % tp
+            or problem.model.ffn_hidden % tp
+            or gpus % tp
+            or (problem.tps and tp not in problem.tps)
+        ):
             continue
         for pp in range(1, min(gpus // tp, n_blocks) + 1):
             if (gpus // tp) % pp or (problem.pps and pp not in problem.pps):
@@ -235,7 +284,9 @@ def _degrees(problem: HeteroProblem):
                     yield tp, dp, pp, mb, problem.global_batch // (dp * mb)
 
 
-def search_cluster(problem: HeteroProblem, top_k: int = 5, orders: list[tuple[str, ...]] | None = None) -> HeteroResult:
+def search_cluster(
+    problem: HeteroProblem, top_k: int = 5, orders: list[tuple[str, ...]] | None = None
+) -> HeteroResult:
     """AMP-style search (module docstring)."""
     t0 = time.perf_counter()
     names = tuple(p.name for p in problem.cluster.pools)
@@ -247,27 +298,51 @@ def search_cluster(problem: HeteroProblem, top_k: int = 5, orders: list[tuple[st
             per = tp * dp
             for rc in problem.recompute:
                 settings = [
-                    StageSetting(_slices(gpu_list[k * per : (k + 1) * per]), tp, dp, mb, rc, (), k, pp, m) for k in range(pp)
+                    StageSetting(
+                        _slices(gpu_list[k * per : (k + 1) * per]), tp, dp, mb, rc, (), k, pp, m
+                    )
+                    for k in range(pp)
                 ]
                 candidates.append((settings, m, order))
     found, solved = _best_splits(problem, candidates, top_k)
-    plans = [Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o)) for t, s, b, m, o in found[:top_k]]
+    plans = [
+        Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
+        for t, s, b, m, o in found[:top_k]
+    ]
     return HeteroResult(plans, len(candidates), time.perf_counter() - t0, "amp-dp", solved=solved)
 
 
 # ---- non-uniform per-stage plans on one GPU type -------------------------------------------------
-def _stage_settings_from(problem: HeteroProblem, configs, microbatches: int) -> list[StageSetting] | None:
+def _stage_settings_from(
+    problem: HeteroProblem, configs, microbatches: int
+) -> list[StageSetting] | None:
     pool = problem.cluster.pools[0]
     offset = 0
     out = []
     for i, c in enumerate(configs):
-        if c.gpus % c.tp or problem.model.heads % c.tp or problem.model.ffn_hidden % c.tp or c.tp > pool.gpus_per_node:
+        if (
+            c.gpus % c.tp
+            or problem.model.heads % c.tp
+            or problem.model.ffn_hidden % c.tp
+            or c.tp > pool.gpus_per_node
+        ):
             return None
         dp = c.gpus // c.tp
         if problem.global_batch % (microbatches * dp):
             return None
-        out.append(StageSetting(((pool.name, offset, c.gpus),), c.tp, dp, problem.global_batch // (microbatches * dp), c.recompute,
-                                c.recompute_ops, i, len(configs), microbatches))
+        out.append(
+            StageSetting(
+                ((pool.name, offset, c.gpus),),
+                c.tp,
+                dp,
+                problem.global_batch // (microbatches * dp),
+                c.recompute,
+                c.recompute_ops,
+                i,
+                len(configs),
+                microbatches,
+            )
+        )
         offset += c.gpus
     return out if offset == pool.gpu_count else None
 
@@ -278,33 +353,53 @@ def _compositions(total: int, parts: int):
         yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
-def non_uniform_space_size(problem: HeteroProblem, max_stages: int, microbatch_counts: list[int]) -> int:
+def non_uniform_space_size(
+    problem: HeteroProblem, max_stages: int, microbatch_counts: list[int]
+) -> int:
     gpus = problem.cluster.gpus
     total = 0
     for pp in range(1, max_stages + 1):
         for comp in _compositions(gpus, pp):
-            per_stage = [len([t for t in _powers_of_two(g) if g % t == 0]) * len(problem.recompute) for g in comp]
+            per_stage = [
+                len([t for t in _powers_of_two(g) if g % t == 0]) * len(problem.recompute)
+                for g in comp
+            ]
             total += int(np.prod(per_stage)) * len(microbatch_counts)
     return total
 
 
 def search_non_uniform(
-    problem: HeteroProblem, top_k: int = 5, max_stages: int = 4, exact_limit: int = 3000, time_budget_s: float = 5.0
+    problem: HeteroProblem,
+    top_k: int = 5,
+    max_stages: int = 4,
+    exact_limit: int = 3000,
+    time_budget_s: float = 5.0,
 ) -> HeteroResult:
     """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
     most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the AMP-style best."""
     if not problem.cluster.is_uniform:
-        raise InputError("--non-uniform: plans per stage on one GPU type; give a one-pool cluster (or --system and --gpus)")
+        raise InputError(
+            "--non-uniform: plans per stage on one GPU type; give a one-pool cluster (or --system and --gpus)"
+        )
     t0 = time.perf_counter()
     gpus = problem.cluster.gpus
-    counts = sorted({problem.global_batch // k for k in _powers_of_two(problem.global_batch) if problem.global_batch % k == 0})
+    counts = sorted(
+        {
+            problem.global_batch // k
+            for k in _powers_of_two(problem.global_batch)
+            if problem.global_batch % k == 0
+        }
+    )
     n_blocks = len(model_blocks(problem.model))
     max_stages = min(max_stages, gpus, n_blocks)
     if non_uniform_space_size(problem, max_stages, counts) <= exact_limit:
         candidates = []
         for pp in range(1, max_stages + 1):
             for comp in _compositions(gpus, pp):
-                options = [[(t, rc) for t in _powers_of_two(g) if g % t == 0 for rc in problem.recompute] for g in comp]
+                options = [
+                    [(t, rc) for t in _powers_of_two(g) if g % t == 0 for rc in problem.recompute]
+                    for g in comp
+                ]
                 for choice in itertools.product(*options):
                     configs = [StageConfig(0, g, t, rc) for g, (t, rc) in zip(comp, choice)]
                     for m in counts:
@@ -313,15 +408,23 @@ def search_non_uniform(
                             candidates.append((settings, m, None))
         found, solved = _best_splits(problem, candidates, top_k)
         names = (problem.cluster.pools[0].name,)
-        plans = [Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names)) for t, s, b, m, _ in found[:top_k]]
-        return HeteroResult(plans, len(candidates), time.perf_counter() - t0, "exact", solved=solved)
+        plans = [
+            Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
+            for t, s, b, m, _ in found[:top_k]
+        ]
+        return HeteroResult(
+            plans, len(candidates), time.perf_counter() - t0, "exact", solved=solved
+        )
     start = search_cluster(problem, top_k=1)
     if not start.plans:
         return HeteroResult([], start.evaluated, time.perf_counter() - t0, "alleviation")
     plan0 = start.plans[0].plan
     m = plan0.n_microbatches
     blocks0 = [s.blocks for s in plan0.stages]
-    configs0 = tuple(StageConfig(b[1] - b[0], s.gpus, s.tp, s.recompute, tuple(s.recompute_ops)) for s, b in zip(plan0.stages, blocks0))
+    configs0 = tuple(
+        StageConfig(b[1] - b[0], s.gpus, s.tp, s.recompute, tuple(s.recompute_ops))
+        for s, b in zip(plan0.stages, blocks0)
+    )
 
     def evaluate(configs):
         if any(c.layers < 1 for c in configs) or sum(c.layers for c in configs) != n_blocks:
@@ -332,16 +435,36 @@ def search_non_uniform(
         bounds = np.concatenate([[0], np.cumsum([c.layers for c in configs])]).astype(int)
         plan = _plan_from(problem, settings, tuple(int(b) for b in bounds), m)
         est = estimate_stage_plan(problem.model, problem.cluster, plan)
-        return Score(est.step_time_s, est.stage_work_s, tuple(s.peak_bytes - s.capacity_bytes for s in est.stages))
+        return Score(
+            est.step_time_s,
+            est.stage_work_s,
+            tuple(s.peak_bytes - s.capacity_bytes for s in est.stages),
+        )
 
     # per-op recompute choices (Aceso §4.2): each recomputable module alone, and the core attention with each other
-    modules = recomputable_modules(problem.model, problem.seq_length, problem.attention, problem.dtype)
-    op_sets = tuple((m,) for m in modules) + tuple(("core_attn", m) for m in modules if m != "core_attn" and "core_attn" in modules)
+    modules = recomputable_modules(
+        problem.model, problem.seq_length, problem.attention, problem.dtype
+    )
+    op_sets = tuple((m,) for m in modules) + tuple(
+        ("core_attn", m) for m in modules if m != "core_attn" and "core_attn" in modules
+    )
     result = alleviate(configs0, evaluate, time_budget_s=time_budget_s, op_sets=op_sets)
     settings = _stage_settings_from(problem, result.best, m)
-    bounds = tuple(int(b) for b in np.concatenate([[0], np.cumsum([c.layers for c in result.best])]))
-    best = Candidate(result.best_score.step_time_s, _plan_from(problem, settings, bounds, m),
-                     _label(settings, bounds, (problem.cluster.pools[0].name,)))
-    plans = [best] + [p for p in start.plans if p.plan != best.plan]  # the start plan once, when nothing beat it
-    return HeteroResult(plans[:top_k], start.evaluated + result.evaluations, time.perf_counter() - t0,
-                        "alleviation", result.trajectory)
+    bounds = tuple(
+        int(b) for b in np.concatenate([[0], np.cumsum([c.layers for c in result.best])])
+    )
+    best = Candidate(
+        result.best_score.step_time_s,
+        _plan_from(problem, settings, bounds, m),
+        _label(settings, bounds, (problem.cluster.pools[0].name,)),
+    )
+    plans = [best] + [
+        p for p in start.plans if p.plan != best.plan
+    ]  # the start plan once, when nothing beat it
+    return HeteroResult(
+        plans[:top_k],
+        start.evaluated + result.evaluations,
+        time.perf_counter() - t0,
+        "alleviation",
+        result.trajectory,
+    )
