@@ -19,81 +19,65 @@ exceeded.  --smoke runs tiny shapes (2 layers, hidden 64, seq 64, vocab 256) to 
 code path, e.g. on --device cpu (perf_counter timing, no memory stats).
 """
 
-import argparse, datetime, gc, json, math, os, platform, statistics, subprocess, sys, time
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
 import warnings
 
 import torch
-import torch.nn as nn
+from torch import nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # Shapes copied from src/paraplan/catalog/models/*.yaml.
+KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
 CATALOG = {
-    "gpt3-125m": dict(layers=12, hidden=768, heads=12, kv_heads=12, ffn_hidden=3072, vocab=51200),
-    "gpt3-350m": dict(layers=24, hidden=1024, heads=16, kv_heads=16, ffn_hidden=4096, vocab=51200),
-    "gpt3-760m": dict(layers=24, hidden=1536, heads=16, kv_heads=16, ffn_hidden=6144, vocab=51200),
-    "gpt3-1.3b": dict(layers=24, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=51200),
-    "gpt3-2.7b": dict(layers=32, hidden=2560, heads=32, kv_heads=32, ffn_hidden=10240, vocab=51200),
-    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256),
+    "gpt3-125m": (12, 768, 12, 12, 3072, 51200),
+    "gpt3-350m": (24, 1024, 16, 16, 4096, 51200),
+    "gpt3-760m": (24, 1536, 16, 16, 6144, 51200),
+    "gpt3-1.3b": (24, 2048, 16, 16, 8192, 51200),
+    "gpt3-2.7b": (32, 2560, 32, 32, 10240, 51200),
+    "llama3-8b": (32, 4096, 32, 8, 14336, 128256),
 }
-GPT_STYLE = dict(mlp="gelu", norm="layernorm", tie_embeddings=True, position_embedding="learned")
-LLAMA_STYLE = dict(mlp="swiglu", norm="rmsnorm", tie_embeddings=False, position_embedding="rope")
-STACKS = {  # autocast dtype, parameter dtype, tf32 matmuls, SDPA backends in order of preference
-    "eager-amp": dict(
-        autocast=torch.bfloat16,
-        param=torch.float32,
-        tf32=False,
-        dtype="bf16",
-        sdpa=[SDPBackend.FLASH_ATTENTION],
-    ),
-    "eager-bf16": dict(
-        autocast=None,
-        param=torch.bfloat16,
-        tf32=False,
-        dtype="bf16",
-        sdpa=[SDPBackend.FLASH_ATTENTION],
-    ),
-    "eager-tf32": dict(
-        autocast=None,
-        param=torch.float32,
-        tf32=True,
-        dtype="tf32",
-        sdpa=[SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
-    ),
+GPT = {"mlp": "gelu", "norm": "layernorm", "tie_embeddings": True, "position_embedding": "learned"}
+LLAMA = {"mlp": "swiglu", "norm": "rmsnorm", "tie_embeddings": False, "position_embedding": "rope"}
+FLASH, EFF, MATH = SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH
+# stack -> (autocast dtype, parameter dtype, tf32 matmuls, plan dtype, SDPA backends to try in order)
+STACKS = {
+    "eager-amp": (torch.bfloat16, torch.float32, False, "bf16", [FLASH]),
+    "eager-bf16": (None, torch.bfloat16, False, "bf16", [FLASH]),
+    "eager-tf32": (None, torch.float32, True, "tf32", [EFF, MATH]),
 }
-FALLBACK_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def shape(dims, style, **override):
+    return {**dict(zip(KEYS, dims, strict=True)), **style, **override}
 
 
 def configs(smoke):
     """(catalog name, shape, stack, seq, micro-batch, note) in the order they should run."""
     if smoke:
-        gpt = dict(layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256, vocab=256, **GPT_STYLE)
-        llama = dict(
-            layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=192, vocab=256, **LLAMA_STYLE
-        )
-        return [("smoke-gpt", gpt, s, 64, 2, "tiny smoke shape") for s in STACKS] + [
-            ("smoke-llama", llama, "eager-amp", 64, 2, "tiny smoke shape")
+        tiny = "tiny smoke shape"
+        gpt, llama = shape((2, 64, 4, 4, 256, 256), GPT), shape((2, 64, 4, 2, 192, 256), LLAMA)
+        return [("smoke-gpt", gpt, st, 64, 2, tiny) for st in STACKS] + [
+            ("smoke-llama", llama, "eager-amp", 64, 2, tiny)
         ]
-    out = [
-        (m, dict(CATALOG[m], **GPT_STYLE), "eager-amp", 2048, mb, None)
-        for m, mb in [
-            ("gpt3-125m", 8),
-            ("gpt3-350m", 8),
-            ("gpt3-760m", 4),
-            ("gpt3-1.3b", 4),
-            ("gpt3-2.7b", 2),
-        ]
-    ]
-    out += [
-        (m, dict(CATALOG[m], **GPT_STYLE), "eager-bf16", 2048, mb, None)
-        for m, mb in [("gpt3-350m", 8), ("gpt3-1.3b", 4)]
-    ]
-    out.append(("gpt3-350m", dict(CATALOG["gpt3-350m"], **GPT_STYLE), "eager-tf32", 2048, 8, None))
-    llama = dict(CATALOG["llama3-8b"], **LLAMA_STYLE, layers=4)
-    out.append(
-        ("llama3-8b", llama, "eager-amp", 4096, 1, "llama3-8b shape with layers reduced 32 -> 4")
-    )
-    return out
+    runs = [("gpt3-125m", "eager-amp", 8), ("gpt3-350m", "eager-amp", 8)]
+    runs += [("gpt3-760m", "eager-amp", 4), ("gpt3-1.3b", "eager-amp", 4)]
+    runs += [("gpt3-2.7b", "eager-amp", 2), ("gpt3-350m", "eager-bf16", 8)]
+    runs += [("gpt3-1.3b", "eager-bf16", 4), ("gpt3-350m", "eager-tf32", 8)]
+    out = [(m, shape(CATALOG[m], GPT), st, 2048, mb, None) for m, st, mb in runs]
+    llama = shape(CATALOG["llama3-8b"], LLAMA, layers=4)
+    note = "llama3-8b shape with layers reduced 32 -> 4"
+    return [*out, ("llama3-8b", llama, "eager-amp", 4096, 1, note)]
 
 
 def rope_tables(seq, head_dim, base=500000.0):
@@ -234,9 +218,10 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=fused)
     tok = torch.randint(0, c["vocab"], (mb, seq + 1), device=device)
     x, y = tok[:, :-1], tok[:, 1:]
-    amp = lambda: torch.autocast(
-        device.type, dtype=st["autocast"], enabled=st["autocast"] is not None
-    )
+
+    def amp():
+        return torch.autocast(device.type, st["autocast"], enabled=st["autocast"] is not None)
+
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     last = {}
 
@@ -258,7 +243,7 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
     with sdpa_kernel([backend]):
         flags = {
             k: getattr(torch.backends.cuda, f"{k}_sdp_enabled")()
-            for k in ("flash", "mem_efficient", "math")
+            for k in ("flash", "mem_efficient", "math", "cudnn")
         }
         warm = []
         for _ in range(3):
@@ -331,13 +316,12 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
         "steps_timed": n,
         "sanity": {"loss_last": last["loss"].item(), "warmup_s": warm},
     }
-    del model, opt, last
     return rec
 
 
 def provenance(device, args):
     p = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
@@ -362,6 +346,7 @@ def provenance(device, args):
                     "--format=csv",
                 ],
                 capture_output=True,
+                check=False,
                 text=True,
                 timeout=30,
             ).stdout.strip()
@@ -393,7 +378,7 @@ def main():
     )
 
     def log(msg):
-        line = f"{datetime.datetime.now(datetime.timezone.utc):%H:%M:%S} +{time.perf_counter() - t_start:6.1f}s {msg}"
+        line = f"{datetime.datetime.now(datetime.UTC):%H:%M:%S} +{time.perf_counter() - t_start:6.1f}s {msg}"
         print(line, flush=True)
         with open(log_path, "a") as f:
             f.write(line + "\n")
@@ -434,7 +419,7 @@ def main():
             rec = run_config(catalog, c, stack, seq, mb, device, deadline)
         except torch.OutOfMemoryError as e:
             err = {"oom": True, "error": str(e)[:400]}
-        except Exception as e:  # record and go on: one bad config must not lose the rest
+        except Exception as e:  # noqa: BLE001 -- record and go on: one bad config must not lose the rest
             err = {"error": f"{type(e).__name__}: {e}"[:400]}
         if err is not None:
             rec = {

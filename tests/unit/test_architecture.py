@@ -1,14 +1,95 @@
-"""The package's shape: no module-level import cycle, no source file over 600 lines."""
+"""The package's shape (issue 31): every import counted, those inside functions too.
+
+- ``LAYERS`` is the explicit order of the package's rooms, lowest first: a module may import its own
+  room and the rooms below it, never one above (an "upward" import);
+- no import circle between modules, whether the import runs at import time or inside a function;
+- no source file over 500 lines and no function over 80 lines outside ``cli/`` (after ``ruff format``
+  at line length 100, which CI checks too).
+"""
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
 from pathlib import Path
+
+import pytest
 
 import paraplan
 
 ROOT = Path(paraplan.__file__).parent
-MAX_LINES = 600
+REPO = ROOT.parent.parent
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+# Lowest first. A room is a module prefix; a module belongs to the longest prefix that names it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("paraplan.units",),
+    ("paraplan.specs",),
+    ("paraplan.io",),
+    ("paraplan.catalog",),
+    ("paraplan.graph",),
+    ("paraplan.cost",),
+    ("paraplan.step",),
+    ("paraplan.validate",),
+    ("paraplan.search",),
+    ("paraplan.report",),
+    ("paraplan.sweep",),
+    ("paraplan.export", "paraplan.importers"),
+    ("paraplan.calibrate",),
+    ("paraplan.api",),
+    ("paraplan.cli",),
+    ("paraplan", "paraplan.__main__"),
+)
+
+# Issue 31, in progress: what still breaks a rule. Each entry must still break it (a test says so), and
+# the lists only shrink; the issue is done when they are empty.
+PENDING_LONG_FILES = frozenset(
+    (
+        "cli/estimate_cmd.py",
+        "cost/comm.py",
+        "export/megatron.py",
+        "graph/moe.py",
+        "report/plots.py",
+        "report/render.py",
+        "report/search_view.py",
+        "search/bounds/blocks.py",
+        "search/bounds/expert_floors.py",
+        "search/run.py",
+        "search/space.py",
+        "search/table.py",
+        "specs/plan.py",
+        "step/build.py",
+        "step/compose.py",
+        "step/per_stage.py",
+        "sweep/run.py",
+    )
+)
+PENDING_LONG_FUNCTIONS = frozenset(
+    (
+        "api.py:search",
+        "export/deepspeed.py:config",
+        "export/megatron.py:import_plan",
+        "export/megatron.py:plan_arguments",
+        "export/nemo.py:import_plan",
+        "export/torchtitan.py:import_plan",
+        "export/torchtitan.py:sections",
+        "importers/amped.py:convert",
+        "importers/calculon.py:convert_system",
+        "report/plots.py:plot_strong_scaling",
+        "search/bounds/blocks.py:_work_entries",
+        "search/run.py:_branch_and_bound",
+        "search/staged/hetero.py:search_non_uniform",
+        "search/table.py:__init__",
+        "specs/stage_plan.py:stage_plan_violations",
+        "specs/tp_layout.py:tp_layout_violations",
+        "step/compose.py:tail_terms",
+        "sweep/run.py:_run_point",
+    )
+)
 
 
 def _module_name(path: Path) -> str:
@@ -16,14 +97,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports() -> dict[str, set[str]]:
-    """Module -> paraplan modules it imports at module level (``from pkg import submodule`` counts
-    as the submodule; imports inside functions are lazy and cannot form an import-time cycle)."""
+@lru_cache(maxsize=1)
+def _imports() -> dict[str, frozenset[str]]:
+    """Module -> the paraplan modules it imports anywhere in its body (``from pkg import submodule``
+    counts as the submodule)."""
     modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         deps = set()
-        for node in ast.parse(path.read_text()).body:
+        for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module
@@ -34,10 +116,34 @@ def _imports() -> dict[str, set[str]]:
                     deps.add(sub if sub in modules else node.module)
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name.startswith("paraplan")}
-        graph[name] = {
-            d for d in deps if d in modules and d != name and not name.startswith(d + ".")
-        }
+        own = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")}
+        graph[name] = frozenset(own)
     return graph
+
+
+def _layer(module: str) -> int:
+    best, level = -1, None
+    for index, rooms in enumerate(LAYERS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and len(room) > best:
+                best, level = len(room), index
+    assert level is not None, f"{module} is in no layer of LAYERS"
+    return level
+
+
+def test_every_module_has_a_layer():
+    for module in _imports():
+        _layer(module)
+
+
+def test_no_import_goes_up_a_layer():
+    upward = sorted(
+        f"{module} -> {dep}"
+        for module, deps in _imports().items()
+        for dep in deps
+        if _layer(dep) > _layer(module)
+    )
+    assert not upward, upward
 
 
 def test_no_import_cycles():
@@ -47,23 +153,51 @@ def test_no_import_cycles():
 
     def visit(node: str, path: list[str]) -> None:
         state[node] = 1
-        for dep in graph[node]:
+        for dep in sorted(graph[node]):
             if state.get(dep) == 1:
                 cycles.append(" -> ".join(path[path.index(dep) :] + [dep]))
             elif dep not in state:
                 visit(dep, path + [dep])
         state[node] = 2
 
-    for module in graph:
+    for module in sorted(graph):
         if module not in state:
             visit(module, [module])
     assert not cycles, cycles
 
 
-def test_no_source_file_over_600_lines():
+def test_no_source_file_over_500_lines():
     long = {
         str(p.relative_to(ROOT)): n
         for p in ROOT.rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_LINES
+        if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
     }
-    assert not long, long
+    assert set(long) <= PENDING_LONG_FILES, sorted(set(long) - PENDING_LONG_FILES)
+    assert set(long) >= PENDING_LONG_FILES, sorted(PENDING_LONG_FILES - set(long))
+
+
+def test_no_function_over_80_lines_outside_cli():
+    long = {}
+    for path in ROOT.rglob("*.py"):
+        if "cli" in path.relative_to(ROOT).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = lines
+    assert set(long) <= PENDING_LONG_FUNCTIONS, sorted(set(long) - PENDING_LONG_FUNCTIONS)
+    assert set(long) >= PENDING_LONG_FUNCTIONS, sorted(PENDING_LONG_FUNCTIONS - set(long))
+
+
+def test_sources_are_formatted():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(ruff).exists():
+        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+    done = subprocess.run(
+        [ruff, "format", "--check", "--quiet", "src", "tests", "benchmarks"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
