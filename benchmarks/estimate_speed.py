@@ -73,7 +73,7 @@ def main() -> None:
                 cache.cache_clear()
             from paraplan.graph import transformer
 
-            transformer.decoder_layer.cache_clear()
+            transformer.decoder_layer_1d.cache_clear()
             transformer.embedding_block.cache_clear()
             transformer.lm_head_block.cache_clear()
             start = time.perf_counter()

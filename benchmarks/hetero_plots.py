@@ -26,7 +26,6 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from paraplan.catalog import load_model  # noqa: E402
 from paraplan.step.per_stage import estimate_stage_plan  # noqa: E402
-from paraplan.graph.encoder import model_blocks  # noqa: E402
 from paraplan.search.staged.hetero import (
     HeteroProblem,
     _degrees,
@@ -35,7 +34,7 @@ from paraplan.search.staged.hetero import (
     search_cluster,
     search_non_uniform,
 )  # noqa: E402
-from paraplan.specs.cluster import cluster_from_dict  # noqa: E402
+from paraplan.catalog.clusters import cluster_from_dict  # noqa: E402
 from paraplan.specs.errors import InputError  # noqa: E402
 from paraplan.specs.model import ModelSpec  # noqa: E402
 from paraplan.specs.stage_plan import stage_plan_from_dict  # noqa: E402

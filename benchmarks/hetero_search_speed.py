@@ -7,7 +7,7 @@ import time
 
 from paraplan.catalog import load_model
 from paraplan.search.staged.hetero import HeteroProblem, search_cluster, search_non_uniform
-from paraplan.specs.cluster import cluster_from_dict
+from paraplan.catalog.clusters import cluster_from_dict
 
 CASES = [
     (

@@ -17,7 +17,7 @@ from _cold import cold_search
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
-from paraplan.report.search_view import plan_label
+from paraplan.specs.plan_label import plan_label
 from paraplan.search.space import SearchProblem
 
 PROBLEMS = [

@@ -33,8 +33,8 @@ import time
 import warnings
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # Shapes copied from src/paraplan/catalog/models/*.yaml.
@@ -56,6 +56,7 @@ STACKS = {
     "eager-bf16": (None, torch.bfloat16, False, "bf16", [FLASH]),
     "eager-tf32": (None, torch.float32, True, "tf32", [EFF, MATH]),
 }
+GIB = 1024**3
 
 
 def shape(dims, style, **override):
@@ -63,13 +64,12 @@ def shape(dims, style, **override):
 
 
 def configs(smoke):
-    """(catalog name, shape, stack, seq, micro-batch, note) in the order they should run."""
+    """(catalog name, shape, stack, seq, micro-batch, note), most valuable first."""
     if smoke:
         tiny = "tiny smoke shape"
         gpt, llama = shape((2, 64, 4, 4, 256, 256), GPT), shape((2, 64, 4, 2, 192, 256), LLAMA)
-        return [("smoke-gpt", gpt, st, 64, 2, tiny) for st in STACKS] + [
-            ("smoke-llama", llama, "eager-amp", 64, 2, tiny)
-        ]
+        runs = [("smoke-gpt", gpt, st, 64, 2, tiny) for st in STACKS]
+        return [*runs, ("smoke-llama", llama, "eager-amp", 64, 2, tiny)]
     runs = [("gpt3-125m", "eager-amp", 8), ("gpt3-350m", "eager-amp", 8)]
     runs += [("gpt3-760m", "eager-amp", 4), ("gpt3-1.3b", "eager-amp", 4)]
     runs += [("gpt3-2.7b", "eager-amp", 2), ("gpt3-350m", "eager-bf16", 8)]
@@ -91,14 +91,17 @@ def apply_rope(x, cos, sin):  # x: (b, h, s, d); rotate-half convention
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
 
 
+def make_norm(c):
+    return (nn.LayerNorm if c["norm"] == "layernorm" else nn.RMSNorm)(c["hidden"])
+
+
 class Block(nn.Module):
     def __init__(self, c, gqa_native):
         super().__init__()
         self.h, self.kv, self.hd = c["heads"], c["kv_heads"], c["hidden"] // c["heads"]
         self.swiglu, self.gqa_native = c["mlp"] == "swiglu", gqa_native
-        norm = nn.LayerNorm if c["norm"] == "layernorm" else nn.RMSNorm
         bias = c["norm"] == "layernorm"  # GPT/Megatron linears have biases, Llama's do not
-        self.ln1, self.ln2 = norm(c["hidden"]), norm(c["hidden"])
+        self.ln1, self.ln2 = make_norm(c), make_norm(c)
         self.qkv = nn.Linear(c["hidden"], (self.h + 2 * self.kv) * self.hd, bias=bias)
         self.proj = nn.Linear(self.h * self.hd, c["hidden"], bias=bias)
         self.fc = nn.Linear(c["hidden"], c["ffn_hidden"] * (2 if self.swiglu else 1), bias=bias)
@@ -106,24 +109,23 @@ class Block(nn.Module):
 
     def forward(self, x, rope):
         b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(
-            [self.h * self.hd, self.kv * self.hd, self.kv * self.hd], -1
-        )
-        q, k, v = (z.view(b, t, -1, self.hd).transpose(1, 2) for z in (q, k, v))
+        qkv = self.qkv(self.ln1(x)).view(b, t, self.h + 2 * self.kv, self.hd).transpose(1, 2)
+        q, k, v = qkv.split([self.h, self.kv, self.kv], dim=1)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if self.kv != self.h and not self.gqa_native:
+        gqa = self.kv != self.h
+        if gqa and not self.gqa_native:
             k, v = (z.repeat_interleave(self.h // self.kv, dim=1) for z in (k, v))
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.kv != self.h and self.gqa_native
+            q, k, v, is_causal=True, enable_gqa=gqa and self.gqa_native
         )
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, self.h * self.hd))
         h = self.fc(self.ln2(x))
-        h = (
-            F.silu(h[..., : h.shape[-1] // 2]) * h[..., h.shape[-1] // 2 :]
-            if self.swiglu
-            else F.gelu(h)
-        )
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h)
         return x + self.out(h)
 
 
@@ -131,13 +133,14 @@ class Decoder(nn.Module):
     def __init__(self, c, seq, gqa_native):
         super().__init__()
         self.wte = nn.Embedding(c["vocab"], c["hidden"])
-        self.wpe = nn.Embedding(seq, c["hidden"]) if c["position_embedding"] == "learned" else None
-        if c["position_embedding"] == "rope":
+        learned = c["position_embedding"] == "learned"
+        self.wpe = nn.Embedding(seq, c["hidden"]) if learned else None
+        if not learned:  # rope
             cos, sin = rope_tables(seq, c["hidden"] // c["heads"])
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
         self.blocks = nn.ModuleList(Block(c, gqa_native) for _ in range(c["layers"]))
-        self.ln_f = (nn.LayerNorm if c["norm"] == "layernorm" else nn.RMSNorm)(c["hidden"])
+        self.ln_f = make_norm(c)
         self.lm_head = nn.Linear(c["hidden"], c["vocab"], bias=False)
         if c["tie_embeddings"]:
             self.lm_head.weight = self.wte.weight
@@ -151,7 +154,7 @@ class Decoder(nn.Module):
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        rope = (self.cos, self.sin) if self.wpe is None else None
+        rope = None if self.wpe is not None else (self.cos, self.sin)
         for blk in self.blocks:
             x = blk(x, rope)
         logits = self.lm_head(self.ln_f(x)).float()  # loss on fp32 logits
@@ -163,17 +166,15 @@ def pick_sdpa(candidates, c, dtype, device):
     hd, gqa = c["hidden"] // c["heads"], c["kv_heads"] != c["heads"]
     for backend in candidates:
         for native in [True, False] if gqa else [False]:
+            kv_heads = c["kv_heads"] if native else c["heads"]
+            q = torch.randn(1, c["heads"], 128, hd, device=device, dtype=dtype)
+            k, v = (torch.randn(1, kv_heads, 128, hd, device=device, dtype=dtype) for _ in "kv")
             try:
-                q = torch.randn(
-                    1, c["heads"], 128, hd, device=device, dtype=dtype, requires_grad=True
-                )
-                kv_h = c["kv_heads"] if native else c["heads"]
-                k, v = (torch.randn(1, kv_h, 128, hd, device=device, dtype=dtype) for _ in "kv")
                 with warnings.catch_warnings(), sdpa_kernel([backend]):
                     warnings.simplefilter("ignore")
-                    F.scaled_dot_product_attention(
-                        q, k, v, is_causal=True, enable_gqa=native
-                    ).sum().backward()
+                    q.requires_grad_(True)
+                    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=native)
+                    y.sum().backward()
                 return backend, native
             except RuntimeError:
                 continue
@@ -182,20 +183,16 @@ def pick_sdpa(candidates, c, dtype, device):
 
 def time_calls(fn, n, cuda):
     """Per-call durations in seconds (CUDA events on GPU, perf_counter on CPU) and wall/call."""
-    t0 = time.perf_counter()
+    t0, times = time.perf_counter(), []
     if cuda:
-        ev = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(n)
-        ]
-        for a, b in ev:
+        events = [[torch.cuda.Event(enable_timing=True) for _ in "ab"] for _ in range(n)]
+        for a, b in events:
             a.record()
             fn()
             b.record()
         torch.cuda.synchronize()
-        times = [a.elapsed_time(b) / 1e3 for a, b in ev]
+        times = [a.elapsed_time(b) / 1e3 for a, b in events]
     else:
-        times = []
         for _ in range(n):
             t = time.perf_counter()
             fn()
@@ -203,27 +200,51 @@ def time_calls(fn, n, cuda):
     return times, (time.perf_counter() - t0) / n
 
 
+def measure(step, fwd_bwd, fwd_only, cuda, deadline):
+    """Warm up 3 steps, time N steps, then forward-only and forward+backward (median each)."""
+    warm = []
+    for _ in range(3):
+        t = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        warm.append(time.perf_counter() - t)
+    n = max(5, min(30, math.ceil(2.0 / max(warm[-1], 1e-9))))
+    while n > 5 and time.perf_counter() + 1.7 * n * warm[-1] > deadline:  # 1.7: + extras
+        n -= 1
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    times, wall = time_calls(step, n, cuda)
+    med = statistics.median
+    measured = {"step_time_s": med(times), "step_time_mean_s": statistics.mean(times)}
+    measured |= {"step_time_min_s": min(times), "step_time_max_s": max(times)}
+    if cuda:
+        measured["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
+        measured["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
+    measured["forward_s"] = med(time_calls(fwd_only, max(3, n // 3), cuda)[0])
+    measured["forward_backward_s"] = med(time_calls(fwd_bwd, max(3, n // 3), cuda)[0])
+    measured["wall_per_step_s"] = wall
+    return measured, n, warm
+
+
 def run_config(catalog, c, stack_name, seq, mb, device, deadline):
-    st, cuda = STACKS[stack_name], device.type == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = st["tf32"]
-    torch.backends.cudnn.allow_tf32 = st["tf32"]
-    act_dtype = st["autocast"] or st["param"]
-    backend, native = pick_sdpa(st["sdpa"], c, act_dtype, device)
+    autocast, pdtype, tf32, plan_dtype, sdpa = STACKS[stack_name]
+    cuda = device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    act_dtype = autocast or pdtype
+    backend, native = pick_sdpa(sdpa, c, act_dtype, device)
     if backend is None:  # requested kernels unavailable here: let any backend run, and say so
-        backend, native = pick_sdpa(FALLBACK_SDPA, c, act_dtype, device)
+        backend, native = pick_sdpa([FLASH, EFF, MATH], c, act_dtype, device)
     torch.manual_seed(0)
     with torch.device(device):
-        model = Decoder(c, seq, native).to(st["param"])
-    fused = cuda
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=fused)
+        model = Decoder(c, seq, native).to(pdtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=cuda)
     tok = torch.randint(0, c["vocab"], (mb, seq + 1), device=device)
-    x, y = tok[:, :-1], tok[:, 1:]
+    x, y, last = tok[:, :-1], tok[:, 1:], {}
 
     def amp():
-        return torch.autocast(device.type, st["autocast"], enabled=st["autocast"] is not None)
-
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    last = {}
+        return torch.autocast(device.type, dtype=autocast, enabled=autocast is not None)
 
     def fwd_bwd():
         model.zero_grad(set_to_none=True)
@@ -241,72 +262,28 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
             model(x, y)
 
     with sdpa_kernel([backend]):
-        flags = {
-            k: getattr(torch.backends.cuda, f"{k}_sdp_enabled")()
-            for k in ("flash", "mem_efficient", "math", "cudnn")
-        }
-        warm = []
-        for _ in range(3):
-            t = time.perf_counter()
-            step()
-            sync()
-            warm.append(time.perf_counter() - t)
-        est = warm[-1]
-        n = max(5, min(30, math.ceil(2.0 / max(est, 1e-9))))
-        while n > 5 and time.perf_counter() + 1.7 * n * est > deadline:  # step + fwd/bwd extras
-            n -= 1
-        if cuda:
-            sync()
-            torch.cuda.reset_peak_memory_stats()
-        times, wall = time_calls(step, n, cuda)
-        mem = {}
-        if cuda:
-            gib = 1024**3
-            mem = {
-                "peak_allocated_gib": torch.cuda.max_memory_allocated() / gib,
-                "peak_reserved_gib": torch.cuda.max_memory_reserved() / gib,
-            }
-        n_aux = max(3, n // 3)
-        fwd, _ = time_calls(fwd_only, n_aux, cuda)
-        fb, _ = time_calls(fwd_bwd, n_aux, cuda)
-    measured = {
-        "step_time_s": statistics.median(times),
-        "step_time_mean_s": statistics.mean(times),
-        "step_time_min_s": min(times),
-        "step_time_max_s": max(times),
-        "forward_s": statistics.median(fwd),
-        "forward_backward_s": statistics.median(fb),
-        **mem,
-        "wall_per_step_s": wall,
-    }
+        kinds = ("flash", "mem_efficient", "math", "cudnn")
+        flags = {k: getattr(torch.backends.cuda, f"{k}_sdp_enabled")() for k in kinds}
+        measured, n, warm = measure(step, fwd_bwd, fwd_only, cuda, deadline)
+    gqa_mode = ("enable_gqa" if native else "repeat_kv") if c["kv_heads"] != c["heads"] else None
     stack = {
         "name": stack_name,
-        "autocast": str(st["autocast"]).replace("torch.", "") if st["autocast"] else None,
-        "param_dtype": str(st["param"]).replace("torch.", ""),
-        "tf32_matmul": st["tf32"],
-        "optimizer": f"torch.optim.AdamW(fused={fused})",
+        "autocast": str(autocast).removeprefix("torch.") if autocast else None,
+        "param_dtype": str(pdtype).removeprefix("torch."),
+        "tf32_matmul": tf32,
+        "optimizer": f"torch.optim.AdamW(fused={cuda}, lr=1e-4, weight_decay=0.1)",
         "loss": "cross_entropy on fp32 logits",
         "sdpa_backend": backend.name,
-        "sdpa_requested": [b.name for b in st["sdpa"]],
+        "sdpa_requested": [b.name for b in sdpa],
         "sdpa_flags": flags,
-        "gqa": ("enable_gqa" if native else "repeat_kv") if c["kv_heads"] != c["heads"] else None,
+        "gqa": gqa_mode,
         "torch": torch.__version__,
         "compile": False,
     }
-    plan = {
-        "gpus": 1,
-        "tp": 1,
-        "pp": 1,
-        "dp": 1,
-        "micro_batch": mb,
-        "global_batch": mb,
-        "seq_length": seq,
-        "recompute": "none",
-        "zero": 0,
-        "dtype": st["dtype"],
-        "attention": "flash",
-    }
-    rec = {
+    plan = {"gpus": 1, "tp": 1, "pp": 1, "dp": 1, "micro_batch": mb, "global_batch": mb}
+    plan |= {"seq_length": seq, "recompute": "none", "zero": 0, "dtype": plan_dtype}
+    plan["attention"] = "flash"
+    return {
         "model": dict(c),
         "catalog_model": catalog,
         "plan": plan,
@@ -316,53 +293,37 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
         "steps_timed": n,
         "sanity": {"loss_last": last["loss"].item(), "warmup_s": warm},
     }
-    return rec
 
 
 def provenance(device, args):
-    p = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "script": os.path.abspath(__file__),
-        "argv": sys.argv,
-        "budget_s": args.budget,
-        "smoke": args.smoke,
-    }
-    if device.type == "cuda":
-        prop = torch.cuda.get_device_properties(device)
-        p.update(
-            device=prop.name,
-            sm_count=prop.multi_processor_count,
-            total_memory_gib=prop.total_memory / 1024**3,
-            cudnn=torch.backends.cudnn.version(),
+    p = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    p |= {"torch": torch.__version__, "cuda": torch.version.cuda}
+    p |= {"python": platform.python_version(), "script": os.path.abspath(__file__)}
+    p |= {"argv": sys.argv, "budget_s": args.budget, "smoke": args.smoke}
+    if device.type != "cuda":
+        return p | {"device": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    prop = torch.cuda.get_device_properties(device)
+    p |= {"device": prop.name, "sm_count": prop.multi_processor_count}
+    p |= {"total_memory_gib": prop.total_memory / GIB, "cudnn": torch.backends.cudnn.version()}
+    query = "--query-gpu=name,power.limit,clocks.max.sm,clocks.max.mem,driver_version"
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", query, "--format=csv"],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=30,
         )
-        try:
-            p["nvidia_smi"] = subprocess.run(
-                [
-                    "nvidia-smi",
-                    "--query-gpu=name,power.limit,clocks.max.sm,clocks.max.mem,driver_version",
-                    "--format=csv",
-                ],
-                capture_output=True,
-                check=False,
-                text=True,
-                timeout=30,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError) as e:
-            p["nvidia_smi"] = f"unavailable: {e}"
-    else:
-        p.update(device=platform.processor() or platform.machine(), cpu_count=os.cpu_count())
+        p["nvidia_smi"] = (smi.stdout + smi.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        p["nvidia_smi"] = f"unavailable: {e}"
     return p
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outdir")
-    ap.add_argument(
-        "--budget", type=float, default=150.0, help="wall seconds; no config starts past it"
-    )
+    ap.add_argument("--budget", type=float, default=150.0, help="wall s; no config starts past it")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, quick code-path check")
     args = ap.parse_args()
@@ -371,46 +332,37 @@ def main():
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("CUDA not available; use --device cpu")
     device = torch.device(args.device)
+    cuda = device.type == "cuda"
     os.makedirs(args.outdir, exist_ok=True)
-    out_json, log_path = (
-        os.path.join(args.outdir, "train_steps.json"),
-        os.path.join(args.outdir, "train_log.txt"),
-    )
+    out_json = os.path.join(args.outdir, "train_steps.json")
+    log_path = os.path.join(args.outdir, "train_log.txt")
 
     def log(msg):
-        line = f"{datetime.datetime.now(datetime.UTC):%H:%M:%S} +{time.perf_counter() - t_start:6.1f}s {msg}"
+        now = datetime.datetime.now(datetime.UTC)
+        line = f"{now:%H:%M:%S} +{time.perf_counter() - t_start:6.1f}s {msg}"
         print(line, flush=True)
         with open(log_path, "a") as f:
             f.write(line + "\n")
 
     result = {"provenance": provenance(device, args), "records": []}
+    records = result["records"]
 
     def flush():
-        tmp = out_json + ".tmp"
-        with open(tmp, "w") as f:
+        with open(out_json + ".tmp", "w") as f:
             json.dump(result, f, indent=1)
-        os.replace(tmp, out_json)
+        os.replace(out_json + ".tmp", out_json)
 
     flush()
-    tag = (
-        "cpu"
-        if device.type == "cpu"
-        else (
-            "h200"
-            if "H200" in result["provenance"]["device"]
-            else result["provenance"]["device"].lower().replace(" ", "_")
-        )
-    )
-    log(
-        f"start on {result['provenance']['device']}, torch {torch.__version__}, budget {args.budget:.0f}s"
-    )
+    dev_name = result["provenance"]["device"]
+    tag = "cpu" if not cuda else "h200" if "H200" in dev_name else slug(dev_name)
+    log(f"start on {dev_name}, torch {torch.__version__}, budget {args.budget:.0f}s")
     last_dur = 0.0
     for catalog, c, stack, seq, mb, note in configs(args.smoke):
         label = catalog + (f"-{c['layers']}l" if note and "reduced" in note else "")
         name = f"{tag}-{label}-{stack}-s{seq}-mb{mb}"
-        if time.perf_counter() + last_dur > deadline:
+        if time.perf_counter() + last_dur > deadline:  # predict from the previous config
             log(f"skip {name}: budget")
-            result["records"].append({"name": name, "catalog_model": catalog, "skipped": "budget"})
+            records.append({"name": name, "catalog_model": catalog, "skipped": "budget"})
             flush()
             continue
         log(f"run  {name}")
@@ -419,40 +371,34 @@ def main():
             rec = run_config(catalog, c, stack, seq, mb, device, deadline)
         except torch.OutOfMemoryError as e:
             err = {"oom": True, "error": str(e)[:400]}
-        except Exception as e:  # noqa: BLE001 -- record and go on: one bad config must not lose the rest
+        except Exception as e:  # noqa: BLE001 -- one bad config must not lose the rest
             err = {"error": f"{type(e).__name__}: {e}"[:400]}
         if err is not None:
-            rec = {
-                "model": dict(c),
-                "catalog_model": catalog,
-                "plan": {"micro_batch": mb, "seq_length": seq},
-                "stack": {"name": stack},
-                **err,
-            }
+            rec = {"model": dict(c), "catalog_model": catalog, "stack": {"name": stack}, **err}
+            rec["plan"] = {"micro_batch": mb, "seq_length": seq}
         gc.collect()
-        if device.type == "cuda":
+        if cuda:
             torch.cuda.empty_cache()
         last_dur = time.perf_counter() - t0
-        rec = {"name": name, **rec, "config_wall_s": last_dur}
-        if note:
-            rec["note"] = note
-        result["records"].append(rec)
+        rec = {"name": name, **rec, "config_wall_s": last_dur} | ({"note": note} if note else {})
+        records.append(rec)
         flush()
-        m = rec.get("measured")
-        log(
-            f"done {name}: "
-            + (
-                f"step {m['step_time_s'] * 1e3:.1f} ms (fwd {m['forward_s'] * 1e3:.1f}, "
-                f"fwd+bwd {m['forward_backward_s'] * 1e3:.1f}) n={rec['steps_timed']} "
-                f"sdpa={rec['stack']['sdpa_backend']}"
-                if m
-                else f"FAILED {err}"
-            )
-            + f" [{last_dur:.1f}s]"
-        )
-    log(
-        f"end: {sum('measured' in r for r in result['records'])}/{len(result['records'])} measured -> {out_json}"
-    )
+        if m := rec.get("measured"):
+            ms = {
+                k: f"{m[k] * 1e3:.1f}" for k in ("step_time_s", "forward_s", "forward_backward_s")
+            }
+            status = f"step {ms['step_time_s']} ms (fwd {ms['forward_s']}, "
+            status += f"fwd+bwd {ms['forward_backward_s']}) n={rec['steps_timed']} "
+            status += f"sdpa={rec['stack']['sdpa_backend']}"
+        else:
+            status = f"FAILED {err}"
+        log(f"done {name}: {status} [{last_dur:.1f}s]")
+    n_ok = sum("measured" in r for r in records)
+    log(f"end: {n_ok}/{len(records)} measured -> {out_json}")
+
+
+def slug(text):
+    return "".join(ch if ch.isalnum() else "_" for ch in text.lower())
 
 
 if __name__ == "__main__":

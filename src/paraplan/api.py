@@ -10,66 +10,33 @@ Models and systems may be catalog names, paths to YAML/JSON files (a model may a
 Face ``config.json``), dicts, or already-built specs. Plan fields are :class:`PlanSpec` fields;
 ``seq_length`` and ``global_batch`` get the CLI's defaults when omitted (see :func:`plan_from_fields`).
 Results: :class:`~paraplan.step.result.Estimate` and :class:`SearchResults` (ranked plans with
-``to_dict``, ``to_records``, ``to_dataframe`` — pandas is optional — and a Jupyter view);
+``to_dict``, ``to_records``, ``to_dataframe`` — pandas is optional — and a Jupyter view; an
+Estimate's Jupyter view, report.frames.estimate_html, is registered with IPython when it runs);
 :func:`plan_label` is the compact plan text of the tables; :func:`to_dataframe` takes estimates too.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
 from paraplan.catalog import load_model, load_system
 from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import derive_dp
 from paraplan.specs.plan import PlanSpec, min_global_batch, plan_input_error  # noqa: F401 (re-exported)
+from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
+    DEFAULT_MICRO_BATCH,
+    DEFAULT_SEQ_LENGTH,
+    default_global_batch,
+    plan_from_fields,
+)
 from paraplan.specs.system import SystemSpec
-
-DEFAULT_SEQ_LENGTH = 2048
-DEFAULT_MICRO_BATCH = 1
-
-
-def default_global_batch(fields: dict[str, Any]) -> int:
-    """Smallest global batch the plan accepts (specs.plan.min_global_batch).
-
-    When dp cannot be inferred (gpus not divisible by tp·pp·cp) this returns micro_batch, so that
-    the plan's own check reports the real problem (``plan.gpus``) instead of the batch; likewise
-    when a field it reads is not an integer (the plan's validation names that field)."""
-    counts = [fields.get(k) for k in ("micro_batch", "dp", "pp", "vpp")]
-    if any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in counts):
-        return 1
-    micro_batch = int(fields.get("micro_batch") or DEFAULT_MICRO_BATCH)
-    gpus = fields.get("gpus")
-    dp = fields.get("dp") or 0
-    if not dp and isinstance(gpus, int) and gpus > 0:
-        dp = derive_dp(gpus, {k: fields.get(k) for k in ("tp", "pp", "cp")}) or 0
-    if not dp or dp < 0 or micro_batch < 1:
-        return max(1, micro_batch)
-    schedule = fields.get("schedule")
-    interleaved = schedule == "interleaved" or (
-        schedule is None and int(fields.get("vpp") or 1) > 1
-    )
-    return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), interleaved)
-
-
-def plan_from_fields(fields: dict[str, Any]) -> PlanSpec:
-    """Build a :class:`PlanSpec`, filling ``seq_length`` (2048) and ``global_batch``
-    (:func:`default_global_batch`) when absent; pydantic errors become one-line InputErrors."""
-    data = {k: v for k, v in fields.items() if v is not None}
-    data.setdefault("seq_length", DEFAULT_SEQ_LENGTH)
-    if "global_batch" not in data:
-        data["global_batch"] = default_global_batch(data)
-    try:
-        return PlanSpec.model_validate(data)
-    except ValidationError as exc:
-        raise plan_input_error(exc) from None
 
 
 def estimate(
@@ -124,7 +91,7 @@ def validate(cases: Iterable[str | Path] | None = None) -> dict:
 
 def plan_label(plan: PlanSpec | dict) -> str:
     """The compact plan text of the tables and CSV files: 'tp8 pp4 cp1 dp32 mb4 interleaved/v12 rc:none sp zero1'."""
-    from paraplan.report.frames import plan_text
+    from paraplan.specs.plan_label import plan_text
 
     return plan_text(plan)
 
@@ -292,3 +259,20 @@ def to_dataframe(results) -> Any:
         return results.to_dataframe()
     items = [results] if isinstance(results, Estimate) else list(results)
     return frame([estimate_record(e) for e in items])
+
+
+def register_jupyter_views() -> bool:
+    """Show an Estimate as HTML in Jupyter (report.frames.estimate_html): the result type renders
+    nothing itself, so the view is registered with IPython's HTML formatter here, when IPython is
+    running. True when registered."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return False
+    from paraplan.report.frames import estimate_html
+
+    shell.display_formatter.formatters["text/html"].for_type(Estimate, estimate_html)
+    return True
+
+
+register_jupyter_views()

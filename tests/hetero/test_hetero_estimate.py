@@ -8,7 +8,8 @@ import pytest
 from paraplan.catalog import load_system
 from paraplan.step.estimate import estimate
 from paraplan.step.per_stage import estimate_stage_plan
-from paraplan.specs.cluster import cluster_from_dict, uniform_cluster
+from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec

@@ -16,7 +16,7 @@ from paraplan.search.staged.hetero import (
     search_cluster,
     search_non_uniform,
 )
-from paraplan.specs.cluster import cluster_from_dict
+from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import stage_plan_from_dict
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import yaml
 
 from paraplan import api
+from paraplan.report.frames import estimate_html
 from paraplan.catalog import load_model, load_system
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
@@ -152,7 +156,7 @@ def test_estimate_ranked_plan_and_plan_reprs_are_one_short_line():
     )
     assert "\n" not in text and len(text) < 200 and "(fits)" in text
     assert (
-        est._repr_html_().startswith("<table>")
+        estimate_html(est).startswith("<table>")
         and est.to_record()["plan_label"] == "tp1 pp1 cp1 dp8 mb1 rc:none zero1"
     )
     ranked = api.search("gpt3-1.3b", "dgx-a100-80gb", **SMALL).best
@@ -163,3 +167,22 @@ def test_estimate_ranked_plan_and_plan_reprs_are_one_short_line():
     plan = PlanSpec(gpus=8, tp=2, zero=1, global_batch=8, seq_length=2048)
     assert repr(plan) == "PlanSpec(gpus=8, tp=2, dp=4, global_batch=8, seq_length=2048, zero=1)"
     assert PlanSpec.model_validate(plan.model_dump()) == plan  # the data are all still there
+
+
+def test_the_estimate_view_is_registered_with_a_running_ipython(monkeypatch):
+    """An Estimate renders nothing itself; the API registers report.frames.estimate_html with
+    IPython's HTML formatter when IPython runs (a stand-in shell here)."""
+    registered = {}
+
+    class Formatter:
+        def for_type(self, kind, view):
+            registered[kind] = view
+
+    shell = types.SimpleNamespace(
+        display_formatter=types.SimpleNamespace(formatters={"text/html": Formatter()})
+    )
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    assert api.register_jupyter_views() is True
+    assert registered == {api.Estimate: estimate_html}
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert api.register_jupyter_views() is False

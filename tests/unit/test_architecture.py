@@ -97,15 +97,26 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of the tree except those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
 @lru_cache(maxsize=1)
 def _imports() -> dict[str, frozenset[str]]:
-    """Module -> the paraplan modules it imports anywhere in its body (``from pkg import submodule``
-    counts as the submodule)."""
+    """Module -> the paraplan modules it imports anywhere in its body, at module level or inside a
+    function (``from pkg import submodule`` counts as the submodule). Only imports under
+    ``if TYPE_CHECKING:`` are left out: they never run and name a type for annotations."""
     modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
     graph: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _runtime_nodes(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module
@@ -201,3 +212,20 @@ def test_sources_are_formatted():
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_walk_sees_imports_inside_functions_but_not_type_checking_ones():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import paraplan.cli\n"
+        "def f():\n    from paraplan.step import compose\n"
+    )
+    found = {
+        alias.name if isinstance(node, ast.Import) else node.module
+        for node in _runtime_nodes(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert found == {"typing", "paraplan.step"}
+    assert "paraplan.catalog" in _imports()["paraplan.cost.compute"]  # kernel_cap's lazy import
+    assert _layer("paraplan.cli.main") > _layer("paraplan.step.compose") > _layer("paraplan.specs")

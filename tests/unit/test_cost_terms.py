@@ -14,10 +14,10 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.cost import comm, compute, flops, memory
 from paraplan.graph.ops import Op
+from paraplan.graph.layers import decoder_layer
 from paraplan.graph.transformer import (
     LayerShape,
     _gemm,
-    decoder_layer,
     embedding_weight_params,
     layer_weight_params,
 )

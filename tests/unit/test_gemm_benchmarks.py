@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.catalog.gemm_benchmarks import MAMF_BF16, kernel_cap
-from paraplan.cost.compute import gemm_benchmark_cap, gemm_time_s
+from paraplan.catalog.gemm_benchmarks import MAMF_BF16
+from paraplan.cost.compute import gemm_benchmark_cap, gemm_time_s, kernel_cap
 from paraplan.specs.system import AcceleratorSpec
 from paraplan.validate.fitted import FITTED_CONSTANTS
 

@@ -6,7 +6,8 @@ import pytest
 
 from paraplan.catalog import load_model
 from paraplan.cost.flops import model_flops_per_token
-from paraplan.graph.transformer import LayerShape, decoder_layer, lm_head_block
+from paraplan.graph.layers import decoder_layer
+from paraplan.graph.transformer import LayerShape, lm_head_block
 from paraplan.specs.plan import PlanSpec, plan_violations
 
 GPT = load_model("gpt3-1.3b")  # h 2048, a 16, f 8192, V 51200, 24 layers, gelu, dropout

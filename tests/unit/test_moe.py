@@ -13,15 +13,14 @@ from paraplan.cost.comm import (
     hierarchical_all_to_all_time_s,
 )
 from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.flops import moe_model_flops_per_token
 from paraplan.cost.moe import (
     expected_groups_hit,
-    expected_max_load_factor,
     expert_params_per_gpu,
     expert_span,
     moe_collective_time_s,
-    moe_model_flops_per_token,
-    routed_load_factor,
 )
+from paraplan.graph.routing import expected_max_load_factor, routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, window_fraction
 
 from paraplan.graph.moe import ExpertShape, moe_model_layer, mtp_block, routed_rows

@@ -20,7 +20,8 @@ from paraplan.cost.memory import layer_activation_bytes, layout_buffer_bytes
 from paraplan.cost.summa import grid_spans, summa_exposed_s
 from paraplan.step.estimate import layer_shape
 from paraplan.graph.summa import decoder_layer_2d, summa_weight_params
-from paraplan.graph.transformer import LayerShape, decoder_layer, layer_weight_params
+from paraplan.graph.layers import decoder_layer
+from paraplan.graph.transformer import LayerShape, layer_weight_params
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
@@ -447,7 +448,7 @@ def test_two_d_seq_exports_as_all_gather_context_parallelism_and_back():
 
 def test_error_band_feature_of_a_2d_layout():
     """A 2D layout is a feature of its own, so the band lists it as extrapolated (no validation case has one)."""
-    from paraplan.validate.band import plan_features
+    from paraplan.validate.features import plan_features
 
     a100 = load_system("dgx-a100-80gb")
     for layout, fields in (("2d", {"tp": 4}), ("2d-seq", {"tp": 2, "cp": 2})):

@@ -11,7 +11,8 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.comm import all_to_all_time_s
 from paraplan.step.estimate import estimate
 from paraplan.cost.frameworks import framework_plan_fields
-from paraplan.graph.transformer import LayerShape, decoder_layer
+from paraplan.graph.layers import decoder_layer
+from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
 from paraplan.step.build import block_comm, plan_spans

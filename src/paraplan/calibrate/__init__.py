@@ -71,7 +71,7 @@ def _get(system: SystemSpec, path: str):
 def read_steps(path: Path) -> list[StepRun]:
     """Measured steps: YAML/JSON ``{model: NAME|FILE, runs: [{name, plan: {...}, step_time_s}]}``
     (a run may carry its own ``model``); plans may also be ``plan_file`` references (FILE#rank)."""
-    from paraplan.api import plan_from_fields
+    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.export.planfile import load_plan
 
     data = Doc(read_document(path, "--steps"), "--steps")

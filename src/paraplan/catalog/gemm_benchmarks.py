@@ -55,14 +55,3 @@ def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
 
 
 MAMF_SOURCE, MAMF_BF16, MAMF_FP8 = _load()
-
-
-def kernel_cap(system_name: str, dtype: str = "bf16") -> float:
-    """The system's kernel cap from its MAMF row: cost.compute.gemm_benchmark_cap at the row's TFLOPS and shape."""
-    from paraplan.catalog import load_system
-    from paraplan.cost.compute import gemm_benchmark_cap
-
-    row = (MAMF_FP8 if dtype == "fp8" else MAMF_BF16)[system_name]
-    return gemm_benchmark_cap(
-        row.tflops, row.shape, load_system(system_name).accelerator, row.dtype
-    )

@@ -74,7 +74,7 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     changes = fit_changes(model_spec, system_spec, plan)
     if changes:
         return ["would fit with one change (fastest first):", *(f"  {c.text()}" for c in changes)]
-    from paraplan.report.search_view import plan_label
+    from paraplan.specs.plan_label import plan_label
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
 
@@ -438,7 +438,7 @@ def estimate(
 
     Exit status 1 when the plan does not fit in memory (the report says which single change would
     make it fit), 2 on bad input."""
-    from paraplan.api import plan_from_fields
+    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model, load_system
     from paraplan.step.estimate import estimate as run_estimate
     from paraplan.export.planfile import load_plan_option

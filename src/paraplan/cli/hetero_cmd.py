@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 from paraplan.catalog import _read_file, load_model, load_system
 from paraplan.cli.app import _stdout
 from paraplan.report.render import simple_table
-from paraplan.specs.cluster import ClusterSpec, load_cluster, uniform_cluster
+from paraplan.catalog.clusters import load_cluster, load_stage_plan
+from paraplan.specs.cluster import ClusterSpec, uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     is_stage_plan,
-    stage_plan_from_dict,
     stage_plan_to_dict,
 )
 from paraplan.specs.system import SystemSpec
@@ -59,7 +59,7 @@ def estimate_plan_file(
     from paraplan.step.per_stage import estimate_stage_plan
 
     model_spec = load_model(model, field="model")
-    plan_spec = stage_plan_from_dict(_read_file(Path(plan), "--plan"), field="plan")
+    plan_spec = load_stage_plan(plan, field="plan")
     pool_names = {d.pool for s in plan_spec.stages for d in s.devices}
     cluster_spec = resolve_cluster(cluster, system, plan_spec.gpus if system is not None else None)
     if (

@@ -78,7 +78,7 @@ def import_calculon_command(
     """Calculon's model, system and execution files as paraplan inputs; prints what could not be carried."""
     import yaml
 
-    from paraplan.api import plan_from_fields
+    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model, load_system
     from paraplan.io.documents import atomic_write_text
     from paraplan.importers.calculon import convert
@@ -143,7 +143,7 @@ def import_amped_command(
     """An AMPeD-style configuration as a paraplan model and plan (the system comes from --system later)."""
     import yaml
 
-    from paraplan.api import plan_from_fields
+    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model
     from paraplan.io.documents import atomic_write_text
     from paraplan.importers.amped import convert

@@ -197,3 +197,15 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
         op.bwd_bytes, acc, op.bwd_flops, dtype
     )
+
+
+def kernel_cap(system_name: str, dtype: str = "bf16") -> float:
+    """A catalog system's GEMM kernel cap from its published MAMF row (catalog.gemm_benchmarks):
+    gemm_benchmark_cap at the row's TFLOP/s and shape on the system's accelerator."""
+    from paraplan.catalog import load_system
+    from paraplan.catalog.gemm_benchmarks import MAMF_BF16, MAMF_FP8
+
+    row = (MAMF_FP8 if dtype == "fp8" else MAMF_BF16)[system_name]
+    return gemm_benchmark_cap(
+        row.tflops, row.shape, load_system(system_name).accelerator, row.dtype
+    )

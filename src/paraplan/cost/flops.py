@@ -12,7 +12,16 @@ sequences where PaLM's non-causal count (Chowdhery et al. 2022, App. B) would re
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import (
+    attention_widths,
+    is_moe_layer,
+    is_windowed_layer,
+    mla_params,
+    shared_width,
+)
 
 
 def matmul_params(model: ModelSpec) -> float:
@@ -56,8 +65,6 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     MoE / MLA / windowed-pattern models: active FLOPs, cost.moe.moe_model_flops_per_token (same
     causal convention)."""
     if _moe_shaped(model):
-        from paraplan.cost.moe import moe_model_flops_per_token
-
         return moe_model_flops_per_token(model, seq_length)
     attention = causal_attention_flops_per_token(model, seq_length, passes=3.0)
     if (
@@ -83,8 +90,6 @@ def recompute_flops_per_token(
     (Megatron-LM --recompute-modules, dense layers) core_attn that, mlp the MLP forward
     2·L·(p·h·f + f·h); norms re-run no matrix FLOPs."""
     if _moe_shaped(model):
-        from paraplan.cost.moe import moe_recompute_flops_per_token
-
         return moe_recompute_flops_per_token(model, seq_length, recompute)
     attention = causal_attention_flops_per_token(model, seq_length, passes=1.0)
     if recompute == "full":
@@ -103,3 +108,85 @@ def _moe_shaped(model: ModelSpec) -> bool:
     from paraplan.specs.moe_model import moe_shaped
 
     return moe_shaped(model)
+
+
+# ---- mixture-of-experts and non-uniform layers: FLOPs layer by layer ---------------------------------------------------------------------------------
+
+
+def attention_matmul_params(m: ModelSpec) -> float:
+    """Matmul parameters of one attention block: MLA's five projections (norms excluded) or
+    h·(q+2kv) + q·h."""
+    if m.is_mla:
+        return float(sum(v for k, v in mla_params(m).items() if not k.endswith("_norm")))
+    return float(m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden)
+
+
+def mlp_matmul_params(m: ModelSpec, width: int) -> float:
+    """p·h·f + f·h: the matmul parameters of one MLP of inner width f."""
+    return float((m.mlp_input_projections + 1) * m.hidden * width)
+
+
+def moe_mlp_matmul_params(m: ModelSpec) -> float:
+    """Matmul parameters one token passes through in an MoE MLP: router E·h, k routed experts, shared experts."""
+    routed = m.top_k * mlp_matmul_params(m, m.moe_ffn_hidden or 0)
+    shared = mlp_matmul_params(m, shared_width(m)) if m.shared_experts else 0.0
+    return float(m.experts * m.hidden) + routed + shared
+
+
+def layer_matmul_params(m: ModelSpec, index: int) -> float:
+    """Active matmul parameters of layer ``index`` (attention + dense or MoE MLP)."""
+    mlp = moe_mlp_matmul_params(m) if is_moe_layer(m, index) else mlp_matmul_params(m, m.ffn_hidden)
+    return attention_matmul_params(m) + mlp
+
+
+def attention_keys_per_query(m: ModelSpec, index: int, seq_length: int) -> float:
+    """Keys each query of layer ``index`` sees on average under the causal mask: (s+1)/2, fewer for
+    windowed layers (ModelSpec.mean_visible_keys, the convention of cost/flops.py)."""
+    return m.mean_visible_keys(seq_length, windowed=is_windowed_layer(m, index))
+
+
+def attention_flops_per_token(m: ModelSpec, index: int, seq_length: int) -> float:
+    """Forward + backward attention FLOPs of layer ``index``: cost.flops.attention_layer_flops_per_token
+    with 3 passes over the causal keys, Q·Kᵀ at width q and P·V at width v (for GQA q = v = a·d gives
+    flops.py's per-layer causal count)."""
+    q, _, v = attention_widths(m)
+    v = (
+        v if m.is_mla else q
+    )  # P·V yields one d-wide output per query head (GQA shares V, not its work)
+    return attention_layer_flops_per_token(
+        attention_keys_per_query(m, index, seq_length), q, v, passes=3.0
+    )
+
+
+def mtp_flops_per_token(m: ModelSpec, seq_length: int) -> float:
+    """One MTP module (DeepSeek-V3 §2.2): projection 2h·h, one layer (MoE when the model is), and
+    the shared output head again: 6·(2h² + layer + V·h) + its attention."""
+    index = m.layers - 1  # the MTP block is built like the last (MoE) layer
+    matmul = 2.0 * m.hidden * m.hidden + layer_matmul_params(m, index) + m.vocab * m.hidden
+    return 6.0 * matmul + attention_flops_per_token(m, index, seq_length)
+
+
+@lru_cache(maxsize=256)
+def moe_model_flops_per_token(m: ModelSpec, seq_length: int) -> float:
+    """Model FLOPs per token on active parameters (PaLM App. B: 6·N_active + attention), layer by
+    layer, plus the LM head 6·V·h and the MTP modules. MFU of an MoE model uses these active FLOPs
+    (the routed experts a token does not visit do no work)."""
+    total = sum(
+        6.0 * layer_matmul_params(m, i) + attention_flops_per_token(m, i, seq_length)
+        for i in range(m.layers)
+    )
+    total += 6.0 * m.vocab * m.hidden
+    return total + m.mtp_layers * mtp_flops_per_token(m, seq_length)
+
+
+@lru_cache(maxsize=256)
+def moe_recompute_flops_per_token(m: ModelSpec, seq_length: int, recompute: str) -> float:
+    """Forward FLOPs re-run in backward per token: full = every layer's forward (2·N_layer + a third
+    of its attention FLOPs); selective = the attention core (a third of the attention FLOPs),
+    Korthikanti et al. 2022 §5."""
+    attention = sum(attention_flops_per_token(m, i, seq_length) for i in range(m.layers)) / 3.0
+    if recompute == "full":
+        return attention + sum(2.0 * layer_matmul_params(m, i) for i in range(m.layers))
+    if recompute == "selective":
+        return attention
+    return 0.0

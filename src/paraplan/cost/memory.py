@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.graph.transformer import LayerShape
+from paraplan.graph.transformer import LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
 
 
@@ -79,14 +79,6 @@ class LayerActivations:
     replicated: float  # norms' inputs, linear inputs and dropout masks outside the TP region
     tensor_parallel: float  # Q, K, V, attention internals, MLP intermediates (already divided by t)
     attention_internals: float  # the part selective recomputation drops (already divided by t)
-
-
-def mlp_intermediate_bytes(model: ModelSpec, shape: LayerShape) -> float:
-    """Bytes per element of the MLP's inner width kept for backward: the fc1 output at the activation
-    width, one per input projection (ModelSpec.mlp_input_projections; SwiGLU: gate and up, 2; GeLU: its input, 1) plus the fc2 GEMM input at gemm_input_bytes (the
-    SwiGLU product / the GeLU output): 3·ab (SwiGLU) or 2·ab in bf16, 2·2+1 / 2+1 in fp8 (Korthikanti
-    et al. 2022 §4.1; Transformer Engine saves fp8 GEMM inputs)."""
-    return shape.act_bytes * model.mlp_input_projections + shape.gemm_input_bytes
 
 
 def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivations:

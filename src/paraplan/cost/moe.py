@@ -19,126 +19,12 @@ from paraplan.cost.comm import (
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.moe_model import (
-    attention_widths,
     expert_params,
-    is_moe_layer,
-    is_windowed_layer,
-    mla_params,
     mlp_params,
     shared_width,
 )
 
-# ---- FLOPs ---------------------------------------------------------------------------------
-
-
-def attention_matmul_params(m: ModelSpec) -> float:
-    """Matmul parameters of one attention block: MLA's five projections (norms excluded) or
-    h·(q+2kv) + q·h."""
-    if m.is_mla:
-        return float(sum(v for k, v in mla_params(m).items() if not k.endswith("_norm")))
-    return float(m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden)
-
-
-def mlp_matmul_params(m: ModelSpec, width: int) -> float:
-    """p·h·f + f·h: the matmul parameters of one MLP of inner width f."""
-    return float((m.mlp_input_projections + 1) * m.hidden * width)
-
-
-def moe_mlp_matmul_params(m: ModelSpec) -> float:
-    """Matmul parameters one token passes through in an MoE MLP: router E·h, k routed experts, shared experts."""
-    routed = m.top_k * mlp_matmul_params(m, m.moe_ffn_hidden or 0)
-    shared = mlp_matmul_params(m, shared_width(m)) if m.shared_experts else 0.0
-    return float(m.experts * m.hidden) + routed + shared
-
-
-def layer_matmul_params(m: ModelSpec, index: int) -> float:
-    """Active matmul parameters of layer ``index`` (attention + dense or MoE MLP)."""
-    mlp = moe_mlp_matmul_params(m) if is_moe_layer(m, index) else mlp_matmul_params(m, m.ffn_hidden)
-    return attention_matmul_params(m) + mlp
-
-
-def attention_keys_per_query(m: ModelSpec, index: int, seq_length: int) -> float:
-    """Keys each query of layer ``index`` sees on average under the causal mask: (s+1)/2, fewer for
-    windowed layers (ModelSpec.mean_visible_keys, the convention of cost/flops.py)."""
-    return m.mean_visible_keys(seq_length, windowed=is_windowed_layer(m, index))
-
-
-def attention_flops_per_token(m: ModelSpec, index: int, seq_length: int) -> float:
-    """Forward + backward attention FLOPs of layer ``index``: cost.flops.attention_layer_flops_per_token
-    with 3 passes over the causal keys, Q·Kᵀ at width q and P·V at width v (for GQA q = v = a·d gives
-    flops.py's per-layer causal count)."""
-    from paraplan.cost.flops import attention_layer_flops_per_token
-
-    q, _, v = attention_widths(m)
-    v = (
-        v if m.is_mla else q
-    )  # P·V yields one d-wide output per query head (GQA shares V, not its work)
-    return attention_layer_flops_per_token(
-        attention_keys_per_query(m, index, seq_length), q, v, passes=3.0
-    )
-
-
-def mtp_flops_per_token(m: ModelSpec, seq_length: int) -> float:
-    """One MTP module (DeepSeek-V3 §2.2): projection 2h·h, one layer (MoE when the model is), and
-    the shared output head again: 6·(2h² + layer + V·h) + its attention."""
-    index = m.layers - 1  # the MTP block is built like the last (MoE) layer
-    matmul = 2.0 * m.hidden * m.hidden + layer_matmul_params(m, index) + m.vocab * m.hidden
-    return 6.0 * matmul + attention_flops_per_token(m, index, seq_length)
-
-
-@lru_cache(maxsize=256)
-def moe_model_flops_per_token(m: ModelSpec, seq_length: int) -> float:
-    """Model FLOPs per token on active parameters (PaLM App. B: 6·N_active + attention), layer by
-    layer, plus the LM head 6·V·h and the MTP modules. MFU of an MoE model uses these active FLOPs
-    (the routed experts a token does not visit do no work)."""
-    total = sum(
-        6.0 * layer_matmul_params(m, i) + attention_flops_per_token(m, i, seq_length)
-        for i in range(m.layers)
-    )
-    total += 6.0 * m.vocab * m.hidden
-    return total + m.mtp_layers * mtp_flops_per_token(m, seq_length)
-
-
-@lru_cache(maxsize=256)
-def moe_recompute_flops_per_token(m: ModelSpec, seq_length: int, recompute: str) -> float:
-    """Forward FLOPs re-run in backward per token: full = every layer's forward (2·N_layer + a third
-    of its attention FLOPs); selective = the attention core (a third of the attention FLOPs),
-    Korthikanti et al. 2022 §5."""
-    attention = sum(attention_flops_per_token(m, i, seq_length) for i in range(m.layers)) / 3.0
-    if recompute == "full":
-        return attention + sum(2.0 * layer_matmul_params(m, i) for i in range(m.layers))
-    if recompute == "selective":
-        return attention
-    return 0.0
-
-
 # ---- routing statistics --------------------------------------------------------------------
-
-
-def expected_max_load_factor(assignments: float, bins: int) -> float:
-    """E[max load] / mean load when ``assignments`` token→expert choices fall uniformly on ``bins``
-    ranks: each load is Binomial(N, 1/n), σ/μ = √((n−1)/N), and the expected maximum of n such
-    loads is at most μ + σ·√(2 ln n) (the Gaussian maximal inequality, e.g. Boucheron, Lugosi &
-    Massart 2013, "Concentration Inequalities", §2.5). The statistical floor of a router whose
-    expert probabilities are equal (learned routing with a balancing loss); a skewed router is worse."""
-    if bins <= 1 or assignments <= 0:
-        return 1.0
-    return 1.0 + math.sqrt((bins - 1) / assignments) * math.sqrt(2.0 * math.log(bins))
-
-
-def routed_load_factor(
-    tokens: float, top_k: int, ep: int, balance: str, capacity_factor: float | None
-) -> float:
-    """Tokens the busiest rank's experts process, relative to the mean T·k: capacity_factor when
-    every expert is padded to capacity (Megatron-LM moe_pad_expert_input_to_capacity: the expert
-    GEMMs always run at capacity, tokens over it are dropped); 1 for forced balance;
-    expected_max_load_factor over the n ranks of the group for learned routing, with the N = T·k·n
-    choices of one micro-batch."""
-    if capacity_factor is not None:
-        return capacity_factor
-    if balance == "forced":
-        return 1.0
-    return expected_max_load_factor(tokens * top_k * ep, ep)
 
 
 def expected_groups_hit(experts: int, top_k: int, groups: int) -> float:

@@ -96,7 +96,7 @@ def load_plan(
 ) -> PlanSpec:
     """The validated plan named by ``ref`` (``FILE`` or ``FILE#RANK``), with ``overrides`` (plan
     field: value) applied on top of the file's fields (``with_overrides``)."""
-    from paraplan.api import plan_from_fields
+    from paraplan.specs.plan_fields import plan_from_fields
 
     path, rank = split_ref(ref, rank)
     text = read_text(path, field)

@@ -21,12 +21,12 @@ from functools import lru_cache
 from typing import Literal
 
 from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, LayerGraph, Op
+from paraplan.graph.layers import decoder_layer
 from paraplan.graph.transformer import (
     LayerShape,
     _gemm,
     _memory,
     _tp_collectives,
-    decoder_layer,
     embedding_block,
     layer_weight_params,
     lm_head_block,

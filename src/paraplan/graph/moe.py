@@ -8,7 +8,7 @@ One MoE layer on one GPU, one micro-batch (Megatron-Core's MoE layer, megatron/c
 4. dispatch: the rows travel to the ranks holding their experts over the "ep" group (all-to-all,
    all-gather, or DeepEP's deduplicating kernels), then over "etp" when experts are tensor-parallel;
 5. grouped GEMM: each of the E/ep local experts multiplies its own batch of m = R/(E/ep) rows
-   (R rows on the busiest rank, see cost.moe.routed_load_factor), efficiency from
+   (R rows on the busiest rank, see graph.routing.routed_load_factor), efficiency from
    cost.compute's wave/tile model for a batch of E/ep GEMMs;
 6. combine (the reverse collective) and un-permute (weighted sum of the k copies);
 7. shared experts, a tensor-parallel dense MLP beside the routed ones (DeepSeekMoE §3).
@@ -24,8 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.cost.memory import mlp_intermediate_bytes
-from paraplan.cost.moe import routed_load_factor
+from paraplan.graph.routing import routed_load_factor
 from paraplan.graph.mla import (
     attention_activation_bytes,
     attention_half_collectives,
@@ -40,7 +39,14 @@ from paraplan.graph.ops import (
     Op,
     mark_recomputed,
 )  # noqa: F401 (re-exported)
-from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
+from paraplan.graph.transformer import (
+    LayerShape,
+    _gemm,
+    _memory,
+    lm_head_block,
+    mlp_intermediate_bytes,
+    with_expert,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import (
     attention_params,
@@ -73,7 +79,7 @@ def moe_tokens(shape: LayerShape) -> float:
 
 
 def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
-    """R: expert rows the busiest rank computes, T·k·etp·load (cost.moe.routed_load_factor)."""
+    """R: expert rows the busiest rank computes, T·k·etp·load (graph.routing.routed_load_factor)."""
     load = routed_load_factor(
         moe_tokens(shape), model.top_k, expert.ep, expert.balance, expert.capacity_factor
     )

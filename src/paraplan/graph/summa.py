@@ -40,6 +40,7 @@ from paraplan.graph.transformer import (
     _memory,
     _norm_flops,
     attention_ops,
+    kv_gather_collectives,
 )
 from paraplan.specs.model import ModelSpec
 
@@ -127,18 +128,6 @@ def attention_shape_2d(shape: LayerShape) -> LayerShape:
     return shape._replace(tp=shape.tp // shape.tp_rows, cp=shape.cp * shape.tp_rows, tp_layout="1d")
 
 
-def kv_gather_collectives(group: str, kv_bytes: float, members: int) -> list[Collective]:
-    """All-gather K/V before the fused kernel (forward, and again in backward) and reduce-scatter dK/dV
-    after it (NERSC model ``FusedLASeqp``); ``kv_bytes`` the gathered (full) buffer, nccl-tests'
-    all-gather convention. Nothing hides them: the kernel needs the gathered K/V."""
-    if members <= 1:
-        return []
-    return [
-        Collective(f"{group}_kv_all_gather", group, "all_gather", kv_bytes, 1, 1),
-        Collective(f"{group}_dkv_reduce_scatter", group, "reduce_scatter", kv_bytes, 0, 1),
-    ]
-
-
 @lru_cache(maxsize=4096)
 def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """All ops of one decoder layer for one micro-batch on one GPU of the r × c SUMMA grid (module docstring)."""
@@ -210,12 +199,3 @@ def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     return LayerGraph(
         "decoder_layer", tuple(ops), tuple(collectives), summa_weight_params(model, rows, cols)
     )
-
-
-def context_gather_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
-    """2d-seq's exchange over cp (module docstring): K and V of all s tokens for the tp rank's heads,
-    b·s·2·kv_width/t elements gathered; replaces the ring (graph.transformer.decoder_layer)."""
-    kv = float(
-        shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
-    )
-    return kv_gather_collectives("cp", kv, shape.cp)

@@ -282,13 +282,10 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
 
 
 @lru_cache(maxsize=4096)
-def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block); the
-    2D layouts' graphs come from graph/summa.py."""
-    if shape.tp_layout == "2d":
-        from paraplan.graph.summa import decoder_layer_2d
-
-        return decoder_layer_2d(model, shape)
+def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block) under
+    1D tensor parallelism (and 2d-seq's context exchange); graph.layers.decoder_layer picks this or
+    the 2D SUMMA grid's graph/summa.py."""
     h, f, t = model.hidden, model.ffn_hidden, shape.tp
     tokens = shape.local_tokens
     sp_tokens = shape.sp_tokens
@@ -330,8 +327,6 @@ def decoder_layer(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         ops.append(fp8_cast_op(model, shape))
     collectives = _tp_collectives(tokens, h, ab, shape)
     if shape.cp > 1 and shape.tp_layout == "2d-seq":
-        from paraplan.graph.summa import context_gather_collectives
-
         collectives += context_gather_collectives(model, shape)
     elif shape.ulysses:
         collectives += ulysses_collectives(shape, model.q_width, model.kv_width, model.kv_width)
@@ -421,3 +416,32 @@ def lm_head_block(
     return LayerGraph(
         "lm_head", ops, tuple(coll), lm_head_weight_params(model, t, shares_stage_with_embedding)
     )
+
+
+def mlp_intermediate_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Bytes per element of the MLP's inner width kept for backward: the fc1 output at the activation
+    width, one per input projection (ModelSpec.mlp_input_projections; SwiGLU: gate and up, 2; GeLU: its input, 1) plus the fc2 GEMM input at gemm_input_bytes (the
+    SwiGLU product / the GeLU output): 3·ab (SwiGLU) or 2·ab in bf16, 2·2+1 / 2+1 in fp8 (Korthikanti
+    et al. 2022 §4.1; Transformer Engine saves fp8 GEMM inputs)."""
+    return shape.act_bytes * model.mlp_input_projections + shape.gemm_input_bytes
+
+
+def kv_gather_collectives(group: str, kv_bytes: float, members: int) -> list[Collective]:
+    """All-gather K/V before the fused kernel (forward, and again in backward) and reduce-scatter dK/dV
+    after it (NERSC model ``FusedLASeqp``); ``kv_bytes`` the gathered (full) buffer, nccl-tests'
+    all-gather convention. Nothing hides them: the kernel needs the gathered K/V."""
+    if members <= 1:
+        return []
+    return [
+        Collective(f"{group}_kv_all_gather", group, "all_gather", kv_bytes, 1, 1),
+        Collective(f"{group}_dkv_reduce_scatter", group, "reduce_scatter", kv_bytes, 0, 1),
+    ]
+
+
+def context_gather_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
+    """2d-seq's exchange over cp (module docstring): K and V of all s tokens for the tp rank's heads,
+    b·s·2·kv_width/t elements gathered; replaces the ring (decoder_layer_1d)."""
+    kv = float(
+        shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
+    )
+    return kv_gather_collectives("cp", kv, shape.cp)

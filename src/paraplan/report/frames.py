@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 
 from paraplan.step.result import Estimate
-from paraplan.units import GiB
 
 SUMMARY_COLUMNS = (
     "rank",
@@ -26,35 +25,10 @@ SUMMARY_COLUMNS = (
 )
 
 
-def plan_text(plan) -> str:
-    """The compact plan label of a PlanSpec or a plan dict (report.search_view.plan_label)."""
-    from paraplan.report.search_view import plan_label
-    from paraplan.specs.plan import PlanSpec
-
-    return plan_label(plan if isinstance(plan, PlanSpec) else PlanSpec.model_validate(plan))
-
-
 def estimate_record(est: Estimate, **extra) -> dict:
-    """One flat record of an estimate (``extra`` fields first, e.g. rank and objective)."""
-    record = dict(extra)
-    record.update(
-        {
-            "model": est.model,
-            "system": est.system,
-            "plan_label": plan_text(est.plan),
-            **{k: v for k, v in est.plan.items() if not isinstance(v, (list, dict))},
-            "step_time_s": est.step_time_s,
-            "tokens_per_s": est.tokens_per_s,
-            "mfu": est.mfu,
-            "hfu": est.hfu,
-            "peak_memory_gib": est.peak_stage.peak_bytes / GiB,
-            "peak_stage": est.peak_stage.stage,
-            "capacity_gib": est.peak_stage.capacity_bytes / GiB,
-            "fits": est.fits,
-        }
-    )
-    record.update(asdict(est.breakdown))
-    return record
+    """One flat record of an estimate (Estimate.to_record), ``extra`` fields first (e.g. rank and
+    objective)."""
+    return {**extra, **est.to_record()}
 
 
 def search_records(ranked: Iterable) -> list[dict]:
@@ -99,15 +73,6 @@ def html_table(
     )
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def estimate_summary(est: Estimate) -> str:
-    """One line for a repr: model, system, plan label, step time, MFU, peak memory, fit."""
-    fit = "fits" if est.fits else "DOES NOT FIT"
-    return (
-        f"{est.model} on {est.gpus} x {est.system}: {plan_text(est.plan)}; step {est.step_time_s:.4g} s, "
-        f"MFU {est.mfu:.1%}, peak {est.peak_stage.peak_bytes / GiB:.1f} GiB ({fit})"
-    )
 
 
 def estimate_html(est: Estimate) -> str:

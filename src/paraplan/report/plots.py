@@ -668,7 +668,7 @@ def estimate_figure(est) -> Figure:
     by component (stacked bars, the peak stage marked)."""
     from dataclasses import asdict
 
-    from paraplan.report.search_view import plan_label
+    from paraplan.specs.plan_label import plan_label
     from paraplan.specs.plan import PlanSpec
 
     breakdown = asdict(est.breakdown)

@@ -30,6 +30,7 @@ import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.step.estimate import estimate
+from paraplan.specs.plan_label import plan_text
 from paraplan.step.result import Estimate
 from paraplan.step.compose import pipeline_bound_s
 from paraplan.search import ranking
@@ -74,7 +75,6 @@ class RankedPlan:
     ] = ()  # same objective, step time and memory (search.ranking groups)
 
     def __repr__(self) -> str:
-        from paraplan.report.frames import plan_text
 
         more = f" (+{len(self.equivalents)} equivalent)" if self.equivalents else ""
         return (

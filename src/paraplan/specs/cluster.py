@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from paraplan.specs.errors import InputError, input_error_from_pydantic
+from paraplan.specs.errors import InputError
 from paraplan.specs.strict import InputModel
 from paraplan.specs.system import BytesPerS, Fraction, Seconds, SystemSpec
 
@@ -185,38 +184,3 @@ def uniform_cluster(system: SystemSpec, gpus: int) -> ClusterSpec:
             ),
         ),
     )
-
-
-def cluster_from_dict(data: dict, field: str = "cluster") -> ClusterSpec:
-    """Validate a cluster mapping; each pool's ``system`` may be a catalog name, a file or a mapping."""
-    from paraplan.catalog import load_system
-
-    if not isinstance(data, dict):
-        raise InputError(f"{field}: {data!r} is not allowed; give a mapping with 'pools'")
-    pools = data.get("pools")
-    if isinstance(pools, list):
-        resolved = []
-        for i, pool in enumerate(pools):
-            if isinstance(pool, dict) and isinstance(pool.get("system"), (str, dict)):
-                pool = dict(
-                    pool, system=load_system(pool["system"], field=f"{field}.pools.{i}.system")
-                )
-            resolved.append(pool)
-        data = dict(data, pools=resolved)
-    try:
-        return ClusterSpec.model_validate(data)
-    except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
-
-
-def load_cluster(ref: str | Path | dict | ClusterSpec, field: str = "cluster") -> ClusterSpec:
-    """A cluster from a YAML/JSON file, a mapping, or an existing ClusterSpec."""
-    if isinstance(ref, ClusterSpec):
-        return ref
-    if isinstance(ref, (str, Path)):
-        from paraplan.catalog import _read_file
-
-        data = _read_file(Path(ref), field)
-        data.setdefault("name", Path(ref).stem)
-        return cluster_from_dict(data, field)
-    return cluster_from_dict(ref, field)

@@ -27,11 +27,8 @@ File form (YAML or JSON; ``paraplan estimate --plan FILE`` recognises it by its 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from paraplan.specs.cluster import ClusterSpec, PoolName
@@ -329,12 +326,6 @@ def stage_plan_from_dict(data: object, field: str = "plan") -> StagePlanSpec:
         raise input_error_from_pydantic(exc, field) from None
 
 
-def load_stage_plan(path: str | Path, field: str = "plan") -> StagePlanSpec:
-    from paraplan.catalog import _read_file
-
-    return stage_plan_from_dict(_read_file(Path(path), field), field)
-
-
 def stage_plan_to_dict(plan: StagePlanSpec) -> dict:
     """The plan as plain data (defaults left out; ``pool`` + ``gpus`` shorthand for one-slice stages)."""
     data = plan.model_dump(mode="json", exclude_defaults=True)
@@ -347,17 +338,3 @@ def stage_plan_to_dict(plan: StagePlanSpec) -> dict:
             entry = {"devices": [d.model_dump() for d in s.devices], **entry}
         data["stages"].append(entry)
     return data
-
-
-def write_stage_plan(plan: StagePlanSpec, path: str | Path) -> None:
-    """Write JSON (``.json``) or YAML atomically (temp file + rename)."""
-    path = Path(path)
-    data = stage_plan_to_dict(plan)
-    text = (
-        json.dumps(data, indent=2) + "\n"
-        if path.suffix == ".json"
-        else yaml.safe_dump(data, sort_keys=False)
-    )
-    from paraplan.io.documents import atomic_write_text
-
-    atomic_write_text(path, text)

@@ -29,9 +29,9 @@ from paraplan.graph.moe import (
     mtp_outer_ops,
 )
 from paraplan.graph.ops import LayerGraph
+from paraplan.graph.layers import decoder_layer
 from paraplan.graph.transformer import (
     LayerShape,
-    decoder_layer,
     embedding_block,
     lm_head_block,
     lm_head_weight_params,

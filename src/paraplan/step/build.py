@@ -629,7 +629,7 @@ def build_step_inputs(
 def _graph_caches() -> tuple:
     """The memos of the op-graph builders (graph/: the layers, their core attention, memory and parameter counts) and
     of the cost functions they feed (cost/: GEMM waves, group spans, MoE FLOP counts)."""
-    from paraplan.cost import compute, comm, moe as moe_cost
+    from paraplan.cost import compute, comm, flops, moe as moe_cost
     from paraplan.graph import encoder, moe, ops, summa, transformer
 
     return (
@@ -639,7 +639,7 @@ def _graph_caches() -> tuple:
         moe.layer_weight_split,
         moe.mtp_block,
         moe._mtp_entry_and_head,
-        transformer.decoder_layer,
+        transformer.decoder_layer_1d,
         transformer.embedding_block,
         transformer.lm_head_block,
         transformer.with_expert,
@@ -656,8 +656,8 @@ def _graph_caches() -> tuple:
         comm._span_of,
         moe_cost.expert_span,
         moe_cost.expert_tp_span,
-        moe_cost.moe_model_flops_per_token,
-        moe_cost.moe_recompute_flops_per_token,
+        flops.moe_model_flops_per_token,
+        flops.moe_recompute_flops_per_token,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from paraplan.specs.plan_label import plan_text
 from paraplan.units import GiB
 
 
@@ -164,21 +165,35 @@ class Estimate:
     comms: tuple[CommCost, ...] = field(default=())
 
     def __repr__(self) -> str:
-        """One line (report.frames.estimate_summary); the fields are in ``to_dict()``."""
-        from paraplan.report.frames import estimate_summary
-
-        return f"<Estimate {estimate_summary(self)}>"
-
-    def _repr_html_(self) -> str:
-        from paraplan.report.frames import estimate_html
-
-        return estimate_html(self)
+        """One line: model, system, plan label, step time, MFU, peak memory, fit (the fields are in
+        ``to_dict()``)."""
+        fit = "fits" if self.fits else "DOES NOT FIT"
+        return (
+            f"<Estimate {self.model} on {self.gpus} x {self.system}: {plan_text(self.plan)}; "
+            f"step {self.step_time_s:.4g} s, MFU {self.mfu:.1%}, "
+            f"peak {self.peak_stage.peak_bytes / GiB:.1f} GiB ({fit})>"
+        )
 
     def to_record(self) -> dict:
-        """One flat record (report.frames.estimate_record); ``paraplan.api.to_dataframe`` for pandas."""
-        from paraplan.report.frames import estimate_record
-
-        return estimate_record(self)
+        """One flat record: the plan's label and scalar fields, step time, throughput, utilisation,
+        peak memory, whether it fits, and the time breakdown (``<part>_s``); report.frames makes
+        tables and DataFrames of these, ``paraplan.api.to_dataframe`` for pandas."""
+        record = {
+            "model": self.model,
+            "system": self.system,
+            "plan_label": plan_text(self.plan),
+            **{k: v for k, v in self.plan.items() if not isinstance(v, (list, dict))},
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "peak_memory_gib": self.peak_stage.peak_bytes / GiB,
+            "peak_stage": self.peak_stage.stage,
+            "capacity_gib": self.peak_stage.capacity_bytes / GiB,
+            "fits": self.fits,
+        }
+        record.update(asdict(self.breakdown))
+        return record
 
     @property
     def tokens_per_s(self) -> float:

@@ -32,7 +32,7 @@ class PlanSummary:
 
     @classmethod
     def of(cls, est, plan) -> "PlanSummary":
-        from paraplan.report.search_view import plan_label
+        from paraplan.specs.plan_label import plan_label
 
         stage = est.peak_stage.to_dict()
         memory = {f"{p}_gib": stage[f"{p}_gib"] for p in MEMORY_PARTS}

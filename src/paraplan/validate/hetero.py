@@ -25,7 +25,8 @@ from typing import Any
 
 from paraplan.catalog import load_model
 from paraplan.step.per_stage import StagePlanEstimate, estimate_stage_plan
-from paraplan.specs.cluster import ClusterSpec, cluster_from_dict
+from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_plan_from_dict

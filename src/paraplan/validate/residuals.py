@@ -51,7 +51,7 @@ def package_fingerprint() -> str:
 def compute_validation_residuals() -> dict[str, tuple[float, ...]]:
     """Signed step-time errors (%) of the bundled validation cases that ran, by feature (validate.band.plan_features),
     by population (band.KIND_KEY) and by model kind (band.ANY_FRAMEWORK_KEY)."""
-    from paraplan.validate.band import (
+    from paraplan.validate.features import (
         ANY_FRAMEWORK_KEY,
         KIND_KEY,
         case_population,

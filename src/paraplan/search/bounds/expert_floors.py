@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s
 from paraplan.cost.compute import grouped_gemm_share
-from paraplan.cost.moe import mlp_matmul_params, routed_load_factor
+from paraplan.cost.flops import mlp_matmul_params
+from paraplan.graph.routing import routed_load_factor
 from paraplan.graph.mla import context_ring_collectives
 from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
@@ -465,7 +466,7 @@ def expert_gemm_floor_s(model, system, shape, experts) -> float:
     and ⌊F/etp⌋-wide weights: forward 2·(E/ep)·⌈R/(E/ep)⌉·(p + 1)·⌊F/etp⌋·h FLOPs, backward twice that
     (graph.transformer._gemm), each at no more than peak · gemm_efficiency_cap · grouped_gemm_share
     (cost.compute.grouped_gemm_time_s: its wave and depth factors are <= 1, its fixed costs >= 0). The load is the
-    capacity factor when one is set, else at least 1 (cost.moe.routed_load_factor: forced balance 1, learned routing
+    capacity factor when one is set, else at least 1 (graph.routing.routed_load_factor: forced balance 1, learned routing
     the expected maximum over the ranks, >= the mean)."""
     acc, dtype, tokens = system.accelerator, shape.dtype, moe_tokens(shape)
     width = model.moe_ffn_hidden or 0
@@ -616,7 +617,7 @@ def least_memory_expert(problem: SearchProblem, tp: int) -> ExpertShape:
     """The expert option of costing_experts with the least ep and the least etp: the one whose layers keep the
     fewest activation bytes. graph.moe.moe_mlp_activation_bytes keeps, per routed row (R = T·k·etp·load,
     graph.moe.routed_rows), gin·h + score bytes and p·f/etp + f/etp elements: T·k·load·(etp·(gin·h + score)
-    + F·(ab·p + gin)) grows with etp, and load (cost.moe.routed_load_factor: constant, or
+    + F·(ab·p + gin)) grows with etp, and load (graph.routing.routed_load_factor: constant, or
     expected_max_load_factor over T·k·ep choices in ep bins) does not fall with ep; nothing else a kind keeps
     reads them (tests/search/test_moe_search.py checks it against every option)."""
     options = costing_experts(problem, tp)
