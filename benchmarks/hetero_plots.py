@@ -26,7 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from paraplan.catalog import load_model  # noqa: E402
 from paraplan.step.per_stage import estimate_stage_plan  # noqa: E402
-from paraplan.graph.encoder import model_blocks  # noqa: E402
+from paraplan.step.blocks import model_blocks  # noqa: E402
 from paraplan.search.staged.hetero import (
     HeteroProblem,
     _degrees,
