@@ -62,9 +62,7 @@ PENDING_LONG_FILES = frozenset(
         "search/space.py",
         "search/table.py",
         "specs/plan.py",
-        "step/build.py",
         "step/compose.py",
-        "step/per_stage.py",
         "sweep/run.py",
     )
 )

@@ -1,10 +1,9 @@
-"""Blocks of models beyond decoder-only GPT: encoders (BERT, ViT), T5's encoder-decoder, layer lists.
+"""Op graphs of layers beyond decoder-only GPT: encoders (BERT, ViT), T5's encoder-decoder, layer lists.
 
-A model is an ordered list of blocks (``model_blocks``): an input block (token embedding, or
-ViT's patch embedding), the transformer layers (each with its own widths when the model gives
-``layer_widths``), and an output block (LM head, or ViT's classification head). A stage of a
-non-uniform plan holds a contiguous range of that list. The op types and cost facts are those of
-``graph/transformer.py``; only what differs is built here:
+The block kinds that use them, and a model's block list, are step.blocks' (one registry); here are
+the op graphs and the per-layer facts of a model (``layer_kinds``, ``layer_models``: the kind and the
+widths of each transformer layer). The op types and cost facts are those of ``graph/transformer.py``;
+only what differs is built here:
 
 - encoder layer: the decoder layer with bidirectional attention, every score computed (no causal
   discount; BERT, Devlin et al. 2019 §3; ViT, Dosovitskiy et al. 2021 §3.1);
@@ -16,41 +15,21 @@ non-uniform plan holds a contiguous range of that list. The op types and cost fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
-from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, LayerGraph, Op
 from paraplan.graph.layers import decoder_layer
+from paraplan.graph.ops import LayerGraph, Op
 from paraplan.graph.transformer import (
     LayerShape,
     _gemm,
     _memory,
     _tp_collectives,
-    embedding_block,
     layer_weight_params,
-    lm_head_block,
 )
 from paraplan.specs.model import ModelSpec
 
-BlockKind = Literal[
-    "embedding", "patch_embedding", "decoder", "encoder", "cross_decoder", "lm_head", "classifier"
-]
 
-
-@dataclass(frozen=True)
-class BlockRef:
-    """One entry of a model's block list: its kind and the shape (widths) it is built with."""
-
-    kind: BlockKind
-    width: ModelSpec
-
-    @property
-    def is_layer(self) -> bool:
-        return self.kind in ("decoder", "encoder", "cross_decoder")
-
-
-def _layer_models(model: ModelSpec) -> list[ModelSpec]:
+def layer_models(model: ModelSpec) -> list[ModelSpec]:
     """The shape of each transformer layer in order (the model's own, or its layer_widths groups)."""
     if model.layer_widths is None:
         return [model] * model.total_layers
@@ -60,20 +39,13 @@ def _layer_models(model: ModelSpec) -> list[ModelSpec]:
     return out
 
 
-@lru_cache(maxsize=256)
-def model_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
-    """The model as an ordered block list: input block, transformer layers, output block."""
-    layers = _layer_models(model)
+def layer_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The kind of each transformer layer in order (step.blocks.BLOCK_KINDS names): T5's encoder layers then
+    its decoder layers with cross-attention; the model's own layer ("decoder": causal for decoders,
+    bidirectional for encoder-only models) otherwise."""
     if model.architecture == "encoder_decoder":
-        n_enc = model.n_encoder_layers
-        kinds = ["encoder"] * n_enc + ["cross_decoder"] * model.layers
-    elif model.architecture == "encoder":
-        kinds = ["encoder"] * model.layers
-    else:
-        kinds = ["decoder"] * model.layers
-    first = BlockRef("patch_embedding" if model.is_vit else "embedding", layers[0])
-    last = BlockRef("classifier" if model.is_vit else "lm_head", layers[-1])
-    return (first, *(BlockRef(k, m) for k, m in zip(kinds, layers)), last)
+        return ("encoder",) * model.n_encoder_layers + ("cross_decoder",) * model.layers
+    return ("decoder",) * model.layers
 
 
 def bidirectional(op: Op) -> Op:
@@ -217,51 +189,6 @@ def decoder_seq(model: ModelSpec, seq_length: int) -> int:
     return model.decoder_seq_length or seq_length
 
 
-def block_graph(
-    model: ModelSpec, ref: BlockRef, shape: LayerShape, first_and_last: bool = False
-) -> LayerGraph:
-    """The op graph of one block of ``model`` (``ref`` from ``model_blocks``) on ``shape`` (encoder length);
-    T5's decoder-side blocks run on the decoder length."""
-    width = ref.width
-    dec_shape = shape._replace(seq_length=decoder_seq(model, shape.seq_length))
-    if ref.kind == "embedding":
-        return embedding_block(width, shape)
-    if ref.kind == "patch_embedding":
-        return patch_embedding_block(width, shape)
-    if ref.kind == "decoder":
-        return decoder_layer(width, shape)
-    if ref.kind == "encoder":
-        return encoder_layer(width, shape)
-    if ref.kind == "cross_decoder":
-        return cross_decoder_layer(width, dec_shape, shape.seq_length)
-    if ref.kind == "classifier":
-        return classifier_block(width, shape)
-    head_shape = dec_shape if model.architecture == "encoder_decoder" else shape
-    return lm_head_block(width, head_shape, first_and_last)
-
-
-def boundary_bytes(
-    model: ModelSpec, blocks: tuple[BlockRef, ...], after: int, shape: LayerShape
-) -> float:
-    """Activation bytes sent forward after block ``after`` per micro-batch (gradients of the same size
-    come back): b·(s/c)·h half-precision elements split over TP (Narayanan et al. 2021 §4.1); inside
-    T5's decoder the encoder output travels along with the decoder state (every decoder layer reads it)."""
-    ref = blocks[min(after, len(blocks) - 1)]
-    nxt = blocks[min(after + 1, len(blocks) - 1)]
-    if (
-        nxt.kind in ("cross_decoder", "lm_head")
-        and model.architecture == "encoder_decoder"
-        and ref.kind != "embedding"
-    ):
-        dec = decoder_seq(model, shape.seq_length)
-        enc_bytes = (
-            shape.act_bytes * shape.micro_batch * shape.seq_length * ref.width.hidden / shape.cp
-        )
-        dec_bytes = shape.act_bytes * shape.micro_batch * dec * ref.width.hidden / shape.cp
-        return (enc_bytes + (dec_bytes if ref.kind == "cross_decoder" else 0.0)) / shape.tp
-    return shape.act_bytes * shape.local_tokens * ref.width.hidden / shape.tp
-
-
 def cross_layer_extra_activation_bytes(
     model: ModelSpec, shape: LayerShape, encoder_seq: int, recompute: str
 ) -> float:
@@ -290,53 +217,17 @@ def cross_layer_extra_activation_bytes(
     return kept
 
 
-@lru_cache(maxsize=256)
-def recomputable_names(
-    model: ModelSpec, seq_length: int, attention: str, dtype: str
-) -> frozenset[str]:
-    """What a per-op recompute list (StagePlanSpec ``recompute_ops``) may name for this model: every module
-    of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops."""
-    shape = LayerShape(
-        tp=1,
-        cp=1,
-        micro_batch=1,
-        seq_length=seq_length,
-        sequence_parallel=False,
-        attention=attention,
-        dtype=dtype,
-    )
-    present: set[str] = set()
-    for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
-        present |= {op.name for op in block_graph(model, ref, shape).ops}
-    names: set[str] = set()
-    for module, ops in RECOMPUTE_MODULE_OPS.items():
-        found = present.intersection(ops)
-        if found:
-            names |= {module, *found}
-    return frozenset(names)
-
-
-def recomputable_modules(
-    model: ModelSpec, seq_length: int, attention: str, dtype: str
-) -> tuple[str, ...]:
-    """The module names among ``recomputable_names``, in RECOMPUTE_MODULE_OPS order."""
-    allowed = recomputable_names(model, seq_length, attention, dtype)
-    return tuple(m for m in RECOMPUTE_MODULE_OPS if m in allowed)
-
-
 __all__ = [
-    "BlockKind",
-    "BlockRef",
-    "block_graph",
-    "boundary_bytes",
     "classifier_block",
     "classifier_weight_params",
     "cross_attention_ops",
+    "cross_attention_weight_params",
     "cross_decoder_layer",
     "cross_layer_extra_activation_bytes",
+    "decoder_seq",
     "encoder_layer",
-    "model_blocks",
+    "layer_kinds",
+    "layer_models",
     "patch_embedding_block",
-    "recomputable_modules",
-    "recomputable_names",
+    "patch_embedding_weight_params",
 ]

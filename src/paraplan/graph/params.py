@@ -45,7 +45,7 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
     """N = L·(h·(q+2kv) + q·h + p·h·f + f·h + biases + norms) + V·h (+ P·h learned positions)
     + V·h when the LM head is untied + the final norm (Shoeybi et al. 2019, §3; p = 2 for SwiGLU);
     dense models: active = N. Encoders, T5 and layer lists: the sum over the model's block list
-    (graph.encoder.model_blocks) of each block's op-graph weights."""
+    (graph.encoder.layer_kinds) of each block's weights."""
     if model.architecture != "decoder" or model.layer_widths is not None:
         return _block_list_counts(model)
     if moe_shaped(model):
@@ -77,25 +77,30 @@ def _moe_counts(model: ModelSpec) -> ParameterCounts:
 
 
 def _block_list_counts(model: ModelSpec) -> ParameterCounts:
-    """Σ over the block list of each block's weights, on one GPU (tp 1), embedding and head in one stage."""
-    from paraplan.graph.encoder import block_graph, model_blocks
-    from paraplan.graph.transformer import LayerShape
-
-    shape = LayerShape(
-        tp=1,
-        cp=1,
-        micro_batch=1,
-        seq_length=model.max_position,
-        sequence_parallel=False,
-        attention="flash",
-        dtype="bf16",
+    """Σ over the model's layers (graph.encoder.layer_kinds, layer_models) of each layer's weights, plus the
+    input block (token or ViT patch embedding) and the output block (LM head sharing the embedding's
+    table when tied, or ViT's classifier), on one GPU (tp 1)."""
+    from paraplan.graph.encoder import (
+        classifier_weight_params,
+        cross_attention_weight_params,
+        layer_kinds,
+        layer_models,
+        patch_embedding_weight_params,
     )
-    weights = [
-        (ref, block_graph(model, ref, shape, True).weight_params) for ref in model_blocks(model)
-    ]
-    layers = sum(w for ref, w in weights if ref.is_layer)
-    embedding = sum(w for ref, w in weights if ref.kind in ("embedding", "patch_embedding"))
-    head = sum(w for ref, w in weights if ref.kind in ("lm_head", "classifier"))
+
+    widths = layer_models(model)
+    layers = sum(
+        layer_weight_params(w, 1)
+        + (cross_attention_weight_params(w, 1) if k == "cross_decoder" else 0.0)
+        for k, w in zip(layer_kinds(model), widths)
+    )
+    first, last = widths[0], widths[-1]
+    embedding = (
+        patch_embedding_weight_params(first, model.max_position)
+        if first.is_vit
+        else embedding_weight_params(first, 1)
+    )
+    head = classifier_weight_params(last) if last.is_vit else lm_head_weight_params(last, 1, True)
     total = layers + embedding + head
     return ParameterCounts(total=total, active=total, layers=layers, embedding=embedding, head=head)
 

@@ -1,7 +1,7 @@
 """A non-uniform plan: a list of pipeline stages, each with its own GPUs, layers, tp, dp and recompute.
 
 This is the plan AMP (Li et al. 2022, arXiv:2210.07297) and Aceso (Liu et al. 2024, EuroSys) search
-over: stage i holds a contiguous range of the model's blocks (``graph.encoder.model_blocks``: input
+over: stage i holds a contiguous range of the model's blocks (``step.blocks.model_blocks``: input
 block, transformer layers, output block) on ``tp_i · dp_i`` GPUs taken from the named pools of a
 cluster (specs/cluster.py). Stages run in the listed order; activations flow from stage i to i+1.
 

@@ -1,7 +1,9 @@
 """A uniform plan (specs/plan.py) restated as the per-stage plan (specs/stage_plan.py) that costs it, for
 the models the uniform builder does not compose: encoder-decoders (T5, issue 10). ``paraplan estimate``
 and ``paraplan search`` take the uniform flags for them and cost the result with
-estimate_stages.estimate_stage_plan / search.hetero, so there is one cost model for T5, not two.
+step.per_stage.estimate_stage_plan / search.staged.hetero, so there is one cost model for T5, not two.
+For the other models it restates a uniform plan exactly (its own split), which tests/unit/test_one_path.py
+uses to check that both paths price a plan alike.
 """
 
 from __future__ import annotations
@@ -56,6 +58,17 @@ def even_layer_split(layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base + (1 if i < extra else 0) for i in range(stages))
 
 
+def stage_layer_split(plan: PlanSpec, model: ModelSpec) -> tuple[int, ...]:
+    """Transformer layers per stage: the plan's own split (PlanSpec.split, specs/split.py) for the models the
+    uniform path costs, so the per-stage plan is the same plan; ``even_layer_split`` of the encoder and decoder
+    layers for an encoder-decoder, which has no uniform split (``uniform_stage_plan``)."""
+    if costed_by_stages(model):
+        return even_layer_split(model.total_layers, plan.pp)
+    return tuple(
+        g.layers for g in plan.split(model.layers, model.mtp_layers) for _ in range(g.count)
+    )
+
+
 def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
     """Every PlanSpec field outside CARRIED_FIELDS that is not at its default, and a pipeline schedule
     the per-stage estimator does not run (StagePlanSpec.schedule)."""
@@ -103,7 +116,7 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
 
 def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlanSpec:
     """The per-stage plan of a uniform plan on pool ``pool``: pp stages of tp·dp GPUs each, the model's
-    transformer layers (encoder, then decoder) split by even_layer_split, the run-wide knobs carried over.
+    transformer layers (encoder, then decoder) split by stage_layer_split, the run-wide knobs carried over.
     Megatron-LM (before Megatron-Core) instead gives each T5 stage encoder or decoder layers only, split at
     --pipeline-model-parallel-split-rank (pretrain_t5.py, "Pipeline parallelism for T5"), with a second
     embedding on the split rank (megatron/training.py get_model: pre_process = rank == 0 or rank ==
@@ -122,7 +135,7 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
             "layers": layers,
             "recompute": plan.recompute,
         }
-        for layers in even_layer_split(model.total_layers, plan.pp)
+        for layers in stage_layer_split(plan, model)
     ]
     return stage_plan_from_dict(
         {

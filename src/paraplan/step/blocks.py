@@ -1,7 +1,10 @@
-"""Block kinds: the registry of what a pipeline stage holds (embedding, decoder layer, dense / MoE layer, routed
-experts, MTP module, LM head), each with its op-graph builder (graph/) and its activation memory (cost/memory.py,
-graph/moe.py), plus the per-kind rules the builder of a step (stages.py) reads: the kinds of a model, their
-gradient groups, selective recompute's default modules, working buffers and the pipeline send size.
+"""Block kinds: the one registry of what a pipeline stage holds (embedding or ViT patch embedding; decoder,
+encoder or T5 cross-attention decoder layer; dense / MoE layer, routed experts, MTP module; LM head or ViT
+classifier), each with its op-graph builder (graph/), its activation memory (cost/memory.py, graph/moe.py)
+and the lists it belongs to as attributes (``transformer``, ``layer``, ``expert_free``, ``recomputed``);
+a model's block list (``model_blocks``: what a per-stage plan cuts into ranges); and the per-kind rules
+the builders of a step (step/build.py, step/layout.py) read: the kinds of a model, their gradient groups,
+selective recompute's default modules, working buffers and the pipeline send size.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ from paraplan.cost import memory as mem
 from paraplan.graph.encoder import (
     classifier_block,
     classifier_weight_params,
+    cross_decoder_layer,
+    cross_layer_extra_activation_bytes,
+    decoder_seq,
     encoder_layer,
+    layer_kinds,
+    layer_models,
     patch_embedding_block,
 )
 from paraplan.graph.moe import (
@@ -40,16 +48,20 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
 
 
+Width = ModelSpec  # the widths one block is built with: the model's own, or one of its layer_widths groups
+
+
 @dataclass(frozen=True)
 class BlockKind:
-    """One kind of block: how to build its op graph and what it keeps in memory."""
+    """One kind of block: how to build its op graph and what it keeps in memory, from the model and the
+    block's widths (``Width``: the model itself but for a per-stage plan of a model with layer_widths)."""
 
     name: str
-    graph: Callable[[ModelSpec, LayerShape], LayerGraph]
-    memory: Callable[
-        [ModelSpec, LayerShape, str], tuple[float, float, float]
+    build: Callable[[ModelSpec, Width, LayerShape], LayerGraph]
+    memory_of: Callable[
+        [ModelSpec, Width, LayerShape, str], tuple[float, float, float]
     ]  # (kept, held once, buffer) bytes
-    recomputed: bool  # activation recomputation checkpoints it (decoder layers only: Korthikanti et al. 2022 §5)
+    recomputed: bool  # activation recomputation checkpoints it (transformer layers: Korthikanti et al. 2022 §5)
     gradient_group: str = (
         "dense"  # the group that reduces its parameters (specs.parallel.GRADIENT_GROUPS)
     )
@@ -61,56 +73,109 @@ class BlockKind:
     # Transformer block's), when every other op of it is a function of graph.transformer.cp_free_key(shape)
     # (search.expert_floors costs those once); None: undeclared
     core_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
+    transformer: bool = (
+        False  # memory Korthikanti et al. 2022 Figure 1 counts as "transformer layers"
+    )
+    layer: bool = False  # a transformer layer of the block list (a per-stage plan's ``layers``)
+    expert_free: bool = False  # its graph never reads the expert knobs (LayerShape.expert)
+
+    def graph(self, model: ModelSpec, shape: LayerShape) -> LayerGraph:
+        """Its op graph at the model's own widths."""
+        return self.build(model, model, shape)
+
+    def memory(
+        self, model: ModelSpec, shape: LayerShape, recompute: str
+    ) -> tuple[float, float, float]:
+        """(kept, held once, buffer) bytes at the model's own widths."""
+        return self.memory_of(model, model, shape, recompute)
+
+
+def decoder_side_shape(model: ModelSpec, shape: LayerShape) -> LayerShape:
+    """The shape of T5's decoder-side blocks: the decoder length (graph.encoder.decoder_seq); ``shape`` itself
+    for other models."""
+    if model.architecture != "encoder_decoder":
+        return shape
+    return shape._replace(seq_length=decoder_seq(model, shape.seq_length))
 
 
 def _decoder_memory(
-    model: ModelSpec, shape: LayerShape, recompute: str
+    model: ModelSpec, width: Width, shape: LayerShape, recompute: str
 ) -> tuple[float, float, float]:
-    if moe_shaped(model):
+    if moe_shaped(width):
         return 0.0, 0.0, 0.0
+    return _layer_memory(model, width, shape, recompute)
+
+
+def _layer_memory(
+    model: ModelSpec, width: Width, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
+    """A transformer layer: its kept activations (cost.memory.layer_activation_bytes) and working buffers."""
     return (
-        mem.layer_activation_bytes(model, shape, recompute),
+        mem.layer_activation_bytes(width, shape, recompute),
         0.0,
-        layer_buffer_bytes(model, shape, recompute),
+        layer_buffer_bytes(width, shape, recompute),
     )
 
 
-def _embedding_memory(
-    model: ModelSpec, shape: LayerShape, recompute: str
+def _cross_decoder_memory(
+    model: ModelSpec, width: Width, shape: LayerShape, recompute: str
 ) -> tuple[float, float, float]:
-    return mem.embedding_activation_bytes(model, shape), 0.0, 0.0
+    """T5's decoder layer on the decoder length, plus what its cross-attention keeps
+    (graph.encoder.cross_layer_extra_activation_bytes); its buffers those of a layer on the encoder length."""
+    dec = decoder_side_shape(model, shape)
+    kept = mem.layer_activation_bytes(width, dec, recompute) + cross_layer_extra_activation_bytes(
+        width, dec, shape.seq_length, recompute
+    )
+    return kept, 0.0, layer_buffer_bytes(width, shape, recompute)
 
 
-def _head_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
-    if model.is_vit:
-        return 0.0, mem.classifier_activation_bytes(model, shape), 0.0
-    return 0.0, mem.lm_head_activation_bytes(model, shape), 0.0
+def _embedding_memory(
+    model: ModelSpec, width: Width, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
+    return mem.embedding_activation_bytes(width, shape), 0.0, 0.0
+
+
+def _head_memory(
+    model: ModelSpec, width: Width, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
+    if width.is_vit:
+        return 0.0, mem.classifier_activation_bytes(width, shape), 0.0
+    return 0.0, mem.lm_head_activation_bytes(width, decoder_side_shape(model, shape)), 0.0
 
 
 EMPTY_BLOCK = LayerGraph("absent", (), (), 0.0)
 
 
-def _decoder_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+def _decoder_graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
     """Dense transformer layer — a decoder layer, or for encoder models (BERT, ViT) the same layer with
     bidirectional attention (graph.encoder.encoder_layer); absent (no ops, no parameters) for models
     graph.moe builds."""
-    if moe_shaped(model):
+    if moe_shaped(width):
         return EMPTY_BLOCK
     return (
-        encoder_layer(model, shape)
-        if model.architecture == "encoder"
-        else decoder_layer(model, shape)
+        encoder_layer(width, shape)
+        if width.architecture == "encoder"
+        else decoder_layer(width, shape)
     )
 
 
-def _input_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+def _cross_decoder_graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
+    """T5's decoder layer on the decoder length with cross-attention over the encoder's ``shape.seq_length``
+    outputs (graph.encoder.cross_decoder_layer)."""
+    return cross_decoder_layer(width, decoder_side_shape(model, shape), shape.seq_length)
+
+
+def _input_graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
     """Token embedding, or ViT's patch embedding (graph.encoder.patch_embedding_block)."""
-    return patch_embedding_block(model, shape) if model.is_vit else embedding_block(model, shape)
+    return patch_embedding_block(width, shape) if width.is_vit else embedding_block(width, shape)
 
 
-def _output_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
-    """LM head and loss, or ViT's classification head on the class token (graph.encoder.classifier_block)."""
-    return classifier_block(model, shape) if model.is_vit else lm_head_block(model, shape, False)
+def _output_graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
+    """LM head and loss (on T5's decoder length), or ViT's classification head on the class token
+    (graph.encoder.classifier_block)."""
+    if width.is_vit:
+        return classifier_block(width, shape)
+    return lm_head_block(width, decoder_side_shape(model, shape), False)
 
 
 def head_params_with_embedding(model: ModelSpec, tp: int) -> float:
@@ -128,7 +193,7 @@ def _moe_kind_present(
 
 
 def _moe_kind_graph(moe: bool):
-    def graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+    def graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
         return moe_model_layer(model, shape, moe) if _moe_kind_present(model, moe) else EMPTY_BLOCK
 
     return graph
@@ -142,7 +207,7 @@ def _moe_kind_memory_bytes(moe: bool):
     return memory_bytes
 
 
-def _experts_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+def _experts_graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
     """The routed experts of one MoE layer as a block of their own: no ops (their time is in the
     moe_layer block), only the parameters the expert gradient group reduces (graph.moe.layer_weight_split, the
     split the MoE layer's graph records, without building that graph)."""
@@ -151,7 +216,7 @@ def _experts_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     return LayerGraph("experts", (), (), layer_weight_split(model, shape.tp, shape.expert, True)[1])
 
 
-def _mtp_graph(model: ModelSpec, shape: LayerShape) -> LayerGraph:
+def _mtp_graph(model: ModelSpec, width: Width, shape: LayerShape) -> LayerGraph:
     return mtp_block(model, shape) if model.mtp_layers else EMPTY_BLOCK
 
 
@@ -163,7 +228,9 @@ def _mtp_parts(model: ModelSpec, shape: LayerShape) -> tuple[str, tuple] | None:
 
 
 def _moe_memory(memory_bytes_of):
-    def memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+    def memory(
+        model: ModelSpec, width: Width, shape: LayerShape, recompute: str
+    ) -> tuple[float, float, float]:
         found = memory_bytes_of(model, shape)
         if found is None:
             return 0.0, 0.0, 0.0
@@ -178,7 +245,9 @@ def _moe_memory(memory_bytes_of):
     return memory
 
 
-def _no_memory(model: ModelSpec, shape: LayerShape, recompute: str) -> tuple[float, float, float]:
+def _no_memory(
+    model: ModelSpec, width: Width, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
     return 0.0, 0.0, 0.0
 
 
@@ -203,9 +272,41 @@ def _moe_kind_core_ops(moe: bool):
 
 BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
     "embedding": BlockKind(
-        "embedding", _input_graph, _embedding_memory, False, core_ops=_no_core_ops
+        "embedding",
+        _input_graph,
+        _embedding_memory,
+        False,
+        core_ops=_no_core_ops,
+        expert_free=True,
     ),
-    "decoder": BlockKind("decoder", _decoder_graph, _decoder_memory, True),
+    "decoder": BlockKind(
+        "decoder",
+        _decoder_graph,
+        _decoder_memory,
+        True,
+        transformer=True,
+        layer=True,
+        expert_free=True,
+    ),
+    # T5 (encoder-decoder): bidirectional encoder layers, then decoder layers with cross-attention
+    "encoder": BlockKind(
+        "encoder",
+        lambda m, w, s: encoder_layer(w, s),
+        _layer_memory,
+        True,
+        transformer=True,
+        layer=True,
+        expert_free=True,
+    ),
+    "cross_decoder": BlockKind(
+        "cross_decoder",
+        _cross_decoder_graph,
+        _cross_decoder_memory,
+        True,
+        transformer=True,
+        layer=True,
+        expert_free=True,
+    ),
     # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
     # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
     "dense_layer": BlockKind(
@@ -214,6 +315,9 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
         _moe_memory(_moe_kind_memory_bytes(False)),
         True,
         core_ops=_moe_kind_core_ops(False),
+        transformer=True,
+        layer=True,
+        expert_free=True,
     ),
     "moe_layer": BlockKind(
         "moe_layer",
@@ -224,9 +328,17 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
             expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None
         ),
         core_ops=_moe_kind_core_ops(True),
+        transformer=True,
+        layer=True,
     ),
     "experts": BlockKind(
-        "experts", _experts_graph, _no_memory, False, "expert", core_ops=_no_core_ops
+        "experts",
+        _experts_graph,
+        _no_memory,
+        False,
+        "expert",
+        core_ops=_no_core_ops,
+        transformer=True,
     ),
     "mtp": BlockKind(
         "mtp",
@@ -236,19 +348,89 @@ BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
         parts=_mtp_parts,
         core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else (),
     ),
-    "head": BlockKind("head", _output_graph, _head_memory, False, core_ops=_head_core_ops),
+    "head": BlockKind(
+        "head", _output_graph, _head_memory, False, core_ops=_head_core_ops, expert_free=True
+    ),
 }
+
+
+def kinds_where(attribute: str) -> tuple[str, ...]:
+    """The BLOCK_KINDS names whose kind has ``attribute`` set, in stage order."""
+    return tuple(name for name, kind in BLOCK_KINDS.items() if getattr(kind, attribute))
+
+
+# the kind lists read off the kinds (tuples and sets for the hot loops of compose and the search)
+TRANSFORMER_KINDS = kinds_where("transformer")
+EXPERT_FREE_KINDS = frozenset(kinds_where("expert_free"))
 
 
 @lru_cache(maxsize=64)
 def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
     """The BLOCK_KINDS a model's stages hold, in stage order: embedding, decoder layers, LM head for a
-    dense decoder; the dense-layer / MoE-layer / experts / MTP kinds instead of "decoder" for models
-    graph/moe.py builds (the other kinds would be absent blocks: no ops, no parameters)."""
-    layer_kinds = (
-        ("dense_layer", "moe_layer", "experts", "mtp") if moe_shaped(model) else ("decoder",)
-    )
-    return ("embedding", *layer_kinds, "head")
+    dense decoder; T5's encoder and cross-attention decoder layers; the dense-layer / MoE-layer / experts /
+    MTP kinds instead of "decoder" for models graph/moe.py builds (the other kinds would be absent
+    blocks: no ops, no parameters)."""
+    if moe_shaped(model):
+        layer_kinds_ = ("dense_layer", "moe_layer", "experts", "mtp")
+    else:
+        layer_kinds_ = tuple(dict.fromkeys(layer_kinds(model)))
+    return ("embedding", *layer_kinds_, "head")
+
+
+@dataclass(frozen=True)
+class BlockRef:
+    """One entry of a model's block list: its kind (a BLOCK_KINDS name) and the widths it is built with."""
+
+    kind: str
+    width: Width
+
+    @property
+    def is_layer(self) -> bool:
+        return BLOCK_KINDS[self.kind].layer
+
+
+@lru_cache(maxsize=256)
+def model_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
+    """The model as an ordered block list: input block, transformer layers (graph.encoder.layer_kinds, each
+    with its widths: graph.encoder.layer_models), output block. A per-stage plan holds ranges of it."""
+    widths = layer_models(model)
+    layers = (BlockRef(k, w) for k, w in zip(layer_kinds(model), widths))
+    return (BlockRef("embedding", widths[0]), *layers, BlockRef("head", widths[-1]))
+
+
+def block_graph(model: ModelSpec, ref: BlockRef, shape: LayerShape) -> LayerGraph:
+    """The op graph of one block of ``model`` (``ref``: from ``model_blocks``) on ``shape``."""
+    return BLOCK_KINDS[ref.kind].build(model, ref.width, shape)
+
+
+def block_memory(
+    model: ModelSpec, ref: BlockRef, shape: LayerShape, recompute: str
+) -> tuple[float, float, float]:
+    """(kept, held once, buffer) bytes of one block; only the kinds recomputation checkpoints read ``recompute``."""
+    kind = BLOCK_KINDS[ref.kind]
+    return kind.memory_of(model, ref.width, shape, recompute if kind.recomputed else "none")
+
+
+def boundary_bytes(
+    model: ModelSpec, blocks: tuple[BlockRef, ...], after: int, shape: LayerShape
+) -> float:
+    """Activation bytes sent forward after block ``after`` per micro-batch (gradients of the same size
+    come back): b·(s/c)·h half-precision elements split over TP (Narayanan et al. 2021 §4.1); inside
+    T5's decoder the encoder output travels along with the decoder state (every decoder layer reads it)."""
+    ref = blocks[min(after, len(blocks) - 1)]
+    nxt = blocks[min(after + 1, len(blocks) - 1)]
+    if (
+        nxt.kind in ("cross_decoder", "head")
+        and model.architecture == "encoder_decoder"
+        and ref.kind != "embedding"
+    ):
+        dec = decoder_seq(model, shape.seq_length)
+        enc_bytes = (
+            shape.act_bytes * shape.micro_batch * shape.seq_length * ref.width.hidden / shape.cp
+        )
+        dec_bytes = shape.act_bytes * shape.micro_batch * dec * ref.width.hidden / shape.cp
+        return (enc_bytes + (dec_bytes if ref.kind == "cross_decoder" else 0.0)) / shape.tp
+    return shape.act_bytes * shape.local_tokens * ref.width.hidden / shape.tp
 
 
 @lru_cache(maxsize=64)

@@ -31,6 +31,7 @@ from paraplan.cost.overlap import (
     chunked_overlap_exposed_s,
     ring_attention_exposed_s,
 )
+from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
 from paraplan.step.result import TimeBreakdown
 from paraplan.step import zero3_legacy as legacy
 from paraplan.step.offload import offload_traffic_bytes, offloaded_activation_share
@@ -47,8 +48,6 @@ OPTIMIZER_BYTES_PER_PARAM = 54.0
 # Bytes per parameter in the data-parallel gradient reduction: Megatron-LM reduces its fp32 main
 # gradients (4 B/param, as in Korthikanti et al. 2022's memory accounting).
 GRAD_REDUCE_BYTES = 4.0
-# Block kinds whose memory Korthikanti et al. 2022 Figure 1 counts ("transformer layers").
-TRANSFORMER_KINDS = ("decoder", "dense_layer", "moe_layer", "experts")
 # Gradient buckets of the data-parallel reduction: Megatron-Core DistributedDataParallelConfig
 # bucket_size default max(40M, 1M·dp) parameters ("larger DP sizes need larger buckets to ensure
 # collectives do not become latency-bound", megatron/core/distributed); each bucket is one call.

@@ -30,6 +30,7 @@ from paraplan.step.build import (
     GridKnobs,
     build_step_inputs,
     default_recompute_modules,
+    model_block_kinds,
     plan_spans,
     row_blocks,
     row_facts,
@@ -270,8 +271,8 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
         "mtp": model.mtp_layers,
     }
     ops, comms = [], []
-    for name, kind in BLOCK_KINDS.items():
-        block = kind.graph(model, shape)
+    for name in model_block_kinds(model):
+        block = BLOCK_KINDS[name].graph(model, shape)
         count = counts.get(name, 1)
         for op in block.ops:
             f, b = op_times_s(op, acc, plan.dtype)

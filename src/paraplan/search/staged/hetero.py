@@ -30,7 +30,8 @@ from paraplan.step.per_stage import (
     stage_arrays,
     tied_embedding_sync_s,
 )
-from paraplan.graph.encoder import model_blocks, recomputable_modules
+from paraplan.step.blocks import model_blocks
+from paraplan.step.stage_blocks import recomputable_modules
 from paraplan.search.staged.alleviate import Score, StageConfig, alleviate, recompute_label
 from paraplan.search.staged.balance import balance_split
 from paraplan.specs.cluster import ClusterSpec

@@ -1,0 +1,190 @@
+"""Sums over one block's op graph: its op times (``block_compute``, cost.compute.op_times_s) and its
+collective times grouped by what can hide them (``block_comm``, cost.comm), on one system and span.
+The builder of a step (step/build.py) and the search (search/table.py) cost every block through these."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
+from paraplan.cost.compute import op_times_s
+from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
+from paraplan.cost.summa import grid_spans
+from paraplan.graph.ops import ExpertShape, LayerGraph, Op
+from paraplan.graph.transformer import LayerShape
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+
+
+class BlockCompute(NamedTuple):
+    """Summed op times of one block for one micro-batch (seconds), before communication. (BlockCompute, BlockComm,
+    BlockCostFacts and BlockMemoryFacts are NamedTuples: built by the thousand in a search, and a tuple is built,
+    hashed and compared without a Python call per field; arrays.stack stacks them field by field.)"""
+
+    forward: float
+    backward: float
+    attention_forward: float  # the ops selective recompute re-runs (core attention)
+    attention_backward: float
+    gemm_forward: float
+    gemm_backward: float
+
+
+@lru_cache(maxsize=16384)
+def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
+    """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
+    forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
+    times = _op_times(system, dtype)
+    if len(times) > 262144:  # a bound, as an lru cache's
+        times.clear()
+    for op in block.ops:
+        pair = times.get(op)
+        if pair is None:
+            pair = times[op] = op_times_s(op, system.accelerator, dtype)
+        f, b = pair
+        forward += f
+        backward += b
+        if op.selective_recompute:
+            attention_forward += f
+            attention_backward += b
+        if op.kind in ("gemm", "grouped_gemm"):
+            gemm_forward += f
+            gemm_backward += b
+    return BlockCompute(
+        forward, backward, attention_forward, attention_backward, gemm_forward, gemm_backward
+    )
+
+
+@lru_cache(maxsize=64)
+def _op_times(system: SystemSpec, dtype: str) -> dict[Op, tuple[float, float]]:
+    """op -> cost.compute.op_times_s on this system and dtype, filled by block_compute once per distinct op: the
+    attention half of an MoE layer, its router and shared experts repeat unchanged across the expert options."""
+    return {}
+
+
+class BlockComm(NamedTuple):
+    """Seconds of one block's collectives for one micro-batch, grouped by what can hide them, and
+    the price of hiding each group completely (cost.comm.LinearCollective.hidden_price_s)."""
+
+    tp_forward: float
+    tp_backward: float  # backward collectives nothing hides
+    tp_hidden_by_dgrad: float
+    tp_hidden_by_wgrad: float
+    cp_forward: float
+    cp_backward: float
+    tp_forward_price: float
+    tp_backward_price: float  # of all backward TP collectives
+    cp_forward_price: float
+    cp_backward_price: float
+    ep_forward: float = 0.0  # expert-parallel dispatch / combine (and ETP collectives)
+    ep_backward: float = 0.0
+    ep_forward_price: float = 0.0
+    ep_backward_price: float = 0.0
+    ep_overlap: float = (
+        0.0  # 1 when the plan overlaps dispatch/combine with compute (moe_a2a_overlap)
+    )
+    # seconds the collectives keep the NIC busy (groups spanning NVLink domains): cost.comm.collective_nic_time_s
+    tp_nic_forward: float = 0.0
+    tp_nic_backward: float = 0.0
+    cp_nic_forward: float = 0.0
+    cp_nic_backward: float = 0.0
+    # context-parallel ring: steps per pass (c - 1) and the CP time nothing hides: the ring's per-step
+    # synchronisation, or 2d-seq's K/V all-gathers (graph/summa.py; the kernel waits for them)
+    cp_steps: float = 0.0
+    cp_sync_forward: float = 0.0
+    cp_sync_backward: float = 0.0
+
+
+@lru_cache(maxsize=65536)
+def block_comm(
+    block: LayerGraph,
+    system: SystemSpec,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
+    model: ModelSpec | None = None,
+    shape: LayerShape | None = None,
+) -> BlockComm:
+    """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span;
+    expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
+    (cost.moe.moe_collective_time_and_price_s)."""
+    spans = {"tp": tp_span, "cp": cp_span}
+    s = dict.fromkeys(BlockComm._fields, 0.0)
+    moe = shape is not None and model is not None
+    if moe:
+        s["ep_overlap"] = float(shape.expert.a2a_overlap)
+    if not block.collectives:
+        return BlockComm(**s)
+    if shape is not None and shape.tp_layout == "2d":
+        spans["tp_row"], spans["tp_col"] = grid_spans(tp_span, shape.tp_rows)
+    if moe:
+        s["ep_forward"], s["ep_backward"], s["ep_forward_price"], s["ep_backward_price"] = (
+            expert_comm_terms(block.collectives, system, model, shape.expert)
+        )
+    for c in block.collectives:
+        fwd, bwd = c.count_fwd, c.count_bwd
+        if c.group in EXPERT_GROUPS:  # expert_comm_terms
+            continue
+        time, price, nic = collective_costs_s(c.kind, c.bytes, spans[c.group], system)
+        if c.group == "cp":
+            s["cp_nic_forward"] += fwd * nic
+            s["cp_nic_backward"] += bwd * nic
+            if (
+                c.kind != "ring_exchange"
+            ):  # 2d-seq's K/V all-gathers, Ulysses' all-to-alls: the kernel waits for them
+                s["cp_sync_forward"] += fwd * time
+                s["cp_sync_backward"] += bwd * time
+                continue
+            if spans["cp"].size > 1:
+                steps = spans["cp"].size - 1
+                s["cp_steps"] = max(s["cp_steps"], steps)
+                sync = ring_step_sync_s(spans["cp"], system)
+                s["cp_sync_forward"] += fwd * steps * sync
+                s["cp_sync_backward"] += bwd * steps * sync
+            s["cp_forward"] += fwd * time
+            s["cp_backward"] += bwd * time
+            s["cp_forward_price"] += fwd * price
+            s["cp_backward_price"] += bwd * price
+            continue
+        # tp, and the 2D grid's rows and columns: tensor-parallel traffic
+        s["tp_nic_forward"] += fwd * nic
+        s["tp_nic_backward"] += bwd * nic
+        if (
+            c.overlaps_with == "panels"
+        ):  # SUMMA traffic: exposed beside the block's GEMMs (block_cost_facts)
+            continue
+        s["tp_forward"] += fwd * time
+        s["tp_forward_price"] += fwd * price
+        s[_TP_BACKWARD_FIELD.get(c.overlaps_with, "tp_backward")] += bwd * time
+        s["tp_backward_price"] += bwd * price
+    return BlockComm(**s)
+
+
+def expert_comm_terms(
+    collectives, system: SystemSpec, model: ModelSpec, expert: ExpertShape
+) -> tuple[float, float, float, float]:
+    """(ep_forward, ep_backward, ep_forward_price, ep_backward_price) of block_comm: Σ over the expert-parallel
+    collectives (groups ep, etp) of calls × cost.moe.moe_collective_time_and_price_s on the expert spans of
+    the option ``expert`` (cost.moe.expert_group_span); the other collectives are left out."""
+    forward = backward = forward_price = backward_price = 0.0
+    ep, etp = expert.ep, expert.etp
+    for c in collectives:
+        if c.group not in EXPERT_GROUPS:
+            continue
+        time, price = moe_collective_time_and_price_s(
+            c.kind, c.bytes, expert_group_span(c.group, ep, etp, system), system, model
+        )
+        forward += c.count_fwd * time
+        backward += c.count_bwd * time
+        forward_price += c.count_fwd * price
+        backward_price += c.count_bwd * price
+    return forward, backward, forward_price, backward_price
+
+
+# where a backward TP collective's seconds go, by what hides it (Collective.overlaps_with)
+_TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
+
+
+@lru_cache(maxsize=65536)
+def _comm_with_overlap(comm: BlockComm, ep_overlap: float) -> BlockComm:
+    """``comm._replace(ep_overlap=ep_overlap)``, once per (costing, switch)."""
+    return comm if comm.ep_overlap == ep_overlap else comm._replace(ep_overlap=ep_overlap)

@@ -1,0 +1,185 @@
+"""Blocks laid out on pipeline stages: the one module that builds ``step.compose.Stage``s.
+
+Both plan kinds go through here with the same per-block granularity, so the composition (ZeRO-3's
+per-block gathers, the largest block's buffer, the transformer-layer memory) sees the same blocks:
+
+- a uniform plan (``build_step_inputs``): the blocks of a split (specs/split.py) on grouped stages, one
+  Stage entry standing for ``count`` identical stages, each holding (block cost, how many) per kind;
+- a per-stage plan (``range_stage`` for every block range [a, b) at once, as the search reads it, and
+  ``stage_at`` for one range): one Stage per pipeline stage with its own StepInputs, holding one entry
+  per distinct block of the model's block list (step.blocks.model_blocks: kind and widths) with its
+  count in the range, a difference of that block's prefix counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from paraplan.graph.moe import moe_shaped
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.split import SplitGroup
+from paraplan.step.compose import (
+    BLOCK_TERM_NAMES,
+    BlockCost,
+    BlockTerms,
+    GridKnobs,
+    Stage,
+    StepInputs,
+)
+
+Num = Any
+
+
+# ---- a uniform plan: grouped stages of a split ---------------------------------------------------
+def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Num]:
+    """(dense, MoE) layers among decoder layers [start, start + layers) of an MoE model (specs.moe_model
+    rule: layer i ≥ dense_layers is MoE when (i − dense_layers + 1) mod n = 0): the multiples of n
+    among j = i − dense_layers + 1 in the range. (0, 0) for models without graph.moe layers. A split
+    group of several stages takes its first stage's mix (exact for interval 1 with the dense layers
+    on the first stage, as every catalog MoE model)."""
+    if model is None or not moe_shaped(model):
+        return 0, 0
+    if not model.is_moe:
+        return layers, 0
+    n, d = model.moe_layer_interval, model.dense_layers
+    lo = np.maximum(start, d) - d
+    hi = np.maximum(start + layers, d) - d
+    moe = hi // n - lo // n
+    return layers - moe, moe
+
+
+GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
+
+
+def stage_block_counts(
+    model: ModelSpec | None, group: SplitGroup, start: Num
+) -> tuple[tuple[str, Num], ...]:
+    """(block kind, blocks of it on one stage of the group) in stage order: the embedding; the decoder layers, or
+    for a model graph/moe.py builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each
+    MoE layer and MTP module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
+    if model is not None:
+        dense, moe = layer_mix(model, start, group.layers)
+        mtp = group.head * model.mtp_layers
+        layers = (("dense_layer", dense), ("moe_layer", moe), ("experts", moe + mtp), ("mtp", mtp))
+    else:
+        layers = (("decoder", group.layers),)
+    return (("embedding", group.embedding), *layers, ("head", group.head))
+
+
+def build_step_inputs(
+    facts,
+    blocks: dict[str, BlockCost],
+    knobs: GridKnobs,
+    groups: tuple[SplitGroup, ...],
+    constants: dict,
+) -> StepInputs:
+    """Lay the blocks out on the split's stages (embedding on the first, decoder layers by the
+    split, LM head on the last, which also holds the embedding's parameters when pp = 1 and the
+    embeddings are tied) and attach the plan's knobs. ``facts``: the row's step.build.RowFacts."""
+    head = blocks["head"]
+    single = facts.pp == 1
+    head = replace(head, params=np.where(single, facts.head_params_with_embedding, head.params))
+    p2p = np.where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
+    stages = []
+    start = 0  # first decoder layer of the group's first stage
+    moe_model = facts.model is not None and moe_shaped(facts.model)
+    for g in groups:
+        placed = tuple(
+            (head if name == "head" else blocks[name], n)
+            for name, n in stage_block_counts(facts.model if moe_model else None, g, start)
+        )
+        stages.append(Stage(g.index, g.count, placed, p2p))
+        start = start + g.count * g.layers
+    stages = tuple(stages)
+    return StepInputs(
+        stages=stages,
+        pp=facts.pp,
+        microbatches=facts.microbatches,
+        gradient_groups=facts.gradient_groups,
+        knobs=knobs,
+        **constants,
+    )
+
+
+# ---- a per-stage plan: one stage per range of the block list ---------------------------------------
+@dataclass(frozen=True)
+class RangeBlocks:
+    """What a per-stage plan's stage is made of, for any range of the model's block list: the distinct
+    blocks (step.blocks.BlockRef: kind and widths), each as one BlockCost per pool of the stage's GPUs
+    (``units[pool][d]``), and ``prefix[d, k]``: how many of distinct block d lie among blocks [0, k)."""
+
+    units: dict[str, tuple[BlockCost, ...]]
+    prefix: np.ndarray  # [distinct blocks, n + 1]
+    p2p_in: np.ndarray  # [a]: transfers with the previous stage when the stage starts at block a
+    p2p_out: np.ndarray  # [b]: transfers with the next stage when the stage ends before block b
+    inputs: StepInputs  # the stage's own (its GPUs' gradient group, HBM, state bytes)
+
+
+def prefix_counts(keys: tuple, distinct: tuple) -> np.ndarray:
+    """[d, k]: blocks equal to distinct[d] among keys[:k] (cumulative counts, one row per distinct block)."""
+    hits = np.array([[key == d for key in keys] for d in distinct], dtype=float)
+    return np.concatenate([np.zeros((len(distinct), 1)), np.cumsum(hits, axis=1)], axis=1)
+
+
+def _block_total_s(block: BlockCost) -> Num:
+    total = 0.0
+    for name in BLOCK_TERM_NAMES:
+        total = total + getattr(block.terms, name)
+    return total
+
+
+def _slowest_pool(units: dict[str, tuple[BlockCost, ...]], counts: list[Num]) -> Num:
+    """Per range, the position (in ``units`` order) of the pool whose GPUs take longest for the range's
+    blocks (the first such pool): its data-parallel replicas wait for it at every gradient sync."""
+    best = choice = None
+    for p, blocks in enumerate(units.values()):
+        total = 0.0
+        for block, n in zip(blocks, counts):
+            total = total + n * _block_total_s(block)
+        if best is None:
+            best, choice = total, np.zeros(np.shape(total), dtype=np.int64)
+        else:
+            slower = total > best
+            best, choice = np.maximum(total, best), np.where(slower, p, choice)
+    return choice
+
+
+def _picked(blocks: list[BlockCost], choice: np.ndarray) -> BlockCost:
+    """The block whose terms are those of pool ``choice`` (per range) among ``blocks`` (one per pool)."""
+    terms = {}
+    for f in fields(BlockTerms):
+        value = getattr(blocks[-1].terms, f.name)
+        for p in range(len(blocks) - 2, -1, -1):
+            value = np.where(choice == p, getattr(blocks[p].terms, f.name), value)
+        terms[f.name] = value
+    return replace(blocks[0], terms=BlockTerms(**terms))
+
+
+def _stage_blocks(rb: RangeBlocks, counts: list[Num]) -> tuple[tuple[BlockCost, Num], ...]:
+    """(block, count) per distinct block, the terms those of the slowest pool."""
+    pools = list(rb.units.values())
+    if len(pools) == 1:
+        return tuple(zip(pools[0], counts))
+    choice = _slowest_pool(rb.units, counts)
+    if np.ndim(choice) == 0:
+        return tuple(zip(pools[int(choice)], counts))
+    return tuple((_picked([pool[d] for pool in pools], choice), n) for d, n in enumerate(counts))
+
+
+def range_stage(rb: RangeBlocks, index: int) -> Stage:
+    """The stage at position ``index`` holding blocks [a, b), every a ≤ b at once: counts and p2p are
+    [n+1, n+1] arrays (negative below the diagonal: callers mask b ≤ a)."""
+    counts = [row[None, :] - row[:, None] for row in rb.prefix]
+    p2p = rb.p2p_in[:, None] + rb.p2p_out[None, :]
+    return Stage(index, 1, _stage_blocks(rb, counts), p2p, inputs=rb.inputs)
+
+
+def stage_at(rb: RangeBlocks, index: int, start: int, stop: int) -> Stage:
+    """The stage at position ``index`` holding blocks [start, stop), as floats, with its own StepInputs
+    (so compose_step prices its tail on its own GPUs and links)."""
+    counts = [float(row[stop] - row[start]) for row in rb.prefix]
+    p2p = float(rb.p2p_in[start] + rb.p2p_out[stop])
+    return Stage(index, 1, _stage_blocks(rb, counts), p2p, inputs=rb.inputs)

@@ -1,0 +1,170 @@
+"""The blocks of a per-stage plan's stage on one pool's GPUs: one BlockCost per distinct block of the model's
+block list (step.blocks.model_blocks), costed as the uniform path costs them (step.block_sums' sums,
+step.build.block_cost), with the pipeline engine's rules (step.engines.EngineRules) on top; and the names
+a per-op recompute list may give (``recomputable_names``).
+step/layout.py lays them out on stages, step/per_stage.py prices the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+
+from paraplan.cost.comm import GroupSpan
+from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, weight_tensor_stats
+from paraplan.graph.transformer import LayerShape
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.step.block_sums import block_comm, block_compute
+from paraplan.step.blocks import (
+    BlockRef,
+    block_graph,
+    block_memory,
+    head_params_with_embedding,
+    model_blocks,
+)
+from paraplan.step.build import BlockFacts, block_cost
+from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, BlockCost
+from paraplan.step.engines import EngineRules, host_layer_times_s
+from paraplan.step.stage_links import tp_span
+
+NO_SPAN = GroupSpan(1, 1, 1)
+
+
+def distinct_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
+    """The distinct blocks of the model's block list, in order of first appearance."""
+    return tuple(dict.fromkeys(model_blocks(model)))
+
+
+@lru_cache(maxsize=4096)
+def _block_facts(
+    model: ModelSpec,
+    system: SystemSpec,
+    ref: BlockRef,
+    shape: LayerShape,
+    recompute: str,
+    memory_factor: float,
+    head_params: float | None,
+) -> BlockFacts:
+    """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's TP
+    group, no CP), parameters (``head_params`` in place of the graph's when given: the output block sharing
+    the stage with the input block) and memory (step.blocks.block_memory; kept and held bytes times the
+    engine's activation_memory_factor)."""
+    graph = block_graph(model, ref, shape)
+    w = ref.width
+    tensors, largest, small = weight_tensor_stats(
+        graph, w.has_bias, w.has_qkv_bias, w.norm == "layernorm", w.learned_positions, w.hidden
+    )
+    kept, held, buffer = block_memory(model, ref, shape, recompute)
+    return BlockFacts(
+        block_compute(graph, system, shape.dtype),
+        block_comm(graph, system, tp_span(system, shape.tp), NO_SPAN),
+        graph.weight_params if head_params is None else head_params,
+        kept * memory_factor,
+        held * memory_factor,
+        buffer,
+        largest,
+        tensors,
+        small,
+    )
+
+
+def _with_engine(cost: BlockCost, rules: EngineRules, layer: bool, recompute: str) -> BlockCost:
+    """The engine's rules on one block's terms: without ``async_tp_backward`` nothing hides the backward TP
+    collectives (step.compose.block_terms prices them all exposed); on a transformer layer the host seconds
+    per layer (step.engines.host_layer_times_s) are added to forward and backward, and to the recompute
+    under full recomputation, which re-runs the forward."""
+    host_f, host_b = host_layer_times_s(rules)
+    if not layer or not (host_f or host_b):
+        return cost
+    t = cost.terms
+    terms = replace(
+        t,
+        forward=t.forward + host_f,
+        backward=t.backward + host_b,
+        recompute=t.recompute + (host_f if recompute == "full" else 0.0),
+    )
+    return replace(cost, terms=terms)
+
+
+def _engine_comm(facts: BlockFacts, rules: EngineRules) -> BlockFacts:
+    """``facts`` with every backward TP collective exposed when the engine has no async TP backward."""
+    if rules.async_tp_backward:
+        return facts
+    c = facts.comm
+    comm = c._replace(
+        tp_backward=c.tp_backward + c.tp_hidden_by_dgrad + c.tp_hidden_by_wgrad,
+        tp_hidden_by_dgrad=0.0,
+        tp_hidden_by_wgrad=0.0,
+        tp_backward_price=0.0,
+    )
+    return replace(facts, comm=comm)
+
+
+@lru_cache(maxsize=4096)
+def pool_units(
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    recompute: str,
+    first_and_last: bool,
+    rules: EngineRules,
+) -> tuple[BlockCost, ...]:
+    """One BlockCost per distinct block (``distinct_blocks``) on one pool's GPUs, through step.build.block_cost
+    (the uniform path's) with the engine's rules (``_engine_comm``, ``_with_engine``)."""
+    out = []
+    for ref in distinct_blocks(model):
+        head = ref.kind == "head" and first_and_last
+        params = head_params_with_embedding(ref.width, shape.tp) if head else None
+        facts = _block_facts(
+            model, system, ref, shape, recompute, rules.activation_memory_factor, params
+        )
+        cost = block_cost(ref.kind, _engine_comm(facts, rules), RECOMPUTE_CODES[recompute], False)
+        out.append(_with_engine(cost, rules, ref.is_layer, recompute))
+    return tuple(out)
+
+
+def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str, np.ndarray]:
+    """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks'."""
+    index = {ref: d for d, ref in enumerate(distinct_blocks(model))}
+    order = [index[ref] for ref in model_blocks(model)]
+    return {
+        name: np.array([getattr(units[d].terms, name) for d in order], dtype=float)
+        for name in BLOCK_TERM_NAMES
+    }
+
+
+@lru_cache(maxsize=256)
+def recomputable_names(
+    model: ModelSpec, seq_length: int, attention: str, dtype: str
+) -> frozenset[str]:
+    """What a per-op recompute list (StagePlanSpec ``recompute_ops``) may name for this model: every module
+    of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops."""
+    shape = LayerShape(
+        tp=1,
+        cp=1,
+        micro_batch=1,
+        seq_length=seq_length,
+        sequence_parallel=False,
+        attention=attention,
+        dtype=dtype,
+    )
+    present: set[str] = set()
+    for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
+        present |= {op.name for op in block_graph(model, ref, shape).ops}
+    names: set[str] = set()
+    for module, ops in RECOMPUTE_MODULE_OPS.items():
+        found = present.intersection(ops)
+        if found:
+            names |= {module, *found}
+    return frozenset(names)
+
+
+def recomputable_modules(
+    model: ModelSpec, seq_length: int, attention: str, dtype: str
+) -> tuple[str, ...]:
+    """The module names among ``recomputable_names``, in RECOMPUTE_MODULE_OPS order."""
+    allowed = recomputable_names(model, seq_length, attention, dtype)
+    return tuple(m for m in RECOMPUTE_MODULE_OPS if m in allowed)

@@ -1,0 +1,275 @@
+"""Where a per-stage plan's stages sit (specs/stage_plan.py on a cluster of node pools) and what their links
+cost: a stage's GPUs and settings (``StageSetting``), the plan-wide ones (``Common``), the links its groups
+use (the slowest member's), point-to-point transfers between neighbouring stages (resharding between
+stages of different dp), each stage's data-parallel gradient group and the tied-embedding sync between the
+first and the last stage. step/per_stage.py prices the stages' blocks on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from paraplan.cost.comm import GroupSpan, fastest_collective, linear_collective
+from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.step.build import gradient_group
+from paraplan.step.compose import GradientGroup
+from paraplan.step.engines import (
+    ENGINES,
+    EngineRules,
+    backward_transfer_bytes,
+    forward_transfer_bytes,
+)
+
+
+@dataclass(frozen=True)
+class StageSetting:
+    """What a stage is, apart from its blocks: GPUs (per pool: first index, count), tp, dp, per-GPU
+    micro-batch, recompute, position in a pipeline of ``pp`` stages with ``microbatches`` micro-batches."""
+
+    slices: tuple[tuple[str, int, int], ...]
+    tp: int
+    dp: int
+    micro_batch: int
+    recompute: str
+    recompute_ops: tuple[str, ...]
+    index: int
+    pp: int
+    microbatches: int
+
+
+@dataclass(frozen=True)
+class Common:
+    """Plan-wide settings."""
+
+    seq_length: int
+    dtype: str
+    attention: str
+    sequence_parallel: bool
+    zero: int
+    schedule: str
+    overlap_dp_grad_reduce: bool
+    engine: str = "megatron"
+    engine_rules: EngineRules | None = (
+        None  # replaces ENGINES[engine] (validate.cv's refitted constants)
+    )
+
+    @property
+    def rules(self) -> EngineRules:
+        """The pipeline runtime's rules: ``engine_rules`` when given, else ENGINES[engine]."""
+        return self.engine_rules or ENGINES[self.engine]
+
+
+# ---- placement helpers ---------------------------------------------------------------------------
+def _node(cluster: ClusterSpec, pool: str, index: int) -> tuple[str, int]:
+    return pool, index // cluster.pool(pool).gpus_per_node
+
+
+def _member_gpus(setting: StageSetting, replica_stride: int = 1) -> list[tuple[str, int]]:
+    """(pool, index) of every GPU of the stage, in rank order (tp innermost, then dp)."""
+    out = []
+    for pool, first, count in setting.slices:
+        out += [(pool, first + k) for k in range(count)]
+    return out[::replica_stride]
+
+
+def synthetic_system(
+    base: SystemSpec,
+    inner_Bps: float,
+    inner_latency_s: float,
+    outer_Bps: float,
+    outer_latency_s: float,
+) -> SystemSpec:
+    """``base`` with its NVLink and scale-out rates replaced by achieved rates (efficiency 1), so that the
+    collective formulas of cost.comm apply to a group whose slowest links set these rates."""
+    node = base.node.model_copy(
+        update={
+            "nvlink_bandwidth": inner_Bps,
+            "nvlink_efficiency": 1.0,
+            "nvlink_latency": inner_latency_s,
+        }
+    )
+    net = base.network.model_copy(
+        update={"nic_bandwidth": outer_Bps, "efficiency": 1.0, "latency": outer_latency_s}
+    )
+    return base.model_copy(update={"node": node, "network": net})
+
+
+def node_counts(cluster: ClusterSpec, gpus) -> dict[tuple[str, int], int]:
+    """GPUs of the list on each node."""
+    nodes: dict[tuple[str, int], int] = {}
+    for pool, idx in gpus:
+        key = _node(cluster, pool, idx)
+        nodes[key] = nodes.get(key, 0) + 1
+    return nodes
+
+
+def group_links(
+    cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None
+) -> tuple[GroupSpan, SystemSpec]:
+    """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
+    members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link,
+    with ``active``: GPUs per node sending at once, for nodes whose interface is shared)."""
+    nodes = node_counts(cluster, gpus)
+    pools = sorted({p for p, _ in gpus})
+    systems = [cluster.pool(p).system for p in pools]
+    inner = min(s.node.nvlink_bandwidth * s.node.nvlink_efficiency for s in systems)
+    inner_lat = max(s.node.nvlink_latency for s in systems)
+    busiest = {p: max((active or nodes).get(n, 1) for n in nodes if n[0] == p) for p in pools}
+    pairs = [
+        (a, b)
+        for a in pools
+        for b in pools
+        if a <= b and (a != b or sum(1 for n in nodes if n[0] == a) > 1)
+    ]
+    rates = [cluster.link_rate(a, b, busiest[a], busiest[b]) for a, b in pairs] or [
+        cluster.link_rate(pools[0], pools[0])
+    ]
+    outer, outer_lat = min(r for r, _ in rates), max(lat for _, lat in rates)
+    per_node = max(nodes.values())
+    span = (
+        GroupSpan(len(gpus), per_node, len(nodes))
+        if len(nodes) > 1
+        else GroupSpan(len(gpus), len(gpus), 1)
+    )
+    return span, synthetic_system(systems[0], inner, inner_lat, outer, outer_lat)
+
+
+def tp_span(system: SystemSpec, tp: int) -> GroupSpan:
+    domain = system.node.gpus_per_domain
+    return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
+
+
+def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
+    """For each sender replica, the receiver replicas its samples go to: sender r holds the micro-batch's
+    samples [r/d_a, (r+1)/d_a), receiver q needs [q/d_b, (q+1)/d_b); they exchange where these overlap
+    (the tile-overlap rule of cross-mesh resharding, Zheng et al. 2022 (Alpa) §5; Aceso's stages of
+    different dp hand activations over the same way)."""
+    return tuple(
+        tuple(
+            q
+            for q in range(receivers)
+            if q * senders < (r + 1) * receivers and r * receivers < (q + 1) * senders
+        )
+        for r in range(senders)
+    )
+
+
+@lru_cache(maxsize=65536)
+def p2p_links(
+    cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, receiver: bool = False
+) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """For each data-parallel replica on one side of the boundary between stage a and the next stage b
+    (the senders of a, or with ``receiver`` the receivers of b), the (achieved bytes/s, latency) of the
+    link to each of its peers (reshard_peers): the node's NVLink/PCIe domain when the two GPUs share a
+    node, else the pools' network or the cluster's link between them."""
+    a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
+    b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
+    a_nodes, b_nodes = (
+        node_counts(cluster, a_gpus),
+        node_counts(cluster, b_gpus),
+    )  # every TP rank sends
+    src, dst = a_gpus[::a_tp], b_gpus[::b_tp]
+
+    def link(pa: str, ia: int, pb: str, ib: int) -> tuple[float, float]:
+        na, nb = _node(cluster, pa, ia), _node(cluster, pb, ib)
+        if na == nb:
+            node = cluster.pool(pa).system.node
+            return node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency
+        return cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb])
+
+    peers = reshard_peers(len(src), len(dst))
+    if receiver:
+        return tuple(
+            tuple(link(*src[r], *dst[q]) for r in range(len(src)) if q in peers[r])
+            for q in range(len(dst))
+        )
+    return tuple(tuple(link(*src[r], *dst[q]) for q in peers[r]) for r in range(len(src)))
+
+
+def p2p_time_s(
+    cluster: ClusterSpec, a: StageSetting, b: StageSetting, size_bytes, receiver: bool = False
+):
+    """One activation (or gradient) transfer between stage a and the next stage b as one side sees it,
+    ``size_bytes`` being that side's per-GPU bytes (floats or numpy arrays): the slowest replica of
+    Σ_peers (size/k)/rate_peer + latency_peer over its k peers (Hockney's α + n/β per message, Hockney
+    1994; the bytes split evenly over the peers, sent one after the other as blocking point-to-point)."""
+    sides = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp, receiver)
+    size = np.asarray(size_bytes, dtype=float)
+    worst = np.max(
+        [sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0
+    )
+    return np.where(size > 0, worst, 0.0)
+
+
+def p2p_exchange_s(
+    cluster: ClusterSpec,
+    rules: EngineRules,
+    common: Common,
+    a: StageSetting | None,
+    b: StageSetting | None,
+    sent_bytes: np.ndarray,
+    receiver: bool,
+) -> np.ndarray:
+    """Point-to-point seconds per micro-batch between stage a and the next stage b, as seen by b (receiver)
+    or a, each side with its own per-GPU bytes (stages of different dp or tp reshard: p2p_time_s): one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
+    (EngineRules.transfers_per_neighbour), the forward bytes of pipeline_engines.forward_transfer_bytes and
+    the backward bytes of backward_transfer_bytes (``sent_bytes``: the activation over tp after each
+    block), and, on the receiver, the all-gather that rebuilds an activation split over its TP ranks."""
+    if a is None or b is None:
+        return np.zeros(len(sent_bytes))
+    own = b if receiver else a  # sent_bytes are this side's (its micro-batch and tp)
+    whole = sent_bytes * own.tp
+    fwd = forward_transfer_bytes(rules, whole, own.tp, common.seq_length)
+    bwd = backward_transfer_bytes(rules, whole, own.tp)
+    if rules.transfers_per_neighbour == 1:
+        out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd), receiver)
+    else:
+        out = p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
+    if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.tp > 1:
+        system = cluster.pool(b.slices[0][0]).system
+        out = out + linear_collective("all_gather", tp_span(system, b.tp), system).time_s(whole)
+    return out
+
+
+@lru_cache(maxsize=65536)
+def stage_gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
+    """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives in linear
+    form on the slowest links its members use (a synthetic system), each the faster of the hierarchical
+    and the flat-ring shape (cost.comm.fastest_collective)."""
+    if dp <= 1:
+        return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
+    every = [(p, first + k) for p, first, count in slices for k in range(count)]
+    span, link_system = group_links(
+        cluster, every[::tp], node_counts(cluster, every)
+    )  # all TP ranks reduce at once
+    return GradientGroup(
+        span.size,
+        *(
+            fastest_collective(k, span, link_system)
+            for k in ("all_reduce", "reduce_scatter", "all_gather")
+        ),
+    )
+
+
+def tied_embedding_sync_s(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting
+) -> float:
+    """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
+    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters at the engine's tied_grad_bytes, 2-member group."""
+    if not model.tie_embeddings or first.index == last.index or model.is_vit:
+        return 0.0
+    members = [_member_gpus(first)[0], _member_gpus(last)[0]]
+    span, link_system = group_links(
+        cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last))
+    )
+    grad_bytes = common.rules.tied_grad_bytes
+    return float(
+        linear_collective("all_reduce", span, link_system).time_s(
+            model.vocab * model.hidden / first.tp * grad_bytes
+        )
+    )
