@@ -61,7 +61,6 @@ PENDING_LONG_FILES = frozenset(
         "search/run.py",
         "search/space.py",
         "search/table.py",
-        "specs/plan.py",
         "step/build.py",
         "step/compose.py",
         "step/per_stage.py",
@@ -84,8 +83,6 @@ PENDING_LONG_FUNCTIONS = frozenset(
         "search/run.py:_branch_and_bound",
         "search/staged/hetero.py:search_non_uniform",
         "search/table.py:__init__",
-        "specs/stage_plan.py:stage_plan_violations",
-        "specs/tp_layout.py:tp_layout_violations",
         "step/compose.py:tail_terms",
         "sweep/run.py:_run_point",
     )
