@@ -81,7 +81,6 @@ PENDING_LONG_FUNCTIONS = frozenset(
         "report/plots.py:plot_strong_scaling",
         "search/bounds/blocks.py:_work_entries",
         "search/run.py:_branch_and_bound",
-        "search/staged/hetero.py:search_non_uniform",
         "search/table.py:__init__",
         "step/compose.py:tail_terms",
         "sweep/run.py:_run_point",
