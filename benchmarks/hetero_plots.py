@@ -32,9 +32,9 @@ from paraplan.search.staged.hetero import (
     _gpu_list,
     _slices,
     search_cluster,
-    search_non_uniform,
 )  # noqa: E402
 from paraplan.catalog.clusters import cluster_from_dict  # noqa: E402
+from paraplan.search.staged.non_uniform import search_non_uniform  # noqa: E402
 from paraplan.specs.errors import InputError  # noqa: E402
 from paraplan.specs.model import ModelSpec  # noqa: E402
 from paraplan.specs.stage_plan import stage_plan_from_dict  # noqa: E402
@@ -133,7 +133,8 @@ def best_uniform(problem: HeteroProblem) -> tuple[float, str]:
     best = (float("inf"), "none fits")
     order = tuple(p.name for p in problem.cluster.pools)
     gpu_list = _gpu_list(problem.cluster, order)
-    for tp, dp, pp, mb, m in _degrees(problem):
+    for dims, mb, m in _degrees(problem):
+        tp, dp, pp = dims.tp, dims.dp, dims.pp
         if pp > problem.model.total_layers:
             continue
         bounds = even_bounds(problem.model, pp)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 from paraplan.catalog import load_model
-from paraplan.search.staged.hetero import HeteroProblem, search_cluster, search_non_uniform
 from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.search.staged.hetero import HeteroProblem, search_cluster
+from paraplan.search.staged.non_uniform import search_non_uniform
 
 CASES = [
     (

@@ -29,13 +29,14 @@ from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec, min_global_batch, plan_input_error  # noqa: F401 (re-exported)
+from paraplan.specs.plan import PlanSpec, plan_input_error  # noqa: F401 (re-exported)
 from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
     DEFAULT_MICRO_BATCH,
     DEFAULT_SEQ_LENGTH,
     default_global_batch,
     plan_from_fields,
 )
+from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
 from paraplan.specs.system import SystemSpec
 
 

@@ -9,14 +9,9 @@ import pytest
 
 from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.search.staged.balance import all_splits
-from paraplan.search.staged.hetero import (
-    HeteroProblem,
-    _compositions,
-    _powers_of_two,
-    search_cluster,
-    search_non_uniform,
-)
 from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.search.staged.hetero import HeteroProblem, _powers_of_two, search_cluster
+from paraplan.search.staged.non_uniform import _compositions, search_non_uniform
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import stage_plan_from_dict
 

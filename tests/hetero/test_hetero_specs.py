@@ -172,7 +172,7 @@ def test_stage_plan_errors_are_one_line(data, message):
             _stage(1, devices=[{"pool": "v100", "gpus": 2}, {"pool": "t4", "gpus": 6}], tp=4),
             "multiple of tp=4",
         ),
-        ({**PLAN, "microbatches": 32}, "multiple of microbatches·dp"),
+        ({**PLAN, "microbatches": 32}, "multiple of dp·microbatches"),
     ],
 )
 def test_stage_plan_rules_against_model_and_cluster(data, message):

@@ -61,7 +61,6 @@ PENDING_LONG_FILES = frozenset(
         "search/run.py",
         "search/space.py",
         "search/table.py",
-        "specs/plan.py",
         "step/compose.py",
         "sweep/run.py",
     )
@@ -80,10 +79,7 @@ PENDING_LONG_FUNCTIONS = frozenset(
         "report/plots.py:plot_strong_scaling",
         "search/bounds/blocks.py:_work_entries",
         "search/run.py:_branch_and_bound",
-        "search/staged/hetero.py:search_non_uniform",
         "search/table.py:__init__",
-        "specs/stage_plan.py:stage_plan_violations",
-        "specs/tp_layout.py:tp_layout_violations",
         "step/compose.py:tail_terms",
         "sweep/run.py:_run_point",
     )

@@ -11,7 +11,8 @@ from paraplan.api import estimate
 from paraplan.catalog import load_model, load_system
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
-from paraplan.specs.plan import PlanSpec, interleave_split_rule, plan_violations
+from paraplan.specs.plan import PlanSpec, plan_violations
+from paraplan.specs.rules import interleave_split_rule
 from paraplan.specs.split import (
     chunk_layer_counts,
     default_first_last,

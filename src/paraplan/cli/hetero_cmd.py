@@ -188,7 +188,8 @@ def search_hetero(
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
     line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute)."""
-    from paraplan.search.staged.hetero import HeteroProblem, search_cluster, search_non_uniform
+    from paraplan.search.staged.hetero import HeteroProblem, search_cluster
+    from paraplan.search.staged.non_uniform import search_non_uniform
 
     model_spec = load_model(model, field="model")
     cluster_spec = resolve_cluster(cluster, system, gpus)

@@ -22,7 +22,8 @@ from paraplan.export.common import (
     same_placement,
 )
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec, interleave_split_rule
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import interleave_split_rule
 from paraplan.specs.split import accounted_units, chunk_layer_counts, stage_layer_counts
 
 NAME = "megatron"

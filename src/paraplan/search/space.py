@@ -14,7 +14,7 @@ span are one candidate (the first order in our list, the Megatron-LM default fir
 split by the default rule (specs/split.py); counting the embedding and the loss as layers is
 tried only where it is the only way to interleave with some vpp (Llama 3.1 405B's 126 layers), unless
 ``vary_split`` asks for every split Megatron-LM's two accounting switches give (``split_options``).
-Every plan rule comes from specs/plan.py.
+Every plan rule comes from specs/rules.py.
 """
 
 from __future__ import annotations
@@ -29,28 +29,26 @@ from paraplan.cost.comm import GroupSpan
 from paraplan.search.divisors import divisors as _divisors
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import DEFAULT_PLACEMENT, placement_label
-from paraplan.specs.plan import (
-    RUNTIME_FIELDS,
-    PlanSpec,
-    Recompute,
-    Schedule,
+from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
+from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec, Recompute, Schedule
+from paraplan.specs.rules import (
     cp_rule,
+    dispatcher_rule,
     dualpipe_rule,
+    expert_degree_rules,
+    expert_free_rule,
+    grid_rules,
     interleave_batch_rule,
     interleave_split_rule,
+    layout_model_rule,
+    moe_sequence_parallel_rule,
     pp_rule,
     sequence_parallel_rule,
     tp_rules,
     ulysses_rule,
 )
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.specs.moe_plan import (
-    Dispatcher,
-    dispatcher_rule,
-    expert_degree_rules,
-    moe_sequence_parallel_rule,
-)
+from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -58,7 +56,7 @@ from paraplan.specs.split import (
     default_first_last,
     grouped_split,
 )
-from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
+from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import placed_domains, plan_spans
 
@@ -111,20 +109,6 @@ class _Degrees:
     cp: int
     dp: int
     placement_order: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class _LayoutProbe:
-    """The plan fields specs.tp_layout's rules read, for a layout option before the plan exists."""
-
-    tp: int
-    cp: int
-    tp_layout: str
-    tp_rows: int | None
-    seq_length: int
-    summa_panels: int | None = None
-    sequence_parallel: bool = False
-    overlap_tp_comm: bool = False
 
 
 @dataclass(frozen=True)
@@ -305,12 +289,9 @@ class SearchProblem:
     def grids(self, tp: int) -> list[int]:
         """Rows r of the valid 2D grids r × tp/r for this tp (specs.tp_layout rules that involve only the
         model and the sequence: the others are the search's own canonical choices)."""
-        out = []
-        for rows in _divisors(tp):
-            plan = _LayoutProbe(tp, 1, "2d", rows, self.seq_length)
-            if not tp_layout_violations(self.model, plan):
-                out.append(rows)
-        return out
+        if layout_model_rule(self.model, "2d"):
+            return []
+        return [r for r in _divisors(tp) if not grid_rules(self.model, tp, r, self.seq_length, 1)]
 
     def layouts(self, tp: int, cp: int) -> list[tuple[str, int | None]]:
         """(tp_layout, tp_rows) options for these degrees: 1d where tp_rules allow it, every valid 2D grid
@@ -380,7 +361,7 @@ class SearchProblem:
         }
         if not self.model.is_moe:
             for name, values in given.items():
-                if name != "dispatcher" and set(values) != {1}:
+                if name != "dispatcher" and any(expert_free_rule(self.model, v) for v in values):
                     raise InputError(
                         f"{name}: {list(values)} is not allowed for {self.model.name}; expert parallelism "
                         "needs a mixture-of-experts model (dense models use 1)"
@@ -389,7 +370,7 @@ class SearchProblem:
         if not any(self.expert_options(tp, cp, dp) for tp, _, cp, dp in factorizations):
             tp, _, cp, dp = factorizations[0]
             ep, etp = (self.ep or (1,))[0], (self.etp or (1,))[0]
-            rules = expert_degree_rules(self.model, tp, cp, dp, ep, etp)
+            rules = expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
             dispatchers = [
                 d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)
             ]
@@ -421,7 +402,7 @@ class SearchProblem:
         out = []
         for ep in eps:
             for etp in etps:
-                if expert_degree_rules(self.model, tp, cp, dp, ep, etp):
+                if expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp)):
                     continue
                 out += [(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
         return out

@@ -9,7 +9,9 @@ group spans, labels, CSV columns, search axes, CLI options — reads it from her
   dp × cp × tp, as Megatron-Core does, and join here;
 - ``GRADIENT_GROUPS``: which dimensions reduce which gradients (dense parameters over data ×
   context ranks, Megatron-LM's ``data_parallel_group_with_cp``);
-- ``derive_dp``: the one rule that derives dp from the GPU count.
+- ``derive_dp``: the one rule that derives dp from the GPU count;
+- ``ParallelDims``: one plan's (or one stage's) degrees and their placement order, the value the plan
+  rules (specs/rules.py), the placement spans (cost.comm.group_span) and the staged searches read.
 """
 
 from __future__ import annotations
@@ -78,3 +80,38 @@ def degrees_product(degrees: dict[str, int]) -> int:
     for name in DIM_NAMES:
         total *= int(degrees.get(name) or 1)
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelDims:
+    """The degrees of one plan, or of one stage of a per-stage plan, and their order on the network.
+
+    ``tp·cp·dp·pp`` GPUs, placed innermost first in ``placement_order`` (DIMS' names). The expert
+    dimensions are carved out of the ``tp·cp·dp`` ranks of a stage (Megatron-Core parallel_state):
+    ``ep·etp`` of them hold distinct experts, ``edp = tp·cp·dp / (ep·etp)`` replicate each, e.g. tp 2,
+    dp 8, ep 4, etp 1: 16 ranks per stage, 4 expert shards, each replicated edp = 4 times.
+    Anything that reads ``tp``/``cp``/``dp``/``pp``/``placement_order`` (PlanSpec does) places the
+    same way: cost.comm.group_span takes either."""
+
+    tp: int = 1
+    cp: int = 1
+    dp: int = 1
+    pp: int = 1
+    ep: int = 1
+    etp: int = 1
+    placement_order: tuple[str, ...] = DEFAULT_PLACEMENT
+
+    @property
+    def world(self) -> int:
+        """GPUs these degrees occupy: tp·cp·dp·pp."""
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage: tp·cp·dp."""
+        return self.tp * self.cp * self.dp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel degree: tp·cp·dp / (ep·etp) (Megatron-Core parallel_state)."""
+        return self.stage_gpus // (self.ep * self.etp)

@@ -8,23 +8,45 @@ CLI can print one clear line.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_plan import MoEPlanFields, moe_plan_violations, moe_sequence_parallel_rule
-from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, derive_dp, parse_placement
-from paraplan.specs.tp_layout import TPLayoutFields, tp_layout_violations
+from paraplan.specs.moe_plan import MoEPlanFields
+from paraplan.specs.parallel import (
+    DEFAULT_PLACEMENT_LABEL,
+    ParallelDims,
+    derive_dp,
+    parse_placement,
+)
+from paraplan.specs.rules import (
+    batch_rule,
+    cp_rule,
+    degree_violation,
+    dualpipe_rule,
+    interleave_batch_rule,
+    moe_plan_violations,
+    moe_sequence_parallel_rule,
+    pp_rule,
+    recompute_violations,
+    sequence_parallel_rule,
+    split_violations,
+    tp_layout_violations,
+    tp_rules,
+    ulysses_rule,
+    vpp_rule,
+)
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
-    chunk_units,
     default_first_last,
     explicit_split,
     grouped_split,
 )
+from paraplan.specs.tp_layout import TPLayoutFields
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
@@ -228,6 +250,13 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
         return parse_placement(self.placement)
 
     @property
+    def dims(self) -> ParallelDims:
+        """The plan's degrees and their placement order."""
+        return ParallelDims(
+            self.tp, self.cp, self.dp, self.pp, self.ep, self.etp, self.placement_order
+        )
+
+    @property
     def embedding_units(self) -> int:
         return int(self.embedding_as_layer)
 
@@ -284,146 +313,6 @@ PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
 
-# ---- plan rules: each written once, used by plan_violations, the search space and the API ------
-def tp_rules(model: ModelSpec, tp: int) -> list[str]:
-    """What tp breaks (empty when nothing): it must divide heads, kv_heads and ffn_hidden
-    (Megatron-LM needs whole heads, whole key/value groups and whole MLP columns per rank)."""
-    out = []
-    if model.heads % tp:
-        out.append(f"must divide heads={model.heads}")
-    elif model.n_kv_heads % tp:
-        out.append(f"must divide kv_heads={model.n_kv_heads}")
-    if model.ffn_hidden % tp:
-        out.append(f"must divide ffn_hidden={model.ffn_hidden}")
-    return out
-
-
-def pp_rule(model: ModelSpec, pp: int) -> str | None:
-    """pp may not exceed the transformer layers (every stage needs work; uneven splits are allowed);
-    an encoder-decoder's encoder and decoder layers all count (ModelSpec.total_layers)."""
-    return f"must not exceed layers={model.total_layers}" if pp > model.total_layers else None
-
-
-def cp_rule(seq_length: int, cp: int) -> str | None:
-    """Context parallelism splits each sequence into 2·cp chunks (load-balanced causal attention)."""
-    return f"must be divisible by 2·cp = {2 * cp}" if cp > 1 and seq_length % (2 * cp) else None
-
-
-def ulysses_rule(
-    model: ModelSpec, tp: int, cp: int, cp_algorithm: str, tp_layout: str = "1d"
-) -> str | None:
-    """Ulysses (cp_algorithm 'all-to-all' with cp > 1; nothing to check otherwise) gives each of the cp
-    ranks a share of the tp-local heads: tp·cp must divide heads and kv_heads (Jacobs et al. 2023, §3.1:
-    the all-to-all partitions the attention heads). The 2D tensor-parallel layouts exchange K/V their
-    own way (graph/summa.py), so it needs tp_layout 1d."""
-    if cp <= 1 or cp_algorithm != "all-to-all":
-        return None
-    if tp_layout != "1d":
-        return "cp_algorithm='all-to-all' needs tp_layout='1d' (the 2D layouts exchange K/V their own way)"
-    if model.heads % (tp * cp) or model.n_kv_heads % (tp * cp):
-        return f"cp_algorithm='all-to-all' needs tp·cp = {tp * cp} to divide heads={model.heads} and kv_heads={model.n_kv_heads}"
-    return None
-
-
-def batch_rule(global_batch: int, dp: int, micro_batch: int) -> str | None:
-    """The global batch splits into whole micro-batches of micro_batch samples on each of dp replicas."""
-    return (
-        f"must be a multiple of dp·micro_batch = {dp}·{micro_batch}"
-        if global_batch % (dp * micro_batch)
-        else None
-    )
-
-
-def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
-    """Sequence parallelism splits each rank's s/cp tokens over tp."""
-    if (seq_length // cp) % tp:
-        return f"seq_length/cp must be divisible by tp={tp} with sequence_parallel"
-    return None
-
-
-def dualpipe_rule(pp: int, microbatches: int) -> str | None:
-    """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
-    pp and the micro-batch count must be even."""
-    if pp % 2 or microbatches % 2:
-        return f"needs an even pp (got {pp}) and an even micro-batch count (got {microbatches})"
-    return None
-
-
-def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
-    """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
-    if microbatches % pp:
-        return (
-            f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
-        )
-    return None
-
-
-def interleave_split_rule(
-    groups: tuple[SplitGroup, ...], vpp: int, embedding_units: int, loss_units: int
-) -> str | None:
-    """The search's interleaving rule: every stage's layers (+ the embedding / loss units counted on it) split into vpp
-    equal whole chunks, what Megatron-LM builds from --num-virtual-stages-per-pipeline-rank alone. A plan may split
-    unevenly (a pipeline layout runs it, specs.split.chunk_layer_counts; the export writes it); the search enumerates
-    the equal splits only (search.space.SearchProblem._interleave_options)."""
-    units = [int(chunk_units(g, embedding_units, loss_units)) for g in groups if int(g.count) > 0]
-    if any(u % vpp for u in units):
-        counted = " (embedding / loss counted)" if embedding_units or loss_units else ""
-        return f"interleaving needs each stage's layers{counted} {sorted(set(units))} to be a multiple of vpp={vpp}"
-    return None
-
-
-def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:
-    """Smallest global batch a plan accepts: dp·micro_batch, times pp when interleaved (interleave_batch_rule)."""
-    return dp * micro_batch * (pp if interleaved and pp > 1 else 1)
-
-
-def split_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
-    """The split's own rules: stage_layers has pp entries summing to the layers; no stage is empty."""
-    if plan.stage_layers is not None:
-        if len(plan.stage_layers) != plan.pp:
-            return [
-                Violation(
-                    "plan.stage_layers", list(plan.stage_layers), f"must list pp={plan.pp} stages"
-                )
-            ]
-        if sum(plan.stage_layers) != model.layers or min(plan.stage_layers) < 0:
-            return [
-                Violation(
-                    "plan.stage_layers",
-                    list(plan.stage_layers),
-                    f"must be >= 0 and sum to layers={model.layers}",
-                )
-            ]
-    if plan.pp == 1 and (plan.layers_first_stage is not None or plan.layers_last_stage is not None):
-        return [Violation("plan.layers_first_stage", plan.layers_first_stage, "needs pp > 1")]
-    groups = plan.split(model.layers, model.mtp_layers)
-    bad = [
-        g
-        for g in groups
-        if int(g.count) > 0
-        and (int(g.layers) < 0 or (int(g.layers) == 0 and not (g.embedding or g.head)))
-    ]
-    if bad:
-        counts = [int(g.layers) for g in groups if int(g.count) > 0]
-        field = (
-            "plan.stage_layers"
-            if plan.stage_layers is not None
-            else (
-                "plan.layers_first_stage"
-                if plan.layers_first_stage is not None or plan.layers_last_stage is not None
-                else "plan.pp"
-            )
-        )
-        return [
-            Violation(
-                field,
-                getattr(plan, field.split(".")[1]),
-                f"leaves a pipeline stage without layers (stage layer counts {counts}, layers={model.layers})",
-            )
-        ]
-    return []
-
-
 def plan_input_error(exc: ValidationError) -> InputError:
     """One-line InputError for a rejected plan. Rules checked on the whole plan (placement, schedule
     with vpp) name the plan itself; their message already names the field, so the plan's dict of
@@ -436,91 +325,51 @@ def plan_input_error(exc: ValidationError) -> InputError:
     return err
 
 
-def _degree_violation(plan: PlanSpec) -> Violation:
-    """Blame the degree that cannot split the GPUs (tp, then cp, then pp), else dp, else gpus."""
-    product = 1
-    for name in ("tp", "cp", "pp"):
-        value = getattr(plan, name)
-        product *= value
-        if plan.gpus % product:
-            others = "" if product == value else f" (with the degrees before it: product {product})"
-            return Violation(f"plan.{name}", value, f"must divide gpus={plan.gpus}{others}")
-    if plan.dp:
-        return Violation("plan.dp", plan.dp, f"must equal gpus/(tp·pp·cp) = {plan.gpus // product}")
-    return Violation(
-        "plan.gpus", plan.gpus, f"must equal tp·pp·dp·cp = {plan.tp}·{plan.pp}·?·{plan.cp}"
-    )
-
-
 def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
-    """Every rule the plan breaks for this model, each naming the field, the value and the rule."""
+    """Every rule the plan breaks for this model, each naming the field, the value and the rule
+    (the rules: specs/rules.py)."""
+    dims = plan.dims
     out: list[Violation] = []
-    if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
-        out.append(_degree_violation(plan))
-    if plan.tp_layout != "2d":  # a 2D grid needs whole heads per column only (specs.tp_layout)
+    if plan.dp == 0 or dims.world != plan.gpus:
+        out.append(degree_violation(plan.gpus, dims))
+    if plan.tp_layout != "2d":  # a 2D grid needs whole heads per column only (rules.grid_rules)
         out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
     out += tp_layout_violations(model, plan)
+    ulysses = ulysses_rule(model, plan.tp, plan.cp, plan.cp_algorithm, plan.tp_layout)
     for field, rule in (
-        ("plan.pp", pp_rule(model, plan.pp)),
-        ("plan.seq_length", cp_rule(plan.seq_length, plan.cp)),
-        (
-            "plan.cp_algorithm",
-            ulysses_rule(model, plan.tp, plan.cp, plan.cp_algorithm, plan.tp_layout),
-        ),
+        ("pp", pp_rule(model, plan.pp)),
+        ("seq_length", cp_rule(plan.seq_length, plan.cp)),
+        ("cp_algorithm", ulysses),
     ):
         if rule:
-            out.append(Violation(field, getattr(plan, field.split(".")[1]), rule))
-    split_ok = not pp_rule(model, plan.pp)
-    if split_ok:
-        broken = split_violations(plan, model)
-        out += broken
-        split_ok = not broken
-    batch_ok = bool(plan.dp) and not batch_rule(plan.global_batch, plan.dp, plan.micro_batch)
-    if plan.dp and not batch_ok:
-        out.append(
-            Violation(
-                "plan.global_batch",
-                plan.global_batch,
-                batch_rule(plan.global_batch, plan.dp, plan.micro_batch),
-            )
-        )
+            out.append(Violation(f"plan.{field}", getattr(plan, field), rule))
+    if not pp_rule(model, plan.pp):
+        out += split_violations(plan, model)
+    broken = batch_rule(plan.global_batch, plan.dp, plan.micro_batch) if plan.dp else None
+    if broken:
+        out.append(Violation("plan.global_batch", plan.global_batch, broken))
     if plan.sequence_parallel and (
         rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)
     ):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
+    out += _schedule_violations(plan, batch_ok=bool(plan.dp) and not broken)
+    out += moe_plan_violations(model, dims if plan.dp else replace(dims, dp=1), plan)
+    if rule := moe_sequence_parallel_rule(model, plan.tp, plan.sequence_parallel):
+        out.append(Violation("plan.sequence_parallel", False, rule))
+    return out + recompute_violations(plan, model)
+
+
+def _schedule_violations(plan: PlanSpec, batch_ok: bool) -> list[Violation]:
+    """The schedule's rules: DualPipe's even counts, vpp with pp > 1, the interleaved schedule's
+    micro-batches a multiple of pp (``batch_ok``: the batch splits into whole micro-batches)."""
+    out: list[Violation] = []
     if plan.pipeline_schedule == "dualpipe" and (
         rule := dualpipe_rule(plan.pp, plan.microbatches if batch_ok else 0)
     ):
         out.append(Violation("plan.schedule", "dualpipe", rule))
-    if plan.vpp > 1 and plan.pp == 1:
-        out.append(Violation("plan.vpp", plan.vpp, "needs pp > 1"))
+    if rule := vpp_rule(plan.pp, plan.vpp):
+        out.append(Violation("plan.vpp", plan.vpp, rule))
     if plan.pipeline_schedule == "interleaved" and batch_ok and plan.pp > 1:
         if rule := interleave_batch_rule(plan.microbatches, plan.pp):
             out.append(Violation("plan.global_batch", plan.global_batch, rule))
-    out += moe_plan_violations(model, plan.tp, plan.cp, plan.dp or 1, plan.ep, plan)
-    if rule := moe_sequence_parallel_rule(model, plan.tp, plan.sequence_parallel):
-        out.append(Violation("plan.sequence_parallel", False, rule))
-    if plan.recompute_modules and plan.recompute != "selective":
-        out.append(
-            Violation(
-                "plan.recompute_modules", list(plan.recompute_modules), "needs recompute=selective"
-            )
-        )
-    if plan.recompute_num_layers is not None:
-        from paraplan.specs.moe_model import moe_shaped
-
-        if plan.recompute != "full":
-            out.append(
-                Violation(
-                    "plan.recompute_num_layers", plan.recompute_num_layers, "needs recompute=full"
-                )
-            )
-        elif moe_shaped(model):
-            out.append(
-                Violation(
-                    "plan.recompute_num_layers",
-                    plan.recompute_num_layers,
-                    "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)",
-                )
-            )
     return out

@@ -7,14 +7,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from paraplan.specs.parallel import derive_dp
-from paraplan.specs.plan import PlanSpec, min_global_batch, plan_input_error
+from paraplan.specs.plan import PlanSpec, plan_input_error
+from paraplan.specs.rules import min_global_batch
 
 DEFAULT_SEQ_LENGTH = 2048
 DEFAULT_MICRO_BATCH = 1
 
 
 def default_global_batch(fields: dict[str, Any]) -> int:
-    """Smallest global batch the plan accepts (specs.plan.min_global_batch).
+    """Smallest global batch the plan accepts (specs.rules.min_global_batch).
 
     When dp cannot be inferred (gpus not divisible by tp·pp·cp) this returns micro_batch, so that
     the plan's own check reports the real problem (``plan.gpus``) instead of the batch; likewise

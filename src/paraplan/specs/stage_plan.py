@@ -34,6 +34,8 @@ from pydantic import Field, ValidationError, model_validator
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_degree_rule, stage_rules
 from paraplan.specs.strict import InputModel
 
 StageRecompute = Literal["none", "selective", "full"]
@@ -82,11 +84,8 @@ class StageSpec(InputModel):
             )
         if self.recompute_ops and self.recompute != "none":
             raise ValueError(f"recompute={self.recompute!r} and recompute_ops both given; use one")
-        gpus = self.gpus
-        if self.dp and self.tp * self.dp != gpus:
-            raise ValueError(f"tp·dp = {self.tp}·{self.dp} must equal the stage's GPUs = {gpus}")
-        if gpus % self.tp:
-            raise ValueError(f"tp={self.tp} must divide the stage's GPUs = {gpus}")
+        if rule := stage_degree_rule(self.gpus, self.tp, self.dp):
+            raise ValueError(rule)
         return self
 
     @property
@@ -96,6 +95,11 @@ class StageSpec(InputModel):
     @property
     def data_parallel(self) -> int:
         return self.dp or self.gpus // self.tp
+
+    @property
+    def dims(self) -> ParallelDims:
+        """The stage's degrees: tp × dp of its GPUs (a per-stage plan has no cp or experts)."""
+        return ParallelDims(tp=self.tp, dp=self.data_parallel)
 
 
 class StagePlanSpec(InputModel):
@@ -131,10 +135,8 @@ class StagePlanSpec(InputModel):
                 raise ValueError(
                     f"micro_batch needs one dp for every stage (got {sorted(dps)}); give microbatches"
                 )
-            if self.global_batch % (self.micro_batch * dps.pop()):
-                raise ValueError(
-                    f"global_batch={self.global_batch} is not a multiple of micro_batch·dp"
-                )
+            if rule := batch_rule(self.global_batch, dps.pop(), self.micro_batch):
+                raise ValueError(f"global_batch={self.global_batch} {rule}")
         kinds = {s.layers is None for s in self.stages}
         if len(kinds) > 1:
             raise ValueError("every stage gives layers, or every stage gives blocks; not a mix")
@@ -189,119 +191,66 @@ def stage_devices(plan: StagePlanSpec, cluster: ClusterSpec) -> list[list[tuple[
 def stage_plan_violations(
     plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec
 ) -> list[Violation]:
-    """Every rule the plan breaks for this model and cluster, each naming field, value and rule."""
-    out: list[Violation] = []
+    """Every rule the plan breaks for this model and cluster, each naming field, value and rule: the
+    stages cover the model's blocks in order, the model is one the per-stage builder composes, each
+    stage keeps specs.rules.stage_rules, names pools of the cluster and takes no more GPUs than they
+    have, and a stage holding no transformer layer recomputes no op."""
+    out = _coverage_violations(plan, model)
+    if rule := per_stage_model_rule(model):
+        out.append(Violation("model", model.name, rule))
+    pools = {p.name: p for p in cluster.pools}
+    taken: dict[str, int] = {}
+    for i, s in enumerate(plan.stages):
+        for j, d in enumerate(s.devices):
+            if d.pool not in pools:
+                field, allowed = f"plan.stages.{i}.devices.{j}.pool", ", ".join(pools)
+                out.append(Violation(field, d.pool, f"allowed: {allowed}"))
+            taken[d.pool] = taken.get(d.pool, 0) + d.gpus
+        slices = tuple(d.gpus if d.pool in pools else s.tp for d in s.devices)  # unknown: named
+        out += [
+            Violation(*rule)
+            for rule in stage_rules(
+                model,
+                i,
+                s.dims,
+                slices,
+                plan.global_batch,
+                plan.n_microbatches,
+                plan.seq_length,
+                plan.sequence_parallel,
+            )
+        ]
+        empty = s.layers == 0 or (s.blocks is not None and s.blocks[0] == s.blocks[1])
+        if s.recompute_ops and empty:
+            ops, rule = list(s.recompute_ops), "the stage holds no transformer layer"
+            out.append(Violation(f"plan.stages.{i}.recompute_ops", ops, rule))
+    for name, count in taken.items():
+        if name in pools and count > pools[name].gpu_count:
+            rule = f"GPUs taken exceed the pool's {pools[name].gpu_count}"
+            out.append(Violation(f"plan.stages (pool {name})", count, rule))
+    return out
+
+
+def _coverage_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:
+    """The stages' layers sum to the model's, or their block ranges cover its blocks in order."""
     n_blocks = model.total_layers + 2
     if plan.stages[0].layers is not None:
         total = sum(s.layers for s in plan.stages)  # type: ignore[misc]
         if total != model.total_layers:
-            out.append(
-                Violation(
-                    "plan.stages.layers",
-                    total,
-                    f"layers over all stages must sum to the model's {model.total_layers}",
-                )
-            )
-    else:
-        ranges = stage_block_ranges(plan, n_blocks)
-        expect = 0
-        for i, (a, b) in enumerate(ranges):
-            if a != expect:
-                out.append(
-                    Violation(
-                        f"plan.stages.{i}.blocks",
-                        [a, b],
-                        f"must start at {expect} (stages cover the blocks in order)",
-                    )
-                )
-                break
-            expect = b
-        else:
-            if expect != n_blocks:
-                out.append(
-                    Violation(
-                        f"plan.stages.{plan.pp - 1}.blocks",
-                        list(ranges[-1]),
-                        f"must end at {n_blocks} (the model has {n_blocks} blocks)",
-                    )
-                )
-    from paraplan.specs.moe_model import moe_shaped
-
-    if moe_shaped(
-        model
-    ):  # the per-stage builder (estimate_stages) has no MoE/MLA/window-pattern layers
-        out.append(
-            Violation(
-                "model",
-                model.name,
-                "a mixture-of-experts / MLA / windowed-pattern / MTP model is not "
-                "supported by non-uniform (per-stage) plans; use a uniform plan",
-            )
-        )
-    pools = {p.name: p for p in cluster.pools}
-    taken: dict[str, int] = {}
-    for i, s in enumerate(plan.stages):
-        if model.heads % s.tp or model.n_kv_heads % s.tp or model.ffn_hidden % s.tp:
-            out.append(
-                Violation(
-                    f"plan.stages.{i}.tp",
-                    s.tp,
-                    f"must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}",
-                )
-            )
-        for j, d in enumerate(s.devices):
-            if d.pool not in pools:
-                out.append(
-                    Violation(
-                        f"plan.stages.{i}.devices.{j}.pool", d.pool, f"allowed: {', '.join(pools)}"
-                    )
-                )
-                continue
-            if d.gpus % s.tp:
-                out.append(
-                    Violation(
-                        f"plan.stages.{i}.devices.{j}.gpus",
-                        d.gpus,
-                        f"must be a multiple of tp={s.tp} (a TP group stays in one pool)",
-                    )
-                )
-            taken[d.pool] = taken.get(d.pool, 0) + d.gpus
-        if plan.global_batch % (plan.n_microbatches * s.data_parallel):
-            out.append(
-                Violation(
-                    "plan.global_batch",
-                    plan.global_batch,
-                    f"must be a multiple of microbatches·dp of stage {i} = {plan.n_microbatches}·{s.data_parallel}",
-                )
-            )
-        if s.recompute_ops and (
-            s.layers == 0 or (s.blocks is not None and s.blocks[0] == s.blocks[1])
-        ):
-            out.append(
-                Violation(
-                    f"plan.stages.{i}.recompute_ops",
-                    list(s.recompute_ops),
-                    "the stage holds no transformer layer",
-                )
-            )
-    for name, count in taken.items():
-        if name in pools and count > pools[name].gpu_count:
-            out.append(
-                Violation(
-                    f"plan.stages (pool {name})",
-                    count,
-                    f"GPUs taken exceed the pool's {pools[name].gpu_count}",
-                )
-            )
-    if plan.sequence_parallel and any(plan.seq_length % s.tp for s in plan.stages):
-        out.append(
-            Violation(
-                "plan.seq_length",
-                plan.seq_length,
-                "must be divisible by every stage's tp with sequence_parallel",
-            )
-        )
-    return out
+            rule = f"layers over all stages must sum to the model's {model.total_layers}"
+            return [Violation("plan.stages.layers", total, rule)]
+        return []
+    ranges = stage_block_ranges(plan, n_blocks)
+    expect = 0
+    for i, (a, b) in enumerate(ranges):
+        if a != expect:
+            rule = f"must start at {expect} (stages cover the blocks in order)"
+            return [Violation(f"plan.stages.{i}.blocks", [a, b], rule)]
+        expect = b
+    if expect != n_blocks:
+        rule = f"must end at {n_blocks} (the model has {n_blocks} blocks)"
+        return [Violation(f"plan.stages.{plan.pp - 1}.blocks", list(ranges[-1]), rule)]
+    return []
 
 
 def check_stage_plan(plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec) -> None:

@@ -19,7 +19,7 @@ arXiv:2410.00273; its ``parallel_strat`` '1D', '2D' and '2D-seqp'):
   over ``cp`` before attention (and their gradients reduce-scattered), instead of passed around a
   ring (Liu et al. 2023). The grid is tp × cp, so it needs cp > 1.
 
-Cost functions: graph/summa.py (the op graph of a 2D layer), cost/summa.py (grid spans, pipelined
+Rules: specs/rules.py (tp_layout_violations, grid_rules). Cost functions: graph/summa.py (the op graph of a 2D layer), cost/summa.py (grid spans, pipelined
 panel exposure), cost/comm.py (broadcast and reduce on the two network tiers).
 """
 
@@ -30,8 +30,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from paraplan.specs.errors import Violation
-from paraplan.specs.model import ModelSpec
 from paraplan.specs.strict import InputModel
 
 TPLayout = Literal["1d", "2d", "2d-seq"]
@@ -74,88 +72,3 @@ def panel_count(rows: int, cols: int, summa_panels: int | None) -> int:
     """SUMMA panels per product: the plan's, else max(r, c) — the NERSC model's docstring value for a
     square grid (nb = m), where every rank owns one panel of the shared dimension."""
     return summa_panels if summa_panels is not None else max(rows, cols)
-
-
-def tp_layout_violations(model: ModelSpec, plan) -> list[Violation]:
-    """The layout's rules (``plan`` is a PlanSpec): knobs of another layout unset; for 2d a grid of at
-    least 2 × 2 whose columns hold whole heads and whose rows and columns divide every matrix
-    dimension, without sequence parallelism or TP comm-GEMM overlap (the grid already splits the
-    activations; SUMMA pipelines its own broadcasts); for 2d-seq cp > 1; dense models only."""
-    layout = plan.tp_layout
-    out: list[Violation] = []
-    if layout != "2d":
-        for name in ("tp_rows", "summa_panels"):
-            if getattr(plan, name) is not None:
-                out.append(Violation(f"plan.{name}", getattr(plan, name), "needs tp_layout=2d"))
-    if layout == "1d":
-        return out
-    from paraplan.specs.moe_model import moe_shaped
-
-    if moe_shaped(model):
-        out.append(
-            Violation("plan.tp_layout", layout, "is costed for dense GQA/MHA models only (use 1d)")
-        )
-        return out
-    if layout == "2d-seq":
-        if plan.cp == 1:
-            out.append(
-                Violation("plan.cp", 1, "tp_layout=2d-seq lays the grid over tp × cp: needs cp > 1")
-            )
-        return out
-    rows = plan.tp_rows if plan.tp_rows is not None else default_rows(plan.tp)
-    if plan.tp % rows:
-        return out + [Violation("plan.tp_rows", rows, f"must divide tp={plan.tp}")]
-    cols = plan.tp // rows
-    if rows < 2 or cols < 2:
-        return out + [
-            Violation(
-                "plan.tp_rows",
-                rows,
-                f"gives a {rows} × {cols} grid; 2d needs at least 2 × 2 "
-                "(a single row or column is 1d tensor parallelism)",
-            )
-        ]
-    h, f = model.hidden, model.ffn_hidden
-    for dim, name in (
-        (model.heads, "heads"),
-        (model.n_kv_heads, "kv_heads"),
-        (h, "hidden"),
-        (f, "ffn_hidden"),
-    ):
-        if dim % cols:
-            out.append(
-                Violation("plan.tp", plan.tp, f"2d grid columns ({cols}) must divide {name}={dim}")
-            )
-    for dim, name in ((h, "hidden"), (f, "ffn_hidden"), (model.q_width, "heads·head_dim")):
-        if dim % rows:
-            out.append(Violation("plan.tp_rows", rows, f"must divide {name}={dim}"))
-    if (plan.seq_length // plan.cp) % rows:
-        out.append(
-            Violation(
-                "plan.seq_length",
-                plan.seq_length,
-                f"seq_length/cp must be divisible by tp_rows={rows}",
-            )
-        )
-    if plan.sequence_parallel:
-        out.append(
-            Violation(
-                "plan.sequence_parallel",
-                True,
-                "tp_layout=2d splits the activations over the grid already",
-            )
-        )
-    if plan.overlap_tp_comm:
-        out.append(
-            Violation(
-                "plan.overlap_tp_comm",
-                True,
-                "tp_layout=2d pipelines its own broadcasts (summa_panels)",
-            )
-        )
-    panels = panel_count(rows, cols, plan.summa_panels)
-    if panels > min(h, f):
-        out.append(
-            Violation("plan.summa_panels", panels, f"must not exceed hidden={h} and ffn_hidden={f}")
-        )
-    return out

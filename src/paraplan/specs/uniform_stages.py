@@ -12,10 +12,10 @@ from typing import get_args
 
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import (
-    PlanSpec,
-    _degree_violation,
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import (
     batch_rule,
+    degree_violation,
     pp_rule,
     sequence_parallel_rule,
     tp_rules,
@@ -101,7 +101,7 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
     sequence parallelism), then the knobs it cannot carry."""
     out = unsupported_field_violations(plan)
     if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
-        out.append(_degree_violation(plan))
+        out.append(degree_violation(plan.gpus, plan.dims))
     out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
     if rule := pp_rule(model, plan.pp):
         out.append(Violation("plan.pp", plan.pp, rule))

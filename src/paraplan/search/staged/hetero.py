@@ -8,35 +8,37 @@ search.balance.balance_split over the stage-cost matrices of estimate_stages.ran
 range of blocks on every stage at once). Ranked by predicted step time; each reported plan is
 re-estimated by estimate_stages.estimate_stage_plan (same rules, a test checks they agree).
 
-``search_non_uniform`` (Aceso-style, ``paraplan search --non-uniform``): per-stage GPU counts, tp and
-recompute on one GPU type. Exact by enumeration when the space of per-stage settings is small (each
-combination's layer split again by the DP); otherwise iterative bottleneck alleviation
-(search.alleviate) from the best plan of ``search_cluster``, under a time budget, with its trajectory.
+The Aceso-style search (``paraplan search --non-uniform``) is search.staged.non_uniform; it shares this
+module's split solver (_best_splits), plan builder (_plan_from) and labels.
+
+Every candidate keeps the rules of a per-stage plan's stages (specs.rules.stage_rules, _stage_ok), so
+each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from paraplan.step.per_stage import (
     Common,
     StageSetting,
-    estimate_stage_plan,
     range_matrices,
     stage_arrays,
     tied_embedding_sync_s,
 )
 from paraplan.step.blocks import model_blocks
-from paraplan.step.stage_blocks import recomputable_modules
-from paraplan.search.staged.alleviate import Score, StageConfig, alleviate, recompute_label
+from paraplan.search.staged.alleviate import recompute_label
 from paraplan.search.staged.balance import balance_split
 from paraplan.specs.cluster import ClusterSpec
-from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.rules import batch_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 
@@ -259,30 +261,56 @@ def _label(settings: list[StageSetting], bounds, order) -> str:
     return f"{head}; pools {'>'.join(order)}; blocks/stage {layers}"
 
 
-def _degrees(problem: HeteroProblem):
-    """(tp, dp, pp, per-GPU micro-batch, microbatches) with tp·dp·pp = all GPUs and tp inside a node."""
-    cluster = problem.cluster
+class UniformDegrees(NamedTuple):
+    """One candidate of the AMP-style search: the same degrees on every stage, the per-GPU micro-batch
+    and the micro-batch count."""
+
+    dims: ParallelDims
+    micro_batch: int
+    microbatches: int
+
+
+def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
+    """Degrees with tp·dp·pp = all GPUs, tp a power of two inside a node that keeps the tp rules
+    (specs.rules.tp_rules), and the micro-batch sizes that split the batch (specs.rules.batch_rule)."""
+    cluster, model, batch = problem.cluster, problem.model, problem.global_batch
     gpus = cluster.gpus
     node_min = min(p.gpus_per_node for p in cluster.pools)
-    n_blocks = len(model_blocks(problem.model))
+    n_blocks = len(model_blocks(model))
     for tp in _powers_of_two(node_min):
-        if (
-            problem.model.heads % tp
-            or problem.model.ffn_hidden % tp
-            or gpus % tp
-            or (problem.tps and tp not in problem.tps)
-        ):
+        if gpus % tp or tp_rules(model, tp) or (problem.tps and tp not in problem.tps):
             continue
         for pp in range(1, min(gpus // tp, n_blocks) + 1):
             if (gpus // tp) % pp or (problem.pps and pp not in problem.pps):
                 continue
-            dp = gpus // tp // pp
-            if problem.global_batch % dp:
+            dims = ParallelDims(tp=tp, dp=gpus // tp // pp, pp=pp)
+            if batch_rule(batch, dims.dp, 1):
                 continue
-            sizes = problem.micro_batches or _powers_of_two(problem.global_batch // dp)
-            for mb in sizes:
-                if (problem.global_batch // dp) % mb == 0:
-                    yield tp, dp, pp, mb, problem.global_batch // (dp * mb)
+            for mb in problem.micro_batches or _powers_of_two(batch // dims.dp):
+                if not batch_rule(batch, dims.dp, mb):
+                    yield UniformDegrees(dims, mb, batch // (dims.dp * mb))
+
+
+def _stage_ok(
+    problem: HeteroProblem,
+    index: int,
+    dims: ParallelDims,
+    slices: tuple[tuple[str, int, int], ...],
+    microbatches: int,
+) -> bool:
+    """True when stage ``index`` of these degrees on these (pool, first, count) slices keeps every rule
+    of a per-stage plan's stage (specs.rules.stage_rules): what the searched plan's check will ask."""
+    broken = stage_rules(
+        problem.model,
+        index,
+        dims,
+        tuple(count for _, _, count in slices),
+        problem.global_batch,
+        microbatches,
+        problem.seq_length,
+        problem.common.sequence_parallel,
+    )
+    return not broken
 
 
 def search_cluster(
@@ -295,14 +323,14 @@ def search_cluster(
     candidates = []
     for order in orders:
         gpu_list = _gpu_list(problem.cluster, order)
-        for tp, dp, pp, mb, m in _degrees(problem):
-            per = tp * dp
+        for dims, mb, m in _degrees(problem):
+            tp, dp, pp, per = dims.tp, dims.dp, dims.pp, dims.stage_gpus
+            slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
+            if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
+                continue  # a stage straddles two pools with part of a TP group in each
             for rc in problem.recompute:
                 settings = [
-                    StageSetting(
-                        _slices(gpu_list[k * per : (k + 1) * per]), tp, dp, mb, rc, (), k, pp, m
-                    )
-                    for k in range(pp)
+                    StageSetting(slices[k], tp, dp, mb, rc, (), k, pp, m) for k in range(pp)
                 ]
                 candidates.append((settings, m, order))
     found, solved = _best_splits(problem, candidates, top_k)
@@ -311,161 +339,3 @@ def search_cluster(
         for t, s, b, m, o in found[:top_k]
     ]
     return HeteroResult(plans, len(candidates), time.perf_counter() - t0, "amp-dp", solved=solved)
-
-
-# ---- non-uniform per-stage plans on one GPU type -------------------------------------------------
-def _stage_settings_from(
-    problem: HeteroProblem, configs, microbatches: int
-) -> list[StageSetting] | None:
-    pool = problem.cluster.pools[0]
-    offset = 0
-    out = []
-    for i, c in enumerate(configs):
-        if (
-            c.gpus % c.tp
-            or problem.model.heads % c.tp
-            or problem.model.ffn_hidden % c.tp
-            or c.tp > pool.gpus_per_node
-        ):
-            return None
-        dp = c.gpus // c.tp
-        if problem.global_batch % (microbatches * dp):
-            return None
-        out.append(
-            StageSetting(
-                ((pool.name, offset, c.gpus),),
-                c.tp,
-                dp,
-                problem.global_batch // (microbatches * dp),
-                c.recompute,
-                c.recompute_ops,
-                i,
-                len(configs),
-                microbatches,
-            )
-        )
-        offset += c.gpus
-    return out if offset == pool.gpu_count else None
-
-
-def _compositions(total: int, parts: int):
-    for cuts in itertools.combinations(range(1, total), parts - 1):
-        bounds = (0, *cuts, total)
-        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
-
-
-def non_uniform_space_size(
-    problem: HeteroProblem, max_stages: int, microbatch_counts: list[int]
-) -> int:
-    gpus = problem.cluster.gpus
-    total = 0
-    for pp in range(1, max_stages + 1):
-        for comp in _compositions(gpus, pp):
-            per_stage = [
-                len([t for t in _powers_of_two(g) if g % t == 0]) * len(problem.recompute)
-                for g in comp
-            ]
-            total += int(np.prod(per_stage)) * len(microbatch_counts)
-    return total
-
-
-def search_non_uniform(
-    problem: HeteroProblem,
-    top_k: int = 5,
-    max_stages: int = 4,
-    exact_limit: int = 3000,
-    time_budget_s: float = 5.0,
-) -> HeteroResult:
-    """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
-    most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the AMP-style best."""
-    if not problem.cluster.is_uniform:
-        raise InputError(
-            "--non-uniform: plans per stage on one GPU type; give a one-pool cluster (or --system and --gpus)"
-        )
-    t0 = time.perf_counter()
-    gpus = problem.cluster.gpus
-    counts = sorted(
-        {
-            problem.global_batch // k
-            for k in _powers_of_two(problem.global_batch)
-            if problem.global_batch % k == 0
-        }
-    )
-    n_blocks = len(model_blocks(problem.model))
-    max_stages = min(max_stages, gpus, n_blocks)
-    if non_uniform_space_size(problem, max_stages, counts) <= exact_limit:
-        candidates = []
-        for pp in range(1, max_stages + 1):
-            for comp in _compositions(gpus, pp):
-                options = [
-                    [(t, rc) for t in _powers_of_two(g) if g % t == 0 for rc in problem.recompute]
-                    for g in comp
-                ]
-                for choice in itertools.product(*options):
-                    configs = [StageConfig(0, g, t, rc) for g, (t, rc) in zip(comp, choice)]
-                    for m in counts:
-                        settings = _stage_settings_from(problem, configs, m)
-                        if settings is not None:
-                            candidates.append((settings, m, None))
-        found, solved = _best_splits(problem, candidates, top_k)
-        names = (problem.cluster.pools[0].name,)
-        plans = [
-            Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
-            for t, s, b, m, _ in found[:top_k]
-        ]
-        return HeteroResult(
-            plans, len(candidates), time.perf_counter() - t0, "exact", solved=solved
-        )
-    start = search_cluster(problem, top_k=1)
-    if not start.plans:
-        return HeteroResult([], start.evaluated, time.perf_counter() - t0, "alleviation")
-    plan0 = start.plans[0].plan
-    m = plan0.n_microbatches
-    blocks0 = [s.blocks for s in plan0.stages]
-    configs0 = tuple(
-        StageConfig(b[1] - b[0], s.gpus, s.tp, s.recompute, tuple(s.recompute_ops))
-        for s, b in zip(plan0.stages, blocks0)
-    )
-
-    def evaluate(configs):
-        if any(c.layers < 1 for c in configs) or sum(c.layers for c in configs) != n_blocks:
-            return None
-        settings = _stage_settings_from(problem, configs, m)
-        if settings is None:
-            return None
-        bounds = np.concatenate([[0], np.cumsum([c.layers for c in configs])]).astype(int)
-        plan = _plan_from(problem, settings, tuple(int(b) for b in bounds), m)
-        est = estimate_stage_plan(problem.model, problem.cluster, plan)
-        return Score(
-            est.step_time_s,
-            est.stage_work_s,
-            tuple(s.peak_bytes - s.capacity_bytes for s in est.stages),
-        )
-
-    # per-op recompute choices (Aceso §4.2): each recomputable module alone, and the core attention with each other
-    modules = recomputable_modules(
-        problem.model, problem.seq_length, problem.attention, problem.dtype
-    )
-    op_sets = tuple((m,) for m in modules) + tuple(
-        ("core_attn", m) for m in modules if m != "core_attn" and "core_attn" in modules
-    )
-    result = alleviate(configs0, evaluate, time_budget_s=time_budget_s, op_sets=op_sets)
-    settings = _stage_settings_from(problem, result.best, m)
-    bounds = tuple(
-        int(b) for b in np.concatenate([[0], np.cumsum([c.layers for c in result.best])])
-    )
-    best = Candidate(
-        result.best_score.step_time_s,
-        _plan_from(problem, settings, bounds, m),
-        _label(settings, bounds, (problem.cluster.pools[0].name,)),
-    )
-    plans = [best] + [
-        p for p in start.plans if p.plan != best.plan
-    ]  # the start plan once, when nothing beat it
-    return HeteroResult(
-        plans[:top_k],
-        start.evaluated + result.evaluations,
-        time.perf_counter() - t0,
-        "alleviation",
-        result.trajectory,
-    )

@@ -1,0 +1,220 @@
+"""Aceso-style search over per-stage plans on one GPU type (``paraplan search --non-uniform``, issue 10).
+
+Per-stage GPU counts, tp and recompute. Exact by enumeration when the space of per-stage settings has at
+most ``exact_limit`` combinations (each combination's layer split solved by the DP of search.staged.hetero);
+otherwise iterative bottleneck alleviation (search.staged.alleviate) from the best plan of the AMP-style
+search (search.staged.hetero.search_cluster), under a time budget, with its trajectory.
+
+The space is counted without listing it (non_uniform_space_size), so choosing between the two costs
+the same on 16 GPUs as on 16,384. Every candidate keeps the rules of a per-stage plan's stages
+(specs.rules, through hetero._stage_ok), so no returned plan is one the estimator refuses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from paraplan.step.blocks import model_blocks
+from paraplan.step.stage_blocks import recomputable_modules
+from paraplan.search.staged.alleviate import (
+    AlleviationResult,
+    Score,
+    StageConfig,
+    alleviate,
+)
+from paraplan.search.staged.hetero import (
+    Candidate,
+    HeteroProblem,
+    HeteroResult,
+    _best_splits,
+    _label,
+    _plan_from,
+    _powers_of_two,
+    _stage_ok,
+    search_cluster,
+)
+from paraplan.specs.errors import InputError
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.rules import stage_degree_rule
+from paraplan.step.per_stage import StageSetting, estimate_stage_plan
+
+
+def _stage_settings_from(
+    problem: HeteroProblem, configs, microbatches: int
+) -> list[StageSetting] | None:
+    """The StageSettings of these per-stage configs on the one pool, or None when a stage breaks a rule
+    of a per-stage plan (specs.rules: stage_degree_rule, stage_rules) or its tp leaves a node (the
+    search keeps tensor parallelism inside NVLink, as AMP and Aceso do)."""
+    pool = problem.cluster.pools[0]
+    offset = 0
+    out = []
+    for i, c in enumerate(configs):
+        if stage_degree_rule(c.gpus, c.tp, 0) or c.tp > pool.gpus_per_node:
+            return None
+        dims = ParallelDims(tp=c.tp, dp=c.gpus // c.tp, pp=len(configs))
+        slices = ((pool.name, offset, c.gpus),)
+        if not _stage_ok(problem, i, dims, slices, microbatches):
+            return None
+        micro_batch = problem.global_batch // (microbatches * dims.dp)
+        rc, ops = c.recompute, c.recompute_ops
+        out.append(
+            StageSetting(slices, c.tp, dims.dp, micro_batch, rc, ops, i, dims.pp, microbatches)
+        )
+        offset += c.gpus
+    return out if offset == pool.gpu_count else None
+
+
+def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """Every way to write ``total`` as an ordered sum of ``parts`` positive integers."""
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        bounds = (0, *cuts, total)
+        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def _stage_options(problem: HeteroProblem, gpus: int) -> list[tuple[int, str]]:
+    """(tp, recompute) options of a stage of ``gpus`` GPUs: tp a power of two dividing them."""
+    tps = [t for t in _powers_of_two(gpus) if gpus % t == 0]
+    return [(t, rc) for t in tps for rc in problem.recompute]
+
+
+def non_uniform_space_size(
+    problem: HeteroProblem, max_stages: int, microbatch_counts: list[int]
+) -> int:
+    """Per-stage combinations the exact search enumerates, counted without listing them.
+
+    With N GPUs, R recompute modes and M micro-batch counts, a stage of g GPUs has
+    w(g) = R·(v₂(g) + 1) options (tp = 2^j for each 2^j dividing g; v₂ the exponent of 2 in g), and
+
+        size = M · Σ_{p=1..max_stages} Σ_{g₁+…+g_p = N, gᵢ ≥ 1} Π_i w(gᵢ)
+             = M · Σ_p [x^N] W(x)^p,   W(x) = Σ_g w(g)·x^g = R · Σ_{j≥0} x^(2^j) / (1 − x^(2^j)).
+
+    Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
+    (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits."""
+    n = problem.cluster.gpus
+    ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
+    total = 0
+    for _ in range(max_stages):
+        nxt = [0] * (n + 1)
+        step = 1
+        while step <= n:
+            strided = list(ways)  # strided[s] = Σ_{m≥0} ways[s − m·step]
+            for s in range(step, n + 1):
+                strided[s] += strided[s - step]
+            for s in range(step, n + 1):  # + x^step / (1 − x^step): Σ_{m≥1} ways[s − m·step]
+                nxt[s] += strided[s - step]
+            step *= 2
+        ways = [len(problem.recompute) * x for x in nxt]
+        total += ways[n]
+    return total * len(microbatch_counts)
+
+
+def search_non_uniform(
+    problem: HeteroProblem,
+    top_k: int = 5,
+    max_stages: int = 4,
+    exact_limit: int = 3000,
+    time_budget_s: float = 5.0,
+) -> HeteroResult:
+    """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
+    most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the AMP-style best
+    within ``time_budget_s`` seconds of the whole search."""
+    if not problem.cluster.is_uniform:
+        raise InputError(
+            "--non-uniform: plans per stage on one GPU type; give a one-pool cluster (or --system and --gpus)"
+        )
+    t0 = time.perf_counter()
+    batch = problem.global_batch
+    counts = sorted({batch // k for k in _powers_of_two(batch) if batch % k == 0})
+    max_stages = min(max_stages, problem.cluster.gpus, len(model_blocks(problem.model)))
+    if non_uniform_space_size(problem, max_stages, counts) <= exact_limit:
+        return _exact(problem, top_k, max_stages, counts, t0)
+    return _alleviation(problem, top_k, time_budget_s, t0)
+
+
+def _exact(
+    problem: HeteroProblem, top_k: int, max_stages: int, counts: list[int], t0: float
+) -> HeteroResult:
+    """Every per-stage combination, each split solved exactly (search.staged.hetero._best_splits)."""
+    candidates = []
+    for pp in range(1, max_stages + 1):
+        for comp in _compositions(problem.cluster.gpus, pp):
+            for choice in itertools.product(*(_stage_options(problem, g) for g in comp)):
+                configs = [StageConfig(0, g, t, rc) for g, (t, rc) in zip(comp, choice)]
+                for m in counts:
+                    settings = _stage_settings_from(problem, configs, m)
+                    if settings is not None:
+                        candidates.append((settings, m, None))
+    found, solved = _best_splits(problem, candidates, top_k)
+    names = (problem.cluster.pools[0].name,)
+    plans = [
+        Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
+        for t, s, b, m, _ in found[:top_k]
+    ]
+    elapsed = time.perf_counter() - t0
+    return HeteroResult(plans, len(candidates), elapsed, "exact", solved=solved)
+
+
+def _bounds(configs) -> tuple[int, ...]:
+    """Block boundaries of stages holding these block counts (StageConfig.layers)."""
+    return tuple(int(b) for b in np.concatenate([[0], np.cumsum([c.layers for c in configs])]))
+
+
+def _alleviation(
+    problem: HeteroProblem, top_k: int, time_budget_s: float, t0: float
+) -> HeteroResult:
+    """Bottleneck alleviation (search.staged.alleviate) from the best AMP-style plan, for what is left
+    of the time budget."""
+    start = search_cluster(problem, top_k=1)
+    if not start.plans:
+        return HeteroResult([], start.evaluated, time.perf_counter() - t0, "alleviation")
+    plan0 = start.plans[0].plan
+    m = plan0.n_microbatches
+    configs0 = tuple(
+        StageConfig(s.blocks[1] - s.blocks[0], s.gpus, s.tp, s.recompute, tuple(s.recompute_ops))
+        for s in plan0.stages
+    )
+    left_s = max(0.0, time_budget_s - (time.perf_counter() - t0))
+    result = _alleviate(problem, configs0, m, left_s)
+    settings = _stage_settings_from(problem, result.best, m)
+    bounds = _bounds(result.best)
+    best = Candidate(
+        result.best_score.step_time_s,
+        _plan_from(problem, settings, bounds, m),
+        _label(settings, bounds, (problem.cluster.pools[0].name,)),
+    )
+    plans = [best] + [p for p in start.plans if p.plan != best.plan]  # the start plan once
+    evaluated = start.evaluated + result.evaluations
+    elapsed = time.perf_counter() - t0
+    return HeteroResult(plans[:top_k], evaluated, elapsed, "alleviation", result.trajectory)
+
+
+def _alleviate(
+    problem: HeteroProblem, configs0: tuple[StageConfig, ...], m: int, time_budget_s: float
+) -> AlleviationResult:
+    """search.staged.alleviate over per-stage configs, each scored by the per-stage estimator; per-op
+    recompute choices (Aceso §4.2): each recomputable module alone, and the core attention with each
+    other one."""
+    n_blocks = len(model_blocks(problem.model))
+
+    def evaluate(configs):
+        if any(c.layers < 1 for c in configs) or sum(c.layers for c in configs) != n_blocks:
+            return None
+        settings = _stage_settings_from(problem, configs, m)
+        if settings is None:
+            return None
+        plan = _plan_from(problem, settings, _bounds(configs), m)
+        est = estimate_stage_plan(problem.model, problem.cluster, plan)
+        overflow = tuple(s.peak_bytes - s.capacity_bytes for s in est.stages)
+        return Score(est.step_time_s, est.stage_work_s, overflow)
+
+    modules = recomputable_modules(
+        problem.model, problem.seq_length, problem.attention, problem.dtype
+    )
+    op_sets = tuple((mod,) for mod in modules) + tuple(
+        ("core_attn", mod) for mod in modules if mod != "core_attn" and "core_attn" in modules
+    )
+    return alleviate(configs0, evaluate, time_budget_s=time_budget_s, op_sets=op_sets)

@@ -1,0 +1,373 @@
+"""Every plan rule, each written once (issue 31).
+
+A rule names what a value breaks, as a sentence (``str``), or returns None (or an empty list) when the
+value is allowed. The checks of both plan kinds read them: specs.plan.plan_violations (uniform plans),
+specs.stage_plan.stage_plan_violations (per-stage plans), and so do the searches that enumerate them
+(search.space for uniform plans, search.staged for per-stage plans), so no search proposes a plan its
+estimator refuses. Degrees come as a :class:`~paraplan.specs.parallel.ParallelDims`.
+
+Sources: Megatron-LM's argument checks (megatron/training/arguments.py) unless a rule names another.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from paraplan.specs.errors import Violation
+from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.split import SplitGroup, chunk_units
+from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
+
+if TYPE_CHECKING:
+    from paraplan.specs.model import ModelSpec
+
+Rule = tuple[str, object, str]  # (field, value, rule) before it becomes a Violation
+
+
+# ---- degrees -------------------------------------------------------------------------------------
+def degree_violation(gpus: int, dims: ParallelDims) -> Violation:
+    """For degrees whose product is not ``gpus``: blame the degree that cannot split the GPUs (tp,
+    then cp, then pp), else dp (dp = 0: not given, and no dp makes the product)."""
+    product = 1
+    for name in ("tp", "cp", "pp"):
+        value = getattr(dims, name)
+        product *= value
+        if gpus % product:
+            others = "" if product == value else f" (with the degrees before it: product {product})"
+            return Violation(f"plan.{name}", value, f"must divide gpus={gpus}{others}")
+    if dims.dp:
+        return Violation("plan.dp", dims.dp, f"must equal gpus/(tp·pp·cp) = {gpus // product}")
+    return Violation("plan.gpus", gpus, f"must equal tp·pp·dp·cp = {dims.tp}·{dims.pp}·?·{dims.cp}")
+
+
+def stage_degree_rule(gpus: int, tp: int, dp: int) -> str | None:
+    """A stage of a per-stage plan runs tp·dp GPUs (dp = 0: gpus / tp, which tp must divide)."""
+    if dp and tp * dp != gpus:
+        return f"tp·dp = {tp}·{dp} must equal the stage's GPUs = {gpus}"
+    if gpus % tp:
+        return f"tp={tp} must divide the stage's GPUs = {gpus}"
+    return None
+
+
+# ---- tensor parallelism --------------------------------------------------------------------------
+def tp_rules(model: ModelSpec, tp: int) -> list[str]:
+    """What a 1D tp breaks (empty when nothing): it must divide heads, kv_heads and ffn_hidden
+    (Megatron-LM needs whole heads, whole key/value groups and whole MLP columns per rank)."""
+    out = []
+    if model.heads % tp:
+        out.append(f"must divide heads={model.heads}")
+    elif model.n_kv_heads % tp:
+        out.append(f"must divide kv_heads={model.n_kv_heads}")
+    if model.ffn_hidden % tp:
+        out.append(f"must divide ffn_hidden={model.ffn_hidden}")
+    return out
+
+
+def pool_slice_rule(gpus: int, tp: int) -> str | None:
+    """A stage's GPUs from one pool hold whole tensor-parallel groups (a TP group stays in one pool)."""
+    return f"must be a multiple of tp={tp} (a TP group stays in one pool)" if gpus % tp else None
+
+
+def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
+    """Sequence parallelism splits each rank's s/cp tokens over tp."""
+    if (seq_length // cp) % tp:
+        return f"seq_length/cp must be divisible by tp={tp} with sequence_parallel"
+    return None
+
+
+def layout_model_rule(model: ModelSpec, layout: str) -> str | None:
+    """The 2D layouts are costed for dense GQA/MHA models only (graph/summa.py builds no MoE or MLA
+    layer)."""
+    if layout != "1d" and moe_shaped(model):
+        return "is costed for dense GQA/MHA models only (use 1d)"
+    return None
+
+
+def grid_rules(
+    model: ModelSpec,
+    tp: int,
+    rows: int | None,
+    seq_length: int,
+    cp: int,
+    summa_panels: int | None = None,
+) -> list[Rule]:
+    """A 2D (SUMMA) grid of ``rows`` × tp/rows (rows None: specs.tp_layout.default_rows): rows divide tp,
+    at least 2 × 2, columns divide heads, kv_heads, hidden and ffn_hidden (whole heads per column), rows
+    divide hidden, ffn_hidden, heads·head_dim and seq_length/cp, at most min(hidden, ffn_hidden) panels
+    per product (specs.tp_layout)."""
+    rows = rows if rows is not None else default_rows(tp)
+    if tp % rows:
+        return [("plan.tp_rows", rows, f"must divide tp={tp}")]
+    cols = tp // rows
+    if rows < 2 or cols < 2:
+        shape = f"gives a {rows} × {cols} grid; 2d needs at least 2 × 2"
+        return [
+            ("plan.tp_rows", rows, f"{shape} (a single row or column is 1d tensor parallelism)")
+        ]
+    h, f, heads, kv = model.hidden, model.ffn_hidden, model.heads, model.n_kv_heads
+    out: list[Rule] = [
+        ("plan.tp", tp, f"2d grid columns ({cols}) must divide {name}={dim}")
+        for dim, name in ((heads, "heads"), (kv, "kv_heads"), (h, "hidden"), (f, "ffn_hidden"))
+        if dim % cols
+    ]
+    out += [
+        ("plan.tp_rows", rows, f"must divide {name}={dim}")
+        for dim, name in ((h, "hidden"), (f, "ffn_hidden"), (model.q_width, "heads·head_dim"))
+        if dim % rows
+    ]
+    if (seq_length // cp) % rows:
+        rule = f"seq_length/cp must be divisible by tp_rows={rows}"
+        out.append(("plan.seq_length", seq_length, rule))
+    if (panels := panel_count(rows, cols, summa_panels)) > min(h, f):
+        out.append(("plan.summa_panels", panels, f"must not exceed hidden={h} and ffn_hidden={f}"))
+    return out
+
+
+def tp_layout_violations(model: ModelSpec, plan) -> list[Violation]:
+    """The layout's rules (``plan`` a PlanSpec; specs.tp_layout): knobs of another layout unset; 2d a
+    valid grid (grid_rules) without sequence parallelism or TP comm-GEMM overlap (the grid splits the
+    activations already; SUMMA pipelines its own broadcasts); 2d-seq needs cp > 1; the 2D layouts are
+    costed for dense models only (layout_model_rule)."""
+    layout = plan.tp_layout
+    out = [
+        Violation(f"plan.{name}", getattr(plan, name), "needs tp_layout=2d")
+        for name in ("tp_rows", "summa_panels")
+        if layout != "2d" and getattr(plan, name) is not None
+    ]
+    if layout == "1d":
+        return out
+    if rule := layout_model_rule(model, layout):
+        return out + [Violation("plan.tp_layout", layout, rule)]
+    if layout == "2d-seq":
+        needs = "tp_layout=2d-seq lays the grid over tp × cp: needs cp > 1"
+        return out + ([Violation("plan.cp", 1, needs)] if plan.cp == 1 else [])
+    rows, cols = grid_shape(plan.tp, plan.tp_rows)
+    grid = grid_rules(model, plan.tp, rows, plan.seq_length, plan.cp, plan.summa_panels)
+    out += [Violation(*rule) for rule in grid]
+    if plan.tp % rows or min(rows, cols) < 2:  # no grid: its other rules say nothing
+        return out
+    for name, why in (
+        ("sequence_parallel", "tp_layout=2d splits the activations over the grid already"),
+        ("overlap_tp_comm", "tp_layout=2d pipelines its own broadcasts (summa_panels)"),
+    ):
+        if getattr(plan, name):
+            out.append(Violation(f"plan.{name}", True, why))
+    return out
+
+
+# ---- context parallelism -------------------------------------------------------------------------
+def cp_rule(seq_length: int, cp: int) -> str | None:
+    """Context parallelism splits each sequence into 2·cp chunks (load-balanced causal attention)."""
+    return f"must be divisible by 2·cp = {2 * cp}" if cp > 1 and seq_length % (2 * cp) else None
+
+
+def ulysses_rule(
+    model: ModelSpec, tp: int, cp: int, cp_algorithm: str, tp_layout: str = "1d"
+) -> str | None:
+    """Ulysses (cp_algorithm 'all-to-all' with cp > 1; nothing to check otherwise) gives each of the cp
+    ranks a share of the tp-local heads: tp·cp must divide heads and kv_heads (Jacobs et al. 2023, §3.1:
+    the all-to-all partitions the attention heads). The 2D tensor-parallel layouts exchange K/V their
+    own way (graph/summa.py), so it needs tp_layout 1d."""
+    if cp <= 1 or cp_algorithm != "all-to-all":
+        return None
+    if tp_layout != "1d":
+        return "cp_algorithm='all-to-all' needs tp_layout='1d' (the 2D layouts exchange K/V their own way)"
+    if model.heads % (tp * cp) or model.n_kv_heads % (tp * cp):
+        return f"cp_algorithm='all-to-all' needs tp·cp = {tp * cp} to divide heads={model.heads} and kv_heads={model.n_kv_heads}"
+    return None
+
+
+# ---- pipeline and batch --------------------------------------------------------------------------
+def pp_rule(model: ModelSpec, pp: int) -> str | None:
+    """pp may not exceed the transformer layers (every stage needs work; uneven splits are allowed);
+    an encoder-decoder's encoder and decoder layers all count (ModelSpec.total_layers)."""
+    return f"must not exceed layers={model.total_layers}" if pp > model.total_layers else None
+
+
+def batch_rule(
+    global_batch: int, dp: int, split: int, split_name: str = "micro_batch"
+) -> str | None:
+    """The global batch splits into whole micro-batches on each of dp replicas: dp·split must divide it,
+    ``split`` the samples per micro-batch (uniform plans) or the micro-batch count (``microbatches``, a
+    per-stage plan, whose stages differ in dp and so in samples per micro-batch)."""
+    if global_batch % (dp * split):
+        return f"must be a multiple of dp·{split_name} = {dp}·{split}"
+    return None
+
+
+def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:
+    """Smallest global batch a plan accepts: dp·micro_batch, times pp when interleaved (interleave_batch_rule)."""
+    return dp * micro_batch * (pp if interleaved and pp > 1 else 1)
+
+
+def dualpipe_rule(pp: int, microbatches: int) -> str | None:
+    """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
+    pp and the micro-batch count must be even."""
+    if pp % 2 or microbatches % 2:
+        return f"needs an even pp (got {pp}) and an even micro-batch count (got {microbatches})"
+    return None
+
+
+def vpp_rule(pp: int, vpp: int) -> str | None:
+    """Virtual pipeline stages (vpp > 1) interleave chunks of a pipeline: they need pp > 1."""
+    return "needs pp > 1" if vpp > 1 and pp == 1 else None
+
+
+def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
+    """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
+    if microbatches % pp:
+        return (
+            f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
+        )
+    return None
+
+
+def interleave_split_rule(
+    groups: tuple[SplitGroup, ...], vpp: int, embedding_units: int, loss_units: int
+) -> str | None:
+    """The search's interleaving rule: every stage's layers (+ the embedding / loss units counted on it) split into vpp
+    equal whole chunks, what Megatron-LM builds from --num-virtual-stages-per-pipeline-rank alone. A plan may split
+    unevenly (a pipeline layout runs it, specs.split.chunk_layer_counts; the export writes it); the search enumerates
+    the equal splits only (search.space.SearchProblem._interleave_options)."""
+    units = [int(chunk_units(g, embedding_units, loss_units)) for g in groups if int(g.count) > 0]
+    if any(u % vpp for u in units):
+        counted = " (embedding / loss counted)" if embedding_units or loss_units else ""
+        return f"interleaving needs each stage's layers{counted} {sorted(set(units))} to be a multiple of vpp={vpp}"
+    return None
+
+
+def split_violations(plan, model: ModelSpec) -> list[Violation]:
+    """The split's own rules (``plan`` a PlanSpec): stage_layers has pp entries summing to the layers;
+    no stage is empty."""
+    if plan.stage_layers is not None:
+        given = list(plan.stage_layers)
+        if len(given) != plan.pp:
+            return [Violation("plan.stage_layers", given, f"must list pp={plan.pp} stages")]
+        if sum(given) != model.layers or min(given) < 0:
+            rule = f"must be >= 0 and sum to layers={model.layers}"
+            return [Violation("plan.stage_layers", given, rule)]
+    ends_given = plan.layers_first_stage is not None or plan.layers_last_stage is not None
+    if plan.pp == 1 and ends_given:
+        return [Violation("plan.layers_first_stage", plan.layers_first_stage, "needs pp > 1")]
+    groups = plan.split(model.layers, model.mtp_layers)
+    live = [g for g in groups if int(g.count) > 0]
+    if all(int(g.layers) > 0 or (int(g.layers) == 0 and (g.embedding or g.head)) for g in live):
+        return []
+    counts = [int(g.layers) for g in live]
+    name = "stage_layers" if plan.stage_layers is not None else "layers_first_stage"
+    name = name if plan.stage_layers is not None or ends_given else "pp"
+    rule = f"leaves a pipeline stage without layers (stage layer counts {counts}, layers={model.layers})"
+    return [Violation(f"plan.{name}", getattr(plan, name), rule)]
+
+
+# ---- mixture of experts --------------------------------------------------------------------------
+def expert_degree_rules(model: ModelSpec, dims: ParallelDims) -> list[Rule]:
+    """(field, value, rule) for each broken rule of ep and etp on an MoE model: ep divides the experts,
+    ep·etp divides tp·cp·dp (Megatron-Core carves the expert groups from them), etp divides one
+    expert's width."""
+    ep, etp, out = dims.ep, dims.etp, []
+    if model.experts % ep:
+        out.append(("plan.ep", ep, f"must divide experts={model.experts}"))
+    if dims.stage_gpus % (ep * etp):
+        carved = f"tp·cp·dp = {dims.tp}·{dims.cp}·{dims.dp} (expert groups are carved from them)"
+        out.append(("plan.ep", ep, f"ep·etp = {ep}·{etp} must divide {carved}"))
+    width = model.moe_ffn_hidden or 0
+    if width % etp:
+        out.append(("plan.etp", etp, f"must divide moe_ffn_hidden={width}"))
+    return out
+
+
+def expert_free_rule(model: ModelSpec, degree: int) -> str | None:
+    """A dense model has no experts to split: its ep and etp stay 1."""
+    if not model.is_moe and degree != 1:
+        return "expert parallelism needs a mixture-of-experts model; dense models use 1"
+    return None
+
+
+def dispatcher_rule(dispatcher: str, capacity_factor: float | None) -> str | None:
+    """Megatron-LM's flex (DeepEP) dispatcher refuses moe_pad_expert_input_to_capacity."""
+    if capacity_factor is not None and dispatcher == "deepep":
+        return "the deepep dispatcher cannot pad experts to capacity; use null (dropless)"
+    return None
+
+
+def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: bool) -> str | None:
+    """Megatron-Core refuses MoE layers with tensor parallelism but without sequence parallelism
+    ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
+    sequence parallelism", enforced as an error)."""
+    if model.is_moe and tp > 1 and not sequence_parallel:
+        return f"MoE layers with tp={tp} need sequence_parallel (Megatron-Core)"
+    return None
+
+
+def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Violation]:
+    """Rules of the MoE knobs (``moe`` a specs.moe_plan.MoEPlanFields) against the model and the degrees."""
+    if not model.is_moe:
+        return [
+            Violation(f"plan.{name}", value, rule)
+            for name, value in (("ep", dims.ep), ("etp", moe.etp))
+            if (rule := expert_free_rule(model, value))
+        ]
+    out = [Violation(*rule) for rule in expert_degree_rules(model, dims)]
+    if rule := dispatcher_rule(moe.moe_dispatcher, moe.capacity_factor):
+        out.append(Violation("plan.capacity_factor", moe.capacity_factor, rule))
+    if "mla_up_proj" in (moe.recompute_modules or ()) and not model.is_mla:
+        out.append(Violation("plan.recompute_modules", "mla_up_proj", "needs attention_type=mla"))
+    return out
+
+
+# ---- recomputation -------------------------------------------------------------------------------
+def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
+    """recompute_modules needs recompute=selective; recompute_num_layers needs recompute=full and dense
+    decoder layers (MoE / MLA models recompute by module)."""
+    out = []
+    if plan.recompute_modules and plan.recompute != "selective":
+        modules = list(plan.recompute_modules)
+        out.append(Violation("plan.recompute_modules", modules, "needs recompute=selective"))
+    layers = plan.recompute_num_layers
+    if layers is not None and plan.recompute != "full":
+        out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
+    elif layers is not None and moe_shaped(model):
+        rule = "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"
+        out.append(Violation("plan.recompute_num_layers", layers, rule))
+    return out
+
+
+# ---- per-stage plans -----------------------------------------------------------------------------
+def per_stage_model_rule(model: ModelSpec) -> str | None:
+    """The per-stage builder (step.per_stage) has no MoE / MLA / window-pattern / MTP layers."""
+    if moe_shaped(model):
+        return (
+            "a mixture-of-experts / MLA / windowed-pattern / MTP model is not "
+            "supported by non-uniform (per-stage) plans; use a uniform plan"
+        )
+    return None
+
+
+def stage_rules(
+    model: ModelSpec,
+    index: int,
+    dims: ParallelDims,
+    slice_gpus: tuple[int, ...],
+    global_batch: int,
+    microbatches: int,
+    seq_length: int,
+    sequence_parallel: bool,
+) -> list[Rule]:
+    """The rules of stage ``index`` of a per-stage plan: tp_rules, each pool's slice of the stage holds
+    whole TP groups (pool_slice_rule), the stage's dp splits every micro-batch into whole samples
+    (batch_rule), sequence parallelism splits the sequence over tp (sequence_parallel_rule). The
+    per-stage check (specs.stage_plan) and the per-stage searches (search.staged) both ask it."""
+    tp, stage = dims.tp, f"plan.stages.{index}"
+    out: list[Rule] = [(f"{stage}.tp", tp, rule) for rule in tp_rules(model, tp)]
+    out += [
+        (f"{stage}.devices.{j}.gpus", gpus, rule)
+        for j, gpus in enumerate(slice_gpus)
+        if (rule := pool_slice_rule(gpus, tp))
+    ]
+    if rule := batch_rule(global_batch, dims.dp, microbatches, "microbatches"):
+        out.append(("plan.global_batch", global_batch, f"stage {index}: {rule}"))
+    if sequence_parallel and (rule := sequence_parallel_rule(seq_length, dims.cp, tp)):
+        out.append(("plan.seq_length", seq_length, f"stage {index}: {rule}"))
+    return out

@@ -1,0 +1,135 @@
+"""Every plan the per-stage searches return passes the per-stage plan check (issue 31): ``search --cluster``
+(search_cluster) and ``search --non-uniform`` (search_non_uniform, exact and alleviation modes) never
+propose a plan that specs.stage_plan.stage_plan_violations, the estimator's own check, refuses.
+
+Random small problems, deterministic (hypothesis with derandomize): models with fewer key/value heads than
+query heads (GQA, MQA), clusters of one or two pools, some pools using part of their nodes' GPUs."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from paraplan.search.staged.hetero import HeteroProblem, search_cluster
+from paraplan.search.staged.non_uniform import (
+    _compositions,
+    non_uniform_space_size,
+    search_non_uniform,
+)
+from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.stage_plan import stage_plan_violations
+
+SYSTEMS = ("aws-p3.8xlarge", "aws-g4dn.12xlarge", "dgx-a100-80gb")  # 4, 4 and 8 GPUs per node
+CHECK = settings(
+    max_examples=30,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@st.composite
+def models(draw) -> ModelSpec:
+    """A small decoder with heads a multiple of kv_heads; kv_heads often below the tp a node allows."""
+    kv_heads = draw(st.sampled_from((1, 2, 4)))
+    heads = kv_heads * draw(st.sampled_from((2, 4, 8)))
+    head_dim = draw(st.sampled_from((32, 64)))
+    return ModelSpec(
+        name=f"gqa-{heads}q{kv_heads}kv",
+        layers=draw(st.integers(2, 6)),
+        hidden=heads * head_dim,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn_hidden=4 * heads * head_dim,
+        vocab=4096,
+        max_position=1024,
+    )
+
+
+@st.composite
+def pools(draw, count: int) -> list[dict]:
+    out = []
+    for i in range(count):
+        system = draw(st.sampled_from(SYSTEMS))
+        per_node = 8 if system.startswith("dgx") else 4
+        nodes = draw(st.integers(1, 2))
+        whole = draw(st.booleans())  # every GPU of the nodes, or a part (any count, odd ones too)
+        gpus = nodes * per_node if whole else draw(st.integers(1, nodes * per_node))
+        out.append({"name": f"p{i}", "system": system, "nodes": nodes, "gpus": gpus})
+    return out
+
+
+def _problem(model, pool_list, batch_log2: int) -> HeteroProblem:
+    cluster = cluster_from_dict({"pools": pool_list})
+    return HeteroProblem(model, cluster, global_batch=2**batch_log2, seq_length=256)
+
+
+def _assert_valid(problem: HeteroProblem, result) -> None:
+    for candidate in result.plans:
+        broken = stage_plan_violations(candidate.plan, problem.model, problem.cluster)
+        assert not broken, (candidate.label, [str(v) for v in broken])
+
+
+@CHECK
+@given(models(), st.integers(1, 2).flatmap(pools), st.integers(2, 5))
+def test_search_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_log2):
+    problem = _problem(model, pool_list, batch_log2)
+    _assert_valid(problem, search_cluster(problem, top_k=3))
+
+
+@CHECK
+@given(models(), pools(1), st.integers(2, 5), st.sampled_from((0, 3000)))
+def test_search_non_uniform_plans_pass_the_stage_plan_check(model, pool_list, batch_log2, exact):
+    """exact_limit 0 forces the alleviation path, 3000 (the default) lets small spaces be enumerated."""
+    problem = _problem(model, pool_list, batch_log2)
+    result = search_non_uniform(problem, top_k=3, exact_limit=exact, time_budget_s=0.5)
+    _assert_valid(problem, result)
+
+
+# ---- the non-uniform space, counted without listing it ------------------------------------------
+def _listed_space_size(problem: HeteroProblem, max_stages: int, counts: list[int]) -> int:
+    """The count by listing: every composition of the GPUs into stages, each stage's tp (a power of two
+    dividing its GPUs) and recompute mode, every micro-batch count (the loop search_non_uniform ran)."""
+    total = 0
+    for pp in range(1, max_stages + 1):
+        for comp in _compositions(problem.cluster.gpus, pp):
+            ways = 1
+            for g in comp:
+                ways *= sum(1 for t in range(1, g + 1) if t & (t - 1) == 0 and g % t == 0)
+                ways *= len(problem.recompute)
+            total += ways * len(counts)
+    return total
+
+
+@pytest.mark.parametrize("recompute", [("none",), ("none", "full"), ("none", "selective", "full")])
+def test_non_uniform_space_size_equals_the_listed_count(recompute):
+    model = ModelSpec(layers=4, hidden=256, heads=4, ffn_hidden=1024, vocab=4096, max_position=512)
+    for gpus in (1, 2, 3, 5, 8, 12, 16, 24, 33):
+        cluster = cluster_from_dict(
+            {"pools": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 5, "gpus": gpus}]}
+        )
+        problem = HeteroProblem(model, cluster, 16, 256, recompute=recompute)
+        for max_stages in (1, 2, 3, 4, 5):
+            for counts in ([1], [1, 2, 4]):
+                assert non_uniform_space_size(problem, max_stages, counts) == _listed_space_size(
+                    problem, max_stages, counts
+                ), (gpus, max_stages, counts)
+
+
+def test_non_uniform_space_size_is_cheap_at_scale():
+    """16,384 GPUs in four stages: C(16383, 3) ≈ 7.3e11 compositions, counted in well under a second."""
+    model = ModelSpec(layers=4, hidden=256, heads=4, ffn_hidden=1024, vocab=4096, max_position=512)
+    cluster = cluster_from_dict(
+        {"pools": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 2048}]}
+    )
+    problem = HeteroProblem(model, cluster, 1024, 256)
+    start = time.process_time()
+    size = non_uniform_space_size(problem, 4, [1])
+    assert time.process_time() - start < 2.0
+    assert size > math.comb(16383, 3) * 2**4  # every stage at least tp 1 with two recompute modes

@@ -1,0 +1,287 @@
+"""Every plan rule of specs/rules.py, each tested here once (issue 31: one home for each rule).
+
+Other tests check that the plan checks and the searches reach these rules (integration); what each rule
+allows and refuses is stated here. The last tests keep the rules in one place."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import paraplan
+from paraplan.catalog import load_model
+from paraplan.specs import rules
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_plan import MoEPlanFields
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.split import SplitGroup
+
+# 32 query heads in 8 key/value groups, ffn 4·hidden; 16 layers
+GQA = ModelSpec(
+    layers=16, hidden=2048, heads=32, kv_heads=8, ffn_hidden=8192, vocab=32000, max_position=4096
+)
+MOE = load_model("qwen3-30b-a3b")
+
+
+def _plan(**fields) -> PlanSpec:
+    base = dict(gpus=8, global_batch=64, seq_length=2048)
+    return PlanSpec(**(base | fields))
+
+
+# ---- degrees -------------------------------------------------------------------------------------
+def test_parallel_dims():
+    dims = ParallelDims(tp=2, cp=2, dp=8, pp=4, ep=4, etp=2)
+    assert (dims.world, dims.stage_gpus, dims.edp) == (128, 32, 4)
+    assert _plan(tp=2, pp=2).dims == ParallelDims(tp=2, dp=2, pp=2)
+
+
+@pytest.mark.parametrize(
+    "gpus, dims, field, text",
+    [
+        (8, ParallelDims(tp=3), "plan.tp", "must divide gpus=8"),
+        (8, ParallelDims(tp=2, cp=3), "plan.cp", "product 6"),
+        (8, ParallelDims(tp=2, pp=8), "plan.pp", "product 16"),
+        (8, ParallelDims(tp=2, dp=3), "plan.dp", "gpus/(tp·pp·cp) = 4"),
+        (8, ParallelDims(tp=2, dp=0), "plan.gpus", "tp·pp·dp·cp = 2·1·?·1"),
+    ],
+)
+def test_degree_violation_blames_the_first_degree_that_cannot_split(gpus, dims, field, text):
+    violation = rules.degree_violation(gpus, dims)
+    assert violation.field == field and text in violation.rule
+
+
+def test_stage_degree_rule():
+    assert rules.stage_degree_rule(8, 2, 4) is None and rules.stage_degree_rule(8, 2, 0) is None
+    assert "must equal the stage's GPUs = 8" in rules.stage_degree_rule(8, 2, 2)
+    assert "tp=3 must divide the stage's GPUs = 8" in rules.stage_degree_rule(8, 3, 0)
+
+
+# ---- tensor parallelism --------------------------------------------------------------------------
+def test_tp_divides_heads_kv_heads_and_ffn_hidden():
+    assert rules.tp_rules(GQA, 8) == []
+    assert rules.tp_rules(GQA, 16) == ["must divide kv_heads=8"]  # 32 heads split, 8 groups do not
+    assert rules.tp_rules(GQA, 3) == ["must divide heads=32", "must divide ffn_hidden=8192"]
+    odd = GQA.model_copy(update={"ffn_hidden": 8190})
+    assert rules.tp_rules(odd, 4) == ["must divide ffn_hidden=8190"]
+
+
+def test_pool_slice_rule():
+    assert rules.pool_slice_rule(4, 2) is None
+    assert "TP group stays in one pool" in rules.pool_slice_rule(3, 2)
+
+
+def test_sequence_parallel_rule():
+    assert rules.sequence_parallel_rule(2048, 2, 8) is None
+    assert "tp=3" in rules.sequence_parallel_rule(2048, 1, 3)
+    assert rules.sequence_parallel_rule(20, 2, 4) is not None  # 10 tokens per cp rank over 4
+
+
+def test_layout_model_rule():
+    assert rules.layout_model_rule(MOE, "1d") is None and rules.layout_model_rule(GQA, "2d") is None
+    assert "dense" in rules.layout_model_rule(MOE, "2d-seq")
+
+
+def test_grid_rules():
+    assert rules.grid_rules(GQA, 16, 4, 2048, 1) == []
+    assert rules.grid_rules(GQA, 8, 3, 2048, 1) == [("plan.tp_rows", 3, "must divide tp=8")]
+    assert "at least 2 × 2" in rules.grid_rules(GQA, 8, 1, 2048, 1)[0][2]
+    columns_16 = rules.grid_rules(GQA, 32, 2, 2048, 1)  # 16 columns: 8 kv groups do not split
+    assert [r[2] for r in columns_16] == ["2d grid columns (16) must divide kv_heads=8"]
+    assert rules.grid_rules(GQA, 16, 4, 2046, 1)[0][0] == "plan.seq_length"
+    assert rules.grid_rules(GQA, 16, 4, 2048, 1, summa_panels=4096)[0][0] == "plan.summa_panels"
+
+
+def test_tp_layout_violations():
+    assert rules.tp_layout_violations(GQA, _plan(tp=8)) == []
+    knob = rules.tp_layout_violations(GQA, _plan(tp=8, tp_rows=2))
+    assert [(v.field, v.rule) for v in knob] == [("plan.tp_rows", "needs tp_layout=2d")]
+    seq = rules.tp_layout_violations(GQA, _plan(tp=8, tp_layout="2d-seq"))
+    assert [v.field for v in seq] == ["plan.cp"]
+    grid = _plan(tp=4, tp_layout="2d", sequence_parallel=True, overlap_tp_comm=True)
+    assert [v.field for v in rules.tp_layout_violations(GQA, grid)] == [
+        "plan.sequence_parallel",
+        "plan.overlap_tp_comm",
+    ]
+    moe = _plan(tp=4, tp_layout="2d")
+    assert [v.field for v in rules.tp_layout_violations(MOE, moe)] == ["plan.tp_layout"]
+
+
+# ---- context parallelism -------------------------------------------------------------------------
+def test_cp_rule():
+    assert rules.cp_rule(2048, 1) is None and rules.cp_rule(2048, 4) is None
+    assert rules.cp_rule(2044, 4) == "must be divisible by 2·cp = 8"
+
+
+def test_ulysses_rule():
+    assert rules.ulysses_rule(GQA, 2, 4, "all-to-all") is None  # tp·cp = 8 divides 32 and 8
+    assert rules.ulysses_rule(GQA, 4, 4, "ring") is None
+    assert "kv_heads=8" in rules.ulysses_rule(GQA, 4, 4, "all-to-all")
+    assert "tp_layout='1d'" in rules.ulysses_rule(GQA, 2, 2, "all-to-all", "2d-seq")
+
+
+# ---- pipeline and batch --------------------------------------------------------------------------
+def test_pp_rule():
+    assert rules.pp_rule(GQA, 16) is None
+    assert rules.pp_rule(GQA, 17) == "must not exceed layers=16"
+
+
+def test_batch_rule():
+    assert rules.batch_rule(64, 8, 4) is None
+    assert rules.batch_rule(64, 8, 16) == "must be a multiple of dp·micro_batch = 8·16"
+    assert (
+        rules.batch_rule(48, 4, 8, "microbatches") == "must be a multiple of dp·microbatches = 4·8"
+    )
+
+
+def test_min_global_batch():
+    assert rules.min_global_batch(8, 2, 4, interleaved=False) == 16
+    assert rules.min_global_batch(8, 2, 4, interleaved=True) == 64
+
+
+def test_dualpipe_rule():
+    assert rules.dualpipe_rule(4, 8) is None
+    assert rules.dualpipe_rule(3, 8) is not None and rules.dualpipe_rule(4, 7) is not None
+
+
+def test_vpp_rule():
+    assert rules.vpp_rule(2, 4) is None and rules.vpp_rule(1, 1) is None
+    assert rules.vpp_rule(1, 2) == "needs pp > 1"
+
+
+def test_interleave_batch_rule():
+    assert rules.interleave_batch_rule(8, 4) is None
+    assert "multiple of pp=4" in rules.interleave_batch_rule(6, 4)
+
+
+def test_interleave_split_rule():
+    groups = (SplitGroup(0, 4, 4, 0, 0),)  # four stages of four layers
+    assert rules.interleave_split_rule(groups, 2, 0, 0) is None
+    assert "multiple of vpp=3" in rules.interleave_split_rule(groups, 3, 0, 0)
+    with_embedding = (SplitGroup(0, 1, 4, 1, 0), SplitGroup(1, 3, 4, 0, 0))  # 5 units, then 4
+    assert "(embedding / loss counted)" in rules.interleave_split_rule(with_embedding, 2, 1, 0)
+
+
+def test_split_violations():
+    assert rules.split_violations(_plan(pp=4, stage_layers=(4, 4, 4, 4)), GQA) == []
+    short = rules.split_violations(_plan(pp=4, stage_layers=(4, 4, 8)), GQA)
+    assert short[0].rule == "must list pp=4 stages"
+    wrong_sum = rules.split_violations(_plan(pp=2, stage_layers=(4, 4)), GQA)
+    assert "sum to layers=16" in wrong_sum[0].rule
+    assert rules.split_violations(_plan(layers_first_stage=2), GQA)[0].rule == "needs pp > 1"
+    empty = rules.split_violations(_plan(gpus=9, pp=3, layers_first_stage=16), GQA)
+    assert "without layers" in empty[0].rule and empty[0].field == "plan.layers_first_stage"
+
+
+# ---- mixture of experts --------------------------------------------------------------------------
+def test_expert_degree_rules():
+    assert rules.expert_degree_rules(MOE, ParallelDims(tp=2, dp=16, ep=8, etp=2)) == []
+    bad = rules.expert_degree_rules(MOE, ParallelDims(tp=1, dp=4, ep=16))
+    assert [r[2] for r in bad] == [
+        "ep·etp = 16·1 must divide tp·cp·dp = 1·1·4 (expert groups are carved from them)"
+    ]
+    assert rules.expert_degree_rules(MOE, ParallelDims(dp=128, ep=3))[0][2].startswith(
+        "must divide experts="
+    )
+
+
+def test_expert_free_rule():
+    assert rules.expert_free_rule(GQA, 1) is None and rules.expert_free_rule(MOE, 8) is None
+    assert "mixture-of-experts" in rules.expert_free_rule(GQA, 2)
+
+
+def test_dispatcher_rule():
+    assert rules.dispatcher_rule("deepep", None) is None
+    assert rules.dispatcher_rule("alltoall", 1.0) is None
+    assert "deepep" in rules.dispatcher_rule("deepep", 1.0)
+
+
+def test_moe_sequence_parallel_rule():
+    assert rules.moe_sequence_parallel_rule(MOE, 2, True) is None
+    assert rules.moe_sequence_parallel_rule(GQA, 2, False) is None
+    assert "need sequence_parallel" in rules.moe_sequence_parallel_rule(MOE, 2, False)
+
+
+def test_moe_plan_violations():
+    fields = MoEPlanFields(etp=2, recompute_modules=["moe_act"])
+    assert rules.moe_plan_violations(MOE, ParallelDims(tp=2, dp=16, ep=8, etp=2), fields) == []
+    knobs = MoEPlanFields(capacity_factor=1.0, moe_dispatcher="deepep")
+    bad = rules.moe_plan_violations(MOE, ParallelDims(dp=4, ep=16), knobs)
+    assert [v.field for v in bad] == ["plan.ep", "plan.capacity_factor"]
+    dense = rules.moe_plan_violations(GQA, ParallelDims(dp=8, ep=2), MoEPlanFields(etp=2))
+    assert [v.field for v in dense] == ["plan.ep", "plan.etp"]
+    mla = rules.moe_plan_violations(
+        MOE, ParallelDims(dp=8), MoEPlanFields(recompute_modules=["mla_up_proj"])
+    )
+    assert [v.rule for v in mla] == ["needs attention_type=mla"]
+
+
+# ---- recomputation and per-stage plans -----------------------------------------------------------
+def test_recompute_violations():
+    assert rules.recompute_violations(_plan(recompute="full", recompute_num_layers=2), GQA) == []
+    by_module = _plan(recompute="full", recompute_modules=["mlp"])
+    assert rules.recompute_violations(by_module, GQA)[0].rule == "needs recompute=selective"
+    layers = _plan(recompute="selective", recompute_num_layers=2)
+    assert rules.recompute_violations(layers, GQA)[0].rule == "needs recompute=full"
+    moe = _plan(recompute="full", recompute_num_layers=2)
+    assert "dense decoder layers only" in rules.recompute_violations(moe, MOE)[0].rule
+
+
+def test_per_stage_model_rule():
+    assert rules.per_stage_model_rule(GQA) is None
+    assert "not supported by non-uniform" in rules.per_stage_model_rule(MOE)
+
+
+def test_stage_rules():
+    ok = rules.stage_rules(GQA, 1, ParallelDims(tp=8, dp=2), (8, 8), 64, 4, 2048, True)
+    assert ok == []
+    broken = rules.stage_rules(GQA, 1, ParallelDims(tp=16, dp=1), (8, 8), 48, 32, 2040, True)
+    slice_rule = "must be a multiple of tp=16 (a TP group stays in one pool)"
+    assert [(field, rule) for field, _, rule in broken] == [
+        ("plan.stages.1.tp", "must divide kv_heads=8"),
+        ("plan.stages.1.devices.0.gpus", slice_rule),
+        ("plan.stages.1.devices.1.gpus", slice_rule),
+        ("plan.global_batch", "stage 1: must be a multiple of dp·microbatches = 1·32"),
+        (
+            "plan.seq_length",
+            "stage 1: seq_length/cp must be divisible by tp=16 with sequence_parallel",
+        ),
+    ]
+    quiet = rules.stage_rules(GQA, 0, ParallelDims(tp=4, dp=2), (8,), 64, 4, 2040, False)
+    assert quiet == []  # sequence parallelism off: seq_length need not split over tp
+
+
+# ---- one home ------------------------------------------------------------------------------------
+ROOT = Path(paraplan.__file__).parent
+RULE_ATTRIBUTES = {"heads", "n_kv_heads", "kv_heads", "ffn_hidden"}
+
+
+def _functions_and_divisibility(path: Path):
+    tree = ast.parse(path.read_text())
+    names = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    mods = [
+        n.left.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Mod)
+        and isinstance(n.left, ast.Attribute)
+        and n.left.attr in RULE_ATTRIBUTES
+    ]
+    return names, mods
+
+
+def test_plan_rules_live_in_specs_rules_only():
+    """No other module defines a ``*_rule`` / ``*_rules`` function, and none tests heads, kv_heads or
+    ffn_hidden for divisibility (the model's own heads % kv_heads check is specs.model's)."""
+    home = ROOT / "specs" / "rules.py"
+    elsewhere = []
+    for path in ROOT.rglob("*.py"):
+        if path == home:
+            continue
+        names, mods = _functions_and_divisibility(path)
+        rel = path.relative_to(ROOT).as_posix()
+        elsewhere += [f"{rel}:{n}" for n in names if n.endswith(("_rule", "_rules"))]
+        elsewhere += [f"{rel}: {a} % ..." for a in mods if rel != "specs/model.py"]
+    assert elsewhere == []
