@@ -2,21 +2,33 @@
 
 Usage:
     python train_steps.py OUTDIR [--budget SECONDS] [--device cuda|cpu] [--smoke]
+                                 [--suite base|extended] [--pack FILE.tar.gz]
 
-Self-contained: needs only torch (plain PyTorch, no compile, no paraplan).  For each
-configuration (model shape x micro-batch x numeric stack) it builds the model on the
-device, warms up 3 steps, then times N steps (N chosen so timing lasts >= 2 s, 5..30)
-with CUDA events around each step.  A step is zero_grad(set_to_none) + forward +
-cross-entropy loss (logits upcast to fp32) + backward + AdamW step, with gradient
-accumulation 1.  It also times forward+loss under no_grad and forward+backward without
-the optimizer, so the optimizer's share is visible, and records peak CUDA memory.
+Self-contained: needs only torch (plain PyTorch, no paraplan).  For each configuration
+(model shape x micro-batch x numeric stack) it builds the model on the device, warms up 3
+steps, then times N steps (N chosen so timing lasts >= 2 s, 5..30) with CUDA events
+around each step.  A step is zero_grad(set_to_none) + forward + cross-entropy loss (logits
+upcast to fp32) + backward + AdamW step, with gradient accumulation 1.  It also times
+forward+loss under no_grad and forward+backward without the optimizer, so the optimizer's
+share is visible, and records peak CUDA memory.
+
+--suite base (default) runs the configurations above; --suite extended runs them, then
+regimes an analytical model must price: full activation recomputation
+(torch.utils.checkpoint around every block), long sequences (8k/16k tokens), gradient
+accumulation (4 micro-batches per optimizer step, the whole accumulation step is timed)
+and, last because compiling is slow, torch.compile(mode="default") of the whole model
+(compilation happens in the warm-up, whose wall time is recorded separately).
 
 Results go to OUTDIR/train_steps.json (rewritten atomically after every configuration,
 so partial results survive a kill); progress lines are appended to OUTDIR/train_log.txt.
-Each configuration runs in try/except: an OOM is recorded as "oom": true and the run
-goes on.  No new configuration starts once the wall budget (default 150 s) would be
-exceeded.  --smoke runs tiny shapes (2 layers, hidden 64, seq 64, vocab 256) to check the
-code path, e.g. on --device cpu (perf_counter timing, no memory stats).
+Each configuration runs in try/except: an OOM is recorded as "oom": true, any other
+failure (a failed compile included) as "error", and the run goes on.  No new
+configuration starts once the wall budget (default 150 s) would be exceeded, predicted
+from the previous configuration's wall time (a first compile is guessed at
+COMPILE_GUESS_S unless --smoke).  --smoke runs tiny shapes (2 layers, hidden 64, vocab
+256, seq 64 or 1/32 of the long ones) to check the code path, e.g. on --device cpu
+(perf_counter timing, no memory stats).  --pack FILE.tar.gz tars+gzips OUTDIR into FILE at the end
+(also on SIGTERM).
 """
 
 import argparse
@@ -26,16 +38,21 @@ import json
 import math
 import os
 import platform
+import re
+import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 import warnings
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint
 
 # Shapes copied from src/paraplan/catalog/models/*.yaml.
 KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
@@ -56,28 +73,90 @@ STACKS = {
     "eager-bf16": (None, torch.bfloat16, False, "bf16", [FLASH]),
     "eager-tf32": (None, torch.float32, True, "tf32", [EFF, MATH]),
 }
+# Extended suite, all eager-amp: (catalog model, seq, micro-batch, options), compile last.
+EXTENDED = (
+    ("gpt3-1.3b", 2048, 4, {"recompute": True}),
+    ("gpt3-2.7b", 2048, 2, {"recompute": True}),
+    ("gpt3-1.3b", 8192, 1, {}),
+    ("llama3-8b", 16384, 1, {}),
+    ("gpt3-760m", 2048, 4, {"accum": 4}),
+    ("gpt3-350m", 2048, 8, {"compile": True}),
+    ("gpt3-1.3b", 2048, 4, {"compile": True}),
+)
+COMPILE_GUESS_S = 60.0  # predicted wall of a first torch.compile configuration (budget check)
+LLAMA_LAYERS, LLAMA_NOTE = 4, "llama3-8b shape with layers reduced 32 -> 4"
+SMOKE_NOTE = "tiny smoke shape"
 GIB = 1024**3
+
+
+class Run(NamedTuple):
+    catalog: str
+    c: dict
+    stack: str
+    seq: int
+    mb: int
+    note: str | None = None
+    recompute: bool = False  # torch.utils.checkpoint around every block
+    compile: bool = False  # torch.compile(model, mode="default")
+    accum: int = 1  # micro-batches per optimizer step
 
 
 def shape(dims, style, **override):
     return {**dict(zip(KEYS, dims, strict=True)), **style, **override}
 
 
-def configs(smoke):
-    """(catalog name, shape, stack, seq, micro-batch, note), most valuable first."""
+TINY_GPT = shape((2, 64, 4, 4, 256, 256), GPT)
+TINY_LLAMA = shape((2, 64, 4, 2, 192, 256), LLAMA)
+
+
+def base_configs(smoke):
+    """Runs of the base suite, most valuable first."""
     if smoke:
-        tiny = "tiny smoke shape"
-        gpt, llama = shape((2, 64, 4, 4, 256, 256), GPT), shape((2, 64, 4, 2, 192, 256), LLAMA)
-        runs = [("smoke-gpt", gpt, st, 64, 2, tiny) for st in STACKS]
-        return [*runs, ("smoke-llama", llama, "eager-amp", 64, 2, tiny)]
+        runs = [Run("smoke-gpt", TINY_GPT, st, 64, 2, SMOKE_NOTE) for st in STACKS]
+        return [*runs, Run("smoke-llama", TINY_LLAMA, "eager-amp", 64, 2, SMOKE_NOTE)]
     runs = [("gpt3-125m", "eager-amp", 8), ("gpt3-350m", "eager-amp", 8)]
     runs += [("gpt3-760m", "eager-amp", 4), ("gpt3-1.3b", "eager-amp", 4)]
     runs += [("gpt3-2.7b", "eager-amp", 2), ("gpt3-350m", "eager-bf16", 8)]
     runs += [("gpt3-1.3b", "eager-bf16", 4), ("gpt3-350m", "eager-tf32", 8)]
-    out = [(m, shape(CATALOG[m], GPT), st, 2048, mb, None) for m, st, mb in runs]
-    llama = shape(CATALOG["llama3-8b"], LLAMA, layers=4)
-    note = "llama3-8b shape with layers reduced 32 -> 4"
-    return [*out, ("llama3-8b", llama, "eager-amp", 4096, 1, note)]
+    out = [Run(m, shape(CATALOG[m], GPT), st, 2048, mb) for m, st, mb in runs]
+    llama = shape(CATALOG["llama3-8b"], LLAMA, layers=LLAMA_LAYERS)
+    return [*out, Run("llama3-8b", llama, "eager-amp", 4096, 1, LLAMA_NOTE)]
+
+
+def extended_configs(smoke):
+    """EXTENDED as runs; in smoke mode on the tiny shapes with sequences scaled down 32x."""
+    out = []
+    for catalog, seq, mb, opts in EXTENDED:
+        llama = catalog.startswith("llama")
+        if smoke:
+            c, name = (TINY_LLAMA, "smoke-llama") if llama else (TINY_GPT, "smoke-gpt")
+            out.append(Run(name, c, "eager-amp", seq // 32, mb, SMOKE_NOTE, **opts))
+        elif llama:
+            c = shape(CATALOG[catalog], LLAMA, layers=LLAMA_LAYERS)
+            out.append(Run(catalog, c, "eager-amp", seq, mb, LLAMA_NOTE, **opts))
+        else:
+            out.append(Run(catalog, shape(CATALOG[catalog], GPT), "eager-amp", seq, mb, **opts))
+    return out
+
+
+def configs(smoke, suite):
+    return base_configs(smoke) + (extended_configs(smoke) if suite == "extended" else [])
+
+
+def run_name(run, tag):
+    label = run.catalog + (f"-{run.c['layers']}l" if run.note == LLAMA_NOTE else "")
+    name = f"{tag}-{label}-{run.stack}-s{run.seq}-mb{run.mb}"
+    name += f"-gb{run.mb * run.accum}" if run.accum > 1 else ""
+    return name + ("-recompute" if run.recompute else "") + ("-compile" if run.compile else "")
+
+
+def short_device(name):
+    """'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA A100-SXM4-80GB' -> 'a100'; else a slug."""
+    tokens = [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t not in ("", "nvidia", "amd")]
+    for t in tokens:
+        if re.fullmatch(r"[a-z]+\d+[a-z]*", t) and not t.startswith(("hbm", "sxm", "pcie")):
+            return t
+    return "_".join(tokens) or "gpu"
 
 
 def rope_tables(seq, head_dim, base=500000.0):
@@ -130,8 +209,9 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, c, seq, gqa_native):
+    def __init__(self, c, seq, gqa_native, recompute=False):
         super().__init__()
+        self.recompute = recompute  # full recomputation: keep only each block's input
         self.wte = nn.Embedding(c["vocab"], c["hidden"])
         learned = c["position_embedding"] == "learned"
         self.wpe = nn.Embedding(seq, c["hidden"]) if learned else None
@@ -156,7 +236,10 @@ class Decoder(nn.Module):
             x = x + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         rope = None if self.wpe is not None else (self.cos, self.sin)
         for blk in self.blocks:
-            x = blk(x, rope)
+            if self.recompute and torch.is_grad_enabled():
+                x = checkpoint(blk, x, rope, use_reentrant=False)
+            else:
+                x = blk(x, rope)
         logits = self.lm_head(self.ln_f(x)).float()  # loss on fp32 logits
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -200,15 +283,21 @@ def time_calls(fn, n, cuda):
     return times, (time.perf_counter() - t0) / n
 
 
-def measure(step, fwd_bwd, fwd_only, cuda, deadline):
-    """Warm up 3 steps, time N steps, then forward-only and forward+backward (median each)."""
+def warm_up(step, cuda, n=3):
+    """Wall seconds of n warm-up steps (a torch.compile model compiles in the first)."""
     warm = []
-    for _ in range(3):
+    for _ in range(n):
         t = time.perf_counter()
         step()
         if cuda:
             torch.cuda.synchronize()
         warm.append(time.perf_counter() - t)
+    return warm
+
+
+def measure(step, fwd_bwd, fwd_only, cuda, deadline):
+    """Warm up 3 steps, time N steps, then forward-only and forward+backward (median each)."""
+    warm = warm_up(step, cuda)
     n = max(5, min(30, math.ceil(2.0 / max(warm[-1], 1e-9))))
     while n > 5 and time.perf_counter() + 1.7 * n * warm[-1] > deadline:  # 1.7: + extras
         n -= 1
@@ -222,35 +311,48 @@ def measure(step, fwd_bwd, fwd_only, cuda, deadline):
     if cuda:
         measured["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
         measured["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
-    measured["forward_s"] = med(time_calls(fwd_only, max(3, n // 3), cuda)[0])
-    measured["forward_backward_s"] = med(time_calls(fwd_bwd, max(3, n // 3), cuda)[0])
+    extra = max(3, n // 3)
+    measured["forward_s"] = med(time_calls(fwd_only, extra, cuda)[0]) if fwd_only else None
+    measured["forward_backward_s"] = med(time_calls(fwd_bwd, extra, cuda)[0])
     measured["wall_per_step_s"] = wall
+    measured["warmup_wall_s"] = sum(warm)
     return measured, n, warm
 
 
-def run_config(catalog, c, stack_name, seq, mb, device, deadline):
-    autocast, pdtype, tf32, plan_dtype, sdpa = STACKS[stack_name]
-    cuda = device.type == "cuda"
+def build(run, device):
+    """Model (params in the stack's dtype), AdamW, and the SDPA backend / GQA mode that run."""
+    autocast, pdtype, tf32, _, sdpa = STACKS[run.stack]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
     act_dtype = autocast or pdtype
-    backend, native = pick_sdpa(sdpa, c, act_dtype, device)
+    backend, native = pick_sdpa(sdpa, run.c, act_dtype, device)
     if backend is None:  # requested kernels unavailable here: let any backend run, and say so
-        backend, native = pick_sdpa([FLASH, EFF, MATH], c, act_dtype, device)
+        backend, native = pick_sdpa([FLASH, EFF, MATH], run.c, act_dtype, device)
     torch.manual_seed(0)
     with torch.device(device):
-        model = Decoder(c, seq, native).to(pdtype)
+        model = Decoder(run.c, run.seq, native, run.recompute).to(pdtype)
+    cuda = device.type == "cuda"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=cuda)
-    tok = torch.randint(0, c["vocab"], (mb, seq + 1), device=device)
-    x, y, last = tok[:, :-1], tok[:, 1:], {}
+    return model, opt, backend, native
+
+
+def step_fns(run, model, opt, device):
+    """step = zero_grad + accum x (forward + loss/accum + backward) + AdamW step; fwd_bwd
+    without the optimizer; fwd_only (None when compiled: a no-grad forward would compile a
+    third graph); last holds the last micro-batch's loss."""
+    autocast = STACKS[run.stack][0]
+    fwd = torch.compile(model, mode="default") if run.compile else model
+    tok = torch.randint(0, run.c["vocab"], (run.accum, run.mb, run.seq + 1), device=device)
+    x, y, last = tok[..., :-1], tok[..., 1:], {}
 
     def amp():
         return torch.autocast(device.type, dtype=autocast, enabled=autocast is not None)
 
     def fwd_bwd():
         model.zero_grad(set_to_none=True)
-        with amp():
-            loss = model(x, y)
-        loss.backward()
+        for i in range(run.accum):
+            with amp():
+                loss = fwd(x[i], y[i])
+            (loss / run.accum if run.accum > 1 else loss).backward()
         last["loss"] = loss.detach()
 
     def step():
@@ -259,15 +361,25 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
 
     def fwd_only():
         with torch.no_grad(), amp():
-            model(x, y)
+            for i in range(run.accum):
+                fwd(x[i], y[i])
 
-    with sdpa_kernel([backend]):
-        kinds = ("flash", "mem_efficient", "math", "cudnn")
-        flags = {k: getattr(torch.backends.cuda, f"{k}_sdp_enabled")() for k in kinds}
-        measured, n, warm = measure(step, fwd_bwd, fwd_only, cuda, deadline)
-    gqa_mode = ("enable_gqa" if native else "repeat_kv") if c["kv_heads"] != c["heads"] else None
-    stack = {
-        "name": stack_name,
+    return step, fwd_bwd, None if run.compile else fwd_only, last
+
+
+def plan_of(run):
+    """paraplan-style 1-GPU plan of a run."""
+    plan = {"gpus": 1, "tp": 1, "pp": 1, "dp": 1, "micro_batch": run.mb}
+    plan |= {"global_batch": run.mb * run.accum, "seq_length": run.seq}
+    plan |= {"recompute": "full" if run.recompute else "none", "zero": 0}
+    return plan | {"dtype": STACKS[run.stack][3], "attention": "flash"}
+
+
+def stack_of(run, backend, native, flags, cuda):
+    autocast, pdtype, tf32, _, sdpa = STACKS[run.stack]
+    gqa = run.c["kv_heads"] != run.c["heads"]
+    return {
+        "name": run.stack,
         "autocast": str(autocast).removeprefix("torch.") if autocast else None,
         "param_dtype": str(pdtype).removeprefix("torch."),
         "tf32_matmul": tf32,
@@ -276,18 +388,30 @@ def run_config(catalog, c, stack_name, seq, mb, device, deadline):
         "sdpa_backend": backend.name,
         "sdpa_requested": [b.name for b in sdpa],
         "sdpa_flags": flags,
-        "gqa": gqa_mode,
+        "gqa": ("enable_gqa" if native else "repeat_kv") if gqa else None,
         "torch": torch.__version__,
-        "compile": False,
+        "compile": run.compile,
+        "compile_mode": "default" if run.compile else None,
+        "recompute": "torch.utils.checkpoint(use_reentrant=False)" if run.recompute else None,
+        "grad_accum": run.accum,
     }
-    plan = {"gpus": 1, "tp": 1, "pp": 1, "dp": 1, "micro_batch": mb, "global_batch": mb}
-    plan |= {"seq_length": seq, "recompute": "none", "zero": 0, "dtype": plan_dtype}
-    plan["attention"] = "flash"
+
+
+def run_config(run, device, deadline):
+    model, opt, backend, native = build(run, device)
+    step, fwd_bwd, fwd_only, last = step_fns(run, model, opt, device)
+    cuda = device.type == "cuda"
+    with sdpa_kernel([backend]):
+        kinds = ("flash", "mem_efficient", "math", "cudnn")
+        flags = {k: getattr(torch.backends.cuda, f"{k}_sdp_enabled")() for k in kinds}
+        measured, n, warm = measure(step, fwd_bwd, fwd_only, cuda, deadline)
+    if run.compile:  # first step's excess over a compiled step ~ compile time
+        measured["compile_s"] = warm[0] - measured["step_time_s"]
     return {
-        "model": dict(c),
-        "catalog_model": catalog,
-        "plan": plan,
-        "stack": stack,
+        "model": dict(run.c),
+        "catalog_model": run.catalog,
+        "plan": plan_of(run),
+        "stack": stack_of(run, backend, native, flags, cuda),
         "measured": measured,
         "params": sum(p.numel() for p in model.parameters()),
         "steps_timed": n,
@@ -299,12 +423,15 @@ def provenance(device, args):
     p = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     p |= {"torch": torch.__version__, "cuda": torch.version.cuda}
     p |= {"python": platform.python_version(), "script": os.path.abspath(__file__)}
-    p |= {"argv": sys.argv, "budget_s": args.budget, "smoke": args.smoke}
+    p |= {"argv": sys.argv, "budget_s": args.budget, "smoke": args.smoke, "suite": args.suite}
     if device.type != "cuda":
-        return p | {"device": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+        cpu = platform.processor() or platform.machine()
+        return p | {"device": cpu, "device_short": "cpu", "cpus": os.cpu_count()}
     prop = torch.cuda.get_device_properties(device)
-    p |= {"device": prop.name, "sm_count": prop.multi_processor_count}
-    p |= {"total_memory_gib": prop.total_memory / GIB, "cudnn": torch.backends.cudnn.version()}
+    name = torch.cuda.get_device_name(device)
+    p |= {"device": name, "device_short": short_device(name)}
+    p |= {"sm_count": prop.multi_processor_count, "total_memory_gib": prop.total_memory / GIB}
+    p |= {"cudnn": torch.backends.cudnn.version()}
     query = "--query-gpu=name,power.limit,clocks.max.sm,clocks.max.mem,driver_version"
     try:
         smi = subprocess.run(
@@ -320,85 +447,131 @@ def provenance(device, args):
     return p
 
 
+class Recorder:
+    """OUTDIR/train_steps.json (rewritten atomically) and OUTDIR/train_log.txt."""
+
+    def __init__(self, outdir, result, t_start):
+        os.makedirs(outdir, exist_ok=True)
+        self.json = os.path.join(outdir, "train_steps.json")
+        self.log_path = os.path.join(outdir, "train_log.txt")
+        self.result, self.t_start = result, t_start
+        self.flush()
+
+    def log(self, msg):
+        now = datetime.datetime.now(datetime.UTC)
+        line = f"{now:%H:%M:%S} +{time.perf_counter() - self.t_start:6.1f}s {msg}"
+        print(line, flush=True)
+        with open(self.log_path, "a") as f:
+            f.write(line + "\n")
+
+    def add(self, record):
+        self.result["records"].append(record)
+        self.flush()
+
+    def flush(self):
+        with open(self.json + ".tmp", "w") as f:
+            json.dump(self.result, f, indent=1)
+        os.replace(self.json + ".tmp", self.json)
+
+
+def run_one(run, device, deadline):
+    """(record, error or None) of one configuration; never raises for a failed run."""
+    err = None
+    try:
+        rec = run_config(run, device, deadline)
+    except torch.OutOfMemoryError as e:
+        err = {"oom": True, "error": str(e)[:400]}
+    except Exception as e:  # noqa: BLE001 -- one bad config (or compile) must not lose the rest
+        err = {"error": f"{type(e).__name__}: {e}"[:400]}
+    if err is not None:
+        stack = {"name": run.stack, "compile": run.compile, "grad_accum": run.accum}
+        rec = {"model": dict(run.c), "catalog_model": run.catalog, "stack": stack, **err}
+        rec["plan"] = plan_of(run)
+    if run.compile:
+        torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rec, err
+
+
+def status_line(rec, err):
+    if not (m := rec.get("measured")):
+        return f"FAILED {err}"
+    ms = {
+        k: "-" if m[k] is None else f"{m[k] * 1e3:.1f}"
+        for k in ("step_time_s", "forward_s", "forward_backward_s")
+    }
+    status = f"step {ms['step_time_s']} ms (fwd {ms['forward_s']}, "
+    status += f"fwd+bwd {ms['forward_backward_s']}) n={rec['steps_timed']} "
+    status += f"warm-up {m['warmup_wall_s']:.1f}s sdpa={rec['stack']['sdpa_backend']}"
+    return status
+
+
+def run_all(runs, device, deadline, out, compile_guess):
+    tag = out.result["provenance"]["device_short"]
+    last_dur, compile_dur = 0.0, compile_guess
+    for run in runs:
+        name = run_name(run, tag)
+        predicted = max(last_dur, compile_dur) if run.compile else last_dur
+        if time.perf_counter() + predicted > deadline:
+            out.log(f"skip {name}: budget (predicted {predicted:.0f}s)")
+            out.add({"name": name, "catalog_model": run.catalog, "skipped": "budget"})
+            continue
+        out.log(f"run  {name}")
+        t0 = time.perf_counter()
+        rec, err = run_one(run, device, deadline)
+        last_dur = time.perf_counter() - t0
+        compile_dur = last_dur if run.compile else compile_dur
+        rec = {"name": name, **rec, "config_wall_s": last_dur}
+        out.add(rec | ({"note": run.note} if run.note else {}))
+        out.log(f"done {name}: {status_line(rec, err)} [{last_dur:.1f}s]")
+    records = out.result["records"]
+    n_ok = sum("measured" in r for r in records)
+    out.log(f"end: {n_ok}/{len(records)} measured -> {out.json}")
+
+
+def pack(outdir, dest):
+    """tar+gzip OUTDIR into dest (via dest.tmp, excluded if inside OUTDIR); size in bytes."""
+    root, dest = os.path.abspath(outdir), os.path.abspath(dest)
+    tmp, parent = dest + ".tmp", os.path.dirname(root)
+
+    def keep(info):
+        return None if os.path.join(parent, info.name) in (dest, tmp) else info
+
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(root, arcname=os.path.basename(root), filter=keep)
+    os.replace(tmp, dest)
+    return os.path.getsize(dest)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outdir")
     ap.add_argument("--budget", type=float, default=150.0, help="wall s; no config starts past it")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, quick code-path check")
+    ap.add_argument("--suite", default="base", choices=["base", "extended"])
+    ap.add_argument("--pack", metavar="FILE.tar.gz", help="tar+gzip OUTDIR into FILE at the end")
     args = ap.parse_args()
     t_start = time.perf_counter()
-    deadline = t_start + args.budget
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("CUDA not available; use --device cpu")
     device = torch.device(args.device)
-    cuda = device.type == "cuda"
-    os.makedirs(args.outdir, exist_ok=True)
-    out_json = os.path.join(args.outdir, "train_steps.json")
-    log_path = os.path.join(args.outdir, "train_log.txt")
-
-    def log(msg):
-        now = datetime.datetime.now(datetime.UTC)
-        line = f"{now:%H:%M:%S} +{time.perf_counter() - t_start:6.1f}s {msg}"
-        print(line, flush=True)
-        with open(log_path, "a") as f:
-            f.write(line + "\n")
-
-    result = {"provenance": provenance(device, args), "records": []}
-    records = result["records"]
-
-    def flush():
-        with open(out_json + ".tmp", "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(out_json + ".tmp", out_json)
-
-    flush()
-    dev_name = result["provenance"]["device"]
-    tag = "cpu" if not cuda else "h200" if "H200" in dev_name else slug(dev_name)
-    log(f"start on {dev_name}, torch {torch.__version__}, budget {args.budget:.0f}s")
-    last_dur = 0.0
-    for catalog, c, stack, seq, mb, note in configs(args.smoke):
-        label = catalog + (f"-{c['layers']}l" if note and "reduced" in note else "")
-        name = f"{tag}-{label}-{stack}-s{seq}-mb{mb}"
-        if time.perf_counter() + last_dur > deadline:  # predict from the previous config
-            log(f"skip {name}: budget")
-            records.append({"name": name, "catalog_model": catalog, "skipped": "budget"})
-            flush()
-            continue
-        log(f"run  {name}")
-        t0, err = time.perf_counter(), None
-        try:
-            rec = run_config(catalog, c, stack, seq, mb, device, deadline)
-        except torch.OutOfMemoryError as e:
-            err = {"oom": True, "error": str(e)[:400]}
-        except Exception as e:  # noqa: BLE001 -- one bad config must not lose the rest
-            err = {"error": f"{type(e).__name__}: {e}"[:400]}
-        if err is not None:
-            rec = {"model": dict(c), "catalog_model": catalog, "stack": {"name": stack}, **err}
-            rec["plan"] = {"micro_batch": mb, "seq_length": seq}
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-        last_dur = time.perf_counter() - t0
-        rec = {"name": name, **rec, "config_wall_s": last_dur} | ({"note": note} if note else {})
-        records.append(rec)
-        flush()
-        if m := rec.get("measured"):
-            ms = {
-                k: f"{m[k] * 1e3:.1f}" for k in ("step_time_s", "forward_s", "forward_backward_s")
-            }
-            status = f"step {ms['step_time_s']} ms (fwd {ms['forward_s']}, "
-            status += f"fwd+bwd {ms['forward_backward_s']}) n={rec['steps_timed']} "
-            status += f"sdpa={rec['stack']['sdpa_backend']}"
-        else:
-            status = f"FAILED {err}"
-        log(f"done {name}: {status} [{last_dur:.1f}s]")
-    n_ok = sum("measured" in r for r in records)
-    log(f"end: {n_ok}/{len(records)} measured -> {out_json}")
-
-
-def slug(text):
-    return "".join(ch if ch.isalnum() else "_" for ch in text.lower())
+    out = Recorder(args.outdir, {"provenance": provenance(device, args), "records": []}, t_start)
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # still pack
+    prov = out.result["provenance"]
+    out.log(
+        f"start on {prov['device']}, torch {torch.__version__}, suite {args.suite}, "
+        f"budget {args.budget:.0f}s"
+    )
+    try:
+        guess = 0.0 if args.smoke else COMPILE_GUESS_S
+        run_all(configs(args.smoke, args.suite), device, t_start + args.budget, out, guess)
+    finally:
+        if args.pack:
+            out.log(f"pack {args.outdir} -> {args.pack}")
+            out.log(f"packed {pack(args.outdir, args.pack)} bytes")
 
 
 if __name__ == "__main__":
