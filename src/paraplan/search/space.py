@@ -60,13 +60,14 @@ from paraplan.specs.split import (
 )
 from paraplan.specs.tp_layout import TP_LAYOUTS, tp_layout_violations
 from paraplan.specs.system import SystemSpec
+from paraplan.step import schedules
 from paraplan.step.build import placed_domains, plan_spans
 
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
 # other models with --schedules naming them
-SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
+SPLIT_BACKWARD_SCHEDULES = schedules.SPLIT_BACKWARD_SCHEDULES
 OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 
 
