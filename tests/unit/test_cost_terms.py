@@ -328,20 +328,6 @@ def test_state_bytes_per_param():
     assert (s.weights, s.gradients, s.optimizer) == (4.0, 4.0, 8.0)  # 16 B
 
 
-@pytest.mark.parametrize(
-    "zero, expected",
-    [
-        (0, (2e9, 4e9, 12e9)),
-        (1, (2e9, 4e9, 12e9 / 8)),
-        (2, (2e9, 4e9 / 8, 12e9 / 8)),
-        (3, (2e9 / 8, 4e9 / 8, 12e9 / 8)),
-    ],
-)
-def test_sharded_state_bytes(zero, expected):
-    s = memory.sharded_state_bytes(1e9, "bf16", zero, 8)
-    assert (s.weights, s.gradients, s.optimizer) == tuple(approx(x) for x in expected)
-
-
 def _gpt3_shape(sp: bool) -> LayerShape:
     return LayerShape(
         tp=8,

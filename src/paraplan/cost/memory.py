@@ -60,16 +60,6 @@ def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
     return 2.0 if dtype == "fp8" and cached_copies else 0.0
 
 
-def sharded_state_bytes(params: float, dtype: str, zero: int, dp: int) -> StateBytes:
-    """Bytes of weights / gradients / optimizer state on one GPU holding ``params`` under ZeRO stage ``zero``."""
-    per = state_bytes_per_param(dtype)
-    return StateBytes(
-        weights=params * per.weights / (dp if zero >= 3 else 1),
-        gradients=params * per.gradients / (dp if zero >= 2 else 1),
-        optimizer=params * per.optimizer / (dp if zero >= 1 else 1),
-    )
-
-
 @dataclass(frozen=True)
 class LayerActivations:
     """Bytes one layer keeps for backward, per micro-batch, split by what tensor parallelism divides."""

@@ -240,7 +240,7 @@ class SearchProblem:
     @cached_property
     def factorizations(self) -> list[tuple[int, int, int, int]]:
         """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
-        divide the layers: uneven splits follow schedule.pipeline.layers_on_stage)."""
+        divide the layers: uneven splits follow PlanSpec.split (specs/split.py))."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):
