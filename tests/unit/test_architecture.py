@@ -61,7 +61,6 @@ PENDING_LONG_FILES = frozenset(
         "search/run.py",
         "search/space.py",
         "search/table.py",
-        "step/compose.py",
         "sweep/run.py",
     )
 )
@@ -80,7 +79,6 @@ PENDING_LONG_FUNCTIONS = frozenset(
         "search/bounds/blocks.py:_work_entries",
         "search/run.py:_branch_and_bound",
         "search/table.py:__init__",
-        "step/compose.py:tail_terms",
         "sweep/run.py:_run_point",
     )
 )

@@ -58,13 +58,14 @@ from paraplan.specs.split import (
 )
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.specs.system import SystemSpec
+from paraplan.step import schedules
 from paraplan.step.build import placed_domains, plan_spans
 
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
 # other models with --schedules naming them
-SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
+SPLIT_BACKWARD_SCHEDULES = schedules.SPLIT_BACKWARD_SCHEDULES
 OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 
 
@@ -223,7 +224,7 @@ class SearchProblem:
     @cached_property
     def factorizations(self) -> list[tuple[int, int, int, int]]:
         """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
-        divide the layers: uneven splits follow schedule.pipeline.layers_on_stage)."""
+        divide the layers: uneven splits follow PlanSpec.split (specs/split.py))."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):

@@ -71,6 +71,7 @@ from paraplan.specs.moe_model import moe_shaped
 from paraplan.step.constants import system_terms
 from paraplan.step.offload import offload_traffic_bytes
 from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms
+from paraplan.step.schedules import least_in_flight_microbatches
 from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
@@ -615,9 +616,8 @@ def refined_bound(
 def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, held: dict) -> float:
     """Least activation bytes some stage of any candidate of the block holds without activation
     offload: stage_memory_terms keeps in_flight × kept + held, where every schedule keeps at least
-    min(pp − i, m) micro-batches in flight on stage i (cost.memory.in_flight_chunks: 1F1B and ZB-H1
-    that many; GPipe m; DualPipe min(pp + 1, m); interleaved (2(pp − i − 1) + (v − 1)·pp + 1)/v, which
-    is at least pp − i for v >= 2, capped at m), so the fullest stage of the schedule options' splits,
+    min(pp − i, m) micro-batches in flight on stage i (step.schedules.least_in_flight_microbatches), so
+    the fullest stage of the schedule options' splits,
     at the least kept and held bytes per kind, bounds it (the weight, gradient, optimizer and buffer
     terms are >= 0 and left out); SAFETY keeps it below the sum."""
     splits = problem.schedule_splits(block.pp, block.microbatches)
@@ -626,7 +626,8 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
         least = min(
             least,
             max(
-                min(block.pp - i, m) * stage_sum(kept, blocks) + stage_sum(held, blocks)
+                least_in_flight_microbatches(block.pp, m, i) * stage_sum(kept, blocks)
+                + stage_sum(held, blocks)
                 for i, _, blocks in group_blocks(problem, block.pp, split)
             ),
         )
