@@ -57,9 +57,12 @@ def zero_branches(zero: Num) -> tuple[int, ...]:
     """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed."""
     if np.ndim(zero) == 0:
         return (int(zero_branch(zero)),)
-    return tuple(sorted({int(b) for b in np.ravel(zero_branch(zero))})) or (
-        0,
-    )  # a set: np.unique would import numpy.ma
+    branch = np.ravel(zero_branch(zero))
+    if not branch.size:
+        return (0,)
+    # the distinct values, counted on the array (np.unique would import numpy.ma and sort)
+    counts = np.bincount(branch.astype(np.intp))
+    return tuple(int(b) for b in np.flatnonzero(counts))
 
 
 def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num, Num, Num]:
