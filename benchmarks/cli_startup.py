@@ -1,70 +1,93 @@
-"""Start-up time of the CLI: wall-clock seconds of ``paraplan --help`` in a fresh process.
+"""Start-up of the command line: process CPU seconds of ``paraplan --help`` and ``paraplan estimate --help`` in
+fresh interpreters (target, issue 31: <= 0.2 s, and no numpy), beside a bare ``python -c pass`` and the imports and
+catalog entries a search loads before its work starts.
 
-Prints the median and the best of N runs of ``python -m paraplan --help`` (and of the installed
-``paraplan`` script when it is on PATH), next to a bare ``python -c pass`` for the interpreter's own
-start-up, and the modules imported by ``--help`` that the commands load lazily (numpy, matplotlib,
-the estimator). Usage: ``python benchmarks/cli_startup.py [--runs N]``.
+Prints the least CPU seconds (user + system) and wall seconds of N runs, and the heavy modules ``--help`` imports
+(none expected: the commands load numpy, the estimator, the search and rich when they run;
+tests/cli/test_startup_imports.py). Usage: ``python benchmarks/cli_startup.py [--runs N] [--markdown]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import statistics
+import resource
 import subprocess
 import sys
 import time
 
+from _process_cpu import process_cpu
+from _table import print_table
+
+TARGET_S = 0.2
 HEAVY = (
     "numpy",
     "matplotlib",
+    "rich",
+    "yaml",
+    "pandas",
     "paraplan.step.estimate",
     "paraplan.search.run",
-    "distributed",
-    "pandas",
+)
+# what `paraplan search` imports and reads before it searches (the catalog entries of the README's search)
+SEARCH_START = (
+    "from paraplan.cli.main import main\n"
+    "import paraplan.search.run, paraplan.report.search_view\n"
+    "from paraplan.catalog import load_model, load_system\n"
+    "load_model('gpt3-175b'); load_system('dgx-a100-80gb')"
 )
 
 
-def timed(argv: list[str], runs: int) -> list[float]:
-    out = []
+def python_cpu(code: str, runs: int) -> tuple[float, float]:
+    """(least CPU s, least wall s) of ``python -c CODE``."""
+    best_cpu = best_wall = float("inf")
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        out.append(time.perf_counter() - start)
-    return out
+        subprocess.run([sys.executable, "-c", code], check=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        best_cpu, best_wall = min(best_cpu, cpu), min(best_wall, wall)
+    return best_cpu, best_wall
 
 
-def heavy_modules() -> list[str]:
+def heavy_modules(*args: str) -> list[str]:
     code = (
-        "import sys; sys.argv = ['paraplan', '--help']\n"
-        "from paraplan.cli.main import main\n"
-        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom paraplan.cli.main import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         f"print('HEAVY:', *[m for m in {HEAVY!r} if m in sys.modules])"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("HEAVY:")][-1]
-    return line.split()[1:]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+    )
+    return [x for x in proc.stdout.splitlines() if x.startswith("HEAVY:")][-1].split()[1:]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = parser.parse_args()
-    rows = [
-        ("python -c pass", timed([sys.executable, "-c", "pass"], args.runs)),
-        (
-            "python -m paraplan --help",
-            timed([sys.executable, "-m", "paraplan", "--help"], args.runs),
-        ),
-    ]
-    script = shutil.which("paraplan")
-    if script:
-        rows.append(("paraplan --help", timed([script, "--help"], args.runs)))
-    print(f"{'command':<28} {'median s':>9} {'best s':>8}  ({args.runs} runs)")
-    for name, times in rows:
-        print(f"{name:<28} {statistics.median(times):>9.3f} {min(times):>8.3f}")
-    heavy = heavy_modules()
-    print("heavy modules imported by --help:", ", ".join(heavy) if heavy else "none")
+    rows = []
+    cpu, wall = python_cpu("pass", args.runs)
+    rows.append(("python -c pass", f"{cpu:.3f}", f"{wall:.3f}", "-", "-"))
+    for argv in (["--help"], ["estimate", "--help"]):
+        own, _, wall = process_cpu(argv, args.runs)
+        heavy = heavy_modules(*argv)
+        rows.append(
+            (
+                "paraplan " + " ".join(argv),
+                f"{own:.3f}",
+                f"{wall:.3f}",
+                "yes" if own <= TARGET_S else "no",
+                ", ".join(heavy) or "none",
+            )
+        )
+    cpu, wall = python_cpu(SEARCH_START, args.runs)
+    rows.append(("search's imports + catalog", f"{cpu:.3f}", f"{wall:.3f}", "-", "numpy, ..."))
+    header = ("command", "CPU s (least)", "wall s (least)", f"<= {TARGET_S} s", "heavy modules")
+    print(f"{args.runs} fresh processes each")
+    print_table(header, rows, args.markdown)
 
 
 if __name__ == "__main__":

@@ -118,10 +118,12 @@ def _model(ref) -> ModelSpec:
 
 def even_bounds(model: ModelSpec, pp: int) -> list[int]:
     """Even split of the transformer layers (the extra ones to the middle stages first, the uniform rule of
-    schedule.pipeline.layers_on_stage), embedding on the first stage, head on the last."""
-    from paraplan.step.pipeline import layers_on_stage
+    PlanSpec.split), embedding on the first stage, head on the last."""
+    from paraplan.specs.plan import PlanSpec
+    from paraplan.specs.split import stage_layer_counts
 
-    layers = [int(layers_on_stage(model.total_layers, pp, i)) for i in range(pp)]
+    plan = PlanSpec(pp=pp, gpus=pp, global_batch=pp, seq_length=2048)  # the split reads pp alone
+    layers = stage_layer_counts(plan.split(model.total_layers))
     bounds = [0]
     for i, n in enumerate(layers):
         bounds.append(bounds[-1] + n + (1 if i == 0 else 0) + (1 if i == pp - 1 else 0))

@@ -27,7 +27,7 @@ import sys
 from _table import print_table
 
 from paraplan.step.per_stage import common_of, model_blocks, stage_cost, stage_settings
-from paraplan.step.pipeline import bubble_from_work_s
+from paraplan.step.schedules import bubble_from_work_s
 from paraplan.specs.stage_plan import stage_block_ranges
 from paraplan.validate.hetero import load_hetero_cases
 
@@ -140,7 +140,7 @@ def one_f_one_b_makespan(
 
 
 def composed(forward_s: list[float], backward_s: list[float], microbatches: int) -> float:
-    """The composition's pipeline time: m·max W + the bubble of schedule.pipeline.bubble_from_work_s (1F1B, v = 1)."""
+    """The composition's pipeline time: m·max W + the bubble of step.schedules.bubble_from_work_s (1F1B, v = 1)."""
     work = [f + b for f, b in zip(forward_s, backward_s)]
     return microbatches * max(work) + bubble_from_work_s(sum(work), max(work), 1)
 

@@ -56,12 +56,6 @@ PENDING_LONG_FILES = frozenset(
         "report/plots.py",
         "report/render.py",
         "report/search_view.py",
-        "search/bounds/blocks.py",
-        "search/bounds/expert_floors.py",
-        "search/run.py",
-        "search/space.py",
-        "search/table.py",
-        "step/compose.py",
         "sweep/run.py",
     )
 )
@@ -77,10 +71,6 @@ PENDING_LONG_FUNCTIONS = frozenset(
         "importers/amped.py:convert",
         "importers/calculon.py:convert_system",
         "report/plots.py:plot_strong_scaling",
-        "search/bounds/blocks.py:_work_entries",
-        "search/run.py:_branch_and_bound",
-        "search/table.py:__init__",
-        "step/compose.py:tail_terms",
         "sweep/run.py:_run_point",
     )
 )

@@ -21,8 +21,9 @@ from paraplan.graph.transformer import (
     embedding_weight_params,
     layer_weight_params,
 )
-from paraplan.step.pipeline import bubble_from_work_s
+from paraplan.step.schedules import bubble_from_work_s
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.split import stage_layer_counts
 from paraplan.specs.system import SystemSpec
 
 A100 = load_system("dgx-a100-80gb")
@@ -327,20 +328,6 @@ def test_state_bytes_per_param():
     assert (s.weights, s.gradients, s.optimizer) == (4.0, 4.0, 8.0)  # 16 B
 
 
-@pytest.mark.parametrize(
-    "zero, expected",
-    [
-        (0, (2e9, 4e9, 12e9)),
-        (1, (2e9, 4e9, 12e9 / 8)),
-        (2, (2e9, 4e9 / 8, 12e9 / 8)),
-        (3, (2e9 / 8, 4e9 / 8, 12e9 / 8)),
-    ],
-)
-def test_sharded_state_bytes(zero, expected):
-    s = memory.sharded_state_bytes(1e9, "bf16", zero, 8)
-    assert (s.weights, s.gradients, s.optimizer) == tuple(approx(x) for x in expected)
-
-
 def _gpt3_shape(sp: bool) -> LayerShape:
     return LayerShape(
         tp=8,
@@ -424,29 +411,8 @@ def test_activations_fp8_keep_gemm_inputs_in_one_byte():
     )
 
 
-def test_in_flight_1f1b():
-    # min(pp - stage, m)
-    assert memory.in_flight_microbatches("1f1b", 4, 1, 8, 0) == 4.0
-    assert memory.in_flight_microbatches("1f1b", 4, 1, 8, 3) == 1.0
-    assert memory.in_flight_microbatches("1f1b", 4, 1, 2, 0) == 2.0
-
-
-def test_in_flight_interleaved():
-    # stage 0: pp*(1 + (pp-1)/(pp*vpp)); pp=4, vpp=2: 4 * (1 + 3/8) = 5.5
-    assert memory.in_flight_microbatches("interleaved", 4, 2, 8, 0) == approx(5.5)
-    # pp=8, vpp=3: 8 * (1 + 7/24) = 31/3
-    assert memory.in_flight_microbatches("interleaved", 8, 3, 16, 0) == approx(31 / 3)
-    # last stage, pp=4, vpp=2: (2*0 + 1*4 + 1) chunks / 2 = 2.5
-    assert memory.in_flight_microbatches("interleaved", 4, 2, 8, 3) == approx(2.5)
-
-
-def test_in_flight_gpipe():
-    assert memory.in_flight_microbatches("gpipe", 4, 1, 8, 0) == 8.0
-    assert memory.in_flight_microbatches("gpipe", 4, 1, 8, 3) == 8.0
-
-
 # ---------------------------------------------------------------------------------------------
-# schedule/pipeline.py
+# step/schedules.py: the bubble from the stages' work (the schedules' entries: test_schedules.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -552,9 +518,13 @@ def test_model_flops_per_token_llama_gqa():
     assert flops.model_flops_per_token(LLAMA3_8B, 8192) == approx(6.0 * n + 6 * 32 * 8193 * 4096)
 
 
-def test_layers_on_stage_uneven_split():
-    from paraplan.step.pipeline import layers_on_stage
+def layers_on_stage(layers: int, pp: int, stage: int) -> int:
+    """Decoder layers on stage ``stage`` under the default split (PlanSpec.split, specs/split.py)."""
+    plan = PlanSpec(pp=pp, gpus=pp, global_batch=64, seq_length=2048)
+    return stage_layer_counts(plan.split(layers))[stage]
 
+
+def test_layers_on_stage_uneven_split():
     # Llama 3 405B: 126 layers on 16 stages: 7 each (112) + 14 extra -> stages 1..14 get 8
     counts = [int(layers_on_stage(126, 16, i)) for i in range(16)]
     assert counts == [7] + [8] * 14 + [7]

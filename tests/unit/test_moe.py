@@ -16,7 +16,6 @@ from paraplan.cost.flops import model_flops_per_token
 from paraplan.cost.flops import moe_model_flops_per_token
 from paraplan.cost.moe import (
     expected_groups_hit,
-    expert_params_per_gpu,
     expert_span,
     moe_collective_time_s,
 )
@@ -260,7 +259,6 @@ def test_moe_layer_expert_gemms_by_hand():
     )
     assert ops["router"].fwd_flops == 2 * 4096 * 128 * 2048
     assert g.expert_weight_params == 16 * 3 * 2048 * 768
-    assert expert_params_per_gpu(m, 48, 8, 1) == 48 * g.expert_weight_params
     names = [c.name for c in g.collectives]
     assert names == ["ep_dispatch_all_to_all", "ep_combine_all_to_all"]
     assert g.collectives[0].bytes == 2 * 2048 * 4096 * 8  # the top-8 copies of every token
@@ -326,10 +324,17 @@ def test_plan_knobs():
 
 
 def test_expert_state_is_sharded_over_the_expert_data_parallel_group():
-    from paraplan.cost.moe import expert_state_bytes
+    """The experts' gradient group (whose size ZeRO shards their state over, step.stage_memory) is the
+    expert-data-parallel group: edp = tp·cp·dp/(ep·etp) = 16/8 = 2 ranks."""
+    from paraplan.step.estimate import step_inputs
+    from paraplan.specs.plan import PlanSpec
 
-    state = expert_state_bytes(1e9, "bf16", 1, expert_data_parallel(tp=1, cp=1, dp=16, ep=8, etp=1))
-    assert (state.weights, state.gradients, state.optimizer) == (2e9, 4e9, 12e9 / 2)
+    plan = PlanSpec(gpus=16, ep=8, zero=1, global_batch=64, seq_length=4096)
+    groups = step_inputs(
+        load_model("qwen3-30b-a3b"), load_system("dgx-h100-80gb"), plan
+    ).gradient_groups
+    assert groups["expert"].size == expert_data_parallel(tp=1, cp=1, dp=16, ep=8, etp=1) == 2
+    assert groups["dense"].size == 16
 
 
 def test_grouped_gemm_pays_fixed_costs_per_four_experts():

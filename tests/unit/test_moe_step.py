@@ -109,7 +109,7 @@ def test_search_accepts_moe_models_with_their_expert_axes():
 
 
 def test_split_backward_schedules():
-    from paraplan.step.zero_bubble import dualpipe_bubble_s
+    from paraplan.step.schedules import dualpipe_bubble_s
     from paraplan.step.compose import compose_step, stage_work
 
     p = dict(gpus=64, pp=8, ep=8, global_batch=512, seq_length=4096, zero=1)

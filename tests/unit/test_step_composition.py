@@ -1,9 +1,12 @@
-"""Hand-worked cases of the step composition (schedule/step.py): every number below is computed
+"""Hand-worked cases of the step composition (step/compose.py, step/tail.py, step/stage_memory.py): every number below is computed
 by hand in the comment beside it, so a wrong factor in the pipeline, the overlap windows, the
 ZeRO tail or the per-stage memory fails here."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from pytest import approx
 
 from paraplan.cost.comm import LinearCollective
@@ -225,3 +228,32 @@ def test_absent_stage_entries_do_not_count():
     absent = Stage(1, 0, ((dec, 100),), 0.0)
     out = compose_step(inputs([present, absent], pp=1, microbatches=2))
     assert out["step_time_s"] == approx(2 * 8.0)
+
+
+@pytest.mark.parametrize(
+    "zero, expected",
+    [  # (weights, gradients, optimizer state) bytes: dense over 8 ranks + experts over 2
+        (0, (2e9 + 2e9, 4e9 + 4e9, 12e9 + 12e9)),
+        (1, (2e9 + 2e9, 4e9 + 4e9, 1.5e9 + 6e9)),
+        (2, (2e9 + 2e9, 0.5e9 + 2e9, 1.5e9 + 6e9)),
+        (3, (0.25e9 + 1e9, 0.5e9 + 2e9, 1.5e9 + 6e9)),
+    ],
+)
+def test_zero_shards_the_state_over_each_gradient_group(zero, expected):
+    """ZeRO §5 with 2 + 4 + 12 B per parameter: stage 1 shards the optimizer state over the group,
+    2 also the gradients, 3 also the weights; 1e9 dense parameters over 8 ranks and 1e9 expert
+    parameters over their own group of 2 (the expert-data-parallel group)."""
+    dense = block("decoder", terms(), params=1e9)
+    experts = BlockCost("experts", terms(), 1e9, 0.0, 0.0, 0.0, gradient_group="expert")
+    inp = inputs(
+        [Stage(0, 1, ((dense, 1), (experts, 1)), 0.0)],
+        pp=1,
+        microbatches=1,
+        group=GradientGroup(8, NO_COLLECTIVE, NO_COLLECTIVE, NO_COLLECTIVE),
+        zero=zero,
+    )
+    expert_group = GradientGroup(2, NO_COLLECTIVE, NO_COLLECTIVE, NO_COLLECTIVE)
+    inp = replace(inp, gradient_groups=inp.gradient_groups | {"expert": expert_group})
+    out = stage_memory_terms(inp, inp.stages[0], 0)
+    got = (out["weights_bytes"], out["gradients_bytes"], out["optimizer_bytes"])
+    assert got == tuple(approx(x) for x in expected)

@@ -15,7 +15,6 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from paraplan.io.documents import parse_document, read_document
 from paraplan.specs.errors import InputError, UnknownNameError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -24,8 +23,16 @@ Spec = TypeVar("Spec", ModelSpec, SystemSpec)
 
 
 def _names(kind: str) -> list[str]:
+    return list(_catalog_names(kind))
+
+
+@lru_cache(maxsize=None)
+def _catalog_names(kind: str) -> tuple[str, ...]:
+    """The entries of a catalog folder (the package's files: listed once per process)."""
     folder = resources.files("paraplan.catalog") / kind
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return tuple(
+        sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    )
 
 
 def model_names() -> list[str]:
@@ -63,11 +70,22 @@ def _unknown(kind: str, field: str, name: str, known: list[str]) -> UnknownNameE
 
 @lru_cache(maxsize=None)
 def _read_entry(kind: str, name: str) -> dict:
+    from paraplan.io.documents import parse_document  # here: listing names needs no YAML parser
+
     text = (resources.files("paraplan.catalog") / kind / f"{name}.yaml").read_text(encoding="utf-8")
     return parse_document(text, repr(f"{kind}/{name}.yaml"), kind, as_json=False)
 
 
+@lru_cache(maxsize=None)
+def _catalog_spec(schema: type[Spec], kind: str, name: str, field: str) -> Spec:
+    """A catalog entry validated once per process (the specs are frozen: one instance serves every caller; an
+    estimate through the API by names no longer validates the model and the system again each time)."""
+    return validate_spec(schema, _read_entry(kind, name), field)
+
+
 def _read_file(path: Path | str, field: str) -> dict:
+    from paraplan.io.documents import read_document
+
     data = read_document(path, field)
     if not isinstance(data, dict):
         label = "standard input" if str(path) == "-" else repr(str(path))
@@ -177,8 +195,8 @@ def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
         return ref
     if isinstance(ref, str):
         path = Path(ref)
-        if ref in model_names():
-            data = _read_entry("models", ref)
+        if ref in _catalog_names("models"):
+            return _catalog_spec(ModelSpec, "models", ref, field)
         elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
             source = _model_path(ref)
             data = _read_file(source, field)
@@ -201,6 +219,8 @@ def load_system(ref: str | dict | SystemSpec, field: str = "system") -> SystemSp
     """A catalog name, a path to a YAML/JSON system file, or a dict."""
     if isinstance(ref, SystemSpec):
         return ref
+    if isinstance(ref, str) and ref in _catalog_names("systems"):
+        return _catalog_spec(SystemSpec, "systems", ref, field)
     return validate_spec(SystemSpec, _entry_data("systems", "system", ref, field), field)
 
 

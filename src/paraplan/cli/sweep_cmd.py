@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from paraplan.cli.app import (
     Attention,
@@ -175,6 +174,8 @@ def sweep(
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
+    from rich.console import Console  # here: `paraplan --help` does not load rich
+
     stderr = Console(stderr=True)
     bar = Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal)
     task = bar.add_task("sweep", total=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -13,8 +13,10 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
-from paraplan.report.render import SimpleTable, simple_table
 from paraplan.specs.errors import InputError
+
+if TYPE_CHECKING:
+    from paraplan.report.render import SimpleTable
 
 _METRIC_LABELS = {
     "step_time_s": "step time (s)",
@@ -22,6 +24,15 @@ _METRIC_LABELS = {
     "activations_gib": "activations (GiB)",
     "peak_memory_gib": "peak (GiB)",
 }
+
+
+def _simple_table(*args, **kwargs) -> SimpleTable:
+    """report.render.simple_table, imported when a table is drawn (`paraplan --help` stays light)."""
+    from paraplan.report.render import simple_table
+
+    return simple_table(*args, **kwargs)
+
+
 _LAYERS_MARK = " †"
 _LAYERS_NOTE = (
     "† transformer layers of stage 0 only (Korthikanti et al. 2022 Figure 1 scope; "
@@ -30,7 +41,7 @@ _LAYERS_NOTE = (
 
 
 def _validation_table(report: dict) -> SimpleTable:
-    table = simple_table(
+    table = _simple_table(
         "Predicted vs measured",
         "case",
         "metric",
@@ -59,7 +70,7 @@ def _validation_table(report: dict) -> SimpleTable:
 
 
 def _summary_table(summary: dict) -> SimpleTable:
-    table = simple_table("Summary", "metric", "cases", "MAPE %")
+    table = _simple_table("Summary", "metric", "cases", "MAPE %")
     for metric, label in _METRIC_LABELS.items():
         if summary.get(f"{metric}_cases"):
             table.add_row(
@@ -94,7 +105,7 @@ def _summary_table(summary: dict) -> SimpleTable:
 
 def _group_table(groups: dict) -> SimpleTable:
     """Per group of heterogeneous cases: our step-time MAPE beside the reference tool's, and OOM trials."""
-    table = simple_table(
+    table = _simple_table(
         "By group",
         "group",
         "timed cases",
@@ -126,7 +137,7 @@ def _group_table(groups: dict) -> SimpleTable:
 
 
 def _cv_table(cv: dict) -> SimpleTable:
-    table = simple_table(
+    table = _simple_table(
         "Leave-one-group-out cross-validation (step time)",
         "held-out group",
         "cases",

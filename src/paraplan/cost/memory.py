@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from paraplan.graph.transformer import LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
@@ -60,16 +59,6 @@ def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
     each, are neglected), as is delayed-scaling state (1024-entry fp32 amax history per tensor,
     3 tensors per GEMM: 12 KiB per GEMM)."""
     return 2.0 if dtype == "fp8" and cached_copies else 0.0
-
-
-def sharded_state_bytes(params: float, dtype: str, zero: int, dp: int) -> StateBytes:
-    """Bytes of weights / gradients / optimizer state on one GPU holding ``params`` under ZeRO stage ``zero``."""
-    per = state_bytes_per_param(dtype)
-    return StateBytes(
-        weights=params * per.weights / (dp if zero >= 3 else 1),
-        gradients=params * per.gradients / (dp if zero >= 2 else 1),
-        optimizer=params * per.optimizer / (dp if zero >= 1 else 1),
-    )
 
 
 @dataclass(frozen=True)
@@ -175,30 +164,6 @@ def classifier_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     over TP; Dosovitskiy et al. 2021 Eq. 4)."""
     return (
         2 * shape.act_bytes * shape.sp_tokens * model.hidden + 4.0 * shape.micro_batch * model.vocab
-    )
-
-
-def in_flight_chunks(gpipe, interleaved, pp, vpp, microbatches, stage):
-    """Vectorisable core of ``in_flight_microbatches`` (flags and counts as floats or numpy arrays)."""
-    interleaved_count = (
-        np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
-    )
-    one_f_one_b = np.minimum(pp - stage, microbatches)
-    return np.where(gpipe, microbatches, np.where(interleaved, interleaved_count, one_f_one_b))
-
-
-def in_flight_microbatches(
-    schedule: str, pp: int, vpp: int, microbatches: int, stage: int
-) -> float:
-    """Micro-batches (in units of a whole stage's layers) whose activations stage ``stage`` holds at peak.
-
-    gpipe: all m. 1f1b: min(pp - stage, m) (Narayanan et al. 2021, §2.2.1). interleaved: Megatron-LM's
-    warm-up of 2·(pp - stage - 1) + (vpp - 1)·pp + 1 model chunks of 1/vpp stage each, capped at m·vpp;
-    on stage 0 this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.3)."""
-    return float(
-        in_flight_chunks(
-            schedule == "gpipe", schedule == "interleaved" and vpp > 1, pp, vpp, microbatches, stage
-        )
     )
 
 

@@ -17,9 +17,9 @@ from paraplan.cost.comm import (
     hierarchical_all_to_all_time_s,
 )
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_plan import expert_data_parallel
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.moe_model import (
-    expert_params,
     mlp_params,
     shared_width,
 )
@@ -41,12 +41,6 @@ def expected_groups_hit(experts: int, top_k: int, groups: int) -> float:
 
 
 # ---- expert state --------------------------------------------------------------------------
-
-
-def expert_params_per_gpu(m: ModelSpec, moe_layers: int, ep: int, etp: int) -> float:
-    """Routed-expert parameters one GPU holds for ``moe_layers`` MoE layers: L_moe·(E/ep)·P_expert/etp
-    (experts split over EP, each expert's matrices over ETP; Megatron-Core's expert layers)."""
-    return moe_layers * (m.experts / ep) * expert_params(m) / etp
 
 
 def dense_moe_params_per_gpu(m: ModelSpec, moe_layers: int, tp: int) -> float:
@@ -118,16 +112,6 @@ def moe_collective_time_s(
     return collective_time_s(kind, size_bytes, span, system)
 
 
-def expert_state_bytes(expert_params: float, dtype: str, zero: int, edp: int):
-    """Weights / gradients / optimizer bytes of the routed experts on one GPU: the dense rule
-    (cost.memory.sharded_state_bytes, ZeRO §5) with the expert-data-parallel degree edp =
-    tp·cp·dp/(ep·etp) in place of dp (Megatron-Core shards the expert optimizer over the
-    expert-data-parallel group)."""
-    from paraplan.cost.memory import sharded_state_bytes
-
-    return sharded_state_bytes(expert_params, dtype, zero, edp)
-
-
 @lru_cache(
     maxsize=65536
 )  # the dispatch of an expert option repeats across the span pairs and layer knobs of a search
@@ -154,7 +138,7 @@ def expert_dp_span(degrees, system: SystemSpec) -> GroupSpan:
     tp·cp·dp block of a stage (expert rank order etp-ep-edp, Megatron-Core parallel_state); degrees
     without ep/etp (dense plans) give ep = etp = 1."""
     ep, etp = getattr(degrees, "ep", 1), getattr(degrees, "etp", 1)
-    size = max(1, degrees.tp * degrees.cp * degrees.dp // (ep * etp))
+    size = max(1, expert_data_parallel(degrees.tp, degrees.cp, degrees.dp, ep, etp))
     stride = ep * etp
     per_domain = max(1, min(size, system.node.gpus_per_domain // stride))
     return GroupSpan(size, per_domain, math.ceil(size / per_domain))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from paraplan.step.estimate import estimate
-from paraplan.search.run import SearchResult, _finish, _trim, objective_value
+from paraplan.search.result import SearchResult, objective_value, top_plans, trim_pool
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
 
 
@@ -50,7 +50,7 @@ def _exhaustive_part(
                     }
                 )
         if len(pool) > 4 * top_k:
-            pool = _trim(pool, top_k)[0]
+            pool = trim_pool(pool, top_k)[0]
     return pool, evaluated, feasible, n_rows, everything
 
 
@@ -97,7 +97,7 @@ def exhaustive_search(
     evaluated = sum(p[1] for p in parts)
     feasible = sum(p[2] for p in parts)
     n_rows = parts[0][3]
-    plans = _finish(problem, pool, top_k)
+    plans = top_plans(problem, pool, top_k)
     return SearchResult(
         plans=plans,
         candidates=evaluated,

@@ -30,7 +30,16 @@ class GridIndex:
         ]
         self.parts = [grid_parts(problem, *key) for key in self.keys]
         sizes = np.array([len(a) * len(b) * len(o) for a, b, o in self.parts], dtype=np.int64)
-        arrays = [grid_arrays(parts) for parts, size in zip(self.parts, sizes) if size]
+        built: dict[
+            tuple, dict
+        ] = {}  # keys with the same options (most of one pp) share their arrays
+        arrays = []
+        for parts, size in zip(self.parts, sizes):
+            if size:
+                options = (parts[0], tuple(parts[1]), tuple(parts[2]))
+                if options not in built:
+                    built[options] = grid_arrays(parts)
+                arrays.append(built[options])
         self.table = (
             {f: np.concatenate([a[f] for a in arrays]) for f in arrays[0]} if arrays else {}
         )

@@ -24,15 +24,10 @@ import gc
 import heapq
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
-from paraplan.step.estimate import estimate
-from paraplan.specs.plan_label import plan_text
-from paraplan.step.result import Estimate
-from paraplan.step.compose import pipeline_bound_s
 from paraplan.search import ranking
 from paraplan.search.bounds.block_processes import (
     PartOutcome,
@@ -52,120 +47,24 @@ from paraplan.search.bounds.blocks import (
 )
 from paraplan.search.bounds.blocks import blocks as space_blocks
 from paraplan.search.bounds.step_floors import block_step_floor, block_step_floors
-from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
+from paraplan.search.grid_index import GridIndex
+from paraplan.search.result import (
+    RankedPlan,
+    SearchResult,
+    objective_value,
+    scan_result,
+    trim_pool,
+)
+from paraplan.search.scan import Scan
 from paraplan.search.space import SearchProblem, plan_of
-from paraplan.search.table import RowTable, feasible_columns
-from paraplan.specs.plan import PlanSpec
-from paraplan.units import GiB
+from paraplan.search.table import RowTable
+from paraplan.step.compose import pipeline_bound_s
+
+# the result types (search.result) and the scan (search.scan), named here too
+__all__ = ["RankedPlan", "SearchResult", "objective_value", "search"]
+_Scan = Scan
 
 CHUNK_CANDIDATES = 150_000
-
-
-@dataclass(frozen=True)
-class RankedPlan:
-    """One plan of the result, with the estimate that ranked it."""
-
-    rank: int
-    plan: PlanSpec
-    estimate: Estimate
-    objective: float
-    key: tuple[int, int]  # (row, grid index) in canonical order
-    equivalents: tuple[
-        PlanSpec, ...
-    ] = ()  # same objective, step time and memory (search.ranking groups)
-
-    def __repr__(self) -> str:
-
-        more = f" (+{len(self.equivalents)} equivalent)" if self.equivalents else ""
-        return (
-            f"<RankedPlan #{self.rank} {plan_text(self.plan)}{more}: step {self.estimate.step_time_s:.4g} s, "
-            f"objective {self.objective:.4g}>"
-        )
-
-    def to_dict(self) -> dict:
-        e = self.estimate
-        return {
-            "rank": self.rank,
-            "plan": self.plan.model_dump(),
-            "equivalent_plans": [p.model_dump() for p in self.equivalents],
-            "step_time_s": e.step_time_s,
-            "tokens_per_s": e.tokens_per_s,
-            "mfu": e.mfu,
-            "peak_memory_gib": e.peak_stage.peak_bytes / GiB,
-            "objective": self.objective,
-            "breakdown": e.to_dict()["breakdown"],
-        }
-
-
-@dataclass
-class SearchResult:
-    plans: list[RankedPlan]
-    candidates: int  # size of the canonical space
-    evaluated: int
-    feasible: int  # feasible among the evaluated
-    seconds: float
-    rows: int
-    rows_evaluated: int
-    nearest_miss: dict | None = None  # smallest memory overflow when nothing fits
-    robust_exact: bool | None = (
-        None  # objective robust: the top K is exact w.r.t. the bands (search.robust)
-    )
-    faster_infeasible: list[dict] = field(default_factory=list)  # better objective, did not fit
-    all_feasible: list[dict] | None = None
-
-    def to_dict(self) -> dict:
-        return {
-            "plans": [p.to_dict() for p in self.plans],
-            "candidates": self.candidates,
-            "evaluated": self.evaluated,
-            "feasible": self.feasible,
-            "seconds": self.seconds,
-            "rows": self.rows,
-            "rows_evaluated": self.rows_evaluated,
-            "nearest_miss": self.nearest_miss,
-        }
-
-
-def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, peak_flops):
-    """Smaller is better. time: seconds per token (= step time ranking at a fixed batch); cost:
-    dollars per token at the price; mfu: minus the model FLOPs utilisation; robust: seconds per
-    token, which search.robust then scales by each returned plan's pessimistic band factor."""
-    if problem.objective == "cost":
-        price = problem.price_per_gpu_hour if problem.price_per_gpu_hour is not None else 1.0
-        return step_time_s / tokens * problem.gpus * price / 3600.0
-    if problem.objective == "mfu":
-        return -(model_flops / (step_time_s * problem.gpus * peak_flops))
-    return step_time_s / tokens
-
-
-def _finish(problem, pool, k) -> list[RankedPlan]:
-    """The top K groups of the pool's (objective, row, grid, row, option, step, peak) items."""
-    candidates = [
-        ranking.Candidate(obj, step, peak, plan_of(problem, row, option), (r, g))
-        for obj, r, g, row, option, step, peak in pool
-    ]
-    out = []
-    for rank, group in enumerate(ranking.top_groups(candidates, k), start=1):
-        best = group[0]
-        out.append(
-            RankedPlan(
-                rank,
-                best.plan,
-                estimate(problem.model, problem.system, best.plan),
-                best.objective,
-                best.key,
-                tuple(c.plan for c in group[1:]),
-            )
-        )
-    return out
-
-
-def _trim(pool: list[tuple], k: int) -> tuple[list[tuple], float]:
-    """Pool items (objective, row, grid, step, peak, ...) up to the K-th group's objective, and that objective."""
-    threshold = ranking.kth_group_objective(
-        [p[0] for p in pool], [p[3] for p in pool], [p[4] for p in pool], k
-    )
-    return [p for p in pool if ranking.within(p[0], threshold)], threshold
 
 
 def search(
@@ -232,10 +131,10 @@ def _search(
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     tokens_row = table.columns["global_batch"].astype(float) * problem.seq_length
-    scan = _Scan(problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all)
+    scan = Scan(problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all)
     scan_all = collect_all or feasible_sink is not None
     rows_done = _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
-    result = _result(problem, scan, top_k, space, table.size, rows_done, start)
+    result = scan_result(problem, scan, top_k, space, table.size, rows_done, start)
     everything = scan.everything
     if everything is not None:
         for item in everything:
@@ -295,44 +194,6 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
     return rows_done
 
 
-def _result(problem, scan, top_k, space, rows, rows_done, start) -> SearchResult:
-    """The SearchResult of a finished scan: the top K groups, the nearest miss when nothing fits, and
-    the faster plans that did not fit (rows and options as the scan resolved them)."""
-    at = scan.resolve
-    pool = [(obj, r, g, *at(r, g), st, pk) for obj, r, g, st, pk in _trim(scan.pool, top_k)[0]]
-    plans = _finish(problem, pool, top_k)
-    result = SearchResult(
-        plans=plans,
-        candidates=space,
-        evaluated=scan.evaluated,
-        feasible=scan.feasible,
-        seconds=time.perf_counter() - start,
-        rows=rows,
-        rows_evaluated=rows_done,
-    )
-    if not plans and scan.nearest is not None:
-        over, r, g, peak = scan.nearest
-        plan = plan_of(problem, *at(r, g))
-        result.nearest_miss = {
-            "plan": plan.model_dump(),
-            "peak_memory_gib": peak / GiB,
-            "capacity_gib": scan.capacity / GiB,
-            "overflow_gib": over / GiB,
-        }
-    if plans:  # faster than the winner but over the memory capacity: the three smallest overflows
-        best = plans[0].objective
-        faster = sorted(
-            (f for f in scan.faster if f[0] < best), key=lambda item: (item[3], item[1], item[2])
-        )
-        for obj, r, g, peak in faster[:3]:
-            if obj < best:
-                plan = plan_of(problem, *at(r, g))
-                result.faster_infeasible.append(
-                    {"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB}
-                )
-    return result
-
-
 @contextmanager
 def _cyclic_gc_paused():
     """Python's cyclic garbage collector off for a search, back on after: the cost caches hold millions of
@@ -355,6 +216,8 @@ def _cyclic_gc_paused():
 
 # spaces with more rows than this are searched block by block (search.blocks): one row table of the
 # whole space would not fit in memory (DeepSeek-V3 on 2,048 GPUs: 22 M rows)
+
+
 BLOCK_ROWS = 1_000_000
 # with more (tp, cp, micro-batch) than this, ``workers`` > 1 splits a block-by-block search over processes
 # (search.block_processes; each key's first bound ~0.5 ms on DeepSeek-V3: below a few hundred, forking costs more)
@@ -399,7 +262,7 @@ def _search_blocks(
         )
     else:
         outcomes = [_branch_and_bound(problem, top_k, parts, progress)]
-    scan = _Scan(problem, None, top_k, None, 0.0, 0.0, False)
+    scan = Scan(problem, None, top_k, None, 0.0, 0.0, False)
     scan.resolved = {}
     for outcome in outcomes:
         scan.pool += outcome.pool
@@ -412,7 +275,7 @@ def _search_blocks(
         ):
             scan.nearest = outcome.nearest
     rows = parts[-1].offset + parts[-1].rows if parts else 0
-    return _result(
+    return scan_result(
         problem,
         scan,
         top_k,
@@ -440,54 +303,19 @@ def _branch_and_bound(
     when another process has finished its own blocks, and this process, once finished, searches the blocks the others
     hand over (``every``: all the search's blocks; PartView.help_until_done) while its bound can still enter the top K:
     the pools are merged, so the top K is the same whoever searches a block."""
-    peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
-    flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
-    # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors); the
-    # exact layer floors of a (tp, cp, micro-batch) are computed when one of its blocks reaches the front
-    steps = first_bound_levels(problem, parts) + refinements(problem)
-    cheap = steps[0] == EXACT
-    first: dict[tuple, object] = {}
-    for i, b in enumerate(parts):
-        key = (b.tp, b.cp, b.micro_batch)
-        if key not in first:
-            first[key] = layer_floors(problem, *key, cheap=cheap)
-        if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
-            progress(i + 1, len(parts), "block bounds")
-    tokens = np.array([float(b.global_batch * problem.seq_length) for b in parts])
-    first_s = block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)])
-    bounds = objective_value(problem, first_s, tokens, flops_per_token * tokens, peak_flops)
-    scan = _Scan(problem, None, top_k, None, flops_per_token, peak_flops, False)
+    queue = _BlockQueue(problem, parts, progress)
+    scan = Scan(problem, None, top_k, None, queue.flops_per_token, queue.peak_flops, False)
     scan.shared = shared
     rows_done = done = 0
-    # best bound first; a block's bound is refined (the exact layer floors after cheap ones, then
-    # search.blocks.refined_bound: the recomputation memory forces, then the exposed TP / CP communication and
-    # recomputation of the expert-free block kinds, then of every kind) when it reaches the front, and the block goes
-    # back in line; a block whose last refinement reaches the front is searched
-    floors: dict[tuple, object] = {} if cheap else first
-    # each block's block_step_floor at floors[key], what refined_bound starts from (the first bounds' when they are
-    # the exact floors: block_step_floors gives the same bits)
-    own_s: dict[int, float] = {} if cheap else dict(enumerate(first_s.tolist()))
-    heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
-    heapq.heapify(heap)
-    work: dict[tuple, object] = {}
-    while heap:
-        bound, i, level = heapq.heappop(heap)
+    while queue.heap:
+        bound, i, level = heapq.heappop(queue.heap)
         scan.refresh()  # in processes, the least threshold any of them has reached
         if not ranking.within(bound, scan.threshold):
             break
-        b = parts[i]
-        if level < len(steps):
-            key = (b.tp, b.cp, b.micro_batch)
-            if steps[level] == EXACT:
-                if key not in floors:
-                    floors[key] = layer_floors(problem, *key)
-                step = own_s[i] = block_step_floor(problem, b, floors[key])
-            else:
-                step = refined_bound(problem, b, floors[key], work, steps[level], own_s[i])
-            tokens = float(b.global_batch * problem.seq_length)
-            better = objective_value(problem, step, tokens, flops_per_token * tokens, peak_flops)
-            heapq.heappush(heap, (max(bound, float(better)), i, level + 1))
+        if level < len(queue.steps):
+            queue.refine(bound, i, level)
             continue
+        b = parts[i]
         if shared is not None and shared.hand_over(
             b.offset, bound
         ):  # another process has finished its own
@@ -497,16 +325,83 @@ def _branch_and_bound(
         if progress is not None:
             progress(done, len(parts), "blocks")
     if shared is not None:
-        by_offset = {b.offset: b for b in every or parts}
+        rows_done += _search_handed_over(problem, scan, shared, every or parts)
+    return _part_outcome(scan, top_k, rows_done)
 
-        def search_handed(offset: int, bound: float) -> None:
-            nonlocal rows_done
-            scan.refresh()
-            if ranking.within(bound, scan.threshold):
-                rows_done += _search_block(problem, by_offset[offset], scan)
 
-        shared.help_until_done(search_handed)
-    pool = _trim(scan.pool, top_k)[0] if scan.pool else []
+class _BlockQueue:
+    """The blocks in bound order (a heap of (bound, block, level)): each block's first bound, raised a level at a
+    time when it reaches the front (``refine``: the exact layer floors after cheap ones, then search.blocks.refined_bound:
+    the recomputation memory forces, then the exposed TP / CP communication and recomputation of the expert-free block
+    kinds, then of every kind), and the block goes back in line; a block whose last refinement reaches the front is
+    searched."""
+
+    def __init__(self, problem: SearchProblem, parts: list, progress=None):
+        self.problem, self.parts = problem, parts
+        self.peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+        self.flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
+        # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors);
+        # the exact layer floors of a (tp, cp, micro-batch) are computed when one of its blocks reaches the front
+        self.steps = first_bound_levels(problem, parts) + refinements(problem)
+        cheap = self.steps[0] == EXACT
+        first: dict[tuple, object] = {}
+        for i, b in enumerate(parts):
+            key = (b.tp, b.cp, b.micro_batch)
+            if key not in first:
+                first[key] = layer_floors(problem, *key, cheap=cheap)
+            if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
+                progress(i + 1, len(parts), "block bounds")
+        tokens = np.array([float(b.global_batch * problem.seq_length) for b in parts])
+        first_s = block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)])
+        bounds = self._objective(first_s, tokens)
+        self.floors: dict[tuple, object] = {} if cheap else first
+        # each block's block_step_floor at floors[key], what refined_bound starts from (the first bounds' when they
+        # are the exact floors: block_step_floors gives the same bits)
+        self.own_s: dict[int, float] = {} if cheap else dict(enumerate(first_s.tolist()))
+        self.work: dict[tuple, object] = {}
+        self.heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
+        heapq.heapify(self.heap)
+
+    def _objective(self, step_s, tokens):
+        return objective_value(
+            self.problem, step_s, tokens, self.flops_per_token * tokens, self.peak_flops
+        )
+
+    def refine(self, bound: float, i: int, level: int) -> None:
+        """Raise block i's bound to its next level and put it back in line."""
+        problem, b = self.problem, self.parts[i]
+        key = (b.tp, b.cp, b.micro_batch)
+        if self.steps[level] == EXACT:
+            if key not in self.floors:
+                self.floors[key] = layer_floors(problem, *key)
+            step = self.own_s[i] = block_step_floor(problem, b, self.floors[key])
+        else:
+            step = refined_bound(
+                problem, b, self.floors[key], self.work, self.steps[level], self.own_s[i]
+            )
+        better = self._objective(step, float(b.global_batch * problem.seq_length))
+        heapq.heappush(self.heap, (max(bound, float(better)), i, level + 1))
+
+
+def _search_handed_over(problem: SearchProblem, scan: Scan, shared, every: list) -> int:
+    """In processes, once this one's blocks are done: search the blocks the others hand over (PartView.help_until_done)
+    while their bound can still enter the top K; the rows scanned."""
+    by_offset = {b.offset: b for b in every}
+    rows_done = 0
+
+    def search_handed(offset: int, bound: float) -> None:
+        nonlocal rows_done
+        scan.refresh()
+        if ranking.within(bound, scan.threshold):
+            rows_done += _search_block(problem, by_offset[offset], scan)
+
+    shared.help_until_done(search_handed)
+    return rows_done
+
+
+def _part_outcome(scan: Scan, top_k: int, rows_done: int) -> PartOutcome:
+    """A finished scan's top K, misses and counters, with the rows and options they name resolved."""
+    pool = trim_pool(scan.pool, top_k)[0] if scan.pool else []
     named = [(r, g) for _, r, g, *_ in pool + scan.faster] + (
         [scan.nearest[1:3]] if scan.nearest is not None else []
     )
@@ -521,7 +416,7 @@ def _branch_and_bound(
     )
 
 
-def _search_block(problem: SearchProblem, block, scan: "_Scan") -> int:
+def _search_block(problem: SearchProblem, block, scan: Scan) -> int:
     """Scan the block's row table into ``scan`` (its rows numbered canonically); in processes, offer this process's best
     groups with the others' (PartView.offer_groups: their K-th together is at most this scan's own threshold). The
     rows scanned."""
@@ -533,7 +428,7 @@ def _search_block(problem: SearchProblem, block, scan: "_Scan") -> int:
     return rows
 
 
-def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
+def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: Scan):
     """Groups in increasing bound order, in batches of about CHUNK_CANDIDATES // 8 candidates, while
     their bound can still enter the top K (``scan.threshold`` tightens between batches)."""
     order = np.lexsort((np.arange(len(bound)), bound))
@@ -555,142 +450,3 @@ def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: "_Scan"):
         batch = batch[ranking.within(bound[batch], scan.threshold)]
         position = stop
         yield batch
-
-
-class _Scan:
-    """The fast path's running state: the pool of best candidates, the K-th group's objective
-    (``threshold``), counters, the nearest memory misses, and every feasible plan on request."""
-
-    def __init__(self, problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all):
-        self.problem, self.table, self.top_k = problem, table, top_k
-        self.tokens_row, self.flops_per_token, self.peak_flops = (
-            tokens_row,
-            flops_per_token,
-            peak_flops,
-        )
-        self.capacity = problem.system.accelerator.hbm_capacity
-        self.host_capacity = problem.system.accelerator.host_memory or np.inf
-        self.pool: list[tuple] = []
-        self.threshold = np.inf
-        self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)
-        self.shared = None  # in a split search, this process's search.block_processes.PartView
-        self.evaluated = self.feasible = 0
-        self.nearest = None  # (overflow_bytes, row, option, peak)
-        self.faster: list[tuple] = []
-        self.everything: list[dict] | None = [] if collect_all else None
-        self.options: GridIndex | None = None
-        self.offset = 0  # canonical number of the table's first row (search block by block)
-        self.resolved: dict[tuple[int, int], tuple] | None = (
-            None  # (row, option) -> (Row, grid tuple), by block
-        )
-
-    def refresh(self) -> None:
-        """In a split search, lower the ceiling and the threshold to the least threshold any process has published
-        since (admissible: search.block_processes), between batches of a scan: a process whose first block scan runs
-        beside another's stops evaluating once the other has found a better K-th group."""
-        if self.shared is not None:
-            self.ceiling = min(self.ceiling, self.shared.get())
-            self.threshold = min(self.threshold, self.ceiling)
-
-    def use(self, table: RowTable, offset: int) -> None:
-        """Go on with another block's row table, whose rows are canonical rows offset, offset + 1, ...:
-        the rows and options the pool and the misses name are resolved as they enter them."""
-        self.table, self.offset = table, offset
-        self.tokens_row = table.columns["global_batch"].astype(float) * self.problem.seq_length
-        if self.resolved is None:
-            self.resolved = {}
-        # a miss at or above the threshold cannot beat the winner (<= threshold): the result never shows it
-        self.faster = [f for f in self.faster if f[0] < self.threshold]
-
-    def resolve(self, r: int, g: int) -> tuple:
-        """(Row, grid option) of canonical row r, option g."""
-        if self.resolved is not None:
-            return self.resolved[(r, g)]
-        return self.table.row(r), self.options.option(r, g)
-
-    def _keep(self, items: list[tuple]) -> list[tuple]:
-        """Pool / miss items with table rows made canonical (and resolved, block by block)."""
-        if self.resolved is None:
-            return items
-        out = []
-        for item in items:
-            r, g = item[1], item[2]
-            self.resolved[(r + self.offset, g)] = (self.table.row(r), self.options.option(r, g))
-            out.append((item[0], r + self.offset, *item[2:]))
-        return out
-
-    def evaluate(
-        self, options: "GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink
-    ) -> None:
-        """Step time and memory of every candidate of the option groups (rows[i], options from
-        starts[i]), in ``_expand`` order; the pool and threshold updated."""
-        if not len(rows):
-            return
-        self.options = options
-        index, grid_index = expand(rows, starts, options.group_size[rows])
-        step, peak, host = evaluate_groups(self.table, options, rows, starts)
-        tokens = self.tokens_row[index]
-        obj = objective_value(
-            self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops
-        )
-        fits = (peak <= self.capacity) & (host <= self.host_capacity)
-        self.evaluated += len(index)
-        self.feasible += int(fits.sum())
-        if self.everything is not None:
-            for i in np.flatnonzero(fits):
-                self.everything.append(
-                    {
-                        "row": int(index[i]),
-                        "grid": int(grid_index[i]),
-                        "step_time_s": float(step[i]),
-                        "objective": float(obj[i]),
-                        "peak_memory_bytes": float(peak[i]),
-                    }
-                )
-        if feasible_sink is not None and fits.any():
-            chosen = np.flatnonzero(fits)
-            feasible_sink(
-                feasible_columns(
-                    self.table,
-                    index[chosen],
-                    options.values(index[chosen], grid_index[chosen]),
-                    step[chosen],
-                    obj[chosen],
-                    peak[chosen],
-                    tokens[chosen],
-                )
-            )
-        keep = np.flatnonzero(fits & ranking.within(obj, self.threshold))
-        if (
-            keep.size > self.top_k
-        ):  # only this batch's K best groups (and ties with the K-th) can enter the top K
-            kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], self.top_k)
-            keep = keep[ranking.within(obj[keep], kth)]
-        self.pool += self._keep(
-            [
-                (float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
-                for i in keep
-            ]
-        )
-        if (
-            len(self.pool) >= self.top_k
-        ):  # never above a threshold other processes reached (``ceiling``)
-            self.pool, threshold = _trim(self.pool, self.top_k)
-            self.threshold = min(threshold, self.ceiling)
-            if (
-                self.shared is not None
-            ):  # published at once: the other processes' scans read it between batches
-                self.shared.offer(self.threshold)
-        misses = np.flatnonzero(~fits)
-        if misses.size:
-            over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
-            j = misses[np.argmin(over)]
-            if self.nearest is None or over.min() < self.nearest[0]:
-                nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
-                self.nearest = self._keep([nearest])[0]
-            # plans that would beat the current K-th best but do not fit: keep the nearest misses
-            quick = misses[obj[misses] < self.threshold]
-            near = quick[np.argsort(peak[quick], kind="stable")[:20]]
-            self.faster += self._keep(
-                [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
-            )

@@ -22,24 +22,33 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-
 from typing import get_args
 
 from paraplan.cost.comm import GroupSpan
 from paraplan.search.divisors import divisors as _divisors
+from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
+from paraplan.search.options import (
+    NO_EXPERT_OPTION,
+    ExpertOption,
+    LayerKnob,
+    Row,
+    grid,
+    grid_option,
+    grid_parts,
+    plan_of,
+)
+from paraplan.search.options import rows as _rows
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec, Recompute, Schedule
+from paraplan.specs.plan import Recompute
 from paraplan.specs.rules import (
     cp_rule,
     dispatcher_rule,
-    dualpipe_rule,
     expert_degree_rules,
     expert_free_rule,
     grid_rules,
-    interleave_batch_rule,
-    interleave_split_rule,
     layout_model_rule,
     moe_sequence_parallel_rule,
     pp_rule,
@@ -47,24 +56,24 @@ from paraplan.specs.rules import (
     tp_rules,
     ulysses_rule,
 )
-from paraplan.specs.moe_model import moe_shaped
-from paraplan.specs.moe_plan import Dispatcher
-from paraplan.specs.split import (
-    SplitGroup,
-    accounted_units,
-    chunk_units,
-    default_first_last,
-    grouped_split,
-)
-from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.specs.system import SystemSpec
+from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import placed_domains, plan_spans
 
+# the rows, grids and plans of the space (search.options) and the grid's schedules (search.grid_axes), named here too
+__all__ = [
+    "SCHEDULES",
+    "SPLIT_BACKWARD_SCHEDULES",
+    "Row",
+    "SearchProblem",
+    "grid",
+    "grid_option",
+    "grid_parts",
+    "plan_of",
+    "rows",
+]
+
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
-SCHEDULES: tuple[str, ...] = get_args(Schedule)
-# searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
-# other models with --schedules naming them
-SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "dualpipe")
 OBJECTIVES = ("time", "cost", "mfu", "robust")  # robust: search.robust
 
 
@@ -112,7 +121,7 @@ class _Degrees:
 
 
 @dataclass(frozen=True)
-class SearchProblem:
+class SearchProblem(GridAxes):
     """What to search: a model on a cluster at a batch and sequence length, and which axes to vary."""
 
     model: ModelSpec
@@ -310,7 +319,7 @@ class SearchProblem:
             if not ulysses_rule(self.model, tp, cp, self.cp_algorithm, layout)
         ]
 
-    def layer_knobs(self, tp: int, cp: int) -> tuple[tuple, ...]:
+    def layer_knobs(self, tp: int, cp: int) -> tuple[LayerKnob, ...]:
         """(sequence_parallel, recompute, overlap_tp_comm, tp_layout, tp_rows) options for these degrees;
         a 2D grid takes neither sequence parallelism nor TP comm-GEMM overlap (specs.tp_layout). Memoised."""
         memo = self._memo.setdefault("layer_knobs", {})
@@ -318,7 +327,7 @@ class SearchProblem:
             memo[(tp, cp)] = self._layer_knobs(tp, cp)
         return memo[(tp, cp)]
 
-    def _layer_knobs(self, tp: int, cp: int) -> tuple[tuple, ...]:
+    def _layer_knobs(self, tp: int, cp: int) -> tuple[LayerKnob, ...]:
         """layer_knobs, computed."""
         sp_options = [False] if tp == 1 else [False, True]
         if self.sequence_parallel is not None:
@@ -338,10 +347,10 @@ class SearchProblem:
         out = []
         for layout, rows in self.layouts(tp, cp):
             if layout == "2d":
-                out += [(False, rc, False, layout, rows) for rc in recompute]
+                out += [LayerKnob(False, rc, False, layout, rows) for rc in recompute]
             else:
                 out += [
-                    (sp, rc, ov, layout, rows)
+                    LayerKnob(sp, rc, ov, layout, rows)
                     for sp in sp_options
                     for rc in recompute
                     for ov in overlap
@@ -389,14 +398,14 @@ class SearchProblem:
                 f"(e.g. ep {ep}, etp {etp}: {why})"
             )
 
-    def expert_options(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str, bool]]:
+    def expert_options(self, tp: int, cp: int, dp: int) -> list[ExpertOption]:
         """(ep, etp, moe_dispatcher, moe_a2a_overlap) options of a mixture-of-experts model for these
         degrees (specs.moe_plan rules); (1, 1, "alltoall", False) for other models. ep ranges over the
         divisors of the experts, etp over 1 and tp (Megatron-Core's two settings: experts not split, or
         split like the dense layers), the dispatchers over all three; overlap of dispatch/combine only
         where there is one (ep·etp > 1)."""
         if not self.model.is_moe:
-            return [(1, 1, "alltoall", False)]
+            return [NO_EXPERT_OPTION]
         eps = self.ep or tuple(_divisors(self.model.experts))
         etps = self.etp or tuple(sorted({1, tp}))
         out = []
@@ -404,7 +413,7 @@ class SearchProblem:
             for etp in etps:
                 if expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp)):
                     continue
-                out += [(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
+                out += [ExpertOption(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
         return out
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
@@ -421,274 +430,10 @@ class SearchProblem:
             memo[(ep, etp)] = tuple((d, ov) for d in dispatchers for ov in overlaps)
         return memo[(ep, etp)]
 
-    # ---- level 3: the grid of a row ------------------------------------------------------------
-    def schedule_options(
-        self, pp: int, microbatches: int
-    ) -> tuple[tuple[int, str, tuple[bool, bool]], ...]:
-        """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
-        every split of split_options, and interleaved with every vpp > 1 a split allows
-        (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
-        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
-        every block."""
-        memo = self._memo.setdefault("schedule_options", {})
-        if (pp, microbatches) not in memo:
-            memo[(pp, microbatches)] = tuple(self._schedule_options(pp, microbatches))
-        return memo[(pp, microbatches)]
-
-    def schedule_splits(self, pp: int, microbatches: int) -> tuple[tuple[bool, bool], ...]:
-        """The distinct splits of schedule_options(pp, microbatches), in their order (the block bounds' least over
-        the splits a block's candidates use). Memoised."""
-        memo = self._memo.setdefault("schedule_splits", {})
-        if (pp, microbatches) not in memo:
-            memo[(pp, microbatches)] = tuple(
-                dict.fromkeys(split for _, _, split in self.schedule_options(pp, microbatches))
-            )
-        return memo[(pp, microbatches)]
-
-    def _schedule_options(
-        self, pp: int, microbatches: int
-    ) -> list[tuple[int, str, tuple[bool, bool]]]:
-        allowed = self.schedules or SCHEDULES
-        if self.schedules is None and not moe_shaped(self.model):
-            allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
-        splits = self.split_options(pp)
-        out = [(1, "1f1b", split) for split in splits] if "1f1b" in allowed else []
-        if pp == 1:
-            return out
-        if "gpipe" in allowed:
-            out += [(1, "gpipe", split) for split in splits]
-        if "zb-h1" in allowed:
-            out += [(1, "zb-h1", split) for split in splits]
-        if "dualpipe" in allowed and not dualpipe_rule(pp, microbatches):
-            out += [(1, "dualpipe", split) for split in splits]
-        if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
-            return out
-        return out + self._interleave_options(pp)
-
-    def split_options(self, pp: int) -> tuple[tuple[bool, bool], ...]:
-        """The layer splits (embedding_as_layer, loss_as_layer) the non-interleaved schedules are searched with:
-        the default split; with ``vary_split`` and pp > 1 also the splits Megatron-LM's accounting switches give
-        (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split: the embedding counts as one
-        layer, the loss and each MTP module as one more; specs.split.default_first_last), the first of those with
-        equal stage layer counts kept. Memoised."""
-        memo = self._memo.setdefault("split_options", {})
-        if pp not in memo:
-            out, seen = [], set()
-            for split in (
-                ((False, False), (True, False), (False, True), (True, True))
-                if self.vary_split and pp > 1
-                else ((False, False),)
-            ):
-                layout = self._split_layout(pp, split)
-                if layout is None or layout in seen:
-                    continue
-                seen.add(layout)
-                out.append(split)
-            memo[pp] = tuple(out)
-        return memo[pp]
-
-    def _interleave_options(self, pp: int) -> list[tuple[int, str, tuple[bool, bool]]]:
-        """Interleaved options of pp stages (they depend on pp alone; computed once per pp): every vpp > 1 the default
-        split allows, then those only the accounted split (embedding and loss counted as layers) allows; with
-        ``vary_split``, every (vpp, split) of split_options and the accounted split with distinct stage layer counts."""
-        memo = self._memo.setdefault("interleave", {})
-        if pp in memo:
-            return memo[pp]
-        out, seen = [], set()
-        splits = dict.fromkeys(self.split_options(pp) + ((True, True),))
-        for split in splits:
-            layout = self._split_layout(pp, split)
-            if layout is None:
-                continue
-            groups = self.split_groups(pp, split)
-            embedding, loss = self.split_units(split)
-            top = max(int(chunk_units(g, embedding, loss)) for g in groups if int(g.count) > 0)
-            for v in _divisors(top):
-                key = (v, layout) if self.vary_split else v
-                if (
-                    v > 1
-                    and key not in seen
-                    and not interleave_split_rule(groups, v, embedding, loss)
-                ):
-                    seen.add(key)
-                    out.append((v, "interleaved", split))
-        memo[pp] = out
-        return out
-
-    def _split_layout(self, pp: int, split: tuple[bool, bool]) -> tuple | None:
-        """The split's stage groups as (index, stages, layers) triples (splits equal on it lay the layers out alike), or
-        None when it leaves a stage a negative layer count."""
-        groups = self.split_groups(pp, split)
-        if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
-            return None
-        return tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
-
-    def split_units(self, split: tuple[bool, bool]) -> tuple[int, int]:
-        """(embedding units, loss units) a split (embedding_as_layer, loss_as_layer) counts (specs.split.accounted_units)."""
-        return accounted_units(int(split[0]), int(split[1]), self.model.mtp_layers)
-
     @cached_property
     def _memo(self) -> dict:
         """Per-problem caches of options that depend on a few degrees only."""
         return {}
 
-    def split_groups(self, pp: int, split: tuple[bool, bool]) -> tuple[SplitGroup, ...]:
-        """The split of the layers over pp stages with the embedding and the loss counted as layers or not (split:
-        (embedding_as_layer, loss_as_layer); specs.plan.PlanSpec.split's rule). Memoised."""
-        memo = self._memo.setdefault("split", {})
-        if (pp, split) not in memo:
-            first, last = default_first_last(self.model.layers, pp, *self.split_units(split))
-            memo[(pp, split)] = grouped_split(self.model.layers, pp, first, last)
-        return memo[(pp, split)]
 
-    def state_options(self, dp_size: int) -> list[tuple[int, bool, bool]]:
-        """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
-        if dp_size == 1:
-            return [(0, True, True)]
-        zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
-        _, dp_default, gather_default = self.default_overlaps
-        reduce_ov = (
-            [dp_default, not dp_default] if self.vary_overlap else [dp_default]
-        )  # defaults first: ties
-        gather_ov = [gather_default, not gather_default] if self.vary_overlap else [gather_default]
-        out = []
-        for z in zeros:
-            if (
-                z == 3
-            ):  # ZeRO-3 gathers and reduces per micro-batch, overlapped layer by layer: switches unused
-                out.append((3, True, True))
-                continue
-            gathers = gather_ov if z >= 1 else [True]
-            out += [(z, d, g) for d in reduce_ov for g in gathers]
-        return out
-
-    @cached_property
-    def offload_options(self) -> list[tuple[bool, bool, bool]]:
-        """(weights, activations, optimizer) offload switches; all off without a host memory tier."""
-        acc = self.system.accelerator
-        if not self.vary_offload or not acc.host_bandwidth or not acc.host_memory:
-            return [(False, False, False)]
-        return list(itertools.product([False, True], repeat=3))
-
-
-@dataclass
-class Row:
-    """One (degrees, placement, layer knobs) combination: everything that sets per-layer costs."""
-
-    tp: int
-    pp: int
-    cp: int
-    dp: int
-    placement: str
-    spans: dict[str, GroupSpan]
-    micro_batch: int
-    global_batch: int
-    sequence_parallel: bool
-    recompute: str
-    overlap_tp_comm: bool
-    tp_layout: str = "1d"
-    tp_rows: int | None = None
-    ep: int = 1
-    etp: int = 1
-    dispatcher: str = "alltoall"
-    a2a_overlap: bool = False
-
-    @property
-    def microbatches(self) -> int:
-        return self.global_batch // (self.dp * self.micro_batch)
-
-
-def rows(problem: SearchProblem):
-    """Yield every row of the canonical space, in canonical order."""
-    for tp, pp, cp, dp in problem.factorizations:
-        placements = problem.placements(tp, pp, cp, dp)
-        for mb, gb in problem.micro_batches(dp):
-            for placement, spans in placements:
-                for sp, rc, ov, layout, tp_rows in problem.layer_knobs(tp, cp):
-                    for ep, etp, dispatcher, a2a in problem.expert_options(tp, cp, dp):
-                        yield Row(
-                            tp,
-                            pp,
-                            cp,
-                            dp,
-                            placement,
-                            spans,
-                            mb,
-                            gb,
-                            sp,
-                            rc,
-                            ov,
-                            layout,
-                            tp_rows,
-                            ep,
-                            etp,
-                            dispatcher,
-                            a2a,
-                        )
-
-
-def grid_parts(
-    problem: SearchProblem, pp: int, microbatches: int, dp_size: int
-) -> tuple[list, list, list]:
-    """The three option lists whose product is a row's grid (it depends on pp, m and dp·cp only):
-    schedule options (vpp, schedule, split), state options (zero, overlap_dp,
-    overlap_gather), offload options (weights, activations, optimizer)."""
-    return (
-        problem.schedule_options(pp, microbatches),
-        problem.state_options(dp_size),
-        problem.offload_options,
-    )
-
-
-def grid_option(parts: tuple[list, list, list], g: int) -> tuple:
-    """Option ``g`` of the product of ``parts`` (grid's order: schedule outermost, offload innermost)."""
-    schedules, states, offloads = parts
-    rest, o = divmod(g, len(offloads))
-    s, t = divmod(rest, len(states))
-    return (*schedules[s], *states[t], *offloads[o])
-
-
-def grid(problem: SearchProblem, row: Row) -> list[tuple]:
-    """The row's candidates: (vpp, schedule, split, zero, overlap_dp, overlap_gather, off_w, off_a, off_o)."""
-    schedules, states, offloads = grid_parts(problem, row.pp, row.microbatches, row.dp * row.cp)
-    return [(*a, *b, *c) for a in schedules for b in states for c in offloads]
-
-
-def plan_of(problem: SearchProblem, row: Row, option: tuple) -> PlanSpec:
-    """The PlanSpec of one candidate."""
-    v, sched, (embedding_as_layer, loss_as_layer), z, od, og, ow, oa, oo = option
-    return PlanSpec(
-        gpus=problem.gpus,
-        tp=row.tp,
-        pp=row.pp,
-        dp=row.dp,
-        cp=row.cp,
-        vpp=v,
-        micro_batch=row.micro_batch,
-        global_batch=row.global_batch,
-        seq_length=problem.seq_length,
-        sequence_parallel=row.sequence_parallel,
-        recompute=row.recompute,
-        zero=z,
-        dtype=problem.dtype,
-        attention=problem.attention,
-        schedule=sched,
-        offload_weights=ow,
-        offload_activations=oa,
-        offload_optimizer=oo,
-        overlap_dp_grad_reduce=od,
-        overlap_param_gather=og,
-        overlap_tp_comm=row.overlap_tp_comm,
-        placement=row.placement,
-        embedding_as_layer=embedding_as_layer,
-        loss_as_layer=loss_as_layer,
-        tp_layout=row.tp_layout,
-        tp_rows=row.tp_rows,
-        ep=row.ep,
-        etp=row.etp,
-        moe_dispatcher=row.dispatcher,
-        moe_a2a_overlap=row.a2a_overlap,
-        **{name: getattr(problem, name) for name in RUNTIME_FIELDS},
-        capacity_factor=problem.capacity_factor,
-        moe_balance=problem.moe_balance,
-    )
+rows = _rows  # the rows of the canonical space (search.options.rows)

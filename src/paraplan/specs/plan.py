@@ -71,7 +71,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
     pp: int = Field(
         1,
         gt=0,
-        description="pipeline stages; uneven splits follow schedule.pipeline.layers_on_stage",
+        description="pipeline stages; uneven splits follow PlanSpec.split (specs/split.py)",
     )
     dp: int = Field(0, ge=0, description="data-parallel degree; 0 = infer from gpus")
     cp: int = Field(1, gt=0, description="context-parallel degree; splits the sequence")

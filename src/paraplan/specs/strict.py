@@ -4,12 +4,12 @@ number or a string as a boolean, nor a string as a number (pydantic's lax mode w
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -20,12 +20,19 @@ from pydantic import (
     field_validator,
 )
 
-_NOT_NUMBERS = (bool, np.bool_, str, bytes)
-_BOOLEANS = (bool, np.bool_)
+_NOT_NUMBERS = (bool, str, bytes)
+
+
+def _numpy_bool(v) -> bool:
+    """A numpy boolean (numpy is not imported for it: without numpy loaded, no value is one)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.bool_)
+
+
 _RULES = {
-    int: ("an integer", lambda v: not isinstance(v, _NOT_NUMBERS)),
-    float: ("a number", lambda v: not isinstance(v, _NOT_NUMBERS)),
-    bool: ("true or false", lambda v: isinstance(v, _BOOLEANS)),
+    int: ("an integer", lambda v: not isinstance(v, _NOT_NUMBERS) and not _numpy_bool(v)),
+    float: ("a number", lambda v: not isinstance(v, _NOT_NUMBERS) and not _numpy_bool(v)),
+    bool: ("true or false", lambda v: isinstance(v, bool) or _numpy_bool(v)),
 }
 
 

@@ -15,7 +15,7 @@ The model (issue 10, "The model"):
   work, tail and memory come from step.compose's stage_work, tail_terms and stage_memory_terms;
   when a stage's GPUs come from several pools, each pool's GPUs are costed and the slowest sets the
   stage (its data-parallel replicas meet at every gradient sync);
-- pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (step/pipeline.py's
+- pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (step/schedules.py's
   bubble_from_work_s: the slowest stage sets the steady state, fill and drain pass once through the
   others), W_i = per-micro-batch forward + backward (+ recompute, exposed TP) + point-to-point;
 - point-to-point between neighbouring stages over the link the two GPUs share: the NVLink/PCIe
@@ -334,7 +334,7 @@ def compose_stages(
     stages: tuple[Stage, ...], extra_tail_s: float = 0.0
 ) -> tuple[float, TimeBreakdown]:
     """The step of unequal stages through schedule.step.compose_step, each stage with its own StepInputs
-    (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, step/pipeline.py) + the longest tail,
+    (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, step/schedules.py) + the longest tail,
     plus a step-level tail that follows every stage's (the tied-embedding sync)."""
     out = compose_step(replace(stages[0].inputs, stages=stages))
     parts = {f.name: float(out[f.name]) for f in fields(TimeBreakdown)}

@@ -1,5 +1,5 @@
 """ZeRO-3 as DeepSpeed ran it in 2021 (profile deepspeed-2021; microsoft/DeepSpeed v0.3.14, 0cd9abf,
-deepspeed/runtime/zero/partition_parameters.py and stage3.py), for ``schedule.step.tail_terms``:
+deepspeed/runtime/zero/partition_parameters.py and stage3.py), for ``step.tail.tail_terms``:
 
 - every parameter is gathered by its own ``_allgather_param`` call (plan field ``zero3_gather_unit: tensor``) after
   a device synchronize, except the persistent ones (under ``stage3_param_persistence_threshold``, 1e5 elements),
@@ -8,8 +8,7 @@ deepspeed/runtime/zero/partition_parameters.py and stage3.py), for ``schedule.st
 - with full recomputation every layer's weights are gathered again for the recomputed forward
   (``zero3_regather_recompute``): sub-modules release their weights after use.
 
-The blocks are StepInputs' BlockCost entries; ``stage`` and ``inp`` are read by attribute only (no import of
-schedule.step here, which imports this module). Each term is zero unless its plan field turns it on."""
+The blocks are StepInputs' BlockCost entries (step/inputs.py); ``stage`` and ``inp`` are read by attribute. Each term is zero unless its plan field turns it on."""
 
 from __future__ import annotations
 
@@ -29,15 +28,9 @@ from paraplan.cost.comm import (
     rank_loop_views_s,
 )
 from paraplan.cost.overlap import prefetched_gather_exposed_s
+from paraplan.step.inputs import sum_blocks
 
 Num = Any
-
-
-def _sum(stage: Any, value) -> Num:
-    total = 0.0
-    for block, n in stage.blocks:
-        total = total + n * value(block)
-    return total
 
 
 def small_count(block: Any) -> Num:
@@ -69,8 +62,10 @@ def tensor_gather_host_s(ranks: Num, tensors: Num, size: Num, inp: Any) -> Num:
 
 def gathered_per_block(stage: Any) -> tuple[Num, Num]:
     """(weight tensors, persistent tensors) per block on average over the stage's blocks."""
-    per_call = 1.0 / np.maximum(_sum(stage, lambda b: 1.0), 1.0)
-    return _sum(stage, lambda b: b.weight_tensors) * per_call, _sum(stage, small_count) * per_call
+    per_call = 1.0 / np.maximum(sum_blocks(stage, lambda b: 1.0), 1.0)
+    return sum_blocks(stage, lambda b: b.weight_tensors) * per_call, sum_blocks(
+        stage, small_count
+    ) * per_call
 
 
 def tensor_gather_terms(
@@ -128,11 +123,11 @@ def regather_s(stage: Any, group_name: str, form: Any, ranks: Num, inp: Any) -> 
     (stage3.py ``release_sub_module``: the reuse-distance keep and the prefetch read a trace whose step ids are off by
     one, microsoft/DeepSpeed issue #1069), so Megatron's checkpointed layers are gathered in forward, recompute and
     backward."""
-    blocks = _sum(stage, lambda b: b.regathered)
-    params = _sum(
+    blocks = sum_blocks(stage, lambda b: b.regathered)
+    params = sum_blocks(
         stage, lambda b: b.params * b.regathered if b.gradient_group == group_name else 0.0
     )
-    tensors = _sum(
+    tensors = sum_blocks(
         stage, lambda b: (b.weight_tensors - small_count(b)) * b.regathered
     ) / np.maximum(blocks, 1.0)
     size = params * inp.weight_bytes / np.maximum(blocks, 1.0)
@@ -160,7 +155,7 @@ def persistent_gather_s(
     mine = [b for b, _ in stage.blocks if b.gradient_group == group_name]
     if not any(np.any(small_count(b) > 0) for b in mine):
         return 0.0
-    copy_back = _sum(
+    copy_back = sum_blocks(
         stage,
         lambda b: (
             coalesced_gather_copy_back_s(ranks, b.small_numels, inp.kernel_overhead_s)

@@ -8,8 +8,8 @@ them: that process holds K groups at or below θ, so a candidate above it is in 
 therefore publish their θ in a shared double, and each prunes against the least published one. They also publish
 their best K groups, whose K-th together is tighter than any one's own when the best plans are spread over the
 processes (PartView.offer_groups), and a block's scan never loosens the threshold the others reached
-(search.run._Scan.ceiling); a scan publishes its threshold as soon as it holds K groups and takes, between batches,
-a lower one another process published meanwhile (search.run._Scan.refresh). A process that has finished its own
+(search.scan.Scan.ceiling); a scan publishes its threshold as soon as it holds K groups and takes, between batches,
+a lower one another process published meanwhile (search.scan.Scan.refresh). A process that has finished its own
 blocks does not sit idle: the others hand it the blocks they reach the scan of (PartView.hand_over, help_until_done;
 a block's row table and scan are ~0.1 s on DeepSeek-V3, and the process holding the winner's blocks used to end
 ~0.25 s after the other). The parent merges the parts' pools: the top K is the one-process search's (ties broken by

@@ -40,24 +40,22 @@ least dispatch/combine) are search.expert_floors'.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple
 
-import numpy as np
+# named here too: the work floors (search.bounds.work_floors)
+__all__ = ["EXPERT_TERMS", "ModeFloors", "work_floors"]
 
-from paraplan.search.arrays import stack, take
-from paraplan.graph.moe import NO_EXPERT
+
 from paraplan.graph.ops import ExpertShape
-from paraplan.graph.transformer import with_expert
 from paraplan.search.bounds.expert_floors import (
     EXPERT_CACHES,
-    DispatchFloors,
     KindFloors,
     costing_experts,
-    expert_computes,
     least_memory_expert,
-    least_with,
 )
+from paraplan.search.bounds.work_floors import EXPERT_TERMS, ModeFloors, work_floors
+from paraplan.search.shapes import layer_shape_of, shape_keys_of
 from paraplan.search.space import SearchProblem, distinct_orders
 from paraplan.search.bounds.step_floors import (
     SAFETY,
@@ -70,23 +68,16 @@ from paraplan.search.bounds.step_floors import (
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.step.constants import system_terms
 from paraplan.step.offload import offload_traffic_bytes
-from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, TRANSFORMER_KINDS, block_terms
+from paraplan.step.compose import RECOMPUTE_CODES, TRANSFORMER_KINDS
+from paraplan.step.schedules import least_in_flight_microbatches
 from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
-    _kind_cost_facts as kind_cost_facts,
     block_compute,
-    block_cost_facts,
-    block_memory_facts,
     default_recompute_modules,
     kind_memory_facts,
     model_block_kinds,
 )
-
-EXPERT_TERMS = (
-    "ep_forward",
-    "ep_backward",
-)  # the BlockTerms parts that read the dispatcher (work_floors)
 
 
 class Block(NamedTuple):
@@ -156,8 +147,6 @@ def layer_floors(
     option's total is the rest of the block plus those ops' times (the same sum in another order).
     ``cheap``: lower floors that cost no expert option (KindFloors.kinds(cheap=True); ρ = 1), the first bound of a
     search that computes these floors only for the blocks that reach the front (search.run, first_bound_levels)."""
-    from paraplan.search.table import layer_shape_of, shape_keys_of
-
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
     memo = problem._memo.setdefault("layer_floor_knobs", {})
@@ -203,8 +192,6 @@ def costing_class(problem: SearchProblem, block: Block) -> tuple:
     graph.transformer.cp_free_key); search.block_processes keeps a class in one process. (Grouping an MoE model's
     classes by the tokens a rank routes, which also keys the expert options' costings, spared DeepSeek-V3's split
     search ~15 % but doubled the rows Qwen3-235B's scanned: docs/performance.md.)"""
-    from paraplan.search.table import layer_shape_of
-
     return block.tp, layer_shape_of(
         problem, block.tp, block.cp, block.micro_batch, False, "1d", 0
     ).local_tokens
@@ -214,262 +201,6 @@ def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
     """The distinct (tp span, cp span) of the block's placements: the spans its layer costings read."""
     spans = problem.placements(block.tp, block.pp, block.cp, block.dp)
     return tuple(dict.fromkeys((s["tp"], s["cp"]) for _, s in spans))
-
-
-@dataclass(frozen=True)
-class ModeFloors:
-    """Per recompute mode (``RECOMPUTE_MODES`` name -> kind -> value) over a set of rows: least block work
-    (``work_floors``), least activation bytes kept per in-flight micro-batch, least bytes held once."""
-
-    work: dict
-    kept: dict
-    held: dict
-
-
-def work_floors(
-    problem: SearchProblem,
-    tp: int,
-    cp: int,
-    micro_batch: int,
-    pairs: tuple,
-    expert_kinds: bool = True,
-    cache: dict | None = None,
-) -> ModeFloors:
-    """Per recompute mode, each block kind's least per-micro-batch work over every row with these
-    degrees, micro-batch, one of the (tp span, cp span) ``pairs`` and the mode: the sum of
-    ``schedule.step.block_terms``' time parts — forward, backward, recompute, the exposed TP and CP communication,
-    and for an MoE kind split per option (expert_computes) the least exposed dispatch and combine over the option's
-    dispatchers and a2a-overlap switches (DispatchFloors; 0 otherwise, a floor) — least over every
-    ``layer_knobs`` option of the mode (TP overlap included), every (ep, etp) and every pair; and its least kept
-    and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
-    (stage_work) is one of these sums with its own EP terms; the dispatcher and the a2a-overlap switch
-    change only the EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives:
-    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for the rest; the
-    dispatch reads no span, so the least over the pairs is taken entry by entry before it is added (the same
-    value as the least over the pairs of each pair's floor).
-    Without ``expert_kinds`` only the EXPERT_FREE_KINDS are costed (for one expert option: they read
-    none) and the other kinds get 0, a floor of anything: a cheap first refinement.
-    ``cache`` (refined_bound's) keeps what no span reads (_WorkEntries) per (tp, cp, micro-batch, level) and each
-    pair's sums (_pair_totals) across the blocks of one search."""
-    cache = {} if cache is None else cache
-    level = "all" if expert_kinds else "expert_free"
-    key = ("entries", tp, cp, micro_batch, level)
-    entries = cache.get(key)
-    if entries is None:
-        entries = cache[key] = _work_entries(problem, tp, cp, micro_batch, pairs[0], expert_kinds)
-    missing = [pair for pair in pairs if ("totals", tp, cp, micro_batch, pair, level) not in cache]
-    if missing:  # the pairs not costed yet, on one set of arrays
-        for pair, found in zip(missing, _pair_totals(problem, entries, missing, expert_kinds)):
-            cache[("totals", tp, cp, micro_batch, pair, level)] = found
-    totals = None
-    for pair in pairs:
-        found = cache[("totals", tp, cp, micro_batch, pair, level)]
-        totals = found if totals is None else np.minimum(totals, found)
-    total = totals.tolist()
-    dispatch = DispatchFloors(problem)
-
-    def exposed_dispatch(j):  # an entry's least EP terms (0 without a per-option split)
-        found = entries.dispatch[j]
-        return dispatch(*found, entries.computes[j]) if found is not None else 0.0
-
-    work: dict[str, dict] = {}
-    start = 0
-    for (mode, name), stop in zip(entries.keys, entries.stops):
-        work.setdefault(mode, {})[name] = least_with(
-            total[start:stop], lambda j, start=start: exposed_dispatch(start + j)
-        )
-        start = stop
-    for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
-        for name in model_block_kinds(problem.model):
-            work[mode].setdefault(name, 0.0)
-    return ModeFloors(work, entries.kept, entries.held)
-
-
-@dataclass(frozen=True)
-class _WorkEntries:
-    """What work_floors reads that no span changes, for one (tp, cp, micro-batch, level): per (mode, kind), in
-    ``keys`` order, a range of entries ending at its ``stops``; per entry its compute (stages.BlockCompute), the
-    recompute code, whether its layer knob overlaps TP communication, the layer shape and kind whose cost facts give
-    its communication (``sources``: an index into ``shapes``, and a kind), and the (shape, expert option) whose
-    dispatch it adds or None; the least kept and held bytes per mode and kind."""
-
-    keys: tuple
-    stops: tuple
-    computes: tuple
-    stacked: object  # ``computes`` as one stages.BlockCompute of arrays (arrays.stack)
-    codes: np.ndarray
-    overlaps: np.ndarray
-    shapes: tuple
-    sources: tuple
-    dispatch: tuple
-    kept: dict
-    held: dict
-
-
-def _work_entries(
-    problem: SearchProblem, tp: int, cp: int, micro_batch: int, pair: tuple, expert_kinds: bool
-) -> _WorkEntries:
-    """work_floors' _WorkEntries: one entry per (mode, kind, costing); a kind whose costs read no expert knob has
-    one entry per layer knob, not one per option. Compute and memory read no span (stages._graph_statics), so the
-    stages.block_cost_facts at any pair give them: at ``pair``, whose communication work_floors costs next."""
-    from paraplan.search.table import layer_shape_of
-
-    model, system = problem.model, problem.system
-    shaped = moe_shaped(model)
-    experts = costing_experts(problem, tp) if shaped else (ExpertShape(),)
-    if not expert_kinds:
-        experts = experts[:1]
-    entries: dict[tuple[str, str], list] = {}
-    memory: dict[tuple[str, str], list] = {}
-    # id of a layer shape whose cost facts give some entry's communication -> (its index, the shape)
-    knobs: dict[int, tuple] = {}
-    for sp, recompute, overlap, layout, rows in problem.layer_knobs(tp, cp):
-        modules = default_recompute_modules(recompute) if shaped else ()
-        code = RECOMPUTE_CODES[
-            recompute
-        ]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
-        shapes = [
-            layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows or 0, expert, modules)
-            for expert in experts
-        ]
-        first = _kind_facts(model, system, shapes[0], pair, recompute, expert_kinds)
-        # the kinds that read the expert knobs: compute per option from one graph (expert_computes); their TP / CP
-        # collectives read no expert knob (EP and ETP ones are EXPERT_TERMS), but a 2D layout's SUMMA exposure
-        # reads the compute (stages.with_summa_exposure): costed option by option then
-        split = {
-            name: expert_computes(model, system, name, shapes[0], experts)
-            for name in first
-            if name not in EXPERT_FREE_KINDS and layout != "2d" and len(experts) > 1
-        }
-        least_memory = None
-        for i, shape in enumerate(shapes):
-            if i == 0:
-                facts_i = first
-                source = first_source = knobs.setdefault(id(shape), (len(knobs), shape))[0]
-            elif split:  # the first option's costs stand for the rest but the split kinds'; of the options' memory only
-                # the least is read, and the least-memory option keeps it (least_memory_expert)
-                if least_memory is None:
-                    least_memory = block_memory_facts(
-                        model,
-                        layer_shape_of(
-                            problem,
-                            tp,
-                            cp,
-                            micro_batch,
-                            sp,
-                            layout,
-                            rows or 0,
-                            least_memory_expert(problem, tp),
-                            modules,
-                        ),
-                        recompute,
-                    )
-                facts_i = {name: (first[name][0], least_memory[name]) for name in split}
-                source = first_source  # the first option's communication stands for every option's
-            else:
-                facts_i = _kind_facts(model, system, shape, pair, recompute, expert_kinds)
-                source = knobs.setdefault(id(shape), (len(knobs), shape))[0]
-            for name, (cost, activations) in facts_i.items():
-                computes = split.get(name)
-                own = computes is not None and len(computes) > 1
-                entries.setdefault((recompute, name), []).append(
-                    (
-                        computes[i] if own else cost.compute,
-                        code if BLOCK_KINDS[name].recomputed else 0,
-                        overlap,
-                        (source, name),
-                        (shape, shape.expert) if own else None,
-                    )
-                )
-                memory.setdefault((recompute, name), []).append(activations)
-    keys = tuple(entries)
-    items = [item for key in keys for item in entries[key]]
-    stops = tuple(np.cumsum([len(entries[key]) for key in keys]).tolist())
-    kept: dict[str, dict] = {}
-    held: dict[str, dict] = {}
-    for mode, name in keys:
-        kept.setdefault(mode, {})[name] = min(m.activation_bytes for m in memory[(mode, name)])
-        held.setdefault(mode, {})[name] = min(m.held_bytes for m in memory[(mode, name)])
-    for mode in kept:  # kinds not costed (without expert_kinds): 0 floors anything
-        for name in model_block_kinds(model):
-            kept[mode].setdefault(name, 0.0)
-            held[mode].setdefault(name, 0.0)
-    computes = tuple(item[0] for item in items)
-    return _WorkEntries(
-        keys,
-        stops,
-        computes,
-        stack(list(computes), np.arange(len(items))),
-        np.array([item[1] for item in items]),
-        np.array([item[2] for item in items], dtype=bool),
-        tuple(shape for _, shape in knobs.values()),
-        tuple(item[3] for item in items),
-        tuple(item[4] for item in items),
-        kept,
-        held,
-    )
-
-
-def _pair_totals(
-    problem: SearchProblem, entries: _WorkEntries, pairs: list, expert_kinds: bool
-) -> list[np.ndarray]:
-    """Per (tp span, cp span) pair of ``pairs``: each entry's block_terms time parts but the EXPERT_TERMS, summed, with
-    the pair's communication (stages.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
-    NVLink domain (stages.row_blocks). The pairs' entries go through block_terms on one set of arrays (it works entry
-    by entry: the same values as pair by pair)."""
-    model, system = problem.model, problem.system
-    costs = [
-        [_kind_costs(model, system, shape, pair, expert_kinds) for shape in entries.shapes]
-        for pair in pairs
-    ]
-    comms, index, seen = [], [], {}
-    for costs_of_pair in costs:
-        for source, name in entries.sources:
-            comm = costs_of_pair[source][name].comm
-            slot = seen.get(id(comm))
-            if slot is None:
-                slot = seen[id(comm)] = len(comms)
-                comms.append(comm)
-            index.append(slot)
-    n = len(entries.codes)
-    compute = take(entries.stacked, np.tile(np.arange(n), len(pairs)))
-    overlaps = np.concatenate([entries.overlaps & (pair[0].domains == 1) for pair in pairs])
-    terms = block_terms(
-        compute, stack(comms, np.array(index)), np.tile(entries.codes, len(pairs)), overlaps
-    )
-    total = 0.0
-    for part in BLOCK_TERM_NAMES:
-        if part not in EXPERT_TERMS:
-            total = total + getattr(terms, part)
-    total = np.broadcast_to(total, (len(pairs) * n,))
-    return [total[i * n : (i + 1) * n] for i in range(len(pairs))]
-
-
-def _kind_facts(
-    model, system, shape, pair: tuple, recompute: str, expert_kinds: bool
-) -> dict[str, tuple]:
-    """Per block kind (all, or only EXPERT_FREE_KINDS without ``expert_kinds``): its stages.block_cost_facts
-    and stages.block_memory_facts entries, the same values, without costing the kinds left out."""
-    costs = _kind_costs(model, system, shape, pair, expert_kinds)
-    if expert_kinds:
-        memory = block_memory_facts(model, shape, recompute)
-        return {name: (costs[name], memory[name]) for name in costs}
-    return {
-        name: (cost, kind_memory_facts(model, shape, name, recompute))
-        for name, cost in costs.items()
-    }
-
-
-def _kind_costs(model, system, shape, pair: tuple, expert_kinds: bool) -> dict:
-    """_kind_facts' stages.block_cost_facts entries alone (what a span changes: _pair_totals)."""
-    if expert_kinds:
-        return block_cost_facts(model, system, shape, *pair)
-    neutral = with_expert(shape, NO_EXPERT) if moe_shaped(model) else shape
-    return {
-        name: kind_cost_facts(model, system, name, neutral, *pair)
-        for name in model_block_kinds(model)
-        if name in EXPERT_FREE_KINDS
-    }
 
 
 def memory_floors(
@@ -482,8 +213,6 @@ def memory_floors(
     micro-batch and mode (stages.kind_memory_facts at each layer knob of the mode and the expert option that
     keeps the least, least_memory_expert). The cheapest refinement: it raises a block whose activations force
     recomputation (refined_bound)."""
-    from paraplan.search.table import layer_shape_of
-
     model = problem.model
     shaped = moe_shaped(model)
     expert = least_memory_expert(problem, tp) if shaped else ExpertShape()
@@ -615,9 +344,8 @@ def refined_bound(
 def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, held: dict) -> float:
     """Least activation bytes some stage of any candidate of the block holds without activation
     offload: stage_memory_terms keeps in_flight × kept + held, where every schedule keeps at least
-    min(pp − i, m) micro-batches in flight on stage i (cost.memory.in_flight_chunks: 1F1B and ZB-H1
-    that many; GPipe m; DualPipe min(pp + 1, m); interleaved (2(pp − i − 1) + (v − 1)·pp + 1)/v, which
-    is at least pp − i for v >= 2, capped at m), so the fullest stage of the schedule options' splits,
+    min(pp − i, m) micro-batches in flight on stage i (step.schedules.least_in_flight_microbatches), so
+    the fullest stage of the schedule options' splits,
     at the least kept and held bytes per kind, bounds it (the weight, gradient, optimizer and buffer
     terms are >= 0 and left out); SAFETY keeps it below the sum."""
     splits = problem.schedule_splits(block.pp, block.microbatches)
@@ -626,7 +354,8 @@ def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, hel
         least = min(
             least,
             max(
-                min(block.pp - i, m) * stage_sum(kept, blocks) + stage_sum(held, blocks)
+                least_in_flight_microbatches(block.pp, m, i) * stage_sum(kept, blocks)
+                + stage_sum(held, blocks)
                 for i, _, blocks in group_blocks(problem, block.pp, split)
             ),
         )

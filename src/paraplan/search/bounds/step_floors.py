@@ -13,6 +13,7 @@ import numpy as np
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.step.build import model_block_kinds, stage_block_counts
+from paraplan.step.schedules import schedule_step_floor
 
 if TYPE_CHECKING:
     from paraplan.search.bounds.blocks import Block
@@ -104,23 +105,13 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
 def _least_over_options(
     problem: SearchProblem, pp: int, m: int, floors: LayerFloors, dual, best, maximum, minimum
 ):
-    """The least _schedule_floor over the schedule options of (pp, m), each split's stage floors found once; floats
+    """The least step floor (step.schedules.schedule_step_floor) over the schedule options of (pp, m), each split's stage floors found once; floats
     (``maximum``, ``minimum``: max, min) or arrays over blocks (np.maximum, np.minimum)."""
     splits = {}
     for v, schedule, split in problem.schedule_options(pp, m):
         if split not in splits:
             splits[split] = stage_floors(problem, pp, split, floors, maximum)
-        best = minimum(best, _schedule_floor(schedule, v, m, pp, *splits[split], floors.rho, dual))
+        best = minimum(
+            best, schedule_step_floor(schedule, v, m, pp, *splits[split], floors.rho, dual)
+        )
     return best
-
-
-def _schedule_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
-    """m·S + the schedule's bubble floor at S = ``slowest``, T = ``total`` (module docstring); ``dual`` = max(1 − 1.5ρ,
-    0), DualPipe's floor of (F + 2B − 3W)/(F + B). Floats or arrays over blocks."""
-    if schedule == "interleaved":
-        return m * slowest + (total - slowest) / v
-    if schedule == "zb-h1":
-        return m * slowest + (1.0 - rho) * (total - slowest)
-    if schedule == "dualpipe":
-        return m * slowest + max(pp / 2.0 - 1.0, 0.0) * dual * slowest / 2.0
-    return m * slowest + (total - slowest)  # 1f1b, gpipe

@@ -5,7 +5,7 @@ Written against an abstract per-stage cost (``times[i, a, b]``: seconds of one m
 backward on stage i holding blocks [a, b); ``inf`` where the stage would not fit or is not allowed),
 so the same code serves uniform and heterogeneous clusters: stage i's cost already knows its GPUs.
 
-Objective (1F1B or GPipe with unequal stages, schedule/pipeline.py): the slowest stage sets the
+Objective (1F1B or GPipe with unequal stages, step.schedules.bubble_from_work_s): the slowest stage sets the
 steady state and fill and drain pass once through every other stage,
 
     T(split) = Σ_i t_i + (m − 1) · max_i t_i  (+ max_i u_i, an optional per-stage tail such as the

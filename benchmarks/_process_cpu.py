@@ -1,0 +1,54 @@
+"""Process CPU seconds of a command in fresh interpreters, the measure of issue 31's speed targets.
+
+``process_cpu(args, runs)`` runs ``paraplan ARGS`` (``python -c RUNNER ARGS``) ``runs`` times and returns the least
+(self, children) CPU seconds (user + system, from the runner's own ``resource.getrusage`` at exit: RUSAGE_SELF for
+the process, RUSAGE_CHILDREN for the worker processes a split block search starts) and the least wall seconds. The
+least of several runs: the machine is shared, and other load only ever adds time. The error bands read
+validate/residuals.json; while it is stale (any source change before ``python -m paraplan.validate.residuals``)
+every process recomputes it (~1 s): ``residuals_current()`` says which.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+RUNNER = """
+import json, os, resource, sys
+from paraplan.cli.main import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print("CPU:", json.dumps([me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime]), file=sys.stderr)
+sys.stderr.flush()
+os._exit(0 if code in (None, 0, 1) else 2)
+"""
+
+
+def process_cpu(args: list[str], runs: int) -> tuple[float, float, float]:
+    """(least self CPU s, least children CPU s, least wall s) of ``paraplan ARGS`` over ``runs`` fresh processes."""
+    best_self = best_children = best_wall = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, check=True
+        )
+        wall = time.perf_counter() - start
+        line = [x for x in proc.stderr.splitlines() if x.startswith("CPU:")][-1]
+        own, children = json.loads(line[len("CPU:") :])
+        best_self, best_children = min(best_self, own), min(best_children, children)
+        best_wall = min(best_wall, wall)
+    return best_self, best_children, best_wall
+
+
+def residuals_current() -> bool:
+    """validate/residuals.json carries this package's fingerprint (else each process recomputes it, ~1 s)."""
+    from paraplan.validate.residuals import stored_residuals
+
+    return stored_residuals() is not None

@@ -1,0 +1,178 @@
+"""The grid of a row (level 3 of the canonical space, search/space.py): the schedule, state and offload options a
+row's candidates take, which depend on pp, the micro-batch count and the data × context size only.
+
+``GridAxes`` is a part of ``SearchProblem`` (its base class): its methods read the problem's fields and memoise in
+``SearchProblem._memo``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cached_property
+from typing import get_args
+
+from paraplan.search.divisors import divisors as _divisors
+from paraplan.search.options import LayerSplit, OffloadOption, ScheduleOption, StateOption
+from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.plan import Schedule
+from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule, interleave_split_rule
+from paraplan.step import schedules
+from paraplan.specs.split import (
+    SplitGroup,
+    accounted_units,
+    chunk_units,
+    default_first_last,
+    grouped_split,
+)
+
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+# searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
+# other models with --schedules naming them
+SPLIT_BACKWARD_SCHEDULES = schedules.SPLIT_BACKWARD_SCHEDULES
+# the splits Megatron-LM's two accounting switches give, the default first
+SPLITS = (
+    LayerSplit(False, False),
+    LayerSplit(True, False),
+    LayerSplit(False, True),
+    LayerSplit(True, True),
+)
+
+
+class GridAxes:
+    """The grid options of ``SearchProblem`` (level 3 of the space)."""
+
+    def schedule_options(self, pp: int, microbatches: int) -> tuple[ScheduleOption, ...]:
+        """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
+        every split of split_options, and interleaved with every vpp > 1 a split allows
+        (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
+        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
+        every block."""
+        memo = self._memo.setdefault("schedule_options", {})
+        if (pp, microbatches) not in memo:
+            memo[(pp, microbatches)] = tuple(self._schedule_options(pp, microbatches))
+        return memo[(pp, microbatches)]
+
+    def schedule_splits(self, pp: int, microbatches: int) -> tuple[LayerSplit, ...]:
+        """The distinct splits of schedule_options(pp, microbatches), in their order (the block bounds' least over
+        the splits a block's candidates use). Memoised."""
+        memo = self._memo.setdefault("schedule_splits", {})
+        if (pp, microbatches) not in memo:
+            memo[(pp, microbatches)] = tuple(
+                dict.fromkeys(option.split for option in self.schedule_options(pp, microbatches))
+            )
+        return memo[(pp, microbatches)]
+
+    def _schedule_options(self, pp: int, microbatches: int) -> list[ScheduleOption]:
+        allowed = self.schedules or SCHEDULES
+        if self.schedules is None and not moe_shaped(self.model):
+            allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
+        splits = self.split_options(pp)
+        out = [ScheduleOption(1, "1f1b", split) for split in splits] if "1f1b" in allowed else []
+        if pp == 1:
+            return out
+        if "gpipe" in allowed:
+            out += [ScheduleOption(1, "gpipe", split) for split in splits]
+        if "zb-h1" in allowed:
+            out += [ScheduleOption(1, "zb-h1", split) for split in splits]
+        if "dualpipe" in allowed and not dualpipe_rule(pp, microbatches):
+            out += [ScheduleOption(1, "dualpipe", split) for split in splits]
+        if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
+            return out
+        return out + self._interleave_options(pp)
+
+    def split_options(self, pp: int) -> tuple[LayerSplit, ...]:
+        """The layer splits (embedding_as_layer, loss_as_layer) the non-interleaved schedules are searched with:
+        the default split; with ``vary_split`` and pp > 1 also the splits Megatron-LM's accounting switches give
+        (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split: the embedding counts as one
+        layer, the loss and each MTP module as one more; specs.split.default_first_last), the first of those with
+        equal stage layer counts kept. Memoised."""
+        memo = self._memo.setdefault("split_options", {})
+        if pp not in memo:
+            out, seen = [], set()
+            for split in SPLITS if self.vary_split and pp > 1 else SPLITS[:1]:
+                layout = self._split_layout(pp, split)
+                if layout is None or layout in seen:
+                    continue
+                seen.add(layout)
+                out.append(split)
+            memo[pp] = tuple(out)
+        return memo[pp]
+
+    def _interleave_options(self, pp: int) -> list[ScheduleOption]:
+        """Interleaved options of pp stages (they depend on pp alone; computed once per pp): every vpp > 1 the default
+        split allows, then those only the accounted split (embedding and loss counted as layers) allows; with
+        ``vary_split``, every (vpp, split) of split_options and the accounted split with distinct stage layer counts."""
+        memo = self._memo.setdefault("interleave", {})
+        if pp in memo:
+            return memo[pp]
+        out, seen = [], set()
+        splits = dict.fromkeys(self.split_options(pp) + (SPLITS[-1],))
+        for split in splits:
+            layout = self._split_layout(pp, split)
+            if layout is None:
+                continue
+            groups = self.split_groups(pp, split)
+            embedding, loss = self.split_units(split)
+            top = max(int(chunk_units(g, embedding, loss)) for g in groups if int(g.count) > 0)
+            for v in _divisors(top):
+                key = (v, layout) if self.vary_split else v
+                if (
+                    v > 1
+                    and key not in seen
+                    and not interleave_split_rule(groups, v, embedding, loss)
+                ):
+                    seen.add(key)
+                    out.append(ScheduleOption(v, "interleaved", split))
+        memo[pp] = out
+        return out
+
+    def _split_layout(self, pp: int, split: LayerSplit) -> tuple | None:
+        """The split's stage groups as (index, stages, layers) triples (splits equal on it lay the layers out alike), or
+        None when it leaves a stage a negative layer count."""
+        groups = self.split_groups(pp, split)
+        if any(int(g.count) > 0 and int(g.layers) < 0 for g in groups):
+            return None
+        return tuple((int(g.index), int(g.count), int(g.layers)) for g in groups)
+
+    def split_units(self, split: LayerSplit) -> tuple[int, int]:
+        """(embedding units, loss units) a split (embedding_as_layer, loss_as_layer) counts (specs.split.accounted_units)."""
+        embedding_as_layer, loss_as_layer = split
+        return accounted_units(int(embedding_as_layer), int(loss_as_layer), self.model.mtp_layers)
+
+    def split_groups(self, pp: int, split: LayerSplit) -> tuple[SplitGroup, ...]:
+        """The split of the layers over pp stages with the embedding and the loss counted as layers or not (split:
+        (embedding_as_layer, loss_as_layer); specs.plan.PlanSpec.split's rule). Memoised."""
+        memo = self._memo.setdefault("split", {})
+        if (pp, split) not in memo:
+            first, last = default_first_last(self.model.layers, pp, *self.split_units(split))
+            memo[(pp, split)] = grouped_split(self.model.layers, pp, first, last)
+        return memo[(pp, split)]
+
+    def state_options(self, dp_size: int) -> list[StateOption]:
+        """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
+        if dp_size == 1:
+            return [StateOption(0, True, True)]
+        zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
+        _, dp_default, gather_default = self.default_overlaps
+        reduce_ov = (
+            [dp_default, not dp_default] if self.vary_overlap else [dp_default]
+        )  # defaults first: ties
+        gather_ov = [gather_default, not gather_default] if self.vary_overlap else [gather_default]
+        out = []
+        for z in zeros:
+            if (
+                z == 3
+            ):  # ZeRO-3 gathers and reduces per micro-batch, overlapped layer by layer: switches unused
+                out.append(StateOption(3, True, True))
+                continue
+            gathers = gather_ov if z >= 1 else [True]
+            out += [StateOption(z, d, g) for d in reduce_ov for g in gathers]
+        return out
+
+    @cached_property
+    def offload_options(self) -> list[OffloadOption]:
+        """(weights, activations, optimizer) offload switches; all off without a host memory tier."""
+        acc = self.system.accelerator
+        if not self.vary_offload or not acc.host_bandwidth or not acc.host_memory:
+            return [OffloadOption(False, False, False)]
+        return [OffloadOption(*switches) for switches in itertools.product([False, True], repeat=3)]

@@ -1,0 +1,194 @@
+"""The search's options, named: the values ``SearchProblem`` enumerates per axis (search/space.py), the rows of the
+canonical space and their grids, and a candidate's plan.
+
+Each is a ``typing.NamedTuple``: a tuple (equal, hashed and ordered as the plain tuple of its fields, so memo keys
+and the canonical order are those of tuples) whose fields are read by name instead of ``k[5]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from paraplan.cost.comm import GroupSpan
+from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+
+
+class LayerKnob(NamedTuple):
+    """A row's layer knobs besides the degrees (SearchProblem.layer_knobs): they set the per-layer costs."""
+
+    sequence_parallel: bool
+    recompute: str
+    overlap_tp_comm: bool
+    tp_layout: str
+    tp_rows: int | None
+
+    @property
+    def shape_key(self) -> tuple[bool, str, int]:
+        """(sequence parallel, layout, grid rows or 0): what the layer shape reads of the knob (table.layer_shape_of)."""
+        return (self.sequence_parallel, self.tp_layout, self.tp_rows or 0)
+
+
+class ExpertOption(NamedTuple):
+    """An expert layout of a mixture-of-experts model (SearchProblem.expert_options)."""
+
+    ep: int
+    etp: int
+    dispatcher: str
+    a2a_overlap: bool
+
+
+NO_EXPERT_OPTION = ExpertOption(1, 1, "alltoall", False)  # a dense model's one expert option
+
+
+class LayerSplit(NamedTuple):
+    """Megatron-LM's accounting switches of the layer split (SearchProblem.split_options)."""
+
+    embedding_as_layer: bool
+    loss_as_layer: bool
+
+
+class ScheduleOption(NamedTuple):
+    """A pipeline schedule option of a row's grid (SearchProblem.schedule_options)."""
+
+    vpp: int
+    schedule: str
+    split: LayerSplit
+
+
+class StateOption(NamedTuple):
+    """A sharding option of a row's grid (SearchProblem.state_options)."""
+
+    zero: int
+    overlap_dp_grad_reduce: bool
+    overlap_param_gather: bool
+
+
+class OffloadOption(NamedTuple):
+    """An offload option of a row's grid (SearchProblem.offload_options)."""
+
+    weights: bool
+    activations: bool
+    optimizer: bool
+
+
+class GridOption(NamedTuple):
+    """One candidate of a row's grid: a schedule, a state and an offload option (space.grid_option)."""
+
+    vpp: int
+    schedule: str
+    split: LayerSplit
+    zero: int
+    overlap_dp_grad_reduce: bool
+    overlap_param_gather: bool
+    offload_weights: bool
+    offload_activations: bool
+    offload_optimizer: bool
+
+    @classmethod
+    def of(cls, schedule: ScheduleOption, state: StateOption, offload: OffloadOption) -> GridOption:
+        return cls(*schedule, *state, *offload)
+
+
+@dataclass
+class Row:
+    """One (degrees, placement, layer knobs) combination: everything that sets per-layer costs."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    placement: str
+    spans: dict[str, GroupSpan]
+    micro_batch: int
+    global_batch: int
+    sequence_parallel: bool
+    recompute: str
+    overlap_tp_comm: bool
+    tp_layout: str = "1d"
+    tp_rows: int | None = None
+    ep: int = 1
+    etp: int = 1
+    dispatcher: str = "alltoall"
+    a2a_overlap: bool = False
+
+    @property
+    def microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+
+def rows(problem):
+    """Yield every row of the canonical space, in canonical order."""
+    for tp, pp, cp, dp in problem.factorizations:
+        placements = problem.placements(tp, pp, cp, dp)
+        for mb, gb in problem.micro_batches(dp):
+            for placement, spans in placements:
+                for knob in problem.layer_knobs(tp, cp):
+                    for expert in problem.expert_options(tp, cp, dp):
+                        yield Row(tp, pp, cp, dp, placement, spans, mb, gb, *knob, *expert)
+
+
+def grid_parts(problem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
+    """The three option lists whose product is a row's grid (it depends on pp, m and dp·cp only):
+    schedule options (vpp, schedule, split), state options (zero, overlap_dp,
+    overlap_gather), offload options (weights, activations, optimizer)."""
+    return (
+        problem.schedule_options(pp, microbatches),
+        problem.state_options(dp_size),
+        problem.offload_options,
+    )
+
+
+def grid_option(parts: tuple[list, list, list], g: int) -> GridOption:
+    """Option ``g`` of the product of ``parts`` (grid's order: schedule outermost, offload innermost)."""
+    schedules, states, offloads = parts
+    rest, o = divmod(g, len(offloads))
+    s, t = divmod(rest, len(states))
+    return GridOption.of(schedules[s], states[t], offloads[o])
+
+
+def grid(problem, row: Row) -> list[GridOption]:
+    """The row's candidates, in the grid's order."""
+    schedules, states, offloads = grid_parts(problem, row.pp, row.microbatches, row.dp * row.cp)
+    return [GridOption.of(a, b, c) for a in schedules for b in states for c in offloads]
+
+
+def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
+    """The PlanSpec of one candidate."""
+    option = GridOption(*option)
+    embedding_as_layer, loss_as_layer = option.split
+    return PlanSpec(
+        gpus=problem.gpus,
+        tp=row.tp,
+        pp=row.pp,
+        dp=row.dp,
+        cp=row.cp,
+        vpp=option.vpp,
+        micro_batch=row.micro_batch,
+        global_batch=row.global_batch,
+        seq_length=problem.seq_length,
+        sequence_parallel=row.sequence_parallel,
+        recompute=row.recompute,
+        zero=option.zero,
+        dtype=problem.dtype,
+        attention=problem.attention,
+        schedule=option.schedule,
+        offload_weights=option.offload_weights,
+        offload_activations=option.offload_activations,
+        offload_optimizer=option.offload_optimizer,
+        overlap_dp_grad_reduce=option.overlap_dp_grad_reduce,
+        overlap_param_gather=option.overlap_param_gather,
+        overlap_tp_comm=row.overlap_tp_comm,
+        placement=row.placement,
+        embedding_as_layer=embedding_as_layer,
+        loss_as_layer=loss_as_layer,
+        tp_layout=row.tp_layout,
+        tp_rows=row.tp_rows,
+        ep=row.ep,
+        etp=row.etp,
+        moe_dispatcher=row.dispatcher,
+        moe_a2a_overlap=row.a2a_overlap,
+        **{name: getattr(problem, name) for name in RUNTIME_FIELDS},
+        capacity_factor=problem.capacity_factor,
+        moe_balance=problem.moe_balance,
+    )

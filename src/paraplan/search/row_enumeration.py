@@ -1,0 +1,326 @@
+"""The rows of the canonical space as columns, each row naming its costings by id (search.table.RowTable).
+
+``enumerate_rows`` walks space.rows' order (factorization, micro-batch, placement, layer knob, expert option) a
+factorization and a micro-batch at a time, on arrays, and gives every row the ids of the distinct entries its facts
+come from: its block costs per (layer shape, tp span, cp span), its activation memory per (layer shape, recompute
+mode), its pipeline transfer, its gradient groups and its placement's name. ``Costings`` interns those entries and
+computes each once, after the walk, in id order (``progress`` reports the count, the slow part of a large space).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from paraplan.graph.ops import ExpertShape
+from paraplan.search.options import ExpertOption, LayerKnob
+from paraplan.search.shapes import (
+    expert_shape_of,
+    expert_spans,
+    layer_shape_of,
+    recompute_modules_of,
+)
+from paraplan.search.space import SearchProblem
+from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.tp_layout import TP_LAYOUTS
+from paraplan.step.build import (
+    block_cost_facts,
+    block_memory_facts,
+    gradient_group,
+    model_gradient_groups,
+    pipeline_transfer_s,
+)
+from paraplan.step.compose import RECOMPUTE_CODES
+
+# the columns of the row table: degrees, batch, placement, layer knobs, and the ids of the rows' entries
+COLUMNS = (
+    "tp",
+    "pp",
+    "cp",
+    "dp",
+    "micro_batch",
+    "global_batch",
+    "placement",
+    "sp",
+    "recompute",
+    "overlap_tp",
+    "layout",
+    "tp_rows",
+    "tp_domains",
+    "cost_id",
+    "memory_id",
+    "p2p_id",
+    "group_id",
+    "expert",
+)
+
+
+class Costings:
+    """The distinct entries the rows refer to, by kind, each computed once (``compute``, in id order, so that
+    entry i of a kind's list is the one id i names)."""
+
+    def __init__(self) -> None:
+        self.placement_names: list[str] = []
+        self.costs: list[dict] = []  # per (shape, tp span, cp span): block kind -> BlockCostFacts
+        self.memories: list[dict] = []  # per (shape, recompute): block kind -> BlockMemoryFacts
+        self.transfers: list[float] = []  # per (tp, cp, micro-batch, pp span): one activation send
+        self.groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
+        self._out = {
+            "placement": self.placement_names,
+            "cost": self.costs,
+            "memory": self.memories,
+            "p2p": self.transfers,
+            "group": self.groups,
+        }
+        self._ids: dict[str, dict] = {kind: {} for kind in self._out}
+        self._pending: list[tuple] = []  # (list, function, arguments) of every entry, in id order
+
+    def intern(self, kind: str, key, compute, *args) -> int:
+        """The id of the entry ``key`` of ``kind``; a new one's value is ``compute(*args)``, computed later."""
+        table = self._ids[kind]
+        found = table.get(key)
+        if found is None:
+            found = table[key] = len(table)
+            self._pending.append((self._out[kind], compute, args))
+        return found
+
+    def compute(self, progress, every: int = 256) -> None:
+        """Compute the entries interned so far, reporting ``progress(done, total)`` every ``every`` and at the end."""
+        pending, self._pending = self._pending, []
+        total = len(pending)
+        if progress is not None:
+            progress(0, total)
+        for done, (out, compute, args) in enumerate(pending, start=1):
+            out.append(compute(*args))
+            if progress is not None and (done % every == 0 or done == total):
+                progress(done, total)
+
+
+class KnobColumns(NamedTuple):
+    """The layer-knob × expert options of a (tp, cp) and expert options, as the columns and keys the rows need."""
+
+    count: int
+    columns: dict[str, np.ndarray]  # sp, recompute, overlap_tp, layout, tp_rows, expert (ids)
+    experts: list[ExpertOption]  # the distinct expert options, sorted
+    expert_of: np.ndarray  # each option's index in ``experts``
+    cost_keys: list[tuple]  # distinct (shape key, recomputed modules, expert option)
+    cost_state_of: np.ndarray
+    memory_keys: list[tuple]  # distinct (shape key, recompute mode, expert option)
+    memory_state_of: np.ndarray
+
+
+def _placement_name(name: str) -> str:
+    return name
+
+
+def _gradient_groups(problem: SearchProblem, reduced, spans, tp, cp, dp, expert) -> dict:
+    """The model's gradient groups on a placement's spans (the expert group's span from the expert option)."""
+    system = problem.system
+    placed = expert_spans(spans, tp, cp, dp, expert, system)
+    return {g: gradient_group(system, placed[g]) for g in reduced}
+
+
+def _transfer_s(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pp_span) -> float:
+    shape = layer_shape_of(problem, tp, cp, micro_batch, False, "1d", 0)
+    return pipeline_transfer_s(problem.model, problem.system, shape, pp_span)
+
+
+def _state_shape(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, key, modules, expert):
+    """The layer shape of a (shape key, recomputed modules, expert option) at this micro-batch."""
+    return layer_shape_of(
+        problem,
+        tp,
+        cp,
+        micro_batch,
+        *key,
+        expert_shape_of(problem, expert) if shaped else ExpertShape(),
+        modules,
+    )
+
+
+def _block_costs(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state, pair) -> dict:
+    shape = _state_shape(problem, shaped, tp, cp, micro_batch, *state)
+    return block_cost_facts(problem.model, problem.system, shape, *pair)
+
+
+def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state) -> dict:
+    key, recompute, expert = state
+    modules = recompute_modules_of(recompute) if shaped else ()
+    shape = _state_shape(problem, shaped, tp, cp, micro_batch, key, modules, expert)
+    return block_memory_facts(problem.model, shape, recompute)
+
+
+class RowEnumeration:
+    """The walk over the space (module doc): ``columns`` (lists of arrays per COLUMNS name), ``costings`` and the
+    expert options by id."""
+
+    def __init__(self, problem: SearchProblem):
+        self.problem = problem
+        self.costings = Costings()
+        self.columns: dict[str, list] = {k: [] for k in COLUMNS}
+        self.expert_ids: dict[ExpertOption, int] = {}
+        self.reduced = model_gradient_groups(problem.model)
+        self.shaped = moe_shaped(
+            problem.model
+        )  # its graphs read the expert knobs and recomputed modules
+        self._memo: dict[tuple, object] = {}
+
+    def run(self, progress=None) -> None:
+        for tp, pp, cp, dp in self.problem.factorizations:
+            self._factorization(tp, pp, cp, dp)
+        self.costings.compute(progress)
+
+    def _factorization(self, tp: int, pp: int, cp: int, dp: int) -> None:
+        """Intern the entries of one factorization's rows and append their columns (micro-batch, placement, knob)."""
+        problem, costings = self.problem, self.costings
+        knobs = self._knobs(tp, cp, dp)
+        if knobs is None:
+            return
+        placements = problem.placements(tp, pp, cp, dp)
+        pids = [costings.intern("placement", name, _placement_name, name) for name, _ in placements]
+        group_of = np.array(
+            [
+                [
+                    costings.intern(
+                        "group",
+                        (tuple(spans[g] for g in self.reduced), e[:2]),
+                        _gradient_groups,
+                        problem,
+                        self.reduced,
+                        spans,
+                        tp,
+                        cp,
+                        dp,
+                        e,
+                    )
+                    for e in knobs.experts
+                ]
+                for _, spans in placements
+            ]
+        )
+        pairs: dict[tuple, int] = {}  # distinct (tp span, cp span) among the placements
+        pair_of = np.array(
+            [pairs.setdefault((spans["tp"], spans["cp"]), len(pairs)) for _, spans in placements]
+        )
+        batches = problem.micro_batches(dp)
+        if not batches:
+            return
+        pp_spans = tuple(spans["pp"] for _, spans in placements)
+        ids = [self._batch_ids(tp, cp, mb, knobs, tuple(pairs), pp_spans) for mb, _ in batches]
+        self._append(tp, pp, cp, dp, batches, placements, pids, knobs, group_of, pair_of, ids)
+
+    def _knobs(self, tp: int, cp: int, dp: int) -> KnobColumns | None:
+        """KnobColumns of (tp, cp) with dp's expert options (memoised on them); None when there are none."""
+        problem = self.problem
+        experts = tuple(problem.expert_options(tp, cp, dp))
+        key = ("knobs", tp, cp, experts)
+        if key not in self._memo:
+            options = [(k, e) for k in problem.layer_knobs(tp, cp) for e in experts]
+            self._memo[key] = self._knob_columns(options) if options else None
+        return self._memo[key]
+
+    def _knob_columns(self, options: list[tuple[LayerKnob, ExpertOption]]) -> KnobColumns:
+        experts = sorted({e for _, e in options})
+        # the layer-shape inputs each option fixes: costs per (sp, layout, grid rows, recomputed modules, expert
+        # knobs), activation memory per (the same with the recompute mode)
+        cost_states = [
+            (k.shape_key, recompute_modules_of(k.recompute) if self.shaped else (), e)
+            for k, e in options
+        ]
+        memory_states = [(k.shape_key, k.recompute, e) for k, e in options]
+        cost_keys = list(dict.fromkeys(cost_states))
+        memory_keys = list(dict.fromkeys(memory_states))
+        columns = {
+            "sp": np.array([k.sequence_parallel for k, _ in options]),
+            "recompute": np.array([RECOMPUTE_CODES[k.recompute] for k, _ in options]),
+            "overlap_tp": np.array([k.overlap_tp_comm for k, _ in options]),
+            "layout": np.array([TP_LAYOUTS.index(k.tp_layout) for k, _ in options]),
+            "tp_rows": np.array([k.tp_rows or 0 for k, _ in options]),
+            "expert": np.array(
+                [self.expert_ids.setdefault(e, len(self.expert_ids)) for _, e in options]
+            ),
+        }
+        return KnobColumns(
+            len(options),
+            columns,
+            experts,
+            np.array([experts.index(e) for _, e in options]),
+            cost_keys,
+            np.array([cost_keys.index(s) for s in cost_states]),
+            memory_keys,
+            np.array([memory_keys.index(s) for s in memory_states]),
+        )
+
+    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, pairs: tuple, pp_spans: tuple) -> tuple:
+        """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch
+        (memoised: factorizations of one (tp, cp) share them)."""
+        problem, costings, shaped = self.problem, self.costings, self.shaped
+        memo_key = ("batch", tp, cp, mb, id(knobs), pairs, pp_spans)
+        found = self._memo.get(memo_key)
+        if found is not None:
+            return found
+        p2p = [
+            costings.intern("p2p", (tp, cp, mb, span), _transfer_s, problem, tp, cp, mb, span)
+            for span in pp_spans
+        ]
+        cost = [
+            [
+                costings.intern(
+                    "cost",
+                    (tp, cp, mb, key, pair),
+                    _block_costs,
+                    problem,
+                    shaped,
+                    tp,
+                    cp,
+                    mb,
+                    key,
+                    pair,
+                )
+                for pair in pairs
+            ]
+            for key in knobs.cost_keys
+        ]
+        memory = [
+            costings.intern(
+                "memory", (tp, cp, mb, key), _block_memory, problem, shaped, tp, cp, mb, key
+            )
+            for key in knobs.memory_keys
+        ]
+        found = self._memo[memo_key] = (p2p, cost, memory)
+        return found
+
+    def _append(
+        self, tp, pp, cp, dp, batches, placements, pids, knobs, group_of, pair_of, ids
+    ) -> None:
+        """Append one factorization's columns: every micro-batch at once, rows ordered (micro-batch, placement,
+        knob)."""
+        cols = self.columns
+        n_b, n_p, n_k = len(batches), len(placements), knobs.count
+        per_batch = n_p * n_k
+        n = n_b * per_batch
+        p2p_ids = np.array([i[0] for i in ids], dtype=np.int64)  # (micro-batch, placement)
+        cost_of = np.array(
+            [i[1] for i in ids], dtype=np.int64
+        )  # (micro-batch, cost state, span pair)
+        memory_of = np.array([i[2] for i in ids], dtype=np.int64)  # (micro-batch, memory state)
+        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
+            cols[name].append(np.full(n, value, dtype=np.int64))
+        for name, i in (("micro_batch", 0), ("global_batch", 1)):
+            cols[name].append(
+                np.repeat(np.array([b[i] for b in batches], dtype=np.int64), per_batch)
+            )
+        cols["placement"].append(np.tile(np.repeat(np.array(pids), n_k), n_b))
+        domains = np.array([spans["tp"].domains for _, spans in placements])
+        cols["tp_domains"].append(np.tile(np.repeat(domains, n_k), n_b))
+        cols["p2p_id"].append(np.repeat(p2p_ids.reshape(-1), n_k))
+        cols["group_id"].append(np.tile(group_of[:, knobs.expert_of].reshape(-1), n_b))
+        cols["cost_id"].append(
+            cost_of[:, knobs.cost_state_of[None, :], pair_of[:, None]].reshape(-1)
+        )
+        cols["memory_id"].append(
+            np.repeat(memory_of[:, None, :][:, :, knobs.memory_state_of], n_p, axis=1).reshape(-1)
+        )
+        for name, values in knobs.columns.items():
+            cols[name].append(np.tile(values, n_b * n_p))

@@ -1,0 +1,150 @@
+"""The fast path's running state (``Scan``): the pool of the best candidates evaluated so far, the K-th group's
+objective that prunes the rest, the counters, the nearest memory misses, and every feasible plan on request."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.search import ranking
+from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
+from paraplan.search.result import objective_value, trim_pool
+from paraplan.search.table import RowTable, feasible_columns
+
+
+class Scan:
+    """The fast path's running state: the pool of best candidates, the K-th group's objective
+    (``threshold``), counters, the nearest memory misses, and every feasible plan on request."""
+
+    def __init__(self, problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all):
+        self.problem, self.table, self.top_k = problem, table, top_k
+        self.tokens_row, self.flops_per_token, self.peak_flops = (
+            tokens_row,
+            flops_per_token,
+            peak_flops,
+        )
+        self.capacity = problem.system.accelerator.hbm_capacity
+        self.host_capacity = problem.system.accelerator.host_memory or np.inf
+        self.pool: list[tuple] = []
+        self.threshold = np.inf
+        self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)
+        self.shared = None  # in a split search, this process's search.block_processes.PartView
+        self.evaluated = self.feasible = 0
+        self.nearest = None  # (overflow_bytes, row, option, peak)
+        self.faster: list[tuple] = []
+        self.everything: list[dict] | None = [] if collect_all else None
+        self.options: GridIndex | None = None
+        self.offset = 0  # canonical number of the table's first row (search block by block)
+        self.resolved: dict[tuple[int, int], tuple] | None = (
+            None  # (row, option) -> (Row, grid tuple), by block
+        )
+
+    def refresh(self) -> None:
+        """In a split search, lower the ceiling and the threshold to the least threshold any process has published
+        since (admissible: search.block_processes), between batches of a scan: a process whose first block scan runs
+        beside another's stops evaluating once the other has found a better K-th group."""
+        if self.shared is not None:
+            self.ceiling = min(self.ceiling, self.shared.get())
+            self.threshold = min(self.threshold, self.ceiling)
+
+    def use(self, table: RowTable, offset: int) -> None:
+        """Go on with another block's row table, whose rows are canonical rows offset, offset + 1, ...:
+        the rows and options the pool and the misses name are resolved as they enter them."""
+        self.table, self.offset = table, offset
+        self.tokens_row = table.columns["global_batch"].astype(float) * self.problem.seq_length
+        if self.resolved is None:
+            self.resolved = {}
+        # a miss at or above the threshold cannot beat the winner (<= threshold): the result never shows it
+        self.faster = [f for f in self.faster if f[0] < self.threshold]
+
+    def resolve(self, r: int, g: int) -> tuple:
+        """(Row, grid option) of canonical row r, option g."""
+        if self.resolved is not None:
+            return self.resolved[(r, g)]
+        return self.table.row(r), self.options.option(r, g)
+
+    def _keep(self, items: list[tuple]) -> list[tuple]:
+        """Pool / miss items with table rows made canonical (and resolved, block by block)."""
+        if self.resolved is None:
+            return items
+        out = []
+        for item in items:
+            r, g = item[1], item[2]
+            self.resolved[(r + self.offset, g)] = (self.table.row(r), self.options.option(r, g))
+            out.append((item[0], r + self.offset, *item[2:]))
+        return out
+
+    def evaluate(
+        self, options: "GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink
+    ) -> None:
+        """Step time and memory of every candidate of the option groups (rows[i], options from
+        starts[i]), in ``_expand`` order; the pool and threshold updated."""
+        if not len(rows):
+            return
+        self.options = options
+        index, grid_index = expand(rows, starts, options.group_size[rows])
+        step, peak, host = evaluate_groups(self.table, options, rows, starts)
+        tokens = self.tokens_row[index]
+        obj = objective_value(
+            self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops
+        )
+        fits = (peak <= self.capacity) & (host <= self.host_capacity)
+        self.evaluated += len(index)
+        self.feasible += int(fits.sum())
+        if self.everything is not None:
+            for i in np.flatnonzero(fits):
+                self.everything.append(
+                    {
+                        "row": int(index[i]),
+                        "grid": int(grid_index[i]),
+                        "step_time_s": float(step[i]),
+                        "objective": float(obj[i]),
+                        "peak_memory_bytes": float(peak[i]),
+                    }
+                )
+        if feasible_sink is not None and fits.any():
+            chosen = np.flatnonzero(fits)
+            feasible_sink(
+                feasible_columns(
+                    self.table,
+                    index[chosen],
+                    options.values(index[chosen], grid_index[chosen]),
+                    step[chosen],
+                    obj[chosen],
+                    peak[chosen],
+                    tokens[chosen],
+                )
+            )
+        keep = np.flatnonzero(fits & ranking.within(obj, self.threshold))
+        if (
+            keep.size > self.top_k
+        ):  # only this batch's K best groups (and ties with the K-th) can enter the top K
+            kth = ranking.kth_group_objective(obj[keep], step[keep], peak[keep], self.top_k)
+            keep = keep[ranking.within(obj[keep], kth)]
+        self.pool += self._keep(
+            [
+                (float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
+                for i in keep
+            ]
+        )
+        if (
+            len(self.pool) >= self.top_k
+        ):  # never above a threshold other processes reached (``ceiling``)
+            self.pool, threshold = trim_pool(self.pool, self.top_k)
+            self.threshold = min(threshold, self.ceiling)
+            if (
+                self.shared is not None
+            ):  # published at once: the other processes' scans read it between batches
+                self.shared.offer(self.threshold)
+        misses = np.flatnonzero(~fits)
+        if misses.size:
+            over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
+            j = misses[np.argmin(over)]
+            if self.nearest is None or over.min() < self.nearest[0]:
+                nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
+                self.nearest = self._keep([nearest])[0]
+            # plans that would beat the current K-th best but do not fit: keep the nearest misses
+            quick = misses[obj[misses] < self.threshold]
+            near = quick[np.argsort(peak[quick], kind="stable")[:20]]
+            self.faster += self._keep(
+                [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
+            )

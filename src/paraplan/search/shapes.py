@@ -1,0 +1,79 @@
+"""The layer shapes of the search's rows: the estimator's rule (estimate.layer_shape) on a row's degrees and knobs,
+and the expert knobs of an expert option (search.options.ExpertOption) with the problem's fixed ones."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from paraplan.cost.moe import expert_dp_span
+from paraplan.graph.ops import ExpertShape
+from paraplan.graph.transformer import LayerShape
+from paraplan.search.options import ExpertOption, LayerKnob
+from paraplan.search.space import SearchProblem
+from paraplan.specs.tp_layout import panel_count
+from paraplan.step.build import default_recompute_modules
+
+
+def recompute_modules_of(recompute: str) -> tuple[str, ...]:
+    """The modules a recompute mode re-runs (step.build.default_recompute_modules)."""
+    return default_recompute_modules(recompute)
+
+
+def expert_shape_of(problem: SearchProblem, choice: ExpertOption) -> ExpertShape:
+    """The ExpertShape of an expert option (space.expert_options) with the problem's fixed knobs."""
+    choice = ExpertOption(*choice)
+    return ExpertShape(
+        choice.ep,
+        choice.etp,
+        choice.dispatcher,
+        problem.capacity_factor,
+        problem.moe_balance,
+        choice.a2a_overlap,
+    )
+
+
+def expert_spans(spans: dict, tp: int, cp: int, dp: int, choice: ExpertOption, system) -> dict:
+    """A placement's spans with the expert gradient group's span for the option's ep and etp."""
+    if "expert" not in spans:
+        return spans
+    ep, etp = choice[:2]
+    degrees = SimpleNamespace(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
+    return {**spans, "expert": expert_dp_span(degrees, system)}
+
+
+def layer_shape_of(
+    problem: SearchProblem,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    layout: str,
+    rows: int,
+    expert: ExpertShape = ExpertShape(),
+    modules: tuple[str, ...] = (),
+) -> LayerShape:
+    """The LayerShape of a row: estimate.layer_shape's rule (a 2D grid of ``rows`` rows states its
+    activation split as sequence parallelism, with the default panel count; MoE-shaped models add
+    the expert knobs and the modules selective recomputation re-runs)."""
+    summa = layout == "2d"
+    r = rows if summa else 1
+    return LayerShape(
+        tp,
+        cp,
+        micro_batch,
+        problem.seq_length,
+        (sp or summa) and tp > 1,
+        problem.attention,
+        problem.dtype,
+        expert=expert,
+        recompute_modules=modules,
+        tp_layout=layout,
+        tp_rows=r,
+        summa_panels=panel_count(r, tp // r, None) if summa else 1,
+        cp_algorithm=problem.cp_algorithm,
+    )
+
+
+def shape_keys_of(knobs: list[LayerKnob]) -> list[tuple]:
+    """(sequence parallel, layout, grid rows or 0) of each layer-knob option (space.layer_knobs)."""
+    return [LayerKnob(*knob).shape_key for knob in knobs]

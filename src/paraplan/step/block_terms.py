@@ -1,0 +1,193 @@
+"""One block's per-micro-batch time terms (:class:`BlockTerms`) and what it holds (:class:`BlockCost`).
+
+``block_terms`` turns a block's summed op times and collective times (step/build.py) into the
+seconds the step composition adds: compute, recomputation, and the communication that stays
+exposed after the overlaps each collective gets. Plain arithmetic on floats or numpy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from paraplan.cost.comm import priced_exposure_s
+from paraplan.cost.overlap import chunked_overlap_exposed_s, ring_attention_exposed_s
+
+Num = Any  # float or numpy array, broadcastable
+
+# TP comm-GEMM overlap pipelines each GEMM and its collective in this many chunks: the
+# num_splits = 4 of the pipelined reduce-scatter overlaps in NeMo's Transformer Engine userbuffers
+# configurations (ring-exchange all-gather overlap splits in tp = 4-8 chunks).
+TP_OVERLAP_CHUNKS = 4.0
+
+
+@dataclass(frozen=True)
+class BlockTerms:
+    """Per-micro-batch seconds of one block on one GPU: compute, and communication left exposed.
+
+    Forward and backward communication are kept apart because they sit in different overlap
+    windows (``tail_terms``); collectives re-run by recomputation happen in the backward pass and
+    are counted in ``tp_backward`` / ``cp_backward``."""
+
+    forward: Num
+    backward: Num
+    recompute: Num
+    tp_forward: Num
+    tp_backward: Num
+    cp_forward: Num
+    cp_backward: Num
+    ep_forward: Num = 0.0  # exposed expert-parallel dispatch / combine (graph/moe.py)
+    ep_backward: Num = 0.0
+    wgrad: Num = (
+        0.0  # the weight-gradient share of ``backward`` (split-backward schedules); not added again
+    )
+
+
+BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name != "wgrad")
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> BlockTerms:
+    """Per-micro-batch block time from its summed op times (``compute``: stages.BlockCompute) and
+    collective times and hidden prices (``comm``: stages.BlockComm); fields may be floats or arrays.
+
+    Recompute (Korthikanti et al. 2022 §5): full (code 2) re-runs the forward, selective (1) the
+    core attention. The context-parallel ring exchange hides behind the attention of the chunk
+    already received (Liu et al. 2023). Backward TP collectives run beside the GEMMs they do not
+    depend on: the SP input re-gather beside dgrad, the gradient all-reduce / reduce-scatter beside
+    wgrad (Megatron-LM's async tensor-parallel communication); each half of the backward GEMM time
+    is one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
+    (Transformer Engine's comm-GEMM overlap; the caller allows it only inside one NVLink domain)
+    forward and backward TP collectives are pipelined with their GEMMs in TP_OVERLAP_CHUNKS pieces:
+    one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s).
+    The CP ring exposes, per step, what its transfer outlasts of one step's attention, plus a
+    synchronisation per step (cost.overlap.ring_attention_exposed_s, cost.comm.ring_step_sync_s).
+    Hidden communication still costs its price (cost.comm.priced_exposure_s): the SMs and HBM the
+    communication kernels take from the compute they overlap."""
+    c = compute
+    full = recompute_code == 2
+    rc = recompute_s(c, recompute_code)
+    steps = comm.cp_steps
+    per_step = 1.0 / np.maximum(steps, 1.0)
+    cp_f = priced_exposure_s(
+        comm.cp_forward,
+        ring_attention_exposed_s(
+            comm.cp_forward * per_step, c.attention_forward / (steps + 1.0), steps + 1.0, 0.0
+        )
+        + comm.cp_sync_forward,
+        comm.cp_forward_price,
+    )
+    cp_b = priced_exposure_s(
+        comm.cp_backward,
+        ring_attention_exposed_s(
+            comm.cp_backward * per_step, c.attention_backward / (steps + 1.0), steps + 1.0, 0.0
+        )
+        + comm.cp_sync_backward,
+        comm.cp_backward_price,
+    )
+    backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
+    tp_b_async = (
+        comm.tp_backward
+        + np.maximum(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
+        + np.maximum(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
+    )
+    tp_f = np.where(
+        overlap_tp_comm,
+        priced_exposure_s(
+            comm.tp_forward,
+            chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0),
+            comm.tp_forward_price,
+        ),
+        comm.tp_forward,
+    )
+    tp_b = priced_exposure_s(
+        backward_comm,
+        np.where(
+            overlap_tp_comm,
+            chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0),
+            tp_b_async,
+        ),
+        comm.tp_backward_price,
+    )
+    tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
+    cp_rc = np.where(
+        recompute_code > 0, cp_f, 0.0
+    )  # both recompute modes re-run the core attention
+    ep_f, ep_b = expert_exposure(c, comm)
+    # W: the weight-gradient GEMMs, half of the backward GEMM time (equal FLOPs, Narayanan et al. 2021 §5.1)
+    return BlockTerms(
+        c.forward,
+        c.backward,
+        rc,
+        tp_f,
+        tp_b + tp_rc,
+        cp_f,
+        cp_b + cp_rc,
+        ep_f,
+        ep_b,
+        c.gemm_backward / 2.0,
+    )
+
+
+def recompute_s(compute, recompute_code: Num) -> Num:
+    """Seconds recomputation re-runs per micro-batch (Korthikanti et al. 2022 §5): full (code 2) the
+    block's forward, selective (1) its core attention (``attention_forward``), none (0) nothing."""
+    return np.where(
+        recompute_code == 2,
+        compute.forward,
+        np.where(recompute_code == 1, compute.attention_forward, 0.0),
+    )
+
+
+def expert_exposure(c, comm) -> tuple[Num, Num]:
+    """Exposed (forward, backward) expert-parallel dispatch/combine of one block. The all-to-alls
+    sit between the router and the expert GEMMs and between the GEMMs and the un-permute: nothing
+    of the same micro-batch can run beside them, so they are exposed. With ``ep_overlap``
+    (moe_a2a_overlap: DeepEP / DualPipe / Megatron-LM's 1F1B A2A overlap run one micro-batch's
+    dispatch and combine beside another micro-batch's compute; DeepSeek-V3 report §3.2.1) they
+    hide behind the block's compute of the other direction and cost their price
+    (cost.comm.priced_exposure_s)."""
+    ep_f = np.where(
+        comm.ep_overlap,
+        priced_exposure_s(
+            comm.ep_forward, np.maximum(0.0, comm.ep_forward - c.backward), comm.ep_forward_price
+        ),
+        comm.ep_forward,
+    )
+    ep_b = np.where(
+        comm.ep_overlap,
+        priced_exposure_s(
+            comm.ep_backward, np.maximum(0.0, comm.ep_backward - c.forward), comm.ep_backward_price
+        ),
+        comm.ep_backward,
+    )
+    return ep_f, ep_b
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block on one GPU: its time terms per micro-batch and what it holds in memory."""
+
+    kind: str  # "embedding" | "decoder" | "dense_layer" | "moe_layer" | "experts" | "mtp" | "head" (stages.BLOCK_KINDS)
+    terms: BlockTerms
+    params: Num  # weight parameters held per GPU
+    activation_bytes: Num  # kept for backward, per in-flight micro-batch
+    held_bytes: Num  # kept once at the stage's peak (the LM head's fp32 logits)
+    buffer_bytes: Num  # transient working buffer while the block runs
+    gradient_group: str = "dense"  # specs.parallel.GRADIENT_GROUPS
+    nic_forward_s: Num = (
+        0.0  # NIC-busy seconds of its TP/CP collectives per micro-batch, forward window
+    )
+    nic_backward_s: Num = 0.0  # the same in the backward window (recompute re-runs included)
+    largest_weight_params: Num = (
+        0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
+    )
+    weight_tensors: Num = (
+        1.0  # its weight tensors: ZeRO-3 all-gather calls when gathered per tensor
+    )
+    regathered: Num = (
+        0.0  # 1: its forward is re-run in full in backward (full recompute of a recomputed kind)
+    )
+    small_numels: tuple = ()  # sizes of its weight tensors DeepSpeed keeps gathered (graph.ops.small_weight_numels)

@@ -1,0 +1,180 @@
+"""What the step composition reads: stages of blocks, the plan's knobs, :class:`StepInputs`, and
+the sums over a stage's blocks (its per-micro-batch work by part, its parameters per gradient group).
+
+Every function here is plain arithmetic that works the same on Python floats and on numpy arrays
+(one element per candidate plan).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from paraplan.cost.comm import LinearCollective
+from paraplan.step.block_terms import BLOCK_TERM_NAMES, BlockCost
+from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
+
+Num = Any  # float or numpy array, broadcastable
+
+# Bytes per parameter in the data-parallel gradient reduction: Megatron-LM reduces its fp32 main
+# gradients (4 B/param, as in Korthikanti et al. 2022's memory accounting).
+GRAD_REDUCE_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """``count`` identical consecutive pipeline stages starting at position ``index`` (count 0:
+    absent), each running ``blocks`` — (block, how many of it) — once per micro-batch and chunk set."""
+
+    index: Num
+    count: Num
+    blocks: tuple[tuple[BlockCost, Num], ...]
+    p2p_s: Num  # exposed point-to-point transfers per micro-batch (all of the stage's chunks)
+    inputs: StepInputs | None = (
+        None  # the stage's own inputs (GPU type, links, gradient groups); None: the step's
+    )
+
+
+@dataclass(frozen=True)
+class GradientGroup:
+    """The ranks that reduce one group's gradients: their number and their collectives in linear form."""
+
+    size: Num
+    all_reduce: LinearCollective
+    reduce_scatter: LinearCollective
+    all_gather: LinearCollective
+
+
+@dataclass(frozen=True)
+class GridKnobs:
+    """The plan's knobs that only enter the step composition and the memory sum (floats/bools or
+    arrays): schedule, ZeRO stage, DP overlap switches, offloads. The pipeline schedule is one
+    flag per step.schedules entry (its ``flag``; 1F1B, the default, has none), vpp its chunks."""
+
+    vpp: Num
+    interleaved: Num
+    gpipe: Num
+    zero: Num
+    overlap_dp_grad_reduce: Num
+    overlap_param_gather: Num
+    offload_weights: Num
+    offload_activations: Num
+    offload_optimizer: Num
+    zb: Num = False  # ZB-H1 (step.schedules.SCHEDULES["zb-h1"].flag)
+    dualpipe: Num = False  # DualPipe (step.schedules.SCHEDULES["dualpipe"].flag)
+    offload_activation_layers: Num = (
+        0  # with offload_activations: decoder layers per stage offloaded (0: all)
+    )
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Everything the step and memory composition needs, per candidate (floats or arrays)."""
+
+    stages: tuple[Stage, ...]
+    pp: Num
+    microbatches: Num
+    gradient_groups: dict[str, GradientGroup]
+    knobs: GridKnobs
+    host_bandwidth: Num  # bytes/s (any positive number when no offload is possible)
+    hbm_rate: Num  # achieved HBM bytes/s for the optimizer step
+    weight_bytes: Num  # per parameter (cost.memory.state_bytes_per_param)
+    grad_bytes: Num
+    optimizer_bytes: Num
+    reserved_bytes: Num
+    zero3_prefetch_layers: Num = (
+        1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
+    )
+    fp8_copy_bytes: Num = (
+        0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
+    )
+    grad_reduce_bytes: Num = (
+        GRAD_REDUCE_BYTES  # per parameter of the data-parallel gradient reduction (its dtype)
+    )
+    zero3_live_params: Num = (
+        math.inf
+    )  # ZeRO-3: most gathered parameters resident at once (DeepSpeed's cap; inf: none)
+    zero3_tensor_gathers: Num = (
+        0.0  # 1: ZeRO-3 gathers each weight tensor apart (DeepSpeed <= 0.5.4), 0: a layer at once
+    )
+    zero3_tensor_reduces: Num = (
+        0.0  # 1: ZeRO-3 reduce-scatters each weight tensor's gradient apart (DeepSpeed <= 0.5.x)
+    )
+    zero3_regather: Num = (
+        0.0  # 1: ZeRO-3 gathers a fully recomputed block's weights again for the recompute
+    )
+    kernel_overhead_s: Num = (
+        0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
+    )
+
+
+def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
+    """Σ over the stage's blocks (of ``kinds``, default all) of count × value(block)."""
+    total = 0.0
+    for block, n in stage.blocks:
+        if kinds is None or block.kind in kinds:
+            total = total + n * value(block)
+    return total
+
+
+def transformer_layers(stage: Stage) -> Num:
+    """Decoder layers (transformer blocks, every chunk) one GPU of the stage runs."""
+    return sum_blocks(stage, lambda b: 1.0, TRANSFORMER_KINDS)
+
+
+def max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
+    """Largest value over the blocks the stage holds at least once (0 when none)."""
+    best = 0.0
+    for block, n in stage.blocks:
+        if kinds is None or block.kind in kinds:
+            best = np.maximum(best, np.where(n > 0, value(block), 0.0))
+    return best
+
+
+def stage_work(stage: Stage) -> dict[str, Num]:
+    """Per-micro-batch seconds of one stage by part (BlockTerms names + "pp"), summed over its blocks."""
+    parts = {
+        name: sum_blocks(stage, lambda b, k=name: getattr(b.terms, k)) for name in BLOCK_TERM_NAMES
+    }
+    parts["pp"] = stage.p2p_s
+    return parts
+
+
+def work_total(parts: dict[str, Num]) -> Num:
+    """The sum of a stage's per-micro-batch parts (``stage_work``), in their order."""
+    total = 0.0
+    for v in parts.values():
+        total = total + v
+    return total
+
+
+def forward_s(work: dict[str, Num]) -> Num:
+    """F: a stage's per-micro-batch forward window — compute plus the exposed forward TP, CP and EP
+    communication (``stage_work`` parts); the window the weight all-gather hides in (step/tail.py)
+    and the F of the split-backward schedules (step/schedules.py)."""
+    return work["forward"] + work["tp_forward"] + work["cp_forward"] + work["ep_forward"]
+
+
+def backward_s(work: dict[str, Num]) -> Num:
+    """B: a stage's per-micro-batch backward — compute, recomputation and the exposed backward TP,
+    CP and EP communication (``stage_work`` parts; the pipeline sends not included)."""
+    return (
+        work["backward"]
+        + work["recompute"]
+        + work["tp_backward"]
+        + work["cp_backward"]
+        + work["ep_backward"]
+    )
+
+
+def stage_params(stage: Stage, group: str, kinds: tuple[str, ...] | None = None) -> Num:
+    """Parameters per GPU of the stage (of its blocks of ``kinds``, default all) that ``group`` reduces."""
+    return sum_blocks(stage, lambda b: b.params if b.gradient_group == group else 0.0, kinds)
+
+
+def shard_ways(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
+    """How many ways ZeRO shards a state over the group: its size from stage ``from_zero`` on, else 1."""
+    return np.where(inp.knobs.zero >= from_zero, group.size, 1)

@@ -1,0 +1,310 @@
+"""Pipeline schedules, one entry each in :data:`SCHEDULES`: the exact bubble the step composition
+adds, the micro-batches whose activations a stage holds at its peak, the copies of its weights, and
+the admissible bubble floor the search bounds with.
+
+Notation: p stages, m micro-batches, v model chunks per GPU, W_i the per-micro-batch work of stage
+i (forward + backward + exposed communication, step.inputs.stage_work), S = max_i W_i, T = Σ_i W_i.
+The split-backward schedules use the slowest stage's F (forward window), B (backward, recompute
+included) and W (the weight-gradient GEMMs, half of the backward GEMM time: the two backward GEMMs of
+a linear layer have equal FLOPs, Narayanan et al. 2021 §5.1), F&B the time of a forward and a
+backward chunk run overlapped (F + B: nothing overlapped).
+
+Sources: 1F1B and interleaved 1F1B, Narayanan et al. 2021 §2.2 (and Korthikanti et al. 2022 §4.3 for
+the interleaved warm-up); GPipe, Huang et al. 2019; ZB-H1, Qi et al. 2023, arXiv:2401.10241 §3.1;
+DualPipe, the DeepSeek-V3 technical report, arXiv:2412.19437 §3.2.1 Table 2. Each entry's formulas
+and source in a table: ``markdown_table()`` (docs/architecture.md prints it).
+With unequal stages the slowest stage sets the steady state and the fill and drain pass once through
+every other stage: T − S replaces (p − 1)·W (``bubble_from_work_s``).
+
+A new schedule is one entry of SCHEDULES (its functions below it, each with its source). Around the
+entry: its name in specs.plan.Schedule (the plan field, with its rules), the GridKnobs flag the entry
+names, and its options in search.space.schedule_options; tests/unit/test_schedules.py checks that
+these agree with the registry and that the table of docs/architecture.md is ``markdown_table()``.
+Every function works on floats and on numpy arrays (one element per candidate plan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from paraplan.step.inputs import backward_s, forward_s
+
+Num = Any  # float or numpy array, broadcastable
+
+
+class PipelineWork(NamedTuple):
+    """What a schedule's bubble reads: T, S, p, v, and the slowest stage's parts and W."""
+
+    total_s: Num  # T = Σ_i W_i over every stage (count × work of each Stage entry)
+    slowest_s: Num  # S = max_i W_i
+    pp: Num
+    vpp: Num  # model chunks per GPU (the interleaved schedule's v)
+    slowest_parts: dict  # the slowest stage's per-micro-batch parts (step.inputs.stage_work)
+    wgrad_s: Num  # its weight-gradient seconds W (BlockTerms.wgrad summed)
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """One pipeline schedule: how it prices the bubble, holds activations and weights, and the floor
+    of its bubble the search may use (admissible: never above ``bubble_s`` of any candidate)."""
+
+    name: str  # specs.plan.Schedule value
+    flag: str | None  # the GridKnobs field that selects it; None for the default (1F1B)
+    bubble_s: Callable[[PipelineWork], Num]
+    in_flight: Callable[[Num, Num, Num, Num], Num]  # (pp, vpp, microbatches, stage) → micro-batches
+    weight_copies: float  # copies of a stage's parameters (and gradients) a GPU holds
+    # (v, pp, S0, T0, ρ, dual) → floor of the bubble at floors S0 <= S, T0 <= T (search/bounds/blocks.py:
+    # ρ bounds the backward-GEMM share of F + B, dual = max(1 − 1.5ρ, 0))
+    bubble_floor_s: Callable[..., Num]
+    split_backward: (
+        bool  # splits the backward into B_in and W (the search's cheap bound drops its bubble)
+    )
+    bubble_formula: str  # for the table (``markdown_table``)
+    in_flight_formula: str
+    floor_formula: str
+    source: str
+
+
+# ---- bubbles ------------------------------------------------------------------------------------
+
+
+def bubble_from_work_s(total_work_s, slowest_work_s, chunks_per_gpu):
+    """(Σ_i W_i − max_i W_i) / v: (p−1)·W for equal stages (GPipe, 1F1B; Narayanan et al. 2021 §2.2.1,
+    bubble fraction (p−1)/m), ÷v for the interleaved schedule (§2.2.2, (p−1)/(v·m)); with unequal
+    stages the fill and drain pass once through every other stage while the slowest one sets the
+    steady state ((m−1)·W_max + Σ_i W_i for 1F1B)."""
+    return (total_work_s - slowest_work_s) / chunks_per_gpu
+
+
+def zb_h1_bubble_share(forward_s, backward_s, wgrad_s):
+    """(F + B − 2W) / (F + B): ZB-H1's bubble relative to 1F1B's (Qi et al. 2023, arXiv:2401.10241,
+    §3.1, Fig. 3: (p−1)·(F + B_in − W) with B_in = B − W); 1/3 when B = 2F and W = F."""
+    return np.maximum(forward_s + backward_s - 2.0 * wgrad_s, 0.0) / np.maximum(
+        forward_s + backward_s, 1e-30
+    )
+
+
+def dualpipe_bubble_s(pp, forward_s, backward_s, wgrad_s, overlapped_pair_s=None):
+    """DualPipe bubble (p/2 − 1)·(F&B + B − 3W) (DeepSeek-V3 report, arXiv:2412.19437, §3.2.1,
+    Table 2) for one chunk's F, B, W; F&B defaults to F + B (nothing overlapped)."""
+    pair = forward_s + backward_s if overlapped_pair_s is None else overlapped_pair_s
+    return np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(pair + backward_s - 3.0 * wgrad_s, 0.0)
+
+
+def _one_f_one_b_bubble_s(work: PipelineWork) -> Num:
+    """GPipe and 1F1B: T − S (bubble_from_work_s with v = 1)."""
+    return bubble_from_work_s(work.total_s, work.slowest_s, 1)
+
+
+def _interleaved_bubble_s(work: PipelineWork) -> Num:
+    """Interleaved 1F1B: (T − S)/v (bubble_from_work_s)."""
+    return bubble_from_work_s(work.total_s, work.slowest_s, work.vpp)
+
+
+def _zb_h1_bubble_s(work: PipelineWork) -> Num:
+    """ZB-H1: the 1F1B bubble T − S times (F + B − 2W)/(F + B) of the slowest stage (Qi et al. 2023
+    §3.1; with unequal stages the other stages' work scales alike)."""
+    parts = work.slowest_parts
+    return _one_f_one_b_bubble_s(work) * zb_h1_bubble_share(
+        forward_s(parts), backward_s(parts), work.wgrad_s
+    )
+
+
+def _dualpipe_bubble_s(work: PipelineWork) -> Num:
+    """DualPipe: (p/2 − 1)·(F&B + B − 3W) over chunks of half a stage (each GPU runs the stage pair
+    (i, p−1−i), one from each end: F, B, W halved), F&B = F + B (DeepSeek-V3 Table 2)."""
+    parts = work.slowest_parts
+    return dualpipe_bubble_s(
+        work.pp, forward_s(parts) / 2.0, backward_s(parts) / 2.0, work.wgrad_s / 2.0
+    )
+
+
+# ---- activations in flight ----------------------------------------------------------------------
+
+
+def one_f_one_b_in_flight(pp, vpp, microbatches, stage):
+    """1F1B and ZB-H1: stage i holds min(p − i, m) micro-batches at its peak (Narayanan et al. 2021
+    §2.2.1: p − i warm-up forwards; Qi et al. 2023 §3.1: ZB-H1 keeps 1F1B's peak)."""
+    return np.minimum(pp - stage, microbatches)
+
+
+def _gpipe_in_flight(pp, vpp, microbatches, stage):
+    """GPipe: every micro-batch's forward runs before the first backward, m (Huang et al. 2019 §2.3)."""
+    return microbatches
+
+
+def _interleaved_in_flight(pp, vpp, microbatches, stage):
+    """Interleaved 1F1B, in units of a whole stage: Megatron-LM's warm-up of 2·(p − i − 1) + (v − 1)·p + 1
+    model chunks of 1/v stage each (num_warmup_microbatches of the interleaved schedule, + the one in
+    its steady state), capped at m·v; on stage 0, p·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.3)."""
+    return np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
+
+
+def _dualpipe_in_flight(pp, vpp, microbatches, stage):
+    """DualPipe: p + 1 micro-batches on every stage (DeepSeek-V3 Table 2, activations (p + 1)×), at most m."""
+    return np.minimum(pp + 1, microbatches)
+
+
+def least_in_flight_microbatches(pp, microbatches, stage):
+    """A floor of every schedule's in-flight micro-batches on stage i: min(p − i, m), 1F1B's count.
+    ZB-H1 keeps as many, GPipe m, DualPipe min(p + 1, m), and interleaved (2(p − i − 1) + (v − 1)·p + 1)/v
+    >= p − i for v >= 2 (capped at m); tests/unit/test_schedules.py checks every entry against it."""
+    return one_f_one_b_in_flight(pp, 1, microbatches, stage)
+
+
+# ---- the search's floors --------------------------------------------------------------------------
+
+
+def _one_f_one_b_floor_s(v, pp, slowest, total, rho, dual):
+    """GPipe and 1F1B: T0 − S0 (the bubble T − S grows with both)."""
+    return total - slowest
+
+
+def _interleaved_floor_s(v, pp, slowest, total, rho, dual):
+    """Interleaved with v chunks: (T0 − S0)/v."""
+    return (total - slowest) / v
+
+
+def _zb_h1_floor_s(v, pp, slowest, total, rho, dual):
+    """W <= ρ·(F + B)/2, so the share (F + B − 2W)/(F + B) >= 1 − ρ."""
+    return (1.0 - rho) * (total - slowest)
+
+
+def _dualpipe_floor_s(v, pp, slowest, total, rho, dual):
+    """F + 2B − 3W >= (1 − 1.5ρ)·(F + B) = dual·(F + B), and F + B <= S; halved chunks."""
+    return max(pp / 2.0 - 1.0, 0.0) * dual * slowest / 2.0
+
+
+# ---- the registry -------------------------------------------------------------------------------
+
+_NARAYANAN = "Narayanan et al. 2021 §2.2.1"
+SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
+    {
+        s.name: s
+        for s in (
+            PipelineSchedule(
+                name="1f1b",
+                flag=None,
+                bubble_s=_one_f_one_b_bubble_s,
+                in_flight=one_f_one_b_in_flight,
+                weight_copies=1.0,
+                bubble_floor_s=_one_f_one_b_floor_s,
+                split_backward=False,
+                bubble_formula="T − S",
+                in_flight_formula="min(p − i, m)",
+                floor_formula="T0 − S0",
+                source=_NARAYANAN,
+            ),
+            PipelineSchedule(
+                name="interleaved",
+                flag="interleaved",
+                bubble_s=_interleaved_bubble_s,
+                in_flight=_interleaved_in_flight,
+                weight_copies=1.0,
+                bubble_floor_s=_interleaved_floor_s,
+                split_backward=False,
+                bubble_formula="(T − S)/v",
+                in_flight_formula="min(2(p − i − 1) + (v − 1)·p + 1, m·v)/v",
+                floor_formula="(T0 − S0)/v",
+                source="Narayanan et al. 2021 §2.2.2; Korthikanti et al. 2022 §4.3",
+            ),
+            PipelineSchedule(
+                name="gpipe",
+                flag="gpipe",
+                bubble_s=_one_f_one_b_bubble_s,
+                in_flight=_gpipe_in_flight,
+                weight_copies=1.0,
+                bubble_floor_s=_one_f_one_b_floor_s,
+                split_backward=False,
+                bubble_formula="T − S",
+                in_flight_formula="m",
+                floor_formula="T0 − S0",
+                source="Huang et al. 2019 §2.3; " + _NARAYANAN,
+            ),
+            PipelineSchedule(
+                name="zb-h1",
+                flag="zb",
+                bubble_s=_zb_h1_bubble_s,
+                in_flight=one_f_one_b_in_flight,
+                weight_copies=1.0,
+                bubble_floor_s=_zb_h1_floor_s,
+                split_backward=True,
+                bubble_formula="(T − S)·(F + B − 2W)/(F + B)",
+                in_flight_formula="min(p − i, m)",
+                floor_formula="(1 − ρ)·(T0 − S0)",
+                source="Qi et al. 2023, arXiv:2401.10241 §3.1",
+            ),
+            PipelineSchedule(
+                name="dualpipe",
+                flag="dualpipe",
+                bubble_s=_dualpipe_bubble_s,
+                in_flight=_dualpipe_in_flight,
+                weight_copies=2.0,
+                bubble_floor_s=_dualpipe_floor_s,
+                split_backward=True,
+                bubble_formula="(p/2 − 1)·(F + 2B − 3W)/2",
+                in_flight_formula="min(p + 1, m)",
+                floor_formula="(p/2 − 1)·max(1 − 1.5ρ, 0)·S0/2",
+                source="DeepSeek-V3 report, arXiv:2412.19437 §3.2.1 Table 2",
+            ),
+        )
+    }
+)
+DEFAULT_SCHEDULE = SCHEDULES["1f1b"]
+# the GridKnobs flag each schedule other than the default sets, in specs.plan.Schedule's order
+SCHEDULE_FLAGS: dict[str, str] = {s.name: s.flag for s in SCHEDULES.values() if s.flag}
+SPLIT_BACKWARD_SCHEDULES: tuple[str, ...] = tuple(
+    s.name for s in SCHEDULES.values() if s.split_backward
+)
+
+
+def by_schedule(knobs, value: Callable[[PipelineSchedule], Num]) -> Num:
+    """``value(entry)`` of the schedule the GridKnobs flags select, elementwise (the flags of one
+    candidate are exclusive; none set: the default). An entry no candidate runs is not evaluated."""
+    out = value(DEFAULT_SCHEDULE)
+    for name, flag in SCHEDULE_FLAGS.items():
+        on = getattr(knobs, flag)
+        if np.any(on):
+            out = np.where(on, value(SCHEDULES[name]), out)
+    return out
+
+
+def pipeline_bubble_s(knobs, work: PipelineWork) -> Num:
+    """The bubble of each candidate's schedule (its entry's ``bubble_s``)."""
+    return by_schedule(knobs, lambda s: s.bubble_s(work))
+
+
+def in_flight_microbatches(knobs, pp, microbatches, stage) -> Num:
+    """Micro-batches (in units of a whole stage's layers) whose activations stage ``stage`` holds at
+    its peak under each candidate's schedule (its entry's ``in_flight``, with the knobs' vpp)."""
+    return by_schedule(knobs, lambda s: s.in_flight(pp, knobs.vpp, microbatches, stage))
+
+
+def weight_copies(knobs) -> Num:
+    """Copies of a stage's parameters (and gradients) each candidate's schedule keeps."""
+    return by_schedule(knobs, lambda s: s.weight_copies)
+
+
+def schedule_step_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
+    """m·S0 + the schedule's bubble floor (``bubble_floor_s``) at floors S0 = ``slowest``,
+    T0 = ``total`` of the slowest stage's and all stages' work: a floor of m·S + bubble, each form
+    growing with S and T (search/bounds/blocks.py). Floats or arrays over blocks."""
+    return m * slowest + SCHEDULES[schedule].bubble_floor_s(v, pp, slowest, total, rho, dual)
+
+
+def markdown_table() -> str:
+    """The schedules as docs/architecture.md lists them, one row per entry."""
+    rows = [
+        "| schedule | bubble | in flight on stage i | weight copies | search floor | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in SCHEDULES.values():
+        rows.append(
+            f"| `{s.name}` | {s.bubble_formula} | {s.in_flight_formula} | {s.weight_copies:g}× "
+            f"| m·S0 + {s.floor_formula} | {s.source} |"
+        )
+    return "\n".join(rows) + "\n"

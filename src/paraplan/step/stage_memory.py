@@ -1,0 +1,129 @@
+"""Memory per GPU of a pipeline stage: training state (ZeRO-sharded over each gradient group),
+in-flight activations (the schedule's count, step/schedules.py), working buffers, reserved, and
+what offload keeps in host memory. The only memory terms of a step; floats or numpy arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from paraplan.step.inputs import (
+    TRANSFORMER_KINDS,
+    Stage,
+    StepInputs,
+    max_blocks,
+    shard_ways,
+    stage_params,
+    sum_blocks,
+    transformer_layers,
+)
+from paraplan.step.offload import offloaded_activation_share
+from paraplan.step.schedules import in_flight_microbatches, weight_copies
+
+Num = Any  # float or numpy array, broadcastable
+
+
+def stage_state_bytes(inp: StepInputs, stage: Stage) -> tuple[Num, Num, Num, Num]:
+    """(weights, gradients, optimizer state, transformer-layer states) bytes per GPU of the stage:
+    each gradient group's parameters times the state bytes per parameter, ZeRO-sharded over the group
+    (weights from stage 3, gradients from 2, optimizer state from 1; ZeRO §5), fp8 weight copies on
+    the transformer layers' parameters (cost.memory.fp8_weight_copy_bytes_per_param)."""
+    weights = grads = optimizer = transformer_states = 0.0
+    for name, group in inp.gradient_groups.items():
+        params = stage_params(stage, name)
+        layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
+        per_param = (
+            (inp.weight_bytes + inp.fp8_copy_bytes) / shard_ways(inp, group, 3)
+            + inp.grad_bytes / shard_ways(inp, group, 2)
+            + inp.optimizer_bytes / shard_ways(inp, group, 1)
+        )
+        weights = weights + (
+            params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes
+        ) / shard_ways(inp, group, 3)
+        grads = grads + params * inp.grad_bytes / shard_ways(inp, group, 2)
+        optimizer = optimizer + params * inp.optimizer_bytes / shard_ways(inp, group, 1)
+        transformer_states = transformer_states + layer_params * per_param
+    return weights, grads, optimizer, transformer_states
+
+
+def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, Num]:
+    """Bytes per GPU of the pipeline stage at position ``index`` running ``stage``'s blocks
+    (step.result.StageMemory byte fields + ``peak_bytes``): weights, gradients, optimizer state
+    (``stage_state_bytes``, times the schedule's weight copies), in-flight activations
+    (step.schedules.in_flight_microbatches), buffers, reserved; ``host_bytes`` what offload keeps in
+    host memory (ZeRO-Offload / ZeRO-Infinity, Ren et al. 2021)."""
+    weights, grads, optimizer, transformer_states = stage_state_bytes(inp, stage)
+    in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
+    copies = weight_copies(inp.knobs)
+    weights, grads = weights * copies, grads * copies
+    kept = sum_blocks(stage, lambda b: b.activation_bytes)
+    transformer_kept = sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
+    acts = in_flight * kept + sum_blocks(stage, lambda b: b.held_bytes)
+    offloaded_acts = 2.0 * max_blocks(
+        stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS
+    )  # one out, one in
+    share = offloaded_activation_share(
+        inp.knobs.offload_activations,
+        inp.knobs.offload_activation_layers,
+        transformer_layers(stage),
+    )  # the other layers keep theirs on the GPU
+    streamed_weights = 2.0 * max_blocks(
+        stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS
+    )
+    out = {
+        "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),
+        "gradients_bytes": grads,
+        "optimizer_bytes": np.where(inp.knobs.offload_optimizer, 0.0, optimizer),
+        "activations_bytes": np.where(
+            inp.knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts
+        ),
+        "buffers_bytes": max_blocks(stage, lambda b: b.buffer_bytes)
+        + np.where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+        "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
+        "transformer_weights_and_optimizer_bytes": transformer_states,
+        "transformer_activations_bytes": np.where(
+            inp.knobs.offload_activations,
+            (1.0 - share) * in_flight * transformer_kept + offloaded_acts,
+            in_flight * transformer_kept,
+        ),
+        "host_bytes": np.where(inp.knobs.offload_optimizer, optimizer, 0.0)
+        + np.where(inp.knobs.offload_weights, weights, 0.0)
+        + share * acts,
+    }
+    out["peak_bytes"] = (
+        out["weights_bytes"]
+        + out["gradients_bytes"]
+        + out["optimizer_bytes"]
+        + out["activations_bytes"]
+        + out["buffers_bytes"]
+        + out["reserved_bytes"]
+    )
+    return out
+
+
+def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
+    """Gathered ZeRO-3 weights resident at once: the layer computing plus the d layers of the prefetch
+    depth (FSDP gathers whole wrapped layers and prefetches the next: Zhao et al. 2023, PyTorch FSDP,
+    VLDB), or under a runtime cap on live parameters (DeepSpeed stage3_max_live_parameters) that cap, but
+    never less than the block's largest weight tensor, which must be whole to run:
+    min((1 + d)·layer, max(cap, largest tensor)) × weight bytes. The buffer is counted whether or not the
+    gather overlaps (the search keeps only the overlapped ZeRO-3 variant, which must need no more memory)."""
+    layer = (1.0 + inp.zero3_prefetch_layers) * max_blocks(
+        stage, lambda b: b.params, TRANSFORMER_KINDS
+    )
+    largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
+    return np.minimum(layer, np.maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
+
+
+def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
+    """(HBM peak, host-memory use) per GPU, each the largest over stages. Each Stage entry is
+    evaluated at its first position: in-flight activations fall with the stage index and the
+    entry's stages are otherwise identical, so that is the entry's largest."""
+    peak = host = 0.0
+    for s in inp.stages:
+        terms = stage_memory_terms(inp, s, s.index)
+        peak = np.maximum(peak, np.where(s.count > 0, terms["peak_bytes"], 0.0))
+        host = np.maximum(host, np.where(s.count > 0, terms["host_bytes"], 0.0))
+    return peak, host
