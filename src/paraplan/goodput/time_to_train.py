@@ -1,0 +1,108 @@
+"""Expected time-to-train with failures, checkpoints and restarts, for any work and checkpoint size
+(``time_to_train``); ``goodput.plan.plan_goodput`` feeds it one plan's estimate."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from paraplan.goodput import closed_forms as cf
+from paraplan.goodput.checkpoint import CheckpointCost
+from paraplan.goodput.inputs import SECONDS_PER_DAY, GoodputInputs
+from paraplan.goodput.montecarlo import DEFAULT_SAMPLES, DEFAULT_SEED, sample_wall_time
+
+
+@dataclass(frozen=True)
+class TimeToTrain:
+    """Expected seconds of a run and where they go (badput by cause sums to wall_s - useful_s)."""
+
+    useful_s: float
+    wall_s: float  # expected, start-up included
+    mtbf_s: float
+    interval_s: float
+    interval_steps: int
+    restart_s: float
+    expected_failures: float
+    badput_s: dict[str, float]
+    p10_s: float
+    p50_s: float
+    p90_s: float
+
+    @property
+    def effective_training_time_ratio(self) -> float:
+        """ETTR = useful training time / wall-clock time (Kokolis et al. 2025, HPCA, §V)."""
+        return self.useful_s / self.wall_s
+
+    @property
+    def lost_s(self) -> float:
+        return self.badput_s["lost_progress_s"]
+
+    @property
+    def idle_s(self) -> float:
+        """Badput spent waiting rather than recomputing: saves, restarts, start-up."""
+        return self.wall_s - self.useful_s - self.lost_s
+
+
+def checkpoint_interval_s(
+    inputs: GoodputInputs, stall_s: float, persist_s: float, mtbf_s: float, step_s: float
+) -> float:
+    """The interval of ``inputs.checkpoint.interval`` (Daly's optimum, Young's, or seconds), at least
+    one step and, asynchronously, at least the time a save takes to become durable (the next snapshot
+    waits for it), rounded to whole steps."""
+    choice = inputs.checkpoint.interval
+    if choice == "optimal":
+        tau = cf.daly_interval_s(stall_s, mtbf_s)
+    elif choice == "young":
+        tau = cf.young_interval_s(stall_s, mtbf_s)
+    else:
+        tau = float(choice)
+    floor = max(step_s, persist_s - stall_s if inputs.checkpoint.mode == "async" else 0.0)
+    tau = max(tau, floor)
+    return step_s * max(1, round(tau / step_s)) if math.isfinite(tau) else tau
+
+
+def time_to_train(
+    useful_s: float,
+    step_s: float,
+    gpus: int,
+    ckpt: CheckpointCost,
+    inputs: GoodputInputs,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> TimeToTrain:
+    """Daly's expected wall time of ``useful_s`` seconds of training on ``gpus`` GPUs
+    (closed_forms.expected_wall_s) plus the job's start-up, the badput by cause, and P10/P50/P90 from
+    the seeded Monte Carlo. An asynchronous save's write still in flight at a failure is lost too: its
+    persist time beyond the stall is added to the restart (an upper bound)."""
+    rate = cf.job_failure_rate_per_s(gpus, inputs.failures)
+    mtbf = 1.0 / rate if rate > 0 else math.inf
+    servers = cf.servers_for(gpus, inputs.failures.gpus_per_server)
+    server_rate = servers * inputs.failures.server_failures_per_day / SECONDS_PER_DAY
+    restart = cf.restart_time_s(gpus, inputs.restart, ckpt.load_s, server_rate)
+    in_flight = ckpt.persist_s - ckpt.stall_s if inputs.checkpoint.mode == "async" else 0.0
+    tau = min(checkpoint_interval_s(inputs, ckpt.stall_s, ckpt.persist_s, mtbf, step_s), useful_s)
+    rollback = restart + in_flight
+    wall = cf.expected_wall_s(useful_s, tau, ckpt.stall_s, rollback, mtbf)
+    failures = wall / mtbf
+    save = useful_s / tau * ckpt.stall_s
+    badput = {
+        "startup_s": inputs.restart.startup_s,
+        "checkpoint_save_s": save,
+        "restart_s": failures * restart,
+        "lost_progress_s": wall - useful_s - save - failures * restart,
+    }
+    mc = sample_wall_time(useful_s, tau, ckpt.stall_s, rollback, mtbf, samples, seed)
+    startup = inputs.restart.startup_s
+    return TimeToTrain(
+        useful_s=useful_s,
+        wall_s=wall + startup,
+        mtbf_s=mtbf,
+        interval_s=tau,
+        interval_steps=max(1, round(tau / step_s)) if math.isfinite(tau) else 0,
+        restart_s=restart,
+        expected_failures=failures,
+        badput_s=badput,
+        p10_s=mc.percentile_s(10) + startup,
+        p50_s=mc.percentile_s(50) + startup,
+        p90_s=mc.percentile_s(90) + startup,
+    )
