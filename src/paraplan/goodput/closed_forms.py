@@ -60,7 +60,19 @@ def expected_segment_s(segment_s: float, restart_s: float, mtbf_s: float) -> flo
     E = M * e^(R/M) * (e^(s/M) - 1) (Daly 2006, eq. (13) per segment); M -> inf gives s."""
     if math.isinf(mtbf_s):
         return segment_s
+    if (restart_s + segment_s) / mtbf_s > 700:  # beyond a float: never finishes in practice
+        return math.inf
     return mtbf_s * math.exp(restart_s / mtbf_s) * math.expm1(segment_s / mtbf_s)
+
+
+def expected_rollbacks(useful_s: float, interval_s: float, save_s: float, mtbf_s: float) -> float:
+    """Failures that interrupt training (not a restart): per segment of s = tau + delta, the failed tries
+    before one succeeds are geometric with success e^(-s/M), so (T_s / tau) * (e^(s/M) - 1) in all
+    (Daly 2006's model). Each is followed by a restart phase of M (e^(R/M) - 1) on average
+    (expected_segment_s(R, 0, M)), the restart's own failures included."""
+    if math.isinf(mtbf_s):
+        return 0.0
+    return useful_s / interval_s * math.expm1((interval_s + save_s) / mtbf_s)
 
 
 def expected_wall_s(

@@ -42,7 +42,7 @@ class CheckpointInputs(InputModel):
     mode: Literal["sync", "async"] = "sync"
     storage_write_bandwidth: BytesPerS
     storage_read_bandwidth: BytesPerS
-    interval: Literal["optimal", "young"] | float = Field(
+    interval: Literal["optimal", "daly", "young"] | float = Field(
         "optimal", description="seconds of training between checkpoints, or how to choose them"
     )
 

@@ -16,6 +16,7 @@ import numpy as np
 
 DEFAULT_SAMPLES = 2000
 DEFAULT_SEED = 36
+EXACT_DRAWS = 2_000_000  # truncated-exponential draws sampled one by one, in all samples
 
 
 @dataclass(frozen=True)
@@ -24,16 +25,34 @@ class WallTimeSamples:
     failures: np.ndarray  # interruptions per sample
 
     def percentile_s(self, q: float) -> float:
-        return float(np.percentile(self.wall_s, q))
+        if np.isfinite(self.wall_s).all():
+            return float(np.percentile(self.wall_s, q))
+        ordered = np.sort(self.wall_s)  # runs that never finish: the nearest rank, no interpolation
+        return float(ordered[round(q / 100 * (len(ordered) - 1))])
+
+
+def truncated_exponential_moments(limit_s: float, mtbf_s: float) -> tuple[float, float]:
+    """Mean and variance of an exponential of mean M truncated to [0, L]: with q = 1 / (e^(L/M) - 1),
+    E[X] = M - L q and E[X^2] = 2 M^2 - (L^2 + 2 L M) q."""
+    q = 1.0 / math.expm1(limit_s / mtbf_s)
+    mean = mtbf_s - limit_s * q
+    second = 2.0 * mtbf_s**2 - (limit_s**2 + 2.0 * limit_s * mtbf_s) * q
+    return mean, max(0.0, second - mean**2)
 
 
 def _truncated_exponential_sum(
     rng: np.random.Generator, counts: np.ndarray, limit_s: float, mtbf_s: float
 ) -> np.ndarray:
-    """Per sample, the sum of counts[i] draws of an exponential of mean M truncated to [0, limit_s]."""
+    """Per sample, the sum of counts[i] draws of an exponential of mean M truncated to [0, limit_s];
+    beyond EXACT_DRAWS draws in all, the sums' normal limit (central limit theorem) with the moments of
+    truncated_exponential_moments."""
     total = int(counts.sum())
     if total == 0:
         return np.zeros(len(counts))
+    if total > EXACT_DRAWS:
+        mean, var = truncated_exponential_moments(limit_s, mtbf_s)
+        normal = rng.standard_normal(len(counts))
+        return np.maximum(0.0, counts * mean + np.sqrt(counts * var) * normal)
     u = rng.random(total)
     draws = -mtbf_s * np.log1p(-u * -math.expm1(-limit_s / mtbf_s))
     owner = np.repeat(np.arange(len(counts)), counts)
@@ -80,6 +99,8 @@ def sample_wall_time(
     checkpointed every ``interval_s`` with a stall of ``save_s``, restarts of ``restart_s``, failures of
     mean interval ``mtbf_s`` (inf: none); numpy's PCG64 seeded with ``seed`` (reproducible)."""
     rng = np.random.default_rng(seed)
+    if max(interval_s + save_s, restart_s) / mtbf_s > 25:  # e^25 tries a segment: never finishes
+        return WallTimeSamples(np.full(samples, math.inf), np.zeros(samples, dtype=int))
     if math.isinf(mtbf_s):
         segments = useful_s / interval_s
         wall = np.full(samples, useful_s + segments * save_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from paraplan.goodput import closed_forms as cf
@@ -44,7 +45,7 @@ class PlanGoodput:
             "checkpoint_interval_s": t.interval_s,
             "checkpoint_interval_steps": t.interval_steps,
             "expected_failures": t.expected_failures,
-            "mtbf_h": t.mtbf_s / 3600.0,
+            "mtbf_h": t.mtbf_s / 3600.0 if math.isfinite(t.mtbf_s) else None,
             "prob_any_failure": cf.prob_at_least_one_failure(1.0 / t.mtbf_s, t.wall_s),
             "useful_days": t.useful_s / days,
             "expected_days": t.wall_s / days,
@@ -71,7 +72,16 @@ class PlanGoodput:
             "tokens_per_joule": None if energy is None else self.tokens / energy,
             "accelerator": self.accelerator,
         }
-        return out
+        return _finite(out)
+
+
+def _finite(value):
+    """JSON-safe: non-finite numbers (a run that never finishes) become None, recursively."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def plan_goodput(

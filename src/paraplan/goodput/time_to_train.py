@@ -43,22 +43,49 @@ class TimeToTrain:
         return self.wall_s - self.useful_s - self.lost_s
 
 
+def _best_steps(cost, low: int, high: int) -> int:
+    """The whole number k in [low, high] minimising the unimodal ``cost(k)`` (integer ternary search)."""
+    while high - low > 2:
+        a = low + (high - low) // 3
+        b = high - (high - low) // 3
+        if cost(a) <= cost(b):
+            high = b
+        else:
+            low = a
+    return min(range(low, high + 1), key=cost)
+
+
 def checkpoint_interval_s(
-    inputs: GoodputInputs, stall_s: float, persist_s: float, mtbf_s: float, step_s: float
+    inputs: GoodputInputs,
+    stall_s: float,
+    persist_s: float,
+    mtbf_s: float,
+    step_s: float,
+    useful_s: float,
+    restart_s: float,
 ) -> float:
-    """The interval of ``inputs.checkpoint.interval`` (Daly's optimum, Young's, or seconds), at least
-    one step and, asynchronously, at least the time a save takes to become durable (the next snapshot
-    waits for it), rounded to whole steps."""
+    """The interval between checkpoints, a whole number of steps between one step (or, asynchronously,
+    the time a save takes to become durable: the next snapshot waits for it) and the whole run.
+    ``optimal``: the one minimising Daly's expected wall time (closed_forms.expected_wall_s, unimodal
+    in tau); ``daly``: Daly 2006 eq. (37); ``young``: Young 1974; a number: those seconds."""
     choice = inputs.checkpoint.interval
+    floor = max(step_s, persist_s - stall_s if inputs.checkpoint.mode == "async" else 0.0)
+    low = max(1, math.ceil(floor / step_s - 1e-9))
+    high = max(low, math.ceil(useful_s / step_s))
     if choice == "optimal":
+
+        def wall(k: int) -> float:
+            return cf.expected_wall_s(useful_s, k * step_s, stall_s, restart_s, mtbf_s)
+
+        return step_s * _best_steps(wall, low, high)
+    if choice == "daly":
         tau = cf.daly_interval_s(stall_s, mtbf_s)
     elif choice == "young":
         tau = cf.young_interval_s(stall_s, mtbf_s)
     else:
         tau = float(choice)
-    floor = max(step_s, persist_s - stall_s if inputs.checkpoint.mode == "async" else 0.0)
-    tau = max(tau, floor)
-    return step_s * max(1, round(tau / step_s)) if math.isfinite(tau) else tau
+    k = round(tau / step_s) if math.isfinite(tau) else high
+    return step_s * min(max(k, low), high)
 
 
 def time_to_train(
@@ -80,16 +107,19 @@ def time_to_train(
     server_rate = servers * inputs.failures.server_failures_per_day / SECONDS_PER_DAY
     restart = cf.restart_time_s(gpus, inputs.restart, ckpt.load_s, server_rate)
     in_flight = ckpt.persist_s - ckpt.stall_s if inputs.checkpoint.mode == "async" else 0.0
-    tau = min(checkpoint_interval_s(inputs, ckpt.stall_s, ckpt.persist_s, mtbf, step_s), useful_s)
     rollback = restart + in_flight
+    tau = checkpoint_interval_s(
+        inputs, ckpt.stall_s, ckpt.persist_s, mtbf, step_s, useful_s, rollback
+    )
     wall = cf.expected_wall_s(useful_s, tau, ckpt.stall_s, rollback, mtbf)
-    failures = wall / mtbf
     save = useful_s / tau * ckpt.stall_s
+    rolled = cf.expected_rollbacks(useful_s, tau, ckpt.stall_s, mtbf)
+    restarting = rolled * (cf.expected_segment_s(rollback, 0.0, mtbf) - in_flight)
     badput = {
         "startup_s": inputs.restart.startup_s,
         "checkpoint_save_s": save,
-        "restart_s": failures * restart,
-        "lost_progress_s": wall - useful_s - save - failures * restart,
+        "restart_s": restarting,
+        "lost_progress_s": wall - useful_s - save - restarting,
     }
     mc = sample_wall_time(useful_s, tau, ckpt.stall_s, rollback, mtbf, samples, seed)
     startup = inputs.restart.startup_s
@@ -98,9 +128,9 @@ def time_to_train(
         wall_s=wall + startup,
         mtbf_s=mtbf,
         interval_s=tau,
-        interval_steps=max(1, round(tau / step_s)) if math.isfinite(tau) else 0,
+        interval_steps=round(tau / step_s),
         restart_s=restart,
-        expected_failures=failures,
+        expected_failures=wall / mtbf,
         badput_s=badput,
         p10_s=mc.percentile_s(10) + startup,
         p50_s=mc.percentile_s(50) + startup,
