@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.memory import state_bytes_per_param
-from paraplan.graph.params import parameter_counts
 from paraplan.goodput.inputs import CheckpointInputs
+from paraplan.graph.params import parameter_counts
 
 
 @dataclass(frozen=True)
