@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 BASE = ["-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8"]
 GOODPUT_KEYS = (
     "effective_training_time_ratio",
@@ -79,3 +81,21 @@ def test_validate_goodput_fails_on_a_case_it_cannot_reproduce(tmp_path):
     out = run("validate", "--goodput", "--cases", str(path))
     assert out.returncode == 1
     assert "NOT REPRODUCED" in out.stdout
+
+
+def test_search_objective_time_to_train():
+    args = ["search", *BASE, "--global-batch", "8", "--top", "3", "--tokens", "26B", "--json"]
+    ttt = run(*args, "--objective", "time-to-train")
+    assert ttt.returncode == 0, ttt.stderr
+    doc = json.loads(ttt.stdout)
+    info = doc["time_to_train"]
+    assert info["exact"] is True and len(info["goodput"]) == len(doc["plans"]) == 3
+    objectives = [p["objective"] for p in doc["plans"]]
+    assert objectives == sorted(objectives)
+    for plan, good in zip(doc["plans"], info["goodput"]):
+        assert plan["objective"] == pytest.approx(good["expected_days"] * 86400 / 26e9)
+    plain = json.loads(run(*args).stdout)
+    # expected wall time per token is never below the failure-free time per token
+    assert objectives[0] >= plain["plans"][0]["objective"]
+    refused = run("search", *BASE, "--global-batch", "8", "--objective", "time-to-train")
+    assert refused.returncode == 2 and "needs --tokens" in refused.stderr

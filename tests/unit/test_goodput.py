@@ -193,3 +193,33 @@ def test_badput_parts_are_never_negative(gpus):
     rolled = cf.expected_rollbacks(30 * DAY, run.interval_s, _ckpt().stall_s, run.mtbf_s)
     expected = rolled * run.mtbf_s * math.expm1(run.restart_s / run.mtbf_s)
     assert run.badput_s["restart_s"] == pytest.approx(expected)
+
+
+def test_offloaded_state_is_checkpointed_as_resident_state():
+    model, system = load_model("gpt3-1.3b"), load_system("dgx-a100-80gb")
+    ckpt = default_inputs().checkpoint
+    sizes = []
+    for extra in ({}, {"offload_optimizer": True, "offload_activations": True}):
+        plan = plan_from_fields({"gpus": 8, "global_batch": 8, **extra})
+        est = estimate(model, system, plan)
+        sizes.append(checkpoint_cost(est, model, system, plan, ckpt).rank_bytes)
+    assert sizes[0] == pytest.approx(sizes[1])
+
+
+@pytest.mark.parametrize("gpus,zero", [(8, 0), (8, 3), (64, 1)])
+def test_wall_lower_bound_holds_for_plans(gpus, zero):
+    from paraplan.goodput.checkpoint import total_state_bytes
+    from paraplan.goodput.time_to_train import wall_lower_bound_factor
+
+    model, system = load_model("gpt3-1.3b"), load_system("dgx-a100-80gb")
+    inputs = default_inputs().with_changes(
+        failures={"gpu_failures_per_day": 0.05, "server_failures_per_day": 0.2}
+    )
+    plan = plan_from_fields({"gpus": gpus, "global_batch": gpus, "zero": zero})
+    est = estimate(model, system, plan)
+    good = plan_goodput(est, model, system, plan, 1e11, inputs)
+    host = system.accelerator.host_bandwidth
+    factor = wall_lower_bound_factor(gpus, total_state_bytes(model, plan), host, inputs)
+    assert factor > 1.0
+    bound = factor * good.time.useful_s + inputs.restart.startup_s
+    assert good.time.wall_s >= bound * (1 - 1e-9)

@@ -26,15 +26,17 @@ class CheckpointCost:
     load_s: float  # reload on restart
 
 
-def rank_state_bytes(est, plan) -> float:
+def rank_state_bytes(est, model_spec, system_spec, plan) -> float:
     """Checkpointed bytes of the busiest rank: max over pipeline stages of weights + optimizer state
-    on the GPU (as ZeRO shards them, step.compose.stage_memory_terms), plus the state offload keeps in
-    host memory (ZeRO-Offload: the stage's host bytes) when the plan offloads weights or optimizer."""
-    offloads = bool(plan.offload_optimizer or plan.offload_weights)
-    return max(
-        s.weights_bytes + s.optimizer_bytes + (s.host_bytes if offloads else 0.0)
-        for s in est.stages
-    )
+    (as ZeRO shards them, step.compose.stage_memory_terms). A plan that offloads weights or optimizer
+    state (ZeRO-Offload) keeps them in host memory beside offloaded activations, so its state is read
+    from the estimate of the same plan without offload (same sharding, state on the GPU)."""
+    if plan.offload_optimizer or plan.offload_weights:
+        from paraplan.step.estimate import estimate
+
+        resident = plan.model_copy(update={"offload_optimizer": False, "offload_weights": False})
+        est = estimate(model_spec, system_spec, resident)
+    return max(s.weights_bytes + s.optimizer_bytes for s in est.stages)
 
 
 def total_state_bytes(model_spec, plan) -> float:
@@ -60,7 +62,7 @@ def checkpoint_cost(est, model_spec, system_spec, plan, inputs: CheckpointInputs
     """The plan's checkpoint: bytes, the save's stall (sync: the whole write; async: the snapshot),
     the time until it is durable, and the reload (the same max of storage and host link, reading)."""
     host_bw = system_spec.accelerator.host_bandwidth or system_spec.network.nic_bandwidth
-    rank = rank_state_bytes(est, plan)
+    rank = rank_state_bytes(est, model_spec, system_spec, plan)
     total = total_state_bytes(model_spec, plan)
     write = write_time_s(rank, total, inputs.storage_write_bandwidth, host_bw)
     stall = write if inputs.mode == "sync" else snapshot_time_s(rank, host_bw)

@@ -136,3 +136,38 @@ def time_to_train(
         p50_s=mc.percentile_s(50) + startup,
         p90_s=mc.percentile_s(90) + startup,
     )
+
+
+def _min_over_interval(cost, low_s: float = 1e-3, high_s: float = 1e9) -> float:
+    """min of a unimodal ``cost(tau)`` over [low_s, high_s] (ternary search on log tau)."""
+    a, b = math.log(low_s), math.log(high_s)
+    for _ in range(200):
+        m1, m2 = a + (b - a) / 3, b - (b - a) / 3
+        if cost(math.exp(m1)) <= cost(math.exp(m2)):
+            b = m2
+        else:
+            a = m1
+    return cost(math.exp((a + b) / 2))
+
+
+def wall_lower_bound_factor(
+    gpus: int, total_bytes: float, host_bandwidth: float, inputs: GoodputInputs
+) -> float:
+    """c with T_wall >= c * T_s + t_startup for every plan of ``gpus`` GPUs saving ``total_bytes`` of
+    state: any plan's busiest rank holds at least total_bytes / gpus, so its stall is at least
+    delta_min (sync: max(S_total / B_write, S_total / (N B_host)); async: S_total / (N B_host)) and its
+    reload at least the same bound reading; the in-flight loss is at least 0, and whole steps only
+    restrict tau, so c = min over continuous tau of M e^(R/M) (e^((tau + delta_min)/M) - 1) / tau
+    (Daly's expected_wall_s per useful second); 1 without failures."""
+    rate = cf.job_failure_rate_per_s(gpus, inputs.failures)
+    if rate <= 0:
+        return 1.0
+    mtbf = 1.0 / rate
+    ck = inputs.checkpoint
+    share = total_bytes / gpus / host_bandwidth
+    stall = max(total_bytes / ck.storage_write_bandwidth, share) if ck.mode == "sync" else share
+    load = max(total_bytes / ck.storage_read_bandwidth, share)
+    servers = cf.servers_for(gpus, inputs.failures.gpus_per_server)
+    server_rate = servers * inputs.failures.server_failures_per_day / SECONDS_PER_DAY
+    restart = cf.restart_time_s(gpus, inputs.restart, load, server_rate)
+    return _min_over_interval(lambda tau: cf.expected_wall_s(1.0, tau, stall, restart, mtbf))
