@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("paraplan.graph",),
     ("paraplan.cost",),
     ("paraplan.step",),
+    ("paraplan.goodput",),
     ("paraplan.validate",),
     ("paraplan.search",),
     ("paraplan.report",),

@@ -29,6 +29,7 @@ from paraplan.cli.app import (
     parse_tokens,
     refuse_options,
 )
+from paraplan.cli.goodput_opts import goodput_dict, goodput_lines
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB
@@ -433,6 +434,14 @@ def estimate(
     ] = None,
     framework: FrameworkOption = None,
     width: WidthOption = None,
+    goodput: Annotated[
+        bool,
+        typer.Option(
+            "--goodput",
+            help="with --tokens: time-to-train with failures, checkpoints, restarts and energy "
+            "(docs/goodput.md)",
+        ),
+    ] = False,
 ) -> None:
     """Time, memory and utilisation of one training step under one plan.
 
@@ -562,6 +571,7 @@ def estimate(
         run = est.run_totals(
             run_tokens, price if price is not None else system_spec.price_per_gpu_hour
         )
+    good = goodput_dict(est, model_spec, system_spec, plan, run_tokens, price) if goodput else None
     if plot is not None:
         from paraplan.report.plots import plot_estimate
 
@@ -582,6 +592,8 @@ def estimate(
             out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
             out["run"] = run
+        if good is not None:
+            out["goodput"] = good
         if not est.fits:
             out["fit_hints"] = hints
         print(json.dumps(out, indent=2))
@@ -591,6 +603,8 @@ def estimate(
         print_estimate(
             _stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes
         )
+        if good is not None:
+            print("\n".join(goodput_lines(good)))
         if plot is not None:
             print(f"wrote {plot}")
     if not est.fits:

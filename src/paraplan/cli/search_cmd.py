@@ -41,6 +41,7 @@ from paraplan.cli.app import (
     search_restrictions,
 )
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
+from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
@@ -110,7 +111,8 @@ def search(
         typer.Option(
             "--objective",
             help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
-            "(s per token at the pessimistic end of each plan's error band)",
+            "(s per token at the pessimistic end of each plan's error band) | time-to-train "
+            "(expected wall-clock for --tokens with failures, checkpoints, restarts; docs/goodput.md)",
         ),
     ] = "time",
     dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
@@ -275,6 +277,8 @@ def search(
             f"--csv-all: {str(csv_all)!r} is also the --csv file; give two different files"
         )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
+    ttt = time_to_train_objective(objective, run_tokens, exhaustive, csv_all)
+    objective = "time" if ttt else objective
     check_price(price)
     system_spec = load_system(system, field="system")
     system_spec, attention_value, framework_fields = framework_problem_fields(
@@ -348,7 +352,11 @@ def search(
                     )
                 bar.update(task, completed=done, total=total, description=phase)
 
-            if exhaustive:
+            if ttt:
+                result, ttt_info = ttt_search(
+                    problem, run_tokens, top, run_search, workers, advance
+                )
+            elif exhaustive:
                 result = exhaustive_search(
                     problem,
                     top_k=top,
@@ -378,6 +386,8 @@ def search(
     )
     if as_json:
         out = search_document(problem, result, run_tokens)
+        if ttt:
+            out["time_to_train"] = ttt_info
         if explain and result.plans:
             out["explain"] = [a.__dict__ for a in alternatives]
             out["explain_unvalidated"] = list(plan_band(result.plans[0], problem).extrapolated)
@@ -395,11 +405,13 @@ def search(
                 if global_batch
                 else f"max global batch {max_global_batch}"
             )
-            + f", {dtype.value}, objective {objective}"
+            + f", {dtype.value}, objective {'time-to-train' if ttt else objective}"
             + (f", framework {problem.framework}" if problem.framework else "")
         )
         if result.plans:
             console.print(plans_table(result, problem, run_tokens))
+            if ttt:
+                console.print("\n".join(ttt_lines(ttt_info)))
             console.print(band_note(result, problem))
             if result.robust_exact is False:
                 console.print(

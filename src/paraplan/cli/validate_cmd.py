@@ -190,8 +190,21 @@ def validate(
             help="leave-one-group-out cross-validation: refit the fitted constants without each group (with --hetero: AMP's two clusters)",
         ),
     ] = False,
+    goodput: Annotated[
+        bool,
+        typer.Option(
+            "--goodput",
+            help="published failure, checkpoint and effective-training-time figures (docs/goodput.md); "
+            "exit 1 when one is not reproduced",
+        ),
+    ] = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
+    if goodput:
+        from paraplan.cli.goodput_opts import validate_goodput
+
+        validate_goodput(cases, as_json)
+        return
     from paraplan.validate.hetero import is_hetero_file, load_hetero_cases, run_hetero_cases
     from paraplan.validate.markdown import validation_markdown
     from paraplan.validate.run import load_cases, run_cases
