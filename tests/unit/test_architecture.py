@@ -50,7 +50,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 PENDING_LONG_FILES = frozenset(
     (
         "cli/estimate_cmd.py",
-        "cost/comm.py",
         "export/megatron.py",
         "graph/moe.py",
         "report/plots.py",

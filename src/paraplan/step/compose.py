@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import LinearCollective, host_exposed_s, priced_exposure_s
+from paraplan.cost.comm import LinearCollective, priced_exposure_s
+from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.cost.memory import in_flight_chunks
 from paraplan.cost.overlap import (
     bucketed_reduce_exposed_s,
