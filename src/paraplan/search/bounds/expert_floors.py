@@ -2,11 +2,11 @@
 per block kind, the least exposed dispatch and combine of an option over its dispatchers and a2a-overlap switches,
 and the expert options the floors range over.
 
-A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe.expert_knob_ops lists read
+A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe_mlp.expert_knob_ops lists read
 the expert knobs (ep, etp, capacity, balance), so an option's compute is the block's other ops' (an MoE layer's
 graph.moe.expert_free_ops; an MTP module's, its layer's plus the ops around it), costed once, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
 (graph.moe.ops_expert_knobs), so an option's least EP terms come from its dispatch collectives alone. The costings
-are memoised on what they read (graph.moe.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
+are memoised on what they read (graph.moe_mlp.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
 tokens. With the K/V ring a kind's ops other than its core attention read the local tokens alone
 (graph.transformer.cp_free_key), so its floors without that attention are costed once per (tp, local tokens) and the
 attention's time is added per (cp, micro-batch) (KindFloors).
@@ -23,7 +23,12 @@ from paraplan.cost.comm import GroupSpan, collective_costs_s
 from paraplan.cost.compute import grouped_gemm_share
 from paraplan.cost.moe import mlp_matmul_params, routed_load_factor
 from paraplan.graph.mla import context_ring_collectives
-from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, expert_knob_ops, moe_tokens
+from paraplan.graph.moe_mlp import (
+    dispatch_collectives,
+    expert_knob_inputs,
+    expert_knob_ops,
+    moe_tokens,
+)
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.step.compose import expert_exposure
@@ -42,7 +47,7 @@ from paraplan.step.build import (
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
     """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, its other ops costed
     once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
-    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
+    graph.moe_mlp.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
     (the sum over its graph in another order, equal to a few ulps: SAFETY). One entry when the kind holds none of
     those ops; a kind that holds them declares the rest (BlockKind.expert_free_ops or parts). Cached: the refinements
     of every span pair and level ask again."""
@@ -317,7 +322,7 @@ class KindFloors:
     def _marks_expert_ops(self, shape) -> bool:
         """Whether the shape's recompute modules mark an expert-knob op (graph.ops.mark_recomputed): the op names at the
         option with the least ep, which has every option's ops and the re-sorts of several local experts
-        (graph.moe.expert_ops); memoised per modules and datatype (the fp8 casts)."""
+        (graph.moe_mlp.expert_ops); memoised per modules and datatype (the fp8 casts)."""
         key = ("marks expert ops", shape.recompute_modules, shape.dtype)
         found = self.rest.get(key)
         if found is None:
@@ -369,9 +374,9 @@ _compute_fields = attrgetter(*BlockCompute._fields)  # a stages.BlockCompute's f
 
 
 def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
-    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe.expert_knob_ops lists for it
+    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe_mlp.expert_knob_ops lists for it
     at the shape (marked for its recompute modules as the layer marks them), memoised per option on what those ops
-    read (graph.moe.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
+    read (graph.moe_mlp.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
     micro-batch) routing as many tokens, whatever the tp (the options with etp 1 recur for every tp)."""
     inputs = expert_knob_inputs(shape)
     out = []
@@ -459,9 +464,9 @@ class DispatchFloors:
 
 
 def expert_gemm_floor_s(model, system, shape, experts) -> float:
-    """Least forward + backward seconds of an MoE layer's routed-expert grouped GEMMs (graph.moe.expert_ops) over the
+    """Least forward + backward seconds of an MoE layer's routed-expert grouped GEMMs (graph.moe_mlp.expert_ops) over the
     expert options ``experts`` at the shape: 3 · 2·T·k·load·etp·(p + 1)·h·⌊F/etp⌋ / (peak · cap · grouped share).
-    The GEMMs multiply ⌈R/(E/ep)⌉ rows per local expert, R = T·k·etp·load (graph.moe.routed_rows), through p·⌊F/etp⌋
+    The GEMMs multiply ⌈R/(E/ep)⌉ rows per local expert, R = T·k·etp·load (graph.moe_mlp.routed_rows), through p·⌊F/etp⌋
     and ⌊F/etp⌋-wide weights: forward 2·(E/ep)·⌈R/(E/ep)⌉·(p + 1)·⌊F/etp⌋·h FLOPs, backward twice that
     (graph.transformer._gemm), each at no more than peak · gemm_efficiency_cap · grouped_gemm_share
     (cost.compute.grouped_gemm_time_s: its wave and depth factors are <= 1, its fixed costs >= 0). The load is the
@@ -570,7 +575,7 @@ class _DispatchTable(NamedTuple):
 def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple) -> _DispatchTable:
     """The _DispatchTable of stages.block_comm over the MoE layer's dispatch collectives at the shape with
     ``expert``'s degrees (the same collectives, in the same order, as its graph's), per (dispatcher, overlap)
-    switch; memoised on what they read of the shape (``inputs``: graph.moe.expert_knob_inputs, a superset)."""
+    switch; memoised on what they read of the shape (``inputs``: graph.moe_mlp.expert_knob_inputs, a superset)."""
     key = (model, system, inputs, expert, switches)
     found = _DISPATCH_TABLES.get(key)
     if found is None:
@@ -598,7 +603,7 @@ def _dispatch_comms_of(model, system, shape, expert, switches: tuple) -> tuple[_
     """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives
     with the option ``expert`` at the shape, their EP terms (stages.expert_comm_terms, what block_comm sums) costed
     once per dispatcher without a2a overlap, and the switch as stages.block_cost_facts sets it: ep_overlap only
-    (stages._comm_with_overlap). graph.moe.dispatch_collectives reads the option from its ``expert`` argument, not
+    (stages._comm_with_overlap). graph.moe_mlp.dispatch_collectives reads the option from its ``expert`` argument, not
     from the shape, so the shape is not rebuilt per dispatcher."""
     costed: dict[str, tuple] = {}
     out = []
@@ -614,8 +619,8 @@ def _dispatch_comms_of(model, system, shape, expert, switches: tuple) -> tuple[_
 
 def least_memory_expert(problem: SearchProblem, tp: int) -> ExpertShape:
     """The expert option of costing_experts with the least ep and the least etp: the one whose layers keep the
-    fewest activation bytes. graph.moe.moe_mlp_activation_bytes keeps, per routed row (R = T·k·etp·load,
-    graph.moe.routed_rows), gin·h + score bytes and p·f/etp + f/etp elements: T·k·load·(etp·(gin·h + score)
+    fewest activation bytes. graph.moe_mlp.moe_mlp_activation_bytes keeps, per routed row (R = T·k·etp·load,
+    graph.moe_mlp.routed_rows), gin·h + score bytes and p·f/etp + f/etp elements: T·k·load·(etp·(gin·h + score)
     + F·(ab·p + gin)) grows with etp, and load (cost.moe.routed_load_factor: constant, or
     expected_max_load_factor over T·k·ep choices in ep bins) does not fall with ep; nothing else a kind keeps
     reads them (tests/search/test_moe_search.py checks it against every option)."""
