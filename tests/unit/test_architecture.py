@@ -51,7 +51,6 @@ PENDING_LONG_FILES = frozenset(
     (
         "cli/estimate_cmd.py",
         "export/megatron.py",
-        "report/plots.py",
         "report/render.py",
         "report/search_view.py",
         "search/bounds/blocks.py",
@@ -77,7 +76,6 @@ PENDING_LONG_FUNCTIONS = frozenset(
         "export/torchtitan.py:sections",
         "importers/amped.py:convert",
         "importers/calculon.py:convert_system",
-        "report/plots.py:plot_strong_scaling",
         "search/bounds/blocks.py:_work_entries",
         "search/run.py:_branch_and_bound",
         "search/staged/hetero.py:search_non_uniform",

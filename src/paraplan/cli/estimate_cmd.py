@@ -563,7 +563,7 @@ def estimate(
             run_tokens, price if price is not None else system_spec.price_per_gpu_hour
         )
     if plot is not None:
-        from paraplan.report.plots import plot_estimate
+        from paraplan.report.estimate_plot import plot_estimate
 
         plot_estimate(est, plot)
     counts = parameter_counts(model_spec)
