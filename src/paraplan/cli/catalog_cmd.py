@@ -61,7 +61,7 @@ def _read_as(ref: str, model) -> str:
 
 def _model_fields_table(ref: str, model):
     from paraplan.graph.params import format_parameters, parameter_counts
-    from paraplan.report.render import simple_table
+    from paraplan.report.text_table import simple_table
 
     table = simple_table(
         f"How {ref} was read: {_read_as(ref, model)}",
@@ -127,7 +127,7 @@ def models(
 ) -> None:
     """List the model catalog (parameters, total and active, and shape), or show how one model is read."""
     from paraplan.catalog import load_model, model_names
-    from paraplan.report.render import simple_table
+    from paraplan.report.text_table import simple_table
 
     if model is not None:
         spec = load_model(model, field="model")
@@ -200,7 +200,7 @@ def systems(
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
-    from paraplan.report.render import simple_table
+    from paraplan.report.text_table import simple_table
 
     rows = [_system_row(n) for n in system_names()]
     if as_json:

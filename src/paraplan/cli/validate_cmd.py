@@ -13,7 +13,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
-from paraplan.report.render import SimpleTable, simple_table
+from paraplan.report.text_table import SimpleTable, simple_table
 from paraplan.specs.errors import InputError
 
 _METRIC_LABELS = {

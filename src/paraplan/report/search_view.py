@@ -11,7 +11,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.report.render import simple_table
+from paraplan.report.text_table import simple_table
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.search.explain import Alternative
 from paraplan.search.run import RankedPlan, SearchResult
