@@ -51,7 +51,6 @@ PENDING_LONG_FILES = frozenset(
     (
         "cli/estimate_cmd.py",
         "export/megatron.py",
-        "report/search_view.py",
         "search/bounds/blocks.py",
         "search/bounds/expert_floors.py",
         "search/run.py",

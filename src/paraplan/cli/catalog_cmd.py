@@ -246,7 +246,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
     for editors and validators; quantities accept unit strings such as "80 GiB"."""
-    from paraplan.report.search_view import AtomicText
+    from paraplan.report.search_csv import AtomicText
     from paraplan.io.schemas import json_schema, schema_models
 
     names = list(schema_models())

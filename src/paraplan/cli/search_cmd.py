@@ -250,7 +250,6 @@ def search(
         )
     from paraplan.catalog import load_system
     from paraplan.report.search_view import (
-        CsvSink,
         band_note,
         explain_band_lines,
         explain_table,
@@ -260,8 +259,8 @@ def search(
         plans_table,
         search_document,
         summary_line,
-        write_top_csv,
     )
+    from paraplan.report.search_csv import CsvSink, write_top_csv
     from paraplan.search.explain import explain as explain_plan
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
