@@ -50,7 +50,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 PENDING_LONG_FILES = frozenset(
     (
         "cli/estimate_cmd.py",
-        "export/megatron.py",
         "search/bounds/blocks.py",
         "search/bounds/expert_floors.py",
         "search/run.py",
@@ -66,12 +65,6 @@ PENDING_LONG_FILES = frozenset(
 PENDING_LONG_FUNCTIONS = frozenset(
     (
         "api.py:search",
-        "export/deepspeed.py:config",
-        "export/megatron.py:import_plan",
-        "export/megatron.py:plan_arguments",
-        "export/nemo.py:import_plan",
-        "export/torchtitan.py:import_plan",
-        "export/torchtitan.py:sections",
         "importers/amped.py:convert",
         "importers/calculon.py:convert_system",
         "search/bounds/blocks.py:_work_entries",

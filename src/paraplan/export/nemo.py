@@ -18,15 +18,20 @@ from paraplan.export.common import (
     check_handled,
     check_names,
     framework_args,
+    header_lines,
     nodes_and_gpus_per_node,
+    require,
 )
-from paraplan.export.megatron import (
+from paraplan.export.megatron_core import (
+    MEGATRON_CORE_FIELDS,
     ORDERS,
     SHARDING,
     cp_comm_type,
     cp_fields_from_cp_comm_type,
     layout_from_stage_layers,
     megatron_core_checks,
+    placement_of,
+    sharding_stages,
     stage_layers_from_layout,
 )
 from paraplan.io.fields import Doc
@@ -36,36 +41,7 @@ NAME = "nemo"
 CALLBACK = (
     "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
 )
-HANDLED = {
-    "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "vpp",
-    "ep",
-    "micro_batch",
-    "global_batch",
-    "seq_length",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "dtype",
-    "attention",
-    "schedule",
-    "offload_optimizer",
-    "overlap_dp_grad_reduce",
-    "overlap_param_gather",
-    "overlap_tp_comm",
-    "placement",
-    "stage_layers",
-    "layers_first_stage",
-    "layers_last_stage",
-    "embedding_as_layer",
-    "loss_as_layer",
-    "tp_layout",
-    "cp_algorithm",
-}
+HANDLED = MEGATRON_CORE_FIELDS
 SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
     "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
     "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
@@ -101,7 +77,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
         ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
-        # explicit stage counts as a layout (its chunks even or not: export.megatron.layout_from_stage_layers), else the split keys
+        # explicit stage counts as a layout (its chunks even or not: export.megatron_core.layout_from_stage_layers), else the split keys
         *(
             [
                 (key, getattr(plan, name))
@@ -160,12 +136,11 @@ def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
     fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node)
     check_names(fw, [k for k, _ in pairs])
-    lines = [
-        f"# {header}" if header else "",
+    lines = header_lines(
+        header,
         f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
         "# recipe = llm.<model>.pretrain_recipe(...)  # then:",
-    ]
-    lines = [ln for ln in lines if ln]
+    )
     lines.append("from megatron.core.transformer.enums import AttnBackend")
     if canonical_plan(plan)["overlap_tp_comm"]:
         lines.append(
@@ -182,8 +157,9 @@ def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
 _ASSIGN = re.compile(r"^recipe\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
 
 
-def import_plan(text: str) -> dict[str, object]:
-    """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
+def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
+    """({recipe attribute path: literal value}, whether the TP-overlap callback line is there) of
+    override lines; refuses a line of another form, an unknown attribute or a value not a literal."""
     fw = framework_args(NAME)
     v: dict[str, object] = {}
     tp_overlap = False
@@ -211,16 +187,17 @@ def import_plan(text: str) -> dict[str, object]:
             v[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             raise ExportRefused(f"nemo: recipe.{key} = {value!r} is not a literal") from None
-    for needed in (
-        "trainer.num_nodes",
-        "trainer.devices",
-        "data.global_batch_size",
-        "data.seq_length",
-    ):
-        if needed not in v:
-            raise ExportRefused(
-                f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan"
-            )
+    return v, tp_overlap
+
+
+def import_plan(text: str) -> dict[str, object]:
+    """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
+    v, tp_overlap = _read_overrides(text)
+    require(
+        v,
+        ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"),
+        "nemo: recipe.",
+    )
     r = Doc(v, "nemo: recipe")
     pp = r.integer("trainer.strategy.pipeline_model_parallel_size", 1, minimum=1)
     vpp = r.integer("trainer.strategy.virtual_pipeline_model_parallel_size", 1, minimum=1)
@@ -233,7 +210,7 @@ def import_plan(text: str) -> dict[str, object]:
     if v.get("trainer.strategy.fsdp") == "megatron":
         zero = r.choice(
             "trainer.strategy.ddp.data_parallel_sharding_strategy",
-            {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3},
+            sharding_stages(zero),
             "no_shard",
         )
     precision = r.choice(
@@ -264,9 +241,7 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False))
         or zero == 0,
         "overlap_tp_comm": tp_overlap,
-        "placement": "tp-cp-pp-dp"
-        if v.get("trainer.strategy.use_tp_pp_dp_mapping")
-        else "tp-cp-dp-pp",
+        "placement": placement_of(v.get("trainer.strategy.use_tp_pp_dp_mapping")),
         **cp_fields_from_cp_comm_type(
             v.get("model.config.cp_comm_type"),
             r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
