@@ -231,7 +231,7 @@ def plot(
 ) -> None:
     """Re-draw the plots of a saved sweep (PNG and SVG)."""
     from paraplan.report.plots import plot_sweep
-    from paraplan.sweep.run import load_results
+    from paraplan.sweep.results import load_results
 
     document = load_results(results)
     try:
