@@ -13,6 +13,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
+from paraplan.cli.options import JsonOption
 from paraplan.specs.errors import InputError
 from paraplan.units import GiB
 
@@ -113,7 +114,7 @@ def _model_fields_table(ref: str, model):
 
 @app.command()
 def models(
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -195,7 +196,7 @@ def _system_row(name: str) -> dict:
 
 @app.command()
 def systems(
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     width: WidthOption = None,
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""

@@ -13,6 +13,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
+from paraplan.cli.options import JsonOption
 from paraplan.report.text_table import SimpleTable, simple_table
 from paraplan.specs.errors import InputError
 
@@ -155,7 +156,7 @@ def validate(
             "--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases"
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     max_mape: Annotated[
         Optional[float],
         typer.Option(

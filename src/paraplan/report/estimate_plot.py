@@ -26,16 +26,8 @@ def plot_estimate(est, path: Path) -> Path:
     """One estimate (``paraplan estimate --plot FILE``), written atomically into an existing
     directory: see :func:`estimate_figure`."""
     path = Path(path)
+    check_plot_path(path)
     ext = path.suffix.lower().lstrip(".")
-    if ext not in FORMATS:
-        raise InputError(
-            f"--plot: {str(path)!r} is not allowed; the file name must end in .png or .svg"
-        )
-    if not path.parent.is_dir():
-        raise InputError(
-            f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
-            "(create it first)"
-        )
     fig = estimate_figure(est)
     from paraplan.io.documents import atomic_path
 
@@ -45,6 +37,19 @@ def plot_estimate(est, path: Path) -> Path:
     except OSError as exc:
         raise InputError(f"--plot: cannot write {str(path)!r}: {exc.strerror}") from None
     return path
+
+
+def check_plot_path(path: Path) -> None:
+    """``--plot FILE``: the name ends in .png or .svg and the directory exists."""
+    if path.suffix.lower().lstrip(".") not in FORMATS:
+        raise InputError(
+            f"--plot: {str(path)!r} is not allowed; the file name must end in .png or .svg"
+        )
+    if not path.parent.is_dir():
+        raise InputError(
+            f"--plot: {str(path)!r} is not allowed; the directory {str(path.parent)!r} does not exist "
+            "(create it first)"
+        )
 
 
 def estimate_figure(est) -> Figure:
