@@ -62,9 +62,6 @@ PENDING_LONG_FILES = frozenset(
 )
 PENDING_LONG_FUNCTIONS = frozenset(
     (
-        "api.py:search",
-        "importers/amped.py:convert",
-        "importers/calculon.py:convert_system",
         "search/bounds/blocks.py:_work_entries",
         "search/run.py:_branch_and_bound",
         "search/staged/hetero.py:search_non_uniform",
