@@ -22,18 +22,7 @@ from paraplan.export.common import (
     nodes_and_gpus_per_node,
     require,
 )
-from paraplan.export.megatron_core import (
-    MEGATRON_CORE_FIELDS,
-    ORDERS,
-    SHARDING,
-    cp_comm_type,
-    cp_fields_from_cp_comm_type,
-    layout_from_stage_layers,
-    megatron_core_checks,
-    placement_of,
-    sharding_stages,
-    stage_layers_from_layout,
-)
+from paraplan.export import megatron_core as core
 from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
@@ -41,7 +30,7 @@ NAME = "nemo"
 CALLBACK = (
     "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
 )
-HANDLED = MEGATRON_CORE_FIELDS
+HANDLED = core.MEGATRON_CORE_FIELDS
 SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
     "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
     "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
@@ -56,7 +45,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
-    c, mapping = megatron_core_checks(
+    c, mapping = core.megatron_core_checks(
         plan,
         fw,
         "NeMo (Megatron-Core)",
@@ -76,7 +65,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.context_parallel_size", plan.cp),
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
-        ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
+        ("trainer.strategy.use_tp_pp_dp_mapping", core.ORDERS[mapping[0]]),
         # explicit stage counts as a layout (its chunks even or not: export.megatron_core.layout_from_stage_layers), else the split keys
         *(
             [
@@ -88,7 +77,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
             else [
                 (
                     LAYOUT_KEY,
-                    layout_from_stage_layers(
+                    core.layout_from_stage_layers(
                         plan.stage_layers, plan.vpp, plan.embedding_units, plan.loss_units
                     ),
                 )
@@ -116,7 +105,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     if c["zero"] >= 2:
         o += [
             ("trainer.strategy.fsdp", "megatron"),
-            ("trainer.strategy.ddp.data_parallel_sharding_strategy", SHARDING[c["zero"]]),
+            ("trainer.strategy.ddp.data_parallel_sharding_strategy", core.SHARDING[c["zero"]]),
         ]
     o += [
         ("optim.config.optimizer_cpu_offload", plan.offload_optimizer),
@@ -126,8 +115,8 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
         ("model.config.attention_backend", plan.attention),
     ]
-    if cp_comm_type(plan):
-        o += [("model.config.cp_comm_type", cp_comm_type(plan))]
+    if core.cp_comm_type(plan):
+        o += [("model.config.cp_comm_type", core.cp_comm_type(plan))]
     return o
 
 
@@ -205,12 +194,12 @@ def import_plan(text: str) -> dict[str, object]:
         name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)
     }
     if v.get(LAYOUT_KEY):
-        split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), pp)
+        split["stage_layers"], vpp = core.stage_layers_from_layout(str(v[LAYOUT_KEY]), pp)
     zero = 1 if r.get("optim.config.use_distributed_optimizer", False) else 0
     if v.get("trainer.strategy.fsdp") == "megatron":
         zero = r.choice(
             "trainer.strategy.ddp.data_parallel_sharding_strategy",
-            sharding_stages(zero),
+            core.sharding_stages(zero),
             "no_shard",
         )
     precision = r.choice(
@@ -241,8 +230,8 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False))
         or zero == 0,
         "overlap_tp_comm": tp_overlap,
-        "placement": placement_of(v.get("trainer.strategy.use_tp_pp_dp_mapping")),
-        **cp_fields_from_cp_comm_type(
+        "placement": core.placement_of(v.get("trainer.strategy.use_tp_pp_dp_mapping")),
+        **core.cp_fields_from_cp_comm_type(
             v.get("model.config.cp_comm_type"),
             r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
             "nemo: recipe.model.config.cp_comm_type",

@@ -203,26 +203,45 @@ def _gemm_shape(shape: tuple[int, int, int, int] | None) -> str:
     return f"{b}×{m}×{n}×{k}"
 
 
+OPS_COLUMNS = (
+    "block",
+    "op",
+    "kind",
+    "GEMM b×m×n×k",
+    "fwd GFLOP",
+    "eff %",
+    "fwd ms",
+    "bwd ms",
+    "count",
+)
+COMMS_COLUMNS = (
+    "block",
+    "name",
+    "group",
+    "kind",
+    "MB",
+    "calls f/b",
+    "ms/call",
+    "group size",
+    "domains",
+)
+
+
+def _by_block(title: str, columns: tuple, rows, numeric_from: int, foldable) -> SimpleTable:
+    """A table of per-block rows, the block (the first cell) shown once per run of its rows."""
+    table = simple_table(title, *columns, numeric_from=numeric_from, foldable=foldable)
+    previous = None
+    for block, *cells in rows:
+        table.add_row(block if block != previous else "", *cells)
+        previous = block
+    return table
+
+
 def ops_table(ops: Sequence[OpCost]) -> SimpleTable:
     """Per op of one micro-batch on one GPU of the busiest stage (GEMM shape = batch×m×n×k)."""
-    table = simple_table(
-        "Ops per micro-batch per GPU",
-        "block",
-        "op",
-        "kind",
-        "GEMM b×m×n×k",
-        "fwd GFLOP",
-        "eff %",
-        "fwd ms",
-        "bwd ms",
-        "count",
-        numeric_from=3,
-        foldable=(0, 1, 2, 3),
-    )
-    previous = None
-    for op in ops:
-        table.add_row(
-            op.block if op.block != previous else "",
+    rows = (
+        (
+            op.block,
             op.name,
             op.kind,
             _gemm_shape(op.gemm_shape),
@@ -232,30 +251,16 @@ def ops_table(ops: Sequence[OpCost]) -> SimpleTable:
             _ms(op.bwd_time_s),
             str(op.count_per_gpu),
         )
-        previous = op.block
-    return table
+        for op in ops
+    )
+    return _by_block("Ops per micro-batch per GPU", OPS_COLUMNS, rows, 3, (0, 1, 2, 3))
 
 
 def comms_table(comms: Sequence[CommCost]) -> SimpleTable:
     """Per collective of one micro-batch: volume, calls, time per call and the group's placement."""
-    table = simple_table(
-        "Collectives per micro-batch per GPU",
-        "block",
-        "name",
-        "group",
-        "kind",
-        "MB",
-        "calls f/b",
-        "ms/call",
-        "group size",
-        "domains",
-        numeric_from=4,
-        foldable=(0, 1, 3),
-    )
-    previous = None
-    for c in comms:
-        table.add_row(
-            c.block if c.block != previous else "",
+    rows = (
+        (
+            c.block,
             c.name,
             c.group,
             c.kind,
@@ -265,8 +270,9 @@ def comms_table(comms: Sequence[CommCost]) -> SimpleTable:
             str(c.group_size),
             str(c.domains_spanned),
         )
-        previous = c.block
-    return table
+        for c in comms
+    )
+    return _by_block("Collectives per micro-batch per GPU", COMMS_COLUMNS, rows, 4, (0, 1, 3))
 
 
 def run_table(run: dict) -> SimpleTable:
