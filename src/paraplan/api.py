@@ -53,8 +53,7 @@ def estimate(
     keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
     plan fields left unset and adapts the system (paraplan.cost.frameworks.apply_framework); raises
     :class:`~paraplan.specs.errors.InputError` on bad input."""
-    model_spec = load_model(str(model) if isinstance(model, Path) else model)
-    system_spec = load_system(str(system) if isinstance(system, Path) else system)
+    model_spec, system_spec = _specs(model, system)
     if framework is not None:
         from paraplan.catalog import load_framework
         from paraplan.cost.frameworks import framework_plan_fields, framework_system
@@ -196,41 +195,8 @@ def search(
     from paraplan.search.run import search as run_search
     from paraplan.search.space import SearchProblem
 
-    model_spec = load_model(str(model) if isinstance(model, Path) else model)
-    system_spec = load_system(str(system) if isinstance(system, Path) else system)
-    fields = dict(space)
-    if framework is not None:
-        from paraplan.catalog import load_framework
-        from paraplan.cost.frameworks import framework_search_fields, framework_system
-
-        profile = load_framework(framework)
-        system_spec = framework_system(profile, system_spec)
-        fields = {"attention": profile.attention, **fields, **framework_search_fields(profile)}
-    for key in (
-        "tp",
-        "pp",
-        "cp",
-        "micro_batch",
-        "recompute",
-        "zero",
-        "sequence_parallel",
-        "schedules",
-        "tp_layouts",
-        "ep",
-        "etp",
-        "dispatchers",
-    ):
-        if fields.get(key) is not None and not isinstance(
-            fields[key], tuple
-        ):  # a list or one value
-            value = fields[key]
-            fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)
-    known = set(SearchProblem.__dataclass_fields__)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise InputError(
-            f"search: {unknown[0]!r} is not a search field; allowed: {', '.join(sorted(known - {'model', 'system'}))}"
-        )
+    model_spec, system_spec = _specs(model, system)
+    system_spec, fields = _search_fields(space, framework, system_spec)
     problem = SearchProblem(
         model=model_spec,
         system=system_spec,
@@ -250,6 +216,45 @@ def search(
         else run_search(problem, top_k=top, workers=workers)
     )
     return SearchResults(problem, result)
+
+
+# the SearchProblem fields that hold a tuple of allowed values (search accepts a list or one value)
+TUPLE_FIELDS = (
+    "tp pp cp micro_batch recompute zero sequence_parallel schedules tp_layouts ep etp dispatchers"
+).split()
+
+
+def _specs(model, system) -> tuple[ModelSpec, SystemSpec]:
+    """The model and system specs of a catalog name, a file path, a dict or a spec."""
+    model_spec = load_model(str(model) if isinstance(model, Path) else model)
+    return model_spec, load_system(str(system) if isinstance(system, Path) else system)
+
+
+def _search_fields(space: dict, framework, system_spec: SystemSpec) -> tuple[SystemSpec, dict]:
+    """(the system, the SearchProblem fields) of :func:`search`'s ``space``: with ``framework`` the
+    system adapted to its profile and its attention (unless given) and overlap defaults; allowed
+    values as tuples (TUPLE_FIELDS); a name that is not a SearchProblem field refused."""
+    from paraplan.search.space import SearchProblem
+
+    fields = dict(space)
+    if framework is not None:
+        from paraplan.catalog import load_framework
+        from paraplan.cost.frameworks import framework_search_fields, framework_system
+
+        profile = load_framework(framework)
+        system_spec = framework_system(profile, system_spec)
+        fields = {"attention": profile.attention, **fields, **framework_search_fields(profile)}
+    for key in TUPLE_FIELDS:
+        value = fields.get(key)
+        if value is not None and not isinstance(value, tuple):  # a list or one value
+            fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)
+    known = set(SearchProblem.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InputError(
+            f"search: {unknown[0]!r} is not a search field; allowed: {', '.join(sorted(known - {'model', 'system'}))}"
+        )
+    return system_spec, fields
 
 
 def to_dataframe(results) -> Any:

@@ -16,7 +16,8 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.cli import main
-from paraplan.report.search_view import CSV_PLAN_FIELDS, plan_label
+from paraplan.report.search_view import plan_label
+from paraplan.report.search_csv import CSV_PLAN_FIELDS
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec

@@ -386,7 +386,7 @@ def test_uneven_interleaving_exports_as_a_layout_and_bridge_layouts_import():
     'm' beside the loss (the layout wants it in the last chunk, after the decoder layers), and reads back as the same
     stage counts, its recomputed modules as --recompute-modules; Megatron-Bridge's own DeepSeek-V3 layouts
     (recipes/deepseek, (8, 4) and (4, 4)) import."""
-    from paraplan.export.megatron import stage_layers_from_layout
+    from paraplan.export.megatron_core import stage_layers_from_layout
 
     model = load_model("deepseek-v3")
     plan = PlanSpec(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.graph.moe import expert_knob_ops, moe_tokens
+from paraplan.graph.moe_mlp import expert_knob_ops, moe_tokens
 from paraplan.graph.transformer import with_expert
 from paraplan.search import run
 from paraplan.search.bounds.blocks import (
@@ -142,7 +142,7 @@ def test_block_step_floors_on_arrays_equal_each_blocks(problem):
     ],
 )
 def test_expert_gemm_floor_is_below_every_options_expert_gemms(model_name, dtype, capacity):
-    """expert_gemm_floor_s is at most the forward + backward time of the grouped GEMMs graph.moe.expert_ops builds
+    """expert_gemm_floor_s is at most the forward + backward time of the grouped GEMMs graph.moe_mlp.expert_ops builds
     for each expert option, for several token counts, tp and micro-batches, with learned routing and with a capacity
     factor (below 1: the floor follows the rows it keeps)."""
     problem = SearchProblem(

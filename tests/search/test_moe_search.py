@@ -798,7 +798,7 @@ def test_refined_block_bounds_are_admissible(problem, memory):
 )
 def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     """search.expert_floors.expert_computes builds a block kind once and adds each expert option's own ops
-    (graph.moe.expert_knob_ops): every field equals stages.block_compute of the graph built for that
+    (graph.moe_mlp.expert_knob_ops): every field equals stages.block_compute of the graph built for that
     option (to summation order), for every kind, recompute module list and expert option."""
 
     from paraplan.search.bounds.expert_floors import costing_experts, expert_computes
@@ -838,12 +838,12 @@ def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
-    """graph.moe.expert_knob_inputs names everything expert_knob_ops reads of a layer shape: shapes of
+    """graph.moe_mlp.expert_knob_inputs names everything expert_knob_ops reads of a layer shape: shapes of
     different tp, cp, micro-batch and sequence parallelism that agree on it give equal ops (search.blocks
     memoises the ops' compute on it), and shapes that differ on it exist in the grid (the test can fail)."""
     from itertools import product
 
-    from paraplan.graph.moe import expert_knob_inputs, expert_knob_ops
+    from paraplan.graph.moe_mlp import expert_knob_inputs, expert_knob_ops
     from paraplan.graph.ops import ExpertShape
     from paraplan.search.table import layer_shape_of
 

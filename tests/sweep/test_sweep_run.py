@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import paraplan.sweep.run as sweep_run
+import paraplan.sweep.executors as sweep_executors
 from paraplan.cli import main
 from paraplan.specs.errors import InputError
 from paraplan.sweep.params import parse_set
@@ -156,9 +156,9 @@ def test_resume_skips_finished_points(baseline, tmp_path, monkeypatch):
         finished[0] + "\n" + finished[1] + "\n" + finished[2][:40]
     )  # torn line
     calls = []
-    real = sweep_run.run_point
+    real = sweep_executors.run_point
     monkeypatch.setattr(
-        sweep_run, "run_point", lambda task: calls.append(task["index"]) or real(task)
+        sweep_executors, "run_point", lambda task: calls.append(task["index"]) or real(task)
     )
     outcome = run_sweep(CONFIG, tmp_path, resume=True, plots=False)
     assert outcome.skipped == 2 and outcome.ran == 2

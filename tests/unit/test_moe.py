@@ -22,7 +22,8 @@ from paraplan.cost.moe import (
 from paraplan.graph.routing import expected_max_load_factor, routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, window_fraction
 
-from paraplan.graph.moe import ExpertShape, moe_model_layer, mtp_block, routed_rows
+from paraplan.graph.moe import ExpertShape, moe_model_layer, mtp_block
+from paraplan.graph.moe_mlp import routed_rows
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec

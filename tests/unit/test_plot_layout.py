@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from paraplan.api import estimate
-from paraplan.report.plots import _overlap, breakdown_figure, estimate_figure, memory_figure
+from paraplan.report.estimate_plot import estimate_figure
+from paraplan.report.sweep_bars import _overlap, breakdown_figure, memory_figure
 from paraplan.report.render import render_to_text
 from paraplan.step.result import BREAKDOWN_FIELDS, MEMORY_PARTS
 from paraplan.report.sweep_view import sweep_table

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from paraplan.api import estimate
-from paraplan.report.render import SimpleTable, render_estimate, render_to_text
+from paraplan.report.render import render_estimate, render_to_text
+from paraplan.report.text_table import SimpleTable
 
 
 @pytest.fixture(scope="module")

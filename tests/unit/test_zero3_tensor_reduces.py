@@ -9,14 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.cost.comm import (
-    GroupSpan,
-    LinearCollective,
+from paraplan.cost.comm import GroupSpan, LinearCollective, linear_collective
+from paraplan.cost.zero3_host import (
     coalesced_gather_copy_back_s,
     gather_buffer_zeroing_s,
     gather_call_host_overhead_s,
     host_exposed_s,
-    linear_collective,
     list_reduce_scatter_device_s,
     list_reduce_scatter_host_s,
     rank_loop_views_s,

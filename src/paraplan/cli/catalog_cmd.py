@@ -13,6 +13,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
+from paraplan.cli.options import JsonOption
 from paraplan.specs.errors import InputError
 from paraplan.units import GiB
 
@@ -61,7 +62,7 @@ def _read_as(ref: str, model) -> str:
 
 def _model_fields_table(ref: str, model):
     from paraplan.graph.params import format_parameters, parameter_counts
-    from paraplan.report.render import simple_table
+    from paraplan.report.text_table import simple_table
 
     table = simple_table(
         f"How {ref} was read: {_read_as(ref, model)}",
@@ -113,7 +114,7 @@ def _model_fields_table(ref: str, model):
 
 @app.command()
 def models(
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -127,7 +128,7 @@ def models(
 ) -> None:
     """List the model catalog (parameters, total and active, and shape), or show how one model is read."""
     from paraplan.catalog import load_model, model_names
-    from paraplan.report.render import simple_table
+    from paraplan.report.text_table import simple_table
 
     if model is not None:
         spec = load_model(model, field="model")
@@ -195,12 +196,12 @@ def _system_row(name: str) -> dict:
 
 @app.command()
 def systems(
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     width: WidthOption = None,
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
-    from paraplan.report.render import simple_table
+    from paraplan.report.text_table import simple_table
 
     rows = [_system_row(n) for n in system_names()]
     if as_json:
@@ -246,7 +247,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
     for editors and validators; quantities accept unit strings such as "80 GiB"."""
-    from paraplan.report.search_view import AtomicText
+    from paraplan.report.search_csv import AtomicText
     from paraplan.io.schemas import json_schema, schema_models
 
     names = list(schema_models())

@@ -30,42 +30,19 @@ from paraplan.cli.app import (
     refuse_options,
 )
 from paraplan.cli.goodput_opts import goodput_dict, goodput_lines
+from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, ModelOption, PriceOption
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB
-
-
-def apply_sets(model_spec, system_spec, sets: list[str]):
-    """``--set PATH=VALUE`` (the paths of ``paraplan sweep --set``, one value each) applied to the
-    model and the system, re-validated."""
-    from paraplan.sweep.params import apply_overrides, override_values, parse_sets
-
-    axes = parse_sets(sets)
-    for axis in axes:
-        if len(axis.values) != 1:
-            raise InputError(
-                f"--set {axis.path}: {','.join(axis.values)!r} gives {len(axis.values)} values; "
-                "estimate takes one (paraplan sweep takes lists)"
-            )
-    if not axes:
-        return model_spec, system_spec
-    return apply_overrides(
-        model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes))
-    )
-
-
-def check_plot_path(plot: Path) -> None:
-    """--plot must end in .png or .svg and go into an existing directory."""
-    if plot.suffix.lower() not in (".png", ".svg"):
-        raise InputError(
-            f"--plot: {str(plot)!r} is not allowed; the file name must end in .png or .svg"
-        )
-    folder = plot.parent
-    if not folder.is_dir():
-        raise InputError(
-            f"--plot: {str(plot)!r} is not allowed; the directory {str(folder)!r} does not exist "
-            "(create it first)"
-        )
+from paraplan.cli.estimate_plan import (
+    FIELD_PARAMETER,
+    FRAMEWORK_PLAN_OPTIONS,
+    STAGED_ESTIMATE_OPTIONS,
+    apply_sets,
+    framework_defaults,
+    given_plan_options,
+    plan_fields,
+)
 
 
 def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> list[str]:
@@ -110,68 +87,6 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     ]
 
 
-def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
-    """'15,16,15' -> (15, 16, 15); InputError naming the option otherwise."""
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise InputError(
-            f"{option}: {text!r} is not allowed; give whole numbers separated by commas"
-        ) from None
-
-
-# plan fields whose estimate option has another name (the rest: the option's parameter is the field)
-FIELD_PARAMETER = {
-    "overlap_dp_grad_reduce": "no_overlap_dp",
-    "overlap_param_gather": "no_overlap_param_gather",
-}
-# options besides the plan's an encoder-decoder's per-stage estimate honours (parameter names); others are refused
-STAGED_ESTIMATE_OPTIONS = frozenset(
-    {"model", "system", "gpus", "plan_file", "set_", "as_json", "width"}
-)
-
-
-def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
-    """{plan field: option as typed} of the plan options given on the command line (not defaults)."""
-    options = {p.name: p.opts[0] for p in ctx.command.params}
-    out = {}
-    for field in fields:
-        param = FIELD_PARAMETER.get(field, field)
-        source = ctx.get_parameter_source(param)  # typer may vendor click: compare the enum by name
-        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
-            out[field] = options[param]
-    return out
-
-
-# plan fields a framework profile sets by default (frameworks.PLAN_DEFAULTS) -> the option that states them
-FRAMEWORK_PLAN_OPTIONS = {
-    "attention": "attention",
-    "grad_dtype": "grad_dtype",
-    "fp8_weight_copies": "fp8_weight_copies",
-    "zero3_max_live_params": "zero3_max_live_params",
-    "zero3_prefetch_layers": "zero3_prefetch_layers",
-    "zero3_gather_unit": "zero3_gather_unit",
-    "zero3_reduce_unit": "zero3_reduce_unit",
-    "zero3_regather_recompute": "zero3_regather_recompute",
-    "cp_algorithm": "cp_algorithm",
-    "overlap_tp_comm": "overlap_tp_comm",
-    "overlap_dp_grad_reduce": "no_overlap_dp",
-    "overlap_param_gather": "no_overlap_param_gather",
-}
-
-
-def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
-    """``plan_fields`` with the options the user left at their CLI default replaced by the profile's defaults."""
-    from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_plan_fields
-
-    if profile is None:
-        return plan_fields
-    unset = {key for key in PLAN_DEFAULTS if FRAMEWORK_PLAN_OPTIONS[key] not in given}
-    return framework_plan_fields(profile, {k: v for k, v in plan_fields.items() if k not in unset})
-
-
 def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> list[str]:
     """The estimate's error band (validate.band) and its unvalidated features, as report lines."""
     from paraplan.validate.band import error_band
@@ -189,14 +104,7 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
 @app.command()
 def estimate(
     ctx: typer.Context,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)",
-        ),
-    ],
+    model: ModelOption,
     system: Annotated[
         Optional[str],
         typer.Option(
@@ -237,7 +145,7 @@ def estimate(
     zero: Annotated[
         int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")
     ] = 0,
-    dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
+    dtype: DtypeOption = Dtype.bf16,
     grad_dtype: Annotated[
         GradDtype,
         typer.Option(
@@ -304,7 +212,7 @@ def estimate(
         Optional[Schedule],
         typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b"),
     ] = None,
-    attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
+    attention: AttentionOption = Attention.flash,
     offload_weights: Annotated[bool, typer.Option("--offload-weights")] = False,
     offload_activations: Annotated[bool, typer.Option("--offload-activations")] = False,
     offload_activation_layers: Annotated[
@@ -389,17 +297,14 @@ def estimate(
             help="2d: SUMMA panels per product (default max(rows, columns))",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     ops: Annotated[
         bool, typer.Option("--ops", help="add the per-op and per-collective tables")
     ] = False,
     tokens: Annotated[
         Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")
     ] = None,
-    price: Annotated[
-        Optional[float],
-        typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
-    ] = None,
+    price: PriceOption = None,
     plot: Annotated[
         Optional[Path],
         typer.Option(
@@ -447,6 +352,7 @@ def estimate(
 
     Exit status 1 when the plan does not fit in memory (the report says which single change would
     make it fit), 2 on bad input."""
+    params = dict(locals())  # the options by parameter name, before anything else is bound here
     from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model, load_system
     from paraplan.step.estimate import estimate as run_estimate
@@ -454,56 +360,7 @@ def estimate(
     from paraplan.graph.params import parameter_counts
     from paraplan.report.render import print_estimate
 
-    fields = {
-        "gpus": gpus,
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "vpp": vpp,
-        "micro_batch": micro_batch,
-        "global_batch": global_batch,
-        "seq_length": seq_length,
-        "recompute": recompute.value,
-        "recompute_num_layers": recompute_num_layers,
-        "sequence_parallel": sequence_parallel,
-        "zero": zero,
-        "dtype": dtype.value,
-        "grad_dtype": grad_dtype.value,
-        "fp8_weight_copies": fp8_weight_copies,
-        "zero3_max_live_params": zero3_max_live_params,
-        "zero3_prefetch_layers": zero3_prefetch_layers,
-        "zero3_gather_unit": zero3_gather_unit.value,
-        "zero3_reduce_unit": zero3_reduce_unit.value,
-        "zero3_regather_recompute": zero3_regather_recompute,
-        "cp_algorithm": cp_algorithm.value,
-        "schedule": schedule.value if schedule is not None else None,
-        "attention": attention.value,
-        "offload_weights": offload_weights,
-        "offload_activations": offload_activations,
-        "offload_activation_layers": offload_activation_layers,
-        "offload_optimizer": offload_optimizer,
-        "overlap_tp_comm": overlap_tp_comm,
-        "overlap_dp_grad_reduce": not no_overlap_dp,
-        "overlap_param_gather": not no_overlap_param_gather,
-        "placement": placement,
-        "stage_layers": _int_list(stage_layers, "--stage-layers"),
-        "layers_first_stage": layers_first_stage,
-        "layers_last_stage": layers_last_stage,
-        "embedding_as_layer": embedding_as_layer,
-        "loss_as_layer": loss_as_layer,
-        "ep": ep,
-        "etp": etp,
-        "moe_dispatcher": moe_dispatcher,
-        "capacity_factor": capacity_factor,
-        "moe_balance": moe_balance,
-        "moe_a2a_overlap": moe_a2a_overlap,
-        "recompute_modules": [m for m in recompute_modules.split(",") if m]
-        if recompute_modules
-        else None,
-        "tp_layout": tp_layout,
-        "tp_rows": tp_rows,
-        "summa_panels": summa_panels,
-    }
+    fields = plan_fields(params)
     given = given_plan_options(ctx, fields)
     if cluster is not None or (
         plan_file is not None and "#" not in plan_file
@@ -530,6 +387,8 @@ def estimate(
     if plan_file is None and gpus is None:
         raise InputError("--gpus: missing; give --gpus N (or --plan FILE)")
     if plot is not None:
+        from paraplan.report.estimate_plot import check_plot_path
+
         check_plot_path(plot)
     check_price(price)
     model_spec = load_model(model, field="model")
@@ -573,7 +432,7 @@ def estimate(
         )
     good = goodput_dict(est, model_spec, system_spec, plan, run_tokens, price) if goodput else None
     if plot is not None:
-        from paraplan.report.plots import plot_estimate
+        from paraplan.report.estimate_plot import plot_estimate
 
         plot_estimate(est, plot)
     counts = parameter_counts(model_spec)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from paraplan.catalog import _read_file, load_model, load_system
 from paraplan.cli.app import _stdout
-from paraplan.report.render import simple_table
 from paraplan.catalog.clusters import load_cluster, load_stage_plan
+from paraplan.report.text_table import simple_table
 from paraplan.specs.cluster import ClusterSpec, uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec

@@ -40,6 +40,16 @@ from paraplan.cli.app import (
     refuse_options,
     search_restrictions,
 )
+from paraplan.cli.options import (
+    AttentionOption,
+    DtypeOption,
+    GlobalBatchOption,
+    JsonOption,
+    MaxGlobalBatchOption,
+    ModelOption,
+    PriceOption,
+    SeqLengthOption,
+)
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search
 from paraplan.specs.errors import InputError
@@ -80,29 +90,14 @@ RESTRICT_HINT = (
 @app.command()
 def search(
     ctx: typer.Context,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)",
-        ),
-    ],
+    model: ModelOption,
     system: Annotated[
         Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")
     ] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
-    seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
-    global_batch: Annotated[
-        Optional[int], typer.Option("--global-batch", help="sequences per step")
-    ] = None,
-    max_global_batch: Annotated[
-        Optional[int],
-        typer.Option(
-            "--max-global-batch",
-            help="instead of --global-batch: largest multiple of dp·micro_batch not above it",
-        ),
-    ] = None,
+    seq_length: SeqLengthOption = 2048,
+    global_batch: GlobalBatchOption = None,
+    max_global_batch: MaxGlobalBatchOption = None,
     top: Annotated[
         int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")
     ] = 10,
@@ -115,8 +110,8 @@ def search(
             "(expected wall-clock for --tokens with failures, checkpoints, restarts; docs/goodput.md)",
         ),
     ] = "time",
-    dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
-    attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
+    dtype: DtypeOption = Dtype.bf16,
+    attention: AttentionOption = Attention.flash,
     tp: TpOption = None,
     pp: PpOption = None,
     cp: CpOption = None,
@@ -139,10 +134,7 @@ def search(
     default_overlap: DefaultOverlapOption = False,
     default_placement: DefaultPlacementOption = False,
     vary_split: VarySplitOption = False,
-    price: Annotated[
-        Optional[float],
-        typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
-    ] = None,
+    price: PriceOption = None,
     tokens: Annotated[
         Optional[str],
         typer.Option(
@@ -176,7 +168,7 @@ def search(
             help="processes: for --exhaustive (default 1), and a large block-by-block search split by costing class (default: the usable CPUs, at most 4, on Linux)",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     width: WidthOption = None,
     cluster: Annotated[
         Optional[Path],
@@ -252,7 +244,6 @@ def search(
         )
     from paraplan.catalog import load_system
     from paraplan.report.search_view import (
-        CsvSink,
         band_note,
         explain_band_lines,
         explain_table,
@@ -262,8 +253,8 @@ def search(
         plans_table,
         search_document,
         summary_line,
-        write_top_csv,
     )
+    from paraplan.report.search_csv import CsvSink, write_top_csv
     from paraplan.search.explain import explain as explain_plan
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search

@@ -30,6 +30,14 @@ from paraplan.cli.app import (
     parse_tokens,
     search_restrictions,
 )
+from paraplan.cli.options import (
+    AttentionOption,
+    DtypeOption,
+    GlobalBatchOption,
+    MaxGlobalBatchOption,
+    ModelOption,
+    SeqLengthOption,
+)
 from paraplan.specs.limits import MAX_TOP
 from paraplan.specs.errors import InputError
 
@@ -44,14 +52,7 @@ def _split_systems(values: list[str]) -> tuple[str, ...]:
 @app.command()
 def sweep(
     ctx: typer.Context,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)",
-        ),
-    ],
+    model: ModelOption,
     system: Annotated[
         list[str],
         typer.Option(
@@ -70,17 +71,9 @@ def sweep(
             "(model.hidden=...); repeat for more axes",
         ),
     ] = None,
-    seq_length: Annotated[int, typer.Option("--seq-length")] = 2048,
-    global_batch: Annotated[
-        Optional[int], typer.Option("--global-batch", help="sequences per step")
-    ] = None,
-    max_global_batch: Annotated[
-        Optional[int],
-        typer.Option(
-            "--max-global-batch",
-            help="instead of --global-batch: largest multiple of dp·micro_batch not above it",
-        ),
-    ] = None,
+    seq_length: SeqLengthOption = 2048,
+    global_batch: GlobalBatchOption = None,
+    max_global_batch: MaxGlobalBatchOption = None,
     top: Annotated[
         int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")
     ] = 5,
@@ -102,8 +95,8 @@ def sweep(
         ),
     ] = None,
     objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
-    dtype: Annotated[Dtype, typer.Option("--dtype")] = Dtype.bf16,
-    attention: Annotated[Attention, typer.Option("--attention")] = Attention.flash,
+    dtype: DtypeOption = Dtype.bf16,
+    attention: AttentionOption = Attention.flash,
     tp: TpOption = None,
     pp: PpOption = None,
     cp: CpOption = None,
@@ -232,7 +225,7 @@ def plot(
 ) -> None:
     """Re-draw the plots of a saved sweep (PNG and SVG)."""
     from paraplan.report.plots import plot_sweep
-    from paraplan.sweep.run import load_results
+    from paraplan.sweep.results import load_results
 
     document = load_results(results)
     try:

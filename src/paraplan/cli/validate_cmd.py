@@ -13,10 +13,11 @@ from paraplan.cli.app import (
     _stdout,
     app,
 )
+from paraplan.cli.options import JsonOption
 from paraplan.specs.errors import InputError
 
 if TYPE_CHECKING:
-    from paraplan.report.render import SimpleTable
+    from paraplan.report.text_table import SimpleTable
 
 _METRIC_LABELS = {
     "step_time_s": "step time (s)",
@@ -27,8 +28,8 @@ _METRIC_LABELS = {
 
 
 def _simple_table(*args, **kwargs) -> SimpleTable:
-    """report.render.simple_table, imported when a table is drawn (`paraplan --help` stays light)."""
-    from paraplan.report.render import simple_table
+    """report.text_table.simple_table, imported when a table is drawn (`paraplan --help` stays light)."""
+    from paraplan.report.text_table import simple_table
 
     return simple_table(*args, **kwargs)
 
@@ -166,7 +167,7 @@ def validate(
             "--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases"
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    as_json: JsonOption = False,
     max_mape: Annotated[
         Optional[float],
         typer.Option(

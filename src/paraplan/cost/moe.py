@@ -72,7 +72,7 @@ def expert_tp_span(etp: int, system: SystemSpec) -> GroupSpan:
 EXPERT_GROUPS = (
     "ep",
     "etp",
-)  # the collective groups priced on the expert spans (graph.moe.dispatch_collectives)
+)  # the collective groups priced on the expert spans (graph.moe_mlp.dispatch_collectives)
 
 
 def expert_group_span(group: str, ep: int, etp: int, system: SystemSpec) -> GroupSpan:

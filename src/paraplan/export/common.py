@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import yaml
@@ -20,6 +21,14 @@ from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
 from paraplan.specs.plan import PlanSpec
 
 FRAMEWORKS = ("megatron", "nemo", "torchtitan", "deepspeed")
+# The plan fields every exporter maps (each adds its own to its HANDLED set): the degrees, the batch and
+# the sequence, recomputation, ZeRO, datatype and attention, the schedule, the optimizer offload, the
+# overlap switches and the placement.
+COMMON_FIELDS = frozenset(
+    "gpus tp pp dp cp vpp micro_batch global_batch seq_length sequence_parallel recompute zero dtype"
+    " attention schedule offload_optimizer overlap_dp_grad_reduce overlap_param_gather"
+    " overlap_tp_comm placement".split()
+)
 
 
 class ExportRefused(InputError):
@@ -110,7 +119,7 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     return d
 
 
-def check_handled(plan: PlanSpec, handled: set[str], framework: str) -> None:
+def check_handled(plan: PlanSpec, handled: Collection[str], framework: str) -> None:
     """Refuse any plan field this exporter does not map when it differs from its default, so that
     fields added to the plan later are refused rather than silently dropped."""
     canon = canonical_plan(plan)
@@ -140,3 +149,16 @@ def nodes_and_gpus_per_node(gpus: int, gpus_per_node: int) -> tuple[int, int]:
             f"plan.gpus={gpus} is not a whole number of {gpus_per_node}-GPU nodes; give --gpus-per-node"
         )
     return gpus // gpus_per_node, gpus_per_node
+
+
+def header_lines(header: str, *lines: str) -> list[str]:
+    """The comment lines an export starts with: ``# header`` when one is given, then ``lines``."""
+    return ([f"# {header}"] if header else []) + list(lines)
+
+
+def require(found: Collection[str], needed: Iterable[str], where: str) -> None:
+    """Refuse an import that lacks a key the plan is rebuilt from (``where``: the framework and the
+    prefix of its keys, e.g. ``"nemo: recipe."``)."""
+    for key in needed:
+        if key not in found:
+            raise ExportRefused(f"{where}{key} is missing; paraplan needs it to rebuild the plan")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from paraplan.export.common import (
+    COMMON_FIELDS,
     ExportRefused,
     canonical_plan,
     check_handled,
@@ -40,31 +41,7 @@ UNREPRESENTABLE = {  # key: (what it is, the JSON values that leave the plan unc
     ),
     "pipeline.activation_checkpoint_interval": ("checkpointing every n-th pipeline layer", ("0",)),
 }
-HANDLED = {
-    "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "vpp",
-    "micro_batch",
-    "global_batch",
-    "seq_length",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "dtype",
-    "attention",
-    "schedule",
-    "offload_weights",
-    "offload_activations",
-    "offload_optimizer",
-    "overlap_dp_grad_reduce",
-    "overlap_param_gather",
-    "overlap_tp_comm",
-    "placement",
-    "zero3_max_live_params",
-}
+HANDLED = COMMON_FIELDS | {"offload_weights", "offload_activations", "zero3_max_live_params"}
 
 
 def config(plan: PlanSpec) -> dict:
@@ -72,6 +49,44 @@ def config(plan: PlanSpec) -> dict:
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
     c = canonical_plan(plan)
+    _check_parallelism(plan, c, fw)
+    _check_kernels_and_memory(plan, c, fw)
+    zero: dict[str, object] = {
+        "stage": c["zero"],
+        "overlap_comm": c["overlap_dp_grad_reduce"],
+        "contiguous_gradients": True,
+    }
+    if plan.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if plan.offload_weights:
+        zero["offload_param"] = {"device": "cpu"}
+    if c["zero"] == 3 and plan.zero3_max_live_params is not None:
+        zero["stage3_max_live_parameters"] = int(plan.zero3_max_live_params)
+    cfg: dict[str, object] = {
+        "train_batch_size": plan.global_batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": plan.microbatches,
+        "bf16": {"enabled": plan.dtype == "bf16"},
+        "fp16": {"enabled": plan.dtype == "fp16"},
+        "zero_optimization": zero,
+    }
+    if plan.recompute == "full":
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False,
+            "cpu_checkpointing": plan.offload_activations,
+            "contiguous_memory_optimization": False,
+        }
+    if plan.pp > 1:
+        cfg["pipeline"] = {"stages": plan.pp, "partition": "uniform"}
+    if plan.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": plan.tp}
+    return cfg
+
+
+def _check_parallelism(plan: PlanSpec, c: dict, fw: str) -> None:
+    """Refuse a parallelism DeepSpeed cannot run: ring context parallelism, another rank order,
+    Megatron sequence parallelism or overlapped TP collectives, a schedule other than 1F1B, ZeRO 2/3
+    with a pipeline (``c``: the canonical plan)."""
     if plan.cp > 1:
         raise refuse(
             fw,
@@ -111,6 +126,11 @@ def config(plan: PlanSpec) -> dict:
         raise refuse(
             fw, "zero", c["zero"], "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only"
         )
+
+
+def _check_kernels_and_memory(plan: PlanSpec, c: dict, fw: str) -> None:
+    """Refuse what the config cannot set or DeepSpeed cannot run: fp8, the attention kernel, selective
+    recomputation, offloads without their ZeRO stage, the two overlaps apart."""
     if plan.dtype == "fp8":
         raise refuse(
             fw,
@@ -150,36 +170,6 @@ def config(plan: PlanSpec) -> dict:
             c["overlap_param_gather"],
             "DeepSpeed has one switch (zero_optimization.overlap_comm) for both overlaps",
         )
-    zero: dict[str, object] = {
-        "stage": c["zero"],
-        "overlap_comm": c["overlap_dp_grad_reduce"],
-        "contiguous_gradients": True,
-    }
-    if plan.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu"}
-    if plan.offload_weights:
-        zero["offload_param"] = {"device": "cpu"}
-    if c["zero"] == 3 and plan.zero3_max_live_params is not None:
-        zero["stage3_max_live_parameters"] = int(plan.zero3_max_live_params)
-    cfg: dict[str, object] = {
-        "train_batch_size": plan.global_batch,
-        "train_micro_batch_size_per_gpu": plan.micro_batch,
-        "gradient_accumulation_steps": plan.microbatches,
-        "bf16": {"enabled": plan.dtype == "bf16"},
-        "fp16": {"enabled": plan.dtype == "fp16"},
-        "zero_optimization": zero,
-    }
-    if plan.recompute == "full":
-        cfg["activation_checkpointing"] = {
-            "partition_activations": False,
-            "cpu_checkpointing": plan.offload_activations,
-            "contiguous_memory_optimization": False,
-        }
-    if plan.pp > 1:
-        cfg["pipeline"] = {"stages": plan.pp, "partition": "uniform"}
-    if plan.tp > 1:
-        cfg["tensor_parallel"] = {"autotp_size": plan.tp}
-    return cfg
 
 
 def _paths(d: dict, prefix: str = "") -> list[str]:

@@ -1,35 +1,45 @@
 """Megatron-LM / Megatron-Core: a ``torchrun ... pretrain_gpt.py --flag value ...`` launch line.
 
 Argument names are those of Megatron-LM core_v0.14.0 ``megatron/training/arguments.py`` (kept in
-``frameworks/megatron.yaml``). ZeRO stages map to the distributed optimizer (1) and Megatron FSDP's
-sharding strategies ``optim_grads`` (2) and ``optim_grads_params`` (3). Megatron's rank order is
-tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with ``--use-tp-pp-dp-mapping`` (megatron/training/initialize.py).
+``frameworks/megatron.yaml``). What Megatron-LM shares with NeMo (rank orders, ZeRO as the distributed
+optimizer and Megatron FSDP, context-parallel communication types, the pipeline layout) is
+export.megatron_core's.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from paraplan.export.common import (
     ExportRefused,
-    canonical_plan,
     check_handled,
     check_names,
     framework_args,
+    header_lines,
     nodes_and_gpus_per_node,
     refuse,
-    same_placement,
+    require,
+)
+from paraplan.export.megatron_core import (
+    LAYOUT_FLAG,
+    MEGATRON_CORE_FIELDS,
+    ORDERS,
+    SHARDING,
+    cp_comm_type,
+    cp_fields_from_cp_comm_type,
+    layout_from_stage_layers,
+    megatron_core_checks,
+    placement_of,
+    sharding_stages,
+    stage_layers_from_layout,
 )
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import interleave_split_rule
-from paraplan.specs.split import accounted_units, chunk_layer_counts, stage_layer_counts
+from paraplan.specs.split import accounted_units, stage_layer_counts
 
 NAME = "megatron"
 SCRIPT = "pretrain_gpt.py"
-ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
-SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 # Flags that change the plan in ways paraplan's PlanSpec cannot hold: refused on import, never ignored.
 UNREPRESENTABLE = {
     "--use-torch-fsdp2": "PyTorch FSDP2 sharding",
@@ -37,42 +47,14 @@ UNREPRESENTABLE = {
     "--optimizer-offload-fraction": "partial optimizer offload",
     "--cpu-offloading": "activation/weight offload of chosen layers",
 }
-HANDLED = {
-    "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "vpp",
-    "ep",
-    "micro_batch",
-    "global_batch",
-    "seq_length",
-    "sequence_parallel",
-    "recompute",
+HANDLED = MEGATRON_CORE_FIELDS | {
     "recompute_num_layers",
-    "zero",
-    "dtype",
-    "attention",
-    "schedule",
-    "offload_optimizer",
-    "overlap_dp_grad_reduce",
-    "overlap_param_gather",
-    "overlap_tp_comm",
-    "placement",
-    "stage_layers",
-    "layers_first_stage",
-    "layers_last_stage",
-    "embedding_as_layer",
-    "loss_as_layer",
-    "tp_layout",
-    "cp_algorithm",
+    "recompute_modules",
     "etp",
     "moe_dispatcher",
     "moe_a2a_overlap",
     "capacity_factor",
     "moe_balance",
-    "recompute_modules",
 }
 MULTI_VALUE_FLAGS = {"--recompute-modules"}  # flags that take a list (argparse nargs='*')
 # plan.moe_dispatcher -> Megatron-Core's token dispatcher arguments (megatron/training/arguments.py,
@@ -82,84 +64,13 @@ DISPATCHER_ARGS = {
     "allgather": ["--moe-token-dispatcher-type", "allgather"],
     "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"],
 }
+DTYPE_FLAGS = (("--fp8-format", "fp8"), ("--bf16", "bf16"), ("--fp16", "fp16"))  # the first given
 SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
     "layers_first_stage": "--decoder-first-pipeline-num-layers",
     "layers_last_stage": "--decoder-last-pipeline-num-layers",
     "embedding_as_layer": "--account-for-embedding-in-pipeline-split",
     "loss_as_layer": "--account-for-loss-in-pipeline-split",
 }
-LAYOUT_FLAG = "--pipeline-model-parallel-layout"
-
-
-def megatron_core_checks(
-    plan: PlanSpec, fw: str, who: str, vpp_name: str, offload_name: str
-) -> tuple[dict, list[str]]:
-    """Refusals shared by every Megatron-Core front end (Megatron-LM, NeMo): its two rank orders,
-    no GPipe, interleaving only with vpp > 1, optimizer offload only with the distributed
-    optimizer. Returns (canonical plan, matching rank orders)."""
-    c = canonical_plan(plan)
-    mapping = [order for order in ORDERS if same_placement(plan, order)]
-    if not mapping:
-        raise refuse(
-            fw,
-            "placement",
-            plan.placement,
-            f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only",
-        )
-    if c["schedule"] == "gpipe":
-        raise refuse(fw, "schedule", "gpipe", f"{who} runs 1F1B or interleaved 1F1B pipelines")
-    if c["schedule"] == "interleaved" and plan.vpp == 1:
-        raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
-    if plan.offload_optimizer and c["zero"] == 0:
-        raise refuse(
-            fw,
-            "offload_optimizer",
-            True,
-            f"{offload_name} needs the distributed optimizer (zero >= 1)",
-        )
-    if plan.tp_layout == "2d":
-        raise refuse(
-            fw, "tp_layout", "2d", f"{who} runs 1D tensor parallelism only (no SUMMA grid)"
-        )
-    return c, mapping
-
-
-# Megatron-Core TransformerConfig.cp_comm_type (megatron/core/transformer/transformer_config.py): "p2p" passes K/V
-# chunks around a ring (overlapped with attention), "all_gather" gathers the whole sequence's K/V before attention
-# (not overlapped) — paraplan's tp_layout 2d-seq; "a2a" all-to-all over the heads (DeepSpeed-Ulysses style) —
-# paraplan's cp_algorithm 'all-to-all'; "a2a+p2p" (hierarchical) has no plan field.
-# cp_comm_type -> (tp_layout, cp_algorithm)
-CP_COMM_TYPES = {
-    "p2p": ("1d", "ring"),
-    "all_gather": ("2d-seq", "ring"),
-    "allgather": ("2d-seq", "ring"),  # help: allgather
-    "a2a": ("1d", "all-to-all"),
-}
-
-
-def cp_comm_type(plan: PlanSpec) -> str | None:
-    """Megatron-Core's cp_comm_type for the plan: "all_gather" for 2d-seq, "a2a" for Ulysses all-to-all,
-    None (the default p2p ring) otherwise."""
-    if plan.tp_layout == "2d-seq":
-        return "all_gather"
-    return "a2a" if plan.cp > 1 and plan.cp_algorithm == "all-to-all" else None
-
-
-def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str, str]:
-    """The plan's tp_layout and cp_algorithm from a cp_comm_type (a string, or one per layer that must agree)."""
-    values = value if isinstance(value, (list, tuple)) else [value]
-    kinds = {str(v) for v in values if v is not None}
-    if len(kinds) > 1:
-        raise ExportRefused(
-            f"{where} {sorted(kinds)}: one communication type per layer has no paraplan plan field"
-        )
-    kind = kinds.pop() if kinds else "p2p"
-    if kind not in CP_COMM_TYPES:
-        raise ExportRefused(
-            f"{where} {kind!r} (hierarchical all-to-all context parallelism) has no paraplan plan field; not imported"
-        )
-    layout, algorithm = CP_COMM_TYPES[kind] if cp > 1 else ("1d", "ring")
-    return {"tp_layout": layout, "cp_algorithm": algorithm}
 
 
 def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
@@ -195,42 +106,7 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
     a += ["--seq-length", str(plan.seq_length)]
     if c["sequence_parallel"]:
         a += ["--sequence-parallel"]
-    if plan.recompute == "selective":
-        a += ["--recompute-granularity", "selective"]
-        if (
-            plan.recompute_modules
-        ):  # Megatron-Core's module names, which the plan field uses (default: core_attn)
-            a += ["--recompute-modules", *plan.recompute_modules]
-    elif (
-        plan.recompute == "full" and plan.recompute_num_layers is not None
-    ):  # the first N layers of each chunk
-        a += [
-            "--recompute-granularity",
-            "full",
-            "--recompute-method",
-            "block",
-            "--recompute-num-layers",
-            str(plan.recompute_num_layers),
-        ]
-    elif plan.recompute == "full":
-        a += [
-            "--recompute-granularity",
-            "full",
-            "--recompute-method",
-            "uniform",
-            "--recompute-num-layers",
-            "1",
-        ]
-    if c["zero"] >= 1:
-        a += ["--use-distributed-optimizer"]
-    if c["zero"] >= 2:
-        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", SHARDING[c["zero"]]]
-    if plan.offload_optimizer:
-        a += ["--optimizer-cpu-offload"]
-    if c["overlap_dp_grad_reduce"]:
-        a += ["--overlap-grad-reduce"]
-    if c["zero"] >= 1 and c["overlap_param_gather"]:
-        a += ["--overlap-param-gather"]
+    a += recompute_arguments(plan) + optimizer_arguments(plan, c)
     if c["overlap_tp_comm"]:
         a += ["--tp-comm-overlap"]
     a += {
@@ -242,6 +118,42 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
     a += ["--attention-backend", plan.attention]
     if cp_comm_type(plan):
         a += ["--cp-comm-type", cp_comm_type(plan)]
+    return a
+
+
+def recompute_arguments(plan: PlanSpec) -> list[str]:
+    """Recomputation: selective (with Megatron-Core's module names, which the plan field uses; default
+    core_attn), full of the first N layers of each chunk (block), or full of every layer (uniform, 1)."""
+    if plan.recompute == "selective":
+        modules = ["--recompute-modules", *plan.recompute_modules] if plan.recompute_modules else []
+        return ["--recompute-granularity", "selective", *modules]
+    if plan.recompute != "full":
+        return []
+    block = plan.recompute_num_layers is not None
+    return [
+        "--recompute-granularity",
+        "full",
+        "--recompute-method",
+        "block" if block else "uniform",
+        "--recompute-num-layers",
+        str(plan.recompute_num_layers) if block else "1",
+    ]
+
+
+def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
+    """ZeRO as the distributed optimizer (1) and Megatron FSDP (2, 3), the optimizer offload, and the
+    gradient-reduce and parameter-gather overlaps (``c``: the canonical plan)."""
+    a: list[str] = []
+    if c["zero"] >= 1:
+        a += ["--use-distributed-optimizer"]
+    if c["zero"] >= 2:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", SHARDING[c["zero"]]]
+    if plan.offload_optimizer:
+        a += ["--optimizer-cpu-offload"]
+    if c["overlap_dp_grad_reduce"]:
+        a += ["--overlap-grad-reduce"]
+    if c["zero"] >= 1 and c["overlap_param_gather"]:
+        a += ["--overlap-param-gather"]
     return a
 
 
@@ -300,60 +212,6 @@ def expert_fields(f: dict, num) -> dict:
         "capacity_factor": float(capacity) if capacity is not None else None,
         "moe_balance": "forced" if "--moe-router-force-load-balancing" in f else "learned",
     }
-
-
-def layout_from_stage_layers(
-    stage_layers: tuple[int, ...],
-    vpp: int,
-    embedding_units: int = 0,
-    loss_units: int = 0,
-    mtp_layers: int = 0,
-) -> str:
-    """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position v·pp + s, as
-    Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 't*n' decoder layers (each stage's over its chunks
-    by specs.split.chunk_layer_counts), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
-    last chunk of its rank, after the decoder layers)."""
-    pp = len(stage_layers)
-    counts = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
-    chunks = []
-    for v in range(vpp):
-        for s, layers in enumerate(counts):
-            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{layers[v]}" if layers[v] else "")
-            chunks.append(text + ("m" * mtp_layers + "L" if (s, v) == (pp - 1, vpp - 1) else ""))
-    return "|".join(chunks)
-
-
-def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
-    """(decoder layers per stage, vpp) from a layout string, its chunks even or not; refuses what a plan cannot hold
-    (MTP modules 'm' anywhere but beside the loss, where paraplan places them)."""
-    text = layout.replace(",", "")
-    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    chunks = text.split("|")
-    if len(chunks) % pp:
-        raise ExportRefused(
-            f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}"
-        )
-    vpp = len(chunks) // pp
-    if set(text) - set("EtmL|"):
-        raise ExportRefused(
-            f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, m, L; no plan field"
-        )
-    if not (
-        chunks[0].startswith("E")
-        and chunks[-1].endswith("L")
-        and text.count("E") == 1
-        and text.count("L") == 1
-    ):
-        raise ExportRefused(
-            f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise"
-        )
-    mtp = text.count("m")
-    if mtp and (chunks[-1].count("m") != mtp or not chunks[-1].endswith("m" * mtp + "L")):
-        raise ExportRefused(
-            f"megatron: {LAYOUT_FLAG} {layout!r} places MTP modules away from the loss; no plan field"
-        )
-    return tuple(sum(chunks[v * pp + s].count("t") for v in range(vpp)) for s in range(pp)), vpp
 
 
 def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> list[str]:
@@ -426,11 +284,7 @@ def export(
     args = plan_arguments(plan, model) + (model_arguments(model) if model is not None else [])
     check_names(fw, [t for t in args if t.startswith("--")])
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
-    lines = [
-        f"# {header}" if header else None,
-        f"# argument names: {fw.label}, {fw.source.split(' (')[0]}",
-    ]
-    out = [ln for ln in lines if ln]
+    out = header_lines(header, f"# argument names: {fw.label}, {fw.source.split(' (')[0]}")
     launch = f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT}"
     pairs: list[str] = []
     i = 0
@@ -485,12 +339,7 @@ def parse(text: str) -> dict[str, object]:
 def import_plan(text: str) -> dict[str, object]:
     """PlanSpec fields from a Megatron-LM launch line (torchrun's --nnodes and --nproc-per-node give gpus)."""
     f = parse(text)
-    known = framework_args(NAME).names | {"--nnodes", "--nproc-per-node", "--nproc_per_node"}
-    unknown = sorted(k for k in f if k not in known)
-    if unknown:
-        raise ExportRefused(
-            f"megatron: {unknown[0]!r} is not a Megatron-LM {framework_args(NAME).version} argument"
-        )
+    _check_importable(f)
 
     def num(flag: str, default: int) -> int:
         value = f.get(flag, default)
@@ -499,6 +348,62 @@ def import_plan(text: str) -> dict[str, object]:
         except (TypeError, ValueError):
             raise ExportRefused(f"megatron: {flag} {value!r} is not an integer") from None
 
+    per_node = num("--nproc-per-node", num("--nproc_per_node", 1))
+    granularity = f.get("--recompute-granularity")
+    zero = 1 if "--use-distributed-optimizer" in f else 0
+    if "--use-megatron-fsdp" in f:
+        zero = sharding_stages(zero)[str(f.get("--data-parallel-sharding-strategy", "no_shard"))]
+    dtype = next((d for flag, d in DTYPE_FLAGS if flag in f), "fp32")
+    split, vpp = _split_fields(f, num)
+    return {
+        "gpus": num("--nnodes", 1) * per_node,
+        "tp": num("--tensor-model-parallel-size", 1),
+        "pp": num("--pipeline-model-parallel-size", 1),
+        "cp": num("--context-parallel-size", 1),
+        "ep": num("--expert-model-parallel-size", 1),
+        "vpp": vpp,
+        "schedule": "interleaved" if vpp > 1 else "1f1b",
+        "micro_batch": num("--micro-batch-size", 1),
+        "global_batch": num("--global-batch-size", 1),
+        "seq_length": num("--seq-length", 1),
+        "sequence_parallel": "--sequence-parallel" in f,
+        "recompute": granularity if granularity in ("full", "selective") else "none",
+        "recompute_num_layers": (
+            num("--recompute-num-layers", 1)
+            if granularity == "full" and f.get("--recompute-method", "uniform") == "block"
+            else None
+        ),
+        **(
+            {"recompute_modules": tuple(f["--recompute-modules"])}
+            if granularity == "selective" and f.get("--recompute-modules")
+            else {}
+        ),
+        "zero": zero,
+        "dtype": dtype,
+        "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
+        "offload_optimizer": "--optimizer-cpu-offload" in f,
+        "overlap_dp_grad_reduce": "--overlap-grad-reduce" in f,
+        "overlap_param_gather": "--overlap-param-gather" in f or zero == 0,
+        "overlap_tp_comm": "--tp-comm-overlap" in f,
+        "placement": placement_of("--use-tp-pp-dp-mapping" in f),
+        **cp_fields_from_cp_comm_type(
+            f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"
+        ),
+        **expert_fields(f, num),
+        **split,
+    }
+
+
+def _check_importable(f: dict) -> None:
+    """Refuse a launch line with a flag Megatron-LM does not have, one whose effect no plan field holds
+    (UNREPRESENTABLE, recomputation other than block or every layer, modules without selective
+    recomputation), or without what the plan is rebuilt from."""
+    known = framework_args(NAME).names | {"--nnodes", "--nproc-per-node", "--nproc_per_node"}
+    unknown = sorted(k for k in f if k not in known)
+    if unknown:
+        raise ExportRefused(
+            f"megatron: {unknown[0]!r} is not a Megatron-LM {framework_args(NAME).version} argument"
+        )
     for flag, what in UNREPRESENTABLE.items():
         if flag in f:
             raise ExportRefused(
@@ -519,30 +424,12 @@ def import_plan(text: str) -> dict[str, object]:
             "megatron: --recompute-modules without --recompute-granularity selective recomputes nothing "
             "in Megatron-LM; paraplan's recompute_modules needs recompute=selective"
         )
-    for needed in ("--nnodes", "--global-batch-size", "--seq-length"):
-        if needed not in f:
-            raise ExportRefused(
-                f"megatron: {needed} is missing; paraplan needs it to rebuild the plan"
-            )
-    per_node = num("--nproc-per-node", num("--nproc_per_node", 1))
-    granularity = f.get("--recompute-granularity")
-    strategy = f.get("--data-parallel-sharding-strategy", "no_shard")
-    zero = 0
-    if "--use-distributed-optimizer" in f:
-        zero = 1
-    if "--use-megatron-fsdp" in f:
-        zero = {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[
-            str(strategy)
-        ]
-    dtype = (
-        "fp8"
-        if "--fp8-format" in f
-        else "bf16"
-        if "--bf16" in f
-        else "fp16"
-        if "--fp16" in f
-        else "fp32"
-    )
+    require(f, ("--nnodes", "--global-batch-size", "--seq-length"), "megatron: ")
+
+
+def _split_fields(f: dict, num) -> tuple[dict[str, object], int]:
+    """(the split's plan fields, vpp): a pipeline layout, the first / last stage flags, and vpp from
+    --num-virtual-stages-per-pipeline-rank, the layout or --num-layers-per-virtual-pipeline-stage."""
     vpp = num("--num-virtual-stages-per-pipeline-rank", 1)
     split: dict[str, object] = {}
     if LAYOUT_FLAG in f:
@@ -561,41 +448,4 @@ def import_plan(text: str) -> dict[str, object]:
             num("--num-layers-per-virtual-pipeline-stage", 1)
             * num("--pipeline-model-parallel-size", 1)
         )
-    fields: dict[str, object] = {
-        "gpus": num("--nnodes", 1) * per_node,
-        "tp": num("--tensor-model-parallel-size", 1),
-        "pp": num("--pipeline-model-parallel-size", 1),
-        "cp": num("--context-parallel-size", 1),
-        "ep": num("--expert-model-parallel-size", 1),
-        "vpp": vpp,
-        "schedule": "interleaved" if vpp > 1 else "1f1b",
-        "micro_batch": num("--micro-batch-size", 1),
-        "global_batch": num("--global-batch-size", 1),
-        "seq_length": num("--seq-length", 1),
-        "sequence_parallel": "--sequence-parallel" in f,
-        "recompute": granularity if granularity in ("full", "selective") else "none",
-        "recompute_num_layers": (
-            num("--recompute-num-layers", 1)
-            if granularity == "full" and method == "block"
-            else None
-        ),
-        **(
-            {"recompute_modules": tuple(f["--recompute-modules"])}
-            if granularity == "selective" and f.get("--recompute-modules")
-            else {}
-        ),
-        "zero": zero,
-        "dtype": dtype,
-        "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
-        "offload_optimizer": "--optimizer-cpu-offload" in f,
-        "overlap_dp_grad_reduce": "--overlap-grad-reduce" in f,
-        "overlap_param_gather": "--overlap-param-gather" in f or zero == 0,
-        "overlap_tp_comm": "--tp-comm-overlap" in f,
-        "placement": "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in f else "tp-cp-dp-pp",
-        **cp_fields_from_cp_comm_type(
-            f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"
-        ),
-        **expert_fields(f, num),
-        **split,
-    }
-    return fields
+    return split, vpp

@@ -18,17 +18,11 @@ from paraplan.export.common import (
     check_handled,
     check_names,
     framework_args,
+    header_lines,
     nodes_and_gpus_per_node,
+    require,
 )
-from paraplan.export.megatron import (
-    ORDERS,
-    SHARDING,
-    cp_comm_type,
-    cp_fields_from_cp_comm_type,
-    layout_from_stage_layers,
-    megatron_core_checks,
-    stage_layers_from_layout,
-)
+from paraplan.export import megatron_core as core
 from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
@@ -36,36 +30,7 @@ NAME = "nemo"
 CALLBACK = (
     "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
 )
-HANDLED = {
-    "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "vpp",
-    "ep",
-    "micro_batch",
-    "global_batch",
-    "seq_length",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "dtype",
-    "attention",
-    "schedule",
-    "offload_optimizer",
-    "overlap_dp_grad_reduce",
-    "overlap_param_gather",
-    "overlap_tp_comm",
-    "placement",
-    "stage_layers",
-    "layers_first_stage",
-    "layers_last_stage",
-    "embedding_as_layer",
-    "loss_as_layer",
-    "tp_layout",
-    "cp_algorithm",
-}
+HANDLED = core.MEGATRON_CORE_FIELDS
 SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
     "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
     "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
@@ -80,7 +45,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
-    c, mapping = megatron_core_checks(
+    c, mapping = core.megatron_core_checks(
         plan,
         fw,
         "NeMo (Megatron-Core)",
@@ -100,8 +65,8 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.context_parallel_size", plan.cp),
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
-        ("trainer.strategy.use_tp_pp_dp_mapping", ORDERS[mapping[0]]),
-        # explicit stage counts as a layout (its chunks even or not: export.megatron.layout_from_stage_layers), else the split keys
+        ("trainer.strategy.use_tp_pp_dp_mapping", core.ORDERS[mapping[0]]),
+        # explicit stage counts as a layout (its chunks even or not: export.megatron_core.layout_from_stage_layers), else the split keys
         *(
             [
                 (key, getattr(plan, name))
@@ -112,7 +77,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
             else [
                 (
                     LAYOUT_KEY,
-                    layout_from_stage_layers(
+                    core.layout_from_stage_layers(
                         plan.stage_layers, plan.vpp, plan.embedding_units, plan.loss_units
                     ),
                 )
@@ -140,7 +105,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
     if c["zero"] >= 2:
         o += [
             ("trainer.strategy.fsdp", "megatron"),
-            ("trainer.strategy.ddp.data_parallel_sharding_strategy", SHARDING[c["zero"]]),
+            ("trainer.strategy.ddp.data_parallel_sharding_strategy", core.SHARDING[c["zero"]]),
         ]
     o += [
         ("optim.config.optimizer_cpu_offload", plan.offload_optimizer),
@@ -150,8 +115,8 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
         ("model.config.attention_backend", plan.attention),
     ]
-    if cp_comm_type(plan):
-        o += [("model.config.cp_comm_type", cp_comm_type(plan))]
+    if core.cp_comm_type(plan):
+        o += [("model.config.cp_comm_type", core.cp_comm_type(plan))]
     return o
 
 
@@ -160,12 +125,11 @@ def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
     fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node)
     check_names(fw, [k for k, _ in pairs])
-    lines = [
-        f"# {header}" if header else "",
+    lines = header_lines(
+        header,
         f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
         "# recipe = llm.<model>.pretrain_recipe(...)  # then:",
-    ]
-    lines = [ln for ln in lines if ln]
+    )
     lines.append("from megatron.core.transformer.enums import AttnBackend")
     if canonical_plan(plan)["overlap_tp_comm"]:
         lines.append(
@@ -182,8 +146,9 @@ def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
 _ASSIGN = re.compile(r"^recipe\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
 
 
-def import_plan(text: str) -> dict[str, object]:
-    """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
+def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
+    """({recipe attribute path: literal value}, whether the TP-overlap callback line is there) of
+    override lines; refuses a line of another form, an unknown attribute or a value not a literal."""
     fw = framework_args(NAME)
     v: dict[str, object] = {}
     tp_overlap = False
@@ -211,16 +176,17 @@ def import_plan(text: str) -> dict[str, object]:
             v[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             raise ExportRefused(f"nemo: recipe.{key} = {value!r} is not a literal") from None
-    for needed in (
-        "trainer.num_nodes",
-        "trainer.devices",
-        "data.global_batch_size",
-        "data.seq_length",
-    ):
-        if needed not in v:
-            raise ExportRefused(
-                f"nemo: recipe.{needed} is missing; paraplan needs it to rebuild the plan"
-            )
+    return v, tp_overlap
+
+
+def import_plan(text: str) -> dict[str, object]:
+    """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
+    v, tp_overlap = _read_overrides(text)
+    require(
+        v,
+        ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"),
+        "nemo: recipe.",
+    )
     r = Doc(v, "nemo: recipe")
     pp = r.integer("trainer.strategy.pipeline_model_parallel_size", 1, minimum=1)
     vpp = r.integer("trainer.strategy.virtual_pipeline_model_parallel_size", 1, minimum=1)
@@ -228,12 +194,12 @@ def import_plan(text: str) -> dict[str, object]:
         name: v[key] for name, key in SPLIT_KEYS.items() if v.get(key) not in (None, False)
     }
     if v.get(LAYOUT_KEY):
-        split["stage_layers"], vpp = stage_layers_from_layout(str(v[LAYOUT_KEY]), pp)
+        split["stage_layers"], vpp = core.stage_layers_from_layout(str(v[LAYOUT_KEY]), pp)
     zero = 1 if r.get("optim.config.use_distributed_optimizer", False) else 0
     if v.get("trainer.strategy.fsdp") == "megatron":
         zero = r.choice(
             "trainer.strategy.ddp.data_parallel_sharding_strategy",
-            {"no_shard": zero, "optim": 1, "optim_grads": 2, "optim_grads_params": 3},
+            core.sharding_stages(zero),
             "no_shard",
         )
     precision = r.choice(
@@ -264,10 +230,8 @@ def import_plan(text: str) -> dict[str, object]:
         "overlap_param_gather": bool(v.get("trainer.strategy.ddp.overlap_param_gather", False))
         or zero == 0,
         "overlap_tp_comm": tp_overlap,
-        "placement": "tp-cp-pp-dp"
-        if v.get("trainer.strategy.use_tp_pp_dp_mapping")
-        else "tp-cp-dp-pp",
-        **cp_fields_from_cp_comm_type(
+        "placement": core.placement_of(v.get("trainer.strategy.use_tp_pp_dp_mapping")),
+        **core.cp_fields_from_cp_comm_type(
             v.get("model.config.cp_comm_type"),
             r.integer("trainer.strategy.context_parallel_size", 1, minimum=1),
             "nemo: recipe.model.config.cp_comm_type",

@@ -15,11 +15,13 @@ from __future__ import annotations
 import tomllib
 
 from paraplan.export.common import (
+    COMMON_FIELDS,
     ExportRefused,
     canonical_plan,
     check_handled,
     check_names,
     framework_args,
+    header_lines,
     refuse,
     same_placement,
 )
@@ -31,31 +33,7 @@ NAME = "torchtitan"
 ORDER = "tp-cp-dp-pp"
 SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 FLOAT8 = "quantize.linear.float8"
-HANDLED = {
-    "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "vpp",
-    "ep",
-    "micro_batch",
-    "global_batch",
-    "seq_length",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "dtype",
-    "attention",
-    "schedule",
-    "offload_weights",
-    "offload_activations",
-    "offload_optimizer",
-    "overlap_dp_grad_reduce",
-    "overlap_param_gather",
-    "overlap_tp_comm",
-    "placement",
-}
+HANDLED = COMMON_FIELDS | {"ep", "offload_weights", "offload_activations"}
 
 
 def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[str, object]]:
@@ -63,72 +41,8 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
     fw = framework_args(NAME).label
     check_handled(plan, HANDLED, fw)
     c = canonical_plan(plan)
-    if not same_placement(plan, ORDER):
-        raise refuse(
-            fw,
-            "placement",
-            plan.placement,
-            "torchtitan's mesh places tp innermost, then cp, dp, pp",
-        )
-    if plan.tp > 1 and not c["sequence_parallel"]:
-        raise refuse(
-            fw,
-            "sequence_parallel",
-            False,
-            "torchtitan's tensor parallelism always shards norms along the sequence",
-        )
-    if c["zero"] == 1:
-        raise refuse(fw, "zero", 1, "FSDP2 has no optimizer-state-only sharding (use zero 2 or 3)")
-    if c["zero"] == 0 and plan.cp > 1:
-        raise refuse(
-            fw,
-            "zero",
-            0,
-            "torchtitan shards parameters over the context-parallel ranks (FSDP over dp_shard·cp)",
-        )
-    if plan.recompute == "selective":
-        raise refuse(
-            fw,
-            "recompute",
-            "selective",
-            "torchtitan's selective checkpointing (per op or every n-th layer) is not "
-            "Korthikanti et al.'s attention-core recomputation",
-        )
-    if plan.attention != "flash":
-        raise refuse(
-            fw, "attention", plan.attention, "torchtitan runs fused scaled-dot-product attention"
-        )
-    if plan.dtype == "fp16":
-        raise refuse(fw, "dtype", "fp16", "mixed_precision_param allows bfloat16 or float32")
-    if not c["overlap_dp_grad_reduce"]:
-        raise refuse(
-            fw,
-            "overlap_dp_grad_reduce",
-            False,
-            "FSDP2/DDP always overlap the gradient reduction with backward",
-        )
-    if c["zero"] >= 2 and not c["overlap_param_gather"]:
-        raise refuse(
-            fw, "overlap_param_gather", False, "FSDP2 always prefetches the next parameters"
-        )
-    offloads = (plan.offload_weights, plan.offload_activations, plan.offload_optimizer)
-    if any(offloads) and not (
-        all(offloads[::2]) and not plan.offload_activations and c["zero"] == 3
-    ):
-        knob = (
-            "offload_activations"
-            if plan.offload_activations
-            else "offload_weights"
-            if not plan.offload_weights
-            else "offload_optimizer"
-        )
-        raise refuse(
-            fw,
-            knob,
-            getattr(plan, knob),
-            "training.enable_cpu_offload moves weights and optimizer state "
-            "together, with ZeRO 3, and never activations",
-        )
+    _check_mesh(plan, c, fw)
+    _check_kernels_and_memory(plan, c, fw)
     if c["schedule"] == "interleaved" and plan.vpp == 1:
         raise refuse(fw, "schedule", "interleaved", "Interleaved1F1B needs vpp > 1 stages per rank")
     if plan.vpp > 1 and model is None:
@@ -182,6 +96,81 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
     return out
 
 
+def _check_mesh(plan: PlanSpec, c: dict, fw: str) -> None:
+    """Refuse a placement or a sharding torchtitan's device mesh cannot run (``c``: the canonical
+    plan)."""
+    if not same_placement(plan, ORDER):
+        raise refuse(
+            fw,
+            "placement",
+            plan.placement,
+            "torchtitan's mesh places tp innermost, then cp, dp, pp",
+        )
+    if plan.tp > 1 and not c["sequence_parallel"]:
+        raise refuse(
+            fw,
+            "sequence_parallel",
+            False,
+            "torchtitan's tensor parallelism always shards norms along the sequence",
+        )
+    if c["zero"] == 1:
+        raise refuse(fw, "zero", 1, "FSDP2 has no optimizer-state-only sharding (use zero 2 or 3)")
+    if c["zero"] == 0 and plan.cp > 1:
+        raise refuse(
+            fw,
+            "zero",
+            0,
+            "torchtitan shards parameters over the context-parallel ranks (FSDP over dp_shard·cp)",
+        )
+
+
+def _check_kernels_and_memory(plan: PlanSpec, c: dict, fw: str) -> None:
+    """Refuse a recomputation, attention kernel, datatype, overlap or offload torchtitan cannot run."""
+    if plan.recompute == "selective":
+        raise refuse(
+            fw,
+            "recompute",
+            "selective",
+            "torchtitan's selective checkpointing (per op or every n-th layer) is not "
+            "Korthikanti et al.'s attention-core recomputation",
+        )
+    if plan.attention != "flash":
+        raise refuse(
+            fw, "attention", plan.attention, "torchtitan runs fused scaled-dot-product attention"
+        )
+    if plan.dtype == "fp16":
+        raise refuse(fw, "dtype", "fp16", "mixed_precision_param allows bfloat16 or float32")
+    if not c["overlap_dp_grad_reduce"]:
+        raise refuse(
+            fw,
+            "overlap_dp_grad_reduce",
+            False,
+            "FSDP2/DDP always overlap the gradient reduction with backward",
+        )
+    if c["zero"] >= 2 and not c["overlap_param_gather"]:
+        raise refuse(
+            fw, "overlap_param_gather", False, "FSDP2 always prefetches the next parameters"
+        )
+    offloads = (plan.offload_weights, plan.offload_activations, plan.offload_optimizer)
+    if any(offloads) and not (
+        all(offloads[::2]) and not plan.offload_activations and c["zero"] == 3
+    ):
+        knob = (
+            "offload_activations"
+            if plan.offload_activations
+            else "offload_weights"
+            if not plan.offload_weights
+            else "offload_optimizer"
+        )
+        raise refuse(
+            fw,
+            knob,
+            getattr(plan, knob),
+            "training.enable_cpu_offload moves weights and optimizer state "
+            "together, with ZeRO 3, and never activations",
+        )
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -197,11 +186,9 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> 
     fw = framework_args(NAME)
     secs = sections(plan, model)
     check_names(fw, [f"{s}.{k}" for s, fields in secs.items() for k in fields])
-    lines = [
-        f"# {header}" if header else "",
-        f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py",
-    ]
-    lines = [ln for ln in lines if ln]
+    lines = header_lines(
+        header, f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py"
+    )
     for name, fields in secs.items():
         lines.append("")
         lines.append(f"[{name}]")
@@ -209,8 +196,8 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> 
     return "\n".join(lines) + "\n"
 
 
-def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
-    """PlanSpec fields from a torchtitan job-config TOML."""
+def _read_job_config(text: str) -> Doc:
+    """The job config's TOML; refuses a key torchtitan does not have."""
     fw = framework_args(NAME)
     try:
         data = tomllib.loads(text)
@@ -222,9 +209,12 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
                 raise ExportRefused(
                     f"torchtitan: {sec}.{key} is not a torchtitan {fw.version} job-config key"
                 )
-    doc = Doc(data, "torchtitan")
-    par, training = doc.doc("parallelism", {}), doc.doc("training", {})
-    pp = par.integer("pipeline_parallel_degree", 1, minimum=1)
+    return Doc(data, "torchtitan")
+
+
+def _check_pipeline_importable(par: Doc, pp: int) -> None:
+    """Refuse a pipeline split no plan field holds: first / last stages with fewer layers (torchtitan's
+    default), a hand-made split or schedule."""
     if pp > 1 and (
         par.integer("pipeline_parallel_first_stage_less_layers", 1, minimum=0)
         or par.integer("pipeline_parallel_last_stage_less_layers", 1, minimum=0)
@@ -238,6 +228,14 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
             raise ExportRefused(
                 f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field"
             )
+
+
+def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
+    """PlanSpec fields from a torchtitan job-config TOML."""
+    doc = _read_job_config(text)
+    par, training = doc.doc("parallelism", {}), doc.doc("training", {})
+    pp = par.integer("pipeline_parallel_degree", 1, minimum=1)
+    _check_pipeline_importable(par, pp)
     replicate = par.integer("data_parallel_replicate_degree", 1, minimum=1)
     shard = par.integer("data_parallel_shard_degree", 1, minimum=1)
     if replicate > 1 and shard > 1:

@@ -13,51 +13,49 @@ One MoE layer on one GPU, one micro-batch (Megatron-Core's MoE layer, megatron/c
 6. combine (the reverse collective) and un-permute (weighted sum of the k copies);
 7. shared experts, a tensor-parallel dense MLP beside the routed ones (DeepSeekMoE §3).
 
-Tokens per rank T: b·s/c, divided by t when tensor parallelism is on (Megatron-Core requires
-sequence parallelism with MoE and TP: the MoE MLP sees the SP shard). Rows per rank
-R = T·k·etp·load (ETP ranks all-gather their rows).
+The ops, collectives and kept bytes of steps 2-7 (and of a dense layer's MLP) are graph.moe_mlp's; this
+module assembles the layer from them and the attention half, splits its weights between the dense and
+the expert gradient groups, and builds the MTP module.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.graph.routing import routed_load_factor
 from paraplan.graph.mla import (
     attention_activation_bytes,
     attention_half_collectives,
     attention_half_ops,
     core_attention_ops,
 )
+from paraplan.graph.moe_mlp import (
+    dense_mlp_activation_bytes,
+    dense_mlp_ops,
+    dispatch_collectives,
+    expert_knob_parts,
+    fp8_cast_op,
+    mlp_tp_collectives,
+    moe_mlp_activation_bytes,
+    moe_tokens,
+    routed_rows,
+    router_ops,
+)
 from paraplan.graph.ops import (
-    RECOMPUTE_MODULE_OPS,
     Collective,
     ExpertShape,
     LayerGraph,
     Op,
     mark_recomputed,
-)  # noqa: F401 (re-exported)
-from paraplan.graph.transformer import (
-    LayerShape,
-    _gemm,
-    _memory,
-    lm_head_block,
-    mlp_intermediate_bytes,
-    with_expert,
 )
+from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import (
     attention_params,
     expert_params,
     mlp_params,
-    moe_shaped,
+    moe_shaped,  # noqa: F401 (re-exported: step.build)
     shared_width,
-)  # noqa: F401 (moe_shaped re-exported)
-
-ROUTER_SCORE_BYTES = (
-    4  # router logits/probabilities in fp32 (Megatron-Core moe_router_dtype / router softmax)
 )
 
 
@@ -71,267 +69,6 @@ class MoELayerGraph(LayerGraph):
         0.0  # bytes kept for backward (one micro-batch), after recompute_modules
     )
     dispatch_buffer_bytes: float = 0.0  # send + receive buffers of the dispatch (transient)
-
-
-def moe_tokens(shape: LayerShape) -> float:
-    """T: tokens one rank routes per micro-batch, b·s/c, divided by t with tensor parallelism."""
-    return shape.local_tokens / shape.tp if shape.tp > 1 else float(shape.local_tokens)
-
-
-def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
-    """R: expert rows the busiest rank computes, T·k·etp·load (graph.routing.routed_load_factor)."""
-    load = routed_load_factor(
-        moe_tokens(shape), model.top_k, expert.ep, expert.balance, expert.capacity_factor
-    )
-    return moe_tokens(shape) * model.top_k * expert.etp * load
-
-
-def _grouped_gemm(name: str, experts: int, m: int, n: float, k: float) -> Op:
-    """Grouped GEMM of ``experts`` (m, n, k) GEMMs: FLOPs as graph.transformer._gemm, costed per expert
-    by cost.compute.grouped_gemm_time_s."""
-    return _gemm(name, experts, m, n, k, "grouped_gemm")
-
-
-def router_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
-    """Router GEMM T·E·h (Fedus et al. 2022 §2.1) and softmax + top-k over fp32 scores (read,
-    write probabilities, read again for top-k: 3 passes over T·E·4 bytes)."""
-    tokens = moe_tokens(shape)
-    return [
-        _gemm("router", 1, int(tokens), model.experts, model.hidden),
-        _memory("router_softmax_topk", 3 * ROUTER_SCORE_BYTES * tokens * model.experts),
-    ]
-
-
-def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
-    """Permute, grouped expert GEMMs, activation, un-permute on the busiest rank.
-
-    Permute reads T rows and writes the R/etp routed copies; un-permute reads them back and
-    writes T rows (memory-bound gathers/scatters, 2-byte elements). With more than one local
-    expert the received rows arrive in source-rank order and are re-sorted by expert before the
-    GEMMs and back after them (Megatron-Core "permutation 2", sort_chunks_by_idxs, or the
-    transpose-copy of drop-and-pad): one read and one write of the R/etp rows each. A dropless
-    dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
-    each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h."""
-    h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
-    tokens = moe_tokens(shape)
-    rows = routed_rows(model, shape, expert)
-    local = model.experts // expert.ep
-    m = math.ceil(rows / local)
-    p = model.mlp_input_projections
-    sent = rows / expert.etp
-    ops = [_memory("permute", ab * h * (tokens + sent))]
-    if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
-        ops.append(_memory("sort_chunks", 2 * ab * h * sent))
-    ops += [
-        _grouped_gemm("expert_fc1", local, m, p * f, h),
-        _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
-        _grouped_gemm("expert_fc2", local, m, h, f),
-    ]
-    if local > 1:
-        ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
-    ops.append(_memory("unpermute", ab * h * (tokens + sent)))
-    if host_synchronises(expert):
-        ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
-    return ops
-
-
-def expert_knob_inputs(shape: LayerShape) -> tuple:
-    """What expert_knob_ops reads of the shape besides the expert knobs (the datatype, the activation bytes, the
-    tokens a rank routes; with fp8 casts also tp, the local tokens and sequence parallelism): two shapes equal
-    on it give the same ops (tests/search/test_moe_search.py)."""
-    fp8 = shape.dtype == "fp8"
-    return (
-        shape.dtype,
-        shape.act_bytes,
-        moe_tokens(shape),
-        (shape.tp, shape.local_tokens, shape.sequence_parallel) if fp8 else (),
-    )
-
-
-def expert_knob_parts(
-    model: ModelSpec, shape: LayerShape, expert: ExpertShape
-) -> tuple[list[Op], list[Op]]:
-    """The ops of an MoE layer that read the expert knobs (ep, etp, capacity, balance), in the two places the layer
-    has them (_assemble_layer): expert_ops between the router and the shared experts, and at the end the fp8 casts,
-    whose element count includes the routed rows; every other op of the layer is the same for every expert option."""
-    trailing = (
-        [fp8_cast_op(model, shape, routed_rows(model, shape, expert), True)]
-        if shape.dtype == "fp8"
-        else []
-    )
-    return expert_ops(model, shape, expert), trailing
-
-
-def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list[Op]:
-    """expert_knob_parts as one list (search.expert_floors costs the rest of the layer once: expert_computes)."""
-    routed, trailing = expert_knob_parts(model, shape, expert)
-    return routed + trailing
-
-
-def host_synchronises(expert: ExpertShape) -> bool:
-    """True when the dispatch needs the per-expert token counts on the host: every dropless dispatch
-    (capacity_factor None). Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess keeps
-    cuda_sync_point "no_sync" only with drop-and-pad (moe_pad_expert_input_to_capacity; the counts are
-    then the constant capacity) and otherwise synchronises before the EP all-to-all or the expert
-    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers."""
-    return expert.capacity_factor is None
-
-
-def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) -> list[Op]:
-    """Tensor-parallel MLP of inner width f (a dense layer's MLP or the shared experts): column-
-    parallel in-projection p·f/t, activation, row-parallel out-projection (Shoeybi et al. 2019 §3)."""
-    t, tokens, ab = shape.tp, shape.local_tokens, shape.act_bytes
-    return [
-        _gemm(
-            f"{prefix}_in_projection",
-            1,
-            tokens,
-            model.mlp_input_projections * width / t,
-            model.hidden,
-        ),
-        _memory(
-            f"{prefix}_activation", ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2)
-        ),
-        _gemm(f"{prefix}_out_projection", 1, tokens, model.hidden, width / t),
-    ]
-
-
-def mlp_tp_collectives(shape: LayerShape, hidden: int, prefix: str) -> list[Collective]:
-    """TP collectives of one tensor-parallel MLP: as the attention half's (one column-parallel input,
-    one row-parallel output; Korthikanti et al. 2022 §4.2.2 with SP)."""
-    if shape.tp == 1:
-        return []
-    size = float(shape.act_bytes * shape.local_tokens * hidden)
-    if shape.sequence_parallel:
-        return [
-            Collective(f"{prefix}_tp_all_gather", "tp", "all_gather", size, 1, 1),
-            Collective(f"{prefix}_tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
-            Collective(
-                f"{prefix}_tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"
-            ),
-            Collective(
-                f"{prefix}_tp_grad_reduce_scatter",
-                "tp",
-                "reduce_scatter",
-                size,
-                0,
-                1,
-                overlaps_with="wgrad",
-            ),
-        ]
-    return [
-        Collective(f"{prefix}_tp_all_reduce", "tp", "all_reduce", size, 1, 0),
-        Collective(
-            f"{prefix}_tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"
-        ),
-    ]
-
-
-def dispatch_collectives(
-    model: ModelSpec, shape: LayerShape, expert: ExpertShape
-) -> list[Collective]:
-    """Dispatch and combine of one MoE layer (each once in forward and once in backward, reversed).
-
-    alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): all-to-all over "ep" of the R/etp rows
-    (per-rank send buffer, the busiest rank's volume), then all-gather / reduce-scatter over "etp".
-    allgather (MoEAllGatherTokenDispatcher): all-gather of the T tokens over the ep·etp ranks, and
-    a reduce-scatter of the outputs. deepep (DeepEP, Zhao et al. 2025, deepseek-ai/DeepEP):
-    a token is sent once per destination GPU (and once per destination NVLink domain across the
-    network), kind "all_to_all_dedup", bytes = one copy of the T tokens (priced by cost.moe.moe_collective_time_s)."""
-    h, ab = model.hidden, shape.act_bytes
-    tokens = moe_tokens(shape)
-    rows = routed_rows(model, shape, expert)
-    if expert.dispatcher == "allgather":
-        size = float(ab * h * tokens * expert.ep * expert.etp)
-        return [
-            Collective("ep_allgather_dispatch", "ep", "all_gather", size, 1, 1),
-            Collective("ep_reduce_scatter_combine", "ep", "reduce_scatter", size, 1, 1),
-        ]
-    if expert.dispatcher == "deepep":
-        load = rows / (tokens * model.top_k * expert.etp)
-        size = float(ab * h * tokens * load)
-        return [
-            Collective("ep_deepep_dispatch", "ep", "all_to_all_dedup", size, 1, 1),
-            Collective("ep_deepep_combine", "ep", "all_to_all_dedup", size, 1, 1),
-        ]
-    size = float(ab * h * rows / expert.etp)
-    out = [
-        Collective("ep_dispatch_all_to_all", "ep", "all_to_all", size, 1, 1),
-        Collective("ep_combine_all_to_all", "ep", "all_to_all", size, 1, 1),
-    ]
-    if expert.etp > 1:
-        gathered = float(ab * h * rows)
-        out += [
-            Collective("etp_all_gather", "etp", "all_gather", gathered, 1, 1),
-            Collective("etp_reduce_scatter", "etp", "reduce_scatter", gathered, 1, 1),
-        ]
-    return out
-
-
-def moe_mlp_activation_bytes(
-    model: ModelSpec, shape: LayerShape, expert: ExpertShape, modules: tuple[str, ...]
-) -> float:
-    """Bytes the MoE MLP keeps for backward: pre-MLP norm input and output (SP shard, 2 B·h each),
-    fp32 router probabilities 4·E per token; per routed row (R rows, the top_k copies of the tokens)
-    the fc1 input h and the fc2 input f_e/etp at LayerShape.gemm_input_bytes (fp8 copies in fp8 recipes), the
-    fc1 output p·f_e/etp at 2 B and the row's fp32 routing weight. The fc2 output is not kept:
-    Megatron-Core's TEGroupedMLP multiplies the routing weights inside the activation
-    (weighted SwiGLU, moe_apply_probs_on_input off), so un-permute is a plain scatter-add.
-    Shared experts keep f_s/t × cost.memory.mlp_intermediate_bytes per token.
-    ``layernorm`` drops the norm input, ``moe_act`` the activation output, ``shared_experts`` the
-    shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
-    h, ab, t = model.hidden, shape.act_bytes, shape.tp
-    gin = shape.gemm_input_bytes
-    tokens = moe_tokens(shape)
-    norm = (0.0 if "layernorm" in modules else ab * tokens * h) + ab * tokens * h
-    if "moe" in modules:
-        return norm
-    rows = routed_rows(model, shape, expert)
-    f = (model.moe_ffn_hidden or 0) / expert.etp
-    p = model.mlp_input_projections
-    routed = rows * (
-        gin * h + ab * p * f + (0.0 if "moe_act" in modules else gin * f) + ROUTER_SCORE_BYTES
-    )
-    router = ROUTER_SCORE_BYTES * tokens * model.experts
-    shared = 0.0
-    if model.shared_experts and "shared_experts" not in modules:
-        fs = shared_width(model)
-        shared = shape.local_tokens * fs * mlp_intermediate_bytes(model, shape) / t
-    return norm + router + routed + shared
-
-
-def dense_mlp_activation_bytes(
-    model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]
-) -> float:
-    """Dense MLP (Korthikanti et al. 2022 §4.1): norm input (2 B·h) and MLP input (the fc1 GEMM input,
-    gemm_input_bytes·h), both SP shards; intermediates per token split by t: the fc1 output (2·f
-    SwiGLU, f GeLU, at 2 B) and the fc2 GEMM input f at gemm_input_bytes; ``mlp`` drops the
-    intermediates, ``layernorm`` the norm input."""
-    h, ab, gin, t = model.hidden, shape.act_bytes, shape.gemm_input_bytes, shape.tp
-    sp = shape.sp_tokens
-    norm = (0.0 if "layernorm" in modules else ab * sp * h) + gin * sp * h
-    inner = (
-        0.0
-        if "mlp" in modules
-        else shape.local_tokens * model.ffn_hidden / t * mlp_intermediate_bytes(model, shape)
-    )
-    return norm + inner
-
-
-def fp8_cast_op(model: ModelSpec, shape: LayerShape, rows: float, moe: bool) -> Op:
-    """FP8 casts of GEMM operands (Micikevicius et al. 2022, arXiv:2209.05433): each GEMM input is
-    read in bf16 (2 B) and written in fp8 (1 B), in forward the activations and in backward the
-    output gradients (taken as the same element counts)."""
-    t, h = shape.tp, model.hidden
-    tokens = shape.local_tokens
-    elems = tokens * 2 * h / max(1, t if shape.sequence_parallel else 1)
-    if moe:
-        elems += rows * (h + (model.moe_ffn_hidden or 0))
-        if model.shared_experts:
-            elems += tokens * shared_width(model) / t
-    else:
-        elems += tokens * model.ffn_hidden / t
-    return Op("fp8_casts", "memory", 0.0, 3.0 * elems, 0.0, 3.0 * elems)
 
 
 # Megatron-LM recompute module -> the ops it re-runs (selective recomputation by module name).

@@ -98,32 +98,13 @@ def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, d
     tables = read_document(tables_path, "amped lookup tables") if tables_path else None
     values, notes = resolve(config, tables)
     mapping = names()
+    used: set[str] = set()
     model: dict[str, object] = {
         "name": Path(config_path).stem,
         "source": f"AMPeD-style config {Path(config_path).name}",
+        **_model_fields(values, mapping, used),
     }
-    raw: dict[str, float] = {}
-    used = set()
-    for name, spec in mapping["model"].items():
-        if name in values and values[name] is not None:
-            model[spec["field"]] = _integer(values[name], name)
-            used.add(name)
-    for name, spec in mapping["plan"].items():
-        if name in values and values[name] is not None:
-            used.add(name)
-            if spec["field"] == "dtype":
-                bits = _integer(values[name], name)
-                if bits not in PRECISION_BITS:
-                    raise InputError(
-                        f"amped: {name}={bits} bits is not allowed; allowed: 8, 16, 32"
-                    )
-                raw.setdefault("dtype_bits", bits)
-                if raw["dtype_bits"] != bits:
-                    raise InputError(
-                        "amped: weight_precision and activation_precision differ; paraplan has one training dtype"
-                    )
-            else:
-                raw[spec["field"]] = _integer(values[name], name)
+    raw = _plan_values(values, mapping, used)
     for key in ("layers", "hidden", "heads"):
         if key not in model:
             raise InputError(
@@ -133,24 +114,7 @@ def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, d
     if "vocab" not in model:
         model["vocab"] = 50257
         notes.append("model: no vocabulary parameter; vocab=50257 (GPT-2) assumed")
-    degree = {
-        g: int(raw.get(f"{g}_intra", 1)) * int(raw.get(f"{g}_inter", 1)) for g in ("dp", "tp", "pp")
-    }
-    intra = {g: int(raw.get(f"{g}_intra", 1)) for g in ("tp", "dp", "pp")}
-    inter = {g: int(raw.get(f"{g}_inter", 1)) for g in ("tp", "dp", "pp")}
-    mixed = [g for g in intra if intra[g] > 1 and inter[g] > 1]
-    if len(mixed) > 1:
-        raise InputError(
-            f"amped: {' and '.join(mixed)} both span inside and across nodes; paraplan's rank order "
-            "can split at most one group over the node boundary"
-        )
-    # innermost first: groups wholly inside a node, then the one split over the boundary, then the rest
-    rank = {
-        g: (0 if inter[g] == 1 and intra[g] > 1 else 1 if g in mixed else 2)
-        for g in ("tp", "dp", "pp")
-    }
-    order = sorted(("tp", "dp", "pp"), key=lambda g: (rank[g], ("tp", "dp", "pp").index(g)))
-    placement = "-".join(order[:1] + ["cp"] + order[1:])
+    degree, intra, placement = _layout(raw)
     micro = int(raw.get("micro_batch", 1))
     n_micro = int(raw.get("microbatches", 1))
     plan = {
@@ -186,3 +150,58 @@ def convert(config_path: Path, tables_path: Path | None = None) -> tuple[dict, d
             f"names read as assumed in amped_names.yaml (not in AMPeD's README): {', '.join(assumed)}"
         )
     return model, plan, notes
+
+
+def _model_fields(values: dict, mapping: dict, used: set[str]) -> dict[str, object]:
+    """The ModelSpec fields the mapped model parameters give (each name read goes into ``used``)."""
+    model: dict[str, object] = {}
+    for name, spec in mapping["model"].items():
+        if name in values and values[name] is not None:
+            model[spec["field"]] = _integer(values[name], name)
+            used.add(name)
+    return model
+
+
+def _plan_values(values: dict, mapping: dict, used: set[str]) -> dict[str, float]:
+    """The plan parameters by their amped_names.yaml field (degrees inside and across nodes, batch
+    sizes, the sequence) and ``dtype_bits``, one precision for weights and activations."""
+    raw: dict[str, float] = {}
+    for name, spec in mapping["plan"].items():
+        if name in values and values[name] is not None:
+            used.add(name)
+            if spec["field"] == "dtype":
+                bits = _integer(values[name], name)
+                if bits not in PRECISION_BITS:
+                    raise InputError(
+                        f"amped: {name}={bits} bits is not allowed; allowed: 8, 16, 32"
+                    )
+                raw.setdefault("dtype_bits", bits)
+                if raw["dtype_bits"] != bits:
+                    raise InputError(
+                        "amped: weight_precision and activation_precision differ; paraplan has one training dtype"
+                    )
+            else:
+                raw[spec["field"]] = _integer(values[name], name)
+    return raw
+
+
+def _layout(raw: dict) -> tuple[dict[str, int], dict[str, int], str]:
+    """(degree of dp, tp and pp, their intra-node parts, the placement): the groups wholly inside a
+    node innermost, then the one split over the node boundary (at most one), then the rest."""
+    degree = {
+        g: int(raw.get(f"{g}_intra", 1)) * int(raw.get(f"{g}_inter", 1)) for g in ("dp", "tp", "pp")
+    }
+    intra = {g: int(raw.get(f"{g}_intra", 1)) for g in ("tp", "dp", "pp")}
+    inter = {g: int(raw.get(f"{g}_inter", 1)) for g in ("tp", "dp", "pp")}
+    mixed = [g for g in intra if intra[g] > 1 and inter[g] > 1]
+    if len(mixed) > 1:
+        raise InputError(
+            f"amped: {' and '.join(mixed)} both span inside and across nodes; paraplan's rank order "
+            "can split at most one group over the node boundary"
+        )
+    rank = {
+        g: (0 if inter[g] == 1 and intra[g] > 1 else 1 if g in mixed else 2)
+        for g in ("tp", "dp", "pp")
+    }
+    order = sorted(("tp", "dp", "pp"), key=lambda g: (rank[g], ("tp", "dp", "pp").index(g)))
+    return degree, intra, "-".join(order[:1] + ["cp"] + order[1:])

@@ -152,79 +152,12 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
     half_key = "float16" if "float16" in matrix else "bfloat16"
     if half_key not in matrix:
         raise InputError("calculon system.matrix: needs float16 or bfloat16")
-    mflops, vflops = {}, {}
-    for table, out in ((matrix, mflops), (vector, vflops)):
-        for key in table.keys():
-            dt = DTYPES.get(key) if isinstance(key, str) else None
-            if dt is None:
-                if table is vector:
-                    continue
-                raise InputError(
-                    f"calculon system.matrix: datatype {show(key)} is not allowed; allowed: {', '.join(DTYPES)}"
-                )
-            out[dt] = table.doc(key).number("tflops", positive=True) * 1e12
-    if "fp16" in mflops:
-        mflops.setdefault("bf16", mflops["fp16"])
-        if "fp16" in vflops:
-            vflops.setdefault("bf16", vflops["fp16"])
-    half = matrix.doc(half_key)
-    curve = half.pairs("gflops_efficiency")
-    cap = max(e for _, e in curve)
-    if not 0 < cap <= 1:
-        raise refuse(half.at("gflops_efficiency"), cap, "the largest efficiency must be in (0, 1]")
-    tflops = half.number("tflops", positive=True)
-    ramp = _ramp_s(curve, tflops * 1e12, cap)
-    mem1 = doc.doc("mem1")
-    efficiency = {
-        "gemm": cap,
-        "gemm_ramp_s": ramp,
-        "attention": cap,
-        "hbm": max(e for _, e in mem1.pairs("MB_efficiency")),
-        "kernel_overhead_s": 0.0,
-    }
-    if "float8" in matrix:
-        efficiency["gemm_fp8"] = max(e for _, e in matrix.doc("float8").pairs("gflops_efficiency"))
-    notes.append(
-        f"system: GEMM efficiency curve {half.get('gflops_efficiency')} -> cap {cap} and a fixed ramp "
-        f"{ramp * 1e6:.1f} us (least squares over the curve); paraplan also applies tile/wave quantisation"
-    )
-    notes.append(
-        "system: attention runs at the matrix efficiency cap (Calculon costs attention as matrix ops); "
-        "memory efficiency = top of the MB_efficiency curve; no per-kernel overhead and no reserved HBM "
-        "(Calculon has neither)"
-    )
+    mflops, vflops = _peak_flops(matrix, vector)
+    efficiency, tflops = _efficiency(doc, matrix, half_key, notes)
     if sm_count is None:
-        known = SM_COUNT_BY_PEAK.get(round(tflops))
-        if known is None:
-            raise InputError(
-                f"calculon system.matrix.{half_key}.tflops: cannot tell the GPU's SM count from "
-                f"{tflops:g} TFLOP/s; give --sm-count"
-            )
-        sm_count = known[0]
-        notes.append(f"system: sm_count={sm_count} ({known[1]}), inferred from the fp16 peak")
+        sm_count = _sm_count(tflops, half_key, notes)
     inner, outer = nets
-    for tier, net in (("NVLink", inner), ("scale-out", outer)):
-        ops = net.doc("ops", {})
-        for op in ops.keys():
-            ring = RING_FACTOR.get(op)
-            if ring is None:
-                continue
-            pair = ops.get(op)
-            if not (isinstance(pair, list) and len(pair) == 2):
-                raise refuse(
-                    ops.at(op),
-                    pair,
-                    "must be [scalar, offset] (Calculon's volume factor scalar·(n+offset)/n)",
-                )
-            scalar, offset = (
-                as_number(pair[0], ops.at(op) + "[0]"),
-                as_integer(pair[1], ops.at(op) + "[1]"),
-            )
-            if (scalar, offset) != ring:
-                notes.append(
-                    f"system: {tier} {op} factor {scalar}·(n{offset:+d})/n differs from paraplan's ring volume "
-                    f"{ring[0]}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used"
-                )
+    _note_ring_factors(inner, outer, notes)
     mode = doc.get("processing_mode", None)
     if mode not in (None, "no_overlap"):
         notes.append(
@@ -234,6 +167,7 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
         notes.append(
             "system: the NVLink tier's must_be_filled has no paraplan counterpart (placement follows the plan)"
         )
+    mem1 = doc.doc("mem1")
     mem2 = doc.doc("mem2") if "mem2" in doc and doc.get("mem2", None) is not None else None
     system = {
         "name": name,
@@ -271,6 +205,99 @@ def convert_system(data: dict, name: str, notes: list[str], sm_count: int | None
         },
     }
     return system
+
+
+def _peak_flops(matrix: Doc, vector: Doc) -> tuple[dict[str, float], dict[str, float]]:
+    """(matrix, vector) peak FLOP/s by paraplan datatype; bf16 takes fp16's when only fp16 is given.
+    An unknown matrix datatype is refused, an unknown vector one skipped."""
+    mflops, vflops = {}, {}
+    for table, out in ((matrix, mflops), (vector, vflops)):
+        for key in table.keys():
+            dt = DTYPES.get(key) if isinstance(key, str) else None
+            if dt is None:
+                if table is vector:
+                    continue
+                raise InputError(
+                    f"calculon system.matrix: datatype {show(key)} is not allowed; allowed: {', '.join(DTYPES)}"
+                )
+            out[dt] = table.doc(key).number("tflops", positive=True) * 1e12
+    if "fp16" in mflops:
+        mflops.setdefault("bf16", mflops["fp16"])
+        if "fp16" in vflops:
+            vflops.setdefault("bf16", vflops["fp16"])
+    return mflops, vflops
+
+
+def _efficiency(doc: Doc, matrix: Doc, half_key: str, notes: list[str]) -> tuple[dict, float]:
+    """(the accelerator's efficiency fields, the 16-bit matrix peak in TFLOP/s): the cap of Calculon's
+    GEMM efficiency curve with a fixed ramp fitted to it (_ramp_s), attention at that cap, the top of
+    the memory efficiency curve, no kernel overhead."""
+    half = matrix.doc(half_key)
+    curve = half.pairs("gflops_efficiency")
+    cap = max(e for _, e in curve)
+    if not 0 < cap <= 1:
+        raise refuse(half.at("gflops_efficiency"), cap, "the largest efficiency must be in (0, 1]")
+    tflops = half.number("tflops", positive=True)
+    ramp = _ramp_s(curve, tflops * 1e12, cap)
+    mem1 = doc.doc("mem1")
+    efficiency = {
+        "gemm": cap,
+        "gemm_ramp_s": ramp,
+        "attention": cap,
+        "hbm": max(e for _, e in mem1.pairs("MB_efficiency")),
+        "kernel_overhead_s": 0.0,
+    }
+    if "float8" in matrix:
+        efficiency["gemm_fp8"] = max(e for _, e in matrix.doc("float8").pairs("gflops_efficiency"))
+    notes.append(
+        f"system: GEMM efficiency curve {half.get('gflops_efficiency')} -> cap {cap} and a fixed ramp "
+        f"{ramp * 1e6:.1f} us (least squares over the curve); paraplan also applies tile/wave quantisation"
+    )
+    notes.append(
+        "system: attention runs at the matrix efficiency cap (Calculon costs attention as matrix ops); "
+        "memory efficiency = top of the MB_efficiency curve; no per-kernel overhead and no reserved HBM "
+        "(Calculon has neither)"
+    )
+    return efficiency, tflops
+
+
+def _sm_count(tflops: float, half_key: str, notes: list[str]) -> int:
+    """The SM count of the GPU whose 16-bit matrix peak is ``tflops`` (SM_COUNT_BY_PEAK)."""
+    known = SM_COUNT_BY_PEAK.get(round(tflops))
+    if known is None:
+        raise InputError(
+            f"calculon system.matrix.{half_key}.tflops: cannot tell the GPU's SM count from "
+            f"{tflops:g} TFLOP/s; give --sm-count"
+        )
+    notes.append(f"system: sm_count={known[0]} ({known[1]}), inferred from the fp16 peak")
+    return known[0]
+
+
+def _note_ring_factors(inner: Doc, outer: Doc, notes: list[str]) -> None:
+    """Note each tier's collective volume factor that differs from paraplan's ring volume (RING_FACTOR);
+    refuse one that is not [scalar, offset]."""
+    for tier, net in (("NVLink", inner), ("scale-out", outer)):
+        ops = net.doc("ops", {})
+        for op in ops.keys():
+            ring = RING_FACTOR.get(op)
+            if ring is None:
+                continue
+            pair = ops.get(op)
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise refuse(
+                    ops.at(op),
+                    pair,
+                    "must be [scalar, offset] (Calculon's volume factor scalar·(n+offset)/n)",
+                )
+            scalar, offset = (
+                as_number(pair[0], ops.at(op) + "[0]"),
+                as_integer(pair[1], ops.at(op) + "[1]"),
+            )
+            if (scalar, offset) != ring:
+                notes.append(
+                    f"system: {tier} {op} factor {scalar}·(n{offset:+d})/n differs from paraplan's ring volume "
+                    f"{ring[0]}·(n{ring[1]:+d})/n; not representable per op, paraplan's ring formula is used"
+                )
 
 
 def convert_execution(data: dict, notes: list[str]) -> tuple[dict, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paraplan.report.render import SimpleTable, simple_table
+from paraplan.report.text_table import SimpleTable, simple_table
 from paraplan.units import si_prefixed
 
 

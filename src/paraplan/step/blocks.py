@@ -67,7 +67,7 @@ class BlockKind:
     )
     # when its graph is another kind's at the same shape plus ops around it: (that kind, those ops), else None
     parts: Callable[[ModelSpec, LayerShape], tuple[str, tuple] | None] = lambda model, shape: None
-    # when its ops are these plus graph.moe.expert_knob_parts' (an MoE layer): those that read no expert knob, else None
+    # when its ops are these plus graph.moe_mlp.expert_knob_parts' (an MoE layer): those that read no expert knob, else None
     expert_free_ops: Callable[[ModelSpec, LayerShape], tuple | None] = lambda model, shape: None
     # its ops that read the context-parallel split beyond the local tokens (core attention; an MTP module's are its
     # Transformer block's), when every other op of it is a function of graph.transformer.cp_free_key(shape)

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import host_exposed_s, priced_exposure_s
+from paraplan.cost.comm import priced_exposure_s
+from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s
 from paraplan.step import zero3_legacy as legacy
 from paraplan.step.inputs import (

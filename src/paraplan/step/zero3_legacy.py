@@ -16,15 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.comm import (
+from paraplan.cost.comm import per_tensor_gather_latency_s, priced_exposure_s
+from paraplan.cost.zero3_host import (
     coalesced_gather_copy_back_s,
     gather_buffer_zeroing_s,
     gather_call_host_overhead_s,
     list_gather_copies_s,
     list_reduce_scatter_device_s,
     list_reduce_scatter_host_s,
-    per_tensor_gather_latency_s,
-    priced_exposure_s,
     rank_loop_views_s,
 )
 from paraplan.cost.overlap import prefetched_gather_exposed_s
@@ -49,7 +48,7 @@ def add_pair(total: tuple | None, more: tuple | None) -> tuple | None:
 
 def tensor_gather_host_s(ranks: Num, tensors: Num, size: Num, inp: Any) -> Num:
     """What a block's gather issued per weight tensor adds beside the collectives' latency, ``tensors`` calls moving
-    ``size`` bytes in all (``_allgather_param``): the list copies (cost.comm.list_gather_copies_s), the Python loop over
+    ``size`` bytes in all (``_allgather_param``): the list copies (cost.zero3_host.list_gather_copies_s), the Python loop over
     the ranks (rank_loop_views_s, one view each), the zeroed buffer (gather_buffer_zeroing_s) and the measured fixed
     host time per call (gather_call_host_overhead_s)."""
     return (
@@ -102,8 +101,8 @@ def tensor_reduce_terms(
     form: Any, size: Num, ranks: Num, stage: Any, inp: Any
 ) -> tuple[Num, Num, Num]:
     """(time, price, host seconds) a block's reduce-scatter adds when issued per gradient tensor: T − 1 extra calls'
-    latency and the HBM passes (cost.comm.list_reduce_scatter_device_s) on the GPU, and the host time to issue the T
-    calls (list_reduce_scatter_host_s), which the block's backward can hide (cost.comm.host_exposed_s)."""
+    latency and the HBM passes (cost.zero3_host.list_reduce_scatter_device_s) on the GPU, and the host time to issue the T
+    calls (list_reduce_scatter_host_s), which the block's backward can hide (cost.zero3_host.host_exposed_s)."""
     per_tensor = np.where((ranks > 1) & (size > 0), inp.zero3_tensor_reduces, 0.0)
     tensors, _ = gathered_per_block(stage)
     passes = list_reduce_scatter_device_s(size, inp.hbm_rate)

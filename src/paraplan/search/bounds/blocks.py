@@ -143,7 +143,7 @@ def layer_floors(
     least), costed only for the options whose compute alone is below the least so far (least_with; ρ stays the
     backward-GEMM share of compute alone, which a larger work only lowers).
     A block kind that reads the expert knobs is built once per layer knob: its time is a plain sum over
-    its ops, and only the ops graph.moe.expert_knob_ops lists change with (ep, etp), so each expert
+    its ops, and only the ops graph.moe_mlp.expert_knob_ops lists change with (ep, etp), so each expert
     option's total is the rest of the block plus those ops' times (the same sum in another order).
     ``cheap``: lower floors that cost no expert option (KindFloors.kinds(cheap=True); ρ = 1), the first bound of a
     search that computes these floors only for the blocks that reach the front (search.run, first_bound_levels)."""

@@ -2,11 +2,11 @@
 per block kind, the least exposed dispatch and combine of an option over its dispatchers and a2a-overlap switches,
 and the expert options the floors range over.
 
-A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe.expert_knob_ops lists read
+A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe_mlp.expert_knob_ops lists read
 the expert knobs (ep, etp, capacity, balance), so an option's compute is the block's other ops' (an MoE layer's
 graph.moe.expert_free_ops; an MTP module's, its layer's plus the ops around it), costed once, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
 (graph.moe.ops_expert_knobs), so an option's least EP terms come from its dispatch collectives alone. The costings
-are memoised on what they read (graph.moe.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
+are memoised on what they read (graph.moe_mlp.expert_knob_inputs), shared by every (tp, cp, micro-batch) routing as many
 tokens. With the K/V ring a kind's ops other than its core attention read the local tokens alone
 (graph.transformer.cp_free_key), so its floors without that attention are costed once per (tp, local tokens) and the
 attention's time is added per (cp, micro-batch) (KindFloors).
@@ -28,7 +28,7 @@ __all__ = [
     "ring_transfer_floor_s",
 ]
 
-from paraplan.graph.moe import expert_knob_inputs, expert_knob_ops
+from paraplan.graph.moe_mlp import expert_knob_inputs, expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.search.divisors import divisors
@@ -56,7 +56,7 @@ from paraplan.step.build import (
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
     """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, its other ops costed
     once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
-    graph.moe.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
+    graph.moe_mlp.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
     (the sum over its graph in another order, equal to a few ulps: SAFETY). One entry when the kind holds none of
     those ops; a kind that holds them declares the rest (BlockKind.expert_free_ops or parts). Cached: the refinements
     of every span pair and level ask again."""
@@ -331,7 +331,7 @@ class KindFloors:
     def _marks_expert_ops(self, shape) -> bool:
         """Whether the shape's recompute modules mark an expert-knob op (graph.ops.mark_recomputed): the op names at the
         option with the least ep, which has every option's ops and the re-sorts of several local experts
-        (graph.moe.expert_ops); memoised per modules and datatype (the fp8 casts)."""
+        (graph.moe_mlp.expert_ops); memoised per modules and datatype (the fp8 casts)."""
         key = ("marks expert ops", shape.recompute_modules, shape.dtype)
         found = self.rest.get(key)
         if found is None:
@@ -383,9 +383,9 @@ _compute_fields = attrgetter(*BlockCompute._fields)  # a stages.BlockCompute's f
 
 
 def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
-    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe.expert_knob_ops lists for it
+    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe_mlp.expert_knob_ops lists for it
     at the shape (marked for its recompute modules as the layer marks them), memoised per option on what those ops
-    read (graph.moe.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
+    read (graph.moe_mlp.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
     micro-batch) routing as many tokens, whatever the tp (the options with etp 1 recur for every tp)."""
     inputs = expert_knob_inputs(shape)
     out = []

@@ -13,7 +13,7 @@ from paraplan.cost.compute import grouped_gemm_share
 from paraplan.cost.flops import mlp_matmul_params
 from paraplan.graph.routing import routed_load_factor
 from paraplan.graph.mla import context_ring_collectives
-from paraplan.graph.moe import dispatch_collectives, expert_knob_inputs, moe_tokens
+from paraplan.graph.moe_mlp import dispatch_collectives, expert_knob_inputs, moe_tokens
 from paraplan.search.space import SearchProblem
 from paraplan.step.build import BlockCompute, expert_comm_terms
 from paraplan.step.compose import expert_exposure

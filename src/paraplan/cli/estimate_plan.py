@@ -1,0 +1,122 @@
+"""The plan and specs of ``paraplan estimate`` from its options: the plan fields of the options given
+(``plan_fields``), which were typed (``given_plan_options``), a framework profile's defaults for the
+rest (``framework_defaults``) and ``--set`` applied to the specs (``apply_sets``)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import typer
+
+from paraplan.specs.errors import InputError
+
+# The PlanSpec fields of the estimate's plan options, in the order of the options.
+PLAN_FIELDS = (
+    "gpus tp pp cp vpp micro_batch global_batch seq_length recompute recompute_num_layers"
+    " sequence_parallel zero dtype grad_dtype fp8_weight_copies zero3_max_live_params"
+    " zero3_prefetch_layers zero3_gather_unit zero3_reduce_unit zero3_regather_recompute"
+    " cp_algorithm schedule attention offload_weights offload_activations offload_activation_layers"
+    " offload_optimizer overlap_tp_comm overlap_dp_grad_reduce overlap_param_gather placement"
+    " stage_layers layers_first_stage layers_last_stage embedding_as_layer loss_as_layer ep etp"
+    " moe_dispatcher capacity_factor moe_balance moe_a2a_overlap recompute_modules tp_layout"
+    " tp_rows summa_panels"
+).split()
+
+
+def plan_fields(params: dict) -> dict:
+    """{PlanSpec field: value} of the estimate's plan options (``params``: the command's parameters
+    by name): choices as their values, the two ``--no-overlap-*`` switches turned round, the lists
+    of ``--stage-layers`` and ``--recompute-modules`` split."""
+    fields = {}
+    for field in PLAN_FIELDS:
+        value = params[FIELD_PARAMETER.get(field, field)]
+        fields[field] = value.value if isinstance(value, Enum) else value
+    fields["overlap_dp_grad_reduce"] = not params["no_overlap_dp"]
+    fields["overlap_param_gather"] = not params["no_overlap_param_gather"]
+    fields["stage_layers"] = _int_list(params["stage_layers"], "--stage-layers")
+    modules = params["recompute_modules"]
+    fields["recompute_modules"] = [m for m in modules.split(",") if m] if modules else None
+    return fields
+
+
+def apply_sets(model_spec, system_spec, sets: list[str]):
+    """``--set PATH=VALUE`` (the paths of ``paraplan sweep --set``, one value each) applied to the
+    model and the system, re-validated."""
+    from paraplan.sweep.params import apply_overrides, override_values, parse_sets
+
+    axes = parse_sets(sets)
+    for axis in axes:
+        if len(axis.values) != 1:
+            raise InputError(
+                f"--set {axis.path}: {','.join(axis.values)!r} gives {len(axis.values)} values; "
+                "estimate takes one (paraplan sweep takes lists)"
+            )
+    if not axes:
+        return model_spec, system_spec
+    return apply_overrides(
+        model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes))
+    )
+
+
+def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
+    """'15,16,15' -> (15, 16, 15); InputError naming the option otherwise."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise InputError(
+            f"{option}: {text!r} is not allowed; give whole numbers separated by commas"
+        ) from None
+
+
+# plan fields whose estimate option has another name (the rest: the option's parameter is the field)
+FIELD_PARAMETER = {
+    "overlap_dp_grad_reduce": "no_overlap_dp",
+    "overlap_param_gather": "no_overlap_param_gather",
+}
+
+
+# options besides the plan's an encoder-decoder's per-stage estimate honours (parameter names); others are refused
+STAGED_ESTIMATE_OPTIONS = frozenset(
+    {"model", "system", "gpus", "plan_file", "set_", "as_json", "width"}
+)
+
+
+def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
+    """{plan field: option as typed} of the plan options given on the command line (not defaults)."""
+    options = {p.name: p.opts[0] for p in ctx.command.params}
+    out = {}
+    for field in fields:
+        param = FIELD_PARAMETER.get(field, field)
+        source = ctx.get_parameter_source(param)  # typer may vendor click: compare the enum by name
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            out[field] = options[param]
+    return out
+
+
+# plan fields a framework profile sets by default (frameworks.PLAN_DEFAULTS) -> the option that states them
+FRAMEWORK_PLAN_OPTIONS = {
+    "attention": "attention",
+    "grad_dtype": "grad_dtype",
+    "fp8_weight_copies": "fp8_weight_copies",
+    "zero3_max_live_params": "zero3_max_live_params",
+    "zero3_prefetch_layers": "zero3_prefetch_layers",
+    "zero3_gather_unit": "zero3_gather_unit",
+    "zero3_reduce_unit": "zero3_reduce_unit",
+    "zero3_regather_recompute": "zero3_regather_recompute",
+    "cp_algorithm": "cp_algorithm",
+    "overlap_tp_comm": "overlap_tp_comm",
+    "overlap_dp_grad_reduce": "no_overlap_dp",
+    "overlap_param_gather": "no_overlap_param_gather",
+}
+
+
+def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
+    """``plan_fields`` with the options the user left at their CLI default replaced by the profile's defaults."""
+    from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_plan_fields
+
+    if profile is None:
+        return plan_fields
+    unset = {key for key in PLAN_DEFAULTS if FRAMEWORK_PLAN_OPTIONS[key] not in given}
+    return framework_plan_fields(profile, {k: v for k, v in plan_fields.items() if k not in unset})

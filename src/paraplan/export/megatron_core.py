@@ -1,0 +1,172 @@
+"""What the Megatron-Core front ends share (Megatron-LM's launch line, NeMo's recipe overrides).
+
+The plan fields both map, Megatron's two rank orders (tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with
+``--use-tp-pp-dp-mapping``; megatron/training/initialize.py), ZeRO stages as the distributed optimizer
+(1) and Megatron FSDP's sharding strategies ``optim_grads`` (2) and ``optim_grads_params`` (3), the
+refusals of Megatron-Core, its context-parallel communication types, and its pipeline layout string.
+"""
+
+from __future__ import annotations
+
+import re
+
+from paraplan.export.common import (
+    COMMON_FIELDS,
+    ExportRefused,
+    canonical_plan,
+    refuse,
+    same_placement,
+)
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.split import chunk_layer_counts
+
+ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
+SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+LAYOUT_FLAG = "--pipeline-model-parallel-layout"
+# the plan fields both front ends map (Megatron-LM adds its expert and recompute-module fields)
+MEGATRON_CORE_FIELDS = COMMON_FIELDS | {
+    "ep",
+    "stage_layers",
+    "layers_first_stage",
+    "layers_last_stage",
+    "embedding_as_layer",
+    "loss_as_layer",
+    "tp_layout",
+    "cp_algorithm",
+}
+
+
+def placement_of(tp_pp_dp_mapping: object) -> str:
+    """The plan placement of a Megatron-Core rank order (``use_tp_pp_dp_mapping`` set or not)."""
+    return next(order for order, mapping in ORDERS.items() if mapping == bool(tp_pp_dp_mapping))
+
+
+def sharding_stages(zero_without_fsdp: int) -> dict[str, int]:
+    """Megatron FSDP's data-parallel sharding strategy -> ZeRO stage; ``no_shard`` keeps the stage the
+    distributed optimizer gives (``zero_without_fsdp``)."""
+    return {"no_shard": zero_without_fsdp, "optim": 1, **{v: k for k, v in SHARDING.items()}}
+
+
+def megatron_core_checks(
+    plan: PlanSpec, fw: str, who: str, vpp_name: str, offload_name: str
+) -> tuple[dict, list[str]]:
+    """Refusals shared by every Megatron-Core front end (Megatron-LM, NeMo): its two rank orders,
+    no GPipe, interleaving only with vpp > 1, optimizer offload only with the distributed
+    optimizer. Returns (canonical plan, matching rank orders)."""
+    c = canonical_plan(plan)
+    mapping = [order for order in ORDERS if same_placement(plan, order)]
+    if not mapping:
+        raise refuse(
+            fw,
+            "placement",
+            plan.placement,
+            f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only",
+        )
+    if c["schedule"] == "gpipe":
+        raise refuse(fw, "schedule", "gpipe", f"{who} runs 1F1B or interleaved 1F1B pipelines")
+    if c["schedule"] == "interleaved" and plan.vpp == 1:
+        raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
+    if plan.offload_optimizer and c["zero"] == 0:
+        raise refuse(
+            fw,
+            "offload_optimizer",
+            True,
+            f"{offload_name} needs the distributed optimizer (zero >= 1)",
+        )
+    if plan.tp_layout == "2d":
+        raise refuse(
+            fw, "tp_layout", "2d", f"{who} runs 1D tensor parallelism only (no SUMMA grid)"
+        )
+    return c, mapping
+
+
+# Megatron-Core TransformerConfig.cp_comm_type (megatron/core/transformer/transformer_config.py): "p2p" passes K/V
+# chunks around a ring (overlapped with attention), "all_gather" gathers the whole sequence's K/V before attention
+# (not overlapped) — paraplan's tp_layout 2d-seq; "a2a" all-to-all over the heads (DeepSpeed-Ulysses style) —
+# paraplan's cp_algorithm 'all-to-all'; "a2a+p2p" (hierarchical) has no plan field.
+# cp_comm_type -> (tp_layout, cp_algorithm)
+CP_COMM_TYPES = {
+    "p2p": ("1d", "ring"),
+    "all_gather": ("2d-seq", "ring"),
+    "allgather": ("2d-seq", "ring"),  # help: allgather
+    "a2a": ("1d", "all-to-all"),
+}
+
+
+def cp_comm_type(plan: PlanSpec) -> str | None:
+    """Megatron-Core's cp_comm_type for the plan: "all_gather" for 2d-seq, "a2a" for Ulysses all-to-all,
+    None (the default p2p ring) otherwise."""
+    if plan.tp_layout == "2d-seq":
+        return "all_gather"
+    return "a2a" if plan.cp > 1 and plan.cp_algorithm == "all-to-all" else None
+
+
+def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str, str]:
+    """The plan's tp_layout and cp_algorithm from a cp_comm_type (a string, or one per layer that must agree)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    kinds = {str(v) for v in values if v is not None}
+    if len(kinds) > 1:
+        raise ExportRefused(
+            f"{where} {sorted(kinds)}: one communication type per layer has no paraplan plan field"
+        )
+    kind = kinds.pop() if kinds else "p2p"
+    if kind not in CP_COMM_TYPES:
+        raise ExportRefused(
+            f"{where} {kind!r} (hierarchical all-to-all context parallelism) has no paraplan plan field; not imported"
+        )
+    layout, algorithm = CP_COMM_TYPES[kind] if cp > 1 else ("1d", "ring")
+    return {"tp_layout": layout, "cp_algorithm": algorithm}
+
+
+def layout_from_stage_layers(
+    stage_layers: tuple[int, ...],
+    vpp: int,
+    embedding_units: int = 0,
+    loss_units: int = 0,
+    mtp_layers: int = 0,
+) -> str:
+    """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position v·pp + s, as
+    Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 't*n' decoder layers (each stage's over its chunks
+    by specs.split.chunk_layer_counts), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
+    last chunk of its rank, after the decoder layers)."""
+    pp = len(stage_layers)
+    counts = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
+    chunks = []
+    for v in range(vpp):
+        for s, layers in enumerate(counts):
+            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{layers[v]}" if layers[v] else "")
+            chunks.append(text + ("m" * mtp_layers + "L" if (s, v) == (pp - 1, vpp - 1) else ""))
+    return "|".join(chunks)
+
+
+def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """(decoder layers per stage, vpp) from a layout string, its chunks even or not; refuses what a plan cannot hold
+    (MTP modules 'm' anywhere but beside the loss, where paraplan places them)."""
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) % pp:
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}"
+        )
+    vpp = len(chunks) // pp
+    if set(text) - set("EtmL|"):
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, m, L; no plan field"
+        )
+    if not (
+        chunks[0].startswith("E")
+        and chunks[-1].endswith("L")
+        and text.count("E") == 1
+        and text.count("L") == 1
+    ):
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} {layout!r} must start with E and end with L; no plan field otherwise"
+        )
+    mtp = text.count("m")
+    if mtp and (chunks[-1].count("m") != mtp or not chunks[-1].endswith("m" * mtp + "L")):
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} {layout!r} places MTP modules away from the loss; no plan field"
+        )
+    return tuple(sum(chunks[v * pp + s].count("t") for v in range(vpp)) for s in range(pp)), vpp
