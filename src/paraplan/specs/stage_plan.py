@@ -38,6 +38,7 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.rules import (
     batch_rule,
     interleave_batch_rule,
+    interleave_model_rule,
     per_stage_model_rule,
     stage_degree_rule,
     stage_rules,
@@ -221,6 +222,8 @@ def stage_plan_violations(
         out.append(Violation("plan.vpp", plan.vpp, rule))
     elif plan.vpp > 1 and (rule := interleave_batch_rule(plan.n_microbatches, plan.pp)):
         out.append(Violation("plan.microbatches", plan.n_microbatches, rule))
+    if rule := interleave_model_rule(model, plan.vpp):
+        out.append(Violation("plan.vpp", plan.vpp, rule))
     pools = {p.name: p for p in cluster.pools}
     taken: dict[str, int] = {}
     for i, s in enumerate(plan.stages):

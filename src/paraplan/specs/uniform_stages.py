@@ -20,6 +20,7 @@ from paraplan.specs.rules import (
     sequence_parallel_rule,
     tp_rules,
 )
+from paraplan.specs.rules import interleave_model_rule
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
@@ -101,6 +102,8 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
     """The uniform plan's own rules a per-stage plan relies on (specs.plan: degrees, tp, pp, batch,
     sequence parallelism), then the knobs it cannot carry."""
     out = unsupported_field_violations(plan)
+    if rule := interleave_model_rule(model, plan.vpp):
+        out.append(Violation("plan.vpp", plan.vpp, rule))
     if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
         out.append(degree_violation(plan.gpus, plan.dims))
     out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
