@@ -18,11 +18,13 @@ The model (issue 10, "The model"):
 - pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (step/pipeline.py's
   bubble_from_work_s: the slowest stage sets the steady state, fill and drain pass once through the
   others), W_i = per-micro-batch forward + backward (+ recompute, exposed TP) + point-to-point;
-- point-to-point between neighbouring stages over the link the two GPUs share: the NVLink/PCIe
-  domain when on one node, else the pools' scale-out network or the cluster's explicit link;
-- data-parallel gradient sync per stage on its own group: the slowest link any member uses sets
-  the bandwidth (hierarchical ring of cost.comm on the group's nodes); optimizer step on the slowest
-  GPU; tied embedding gradients all-reduced between the first and the last stage;
+- point-to-point between neighbouring stages, as many exchanges per micro-batch as step.p2p.exchanges
+  counts (interleaved pipelines' wrapping ones included), each over the link the two GPUs share: the
+  NVLink/PCIe domain when on one node, else the pools' scale-out network or the cluster's explicit link;
+- data-parallel gradient sync per stage on its own group, priced as a uniform plan's
+  (step.build.gradient_group) with the slowest link any member uses; optimizer step on the slowest
+  GPU; tied embedding gradients all-reduced between the first and the last stage after every stage's
+  tail (step.p2p.tied_embedding_sync_s);
 - memory per stage against the smallest GPU memory among the stage's pools.
 """
 
