@@ -124,14 +124,14 @@ def uniform_group_p2p(
     inner, outer, a, o = links.inner_s, links.outer_s, links.per_domain, links.domains
     spans = np.asarray(o) > 1
     last = index + count - 1
-    prev_out = spans & (_multiples(index, last, a) > 0)
-    next_out = spans & ((_multiples(index + 1, last + 1, a) > 0) | (last == pp - 1))
+    crossing_prev, crossing_next = _multiples(index, last, a), _multiples(index + 1, last + 1, a)
+    prev_out = spans & (crossing_prev > 0)
+    next_out = spans & ((crossing_next > 0) | (last == pp - 1))
     single = stage_p2p_s(
         np.where(prev_out, outer, inner), np.where(next_out, outer, inner), index, pp, vpp
     )
     mixed = (count > 1) & (np.asarray(a) >= 2) & spans
-    crossing = _multiples(index, last, a) + _multiples(index + 1, last + 1, a)
-    one = np.where(mixed, crossing, count)
+    one = np.where(mixed, crossing_prev + crossing_next, count)
     return (
         (np.where(mixed, vpp * (inner + outer), single), one),
         (np.where(np.asarray(pp) > 1, 2.0 * vpp * inner, 0.0), count - one),
