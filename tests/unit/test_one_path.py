@@ -23,6 +23,7 @@ from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate
+from paraplan.step.p2p import PipelineLinks, exchanges, uniform_group_p2p
 from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.step.result import StageMemory, TimeBreakdown
 
@@ -152,3 +153,32 @@ def test_zero3_gathers_block_by_block_on_both_paths():
     for u, p in zip(uniform.stages, per_stage.stages):
         assert p.buffers_bytes == pytest.approx(u.buffers_bytes, rel=REL)
         assert p.buffers_bytes / gib < 0.3
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 8])
+@pytest.mark.parametrize("vpp", [1, 2, 3])
+def test_exchanges_follow_megatron_schedules(pp, vpp):
+    """1F1B: the end ranks exchange with one neighbour, the middle ones with two; interleaved: vpp with
+    each neighbour, the previous and next ranks wrapping around, one fewer on the ends' wrapping side.
+    Summed over the ranks, each of the vpp·pp − 1 boundaries a micro-batch crosses is counted on both
+    of its sides."""
+    counts = [tuple(float(n) for n in exchanges(i, pp, vpp)) for i in range(pp)]
+    assert counts[0] == (vpp - 1, vpp) and counts[-1] == (vpp, vpp - 1)
+    assert all(c == (vpp, vpp) for c in counts[1:-1])
+    assert sum(a + b for a, b in counts) == 2 * (vpp * pp - 1)
+    assert tuple(float(n) for n in exchanges(0, 1, 1)) == (0.0, 0.0)
+
+
+def test_uniform_stage_classes_by_hand():
+    """pp 8, 4 stages to a node (pp span a = 4 over 2 nodes): boundary 3|4 crosses, the wrapping one too.
+    Middle ranks 1-6: ranks 3 and 4 have one link across, 1, 2, 5, 6 none; rank 0 its wrapping link
+    across (vpp 2), rank 7 its wrapping link across."""
+    links = PipelineLinks(1.0, 10.0, 4, 2, None, 0.0)
+    (p_one, n_one), (p_none, n_none) = uniform_group_p2p(links, 1, 6, 8, 2)
+    assert (float(p_one), int(n_one), float(p_none), int(n_none)) == (22.0, 2, 4.0, 4)
+    (first, n), _ = uniform_group_p2p(links, 0, 1, 8, 2)
+    assert (float(first), int(n)) == (1 * 10.0 + 2 * 1.0, 1)
+    (last, n), _ = uniform_group_p2p(links, 7, 1, 8, 2)
+    assert (float(last), int(n)) == (2 * 1.0 + 1 * 10.0, 1)
+    (last, _), _ = uniform_group_p2p(links, 7, 1, 8, 1)  # 1F1B: no wrapping exchange
+    assert float(last) == 1.0
