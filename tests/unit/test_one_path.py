@@ -1,25 +1,18 @@
 """One step, one path (issue 31): a uniform plan priced by the uniform estimator (step.estimate) and the
 same plan restated as a per-stage plan (specs.uniform_stages.uniform_stage_plan → step.per_stage) go
-through one block vocabulary (step.blocks) and one layout (step.layout), block by block, so they agree:
-the same memory per stage, and the same step time once the per-stage stages carry the uniform path's
-point-to-point seconds.
-
-Two rules of the per-stage path have no uniform counterpart, which is why the step time is compared
-with them set aside (and, at pp = 1, where neither applies, directly):
-- point-to-point: the uniform path counts 2·vpp transfers of one activation per micro-batch on every
-  stage (step.build.pipeline_transfer_s); the per-stage path prices each neighbour's exchange on its own
-  links by the engine's rules (step.stage_links.p2p_exchange_s);
-- the tied-embedding gradient all-reduce between the first and the last stage
-  (step.stage_links.tied_embedding_sync_s) is in the per-stage dp_comm_s only.
-A third differs once a stage's data-parallel group spans nodes: the uniform path prices the gradient
-collectives on the placement's span (step.build.gradient_group), the per-stage path the faster of the
-hierarchical and the flat ring on its members' slowest links (step.stage_links.stage_gradient_group); so
-each stage's tp·dp GPUs stay in one node here (tp·dp divides the node's 8 GPUs).
+through one block vocabulary (step.blocks), one layout (step.layout), block by block, and one statement of
+each pipeline rule, so they give the same step time, breakdown and memory per stage, with nothing set aside:
+- point-to-point: step.p2p.exchanges (exchanges with each neighbour per micro-batch, interleaved
+  pipelines' wrapping ones included), each boundary on its own link (a uniform plan's boundaries by
+  step.p2p.uniform_group_p2p, a per-stage plan's one by one by step.stage_links.p2p_links);
+- the tied-embedding all-reduce between the first and the last stage (step.p2p.tied_embedding_sync_s);
+- the data-parallel gradient collectives (step.build.gradient_group), also when a stage's dp group
+  spans nodes.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import pytest
 from hypothesis import given, settings
@@ -30,17 +23,8 @@ from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate
-from paraplan.specs.stage_plan import stage_block_ranges
-from paraplan.step.estimate import step_inputs
-from paraplan.step.layout import stage_at
-from paraplan.step.per_stage import (
-    common_of,
-    compose_stages,
-    estimate_stage_plan,
-    model_blocks,
-    stage_arrays,
-    stage_settings,
-)
+from paraplan.step.p2p import PipelineLinks, exchanges, uniform_group_p2p
+from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.step.result import StageMemory, TimeBreakdown
 
 REL = 1e-9
@@ -52,32 +36,18 @@ MEMORY_FIELDS = tuple(
 
 
 def both_paths(model_name: str, **plan_fields):
-    """(uniform Estimate, per-stage StagePlanEstimate, the per-stage stages' step time and breakdown with the
-    uniform path's point-to-point seconds and no tied-embedding sync) of one plan."""
+    """(uniform Estimate, per-stage StagePlanEstimate) of one plan on a uniform cluster of its GPUs."""
     model, system = load_model(model_name), load_system(SYSTEM)
     plan = PlanSpec(**plan_fields)
     cluster = uniform_cluster(system, plan.gpus)
     stage_plan = uniform_stage_plan(plan, model, cluster.pools[0].name)
-    uniform = estimate(model, system, plan)
-    per_stage = estimate_stage_plan(model, cluster, stage_plan)
-    uniform_p2p_s = {float(s.p2p_s) for s in step_inputs(model, system, plan).stages}
-    assert len(uniform_p2p_s) == 1  # every uniform stage sends alike
-    common, settings_ = common_of(stage_plan), stage_settings(stage_plan, cluster)
-    ranges = stage_block_ranges(stage_plan, len(model_blocks(model)))
-    stages = []
-    for i, (setting, (a, b)) in enumerate(zip(settings_, ranges)):
-        prev = settings_[i - 1] if i else None
-        nxt = settings_[i + 1] if i + 1 < len(settings_) else None
-        stage = stage_at(stage_arrays(model, cluster, common, setting, prev, nxt).blocks, i, a, b)
-        stages.append(replace(stage, p2p_s=min(uniform_p2p_s)))
-    return uniform, per_stage, compose_stages(tuple(stages))
+    return estimate(model, system, plan), estimate_stage_plan(model, cluster, stage_plan)
 
 
-def assert_same(uniform, per_stage, shared) -> None:
-    step_s, breakdown = shared
-    assert step_s == pytest.approx(uniform.step_time_s, rel=REL)
+def assert_same(uniform, per_stage) -> None:
+    assert per_stage.step_time_s == pytest.approx(uniform.step_time_s, rel=REL)
     for f in fields(TimeBreakdown):
-        assert getattr(breakdown, f.name) == pytest.approx(
+        assert getattr(per_stage.breakdown, f.name) == pytest.approx(
             getattr(uniform.breakdown, f.name), rel=REL, abs=1e-15
         ), f.name
     assert len(per_stage.stages) == len(uniform.stages)
@@ -87,47 +57,75 @@ def assert_same(uniform, per_stage, shared) -> None:
                 u.stage,
                 name,
             )
-    if len(uniform.stages) == 1:
-        assert per_stage.step_time_s == pytest.approx(uniform.step_time_s, rel=REL)
 
 
 @st.composite
 def dense_plans(draw):
-    """A dense decoder and a uniform plan the per-stage plan can state: pp ≤ 8, tp·pp·dp GPUs, each stage's
-    tp·dp GPUs in one node (module docstring)."""
+    """A dense decoder and a uniform plan: pp ≤ 8, tp ≤ 4, dp ≤ 8 on tp·pp·dp GPUs of 8-GPU nodes (so
+    stages share a node, fill one, or span several, and so may a stage's dp group), 1F1B, GPipe or
+    interleaved with vpp ≤ 4 (micro-batches a multiple of pp, specs.rules.interleave_batch_rule).
+    Stages tile the nodes (tp·dp a power of two): a uniform plan's groups are priced on their span in
+    the placement (cost.comm.group_span), exact when they tile them (step.p2p.uniform_group_p2p)."""
     name = draw(st.sampled_from(DENSE_DECODERS))
     model = load_model(name)
     pp = draw(st.sampled_from([p for p in (1, 2, 3, 4, 6, 8) if p <= model.layers]))
     tp = draw(st.sampled_from((1, 2, 4)))
-    dp = draw(st.sampled_from([d for d in (1, 2, 4, 8) if tp * d <= 8]))
+    dp = draw(st.sampled_from((1, 2, 4, 8)))
     micro_batch = draw(st.sampled_from((1, 2)))
-    microbatches = draw(st.sampled_from((1, 2, 4, 8)))
+    schedule = draw(st.sampled_from(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",)))
+    vpp = draw(st.sampled_from((2, 3, 4))) if schedule == "interleaved" else 1
+    microbatches = (
+        pp * draw(st.sampled_from((1, 2))) if vpp > 1 else draw(st.sampled_from((1, 4, 8)))
+    )
     return name, dict(
         gpus=tp * pp * dp,
         tp=tp,
         pp=pp,
+        vpp=vpp,
         micro_batch=micro_batch,
         global_batch=micro_batch * dp * microbatches,
         seq_length=draw(st.sampled_from((1024, 2048))),
         zero=draw(st.sampled_from((0, 1, 2, 3))),
         recompute=draw(st.sampled_from(("none", "selective", "full"))),
         sequence_parallel=tp > 1 and draw(st.booleans()),
-        schedule=draw(st.sampled_from(("1f1b", "gpipe"))),
+        schedule=schedule,
     )
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@settings(max_examples=300, derandomize=True, deadline=None, database=None)
 @given(dense_plans())
 def test_uniform_and_per_stage_paths_price_a_plan_alike(case):
     name, plan_fields = case
     assert_same(*both_paths(name, **plan_fields))
 
 
+@pytest.mark.parametrize(
+    "plan",
+    [
+        # stages of 2 GPUs, 4 to a node: the boundary 3|4 alone crosses nodes
+        dict(gpus=16, tp=2, pp=8, global_batch=16, micro_batch=1),
+        # and interleaved: the wrapping boundary 7|0 crosses too
+        dict(gpus=16, tp=2, pp=8, vpp=2, global_batch=16, micro_batch=1),
+        dict(gpus=16, tp=1, pp=4, vpp=3, global_batch=32, micro_batch=2, seq_length=1024),
+        # a stage's dp group over two nodes (tp 2 · dp 8), ZeRO-1 and ZeRO-3
+        dict(gpus=32, tp=2, pp=2, global_batch=32, micro_batch=1, zero=1),
+        dict(gpus=48, tp=1, pp=3, global_batch=64, micro_batch=2, zero=3),
+        # pp = 2 interleaved: both neighbours are the same stage
+        dict(gpus=8, tp=4, pp=2, vpp=4, global_batch=8, micro_batch=1, sequence_parallel=True),
+    ],
+)
+def test_links_that_differ_by_boundary_agree(plan):
+    """The cases the uniform path once priced on the pp group's slowest link, or with 2·vpp sends on every
+    stage, or without the tied-embedding all-reduce (gpt3-1.3b ties its embeddings)."""
+    uniform, per_stage = both_paths("gpt3-1.3b", **({"seq_length": 2048} | plan))
+    assert_same(uniform, per_stage)
+    assert uniform.breakdown.pp_comm_s > 0
+
+
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
-def test_one_stage_plans_agree_on_the_step_time(zero, recompute):
-    """pp = 1: no point-to-point, no tied-embedding sync, so the whole step time agrees."""
-    uniform, per_stage, shared = both_paths(
+def test_one_stage_plans_agree(zero, recompute):
+    uniform, per_stage = both_paths(
         "gpt3-1.3b",
         gpus=8,
         tp=2,
@@ -138,22 +136,49 @@ def test_one_stage_plans_agree_on_the_step_time(zero, recompute):
         zero=zero,
         recompute=recompute,
     )
-    assert_same(uniform, per_stage, shared)
-    assert per_stage.step_time_s == pytest.approx(uniform.step_time_s, rel=REL)
+    assert_same(uniform, per_stage)
 
 
 def test_zero3_gathers_block_by_block_on_both_paths():
     """Issue 31's repro: gpt3-2.7b, tp1 pp2 dp4, ZeRO-3, 8 H100s. The per-stage builder packed a stage into one
     block, so ZeRO-3 gathered a whole stage at once (5.20 GiB of gathered weights, 1.148 s); both paths now
-    gather one block at a time (0.29 GiB) and agree but for the per-stage-only rules (module docstring):
-    0.8315 s uniform, 0.8324 s per stage (its own point-to-point and the tied-embedding sync)."""
-    uniform, per_stage, shared = both_paths(
+    gather one block at a time (0.29 GiB) and share every pipeline rule: 0.8324 s (the uniform path's
+    0.8315 s before it counted one exchange on each end stage and the tied-embedding all-reduce)."""
+    uniform, per_stage = both_paths(
         "gpt3-2.7b", gpus=8, tp=1, pp=2, zero=3, global_batch=64, seq_length=2048
     )
-    assert uniform.step_time_s == pytest.approx(0.8314598189470044, rel=REL)
-    assert_same(uniform, per_stage, shared)
+    assert_same(uniform, per_stage)
+    assert uniform.step_time_s == pytest.approx(0.8324100932581155, rel=REL)
     gib = 2.0**30
     for u, p in zip(uniform.stages, per_stage.stages):
         assert p.buffers_bytes == pytest.approx(u.buffers_bytes, rel=REL)
         assert p.buffers_bytes / gib < 0.3
-    assert per_stage.step_time_s == pytest.approx(0.8324100932581155, rel=REL)
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 8])
+@pytest.mark.parametrize("vpp", [1, 2, 3])
+def test_exchanges_follow_megatron_schedules(pp, vpp):
+    """1F1B: the end ranks exchange with one neighbour, the middle ones with two; interleaved: vpp with
+    each neighbour, the previous and next ranks wrapping around, one fewer on the ends' wrapping side.
+    Summed over the ranks, each of the vpp·pp − 1 boundaries a micro-batch crosses is counted on both
+    of its sides."""
+    counts = [tuple(float(n) for n in exchanges(i, pp, vpp)) for i in range(pp)]
+    assert counts[0] == (vpp - 1, vpp) and counts[-1] == (vpp, vpp - 1)
+    assert all(c == (vpp, vpp) for c in counts[1:-1])
+    assert sum(a + b for a, b in counts) == 2 * (vpp * pp - 1)
+    assert tuple(float(n) for n in exchanges(0, 1, 1)) == (0.0, 0.0)
+
+
+def test_uniform_stage_classes_by_hand():
+    """pp 8, 4 stages to a node (pp span a = 4 over 2 nodes): boundary 3|4 crosses, the wrapping one too.
+    Middle ranks 1-6: ranks 3 and 4 have one link across, 1, 2, 5, 6 none; rank 0 its wrapping link
+    across (vpp 2), rank 7 its wrapping link across."""
+    links = PipelineLinks(1.0, 10.0, 4, 2, None, 0.0)
+    (p_one, n_one), (p_none, n_none) = uniform_group_p2p(links, 1, 6, 8, 2)
+    assert (float(p_one), int(n_one), float(p_none), int(n_none)) == (22.0, 2, 4.0, 4)
+    (first, n), _ = uniform_group_p2p(links, 0, 1, 8, 2)
+    assert (float(first), int(n)) == (1 * 10.0 + 2 * 1.0, 1)
+    (last, n), _ = uniform_group_p2p(links, 7, 1, 8, 2)
+    assert (float(last), int(n)) == (2 * 1.0 + 1 * 10.0, 1)
+    (last, _), _ = uniform_group_p2p(links, 7, 1, 8, 1)  # 1F1B: no wrapping exchange
+    assert float(last) == 1.0

@@ -29,7 +29,7 @@ from paraplan.step.build import (
     block_memory_facts,
     gradient_group,
     model_gradient_groups,
-    pipeline_transfer_s,
+    pipeline_links,
 )
 from paraplan.step.compose import RECOMPUTE_CODES
 
@@ -64,7 +64,7 @@ class Costings:
         self.placement_names: list[str] = []
         self.costs: list[dict] = []  # per (shape, tp span, cp span): block kind -> BlockCostFacts
         self.memories: list[dict] = []  # per (shape, recompute): block kind -> BlockMemoryFacts
-        self.transfers: list[float] = []  # per (tp, cp, micro-batch, pp span): one activation send
+        self.transfers: list = []  # per (tp, cp, micro-batch, pp span): step.p2p.PipelineLinks
         self.groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
         self._out = {
             "placement": self.placement_names,
@@ -121,9 +121,10 @@ def _gradient_groups(problem: SearchProblem, reduced, spans, tp, cp, dp, expert)
     return {g: gradient_group(system, placed[g]) for g in reduced}
 
 
-def _transfer_s(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pp_span) -> float:
+def _transfer_s(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pp_span):
+    """The pipeline's links at this shape (step.build.pipeline_links)."""
     shape = layer_shape_of(problem, tp, cp, micro_batch, False, "1d", 0)
-    return pipeline_transfer_s(problem.model, problem.system, shape, pp_span)
+    return pipeline_links(problem.model, problem.system, shape, pp_span)
 
 
 def _state_shape(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, key, modules, expert):

@@ -2,7 +2,7 @@
 
 ``RowTable`` enumerates every row of ``space.rows`` (same canonical order) and gathers, per row,
 the same facts ``stages.row_facts`` gives the estimator — from the same cached functions
-(``stages.block_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_transfer_s``)
+(``stages.block_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_links``)
 — as one ``stages.RowFacts`` of arrays. Block terms then come from ``stages.row_blocks`` on
 those arrays, and a batch of candidates (rows × grid options) becomes ``StepInputs`` through
 ``stages.build_step_inputs``: the estimator's own builder.
@@ -100,7 +100,7 @@ class RowTable:
             recompute_code=c["recompute"],
             overlap_tp_comm=c["overlap_tp"].astype(bool),
             tp_domains=c["tp_domains"],
-            p2p_transfer_s=stack(costings.transfers, c["p2p_id"]),
+            pipeline=stack(costings.transfers, c["p2p_id"]),
             layers=float(model.layers),
             pp=c["pp"].astype(float),
             microbatches=(c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float),
@@ -146,7 +146,7 @@ class RowTable:
         self, v_max: np.ndarray, split_backward: np.ndarray | bool = False
     ) -> np.ndarray:
         """Admissible step-time bound per row, with u the per-layer work of one micro-batch:
-        m·(⌈L/p⌉·u + 2 transfers when pp > 1) + (L − ⌈L/p⌉)·u / v_max.
+        m·(⌈L/p⌉·u + 1 exchange when pp > 1) + (L − ⌈L/p⌉)·u / v_max.
 
         Whatever the split, some stage holds F >= ⌈L/p⌉ layers, so the slowest stage does at
         least F·u (+ its transfers) per micro-batch and the other stages at least (L − F)·u in
@@ -168,7 +168,10 @@ class RowTable:
                 work = work + getattr(terms, name)
             unit = work if unit is None else np.minimum(unit, work)
         facts = self.facts
-        p2p = np.where(facts.pp > 1, 2.0 * facts.p2p_transfer_s, 0.0)
+        links = (
+            facts.pipeline
+        )  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
+        p2p = np.where(facts.pp > 1, np.minimum(links.inner_s, links.outer_s), 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"]
         fullest = -(-layers // pp)
         bubble = np.where(split_backward, 0.0, (layers - fullest) * unit / v_max)

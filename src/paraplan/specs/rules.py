@@ -214,6 +214,14 @@ def vpp_rule(pp: int, vpp: int) -> str | None:
     return "needs pp > 1" if vpp > 1 and pp == 1 else None
 
 
+def interleave_model_rule(model: ModelSpec, vpp: int) -> str | None:
+    """Megatron-LM interleaves no encoder-decoder (schedules.py, forward_backward_pipelining_with_interleaving:
+    "Interleaving is not supported with an encoder and decoder model.")."""
+    if vpp > 1 and model.architecture == "encoder_decoder":
+        return "no interleaved schedule for encoder-decoder models (vpp must be 1)"
+    return None
+
+
 def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
     """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
     if microbatches % pp:

@@ -35,7 +35,15 @@ from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_degree_rule, stage_rules
+from paraplan.specs.rules import (
+    batch_rule,
+    interleave_batch_rule,
+    interleave_model_rule,
+    per_stage_model_rule,
+    stage_degree_rule,
+    stage_rules,
+    vpp_rule,
+)
 from paraplan.specs.strict import InputModel
 
 StageRecompute = Literal["none", "selective", "full"]
@@ -114,7 +122,13 @@ class StagePlanSpec(InputModel):
         None, gt=0, description="samples per micro-batch per replica (equal dp only)"
     )
     dtype: Literal["fp32", "fp16", "bf16", "fp8"] = "bf16"
-    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    schedule: Literal["1f1b", "interleaved", "gpipe"] = "1f1b"
+    vpp: int = Field(
+        1,
+        gt=0,
+        description="model chunks per stage (schedule interleaved): each stage's layers in vpp chunks, "
+        "as Megatron-LM's interleaved schedule runs them (specs.split.chunk_layer_counts)",
+    )
     attention: Literal["flash", "unfused"] = "flash"
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
@@ -137,6 +151,12 @@ class StagePlanSpec(InputModel):
                 )
             if rule := batch_rule(self.global_batch, dps.pop(), self.micro_batch):
                 raise ValueError(f"global_batch={self.global_batch} {rule}")
+        if (self.schedule == "interleaved") != (self.vpp > 1):
+            raise ValueError(
+                f"schedule={self.schedule} with vpp={self.vpp}: interleaved iff vpp > 1"
+            )
+        if self.vpp > 1 and self.engine != "megatron":
+            raise ValueError(f"engine={self.engine} has no interleaved schedule; vpp must be 1")
         kinds = {s.layers is None for s in self.stages}
         if len(kinds) > 1:
             raise ValueError("every stage gives layers, or every stage gives blocks; not a mix")
@@ -198,6 +218,12 @@ def stage_plan_violations(
     out = _coverage_violations(plan, model)
     if rule := per_stage_model_rule(model):
         out.append(Violation("model", model.name, rule))
+    if rule := vpp_rule(plan.pp, plan.vpp):
+        out.append(Violation("plan.vpp", plan.vpp, rule))
+    elif plan.vpp > 1 and (rule := interleave_batch_rule(plan.n_microbatches, plan.pp)):
+        out.append(Violation("plan.microbatches", plan.n_microbatches, rule))
+    if rule := interleave_model_rule(model, plan.vpp):
+        out.append(Violation("plan.vpp", plan.vpp, rule))
     pools = {p.name: p for p in cluster.pools}
     taken: dict[str, int] = {}
     for i, s in enumerate(plan.stages):

@@ -20,6 +20,7 @@ from paraplan.specs.rules import (
     sequence_parallel_rule,
     tp_rules,
 )
+from paraplan.specs.rules import interleave_model_rule
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
@@ -40,6 +41,7 @@ CARRIED_FIELDS = frozenset(
         "dtype",
         "attention",
         "schedule",
+        "vpp",
         "overlap_dp_grad_reduce",
     }
 )
@@ -84,7 +86,7 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
                     f"(estimate_stages), whose per-stage plan has no such knob; allowed: {info.default!r}",
                 )
             )
-    if plan.pipeline_schedule not in STAGE_SCHEDULES and plan.vpp == 1:
+    if plan.pipeline_schedule not in STAGE_SCHEDULES:
         out.append(
             Violation(
                 "plan.schedule",
@@ -100,6 +102,8 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
     """The uniform plan's own rules a per-stage plan relies on (specs.plan: degrees, tp, pp, batch,
     sequence parallelism), then the knobs it cannot carry."""
     out = unsupported_field_violations(plan)
+    if rule := interleave_model_rule(model, plan.vpp):
+        out.append(Violation("plan.vpp", plan.vpp, rule))
     if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
         out.append(degree_violation(plan.gpus, plan.dims))
     out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
@@ -116,7 +120,8 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
 
 def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlanSpec:
     """The per-stage plan of a uniform plan on pool ``pool``: pp stages of tp·dp GPUs each, the model's
-    transformer layers (encoder, then decoder) split by stage_layer_split, the run-wide knobs carried over.
+    transformer layers (encoder, then decoder) split by stage_layer_split, the run-wide knobs (the
+    interleaved schedule's vpp among them) carried over.
     Megatron-LM (before Megatron-Core) instead gives each T5 stage encoder or decoder layers only, split at
     --pipeline-model-parallel-split-rank (pretrain_t5.py, "Pipeline parallelism for T5"), with a second
     embedding on the split rank (megatron/training.py get_model: pre_process = rank == 0 or rank ==
@@ -144,6 +149,7 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
             "micro_batch": plan.micro_batch,
             "dtype": plan.dtype,
             "schedule": plan.pipeline_schedule,
+            "vpp": plan.vpp,
             "attention": plan.attention,
             "sequence_parallel": plan.sequence_parallel,
             "zero": plan.zero,

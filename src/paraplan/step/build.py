@@ -36,7 +36,6 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
 from paraplan.cost.comm import (
     GroupSpan,
     collective_costs_s,
-    collective_time_s,
     group_span,
     linear_collective,
     placement_strides,
@@ -55,6 +54,7 @@ from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search an
     block_compute,
     expert_comm_terms,
 )
+from paraplan.step.p2p import PipelineLinks, pipeline_links
 from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, GradientGroup, block_terms
 from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
@@ -136,7 +136,7 @@ class RowFacts:
     recompute_code: Num
     overlap_tp_comm: Num  # as the plan asks
     tp_domains: Num
-    p2p_transfer_s: Num
+    pipeline: PipelineLinks  # point-to-point and tied-embedding links of the pp group (step.p2p)
     layers: Num
     pp: Num
     microbatches: Num
@@ -175,7 +175,9 @@ def placed_domains(degrees, system: SystemSpec) -> tuple[int, ...]:
 
 @lru_cache(maxsize=4096)
 def gradient_group(system: SystemSpec, span: GroupSpan) -> GradientGroup:
-    """A gradient group's size and collectives in linear form (cost.comm.linear_collective)."""
+    """A gradient group's size and collectives in linear form (cost.comm.linear_collective: the two-tier
+    hierarchical ring on the group's span), for both paths: a uniform plan's group on its placement's span,
+    a per-stage plan's on its members' slowest links (step.stage_links.stage_gradient_group)."""
     return GradientGroup(
         span.size,
         *(
@@ -303,13 +305,6 @@ def kind_memory_facts(
     return BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
 
 
-def pipeline_transfer_s(
-    model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan
-) -> float:
-    """One activation send between neighbouring stages (p2p_bytes over the pp group's link)."""
-    return collective_time_s("send_recv", p2p_bytes(model, shape), pp_span, system)
-
-
 def row_facts(
     model: ModelSpec,
     system: SystemSpec,
@@ -329,7 +324,7 @@ def row_facts(
         recompute_code=RECOMPUTE_CODES[recompute],
         overlap_tp_comm=overlap_tp_comm,
         tp_domains=spans["tp"].domains,
-        p2p_transfer_s=pipeline_transfer_s(model, system, shape, spans["pp"]),
+        pipeline=pipeline_links(model, system, shape, spans["pp"]),
         layers=model.layers,
         pp=pp,
         microbatches=microbatches,

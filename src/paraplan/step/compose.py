@@ -153,7 +153,8 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     """Step time and its breakdown (step.result.TimeBreakdown fields) per Narayanan et al. 2021
     §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
     from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``) and
-    activation / weight streaming to host memory that outlasts the DP exposure."""
+    activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
+    all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
     pipe = _pipeline(inp)
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
@@ -188,6 +189,6 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     return _breakdown(
         pipe,
         optimizer_s=_pick(tail_stage, [t[1] for t in tails]),
-        dp_s=dp_s,
+        dp_s=dp_s + inp.tied_sync_s,
         offload_s=_pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
     )

@@ -210,8 +210,10 @@ def estimate(
     breakdown = TimeBreakdown(**{f.name: step[f.name] for f in fields(TimeBreakdown)})
     acc = system.accelerator
     stages = []
-    for entry in inp.stages:
-        for index in range(int(entry.index), int(entry.index) + int(entry.count)):
+    # the first len(groups) entries are the split's groups in order (a group's second entry, when its
+    # stages' links differ, holds the same blocks: step.layout.build_step_inputs)
+    for group, entry in zip(plan.split(model.layers, model.mtp_layers), inp.stages):
+        for index in range(int(group.index), int(group.index) + int(group.count)):
             terms = stage_memory_terms(inp, entry, index)
             stages.append(
                 StageMemory(

@@ -109,6 +109,7 @@ class StepInputs:
     kernel_overhead_s: Num = (
         0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
     )
+    tied_sync_s: Num = 0.0  # after every stage's tail: the tied-embedding all-reduce (step.p2p)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

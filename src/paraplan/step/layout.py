@@ -29,6 +29,7 @@ from paraplan.step.compose import (
     Stage,
     StepInputs,
 )
+from paraplan.step.p2p import tied_embedding_sync_s, uniform_group_p2p
 
 Num = Any
 
@@ -78,12 +79,14 @@ def build_step_inputs(
 ) -> StepInputs:
     """Lay the blocks out on the split's stages (embedding on the first, decoder layers by the
     split, LM head on the last, which also holds the embedding's parameters when pp = 1 and the
-    embeddings are tied) and attach the plan's knobs. ``facts``: the row's step.build.RowFacts."""
+    embeddings are tied) with their point-to-point seconds (step.p2p.uniform_group_p2p: a group of
+    stages whose links differ is two entries, the second only when some candidate needs it) and the
+    tied-embedding all-reduce (step.p2p.tied_embedding_sync_s), and attach the plan's knobs.
+    ``facts``: the row's step.build.RowFacts."""
     head = blocks["head"]
     single = facts.pp == 1
     head = replace(head, params=np.where(single, facts.head_params_with_embedding, head.params))
-    p2p = np.where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
-    stages = []
+    stages, second = [], []
     start = 0  # first decoder layer of the group's first stage
     moe_model = facts.model is not None and moe_shaped(facts.model)
     for g in groups:
@@ -91,16 +94,24 @@ def build_step_inputs(
             (head if name == "head" else blocks[name], n)
             for name, n in stage_block_counts(facts.model if moe_model else None, g, start)
         )
-        stages.append(Stage(g.index, g.count, placed, p2p))
+        (p2p, count), (p2p_2, count_2) = uniform_group_p2p(
+            facts.pipeline, g.index, g.count, facts.pp, knobs.vpp
+        )
+        stages.append(Stage(g.index, count, placed, p2p))
+        if np.any(count_2 > 0):
+            second.append(Stage(g.index, count_2, placed, p2p_2))
         start = start + g.count * g.layers
-    stages = tuple(stages)
+    links = facts.pipeline
     return StepInputs(
-        stages=stages,
+        stages=tuple(stages + second),
         pp=facts.pp,
         microbatches=facts.microbatches,
         gradient_groups=facts.gradient_groups,
         knobs=knobs,
         **constants,
+        tied_sync_s=tied_embedding_sync_s(
+            links.tied, links.tied_elements, constants["grad_reduce_bytes"], facts.pp
+        ),
     )
 
 

@@ -18,11 +18,13 @@ The model (issue 10, "The model"):
 - pipeline with unequal stages, 1F1B or GPipe: Σ_i W_i + (m − 1)·max_i W_i (step/schedules.py's
   bubble_from_work_s: the slowest stage sets the steady state, fill and drain pass once through the
   others), W_i = per-micro-batch forward + backward (+ recompute, exposed TP) + point-to-point;
-- point-to-point between neighbouring stages over the link the two GPUs share: the NVLink/PCIe
-  domain when on one node, else the pools' scale-out network or the cluster's explicit link;
-- data-parallel gradient sync per stage on its own group: the slowest link any member uses sets
-  the bandwidth (hierarchical ring of cost.comm on the group's nodes); optimizer step on the slowest
-  GPU; tied embedding gradients all-reduced between the first and the last stage;
+- point-to-point between neighbouring stages, as many exchanges per micro-batch as step.p2p.exchanges
+  counts (interleaved pipelines' wrapping ones included), each over the link the two GPUs share: the
+  NVLink/PCIe domain when on one node, else the pools' scale-out network or the cluster's explicit link;
+- data-parallel gradient sync per stage on its own group, priced as a uniform plan's
+  (step.build.gradient_group) with the slowest link any member uses; optimizer step on the slowest
+  GPU; tied embedding gradients all-reduced between the first and the last stage after every stage's
+  tail (step.p2p.tied_embedding_sync_s);
 - memory per stage against the smallest GPU memory among the stage's pools.
 """
 
@@ -57,6 +59,7 @@ from paraplan.step.compose import (
     tail_terms,
 )
 from paraplan.step.engines import EngineRules
+from paraplan.step.p2p import exchanges
 from paraplan.step.layout import RangeBlocks, prefix_counts, range_stage, stage_at
 from paraplan.step.result import StageMemory, TimeBreakdown
 from paraplan.step.stage_blocks import (
@@ -149,8 +152,11 @@ def stage_arrays(
     setting: StageSetting,
     prev: StageSetting | None,
     nxt: StageSetting | None,
+    wrap: StageSetting | None = None,
 ) -> StageArrays:
-    """The blocks of ``setting`` for every block range and its own StepInputs (module docstring)."""
+    """The blocks of ``setting`` for every block range and its own StepInputs (module docstring);
+    ``wrap``: an end stage's wrapping neighbour in an interleaved pipeline (the last stage for the first,
+    the first for the last; step.p2p.exchanges), None otherwise."""
     shape = layer_shape_for(common, setting)
     recompute = _recompute_mode(setting)
     pools = sorted({p for p, _, _ in setting.slices})
@@ -164,16 +170,15 @@ def stage_arrays(
     sent = np.array(
         [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
     )
-    p2p_in = p2p_exchange_s(cluster, rules, common, prev, setting, sent, receiver=True)
-    p2p_out = p2p_exchange_s(cluster, rules, common, setting, nxt, sent, receiver=False)
+    p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
     terms = system_terms(slowest, common.dtype)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
     knobs = GridKnobs(
-        vpp=1,
-        interleaved=False,
+        vpp=common.vpp,
+        interleaved=common.schedule == "interleaved",
         gpipe=common.schedule == "gpipe",
         zero=common.zero,
         overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap,
@@ -199,6 +204,33 @@ def stage_arrays(
         parts={pool: per_block_parts(model, u) for pool, u in units.items()},
         capacity=min(s.accelerator.hbm_capacity for s in systems),
     )
+
+
+def stage_p2p(
+    cluster: ClusterSpec,
+    common: Common,
+    setting: StageSetting,
+    prev: StageSetting | None,
+    nxt: StageSetting | None,
+    sent: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds with the previous stage when the stage starts at block a, [a]; with the next when it ends
+    before block b, [b]): step.p2p.exchanges' count of exchanges with each neighbour, each priced on its
+    own links (stage_links.p2p_exchange_s, ``sent[k]``: the activation after block k − 1). An end stage's
+    wrapping exchanges (interleaved) carry an activation of the size its other boundary carries, so the
+    first stage's count on them under [b] and the last stage's under [a]."""
+    rules = common.rules
+    with_prev, with_next = (float(n) for n in exchanges(setting.index, setting.pp, common.vpp))
+    back = with_prev * p2p_exchange_s(cluster, rules, common, prev, setting, sent, receiver=True)
+    ahead = with_next * p2p_exchange_s(cluster, rules, common, setting, nxt, sent, receiver=False)
+    zero = np.zeros(len(sent))
+    if setting.pp == 1:
+        return zero, zero
+    if setting.index == 0:
+        return zero, back + ahead
+    if setting.index == setting.pp - 1:
+        return back + ahead, zero
+    return back, ahead
 
 
 def stage_terms(stage: Stage, index: int) -> dict:
@@ -235,10 +267,11 @@ def stage_cost(
     stop: int,
     prev: StageSetting | None,
     nxt: StageSetting | None,
+    wrap: StageSetting | None = None,
 ) -> StageCost:
     """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop): ``stage_terms`` of
     that range (the search reads the same terms for every range: ``range_matrices``)."""
-    arr = stage_arrays(model, cluster, common, setting, prev, nxt)
+    arr = stage_arrays(model, cluster, common, setting, prev, nxt, wrap)
     m = stage_terms(stage_at(arr.blocks, setting.index, start, stop), setting.index)
     memory = StageMemory(
         stage=setting.index,
@@ -309,6 +342,7 @@ def common_of(plan: StagePlanSpec) -> Common:
         plan.schedule,
         plan.overlap_dp_grad_reduce,
         plan.engine,
+        vpp=plan.vpp,
     )
 
 
@@ -331,14 +365,13 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
 
 
 def compose_stages(
-    stages: tuple[Stage, ...], extra_tail_s: float = 0.0
+    stages: tuple[Stage, ...], tied_sync_s: float = 0.0
 ) -> tuple[float, TimeBreakdown]:
-    """The step of unequal stages through schedule.step.compose_step, each stage with its own StepInputs
+    """The step of unequal stages through step.compose.compose_step, each stage with its own StepInputs
     (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, step/schedules.py) + the longest tail,
-    plus a step-level tail that follows every stage's (the tied-embedding sync)."""
-    out = compose_step(replace(stages[0].inputs, stages=stages))
-    parts = {f.name: float(out[f.name]) for f in fields(TimeBreakdown)}
-    breakdown = TimeBreakdown(**(parts | {"dp_comm_s": parts["dp_comm_s"] + extra_tail_s}))
+    plus ``tied_sync_s``, which follows every stage's tail (step.p2p.tied_embedding_sync_s)."""
+    out = compose_step(replace(stages[0].inputs, stages=stages, tied_sync_s=tied_sync_s))
+    breakdown = TimeBreakdown(**{f.name: float(out[f.name]) for f in fields(TimeBreakdown)})
     return breakdown.total_s(), breakdown
 
 
@@ -359,10 +392,7 @@ def estimate_stage_plan(
     common = replace(common_of(plan), engine_rules=rules)
     settings = stage_settings(plan, cluster)
     ranges = stage_block_ranges(plan, len(model_blocks(model)))
-    neighbours = [
-        (settings[i - 1] if i else None, settings[i + 1] if i + 1 < plan.pp else None)
-        for i in range(plan.pp)
-    ]
+    neighbours = [stage_neighbours(settings, i, plan.vpp) for i in range(plan.pp)]
     costs = [
         stage_cost(model, cluster, common, st, a, b, *nb)
         for st, (a, b), nb in zip(settings, ranges, neighbours)
@@ -397,6 +427,18 @@ def estimate_stage_plan(
         tokens_per_step=plan.global_batch * plan.seq_length,
         problems=runnable_problems(costs),
     )
+
+
+def stage_neighbours(
+    settings: list[StageSetting], i: int, vpp: int
+) -> tuple[StageSetting | None, StageSetting | None, StageSetting | None]:
+    """(previous, next, wrapping) neighbours of stage i: the wrapping one only for an end stage of an
+    interleaved pipeline (vpp > 1: the last stage feeds the first stage's next chunk, step.p2p.exchanges)."""
+    pp = len(settings)
+    wrap = None
+    if vpp > 1 and pp > 1 and i in (0, pp - 1):
+        wrap = settings[pp - 1 - i]
+    return (settings[i - 1] if i else None, settings[i + 1] if i + 1 < pp else None, wrap)
 
 
 def runnable_problems(costs: list[StageCost]) -> tuple[str, ...]:

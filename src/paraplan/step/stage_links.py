@@ -12,12 +12,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.comm import GroupSpan, fastest_collective, linear_collective
+from paraplan.cost.comm import GroupSpan, linear_collective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
+from paraplan.step.p2p import tied_embedding_elements
+from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
     ENGINES,
     EngineRules,
@@ -57,6 +59,7 @@ class Common:
     engine_rules: EngineRules | None = (
         None  # replaces ENGINES[engine] (validate.cv's refitted constants)
     )
+    vpp: int = 1  # model chunks per stage (interleaved schedule)
 
     @property
     def rules(self) -> EngineRules:
@@ -238,38 +241,29 @@ def p2p_exchange_s(
 
 @lru_cache(maxsize=65536)
 def stage_gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
-    """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives in linear
-    form on the slowest links its members use (a synthetic system), each the faster of the hierarchical
-    and the flat-ring shape (cost.comm.fastest_collective)."""
+    """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives priced as a
+    uniform plan's (step.build.gradient_group) on the span of its members and the slowest links they use
+    (a synthetic system)."""
     if dp <= 1:
         return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
     every = [(p, first + k) for p, first, count in slices for k in range(count)]
     span, link_system = group_links(
         cluster, every[::tp], node_counts(cluster, every)
     )  # all TP ranks reduce at once
-    return GradientGroup(
-        span.size,
-        *(
-            fastest_collective(k, span, link_system)
-            for k in ("all_reduce", "reduce_scatter", "all_gather")
-        ),
-    )
+    return gradient_group(link_system, span)
 
 
 def tied_embedding_sync_s(
     model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting
 ) -> float:
-    """All-reduce of the tied word-embedding gradient between the first and the last stage (Megatron-LM's
-    embedding group; DeepSpeed's ReduceTiedGrads): V·h/t parameters at the engine's tied_grad_bytes, 2-member group."""
-    if not model.tie_embeddings or first.index == last.index or model.is_vit:
+    """step.p2p.tied_embedding_sync_s between the first and the last stage on the link their first GPUs
+    use (every GPU of both stages sending at once), at the engine's tied_grad_bytes."""
+    elements = tied_embedding_elements(model, first.tp)
+    if not elements or first.index == last.index:
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]
     span, link_system = group_links(
         cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last))
     )
-    grad_bytes = common.rules.tied_grad_bytes
-    return float(
-        linear_collective("all_reduce", span, link_system).time_s(
-            model.vocab * model.hidden / first.tp * grad_bytes
-        )
-    )
+    form = linear_collective("all_reduce", span, link_system)
+    return float(tied_sync_rule(form, elements, common.rules.tied_grad_bytes, last.index + 1))
