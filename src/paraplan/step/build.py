@@ -21,8 +21,32 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-import numpy as np
-
+from paraplan.cost.comm import (
+    GroupSpan,
+    collective_costs_s,
+    collective_time_s,
+    group_span,
+    linear_collective,
+    placement_strides,
+)
+from paraplan.cost.elementwise import logical_and, where
+from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
+from paraplan.cost.summa import with_summa_exposure
+from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
+from paraplan.graph.ops import collective_groups, weight_tensor_stats
+from paraplan.graph.transformer import LayerShape, with_expert
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import GRADIENT_GROUPS
+from paraplan.specs.system import SystemSpec
+from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
+    BlockComm,
+    BlockCompute,
+    _comm_with_overlap,
+    _op_times,
+    block_comm,
+    block_compute,
+    expert_comm_terms,
+)
 from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
@@ -33,30 +57,8 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
     model_gradient_groups,
     p2p_bytes,
 )
-from paraplan.cost.comm import (
-    GroupSpan,
-    collective_costs_s,
-    collective_time_s,
-    group_span,
-    linear_collective,
-    placement_strides,
-)
-from paraplan.cost.summa import with_summa_exposure
-from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
-from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
-from paraplan.graph.ops import collective_groups, weight_tensor_stats
-from paraplan.graph.transformer import LayerShape, with_expert
-from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
-    BlockComm,
-    BlockCompute,
-    _comm_with_overlap,
-    _op_times,
-    block_comm,
-    block_compute,
-    expert_comm_terms,
-)
-from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, GradientGroup, block_terms
+from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     GRID_FIELDS,
     GridKnobs,
@@ -64,9 +66,6 @@ from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, th
     layer_mix,
     stage_block_counts,
 )
-from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import GRADIENT_GROUPS
-from paraplan.specs.system import SystemSpec
 
 Num = Any
 
@@ -345,7 +344,7 @@ def row_facts(
 def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
     """Per-block costs of a row (``block_cost`` of every block kind). Comm-GEMM overlap needs the TP
     group inside one NVLink domain (Transformer Engine userbuffers run over NVLink)."""
-    overlap = np.logical_and(facts.overlap_tp_comm, facts.tp_domains == 1)
+    overlap = logical_and(facts.overlap_tp_comm, facts.tp_domains == 1)
     return {
         name: block_cost(name, f, facts.recompute_code, overlap) for name, f in facts.blocks.items()
     }
@@ -366,7 +365,7 @@ def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: N
         kind.gradient_group,
         nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
         nic_backward_s=block_nic_backward_s(f.comm, code),
-        regathered=1.0 * (np.asarray(code) == 2),
+        regathered=1.0 * (code == 2),
         largest_weight_params=f.largest_weight_params,
         weight_tensors=f.weight_tensors,
         small_numels=f.small_numels,
@@ -376,8 +375,8 @@ def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: N
 def block_nic_backward_s(comm: BlockComm, recompute_code: Num) -> Num:
     """NIC-busy seconds of a block's backward: its backward TP/CP collectives plus those recomputation
     re-runs (full: the forward TP collectives; selective and full: the CP ring), as block_terms counts them."""
-    full = np.where(np.asarray(recompute_code) == 2, 1.0, 0.0)
-    any_rc = np.where(np.asarray(recompute_code) > 0, 1.0, 0.0)
+    full = where(recompute_code == 2, 1.0, 0.0)
+    any_rc = where(recompute_code > 0, 1.0, 0.0)
     return (
         comm.tp_nic_backward
         + comm.cp_nic_backward
@@ -389,7 +388,8 @@ def block_nic_backward_s(comm: BlockComm, recompute_code: Num) -> Num:
 def _graph_caches() -> tuple:
     """The memos of the op-graph builders (graph/: the layers, their core attention, memory and parameter counts) and
     of the cost functions they feed (cost/: GEMM waves, group spans, MoE FLOP counts)."""
-    from paraplan.cost import compute, comm, flops, moe as moe_cost
+    from paraplan.cost import comm, compute, flops
+    from paraplan.cost import moe as moe_cost
     from paraplan.graph import encoder, moe, ops, summa, transformer
 
     return (

@@ -11,9 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from paraplan.cost.comm import LinearCollective
+from paraplan.cost.elementwise import maximum, where
 from paraplan.step.block_terms import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
 
@@ -130,7 +129,7 @@ def max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num
     best = 0.0
     for block, n in stage.blocks:
         if kinds is None or block.kind in kinds:
-            best = np.maximum(best, np.where(n > 0, value(block), 0.0))
+            best = maximum(best, where(n > 0, value(block), 0.0))
     return best
 
 
@@ -177,4 +176,4 @@ def stage_params(stage: Stage, group: str, kinds: tuple[str, ...] | None = None)
 
 def shard_ways(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
     """How many ways ZeRO shards a state over the group: its size from stage ``from_zero`` on, else 1."""
-    return np.where(inp.knobs.zero >= from_zero, group.size, 1)
+    return where(inp.knobs.zero >= from_zero, group.size, 1)

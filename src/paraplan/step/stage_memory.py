@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from paraplan.cost.elementwise import maximum, minimum, where
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     Stage,
@@ -73,23 +72,23 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
         stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS
     )
     out = {
-        "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),
+        "weights_bytes": where(inp.knobs.offload_weights, streamed_weights, weights),
         "gradients_bytes": grads,
-        "optimizer_bytes": np.where(inp.knobs.offload_optimizer, 0.0, optimizer),
-        "activations_bytes": np.where(
+        "optimizer_bytes": where(inp.knobs.offload_optimizer, 0.0, optimizer),
+        "activations_bytes": where(
             inp.knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts
         ),
         "buffers_bytes": max_blocks(stage, lambda b: b.buffer_bytes)
-        + np.where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+        + where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
         "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
         "transformer_weights_and_optimizer_bytes": transformer_states,
-        "transformer_activations_bytes": np.where(
+        "transformer_activations_bytes": where(
             inp.knobs.offload_activations,
             (1.0 - share) * in_flight * transformer_kept + offloaded_acts,
             in_flight * transformer_kept,
         ),
-        "host_bytes": np.where(inp.knobs.offload_optimizer, optimizer, 0.0)
-        + np.where(inp.knobs.offload_weights, weights, 0.0)
+        "host_bytes": where(inp.knobs.offload_optimizer, optimizer, 0.0)
+        + where(inp.knobs.offload_weights, weights, 0.0)
         + share * acts,
     }
     out["peak_bytes"] = (
@@ -114,7 +113,7 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
-    return np.minimum(layer, np.maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
+    return minimum(layer, maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
 
 
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
@@ -124,6 +123,6 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     peak = host = 0.0
     for s in inp.stages:
         terms = stage_memory_terms(inp, s, s.index)
-        peak = np.maximum(peak, np.where(s.count > 0, terms["peak_bytes"], 0.0))
-        host = np.maximum(host, np.where(s.count > 0, terms["host_bytes"], 0.0))
+        peak = maximum(peak, where(s.count > 0, terms["peak_bytes"], 0.0))
+        host = maximum(host, where(s.count > 0, terms["host_bytes"], 0.0))
     return peak, host
