@@ -68,6 +68,7 @@ from paraplan.step.tail import (  # noqa: F401
 )
 
 Num = Any  # float or numpy array, broadcastable
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 
 
 def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
@@ -136,7 +137,7 @@ def _breakdown(pipe: dict, optimizer_s: Num, dp_s: Num, offload_s: Num) -> dict[
         "dp_comm_s": dp_s,
         "offload_s": offload_s,
     }
-    assert tuple(out) == tuple(f.name for f in fields(TimeBreakdown))
+    assert tuple(out) == _BREAKDOWN_FIELDS
     step = 0.0
     for v in out.values():
         step = step + v

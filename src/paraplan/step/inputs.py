@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from paraplan.cost.comm import LinearCollective
@@ -135,11 +136,20 @@ def max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num
 
 def stage_work(stage: Stage) -> dict[str, Num]:
     """Per-micro-batch seconds of one stage by part (BlockTerms names + "pp"), summed over its blocks."""
-    parts = {
-        name: sum_blocks(stage, lambda b, k=name: getattr(b.terms, k)) for name in BLOCK_TERM_NAMES
-    }
+    sums = [0.0] * len(
+        BLOCK_TERM_NAMES
+    )  # one pass over the blocks, each part summed in block order
+    for block, n in stage.blocks:
+        for i, value in enumerate(_block_term_values(block.terms)):
+            sums[i] = sums[i] + n * value
+    parts = dict(zip(BLOCK_TERM_NAMES, sums))
     parts["pp"] = stage.p2p_s
     return parts
+
+
+_block_term_values = attrgetter(
+    *BLOCK_TERM_NAMES
+)  # BlockTerms -> its values in BLOCK_TERM_NAMES order
 
 
 def work_total(parts: dict[str, Num]) -> Num:

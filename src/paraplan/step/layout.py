@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.cost.elementwise import where
 from paraplan.graph.moe import moe_shaped
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.split import SplitGroup
@@ -81,8 +82,8 @@ def build_step_inputs(
     embeddings are tied) and attach the plan's knobs. ``facts``: the row's step.build.RowFacts."""
     head = blocks["head"]
     single = facts.pp == 1
-    head = replace(head, params=np.where(single, facts.head_params_with_embedding, head.params))
-    p2p = np.where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
+    head = replace(head, params=where(single, facts.head_params_with_embedding, head.params))
+    p2p = where(single, 0.0, 2.0 * knobs.vpp * facts.p2p_transfer_s)
     stages = []
     start = 0  # first decoder layer of the group's first stage
     moe_model = facts.model is not None and moe_shaped(facts.model)
