@@ -342,12 +342,17 @@ def row_facts(
 
 # ---- 3. blocks ----------------------------------------------------------------------------------
 def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
-    """Per-block costs of a row (``block_cost`` of every block kind). Comm-GEMM overlap needs the TP
-    group inside one NVLink domain (Transformer Engine userbuffers run over NVLink)."""
-    overlap = logical_and(facts.overlap_tp_comm, facts.tp_domains == 1)
-    return {
-        name: block_cost(name, f, facts.recompute_code, overlap) for name, f in facts.blocks.items()
-    }
+    """Per-block costs of a row (``block_cost`` of every block kind): ``kind_blocks`` of its facts."""
+    return kind_blocks(facts.blocks, facts.recompute_code, facts.overlap_tp_comm, facts.tp_domains)
+
+
+def kind_blocks(
+    blocks: dict[str, BlockFacts], recompute_code: Num, overlap_tp_comm: Num, tp_domains: Num
+) -> dict[str, BlockCost]:
+    """``block_cost`` of every block kind's facts. Comm-GEMM overlap needs the TP group inside one
+    NVLink domain (Transformer Engine userbuffers run over NVLink)."""
+    overlap = logical_and(overlap_tp_comm, tp_domains == 1)
+    return {name: block_cost(name, f, recompute_code, overlap) for name, f in blocks.items()}
 
 
 def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: Num) -> BlockCost:
