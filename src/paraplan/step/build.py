@@ -230,7 +230,6 @@ def block_cost_facts(
     return out
 
 
-@lru_cache(maxsize=65536)
 def _kind_cost_facts(
     model: ModelSpec,
     system: SystemSpec,
@@ -239,11 +238,29 @@ def _kind_cost_facts(
     tp_span: GroupSpan,
     cp_span: GroupSpan,
 ) -> BlockCostFacts:
-    """One block kind's BlockCostFacts (block_cost_facts)."""
+    """One block kind's BlockCostFacts (block_cost_facts). A span the block's collectives do not use
+    is not part of its cost: costed once whatever that span (the embedding and LM head have no CP
+    collective, whatever the CP placement; ``_used_span_cost_facts``)."""
+    used = collective_groups(BLOCK_KINDS[name].graph(model, shape))
+    if not used & _TP_GROUPS and shape.tp_layout != "2d":  # SUMMA's exposure reads the tp span
+        tp_span = _NO_SPAN
+    if "cp" not in used:
+        cp_span = _NO_SPAN
+    return _used_span_cost_facts(model, system, name, shape, tp_span, cp_span)
+
+
+@lru_cache(maxsize=65536)
+def _used_span_cost_facts(
+    model: ModelSpec,
+    system: SystemSpec,
+    name: str,
+    shape: LayerShape,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
+) -> BlockCostFacts:
+    """``_kind_cost_facts`` on the spans the block's collectives use (the others _NO_SPAN)."""
     moe = moe_shaped(model)
     graph = BLOCK_KINDS[name].graph(model, shape)
-    # a span the block's collectives do not use is not part of its cost (more cache hits: the
-    # embedding and LM head have no CP collective, whatever the CP placement)
     used = collective_groups(graph)
     comm = block_comm(
         graph,
@@ -431,7 +448,7 @@ COLD_CACHES = (
     block_compute,
     block_comm,
     block_cost_facts,
-    _kind_cost_facts,
+    _used_span_cost_facts,
     _statics_of,
     _op_times,
     block_memory_facts,

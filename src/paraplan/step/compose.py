@@ -86,6 +86,9 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
 
 
 def _pick(index: Num, values: list[Num]) -> Num:
+    """values[index], elementwise: the entry of each candidate's index (0 <= index < len(values))."""
+    if index.__class__ is not np.ndarray and not any(v.__class__ is np.ndarray for v in values):
+        return values[index]
     out = values[-1]
     for i in range(len(values) - 2, -1, -1):
         out = where(index == i, values[i], out)
