@@ -3,6 +3,8 @@ the step time and memory of groups of them on arrays."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
@@ -116,5 +118,21 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     shape = (len(rows), n_t, n_o)
     valid = np.broadcast_to((np.arange(n_t)[None, :] < states[:, None])[:, :, None], shape)
     step = np.broadcast_to(compose_step(inp)["step_time_s"], shape)[valid]
-    peak, host = (np.broadcast_to(v, shape)[valid] for v in stage_peaks(inp))
+    peak, host = (np.broadcast_to(v, shape)[valid] for v in _state_peaks(inp, values["zero"]))
     return step, peak, host
+
+
+def _state_peaks(inp, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """stage_peaks of candidates whose state options (axis 1) have the ZeRO stages ``zero``: memory reads
+    the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
+    stage (at most 4 against up to 11 state options) and each state option takes its stage's."""
+    stages = np.unique(zero)
+    knobs = replace(inp.knobs, zero=stages[None, :, None], **_NO_OVERLAP)
+    peaks = stage_peaks(replace(inp, knobs=knobs))
+    at = np.searchsorted(stages, zero)  # (G, T, 1): each state option's stage among ``stages``
+    width = (len(at), len(stages), max(np.shape(v)[-1] for v in peaks))
+    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=1) for v in peaks)
+
+
+# the DP-overlap switches, which the memory terms do not read (step.stage_memory)
+_NO_OVERLAP = {name: False for name in STATE_FIELDS if name != "zero"}
