@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from _cold import cold_search
-from _process_cpu import process_cpu, residuals_current
+from _process_cpu import process_cpu, residuals_current, use_bytecode
 from _table import print_table
 
 from paraplan.catalog import load_model, load_system
@@ -171,8 +171,13 @@ def main() -> None:
         action="store_true",
         help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)",
     )
+    parser.add_argument(
+        "--bytecode", action="store_true", help="with a bytecode cache (_process_cpu.use_bytecode)"
+    )
     args = parser.parse_args()
     if not args.in_process:
+        if args.bytecode:
+            use_bytecode()
         process_table(args.runs, args.markdown)
         return
     rows = []

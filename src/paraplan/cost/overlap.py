@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from paraplan.cost.elementwise import maximum
+
 
 def fair_share_times_s(alone_s):
     """Completion times of flows that start together on one link and share it fairly (processor
@@ -46,11 +48,9 @@ def chunked_overlap_exposed_s(comm_s, compute_s, chunks, compute_slowdown):
     stream sets the pace; the communication kernels take SMs and HBM bandwidth from the GEMM
     (``compute_slowdown``, a fraction of the GEMM time):
     exposed = comm/n + max(0, (n−1)/n·(comm − compute)) + slowdown·compute."""
-    n = np.maximum(chunks, 1)
+    n = maximum(chunks, 1)
     return (
-        comm_s / n
-        + np.maximum(0.0, (n - 1) / n * (comm_s - compute_s))
-        + compute_slowdown * compute_s
+        comm_s / n + maximum(0.0, (n - 1) / n * (comm_s - compute_s)) + compute_slowdown * compute_s
     )
 
 
@@ -60,8 +60,8 @@ def bucketed_reduce_exposed_s(reduce_s, backward_s, buckets):
     Megatron-Core DDP buckets of max(40M, 1M·dp) parameters): the last bucket is ready only when
     backward ends, the others overlap the remaining backward:
     exposed = reduce/b + max(0, (b−1)/b·(reduce − backward))."""
-    b = np.maximum(buckets, 1)
-    return reduce_s / b + np.maximum(0.0, (b - 1) / b * (reduce_s - backward_s))
+    b = maximum(buckets, 1)
+    return reduce_s / b + maximum(0.0, (b - 1) / b * (reduce_s - backward_s))
 
 
 def prefetched_gather_exposed_s(gather_s, compute_s, layers, prefetch_layers):
@@ -83,8 +83,8 @@ def ring_attention_exposed_s(step_comm_s, step_attention_s, cp, sync_s):
     exposed = (c−1)·max(0, comm − attention) + (c−1)·sync. With causal load balancing (each rank
     holds chunks i and 2c−1−i) every step does the same work, so one step's attention is the
     whole attention / c."""
-    steps = np.maximum(cp - 1, 0)
-    return steps * np.maximum(0.0, step_comm_s - step_attention_s) + steps * sync_s
+    steps = maximum(cp - 1, 0)
+    return steps * maximum(0.0, step_comm_s - step_attention_s) + steps * sync_s
 
 
 def ulysses_all_to_all_bytes(local_tensor_bytes, cp):

@@ -52,7 +52,11 @@ def stack(items: list, index: np.ndarray):
         )
         out = {}
         if columns:  # all numeric leaves at once: one (items × leaves) matrix
-            matrix = np.array(list(map(get, items)), dtype=float).reshape(len(items), len(columns))
+            if isinstance(first, tuple) and len(columns) == len(first):  # a NamedTuple of numbers
+                matrix = np.array(items, dtype=float)
+            else:
+                matrix = np.array(list(map(get, items)), dtype=float)
+            matrix = matrix.reshape(len(items), len(columns))
             uniform = (matrix == matrix[0]).all(axis=0)
             # the varying leaves taken at once, each a contiguous row of one (varying × index) matrix
             varying = matrix[:, ~uniform].T.copy()[:, index]

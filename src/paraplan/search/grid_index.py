@@ -3,11 +3,16 @@ the step time and memory of groups of them on arrays."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
 from paraplan.step.compose import compose_step, stage_peaks
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, grid_arrays
+
+# the grid_arrays fields a state option sets (space.grid_parts' second list)
+STATE_FIELDS = ("zero", "overlap_dp_grad_reduce", "overlap_param_gather")
 
 
 class GridIndex:
@@ -53,6 +58,10 @@ class GridIndex:
             [any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool
         )
         self.split_backward = split[self.key_id]
+        # every row's offload options are the problem's (space.grid_parts): a group is states × them
+        counts = {len(o) for _, _, o in self.parts}
+        assert len(counts) <= 1, "the offload options are the same for every row"
+        self.offload_count = max(1, *counts) if counts else 1
 
     def option(self, row: int, g: int) -> tuple:
         """The grid tuple (space.grid) of option ``g`` of ``row``."""
@@ -83,21 +92,47 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     """(step time, HBM peak, host memory) of every candidate of the option groups (rows[i], the
     group_size[rows[i]] options from starts[i]), flat in ``_expand`` order.
 
-    The groups are evaluated as one (groups × options) broadcast: the row facts and the schedule
-    option are (G, 1) arrays, the ZeRO / DP-overlap / offload options (G, K) (a group with fewer
-    than K options repeats its last one; the repeats are dropped), so the per-stage sums run once
-    per group and only what those knobs change runs per candidate. Every function on the way is
-    elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
-    sizes = options.group_size[rows]
-    k = int(sizes.max())
-    slot = np.minimum(np.arange(k)[None, :], sizes[:, None] - 1)
-    where = (options.offset[rows] + starts)[:, None] + slot
-    values = {
-        f: v[where[:, :1]] if f in SCHEDULE_FIELDS else v[where] for f, v in options.table.items()
-    }
-    inp = table.inputs(rows[:, None], values)
-    valid = np.arange(k)[None, :] < sizes[:, None]  # row-major: _expand's order
-    shape = (len(rows), k)
+    A group's options are the product of its state options (ZeRO, DP overlaps) and the offload
+    options (space.grid_parts, offload innermost), so the groups are evaluated as one
+    (groups × states × offloads) broadcast: the row facts and the schedule option are (G, 1, 1)
+    arrays, the state options (G, T, 1) (a group with fewer than T repeats its last one; the
+    repeats are dropped), the offload options (G, 1, O). Each term is computed on the axes it
+    reads — the per-stage sums once per group, the data-parallel tail once per state option, the
+    streaming once per offload option — and only what combines both on (G, T, O). Every function
+    on the way is elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
+    n_o = options.offload_count
+    states = options.group_size[rows] // n_o
+    n_t = int(states.max())
+    first = options.offset[rows] + starts  # option (state 0, offload 0) of each group
+    state_at = first[:, None] + np.minimum(np.arange(n_t)[None, :], states[:, None] - 1) * n_o
+    offload_at = first[:, None] + np.arange(n_o)[None, :]
+    values = {}
+    for f, v in options.table.items():
+        if f in SCHEDULE_FIELDS:
+            values[f] = v[first][:, None, None]
+        elif f in STATE_FIELDS:
+            values[f] = v[state_at][:, :, None]
+        else:
+            values[f] = v[offload_at][:, None, :]
+    inp = table.inputs(rows[:, None, None], values)
+    shape = (len(rows), n_t, n_o)
+    valid = np.broadcast_to((np.arange(n_t)[None, :] < states[:, None])[:, :, None], shape)
     step = np.broadcast_to(compose_step(inp)["step_time_s"], shape)[valid]
-    peak, host = (np.broadcast_to(v, shape)[valid] for v in stage_peaks(inp))
+    peak, host = (np.broadcast_to(v, shape)[valid] for v in _state_peaks(inp, values["zero"]))
     return step, peak, host
+
+
+def _state_peaks(inp, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """stage_peaks of candidates whose state options (axis 1) have the ZeRO stages ``zero``: memory reads
+    the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
+    stage (at most 4 against up to 11 state options) and each state option takes its stage's."""
+    stages = np.unique(zero)
+    knobs = replace(inp.knobs, zero=stages[None, :, None], **_NO_OVERLAP)
+    peaks = stage_peaks(replace(inp, knobs=knobs))
+    at = np.searchsorted(stages, zero)  # (G, T, 1): each state option's stage among ``stages``
+    width = (len(at), len(stages), max(np.shape(v)[-1] for v in peaks))
+    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=1) for v in peaks)
+
+
+# the DP-overlap switches, which the memory terms do not read (step.stage_memory)
+_NO_OVERLAP = {name: False for name in STATE_FIELDS if name != "zero"}

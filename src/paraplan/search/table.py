@@ -10,7 +10,7 @@ those arrays, and a batch of candidates (rows × grid options) becomes ``StepInp
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from paraplan.step.build import (
     RowFacts,
     build_step_inputs,
     head_params_with_embedding,
-    row_blocks,
+    kind_blocks,
     system_terms,
 )
 from paraplan.step.compose import BLOCK_TERM_NAMES, StepInputs
@@ -74,28 +74,42 @@ class RowTable:
         if not self.size:
             self.facts = self.blocks = None
             return
-        self.facts = self._facts(costings)
-        self.blocks = row_blocks(self.facts)
-        # what build_step_inputs reads besides the blocks
-        self.step_facts = replace(self.facts, blocks={})
+        # the rows' units: rows alike in what their blocks read (cost id, memory id, recompute mode,
+        # TP overlap switch; the cost id fixes the TP span), ~4x fewer than the rows: the blocks are
+        # costed per unit, and rows take theirs by ``unit``
+        key = c["cost_id"] * (int(c["memory_id"].max()) + 1) + c["memory_id"]
+        key = (key * len(RECOMPUTE_NAMES) + c["recompute"]) * 2 + c["overlap_tp"]
+        _, first, unit = np.unique(key, return_index=True, return_inverse=True)
+        self.unit = unit.reshape(-1)
+        self.blocks = kind_blocks(
+            self._block_facts(costings, first),
+            c["recompute"][first],
+            c["overlap_tp"][first].astype(bool),
+            c["tp_domains"][first],
+        )
+        # what build_step_inputs reads besides the blocks, per row
+        self.facts = self.step_facts = self._facts(costings)
         self.constants = system_terms(problem.system, problem.dtype, problem)
 
-    def _facts(self, costings) -> RowFacts:
-        """The rows' RowFacts: each row's entries of the costings, stacked into arrays."""
-        model, c = self.problem.model, self.columns
-        costs, memories = costings.costs, costings.memories
-        cid, mid = c["cost_id"], c["memory_id"]
-        block_facts = {
+    def _block_facts(self, costings, rows: np.ndarray) -> dict[str, BlockFacts]:
+        """Per block kind, the BlockFacts of the given rows: their entries of the costings, stacked."""
+        c, costs, memories = self.columns, costings.costs, costings.memories
+        cid, mid = c["cost_id"][rows], c["memory_id"][rows]
+        return {
             kind: BlockFacts.of(
                 stack([f[kind] for f in costs], cid), stack([m[kind] for m in memories], mid)
             )
             for kind in costs[0]
         }
+
+    def _facts(self, costings) -> RowFacts:
+        """The rows' RowFacts but their blocks: each row's entries of the costings, stacked into arrays."""
+        model, c = self.problem.model, self.columns
         head_with_embedding = {
             tp: head_params_with_embedding(model, tp) for tp in set(c["tp"].tolist())
         }
         return RowFacts(
-            blocks=block_facts,
+            blocks={},
             head_params_with_embedding=np.array([head_with_embedding[t] for t in c["tp"].tolist()]),
             recompute_code=c["recompute"],
             overlap_tp_comm=c["overlap_tp"].astype(bool),
@@ -140,7 +154,8 @@ class RowTable:
         )
         split = grouped_split(facts.layers, facts.pp, first, last)
         knobs = GridKnobs(**{f.name: grid_values[f.name] for f in fields(GridKnobs)})
-        return build_step_inputs(facts, take(self.blocks, index), knobs, split, self.constants)
+        blocks = take(self.blocks, self.unit[index])
+        return build_step_inputs(facts, blocks, knobs, split, self.constants)
 
     def lower_bounds(
         self, v_max: np.ndarray, split_backward: np.ndarray | bool = False
@@ -167,6 +182,7 @@ class RowTable:
             ):  # the time parts (``wgrad`` is a share of ``backward``, not added)
                 work = work + getattr(terms, name)
             unit = work if unit is None else np.minimum(unit, work)
+        unit = unit[self.unit] if np.ndim(unit) else unit  # per unit -> per row
         facts = self.facts
         links = (
             facts.pipeline

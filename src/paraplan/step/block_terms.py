@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-import numpy as np
-
 from paraplan.cost.comm import priced_exposure_s
+from paraplan.cost.elementwise import maximum, where
 from paraplan.cost.overlap import chunked_overlap_exposed_s, ring_attention_exposed_s
 
 Num = Any  # float or numpy array, broadcastable
@@ -70,7 +69,7 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     full = recompute_code == 2
     rc = recompute_s(c, recompute_code)
     steps = comm.cp_steps
-    per_step = 1.0 / np.maximum(steps, 1.0)
+    per_step = 1.0 / maximum(steps, 1.0)
     cp_f = priced_exposure_s(
         comm.cp_forward,
         ring_attention_exposed_s(
@@ -90,10 +89,10 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
     tp_b_async = (
         comm.tp_backward
-        + np.maximum(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
-        + np.maximum(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
+        + maximum(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
+        + maximum(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
     )
-    tp_f = np.where(
+    tp_f = where(
         overlap_tp_comm,
         priced_exposure_s(
             comm.tp_forward,
@@ -104,17 +103,15 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     )
     tp_b = priced_exposure_s(
         backward_comm,
-        np.where(
+        where(
             overlap_tp_comm,
             chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0),
             tp_b_async,
         ),
         comm.tp_backward_price,
     )
-    tp_rc = np.where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
-    cp_rc = np.where(
-        recompute_code > 0, cp_f, 0.0
-    )  # both recompute modes re-run the core attention
+    tp_rc = where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
+    cp_rc = where(recompute_code > 0, cp_f, 0.0)  # both recompute modes re-run the core attention
     ep_f, ep_b = expert_exposure(c, comm)
     # W: the weight-gradient GEMMs, half of the backward GEMM time (equal FLOPs, Narayanan et al. 2021 §5.1)
     return BlockTerms(
@@ -134,10 +131,10 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
 def recompute_s(compute, recompute_code: Num) -> Num:
     """Seconds recomputation re-runs per micro-batch (Korthikanti et al. 2022 §5): full (code 2) the
     block's forward, selective (1) its core attention (``attention_forward``), none (0) nothing."""
-    return np.where(
+    return where(
         recompute_code == 2,
         compute.forward,
-        np.where(recompute_code == 1, compute.attention_forward, 0.0),
+        where(recompute_code == 1, compute.attention_forward, 0.0),
     )
 
 
@@ -149,17 +146,17 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
     dispatch and combine beside another micro-batch's compute; DeepSeek-V3 report §3.2.1) they
     hide behind the block's compute of the other direction and cost their price
     (cost.comm.priced_exposure_s)."""
-    ep_f = np.where(
+    ep_f = where(
         comm.ep_overlap,
         priced_exposure_s(
-            comm.ep_forward, np.maximum(0.0, comm.ep_forward - c.backward), comm.ep_forward_price
+            comm.ep_forward, maximum(0.0, comm.ep_forward - c.backward), comm.ep_forward_price
         ),
         comm.ep_forward,
     )
-    ep_b = np.where(
+    ep_b = where(
         comm.ep_overlap,
         priced_exposure_s(
-            comm.ep_backward, np.maximum(0.0, comm.ep_backward - c.forward), comm.ep_backward_price
+            comm.ep_backward, maximum(0.0, comm.ep_backward - c.forward), comm.ep_backward_price
         ),
         comm.ep_backward,
     )

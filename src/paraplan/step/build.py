@@ -21,8 +21,31 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-import numpy as np
-
+from paraplan.cost.comm import (
+    GroupSpan,
+    collective_costs_s,
+    group_span,
+    linear_collective,
+    placement_strides,
+)
+from paraplan.cost.elementwise import logical_and, where
+from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
+from paraplan.cost.summa import with_summa_exposure
+from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
+from paraplan.graph.ops import collective_groups, weight_tensor_stats
+from paraplan.graph.transformer import LayerShape, with_expert
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import GRADIENT_GROUPS
+from paraplan.specs.system import SystemSpec
+from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
+    BlockComm,
+    BlockCompute,
+    _comm_with_overlap,
+    _op_times,
+    block_comm,
+    block_compute,
+    expert_comm_terms,
+)
 from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
@@ -33,30 +56,9 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
     model_gradient_groups,
     p2p_bytes,
 )
-from paraplan.cost.comm import (
-    GroupSpan,
-    collective_costs_s,
-    group_span,
-    linear_collective,
-    placement_strides,
-)
-from paraplan.cost.summa import with_summa_exposure
-from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
-from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
-from paraplan.graph.ops import collective_groups, weight_tensor_stats
-from paraplan.graph.transformer import LayerShape, with_expert
-from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
-    BlockComm,
-    BlockCompute,
-    _comm_with_overlap,
-    _op_times,
-    block_comm,
-    block_compute,
-    expert_comm_terms,
-)
 from paraplan.step.p2p import PipelineLinks, pipeline_links
-from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, GradientGroup, block_terms
+from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     GRID_FIELDS,
     GridKnobs,
@@ -64,9 +66,6 @@ from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, th
     layer_mix,
     stage_block_counts,
 )
-from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import GRADIENT_GROUPS
-from paraplan.specs.system import SystemSpec
 
 Num = Any
 
@@ -233,7 +232,6 @@ def block_cost_facts(
     return out
 
 
-@lru_cache(maxsize=65536)
 def _kind_cost_facts(
     model: ModelSpec,
     system: SystemSpec,
@@ -242,11 +240,29 @@ def _kind_cost_facts(
     tp_span: GroupSpan,
     cp_span: GroupSpan,
 ) -> BlockCostFacts:
-    """One block kind's BlockCostFacts (block_cost_facts)."""
+    """One block kind's BlockCostFacts (block_cost_facts). A span the block's collectives do not use
+    is not part of its cost: costed once whatever that span (the embedding and LM head have no CP
+    collective, whatever the CP placement; ``_used_span_cost_facts``)."""
+    used = collective_groups(BLOCK_KINDS[name].graph(model, shape))
+    if not used & _TP_GROUPS and shape.tp_layout != "2d":  # SUMMA's exposure reads the tp span
+        tp_span = _NO_SPAN
+    if "cp" not in used:
+        cp_span = _NO_SPAN
+    return _used_span_cost_facts(model, system, name, shape, tp_span, cp_span)
+
+
+@lru_cache(maxsize=65536)
+def _used_span_cost_facts(
+    model: ModelSpec,
+    system: SystemSpec,
+    name: str,
+    shape: LayerShape,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
+) -> BlockCostFacts:
+    """``_kind_cost_facts`` on the spans the block's collectives use (the others _NO_SPAN)."""
     moe = moe_shaped(model)
     graph = BLOCK_KINDS[name].graph(model, shape)
-    # a span the block's collectives do not use is not part of its cost (more cache hits: the
-    # embedding and LM head have no CP collective, whatever the CP placement)
     used = collective_groups(graph)
     comm = block_comm(
         graph,
@@ -338,12 +354,17 @@ def row_facts(
 
 # ---- 3. blocks ----------------------------------------------------------------------------------
 def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
-    """Per-block costs of a row (``block_cost`` of every block kind). Comm-GEMM overlap needs the TP
-    group inside one NVLink domain (Transformer Engine userbuffers run over NVLink)."""
-    overlap = np.logical_and(facts.overlap_tp_comm, facts.tp_domains == 1)
-    return {
-        name: block_cost(name, f, facts.recompute_code, overlap) for name, f in facts.blocks.items()
-    }
+    """Per-block costs of a row (``block_cost`` of every block kind): ``kind_blocks`` of its facts."""
+    return kind_blocks(facts.blocks, facts.recompute_code, facts.overlap_tp_comm, facts.tp_domains)
+
+
+def kind_blocks(
+    blocks: dict[str, BlockFacts], recompute_code: Num, overlap_tp_comm: Num, tp_domains: Num
+) -> dict[str, BlockCost]:
+    """``block_cost`` of every block kind's facts. Comm-GEMM overlap needs the TP group inside one
+    NVLink domain (Transformer Engine userbuffers run over NVLink)."""
+    overlap = logical_and(overlap_tp_comm, tp_domains == 1)
+    return {name: block_cost(name, f, recompute_code, overlap) for name, f in blocks.items()}
 
 
 def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: Num) -> BlockCost:
@@ -361,7 +382,7 @@ def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: N
         kind.gradient_group,
         nic_forward_s=f.comm.tp_nic_forward + f.comm.cp_nic_forward,
         nic_backward_s=block_nic_backward_s(f.comm, code),
-        regathered=1.0 * (np.asarray(code) == 2),
+        regathered=1.0 * (code == 2),
         largest_weight_params=f.largest_weight_params,
         weight_tensors=f.weight_tensors,
         small_numels=f.small_numels,
@@ -371,8 +392,8 @@ def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: N
 def block_nic_backward_s(comm: BlockComm, recompute_code: Num) -> Num:
     """NIC-busy seconds of a block's backward: its backward TP/CP collectives plus those recomputation
     re-runs (full: the forward TP collectives; selective and full: the CP ring), as block_terms counts them."""
-    full = np.where(np.asarray(recompute_code) == 2, 1.0, 0.0)
-    any_rc = np.where(np.asarray(recompute_code) > 0, 1.0, 0.0)
+    full = where(recompute_code == 2, 1.0, 0.0)
+    any_rc = where(recompute_code > 0, 1.0, 0.0)
     return (
         comm.tp_nic_backward
         + comm.cp_nic_backward
@@ -384,7 +405,8 @@ def block_nic_backward_s(comm: BlockComm, recompute_code: Num) -> Num:
 def _graph_caches() -> tuple:
     """The memos of the op-graph builders (graph/: the layers, their core attention, memory and parameter counts) and
     of the cost functions they feed (cost/: GEMM waves, group spans, MoE FLOP counts)."""
-    from paraplan.cost import compute, comm, flops, moe as moe_cost
+    from paraplan.cost import comm, compute, flops
+    from paraplan.cost import moe as moe_cost
     from paraplan.graph import encoder, moe, ops, summa, transformer
 
     return (
@@ -421,7 +443,7 @@ COLD_CACHES = (
     block_compute,
     block_comm,
     block_cost_facts,
-    _kind_cost_facts,
+    _used_span_cost_facts,
     _statics_of,
     _op_times,
     block_memory_facts,

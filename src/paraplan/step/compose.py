@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.cost.elementwise import maximum, where
+
 # re-exported: the builders, the search and the tests read the composition's names here
 from paraplan.step.block_terms import (  # noqa: F401
     BLOCK_TERM_NAMES,
@@ -66,26 +68,30 @@ from paraplan.step.tail import (  # noqa: F401
 )
 
 Num = Any  # float or numpy array, broadcastable
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 
 
 def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     """(max over present entries, index of the first entry that attains it)."""
     best, index = None, None
     for i, (v, p) in enumerate(zip(values, present)):
-        v = np.where(p, v, -np.inf)
+        v = where(p, v, -np.inf)
         if best is None:
             best, index = v, np.zeros(np.shape(v), dtype=np.int64) if np.ndim(v) else 0
         else:
             better = v > best
-            best = np.where(better, v, best)
-            index = np.where(better, i, index)
+            best = where(better, v, best)
+            index = where(better, i, index)
     return best, index
 
 
 def _pick(index: Num, values: list[Num]) -> Num:
+    """values[index], elementwise: the entry of each candidate's index (0 <= index < len(values))."""
+    if index.__class__ is not np.ndarray and not any(v.__class__ is np.ndarray for v in values):
+        return values[index]
     out = values[-1]
     for i in range(len(values) - 2, -1, -1):
-        out = np.where(index == i, values[i], out)
+        out = where(index == i, values[i], out)
     return out
 
 
@@ -134,7 +140,7 @@ def _breakdown(pipe: dict, optimizer_s: Num, dp_s: Num, offload_s: Num) -> dict[
         "dp_comm_s": dp_s,
         "offload_s": offload_s,
     }
-    assert tuple(out) == tuple(f.name for f in fields(TimeBreakdown))
+    assert tuple(out) == _BREAKDOWN_FIELDS
     step = 0.0
     for v in out.values():
         step = step + v
@@ -175,20 +181,18 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
             ),
             TRANSFORMER_KINDS,
         )
-        streamed = np.maximum(
+        streamed = maximum(
             streamed,
-            np.where(
-                s.count > 0, m * np.maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0
-            ),
+            where(s.count > 0, m * maximum(0.0, traffic / inp.host_bandwidth - busy / m), 0.0),
         )
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
-    after = [dp + opt + off + np.maximum(0.0, streamed - dp) for dp, opt, off in tails]
+    after = [dp + opt + off + maximum(0.0, streamed - dp) for dp, opt, off in tails]
     _, tail_stage = _argmax(after, pipe["present"])
     dp_s = _pick(tail_stage, [t[0] for t in tails])
     return _breakdown(
         pipe,
         optimizer_s=_pick(tail_stage, [t[1] for t in tails]),
         dp_s=dp_s + inp.tied_sync_s,
-        offload_s=_pick(tail_stage, [t[2] for t in tails]) + np.maximum(0.0, streamed - dp_s),
+        offload_s=_pick(tail_stage, [t[2] for t in tails]) + maximum(0.0, streamed - dp_s),
     )

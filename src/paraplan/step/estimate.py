@@ -18,7 +18,8 @@ from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step, stage_memory_terms
+from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
+from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
@@ -36,6 +37,10 @@ from paraplan.step.build import (
     row_facts,
     system_terms,
 )
+
+
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
+_MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 
 
 def layer_shape(plan: PlanSpec) -> LayerShape:
@@ -207,22 +212,21 @@ def estimate(
     check_plan(model, system, plan)
     inp = step_inputs(model, system, plan)
     step = {k: float(v) for k, v in compose_step(inp).items()}
-    breakdown = TimeBreakdown(**{f.name: step[f.name] for f in fields(TimeBreakdown)})
+    breakdown = TimeBreakdown(**{name: step[name] for name in _BREAKDOWN_FIELDS})
     acc = system.accelerator
     stages = []
     # the first len(groups) entries are the split's groups in order (a group's second entry, when its
     # stages' links differ, holds the same blocks: step.layout.build_step_inputs)
     for group, entry in zip(plan.split(model.layers, model.mtp_layers), inp.stages):
+        holdings = stage_holdings(inp, entry)  # the same at every position of the entry
         for index in range(int(group.index), int(group.index) + int(group.count)):
-            terms = stage_memory_terms(inp, entry, index)
+            terms = memory_at(inp, holdings, index)
             stages.append(
                 StageMemory(
                     stage=index,
                     capacity_bytes=acc.hbm_capacity,
                     host_capacity_bytes=acc.host_memory or float("inf"),
-                    **{
-                        f.name: float(terms[f.name]) for f in fields(StageMemory) if f.name in terms
-                    },
+                    **{name: float(terms[name]) for name in _MEMORY_FIELDS if name in terms},
                 )
             )
     stages.sort(key=lambda s: s.stage)

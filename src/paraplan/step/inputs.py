@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
-import numpy as np
-
 from paraplan.cost.comm import LinearCollective
+from paraplan.cost.elementwise import maximum, where
 from paraplan.step.block_terms import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
 
@@ -131,17 +131,26 @@ def max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num
     best = 0.0
     for block, n in stage.blocks:
         if kinds is None or block.kind in kinds:
-            best = np.maximum(best, np.where(n > 0, value(block), 0.0))
+            best = maximum(best, where(n > 0, value(block), 0.0))
     return best
 
 
 def stage_work(stage: Stage) -> dict[str, Num]:
     """Per-micro-batch seconds of one stage by part (BlockTerms names + "pp"), summed over its blocks."""
-    parts = {
-        name: sum_blocks(stage, lambda b, k=name: getattr(b.terms, k)) for name in BLOCK_TERM_NAMES
-    }
+    sums = [0.0] * len(
+        BLOCK_TERM_NAMES
+    )  # one pass over the blocks, each part summed in block order
+    for block, n in stage.blocks:
+        for i, value in enumerate(_block_term_values(block.terms)):
+            sums[i] = sums[i] + n * value
+    parts = dict(zip(BLOCK_TERM_NAMES, sums))
     parts["pp"] = stage.p2p_s
     return parts
+
+
+_block_term_values = attrgetter(
+    *BLOCK_TERM_NAMES
+)  # BlockTerms -> its values in BLOCK_TERM_NAMES order
 
 
 def work_total(parts: dict[str, Num]) -> Num:
@@ -178,4 +187,4 @@ def stage_params(stage: Stage, group: str, kinds: tuple[str, ...] | None = None)
 
 def shard_ways(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
     """How many ways ZeRO shards a state over the group: its size from stage ``from_zero`` on, else 1."""
-    return np.where(inp.knobs.zero >= from_zero, group.size, 1)
+    return where(inp.knobs.zero >= from_zero, group.size, 1)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.cost.elementwise import where
 from paraplan.graph.moe import moe_shaped
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.split import SplitGroup
@@ -85,7 +86,7 @@ def build_step_inputs(
     ``facts``: the row's step.build.RowFacts."""
     head = blocks["head"]
     single = facts.pp == 1
-    head = replace(head, params=np.where(single, facts.head_params_with_embedding, head.params))
+    head = replace(head, params=where(single, facts.head_params_with_embedding, head.params))
     stages, second = [], []
     start = 0  # first decoder layer of the group's first stage
     moe_model = facts.model is not None and moe_shaped(facts.model)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from paraplan.cost.elementwise import maximum, minimum, where
 
 Num = Any  # float or numpy array, broadcastable (as schedule.step)
 
@@ -20,8 +20,8 @@ def offloaded_activation_share(
     min(1, k / layers) when only k of the stage's layers offload (Megatron-LM --cpu-offloading-num-layers;
     plan field ``offload_activation_layers``), 1 when every layer does (k = 0)."""
     k = offload_activation_layers
-    return np.where(
-        offload_activations, np.where(k > 0, np.minimum(1.0, k / np.maximum(layers, 1.0)), 1.0), 0.0
+    return where(
+        offload_activations, where(k > 0, minimum(1.0, k / maximum(layers, 1.0)), 1.0), 0.0
     )
 
 

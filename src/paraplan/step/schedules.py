@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
 
-import numpy as np
-
+from paraplan.cost.elementwise import any_true, maximum, minimum, where
 from paraplan.step.inputs import backward_s, forward_s
 
 Num = Any  # float or numpy array, broadcastable
@@ -83,7 +82,7 @@ def bubble_from_work_s(total_work_s, slowest_work_s, chunks_per_gpu):
 def zb_h1_bubble_share(forward_s, backward_s, wgrad_s):
     """(F + B − 2W) / (F + B): ZB-H1's bubble relative to 1F1B's (Qi et al. 2023, arXiv:2401.10241,
     §3.1, Fig. 3: (p−1)·(F + B_in − W) with B_in = B − W); 1/3 when B = 2F and W = F."""
-    return np.maximum(forward_s + backward_s - 2.0 * wgrad_s, 0.0) / np.maximum(
+    return maximum(forward_s + backward_s - 2.0 * wgrad_s, 0.0) / maximum(
         forward_s + backward_s, 1e-30
     )
 
@@ -92,7 +91,7 @@ def dualpipe_bubble_s(pp, forward_s, backward_s, wgrad_s, overlapped_pair_s=None
     """DualPipe bubble (p/2 − 1)·(F&B + B − 3W) (DeepSeek-V3 report, arXiv:2412.19437, §3.2.1,
     Table 2) for one chunk's F, B, W; F&B defaults to F + B (nothing overlapped)."""
     pair = forward_s + backward_s if overlapped_pair_s is None else overlapped_pair_s
-    return np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(pair + backward_s - 3.0 * wgrad_s, 0.0)
+    return maximum(pp / 2.0 - 1.0, 0.0) * maximum(pair + backward_s - 3.0 * wgrad_s, 0.0)
 
 
 def _one_f_one_b_bubble_s(work: PipelineWork) -> Num:
@@ -129,7 +128,7 @@ def _dualpipe_bubble_s(work: PipelineWork) -> Num:
 def one_f_one_b_in_flight(pp, vpp, microbatches, stage):
     """1F1B and ZB-H1: stage i holds min(p − i, m) micro-batches at its peak (Narayanan et al. 2021
     §2.2.1: p − i warm-up forwards; Qi et al. 2023 §3.1: ZB-H1 keeps 1F1B's peak)."""
-    return np.minimum(pp - stage, microbatches)
+    return minimum(pp - stage, microbatches)
 
 
 def _gpipe_in_flight(pp, vpp, microbatches, stage):
@@ -141,12 +140,12 @@ def _interleaved_in_flight(pp, vpp, microbatches, stage):
     """Interleaved 1F1B, in units of a whole stage: Megatron-LM's warm-up of 2·(p − i − 1) + (v − 1)·p + 1
     model chunks of 1/v stage each (num_warmup_microbatches of the interleaved schedule, + the one in
     its steady state), capped at m·v; on stage 0, p·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.3)."""
-    return np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
+    return minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
 
 
 def _dualpipe_in_flight(pp, vpp, microbatches, stage):
     """DualPipe: p + 1 micro-batches on every stage (DeepSeek-V3 Table 2, activations (p + 1)×), at most m."""
-    return np.minimum(pp + 1, microbatches)
+    return minimum(pp + 1, microbatches)
 
 
 def least_in_flight_microbatches(pp, microbatches, stage):
@@ -268,8 +267,8 @@ def by_schedule(knobs, value: Callable[[PipelineSchedule], Num]) -> Num:
     out = value(DEFAULT_SCHEDULE)
     for name, flag in SCHEDULE_FLAGS.items():
         on = getattr(knobs, flag)
-        if np.any(on):
-            out = np.where(on, value(SCHEDULES[name]), out)
+        if any_true(on):
+            out = where(on, value(SCHEDULES[name]), out)
     return out
 
 

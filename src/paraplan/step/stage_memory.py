@@ -5,10 +5,9 @@ what offload keeps in host memory. The only memory terms of a step; floats or nu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
-
+from paraplan.cost.elementwise import maximum, minimum, where
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     Stage,
@@ -48,48 +47,80 @@ def stage_state_bytes(inp: StepInputs, stage: Stage) -> tuple[Num, Num, Num, Num
     return weights, grads, optimizer, transformer_states
 
 
+class StageHoldings(NamedTuple):
+    """What a stage holds whatever its position (``stage_holdings``): state bytes times the schedule's
+    weight copies, activation bytes per in-flight micro-batch, and what offload and buffers add."""
+
+    weights: Num
+    grads: Num
+    optimizer: Num
+    transformer_states: Num
+    kept: Num  # activation bytes per in-flight micro-batch, every block
+    transformer_kept: Num  # the same, transformer blocks
+    held: Num  # held once at the peak (the LM head's logits)
+    offloaded_acts: Num  # activation offload: twice the largest kept transformer block
+    share: Num  # offloaded share of the transformer activations (step.offload)
+    streamed_weights: Num  # weight offload: twice the largest transformer block's weights
+    buffers: Num  # the largest block's working buffer (+ ZeRO-3's gathered weights)
+
+
+def stage_holdings(inp: StepInputs, stage: Stage) -> StageHoldings:
+    """The terms of ``stage_memory_terms`` that do not depend on the stage's position: weights,
+    gradients, optimizer state (``stage_state_bytes``, times the schedule's weight copies), kept and
+    held activations, offloaded shares, working buffers."""
+    weights, grads, optimizer, transformer_states = stage_state_bytes(inp, stage)
+    copies = weight_copies(inp.knobs)
+    return StageHoldings(
+        weights * copies,
+        grads * copies,
+        optimizer,
+        transformer_states,
+        sum_blocks(stage, lambda b: b.activation_bytes),
+        sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),
+        sum_blocks(stage, lambda b: b.held_bytes),
+        2.0 * max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),  # out and in
+        offloaded_activation_share(
+            inp.knobs.offload_activations,
+            inp.knobs.offload_activation_layers,
+            transformer_layers(stage),
+        ),  # the other layers keep theirs on the GPU
+        2.0 * max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS),
+        max_blocks(stage, lambda b: b.buffer_bytes)
+        + where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+    )
+
+
 def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, Num]:
     """Bytes per GPU of the pipeline stage at position ``index`` running ``stage``'s blocks
-    (step.result.StageMemory byte fields + ``peak_bytes``): weights, gradients, optimizer state
-    (``stage_state_bytes``, times the schedule's weight copies), in-flight activations
+    (step.result.StageMemory byte fields + ``peak_bytes``): ``memory_at`` of its holdings."""
+    return memory_at(inp, stage_holdings(inp, stage), index)
+
+
+def memory_at(inp: StepInputs, h: StageHoldings, index: Num) -> dict[str, Num]:
+    """Bytes per GPU of a stage holding ``h`` at position ``index`` (step.result.StageMemory byte fields
+    + ``peak_bytes``): weights, gradients, optimizer state, in-flight activations
     (step.schedules.in_flight_microbatches), buffers, reserved; ``host_bytes`` what offload keeps in
     host memory (ZeRO-Offload / ZeRO-Infinity, Ren et al. 2021)."""
-    weights, grads, optimizer, transformer_states = stage_state_bytes(inp, stage)
     in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
-    copies = weight_copies(inp.knobs)
-    weights, grads = weights * copies, grads * copies
-    kept = sum_blocks(stage, lambda b: b.activation_bytes)
-    transformer_kept = sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS)
-    acts = in_flight * kept + sum_blocks(stage, lambda b: b.held_bytes)
-    offloaded_acts = 2.0 * max_blocks(
-        stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS
-    )  # one out, one in
-    share = offloaded_activation_share(
-        inp.knobs.offload_activations,
-        inp.knobs.offload_activation_layers,
-        transformer_layers(stage),
-    )  # the other layers keep theirs on the GPU
-    streamed_weights = 2.0 * max_blocks(
-        stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS
-    )
+    acts = in_flight * h.kept + h.held
+    share, offloaded_acts, knobs = h.share, h.offloaded_acts, inp.knobs
     out = {
-        "weights_bytes": np.where(inp.knobs.offload_weights, streamed_weights, weights),
-        "gradients_bytes": grads,
-        "optimizer_bytes": np.where(inp.knobs.offload_optimizer, 0.0, optimizer),
-        "activations_bytes": np.where(
-            inp.knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts
+        "weights_bytes": where(knobs.offload_weights, h.streamed_weights, h.weights),
+        "gradients_bytes": h.grads,
+        "optimizer_bytes": where(knobs.offload_optimizer, 0.0, h.optimizer),
+        "activations_bytes": where(
+            knobs.offload_activations, (1.0 - share) * acts + offloaded_acts, acts
         ),
-        "buffers_bytes": max_blocks(stage, lambda b: b.buffer_bytes)
-        + np.where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+        "buffers_bytes": h.buffers,
         "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
-        "transformer_weights_and_optimizer_bytes": transformer_states,
-        "transformer_activations_bytes": np.where(
-            inp.knobs.offload_activations,
-            (1.0 - share) * in_flight * transformer_kept + offloaded_acts,
-            in_flight * transformer_kept,
+        "transformer_weights_and_optimizer_bytes": h.transformer_states,
+        "transformer_activations_bytes": where(
+            knobs.offload_activations,
+            (1.0 - share) * in_flight * h.transformer_kept + offloaded_acts,
+            in_flight * h.transformer_kept,
         ),
-        "host_bytes": np.where(inp.knobs.offload_optimizer, optimizer, 0.0)
-        + np.where(inp.knobs.offload_weights, weights, 0.0)
+        "host_bytes": where(knobs.offload_optimizer, h.optimizer, 0.0)
+        + where(knobs.offload_weights, h.weights, 0.0)
         + share * acts,
     }
     out["peak_bytes"] = (
@@ -114,7 +145,7 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
-    return np.minimum(layer, np.maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
+    return minimum(layer, maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
 
 
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
@@ -124,6 +155,6 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     peak = host = 0.0
     for s in inp.stages:
         terms = stage_memory_terms(inp, s, s.index)
-        peak = np.maximum(peak, np.where(s.count > 0, terms["peak_bytes"], 0.0))
-        host = np.maximum(host, np.where(s.count > 0, terms["host_bytes"], 0.0))
+        peak = maximum(peak, where(s.count > 0, terms["peak_bytes"], 0.0))
+        host = maximum(host, where(s.count > 0, terms["host_bytes"], 0.0))
     return peak, host

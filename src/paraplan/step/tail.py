@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost.comm import priced_exposure_s
+from paraplan.cost.elementwise import any_positive, ceil, maximum, where
 from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s
 from paraplan.step import zero3_legacy as legacy
@@ -51,7 +52,7 @@ ZERO_COLLECTIVES = {
 
 def zero_branch(zero: Num) -> Num:
     """The ZeRO stage's branch of the DP tail: 0, 1 (stages 1 and 2 communicate alike) or 3."""
-    return np.where(np.asarray(zero) == 2, 1, zero)
+    return where(zero == 2, 1, zero)
 
 
 def zero_branches(zero: Num) -> tuple[int, ...]:
@@ -81,7 +82,7 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     and weights back over host_bandwidth instead of the on-GPU step."""
     forward_window, backward_window = overlap_windows(inp, stage, work)
     calls = sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
-    per_call = 1.0 / np.maximum(calls, 1.0)
+    per_call = 1.0 / maximum(calls, 1.0)
     branches = zero_branches(inp.knobs.zero)
     traffic = _dp_traffic(inp, stage, branches, per_call)
     time, price = traffic.time, traffic.price
@@ -107,12 +108,12 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
         )
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
-        exposed = np.where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
+        exposed = where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
     owned = traffic.owned
-    optimizer = np.where(
+    optimizer = where(
         inp.knobs.offload_optimizer, 0.0, owned * OPTIMIZER_BYTES_PER_PARAM / inp.hbm_rate
     )
-    offload = np.where(
+    offload = where(
         inp.knobs.offload_optimizer,
         owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth,
         0.0,
@@ -131,14 +132,12 @@ def overlap_windows(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tupl
     backward_window = backward_s(work) + work["pp"]
     dp_on_nic = 0.0
     for group in inp.gradient_groups.values():
-        dp_on_nic = np.maximum(
-            dp_on_nic, np.where(np.asarray(group.reduce_scatter.slope_out) > 0, 1.0, 0.0)
-        )
+        dp_on_nic = maximum(dp_on_nic, where(group.reduce_scatter.slope_out > 0, 1.0, 0.0))
     nic_forward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_forward_s)
     nic_backward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_backward_s)
     return (
-        np.maximum(0.0, forward_window - nic_forward),
-        np.maximum(0.0, backward_window - nic_backward),
+        maximum(0.0, forward_window - nic_forward),
+        maximum(0.0, backward_window - nic_backward),
     )
 
 
@@ -165,22 +164,22 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
     the stage's gradient groups (each group's parameters in buckets; ZeRO-3 one block per call), with
     DeepSpeed 2021's per-tensor collectives (step.zero3_legacy: run-wide knobs, off for every other
     framework)."""
-    tensor_gathers = np.any(np.asarray(inp.zero3_tensor_gathers) > 0)
-    tensor_reduces = np.any(np.asarray(inp.zero3_tensor_reduces) > 0)
+    tensor_gathers = any_positive(inp.zero3_tensor_gathers)
+    tensor_reduces = any_positive(inp.zero3_tensor_reduces)
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
     t = _Traffic(time, dict(time))
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
-        bucket = np.ceil(
-            params / np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size)
+        bucket = ceil(
+            params / maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size)
         )
-        t.buckets = np.maximum(t.buckets, bucket)
+        t.buckets = maximum(t.buckets, bucket)
         sizes = _collective_calls(inp, group, params, bucket, per_call)
         for kind in kinds:
             form, size, n = sizes[kind]
-            t.time[kind] = t.time[kind] + np.where(group.size > 1, n * form.time_s(size), 0.0)
-            t.price[kind] = t.price[kind] + np.where(
+            t.time[kind] = t.time[kind] + where(group.size > 1, n * form.time_s(size), 0.0)
+            t.price[kind] = t.price[kind] + where(
                 group.size > 1, n * form.hidden_price_s(size), 0.0
             )
             if kind == "layer_gather" and tensor_gathers:  # per weight tensor (DeepSpeed <= 0.5.4)
@@ -194,8 +193,8 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
                 t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
                 t.time[kind], t.price[kind] = t.time[kind] + t_x, t.price[kind] + p_x
                 t.reduce_host = t.reduce_host + host
-        if 3 in branches and np.any(np.asarray(inp.zero3_regather) > 0):
-            on = np.where(group.size > 1, inp.zero3_regather, 0.0)  # the recompute's gathers
+        if 3 in branches and any_positive(inp.zero3_regather):
+            on = where(group.size > 1, inp.zero3_regather, 0.0)  # the recompute's gathers
             t_rc, p_rc = legacy.regather_s(stage, name, group.all_gather, group.size, inp)
             t.regather = legacy.add_pair(t.regather, (on * t_rc, on * p_rc))
         t.owned = t.owned + params / shard_ways(inp, group, 1)
@@ -210,9 +209,9 @@ def _collective_calls(
     ZeRO-3's per-block gather and reduce-scatter carry ``per_call`` of the stage's parameters."""
     grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * inp.weight_bytes
     return {
-        "all_reduce": (group.all_reduce, grad_bytes / np.maximum(bucket, 1.0), bucket),
-        "reduce_scatter": (group.reduce_scatter, grad_bytes / np.maximum(bucket, 1.0), bucket),
-        "all_gather": (group.all_gather, weight_bytes / np.maximum(bucket, 1.0), bucket),
+        "all_reduce": (group.all_reduce, grad_bytes / maximum(bucket, 1.0), bucket),
+        "reduce_scatter": (group.reduce_scatter, grad_bytes / maximum(bucket, 1.0), bucket),
+        "all_gather": (group.all_gather, weight_bytes / maximum(bucket, 1.0), bucket),
         "layer_gather": (group.all_gather, weight_bytes * per_call, 1.0),  # one block's gather
         "layer_reduce": (group.reduce_scatter, grad_bytes * per_call, 1.0),
     }
@@ -232,7 +231,7 @@ def _zero3_exposure_s(
     of per-tensor reduce-scatters that the block's backward does not hide."""
     time, price = traffic.time, traffic.price
     g, r = time["layer_gather"], time["layer_reduce"]
-    depth = inp.zero3_prefetch_layers * np.where(inp.knobs.overlap_param_gather, 1.0, 0.0)
+    depth = inp.zero3_prefetch_layers * where(inp.knobs.overlap_param_gather, 1.0, 0.0)
     exposed = (
         inp.microbatches
         * legacy.zero3_exposure_s(
@@ -248,7 +247,7 @@ def _zero3_exposure_s(
         )
         + traffic.persistent
     )
-    if np.any(np.asarray(traffic.reduce_host) > 0):  # issued while the block's backward runs
+    if any_positive(traffic.reduce_host):  # issued while the block's backward runs
         exposed = exposed + inp.microbatches * calls * host_exposed_s(
             traffic.reduce_host, backward_window * per_call + r
         )
