@@ -8,6 +8,8 @@ CLI can print one clear line.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import replace
 from typing import Literal
 
@@ -289,10 +291,7 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
                     (layers - self.layers_last_stage) // rest_stages,
                     self.layers_last_stage,
                 )
-        return tuple(
-            SplitGroup(int(g.index), int(g.count), int(g.layers), int(g.embedding), int(g.head))
-            for g in grouped_split(layers, self.pp, int(first), int(last))
-        )
+        return _split_groups(layers, self.pp, int(first), int(last))
 
 
 # Fields a search problem fixes for every candidate; the other fields are the plan's choices,
@@ -373,3 +372,13 @@ def _schedule_violations(plan: PlanSpec, batch_ok: bool) -> list[Violation]:
         if rule := interleave_batch_rule(plan.microbatches, plan.pp):
             out.append(Violation("plan.global_batch", plan.global_batch, rule))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _split_groups(layers: int, pp: int, first: int, last: int) -> tuple[SplitGroup, ...]:
+    """specs.split.grouped_split of one plan, as Python integers (memoised: an estimate reads its
+    plan's split several times)."""
+    return tuple(
+        SplitGroup(int(g.index), int(g.count), int(g.layers), int(g.embedding), int(g.head))
+        for g in grouped_split(layers, pp, first, last)
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numpy as np
+from paraplan.cost.elementwise import where
 
 from paraplan.cost.comm import GroupSpan, LinearCollective, collective_time_s, linear_collective
 from paraplan.graph.transformer import LayerShape
@@ -85,10 +85,10 @@ def exchanges(position: Num, pp: Num, vpp: Num) -> tuple[Num, Num]:
     chunk of rank 0 (nothing to receive) and the last chunk of rank pp − 1 (the loss): vpp exchanges with
     each neighbour, one fewer on the wrapping side of the two end ranks. GPipe, ZB-H1 and DualPipe send
     the same tensors (DualPipe's end ranks are the two directions' first and last stage). pp = 1: none."""
-    multi = np.asarray(pp) > 1
-    first = np.asarray(position) == 0
-    last = np.asarray(position) == np.asarray(pp) - 1
-    return np.where(multi, vpp - 1.0 * first, 0.0), np.where(multi, vpp - 1.0 * last, 0.0)
+    multi = pp > 1
+    first = position == 0
+    last = position == pp - 1
+    return where(multi, vpp - 1.0 * first, 0.0), where(multi, vpp - 1.0 * last, 0.0)
 
 
 def stage_p2p_s(prev_s: Num, next_s: Num, position: Num, pp: Num, vpp: Num) -> Num:
@@ -96,14 +96,14 @@ def stage_p2p_s(prev_s: Num, next_s: Num, position: Num, pp: Num, vpp: Num) -> N
     with the previous rank at ``prev_s`` each and with the next at ``next_s`` each (for the end ranks of
     an interleaved pipeline the wrapping neighbour's link)."""
     with_prev, with_next = exchanges(position, pp, vpp)
-    return np.where(with_prev > 0, with_prev * prev_s, 0.0) + np.where(
+    return where(with_prev > 0, with_prev * prev_s, 0.0) + where(
         with_next > 0, with_next * next_s, 0.0
     )
 
 
 def _multiples(lo: Num, hi: Num, step: Num) -> Num:
     """How many multiples of ``step`` lie in [lo, hi] (lo ≥ −1)."""
-    return np.floor_divide(hi, step) - np.floor_divide(lo - 1, step)
+    return hi // step - (lo - 1) // step
 
 
 def uniform_group_p2p(
@@ -122,19 +122,19 @@ def uniform_group_p2p(
     with none; a group holding an end rank is one stage (specs/split.py). Class 2 is empty but for such
     a group of several middle ranks."""
     inner, outer, a, o = links.inner_s, links.outer_s, links.per_domain, links.domains
-    spans = np.asarray(o) > 1
+    spans = o > 1
     last = index + count - 1
     crossing_prev, crossing_next = _multiples(index, last, a), _multiples(index + 1, last + 1, a)
     prev_out = spans & (crossing_prev > 0)
     next_out = spans & ((crossing_next > 0) | (last == pp - 1))
     single = stage_p2p_s(
-        np.where(prev_out, outer, inner), np.where(next_out, outer, inner), index, pp, vpp
+        where(prev_out, outer, inner), where(next_out, outer, inner), index, pp, vpp
     )
-    mixed = (count > 1) & (np.asarray(a) >= 2) & spans
-    one = np.where(mixed, crossing_prev + crossing_next, count)
+    mixed = (count > 1) & (a >= 2) & spans
+    one = where(mixed, crossing_prev + crossing_next, count)
     return (
-        (np.where(mixed, vpp * (inner + outer), single), one),
-        (np.where(np.asarray(pp) > 1, 2.0 * vpp * inner, 0.0), count - one),
+        (where(mixed, vpp * (inner + outer), single), one),
+        (where(pp > 1, 2.0 * vpp * inner, 0.0), count - one),
     )
 
 
@@ -144,4 +144,4 @@ def tied_embedding_sync_s(tied: LinearCollective, elements: Num, grad_bytes: Num
     _allreduce_embedding_grads over the embedding group when pp > 1 and the embeddings are shared;
     DeepSpeed's ReduceTiedGrads), on the 2-member group's link: ``elements`` (tied_embedding_elements) at
     ``grad_bytes`` each (the gradient's dtype); it follows every stage's tail (step.compose.compose_step)."""
-    return np.where(np.asarray(pp) > 1, tied.time_s(elements * grad_bytes), 0.0)
+    return where(pp > 1, tied.time_s(elements * grad_bytes), 0.0)
