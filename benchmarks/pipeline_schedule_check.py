@@ -1,7 +1,7 @@
 """Check the pipeline composition of non-uniform plans against an event simulation of DeepSpeed's 1F1B
 schedule (the runtime AMP's trials ran).
 
-The composition (schedule.step.compose_step, schedule/pipeline.py) prices a pipeline of stages with
+The composition (step.compose.compose_step, step/schedules.py) prices a pipeline of stages with
 per-micro-batch work W_i = F_i + B_i as m·max W + Σ W − max W, the form AMP's and Aceso's cost models
 also use. This script replays the instruction stream of DeepSpeed's TrainSchedule (DachengLi1/AMP @ 72eeea4,
 DeepSpeed/deepspeed/runtime/pipe/schedule.py, TrainSchedule.steps: even and odd stages alternate forward
@@ -10,7 +10,7 @@ step's input gradient, a backward step sends the previous step's activation and 
 gradient) with each send a rendezvous with the neighbour's matching receive (p2p.py: a blocking broadcast
 in a 2-rank group), on the stage times of the per-stage estimator, and compares the two:
 
-1. on AMP's 90 timed trials (F_i, B_i from estimate_stages.stage_cost; exposed TP split by the F:B
+1. on AMP's 90 timed trials (F_i, B_i from step.per_stage.stage_cost; exposed TP split by the F:B
    ratio, point-to-point time split evenly), and
 2. on random pipelines (2-8 stages, 1-32 micro-batches, W_i spread 3x, B_i = 2 F_i or 3 F_i: full
    recomputation on some stages), by where the slowest stage sits; and, on the same pipelines,

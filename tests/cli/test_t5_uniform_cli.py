@@ -1,5 +1,5 @@
 """`paraplan estimate` and `paraplan search` with the uniform options for an encoder-decoder (T5): costed
-stage by stage (specs.uniform_stages → estimate_stages / search.hetero), one-line refusals, exit codes."""
+stage by stage (specs.uniform_stages → step.per_stage / search.staged.hetero), one-line refusals, exit codes."""
 
 from __future__ import annotations
 

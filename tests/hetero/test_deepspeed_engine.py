@@ -1,4 +1,4 @@
-"""DeepSpeed PipelineEngine rules (pipeline_engines.py) and the AMP-trial figures they give."""
+"""DeepSpeed PipelineEngine rules (step/engines.py) and the AMP-trial figures they give."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ MIXED = cluster_from_dict(
 
 
 def test_compose_step_over_stages_with_their_own_inputs():
-    """The step goes through schedule.step.compose_step with per-stage StepInputs; it equals the formula
+    """The step goes through step.compose.compose_step with per-stage StepInputs; it equals the formula
     Σ W_i + (m − 1)·max W_i + max tail_i + tied sync on the per-stage figures (read apart, by stage_cost)."""
     from paraplan.step.per_stage import common_of, stage_settings, tied_embedding_sync_s
 

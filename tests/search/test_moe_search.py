@@ -402,7 +402,7 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
 )
 def test_shared_moe_costings_equal_costings_from_scratch(problem):
     """block_cost_facts shares the expert-independent kinds across expert options, the ops across
-    dispatchers and the graph across the a2a-overlap switch (stages.block_cost_facts, graph.moe.
+    dispatchers and the graph across the a2a-overlap switch (step.build.block_cost_facts, graph.moe.
     moe_model_layer): every row's costs equal those built from scratch, to the last bit."""
     from paraplan.graph.moe import build_moe_model_layer, moe_model_layer
     from paraplan.search.space import rows
@@ -798,7 +798,7 @@ def test_refined_block_bounds_are_admissible(problem, memory):
 )
 def test_expert_computes_equal_each_expert_options_graph(model_name, dtype):
     """search.expert_floors.expert_computes builds a block kind once and adds each expert option's own ops
-    (graph.moe_mlp.expert_knob_ops): every field equals stages.block_compute of the graph built for that
+    (graph.moe_mlp.expert_knob_ops): every field equals step.build.block_compute of the graph built for that
     option (to summation order), for every kind, recompute module list and expert option."""
 
     from paraplan.search.bounds.expert_floors import costing_experts, expert_computes
@@ -875,7 +875,7 @@ def test_expert_knob_inputs_are_all_the_expert_ops_read(dtype):
 @pytest.mark.parametrize("model_name", ["deepseek-v3", "mixtral-8x7b"])
 def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
     """search.expert_floors.DispatchFloors gives, per expert option, the least exposed dispatch + combine that a row of
-    that (ep, etp) can have: schedule.step.expert_exposure on the row's own costing (stages.block_cost_facts), over
+    that (ep, etp) can have: step.compose.expert_exposure on the row's own costing (step.build.block_cost_facts), over
     every dispatcher and a2a-overlap switch of SearchProblem.expert_switches — equal, not merely below."""
 
     from paraplan.step.compose import expert_exposure

@@ -1,5 +1,5 @@
 """The K/V ring's exposure floor of the search's exact layer floors (search.expert_floors.ring_floor_s): never above
-the exposed context-parallel time schedule.step.block_terms gives any block of the shape, on any span its cp group
+the exposed context-parallel time step.compose.block_terms gives any block of the shape, on any span its cp group
 can have, with any recompute mode and TP overlap; and large where the ring must cross NVLink domains."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Encoder-only models (BERT, ViT) in the uniform estimate and search, through the one builder
-(stages.BLOCK_KINDS: the layer with bidirectional attention, ViT's patch embedding and classifier).
+(step.build.BLOCK_KINDS: the layer with bidirectional attention, ViT's patch embedding and classifier).
 Hand-computed FLOPs, agreement with the per-stage (non-uniform) estimator, and fast == exhaustive search."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_encoder_blocks_are_bidirectional_and_vit_blocks_are_its_own():
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_uniform_bert_equals_the_per_stage_estimator(tp):
-    """One stage of the non-uniform path (graph.encoder blocks, estimate_stages) and the uniform builder agree."""
+    """One stage of the non-uniform path (graph.encoder blocks, step.per_stage) and the uniform builder agree."""
     model, system = load_model("bert-large"), load_system("dgx-a100-80gb")
     cluster = uniform_cluster(system, tp)
     plan = stage_plan_from_dict(

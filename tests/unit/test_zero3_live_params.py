@@ -120,7 +120,7 @@ def _zero3(prefetch: int, overlap: bool = True, **extra):
 
 def test_prefetch_depth_sets_the_gathered_layers_resident():
     """(1 + d) whole layers (d = prefetch depth): the buffers grow by one layer of bf16 weights (2 B per
-    parameter) per prefetched layer, with or without the gather overlapped (schedule.step.zero3_gathered_bytes)."""
+    parameter) per prefetched layer, with or without the gather overlapped (step.compose.zero3_gathered_bytes)."""
     _, graph = _decoder("gpt3-13b", 1)
     layer_bytes = 2 * graph.weight_params
     b0, b1, b2 = (_zero3(d).peak_stage.buffers_bytes for d in (0, 1, 2))

@@ -83,7 +83,7 @@ def estimate_uniform_stages(
     width: int | None = None,
 ) -> bool:
     """``paraplan estimate`` with the uniform options for an encoder-decoder: the plan's per-stage form
-    (specs.uniform_stages.uniform_stage_plan) costed by estimate_stages on the uniform cluster; True when it fits."""
+    (specs.uniform_stages.uniform_stage_plan) costed by step.per_stage on the uniform cluster; True when it fits."""
     from paraplan.step.per_stage import estimate_stage_plan
     from paraplan.specs.uniform_stages import uniform_stage_plan
 
@@ -92,7 +92,7 @@ def estimate_uniform_stages(
     est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
     layers = ",".join(str(s.layers) for s in plan_spec.stages)
     note = (
-        f"{model_spec.architecture}: costed stage by stage (estimate_stages) as the per-stage plan of these "
+        f"{model_spec.architecture}: costed stage by stage (the per-stage estimator, step.per_stage) as the per-stage plan of these "
         f"options, transformer layers per stage {layers} (docs/heterogeneous.md)"
     )
     print_stage_estimate(

@@ -66,8 +66,8 @@ def summa_traffic_s(
 def with_summa_exposure(
     comm, compute, block: LayerGraph, system: SystemSpec, tp_span: GroupSpan, shape
 ):
-    """``comm`` (a stages.BlockComm) with a 2D block's SUMMA panel traffic (summa_traffic_s) as exposed TP time: per
-    direction the pipelined-panel exposure beside the block's GEMMs (``compute``: its stages.BlockCompute) plus the
+    """``comm`` (a step.build.BlockComm) with a 2D block's SUMMA panel traffic (summa_traffic_s) as exposed TP time: per
+    direction the pipelined-panel exposure beside the block's GEMMs (``compute``: its step.build.BlockCompute) plus the
     price of the hidden part (summa_exposure_s); the block's other collectives are already in ``comm``."""
     fwd, bwd, fwd_price, bwd_price = summa_traffic_s(block, system, tp_span, shape.tp_rows)
     if fwd == bwd == 0.0:

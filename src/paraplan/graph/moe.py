@@ -112,7 +112,7 @@ def ops_expert_knobs(expert: ExpertShape, moe: bool) -> ExpertShape:
 
 @lru_cache(maxsize=4096)
 def without_a2a_overlap(expert: ExpertShape) -> ExpertShape:
-    """The expert knobs with the a2a-overlap switch off (stages.block_cost_facts costs the MoE kinds so)."""
+    """The expert knobs with the a2a-overlap switch off (step.build.block_cost_facts costs the MoE kinds so)."""
     return expert._replace(a2a_overlap=False)
 
 

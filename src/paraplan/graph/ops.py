@@ -38,7 +38,7 @@ class Op(NamedTuple):
     ``bwd_flops`` / ``bwd_bytes`` are the backward cost of the same op; ``selective_recompute`` is
     True for the ops that selective recomputation re-runs (the core attention, Korthikanti §5).
     A NamedTuple, not a dataclass: the graph builders make hundreds of thousands in a large search, and the op
-    costings are memoised on them (stages.block_compute); a tuple is built, hashed and compared without Python calls.
+    costings are memoised on them (step.build.block_compute); a tuple is built, hashed and compared without Python calls.
     """
 
     name: str

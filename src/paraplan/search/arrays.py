@@ -2,7 +2,7 @@
 as leaves.
 
 ``stack`` gathers many same-shaped records / dicts / numbers into one whose leaves are arrays;
-``take`` selects candidates from such a structure. Used by search/table.py on stages.RowFacts.
+``take`` selects candidates from such a structure. Used by search/table.py on step.build.RowFacts.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 Fast path (``search``):
 1. enumerate the rows of the canonical space (search/space.py); summed op times and collective
    times are computed once per (layer shape, TP span, CP span) with the estimator's own cached
-   functions, and turned into per-row block terms by ``schedule.step.block_terms`` on arrays;
+   functions, and turned into per-row block terms by ``step.compose.block_terms`` on arrays;
 2. a lower bound per row on the objective — m micro-batches of the row's layer work plus the
    cheapest pipeline transfer; bubble, data-parallel, optimizer and offload terms are >= 0 —
    so rows are visited best bound first;
 3. rows are expanded into their grid and evaluated many at once: the same
-   ``schedule.step.compose_step`` and ``stage_memory_terms`` (via ``stage_peaks``) that ``estimate``
+   ``step.compose.compose_step`` and ``stage_memory_terms`` (via ``stage_peaks``) that ``estimate``
    uses, on numpy arrays;
 4. once the next row's bound is worse than the K-th best objective found, every remaining row
    is skipped: none of its candidates can enter the top K (the bound is admissible).

@@ -232,7 +232,7 @@ class SearchProblem(GridAxes):
     @cached_property
     def factorizations(self) -> list[tuple[int, int, int, int]]:
         """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
-        divide the layers: uneven splits follow schedule.pipeline.layers_on_stage)."""
+        divide the layers: uneven splits follow step.schedules.layers_on_stage)."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):

@@ -1,11 +1,11 @@
 """The rows of the canonical plan space as arrays, and their candidates' StepInputs.
 
 ``RowTable`` enumerates every row of ``space.rows`` (same canonical order) and gathers, per row,
-the same facts ``stages.row_facts`` gives the estimator — from the same cached functions
-(``stages.block_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_links``)
-— as one ``stages.RowFacts`` of arrays. Block terms then come from ``stages.row_blocks`` on
+the same facts ``step.build.row_facts`` gives the estimator — from the same cached functions
+(``step.build.block_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_links``)
+— as one ``step.build.RowFacts`` of arrays. Block terms then come from ``step.build.row_blocks`` on
 those arrays, and a batch of candidates (rows × grid options) becomes ``StepInputs`` through
-``stages.build_step_inputs``: the estimator's own builder.
+``step.build.build_step_inputs``: the estimator's own builder.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class RowTable:
 
     def __init__(self, problem: SearchProblem, progress=None):
         """``progress(done, total)``, when given, is called as the distinct layer costs are computed
-        (the slow part of a large space: ``stages.block_cost_facts`` per layer shape and spans)."""
+        (the slow part of a large space: ``step.build.block_cost_facts`` per layer shape and spans)."""
         self.problem = problem
         walk = RowEnumeration(problem)
         walk.run(progress)
@@ -195,7 +195,7 @@ class RowTable:
 
 
 def _layer_kinds(model) -> tuple[str, ...]:
-    """The decoder-layer block kinds a model's stages hold (stages.BLOCK_KINDS names)."""
+    """The decoder-layer block kinds a model's stages hold (step.build.BLOCK_KINDS names)."""
     if not moe_shaped(model):
         return ("decoder",)
     kinds = ("dense_layer",) if (not model.is_moe or model.dense_layers > 0) else ()

@@ -13,7 +13,7 @@ MAX_GPUS = 2**20  # 1,048,576 GPUs
 MAX_SEQ_LENGTH = 2**24  # 16,777,216 tokens per sequence
 MAX_GLOBAL_BATCH = 2**24  # sequences per step
 MAX_TOP = 100  # plans kept per search (the top-k table; every feasible plan goes to --csv instead)
-# distinct layer costings (milliseconds each, stages.block_cost_facts) above which `search` says so before
+# distinct layer costings (milliseconds each, step.build.block_cost_facts) above which `search` says so before
 # it starts and names the axes to restrict: 100,000 is minutes on one core (benchmarks/search_speed.py)
 LARGE_COSTINGS = 100_000
 # blocks (search.blocks) above which `search` says the block-by-block search takes seconds and names the axes to

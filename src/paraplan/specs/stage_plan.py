@@ -135,7 +135,7 @@ class StagePlanSpec(InputModel):
     overlap_dp_grad_reduce: bool = True
     engine: Literal["megatron", "deepspeed"] = Field(
         "megatron",
-        description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (estimate_stages.ENGINES)",
+        description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (step.per_stage.ENGINES)",
     )
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 

@@ -50,7 +50,7 @@ STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule
 
 def costed_by_stages(model: ModelSpec) -> bool:
     """True for models whose uniform flags `paraplan estimate` / `search` cost stage by stage: encoder-
-    decoders, whose two layer kinds on two sequence lengths the uniform builder (stages.BLOCK_KINDS) lacks."""
+    decoders, whose two layer kinds on two sequence lengths the uniform builder (step.build.BLOCK_KINDS) lacks."""
     return model.architecture == "encoder_decoder"
 
 
@@ -83,7 +83,7 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
                     f"plan.{name}",
                     value,
                     "encoder-decoder models are costed stage by stage "
-                    f"(estimate_stages), whose per-stage plan has no such knob; allowed: {info.default!r}",
+                    f"(the per-stage estimator, step.per_stage), whose per-stage plan has no such knob; allowed: {info.default!r}",
                 )
             )
     if plan.pipeline_schedule not in STAGE_SCHEDULES:
@@ -92,7 +92,7 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
                 "plan.schedule",
                 plan.pipeline_schedule,
                 "encoder-decoder models are costed stage by "
-                f"stage (estimate_stages); allowed: {', '.join(STAGE_SCHEDULES)}",
+                f"stage (the per-stage estimator, step.per_stage); allowed: {', '.join(STAGE_SCHEDULES)}",
             )
         )
     return out

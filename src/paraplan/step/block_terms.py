@@ -49,8 +49,8 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
 def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> BlockTerms:
-    """Per-micro-batch block time from its summed op times (``compute``: stages.BlockCompute) and
-    collective times and hidden prices (``comm``: stages.BlockComm); fields may be floats or arrays.
+    """Per-micro-batch block time from its summed op times (``compute``: step.build.BlockCompute) and
+    collective times and hidden prices (``comm``: step.build.BlockComm); fields may be floats or arrays.
 
     Recompute (Korthikanti et al. 2022 §5): full (code 2) re-runs the forward, selective (1) the
     core attention. The context-parallel ring exchange hides behind the attention of the chunk
@@ -167,7 +167,7 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
 class BlockCost:
     """One block on one GPU: its time terms per micro-batch and what it holds in memory."""
 
-    kind: str  # "embedding" | "decoder" | "dense_layer" | "moe_layer" | "experts" | "mtp" | "head" (stages.BLOCK_KINDS)
+    kind: str  # "embedding" | "decoder" | "dense_layer" | "moe_layer" | "experts" | "mtp" | "head" (step.build.BLOCK_KINDS)
     terms: BlockTerms
     params: Num  # weight parameters held per GPU
     activation_bytes: Num  # kept for backward, per in-flight micro-batch

@@ -436,7 +436,7 @@ def boundary_bytes(
 @lru_cache(maxsize=64)
 def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
     """The gradient groups (specs.parallel.GRADIENT_GROUPS) that reduce some block of the model: a
-    group with no parameters has no collectives and must not claim a link (schedule.step.tail_terms)."""
+    group with no parameters has no collectives and must not claim a link (step.compose.tail_terms)."""
     used = {BLOCK_KINDS[k].gradient_group for k in model_block_kinds(model)}
     return tuple(g for g in GRADIENT_GROUPS if g in used)
 

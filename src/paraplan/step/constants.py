@@ -1,5 +1,5 @@
 """The StepInputs fields a step takes from the system, the datatype and the run-wide knobs (not from the plan's
-degrees): ``stages.build_step_inputs`` attaches them to every estimate and every searched candidate."""
+degrees): ``step.build.build_step_inputs`` attaches them to every estimate and every searched candidate."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Pipeline runtimes a non-uniform plan can run on (``plan.engine``): what each does between and after
-micro-batches, as data (``ENGINES``) read by estimate_stages.
+micro-batches, as data (``ENGINES``) read by step.per_stage.
 
 Two runtimes are described, each rule with its source:
 - ``megatron``: Megatron-LM's 1F1B schedule (Narayanan et al. 2021);

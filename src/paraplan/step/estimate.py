@@ -1,7 +1,7 @@
 """One training step of one plan: the reference the search is tested against.
 
-Read top-down: ``estimate`` → ``step_inputs`` (stages.row_facts → stages.row_blocks →
-stages.build_step_inputs on the plan's split) → ``schedule.step.compose_step`` (pipeline,
+Read top-down: ``estimate`` → ``step_inputs`` (step.build.row_facts → step.build.row_blocks →
+step.build.build_step_inputs on the plan's split) → ``step.compose.compose_step`` (pipeline,
 data-parallel tail, offload) and ``stage_memory_terms`` (memory of every pipeline stage). The
 search builds the same ``StepInputs`` with numpy arrays through the same functions.
 """
@@ -113,10 +113,10 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
 
 
 def model_violations(model: ModelSpec) -> list[Violation]:
-    """The uniform builder (stages.BLOCK_KINDS) composes stacks of identical layers: decoder-only
+    """The uniform builder (step.build.BLOCK_KINDS) composes stacks of identical layers: decoder-only
     models, and encoder-only ones (BERT, ViT: the same layer with bidirectional attention, ViT's patch
     embedding and classifier); encoder-decoders and stacks of differing widths are costed stage by
-    stage (estimate_stages.py), never silently as decoder layers: the CLI's estimate and search turn
+    stage (step/per_stage.py), never silently as decoder layers: the CLI's estimate and search turn
     an encoder-decoder's uniform flags into a per-stage plan (specs.uniform_stages) before reaching here."""
     if costed_by_stages(model):
         return [
@@ -126,7 +126,7 @@ def model_violations(model: ModelSpec) -> list[Violation]:
                 "the uniform plan paths (Python API estimate and search, sweep, export, validate) take "
                 "decoder-only and encoder-only models; an encoder-decoder is costed stage by stage: "
                 "paraplan estimate / search with the same options, --plan FILE with stages, or in Python "
-                "estimate_stages.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan",
+                "step.per_stage.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan",
             )
         ]
     if model.layer_widths is not None:

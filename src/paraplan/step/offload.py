@@ -1,6 +1,6 @@
 """Offload to host memory: which share of a stage's activations goes there, and the host-link bytes it moves.
 
-Both are pure rules on numbers (floats or numpy arrays); schedule.step composes them into the step time and the
+Both are pure rules on numbers (floats or numpy arrays); step.compose composes them into the step time and the
 memory sum, and search.blocks into its streaming floor.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from paraplan.cost.elementwise import maximum, minimum, where
 
-Num = Any  # float or numpy array, broadcastable (as schedule.step)
+Num = Any  # float or numpy array, broadcastable (as step.compose)
 
 
 def offloaded_activation_share(

@@ -11,7 +11,7 @@ of recomputed layers matters, so it is the same plan with N = ⌊layers per chun
 
 A stage of n decoder layers in vpp chunks then holds min(N·vpp, n) recomputed layers and the rest
 as layers without recomputation: two block entries instead of one, each with its own time terms
-(recompute seconds, TP re-runs) and its own kept activations; ``schedule.step`` composes them as it
+(recompute seconds, TP re-runs) and its own kept activations; ``step.compose`` composes them as it
 composes any mix of blocks.
 """
 

@@ -17,7 +17,7 @@ def _part(label: str, color: str):
 class TimeBreakdown:
     """Seconds per step on the critical path; the parts sum to ``step_time_s``. This class is the
     one list of time parts: labels, plot colours, CSV columns and the composition's output keys
-    (schedule.step.compose_step) all derive from its fields (``BREAKDOWN_PARTS``)."""
+    (step.compose.compose_step) all derive from its fields (``BREAKDOWN_PARTS``)."""
 
     forward_s: float = _part("forward", "#4C72B0")
     backward_s: float = _part("backward", "#8FAADC")

@@ -43,7 +43,7 @@ class FittedConstant:
 
 @dataclass(frozen=True)
 class EngineConstant(FittedConstant):
-    """A fitted number of a pipeline runtime (``pipeline_engines.ENGINES[engine]``, field ``path[-1]``), not of a system."""
+    """A fitted number of a pipeline runtime (``step.engines.ENGINES[engine]``, field ``path[-1]``), not of a system."""
 
     engine: str = "deepspeed"
 

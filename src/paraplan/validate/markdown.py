@@ -173,7 +173,7 @@ MECHANISMS: tuple[tuple[str, str, str, str], ...] = (
     ),
     (
         "memory realism",
-        "cost/memory.py; schedule/step.py stage_memory_terms; specs/framework.py reserves",
+        "cost/memory.py; step/compose.py stage_memory_terms; specs/framework.py reserves",
         "Korthikanti et al. 2022 §4 (activations); Transformer Engine docs (fp8 weight and GEMM-input copies); Megatron-LM "
         "--cpu-offloading-num-layers; profile reserves (CUDA context, NCCL buffers)",
         "nothing (memory MAPE above)",

@@ -8,8 +8,8 @@ exactly those rows, in that order.
 
 The bound of a block never exceeds the step time of any of its candidates (module ``search.run``
 skips a block whose bound cannot enter the top K). With W_s the per-micro-batch work of stage s
-(``schedule.step.stage_work``), S the slowest stage's, T = Σ_s W_s over the pp stages and m
-micro-batches, ``schedule.step.compose_step`` gives
+(``step.compose.stage_work``), S the slowest stage's, T = Σ_s W_s over the pp stages and m
+micro-batches, ``step.compose.compose_step`` gives
     step = m·S + bubble + tail,    tail (optimizer, data-parallel, offload) >= 0,
     bubble = (T − S)/v (1F1B and GPipe v = 1; interleaved v = vpp <= v_max), (T − S)·share (ZB-H1),
              (p/2 − 1)·max(F + 2B − 3W, 0)/2 (DualPipe; F, B, W of the slowest stage, S = F + B + p2p).
@@ -20,8 +20,8 @@ exposure floor (search.expert_floors.ring_floor_s: its transfer on the cheapest 
 have, less the largest attention time it can hide behind); a floor of each block kind's work
 over every row of the block (``layer_floors``: the least over the sequence-parallel / layout options
 and every (ep, etp)) and
-the layer split of the schedule option (specs.split, stages.layer_mix, the same rule
-``stages.build_step_inputs`` lays the blocks out with) give floors S0 <= S and T0 <= T. With
+the layer split of the schedule option (specs.split, step.build.layer_mix, the same rule
+``step.build.build_step_inputs`` lays the blocks out with) give floors S0 <= S and T0 <= T. With
 ρ = the largest share of backward GEMM time in any block's compute (gemm_backward / (forward +
 backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
 share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
@@ -207,10 +207,10 @@ def memory_floors(
     problem: SearchProblem, tp: int, cp: int, micro_batch: int, floors: LayerFloors
 ) -> ModeFloors:
     """Per recompute mode, each block kind's least work: its layer floor (``floors.work``: compute and exposed
-    dispatch) plus the least the mode recomputes (schedule.step.recompute_s: full re-runs a recomputed kind's
+    dispatch) plus the least the mode recomputes (step.compose.recompute_s: full re-runs a recomputed kind's
     forward, at least ``floors.forward``; selective at least 0), every other BlockTerms part >= 0, so no
     communication is costed; and its least kept and held activation bytes over every row with these degrees,
-    micro-batch and mode (stages.kind_memory_facts at each layer knob of the mode and the expert option that
+    micro-batch and mode (step.build.kind_memory_facts at each layer knob of the mode and the expert option that
     keeps the least, least_memory_expert). The cheapest refinement: it raises a block whose activations force
     recomputation (refined_bound)."""
     model = problem.model

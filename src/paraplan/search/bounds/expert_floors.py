@@ -2,7 +2,7 @@
 per block kind, the least exposed dispatch and combine of an option over its dispatchers and a2a-overlap switches,
 and the expert options the floors range over.
 
-A block's compute is a sum over its ops (stages.block_compute) and only the ops graph.moe_mlp.expert_knob_ops lists read
+A block's compute is a sum over its ops (step.build.block_compute) and only the ops graph.moe_mlp.expert_knob_ops lists read
 the expert knobs (ep, etp, capacity, balance), so an option's compute is the block's other ops' (an MoE layer's
 graph.moe.expert_free_ops; an MTP module's, its layer's plus the ops around it), costed once, plus its own; the dispatcher and the a2a-overlap switch change only the EP terms
 (graph.moe.ops_expert_knobs), so an option's least EP terms come from its dispatch collectives alone. The costings
@@ -54,8 +54,8 @@ from paraplan.step.build import (
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
-    """The stages.BlockCompute of block kind ``name`` at ``shape`` with each expert option, its other ops costed
-    once: a block's compute is a sum over its ops (stages.block_compute), and only the ops
+    """The step.build.BlockCompute of block kind ``name`` at ``shape`` with each expert option, its other ops costed
+    once: a block's compute is a sum over its ops (step.build.block_compute), and only the ops
     graph.moe_mlp.expert_knob_ops lists read the expert knobs, so each option's compute is the rest's plus its own
     (the sum over its graph in another order, equal to a few ulps: SAFETY). One entry when the kind holds none of
     those ops; a kind that holds them declares the rest (BlockKind.expert_free_ops or parts). Cached: the refinements
@@ -106,7 +106,7 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
 
 @lru_cache(maxsize=16384)
 def _parts_compute(model, system, name: str, first, drop: tuple) -> tuple[str, BlockCompute] | None:
-    """(the kind it is built on, the stages.BlockCompute of the ops around it without the ops in ``drop``) of a kind
+    """(the kind it is built on, the step.build.BlockCompute of the ops around it without the ops in ``drop``) of a kind
     made of another kind's graph and ops around it (BlockKind.parts: the MTP module); None for any other kind."""
     parts = BLOCK_KINDS[name].parts(model, first)
     if parts is None:
@@ -119,7 +119,7 @@ def _parts_compute(model, system, name: str, first, drop: tuple) -> tuple[str, B
 
 @lru_cache(maxsize=16384)
 def _rest_compute(model, system, name: str, first, drop: tuple) -> BlockCompute | None:
-    """The stages.BlockCompute of an MoE layer kind's ops that read no expert knob (BlockKind.expert_free_ops),
+    """The step.build.BlockCompute of an MoE layer kind's ops that read no expert knob (BlockKind.expert_free_ops),
     without the ops in ``drop``; None for a kind that declares no such ops."""
     free = BLOCK_KINDS[name].expert_free_ops(model, first)
     if free is None:
@@ -379,11 +379,11 @@ _REST_GENERATION = [
 ]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
 
 
-_compute_fields = attrgetter(*BlockCompute._fields)  # a stages.BlockCompute's fields as a tuple
+_compute_fields = attrgetter(*BlockCompute._fields)  # a step.build.BlockCompute's fields as a tuple
 
 
 def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
-    """Per expert option, the stages.BlockCompute fields (as a tuple) of the ops graph.moe_mlp.expert_knob_ops lists for it
+    """Per expert option, the step.build.BlockCompute fields (as a tuple) of the ops graph.moe_mlp.expert_knob_ops lists for it
     at the shape (marked for its recompute modules as the layer marks them), memoised per option on what those ops
     read (graph.moe_mlp.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
     micro-batch) routing as many tokens, whatever the tp (the options with etp 1 recur for every tp)."""

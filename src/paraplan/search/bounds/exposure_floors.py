@@ -30,7 +30,7 @@ def _remember(memo: dict, key, value):
 
 
 class DispatchFloors:
-    """The least exposed dispatch and combine (schedule.step.expert_exposure, the EP parts of block_terms) of an
+    """The least exposed dispatch and combine (step.compose.expert_exposure, the EP parts of block_terms) of an
     MoE layer at a shape, an expert option and a block compute, over the option's dispatchers and a2a-overlap
     switches (SearchProblem.expert_switches); its EP collectives are the layer's dispatch_collectives, once
     (_DispatchTable: an overlapped switch is evaluated only when its least exposure is below the best so far, so the
@@ -60,7 +60,7 @@ class DispatchFloors:
         return table
 
     def __call__(self, shape, expert, compute) -> float:
-        """The least exposure over the option's switches with this compute (stages.BlockCompute)."""
+        """The least exposure over the option's switches with this compute (step.build.BlockCompute)."""
         table = self.table(shape, expert)
         key = (
             id(table),
@@ -111,7 +111,7 @@ def expert_gemm_floor_s(model, system, shape, experts) -> float:
 
 def ring_transfer_floor_s(model, system, shape) -> tuple[float, float] | None:
     """(forward, backward) seconds of a layer's context-parallel K/V ring transfers (graph.mla.context_ring_collectives,
-    calls × stages.block_comm's cost.comm.collective_costs_s) on the cheapest span a cp group of the
+    calls × step.build.block_comm's cost.comm.collective_costs_s) on the cheapest span a cp group of the
     shape can have: inside one NVLink domain when cp fits in one (cost.comm.linear_collective's send/recv over NVLink),
     else across domains (over the NIC: every placement then crosses); None without a ring (cp 1, Ulysses, the 2D
     layouts, whose collectives the floor does not cover)."""
@@ -143,7 +143,7 @@ def ring_added_s(
 def ring_floor_s(
     ring: tuple[float, float], attention_forward: float, attention_backward: float
 ) -> float:
-    """A floor of a block's exposed K/V ring time (schedule.step.block_terms' cp_f + cp_b): max(0, T_f − A_f) +
+    """A floor of a block's exposed K/V ring time (step.compose.block_terms' cp_f + cp_b): max(0, T_f − A_f) +
     max(0, T_b − A_b), T the ring's transfer on its cheapest span (ring_transfer_floor_s), A at least the block's
     attention time. block_terms exposes per pass E = (c−1)·max(0, T/(c−1) − A/c) + sync >= T − A
     (cost.overlap.ring_attention_exposed_s; the synchronisation >= 0) and prices it as E + (P/T)(T − E), between E and T
@@ -164,7 +164,7 @@ def least_with(totals, extra) -> float:
 
 
 class _EpComm(NamedTuple):
-    """The EP fields of a stages.BlockComm (what schedule.step.expert_exposure reads)."""
+    """The EP fields of a step.build.BlockComm (what step.compose.expert_exposure reads)."""
 
     ep_forward: float
     ep_backward: float
@@ -189,7 +189,7 @@ class _DispatchTable(NamedTuple):
 
 
 def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple) -> _DispatchTable:
-    """The _DispatchTable of stages.block_comm over the MoE layer's dispatch collectives at the shape with
+    """The _DispatchTable of step.build.block_comm over the MoE layer's dispatch collectives at the shape with
     ``expert``'s degrees (the same collectives, in the same order, as its graph's), per (dispatcher, overlap)
     switch; memoised on what they read of the shape (``inputs``: graph.moe.expert_knob_inputs, a superset)."""
     key = (model, system, inputs, expert, switches)
@@ -216,9 +216,9 @@ _dispatch_table.cache_clear = _DISPATCH_TABLES.clear
 
 
 def _dispatch_comms_of(model, system, shape, expert, switches: tuple) -> tuple[_EpComm, ...]:
-    """Per (dispatcher, overlap) switch: the _EpComm of stages.block_comm over the MoE layer's dispatch collectives
-    with the option ``expert`` at the shape, their EP terms (stages.expert_comm_terms, what block_comm sums) costed
-    once per dispatcher without a2a overlap, and the switch as stages.block_cost_facts sets it: ep_overlap only
+    """Per (dispatcher, overlap) switch: the _EpComm of step.build.block_comm over the MoE layer's dispatch collectives
+    with the option ``expert`` at the shape, their EP terms (step.build.expert_comm_terms, what block_comm sums) costed
+    once per dispatcher without a2a overlap, and the switch as step.build.block_cost_facts sets it: ep_overlap only
     (stages._comm_with_overlap). graph.moe.dispatch_collectives reads the option from its ``expert`` argument, not
     from the shape, so the shape is not rebuilt per dispatcher."""
     costed: dict[str, tuple] = {}

@@ -35,7 +35,7 @@ def stage_floors(
     problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max
 ) -> tuple:
     """(S0, T0): floors of the slowest stage's and of all stages' per-micro-batch work under the split
-    of (pp, split), blocks laid out as stages.build_step_inputs does; ``floors.work``'s values floats, or arrays
+    of (pp, split), blocks laid out as step.build.build_step_inputs does; ``floors.work``'s values floats, or arrays
     over blocks with ``maximum`` np.maximum (block_step_floors: the same operations in the same order)."""
     slowest, total = 0.0, 0.0
     for _, count, blocks in group_blocks(
@@ -54,7 +54,7 @@ def stage_sum(per_kind: dict, blocks: tuple) -> float:
 
 def group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[int, int, tuple]]:
     """(first stage index, stages, ((kind, blocks of it on one stage), ...) of the kinds it holds) of each non-empty
-    stage group of the split of (pp, split), as stages.build_step_inputs lays them out (stages.stage_block_counts).
+    stage group of the split of (pp, split), as step.build.build_step_inputs lays them out (step.build.stage_block_counts).
     Memoised."""
     memo = problem._memo.setdefault("group_blocks", {})
     if (pp, split) in memo:

@@ -63,14 +63,14 @@ def work_floors(
 ) -> ModeFloors:
     """Per recompute mode, each block kind's least per-micro-batch work over every row with these
     degrees, micro-batch, one of the (tp span, cp span) ``pairs`` and the mode: the sum of
-    ``schedule.step.block_terms``' time parts — forward, backward, recompute, the exposed TP and CP communication,
+    ``step.compose.block_terms``' time parts — forward, backward, recompute, the exposed TP and CP communication,
     and for an MoE kind split per option (expert_computes) the least exposed dispatch and combine over the option's
     dispatchers and a2a-overlap switches (DispatchFloors; 0 otherwise, a floor) — least over every
     ``layer_knobs`` option of the mode (TP overlap included), every (ep, etp) and every pair; and its least kept
-    and held activation bytes (``stages.block_memory_facts``). Admissible: each row's block work
+    and held activation bytes (``step.build.block_memory_facts``). Admissible: each row's block work
     (stage_work) is one of these sums with its own EP terms; the dispatcher and the a2a-overlap switch
     change only the EP terms (graph.moe.ops_expert_knobs: the ops are shared; dispatch_collectives:
-    groups ep/etp only, which stages.block_comm books as EP), so the alltoall costing stands for the rest; the
+    groups ep/etp only, which step.build.block_comm books as EP), so the alltoall costing stands for the rest; the
     dispatch reads no span, so the least over the pairs is taken entry by entry before it is added (the same
     value as the least over the pairs of each pair's floor).
     Without ``expert_kinds`` only the EXPERT_FREE_KINDS are costed (for one expert option: they read
@@ -114,7 +114,7 @@ def work_floors(
 @dataclass(frozen=True)
 class _WorkEntries:
     """What work_floors reads that no span changes, for one (tp, cp, micro-batch, level): per (mode, kind), in
-    ``keys`` order, a range of entries ending at its ``stops``; per entry its compute (stages.BlockCompute), the
+    ``keys`` order, a range of entries ending at its ``stops``; per entry its compute (step.build.BlockCompute), the
     recompute code, whether its layer knob overlaps TP communication, the layer shape and kind whose cost facts give
     its communication (``sources``: an index into ``shapes``, and a kind), and the (shape, expert option) whose
     dispatch it adds or None; the least kept and held bytes per mode and kind."""
@@ -122,7 +122,7 @@ class _WorkEntries:
     keys: tuple
     stops: tuple
     computes: tuple
-    stacked: object  # ``computes`` as one stages.BlockCompute of arrays (arrays.stack)
+    stacked: object  # ``computes`` as one step.build.BlockCompute of arrays (arrays.stack)
     codes: np.ndarray
     overlaps: np.ndarray
     shapes: tuple
@@ -137,7 +137,7 @@ def _work_entries(
 ) -> _WorkEntries:
     """work_floors' _WorkEntries: one entry per (mode, kind, costing); a kind whose costs read no expert knob has
     one entry per layer knob, not one per option. Compute and memory read no span (stages._graph_statics), so the
-    stages.block_cost_facts at any pair give them: at ``pair``, whose communication work_floors costs next."""
+    step.build.block_cost_facts at any pair give them: at ``pair``, whose communication work_floors costs next."""
     experts = costing_experts(problem, tp) if moe_shaped(problem.model) else (ExpertShape(),)
     if not expert_kinds:
         experts = experts[:1]
@@ -173,7 +173,7 @@ def _add_knob_entries(
     modules = default_recompute_modules(recompute) if shaped else ()
     code = RECOMPUTE_CODES[
         recompute
-    ]  # stages.row_blocks: only the kinds recomputation checkpoints re-run
+    ]  # step.build.row_blocks: only the kinds recomputation checkpoints re-run
     sp, rows = knob.sequence_parallel, knob.tp_rows or 0
     shapes = [
         layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
@@ -256,8 +256,8 @@ def _pair_totals(
     problem: SearchProblem, entries: _WorkEntries, pairs: list, expert_kinds: bool
 ) -> list[np.ndarray]:
     """Per (tp span, cp span) pair of ``pairs``: each entry's block_terms time parts but the EXPERT_TERMS, summed, with
-    the pair's communication (stages.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
-    NVLink domain (stages.row_blocks). The pairs' entries go through block_terms on one set of arrays (it works entry
+    the pair's communication (step.build.block_cost_facts of the entry's knob and kind); comm-GEMM overlap only inside one
+    NVLink domain (step.build.row_blocks). The pairs' entries go through block_terms on one set of arrays (it works entry
     by entry: the same values as pair by pair)."""
     model, system = problem.model, problem.system
     costs = [
@@ -290,8 +290,8 @@ def _pair_totals(
 def _kind_facts(
     model, system, shape, pair: tuple, recompute: str, expert_kinds: bool
 ) -> dict[str, tuple]:
-    """Per block kind (all, or only EXPERT_FREE_KINDS without ``expert_kinds``): its stages.block_cost_facts
-    and stages.block_memory_facts entries, the same values, without costing the kinds left out."""
+    """Per block kind (all, or only EXPERT_FREE_KINDS without ``expert_kinds``): its step.build.block_cost_facts
+    and step.build.block_memory_facts entries, the same values, without costing the kinds left out."""
     costs = _kind_costs(model, system, shape, pair, expert_kinds)
     if expert_kinds:
         memory = block_memory_facts(model, shape, recompute)
@@ -303,7 +303,7 @@ def _kind_facts(
 
 
 def _kind_costs(model, system, shape, pair: tuple, expert_kinds: bool) -> dict:
-    """_kind_facts' stages.block_cost_facts entries alone (what a span changes: _pair_totals)."""
+    """_kind_facts' step.build.block_cost_facts entries alone (what a span changes: _pair_totals)."""
     if expert_kinds:
         return block_cost_facts(model, system, shape, *pair)
     neutral = with_expert(shape, NO_EXPERT) if moe_shaped(model) else shape

@@ -4,9 +4,9 @@
 in which the pools take the pipeline's ranks), tp/dp/pp degrees and micro-batch sizes, with ranks
 ordered (pp, dp, tp) outermost first as AMP does (Li et al. 2022, arXiv:2210.07297, §3.1); for each
 candidate the layer split is the exact optimum of the pipeline objective found by
-search.balance.balance_split over the stage-cost matrices of estimate_stages.range_matrices (every
+search.balance.balance_split over the stage-cost matrices of step.per_stage.range_matrices (every
 range of blocks on every stage at once). Ranked by predicted step time; each reported plan is
-re-estimated by estimate_stages.estimate_stage_plan (same rules, a test checks they agree).
+re-estimated by step.per_stage.estimate_stage_plan (same rules, a test checks they agree).
 
 The Aceso-style search (``paraplan search --non-uniform``) is search.staged.non_uniform; it shares this
 module's split solver (_best_splits), plan builder (_plan_from) and labels.
