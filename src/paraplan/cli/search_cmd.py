@@ -14,23 +14,12 @@ from paraplan.cli.app import (
     check_price,
     warn_positions,
     Attention,
-    CpOption,
-    DefaultOverlapOption,
     DispatcherOption,
     EpOption,
     EtpOption,
-    DefaultPlacementOption,
-    VarySplitOption,
     Dtype,
     FrameworkOption,
-    MicroBatchOption,
-    NoOffloadOption,
-    PpOption,
-    RecomputeOption,
-    ScheduleOption,
-    TpOption,
     WidthOption,
-    ZeroOption,
     _choice_list,
     _stdout,
     app,
@@ -38,7 +27,6 @@ from paraplan.cli.app import (
     framework_problem_fields,
     parse_tokens,
     refuse_options,
-    search_restrictions,
 )
 from paraplan.cli.options import (
     AttentionOption,
@@ -48,7 +36,10 @@ from paraplan.cli.options import (
     MaxGlobalBatchOption,
     ModelOption,
     PriceOption,
+    SearchAxes,
     SeqLengthOption,
+    SpaceSwitches,
+    option_groups,
 )
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search
@@ -88,6 +79,7 @@ RESTRICT_HINT = (
 
 
 @app.command()
+@option_groups
 def search(
     ctx: typer.Context,
     model: ModelOption,
@@ -112,13 +104,7 @@ def search(
     ] = "time",
     dtype: DtypeOption = Dtype.bf16,
     attention: AttentionOption = Attention.flash,
-    tp: TpOption = None,
-    pp: PpOption = None,
-    cp: CpOption = None,
-    micro_batch: MicroBatchOption = None,
-    recompute: RecomputeOption = None,
-    zero: ZeroOption = None,
-    schedule: ScheduleOption = None,
+    axes: SearchAxes = SearchAxes(),
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
@@ -130,10 +116,7 @@ def search(
             "(default 1d; docs/model.md §9)",
         ),
     ] = None,
-    no_offload: NoOffloadOption = False,
-    default_overlap: DefaultOverlapOption = False,
-    default_placement: DefaultPlacementOption = False,
-    vary_split: VarySplitOption = False,
+    switches: SpaceSwitches = SpaceSwitches(),
     price: PriceOption = None,
     tokens: Annotated[
         Optional[str],
@@ -207,7 +190,7 @@ def search(
         refuse_options(
             ctx, HETERO_SEARCH_OPTIONS | (set() if non_uniform else set(AMP_SEARCH_AXES)), where
         )
-        axes = search_restrictions(tp, pp, None, micro_batch, recompute, None, None)
+        restrictions = axes.restrictions()
         if global_batch is None:
             raise InputError(
                 "--global-batch: missing; the per-stage searches (--cluster, --non-uniform, "
@@ -233,7 +216,7 @@ def search(
             time_budget,
             width,
             note,
-            {AMP_SEARCH_AXES[k]: axes[k] for k in AMP_SEARCH_AXES},
+            {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES},
         )
         if not result.plans:
             raise typer.Exit(EXIT_DOES_NOT_FIT)
@@ -294,13 +277,8 @@ def search(
         dtype=dtype.value,
         attention=attention_value,
         objective=objective,
-        **search_restrictions(
-            tp, pp, cp, micro_batch, recompute, zero, schedule, ep, etp, dispatcher
-        ),
-        vary_offload=not no_offload,
-        vary_overlap=not default_overlap,
-        vary_placement=not default_placement,
-        vary_split=vary_split,
+        **axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher),
+        **switches.problem_fields(),
         price_per_gpu_hour=price_per_gpu_hour,
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
         **framework_fields,
