@@ -166,21 +166,22 @@ class GemmSample:
     dtype: str
     time_s: float
 
+    @classmethod
+    def from_row(cls, row: dict[str, str], where: str) -> GemmSample:
+        """The sample of one CSV row (``where``: its place, for errors)."""
+        b = _count(row, "batch", "--gemm", where) if row.get("batch") else 1
+        m, n, k = (_count(row, c, "--gemm", where) for c in ("m", "n", "k"))
+        dtype = row.get("dtype", "bf16") or "bf16"
+        if dtype not in GEMM_DTYPES:
+            raise InputError(
+                f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}"
+            )
+        return cls(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k))
+
 
 def read_gemm_table(path: Path) -> list[GemmSample]:
     """CSV with m,n,k,dtype and time_(s|ms|us) or tflops (2·m·n·k FLOPs), optional batch."""
-    return _read_table(path, "--gemm", _gemm_sample)
-
-
-def _gemm_sample(row: dict[str, str], where: str) -> GemmSample:
-    b = _count(row, "batch", "--gemm", where) if row.get("batch") else 1
-    m, n, k = (_count(row, c, "--gemm", where) for c in ("m", "n", "k"))
-    dtype = row.get("dtype", "bf16") or "bf16"
-    if dtype not in GEMM_DTYPES:
-        raise InputError(
-            f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}"
-        )
-    return GemmSample(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k))
+    return _read_table(path, "--gemm", GemmSample.from_row)
 
 
 @dataclass(frozen=True)
@@ -194,26 +195,26 @@ class AttentionSample:
     dtype: str
     time_s: float
 
+    @classmethod
+    def from_row(cls, row: dict[str, str], where: str) -> AttentionSample:
+        """The sample of one CSV row (``where``: its place, for errors)."""
+        direction = row.get("direction", "fwd")
+        if direction not in ("fwd", "bwd"):
+            raise InputError(
+                f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd"
+            )
+        b, heads, seq_len, head_dim = (
+            _count(row, c, "--attention", where) for c in ("batch", "heads", "seq_len", "head_dim")
+        )
+        causal = row.get("causal", "1").lower() in ("1", "true", "yes")
+        dtype = row.get("dtype", "bf16") or "bf16"
+        time_s = _time_s(row, "--attention", where)
+        return cls(b, heads, seq_len, head_dim, causal, direction, dtype, time_s)
+
 
 def read_attention_table(path: Path) -> list[AttentionSample]:
     """CSV with batch,heads,seq_len,head_dim,causal,direction (fwd|bwd),dtype,time_(s|ms|us)."""
-    return _read_table(path, "--attention", _attention_sample)
-
-
-def _attention_sample(row: dict[str, str], where: str) -> AttentionSample:
-    direction = row.get("direction", "fwd")
-    if direction not in ("fwd", "bwd"):
-        raise InputError(
-            f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd"
-        )
-    b, heads, seq_len, head_dim = (
-        _count(row, c, "--attention", where) for c in ("batch", "heads", "seq_len", "head_dim")
-    )
-    causal = row.get("causal", "1").lower() in ("1", "true", "yes")
-    dtype = row.get("dtype", "bf16") or "bf16"
-    return AttentionSample(
-        b, heads, seq_len, head_dim, causal, direction, dtype, _time_s(row, "--attention", where)
-    )
+    return _read_table(path, "--attention", AttentionSample.from_row)
 
 
 def read_memory_table(path: Path) -> list[tuple[float, float]]:
