@@ -57,6 +57,16 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of 
 
 # ---- option groups: sets of options several commands declare together ------------------------
 @dataclass(frozen=True)
+class SearchBatch:
+    """The sequence and batch of ``search`` and ``sweep``: a fixed global batch, or the largest
+    multiple of dp·micro_batch up to --max-global-batch."""
+
+    seq_length: SeqLengthOption = 2048
+    global_batch: GlobalBatchOption = None
+    max_global_batch: MaxGlobalBatchOption = None
+
+
+@dataclass(frozen=True)
 class SearchAxes:
     """The search-space restrictions ``search`` and ``sweep`` share (None = unrestricted)."""
 
@@ -94,7 +104,7 @@ class SpaceSwitches:
         }
 
 
-OPTION_GROUPS = (SearchAxes, SpaceSwitches)
+OPTION_GROUPS = (SearchBatch, SearchAxes, SpaceSwitches)
 
 
 def option_groups(command: Callable) -> Callable:

@@ -22,11 +22,9 @@ from paraplan.cli.app import (
 from paraplan.cli.options import (
     AttentionOption,
     DtypeOption,
-    GlobalBatchOption,
-    MaxGlobalBatchOption,
     ModelOption,
     SearchAxes,
-    SeqLengthOption,
+    SearchBatch,
     SpaceSwitches,
     option_groups,
 )
@@ -64,9 +62,7 @@ def sweep(
             "(model.hidden=...); repeat for more axes",
         ),
     ] = None,
-    seq_length: SeqLengthOption = 2048,
-    global_batch: GlobalBatchOption = None,
-    max_global_batch: MaxGlobalBatchOption = None,
+    batch: SearchBatch = SearchBatch(),
     top: Annotated[
         int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")
     ] = 5,
@@ -125,10 +121,8 @@ def sweep(
         model=model,
         systems=_split_systems(system),
         gpus=parse_gpus(gpus),
-        seq_length=seq_length,
         sets=tuple(parse_sets(set_ or [])),
-        global_batch=global_batch,
-        max_global_batch=max_global_batch,
+        **asdict(batch),
         top=top,
         dtype=dtype.value,
         attention=attention_value,
