@@ -193,22 +193,17 @@ def search(
     large block-by-block search, search.block_processes.auto_workers)."""
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
-    from paraplan.search.space import SearchProblem
 
-    model_spec, system_spec = _specs(model, system)
-    system_spec, fields = _search_fields(space, framework, system_spec)
-    problem = SearchProblem(
-        model=model_spec,
-        system=system_spec,
-        gpus=gpus,
+    problem = search_problem(
+        *_specs(model, system),
+        gpus,
+        framework,
+        price_per_gpu_hour,
         seq_length=seq_length,
         global_batch=global_batch,
         max_global_batch=max_global_batch,
         objective=objective,
-        price_per_gpu_hour=price_per_gpu_hour
-        if price_per_gpu_hour is not None
-        else system_spec.price_per_gpu_hour,
-        **fields,
+        **space,
     )
     result = (
         exhaustive_search(problem, top_k=top, workers=workers)
@@ -216,6 +211,32 @@ def search(
         else run_search(problem, top_k=top, workers=workers)
     )
     return SearchResults(problem, result)
+
+
+def search_problem(
+    model_spec: ModelSpec,
+    system_spec: SystemSpec,
+    gpus: int,
+    framework: str | dict | None = None,
+    price_per_gpu_hour: float | None = None,
+    **space: Any,
+):
+    """The :class:`~paraplan.search.space.SearchProblem` of :func:`search` and ``paraplan search``:
+    ``space`` its further fields (allowed values as tuples, lists or one value: TUPLE_FIELDS); with
+    ``framework`` (a profile, its name, file or dict) the system adapted to the profile and its
+    attention (unless given) and overlap defaults; the price the (adapted) system's unless given."""
+    from paraplan.search.space import SearchProblem
+
+    system_spec, fields = _search_fields(space, framework, system_spec)
+    if price_per_gpu_hour is None:
+        price_per_gpu_hour = system_spec.price_per_gpu_hour
+    return SearchProblem(
+        model=model_spec,
+        system=system_spec,
+        gpus=gpus,
+        price_per_gpu_hour=price_per_gpu_hour,
+        **fields,
+    )
 
 
 # the SearchProblem fields that hold a tuple of allowed values (search accepts a list or one value)

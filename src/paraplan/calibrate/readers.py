@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Callable, TypeVar, get_args
 
 from paraplan.io.documents import read_text
 from paraplan.specs.errors import InputError
@@ -37,6 +37,7 @@ NCCL_KINDS = {
 }
 _RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
 US = 1e-6
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -165,12 +166,9 @@ class GemmSample:
     dtype: str
     time_s: float
 
-
-def read_gemm_table(path: Path) -> list[GemmSample]:
-    """CSV with m,n,k,dtype and time_(s|ms|us) or tflops (2·m·n·k FLOPs), optional batch."""
-    out = []
-    for i, row in enumerate(_rows(path, "--gemm"), start=2):
-        where = f"{path.name} line {i}"
+    @classmethod
+    def from_row(cls, row: dict[str, str], where: str) -> GemmSample:
+        """The sample of one CSV row (``where``: its place, for errors)."""
         b = _count(row, "batch", "--gemm", where) if row.get("batch") else 1
         m, n, k = (_count(row, c, "--gemm", where) for c in ("m", "n", "k"))
         dtype = row.get("dtype", "bf16") or "bf16"
@@ -178,10 +176,12 @@ def read_gemm_table(path: Path) -> list[GemmSample]:
             raise InputError(
                 f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}"
             )
-        out.append(
-            GemmSample(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k))
-        )
-    return out
+        return cls(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k))
+
+
+def read_gemm_table(path: Path) -> list[GemmSample]:
+    """CSV with m,n,k,dtype and time_(s|ms|us) or tflops (2·m·n·k FLOPs), optional batch."""
+    return _read_table(path, "--gemm", GemmSample.from_row)
 
 
 @dataclass(frozen=True)
@@ -195,38 +195,43 @@ class AttentionSample:
     dtype: str
     time_s: float
 
-
-def read_attention_table(path: Path) -> list[AttentionSample]:
-    """CSV with batch,heads,seq_len,head_dim,causal,direction (fwd|bwd),dtype,time_(s|ms|us)."""
-    out = []
-    for i, row in enumerate(_rows(path, "--attention"), start=2):
-        where = f"{path.name} line {i}"
+    @classmethod
+    def from_row(cls, row: dict[str, str], where: str) -> AttentionSample:
+        """The sample of one CSV row (``where``: its place, for errors)."""
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
             raise InputError(
                 f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd"
             )
-        out.append(
-            AttentionSample(
-                _count(row, "batch", "--attention", where),
-                _count(row, "heads", "--attention", where),
-                _count(row, "seq_len", "--attention", where),
-                _count(row, "head_dim", "--attention", where),
-                row.get("causal", "1").lower() in ("1", "true", "yes"),
-                direction,
-                row.get("dtype", "bf16") or "bf16",
-                _time_s(row, "--attention", where),
-            )
+        b, heads, seq_len, head_dim = (
+            _count(row, c, "--attention", where) for c in ("batch", "heads", "seq_len", "head_dim")
         )
-    return out
+        causal = row.get("causal", "1").lower() in ("1", "true", "yes")
+        dtype = row.get("dtype", "bf16") or "bf16"
+        time_s = _time_s(row, "--attention", where)
+        return cls(b, heads, seq_len, head_dim, causal, direction, dtype, time_s)
+
+
+def read_attention_table(path: Path) -> list[AttentionSample]:
+    """CSV with batch,heads,seq_len,head_dim,causal,direction (fwd|bwd),dtype,time_(s|ms|us)."""
+    return _read_table(path, "--attention", AttentionSample.from_row)
 
 
 def read_memory_table(path: Path) -> list[tuple[float, float]]:
     """CSV with bytes (read + written) and time_(s|ms|us) of memory-bound kernels (copies, norms)."""
+    return _read_table(
+        path,
+        "--memory",
+        lambda row, where: (
+            _number(row, "bytes", "--memory", where),
+            _time_s(row, "--memory", where),
+        ),
+    )
+
+
+def _read_table(path: Path, flag: str, sample: Callable[[dict[str, str], str], T]) -> list[T]:
+    """``sample(row, where)`` of each row of the CSV table at ``path`` (``flag`` its option), with
+    ``where`` the row's place for errors: "FILE line N", the header being line 1."""
     return [
-        (
-            _number(row, "bytes", "--memory", f"{path.name} line {i}"),
-            _time_s(row, "--memory", f"{path.name} line {i}"),
-        )
-        for i, row in enumerate(_rows(path, "--memory"), start=2)
+        sample(row, f"{path.name} line {i}") for i, row in enumerate(_rows(path, flag), start=2)
     ]

@@ -166,38 +166,18 @@ def memory_csv(system: SystemSpec) -> str:
     return "\n".join(rows) + "\n"
 
 
+_SP_OVERLAP = {"sequence_parallel": True, "overlap_tp_comm": True}  # Megatron-LM's usual TP flags
+# the synthetic runs' plans: (gpus, tp, pp, micro_batch, global_batch, further plan fields)
+_STEP_PLAN_ROWS = (
+    (64, 8, 1, 1, 64, _SP_OVERLAP),
+    (64, 4, 2, 2, 128, _SP_OVERLAP | {"zero": 1}),
+    (64, 2, 1, 1, 64, {"zero": 3}),
+    (32, 8, 1, 2, 64, {"sequence_parallel": True}),
+    (64, 8, 2, 1, 128, _SP_OVERLAP | {"recompute": "selective"}),
+)
 STEP_PLANS = [
-    dict(
-        gpus=64,
-        tp=8,
-        pp=1,
-        micro_batch=1,
-        global_batch=64,
-        sequence_parallel=True,
-        overlap_tp_comm=True,
-    ),
-    dict(
-        gpus=64,
-        tp=4,
-        pp=2,
-        micro_batch=2,
-        global_batch=128,
-        sequence_parallel=True,
-        overlap_tp_comm=True,
-        zero=1,
-    ),
-    dict(gpus=64, tp=2, pp=1, micro_batch=1, global_batch=64, zero=3),
-    dict(gpus=32, tp=8, pp=1, micro_batch=2, global_batch=64, sequence_parallel=True),
-    dict(
-        gpus=64,
-        tp=8,
-        pp=2,
-        micro_batch=1,
-        global_batch=128,
-        sequence_parallel=True,
-        overlap_tp_comm=True,
-        recompute="selective",
-    ),
+    dict(gpus=gpus, tp=tp, pp=pp, micro_batch=mb, global_batch=gb, **more)
+    for gpus, tp, pp, mb, gb, more in _STEP_PLAN_ROWS
 ]
 STEP_MODEL = "gpt3-13b"
 

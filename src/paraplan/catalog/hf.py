@@ -293,7 +293,7 @@ def _gpt2(data: dict, get) -> dict:
 
 
 def _gpt_neox(data: dict, get) -> dict:
-    spec = {
+    return {
         "layers": get("num_hidden_layers"),
         "hidden": get("hidden_size"),
         "heads": get("num_attention_heads"),
@@ -303,13 +303,7 @@ def _gpt_neox(data: dict, get) -> dict:
         "norm": "layernorm",
         "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
         "bias": True,
-        "dropout": _has_dropout(get, ("hidden_dropout", "attention_dropout"), 0.0),
-        "position_embedding": "rope",
-    }
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
-    return spec
+    } | _rope_fields(get)
 
 
 def _falcon(data: dict, get, field: str) -> dict:
@@ -325,7 +319,7 @@ def _falcon(data: dict, get, field: str) -> dict:
         kv_heads = 1
     else:
         kv_heads = heads
-    spec = {
+    return {
         "layers": get("num_hidden_layers", "n_layer"),
         "hidden": hidden,
         "heads": heads,
@@ -336,13 +330,20 @@ def _falcon(data: dict, get, field: str) -> dict:
         "norm": "layernorm",
         "tie_embeddings": get("tie_word_embeddings", default=True, kind=bool),
         "bias": get("bias", default=False, kind=bool),
+    } | _rope_fields(get)
+
+
+def _rope_fields(get) -> dict:
+    """The fields GPT-NeoX and Falcon configs give alike: dropout from hidden_dropout /
+    attention_dropout, rope positions, and max_position when the config names one."""
+    fields = {
         "dropout": _has_dropout(get, ("hidden_dropout", "attention_dropout"), 0.0),
         "position_embedding": "rope",
     }
     max_pos = get("max_position_embeddings", default=None)
     if max_pos is not None:
-        spec["max_position"] = max_pos
-    return spec
+        fields["max_position"] = max_pos
+    return fields
 
 
 def _times(k: int, value: Any) -> Any:

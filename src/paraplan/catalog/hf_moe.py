@@ -166,14 +166,20 @@ def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple
     )
 
 
-def _mixtral(data: dict, get, field: str) -> dict:
+def _local_experts(get) -> dict:
+    """The common fields and the experts of Mixtral and gpt-oss configs: num_local_experts experts,
+    each as wide as the dense MLP (intermediate_size)."""
     width = get("intermediate_size")
-    spec = _common(get) | {
+    return _common(get) | {
         "ffn_hidden": width,
         "experts": get("num_local_experts"),
         "top_k": get("num_experts_per_tok"),
         "moe_ffn_hidden": width,
     }
+
+
+def _mixtral(data: dict, get, field: str) -> dict:
+    spec = _local_experts(get)
     window = get("sliding_window", None)
     if window is not None:
         spec["sliding_window"] = window
@@ -250,12 +256,7 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
 
 def _gpt_oss(data: dict, get, field: str) -> dict:
     layers = get("num_hidden_layers")
-    width = get("intermediate_size")
-    spec = _common(get) | {
-        "ffn_hidden": width,
-        "experts": get("num_local_experts"),
-        "top_k": get("num_experts_per_tok"),
-        "moe_ffn_hidden": width,
+    spec = _local_experts(get) | {
         "bias": get("attention_bias", True),
         "dropout": False,
     }

@@ -230,25 +230,6 @@ def load_framework_option(framework: Optional[str]):
     return load_framework(framework, field="--framework")
 
 
-def framework_problem_fields(
-    framework: Optional[str], system_spec, attention: str, attention_given: bool
-):
-    """(system, attention, SearchProblem fields) under --framework: the system adapted to the profile
-    (frameworks.framework_system), its attention default unless --attention was given, its name (for
-    the error band) and its overlap defaults (the values of switches the search does not vary)."""
-    profile = load_framework_option(framework)
-    if profile is None:
-        return system_spec, attention, {}
-    from paraplan.cost.frameworks import framework_search_fields, framework_system
-
-    fields = framework_search_fields(profile)
-    return (
-        framework_system(profile, system_spec),
-        attention if attention_given else profile.attention,
-        fields,
-    )
-
-
 def explicit_options(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
     """The parameters among ``names`` that the user gave (command line or environment), not left at their default."""
     given = set()

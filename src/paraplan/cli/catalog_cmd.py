@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -128,7 +128,6 @@ def models(
 ) -> None:
     """List the model catalog (parameters, total and active, and shape), or show how one model is read."""
     from paraplan.catalog import load_model, model_names
-    from paraplan.report.text_table import simple_table
 
     if model is not None:
         spec = load_model(model, field="model")
@@ -141,34 +140,13 @@ def models(
             return
         _stdout(width).print(*_model_fields_table(model, spec))
         return
-    rows = [_model_row(n) for n in model_names()]
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    table = simple_table(
+    _print_catalog(
+        [_model_row(n) for n in model_names()],
+        as_json,
+        width,
         "Models (paraplan estimate --model NAME); parameters in billions",
-        "name",
-        "params (B)",
-        "active (B)",
-        "layers",
-        "hidden",
-        "heads",
-        "kv heads",
-        "ffn",
-        "vocab",
-        "mlp",
+        MODEL_COLUMNS,
     )
-    for r in rows:
-        table.add_row(
-            r["name"],
-            f"{r['params_b']:.2f}",
-            f"{r['active_params_b']:.2f}",
-            *(
-                str(r[k])
-                for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp")
-            ),
-        )
-    _stdout(width).print(table)
 
 
 def _system_row(name: str) -> dict:
@@ -201,37 +179,69 @@ def systems(
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
-    from paraplan.report.text_table import simple_table
 
-    rows = [_system_row(n) for n in system_names()]
+    _print_catalog(
+        [_system_row(n) for n in system_names()],
+        as_json,
+        width,
+        "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
+        SYSTEM_COLUMNS,
+        numeric_from=2,
+    )
+
+
+def _text(key: str) -> Callable[[dict], str]:
+    return lambda row: str(row[key])
+
+
+def _fixed(key: str, digits: int) -> Callable[[dict], str]:
+    """A number with ``digits`` decimals, "-" where the catalog has none."""
+    return lambda row: "-" if row[key] is None else f"{row[key]:.{digits}f}"
+
+
+# the columns of the catalog listings: (header, the cell of a row of _model_row / _system_row)
+MODEL_COLUMNS = (
+    ("name", _text("name")),
+    ("params (B)", _fixed("params_b", 2)),
+    ("active (B)", _fixed("active_params_b", 2)),
+    *(
+        (header, _text(key))
+        for header, key in (
+            ("layers", "layers"),
+            ("hidden", "hidden"),
+            ("heads", "heads"),
+            ("kv heads", "kv_heads"),
+            ("ffn", "ffn_hidden"),
+            ("vocab", "vocab"),
+            ("mlp", "mlp"),
+        )
+    ),
+)
+SYSTEM_COLUMNS = (
+    ("name", _text("name")),
+    ("gpu", _text("gpu")),
+    ("HBM GiB", _fixed("hbm_gib", 0)),
+    ("HBM TB/s", _fixed("hbm_tb_per_s", 2)),
+    ("bf16 TFLOP/s", _fixed("peak_bf16_tflops", 0)),
+    ("domain", _text("domain_size")),
+    ("NVLink GB/s", _fixed("nvlink_gb_per_s", 0)),
+    ("NIC GB/s", _fixed("nic_gb_per_s", 0)),
+    ("$/GPU-h", _fixed("price_per_gpu_hour", 2)),
+)
+
+
+def _print_catalog(
+    rows: list[dict], as_json: bool, width, title: str, columns, numeric_from: int = 1
+) -> None:
+    """The catalog's rows as JSON, or as a table of ``columns`` ((header, cell) pairs)."""
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = simple_table(
-        "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
-        "name",
-        "gpu",
-        "HBM GiB",
-        "HBM TB/s",
-        "bf16 TFLOP/s",
-        "domain",
-        "NVLink GB/s",
-        "NIC GB/s",
-        "$/GPU-h",
-        numeric_from=2,
-    )
-    for r in rows:
-        table.add_row(
-            r["name"],
-            r["gpu"],
-            f"{r['hbm_gib']:.0f}",
-            f"{r['hbm_tb_per_s']:.2f}",
-            "-" if r["peak_bf16_tflops"] is None else f"{r['peak_bf16_tflops']:.0f}",
-            str(r["domain_size"]),
-            f"{r['nvlink_gb_per_s']:.0f}",
-            f"{r['nic_gb_per_s']:.0f}",
-            "-" if r["price_per_gpu_hour"] is None else f"{r['price_per_gpu_hour']:.2f}",
-        )
+    from paraplan.report.text_table import simple_table
+
+    table = simple_table(title, *(header for header, _ in columns), numeric_from=numeric_from)
+    for row in rows:
+        table.add_row(*(cell(row) for _, cell in columns))
     _stdout(width).print(table)
 
 

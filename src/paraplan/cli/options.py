@@ -1,13 +1,33 @@
 """Option declarations several commands share, each with its one help text (``typer`` reads an
-``Annotated`` alias as the declaration; the parameter's default stays at the command)."""
+``Annotated`` alias as the declaration; the parameter's default stays at the command), and option
+groups: sets of options several commands take together, declared once as a dataclass whose fields
+are the options (``option_groups`` puts them into each command's signature)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import functools
+import inspect
+from dataclasses import asdict, dataclass, fields
+from typing import Annotated, Callable, Optional, get_type_hints
 
 import typer
 
-from paraplan.cli.app import Attention, Dtype
+from paraplan.cli.app import (
+    Attention,
+    CpOption,
+    DefaultOverlapOption,
+    DefaultPlacementOption,
+    Dtype,
+    MicroBatchOption,
+    NoOffloadOption,
+    PpOption,
+    RecomputeOption,
+    ScheduleOption,
+    TpOption,
+    VarySplitOption,
+    ZeroOption,
+    search_restrictions,
+)
 
 ModelOption = Annotated[
     str,
@@ -33,3 +53,86 @@ PriceOption = Annotated[
     typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
+
+
+# ---- option groups: sets of options several commands declare together ------------------------
+@dataclass(frozen=True)
+class SearchBatch:
+    """The sequence and batch of ``search`` and ``sweep``: a fixed global batch, or the largest
+    multiple of dp·micro_batch up to --max-global-batch."""
+
+    seq_length: SeqLengthOption = 2048
+    global_batch: GlobalBatchOption = None
+    max_global_batch: MaxGlobalBatchOption = None
+
+
+@dataclass(frozen=True)
+class SearchAxes:
+    """The search-space restrictions ``search`` and ``sweep`` share (None = unrestricted)."""
+
+    tp: TpOption = None
+    pp: PpOption = None
+    cp: CpOption = None
+    micro_batch: MicroBatchOption = None
+    recompute: RecomputeOption = None
+    zero: ZeroOption = None
+    schedule: ScheduleOption = None
+
+    def restrictions(self, **moe: Optional[str]) -> dict:
+        """SearchProblem axis restrictions (app.search_restrictions), with ``moe`` the MoE axes'
+        (ep, etp, dispatcher) options where the command has them."""
+        return search_restrictions(**asdict(self), **moe)
+
+
+@dataclass(frozen=True)
+class SpaceSwitches:
+    """The switches of the searched space ``search`` and ``sweep`` share: each narrows (or, for
+    --vary-split, widens) what the search varies."""
+
+    no_offload: NoOffloadOption = False
+    default_overlap: DefaultOverlapOption = False
+    default_placement: DefaultPlacementOption = False
+    vary_split: VarySplitOption = False
+
+    def problem_fields(self) -> dict:
+        """The SearchProblem fields they set."""
+        return {
+            "vary_offload": not self.no_offload,
+            "vary_overlap": not self.default_overlap,
+            "vary_placement": not self.default_placement,
+            "vary_split": self.vary_split,
+        }
+
+
+OPTION_GROUPS = (SearchBatch, SearchAxes, SpaceSwitches)
+
+
+def option_groups(command: Callable) -> Callable:
+    """A command whose parameters annotated with an option group (OPTION_GROUPS) take the group's
+    options in their place: typer reads the signature this gives, which lists each group's fields
+    (their ``Annotated`` option declarations and defaults) where the group's parameter stood; the
+    command receives one value of the group made of them."""
+    hints = get_type_hints(command, include_extras=True)
+    groups: dict[str, type] = {}
+    params: list[inspect.Parameter] = []
+    for param in inspect.signature(command).parameters.values():
+        kind = hints.get(param.name, param.annotation)
+        if kind not in OPTION_GROUPS:
+            params.append(param.replace(annotation=kind))
+            continue
+        groups[param.name] = kind
+        group_hints = get_type_hints(kind, include_extras=True)
+        params.extend(
+            param.replace(name=f.name, annotation=group_hints[f.name], default=f.default)
+            for f in fields(kind)
+        )
+
+    @functools.wraps(command)
+    def grouped(**given):
+        for name, kind in groups.items():
+            given[name] = kind(**{f.name: given.pop(f.name) for f in fields(kind)})
+        return command(**given)
+
+    grouped.__signature__ = inspect.Signature(params, return_annotation=None)
+    grouped.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    return grouped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,41 +15,30 @@ from paraplan.cli.app import (
     check_price,
     warn_positions,
     Attention,
-    CpOption,
-    DefaultOverlapOption,
     DispatcherOption,
     EpOption,
     EtpOption,
-    DefaultPlacementOption,
-    VarySplitOption,
     Dtype,
     FrameworkOption,
-    MicroBatchOption,
-    NoOffloadOption,
-    PpOption,
-    RecomputeOption,
-    ScheduleOption,
-    TpOption,
     WidthOption,
-    ZeroOption,
     _choice_list,
     _stdout,
     app,
     explicit_options,
-    framework_problem_fields,
+    load_framework_option,
     parse_tokens,
     refuse_options,
-    search_restrictions,
 )
 from paraplan.cli.options import (
     AttentionOption,
     DtypeOption,
-    GlobalBatchOption,
     JsonOption,
-    MaxGlobalBatchOption,
     ModelOption,
     PriceOption,
-    SeqLengthOption,
+    SearchAxes,
+    SearchBatch,
+    SpaceSwitches,
+    option_groups,
 )
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search
@@ -88,6 +78,7 @@ RESTRICT_HINT = (
 
 
 @app.command()
+@option_groups
 def search(
     ctx: typer.Context,
     model: ModelOption,
@@ -95,9 +86,7 @@ def search(
         Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")
     ] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
-    seq_length: SeqLengthOption = 2048,
-    global_batch: GlobalBatchOption = None,
-    max_global_batch: MaxGlobalBatchOption = None,
+    batch: SearchBatch = SearchBatch(),
     top: Annotated[
         int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")
     ] = 10,
@@ -112,13 +101,7 @@ def search(
     ] = "time",
     dtype: DtypeOption = Dtype.bf16,
     attention: AttentionOption = Attention.flash,
-    tp: TpOption = None,
-    pp: PpOption = None,
-    cp: CpOption = None,
-    micro_batch: MicroBatchOption = None,
-    recompute: RecomputeOption = None,
-    zero: ZeroOption = None,
-    schedule: ScheduleOption = None,
+    axes: SearchAxes = SearchAxes(),
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
@@ -130,10 +113,7 @@ def search(
             "(default 1d; docs/model.md §9)",
         ),
     ] = None,
-    no_offload: NoOffloadOption = False,
-    default_overlap: DefaultOverlapOption = False,
-    default_placement: DefaultPlacementOption = False,
-    vary_split: VarySplitOption = False,
+    switches: SpaceSwitches = SpaceSwitches(),
     price: PriceOption = None,
     tokens: Annotated[
         Optional[str],
@@ -207,8 +187,8 @@ def search(
         refuse_options(
             ctx, HETERO_SEARCH_OPTIONS | (set() if non_uniform else set(AMP_SEARCH_AXES)), where
         )
-        axes = search_restrictions(tp, pp, None, micro_batch, recompute, None, None)
-        if global_batch is None:
+        restrictions = axes.restrictions()
+        if batch.global_batch is None:
             raise InputError(
                 "--global-batch: missing; the per-stage searches (--cluster, --non-uniform, "
                 "encoder-decoder models) search a fixed global batch"
@@ -224,8 +204,8 @@ def search(
             system,
             gpus,
             non_uniform,
-            seq_length,
-            global_batch,
+            batch.seq_length,
+            batch.global_batch,
             dtype.value,
             attention.value,
             top,
@@ -233,7 +213,7 @@ def search(
             time_budget,
             width,
             note,
-            {AMP_SEARCH_AXES[k]: axes[k] for k in AMP_SEARCH_AXES},
+            {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES},
         )
         if not result.plans:
             raise typer.Exit(EXIT_DOES_NOT_FIT)
@@ -258,7 +238,7 @@ def search(
     from paraplan.search.explain import explain as explain_plan
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
-    from paraplan.search.space import SearchProblem
+    from paraplan.api import search_problem
     from paraplan.units import GiB
 
     if gpus <= 0:
@@ -272,39 +252,28 @@ def search(
     objective = "time" if ttt else objective
     check_price(price)
     system_spec = load_system(system, field="system")
-    system_spec, attention_value, framework_fields = framework_problem_fields(
-        framework,
-        system_spec,
-        attention.value,
-        "attention" in explicit_options(ctx, ("attention",)),
-    )
-    price_per_gpu_hour = price if price is not None else system_spec.price_per_gpu_hour
-    if objective == "cost" and price_per_gpu_hour is None:
+    profile = load_framework_option(framework)  # an unknown name is one line before anything runs
+    if objective == "cost" and price is None and system_spec.price_per_gpu_hour is None:
         raise InputError(
             f"--price: --objective cost needs a price and {system_spec.name} has none; "
             "give --price USD per GPU-hour"
         )
-    problem = SearchProblem(
-        model=model_spec,
-        system=system_spec,
-        gpus=gpus,
-        seq_length=seq_length,
-        global_batch=global_batch,
-        max_global_batch=max_global_batch,
+    attention_given = "attention" in explicit_options(ctx, ("attention",))
+    problem = search_problem(
+        model_spec,
+        system_spec,
+        gpus,
+        profile,
+        price,
+        **asdict(batch),
         dtype=dtype.value,
-        attention=attention_value,
+        **({"attention": attention.value} if attention_given or profile is None else {}),
         objective=objective,
-        **search_restrictions(
-            tp, pp, cp, micro_batch, recompute, zero, schedule, ep, etp, dispatcher
-        ),
-        vary_offload=not no_offload,
-        vary_overlap=not default_overlap,
-        vary_placement=not default_placement,
-        vary_split=vary_split,
-        price_per_gpu_hour=price_per_gpu_hour,
+        **axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher),
+        **switches.problem_fields(),
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
-        **framework_fields,
     )
+    system_spec = problem.system  # adapted to the framework profile
     problem.check()
     from rich.console import Console
     from rich.progress import Progress, TimeElapsedColumn
@@ -356,7 +325,7 @@ def search(
                     collect_all=sink is not None,
                 )
                 if sink is not None:
-                    sink.write_plans(result.all_feasible or [], seq_length)
+                    sink.write_plans(result.all_feasible or [], batch.seq_length)
             else:
                 result = run_search(
                     problem, top_k=top, workers=workers, progress=advance, feasible_sink=sink
@@ -367,7 +336,7 @@ def search(
         raise
     if sink is not None:
         sink.close()
-    warn_positions(problem.model, seq_length)  # after the search: input errors stay one line
+    warn_positions(problem.model, batch.seq_length)  # after the search: input errors stay one line
     written = sink.rows if sink is not None else None
     shown = write_top_csv(csv_path, result, problem, run_tokens) if csv_path is not None else None
     alternatives = (
@@ -390,11 +359,11 @@ def search(
     else:
         console = _stdout(width)
         console.print(
-            f"{problem.model.name} on {gpus} x {system_spec.name}, seq {seq_length}, "
+            f"{problem.model.name} on {gpus} x {system_spec.name}, seq {batch.seq_length}, "
             + (
-                f"global batch {global_batch}"
-                if global_batch
-                else f"max global batch {max_global_batch}"
+                f"global batch {batch.global_batch}"
+                if batch.global_batch
+                else f"max global batch {batch.max_global_batch}"
             )
             + f", {dtype.value}, objective {'time-to-train' if ttt else objective}"
             + (f", framework {problem.framework}" if problem.framework else "")

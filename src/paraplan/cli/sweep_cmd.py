@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,33 +11,22 @@ import typer
 
 from paraplan.cli.app import (
     Attention,
-    CpOption,
-    DefaultOverlapOption,
-    DefaultPlacementOption,
-    VarySplitOption,
     Dtype,
     FrameworkOption,
-    MicroBatchOption,
-    NoOffloadOption,
-    PpOption,
-    RecomputeOption,
-    ScheduleOption,
-    TpOption,
-    ZeroOption,
     _stdout,
     app,
     explicit_options,
     load_framework_option,
     parse_tokens,
-    search_restrictions,
 )
 from paraplan.cli.options import (
     AttentionOption,
     DtypeOption,
-    GlobalBatchOption,
-    MaxGlobalBatchOption,
     ModelOption,
-    SeqLengthOption,
+    SearchAxes,
+    SearchBatch,
+    SpaceSwitches,
+    option_groups,
 )
 from paraplan.specs.limits import MAX_TOP
 from paraplan.specs.errors import InputError
@@ -50,6 +40,7 @@ def _split_systems(values: list[str]) -> tuple[str, ...]:
 
 
 @app.command()
+@option_groups
 def sweep(
     ctx: typer.Context,
     model: ModelOption,
@@ -71,9 +62,7 @@ def sweep(
             "(model.hidden=...); repeat for more axes",
         ),
     ] = None,
-    seq_length: SeqLengthOption = 2048,
-    global_batch: GlobalBatchOption = None,
-    max_global_batch: MaxGlobalBatchOption = None,
+    batch: SearchBatch = SearchBatch(),
     top: Annotated[
         int, typer.Option("--top", min=1, max=MAX_TOP, help="plans kept per point (top-k summary)")
     ] = 5,
@@ -97,17 +86,8 @@ def sweep(
     objective: Annotated[str, typer.Option("--objective", help="time | cost | mfu")] = "time",
     dtype: DtypeOption = Dtype.bf16,
     attention: AttentionOption = Attention.flash,
-    tp: TpOption = None,
-    pp: PpOption = None,
-    cp: CpOption = None,
-    micro_batch: MicroBatchOption = None,
-    recompute: RecomputeOption = None,
-    zero: ZeroOption = None,
-    schedule: ScheduleOption = None,
-    no_offload: NoOffloadOption = False,
-    default_overlap: DefaultOverlapOption = False,
-    default_placement: DefaultPlacementOption = False,
-    vary_split: VarySplitOption = False,
+    axes: SearchAxes = SearchAxes(),
+    switches: SpaceSwitches = SpaceSwitches(),
     tokens: Annotated[
         Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")
     ] = None,
@@ -132,7 +112,7 @@ def sweep(
         raise InputError(
             f"--objective: {objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}"
         )
-    restrictions = search_restrictions(tp, pp, cp, micro_batch, recompute, zero, schedule)
+    restrictions = axes.restrictions()
     profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     attention_value = attention.value
     if profile is not None and "attention" not in explicit_options(ctx, ("attention",)):
@@ -141,18 +121,13 @@ def sweep(
         model=model,
         systems=_split_systems(system),
         gpus=parse_gpus(gpus),
-        seq_length=seq_length,
         sets=tuple(parse_sets(set_ or [])),
-        global_batch=global_batch,
-        max_global_batch=max_global_batch,
+        **asdict(batch),
         top=top,
         dtype=dtype.value,
         attention=attention_value,
         objective=objective,
-        no_offload=no_offload,
-        default_overlap=default_overlap,
-        default_placement=default_placement,
-        vary_split=vary_split,
+        **asdict(switches),
         restrictions={k: v for k, v in restrictions.items() if v is not None},
         tokens=parse_tokens(tokens) if tokens is not None else None,
         framework=framework,

@@ -119,9 +119,9 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     return d
 
 
-def check_handled(plan: PlanSpec, handled: Collection[str], framework: str) -> None:
+def check_handled(plan: PlanSpec, handled: Collection[str], framework: str) -> dict[str, Any]:
     """Refuse any plan field this exporter does not map when it differs from its default, so that
-    fields added to the plan later are refused rather than silently dropped."""
+    fields added to the plan later are refused rather than silently dropped; the canonical plan."""
     canon = canonical_plan(plan)
     for name, field in PlanSpec.model_fields.items():
         if name in handled:
@@ -129,6 +129,14 @@ def check_handled(plan: PlanSpec, handled: Collection[str], framework: str) -> N
         default = field.default
         if canon.get(name) != default:
             raise refuse(framework, name, canon.get(name), "paraplan has no mapping for this knob")
+    return canon
+
+
+def exportable(plan: PlanSpec, name: str, handled: Collection[str]) -> tuple[str, dict[str, Any]]:
+    """(the framework's label, the canonical plan) of a plan whose every changed field the exporter
+    of framework ``name`` maps (``handled``; check_handled refuses the others)."""
+    label = framework_args(name).label
+    return label, check_handled(plan, handled, label)
 
 
 def check_names(args: FrameworkArgs, used: list[str]) -> None:

@@ -16,15 +16,14 @@ import json
 from paraplan.export.common import (
     COMMON_FIELDS,
     ExportRefused,
-    canonical_plan,
-    check_handled,
     check_names,
+    exportable,
     framework_args,
     refuse,
     same_placement,
 )
-from paraplan.io.fields import Doc
 from paraplan.io.documents import parse_document
+from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
 NAME = "deepspeed"
@@ -46,9 +45,7 @@ HANDLED = COMMON_FIELDS | {"offload_weights", "offload_activations", "zero3_max_
 
 def config(plan: PlanSpec) -> dict:
     """The DeepSpeed config dict; refuses what DeepSpeed cannot run."""
-    fw = framework_args(NAME).label
-    check_handled(plan, HANDLED, fw)
-    c = canonical_plan(plan)
+    fw, c = exportable(plan, NAME, HANDLED)
     _check_parallelism(plan, c, fw)
     _check_kernels_and_memory(plan, c, fw)
     zero: dict[str, object] = {

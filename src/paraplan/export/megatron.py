@@ -12,8 +12,8 @@ import shlex
 
 from paraplan.export.common import (
     ExportRefused,
-    check_handled,
     check_names,
+    exportable,
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
@@ -76,8 +76,7 @@ SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the sam
 def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
     """The plan as Megatron-LM arguments (flag, value, flag, ...); refuses what Megatron cannot run. With the model, an
     interleaved split whose stages do not cut into equal chunks is written as a pipeline layout (split_arguments)."""
-    fw = framework_args(NAME).label
-    check_handled(plan, HANDLED, fw)
+    fw = exportable(plan, NAME, HANDLED)[0]
     c, mapping = megatron_core_checks(
         plan, fw, "Megatron", "--num-virtual-stages-per-pipeline-rank", "--optimizer-cpu-offload"
     )

@@ -12,17 +12,17 @@ from __future__ import annotations
 import ast
 import re
 
+from paraplan.export import megatron_core as core
 from paraplan.export.common import (
     ExportRefused,
     canonical_plan,
-    check_handled,
     check_names,
+    exportable,
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
     require,
 )
-from paraplan.export import megatron_core as core
 from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 
@@ -43,8 +43,7 @@ PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32", "fp8": "bf1
 
 def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]]:
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
-    fw = framework_args(NAME).label
-    check_handled(plan, HANDLED, fw)
+    fw = exportable(plan, NAME, HANDLED)[0]
     c, mapping = core.megatron_core_checks(
         plan,
         fw,

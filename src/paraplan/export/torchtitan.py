@@ -17,9 +17,8 @@ import tomllib
 from paraplan.export.common import (
     COMMON_FIELDS,
     ExportRefused,
-    canonical_plan,
-    check_handled,
     check_names,
+    exportable,
     framework_args,
     header_lines,
     refuse,
@@ -38,9 +37,7 @@ HANDLED = COMMON_FIELDS | {"ep", "offload_weights", "offload_activations"}
 
 def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[str, object]]:
     """{section: {field: value}}; refuses what torchtitan cannot run."""
-    fw = framework_args(NAME).label
-    check_handled(plan, HANDLED, fw)
-    c = canonical_plan(plan)
+    fw, c = exportable(plan, NAME, HANDLED)
     _check_mesh(plan, c, fw)
     _check_kernels_and_memory(plan, c, fw)
     if c["schedule"] == "interleaved" and plan.vpp == 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from paraplan.specs.moe_model import moe_shaped
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from paraplan.graph.transformer import (
     embedding_weight_params,
@@ -32,13 +32,7 @@ class ParameterCounts:
     head: float  # LM head table when untied, plus the final norm
 
     def to_dict(self) -> dict:
-        return {
-            "total": self.total,
-            "active": self.active,
-            "layers": self.layers,
-            "embedding": self.embedding,
-            "head": self.head,
-        }
+        return asdict(self)
 
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:

@@ -35,6 +35,7 @@ from functools import lru_cache
 
 from paraplan.graph.ops import Collective, LayerGraph, Op
 from paraplan.graph.transformer import (
+    layer_param_parts,
     FLOPS_PER_ELEMENT,
     LayerShape,
     _memory,
@@ -112,13 +113,7 @@ def summa_weight_params(model: ModelSpec, rows: int, cols: int) -> float:
     """Parameters of one decoder layer on one grid GPU: every matrix split over all r·c GPUs (block
     e/r × f/c), column biases over the c columns, norm gains/biases and row biases over the c columns
     (replicated over the rows, as the activations' feature blocks are)."""
-    h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
-    matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
-    norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
-    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (
-        p * f if model.has_bias else 0
-    )
-    replicated_bias = 2 * h if model.has_bias else 0
+    matrices, split_bias, replicated_bias, norm_params = layer_param_parts(model)
     return matrices / (rows * cols) + (split_bias + replicated_bias + norm_params) / cols
 
 

@@ -205,10 +205,18 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     ]
 
 
-def layer_weight_params(model: ModelSpec, tp: int) -> float:
-    """Parameters of one decoder layer on one GPU: matrices h·(q+2kv) + q·h + p·h·f + f·h split by t;
-    column-parallel biases split by t, row-parallel biases and norms replicated
-    (Shoeybi et al. 2019, §3; p = 2 for SwiGLU's gate and up projections)."""
+class LayerParamParts(NamedTuple):
+    """The parameters of one decoder layer, whole (unsplit), by how tensor parallelism splits them."""
+
+    matrices: int  # h·(q+2kv) + q·h + p·h·f + f·h
+    split_bias: int  # the column-parallel biases: q+2kv (with qkv biases) and p·f (with biases)
+    replicated_bias: int  # the row-parallel biases: 2h (with biases)
+    norm_params: int  # two norms of h gains (and h shifts for LayerNorm)
+
+
+def layer_param_parts(model: ModelSpec) -> LayerParamParts:
+    """The decoder layer's parameters by kind (LayerParamParts); p = 2 for SwiGLU's gate and up
+    projections (Shoeybi et al. 2019, §3)."""
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
     norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
@@ -216,6 +224,14 @@ def layer_weight_params(model: ModelSpec, tp: int) -> float:
         p * f if model.has_bias else 0
     )
     replicated_bias = 2 * h if model.has_bias else 0
+    return LayerParamParts(matrices, split_bias, replicated_bias, norm_params)
+
+
+def layer_weight_params(model: ModelSpec, tp: int) -> float:
+    """Parameters of one decoder layer on one GPU: matrices h·(q+2kv) + q·h + p·h·f + f·h split by t;
+    column-parallel biases split by t, row-parallel biases and norms replicated
+    (Shoeybi et al. 2019, §3; p = 2 for SwiGLU's gate and up projections)."""
+    matrices, split_bias, replicated_bias, norm_params = layer_param_parts(model)
     return (matrices + split_bias) / tp + replicated_bias + norm_params
 
 

@@ -38,7 +38,7 @@ from paraplan.report.plot_style import (
     tick_text,
     value_text,
 )
-from paraplan.report.sweep_bars import plot_breakdown, plot_memory
+from paraplan.report.sweep_bars import breakdown_figure, memory_figure
 from paraplan.specs.errors import InputError
 
 
@@ -246,8 +246,8 @@ def plot_sweep(document: dict, out_dir: Path) -> list[Path]:
         return files
     if len(sweep["gpus"]) > 1:
         files += plot_strong_scaling(document, out_dir / "strong_scaling")
-    files += plot_breakdown(document, out_dir / "breakdown")
-    files += plot_memory(document, out_dir / "memory")
+    files += save_figure(breakdown_figure(document), out_dir / "breakdown")
+    files += save_figure(memory_figure(document), out_dir / "memory")
     if len(swept_axes(sweep)) == 2:
         files += plot_heatmap(document, out_dir / "heatmap")
     return files

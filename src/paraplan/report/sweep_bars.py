@@ -4,7 +4,6 @@ by the outermost swept dimension, each labelled with its plan, the facet titles 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -14,7 +13,6 @@ from paraplan.report.plot_style import (
     TIME_PARTS,
     fmt_seconds,
     light_grid,
-    save_figure,
     short_name,
     stacked_bar,
     subtitle,
@@ -166,10 +164,6 @@ def _side_legend(ax, title: str, *handles_and_labels) -> None:
     )
 
 
-def plot_breakdown(document: dict, stem: Path) -> list[Path]:
-    return save_figure(breakdown_figure(document), stem)
-
-
 def breakdown_figure(document: dict) -> Figure:
     """Stacked shares of the step time per point, each bar labelled with its plan."""
     sweep, pts = document["sweep"], document["points"]
@@ -209,10 +203,6 @@ def breakdown_figure(document: dict) -> Figure:
     fig.suptitle(f"{title}\n{subtitle(sweep)}", fontsize=11)
     _layout_apart(fig, titles)
     return fig
-
-
-def plot_memory(document: dict, stem: Path) -> list[Path]:
-    return save_figure(memory_figure(document), stem)
 
 
 def memory_figure(document: dict) -> Figure:

@@ -270,87 +270,70 @@ def _moe_kind_core_ops(moe: bool):
     return core_ops
 
 
-BLOCK_KINDS: dict[str, BlockKind] = {  # in stage order
-    "embedding": BlockKind(
-        "embedding",
-        _input_graph,
-        _embedding_memory,
-        False,
-        core_ops=_no_core_ops,
-        expert_free=True,
-    ),
-    "decoder": BlockKind(
-        "decoder",
-        _decoder_graph,
-        _decoder_memory,
-        True,
-        transformer=True,
-        layer=True,
-        expert_free=True,
-    ),
-    # T5 (encoder-decoder): bidirectional encoder layers, then decoder layers with cross-attention
-    "encoder": BlockKind(
-        "encoder",
-        lambda m, w, s: encoder_layer(w, s),
-        _layer_memory,
-        True,
-        transformer=True,
-        layer=True,
-        expert_free=True,
-    ),
-    "cross_decoder": BlockKind(
-        "cross_decoder",
-        _cross_decoder_graph,
-        _cross_decoder_memory,
-        True,
-        transformer=True,
-        layer=True,
-        expert_free=True,
-    ),
-    # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
-    # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
-    "dense_layer": BlockKind(
-        "dense_layer",
-        _moe_kind_graph(False),
-        _moe_memory(_moe_kind_memory_bytes(False)),
-        True,
-        core_ops=_moe_kind_core_ops(False),
-        transformer=True,
-        layer=True,
-        expert_free=True,
-    ),
-    "moe_layer": BlockKind(
-        "moe_layer",
-        _moe_kind_graph(True),
-        _moe_memory(_moe_kind_memory_bytes(True)),
-        True,
-        expert_free_ops=lambda m, s: (
-            expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None
+def _layer(name: str, build, memory_of, **more) -> BlockKind:
+    """A transformer layer of the block list: recomputation checkpoints it and the memory model counts
+    it among the transformer layers."""
+    return BlockKind(name, build, memory_of, True, transformer=True, layer=True, **more)
+
+
+def _moe_family_layer(name: str, moe: bool, **more) -> BlockKind:
+    """A dense (``moe`` False) or MoE layer of a model graph/moe.py builds: its graph, memory and core
+    ops are those of the layers of that kind (_moe_kind_graph, _moe_kind_memory_bytes, _moe_kind_core_ops)."""
+    return _layer(
+        name,
+        _moe_kind_graph(moe),
+        _moe_memory(_moe_kind_memory_bytes(moe)),
+        core_ops=_moe_kind_core_ops(moe),
+        **more,
+    )
+
+
+BLOCK_KINDS: dict[str, BlockKind] = {
+    kind.name: kind
+    for kind in (  # in stage order
+        BlockKind(
+            "embedding",
+            _input_graph,
+            _embedding_memory,
+            False,
+            core_ops=_no_core_ops,
+            expert_free=True,
         ),
-        core_ops=_moe_kind_core_ops(True),
-        transformer=True,
-        layer=True,
-    ),
-    "experts": BlockKind(
-        "experts",
-        _experts_graph,
-        _no_memory,
-        False,
-        "expert",
-        core_ops=_no_core_ops,
-        transformer=True,
-    ),
-    "mtp": BlockKind(
-        "mtp",
-        _mtp_graph,
-        _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None),
-        True,
-        parts=_mtp_parts,
-        core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else (),
-    ),
-    "head": BlockKind(
-        "head", _output_graph, _head_memory, False, core_ops=_head_core_ops, expert_free=True
-    ),
+        _layer("decoder", _decoder_graph, _decoder_memory, expert_free=True),
+        # T5 (encoder-decoder): bidirectional encoder layers, then decoder layers with cross-attention
+        _layer("encoder", lambda m, w, s: encoder_layer(w, s), _layer_memory, expert_free=True),
+        _layer("cross_decoder", _cross_decoder_graph, _cross_decoder_memory, expert_free=True),
+        # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
+        # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
+        _moe_family_layer("dense_layer", False, expert_free=True),
+        _moe_family_layer(
+            "moe_layer",
+            True,
+            expert_free_ops=lambda m, s: (
+                expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None
+            ),
+        ),
+        BlockKind(
+            "experts",
+            _experts_graph,
+            _no_memory,
+            False,
+            "expert",
+            core_ops=_no_core_ops,
+            transformer=True,
+        ),
+        BlockKind(
+            "mtp",
+            _mtp_graph,
+            _moe_memory(lambda m, s: mtp_memory_bytes(m, s) if m.mtp_layers else None),
+            True,
+            parts=_mtp_parts,
+            core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else (),
+        ),
+        BlockKind(
+            "head", _output_graph, _head_memory, False, core_ops=_head_core_ops, expert_free=True
+        ),
+    )
 }
 
 
