@@ -5,12 +5,6 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cost.comm import (
-    GroupSpan,
-    fastest_collective,
-    flat_ring_collective,
-    linear_collective,
-)
 from paraplan.step.engines import (
     ENGINES,
     attention_mask_bytes,
@@ -35,24 +29,6 @@ def test_transfer_bytes_by_hand():
     )
     assert host_layer_times_s(ds) == (ds.host_layer_forward_s, 2 * ds.host_layer_forward_s)
     assert host_layer_times_s(mg) == (0.0, 0.0)
-
-
-def test_flat_ring_by_hand_and_the_faster_shape():
-    t4 = load_system("aws-g4dn.12xlarge")
-    inner = t4.node.nvlink_bandwidth * t4.node.nvlink_efficiency  # 4.2 GB/s PCIe
-    nic = t4.network.nic_bandwidth * t4.network.efficiency  # 1.25 GB/s per GPU, 5 GB/s per node
-    span = GroupSpan(16, 4, 4)
-    ring = flat_ring_collective("all_reduce", span, t4)
-    assert ring.slope_out == pytest.approx(2 * 15 / 16 / min(inner, 4 * nic))
-    hier = linear_collective("all_reduce", span, t4)
-    assert hier.slope_in + hier.slope_out == pytest.approx(2 * 3 / 4 / inner + 2 * 3 / 4 / 4 / nic)
-    assert (
-        fastest_collective("all_reduce", span, t4) == ring
-    )  # PCIe-bound ring beats PCIe + NIC in sequence
-    v100 = load_system("aws-p3.8xlarge")  # 10 Gb/s: the ring's 2(n-1)/n·S through each NIC loses
-    assert fastest_collective("all_reduce", span, v100) == linear_collective(
-        "all_reduce", span, v100
-    )
 
 
 def test_amp_trials_figures_and_failures():

@@ -252,35 +252,6 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     return LinearCollective(nvlink, lat_in, 0.0, lat_out, c_in, c_out)
 
 
-def flat_ring_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearCollective:
-    """One pipelined ring through every member (NCCL's ring algorithm across nodes): all-reduce
-    2(n-1)/n·S, all-gather / reduce-scatter (n-1)/n·S through every hop, the hops working at once, so
-    the slowest hop sets the rate: min(B_nvlink, a·B_nic) where a node's a members share its interfaces
-    and the ring enters and leaves each node once (Thakur et al. 2005 ring volumes; NCCL's ring moves
-    chunks hop by hop, pipelined). Bandwidth counted on the scale-out tier; latency per tier as
-    linear_collective's (collective_latency_s: NCCL's ring, or tree for all-reduce); the linear form
-    of linear_collective."""
-    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
-    n = span.size
-    if n <= 1 or span.domains <= 1:
-        return linear_collective(kind, span, system)
-    inner, outer = _bandwidths(system)
-    rate = min(inner, outer * span.per_domain)
-    steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    lat_in, lat_out = collective_latency_s(
-        kind, span, system.node.nvlink_latency, system.network.latency
-    )
-    return LinearCollective(0.0, lat_in, steps / n / rate, lat_out, c_in, c_out)
-
-
-def fastest_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearCollective:
-    """The faster (by bandwidth term) of the hierarchical form (linear_collective) and the pipelined flat
-    ring (flat_ring_collective): NCCL picks its algorithm per call from its own model of each one's time
-    (NCCL tuning, ncclTopoTuneModel), so a large gradient reduction runs on the better of the two shapes."""
-    hier, ring = linear_collective(kind, span, system), flat_ring_collective(kind, span, system)
-    return ring if ring.slope_in + ring.slope_out < hier.slope_in + hier.slope_out else hier
-
-
 def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
     """Seconds of one call: the linear form of ``linear_collective``; ring_exchange is Ring Attention's
     K/V pass, (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
