@@ -189,3 +189,23 @@ def test_the_walk_sees_imports_inside_functions_but_not_type_checking_ones():
     assert found == {"typing", "paraplan.step"}
     assert "paraplan.catalog" in _imports()["paraplan.cost.compute"]  # kernel_cap's lazy import
     assert _layer("paraplan.cli.main") > _layer("paraplan.step.compose") > _layer("paraplan.specs")
+
+
+def _calls_of(name: str) -> set[str]:
+    """The modules (paths under the package) that call ``name(...)`` or define a class ``name``."""
+    found = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = isinstance(node, ast.Call) and getattr(node.func, "id", None) == name
+            defined = isinstance(node, ast.ClassDef) and node.name == name
+            if called or defined:
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_one_module_builds_stages_and_one_defines_block_kinds():
+    """Issue 31: step/layout.py alone constructs Stages (uniform and per-stage plans); step/blocks.py
+    alone defines and instantiates block kinds; step/inputs.py defines Stage."""
+    assert _calls_of("Stage") == {"step/layout.py", "step/inputs.py"}
+    assert _calls_of("BlockKind") == {"step/blocks.py"}
+    assert _calls_of("BlockRef") == {"step/blocks.py"}
