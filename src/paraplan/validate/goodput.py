@@ -48,7 +48,7 @@ def _ettr(inputs: dict) -> float:
     write = write_time_s(rank, total, ck.storage_write_bandwidth, host)
     stall = write if ck.mode == "sync" else snapshot_time_s(rank, host)
     load = write_time_s(rank, total, ck.storage_read_bandwidth, host)
-    ckpt = CheckpointCost(rank, total, stall, max(write, stall), load)
+    ckpt = CheckpointCost(rank, total, stall, max(write, stall), load, ck.mode)
     useful = inputs["useful_days"] * SECONDS_PER_DAY
     run = time_to_train(useful, inputs["step_s"], inputs["gpus"], ckpt, defaults)
     return run.effective_training_time_ratio
