@@ -12,6 +12,14 @@ from paraplan.specs.errors import InputError
 
 __all__ = ["GoodputSetOption", "GridIntensityOption", "goodput_dict", "goodput_lines"]
 
+GoodputOption = Annotated[
+    bool,
+    typer.Option(
+        "--goodput",
+        help="with --tokens: each point's best plan with failures, checkpoints, restarts and "
+        "energy (sweep.csv columns, goodput plot; docs/goodput.md)",
+    ),
+]
 GridIntensityOption = Annotated[
     Optional[float],
     typer.Option(
@@ -61,6 +69,16 @@ def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None =
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise InputError(f"--goodput-set: {where}: {err['msg']}") from None
+
+
+def sweep_goodput_inputs(goodput: bool, grid_intensity, sets) -> dict | None:
+    """``sweep --goodput``'s inputs as plain data for the points (None without --goodput): the
+    defaults with the changes, without their sources."""
+    if not goodput:
+        if grid_intensity is not None or sets:
+            raise InputError("--goodput-set: needs --goodput")
+        return None
+    return goodput_inputs(grid_intensity, sets).model_dump(exclude={"sources"})
 
 
 def _value(text: str):
