@@ -63,7 +63,7 @@ def test_validate_goodput_reproduces_the_published_figures():
     assert abs(by_name["databricks-256-gpus-30-days"]["predicted"] - 0.19) < 0.005
     assert by_name["llama3-405b-effective-training-time"]["predicted"] > 0.90
     text = run("validate", "--goodput")
-    assert text.returncode == 0 and "5 of 5 cases reproduced" in text.stdout
+    assert text.returncode == 0 and "6 of 6 cases reproduced" in text.stdout
 
 
 def test_validate_goodput_fails_on_a_case_it_cannot_reproduce(tmp_path):

@@ -1,7 +1,8 @@
 """``paraplan validate --goodput``: published time-to-train figures recomputed from their inputs by
 paraplan.goodput (cases in ``validate/cases/goodput/published.json``; docs/goodput.md).
 
-Case kinds: ``failure_count`` (expected interruptions of a job of ``gpus`` over ``days``),
+Case kinds: ``failure_count`` (expected unexpected interruptions of a job of ``gpus`` over ``days``),
+``interruption_count`` (the same with the planned ones, failures.planned_per_day),
 ``mean_interval_h`` (its mean time between interruptions), ``prob_at_least_one`` (1 - e^(-N r T) at an
 annualised per-GPU rate), ``ettr`` (effective training time ratio of goodput.time_to_train). A case
 passes when the prediction is within ``tolerance`` (relative or absolute) or, for ``at_least``, not
@@ -62,6 +63,9 @@ def predict(case: dict) -> float:
     rate = cf.job_failure_rate_per_s(inputs["gpus"], _failures(inputs))
     if kind == "failure_count":
         return rate * inputs["days"] * SECONDS_PER_DAY
+    if kind == "interruption_count":  # unexpected and planned
+        planned = _failures(inputs).planned_per_day * inputs["days"]
+        return rate * inputs["days"] * SECONDS_PER_DAY + planned
     if kind == "mean_interval_h":
         return 1.0 / rate / 3600.0
     if kind == "prob_at_least_one":
