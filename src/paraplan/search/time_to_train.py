@@ -29,6 +29,7 @@ from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 
 MAX_TIME_GROUPS = 2048
+P90_START = 16  # the P90 bound is looser (restarts only): start with 16x the groups
 OBJECTIVES = {
     "time-to-train": "expected wall-clock seconds per token",
     "time-to-train-p90": "P90 wall-clock seconds per token (Monte Carlo over failures)",
@@ -50,17 +51,19 @@ def _per_token(problem: SearchProblem, objective: str, tokens: float):
     return lambda wall_s: wall_s / tokens
 
 
-def unseen_bound_s(problem: SearchProblem, objective: str, tokens: float, inputs, useful_s):
-    """The least wall seconds (the objective's statistic) of any plan of the problem whose
-    failure-free time is ``useful_s`` or more (goodput.bounds)."""
+def unseen_bound(problem: SearchProblem, objective: str, inputs):
+    """useful_s -> the least wall seconds (the objective's statistic) of any plan of the problem
+    whose failure-free time is ``useful_s`` or more (goodput.bounds)."""
     system = problem.system
     host = system.accelerator.host_bandwidth or system.network.nic_bandwidth
     total = total_state_bytes(problem.model, problem)  # its dtype and grad_dtype
     domain = system.node.gpus_per_domain
     if objective.endswith("-p90"):
-        return p90_lower_bound_s(useful_s, problem.gpus, total, host, inputs, domain)
+        return lambda useful_s: p90_lower_bound_s(
+            useful_s, problem.gpus, total, host, inputs, domain
+        )
     factor = wall_lower_bound_factor(problem.gpus, total, host, inputs, domain)
-    return factor * useful_s + inputs.restart.startup_s
+    return lambda useful_s: factor * useful_s + inputs.restart.startup_s
 
 
 def time_to_train_search(
@@ -74,35 +77,43 @@ def time_to_train_search(
 ):
     """(result, goodput dicts, exact): the top-K plans by ``objective`` (OBJECTIVES; the result's
     ``objective`` column), each plan's goodput (goodput.plan.PlanGoodput.to_dict), and whether the
-    ranking is exact (module docstring). ``run`` is the time search (``search.run.search``)."""
+    ranking is exact (module docstring). ``run`` is the time search (``search.run.search``). The
+    returned plans come in failure-free order, so a plan whose bound reaches the K-th value found
+    ends the pass (it and every later one cannot enter); goodputs are kept across passes."""
     inputs = inputs or default_inputs()
     value = _per_token(problem, objective, tokens)
+    bound = unseen_bound(problem, objective, inputs)
     p90 = objective.endswith("-p90")
     inner = replace(problem, objective="time")
-    k = max(2 * top_k, top_k + 10)
+    known: dict[str, object] = {}
+    k = max(2 * top_k, top_k + 10) * (P90_START if p90 else 1)
     while True:
         result = run(inner, top_k=k, **options)
-        scored = []
+        scored, cut = [], False
         for i, p in enumerate(result.plans):
-            good = plan_goodput(
-                p.estimate,
-                problem.model,
-                problem.system,
-                p.plan,
-                tokens,
-                inputs,
-                problem.price_per_gpu_hour,
-            )
+            if len(scored) >= top_k:
+                kth = sorted(v for v, *_ in scored)[top_k - 1]
+                if value(bound(p.objective * tokens)) >= kth:
+                    cut = True
+                    break
+            key = p.plan.model_dump_json()
+            if key not in known:
+                known[key] = plan_goodput(
+                    p.estimate,
+                    problem.model,
+                    problem.system,
+                    p.plan,
+                    tokens,
+                    inputs,
+                    problem.price_per_gpu_hour,
+                )
+            good = known[key]
             scored.append((value(good.time.p90_s if p90 else good.time.wall_s), i, p, good))
         scored.sort(key=lambda item: (ranking.tie_value(item[0]), item[1]))
         complete = len(result.plans) < k
         kth = scored[min(top_k, len(scored)) - 1][0] if scored else float("inf")
-        unseen = (
-            value(unseen_bound_s(problem, objective, tokens, inputs, _useful_s(result, tokens)))
-            if result.plans
-            else float("inf")
-        )
-        exact = complete or len(scored) < top_k or kth <= unseen
+        unseen = value(bound(_useful_s(result, tokens))) if result.plans else float("inf")
+        exact = cut or complete or len(scored) < top_k or kth <= unseen
         if exact or k >= MAX_TIME_GROUPS:
             break
         k = min(4 * k, MAX_TIME_GROUPS)

@@ -209,24 +209,7 @@ def prepare(config: SweepConfig) -> Prepared:
             f"--system: {', '.join(config.systems)} give systems of the same name; rename one"
         )
     check_axes(model, systems, list(config.sets))
-    settings = {
-        "seq_length": config.seq_length,
-        "global_batch": config.global_batch,
-        "max_global_batch": config.max_global_batch,
-        "dtype": config.dtype,
-        "attention": config.attention,
-        "objective": config.objective,
-        "no_offload": config.no_offload,
-        "default_overlap": config.default_overlap,
-        "default_placement": config.default_placement,
-        "vary_split": config.vary_split,
-        "top": config.top,
-        "tokens": config.tokens,
-        **({"goodput": config.goodput} if config.goodput is not None else {}),
-        "restrictions": {
-            k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None
-        },
-    }
+    settings = _settings(config)
     if (
         profile is not None
     ):  # the name for the error band, the overlap defaults for --default-overlap
@@ -264,6 +247,28 @@ def prepare(config: SweepConfig) -> Prepared:
         )
     specs = {"model": model.model_dump(), "systems": [s.model_dump() for s in systems]}
     return Prepared(config, model, systems, pts, tasks, specs)
+
+
+def _settings(config: SweepConfig) -> dict:
+    """The search settings every point of the sweep shares (plain data, part of each point's key)."""
+    return {
+        "seq_length": config.seq_length,
+        "global_batch": config.global_batch,
+        "max_global_batch": config.max_global_batch,
+        "dtype": config.dtype,
+        "attention": config.attention,
+        "objective": config.objective,
+        "no_offload": config.no_offload,
+        "default_overlap": config.default_overlap,
+        "default_placement": config.default_placement,
+        "vary_split": config.vary_split,
+        "top": config.top,
+        "tokens": config.tokens,
+        **({"goodput": config.goodput} if config.goodput is not None else {}),
+        "restrictions": {
+            k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None
+        },
+    }
 
 
 def _check_dtype(system: SystemSpec, dtype: str) -> None:
