@@ -63,7 +63,7 @@ def test_validate_goodput_reproduces_the_published_figures():
     assert abs(by_name["databricks-256-gpus-30-days"]["predicted"] - 0.19) < 0.005
     assert by_name["llama3-405b-effective-training-time"]["predicted"] > 0.90
     text = run("validate", "--goodput")
-    assert text.returncode == 0 and "5 of 5 cases reproduced" in text.stdout
+    assert text.returncode == 0 and "6 of 6 cases reproduced" in text.stdout
 
 
 def test_validate_goodput_fails_on_a_case_it_cannot_reproduce(tmp_path):
@@ -98,4 +98,95 @@ def test_search_objective_time_to_train():
     # expected wall time per token is never below the failure-free time per token
     assert objectives[0] >= plain["plans"][0]["objective"]
     refused = run("search", *BASE, "--global-batch", "8", "--objective", "time-to-train")
+    assert refused.returncode == 2 and "needs --tokens" in refused.stderr
+
+
+FT_DP = ["--goodput-set", "restart.policy=ft-dp", "--goodput-set", "restart.spare_servers=0"]
+
+
+def _search_json(*args: str) -> dict:
+    out = run("search", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_search_cost_and_p90_objectives():
+    args = [*BASE, "--global-batch", "8", "--top", "3", "--tokens", "26B", "--price", "2"]
+    by = {o: _search_json(*args, "--objective", o) for o in OBJECTIVE_NAMES}
+    for objective, doc in by.items():
+        info = doc["time_to_train"]
+        assert info["objective"] == objective and info["exact"] is True
+        values = [p["objective"] for p in doc["plans"]]
+        assert values == sorted(values)
+        for plan, good in zip(doc["plans"], info["goodput"]):
+            days = good["days_p90" if objective.endswith("p90") else "expected_days"]
+            per_token = days * 86400 / 26e9
+            if objective.startswith("cost"):
+                per_token *= 8 * 2.0 / 3600  # GPUs x USD per GPU-hour
+            assert plan["objective"] == pytest.approx(per_token, rel=1e-6)
+    # at one GPU count and price, cost ranks as time does
+    labels = {o: [p["plan_label"] for p in d["plans"]] for o, d in by.items()}
+    assert labels["cost-to-train"] == labels["time-to-train"]
+    assert labels["cost-to-train-p90"] == labels["time-to-train-p90"]
+
+
+OBJECTIVE_NAMES = ("time-to-train", "time-to-train-p90", "cost-to-train", "cost-to-train-p90")
+
+
+def test_more_smaller_replicas_win_under_ft_dp():
+    # 6.7B on 64 A100s, ZeRO 0: the fastest step is TP 4 x DP 16; with fault-tolerant data
+    # parallelism, no spares and 2 % GPU failures a day, TP 2 x DP 32 finishes sooner (a GPU failure
+    # takes out 1/32 of the throughput instead of 1/16 until its repair)
+    args = ["-m", "gpt3-6.7b", "-s", "dgx-a100-80gb", "--gpus", "64", "--global-batch", "256"]
+    args += ["--top", "3", "--tokens", "100B", "--zero", "0"]
+    plain = _search_json(*args)["plans"][0]["plan"]
+    ttt = _search_json(
+        *args,
+        "--objective",
+        "time-to-train",
+        *FT_DP,
+        "--goodput-set",
+        "failures.gpu_failures_per_day=0.02",
+    )
+    best = ttt["plans"][0]["plan"]
+    assert best["dp"] > plain["dp"] and best["tp"] < plain["tp"]
+    recovery = ttt["time_to_train"]["goodput"][0]["recovery"]
+    assert recovery["policy"] == "ft-dp" and "gpu" in recovery["absorbed"]
+    assert recovery["units"] == best["dp"]
+
+
+def test_estimate_grid_intensity_and_goodput_set():
+    args = ("estimate", *BASE, "--tokens", "26B", "--goodput", "--json")
+    base = json.loads(run(*args).stdout)["goodput"]
+    low = json.loads(run(*args, "--grid-intensity", "43.6").stdout)["goodput"]
+    assert low["emissions_tco2"] == pytest.approx(base["emissions_tco2"] / 10)
+    ft = json.loads(run(*args, *FT_DP).stdout)["goodput"]
+    assert ft["recovery"]["policy"] == "ft-dp" and ft["recovery"]["units"] == 8
+    bad = run(*args, "--goodput-set", "restart.nope=1")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --goodput-set: 'restart.nope=1'")
+    refused = run(*args, "--goodput-set", "restart.policy=maybe")
+    assert refused.returncode == 2 and "restart.policy" in refused.stderr
+
+
+def test_sweep_goodput_columns_and_plot(tmp_path):
+    args = ["sweep", "-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8,64"]
+    args += ["--global-batch", "64", "--tokens", "20B", "--goodput", "--out", str(tmp_path / "s")]
+    args += ["--goodput-set", "failures.gpu_failures_per_day=0.05"]
+    out = run(*args)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert doc["sweep"]["goodput"]["failures"]["gpu_failures_per_day"] == 0.05
+    rows = (tmp_path / "s" / "sweep.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for column in ("effective_training_time_ratio", "days_p50", "days_p90", "energy_mwh"):
+        assert column in header
+    goods = [p["goodput"] for p in doc["points"]]
+    assert all(0 < g["effective_training_time_ratio"] < 1 for g in goods)
+    # more GPUs: sooner, but a lower effective training time and a higher cost (badput grows)
+    assert goods[1]["expected_days"] < goods[0]["expected_days"]
+    assert goods[1]["effective_training_time_ratio"] < goods[0]["effective_training_time_ratio"]
+    assert goods[1]["cost_usd"] > goods[0]["cost_usd"]
+    assert (tmp_path / "s" / "goodput.png").stat().st_size > 0
+    no_tokens = [a for a in args[:12] if a not in ("--tokens", "20B")]  # up to --goodput
+    refused = run(*no_tokens, "--out", str(tmp_path / "t"))
     assert refused.returncode == 2 and "needs --tokens" in refused.stderr

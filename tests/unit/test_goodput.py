@@ -209,7 +209,7 @@ def test_offloaded_state_is_checkpointed_as_resident_state():
 @pytest.mark.parametrize("gpus,zero", [(8, 0), (8, 3), (64, 1)])
 def test_wall_lower_bound_holds_for_plans(gpus, zero):
     from paraplan.goodput.checkpoint import total_state_bytes
-    from paraplan.goodput.time_to_train import wall_lower_bound_factor
+    from paraplan.goodput.bounds import wall_lower_bound_factor
 
     model, system = load_model("gpt3-1.3b"), load_system("dgx-a100-80gb")
     inputs = default_inputs().with_changes(

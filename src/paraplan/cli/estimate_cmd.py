@@ -29,7 +29,8 @@ from paraplan.cli.app import (
     parse_tokens,
     refuse_options,
 )
-from paraplan.cli.goodput_opts import goodput_dict, goodput_lines
+from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_dict
+from paraplan.cli.goodput_opts import goodput_inputs, goodput_lines
 from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, ModelOption, PriceOption
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -347,6 +348,8 @@ def estimate(
             "(docs/goodput.md)",
         ),
     ] = False,
+    grid_intensity: GridIntensityOption = None,
+    goodput_set: GoodputSetOption = None,
 ) -> None:
     """Time, memory and utilisation of one training step under one plan.
 
@@ -430,7 +433,19 @@ def estimate(
         run = est.run_totals(
             run_tokens, price if price is not None else system_spec.price_per_gpu_hour
         )
-    good = goodput_dict(est, model_spec, system_spec, plan, run_tokens, price) if goodput else None
+    good = (
+        goodput_dict(
+            est,
+            model_spec,
+            system_spec,
+            plan,
+            run_tokens,
+            price,
+            goodput_inputs(grid_intensity, goodput_set),
+        )
+        if goodput
+        else None
+    )
     if plot is not None:
         from paraplan.report.estimate_plot import plot_estimate
 

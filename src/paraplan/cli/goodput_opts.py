@@ -3,23 +3,109 @@ and energy (paraplan.goodput), as a JSON-ready dict; report.goodput_view renders
 
 from __future__ import annotations
 
-from paraplan.report.goodput_view import goodput_lines
+from typing import Annotated, Optional
+
+import typer
+
+from paraplan.report.goodput_view import goodput_lines, recovery_text
 from paraplan.specs.errors import InputError
 
-__all__ = ["goodput_dict", "goodput_lines"]
+__all__ = ["GoodputSetOption", "GridIntensityOption", "goodput_dict", "goodput_lines"]
+
+GoodputOption = Annotated[
+    bool,
+    typer.Option(
+        "--goodput",
+        help="with --tokens: each point's best plan with failures, checkpoints, restarts and "
+        "energy (sweep.csv columns, goodput plot; docs/goodput.md)",
+    ),
+]
+GridIntensityOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--grid-intensity",
+        min=0,
+        help="with --goodput / a time-to-train objective: grid carbon intensity in gCO2/kWh for "
+        "emissions (default 436, the 2022 world average, Ember; goodput/defaults.yaml)",
+    ),
+]
+GoodputSetOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--goodput-set",
+        help="change a goodput input, SECTION.FIELD=VALUE (restart.policy=ft-dp, "
+        "restart.spare_servers=4, checkpoint.mode=async, failures.planned_per_day=0; "
+        "goodput/defaults.yaml); repeat for more",
+    ),
+]
 
 
-def goodput_dict(est, model_spec, system_spec, plan, tokens: float | None, price) -> dict:
-    """goodput.plan.plan_goodput(...).to_dict() over ``tokens`` (required) at ``price`` USD per
-    GPU-hour (default: the system's), with the checkpoint mode the lines name."""
+def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None = None):
+    """The default goodput inputs (goodput/defaults.yaml) with ``--goodput-set`` changes and
+    ``--grid-intensity``; InputError (one line) for an unknown field or a value it refuses."""
+    from pydantic import ValidationError
+
     from paraplan.goodput.inputs import default_inputs
+
+    inputs = default_inputs()
+    changes: dict[str, dict] = {}
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        fields = getattr(inputs, section, None) if dot and sep else None
+        if not hasattr(fields, "model_fields") or name not in type(fields).model_fields:
+            raise InputError(
+                f"--goodput-set: {item!r} is not SECTION.FIELD=VALUE of a goodput input "
+                "(failures, checkpoint, restart, energy; goodput/defaults.yaml)"
+            )
+        changes.setdefault(section, {})[name] = _value(value.strip())
+    if grid_intensity is not None:
+        changes.setdefault("energy", {})["grid_gco2_per_kwh"] = grid_intensity
+    if not changes:
+        return inputs
+    try:
+        return inputs.with_changes(**changes)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InputError(f"--goodput-set: {where}: {err['msg']}") from None
+
+
+def sweep_goodput_inputs(goodput: bool, grid_intensity, sets) -> dict | None:
+    """``sweep --goodput``'s inputs as plain data for the points (None without --goodput): the
+    defaults with the changes, without their sources."""
+    if not goodput:
+        if grid_intensity is not None or sets:
+            raise InputError("--goodput-set: needs --goodput")
+        return None
+    return goodput_inputs(grid_intensity, sets).model_dump(exclude={"sources"})
+
+
+def _value(text: str):
+    """A --goodput-set value: null/none, a number (int or float), or the text (a quantity like
+    "500 GB/s", a choice like "ft-dp")."""
+    if text.lower() in ("null", "none"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def goodput_dict(
+    est, model_spec, system_spec, plan, tokens: float | None, price, inputs=None
+) -> dict:
+    """goodput.plan.plan_goodput(...).to_dict() over ``tokens`` (required) at ``price`` USD per
+    GPU-hour (default: the system's), with ``inputs`` (default: goodput/defaults.yaml)."""
     from paraplan.goodput.plan import plan_goodput
 
     if tokens is None:
         raise InputError("--goodput: needs --tokens (the run length, e.g. 15T)")
     price = price if price is not None else system_spec.price_per_gpu_hour
     return plan_goodput(
-        est, model_spec, system_spec, plan, tokens, default_inputs(), price
+        est, model_spec, system_spec, plan, tokens, inputs or goodput_inputs(), price
     ).to_dict()
 
 
@@ -44,34 +130,47 @@ def validate_goodput(cases, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def time_to_train_objective(
-    objective: str, tokens: float | None, exhaustive: bool, csv_all
-) -> bool:
-    """Whether ``search --objective time-to-train`` was asked for; InputError when it lacks --tokens or
-    comes with --exhaustive / --csv-all (goodput is computed for the ranked plans only)."""
-    if objective != "time-to-train":
-        return False
+def time_to_train_objective(objective: str, tokens: float | None, exhaustive: bool, csv_all) -> str:
+    """The time-to-train objective asked for (search.time_to_train.OBJECTIVES: time-to-train,
+    time-to-train-p90, cost-to-train, cost-to-train-p90), or "" for another objective; InputError
+    when it lacks --tokens or comes with --exhaustive / --csv-all (goodput is computed for the
+    ranked plans only)."""
+    from paraplan.search.time_to_train import OBJECTIVES
+
+    if objective not in OBJECTIVES:
+        return ""
     if tokens is None:
-        raise InputError("--objective: time-to-train needs --tokens (the run length, e.g. 15T)")
+        raise InputError(f"--objective: {objective} needs --tokens (the run length, e.g. 15T)")
     if exhaustive or csv_all is not None:
         raise InputError(
-            "--objective: time-to-train ranks the plans a time search returns; "
+            f"--objective: {objective} ranks the plans a time search returns; "
             "--exhaustive and --csv-all are not available with it"
         )
-    return True
+    return objective
 
 
-def ttt_search(problem, tokens: float, top: int, run_search, workers, progress):
+def ttt_search(
+    problem, tokens: float, top: int, run_search, workers, progress, objective="", inputs=None
+):
     """search.time_to_train.time_to_train_search with the CLI's search options: (result, the
     ``time_to_train`` JSON object: what ranks, whether exactly, and each plan's goodput)."""
-    from paraplan.search.time_to_train import time_to_train_search
+    from paraplan.search.time_to_train import OBJECTIVES, time_to_train_search
 
+    objective = objective or "time-to-train"
     result, goods, exact = time_to_train_search(
-        problem, tokens, top, run_search, workers=workers, progress=progress
+        problem,
+        tokens,
+        top,
+        run_search,
+        inputs or goodput_inputs(),
+        objective=objective,
+        workers=workers,
+        progress=progress,
     )
     info = {
-        "ranked_by": "expected wall-clock seconds per token for --tokens, failures, checkpoints "
-        "and restarts included (the plans' objective; docs/goodput.md)",
+        "objective": objective,
+        "ranked_by": OBJECTIVES[objective] + " for --tokens, failures, checkpoints, restarts and "
+        "pauses included (the plans' objective; docs/goodput.md)",
         "exact": exact,
         "goodput": goods,
     }
@@ -80,13 +179,18 @@ def ttt_search(problem, tokens: float, top: int, run_search, workers, progress):
 
 def ttt_lines(info: dict) -> list[str]:
     """Under the plans table: each plan's expected days, P10-P90 and effective training time."""
-    lines = ["time-to-train (objective column: expected wall s per token, badput included):"]
+    from paraplan.search.time_to_train import OBJECTIVES
+
+    what = OBJECTIVES[info.get("objective", "time-to-train")]
+    lines = [f"time-to-train (objective column: {what}, badput included):"]
     for rank, g in enumerate(info["goodput"], start=1):
+        cost = "" if g["cost_usd"] is None else f", ${g['cost_usd'] / 1e6:.4g} M"
         lines.append(
             f"  {rank}: {g['expected_days']:.2f} days (P10 {g['days_p10']:.2f}, P90 "
-            f"{g['days_p90']:.2f}), failure-free {g['useful_days']:.2f}, effective training time "
-            f"{g['effective_training_time_ratio']:.1%}, checkpoint {g['checkpoint']['rank_gib']:.3g} GiB "
-            f"per rank every {g['checkpoint_interval_steps']} steps"
+            f"{g['days_p90']:.2f}){cost}, failure-free {g['useful_days']:.2f}, effective training "
+            f"time {g['effective_training_time_ratio']:.1%}, checkpoint "
+            f"{g['checkpoint']['rank_gib']:.3g} GiB per rank every "
+            f"{g['checkpoint_interval_steps']} steps, recovery {recovery_text(g['recovery'])}"
         )
     if not info["exact"]:
         lines.append("  ranking over the fastest plans by failure-free time only (MAX_TIME_GROUPS)")

@@ -41,6 +41,7 @@ from paraplan.cli.options import (
     option_groups,
 )
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
+from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_inputs
 from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
@@ -96,7 +97,8 @@ def search(
             "--objective",
             help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
             "(s per token at the pessimistic end of each plan's error band) | time-to-train "
-            "(expected wall-clock for --tokens with failures, checkpoints, restarts; docs/goodput.md)",
+            "(expected wall-clock for --tokens with failures, checkpoints, restarts; docs/goodput.md) "
+            "| time-to-train-p90 | cost-to-train | cost-to-train-p90",
         ),
     ] = "time",
     dtype: DtypeOption = Dtype.bf16,
@@ -121,6 +123,8 @@ def search(
             "--tokens", help="run length in tokens (15T, 300B): days and cost of each plan"
         ),
     ] = None,
+    grid_intensity: GridIntensityOption = None,
+    goodput_set: GoodputSetOption = None,
     exhaustive: Annotated[
         bool,
         typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator"),
@@ -249,6 +253,7 @@ def search(
         )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     ttt = time_to_train_objective(objective, run_tokens, exhaustive, csv_all)
+    good_inputs = goodput_inputs(grid_intensity, goodput_set) if ttt else None
     objective = "time" if ttt else objective
     check_price(price)
     system_spec = load_system(system, field="system")
@@ -314,7 +319,7 @@ def search(
 
             if ttt:
                 result, ttt_info = ttt_search(
-                    problem, run_tokens, top, run_search, workers, advance
+                    problem, run_tokens, top, run_search, workers, advance, ttt, good_inputs
                 )
             elif exhaustive:
                 result = exhaustive_search(
@@ -365,7 +370,7 @@ def search(
                 if batch.global_batch
                 else f"max global batch {batch.max_global_batch}"
             )
-            + f", {dtype.value}, objective {'time-to-train' if ttt else objective}"
+            + f", {dtype.value}, objective {ttt or objective}"
             + (f", framework {problem.framework}" if problem.framework else "")
         )
         if result.plans:

@@ -28,6 +28,8 @@ from paraplan.cli.options import (
     SpaceSwitches,
     option_groups,
 )
+from paraplan.cli.goodput_opts import GoodputOption, GoodputSetOption, GridIntensityOption
+from paraplan.cli.goodput_opts import sweep_goodput_inputs
 from paraplan.specs.limits import MAX_TOP
 from paraplan.specs.errors import InputError
 
@@ -93,6 +95,9 @@ def sweep(
     ] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
     framework: FrameworkOption = None,
+    goodput: GoodputOption = False,
+    grid_intensity: GridIntensityOption = None,
+    goodput_set: GoodputSetOption = None,
 ) -> None:
     """Search the best plan at every point of systems × GPU counts × --set values; write JSON, CSV and plots."""
     from rich.progress import (
@@ -131,6 +136,7 @@ def sweep(
         restrictions={k: v for k, v in restrictions.items() if v is not None},
         tokens=parse_tokens(tokens) if tokens is not None else None,
         framework=framework,
+        goodput=sweep_goodput_inputs(goodput, grid_intensity, goodput_set),
     )
     if dask is not None and not dask.strip():
         raise InputError("--dask: give a scheduler address (tcp://host:8786) or 'local'")

@@ -24,6 +24,11 @@ class CheckpointCost:
     stall_s: float  # training waits this long per save
     persist_s: float  # from the save's start until it is on storage
     load_s: float  # reload on restart
+    mode: str = (
+        "sync"  # as saved: an asynchronous save that host memory cannot hold falls back to sync
+    )
+    fallback: str | None = None  # why the asked-for asynchronous save became synchronous
+    host_bytes: float = 0.0  # host memory per GPU an asynchronous save needs beside the offload
 
 
 def rank_state_bytes(est, model_spec, system_spec, plan) -> float:
@@ -58,13 +63,54 @@ def snapshot_time_s(rank_bytes: float, host_bw: float) -> float:
     return rank_bytes / host_bw
 
 
+def offload_link_share(est) -> float:
+    """u = t_offload / t_step: the share of the step the plan's offload keeps the host link busy,
+    read from the step's exposed offload (step.result.TimeBreakdown.offload_s: optimizer offload's
+    gradient and weight traffic, streaming beyond the compute it hides behind), a lower bound."""
+    return min(1.0, est.breakdown.offload_s / est.step_time_s) if est.step_time_s > 0 else 0.0
+
+
+def async_host_bytes(rank_bytes: float, est) -> float:
+    """Host memory per GPU an asynchronous save needs: the snapshot S_rank beside what the plan's
+    offload keeps there (the busiest stage's host_bytes: offloaded state and activations)."""
+    return rank_bytes + max(s.host_bytes for s in est.stages)
+
+
+def async_fallback(needed_bytes: float, est) -> str | None:
+    """Why an asynchronous save cannot run (None when it can): the snapshot does not fit in host
+    memory beside the offloaded state (StageMemory.host_capacity_bytes, the accelerator's
+    host_memory; unknown: no limit)."""
+    capacity = min(s.host_capacity_bytes for s in est.stages)
+    if needed_bytes <= capacity:
+        return None
+    return (
+        f"the snapshot and the offloaded state need {needed_bytes / 2**30:.3g} GiB of host memory "
+        f"per GPU, {capacity / 2**30:.3g} GiB is there"
+    )
+
+
 def checkpoint_cost(est, model_spec, system_spec, plan, inputs: CheckpointInputs) -> CheckpointCost:
     """The plan's checkpoint: bytes, the save's stall (sync: the whole write; async: the snapshot),
-    the time until it is durable, and the reload (the same max of storage and host link, reading)."""
+    the time until it is durable, and the reload (the same max of storage and host link, reading).
+    An asynchronous save shares the host with the plan's offload: its snapshot must fit in host
+    memory beside the offloaded state (else the save falls back to synchronous, and says why), and
+    its write behind training gets the host link's share 1 - u the offload leaves
+    (offload_link_share): t_w = max(S_total / B_storage, S_rank / (B_host (1 - u)))."""
     host_bw = system_spec.accelerator.host_bandwidth or system_spec.network.nic_bandwidth
     rank = rank_state_bytes(est, model_spec, system_spec, plan)
     total = total_state_bytes(model_spec, plan)
     write = write_time_s(rank, total, inputs.storage_write_bandwidth, host_bw)
-    stall = write if inputs.mode == "sync" else snapshot_time_s(rank, host_bw)
     load = write_time_s(rank, total, inputs.storage_read_bandwidth, host_bw)
-    return CheckpointCost(rank, total, stall, max(write, stall), load)
+    if inputs.mode == "sync":
+        return CheckpointCost(rank, total, write, write, load)
+    needed = async_host_bytes(rank, est)
+    reason = async_fallback(needed, est)
+    if reason is not None:
+        return CheckpointCost(rank, total, write, write, load, "sync", reason, needed)
+    share = 1.0 - offload_link_share(est)
+    if share <= 0.0:
+        reason = "the offload keeps the host link busy for the whole step"
+        return CheckpointCost(rank, total, write, write, load, "sync", reason, needed)
+    behind = write_time_s(rank, total, inputs.storage_write_bandwidth, host_bw * share)
+    stall = snapshot_time_s(rank, host_bw)
+    return CheckpointCost(rank, total, stall, max(behind, stall), load, "async", None, needed)

@@ -17,13 +17,32 @@ def servers_for(gpus: int, gpus_per_server: int) -> int:
     return -(-gpus // gpus_per_server)
 
 
-def job_failure_rate_per_s(gpus: int, failures: FailureInputs) -> float:
-    """lambda = (N_gpu * r_gpu + N_server * r_server) / 86,400 s: a synchronous job stops when any of
-    its components fails, so independent exponential rates add (series system; Kokolis et al. 2025,
-    "Revisiting Reliability in Large-Scale ML Research Clusters", model MTTF ~ 1 / (N * r))."""
+FAILURE_KINDS = ("gpu", "server", "domain")  # what one interruption takes out (goodput.recovery)
+
+
+def failure_rates_per_s(
+    gpus: int, failures: FailureInputs, gpus_per_domain: int | None = None
+) -> dict[str, float]:
+    """Interruption rates by kind, per second of wall time: N_gpu * r_gpu, N_server * r_server and
+    N_domain * r_domain over 86,400 s, with N_server = ceil(N / gpus_per_server) and N_domain =
+    ceil(N / gpus_per_domain) (no domain term without a domain size)."""
     servers = servers_for(gpus, failures.gpus_per_server)
-    per_day = gpus * failures.gpu_failures_per_day + servers * failures.server_failures_per_day
-    return per_day / SECONDS_PER_DAY
+    domains = servers_for(gpus, gpus_per_domain) if gpus_per_domain else 0
+    return {
+        "gpu": gpus * failures.gpu_failures_per_day / SECONDS_PER_DAY,
+        "server": servers * failures.server_failures_per_day / SECONDS_PER_DAY,
+        "domain": domains * failures.domain_failures_per_day / SECONDS_PER_DAY,
+    }
+
+
+def job_failure_rate_per_s(
+    gpus: int, failures: FailureInputs, gpus_per_domain: int | None = None
+) -> float:
+    """lambda = (N_gpu * r_gpu + N_server * r_server + N_domain * r_domain) / 86,400 s: a synchronous
+    job stops when any of its components fails, so independent exponential rates add (series system;
+    Kokolis et al. 2025, "Revisiting Reliability in Large-Scale ML Research Clusters", model
+    MTTF ~ 1 / (N * r))."""
+    return sum(failure_rates_per_s(gpus, failures, gpus_per_domain).values())
 
 
 def prob_at_least_one_failure(rate_per_s: float, duration_s: float) -> float:
@@ -106,3 +125,37 @@ def restart_time_s(
     spare = expected_spare_wait_s(server_rate_per_s, restart.repair_s, restart.spare_servers)
     swap = restart.spare_swap_s if restart.spare_servers is not None else 0.0
     return restart.detect_s + spare + swap + restart.init_s_per_gpu * gpus + load_s
+
+
+def planned_restart_s(gpus: int, restart: RestartInputs, load_s: float) -> float:
+    """A planned interruption (maintenance) is taken at a checkpoint, so it loses no progress and
+    needs no failure detection nor spare: R_planned = t_init_per_gpu * N + t_load."""
+    return restart.init_s_per_gpu * gpus + load_s
+
+
+def pause_growth(pauses: list[tuple[float, float]], restart_s: float, mtbf_s: float) -> float:
+    """x = sum_k rho_k * E[pause_k]: pauses (planned interruptions, failures ft-dp absorbs) arrive at
+    rate rho_k per second of wall time, their own time included, and each lasts c_k, restarting on a
+    rollback failure (expected_segment_s(c_k, R, M)); the wall time W of the rest grows to
+    W / (1 - x) (a branching sum W (1 + x + x^2 + ...)); x >= 1 never finishes."""
+    return sum(rate * expected_segment_s(c, restart_s, mtbf_s) for rate, c in pauses if rate > 0)
+
+
+def with_pauses_s(wall_s: float, growth: float) -> float:
+    """W / (1 - x) (pause_growth); inf for x >= 1."""
+    return wall_s / (1.0 - growth) if growth < 1.0 else math.inf
+
+
+def poisson_quantile(mean: float, q: float) -> int:
+    """The smallest n with P(Poisson(mean) <= n) >= q: the pmf summed from 0 with the recurrence
+    ln p_n = ln p_(n-1) + ln(mean) - ln(n) (terms below a double's range add nothing)."""
+    if mean <= 0:
+        return 0
+    log_p = -mean
+    total = math.exp(log_p)
+    n = 0
+    while total < q and n < 10 * mean + 100:
+        n += 1
+        log_p += math.log(mean) - math.log(n)
+        total += math.exp(log_p)
+    return n

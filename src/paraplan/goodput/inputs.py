@@ -33,6 +33,14 @@ class FailureInputs(InputModel):
         ge=0, description="interruptions per server-day (host, network, software)"
     )
     gpus_per_server: int = Field(gt=0)
+    domain_failures_per_day: float = Field(
+        0.0,
+        ge=0,
+        description="interruptions per NVLink-domain-day (a switch tray: the whole domain)",
+    )
+    planned_per_day: float = Field(
+        0.0, ge=0, description="planned interruptions (maintenance, upgrades) per day of the job"
+    )
 
 
 class CheckpointInputs(InputModel):
@@ -58,6 +66,14 @@ class RestartInputs(InputModel):
     )
     repair_s: float = Field(ge=0, description="repair of a failed server when no spare is idle")
     spare_swap_s: float = Field(ge=0, description="time for a spare to join")
+    policy: Literal["rollback", "ft-dp"] = Field(
+        "rollback",
+        description="rollback: the whole job restarts from the last checkpoint; ft-dp: the replicas "
+        "a failure hits drop out and the rest continue (goodput.recovery)",
+    )
+    reconfigure_s: float = Field(
+        0.0, ge=0, description="ft-dp: the survivors' regrouping after the detection"
+    )
 
 
 class AcceleratorPower(InputModel):
@@ -68,6 +84,9 @@ class AcceleratorPower(InputModel):
 class EnergyInputs(InputModel):
     pue: float = Field(ge=1.0)
     wait_power_fraction: float = Field(ge=0, le=1)
+    grid_gco2_per_kwh: float = Field(
+        0.0, ge=0, description="grid carbon intensity for emissions, gCO2 per kWh"
+    )
 
 
 class GoodputInputs(InputModel):

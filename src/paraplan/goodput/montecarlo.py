@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.goodput import closed_forms as cf
+
 DEFAULT_SAMPLES = 2000
 DEFAULT_SEED = 36
+MAX_PAUSE_GENERATIONS = 64  # pauses arriving during pauses, and so on (x^64: nothing left)
 EXACT_DRAWS = 2_000_000  # truncated-exponential draws sampled one by one, in all samples
 
 
@@ -23,6 +26,7 @@ EXACT_DRAWS = 2_000_000  # truncated-exponential draws sampled one by one, in al
 class WallTimeSamples:
     wall_s: np.ndarray  # one expected-training wall time per sample
     failures: np.ndarray  # interruptions per sample
+    planned: np.ndarray | None = None  # planned interruptions per sample
 
     def percentile_s(self, q: float) -> float:
         if np.isfinite(self.wall_s).all():
@@ -76,14 +80,60 @@ def _segments_time(
         wall += _truncated_exponential_sum(rng, tries, length, mtbf_s)
         failed += tries
     if restart_s > 0:  # every failure is followed by a restart, which may fail in turn
-        restart_fails = rng.negative_binomial(
-            np.maximum(failed, 1), math.exp(-restart_s / mtbf_s)
-        ) * (failed > 0)
-        wall += failed * restart_s + _truncated_exponential_sum(
-            rng, restart_fails, restart_s, mtbf_s
-        )
-        failed = failed + restart_fails
+        extra, more = _restarts(rng, failed, restart_s, mtbf_s)
+        wall += extra
+        failed = failed + more
     return wall, failed
+
+
+def _restarts(rng, failed: np.ndarray, restart_s: float, mtbf_s: float):
+    """(wall seconds, failures) of the restarts that follow ``failed`` failures per sample: each
+    lasts ``restart_s`` and restarts itself on a failure (negative binomial tries, truncated draws)."""
+    restart_fails = rng.negative_binomial(np.maximum(failed, 1), math.exp(-restart_s / mtbf_s)) * (
+        failed > 0
+    )
+    wall = failed * restart_s + _truncated_exponential_sum(rng, restart_fails, restart_s, mtbf_s)
+    return wall, restart_fails
+
+
+def _pause_segments(rng, counts: np.ndarray, length_s: float, restart_s: float, mtbf_s: float):
+    """(wall seconds, rollback failures) per sample of counts[i] pauses of ``length_s``, each
+    restarting from its start on a failure, as a segment of training does."""
+    wall = counts * length_s
+    if math.isinf(mtbf_s) or length_s <= 0:
+        return wall.astype(float), np.zeros(len(counts), dtype=np.int64)
+    tries = rng.negative_binomial(np.maximum(counts, 1), math.exp(-length_s / mtbf_s)) * (
+        counts > 0
+    )
+    wall = wall + _truncated_exponential_sum(rng, tries, length_s, mtbf_s)
+    if restart_s > 0:
+        extra, more = _restarts(rng, tries, restart_s, mtbf_s)
+        return wall + extra, tries + more
+    return wall, tries
+
+
+def _pauses_time(rng, exposure: np.ndarray, pauses, restart_s: float, mtbf_s: float):
+    """(wall seconds, failures, planned interruptions) per sample of the pauses (rate per second,
+    length, whether a failure) that arrive as Poisson processes over ``exposure`` seconds and over
+    their own time in turn (generation after generation, MAX_PAUSE_GENERATIONS at most; the mean is
+    closed_forms.with_pauses_s's W x / (1 - x))."""
+    samples = len(exposure)
+    total = np.zeros(samples)
+    failures = np.zeros(samples, dtype=np.int64)
+    planned = np.zeros(samples, dtype=np.int64)
+    for _ in range(MAX_PAUSE_GENERATIONS):
+        if not exposure.any():
+            break
+        new = np.zeros(samples)
+        for rate_per_s, length_s, is_failure in pauses:
+            counts = rng.poisson(rate_per_s * exposure)
+            wall, failed = _pause_segments(rng, counts, length_s, restart_s, mtbf_s)
+            new += wall
+            failures += failed + (counts if is_failure else 0)
+            planned += 0 if is_failure else counts
+        total += new
+        exposure = new
+    return total, failures, planned
 
 
 def sample_wall_time(
@@ -94,18 +144,29 @@ def sample_wall_time(
     mtbf_s: float,
     samples: int = DEFAULT_SAMPLES,
     seed: int = DEFAULT_SEED,
+    pauses: tuple[tuple[float, float, bool], ...] = (),
 ) -> WallTimeSamples:
     """``samples`` wall times (and interruption counts) of T_s = ``useful_s`` seconds of training,
     checkpointed every ``interval_s`` with a stall of ``save_s``, restarts of ``restart_s``, failures of
-    mean interval ``mtbf_s`` (inf: none); numpy's PCG64 seeded with ``seed`` (reproducible)."""
+    mean interval ``mtbf_s`` (inf: none), and ``pauses`` (rate per second, length, whether a failure:
+    planned interruptions, failures ft-dp absorbs) over the whole wall time; numpy's PCG64 seeded with
+    ``seed`` (reproducible)."""
     rng = np.random.default_rng(seed)
-    if max(interval_s + save_s, restart_s) / mtbf_s > 25:  # e^25 tries a segment: never finishes
-        return WallTimeSamples(np.full(samples, math.inf), np.zeros(samples, dtype=int))
+    never = np.full(samples, math.inf)
+    longest = max([interval_s + save_s, restart_s, *(length for _, length, _ in pauses)])
+    growth = cf.pause_growth([(rate, length) for rate, length, _ in pauses], restart_s, mtbf_s)
+    if longest / mtbf_s > 25 or growth >= 1:  # e^25 tries a segment, or pauses without end
+        return WallTimeSamples(never, np.zeros(samples, dtype=int), np.zeros(samples, dtype=int))
     if math.isinf(mtbf_s):
         segments = useful_s / interval_s
         wall = np.full(samples, useful_s + segments * save_s)
-        return WallTimeSamples(wall, np.zeros(samples, dtype=int))
-    wall, failed = _segments_time(
-        rng, useful_s / interval_s, interval_s + save_s, restart_s, mtbf_s, samples
-    )
-    return WallTimeSamples(wall, failed)
+        failed = np.zeros(samples, dtype=np.int64)
+    else:
+        wall, failed = _segments_time(
+            rng, useful_s / interval_s, interval_s + save_s, restart_s, mtbf_s, samples
+        )
+    planned = np.zeros(samples, dtype=np.int64)
+    if pauses:
+        extra, more, planned = _pauses_time(rng, wall, pauses, restart_s, mtbf_s)
+        wall, failed = wall + extra, failed + more
+    return WallTimeSamples(wall, failed, planned)

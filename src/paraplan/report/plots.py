@@ -6,7 +6,9 @@
   time, the step time above each bar (report.sweep_bars);
 - ``memory``: the memory per GPU of each best plan's peak pipeline stage, stacked by component,
   with the HBM capacity; a point where nothing fits shows its nearest miss, hatched (report.sweep_bars);
-- ``heatmap``: tokens/s over the two swept dimensions, when exactly two are swept.
+- ``heatmap``: tokens/s over the two swept dimensions, when exactly two are swept;
+- ``goodput`` (``sweep --goodput``): effective training time and days against GPUs
+  (report.goodput_plots).
 Every figure is built on its own ``Figure`` object (no pyplot state), so drawing is safe in any
 process; SVG ids are salted with a constant and no date is written, so output is reproducible
 (report.plot_style). The one-estimate summary is report.estimate_plot's.
@@ -246,6 +248,10 @@ def plot_sweep(document: dict, out_dir: Path) -> list[Path]:
         return files
     if len(sweep["gpus"]) > 1:
         files += plot_strong_scaling(document, out_dir / "strong_scaling")
+    if len(sweep["gpus"]) > 1 and sweep.get("goodput") is not None:
+        from paraplan.report.goodput_plots import plot_goodput
+
+        files += plot_goodput(document, out_dir / "goodput")
     files += save_figure(breakdown_figure(document), out_dir / "breakdown")
     files += save_figure(memory_figure(document), out_dir / "memory")
     if len(swept_axes(sweep)) == 2:

@@ -114,7 +114,7 @@ def _run_point(task: dict) -> dict:
         "feasible": result.feasible,
     }
     if result.plans:
-        _record_plans(record, result.plans, settings)
+        _record_plans(record, result.plans, settings, model, system)
     elif result.nearest_miss is not None:
         _record_nearest_miss(record, result.nearest_miss, model, system)
     else:
@@ -156,7 +156,7 @@ def _problem(task: dict, model: ModelSpec, system: SystemSpec):
     )
 
 
-def _record_plans(record: dict, plans: list, settings: dict) -> None:
+def _record_plans(record: dict, plans: list, settings: dict, model=None, system=None) -> None:
     """The best plan's summary, the top plans and the time to train into ``record``."""
     best = plans[0]
     record.update(PlanSummary.of(best.estimate, best.plan).to_dict(), feasible=True)
@@ -174,6 +174,26 @@ def _record_plans(record: dict, plans: list, settings: dict) -> None:
     ]
     if settings["tokens"]:
         record["time_to_train_days"] = best.estimate.run_totals(settings["tokens"], None)["days"]
+    if settings.get("goodput") is not None:
+        record["goodput"] = _goodput(best, model, system, settings)
+
+
+def _goodput(best, model: ModelSpec, system: SystemSpec, settings: dict) -> dict:
+    """The best plan's goodput over --tokens (goodput.plan.plan_goodput with the sweep's inputs, at
+    the system's price)."""
+    from paraplan.goodput.inputs import GoodputInputs
+    from paraplan.goodput.plan import plan_goodput
+
+    inputs = GoodputInputs.model_validate(settings["goodput"])
+    return plan_goodput(
+        best.estimate,
+        model,
+        system,
+        best.plan,
+        settings["tokens"],
+        inputs,
+        system.price_per_gpu_hour,
+    ).to_dict()
 
 
 def _record_nearest_miss(record: dict, miss: dict, model: ModelSpec, system: SystemSpec) -> None:

@@ -37,7 +37,7 @@ def write_csv(document: dict, path: Path) -> None:
     sweep = document["sweep"]
     set_paths = [s["path"] for s in sweep["sets"]]
     with_days = sweep.get("tokens") is not None
-    columns = csv_columns(set_paths, with_days)
+    columns = csv_columns(set_paths, with_days, sweep.get("goodput") is not None)
     fh = io.StringIO()
     writer = csv.writer(fh, lineterminator="\n")
     writer.writerow([name for name, _ in columns])

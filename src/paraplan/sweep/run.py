@@ -68,6 +68,7 @@ class SweepConfig:
     )  # SearchProblem axis name -> tuple of allowed values
     tokens: float | None = None  # run length for time-to-train
     framework: str | None = None  # --framework: a profile name or file (paraplan.cost.frameworks)
+    goodput: dict | None = None  # --goodput: the goodput inputs (goodput.inputs, without sources)
 
     def check(self) -> None:
         if not self.systems:
@@ -94,6 +95,8 @@ class SweepConfig:
             top=self.top,
             batch_flag="--global-batch" if self.global_batch is not None else "--max-global-batch",
         )
+        if self.goodput is not None and self.tokens is None:
+            raise InputError("--goodput: needs --tokens (the run length, e.g. 15T)")
         if self.tokens is not None and not (math.isfinite(self.tokens) and self.tokens > 0):
             raise InputError(
                 f"--tokens: {self.tokens!r} is not allowed; must be a finite positive number"
@@ -130,6 +133,7 @@ class SweepConfig:
             },
             "tokens": self.tokens,
             **({"framework": self.framework} if self.framework is not None else {}),
+            **({"goodput": self.goodput} if self.goodput is not None else {}),
             **(
                 {"vary_split": True} if self.vary_split else {}
             ),  # absent when off: earlier sweeps' configs still match
@@ -205,23 +209,7 @@ def prepare(config: SweepConfig) -> Prepared:
             f"--system: {', '.join(config.systems)} give systems of the same name; rename one"
         )
     check_axes(model, systems, list(config.sets))
-    settings = {
-        "seq_length": config.seq_length,
-        "global_batch": config.global_batch,
-        "max_global_batch": config.max_global_batch,
-        "dtype": config.dtype,
-        "attention": config.attention,
-        "objective": config.objective,
-        "no_offload": config.no_offload,
-        "default_overlap": config.default_overlap,
-        "default_placement": config.default_placement,
-        "vary_split": config.vary_split,
-        "top": config.top,
-        "tokens": config.tokens,
-        "restrictions": {
-            k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None
-        },
-    }
+    settings = _settings(config)
     if (
         profile is not None
     ):  # the name for the error band, the overlap defaults for --default-overlap
@@ -259,6 +247,28 @@ def prepare(config: SweepConfig) -> Prepared:
         )
     specs = {"model": model.model_dump(), "systems": [s.model_dump() for s in systems]}
     return Prepared(config, model, systems, pts, tasks, specs)
+
+
+def _settings(config: SweepConfig) -> dict:
+    """The search settings every point of the sweep shares (plain data, part of each point's key)."""
+    return {
+        "seq_length": config.seq_length,
+        "global_batch": config.global_batch,
+        "max_global_batch": config.max_global_batch,
+        "dtype": config.dtype,
+        "attention": config.attention,
+        "objective": config.objective,
+        "no_offload": config.no_offload,
+        "default_overlap": config.default_overlap,
+        "default_placement": config.default_placement,
+        "vary_split": config.vary_split,
+        "top": config.top,
+        "tokens": config.tokens,
+        **({"goodput": config.goodput} if config.goodput is not None else {}),
+        "restrictions": {
+            k: list(v) for k, v in sorted(config.restrictions.items()) if v is not None
+        },
+    }
 
 
 def _check_dtype(system: SystemSpec, dtype: str) -> None:

@@ -62,8 +62,23 @@ EMPTY_SUMMARY: dict = PlanSummary().to_dict()
 SUMMARY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PlanSummary))
 
 
+GOODPUT_COLUMNS = (
+    "effective_training_time_ratio",
+    "expected_days",
+    "days_p10",
+    "days_p50",
+    "days_p90",
+    "expected_failures",
+    "checkpoint_interval_s",
+    "gpu_hours",
+    "cost_usd",
+    "energy_mwh",
+    "emissions_tco2",
+)  # sweep --goodput: of each point's goodput (goodput.plan.PlanGoodput.to_dict)
+
+
 def csv_columns(
-    set_paths: list[str], with_days: bool
+    set_paths: list[str], with_days: bool, with_goodput: bool = False
 ) -> list[tuple[str, Callable[[dict], object]]]:
     """(header, value of a point record) for every sweep.csv column, in order."""
 
@@ -82,6 +97,8 @@ def csv_columns(
     ]
     if with_days:
         columns.append(("time_to_train_days", get("time_to_train_days")))
+    if with_goodput:
+        columns += [(c, get("goodput", c)) for c in GOODPUT_COLUMNS]
     columns.append(("plan", get("plan_label")))
     columns += [(c, get("plan", c)) for c in PLAN_COLUMNS]
     columns += [

@@ -1,7 +1,8 @@
 """``paraplan validate --goodput``: published time-to-train figures recomputed from their inputs by
 paraplan.goodput (cases in ``validate/cases/goodput/published.json``; docs/goodput.md).
 
-Case kinds: ``failure_count`` (expected interruptions of a job of ``gpus`` over ``days``),
+Case kinds: ``failure_count`` (expected unexpected interruptions of a job of ``gpus`` over ``days``),
+``interruption_count`` (the same with the planned ones, failures.planned_per_day),
 ``mean_interval_h`` (its mean time between interruptions), ``prob_at_least_one`` (1 - e^(-N r T) at an
 annualised per-GPU rate), ``ettr`` (effective training time ratio of goodput.time_to_train). A case
 passes when the prediction is within ``tolerance`` (relative or absolute) or, for ``at_least``, not
@@ -48,7 +49,7 @@ def _ettr(inputs: dict) -> float:
     write = write_time_s(rank, total, ck.storage_write_bandwidth, host)
     stall = write if ck.mode == "sync" else snapshot_time_s(rank, host)
     load = write_time_s(rank, total, ck.storage_read_bandwidth, host)
-    ckpt = CheckpointCost(rank, total, stall, max(write, stall), load)
+    ckpt = CheckpointCost(rank, total, stall, max(write, stall), load, ck.mode)
     useful = inputs["useful_days"] * SECONDS_PER_DAY
     run = time_to_train(useful, inputs["step_s"], inputs["gpus"], ckpt, defaults)
     return run.effective_training_time_ratio
@@ -62,6 +63,9 @@ def predict(case: dict) -> float:
     rate = cf.job_failure_rate_per_s(inputs["gpus"], _failures(inputs))
     if kind == "failure_count":
         return rate * inputs["days"] * SECONDS_PER_DAY
+    if kind == "interruption_count":  # unexpected and planned
+        planned = _failures(inputs).planned_per_day * inputs["days"]
+        return rate * inputs["days"] * SECONDS_PER_DAY + planned
     if kind == "mean_interval_h":
         return 1.0 / rate / 3600.0
     if kind == "prob_at_least_one":
