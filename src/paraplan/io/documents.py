@@ -23,6 +23,7 @@ longer running (a concurrent writer's file is never touched).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -410,11 +411,24 @@ def atomic_write_text(
     return Path(target)
 
 
-def append_line(path: Path | str, line: str) -> None:
+def append_line(path: Path | str, line: str, field: str = "--out") -> None:
     """Append one line to a journal and fsync it before returning (the line is durable when this
-    returns; a kill mid-write leaves at most a torn last line, which readers skip)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    returns; a kill mid-write leaves at most a torn last line, which readers skip). The journal is
+    never reached through a symbolic link (``O_NOFOLLOW``) and must be a regular file: a link planted
+    where the journal was would otherwise send the lines wherever it points; InputError instead."""
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                f"{field}: {str(path)!r} is a symbolic link; paraplan appends only to files it created"
+            ) from None
+        raise write_error(path, exc, field) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(
+                f"{field}: {str(path)!r} is not a regular file; remove it or use another --out"
+            )
         data = (line + "\n").encode("utf-8")
         view = memoryview(data)
         while view:
