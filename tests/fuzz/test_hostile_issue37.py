@@ -51,3 +51,29 @@ def test_unbalanced_quotes_in_launch_lines_are_one_line(cli, tmp_path):
         path.write_text(" ".join(words) + "\n")
         code, _, err = cli("import", "plan", str(path))
         assert code == 2, (words, err)
+
+
+def _alias_bomb(levels: int, width: int) -> str:
+    """``levels`` YAML anchors, each a list of ``width`` aliases of the one before: ~width**levels values."""
+    lines = ["l0: &l0 [" + ", ".join(["x"] * width) + "]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("levels", "width"), [(9, 9), (12, 5), (30, 2), (4, 200)])
+def test_yaml_alias_bombs_are_refused_quickly(cli, tmp_path, levels, width):
+    """A 300-byte alias bomb took 20-50 s and 4.8 GB (issue 37); within the suite's 5 s now."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(levels, width))
+    _, _, err = cli("estimate", "-m", str(path), "-s", "dgx-h100-80gb", "--gpus", "8", codes=(2,))
+    assert "aliases" in err and "expand past" in err, err
+
+
+def test_recursive_and_modest_aliases(tmp_path):
+    from paraplan.io.documents import parse_document
+
+    with pytest.raises(InputError, match="expand past"):
+        parse_document("a: &a [*a]\n", "'x'", "model", as_json=False)
+    shared = parse_document("a: &x {b: 1}\nc: *x\nd: [*x, *x]\n", "'x'", "model", as_json=False)
+    assert shared == {"a": {"b": 1}, "c": {"b": 1}, "d": [{"b": 1}, {"b": 1}]}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -88,8 +89,61 @@ def read_text(path: Path | str, field: str, regular_only: bool = False) -> str:
         ) from None
 
 
+MAX_EXPANDED_NODES = 1_000_000  # YAML nodes of a document with its aliases expanded; ours: < 10,000
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+    """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently) and documents
+    whose aliases expand past MAX_EXPANDED_NODES nodes: an alias bomb (each level a list of aliases
+    of the one before) of 300 bytes expands to gigabytes when walked (by the nesting check, by
+    validation); its expanded size is counted on the composed graph, each node once, before that."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None and _expanded_nodes(node) > MAX_EXPANDED_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"its aliases (*name) expand past {MAX_EXPANDED_NODES:,} values; not a paraplan input",
+                node.start_mark,
+            )
+        return node
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """Nodes of the YAML graph at ``root`` with every alias expanded (a node reached twice counts
+    twice), counted in time linear in the composed graph; a node that contains itself counts as
+    infinite. Iterative post-order with the size of each node remembered."""
+    size: dict[int, float] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children = _children(node)
+        if done:
+            on_path.discard(id(node))
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            continue
+        if id(node) in size:
+            continue
+        if id(node) in on_path:
+            return math.inf
+        on_path.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                return math.inf
+            if id(child) not in size:
+                stack.append((child, False))
+    return size[id(root)]
+
+
+def _children(node: yaml.Node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _mapping_without_duplicates(
