@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
 import re
 import stat
@@ -38,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from paraplan.io.yaml_aliases import MAX_EXPANDED_NODES, expanded_nodes
 from paraplan.specs.errors import InputError
 
 MAX_INPUT_BYTES = (
@@ -89,9 +89,6 @@ def read_text(path: Path | str, field: str, regular_only: bool = False) -> str:
         ) from None
 
 
-MAX_EXPANDED_NODES = 1_000_000  # YAML nodes of a document with its aliases expanded; ours: < 10,000
-
-
 class _StrictLoader(yaml.SafeLoader):
     """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently) and documents
     whose aliases expand past MAX_EXPANDED_NODES nodes: an alias bomb (each level a list of aliases
@@ -100,7 +97,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     def get_single_node(self):
         node = super().get_single_node()
-        if node is not None and _expanded_nodes(node) > MAX_EXPANDED_NODES:
+        if node is not None and expanded_nodes(node) > MAX_EXPANDED_NODES:
             raise yaml.composer.ComposerError(
                 None,
                 None,
@@ -108,42 +105,6 @@ class _StrictLoader(yaml.SafeLoader):
                 node.start_mark,
             )
         return node
-
-
-def _expanded_nodes(root: yaml.Node) -> int:
-    """Nodes of the YAML graph at ``root`` with every alias expanded (a node reached twice counts
-    twice), counted in time linear in the composed graph; a node that contains itself counts as
-    infinite. Iterative post-order with the size of each node remembered."""
-    size: dict[int, float] = {}
-    on_path: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        children = _children(node)
-        if done:
-            on_path.discard(id(node))
-            size[id(node)] = 1 + sum(size[id(c)] for c in children)
-            continue
-        if id(node) in size:
-            continue
-        if id(node) in on_path:
-            return math.inf
-        on_path.add(id(node))
-        stack.append((node, True))
-        for child in children:
-            if id(child) in on_path:
-                return math.inf
-            if id(child) not in size:
-                stack.append((child, False))
-    return size[id(root)]
-
-
-def _children(node: yaml.Node) -> list:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    return []
 
 
 def _mapping_without_duplicates(
