@@ -92,7 +92,7 @@ def read_steps(path: Path) -> list[StepRun]:
                 model_ref,
                 "give a catalog name, a file or a mapping of model fields",
             )
-        model = load_model(model_ref, field=f"{where}.model")
+        model = load_model(model_ref, field=f"{where}.model", referenced=True)
         time_s = run.number("step_time_s", positive=True)
         if "plan_file" in run:
             plan = load_plan(

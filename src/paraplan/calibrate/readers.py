@@ -111,7 +111,13 @@ def parse_nccl_tests(text: str, kind: str, source: str = "<text>") -> NcclRun:
 def _rows(path: Path, flag: str) -> list[dict[str, str]]:
     text = read_text(path, flag)
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # a field over csv's 128 KiB limit, a NUL byte: one line, not a crash
+        raise InputError(
+            f"{flag}: {str(path)!r} is not a CSV paraplan reads (data row {reader.line_num - 1}): {exc}"
+        ) from None
     if not rows:
         raise InputError(f"{flag}: {str(path)!r} has no rows")
     return [{(k or "").strip().lower(): (v or "").strip() for k, v in r.items()} for r in rows]

@@ -83,10 +83,10 @@ def _catalog_spec(schema: type[Spec], kind: str, name: str, field: str) -> Spec:
     return validate_spec(schema, _read_entry(kind, name), field)
 
 
-def _read_file(path: Path | str, field: str) -> dict:
+def _read_file(path: Path | str, field: str, referenced: bool = False) -> dict:
     from paraplan.io.documents import read_document
 
-    data = read_document(path, field)
+    data = read_document(path, field, referenced)
     if not isinstance(data, dict):
         label = "standard input" if str(path) == "-" else repr(str(path))
         raise InputError(f"{field}: {label} must hold a mapping of fields")
@@ -189,8 +189,13 @@ def _model_path(ref: str) -> Path | str:
     return path
 
 
-def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
-    """A catalog name, a path to YAML/JSON (our schema or a Hugging Face config.json), or a dict."""
+def load_model(
+    ref: str | dict | ModelSpec, field: str = "model", referenced: bool = False
+) -> ModelSpec:
+    """A catalog name, a path to YAML/JSON (our schema or a Hugging Face config.json), or a dict.
+    ``referenced``: ``ref`` was named by a document (a case, a cluster, a plan), not by the user on
+    the command line: a file it names is checked and reported by path and reason only
+    (:func:`referenced_file_error`), never by its content."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, str):
@@ -198,33 +203,72 @@ def load_model(ref: str | dict | ModelSpec, field: str = "model") -> ModelSpec:
         if ref in _catalog_names("models"):
             return _catalog_spec(ModelSpec, "models", ref, field)
         elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
-            source = _model_path(ref)
-            data = _read_file(source, field)
-            from paraplan.catalog.hf import is_hf_config, model_from_hf_config
-
-            stem = "stdin" if source == "-" else Path(source).stem
-            if is_hf_config(data):
-                parent = Path(source).resolve().parent.name if source != "-" else ""
-                name = parent if stem == "config" and parent else stem
-                return model_from_hf_config(data, name=name, field=field)
-            data.setdefault("name", stem)
+            try:
+                return _model_from_file(ref, field, referenced)
+            except InputError as exc:
+                raise referenced_file_error(exc, ref, field, "model") if referenced else exc
         else:
             raise _unknown("model", field, ref, model_names())
-    else:
-        data = ref
+    return validate_spec(ModelSpec, ref, field)
+
+
+def _model_from_file(ref: str, field: str, referenced: bool) -> ModelSpec:
+    """The model in a file (our schema, or a Hugging Face config.json named after its folder)."""
+    source = _model_path(ref)
+    data = _read_file(source, field, referenced)
+    from paraplan.catalog.hf import is_hf_config, model_from_hf_config
+
+    stem = "stdin" if source == "-" else Path(source).stem
+    if is_hf_config(data):
+        parent = Path(source).resolve().parent.name if source != "-" else ""
+        name = parent if stem == "config" and parent else stem
+        return model_from_hf_config(data, name=name, field=field)
+    data.setdefault("name", stem)
     return validate_spec(ModelSpec, data, field)
 
 
-def load_system(ref: str | dict | SystemSpec, field: str = "system") -> SystemSpec:
-    """A catalog name, a path to a YAML/JSON system file, or a dict."""
+def referenced_file_error(exc: InputError, path: str, field: str, kind: str) -> InputError:
+    """``exc`` (a failure to read or validate the ``kind`` file at ``path``, which a document named)
+    as one line that names the path and the reason only: the missing schema fields, how many fields
+    are unknown and the other rules broken — never a key or a value of the file."""
+    if not exc.violations:  # reading or parsing: read_document(referenced=True) says no content
+        return exc
+    missing = [v.field.rsplit(".", 1)[-1] for v in exc.violations if v.rule == "Field required"]
+    unknown = sum(v.rule == "unknown field" for v in exc.violations)
+    others = dict.fromkeys(
+        v.rule for v in exc.violations if v.rule not in ("Field required", "unknown field")
+    )
+    reasons = ([f"missing {', '.join(missing)}"] if missing else []) + (
+        [f"{unknown} unknown field{'s' if unknown > 1 else ''}"] if unknown else []
+    )
+    reasons += list(others)[:3]
+    return InputError(
+        f"{field}: {path!r} is not a valid {kind} file ({'; '.join(reasons)}); its content is not"
+        f" shown because a document named it: give it on the command line to see each field",
+        exc.violations,
+    )
+
+
+def load_system(
+    ref: str | dict | SystemSpec, field: str = "system", referenced: bool = False
+) -> SystemSpec:
+    """A catalog name, a path to a YAML/JSON system file, or a dict (``referenced``: see load_model)."""
     if isinstance(ref, SystemSpec):
         return ref
     if isinstance(ref, str) and ref in _catalog_names("systems"):
         return _catalog_spec(SystemSpec, "systems", ref, field)
-    return validate_spec(SystemSpec, _entry_data("systems", "system", ref, field), field)
+    try:
+        data = _entry_data("systems", "system", ref, field, referenced)
+        return validate_spec(SystemSpec, data, field)
+    except InputError as exc:
+        if referenced and isinstance(ref, str) and not isinstance(exc, UnknownNameError):
+            raise referenced_file_error(exc, ref, field, "system") from None
+        raise
 
 
-def _entry_data(kind: str, label: str, ref: str | dict, field: str) -> dict:
+def _entry_data(
+    kind: str, label: str, ref: str | dict, field: str, referenced: bool = False
+) -> dict:
     """The data of a catalog entry (by name), of a YAML/JSON file (named after its stem), or the dict itself."""
     if not isinstance(ref, str):
         return ref
@@ -233,7 +277,7 @@ def _entry_data(kind: str, label: str, ref: str | dict, field: str) -> dict:
     if ref in names:
         return _read_entry(kind, ref)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        data = _read_file(path, field)
+        data = _read_file(path, field, referenced)
         data.setdefault("name", path.stem)
         return data
     raise _unknown(label, field, ref, names)

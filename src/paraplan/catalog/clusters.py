@@ -24,7 +24,10 @@ def cluster_from_dict(data: dict, field: str = "cluster") -> ClusterSpec:
         for i, pool in enumerate(pools):
             if isinstance(pool, dict) and isinstance(pool.get("system"), (str, dict)):
                 pool = dict(
-                    pool, system=load_system(pool["system"], field=f"{field}.pools.{i}.system")
+                    pool,
+                    system=load_system(
+                        pool["system"], field=f"{field}.pools.{i}.system", referenced=True
+                    ),
                 )
             resolved.append(pool)
         data = dict(data, pools=resolved)

@@ -132,7 +132,7 @@ def _stdout(width: int | None = None):
     return PlainConsole(output_width(width))
 
 
-def _int_list(text: Optional[str], flag: str) -> tuple[int, ...] | None:
+def _int_list(text: Optional[str], flag: str, most: int | None = None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -141,7 +141,14 @@ def _int_list(text: Optional[str], flag: str) -> tuple[int, ...] | None:
         raise InputError(f"{flag}: {text!r} is not a comma-separated list of integers") from None
     if not values or min(values) < 0:
         raise InputError(f"{flag}: {text!r} must list non-negative integers")
+    if most is not None and max(values) > most:  # issue 37: --zero 7 was an internal error
+        raise InputError(f"{flag}: {max(values)} is not allowed; allowed: 0 to {most}")
     return values
+
+
+def _upper_bound(model, name: str) -> int | None:
+    """The ``le`` bound of a pydantic field (PlanSpec.zero: 3), so the option and the plan share it."""
+    return next((m.le for m in model.model_fields[name].metadata if hasattr(m, "le")), None)
 
 
 def _choice_list(
@@ -268,7 +275,7 @@ def search_restrictions(
         "cp": _int_list(cp, "--cp"),
         "micro_batch": _int_list(micro_batch, "--micro-batch"),
         "recompute": _choice_list(recompute, "--recompute", get_args(specs_plan.Recompute)),
-        "zero": _int_list(zero, "--zero"),
+        "zero": _int_list(zero, "--zero", most=_upper_bound(specs_plan.PlanSpec, "zero")),
         "schedules": _choice_list(schedule, "--schedule", get_args(specs_plan.Schedule)),
         "ep": _int_list(ep, "--ep"),
         "etp": _int_list(etp, "--etp"),

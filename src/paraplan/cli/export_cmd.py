@@ -66,10 +66,11 @@ def export_command(
         raise InputError(f"--to: {to!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}, all")
     named_model, named_system = source_names(plan)
     model_ref = model or named_model
-    model_spec = load_model(model_ref, field="model") if model_ref else None
+    # a model / system the plan file names (not the command line) is reported by path and reason only
+    model_spec = load_model(model_ref, "model", referenced=model is None) if model_ref else None
     system_ref = system or named_system
     if gpus_per_node is None and system_ref:
-        sys_spec = load_system(system_ref, field="system")
+        sys_spec = load_system(system_ref, "system", referenced=system is None)
         gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
     plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length, field="PLAN")
     header = (

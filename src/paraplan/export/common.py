@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
 from paraplan.specs.plan import PlanSpec
@@ -160,8 +161,10 @@ def nodes_and_gpus_per_node(gpus: int, gpus_per_node: int) -> tuple[int, int]:
 
 
 def header_lines(header: str, *lines: str) -> list[str]:
-    """The comment lines an export starts with: ``# header`` when one is given, then ``lines``."""
-    return ([f"# {header}"] if header else []) + list(lines)
+    """The comment lines an export starts with: ``# header`` when one is given, then ``lines``. The
+    header holds user text (the plan file's path, the model's name): it is made one printable line
+    (io.terminal.printable), so a newline in a file name cannot end the comment and start a command."""
+    return ([f"# {printable(header)}"] if header else []) + list(lines)
 
 
 def require(found: Collection[str], needed: Iterable[str], where: str) -> None:

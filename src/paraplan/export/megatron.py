@@ -303,7 +303,13 @@ def parse(text: str) -> dict[str, object]:
     """Flags of a launch line (comments and line continuations allowed): {flag: value or True, or a tuple of values for
     MULTI_VALUE_FLAGS}."""
     body = " ".join(line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines())
-    tokens = shlex.split(body)
+    try:
+        tokens = shlex.split(body)
+    except ValueError as exc:  # an unbalanced quote: one line naming it, not an internal error
+        raise ExportRefused(
+            f"megatron: the launch line is not valid shell ({exc}); allowed: a line that bash reads,"
+            " quotes balanced"
+        ) from None
     flags: dict[str, object] = {}
     i = 0
     while i < len(tokens):

@@ -12,6 +12,7 @@ parameters, gradients and optimizer state together.
 
 from __future__ import annotations
 
+import json
 import tomllib
 
 from paraplan.export.common import (
@@ -175,7 +176,7 @@ def _toml_value(value: object) -> str:
         return repr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return json.dumps(str(value))  # a TOML basic string: quotes, backslashes, controls escaped
 
 
 def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> str:

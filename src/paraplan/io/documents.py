@@ -23,9 +23,11 @@ longer running (a concurrent writer's file is never touched).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import time
@@ -35,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from paraplan.io.yaml_aliases import MAX_EXPANDED_NODES, expanded_nodes
 from paraplan.specs.errors import InputError
 
 MAX_INPUT_BYTES = (
@@ -47,8 +50,10 @@ def _label(path: Path | str) -> str:
     return "standard input" if str(path) == "-" else repr(str(path))
 
 
-def read_bytes(path: Path | str, field: str) -> bytes:
-    """At most MAX_INPUT_BYTES of ``path`` (``-`` = stdin); InputError if unreadable or larger."""
+def read_bytes(path: Path | str, field: str, regular_only: bool = False) -> bytes:
+    """At most MAX_INPUT_BYTES of ``path`` (``-`` = stdin); InputError if unreadable or larger. With
+    ``regular_only`` (a path a document names, not the user's command line) anything but a regular
+    file — a device, a FIFO, a socket — is refused before it is opened (a FIFO would block)."""
     try:
         if str(path) == "-":
             data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
@@ -56,6 +61,10 @@ def read_bytes(path: Path | str, field: str) -> bytes:
             p = Path(path)
             if p.is_dir():
                 raise InputError(f"{field}: {str(p)!r} is a directory; give a file")
+            if regular_only and p.exists() and not stat.S_ISREG(p.stat().st_mode):
+                raise InputError(
+                    f"{field}: {str(p)!r} is not a regular file (a device, FIFO or socket); give a file"
+                )
             with p.open("rb") as fh:
                 data = fh.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
@@ -69,9 +78,9 @@ def read_bytes(path: Path | str, field: str) -> bytes:
     return data
 
 
-def read_text(path: Path | str, field: str) -> str:
+def read_text(path: Path | str, field: str, regular_only: bool = False) -> str:
     """The file as text: UTF-8, a leading byte-order mark dropped; InputError otherwise."""
-    data = read_bytes(path, field)
+    data = read_bytes(path, field, regular_only)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -81,7 +90,21 @@ def read_text(path: Path | str, field: str) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+    """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently) and documents
+    whose aliases expand past MAX_EXPANDED_NODES nodes: an alias bomb (each level a list of aliases
+    of the one before) of 300 bytes expands to gigabytes when walked (by the nesting check, by
+    validation); its expanded size is counted on the composed graph, each node once, before that."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None and expanded_nodes(node) > MAX_EXPANDED_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"its aliases (*name) expand past {MAX_EXPANDED_NODES:,} values; not a paraplan input",
+                node.start_mark,
+            )
+        return node
 
 
 def _mapping_without_duplicates(
@@ -168,8 +191,10 @@ def _nesting_of_text(text: str) -> int:
     return deepest
 
 
-def parse_document(text: str, label: str, field: str, as_json: bool) -> Any:
-    """Parse JSON (``as_json``) or YAML strictly; InputError of one line naming ``field`` and ``label``."""
+def parse_document(text: str, label: str, field: str, as_json: bool, quiet: bool = False) -> Any:
+    """Parse JSON (``as_json``) or YAML strictly; InputError of one line naming ``field`` and ``label``.
+    With ``quiet`` (a file a document names, which the user may never have looked at) the error gives
+    the position only, never a key, tag or character of the text."""
     kind = "JSON" if as_json else "YAML"
     if _nesting_of_text(text) > MAX_NESTING:
         raise InputError(
@@ -185,12 +210,9 @@ def parse_document(text: str, label: str, field: str, as_json: bool) -> Any:
             f"{field}: {label} is not valid JSON: {exc.msg} (line {exc.lineno})"
         ) from None
     except (ValueError, yaml.YAMLError) as exc:
-        first = (
-            " ".join(str(exc).split("\n")[0:1])
-            if not isinstance(exc, yaml.MarkedYAMLError)
-            else _yaml_message(exc)
-        )
-        raise InputError(f"{field}: {label} is not valid {kind}: {first}") from None
+        raise InputError(
+            f"{field}: {label} is not valid {kind}: {_parse_reason(exc, quiet)}"
+        ) from None
     except RecursionError:  # pragma: no cover - the bracket pre-check catches flow nesting
         raise InputError(f"{field}: {label} nests too deeply; not a paraplan input") from None
     if _depth(data, MAX_NESTING) > MAX_NESTING:
@@ -200,20 +222,31 @@ def parse_document(text: str, label: str, field: str, as_json: bool) -> Any:
     return data
 
 
-def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
-    problem = exc.problem or exc.context or "invalid"
+def _parse_reason(exc: Exception, quiet: bool) -> str:
+    """Why a text did not parse: the parser's first line, or (``quiet``) its position only."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        return _yaml_message(exc, quiet)
+    if quiet:
+        return "a duplicate key or a value paraplan does not accept"
+    return " ".join(str(exc).split("\n")[0:1])
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError, quiet: bool = False) -> str:
+    problem = "a syntax error" if quiet else exc.problem or exc.context or "invalid"
     mark = exc.problem_mark or exc.context_mark
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
     return f"{problem}{where}"
 
 
-def read_document(path: Path | str, field: str) -> Any:
-    """Read and parse a JSON (``.json``) or YAML file (anything else; JSON is valid YAML too)."""
-    text = read_text(path, field)
+def read_document(path: Path | str, field: str, referenced: bool = False) -> Any:
+    """Read and parse a JSON (``.json``) or YAML file (anything else; JSON is valid YAML too).
+    ``referenced``: the path came from a document, not the command line: a regular file only, and a
+    parse error names the position, never the content (parse_document's ``quiet``)."""
+    text = read_text(path, field, regular_only=referenced)
     as_json = str(path).endswith(".json") or (
         str(path) == "-" and text.lstrip().startswith(("{", "["))
     )
-    return parse_document(text, _label(path), field, as_json)
+    return parse_document(text, _label(path), field, as_json, quiet=referenced)
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -393,11 +426,24 @@ def atomic_write_text(
     return Path(target)
 
 
-def append_line(path: Path | str, line: str) -> None:
+def append_line(path: Path | str, line: str, field: str = "--out") -> None:
     """Append one line to a journal and fsync it before returning (the line is durable when this
-    returns; a kill mid-write leaves at most a torn last line, which readers skip)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    returns; a kill mid-write leaves at most a torn last line, which readers skip). The journal is
+    never reached through a symbolic link (``O_NOFOLLOW``) and must be a regular file: a link planted
+    where the journal was would otherwise send the lines wherever it points; InputError instead."""
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                f"{field}: {str(path)!r} is a symbolic link; paraplan appends only to files it created"
+            ) from None
+        raise write_error(path, exc, field) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(
+                f"{field}: {str(path)!r} is not a regular file; remove it or use another --out"
+            )
         data = (line + "\n").encode("utf-8")
         view = memoryview(data)
         while view:

@@ -76,11 +76,19 @@ def write_figure(fig: Figure, target, ext: str) -> None:
 
 
 def save_figure(fig: Figure, stem: Path, formats=FORMATS) -> list[Path]:
-    """``fig`` written as ``stem``.png and ``stem``.svg; the paths."""
+    """``fig`` written as ``stem``.png and ``stem``.svg, each to a temporary name renamed over the
+    target (io.documents.atomic_path): a full disk leaves the old plot whole and no temporary file,
+    and the InputError names the file; the paths."""
+    from paraplan.io.documents import atomic_path, write_error
+
     out = []
     for ext in formats:
         path = stem.with_suffix(f".{ext}")
-        write_figure(fig, path, ext)
+        try:
+            with atomic_path(path, field="plot") as temp, open(temp, "wb") as handle:
+                write_figure(fig, handle, ext)
+        except OSError as exc:
+            raise write_error(path, exc, field="plot") from None
         out.append(path)
     return out
 

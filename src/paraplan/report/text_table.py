@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 from rich.cells import cell_len
 
+from paraplan.io.terminal import printable
+
 COLUMN_GAP = 2
 RECORD_INDENT = "    "
 
@@ -43,8 +45,8 @@ class SimpleTable:
         foldable: Sequence[int] | None = None,
         detach: int | None = None,
     ):
-        self.title = title
-        self.columns = columns
+        self.title = printable(title)
+        self.columns = tuple(printable(c) for c in columns)
         self.numeric_from = numeric_from
         self.foldable = tuple(range(numeric_from)) if foldable is None else tuple(foldable)
         self.detach = detach
@@ -52,7 +54,9 @@ class SimpleTable:
         self.sections: set[int] = set()  # row indexes preceded by a rule
 
     def add_row(self, *cells: str) -> None:
-        self.rows.append(tuple(cells) + ("",) * (len(self.columns) - len(cells)))
+        """A row; each cell made one printable line (escape codes in a name shown escaped)."""
+        shown = tuple(printable(cell) for cell in cells)
+        self.rows.append(shown + ("",) * (len(self.columns) - len(cells)))
 
     def add_section(self) -> None:
         self.sections.add(len(self.rows))
@@ -273,6 +277,8 @@ class PlainConsole:
         ]
 
     def print(self, *objects) -> None:
-        lines = [line for obj in (objects or ("",)) for line in self.lines(obj)]
+        """Every line of ``objects`` with its non-printable characters escaped (io.terminal.printable:
+        a name holding an escape code cannot reach the terminal as one)."""
+        lines = [printable(line) for obj in (objects or ("",)) for line in self.lines(obj)]
         file = self.file if self.file is not None else sys.stdout
         file.write("".join(line.rstrip() + "\n" for line in lines))

@@ -113,6 +113,15 @@ class AcceleratorSpec(InputModel):
             raise ValueError("matrix_flops needs at least fp16 or bf16")
         return value
 
+    @field_validator("vector_flops")
+    @classmethod
+    def _has_a_rate(cls, value):
+        if not value:  # peak_vector_flops falls back to any entry, but needs one (issue 37)
+            raise ValueError(
+                "vector_flops needs at least one datatype's rate, e.g. bf16: 67 TFLOP/s"
+            )
+        return value
+
     def peak_matrix_flops(self, dtype: str) -> float:
         """Peak matrix rate for ``dtype``; fp16 and bf16 share tensor cores; tf32 used for fp32 training."""
         table = self.matrix_flops

@@ -64,7 +64,7 @@ def locked(out_dir: Path) -> Iterator[None]:
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(out_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as exc:
         raise InputError(f"--out: cannot create {str(out_dir)!r}: {exc.strerror or exc}") from None
     try:
@@ -176,6 +176,7 @@ def open_output(
         )
     current = json.loads(dumps(config_record))
     done: dict[int, dict] = {}
+    _refuse_links(config_path, points_path)
     if resume and config_path.exists():
         try:
             saved = json.loads(config_path.read_bytes()[: MAX_INPUT_BYTES + 1].decode("utf-8"))
@@ -196,6 +197,17 @@ def open_output(
     else:
         atomic_write_text(points_path, "", field="--out")
     return done
+
+
+def _refuse_links(*paths: Path) -> None:
+    """The output folder's files are paraplan's own: a symbolic link (or a FIFO, a device) planted
+    in their place is refused, never followed (issue 37: --resume appended through a linked journal)."""
+    for path in paths:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise InputError(
+                f"--out: {str(path)!r} is not a regular file (a symbolic link?); paraplan does not"
+                " follow links in its output folder: remove it or use another --out"
+            )
 
 
 def _end_torn_line(path: Path) -> None:

@@ -98,7 +98,7 @@ def _case(raw: Any, stem: str, index: int) -> HeteroCase:
         )
     label = f"{stem}: case {raw['name']!r}"
     try:
-        model = load_model(raw["model"], field="model")
+        model = load_model(raw["model"], field="model", referenced=True)
         cluster = cluster_from_dict(raw["cluster"], field="cluster")
         plan = stage_plan_from_dict(raw["plan"], field="plan")
         check_stage_plan(plan, model, cluster)

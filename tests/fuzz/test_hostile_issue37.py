@@ -1,0 +1,79 @@
+"""Issue 37's hostile inputs, each one line at exit 2 (never an internal error): a ZeRO stage past 3,
+a system with no vector rate, a CSV field over csv's 128 KiB limit, an unbalanced quote in an
+imported launch line; plus seeded variations of them (the fuzz suite's contract: conftest.cli)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import yaml
+
+from paraplan.catalog import load_system
+from paraplan.specs.errors import InputError
+
+SEARCH = ["search", "-m", "gpt3-1.3b", "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "64"]
+
+
+@pytest.mark.parametrize("zero", ["7", "4", "0,1,9", "3,99999999999"])
+def test_search_zero_past_three_is_one_line(cli, zero):
+    _, _, err = cli(*SEARCH, "--zero", zero, codes=(2,))
+    assert "--zero" in err and "allowed: 0 to 3" in err, err
+
+
+def test_a_system_without_vector_rates_is_one_line(cli, tmp_path):
+    data = load_system("dgx-h100-80gb").model_dump(mode="json")
+    data["accelerator"]["vector_flops"] = {}
+    path = tmp_path / "sys.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="vector_flops"):
+        load_system(str(path))
+    _, _, err = cli(*SEARCH[:3], "-s", str(path), *SEARCH[5:], codes=(2,))
+    assert "vector_flops" in err, err
+
+
+@pytest.mark.parametrize("flag", ["--gemm", "--memory", "--attention"])
+def test_a_csv_field_over_128_kib_is_one_line(cli, tmp_path, flag):
+    path = tmp_path / "data.csv"
+    path.write_text("m,n,k,dtype,time_us\n" + '"' + "9" * (200 * 1024) + '",1,1,bf16,1\n')
+    _, _, err = cli("calibrate", "-s", "dgx-h100-80gb", flag, str(path), codes=(2,))
+    assert str(path) in err and "field larger than field limit" in err, err
+
+
+def test_unbalanced_quotes_in_launch_lines_are_one_line(cli, tmp_path):
+    rng = random.Random(37)
+    base = "torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --micro-batch-size 1"
+    for i in range(20):
+        words = base.split()
+        at = rng.randrange(1, len(words) + 1)
+        words.insert(at, rng.choice(['"x', "'y", '--foo "bar', "\\", "--seq-length '4096"]))
+        path = tmp_path / f"launch{i}.sh"
+        path.write_text(" ".join(words) + "\n")
+        code, _, err = cli("import", "plan", str(path))
+        assert code == 2, (words, err)
+
+
+def _alias_bomb(levels: int, width: int) -> str:
+    """``levels`` YAML anchors, each a list of ``width`` aliases of the one before: ~width**levels values."""
+    lines = ["l0: &l0 [" + ", ".join(["x"] * width) + "]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("levels", "width"), [(9, 9), (12, 5), (30, 2), (4, 200)])
+def test_yaml_alias_bombs_are_refused_quickly(cli, tmp_path, levels, width):
+    """A 300-byte alias bomb took 20-50 s and 4.8 GB (issue 37); within the suite's 5 s now."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(levels, width))
+    _, _, err = cli("estimate", "-m", str(path), "-s", "dgx-h100-80gb", "--gpus", "8", codes=(2,))
+    assert "aliases" in err and "expand past" in err, err
+
+
+def test_recursive_and_modest_aliases(tmp_path):
+    from paraplan.io.documents import parse_document
+
+    with pytest.raises(InputError, match="expand past"):
+        parse_document("a: &a [*a]\n", "'x'", "model", as_json=False)
+    shared = parse_document("a: &x {b: 1}\nc: *x\nd: [*x, *x]\n", "'x'", "model", as_json=False)
+    assert shared == {"a": {"b": 1}, "c": {"b": 1}, "d": [{"b": 1}, {"b": 1}]}
