@@ -37,6 +37,7 @@ from paraplan.cli.app import (
     explicit_options,
     framework_problem_fields,
     parse_tokens,
+    progress_bar,
     refuse_options,
     search_restrictions,
 )
@@ -306,9 +307,6 @@ def search(
         **framework_fields,
     )
     problem.check()
-    from rich.console import Console
-    from rich.progress import Progress, TimeElapsedColumn
-
     sink = CsvSink(csv_all) if csv_all is not None else None
     if (
         workers is None and not exhaustive
@@ -318,13 +316,7 @@ def search(
         workers = auto_workers()
     show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only
     try:
-        with Progress(
-            *Progress.get_default_columns(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            disable=not show_progress,
-        ) as bar:
+        with progress_bar(show_progress) as bar:
             task = bar.add_task("searching", total=None)
 
             def advance(done: int, total: int | None = None, phase: str = "searching") -> None:
