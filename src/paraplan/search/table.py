@@ -12,7 +12,7 @@ for, every block kind when a candidate is evaluated: search.bound_order).
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -106,22 +106,25 @@ class RowTable:
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
 
     def _facts(self, costings) -> RowFacts:
-        """The rows' RowFacts but their blocks: each row's entries of the costings, stacked into arrays."""
+        """The rows' RowFacts but their blocks, pipeline links and gradient groups: each row's entries of the
+        costings, stacked into arrays. The links and groups are stacked per entry (``links``, ``groups``: a few
+        thousand and a few dozen) and each candidate takes its row's by id (``inputs``)."""
         model, c = self.problem.model, self.columns
-        head_with_embedding = {
-            tp: head_params_with_embedding(model, tp) for tp in set(c["tp"].tolist())
-        }
+        self.links = stack(costings.transfers, np.arange(len(costings.transfers)))
+        self.groups = stack(costings.groups, np.arange(len(costings.groups)))
+        tps = np.flatnonzero(np.bincount(c["tp"]))  # the distinct tp degrees, in order
+        head = np.array([head_params_with_embedding(model, int(tp)) for tp in tps])
         return RowFacts(
             blocks={},
-            head_params_with_embedding=np.array([head_with_embedding[t] for t in c["tp"].tolist()]),
+            head_params_with_embedding=head[np.searchsorted(tps, c["tp"])],
             recompute_code=c["recompute"],
             overlap_tp_comm=c["overlap_tp"].astype(bool),
             tp_domains=c["tp_domains"],
-            pipeline=stack(costings.transfers, c["p2p_id"]),
+            pipeline=None,  # ``links`` by p2p id
             layers=float(model.layers),
             pp=c["pp"].astype(float),
             microbatches=(c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float),
-            gradient_groups=stack(costings.groups, c["group_id"]),
+            gradient_groups={},  # ``groups`` by group id
             model=model,
             mtp_layers=model.mtp_layers,
         )
@@ -147,7 +150,12 @@ class RowTable:
 
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
-        facts = take(self.step_facts, index)
+        c = self.columns
+        facts = replace(
+            take(self.step_facts, index),
+            pipeline=take(self.links, c["p2p_id"][index]),
+            gradient_groups=take(self.groups, c["group_id"][index]),
+        )
         first, last = default_first_last(
             facts.layers,
             facts.pp,
@@ -278,10 +286,9 @@ class RowTable:
         rows = np.arange(self.size) if rows is None else rows
         unit = self._unit_work(self.unit[rows]) if work is None else work
         facts = self.facts
-        links = (
-            facts.pipeline
-        )  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
-        least_link = np.minimum(_at(links.inner_s, rows), _at(links.outer_s, rows))
+        links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
+        ids = self.columns["p2p_id"][rows]
+        least_link = np.minimum(_at(links.inner_s, ids), _at(links.outer_s, ids))
         p2p = np.where(facts.pp[rows] > 1, least_link, 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"][rows]
         fullest = -(-layers // pp)
