@@ -1,9 +1,10 @@
 """Plan-search speed: issue 31's targets, and the in-process table of earlier sessions.
 
-Run: python benchmarks/search_speed.py [--runs N] [--markdown]
+Run: python benchmarks/search_speed.py [--runs N] [--markdown] [--bytecode] [--against CHECKOUT]
 Prints, per problem of issue 31, the process CPU seconds of ``paraplan search ... --top 5`` in fresh processes (the
 least of N runs: imports, catalog, search, report; user + system of the process, and of the worker processes a split
-block search starts), the least wall seconds, and whether process + workers stay within TARGET_S.
+block search starts), the least wall seconds, and whether process + workers stay within TARGET_S; with ``--against``,
+the same for another checkout (e.g. ``git worktree add /tmp/before HEAD~3``), its runs interleaved with this tree's.
 Run: python benchmarks/search_speed.py --in-process [--markdown] [--repeat N] [--unrestricted] [--workers N]
 Prints the earlier table: problem, candidates in the space, evaluated, feasible among evaluated, seconds of one cold
 ``search()`` (caches cleared), candidates per second and the best plan. The restricted DeepSeek-V3 problem runs
@@ -14,6 +15,7 @@ over every axis (22 M rows, searched block by block: search.blocks).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from _cold import cold_search
 from _process_cpu import process_cpu, residuals_current, use_bytecode
@@ -120,24 +122,37 @@ ISSUE_PROBLEMS = [
 ]
 
 
-def process_table(runs: int, markdown: bool) -> None:
-    """Issue 31's table: process CPU seconds of each search command (module doc)."""
-    if not residuals_current():
-        print("note: validate/residuals.json is stale: every process recomputes it (~1 s); run")
-        print("      python -m paraplan.validate.residuals first (and do not commit it)")
+def process_table(runs: int, markdown: bool, against: str | None = None) -> None:
+    """Issue 31's table: process CPU seconds of each search command (module doc); with ``against``, a source tree
+    (its ``src``) measured in the same minutes, its runs interleaved with this tree's."""
+    trees = [None] if against is None else [str(Path(against) / "src"), None]
+    for src in trees:
+        if not residuals_current(src):
+            print(
+                f"note: validate/residuals.json of {src or 'this tree'} is stale: every process recomputes it"
+            )
+            print(
+                "      (~1 s); run python -m paraplan.validate.residuals first (and do not commit it)"
+            )
     rows = []
     for label, flags in ISSUE_PROBLEMS:
-        own, children, wall = process_cpu(["search", *flags.split(), "--top", "5"], runs)
-        rows.append(
-            (
-                label,
-                f"{own:.2f}",
-                f"{children:.2f}",
-                f"{own + children:.2f}",
-                f"{wall:.2f}",
-                "yes" if own + children <= TARGET_S else "no",
+        args = ["search", *flags.split(), "--top", "5"]
+        best = {src: (float("inf"),) * 3 for src in trees}
+        for _ in range(runs):
+            for src in trees:
+                best[src] = tuple(map(min, best[src], process_cpu(args, 1, src)))
+        for src in trees:
+            own, children, wall = best[src]
+            rows.append(
+                (
+                    label if src is None else f"{label} [{against}]",
+                    f"{own:.2f}",
+                    f"{children:.2f}",
+                    f"{own + children:.2f}",
+                    f"{wall:.2f}",
+                    "yes" if own + children <= TARGET_S else "no",
+                )
             )
-        )
     header = (
         "problem",
         "process CPU s",
@@ -172,13 +187,19 @@ def main() -> None:
         help="add DeepSeek-V3 over every axis (~5 s; run once whatever --repeat says)",
     )
     parser.add_argument(
+        "--against",
+        default=None,
+        help="also measure the checkout at this path (e.g. a `git worktree` of the previous commit), "
+        "its runs interleaved with this tree's",
+    )
+    parser.add_argument(
         "--bytecode", action="store_true", help="with a bytecode cache (_process_cpu.use_bytecode)"
     )
     args = parser.parse_args()
     if not args.in_process:
         if args.bytecode:
             use_bytecode()
-        process_table(args.runs, args.markdown)
+        process_table(args.runs, args.markdown, args.against)
         return
     rows = []
     for label, model, system, gpus, seq, gbs, max_gbs, *extra in PROBLEMS + (

@@ -10,6 +10,7 @@ represent, and — as a last resort — an internal error, reported as ``error: 
 from __future__ import annotations
 
 import atexit
+import copy
 import functools
 import math
 import os
@@ -121,18 +122,37 @@ def _with_given_value(message: str, exc: ClickException, args: list[str]) -> str
 
 
 @functools.cache
-def _command():
+def _command(name: str | None = None):
     """The click command of ``app``, built once per process (typer rebuilds it from the function
-    signatures on every call, ~40 ms; click commands are reusable across invocations)."""
-    command = typer.main.get_command(app)
+    signatures on every call; click commands are reusable across invocations). With ``name``, one of
+    app's commands, the group holds that command only: typer builds each command's options from its
+    signature (~40 ms for all of them, issue 31), and a run needs the one it runs; the group's own
+    options (--version, --width, --help) are the same."""
+    command = typer.main.get_command(_app_with(name))
     _require_finite_numbers(command)
     return command
 
 
+def _app_with(name: str | None) -> typer.Typer:
+    """``app`` with only its command or command group ``name``; ``app`` itself when it has none of
+    that name (no name, an option, a typo: click's usage and suggestions need them all)."""
+    commands = [
+        c
+        for c in app.registered_commands
+        if (c.name or typer.main.get_command_name(c.callback.__name__)) == name
+    ]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    only = copy.copy(app)
+    only.registered_commands, only.registered_groups = commands, groups
+    return only
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
-    command = _command()
     args = list(sys.argv[1:] if argv is None else argv)
+    command = _command(args[0] if args else None)
     try:
         _refuse_repeated_options(command, args)
         result = command.main(args=args, prog_name="paraplan", standalone_mode=False)

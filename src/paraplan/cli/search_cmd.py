@@ -27,6 +27,7 @@ from paraplan.cli.app import (
     explicit_options,
     load_framework_option,
     parse_tokens,
+    progress_bar,
     refuse_options,
 )
 from paraplan.cli.options import (
@@ -280,9 +281,6 @@ def search(
     )
     system_spec = problem.system  # adapted to the framework profile
     problem.check()
-    from rich.console import Console
-    from rich.progress import Progress, TimeElapsedColumn
-
     sink = CsvSink(csv_all) if csv_all is not None else None
     if (
         workers is None and not exhaustive
@@ -292,13 +290,7 @@ def search(
         workers = auto_workers()
     show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only
     try:
-        with Progress(
-            *Progress.get_default_columns(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            disable=not show_progress,
-        ) as bar:
+        with progress_bar(show_progress) as bar:
             task = bar.add_task("searching", total=None)
 
             def advance(done: int, total: int | None = None, phase: str = "searching") -> None:

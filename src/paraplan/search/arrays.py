@@ -93,3 +93,42 @@ def take(value, index: np.ndarray):
     if isinstance(value, tuple):
         return tuple(take(v, index) for v in value)
     return value
+
+
+def allocate(template, size: int, widths: dict[str, int] | None = None):
+    """A structure like ``template`` (a record / dict of records as ``stack`` gives) whose numeric leaves are zeroed
+    arrays of ``size`` entries (``put`` fills them): a number lists leaf (a tuple, or an array of them) gets
+    ``widths[field name]`` columns; strings stay."""
+    if _is_record(template):
+        out = {}
+        for n in _field_names(type(template)):
+            leaf = getattr(template, n)
+            if isinstance(leaf, str):
+                out[n] = leaf
+            elif _is_record(leaf):
+                out[n] = allocate(leaf, size, widths)
+            elif isinstance(leaf, tuple) or np.ndim(leaf) > 1:
+                out[n] = np.zeros((size, (widths or {})[n]))
+            else:
+                out[n] = np.zeros(size)
+        return type(template)(**out)
+    if isinstance(template, dict):
+        return {k: allocate(v, size, widths) for k, v in template.items()}
+    raise TypeError(f"cannot allocate for {type(template).__name__}")
+
+
+def put(store, index: np.ndarray, value) -> None:
+    """Entries ``index`` of the arrays of ``store`` (``allocate``) set to ``value``, a structure of the same shape
+    whose leaves are arrays over ``index`` or one value for all of them; strings must agree."""
+    if _is_record(store):
+        for n in _field_names(type(store)):
+            target, given = getattr(store, n), getattr(value, n)
+            if isinstance(target, np.ndarray):
+                target[index] = given
+            elif isinstance(target, str):
+                assert target == given, (n, target, given)
+            else:
+                put(target, index, given)
+        return
+    for k, v in store.items():
+        put(v, index, value[k])

@@ -126,7 +126,8 @@ def _state_peaks(inp, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """stage_peaks of candidates whose state options (axis 1) have the ZeRO stages ``zero``: memory reads
     the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
     stage (at most 4 against up to 11 state options) and each state option takes its stage's."""
-    stages = np.unique(zero)
+    # the distinct stages in increasing order, counted (np.unique imports numpy.ma, ~7 ms, and sorts)
+    stages = np.flatnonzero(np.bincount(zero.ravel())).astype(zero.dtype)
     knobs = replace(inp.knobs, zero=stages[None, :, None], **_NO_OVERLAP)
     peaks = stage_peaks(replace(inp, knobs=knobs))
     at = np.searchsorted(stages, zero)  # (G, T, 1): each state option's stage among ``stages``

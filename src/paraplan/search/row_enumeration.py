@@ -4,7 +4,8 @@
 factorization and a micro-batch at a time, on arrays, and gives every row the ids of the distinct entries its facts
 come from: its block costs per (layer shape, tp span, cp span), its activation memory per (layer shape, recompute
 mode), its pipeline transfer, its gradient groups and its placement's name. ``Costings`` interns those entries and
-computes each once, after the walk, in id order (``progress`` reports the count, the slow part of a large space).
+computes each once: after the walk, in id order (``progress`` reports the count), or, for the activation memories,
+when the search asks for them; the blocks are costed from the inputs it keeps per cost id (search.table.RowTable).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import (
-    block_cost_facts,
     block_memory_facts,
     gradient_group,
     model_gradient_groups,
@@ -57,13 +57,17 @@ COLUMNS = (
 
 
 class Costings:
-    """The distinct entries the rows refer to, by kind, each computed once (``compute``, in id order, so that
-    entry i of a kind's list is the one id i names)."""
+    """The distinct entries the rows refer to, by kind, each computed once: placements, pipeline transfers, gradient
+    groups and the inputs of block costs by ``compute`` (every row's bound reads them), in id order (entry i of a
+    kind's list is the one id i names); activation memories when a caller asks for them (``entries``: the search
+    costs the memory of the rows it evaluates, search.table.RowTable, which also costs the blocks)."""
+
+    LAZY = ("memory",)
 
     def __init__(self) -> None:
         self.placement_names: list[str] = []
-        self.costs: list[dict] = []  # per (shape, tp span, cp span): block kind -> BlockCostFacts
-        self.memories: list[dict] = []  # per (shape, recompute): block kind -> BlockMemoryFacts
+        self.costs: list[tuple] = []  # per (shape, tp span, cp span): the three (_cost_inputs)
+        self.memories: list = []  # per (shape, recompute): block kind -> BlockMemoryFacts (None: not yet)
         self.transfers: list = []  # per (tp, cp, micro-batch, pp span): step.p2p.PipelineLinks
         self.groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
         self._out = {
@@ -74,7 +78,13 @@ class Costings:
             "group": self.groups,
         }
         self._ids: dict[str, dict] = {kind: {} for kind in self._out}
-        self._pending: list[tuple] = []  # (list, function, arguments) of every entry, in id order
+        self._pending: list[
+            tuple
+        ] = []  # (list, function, arguments) of every eager entry, in id order
+        self._lazy: dict[str, list] = {
+            kind: [] for kind in self.LAZY
+        }  # (function, arguments) by id
+        self.computed = 0  # entries computed so far (the progress count)
 
     def intern(self, kind: str, key, compute, *args) -> int:
         """The id of the entry ``key`` of ``kind``; a new one's value is ``compute(*args)``, computed later."""
@@ -82,19 +92,41 @@ class Costings:
         found = table.get(key)
         if found is None:
             found = table[key] = len(table)
-            self._pending.append((self._out[kind], compute, args))
+            if kind in self._lazy:
+                self._lazy[kind].append((compute, args))
+                self._out[kind].append(None)
+            else:
+                self._pending.append((self._out[kind], compute, args))
         return found
 
     def compute(self, progress, every: int = 256) -> None:
-        """Compute the entries interned so far, reporting ``progress(done, total)`` every ``every`` and at the end."""
+        """Compute the eager entries interned so far, reporting ``progress(done, total)`` every ``every`` and at the
+        end; ``total`` counts every entry, the lazy ones too (a caller sees the size of the costing at once), and
+        ``entries`` reports on."""
         pending, self._pending = self._pending, []
-        total = len(pending)
+        total = len(pending) + sum(len(v) for v in self._lazy.values())
         if progress is not None:
             progress(0, total)
-        for done, (out, compute, args) in enumerate(pending, start=1):
+        for out, compute, args in pending:
             out.append(compute(*args))
-            if progress is not None and (done % every == 0 or done == total):
-                progress(done, total)
+            self.computed += 1
+            if progress is not None and self.computed % every == 0:
+                progress(self.computed, total)
+        if progress is not None:
+            progress(self.computed, total)
+
+    def entries(self, kind: str, ids) -> list:
+        """The entries ``ids`` (an iterable of ints) of a lazy kind, computed where not yet."""
+        out, lazy = self._out[kind], self._lazy[kind]
+        values = []
+        for i in ids:
+            value = out[i]
+            if value is None:
+                compute, args = lazy[i]
+                value = out[i] = compute(*args)
+                self.computed += 1
+            values.append(value)
+        return values
 
 
 class KnobColumns(NamedTuple):
@@ -140,9 +172,9 @@ def _state_shape(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, key,
     )
 
 
-def _block_costs(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state, pair) -> dict:
-    shape = _state_shape(problem, shaped, tp, cp, micro_batch, *state)
-    return block_cost_facts(problem.model, problem.system, shape, *pair)
+def _cost_inputs(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state, pair) -> tuple:
+    """(layer shape, tp span, cp span): what step.build.kind_cost_facts costs a block kind at."""
+    return (_state_shape(problem, shaped, tp, cp, micro_batch, *state), *pair)
 
 
 def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state) -> dict:
@@ -270,7 +302,7 @@ class RowEnumeration:
                 costings.intern(
                     "cost",
                     (tp, cp, mb, key, pair),
-                    _block_costs,
+                    _cost_inputs,
                     problem,
                     shaped,
                     tp,

@@ -29,6 +29,7 @@ import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.search import ranking
+from paraplan.search.bound_order import BoundOrder
 from paraplan.search.bounds.block_processes import (
     PartOutcome,
     auto_workers,
@@ -146,35 +147,30 @@ def _search(
 
 
 def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) -> int:
-    """Visit the table's rows best bound first (module doc, steps 2-4) with the scan's running
-    threshold; the rows visited."""
+    """Visit the table's rows best bound first (module doc, steps 2-4; search.bound_order: a row's bound worked
+    out only when its floor says it may come next) with the scan's running threshold; the rows visited."""
     lengths = options.lengths
-    bound_obj = objective_value(
-        problem,
-        table.lower_bounds(options.v_max, options.split_backward),
-        scan.tokens_row,
-        scan.flops_per_token * scan.tokens_row,
-        scan.peak_flops,
-    )
-    order = np.lexsort((np.arange(table.size), bound_obj))
-    rows_done = position = 0
-    while position < len(order):
+    order = _row_order(problem, table, options, scan)
+    if scan_all:
+        order.cost_all()
+    rows_done = 0
+    while (head := order.peek()) is not None:
         scan.refresh()
-        if not scan_all and not ranking.within(bound_obj[order[position]], scan.threshold):
+        if not scan_all and not ranking.within(head[1], scan.threshold):
             break
         chunk = []
         count = 0
-        while position < len(order) and count < CHUNK_CANDIDATES:
-            r = order[position]
-            if not scan_all and not ranking.within(bound_obj[r], scan.threshold):
+        while count < CHUNK_CANDIDATES and (head := order.peek()) is not None:
+            r, bound = head
+            if not scan_all and not ranking.within(bound, scan.threshold):
                 break
             if lengths[r]:
                 chunk.append(r)
                 count += lengths[r]
-            position += 1
+            order.pop()
         rows_done += len(chunk)
         if progress is not None:
-            progress(position, len(order), "rows")
+            progress(order.popped, table.size, "rows")
         if not chunk:
             continue
         chunk = np.array(chunk)
@@ -192,6 +188,26 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
             scan.evaluate(options, group_row[batch], group_start[batch], None)
     return rows_done
+
+
+def _row_order(problem, table, options, scan) -> BoundOrder:
+    """The table's rows in order of their objective's bound (RowTable.lower_bounds), from floors of it
+    (RowTable.work_floors): the objective is non-decreasing in the step time."""
+
+    def objective(step_s, rows):
+        tokens = scan.tokens_row[rows]
+        return objective_value(
+            problem, step_s, tokens, scan.flops_per_token * tokens, scan.peak_flops
+        )
+
+    every = np.arange(table.size)
+    floors = table.lower_bounds(options.v_max, options.split_backward, every, table.work_floors())
+    return BoundOrder(
+        objective(floors, every),
+        lambda rows: objective(
+            table.lower_bounds(options.v_max, options.split_backward, rows), rows
+        ),
+    )
 
 
 @contextmanager

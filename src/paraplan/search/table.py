@@ -2,19 +2,21 @@
 
 ``RowTable`` enumerates every row of ``space.rows`` (same canonical order) and gathers, per row,
 the same facts ``step.build.row_facts`` gives the estimator — from the same cached functions
-(``step.build.block_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_links``)
-— as one ``step.build.RowFacts`` of arrays. Block terms then come from ``step.build.row_blocks`` on
+(``step.build.kind_cost_facts``, ``block_memory_facts``, ``gradient_group``, ``pipeline_links``)
+— as one ``step.build.RowFacts`` of arrays. Block terms then come from ``step.build.kind_blocks`` on
 those arrays, and a batch of candidates (rows × grid options) becomes ``StepInputs`` through
-``step.build.build_step_inputs``: the estimator's own builder.
+``step.build.build_step_inputs``: the estimator's own builder. The blocks are costed as the search
+reads them (a floor of every row's bound from op times, a row's layer work when its bound is asked
+for, every block kind when a candidate is evaluated: search.bound_order).
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 
-from paraplan.search.arrays import stack, take
+from paraplan.search.arrays import allocate, put, stack, take
 from paraplan.search.columns import (
     RECOMPUTE_NAMES,
     SCHEDULE_FIELDS,
@@ -30,13 +32,20 @@ from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.split import accounted_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import (
+    BlockCostFacts,
     BlockFacts,
     GridKnobs,
     RowFacts,
     build_step_inputs,
     head_params_with_embedding,
     kind_blocks,
+    kind_compute_floor,
+    kind_cost_facts,
+    kind_statics,
+    kind_terms,
+    model_block_kinds,
     system_terms,
+    tp_overlap,
 )
 from paraplan.step.compose import BLOCK_TERM_NAMES, StepInputs
 
@@ -54,15 +63,20 @@ _expert_shape = expert_shape_of  # the name tests know
 
 
 class RowTable:
-    """Every row of the canonical space: columns (degrees, batch, knobs) and one RowFacts of arrays."""
+    """Every row of the canonical space: columns (degrees, batch, knobs) and one RowFacts of arrays. The blocks are
+    costed per *unit* — rows alike in what their blocks read: cost id, memory id, recompute mode, TP overlap switch
+    (the cost id fixes the TP span), ~4x fewer than the rows — and only for the units a caller reads: a floor of
+    every row's layer work from op times alone (``work_floors``), each unit's layer work when a row's bound is asked
+    for (``lower_bounds``), its every block kind and activation memory when a candidate of it is evaluated
+    (``inputs``). Each value is the one a table costing every unit gives, bit for bit (elementwise arithmetic)."""
 
     def __init__(self, problem: SearchProblem, progress=None):
-        """``progress(done, total)``, when given, is called as the distinct layer costs are computed
-        (the slow part of a large space: ``step.build.block_cost_facts`` per layer shape and spans)."""
+        """``progress(done, total)``, when given, is called as the distinct entries the rows name are computed
+        (their count first: a large space's layer costings are the slow part)."""
         self.problem = problem
         walk = RowEnumeration(problem)
         walk.run(progress)
-        costings = walk.costings
+        self.costings = costings = walk.costings
         self.placement_names = costings.placement_names
         c = self.columns = {
             k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64))
@@ -72,53 +86,45 @@ class RowTable:
         self.layer_kinds = _layer_kinds(problem.model)
         self.expert_choices = list(walk.expert_ids)
         if not self.size:
-            self.facts = self.blocks = None
+            self.facts = None
             return
-        # the rows' units: rows alike in what their blocks read (cost id, memory id, recompute mode,
-        # TP overlap switch; the cost id fixes the TP span), ~4x fewer than the rows: the blocks are
-        # costed per unit, and rows take theirs by ``unit``
         key = c["cost_id"] * (int(c["memory_id"].max()) + 1) + c["memory_id"]
         key = (key * len(RECOMPUTE_NAMES) + c["recompute"]) * 2 + c["overlap_tp"]
-        _, first, unit = np.unique(key, return_index=True, return_inverse=True)
-        self.unit = unit.reshape(-1)
-        self.blocks = kind_blocks(
-            self._block_facts(costings, first),
-            c["recompute"][first],
-            c["overlap_tp"][first].astype(bool),
-            c["tp_domains"][first],
-        )
+        _, self.first, unit = np.unique(key, return_index=True, return_inverse=True)
+        self.unit = unit.reshape(-1)  # each row's unit; ``first``: each unit's first row
         # what build_step_inputs reads besides the blocks, per row
         self.facts = self.step_facts = self._facts(costings)
         self.constants = system_terms(problem.system, problem.dtype, problem)
-
-    def _block_facts(self, costings, rows: np.ndarray) -> dict[str, BlockFacts]:
-        """Per block kind, the BlockFacts of the given rows: their entries of the costings, stacked."""
-        c, costs, memories = self.columns, costings.costs, costings.memories
-        cid, mid = c["cost_id"][rows], c["memory_id"][rows]
-        return {
-            kind: BlockFacts.of(
-                stack([f[kind] for f in costs], cid), stack([m[kind] for m in memories], mid)
-            )
-            for kind in costs[0]
-        }
+        self.kinds = tuple(model_block_kinds(problem.model))
+        self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> BlockCostFacts
+        self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
+        self._worked = np.zeros(len(self.first), dtype=bool)
+        self.blocks = (
+            None  # per kind, the BlockCost of every unit (allocate), filled as units are read
+        )
+        self._costed = np.zeros(len(self.first), dtype=bool)
+        self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
 
     def _facts(self, costings) -> RowFacts:
-        """The rows' RowFacts but their blocks: each row's entries of the costings, stacked into arrays."""
+        """The rows' RowFacts but their blocks, pipeline links and gradient groups: each row's entries of the
+        costings, stacked into arrays. The links and groups are stacked per entry (``links``, ``groups``: a few
+        thousand and a few dozen) and each candidate takes its row's by id (``inputs``)."""
         model, c = self.problem.model, self.columns
-        head_with_embedding = {
-            tp: head_params_with_embedding(model, tp) for tp in set(c["tp"].tolist())
-        }
+        self.links = stack(costings.transfers, np.arange(len(costings.transfers)))
+        self.groups = stack(costings.groups, np.arange(len(costings.groups)))
+        tps = np.flatnonzero(np.bincount(c["tp"]))  # the distinct tp degrees, in order
+        head = np.array([head_params_with_embedding(model, int(tp)) for tp in tps])
         return RowFacts(
             blocks={},
-            head_params_with_embedding=np.array([head_with_embedding[t] for t in c["tp"].tolist()]),
+            head_params_with_embedding=head[np.searchsorted(tps, c["tp"])],
             recompute_code=c["recompute"],
             overlap_tp_comm=c["overlap_tp"].astype(bool),
             tp_domains=c["tp_domains"],
-            pipeline=stack(costings.transfers, c["p2p_id"]),
+            pipeline=None,  # ``links`` by p2p id
             layers=float(model.layers),
             pp=c["pp"].astype(float),
             microbatches=(c["global_batch"] // (c["dp"] * c["micro_batch"])).astype(float),
-            gradient_groups=stack(costings.groups, c["group_id"]),
+            gradient_groups={},  # ``groups`` by group id
             model=model,
             mtp_layers=model.mtp_layers,
         )
@@ -144,7 +150,12 @@ class RowTable:
 
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
         """StepInputs of candidates (row ``index[i]``, grid option i): the estimator's builder on arrays."""
-        facts = take(self.step_facts, index)
+        c = self.columns
+        facts = replace(
+            take(self.step_facts, index),
+            pipeline=take(self.links, c["p2p_id"][index]),
+            gradient_groups=take(self.groups, c["group_id"][index]),
+        )
         first, last = default_first_last(
             facts.layers,
             facts.pp,
@@ -154,13 +165,111 @@ class RowTable:
         )
         split = grouped_split(facts.layers, facts.pp, first, last)
         knobs = GridKnobs(**{f.name: grid_values[f.name] for f in fields(GridKnobs)})
-        blocks = take(self.blocks, self.unit[index])
+        units = self.unit[index]
+        self._cost_units(units)
+        blocks = take(self.blocks, units)
         return build_step_inputs(facts, blocks, knobs, split, self.constants)
 
+    # ---- the blocks, costed per unit as they are read ------------------------------------------
+    def _kind_cost(self, kind: str, ids) -> list:
+        """step.build.kind_cost_facts of a block kind at the cost ids ``ids`` (each computed once)."""
+        known, inputs = self._kind_facts[kind], self.costings.costs
+        model, system = self.problem.model, self.problem.system
+        out = []
+        for i in ids:
+            found = known.get(i)
+            if found is None:
+                found = known[i] = kind_cost_facts(model, system, *inputs[i], kind)
+            out.append(found)
+        return out
+
+    def _all_statics(self) -> dict[str, list]:
+        """Per block kind, step.build.kind_statics at every cost id (op times and weight-tensor facts: no
+        collective costed), worked out once per layer shape."""
+        if self._statics is None:
+            model, system = self.problem.model, self.problem.system
+            shapes = [inputs[0] for inputs in self.costings.costs]
+            distinct = list(dict.fromkeys(shapes))
+            self._statics = {}
+            for kind in self.kinds:
+                of = {shape: kind_statics(model, system, shape, kind) for shape in distinct}
+                self._statics[kind] = [of[shape] for shape in shapes]
+        return self._statics
+
+    def _cost_units(self, units: np.ndarray) -> None:
+        """Cost every block kind of the units ``units`` not costed yet into ``blocks``: the BlockCost
+        ``step.build.kind_blocks`` gives their rows' facts (the small-tensor lists padded to the width a table of
+        every unit has, the longest list of the kind: arrays.stack)."""
+        need = _missing(units, self._costed)
+        if not need.size:
+            return
+        rows, c = self.first[need], self.columns
+        cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
+        mid, mids = np.unique(c["memory_id"][rows], return_inverse=True)
+        memories = self.costings.entries("memory", mid.tolist())
+        widths = {
+            kind: max(len(s[3]) for s in statics) for kind, statics in self._all_statics().items()
+        }
+        facts = {}
+        for kind in self.kinds:
+            costs = [_padded(f, widths[kind]) for f in self._kind_cost(kind, cid.tolist())]
+            facts[kind] = BlockFacts.of(
+                stack(costs, ids.reshape(-1)), stack([m[kind] for m in memories], mids.reshape(-1))
+            )
+        blocks = kind_blocks(
+            facts, c["recompute"][rows], c["overlap_tp"][rows].astype(bool), c["tp_domains"][rows]
+        )
+        if self.blocks is None:
+            self.blocks = {
+                kind: allocate(b, len(self.first), {"small_numels": widths[kind]})
+                for kind, b in blocks.items()
+            }
+        put(self.blocks, need, blocks)
+        self._costed[need] = True
+
+    def _unit_work(self, units: np.ndarray) -> np.ndarray:
+        """Each unit's layer work u: the per-micro-batch terms of its cheapest kind of decoder layer, summed
+        (``lower_bounds``); the layer kinds' blocks costed for the units not worked out yet."""
+        need = _missing(units, self._worked)
+        if need.size:
+            rows, c = self.first[need], self.columns
+            cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
+            overlap = tp_overlap(c["overlap_tp"][rows].astype(bool), c["tp_domains"][rows])
+            least = None
+            for kind in self.layer_kinds:
+                facts = stack(self._kind_cost(kind, cid.tolist()), ids.reshape(-1))
+                terms = kind_terms(kind, facts.compute, facts.comm, c["recompute"][rows], overlap)
+                work = 0.0
+                for (
+                    name
+                ) in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``)
+                    work = work + getattr(terms, name)
+                least = work if least is None else np.minimum(least, work)
+            self._work[need] = least
+            self._worked[need] = True
+        return self._work[units]
+
+    def work_floors(self) -> np.ndarray:
+        """Per row, a floor of its layer work u (``_unit_work``) from op times alone: the least over its kinds of
+        decoder layer of step.build.kind_compute_floor, which is the first three of the terms u sums — so at most
+        u, bit for bit — and costs no collective."""
+        statics, c = self._all_statics(), self.columns
+        least = None
+        for kind in self.layer_kinds:
+            compute = stack([s[0] for s in statics[kind]], c["cost_id"])
+            work = kind_compute_floor(kind, compute, c["recompute"])
+            least = work if least is None else np.minimum(least, work)
+        return np.broadcast_to(least, (self.size,))
+
     def lower_bounds(
-        self, v_max: np.ndarray, split_backward: np.ndarray | bool = False
+        self,
+        v_max: np.ndarray,
+        split_backward: np.ndarray | bool = False,
+        rows: np.ndarray | None = None,
+        work: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Admissible step-time bound per row, with u the per-layer work of one micro-batch:
+        """Admissible step-time bound per row (of ``rows``, default every row), with u the per-layer work of one
+        micro-batch (``work`` per row of ``rows`` when given, else ``_unit_work``):
         m·(⌈L/p⌉·u + 1 exchange when pp > 1) + (L − ⌈L/p⌉)·u / v_max.
 
         Whatever the split, some stage holds F >= ⌈L/p⌉ layers, so the slowest stage does at
@@ -172,26 +281,42 @@ class RowTable:
         The split-backward schedules (ZB-H1, DualPipe) shrink the bubble below (L − F)·u / v_max
         (ZB-H1 by (F + B − 2W)/(F + B), DualPipe to (p/2 − 1)·(F&B + B − 3W)): a row whose grid has
         one (``split_backward``) keeps m·F·u only — with the bubble term, 140 of the 296 rows of a
-        Mixtral problem had a bound above their best candidate's step."""
-        unit = None
-        for kind in self.layer_kinds:  # the cheapest kind of decoder layer the model has
-            terms = self.blocks[kind].terms
-            work = 0.0
-            for name in (
-                BLOCK_TERM_NAMES
-            ):  # the time parts (``wgrad`` is a share of ``backward``, not added)
-                work = work + getattr(terms, name)
-            unit = work if unit is None else np.minimum(unit, work)
-        unit = unit[self.unit] if np.ndim(unit) else unit  # per unit -> per row
+        Mixtral problem had a bound above their best candidate's step. The bound is non-decreasing
+        in u: a floor of u gives a floor of the bound (``work_floors``)."""
+        rows = np.arange(self.size) if rows is None else rows
+        unit = self._unit_work(self.unit[rows]) if work is None else work
         facts = self.facts
-        links = (
-            facts.pipeline
-        )  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
-        p2p = np.where(facts.pp > 1, np.minimum(links.inner_s, links.outer_s), 0.0)
-        layers, pp = self.problem.model.layers, self.columns["pp"]
+        links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
+        ids = self.columns["p2p_id"][rows]
+        least_link = np.minimum(_at(links.inner_s, ids), _at(links.outer_s, ids))
+        p2p = np.where(facts.pp[rows] > 1, least_link, 0.0)
+        layers, pp = self.problem.model.layers, self.columns["pp"][rows]
         fullest = -(-layers // pp)
-        bubble = np.where(split_backward, 0.0, (layers - fullest) * unit / v_max)
-        return facts.microbatches * (fullest * unit + p2p) + bubble
+        bubble = np.where(
+            _at(split_backward, rows), 0.0, (layers - fullest) * unit / _at(v_max, rows)
+        )
+        return facts.microbatches[rows] * (fullest * unit + p2p) + bubble
+
+
+def _at(value, rows: np.ndarray):
+    """value[rows] of a per-row array; a number as it is."""
+    return value[rows] if np.ndim(value) else value
+
+
+def _missing(units: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """The distinct units among ``units`` not ``done`` yet, in increasing order (no np.unique: it imports
+    numpy.ma, ~7 ms of a search's start)."""
+    wanted = np.zeros(len(done), dtype=bool)
+    wanted[units] = True
+    return np.flatnonzero(wanted & ~done)
+
+
+def _padded(facts: BlockCostFacts, width: int) -> BlockCostFacts:
+    """The facts with their small-tensor list padded with zeros to ``width`` entries (arrays.stack's padding)."""
+    small = tuple(facts.small_numels)
+    if len(small) == width:
+        return facts
+    return facts._replace(small_numels=small + (0.0,) * (width - len(small)))
 
 
 def _layer_kinds(model) -> tuple[str, ...]:

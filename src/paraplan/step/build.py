@@ -57,7 +57,8 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
     p2p_bytes,
 )
 from paraplan.step.p2p import PipelineLinks, pipeline_links
-from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, GradientGroup, block_terms
+from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, BlockTerms, GradientGroup, block_terms
+from paraplan.step.block_terms import recompute_s
 from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     GRID_FIELDS,
@@ -198,38 +199,47 @@ _NO_SPAN = GroupSpan(1, 1, 1)
 def block_cost_facts(
     model: ModelSpec, system: SystemSpec, shape: LayerShape, tp_span: GroupSpan, cp_span: GroupSpan
 ) -> dict[str, BlockCostFacts]:
-    """Per block kind: summed op times, collective times, parameters per GPU. Expert-free kinds are costed
-    without expert knobs, the others without a2a overlap (block_comm records it only as ``ep_overlap``,
-    set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py)."""
-    out = {}
-    moe = moe_shaped(model)
-    neutral = with_expert(shape, NO_EXPERT) if moe else shape
-    base = (
-        with_expert(shape, without_a2a_overlap(shape.expert))
-        if moe and shape.expert.a2a_overlap
-        else shape
-    )
-    overlap = float(shape.expert.a2a_overlap) if moe else 0.0
-    for name in model_block_kinds(model):
-        facts = _kind_cost_facts(
-            model,
-            system,
-            name,
-            neutral if BLOCK_KINDS[name].expert_free else base,
-            tp_span,
-            cp_span,
-        )
-        if facts.comm.ep_overlap != overlap:
-            facts = BlockCostFacts(
-                facts.compute,
-                _comm_with_overlap(facts.comm, overlap),
-                facts.params,
-                facts.largest_weight_params,
-                facts.weight_tensors,
-                facts.small_numels,
-            )
-        out[name] = facts
-    return out
+    """Per block kind: summed op times, collective times, parameters per GPU (``kind_cost_facts``)."""
+    return {
+        name: kind_cost_facts(model, system, shape, tp_span, cp_span, name)
+        for name in model_block_kinds(model)
+    }
+
+
+def kind_cost_facts(
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    tp_span: GroupSpan,
+    cp_span: GroupSpan,
+    name: str,
+) -> BlockCostFacts:
+    """One block kind's entry of ``block_cost_facts``. Expert-free kinds are costed without expert knobs, the
+    others without a2a overlap (block_comm records it only as ``ep_overlap``, set back here): the same bits,
+    shared by every expert option (tests/search/test_moe_search.py)."""
+    facts = _kind_cost_facts(model, system, name, kind_shape(model, shape, name), tp_span, cp_span)
+    overlap = float(shape.expert.a2a_overlap) if moe_shaped(model) else 0.0
+    if facts.comm.ep_overlap != overlap:
+        facts = facts._replace(comm=_comm_with_overlap(facts.comm, overlap))
+    return facts
+
+
+def kind_shape(model: ModelSpec, shape: LayerShape, name: str) -> LayerShape:
+    """The layer shape a block kind is costed at (``kind_cost_facts``): without expert knobs for an expert-free
+    kind of an MoE-shaped model, without a2a overlap for its other kinds; ``shape`` for a dense model."""
+    if not moe_shaped(model):
+        return shape
+    if BLOCK_KINDS[name].expert_free:
+        return with_expert(shape, NO_EXPERT)
+    if shape.expert.a2a_overlap:
+        return with_expert(shape, without_a2a_overlap(shape.expert))
+    return shape
+
+
+def kind_statics(model: ModelSpec, system: SystemSpec, shape: LayerShape, name: str):
+    """(compute, weight tensors, largest weight params, small weight numels) of ``kind_cost_facts``: what the
+    kind's ops fix whatever the spans (``_graph_statics``), without costing a collective."""
+    return _graph_statics(model, system, name, kind_shape(model, shape, name))
 
 
 def _kind_cost_facts(
@@ -361,20 +371,45 @@ def row_blocks(facts: RowFacts) -> dict[str, BlockCost]:
 def kind_blocks(
     blocks: dict[str, BlockFacts], recompute_code: Num, overlap_tp_comm: Num, tp_domains: Num
 ) -> dict[str, BlockCost]:
-    """``block_cost`` of every block kind's facts. Comm-GEMM overlap needs the TP group inside one
-    NVLink domain (Transformer Engine userbuffers run over NVLink)."""
-    overlap = logical_and(overlap_tp_comm, tp_domains == 1)
+    """``block_cost`` of every block kind's facts (TP comm-GEMM overlap: ``tp_overlap``)."""
+    overlap = tp_overlap(overlap_tp_comm, tp_domains)
     return {name: block_cost(name, f, recompute_code, overlap) for name, f in blocks.items()}
 
 
+def tp_overlap(overlap_tp_comm: Num, tp_domains: Num) -> Num:
+    """Whether TP comm-GEMM overlap applies: asked for, and the TP group inside one NVLink domain
+    (Transformer Engine userbuffers run over NVLink)."""
+    return logical_and(overlap_tp_comm, tp_domains == 1)
+
+
+def kind_recompute_code(name: str, recompute_code: Num) -> Num:
+    """The recompute code a block kind runs with: the plan's (or stage's) for the kinds BLOCK_KINDS marks
+    recomputed, 0 (none) for the others."""
+    return recompute_code if BLOCK_KINDS[name].recomputed else 0
+
+
+def kind_terms(name: str, compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> BlockTerms:
+    """A block kind's per-micro-batch time terms (step.block_terms.block_terms at its recompute code)."""
+    return block_terms(compute, comm, kind_recompute_code(name, recompute_code), overlap_tp_comm)
+
+
+def kind_compute_floor(name: str, compute, recompute_code: Num) -> Num:
+    """forward + backward + recomputation of a block kind: the first three of its ``kind_terms``, summed as the
+    search sums them (BLOCK_TERM_NAMES order, from 0.0). Its other terms, exposed communication, are >= 0, so
+    their sum is at least this, bit for bit (IEEE addition of a non-negative number never decreases a sum): a
+    floor of the block's work from its op times alone, no collective costed (search.table.RowTable)."""
+    code = kind_recompute_code(name, recompute_code)
+    return 0.0 + compute.forward + compute.backward + recompute_s(compute, code)
+
+
 def block_cost(name: str, f: BlockFacts, recompute_code: Num, overlap_tp_comm: Num) -> BlockCost:
-    """One block's cost: time terms (step.compose.block_terms), parameters and memory. Recomputation
-    applies to the kinds that BLOCK_KINDS marks recomputed (``recompute_code`` of the plan or stage)."""
+    """One block's cost: time terms (``kind_terms``), parameters and memory. Recomputation applies to the
+    kinds that BLOCK_KINDS marks recomputed (``recompute_code`` of the plan or stage)."""
     kind = BLOCK_KINDS[name]
-    code = recompute_code if kind.recomputed else 0
+    code = kind_recompute_code(name, recompute_code)
     return BlockCost(
         name,
-        block_terms(f.compute, f.comm, code, overlap_tp_comm),
+        kind_terms(name, f.compute, f.comm, recompute_code, overlap_tp_comm),
         f.params,
         f.activation_bytes,
         f.held_bytes,
