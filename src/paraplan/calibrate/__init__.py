@@ -35,6 +35,7 @@ from paraplan.calibrate.readers import (
 from paraplan.catalog import load_model
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
+from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import SystemSpec
 
@@ -170,7 +171,9 @@ def calibrate(
 
 
 def system_yaml(cal: Calibration) -> str:
-    """The calibrated system as a loadable YAML: provenance and residuals as comments and ``sources``."""
+    """The calibrated system as a loadable YAML: provenance and residuals as comments and ``sources``;
+    user text in a comment (run names, file names, notes) with its control characters escaped
+    (io.terminal.printable), so a newline in a name cannot end the comment (issue 37)."""
     stamp = _dt.date.today().isoformat()
     data = cal.system.model_dump(mode="json")
     data["name"] = cal.system.name
@@ -185,16 +188,16 @@ def system_yaml(cal: Calibration) -> str:
         )
     data["sources"] = sources
     lines = [
-        f"# Calibrated system written by `paraplan calibrate` ({stamp}); base system: {cal.base.name}",
+        f"# Calibrated system written by `paraplan calibrate` ({stamp}); base system: {printable(cal.base.name)}",
         "# Fit residuals (relative error of each input's rows under the fitted constants):",
     ]
     for r in cal.residuals:
         lines.append(
-            f"#   {r.source}: {r.what}: {r.points} points, RMS {r.rms_rel:.2%}, max {r.max_rel:.2%}"
+            f"#   {printable(r.source)}: {printable(r.what)}: {r.points} points, RMS {r.rms_rel:.2%}, max {r.max_rel:.2%}"
         )
     for path, note in sorted(cal.notes.items()):
         if path not in cal.values:
-            lines.append(f"# {path}: {note}")
+            lines.append(f"# {path}: {printable(note)}")
     if cal.leave_one_out and cal.leave_one_out.get("runs"):
         loo = cal.leave_one_out
         lines.append(
@@ -202,6 +205,6 @@ def system_yaml(cal: Calibration) -> str:
         )
         for row in loo["runs"]:
             lines.append(
-                f"#   {row['run']}: measured {row['measured_s']:.4f} s, predicted {row['predicted_s']:.4f} s ({row['error']:+.2%})"
+                f"#   {printable(row['run'])}: measured {row['measured_s']:.4f} s, predicted {row['predicted_s']:.4f} s ({row['error']:+.2%})"
             )
     return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -30,6 +30,8 @@ from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
 from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
+from paraplan.io.terminal import printable
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -100,6 +102,28 @@ def _fraction(part: FitPart, path: str, inverse: float, label: str) -> None:
     part.values[path] = value
 
 
+# ---- measurements faster than the hardware ----------------------------------------------------
+PEAK_SLACK = (
+    1.05  # measured data may beat the system's peak by this much (clock boost, timer noise)
+)
+# in-network reduction (NVLink SHARP / NVLS, InfiniBand SHARP) halves the bytes an all-reduce moves
+# per GPU (the switch reduces: (n−1)/n instead of 2(n−1)/n), so its bus bandwidth may reach 2× the link's
+IN_NETWORK_REDUCTION_GAIN = {"all_reduce": 2.0}
+
+
+def refuse_beyond_peak(flag: str, source: str, peak_s, measured_s, what: str) -> None:
+    """InputError naming the first row measured more than PEAK_SLACK× faster than the time at the
+    system's peak (``peak_s``: the same work at 100 % efficiency, no overhead): such data are in the
+    wrong units or for another system, and fitting them gives efficiencies far above 1 (issue 37:
+    calibrate accepted data 8,000× faster than the peak). Rows: ``source`` line 2 on (CSV header line 1)."""
+    for i, (ideal, t) in enumerate(zip(peak_s, measured_s)):
+        if t * PEAK_SLACK < ideal:
+            raise InputError(
+                f"{flag}: {source} line {i + 2}: {ideal / t:.3g}× faster than the system's peak "
+                f"{what} (at most {PEAK_SLACK}× allowed); check the time unit and the system"
+            )
+
+
 # ---- collectives ------------------------------------------------------------------------------
 def nccl_span(run: NcclRun, system: SystemSpec, domain_spans_nodes: bool = False) -> GroupSpan:
     """The nccl-tests ranks on the hierarchy: ranks per NVLink domain and domains spanned. A host is
@@ -144,6 +168,9 @@ def fit_network(
     blocks, times, cols = [], [], []
     for r in usable:
         c = collective_columns(r.kind, nccl_span(r, system, domain_spans_nodes), system)
+        gain = IN_NETWORK_REDUCTION_GAIN.get(r.kind, 1.0)
+        ideal = [size * (c[0] + c[1]) / gain for size in r.sizes_bytes]
+        refuse_beyond_peak("--nccl", r.source, ideal, r.times_s, "link bandwidth")
         cols.append(c)
         for size, t in zip(r.sizes_bytes, r.times_s):
             blocks.append([size * c[0], size * c[1], c[2], c[3]])
@@ -185,6 +212,7 @@ def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: s
     unit = with_values(system, {f"{EFF}.hbm": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
     rows = np.array([[memory_time_s(b, unit), 1.0] for b, _ in samples])
     meas = np.array([t for _, t in samples])
+    refuse_beyond_peak("--memory", source, rows[:, 0], meas, "HBM bandwidth")
     x, _ = _solve(rows, meas)
     # time that grows with size by less than a millionth of the largest timing is no growth (least squares
     # on flat timings returns a slope of rounding size, whose sign depends on the LAPACK build)
@@ -218,6 +246,7 @@ def fit_attention(
     ).accelerator
     col = np.array([attention_time_s(*attention_flops(s), unit, s.dtype) for s in samples])
     meas = np.array([s.time_s for s in samples])
+    refuse_beyond_peak("--attention", source, col, meas, "FLOP/s")
     if overhead_s is None:
         x, _ = _solve(np.column_stack([col, np.ones_like(col)]), meas)
         overhead_s = max(0.0, float(x[1]))
@@ -253,6 +282,8 @@ def fit_gemm(
         rows.append([0.0 if s.dtype == "fp8" else col, col if s.dtype == "fp8" else 0.0, 1.0])
         meas.append(s.time_s)
     a, m = np.array(rows), np.array(meas)
+    ideal = [2.0 * s.batch * s.m * s.n * s.k / unit.peak_matrix_flops(s.dtype) for s in samples]
+    refuse_beyond_peak("--gemm", source, ideal, m, "FLOP/s")
     x, used = _solve(a, m)
     if used[0]:
         _fraction(part, f"{EFF}.gemm", x[0], "gemm")
@@ -338,8 +369,19 @@ def _fit_costs(
 
 def fit_steps(runs: list[StepRun], system: SystemSpec, source: str) -> tuple[FitPart, dict]:
     """Overlap costs from measured step times, their residuals, and the leave-one-out error."""
+    from paraplan.step.estimate import estimate
+
     part = FitPart()
     meas = np.array([r.step_time_s for r in runs])
+    for r in runs:  # a step cannot beat its model FLOPs at every GPU's peak (MFU above 1)
+        est = estimate(r.model, system, r.plan)
+        ideal = est.model_flops_per_step / (est.gpus * est.peak_flops_per_gpu)
+        if r.step_time_s * PEAK_SLACK < ideal:
+            raise InputError(
+                f"--steps: {source}: run {printable(r.name)}: step_time_s {r.step_time_s:g} is "
+                f"{ideal / r.step_time_s:.3g}× faster than the system's peak FLOP/s (MFU above "
+                f"{PEAK_SLACK}); check the unit (seconds) and the system"
+            )
     start = np.array([system.node.nvlink_overlap_cost, system.network.overlap_cost])
     costs, identified = _fit_costs(runs, system, meas, start)
     for i, path in enumerate((NVLINK_OVERLAP, NIC_OVERLAP)):

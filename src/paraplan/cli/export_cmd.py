@@ -58,7 +58,7 @@ def export_command(
     """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express."""
     from paraplan.catalog import load_model, load_system
     from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
-    from paraplan.export.planfile import load_plan, source_names
+    from paraplan.export.planfile import check_loaded_plan, load_plan, source_names
     from paraplan.io.documents import atomic_write_text
 
     targets = FRAMEWORKS if to == "all" else (to,)
@@ -73,6 +73,7 @@ def export_command(
         sys_spec = load_system(system_ref, "system", referenced=system is None)
         gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
     plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length, field="PLAN")
+    check_loaded_plan(plan_spec, model_spec, "PLAN")
     header = (
         f"paraplan plan {plan}"
         + (f" rank {rank}" if rank else "")

@@ -49,10 +49,11 @@ def import_plan_command(
 ) -> None:
     """A framework's launch arguments back as a paraplan plan (JSON of PlanSpec fields)."""
     from paraplan.catalog import load_model
-    from paraplan.export.planfile import load_plan
+    from paraplan.export.planfile import check_loaded_plan, load_plan
 
     model_spec = load_model(model, field="model") if model else None
     plan = load_plan(file, model=model_spec, seq_length=seq_length, field="file")
+    check_loaded_plan(plan, model_spec, "file")
     _emit({"plan": plan.model_dump()}, out)
 
 

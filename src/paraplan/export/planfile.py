@@ -12,7 +12,7 @@ from paraplan.io.fields import Doc
 from paraplan.io.documents import parse_document, read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.plan import PlanSpec, plan_only_violations, plan_violations
 
 
 def split_ref(ref: str, rank: int | None = None) -> tuple[Path, int | None]:
@@ -104,6 +104,16 @@ def load_plan(
         path, text, rank, model=model, seq_length=seq_length, field=field
     )
     return plan_from_fields(with_overrides(fields, overrides))
+
+
+def check_loaded_plan(plan: PlanSpec, model: ModelSpec | None, field: str) -> PlanSpec:
+    """The plan, when it keeps the rules the estimator checks (specs.plan.plan_violations with the
+    model; without one, those that read no model, plan_only_violations); else InputError naming
+    ``field`` and each broken plan field (issue 37: export and import wrote and read invalid plans)."""
+    violations = plan_violations(plan, model) if model is not None else plan_only_violations(plan)
+    if violations:
+        raise InputError(f"{field}: {InputError.from_violations(violations)}", tuple(violations))
+    return plan
 
 
 def source_names(ref: str) -> tuple[str | None, str | None]:

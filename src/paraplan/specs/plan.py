@@ -358,6 +358,26 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     return out + recompute_violations(plan, model)
 
 
+def plan_only_violations(plan: PlanSpec) -> list[Violation]:
+    """The rules of ``plan_violations`` that read no model (for a plan exported or imported without
+    --model): the degrees multiply to the GPUs, cp splits the sequence, the batch splits into
+    micro-batches, sequence parallelism splits the sequence, the schedule's rules."""
+    dims = plan.dims
+    out: list[Violation] = []
+    if plan.dp == 0 or dims.world != plan.gpus:
+        out.append(degree_violation(plan.gpus, dims))
+    if rule := cp_rule(plan.seq_length, plan.cp):
+        out.append(Violation("plan.seq_length", plan.seq_length, rule))
+    broken = batch_rule(plan.global_batch, plan.dp, plan.micro_batch) if plan.dp else None
+    if broken:
+        out.append(Violation("plan.global_batch", plan.global_batch, broken))
+    if plan.sequence_parallel and (
+        rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)
+    ):
+        out.append(Violation("plan.seq_length", plan.seq_length, rule))
+    return out + _schedule_violations(plan, batch_ok=bool(plan.dp) and not broken)
+
+
 def _schedule_violations(plan: PlanSpec, batch_ok: bool) -> list[Violation]:
     """The schedule's rules: DualPipe's even counts, vpp with pp > 1, the interleaved schedule's
     micro-batches a multiple of pp (``batch_ok``: the batch splits into whole micro-batches)."""

@@ -215,9 +215,10 @@ def stage_plan_violations(
     stages cover the model's blocks in order, the model is one the per-stage builder composes, each
     stage keeps specs.rules.stage_rules, names pools of the cluster and takes no more GPUs than they
     have, and a stage holding no transformer layer recomputes no op."""
-    out = _coverage_violations(plan, model)
+    out = []
     if rule := per_stage_model_rule(model):
         out.append(Violation("model", model.name, rule))
+    out += _coverage_violations(plan, model)
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
     elif plan.vpp > 1 and (rule := interleave_batch_rule(plan.n_microbatches, plan.pp)):

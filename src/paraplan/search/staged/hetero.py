@@ -38,7 +38,8 @@ from paraplan.search.staged.balance import balance_split
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.rules import batch_rule, stage_rules, tp_rules
+from paraplan.specs.errors import InputError
+from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 
@@ -64,6 +65,12 @@ class HeteroProblem:
     pps: tuple[int, ...] | None = (
         None  # pipeline depths to try (AMP-style search); default every divisor
     )
+
+    def __post_init__(self) -> None:
+        """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
+        an MoE / MLA model searched here would be costed as dense (issue 37)."""
+        if rule := per_stage_model_rule(self.model):
+            raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
 
     @property
     def common(self) -> Common:
