@@ -97,6 +97,9 @@ def test_search_objective_time_to_train():
     plain = json.loads(run(*args).stdout)
     # expected wall time per token is never below the failure-free time per token
     assert objectives[0] >= plain["plans"][0]["objective"]
+    text = run(*args[:-1], "--objective", "time-to-train")
+    assert "ranked by expected wall-clock seconds per token for --tokens" in text.stdout
+    assert "ranked by step time" not in text.stdout
     refused = run("search", *BASE, "--global-batch", "8", "--objective", "time-to-train")
     assert refused.returncode == 2 and "needs --tokens" in refused.stderr
 

@@ -177,6 +177,14 @@ def ttt_search(
     return result, info
 
 
+def ttt_title(info: dict) -> str:
+    """The plans table's title when a time-to-train objective ranks them."""
+    from paraplan.search.time_to_train import OBJECTIVES
+
+    what = OBJECTIVES[info.get("objective", "time-to-train")]
+    return f"Plans that fit (ranked by {what} for --tokens, badput included)"
+
+
 def ttt_lines(info: dict) -> list[str]:
     """Under the plans table: each plan's expected days, P10-P90 and effective training time."""
     from paraplan.search.time_to_train import OBJECTIVES

@@ -43,7 +43,7 @@ from paraplan.cli.options import (
 )
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_inputs
-from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search
+from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search, ttt_title
 from paraplan.specs.errors import InputError
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
@@ -366,7 +366,8 @@ def search(
             + (f", framework {problem.framework}" if problem.framework else "")
         )
         if result.plans:
-            console.print(plans_table(result, problem, run_tokens))
+            title = ttt_title(ttt_info) if ttt else None
+            console.print(plans_table(result, problem, run_tokens, title=title))
             if ttt:
                 console.print("\n".join(ttt_lines(ttt_info)))
             console.print(band_note(result, problem))

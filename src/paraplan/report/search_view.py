@@ -150,7 +150,10 @@ def plan_figures(ranked: RankedPlan, problem: SearchProblem, tokens: float | Non
 
 
 def plans_table(
-    result: SearchResult, problem: SearchProblem | None = None, tokens: float | None = None
+    result: SearchResult,
+    problem: SearchProblem | None = None,
+    tokens: float | None = None,
+    title: str | None = None,
 ):
     """Top plans with step time, tokens/s, MFU, peak memory and the main time components; with the
     cost objective also USD per step and per million tokens, with ``tokens`` the run's days (and
@@ -167,7 +170,8 @@ def plans_table(
         + (["run days"] if run else [])
         + (["run $"] if run_cost else [])
     )
-    title = table_title(problem) if problem is not None else OBJECTIVES["time"].title
+    if title is None:
+        title = table_title(problem) if problem is not None else OBJECTIVES["time"].title
     table = simple_table(
         title,
         "#",
