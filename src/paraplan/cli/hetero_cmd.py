@@ -200,7 +200,7 @@ def search_hetero(
     result = (
         search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s)
         if non_uniform
-        else search_cluster(problem, top_k=top)
+        else search_cluster(problem, top_k=top, time_budget_s=time_budget_s)
     )
     if as_json:
         print(json.dumps(result.to_dict() | ({"note": note} if note else {}), indent=2))
@@ -223,6 +223,8 @@ def search_hetero(
                     str(s.iteration), s.move, f"{s.step_time_s:.4f}", "yes" if s.fits else "no"
                 )
         console.print(traj)
+    if getattr(result, "stopped", ""):
+        console.print(f"stopped: {result.stopped}")
     console.print(
         f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
         + (

@@ -167,7 +167,10 @@ def search(
         ),
     ] = False,
     time_budget: Annotated[
-        float, typer.Option("--time-budget", min=0.0, help="seconds for --non-uniform alleviation")
+        float,
+        typer.Option(
+            "--time-budget", min=0.0, help="seconds for the --cluster and --non-uniform searches"
+        ),
     ] = 5.0,
     framework: FrameworkOption = None,
 ) -> None:

@@ -56,6 +56,9 @@ HANDLED = MEGATRON_CORE_FIELDS | {
     "capacity_factor",
     "moe_balance",
 }
+# a launch line is a few KiB; 128 KiB keeps shlex (quadratic in a token's length) under a second
+# (issue 37: a 5 MB layout made import plan run past 60 s)
+MAX_LAUNCH_CHARS = 128 * 1024
 MULTI_VALUE_FLAGS = {"--recompute-modules"}  # flags that take a list (argparse nargs='*')
 # plan.moe_dispatcher -> Megatron-Core's token dispatcher arguments (megatron/training/arguments.py,
 # core_v0.14.0: --moe-token-dispatcher-type {allgather, alltoall, flex}; DeepEP is flex + --moe-enable-deepep)
@@ -302,6 +305,10 @@ def export(
 def parse(text: str) -> dict[str, object]:
     """Flags of a launch line (comments and line continuations allowed): {flag: value or True, or a tuple of values for
     MULTI_VALUE_FLAGS}."""
+    if len(text) > MAX_LAUNCH_CHARS:  # shlex reads a token in time quadratic in its length
+        raise ExportRefused(
+            f"megatron: the launch line is {len(text)} characters; allowed: at most {MAX_LAUNCH_CHARS}"
+        )
     body = " ".join(line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines())
     try:
         tokens = shlex.split(body)

@@ -23,6 +23,11 @@ from paraplan.specs.split import chunk_layer_counts
 ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 LAYOUT_FLAG = "--pipeline-model-parallel-layout"
+# a layout names each of pp·vpp chunks in a few characters: 16 KiB holds thousands of chunks; expanded
+# ('t*N', '(..)*N') it holds one character per layer, and no model has a million layers (issue 37: a
+# 5 MB layout or 't*99999999' made import run for minutes)
+MAX_LAYOUT_CHARS = 16 * 1024
+MAX_LAYOUT_EXPANDED_CHARS = 1_000_000
 # the plan fields both front ends map (Megatron-LM adds its expert and recompute-module fields)
 MEGATRON_CORE_FIELDS = COMMON_FIELDS | {
     "ep",
@@ -139,12 +144,29 @@ def layout_from_stage_layers(
     return "|".join(chunks)
 
 
+def _expand(pattern: str, text: str) -> str:
+    """``text`` with each ``X*N`` of ``pattern`` written out, refused before it grows past
+    MAX_LAYOUT_EXPANDED_CHARS (the growth is counted from the repeat counts, nothing is built first)."""
+    matches = list(re.finditer(pattern, text))
+    grown = len(text) + sum(len(m.group(1)) * int(m.group(2)) - len(m.group(0)) for m in matches)
+    if grown > MAX_LAYOUT_EXPANDED_CHARS:
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} expands to more than {MAX_LAYOUT_EXPANDED_CHARS} layers;"
+            " allowed: one entry per layer of the model"
+        )
+    return re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+
+
 def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
     """(decoder layers per stage, vpp) from a layout string, its chunks even or not; refuses what a plan cannot hold
     (MTP modules 'm' anywhere but beside the loss, where paraplan places them)."""
+    if len(layout) > MAX_LAYOUT_CHARS:
+        raise ExportRefused(
+            f"megatron: {LAYOUT_FLAG} is {len(layout)} characters; allowed: at most {MAX_LAYOUT_CHARS}"
+        )
     text = layout.replace(",", "")
-    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = _expand(r"\(([^)]+)\)\*(\d+)", text)
+    text = _expand(r"(.)\*(\d+)", text)
     chunks = text.split("|")
     if len(chunks) % pp:
         raise ExportRefused(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import struct
 from collections.abc import Callable
 
 from paraplan.search.processes import die_with_parent
@@ -81,9 +83,10 @@ def _execute_dask(
             client.run(die_with_parent, os.getpid())
         else:
             _check_dask_address(address)
+            _probe_dask_scheduler(address)
             try:
                 client = Client(address, timeout="10s")
-            except (OSError, TimeoutError, ValueError) as exc:
+            except (OSError, TimeoutError, ValueError, MemoryError) as exc:
                 raise InputError(
                     f"--dask: cannot connect to the scheduler at {address!r}: {exc}"
                 ) from None
@@ -114,6 +117,44 @@ def _check_dask_address(address: str) -> None:
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise InputError(
             f"--dask: {address!r} is not a scheduler address; give tcp://HOST:PORT (port 1-65535) or 'local'"
+        )
+
+
+# a Dask comm opens with its handshake: one small frame, its length first (8 bytes, little endian)
+DASK_PROBE_TIMEOUT_S = 10.0
+DASK_HANDSHAKE_MAX_BYTES = 1 << 20
+
+
+def _probe_dask_scheduler(address: str, timeout_s: float = DASK_PROBE_TIMEOUT_S) -> None:
+    """Refuse a TCP peer that does not open as a Dask scheduler does, before Dask reads its
+    first 8 bytes as a frame length (issue 37: an SSH or HTTP banner read as "3.07 EiB" and a
+    MemoryError; a silent peer waited past the client's timeout). A scheduler sends its
+    handshake, a frame of a few hundred bytes, as soon as the connection opens."""
+    protocol, sep, rest = address.rpartition("://")
+    if sep and protocol != "tcp":
+        return  # tls:// and others: the first bytes are the transport's, not Dask's
+    host, _, port = rest.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            head = b""
+            while len(head) < 8:
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except TimeoutError:
+        head = None
+    except OSError as exc:
+        raise InputError(f"--dask: cannot connect to the scheduler at {address!r}: {exc}") from None
+    if head is None or len(head) < 8:
+        said = f"sent nothing within {timeout_s:g} s" if head is None else "closed the connection"
+        raise InputError(f"--dask: {address!r} is not a Dask scheduler (it {said})")
+    length = struct.unpack("<Q", head)[0]
+    if not 0 < length <= DASK_HANDSHAKE_MAX_BYTES:
+        raise InputError(
+            f"--dask: {address!r} is not a Dask scheduler (its first bytes are no Dask "
+            f"handshake: a frame of {length} bytes)"
         )
 
 

@@ -18,6 +18,7 @@ each plan returned passes specs.stage_plan.stage_plan_violations, the estimator'
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -101,6 +102,7 @@ class HeteroResult:
     mode: str
     trajectory: list = field(default_factory=list)
     solved: int = 0  # candidates whose layer split was solved (the others were bounded out)
+    stopped: str = ""  # where the time budget stopped the search ("" when it ran to the end)
 
     def to_dict(self) -> dict:
         from paraplan.specs.stage_plan import stage_plan_to_dict
@@ -110,6 +112,7 @@ class HeteroResult:
             "evaluated": self.evaluated,
             "solved": self.solved,
             "elapsed_s": self.elapsed_s,
+            **({"stopped": self.stopped} if self.stopped else {}),
             "plans": [
                 {"step_time_s": c.step_time_s, "label": c.label, "plan": stage_plan_to_dict(c.plan)}
                 for c in self.plans
@@ -201,13 +204,16 @@ def split_stages(
     return split.objective + tied, split.bounds
 
 
-def _best_splits(problem: HeteroProblem, candidates, top_k: int):
+def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float = math.inf):
     """Branch and bound over candidate stage lists: solve the split DP in increasing order of the lower
     bound and stop once the bound reaches the k-th best time found (exact: no skipped candidate can enter
-    the top k). ``candidates``: (settings, microbatches, extra) tuples. Returns (found, solved)."""
+    the top k). ``candidates``: (settings, microbatches, extra) tuples; past ``deadline``
+    (time.perf_counter) no further candidate is bounded or solved. Returns (found, solved)."""
     n = len(model_blocks(problem.model))
     bounded = []
     for settings, m, extra in candidates:
+        if time.perf_counter() > deadline:
+            break
         if len(settings) > n:
             continue
         bound, arrays = _lower_bound(problem, settings)
@@ -217,6 +223,8 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int):
     solved = 0
     for bound, settings, m, extra, arrays in bounded:
         if len(found) >= top_k and bound >= found[top_k - 1][0]:
+            break
+        if time.perf_counter() > deadline and found:
             break
         solved += 1
         best = split_stages(problem, settings, m, _stage_matrices(problem, settings, arrays))
@@ -321,14 +329,23 @@ def _stage_ok(
 
 
 def search_cluster(
-    problem: HeteroProblem, top_k: int = 5, orders: list[tuple[str, ...]] | None = None
+    problem: HeteroProblem,
+    top_k: int = 5,
+    orders: list[tuple[str, ...]] | None = None,
+    time_budget_s: float | None = None,
 ) -> HeteroResult:
-    """AMP-style search (module docstring)."""
+    """AMP-style search (module docstring), stopped at ``time_budget_s`` from its start (the pool
+    orders enumerated, bounded and solved so far; issue 37: six pools, 720 orders, ran past 120 s)."""
     t0 = time.perf_counter()
+    deadline = math.inf if time_budget_s is None else t0 + time_budget_s
     names = tuple(p.name for p in problem.cluster.pools)
     orders = orders or list(itertools.permutations(names))
     candidates = []
+    done = 0
     for order in orders:
+        if time.perf_counter() > deadline:
+            break
+        done += 1
         gpu_list = _gpu_list(problem.cluster, order)
         for dims, mb, m in _degrees(problem):
             tp, dp, pp, per = dims.tp, dims.dp, dims.pp, dims.stage_gpus
@@ -340,9 +357,16 @@ def search_cluster(
                     StageSetting(slices[k], tp, dp, mb, rc, (), k, pp, m) for k in range(pp)
                 ]
                 candidates.append((settings, m, order))
-    found, solved = _best_splits(problem, candidates, top_k)
+    found, solved = _best_splits(problem, candidates, top_k, deadline)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]
     ]
-    return HeteroResult(plans, len(candidates), time.perf_counter() - t0, "amp-dp", solved=solved)
+    stopped = (
+        f"time budget {time_budget_s:g} s reached: {done} of {len(orders)} pool orders enumerated, "
+        f"{solved} of {len(candidates)} candidates solved"
+        if time.perf_counter() > deadline
+        else ""
+    )
+    elapsed_s = time.perf_counter() - t0
+    return HeteroResult(plans, len(candidates), elapsed_s, "amp-dp", solved=solved, stopped=stopped)
