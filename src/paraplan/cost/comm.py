@@ -375,18 +375,6 @@ def all_to_all_time_s(size_bytes: float, span: GroupSpan, system: SystemSpec) ->
     return hierarchical_all_to_all_time_s(intra, inter, span, system)
 
 
-def all_to_all_coefficients(span: GroupSpan, system: SystemSpec) -> tuple[float, float]:
-    """(seconds per byte, latency seconds) of all_to_all_time_s in linear form: the slower tier's
-    share of each byte, max((n_in−1)/n / B_nvlink, (n−n_in)/n / B_nic)."""
-    if span.size <= 1:
-        return 0.0, 0.0
-    inner, outer = _bandwidths(system)
-    n, n_in = span.size, span.per_domain
-    alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
-    slope = max((n_in - 1) / n / inner, (n - n_in) / n / outer)
-    return slope, _all_to_all_latency_s(n, alpha)
-
-
 def collective_nic_time_s(
     kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec
 ) -> float:

@@ -19,10 +19,6 @@ from paraplan.cost.comm import (
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import expert_data_parallel
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.moe_model import (
-    mlp_params,
-    shared_width,
-)
 
 # ---- routing statistics --------------------------------------------------------------------
 
@@ -41,13 +37,6 @@ def expected_groups_hit(experts: int, top_k: int, groups: int) -> float:
 
 
 # ---- expert state --------------------------------------------------------------------------
-
-
-def dense_moe_params_per_gpu(m: ModelSpec, moe_layers: int, tp: int) -> float:
-    """Non-expert parameters of the MoE MLPs per GPU: router E·h (replicated over TP) and shared
-    experts (tensor-parallel like a dense MLP)."""
-    shared = mlp_params(m, shared_width(m)) / tp if m.shared_experts else 0.0
-    return moe_layers * (m.experts * m.hidden + shared)
 
 
 # ---- expert-parallel communication ---------------------------------------------------------

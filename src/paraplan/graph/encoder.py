@@ -179,11 +179,6 @@ def classifier_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     return LayerGraph("classifier", ops, (), classifier_weight_params(model))
 
 
-def encoder_output_seq(model: ModelSpec, seq_length: int) -> int:
-    """Encoder length of an encoder-decoder model: the plan's seq_length."""
-    return seq_length
-
-
 def decoder_seq(model: ModelSpec, seq_length: int) -> int:
     """Decoder (target) length of a T5 model: decoder_seq_length, default the plan's seq_length."""
     return model.decoder_seq_length or seq_length

@@ -96,12 +96,6 @@ def is_moe_layer(m: "ModelSpec", index: int) -> bool:
     return (index - m.dense_layers + 1) % m.moe_layer_interval == 0
 
 
-def moe_layer_count(m: "ModelSpec", first: int = 0, stop: int | None = None) -> int:
-    """MoE layers among layers [first, stop)."""
-    stop = m.layers if stop is None else stop
-    return sum(1 for i in range(first, stop) if is_moe_layer(m, i))
-
-
 def is_windowed_layer(m: "ModelSpec", index: int) -> bool:
     """Layer ``index`` uses the sliding window: every layer for pattern 0, else all but every n-th
     ((index + 1) % n ≠ 0; Gemma/GPT-OSS alternate windowed and full layers)."""

@@ -74,14 +74,6 @@ def derive_dp(gpus: int, degrees: dict[str, int]) -> int | None:
     return gpus // other
 
 
-def degrees_product(degrees: dict[str, int]) -> int:
-    """Π over every dimension: the GPUs a plan with these degrees occupies."""
-    total = 1
-    for name in DIM_NAMES:
-        total *= int(degrees.get(name) or 1)
-    return total
-
-
 @dataclass(frozen=True, slots=True)
 class ParallelDims:
     """The degrees of one plan, or of one stage of a per-stage plan, and their order on the network.

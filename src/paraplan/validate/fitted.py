@@ -190,13 +190,6 @@ def calibration_sets() -> set[str]:
     return {s for c in FITTED_CONSTANTS for s in c.fitted_on}
 
 
-def constants_for(
-    system_names: set[str], constants: Sequence[FittedConstant] = FITTED_CONSTANTS
-) -> list[FittedConstant]:
-    """The fitted constants that apply to any of these systems."""
-    return [c for c in constants if system_names & set(c.systems)]
-
-
 def with_constants(system: SystemSpec, values: dict[FittedConstant, float]) -> SystemSpec:
     """``system`` with each applicable constant scaled from its catalog value to ``values[c]`` (a ratio, so that
     a framework profile's adjustment of the same field is kept); rebuilt so its hash is fresh."""
