@@ -10,23 +10,19 @@ The band depends on the plan's features, not on its time, so it is computed only
 time search returns, never for the whole space. The ranking stays exact with respect to the band:
 every band's pessimistic factor is at least ``1 / (1 − RUN_TO_RUN_PCT/100)``, so a plan outside
 the time search's top k (time per token ≥ the k-th's, ``t_k``) has a robust objective of at least
-``t_k`` times that factor. When the K-th best robust objective found is below that bound, no
-unseen plan can enter the top K; otherwise k grows (×4) and the time search runs again, up to
-``MAX_TIME_GROUPS`` groups (beyond that the ranking covers the best ``MAX_TIME_GROUPS`` by time,
+``t_k`` times that factor, the bound search.rerank.rerank_exactly stops at (the loop the time-to-train
+objectives share): up to ``MAX_TIME_GROUPS`` groups (beyond that the ranking covers the best ``MAX_TIME_GROUPS`` by time,
 and the result says so in ``robust_exact``). ``--csv-all`` (every candidate) is refused: its
 objective column would need a band per candidate.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from paraplan.search import ranking
+from paraplan.search.rerank import MAX_TIME_GROUPS, rerank_exactly  # noqa: F401 (MAX_TIME_GROUPS named here too)
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.validate.band import RUN_TO_RUN_PCT, error_band
 
-MAX_TIME_GROUPS = 2048  # time-ranked groups at most examined (each is one estimate and one band)
 MIN_PESSIMISTIC_FACTOR = 1.0 / (1.0 - RUN_TO_RUN_PCT / 100.0)  # every band is at least this wide
 
 
@@ -44,30 +40,14 @@ def robust_search(problem: SearchProblem, top_k: int, run, **options):
             "--csv-all: not available with --objective robust (the error band is computed for the "
             "ranked plans only, not for every candidate); use --objective time for --csv-all"
         )
-    inner = replace(problem, objective="time")
-    k = max(2 * top_k, top_k + 10)
-    while True:
-        result = run(inner, top_k=k, **options)
-        scored = sorted(
-            (
-                (p.objective * pessimistic_factor(problem, p.plan), i, p)
-                for i, p in enumerate(result.plans)
-            ),
-            key=lambda item: (ranking.tie_value(item[0]), item[1]),
-        )
-        complete = len(result.plans) < k  # every feasible group was returned
-        kth = scored[min(top_k, len(scored)) - 1][0] if scored else float("inf")
-        unseen_bound = (
-            result.plans[-1].objective * MIN_PESSIMISTIC_FACTOR if result.plans else float("inf")
-        )
-        exact = complete or len(scored) < top_k or kth <= unseen_bound
-        if exact or k >= MAX_TIME_GROUPS:
-            break
-        k = min(4 * k, MAX_TIME_GROUPS)
-    result.plans = [
-        replace(p, rank=rank, objective=value)
-        for rank, (value, _, p) in enumerate(scored[:top_k], start=1)
-    ]
+    result, exact = rerank_exactly(
+        problem,
+        top_k,
+        run,
+        lambda p: p.objective * pessimistic_factor(problem, p.plan),
+        lambda time_per_token: time_per_token * MIN_PESSIMISTIC_FACTOR,
+        **options,
+    )
     best = result.plans[0].objective if result.plans else float("inf")
     rescored = (
         {**item, "objective": item["objective"] * pessimistic_factor(problem, item["plan"])}

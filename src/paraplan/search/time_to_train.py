@@ -18,17 +18,14 @@ enter the top K; otherwise k grows (x4) and the time search runs again, up to MA
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from paraplan.goodput.bounds import p90_lower_bound_s, wall_lower_bound_factor
 from paraplan.goodput.checkpoint import total_state_bytes
 from paraplan.goodput.inputs import GoodputInputs, default_inputs
 from paraplan.goodput.plan import plan_goodput
-from paraplan.search import ranking
+from paraplan.search.rerank import MAX_TIME_GROUPS, rerank_exactly  # noqa: F401 (named here too)
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 
-MAX_TIME_GROUPS = 2048
 P90_START = 16  # the P90 bound is looser (restarts only): start with 16x the groups
 OBJECTIVES = {
     "time-to-train": "expected wall-clock seconds per token",
@@ -84,48 +81,35 @@ def time_to_train_search(
     value = _per_token(problem, objective, tokens)
     bound = unseen_bound(problem, objective, inputs)
     p90 = objective.endswith("-p90")
-    inner = replace(problem, objective="time")
-    known: dict[str, object] = {}
-    k = max(2 * top_k, top_k + 10) * (P90_START if p90 else 1)
-    while True:
-        result = run(inner, top_k=k, **options)
-        scored, cut = [], False
-        for i, p in enumerate(result.plans):
-            if len(scored) >= top_k:
-                kth = sorted(v for v, *_ in scored)[top_k - 1]
-                if value(bound(p.objective * tokens)) >= kth:
-                    cut = True
-                    break
-            key = p.plan.model_dump_json()
-            if key not in known:
-                known[key] = plan_goodput(
-                    p.estimate,
-                    problem.model,
-                    problem.system,
-                    p.plan,
-                    tokens,
-                    inputs,
-                    problem.price_per_gpu_hour,
-                )
-            good = known[key]
-            scored.append((value(good.time.p90_s if p90 else good.time.wall_s), i, p, good))
-        scored.sort(key=lambda item: (ranking.tie_value(item[0]), item[1]))
-        complete = len(result.plans) < k
-        kth = scored[min(top_k, len(scored)) - 1][0] if scored else float("inf")
-        unseen = value(bound(_useful_s(result, tokens))) if result.plans else float("inf")
-        exact = cut or complete or len(scored) < top_k or kth <= unseen
-        if exact or k >= MAX_TIME_GROUPS:
-            break
-        k = min(4 * k, MAX_TIME_GROUPS)
-    result.plans = [
-        replace(p, rank=rank, objective=v)
-        for rank, (v, _, p, _) in enumerate(scored[:top_k], start=1)
-    ]
+    known: dict[str, object] = {}  # goodputs kept across passes
+
+    def goodput_of(p):
+        key = p.plan.model_dump_json()
+        if key not in known:
+            known[key] = plan_goodput(
+                p.estimate,
+                problem.model,
+                problem.system,
+                p.plan,
+                tokens,
+                inputs,
+                problem.price_per_gpu_hour,
+            )
+        return known[key]
+
+    def score(p) -> float:
+        good = goodput_of(p)
+        return value(good.time.p90_s if p90 else good.time.wall_s)
+
+    first_k = max(2 * top_k, top_k + 10) * (P90_START if p90 else 1)
+    result, exact = rerank_exactly(
+        problem,
+        top_k,
+        run,
+        score,
+        lambda time_per_token: value(bound(time_per_token * tokens)),
+        first_k=first_k,
+        **options,
+    )
     result.faster_infeasible = []  # their failure-free times are not comparable
-    return result, [g.to_dict() for *_, g in scored[:top_k]], exact
-
-
-def _useful_s(result, tokens: float) -> float:
-    """Failure-free seconds of ``tokens`` at the last returned plan's time per token (the time
-    search's objective): every unseen plan's are at least these."""
-    return result.plans[-1].objective * tokens
+    return result, [goodput_of(p).to_dict() for p in result.plans], exact
