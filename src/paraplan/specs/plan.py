@@ -344,14 +344,7 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
             out.append(Violation(f"plan.{field}", getattr(plan, field), rule))
     if not pp_rule(model, plan.pp):
         out += split_violations(plan, model)
-    broken = batch_rule(plan.global_batch, plan.dp, plan.micro_batch) if plan.dp else None
-    if broken:
-        out.append(Violation("plan.global_batch", plan.global_batch, broken))
-    if plan.sequence_parallel and (
-        rule := sequence_parallel_rule(plan.seq_length, plan.cp, plan.tp)
-    ):
-        out.append(Violation("plan.seq_length", plan.seq_length, rule))
-    out += _schedule_violations(plan, batch_ok=bool(plan.dp) and not broken)
+    out += _batch_and_schedule_violations(plan)
     out += moe_plan_violations(model, dims if plan.dp else replace(dims, dp=1), plan)
     if rule := moe_sequence_parallel_rule(model, plan.tp, plan.sequence_parallel):
         out.append(Violation("plan.sequence_parallel", False, rule))
@@ -368,6 +361,13 @@ def plan_only_violations(plan: PlanSpec) -> list[Violation]:
         out.append(degree_violation(plan.gpus, dims))
     if rule := cp_rule(plan.seq_length, plan.cp):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
+    return out + _batch_and_schedule_violations(plan)
+
+
+def _batch_and_schedule_violations(plan: PlanSpec) -> list[Violation]:
+    """The batch splits into micro-batches, sequence parallelism splits the sequence, and the
+    schedule's rules (its batch rules only where the batch split holds)."""
+    out: list[Violation] = []
     broken = batch_rule(plan.global_batch, plan.dp, plan.micro_batch) if plan.dp else None
     if broken:
         out.append(Violation("plan.global_batch", plan.global_batch, broken))

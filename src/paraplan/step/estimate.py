@@ -165,18 +165,23 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
     )
 
 
-def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInputs:
-    """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py)."""
-    facts = row_facts(
+def _plan_row_facts(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recompute: str):
+    """row_facts of the plan's shape, spans and micro-batches under ``recompute``."""
+    return row_facts(
         model,
         system,
         layer_shape(plan),
         plan_spans(plan, system),
         plan.pp,
         plan.microbatches,
-        plan.recompute,
+        recompute,
         plan.overlap_tp_comm,
     )
+
+
+def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInputs:
+    """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py)."""
+    facts = _plan_row_facts(model, system, plan, plan.recompute)
     inp = build_step_inputs(
         facts,
         row_blocks(facts),
@@ -189,16 +194,7 @@ def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInp
     ):  # only some layers recomputed (schedule.partial_recompute)
         from paraplan.step.partial_recompute import split_recompute_layers
 
-        kept = row_facts(
-            model,
-            system,
-            layer_shape(plan),
-            plan_spans(plan, system),
-            plan.pp,
-            plan.microbatches,
-            "none",
-            plan.overlap_tp_comm,
-        )
+        kept = _plan_row_facts(model, system, plan, "none")
         inp = split_recompute_layers(
             inp, row_blocks(kept)["decoder"], plan.recompute_num_layers, plan.vpp
         )
