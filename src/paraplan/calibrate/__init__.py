@@ -32,6 +32,7 @@ from paraplan.calibrate.readers import (
     read_memory_table,
     read_nccl_tests,
 )
+from paraplan.calibrate.tables import Measured, attach, table_residuals
 from paraplan.catalog import load_model
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
@@ -125,22 +126,28 @@ def calibrate(
     steps: Path | None = None,
     name: str | None = None,
     domain_spans_nodes: bool = False,
+    tables_dir: Path | None = None,
 ) -> Calibration:
-    """Fit what the given measurements identify; everything else keeps the base system's value."""
+    """Fit what the given measurements identify; everything else keeps the base system's value.
+    Kernel tables given are attached to the system (calibrate.tables; written to ``tables_dir``
+    unless they are a shipped table's files) before collectives and step times are fitted."""
     if not (nccl or gemm or attention or memory or steps):
         raise InputError(
             "calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps"
         )
     cal = Calibration(base=base, system=base)
+    measured = Measured()
     overhead = None
     if memory is not None:
-        _merge(cal, fit_memory(read_memory_table(memory), cal.system, memory.name), memory.name)
+        measured.memory = (memory, read_memory_table(memory))
+        _merge(cal, fit_memory(measured.memory[1], cal.system, memory.name), memory.name)
         cal.inputs.append(str(memory))
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if attention is not None:
+        measured.attention = (attention, read_attention_table(attention))
         _merge(
             cal,
-            fit_attention(read_attention_table(attention), cal.system, attention.name, overhead),
+            fit_attention(measured.attention[1], cal.system, attention.name, overhead),
             attention.name,
         )
         cal.inputs.append(str(attention))
@@ -151,8 +158,13 @@ def calibrate(
                 "base value kept (no memory or attention table); GEMM ramp = fixed time − it"
             )
             overhead = cal.system.accelerator.efficiency.kernel_overhead_s
-        _merge(cal, fit_gemm(read_gemm_table(gemm), cal.system, gemm.name, overhead), gemm.name)
+        measured.gemm = (gemm, read_gemm_table(gemm))
+        _merge(cal, fit_gemm(measured.gemm[1], cal.system, gemm.name, overhead), gemm.name)
         cal.inputs.append(str(gemm))
+    if measured.any():
+        cal.system, part = attach(cal.system, base, measured, tables_dir)
+        part.residuals = table_residuals(cal.system, measured)
+        _merge(cal, part, "kernel tables")
     if nccl:
         runs = [read_nccl_tests(ref) for ref in nccl]
         _merge(

@@ -148,7 +148,7 @@ def attention_time_s(
             acc.kernel_tables, acc.l2_cache, kernel, flops * causal_fraction, call, direction, dtype
         )
         if measured is not None:
-            return measured
+            return max(measured, acc.efficiency.kernel_overhead_s)
     peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
     return (
         flops * causal_fraction / (peak * attention_efficiency(acc, call))

@@ -25,8 +25,11 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   set only the per-kernel floor below.
 
 Outside a table's range each coordinate is clamped to the nearest measured edge: the rate there is
-kept and the time scales with the work (time = work / rate). No kernel runs faster than the
-fastest measured kernel of its kind (``floor_s``: the launch and tail cost the table shows).
+kept and the time scales with the work (time = work / rate). No GEMM or memory-bound kernel runs
+faster than the fastest measured kernel of its kind (``floor_s``: the smallest GEMM and copy
+measured are launch-bound, so their time is the launch and tail cost the table shows); attention
+rows all do ≥ 16k tokens of work, so attention takes the system's ``kernel_overhead_s`` as floor
+(cost.compute).
 Where no table covers a kernel (no table, another dtype or attention kernel), the analytical
 forms of cost.compute apply. Every time is a weighted mean of measured rates with weights fixed by
 shape, so a slower measured kernel never makes any prediction faster.
@@ -90,7 +93,7 @@ class Scatter:
         return max(work / self.rate(point), self.floor_s)
 
 
-def _scatter(points: list[tuple[float, ...]], works: list[float], times: list[float]) -> Scatter:
+def scatter(points: list[tuple[float, ...]], works: list[float], times: list[float]) -> Scatter:
     coords = np.log2(np.asarray(points, float)).reshape(len(points), -1)
     rates = np.asarray(works, float) / np.asarray(times, float)
     return Scatter(coords, np.log2(rates), float(min(times)))
@@ -170,7 +173,7 @@ def _by_dtype(rows, ref, file, point, work, time_key="time_us") -> dict[str, Sca
             raise InputError(f"{where}: shape and {time_key} must be positive")
         g = groups.setdefault(dtype, ([], [], []))
         g[0].append(p), g[1].append(work(p)), g[2].append(t)
-    return {d: _scatter(*g) for d, g in groups.items()}
+    return {d: scatter(*g) for d, g in groups.items()}
 
 
 def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
@@ -185,7 +188,7 @@ def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
         g = groups.setdefault((int(d), causal, direction), ([], [], []))
         g[0].append((s,)), g[1].append(attention_work(b, h, s, d, causal, direction))
         g[2].append(_num(row, "time_us", where) * 1e-6)
-    return {key: _scatter(*g) for key, g in groups.items()}
+    return {key: scatter(*g) for key, g in groups.items()}
 
 
 def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, int]:
@@ -195,9 +198,9 @@ def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, in
     hbm = [(b, t) for b, t in pairs if l2_bytes is None or b > l2_bytes]
     if not hbm:
         return None, len(pairs)
-    scatter = _scatter([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm])
+    rates = scatter([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm])
     floor = min(t for _, t in pairs)
-    return Scatter(scatter.coords, scatter.log_rate, floor), len(pairs) - len(hbm)
+    return Scatter(rates.coords, rates.log_rate, floor), len(pairs) - len(hbm)
 
 
 @lru_cache(maxsize=32)
@@ -248,19 +251,19 @@ def _dtype(dtype: str) -> str:
 @lru_cache(maxsize=262144)
 def gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
     """Measured time of a (b·m)×n×k GEMM, or None where the table has no rows of this dtype."""
-    scatter = load_table(ref, l2).gemm.get(_dtype(dtype))
-    if scatter is None:
+    rates = load_table(ref, l2).gemm.get(_dtype(dtype))
+    if rates is None:
         return None
-    return scatter.time_s(2.0 * b * m * n * k, (b * m, n, k))
+    return rates.time_s(2.0 * b * m * n * k, (b * m, n, k))
 
 
 @lru_cache(maxsize=65536)
 def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
     """Measured time of b per-expert GEMMs of m×n×k, or None where not measured in this dtype."""
-    scatter = load_table(ref, l2).grouped_gemm.get(_dtype(dtype))
-    if scatter is None:
+    rates = load_table(ref, l2).grouped_gemm.get(_dtype(dtype))
+    if rates is None:
         return None
-    return scatter.time_s(2.0 * b * m * n * k, (b, m, k, n))
+    return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
 
 
 def attention_rate(
@@ -301,14 +304,34 @@ def attention_time_s(
     rate = attention_rate(table, kernel, min(q, kv), head_dim, causal, direction)
     if rate is None:
         return None
-    floor = min(s.floor_s for s in table.attention[kernel].values())
-    return max(work / rate, floor)
+    return work / rate
 
 
 @lru_cache(maxsize=65536)
 def memory_time_s(ref: str, l2: float | None, bytes_moved: float):
     """Measured time of a memory-bound kernel moving ``bytes_moved`` (HBM-resident rows), or None."""
-    scatter = load_table(ref, l2).memory
-    if scatter is None or bytes_moved <= 0:
+    rates = load_table(ref, l2).memory
+    if rates is None or bytes_moved <= 0:
         return None
-    return scatter.time_s(bytes_moved, (bytes_moved,))
+    return rates.time_s(bytes_moved, (bytes_moved,))
+
+
+def clear_caches() -> None:
+    """Forget read tables and cached lookups (a table folder was rewritten)."""
+    for f in (load_table, gemm_time_s, grouped_gemm_time_s, attention_time_s, memory_time_s):
+        f.cache_clear()
+
+
+def table_provenance(ref: str) -> dict:
+    """A table's table.yaml fields other than ``files`` (device, software, date, source, accelerators)."""
+    import yaml
+
+    meta = yaml.safe_load((_folder(ref) / "table.yaml").read_text(encoding="utf-8")) or {}
+    return {k: v for k, v in meta.items() if k != "files"}
+
+
+def tables_measured_on(accelerator: str) -> list[str]:
+    """Shipped tables whose table.yaml lists ``accelerator`` (a catalog accelerator name)."""
+    return [
+        n for n in shipped_tables() if accelerator in table_provenance(n).get("accelerators", [])
+    ]
