@@ -32,7 +32,13 @@ from paraplan.calibrate.readers import (
     read_memory_table,
     read_nccl_tests,
 )
-from paraplan.calibrate.tables import Measured, attach, table_residuals
+from paraplan.calibrate.tables import (
+    Measured,
+    attach,
+    attention_kernel_of,
+    table_residuals,
+    with_attention_kernel,
+)
 from paraplan.catalog import load_model
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
@@ -145,6 +151,13 @@ def calibrate(
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if attention is not None:
         measured.attention = (attention, read_attention_table(attention))
+        kernel = attention_kernel_of(attention, base.accelerator.efficiency.attention_kernel)
+        if kernel != base.accelerator.efficiency.attention_kernel:
+            cal.system = with_attention_kernel(cal.system, kernel)
+            cal.notes[f"{EFF}.attention_kernel"] = (
+                f"{kernel}: the kernel {attention.name} measured (base: "
+                f"{base.accelerator.efficiency.attention_kernel})"
+            )
         _merge(
             cal,
             fit_attention(measured.attention[1], cal.system, attention.name, overhead),
@@ -163,7 +176,7 @@ def calibrate(
         cal.inputs.append(str(gemm))
     if measured.any():
         cal.system, part = attach(cal.system, base, measured, tables_dir)
-        part.residuals = table_residuals(cal.system, measured)
+        part.residuals = table_residuals(cal.system)
         _merge(cal, part, "kernel tables")
     if nccl:
         runs = [read_nccl_tests(ref) for ref in nccl]

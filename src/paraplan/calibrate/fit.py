@@ -220,17 +220,13 @@ def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: s
     (``cache_resident``) are left out of the fit and the peak check, and said so in a note."""
     part = FitPart()
     cached = cache_resident(samples, system)
-    if any(cached):
+    if any(cached) and len(samples) - sum(cached) >= 2:
         part.notes[f"{EFF}.hbm"] = (
             f"{sum(cached)} of {len(samples)} rows of {source} fit in the "
             f"{system.accelerator.l2_cache / 1e6:.0f} MB L2 cache (cache-resident): left out of the HBM fit"
         )
         samples = [s for s, c in zip(samples, cached) if not c]
-        if len(samples) < 2:
-            raise InputError(
-                f"--memory: {source}: {len(samples)} rows above the L2 cache "
-                f"({system.accelerator.l2_cache:.4g} bytes); at least 2 are needed to fit HBM"
-            )
+    # (with fewer than 2 rows above L2 the rule cannot apply: every row is fitted, and checked below)
     unit = with_values(system, {f"{EFF}.hbm": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
     rows = np.array([[memory_time_s(b, unit), 1.0] for b, _ in samples])
     meas = np.array([t for _, t in samples])

@@ -19,17 +19,14 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import yaml
 
-from paraplan.calibrate.fit import EFF, FitPart, Residual, attention_flops, cache_resident
+from paraplan.calibrate.fit import EFF, FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
 from paraplan.io.documents import atomic_write_text
 from paraplan.specs.system import SystemSpec
-
-FILE_NAMES = {"gemm": "gemm.csv", "memory": "memory.csv"}
+from paraplan.validate import tables as validate_tables
 
 
 @dataclass
@@ -124,6 +121,14 @@ def write_table(folder: Path, measured: Measured, kernel: str, base: SystemSpec)
     atomic_write_text(folder / "table.yaml", yaml.safe_dump(meta, sort_keys=False), True)
 
 
+def with_attention_kernel(system: SystemSpec, kernel: str) -> SystemSpec:
+    """The system with ``efficiency.attention_kernel`` set (the kernel an attention table measured)."""
+    acc = system.accelerator
+    eff = acc.efficiency.model_copy(update={"attention_kernel": kernel})
+    acc = acc.model_copy(update={"efficiency": eff})
+    return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()})
+
+
 def attach(
     system: SystemSpec, base: SystemSpec, measured: Measured, folder: Path | None
 ) -> tuple[SystemSpec, FitPart]:
@@ -144,104 +149,15 @@ def attach(
         write_table(folder, measured, kernel, base)
         ref = str(folder.resolve())
     kt.clear_caches()
-    acc = system.accelerator
-    eff = acc.efficiency.model_copy(update={"attention_kernel": kernel})
-    acc = acc.model_copy(update={"kernel_tables": ref, "efficiency": eff})
+    acc = system.accelerator.model_copy(update={"kernel_tables": ref})
     part.notes["accelerator.kernel_tables"] = f"measured tables attached: {ref}"
-    if kernel != base.accelerator.efficiency.attention_kernel:
-        part.notes[f"{EFF}.attention_kernel"] = f"{kernel}: the kernel the attention table measured"
     return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()}), part
 
 
-def _rel(source: str, what: str, pred, meas) -> Residual:
-    rel = np.asarray(pred) / np.asarray(meas) - 1.0
-    return Residual(
-        source, what, len(rel), float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel)))
-    )
-
-
-def _loo(points, works, times, floor_s: float | None = None) -> list[float]:
-    """Each row's time predicted by the interpolant of the other rows (cost.kernel_tables rule);
-    ``floor_s`` replaces the other rows' smallest time as the floor where given."""
-    out = []
-    for i in range(len(points)):
-        keep = [j for j in range(len(points)) if j != i]
-        s = kt.scatter(
-            [points[j] for j in keep], [works[j] for j in keep], [times[j] for j in keep]
-        )
-        out.append(max(works[i] / s.rate(points[i]), s.floor_s if floor_s is None else floor_s))
-    return out
-
-
-def _groups(rows, key):
-    out: dict = {}
-    for r in rows:
-        out.setdefault(key(r), []).append(r)
-    return out
-
-
-def table_residuals(system: SystemSpec, measured: Measured) -> list[Residual]:
-    """Attached-table and leave-one-out residuals of each given table (module docstring)."""
-    acc, out = system.accelerator, []
-    if not acc.kernel_tables:
-        return out
-    if measured.gemm:
-        src, rows = measured.gemm[0].name, measured.gemm[1]
-        pred = [
-            gemm_time_s(2.0 * s.batch * s.m * s.n * s.k, (s.batch, s.m, s.n, s.k), acc, s.dtype)
-            for s in rows
-        ]
-        out.append(_rel(src, "GEMMs, attached table", pred, [s.time_s for s in rows]))
-        loo, meas = [], []
-        for group in _groups(rows, lambda s: "bf16" if s.dtype == "fp16" else s.dtype).values():
-            pts = [(s.batch * s.m, s.n, s.k) for s in group]
-            loo += _loo(pts, [2.0 * p[0] * p[1] * p[2] for p in pts], [s.time_s for s in group])
-            meas += [s.time_s for s in group]
-        out.append(_rel(src, "GEMMs, table leave-one-out", loo, meas))
-    if measured.attention:
-        src, rows = measured.attention[0].name, measured.attention[1]
-        pred = [
-            attention_time_s(
-                *attention_flops(s),
-                acc,
-                s.dtype,
-                (s.seq_len, s.seq_len, s.head_dim, s.causal),
-                s.direction,
-            )
-            for s in rows
-        ]
-        out.append(_rel(src, "fused attention, attached table", pred, [s.time_s for s in rows]))
-        loo, meas = [], []
-        for group in _groups(rows, lambda s: (s.head_dim, s.causal, s.direction)).values():
-            works = [
-                kt.attention_work(s.batch, s.heads, s.seq_len, s.head_dim, s.causal, s.direction)
-                for s in group
-            ]
-            loo += _loo([(s.seq_len,) for s in group], works, [s.time_s for s in group], 0.0)
-            meas += [s.time_s for s in group]
-        out.append(_rel(src, "fused attention, table leave-one-out", loo, meas))
-    if measured.memory:
-        src, rows = measured.memory[0].name, measured.memory[1]
-        cached = cache_resident(rows, system)
-        hbm = [r for r, c in zip(rows, cached) if not c]
-        pred = [memory_time_s(b, acc) for b, _ in hbm]
-        out.append(
-            _rel(src, "memory copies (HBM-resident), attached table", pred, [t for _, t in hbm])
-        )
-        floor = min(t for _, t in rows)  # the copies' launch floor: every row, cache-resident too
-        loo = _loo([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor)
-        out.append(
-            _rel(src, "memory copies (HBM-resident), table leave-one-out", loo, [t for _, t in hbm])
-        )
-        if any(cached):
-            cache = [r for r, c in zip(rows, cached) if c]
-            pred = [memory_time_s(b, acc) for b, _ in cache]
-            out.append(
-                _rel(
-                    src,
-                    "memory copies (L2-resident, priced as HBM by rule)",
-                    pred,
-                    [t for _, t in cache],
-                )
-            )
-    return out
+def table_residuals(system: SystemSpec) -> list[Residual]:
+    """The attached table's residuals per file (validate.tables: each row priced by the calibrated
+    system, and the table's leave-one-out interpolation error)."""
+    return [
+        Residual(r.file, r.what, r.points, r.rms_rel, r.max_rel)
+        for r in validate_tables.table_residuals(system)
+    ]

@@ -111,6 +111,8 @@ class KernelTable:
     attention: dict[str, dict[tuple[int, bool, str], Scatter]]
     memory: Scatter | None
     memory_cache_rows: int
+    files: dict[str, str]  # kind -> CSV file name
+    rows: dict[str, list[dict[str, str]]]  # kind -> the CSV's rows (lower-case column names)
 
 
 def attention_work(
@@ -241,7 +243,21 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         _memory(rows["memory"], ref, files["memory"], l2_bytes) if "memory" in rows else (None, 0)
     )
     provenance = {k: v for k, v in meta.items() if k != "files"}
-    return KernelTable(ref, str(folder), provenance, gemm, grouped, attention, memory, cached)
+    return KernelTable(
+        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, files, rows
+    )
+
+
+def leave_one_out(points, works, times, floor_s: float | None = None) -> list[float]:
+    """Each row's time predicted by the interpolant of the other rows (this module's rule): how
+    well a table predicts a shape it was not measured at. ``floor_s`` replaces the other rows'
+    smallest time as the floor where given (attention: 0; copies: every row's smallest time)."""
+    out = []
+    for i in range(len(points)):
+        keep = [j for j in range(len(points)) if j != i]
+        s = scatter([points[j] for j in keep], [works[j] for j in keep], [times[j] for j in keep])
+        out.append(max(works[i] / s.rate(points[i]), s.floor_s if floor_s is None else floor_s))
+    return out
 
 
 def _dtype(dtype: str) -> str:
