@@ -217,3 +217,55 @@ def tables_markdown() -> list[str]:
         ]
         lines.append("")
     return lines
+
+
+def with_tables(system: SystemSpec) -> SystemSpec | None:
+    """The system with the shipped table measured on its accelerator attached; None if none is."""
+    names = kt.tables_measured_on(system.accelerator.name)
+    if not names or system.accelerator.kernel_tables:
+        return None
+    acc = system.accelerator.model_copy(update={"kernel_tables": names[0]})
+    return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()})
+
+
+def attached_step_errors(cases) -> dict[str, tuple[list[float], list[float]]]:
+    """Per case file, the step-time errors (%) of the cases whose system has a shipped table:
+    (catalog system as shipped, the same system with the table attached)."""
+    from dataclasses import replace
+
+    from paraplan.validate.run import Case, run_case
+
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for case in cases:
+        if not isinstance(case, Case) or "step_time_s" not in case.measured:
+            continue
+        attached = with_tables(case.system)
+        if attached is None:
+            continue
+        before, after = run_case(case), run_case(replace(case, system=attached))
+        if before["status"] != "ok" or after["status"] != "ok":
+            continue
+        errs = out.setdefault(case.file, ([], []))
+        errs[0].append(before["error_pct"]["step_time_s"])
+        errs[1].append(after["error_pct"]["step_time_s"])
+    return out
+
+
+def attached_markdown(cases) -> list[str]:
+    """Why the catalog systems keep the analytical default: step-time MAPE with and without tables."""
+    lines = [
+        "### Step times with the tables attached",
+        "",
+        "The catalog systems keep the analytical forms by default: their in-step constants "
+        "(validate.fitted) were fitted with them, and attaching the measured tables makes these "
+        "cases worse (fp8 most: `torch._scaled_mm` with tensor-wise scales, as measured, leaves out "
+        "Transformer Engine's casts and scaling). Tables apply to calibrated systems and on request "
+        "(`accelerator.kernel_tables`).",
+        "",
+        "| case file | step-time cases | MAPE % as shipped | MAPE % with table |",
+        "|---|---:|---:|---:|",
+    ]
+    for file, (before, after) in attached_step_errors(cases).items():
+        mape = [sum(abs(e) for e in errs) / len(errs) for errs in (before, after)]
+        lines.append(f"| {file} | {len(before)} | {mape[0]:.2f} | {mape[1]:.2f} |")
+    return lines + [""]
