@@ -211,23 +211,23 @@ def systems(
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
 
-    if tables:
-        _print_catalog(
-            [_tables_row(n) for n in system_names()],
-            as_json,
-            width,
+    row, title, columns, numeric_from = (
+        (
+            _tables_row,
             "Kernel tables (cost.kernel_tables; provenance: docs/validation.md)",
             TABLE_COLUMNS,
-            numeric_from=4,
+            4,
         )
-        return
+        if tables
+        else (
+            _system_row,
+            "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
+            SYSTEM_COLUMNS,
+            2,
+        )
+    )
     _print_catalog(
-        [_system_row(n) for n in system_names()],
-        as_json,
-        width,
-        "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
-        SYSTEM_COLUMNS,
-        numeric_from=2,
+        [row(n) for n in system_names()], as_json, width, title, columns, numeric_from=numeric_from
     )
 
 
