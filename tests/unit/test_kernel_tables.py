@@ -198,3 +198,31 @@ def test_step_time_never_decreases_when_a_table_kernel_gets_slower(tmp_path, sys
             if not one_row:  # every kind the table holds is read by some step
                 assert any(a > b * (1 + 1e-6) for b, a in zip(before, after)), kind
     kt.clear_caches()
+
+
+@pytest.mark.parametrize(
+    "table_yaml, gemm_csv, message",
+    [
+        ("files: [\n", None, "table.yaml is not YAML"),
+        ("device: x\n", None, "needs 'files"),
+        ("files: {gemm: gone.csv}\n", None, "cannot read 'gone.csv'"),
+        ("files: {gemms: gemm.csv}\n", "m,n,k,dtype,time_us\n", "unknown kinds"),
+        (
+            "files: {gemm: gemm.csv}\n",
+            "m,n,k,dtype,time_us\n8,8,x,bf16,3\n",
+            "'k' must be a number",
+        ),
+        ("files: {gemm: gemm.csv}\n", "m,n,k,dtype,time_us\n8,8,8,bf16,0\n", "finite positive"),
+    ],
+)
+def test_a_bad_table_folder_is_one_input_error_naming_the_field(
+    tmp_path, table_yaml, gemm_csv, message
+):
+    (tmp_path / "table.yaml").write_text(table_yaml)
+    if gemm_csv is not None:
+        (tmp_path / "gemm.csv").write_text(gemm_csv)
+    acc = attached(load_system("dgx-h100-80gb"), str(tmp_path)).accelerator
+    with pytest.raises(InputError, match="accelerator.kernel_tables") as err:
+        gemm_time_s(1e12, (1, 4096, 4096, 4096), acc, "bf16")
+    assert message in str(err.value)
+    kt.clear_caches()

@@ -143,8 +143,15 @@ def _folder(ref: str):
     )
 
 
+def _text(folder, file: str, ref: str) -> str:
+    try:
+        return (folder / str(file)).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{FIELD}: {ref}: cannot read {file!r}: {exc}") from None
+
+
 def _rows(folder, file: str, ref: str) -> list[dict[str, str]]:
-    text = (folder / file).read_text(encoding="utf-8")
+    text = _text(folder, file, ref)
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     return [
         {k.strip().lower(): (v or "").strip() for k, v in row.items()}
@@ -159,8 +166,9 @@ def _num(row: dict[str, str], key: str, where: str) -> float:
         raise InputError(
             f"{where}: column {key!r} must be a number, got {row.get(key)!r}"
         ) from None
-    if not (math.isfinite(value) and value >= 0):
-        raise InputError(f"{where}: column {key!r} must be a finite number >= 0, got {value}")
+    low_ok = value >= 0 if key == "causal" else value > 0  # causal is a 0/1 flag
+    if not (math.isfinite(value) and low_ok):
+        raise InputError(f"{where}: column {key!r} must be a finite positive number, got {value}")
     return value
 
 
@@ -171,8 +179,6 @@ def _by_dtype(rows, ref, file, point, work, time_key="time_us") -> dict[str, Sca
         dtype = "bf16" if row.get("dtype", "bf16") == "fp16" else row.get("dtype", "bf16")
         p = point(row, where)
         t = _num(row, time_key, where) * 1e-6
-        if t <= 0 or min(p) <= 0:
-            raise InputError(f"{where}: shape and {time_key} must be positive")
         g = groups.setdefault(dtype, ([], [], []))
         g[0].append(p), g[1].append(work(p)), g[2].append(t)
     return {d: scatter(*g) for d, g in groups.items()}
@@ -197,6 +203,8 @@ def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, in
     """HBM-resident rows (bytes > L2) as the rate; every row's time for the floor."""
     where = f"{FIELD}: {ref}/{file}"
     pairs = [(_num(r, "bytes", where), _num(r, "time_us", where) * 1e-6) for r in rows]
+    if not pairs:
+        return None, 0
     hbm = [(b, t) for b, t in pairs if l2_bytes is None or b > l2_bytes]
     if not hbm:
         return None, len(pairs)
@@ -211,10 +219,15 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
     import yaml
 
     folder = _folder(ref)
-    meta = yaml.safe_load((folder / "table.yaml").read_text(encoding="utf-8")) or {}
-    files = meta.get("files") or {}
+    try:
+        meta = yaml.safe_load(_text(folder, "table.yaml", ref)) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{FIELD}: {ref}/table.yaml is not YAML: {exc}".splitlines()[0]) from None
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise InputError(f"{FIELD}: {ref}/table.yaml needs 'files: {{kind: CSV}}'")
     unknown = sorted(set(files) - set(TABLE_KINDS))
-    if not isinstance(files, dict) or unknown:
+    if unknown:
         raise InputError(
             f"{FIELD}: {ref}/table.yaml files: unknown kinds {unknown}; allowed: {', '.join(TABLE_KINDS)}"
         )
