@@ -122,6 +122,20 @@ def _merge(cal: Calibration, part: FitPart, source: str) -> None:
     cal.system = with_values(cal.system, part.values)
 
 
+def keep_step_ramp(cal: Calibration) -> None:
+    """With the GEMM table attached, GEMMs are priced as table kernel time + ``gemm_ramp_s``, a cost
+    of the step outside the kernel (cost.compute.gemm_time_s) that an isolated-kernel table cannot
+    show: the base system's ramp is kept, not the fixed time fitted to the table."""
+    path = f"{EFF}.gemm_ramp_s"
+    fitted = cal.values.pop(path, None)
+    base = cal.base.accelerator.efficiency.gemm_ramp_s
+    cal.system = with_values(cal.system, {path: base})
+    cal.notes[path] = (
+        f"base value {base:.3g} s kept: a step-level cost outside the kernel, added to the attached "
+        f"GEMM table's times (the table's own fixed time, {fitted or 0:.3g} s, is in its rows)"
+    )
+
+
 def calibrate(
     base: SystemSpec,
     *,
@@ -176,6 +190,8 @@ def calibrate(
         cal.inputs.append(str(gemm))
     if measured.any():
         cal.system, part = attach(cal.system, base, measured, tables_dir)
+        if measured.gemm and cal.system.accelerator.kernel_tables:
+            keep_step_ramp(cal)
         part.residuals = table_residuals(cal.system)
         _merge(cal, part, "kernel tables")
     if nccl:

@@ -84,10 +84,13 @@ def gemm_benchmark_cap(
 def gemm_time_s(
     flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
-    """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead.
+    """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead; with a
+    measured table covering the GEMM (cost.kernel_tables): the table's kernel time + GEMM ramp time.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
-    size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json)."""
+    size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
+    It is a per-GEMM cost of the step, outside the kernel (launch gaps, dependent-kernel bubbles;
+    docs/model.md §2), so it is added to a table's isolated-kernel time too."""
     if flops <= 0:
         return 0.0
     b, m, n, k = (
@@ -95,8 +98,8 @@ def gemm_time_s(
     )  # a slice narrower than one row (vocab < tp) is padded to one
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
-        if measured is not None:  # measured per-shape table (cost.kernel_tables), work-scaled
-            return measured * flops / (2.0 * b * m * n * k)
+        if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
+            return measured * flops / (2.0 * b * m * n * k) + acc.efficiency.gemm_ramp_s
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
@@ -182,7 +185,8 @@ def grouped_gemm_time_s(
     if acc.kernel_tables:
         measured = tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured per-expert loop (cost.kernel_tables), work-scaled
-            return measured * flops / (2.0 * b * m * n * k)
+            ramps = math.ceil(b / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
+            return measured * flops / (2.0 * b * m * n * k) + ramps
     rate = (
         acc.peak_matrix_flops(dtype)
         * gemm_efficiency(1, m, n, k, acc, dtype)
