@@ -49,16 +49,19 @@ def test_every_shipped_table_has_provenance_and_a_catalog_accelerator():
 
 def test_measured_shapes_are_reproduced_and_outside_shapes_clamp_to_the_edge_rate():
     acc = attached(load_system("dgx-h100-80gb"), H100).accelerator
+    ramp = acc.efficiency.gemm_ramp_s  # the step-level per-GEMM cost added to the kernel's time
+
+    def kernel(b, m, n, k):
+        return gemm_time_s(2.0 * b * m * n * k, (b, m, n, k), acc, "bf16") - ramp
+
     # 8192^3 bf16 measured: 673 TFLOP/s (shared README) -> its own time back
-    t = gemm_time_s(2.0 * 8192**3, (1, 8192, 8192, 8192), acc, "bf16")
-    assert 2.0 * 8192**3 / t / 1e12 == pytest.approx(673, rel=0.01)
+    assert 2.0 * 8192**3 / kernel(1, 8192, 8192, 8192) / 1e12 == pytest.approx(673, rel=0.01)
     # beyond the measured box every coordinate clamps to its edge: the same rate, time by work
-    big = gemm_time_s(2.0 * 2**63, (1, 2**21, 2**21, 2**21), acc, "bf16")
-    edge = gemm_time_s(2.0 * 2**60, (1, 2**20, 2**20, 2**20), acc, "bf16")
+    big, edge = kernel(1, 2**21, 2**21, 2**21), kernel(1, 2**20, 2**20, 2**20)
     assert big == pytest.approx(8 * edge, rel=1e-9)
     # a GEMM far below the table runs no faster than the fastest measured GEMM (launch floor)
     floor = kt.load_table(H100, acc.l2_cache).gemm["bf16"].floor_s
-    assert gemm_time_s(2.0 * 64**3, (1, 64, 64, 64), acc, "bf16") == pytest.approx(floor)
+    assert kernel(1, 64, 64, 64) == pytest.approx(floor)
     # tf32 has no table rows: the analytical form prices it
     analytic = load_system("dgx-h100-80gb").accelerator
     shape = (1, 4096, 4096, 4096)
@@ -99,6 +102,8 @@ def test_calibrate_fits_the_shared_h100_tables_within_5_percent():
     # the L2 rule, not a loosened refusal: the cache-resident copies are named and left out
     assert "3 of 7 rows" in cal.notes["accelerator.efficiency.hbm"]
     assert "kernel_tables: h100-sxm5-80gb" in system_yaml(cal)
+    # the step-level GEMM ramp is the base system's, not the table's fixed time
+    assert cal.system.accelerator.efficiency.gemm_ramp_s == pytest.approx(40e-6)
 
 
 def test_calibrate_writes_other_tables_next_to_the_system_and_they_load(tmp_path):
