@@ -261,10 +261,10 @@ def attached_markdown(cases) -> list[str]:
         "### Step times with the tables attached",
         "",
         "The catalog systems keep the analytical forms by default: their in-step constants "
-        "(validate.fitted) were fitted with them, and attaching the measured tables makes these "
-        "cases worse (fp8 most: `torch._scaled_mm` with tensor-wise scales, as measured, leaves out "
-        "Transformer Engine's casts and scaling). Tables apply to calibrated systems and on request "
-        "(`accelerator.kernel_tables`).",
+        "(validate.fitted) were fitted with them, and attaching the measured tables moves these "
+        "cases as below (fp8 cases too fast: `torch._scaled_mm` with tensor-wise scales, as "
+        "measured, leaves out Transformer Engine's casts and scaling). Tables apply to calibrated "
+        "systems and on request (`accelerator.kernel_tables`).",
         "",
         "| case file | step-time cases | MAPE % as shipped | MAPE % with table |",
         "|---|---:|---:|---:|",
