@@ -32,6 +32,13 @@ from paraplan.calibrate.readers import (
     read_memory_table,
     read_nccl_tests,
 )
+from paraplan.calibrate.tables import (
+    Measured,
+    attach,
+    attention_kernel_of,
+    table_residuals,
+    with_attention_kernel,
+)
 from paraplan.catalog import load_model
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
@@ -115,6 +122,20 @@ def _merge(cal: Calibration, part: FitPart, source: str) -> None:
     cal.system = with_values(cal.system, part.values)
 
 
+def keep_step_ramp(cal: Calibration) -> None:
+    """With the GEMM table attached, GEMMs are priced as table kernel time + ``gemm_ramp_s``, a cost
+    of the step outside the kernel (cost.compute.gemm_time_s) that an isolated-kernel table cannot
+    show: the base system's ramp is kept, not the fixed time fitted to the table."""
+    path = f"{EFF}.gemm_ramp_s"
+    fitted = cal.values.pop(path, None)
+    base = cal.base.accelerator.efficiency.gemm_ramp_s
+    cal.system = with_values(cal.system, {path: base})
+    cal.notes[path] = (
+        f"base value {base:.3g} s kept: a step-level cost outside the kernel, added to the attached "
+        f"GEMM table's times (the table's own fixed time, {fitted or 0:.3g} s, is in its rows)"
+    )
+
+
 def calibrate(
     base: SystemSpec,
     *,
@@ -125,22 +146,35 @@ def calibrate(
     steps: Path | None = None,
     name: str | None = None,
     domain_spans_nodes: bool = False,
+    tables_dir: Path | None = None,
 ) -> Calibration:
-    """Fit what the given measurements identify; everything else keeps the base system's value."""
+    """Fit what the given measurements identify; everything else keeps the base system's value.
+    Kernel tables given are attached to the system (calibrate.tables; written to ``tables_dir``
+    unless they are a shipped table's files) before collectives and step times are fitted."""
     if not (nccl or gemm or attention or memory or steps):
         raise InputError(
             "calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps"
         )
     cal = Calibration(base=base, system=base)
+    measured = Measured()
     overhead = None
     if memory is not None:
-        _merge(cal, fit_memory(read_memory_table(memory), cal.system, memory.name), memory.name)
+        measured.memory = (memory, read_memory_table(memory))
+        _merge(cal, fit_memory(measured.memory[1], cal.system, memory.name), memory.name)
         cal.inputs.append(str(memory))
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if attention is not None:
+        measured.attention = (attention, read_attention_table(attention))
+        kernel = attention_kernel_of(attention, base.accelerator.efficiency.attention_kernel)
+        if kernel != base.accelerator.efficiency.attention_kernel:
+            cal.system = with_attention_kernel(cal.system, kernel)
+            cal.notes[f"{EFF}.attention_kernel"] = (
+                f"{kernel}: the kernel {attention.name} measured (base: "
+                f"{base.accelerator.efficiency.attention_kernel})"
+            )
         _merge(
             cal,
-            fit_attention(read_attention_table(attention), cal.system, attention.name, overhead),
+            fit_attention(measured.attention[1], cal.system, attention.name, overhead),
             attention.name,
         )
         cal.inputs.append(str(attention))
@@ -151,8 +185,15 @@ def calibrate(
                 "base value kept (no memory or attention table); GEMM ramp = fixed time − it"
             )
             overhead = cal.system.accelerator.efficiency.kernel_overhead_s
-        _merge(cal, fit_gemm(read_gemm_table(gemm), cal.system, gemm.name, overhead), gemm.name)
+        measured.gemm = (gemm, read_gemm_table(gemm))
+        _merge(cal, fit_gemm(measured.gemm[1], cal.system, gemm.name, overhead), gemm.name)
         cal.inputs.append(str(gemm))
+    if measured.any():
+        cal.system, part = attach(cal.system, base, measured, tables_dir)
+        if measured.gemm and cal.system.accelerator.kernel_tables:
+            keep_step_ramp(cal)
+        part.residuals = table_residuals(cal.system)
+        _merge(cal, part, "kernel tables")
     if nccl:
         runs = [read_nccl_tests(ref) for ref in nccl]
         _merge(

@@ -69,7 +69,9 @@ def calibrate_command(
         ),
     ] = None,
 ) -> None:
-    """Fit link efficiencies and latencies, GEMM / attention / HBM efficiencies and overlap costs."""
+    """Fit link efficiencies and latencies, GEMM / attention / HBM efficiencies and overlap costs;
+    attach the measured kernel tables to the written system (a shipped table's name, or a folder
+    OUT-kernels/ next to --out)."""
     from paraplan.calibrate import calibrate, system_yaml
     from paraplan.catalog import load_system
     from paraplan.io.documents import atomic_write_text
@@ -89,6 +91,7 @@ def calibrate_command(
         steps=steps,
         name=name,
         domain_spans_nodes=domain_spans_nodes,
+        tables_dir=None if out is None else out.parent / f"{out.stem}-kernels",
     )
     text = system_yaml(cal)
     if report is not None:

@@ -172,21 +172,62 @@ def _system_row(name: str) -> dict:
     }
 
 
+def _tables_row(name: str) -> dict:
+    """A catalog system's kernel tables: the one it prices with, and the shipped ones measured on its GPU."""
+    from paraplan.catalog import load_system
+    from paraplan.cost.kernel_tables import tables_measured_on
+
+    acc = load_system(name).accelerator
+    measured = tables_measured_on(acc.name)
+    if acc.kernel_tables:
+        use = f"table {acc.kernel_tables}"
+    elif measured:
+        use = "analytical (table opt-in: accelerator.kernel_tables or paraplan calibrate)"
+    else:
+        use = "analytical fallback"
+    return {"name": name, "gpu": acc.name, "kernel_tables": measured, "prices_with": use}
+
+
+TABLE_COLUMNS = (
+    ("name", lambda row: row["name"]),
+    ("gpu", lambda row: row["gpu"]),
+    ("measured kernel tables", lambda row: ", ".join(row["kernel_tables"]) or "-"),
+    ("kernels priced by", lambda row: row["prices_with"]),
+)
+
+
 @app.command()
 def systems(
     as_json: JsonOption = False,
     width: WidthOption = None,
+    tables: Annotated[
+        bool,
+        typer.Option(
+            "--tables",
+            help="list each system's measured kernel tables (catalog/kernels) or 'analytical fallback'",
+        ),
+    ] = False,
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
 
+    row, title, columns, numeric_from = (
+        (
+            _tables_row,
+            "Kernel tables (cost.kernel_tables; provenance: docs/validation.md)",
+            TABLE_COLUMNS,
+            4,
+        )
+        if tables
+        else (
+            _system_row,
+            "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
+            SYSTEM_COLUMNS,
+            2,
+        )
+    )
     _print_catalog(
-        [_system_row(n) for n in system_names()],
-        as_json,
-        width,
-        "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
-        SYSTEM_COLUMNS,
-        numeric_from=2,
+        [row(n) for n in system_names()], as_json, width, title, columns, numeric_from=numeric_from
     )
 
 

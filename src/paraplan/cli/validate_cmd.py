@@ -257,7 +257,7 @@ def validate(
             console.print(_cv_table(report["cross_validation"]))
     if markdown is not None:
         try:
-            markdown.write_text(validation_markdown(report))
+            markdown.write_text(validation_markdown(report, None if hetero else loaded))
         except OSError as exc:
             raise InputError(
                 f"--markdown: cannot write {str(markdown)!r}: {exc.strerror}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from paraplan.cost import kernel_tables as tables
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
@@ -83,15 +84,22 @@ def gemm_benchmark_cap(
 def gemm_time_s(
     flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
-    """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead.
+    """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead; with a
+    measured table covering the GEMM (cost.kernel_tables): the table's kernel time + GEMM ramp time.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
-    size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json)."""
+    size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
+    It is a per-GEMM cost of the step, outside the kernel (launch gaps, dependent-kernel bubbles;
+    docs/model.md §2), so it is added to a table's isolated-kernel time too."""
     if flops <= 0:
         return 0.0
     b, m, n, k = (
         max(1, d) for d in shape
     )  # a slice narrower than one row (vocab < tp) is padded to one
+    if acc.kernel_tables:
+        measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
+        if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
+            return measured * flops / (2.0 * b * m * n * k) + acc.efficiency.gemm_ramp_s
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
@@ -103,6 +111,10 @@ def memory_time_s(
     (roofline of an element-wise kernel; Williams et al. 2009)."""
     if bytes_moved <= 0 and flops <= 0:
         return 0.0
+    if acc.kernel_tables and bytes_moved > 0:
+        measured = tables.memory_time_s(acc.kernel_tables, acc.l2_cache, bytes_moved)
+        if measured is not None:  # measured copies (cost.kernel_tables): launch floor included
+            return max(measured, flops / acc.peak_vector_flops(dtype))
     memory_s = bytes_moved / (acc.hbm_bandwidth * acc.efficiency.hbm)
     return max(memory_s, flops / acc.peak_vector_flops(dtype)) + acc.efficiency.kernel_overhead_s
 
@@ -124,13 +136,22 @@ def attention_time_s(
     acc: AcceleratorSpec,
     dtype: str,
     call: tuple[int, int, int, bool] | None = None,
+    direction: str = "fwd",
 ) -> float:
-    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead.
+    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead, or the
+    measured table's time for the system's kernel and ``direction`` (fwd / bwd) at this call.
 
     Fused attention runs in half precision even in fp8 recipes (Transformer Engine default), so
     fp8 plans use the bf16 peak here."""
     if flops <= 0:
         return 0.0
+    if acc.kernel_tables and call is not None:
+        kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
+        measured = tables.attention_time_s(
+            acc.kernel_tables, acc.l2_cache, kernel, flops * causal_fraction, call, direction, dtype
+        )
+        if measured is not None:
+            return max(measured, acc.efficiency.kernel_overhead_s)
     peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
     return (
         flops * causal_fraction / (peak * attention_efficiency(acc, call))
@@ -161,6 +182,11 @@ def grouped_gemm_time_s(
     if flops <= 0:
         return 0.0
     b, m, n, k = shape
+    if acc.kernel_tables:
+        measured = tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
+        if measured is not None:  # measured per-expert loop (cost.kernel_tables), work-scaled
+            ramps = math.ceil(b / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
+            return measured * flops / (2.0 * b * m * n * k) + ramps
     rate = (
         acc.peak_matrix_flops(dtype)
         * gemm_efficiency(1, m, n, k, acc, dtype)
@@ -192,7 +218,9 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         return host_sync_time_s(acc), 0.0
     if op.kind == "attention":
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
-        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
+        bwd = attention_time_s(
+            op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call, "bwd"
+        )
         return fwd, bwd
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
         op.bwd_bytes, acc, op.bwd_flops, dtype

@@ -101,6 +101,16 @@ class AcceleratorSpec(InputModel):
     host_bandwidth: BytesPerS | None = Field(
         None, description="HBM <-> host bandwidth per GPU (PCIe / C2C)"
     )
+    l2_cache: Bytes | None = Field(
+        None,
+        description="on-chip L2 cache; memory copies whose bytes moved fit in it are cache-resident, "
+        "not HBM-bound (cost.kernel_tables, calibrate)",
+    )
+    kernel_tables: str | None = Field(
+        None,
+        description="measured per-shape kernel table: a shipped name (paraplan systems --tables) or a folder "
+        "holding table.yaml and its CSVs; kernels it covers are priced from it (cost.kernel_tables)",
+    )
     reserved_memory: Bytes = Field(
         2 * 2**30,
         description="HBM not available to the framework (CUDA context, allocator fragmentation)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.validate.run import MEMORY_SCOPE_RULE, METRICS, SCOPE_TRANSFORMER
+from paraplan.validate.tables import attached_markdown, tables_markdown
 
 REGENERATE_COMMAND = "paraplan validate --cv --markdown docs/validation.md"
 
@@ -208,8 +209,9 @@ def _mechanism_lines() -> list[str]:
     ]
 
 
-def validation_markdown(report: dict[str, Any]) -> str:
-    """The whole docs/validation.md: summary, memory-scope rule, one table per case file."""
+def validation_markdown(report: dict[str, Any], cases_loaded: list | None = None) -> str:
+    """The whole docs/validation.md: summary, memory-scope rule, kernel tables (and, given the
+    loaded cases, their step times with the tables attached), one table per case file."""
     summary = report["summary"]
     cases = report["cases"]
     start = 0  # cases are in file order, so each file's entries are the next group["cases"] ones
@@ -233,6 +235,9 @@ def validation_markdown(report: dict[str, Any]) -> str:
     if "cross_validation" in report:
         lines += _cv_lines(report["cross_validation"])
     lines += _mechanism_lines()
+    lines += tables_markdown()
+    if cases_loaded is not None:
+        lines += attached_markdown(cases_loaded)
     for file, group in summary.get("by_source", {}).items():
         count = group["cases"] + group.get("unsupported", 0)
         entries = cases[start : start + count]

@@ -1,0 +1,366 @@
+"""Measured per-shape kernel tables: kernel times read from measurements instead of analytical forms.
+
+A table is a folder holding ``table.yaml`` (provenance: device, software, date, source; ``files``:
+kind -> CSV) and CSVs in the formats ``paraplan calibrate`` reads (docs/calibration.md). Tables
+shipped in the package live in ``catalog/kernels/<name>/``; ``accelerator.kernel_tables`` names one,
+or a folder (``paraplan calibrate`` writes one next to the system it calibrates).
+
+Each table is read as achieved rates (work / measured time), interpolated in log space over shape:
+
+- GEMM (m, n, k; per dtype, fp16 read as bf16): inverse-distance weighting of log2 FLOP/s over the
+  ``IDW_NEIGHBOURS`` nearest measured shapes in (log2 m, log2 n, log2 k), weight 1/d²; a measured
+  shape returns its own rate. A batch of b GEMMs is one GEMM of b·m rows.
+- grouped GEMM (experts, tokens per expert, k, n; bf16): the same over four log2 coordinates, from
+  the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
+  GroupedLinear and eager MoE layers run them).
+- fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): linear
+  interpolation of log2 FLOP/s over log2 sequence length at the nearest measured head dim (same
+  mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio
+  (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5). FLOPs are counted as the
+  graph counts them: forward 4·b·h·s²·d, backward 2.5× forward, causal share (s+1)/2s.
+- memory-bound kernels (bytes moved): linear interpolation of log2 bytes/s over log2 bytes, from
+  the HBM-resident rows only: a copy whose bytes moved (read + write) fit in the L2 cache
+  (``accelerator.l2_cache``) runs from cache in a loop of identical copies, which a training step's
+  kernels do not (their operands were written by other kernels in between). Cache-resident rows
+  set only the per-kernel floor below.
+
+Outside a table's range each coordinate is clamped to the nearest measured edge: the rate there is
+kept and the time scales with the work (time = work / rate). No GEMM or memory-bound kernel runs
+faster than the fastest measured kernel of its kind (``floor_s``: the smallest GEMM and copy
+measured are launch-bound, so their time is the launch and tail cost the table shows); attention
+rows all do ≥ 16k tokens of work, so attention takes the system's ``kernel_overhead_s`` as floor
+(cost.compute).
+Where no table covers a kernel (no table, another dtype or attention kernel), the analytical
+forms of cost.compute apply. Every time is a weighted mean of measured rates with weights fixed by
+shape, so a slower measured kernel never makes any prediction faster.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from paraplan.cost.attention import attention_shape_factor
+from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
+from paraplan.specs.errors import InputError
+
+IDW_NEIGHBOURS = 4
+TABLE_KINDS = (
+    "gemm",
+    "grouped_gemm",
+    "attention_fa2",
+    "attention_fa3",
+    "attention_cudnn",
+    "memory",
+    "kernels",
+)
+FIELD = "accelerator.kernel_tables"
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """Measured points: log2 shape coordinates (N×D), log2 rates (N), and the fastest time."""
+
+    coords: np.ndarray
+    log_rate: np.ndarray
+    floor_s: float
+
+    def rate(self, point: tuple[float, ...]) -> float:
+        """Rate at ``point`` (linear units): clamped into the measured box, then interpolated
+        (D = 1: linear in log-log; D > 1: inverse-distance weights over the nearest points)."""
+        q = np.log2(np.asarray(point, float))
+        q = np.clip(q, self.coords.min(axis=0), self.coords.max(axis=0))
+        if self.coords.shape[1] == 1:
+            order = np.argsort(self.coords[:, 0], kind="stable")
+            x, y = self.coords[order, 0], self.log_rate[order]
+            return float(2.0 ** np.interp(q[0], x, y))
+        dist = np.sqrt(((self.coords - q) ** 2).sum(axis=1))
+        nearest = np.argsort(dist, kind="stable")[:IDW_NEIGHBOURS]
+        if dist[nearest[0]] < 1e-9:
+            return float(2.0 ** self.log_rate[nearest[0]])
+        w = 1.0 / dist[nearest] ** 2
+        return float(2.0 ** (np.sum(w * self.log_rate[nearest]) / np.sum(w)))
+
+    def time_s(self, work: float, point: tuple[float, ...]) -> float:
+        """max(work / rate(point), floor_s)."""
+        return max(work / self.rate(point), self.floor_s)
+
+
+def scatter(points: list[tuple[float, ...]], works: list[float], times: list[float]) -> Scatter:
+    coords = np.log2(np.asarray(points, float)).reshape(len(points), -1)
+    rates = np.asarray(works, float) / np.asarray(times, float)
+    return Scatter(coords, np.log2(rates), float(min(times)))
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """One measured table: provenance and its interpolants (module docstring)."""
+
+    name: str
+    folder: str
+    provenance: dict
+    gemm: dict[str, Scatter]
+    grouped_gemm: dict[str, Scatter]
+    attention: dict[str, dict[tuple[int, bool, str], Scatter]]
+    memory: Scatter | None
+    memory_cache_rows: int
+    files: dict[str, str]  # kind -> CSV file name
+    rows: dict[str, list[dict[str, str]]]  # kind -> the CSV's rows (lower-case column names)
+
+
+def attention_work(
+    batch: float, heads: float, seq: float, head_dim: float, causal: bool, direction: str
+) -> float:
+    """FLOPs × causal share as the graph counts them: 4·b·h·s²·d forward, 2.5× that backward
+    (graph/transformer.py FLASH_BACKWARD_FLOP_RATIO), times (s+1)/2s when causal."""
+    fwd = 4.0 * batch * heads * seq * seq * head_dim
+    flops = fwd if direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
+    return flops * (0.5 * (1.0 + 1.0 / seq) if causal else 1.0)
+
+
+def shipped_tables() -> list[str]:
+    """Names of the tables shipped in the package (catalog/kernels/<name>/table.yaml)."""
+    folder = resources.files("paraplan.catalog") / "kernels"
+    return sorted(p.name for p in folder.iterdir() if (p / "table.yaml").is_file())
+
+
+def _folder(ref: str):
+    if ref in shipped_tables():
+        return resources.files("paraplan.catalog") / "kernels" / ref
+    path = Path(ref)
+    if (path / "table.yaml").is_file():
+        return path
+    raise InputError(
+        f"{FIELD}: unknown kernel table {ref!r}; allowed: {', '.join(shipped_tables())} "
+        "or a folder holding table.yaml"
+    )
+
+
+def _text(folder, file: str, ref: str) -> str:
+    try:
+        return (folder / str(file)).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{FIELD}: {ref}: cannot read {file!r}: {exc}") from None
+
+
+def _rows(folder, file: str, ref: str) -> list[dict[str, str]]:
+    text = _text(folder, file, ref)
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return [
+        {k.strip().lower(): (v or "").strip() for k, v in row.items()}
+        for row in csv.DictReader(io.StringIO("\n".join(lines)))
+    ]
+
+
+def _num(row: dict[str, str], key: str, where: str) -> float:
+    try:
+        value = float(row[key])
+    except (KeyError, ValueError):
+        raise InputError(
+            f"{where}: column {key!r} must be a number, got {row.get(key)!r}"
+        ) from None
+    low_ok = value >= 0 if key == "causal" else value > 0  # causal is a 0/1 flag
+    if not (math.isfinite(value) and low_ok):
+        raise InputError(f"{where}: column {key!r} must be a finite positive number, got {value}")
+    return value
+
+
+def _by_dtype(rows, ref, file, point, work, time_key="time_us") -> dict[str, Scatter]:
+    groups: dict[str, tuple[list, list, list]] = {}
+    for i, row in enumerate(rows):
+        where = f"{FIELD}: {ref}/{file} row {i + 1}"
+        dtype = "bf16" if row.get("dtype", "bf16") == "fp16" else row.get("dtype", "bf16")
+        p = point(row, where)
+        t = _num(row, time_key, where) * 1e-6
+        g = groups.setdefault(dtype, ([], [], []))
+        g[0].append(p), g[1].append(work(p)), g[2].append(t)
+    return {d: scatter(*g) for d, g in groups.items()}
+
+
+def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
+    groups: dict[tuple[int, bool, str], tuple[list, list, list]] = {}
+    for i, row in enumerate(rows):
+        where = f"{FIELD}: {ref}/{file} row {i + 1}"
+        b, h, s, d = (_num(row, k, where) for k in ("batch", "heads", "seq_len", "head_dim"))
+        causal = _num(row, "causal", where) > 0
+        direction = row.get("direction", "fwd")
+        if direction not in ("fwd", "bwd"):
+            raise InputError(f"{where}: direction must be fwd or bwd, got {direction!r}")
+        g = groups.setdefault((int(d), causal, direction), ([], [], []))
+        g[0].append((s,)), g[1].append(attention_work(b, h, s, d, causal, direction))
+        g[2].append(_num(row, "time_us", where) * 1e-6)
+    return {key: scatter(*g) for key, g in groups.items()}
+
+
+def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, int]:
+    """HBM-resident rows (bytes > L2) as the rate; every row's time for the floor."""
+    where = f"{FIELD}: {ref}/{file}"
+    pairs = [(_num(r, "bytes", where), _num(r, "time_us", where) * 1e-6) for r in rows]
+    if not pairs:
+        return None, 0
+    hbm = [(b, t) for b, t in pairs if l2_bytes is None or b > l2_bytes]
+    if not hbm:
+        return None, len(pairs)
+    rates = scatter([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm])
+    floor = min(t for _, t in pairs)
+    return Scatter(rates.coords, rates.log_rate, floor), len(pairs) - len(hbm)
+
+
+@lru_cache(maxsize=32)
+def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
+    """Read a table (shipped name or folder) into interpolants; InputError naming the field on bad data."""
+    import yaml
+
+    folder = _folder(ref)
+    try:
+        meta = yaml.safe_load(_text(folder, "table.yaml", ref)) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{FIELD}: {ref}/table.yaml is not YAML: {exc}".splitlines()[0]) from None
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise InputError(f"{FIELD}: {ref}/table.yaml needs 'files: {{kind: CSV}}'")
+    unknown = sorted(set(files) - set(TABLE_KINDS))
+    if unknown:
+        raise InputError(
+            f"{FIELD}: {ref}/table.yaml files: unknown kinds {unknown}; allowed: {', '.join(TABLE_KINDS)}"
+        )
+    rows = {kind: _rows(folder, file, ref) for kind, file in files.items()}
+    gemm = _by_dtype(
+        rows.get("gemm", []),
+        ref,
+        files.get("gemm"),
+        lambda r, w: tuple(_num(r, k, w) for k in ("m", "n", "k")),
+        lambda p: 2.0 * p[0] * p[1] * p[2],
+    )
+    grouped = _by_dtype(
+        rows.get("grouped_gemm", []),
+        ref,
+        files.get("grouped_gemm"),
+        lambda r, w: tuple(_num(r, k, w) for k in ("experts", "tokens_per_expert", "k", "n")),
+        lambda p: 2.0 * p[0] * p[1] * p[2] * p[3],
+        "loop_time_us",
+    )
+    attention = {
+        kind.split("_", 1)[1]: _attention(rows[kind], ref, files[kind])
+        for kind in files
+        if kind.startswith("attention_")
+    }
+    memory, cached = (
+        _memory(rows["memory"], ref, files["memory"], l2_bytes) if "memory" in rows else (None, 0)
+    )
+    provenance = {k: v for k, v in meta.items() if k != "files"}
+    return KernelTable(
+        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, files, rows
+    )
+
+
+def leave_one_out(points, works, times, floor_s: float | None = None) -> list[float]:
+    """Each row's time predicted by the interpolant of the other rows (this module's rule): how
+    well a table predicts a shape it was not measured at. ``floor_s`` replaces the other rows'
+    smallest time as the floor where given (attention: 0; copies: every row's smallest time)."""
+    out = []
+    for i in range(len(points)):
+        keep = [j for j in range(len(points)) if j != i]
+        s = scatter([points[j] for j in keep], [works[j] for j in keep], [times[j] for j in keep])
+        out.append(max(works[i] / s.rate(points[i]), s.floor_s if floor_s is None else floor_s))
+    return out
+
+
+def _dtype(dtype: str) -> str:
+    return "bf16" if dtype == "fp16" else dtype
+
+
+@lru_cache(maxsize=262144)
+def gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
+    """Measured time of a (b·m)×n×k GEMM, or None where the table has no rows of this dtype."""
+    rates = load_table(ref, l2).gemm.get(_dtype(dtype))
+    if rates is None:
+        return None
+    return rates.time_s(2.0 * b * m * n * k, (b * m, n, k))
+
+
+@lru_cache(maxsize=65536)
+def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
+    """Measured time of b per-expert GEMMs of m×n×k, or None where not measured in this dtype."""
+    rates = load_table(ref, l2).grouped_gemm.get(_dtype(dtype))
+    if rates is None:
+        return None
+    return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
+
+
+def attention_rate(
+    table: KernelTable, kernel: str, seq: float, head_dim: float, causal: bool, direction: str
+) -> float | None:
+    """FLOP/s (of FLOPs × causal share) of ``kernel`` at this shape, or None if not measured."""
+    curves = table.attention.get(kernel)
+    keys = [key for key in (curves or {}) if key[2] == direction]
+    if not keys:
+        return None
+    d_tab, c_tab, _ = min(
+        keys, key=lambda key: (key[1] != causal, abs(math.log2(key[0] / head_dim)))
+    )
+    rate = curves[(d_tab, c_tab, direction)].rate((seq,))
+    scale = attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(
+        kernel, seq, d_tab, c_tab
+    )
+    return rate * scale
+
+
+@lru_cache(maxsize=65536)
+def attention_time_s(
+    ref: str,
+    l2: float | None,
+    kernel: str,
+    work: float,
+    call: tuple[int, int, int, bool],
+    direction: str,
+    dtype: str,
+):
+    """Measured time of fused attention doing ``work`` (FLOPs × causal share) on ``call``
+    (q tokens, kv tokens, head dim, causal), or None where the kernel or dtype is not measured
+    (fp8 recipes run attention in bf16, as in cost.compute)."""
+    if _dtype(dtype) not in ("bf16", "fp8"):
+        return None
+    table = load_table(ref, l2)
+    q, kv, head_dim, causal = call
+    rate = attention_rate(table, kernel, min(q, kv), head_dim, causal, direction)
+    if rate is None:
+        return None
+    return work / rate
+
+
+@lru_cache(maxsize=65536)
+def memory_time_s(ref: str, l2: float | None, bytes_moved: float):
+    """Measured time of a memory-bound kernel moving ``bytes_moved`` (HBM-resident rows), or None."""
+    rates = load_table(ref, l2).memory
+    if rates is None or bytes_moved <= 0:
+        return None
+    return rates.time_s(bytes_moved, (bytes_moved,))
+
+
+def clear_caches() -> None:
+    """Forget read tables and cached lookups (a table folder was rewritten)."""
+    for f in (load_table, gemm_time_s, grouped_gemm_time_s, attention_time_s, memory_time_s):
+        f.cache_clear()
+
+
+def table_provenance(ref: str) -> dict:
+    """A table's table.yaml fields other than ``files`` (device, software, date, source, accelerators)."""
+    import yaml
+
+    meta = yaml.safe_load((_folder(ref) / "table.yaml").read_text(encoding="utf-8")) or {}
+    return {k: v for k, v in meta.items() if k != "files"}
+
+
+def tables_measured_on(accelerator: str) -> list[str]:
+    """Shipped tables whose table.yaml lists ``accelerator`` (a catalog accelerator name)."""
+    return [
+        n for n in shipped_tables() if accelerator in table_provenance(n).get("accelerators", [])
+    ]

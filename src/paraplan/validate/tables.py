@@ -1,0 +1,275 @@
+"""How well a system with a measured kernel table attached reproduces the table (cost.kernel_tables).
+
+For each file of the table: the relative error of each row priced by the system through the cost
+functions (cost.compute: what a step estimate uses; GEMMs less the step-level ramp, a cost outside
+the kernel), and the table's leave-one-out interpolation
+error (each row priced from the other rows by the same rule: the error on a shape the table has
+not measured). Memory copies whose bytes fit in L2 are reported apart (left out of the rate by the
+rule in cost.kernel_tables). ``kernels`` (named memory-bound kernels) is shipped as data, not read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost import kernel_tables as kt
+from paraplan.cost.compute import (
+    GROUPED_GEMM_STREAMS,
+    attention_time_s,
+    gemm_time_s,
+    grouped_gemm_time_s,
+    memory_time_s,
+)
+from paraplan.specs.system import AcceleratorSpec, SystemSpec
+
+
+@dataclass(frozen=True)
+class TableResidual:
+    """Relative errors of one file's rows: ``what`` says which (attached table or leave-one-out)."""
+
+    file: str
+    what: str
+    points: int
+    rms_rel: float
+    max_rel: float
+
+
+def _res(file: str, what: str, pred, meas) -> TableResidual:
+    rel = np.asarray(pred, float) / np.asarray(meas, float) - 1.0
+    return TableResidual(
+        file, what, len(rel), float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel)))
+    )
+
+
+def _f(row: dict[str, str], key: str) -> float:
+    return float(row[key])
+
+
+def _by(rows, key):
+    out: dict = {}
+    for r in rows:
+        out.setdefault(key(r), []).append(r)
+    return list(out.values())
+
+
+def _gemm(table: kt.KernelTable, acc: AcceleratorSpec, grouped: bool) -> list[TableResidual]:
+    kind = "grouped_gemm" if grouped else "gemm"
+    cols = ("experts", "tokens_per_expert", "k", "n") if grouped else ("m", "n", "k")
+    tcol = "loop_time_us" if grouped else "time_us"
+    file, rows = table.files[kind], table.rows[kind]
+    pred, loo, meas, loo_meas = [], [], [], []
+    for r in rows:
+        p = tuple(int(_f(r, c)) for c in cols)
+        work = 2.0 * math.prod(p)
+        dtype = r.get("dtype", "bf16")
+        # the kernel's time: the cost function's less the step-level ramp it adds (cost.compute)
+        if grouped:
+            ramps = math.ceil(p[0] / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
+            pred.append(grouped_gemm_time_s(work, (p[0], p[1], p[3], p[2]), acc, dtype) - ramps)
+        else:
+            pred.append(gemm_time_s(work, (1, *p), acc, dtype) - acc.efficiency.gemm_ramp_s)
+        meas.append(_f(r, tcol) * 1e-6)
+    for group in _by(rows, lambda r: "bf16" if r.get("dtype") == "fp16" else r.get("dtype")):
+        pts = [tuple(_f(r, c) for c in cols) for r in group]
+        times = [_f(r, tcol) * 1e-6 for r in group]
+        loo += kt.leave_one_out(pts, [2.0 * math.prod(p) for p in pts], times)
+        loo_meas += times
+    label = "grouped GEMMs (per-expert loop)" if grouped else "GEMMs"
+    return [
+        _res(file, f"{label}, attached table", pred, meas),
+        _res(file, f"{label}, table leave-one-out", loo, loo_meas),
+    ]
+
+
+def _attention(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
+    kernel = kind.split("_", 1)[1]
+    eff = acc.efficiency.model_copy(update={"attention_kernel": kernel})
+    acc_k = acc.model_copy(update={"efficiency": eff})
+    file, rows = table.files[kind], table.rows[kind]
+    pred, meas, loo, loo_meas = [], [], [], []
+    for r in rows:
+        b, h, s, d = (_f(r, c) for c in ("batch", "heads", "seq_len", "head_dim"))
+        causal, direction = _f(r, "causal") > 0, r.get("direction", "fwd")
+        work = kt.attention_work(b, h, s, d, causal, direction)
+        call = (int(s), int(s), int(d), causal)
+        pred.append(attention_time_s(work, 1.0, acc_k, r.get("dtype", "bf16"), call, direction))
+        meas.append(_f(r, "time_us") * 1e-6)
+    for group in _by(rows, lambda r: (r["head_dim"], r["causal"], r.get("direction", "fwd"))):
+        works = [
+            kt.attention_work(
+                *(_f(r, c) for c in ("batch", "heads", "seq_len", "head_dim")),
+                _f(r, "causal") > 0,
+                r.get("direction", "fwd"),
+            )
+            for r in group
+        ]
+        times = [_f(r, "time_us") * 1e-6 for r in group]
+        loo += kt.leave_one_out([(_f(r, "seq_len"),) for r in group], works, times, 0.0)
+        loo_meas += times
+    label = f"fused attention ({kernel})"
+    return [
+        _res(file, f"{label}, attached table", pred, meas),
+        _res(file, f"{label}, table leave-one-out", loo, loo_meas),
+    ]
+
+
+def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
+    file = table.files["memory"]
+    pairs = [(_f(r, "bytes"), _f(r, "time_us") * 1e-6) for r in table.rows["memory"]]
+    l2 = acc.l2_cache
+    hbm = [(b, t) for b, t in pairs if l2 is None or b > l2]
+    cached = [(b, t) for b, t in pairs if l2 is not None and b <= l2]
+    floor = min(t for _, t in pairs)
+    out = [
+        _res(
+            file,
+            "memory copies (HBM-resident), attached table",
+            [memory_time_s(b, acc) for b, _ in hbm],
+            [t for _, t in hbm],
+        ),
+        _res(
+            file,
+            "memory copies (HBM-resident), table leave-one-out",
+            kt.leave_one_out(
+                [(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor
+            ),
+            [t for _, t in hbm],
+        ),
+    ]
+    if cached:
+        out.append(
+            _res(
+                file,
+                "memory copies (L2-resident, priced as HBM by rule)",
+                [memory_time_s(b, acc) for b, _ in cached],
+                [t for _, t in cached],
+            )
+        )
+    return out
+
+
+def table_residuals(system: SystemSpec) -> list[TableResidual]:
+    """Residuals of each file of the system's attached table (module docstring); [] without one."""
+    acc = system.accelerator
+    if not acc.kernel_tables:
+        return []
+    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
+    out: list[TableResidual] = []
+    for kind in table.files:
+        if kind in ("gemm", "grouped_gemm"):
+            out += _gemm(table, acc, kind == "grouped_gemm")
+        elif kind.startswith("attention_"):
+            out += _attention(table, acc, kind)
+        elif kind == "memory":
+            out += _memory(table, acc)
+    return out
+
+
+def shipped_table_residuals() -> dict[str, tuple[str, list[TableResidual]]]:
+    """Each shipped table: (the catalog system it is attached to, its residuals); a table is
+    attached to the first catalog system whose accelerator it was measured on."""
+    from paraplan.catalog import load_system, system_names
+
+    out = {}
+    for name in kt.shipped_tables():
+        accs = kt.table_provenance(name).get("accelerators", [])
+        for sys_name in system_names():
+            system = load_system(sys_name)
+            if system.accelerator.name in accs:
+                acc = system.accelerator.model_copy(update={"kernel_tables": name})
+                attached = system.model_copy(update={"accelerator": acc})
+                out[name] = (sys_name, table_residuals(attached))
+                break
+    return out
+
+
+def tables_markdown() -> list[str]:
+    """The docs/validation.md section on the shipped kernel tables: provenance and residuals."""
+    lines = [
+        "## Kernel tables",
+        "",
+        (
+            "Measured per-shape kernel tables shipped in `catalog/kernels/` (cost.kernel_tables; "
+            "`paraplan systems --tables`). Component data only: never fitted to step times. "
+            "*Attached table*: each row priced by the catalog system with the table attached, through "
+            "the cost functions a step estimate uses; *leave-one-out*: each row priced from the "
+            "other rows (error on an unmeasured shape; at the ends of a 1-D sweep this is the "
+            "clamped-edge rule). Cache-resident copies (bytes moved ≤ L2) are priced as HBM copies "
+            "by rule and shown apart."
+        ),
+        "",
+    ]
+    for name, (system, residuals) in shipped_table_residuals().items():
+        prov = kt.table_provenance(name)
+        lines += [
+            f"### {name} (attached to {system})",
+            "",
+            f"- device: {prov.get('device', '—')}",
+            f"- software: {prov.get('software', '—')}",
+            f"- date: {prov.get('date', '—')}",
+            f"- source: {prov.get('source', '—')}",
+            "",
+            "| file | rows priced | points | RMS % | max % |",
+            "|---|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r.file} | {r.what} | {r.points} | {100 * r.rms_rel:.2f} | {100 * r.max_rel:.2f} |"
+            for r in residuals
+        ]
+        lines.append("")
+    return lines
+
+
+def with_tables(system: SystemSpec) -> SystemSpec | None:
+    """The system with the shipped table measured on its accelerator attached; None if none is."""
+    names = kt.tables_measured_on(system.accelerator.name)
+    if not names or system.accelerator.kernel_tables:
+        return None
+    acc = system.accelerator.model_copy(update={"kernel_tables": names[0]})
+    return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()})
+
+
+def attached_step_errors(cases) -> dict[str, tuple[list[float], list[float]]]:
+    """Per case file, the step-time errors (%) of the cases whose system has a shipped table:
+    (catalog system as shipped, the same system with the table attached)."""
+    from dataclasses import replace
+
+    from paraplan.validate.run import Case, run_case
+
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for case in cases:
+        if not isinstance(case, Case) or "step_time_s" not in case.measured:
+            continue
+        attached = with_tables(case.system)
+        if attached is None:
+            continue
+        before, after = run_case(case), run_case(replace(case, system=attached))
+        if before["status"] != "ok" or after["status"] != "ok":
+            continue
+        errs = out.setdefault(case.file, ([], []))
+        errs[0].append(before["error_pct"]["step_time_s"])
+        errs[1].append(after["error_pct"]["step_time_s"])
+    return out
+
+
+def attached_markdown(cases) -> list[str]:
+    """Why the catalog systems keep the analytical default: step-time MAPE with and without tables."""
+    lines = [
+        "### Step times with the tables attached",
+        "",
+        "The catalog systems keep the analytical forms by default: their in-step constants "
+        "(validate.fitted) were fitted with them, and attaching the measured tables moves these "
+        "cases as below (fp8 cases too fast: `torch._scaled_mm` with tensor-wise scales, as "
+        "measured, leaves out Transformer Engine's casts and scaling). Tables apply to calibrated "
+        "systems and on request (`accelerator.kernel_tables`).",
+        "",
+        "| case file | step-time cases | MAPE % as shipped | MAPE % with table |",
+        "|---|---:|---:|---:|",
+    ]
+    for file, (before, after) in attached_step_errors(cases).items():
+        mape = [sum(abs(e) for e in errs) / len(errs) for errs in (before, after)]
+        lines.append(f"| {file} | {len(before)} | {mape[0]:.2f} | {mape[1]:.2f} |")
+    return lines + [""]
