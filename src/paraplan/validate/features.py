@@ -89,6 +89,7 @@ def model_kind(model: ModelSpec) -> str:
 MEGATRON_FAMILY = (
     "megatron-core",
     "megatron-lm-2021",
+    "nemo-24.09",  # a recipe profile on megatron-core (its ``base``)
 )  # the profiles the fitted constants were calibrated under
 
 
