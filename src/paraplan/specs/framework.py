@@ -48,7 +48,8 @@ class FrameworkSpec(InputModel):
     )
     pipeline_engine: Literal["megatron", "deepspeed", "torch", "none"] = Field(
         "megatron",
-        description="the pipeline runtime (step.engines.ENGINES for the per-stage estimator's plan.engine)",
+        description="the pipeline runtime the stack uses with pp > 1 (stated with its source; a per-stage plan "
+        "names its runtime in plan.engine, step.engines.ENGINES)",
     )
     attention: Literal["flash", "unfused"] = Field(
         "flash", description="plan default: fused or unfused core attention"
