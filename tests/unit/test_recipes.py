@@ -111,3 +111,17 @@ def test_every_recipe_profile_names_a_stack_profile_and_cites_what_it_states():
                 assert field in profile.sources, (name, field)
         if profile.fp8_recipe != "none" or profile.cuda_graph_scope != "none":
             assert {"fp8_recipe", "cuda_graph_scope"} & set(profile.sources), name
+
+
+def test_deepspeed_engine_accumulates_gradients_per_micro_batch():
+    from paraplan.cost.compute import memory_time_s
+    from paraplan.step.engines import ENGINES, grad_accumulation_s
+
+    acc = load_system("aws-g4dn.12xlarge").accelerator
+    params = 12 * 1024**2  # one GPT-2 medium layer
+    assert grad_accumulation_s(ENGINES["megatron"], params, acc) == 0.0  # fused into the wgrad GEMM
+    # fp16 param.grad += fresh gradient: read 2 + 2 B, write 2 B per parameter
+    assert grad_accumulation_s(ENGINES["deepspeed"], params, acc) == pytest.approx(
+        memory_time_s(6.0 * params, acc)
+    )
+    assert 6.0 * params / acc.hbm_bandwidth < grad_accumulation_s(ENGINES["deepspeed"], params, acc)
