@@ -109,10 +109,10 @@ DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
 # are not memory by their own evidence (docs/heterogeneous.md, "Trials that could not run").
 DEEPSPEED_ACTIVATION_MEMORY_FACTOR = 1.5
 
-# HBM bytes per parameter of one in-place gradient accumulation on DeepSpeed's PipelineEngine: fp16 param.grad
-# (AMP's FP16 optimizer: read old and new fp16, write fp16) and bf16 into fp32 (BF16_Optimizer's hp gradients)
+# HBM bytes per parameter of one in-place gradient accumulation on DeepSpeed's PipelineEngine as AMP ran it: fp16
+# param.grad (its FP16 optimizer: read old and new fp16, write fp16); BF16_Optimizer's fp32 accumulation would move
+# 2 + 4 + 4 = 10 B (read bf16, read and write fp32)
 DEEPSPEED_FP16_GRAD_ACCUMULATION_BYTES = 2.0 + 2.0 + 2.0
-DEEPSPEED_BF16_GRAD_ACCUMULATION_BYTES = 2.0 + 4.0 + 4.0
 
 ENGINES = {
     # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
@@ -147,7 +147,7 @@ ENGINES = {
     #   2 B + 2 B, write 2 B per parameter: 6 B); DeepSpeed's PipelineEngine calls backward once per
     #   micro-batch and reduces only after the last (pipe/engine.py _exec_backward_pass, _exec_reduce_grads);
     #   under bf16 its BF16_Optimizer "is hardcoded for fp32 gradient accumulation" (pipe/engine.py,
-    #   microsoft/DeepSpeed 0050fdad: read 2 B bf16 + read and write 4 B fp32: 10 B, DEEPSPEED_BF16_GRAD_ACCUMULATION_BYTES);
+    #   microsoft/DeepSpeed 0050fdad: read 2 B bf16 + read and write 4 B fp32: 10 B);
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
     #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
     "deepspeed": EngineRules(
