@@ -117,13 +117,15 @@ def test_band_from_a_hand_made_residual_table():
 
 
 def test_band_of_a_plan_outside_the_validation_sets_is_marked():
-    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    # A100: no validation case ran TP comm overlap on Ampere (the Hopper ones do since the NeMo Llama 3.1
+    # 70B cases were encoded as their recipe ran them, issue 33)
+    model, system = load_model("llama3-8b"), load_system("dgx-a100-80gb")
     band = error_band(
         model, system, _plan(seq_length=131072, cp=2, gpus=16, tp=8, overlap_tp_comm=True), 10.0
     )
     assert (
-        "hopper tp comm overlap" in band.extrapolated
-        and "hopper seq:>32768 tokens" in band.extrapolated
+        "ampere tp comm overlap" in band.extrapolated
+        and "ampere seq:>32768 tokens" in band.extrapolated
     )
     assert band.low_s <= 10.0 <= band.high_s
 

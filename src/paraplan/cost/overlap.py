@@ -93,3 +93,78 @@ def ulysses_all_to_all_bytes(local_tensor_bytes, cp):
     Forward runs four (Q, K, V before attention, the output after), backward four more; none
     overlaps the attention it feeds."""
     return (cp - 1) / np.maximum(cp, 1) * local_tensor_bytes
+
+
+# ---- TP comm-GEMM overlap: chunks and SM contention, from Transformer Engine's userbuffers configs ----
+# The configurations NeMo runs its performance recipes with (NeMo 24.09 launcher
+# conf/training/tp_overlap/ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml; the same values in NeMo 2.0
+# nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py, userbuffers_{bf16,fp8}_h100_h8192_tp4_mbs1_seqlen8192,
+# which Megatron-Bridge's performance recipes reuse):
+# - all-gathers before the column-parallel GEMMs (qkv_fprop, fc1_fprop) and before the row-parallel dgrad
+#   (proj_dgrad, fc2_dgrad): method ring_exchange, num_sm 1 (point-to-point pushes between GEMM chunks);
+# - reduce-scatters after the row-parallel GEMMs: bf16, method pipeline, num_splits 4, set_sm_margin
+#   (the GEMM is launched on sm_count − num_sm SMs), proj_fprop num_sm 24, fc2_fprop num_sm 16; fp8,
+#   method ring_exchange, num_sm 1, set_sm_margin;
+# - backward bulk overlaps beside the column-parallel dgrad (qkv_dgrad num_sm 4, fc1_dgrad 2: the input
+#   all-gather for wgrad) and wgrad (qkv_wgrad 24, fc1_wgrad 4: the dgrad reduce-scatter), no margin
+#   (the communication kernel's CTAs share the SMs with the GEMM while it runs).
+# PyTorch AsyncTP (Async Tensor Parallelism in PyTorch, dev-discuss.pytorch.org, 2024) moves the same
+# chunks with copy engines over symmetric memory, which takes no SMs: its contention is at most the
+# ring-exchange case's.
+UB_SPLITS = 4.0  # num_splits of the pipelined reduce-scatters
+UB_RING_EXCHANGE_SMS = 1.0
+# forward SMs of the reduce-scatter after each row-parallel GEMM, by datatype (bf16: pipeline, fp8: ring exchange)
+UB_ROW_FORWARD_SMS = {
+    "attention_projection": {"bf16": 24.0, "fp8": 1.0},
+    "cross_attention_projection": {"bf16": 24.0, "fp8": 1.0},
+    "mlp_out_projection": {"bf16": 16.0, "fp8": 1.0},
+}
+# backward SMs of the bulk overlaps beside each column-parallel GEMM's (dgrad, wgrad)
+UB_COLUMN_BACKWARD_SMS = {
+    "qkv_projection": (4.0, 24.0),
+    "cross_q_projection": (4.0, 24.0),
+    "cross_kv_projection": (4.0, 24.0),
+    "mlp_in_projection": (2.0, 4.0),
+}
+
+
+def sm_margin_slowdown(comm_sms, sm_count):
+    """Extra time of a GEMM launched with an SM margin of k SMs left to a communication kernel
+    (userbuffers set_sm_margin): compute-bound work on S − k of S SMs takes S/(S − k) as long, so the
+    extra share of its alone-time is k/(S − k)."""
+    return comm_sms / (sm_count - comm_sms)
+
+
+def shared_sm_slowdown(comm_sms, sm_count):
+    """Extra time of a GEMM whose SMs a communication kernel of k CTAs shares while both run
+    (no margin): the GEMM loses k of S SMs for at most its whole duration, k/S of its alone-time."""
+    return comm_sms / sm_count
+
+
+def userbuffers_contention_s(
+    name: str, forward_s: float, backward_s: float, sm_count: int, dtype: str
+) -> tuple[float, float]:
+    """(forward, backward) seconds one GEMM op loses to the SMs of the userbuffers kernels hidden
+    beside it when TP comm-GEMM overlap is on (configurations above; no step time enters). Backward
+    time is dgrad + wgrad in equal halves (Narayanan et al. 2021 §5.1).
+    - column-parallel GEMMs (UB_COLUMN_BACKWARD_SMS): forward beside a ring-exchange all-gather,
+      f·k_ring/S; backward ½b·k_dgrad/S + ½b·k_wgrad/S (bulk overlaps);
+    - row-parallel GEMMs (UB_ROW_FORWARD_SMS): forward on S − k SMs, f·k/(S − k), k by datatype
+      (the bf16 value for 16-bit types, the fp8 value for fp8 and fp4); backward, the dgrad beside a
+      ring-exchange all-gather, ½b·k_ring/S;
+    - other ops (core attention, the LM head, expert GEMMs): 0.
+    HBM: the NVLink traffic of the hidden collective (≤ 450 GB/s per direction on H100, ≤ 900 GB/s on
+    B200) is under a seventh of HBM bandwidth and the GEMMs are compute-bound; it is not charged."""
+    if name in UB_COLUMN_BACKWARD_SMS:
+        k_dgrad, k_wgrad = UB_COLUMN_BACKWARD_SMS[name]
+        return (
+            forward_s * shared_sm_slowdown(UB_RING_EXCHANGE_SMS, sm_count),
+            0.5 * backward_s * shared_sm_slowdown(k_dgrad + k_wgrad, sm_count),
+        )
+    if name in UB_ROW_FORWARD_SMS:
+        k = UB_ROW_FORWARD_SMS[name]["fp8" if dtype in ("fp8", "fp4") else "bf16"]
+        return (
+            forward_s * sm_margin_slowdown(k, sm_count),
+            0.5 * backward_s * shared_sm_slowdown(UB_RING_EXCHANGE_SMS, sm_count),
+        )
+    return 0.0, 0.0

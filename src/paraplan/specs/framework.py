@@ -25,6 +25,32 @@ class FrameworkSpec(InputModel):
     name: str
     source: str = ""
     description: str = ""
+    version: str = Field(
+        "", description="the stack and release the profile states (container, tag or version range)"
+    )
+    base: str | None = Field(
+        None,
+        description="the profile of the stack this recipe profile refines (a recipe states where it departs "
+        "from its stack's defaults); None for a stack profile",
+    )
+    fp8_recipe: Literal["none", "delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+        "none",
+        description="fp8 scaling recipe an fp8 run uses (stated with its source; the GEMM caps are fitted "
+        "per GPU, not per recipe)",
+    )
+    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
+        "none", description="what the recipe captures in CUDA graphs (stated with its source)"
+    )
+    overlap_p2p_comm: bool = Field(
+        False,
+        description="pipeline send/recv overlapped with compute (stated with its source; "
+        "the interleaved schedule's exchanges are priced as in step.p2p either way)",
+    )
+    pipeline_engine: Literal["megatron", "deepspeed", "torch", "none"] = Field(
+        "megatron",
+        description="the pipeline runtime the stack uses with pp > 1 (stated with its source; a per-stage plan "
+        "names its runtime in plan.engine, step.engines.ENGINES)",
+    )
     attention: Literal["flash", "unfused"] = Field(
         "flash", description="plan default: fused or unfused core attention"
     )

@@ -209,6 +209,16 @@ def dualpipe_rule(pp: int, microbatches: int) -> str | None:
     return None
 
 
+def engine_zero_rule(engine: str, zero: int, pp: int) -> str | None:
+    """DeepSpeed's PipelineEngine refuses ZeRO stages that shard gradients: its constructor asserts
+    zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible with
+    pipeline parallelism" (microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__,
+    from v0.3 to 0050fdad): with pp > 1 the deepspeed engine takes zero 0 or 1 only."""
+    if engine == "deepspeed" and pp > 1 and zero >= 2:
+        return f"engine=deepspeed with pp={pp} refuses zero={zero}; allowed: 0 or 1"
+    return None
+
+
 def vpp_rule(pp: int, vpp: int) -> str | None:
     """Virtual pipeline stages (vpp > 1) interleave chunks of a pipeline: they need pp > 1."""
     return "needs pp > 1" if vpp > 1 and pp == 1 else None

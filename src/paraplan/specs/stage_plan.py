@@ -36,6 +36,7 @@ from paraplan.specs.errors import InputError, Violation, input_error_from_pydant
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.rules import (
+    engine_zero_rule,
     batch_rule,
     interleave_batch_rule,
     interleave_model_rule,
@@ -157,6 +158,8 @@ class StagePlanSpec(InputModel):
             )
         if self.vpp > 1 and self.engine != "megatron":
             raise ValueError(f"engine={self.engine} has no interleaved schedule; vpp must be 1")
+        if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
+            raise ValueError(rule)
         kinds = {s.layers is None for s in self.stages}
         if len(kinds) > 1:
             raise ValueError("every stage gives layers, or every stage gives blocks; not a mix")

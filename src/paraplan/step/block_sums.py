@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
+from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op
@@ -28,12 +29,17 @@ class BlockCompute(NamedTuple):
     attention_backward: float
     gemm_forward: float
     gemm_backward: float
+    # seconds the GEMMs lose to TP comm-GEMM overlap's kernels if it is on (cost.overlap.userbuffers_contention_s)
+    ub_forward: float = 0.0
+    ub_backward: float = 0.0
 
 
 @lru_cache(maxsize=16384)
 def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
     forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
+    ub_forward = ub_backward = 0.0
+    sms = system.accelerator.sm_count
     times = _op_times(system, dtype)
     if len(times) > 262144:  # a bound, as an lru cache's
         times.clear()
@@ -50,8 +56,18 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
         if op.kind in ("gemm", "grouped_gemm"):
             gemm_forward += f
             gemm_backward += b
+            uf, ub = userbuffers_contention_s(op.name, f, b, sms, dtype)
+            ub_forward += uf
+            ub_backward += ub
     return BlockCompute(
-        forward, backward, attention_forward, attention_backward, gemm_forward, gemm_backward
+        forward,
+        backward,
+        attention_forward,
+        attention_backward,
+        gemm_forward,
+        gemm_backward,
+        ub_forward,
+        ub_backward,
     )
 
 

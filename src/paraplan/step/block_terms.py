@@ -12,14 +12,18 @@ from typing import Any
 
 from paraplan.cost.comm import priced_exposure_s
 from paraplan.cost.elementwise import maximum, where
-from paraplan.cost.overlap import chunked_overlap_exposed_s, ring_attention_exposed_s
+from paraplan.cost.overlap import (
+    UB_SPLITS,
+    chunked_overlap_exposed_s,
+    ring_attention_exposed_s,
+)
 
 Num = Any  # float or numpy array, broadcastable
 
 # TP comm-GEMM overlap pipelines each GEMM and its collective in this many chunks: the
 # num_splits = 4 of the pipelined reduce-scatter overlaps in NeMo's Transformer Engine userbuffers
-# configurations (ring-exchange all-gather overlap splits in tp = 4-8 chunks).
-TP_OVERLAP_CHUNKS = 4.0
+# configurations (ring-exchange all-gather overlap splits in tp = 4-8 chunks; cost.overlap.UB_SPLITS).
+TP_OVERLAP_CHUNKS = UB_SPLITS
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,9 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     is one of the two (equal FLOPs, Narayanan et al. 2021 §5.1). With ``overlap_tp_comm``
     (Transformer Engine's comm-GEMM overlap; the caller allows it only inside one NVLink domain)
     forward and backward TP collectives are pipelined with their GEMMs in TP_OVERLAP_CHUNKS pieces:
-    one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s).
+    one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s),
+    and the GEMMs pay the SM contention of the userbuffers kernels (``ub_forward`` / ``ub_backward`` of
+    the block's compute: cost.overlap.userbuffers_contention_s).
     The CP ring exposes, per step, what its transfer outlasts of one step's attention, plus a
     synchronisation per step (cost.overlap.ring_attention_exposed_s, cost.comm.ring_step_sync_s).
     Hidden communication still costs its price (cost.comm.priced_exposure_s): the SMs and HBM the
@@ -92,23 +98,19 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
         + maximum(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
         + maximum(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
     )
+    # comm-GEMM overlap: SM contention from the userbuffers configurations (cost.overlap), where there is TP
+    # traffic to hide, in place of the generic price of hidden NVLink time, which stays on the async path
     tp_f = where(
         overlap_tp_comm,
-        priced_exposure_s(
-            comm.tp_forward,
-            chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0),
-            comm.tp_forward_price,
-        ),
+        chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
+        + where(comm.tp_forward > 0, c.ub_forward, 0.0),
         comm.tp_forward,
     )
-    tp_b = priced_exposure_s(
-        backward_comm,
-        where(
-            overlap_tp_comm,
-            chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0),
-            tp_b_async,
-        ),
-        comm.tp_backward_price,
+    tp_b = where(
+        overlap_tp_comm,
+        chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0)
+        + where(backward_comm > 0, c.ub_backward, 0.0),
+        priced_exposure_s(backward_comm, tp_b_async, comm.tp_backward_price),
     )
     tp_rc = where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
     cp_rc = where(recompute_code > 0, cp_f, 0.0)  # both recompute modes re-run the core attention

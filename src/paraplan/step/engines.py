@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paraplan.cost.compute import memory_time_s
+from paraplan.specs.system import AcceleratorSpec
 from paraplan.step.compose import GRAD_REDUCE_BYTES
 
 
@@ -45,6 +47,7 @@ class EngineRules:
     activation_memory_factor: float = (
         1.0  # memory the allocator holds per byte of stored activations
     )
+    grad_accumulation_bytes: float = 0.0  # HBM bytes per parameter moved to add one micro-batch's gradient into the held one (0: fused)
 
 
 def forward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int, seq_length: int):
@@ -67,6 +70,16 @@ def attention_mask_bytes(seq_length: int) -> float:
     the mask of shape [1, 1, s, s], and DeepSpeed casts it to half before each send
     (deepspeed/runtime/pipe/engine.py, _exec_send_activations: outputs[-1].half())."""
     return 2.0 * seq_length * seq_length
+
+
+def grad_accumulation_s(rules: EngineRules, params, acc: AcceleratorSpec) -> float:
+    """Seconds one micro-batch's backward spends adding a block's fresh gradients into the gradients held
+    across micro-batches, as an element-wise kernel: memory_time_s(P·g) with g = grad_accumulation_bytes
+    (cost.compute.memory_time_s, HBM roofline). 0 where the engine fuses the addition into the weight-gradient
+    GEMM (Megatron-LM gradient_accumulation_fusion: the wgrad GEMM accumulates into main_grad, beta = 1)."""
+    if not rules.grad_accumulation_bytes:
+        return 0.0
+    return memory_time_s(float(params) * rules.grad_accumulation_bytes, acc)
 
 
 def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
@@ -96,6 +109,11 @@ DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
 # are not memory by their own evidence (docs/heterogeneous.md, "Trials that could not run").
 DEEPSPEED_ACTIVATION_MEMORY_FACTOR = 1.5
 
+# HBM bytes per parameter of one in-place gradient accumulation on DeepSpeed's PipelineEngine as AMP ran it: fp16
+# param.grad (its FP16 optimizer: read old and new fp16, write fp16); BF16_Optimizer's fp32 accumulation would move
+# 2 + 4 + 4 = 10 B (read bf16, read and write fp32)
+DEEPSPEED_FP16_GRAD_ACCUMULATION_BYTES = 2.0 + 2.0 + 2.0
+
 ENGINES = {
     # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
     # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
@@ -124,6 +142,12 @@ ENGINES = {
     #   synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward), inside a timer
     #   whose start and stop call torch.cuda.synchronize() (megatron/global_vars.py _Timer): nothing hides
     #   the backward TP collectives;
+    # - gradients accumulate across micro-batches in the engine, not in the GEMM: the FP16 optimizer keeps
+    #   fp16 param.grad, into which autograd's AccumulateGrad adds each micro-batch's fresh gradient (read
+    #   2 B + 2 B, write 2 B per parameter: 6 B); DeepSpeed's PipelineEngine calls backward once per
+    #   micro-batch and reduces only after the last (pipe/engine.py _exec_backward_pass, _exec_reduce_grads);
+    #   under bf16 its BF16_Optimizer "is hardcoded for fp32 gradient accumulation" (pipe/engine.py,
+    #   microsoft/DeepSpeed 0050fdad: read 2 B bf16 + read and write 4 B fp32: 10 B);
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
     #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
     "deepspeed": EngineRules(
@@ -138,5 +162,6 @@ ENGINES = {
         sends_attention_mask=True,
         host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
         activation_memory_factor=DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
+        grad_accumulation_bytes=DEEPSPEED_FP16_GRAD_ACCUMULATION_BYTES,
     ),
 }

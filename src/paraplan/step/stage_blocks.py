@@ -27,7 +27,7 @@ from paraplan.step.blocks import (
 )
 from paraplan.step.build import BlockFacts, block_cost
 from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, BlockCost
-from paraplan.step.engines import EngineRules, host_layer_times_s
+from paraplan.step.engines import EngineRules, grad_accumulation_s, host_layer_times_s
 from paraplan.step.stage_links import tp_span
 
 NO_SPAN = GroupSpan(1, 1, 1)
@@ -71,19 +71,22 @@ def _block_facts(
     )
 
 
-def _with_engine(cost: BlockCost, rules: EngineRules, layer: bool, recompute: str) -> BlockCost:
+def _with_engine(
+    cost: BlockCost, rules: EngineRules, layer: bool, recompute: str, accumulate_s: float
+) -> BlockCost:
     """The engine's rules on one block's terms: without ``async_tp_backward`` nothing hides the backward TP
     collectives (step.compose.block_terms prices them all exposed); on a transformer layer the host seconds
     per layer (step.engines.host_layer_times_s) are added to forward and backward, and to the recompute
-    under full recomputation, which re-runs the forward."""
-    host_f, host_b = host_layer_times_s(rules)
-    if not layer or not (host_f or host_b):
+    under full recomputation, which re-runs the forward; every block's backward adds the engine's gradient
+    accumulation (``accumulate_s``: step.engines.grad_accumulation_s)."""
+    host_f, host_b = host_layer_times_s(rules) if layer else (0.0, 0.0)
+    if not (host_f or host_b or accumulate_s):
         return cost
     t = cost.terms
     terms = replace(
         t,
         forward=t.forward + host_f,
-        backward=t.backward + host_b,
+        backward=t.backward + host_b + accumulate_s,
         recompute=t.recompute + (host_f if recompute == "full" else 0.0),
     )
     return replace(cost, terms=terms)
@@ -122,7 +125,8 @@ def pool_units(
             model, system, ref, shape, recompute, rules.activation_memory_factor, params
         )
         cost = block_cost(ref.kind, _engine_comm(facts, rules), RECOMPUTE_CODES[recompute], False)
-        out.append(_with_engine(cost, rules, ref.is_layer, recompute))
+        accumulate = grad_accumulation_s(rules, facts.params, system.accelerator)
+        out.append(_with_engine(cost, rules, ref.is_layer, recompute, accumulate))
     return tuple(out)
 
 

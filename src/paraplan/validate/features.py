@@ -89,6 +89,8 @@ def model_kind(model: ModelSpec) -> str:
 MEGATRON_FAMILY = (
     "megatron-core",
     "megatron-lm-2021",
+    "nemo-24.09",  # recipe profiles on megatron-core (their ``base``)
+    "megatron-bridge-25.11",
 )  # the profiles the fitted constants were calibrated under
 
 

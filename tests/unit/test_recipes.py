@@ -1,0 +1,127 @@
+"""Recipes as inputs (issue 33): recipe profiles, TP comm-GEMM overlap's SM contention from Transformer Engine's
+userbuffers configurations, and the DeepSpeed pipeline engine's ZeRO refusal."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import apply_framework
+from paraplan.cost.overlap import (
+    shared_sm_slowdown,
+    sm_margin_slowdown,
+    userbuffers_contention_s,
+)
+from paraplan.specs.errors import InputError
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import engine_zero_rule
+from paraplan.specs.stage_plan import stage_plan_from_dict
+from paraplan.step.estimate import estimate
+
+
+def test_sm_contention_by_hand():
+    # a GEMM on 132 - 24 SMs takes 132/108 as long; a kernel sharing 4 of 132 SMs takes 4/132 of it
+    assert sm_margin_slowdown(24.0, 132) == pytest.approx(24 / 108)
+    assert shared_sm_slowdown(4.0, 132) == pytest.approx(4 / 132)
+
+
+def test_userbuffers_contention_per_gemm():
+    """NeMo's H100 70B userbuffers configuration, GEMM by GEMM (cost.overlap: UB_* constants)."""
+    f, b = 1.0, 2.0
+    # column-parallel: forward beside a 1-SM ring exchange; backward beside qkv_dgrad (4) and qkv_wgrad (24)
+    assert userbuffers_contention_s("qkv_projection", f, b, 132, "bf16") == pytest.approx(
+        (1 / 132, 0.5 * 2.0 * 28 / 132)
+    )
+    # row-parallel, bf16: the pipelined reduce-scatter keeps 24 SMs for itself (set_sm_margin)
+    assert userbuffers_contention_s("attention_projection", f, b, 132, "bf16") == pytest.approx(
+        (24 / 108, 0.5 * 2.0 / 132)
+    )
+    # fp8 configurations run that reduce-scatter as a 1-SM ring exchange: far less contention
+    fp8 = userbuffers_contention_s("mlp_out_projection", f, b, 132, "fp8")[0]
+    bf16 = userbuffers_contention_s("mlp_out_projection", f, b, 132, "bf16")[0]
+    assert fp8 == pytest.approx(1 / 131) and bf16 == pytest.approx(16 / 116)
+    # more SMs, less contention (B200: 148)
+    assert userbuffers_contention_s("mlp_out_projection", f, b, 148, "bf16")[0] < bf16
+    # the core attention, the LM head and expert GEMMs are not overlapped with TP traffic
+    for name in ("attention_scores", "lm_head", "expert_fc1"):
+        assert userbuffers_contention_s(name, f, b, 132, "bf16") == (0.0, 0.0)
+
+
+def test_tp_overlap_costs_nothing_without_tp_traffic():
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    base = dict(gpus=8, tp=1, global_batch=64, seq_length=8192, zero=1)
+    on = estimate(model, system, PlanSpec(**base, overlap_tp_comm=True)).step_time_s
+    off = estimate(model, system, PlanSpec(**base, overlap_tp_comm=False)).step_time_s
+    assert on == pytest.approx(off, rel=1e-12)
+
+
+def test_tp_overlap_is_cheaper_than_exposed_tp():
+    model, system = load_model("llama3-70b"), load_system("dgx-h100-80gb")
+    base = dict(gpus=64, tp=8, pp=4, global_batch=64, seq_length=8192, zero=1)
+    base |= dict(sequence_parallel=True)
+    on = estimate(model, system, PlanSpec(**base, overlap_tp_comm=True)).step_time_s
+    off = estimate(model, system, PlanSpec(**base, overlap_tp_comm=False)).step_time_s
+    assert on < off
+    # the fp8 configurations keep fewer SMs from the GEMMs than the bf16 ones: a smaller share of the step
+    fp8_on = estimate(model, system, PlanSpec(**base, dtype="fp8", overlap_tp_comm=True))
+    fp8_off = estimate(model, system, PlanSpec(**base, dtype="fp8", overlap_tp_comm=False))
+    assert fp8_on.step_time_s < fp8_off.step_time_s
+
+
+def test_recipe_profile_refines_its_stack_and_turns_on_what_the_recipe_ran():
+    nemo = load_framework("nemo-24.09")
+    assert nemo.base == "megatron-core" and nemo.version
+    assert load_framework(nemo.base).base is None
+    _, plan = apply_framework(nemo, load_system("dgx-h100-80gb"), {})
+    assert plan["overlap_tp_comm"] is True and plan["grad_dtype"] == "fp32"
+    for field in ("overlap_tp_comm", "overlap_p2p_comm", "grad_dtype", "fp8_recipe"):
+        assert field in nemo.sources
+
+
+def test_deepspeed_pipeline_engine_refuses_zero2_and_zero3():
+    assert engine_zero_rule("deepspeed", 2, 2) and engine_zero_rule("deepspeed", 3, 4)
+    assert engine_zero_rule("deepspeed", 1, 4) is None
+    assert engine_zero_rule("deepspeed", 3, 1) is None  # no pipeline, no PipelineEngine
+    assert engine_zero_rule("megatron", 2, 4) is None
+    plan = {
+        "global_batch": 8,
+        "seq_length": 1024,
+        "microbatches": 4,
+        "dtype": "fp16",
+        "engine": "deepspeed",
+        "zero": 2,
+        "stages": [{"pool": "a", "gpus": 2, "layers": 4}, {"pool": "a", "gpus": 2, "layers": 4}],
+    }
+    with pytest.raises(InputError, match="zero"):
+        stage_plan_from_dict(plan)
+    stage_plan_from_dict(plan | {"zero": 1})
+
+
+def test_every_recipe_profile_names_a_stack_profile_and_cites_what_it_states():
+    from paraplan.catalog import framework_names
+
+    names = set(framework_names())
+    assert {"nemo-24.09", "megatron-bridge-25.11", "megatron-deepspeed", "llm-foundry"} <= names
+    for name in names:
+        profile = load_framework(name)
+        assert profile.version, name
+        if profile.base is not None:
+            assert profile.base in names and load_framework(profile.base).base is None, name
+            for field in ("overlap_tp_comm", "grad_dtype", "pipeline_engine"):
+                assert field in profile.sources, (name, field)
+        if profile.fp8_recipe != "none" or profile.cuda_graph_scope != "none":
+            assert {"fp8_recipe", "cuda_graph_scope"} & set(profile.sources), name
+
+
+def test_deepspeed_engine_accumulates_gradients_per_micro_batch():
+    from paraplan.cost.compute import memory_time_s
+    from paraplan.step.engines import ENGINES, grad_accumulation_s
+
+    acc = load_system("aws-g4dn.12xlarge").accelerator
+    params = 12 * 1024**2  # one GPT-2 medium layer
+    assert grad_accumulation_s(ENGINES["megatron"], params, acc) == 0.0  # fused into the wgrad GEMM
+    # fp16 param.grad += fresh gradient: read 2 + 2 B, write 2 B per parameter
+    assert grad_accumulation_s(ENGINES["deepspeed"], params, acc) == pytest.approx(
+        memory_time_s(6.0 * params, acc)
+    )
+    assert 6.0 * params / acc.hbm_bandwidth < grad_accumulation_s(ENGINES["deepspeed"], params, acc)
