@@ -240,6 +240,10 @@ def validate(
             report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(
                 loaded, progress=advance
             )
+    if not hetero:
+        from paraplan.validate.coverage import with_bands
+
+        with_bands(report, loaded)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
