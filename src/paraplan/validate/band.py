@@ -6,22 +6,31 @@ errors of the bundled cases (validate.residuals: each case predicted with the fi
 without its group), never the in-sample ones: an estimate of a new plan is a prediction the constants
 were not fitted to.
 
-Conditioning. A band is built from the residuals of the cases that share the plan's software stack and
-hardware generation (``features.band_keys``; the Megatron-LM family profiles and no profile are one
-stack) and, as far as enough such cases exist, its traits (mixture-of-experts, fp8, pipeline, small
-model, single GPU): the traits are dropped one at a time in ``TRAITS`` order (least telling first)
-until the pool holds at least ``min_cases`` cases from at least ``MIN_GROUPS`` groups.
+Groups, not cases, are the units. The cases of one group (one source's runs of one model, say) share
+most of their error, so a new run behaves like a new *group*: the band treats the G groups of a pool
+as the exchangeable units and each case as 1/m of its group of m cases (the pooled-CDF construction
+for two-layer data, Dunn, Wasserman & Ramdas 2023, "Distribution-free prediction sets for two-layer
+hierarchical models", JASA 118:2491).
 
-Quantiles. The band claims ``CLAIMED_COVERAGE_PCT`` coverage: for a pool of n residuals sorted
-e₍₁₎ ≤ … ≤ e₍ₙ₎ it is [e₍ₖ₎, e₍ₙ₊₁₋ₖ₎] with k = ⌊(n+1)·(1 − c)/2⌋. The rank of a new residual exchangeable
-with the pool is uniform on 1..n+1 (the argument of split conformal prediction: Lei et al. 2018,
-"Distribution-free predictive inference for regression", JASA 113:1094), so it falls below e₍ₖ₎ or
-above e₍ₙ₊₁₋ₖ₎ with probability k/(n+1) each, and inside with probability 1 − 2k/(n+1) ≥ c. Each tail is cut on its own, so the band is asymmetric where
-the residuals are; it is widened to at least ±``RUN_TO_RUN_PCT`` (the run-to-run spread of measured
-step times). A pool too small for k ≥ 1 (n < 9 at 80 %) says nothing at that coverage.
+Quantiles. The band claims ``CLAIMED_COVERAGE_PCT`` = c, each tail cut at (1 − c)/2 on its own, so
+it is asymmetric where the residuals are. Its upper error end is the smallest residual whose
+cumulative group weight reaches (1 + c)/2 · (G + 1), its lower end the same from the top
+(``conformal_range``). With one case per group this is [e₍ₖ₎, e₍ₙ₊₁₋ₖ₎], k = ⌊(n+1)(1 − c)/2⌋, the
+split-conformal interval: the rank of a new exchangeable residual is uniform on 1..n+1, so it falls
+inside with probability at least 1 − 2k/(n+1) ≥ c (Lei et al. 2018, "Distribution-free predictive
+inference for regression", JASA 113:1094). A pool of fewer than ``min_groups()`` groups (9 at 80 %)
+has no such end. The band is widened to at least ±``RUN_TO_RUN_PCT`` (the run-to-run spread of
+measured step times). ``paraplan validate`` reports the coverage this reaches on held-out groups
+(validate.coverage).
+
+Conditioning. A band is built from the residuals of the cases of the plan's software stack
+(``features.band_keys``; the Megatron-LM family profiles and no profile are one stack) and, where
+that stack has enough groups there, its hardware generation and traits (mixture-of-experts, fp8,
+pipeline, small model, single GPU): the traits are dropped one at a time in ``TRAITS`` order (least
+telling first), then the generation, until the pool holds at least ``min_groups()`` groups.
 
 Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, or a
-pool too small even without traits, gets ``PRIOR_ERROR_PCT`` (hulled with whatever residuals the
+stack with too few groups, gets ``PRIOR_ERROR_PCT`` (hulled with whatever residuals the
 pool has), not the Megatron envelope. Its rationale: the errors issue 33 measured on published runs of
 stacks the cases did not cover — FSDP stacks (torchtitan, llm-foundry, MaxText, metaseq) about 18 %
 too fast, DeepSpeed's pipeline engine about 25 % too fast, Megatron-Bridge mixture-of-experts runs on
@@ -39,8 +48,10 @@ the Python API and the held-out coverage of ``paraplan validate`` (validate.cove
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -50,13 +61,8 @@ from paraplan.validate.residuals import Residual, validation_residuals
 
 RUN_TO_RUN_PCT = 3.0  # reference/README.md: measured runs vary by a few percent; below ~3 % is the level of the data
 CLAIMED_COVERAGE_PCT = 80  # the share of true step times the band claims to hold (integer percent)
-MIN_GROUPS = (
-    3  # a pool speaks for new runs only when its cases come from this many groups (sources)
-)
-PRIOR_ERROR_PCT = (
-    -30.0,
-    55.0,
-)  # wide prior (module docstring: issue 33's errors on uncovered stacks)
+# wide prior (module docstring: the errors issue 33 measured on stacks the cases do not cover)
+PRIOR_ERROR_PCT = (-30.0, 55.0)
 
 
 @dataclass(frozen=True)
@@ -99,45 +105,61 @@ class ErrorBand:
 
 
 def conformal_range(
-    errors: Sequence[float], coverage_pct: int = CLAIMED_COVERAGE_PCT
+    residuals: Sequence[tuple[str, float]], coverage_pct: int = CLAIMED_COVERAGE_PCT
 ) -> tuple[float, float] | None:
-    """[e₍ₖ₎, e₍ₙ₊₁₋ₖ₎] with k = ⌊(n+1)(100 − coverage)/200⌋ (module docstring), None when k < 1."""
-    n = len(errors)
-    k = (n + 1) * (100 - coverage_pct) // 200  # integer arithmetic: no rounding at the edges
-    if k < 1:
+    """(lower, upper) error end of (group, error) residuals (module docstring), None under ``min_groups``."""
+    sizes = Counter(group for group, _ in residuals)
+    # (1 + c)/2 · (G + 1) in exact arithmetic: no rounding at the edges
+    need = Fraction((100 + coverage_pct) * (len(sizes) + 1), 200)
+    if not sizes or need > len(sizes):
         return None
-    ordered = sorted(errors)
-    return ordered[k - 1], ordered[n - k]
+
+    def end(ordered: Iterable[tuple[str, float]]) -> float:
+        mass = Fraction(0)
+        for group, error in ordered:
+            mass += Fraction(1, sizes[group])
+            if mass >= need:
+                return error
+        raise AssertionError("the group weights sum to G ≥ need")
+
+    ascending = sorted(residuals, key=lambda r: r[1])
+    return end(reversed(ascending)), end(ascending)
 
 
-def min_cases(coverage_pct: int = CLAIMED_COVERAGE_PCT) -> int:
-    """The smallest pool with a finite conformal range: (n+1)(100 − c) ≥ 200."""
-    return -(-200 // (100 - coverage_pct)) - 1
+def min_groups(coverage_pct: int = CLAIMED_COVERAGE_PCT) -> int:
+    """The fewest groups with a finite band: (1 + c)/2 · (G + 1) ≤ G."""
+    return -(-(100 + coverage_pct) // (100 - coverage_pct))
+
+
+def _pairs(pool: Sequence[Residual]) -> list[tuple[str, float]]:
+    return [(r.group, r.error_pct) for r in pool]
 
 
 def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residual], str, bool]:
     """(pool, basis, prior): the residuals a band of ``keys`` is built from (module docstring)."""
-    if not any(r.keys.stack == keys.stack for r in records):
+    stack = [r for r in records if r.keys.stack == keys.stack]
+    if not stack:
         return [], f"wide prior: no validation case ran the {keys.stack} stack", True
     if not any(r.keys.generation == keys.generation for r in records):
         return [], f"wide prior: no validation case ran on {keys.generation}", True
-    home = [
-        r for r in records if (r.keys.stack, r.keys.generation) == (keys.stack, keys.generation)
-    ]
+    home = [r for r in stack if r.keys.generation == keys.generation]
     if not home:
         return [], f"wide prior: no validation case ran {keys.stack} on {keys.generation}", True
-    for start in range(len(TRAITS) + 1):
-        held = TRAITS[start:]  # traits still matched
-        pool = [r for r in home if all((t in r.keys.traits) == (t in keys.traits) for t in held)]
-        if len(pool) >= min_cases() and len({r.group for r in pool}) >= MIN_GROUPS:
-            matched = BandKeys(keys.stack, keys.generation, keys.traits & frozenset(held))
+    for where, generation in ((home, keys.generation), (stack, "any generation")):
+        for start in range(len(TRAITS) + 1):
+            held = TRAITS[start:]  # traits still matched
+            pool = [
+                r for r in where if all((t in r.keys.traits) == (t in keys.traits) for t in held)
+            ]
             groups = len({r.group for r in pool})
-            return pool, f"{len(pool)} cases of {groups} groups: {matched.label()}", False
-    groups = len({r.group for r in home})
+            if groups >= min_groups():
+                traits = [t if t in keys.traits else f"no {t}" for t in reversed(held)]
+                where_text = f"{keys.stack} on {generation}" + "".join(f", {t}" for t in traits)
+                return pool, f"{len(pool)} cases of {groups} groups: {where_text}", False
+    groups = len({r.group for r in stack})
     return (
-        home,
-        f"wide prior: {len(home)} cases of {groups} groups ran {keys.stack} on {keys.generation}, "
-        f"fewer than {min_cases()} of {MIN_GROUPS} groups",
+        stack,
+        f"wide prior: {groups} groups ran the {keys.stack} stack, fewer than {min_groups()}",
         True,
     )
 
@@ -159,8 +181,8 @@ def error_band(
     pool, basis, prior = band_pool(keys, records)
     if prior:
         lo_err, hi_err = PRIOR_ERROR_PCT
-    else:  # band_pool returns a pool of at least min_cases()
-        lo_err, hi_err = conformal_range([r.error_pct for r in pool])
+    else:  # band_pool returns a pool of at least min_groups() groups
+        lo_err, hi_err = conformal_range(_pairs(pool))
     if prior or extrapolated:  # as far off as any case of the stack on this generation
         home = (keys.stack, keys.generation)
         seen = [r.error_pct for r in records if (r.keys.stack, r.keys.generation) == home]

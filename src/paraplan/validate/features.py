@@ -129,11 +129,6 @@ class BandKeys:
     generation: str
     traits: frozenset[str]
 
-    def label(self) -> str:
-        """'megatron on hopper, fp8 moe' (traits in TRAITS order)."""
-        traits = [t for t in TRAITS if t in self.traits]
-        return f"{self.stack} on {self.generation}" + (f", {' '.join(traits)}" if traits else "")
-
 
 @lru_cache(maxsize=64)
 def stack_of(framework: str | None) -> str:
