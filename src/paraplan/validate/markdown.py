@@ -108,6 +108,61 @@ def _cv_lines(cv: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def band_coverage_lines(report: dict[str, Any]) -> list[str]:
+    """The section on the error bands: the claimed coverage, the coverage reached on held-out groups
+    (per stack, per group) and the cases outside their band (validate.coverage)."""
+    cov = report["summary"].get("band_coverage")
+    if not cov:
+        return []
+    basis = (
+        "this run's leave-one-group-out cross-validation"
+        if "cross_validation" in report
+        else "the package's cross-validated residuals (validate.residuals)"
+    )
+    lines = [
+        "## Error bands on held-out groups",
+        "",
+        f"Each case's error band (`error_band` in `paraplan validate --json`, as `estimate --json` gives it) "
+        f"is built by validate.band with the case's own group left out, from the cross-validated residuals "
+        f"of {basis}; the case is covered when its cross-validated error lies inside. The band claims "
+        f"{cov['claimed_pct']} % coverage: {cov['covered']} of {cov['cases']} cases are covered "
+        f"({_pct(cov['coverage_pct'])} %; mean over groups {_pct(cov['mean_over_groups_pct'])} %). "
+        "How the band is built, and its wide prior: docs/validation.md § How the error bands are built.",
+        "",
+        "| stack | cases | covered | coverage % |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {r['cases']} | {r['covered']} | {_pct(r['coverage_pct'])} |"
+        for name, r in cov["by_stack"].items()
+    ]
+    lines += ["", "| held-out group | cases | covered | coverage % |", "|---|---:|---:|---:|"]
+    lines += [
+        f"| {name} | {r['cases']} | {r['covered']} | {_pct(r['coverage_pct'])} |"
+        for name, r in cov["by_group"].items()
+    ]
+    misses = [e for e in report["cases"] if e.get("band_check", {}).get("in_band") is False]
+    if misses:
+        lines += [
+            "",
+            "Cases outside their held-out band:",
+            "",
+            "| case | held-out error % | band % | band built from |",
+            "|---|---:|---|---|",
+        ]
+        for e in misses:
+            band, check = e["error_band"], e["band_check"]
+            lines.append(
+                f"| {e['name']} | {check['held_out_error_pct']:+.2f} | "
+                f"{band['low_pct']:+.1f} / {band['high_pct']:+.1f} | {band['basis']} |"
+            )
+    return lines + [""]
+
+
 def _case_rows(entry: dict) -> list[str]:
     rows = []
     name = entry["name"]
@@ -232,6 +287,7 @@ def validation_markdown(report: dict[str, Any]) -> str:
     ]
     if "cross_validation" in report:
         lines += _cv_lines(report["cross_validation"])
+    lines += band_coverage_lines(report)
     lines += _mechanism_lines()
     for file, group in summary.get("by_source", {}).items():
         count = group["cases"] + group.get("unsupported", 0)
