@@ -57,10 +57,15 @@ def attach_bands(
         )
         own = by_case.get((case.cv_group, case.name))
         err = own.error_pct if own is not None else entry["error_pct"]["step_time_s"]
-        # measured inside the band around the held-out prediction ⇔ its error inside the band's range
-        inside = band.low_pct <= 100.0 * (1.0 / (1.0 + err / 100.0) - 1.0) <= band.high_pct
+        # measured / held-out prediction − 1: inside the band's range ⇔ measured inside the band around it
+        measured_pct = 100.0 * (1.0 / (1.0 + err / 100.0) - 1.0)
+        inside = band.low_pct <= measured_pct <= band.high_pct
         entry["error_band"] = band.to_dict()
-        entry["band_check"] = {"held_out_error_pct": err, "in_band": inside, "basis": band.basis}
+        entry["band_check"] = {
+            "held_out_error_pct": err,
+            "measured_vs_held_out_pct": measured_pct,
+            "in_band": inside,
+        }
         stack = own.keys.stack if own is not None else stack_of(case.framework)
         flags.setdefault(case.cv_group, []).append((stack, inside))
     every = [f for group in flags.values() for _, f in group]
