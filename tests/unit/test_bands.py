@@ -99,6 +99,11 @@ def test_an_unseen_stack_or_generation_gets_the_wide_prior():
     amd = error_band(MODEL, mi300x, PLAN, 1.0, residuals=records)
     assert amd.prior and "cdna3" in amd.basis
     assert amd.high_s == pytest.approx(titan.high_s) and amd.text().endswith("*")
+    # a trait no case of the stack has (one GPU) takes the prior too
+    one = PlanSpec(gpus=1, global_batch=8, seq_length=8192, dtype="bf16")
+    single = error_band(load_model("llama3-8b"), SYSTEM, one, 1.0, residuals=records)
+    assert single.prior and "single gpu" in single.basis
+    assert single.high_s == pytest.approx(titan.high_s)
     # the prior is never narrower than the Megatron envelope it replaces
     megatron = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=records)
     assert titan.low_s < megatron.low_s and titan.high_s > megatron.high_s
@@ -124,14 +129,8 @@ def test_the_held_out_coverage_leaves_the_group_out():
     for case, entry in mine:
         # the band is the one of the other groups' residuals alone: the 400 % of its own is not in it
         others = [r for r in records if r.group != group]
-        expected = error_band(
-            case.model,
-            case.system,
-            case.plan,
-            entry["predicted"]["step_time_s"],
-            case.framework,
-            residuals=others,
-        )
+        specs = (case.model, case.system, case.plan)
+        expected = error_band(*specs, entry["predicted"]["step_time_s"], case.framework, others)
         assert entry["error_band"] == expected.to_dict()
         assert entry["band_check"]["held_out_error_pct"] == 400.0
         assert entry["band_check"]["in_band"] is False  # judged on its own held-out error

@@ -29,8 +29,9 @@ that stack has enough groups there, its hardware generation and traits (mixture-
 pipeline, small model, single GPU): the traits are dropped one at a time in ``TRAITS`` order (least
 telling first), then the generation, until the pool holds at least ``min_groups()`` groups.
 
-Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, or a
-stack with too few groups, gets ``PRIOR_ERROR_PCT`` (hulled with whatever residuals the
+Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, a
+trait of the plan no case of its stack has (a single-GPU run, say), or a stack with too few groups,
+gets ``PRIOR_ERROR_PCT`` (hulled with whatever residuals the
 pool has), not the Megatron envelope. Its rationale: the errors issue 33 measured on published runs of
 stacks the cases did not cover — FSDP stacks (torchtitan, llm-foundry, MaxText, metaseq) about 18 %
 too fast, DeepSpeed's pipeline engine about 25 % too fast, Megatron-Bridge mixture-of-experts runs on
@@ -145,6 +146,9 @@ def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residua
     home = [r for r in stack if r.keys.generation == keys.generation]
     if not home:
         return [], f"wide prior: no validation case ran {keys.stack} on {keys.generation}", True
+    unseen = [t for t in TRAITS if t in keys.traits and not any(t in r.keys.traits for r in stack)]
+    if unseen:
+        return home, f"wide prior: no {keys.stack} case has {', '.join(unseen)}", True
     for where, generation in ((home, keys.generation), (stack, "any generation")):
         for start in range(len(TRAITS) + 1):
             held = TRAITS[start:]  # traits still matched

@@ -190,7 +190,8 @@ def band_method_lines() -> list[str]:
         f"is cut at {(100 - CLAIMED_COVERAGE_PCT) / 2:g} % of the group-weighted residuals with the "
         "split-conformal finite-sample correction, so the band is asymmetric where the residuals are; at least "
         f"±{RUN_TO_RUN_PCT:g} % (run-to-run spread).",
-        f"- Wide prior: a stack or generation no case ran, or a stack of fewer than {min_groups()} groups, gets "
+        "- Wide prior: a stack or generation no case ran, a trait no case of the stack has (a single GPU, say), "
+        f"or a stack of fewer than {min_groups()} groups, gets "
         f"errors from {lo:+g} % to {hi:+g} % (the true time {1 / (1 + hi / 100):.2f}× to "
         f"{1 / (1 + lo / 100):.2f}× the estimate), not the Megatron envelope: the errors issue 33 measured on "
         "published runs of stacks these cases do not cover (FSDP stacks ~18 % and DeepSpeed's pipeline engine "
