@@ -53,6 +53,14 @@ def estimate(
     keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
     plan fields left unset and adapts the system (paraplan.cost.frameworks.apply_framework); raises
     :class:`~paraplan.specs.errors.InputError` on bad input."""
+    model_spec, system_spec, plan_spec = _problem(model, system, plan, framework, plan_fields)
+    return _estimate(model_spec, system_spec, plan_spec, with_ops=with_ops)
+
+
+def _problem(
+    model, system, plan, framework, plan_fields: dict
+) -> tuple[ModelSpec, SystemSpec, PlanSpec]:
+    """The specs of ``estimate``'s arguments (its docstring)."""
     model_spec, system_spec = _specs(model, system)
     if framework is not None:
         from paraplan.catalog import load_framework
@@ -78,15 +86,37 @@ def estimate(
             base.pop("dp", None)  # re-infer dp from the new degrees
         base.update(plan_fields)
         plan_spec = plan_from_fields(base)
-    return _estimate(model_spec, system_spec, plan_spec, with_ops=with_ops)
+    return model_spec, system_spec, plan_spec
+
+
+def error_band(
+    model: str | Path | dict | ModelSpec,
+    system: str | Path | dict | SystemSpec,
+    plan: PlanSpec | dict | None = None,
+    *,
+    framework: str | None = None,
+    **plan_fields: Any,
+):
+    """The error band of :func:`estimate`'s step time for the same arguments
+    (:class:`paraplan.validate.band.ErrorBand`: ``low_s``, ``high_s``, the claimed ``coverage_pct``, its
+    ``basis``; ``to_dict()`` is ``error_band`` of ``paraplan estimate --json``): the one band rule of
+    :func:`paraplan.validate.band.error_band`. ``framework`` is a catalog profile name."""
+    from paraplan.validate.band import error_band as band_of
+
+    model_spec, system_spec, plan_spec = _problem(model, system, plan, framework, plan_fields)
+    step_time_s = _estimate(model_spec, system_spec, plan_spec).step_time_s
+    return band_of(model_spec, system_spec, plan_spec, step_time_s, framework)
 
 
 def validate(cases: Iterable[str | Path] | None = None) -> dict:
     """Run the bundled validation cases (or the given case files) and return the report dict
-    ``{"cases": [...], "summary": {...}}`` (format in :mod:`paraplan.validate.run`)."""
+    ``{"cases": [...], "summary": {...}}`` (format in :mod:`paraplan.validate.run`), each case with its
+    held-out error band and ``summary.band_coverage`` (:mod:`paraplan.validate.coverage`)."""
+    from paraplan.validate.coverage import with_bands
     from paraplan.validate.run import load_cases, run_cases
 
-    return run_cases(load_cases(cases))
+    loaded = load_cases(cases)
+    return with_bands(run_cases(loaded), loaded)
 
 
 def plan_label(plan: PlanSpec | dict) -> str:
@@ -125,10 +155,10 @@ class SearchResults:
         return self.raw.plans[index]
 
     def to_records(self) -> list[dict]:
-        """One flat record per ranked plan (report.frames.estimate_record)."""
+        """One flat record per ranked plan (report.frames.estimate_record) with its error band."""
         from paraplan.report.frames import search_records
 
-        return search_records(self.raw.plans)
+        return search_records(self.raw.plans, self.problem)
 
     def to_dataframe(self):
         """The ranked plans as a pandas DataFrame (pandas is optional: pip install 'paraplan[pandas]')."""

@@ -158,13 +158,14 @@ def test_search_table_json_and_explain_show_the_band(capsys):
     assert code == 0
     header = next(line for line in out.splitlines() if line.startswith("#"))
     assert "band" in header.split()
-    assert "band: step-time error range" in out
+    assert "band: range claimed to hold the true step time of 80 % of runs" in out
     assert "the best plan's error band" in out and "unvalidated knobs" in out
     data = run_json(capsys, *SEARCH, "--explain")
     for item in data["plans"]:
         band = item["error_band"]
         assert band["low_s"] <= item["step_time_s"] <= band["high_s"]
-        assert band["validated"] == (not band["extrapolated"])
+        assert band["validated"] == (not band["extrapolated"] and not band["prior"])
+        assert band["coverage_pct"] == 80 and band["basis"]
     assert isinstance(data["explain_unvalidated"], list)
 
 
@@ -186,11 +187,49 @@ def test_top_csv_carries_the_band(capsys, tmp_path):
 def test_estimate_text_shows_band_and_profile(capsys):
     code, out, _ = run(capsys, *EST, "--framework", "torchtitan", "--zero", "3")
     assert code == 0
-    assert "framework profile: torchtitan" in out and "error band: step" in out
+    assert "framework profile: torchtitan" in out and "error band (80 % claimed): step" in out
+    assert "wide prior: no validation case ran the torchtitan stack" in " ".join(out.split())
     # no validation case ran torchtitan: its features (qualified by the framework, validate.band) are extrapolated
     assert "hopper dense torchtitan framework:torchtitan" in " ".join(
         out.split()
     )  # (the line wraps)
+
+
+def test_estimate_json_search_rows_and_the_api_share_one_band(capsys):
+    data = run_json(capsys, *EST, "--zero", "3")
+    band = api.error_band(
+        "llama3-8b",
+        "dgx-h100-80gb",
+        gpus=8,
+        seq_length=8192,
+        global_batch=32,
+        recompute="full",
+        zero=3,
+    )
+    assert data["error_band"] == band.to_dict()
+    assert band.low_s <= data["step_time_s"] <= band.high_s
+    found = api.search("gpt3-1.3b", "dgx-a100-80gb", gpus=8, global_batch=32, top=2)
+    rows = found.to_dict()["plans"]
+    for record, row in zip(found.to_records(), rows):
+        assert record["band_low_s"] == row["error_band"]["low_s"]
+        assert record["band_high_s"] == row["error_band"]["high_s"]
+        assert record["band_coverage_pct"] == 80
+
+
+def test_validate_json_gives_each_case_its_held_out_band(capsys):
+    data = run_json(capsys, "validate")
+    timed = [c for c in data["cases"] if c["status"] == "ok" and "step_time_s" in c["measured"]]
+    assert timed and all({"low_s", "high_s"} <= set(c["error_band"]) for c in timed)
+    for case in timed:
+        band, check = case["error_band"], case["band_check"]
+        ratio = 1 / (1 + check["held_out_error_pct"] / 100)
+        assert check["in_band"] == (band["low_pct"] <= 100 * (ratio - 1) <= band["high_pct"])
+    coverage = data["summary"]["band_coverage"]
+    assert coverage["claimed_pct"] == 80 and coverage["cases"] == len(timed)
+    assert coverage["covered"] == sum(c["band_check"]["in_band"] for c in timed)
+    assert set(coverage["by_group"]) == {c["group"] for c in timed}
+    code, out, _ = run(capsys, "validate")
+    assert code == 0 and "Error bands on held-out groups (80 % claimed)" in out
 
 
 # ---- --objective robust --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from paraplan.cost.attention import (
 from paraplan.cost.compute import attention_efficiency
 from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.plan import PlanSpec
-from paraplan.validate.band import KIND_KEY, error_band, plan_features
+from paraplan.validate.band import error_band, plan_features
 from paraplan.validate.fitted import FittedConstant, _golden, refit, with_constants
 
 
@@ -96,54 +96,6 @@ def test_apply_framework():
 def _plan(**kw):
     base = dict(gpus=16, tp=8, global_batch=16, seq_length=8192, sequence_parallel=True, zero=1)
     return PlanSpec(**{**base, **kw})
-
-
-def test_band_from_a_hand_made_residual_table():
-    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
-    plan = _plan()
-    features = plan_features(model, system, plan)
-    assert (
-        features[0] == "architecture:hopper" and "hopper tp" in features and "hopper dp" in features
-    )
-    table = {f: (0.0,) for f in features}
-    table["hopper tp"] = (-10.0, 2.0)  # one case 10 % too fast, one 2 % too slow
-    band = error_band(model, system, plan, 1.0, residuals=table)
-    assert band.high_s == pytest.approx(1 / 0.9) and band.low_s == pytest.approx(
-        1 / 1.03
-    )  # 3 % floor
-    assert band.extrapolated == ()
-    del table["hopper dp"]
-    assert error_band(model, system, plan, 1.0, residuals=table).extrapolated == ("hopper dp",)
-
-
-def test_band_of_a_plan_outside_the_validation_sets_is_marked():
-    # A100: no validation case ran TP comm overlap on Ampere (the Hopper ones do since the NeMo Llama 3.1
-    # 70B cases were encoded as their recipe ran them, issue 33)
-    model, system = load_model("llama3-8b"), load_system("dgx-a100-80gb")
-    band = error_band(
-        model, system, _plan(seq_length=131072, cp=2, gpus=16, tp=8, overlap_tp_comm=True), 10.0
-    )
-    assert (
-        "ampere tp comm overlap" in band.extrapolated
-        and "ampere seq:>32768 tokens" in band.extrapolated
-    )
-    assert band.low_s <= 10.0 <= band.high_s
-
-
-def test_extrapolated_features_take_the_widest_range_of_their_model_kind():
-    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
-    plan = _plan()
-    table = {f: (-1.0,) for f in plan_features(model, system, plan)}
-    table[KIND_KEY + "dense"] = (-20.0, 4.0, 1.0)
-    table[KIND_KEY + "moe"] = (-50.0,)  # another model kind: never used for a dense plan
-    assert error_band(model, system, plan, 1.0, residuals=table).high_s == pytest.approx(
-        1 / 0.97
-    )  # validated
-    del table["hopper tp"]
-    band = error_band(model, system, plan, 1.0, residuals=table)
-    assert band.extrapolated == ("hopper tp",)
-    assert band.high_s == pytest.approx(1 / 0.8) and band.low_s == pytest.approx(1 / 1.04)
-    assert band.text() == f"{band.low_pct:+.1f}/{band.high_pct:+.1f} %*"
 
 
 def test_moe_features_are_kept_apart_from_dense_ones():

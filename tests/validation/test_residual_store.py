@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,8 @@ def test_the_shipped_residuals_are_this_packages():
     computed = store.compute_validation_residuals()
     assert store.stored_residuals() == computed, REGENERATE
     assert store.validation_residuals() == computed
-    assert any(key.startswith("architecture:") for key in computed) and len(computed) > 20
+    assert len(computed) > 40 and {r.role for r in computed} == {"calibration", "held_out"}
+    assert any(r.error_pct != r.in_sample_error_pct for r in computed)  # cross-validated
 
 
 @pytest.mark.parametrize(
@@ -41,21 +43,38 @@ def test_a_missing_broken_or_foreign_store_is_not_read(tmp_path, monkeypatch, te
     assert store.stored_residuals() is None
 
 
-def test_a_stale_store_falls_back_to_the_cases(tmp_path, monkeypatch):
+def _made_up_records():
+    """Records of the bundled cases with a made-up cross-validation shift of +i % for the i-th case."""
+    cases, entries = store._bundled_runs()
+    records = store.residual_records(cases, entries, {})
+    return tuple(replace(r, error_pct=r.in_sample_error_pct + i) for i, r in enumerate(records))
+
+
+def test_a_stale_store_is_rederived_from_its_refit_shifts(tmp_path, monkeypatch):
     path = tmp_path / "residuals.json"
     monkeypatch.setattr(store, "STORE", path)
-    fake = {"fingerprint": store.package_fingerprint(), "residuals": {"dtype:bf16": [99.0]}}
-    path.write_text(json.dumps(fake))
-    assert store.stored_residuals() == {
-        "dtype:bf16": (99.0,)
-    }  # current fingerprint: read as stored
-    fake["fingerprint"] = "f" * 64
-    path.write_text(json.dumps(fake))
+    records = _made_up_records()
+    document = {
+        "fingerprint": store.package_fingerprint(),
+        "residuals": [r.to_dict() for r in records],
+    }
+    path.write_text(json.dumps(document))
+    assert store.stored_residuals() == records  # current fingerprint: read as stored
+    # nothing changed since: the in-sample errors now plus the stored shifts give the records back
+    assert store.rederived_residuals(records) == records
+    document["fingerprint"] = "f" * 64
+    document["residuals"][0]["in_sample_error_pct"] -= 5.0  # the model moved this case by 5 points
+    path.write_text(json.dumps(document))
+    assert store.stored_residuals() is None
     store.validation_residuals.cache_clear()
     try:
-        assert store.validation_residuals() == store.compute_validation_residuals()
+        rederived = store.validation_residuals()
     finally:
         store.validation_residuals.cache_clear()
+    assert rederived[0].error_pct == pytest.approx(records[0].error_pct + 5.0)
+    assert rederived[1:] == records[1:]
+    # no store at all: every case takes its in-sample error
+    assert all(r.error_pct == r.in_sample_error_pct for r in store.rederived_residuals(()))
 
 
 def test_the_fingerprint_reads_every_code_and_data_file(tmp_path, monkeypatch):
@@ -80,14 +99,12 @@ def test_the_fingerprint_reads_every_code_and_data_file(tmp_path, monkeypatch):
     assert store.package_fingerprint() == before
 
 
-def test_the_band_is_the_same_from_the_store_and_from_the_cases():
+def test_the_band_reads_the_package_residuals_by_default():
     from paraplan.catalog import load_model, load_system
     from paraplan.specs.plan import PlanSpec
 
     model, system = load_model("llama3-70b"), load_system("dgx-h100-80gb")
     plan = PlanSpec(gpus=64, tp=8, pp=2, global_batch=128, seq_length=8192, dtype="bf16")
-    stored = error_band(model, system, plan, 1.0)
-    assert stored == error_band(
-        model, system, plan, 1.0, residuals=store.compute_validation_residuals()
-    )
-    assert stored.low_s <= 1.0 <= stored.high_s
+    band = error_band(model, system, plan, 1.0)
+    assert band == error_band(model, system, plan, 1.0, residuals=store.validation_residuals())
+    assert band.low_s <= 1.0 <= band.high_s and band.pool_cases > 0

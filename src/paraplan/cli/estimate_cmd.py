@@ -94,8 +94,8 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
 
     band = error_band(model_spec, system_spec, plan, est.step_time_s, framework)
     lines = [
-        f"error band: step {band.low_s:.4g} to {band.high_s:.4g} s ({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), "
-        "from the validation residuals of the features this plan uses"
+        f"error band ({band.coverage_pct} % claimed): step {band.low_s:.4g} to {band.high_s:.4g} s "
+        f"({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), {band.basis}"
     ]
     if band.extrapolated:
         lines.append(f"extrapolated (no validation case): {', '.join(band.extrapolated)}")

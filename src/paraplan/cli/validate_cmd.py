@@ -159,6 +159,30 @@ def _cv_table(cv: dict) -> SimpleTable:
     return table
 
 
+def _coverage_table(coverage: dict) -> SimpleTable:
+    """The held-out coverage of the error bands (validate.coverage), overall, per stack and per group."""
+    table = _simple_table(
+        f"Error bands on held-out groups ({coverage['claimed_pct']} % claimed)",
+        "cases of",
+        "cases",
+        "covered",
+        "coverage %",
+        numeric_from=1,
+    )
+
+    def row(label: str, r: dict) -> None:
+        pct = "-" if r["coverage_pct"] is None else f"{r['coverage_pct']:.1f}"
+        table.add_row(label, str(r["cases"]), str(r["covered"]), pct)
+
+    for name, r in coverage["by_group"].items():
+        row(name, r)
+    table.add_section()
+    for name, r in coverage["by_stack"].items():
+        row(f"stack {name}", r)
+    row("all held-out groups", coverage)
+    return table
+
+
 @app.command()
 def validate(
     cases: Annotated[
@@ -240,6 +264,10 @@ def validate(
             report["cross_validation"] = (cross_validate_hetero if hetero else cross_validate)(
                 loaded, progress=advance
             )
+    if not hetero:
+        from paraplan.validate.coverage import with_bands
+
+        with_bands(report, loaded)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -255,6 +283,8 @@ def validate(
             console.print(f"unsupported: {item['name']}: {item['reason']}")
         if cv:
             console.print(_cv_table(report["cross_validation"]))
+        if report["summary"].get("band_coverage"):
+            console.print(_coverage_table(report["summary"]["band_coverage"]))
     if markdown is not None:
         try:
             markdown.write_text(validation_markdown(report, None if hetero else loaded))

@@ -31,9 +31,24 @@ def estimate_record(est: Estimate, **extra) -> dict:
     return {**extra, **est.to_record()}
 
 
-def search_records(ranked: Iterable) -> list[dict]:
-    """Records of ranked plans (search.run.RankedPlan): rank and objective, then the estimate's."""
-    return [estimate_record(r.estimate, rank=r.rank, objective=r.objective) for r in ranked]
+def search_records(ranked: Iterable, problem=None) -> list[dict]:
+    """Records of ranked plans (search.run.RankedPlan): rank and objective, then the estimate's; with the
+    search ``problem``, each plan's error band too (``band_low_s``, ``band_high_s``, ``band_coverage_pct``:
+    report.search_view.plan_band, the band of the search table and of ``search --json``)."""
+    records = []
+    for r in ranked:
+        record = estimate_record(r.estimate, rank=r.rank, objective=r.objective)
+        if problem is not None:
+            from paraplan.report.search_view import plan_band
+
+            band = plan_band(r, problem)
+            record.update(
+                band_low_s=band.low_s,
+                band_high_s=band.high_s,
+                band_coverage_pct=band.coverage_pct,
+            )
+        records.append(record)
+    return records
 
 
 def to_dataframe(records: Sequence[dict]):

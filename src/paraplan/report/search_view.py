@@ -59,8 +59,8 @@ OBJECTIVES = {
         "Fastest plans that fit, pessimistically",
         "time per token at the pessimistic end of the error band",
         "s/token",
-        "pessimistic end of the error band (validation residuals of the plan's features, "
-        "validate.band) / tokens per step",
+        "pessimistic end of the error band (cross-validated residuals of the plan's stack, "
+        "generation and traits, validate.band) / tokens per step",
     ),
 }
 
@@ -77,12 +77,18 @@ def plan_band(ranked: RankedPlan, problem: SearchProblem):
 def band_note(result: SearchResult, problem: SearchProblem) -> str | None:
     """The line under the table: what the band column means, and the features of the shown plans no
     validation case has (the '*' rows)."""
+    from paraplan.validate.band import CLAIMED_COVERAGE_PCT
+
     bands = [plan_band(r, problem) for r in result.plans]
     unvalidated = sorted({f for b in bands for f in b.extrapolated})
     text = (
-        "band: step-time error range from the validation residuals of each plan's features "
-        "(paraplan validate; docs/validation.md)"
+        f"band: range claimed to hold the true step time of {CLAIMED_COVERAGE_PCT} % of runs, from the "
+        "cross-validated residuals of the validation cases of each plan's stack, generation and "
+        "traits (paraplan validate; docs/validation.md)"
     )
+    priors = sorted({b.basis for b in bands if b.prior})
+    if priors:
+        text += "; " + "; ".join(priors)
     if unvalidated:
         text += f"; * extrapolated, no validation case has: {', '.join(unvalidated)}"
     return text
@@ -268,8 +274,8 @@ def explain_band_lines(ranked: RankedPlan, problem: SearchProblem) -> list[str]:
     """What --explain says about the best plan's validation: its error band and its unvalidated knobs."""
     band = plan_band(ranked, problem)
     lines = [
-        f"the best plan's error band: step {band.low_s:.4g} to {band.high_s:.4g} s "
-        f"({band.low_pct:+.1f} % / {band.high_pct:+.1f} %)"
+        f"the best plan's error band ({band.coverage_pct} % claimed): step {band.low_s:.4g} to "
+        f"{band.high_s:.4g} s ({band.low_pct:+.1f} % / {band.high_pct:+.1f} %), {band.basis}"
     ]
     lines.append(
         "unvalidated knobs (no validation case has them): " + ", ".join(band.extrapolated)

@@ -1,11 +1,25 @@
-"""What a validation case or a plan is, for the error bands: its features (hardware generation,
-framework, dtype, recompute, overlaps, scale, sequence length, ...), its model kind and population.
-validate.residuals files each case's residual under these keys; validate.band reads them back for a
-plan's own features."""
+"""What a validation case or a plan is, for the error bands.
+
+Two descriptions, both computed the same way for a case and for a plan:
+
+- ``band_keys``: what the band is conditioned on (validate.band): the software stack (framework
+  profile), the hardware generation (the accelerator's architecture) and a few traits that move the
+  error of a run (``TRAITS``: mixture-of-experts, fp8, pipeline, small model, single GPU);
+- ``plan_features``: every knob the estimate relies on (dtype, attention, recompute, ZeRO stage, the
+  parallel dimensions and how they sit on the network, overlaps, offloads, sequence length, scale),
+  qualified by generation and population; a knob no case has is reported as extrapolated.
+
+validate.residuals stores both with each case's cross-validated residual."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+
+from paraplan.catalog import load_framework
 from paraplan.cost.comm import group_span
+from paraplan.graph.params import parameter_counts
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import PlanSpec
@@ -101,5 +115,51 @@ def case_population(model: ModelSpec, framework: str | None) -> str:
     return kind if framework is None or framework in MEGATRON_FAMILY else f"{kind} {framework}"
 
 
-KIND_KEY = "all cases:"  # residual-table key of every case of one population (case_population): the extrapolation range
-ANY_FRAMEWORK_KEY = "all cases, any framework:"  # every case of one model kind: the range for a framework no case ran
+# traits a band is conditioned on, least telling first: validate.band drops them in this order when
+# too few cases share all of a plan's traits
+TRAITS = ("single gpu", "small model", "pipeline", "fp8", "moe")
+SMALL_MODEL_ACTIVE_PARAMS = 15e9  # below ~15B active parameters per token GEMMs are small and
+# per-kernel host and launch costs weigh (the 8B cases' errors differ from the 70B ones, docs/validation.md)
+MEGATRON_STACK = "megatron"  # the stack of the Megatron-LM family profiles, and of no profile
+
+
+@dataclass(frozen=True)
+class BandKeys:
+    """What a band is conditioned on: stack, hardware generation, and the traits of ``TRAITS`` that hold."""
+
+    stack: str
+    generation: str
+    traits: frozenset[str]
+
+
+@lru_cache(maxsize=64)
+def stack_of(framework: str | None) -> str:
+    """The software stack of a framework profile: the profile's ``stack`` field where its schema has one,
+    else its name; the Megatron-LM family profiles and no profile are one stack, ``MEGATRON_STACK``
+    (the profiles the fitted constants were calibrated under)."""
+    if framework is None or framework in MEGATRON_FAMILY:
+        return MEGATRON_STACK
+    try:
+        stack = getattr(load_framework(framework), "stack", None)
+    except InputError:  # a profile the catalog does not have: its name is the stack
+        stack = None
+    return str(stack or framework)
+
+
+def band_keys(
+    model: ModelSpec, system: SystemSpec, plan: PlanSpec, framework: str | None = None
+) -> BandKeys:
+    """The stack, generation and traits of a case or plan (module docstring)."""
+    acc = system.accelerator
+    traits = {
+        "single gpu": plan.gpus == 1,
+        "small model": parameter_counts(model).active < SMALL_MODEL_ACTIVE_PARAMS,
+        "pipeline": plan.pp > 1,
+        "fp8": plan.dtype == "fp8",
+        "moe": model_kind(model) == "moe",
+    }
+    return BandKeys(
+        stack=stack_of(framework),
+        generation=acc.architecture or acc.name,
+        traits=frozenset(t for t, on in traits.items() if on),
+    )

@@ -1,11 +1,20 @@
-"""The validation residuals the error bands read (validate.band), computed once and shipped with the package.
+"""The cross-validated validation residuals the error bands read (validate.band), computed once and
+shipped with the package.
 
-Every estimate and search table shows a band from the signed step-time errors of the bundled validation
-cases, by feature. Running those cases takes ~1 s, which every `paraplan estimate` / `search` paid. The
-residuals are a pure function of the package's files (the cost model, catalogs and case files), so
-``residuals.json`` beside this module stores them with a fingerprint of those files (``package_fingerprint``):
-``validation_residuals`` reads the stored table when its fingerprint is this package's and computes it
-otherwise, so a changed model never shows a stale band. Regenerate after a change to the package:
+One record per bundled validation case that measured a step time: its name and cross-validation group,
+what the band is conditioned on (``features.band_keys``: stack, hardware generation, traits), the knobs
+it exercised (``features.plan_features``), and two signed step-time errors (%): ``in_sample_error_pct``
+with the shipped constants and ``error_pct`` from leave-one-group-out cross-validation
+(``validate.cv.cross_validate``: every constant that acts on the case refitted without its group). The
+bands read ``error_pct``, the error of a run the constants never saw.
+
+The cross-validation refits the constants once per group (about a minute), so ``residuals.json`` beside
+this module stores the records with a fingerprint of the package's files (``package_fingerprint``).
+``validation_residuals`` reads the store when its fingerprint is this package's. When it is stale (the
+code, a catalog or a case changed since it was written) the records are re-derived at the cost of one
+validation run (``rederived_residuals``): each case's in-sample error now, plus the shift the refit made
+to that case when the store was written (``error_pct − in_sample_error_pct``); a case the stale store
+lacks takes its in-sample error. Regenerate after a change to the package:
 
     python -m paraplan.validate.residuals
 
@@ -16,8 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from paraplan.validate.features import BandKeys
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # src/paraplan
 STORE = Path(__file__).with_name("residuals.json")
@@ -26,6 +40,45 @@ FINGERPRINTED_SUFFIXES = (
     ".yaml",
     ".json",
 )  # the package's code and data files (pyproject package-data)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One validation case's step-time errors and what a band conditions on (module docstring)."""
+
+    case: str
+    group: str
+    role: str  # "calibration" | "held_out" (validate.run.case_role)
+    keys: BandKeys
+    features: tuple[str, ...]
+    error_pct: float  # cross-validated: the case's group left out of the fit
+    in_sample_error_pct: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "group": self.group,
+            "role": self.role,
+            "stack": self.keys.stack,
+            "generation": self.keys.generation,
+            "traits": sorted(self.keys.traits),
+            "features": list(self.features),
+            "error_pct": self.error_pct,
+            "in_sample_error_pct": self.in_sample_error_pct,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Residual:
+        keys = BandKeys(str(data["stack"]), str(data["generation"]), frozenset(data["traits"]))
+        return cls(
+            case=str(data["case"]),
+            group=str(data["group"]),
+            role=str(data["role"]),
+            keys=keys,
+            features=tuple(str(f) for f in data["features"]),
+            error_pct=float(data["error_pct"]),
+            in_sample_error_pct=float(data["in_sample_error_pct"]),
+        )
 
 
 def package_fingerprint() -> str:
@@ -48,63 +101,99 @@ def package_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def compute_validation_residuals() -> dict[str, tuple[float, ...]]:
-    """Signed step-time errors (%) of the bundled validation cases that ran, by feature (validate.band.plan_features),
-    by population (band.KIND_KEY) and by model kind (band.ANY_FRAMEWORK_KEY)."""
-    from paraplan.validate.features import (
-        ANY_FRAMEWORK_KEY,
-        KIND_KEY,
-        case_population,
-        model_kind,
-        plan_features,
-    )
-    from paraplan.validate.run import Case, load_cases, run_case
+def residual_records(
+    cases: Sequence[Any], entries: Sequence[dict], cv_errors: dict[tuple[str, str], float]
+) -> tuple[Residual, ...]:
+    """Records of the scored cases (``validate.run.Case`` with its ``run_case`` entry) that measured a step
+    time; ``cv_errors`` maps (group, name) to the cross-validated error, a case missing there takes its
+    in-sample error."""
+    from paraplan.validate.features import band_keys, plan_features
 
-    out: dict[str, list[float]] = {}
-    for case in load_cases():
-        if not isinstance(case, Case) or "step_time_s" not in case.measured:
-            continue
-        entry = run_case(case)
-        if entry["status"] != "ok":
+    out = []
+    for case, entry in zip(cases, entries):
+        if entry.get("status") != "ok" or "step_time_s" not in entry["error_pct"]:
             continue
         err = entry["error_pct"]["step_time_s"]
-        for feature in plan_features(case.model, case.system, case.plan, case.framework):
-            out.setdefault(feature, []).append(err)
-        out.setdefault(KIND_KEY + case_population(case.model, case.framework), []).append(err)
-        out.setdefault(ANY_FRAMEWORK_KEY + model_kind(case.model), []).append(err)
-    return {k: tuple(v) for k, v in out.items()}
+        out.append(
+            Residual(
+                case=case.name,
+                group=case.cv_group,
+                role=entry["role"],
+                keys=band_keys(case.model, case.system, case.plan, case.framework),
+                features=plan_features(case.model, case.system, case.plan, case.framework),
+                error_pct=cv_errors.get((case.cv_group, case.name), err),
+                in_sample_error_pct=err,
+            )
+        )
+    return tuple(out)
 
 
-def stored_residuals() -> dict[str, tuple[float, ...]] | None:
-    """The stored table when the store exists, parses and carries this package's fingerprint; else None."""
+def cv_errors_of(cv_report: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(group, case name) → cross-validated step-time error of a ``validate.cv`` report."""
+    return {(c["group"], c["name"]): c["cv_error_pct"] for c in cv_report["cases"]}
+
+
+def _bundled_runs() -> tuple[list[Any], list[dict]]:
+    from paraplan.validate.run import Case, load_cases, run_case
+
+    cases = [c for c in load_cases() if isinstance(c, Case) and "step_time_s" in c.measured]
+    return cases, [run_case(c) for c in cases]
+
+
+def compute_validation_residuals() -> tuple[Residual, ...]:
+    """The records of the bundled cases, with their leave-one-group-out errors (about a minute)."""
+    from paraplan.validate.cv import cross_validate
+
+    cases, entries = _bundled_runs()
+    ok = [c for c, e in zip(cases, entries) if e["status"] == "ok"]
+    return residual_records(cases, entries, cv_errors_of(cross_validate(ok)))
+
+
+def rederived_residuals(stale: Iterable[Residual]) -> tuple[Residual, ...]:
+    """The records from one validation run and a stale store's refit shifts (module docstring)."""
+    shift = {(r.group, r.case): r.error_pct - r.in_sample_error_pct for r in stale}
+    cases, entries = _bundled_runs()
+    now = residual_records(cases, entries, {})
+    return tuple(
+        replace(r, error_pct=r.in_sample_error_pct + shift.get((r.group, r.case), 0.0)) for r in now
+    )
+
+
+def read_store(current_only: bool = True) -> tuple[Residual, ...] | None:
+    """The stored records when the store exists, parses and (``current_only``) carries this package's
+    fingerprint; else None."""
     try:
         document = json.loads(STORE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if current_only and document.get("fingerprint") != package_fingerprint():
+            return None
+        return tuple(Residual.from_dict(r) for r in document["residuals"])
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return None
-    if not isinstance(document, dict) or document.get("fingerprint") != package_fingerprint():
-        return None
-    table = document.get("residuals")
-    if not isinstance(table, dict):
-        return None
-    return {str(k): tuple(float(e) for e in v) for k, v in table.items()}
+
+
+def stored_residuals() -> tuple[Residual, ...] | None:
+    """The stored records when the store is this package's (``read_store``)."""
+    return read_store(current_only=True)
 
 
 @lru_cache(maxsize=1)
-def validation_residuals() -> dict[str, tuple[float, ...]]:
-    """The residual table: stored_residuals when current, else compute_validation_residuals."""
+def validation_residuals() -> tuple[Residual, ...]:
+    """The records: the store when current, else ``rederived_residuals`` of the stale store (module docstring)."""
     stored = stored_residuals()
-    return stored if stored is not None else compute_validation_residuals()
+    if stored is not None:
+        return stored
+    return rederived_residuals(read_store(current_only=False) or ())
 
 
 def write_store() -> Path:
-    """Compute the table and write it with the package's fingerprint (atomically: paraplan.io.documents)."""
+    """Compute the records and write them with the package's fingerprint (atomically: paraplan.io.documents)."""
     from paraplan.io.documents import atomic_write_text
 
     document = {
-        "about": "validation residuals by feature (paraplan.validate.residuals); regenerate with "
-        "python -m paraplan.validate.residuals",
+        "about": "cross-validated validation residuals by case (paraplan.validate.residuals); "
+        "regenerate with python -m paraplan.validate.residuals",
         "fingerprint": package_fingerprint(),
-        "residuals": {k: list(v) for k, v in sorted(compute_validation_residuals().items())},
+        "residuals": [r.to_dict() for r in compute_validation_residuals()],
     }
     atomic_write_text(STORE, json.dumps(document, indent=1) + "\n", field="residuals store")
     return STORE

@@ -1,0 +1,140 @@
+"""Error bands from cross-validated residuals (validate.band) and their held-out coverage
+(validate.coverage): quantiles by hand, back-off, the wide prior, leaving the group out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.specs.plan import PlanSpec
+from paraplan.validate.band import (
+    CLAIMED_COVERAGE_PCT,
+    PRIOR_ERROR_PCT,
+    RUN_TO_RUN_PCT,
+    conformal_range,
+    error_band,
+    min_groups,
+)
+from paraplan.validate.coverage import attach_bands
+from paraplan.validate.features import band_keys, plan_features
+from paraplan.validate.residuals import Residual, residual_records
+from paraplan.validate.run import Case, load_cases, run_cases
+
+MODEL, SYSTEM = load_model("llama3-70b"), load_system("dgx-h100-80gb")
+PLAN = PlanSpec(gpus=64, tp=8, pp=2, global_batch=128, seq_length=8192, dtype="bf16")
+
+
+def _records(errors_by_group: dict[str, list[float]], model=MODEL, system=SYSTEM, plan=PLAN):
+    """Residuals of made-up groups that share the plan's keys and features (nothing extrapolated)."""
+    keys, features = band_keys(model, system, plan), plan_features(model, system, plan)
+    return [
+        Residual(f"{g}-{i}", g, "calibration", keys, features, e, e)
+        for g, errors in errors_by_group.items()
+        for i, e in enumerate(errors)
+    ]
+
+
+# ---- quantiles by hand ------------------------------------------------------------------------
+def test_one_case_per_group_is_the_split_conformal_interval():
+    # n = 9 at 80 %: k = floor(10 · 0.1) = 1 → [min, max]
+    nine = [(f"g{i}", float(e)) for i, e in enumerate([5, -4, 3, -2, 1, 0, 7, -6, 2])]
+    assert conformal_range(nine) == (-6.0, 7.0)
+    # n = 19: k = floor(20 · 0.1) = 2 → the 2nd smallest and the 2nd largest
+    nineteen = [(f"g{i}", float(i)) for i in range(19)]
+    assert conformal_range(nineteen) == (1.0, 17.0)
+    assert conformal_range(nine[:8]) is None  # 8 groups: no finite 80 % band
+    assert min_groups() == 9 and min_groups(90) == 19 and min_groups(50) == 3
+
+
+def test_a_group_of_many_cases_weighs_as_one_group():
+    # 18 single-case groups at 0..17 and one group of ten cases at 100: G = 19, need (1.8/2)·20 = 18.
+    # Ascending, the singletons reach 18 at 17 (each weighs 1), the ten 100s weigh 1 in all;
+    # descending, the 100s weigh 1, then 17, 16, ... reach 18 at 1.
+    residuals = [(f"s{i}", float(i)) for i in range(18)] + [("big", 100.0)] * 10
+    assert conformal_range(residuals) == (1.0, 17.0)
+    # counted case by case (n = 28, k = 2) the big group would set the upper end: 100
+    assert sorted(e for _, e in residuals)[28 - 2] == 100.0
+
+
+def test_the_band_of_a_pool_by_hand():
+    groups = {f"g{i}": [float(e)] for i, e in enumerate([-8, -2, -1, 0, 1, 2, 3, 4, 12])}
+    band = error_band(MODEL, SYSTEM, PLAN, 2.0, residuals=_records(groups))
+    # errors [-8, 12] at 80 % with 9 groups: true time 2/(1 + 0.12) .. 2/(1 - 0.08)
+    assert band.low_s == pytest.approx(2.0 / 1.12) and band.high_s == pytest.approx(2.0 / 0.92)
+    assert band.coverage_pct == CLAIMED_COVERAGE_PCT and not band.prior and band.validated
+    assert band.basis.startswith("9 cases of 9 groups: megatron on hopper")
+    assert band.to_dict()["low_s"] == band.low_s and band.to_dict()["coverage_pct"] == 80
+
+
+def test_a_narrow_pool_is_widened_to_the_run_to_run_spread():
+    groups = {f"g{i}": [0.5] for i in range(9)}
+    band = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=_records(groups))
+    assert band.low_s == pytest.approx(1 / (1 + RUN_TO_RUN_PCT / 100))
+    assert band.high_s == pytest.approx(1 / (1 - RUN_TO_RUN_PCT / 100))
+
+
+# ---- conditioning -----------------------------------------------------------------------------
+def test_traits_are_matched_while_enough_groups_share_them():
+    fp8 = PLAN.model_copy(update={"dtype": "fp8"})
+    bf16_records = _records({f"b{i}": [-20.0 + i] for i in range(9)})
+    fp8_records = _records({f"f{i}": [float(i)] for i in range(9)}, plan=fp8)
+    band = error_band(MODEL, SYSTEM, fp8, 1.0, residuals=bf16_records + fp8_records)
+    assert band.basis.startswith("9 cases of 9 groups") and ", fp8" in band.basis
+    assert band.high_s == pytest.approx(1 / 0.97)  # fp8 errors 0..8: the bf16 -20s are not in it
+    # five fp8 groups are too few: the pool drops fp8 (and the traits after it) and takes them all
+    band = error_band(MODEL, SYSTEM, fp8, 1.0, residuals=bf16_records + fp8_records[:5])
+    assert band.basis.startswith("14 cases of 14 groups") and band.high_s > 1 / 0.85
+
+
+def test_an_unseen_stack_or_generation_gets_the_wide_prior():
+    records = _records({f"g{i}": [float(i)] for i in range(12)})  # Megatron on Hopper only
+    lo, hi = PRIOR_ERROR_PCT
+    titan = error_band(MODEL, SYSTEM, PLAN, 1.0, "torchtitan", residuals=records)
+    assert titan.prior and "torchtitan" in titan.basis and not titan.validated
+    assert titan.low_s == pytest.approx(1 / (1 + hi / 100))
+    assert titan.high_s == pytest.approx(1 / (1 + lo / 100))
+    mi300x = load_system("mi300x-8")
+    amd = error_band(MODEL, mi300x, PLAN, 1.0, residuals=records)
+    assert amd.prior and "cdna3" in amd.basis
+    assert amd.high_s == pytest.approx(titan.high_s) and amd.text().endswith("*")
+    # a trait no case of the stack has (one GPU) takes the prior too
+    one = PlanSpec(gpus=1, global_batch=8, seq_length=8192, dtype="bf16")
+    single = error_band(load_model("llama3-8b"), SYSTEM, one, 1.0, residuals=records)
+    assert single.prior and "single gpu" in single.basis
+    assert single.high_s == pytest.approx(titan.high_s)
+    # the prior is never narrower than the Megatron envelope it replaces
+    megatron = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=records)
+    assert titan.low_s < megatron.low_s and titan.high_s > megatron.high_s
+
+
+def test_a_stack_with_too_few_groups_gets_the_prior_hulled_with_its_cases():
+    records = _records({f"g{i}": [float(i)] for i in range(12)})
+    keys = band_keys(MODEL, SYSTEM, PLAN, "deepspeed-2021")
+    few = [Residual("d0", "d", "held_out", keys, (), -60.0, -60.0)]
+    band = error_band(MODEL, SYSTEM, PLAN, 1.0, "deepspeed-2021", residuals=records + few)
+    assert band.prior and band.high_s == pytest.approx(1 / 0.4)  # -60 % beyond the prior's -30 %
+
+
+# ---- held-out coverage ------------------------------------------------------------------------
+def test_the_held_out_coverage_leaves_the_group_out():
+    cases = [c for c in load_cases() if isinstance(c, Case) and "step_time_s" in c.measured]
+    report = run_cases(cases)
+    records = residual_records(cases, report["cases"], {})
+    group = "dgxc-llama31-70b-bf16"
+    spoiled = [r if r.group != group else replace(r, error_pct=400.0) for r in records]
+    coverage = attach_bands(report, cases, spoiled)
+    mine = [(c, e) for c, e in zip(cases, report["cases"]) if c.cv_group == group]
+    for case, entry in mine:
+        # the band is the one of the other groups' residuals alone: the 400 % of its own is not in it
+        others = [r for r in records if r.group != group]
+        specs = (case.model, case.system, case.plan)
+        expected = error_band(*specs, entry["predicted"]["step_time_s"], case.framework, others)
+        assert entry["error_band"] == expected.to_dict()
+        assert entry["band_check"]["held_out_error_pct"] == 400.0
+        assert entry["band_check"]["in_band"] is False  # judged on its own held-out error
+    assert coverage["by_group"][group] == {"cases": len(mine), "covered": 0, "coverage_pct": 0.0}
+    assert coverage["claimed_pct"] == CLAIMED_COVERAGE_PCT
+    assert coverage["cases"] == sum(g["cases"] for g in coverage["by_group"].values())
+    assert report["summary"]["band_coverage"] is coverage
