@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.graph.ops import Op
-from paraplan.specs.system import AcceleratorSpec
+from paraplan.specs.system import LOW_PRECISION, AcceleratorSpec
 
 # Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
 # configurations per shape; smaller tiles reuse each loaded operand less (arithmetic intensity
@@ -127,11 +127,12 @@ def attention_time_s(
 ) -> float:
     """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead.
 
-    Fused attention runs in half precision even in fp8 recipes (Transformer Engine default), so
-    fp8 plans use the bf16 peak here."""
+    Fused attention runs in half precision even in fp8 and FP4 recipes (Transformer Engine default), so
+    those plans use the bf16 peak here; tf32 plans run it at the TF32 rate (SDPA's memory-efficient
+    kernel on fp32 inputs)."""
     if flops <= 0:
         return 0.0
-    peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
+    peak = acc.peak_matrix_flops("bf16" if dtype in LOW_PRECISION else dtype)
     return (
         flops * causal_fraction / (peak * attention_efficiency(acc, call))
         + acc.efficiency.kernel_overhead_s
