@@ -74,3 +74,14 @@ def test_hf_transformers_sets_its_optimizer_traffic_and_eager_kernels():
     slow = estimate(GPT, system, _plan("bf16")).breakdown.optimizer_s
     fast = estimate(GPT, apply_framework(bf16, H100, {})[0], _plan("bf16")).breakdown.optimizer_s
     assert fast == pytest.approx(slow * 14 / 34)
+
+
+def test_fp32_attention_runs_as_3xtf32_and_low_precision_attention_in_bf16():
+    acc = H100.accelerator
+    for dtype in ("fp32", "tf32"):
+        assert acc.peak_attention_flops(dtype) == pytest.approx(494.7e12 / 3)
+    assert acc.peak_attention_flops("fp8") == acc.peak_attention_flops("bf16") == 989.4e12
+    b200 = B200.accelerator
+    assert b200.peak_attention_flops("nvfp4") == b200.peak_matrix_flops("bf16")
+    v100 = load_system("dgx-1-v100").accelerator  # no TF32: the fp32 rate
+    assert v100.peak_attention_flops("fp32") == v100.peak_matrix_flops("fp32")

@@ -292,6 +292,11 @@ def test_dtype_rule():
 
     h100, b200 = (load_system(n).accelerator for n in ("dgx-h100-80gb", "dgx-b200"))
     assert rules.dtype_rule("tf32", h100) is None and rules.dtype_rule("nvfp4", b200) is None
-    assert "needs FP4 tensor cores (NVIDIA Blackwell)" in rules.dtype_rule("mxfp4", h100)
+    assert "needs FP4 tensor cores with that format (NVIDIA Blackwell" in rules.dtype_rule(
+        "mxfp4", h100
+    )
+    mi355x = load_system("mi355x-8").accelerator
+    assert rules.dtype_rule("mxfp4", mi355x) is None
+    assert "(NVIDIA Blackwell)" in rules.dtype_rule("nvfp4", mi355x)
     v100 = load_system("dgx-1-v100").accelerator
     assert "has no peak for it" in rules.dtype_rule("fp8", v100)

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.graph.ops import Op
-from paraplan.specs.system import LOW_PRECISION, AcceleratorSpec
+from paraplan.specs.system import AcceleratorSpec
 
 # Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
 # configurations per shape; smaller tiles reuse each loaded operand less (arithmetic intensity
@@ -125,14 +125,12 @@ def attention_time_s(
     dtype: str,
     call: tuple[int, int, int, bool] | None = None,
 ) -> float:
-    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead.
-
-    Fused attention runs in half precision even in fp8 and FP4 recipes (Transformer Engine default), so
-    those plans use the bf16 peak here; tf32 plans run it at the TF32 rate (SDPA's memory-efficient
-    kernel on fp32 inputs)."""
+    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead, at the
+    dtype's attention peak (AcceleratorSpec.peak_attention_flops: bf16 in fp8 and FP4 recipes, 3xTF32
+    in fp32 / tf32)."""
     if flops <= 0:
         return 0.0
-    peak = acc.peak_matrix_flops("bf16" if dtype in LOW_PRECISION else dtype)
+    peak = acc.peak_attention_flops(dtype)
     return (
         flops * causal_fraction / (peak * attention_efficiency(acc, call))
         + acc.efficiency.kernel_overhead_s

@@ -25,6 +25,7 @@ Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 # fp8 / nvfp4 / mxfp4: GEMM inputs quantised (Transformer Engine recipes), everything else bf16.
 LOW_PRECISION = ("fp8", "nvfp4", "mxfp4")
 FP4 = ("nvfp4", "mxfp4")
+FP4_PARTS = {"nvfp4": "NVIDIA Blackwell", "mxfp4": "NVIDIA Blackwell, AMD CDNA 4"}
 ACTIVATION_DTYPE = {"tf32": "fp32", "fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf16"}
 # Stored bytes per element of a quantised GEMM input: fp8 1 B; NVFP4 4 bits + one E4M3 scale per
 # 16 elements (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025;
@@ -105,10 +106,10 @@ class EfficiencySpec(InputModel):
 
 class AcceleratorSpec(InputModel):
     name: str
-    architecture: Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3"] | None = (
-        Field(
-            None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
-        )
+    architecture: (
+        Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3", "cdna4"] | None
+    ) = Field(
+        None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
     )
     matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
         description="peak dense matrix FLOP/s per datatype"
@@ -152,8 +153,9 @@ class AcceleratorSpec(InputModel):
     def peak_matrix_flops(self, dtype: str) -> float:
         """Peak matrix rate for ``dtype``: its datasheet entry; fp16 and bf16 share tensor cores; fp32
         without an fp32 entry (a part whose datasheet gives only TF32) runs at the TF32 rate. FP4
-        (nvfp4, mxfp4) needs its own entry: only Blackwell tensor cores have FP4 (NVIDIA Blackwell
-        architecture technical brief, 2024: "second-generation Transformer Engine ... FP4")."""
+        (nvfp4, mxfp4) needs its own entry: NVIDIA Blackwell tensor cores run both (NVIDIA Blackwell
+        architecture technical brief, 2024: second-generation Transformer Engine with FP4), AMD CDNA 4
+        runs MXFP4 only (AMD CDNA 4 architecture whitepaper, 2025)."""
         table = self.matrix_flops
         if dtype in table:
             return table[dtype]
@@ -163,14 +165,29 @@ class AcceleratorSpec(InputModel):
             return table["tf32"]
         if dtype in FP4:
             raise UnsupportedDtype(
-                f"dtype: {dtype!r} needs FP4 tensor cores (NVIDIA Blackwell); accelerator {self.name} "
-                f"({self.architecture or 'architecture not given'}) has none; choose one of "
-                f"{', '.join(sorted(table))}"
+                f"dtype: {dtype!r} needs FP4 tensor cores with that format ({FP4_PARTS[dtype]}); "
+                f"accelerator {self.name} has none; choose one of {', '.join(sorted(table))}"
             )
         raise UnsupportedDtype(
             f"dtype: {dtype!r} is not supported by accelerator {self.name} (matrix_flops has "
             f"{', '.join(sorted(table))}); choose one of those"
         )
+
+    def peak_attention_flops(self, dtype: str) -> float:
+        """Peak rate of fused attention's matrix products under a training dtype: bf16 in fp8 and FP4
+        recipes (Transformer Engine runs attention in half precision); in fp32 and tf32 (SDPA's
+        memory-efficient kernel, the only fused one taking fp32) a third of the TF32 rate where the
+        part has TF32: that kernel multiplies fp32 operands as 3xTF32 (PyTorch
+        aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType
+        for float on sm80+: cutlass::arch::OpMultiplyAddFastF32, three TF32 MMAs per product, whatever
+        torch.backends.cuda.matmul.allow_tf32 says); the fp32 rate elsewhere."""
+        if dtype in LOW_PRECISION:
+            return self.peak_matrix_flops("bf16")
+        if dtype in ("fp32", "tf32"):
+            if "tf32" in self.matrix_flops:
+                return self.matrix_flops["tf32"] / 3.0
+            return self.peak_matrix_flops("fp32")
+        return self.peak_matrix_flops(dtype)
 
     def peak_vector_flops(self, dtype: str) -> float:
         """Peak vector rate for element-wise work in ``dtype``'s activations (activation_dtype: fp8 and
