@@ -43,11 +43,11 @@ def test_every_measured_step_is_a_case_encoded_as_it_ran():
         assert case.measured["step_time_s"] == pytest.approx(rec["measured"]["step_time_s"], 1e-5)
         stack = rec["stack"]
         assert case.plan.dtype == ("tf32" if stack["tf32_matmul"] else "bf16")
-        assert case.plan.recompute == ("full" if stack["recompute"] else "none")
-        assert case.plan.global_batch == case.plan.micro_batch * stack["grad_accum"]
+        assert case.plan.recompute == ("full" if stack.get("recompute") else "none")
+        assert case.plan.global_batch == case.plan.micro_batch * stack.get("grad_accum", 1)
         expected = (
             "hf-transformers-compile"
-            if stack["compile"]
+            if stack.get("compile")
             else "hf-transformers-bf16"
             if stack["param_dtype"] == "bfloat16"
             else "hf-transformers"
