@@ -17,6 +17,7 @@ import math
 from functools import lru_cache
 
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
+from paraplan.cost.flops import softmax_exponentials
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
 
@@ -124,17 +125,21 @@ def attention_time_s(
     acc: AcceleratorSpec,
     dtype: str,
     call: tuple[int, int, int, bool] | None = None,
+    exponentials: float = 0.0,
 ) -> float:
-    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead, at the
-    dtype's attention peak (AcceleratorSpec.peak_attention_flops: bf16 in fp8 and FP4 recipes, 3xTF32
-    in fp32 / tf32)."""
+    """Fused attention: max(flops · causal_fraction / (peak · attention_efficiency), exponentials /
+    softmax exponent rate) + overhead, at the dtype's attention peak (AcceleratorSpec.peak_attention_flops:
+    bf16 in fp8 and FP4 recipes, 3xTF32 in fp32 / tf32). The softmax's exponentials run on the special
+    function units beside the tensor cores; FlashAttention-3/4 overlap one tile's softmax with another's
+    matrix products (Shah et al. 2024, FlashAttention-3, §3.1 ping-pong scheduling), so the slower of the
+    two bounds the kernel (cost.flops.softmax_exponentials; AcceleratorSpec.softmax_exp_rate)."""
     if flops <= 0:
         return 0.0
     peak = acc.peak_attention_flops(dtype)
-    return (
-        flops * causal_fraction / (peak * attention_efficiency(acc, call))
-        + acc.efficiency.kernel_overhead_s
-    )
+    matrix_s = flops * causal_fraction / (peak * attention_efficiency(acc, call))
+    rate = acc.softmax_exp_rate
+    exp_s = exponentials / rate if rate else 0.0
+    return max(matrix_s, exp_s) + acc.efficiency.kernel_overhead_s
 
 
 # Transformer Engine runs a grouped GEMM (GroupedLinear, Megatron-Core's TEGroupedMLP) as one cuBLAS
@@ -190,8 +195,10 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     if op.kind == "host_sync":
         return host_sync_time_s(acc), 0.0
     if op.kind == "attention":
-        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
-        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
+        call = op.attention_call
+        exps = softmax_exponentials(op.fwd_flops, op.causal_fraction, call[2]) if call else 0.0
+        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, call, exps)
+        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, call, exps)
         return fwd, bwd
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
         op.bwd_bytes, acc, op.bwd_flops, dtype

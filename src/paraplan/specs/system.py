@@ -122,6 +122,12 @@ class AcceleratorSpec(InputModel):
     sm_count: int = Field(
         gt=0, description="streaming multiprocessors (compute units); sets the wave size"
     )
+    softmax_exp_rate: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="exponentials per second of the special function units (MUFU.EX2: SMs × results per "
+        "clock per SM × clock), the softmax's bound in fused attention (cost.compute.attention_time_s); "
+        "None: not bounded",
+    )
     efficiency: EfficiencySpec = EfficiencySpec()
     host_memory: Bytes | None = Field(
         None, description="second memory tier (host DRAM) per GPU, for offload"
