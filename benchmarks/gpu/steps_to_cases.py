@@ -18,11 +18,11 @@ from pathlib import Path
 SYSTEMS = {"h100": "dgx-h100-80gb", "h200": "dgx-h200"}
 # stack -> (framework profile, plan fields the stack sets)
 STACK_FRAMEWORK = {
-    "eager-amp": ("hf-transformers", {}),
-    "eager-bf16": ("hf-transformers-bf16", {}),
-    "eager-tf32": ("hf-transformers", {"dtype": "tf32"}),
+    "eager-amp": ("pytorch-eager", {}),
+    "eager-bf16": ("pytorch-eager-bf16", {}),
+    "eager-tf32": ("pytorch-eager", {"dtype": "tf32"}),
 }
-COMPILED = ("hf-transformers-compile", {})
+COMPILED = ("pytorch-compile", {})
 GROUP = "gpu-steps-2026-11"
 
 

@@ -46,11 +46,11 @@ def test_every_measured_step_is_a_case_encoded_as_it_ran():
         assert case.plan.recompute == ("full" if stack.get("recompute") else "none")
         assert case.plan.global_batch == case.plan.micro_batch * stack.get("grad_accum", 1)
         expected = (
-            "hf-transformers-compile"
+            "pytorch-compile"
             if stack.get("compile")
-            else "hf-transformers-bf16"
+            else "pytorch-eager-bf16"
             if stack["param_dtype"] == "bfloat16"
-            else "hf-transformers"
+            else "pytorch-eager"
         )
         assert case.framework == expected
 
