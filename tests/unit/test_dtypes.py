@@ -67,7 +67,9 @@ def test_eager_profiles_set_their_optimizer_traffic_and_eager_kernels():
     # factor divides the element-wise rate
     assert eff.hbm == pytest.approx(H100.accelerator.efficiency.hbm / eager.eager_traffic_factor)
     assert eff.optimizer_step_bytes * H100.accelerator.efficiency.hbm / eff.hbm == pytest.approx(34)
-    assert fields["attention"] == "flash" and system.accelerator.efficiency.attention_kernel == "fa2"
+    assert (
+        fields["attention"] == "flash" and system.accelerator.efficiency.attention_kernel == "fa2"
+    )
 
     def optimizer_s(name):
         sys_ = apply_framework(load_framework(name), H100, {})[0]
