@@ -79,3 +79,13 @@ def test_eager_profiles_set_their_optimizer_traffic_and_eager_kernels():
     assert optimizer_s("pytorch-eager-bf16") == pytest.approx(amp * 14 / 34)
     assert optimizer_s("hf-transformers") == pytest.approx(amp * 46 / 34)  # + gradient clipping
     assert optimizer_s("pytorch-compile") == pytest.approx(amp)  # fused kernels, same optimizer
+
+
+@pytest.mark.parametrize("dtype", ["tf32", "nvfp4", "mxfp4"])
+def test_exporters_refuse_the_datatypes_they_cannot_state(dtype):
+    from paraplan.export import FRAMEWORKS, ExportRefused, export_plan
+
+    plan = _plan(dtype)
+    for framework in FRAMEWORKS:
+        with pytest.raises(ExportRefused, match=rf"^plan\.dtype='{dtype}'"):
+            export_plan(framework, plan, GPT)
