@@ -38,7 +38,9 @@ def measured_ratios(path: str, rate: float) -> dict[tuple[str, int], float]:
     the geometric mean over the table's token counts (4096 and 16384 rows)."""
     model_bytes = {"fwd_bwd": 12.0, "gelu_fwd": 4.0, "add": 6.0, "swiglu_fwd_bwd": 18.0}
     logs: dict[tuple[str, int], list[float]] = {}
-    for row in csv.DictReader(open(path)):
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
         if "x" not in row["shape"]:
             continue
         t, w = (int(x) for x in row["shape"].split("x"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from paraplan.catalog import load_model, load_system
@@ -58,5 +60,5 @@ def test_step_time_never_decreases_when_exponentials_get_slower(system):
         estimate(model, _with_rate(base, rate), plan).step_time_s
         for rate in (None, 1e13, 1e12, 1e11, 1e10)
     ]
-    assert all(a <= b for a, b in zip(times, times[1:]))
+    assert all(a <= b for a, b in itertools.pairwise(times))
     assert times[-1] > times[0]
