@@ -457,6 +457,7 @@ def test_validate_json_format(capsys):
     ):
         assert key in summary, key
     assert set(summary["by_source"]) == {
+        "gpu-steps-2026-11",
         "korthikanti2022",
         "nemo-llama31-h100",
         "mbridge-dense",

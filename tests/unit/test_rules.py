@@ -285,3 +285,18 @@ def test_plan_rules_live_in_specs_rules_only():
         elsewhere += [f"{rel}:{n}" for n in names if n.endswith(("_rule", "_rules"))]
         elsewhere += [f"{rel}: {a} % ..." for a in mods if rel != "specs/model.py"]
     assert elsewhere == []
+
+
+def test_dtype_rule():
+    from paraplan.catalog import load_system
+
+    h100, b200 = (load_system(n).accelerator for n in ("dgx-h100-80gb", "dgx-b200"))
+    assert rules.dtype_rule("tf32", h100) is None and rules.dtype_rule("nvfp4", b200) is None
+    assert "needs FP4 tensor cores with that format (NVIDIA Blackwell" in rules.dtype_rule(
+        "mxfp4", h100
+    )
+    mi355x = load_system("mi355x-8").accelerator
+    assert rules.dtype_rule("mxfp4", mi355x) is None
+    assert "(NVIDIA Blackwell)" in rules.dtype_rule("nvfp4", mi355x)
+    v100 = load_system("dgx-1-v100").accelerator
+    assert "has no peak for it" in rules.dtype_rule("fp8", v100)

@@ -36,9 +36,10 @@ def test_bundled_files_load():
         "mbridge-dense.json",
         "moe-visible.json",
         "narayanan2021.json",
+        "gpu-steps-2026-11.json",
     } <= set(names)
     cases = load_cases()
-    assert len(cases) == 66 and len({(c.file, c.name) for c in cases}) == 66
+    assert len(cases) == 91 and len({(c.file, c.name) for c in cases}) == 91
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

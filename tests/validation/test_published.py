@@ -82,7 +82,14 @@ def test_scope_is_explicit_in_the_bundled_files():
         assert case.scope == expected, case.name
     assert all(
         c.framework
-        in ("megatron-lm-2021", "megatron-core", "nemo-24.09", "deepspeed", "deepspeed-2021")
+        in (
+            "megatron-lm-2021",
+            "megatron-core",
+            "nemo-24.09",
+            "deepspeed",
+            "deepspeed-2021",
+            *("pytorch-eager", "pytorch-eager-bf16", "pytorch-compile"),  # single-GPU steps
+        )
         for c in cases
     )
 
@@ -92,8 +99,9 @@ def test_calibration_and_held_out_reported_apart(report):
     # every bundled set but Narayanan's fits a constant: Korthikanti (A100), NeMo (H100), mbridge-dense (B200 fp8),
     # moe-visible (the MoE constants)
     assert summary["calibration"]["step_time_cases"] == 46
-    # Narayanan et al. 2021 Table 2: no constant is fitted on it
-    assert summary["held_out"]["step_time_cases"] == 12
+    # Narayanan et al. 2021 Table 2 (12) and the project's single-GPU steps on H100 / H200
+    # (gpu-steps-2026-11, 25): no constant is fitted on them
+    assert summary["held_out"]["step_time_cases"] == 12 + 25
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
@@ -109,7 +117,7 @@ def test_nemo_llama31_step_time(report):
 def test_every_step_time_case_fits(report):
     """Every measured run, dense and MoE, is predicted to fit in memory."""
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
-    assert len(timed) == 58
+    assert len(timed) == 58 + 25  # + the project's single-GPU steps (gpu-steps-2026-11)
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
+from paraplan.cost.flops import softmax_exponentials
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
 
@@ -137,26 +138,29 @@ def attention_time_s(
     dtype: str,
     call: tuple[int, int, int, bool] | None = None,
     direction: str = "fwd",
+    exponentials: float = 0.0,
 ) -> float:
-    """Fused attention: flops · causal_fraction / (peak · attention_efficiency) + overhead, or the
-    measured table's time for the system's kernel and ``direction`` (fwd / bwd) at this call.
-
-    Fused attention runs in half precision even in fp8 recipes (Transformer Engine default), so
-    fp8 plans use the bf16 peak here."""
+    """Fused attention: max(flops · causal_fraction / (peak · attention_efficiency), exponentials /
+    softmax exponent rate) + overhead, at the dtype's attention peak (AcceleratorSpec.peak_attention_flops:
+    bf16 in fp8 and FP4 recipes, 3xTF32 in fp32 / tf32), or the measured table's time for the system's
+    kernel and ``direction`` (fwd / bwd) at this call (cost.kernel_tables). The softmax's exponentials run
+    on the special function units beside the tensor cores; FlashAttention-3/4 overlap one tile's softmax
+    with another's matrix products (Shah et al. 2024, FlashAttention-3, §3.1 ping-pong scheduling), so the
+    slower of the two bounds the kernel (cost.flops.softmax_exponentials; AcceleratorSpec.softmax_exp_rate)."""
     if flops <= 0:
         return 0.0
+    rate = acc.softmax_exp_rate
+    exp_s = exponentials / rate if rate else 0.0
     if acc.kernel_tables and call is not None:
         kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
         measured = tables.attention_time_s(
             acc.kernel_tables, acc.l2_cache, kernel, flops * causal_fraction, call, direction, dtype
         )
         if measured is not None:
-            return max(measured, acc.efficiency.kernel_overhead_s)
-    peak = acc.peak_matrix_flops("bf16" if dtype == "fp8" else dtype)
-    return (
-        flops * causal_fraction / (peak * attention_efficiency(acc, call))
-        + acc.efficiency.kernel_overhead_s
-    )
+            return max(measured, exp_s + acc.efficiency.kernel_overhead_s)
+    peak = acc.peak_attention_flops(dtype)
+    matrix_s = flops * causal_fraction / (peak * attention_efficiency(acc, call))
+    return max(matrix_s, exp_s) + acc.efficiency.kernel_overhead_s
 
 
 # Transformer Engine runs a grouped GEMM (GroupedLinear, Megatron-Core's TEGroupedMLP) as one cuBLAS
@@ -217,10 +221,10 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     if op.kind == "host_sync":
         return host_sync_time_s(acc), 0.0
     if op.kind == "attention":
-        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, op.attention_call)
-        bwd = attention_time_s(
-            op.bwd_flops, op.causal_fraction, acc, dtype, op.attention_call, "bwd"
-        )
+        call = op.attention_call
+        exps = softmax_exponentials(op.fwd_flops, op.causal_fraction, call[2]) if call else 0.0
+        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, call, "fwd", exps)
+        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, call, "bwd", exps)
         return fwd, bwd
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
         op.bwd_bytes, acc, op.bwd_flops, dtype

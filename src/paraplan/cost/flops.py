@@ -190,3 +190,13 @@ def moe_recompute_flops_per_token(m: ModelSpec, seq_length: int, recompute: str)
     if recompute == "selective":
         return attention
     return 0.0
+
+
+def softmax_exponentials(fwd_flops: float, causal_fraction: float, head_dim: int) -> float:
+    """Exponentials one fused-attention pass evaluates: one per attention score computed, and a score
+    costs 4·d forward FLOPs (2·d in Q·Kᵀ, 2·d in P·V), so fwd_flops · causal_fraction / (4·d). The
+    backward recomputes P = exp(S − L) from the saved log-sum-exp once per score, as many again
+    (Dao 2023, FlashAttention-2, Algorithm 2 line 11)."""
+    if fwd_flops <= 0 or head_dim <= 0:
+        return 0.0
+    return fwd_flops * causal_fraction / (4.0 * head_dim)

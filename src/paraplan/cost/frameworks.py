@@ -9,6 +9,8 @@ The profile sets what differs by implementation and nothing else:
   the profile's kernel scales it by the ratio of kernel plateaus
   (``cost.attention.kernel_relative_speed``, FlashAttention-3 paper Fig. 5);
 - eager element-wise ops: HBM efficiency divided by ``eager_traffic_factor`` when not fused;
+- the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
+  vs Megatron-LM's multi-kernel mixed-precision step);
 - ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
 """
 
@@ -52,8 +54,19 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
         eff["hbm"] = eff["hbm"] / framework.eager_traffic_factor
+    if framework.optimizer_step_bytes is not None:
+        eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
     return SystemSpec.model_validate(data)
+
+
+def optimizer_step_bytes(framework: FrameworkSpec) -> float:
+    """The profile's optimizer traffic per parameter at the system's element-wise rate: B / f for an
+    eager stack (f = eager_traffic_factor divides that rate, but a fused optimizer kernel such as
+    torch.optim.AdamW(fused=True) streams at the plain HBM rate), B for a fused one."""
+    assert framework.optimizer_step_bytes is not None
+    factor = 1.0 if framework.fused_kernels else framework.eager_traffic_factor
+    return framework.optimizer_step_bytes / factor
 
 
 def apply_framework(

@@ -5,8 +5,8 @@ main gradients, Korthikanti et al. 2022 Fig. 1 uses the same 18 bytes/parameter)
 
 | dtype          | weights | gradients | optimizer state                     | total |
 |----------------|---------|-----------|-------------------------------------|-------|
-| fp16/bf16/fp8  | 2       | 4 (fp32)  | 12 (fp32 master, Adam m and v)      | 18    |
-| fp32           | 4       | 4         | 8 (Adam m and v)                    | 16    |
+| fp16/bf16/fp8/fp4 | 2    | 4 (fp32)  | 12 (fp32 master, Adam m and v)      | 18    |
+| fp32, tf32     | 4       | 4         | 8 (Adam m and v)                    | 16    |
 
 ZeRO shards over the data-parallel group: stage 1 (= Megatron's distributed optimizer) the
 optimizer state, stage 2 also the gradients, stage 3 also the weights (ZeRO §5).
@@ -41,8 +41,10 @@ GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}  # bytes per gradient element by gradien
 def state_bytes_per_param(dtype: str, grad_dtype: str = "fp32") -> StateBytes:
     """Mixed precision: 2 + g + 12 B/param with g = 4 for fp32 main gradients (Korthikanti Fig. 1's 18 B;
     ZeRO §3.1; Megatron-LM accumulate_allreduce_grads_in_fp32) or g = 2 for gradients kept and reduced in
-    bf16 (ZeRO §3.1's 2 + 2 + 12 = 16 B); fp32 training: 4 + 4 + 8."""
-    if dtype == "fp32":
+    bf16 (ZeRO §3.1's 2 + 2 + 12 = 16 B); fp32 training (fp32 or tf32 GEMMs): 4 + 4 + 8. fp8 and FP4
+    recipes keep bf16 weights beside the fp32 master (Transformer Engine; NVFP4 pretraining,
+    arXiv:2509.25149 §4), so they count as mixed precision."""
+    if dtype in ("fp32", "tf32"):
         return StateBytes(4.0, 4.0, 8.0)
     return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0)
 

@@ -133,10 +133,19 @@ def check_handled(plan: PlanSpec, handled: Collection[str], framework: str) -> d
     return canon
 
 
+# Training datatypes no exporter maps yet: tf32 (a PyTorch backend switch, no launcher argument in the
+# kept argument lists) and the FP4 recipes (nvfp4, mxfp4; not in the kept Megatron-LM, NeMo,
+# torchtitan or DeepSpeed argument lists).
+UNMAPPED_DTYPES = ("tf32", "nvfp4", "mxfp4")
+
+
 def exportable(plan: PlanSpec, name: str, handled: Collection[str]) -> tuple[str, dict[str, Any]]:
     """(the framework's label, the canonical plan) of a plan whose every changed field the exporter
-    of framework ``name`` maps (``handled``; check_handled refuses the others)."""
+    of framework ``name`` maps (``handled``; check_handled refuses the others) and whose dtype it
+    can state (UNMAPPED_DTYPES are refused)."""
     label = framework_args(name).label
+    if plan.dtype in UNMAPPED_DTYPES:
+        raise refuse(label, "dtype", plan.dtype, "no argument of this framework selects it")
     return label, check_handled(plan, handled, label)
 
 

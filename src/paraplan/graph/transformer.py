@@ -15,10 +15,11 @@ from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
 
 # Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
 # activations between GEMMs in bf16 and casts to fp8 inside the GEMM), 4 for fp32.
-ACTIVATION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
+ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "nvfp4": 2, "mxfp4": 2}
 
 # FlashAttention-2 backward runs 5 matmuls for the forward's 2 (Dao 2023, arXiv:2307.08691, §3.1.2).
 FLASH_BACKWARD_FLOP_RATIO = 2.5
@@ -87,8 +88,9 @@ class LayerShape(NamedTuple):
     def gemm_input_bytes(self) -> float:
         """Bytes per element of a GEMM input kept for the weight gradient: 1 in fp8 recipes (Transformer
         Engine's Linear / LayerNormLinear quantise the input and save the fp8 copy for backward, not the
-        bf16 one: TE documentation, "Using FP8 with Transformer Engine"), else the activation width."""
-        return 1.0 if self.dtype == "fp8" else float(self.act_bytes)
+        bf16 one: TE documentation, "Using FP8 with Transformer Engine"); FP4 recipes keep the 4-bit
+        copy with its block scales (specs.system.QUANTISED_INPUT_BYTES); else the activation width."""
+        return QUANTISED_INPUT_BYTES.get(self.dtype, float(self.act_bytes))
 
 
 @lru_cache(maxsize=65536)
@@ -287,14 +289,16 @@ def _tp_collectives(tokens: int, width: int, ab: int, shape: LayerShape) -> list
 def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
     """FP8 casts of GEMM operands (Transformer Engine's delayed-scaling recipe; Micikevicius et al.
     2022, arXiv:2209.05433): every activation input in forward and every output gradient in
-    backward is read in bf16 (2 B) and written in fp8 (1 B); weights are cast once per step (ignored)."""
+    backward is read in bf16 (2 B) and written in fp8 (1 B; FP4 recipes: its 4-bit bytes with block
+    scales, specs.system.QUANTISED_INPUT_BYTES); weights are cast once per step (ignored)."""
     t, h, f = shape.tp, model.hidden, model.ffn_hidden
     tokens = shape.local_tokens
     fwd_elems = tokens * (h + model.q_width / t + h + f / t)
     bwd_elems = tokens * (
         (model.q_width + 2 * model.kv_width) / t + h + model.mlp_input_projections * f / t + h
     )
-    return Op("fp8_casts", "memory", 0.0, 3.0 * fwd_elems, 0.0, 3.0 * bwd_elems)
+    per_elem = 2.0 + QUANTISED_INPUT_BYTES.get(shape.dtype, 1.0)
+    return Op("fp8_casts", "memory", 0.0, per_elem * fwd_elems, 0.0, per_elem * bwd_elems)
 
 
 @lru_cache(maxsize=4096)
@@ -339,7 +343,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
             FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
         ),
     ]
-    if shape.dtype == "fp8":
+    if shape.dtype in LOW_PRECISION:
         ops.append(fp8_cast_op(model, shape))
     collectives = _tp_collectives(tokens, h, ab, shape)
     if shape.cp > 1 and shape.tp_layout == "2d-seq":

@@ -112,6 +112,12 @@ class FrameworkSpec(InputModel):
         ge=1.0,
         description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)",
     )
+    optimizer_step_bytes: float | None = Field(
+        None,
+        gt=0,
+        description="HBM traffic per owned parameter of the optimizer step (one fused kernel, not slowed "
+        "by eager_traffic_factor); None: Megatron-LM's multi-kernel mixed-precision step, 54 B",
+    )
     cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
     communication_buffers: Bytes = Field(
         1.0 * 2**30, description="NCCL / framework communication buffers per GPU"

@@ -52,7 +52,7 @@ from paraplan.specs.tp_layout import TPLayoutFields
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
-PlanDtype = Literal["fp32", "fp16", "bf16", "fp8"]
+PlanDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 Attention = Literal["flash", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 CPAlgorithm = Literal["ring", "all-to-all"]

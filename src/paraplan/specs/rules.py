@@ -17,6 +17,7 @@ from paraplan.specs.errors import Violation
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.split import SplitGroup, chunk_units
+from paraplan.specs.system import FP4, FP4_PARTS, AcceleratorSpec
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
 
 if TYPE_CHECKING:
@@ -350,6 +351,24 @@ def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
         rule = "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"
         out.append(Violation("plan.recompute_num_layers", layers, rule))
     return out
+
+
+# ---- datatype -------------------------------------------------------------------------------------
+def dtype_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
+    """The accelerator has a matrix peak for the training dtype (AcceleratorSpec.peak_matrix_flops);
+    FP4 needs tensor cores with that format (specs.system.FP4_PARTS: NVFP4 on NVIDIA Blackwell,
+    MXFP4 on Blackwell and AMD CDNA 4; NVIDIA Blackwell technical brief 2024, AMD CDNA 4 whitepaper 2025)."""
+    try:
+        accelerator.peak_matrix_flops(dtype)
+    except KeyError:
+        allowed = ", ".join(accelerator.matrix_flops)
+        if dtype in FP4:
+            return (
+                f"needs FP4 tensor cores with that format ({FP4_PARTS[dtype]}); "
+                f"{accelerator.name} has none; allowed: {allowed}"
+            )
+        return f"{accelerator.name} has no peak for it; allowed: {allowed}"
+    return None
 
 
 # ---- per-stage plans -----------------------------------------------------------------------------

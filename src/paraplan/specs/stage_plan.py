@@ -122,7 +122,7 @@ class StagePlanSpec(InputModel):
     micro_batch: int | None = Field(
         None, gt=0, description="samples per micro-batch per replica (equal dp only)"
     )
-    dtype: Literal["fp32", "fp16", "bf16", "fp8"] = "bf16"
+    dtype: Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"] = "bf16"
     schedule: Literal["1f1b", "interleaved", "gpipe"] = "1f1b"
     vpp: int = Field(
         1,

@@ -15,7 +15,28 @@ from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.strict import InputModel
 from paraplan.units import parse_quantity
 
-Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
+
+# Training datatypes (docs/model.md, "Datatypes"): the matrix rate each one's GEMMs run at, and the
+# activation datatype its element-wise kernels and fused attention run in.
+# fp32: IEEE fp32 GEMMs on the CUDA cores (torch.backends.cuda.matmul.allow_tf32 = False, PyTorch's
+# default since 1.12); tf32: fp32 tensors whose GEMMs run on TF32 tensor cores (allow_tf32 = True,
+# or torch.set_float32_matmul_precision("high")); element-wise work and storage stay fp32 in both.
+# fp8 / nvfp4 / mxfp4: GEMM inputs quantised (Transformer Engine recipes), everything else bf16.
+LOW_PRECISION = ("fp8", "nvfp4", "mxfp4")
+FP4 = ("nvfp4", "mxfp4")
+FP4_PARTS = {"nvfp4": "NVIDIA Blackwell", "mxfp4": "NVIDIA Blackwell, AMD CDNA 4"}
+ACTIVATION_DTYPE = {"tf32": "fp32", "fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf16"}
+# Stored bytes per element of a quantised GEMM input: fp8 1 B; NVFP4 4 bits + one E4M3 scale per
+# 16 elements (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025;
+# arXiv:2509.25149 §2); MXFP4 4 bits + one E8M0 scale per 32 elements (OCP Microscaling Formats
+# (MX) v1.0 specification, 2023, §5.2 Table 1).
+QUANTISED_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
+
+
+def activation_dtype(dtype: str) -> str:
+    """Datatype of activations, element-wise kernels and fused attention under a training dtype."""
+    return ACTIVATION_DTYPE.get(dtype, dtype)
 
 
 def _quantity(kind):
@@ -69,6 +90,13 @@ class EfficiencySpec(InputModel):
         "micro-batch's compute (the SMs its kernels hold: DeepEP's normal kernels use 20-24 SMs); "
         "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
     )
+    optimizer_step_bytes: float = Field(
+        54.0,
+        gt=0,
+        description="HBM traffic per owned parameter of the optimizer step at this system's element-wise "
+        "rate (default: Megatron-LM's mixed-precision step, step.tail.OPTIMIZER_BYTES_PER_PARAM); a "
+        "framework profile sets its own (cost.frameworks.framework_system)",
+    )
     host_sync_s: Seconds = Field(
         0.0,
         description="GPU idle time per device-to-host synchronisation in the step (the launch queue drains and "
@@ -78,10 +106,10 @@ class EfficiencySpec(InputModel):
 
 class AcceleratorSpec(InputModel):
     name: str
-    architecture: Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3"] | None = (
-        Field(
-            None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
-        )
+    architecture: (
+        Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3", "cdna4"] | None
+    ) = Field(
+        None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
     )
     matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
         description="peak dense matrix FLOP/s per datatype"
@@ -93,6 +121,12 @@ class AcceleratorSpec(InputModel):
     hbm_bandwidth: BytesPerS
     sm_count: int = Field(
         gt=0, description="streaming multiprocessors (compute units); sets the wave size"
+    )
+    softmax_exp_rate: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="exponentials per second of the special function units (MUFU.EX2: SMs × results per "
+        "clock per SM × clock), the softmax's bound in fused attention (cost.compute.attention_time_s); "
+        "None: not bounded",
     )
     efficiency: EfficiencySpec = EfficiencySpec()
     host_memory: Bytes | None = Field(
@@ -133,31 +167,60 @@ class AcceleratorSpec(InputModel):
         return value
 
     def peak_matrix_flops(self, dtype: str) -> float:
-        """Peak matrix rate for ``dtype``; fp16 and bf16 share tensor cores; tf32 used for fp32 training."""
+        """Peak matrix rate for ``dtype``: its datasheet entry; fp16 and bf16 share tensor cores; fp32
+        without an fp32 entry (a part whose datasheet gives only TF32) runs at the TF32 rate. FP4
+        (nvfp4, mxfp4) needs its own entry: NVIDIA Blackwell tensor cores run both (NVIDIA Blackwell
+        architecture technical brief, 2024: second-generation Transformer Engine with FP4), AMD CDNA 4
+        runs MXFP4 only (AMD CDNA 4 architecture whitepaper, 2025)."""
         table = self.matrix_flops
         if dtype in table:
             return table[dtype]
-        if dtype in ("fp16", "bf16"):
+        if dtype in ("fp16", "bf16") and ("bf16" in table or "fp16" in table):
             return table.get("bf16") or table["fp16"]
         if dtype == "fp32" and "tf32" in table:
             return table["tf32"]
+        if dtype in FP4:
+            raise UnsupportedDtype(
+                f"dtype: {dtype!r} needs FP4 tensor cores with that format ({FP4_PARTS[dtype]}); "
+                f"accelerator {self.name} has none; choose one of {', '.join(sorted(table))}"
+            )
         raise UnsupportedDtype(
             f"dtype: {dtype!r} is not supported by accelerator {self.name} (matrix_flops has "
             f"{', '.join(sorted(table))}); choose one of those"
         )
 
+    def peak_attention_flops(self, dtype: str) -> float:
+        """Peak rate of fused attention's matrix products under a training dtype: bf16 in fp8 and FP4
+        recipes (Transformer Engine runs attention in half precision); in fp32 and tf32 (SDPA's
+        memory-efficient kernel, the only fused one taking fp32) a third of the TF32 rate where the
+        part has TF32: that kernel multiplies fp32 operands as 3xTF32 (PyTorch
+        aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType
+        for float on sm80+: cutlass::arch::OpMultiplyAddFastF32, three TF32 MMAs per product, whatever
+        torch.backends.cuda.matmul.allow_tf32 says); the fp32 rate elsewhere."""
+        if dtype in LOW_PRECISION:
+            return self.peak_matrix_flops("bf16")
+        if dtype in ("fp32", "tf32"):
+            if "tf32" in self.matrix_flops:
+                return self.matrix_flops["tf32"] / 3.0
+            return self.peak_matrix_flops("fp32")
+        return self.peak_matrix_flops(dtype)
+
     def peak_vector_flops(self, dtype: str) -> float:
-        """Peak vector rate for element-wise work in ``dtype``'s activations (fp8 training keeps
-        them in bf16); falls back to fp16 / bf16 / fp32 entries, whichever the datasheet gives."""
+        """Peak vector rate for element-wise work in ``dtype``'s activations (activation_dtype: fp8 and
+        FP4 training keep them in bf16, tf32 in fp32); falls back to fp16 / bf16 / fp32 entries,
+        whichever the datasheet gives (fp32 activations first to the fp32 entry)."""
         table = self.vector_flops
-        wanted = "bf16" if dtype == "fp8" else dtype
-        for key in (wanted, "bf16", "fp16", "fp32"):
+        wanted = activation_dtype(dtype)
+        order = ("fp32", "bf16", "fp16") if wanted == "fp32" else (wanted, "bf16", "fp16", "fp32")
+        for key in order:
             if key in table:
                 return table[key]
         return max(table.values())
 
     def gemm_efficiency_cap(self, dtype: str) -> float:
-        if dtype == "fp8" and self.efficiency.gemm_fp8 is not None:
+        """Achievable share of the dtype's peak: gemm_fp8 for fp8 and FP4 (no FP4 GEMM measurement in
+        the catalog: the fp8 share stands in, docs/model.md "Datatypes"), gemm otherwise."""
+        if dtype in LOW_PRECISION and self.efficiency.gemm_fp8 is not None:
             return self.efficiency.gemm_fp8
         return self.efficiency.gemm
 

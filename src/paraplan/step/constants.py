@@ -39,4 +39,5 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         zero3_tensor_reduces=1.0 if knobs.zero3_reduce_unit == "tensor" else 0.0,
         zero3_regather=1.0 if knobs.zero3_regather_recompute else 0.0,
         kernel_overhead_s=acc.efficiency.kernel_overhead_s,
+        optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
     )

@@ -23,6 +23,7 @@ from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_violations
+from paraplan.specs.rules import dtype_rule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
@@ -89,16 +90,9 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     out = []
     acc = system.accelerator
-    try:
-        acc.peak_matrix_flops(plan.dtype)
-    except KeyError:
-        out.append(
-            Violation(
-                "plan.dtype",
-                plan.dtype,
-                f"{acc.name} has no peak for it; allowed: {', '.join(acc.matrix_flops)}",
-            )
-        )
+    dtype = dtype_rule(plan.dtype, acc)
+    if dtype:
+        out.append(Violation("plan.dtype", plan.dtype, dtype))
     if (
         plan.offload_weights or plan.offload_activations or plan.offload_optimizer
     ) and not acc.host_bandwidth:

@@ -109,6 +109,7 @@ class StepInputs:
     kernel_overhead_s: Num = (
         0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
     )
+    optimizer_step_bytes: Num = 54.0  # optimizer-step HBM traffic per owned parameter (efficiency)
     tied_sync_s: Num = 0.0  # after every stage's tail: the tied-embedding all-reduce (step.p2p)
 
 
