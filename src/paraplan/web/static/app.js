@@ -204,7 +204,7 @@ function drawDetail(d) {
   const st = d.memory.per_stage, parts = ["weights", "gradients", "optimizer", "activations", "buffers", "reserved"];
   const traces = parts.filter((p) => st.some((s) => s[`${p}_gib`] !== undefined)).map((p) => ({
     type: "bar", name: p, x: st.map((s) => `stage ${s.stage}`), y: st.map((s) => s[`${p}_gib`]) }));
-  traces.push({ type: "scatter", mode: "lines", name: "HBM", x: st.map((s) => `stage ${s.stage}`), y: st.map((s) => s.capacity_gib), line: { color: "red", dash: "dash" } });
+  traces.push({ type: "scatter", mode: "lines+markers", name: "HBM", x: st.map((s) => `stage ${s.stage}`), y: st.map((s) => s.capacity_gib), line: { color: "red", dash: "dash" } });
   plot("memory", traces, { barmode: "stack", title: { text: `memory per stage (peak ${d.memory.peak_gib.toFixed(1)} GiB)` }, yaxis: { title: "GiB" } });
   const t = d.timeline;
   const colours = { F: "#4C72B0", B: "#DD8452" };
@@ -215,7 +215,7 @@ function drawDetail(d) {
       text: sel.map((x) => `mb ${x.mb}` + (t.vpp > 1 ? ` c${x.chunk}` : "")), hoverinfo: "text+x" };
   });
   plot("timeline", bars, { barmode: "overlay", title: { text: `${t.schedule} schedule, pp ${t.pp}, v ${t.vpp}, ${t.microbatches_drawn} of ${t.microbatches} micro-batches` },
-    xaxis: { title: "s" }, yaxis: { autorange: "reversed" }, height: 120 + 30 * t.pp, showlegend: true });
+    xaxis: { title: "s" }, yaxis: { autorange: "reversed" }, height: 160 + 36 * t.pp, showlegend: true });
   $("#timeline-note").textContent = `drawn bubble ${fmt(t.drawn_bubble_s)} s; the estimator's bubble ${fmt(t.bubble_s)} s` +
     (t.approximate ? " (drawn in the 1F1B order: approximate for this schedule)" : "");
   const tb = $("#collectives tbody"); tb.innerHTML = "";
