@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -107,6 +108,7 @@ def create_app(time_limit_s: float = 300.0) -> Starlette:
     @asynccontextmanager
     async def lifespan(app):
         jobs.warm()
+        threading.Thread(target=_warm_estimates, daemon=True).start()
         yield
         jobs.close()
 
@@ -199,6 +201,12 @@ def create_app(time_limit_s: float = 300.0) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.jobs = jobs
     return app
+
+
+def _warm_estimates() -> None:
+    """Load the estimator's modules and tables in the server process (the plan detail's estimates
+    run here) before the first plan is opened."""
+    api.estimate("gpt3-13b", "dgx-a100-80gb", gpus=8, tp=8, global_batch=64, with_ops=True)
 
 
 def plan_fields(problem, plan) -> dict:

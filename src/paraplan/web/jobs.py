@@ -1,9 +1,11 @@
-"""Long work off the server's event loop: each search or sweep runs in its own worker process, which
+"""Long work off the server's event loop: each search or sweep runs in a worker process, which
 reports progress through a pipe and can be cancelled (the process is terminated).
 
-A worker is started ahead of time with paraplan imported (spawned processes, so no lock of the
-server's threads is inherited), so a search starts at once; the next one is started as a job takes
-it. Each job has a wall-clock limit (``JobManager.time_limit_s``) after which it is terminated.
+Workers are started ahead of time (spawned processes, so no lock of the server's threads is
+inherited) and warmed with a small search, so a search starts at once with the catalog, the cost
+caches and the validation residuals loaded; a worker whose job ended is kept for the next job (at
+most ``IDLE_WORKERS`` wait), one that was cancelled or ran out of time is terminated and replaced.
+Each job has a wall-clock limit (``JobManager.time_limit_s``).
 """
 
 from __future__ import annotations
@@ -17,32 +19,35 @@ from dataclasses import dataclass, field
 from paraplan.specs.errors import InputError
 
 MAX_JOBS = 8  # jobs running at once; more are refused with a one-line error
+IDLE_WORKERS = 2  # started workers kept waiting for a job (two tabs search at once without a start)
 KEEP_FINISHED = 64  # finished jobs kept for their result (the oldest dropped first)
 
 
 def _worker(conn) -> None:  # pragma: no cover - runs in the child process
-    """Wait for one job, run it, send progress then ("done", doc) or ("error", flag, message)."""
-    from paraplan.web import work  # imported while waiting: the job starts at once
+    """Warm up, then run jobs one after another: progress, then ("done", doc) or ("error", flag,
+    message) for each, until the pipe closes."""
+    from paraplan.web import work
 
-    try:
-        kind, problem, extra = conn.recv()
-    except EOFError:
-        return
+    work.warm_up()
+    while True:
+        try:
+            kind, problem, extra = conn.recv()
+        except (EOFError, OSError):
+            return
 
-    def progress(done, total=None, phase="searching"):
-        conn.send(("progress", int(done), None if total is None else int(total), str(phase)))
+        def progress(done, total=None, phase="searching"):
+            conn.send(("progress", int(done), None if total is None else int(total), str(phase)))
 
-    try:
-        if kind == "sweep":
-            doc = work.run_sweep(problem, extra, progress)
-        else:
-            doc = work.run_search(problem, progress)
-        conn.send(("done", doc))
-    except InputError as exc:
-        conn.send(("error", getattr(exc, "flag", None), str(exc)))
-    except Exception as exc:  # noqa: BLE001 - shown on the page as one line, never a traceback
-        conn.send(("error", None, f"internal error: {type(exc).__name__}: {exc}"))
-    conn.close()
+        try:
+            if kind == "sweep":
+                doc = work.run_sweep(problem, extra, progress)
+            else:
+                doc = work.run_search(problem, progress)
+            conn.send(("done", doc))
+        except InputError as exc:
+            conn.send(("error", getattr(exc, "flag", None), str(exc)))
+        except Exception as exc:  # noqa: BLE001 - shown on the page as one line, never a traceback
+            conn.send(("error", None, f"internal error: {type(exc).__name__}: {exc}"))
 
 
 @dataclass
@@ -74,15 +79,26 @@ class JobManager:
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
         self.context = mp.get_context("spawn")
-        self.spare = None
+        self.idle: list = []  # (process, pipe) of started workers waiting for a job
+        self.closed = False
 
     def _process(self):
-        """A started worker waiting for its job (the spare one when there is one)."""
+        """A started worker waiting for its job (an idle one when there is one)."""
         with self.lock:
-            spare, self.spare = self.spare, None
-        if spare is None or not spare[0].is_alive():
-            spare = self._start()
-        return spare
+            while self.idle:
+                worker = self.idle.pop()
+                if worker[0].is_alive():
+                    return worker
+        return self._start()
+
+    def _release(self, worker) -> None:
+        """A worker whose job ended keeps waiting for the next one, or ends when enough wait."""
+        with self.lock:
+            if not self.closed and len(self.idle) < IDLE_WORKERS and worker[0].is_alive():
+                self.idle.append(worker)
+                return
+        worker[1].close()
+        worker[0].terminate()
 
     def _start(self):
         parent, child = self.context.Pipe()
@@ -92,15 +108,13 @@ class JobManager:
         return process, parent
 
     def warm(self) -> None:
-        """Start the spare worker (in the background: spawning takes ~0.5 s)."""
+        """Start idle workers up to IDLE_WORKERS (in the background: a start takes ~1 s)."""
 
         def start():
-            spare = self._start()
             with self.lock:
-                if self.spare is None:
-                    self.spare = spare
-                    return
-            spare[0].terminate()
+                wanted = IDLE_WORKERS - len(self.idle)
+            for _ in range(max(wanted, 0)):
+                self._release(self._start())
 
         threading.Thread(target=start, daemon=True).start()
 
@@ -109,7 +123,6 @@ class JobManager:
         if running >= MAX_JOBS:
             raise InputError(f"server: {running} searches are running; at most {MAX_JOBS} at once")
         process, conn = self._process()
-        self.warm()
         job = Job(id=f"j{next(self.ids)}", kind=kind, process=process)
         conn.send((kind, problem, extra))
         with self.lock:
@@ -118,13 +131,15 @@ class JobManager:
             for old in finished[: max(0, len(finished) - KEEP_FINISHED)]:
                 del self.jobs[old.id]
         threading.Thread(target=self._follow, args=(job, conn), daemon=True).start()
+        if not self.idle:
+            self.warm()
         return job
 
     def _follow(self, job: Job, conn) -> None:
         """Read the worker's messages into the job until it ends, is cancelled or runs out of time."""
         while job.state == "running":
             if time.monotonic() - job.started > self.time_limit_s:
-                self._end(job, "error", error={"field": None, "message": self._late()})
+                self._end(job, "late", error={"field": None, "message": self._late()})
                 break
             try:
                 ready = conn.poll(0.05)
@@ -138,10 +153,13 @@ class JobManager:
             if message[0] == "progress":
                 job.progress = {"done": message[1], "total": message[2], "phase": message[3]}
                 job.version += 1
-            elif message[0] == "done":
-                self._end(job, "done", result=message[1])
             else:
-                self._end(job, "error", error={"field": message[1], "message": message[2]})
+                if message[0] == "done":
+                    self._end(job, "done", result=message[1])
+                else:
+                    self._end(job, "error", error={"field": message[1], "message": message[2]})
+                self._release((job.process, conn))
+                return
         conn.close()
 
     def _late(self) -> str:
@@ -154,9 +172,13 @@ class JobManager:
         with self.lock:
             if job.state != "running":
                 return
-            job.state, job.result, job.error = state, result, error
+            job.state, job.result, job.error = (
+                ("error" if state == "late" else state),
+                result,
+                error,
+            )
             job.version += 1
-        if job.process is not None and job.process.is_alive() and state != "done":
+        if job.process is not None and job.process.is_alive() and state in ("cancelled", "late"):
             job.process.terminate()
 
     def cancel(self, job_id: str) -> Job | None:
@@ -169,6 +191,7 @@ class JobManager:
         for job in list(self.jobs.values()):
             self._end(job, "cancelled")
         with self.lock:
-            spare, self.spare = self.spare, None
-        if spare is not None:
-            spare[0].terminate()
+            self.closed, idle, self.idle = True, self.idle, []
+        for process, conn in idle:
+            conn.close()
+            process.terminate()

@@ -74,6 +74,14 @@ def _point(plan: dict, step: float, memory: float, objective: float) -> dict:
     }
 
 
+def warm_up() -> None:
+    """Load what every search reads (the catalog, the cost tables, the validation residuals of the
+    error bands) with a small search, so a worker's first job does not pay for it."""
+    found = api.search("gpt3-13b", "dgx-a100-80gb", 8, global_batch=64, tp=(1, 8), pp=(1,), top=1)
+    found.to_dict()
+    api.explain(found)
+
+
 def run_search(problem: Problem, progress: Callable) -> dict:
     """The search's ``--json`` document (api.SearchResults.to_dict) with ``explain`` (why the best
     wins) and ``scatter`` (the points of the Pareto view, module doc)."""

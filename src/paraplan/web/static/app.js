@@ -7,11 +7,15 @@ const form = $("#problem");
 const state = { job: null, source: null, doc: null, detail: null, plan: null };
 const PAGE_KEYS = ["plan", "compare"];
 
+// Plotly (4.8 MB) is loaded once the form is ready, so it never delays the first interaction
+let loadPlotly;
 const plotlyReady = new Promise((resolve) => {
-  const tag = document.createElement("script");
-  tag.src = "/static/plotly.min.js";
-  tag.onload = () => resolve(window.Plotly);
-  document.head.appendChild(tag);
+  loadPlotly = () => {
+    const tag = document.createElement("script");
+    tag.src = "/static/plotly.min.js";
+    tag.onload = () => resolve(window.Plotly);
+    document.head.appendChild(tag);
+  };
 });
 async function plot(id, data, layout) {
   const Plotly = await plotlyReady;
@@ -307,7 +311,8 @@ async function start() {
   $("#f-framework").insertAdjacentHTML("beforeend", opts(names.frameworks));
   const given = pageParams();
   $("#ready").textContent = "ready";
-  document.body.dataset.ready = "1";
+  document.body.dataset.ready = String(Math.round(performance.now()));
+  loadPlotly();
   if (given.model || given.system) {
     fillForm(problemParams(given));
     runSearch(problemParams(given), { plan: given.plan || 1, compare: given.compare || null });
