@@ -216,7 +216,8 @@ function drawDetail(d) {
     const sel = t.bars.filter((x) => x.kind === k);
     return { type: "bar", orientation: "h", name: k === "F" ? "forward" : "backward", base: sel.map((x) => x.start),
       x: sel.map((x) => x.end - x.start), y: sel.map((x) => `stage ${x.stage}`), marker: { color: colours[k] },
-      text: sel.map((x) => `mb ${x.mb}` + (t.vpp > 1 ? ` c${x.chunk}` : "")), hoverinfo: "text+x" };
+      hovertext: sel.map((x) => `mb ${x.mb}` + (t.vpp > 1 ? ` chunk ${x.chunk}` : "")), hoverinfo: "text+x",
+      text: t.bars.length <= 160 ? sel.map((x) => `${x.mb}`) : undefined };
   });
   plot("timeline", bars, { barmode: "overlay", title: { text: `${t.schedule} schedule, pp ${t.pp}, v ${t.vpp}, ${t.microbatches_drawn} of ${t.microbatches} micro-batches` },
     xaxis: { title: "s" }, yaxis: { autorange: "reversed" }, height: 160 + 36 * t.pp, showlegend: true });
