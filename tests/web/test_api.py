@@ -9,11 +9,11 @@ pytest.importorskip(
     "starlette", reason="the web extra is not installed: pip install 'paraplan[web]'"
 )
 
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
+from tests.web.conftest import SMALL, wait
 
-from paraplan import api  # noqa: E402
-from paraplan.web.app import MAX_BODY, create_app  # noqa: E402
-from tests.web.conftest import SMALL, wait  # noqa: E402
+from paraplan import api
+from paraplan.web.app import MAX_BODY, create_app
 
 LONG = {  # every feasible plan of GPT-3 175B on 1,024 GPUs: minutes of work
     "model": "gpt3-175b",
@@ -107,8 +107,9 @@ def test_bad_input_is_the_clis_one_line_error_naming_the_field(client, change, f
 
 
 def test_a_pasted_model_is_read_in_memory(client, searched):
-    from paraplan.catalog import __file__ as catalog_init
     from pathlib import Path
+
+    from paraplan.catalog import __file__ as catalog_init
 
     text = (Path(catalog_init).parent / "models" / "gpt3-13b.yaml").read_text()
     params = {**SMALL, "model-text": text}

@@ -24,7 +24,7 @@ playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed: pip install 'paraplan[test]'"
 )
 
-from tests.web.conftest import SMALL  # noqa: E402
+from tests.web.conftest import SMALL
 
 CHROMIUM = os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [

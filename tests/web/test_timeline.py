@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,7 @@ def test_the_drawn_bubble_is_the_schedules_formula(pp, vpp, schedule, m):
     assert len(drawn["bars"]) == 2 * m * vpp * pp
     for s in range(pp):  # a stage runs one pass at a time
         mine = sorted((x["start"], x["end"]) for x in drawn["bars"] if x["stage"] == s)
-        assert all(a[1] <= b_[0] + 1e-12 for a, b_ in zip(mine, mine[1:]))
+        assert all(a[1] <= b_[0] + 1e-12 for a, b_ in itertools.pairwise(mine))
 
 
 def test_1f1b_holds_p_minus_s_micro_batches_at_most():

@@ -101,6 +101,105 @@ def guarded(handler):
     return endpoint
 
 
+async def page(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", media_type="text/html")
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name == "plotly.min.js":
+        return FileResponse(_plotly_js(), media_type="text/javascript")
+    if name not in STATIC_FILES:  # a fixed list: no path from a request reaches the disk
+        return JSONResponse({"error": {"field": None, "message": "not found"}}, 404)
+    return FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+
+
+async def catalog(request: Request) -> Response:
+    return JSONResponse(await run_in_threadpool(api.catalog_names))
+
+
+async def start_search(request: Request) -> Response:
+    data = await read_json(request)
+    problem = await run_in_threadpool(page_params.parse, _params(data))
+    return JSONResponse(request.app.state.jobs.submit("search", problem).public())
+
+
+async def start_sweep(request: Request) -> Response:
+    data = await read_json(request)
+    problem = await run_in_threadpool(page_params.parse, _params(data))
+    text = str(data.get("gpus-list", ""))
+    try:
+        counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        counts = []
+    if not counts or len(counts) > 32 or min(counts) < 1:
+        raise page_params.error("gpus-list", f"{text!r} must list 1 to 32 positive GPU counts")
+    return JSONResponse(request.app.state.jobs.submit("sweep", problem, counts).public())
+
+
+def _job(request: Request):
+    job = request.app.state.jobs.jobs.get(request.path_params["job"])
+    if job is None:
+        raise InputError(f"job: {request.path_params['job']!r} is not a job of this server")
+    return job
+
+
+async def job_state(request: Request) -> Response:
+    return JSONResponse(_job(request).public())
+
+
+async def cancel(request: Request) -> Response:
+    job = request.app.state.jobs.cancel(_job(request).id)
+    return JSONResponse(job.public())
+
+
+async def events(request: Request) -> Response:
+    job = _job(request)
+
+    async def stream():
+        seen = -1
+        while True:
+            if job.version != seen:
+                seen = job.version
+                yield f"data: {json.dumps(job.public())}\n\n"
+            if job.state != "running":
+                return
+            await asyncio.sleep(0.05)
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+async def estimate(request: Request) -> Response:
+    data = await read_json(request)
+    problem = await run_in_threadpool(page_params.parse, _params(data))
+    return JSONResponse(await run_in_threadpool(plan_detail, problem, data.get("plan")))
+
+
+async def export(request: Request) -> Response:
+    data = await read_json(request)
+    problem = await run_in_threadpool(page_params.parse, _params(data))
+    to = str(data.get("to", "megatron"))
+    if to not in EXPORT_SUFFIX:
+        raise InputError(f"to: {to!r} is not allowed; allowed: {', '.join(EXPORT_SUFFIX)}")
+    plan = plan_fields(problem, data.get("plan"))
+    text = await run_in_threadpool(api.export, plan, to, problem.model, 8, "paraplan serve")
+    return JSONResponse({"text": text, "filename": f"plan-{to}{EXPORT_SUFFIX[to]}"})
+
+
+ROUTES = [
+    Route("/", page),
+    Route("/static/{name}", static),
+    Route("/api/catalog", guarded(catalog)),
+    Route("/api/search", guarded(start_search), methods=["POST"]),
+    Route("/api/sweep", guarded(start_sweep), methods=["POST"]),
+    Route("/api/jobs/{job}", guarded(job_state)),
+    Route("/api/jobs/{job}", guarded(cancel), methods=["DELETE"]),
+    Route("/api/jobs/{job}/events", guarded(events)),
+    Route("/api/estimate", guarded(estimate), methods=["POST"]),
+    Route("/api/export", guarded(export), methods=["POST"]),
+]
+
+
 def create_app(time_limit_s: float = 300.0) -> Starlette:
     """The application; its job manager (``app.state.jobs``) stops every worker at shutdown."""
     jobs = JobManager(time_limit_s)
@@ -112,93 +211,7 @@ def create_app(time_limit_s: float = 300.0) -> Starlette:
         yield
         jobs.close()
 
-    async def page(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
-
-    async def static(request: Request) -> Response:
-        name = request.path_params["name"]
-        if name == "plotly.min.js":
-            return FileResponse(_plotly_js(), media_type="text/javascript")
-        if name not in STATIC_FILES:  # a fixed list: no path from a request reaches the disk
-            return JSONResponse({"error": {"field": None, "message": "not found"}}, 404)
-        return FileResponse(STATIC / name, media_type=STATIC_FILES[name])
-
-    async def catalog(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(api.catalog_names))
-
-    async def start_search(request: Request) -> Response:
-        data = await read_json(request)
-        problem = await run_in_threadpool(page_params.parse, _params(data))
-        return JSONResponse(jobs.submit("search", problem).public())
-
-    async def start_sweep(request: Request) -> Response:
-        data = await read_json(request)
-        problem = await run_in_threadpool(page_params.parse, _params(data))
-        text = str(data.get("gpus-list", ""))
-        try:
-            counts = [int(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            counts = []
-        if not counts or len(counts) > 32 or min(counts) < 1:
-            raise page_params.error("gpus-list", f"{text!r} must list 1 to 32 positive GPU counts")
-        return JSONResponse(jobs.submit("sweep", problem, counts).public())
-
-    def _job(request: Request):
-        job = jobs.jobs.get(request.path_params["job"])
-        if job is None:
-            raise InputError(f"job: {request.path_params['job']!r} is not a job of this server")
-        return job
-
-    async def job_state(request: Request) -> Response:
-        return JSONResponse(_job(request).public())
-
-    async def cancel(request: Request) -> Response:
-        job = jobs.cancel(_job(request).id)
-        return JSONResponse(job.public())
-
-    async def events(request: Request) -> Response:
-        job = _job(request)
-
-        async def stream():
-            seen = -1
-            while True:
-                if job.version != seen:
-                    seen = job.version
-                    yield f"data: {json.dumps(job.public())}\n\n"
-                if job.state != "running":
-                    return
-                await asyncio.sleep(0.05)
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
-
-    async def estimate(request: Request) -> Response:
-        data = await read_json(request)
-        problem = await run_in_threadpool(page_params.parse, _params(data))
-        return JSONResponse(await run_in_threadpool(plan_detail, problem, data.get("plan")))
-
-    async def export(request: Request) -> Response:
-        data = await read_json(request)
-        problem = await run_in_threadpool(page_params.parse, _params(data))
-        to = str(data.get("to", "megatron"))
-        if to not in EXPORT_SUFFIX:
-            raise InputError(f"to: {to!r} is not allowed; allowed: {', '.join(EXPORT_SUFFIX)}")
-        plan = plan_fields(problem, data.get("plan"))
-        text = await run_in_threadpool(api.export, plan, to, problem.model, 8, "paraplan serve")
-        return JSONResponse({"text": text, "filename": f"plan-{to}{EXPORT_SUFFIX[to]}"})
-
-    routes = [
-        Route("/", page),
-        Route("/static/{name}", static),
-        Route("/api/catalog", guarded(catalog)),
-        Route("/api/search", guarded(start_search), methods=["POST"]),
-        Route("/api/sweep", guarded(start_sweep), methods=["POST"]),
-        Route("/api/jobs/{job}", guarded(job_state)),
-        Route("/api/jobs/{job}", guarded(cancel), methods=["DELETE"]),
-        Route("/api/jobs/{job}/events", guarded(events)),
-        Route("/api/estimate", guarded(estimate), methods=["POST"]),
-        Route("/api/export", guarded(export), methods=["POST"]),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=ROUTES, lifespan=lifespan)
     app.state.jobs = jobs
     return app
 
