@@ -1,5 +1,5 @@
 """Seconds of the web explorer as a user sees them (``paraplan serve``, docs/web.md), in headless
-Chromium (Debian's chromium through Playwright, as tests/web/test_browser.py):
+Chromium (Debian's chromium through Playwright, as tests/web/test_web_browser.py):
 
 - page interactive: from navigation to the form filled with the catalog (body[data-ready]);
 - README search: GPT-3 175B on 1,024 A100s, max global batch 1,024, seq 2,048, from the click on

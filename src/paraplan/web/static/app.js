@@ -163,15 +163,18 @@ async function drawScatter(doc) {
   $("#scatter-rule").textContent = doc.scatter_rule === "aggregated"
     ? `every feasible plan (${doc.scatter_plans.toLocaleString()}), one point per cell of (tp×pp, 1 % of step time, 0.5 GiB): the plan with the best objective in it; hover for how many plans it stands for`
     : `the ${pts.length} ranked plans (tick "every feasible plan" for the whole space); click a point to open its plan`;
+  // cost per step = step time × GPUs × USD per GPU-hour / 3600 (report.search_view.cost_usd_per_step)
+  const price = doc.problem.price_per_gpu_hour, byCost = $("#scatter-y").value === "cost" && price;
+  const scale = byCost ? (doc.problem.gpus * price) / 3600 : 1;
   const groups = {};
   pts.forEach((p, i) => { (groups[p.tp_pp] = groups[p.tp_pp] || []).push(i); });
   const traces = Object.entries(groups).map(([name, idx]) => ({
     type: pts.length > 2000 ? "scattergl" : "scatter", mode: "markers", name,
-    x: idx.map((i) => pts[i].peak_memory_gib), y: idx.map((i) => pts[i].step_time_s),
+    x: idx.map((i) => pts[i].peak_memory_gib), y: idx.map((i) => pts[i].step_time_s * scale),
     customdata: idx, text: idx.map((i) => `${pts[i].plans} plan(s)` + (pts[i].rank ? `, rank ${pts[i].rank}` : "")),
-    hovertemplate: "%{y:.4g} s, %{x:.1f} GiB, %{text}<extra>%{fullData.name}</extra>",
+    hovertemplate: (byCost ? "$%{y:.4g}" : "%{y:.4g} s") + ", %{x:.1f} GiB, %{text}<extra>%{fullData.name}</extra>",
   }));
-  const el = await plot("pareto", traces, { xaxis: { title: "peak memory per GPU (GiB)" }, yaxis: { title: "step time (s)" } });
+  const el = await plot("pareto", traces, { xaxis: { title: "peak memory per GPU (GiB)" }, yaxis: { title: byCost ? `USD per step at $${price}/GPU-hour` : "step time (s)" } });
   el.removeAllListeners && el.removeAllListeners("plotly_click");
   el.on("plotly_click", (ev) => {
     const p = pts[ev.points[0].customdata];
@@ -277,6 +280,7 @@ $$("[data-export]").forEach((btn) => (btn.onclick = async () => {
     download(r.filename, r.text, "text/plain");
   } catch (err) { showError(Object.assign({}, err, { field: "export" })); }
 }));
+$("#scatter-y").onchange = () => state.doc && drawScatter(state.doc);
 $("#download-json").onclick = () => download("search.json", JSON.stringify(state.doc, null, 2), "application/json");
 $("#plan-json").onclick = () => download("plan.json", JSON.stringify(state.detail, null, 2), "application/json");
 

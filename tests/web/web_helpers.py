@@ -5,12 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-pytest.importorskip(
-    "starlette", reason="the web extra is not installed: pip install 'paraplan[web]'"
-)
-
 SMALL = {
     "model": "gpt3-13b",
     "system": "dgx-a100-80gb",

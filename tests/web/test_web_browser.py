@@ -24,7 +24,7 @@ playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed: pip install 'paraplan[test]'"
 )
 
-from tests.web.conftest import SMALL
+from web_helpers import SMALL
 
 CHROMIUM = os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -37,10 +37,13 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(),
-    reason=f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set PARAPLAN_CHROMIUM)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set PARAPLAN_CHROMIUM)",
+    ),
+    pytest.mark.slow,  # ~20 s with the browser's start: CI runs them, -m "not slow" leaves them out
+]
 
 
 def _free_port() -> int:
@@ -196,3 +199,16 @@ def test_a_bad_input_shows_the_clis_error_next_to_the_field(browser, server, sho
     assert page.evaluate("document.querySelector('[name=gpus]').classList.contains('bad')")
     page.screenshot(path=str(shots / "bad-input.png"))
     page.context.close()
+
+
+def test_two_tabs_searching_at_once_both_finish(browser, server):
+    context = browser.new_context()
+    first, second = context.new_page(), context.new_page()
+    query = "&".join(f"{k}={v}" for k, v in SMALL.items() if k != "top")
+    first.goto(f"{server}/?{query}&top=3")
+    second.goto(f"{server}/?{query}&top=4")
+    _searched(first)
+    _searched(second)
+    assert len(_rows(first)) == 3 and len(_rows(second)) == 4
+    assert _rows(first) == _rows(second)[:3]
+    context.close()

@@ -10,7 +10,7 @@ pytest.importorskip(
 )
 
 from starlette.testclient import TestClient
-from tests.web.conftest import SMALL, wait
+from web_helpers import SMALL, wait
 
 from paraplan import api
 from paraplan.web.app import MAX_BODY, create_app
