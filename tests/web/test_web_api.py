@@ -197,3 +197,29 @@ def test_a_search_past_the_time_limit_is_stopped():
 def test_an_unknown_job_is_one_line(client):
     response = client.get("/api/jobs/nope")
     assert response.status_code == 400 and "is not a job of this server" in response.text
+
+
+def test_the_page_shows_what_the_cli_prints_with_json(cli, searched):
+    """The query string's options are the CLI's: the same search by ``paraplan search --json``."""
+    import json
+
+    argv = [f"--{k}={v}" for k, v in SMALL.items()]
+    code, out, _ = cli("search", *argv, "--json", "--explain")
+    assert code == 0
+    printed = json.loads(out)
+    doc = searched["result"]
+    assert doc["plans"] == printed["plans"]
+    assert doc["explain"] == printed["explain"]
+    assert {k: v for k, v in doc.items() if k in printed and k != "timing"} == {
+        k: v for k, v in printed.items() if k in doc and k != "timing"
+    }
+
+
+def test_an_encoder_decoder_is_refused_in_one_line_naming_the_model(client):
+    job = client.post(
+        "/api/search", json={"params": {**SMALL, "model": "t5-3b", "gpus": "16"}}
+    ).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "error" and done["error"]["field"] == "model"
+    assert done["error"]["message"].startswith("model.architecture: 'encoder_decoder'")
+    assert "\n" not in done["error"]["message"]

@@ -49,15 +49,8 @@ def _plotly_js() -> Path:
 
 def bad(exc: InputError, status: int = 400) -> JSONResponse:
     message = str(exc)
-    flag = getattr(exc, "flag", None) or _flag_of(message)
+    flag = getattr(exc, "flag", None) or page_params.flag_of(message)
     return JSONResponse({"error": {"field": flag, "message": message}}, status_code=status)
-
-
-def _flag_of(message: str) -> str | None:
-    """The option a one-line error names ('--gpus: ...' or 'model: ...')."""
-    head = message.split(":", 1)[0].strip()
-    name = head.removeprefix("--")
-    return name if name.replace("-", "").isalnum() and name in page_params.KNOWN else None
 
 
 async def read_json(request: Request) -> dict:

@@ -27,6 +27,7 @@ def _worker(conn) -> None:  # pragma: no cover - runs in the child process
     """Warm up, then run jobs one after another: progress, then ("done", doc) or ("error", flag,
     message) for each, until the pipe closes."""
     from paraplan.web import work
+    from paraplan.web.params import flag_of
 
     work.warm_up()
     while True:
@@ -45,7 +46,8 @@ def _worker(conn) -> None:  # pragma: no cover - runs in the child process
                 doc = work.run_search(problem, progress)
             conn.send(("done", doc))
         except InputError as exc:
-            conn.send(("error", getattr(exc, "flag", None), str(exc)))
+            flag = getattr(exc, "flag", None) or flag_of(str(exc))
+            conn.send(("error", flag, str(exc)))
         except Exception as exc:  # noqa: BLE001 - shown on the page as one line, never a traceback
             conn.send(("error", None, f"internal error: {type(exc).__name__}: {exc}"))
 

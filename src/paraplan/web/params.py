@@ -51,6 +51,12 @@ def error(flag: str, message: str) -> InputError:
     return exc
 
 
+def flag_of(message: str) -> str | None:
+    """The page's option a one-line error names ('--gpus: ...', 'model.architecture: ...' -> model)."""
+    name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0]
+    return name if name in KNOWN else None
+
+
 @dataclass(frozen=True)
 class Problem:
     """A checked search problem: ``model`` / ``system`` catalog names or specs, the api.search
