@@ -166,11 +166,12 @@ class SearchResults:
 
         return to_dataframe(self.to_records())
 
-    def to_dict(self) -> dict:
-        """The document of ``paraplan search --json`` (problem, objective, plans, counts, timing)."""
+    def to_dict(self, tokens: float | None = None) -> dict:
+        """The document of ``paraplan search --json`` (problem, objective, plans, counts, timing);
+        with ``tokens`` (``--tokens``) each plan's run days and cost too."""
         from paraplan.report.search_view import search_document
 
-        return search_document(self.problem, self.raw)
+        return search_document(self.problem, self.raw, tokens)
 
     def _title(self) -> str:
         p = self.problem
@@ -212,6 +213,8 @@ def search(
     exhaustive: bool = False,
     framework: str | dict | None = None,
     workers: int | None = None,
+    progress=None,
+    feasible_sink=None,
     **space: Any,
 ) -> SearchResults:
     """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
@@ -220,7 +223,9 @@ def search(
     ("none", "full"), vary_offload=False, ...). The price defaults to the system's. ``framework`` (as
     for :func:`estimate`) adapts the system and sets the attention (unless given) and overlap defaults.
     ``workers``: processes (``paraplan search --workers``; None: one for ``exhaustive``, else the usable CPUs for a
-    large block-by-block search, search.block_processes.auto_workers)."""
+    large block-by-block search, search.block_processes.auto_workers). ``progress(done, total, phase)``
+    and ``feasible_sink(columns)`` (every feasible plan, batch by batch: the whole space is evaluated)
+    are those of ``paraplan.search.run.search`` (``--csv-all``'s sink)."""
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
 
@@ -236,9 +241,11 @@ def search(
         **space,
     )
     result = (
-        exhaustive_search(problem, top_k=top, workers=workers)
+        exhaustive_search(problem, top_k=top, workers=workers, progress=progress)
         if exhaustive
-        else run_search(problem, top_k=top, workers=workers)
+        else run_search(
+            problem, top_k=top, workers=workers, progress=progress, feasible_sink=feasible_sink
+        )
     )
     return SearchResults(problem, result)
 
@@ -330,6 +337,56 @@ def register_jupyter_views() -> bool:
 
     shell.display_formatter.formatters["text/html"].for_type(Estimate, estimate_html)
     return True
+
+
+def explain(results: SearchResults) -> list[dict]:
+    """Why the best plan wins: each one-knob neighbour of it with its verdict, step time and reason
+    (``paraplan search --explain``); empty when no plan fits."""
+    from paraplan.search.explain import explain as explain_plan
+
+    best = results.best
+    if best is None:
+        return []
+    return [a.__dict__ for a in explain_plan(results.problem, best.plan, best.estimate)]
+
+
+def export(
+    plan: PlanSpec | dict,
+    to: str = "megatron",
+    model: str | Path | dict | ModelSpec | None = None,
+    gpus_per_node: int = 8,
+    header: str = "",
+) -> str:
+    """The plan as a framework's launch arguments (``paraplan export --to``: megatron, nemo,
+    torchtitan, deepspeed); raises InputError (ExportRefused) naming a knob it cannot express."""
+    from paraplan.export import export_plan
+
+    plan_spec = plan if isinstance(plan, PlanSpec) else plan_from_fields(dict(plan))
+    model_spec = load_model(str(model) if isinstance(model, Path) else model) if model else None
+    return export_plan(to, plan_spec, model_spec, gpus_per_node, header)
+
+
+def catalog_names() -> dict[str, list[str]]:
+    """The catalog's model, system and framework names (``paraplan catalog``)."""
+    from paraplan.catalog import framework_names, model_names, system_names
+
+    return {"models": model_names(), "systems": system_names(), "frameworks": framework_names()}
+
+
+def spec_from_text(kind: str, text: str, name: str = "pasted", field: str | None = None):
+    """A model (our schema or a Hugging Face config.json) or system (``kind``) from YAML/JSON text
+    held in memory (nothing is read from disk); InputError of one line naming ``field``."""
+    from paraplan.catalog.hf import is_hf_config, model_from_hf_config
+    from paraplan.io.documents import parse_document
+
+    field = field or kind
+    data = parse_document(text, "the pasted text", field, as_json=text.lstrip().startswith("{"))
+    if not isinstance(data, dict):
+        raise InputError(f"{field}: the pasted text is not a mapping of fields")
+    if kind == "model" and is_hf_config(data):
+        return model_from_hf_config(data, name=name, field=field)
+    data.setdefault("name", name)
+    return load_model(data, field) if kind == "model" else load_system(data, field)
 
 
 register_jupyter_views()

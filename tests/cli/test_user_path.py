@@ -56,7 +56,7 @@ def test_shell_completion_is_offered_and_completes_commands():
         [sys.executable, "-m", "paraplan"], capture_output=True, text=True, env=env
     )
     assert proc.returncode == 0, proc.stderr
-    assert set(proc.stdout.split()) == {"search"}
+    assert set(proc.stdout.split()) == {"search", "serve"}
     proc = subprocess.run(
         [sys.executable, "-m", "paraplan", "--help"], capture_output=True, text=True
     )

@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("paraplan.export", "paraplan.importers"),
     ("paraplan.calibrate",),
     ("paraplan.api",),
+    ("paraplan.web",),
     ("paraplan.cli",),
     ("paraplan", "paraplan.__main__"),
 )

@@ -27,6 +27,7 @@ from pydantic import ValidationError  # noqa: E402
 
 from paraplan.cli import catalog_cmd, estimate_cmd, search_cmd, sweep_cmd, validate_cmd  # noqa: F401  (register commands)
 from paraplan.cli import calibrate_cmd, export_cmd, import_cmd  # noqa: F401  (interop commands, issue 11)
+from paraplan.cli import serve_cmd  # noqa: F401  (the web explorer, issue 35)
 from paraplan.cli.app import EXIT_INPUT_ERROR, app
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.units import UnitError

@@ -1,0 +1,123 @@
+"""Seconds of the web explorer as a user sees them (``paraplan serve``, docs/web.md), in headless
+Chromium (Debian's chromium through Playwright, as tests/web/test_web_browser.py):
+
+- page interactive: from navigation to the form filled with the catalog (body[data-ready]);
+- README search: GPT-3 175B on 1,024 A100s, max global batch 1,024, seq 2,048, from the click on
+  Search to the ranked table shown (body[data-state=done]), and to the best plan's detail
+  (body[data-detail]: its estimate with the op tables, the charts);
+- the same search's job through the JSON API alone (POST /api/search to the job's result), and the
+  search as the API runs it in this process (``paraplan.api.search``), for comparison.
+
+Run: python benchmarks/web_speed.py [--runs N]   (prints the median and best of N runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import threading
+import time
+
+PROBLEM = {
+    "model": "gpt3-175b",
+    "system": "dgx-a100-80gb",
+    "gpus": "1024",
+    "max-global-batch": "1024",
+    "seq-length": "2048",
+}
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+ARGS += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def serve():
+    import uvicorn
+
+    from paraplan.web.app import create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(), port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def browser_runs(url: str, runs: int) -> dict[str, list[float]]:
+    from playwright.sync_api import sync_playwright
+
+    chromium = (
+        os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    )
+    out: dict[str, list[float]] = {"page interactive": [], "README search, click to table": []}
+    out["page interactive, browser's clock"] = []
+    out["README search, click to plan detail"] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS)
+        for _ in range(runs):
+            page = browser.new_context().new_page()
+            start = time.perf_counter()
+            page.goto(url)
+            page.wait_for_selector("body[data-ready]")
+            out["page interactive"].append(time.perf_counter() - start)
+            out["page interactive, browser's clock"].append(
+                float(page.get_attribute("body", "data-ready")) / 1000
+            )
+            page.select_option("#f-model", PROBLEM["model"])
+            page.select_option("#f-system", PROBLEM["system"])
+            for name in ("gpus", "max-global-batch", "seq-length"):
+                page.fill(f"[name={name}]", PROBLEM[name])
+            page.wait_for_timeout(1500)  # the spare worker process is up, as for a user who types
+            start = time.perf_counter()
+            page.click("#search")
+            page.wait_for_selector("body[data-state=done]", timeout=120_000)
+            out["README search, click to table"].append(time.perf_counter() - start)
+            page.wait_for_selector("body[data-detail]", timeout=120_000)
+            out["README search, click to plan detail"].append(time.perf_counter() - start)
+            page.context.close()
+        browser.close()
+    return out
+
+
+def api_runs(url: str, runs: int) -> dict[str, list[float]]:
+    import httpx
+
+    from paraplan import api
+
+    out: dict[str, list[float]] = {"README search, API job": [], "README search, in process": []}
+    for _ in range(runs):
+        time.sleep(1.5)
+        start = time.perf_counter()
+        job = httpx.post(f"{url}/api/search", json={"params": PROBLEM}).json()
+        while httpx.get(f"{url}/api/jobs/{job['id']}").json()["state"] == "running":
+            time.sleep(0.02)
+        out["README search, API job"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        api.search("gpt3-175b", "dgx-a100-80gb", 1024, max_global_batch=1024, seq_length=2048)
+        out["README search, in process"].append(time.perf_counter() - start)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    runs = parser.parse_args().runs
+    server, url = serve()
+    time.sleep(5)  # the worker processes start and warm up (docs/web.md), as after `paraplan serve`
+    timings = api_runs(url, runs)
+    try:
+        timings.update(browser_runs(url, runs))
+    except Exception as exc:  # noqa: BLE001 - no browser: the API timings alone
+        print(f"no browser timings: {str(exc).splitlines()[0]}")
+    print(f"{'what':34} {'median s':>9} {'best s':>8}  ({runs} runs, {os.cpu_count()} CPUs)")
+    for name, values in timings.items():
+        print(f"{name:34} {statistics.median(values):9.2f} {min(values):8.2f}")
+    server.should_exit = True
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""The page's problem as a query string with the CLI's option names, checked into ``paraplan.api``
+arguments.
+
+``/?model=gpt3-175b&system=dgx-a100-80gb&gpus=1024&max-global-batch=1024&seq-length=2048`` is
+``paraplan search --model gpt3-175b --system dgx-a100-80gb --gpus 1024 --max-global-batch 1024
+--seq-length 2048``; the page adds ``plan=N`` (the open plan's rank), ``compare=M`` (the plan of the
+two-plan diff) and ``all=1`` (every feasible plan in the scatter: ``--csv-all``'s scan). A model or
+system is a catalog name or YAML/JSON text sent with the request (``model-text``, ``system-text``):
+nothing on the server is read from a request. Each bad value raises the CLI's one-line
+:class:`InputError`, whose ``field`` names the option (the page shows it next to that field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from paraplan import api
+from paraplan.specs.errors import InputError
+from paraplan.specs.moe_plan import Dispatcher
+from paraplan.specs.plan import Attention, PlanDtype, Recompute, Schedule
+
+OBJECTIVES = ("time", "cost", "mfu", "robust")
+INT_LISTS = {"tp": "tp", "pp": "pp", "cp": "cp", "micro-batch": "micro_batch", "zero": "zero"}
+INT_LISTS |= {"ep": "ep", "etp": "etp"}
+CHOICE_LISTS = {
+    "recompute": ("recompute", get_args(Recompute)),
+    "schedule": ("schedules", get_args(Schedule)),
+    "dispatcher": ("dispatchers", get_args(Dispatcher)),
+}
+SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
+    "no-offload": ("vary_offload", False),
+    "default-overlap": ("vary_overlap", False),
+    "default-placement": ("vary_placement", False),
+    "vary-split": ("vary_split", True),
+}
+INTS = {"gpus": (1, 2**20), "global-batch": (1, 2**24), "max-global-batch": (1, 2**24)}
+INTS |= {"seq-length": (1, 2**24), "top": (1, 100), "plan": (1, 100), "compare": (1, 100)}
+MAX_TEXT = 256 * 1024  # characters of a pasted model or system
+TOKEN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+# every option the page reads; anything else in the query is refused (a typo would otherwise be lost)
+KNOWN = {"model", "system", "model-text", "system-text", "objective", "dtype", "attention"}
+KNOWN |= {"framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS) | set(CHOICE_LISTS)
+KNOWN |= set(SWITCHES)
+
+
+def error(flag: str, message: str) -> InputError:
+    """The CLI's one-line error for option ``flag`` (``--flag: ...``), its field kept for the page."""
+    exc = InputError(f"--{flag}: {message}")
+    exc.flag = flag
+    return exc
+
+
+def flag_of(message: str) -> str | None:
+    """The page's option a one-line error names ('--gpus: ...', 'model.architecture: ...' -> model)."""
+    name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0]
+    return name if name in KNOWN else None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A checked search problem: ``model`` / ``system`` catalog names or specs, the api.search
+    keywords, and the page's own state (plan, compare, all)."""
+
+    model: Any
+    system: Any
+    gpus: int
+    kwargs: dict = field(default_factory=dict)
+    tokens: float | None = None
+    plan: int = 1
+    compare: int | None = None
+    all_plans: bool = False
+
+
+def _int(params: dict, flag: str) -> int | None:
+    text = params.get(flag)
+    if text in (None, ""):
+        return None
+    low, high = INTS[flag]
+    try:
+        value = int(text)
+    except ValueError:
+        raise error(flag, f"{text!r} is not an integer") from None
+    if not low <= value <= high:
+        raise error(flag, f"{value} is not allowed; allowed: {low} to {high:,}")
+    return value
+
+
+def _list(params: dict, flag: str, allowed: tuple | None) -> tuple | None:
+    text = params.get(flag)
+    if text in (None, ""):
+        return None
+    values = tuple(v.strip() for v in str(text).split(",") if v.strip())
+    if allowed is not None:
+        if not values or any(v not in allowed for v in values):
+            raise error(
+                flag, f"{text!r} is not allowed; allowed: comma-separated {', '.join(allowed)}"
+            )
+        return values
+    try:
+        numbers = tuple(int(v) for v in values)
+    except ValueError:
+        raise error(flag, f"{text!r} is not a comma-separated list of integers") from None
+    if not numbers or min(numbers) < 0:
+        raise error(flag, f"{text!r} must list non-negative integers")
+    return numbers
+
+
+def _choice(params: dict, flag: str, allowed: tuple, default: str | None) -> str | None:
+    value = params.get(flag) or default
+    if value is not None and value not in allowed:
+        raise error(flag, f"{value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return value
+
+
+def tokens_of(text: str) -> float:
+    """'15T', '300B', '2e12' -> tokens; the --tokens error otherwise."""
+    raw = text.strip()
+    suffix = raw[-1].upper() if raw and raw[-1].isalpha() else ""
+    try:
+        value = float(raw[: len(raw) - len(suffix)]) * TOKEN_SUFFIX[suffix]
+    except (ValueError, KeyError):
+        raise error(
+            "tokens", f"{text!r} is not a number of tokens; e.g. 15e12, 15T, 300B"
+        ) from None
+    if not 0 < value < float("inf"):
+        raise error("tokens", f"{text!r} must be a finite positive number of tokens")
+    return value
+
+
+def _spec(params: dict, kind: str, names: list[str]):
+    """A catalog name, or pasted YAML/JSON text (``<kind>-text``) parsed in memory."""
+    text = params.get(f"{kind}-text")
+    if text:
+        if len(text) > MAX_TEXT:
+            raise error(f"{kind}-text", f"{len(text):,} characters; at most {MAX_TEXT:,}")
+        try:
+            return api.spec_from_text(kind, text, field=f"--{kind}-text")
+        except InputError as exc:
+            exc.flag = f"{kind}-text"
+            raise
+    name = params.get(kind)
+    if not name:
+        raise error(kind, f"missing; give a catalog name or paste a {kind} file")
+    if name not in names:
+        near = [n for n in names if name.lower() in n or n in name.lower()][:3]
+        hint = f"; did you mean {', '.join(near)}?" if near else "; see the catalog list"
+        raise error(kind, f"{name!r} is not in the catalog{hint}")
+    return name
+
+
+def parse(params: dict) -> Problem:
+    """The problem of a query string (a dict of option -> text); InputError for the first bad option."""
+    unknown = sorted(set(params) - KNOWN)
+    if unknown:
+        raise error(
+            unknown[0], f"is not an option of the page; allowed: {', '.join(sorted(KNOWN))}"
+        )
+    names = api.catalog_names()
+    model, system = (
+        _spec(params, "model", names["models"]),
+        _spec(params, "system", names["systems"]),
+    )
+    gpus = _int(params, "gpus")
+    if gpus is None:
+        raise error("gpus", "missing; give the total number of GPUs")
+    batch, most = _int(params, "global-batch"), _int(params, "max-global-batch")
+    if (batch is None) == (most is None):
+        raise error("global-batch", "give exactly one of --global-batch and --max-global-batch")
+    kwargs: dict[str, Any] = {
+        "seq_length": _int(params, "seq-length") or 2048,
+        "global_batch": batch,
+        "max_global_batch": most,
+        "top": _int(params, "top") or 10,
+        "objective": _choice(params, "objective", OBJECTIVES, "time"),
+        "dtype": _choice(params, "dtype", get_args(PlanDtype), "bf16"),
+    }
+    if params.get("attention"):
+        kwargs["attention"] = _choice(params, "attention", get_args(Attention), None)
+    if params.get("framework"):
+        kwargs["framework"] = _choice(params, "framework", tuple(names["frameworks"]), None)
+    if params.get("price"):
+        kwargs["price_per_gpu_hour"] = _price(params["price"])
+    for flag, name in INT_LISTS.items():
+        if (values := _list(params, flag, None)) is not None:
+            kwargs[name] = values
+    for flag, (name, allowed) in CHOICE_LISTS.items():
+        if (values := _list(params, flag, allowed)) is not None:
+            kwargs[name] = values
+    for flag, (name, value) in SWITCHES.items():
+        if params.get(flag) in ("1", "true", "on"):
+            kwargs[name] = value
+    return Problem(
+        model,
+        system,
+        gpus,
+        kwargs,
+        tokens_of(params["tokens"]) if params.get("tokens") else None,
+        _int(params, "plan") or 1,
+        _int(params, "compare"),
+        params.get("all") in ("1", "true", "on"),
+    )
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise error(
+            "price", f"{text!r} is not allowed; must be a positive number of USD per GPU-hour"
+        )
+    return value

@@ -1,0 +1,125 @@
+"""What a worker process runs for the page: a search (its ranked plans, the explanation and the
+scatter's points) and a strong-scaling sweep, both through ``paraplan.api`` only.
+
+The scatter: without ``all=1`` it draws the plans the search ranked (the top K, up to 100); with
+``all=1`` every feasible plan of the space is evaluated (``paraplan search --csv-all``'s scan) and
+drawn by this stated rule (:class:`Aggregate`), so tens of millions of plans stay a few thousand
+points: one point per cell of (tp×pp, step time in 1 % steps, peak memory in 0.5 GiB steps), the
+plan with the best objective in the cell, with the number of plans it stands for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from paraplan import api
+from paraplan.web.params import Problem
+
+TIME_STEP = math.log(1.01)  # a cell is 1 % of step time wide
+MEMORY_STEP_GIB = 0.5  # and 0.5 GiB of peak memory tall
+METRICS = ("step_time_s", "tokens_per_s", "objective", "peak_memory_gib")
+
+
+class Aggregate:
+    """A feasible-plan sink (api.search's ``feasible_sink``) that keeps one plan per scatter cell
+    (module doc) and counts every plan it sees."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple, dict] = {}
+        self.plans = 0
+
+    def __call__(self, columns: dict) -> None:
+        step, memory = columns["step_time_s"], columns["peak_memory_gib"]
+        objective = columns["objective"]
+        colour = columns["tp"] * columns["pp"]
+        keys = np.stack(
+            [colour, np.floor(np.log(step) / TIME_STEP), np.floor(memory / MEMORY_STEP_GIB)]
+        ).astype(np.int64)
+        self.plans += len(step)
+        counts = np.unique(keys, axis=1, return_counts=True)[1]  # cells in lexsort's order
+        order = np.lexsort((objective, keys[2], keys[1], keys[0]))  # best objective first per cell
+        sorted_keys = keys[:, order]
+        starts = np.ones(len(order), dtype=bool)
+        starts[1:] = np.any(sorted_keys[:, 1:] != sorted_keys[:, :-1], axis=0)
+        for i, n in zip(order[starts], counts):
+            key = tuple(int(k) for k in keys[:, i])
+            held = self.cells.get(key)
+            if held is None or objective[i] < held["objective"]:
+                plan = {k: _plain(v[i]) for k, v in columns.items() if k not in METRICS}
+                point = _point(plan, float(step[i]), float(memory[i]), float(objective[i]))
+                point["plans"] = int(n) + (held["plans"] if held else 0)
+                self.cells[key] = point
+            else:
+                held["plans"] += int(n)
+
+    def points(self) -> list[dict]:
+        return sorted(self.cells.values(), key=lambda p: p["objective"])
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def _point(plan: dict, step: float, memory: float, objective: float) -> dict:
+    return {
+        "step_time_s": step,
+        "peak_memory_gib": memory,
+        "objective": objective,
+        "tp_pp": f"tp{plan.get('tp')}×pp{plan.get('pp')}",
+        "plan": plan,
+        "plans": 1,
+    }
+
+
+def warm_up() -> None:
+    """Load what every search reads (the catalog, the cost tables, the validation residuals of the
+    error bands) with a small search, so a worker's first job does not pay for it."""
+    found = api.search("gpt3-13b", "dgx-a100-80gb", 8, global_batch=64, tp=(1, 8), pp=(1,), top=1)
+    found.to_dict()
+    api.explain(found)
+
+
+def run_search(problem: Problem, progress: Callable) -> dict:
+    """The search's ``--json`` document (api.SearchResults.to_dict) with ``explain`` (why the best
+    wins) and ``scatter`` (the points of the Pareto view, module doc)."""
+    sink = Aggregate() if problem.all_plans else None
+    found = api.search(
+        problem.model,
+        problem.system,
+        problem.gpus,
+        progress=progress,
+        feasible_sink=sink,
+        **problem.kwargs,
+    )
+    doc = found.to_dict(tokens=problem.tokens)
+    progress(1, 1, "explaining")
+    doc["explain"] = api.explain(found)
+    if sink is not None:
+        points, rule = sink.points(), "aggregated"
+        doc["scatter_plans"] = sink.plans
+    else:
+        points, rule = [], "ranked"
+        for item in doc["plans"]:
+            point = _point(
+                item["plan"], item["step_time_s"], item["peak_memory_gib"], item["objective"]
+            )
+            point["rank"] = item["rank"]
+            points.append(point)
+    doc["scatter"], doc["scatter_rule"] = points, rule
+    return doc
+
+
+def run_sweep(problem: Problem, gpus: list[int], progress: Callable) -> dict:
+    """Strong scaling: the best plan at each GPU count (the same problem otherwise), one search per
+    point, progress after each."""
+    points = []
+    for i, count in enumerate(gpus):
+        progress(i, len(gpus), f"{count} GPUs")
+        found = api.search(problem.model, problem.system, count, **{**problem.kwargs, "top": 1})
+        best = found.to_dict()["plans"][:1]
+        points.append({"gpus": count, "best": best[0] if best else None})
+    progress(len(gpus), len(gpus), "done")
+    return {"sweep": "gpus", "points": points}

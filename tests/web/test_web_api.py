@@ -1,0 +1,225 @@
+"""The web explorer's JSON API through Starlette's TestClient (no browser): every endpoint, bad
+input with the CLI's one-line error, the size limit, cancel and the time limit of a long search."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip(
+    "starlette", reason="the web extra is not installed: pip install 'paraplan[web]'"
+)
+
+from starlette.testclient import TestClient
+from web_helpers import SMALL, wait
+
+from paraplan import api
+from paraplan.web.app import MAX_BODY, create_app
+
+LONG = {  # every feasible plan of GPT-3 175B on 1,024 GPUs: minutes of work
+    "model": "gpt3-175b",
+    "system": "dgx-a100-80gb",
+    "gpus": "1024",
+    "max-global-batch": "1024",
+    "all": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app(time_limit_s=120)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def searched(client):
+    job = client.post("/api/search", json={"params": SMALL}).json()
+    return wait(client, job["id"])
+
+
+def test_the_page_and_its_static_files_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "plan explorer" in page.text
+    assert client.get("/static/app.js").status_code == 200
+    plotly = client.get("/static/plotly.min.js")
+    assert plotly.status_code == 200 and len(plotly.content) > 1_000_000
+
+
+@pytest.mark.parametrize("name", ["../app.py", "..%2Fapp.py", "%2Fetc%2Fpasswd", "params.py"])
+def test_no_other_file_is_served(client, name):
+    assert client.get(f"/static/{name}").status_code == 404
+
+
+def test_the_catalog_lists_models_systems_frameworks(client):
+    names = client.get("/api/catalog").json()
+    assert "gpt3-175b" in names["models"] and "dgx-a100-80gb" in names["systems"]
+    assert "torchtitan" in names["frameworks"]
+
+
+def test_a_search_gives_the_same_plans_as_the_api(client, searched):
+    assert searched["state"] == "done", searched
+    doc = searched["result"]
+    found = api.search(
+        "gpt3-13b",
+        "dgx-a100-80gb",
+        64,
+        max_global_batch=512,
+        seq_length=2048,
+        tp=(1, 2, 4),
+        pp=(1, 2, 4),
+        top=5,
+    ).to_dict()
+    assert [p["plan"] for p in doc["plans"]] == [p["plan"] for p in found["plans"]]
+    assert [p["step_time_s"] for p in doc["plans"]] == [p["step_time_s"] for p in found["plans"]]
+    assert [p["error_band"] for p in doc["plans"]] == [p["error_band"] for p in found["plans"]]
+    assert doc["explain"] and {"knob", "verdict", "reason"} <= set(doc["explain"][0])
+    assert doc["scatter_rule"] == "ranked" and len(doc["scatter"]) == len(doc["plans"])
+
+
+def test_the_event_stream_ends_with_the_result(client, searched):
+    with client.stream("GET", f"/api/jobs/{searched['id']}/events") as stream:
+        lines = [line for line in stream.iter_lines() if line.startswith("data: ")]
+    assert '"state": "done"' in lines[-1]
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"gpus": "abc"}, "gpus", "--gpus: 'abc' is not an integer"),
+        ({"gpus": "0"}, "gpus", "--gpus: 0 is not allowed; allowed: 1 to 1,048,576"),
+        ({"model": "gpt3-999b"}, "model", "--model: 'gpt3-999b' is not in the catalog"),
+        ({"model": "/etc/passwd"}, "model", "--model: '/etc/passwd' is not in the catalog"),
+        ({"tp": "1,x"}, "tp", "--tp: '1,x' is not a comma-separated list of integers"),
+        ({"recompute": "some"}, "recompute", "--recompute: 'some' is not allowed"),
+        ({"objective": "fast"}, "objective", "--objective: 'fast' is not allowed"),
+        ({"price": "-1"}, "price", "--price: '-1' is not allowed"),
+        ({"tokens": "lots"}, "tokens", "--tokens: 'lots' is not a number of tokens"),
+        ({"global-batch": "512"}, "global-batch", "--global-batch: give exactly one of"),
+        ({"colour": "red"}, "colour", "--colour: is not an option of the page"),
+        ({"model-text": "a: [1"}, "model-text", "--model-text: the pasted text is not valid YAML"),
+    ],
+)
+def test_bad_input_is_the_clis_one_line_error_naming_the_field(client, change, field, message):
+    response = client.post("/api/search", json={"params": {**SMALL, **change}})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["field"] == field and error["message"].startswith(message), error
+    assert "\n" not in error["message"] and "Traceback" not in error["message"]
+
+
+def test_a_pasted_model_is_read_in_memory(client, searched):
+    from pathlib import Path
+
+    from paraplan.catalog import __file__ as catalog_init
+
+    text = (Path(catalog_init).parent / "models" / "gpt3-13b.yaml").read_text()
+    params = {**SMALL, "model-text": text}
+    params.pop("model")
+    job = client.post("/api/search", json={"params": params}).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "done", done
+    plans = [p["step_time_s"] for p in done["result"]["plans"]]
+    assert plans == [p["step_time_s"] for p in searched["result"]["plans"]]
+
+
+def test_a_body_over_the_limit_is_refused(client):
+    big = {"params": {**SMALL, "model-text": "x" * (MAX_BODY + 1)}}
+    response = client.post("/api/search", json=big)
+    assert response.status_code == 413
+    assert "over 1,048,576 bytes" in response.json()["error"]["message"]
+
+
+def test_a_body_that_is_not_json_is_refused(client):
+    response = client.post("/api/search", content=b"{not json")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "request: the body is not valid JSON"
+
+
+def test_estimate_export_and_what_if_of_a_plan(client, searched):
+    best = searched["result"]["plans"][0]
+    body = {"params": SMALL, "plan": best["plan"]}
+    detail = client.post("/api/estimate", json=body).json()
+    assert detail["step_time_s"] == best["step_time_s"]
+    assert detail["memory"]["per_stage"] and detail["timeline"]["bars"]
+    assert "communication" in detail
+    what_if = client.post(
+        "/api/estimate", json={**body, "plan": {**best["plan"], "micro_batch": 1}}
+    ).json()
+    assert what_if["plan"]["micro_batch"] == 1
+    for to in ("megatron", "nemo", "torchtitan", "deepspeed"):
+        out = client.post("/api/export", json={**body, "to": to})
+        assert out.status_code == 200, out.text
+        assert out.json()["text"] == api.export(best["plan"], to, "gpt3-13b", 8, "paraplan serve")
+
+
+def test_bad_plan_and_bad_export_target_are_one_line(client, searched):
+    best = searched["result"]["plans"][0]
+    bad_plan = client.post(
+        "/api/estimate", json={"params": SMALL, "plan": {**best["plan"], "tp": 3}}
+    )
+    assert bad_plan.status_code == 400 and "\n" not in bad_plan.json()["error"]["message"]
+    bad_to = client.post("/api/export", json={"params": SMALL, "plan": best["plan"], "to": "jax"})
+    assert bad_to.json()["error"]["message"].startswith("to: 'jax' is not allowed")
+
+
+def test_a_sweep_runs_one_search_per_gpu_count(client):
+    job = client.post("/api/sweep", json={"params": SMALL, "gpus-list": "32,64"}).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "done", done
+    assert [p["gpus"] for p in done["result"]["points"]] == [32, 64]
+    bad = client.post("/api/sweep", json={"params": SMALL, "gpus-list": "a"})
+    assert bad.json()["error"]["field"] == "gpus-list"
+
+
+def test_two_searches_at_once_both_finish(client):
+    first = client.post("/api/search", json={"params": SMALL}).json()
+    second = client.post("/api/search", json={"params": {**SMALL, "top": "3"}}).json()
+    assert wait(client, first["id"])["state"] == "done"
+    assert len(wait(client, second["id"])["result"]["plans"]) == 3
+
+
+def test_a_long_search_is_cancelled_and_its_worker_ends(client):
+    job = client.post("/api/search", json={"params": LONG}).json()
+    response = client.delete(f"/api/jobs/{job['id']}")
+    assert response.json()["state"] == "cancelled"
+    process = client.app.state.jobs.jobs[job["id"]].process
+    process.join(10)
+    assert not process.is_alive()
+
+
+def test_a_search_past_the_time_limit_is_stopped():
+    with TestClient(create_app(time_limit_s=1.0)) as c:
+        job = c.post("/api/search", json={"params": LONG}).json()
+        done = wait(c, job["id"], 30)
+    assert done["state"] == "error"
+    assert "ran past the time limit of 1 s" in done["error"]["message"]
+
+
+def test_an_unknown_job_is_one_line(client):
+    response = client.get("/api/jobs/nope")
+    assert response.status_code == 400 and "is not a job of this server" in response.text
+
+
+def test_the_page_shows_what_the_cli_prints_with_json(cli, searched):
+    """The query string's options are the CLI's: the same search by ``paraplan search --json``."""
+    import json
+
+    argv = [f"--{k}={v}" for k, v in SMALL.items()]
+    code, out, _ = cli("search", *argv, "--json", "--explain")
+    assert code == 0
+    printed = json.loads(out)
+    doc = searched["result"]
+    assert doc["plans"] == printed["plans"]
+    assert doc["explain"] == printed["explain"]
+    assert {k: v for k, v in doc.items() if k in printed and k != "timing"} == {
+        k: v for k, v in printed.items() if k in doc and k != "timing"
+    }
+
+
+def test_an_encoder_decoder_is_refused_in_one_line_naming_the_model(client):
+    job = client.post(
+        "/api/search", json={"params": {**SMALL, "model": "t5-3b", "gpus": "16"}}
+    ).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "error" and done["error"]["field"] == "model"
+    assert done["error"]["message"].startswith("model.architecture: 'encoder_decoder'")
+    assert "\n" not in done["error"]["message"]

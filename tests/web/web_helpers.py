@@ -1,0 +1,28 @@
+"""Shared helpers of the web tests: the small problem every test searches (GPT-3 13B on 64 A100s
+with tp and pp restricted, well under a second), and a job waited for through the JSON API."""
+
+from __future__ import annotations
+
+import time
+
+SMALL = {
+    "model": "gpt3-13b",
+    "system": "dgx-a100-80gb",
+    "gpus": "64",
+    "max-global-batch": "512",
+    "seq-length": "2048",
+    "tp": "1,2,4",
+    "pp": "1,2,4",
+    "top": "5",
+}
+
+
+def wait(client, job_id: str, limit_s: float = 120.0) -> dict:
+    """The job's state once it is no longer running."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        job = client.get(f"/api/jobs/{job_id}").json()
+        if job["state"] != "running":
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still running after {limit_s} s")
