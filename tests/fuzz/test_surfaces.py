@@ -1,6 +1,7 @@
 """Seeded structural fuzzing of every document paraplan reads (issue 37): a valid cluster, uniform
-plan, stage plan, validation case, calibration steps file, search JSON, launch line and sweep
-journal, each mutated at a random place (seeded per surface and case) with a hostile value — a
+plan, stage plan, validation case, calibration steps file, measured-kernel CSV or nccl-tests log,
+search JSON, launch line and sweep journal (model and system files: test_fuzz_loaders.py), each
+mutated at a random place (seeded per surface and case) with a hostile value — a
 wrong type, a huge or negative number, NaN/inf text, control characters, shell syntax, a device
 path — or with a key removed or added, then run through the CLI command that reads it.
 
@@ -203,6 +204,8 @@ def run_surface(surface: str, i: int, sandbox) -> None:
         run("import", "plan", f)
     elif surface == "sweep journal":
         run_journal(run, inputs, rng)
+    elif surface == "calibration data":
+        run_calibration_data(run, inputs, rng)
     else:
         raise ValueError(surface)
 
@@ -277,7 +280,41 @@ def run_journal(run, inputs, rng) -> None:
 
 
 SURFACES = ["cluster", "plan", "stage plan", "case", "steps", "search json", "launch line"]
-SURFACES += ["sweep journal"]
+SURFACES += ["sweep journal", "calibration data"]
+CALIBRATION = {  # file of calibrate.synthetic.write_samples -> the option that reads it
+    "gemm.csv": "--gemm",
+    "attention.csv": "--attention",
+    "memory.csv": "--memory",
+    "all_reduce_perf_1n8g.txt": "--nccl",
+}
+
+
+def run_calibration_data(run, inputs, rng) -> None:
+    """A measured-kernel CSV or an nccl-tests log with one cell replaced or joined with a hostile
+    string (or a line dropped or duplicated 1,000 times), through ``calibrate``."""
+    from paraplan.calibrate.synthetic import BASE_SYSTEM, write_samples
+
+    samples = inputs / "samples"
+    if not samples.exists():
+        samples.mkdir()
+        write_samples(samples)
+    name = rng.choice(sorted(CALIBRATION))
+    lines = (samples / name).read_text().splitlines()
+    i = rng.randrange(len(lines))
+    op = rng.random()
+    if op < 0.7:
+        cells = lines[i].split("," if name.endswith(".csv") else None)
+        j = rng.randrange(len(cells)) if cells else 0
+        bad = str(rng.choice(HOSTILE))
+        cells[j : j + 1] = [bad if rng.random() < 0.6 else (cells[j] if cells else "") + bad]
+        lines[i] = ("," if name.endswith(".csv") else " ").join(cells)
+    elif op < 0.85:
+        del lines[i]
+    else:
+        lines[i:i] = [lines[i]] * 1000
+    f = inputs / name
+    f.write_text("\n".join(lines) + "\n")
+    run("calibrate", "-s", BASE_SYSTEM, CALIBRATION[name], f)
 
 
 @pytest.mark.parametrize("surface", SURFACES)
