@@ -225,6 +225,26 @@ def test_hardware_properties_quick(model_name):
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:20])
 
 
+# Open defect (issue 37), pinned so that a fix shows: a stage that is neither the slowest nor the
+# tail stage hides its data-parallel (here expert-data-parallel) reduction in its own last backward
+# (step.tail.overlap_windows); a faster NIC shortens that backward, so its exposed reduction grows
+# and it can become the tail stage, while DualPipe's bubble reads no other stage's PP sends. Seen
+# only for DeepSeek-V3 under DualPipe on the AWS V100 systems, +0.02 % / +0.24 % at 2x NIC.
+KNOWN_SLOWER = (
+    ("deepseek-v3", "aws-p3.16xlarge", "dualpipe", "NIC bandwidth"),
+    ("deepseek-v3", "aws-p3.8xlarge", "dualpipe", "NIC bandwidth"),
+)
+
+
+def _known(failure: str) -> bool:
+    return any(
+        failure.startswith(f"{m} on {s},")
+        and f"'schedule': '{schedule}'" in failure
+        and f"x {what}:" in failure
+        for m, s, schedule, what in KNOWN_SLOWER
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model_name", _params())
 def test_hardware_properties_many_plans(model_name):
@@ -235,7 +255,12 @@ def test_hardware_properties_many_plans(model_name):
             n, found = check_triple(model_name, system_name, schedule, 6, by_turns=False)
             checked, failures = checked + n, failures + found
     assert checked >= 4 * len(system_names()), f"{model_name}: only {checked} plans drawn"
+    known = [f for f in failures if _known(f)]
+    failures = [f for f in failures if not _known(f)]
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:20])
+    expected = {(s, w) for m, s, _, w in KNOWN_SLOWER if m == model_name}
+    seen = {(s, w) for m, s, _, w in KNOWN_SLOWER for f in known if _known(f) and s in f}
+    assert seen == expected, f"fixed? remove from KNOWN_SLOWER: {sorted(expected - seen)}"
 
 
 def test_the_faster_systems_are_faster():
