@@ -203,6 +203,16 @@ def check_triple(
     return checked, failures
 
 
+def check_model(model_name: str, n: int, by_turns: bool) -> tuple[int, list[str]]:
+    """``check_triple`` over every system and schedule of the model, summed."""
+    checked, failures = 0, []
+    for system_name in system_names():
+        for schedule in SCHEDULE_NAMES:
+            found = check_triple(model_name, system_name, schedule, n, by_turns)
+            checked, failures = checked + found[0], failures + found[1]
+    return checked, failures
+
+
 def _params():
     """Every catalog model the uniform estimator takes: an encoder-decoder (T5) runs on the per-stage
     path only (its plans are per-stage plans), which tests/hetero covers."""
@@ -216,11 +226,7 @@ def _params():
 @pytest.mark.parametrize("model_name", _params())
 def test_hardware_properties_quick(model_name):
     """One plan per (system, schedule) of the model, each scaling at 2x or 4x by turns."""
-    checked, failures = 0, []
-    for system_name in system_names():
-        for schedule in SCHEDULE_NAMES:
-            n, found = check_triple(model_name, system_name, schedule, 1, by_turns=True)
-            checked, failures = checked + n, failures + found
+    checked, failures = check_model(model_name, 1, by_turns=True)
     assert checked >= len(system_names()), f"{model_name}: only {checked} plans could be drawn"
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:20])
 
@@ -249,11 +255,7 @@ def _known(failure: str) -> bool:
 @pytest.mark.parametrize("model_name", _params())
 def test_hardware_properties_many_plans(model_name):
     """Six plans per (system, schedule) of the model, every scaling at 2x and 4x."""
-    checked, failures = 0, []
-    for system_name in system_names():
-        for schedule in SCHEDULE_NAMES:
-            n, found = check_triple(model_name, system_name, schedule, 6, by_turns=False)
-            checked, failures = checked + n, failures + found
+    checked, failures = check_model(model_name, 6, by_turns=False)
     assert checked >= 4 * len(system_names()), f"{model_name}: only {checked} plans drawn"
     known = [f for f in failures if _known(f)]
     failures = [f for f in failures if not _known(f)]

@@ -26,18 +26,7 @@ def _open_regular(path: Path, field: str):
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     try:
-        info = os.fstat(fd)
-        target = f" (a link to {str(path.resolve())!r})" if path.is_symlink() else ""
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(
-                f"{field}: {str(path)!r}{target} is not a regular file (a directory, device, FIFO"
-                " or socket); give a file"
-            )
-        if info.st_size > MAX_INPUT_BYTES:
-            raise InputError(
-                f"{field}: {str(path)!r}{target} is larger than {MAX_INPUT_BYTES // 2**20} MiB;"
-                " not a paraplan input"
-            )
+        check_regular(path, os.fstat(fd), field)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -61,6 +50,13 @@ def referenced_path(base: Path | str | None, ref: object, field: str) -> Path:
         raise InputError(
             f"{field}: cannot read file {str(path)!r}: {exc.strerror or exc}"
         ) from None
+    check_regular(path, info, field)
+    return path
+
+
+def check_regular(path: Path, info: os.stat_result, field: str) -> None:
+    """InputError unless ``info`` (the stat of ``path``, or of its open descriptor) is a regular
+    file of at most MAX_INPUT_BYTES; a link's target is named."""
     target = f" (a link to {str(path.resolve())!r})" if path.is_symlink() else ""
     if not stat.S_ISREG(info.st_mode):
         raise InputError(
@@ -72,4 +68,3 @@ def referenced_path(base: Path | str | None, ref: object, field: str) -> Path:
             f"{field}: {str(path)!r}{target} is larger than {MAX_INPUT_BYTES // 2**20} MiB; not a"
             " paraplan input"
         )
-    return path
