@@ -82,7 +82,7 @@ def test_selection_by_flags_on_arrays_is_each_entry():
         **dict.fromkeys(("offload_weights", "offload_activations", "offload_optimizer"), False),
     )
     parts = dict.fromkeys((*BLOCK_TERM_NAMES, "pp"), 0.0) | {"forward": 1.0, "backward": 2.5}
-    work = PipelineWork(7 * 3.5 + 4.0, 4.0, 8, np.array(vpps), parts, 0.9)
+    work = PipelineWork(7 * 3.5 + 4.0, 4.0, 8, np.array(vpps), parts, 0.9, 16)
     bubbles = pipeline_bubble_s(mixed, work)
     in_flight = in_flight_microbatches(mixed, 8, 12, 2)
     copies = weight_copies(mixed)
@@ -114,7 +114,7 @@ def test_search_floors_are_admissible():
         dual = max(1.0 - 1.5 * rho, 0.0)
         for s in SCHEDULES.values():
             v = int(rng.integers(2, 5)) if s.name == "interleaved" else 1
-            exact = m * slowest + s.bubble_s(PipelineWork(total, slowest, pp, v, parts, wgrad))
+            exact = m * slowest + s.bubble_s(PipelineWork(total, slowest, pp, v, parts, wgrad, m))
             floor = schedule_step_floor(s.name, v, m, pp, s0, t0, rho, dual)
             assert floor <= exact * (1 + 1e-12), (s.name, pp, m)
 

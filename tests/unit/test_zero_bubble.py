@@ -20,7 +20,7 @@ def _work(pp, forward, backward, wgrad):
         "backward": backward,
     }
     slowest = forward + backward
-    return PipelineWork(pp * slowest, slowest, pp, 1, parts, wgrad)
+    return PipelineWork(pp * slowest, slowest, pp, 1, parts, wgrad, 4 * pp)
 
 
 def test_zb_h1_is_a_third_of_1f1b_when_b_is_2f():

@@ -80,7 +80,6 @@ def read_steps(path: Path) -> list[StepRun]:
     """Measured steps: YAML/JSON ``{model: NAME|FILE, runs: [{name, plan: {...}, step_time_s}]}``
     (a run may carry its own ``model``); plans may also be ``plan_file`` references (FILE#rank)."""
     from paraplan.specs.plan_fields import plan_from_fields
-    from paraplan.export.planfile import load_plan
 
     data = Doc(read_document(path, "--steps"), "--steps")
     runs = data.docs("runs", [])
@@ -103,14 +102,32 @@ def read_steps(path: Path) -> list[StepRun]:
         model = load_model(model_ref, field=f"{where}.model", referenced=True)
         time_s = run.number("step_time_s", positive=True)
         if "plan_file" in run:
-            plan = load_plan(
-                str(path.parent / run.text("plan_file")), model=model, field=f"{where}.plan_file"
-            )
+            plan = _referenced_plan(path, run.text("plan_file"), model, f"{where}.plan_file")
         else:
             plan = plan_from_fields(run.doc("plan", {}).data)
         name = run.get("name", f"run{i + 1}")
         out.append(StepRun(str(name), model, plan, float(time_s)))
     return out
+
+
+def _referenced_plan(steps_path: Path, ref: str, model, field: str):
+    """The plan a steps file names (``FILE`` or ``FILE#RANK``, relative to the steps file): the
+    file resolved and checked first (io.referenced.referenced_path: a regular file within the size
+    cap), and a plan that does not load reported by path and reason only, never by content."""
+    from paraplan.export.planfile import load_plan, split_ref
+    from paraplan.io.referenced import referenced_path
+
+    file, rank = split_ref(ref)
+    checked = referenced_path(steps_path.parent, str(file), field)
+    try:
+        return load_plan(str(checked), rank, model=model, field=field)
+    except InputError as exc:
+        reasons = "; ".join(dict.fromkeys(v.rule for v in exc.violations)) or "not a plan file"
+        raise InputError(
+            f"{field}: {str(checked)!r} is not a valid plan ({reasons}); its content is not shown"
+            " because a document named it: give it on the command line to see each field",
+            exc.violations,
+        ) from None
 
 
 def _merge(cal: Calibration, part: FitPart, source: str) -> None:

@@ -287,14 +287,22 @@ def framework_names() -> list[str]:
     return _names("frameworks")
 
 
-def load_framework(ref: "str | dict | FrameworkSpec", field: str = "framework") -> "FrameworkSpec":
-    """A framework profile: a catalog name (``paraplan/catalog/frameworks``), a YAML/JSON path, or a dict."""
+def load_framework(
+    ref: "str | dict | FrameworkSpec", field: str = "framework", referenced: bool = False
+) -> "FrameworkSpec":
+    """A framework profile: a catalog name (``paraplan/catalog/frameworks``), a YAML/JSON path, or a
+    dict (``referenced``: a path a document names, see load_model)."""
     from paraplan.specs.framework import FrameworkSpec
 
     if isinstance(ref, FrameworkSpec):
         return ref
-    data = _entry_data("frameworks", "framework", ref, field)
     try:
-        return FrameworkSpec.model_validate(data)
-    except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+        data = _entry_data("frameworks", "framework", ref, field, referenced)
+        try:
+            return FrameworkSpec.model_validate(data)
+        except ValidationError as exc:
+            raise input_error_from_pydantic(exc, field) from None
+    except InputError as exc:
+        if referenced and isinstance(ref, str) and not isinstance(exc, UnknownNameError):
+            raise referenced_file_error(exc, ref, field, "framework") from None
+        raise

@@ -37,12 +37,14 @@ from typing import Any
 
 import yaml
 
+from paraplan.io.referenced import (  # noqa: F401 - MAX_INPUT_BYTES and referenced_path re-exported
+    MAX_INPUT_BYTES,
+    _open_regular,
+    referenced_path,
+)
 from paraplan.io.yaml_aliases import MAX_EXPANDED_NODES, expanded_nodes
 from paraplan.specs.errors import InputError
 
-MAX_INPUT_BYTES = (
-    16 * 2**20
-)  # 16 MiB: the largest model/system/case file we read (ours are < 100 kB)
 MAX_NESTING = 64  # levels of nested mappings/lists; our schemas need < 6
 
 
@@ -52,8 +54,9 @@ def _label(path: Path | str) -> str:
 
 def read_bytes(path: Path | str, field: str, regular_only: bool = False) -> bytes:
     """At most MAX_INPUT_BYTES of ``path`` (``-`` = stdin); InputError if unreadable or larger. With
-    ``regular_only`` (a path a document names, not the user's command line) anything but a regular
-    file — a device, a FIFO, a socket — is refused before it is opened (a FIFO would block)."""
+    ``regular_only`` (a path a document names, not the user's command line) the file is opened
+    without blocking and checked on the open descriptor (``_open_regular``): anything but a regular
+    file — a device, a FIFO, a socket, a link to one — is refused before a byte is read."""
     try:
         if str(path) == "-":
             data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
@@ -61,11 +64,7 @@ def read_bytes(path: Path | str, field: str, regular_only: bool = False) -> byte
             p = Path(path)
             if p.is_dir():
                 raise InputError(f"{field}: {str(p)!r} is a directory; give a file")
-            if regular_only and p.exists() and not stat.S_ISREG(p.stat().st_mode):
-                raise InputError(
-                    f"{field}: {str(p)!r} is not a regular file (a device, FIFO or socket); give a file"
-                )
-            with p.open("rb") as fh:
+            with _open_regular(p, field) if regular_only else p.open("rb") as fh:
                 data = fh.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise InputError(

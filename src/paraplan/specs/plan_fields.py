@@ -20,7 +20,7 @@ def default_global_batch(fields: dict[str, Any]) -> int:
     When dp cannot be inferred (gpus not divisible by tp·pp·cp) this returns micro_batch, so that
     the plan's own check reports the real problem (``plan.gpus``) instead of the batch; likewise
     when a field it reads is not an integer (the plan's validation names that field)."""
-    counts = [fields.get(k) for k in ("micro_batch", "dp", "pp", "vpp")]
+    counts = [fields.get(k) for k in ("micro_batch", "dp", "pp", "vpp", "tp", "cp")]
     if any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in counts):
         return 1
     micro_batch = int(fields.get("micro_batch") or DEFAULT_MICRO_BATCH)

@@ -46,9 +46,15 @@ class BlockTerms:
     wgrad: Num = (
         0.0  # the weight-gradient share of ``backward`` (split-backward schedules); not added again
     )
+    # backward TP communication exposed in addition to ``tp_backward`` when a split-backward schedule
+    # defers the weight-gradient GEMMs it would hide behind (``deferred_wgrad_exposure_s``)
+    tp_deferred: Num = 0.0
 
 
-BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name != "wgrad")
+# the parts a stage's work sums; ``wgrad`` is a share of ``backward`` and ``tp_deferred`` is added
+# to ``tp_backward`` under split-backward schedules only (step.inputs.stage_work)
+SPLIT_ONLY_TERMS = ("wgrad", "tp_deferred")
+BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name not in SPLIT_ONLY_TERMS)
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
@@ -92,26 +98,14 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
         + comm.cp_sync_backward,
         comm.cp_backward_price,
     )
-    backward_comm = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
-    tp_b_async = (
-        comm.tp_backward
-        + maximum(0.0, comm.tp_hidden_by_dgrad - c.gemm_backward / 2.0)
-        + maximum(0.0, comm.tp_hidden_by_wgrad - c.gemm_backward / 2.0)
-    )
-    # comm-GEMM overlap: SM contention from the userbuffers configurations (cost.overlap), where there is TP
-    # traffic to hide, in place of the generic price of hidden NVLink time, which stays on the async path
     tp_f = where(
         overlap_tp_comm,
         chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
         + where(comm.tp_forward > 0, c.ub_forward, 0.0),
         comm.tp_forward,
     )
-    tp_b = where(
-        overlap_tp_comm,
-        chunked_overlap_exposed_s(backward_comm, c.gemm_backward, TP_OVERLAP_CHUNKS, 0.0)
-        + where(backward_comm > 0, c.ub_backward, 0.0),
-        priced_exposure_s(backward_comm, tp_b_async, comm.tp_backward_price),
-    )
+    tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False)
+    tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b)
     tp_rc = where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
     cp_rc = where(recompute_code > 0, cp_f, 0.0)  # both recompute modes re-run the core attention
     ep_f, ep_b = expert_exposure(c, comm)
@@ -127,6 +121,52 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
         ep_f,
         ep_b,
         c.gemm_backward / 2.0,
+        tp_deferred,
+    )
+
+
+def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) -> Num:
+    """Exposed backward TP communication of one block per micro-batch. The GEMM windows: the data-gradient GEMMs (dgrad) and the
+    weight-gradient GEMMs (wgrad), each half of ``gemm_backward`` (equal FLOPs, Narayanan et al.
+    2021 §5.1).
+
+    Without comm-GEMM overlap (Megatron-LM's async tensor-parallel backward,
+    megatron/core/tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``):
+    the SP input re-gather runs beside dgrad and the input-gradient all-reduce / reduce-scatter
+    beside wgrad; each exposes max(0, comm − GEMM/2). With ``overlap_tp_comm`` (Transformer
+    Engine userbuffers) the whole backward communication is pipelined with the backward GEMMs in
+    TP_OVERLAP_CHUNKS pieces (cost.overlap.chunked_overlap_exposed_s) and the GEMMs pay the SM
+    contention of the userbuffers kernels (``ub_backward``: cost.overlap.userbuffers_contention_s)
+    in place of the generic price of hidden time, which stays on the async path.
+
+    ``deferred_wgrad``: a split-backward schedule (ZB-H1, Qi et al. 2023 §2; DualPipe) runs the
+    weight-gradient GEMMs later, as separate W passes, while the input gradient must reach the
+    previous layer now: what hid behind wgrad is exposed (async path), and the overlapped path
+    has the dgrad GEMMs, GEMM/2, as its window."""
+    total = comm.tp_backward + comm.tp_hidden_by_dgrad + comm.tp_hidden_by_wgrad
+    half = c.gemm_backward / 2.0
+    by_dgrad = maximum(0.0, comm.tp_hidden_by_dgrad - half)
+    if deferred_wgrad:
+        async_s = comm.tp_backward + by_dgrad + comm.tp_hidden_by_wgrad
+        window = half
+    else:
+        async_s = comm.tp_backward + by_dgrad + maximum(0.0, comm.tp_hidden_by_wgrad - half)
+        window = c.gemm_backward
+    return where(
+        overlap_tp_comm,
+        chunked_overlap_exposed_s(total, window, TP_OVERLAP_CHUNKS, 0.0)
+        + where(total > 0, c.ub_backward, 0.0),
+        priced_exposure_s(total, async_s, comm.tp_backward_price),
+    )
+
+
+def deferred_wgrad_exposure_s(c, comm, overlap_tp_comm: Num, tp_backward_s: Num) -> Num:
+    """Backward TP seconds a split-backward schedule exposes beyond ``tp_backward_s`` (the
+    exposure with wgrad in place): ``backward_tp_exposure_s`` with the wgrad GEMMs deferred, less
+    ``tp_backward_s``; >= 0 (a smaller window never hides more, and a price is at most its
+    collective's time)."""
+    return maximum(
+        0.0, backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=True) - tp_backward_s
     )
 
 

@@ -53,7 +53,12 @@ from paraplan.step.inputs import (  # noqa: F401
 )
 from paraplan.step.offload import offload_traffic_bytes, offloaded_activation_share
 from paraplan.step.result import TimeBreakdown
-from paraplan.step.schedules import SCHEDULE_FLAGS, PipelineWork, pipeline_bubble_s  # noqa: F401
+from paraplan.step.schedules import (  # noqa: F401
+    SCHEDULE_FLAGS,
+    PipelineWork,
+    pipeline_bubble_s,
+    split_backward_on,
+)
 from paraplan.step.stage_memory import (  # noqa: F401
     stage_memory_terms,
     stage_peaks,
@@ -100,17 +105,26 @@ def _pipeline(inp: StepInputs) -> dict:
     bubble and the step's parts by kind (m × the slowest stage's parts)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
-    works = [stage_work(s) for s in stages]
+    works = [stage_work(s, split_backward_on(inp.knobs)) for s in stages]
     totals = [work_total(w) for w in works]
     slowest_work, slowest = _argmax(totals, present)
     all_work = 0.0
     for s, t in zip(stages, totals):
         all_work = all_work + s.count * t
     slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
-    wgrad = _pick(slowest, [sum_blocks(s, lambda b: b.terms.wgrad) for s in stages])
+    wgrads = [sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]
     bubble = pipeline_bubble_s(
         inp.knobs,
-        PipelineWork(all_work, slowest_work, inp.pp, inp.knobs.vpp, slowest_parts, wgrad),
+        PipelineWork(
+            all_work,
+            slowest_work,
+            inp.pp,
+            inp.knobs.vpp,
+            slowest_parts,
+            _pick(slowest, wgrads),
+            inp.microbatches,
+            tuple(zip(works, wgrads, present)),
+        ),
     )
     m = inp.microbatches
     part = {name: m * slowest_parts[name] for name in (*BLOCK_TERM_NAMES, "pp")}

@@ -136,15 +136,23 @@ def max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num
     return best
 
 
-def stage_work(stage: Stage) -> dict[str, Num]:
-    """Per-micro-batch seconds of one stage by part (BlockTerms names + "pp"), summed over its blocks."""
+def stage_work(stage: Stage, split_backward: Num = False) -> dict[str, Num]:
+    """Per-micro-batch seconds of one stage by part (BlockTerms names + "pp"), summed over its blocks.
+    Where ``split_backward`` (a split-backward schedule runs: step.schedules.split_backward_on), the
+    backward TP communication the deferred weight-gradient GEMMs no longer hide (BlockTerms.tp_deferred)
+    joins ``tp_backward``."""
     sums = [0.0] * len(
         BLOCK_TERM_NAMES
     )  # one pass over the blocks, each part summed in block order
+    deferred = 0.0
     for block, n in stage.blocks:
         for i, value in enumerate(_block_term_values(block.terms)):
             sums[i] = sums[i] + n * value
+        if split_backward is not False:
+            deferred = deferred + n * block.terms.tp_deferred
     parts = dict(zip(BLOCK_TERM_NAMES, sums))
+    if split_backward is not False:
+        parts["tp_backward"] = parts["tp_backward"] + where(split_backward, deferred, 0.0)
     parts["pp"] = stage.p2p_s
     return parts
 

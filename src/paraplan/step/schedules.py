@@ -44,6 +44,10 @@ class PipelineWork(NamedTuple):
     vpp: Num  # model chunks per GPU (the interleaved schedule's v)
     slowest_parts: dict  # the slowest stage's per-micro-batch parts (step.inputs.stage_work)
     wgrad_s: Num  # its weight-gradient seconds W (BlockTerms.wgrad summed)
+    microbatches: Num  # m, micro-batches per step (ZB-H1's deferred W passes, ``zb_h1_w_credit``)
+    # every stage's (parts, W, present); the split-backward bubbles take the largest over them and
+    # the slowest stage (``_over_stages``); () for the slowest stage alone
+    stages: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,26 @@ def bubble_from_work_s(total_work_s, slowest_work_s, chunks_per_gpu):
     return (total_work_s - slowest_work_s) / chunks_per_gpu
 
 
-def zb_h1_bubble_share(forward_s, backward_s, wgrad_s):
-    """(F + B − 2W) / (F + B): ZB-H1's bubble relative to 1F1B's (Qi et al. 2023, arXiv:2401.10241,
-    §3.1, Fig. 3: (p−1)·(F + B_in − W) with B_in = B − W); 1/3 when B = 2F and W = F."""
-    return maximum(forward_s + backward_s - 2.0 * wgrad_s, 0.0) / maximum(
+def zb_h1_bubble_share(forward_s, backward_s, wgrad_s, credit=2.0):
+    """(F + B − credit·W) / (F + B): ZB-H1's bubble relative to 1F1B's (Qi et al. 2023,
+    arXiv:2401.10241, §3.1, Fig. 3: (p−1)·(F + B_in − W) with B_in = B − W, credit 2 with enough
+    micro-batches, ``zb_h1_w_credit``); 1/3 when B = 2F and W = F."""
+    return maximum(forward_s + backward_s - credit * wgrad_s, 0.0) / maximum(
         forward_s + backward_s, 1e-30
     )
+
+
+def zb_h1_w_credit(pp, microbatches):
+    """W passes per pipeline stage ZB-H1 takes off the 1F1B bubble, 1 + min(m − 1, p − 1)/(p − 1).
+
+    One: W leaves the chain of input-gradient passes B_in that runs back through the stages (exact
+    for m = 1: 1F1B takes p·(F + B_in + W), ZB-H1 p·(F + B_in) + W, (p−1)·W less). The second:
+    the deferred W passes fill the cool-down's idle slots (Qi et al. 2023 §3.1, Fig. 3:
+    (p−1)·(F + B_in − W), two W per stage with m >= p), one slot per micro-batch after the
+    first; with fewer micro-batches than stages, fewer W passes are there to defer (our
+    interpolation between the two exact ends)."""
+    slots = maximum(pp - 1.0, 1.0)
+    return 1.0 + minimum(maximum(microbatches - 1.0, 0.0), slots) / slots
 
 
 def dualpipe_bubble_s(pp, forward_s, backward_s, wgrad_s, overlapped_pair_s=None):
@@ -104,21 +122,39 @@ def _interleaved_bubble_s(work: PipelineWork) -> Num:
     return bubble_from_work_s(work.total_s, work.slowest_s, work.vpp)
 
 
+def _over_stages(work: PipelineWork, value: Callable[[dict, Num], Num]) -> Num:
+    """The largest ``value(parts, W)`` over the slowest stage and every present stage of ``work``.
+    The split-backward bubbles read one stage's F, B and W; the largest over the stages, not the
+    slowest stage's alone, keeps the bubble continuous when another stage becomes the slowest (a
+    faster link or HBM must not move the step time up by switching stages) and is >= the slowest
+    stage's (the search's floors stay admissible)."""
+    out = value(work.slowest_parts, work.wgrad_s)
+    for parts, wgrad, present in work.stages:
+        out = maximum(out, where(present, value(parts, wgrad), out))
+    return out
+
+
 def _zb_h1_bubble_s(work: PipelineWork) -> Num:
-    """ZB-H1: the 1F1B bubble T − S times (F + B − 2W)/(F + B) of the slowest stage (Qi et al. 2023
-    §3.1; with unequal stages the other stages' work scales alike)."""
-    parts = work.slowest_parts
-    return _one_f_one_b_bubble_s(work) * zb_h1_bubble_share(
-        forward_s(parts), backward_s(parts), work.wgrad_s
+    """ZB-H1: the 1F1B bubble T − S times (F + B − c·W)/(F + B), c the W credit (``zb_h1_w_credit``:
+    2 with m >= p; Qi et al. 2023 §3.1), the largest over the stages (``_over_stages``; with
+    unequal stages the other stages' work scales alike)."""
+    credit = zb_h1_w_credit(work.pp, work.microbatches)
+    share = _over_stages(
+        work,
+        lambda parts, wgrad: zb_h1_bubble_share(forward_s(parts), backward_s(parts), wgrad, credit),
     )
+    return _one_f_one_b_bubble_s(work) * share
 
 
 def _dualpipe_bubble_s(work: PipelineWork) -> Num:
     """DualPipe: (p/2 − 1)·(F&B + B − 3W) over chunks of half a stage (each GPU runs the stage pair
-    (i, p−1−i), one from each end: F, B, W halved), F&B = F + B (DeepSeek-V3 Table 2)."""
-    parts = work.slowest_parts
-    return dualpipe_bubble_s(
-        work.pp, forward_s(parts) / 2.0, backward_s(parts) / 2.0, work.wgrad_s / 2.0
+    (i, p−1−i), one from each end: F, B, W halved), F&B = F + B (DeepSeek-V3 Table 2); the largest
+    over the stages (``_over_stages``)."""
+    return _over_stages(
+        work,
+        lambda parts, wgrad: dualpipe_bubble_s(
+            work.pp, forward_s(parts) / 2.0, backward_s(parts) / 2.0, wgrad / 2.0
+        ),
     )
 
 
@@ -169,7 +205,7 @@ def _interleaved_floor_s(v, pp, slowest, total, rho, dual):
 
 
 def _zb_h1_floor_s(v, pp, slowest, total, rho, dual):
-    """W <= ρ·(F + B)/2, so the share (F + B − 2W)/(F + B) >= 1 − ρ."""
+    """W <= ρ·(F + B)/2 and c <= 2, so the share (F + B − c·W)/(F + B) >= 1 − ρ."""
     return (1.0 - rho) * (total - slowest)
 
 
@@ -232,7 +268,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 weight_copies=1.0,
                 bubble_floor_s=_zb_h1_floor_s,
                 split_backward=True,
-                bubble_formula="(T − S)·(F + B − 2W)/(F + B)",
+                bubble_formula="(T − S)·(F + B − c·W)/(F + B), c = 1 + min(m − 1, p − 1)/(p − 1)",
                 in_flight_formula="min(p − i, m)",
                 floor_formula="(1 − ρ)·(T0 − S0)",
                 source="Qi et al. 2023, arXiv:2401.10241 §3.1",
@@ -281,6 +317,12 @@ def in_flight_microbatches(knobs, pp, microbatches, stage) -> Num:
     """Micro-batches (in units of a whole stage's layers) whose activations stage ``stage`` holds at
     its peak under each candidate's schedule (its entry's ``in_flight``, with the knobs' vpp)."""
     return by_schedule(knobs, lambda s: s.in_flight(pp, knobs.vpp, microbatches, stage))
+
+
+def split_backward_on(knobs) -> Num:
+    """Whether each candidate's schedule splits the backward into B and deferred W passes
+    (``split_backward``); Python False when no candidate's does."""
+    return by_schedule(knobs, lambda s: s.split_backward)
 
 
 def weight_copies(knobs) -> Num:

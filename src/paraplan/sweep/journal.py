@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,12 +84,42 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_UNIT_SHARES = ("mfu", "hfu")  # fractions of the peak: 0..1
+_NON_NEGATIVE = ("_s", "_gib", "_bytes", "_per_s", "_usd", "_days")  # key endings of amounts
+
+
+def _possible_numbers(value, key: str = "", depth: int = 0) -> bool:
+    """Every number in a journal record could have been written by run_point: finite (an integer
+    too, at most float range), a utilisation in 0..1, a time, size or rate (by its key's ending)
+    >= 0. A record that fails is searched again (issue 37: a journal line with ``mfu: 10**400``
+    reached sweep.json)."""
+    if depth > 32:
+        return False
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, (int, float)):
+        if not (isinstance(value, float) and math.isfinite(value)) and not (
+            isinstance(value, int) and abs(value) <= 2**1023
+        ):
+            return False
+        if key in _UNIT_SHARES and not 0.0 <= value <= 1.0:
+            return False
+        return value >= 0 or not key.endswith(_NON_NEGATIVE)
+    if isinstance(value, dict):
+        return all(_possible_numbers(v, str(k), depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_possible_numbers(v, key, depth + 1) for v in value)
+    return False
+
+
 def valid_record(record, task: dict, key: str) -> bool:
-    """True when ``record`` is a complete record of ``task`` (as run_point writes it)."""
+    """True when ``record`` is a complete record of ``task`` (as run_point writes it), every number
+    in it possible (``_possible_numbers``)."""
     if (
         not isinstance(record, dict)
         or record.get("key") != key
         or record.get("index") != task["index"]
+        or not _possible_numbers(record)
     ):
         return False
     for name, types in _RECORD_TYPES.items():

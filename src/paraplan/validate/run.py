@@ -250,12 +250,14 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
         measured = _measured(raw["measured"])
         group = raw.get("group", "")
         try:
-            model = _expressible(load_model, raw["model"], "model")
-            system = _expressible(load_system, raw["system"], "system")
+            # a case names its model, system and framework: files it names are referenced
+            # (checked before reading, never shown: catalog.referenced_file_error)
+            model = _expressible(load_model, raw["model"], "model", True)
+            system = _expressible(load_system, raw["system"], "system", True)
             plan_fields = raw["plan"]
             framework = raw.get("framework")
             if framework is not None:
-                profile = load_framework(framework)
+                profile = load_framework(framework, "framework", True)
                 if isinstance(plan_fields, dict):
                     system, plan_fields = apply_framework(profile, system, plan_fields)
             plan = _expressible(_plan, plan_fields)
