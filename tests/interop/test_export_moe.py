@@ -83,5 +83,7 @@ def test_split_backward_schedules_are_refused_by_name():
 def test_a2a_overlap_megatron_cannot_start_is_refused_by_name():
     """Megatron-Core asserts EP all-to-all overlap without full recomputation and, at pp > 1, with virtual
     stages (transformer_config.py, facts/megatron_checks.yaml): such a plan is refused, never written."""
-    with pytest.raises(ExportRefused, match=r"^plan\.moe_a2a_overlap=True cannot start in Megatron-LM"):
+    with pytest.raises(
+        ExportRefused, match=r"^plan\.moe_a2a_overlap=True cannot start in Megatron-LM"
+    ):
         megatron.export(plan(moe_dispatcher="deepep", moe_a2a_overlap=True), MIXTRAL)

@@ -344,8 +344,11 @@ def search(
         if (explain and result.plans)
         else []
     )
+    launches = _launch_targets(problem, result)
     if as_json:
         out = search_document(problem, result, run_tokens)
+        for row, targets in zip(out["plans"], launches):
+            row["frameworks"] = targets
         if ttt:
             out["time_to_train"] = ttt_info
         if explain and result.plans:
@@ -374,6 +377,8 @@ def search(
             if ttt:
                 console.print("\n".join(ttt_lines(ttt_info)))
             console.print(band_note(result, problem))
+            if not problem.framework:
+                console.print(_launch_note(launches))
             if result.robust_exact is False:
                 console.print(
                     "robust ranking over the fastest plans by predicted time only (search.robust.MAX_TIME_GROUPS)"
@@ -405,6 +410,20 @@ def search(
     _split_note(problem, result)
     if not result.plans:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
+def _launch_targets(problem, result) -> list[list[str]]:
+    """Per ranked plan, the frameworks paraplan exports it to (export.launch_targets: each knob
+    expressed and the kept start-up checks passing)."""
+    from paraplan.export import launch_targets
+
+    return [launch_targets(r.plan, problem.model) for r in result.plans]
+
+
+def _launch_note(launches: list[list[str]]) -> str:
+    """One line: which frameworks launch each row (paraplan export; docs/export.md)."""
+    rows = "; ".join(f"{i} {', '.join(t) or 'none'}" for i, t in enumerate(launches, start=1))
+    return f"launches in (paraplan export; --framework F searches only F's plans): {rows}"
 
 
 def _split_note(problem, result) -> None:
