@@ -54,7 +54,9 @@ def test_every_row_round_trips_through_each_framework_that_launches_it(name):
     assert doc["plans"]
     for row in doc["plans"]:
         plan = PlanSpec(**row["plan"])
-        if problem["framework"] == "megatron-core":  # the filtered search: Megatron-LM launches every row
+        if (
+            problem["framework"] == "megatron-core"
+        ):  # the filtered search: Megatron-LM launches every row
             assert "megatron" in row["frameworks"], (name, row["rank"])
         for fw in FRAMEWORKS:
             try:

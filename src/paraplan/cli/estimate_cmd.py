@@ -31,6 +31,7 @@ from paraplan.cli.app import (
 )
 from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_dict
 from paraplan.cli.goodput_opts import goodput_inputs, goodput_lines
+from paraplan.cli.estimate_plan import plan_file_sources
 from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -373,7 +374,7 @@ def estimate(
 
     fields = plan_fields(params)
     given = given_plan_options(ctx, fields)
-    model, system, framework, named = _plan_file_sources(plan_file, model, system, framework)
+    model, system, framework, named = plan_file_sources(plan_file, model, system, framework)
     if cluster is not None or (
         plan_file is not None and "#" not in plan_file
     ):  # non-uniform plans: issue 10
@@ -492,23 +493,3 @@ def estimate(
             print(f"wrote {plot}")
     if not est.fits:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
-
-
-def _plan_file_sources(plan_file, model, system, framework):
-    """(model, system, framework, the names taken from the file): what ``--plan FILE`` names (a
-    search JSON's problem, an estimate JSON's top level) fills the options not given (issue 34)."""
-    named: set[str] = set()
-    if plan_file is not None:
-        from paraplan.export.planfile import source_framework, source_names
-
-        file_model, file_system = source_names(plan_file)
-        if model is None and file_model:
-            model, named = file_model, named | {"model"}
-        if system is None and file_system:
-            system, named = file_system, named | {"system"}
-        framework = framework or source_framework(plan_file)
-    if model is None:
-        raise InputError(
-            "--model: missing; give --model (or --plan FILE from search --json / estimate --json)"
-        )
-    return model, system, framework, named
