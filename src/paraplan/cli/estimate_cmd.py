@@ -32,6 +32,7 @@ from paraplan.cli.app import (
 from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_dict
 from paraplan.cli.goodput_opts import goodput_inputs, goodput_lines
 from paraplan.cli.estimate_plan import plan_file_sources
+from paraplan.cli.options import SetOption
 from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -338,15 +339,7 @@ def estimate(
             "--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan"
         ),
     ] = None,
-    set_: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--set",
-            help="change one numeric field of the system or model for this estimate, e.g. "
-            "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
-            "--set); repeat for more",
-        ),
-    ] = None,
+    set_: SetOption = None,
     framework: FrameworkOption = None,
     width: WidthOption = None,
     goodput: Annotated[

@@ -31,6 +31,7 @@ from paraplan.cli.app import (
     refuse_options,
 )
 from paraplan.cli.options import (
+    SetOption,
     AttentionOption,
     DtypeOption,
     JsonOption,
@@ -145,14 +146,7 @@ def search(
             "'uncertain fit'",
         ),
     ] = DEFAULT_MEMORY_HEADROOM,
-    set_: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--set",
-            help="change one numeric field of the system or model for this search, e.g. "
-            "accelerator.hbm_capacity=141GiB or model.layers=48 (as estimate --set); repeat for more",
-        ),
-    ] = None,
+    set_: SetOption = None,
     exhaustive: Annotated[
         bool,
         typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator"),
