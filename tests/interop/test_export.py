@@ -25,7 +25,9 @@ from paraplan.export.common import check_handled
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.split import stage_layer_counts
 
-MODEL = load_model("gpt3-13b")  # 40 layers, 40 heads
+# 40 layers, 40 heads; a learned position table as long as the longest sequence below (Megatron-LM
+# refuses a table shorter than the sequence: start-up check max-position-covers-sequence)
+MODEL = load_model("gpt3-13b").model_copy(update={"max_position": 16384})
 
 
 def sample_plans(n: int = 400) -> list[PlanSpec]:

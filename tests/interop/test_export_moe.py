@@ -32,7 +32,7 @@ def plan(**fields) -> PlanSpec:
     "fields, flags",
     [
         (
-            dict(moe_dispatcher="deepep", moe_a2a_overlap=True),
+            dict(moe_dispatcher="deepep", moe_a2a_overlap=True, pp=1, recompute="selective"),
             [
                 "--expert-model-parallel-size 8",
                 "--expert-tensor-parallel-size 1",
@@ -78,3 +78,12 @@ def test_moe_plan_exports_and_round_trips(fields, flags):
 def test_split_backward_schedules_are_refused_by_name():
     with pytest.raises(ExportRefused, match="schedule"):
         megatron.export(plan(pp=4, schedule="dualpipe", global_batch=256), MIXTRAL)
+
+
+def test_a2a_overlap_megatron_cannot_start_is_refused_by_name():
+    """Megatron-Core asserts EP all-to-all overlap without full recomputation and, at pp > 1, with virtual
+    stages (transformer_config.py, facts/megatron_checks.yaml): such a plan is refused, never written."""
+    with pytest.raises(
+        ExportRefused, match=r"^plan\.moe_a2a_overlap=True cannot start in Megatron-LM"
+    ):
+        megatron.export(plan(moe_dispatcher="deepep", moe_a2a_overlap=True), MIXTRAL)

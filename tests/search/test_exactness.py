@@ -30,7 +30,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.search import run
-from paraplan.search.ranking import non_default_knobs, tie_value
+from paraplan.search.ranking import non_default_knobs, offloads, tie_value
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
@@ -270,8 +270,8 @@ def test_small_chunks_prune(monkeypatch):
 )
 def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
     """These problems have equal objectives inside the top 20 (e.g. ZeRO-1 vs ZeRO-2, an offload
-    that costs nothing); both paths order each tie by search.ranking: lower peak memory, then fewer
-    non-default knobs, then canonical key (row, grid)."""
+    that costs nothing); both paths order each tie by search.ranking: fewer offloads, then fewer
+    non-default knobs, then lower peak memory, then canonical key (row, grid)."""
     p, reference = exhaustive(name)
     objectives = [tie_value(r.objective) for r in reference.plans]
     tied = [i for i in range(1, len(objectives)) if objectives[i] == objectives[i - 1]]
@@ -279,12 +279,17 @@ def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
         f"no tie in the top {K_MAX} of {name}: the test data no longer exercises tie-breaking"
     )
     keys = [
-        (tie_value(r.estimate.peak_stage.peak_bytes), non_default_knobs(r.plan), r.key)
+        (
+            offloads(r.plan),
+            non_default_knobs(r.plan),
+            tie_value(r.estimate.peak_stage.peak_bytes),
+            r.key,
+        )
         for r in reference.plans
     ]
     for i in tied:
         assert keys[i - 1] < keys[i]
-    assert any(keys[i - 1][0] < keys[i][0] for i in tied)  # lower memory first decides some ties
+    assert any(keys[i - 1][:3] != keys[i][:3] for i in tied)  # not the canonical order alone
     # a cut through a run of ties: the K-th and (K+1)-th plans have the same objective
     for i in tied:
         for chunk in (None, 1):

@@ -53,15 +53,16 @@ def test_tie_value_rounds_to_ten_significant_digits():
     assert list(tie_value(np.array([2.5e-6, -3.0, 0.0]))) == [2.5e-6, -3.0, 0.0]
 
 
-def test_rank_key_orders_ties_by_memory_then_simplicity_then_canonical_order():
+def test_rank_key_orders_ties_by_offloads_then_simplicity_then_memory_then_canonical_order():
+    """At equal time the plan a user can act on first (issue 34): no offload before offload, fewer
+    non-default knobs, then less memory, then the canonical order."""
     simple, knobby = plan(zero=1), plan(zero=1, offload_weights=True)
-    a = Candidate(1.0, 1.0, 50.0, knobby, (5, 0))
-    b = Candidate(1.0, 1.0, 60.0, simple, (0, 0))  # same objective, more memory: after a
-    c = Candidate(
-        1.0 + 1e-13, 1.0, 50.0, simple, (9, 9)
-    )  # equal to 10 digits, same memory, simpler: before a
+    a = Candidate(1.0, 1.0, 50.0, knobby, (5, 0))  # an offload: after every tie without one
+    b = Candidate(1.0, 1.0, 60.0, simple, (0, 0))  # more memory than c: after c
+    c = Candidate(1.0 + 1e-13, 1.0, 50.0, simple, (9, 9))  # equal to 10 digits
     d = Candidate(0.9, 1.2, 70.0, knobby, (7, 0))  # better objective: first
-    assert sorted([a, b, c, d], key=rank_key) == [d, c, a, b]
+    e = Candidate(1.0, 1.0, 40.0, plan(zero=1, tp=2), (1, 0))  # one knob more than b and c
+    assert sorted([a, b, c, d, e], key=rank_key) == [d, c, b, e, a]
 
 
 def test_groups_and_the_kth_group_objective():

@@ -31,7 +31,9 @@ from paraplan.cli.app import (
 )
 from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_dict
 from paraplan.cli.goodput_opts import goodput_inputs, goodput_lines
-from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, ModelOption, PriceOption
+from paraplan.cli.estimate_plan import plan_file_sources
+from paraplan.cli.options import SetOption
+from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB
@@ -105,7 +107,15 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
 @app.command()
 def estimate(
     ctx: typer.Context,
-    model: ModelOption,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json); default with "
+            "--plan: the model a search/estimate JSON names",
+        ),
+    ] = None,
     system: Annotated[
         Optional[str],
         typer.Option(
@@ -329,15 +339,7 @@ def estimate(
             "--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan"
         ),
     ] = None,
-    set_: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--set",
-            help="change one numeric field of the system or model for this estimate, e.g. "
-            "accelerator.hbm_capacity=141GiB or model.layers=48 (the paths of paraplan sweep "
-            "--set); repeat for more",
-        ),
-    ] = None,
+    set_: SetOption = None,
     framework: FrameworkOption = None,
     width: WidthOption = None,
     goodput: Annotated[
@@ -365,6 +367,7 @@ def estimate(
 
     fields = plan_fields(params)
     given = given_plan_options(ctx, fields)
+    model, system, framework, named = plan_file_sources(plan_file, model, system, framework)
     if cluster is not None or (
         plan_file is not None and "#" not in plan_file
     ):  # non-uniform plans: issue 10
@@ -394,8 +397,8 @@ def estimate(
 
         check_plot_path(plot)
     check_price(price)
-    model_spec = load_model(model, field="model")
-    system_spec = load_system(system, field="system")
+    model_spec = load_model(model, field="model", referenced="model" in named)
+    system_spec = load_system(system, field="system", referenced="system" in named)
     from paraplan.specs.uniform_stages import costed_by_stages
 
     staged = costed_by_stages(model_spec)  # encoder-decoders: the per-stage estimator (issue 10)

@@ -120,3 +120,23 @@ def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
         return plan_fields
     unset = {key for key in PLAN_DEFAULTS if FRAMEWORK_PLAN_OPTIONS[key] not in given}
     return framework_plan_fields(profile, {k: v for k, v in plan_fields.items() if k not in unset})
+
+
+def plan_file_sources(plan_file, model, system, framework):
+    """(model, system, framework, the names taken from the file): what ``--plan FILE`` names (a
+    search JSON's problem, an estimate JSON's top level) fills the options not given (issue 34)."""
+    named: set[str] = set()
+    if plan_file is not None:
+        from paraplan.export.planfile import source_framework, source_names
+
+        file_model, file_system = source_names(plan_file)
+        if model is None and file_model:
+            model, named = file_model, named | {"model"}
+        if system is None and file_system:
+            system, named = file_system, named | {"system"}
+        framework = framework or source_framework(plan_file)
+    if model is None:
+        raise InputError(
+            "--model: missing; give --model (or --plan FILE from search --json / estimate --json)"
+        )
+    return model, system, framework, named

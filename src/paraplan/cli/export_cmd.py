@@ -55,7 +55,9 @@ def export_command(
         Optional[Path], typer.Option("--out", "-o", help="write to FILE (with --to all: a folder)")
     ] = None,
 ) -> None:
-    """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express."""
+    """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express.
+    With --to all, every framework that can run the plan is written and the others' refusals listed
+    (exit 0 when at least one was written). A search JSON's model and system are the defaults."""
     from paraplan.catalog import load_model, load_system
     from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
     from paraplan.export.planfile import check_loaded_plan, load_plan, source_names
@@ -97,7 +99,7 @@ def export_command(
                 f"wrote {atomic_write_text(out / f'plan-{fw}{SUFFIX[fw]}', text, make_parents=True)}",
                 file=sys.stderr,
             )
-        _report_refused(refused)
+        _report_refused(refused, len(texts))
         return
     if out is not None:
         atomic_write_text(out, texts[targets[0]], make_parents=True)
@@ -107,12 +109,13 @@ def export_command(
         if len(texts) > 1:
             print(f"==> {fw}")
         sys.stdout.write(text)
-    _report_refused(refused)
+    _report_refused(refused, len(texts))
 
 
-def _report_refused(refused: list[str]) -> None:
-    """With --to all: one line per refusing framework on stderr, exit 2 when any refused."""
+def _report_refused(refused: list[str], written: int) -> None:
+    """With --to all: one line per refusing framework on stderr; exit 0 when at least one framework
+    was written (the refusals are the answer for the others), 2 when every one refused."""
     for line in refused:
-        print(f"error: {line}", file=sys.stderr)
-    if refused:
+        print(f"{'refused' if written else 'error'}: {line}", file=sys.stderr)
+    if refused and not written:
         raise typer.Exit(2)

@@ -47,14 +47,18 @@ def import_plan_command(
         Optional[Path], typer.Option("--out", "-o", help="write the plan JSON to FILE")
     ] = None,
 ) -> None:
-    """A framework's launch arguments back as a paraplan plan (JSON of PlanSpec fields)."""
+    """A framework's launch arguments back as a paraplan plan (JSON of PlanSpec fields); from a search
+    JSON row also the model and system the search names (so ``estimate --plan`` reads them)."""
     from paraplan.catalog import load_model
-    from paraplan.export.planfile import check_loaded_plan, load_plan
+    from paraplan.export.planfile import check_loaded_plan, load_plan, source_names
 
-    model_spec = load_model(model, field="model") if model else None
+    named_model, named_system = source_names(file)
+    model_ref = model or named_model
+    model_spec = load_model(model_ref, "model", referenced=model is None) if model_ref else None
     plan = load_plan(file, model=model_spec, seq_length=seq_length, field="file")
     check_loaded_plan(plan, model_spec, "file")
-    _emit({"plan": plan.model_dump()}, out)
+    names = {"model": model_ref, "system": named_system}
+    _emit({**{k: v for k, v in names.items() if v}, "plan": plan.model_dump()}, out)
 
 
 @import_app.command("calculon")

@@ -136,3 +136,14 @@ def option_groups(command: Callable) -> Callable:
     grouped.__signature__ = inspect.Signature(params, return_annotation=None)
     grouped.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     return grouped
+
+
+# --set PATH=VALUE of estimate and search (the paths of paraplan sweep --set; cli.estimate_plan.apply_sets)
+SetOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="change one numeric field of the system or model, e.g. accelerator.hbm_capacity=141GiB "
+        "or model.layers=48 (the paths of paraplan sweep --set); repeat for more",
+    ),
+]

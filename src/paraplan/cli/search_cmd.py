@@ -31,6 +31,7 @@ from paraplan.cli.app import (
     refuse_options,
 )
 from paraplan.cli.options import (
+    SetOption,
     AttentionOption,
     DtypeOption,
     JsonOption,
@@ -45,6 +46,14 @@ from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_inputs
 from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search, ttt_title
 from paraplan.specs.errors import InputError
+from paraplan.cli.search_notes import (
+    DEFAULT_MEMORY_HEADROOM,
+    fit_note,
+    launch_note,
+    launch_targets_of,
+    uncertain_fit,
+    with_headroom,
+)
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
 
@@ -126,6 +135,18 @@ def search(
     ] = None,
     grid_intensity: GridIntensityOption = None,
     goodput_set: GoodputSetOption = None,
+    memory_headroom: Annotated[
+        float,
+        typer.Option(
+            "--memory-headroom",
+            min=0.0,
+            max=0.5,
+            help="share of HBM kept free beside the modelled peak (allocator fragmentation, runtime "
+            "buffers; docs/export.md); plans within one more headroom of the limit are marked "
+            "'uncertain fit'",
+        ),
+    ] = DEFAULT_MEMORY_HEADROOM,
+    set_: SetOption = None,
     exhaustive: Annotated[
         bool,
         typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator"),
@@ -260,7 +281,13 @@ def search(
     good_inputs = goodput_inputs(grid_intensity, goodput_set) if ttt else None
     objective = "time" if ttt else objective
     check_price(price)
-    system_spec = load_system(system, field="system")
+    from paraplan.cli.estimate_plan import apply_sets
+
+    model_spec, system_spec = apply_sets(
+        model_spec, load_system(system, field="system"), set_ or []
+    )
+    full_hbm = system_spec.accelerator.hbm_capacity
+    system_spec = with_headroom(system_spec, memory_headroom)
     profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     if objective == "cost" and price is None and system_spec.price_per_gpu_hour is None:
         raise InputError(
@@ -344,8 +371,15 @@ def search(
         if (explain and result.plans)
         else []
     )
+    launches = launch_targets_of(problem, result)
     if as_json:
         out = search_document(problem, result, run_tokens)
+        out["problem"]["memory_headroom"] = memory_headroom
+        for row, targets in zip(out["plans"], launches):
+            row["frameworks"] = targets
+            row["uncertain_fit"] = uncertain_fit(
+                row["peak_memory_gib"] * GiB, full_hbm, memory_headroom
+            )
         if ttt:
             out["time_to_train"] = ttt_info
         if explain and result.plans:
@@ -374,6 +408,10 @@ def search(
             if ttt:
                 console.print("\n".join(ttt_lines(ttt_info)))
             console.print(band_note(result, problem))
+            if not problem.framework:
+                console.print(launch_note(launches))
+            if note := fit_note(result, full_hbm, memory_headroom):
+                console.print(note)
             if result.robust_exact is False:
                 console.print(
                     "robust ranking over the fastest plans by predicted time only (search.robust.MAX_TIME_GROUPS)"

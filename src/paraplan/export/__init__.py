@@ -17,6 +17,7 @@ __all__ = [
     "export_plan",
     "framework_args",
     "import_plan",
+    "launch_targets",
     "SUFFIX",
 ]
 
@@ -49,6 +50,21 @@ def export_plan(
     raise ExportRefused(
         f"framework: {framework!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}"
     )
+
+
+def launch_targets(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
+    """The frameworks whose export of ``plan`` is written (every knob expressed, every kept start-up
+    check passing); the others refuse it. What ``search`` reports per row without ``--framework``."""
+    from paraplan.specs.errors import InputError
+
+    out = []
+    for name in FRAMEWORKS:
+        try:
+            export_plan(name, plan, model)
+        except InputError:  # ExportRefused, or a model the uniform plan does not describe
+            continue
+        out.append(name)
+    return out
 
 
 def import_plan(

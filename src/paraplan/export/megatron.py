@@ -33,6 +33,8 @@ from paraplan.export.megatron_core import (
     sharding_stages,
     stage_layers_from_layout,
 )
+from paraplan.export.megatron_model import model_arguments
+from paraplan.export.startup import argument_map, refuse_failed, startup_checks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import interleave_split_rule
@@ -93,7 +95,7 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
         "--context-parallel-size",
         str(plan.cp),
     ]
-    a += expert_arguments(plan, fw)
+    a += expert_arguments(plan, fw, model is not None and model.experts > 0)
     if plan.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
     if ORDERS[mapping[0]]:
@@ -148,10 +150,11 @@ def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
     a: list[str] = []
     if c["zero"] >= 1:
         a += ["--use-distributed-optimizer"]
-    if c["zero"] >= 2:
+    if c["zero"] >= 2:  # Megatron FSDP saves only fsdp_dtensor checkpoints (start-up check)
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", SHARDING[c["zero"]]]
-    if plan.offload_optimizer:
-        a += ["--optimizer-cpu-offload"]
+        a += ["--ckpt-format", "fsdp_dtensor"]
+    if plan.offload_optimizer:  # the hybrid-device optimizer runs on the precision-aware path
+        a += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
     if c["overlap_dp_grad_reduce"]:
         a += ["--overlap-grad-reduce"]
     if c["zero"] >= 1 and c["overlap_param_gather"]:
@@ -159,11 +162,12 @@ def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
     return a
 
 
-def expert_arguments(plan: PlanSpec, fw: str) -> list[str]:
+def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
     """The expert layers' arguments (Megatron-Core v0.14 names): expert parallel and expert tensor parallel
     sizes (stated whenever experts are split: Megatron's etp defaults to tp), the dispatcher, batch-level
     EP all-to-all overlap (--overlap-moe-expert-parallel-comm, new in v0.14), capacity and padding,
-    forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch)."""
+    forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch). The dispatcher is
+    stated for every MoE model (``moe``): Megatron's default is allgather (arguments.py line 2871)."""
     if plan.pipeline_schedule in ("zb-h1", "dualpipe"):
         raise refuse(
             fw,
@@ -177,7 +181,7 @@ def expert_arguments(plan: PlanSpec, fw: str) -> list[str]:
         a += ["--expert-model-parallel-size", str(plan.ep)]
     if experts_split:
         a += ["--expert-tensor-parallel-size", str(plan.etp)]
-    if experts_split or plan.moe_dispatcher != "alltoall":
+    if moe or experts_split or plan.moe_dispatcher != "alltoall":
         a += DISPATCHER_ARGS[plan.moe_dispatcher]
     if plan.moe_a2a_overlap:
         a += ["--overlap-moe-expert-parallel-comm"]
@@ -196,7 +200,11 @@ def expert_fields(f: dict, num) -> dict:
     """expert_arguments read back; without --expert-tensor-parallel-size etp is 1 (a file that relies on
     Megatron's default etp = tp for an MoE model must state it)."""
     dispatcher = {"alltoall": "alltoall", "allgather": "allgather", "flex": "deepep"}.get(
-        str(f.get("--moe-token-dispatcher-type", "alltoall"))
+        str(
+            f.get(
+                "--moe-token-dispatcher-type", "allgather" if "--num-experts" in f else "alltoall"
+            )
+        )
     )
     if dispatcher is None:
         raise ExportRefused(
@@ -239,54 +247,20 @@ def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> 
     return a
 
 
-def model_arguments(model: ModelSpec) -> list[str]:
-    """The model's shape as Megatron-LM arguments (so the launch line trains the planned model)."""
-    a = [
-        "--num-layers",
-        str(model.layers),
-        "--hidden-size",
-        str(model.hidden),
-        "--ffn-hidden-size",
-        str(model.ffn_hidden),
-        "--num-attention-heads",
-        str(model.heads),
-        "--kv-channels",
-        str(model.d_head),
-        "--vocab-size",
-        str(model.vocab),
-    ]
-    if model.n_kv_heads != model.heads:
-        a += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
-    if model.mlp == "swiglu":
-        a += ["--swiglu"]
-    a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
-    if not model.tie_embeddings:
-        a += ["--untie-embeddings-and-output-weights"]
-    if model.learned_positions:
-        a += [
-            "--position-embedding-type",
-            "learned_absolute",
-            "--max-position-embeddings",
-            str(model.max_position),
-        ]
-    else:
-        a += ["--position-embedding-type", "rope"]
-    if not model.has_bias:
-        a += ["--disable-bias-linear"]
-    if not model.has_dropout:
-        a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
-    return a
-
-
 def export(
     plan: PlanSpec, model: ModelSpec | None = None, gpus_per_node: int = 8, header: str = ""
 ) -> str:
     """A runnable launch line: torchrun with whole nodes, then the script and its arguments."""
     fw = framework_args(NAME)
-    args = plan_arguments(plan, model) + (model_arguments(model) if model is not None else [])
+    args = plan_arguments(plan, model)
+    args += model_arguments(model, plan.seq_length) if model is not None else []
     check_names(fw, [t for t in args if t.startswith("--")])
+    env = launch_environment(args)
+    refuse_failed(NAME, fw.label, plan, args, env)
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     out = header_lines(header, f"# argument names: {fw.label}, {fw.source.split(' (')[0]}")
+    out.append(f"# start-up checks: {len(startup_checks(NAME).checks)} from {fw.label} source pass")
+    out += [f"export {k}={v}" for k, v in env.items()]
     launch = f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT}"
     pairs: list[str] = []
     i = 0
@@ -300,6 +274,22 @@ def export(
         i = j
     out.append(" \\\n    ".join([launch] + pairs))
     return "\n".join(out) + "\n"
+
+
+def launch_environment(args: list[str]) -> dict[str, str]:
+    """The environment the launch needs (export/facts/megatron_checks.yaml, 'environment'):
+    CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (one stream, so the TP/CP
+    collectives are issued in order), 32 under Megatron FSDP (which asserts it is not 1)."""
+    given = argument_map(args)
+    if "--use-megatron-fsdp" in given:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+    split = any(
+        int(given.get(f, 1)) > 1
+        for f in ("--tensor-model-parallel-size", "--context-parallel-size")
+    )
+    if split and "--overlap-moe-expert-parallel-comm" not in given:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 def parse(text: str) -> dict[str, object]:

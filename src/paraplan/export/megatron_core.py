@@ -18,6 +18,7 @@ from paraplan.export.common import (
     same_placement,
 )
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
 from paraplan.specs.split import chunk_layer_counts
 
 ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
@@ -82,6 +83,12 @@ def megatron_core_checks(
         raise refuse(
             fw, "tp_layout", "2d", f"{who} runs 1D tensor parallelism only (no SUMMA grid)"
         )
+    if why := megatron_fsdp_rule(c["zero"], plan.pp):  # the search's rule too (search.launch)
+        raise refuse(fw, "zero", c["zero"], why)
+    if why := megatron_overlap_rule(
+        c["zero"], c["overlap_dp_grad_reduce"], c["overlap_param_gather"]
+    ):
+        raise refuse(fw, "overlap_param_gather", True, why)
     return c, mapping
 
 

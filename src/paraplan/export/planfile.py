@@ -117,17 +117,34 @@ def check_loaded_plan(plan: PlanSpec, model: ModelSpec | None, field: str) -> Pl
 
 
 def source_names(ref: str) -> tuple[str | None, str | None]:
-    """(model, system) named in an ``estimate --json`` file, to default --model/--system; else Nones."""
+    """(model, system) named in an ``estimate --json`` file (top level) or a ``search --json`` file (its
+    ``problem``), to default --model/--system; else Nones."""
+    data = _document(ref)
+    if data is None:
+        return None, None
+    where = data if ("model" in data or "system" in data) else data.get("problem")
+    if not isinstance(where, dict):
+        return None, None
+    name = lambda v: v.get("name") if isinstance(v, dict) else v if isinstance(v, str) else None  # noqa: E731
+    return name(where.get("model")), name(where.get("system"))
+
+
+def source_framework(ref: str) -> str | None:
+    """The framework profile a ``search --json`` file's problem was searched with (None otherwise)."""
+    data = _document(ref)
+    problem = data.get("problem") if data is not None else None
+    value = problem.get("framework") if isinstance(problem, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _document(ref: str) -> dict | None:
+    """The JSON object of a plan file reference, None when it is not one (load_plan reports that)."""
     path, _ = split_ref(ref)
     try:
         data = parse_document(read_text(path, "PLAN"), repr(str(path)), "PLAN", as_json=True)
     except InputError:  # not JSON (an export, a YAML plan) or unreadable: load_plan reports it
-        return None, None
-    if not isinstance(data, dict):
-        return None, None
-    model, system = data.get("model"), data.get("system")
-    name = lambda v: v.get("name") if isinstance(v, dict) else v if isinstance(v, str) else None  # noqa: E731
-    return name(model), name(system)
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def load_plan_option(

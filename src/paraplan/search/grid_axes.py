@@ -11,6 +11,7 @@ import itertools
 from functools import cached_property
 from typing import get_args
 
+from paraplan.search import launch
 from paraplan.search.divisors import divisors as _divisors
 from paraplan.search.options import LayerSplit, OffloadOption, ScheduleOption, StateOption
 from paraplan.specs.moe_model import moe_shaped
@@ -66,6 +67,7 @@ class GridAxes:
         allowed = self.schedules or SCHEDULES
         if self.schedules is None and not moe_shaped(self.model):
             allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
+        allowed = tuple(a for a in allowed if launch.schedule_allowed(self.framework, a))
         splits = self.split_options(pp)
         out = [ScheduleOption(1, "1f1b", split) for split in splits] if "1f1b" in allowed else []
         if pp == 1:
@@ -148,10 +150,19 @@ class GridAxes:
             memo[(pp, split)] = grouped_split(self.model.layers, pp, first, last)
         return memo[(pp, split)]
 
-    def state_options(self, dp_size: int) -> list[StateOption]:
-        """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group."""
+    def state_options(self, dp_size: int, pp: int = 1) -> list[StateOption]:
+        """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
+        pipeline depth ``pp``, those the framework launches (search.launch.state_allowed)."""
         if dp_size == 1:
             return [StateOption(0, True, True)]
+        return [
+            o
+            for o in self._state_options(dp_size)
+            if launch.state_allowed(self.framework, o.zero, *o[1:], pp)
+        ]
+
+    def _state_options(self, dp_size: int) -> list[StateOption]:
+        """state_options at any depth."""
         zeros = self.zero if self.zero is not None else (0, 1, 2, 3)
         _, dp_default, gather_default = self.default_overlaps
         reduce_ov = (
@@ -173,6 +184,8 @@ class GridAxes:
     def offload_options(self) -> list[OffloadOption]:
         """(weights, activations, optimizer) offload switches; all off without a host memory tier."""
         acc = self.system.accelerator
-        if not self.vary_offload or not acc.host_bandwidth or not acc.host_memory:
+        if not (self.vary_offload and launch.offloads_allowed(self.framework)):
+            return [OffloadOption(False, False, False)]
+        if not acc.host_bandwidth or not acc.host_memory:
             return [OffloadOption(False, False, False)]
         return [OffloadOption(*switches) for switches in itertools.product([False, True], repeat=3)]

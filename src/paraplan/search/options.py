@@ -134,7 +134,7 @@ def grid_parts(problem, pp: int, microbatches: int, dp_size: int) -> tuple[list,
     overlap_gather), offload options (weights, activations, optimizer)."""
     return (
         problem.schedule_options(pp, microbatches),
-        problem.state_options(dp_size),
+        problem.state_options(dp_size, pp),
         problem.offload_options,
     )
 

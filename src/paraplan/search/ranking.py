@@ -1,9 +1,11 @@
 """The one ranking of search results, shared by the fast and the exhaustive search.
 
-Order (``rank_key``): the objective, lower first; among equal objectives the lower peak memory per
-GPU; then the simpler plan (fewer knobs away from PlanSpec's defaults, ``non_default_knobs``); then
-the canonical order of the space (row, grid index), so the order is total and both search paths
-give the same answer.
+Order (``rank_key``): the objective, lower first; among equal objectives the plan with fewer offloads
+(``offloads``: a plan that needs no host memory before one that does; an offload plan fits where a
+simpler one does not, but at equal time it only adds PCIe traffic and a knob fewer frameworks run),
+then the simpler plan (fewer knobs away from PlanSpec's defaults, ``non_default_knobs``), then the
+lower peak memory per GPU; then the canonical order of the space (row, grid index), so the order is
+total and both search paths give the same answer.
 
 Equal means equal to ``TIE_DIGITS`` significant digits (``tie_value``): the fast path evaluates on
 numpy arrays and the exhaustive path one plan at a time, so the same number may differ in its last
@@ -73,9 +75,21 @@ class Candidate:
     payload: Any = None  # whatever the search needs back (row, grid option)
 
 
+def offloads(plan: PlanSpec) -> int:
+    """How many of the weight, activation and optimizer offloads the plan turns on."""
+    return int(plan.offload_weights) + int(plan.offload_activations) + int(plan.offload_optimizer)
+
+
 def rank_key(c: Candidate) -> tuple:
-    """(objective, peak memory, non-default knobs, canonical key), ties compared by ``tie_value``."""
-    return (tie_value(c.objective), tie_value(c.peak_bytes), non_default_knobs(c.plan), c.key)
+    """(objective, offloads, non-default knobs, peak memory, canonical key), ties compared by
+    ``tie_value``: at equal time the plan a user can act on first (issue 34)."""
+    return (
+        tie_value(c.objective),
+        offloads(c.plan),
+        non_default_knobs(c.plan),
+        tie_value(c.peak_bytes),
+        c.key,
+    )
 
 
 def group_key(

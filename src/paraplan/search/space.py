@@ -25,6 +25,7 @@ from functools import cached_property, lru_cache
 from typing import get_args
 
 from paraplan.cost.comm import GroupSpan
+from paraplan.search import launch
 from paraplan.search.divisors import divisors as _divisors
 from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
 from paraplan.search.options import (
@@ -271,7 +272,8 @@ class SearchProblem(GridAxes):
         """distinct_orders of these degrees."""
         domain = self.system.node.gpus_per_domain
         clipped = tuple(min(n, domain) for n in (tp, pp, cp, dp))
-        return distinct_orders(clipped, self.system, self.vary_placement)
+        vary = launch.placement_varied(self.framework, self.vary_placement)
+        return distinct_orders(clipped, self.system, vary)
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
     def micro_batches(self, dp: int) -> list[tuple[int, int]]:
@@ -354,6 +356,7 @@ class SearchProblem(GridAxes):
                     for sp in sp_options
                     for rc in recompute
                     for ov in overlap
+                    if launch.tp_overlap_allowed(self.framework, sp, ov)
                 ]
         return tuple(out)
 
@@ -427,7 +430,12 @@ class SearchProblem(GridAxes):
                 if not dispatcher_rule(d, self.capacity_factor)
             ]
             overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
-            memo[(ep, etp)] = tuple((d, ov) for d in dispatchers for ov in overlaps)
+            memo[(ep, etp)] = tuple(
+                (d, ov)
+                for d in dispatchers
+                for ov in overlaps
+                if launch.a2a_overlap_allowed(self.framework, ov)
+            )
         return memo[(ep, etp)]
 
     @cached_property

@@ -408,3 +408,28 @@ def stage_rules(
     if sequence_parallel and (rule := sequence_parallel_rule(seq_length, dims.cp, tp)):
         out.append(("plan.seq_length", seq_length, f"stage {index}: {rule}"))
     return out
+
+
+# ---- what a framework's launcher runs (issue 34): shared by the search (search.launch) and the exporters ----
+# Megatron-LM core_v0.14.0 start-up checks, kept with their source lines in export/facts/megatron_checks.yaml.
+
+
+def megatron_fsdp_rule(zero: int, pp: int) -> str | None:
+    """Megatron-Core runs ZeRO 2 and 3 as Megatron FSDP, whose device mesh is (data·context, tensor) over
+    the whole world (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py _get_dp_tp_mesh, line 287 at
+    core_v0.14.0): no pipeline stages beside it (check 'megatron-fsdp-without-pipeline')."""
+    if zero >= 2 and pp > 1:
+        return (
+            "Megatron FSDP (ZeRO 2/3 in Megatron-Core) runs without pipeline stages only (pp = 1)"
+        )
+    return None
+
+
+def megatron_overlap_rule(
+    zero: int, overlap_dp_grad_reduce: bool, overlap_param_gather: bool
+) -> str | None:
+    """Megatron-LM asserts --overlap-param-gather only with --overlap-grad-reduce (arguments.py line 562 at
+    core_v0.14.0; check 'param-gather-needs-grad-reduce-overlap'); without sharding nothing is gathered."""
+    if zero >= 1 and overlap_param_gather and not overlap_dp_grad_reduce:
+        return "--overlap-param-gather needs --overlap-grad-reduce in Megatron-LM"
+    return None

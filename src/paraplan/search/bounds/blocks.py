@@ -122,11 +122,13 @@ def blocks(problem: SearchProblem) -> list[Block]:
         per_batch = rows_per_micro_batch(problem, tp, pp, cp, dp)
         if not per_batch:
             continue
-        if dp * cp not in states:
-            states[dp * cp] = len(problem.state_options(dp * cp)) * len(problem.offload_options)
+        if (dp * cp, pp) not in states:
+            states[dp * cp, pp] = len(problem.state_options(dp * cp, pp)) * len(
+                problem.offload_options
+            )
         for mb, gb in problem.micro_batches(dp):
             m = gb // (dp * mb)
-            grid = len(problem.schedule_options(pp, m)) * states[dp * cp]
+            grid = len(problem.schedule_options(pp, m)) * states[dp * cp, pp]
             out.append(Block(tp, pp, cp, dp, mb, gb, offset, per_batch, per_batch * grid))
             offset += per_batch
     return out

@@ -1,0 +1,151 @@
+"""A framework's start-up argument checks, kept as facts (``export/facts/<name>_checks.yaml``: the
+condition, the file and line of the framework's source at a release), evaluated on an export.
+
+An exporter writes its arguments, then :func:`failed_checks` tells which checks they break; the export
+is refused naming the first one (:func:`refuse_failed`), so a launch line that would stop at start-up
+is never written. The condition language is described at the top of each facts file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+
+from paraplan.export.common import ExportRefused
+
+
+@dataclass(frozen=True)
+class StartupChecks:
+    """A framework's start-up checks at one release: provenance, argument defaults, the checks."""
+
+    repo: str
+    tag: str
+    commit: str
+    defaults: dict[str, Any]
+    checks: tuple[dict, ...]
+    environment: dict[str, str]
+
+    def where(self, check: dict) -> str:
+        """``repo@tag file:line`` of a check."""
+        return f"{self.repo}@{self.tag} {check['file']}:{check['line']}"
+
+
+@lru_cache(maxsize=None)
+def startup_checks(name: str) -> StartupChecks:
+    """The kept checks ``export/facts/<name>_checks.yaml``."""
+    text = (resources.files("paraplan.export") / "facts" / f"{name}_checks.yaml").read_text()
+    data = yaml.safe_load(text)
+    return StartupChecks(
+        repo=data["repo"],
+        tag=data["tag"],
+        commit=data["commit"],
+        defaults={k: v["value"] for k, v in (data.get("defaults") or {}).items()},
+        checks=tuple(data["checks"]),
+        environment=dict(data.get("environment") or {}),
+    )
+
+
+def argument_map(args: list[str]) -> dict[str, Any]:
+    """{flag: value} of an argument list (flag, values..., flag, ...); a switch maps to True."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        j = i + 1
+        while j < len(args) and not str(args[j]).startswith("--"):
+            j += 1
+        values = args[i + 1 : j]
+        out[args[i]] = True if not values else values[0] if len(values) == 1 else tuple(values)
+        i = j
+    return out
+
+
+class _Env:
+    """What a condition reads: the arguments given, the framework's defaults, the environment."""
+
+    def __init__(
+        self, given: Mapping[str, Any], defaults: Mapping[str, Any], env: Mapping[str, str]
+    ):
+        self.given, self.defaults, self.env = given, defaults, env
+
+    def value(self, expr: Any) -> Any:
+        """An integer, a flag's value (given or default; None when neither), {present: F} (1 or 0),
+        {add: [...]} or {mul: [...]}; numbers given as text are read as numbers."""
+        if isinstance(expr, dict):
+            if "present" in expr:
+                return int(expr["present"] in self.given)
+            parts = [self.value(e) for e in expr.get("add", expr.get("mul", []))]
+            if any(p is None for p in parts):
+                return None
+            out = 0 if "add" in expr else 1
+            for p in parts:
+                out = out + int(p) if "add" in expr else out * int(p)
+            return out
+        if isinstance(expr, str) and expr.startswith("--"):
+            raw = self.given.get(expr, self.defaults.get(expr))
+            try:
+                return int(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                return raw
+        return expr
+
+    def holds(self, cond: dict) -> bool:
+        """Is the condition true for these arguments and environment?"""
+        if "all" in cond:
+            return all(self.holds(c) for c in cond["all"])
+        if "any" in cond:
+            return any(self.holds(c) for c in cond["any"])
+        if "not" in cond:
+            return not self.holds(cond["not"])
+        if "env" in cond:
+            have = self.env.get(cond["env"])
+            return have == str(cond["eq"]) if "eq" in cond else have != str(cond["ne"])
+        if "flag" in cond:
+            return self.given.get(cond["flag"], False) not in (False, None)
+        return _compare(self.value(cond["value"]), cond, self.value)
+
+
+def _compare(left: Any, cond: dict, value) -> bool:
+    """``left`` against the one comparison of ``cond`` (eq, ne, ge, gt, multiple_of); a missing number fails."""
+    for op in ("eq", "ne", "ge", "gt", "multiple_of"):
+        if op not in cond:
+            continue
+        right = value(cond[op])
+        if op == "eq":
+            return str(left) == str(right)
+        if op == "ne":
+            return str(left) != str(right)
+        if left is None or right is None:
+            return False
+        if op == "ge":
+            return int(left) >= int(right)
+        if op == "gt":
+            return int(left) > int(right)
+        return int(right) != 0 and int(left) % int(right) == 0
+    raise ValueError(f"a start-up check condition without a comparison: {cond}")
+
+
+def failed_checks(name: str, args: list[str], env: Mapping[str, str]) -> list[dict]:
+    """The checks of framework ``name`` that ``args`` (a launch's arguments) with the environment
+    ``env`` break, in the facts file's order."""
+    facts = startup_checks(name)
+    state = _Env(argument_map(args), facts.defaults, env)
+    return [c for c in facts.checks if state.holds(c["if"]) and not state.holds(c["then"])]
+
+
+def refuse_failed(
+    name: str, label: str, plan: Any, args: list[str], env: Mapping[str, str]
+) -> None:
+    """Refuse (one line) an export that breaks a start-up check: the plan knob and its value, the
+    check's id, what it says and where."""
+    broken = failed_checks(name, args, env)
+    if broken:
+        c = broken[0]
+        knob = c["knob"]
+        raise ExportRefused(
+            f"plan.{knob}={getattr(plan, knob)!r} cannot start in {label}: check {c['id']!r} fails"
+            f" ({' '.join(c['says'].split())}; {startup_checks(name).where(c)})"
+        )
