@@ -15,6 +15,7 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from paraplan.catalog import hf_cache as _hub
 from paraplan.specs.errors import InputError, UnknownNameError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -201,15 +202,33 @@ def load_model(
     if isinstance(ref, str):
         path = Path(ref)
         if ref in _catalog_names("models"):
+            _refuse_shadowing("model", field, ref)
             return _catalog_spec(ModelSpec, "models", ref, field)
         elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
             try:
                 return _model_from_file(ref, field, referenced)
             except InputError as exc:
                 raise referenced_file_error(exc, ref, field, "model") if referenced else exc
+        elif not referenced and _hub.is_hub_id(ref):
+            config = _hub.cached_config(ref, field)
+            if config is None:
+                raise _hub.not_cached(ref, field)
+            from paraplan.catalog.hf import model_from_hf_config
+
+            return model_from_hf_config(_read_file(config, field), name=ref, field=field)
         else:
             raise _unknown("model", field, ref, model_names())
     return validate_spec(ModelSpec, ref, field)
+
+
+def _refuse_shadowing(kind: str, field: str, name: str) -> None:
+    """A catalog name that is also a file or folder in the working directory is ambiguous: refused, naming
+    both readings, rather than the catalog entry silently shadowing the user's file."""
+    if Path(name).exists():
+        raise InputError(
+            f"{field}: {name!r} is both a catalog {kind} and a path in this directory; give "
+            f"'./{name}' to read the path, or run from another directory to use the catalog entry"
+        )
 
 
 def _model_from_file(ref: str, field: str, referenced: bool) -> ModelSpec:
@@ -256,6 +275,7 @@ def load_system(
     if isinstance(ref, SystemSpec):
         return ref
     if isinstance(ref, str) and ref in _catalog_names("systems"):
+        _refuse_shadowing("system", field, ref)
         return _catalog_spec(SystemSpec, "systems", ref, field)
     try:
         data = _entry_data("systems", "system", ref, field, referenced)

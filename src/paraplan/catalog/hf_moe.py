@@ -9,7 +9,7 @@ Mixtral (``mixtral``)
     num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size -> moe_ffn_hidden
     (and ffn_hidden, unused), sliding_window (when not null) -> sliding_window on every layer.
 Qwen2-MoE / Qwen3-MoE (``qwen2_moe``, ``qwen3_moe``)
-    num_experts -> experts, num_experts_per_tok -> top_k, moe_intermediate_size -> moe_ffn_hidden,
+    num_experts (num_local_experts, the name transformers 5.x writes) -> experts, num_experts_per_tok -> top_k, moe_intermediate_size -> moe_ffn_hidden,
     shared_expert_intermediate_size (Qwen2-MoE; when > 0) -> shared_experts 1 and
     shared_ffn_hidden, decoder_sparse_step and mlp_only_layers -> dense_layers /
     moe_layer_interval when the MoE layers they name fit that pattern. The shared expert's
@@ -186,6 +186,18 @@ def _mixtral(data: dict, get, field: str) -> dict:
     return spec
 
 
+def _either(get, key: str, renamed: str, field: str, family: str) -> Any:
+    """The value of ``key``, else of ``renamed`` (its name in a newer transformers release)."""
+    value = get(key, None)
+    if value is None:
+        value = get(renamed, None)
+    if value is None:
+        raise InputError(
+            f"{field}.{key}: missing; a Hugging Face {family} config needs it (or {renamed})"
+        )
+    return value
+
+
 def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     layers = get("num_hidden_layers")
     if get("use_sliding_window", False):
@@ -202,7 +214,8 @@ def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     )
     spec = _common(get) | {
         "ffn_hidden": get("intermediate_size"),
-        "experts": get("num_experts"),
+        # num_experts in transformers 4.x, num_local_experts as 5.x saves qwen3_moe (issue 34)
+        "experts": _either(get, "num_experts", "num_local_experts", field, family),
         "top_k": get("num_experts_per_tok"),
         "moe_ffn_hidden": get("moe_intermediate_size"),
         "dense_layers": dense,
@@ -255,6 +268,8 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
 
 
 def _gpt_oss(data: dict, get, field: str) -> dict:
+    from paraplan.catalog.hf_layers import full_layers_from_types, window_pattern
+
     layers = get("num_hidden_layers")
     spec = _local_experts(get) | {
         "bias": get("attention_bias", True),
@@ -266,29 +281,17 @@ def _gpt_oss(data: dict, get, field: str) -> dict:
         if window is not None:
             spec["sliding_window"] = window
         return spec
-    if (
-        not isinstance(kinds, list)
-        or len(kinds) != layers
-        or not set(kinds) <= {"sliding_attention", "full_attention"}
-    ):
-        raise InputError(
-            f"{field}.layer_types: must list sliding_attention/full_attention for each of the {layers} layers"
-        )
-    full = {i for i, k in enumerate(kinds) if k == "full_attention"}
-    if len(full) == layers:
+    pattern = window_pattern(
+        full_layers_from_types(kinds, layers, field), layers, field, "layer_types"
+    )
+    if pattern is None:
         return spec
     if window is None:
         raise InputError(f"{field}.sliding_window: missing; layer_types names windowed layers")
     spec["sliding_window"] = window
-    if not full:
-        return spec
-    for n in range(2, layers + 1):
-        if full == {i for i in range(layers) if (i + 1) % n == 0}:
-            spec["sliding_window_pattern"] = n
-            return spec
-    raise InputError(
-        f"{field}.layer_types: full-attention layers {sorted(full)[:6]}... are not every n-th layer; not representable"
-    )
+    if pattern:
+        spec["sliding_window_pattern"] = pattern
+    return spec
 
 
 def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") -> ModelSpec:
