@@ -182,3 +182,72 @@ def test_a_catalog_name_never_shadows_a_local_path(tmp_path, monkeypatch):
         load_model("llama3-8b")
     (tmp_path / "llama3-8b" / "config.json").write_text((DATA / "Qwen--Qwen3-8B.json").read_text())
     assert load_model("./llama3-8b").layers == 36  # the path, when named as one
+
+
+# ---- Llama 4: MoE with interleaved dense layers, chunked attention ------------------------------
+SCOUT, MAVERICK = (
+    "meta-llama--Llama-4-Scout-17B-16E.json",
+    "meta-llama--Llama-4-Maverick-17B-128E.json",
+)
+
+
+def _vision_blocks(config: dict) -> float:
+    """Parameters of the vision encoder's transformer blocks (4h² attention + 2h·f MLP per layer), which the
+    published Llama 4 totals include and the language model paraplan reads does not."""
+    v = config["vision_config"]
+    h, f = v["hidden_size"], v["intermediate_size"]
+    return v["num_hidden_layers"] * (4 * h * h + 2 * h * f)
+
+
+@pytest.mark.parametrize("name,total", [(SCOUT, 109), (MAVERICK, 400)])
+def test_llama4_totals_are_metas(name, total):
+    """Meta's model card: 17B active for both, 109B total (Scout) and 400B (Maverick), vision encoder
+    included (its patch embedding and projector, ~0.03B, left out here)."""
+    model = load_model(str(DATA / name))
+    assert round(model.active_params / 1e9) == 17
+    with_vision = (model.total_params + _vision_blocks(_config(name))) / 1e9
+    assert abs(with_vision - total) / total < 0.005
+
+
+def test_llama4_layers():
+    scout, maverick = load_model(str(DATA / SCOUT)), load_model(str(DATA / MAVERICK))
+    assert (scout.experts, scout.top_k, scout.shared_experts, scout.moe_layer_interval) == (
+        16,
+        1,
+        1,
+        1,
+    )
+    assert (maverick.experts, maverick.moe_layer_interval, maverick.ffn_hidden) == (128, 2, 16384)
+    # rope layers attend within chunks of 8,192 tokens, every 4th (NoPE) layer globally
+    assert (scout.sliding_window, scout.sliding_window_pattern, scout.window_kind) == (
+        8192,
+        4,
+        "chunked",
+    )
+
+
+def test_chunked_attention_sees_the_keys_of_its_own_block():
+    model = load_model(str(DATA / SCOUT))
+    sliding = model.model_validate(model.model_dump() | {"window_kind": "sliding"})
+    w = 8192
+    assert model.mean_visible_keys(w) == sliding.mean_visible_keys(w) == (w + 1) / 2
+    # two blocks of w: each query sees (w+1)/2 keys on average, against ~3w/4 under a sliding window
+    assert model.mean_visible_keys(2 * w) == (w + 1) / 2
+    assert sliding.mean_visible_keys(2 * w) == (w * (w + 1) / 2 + w * w) / (2 * w)
+    assert model.mean_visible_keys(2 * w, windowed=False) == (2 * w + 1) / 2
+
+
+def test_chunked_attention_costs_less_than_a_sliding_window():
+    from paraplan.graph.mla import window_fraction
+
+    s, w = 32768, 8192
+    chunked, sliding = window_fraction(w, s, 1, chunked=True), window_fraction(w, s, 1)
+    assert chunked == pytest.approx(4 * w * (w + 1) / 2 / s**2)
+    assert chunked < sliding < window_fraction(None, s, 1)
+
+
+def test_llama4_no_rope_layers_of_the_wrong_length_are_refused():
+    config = _config(SCOUT)
+    config["text_config"]["no_rope_layers"] = [1, 0]
+    with pytest.raises(InputError, match="text_config.no_rope_layers"):
+        load_model_from(config)
