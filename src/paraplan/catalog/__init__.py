@@ -61,6 +61,19 @@ def suggestions(name: str, known: list[str], n: int = 3) -> list[str]:
     return [c for *_, c in sorted(scored)[:n]]
 
 
+def unknown_keyword(where: str, given, known, noun: str = "keyword it takes") -> InputError | None:
+    """The error for the first of ``given`` not in ``known`` (keyword arguments of an API call), naming the
+    closest known ones (did you mean ...?); None when every keyword is known."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return InputError(
+        f"{where}: {unknown[0]!r} is not a {noun}{hint}; allowed: {', '.join(sorted(known))}"
+    )
+
+
 def _unknown(kind: str, field: str, name: str, known: list[str]) -> UnknownNameError:
     close = suggestions(name, known)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
