@@ -25,6 +25,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
     explicit_options,
+    precision_defaults,
     load_framework_option,
     parse_tokens,
     progress_bar,
@@ -268,6 +269,10 @@ def search(
             "give --price USD per GPU-hour"
         )
     attention_given = "attention" in explicit_options(ctx, ("attention",))
+    precision = precision_defaults(
+        ctx, system_spec, ("dtype",) if profile else ("dtype", "attention")
+    )
+    dtype = Dtype(precision.get("dtype", dtype.value))
     problem = search_problem(
         model_spec,
         system_spec,
@@ -276,7 +281,11 @@ def search(
         price,
         **asdict(batch),
         dtype=dtype.value,
-        **({"attention": attention.value} if attention_given or profile is None else {}),
+        **(
+            {"attention": precision.get("attention", attention.value)}
+            if attention_given or profile is None
+            else {}
+        ),
         objective=objective,
         **axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher),
         **switches.problem_fields(),

@@ -87,8 +87,10 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
-    out = []
+    from paraplan.specs.rules import precision_rules
+
     acc = system.accelerator
+    out = [Violation(*rule) for rule in precision_rules(acc, plan.dtype, plan.attention)]
     try:
         acc.peak_matrix_flops(plan.dtype)
     except KeyError:
