@@ -148,18 +148,33 @@ class _NoBar:
         return None
 
 
+PROGRESS_ENV = "PARAPLAN_PROGRESS"  # 1: draw progress bars on stderr even when it is no terminal
+
+
+def want_progress() -> bool:
+    """Progress bars (with an ETA) on stderr: on a terminal, or when asked with PARAPLAN_PROGRESS=1."""
+    return sys.stderr.isatty() or os.environ.get(PROGRESS_ENV) == "1"
+
+
+def stderr_console():
+    """A rich console on stderr that draws live displays on a terminal or when want_progress asks for them."""
+    from rich.console import Console
+
+    return Console(stderr=True, force_terminal=True if want_progress() else None)
+
+
 def progress_bar(show: bool):
-    """A transient progress bar on stderr with the elapsed time (rich.progress) when ``show``, else a
-    stand-in that draws nothing: rich (~35 ms of imports, issue 31) loads only on a terminal."""
+    """A transient progress bar on stderr with the time left and elapsed (rich.progress's default columns,
+    TimeRemainingColumn among them) when ``show``, else a stand-in that draws nothing: rich (~35 ms of
+    imports, issue 31) loads only when shown."""
     if not show:
         return _NoBar()
-    from rich.console import Console
     from rich.progress import Progress, TimeElapsedColumn
 
     return Progress(
         *Progress.get_default_columns(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=stderr_console(),
         transient=True,
     )
 
