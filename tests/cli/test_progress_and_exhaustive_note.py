@@ -3,6 +3,8 @@ how long it will take when that is long (issue 34)."""
 
 from __future__ import annotations
 
+import io
+
 from paraplan.api import search_problem
 from paraplan.catalog import load_model, load_system
 from paraplan.cli import search_cmd
@@ -31,17 +33,7 @@ def test_exhaustive_size_counts_the_rows_and_the_candidates():
 
 
 def test_exhaustive_says_how_long_when_long(cli, monkeypatch):
-    args = (
-        "search",
-        "-m",
-        "gpt3-125m",
-        "-s",
-        "dgx-a100-80gb",
-        "--gpus",
-        "1",
-        "--global-batch",
-        "8",
-    )
+    args = "search -m gpt3-125m -s dgx-a100-80gb --gpus 1 --global-batch 8".split()
     monkeypatch.setattr(search_cmd, "EXHAUSTIVE_NOTE_S", 0.0)
     code, _, err = cli(*args, "--exhaustive", "--top", "1")
     assert code == 0 and "note: --exhaustive evaluates ~" in err and "min on 1 process" in err
@@ -52,7 +44,8 @@ def test_exhaustive_says_how_long_when_long(cli, monkeypatch):
 
 def test_progress_is_drawn_when_asked(monkeypatch):
     monkeypatch.delenv(PROGRESS_ENV, raising=False)
-    assert want_progress() is False  # pytest's stderr is no terminal
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # no terminal
+    assert want_progress() is False
     monkeypatch.setenv(PROGRESS_ENV, "1")
     assert want_progress() is True
     assert stderr_console().is_terminal
