@@ -12,6 +12,8 @@ Their documentation is that of :mod:`paraplan.api` and :mod:`paraplan.catalog`.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -41,10 +43,37 @@ _EXPORTS = {
 
 __all__ = ["__version__", *_EXPORTS]
 
+# API functions whose names are also subpackages: ``paraplan.search`` must stay the package for every import
+# (``import paraplan.search.run``, ``from paraplan.search import space``, patches by dotted path) and still be
+# callable as ``paraplan.search(...)``, whichever was loaded first
+_CALLABLE_PACKAGES = ("search", "validate")
+
+
+class _CallablePackage(types.ModuleType):
+    """The subpackage ``paraplan.search`` (``paraplan.validate``), callable as paraplan.api.search (validate)."""
+
+    def __call__(self, *args, **kwargs):
+        function = getattr(importlib.import_module("paraplan.api"), self.__name__.rsplit(".", 1)[1])
+        return function(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    """``paraplan`` itself: a subpackage of _CALLABLE_PACKAGES set on it by the import system becomes callable."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _CALLABLE_PACKAGES and type(value) is types.ModuleType:
+            value.__class__ = _CallablePackage
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 def __getattr__(name: str):
     """Load ``name`` from its module on first use and keep it here; an unknown name raises AttributeError
     naming the closest exports (did you mean ...?)."""
+    if name in _CALLABLE_PACKAGES:  # the subpackage, callable (_CallablePackage)
+        return importlib.import_module(f"{__name__}.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         import difflib

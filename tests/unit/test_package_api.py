@@ -59,3 +59,23 @@ def test_unknown_attribute_names_the_closest():
 def test_unknown_keywords_get_a_did_you_mean(call, hint):
     with pytest.raises(InputError, match=hint):
         call()
+
+
+def test_search_and_validate_are_the_subpackages_and_callable():
+    """``paraplan.search`` is also a subpackage: it stays the package for imports and calls api.search."""
+    import paraplan.search.run  # noqa: F401  (the subpackage, loaded)
+    from paraplan.search import space
+
+    assert paraplan.search.space is space and callable(paraplan.search)
+    found = paraplan.search("gpt3-125m", "dgx-a100-80gb", 1, global_batch=8, top=1)
+    assert found.best.plan.gpus == 1
+    assert callable(paraplan.validate) and paraplan.validate.__name__ == "paraplan.validate"
+
+
+def test_search_is_callable_in_a_fresh_interpreter():
+    code = (
+        "import paraplan; r = paraplan.search('gpt3-125m', 'dgx-a100-80gb', 1, global_batch=8, top=1); "
+        "print(r.best.plan.gpus)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
