@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 
-from paraplan.catalog import load_model, load_system
+from paraplan.catalog import load_model, load_system, unknown_keyword
 from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
@@ -53,6 +53,11 @@ def estimate(
     keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
     plan fields left unset and adapts the system (paraplan.cost.frameworks.apply_framework); raises
     :class:`~paraplan.specs.errors.InputError` on bad input."""
+    error = unknown_keyword(
+        "estimate", plan_fields, [*PlanSpec.model_fields, "with_ops", "framework"]
+    )
+    if error is not None:
+        raise error
     model_spec, system_spec, plan_spec = _problem(model, system, plan, framework, plan_fields)
     return _estimate(model_spec, system_spec, plan_spec, with_ops=with_ops)
 
@@ -307,11 +312,9 @@ def _search_fields(space: dict, framework, system_spec: SystemSpec) -> tuple[Sys
         if value is not None and not isinstance(value, tuple):  # a list or one value
             fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)
     known = set(SearchProblem.__dataclass_fields__)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise InputError(
-            f"search: {unknown[0]!r} is not a search field; allowed: {', '.join(sorted(known - {'model', 'system'}))}"
-        )
+    error = unknown_keyword("search", fields, known - {"model", "system"}, "search field")
+    if error is not None:
+        raise error
     return system_spec, fields
 
 

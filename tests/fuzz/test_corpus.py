@@ -229,7 +229,7 @@ LLAMA = {
             {"architectures": ["BertModel"], "model_type": None, "type_vocab_size": 2},
             "architectures",
         ),
-        ({"architectures": ["GemmaForCausalLM"], "model_type": None}, "architectures"),
+        ({"architectures": ["OlmoForCausalLM"], "model_type": None}, "architectures"),
     ],
 )
 def test_bad_hf_configs(cli, tmp_path, change, message):

@@ -31,7 +31,12 @@ def test_the_slower_of_matrix_products_and_exponentials_bounds_the_kernel():
     b200 = load_system("dgx-b200").accelerator
     exps = softmax_exponentials(FLOPS, 0.5, 64)
     unbounded = attention_time_s(
-        FLOPS, 0.5, b200.model_copy(update={"softmax_exp_rate": None}), "bf16", CALL, exponentials=exps
+        FLOPS,
+        0.5,
+        b200.model_copy(update={"softmax_exp_rate": None}),
+        "bf16",
+        CALL,
+        exponentials=exps,
     )
     assert attention_time_s(FLOPS, 0.5, b200, "bf16", CALL, exponentials=exps) >= unbounded
     slow = b200.model_copy(update={"softmax_exp_rate": 1e11})

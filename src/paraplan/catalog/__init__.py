@@ -15,6 +15,7 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from paraplan.catalog import hf_cache as _hub
 from paraplan.specs.errors import InputError, UnknownNameError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -58,6 +59,19 @@ def suggestions(name: str, known: list[str], n: int = 3) -> list[str]:
         if contained or ratio >= 0.5:
             scored.append((0 if contained else 1, -ratio, len(c), candidate))
     return [c for *_, c in sorted(scored)[:n]]
+
+
+def unknown_keyword(where: str, given, known, noun: str = "keyword it takes") -> InputError | None:
+    """The error for the first of ``given`` not in ``known`` (keyword arguments of an API call), naming the
+    closest known ones (did you mean ...?); None when every keyword is known."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return InputError(
+        f"{where}: {unknown[0]!r} is not a {noun}{hint}; allowed: {', '.join(sorted(known))}"
+    )
 
 
 def _unknown(kind: str, field: str, name: str, known: list[str]) -> UnknownNameError:
@@ -201,15 +215,33 @@ def load_model(
     if isinstance(ref, str):
         path = Path(ref)
         if ref in _catalog_names("models"):
+            _refuse_shadowing("model", field, ref)
             return _catalog_spec(ModelSpec, "models", ref, field)
         elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
             try:
                 return _model_from_file(ref, field, referenced)
             except InputError as exc:
                 raise referenced_file_error(exc, ref, field, "model") if referenced else exc
+        elif not referenced and _hub.is_hub_id(ref):
+            config = _hub.cached_config(ref, field)
+            if config is None:
+                raise _hub.not_cached(ref, field)
+            from paraplan.catalog.hf import model_from_hf_config
+
+            return model_from_hf_config(_read_file(config, field), name=ref, field=field)
         else:
             raise _unknown("model", field, ref, model_names())
     return validate_spec(ModelSpec, ref, field)
+
+
+def _refuse_shadowing(kind: str, field: str, name: str) -> None:
+    """A catalog name that is also a file or folder in the working directory is ambiguous: refused, naming
+    both readings, rather than the catalog entry silently shadowing the user's file."""
+    if Path(name).exists():
+        raise InputError(
+            f"{field}: {name!r} is both a catalog {kind} and a path in this directory; give "
+            f"'./{name}' to read the path, or run from another directory to use the catalog entry"
+        )
 
 
 def _model_from_file(ref: str, field: str, referenced: bool) -> ModelSpec:
@@ -256,6 +288,7 @@ def load_system(
     if isinstance(ref, SystemSpec):
         return ref
     if isinstance(ref, str) and ref in _catalog_names("systems"):
+        _refuse_shadowing("system", field, ref)
         return _catalog_spec(SystemSpec, "systems", ref, field)
     try:
         data = _entry_data("systems", "system", ref, field, referenced)

@@ -4,8 +4,8 @@
 file and, when it is one, :func:`model_from_hf_config`. The family is taken from ``model_type``
 (else from ``architectures``, else from the keys present). Mappings, HF key -> ModelSpec field:
 
-Llama, Mistral, Qwen2 (``model_type`` llama / mistral / qwen2; a config without ``model_type``
-whose keys include hidden_size and intermediate_size is read the same way)
+Llama, Mistral, Qwen2, Qwen3, Phi-3 / Phi-4 (``model_type`` llama / mistral / qwen2 / qwen3 / phi3; a
+config without ``model_type`` whose keys include hidden_size and intermediate_size is read the same way)
     num_hidden_layers -> layers, hidden_size -> hidden, num_attention_heads -> heads,
     num_key_value_heads -> kv_heads (default: heads), head_dim -> head_dim (when given and not
     null), intermediate_size -> ffn_hidden, vocab_size -> vocab, tie_word_embeddings ->
@@ -39,6 +39,11 @@ Falcon (``model_type`` falcon, or the older RefinedWeb / RefinedWebModel)
     -> max_position (when given). mlp gelu, norm layernorm, rope (``alibi: true`` is rejected).
     ``parallel_attn`` (attention and MLP side by side) does not change the counts and is ignored.
 
+Gemma, Gemma 2, Gemma 3 (``gemma``, ``gemma2``, ``gemma3_text``): paraplan.catalog.hf_layers, which also
+reads ``layer_types`` (transformers >= 4.53) for the windowed layers. Keys transformers 5.x renamed
+(``rope_parameters`` for ``rope_theta`` / ``rope_scaling``, ``dtype`` for ``torch_dtype``) change no
+parameter or FLOP count and are not read.
+
 Multimodal wrappers that nest the language model under ``text_config`` are read from there.
 A missing required key raises :class:`~paraplan.specs.errors.InputError` with one line naming
 ``{field}.{key}``; a shape ModelSpec rejects is reported through ``input_error_from_pydantic``.
@@ -46,7 +51,7 @@ A missing required key raises :class:`~paraplan.specs.errors.InputError` with on
 Types are strict, as in every paraplan input: a count must be a JSON integer (``"4544"``, ``4544.0``
 and ``true`` are refused, naming the Hugging Face key), a flag a JSON boolean (``"false"`` is
 refused), a rate a number. Dropout: the model has dropout when any of the config's dropout rates
-is above 0 (Llama/Mistral/Qwen2 ``attention_dropout``; GPT-2 ``resid_pdrop``, ``embd_pdrop``,
+is above 0 (Llama-like ``attention_dropout``, and Phi-3's ``resid_pdrop`` / ``embd_pdrop``; GPT-2 ``resid_pdrop``, ``embd_pdrop``,
 ``attn_pdrop``, default 0.1; GPT-NeoX and Falcon ``hidden_dropout``, ``attention_dropout``,
 default 0), so no dropout masks are counted when every rate is 0.
 
@@ -54,7 +59,7 @@ Mixture-of-experts configs of the families hf_moe.py reads (Mixtral, Qwen2-MoE /
 DeepSeek-V2/V3, Kimi-K2, GPT-OSS; by model_type, else architectures) are handed to it, with the same
 strict types. Refused, with one line saying why: any other mixture-of-experts config (DBRX, Jamba, a
 Mistral/Llama config with an expert count, ...), never read as dense; a config whose ``architectures``
-name a family not listed above (BERT, Gemma, T5, ...); a config with neither ``model_type`` nor
+name a family not listed above (BERT, T5, Llama 4, ...); a config with neither ``model_type`` nor
 ``architectures`` unless its keys are unambiguous (GPT-2's ``n_embd``; or hidden_size,
 intermediate_size and rms_norm_eps with a SiLU activation and no BERT keys: Llama).
 """
@@ -63,6 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
@@ -76,14 +82,19 @@ HF_KEYS = (
     "text_config",
 )
 
-_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 _FALCON = ("falcon", "RefinedWeb", "RefinedWebModel")
-SUPPORTED = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "falcon")
+SUPPORTED = _LLAMA_LIKE + GEMMA_TYPES + ("gpt2", "gpt_neox", "falcon")
 
-_ARCH_PREFIX = {
+_ARCH_PREFIX = {  # longest first: a class name is matched by its prefix
     "Llama": "llama",
     "Mistral": "mistral",
     "Qwen2": "qwen2",
+    "Qwen3": "qwen3",
+    "Phi3": "phi3",
+    "Gemma3": "gemma3_text",
+    "Gemma2": "gemma2",
+    "Gemma": "gemma",
     "GPT2": "gpt2",
     "GPTNeoX": "gpt_neox",
     "Falcon": "falcon",
@@ -175,7 +186,7 @@ def _family(data: dict, field: str) -> str:
             raise InputError(
                 f"{field}.model_type: {model_type!r} is not allowed; must be a string such as 'llama'"
             )
-        if model_type in _LLAMA_LIKE or model_type in ("gpt2", "gpt_neox"):
+        if model_type in _LLAMA_LIKE + GEMMA_TYPES or model_type in ("gpt2", "gpt_neox"):
             return model_type
         if model_type in _FALCON:
             return "falcon"
@@ -204,7 +215,7 @@ def _family(data: dict, field: str) -> str:
     )
 
 
-_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number"}
+_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number", list: "a list"}
 
 
 def _getter(data: dict, field: str, family: str, required: tuple[str, ...]):
@@ -255,13 +266,13 @@ def _llama_like(data: dict, get, family: str) -> dict:
         "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
         "bias": False,
         "qkv_bias": family == "qwen2" or get("attention_bias", default=False, kind=bool),
-        "dropout": _has_dropout(get, ("attention_dropout",), 0.0),
+        "dropout": _has_dropout(get, ("attention_dropout", "resid_pdrop", "embd_pdrop"), 0.0),
         "position_embedding": "rope",
     }
     window = get("sliding_window", default=None)
     if window is not None and (
-        family == "mistral"
-        or (family == "qwen2" and get("use_sliding_window", default=False, kind=bool))
+        family in ("mistral", "phi3")
+        or (family in ("qwen2", "qwen3") and get("use_sliding_window", default=False, kind=bool))
     ):
         spec["sliding_window"] = window
     head_dim = get("head_dim", default=None)
@@ -395,10 +406,12 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
         return model_from_hf_moe(data, moe, name, field)
     _refuse_moe(data, field)
     family = _family(data, field)
-    required = _REQUIRED["llama" if family in _LLAMA_LIKE else family]
+    required = _REQUIRED["llama" if family in _LLAMA_LIKE + GEMMA_TYPES else family]
     get = _getter(data, field, family, required)
     if family in _LLAMA_LIKE:
         spec = _llama_like(data, get, family)
+    elif family in GEMMA_TYPES:
+        spec = gemma(get, family, field)
     elif family == "gpt2":
         spec = _gpt2(data, get)
     elif family == "gpt_neox":

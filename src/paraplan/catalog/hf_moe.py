@@ -9,7 +9,7 @@ Mixtral (``mixtral``)
     num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size -> moe_ffn_hidden
     (and ffn_hidden, unused), sliding_window (when not null) -> sliding_window on every layer.
 Qwen2-MoE / Qwen3-MoE (``qwen2_moe``, ``qwen3_moe``)
-    num_experts -> experts, num_experts_per_tok -> top_k, moe_intermediate_size -> moe_ffn_hidden,
+    num_experts (num_local_experts, the name transformers 5.x writes) -> experts, num_experts_per_tok -> top_k, moe_intermediate_size -> moe_ffn_hidden,
     shared_expert_intermediate_size (Qwen2-MoE; when > 0) -> shared_experts 1 and
     shared_ffn_hidden, decoder_sparse_step and mlp_only_layers -> dense_layers /
     moe_layer_interval when the MoE layers they name fit that pattern. The shared expert's
@@ -26,6 +26,14 @@ GPT-OSS (``gpt_oss``)
     num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size ->
     moe_ffn_hidden, head_dim, attention_bias -> bias, sliding_window and layer_types ->
     sliding_window / sliding_window_pattern when the full-attention layers are every n-th.
+
+Llama 4 (``llama4_text``; the multimodal ``llama4`` config is read from its ``text_config``)
+    num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size -> moe_ffn_hidden and
+    the one shared expert's width (shared_experts 1), intermediate_size_mlp -> ffn_hidden (the dense
+    layers'), moe_layers or interleave_moe_layer_step -> dense_layers / moe_layer_interval,
+    attention_chunk_size -> sliding_window with window_kind chunked on the rope layers (``no_rope_layers``
+    1, or ``layer_types`` chunked_attention), the NoPE layers full (sliding_window_pattern). Llama 4's
+    qk-norm has no parameters; the vision encoder is not part of the model paraplan trains and is left out.
 
 Anything these fields cannot state (a sliding-window split Qwen's max_window_layers describes,
 irregular MoE or window layer patterns, a missing key) raises
@@ -49,8 +57,10 @@ MOE_TYPES = (
     "deepseek_v3",
     "kimi_k2",
     "gpt_oss",
+    "llama4_text",
 )
 _ARCH = {
+    "Llama4": "llama4_text",
     "Mixtral": "mixtral",
     "Qwen2Moe": "qwen2_moe",
     "Qwen3Moe": "qwen3_moe",
@@ -95,6 +105,8 @@ def refuse_other_moe(data: dict, field: str) -> None:
 
 _KINDS = {
     "tie_word_embeddings": bool,
+    "no_rope_layers": list,
+    "moe_layers": list,
     "use_sliding_window": bool,
     "attention_bias": bool,
     "mlp_only_layers": list,
@@ -186,6 +198,18 @@ def _mixtral(data: dict, get, field: str) -> dict:
     return spec
 
 
+def _either(get, key: str, renamed: str, field: str, family: str) -> Any:
+    """The value of ``key``, else of ``renamed`` (its name in a newer transformers release)."""
+    value = get(key, None)
+    if value is None:
+        value = get(renamed, None)
+    if value is None:
+        raise InputError(
+            f"{field}.{key}: missing; a Hugging Face {family} config needs it (or {renamed})"
+        )
+    return value
+
+
 def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     layers = get("num_hidden_layers")
     if get("use_sliding_window", False):
@@ -202,7 +226,8 @@ def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     )
     spec = _common(get) | {
         "ffn_hidden": get("intermediate_size"),
-        "experts": get("num_experts"),
+        # num_experts in transformers 4.x, num_local_experts as 5.x saves qwen3_moe (issue 34)
+        "experts": _either(get, "num_experts", "num_local_experts", field, family),
         "top_k": get("num_experts_per_tok"),
         "moe_ffn_hidden": get("moe_intermediate_size"),
         "dense_layers": dense,
@@ -255,6 +280,8 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
 
 
 def _gpt_oss(data: dict, get, field: str) -> dict:
+    from paraplan.catalog.hf_layers import full_layers_from_types, window_pattern
+
     layers = get("num_hidden_layers")
     spec = _local_experts(get) | {
         "bias": get("attention_bias", True),
@@ -266,29 +293,66 @@ def _gpt_oss(data: dict, get, field: str) -> dict:
         if window is not None:
             spec["sliding_window"] = window
         return spec
-    if (
-        not isinstance(kinds, list)
-        or len(kinds) != layers
-        or not set(kinds) <= {"sliding_attention", "full_attention"}
-    ):
-        raise InputError(
-            f"{field}.layer_types: must list sliding_attention/full_attention for each of the {layers} layers"
-        )
-    full = {i for i, k in enumerate(kinds) if k == "full_attention"}
-    if len(full) == layers:
+    pattern = window_pattern(
+        full_layers_from_types(kinds, layers, field), layers, field, "layer_types"
+    )
+    if pattern is None:
         return spec
     if window is None:
         raise InputError(f"{field}.sliding_window: missing; layer_types names windowed layers")
     spec["sliding_window"] = window
-    if not full:
-        return spec
-    for n in range(2, layers + 1):
-        if full == {i for i in range(layers) if (i + 1) % n == 0}:
-            spec["sliding_window_pattern"] = n
-            return spec
-    raise InputError(
-        f"{field}.layer_types: full-attention layers {sorted(full)[:6]}... are not every n-th layer; not representable"
-    )
+    if pattern:
+        spec["sliding_window_pattern"] = pattern
+    return spec
+
+
+def _llama4(data: dict, get, field: str) -> dict:
+    """Llama 4 (module docstring): MoE layers from ``moe_layers`` or every ``interleave_moe_layer_step``-th,
+    chunked-attention layers from ``layer_types`` or ``no_rope_layers`` (1 = rope and chunked, 0 = NoPE and
+    global; default every 4th global), as Llama4TextConfig derives them (transformers 4.51)."""
+    from paraplan.catalog.hf_layers import full_layers_from_types, window_pattern
+
+    layers = get("num_hidden_layers")
+    if not isinstance(layers, int):
+        raise InputError(f"{field}.num_hidden_layers: {layers!r} must be an integer")
+    step = get("interleave_moe_layer_step", 1)
+    named = get("moe_layers", None)
+    moe_set = set(named) if named else set(range(step - 1, layers, max(step, 1)))
+    dense, interval = _interval_for(moe_set, layers, field, "moe_layers")
+    width = get("intermediate_size")
+    spec = _common(get) | {
+        "ffn_hidden": get("intermediate_size_mlp"),
+        "experts": get("num_local_experts"),
+        "top_k": get("num_experts_per_tok"),
+        "moe_ffn_hidden": width,
+        "shared_experts": 1,
+        "shared_ffn_hidden": width,
+        "dense_layers": dense,
+        "moe_layer_interval": interval,
+        "bias": get("attention_bias", False),
+    }
+    kinds, rope = get("layer_types", None), get("no_rope_layers", None)
+    if kinds is not None:
+        full = full_layers_from_types(kinds, layers, field)
+    elif rope:
+        if len(rope) != layers or not all(v in (0, 1) for v in rope):
+            raise InputError(
+                f"{field}.no_rope_layers: must hold 0 or 1 for each of the {layers} layers"
+            )
+        full = {i for i, v in enumerate(rope) if v == 0}
+    else:
+        every = get("no_rope_layer_interval", 4)
+        full = {i for i in range(layers) if (i + 1) % every == 0}
+    key = "layer_types" if kinds is not None else "no_rope_layers"
+    pattern = window_pattern(full, layers, field, key)
+    chunk = get("attention_chunk_size", None)
+    if pattern is not None and chunk is not None:
+        spec |= {
+            "sliding_window": chunk,
+            "sliding_window_pattern": pattern,
+            "window_kind": "chunked",
+        }
+    return spec
 
 
 def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") -> ModelSpec:
@@ -300,6 +364,8 @@ def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") 
         spec = _qwen_moe(data, get, field, family)
     elif family in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
         spec = _deepseek(data, get, field, family)
+    elif family == "llama4_text":
+        spec = _llama4(data, get, field)
     else:
         spec = _gpt_oss(data, get, field)
     spec["name"] = name

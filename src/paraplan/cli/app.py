@@ -148,18 +148,33 @@ class _NoBar:
         return None
 
 
+PROGRESS_ENV = "PARAPLAN_PROGRESS"  # 1: draw progress bars on stderr even when it is no terminal
+
+
+def want_progress() -> bool:
+    """Progress bars (with an ETA) on stderr: on a terminal, or when asked with PARAPLAN_PROGRESS=1."""
+    return sys.stderr.isatty() or os.environ.get(PROGRESS_ENV) == "1"
+
+
+def stderr_console():
+    """A rich console on stderr that draws live displays on a terminal or when want_progress asks for them."""
+    from rich.console import Console
+
+    return Console(stderr=True, force_terminal=True if want_progress() else None)
+
+
 def progress_bar(show: bool):
-    """A transient progress bar on stderr with the elapsed time (rich.progress) when ``show``, else a
-    stand-in that draws nothing: rich (~35 ms of imports, issue 31) loads only on a terminal."""
+    """A transient progress bar on stderr with the time left and elapsed (rich.progress's default columns,
+    TimeRemainingColumn among them) when ``show``, else a stand-in that draws nothing: rich (~35 ms of
+    imports, issue 31) loads only when shown."""
     if not show:
         return _NoBar()
-    from rich.console import Console
     from rich.progress import Progress, TimeElapsedColumn
 
     return Progress(
         *Progress.get_default_columns(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=stderr_console(),
         transient=True,
     )
 
@@ -313,3 +328,21 @@ def search_restrictions(
         "etp": _int_list(etp, "--etp"),
         "dispatchers": _choice_list(dispatcher, "--dispatcher", get_args(Dispatcher)),
     }
+
+
+def precision_defaults(ctx: typer.Context, system_spec, names=("dtype", "attention")) -> dict:
+    """The dtype and attention the user left at their defaults, chosen for the accelerator
+    (specs.rules.default_precision: fp16 and unfused attention on V100 / T4, never bf16 or FlashAttention
+    silently), with a note on stderr when that differs from bf16 / flash."""
+    from paraplan.specs.rules import default_precision
+
+    given = explicit_options(ctx, names)
+    chosen = {k: v for k, v in default_precision(system_spec.accelerator).items() if k not in given}
+    if chosen.get("dtype", "bf16") != "bf16" or chosen.get("attention", "flash") != "flash":
+        picked = ", ".join(f"--{k} {v}" for k, v in chosen.items())
+        print(
+            f"note: {system_spec.accelerator.name} has no bf16 tensor cores and runs no FlashAttention-2: "
+            f"{picked} (give --dtype / --attention to choose)",
+            file=sys.stderr,
+        )
+    return chosen

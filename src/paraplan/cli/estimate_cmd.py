@@ -25,6 +25,7 @@ from paraplan.cli.app import (
     _stdout,
     app,
     explicit_options,
+    precision_defaults,
     load_framework_option,
     parse_tokens,
     refuse_options,
@@ -419,6 +420,7 @@ def estimate(
     if plan_file is not None:
         plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
     else:
+        fields |= precision_defaults(ctx, system_spec)
         plan = plan_from_fields(framework_defaults(fields, profile, framework_given))
     if staged:
         from paraplan.cli.hetero_cmd import estimate_uniform_stages

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import errno
 import functools
 import math
 import os
@@ -150,6 +151,34 @@ def _app_with(name: str | None) -> typer.Typer:
     return only
 
 
+EXIT_CLOSED_PIPE = (
+    128 + 13
+)  # what a shell reports for a writer SIGPIPE ended (`yes | head -1`: 141)
+
+
+def _is_closed_pipe(exc: BaseException | None) -> bool:
+    return isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE
+    )
+
+
+def _closed_pipe() -> None:
+    """The reader of stdout went away (``paraplan search ... | head -1``): end quietly, no message
+    and no traceback, with the status a shell gives a writer that SIGPIPE ends (141), as ``yes``,
+    ``cat`` or ``seq`` do; never 1, which means "no plan fits". stdout is pointed at the null
+    device first, so the interpreter's last flush has nothing to complain about."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    except (
+        OSError,
+        ValueError,
+        AttributeError,
+    ):  # no real stdout (embedded, captured): nothing to do
+        pass
+    sys.exit(EXIT_CLOSED_PIPE)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -157,6 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _refuse_repeated_options(command, args)
         result = command.main(args=args, prog_name="paraplan", standalone_mode=False)
+    except SystemExit as exc:  # typer turns a closed pipe (EPIPE) into exit 1, "no plan fits"
+        if _is_closed_pipe(exc.__context__):
+            _closed_pipe()
+        raise
     except (InputError, UnitError) as exc:
         _fail(str(exc))
     except ValidationError as exc:
@@ -174,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     except Abort:
         _fail("aborted", 1)
     except BrokenPipeError:  # e.g. `paraplan models | head`
-        sys.exit(0)
+        _closed_pipe()
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except OSError as exc:  # a full disk, a vanished directory, ...: the files we write are atomic
@@ -213,10 +246,9 @@ def console_main() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (
-        BrokenPipeError,
-        ValueError,
-    ):  # a reader that went away, a closed stream: the usual exit reports it
+    except BrokenPipeError:  # the reader went away after the last write
+        _closed_pipe()
+    except ValueError:  # a closed stream: the usual exit reports it
         sys.exit(code)
     atexit._run_exitfuncs()  # what the interpreter would run at exit (multiprocessing's, logging's, ...)
     os._exit(code)

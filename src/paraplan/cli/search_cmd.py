@@ -25,9 +25,11 @@ from paraplan.cli.app import (
     _stdout,
     app,
     explicit_options,
+    precision_defaults,
     load_framework_option,
     parse_tokens,
     progress_bar,
+    want_progress,
     refuse_options,
 )
 from paraplan.cli.options import (
@@ -295,6 +297,10 @@ def search(
             "give --price USD per GPU-hour"
         )
     attention_given = "attention" in explicit_options(ctx, ("attention",))
+    precision = precision_defaults(
+        ctx, system_spec, ("dtype",) if profile else ("dtype", "attention")
+    )
+    dtype = Dtype(precision.get("dtype", dtype.value))
     problem = search_problem(
         model_spec,
         system_spec,
@@ -303,7 +309,11 @@ def search(
         price,
         **asdict(batch),
         dtype=dtype.value,
-        **({"attention": attention.value} if attention_given or profile is None else {}),
+        **(
+            {"attention": precision.get("attention", attention.value)}
+            if attention_given or profile is None
+            else {}
+        ),
         objective=objective,
         **axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher),
         **switches.problem_fields(),
@@ -318,7 +328,7 @@ def search(
         from paraplan.search.bounds.block_processes import auto_workers
 
         workers = auto_workers()
-    show_progress = not as_json and sys.stderr.isatty()  # a transient bar on the terminal only
+    show_progress = not as_json and want_progress()  # a transient bar on the terminal, or asked
     try:
         with progress_bar(show_progress) as bar:
             task = bar.add_task("searching", total=None)
@@ -344,11 +354,12 @@ def search(
                     problem, run_tokens, top, run_search, workers, advance, ttt, good_inputs
                 )
             elif exhaustive:
+                n_rows = _exhaustive_note(problem, workers)
                 result = exhaustive_search(
                     problem,
                     top_k=top,
                     workers=workers,
-                    progress=advance,
+                    progress=lambda row: advance(row, n_rows, "exhaustive"),
                     collect_all=sink is not None,
                 )
                 if sink is not None:
@@ -443,6 +454,26 @@ def search(
     _split_note(problem, result)
     if not result.plans:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
+EXHAUSTIVE_NOTE_S = 60.0  # --exhaustive says how long it will take when that is longer than this
+
+
+def _exhaustive_note(problem, workers: int | None) -> int:
+    """The rows of an exhaustive search (its progress total); a note on stderr with the estimated time when it
+    exceeds EXHAUSTIVE_NOTE_S (search.exhaustive.exhaustive_size)."""
+    from paraplan.search.exhaustive import exhaustive_size
+
+    n_rows, candidates, seconds = exhaustive_size(problem)
+    seconds /= max(workers or 1, 1)
+    if seconds > EXHAUSTIVE_NOTE_S:
+        print(
+            f"note: --exhaustive evaluates ~{candidates:,} candidates one by one: about "
+            f"{seconds / 60:.0f} min on {workers or 1} process(es); the default search returns the same "
+            "top plans (tests/search/test_exactness.py) in seconds",
+            file=sys.stderr,
+        )
+    return n_rows
 
 
 def _split_note(problem, result) -> None:

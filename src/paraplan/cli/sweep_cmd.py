@@ -148,10 +148,9 @@ def sweep(
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    from rich.console import Console  # here: `paraplan --help` does not load rich
+    from paraplan.cli.app import stderr_console, want_progress  # `paraplan --help` loads no rich
 
-    stderr = Console(stderr=True)
-    bar = Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal)
+    bar = Progress(*columns, console=stderr_console(), transient=True, disable=not want_progress())
     task = bar.add_task("sweep", total=None)
 
     def started(

@@ -238,19 +238,12 @@ def validate(
     loaded = load_hetero_cases(cases) if hetero else load_cases(cases)
     report = run_hetero_cases(loaded) if hetero else run_cases(loaded)
     if cv:
-        from rich.console import Console
-        from rich.progress import Progress, TimeElapsedColumn
-
+        from paraplan.cli.app import progress_bar, want_progress
         from paraplan.validate.cv import cross_validate, cross_validate_hetero
 
-        stderr = Console(stderr=True)
-        with Progress(
-            *Progress.get_default_columns(),
-            TimeElapsedColumn(),
-            console=stderr,
-            transient=True,
-            disable=not stderr.is_terminal,
-        ) as bar:  # a transient bar on the terminal only
+        with progress_bar(
+            want_progress()
+        ) as bar:  # a transient bar with an ETA: terminal, or asked
             task = bar.add_task("cross-validation", total=None)
 
             def advance(group: str, done: int, total: int) -> None:

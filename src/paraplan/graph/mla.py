@@ -27,23 +27,31 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import attention_widths, mla_qk_head_dim
 
 
-def window_fraction(window: int | None, keys: int, cp: int) -> float:
+def window_fraction(window: int | None, keys: int, cp: int, chunked: bool = False) -> float:
     """Share of the score matrix a causal (windowed) attention computes: (1 + c/s)/2 for causal
     attention (as graph.transformer.attention_ops), (w·s − w(w−1)/2)/s² for a causal window of w
-    keys (query i meets min(i+1, w) keys)."""
+    keys (query i meets min(i+1, w) keys); ``chunked`` (Llama 4's chunked attention, blocks of w
+    tokens each causal within itself; transformers modeling_llama4): (q·w(w+1)/2 + r(r+1)/2)/s² for
+    s = q·w + r."""
     causal = 0.5 * (1.0 + cp / keys)
     if window is None or window >= keys:
         return causal
+    if chunked:
+        blocks, rest = divmod(keys, window)
+        kept = blocks * window * (window + 1) / 2.0 + rest * (rest + 1) / 2.0
+        return min(causal, kept / (keys * keys))
     return min(causal, (window * keys - window * (window - 1) / 2.0) / (keys * keys))
 
 
-def layer_causal_fraction(window: int | None, keys: int, cp: int, window_share: float) -> float:
+def layer_causal_fraction(
+    window: int | None, keys: int, cp: int, window_share: float, chunked: bool = False
+) -> float:
     """Score-matrix share of a layer block standing for layers of which ``window_share`` are windowed:
     the share-weighted mean of window_fraction(window) and the causal fraction (exact for the sum
     over whole window patterns)."""
     if window is None:
         return window_fraction(None, keys, cp)
-    return window_share * window_fraction(window, keys, cp) + (
+    return window_share * window_fraction(window, keys, cp, chunked) + (
         1.0 - window_share
     ) * window_fraction(None, keys, cp)
 
@@ -68,7 +76,9 @@ def mla_core_attention(
         FLASH_BACKWARD_FLOP_RATIO * fwd,
         2.0 * io_bytes,
         selective_recompute=True,
-        causal_fraction=layer_causal_fraction(window, keys, shape.ring_chunks, window_share),
+        causal_fraction=layer_causal_fraction(
+            window, keys, shape.ring_chunks, window_share, model.window_kind == "chunked"
+        ),
     )
 
 
@@ -146,7 +156,11 @@ def core_attention_ops(
         if op.kind == "attention" and window is not None:
             op = op._replace(  # without the kernel call: the scalar attention efficiency
                 causal_fraction=layer_causal_fraction(
-                    window, shape.seq_length, shape.ring_chunks, window_share
+                    window,
+                    shape.seq_length,
+                    shape.ring_chunks,
+                    window_share,
+                    model.window_kind == "chunked",
                 ),
                 attention_call=None,
             )

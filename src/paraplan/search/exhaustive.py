@@ -108,3 +108,23 @@ def exhaustive_search(
         rows_evaluated=n_rows,
         all_feasible=[item for part in parts for item in part[4]] if collect_all else None,
     )
+
+
+def exhaustive_size(problem: SearchProblem, samples: int = 32) -> tuple[int, int, float]:
+    """(rows, candidates, seconds) an exhaustive search of ``problem`` takes in one process, estimated: every row
+    counted, the candidates of ``samples`` rows spread over them scaled to all rows, and the seconds from timing
+    ``estimate`` on a few of those candidates (the first calls fill caches, so this errs long). For the warning
+    and the ETA of ``paraplan search --exhaustive``."""
+    all_rows = list(rows(problem))
+    if not all_rows:
+        return 0, 0, 0.0
+    picked = all_rows[:: max(1, len(all_rows) // samples)][:samples]
+    grids = [grid(problem, row) for row in picked]
+    candidates = round(sum(len(g) for g in grids) / len(grids) * len(all_rows))
+    start, timed = time.perf_counter(), 0
+    for row, options in zip(picked[:8], grids[:8]):
+        for option in list(options)[:2]:
+            estimate(problem.model, problem.system, plan_of(problem, row, option))
+            timed += 1
+    per_candidate = (time.perf_counter() - start) / max(timed, 1)
+    return len(all_rows), candidates, candidates * per_candidate

@@ -39,7 +39,7 @@ from paraplan.search.options import (
     plan_of,
 )
 from paraplan.search.options import rows as _rows
-from paraplan.specs.errors import InputError
+from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
@@ -53,6 +53,7 @@ from paraplan.specs.rules import (
     layout_model_rule,
     moe_sequence_parallel_rule,
     pp_rule,
+    precision_rules,
     sequence_parallel_rule,
     tp_rules,
     ulysses_rule,
@@ -179,6 +180,8 @@ class SearchProblem(GridAxes):
 
         if broken := model_violations(self.model):
             raise InputError.from_violations(broken)
+        if precision := precision_rules(self.system.accelerator, self.dtype, self.attention):
+            raise InputError.from_violations([Violation(*rule) for rule in precision])
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
         if self.seq_length <= 0:

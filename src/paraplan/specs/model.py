@@ -105,6 +105,11 @@ class ModelSpec(InputModel):
         ge=0,
         description="0: every layer windowed; n: every n-th layer full, the others windowed",
     )
+    window_kind: Literal["sliding", "chunked"] = Field(
+        "sliding",
+        description="sliding: query i sees the w keys before it; chunked: the keys of its own block of w "
+        "tokens (Llama 4's chunked attention, attention_chunk_size; transformers modeling_llama4)",
+    )
     # ---- end of the MoE block -------------------------------------------------------------
 
     # ---- architectures beyond decoder-only GPT, and explicit layer lists (issue 10) -------------
@@ -231,11 +236,17 @@ class ModelSpec(InputModel):
     def mean_visible_keys(self, seq_length: int, windowed: bool = True) -> float:
         """Keys a query attends to, averaged over a sequence of s tokens: query i sees min(i, w) keys
         under the causal mask and a sliding window w, so the mean is (s+1)/2 without a window and
-        (w(w+1)/2 + (s-w)·w)/s with one (w < s). ``windowed=False``: a full-attention layer of a
+        (w(w+1)/2 + (s-w)·w)/s with one (w < s); with chunked attention (window_kind) query i sees the
+        keys of its own block of w tokens up to itself. ``windowed=False``: a full-attention layer of a
         model whose window pattern (sliding_window_pattern) leaves some layers unwindowed."""
         s, w = seq_length, (self.sliding_window if windowed else None)
         if w is None or w >= s:
             return (s + 1) / 2.0
+        if (
+            self.window_kind == "chunked"
+        ):  # blocks of w tokens, causal within each: (q·w(w+1)/2 + r(r+1)/2)/s
+            blocks, rest = divmod(s, w)
+            return (blocks * w * (w + 1) / 2.0 + rest * (rest + 1) / 2.0) / s
         return (w * (w + 1) / 2.0 + (s - w) * w) / s
 
     @property

@@ -433,3 +433,47 @@ def megatron_overlap_rule(
     if zero >= 1 and overlap_param_gather and not overlap_dp_grad_reduce:
         return "--overlap-param-gather needs --overlap-grad-reduce in Megatron-LM"
     return None
+
+
+# ---- precision and attention kernel of the accelerator (issue 34: no silent bf16 / FlashAttention on V100, T4) ------
+# bf16 tensor cores came with Ampere (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020, "BF16"); Volta
+# (V100) and Turing (T4) have fp16 tensor cores only (Volta / Turing whitepapers). FlashAttention-2 runs on Ampere,
+# Ada and Hopper (Dao-AILab/flash-attention README, v2.x, "Installation and features"); FlashAttention 1.x adds
+# Turing, never Volta. An accelerator whose matrix_flops lists no bf16 rate is read as one of these older parts: it
+# trains in fp16 with unfused attention (PyTorch's math kernel, as the AMP 2022 V100/T4 runs did).
+def has_bf16_tensor_cores(accelerator) -> bool:
+    """The accelerator's datasheet gives a bf16 matrix rate (Ampere and newer, CDNA 2 and newer)."""
+    return "bf16" in accelerator.matrix_flops
+
+
+def default_precision(accelerator) -> dict[str, str]:
+    """The dtype and attention a plan takes when the user names neither: bf16 and FlashAttention on accelerators
+    with bf16 tensor cores, fp16 and unfused attention on the older ones (block comment above)."""
+    if has_bf16_tensor_cores(accelerator):
+        return {"dtype": "bf16", "attention": "flash"}
+    return {"dtype": "fp16", "attention": "unfused"}
+
+
+def precision_rules(accelerator, dtype: str, attention: str) -> list[Rule]:
+    """bf16 and FlashAttention need an accelerator with bf16 tensor cores (block comment above)."""
+    if has_bf16_tensor_cores(accelerator):
+        return []
+    out: list[Rule] = []
+    if dtype == "bf16":
+        out.append(
+            (
+                "plan.dtype",
+                dtype,
+                f"{accelerator.name} has no bf16 tensor cores (matrix_flops: "
+                f"{', '.join(accelerator.matrix_flops)}); use fp16",
+            )
+        )
+    if attention == "flash":
+        out.append(
+            (
+                "plan.attention",
+                attention,
+                f"FlashAttention-2 needs an Ampere or newer GPU, {accelerator.name} is older; use unfused",
+            )
+        )
+    return out

@@ -1,0 +1,72 @@
+"""Hardware honesty (issue 34): bf16 and FlashAttention are never silent defaults on V100 / T4 (no bf16 tensor
+cores, no FlashAttention-2); one rule (specs.rules.precision_rules) for estimate and search."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan import api
+from paraplan.catalog import load_system
+from paraplan.specs.errors import InputError
+from paraplan.specs.rules import default_precision, precision_rules
+
+
+@pytest.mark.parametrize(
+    "system,expected",
+    [
+        ("dgx-1-v100", {"dtype": "fp16", "attention": "unfused"}),
+        ("aws-g4dn.12xlarge", {"dtype": "fp16", "attention": "unfused"}),
+        ("dgx-a100-80gb", {"dtype": "bf16", "attention": "flash"}),
+        ("mi300x-8", {"dtype": "bf16", "attention": "flash"}),
+    ],
+)
+def test_default_precision_follows_the_accelerator(system, expected):
+    assert default_precision(load_system(system).accelerator) == expected
+
+
+def test_bf16_and_flash_on_v100_break_the_rule():
+    acc = load_system("dgx-1-v100").accelerator
+    fields = [field for field, *_ in precision_rules(acc, "bf16", "flash")]
+    assert fields == ["plan.dtype", "plan.attention"]
+    assert precision_rules(acc, "fp16", "unfused") == []
+    assert precision_rules(load_system("dgx-h100-80gb").accelerator, "bf16", "flash") == []
+
+
+def test_estimate_and_search_refuse_bf16_on_v100_alike():
+    with pytest.raises(InputError, match="plan.dtype.*no bf16 tensor cores") as est:
+        api.estimate("gpt3-1.3b", "dgx-1-v100", gpus=8, dtype="bf16", attention="unfused")
+    with pytest.raises(InputError, match="plan.dtype.*no bf16 tensor cores") as found:
+        api.search("gpt3-1.3b", "dgx-1-v100", 8, global_batch=64, dtype="bf16", attention="unfused")
+    assert str(est.value) == str(found.value)
+
+
+def test_cli_defaults_to_fp16_and_unfused_on_v100_and_says_so(cli):
+    code, out, err = cli("estimate", "-m", "gpt3-1.3b", "-s", "dgx-1-v100", "--gpus", "8")
+    assert "fp16, unfused attention" in out
+    assert "no bf16 tensor cores" in err and "--dtype fp16" in err
+    code, out, err = cli(
+        "search",
+        "-m",
+        "gpt3-1.3b",
+        "-s",
+        "aws-g4dn.12xlarge",
+        "--gpus",
+        "4",
+        "--global-batch",
+        "64",
+        "--top",
+        "1",
+    )
+    assert code == 0 and ", fp16, objective" in out and "--attention unfused" in err
+
+
+def test_cli_keeps_bf16_and_flash_on_h100_without_a_note(cli):
+    code, out, err = cli("estimate", "-m", "gpt3-1.3b", "-s", "dgx-h100-80gb", "--gpus", "8")
+    assert code == 0 and "bf16, flash attention" in out and "note:" not in err
+
+
+def test_an_explicit_bf16_on_v100_is_refused_by_the_cli(cli):
+    code, _, err = cli(
+        "estimate", "-m", "gpt3-1.3b", "-s", "dgx-1-v100", "--gpus", "8", "--dtype", "bf16"
+    )
+    assert code == 2 and "plan.dtype: 'bf16' is not allowed" in err
