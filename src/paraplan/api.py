@@ -140,6 +140,8 @@ class SearchResults:
 
     problem: Any  # paraplan.search.space.SearchProblem
     raw: Any  # paraplan.search.run.SearchResult
+    full_hbm_bytes: float = 0.0  # the accelerator's HBM before the headroom (0: none kept)
+    memory_headroom: float = 0.0
 
     @property
     def plans(self) -> list:
@@ -172,11 +174,14 @@ class SearchResults:
         return to_dataframe(self.to_records())
 
     def to_dict(self, tokens: float | None = None) -> dict:
-        """The document of ``paraplan search --json`` (problem, objective, plans, counts, timing);
-        with ``tokens`` (``--tokens``) each plan's run days and cost too."""
+        """The document of ``paraplan search --json`` (problem, objective, plans, counts, timing,
+        the memory headroom, each plan's launching frameworks and uncertain fit); with ``tokens``
+        (``--tokens``) each plan's run days and cost too."""
         from paraplan.report.search_view import search_document
 
-        return search_document(self.problem, self.raw, tokens)
+        out = search_document(self.problem, self.raw, tokens)
+        annotate_rows(out, self.problem, self.raw, self.full_hbm_bytes, self.memory_headroom)
+        return out
 
     def _title(self) -> str:
         p = self.problem
@@ -220,6 +225,7 @@ def search(
     workers: int | None = None,
     progress=None,
     feasible_sink=None,
+    memory_headroom: float | None = None,
     **space: Any,
 ) -> SearchResults:
     """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
@@ -230,12 +236,18 @@ def search(
     ``workers``: processes (``paraplan search --workers``; None: one for ``exhaustive``, else the usable CPUs for a
     large block-by-block search, search.block_processes.auto_workers). ``progress(done, total, phase)``
     and ``feasible_sink(columns)`` (every feasible plan, batch by batch: the whole space is evaluated)
-    are those of ``paraplan.search.run.search`` (``--csv-all``'s sink)."""
+    are those of ``paraplan.search.run.search`` (``--csv-all``'s sink). ``memory_headroom``: the share
+    of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM)."""
     from paraplan.search.exhaustive import exhaustive_search
+    from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, with_headroom
     from paraplan.search.run import search as run_search
 
+    headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
+    model_spec, system_spec = _specs(model, system)
+    full_hbm = system_spec.accelerator.hbm_capacity
     problem = search_problem(
-        *_specs(model, system),
+        model_spec,
+        with_headroom(system_spec, headroom),
         gpus,
         framework,
         price_per_gpu_hour,
@@ -252,7 +264,27 @@ def search(
             problem, top_k=top, workers=workers, progress=progress, feasible_sink=feasible_sink
         )
     )
-    return SearchResults(problem, result)
+    return SearchResults(problem, result, full_hbm, headroom)
+
+
+def launch_targets_of(problem, result) -> list[list[str]]:
+    """Per ranked plan, the frameworks paraplan exports it to (export.launch_targets: each knob
+    expressed and the kept start-up checks passing)."""
+    from paraplan.export import launch_targets
+
+    return [launch_targets(r.plan, problem.model) for r in result.plans]
+
+
+def annotate_rows(doc: dict, problem, result, full_hbm_bytes: float, headroom: float) -> None:
+    """Add to a search document (report.search_view.search_document) the memory headroom and, per
+    plan, the frameworks that launch it and whether its fit is uncertain (search.headroom)."""
+    from paraplan.search.headroom import uncertain_fit
+    from paraplan.units import GiB
+
+    doc["problem"]["memory_headroom"] = headroom
+    for row, targets in zip(doc["plans"], launch_targets_of(problem, result)):
+        row["frameworks"] = targets
+        row["uncertain_fit"] = uncertain_fit(row["peak_memory_gib"] * GiB, full_hbm_bytes, headroom)
 
 
 def search_problem(

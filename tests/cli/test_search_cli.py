@@ -143,7 +143,7 @@ def test_search_json(capsys):
         "price_per_gpu_hour": 1.8,
         "tokens": None,
         "restrictions": data["problem"]["restrictions"],
-        "memory_headroom": 0.05,  # the default share of HBM kept free (cli.search_notes)
+        "memory_headroom": 0.05,  # the default share of HBM kept free (search.headroom)
     }
     assert (
         data["problem"]["restrictions"]["tp"] is None
@@ -312,7 +312,7 @@ def test_csv_all_has_one_row_per_feasible_plan(capsys, tmp_path):
     assert data["evaluated"] == data["candidates"]
     assert len(rows) == data["feasible"] == data["csv_all_rows"]
     assert 0 < len(rows) < data["candidates"]  # some candidates do not fit and are not written
-    from paraplan.cli.search_notes import DEFAULT_MEMORY_HEADROOM, with_headroom
+    from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, with_headroom
 
     problem = SearchProblem(  # the CLI keeps --memory-headroom of HBM free
         model=load_model("gpt3-13b"),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from paraplan.cli import main
-from paraplan.cli.search_notes import uncertain_fit
+from paraplan.search.headroom import uncertain_fit
 
 ARGS = ["search", "-m", "gpt3-13b", "-s", "dgx-a100-40gb", "--gpus", "8", "--global-batch", "16"]
 ARGS += ["--micro-batch", "1,2", "--no-offload", "--default-placement", "--top", "3", "--json"]

@@ -22,12 +22,12 @@ SLOWER_BEFORE = [
         "gpt3-2.7b",
         "aws-g4dn.12xlarge",
         dict(gpus=64, tp=4, pp=8, dp=1, cp=2, global_batch=2, seq_length=2048, zero=1,
-             sequence_parallel=True, dtype="fp16", schedule="zb-h1", overlap_tp_comm=True),
+             sequence_parallel=True, dtype="fp16", attention="unfused", schedule="zb-h1", overlap_tp_comm=True),
     ),
     (
         "llama2-13b",
         "aws-p3.16xlarge",
-        dict(gpus=256, tp=4, pp=8, dp=8, global_batch=16, seq_length=2048, dtype="fp16",
+        dict(gpus=256, tp=4, pp=8, dp=8, global_batch=16, seq_length=2048, dtype="fp16", attention="unfused",
              sequence_parallel=True, schedule="zb-h1", overlap_dp_grad_reduce=False,
              overlap_tp_comm=True, placement="dp-tp-cp-pp"),
     ),
@@ -35,7 +35,7 @@ SLOWER_BEFORE = [
         "gpt3-125m",
         "aws-g4dn.12xlarge",
         dict(gpus=256, tp=4, pp=8, dp=4, cp=2, micro_batch=2, global_batch=48, seq_length=1024,
-             sequence_parallel=True, dtype="fp16", schedule="dualpipe"),
+             sequence_parallel=True, dtype="fp16", attention="unfused", schedule="dualpipe"),
     ),
 ]  # fmt: skip
 

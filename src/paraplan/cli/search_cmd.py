@@ -48,15 +48,14 @@ from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_inputs
 from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search, ttt_title
 from paraplan.specs.errors import InputError
-from paraplan.cli.search_notes import (
-    DEFAULT_MEMORY_HEADROOM,
-    fit_note,
-    launch_note,
-    launch_targets_of,
-    uncertain_fit,
-    with_headroom,
-)
+from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note, with_headroom
 from paraplan.specs.tp_layout import TP_LAYOUTS
+
+
+def launch_note(launches: list[list[str]]) -> str:
+    """One line: which frameworks launch each row (paraplan export; docs/export.md)."""
+    rows = "; ".join(f"{i} {', '.join(t) or 'none'}" for i, t in enumerate(launches, start=1))
+    return f"launches in (paraplan export; --framework F searches only F's plans): {rows}"
 
 
 # the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name; any other is refused
@@ -382,15 +381,12 @@ def search(
         if (explain and result.plans)
         else []
     )
-    launches = launch_targets_of(problem, result)
+    from paraplan.api import annotate_rows, launch_targets_of
+
+    launches = launch_targets_of(problem, result) if not as_json else []
     if as_json:
         out = search_document(problem, result, run_tokens)
-        out["problem"]["memory_headroom"] = memory_headroom
-        for row, targets in zip(out["plans"], launches):
-            row["frameworks"] = targets
-            row["uncertain_fit"] = uncertain_fit(
-                row["peak_memory_gib"] * GiB, full_hbm, memory_headroom
-            )
+        annotate_rows(out, problem, result, full_hbm, memory_headroom)
         if ttt:
             out["time_to_train"] = ttt_info
         if explain and result.plans:

@@ -1,7 +1,9 @@
-"""What ``paraplan search`` adds to its rows (issue 34): the memory headroom and the rows whose fit is
-uncertain, and the frameworks that launch each row."""
+"""The memory headroom a search keeps free (issue 34) and the rows whose fit is uncertain: applied by
+``api.search``, ``paraplan search`` and the web page alike."""
 
 from __future__ import annotations
+
+from paraplan.specs.system import SystemSpec
 
 # Share of HBM a search keeps free beside the modelled peak (the system's reserved_memory already holds
 # the CUDA context and communication buffers): the PyTorch caching allocator rounds and splits blocks,
@@ -13,8 +15,6 @@ DEFAULT_MEMORY_HEADROOM = 0.05
 
 def with_headroom(system_spec, headroom: float):
     """The system with ``headroom`` of its HBM kept free: the searches' capacity is hbm·(1 − headroom)."""
-    from paraplan.specs.system import SystemSpec
-
     data = system_spec.model_dump()
     data["accelerator"]["hbm_capacity"] = system_spec.accelerator.hbm_capacity * (1 - headroom)
     return SystemSpec.model_validate(data)
@@ -39,17 +39,3 @@ def fit_note(result, hbm: float, headroom: float) -> str | None:
         f"uncertain fit: #{', #'.join(rows)} peak within {headroom:.0%} of the usable "
         f"{hbm * (1 - headroom) / 2**30:.1f} GiB ({headroom:.0%} of HBM kept free, --memory-headroom)"
     )
-
-
-def launch_targets_of(problem, result) -> list[list[str]]:
-    """Per ranked plan, the frameworks paraplan exports it to (export.launch_targets: each knob
-    expressed and the kept start-up checks passing)."""
-    from paraplan.export import launch_targets
-
-    return [launch_targets(r.plan, problem.model) for r in result.plans]
-
-
-def launch_note(launches: list[list[str]]) -> str:
-    """One line: which frameworks launch each row (paraplan export; docs/export.md)."""
-    rows = "; ".join(f"{i} {', '.join(t) or 'none'}" for i, t in enumerate(launches, start=1))
-    return f"launches in (paraplan export; --framework F searches only F's plans): {rows}"
