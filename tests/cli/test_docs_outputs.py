@@ -12,16 +12,12 @@ from paraplan.report.docs_outputs import DocCommand, doc_commands, matches, rege
 
 # the export block's `--to all` exits 2 on main (a refused target fails the whole command); wt-export (issue 34,
 # part A) makes it exit 0 when a target was written. Not strict: passes once that is merged.
-_PENDING = {"paraplan export best.json#1 --to all": "export --to all exits 2 until issue 34 part A"}
 
 
 def _params():
     out = []
     for command in doc_commands():
         marks = [pytest.mark.slow] if command.slow else []
-        pending = next((why for text, why in _PENDING.items() if text in command.script), None)
-        if pending:
-            marks.append(pytest.mark.xfail(reason=pending, strict=False))
         out.append(pytest.param(command, id=command.label, marks=marks))
     return out
 
