@@ -27,6 +27,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names, system_names
 from paraplan.specs.errors import InputError
+from paraplan.specs.rules import default_precision
 from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.step.estimate import estimate
@@ -86,7 +87,7 @@ def _draw_fields(rng: random.Random, model, system, schedule: str) -> dict:
         sequence_parallel=tp > 1 and rng.random() < 0.7,
         recompute=rng.choice(["none", "selective", "full"]),
         zero=rng.choice([0, 1, 2, 3] if pp == 1 else [0, 1]),
-        dtype="bf16" if "bf16" in system.accelerator.matrix_flops else "fp16",
+        **default_precision(system.accelerator),  # fp16 and unfused attention on V100 / T4
         placement=rng.choice(PLACEMENTS),
         overlap_dp_grad_reduce=rng.random() < 0.5,
         overlap_param_gather=rng.random() < 0.5,
