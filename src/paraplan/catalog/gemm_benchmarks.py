@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from paraplan.io.documents import packaged_yaml
 
 _DATA = (
     Path(__file__).with_name("benchmarks") / "gemm.yaml"
@@ -45,7 +45,7 @@ class GemmBenchmark:
 
 def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
     """(source, system -> bf16 row, system -> fp8 row) from catalog/benchmarks/gemm.yaml."""
-    data = yaml.safe_load(_DATA.read_text())
+    data = packaged_yaml(_DATA.read_text())
     rows = {k: GemmBenchmark(**{**v, "shape": tuple(v["shape"])}) for k, v in data["rows"].items()}
     return (
         data["source"],

@@ -8,14 +8,13 @@ is sharded, sequence parallelism at tp = 1, ...) are put in one canonical form b
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from collections.abc import Collection, Iterable
 from typing import Any
 
-import yaml
-
+from paraplan.io.documents import packaged_yaml
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
@@ -57,7 +56,7 @@ class FrameworkArgs:
 def framework_args(name: str) -> FrameworkArgs:
     """The kept argument list ``export/frameworks/<name>.yaml``."""
     text = (resources.files("paraplan.export") / "frameworks" / f"{name}.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = packaged_yaml(text)
     names = data.get("flags") or data.get("keys") or []
     return FrameworkArgs(
         name=name,

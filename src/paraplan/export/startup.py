@@ -13,9 +13,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
-
 from paraplan.export.common import ExportRefused
+from paraplan.io.documents import packaged_yaml
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class StartupChecks:
 def startup_checks(name: str) -> StartupChecks:
     """The kept checks ``export/facts/<name>_checks.yaml``."""
     text = (resources.files("paraplan.export") / "facts" / f"{name}_checks.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = packaged_yaml(text)
     return StartupChecks(
         repo=data["repo"],
         tag=data["tag"],

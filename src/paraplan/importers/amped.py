@@ -15,10 +15,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from paraplan.io.documents import packaged_yaml, read_document
 from paraplan.io.fields import Doc, as_integer, as_number, refuse
-from paraplan.io.documents import read_document
 from paraplan.specs.errors import InputError
 
 PRECISION_BITS = {8: "fp8", 16: "bf16", 32: "fp32"}
@@ -26,7 +24,7 @@ PRECISION_BITS = {8: "fp8", 16: "bf16", 32: "fp32"}
 
 @lru_cache(maxsize=1)
 def names() -> dict:
-    return yaml.safe_load((resources.files("paraplan.importers") / "amped_names.yaml").read_text())
+    return packaged_yaml((resources.files("paraplan.importers") / "amped_names.yaml").read_text())
 
 
 def _number(value, name: str) -> float:
