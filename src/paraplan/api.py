@@ -226,6 +226,7 @@ def search(
     progress=None,
     feasible_sink=None,
     memory_headroom: float | None = None,
+    evaluated_sink=None,
     **space: Any,
 ) -> SearchResults:
     """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
@@ -236,7 +237,8 @@ def search(
     ``workers``: processes (``paraplan search --workers``; None: one for ``exhaustive``, else the usable CPUs for a
     large block-by-block search, search.block_processes.auto_workers). ``progress(done, total, phase)``
     and ``feasible_sink(columns)`` (every feasible plan, batch by batch: the whole space is evaluated)
-    are those of ``paraplan.search.run.search`` (``--csv-all``'s sink). ``memory_headroom``: the share
+    are those of ``paraplan.search.run.search`` (``--csv-all``'s sink), and so is ``evaluated_sink(columns)``
+    (the feasible plans the pruned search evaluates, the ranked ones among them; not with ``exhaustive``). ``memory_headroom``: the share
     of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM)."""
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, with_headroom
@@ -261,7 +263,12 @@ def search(
         exhaustive_search(problem, top_k=top, workers=workers, progress=progress)
         if exhaustive
         else run_search(
-            problem, top_k=top, workers=workers, progress=progress, feasible_sink=feasible_sink
+            problem,
+            top_k=top,
+            workers=workers,
+            progress=progress,
+            feasible_sink=feasible_sink,
+            evaluated_sink=evaluated_sink,
         )
     )
     return SearchResults(problem, result, full_hbm, headroom)

@@ -72,7 +72,11 @@ def test_a_search_gives_the_same_plans_as_the_api(client, searched):
     assert [p["step_time_s"] for p in doc["plans"]] == [p["step_time_s"] for p in found["plans"]]
     assert [p["error_band"] for p in doc["plans"]] == [p["error_band"] for p in found["plans"]]
     assert doc["explain"] and {"knob", "verdict", "reason"} <= set(doc["explain"][0])
-    assert doc["scatter_rule"] == "ranked" and len(doc["scatter"]) == len(doc["plans"])
+    # the scatter: the feasible plans the search evaluated, one point per cell, the ranked plans marked
+    assert doc["scatter_rule"] == "evaluated" and doc["scatter_plans"] == doc["feasible"]
+    assert sum(p["plans"] for p in doc["scatter"]) == doc["feasible"]
+    assert len(doc["plans"]) < len(doc["scatter"]) < doc["feasible"]
+    assert doc["scatter"][0]["rank"] == 1 and doc["scatter"][0]["plan"] == doc["plans"][0]["plan"]
 
 
 def test_the_event_stream_ends_with_the_result(client, searched):

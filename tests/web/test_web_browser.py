@@ -143,13 +143,15 @@ def test_a_scatter_point_opens_its_plan(searched, shots):
     page, rows = searched
     page.wait_for_selector("#pareto .point")
     points = page.query_selector_all("#pareto .scatterlayer .point")
-    assert len(points) == len(rows)
+    # the feasible plans the search evaluated (one point per cell): more than the ranked ones
+    assert len(points) > len(rows)
+    assert "the exact search evaluated" in page.inner_text("#scatter-rule")
     before = page.evaluate("document.body.dataset.detail")
     last = points[-1]
     last.click(force=True)
     page.wait_for_function(f"document.body.dataset.detail !== {before!r}", timeout=30_000)
     opened = page.evaluate("document.body.dataset.detail")
-    assert opened in [r[1] for r in rows] and opened != before
+    assert opened and opened != before
     page.wait_for_selector("#timeline .bars, #timeline .trace")
     page.screenshot(path=str(shots / "plan.png"), full_page=True)
 

@@ -86,3 +86,24 @@ def test_the_aggregate_keeps_one_best_plan_per_cell_and_counts_all():
     assert len(cells) == len(points)
     best = min(range(n), key=lambda i: columns["objective"][i])
     assert points[0]["objective"] == columns["objective"][best]
+
+
+def test_the_ranked_plans_are_the_points_of_their_cells():
+    columns = {
+        "tp": np.array([1, 1, 2]),
+        "pp": np.array([1, 1, 1]),
+        "step_time_s": np.array([1.0, 1.001, 1.0]),
+        "peak_memory_gib": np.array([10.0, 10.1, 10.0]),
+        "objective": np.array([1.0, 1.001, 1.0]),
+    }
+    sink = Aggregate()
+    sink(columns)
+
+    def ranked(rank, i):
+        plan = {"tp": int(columns["tp"][i]), "pp": 1}
+        metrics = {k: float(columns[k][i]) for k in ("step_time_s", "peak_memory_gib", "objective")}
+        return {"rank": rank, "plan": plan, **metrics}
+
+    # ranks 2 and 3 share a cell: the better ranked is its point; the cell's count is kept
+    points = sink.points([ranked(1, 2), ranked(2, 0), ranked(3, 1)])
+    assert [(p.get("rank"), p["plans"]) for p in points] == [(1, 1), (2, 2)]

@@ -59,6 +59,7 @@ from paraplan.search.result import (
 from paraplan.search.scan import Scan
 from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable
+from paraplan.specs.errors import InputError
 from paraplan.step.compose import pipeline_bound_s
 
 # the result types (search.result) and the scan (search.scan), named here too
@@ -76,6 +77,7 @@ def search(
     workers: int | None = None,
     feasible_sink=None,
     blocks: bool | None = None,
+    evaluated_sink=None,
 ) -> SearchResult:
     """Top-K feasible plans by the objective, exact w.r.t. ``exhaustive_search`` (see module doc).
 
@@ -89,8 +91,19 @@ def search(
     space has more than BLOCK_ROWS rows (``_by_blocks``; never with ``collect_all`` or ``feasible_sink``).
     ``workers`` > 1 splits a block-by-block search of at least PARALLEL_KEYS (tp, cp, micro-batch) over that many
     processes (search.block_processes: the same plans); None: search.block_processes.auto_workers() (the usable
-    CPUs, at most AUTO_WORKERS_MAX, on Linux; 1 elsewhere)."""
+    CPUs, at most AUTO_WORKERS_MAX, on Linux; 1 elsewhere).
+    ``evaluated_sink`` is handed, as ``feasible_sink`` is, each batch of the candidates this search evaluates
+    (pruning as it does without it) and finds feasible: the top K among them; the result is the same
+    with or without it. A block-by-block search with it runs in this process (``workers`` is 1); not
+    with ``objective`` robust, ``collect_all`` or ``feasible_sink``."""
     problem.check()
+    if evaluated_sink is not None and (
+        problem.objective == "robust" or collect_all or feasible_sink is not None
+    ):
+        raise InputError(
+            "evaluated_sink: not available with objective robust, collect_all or feasible_sink "
+            "(use feasible_sink for every feasible plan)"
+        )
     if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
         from paraplan.search.robust import robust_search
 
@@ -104,7 +117,11 @@ def search(
             feasible_sink=feasible_sink,
         )
     with _cyclic_gc_paused():
-        return _search(problem, top_k, collect_all, progress, feasible_sink, blocks, workers)
+        if evaluated_sink is not None:
+            workers = 1  # the sink is called in this process
+        return _search(
+            problem, top_k, collect_all, progress, feasible_sink, blocks, workers, evaluated_sink
+        )
 
 
 def _search(
@@ -115,13 +132,14 @@ def _search(
     feasible_sink,
     blocks: bool | None,
     workers: int | None = 1,
+    evaluated_sink=None,
 ) -> SearchResult:
     """``search`` after the objective's dispatch: block by block, or one row table (module doc)."""
     start = time.perf_counter()
     if not (collect_all or feasible_sink is not None) and (
         blocks if blocks is not None else _by_blocks(problem)
     ):
-        return _search_blocks(problem, top_k, progress, start, workers)
+        return _search_blocks(problem, top_k, progress, start, workers, evaluated_sink)
     table = RowTable(
         problem,
         None if progress is None else lambda done, total: progress(done, total, "layer costs"),
@@ -133,6 +151,7 @@ def _search(
     flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
     tokens_row = table.columns["global_batch"].astype(float) * problem.seq_length
     scan = Scan(problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all)
+    scan.evaluated_sink = evaluated_sink
     scan_all = collect_all or feasible_sink is not None
     rows_done = _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
     result = scan_result(problem, scan, top_k, space, table.size, rows_done, start)
@@ -186,7 +205,7 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
             problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
         )
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
-            scan.evaluate(options, group_row[batch], group_start[batch], None)
+            scan.evaluate(options, group_row[batch], group_start[batch], scan.evaluated_sink)
     return rows_done
 
 
@@ -255,7 +274,12 @@ def _by_blocks(problem: SearchProblem) -> bool:
 
 
 def _search_blocks(
-    problem: SearchProblem, top_k: int, progress, start: float, workers: int | None = 1
+    problem: SearchProblem,
+    top_k: int,
+    progress,
+    start: float,
+    workers: int | None = 1,
+    evaluated_sink=None,
 ) -> SearchResult:
     """``search`` block by block (search.blocks; ``_branch_and_bound``). With ``workers`` > 1 and at least PARALLEL_KEYS
     (tp, cp, micro-batch) keys, the blocks are split over that many processes by costing class, each pruning against
@@ -277,7 +301,7 @@ def _search_blocks(
             len(parts),
         )
     else:
-        outcomes = [_branch_and_bound(problem, top_k, parts, progress)]
+        outcomes = [_branch_and_bound(problem, top_k, parts, progress, sink=evaluated_sink)]
     scan = Scan(problem, None, top_k, None, 0.0, 0.0, False)
     scan.resolved = {}
     for outcome in outcomes:
@@ -309,6 +333,7 @@ def _branch_and_bound(
     progress=None,
     shared=None,
     every: list | None = None,
+    sink=None,
 ) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
@@ -318,10 +343,10 @@ def _branch_and_bound(
     that do not fit and are faster than the winner. In processes, a block to search is handed over (by its offset)
     when another process has finished its own blocks, and this process, once finished, searches the blocks the others
     hand over (``every``: all the search's blocks; PartView.help_until_done) while its bound can still enter the top K:
-    the pools are merged, so the top K is the same whoever searches a block."""
+    the pools are merged, so the top K is the same whoever searches a block. ``sink``: search's ``evaluated_sink``."""
     queue = _BlockQueue(problem, parts, progress)
     scan = Scan(problem, None, top_k, None, queue.flops_per_token, queue.peak_flops, False)
-    scan.shared = shared
+    scan.shared, scan.evaluated_sink = shared, sink
     rows_done = done = 0
     while queue.heap:
         bound, i, level = heapq.heappop(queue.heap)

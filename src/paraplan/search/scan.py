@@ -28,6 +28,7 @@ class Scan:
         self.threshold = np.inf
         self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)
         self.shared = None  # in a split search, this process's search.block_processes.PartView
+        self.evaluated_sink = None  # search.run.search's evaluated_sink
         self.evaluated = self.feasible = 0
         self.nearest = None  # (overflow_bytes, row, option, peak)
         self.faster: list[tuple] = []

@@ -1,11 +1,14 @@
 """What a worker process runs for the page: a search (its ranked plans, the explanation and the
 scatter's points) and a strong-scaling sweep, both through ``paraplan.api`` only.
 
-The scatter: without ``all=1`` it draws the plans the search ranked (the top K, up to 100); with
-``all=1`` every feasible plan of the space is evaluated (``paraplan search --csv-all``'s scan) and
-drawn by this stated rule (:class:`Aggregate`), so tens of millions of plans stay a few thousand
-points: one point per cell of (tp×pp, step time in 1 % steps, peak memory in 0.5 GiB steps), the
-plan with the best objective in the cell, with the number of plans it stands for.
+The scatter: without ``all=1`` it draws the feasible plans the exact search evaluated (its
+``evaluated_sink``: the pruned search's candidates, the ranked ones among them); with ``all=1`` every
+feasible plan of the space is evaluated (``paraplan search --csv-all``'s scan). Both are drawn by
+this stated rule (:class:`Aggregate`), so millions of plans stay a few thousand points: one point per
+cell of (tp×pp, step time in 1 % steps, peak memory in 0.5 GiB steps), the plan with the best
+objective in the cell, with the number of plans it stands for; the best-ranked plan of a cell is
+its point (no plan in the cell has a better objective), marked with its rank. With the robust objective
+(ranked by the error band of the ranked plans only) the scatter draws the ranked plans.
 """
 
 from __future__ import annotations
@@ -55,8 +58,35 @@ class Aggregate:
             else:
                 held["plans"] += int(n)
 
-    def points(self) -> list[dict]:
-        return sorted(self.cells.values(), key=lambda p: p["objective"])
+    def points(self, ranked: list[dict] = ()) -> list[dict]:
+        """The cells' points by objective; the best-ranked plan of a cell (``ranked``: a search
+        document's ``plans``, in rank order) is its point, with its ``rank``."""
+        cells = dict(self.cells)
+        for item in ranked:
+            point = _ranked_point(item)
+            key = _cell(point["plan"], point["step_time_s"], point["peak_memory_gib"])
+            held = cells.get(key)
+            if held is not None and "rank" in held:  # a better ranked plan holds the cell
+                continue
+            point["plans"] = held["plans"] if held else 1
+            cells[key] = point
+        return sorted(cells.values(), key=lambda p: (p["objective"], p.get("rank", math.inf)))
+
+
+def _cell(plan: dict, step: float, memory: float) -> tuple[int, int, int]:
+    """The scatter cell of a plan (module doc): (tp×pp, 1 % of step time, 0.5 GiB of peak memory)."""
+    return (
+        int(plan["tp"] * plan["pp"]),
+        int(np.floor(np.log(step) / TIME_STEP)),
+        int(np.floor(memory / MEMORY_STEP_GIB)),
+    )
+
+
+def _ranked_point(item: dict) -> dict:
+    """A search document's ranked plan as a scatter point."""
+    point = _point(item["plan"], item["step_time_s"], item["peak_memory_gib"], item["objective"])
+    point["rank"] = item["rank"]
+    return point
 
 
 def _plain(value):
@@ -85,29 +115,29 @@ def warm_up() -> None:
 def run_search(problem: Problem, progress: Callable) -> dict:
     """The search's ``--json`` document (api.SearchResults.to_dict) with ``explain`` (why the best
     wins) and ``scatter`` (the points of the Pareto view, module doc)."""
-    sink = Aggregate() if problem.all_plans else None
+    sink = (
+        None
+        if problem.kwargs.get("objective") == "robust" and not problem.all_plans
+        else Aggregate()
+    )
     found = api.search(
         problem.model,
         problem.system,
         problem.gpus,
         progress=progress,
-        feasible_sink=sink,
+        feasible_sink=sink if problem.all_plans else None,
+        evaluated_sink=None if problem.all_plans else sink,
         **problem.kwargs,
     )
     doc = found.to_dict(tokens=problem.tokens)
     progress(1, 1, "explaining")
     doc["explain"] = api.explain(found)
     if sink is not None:
-        points, rule = sink.points(), "aggregated"
+        points = sink.points(doc["plans"])
+        rule = "aggregated" if problem.all_plans else "evaluated"
         doc["scatter_plans"] = sink.plans
     else:
-        points, rule = [], "ranked"
-        for item in doc["plans"]:
-            point = _point(
-                item["plan"], item["step_time_s"], item["peak_memory_gib"], item["objective"]
-            )
-            point["rank"] = item["rank"]
-            points.append(point)
+        points, rule = [_ranked_point(item) for item in doc["plans"]], "ranked"
     doc["scatter"], doc["scatter_rule"] = points, rule
     return doc
 

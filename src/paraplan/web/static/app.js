@@ -160,9 +160,12 @@ function showResults(doc, problem, selected) {
 
 async function drawScatter(doc) {
   const pts = doc.scatter;
+  const cells = "one point per cell of (tp×pp, 1 % of step time, 0.5 GiB): the plan with the best objective in it; hover for how many plans it stands for";
   $("#scatter-rule").textContent = doc.scatter_rule === "aggregated"
-    ? `every feasible plan (${doc.scatter_plans.toLocaleString()}), one point per cell of (tp×pp, 1 % of step time, 0.5 GiB): the plan with the best objective in it; hover for how many plans it stands for`
-    : `the ${pts.length} ranked plans (tick "every feasible plan" for the whole space); click a point to open its plan`;
+    ? `every feasible plan (${doc.scatter_plans.toLocaleString()}), ${cells}`
+    : doc.scatter_rule === "evaluated"
+      ? `the ${doc.scatter_plans.toLocaleString()} feasible plans the exact search evaluated (tick "every feasible plan" for the whole space), ${cells}; click a point to open its plan`
+      : `the ${pts.length} ranked plans (the robust objective ranks by the ranked plans' error bands); click a point to open its plan`;
   // cost per step = step time × GPUs × USD per GPU-hour / 3600 (report.search_view.cost_usd_per_step)
   const price = doc.problem.price_per_gpu_hour, byCost = $("#scatter-y").value === "cost" && price;
   const scale = byCost ? (doc.problem.gpus * price) / 3600 : 1;
