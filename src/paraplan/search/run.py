@@ -56,6 +56,7 @@ from paraplan.search.result import (
     scan_result,
     trim_pool,
 )
+from paraplan.search.robust import robust_dispatch
 from paraplan.search.scan import Scan
 from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable
@@ -68,6 +69,7 @@ _Scan = Scan
 CHUNK_CANDIDATES = 150_000
 
 
+@robust_dispatch
 def search(
     problem: SearchProblem,
     top_k: int = 10,
@@ -91,18 +93,6 @@ def search(
     processes (search.block_processes: the same plans); None: search.block_processes.auto_workers() (the usable
     CPUs, at most AUTO_WORKERS_MAX, on Linux; 1 elsewhere)."""
     problem.check()
-    if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
-        from paraplan.search.robust import robust_search
-
-        return robust_search(
-            problem,
-            top_k,
-            search,
-            collect_all=collect_all,
-            progress=progress,
-            workers=workers,
-            feasible_sink=feasible_sink,
-        )
     with _cyclic_gc_paused():
         return _search(problem, top_k, collect_all, progress, feasible_sink, blocks, workers)
 
