@@ -165,23 +165,7 @@ def largest_weight_params(graph: LayerGraph) -> float:
     return max((n * k * batch for _, batch, n, k in _weight_gemms(graph)), default=0.0)
 
 
-@lru_cache(maxsize=16384)
-def _weight_tensor_numels(
-    graph: LayerGraph,
-    bias: bool,
-    qkv_bias: bool,
-    layernorm: bool,
-    learned_positions: bool,
-    hidden: int,
-) -> tuple[float, ...]:
-    """Elements (on one GPU) of each weight tensor of the block, the tensors a per-tensor ZeRO-3 gather issues one
-    all-gather each for: every weight GEMM's weight k·n (a grouped GEMM: one per local expert) plus its bias n when
-    the model has biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none),
-    each norm's scale (and shift for LayerNorm) of ``hidden``, and the embedding table plus the learned position
-    table (taken as larger than any persistence threshold: inf)."""
-    return _walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, hidden)[0]
-
-
+@lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph and model
 def _walk_weights(
     graph: LayerGraph,
     bias: bool,
@@ -190,8 +174,13 @@ def _walk_weights(
     learned_positions: bool,
     hidden: int,
 ) -> tuple[tuple[float, ...], float]:
-    """(_weight_tensor_numels, largest_weight_params) of the block from one walk over its ops, in op order (the
-    weight GEMMs are those of _weight_gemms; the largest is the first of the greatest k·n·batch, as ``max``)."""
+    """(numels, largest) of the block from one walk over its ops, in op order. ``numels``: elements (on one GPU)
+    of each weight tensor of the block, the tensors a per-tensor ZeRO-3 gather issues one all-gather each for:
+    every weight GEMM's weight k·n (a grouped GEMM: one per local expert) plus its bias n when the model has
+    biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none), each
+    norm's scale (and shift for LayerNorm) of ``hidden``, and the embedding table plus the learned position
+    table (taken as larger than any persistence threshold: inf). ``largest``: largest_weight_params (the
+    weight GEMMs are those of _weight_gemms; the first of the greatest k·n·batch, as ``max``)."""
     out: list[float] = []
     largest = None
     norm = [float(hidden)] * (2 if layernorm else 1)
@@ -216,9 +205,9 @@ def _walk_weights(
 def weight_tensor_count(
     graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool
 ) -> float:
-    """Weight tensors of one block (_weight_tensor_numels), what a per-tensor ZeRO-3 gather issues one all-gather each
+    """Weight tensors of one block (_walk_weights), what a per-tensor ZeRO-3 gather issues one all-gather each
     for (DeepSpeed <= 0.5.4, ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them)."""
-    return float(len(_weight_tensor_numels(graph, bias, qkv_bias, layernorm, learned_positions, 0)))
+    return float(len(_walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, 0)[0]))
 
 
 # DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
@@ -234,12 +223,12 @@ def small_weight_numels(
     hidden: int,
     threshold: float = DS_PERSISTENCE_THRESHOLD,
 ) -> tuple[float, ...]:
-    """Sizes (elements, on one GPU) of the block's weight tensors (_weight_tensor_numels) smaller than ``threshold``.
+    """Sizes (elements, on one GPU) of the block's weight tensors (_walk_weights) smaller than ``threshold``.
     DeepSpeed's ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5;
     stage3.py ``persistent_parameters``, microsoft/DeepSpeed 0cd9abf)."""
     return tuple(
         x
-        for x in _weight_tensor_numels(graph, bias, qkv_bias, layernorm, False, hidden)
+        for x in _walk_weights(graph, bias, qkv_bias, layernorm, False, hidden)[0]
         if x < threshold
     )
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
-from paraplan.step.estimate import estimate
 from paraplan.search.result import SearchResult, objective_value, top_plans, trim_pool
+from paraplan.search.robust import robust_dispatch
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
+from paraplan.step.estimate import estimate
 
 
 def _exhaustive_part(
@@ -54,6 +55,7 @@ def _exhaustive_part(
     return pool, evaluated, feasible, n_rows, everything
 
 
+@robust_dispatch
 def exhaustive_search(
     problem: SearchProblem,
     top_k: int = 10,
@@ -64,17 +66,6 @@ def exhaustive_search(
     """Every candidate of the canonical space through the scalar ``estimate``, one by one
     (``workers`` processes split the rows; each keeps its own top K, merged exactly; None: one)."""
     problem.check()
-    if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
-        from paraplan.search.robust import robust_search
-
-        return robust_search(
-            problem,
-            top_k,
-            exhaustive_search,
-            workers=workers,
-            progress=progress,
-            collect_all=collect_all,
-        )
     start = time.perf_counter()
     if workers is None or workers <= 1:
         parts = [_exhaustive_part(problem, top_k, 0, 1, progress, collect_all)]

@@ -18,6 +18,8 @@ objective column would need a band per candidate.
 
 from __future__ import annotations
 
+import functools
+
 from paraplan.search.rerank import MAX_TIME_GROUPS, rerank_exactly  # noqa: F401 (MAX_TIME_GROUPS named here too)
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
@@ -56,3 +58,23 @@ def robust_search(problem: SearchProblem, top_k: int, run, **options):
     result.faster_infeasible = [item for item in rescored if item["objective"] < best]
     result.robust_exact = exact
     return result
+
+
+def robust_dispatch(run):
+    """Wraps a time search ``run(problem, top_k, **options)`` (``search.run.search``,
+    ``exhaustive_search``): a problem at objective "robust" is checked and goes through
+    robust_search with ``run`` itself as the time search; any other goes to ``run``."""
+
+    @functools.wraps(run)
+    def dispatch(problem: SearchProblem, top_k: int = 10, **options):
+        if problem.objective == "robust":  # ranked by the band's pessimistic end (module docstring)
+            problem.check()
+            if options.get("evaluated_sink") is not None:
+                raise InputError(
+                    "evaluated_sink: not available with objective robust, collect_all or "
+                    "feasible_sink (use feasible_sink for every feasible plan)"
+                )
+            return robust_search(problem, top_k, run, **options)
+        return run(problem, top_k, **options)
+
+    return dispatch

@@ -56,6 +56,7 @@ from paraplan.search.result import (
     scan_result,
     trim_pool,
 )
+from paraplan.search.robust import robust_dispatch
 from paraplan.search.scan import Scan
 from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable
@@ -69,6 +70,7 @@ _Scan = Scan
 CHUNK_CANDIDATES = 150_000
 
 
+@robust_dispatch
 def search(
     problem: SearchProblem,
     top_k: int = 10,
@@ -97,24 +99,10 @@ def search(
     with or without it. A block-by-block search with it runs in this process (``workers`` is 1); not
     with ``objective`` robust, ``collect_all`` or ``feasible_sink``."""
     problem.check()
-    if evaluated_sink is not None and (
-        problem.objective == "robust" or collect_all or feasible_sink is not None
-    ):
+    if evaluated_sink is not None and (collect_all or feasible_sink is not None):
         raise InputError(
             "evaluated_sink: not available with objective robust, collect_all or feasible_sink "
             "(use feasible_sink for every feasible plan)"
-        )
-    if problem.objective == "robust":  # ranked by the band's pessimistic end (search.robust)
-        from paraplan.search.robust import robust_search
-
-        return robust_search(
-            problem,
-            top_k,
-            search,
-            collect_all=collect_all,
-            progress=progress,
-            workers=workers,
-            feasible_sink=feasible_sink,
         )
     with _cyclic_gc_paused():
         if evaluated_sink is not None:

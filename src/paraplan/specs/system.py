@@ -52,6 +52,7 @@ Bytes = Annotated[float, _quantity("bytes"), Field(gt=0)]
 BytesPerS = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
 Seconds = Annotated[float, _quantity("time"), Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+Share = Annotated[float, Field(ge=0, le=1)]  # a share that may be 0 (an overlap cost)
 
 
 class EfficiencySpec(InputModel):
@@ -82,10 +83,8 @@ class EfficiencySpec(InputModel):
         "(Transformer Engine GroupedLinear: each expert's split quantised and multiplied on its own, one cuBLAS GEMM "
         "per expert on 4 streams); calibration, docs/model.md",
     )
-    a2a_overlap_cost: float | None = Field(
+    a2a_overlap_cost: Share | None = Field(
         None,
-        ge=0,
-        le=1,
         description="share of an expert-parallel all-to-all's time still paid when hidden behind another "
         "micro-batch's compute (the SMs its kernels hold: DeepEP's normal kernels use 20-24 SMs); "
         "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
@@ -234,10 +233,8 @@ class NodeSpec(InputModel):
     nvlink_efficiency: Fraction = Field(
         0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives"
     )
-    nvlink_overlap_cost: float = Field(
+    nvlink_overlap_cost: Share = Field(
         0.15,
-        ge=0,
-        le=1,
         description="share of an NVLink collective's time still paid when hidden behind compute (SMs it occupies); "
         "Calculon's processor_usage for the NVLink tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
     )
@@ -251,10 +248,8 @@ class NetworkSpec(InputModel):
     efficiency: Fraction = Field(
         0.85, description="achieved fraction of nic_bandwidth by NCCL collectives"
     )
-    overlap_cost: float = Field(
+    overlap_cost: Share = Field(
         0.02,
-        ge=0,
-        le=1,
         description="share of a scale-out collective's time still paid when hidden behind compute; "
         "Calculon's processor_usage for the InfiniBand tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
     )

@@ -81,22 +81,11 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
     full = recompute_code == 2
     rc = recompute_s(c, recompute_code)
     steps = comm.cp_steps
-    per_step = 1.0 / maximum(steps, 1.0)
-    cp_f = priced_exposure_s(
-        comm.cp_forward,
-        ring_attention_exposed_s(
-            comm.cp_forward * per_step, c.attention_forward / (steps + 1.0), steps + 1.0, 0.0
-        )
-        + comm.cp_sync_forward,
-        comm.cp_forward_price,
+    cp_f = cp_ring_exposure_s(
+        comm.cp_forward, c.attention_forward, steps, comm.cp_sync_forward, comm.cp_forward_price
     )
-    cp_b = priced_exposure_s(
-        comm.cp_backward,
-        ring_attention_exposed_s(
-            comm.cp_backward * per_step, c.attention_backward / (steps + 1.0), steps + 1.0, 0.0
-        )
-        + comm.cp_sync_backward,
-        comm.cp_backward_price,
+    cp_b = cp_ring_exposure_s(
+        comm.cp_backward, c.attention_backward, steps, comm.cp_sync_backward, comm.cp_backward_price
     )
     tp_f = where(
         overlap_tp_comm,
@@ -123,6 +112,18 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
         c.gemm_backward / 2.0,
         tp_deferred,
     )
+
+
+def cp_ring_exposure_s(ring: Num, attention: Num, steps: Num, sync: Num, price: Num) -> Num:
+    """One direction's exposed context-parallel ring time, hidden part priced: over ``steps`` ring
+    steps, exposed = ring_attention_exposed_s(ring / max(steps, 1), attention / (steps + 1),
+    steps + 1) + ``sync`` (the per-step synchronisation, cost.comm.ring_step_sync_s), then
+    cost.comm.priced_exposure_s(ring, exposed, ``price``) (Liu et al. 2023, ring attention: each
+    step's transfer hides behind the attention of the chunk already received)."""
+    exposed = ring_attention_exposed_s(
+        ring * (1.0 / maximum(steps, 1.0)), attention / (steps + 1.0), steps + 1.0, 0.0
+    )
+    return priced_exposure_s(ring, exposed + sync, price)
 
 
 def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) -> Num:

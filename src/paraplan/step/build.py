@@ -461,7 +461,7 @@ def _graph_caches() -> tuple:
         encoder.patch_embedding_block,
         encoder.classifier_block,
         ops.largest_weight_params,
-        ops._weight_tensor_numels,
+        ops._walk_weights,
         ops.weight_tensor_stats,
         ops.collective_groups,
         compute.gemm_wave_efficiency,

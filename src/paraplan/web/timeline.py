@@ -107,7 +107,7 @@ def timeline(plan: dict, breakdown: dict) -> dict:
         "forward_s": f,
         "backward_s": b,
         "bars": bars,
-        "drawn_bubble_s": span - busy,
+        "drawn_bubble_s": max(0.0, span - busy),  # rounding leaves -1e-16 when none
         "bubble_s": breakdown["bubble_s"],
         "approximate": schedule in ("zb-h1", "dualpipe")
         or (schedule == "interleaved" and m % pp != 0),
