@@ -17,12 +17,6 @@ from __future__ import annotations
 from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
 
 MEGATRON_CORE = "megatron-core"
-# search profile -> the export targets that run it
-EXPORT_TARGETS = {
-    MEGATRON_CORE: ("megatron", "nemo"),
-    "torchtitan": ("torchtitan",),
-    "deepspeed": ("deepspeed",),
-}
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 
 
