@@ -53,6 +53,7 @@ from paraplan.specs.rules import (
     layout_model_rule,
     moe_sequence_parallel_rule,
     pp_rule,
+    dtype_rule,
     precision_rules,
     sequence_parallel_rule,
     tp_rules,
@@ -182,6 +183,8 @@ class SearchProblem(GridAxes):
             raise InputError.from_violations(broken)
         if precision := precision_rules(self.system.accelerator, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*rule) for rule in precision])
+        if dtype := dtype_rule(self.dtype, self.system.accelerator):
+            raise InputError.from_violations([Violation("dtype", self.dtype, dtype)])
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
         if self.seq_length <= 0:

@@ -32,6 +32,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import check_search_bounds
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.rules import dtype_rule
 from paraplan.specs.system import SystemSpec
 from paraplan.sweep.executors import execute
 from paraplan.sweep.journal import POINTS_FILE, PointWriter, locked, open_output
@@ -272,14 +273,8 @@ def _settings(config: SweepConfig) -> dict:
 
 
 def _check_dtype(system: SystemSpec, dtype: str) -> None:
-    try:
-        system.accelerator.peak_matrix_flops(dtype)
-    except KeyError:
-        have = ", ".join(sorted(system.accelerator.matrix_flops))
-        raise InputError(
-            f"--dtype: {dtype} is not supported by {system.name} "
-            f"(accelerator.matrix_flops has {have}); choose one of those"
-        ) from None
+    if rule := dtype_rule(dtype, system.accelerator):
+        raise InputError(f"--dtype: {dtype!r} is not allowed; {rule}")
 
 
 def results_document(config: SweepConfig, records: list[dict]) -> dict:
