@@ -50,6 +50,7 @@ import numpy as np
 from paraplan.cost.attention import attention_shape_factor
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.errors import InputError
+from paraplan.specs.system import activation_dtype
 
 IDW_NEIGHBOURS = 4
 TABLE_KINDS = (
@@ -325,8 +326,8 @@ def attention_time_s(
 ):
     """Measured time of fused attention doing ``work`` (FLOPs × causal share) on ``call``
     (q tokens, kv tokens, head dim, causal), or None where the kernel or dtype is not measured
-    (fp8 recipes run attention in bf16, as in cost.compute)."""
-    if _dtype(dtype) not in ("bf16", "fp8"):
+    (fp8 and FP4 recipes run attention in bf16: specs.system.activation_dtype, as in cost.compute)."""
+    if _dtype(activation_dtype(dtype)) != "bf16":
         return None
     table = load_table(ref, l2)
     q, kv, head_dim, causal = call
@@ -352,11 +353,9 @@ def clear_caches() -> None:
 
 
 def table_provenance(ref: str) -> dict:
-    """A table's table.yaml fields other than ``files`` (device, software, date, source, accelerators)."""
-    import yaml
-
-    meta = yaml.safe_load((_folder(ref) / "table.yaml").read_text(encoding="utf-8")) or {}
-    return {k: v for k, v in meta.items() if k != "files"}
+    """A table's table.yaml fields other than ``files`` (device, software, date, source, accelerators):
+    those ``load_table`` (cached) read."""
+    return load_table(ref).provenance
 
 
 def tables_measured_on(accelerator: str) -> list[str]:
