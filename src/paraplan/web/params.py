@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from paraplan import api
+from paraplan.catalog import suggestions
+from paraplan.search.space import OBJECTIVES
 from paraplan.specs.errors import InputError
 from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.plan import Attention, PlanDtype, Recompute, Schedule
 
-OBJECTIVES = ("time", "cost", "mfu", "robust")
 INT_LISTS = {"tp": "tp", "pp": "pp", "cp": "cp", "micro-batch": "micro_batch", "zero": "zero"}
 INT_LISTS |= {"ep": "ep", "etp": "etp"}
 CHOICE_LISTS = {
@@ -143,7 +144,7 @@ def _spec(params: dict, kind: str, names: list[str]):
     if not name:
         raise error(kind, f"missing; give a catalog name or paste a {kind} file")
     if name not in names:
-        near = [n for n in names if name.lower() in n or n in name.lower()][:3]
+        near = suggestions(name, list(names))
         hint = f"; did you mean {', '.join(near)}?" if near else "; see the catalog list"
         raise error(kind, f"{name!r} is not in the catalog{hint}")
     return name
