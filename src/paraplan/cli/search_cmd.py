@@ -383,7 +383,7 @@ def search(
     )
     from paraplan.api import annotate_rows, launch_targets_of
 
-    launches = launch_targets_of(problem, result) if not as_json else []
+    launches = launch_targets_of(problem, result) if not (as_json or problem.framework) else []
     if as_json:
         out = search_document(problem, result, run_tokens)
         annotate_rows(out, problem, result, full_hbm, memory_headroom)

@@ -14,15 +14,26 @@ maxtext, the 2021 profiles) search the whole space; the rows then say which fram
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
 
 MEGATRON_CORE = "megatron-core"
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 
 
+@lru_cache(maxsize=64)
 def restricted(framework: str | None) -> bool:
-    """Does the search leave out plans this framework profile cannot launch?"""
-    return framework == MEGATRON_CORE
+    """Does the search leave out plans this framework profile cannot launch? The Megatron-Core
+    profile and the recipe profiles built on it (``base: megatron-core``: nemo-24.09,
+    megatron-bridge-25.11)."""
+    if framework is None:
+        return False
+    if framework == MEGATRON_CORE:
+        return True
+    from paraplan.catalog import framework_names, load_framework
+
+    return framework in framework_names() and load_framework(framework).base == MEGATRON_CORE
 
 
 def schedule_allowed(framework: str | None, schedule: str) -> bool:

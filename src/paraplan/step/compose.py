@@ -105,7 +105,8 @@ def _pipeline(inp: StepInputs) -> dict:
     bubble and the step's parts by kind (m × the slowest stage's parts)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
-    works = [stage_work(s, split_backward_on(inp.knobs)) for s in stages]
+    split = split_backward_on(inp.knobs)
+    works = [stage_work(s, split) for s in stages]
     totals = [work_total(w) for w in works]
     slowest_work, slowest = _argmax(totals, present)
     all_work = 0.0
