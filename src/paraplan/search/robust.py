@@ -60,6 +60,15 @@ def robust_search(problem: SearchProblem, top_k: int, run, **options):
     return result
 
 
+def evaluated_sink_refused() -> InputError:
+    """The error for ``evaluated_sink`` beside the robust objective, ``collect_all`` or
+    ``feasible_sink`` (search.run.search)."""
+    return InputError(
+        "evaluated_sink: not available with objective robust, collect_all or feasible_sink "
+        "(use feasible_sink for every feasible plan)"
+    )
+
+
 def robust_dispatch(run):
     """Wraps a time search ``run(problem, top_k, **options)`` (``search.run.search``,
     ``exhaustive_search``): a problem at objective "robust" is checked and goes through
@@ -70,10 +79,7 @@ def robust_dispatch(run):
         if problem.objective == "robust":  # ranked by the band's pessimistic end (module docstring)
             problem.check()
             if options.get("evaluated_sink") is not None:
-                raise InputError(
-                    "evaluated_sink: not available with objective robust, collect_all or "
-                    "feasible_sink (use feasible_sink for every feasible plan)"
-                )
+                raise evaluated_sink_refused()
             return robust_search(problem, top_k, run, **options)
         return run(problem, top_k, **options)
 

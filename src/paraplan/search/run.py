@@ -56,11 +56,10 @@ from paraplan.search.result import (
     scan_result,
     trim_pool,
 )
-from paraplan.search.robust import robust_dispatch
+from paraplan.search.robust import evaluated_sink_refused, robust_dispatch
 from paraplan.search.scan import Scan
 from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable
-from paraplan.specs.errors import InputError
 from paraplan.step.compose import pipeline_bound_s
 
 # the result types (search.result) and the scan (search.scan), named here too
@@ -100,10 +99,7 @@ def search(
     with ``objective`` robust, ``collect_all`` or ``feasible_sink``."""
     problem.check()
     if evaluated_sink is not None and (collect_all or feasible_sink is not None):
-        raise InputError(
-            "evaluated_sink: not available with objective robust, collect_all or feasible_sink "
-            "(use feasible_sink for every feasible plan)"
-        )
+        raise evaluated_sink_refused()
     with _cyclic_gc_paused():
         if evaluated_sink is not None:
             workers = 1  # the sink is called in this process

@@ -58,7 +58,9 @@ BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name not in SPL
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
-def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> BlockTerms:
+def block_terms(
+    compute, comm, recompute_code: Num, overlap_tp_comm: Num, deferred: bool = True
+) -> BlockTerms:
     """Per-micro-batch block time from its summed op times (``compute``: step.build.BlockCompute) and
     collective times and hidden prices (``comm``: step.build.BlockComm); fields may be floats or arrays.
 
@@ -94,7 +96,8 @@ def block_terms(compute, comm, recompute_code: Num, overlap_tp_comm: Num) -> Blo
         comm.tp_forward,
     )
     tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False)
-    tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b)
+    # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
+    tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b) if deferred else 0.0
     tp_rc = where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
     cp_rc = where(recompute_code > 0, cp_f, 0.0)  # both recompute modes re-run the core attention
     ep_f, ep_b = expert_exposure(c, comm)

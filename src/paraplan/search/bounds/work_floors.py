@@ -276,8 +276,12 @@ def _pair_totals(
     n = len(entries.codes)
     compute = take(entries.stacked, np.tile(np.arange(n), len(pairs)))
     overlaps = np.concatenate([entries.overlaps & (pair[0].domains == 1) for pair in pairs])
-    terms = block_terms(
-        compute, stack(comms, np.array(index)), np.tile(entries.codes, len(pairs)), overlaps
+    terms = block_terms(  # the floor sums BLOCK_TERM_NAMES only: no split-backward term
+        compute,
+        stack(comms, np.array(index)),
+        np.tile(entries.codes, len(pairs)),
+        overlaps,
+        deferred=False,
     )
     total = 0.0
     for part in BLOCK_TERM_NAMES:
