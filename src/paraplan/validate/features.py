@@ -100,19 +100,16 @@ def model_kind(model: ModelSpec) -> str:
     return "moe" if moe_shaped(model) else "dense"
 
 
-MEGATRON_FAMILY = (
-    "megatron-core",
-    "megatron-lm-2021",
-    "nemo-24.09",  # recipe profiles on megatron-core (their ``base``)
-    "megatron-bridge-25.11",
-)  # the profiles the fitted constants were calibrated under
+# the stack profiles the fitted constants were calibrated under; a recipe profile built on one
+# (its ``base``: nemo-24.09, megatron-bridge-25.11) belongs to the family too (stack_of)
+MEGATRON_FAMILY = ("megatron-core", "megatron-lm-2021")
 
 
 def case_population(model: ModelSpec, framework: str | None) -> str:
     """The population whose residuals speak for an estimate: the model kind ('dense' / 'moe'), followed by
     the framework's name outside the Megatron-LM family (no profile counts as Megatron-LM)."""
     kind = model_kind(model)
-    return kind if framework is None or framework in MEGATRON_FAMILY else f"{kind} {framework}"
+    return kind if stack_of(framework) == MEGATRON_STACK else f"{kind} {framework}"
 
 
 # traits a band is conditioned on, least telling first: validate.band drops them in this order when
@@ -134,16 +131,20 @@ class BandKeys:
 
 @lru_cache(maxsize=64)
 def stack_of(framework: str | None) -> str:
-    """The software stack of a framework profile: the profile's ``stack`` field where its schema has one,
-    else its name; the Megatron-LM family profiles and no profile are one stack, ``MEGATRON_STACK``
-    (the profiles the fitted constants were calibrated under)."""
-    if framework is None or framework in MEGATRON_FAMILY:
-        return MEGATRON_STACK
+    """The software stack of a framework profile: the stack profile at the root of its ``base``
+    chain (a recipe profile's stack is the one it refines), else its name; the Megatron-LM family
+    profiles and no profile are one stack, ``MEGATRON_STACK`` (the profiles the fitted constants
+    were calibrated under)."""
+    root = framework
     try:
-        stack = getattr(load_framework(framework), "stack", None)
+        while root is not None and root not in MEGATRON_FAMILY:
+            base = load_framework(root).base
+            if base is None:
+                break
+            root = base
     except InputError:  # a profile the catalog does not have: its name is the stack
-        stack = None
-    return str(stack or framework)
+        pass
+    return MEGATRON_STACK if root is None or root in MEGATRON_FAMILY else str(root)
 
 
 def band_keys(
