@@ -2,6 +2,12 @@
 
     python benchmarks/gpu/steps_to_cases.py OUT.json DIR/steps/train_steps.json [...]
 
+Also reads hf_steps.py output (records with ``hf_config``: the model is paraplan's reading of
+that config, catalog.hf.model_from_hf_config; framework ``hf-transformers``, or the fp32 stack as
+``hf-transformers`` with dtype ``fp32``) and host_fp8.py's tiny_steps*.json (train_steps records;
+a ``compile`` mode of ``default`` is ``pytorch-compile``; ``reduce-overhead``, CUDA graphs, has no
+profile and is skipped).
+
 Each record becomes one held-out case (step_time_s only), encoded the way it ran: the catalog system
 of the GPU that ran it, the model shape that ran (inline), the record's 1-GPU plan (dtype ``tf32`` for
 fp32 parameters with TF32 matmuls, ``recompute: full`` for torch.utils.checkpoint per block,
@@ -24,19 +30,56 @@ STACK_FRAMEWORK = {
 }
 COMPILED = ("pytorch-compile", {})
 GROUP = "gpu-steps-2026-11"
+MEASURED = Path(__file__).parent / "measured"
+HF_STACK = {"hf-trainer-amp": {}, "hf-trainer-fp32": {"dtype": "fp32"}}
+
+
+def hf_record_case(rec: dict, source: str) -> dict:
+    """A hf_steps.py record as a case: the model as paraplan reads the config that ran."""
+    from paraplan.catalog.hf import model_from_hf_config
+
+    spec = model_from_hf_config(rec["hf_config"], rec["catalog_model"])
+    model = spec.model_dump(mode="json", exclude_defaults=True, exclude={"name"})
+    stack = rec["stack"]
+    notes = (
+        f"Trainer-style step ({stack['name']}): transformers {stack['transformers']}, "
+        f"autocast {stack['autocast']}, params {stack['param_dtype']}, "
+        f"attn_implementation {stack['attn_implementation']}, {stack['loss']}, "
+        f"clip_grad_norm {stack['clip_grad_norm']}, {stack['optimizer']}, gradient checkpointing "
+        f"{stack['gradient_checkpointing']}, grad_accum {stack['grad_accum']}; median of "
+        f"{rec['steps_timed']} steps (min {rec['measured']['step_time_min_s']:.4f}, max "
+        f"{rec['measured']['step_time_max_s']:.4f} s); peak allocated "
+        f"{rec['measured']['peak_allocated_gib']:.2f} GiB; {rec['params']:,} parameters"
+    )
+    return {
+        "name": rec["name"],
+        "source": source,
+        "scope": "stage",
+        "framework": "hf-transformers",
+        "group": GROUP,
+        "model": model,
+        "system": SYSTEMS[rec["name"].split("-", 1)[0]],
+        "plan": {**rec["plan"], **HF_STACK[stack["name"]]},
+        "measured": {"step_time_s": round(rec["measured"]["step_time_s"], 6)},
+        "notes": notes,
+    }
 
 
 def record_case(rec: dict, source: str) -> dict:
     stack = rec["stack"]
+    if "hf_config" in rec:
+        return hf_record_case(rec, source)
     framework, fields = COMPILED if stack.get("compile") else STACK_FRAMEWORK[stack["name"]]
     plan = {**rec["plan"], **fields}
     if stack["name"] == "eager-tf32":
         plan["attention"] = "flash"  # SDPA memory-efficient kernel: fused, no score matrix
     system = SYSTEMS[rec["name"].split("-", 1)[0]]
     sdpa = stack.get("sdpa_backend")
+    g = {k: stack.get(k, "not recorded") for k in ("autocast", "param_dtype", "tf32_matmul")}
+    g |= {k: stack.get(k, "not recorded") for k in ("optimizer", "loss")}
     notes = (
-        f"stack {stack['name']}: autocast {stack['autocast']}, params {stack['param_dtype']}, "
-        f"tf32 matmul {stack['tf32_matmul']}, {stack['optimizer']}, loss {stack['loss']}, "
+        f"stack {stack['name']}: autocast {g['autocast']}, params {g['param_dtype']}, "
+        f"tf32 matmul {g['tf32_matmul']}, {g['optimizer']}, loss {g['loss']}, "
         f"SDPA {sdpa}, compile {stack.get('compile')}, recompute {stack.get('recompute')}, "
         f"grad_accum {stack.get('grad_accum', 1)}; median of {rec['steps_timed']} steps "
         f"(min {rec['measured']['step_time_min_s']:.4f}, max {rec['measured']['step_time_max_s']:.4f} s); "
@@ -61,13 +104,22 @@ def main(out: str, *inputs: str) -> None:
     for path in inputs:
         doc = json.loads(Path(path).read_text())
         prov = doc["provenance"]
+        script = Path(prov.get("script", "train_steps.py")).name
+        if Path(path).name.startswith("tiny_steps"):
+            script = "host_fp8.py"  # its provenance names train_steps.py, whose model it runs
+        elif any("hf_config" in r for r in doc["records"]):
+            script = "hf_steps.py"
+        where = Path(path).resolve().relative_to(MEASURED.resolve())
         source = (
-            f"paraplan benchmarks/gpu/train_steps.py on one {prov['device']} "
-            f"({prov['date'][:10]}, torch {prov['torch']}); {Path(path).parent.parent.name}/steps/"
-            "train_steps.json (held out: single-GPU steps measured by the project)"
+            f"paraplan benchmarks/gpu/{script} on one {prov['device']} "
+            f"({prov['date'][:10]}, torch {prov['torch']}); {where.parts[0]}/"
+            f"{'/'.join(where.parts[1:])} (held out: single-GPU steps measured by the project)"
         )
         cases += [
-            record_case(r, source) for r in doc["records"] if "step_time_s" in r.get("measured", {})
+            record_case(r, source)
+            for r in doc["records"]
+            if "step_time_s" in r.get("measured", {})
+            and r["stack"].get("compile") in (None, False, True, "default")
         ]
     Path(out).write_text(json.dumps({"cases": cases}, indent=1) + "\n")
 
