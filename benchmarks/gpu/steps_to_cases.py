@@ -1,6 +1,9 @@
 """Turn measured single-GPU training steps (train_steps.py output) into paraplan validation cases.
 
-    python benchmarks/gpu/steps_to_cases.py OUT.json DIR/steps/train_steps.json [...]
+    python benchmarks/gpu/steps_to_cases.py OUT.json DIR/steps/train_steps.json [...] [--group NAME]
+
+``--group`` names the cases' validation group (default gpu-steps-2026-11). Records named
+``*-repeat`` (a base run measured again to show the run-to-run spread) are not cases.
 
 Also reads hf_steps.py output (records with ``hf_config``: the model is paraplan's reading of
 that config, catalog.hf.model_from_hf_config; framework ``hf-transformers``, or the fp32 stack as
@@ -34,7 +37,7 @@ MEASURED = Path(__file__).parent / "measured"
 HF_STACK = {"hf-trainer-amp": {}, "hf-trainer-fp32": {"dtype": "fp32"}}
 
 
-def hf_record_case(rec: dict, source: str) -> dict:
+def hf_record_case(rec: dict, source: str, group: str) -> dict:
     """A hf_steps.py record as a case: the model as paraplan reads the config that ran."""
     from paraplan.catalog.hf import model_from_hf_config
 
@@ -56,7 +59,7 @@ def hf_record_case(rec: dict, source: str) -> dict:
         "source": source,
         "scope": "stage",
         "framework": "hf-transformers",
-        "group": GROUP,
+        "group": group,
         "model": model,
         "system": SYSTEMS[rec["name"].split("-", 1)[0]],
         "plan": {**rec["plan"], **HF_STACK[stack["name"]]},
@@ -65,10 +68,10 @@ def hf_record_case(rec: dict, source: str) -> dict:
     }
 
 
-def record_case(rec: dict, source: str) -> dict:
+def record_case(rec: dict, source: str, group: str = GROUP) -> dict:
     stack = rec["stack"]
     if "hf_config" in rec:
-        return hf_record_case(rec, source)
+        return hf_record_case(rec, source, group)
     framework, fields = COMPILED if stack.get("compile") else STACK_FRAMEWORK[stack["name"]]
     plan = {**rec["plan"], **fields}
     if stack["name"] == "eager-tf32":
@@ -90,7 +93,7 @@ def record_case(rec: dict, source: str) -> dict:
         "source": source,
         "scope": "stage",
         "framework": framework,
-        "group": GROUP,
+        "group": group,
         "model": rec["model"],
         "system": system,
         "plan": plan,
@@ -99,7 +102,7 @@ def record_case(rec: dict, source: str) -> dict:
     }
 
 
-def main(out: str, *inputs: str) -> None:
+def main(out: str, *inputs: str, group: str = GROUP) -> None:
     cases = []
     for path in inputs:
         doc = json.loads(Path(path).read_text())
@@ -116,13 +119,19 @@ def main(out: str, *inputs: str) -> None:
             f"{'/'.join(where.parts[1:])} (held out: single-GPU steps measured by the project)"
         )
         cases += [
-            record_case(r, source)
+            record_case(r, source, group)
             for r in doc["records"]
             if "step_time_s" in r.get("measured", {})
+            and not r["name"].endswith("-repeat")
             and r["stack"].get("compile") in (None, False, True, "default")
         ]
     Path(out).write_text(json.dumps({"cases": cases}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    if "--group" in args:
+        at = args.index("--group")
+        main(*args[:at], *args[at + 2 :], group=args[at + 1])
+    else:
+        main(*args)

@@ -37,9 +37,11 @@ def test_bundled_files_load():
         "moe-visible.json",
         "narayanan2021.json",
         "gpu-steps-2026-11.json",
+        "hf-steps-2026-11.json",
+        "tiny-steps-2026-11.json",
     } <= set(names)
     cases = load_cases()
-    assert len(cases) == 91 and len({(c.file, c.name) for c in cases}) == 91
+    assert len(cases) == 110 and len({(c.file, c.name) for c in cases}) == 110
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -61,3 +61,65 @@ def test_the_gpu_steps_are_held_out():
     report = run_cases(load_cases([CASES]))
     assert report["summary"]["calibration"]["step_time_cases"] == 0
     assert report["summary"]["held_out"]["step_time_cases"] == 25
+
+
+MEASURED_B = ROOT / "benchmarks/gpu/measured/h100-2026-11-27b"
+NEW_SETS = {
+    # case file -> (group, measured files, cases)
+    "hf-steps-2026-11.json": (
+        "hf-steps-2026-11",
+        [MEASURED_B / "hf/train_steps.json", MEASURED_B / "extra/hf/train_steps.json"],
+        11,
+    ),
+    "tiny-steps-2026-11.json": (
+        "tiny-steps-2026-11",
+        [MEASURED_B / "host/tiny_steps.json", MEASURED_B / "extra/host/tiny_steps_extra.json"],
+        8,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_SETS))
+def test_the_new_case_files_are_the_converters_output(name, tmp_path):
+    group, inputs, count = NEW_SETS[name]
+    out = tmp_path / name
+    _converter().main(str(out), *map(str, inputs), group=group)
+    cases = json.loads(out.read_text())
+    assert cases == json.loads((CASES.parent / name).read_text())
+    assert len(cases["cases"]) == count and {c["group"] for c in cases["cases"]} == {group}
+
+
+HF_RECORDS = {
+    r["name"]: r
+    for p in NEW_SETS["hf-steps-2026-11.json"][1]
+    for r in json.loads(p.read_text())["records"]
+    if not r["name"].endswith("-repeat")
+}
+QK_NORM = pytest.mark.xfail(
+    strict=True,
+    reason="Qwen3's per-head q/k RMSNorm weights (2 x head_dim a layer) are not modelled",
+)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=QK_NORM) if "qwen3" in n else n for n in sorted(HF_RECORDS)]
+)
+def test_hf_steps_read_the_config_that_ran(name):
+    """Each Hugging Face case's model is paraplan's reading of the config that ran: its parameter
+    count is the one the step printed, the stack hf-transformers, the plan the Trainer's."""
+    rec = HF_RECORDS[name]
+    case = {c.name: c for c in load_cases([CASES.parent / "hf-steps-2026-11.json"])}[name]
+    assert case.framework == "hf-transformers"
+    assert case.plan.dtype == ("bf16" if rec["stack"]["autocast"] else "fp32")
+    assert case.plan.global_batch == case.plan.micro_batch * rec["stack"]["grad_accum"]
+    assert case.model.total_params == rec["params"]
+
+
+@pytest.mark.parametrize("name", sorted(NEW_SETS))
+def test_the_new_steps_are_held_out(name):
+    group, _, count = NEW_SETS[name]
+    fitted_on = {s for c in FITTED_CONSTANTS for s in c.fitted_on}
+    assert group not in fitted_on
+    report = run_cases(load_cases([CASES.parent / name]))
+    assert report["summary"]["calibration"]["step_time_cases"] == 0
+    assert report["summary"]["held_out"]["step_time_cases"] == count
