@@ -235,6 +235,19 @@ def test_rotary_only_for_rope_models():
     assert "rotary_embedding" not in {o.name for o in decoder_layer(GPT, shape()).ops}
 
 
+def test_qk_norm_weights_and_traffic_by_hand():
+    """Qwen3's per-head q/k RMSNorm: 2·d_head gains a layer; one read and one write of the
+    q and k heads a GPU holds (tokens·(a + a_kv)·d/t elements, 2 B each)."""
+    qwen = LLAMA.model_copy(update={"qk_norm": True, "head_dim": 128})
+    assert qwen.total_params - LLAMA.total_params == 32 * 2 * 128
+    ops = {o.name: o for o in decoder_layer(qwen, shape(tp=2)).ops}
+    elements = 2048 * (32 + 8) * 128 / 2
+    assert ops["qk_norm"].fwd_bytes == pytest.approx(2 * 2 * elements)
+    assert "qk_norm" not in {o.name for o in decoder_layer(LLAMA, shape(tp=2)).ops}
+    qwen3_moe = load_model("qwen3-30b-a3b")
+    assert qwen3_moe.qk_norm and qwen3_moe.total_params == 30_532_122_624  # the Hub's count
+
+
 def test_tp_must_divide_kv_heads():
     # Llama 3 8B: 8 KV heads; tp = 16 would leave half a key/value head per GPU (Megatron-LM
     # requires num_query_groups % tp == 0), so the plan is rejected naming tp.

@@ -95,15 +95,9 @@ HF_RECORDS = {
     for r in json.loads(p.read_text())["records"]
     if not r["name"].endswith("-repeat")
 }
-QK_NORM = pytest.mark.xfail(
-    strict=True,
-    reason="Qwen3's per-head q/k RMSNorm weights (2 x head_dim a layer) are not modelled",
-)
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=QK_NORM) if "qwen3" in n else n for n in sorted(HF_RECORDS)]
-)
+@pytest.mark.parametrize("name", sorted(HF_RECORDS))
 def test_hf_steps_read_the_config_that_ran(name):
     """Each Hugging Face case's model is paraplan's reading of the config that ran: its parameter
     count is the one the step printed, the stack hf-transformers, the plan the Trainer's."""

@@ -266,6 +266,7 @@ def _llama_like(data: dict, get, family: str) -> dict:
         "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
         "bias": False,
         "qkv_bias": family == "qwen2" or get("attention_bias", default=False, kind=bool),
+        "qk_norm": family == "qwen3",  # Qwen3Attention's q_norm / k_norm
         "dropout": _has_dropout(get, ("attention_dropout", "resid_pdrop", "embd_pdrop"), 0.0),
         "position_embedding": "rope",
     }

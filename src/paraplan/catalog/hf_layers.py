@@ -114,6 +114,7 @@ def gemma(get, family: str, field: str) -> dict:
         "tie_embeddings": get("tie_word_embeddings", default=True, kind=bool),
         "bias": False,
         "qkv_bias": get("attention_bias", default=False, kind=bool),
+        "qk_norm": family == "gemma3_text",  # Gemma3Attention's q_norm / k_norm
         "dropout": get("attention_dropout", default=0.0, kind=float) > 0,
         "position_embedding": "rope",
     }

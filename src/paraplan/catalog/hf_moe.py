@@ -232,6 +232,7 @@ def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
         "moe_ffn_hidden": get("moe_intermediate_size"),
         "dense_layers": dense,
         "moe_layer_interval": interval,
+        "qk_norm": family == "qwen3_moe",  # Qwen3MoeAttention's q_norm / k_norm
     }
     shared = get("shared_expert_intermediate_size", 0)
     if shared:

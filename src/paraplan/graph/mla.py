@@ -21,6 +21,7 @@ from paraplan.graph.transformer import (
     _gemm,
     _memory,
     attention_ops,
+    query_key_ops,
     ulysses_collectives,
 )
 from paraplan.specs.model import ModelSpec
@@ -132,13 +133,8 @@ def gqa_ops(
             model.hidden,
         )
     ]
-    if not model.learned_positions:
-        ops.append(
-            _memory(
-                "rotary_embedding",
-                2 * shape.act_bytes * shape.local_tokens * (model.q_width + model.kv_width) / t,
-            )
-        )
+    qk_elements = shape.local_tokens * (model.q_width + model.kv_width) / t
+    ops += query_key_ops(model, qk_elements, shape.act_bytes)
     return ops + core_attention_ops(model, shape, window, window_share)
 
 

@@ -42,6 +42,7 @@ from paraplan.graph.transformer import (
     _norm_flops,
     attention_ops,
     kv_gather_collectives,
+    query_key_ops,
 )
 from paraplan.specs.model import ModelSpec
 
@@ -144,11 +145,7 @@ def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         _memory("input_norm", 2 * ab * block, _norm_flops(model, block)),
         gemms["qkv_projection"],
     ]
-    if not model.learned_positions:
-        rotated = tokens * (model.q_width + model.kv_width) / grid
-        ops.append(
-            _memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated)
-        )
+    ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / grid, ab)
     ops += attention_ops(model, attention_shape_2d(shape))
     ops += [
         gemms["attention_projection"],

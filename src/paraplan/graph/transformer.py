@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
 
 # Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
@@ -213,7 +214,7 @@ class LayerParamParts(NamedTuple):
     matrices: int  # h·(q+2kv) + q·h + p·h·f + f·h
     split_bias: int  # the column-parallel biases: q+2kv (with qkv biases) and p·f (with biases)
     replicated_bias: int  # the row-parallel biases: 2h (with biases)
-    norm_params: int  # two norms of h gains (and h shifts for LayerNorm)
+    norm_params: int  # two norms of h gains (and h shifts for LayerNorm), and q/k norms of d
 
 
 def layer_param_parts(model: ModelSpec) -> LayerParamParts:
@@ -221,7 +222,7 @@ def layer_param_parts(model: ModelSpec) -> LayerParamParts:
     projections (Shoeybi et al. 2019, §3)."""
     h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
     matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
-    norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h
+    norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h + qk_norm_params(model)
     split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (
         p * f if model.has_bias else 0
     )
@@ -301,6 +302,19 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
     return Op("fp8_casts", "memory", 0.0, per_elem * fwd_elems, 0.0, per_elem * bwd_elems)
 
 
+def query_key_ops(model: ModelSpec, qk_elements: float, ab: int) -> list[Op]:
+    """Element-wise ops on the q and k heads of one GPU (``qk_elements`` = tokens·(q+kv) there):
+    the per-head RMSNorm of Qwen3 / Gemma 3 (transformers Qwen3Attention ``q_norm``/``k_norm``)
+    and the rotary embedding (Su et al. 2021), each reading and writing its elements once."""
+    ops = []
+    if model.qk_norm:
+        ops.append(_memory("qk_norm", 2 * ab * qk_elements, _norm_flops(model, qk_elements)))
+    if not model.learned_positions:
+        flops = FLOPS_PER_ELEMENT["rotary"] * qk_elements
+        ops.append(_memory("rotary_embedding", 2 * ab * qk_elements, flops))
+    return ops
+
+
 @lru_cache(maxsize=4096)
 def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block) under
@@ -316,11 +330,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         _memory("input_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
         _gemm("qkv_projection", 1, tokens, qkv_width, h),
     ]
-    if not model.learned_positions:
-        rotated = tokens * (model.q_width + model.kv_width) / t
-        ops.append(
-            _memory("rotary_embedding", 2 * ab * rotated, FLOPS_PER_ELEMENT["rotary"] * rotated)
-        )
+    ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / t, ab)
     ops += attention_ops(model, shape)
     ops += [
         _gemm("attention_projection", 1, tokens, h, model.q_width / t),

@@ -40,6 +40,11 @@ class ModelSpec(InputModel):
     head_dim: int | None = Field(
         default=None, gt=0, description="per-head width; default hidden / heads"
     )
+    qk_norm: bool = Field(
+        default=False,
+        description="RMSNorm over each query and key head before RoPE (Qwen3, Gemma 3): "
+        "2 x head_dim weights a layer",
+    )
     ffn_hidden: int = Field(gt=0, description="MLP inner width")
     vocab: int = Field(gt=0, description="vocabulary size")
     mlp: Literal["gelu", "swiglu"] = "gelu"

@@ -160,12 +160,20 @@ def mla_params(m: "ModelSpec") -> dict[str, int]:
     return parts
 
 
+def qk_norm_params(m: "ModelSpec") -> int:
+    """Per-head query and key norms (Qwen3 / Gemma 3 ``q_norm``, ``k_norm``: RMSNorm over d_head,
+    one gain vector shared by the heads; transformers modeling_qwen3.py, Qwen3Attention): 2·d."""
+    return 2 * _norm_params(m, m.d_head) if m.qk_norm else 0
+
+
 def attention_params(m: "ModelSpec") -> int:
-    """Attention parameters of one layer: MLA (mla_params) or h·(q+2kv) + q·h (+ biases q+2kv+h)."""
+    """Attention parameters of one layer: MLA (mla_params) or h·(q+2kv) + q·h (+ biases q+2kv+h),
+    plus the query/key norms where the model has them (qk_norm_params)."""
     if m.attention_type == "mla":
         return sum(mla_params(m).values())
     bias = (m.q_width + 2 * m.kv_width + m.hidden) if m.has_bias else 0
-    return m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden + bias
+    matrices = m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
+    return matrices + bias + qk_norm_params(m)
 
 
 def mlp_params(m: "ModelSpec", width: int) -> int:
