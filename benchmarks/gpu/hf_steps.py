@@ -120,6 +120,8 @@ class HfRun(NamedTuple):
     checkpointing: bool = False  # model.gradient_checkpointing_enable()
     accum: int = 1  # Trainer gradient_accumulation_steps (loss / accum, one optimizer step)
     repeat: bool = False  # a repeat of a base run (run-to-run spread)
+    overrides: tuple = ()  # (config key, value) pairs changed from the published shape
+    tag: str = ""  # name suffix of an ablation
 
 
 RUNS = (
@@ -142,10 +144,26 @@ EXTRA = (
 )
 
 
+# --suite ablation: GPT-2 124M (the base run) with one stack detail changed at a time, to attribute
+# its step time: vocabulary padded to a multiple of 64, no dropout, the fused tanh-GELU kernel
+# instead of transformers' composite `gelu_new`, and all three.
+NO_DROPOUT = (("resid_pdrop", 0.0), ("embd_pdrop", 0.0), ("attn_pdrop", 0.0))
+FUSED_GELU = (("activation_function", "gelu_pytorch_tanh"),)
+PADDED = (("vocab_size", 50304),)
+ABLATION = (
+    HfRun("gpt2", 1024, 16, tag="base"),
+    HfRun("gpt2", 1024, 16, overrides=PADDED, tag="vocab50304"),
+    HfRun("gpt2", 1024, 16, overrides=NO_DROPOUT, tag="nodropout"),
+    HfRun("gpt2", 1024, 16, overrides=FUSED_GELU, tag="fusedgelu"),
+    HfRun("gpt2", 1024, 16, overrides=PADDED + NO_DROPOUT + FUSED_GELU, tag="all3"),
+)
+
+
 def hf_config(run, smoke):
     kind, fields = HF_SHAPES[run.model]
+    fields = {**fields, **dict(run.overrides)}
     if smoke:
-        kind, fields = "GPT2Config", SMOKE
+        kind, fields = "GPT2Config", {**SMOKE, **dict(run.overrides)}
     cfg = getattr(transformers, kind)(**fields)
     cfg.use_cache = False
     return cfg
@@ -249,6 +267,7 @@ def run_all(runs, device, deadline, out, smoke):
         name += f"-gb{run.mb * run.accum}" if run.accum > 1 else ""
         name += "-ckpt" if run.checkpointing else ""
         name += "-repeat" if run.repeat else ""
+        name += f"-ablation-{run.tag}" if run.tag else ""
         if time.perf_counter() + last_dur > deadline:
             out.log(f"skip {name}: budget")
             out.add({"name": name, "catalog_model": run.model, "skipped": "budget"})
@@ -278,7 +297,7 @@ def main():
     ap.add_argument("--budget", type=float, default=90.0)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--suite", default="base", choices=["base", "extra"])
+    ap.add_argument("--suite", default="base", choices=["base", "extra", "ablation"])
     args = ap.parse_args()
     t_start = time.perf_counter()
     device = torch.device(args.device)
@@ -290,7 +309,7 @@ def main():
     out = ts.Recorder(args.outdir, {"provenance": prov, "records": []}, t_start)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     out.log(f"start on {prov['device']}, transformers {transformers.__version__}")
-    runs = RUNS if args.suite == "base" else EXTRA
+    runs = {"base": RUNS, "extra": EXTRA, "ablation": ABLATION}[args.suite]
     runs = runs[:2] if args.smoke else runs
     run_all(runs, device, t_start + args.budget, out, args.smoke)
 

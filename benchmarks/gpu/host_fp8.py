@@ -366,6 +366,28 @@ def measure_tiny_extra(device, deadline, smoke, log):
     return records
 
 
+def measure_alignment(device, smoke, log):
+    """bf16 GEMMs of a GPT-2 LM head (tokens x 768 x vocab) with the vocabulary as published
+    (50257, odd) and padded to a multiple of 64 (50304): forward (t x h x V), data gradient
+    (t x V x h) and weight gradient (V x t x h), as torch.matmul runs them."""
+    rows, t, h = [], (256 if smoke else 16384), (64 if smoke else 768)
+    for vocab in (50257, 50304) if not smoke else (257, 320):
+        x = torch.randn(t, h, device=device, dtype=torch.bfloat16)
+        w = torch.randn(vocab, h, device=device, dtype=torch.bfloat16)
+        g = torch.randn(t, vocab, device=device, dtype=torch.bfloat16)
+        shapes = {
+            "fwd": (lambda: x @ w.t(), (t, vocab, h)),
+            "dgrad": (lambda: g @ w, (t, h, vocab)),
+            "wgrad": (lambda: g.t() @ x, (vocab, h, t)),
+        }
+        for kind, (fn, (m, n, k)) in shapes.items():
+            us = kernel_time_us(fn, device)
+            rows.append({"op": f"lm_head_{kind}", "m": m, "n": n, "k": k, "vocab": vocab})
+            rows[-1] |= {"time_us": round(us, 4), "tflops": round(2 * m * n * k / us / 1e6, 1)}
+            log(f"align {kind} vocab {vocab}: {us:.1f} us {rows[-1]['tflops']} TFLOP/s")
+    return rows
+
+
 def write_csv(path, rows):
     if not rows:
         return
@@ -382,7 +404,7 @@ def main():
     ap.add_argument("--budget", type=float, default=90.0)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--suite", default="base", choices=["base", "extra"])
+    ap.add_argument("--suite", default="base", choices=["base", "extra", "align"])
     args = ap.parse_args()
     t0 = time.perf_counter()
     device = torch.device(args.device)
@@ -399,6 +421,10 @@ def main():
     with open(os.path.join(args.outdir, "env.json"), "w") as f:
         json.dump(prov, f, indent=1)
     log(f"start on {prov['device']}")
+    if args.suite == "align":
+        rows = measure_alignment(device, args.smoke, log)
+        write_csv(os.path.join(args.outdir, "gemm_alignment.csv"), rows)
+        return log(f"end after {time.perf_counter() - t0:.1f}s")
     if args.suite == "extra":
         tiny = measure_tiny_extra(device, t0 + args.budget, args.smoke, log)
         with open(os.path.join(args.outdir, "tiny_steps_extra.json"), "w") as f:
