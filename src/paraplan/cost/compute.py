@@ -19,6 +19,7 @@ from functools import lru_cache
 from paraplan.cost import kernel_tables as tables
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.flops import softmax_exponentials
+from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
 
@@ -91,17 +92,21 @@ def gemm_time_s(
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
     It is a per-GEMM cost of the step, outside the kernel (launch gaps, dependent-kernel bubbles;
-    docs/model.md §2), so it is added to a table's isolated-kernel time too."""
+    docs/model.md §2), so it is added to a table's isolated-kernel time too. A GEMM with a dimension
+    off the 16-byte grid runs at cost.gemm_alignment's measured share of the rate, unless the
+    framework pads what would be unaligned (efficiency.aligned_gemms_only)."""
     if flops <= 0:
         return 0.0
     b, m, n, k = (
         max(1, d) for d in shape
     )  # a slice narrower than one row (vocab < tp) is padded to one
+    aligned = 1.0 if acc.efficiency.aligned_gemms_only else gemm_alignment_share(m, n, k, dtype)
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
-            return measured * flops / (2.0 * b * m * n * k) + acc.efficiency.gemm_ramp_s
-    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
+            kernel_s = measured * flops / (2.0 * b * m * n * k)
+            return kernel_s / aligned + acc.efficiency.gemm_ramp_s
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
 

@@ -56,6 +56,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
         eff["hbm"] = eff["hbm"] / framework.eager_traffic_factor
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
+    eff["aligned_gemms_only"] = framework.pads_vocabulary
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
     return SystemSpec.model_validate(data)
 

@@ -103,6 +103,12 @@ class FrameworkSpec(InputModel):
         "ring",
         description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)",
     )
+    pads_vocabulary: bool = Field(
+        False,
+        description="the vocabulary is padded to a multiple of 128 x tp (Megatron-LM "
+        "--make-vocab-size-divisible-by, megatron/training/tokenizer/tokenizer.py "
+        "_vocab_size_with_padding), so no LM-head GEMM is unaligned (cost.gemm_alignment)",
+    )
     fused_kernels: bool = Field(
         True,
         description="element-wise ops fused (Megatron / Transformer Engine / XLA) or run eagerly one kernel each",

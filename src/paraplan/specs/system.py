@@ -96,6 +96,12 @@ class EfficiencySpec(InputModel):
         "rate (default: Megatron-LM's mixed-precision step, step.tail.OPTIMIZER_BYTES_PER_PARAM); a "
         "framework profile sets its own (cost.frameworks.framework_system)",
     )
+    aligned_gemms_only: bool = Field(
+        False,
+        description="every GEMM the software runs is 16-byte aligned (a framework that pads its "
+        "vocabulary: cost.frameworks.framework_system); else an unaligned GEMM runs at the measured "
+        "share of cost.gemm_alignment",
+    )
     host_sync_s: Seconds = Field(
         0.0,
         description="GPU idle time per device-to-host synchronisation in the step (the launch queue drains and "
