@@ -3,7 +3,7 @@
     python benchmarks/gpu/steps_to_cases.py OUT.json DIR/steps/train_steps.json [...] [--group NAME]
 
 ``--group`` names the cases' validation group (default gpu-steps-2026-11). Records named
-``*-repeat`` (a base run measured again to show the run-to-run spread) are not cases.
+``*-repeat`` or ``*-ablation-base`` (a base run measured again: the run-to-run spread) are not cases.
 
 Also reads hf_steps.py output (records with ``hf_config``: the model is paraplan's reading of
 that config, catalog.hf.model_from_hf_config; framework ``hf-transformers``, or the fp32 stack as
@@ -122,7 +122,7 @@ def main(out: str, *inputs: str, group: str = GROUP) -> None:
             record_case(r, source, group)
             for r in doc["records"]
             if "step_time_s" in r.get("measured", {})
-            and not r["name"].endswith("-repeat")
+            and not r["name"].endswith(("-repeat", "-ablation-base"))
             and r["stack"].get("compile") in (None, False, True, "default")
         ]
     Path(out).write_text(json.dumps({"cases": cases}, indent=1) + "\n")

@@ -68,8 +68,12 @@ NEW_SETS = {
     # case file -> (group, measured files, cases)
     "hf-steps-2026-11.json": (
         "hf-steps-2026-11",
-        [MEASURED_B / "hf/train_steps.json", MEASURED_B / "extra/hf/train_steps.json"],
-        11,
+        [
+            MEASURED_B / "hf/train_steps.json",
+            MEASURED_B / "extra/hf/train_steps.json",
+            MEASURED_B / "ablation/train_steps.json",
+        ],
+        15,
     ),
     "tiny-steps-2026-11.json": (
         "tiny-steps-2026-11",
@@ -93,7 +97,7 @@ HF_RECORDS = {
     r["name"]: r
     for p in NEW_SETS["hf-steps-2026-11.json"][1]
     for r in json.loads(p.read_text())["records"]
-    if not r["name"].endswith("-repeat")
+    if not r["name"].endswith(("-repeat", "-ablation-base"))
 }
 
 
