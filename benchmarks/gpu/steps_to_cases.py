@@ -94,7 +94,7 @@ def record_case(rec: dict, source: str, group: str = GROUP) -> dict:
         "scope": "stage",
         "framework": framework,
         "group": group,
-        "model": rec["model"],
+        "model": {**rec["model"], "dropout": False},  # train_steps.py's Decoder runs no dropout
         "system": system,
         "plan": plan,
         "measured": {"step_time_s": round(rec["measured"]["step_time_s"], 6)},
