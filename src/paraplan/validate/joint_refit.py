@@ -1,0 +1,92 @@
+"""Joint refit of the step-time constants on their calibration cases (``python -m
+paraplan.validate.joint_refit``).
+
+The constants of ``validate.fitted`` that act on uniform cases (every one but the pipeline-runtime
+constants and those of AMP's per-stage clusters, which ``paraplan validate --hetero`` fits) are refitted
+together by ``validate.fitted.refit`` (coordinate descent, golden-section inside each constant's bounds),
+from their catalog values, minimising the mean over the calibration sets of each set's step-time MAPE
+(the objective the shipped values were fitted with). Held-out cases are never seen. It prints each
+constant's catalog and refitted value and each calibration set's MAPE before and after; writing the
+refitted values into the catalog files (each system carrying the constant) is left to the person who
+reads the table, with the date and case sets in the value's source note.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from paraplan.step.estimate import estimate
+from paraplan.validate.fitted import (
+    FITTED_CONSTANTS,
+    EngineConstant,
+    FittedConstant,
+    refit,
+    with_constants,
+)
+from paraplan.validate.run import Case, case_role, error_pct, load_cases
+
+HETERO_ONLY = ("aws-g4dn.12xlarge", "aws-p3.8xlarge")  # AMP's clusters: validate --hetero
+
+
+def uniform_constants() -> list[FittedConstant]:
+    return [
+        k
+        for k in FITTED_CONSTANTS
+        if not isinstance(k, EngineConstant) and not set(k.systems) <= set(HETERO_ONLY)
+    ]
+
+
+def calibration_cases() -> dict[str, list[Case]]:
+    """Timed uniform calibration cases by calibration set (their group, else their file stem)."""
+    sets: dict[str, list[Case]] = {}
+    fitted_on = {s for k in uniform_constants() for s in k.fitted_on}
+    for case in load_cases():
+        if not isinstance(case, Case) or "step_time_s" not in case.measured:
+            continue
+        if case_role(case) != "calibration":
+            continue
+        name = case.group if case.group in fitted_on else case.file
+        sets.setdefault(name, []).append(case)
+    return sets
+
+
+def set_mapes(sets: dict[str, list[Case]], values: dict[FittedConstant, float]) -> dict[str, float]:
+    def err(case: Case) -> float:
+        system = with_constants(case.system, values)
+        predicted = estimate(case.model, system, case.plan).step_time_s
+        return abs(error_pct(predicted, case.measured["step_time_s"]))
+
+    return {name: sum(map(err, cases)) / len(cases) for name, cases in sets.items()}
+
+
+def joint_refit(sweeps: int = 2) -> dict[str, Any]:
+    """Catalog and refitted values, and each calibration set's MAPE before and after."""
+    constants, sets = uniform_constants(), calibration_cases()
+    start = {k: k.catalog_value() for k in constants}
+
+    def objective(values: dict[FittedConstant, float]) -> float:
+        mapes = set_mapes(sets, values)
+        return sum(mapes.values()) / len(mapes)
+
+    values = refit(objective, constants, start, sweeps=sweeps)
+    return {
+        "constants": {k.name: (start[k], values[k]) for k in constants},
+        "before": set_mapes(sets, start),
+        "after": set_mapes(sets, values),
+    }
+
+
+def main() -> None:
+    result = joint_refit()
+    print(f"{'constant':28} {'catalog':>12} {'refitted':>12}")
+    for name, (was, now) in result["constants"].items():
+        print(f"{name:28} {was:12.6g} {now:12.6g}")
+    print(f"\n{'calibration set':28} {'MAPE before %':>14} {'after %':>9}")
+    for name in result["before"]:
+        print(f"{name:28} {result['before'][name]:14.2f} {result['after'][name]:9.2f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
