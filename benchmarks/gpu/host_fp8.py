@@ -189,26 +189,27 @@ def graph_kernel_us(device, n):
     return per_kernel, statistics.median(host) * 1e6
 
 
+def median_wall_us(fn, device, warm=3, runs=10):
+    """Median wall microseconds of one synchronised call, after ``warm`` calls."""
+    for _ in range(warm):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
 def adamw_per_tensor_us(device, n, fused):
     params = [torch.nn.Parameter(torch.ones(256, device=device)) for _ in range(n)]
     for p in params:
         p.grad = torch.ones_like(p)
     kind = {"fused": True} if fused else {"foreach": True}
     opt = torch.optim.AdamW(params, lr=1e-4, **kind)
-
-    def step():
-        opt.step()
-
-    for _ in range(3):
-        step()
-    sync(device)
-    times = []
-    for _ in range(10):
-        t = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) / n * 1e6
+    return median_wall_us(opt.step, device) / n
 
 
 def autograd_node_us(device, n):
@@ -220,16 +221,7 @@ def autograd_node_us(device, n):
             y = y * 1.0001
         y.sum().backward()
 
-    for _ in range(3):
-        fwd_bwd()
-    sync(device)
-    times = []
-    for _ in range(10):
-        t = time.perf_counter()
-        fwd_bwd()
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) / n * 1e6
+    return median_wall_us(fwd_bwd, device) / n
 
 
 def measure_host(device, smoke, log):
