@@ -23,12 +23,14 @@ from paraplan.export.common import (
 from paraplan.export.megatron_core import (
     LAYOUT_FLAG,
     MEGATRON_CORE_FIELDS,
+    MEGATRON_EXPERT_FIELDS,
     ORDERS,
     SHARDING,
     cp_comm_type,
     cp_fields_from_cp_comm_type,
     layout_from_stage_layers,
     megatron_core_checks,
+    pipeline_layout,
     placement_of,
     sharding_stages,
     stage_layers_from_layout,
@@ -37,8 +39,6 @@ from paraplan.export.megatron_model import model_arguments
 from paraplan.export.startup import argument_map, refuse_failed, startup_checks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import interleave_split_rule
-from paraplan.specs.split import accounted_units, stage_layer_counts
 
 NAME = "megatron"
 SCRIPT = "pretrain_gpt.py"
@@ -49,15 +49,7 @@ UNREPRESENTABLE = {
     "--optimizer-offload-fraction": "partial optimizer offload",
     "--cpu-offloading": "activation/weight offload of chosen layers",
 }
-HANDLED = MEGATRON_CORE_FIELDS | {
-    "recompute_num_layers",
-    "recompute_modules",
-    "etp",
-    "moe_dispatcher",
-    "moe_a2a_overlap",
-    "capacity_factor",
-    "moe_balance",
-}
+HANDLED = MEGATRON_CORE_FIELDS | MEGATRON_EXPERT_FIELDS
 # a launch line is a few KiB; 128 KiB keeps shlex (quadratic in a token's length) under a second
 # (issue 37: a 5 MB layout made import plan run past 60 s)
 MAX_LAUNCH_CHARS = 128 * 1024
@@ -228,15 +220,8 @@ def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> 
     """The plan's stage split: first/last stage counts and embedding/loss as layers, or a layout for explicit stage
     counts and, with the model, for an interleaved split whose stages do not cut into equal chunks
     (specs.plan.interleave_split_rule; the layout replaces the split flags, which Megatron-LM would refuse with vpp)."""
-    mtp = model.mtp_layers if model is not None else 0
-    units = accounted_units(plan.embedding_units, plan.loss_units, mtp)
-    stages = plan.stage_layers
-    if stages is None and plan.vpp > 1 and model is not None:
-        groups = plan.split(model.layers, mtp)
-        if interleave_split_rule(groups, plan.vpp, *units):
-            stages = tuple(stage_layer_counts(groups))
-    if stages is not None:
-        return [LAYOUT_FLAG, layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=mtp)]
+    if (layout := pipeline_layout(plan, model)) is not None:
+        return [LAYOUT_FLAG, layout]
     a: list[str] = []
     for name, flag in SPLIT_FLAGS.items():
         value = getattr(plan, name)

@@ -17,9 +17,10 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
-from paraplan.specs.split import chunk_layer_counts
+from paraplan.specs.rules import interleave_split_rule, megatron_fsdp_rule, megatron_overlap_rule
+from paraplan.specs.split import accounted_units, chunk_layer_counts, stage_layer_counts
 
 ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
@@ -40,6 +41,12 @@ MEGATRON_CORE_FIELDS = COMMON_FIELDS | {
     "tp_layout",
     "cp_algorithm",
 }
+# the expert and recomputation knobs both front ends map (Megatron-Core TransformerConfig fields, which
+# NeMo's recipe sets as model.config.<field> and Megatron-LM as --<field-with-dashes>)
+MEGATRON_EXPERT_FIELDS = frozenset(
+    "recompute_num_layers recompute_modules etp moe_dispatcher moe_a2a_overlap capacity_factor"
+    " moe_balance".split()
+)
 
 
 def placement_of(tp_pp_dp_mapping: object) -> str:
@@ -68,8 +75,10 @@ def megatron_core_checks(
             plan.placement,
             f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only",
         )
-    if c["schedule"] == "gpipe":
-        raise refuse(fw, "schedule", "gpipe", f"{who} runs 1F1B or interleaved 1F1B pipelines")
+    if c["schedule"] not in ("1f1b", "interleaved"):
+        raise refuse(
+            fw, "schedule", c["schedule"], f"{who} runs 1F1B or interleaved 1F1B pipelines"
+        )
     if c["schedule"] == "interleaved" and plan.vpp == 1:
         raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
     if plan.offload_optimizer and c["zero"] == 0:
@@ -128,6 +137,22 @@ def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str,
         )
     layout, algorithm = CP_COMM_TYPES[kind] if cp > 1 else ("1d", "ring")
     return {"tp_layout": layout, "cp_algorithm": algorithm}
+
+
+def pipeline_layout(plan: PlanSpec, model: ModelSpec | None) -> str | None:
+    """The plan's pipeline layout string when its split needs one: explicit stage counts, or (with the
+    model) an interleaved split whose stages do not cut into equal chunks (specs.rules.interleave_split_rule:
+    Megatron-Core refuses the first/last-stage counts with vpp); None when the split keys state it."""
+    mtp = model.mtp_layers if model is not None else 0
+    units = accounted_units(plan.embedding_units, plan.loss_units, mtp)
+    stages = plan.stage_layers
+    if stages is None and plan.vpp > 1 and model is not None:
+        groups = plan.split(model.layers, mtp)
+        if interleave_split_rule(groups, plan.vpp, *units):
+            stages = tuple(stage_layer_counts(groups))
+    if stages is None:
+        return None
+    return layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=mtp)
 
 
 def layout_from_stage_layers(
