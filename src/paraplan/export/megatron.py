@@ -29,6 +29,8 @@ from paraplan.export.megatron_core import (
     cp_comm_type,
     cp_fields_from_cp_comm_type,
     layout_from_stage_layers,
+    distributed_optimizer,
+    fp8_primary_weights,
     megatron_core_checks,
     pipeline_layout,
     placement_of,
@@ -111,6 +113,10 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
         "fp8": ["--bf16", "--fp8-format", "hybrid"],
         "fp32": [],
     }[plan.dtype]
+    if fp8_primary_weights(plan):  # fp8 weights, gathered in fp8 (no cached copies)
+        a += ["--fp8-param-gather"]
+    if plan.grad_dtype == "bf16":  # default: fp32 main grads (arguments.py lines 662-665)
+        a += ["--grad-reduce-in-bf16"]
     a += ["--attention-backend", plan.attention]
     if cp_comm_type(plan):
         a += ["--cp-comm-type", cp_comm_type(plan)]
@@ -140,7 +146,7 @@ def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
     """ZeRO as the distributed optimizer (1) and Megatron FSDP (2, 3), the optimizer offload, and the
     gradient-reduce and parameter-gather overlaps (``c``: the canonical plan)."""
     a: list[str] = []
-    if c["zero"] >= 1:
+    if distributed_optimizer(plan, c["zero"]):
         a += ["--use-distributed-optimizer"]
     if c["zero"] >= 2:  # Megatron FSDP saves only fsdp_dtensor checkpoints (start-up check)
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", SHARDING[c["zero"]]]
@@ -367,6 +373,8 @@ def import_plan(text: str) -> dict[str, object]:
         ),
         "zero": zero,
         "dtype": dtype,
+        "fp8_weight_copies": dtype == "fp8" and "--fp8-param-gather" not in f,
+        "grad_dtype": "bf16" if "--grad-reduce-in-bf16" in f else "fp32",
         "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
         "offload_optimizer": "--optimizer-cpu-offload" in f,
         "overlap_dp_grad_reduce": "--overlap-grad-reduce" in f,

@@ -41,12 +41,26 @@ MEGATRON_CORE_FIELDS = COMMON_FIELDS | {
     "tp_layout",
     "cp_algorithm",
 }
-# the expert and recomputation knobs both front ends map (Megatron-Core TransformerConfig fields, which
-# NeMo's recipe sets as model.config.<field> and Megatron-LM as --<field-with-dashes>)
+# the expert, recomputation and precision knobs both front ends map (Megatron-Core config fields, which
+# NeMo's recipe sets as model.config.<field> / trainer.strategy.ddp.<field> / trainer.plugins.<field>
+# and Megatron-LM as --<flag>)
 MEGATRON_EXPERT_FIELDS = frozenset(
     "recompute_num_layers recompute_modules etp moe_dispatcher moe_a2a_overlap capacity_factor"
-    " moe_balance".split()
+    " moe_balance grad_dtype fp8_weight_copies".split()
 )
+
+
+def fp8_primary_weights(plan: PlanSpec) -> bool:
+    """fp8 training without cached fp8 weight copies: the weights are kept and gathered in fp8
+    (Megatron-LM --fp8-param-gather, NeMo's fp8_param_gather; cost.memory.fp8_weight_copy_bytes_per_param)."""
+    return plan.dtype == "fp8" and not plan.fp8_weight_copies
+
+
+def distributed_optimizer(plan: PlanSpec, zero: int) -> bool:
+    """Is the distributed optimizer on? ZeRO >= 1, and for fp8 primary weights on one data-parallel rank
+    (Megatron-LM asserts --fp8-param-gather with it, arguments.py line 615; sharding over one rank is none,
+    and the canonical plan's ZeRO is 0 there)."""
+    return zero >= 1 or (fp8_primary_weights(plan) and plan.dp * plan.cp == 1)
 
 
 def placement_of(tp_pp_dp_mapping: object) -> str:

@@ -106,9 +106,11 @@ def overrides(
         ("model.config.seq_length", plan.seq_length),
     ]
     o += _recompute(plan)
+    sharded = core.distributed_optimizer(plan, c["zero"])
     o += [
-        ("optim.config.use_distributed_optimizer", c["zero"] >= 1),
-        ("trainer.strategy.ddp.use_distributed_optimizer", c["zero"] >= 1),
+        ("optim.config.use_distributed_optimizer", sharded),
+        ("trainer.strategy.ddp.use_distributed_optimizer", sharded),
+        ("trainer.strategy.ddp.grad_reduce_in_fp32", plan.grad_dtype == "fp32"),
     ]
     if c["zero"] >= 2:
         o += [
@@ -121,6 +123,7 @@ def overrides(
         ("trainer.strategy.ddp.overlap_param_gather", c["zero"] >= 1 and c["overlap_param_gather"]),
         ("trainer.plugins.precision", PRECISION[plan.dtype]),
         ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
+        ("trainer.plugins.fp8_param_gather", core.fp8_primary_weights(plan)),
         ("model.config.attention_backend", plan.attention),
     ]
     if core.cp_comm_type(plan):
@@ -281,6 +284,7 @@ def import_plan(text: str) -> dict[str, object]:
         "bf16-mixed",
     )
     dtype = "fp8" if v.get("trainer.plugins.fp8") else precision
+    grads = "fp32" if v.get("trainer.strategy.ddp.grad_reduce_in_fp32", True) else "bf16"
     granularity = v.get("model.config.recompute_granularity")
     return {
         **_recompute_fields(v, r),
@@ -299,6 +303,8 @@ def import_plan(text: str) -> dict[str, object]:
         "recompute": granularity if granularity in ("full", "selective") else "none",
         "zero": zero,
         "dtype": dtype,
+        "fp8_weight_copies": dtype == "fp8" and not v.get("trainer.plugins.fp8_param_gather"),
+        "grad_dtype": grads,
         "attention": "unfused" if v.get("model.config.attention_backend") == "unfused" else "flash",
         "offload_optimizer": bool(v.get("optim.config.optimizer_cpu_offload", False)),
         "overlap_dp_grad_reduce": bool(v.get("trainer.strategy.ddp.overlap_grad_reduce", False)),
