@@ -28,7 +28,6 @@ from paraplan.export.megatron_core import (
     SHARDING,
     cp_comm_type,
     cp_fields_from_cp_comm_type,
-    layout_from_stage_layers,
     distributed_optimizer,
     fp8_primary_weights,
     megatron_core_checks,

@@ -156,17 +156,69 @@ def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str,
 def pipeline_layout(plan: PlanSpec, model: ModelSpec | None) -> str | None:
     """The plan's pipeline layout string when its split needs one: explicit stage counts, or (with the
     model) an interleaved split whose stages do not cut into equal chunks (specs.rules.interleave_split_rule:
-    Megatron-Core refuses the first/last-stage counts with vpp); None when the split keys state it."""
+    Megatron-Core refuses the first/last-stage counts with vpp), or a split the split flags do not give
+    (split_flag_counts: the default split of 61 layers over 8 stages, 7 8 8 8 8 8 7 7); None when the
+    split keys state it."""
     mtp = model.mtp_layers if model is not None else 0
     units = accounted_units(plan.embedding_units, plan.loss_units, mtp)
     stages = plan.stage_layers
-    if stages is None and plan.vpp > 1 and model is not None:
+    if stages is None and plan.pp > 1 and model is not None:
         groups = plan.split(model.layers, mtp)
-        if interleave_split_rule(groups, plan.vpp, *units):
+        if plan.vpp > 1:
+            uneven = bool(interleave_split_rule(groups, plan.vpp, *units))
+        else:
+            uneven = stage_layer_counts(groups) != split_flag_counts(plan, model.layers)
+        if uneven:
             stages = tuple(stage_layer_counts(groups))
     if stages is None:
         return None
     return layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=mtp)
+
+
+def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
+    """The plan as a Megatron-LM or NeMo export states it: where a pipeline layout is written
+    (pipeline_layout), its stage counts explicit and no split switches (the layout replaces them), which
+    is the same split; the plan itself otherwise. What an export reads back as."""
+    if plan.stage_layers is not None or pipeline_layout(plan, model) is None:
+        return plan
+    mtp = model.mtp_layers if model is not None else 0
+    stages = tuple(stage_layer_counts(plan.split(model.layers, mtp)))  # type: ignore[union-attr]
+    return plan.model_copy(
+        update=dict(
+            stage_layers=stages,
+            layers_first_stage=None,
+            layers_last_stage=None,
+            embedding_as_layer=False,
+            loss_as_layer=False,
+        )
+    )
+
+
+def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
+    """The decoder layers per stage Megatron-Core builds from the split flags alone (vpp = 1): the first /
+    last stage counts when given, the middle stages even; else the layers with the embedding and the loss
+    counted as one layer each when accounted, divided evenly (transformer_block.py get_num_layers_to_build,
+    core_v0.14.0 lines 112-145); None where Megatron-Core refuses the split (not divisible)."""
+    pp, first, last = plan.pp, plan.layers_first_stage, plan.layers_last_stage
+    if first is not None or last is not None:
+        ends = [n for n in (first, last) if n is not None]
+        middle = pp - len(ends)
+        rest = layers - sum(ends)
+        if middle <= 0 or rest % middle:
+            return None
+        counts = [rest // middle] * pp
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+        return counts
+    e, l = int(plan.embedding_as_layer), int(plan.loss_as_layer)
+    if (layers + e + l) % pp:
+        return None
+    counts = [(layers + e + l) // pp] * pp
+    counts[0] -= e
+    counts[-1] -= l
+    return counts
 
 
 def layout_from_stage_layers(

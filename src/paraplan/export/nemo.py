@@ -198,7 +198,10 @@ def export(
     fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node, model)
     check_names(fw, [k for k, _ in pairs])
-    context = {"tp_comm_overlap": bool(canonical_plan(plan)["overlap_tp_comm"])}
+    context = {
+        "tp_comm_overlap": bool(canonical_plan(plan)["overlap_tp_comm"]),
+        "n_layers": model.layers if model is not None else None,
+    }
     refuse_failed_keys(NAME, fw.label, plan, dict(pairs), context)
     lines = header_lines(
         header,

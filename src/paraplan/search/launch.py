@@ -110,10 +110,24 @@ def problem_violations(framework: str | None, problem) -> list[tuple[str, object
         out.append(("capacity_factor", problem.capacity_factor, f"{framework}: dropless only"))
     if name != MEGATRON_CORE and problem.moe_balance != "learned":
         out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
+    out += _expert_axis_violations(framework, name, problem)
     if problem.recompute and not any(recompute_allowed(framework, r) for r in problem.recompute):
         out.append(
             ("recompute", ",".join(problem.recompute), f"allowed: {', '.join(RECOMPUTE[name])}")
         )
+    return out
+
+
+def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[str, object, str]]:
+    """Expert axes (--ep, --etp, --dispatcher) that leave the framework no value (experts_allowed)."""
+    out: list[tuple[str, object, str]] = []
+    if name == DEEPSPEED and problem.ep and 1 not in problem.ep:
+        why = f"{framework}'s config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
+        out.append(("ep", ",".join(map(str, problem.ep)), f"{why}; allowed: 1"))
+    if name != MEGATRON_CORE and problem.etp and 1 not in problem.etp:
+        out.append(("etp", ",".join(map(str, problem.etp)), f"{framework}: allowed: 1"))
+    if name != MEGATRON_CORE and problem.dispatchers and "alltoall" not in problem.dispatchers:
+        out.append(("dispatcher", ",".join(problem.dispatchers), f"{framework}: allowed: alltoall"))
     return out
 
 
