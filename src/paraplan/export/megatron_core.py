@@ -164,11 +164,8 @@ def pipeline_layout(plan: PlanSpec, model: ModelSpec | None) -> str | None:
     stages = plan.stage_layers
     if stages is None and plan.pp > 1 and model is not None:
         groups = plan.split(model.layers, mtp)
-        if plan.vpp > 1:
-            uneven = bool(interleave_split_rule(groups, plan.vpp, *units))
-        else:
-            uneven = stage_layer_counts(groups) != split_flag_counts(plan, model.layers)
-        if uneven:
+        uneven = stage_layer_counts(groups) != split_flag_counts(plan, model.layers)
+        if uneven or (plan.vpp > 1 and interleave_split_rule(groups, plan.vpp, *units)):
             stages = tuple(stage_layer_counts(groups))
     if stages is None:
         return None
@@ -195,10 +192,11 @@ def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
 
 
 def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
-    """The decoder layers per stage Megatron-Core builds from the split flags alone (vpp = 1): the first /
-    last stage counts when given, the middle stages even; else the layers with the embedding and the loss
-    counted as one layer each when accounted, divided evenly (transformer_block.py get_num_layers_to_build,
-    core_v0.14.0 lines 112-145); None where Megatron-Core refuses the split (not divisible)."""
+    """The decoder layers per stage Megatron-Core builds from the split flags alone: the first / last stage
+    counts when given, the middle stages even; else the layers with the embedding and the loss (not the MTP
+    modules, which paraplan counts beside the loss) counted as one layer each when accounted, divided evenly
+    (transformer_block.py get_num_layers_to_build, core_v0.14.0 lines 112-145); None where Megatron-Core
+    refuses the split (not divisible over the stages, or a stage's layers over vpp)."""
     pp, first, last = plan.pp, plan.layers_first_stage, plan.layers_last_stage
     if first is not None or last is not None:
         ends = [n for n in (first, last) if n is not None]
@@ -213,7 +211,7 @@ def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
             counts[-1] = last
         return counts
     e, l = int(plan.embedding_as_layer), int(plan.loss_as_layer)
-    if (layers + e + l) % pp:
+    if (layers + e + l) % pp or ((layers + e + l) // pp) % plan.vpp:  # transformer_config.py 1085-1116
         return None
     counts = [(layers + e + l) // pp] * pp
     counts[0] -= e
