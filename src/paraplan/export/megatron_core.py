@@ -211,9 +211,10 @@ def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
             counts[-1] = last
         return counts
     e, l = int(plan.embedding_as_layer), int(plan.loss_as_layer)
-    if (layers + e + l) % pp or ((layers + e + l) // pp) % plan.vpp:  # transformer_config.py 1085-1116
+    units = layers + e + l
+    if units % pp or (units // pp) % plan.vpp:  # transformer_config.py lines 1085-1116
         return None
-    counts = [(layers + e + l) // pp] * pp
+    counts = [units // pp] * pp
     counts[0] -= e
     counts[-1] -= l
     return counts
