@@ -121,3 +121,7 @@ def test_a_setting_the_framework_cannot_state_is_refused_by_field():
     with pytest.raises(InputError, match=r"^recompute: 'selective' is not allowed"):
         launcher_problem("torchtitan", recompute=("selective",)).check()
     launcher_problem("torchtitan", recompute=("selective", "full")).check()
+    with pytest.raises(
+        InputError, match=r"^pp: '4,8' is not allowed; torchtitan splits the 94 layers"
+    ):
+        launcher_problem("torchtitan", model=load_model("qwen3-235b-a22b"), pp=(4, 8)).check()

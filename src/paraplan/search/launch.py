@@ -110,6 +110,11 @@ def problem_violations(framework: str | None, problem) -> list[tuple[str, object
         out.append(("capacity_factor", problem.capacity_factor, f"{framework}: dropless only"))
     if name != MEGATRON_CORE and problem.moe_balance != "learned":
         out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
+    layers = problem.model.layers
+    if name == TORCHTITAN and problem.pp and all(p > 1 and layers % p for p in problem.pp):
+        why = f"{framework} splits the {layers} layers evenly over the stages (layers_per_stage)"
+        divisors = [d for d in range(1, min(layers, 64) + 1) if layers % d == 0]
+        out.append(("pp", ",".join(map(str, problem.pp)), f"{why}; allowed: {divisors}"))
     out += _expert_axis_violations(framework, name, problem)
     if problem.recompute and not any(recompute_allowed(framework, r) for r in problem.recompute):
         out.append(
