@@ -1,4 +1,5 @@
-"""``--framework megatron-core`` searches only plans Megatron-LM and NeMo launch (search.launch), exactly."""
+"""``--framework F`` searches only plans F's exporters write (search.launch), exactly: megatron-core and its recipe
+profiles (Megatron-LM, NeMo), torchtitan, DeepSpeed."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.export import export_plan
 from paraplan.search.exhaustive import exhaustive_search
-from paraplan.search.launch import state_allowed
+from paraplan.search import launch
+from paraplan.search.launch import state_allowed, targets
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
+from paraplan.specs.errors import InputError
 from paraplan.specs.rules import megatron_fsdp_rule
 
 
@@ -57,3 +60,68 @@ def test_the_unfiltered_space_holds_plans_megatron_refuses():
     assert megatron_fsdp_rule(2, 2) and not megatron_fsdp_rule(2, 1)
     assert not state_allowed("megatron-core", 1, False, True, 1)  # gather overlap without reduce
     assert search(free, top_k=1).candidates > search(kept, top_k=1).candidates
+
+
+def launcher_problem(framework, **fields):
+    base = dict(
+        model=load_model("gpt3-1.3b"),
+        system=load_system("dgx-a100-80gb"),
+        gpus=16,
+        global_batch=64,
+        seq_length=2048,
+        micro_batch=(1, 2),
+        tp=(1, 2),
+        pp=(1, 2, 4),
+        framework=framework,
+    )
+    return SearchProblem(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("framework", "exporters"),
+    [
+        ("torchtitan", ("torchtitan",)),
+        ("torchtitan-compiled", ("torchtitan",)),
+        ("deepspeed", ("deepspeed",)),
+        ("nemo-24.09", ("megatron", "nemo")),
+    ],
+)
+def test_every_launcher_searches_only_plans_its_exporters_write_exactly(framework, exporters):
+    """The filtered search equals the exhaustive one over the same space, and every plan it ranks is written
+    by each exporter of its launcher (the start-up checks of export/facts pass)."""
+    p = launcher_problem(framework)
+    fast, slow = search(p, top_k=8), exhaustive_search(p, top_k=8)
+    assert [r.plan for r in fast.plans] == [r.plan for r in slow.plans]
+    assert len(fast.plans) == 8
+    assert targets(framework) == exporters
+    for ranked in fast.plans:
+        for target in exporters:
+            export_plan(target, ranked.plan, p.model)  # raises ExportRefused otherwise
+
+
+def test_the_launcher_rules_remove_what_their_frameworks_refuse():
+    free, titan, ds = (launcher_problem(f) for f in (None, "torchtitan", "deepspeed"))
+    assert {o.zero for o in titan.state_options(8, 2)} == {2, 3}  # FSDP2: no ZeRO 0/1 searched
+    assert {o.zero for o in ds.state_options(4, 2)} <= {0, 1}  # pipeline engine: ZeRO 0/1
+    assert 3 not in {o.zero for o in ds.state_options(8, 1)}  # 16 GPUs, dp 8: AutoTP 2, no ZeRO 3
+    assert 3 in {o.zero for o in ds.state_options(16, 1)}
+    assert {f[2] for f in ds.factorizations} == {1} and {f[2] for f in free.factorizations} > {1}
+    assert {k.sequence_parallel for k in titan.layer_knobs(2, 1)} == {True}
+    assert {k.sequence_parallel for k in ds.layer_knobs(2, 1)} == {False}
+    assert {k.recompute for k in titan.layer_knobs(1, 1)} == {"none", "full"}
+    assert {o.schedule for o in ds.schedule_options(2, 8)} == {"1f1b"}
+    assert {o.schedule for o in titan.schedule_options(2, 8)} >= {"gpipe", "interleaved"}
+    assert titan.offload_options == ds.offload_options == [(False, False, False)]
+    assert not launch.restricted("megatron-deepspeed")  # its launch is Megatron-DeepSpeed's own
+
+
+def test_a_setting_the_framework_cannot_state_is_refused_by_field():
+    with pytest.raises(InputError, match=r"^dtype: 'fp8' is not allowed; deepspeed"):
+        launcher_problem("deepspeed", dtype="fp8", system=load_system("dgx-h100-80gb")).check()
+    with pytest.raises(InputError, match=r"^recompute: 'selective' is not allowed"):
+        launcher_problem("torchtitan", recompute=("selective",)).check()
+    launcher_problem("torchtitan", recompute=("selective", "full")).check()
+    with pytest.raises(
+        InputError, match=r"^pp: '4,8' is not allowed; torchtitan splits the 94 layers"
+    ):
+        launcher_problem("torchtitan", model=load_model("qwen3-235b-a22b"), pp=(4, 8)).check()

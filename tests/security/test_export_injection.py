@@ -26,8 +26,16 @@ HOSTILE = [
     "p\u2028touch MARKER\u2029.json",
     "p\x0btouch MARKER\x0c.json",
 ]
-PLAN = dict(
-    gpus=8, tp=2, pp=2, micro_batch=1, global_batch=16, seq_length=2048, sequence_parallel=True
+PLAN = (
+    dict(  # a plan Megatron-LM, NeMo and torchtitan all start (torchtitan's DDP is 1D only: zero 3)
+        gpus=8,
+        tp=2,
+        micro_batch=1,
+        global_batch=16,
+        seq_length=2048,
+        sequence_parallel=True,
+        zero=3,
+    )
 )
 
 

@@ -42,7 +42,7 @@ def export_plan(
     if framework == "megatron":
         return megatron.export(plan, model, gpus_per_node, header)
     if framework == "nemo":
-        return nemo.export(plan, gpus_per_node, header)
+        return nemo.export(plan, gpus_per_node, header, model)
     if framework == "torchtitan":
         return torchtitan.export(plan, model, header)
     if framework == "deepspeed":

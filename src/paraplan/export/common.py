@@ -90,7 +90,8 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     explicit (1f1b with one stage), ZeRO 0 when nothing is data-parallel (dp·cp = 1), parameter-gather overlap on when no
     parameters are gathered (zero 0), sequence parallelism and TP overlap off at tp = 1, the CP algorithm
     at cp = 1 and the ZeRO-3 prefetch / live-parameter knobs below ZeRO 3 at their defaults, and the
-    default placement when the groups of degree > 1 are placed in the default order."""
+    default placement when the groups of degree > 1 are placed in the default order, and no cached fp8
+    weight copies outside fp8 training."""
     d = plan.model_dump()
     d["schedule"] = (
         plan.pipeline_schedule if plan.pp > 1 else "1f1b"
@@ -116,6 +117,8 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
             d[name] = PlanSpec.model_fields[name].default
     if same_placement(plan, DEFAULT_PLACEMENT_LABEL):
         d["placement"] = DEFAULT_PLACEMENT_LABEL
+    if plan.dtype != "fp8":  # cached fp8 weight copies exist in fp8 training only (cost.memory)
+        d["fp8_weight_copies"] = PlanSpec.model_fields["fp8_weight_copies"].default
     return d
 
 

@@ -22,6 +22,7 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.export.startup import refuse_failed_keys
 from paraplan.io.documents import parse_document
 from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
@@ -185,7 +186,10 @@ def _get(d: dict, path: str):
 def export(plan: PlanSpec) -> str:
     """The JSON text (JSON has no comments: provenance goes to the command's stderr)."""
     cfg = config(plan)
-    check_names(framework_args(NAME), _paths(cfg))
+    fw = framework_args(NAME)
+    check_names(fw, _paths(cfg))
+    given = {p: _get(cfg, p) for p in _paths(cfg)}
+    refuse_failed_keys(NAME, fw.label, plan, given, {"dp_world_size": plan.dp})
     return json.dumps(cfg, indent=2) + "\n"
 
 

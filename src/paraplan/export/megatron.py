@@ -23,12 +23,15 @@ from paraplan.export.common import (
 from paraplan.export.megatron_core import (
     LAYOUT_FLAG,
     MEGATRON_CORE_FIELDS,
+    MEGATRON_EXPERT_FIELDS,
     ORDERS,
     SHARDING,
     cp_comm_type,
     cp_fields_from_cp_comm_type,
-    layout_from_stage_layers,
+    distributed_optimizer,
+    fp8_primary_weights,
     megatron_core_checks,
+    pipeline_layout,
     placement_of,
     sharding_stages,
     stage_layers_from_layout,
@@ -37,8 +40,6 @@ from paraplan.export.megatron_model import model_arguments
 from paraplan.export.startup import argument_map, refuse_failed, startup_checks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import interleave_split_rule
-from paraplan.specs.split import accounted_units, stage_layer_counts
 
 NAME = "megatron"
 SCRIPT = "pretrain_gpt.py"
@@ -49,15 +50,7 @@ UNREPRESENTABLE = {
     "--optimizer-offload-fraction": "partial optimizer offload",
     "--cpu-offloading": "activation/weight offload of chosen layers",
 }
-HANDLED = MEGATRON_CORE_FIELDS | {
-    "recompute_num_layers",
-    "recompute_modules",
-    "etp",
-    "moe_dispatcher",
-    "moe_a2a_overlap",
-    "capacity_factor",
-    "moe_balance",
-}
+HANDLED = MEGATRON_CORE_FIELDS | MEGATRON_EXPERT_FIELDS
 # a launch line is a few KiB; 128 KiB keeps shlex (quadratic in a token's length) under a second
 # (issue 37: a 5 MB layout made import plan run past 60 s)
 MAX_LAUNCH_CHARS = 128 * 1024
@@ -119,6 +112,10 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
         "fp8": ["--bf16", "--fp8-format", "hybrid"],
         "fp32": [],
     }[plan.dtype]
+    if fp8_primary_weights(plan):  # fp8 weights, gathered in fp8 (no cached copies)
+        a += ["--fp8-param-gather"]
+    if plan.grad_dtype == "bf16":  # default: fp32 main grads (arguments.py lines 662-665)
+        a += ["--grad-reduce-in-bf16"]
     a += ["--attention-backend", plan.attention]
     if cp_comm_type(plan):
         a += ["--cp-comm-type", cp_comm_type(plan)]
@@ -148,7 +145,7 @@ def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
     """ZeRO as the distributed optimizer (1) and Megatron FSDP (2, 3), the optimizer offload, and the
     gradient-reduce and parameter-gather overlaps (``c``: the canonical plan)."""
     a: list[str] = []
-    if c["zero"] >= 1:
+    if distributed_optimizer(plan, c["zero"]):
         a += ["--use-distributed-optimizer"]
     if c["zero"] >= 2:  # Megatron FSDP saves only fsdp_dtensor checkpoints (start-up check)
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", SHARDING[c["zero"]]]
@@ -228,15 +225,8 @@ def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> 
     """The plan's stage split: first/last stage counts and embedding/loss as layers, or a layout for explicit stage
     counts and, with the model, for an interleaved split whose stages do not cut into equal chunks
     (specs.plan.interleave_split_rule; the layout replaces the split flags, which Megatron-LM would refuse with vpp)."""
-    mtp = model.mtp_layers if model is not None else 0
-    units = accounted_units(plan.embedding_units, plan.loss_units, mtp)
-    stages = plan.stage_layers
-    if stages is None and plan.vpp > 1 and model is not None:
-        groups = plan.split(model.layers, mtp)
-        if interleave_split_rule(groups, plan.vpp, *units):
-            stages = tuple(stage_layer_counts(groups))
-    if stages is not None:
-        return [LAYOUT_FLAG, layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=mtp)]
+    if (layout := pipeline_layout(plan, model)) is not None:
+        return [LAYOUT_FLAG, layout]
     a: list[str] = []
     for name, flag in SPLIT_FLAGS.items():
         value = getattr(plan, name)
@@ -382,6 +372,8 @@ def import_plan(text: str) -> dict[str, object]:
         ),
         "zero": zero,
         "dtype": dtype,
+        "fp8_weight_copies": dtype == "fp8" and "--fp8-param-gather" not in f,
+        "grad_dtype": "bf16" if "--grad-reduce-in-bf16" in f else "fp32",
         "attention": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
         "offload_optimizer": "--optimizer-cpu-offload" in f,
         "overlap_dp_grad_reduce": "--overlap-grad-reduce" in f,

@@ -17,9 +17,10 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
-from paraplan.specs.split import chunk_layer_counts
+from paraplan.specs.rules import interleave_split_rule, megatron_fsdp_rule, megatron_overlap_rule
+from paraplan.specs.split import accounted_units, chunk_layer_counts, stage_layer_counts
 
 ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
@@ -40,6 +41,26 @@ MEGATRON_CORE_FIELDS = COMMON_FIELDS | {
     "tp_layout",
     "cp_algorithm",
 }
+# the expert, recomputation and precision knobs both front ends map (Megatron-Core config fields, which
+# NeMo's recipe sets as model.config.<field> / trainer.strategy.ddp.<field> / trainer.plugins.<field>
+# and Megatron-LM as --<flag>)
+MEGATRON_EXPERT_FIELDS = frozenset(
+    "recompute_num_layers recompute_modules etp moe_dispatcher moe_a2a_overlap capacity_factor"
+    " moe_balance grad_dtype fp8_weight_copies".split()
+)
+
+
+def fp8_primary_weights(plan: PlanSpec) -> bool:
+    """fp8 training without cached fp8 weight copies: the weights are kept and gathered in fp8
+    (Megatron-LM --fp8-param-gather, NeMo's fp8_param_gather; cost.memory.fp8_weight_copy_bytes_per_param)."""
+    return plan.dtype == "fp8" and not plan.fp8_weight_copies
+
+
+def distributed_optimizer(plan: PlanSpec, zero: int) -> bool:
+    """Is the distributed optimizer on? ZeRO >= 1, and for fp8 primary weights on one data-parallel rank
+    (Megatron-LM asserts --fp8-param-gather with it, arguments.py line 615; sharding over one rank is none,
+    and the canonical plan's ZeRO is 0 there)."""
+    return zero >= 1 or (fp8_primary_weights(plan) and plan.dp * plan.cp == 1)
 
 
 def placement_of(tp_pp_dp_mapping: object) -> str:
@@ -68,8 +89,10 @@ def megatron_core_checks(
             plan.placement,
             f"{who} orders ranks tp-cp-ep-dp-pp or tp-cp-ep-pp-dp only",
         )
-    if c["schedule"] == "gpipe":
-        raise refuse(fw, "schedule", "gpipe", f"{who} runs 1F1B or interleaved 1F1B pipelines")
+    if c["schedule"] not in ("1f1b", "interleaved"):
+        raise refuse(
+            fw, "schedule", c["schedule"], f"{who} runs 1F1B or interleaved 1F1B pipelines"
+        )
     if c["schedule"] == "interleaved" and plan.vpp == 1:
         raise refuse(fw, "schedule", "interleaved", f"interleaving needs vpp > 1 ({vpp_name})")
     if plan.offload_optimizer and c["zero"] == 0:
@@ -128,6 +151,73 @@ def cp_fields_from_cp_comm_type(value: object, cp: int, where: str) -> dict[str,
         )
     layout, algorithm = CP_COMM_TYPES[kind] if cp > 1 else ("1d", "ring")
     return {"tp_layout": layout, "cp_algorithm": algorithm}
+
+
+def pipeline_layout(plan: PlanSpec, model: ModelSpec | None) -> str | None:
+    """The plan's pipeline layout string when its split needs one: explicit stage counts, or (with the
+    model) an interleaved split whose stages do not cut into equal chunks (specs.rules.interleave_split_rule:
+    Megatron-Core refuses the first/last-stage counts with vpp), or a split the split flags do not give
+    (split_flag_counts: the default split of 61 layers over 8 stages, 7 8 8 8 8 8 7 7); None when the
+    split keys state it."""
+    mtp = model.mtp_layers if model is not None else 0
+    units = accounted_units(plan.embedding_units, plan.loss_units, mtp)
+    stages = plan.stage_layers
+    if stages is None and plan.pp > 1 and model is not None:
+        groups = plan.split(model.layers, mtp)
+        uneven = stage_layer_counts(groups) != split_flag_counts(plan, model.layers)
+        if uneven or (plan.vpp > 1 and interleave_split_rule(groups, plan.vpp, *units)):
+            stages = tuple(stage_layer_counts(groups))
+    if stages is None:
+        return None
+    return layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=mtp)
+
+
+def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
+    """The plan as a Megatron-LM or NeMo export states it: where a pipeline layout is written
+    (pipeline_layout), its stage counts explicit and no split switches (the layout replaces them), which
+    is the same split; the plan itself otherwise. What an export reads back as."""
+    if plan.stage_layers is not None or pipeline_layout(plan, model) is None:
+        return plan
+    mtp = model.mtp_layers if model is not None else 0
+    stages = tuple(stage_layer_counts(plan.split(model.layers, mtp)))  # type: ignore[union-attr]
+    return plan.model_copy(
+        update=dict(
+            stage_layers=stages,
+            layers_first_stage=None,
+            layers_last_stage=None,
+            embedding_as_layer=False,
+            loss_as_layer=False,
+        )
+    )
+
+
+def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
+    """The decoder layers per stage Megatron-Core builds from the split flags alone: the first / last stage
+    counts when given, the middle stages even; else the layers with the embedding and the loss (not the MTP
+    modules, which paraplan counts beside the loss) counted as one layer each when accounted, divided evenly
+    (transformer_block.py get_num_layers_to_build, core_v0.14.0 lines 112-145); None where Megatron-Core
+    refuses the split (not divisible over the stages, or a stage's layers over vpp)."""
+    pp, first, last = plan.pp, plan.layers_first_stage, plan.layers_last_stage
+    if first is not None or last is not None:
+        ends = [n for n in (first, last) if n is not None]
+        middle = pp - len(ends)
+        rest = layers - sum(ends)
+        if middle <= 0 or rest % middle:
+            return None
+        counts = [rest // middle] * pp
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+        return counts
+    e, l = int(plan.embedding_as_layer), int(plan.loss_as_layer)
+    units = layers + e + l
+    if units % pp or (units // pp) % plan.vpp:  # transformer_config.py lines 1085-1116
+        return None
+    counts = [units // pp] * pp
+    counts[0] -= e
+    counts[-1] -= l
+    return counts
 
 
 def layout_from_stage_layers(

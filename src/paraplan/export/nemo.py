@@ -3,8 +3,11 @@
 Attribute paths are those of NeMo v2.4.0 (MegatronStrategy, MegatronMixedPrecision,
 PreTrainingDataModule) and of the Megatron-Core configs NeMo nests (kept in
 ``frameworks/nemo.yaml``). TP communication overlap is NeMo's ``MegatronCommOverlapCallback``.
-Import reads back only lines of the form ``recipe.<path> = <literal>`` and the callback line; it
-never executes the file.
+The expert knobs are Megatron-Core TransformerConfig fields (``model.config.*``), and with the model its
+experts, multi-head latent attention and MTP modules are written as Megatron-Bridge's recipes set them
+(export.megatron_model's arguments under their dataclass names), so the recipe trains the planned model.
+The start-up checks of ``facts/nemo_checks.yaml`` run on every export. Import reads back only lines of
+the form ``recipe.<path> = <literal>`` and the callback line; it never executes the file.
 """
 
 from __future__ import annotations
@@ -23,14 +26,33 @@ from paraplan.export.common import (
     nodes_and_gpus_per_node,
     require,
 )
+from paraplan.export.megatron_model import mla_model_arguments, moe_model_arguments
+from paraplan.export.startup import argument_map, refuse_failed_keys, startup_checks
 from paraplan.io.fields import Doc
+from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 
 NAME = "nemo"
 CALLBACK = (
     "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))"
 )
-HANDLED = core.MEGATRON_CORE_FIELDS
+HANDLED = core.MEGATRON_CORE_FIELDS | core.MEGATRON_EXPERT_FIELDS
+CONFIG = "model.config."
+DISPATCHERS = {"alltoall": "alltoall", "allgather": "allgather", "deepep": "flex"}
+# Megatron-LM model flags -> TransformerConfig / MLATransformerConfig fields (megatron_model's arguments)
+MODEL_FIELDS = {
+    "--num-experts": "num_moe_experts",
+    "--moe-router-topk": "moe_router_topk",
+    "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
+    "--mtp-num-layers": "mtp_num_layers",
+    "--multi-latent-attention": "multi_latent_attention",
+    "--q-lora-rank": "q_lora_rank",
+    "--kv-lora-rank": "kv_lora_rank",
+    "--qk-head-dim": "qk_head_dim",
+    "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim",
+    "--v-head-dim": "v_head_dim",
+}
 SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
     "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
     "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
@@ -41,7 +63,9 @@ LAYOUT_KEY = "trainer.strategy.pipeline_model_parallel_layout"
 PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32", "fp8": "bf16-mixed"}
 
 
-def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]]:
+def overrides(
+    plan: PlanSpec, gpus_per_node: int = 8, model: ModelSpec | None = None
+) -> list[tuple[str, object]]:
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
     fw = exportable(plan, NAME, HANDLED)[0]
     c, mapping = core.megatron_core_checks(
@@ -52,6 +76,7 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         "optimizer_cpu_offload",
     )
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
+    layout = core.pipeline_layout(plan, model)
     o: list[tuple[str, object]] = [
         ("trainer.num_nodes", nodes),
         ("trainer.devices", per_node),
@@ -65,41 +90,27 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.sequence_parallel", c["sequence_parallel"]),
         ("trainer.strategy.expert_model_parallel_size", plan.ep),
         ("trainer.strategy.use_tp_pp_dp_mapping", core.ORDERS[mapping[0]]),
-        # explicit stage counts as a layout (its chunks even or not: export.megatron_core.layout_from_stage_layers), else the split keys
+        # a layout (explicit stage counts, or uneven interleaving: core.pipeline_layout), else the split keys
         *(
             [
                 (key, getattr(plan, name))
                 for name, key in SPLIT_KEYS.items()
                 if getattr(plan, name) not in (None, False)
             ]
-            if plan.stage_layers is None
-            else [
-                (
-                    LAYOUT_KEY,
-                    core.layout_from_stage_layers(
-                        plan.stage_layers, plan.vpp, plan.embedding_units, plan.loss_units
-                    ),
-                )
-            ]
+            if layout is None
+            else [(LAYOUT_KEY, layout)]
         ),
         ("data.micro_batch_size", plan.micro_batch),
         ("data.global_batch_size", plan.global_batch),
         ("data.seq_length", plan.seq_length),
         ("model.config.seq_length", plan.seq_length),
     ]
-    if plan.recompute == "none":
-        o += [("model.config.recompute_granularity", None)]
-    elif plan.recompute == "selective":
-        o += [("model.config.recompute_granularity", "selective")]
-    else:
-        o += [
-            ("model.config.recompute_granularity", "full"),
-            ("model.config.recompute_method", "uniform"),
-            ("model.config.recompute_num_layers", 1),
-        ]
+    o += _recompute(plan)
+    sharded = core.distributed_optimizer(plan, c["zero"])
     o += [
-        ("optim.config.use_distributed_optimizer", c["zero"] >= 1),
-        ("trainer.strategy.ddp.use_distributed_optimizer", c["zero"] >= 1),
+        ("optim.config.use_distributed_optimizer", sharded),
+        ("trainer.strategy.ddp.use_distributed_optimizer", sharded),
+        ("trainer.strategy.ddp.grad_reduce_in_fp32", plan.grad_dtype == "fp32"),
     ]
     if c["zero"] >= 2:
         o += [
@@ -112,21 +123,90 @@ def overrides(plan: PlanSpec, gpus_per_node: int = 8) -> list[tuple[str, object]
         ("trainer.strategy.ddp.overlap_param_gather", c["zero"] >= 1 and c["overlap_param_gather"]),
         ("trainer.plugins.precision", PRECISION[plan.dtype]),
         ("trainer.plugins.fp8", "hybrid" if plan.dtype == "fp8" else None),
+        ("trainer.plugins.fp8_param_gather", core.fp8_primary_weights(plan)),
         ("model.config.attention_backend", plan.attention),
     ]
     if core.cp_comm_type(plan):
         o += [("model.config.cp_comm_type", core.cp_comm_type(plan))]
+    o += _experts(plan, model is not None and model.experts > 0)
+    o += _model_fields(model) if model is not None else []
     return o
 
 
-def export(plan: PlanSpec, gpus_per_node: int = 8, header: str = "") -> str:
+def _recompute(plan: PlanSpec) -> list[tuple[str, object]]:
+    """Recomputation as TransformerConfig fields: selective (with its module names), full of the first
+    N layers of each chunk (block), or full of every layer (uniform, 1)."""
+    if plan.recompute == "none":
+        return [("model.config.recompute_granularity", None)]
+    if plan.recompute == "selective":
+        modules = list(plan.recompute_modules) if plan.recompute_modules else None
+        return [("model.config.recompute_granularity", "selective")] + (
+            [("model.config.recompute_modules", modules)] if modules else []
+        )
+    block = plan.recompute_num_layers is not None
+    return [
+        ("model.config.recompute_granularity", "full"),
+        ("model.config.recompute_method", "block" if block else "uniform"),
+        ("model.config.recompute_num_layers", plan.recompute_num_layers if block else 1),
+    ]
+
+
+def _experts(plan: PlanSpec, moe: bool) -> list[tuple[str, object]]:
+    """The expert knobs as Megatron-Core fields (the names Megatron-LM's flags set): the expert tensor
+    parallel size whenever experts are split (its default is tp), the dispatcher for every MoE model
+    (TransformerConfig's default is allgather; DeepEP is flex with moe_enable_deepep), batch-level EP
+    all-to-all overlap, capacity and padding, forced balance."""
+    o: list[tuple[str, object]] = []
+    if plan.ep * plan.etp > 1:
+        o += [("trainer.strategy.expert_tensor_parallel_size", plan.etp)]
+    if moe or plan.ep * plan.etp > 1 or plan.moe_dispatcher != "alltoall":
+        o += [(CONFIG + "moe_token_dispatcher_type", DISPATCHERS[plan.moe_dispatcher])]
+        if plan.moe_dispatcher == "deepep":
+            o += [(CONFIG + "moe_enable_deepep", True)]
+    if plan.moe_a2a_overlap:
+        o += [(CONFIG + "overlap_moe_expert_parallel_comm", True)]
+    if plan.capacity_factor is not None:
+        o += [(CONFIG + "moe_expert_capacity_factor", float(plan.capacity_factor))]
+        o += [(CONFIG + "moe_pad_expert_input_to_capacity", True)]
+    if plan.moe_balance == "forced":
+        o += [(CONFIG + "moe_router_force_load_balancing", True)]
+    return o
+
+
+def _model_fields(model: ModelSpec) -> list[tuple[str, object]]:
+    """The model's experts, MLA and MTP as TransformerConfig fields: Megatron-LM's model arguments
+    (export.megatron_model) under their dataclass names; which layers are MoE as moe_layer_freq's
+    per-layer list of 0/1 (specs.moe_model.is_moe_layer)."""
+    from paraplan.specs.moe_model import is_moe_layer
+
+    flags = argument_map(moe_model_arguments(model) + mla_model_arguments(model))
+    o: list[tuple[str, object]] = [
+        (CONFIG + MODEL_FIELDS[f], v if v is True else int(v))
+        for f, v in flags.items()
+        if f in MODEL_FIELDS
+    ]
+    if "--moe-layer-freq" in flags:
+        freq = [int(is_moe_layer(model, i)) for i in range(model.layers)]
+        o += [(CONFIG + "moe_layer_freq", freq)]
+    return o
+
+
+def export(
+    plan: PlanSpec, gpus_per_node: int = 8, header: str = "", model: ModelSpec | None = None
+) -> str:
     """Python lines to paste after building the recipe."""
     fw = framework_args(NAME)
-    pairs = overrides(plan, gpus_per_node)
+    pairs = overrides(plan, gpus_per_node, model)
     check_names(fw, [k for k, _ in pairs])
+    context = {
+        "tp_comm_overlap": bool(canonical_plan(plan)["overlap_tp_comm"]),
+        "n_layers": model.layers if model is not None else None,
+    }
+    refuse_failed_keys(NAME, fw.label, plan, dict(pairs), context)
     lines = header_lines(
         header,
         f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
+        f"# start-up checks: {len(startup_checks(NAME).checks)} from NeMo and Megatron-Core source pass",
         "# recipe = llm.<model>.pretrain_recipe(...)  # then:",
     )
     lines.append("from megatron.core.transformer.enums import AttnBackend")
@@ -207,8 +287,11 @@ def import_plan(text: str) -> dict[str, object]:
         "bf16-mixed",
     )
     dtype = "fp8" if v.get("trainer.plugins.fp8") else precision
+    grads = "fp32" if v.get("trainer.strategy.ddp.grad_reduce_in_fp32", True) else "bf16"
     granularity = v.get("model.config.recompute_granularity")
     return {
+        **_recompute_fields(v, r),
+        **_expert_fields(v, r),
         "gpus": r.integer("trainer.num_nodes", minimum=1) * r.integer("trainer.devices", minimum=1),
         "tp": r.integer("trainer.strategy.tensor_model_parallel_size", 1, minimum=1),
         "pp": pp,
@@ -223,6 +306,8 @@ def import_plan(text: str) -> dict[str, object]:
         "recompute": granularity if granularity in ("full", "selective") else "none",
         "zero": zero,
         "dtype": dtype,
+        "fp8_weight_copies": dtype == "fp8" and not v.get("trainer.plugins.fp8_param_gather"),
+        "grad_dtype": grads,
         "attention": "unfused" if v.get("model.config.attention_backend") == "unfused" else "flash",
         "offload_optimizer": bool(v.get("optim.config.optimizer_cpu_offload", False)),
         "overlap_dp_grad_reduce": bool(v.get("trainer.strategy.ddp.overlap_grad_reduce", False)),
@@ -236,4 +321,52 @@ def import_plan(text: str) -> dict[str, object]:
             "nemo: recipe.model.config.cp_comm_type",
         ),
         **split,
+    }
+
+
+def _recompute_fields(v: dict, r: Doc) -> dict[str, object]:
+    """recompute_num_layers and recompute_modules read back: full recomputation of every layer is
+    uniform over 1 layer; block over N is the first N layers of each chunk; anything else has no plan."""
+    out: dict[str, object] = {}
+    method = v.get(CONFIG + "recompute_method")
+    if v.get(CONFIG + "recompute_granularity") == "full":
+        layers = r.integer(CONFIG + "recompute_num_layers", 1, minimum=1)
+        if method == "block":
+            out["recompute_num_layers"] = layers
+        elif method not in (None, "uniform") or layers != 1:
+            raise ExportRefused(
+                f"nemo: recipe.{CONFIG}recompute_method {method!r} over {layers} layers has no plan"
+                " field (allowed: uniform over 1, or block)"
+            )
+    modules = v.get(CONFIG + "recompute_modules")
+    if modules:
+        if v.get(CONFIG + "recompute_granularity") != "selective":
+            raise ExportRefused(
+                f"nemo: recipe.{CONFIG}recompute_modules without selective recomputation has no plan field"
+            )
+        out["recompute_modules"] = tuple(str(m) for m in modules)
+    return out
+
+
+def _expert_fields(v: dict, r: Doc) -> dict[str, object]:
+    """_experts read back; without expert_tensor_parallel_size etp is 1 (as Megatron-LM's import)."""
+    kind = v.get(CONFIG + "moe_token_dispatcher_type")
+    if kind is None:
+        kind = "allgather" if v.get(CONFIG + "num_moe_experts") else "alltoall"
+    names = {k: n for n, k in DISPATCHERS.items()}
+    if kind not in names:
+        raise ExportRefused(
+            f"nemo: recipe.{CONFIG}moe_token_dispatcher_type {kind!r} has no plan field"
+        )
+    if kind == "flex" and not v.get(CONFIG + "moe_enable_deepep"):
+        raise ExportRefused(
+            f"nemo: recipe.{CONFIG}moe_token_dispatcher_type 'flex' without moe_enable_deepep has no plan field"
+        )
+    capacity = v.get(CONFIG + "moe_expert_capacity_factor")
+    return {
+        "etp": r.integer("trainer.strategy.expert_tensor_parallel_size", 1, minimum=1),
+        "moe_dispatcher": names[kind],
+        "moe_a2a_overlap": bool(v.get(CONFIG + "overlap_moe_expert_parallel_comm", False)),
+        "capacity_factor": float(capacity) if capacity is not None else None,
+        "moe_balance": "forced" if v.get(CONFIG + "moe_router_force_load_balancing") else "learned",
     }

@@ -1,9 +1,11 @@
-"""A framework's start-up argument checks, kept as facts (``export/facts/<name>_checks.yaml``: the
-condition, the file and line of the framework's source at a release), evaluated on an export.
+"""A framework's start-up checks, kept as facts (``export/facts/<name>_checks.yaml``: the condition,
+the file and line of the framework's source at a release), evaluated on an export.
 
-An exporter writes its arguments, then :func:`failed_checks` tells which checks they break; the export
-is refused naming the first one (:func:`refuse_failed`), so a launch line that would stop at start-up
-is never written. The condition language is described at the top of each facts file.
+An exporter writes its arguments (Megatron-LM's ``--flag value`` list) or its keys (NeMo's recipe
+attributes, torchtitan's ``section.field``, DeepSpeed's dotted JSON paths), then :func:`failed_checks`
+or :func:`failed_key_checks` tells which checks they break; the export is refused naming the first one
+(:func:`refuse_failed`, :func:`refuse_failed_keys`), so a launch that would stop at start-up is never
+written. The condition language is described at the top of each facts file.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ class StartupChecks:
     environment: dict[str, str]
 
     def where(self, check: dict) -> str:
-        """``repo@tag file:line`` of a check."""
-        return f"{self.repo}@{self.tag} {check['file']}:{check['line']}"
+        """``repo@tag file:line`` of a check (a check read from another repository names its own)."""
+        repo, tag = check.get("repo", self.repo), check.get("tag", self.tag)
+        return f"{repo}@{tag} {check['file']}:{check['line']}"
 
 
 @lru_cache(maxsize=None)
@@ -63,33 +66,52 @@ def argument_map(args: list[str]) -> dict[str, Any]:
 
 
 class _Env:
-    """What a condition reads: the arguments given, the framework's defaults, the environment."""
+    """What a condition reads: the arguments or keys given, the framework's defaults, the environment,
+    and the launch's context (values a launch has outside the checked keys: the world size, the
+    model's layer count, a callback)."""
 
     def __init__(
-        self, given: Mapping[str, Any], defaults: Mapping[str, Any], env: Mapping[str, str]
+        self,
+        given: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+        env: Mapping[str, str],
+        context: Mapping[str, Any] | None = None,
     ):
         self.given, self.defaults, self.env = given, defaults, env
+        self.context = context or {}
 
     def value(self, expr: Any) -> Any:
-        """An integer, a flag's value (given or default; None when neither), {present: F} (1 or 0),
-        {add: [...]} or {mul: [...]}; numbers given as text are read as numbers."""
+        """An integer, a flag's value (given or default; None when neither), {key: K} a key's value
+        (the same), {context: C}, {present: F} (1 or 0), {add: [...]}, {mul: [...]} or
+        {div_ceil: [a, b]}; numbers given as text are read as numbers."""
         if isinstance(expr, dict):
             if "present" in expr:
                 return int(expr["present"] in self.given)
-            parts = [self.value(e) for e in expr.get("add", expr.get("mul", []))]
+            if "key" in expr:
+                return self._number(self.given.get(expr["key"], self.defaults.get(expr["key"])))
+            if "context" in expr:
+                return self._number(self.context.get(expr["context"]))
+            op = next(k for k in ("add", "mul", "div_ceil") if k in expr)
+            parts = [self.value(e) for e in expr[op]]
             if any(p is None for p in parts):
                 return None
-            out = 0 if "add" in expr else 1
+            if op == "div_ceil":
+                return -(-int(parts[0]) // int(parts[1])) if int(parts[1]) else None
+            out = 0 if op == "add" else 1
             for p in parts:
-                out = out + int(p) if "add" in expr else out * int(p)
+                out = out + int(p) if op == "add" else out * int(p)
             return out
         if isinstance(expr, str) and expr.startswith("--"):
-            raw = self.given.get(expr, self.defaults.get(expr))
-            try:
-                return int(raw) if isinstance(raw, str) else raw
-            except ValueError:
-                return raw
+            return self._number(self.given.get(expr, self.defaults.get(expr)))
         return expr
+
+    @staticmethod
+    def _number(raw: Any) -> Any:
+        """Text that reads as an integer, as one; anything else as it is."""
+        try:
+            return int(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            return raw
 
     def holds(self, cond: dict) -> bool:
         """Is the condition true for these arguments and environment?"""
@@ -117,7 +139,7 @@ def _compare(left: Any, cond: dict, value) -> bool:
             return str(left) == str(right)
         if op == "ne":
             return str(left) != str(right)
-        if left is None or right is None:
+        if not (_integer(left) and _integer(right)):  # a missing or non-numeric value ('auto')
             return False
         if op == "ge":
             return int(left) >= int(right)
@@ -127,11 +149,31 @@ def _compare(left: Any, cond: dict, value) -> bool:
     raise ValueError(f"a start-up check condition without a comparison: {cond}")
 
 
+def _integer(value: Any) -> bool:
+    """Is ``value`` an integer (or text of one)?"""
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, float) or value == int(value)
+
+
 def failed_checks(name: str, args: list[str], env: Mapping[str, str]) -> list[dict]:
     """The checks of framework ``name`` that ``args`` (a launch's arguments) with the environment
     ``env`` break, in the facts file's order."""
+    return failed_key_checks(name, argument_map(args), env)
+
+
+def failed_key_checks(
+    name: str,
+    given: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> list[dict]:
+    """The checks of framework ``name`` that the keys ``given`` ({name: value}), the environment and
+    the launch's ``context`` break, in the facts file's order."""
     facts = startup_checks(name)
-    state = _Env(argument_map(args), facts.defaults, env)
+    state = _Env(given, facts.defaults, env or {}, context)
     return [c for c in facts.checks if state.holds(c["if"]) and not state.holds(c["then"])]
 
 
@@ -140,7 +182,22 @@ def refuse_failed(
 ) -> None:
     """Refuse (one line) an export that breaks a start-up check: the plan knob and its value, the
     check's id, what it says and where."""
-    broken = failed_checks(name, args, env)
+    _refuse(name, label, plan, failed_checks(name, args, env))
+
+
+def refuse_failed_keys(
+    name: str,
+    label: str,
+    plan: Any,
+    given: Mapping[str, Any],
+    context: Mapping[str, Any] | None = None,
+) -> None:
+    """refuse_failed for a framework configured by keys (NeMo, torchtitan, DeepSpeed)."""
+    _refuse(name, label, plan, failed_key_checks(name, given, {}, context))
+
+
+def _refuse(name: str, label: str, plan: Any, broken: list[dict]) -> None:
+    """Refuse naming the first broken check, if any."""
     if broken:
         c = broken[0]
         knob = c["knob"]

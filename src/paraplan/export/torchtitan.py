@@ -25,6 +25,7 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.export.startup import refuse_failed_keys, startup_checks
 from paraplan.io.fields import Doc, as_list
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -183,9 +184,14 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> 
     """The TOML text: one table per job-config section."""
     fw = framework_args(NAME)
     secs = sections(plan, model)
-    check_names(fw, [f"{s}.{k}" for s, fields in secs.items() for k in fields])
+    given = {f"{s}.{k}": v for s, fields in secs.items() for k, v in fields.items()}
+    check_names(fw, list(given))
+    context = {"world_size": plan.gpus, "n_layers": model.layers if model is not None else None}
+    refuse_failed_keys(NAME, fw.label, plan, given, context)
     lines = header_lines(
-        header, f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py"
+        header,
+        f"# torchtitan job config; keys: {fw.label} torchtitan/config/job_config.py",
+        f"# start-up checks: {len(startup_checks(NAME).checks)} from {fw.label} source pass",
     )
     for name, fields in secs.items():
         lines.append("")

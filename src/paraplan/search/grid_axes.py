@@ -78,9 +78,15 @@ class GridAxes:
             out += [ScheduleOption(1, "zb-h1", split) for split in splits]
         if "dualpipe" in allowed and not dualpipe_rule(pp, microbatches):
             out += [ScheduleOption(1, "dualpipe", split) for split in splits]
-        if "interleaved" not in allowed or interleave_batch_rule(microbatches, pp):
-            return out
-        return out + self._interleave_options(pp)
+        if "interleaved" in allowed and not interleave_batch_rule(microbatches, pp):
+            out += self._interleave_options(pp)
+        return [
+            o
+            for o in out
+            if launch.stages_allowed(
+                self.framework, self.model.layers, pp, o.vpp, o.split == SPLITS[0]
+            )
+        ]
 
     def split_options(self, pp: int) -> tuple[LayerSplit, ...]:
         """The layer splits (embedding_as_layer, loss_as_layer) the non-interleaved schedules are searched with:
@@ -155,10 +161,12 @@ class GridAxes:
         pipeline depth ``pp``, those the framework launches (search.launch.state_allowed)."""
         if dp_size == 1:
             return [StateOption(0, True, True)]
+        tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
+        fp8_primary = self.dtype == "fp8" and not self.fp8_weight_copies
         return [
             o
             for o in self._state_options(dp_size)
-            if launch.state_allowed(self.framework, o.zero, *o[1:], pp)
+            if launch.state_allowed(self.framework, o.zero, *o[1:], pp, tp, fp8_primary)
         ]
 
     def _state_options(self, dp_size: int) -> list[StateOption]:

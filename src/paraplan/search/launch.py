@@ -1,15 +1,32 @@
-"""Which plans a framework can launch: the search's side of the rule the exporters check (issue 34).
+"""Which plans a framework can launch: the search's side of the rules the exporters check (issue 34).
 
-With ``--framework F`` the search covers only plans F runs and can be exported to F: for the Megatron-Core
-profile (exported to Megatron-LM and NeMo) the rules of specs.rules (megatron_fsdp_rule,
-megatron_overlap_rule, taken from Megatron-LM core_v0.14.0's start-up checks, export/facts) and the
-knobs its exporters cannot write are left out of the space: the schedules other than 1F1B and
-interleaved 1F1B, weight and activation offload, optimizer offload (Megatron offloads it only beside the
-distributed optimizer; the grid's state and offload axes are independent, so it is left out whole),
-rank orders other than its default, TP comm overlap without sequence parallelism, and EP all-to-all
-overlap (Megatron-Core asserts it without full recomputation and with virtual stages at pp > 1, which
-the row's expert option cannot see). Profiles without kept start-up checks (deepspeed, torchtitan,
-maxtext, the 2021 profiles) search the whole space; the rows then say which frameworks run them.
+With ``--framework F`` the search covers only plans F runs and paraplan can export to F (``targets``):
+the Megatron-Core profile and the recipe profiles built on it (exported to Megatron-LM and NeMo), the
+torchtitan profiles (a torchtitan job config) and the DeepSpeed profile (a DeepSpeed JSON). The rules
+restate what the exporters refuse and the start-up checks they evaluate (export/facts/*_checks.yaml;
+this layer sits below export and cannot call it: tests/search/test_launch_filter.py exports every row of
+each filtered search). Where a framework runs a knob only in combination with axes the grid sets
+independently, the knob is left out whole, so each filtered space is a subset of what F runs:
+
+- Megatron-Core (Megatron-LM core_v0.14.0, NeMo v2.4.0): specs.rules megatron_fsdp_rule and
+  megatron_overlap_rule, 1F1B and interleaved 1F1B, the default rank order, TP overlap only with
+  sequence parallelism, no 2D tensor-parallel grid; offloads (Megatron offloads the optimizer only beside
+  the distributed optimizer) and EP all-to-all overlap (asserted without full recomputation and with
+  virtual stages at pp > 1) left out.
+- torchtitan v0.2.2: FSDP2 over dp·cp (ZeRO 2 or 3; plain DDP runs only as the sole parallelism and
+  ZeRO 1 has no FSDP2 form, so ZeRO 0 is left out), overlaps always on, sequence parallelism always on
+  with tp > 1, recomputation none or full, 1F1B / interleaved 1F1B / GPipe with the layers divided evenly
+  over pp·vpp stages and the default split, seq divisible by 2·tp·cp, the default rank order, 1D tensor
+  parallelism, experts with etp 1 and the all-to-all dispatcher over ep dividing dp·cp·tp; offloads left
+  out (its CPU offload moves weights and optimizer state together, with ZeRO 3 only).
+- DeepSpeed v0.16.4: no context parallelism, AutoTP without sequence parallelism or TP overlap, 1F1B,
+  ZeRO 0/1 with pipeline stages, no ZeRO 3 with AutoTP, one overlap switch for both DP overlaps,
+  recomputation none or full, no experts split (DeepSpeed-MoE is set in the model script), 1D tensor
+  parallelism, the default split and rank order; offloads left out.
+
+Profiles without an exporter (the 2021 profiles, maxtext, the PyTorch and Hugging Face ones,
+megatron-deepspeed, whose launch is Megatron-DeepSpeed's own arguments) search the whole space; the rows
+then say which frameworks run them.
 """
 
 from __future__ import annotations
@@ -19,50 +36,215 @@ from functools import lru_cache
 from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
 
 MEGATRON_CORE = "megatron-core"
-MEGATRON_SCHEDULES = ("1f1b", "interleaved")
+TORCHTITAN = "torchtitan"
+DEEPSPEED = "deepspeed"
+# launcher profile -> the exporters (export.FRAMEWORKS) that write its launch
+TARGETS = {
+    MEGATRON_CORE: ("megatron", "nemo"),
+    TORCHTITAN: ("torchtitan",),
+    DEEPSPEED: ("deepspeed",),
+}
+# profiles built on a launcher profile that launch through other arguments (no exporter writes them)
+OWN_LAUNCH = frozenset({"megatron-deepspeed"})
+SCHEDULES = {
+    MEGATRON_CORE: ("1f1b", "interleaved"),
+    TORCHTITAN: ("1f1b", "interleaved", "gpipe"),
+    DEEPSPEED: ("1f1b",),
+}
+ZEROS = {MEGATRON_CORE: (0, 1, 2, 3), TORCHTITAN: (2, 3), DEEPSPEED: (0, 1, 2, 3)}
+LAYOUTS = {MEGATRON_CORE: ("1d", "2d-seq"), TORCHTITAN: ("1d",), DEEPSPEED: ("1d",)}
+RECOMPUTE = {
+    MEGATRON_CORE: ("none", "selective", "full"),
+    TORCHTITAN: ("none", "full"),
+    DEEPSPEED: ("none", "full"),
+}
+DTYPES = {  # the training datatypes each exporter states (export.common.UNMAPPED_DTYPES aside)
+    MEGATRON_CORE: ("fp32", "fp16", "bf16", "fp8"),
+    TORCHTITAN: ("fp32", "bf16", "fp8"),
+    DEEPSPEED: ("fp32", "fp16", "bf16"),
+}
 
 
 @lru_cache(maxsize=64)
-def restricted(framework: str | None) -> bool:
-    """Does the search leave out plans this framework profile cannot launch? The Megatron-Core
-    profile and the recipe profiles built on it (``base: megatron-core``: nemo-24.09,
-    megatron-bridge-25.11)."""
-    if framework is None:
-        return False
-    if framework == MEGATRON_CORE:
-        return True
+def launcher(framework: str | None) -> str | None:
+    """The launcher profile whose exporters write ``framework``'s plans: the profile itself, or the
+    ``base`` it refines (nemo-24.09 and megatron-bridge-25.11 -> megatron-core, torchtitan-compiled ->
+    torchtitan); None for a profile no exporter writes."""
+    if framework is None or framework in OWN_LAUNCH:
+        return None
+    if framework in TARGETS:
+        return framework
     from paraplan.catalog import framework_names, load_framework
 
-    return framework in framework_names() and load_framework(framework).base == MEGATRON_CORE
+    if framework not in framework_names():
+        return None
+    base = load_framework(framework).base
+    return base if base in TARGETS else None
+
+
+def targets(framework: str | None) -> tuple[str, ...]:
+    """The exporters a filtered search's rows are written with (none without a launcher)."""
+    return TARGETS.get(launcher(framework), ())
+
+
+def restricted(framework: str | None) -> bool:
+    """Does the search leave out plans this framework profile cannot launch?"""
+    return launcher(framework) is not None
+
+
+def problem_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:
+    """(field, value, why) of the search's run-wide settings the framework's exporters cannot state:
+    the datatype, the attention kernel (torchtitan and DeepSpeed run fused attention), the CP algorithm,
+    capacity and balance of the experts outside Megatron-Core, recomputation modes left empty."""
+    name = launcher(framework)
+    if name is None:
+        return []
+    out: list[tuple[str, object, str]] = []
+    if problem.dtype not in DTYPES[name]:
+        out.append(("dtype", problem.dtype, f"{framework} plans take {', '.join(DTYPES[name])}"))
+    if name != MEGATRON_CORE and problem.attention != "flash":
+        out.append(("attention", problem.attention, f"{framework} runs fused (flash) attention"))
+    if name == TORCHTITAN and problem.cp_algorithm != "ring":  # DeepSpeed: cp = 1, no algorithm
+        out.append(("cp_algorithm", problem.cp_algorithm, f"{framework} runs ring attention"))
+    if name != MEGATRON_CORE and problem.capacity_factor is not None:
+        out.append(("capacity_factor", problem.capacity_factor, f"{framework}: dropless only"))
+    if name != MEGATRON_CORE and problem.moe_balance != "learned":
+        out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
+    layers = problem.model.layers
+    if name == TORCHTITAN and problem.pp and all(p > 1 and layers % p for p in problem.pp):
+        why = f"{framework} splits the {layers} layers evenly over the stages (layers_per_stage)"
+        divisors = [d for d in range(1, min(layers, 64) + 1) if layers % d == 0]
+        out.append(("pp", ",".join(map(str, problem.pp)), f"{why}; allowed: {divisors}"))
+    out += _expert_axis_violations(framework, name, problem)
+    if problem.recompute and not any(recompute_allowed(framework, r) for r in problem.recompute):
+        out.append(
+            ("recompute", ",".join(problem.recompute), f"allowed: {', '.join(RECOMPUTE[name])}")
+        )
+    return out
+
+
+def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[str, object, str]]:
+    """Expert axes (--ep, --etp, --dispatcher) that leave the framework no value (experts_allowed)."""
+    out: list[tuple[str, object, str]] = []
+    if name == DEEPSPEED and problem.ep and 1 not in problem.ep:
+        why = f"{framework}'s config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
+        out.append(("ep", ",".join(map(str, problem.ep)), f"{why}; allowed: 1"))
+    if name != MEGATRON_CORE and problem.etp and 1 not in problem.etp:
+        out.append(("etp", ",".join(map(str, problem.etp)), f"{framework}: allowed: 1"))
+    if name != MEGATRON_CORE and problem.dispatchers and "alltoall" not in problem.dispatchers:
+        out.append(("dispatcher", ",".join(problem.dispatchers), f"{framework}: allowed: alltoall"))
+    return out
+
+
+def degrees_allowed(framework: str | None, tp: int, pp: int, cp: int, seq_length: int) -> bool:
+    """DeepSpeed has no ring context parallelism; torchtitan needs seq divisible by tp·2·cp
+    (facts/torchtitan_checks.yaml sequence-divides)."""
+    name = launcher(framework)
+    if name == DEEPSPEED:
+        return cp == 1
+    if name == TORCHTITAN:
+        return seq_length % (tp * 2 * cp) == 0
+    return True
 
 
 def schedule_allowed(framework: str | None, schedule: str) -> bool:
-    """Megatron-LM runs 1F1B and interleaved 1F1B pipelines."""
-    return not restricted(framework) or schedule in MEGATRON_SCHEDULES
+    """The pipeline schedules the framework runs (SCHEDULES)."""
+    name = launcher(framework)
+    return name is None or schedule in SCHEDULES[name]
 
 
-def state_allowed(framework: str | None, zero: int, reduce: bool, gather: bool, pp: int) -> bool:
-    """ZeRO stage and DP overlaps at this pipeline depth (specs.rules megatron rules)."""
-    if not restricted(framework):
+def stages_allowed(
+    framework: str | None, layers: int, pp: int, vpp: int, default_split: bool
+) -> bool:
+    """torchtitan and DeepSpeed take the default split only; torchtitan's layers_per_stage splits the
+    layers evenly over pp·vpp stages (facts/torchtitan_checks.yaml stages-divide-over-ranks)."""
+    name = launcher(framework)
+    if name in (TORCHTITAN, DEEPSPEED) and not default_split:
+        return False
+    return name != TORCHTITAN or pp == 1 or layers % (pp * vpp) == 0
+
+
+def state_allowed(
+    framework: str | None,
+    zero: int,
+    reduce: bool,
+    gather: bool,
+    pp: int,
+    tp: int = 1,
+    fp8_primary: bool = False,
+) -> bool:
+    """ZeRO stage and DP overlaps at this pipeline depth and tensor-parallel size (module doc); with
+    fp8 primary weights (fp8 without cached copies) Megatron-LM needs the distributed optimizer or FSDP
+    (--fp8-param-gather, arguments.py line 615: ZeRO >= 1 over more than one data-parallel rank)."""
+    name = launcher(framework)
+    if name is None:
         return True
-    return not (megatron_fsdp_rule(zero, pp) or megatron_overlap_rule(zero, reduce, gather))
+    if zero not in ZEROS[name]:
+        return False
+    if name == MEGATRON_CORE:
+        if fp8_primary and zero == 0:
+            return False
+        return not (megatron_fsdp_rule(zero, pp) or megatron_overlap_rule(zero, reduce, gather))
+    if name == TORCHTITAN:
+        return reduce and gather
+    if pp > 1 and zero >= 2 or tp > 1 and zero == 3:  # pipe/engine.py:77, engine.py:426
+        return False
+    return zero == 0 or reduce == gather
 
 
 def offloads_allowed(framework: str | None) -> bool:
-    """Are offloads searched? Not for Megatron-Core (see the module doc)."""
+    """Are offloads searched? Not under a launcher (see the module doc)."""
     return not restricted(framework)
 
 
 def placement_varied(framework: str | None, vary: bool) -> bool:
-    """Megatron-Core's searched rank order is its default (tp-cp-ep-dp-pp)."""
+    """Every launcher searches its default rank order (tp-cp-ep-dp-pp, torchtitan's tp-cp-dp-pp,
+    DeepSpeed's tp-dp-pp)."""
     return vary and not restricted(framework)
 
 
+def layout_allowed(framework: str | None, layout: str) -> bool:
+    """The tensor-parallel layouts the framework runs (LAYOUTS)."""
+    name = launcher(framework)
+    return name is None or layout in LAYOUTS[name]
+
+
+def recompute_allowed(framework: str | None, recompute: str) -> bool:
+    """The recomputation modes the framework's exporter states (RECOMPUTE)."""
+    name = launcher(framework)
+    return name is None or recompute in RECOMPUTE[name]
+
+
+def sequence_parallel_allowed(framework: str | None, tp: int, sequence_parallel: bool) -> bool:
+    """torchtitan's TP always shards norms along the sequence; DeepSpeed's AutoTP never does."""
+    name = launcher(framework)
+    if name == TORCHTITAN and tp > 1:
+        return sequence_parallel
+    return name != DEEPSPEED or not sequence_parallel
+
+
 def tp_overlap_allowed(framework: str | None, sequence_parallel: bool, overlap: bool) -> bool:
-    """Megatron-LM's --tp-comm-overlap needs --sequence-parallel (arguments.py line 845)."""
-    return not restricted(framework) or sequence_parallel or not overlap
+    """Megatron-LM's --tp-comm-overlap needs --sequence-parallel (arguments.py line 845); AutoTP does
+    not overlap TP collectives."""
+    name = launcher(framework)
+    if name == DEEPSPEED:
+        return not overlap
+    return name is None or sequence_parallel or not overlap
 
 
 def a2a_overlap_allowed(framework: str | None, overlap: bool) -> bool:
-    """EP all-to-all overlap is left out for Megatron-Core (see the module doc)."""
+    """EP all-to-all overlap is left out under every launcher (see the module doc)."""
     return not restricted(framework) or not overlap
+
+
+def experts_allowed(
+    framework: str | None, tp: int, cp: int, dp: int, ep: int, etp: int, dispatcher: str
+) -> bool:
+    """torchtitan: etp 1, the all-to-all dispatcher, ep dividing dp·cp·tp (its expert mesh,
+    facts/torchtitan_checks.yaml expert-mesh-divides); DeepSpeed: no expert split (ep = etp = 1)."""
+    name = launcher(framework)
+    if name == TORCHTITAN:
+        return etp == 1 and dispatcher == "alltoall" and (dp * cp * tp) % ep == 0
+    if name == DEEPSPEED:
+        return ep == 1 and etp == 1 and dispatcher == "alltoall"
+    return True

@@ -185,6 +185,8 @@ class SearchProblem(GridAxes):
             raise InputError.from_violations([Violation(*rule) for rule in precision])
         if dtype := dtype_rule(self.dtype, self.system.accelerator):
             raise InputError.from_violations([Violation("dtype", self.dtype, dtype)])
+        if unlaunchable := launch.problem_violations(self.framework, self):
+            raise InputError.from_violations([Violation(*v) for v in unlaunchable])
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise InputError(f"gpus: {self.gpus!r} is not allowed; must be a positive integer")
         if self.seq_length <= 0:
@@ -257,6 +259,8 @@ class SearchProblem(GridAxes):
                         continue
                     if ulysses_rule(m, tp, cp, self.cp_algorithm):
                         continue
+                    if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
+                        continue
                     out.append((tp, pp, cp, self.gpus // (tp * pp * cp)))
         return out
 
@@ -325,6 +329,7 @@ class SearchProblem(GridAxes):
             (layout, rows)
             for layout, rows in out
             if not ulysses_rule(self.model, tp, cp, self.cp_algorithm, layout)
+            and launch.layout_allowed(self.framework, layout)
         ]
 
     def layer_knobs(self, tp: int, cp: int) -> tuple[LayerKnob, ...]:
@@ -344,8 +349,17 @@ class SearchProblem(GridAxes):
             )
         if tp > 1 and sequence_parallel_rule(self.seq_length, cp, tp):
             sp_options = [s for s in sp_options if not s]
-        sp_options = [s for s in sp_options if not moe_sequence_parallel_rule(self.model, tp, s)]
-        recompute = self.recompute or RECOMPUTE_MODES
+        sp_options = [
+            s
+            for s in sp_options
+            if not moe_sequence_parallel_rule(self.model, tp, s)
+            and launch.sequence_parallel_allowed(self.framework, tp, s)
+        ]
+        recompute = [
+            r
+            for r in self.recompute or RECOMPUTE_MODES
+            if launch.recompute_allowed(self.framework, r)
+        ]
         default = self.default_overlaps[0]
         overlap = (
             [default, not default]
@@ -422,7 +436,11 @@ class SearchProblem(GridAxes):
             for etp in etps:
                 if expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp)):
                     continue
-                out += [ExpertOption(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
+                out += [
+                    ExpertOption(ep, etp, d, ov)
+                    for d, ov in self.expert_switches(ep, etp)
+                    if launch.experts_allowed(self.framework, tp, cp, dp, ep, etp, d)
+                ]
         return out
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
