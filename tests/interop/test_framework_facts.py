@@ -194,3 +194,15 @@ def test_grad_dtype_and_fp8_weights_round_trip_through_megatron_and_nemo():
     assert "--fp8-param-gather" in text
     with pytest.raises(ExportRefused, match="fp8_weight_copies=False cannot start"):
         export_plan("megatron", base.model_copy(update={"dtype": "fp8", "zero": 0}), model)
+
+
+def test_qwen3_exports_its_per_head_qk_norm():
+    """Qwen3's q/k norms reach Megatron-LM as --qk-layernorm and NeMo as qk_layernorm (a key the NeMo
+    facts keep); a model without them writes neither."""
+    plan = PlanSpec(gpus=64, tp=2, ep=8, global_batch=512, seq_length=4096, zero=1)
+    qwen3 = load_model("qwen3-30b-a3b")
+    assert "--qk-layernorm" in export_plan("megatron", plan, qwen3)
+    assert "recipe.model.config.qk_layernorm = True" in export_plan("nemo", plan, qwen3)
+    mixtral = load_model("mixtral-8x7b")
+    assert "--qk-layernorm" not in export_plan("megatron", plan, mixtral)
+    assert "qk_layernorm" not in export_plan("nemo", plan, mixtral)

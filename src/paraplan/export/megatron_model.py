@@ -30,6 +30,8 @@ def model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
     if model.mlp == "swiglu":
         a += ["--swiglu"]
     a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    if model.qk_norm:  # Qwen3 / Gemma 3 per-head q/k norms (Megatron-LM --qk-layernorm)
+        a += ["--qk-layernorm"]
     if not model.tie_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
     positions = (

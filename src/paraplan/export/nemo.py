@@ -185,6 +185,8 @@ def _model_fields(model: ModelSpec) -> list[tuple[str, object]]:
         for f, v in flags.items()
         if f in MODEL_FIELDS
     ]
+    if model.qk_norm:  # TransformerConfig.qk_layernorm (Megatron-LM --qk-layernorm)
+        o += [(CONFIG + "qk_layernorm", True)]
     if "--moe-layer-freq" in flags:
         freq = [int(is_moe_layer(model, i)) for i in range(model.layers)]
         o += [(CONFIG + "moe_layer_freq", freq)]
