@@ -146,3 +146,42 @@ def test_both_parsers_read_the_same_data():
         assert strict_yaml.load_strict_yaml(text) == c
     finally:
         strict_yaml.C_PARSE_MAX_DEPTH = saved
+
+
+# ---- --non-uniform ignored --time-budget (issue 37: 512 GPUs, 112 s) ------------------------------
+def test_non_uniform_keeps_the_budget_from_its_first_second_and_says_where_it_stopped(cli):
+    """The AMP-style start plan was searched without the budget; now the budget covers it, and the
+    output says where the budget stopped the search."""
+    import time
+
+    t0 = time.perf_counter()
+    _, out, _ = cli(
+        "search",
+        "-m",
+        "gpt3-175b",
+        "--non-uniform",
+        "-s",
+        "dgx-a100-80gb",
+        "--gpus",
+        "512",
+        "--global-batch",
+        "512",
+        "--time-budget",
+        "1",
+        codes=(0, 1),
+    )
+    assert "stopped: while finding the start plan: time budget" in out
+    assert time.perf_counter() - t0 < 1.0 + 4.0
+
+
+def test_non_uniform_exact_enumeration_keeps_the_budget_too():
+    from paraplan.catalog import load_model
+    from paraplan.search.staged.hetero import HeteroProblem
+    from paraplan.search.staged.non_uniform import search_non_uniform
+    from paraplan.specs.cluster import uniform_cluster
+
+    cluster = uniform_cluster(load_system("dgx-a100-80gb"), 2)
+    problem = HeteroProblem(load_model("gpt3-125m"), cluster, 2, 64)
+    result = search_non_uniform(problem, top_k=1, time_budget_s=0.0)
+    assert result.mode == "exact" and result.stopped.startswith("time budget 0 s reached: 0 of")
+    assert search_non_uniform(problem, top_k=1, time_budget_s=60.0).stopped == ""
