@@ -208,8 +208,9 @@ def _paced_idle(before: Num, vpp: Num, idle: Num) -> Num:
     _commit_and_wait_comm), so the ranks step at the slowest rank's pace S (DeepSeek-V3 report,
     arXiv:2412.19437 §3.2.1) and a rank with work W_i ends each slot's work, the last one included,
     S − W_i before the slowest one; the schedule ends every rank with its W passes at the same
-    point (steps 7–8 of DualPipe.step), so no drain beyond that."""
-    return idle
+    point (steps 7–8 of DualPipe.step), so no drain beyond that. (An absent entry, count 0, may
+    exceed S: 0.)"""
+    return maximum(idle, 0.0)
 
 
 # How long each schedule's stage has between its last backward and the pipeline's end
