@@ -77,3 +77,111 @@ def test_recursive_and_modest_aliases(tmp_path):
         parse_document("a: &a [*a]\n", "'x'", "model", as_json=False)
     shared = parse_document("a: &x {b: 1}\nc: *x\nd: [*x, *x]\n", "'x'", "model", as_json=False)
     assert shared == {"a": {"b": 1}, "c": {"b": 1}, "d": [{"b": 1}, {"b": 1}]}
+
+
+# ---- YAML parse time (issue 37: ~12 s per MiB within the 16 MiB input cap) -----------------------
+def _flow_mappings(size: int) -> str:
+    """A YAML text of ``size`` characters or so, all flow mappings (the slowest form to parse)."""
+    lines, total, i = [], 0, 0
+    while total < size:
+        line = f"k{i}: {{a: [1, 2, 3], b: xyz, c: {i}.5}}\n"
+        lines.append(line)
+        total, i = total + len(line), i + 1
+    return "".join(lines)
+
+
+def test_yaml_over_its_cap_is_refused_at_once_and_names_json(cli, tmp_path):
+    from paraplan.io.strict_yaml import MAX_YAML_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_text(_flow_mappings(MAX_YAML_BYTES + 1))
+    _, _, err = cli("estimate", "-m", str(path), "-s", "dgx-h100-80gb", "--gpus", "8", codes=(2,))
+    assert "larger than 256 KiB of YAML" in err and "JSON" in err, err
+
+
+def test_yaml_at_its_cap_parses_within_the_suite_limit_and_the_error_stays_short(cli, tmp_path):
+    """Half the cap (~3,000 unknown keys, the slowest form): parsed within conftest.SECONDS on the
+    loaded 2-core development machine, the error names 12 fields and counts the rest."""
+    from paraplan.io.strict_yaml import MAX_YAML_BYTES
+
+    path = tmp_path / "big.yaml"
+    path.write_text(_flow_mappings(MAX_YAML_BYTES // 2))
+    _, _, err = cli("estimate", "-m", str(path), "-s", "dgx-h100-80gb", "--gpus", "8", codes=(2,))
+    assert "unknown field" in err and " more" in err and len(err) < 2000, err[:300]
+
+
+@pytest.mark.parametrize("levels", [1200, 5000])
+def test_compact_nesting_past_the_c_bound_takes_the_python_parser(tmp_path, levels):
+    """``- - - … x`` nests a level per two bytes: beyond C_PARSE_MAX_DEPTH the recursive C composer is
+    not used; the pure-Python one refuses it in one line."""
+    from paraplan.io.documents import parse_document
+    from paraplan.io.strict_yaml import C_PARSE_MAX_DEPTH, _block_depth_bound
+
+    text = "- " * levels + "x\n"
+    assert _block_depth_bound(text) > C_PARSE_MAX_DEPTH
+    with pytest.raises(InputError, match="nests") as info:
+        parse_document(text, "'x'", "model", as_json=False)
+    assert "\n" not in str(info.value)
+
+
+def test_the_python_parser_keeps_its_time_budget(monkeypatch):
+    from paraplan.io import strict_yaml
+    from paraplan.io.documents import parse_document
+
+    monkeypatch.setattr(strict_yaml, "C_PARSE_MAX_DEPTH", -1)  # the pure-Python parser
+    monkeypatch.setattr(strict_yaml, "PYTHON_PARSE_BUDGET_S", 0.0)
+    with pytest.raises(InputError, match="takes longer than 0 s to parse"):
+        parse_document(_flow_mappings(10_000), "'x'", "model", as_json=False)
+    monkeypatch.setattr(strict_yaml, "PYTHON_PARSE_BUDGET_S", 60.0)
+    assert parse_document("a: [1, {b: 2}]\n", "'x'", "model", as_json=False) == {"a": [1, {"b": 2}]}
+
+
+def test_both_parsers_read_the_same_data():
+    from paraplan.io import strict_yaml
+
+    text = "a: &x {b: [1, 2.5, true, null, '3']}\nc: *x\n? k\n: v\nd: |\n  text\n"
+    c = strict_yaml.load_strict_yaml(text)
+    strict_yaml.C_PARSE_MAX_DEPTH, saved = -1, strict_yaml.C_PARSE_MAX_DEPTH
+    try:
+        assert strict_yaml.load_strict_yaml(text) == c
+    finally:
+        strict_yaml.C_PARSE_MAX_DEPTH = saved
+
+
+# ---- --non-uniform ignored --time-budget (issue 37: 512 GPUs, 112 s) ------------------------------
+def test_non_uniform_keeps_the_budget_from_its_first_second_and_says_where_it_stopped(cli):
+    """The AMP-style start plan was searched without the budget; now the budget covers it, and the
+    output says where the budget stopped the search."""
+    import time
+
+    t0 = time.perf_counter()
+    _, out, _ = cli(
+        "search",
+        "-m",
+        "gpt3-175b",
+        "--non-uniform",
+        "-s",
+        "dgx-a100-80gb",
+        "--gpus",
+        "512",
+        "--global-batch",
+        "512",
+        "--time-budget",
+        "1",
+        codes=(0, 1),
+    )
+    assert "stopped: while finding the start plan: time budget" in out
+    assert time.perf_counter() - t0 < 1.0 + 4.0
+
+
+def test_non_uniform_exact_enumeration_keeps_the_budget_too():
+    from paraplan.catalog import load_model
+    from paraplan.search.staged.hetero import HeteroProblem
+    from paraplan.search.staged.non_uniform import search_non_uniform
+    from paraplan.specs.cluster import uniform_cluster
+
+    cluster = uniform_cluster(load_system("dgx-a100-80gb"), 2)
+    problem = HeteroProblem(load_model("gpt3-125m"), cluster, 2, 64)
+    result = search_non_uniform(problem, top_k=1, time_budget_s=0.0)
+    assert result.mode == "exact" and result.stopped.startswith("time budget 0 s reached: 0 of")
+    assert search_non_uniform(problem, top_k=1, time_budget_s=60.0).stopped == ""

@@ -1,5 +1,6 @@
 """Kill tests (issue 13): SIGKILL a ``sweep --workers 2`` and a ``search --csv-all`` at deterministic
-moments (observed in their files, not timed): no finished point is lost, no result file is half
+moments (observed in their files, not timed; the sweep of four points after 0, 1, 2 and all 4
+journaled points, the last before its result file is written): no finished point is lost, no result file is half
 written, the user's old file survives, no worker process outlives the sweep, and the temporary file
 the killed writer left is removed by the next write to the same target."""
 
@@ -124,12 +125,14 @@ def baseline(tmp_path_factory) -> bytes:
     [
         (("--workers", "2"), 0),
         (("--workers", "2"), 1),
+        (("--workers", "2"), 2),
+        (("--workers", "2"), 4),  # every point journaled, the result file not yet written
         (
             ("--dask", "local", "--workers", "2"),
             1,
         ),  # LocalCluster workers are children of the sweep too
     ],
-    ids=["workers-0", "workers-1", "dask-local-1"],
+    ids=["workers-0", "workers-1", "workers-2", "workers-4", "dask-local-1"],
 )
 def test_killed_sweep_loses_nothing_and_leaves_no_worker(tmp_path, baseline, executor, finished):
     if executor[0] == "--dask":

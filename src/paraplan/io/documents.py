@@ -42,7 +42,7 @@ from paraplan.io.referenced import (  # noqa: F401 - MAX_INPUT_BYTES and referen
     _open_regular,
     referenced_path,
 )
-from paraplan.io.yaml_aliases import MAX_EXPANDED_NODES, expanded_nodes
+from paraplan.io.strict_yaml import MAX_YAML_BYTES, load_strict_yaml
 from paraplan.specs.errors import InputError
 
 MAX_NESTING = 64  # levels of nested mappings/lists; our schemas need < 6
@@ -86,52 +86,6 @@ def read_text(path: Path | str, field: str, regular_only: bool = False) -> str:
         raise InputError(
             f"{field}: {_label(path)} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})"
         ) from None
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """YAML SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently) and documents
-    whose aliases expand past MAX_EXPANDED_NODES nodes: an alias bomb (each level a list of aliases
-    of the one before) of 300 bytes expands to gigabytes when walked (by the nesting check, by
-    validation); its expanded size is counted on the composed graph, each node once, before that."""
-
-    def get_single_node(self):
-        node = super().get_single_node()
-        if node is not None and expanded_nodes(node) > MAX_EXPANDED_NODES:
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                f"its aliases (*name) expand past {MAX_EXPANDED_NODES:,} values; not a paraplan input",
-                node.start_mark,
-            )
-        return node
-
-
-def _mapping_without_duplicates(
-    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
-) -> dict:
-    loader.flatten_mapping(node)
-    seen: set = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-        except TypeError:  # an unhashable key: construct_mapping reports it
-            break
-        if duplicate:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"duplicate key {key!r} (line {mark.line + 1}); give each key once",
-                mark,
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
-)
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
@@ -195,6 +149,12 @@ def parse_document(text: str, label: str, field: str, as_json: bool, quiet: bool
     With ``quiet`` (a file a document names, which the user may never have looked at) the error gives
     the position only, never a key, tag or character of the text."""
     kind = "JSON" if as_json else "YAML"
+    if not as_json and len(text) > MAX_YAML_BYTES:  # characters >= bytes / 4: checked cheaply first
+        if len(text.encode("utf-8")) > MAX_YAML_BYTES:
+            raise InputError(
+                f"{field}: {label} is larger than {MAX_YAML_BYTES // 2**10} KiB of YAML; not a"
+                f" paraplan input (give it as JSON, up to {MAX_INPUT_BYTES // 2**20} MiB)"
+            )
     if _nesting_of_text(text) > MAX_NESTING:
         raise InputError(
             f"{field}: {label} nests deeper than {MAX_NESTING} levels; not a paraplan input"
@@ -203,7 +163,7 @@ def parse_document(text: str, label: str, field: str, as_json: bool, quiet: bool
         if as_json:
             data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
         else:
-            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+            data = load_strict_yaml(text)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{field}: {label} is not valid JSON: {exc.msg} (line {exc.lineno})"

@@ -29,6 +29,9 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+MAX_SHOWN_VIOLATIONS = 12  # fields an error line names; the rest are counted (issue 37)
+
+
 class InputError(ValueError):
     """Bad input; ``str(err)`` is one line meant for the user."""
 
@@ -43,10 +46,12 @@ class InputError(ValueError):
         for v in violations:
             groups.setdefault((v.field, repr(v.value)), []).append(v)
         parts = []
-        for group in groups.values():
+        for group in list(groups.values())[:MAX_SHOWN_VIOLATIONS]:
             first = group[0]
             rules = " and ".join(dict.fromkeys(v.rule for v in group))
             parts.append(Violation(first.field, first.value, rules).message())
+        if len(groups) > MAX_SHOWN_VIOLATIONS:  # a document of 20,000 unknown keys: one short line
+            parts.append(f"and {len(groups) - MAX_SHOWN_VIOLATIONS:,} more")
         return cls("; ".join(parts), tuple(violations))
 
 

@@ -67,6 +67,7 @@ from paraplan.step.stage_memory import (  # noqa: F401
 from paraplan.step.tail import (  # noqa: F401
     OPTIMIZER_BYTES_PER_PARAM,
     ZERO_COLLECTIVES,
+    drain_slack_s,
     tail_terms,
     zero_branch,
     zero_branches,
@@ -173,13 +174,15 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
 def compose_step(inp: StepInputs) -> dict[str, Num]:
     """Step time and its breakdown (step.result.TimeBreakdown fields) per Narayanan et al. 2021
     §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
-    from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``) and
+    from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``, each
+    stage's reduction running on through its slack before the pipeline's end: ``drain_slack_s``) and
     activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
     all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
     pipe = _pipeline(inp)
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
-    tails = [tail_terms(s.inputs or inp, s, w) for s, w in zip(stages, works)]
+    slack = drain_slack_s(inp, works, pipe["totals"], _pick(pipe["slowest"], pipe["totals"]))
+    tails = [tail_terms(s.inputs or inp, s, w, d) for s, w, d in zip(stages, works, slack)]
     streamed = (
         0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
     )

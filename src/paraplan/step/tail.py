@@ -17,6 +17,7 @@ from paraplan.cost.elementwise import any_positive, ceil, maximum, where
 from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s
 from paraplan.step import zero3_legacy as legacy
+from paraplan.step.schedules import by_schedule
 from paraplan.step.inputs import (
     GradientGroup,
     Stage,
@@ -68,7 +69,9 @@ def zero_branches(zero: Num) -> tuple[int, ...]:
     return tuple(int(b) for b in np.flatnonzero(counts))
 
 
-def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num, Num, Num]:
+def tail_terms(
+    inp: StepInputs, stage: Stage, work: dict[str, Num], slack: Num = 0.0
+) -> tuple[Num, Num, Num]:
     """(exposed data-parallel communication, optimizer step, optimizer offload) of one stage.
 
     zero 0: all-reduce of fp32 gradients; zero 1-2: reduce-scatter of gradients + all-gather of
@@ -79,8 +82,11 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     --overlap-param-gather); ZeRO-3 traffic overlaps every micro-batch's forward and backward.
     The windows are a micro-batch's forward and backward (``overlap_windows``): each exposed
     communication second is counted in one window only. Collectives of all gradient groups share
-    the windows. Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to the host
-    and weights back over host_bandwidth instead of the on-GPU step."""
+    the windows. The gradient reduction still running when the stage's last backward ends runs on
+    through ``slack`` (``drain_slack_s``: the time the stage has before the pipeline's end), only
+    what outlasts it is exposed; the weight all-gather follows the optimizer and gets none.
+    Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to the host and weights back
+    over host_bandwidth instead of the on-GPU step."""
     forward_window, backward_window = overlap_windows(inp, stage, work)
     calls = sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / maximum(calls, 1.0)
@@ -93,13 +99,15 @@ def tail_terms(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tuple[Num
     if 0 in branches:
         ar = time["all_reduce"]
         exposure[0] = priced_exposure_s(
-            ar, bucketed_reduce_exposed_s(ar, grad_window, traffic.buckets), price["all_reduce"]
+            ar,
+            after_slack_s(bucketed_reduce_exposed_s(ar, grad_window, traffic.buckets), slack),
+            price["all_reduce"],
         )
     if 1 in branches:
         rs, ag = time["reduce_scatter"], time["all_gather"]
         exposure[1] = priced_exposure_s(
             rs + ag,
-            bucketed_reduce_exposed_s(rs, grad_window, traffic.buckets)
+            after_slack_s(bucketed_reduce_exposed_s(rs, grad_window, traffic.buckets), slack)
             + bucketed_reduce_exposed_s(ag, gather_window, traffic.buckets),
             price["reduce_scatter"] + price["all_gather"],
         )
@@ -140,6 +148,80 @@ def overlap_windows(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tupl
         maximum(0.0, forward_window - nic_forward),
         maximum(0.0, backward_window - nic_backward),
     )
+
+
+def after_slack_s(exposed_s: Num, slack_s: Num) -> Num:
+    """max(0, exposed − slack): the part of a reduction still running ``exposed_s`` after the
+    stage's last backward that outlasts the ``slack_s`` seconds left before the pipeline's end
+    (the link keeps reducing while the stages behind it drain)."""
+    return maximum(0.0, exposed_s - slack_s)
+
+
+def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest: Num) -> list[Num]:
+    """Per stage entry, the seconds between its last backward's end and the end of the pipeline
+    part of the step (m × S + bubble), by the schedule (``SLACK_RULES``); 0 for the stage that ends
+    last. ``works``/``totals``: every entry's stage_work and its sum; ``slowest``: S."""
+    stages = inp.stages
+    windows = [backward_s(w) + w["pp"] for w in works]
+    out = []
+    for stage, total in zip(stages, totals):
+        before = 0.0  # the backward (and its sends) of every stage in front of this entry's first
+        for other, window in zip(stages, windows):
+            before = before + where(other.index < stage.index, other.count * window, 0.0)
+        idle = slowest - total
+        out.append(
+            by_schedule(
+                inp.knobs, lambda s, b=before, i=idle: SLACK_RULES[s.name](b, inp.knobs.vpp, i)
+            )
+        )
+    return out
+
+
+def _drain(before: Num, vpp: Num, idle: Num) -> Num:
+    """1F1B and GPipe: the last micro-batch's backward runs back from stage p−1 to stage 0
+    (Narayanan et al. 2021 §2.2, Fig. 4), so stage i's last backward ends Σ_{j<i} (B_j + sends_j)
+    before stage 0's, the end of the step's pipeline part ((m−1)·S + Σ_j W_j: the bubble T − S).
+    Megatron-LM runs the gradient reduction per pipeline rank as its own schedule ends
+    (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_without_interleaving:
+    the cooldown's last backward launches the remaining grad reductions and finalize_model_grads_func
+    follows; Megatron-Core r0.9.0),
+    so it runs while the stages in front drain."""
+    return before
+
+
+def _drain_interleaved(before: Num, vpp: Num, idle: Num) -> Num:
+    """Interleaved 1F1B: the last backward of model chunk 0 runs back through the stages, each a
+    1/v chunk (Narayanan et al. 2021 §2.2.2; Megatron-LM
+    forward_backward_pipelining_with_interleaving finalises the grads per rank the same way)."""
+    return before / maximum(vpp, 1.0)
+
+
+def _no_slack(before: Num, vpp: Num, idle: Num) -> Num:
+    """ZB-H1: the deferred weight-gradient passes fill the cool-down's idle slots (Qi et al. 2023,
+    arXiv:2401.10241 §3.1, Fig. 3), so every stage's gradients are complete only at the end."""
+    return 0.0 * before
+
+
+def _paced_idle(before: Num, vpp: Num, idle: Num) -> Num:
+    """DualPipe: every slot of a rank posts its receives, waits for them, runs its forward-backward
+    pair and posts its sends (deepseek-ai/DualPipe dualpipe.py, _forward_backward_chunk and
+    _commit_and_wait_comm), so the ranks step at the slowest rank's pace S (DeepSeek-V3 report,
+    arXiv:2412.19437 §3.2.1) and a rank with work W_i ends each slot's work, the last one included,
+    S − W_i before the slowest one; the schedule ends every rank with its W passes at the same
+    point (steps 7–8 of DualPipe.step), so no drain beyond that. (An absent entry, count 0, may
+    exceed S: 0.)"""
+    return maximum(idle, 0.0)
+
+
+# How long each schedule's stage has between its last backward and the pipeline's end
+# (``drain_slack_s``): (Σ_{j<i} (B_j + sends_j), vpp, S − W_i) → seconds.
+SLACK_RULES = {
+    "1f1b": _drain,
+    "gpipe": _drain,
+    "interleaved": _drain_interleaved,
+    "zb-h1": _no_slack,
+    "dualpipe": _paced_idle,
+}
 
 
 @dataclass

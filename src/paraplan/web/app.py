@@ -133,7 +133,10 @@ async def start_sweep(request: Request) -> Response:
 def _job(request: Request):
     job = request.app.state.jobs.jobs.get(request.path_params["job"])
     if job is None:
-        raise InputError(f"job: {request.path_params['job']!r} is not a job of this server")
+        raise InputError(
+            f"job: {request.path_params['job']!r} is not a job of this server (jobs end with the"
+            " server that ran them: run the search again from its page's URL)"
+        )
     return job
 
 

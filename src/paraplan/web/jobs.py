@@ -6,12 +6,20 @@ inherited) and warmed with a small search, so a search starts at once with the c
 caches and the validation residuals loaded; a worker whose job ended is kept for the next job (at
 most ``IDLE_WORKERS`` wait), one that was cancelled or ran out of time is terminated and replaced.
 Each job has a wall-clock limit (``JobManager.time_limit_s``).
+
+Jobs live only as long as the server: nothing is journaled, because a search is deterministic and
+its page's URL holds the whole problem. A server that is killed takes its workers with it (each
+worker ends itself when its parent is gone: ``_watch_parent``); after a restart the old job's id is
+refused (ids carry the server run's token, so an old id never names a new job) and the page runs the
+search again from its URL, with identical numbers (tests/fuzz/test_kill_server.py).
 """
 
 from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
+import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,11 +29,21 @@ from paraplan.specs.errors import InputError
 MAX_JOBS = 8  # jobs running at once; more are refused with a one-line error
 IDLE_WORKERS = 2  # started workers kept waiting for a job (two tabs search at once without a start)
 KEEP_FINISHED = 64  # finished jobs kept for their result (the oldest dropped first)
+PARENT_POLL_S = 0.2  # how often a worker checks that the server that started it still runs
 
 
-def _worker(conn) -> None:  # pragma: no cover - runs in the child process
+def _watch_parent(parent: int) -> None:  # pragma: no cover - runs in the child process
+    """End this worker process as soon as the server that started it is gone (killed, SIGKILL
+    included: its pipe only closes once the running search returns, which may take minutes)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(0)
+
+
+def _worker(conn, parent: int) -> None:  # pragma: no cover - runs in the child process
     """Warm up, then run jobs one after another: progress, then ("done", doc) or ("error", flag,
-    message) for each, until the pipe closes."""
+    message) for each, until the pipe closes or the server (pid ``parent``) is gone."""
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     from paraplan.web import work
     from paraplan.web.params import flag_of
 
@@ -80,6 +98,7 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
+        self.run = secrets.token_hex(4)  # this server run's token, part of every job id
         self.context = mp.get_context("spawn")
         self.idle: list = []  # (process, pipe) of started workers waiting for a job
         self.closed = False
@@ -104,7 +123,7 @@ class JobManager:
 
     def _start(self):
         parent, child = self.context.Pipe()
-        process = self.context.Process(target=_worker, args=(child,), daemon=True)
+        process = self.context.Process(target=_worker, args=(child, os.getpid()), daemon=True)
         process.start()
         child.close()
         return process, parent
@@ -125,7 +144,7 @@ class JobManager:
         if running >= MAX_JOBS:
             raise InputError(f"server: {running} searches are running; at most {MAX_JOBS} at once")
         process, conn = self._process()
-        job = Job(id=f"j{next(self.ids)}", kind=kind, process=process)
+        job = Job(id=f"j{next(self.ids)}-{self.run}", kind=kind, process=process)
         conn.send((kind, problem, extra))
         with self.lock:
             self.jobs[job.id] = job

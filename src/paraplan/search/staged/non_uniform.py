@@ -13,6 +13,7 @@ the same on 16 GPUs as on 16,384. Every candidate keeps the rules of a per-stage
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Iterator
 
@@ -131,14 +132,20 @@ def search_non_uniform(
     counts = sorted({batch // k for k in _powers_of_two(batch) if batch % k == 0})
     max_stages = min(max_stages, problem.cluster.gpus, len(model_blocks(problem.model)))
     if non_uniform_space_size(problem, max_stages, counts) <= exact_limit:
-        return _exact(problem, top_k, max_stages, counts, t0)
+        return _exact(problem, top_k, max_stages, counts, t0, t0 + time_budget_s)
     return _alleviation(problem, top_k, time_budget_s, t0)
 
 
 def _exact(
-    problem: HeteroProblem, top_k: int, max_stages: int, counts: list[int], t0: float
+    problem: HeteroProblem,
+    top_k: int,
+    max_stages: int,
+    counts: list[int],
+    t0: float,
+    deadline: float = math.inf,
 ) -> HeteroResult:
-    """Every per-stage combination, each split solved exactly (search.staged.hetero._best_splits)."""
+    """Every per-stage combination, each split solved exactly (search.staged.hetero._best_splits),
+    as far as the ``deadline`` (time.perf_counter) allows."""
     candidates = []
     for pp in range(1, max_stages + 1):
         for comp in _compositions(problem.cluster.gpus, pp):
@@ -148,14 +155,19 @@ def _exact(
                     settings = _stage_settings_from(problem, configs, m)
                     if settings is not None:
                         candidates.append((settings, m, None))
-    found, solved = _best_splits(problem, candidates, top_k)
+    found, solved = _best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
         for t, s, b, m, _ in found[:top_k]
     ]
     elapsed = time.perf_counter() - t0
-    return HeteroResult(plans, len(candidates), elapsed, "exact", solved=solved)
+    stopped = (
+        f"time budget {deadline - t0:g} s reached: {solved} of {len(candidates)} candidates solved"
+        if time.perf_counter() > deadline
+        else ""
+    )
+    return HeteroResult(plans, len(candidates), elapsed, "exact", solved=solved, stopped=stopped)
 
 
 def _bounds(configs) -> tuple[int, ...]:
@@ -168,9 +180,11 @@ def _alleviation(
 ) -> HeteroResult:
     """Bottleneck alleviation (search.staged.alleviate) from the best AMP-style plan, for what is left
     of the time budget."""
-    start = search_cluster(problem, top_k=1)
+    start = search_cluster(problem, top_k=1, time_budget_s=time_budget_s)  # the start, in budget
+    stopped = f"while finding the start plan: {start.stopped}" if start.stopped else ""
     if not start.plans:
-        return HeteroResult([], start.evaluated, time.perf_counter() - t0, "alleviation")
+        elapsed = time.perf_counter() - t0
+        return HeteroResult([], start.evaluated, elapsed, "alleviation", stopped=stopped)
     plan0 = start.plans[0].plan
     m = plan0.n_microbatches
     configs0 = tuple(
@@ -189,7 +203,11 @@ def _alleviation(
     plans = [best] + [p for p in start.plans if p.plan != best.plan]  # the start plan once
     evaluated = start.evaluated + result.evaluations
     elapsed = time.perf_counter() - t0
-    return HeteroResult(plans[:top_k], evaluated, elapsed, "alleviation", result.trajectory)
+    if not stopped and elapsed > time_budget_s:
+        stopped = f"time budget {time_budget_s:g} s reached: {result.evaluations} alleviation moves"
+    return HeteroResult(
+        plans[:top_k], evaluated, elapsed, "alleviation", result.trajectory, stopped=stopped
+    )
 
 
 def _alleviate(

@@ -106,6 +106,13 @@ async function runSearch(params, selected) {
     else if (j.state === "error") { showError(j.error); finish("error"); }
     else finish("cancelled");
   };
+  source.onerror = () => {
+    // closed (not reconnecting): the server no longer knows the job, it was restarted; the URL
+    // holds the problem, so the search runs again (jobs are not journaled: web/jobs.py)
+    if (source.readyState !== EventSource.CLOSED || state.source !== source) return;
+    $("#status").textContent = "the server restarted: searching again…";
+    runSearch(params, selected);
+  };
 }
 function finish(text) {
   $("#search").disabled = false; $("#cancel").disabled = true;
