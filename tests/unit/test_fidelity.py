@@ -88,7 +88,10 @@ def test_apply_framework():
     assert system.accelerator.reserved_memory == pytest.approx((0.5 + 1.0 + 0.05 * 80) * 2**30)
     # the calibration profile changes nothing that the visible H100 set was fitted with
     same, _ = apply_framework(load_framework("megatron-core"), h100, {})
-    assert same.accelerator.efficiency == h100.accelerator.efficiency
+    # but that it pads its vocabulary (every GEMM aligned: cost.gemm_alignment)
+    assert same.accelerator.efficiency.aligned_gemms_only
+    aligned = h100.accelerator.efficiency.model_copy(update={"aligned_gemms_only": True})
+    assert same.accelerator.efficiency == aligned
     assert same.accelerator.reserved_memory == h100.accelerator.reserved_memory
 
 
