@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from paraplan import api
-from paraplan.catalog import load_framework, load_system
+from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import framework_system
 from paraplan.cost import host as H
 from paraplan.graph.ops import Op
 from paraplan.specs.system import EfficiencySpec
 
 
-def _gemm(name="qkv_projection", batch=1):
+def _gemm(name="attention_projection", batch=1):
     return Op(name, "gemm", 1.0, 0.0, 2.0, 0.0, (batch, 8, 8, 8))
 
 
@@ -30,6 +30,12 @@ ATTN = Op("flash_attention", "attention", 1.0, 0.0, 2.0, 0.0)
 def test_kernel_counts():
     assert H.op_kernels(_gemm(), eager=False) == (1, 2)
     assert H.op_kernels(_gemm(), eager=True, autocast=True) == (2, 3)
+    # after a norm the fp32 input is cast too; a bias adds its cast and its gradient's reduction and cast
+    assert H.op_kernels(_gemm("qkv_projection"), eager=True, autocast=True) == (3, 4)
+    assert H.op_kernels(_gemm(), eager=True, autocast=True, bias=True) == (3, 5)
+    assert H.op_kernels(_gemm(), eager=True, bias=True) == (1, 3)
+    assert H.op_kernels(_gemm("qkv_projection"), eager=True, bias=True, qkv_bias=False) == (1, 2)
+    assert H.op_kernels(_gemm("lm_head"), eager=True, autocast=True, bias=True) == (3, 4)
     assert H.op_kernels(_gemm("attention_scores", batch=12), eager=True, autocast=True) == (1, 2)
     assert H.op_kernels(GROUPED, eager=False) == (8, 16)
     assert H.op_kernels(ATTN, eager=True) == (1, 3)
@@ -46,7 +52,7 @@ def test_kernel_counts():
 
 
 def test_graph_scopes():
-    qkv, head, permute = _gemm(), _gemm("lm_head"), _mem("permute")
+    qkv, head, permute = _gemm("qkv_projection"), _gemm("lm_head"), _mem("permute")
     assert not H.graphed(qkv, "none", False)
     assert H.graphed(qkv, "attention", False) and not H.graphed(
         _gemm("mlp_in_projection"), "attention", False
@@ -129,6 +135,10 @@ def test_a_slower_host_is_never_faster(launch):
 
 def test_more_launches_are_never_faster():
     assert _step(autocast_casts=True) >= _step(autocast_casts=False)
+    unbiased = load_model("gpt3-125m").model_dump() | {"bias": False, "name": "gpt3-125m-no-bias"}
+    args = {k: v for k, v in CASE.items() if k != "model"}
+    no_bias = api.estimate(unbiased, framework="pytorch-eager", **args).step_time_s
+    assert _step() > no_bias  # the biases' casts and gradient reductions are launched too
     assert _step(fused_kernels=False) >= _step(fused_kernels=True, eager_traffic_factor=1.0) - 1e-12
 
 

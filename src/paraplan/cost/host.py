@@ -121,16 +121,32 @@ EXPERT_SECTION = frozenset(
 )
 
 
-def op_kernels(op: Op, eager: bool, autocast: bool = False) -> tuple[int, int]:
+# GEMMs whose input comes from a norm: under autocast the norms run in fp32 (layer_norm is on CUDA autocast's fp32
+# list, torch.amp documentation "CUDA Ops that can autocast to float32"), so the GEMM casts its input to half
+# precision (one kernel) and the input gradient back (one kernel).
+AFTER_NORM = frozenset(
+    {"qkv_projection", "mlp_in_projection", "lm_head", "mla_q_down", "mla_kv_down"}
+)
+
+
+def op_kernels(
+    op: Op, eager: bool, autocast: bool = False, bias: bool = False, qkv_bias: bool = False
+) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
     b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
-    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager``. With ``autocast`` (AMP over fp32
-    parameters) a weight GEMM adds one cast each way: its fp32 weight to half precision forward, the weight
-    gradient back to fp32 (torch.amp autocast's cached cast and its ToCopyBackward); the batched GEMMs of unfused
-    attention multiply activations and add none."""
-    casts = 1 if autocast and op.kind == "gemm" and op.gemm_shape and op.gemm_shape[0] == 1 else 0
+    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager``. A weight GEMM with a bias (``bias``; the
+    q/k/v projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With
+    ``autocast`` (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias
+    (the fp32 parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward)
+    and, after a norm (AFTER_NORM), one each way for its fp32 input; the batched GEMMs of unfused attention
+    multiply activations and add none."""
     if op.kind == "gemm":
-        return GEMM_KERNELS[0] + casts, GEMM_KERNELS[1] + casts
+        fwd, bwd = GEMM_KERNELS
+        if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
+            has_bias = qkv_bias if op.name == "qkv_projection" else bias and op.name != "lm_head"
+            casts = (1 + has_bias + (op.name in AFTER_NORM)) if autocast else 0
+            fwd, bwd = fwd + casts, bwd + casts + has_bias
+        return fwd, bwd
     if op.kind == "grouped_gemm":
         experts = op.gemm_shape[0] if op.gemm_shape else 1
         return experts * GEMM_KERNELS[0], experts * GEMM_KERNELS[1]
@@ -172,14 +188,16 @@ def kernel_issue_s(eff: EfficiencySpec, in_graph: bool) -> float:
 CXX_LAUNCH_S = 3.8e-6
 
 
-def op_host_s(op: Op, eff: EfficiencySpec, dropless: bool) -> tuple[float, float]:
+def op_host_s(
+    op: Op, eff: EfficiencySpec, dropless: bool, bias: tuple[bool, bool] = (False, False)
+) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, except that a grouped GEMM
     is one dispatch and its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when
-    the profile prices no host (host_launch_s 0)."""
+    the profile prices no host (host_launch_s 0). ``bias``: the model's (bias, qkv_bias), op_kernels."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast)
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
@@ -196,13 +214,16 @@ class HostSums(NamedTuple):
     sync_wait: float = 0.0
 
 
-def host_sums(ops, eff: EfficiencySpec, device: dict) -> HostSums:
-    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair)."""
+def host_sums(
+    ops, eff: EfficiencySpec, device: dict, bias: tuple[bool, bool] = (False, False)
+) -> HostSums:
+    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
+    with ``bias`` = (bias, qkv_bias) (op_kernels)."""
     dropless = any(op.kind == "host_sync" for op in ops)
     forward = backward = section_device = section_host = 0.0
     syncs = 0
     for op in ops:
-        f, b = op_host_s(op, eff, dropless)
+        f, b = op_host_s(op, eff, dropless, bias)
         forward += f
         backward += b
         if op.kind == "host_sync":

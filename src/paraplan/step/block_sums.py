@@ -41,9 +41,12 @@ class BlockCompute(NamedTuple):
 
 
 @lru_cache(maxsize=16384)
-def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
+def block_compute(
+    block: LayerGraph, system: SystemSpec, dtype: str, bias: tuple[bool, bool] = (False, False)
+) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind, and their host terms
-    (cost.host.host_sums: kernel issue seconds, the dropless dispatch's synchronisations)."""
+    (cost.host.host_sums: kernel issue seconds, the dropless dispatch's synchronisations; ``bias``: the model's
+    (bias, qkv_bias), whose kernels the host issues too; without it, fewer: the search's floors)."""
     forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
     ub_forward = ub_backward = 0.0
     sms = system.accelerator.sm_count
@@ -68,7 +71,7 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
             ub_backward += ub
     eff = system.accelerator.efficiency
     host = (
-        host_sums(block.ops, eff, times)
+        host_sums(block.ops, eff, times, bias)
         if eff.host_launch_s > 0.0 or eff.host_sync_s > 0.0
         else HostSums()
     )
