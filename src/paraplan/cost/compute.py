@@ -205,13 +205,6 @@ def grouped_gemm_time_s(
     return flops / rate + math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
 
 
-def host_sync_time_s(acc: AcceleratorSpec) -> float:
-    """GPU idle time of one device-to-host synchronisation: the launch queue drains and the GPU waits for
-    the host to issue the kernels after it (efficiency.host_sync_s, calibrated; docs/model.md §8).
-    Forward only: backward reuses the sizes the forward read."""
-    return acc.efficiency.host_sync_s
-
-
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound."""
     if op.kind in ("gemm", "grouped_gemm"):
@@ -223,8 +216,10 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         return time(op.fwd_flops, op.gemm_shape, acc, dtype), time(
             half, (b, m, k, n), acc, dtype
         ) + time(half, (b, k, n, m), acc, dtype)
-    if op.kind == "host_sync":
-        return host_sync_time_s(acc), 0.0
+    if (
+        op.kind == "host_sync"
+    ):  # no kernel: its GPU idle is priced on the host (cost.host.sync_terms)
+        return 0.0, 0.0
     if op.kind == "attention":
         call = op.attention_call
         exps = softmax_exponentials(op.fwd_flops, op.causal_fraction, call[2]) if call else 0.0

@@ -11,6 +11,7 @@ The profile sets what differs by implementation and nothing else:
 - eager element-wise ops: HBM efficiency divided by ``eager_traffic_factor`` when not fused;
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
+- the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
 - ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
 """
 
@@ -57,6 +58,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary
+    eff.update(host_fields(framework))
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
     return SystemSpec.model_validate(data)
 
@@ -68,6 +70,21 @@ def optimizer_step_bytes(framework: FrameworkSpec) -> float:
     assert framework.optimizer_step_bytes is not None
     factor = 1.0 if framework.fused_kernels else framework.eager_traffic_factor
     return framework.optimizer_step_bytes / factor
+
+
+def host_fields(framework: FrameworkSpec) -> dict[str, Any]:
+    """The efficiency fields the host model reads (cost.host), from the profile: per-kernel launch and graph-replay
+    times, the synchronisation round trip, the per-tensor step overhead, eager element-wise kernels, CUDA-graph scope."""
+    return {
+        "host_launch_s": framework.host_launch_s,
+        "graph_kernel_s": framework.graph_kernel_s,
+        "host_sync_latency_s": framework.host_sync_latency_s,
+        "host_tensor_s": framework.host_tensor_s,
+        "host_step_s": framework.host_step_s,
+        "host_autocast": framework.autocast_casts,
+        "host_eager": not framework.fused_kernels,
+        "cuda_graph_scope": framework.cuda_graph_scope,
+    }
 
 
 def apply_framework(

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
 from paraplan.specs.strict import InputModel
-from paraplan.specs.system import Bytes
+from paraplan.specs.system import Bytes, Seconds
 
 
 class FrameworkSpec(InputModel):
@@ -123,6 +123,32 @@ class FrameworkSpec(InputModel):
         gt=0,
         description="HBM traffic per owned parameter of the optimizer step (one fused kernel, not slowed "
         "by eager_traffic_factor); None: Megatron-LM's multi-kernel mixed-precision step, 54 B",
+    )
+    host_launch_s: Seconds = Field(
+        0.0,
+        description="host seconds to issue one kernel outside a CUDA graph: the stack's per-op dispatch and the "
+        "driver launch (cost.host); 0: the host is not priced",
+    )
+    graph_kernel_s: Seconds = Field(
+        0.0, description="host seconds per kernel of a replayed CUDA graph (cost.host)"
+    )
+    host_sync_latency_s: Seconds = Field(
+        0.0,
+        description="round trip of one device-to-host synchronisation once the queue has drained (cost.host)",
+    )
+    host_tensor_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "
+        "(cost.host.step_host_overhead_s)",
+    )
+    host_step_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds of one optimizer step and zero_grad (cost.host.step_host_overhead_s)",
+    )
+    autocast_casts: bool = Field(
+        False,
+        description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
+        "weight gradient backward (cost.host.op_kernels)",
     )
     cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
     communication_buffers: Bytes = Field(

@@ -104,8 +104,52 @@ class EfficiencySpec(InputModel):
     )
     host_sync_s: Seconds = Field(
         0.0,
-        description="GPU idle time per device-to-host synchronisation in the step (the launch queue drains and "
-        "the host re-issues the kernels after it); calibration, docs/model.md",
+        description="GPU idle per dropless-dispatch synchronisation beyond what the host model prices (cost.host: "
+        "the sync's round trip and the host re-issuing the expert section); calibration, docs/model.md",
+    )
+    host_launch_s: Seconds = Field(
+        0.0,
+        description="host seconds to issue one kernel outside a CUDA graph (framework dispatch + driver launch) on "
+        "the reference host; set by the framework profile (host_launch_s); 0: the host is not priced (cost.host)",
+    )
+    graph_kernel_s: Seconds = Field(
+        0.0,
+        description="host seconds per kernel of a replayed CUDA graph (the graph launch spread over its kernels); "
+        "set by the framework profile (cost.host)",
+    )
+    host_sync_latency_s: Seconds = Field(
+        0.0,
+        description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "
+        "the queue has drained; set by the framework profile (cost.host)",
+    )
+    host_tensor_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds per weight tensor and step (zero_grad and the optimizer's Python loop); "
+        "set by the framework profile (cost.host.step_host_overhead_s)",
+    )
+    host_step_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds of one optimizer step and zero_grad; set by the framework profile "
+        "(cost.host.step_host_overhead_s)",
+    )
+    host_autocast: bool = Field(
+        False,
+        description="AMP autocast over fp32 parameters: each GEMM's weight cast forward and its gradient cast back "
+        "(cost.host.op_kernels); set by the framework profile",
+    )
+    host_eager: bool = Field(
+        False,
+        description="element-wise ops run one eager kernel per PyTorch op (cost.host.op_kernels); set from the "
+        "framework profile's fused_kernels",
+    )
+    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
+        "none",
+        description="what the framework captures in CUDA graphs (cost.host.graphed); set from the framework profile",
+    )
+    host_speed: Annotated[float, Field(gt=0)] = Field(
+        1.0,
+        description="single-thread speed of the host CPU relative to the host the framework's launch figures were "
+        "measured on (host times are divided by it); 1: the same class of host",
     )
 
 

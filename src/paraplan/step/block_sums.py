@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
+from paraplan.cost.host import HostSums, host_sums
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
@@ -32,11 +33,20 @@ class BlockCompute(NamedTuple):
     # seconds the GEMMs lose to TP comm-GEMM overlap's kernels if it is on (cost.overlap.userbuffers_contention_s)
     ub_forward: float = 0.0
     ub_backward: float = 0.0
+    # host terms (cost.host.HostSums): issue seconds of the block's kernels, and the forward's synchronisations
+    host_forward: float = 0.0
+    host_backward: float = 0.0
+    sync_idle: float = 0.0
+    sync_wait: float = 0.0
 
 
 @lru_cache(maxsize=16384)
-def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCompute:
-    """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind."""
+def block_compute(
+    block: LayerGraph, system: SystemSpec, dtype: str, bias: tuple[bool, bool] = (False, False)
+) -> BlockCompute:
+    """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind, and their host terms
+    (cost.host.host_sums: kernel issue seconds, the dropless dispatch's synchronisations; ``bias``: the model's
+    (bias, qkv_bias), whose kernels the host issues too; without it, fewer: the search's floors)."""
     forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
     ub_forward = ub_backward = 0.0
     sms = system.accelerator.sm_count
@@ -59,6 +69,12 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
             uf, ub = userbuffers_contention_s(op.name, f, b, sms, dtype)
             ub_forward += uf
             ub_backward += ub
+    eff = system.accelerator.efficiency
+    host = (
+        host_sums(block.ops, eff, times, bias)
+        if eff.host_launch_s > 0.0 or eff.host_sync_s > 0.0
+        else HostSums()
+    )
     return BlockCompute(
         forward,
         backward,
@@ -68,6 +84,7 @@ def block_compute(block: LayerGraph, system: SystemSpec, dtype: str) -> BlockCom
         gemm_backward,
         ub_forward,
         ub_backward,
+        *host,
     )
 
 

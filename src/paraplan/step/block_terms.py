@@ -12,6 +12,7 @@ from typing import Any
 
 from paraplan.cost.comm import priced_exposure_s
 from paraplan.cost.elementwise import maximum, where
+from paraplan.cost.host import host_bound_s
 from paraplan.cost.overlap import (
     UB_SPLITS,
     chunked_overlap_exposed_s,
@@ -81,7 +82,8 @@ def block_terms(
     communication kernels take from the compute they overlap."""
     c = compute
     full = recompute_code == 2
-    rc = recompute_s(c, recompute_code)
+    forward, backward = host_region_times_s(c)
+    rc = recompute_s(c, recompute_code, forward)
     steps = comm.cp_steps
     cp_f = cp_ring_exposure_s(
         comm.cp_forward, c.attention_forward, steps, comm.cp_sync_forward, comm.cp_forward_price
@@ -103,8 +105,8 @@ def block_terms(
     ep_f, ep_b = expert_exposure(c, comm)
     # W: the weight-gradient GEMMs, half of the backward GEMM time (equal FLOPs, Narayanan et al. 2021 §5.1)
     return BlockTerms(
-        c.forward,
-        c.backward,
+        forward,
+        backward,
         rc,
         tp_f,
         tp_b + tp_rc,
@@ -174,14 +176,24 @@ def deferred_wgrad_exposure_s(c, comm, overlap_tp_comm: Num, tp_backward_s: Num)
     )
 
 
-def recompute_s(compute, recompute_code: Num) -> Num:
+def recompute_s(compute, recompute_code: Num, forward: Num | None = None) -> Num:
     """Seconds recomputation re-runs per micro-batch (Korthikanti et al. 2022 §5): full (code 2) the
-    block's forward, selective (1) its core attention (``attention_forward``), none (0) nothing."""
+    block's forward (``forward``: its host-bounded time, host_region_times_s; default its device time),
+    selective (1) its core attention (``attention_forward``), none (0) nothing."""
     return where(
         recompute_code == 2,
-        compute.forward,
+        compute.forward if forward is None else forward,
         where(recompute_code == 1, compute.attention_forward, 0.0),
     )
+
+
+def host_region_times_s(compute) -> tuple[Num, Num]:
+    """(forward, backward) GPU seconds of the block per micro-batch with the host's issue time: each direction a
+    region the host issues asynchronously, cost.host.host_bound_s(device, host issue, the forward's sync idle and
+    wait); the device times alone when the profile prices no host."""
+    c = compute
+    forward = host_bound_s(c.forward, c.host_forward, c.sync_idle, c.sync_wait)
+    return forward, host_bound_s(c.backward, c.host_backward)
 
 
 def expert_exposure(c, comm) -> tuple[Num, Num]:
@@ -191,18 +203,21 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
     (moe_a2a_overlap: DeepEP / DualPipe / Megatron-LM's 1F1B A2A overlap run one micro-batch's
     dispatch and combine beside another micro-batch's compute; DeepSeek-V3 report §3.2.1) they
     hide behind the block's compute of the other direction and cost their price
-    (cost.comm.priced_exposure_s)."""
+    (cost.comm.priced_exposure_s). The windows are the block's host-bounded region times
+    (host_region_times_s): the GPU idle after a dropless dispatch's synchronisation is time the other
+    micro-batch's collective runs in too."""
+    forward, backward = host_region_times_s(c)
     ep_f = where(
         comm.ep_overlap,
         priced_exposure_s(
-            comm.ep_forward, maximum(0.0, comm.ep_forward - c.backward), comm.ep_forward_price
+            comm.ep_forward, maximum(0.0, comm.ep_forward - backward), comm.ep_forward_price
         ),
         comm.ep_forward,
     )
     ep_b = where(
         comm.ep_overlap,
         priced_exposure_s(
-            comm.ep_backward, maximum(0.0, comm.ep_backward - c.forward), comm.ep_backward_price
+            comm.ep_backward, maximum(0.0, comm.ep_backward - forward), comm.ep_backward_price
         ),
         comm.ep_backward,
     )

@@ -310,7 +310,8 @@ def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerSha
         model.learned_positions,
         model.hidden,
     )
-    return block_compute(graph, system, shape.dtype), tensors, largest, small
+    bias = (model.has_bias, model.has_qkv_bias)
+    return block_compute(graph, system, shape.dtype, bias), tensors, largest, small
 
 
 @lru_cache(maxsize=16384)

@@ -40,4 +40,6 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         zero3_regather=1.0 if knobs.zero3_regather_recompute else 0.0,
         kernel_overhead_s=acc.efficiency.kernel_overhead_s,
         optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
+        host_step_s=acc.efficiency.host_step_s / acc.efficiency.host_speed,
+        host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
     )

@@ -110,6 +110,10 @@ class StepInputs:
         0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
     )
     optimizer_step_bytes: Num = 54.0  # optimizer-step HBM traffic per owned parameter (efficiency)
+    host_step_s: Num = (
+        0.0  # fixed host seconds of the optimizer step (cost.host.step_host_overhead_s)
+    )
+    host_tensor_s: Num = 0.0  # host seconds per weight tensor of the optimizer step and zero_grad
     tied_sync_s: Num = 0.0  # after every stage's tail: the tied-embedding all-reduce (step.p2p)
 
 

@@ -59,7 +59,7 @@ def _block_facts(
     )
     kept, held, buffer = block_memory(model, ref, shape, recompute)
     return BlockFacts(
-        block_compute(graph, system, shape.dtype),
+        block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias)),
         block_comm(graph, system, tp_span(system, shape.tp), NO_SPAN),
         graph.weight_params if head_params is None else head_params,
         kept * memory_factor,

@@ -14,6 +14,7 @@ import numpy as np
 
 from paraplan.cost.comm import priced_exposure_s
 from paraplan.cost.elementwise import any_positive, ceil, maximum, where
+from paraplan.cost.host import host_bound_s, step_host_overhead_s
 from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s
 from paraplan.step import zero3_legacy as legacy
@@ -86,7 +87,9 @@ def tail_terms(
     through ``slack`` (``drain_slack_s``: the time the stage has before the pipeline's end), only
     what outlasts it is exposed; the weight all-gather follows the optimizer and gets none.
     Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to the host and weights back
-    over host_bandwidth instead of the on-GPU step."""
+    over host_bandwidth instead of the on-GPU step. The optimizer step is a region the host
+    issues (cost.host.host_bound_s): its device time or the step's fixed host overhead
+    (cost.host.step_host_overhead_s), whichever is longer."""
     forward_window, backward_window = overlap_windows(inp, stage, work)
     calls = sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / maximum(calls, 1.0)
@@ -119,8 +122,12 @@ def tail_terms(
     for branch in branches[-2::-1]:
         exposed = where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
     owned = traffic.owned
+    tensors = sum_blocks(stage, lambda b: b.weight_tensors)
+    host = step_host_overhead_s(tensors, inp.host_tensor_s, inp.host_step_s)
     optimizer = where(
-        inp.knobs.offload_optimizer, 0.0, owned * inp.optimizer_step_bytes / inp.hbm_rate
+        inp.knobs.offload_optimizer,
+        0.0,
+        host_bound_s(owned * inp.optimizer_step_bytes / inp.hbm_rate, host),
     )
     offload = where(
         inp.knobs.offload_optimizer,

@@ -140,7 +140,8 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
         (*_EFF, "host_sync_s"),
         (0.0, 5e-3),
         ("moe-visible",),
-        "GPU idle per dropless-dispatch host synchronisation (4 dropless cases against 6 padded ones)",
+        "GPU idle per dropless-dispatch host synchronisation beyond the host model (cost.host.sync_terms: the "
+        "round trip and the expert section's host issue time); 4 dropless cases against 6 padded ones",
     ),
     FittedConstant(
         "moe.a2a_overlap_cost",

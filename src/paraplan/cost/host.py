@@ -1,0 +1,272 @@
+"""Host (CPU) issue time of a block's kernels, and the GPU time it bounds (docs/model.md, "Host time").
+
+CUDA launches are asynchronous: the host issues kernels into a stream queue and runs ahead of the GPU, so a region
+of K kernels with device time D and host issue time H = Σ kernels × t_issue takes max(D, H) on the GPU (the GPU
+starves when the host issues slower than it executes; NVIDIA, "Getting Started with CUDA Graphs", A. Gray, 2019:
+back-to-back launches of a short kernel run at the launch rate, not the kernel's time). t_issue is the stack's
+per-kernel host time outside a CUDA graph (``efficiency.host_launch_s``, from the framework profile) or its
+per-kernel share of a graph replay inside one (``efficiency.graph_kernel_s``); the profile's ``cuda_graph_scope``
+says which ops a graph holds (``graphed``). A device-to-host synchronisation drains the queue: the host waits for the
+GPU, then the GPU waits for the host to issue what follows (``sync_terms``). A region here is one block's forward
+or backward for one micro-batch (step.block_terms.host_bound_s); the host may run further ahead across blocks,
+so this overstates host-boundness only where host-bound and device-bound blocks alternate.
+
+Kernel counts are read off the op graph (``op_kernels``): a GEMM is one kernel forward, two backward (data and
+weight gradient, Narayanan et al. 2021 §5.1); a grouped GEMM one GEMM per local expert (Transformer Engine
+GroupedLinear: transformer_engine/common/include/transformer_engine/multi_streams.h); fused attention one kernel
+forward and three backward (FlashAttention-2, csrc/flash_attn/src/flash_bwd_launch_template.h: the dO·O
+pre-processing, the main loop, the dQ conversion); a fused element-wise op one kernel each way, an eager one the
+ATen kernels its PyTorch module runs (``EAGER_KERNELS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from paraplan.cost.elementwise import maximum
+from paraplan.graph.ops import Op
+from paraplan.specs.system import EfficiencySpec
+
+Num = Any  # float or numpy array
+
+# (forward, backward) kernels of an element-wise op run eagerly as PyTorch 2.x's modules run it (ATen CUDA kernels):
+# - norms: LayerNorm and RMSNorm are one fused ATen kernel forward (native_layer_norm; _fused_rms_norm from
+#   PyTorch 2.9, native_functions.yaml) and two backward: the input gradient and the gain (and bias) gradient
+#   (aten/src/ATen/native/cuda/layer_norm_kernel.cu: layer_norm_grad_input_kernel and the gamma/beta kernel);
+# - residual add: one add forward; backward one add where the two gradient paths meet (autograd accumulation);
+# - rotary embedding on q and k, rotate-half form x·cos + cat(−x₂, x₁)·sin: neg, cat, two muls and an add per
+#   tensor (Su et al. 2021, Eq. 34 as in Hugging Face transformers' apply_rotary_pos_emb), and as many backward;
+# - unfused softmax with mask (Megatron-LM's eager path: masked_fill, softmax) two kernels each way;
+# - cross-entropy on fp32 logits: the cast to fp32, log_softmax, nll_loss forward; backward nll_loss_backward (a
+#   zero fill and a scatter), log_softmax_backward and the cast back (aten/src/ATen/native/cuda/Loss.cu,
+#   SoftMax.cu);
+# - embedding lookup: one gather forward; backward embedding_dense_backward's sort-based kernels (index sort,
+#   segment offsets, partial sums, gradient write, aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu) and the
+#   zero fill of the gradient, six;
+# - the MLP activation: GeLU one kernel each way; SwiGLU silu and a multiply forward, silu_backward and two
+#   multiplies backward (``mlp_activation`` is SwiGLU when its FLOPs per byte are below 1: 5/(3·bytes) against
+#   GeLU's 8/(2·bytes), graph.transformer.FLOPS_PER_ELEMENT).
+EAGER_KERNELS: dict[str, tuple[int, int]] = {
+    "input_norm": (1, 2),
+    "post_attention_norm": (1, 2),
+    "final_norm": (1, 2),
+    "mla_q_norm": (1, 2),
+    "mla_kv_norm": (1, 2),
+    "cross_attention_norm": (1, 2),
+    "mtp_norms": (2, 4),
+    "attention_residual": (1, 1),
+    "mlp_residual": (1, 1),
+    "cross_attention_residual": (1, 1),
+    "rotary_embedding": (10, 10),
+    "softmax_dropout": (2, 2),
+    "cross_softmax_dropout": (2, 2),
+    "cross_entropy": (3, 4),
+    "embedding_lookup": (1, 6),
+    "mtp_embedding_lookup": (1, 6),
+}
+SWIGLU_KERNELS = (2, 3)
+
+# FlashAttention-2 backward kernels (flash_bwd_launch_template.h) and a GEMM's backward (dgrad + wgrad)
+ATTENTION_KERNELS = (1, 3)
+GEMM_KERNELS = (1, 2)
+
+# Ops outside the transformer layers: a per-layer CUDA-graph scope (Megatron-Core's TE-graphed TransformerLayer
+# modules, cuda_graph_scope "layer") leaves them eager.
+OUTSIDE_LAYERS = frozenset(
+    {
+        "embedding_lookup",
+        "position_add",
+        "final_norm",
+        "lm_head",
+        "cross_entropy",
+        "patch_projection",
+        "classifier",
+    }
+)
+# The self-attention half of a layer: what an "attention" scope captures (Megatron-Core cuda_graph_scope attn).
+ATTENTION_PART = frozenset(
+    {
+        "input_norm",
+        "qkv_projection",
+        "rotary_embedding",
+        "flash_attention",
+        "attention_scores",
+        "softmax_dropout",
+        "attention_over_values",
+        "attention_projection",
+        "attention_residual",
+        "mla_q_down",
+        "mla_q_norm",
+        "mla_q_up",
+        "mla_q_proj",
+        "mla_kv_down",
+        "mla_kv_norm",
+        "mla_kv_up",
+        "mla_rotary_concat",
+    }
+)
+# The expert section of a dropless MoE layer, issued after the dispatch's synchronisation: its per-expert row counts
+# are host integers read at run time, so no CUDA graph can hold it (Megatron-Core MoE README, "CUDA Graph support
+# for dropless MoE models with attention only capture"; graph.moe_mlp.host_synchronises).
+EXPERT_SECTION = frozenset(
+    {
+        "permute",
+        "sort_chunks",
+        "expert_fc1",
+        "expert_activation",
+        "expert_fc2",
+        "unsort_chunks",
+        "unpermute",
+    }
+)
+
+
+# GEMMs whose input comes from a norm: under autocast the norms run in fp32 (layer_norm is on CUDA autocast's fp32
+# list, torch.amp documentation "CUDA Ops that can autocast to float32"), so the GEMM casts its input to half
+# precision (one kernel) and the input gradient back (one kernel).
+AFTER_NORM = frozenset(
+    {"qkv_projection", "mlp_in_projection", "lm_head", "mla_q_down", "mla_kv_down"}
+)
+
+
+def op_kernels(
+    op: Op, eager: bool, autocast: bool = False, bias: bool = False, qkv_bias: bool = False
+) -> tuple[int, int]:
+    """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
+    b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
+    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager``. A weight GEMM with a bias (``bias``; the
+    q/k/v projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With
+    ``autocast`` (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias
+    (the fp32 parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward)
+    and, after a norm (AFTER_NORM), one each way for its fp32 input; the batched GEMMs of unfused attention
+    multiply activations and add none."""
+    if op.kind == "gemm":
+        fwd, bwd = GEMM_KERNELS
+        if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
+            has_bias = qkv_bias if op.name == "qkv_projection" else bias and op.name != "lm_head"
+            casts = (1 + has_bias + (op.name in AFTER_NORM)) if autocast else 0
+            fwd, bwd = fwd + casts, bwd + casts + has_bias
+        return fwd, bwd
+    if op.kind == "grouped_gemm":
+        experts = op.gemm_shape[0] if op.gemm_shape else 1
+        return experts * GEMM_KERNELS[0], experts * GEMM_KERNELS[1]
+    if op.kind == "attention":
+        return ATTENTION_KERNELS
+    if op.kind == "host_sync":
+        return 0, 0
+    backward = 1 if op.bwd_bytes > 0 or op.bwd_flops > 0 else 0
+    if not eager:
+        return 1, backward
+    if op.name == "mlp_activation" and op.fwd_flops < op.fwd_bytes:
+        return SWIGLU_KERNELS
+    return EAGER_KERNELS.get(op.name, (1, backward))
+
+
+def graphed(op: Op, scope: str, dropless: bool) -> bool:
+    """True when a CUDA graph of ``scope`` holds the op: "full_iteration" every op, "layer" the transformer layers'
+    ops (not OUTSIDE_LAYERS), "attention" the ATTENTION_PART, "none" nothing; a dropless MoE layer's EXPERT_SECTION
+    never (``dropless``: the block synchronises, graph.moe_mlp.host_synchronises)."""
+    if scope == "none" or (dropless and op.name in EXPERT_SECTION):
+        return False
+    if scope == "full_iteration":
+        return True
+    if scope == "layer":
+        return op.name not in OUTSIDE_LAYERS
+    return op.name in ATTENTION_PART
+
+
+def kernel_issue_s(eff: EfficiencySpec, in_graph: bool) -> float:
+    """Host seconds to issue one kernel: graph_kernel_s inside a replayed CUDA graph, host_launch_s outside one,
+    divided by the host CPU's relative speed (host_speed)."""
+    return (eff.graph_kernel_s if in_graph else eff.host_launch_s) / eff.host_speed
+
+
+# Host seconds of one kernel launched from C++ (no Python, no dispatcher): back-to-back launches of a 2.9 us kernel
+# ran at 3.8 us per kernel (NVIDIA, "Getting Started with CUDA Graphs", A. Gray, 2019), an upper bound of the
+# launch itself. Transformer Engine's grouped GEMM issues its per-expert cuBLAS GEMMs this way, from one Python
+# call (general_grouped_gemm, transformer_engine/pytorch/cpp_extensions/gemm.py).
+CXX_LAUNCH_S = 3.8e-6
+
+
+def op_host_s(
+    op: Op, eff: EfficiencySpec, dropless: bool, bias: tuple[bool, bool] = (False, False)
+) -> tuple[float, float]:
+    """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, except that a grouped GEMM
+    is one dispatch and its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when
+    the profile prices no host (host_launch_s 0). ``bias``: the model's (bias, qkv_bias), op_kernels."""
+    if eff.host_launch_s <= 0.0:
+        return 0.0, 0.0
+    per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias)
+    if op.kind == "grouped_gemm" and fwd > 0:
+        launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
+        return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
+    return fwd * per_kernel, bwd * per_kernel
+
+
+class HostSums(NamedTuple):
+    """Host terms of one op list for one micro-batch (additive over disjoint op lists): issue seconds forward and
+    backward, GPU idle after the forward's synchronisations and the host's own wait on them."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    sync_idle: float = 0.0
+    sync_wait: float = 0.0
+
+
+def host_sums(
+    ops, eff: EfficiencySpec, device: dict, bias: tuple[bool, bool] = (False, False)
+) -> HostSums:
+    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
+    with ``bias`` = (bias, qkv_bias) (op_kernels)."""
+    dropless = any(op.kind == "host_sync" for op in ops)
+    forward = backward = section_device = section_host = 0.0
+    syncs = 0
+    for op in ops:
+        f, b = op_host_s(op, eff, dropless, bias)
+        forward += f
+        backward += b
+        if op.kind == "host_sync":
+            syncs += 1
+        elif dropless and op.name in EXPERT_SECTION:
+            section_host += f
+            section_device += device[op][0]
+    if not syncs:
+        return HostSums(forward, backward)
+    idle, wait = sync_terms(syncs, section_device, section_host, eff)
+    return HostSums(forward, backward, idle, wait)
+
+
+def sync_terms(
+    syncs: int, section_device_s: float, section_host_s: float, eff: EfficiencySpec
+) -> tuple[float, float]:
+    """(GPU idle, host wait) of ``syncs`` dropless-dispatch synchronisations per micro-batch forward.
+
+    At the sync the host waits for the queue to drain; then the GPU waits one round trip (host_sync_latency_s)
+    and, with nothing queued, the expert section it now gets costs max(D_e, H_e) instead of D_e: idle = n·(t_sync
+    + host_sync_s) + max(0, H_e − D_e), H_e and D_e the section's host issue and device seconds; the host waits
+    n·t_sync. efficiency.host_sync_s is the fitted remnant per sync (validate.fitted moe.host_sync_s)."""
+    latency = eff.host_sync_latency_s
+    idle = syncs * (latency + eff.host_sync_s) + max(0.0, section_host_s - section_device_s)
+    return idle, syncs * latency
+
+
+def host_bound_s(device_s: Num, host_s: Num, sync_idle_s: Num = 0.0, sync_wait_s: Num = 0.0) -> Num:
+    """GPU seconds of a region the host issues asynchronously: max(D + idle, H + wait), D its device time, H its
+    host issue time, idle / wait what its synchronisations cost the GPU / the host (sync_terms). Never below D."""
+    return maximum(device_s + sync_idle_s, host_s + sync_wait_s)
+
+
+# torch.optim's multi-tensor kernels (foreach and fused AdamW) process up to 36 tensors or 320 blocks of 65 536
+# elements per launch at depth 4 (param, grad, exp_avg, exp_avg_sq: aten/src/ATen/native/cuda/
+# MultiTensorApply.cuh, depth_to_max_tensors / depth_to_max_blocks, kChunkSize): a few launches per step, so
+# the optimizer is priced on the host by its Python (a fixed part and a part per tensor), not by launches.
+
+
+def step_host_overhead_s(weight_tensors: Num, tensor_s: Num, step_s: Num) -> Num:
+    """Fixed host seconds of one optimizer step: t_step + T · t_tensor, T the weight tensors one GPU holds,
+    t_step and t_tensor the profile's measured fixed and per-tensor host time of zero_grad(set_to_none) and the
+    optimizer's step (torch/optim/adamw.py: state look-ups and list building per parameter, grouping by device
+    and dtype, torch/optim/optimizer.py _group_tensors_by_device_and_dtype). The optimizer step is then a region
+    of its own (step.tail: max(device time, this))."""
+    return step_s + weight_tensors * tensor_s

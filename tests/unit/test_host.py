@@ -1,0 +1,158 @@
+"""The host model (cost/host.py): kernel counts, graph scope, issue time, synchronisations, the optimizer's host
+overhead, each against hand-computed values; and properties of whole estimates: a slower host or more launches is
+never faster, full-iteration CUDA graphs are never slower than none."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan import api
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import framework_system
+from paraplan.cost import host as H
+from paraplan.graph.ops import Op
+from paraplan.specs.system import EfficiencySpec
+
+
+def _gemm(name="attention_projection", batch=1):
+    return Op(name, "gemm", 1.0, 0.0, 2.0, 0.0, (batch, 8, 8, 8))
+
+
+def _mem(name, fwd_flops=0.0, fwd_bytes=1.0):
+    return Op(name, "memory", fwd_flops, fwd_bytes, 2 * fwd_flops, 2 * fwd_bytes)
+
+
+SYNC = Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0)
+GROUPED = Op("expert_fc1", "grouped_gemm", 1.0, 0.0, 2.0, 0.0, (8, 16, 16, 16))
+ATTN = Op("flash_attention", "attention", 1.0, 0.0, 2.0, 0.0)
+
+
+def test_kernel_counts():
+    assert H.op_kernels(_gemm(), eager=False) == (1, 2)
+    assert H.op_kernels(_gemm(), eager=True, autocast=True) == (2, 3)
+    # after a norm the fp32 input is cast too; a bias adds its cast and its gradient's reduction and cast
+    assert H.op_kernels(_gemm("qkv_projection"), eager=True, autocast=True) == (3, 4)
+    assert H.op_kernels(_gemm(), eager=True, autocast=True, bias=True) == (3, 5)
+    assert H.op_kernels(_gemm(), eager=True, bias=True) == (1, 3)
+    assert H.op_kernels(_gemm("qkv_projection"), eager=True, bias=True, qkv_bias=False) == (1, 2)
+    assert H.op_kernels(_gemm("lm_head"), eager=True, autocast=True, bias=True) == (3, 4)
+    assert H.op_kernels(_gemm("attention_scores", batch=12), eager=True, autocast=True) == (1, 2)
+    assert H.op_kernels(GROUPED, eager=False) == (8, 16)
+    assert H.op_kernels(ATTN, eager=True) == (1, 3)
+    assert H.op_kernels(SYNC, eager=True) == (0, 0)
+    assert H.op_kernels(_mem("input_norm"), eager=False) == (1, 1)
+    assert H.op_kernels(_mem("input_norm"), eager=True) == (1, 2)
+    assert H.op_kernels(_mem("rotary_embedding"), eager=True) == (10, 10)
+    assert H.op_kernels(_mem("cross_entropy"), eager=True) == (3, 4)
+    # the MLP activation: GeLU at 8 FLOPs per 2 bytes-per-element pass, SwiGLU at 5 per 3
+    assert H.op_kernels(_mem("mlp_activation", 8.0, 4.0), eager=True) == (1, 1)
+    assert H.op_kernels(_mem("mlp_activation", 5.0, 6.0), eager=True) == (2, 3)
+    no_backward = Op("x", "memory", 0.0, 1.0, 0.0, 0.0)
+    assert H.op_kernels(no_backward, eager=False) == (1, 0)
+
+
+def test_graph_scopes():
+    qkv, head, permute = _gemm("qkv_projection"), _gemm("lm_head"), _mem("permute")
+    assert not H.graphed(qkv, "none", False)
+    assert H.graphed(qkv, "attention", False) and not H.graphed(
+        _gemm("mlp_in_projection"), "attention", False
+    )
+    assert H.graphed(qkv, "layer", False) and not H.graphed(head, "layer", False)
+    assert H.graphed(head, "full_iteration", False)
+    assert H.graphed(permute, "full_iteration", False)
+    assert not H.graphed(
+        permute, "full_iteration", True
+    )  # dropless: the expert section stays eager
+
+
+EFF = EfficiencySpec(
+    host_launch_s=30e-6,
+    graph_kernel_s=1e-6,
+    host_sync_latency_s=10e-6,
+    host_sync_s=100e-6,
+    host_eager=True,
+    host_autocast=True,
+)
+
+
+def test_op_host_time_by_hand():
+    assert H.op_host_s(_gemm(), EFF, False) == pytest.approx((60e-6, 90e-6))
+    # grouped GEMM: one dispatch, the other 7 (forward) and 15 (backward) GEMMs launched from C++ at 3.8 us
+    assert H.op_host_s(GROUPED, EFF, False) == pytest.approx(
+        (30e-6 + 7 * 3.8e-6, 30e-6 + 15 * 3.8e-6)
+    )
+    graphed = EFF.model_copy(update={"cuda_graph_scope": "layer"})
+    assert H.op_host_s(_gemm(), graphed, False) == pytest.approx((2e-6, 3e-6))
+    slow = EFF.model_copy(update={"host_speed": 0.5})
+    assert H.op_host_s(_gemm(), slow, False) == pytest.approx((120e-6, 180e-6))
+    assert H.op_host_s(_gemm(), EfficiencySpec(), False) == (0.0, 0.0)  # host not priced
+
+
+def test_sync_terms_by_hand():
+    fc2 = Op("expert_fc2", "grouped_gemm", 1.0, 0.0, 2.0, 0.0, (8, 16, 16, 16))
+    ops = (_gemm("router"), _mem("permute"), GROUPED, fc2, _mem("unpermute"), SYNC)
+    device = {op: (5e-6, 10e-6) for op in ops}
+    sums = H.host_sums(ops, EFF, device)
+    per_grouped = 30e-6 + 7 * 3.8e-6
+    section_host = (
+        2 * 30e-6 + 2 * per_grouped
+    )  # permute, unpermute (eager (1, 1)), two grouped GEMMs
+    section_device = 4 * 5e-6
+    assert sums.forward == pytest.approx(60e-6 + section_host)
+    assert sums.sync_idle == pytest.approx(10e-6 + 100e-6 + section_host - section_device)
+    assert sums.sync_wait == pytest.approx(10e-6)
+    assert H.host_sums(ops[:-1], EFF, device).sync_idle == 0.0  # padded dispatch: no sync
+
+
+def test_region_and_step_overhead():
+    assert H.host_bound_s(2.0, 1.0) == 2.0
+    assert H.host_bound_s(1.0, 3.0) == 3.0
+    assert H.host_bound_s(1.0, 0.5, sync_idle_s=0.25, sync_wait_s=0.1) == 1.25
+    assert H.step_host_overhead_s(100, 2e-6, 5e-4) == pytest.approx(7e-4)
+
+
+CASE = dict(model="gpt3-125m", system="dgx-h100-80gb", gpus=1, micro_batch=1, seq_length=128)
+
+
+def _step(**profile_updates) -> float:
+    profile = load_framework("pytorch-eager").model_dump()
+    profile.update(profile_updates)
+    return api.estimate(**CASE, framework=profile).step_time_s
+
+
+def test_a_small_eager_step_is_host_bound():
+    """At micro-batch 1 and 128 tokens the device work of a 125M model is a few milliseconds; the host's launches
+    (about 450 kernels at 31.6 us) set the step."""
+    priced, unpriced = _step(), _step(host_launch_s=0.0)
+    assert priced > 1.5 * unpriced
+
+
+@pytest.mark.parametrize("launch", [5e-6, 31.6e-6, 80e-6])
+def test_a_slower_host_is_never_faster(launch):
+    assert _step(host_launch_s=launch * 1.5) >= _step(host_launch_s=launch)
+    assert _step(host_launch_s=launch, host_step_s=2e-3) >= _step(host_launch_s=launch)
+
+
+def test_more_launches_are_never_faster():
+    assert _step(autocast_casts=True) >= _step(autocast_casts=False)
+    unbiased = load_model("gpt3-125m").model_dump() | {"bias": False, "name": "gpt3-125m-no-bias"}
+    args = {k: v for k, v in CASE.items() if k != "model"}
+    no_bias = api.estimate(unbiased, framework="pytorch-eager", **args).step_time_s
+    assert _step() > no_bias  # the biases' casts and gradient reductions are launched too
+    assert _step(fused_kernels=False) >= _step(fused_kernels=True, eager_traffic_factor=1.0) - 1e-12
+
+
+@pytest.mark.parametrize("scope", ["attention", "layer", "full_iteration"])
+def test_cuda_graphs_are_never_slower(scope):
+    none = _step(cuda_graph_scope="none")
+    assert _step(cuda_graph_scope=scope) <= none
+    assert _step(cuda_graph_scope="full_iteration") <= _step(cuda_graph_scope=scope)
+
+
+def test_host_speed_scales_the_host_bound_step():
+    fast = framework_system(load_framework("pytorch-eager"), load_system("dgx-h100-80gb"))
+    data = fast.model_dump()
+    data["accelerator"]["efficiency"]["host_speed"] = 0.5
+    args = {k: v for k, v in CASE.items() if k not in ("model", "system")}
+    slow_s = api.estimate("gpt3-125m", data, **args).step_time_s
+    assert slow_s > api.estimate("gpt3-125m", fast, **args).step_time_s
