@@ -11,6 +11,7 @@ The profile sets what differs by implementation and nothing else:
 - eager element-wise ops: HBM efficiency divided by ``eager_traffic_factor`` when not fused;
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
+- the runtime's own costs (``efficiency.runtime``: copies, casts, blocking transfers; cost.runtimes);
 - ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.cost.attention import effective_kernel, kernel_relative_speed
+from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
 from paraplan.specs.system import SystemSpec
@@ -41,7 +43,8 @@ def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any])
 
 
 def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec:
-    """The system as this framework uses it: attention kernel, eager-op HBM traffic, runtime memory reserve."""
+    """The system as this framework uses it: attention kernel, eager-op HBM traffic, the runtime's own
+    costs (cost.runtimes), runtime memory reserve."""
     data = system.model_dump()
     acc = data["accelerator"]
     eff = acc["efficiency"]
@@ -56,6 +59,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
         eff["hbm"] = eff["hbm"] / framework.eager_traffic_factor
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
+    eff["runtime"] = runtime_costs(framework).model_dump()
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
     return SystemSpec.model_validate(data)
 

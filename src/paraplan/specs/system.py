@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.specs.errors import UnsupportedDtype
+from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.strict import InputModel
 from paraplan.units import parse_quantity
 
@@ -100,6 +101,11 @@ class EfficiencySpec(InputModel):
         0.0,
         description="GPU idle time per device-to-host synchronisation in the step (the launch queue drains and "
         "the host re-issues the kernels after it); calibration, docs/model.md",
+    )
+    runtime: RuntimeCosts = Field(
+        RuntimeCosts(),
+        description="what the training stack's runtime adds around the kernels (specs.runtime; a framework "
+        "profile sets it: cost.frameworks.framework_system)",
     )
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import maximum, where
+from paraplan.cost.elementwise import any_positive, maximum, where
+from paraplan.cost.runtimes import runtime_copy_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
 from paraplan.step.block_terms import (  # noqa: F401
@@ -100,13 +101,28 @@ def _pick(index: Num, values: list[Num]) -> Num:
     return out
 
 
+def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
+    """A stage's per-micro-batch work with the runtime's gradient accumulation in its backward: every
+    parameter of the stage, after every micro-batch's backward, on the compute stream
+    (cost.runtimes.runtime_copy_s of StepInputs.grad_accumulation_bytes; DeepSpeed's BF16 optimizer:
+    cost.runtimes.bf16_optimizer_accumulation_bytes)."""
+    own = stage.inputs or inp
+    if not any_positive(own.grad_accumulation_bytes):
+        return work
+    params = sum_blocks(stage, lambda b: b.params)
+    work["backward"] = work["backward"] + runtime_copy_s(
+        params, own.grad_accumulation_bytes, own.hbm_rate
+    )
+    return work
+
+
 def _pipeline(inp: StepInputs) -> dict:
     """The pipeline half of compose_step: every stage's per-micro-batch work, the slowest stage, the
     bubble and the step's parts by kind (m × the slowest stage's parts)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
     split = split_backward_on(inp.knobs)
-    works = [stage_work(s, split) for s in stages]
+    works = [_with_runtime(inp, s, stage_work(s, split)) for s in stages]
     totals = [work_total(w) for w in works]
     slowest_work, slowest = _argmax(totals, present)
     all_work = 0.0

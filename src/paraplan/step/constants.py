@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from paraplan.cost import memory as mem
 from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
 
 # the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
@@ -40,4 +41,19 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         zero3_regather=1.0 if knobs.zero3_regather_recompute else 0.0,
         kernel_overhead_s=acc.efficiency.kernel_overhead_s,
         optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
+        **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
+    )
+
+
+def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:
+    """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
+    per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
+    else the weights' own), the ZeRO-3 / FSDP copies and the per-micro-batch gradient accumulation."""
+    fp8_gather = runtime.fp8_param_gather and dtype == "fp8"
+    return dict(
+        param_gather_bytes=1.0 if fp8_gather else weight_bytes,
+        grad_accumulation_bytes=runtime.grad_accumulation_bytes,
+        zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
+        zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
+        zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,
     )

@@ -56,13 +56,16 @@ def pipeline_links(
     model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan
 ) -> PipelineLinks:
     """PipelineLinks of a uniform plan: one exchange is one activation each way at once (p2p_bytes: the
-    forward activation out, the gradient of the same size in) on the link, S/B + α (send_recv); the first
-    and the last stage are on different nodes when the pp group spans several."""
+    forward activation out, the gradient of the same size in) on the link, S/B + α (send_recv), times the
+    runtime's transfers per exchange (specs.runtime: 2 where send and receive are separate blocking calls,
+    DeepSpeed's PipelineEngine, cost.runtimes.DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE); the first and the
+    last stage are on different nodes when the pp group spans several."""
     size = p2p_bytes(model, shape)
     crossing = pp_span.domains > 1
+    transfers = system.accelerator.efficiency.runtime.p2p_transfers_per_exchange
     return PipelineLinks(
-        collective_time_s("send_recv", size, ONE_NODE, system),
-        collective_time_s("send_recv", size, TWO_NODES, system),
+        transfers * collective_time_s("send_recv", size, ONE_NODE, system),
+        transfers * collective_time_s("send_recv", size, TWO_NODES, system),
         pp_span.per_domain,
         pp_span.domains,
         linear_collective("all_reduce", TWO_NODES if crossing else ONE_NODE, system),
