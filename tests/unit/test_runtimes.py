@@ -177,3 +177,34 @@ def test_runtime_costs_never_make_faster_memory_slower(name, plan, scale):
     fast = framework_system(fw, _with_hbm(system, scale))
     full = PlanSpec(**fields)
     assert estimate(model, fast, full).step_time_s <= estimate(model, slow, full).step_time_s
+
+
+def test_overlapped_p2p_by_hand():
+    from paraplan.step.p2p import overlapped_p2p_exposed_s
+
+    # half the transfers behind the backward, half behind the forward; only what outlasts its window shows
+    assert overlapped_p2p_exposed_s(0.2, 1.0, 2.0) == 0.0
+    assert overlapped_p2p_exposed_s(3.0, 1.0, 2.0) == pytest.approx(0.5)  # 1.5 behind B = 2: hidden
+    assert overlapped_p2p_exposed_s(6.0, 1.0, 2.0) == pytest.approx(1.0 + 2.0)
+
+
+def test_p2p_overlap_only_with_interleaving():
+    """Megatron-LM turns overlap_p2p_comm off without the interleaved schedule."""
+    model, system = load_model("llama3-70b"), load_system("dgx-h100-80gb")
+    base = dict(gpus=64, tp=4, pp=4, zero=1, global_batch=64, seq_length=8192)
+    base |= dict(sequence_parallel=True)
+    overlap = _with_runtime(system, p2p_overlap=True)
+    flat = PlanSpec(**base)
+    assert (
+        estimate(model, overlap, flat).step_time_s
+        == estimate(model, _with_runtime(system), flat).step_time_s
+    )
+    inter = PlanSpec(**base, vpp=5, schedule="interleaved")
+    exposed = estimate(model, _with_runtime(system), inter)
+    hidden = estimate(model, overlap, inter)
+    assert exposed.breakdown.pp_comm_s > 0 and hidden.breakdown.pp_comm_s == 0.0
+    assert hidden.step_time_s < exposed.step_time_s
+    assert load_framework("nemo-24.09").overlap_p2p_comm
+    assert runtime_costs(load_framework("nemo-24.09")).p2p_overlap
+    # DeepSpeed's engine has no overlapped p2p whatever the flag says
+    assert not runtime_costs(load_framework("megatron-deepspeed")).p2p_overlap

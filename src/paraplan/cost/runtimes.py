@@ -98,7 +98,10 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     """The profile's runtime terms (module docstring); bytes at the element-wise rate of the profile's
     kernels (divided by eager_traffic_factor for an eager stack, as that factor slows the rate they meet)."""
     factor = 1.0 if framework.fused_kernels else framework.eager_traffic_factor
-    fields: dict = {"fp8_param_gather": framework.fp8_param_gather}
+    fields: dict = {
+        "fp8_param_gather": framework.fp8_param_gather,
+        "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
+    }
     if framework.fsdp_runtime == "fsdp2":
         reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]
         fields.update(

@@ -21,6 +21,11 @@ class RuntimeCosts(InputModel):
         description="pipeline transfers one exchange costs: 1 when send and receive run at once (Megatron's "
         "batched / paired p2p), 2 when they are separate blocking calls (DeepSpeed's PipelineEngine)",
     )
+    p2p_overlap: bool = Field(
+        False,
+        description="the interleaved schedule's sends and receives run asynchronously beside the next compute "
+        "(Megatron-Core overlap_p2p_comm; step.p2p.overlapped_p2p_exposed_s)",
+    )
     grad_accumulation_bytes: float = Field(
         0.0,
         ge=0.0,
