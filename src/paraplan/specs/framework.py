@@ -43,13 +43,14 @@ class FrameworkSpec(InputModel):
     )
     overlap_p2p_comm: bool = Field(
         False,
-        description="pipeline send/recv overlapped with compute (stated with its source; "
-        "the interleaved schedule's exchanges are priced as in step.p2p either way)",
+        description="pipeline send/recv overlapped with compute by Megatron's interleaved schedule "
+        "(step.p2p.overlapped_p2p_exposed_s; off without interleaving, as Megatron-LM turns it off)",
     )
     pipeline_engine: Literal["megatron", "deepspeed", "torch", "none"] = Field(
         "megatron",
-        description="the pipeline runtime the stack uses with pp > 1 (stated with its source; a per-stage plan "
-        "names its runtime in plan.engine, step.engines.ENGINES)",
+        description="the pipeline runtime the stack uses with pp > 1: deepspeed's separate blocking transfers "
+        "are priced on uniform plans (cost.runtimes); a per-stage plan names its runtime in plan.engine "
+        "(step.engines.ENGINES)",
     )
     fsdp_runtime: Literal["none", "fsdp2"] = Field(
         "none",
