@@ -19,17 +19,12 @@ from paraplan.search.space import SearchProblem
 
 def _check(name: str, monkeypatch) -> None:
     fw = load_framework(name)
+    axes = {"micro_batch": (1, 2), "recompute": ("none",)}
     problem = SearchProblem(
         model=load_model("gpt3-1.3b"),
         system=framework_system(fw, load_system("dgx-h100-80gb")),
-        gpus=32,
-        global_batch=64,
-        seq_length=2048,
-        micro_batch=(1, 2),
-        recompute=("none",),
-        vary_placement=False,
-        vary_offload=False,
-        **framework_search_fields(fw),
+        **{"gpus": 32, "global_batch": 64, "seq_length": 2048, **axes},
+        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
     )
     monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
     fast, ref = search(problem, top_k=10), exhaustive_search(problem, top_k=10)
