@@ -13,6 +13,7 @@ from paraplan.cost.attention import (
 )
 from paraplan.cost.compute import attention_efficiency
 from paraplan.cost.frameworks import apply_framework
+from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.plan import PlanSpec
 from paraplan.validate.band import error_band, plan_features
 from paraplan.validate.fitted import FittedConstant, _golden, refit, with_constants
@@ -86,9 +87,14 @@ def test_apply_framework():
     )
     assert eff.hbm == pytest.approx(h100.accelerator.efficiency.hbm / 2.0)  # eager element-wise ops
     assert system.accelerator.reserved_memory == pytest.approx((0.5 + 1.0 + 0.05 * 80) * 2**30)
-    # the calibration profile changes nothing that the visible H100 set was fitted with
+    # the calibration profile changes nothing that the visible H100 set was fitted with but its runtime's
+    # overlapped p2p (cost.runtimes; Megatron-LM's overlap_p2p_comm default, priced with interleaving)
     same, _ = apply_framework(load_framework("megatron-core"), h100, {})
-    assert same.accelerator.efficiency == h100.accelerator.efficiency
+    runtime = same.accelerator.efficiency.runtime
+    assert runtime == RuntimeCosts(p2p_overlap=True)
+    assert same.accelerator.efficiency.model_copy(update={"runtime": RuntimeCosts()}) == (
+        h100.accelerator.efficiency
+    )
     assert same.accelerator.reserved_memory == h100.accelerator.reserved_memory
 
 

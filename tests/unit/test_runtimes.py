@@ -63,7 +63,9 @@ def test_profiles_state_their_runtime():
     assert mds.p2p_transfers_per_exchange == 2.0 and mds.grad_accumulation_bytes == 18.0
     assert mds.zero3_compute_copy_bytes == 0.0
     assert runtime_costs(load_framework("nemo-24.09")).fp8_param_gather is True
-    assert runtime_costs(load_framework("megatron-core")) == RuntimeCosts()
+    # Megatron-Core's runtime adds nothing but the interleaved schedule's overlapped p2p
+    assert runtime_costs(load_framework("megatron-core")) == RuntimeCosts(p2p_overlap=True)
+    assert runtime_costs(load_framework("megatron-lm-2021")) == RuntimeCosts()
     for name in ("torchtitan", "megatron-deepspeed", "nemo-24.09"):
         fw = load_framework(name)
         stated = [
