@@ -13,6 +13,7 @@ from paraplan.cost.attention import (
 )
 from paraplan.cost.compute import attention_efficiency
 from paraplan.cost.frameworks import apply_framework, host_fields
+from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.plan import PlanSpec
 from paraplan.validate.band import error_band, plan_features
 from paraplan.validate.fitted import FittedConstant, _golden, refit, with_constants
@@ -86,12 +87,15 @@ def test_apply_framework():
     )
     assert eff.hbm == pytest.approx(h100.accelerator.efficiency.hbm / 2.0)  # eager element-wise ops
     assert system.accelerator.reserved_memory == pytest.approx((0.5 + 1.0 + 0.05 * 80) * 2**30)
-    # the calibration profile changes nothing that the visible H100 set was fitted with but the host model's inputs
-    # (cost.host: its launch and synchronisation times) and that it pads its vocabulary (cost.gemm_alignment)
+    # the calibration profile changes nothing that the visible H100 set was fitted with but the host model's
+    # inputs (cost.host: its launch and synchronisation times), that it pads its vocabulary
+    # (cost.gemm_alignment) and its runtime's overlapped p2p (cost.runtimes; Megatron-LM's
+    # overlap_p2p_comm default, priced with interleaving)
     megatron = load_framework("megatron-core")
     same, _ = apply_framework(megatron, h100, {})
     assert same.accelerator.efficiency.aligned_gemms_only
-    host = set(host_fields(megatron)) | {"aligned_gemms_only"}
+    assert same.accelerator.efficiency.runtime == RuntimeCosts(p2p_overlap=True)
+    host = set(host_fields(megatron)) | {"aligned_gemms_only", "runtime"}
     assert same.accelerator.efficiency.model_dump(exclude=host) == (
         h100.accelerator.efficiency.model_dump(exclude=host)
     )

@@ -12,6 +12,7 @@ The profile sets what differs by implementation and nothing else:
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
 - the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
+- the runtime's own costs (``efficiency.runtime``: copies, casts, blocking transfers; cost.runtimes);
 - ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.cost.attention import effective_kernel, kernel_relative_speed
+from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
 from paraplan.specs.system import SystemSpec
@@ -42,7 +44,8 @@ def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any])
 
 
 def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec:
-    """The system as this framework uses it: attention kernel, eager-op HBM traffic, runtime memory reserve."""
+    """The system as this framework uses it: attention kernel, eager-op HBM traffic, the runtime's own
+    costs (cost.runtimes), runtime memory reserve."""
     data = system.model_dump()
     acc = data["accelerator"]
     eff = acc["efficiency"]
@@ -59,6 +62,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary
     eff.update(host_fields(framework))
+    eff["runtime"] = runtime_costs(framework).model_dump()
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
     return SystemSpec.model_validate(data)
 

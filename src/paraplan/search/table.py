@@ -289,7 +289,9 @@ class RowTable:
         links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
         ids = self.columns["p2p_id"][rows]
         least_link = np.minimum(_at(links.inner_s, ids), _at(links.outer_s, ids))
-        p2p = np.where(facts.pp[rows] > 1, least_link, 0.0)
+        # an interleaved schedule that overlaps its transfers may hide them all (step.p2p.overlapped_p2p_exposed_s)
+        overlap = self.problem.system.accelerator.efficiency.runtime.p2p_overlap
+        p2p = np.where((facts.pp[rows] > 1) & (not overlap), least_link, 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"][rows]
         fullest = -(-layers // pp)
         bubble = np.where(

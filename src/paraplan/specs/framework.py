@@ -43,13 +43,29 @@ class FrameworkSpec(InputModel):
     )
     overlap_p2p_comm: bool = Field(
         False,
-        description="pipeline send/recv overlapped with compute (stated with its source; "
-        "the interleaved schedule's exchanges are priced as in step.p2p either way)",
+        description="pipeline send/recv overlapped with compute by Megatron's interleaved schedule "
+        "(step.p2p.overlapped_p2p_exposed_s; off without interleaving, as Megatron-LM turns it off)",
     )
     pipeline_engine: Literal["megatron", "deepspeed", "torch", "none"] = Field(
         "megatron",
-        description="the pipeline runtime the stack uses with pp > 1 (stated with its source; a per-stage plan "
-        "names its runtime in plan.engine, step.engines.ENGINES)",
+        description="the pipeline runtime the stack uses with pp > 1: deepspeed's separate blocking transfers "
+        "are priced on uniform plans (cost.runtimes); a per-stage plan names its runtime in plan.engine "
+        "(step.engines.ENGINES)",
+    )
+    fsdp_runtime: Literal["none", "fsdp2"] = Field(
+        "none",
+        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts "
+        "(cost.runtimes.fsdp2_compute_copy_bytes); none: no copies beyond the collectives",
+    )
+    grad_accumulation: Literal["fused", "bf16_optimizer"] = Field(
+        "fused",
+        description="how gradients are summed over micro-batches: in the wgrad GEMM or by autograd at no "
+        "extra pass (fused), or by DeepSpeed's BF16 optimizer into fp32 after every backward "
+        "(cost.runtimes.bf16_optimizer_accumulation_bytes)",
+    )
+    fp8_param_gather: bool = Field(
+        False,
+        description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
     )
     attention: Literal["flash", "unfused"] = Field(
         "flash", description="plan default: fused or unfused core attention"

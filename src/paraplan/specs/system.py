@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.specs.errors import UnsupportedDtype
+from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.strict import InputModel
 from paraplan.units import parse_quantity
 
@@ -150,6 +151,11 @@ class EfficiencySpec(InputModel):
         1.0,
         description="single-thread speed of the host CPU relative to the host the framework's launch figures were "
         "measured on (host times are divided by it); 1: the same class of host",
+    )
+    runtime: RuntimeCosts = Field(
+        RuntimeCosts(),
+        description="what the training stack's runtime adds around the kernels (specs.runtime; a framework "
+        "profile sets it: cost.frameworks.framework_system)",
     )
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import maximum, where
+from paraplan.cost.elementwise import any_positive, maximum, where
+from paraplan.cost.runtimes import runtime_copy_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
 from paraplan.step.block_terms import (  # noqa: F401
@@ -40,6 +41,8 @@ from paraplan.step.block_terms import (  # noqa: F401
 )
 from paraplan.step.inputs import (  # noqa: F401
     GRAD_REDUCE_BYTES,
+    backward_s,
+    forward_s,
     TRANSFORMER_KINDS,
     GradientGroup,
     GridKnobs,
@@ -51,6 +54,7 @@ from paraplan.step.inputs import (  # noqa: F401
     transformer_layers,
     work_total,
 )
+from paraplan.step.p2p import overlapped_p2p_exposed_s
 from paraplan.step.offload import offload_traffic_bytes, offloaded_activation_share
 from paraplan.step.result import TimeBreakdown
 from paraplan.step.schedules import (  # noqa: F401
@@ -101,13 +105,33 @@ def _pick(index: Num, values: list[Num]) -> Num:
     return out
 
 
+def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
+    """A stage's per-micro-batch work under the stack's runtime: the interleaved schedule's transfers
+    overlapped with compute where the runtime does (step.p2p.overlapped_p2p_exposed_s), and the runtime's
+    gradient accumulation in its backward: every
+    parameter of the stage, after every micro-batch's backward, on the compute stream
+    (cost.runtimes.runtime_copy_s of StepInputs.grad_accumulation_bytes; DeepSpeed's BF16 optimizer:
+    cost.runtimes.bf16_optimizer_accumulation_bytes)."""
+    own = stage.inputs or inp
+    if any_positive(own.p2p_overlap):
+        hidden = overlapped_p2p_exposed_s(work["pp"], forward_s(work), backward_s(work))
+        work["pp"] = where((own.p2p_overlap > 0) & inp.knobs.interleaved, hidden, work["pp"])
+    if not any_positive(own.grad_accumulation_bytes):
+        return work
+    params = sum_blocks(stage, lambda b: b.params)
+    work["backward"] = work["backward"] + runtime_copy_s(
+        params, own.grad_accumulation_bytes, own.hbm_rate
+    )
+    return work
+
+
 def _pipeline(inp: StepInputs) -> dict:
     """The pipeline half of compose_step: every stage's per-micro-batch work, the slowest stage, the
     bubble and the step's parts by kind (m × the slowest stage's parts)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
     split = split_backward_on(inp.knobs)
-    works = [stage_work(s, split) for s in stages]
+    works = [_with_runtime(inp, s, stage_work(s, split)) for s in stages]
     totals = [work_total(w) for w in works]
     slowest_work, slowest = _argmax(totals, present)
     all_work = 0.0

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from paraplan.cost import memory as mem
 from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
 
 # the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
@@ -42,4 +43,21 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
         host_step_s=acc.efficiency.host_step_s / acc.efficiency.host_speed,
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
+        **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
+    )
+
+
+def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:
+    """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
+    per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
+    else the weights' own), the ZeRO-3 / FSDP copies, the per-micro-batch gradient accumulation and the interleaved schedule's
+    p2p overlap."""
+    fp8_gather = runtime.fp8_param_gather and dtype == "fp8"
+    return dict(
+        param_gather_bytes=1.0 if fp8_gather else weight_bytes,
+        grad_accumulation_bytes=runtime.grad_accumulation_bytes,
+        p2p_overlap=1.0 if runtime.p2p_overlap else 0.0,
+        zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
+        zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
+        zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,
     )

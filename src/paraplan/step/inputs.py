@@ -115,6 +115,16 @@ class StepInputs:
     )
     host_tensor_s: Num = 0.0  # host seconds per weight tensor of the optimizer step and zero_grad
     tied_sync_s: Num = 0.0  # after every stage's tail: the tied-embedding all-reduce (step.p2p)
+    # the stack's runtime costs (specs.runtime, step.constants.runtime_terms): bytes per parameter of the DP
+    # weight all-gathers (None: weight_bytes), per parameter and micro-batch of the gradient accumulation, and
+    # ZeRO-3's copies (per gathered parameter and micro-batch on the compute stream; per shard element of each
+    # gather and reduce-scatter on their streams)
+    param_gather_bytes: Num = None
+    grad_accumulation_bytes: Num = 0.0
+    zero3_compute_copy_bytes: Num = 0.0
+    zero3_gather_copy_bytes: Num = 0.0
+    zero3_reduce_copy_bytes: Num = 0.0
+    p2p_overlap: Num = 0.0  # 1: the interleaved schedule's transfers overlap compute (step.p2p)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

@@ -7,6 +7,8 @@
 - ``boundary_crosses``: on which link each stage boundary sits, for a uniform plan's pp group;
 - ``uniform_group_p2p``: the per-micro-batch seconds of a uniform split group's stages, in at most two
   classes (the stages of a group differ only in which of their links cross a node);
+- ``overlapped_p2p_exposed_s``: what the interleaved schedule's asynchronous transfers leave exposed
+  (Megatron-Core overlap_p2p_comm);
 - ``tied_embedding_sync_s``: the all-reduce of the tied word-embedding gradient between the first and
   the last stage (Megatron-LM finalize_model_grads.py, _allreduce_embedding_grads).
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from paraplan.cost.elementwise import where
+from paraplan.cost.elementwise import maximum, where
 
 from paraplan.cost.comm import GroupSpan, LinearCollective, collective_time_s, linear_collective
 from paraplan.graph.transformer import LayerShape
@@ -56,13 +58,16 @@ def pipeline_links(
     model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan
 ) -> PipelineLinks:
     """PipelineLinks of a uniform plan: one exchange is one activation each way at once (p2p_bytes: the
-    forward activation out, the gradient of the same size in) on the link, S/B + α (send_recv); the first
-    and the last stage are on different nodes when the pp group spans several."""
+    forward activation out, the gradient of the same size in) on the link, S/B + α (send_recv), times the
+    runtime's transfers per exchange (specs.runtime: 2 where send and receive are separate blocking calls,
+    DeepSpeed's PipelineEngine, cost.runtimes.DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE); the first and the
+    last stage are on different nodes when the pp group spans several."""
     size = p2p_bytes(model, shape)
     crossing = pp_span.domains > 1
+    transfers = system.accelerator.efficiency.runtime.p2p_transfers_per_exchange
     return PipelineLinks(
-        collective_time_s("send_recv", size, ONE_NODE, system),
-        collective_time_s("send_recv", size, TWO_NODES, system),
+        transfers * collective_time_s("send_recv", size, ONE_NODE, system),
+        transfers * collective_time_s("send_recv", size, TWO_NODES, system),
         pp_span.per_domain,
         pp_span.domains,
         linear_collective("all_reduce", TWO_NODES if crossing else ONE_NODE, system),
@@ -145,3 +150,20 @@ def tied_embedding_sync_s(tied: LinearCollective, elements: Num, grad_bytes: Num
     DeepSpeed's ReduceTiedGrads), on the 2-member group's link: ``elements`` (tied_embedding_elements) at
     ``grad_bytes`` each (the gradient's dtype); it follows every stage's tail (step.compose.compose_step)."""
     return where(pp > 1, tied.time_s(elements * grad_bytes), 0.0)
+
+
+def overlapped_p2p_exposed_s(p2p_s: Num, forward_s: Num, backward_s: Num) -> Num:
+    """Exposed point-to-point seconds per micro-batch of a stage whose interleaved schedule overlaps its
+    transfers with compute: max(0, P/2 − B) + max(0, P/2 − F), P the stage's transfers per micro-batch
+    (``stage_p2p_s``), F and B its forward and backward.
+
+    With overlap_p2p_comm Megatron-Core's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving, NVIDIA/Megatron-LM at 4dabc623) posts each chunk's
+    send_forward_recv_forward as isend / irecv right after its forward and waits on them only before the
+    next forward, the backward step running in between; the backward's send_backward_recv_backward is
+    likewise hidden behind the next forward. Half of the transfers (the activations) hide behind the
+    backward, the other half (their gradients) behind the forward; what outlasts its window stays exposed.
+    Megatron-LM turns the overlap off without interleaving (megatron/training/arguments.py: "Overlap P2P
+    communication is disabled if not using the interleaved schedule"), so 1F1B keeps P."""
+    half = 0.5 * p2p_s
+    return maximum(0.0, half - backward_s) + maximum(0.0, half - forward_s)

@@ -173,6 +173,7 @@ def stage_arrays(
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
     terms = system_terms(slowest, common.dtype)
+    terms["grad_accumulation_bytes"] = 0.0  # the plan's engine prices it per block (stage_blocks)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)

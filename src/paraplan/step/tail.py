@@ -17,6 +17,7 @@ from paraplan.cost.elementwise import any_positive, ceil, maximum, where
 from paraplan.cost.host import host_bound_s, step_host_overhead_s
 from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s
+from paraplan.cost.runtimes import runtime_copy_s
 from paraplan.step import zero3_legacy as legacy
 from paraplan.step.schedules import by_schedule
 from paraplan.step.inputs import (
@@ -247,6 +248,9 @@ class _Traffic:
     persistent: Num = (
         0.0  # seconds per step of DeepSpeed's coalesced gather of the persistent tensors
     )
+    compute_copy: Num = (
+        0.0  # ZeRO-3 runtime copies on the compute stream per micro-batch (cost.runtimes)
+    )
 
 
 def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -> _Traffic:
@@ -256,6 +260,9 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
     framework)."""
     tensor_gathers = any_positive(inp.zero3_tensor_gathers)
     tensor_reduces = any_positive(inp.zero3_tensor_reduces)
+    copies = any_positive(
+        inp.zero3_compute_copy_bytes + inp.zero3_gather_copy_bytes + inp.zero3_reduce_copy_bytes
+    )
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
     t = _Traffic(time, dict(time))
@@ -283,6 +290,8 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
                 t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
                 t.time[kind], t.price[kind] = t.time[kind] + t_x, t.price[kind] + p_x
                 t.reduce_host = t.reduce_host + host
+        if 3 in branches and copies:
+            _runtime_copies(t, inp, group, params, per_call)
         if 3 in branches and any_positive(inp.zero3_regather):
             on = where(group.size > 1, inp.zero3_regather, 0.0)  # the recompute's gathers
             t_rc, p_rc = legacy.regather_s(stage, name, group.all_gather, group.size, inp)
@@ -291,13 +300,35 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
     return t
 
 
+def _runtime_copies(
+    t: _Traffic, inp: StepInputs, group: GradientGroup, params: Num, per_call: Num
+) -> None:
+    """The ZeRO-3 runtime's copies of one gradient group (cost.runtimes: FSDP2's), where it shards (size > 1):
+    the all-gather copy-in and the post-reduce cast and accumulation of one block's shard in series with its
+    gather and reduce-scatter (their streams), and the copies on the compute stream per micro-batch (exposed:
+    ``_zero3_exposure_s``)."""
+    sharded = group.size > 1
+    shard = params * per_call / group.size  # one block's shard elements
+    t.time["layer_gather"] = t.time["layer_gather"] + where(
+        sharded, runtime_copy_s(shard, inp.zero3_gather_copy_bytes, inp.hbm_rate), 0.0
+    )
+    t.time["layer_reduce"] = t.time["layer_reduce"] + where(
+        sharded, runtime_copy_s(shard, inp.zero3_reduce_copy_bytes, inp.hbm_rate), 0.0
+    )
+    t.compute_copy = t.compute_copy + where(
+        sharded, runtime_copy_s(params, inp.zero3_compute_copy_bytes, inp.hbm_rate), 0.0
+    )
+
+
 def _collective_calls(
     inp: StepInputs, group: GradientGroup, params: Num, bucket: Num, per_call: Num
 ) -> dict:
     """(collective, bytes per call, calls) of each call kind for one gradient group: gradients
-    reduced in their dtype (grad_reduce_bytes) in ``bucket`` calls, weights gathered in their dtype;
+    reduced in their dtype (grad_reduce_bytes) in ``bucket`` calls, weights gathered in their dtype (or in
+    fp8, param_gather_bytes, where an fp8 run gathers its fp8 primary weights);
     ZeRO-3's per-block gather and reduce-scatter carry ``per_call`` of the stage's parameters."""
-    grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * inp.weight_bytes
+    gather = inp.weight_bytes if inp.param_gather_bytes is None else inp.param_gather_bytes
+    grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * gather
     return {
         "all_reduce": (group.all_reduce, grad_bytes / maximum(bucket, 1.0), bucket),
         "reduce_scatter": (group.reduce_scatter, grad_bytes / maximum(bucket, 1.0), bucket),
@@ -317,7 +348,8 @@ def _zero3_exposure_s(
 ) -> Num:
     """ZeRO-3's exposed traffic per step: m × the per-micro-batch exposure of the block-wise gathers
     and reduce-scatters (step.zero3_legacy.zero3_exposure_s, prefetching ``zero3_prefetch_layers``
-    blocks when param-gather overlap is on) plus the persistent tensors' gather, plus the host time
+    blocks when param-gather overlap is on) plus the persistent tensors' gather and m × the runtime's copies on
+    the compute stream (cost.runtimes: FSDP2's copy-out and reduce-scatter copy-in), plus the host time
     of per-tensor reduce-scatters that the block's backward does not hide."""
     time, price = traffic.time, traffic.price
     g, r = time["layer_gather"], time["layer_reduce"]
@@ -336,6 +368,7 @@ def _zero3_exposure_s(
             backward_window,
         )
         + traffic.persistent
+        + inp.microbatches * traffic.compute_copy
     )
     if any_positive(traffic.reduce_host):  # issued while the block's backward runs
         exposed = exposed + inp.microbatches * calls * host_exposed_s(

@@ -1,0 +1,56 @@
+"""What a training stack's runtime adds around the model's kernels (issue 33): copies, casts, blocking
+transfers. A framework profile states its mechanisms (``FrameworkSpec.pipeline_engine``, ``fsdp_runtime``,
+``fp8_param_gather``); ``cost.runtimes.runtime_costs`` turns them into these per-element byte counts and
+factors, which ``cost.frameworks.framework_system`` writes into the system's ``efficiency.runtime`` and the
+step reads (``step.constants.system_terms``). Every default is "nothing added" (Megatron-Core's runtime, whose
+copies the fitted constants already hold)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from paraplan.specs.strict import InputModel
+
+
+class RuntimeCosts(InputModel):
+    """Per-element traffic and transfer counts of one stack's runtime (cost.runtimes documents each)."""
+
+    p2p_transfers_per_exchange: float = Field(
+        1.0,
+        ge=1.0,
+        description="pipeline transfers one exchange costs: 1 when send and receive run at once (Megatron's "
+        "batched / paired p2p), 2 when they are separate blocking calls (DeepSpeed's PipelineEngine)",
+    )
+    p2p_overlap: bool = Field(
+        False,
+        description="the interleaved schedule's sends and receives run asynchronously beside the next compute "
+        "(Megatron-Core overlap_p2p_comm; step.p2p.overlapped_p2p_exposed_s)",
+    )
+    grad_accumulation_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="HBM bytes per parameter the runtime moves after each micro-batch's backward to add its "
+        "gradient into the gradient held across micro-batches (0: fused into the wgrad GEMM)",
+    )
+    zero3_compute_copy_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch of the copies the runtime "
+        "runs on the compute stream (FSDP2 copy-out of both gathers and the reduce-scatter copy-in)",
+    )
+    zero3_gather_copy_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="ZeRO-3 / FSDP: HBM bytes per shard element of one all-gather's copy-in (and cast), on the "
+        "all-gather's stream in series with it",
+    )
+    zero3_reduce_copy_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="ZeRO-3 / FSDP: HBM bytes per shard element after one reduce-scatter (cast to the shard's dtype, "
+        "accumulation into the sharded gradient), on the reduce-scatter's stream in series with it",
+    )
+    fp8_param_gather: bool = Field(
+        False,
+        description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
+    )

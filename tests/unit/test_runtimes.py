@@ -1,0 +1,212 @@
+"""The runtime costs of training stacks (issue 33, cost.runtimes): FSDP2's copies and casts, DeepSpeed's
+PipelineEngine (blocking separate transfers, the BF16 optimizer's fp32 accumulation after every micro-batch),
+fp8 primary weights gathered in fp8. Each term by hand, then through the step."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import apply_framework, framework_system
+from paraplan.cost.runtimes import (
+    bf16_optimizer_accumulation_bytes,
+    fsdp2_compute_copy_bytes,
+    fsdp2_gather_copy_bytes,
+    fsdp2_reduce_copy_bytes,
+    runtime_copy_s,
+    runtime_costs,
+)
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.runtime import RuntimeCosts
+from paraplan.specs.system import SystemSpec
+from paraplan.step.estimate import estimate
+
+
+def _with_runtime(system: SystemSpec, **fields) -> SystemSpec:
+    data = system.model_dump()
+    data["accelerator"]["efficiency"]["runtime"] = RuntimeCosts(**fields).model_dump()
+    return SystemSpec.model_validate(data)
+
+
+def _with_hbm(system: SystemSpec, scale: float) -> SystemSpec:
+    data = system.model_dump()
+    data["accelerator"]["hbm_bandwidth"] *= scale
+    return SystemSpec.model_validate(data)
+
+
+def test_fsdp2_bytes_by_hand():
+    # compute stream: two copy-outs (read 2, write 2) and the reduce-scatter copy-in (read bf16, write fp32)
+    assert fsdp2_compute_copy_bytes(2.0, 4.0) == 2 * (2 + 2) + 2 + 4 == 14.0
+    assert fsdp2_compute_copy_bytes(2.0, 2.0) == 12.0
+    # all-gather copy-in: fp32 shard cast into bf16 (4 + 2), then copied into the all-gather input (2 + 2)
+    assert fsdp2_gather_copy_bytes(4.0, 2.0) == 10.0
+    assert fsdp2_gather_copy_bytes(2.0, 2.0) == 4.0  # no cast without mixed precision
+    # after the reduce-scatter: accumulate into the fp32 shard (4 + 4 + 4), cast first when reduced in bf16
+    assert fsdp2_reduce_copy_bytes(4.0, 4.0) == 12.0
+    assert fsdp2_reduce_copy_bytes(4.0, 2.0) == 2 + 4 + 12 == 18.0
+    # DeepSpeed BF16 optimizer: cast bf16 -> fp32 temp (2 + 4), add into the fp32 gradient (4 + 4 + 4)
+    assert bf16_optimizer_accumulation_bytes() == 18.0
+    assert runtime_copy_s(1e9, 14.0, 2e12) == pytest.approx(7e-3)
+
+
+def test_profiles_state_their_runtime():
+    eager, compiled = (
+        runtime_costs(load_framework("torchtitan")),
+        runtime_costs(load_framework("torchtitan-compiled")),
+    )
+    # eager torchtitan: the element-wise rate is halved (eager_traffic_factor 2), the copies are one kernel
+    # each, so their bytes are halved to meet the plain HBM rate: the same seconds as compiled
+    assert compiled.zero3_compute_copy_bytes == 14.0 and eager.zero3_compute_copy_bytes == 7.0
+    assert compiled.zero3_gather_copy_bytes == 10.0 and compiled.zero3_reduce_copy_bytes == 12.0
+    assert compiled.p2p_transfers_per_exchange == 1.0 and compiled.grad_accumulation_bytes == 0.0
+    mds = runtime_costs(load_framework("megatron-deepspeed"))
+    assert mds.p2p_transfers_per_exchange == 2.0 and mds.grad_accumulation_bytes == 18.0
+    assert mds.zero3_compute_copy_bytes == 0.0
+    assert runtime_costs(load_framework("nemo-24.09")).fp8_param_gather is True
+    # Megatron-Core's runtime adds nothing but the interleaved schedule's overlapped p2p
+    assert runtime_costs(load_framework("megatron-core")) == RuntimeCosts(p2p_overlap=True)
+    assert runtime_costs(load_framework("megatron-lm-2021")) == RuntimeCosts()
+    for name in ("torchtitan", "megatron-deepspeed", "nemo-24.09"):
+        fw = load_framework(name)
+        stated = [
+            f for f in ("fsdp_runtime", "grad_accumulation", "fp8_param_gather") if f in fw.sources
+        ]
+        assert stated, name
+
+
+def _fsdp_plan(**extra) -> PlanSpec:
+    return PlanSpec(gpus=16, zero=3, global_batch=64, seq_length=4096, **extra)
+
+
+def test_fsdp2_compute_copies_are_exposed_per_microbatch():
+    """The compute-stream copies add m × P × b / rate to the step, P the GPU's (unsharded) parameters."""
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = _fsdp_plan()
+    base = estimate(model, _with_runtime(system), plan)
+    one = estimate(model, _with_runtime(system, zero3_compute_copy_bytes=10.0), plan)
+    two = estimate(model, _with_runtime(system, zero3_compute_copy_bytes=20.0), plan)
+    d1, d2 = one.step_time_s - base.step_time_s, two.step_time_s - base.step_time_s
+    assert d2 == pytest.approx(2 * d1, rel=1e-9)
+    rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
+    params = d1 * rate / (plan.microbatches * 10.0)
+    assert params == pytest.approx(
+        8.03e9, rel=0.01
+    )  # Llama 3 8B, every parameter gathered once per pass
+    assert one.breakdown.dp_comm_s - base.breakdown.dp_comm_s == pytest.approx(d1, rel=1e-9)
+
+
+def test_fsdp2_side_copies_lengthen_the_collectives():
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = _fsdp_plan(overlap_param_gather=False, overlap_dp_grad_reduce=False)
+    base = estimate(model, _with_runtime(system), plan).step_time_s
+    side = estimate(
+        model,
+        _with_runtime(system, zero3_gather_copy_bytes=10.0, zero3_reduce_copy_bytes=12.0),
+        plan,
+    ).step_time_s
+    # nothing overlaps: the copies of every shard element, twice gathered and once reduced per micro-batch
+    rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
+    expected = plan.microbatches * 8.03e9 / plan.dp * (2 * 10.0 + 12.0) / rate
+    assert side - base == pytest.approx(expected, rel=0.01)
+
+
+def test_fsdp2_runtime_costs_nothing_without_zero3():
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(gpus=16, zero=1, global_batch=64, seq_length=4096)
+    fsdp = _with_runtime(
+        system, **runtime_costs(load_framework("torchtitan-compiled")).model_dump()
+    )
+    assert estimate(model, fsdp, plan).step_time_s == estimate(model, system, plan).step_time_s
+
+
+def _pipe_plan() -> PlanSpec:
+    return PlanSpec(gpus=64, tp=4, pp=4, zero=1, global_batch=256, seq_length=2048, micro_batch=2)
+
+
+def test_deepspeed_pipeline_transfers_are_separate():
+    """Blocking separate send and receive: every exchange costs two transfers (pp_comm doubles)."""
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    one = estimate(model, _with_runtime(system), _pipe_plan()).breakdown.pp_comm_s
+    two = estimate(model, _with_runtime(system, p2p_transfers_per_exchange=2.0), _pipe_plan())
+    assert one > 0 and two.breakdown.pp_comm_s == pytest.approx(2 * one, rel=1e-12)
+
+
+def test_bf16_optimizer_accumulation_per_microbatch():
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    plan = _pipe_plan()
+    base = estimate(model, _with_runtime(system), plan)
+    acc = estimate(model, _with_runtime(system, grad_accumulation_bytes=18.0), plan)
+    delta = acc.breakdown.backward_s - base.breakdown.backward_s
+    rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
+    # m micro-batches of the slowest stage's parameters (a quarter of the layers over tp = 4, plus an embedding)
+    per_gpu = delta * rate / (plan.microbatches * 18.0)
+    assert 13e9 / 16 < per_gpu < 13e9 / 16 + 5.2e4 * 5120 / 4 * 1.01
+    assert acc.step_time_s > base.step_time_s + delta * 0.99
+
+
+def test_fp8_param_gather_halves_the_weight_gather():
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(
+        gpus=64, zero=1, dtype="fp8", global_batch=64, seq_length=8192, overlap_param_gather=False
+    )
+    bf16 = estimate(model, _with_runtime(system), plan).breakdown.dp_comm_s
+    fp8 = estimate(model, _with_runtime(system, fp8_param_gather=True), plan).breakdown.dp_comm_s
+    assert fp8 < bf16
+    # bf16 runs gather bf16 whatever the flag
+    plan16 = plan.model_copy(update={"dtype": "bf16"})
+    a = estimate(model, _with_runtime(system), plan16).step_time_s
+    b = estimate(model, _with_runtime(system, fp8_param_gather=True), plan16).step_time_s
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "name, plan",
+    [
+        ("torchtitan", _fsdp_plan()),
+        ("torchtitan-compiled", _fsdp_plan()),
+        ("megatron-deepspeed", _pipe_plan()),
+        (
+            "nemo-24.09",
+            PlanSpec(gpus=64, tp=2, zero=1, dtype="fp8", global_batch=64, seq_length=4096),
+        ),
+    ],
+)
+@pytest.mark.parametrize("scale", [1.25, 2.0])
+def test_runtime_costs_never_make_faster_memory_slower(name, plan, scale):
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    fw = load_framework(name)
+    slow, fields = apply_framework(fw, system, plan.model_dump(exclude_unset=True))
+    fast = framework_system(fw, _with_hbm(system, scale))
+    full = PlanSpec(**fields)
+    assert estimate(model, fast, full).step_time_s <= estimate(model, slow, full).step_time_s
+
+
+def test_overlapped_p2p_by_hand():
+    from paraplan.step.p2p import overlapped_p2p_exposed_s
+
+    # half the transfers behind the backward, half behind the forward; only what outlasts its window shows
+    assert overlapped_p2p_exposed_s(0.2, 1.0, 2.0) == 0.0
+    assert overlapped_p2p_exposed_s(3.0, 1.0, 2.0) == pytest.approx(0.5)  # 1.5 behind B = 2: hidden
+    assert overlapped_p2p_exposed_s(6.0, 1.0, 2.0) == pytest.approx(1.0 + 2.0)
+
+
+def test_p2p_overlap_only_with_interleaving():
+    """Megatron-LM turns overlap_p2p_comm off without the interleaved schedule."""
+    model, system = load_model("llama3-70b"), load_system("dgx-h100-80gb")
+    base = dict(gpus=64, tp=4, pp=4, zero=1, global_batch=64, seq_length=8192)
+    base |= dict(sequence_parallel=True)
+    overlap = _with_runtime(system, p2p_overlap=True)
+    flat = PlanSpec(**base)
+    assert (
+        estimate(model, overlap, flat).step_time_s
+        == estimate(model, _with_runtime(system), flat).step_time_s
+    )
+    inter = PlanSpec(**base, vpp=5, schedule="interleaved")
+    exposed = estimate(model, _with_runtime(system), inter)
+    hidden = estimate(model, overlap, inter)
+    assert exposed.breakdown.pp_comm_s > 0 and hidden.breakdown.pp_comm_s == 0.0
+    assert hidden.step_time_s < exposed.step_time_s
+    assert load_framework("nemo-24.09").overlap_p2p_comm
+    assert runtime_costs(load_framework("nemo-24.09")).p2p_overlap
+    # DeepSpeed's engine has no overlapped p2p whatever the flag says
+    assert not runtime_costs(load_framework("megatron-deepspeed")).p2p_overlap
