@@ -168,9 +168,8 @@ class AcceleratorSpec(InputModel):
     def peak_matrix_flops(self, dtype: str) -> float:
         """Peak matrix rate for ``dtype``: its datasheet entry; fp16 and bf16 share tensor cores; fp32
         without an fp32 entry (a part whose datasheet gives only TF32) runs at the TF32 rate. FP4
-        (nvfp4, mxfp4) needs its own entry: NVIDIA Blackwell tensor cores run both (NVIDIA Blackwell
-        architecture technical brief, 2024: second-generation Transformer Engine with FP4), AMD CDNA 4
-        runs MXFP4 only (AMD CDNA 4 architecture whitepaper, 2025)."""
+        (nvfp4, mxfp4) needs its own entry (which parts have one, and the refusal a plan gets:
+        specs.rules.dtype_rule)."""
         table = self.matrix_flops
         if dtype in table:
             return table[dtype]
@@ -178,11 +177,6 @@ class AcceleratorSpec(InputModel):
             return table.get("bf16") or table["fp16"]
         if dtype == "fp32" and "tf32" in table:
             return table["tf32"]
-        if dtype in FP4:
-            raise UnsupportedDtype(
-                f"dtype: {dtype!r} needs FP4 tensor cores with that format ({FP4_PARTS[dtype]}); "
-                f"accelerator {self.name} has none; choose one of {', '.join(sorted(table))}"
-            )
         raise UnsupportedDtype(
             f"dtype: {dtype!r} is not supported by accelerator {self.name} (matrix_flops has "
             f"{', '.join(sorted(table))}); choose one of those"
