@@ -29,6 +29,7 @@ import numpy as np
 from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
 from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
+from paraplan.cost.kernel_tables import l2_resident
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
@@ -207,12 +208,9 @@ def fit_network(
 
 # ---- kernels --------------------------------------------------------------------------------
 def cache_resident(samples: list[tuple[float, float]], system: SystemSpec) -> list[bool]:
-    """Rows whose bytes moved (read + write) fit in the accelerator's L2 cache (``l2_cache``): a loop
-    of identical copies that small runs from cache, not HBM, so it says nothing about η_hbm (issue 32:
-    H100 copies of 32 MiB ran 1.13× faster than the HBM peak; H100 L2 = 50 MB). None when the
-    system gives no L2 size."""
-    l2 = system.accelerator.l2_cache
-    return [l2 is not None and b <= l2 for b, _ in samples]
+    """Rows that run from the accelerator's L2 cache (cost.kernel_tables.l2_resident), which say
+    nothing about η_hbm."""
+    return [l2_resident(b, system.accelerator.l2_cache) for b, _ in samples]
 
 
 def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: str) -> FitPart:
