@@ -17,6 +17,12 @@ from paraplan.units import parse_quantity
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 
+# Optimizer-step HBM traffic per parameter on its owner, one pass per kernel of Megatron-LM's
+# mixed-precision step: zero the fp32 grad buffer (write 4), unscale + inf check (read 4, write 4),
+# gradient-norm for clipping (read 4), Adam (read grad, master, m, v: 16; write master, m, v: 12),
+# copy master to the half-precision weight (read 4, write 2) = 54 B (state sizes: ZeRO §3.1). The
+# default of efficiency.optimizer_step_bytes; a framework profile sets its own (cost.frameworks).
+OPTIMIZER_BYTES_PER_PARAM = 54.0
 # Training datatypes (docs/model.md, "Datatypes"): the matrix rate each one's GEMMs run at, and the
 # activation datatype its element-wise kernels and fused attention run in.
 # fp32: IEEE fp32 GEMMs on the CUDA cores (torch.backends.cuda.matmul.allow_tf32 = False, PyTorch's
@@ -90,10 +96,10 @@ class EfficiencySpec(InputModel):
         "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
     )
     optimizer_step_bytes: float = Field(
-        54.0,
+        OPTIMIZER_BYTES_PER_PARAM,
         gt=0,
         description="HBM traffic per owned parameter of the optimizer step at this system's element-wise "
-        "rate (default: Megatron-LM's mixed-precision step, step.tail.OPTIMIZER_BYTES_PER_PARAM); a "
+        "rate (default: Megatron-LM's mixed-precision step, OPTIMIZER_BYTES_PER_PARAM); a "
         "framework profile sets its own (cost.frameworks.framework_system)",
     )
     host_sync_s: Seconds = Field(
