@@ -10,8 +10,6 @@ import typer
 
 from paraplan.cli.app import (
     EXIT_DOES_NOT_FIT,
-    check_price,
-    warn_positions,
     Attention,
     CPAlgorithm,
     Dtype,
@@ -25,19 +23,11 @@ from paraplan.cli.app import (
     _stdout,
     app,
     explicit_options,
-    precision_defaults,
     load_framework_option,
-    parse_tokens,
+    precision_defaults,
     refuse_options,
+    warn_positions,
 )
-from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_dict
-from paraplan.cli.goodput_opts import goodput_inputs, goodput_lines
-from paraplan.cli.estimate_plan import plan_file_sources
-from paraplan.cli.options import SetOption
-from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption
-from paraplan.specs.errors import InputError
-from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
-from paraplan.units import GiB
 from paraplan.cli.estimate_plan import (
     FIELD_PARAMETER,
     FRAMEWORK_PLAN_OPTIONS,
@@ -46,7 +36,20 @@ from paraplan.cli.estimate_plan import (
     framework_defaults,
     given_plan_options,
     plan_fields,
+    plan_file_sources,
 )
+from paraplan.cli.goodput_opts import (
+    GoodputSetOption,
+    GridIntensityOption,
+    goodput_dict,
+    goodput_inputs,
+    goodput_lines,
+)
+from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption, SetOption
+from paraplan.io.options import check_price, parse_tokens
+from paraplan.specs.errors import InputError
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
+from paraplan.units import GiB
 
 
 def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> list[str]:
@@ -56,9 +59,9 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     changes = fit_changes(model_spec, system_spec, plan)
     if changes:
         return ["would fit with one change (fastest first):", *(f"  {c.text()}" for c in changes)]
-    from paraplan.specs.plan_label import plan_label
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
+    from paraplan.specs.plan_label import plan_label
 
     command = (
         f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
@@ -359,12 +362,12 @@ def estimate(
     Exit status 1 when the plan does not fit in memory (the report says which single change would
     make it fit), 2 on bad input."""
     params = dict(locals())  # the options by parameter name, before anything else is bound here
-    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model, load_system
-    from paraplan.step.estimate import estimate as run_estimate
     from paraplan.export.planfile import load_plan_option
     from paraplan.graph.params import parameter_counts
     from paraplan.report.render import print_estimate
+    from paraplan.specs.plan_fields import plan_from_fields
+    from paraplan.step.estimate import estimate as run_estimate
 
     fields = plan_fields(params)
     given = given_plan_options(ctx, fields)

@@ -17,7 +17,12 @@ from paraplan.cli.app import (
     app,
     explicit_options,
     load_framework_option,
-    parse_tokens,
+)
+from paraplan.cli.goodput_opts import (
+    GoodputOption,
+    GoodputSetOption,
+    GridIntensityOption,
+    sweep_goodput_inputs,
 )
 from paraplan.cli.options import (
     AttentionOption,
@@ -28,10 +33,9 @@ from paraplan.cli.options import (
     SpaceSwitches,
     option_groups,
 )
-from paraplan.cli.goodput_opts import GoodputOption, GoodputSetOption, GridIntensityOption
-from paraplan.cli.goodput_opts import sweep_goodput_inputs
-from paraplan.specs.limits import MAX_TOP
+from paraplan.io.options import parse_tokens
 from paraplan.specs.errors import InputError
+from paraplan.specs.limits import MAX_TOP
 
 
 def _split_systems(values: list[str]) -> tuple[str, ...]:
