@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma
+from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
@@ -213,39 +213,6 @@ def _family(data: dict, field: str) -> str:
         f"{field}.model_type: missing and the family cannot be told from the keys; add model_type "
         f"(allowed: {', '.join(SUPPORTED)})"
     )
-
-
-_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number", list: "a list"}
-
-
-def _getter(data: dict, field: str, family: str, required: tuple[str, ...]):
-    """``get(*keys, kind=int, default=...)``: the first key present (not null), of type ``kind``
-    exactly (no coercion; a float ``kind`` also takes integers); InputError naming the key otherwise."""
-
-    def get(*keys: str, default: Any = ..., kind: type = int) -> Any:
-        for key in keys:
-            if key in data and data[key] is not None:
-                value = data[key]
-                ok = (
-                    isinstance(value, bool)
-                    if kind is bool
-                    else (
-                        not isinstance(value, bool)
-                        and isinstance(value, (int, float) if kind is float else kind)
-                    )
-                )
-                if not ok:
-                    raise InputError(
-                        f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}"
-                    )
-                return value
-        if default is ...:
-            raise InputError(
-                f"{field}.{keys[0]}: missing; a Hugging Face {family} config needs {', '.join(required)}"
-            )
-        return default
-
-    return get
 
 
 def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:
@@ -407,7 +374,7 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
     _refuse_moe(data, field)
     family = _family(data, field)
     required = _REQUIRED["llama" if family in _LLAMA_LIKE + GEMMA_TYPES else family]
-    get = _getter(data, field, family, required)
+    get = getter(data, field, family, required)
     if family in _LLAMA_LIKE:
         spec = _llama_like(data, get, family)
     elif family in GEMMA_TYPES:

@@ -30,6 +30,8 @@ elementwise tanh over the logits, beside the loss's own passes over them).
 
 from __future__ import annotations
 
+from typing import Any
+
 from paraplan.specs.errors import InputError
 
 GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
@@ -43,6 +45,42 @@ GEMMA3_DEFAULTS = {
     "vocab_size": 262_208,
     "sliding_window": 4096,
 }
+
+
+_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number", list: "a list"}
+
+
+def getter(data: dict, field: str, family: str, required: tuple[str, ...] = (), kinds=None):
+    """``get(*keys, default=..., kind=None)``: the first key present (not null), of type ``kind``
+    exactly (no coercion; a float ``kind`` also takes integers; None: ``kinds[key]``, else int);
+    InputError naming the key otherwise (a missing one: the family's ``required`` keys)."""
+    kinds = kinds or {}
+
+    def get(*keys: str, default: Any = ..., kind: type | None = None) -> Any:
+        for key in keys:
+            if key in data and data[key] is not None:
+                value, want = data[key], kind or kinds.get(key, int)
+                ok = (
+                    isinstance(value, bool)
+                    if want is bool
+                    else (
+                        not isinstance(value, bool)
+                        and isinstance(value, (int, float) if want is float else want)
+                    )
+                )
+                if not ok:
+                    raise InputError(
+                        f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[want]}"
+                    )
+                return value
+        if default is ...:
+            needs = ", ".join(required) or " or ".join(keys)
+            raise InputError(
+                f"{field}.{keys[0]}: missing; a Hugging Face {family} config needs {needs}"
+            )
+        return default
+
+    return get
 
 
 def full_layers_from_types(kinds, layers: int, field: str) -> set[int]:
