@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter
+from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter, given
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
@@ -242,13 +242,7 @@ def _llama_like(data: dict, get, family: str) -> dict:
         or (family in ("qwen2", "qwen3") and get("use_sliding_window", default=False, kind=bool))
     ):
         spec["sliding_window"] = window
-    head_dim = get("head_dim", default=None)
-    if head_dim is not None:
-        spec["head_dim"] = head_dim
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
-    return spec
+    return spec | given(get, head_dim="head_dim", max_position="max_position_embeddings")
 
 
 def _gpt2(data: dict, get) -> dict:
@@ -318,10 +312,7 @@ def _rope_fields(get) -> dict:
         "dropout": _has_dropout(get, ("hidden_dropout", "attention_dropout"), 0.0),
         "position_embedding": "rope",
     }
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        fields["max_position"] = max_pos
-    return fields
+    return fields | given(get, max_position="max_position_embeddings")
 
 
 def _times(k: int, value: Any) -> Any:

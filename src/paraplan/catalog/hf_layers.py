@@ -83,6 +83,13 @@ def getter(data: dict, field: str, family: str, required: tuple[str, ...] = (), 
     return get
 
 
+def given(get, **keys: str) -> dict:
+    """{field: get(key)} for each ``field=key`` the config gives (present and not null)."""
+    return {
+        field: value for field, key in keys.items() if (value := get(key, default=None)) is not None
+    }
+
+
 def full_layers_from_types(kinds, layers: int, field: str) -> set[int]:
     """The 0-based full-attention layers a ``layer_types`` list names; InputError unless it lists one
     of LAYER_KINDS for each of the ``layers`` layers."""
@@ -155,9 +162,7 @@ def gemma(get, family: str, field: str) -> dict:
         "dropout": get("attention_dropout", default=0.0, kind=float) > 0,
         "position_embedding": "rope",
     }
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
+    spec |= given(get, max_position="max_position_embeddings")
     if family == "gemma" or not isinstance(layers, int):
         return spec
     rule = _DEFAULT_PATTERN[family]

@@ -44,7 +44,13 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from paraplan.catalog.hf_layers import full_layers_from_types, getter, window_fields, window_pattern
+from paraplan.catalog.hf_layers import (
+    full_layers_from_types,
+    getter,
+    given,
+    window_fields,
+    window_pattern,
+)
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 
@@ -126,13 +132,7 @@ def _common(get) -> dict:
         "bias": False,
         "position_embedding": "rope",
     }
-    head_dim = get("head_dim", default=None)
-    if head_dim is not None:
-        spec["head_dim"] = head_dim
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
-    return spec
+    return spec | given(get, head_dim="head_dim", max_position="max_position_embeddings")
 
 
 def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple[int, int]:
