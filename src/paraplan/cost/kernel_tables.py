@@ -160,7 +160,9 @@ def _rows(folder, file: str, ref: str) -> list[dict[str, str]]:
     ]
 
 
-def _num(row: dict[str, str], key: str, where: str) -> float:
+def csv_number(row: dict[str, str], key: str, where: str) -> float:
+    """Column ``key`` of a measured row: a finite positive number (causal: 0 or more, a flag);
+    InputError naming ``where`` and the column otherwise (the tables here and calibrate's CSVs)."""
     try:
         value = float(row[key])
     except (KeyError, ValueError):
@@ -200,9 +202,9 @@ def gemm_rows(rows, ref, file, kind: str) -> list[MeasuredRow]:
     out = []
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
-        p = tuple(_num(row, k, where) for k in cols)
+        p = tuple(csv_number(row, k, where) for k in cols)
         dtype = row.get("dtype", "bf16")
-        t = _num(row, time_key, where) * 1e-6
+        t = csv_number(row, time_key, where) * 1e-6
         out.append(MeasuredRow(p, 2.0 * math.prod(p), t, (_dtype(dtype),), dtype))
     return out
 
@@ -212,13 +214,13 @@ def attention_rows(rows, ref, file) -> list[MeasuredRow]:
     out = []
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
-        b, h, s, d = (_num(row, k, where) for k in ATTENTION_SHAPE)
-        causal = _num(row, "causal", where) > 0
+        b, h, s, d = (csv_number(row, k, where) for k in ATTENTION_SHAPE)
+        causal = csv_number(row, "causal", where) > 0
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
             raise InputError(f"{where}: direction must be fwd or bwd, got {direction!r}")
         work = attention_work(b, h, s, d, causal, direction)
-        t = _num(row, "time_us", where) * 1e-6
+        t = csv_number(row, "time_us", where) * 1e-6
         out.append(
             MeasuredRow((s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"))
         )
@@ -251,7 +253,7 @@ def l2_resident(bytes_moved: float, l2_bytes: float | None) -> bool:
 
 def memory_pairs(rows, where: str) -> list[tuple[float, float]]:
     """(bytes moved, seconds) of each row of a memory table."""
-    return [(_num(r, "bytes", where), _num(r, "time_us", where) * 1e-6) for r in rows]
+    return [(csv_number(r, "bytes", where), csv_number(r, "time_us", where) * 1e-6) for r in rows]
 
 
 def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, int]:
