@@ -67,15 +67,8 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
         f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
         f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}"
     )
-    problem = SearchProblem(
-        model=model_spec,
-        system=system_spec,
-        gpus=plan.gpus,
-        seq_length=plan.seq_length,
-        global_batch=plan.global_batch,
-        dtype=plan.dtype,
-        attention=plan.attention,
-    )
+    fixed = ("gpus", "seq_length", "global_batch", "dtype", "attention")  # the command's options
+    problem = SearchProblem(model_spec, system_spec, **{f: getattr(plan, f) for f in fixed})
     try:
         result = search(problem, top_k=1)
     except InputError:

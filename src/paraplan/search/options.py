@@ -11,7 +11,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.plan import RUNTIME_FIELDS, STATE_FIELDS, PlanSpec
+
+# the plan fields every candidate takes from the problem (search.space.SearchProblem)
+FIXED_FIELDS = (
+    "gpus",
+    "seq_length",
+    "dtype",
+    "attention",
+    *RUNTIME_FIELDS,
+    "capacity_factor",
+    "moe_balance",
+)
 
 
 class LayerKnob(NamedTuple):
@@ -158,7 +169,7 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
     option = GridOption(*option)
     embedding_as_layer, loss_as_layer = option.split
     return PlanSpec(
-        gpus=problem.gpus,
+        **{name: getattr(problem, name) for name in FIXED_FIELDS},
         tp=row.tp,
         pp=row.pp,
         dp=row.dp,
@@ -166,18 +177,10 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
         vpp=option.vpp,
         micro_batch=row.micro_batch,
         global_batch=row.global_batch,
-        seq_length=problem.seq_length,
         sequence_parallel=row.sequence_parallel,
         recompute=row.recompute,
-        zero=option.zero,
-        dtype=problem.dtype,
-        attention=problem.attention,
+        **{name: getattr(option, name) for name in STATE_FIELDS},
         schedule=option.schedule,
-        offload_weights=option.offload_weights,
-        offload_activations=option.offload_activations,
-        offload_optimizer=option.offload_optimizer,
-        overlap_dp_grad_reduce=option.overlap_dp_grad_reduce,
-        overlap_param_gather=option.overlap_param_gather,
         overlap_tp_comm=row.overlap_tp_comm,
         placement=row.placement,
         embedding_as_layer=embedding_as_layer,
@@ -188,7 +191,4 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
         etp=row.etp,
         moe_dispatcher=row.dispatcher,
         moe_a2a_overlap=row.a2a_overlap,
-        **{name: getattr(problem, name) for name in RUNTIME_FIELDS},
-        capacity_factor=problem.capacity_factor,
-        moe_balance=problem.moe_balance,
     )

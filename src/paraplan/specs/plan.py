@@ -308,6 +308,16 @@ RUNTIME_FIELDS = (
     "zero3_regather_recompute",
     "cp_algorithm",
 )
+# the plan's ZeRO stage, DP overlap switches and offloads: a search candidate's state and offload
+# option (search.options.GridOption) and the step composition's knobs (step.inputs.GridKnobs)
+STATE_FIELDS = (
+    "zero",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "offload_weights",
+    "offload_activations",
+    "offload_optimizer",
+)
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)
 
