@@ -258,7 +258,7 @@ def _kind_cost_facts(
         tp_span = _NO_SPAN
     if "cp" not in used:
         cp_span = _NO_SPAN
-    return _used_span_cost_facts(model, system, name, shape, tp_span, cp_span)
+    return _used_span_cost_facts(model, system, name, shape, (tp_span, cp_span))
 
 
 @lru_cache(maxsize=65536)
@@ -267,10 +267,10 @@ def _used_span_cost_facts(
     system: SystemSpec,
     name: str,
     shape: LayerShape,
-    tp_span: GroupSpan,
-    cp_span: GroupSpan,
+    spans: tuple[GroupSpan, GroupSpan],
 ) -> BlockCostFacts:
-    """``_kind_cost_facts`` on the spans the block's collectives use (the others _NO_SPAN)."""
+    """``_kind_cost_facts`` on the (tp, cp) spans the block's collectives use (the others _NO_SPAN)."""
+    tp_span, cp_span = spans
     moe = moe_shaped(model)
     graph = BLOCK_KINDS[name].graph(model, shape)
     used = collective_groups(graph)
