@@ -3,7 +3,8 @@
 A spec with fields replaced is rebuilt with ``model_validate`` on a modified ``model_dump()``, so the
 rules of the schema (units, ranges, cross-field checks) apply to the new values unchanged
 (pydantic's ``model_copy(update=...)`` validates nothing). Used by the sweep's ``--set``
-(sweep.params), calibrate (calibrate.fit.with_values, calibrate.tables) and validate.tables.
+(sweep.params), calibrate (calibrate.fit.with_values, calibrate.tables) and validate.tables; ``picked`` reads named
+attributes of any object into a dict (the results' to_dict).
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 Spec = TypeVar("Spec", bound=BaseModel)
+
+
+def picked(obj, names: str) -> dict:
+    """{name: obj.name} for each of the space-separated ``names``, in their order (a result's fields
+    as a JSON document writes them)."""
+    return {name: getattr(obj, name) for name in names.split()}
 
 
 def set_in(data: dict, keys: list[str], value) -> None:
