@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter, given
+from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter, given, llama_fields
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
@@ -221,20 +221,10 @@ def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:
 
 
 def _llama_like(data: dict, get, family: str) -> dict:
-    spec = {
-        "layers": get("num_hidden_layers"),
-        "hidden": get("hidden_size"),
-        "heads": get("num_attention_heads"),
-        "kv_heads": get("num_key_value_heads", default=None),
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size"),
-        "vocab": get("vocab_size"),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-        "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
-        "bias": False,
         "qkv_bias": family == "qwen2" or get("attention_bias", default=False, kind=bool),
         "dropout": _has_dropout(get, ("attention_dropout", "resid_pdrop", "embd_pdrop"), 0.0),
-        "position_embedding": "rope",
     }
     window = get("sliding_window", default=None)
     if window is not None and (
@@ -242,7 +232,7 @@ def _llama_like(data: dict, get, family: str) -> dict:
         or (family in ("qwen2", "qwen3") and get("use_sliding_window", default=False, kind=bool))
     ):
         spec["sliding_window"] = window
-    return spec | given(get, head_dim="head_dim", max_position="max_position_embeddings")
+    return spec
 
 
 def _gpt2(data: dict, get) -> dict:

@@ -90,6 +90,24 @@ def given(get, **keys: str) -> dict:
     }
 
 
+def llama_fields(get) -> dict:
+    """The fields Llama-like configs give alike (hf's Llama family, hf_moe's MoE families): the shape,
+    SwiGLU, RMSNorm, rotary positions, no biases, untied unless tie_word_embeddings, and head_dim /
+    max_position when given."""
+    return {
+        "layers": get("num_hidden_layers"),
+        "hidden": get("hidden_size"),
+        "heads": get("num_attention_heads"),
+        "kv_heads": get("num_key_value_heads", default=None),
+        "vocab": get("vocab_size"),
+        "mlp": "swiglu",
+        "norm": "rmsnorm",
+        "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
+        "bias": False,
+        "position_embedding": "rope",
+    } | given(get, head_dim="head_dim", max_position="max_position_embeddings")
+
+
 def full_layers_from_types(kinds, layers: int, field: str) -> set[int]:
     """The 0-based full-attention layers a ``layer_types`` list names; InputError unless it lists one
     of LAYER_KINDS for each of the ``layers`` layers."""

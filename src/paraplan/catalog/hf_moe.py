@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from paraplan.catalog.hf_layers import (
     full_layers_from_types,
     getter,
-    given,
+    llama_fields,
     window_fields,
     window_pattern,
 )
@@ -119,22 +119,6 @@ _KINDS = {
 }
 
 
-def _common(get) -> dict:
-    spec = {
-        "layers": get("num_hidden_layers"),
-        "hidden": get("hidden_size"),
-        "heads": get("num_attention_heads"),
-        "kv_heads": get("num_key_value_heads", default=None),
-        "vocab": get("vocab_size"),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-        "tie_embeddings": get("tie_word_embeddings", default=False),
-        "bias": False,
-        "position_embedding": "rope",
-    }
-    return spec | given(get, head_dim="head_dim", max_position="max_position_embeddings")
-
-
 def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple[int, int]:
     """(dense_layers, moe_layer_interval) whose rule (ModelSpec: layer i ≥ dense_layers is MoE when
     (i − dense_layers + 1) % interval == 0) names exactly ``moe_set``; InputError otherwise."""
@@ -158,7 +142,7 @@ def _local_experts(get) -> dict:
     """The common fields and the experts of Mixtral and gpt-oss configs: num_local_experts experts,
     each as wide as the dense MLP (intermediate_size)."""
     width = get("intermediate_size")
-    return _common(get) | {
+    return llama_fields(get) | {
         "ffn_hidden": width,
         "experts": get("num_local_experts"),
         "top_k": get("num_experts_per_tok"),
@@ -188,7 +172,7 @@ def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     dense, interval = _interval_for(
         moe_set, layers, field, "mlp_only_layers" if dense_only else "decoder_sparse_step"
     )
-    spec = _common(get) | {
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size"),
         # num_experts in transformers 4.x, num_local_experts as 5.x saves qwen3_moe (issue 34)
         "experts": get("num_experts", "num_local_experts"),
@@ -219,7 +203,7 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
     dense, interval = _interval_for(moe_set, layers, field, "moe_layer_freq")
     width = get("moe_intermediate_size")
     shared = get("n_shared_experts", default=0)
-    spec = _common(get) | {
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size"),
         "experts": get("n_routed_experts"),
         "top_k": get("num_experts_per_tok"),
@@ -264,7 +248,7 @@ def _llama4(data: dict, get, field: str) -> dict:
     moe_set = set(named) if named else set(range(step - 1, layers, max(step, 1)))
     dense, interval = _interval_for(moe_set, layers, field, "moe_layers")
     width = get("intermediate_size")
-    spec = _common(get) | {
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size_mlp"),
         "experts": get("num_local_experts"),
         "top_k": get("num_experts_per_tok"),
