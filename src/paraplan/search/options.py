@@ -128,6 +128,12 @@ class Row:
         return self.global_batch // (self.dp * self.micro_batch)
 
 
+# the plan fields a row sets under their own names (plan_of)
+ROW_FIELDS = tuple(
+    name for name in Row.__dataclass_fields__ if name in PlanSpec.model_fields and name != "spans"
+)
+
+
 def rows(problem):
     """Yield every row of the canonical space, in canonical order."""
     for tp, pp, cp, dp in problem.factorizations:
@@ -170,25 +176,12 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
     embedding_as_layer, loss_as_layer = option.split
     return PlanSpec(
         **{name: getattr(problem, name) for name in FIXED_FIELDS},
-        tp=row.tp,
-        pp=row.pp,
-        dp=row.dp,
-        cp=row.cp,
-        vpp=option.vpp,
-        micro_batch=row.micro_batch,
-        global_batch=row.global_batch,
-        sequence_parallel=row.sequence_parallel,
-        recompute=row.recompute,
+        **{name: getattr(row, name) for name in ROW_FIELDS},
         **{name: getattr(option, name) for name in STATE_FIELDS},
+        vpp=option.vpp,
         schedule=option.schedule,
-        overlap_tp_comm=row.overlap_tp_comm,
-        placement=row.placement,
         embedding_as_layer=embedding_as_layer,
         loss_as_layer=loss_as_layer,
-        tp_layout=row.tp_layout,
-        tp_rows=row.tp_rows,
-        ep=row.ep,
-        etp=row.etp,
         moe_dispatcher=row.dispatcher,
         moe_a2a_overlap=row.a2a_overlap,
     )
