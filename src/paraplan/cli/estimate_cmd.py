@@ -39,13 +39,22 @@ from paraplan.cli.estimate_plan import (
     plan_file_sources,
 )
 from paraplan.cli.goodput_opts import (
+    GoodputOption,
     GoodputSetOption,
     GridIntensityOption,
     goodput_dict,
     goodput_inputs,
     goodput_lines,
 )
-from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption, SetOption
+from paraplan.cli.options import (
+    AttentionOption,
+    ClusterOption,
+    DtypeOption,
+    JsonOption,
+    PriceOption,
+    SetOption,
+    TokensOption,
+)
 from paraplan.io.options import check_price, parse_tokens
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -309,9 +318,7 @@ def estimate(
     ops: Annotated[
         bool, typer.Option("--ops", help="add the per-op and per-collective tables")
     ] = False,
-    tokens: Annotated[
-        Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")
-    ] = None,
+    tokens: TokensOption = None,
     price: PriceOption = None,
     plot: Annotated[
         Optional[Path],
@@ -330,23 +337,11 @@ def estimate(
             "gpus/tp/pp/cp change); a non-uniform plan takes none",
         ),
     ] = None,
-    cluster: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan"
-        ),
-    ] = None,
+    cluster: ClusterOption = None,
     set_: SetOption = None,
     framework: FrameworkOption = None,
     width: WidthOption = None,
-    goodput: Annotated[
-        bool,
-        typer.Option(
-            "--goodput",
-            help="with --tokens: time-to-train with failures, checkpoints, restarts and energy "
-            "(docs/goodput.md)",
-        ),
-    ] = False,
+    goodput: GoodputOption = False,
     grid_intensity: GridIntensityOption = None,
     goodput_set: GoodputSetOption = None,
 ) -> None:

@@ -41,6 +41,7 @@ from paraplan.cli.goodput_opts import (
 )
 from paraplan.cli.options import (
     AttentionOption,
+    ClusterOption,
     DtypeOption,
     JsonOption,
     ModelOption,
@@ -49,6 +50,7 @@ from paraplan.cli.options import (
     SearchBatch,
     SetOption,
     SpaceSwitches,
+    TokensOption,
     option_groups,
 )
 from paraplan.io.options import check_price, parse_tokens
@@ -134,12 +136,7 @@ def search(
     ] = None,
     switches: SpaceSwitches = SpaceSwitches(),
     price: PriceOption = None,
-    tokens: Annotated[
-        Optional[str],
-        typer.Option(
-            "--tokens", help="run length in tokens (15T, 300B): days and cost of each plan"
-        ),
-    ] = None,
+    tokens: TokensOption = None,
     grid_intensity: GridIntensityOption = None,
     goodput_set: GoodputSetOption = None,
     memory_headroom: Annotated[
@@ -183,10 +180,7 @@ def search(
     ] = None,
     as_json: JsonOption = False,
     width: WidthOption = None,
-    cluster: Annotated[
-        Optional[Path],
-        typer.Option("--cluster", help="mixed cluster of node pools (YAML/JSON): AMP-style search"),
-    ] = None,
+    cluster: ClusterOption = None,
     non_uniform: Annotated[
         bool,
         typer.Option(

@@ -31,6 +31,7 @@ from paraplan.cli.options import (
     SearchAxes,
     SearchBatch,
     SpaceSwitches,
+    TokensOption,
     option_groups,
 )
 from paraplan.io.options import parse_tokens
@@ -94,9 +95,7 @@ def sweep(
     attention: AttentionOption = Attention.flash,
     axes: SearchAxes = SearchAxes(),
     switches: SpaceSwitches = SpaceSwitches(),
-    tokens: Annotated[
-        Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")
-    ] = None,
+    tokens: TokensOption = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
     framework: FrameworkOption = None,
     goodput: GoodputOption = False,
