@@ -121,9 +121,21 @@ def attention_work(
 ) -> float:
     """FLOPs × causal share as the graph counts them: 4·b·h·s²·d forward, 2.5× that backward
     (graph/transformer.py FLASH_BACKWARD_FLOP_RATIO), times (s+1)/2s when causal."""
+    return attention_flops(batch, heads, seq, head_dim, direction) * causal_share(seq, causal)
+
+
+def attention_flops(
+    batch: float, heads: float, seq: float, head_dim: float, direction: str
+) -> float:
+    """FLOPs of a full (unmasked) fused attention pass: 4·b·h·s²·d forward, 2.5× that backward
+    (graph/transformer.py FLASH_BACKWARD_FLOP_RATIO)."""
     fwd = 4.0 * batch * heads * seq * seq * head_dim
-    flops = fwd if direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
-    return flops * (0.5 * (1.0 + 1.0 / seq) if causal else 1.0)
+    return fwd if direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
+
+
+def causal_share(seq: float, causal: bool) -> float:
+    """The share of the scores a causal mask keeps, (s+1)/2s; 1 without one."""
+    return 0.5 * (1.0 + 1.0 / seq) if causal else 1.0
 
 
 def shipped_tables() -> list[str]:
