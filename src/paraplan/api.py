@@ -418,17 +418,17 @@ def catalog_names() -> dict[str, list[str]]:
 def spec_from_text(kind: str, text: str, name: str = "pasted", field: str | None = None):
     """A model (our schema or a Hugging Face config.json) or system (``kind``) from YAML/JSON text
     held in memory (nothing is read from disk); InputError of one line naming ``field``."""
-    from paraplan.catalog.hf import is_hf_config, model_from_hf_config
+    from paraplan.catalog import model_from_data
     from paraplan.io.documents import parse_document
 
     field = field or kind
     data = parse_document(text, "the pasted text", field, as_json=text.lstrip().startswith("{"))
     if not isinstance(data, dict):
         raise InputError(f"{field}: the pasted text is not a mapping of fields")
-    if kind == "model" and is_hf_config(data):
-        return model_from_hf_config(data, name=name, field=field)
+    if kind == "model":
+        return model_from_data(data, name, field)
     data.setdefault("name", name)
-    return load_model(data, field) if kind == "model" else load_system(data, field)
+    return load_system(data, field)
 
 
 register_jupyter_views()

@@ -306,7 +306,7 @@ CASES = [
         "gemm-nan",
         {"g.csv": GEMM_CSV.replace("800", "nan")},
         ["calibrate", "-s", "dgx-a100-80gb", "--gemm", "{g.csv}"],
-        "column 'time_us' must be a finite number",
+        "column 'time_us' must be a finite positive number",
     ),
     (
         "gemm-fraction",

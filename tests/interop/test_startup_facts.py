@@ -130,3 +130,29 @@ def test_zero2_with_pipeline_is_refused_by_knob():
         "megatron", plan.model_copy(update={"pp": 1, "dp": 16}), load_model("gpt3-13b")
     )
     assert "--ckpt-format fsdp_dtensor" in fsdp and "export CUDA_DEVICE_MAX_CONNECTIONS=32" in fsdp
+
+
+@pytest.mark.parametrize(
+    "line, env",
+    [
+        ("--tensor-model-parallel-size 2", {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+        ("--context-parallel-size 2", {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+        (
+            "--use-megatron-fsdp --tensor-model-parallel-size 2",
+            {"CUDA_DEVICE_MAX_CONNECTIONS": "32"},
+        ),
+        ("--tensor-model-parallel-size 2 --overlap-moe-expert-parallel-comm", {}),
+        ("--pipeline-model-parallel-size 4", {}),
+    ],
+)
+def test_the_launch_environment_is_read_from_the_facts(line, env):
+    """export.startup.launch_environment sets what the facts' environment entries say, and that
+    environment passes the checks that need it."""
+    from paraplan.export.startup import launch_environment
+
+    facts = startup_checks("megatron")
+    ids = {c["id"] for c in facts.checks}
+    assert all(set(values) <= ids for values in facts.environment.values())
+    assert launch_environment("megatron", line.split()) == env
+    connections = {"megatron-fsdp-connections", "tp-cp-connections"}
+    assert not connections & set(failed(line, env))

@@ -321,8 +321,7 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
     from paraplan.graph.ops import (
         LayerGraph,
         largest_weight_params,
-        small_weight_numels,
-        weight_tensor_count,
+        weight_tensor_stats,
     )
     from paraplan.step.build import (
         BLOCK_KINDS,
@@ -359,15 +358,13 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
             model,
             shape,
         )
-        tensors = weight_tensor_count(
+        tensors, _, small = weight_tensor_stats.__wrapped__(
             graph,
             model.has_bias,
             model.has_qkv_bias,
             model.norm == "layernorm",
             model.learned_positions,
-        )
-        small = small_weight_numels(
-            graph, model.has_bias, model.has_qkv_bias, model.norm == "layernorm", model.hidden
+            model.hidden,
         )
         out[name] = BlockCostFacts(
             block_compute.__wrapped__(graph, system, shape.dtype),

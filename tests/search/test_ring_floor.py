@@ -118,7 +118,7 @@ def test_ring_floor_is_large_beyond_the_domain_and_absent_without_a_ring():
 def test_cheap_floors_take_the_ring_floor_unless_an_expert_op_is_recomputed():
     """The cheap first floors (no expert option costed) add the ring's floor when the attention time is the same for
     every option, and leave it out when the recompute modules mark an expert op (moe_act: the routed activation
-    then counts as attention, search.expert_floors.KindFloors._cheap); either way at most the exact floor."""
+    then counts as attention, search.expert_floors.KindFloors._floor, cheap); either way at most the exact floor."""
     from paraplan.graph.transformer import cp_free_key, with_expert
     from paraplan.search.bounds.expert_floors import KindFloors
 
@@ -133,8 +133,12 @@ def test_cheap_floors_take_the_ring_floor_unless_an_expert_op_is_recomputed():
         ring = ring_transfer_floor_s(model, system, shape)
         core = BLOCK_KINDS["moe_layer"].core_ops(model, shape)
         first = with_expert(shape, experts[0])
-        cheap = floors_of._cheap("moe_layer", shape, core, first, cp_free_key(first), ring).work
-        without = floors_of._cheap("moe_layer", shape, core, first, cp_free_key(first), None).work
+        cheap = floors_of._floor(
+            "moe_layer", shape, core, first, cp_free_key(first), ring, True
+        ).work
+        without = floors_of._floor(
+            "moe_layer", shape, core, first, cp_free_key(first), None, True
+        ).work
         exact = dict(floors_of.kinds(shape))["moe_layer"].work
         assert (cheap > without) == ring_taken and cheap <= exact
 

@@ -209,7 +209,7 @@ def test_offloaded_state_is_checkpointed_as_resident_state():
 @pytest.mark.parametrize("gpus,zero", [(8, 0), (8, 3), (64, 1)])
 def test_wall_lower_bound_holds_for_plans(gpus, zero):
     from paraplan.goodput.checkpoint import total_state_bytes
-    from paraplan.goodput.bounds import wall_lower_bound_factor
+    from paraplan.goodput.bounds import Fleet, wall_lower_bound_factor
 
     model, system = load_model("gpt3-1.3b"), load_system("dgx-a100-80gb")
     inputs = default_inputs().with_changes(
@@ -219,7 +219,7 @@ def test_wall_lower_bound_holds_for_plans(gpus, zero):
     est = estimate(model, system, plan)
     good = plan_goodput(est, model, system, plan, 1e11, inputs)
     host = system.accelerator.host_bandwidth
-    factor = wall_lower_bound_factor(gpus, total_state_bytes(model, plan), host, inputs)
+    factor = wall_lower_bound_factor(Fleet(gpus, total_state_bytes(model, plan), host, inputs))
     assert factor > 1.0
     bound = factor * good.time.useful_s + inputs.restart.startup_s
     assert good.time.wall_s >= bound * (1 - 1e-9)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from paraplan.catalog import load_model, load_system
 from paraplan.goodput import closed_forms as cf
-from paraplan.goodput.bounds import p90_lower_bound_s, wall_lower_bound_factor
+from paraplan.goodput.bounds import Fleet, p90_lower_bound_s, wall_lower_bound_factor
 from paraplan.goodput.checkpoint import CheckpointCost, checkpoint_cost, total_state_bytes
 from paraplan.goodput.inputs import default_inputs
 from paraplan.goodput.montecarlo import sample_wall_time
@@ -233,9 +233,10 @@ def test_lower_bounds_hold_for_plans(policy, gpus, fields):
     good = plan_goodput(est, model, system, plan, 3e10, inputs)
     host = system.accelerator.host_bandwidth
     total = total_state_bytes(model, plan)
-    factor = wall_lower_bound_factor(gpus, total, host, inputs, 8)
+    fleet = Fleet(gpus, total, host, inputs, 8)
+    factor = wall_lower_bound_factor(fleet)
     assert good.time.wall_s >= (factor * good.time.useful_s + 600) * (1 - 1e-9)
-    assert good.time.p90_s >= p90_lower_bound_s(good.time.useful_s, gpus, total, host, inputs, 8)
+    assert good.time.p90_s >= p90_lower_bound_s(good.time.useful_s, fleet)
 
 
 def test_poisson_quantile_hand_computed():

@@ -1,5 +1,5 @@
 """Hardware honesty (issue 34): bf16 and FlashAttention are never silent defaults on V100 / T4 (no bf16 tensor
-cores, no FlashAttention-2); one rule (specs.rules.precision_rules) for estimate and search."""
+cores, no FlashAttention-2); one rule (specs.rules.accelerator_rules) for estimate and search."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from paraplan import api
 from paraplan.catalog import load_system
 from paraplan.specs.errors import InputError
-from paraplan.specs.rules import default_precision, precision_rules
+from paraplan.specs.rules import accelerator_rules, default_precision, dtype_rule, precision_rules
 
 
 @pytest.mark.parametrize(
@@ -26,10 +26,13 @@ def test_default_precision_follows_the_accelerator(system, expected):
 
 def test_bf16_and_flash_on_v100_break_the_rule():
     acc = load_system("dgx-1-v100").accelerator
-    fields = [field for field, *_ in precision_rules(acc, "bf16", "flash")]
+    fields = [field for field, *_ in accelerator_rules(acc, "bf16", "flash")]
     assert fields == ["plan.dtype", "plan.attention"]
-    assert precision_rules(acc, "fp16", "unfused") == []
-    assert precision_rules(load_system("dgx-h100-80gb").accelerator, "bf16", "flash") == []
+    assert accelerator_rules(acc, "fp16", "unfused") == []
+    assert accelerator_rules(load_system("dgx-h100-80gb").accelerator, "bf16", "flash") == []
+    # one judge each: bf16 in dtype_rule only, the attention kernel in precision_rules only
+    assert "no bf16 tensor cores" in dtype_rule("bf16", acc)
+    assert [field for field, *_ in precision_rules(acc, "flash")] == ["plan.attention"]
 
 
 def test_estimate_and_search_refuse_bf16_on_v100_alike():

@@ -9,7 +9,7 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.step.estimate import estimate
 from paraplan.export import export_plan
 from paraplan.cost.frameworks import framework_plan_fields
-from paraplan.graph.ops import weight_tensor_count
+from paraplan.graph.ops import weight_tensor_stats
 from paraplan.graph.params import parameter_counts
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError
@@ -20,13 +20,14 @@ from paraplan.step.build import BLOCK_KINDS
 def _tensors(model_name: str, kind: str) -> float:
     model = load_model(model_name)
     graph = BLOCK_KINDS[kind].graph(model, LayerShape(1, 1, 1, 2048, False, "flash", "bf16"))
-    return weight_tensor_count(
+    return weight_tensor_stats(
         graph,
         model.has_bias,
         model.has_qkv_bias,
         model.norm == "layernorm",
         model.learned_positions,
-    )
+        model.hidden,
+    )[0]
 
 
 def test_weight_tensors_of_a_gpt_and_a_llama_layer():
@@ -81,20 +82,19 @@ def test_per_tensor_gather_adds_latency_and_list_copies():
 def test_persistent_tensors_are_the_biases_and_norms():
     """DeepSpeed keeps parameters under 1e5 elements gathered: a GPT-3 175B layer's four biases (3h, h, 4h, h) and
     two LayerNorms' scale and shift (h each), h = 12288; Llama's RMSNorm scales (4096); no weight matrix."""
-    from paraplan.graph.ops import DS_PERSISTENCE_THRESHOLD, small_weight_numels
 
     def small(name: str, kind: str) -> list[float]:
         model = load_model(name)
         graph = BLOCK_KINDS[kind].graph(model, LayerShape(1, 1, 1, 2048, False, "flash", "bf16"))
         return sorted(
-            small_weight_numels(
+            weight_tensor_stats(
                 graph,
                 model.has_bias,
                 model.has_qkv_bias,
                 model.norm == "layernorm",
+                model.learned_positions,
                 model.hidden,
-                DS_PERSISTENCE_THRESHOLD,
-            )
+            )[2]
         )
 
     h = 12288.0

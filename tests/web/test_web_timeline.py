@@ -14,6 +14,8 @@ from paraplan.web.work import Aggregate
 
 def _plan(pp, vpp, schedule, m, dp=2, mb=1):
     return {
+        "gpus": pp * dp,
+        "seq_length": 2048,
         "pp": pp,
         "dp": dp,
         "vpp": vpp,

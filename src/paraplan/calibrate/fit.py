@@ -29,7 +29,8 @@ import numpy as np
 from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
 from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
-from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
+from paraplan.cost import kernel_tables
+from paraplan.cost.kernel_tables import l2_resident
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
@@ -207,12 +208,9 @@ def fit_network(
 
 # ---- kernels --------------------------------------------------------------------------------
 def cache_resident(samples: list[tuple[float, float]], system: SystemSpec) -> list[bool]:
-    """Rows whose bytes moved (read + write) fit in the accelerator's L2 cache (``l2_cache``): a loop
-    of identical copies that small runs from cache, not HBM, so it says nothing about η_hbm (issue 32:
-    H100 copies of 32 MiB ran 1.13× faster than the HBM peak; H100 L2 = 50 MB). None when the
-    system gives no L2 size."""
-    l2 = system.accelerator.l2_cache
-    return [l2 is not None and b <= l2 for b, _ in samples]
+    """Rows that run from the accelerator's L2 cache (cost.kernel_tables.l2_resident), which say
+    nothing about η_hbm."""
+    return [l2_resident(b, system.accelerator.l2_cache) for b, _ in samples]
 
 
 def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: str) -> FitPart:
@@ -249,11 +247,10 @@ def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: s
 
 
 def attention_flops(s: AttentionSample) -> tuple[float, float]:
-    """(FLOPs, causal fraction) as paraplan's graph counts them: forward 4·b·a·s²·d, backward 2.5×
-    forward (graph/transformer.py attention_ops), causal share (s+1)/2s."""
-    fwd = 4.0 * s.batch * s.heads * s.seq_len * s.seq_len * s.head_dim
-    flops = fwd if s.direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
-    return flops, (0.5 * (1.0 + 1.0 / s.seq_len) if s.causal else 1.0)
+    """(FLOPs, causal fraction) as paraplan's graph counts them (cost.kernel_tables.attention_flops,
+    causal_share)."""
+    flops = kernel_tables.attention_flops(s.batch, s.heads, s.seq_len, s.head_dim, s.direction)
+    return flops, kernel_tables.causal_share(s.seq_len, s.causal)
 
 
 def fit_attention(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar, get_args
 
+from paraplan.cost.kernel_tables import csv_number
 from paraplan.io.documents import read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import Dtype
@@ -124,19 +125,7 @@ def _rows(path: Path, flag: str) -> list[dict[str, str]]:
 
 
 def _number(row: dict[str, str], key: str, flag: str, where: str) -> float:
-    try:
-        value = float(row[key])
-    except (KeyError, ValueError):
-        raise InputError(
-            f"{flag}: {where}: column {key!r} must be a number, got {row.get(key)!r}"
-        ) from None
-    if not math.isfinite(value):
-        raise InputError(
-            f"{flag}: {where}: column {key!r} must be a finite number, got {row.get(key)!r}"
-        )
-    if not value > 0 and key not in ("causal",):
-        raise InputError(f"{flag}: {where}: {key}={value} must be positive")
-    return value
+    return csv_number(row, key, f"{flag}: {where}")
 
 
 def _count(row: dict[str, str], key: str, flag: str, where: str) -> int:

@@ -25,6 +25,7 @@ from paraplan.calibrate.fit import EFF, FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
 from paraplan.io.documents import atomic_write_text
+from paraplan.specs.fields import with_fields
 from paraplan.specs.system import SystemSpec
 from paraplan.validate import tables as validate_tables
 
@@ -123,10 +124,7 @@ def write_table(folder: Path, measured: Measured, kernel: str, base: SystemSpec)
 
 def with_attention_kernel(system: SystemSpec, kernel: str) -> SystemSpec:
     """The system with ``efficiency.attention_kernel`` set (the kernel an attention table measured)."""
-    acc = system.accelerator
-    eff = acc.efficiency.model_copy(update={"attention_kernel": kernel})
-    acc = acc.model_copy(update={"efficiency": eff})
-    return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()})
+    return with_fields(system, {"accelerator.efficiency.attention_kernel": kernel})
 
 
 def attach(
@@ -149,9 +147,8 @@ def attach(
         write_table(folder, measured, kernel, base)
         ref = str(folder.resolve())
     kt.clear_caches()
-    acc = system.accelerator.model_copy(update={"kernel_tables": ref})
     part.notes["accelerator.kernel_tables"] = f"measured tables attached: {ref}"
-    return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()}), part
+    return with_fields(system, {"accelerator.kernel_tables": ref}), part
 
 
 def table_residuals(system: SystemSpec) -> list[Residual]:

@@ -244,19 +244,24 @@ def _refuse_shadowing(kind: str, field: str, name: str) -> None:
         )
 
 
+def model_from_data(data: dict, name: str, field: str, hf_name: str | None = None) -> ModelSpec:
+    """A model from a parsed document: a Hugging Face config.json (named ``hf_name``, else ``name``)
+    or our schema (named ``name`` unless it names itself)."""
+    from paraplan.catalog.hf import is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        return model_from_hf_config(data, name=hf_name or name, field=field)
+    data.setdefault("name", name)
+    return validate_spec(ModelSpec, data, field)
+
+
 def _model_from_file(ref: str, field: str, referenced: bool) -> ModelSpec:
     """The model in a file (our schema, or a Hugging Face config.json named after its folder)."""
     source = _model_path(ref)
     data = _read_file(source, field, referenced)
-    from paraplan.catalog.hf import is_hf_config, model_from_hf_config
-
     stem = "stdin" if source == "-" else Path(source).stem
-    if is_hf_config(data):
-        parent = Path(source).resolve().parent.name if source != "-" else ""
-        name = parent if stem == "config" and parent else stem
-        return model_from_hf_config(data, name=name, field=field)
-    data.setdefault("name", stem)
-    return validate_spec(ModelSpec, data, field)
+    parent = Path(source).resolve().parent.name if source != "-" else ""
+    return model_from_data(data, stem, field, parent if stem == "config" and parent else stem)
 
 
 def referenced_file_error(exc: InputError, path: str, field: str, kind: str) -> InputError:

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma
+from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter, given, llama_fields
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
@@ -215,60 +215,17 @@ def _family(data: dict, field: str) -> str:
     )
 
 
-_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number", list: "a list"}
-
-
-def _getter(data: dict, field: str, family: str, required: tuple[str, ...]):
-    """``get(*keys, kind=int, default=...)``: the first key present (not null), of type ``kind``
-    exactly (no coercion; a float ``kind`` also takes integers); InputError naming the key otherwise."""
-
-    def get(*keys: str, default: Any = ..., kind: type = int) -> Any:
-        for key in keys:
-            if key in data and data[key] is not None:
-                value = data[key]
-                ok = (
-                    isinstance(value, bool)
-                    if kind is bool
-                    else (
-                        not isinstance(value, bool)
-                        and isinstance(value, (int, float) if kind is float else kind)
-                    )
-                )
-                if not ok:
-                    raise InputError(
-                        f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}"
-                    )
-                return value
-        if default is ...:
-            raise InputError(
-                f"{field}.{keys[0]}: missing; a Hugging Face {family} config needs {', '.join(required)}"
-            )
-        return default
-
-    return get
-
-
 def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:
     """True when any of the dropout rates ``keys`` (default ``default`` each) is above 0."""
     return any(get(key, default=default, kind=float) > 0 for key in keys)
 
 
 def _llama_like(data: dict, get, family: str) -> dict:
-    spec = {
-        "layers": get("num_hidden_layers"),
-        "hidden": get("hidden_size"),
-        "heads": get("num_attention_heads"),
-        "kv_heads": get("num_key_value_heads", default=None),
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size"),
-        "vocab": get("vocab_size"),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-        "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
-        "bias": False,
         "qkv_bias": family == "qwen2" or get("attention_bias", default=False, kind=bool),
         "qk_norm": family == "qwen3",  # Qwen3Attention's q_norm / k_norm
         "dropout": _has_dropout(get, ("attention_dropout", "resid_pdrop", "embd_pdrop"), 0.0),
-        "position_embedding": "rope",
     }
     window = get("sliding_window", default=None)
     if window is not None and (
@@ -276,12 +233,6 @@ def _llama_like(data: dict, get, family: str) -> dict:
         or (family in ("qwen2", "qwen3") and get("use_sliding_window", default=False, kind=bool))
     ):
         spec["sliding_window"] = window
-    head_dim = get("head_dim", default=None)
-    if head_dim is not None:
-        spec["head_dim"] = head_dim
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
     return spec
 
 
@@ -352,10 +303,7 @@ def _rope_fields(get) -> dict:
         "dropout": _has_dropout(get, ("hidden_dropout", "attention_dropout"), 0.0),
         "position_embedding": "rope",
     }
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        fields["max_position"] = max_pos
-    return fields
+    return fields | given(get, max_position="max_position_embeddings")
 
 
 def _times(k: int, value: Any) -> Any:
@@ -408,7 +356,7 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
     _refuse_moe(data, field)
     family = _family(data, field)
     required = _REQUIRED["llama" if family in _LLAMA_LIKE + GEMMA_TYPES else family]
-    get = _getter(data, field, family, required)
+    get = getter(data, field, family, required)
     if family in _LLAMA_LIKE:
         spec = _llama_like(data, get, family)
     elif family in GEMMA_TYPES:

@@ -30,6 +30,8 @@ elementwise tanh over the logits, beside the loss's own passes over them).
 
 from __future__ import annotations
 
+from typing import Any
+
 from paraplan.specs.errors import InputError
 
 GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
@@ -43,6 +45,67 @@ GEMMA3_DEFAULTS = {
     "vocab_size": 262_208,
     "sliding_window": 4096,
 }
+
+
+_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number", list: "a list"}
+
+
+def getter(data: dict, field: str, family: str, required: tuple[str, ...] = (), kinds=None):
+    """``get(*keys, default=..., kind=None)``: the first key present (not null), of type ``kind``
+    exactly (no coercion; a float ``kind`` also takes integers; None: ``kinds[key]``, else int);
+    InputError naming the key otherwise (a missing one: the family's ``required`` keys)."""
+    kinds = kinds or {}
+
+    def get(*keys: str, default: Any = ..., kind: type | None = None) -> Any:
+        for key in keys:
+            if key in data and data[key] is not None:
+                value, want = data[key], kind or kinds.get(key, int)
+                ok = (
+                    isinstance(value, bool)
+                    if want is bool
+                    else (
+                        not isinstance(value, bool)
+                        and isinstance(value, (int, float) if want is float else want)
+                    )
+                )
+                if not ok:
+                    raise InputError(
+                        f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[want]}"
+                    )
+                return value
+        if default is ...:
+            needs = ", ".join(required) or " or ".join(keys)
+            raise InputError(
+                f"{field}.{keys[0]}: missing; a Hugging Face {family} config needs {needs}"
+            )
+        return default
+
+    return get
+
+
+def given(get, **keys: str) -> dict:
+    """{field: get(key)} for each ``field=key`` the config gives (present and not null)."""
+    return {
+        field: value for field, key in keys.items() if (value := get(key, default=None)) is not None
+    }
+
+
+def llama_fields(get) -> dict:
+    """The fields Llama-like configs give alike (hf's Llama family, hf_moe's MoE families): the shape,
+    SwiGLU, RMSNorm, rotary positions, no biases, untied unless tie_word_embeddings, and head_dim /
+    max_position when given."""
+    return {
+        "layers": get("num_hidden_layers"),
+        "hidden": get("hidden_size"),
+        "heads": get("num_attention_heads"),
+        "kv_heads": get("num_key_value_heads", default=None),
+        "vocab": get("vocab_size"),
+        "mlp": "swiglu",
+        "norm": "rmsnorm",
+        "tie_embeddings": get("tie_word_embeddings", default=False, kind=bool),
+        "bias": False,
+        "position_embedding": "rope",
+    } | given(get, head_dim="head_dim", max_position="max_position_embeddings")
 
 
 def full_layers_from_types(kinds, layers: int, field: str) -> set[int]:
@@ -118,9 +181,7 @@ def gemma(get, family: str, field: str) -> dict:
         "dropout": get("attention_dropout", default=0.0, kind=float) > 0,
         "position_embedding": "rope",
     }
-    max_pos = get("max_position_embeddings", default=None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
+    spec |= given(get, max_position="max_position_embeddings")
     if family == "gemma" or not isinstance(layers, int):
         return spec
     rule = _DEFAULT_PATTERN[family]

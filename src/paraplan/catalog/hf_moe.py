@@ -42,10 +42,15 @@ irregular MoE or window layer patterns, a missing key) raises
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ValidationError
 
+from paraplan.catalog.hf_layers import (
+    full_layers_from_types,
+    getter,
+    llama_fields,
+    window_fields,
+    window_pattern,
+)
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 
@@ -112,51 +117,6 @@ _KINDS = {
     "mlp_only_layers": list,
     "layer_types": list,
 }
-_KIND_TEXT = {int: "an integer", bool: "true or false", list: "a list"}
-
-
-def _getter(data: dict, field: str, family: str):
-    def get(key: str, default: Any = ...) -> Any:
-        if key in data and data[key] is not None:
-            value, kind = data[key], _KINDS.get(key, int)
-            # strict as hf.py's getter: no coercion (a bool is no integer, "8" no number)
-            ok = (
-                isinstance(value, bool)
-                if kind is bool
-                else (not isinstance(value, bool) and isinstance(value, kind))
-            )
-            if not ok:
-                raise InputError(
-                    f"{field}.{key}: {value!r} is not allowed; must be {_KIND_TEXT[kind]}"
-                )
-            return value
-        if default is ...:
-            raise InputError(f"{field}.{key}: missing; a Hugging Face {family} config needs it")
-        return default
-
-    return get
-
-
-def _common(get) -> dict:
-    spec = {
-        "layers": get("num_hidden_layers"),
-        "hidden": get("hidden_size"),
-        "heads": get("num_attention_heads"),
-        "kv_heads": get("num_key_value_heads", None),
-        "vocab": get("vocab_size"),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-        "tie_embeddings": get("tie_word_embeddings", False),
-        "bias": False,
-        "position_embedding": "rope",
-    }
-    head_dim = get("head_dim", None)
-    if head_dim is not None:
-        spec["head_dim"] = head_dim
-    max_pos = get("max_position_embeddings", None)
-    if max_pos is not None:
-        spec["max_position"] = max_pos
-    return spec
 
 
 def _interval_for(moe_set: set[int], layers: int, field: str, key: str) -> tuple[int, int]:
@@ -182,7 +142,7 @@ def _local_experts(get) -> dict:
     """The common fields and the experts of Mixtral and gpt-oss configs: num_local_experts experts,
     each as wide as the dense MLP (intermediate_size)."""
     width = get("intermediate_size")
-    return _common(get) | {
+    return llama_fields(get) | {
         "ffn_hidden": width,
         "experts": get("num_local_experts"),
         "top_k": get("num_experts_per_tok"),
@@ -192,49 +152,37 @@ def _local_experts(get) -> dict:
 
 def _mixtral(data: dict, get, field: str) -> dict:
     spec = _local_experts(get)
-    window = get("sliding_window", None)
+    window = get("sliding_window", default=None)
     if window is not None:
         spec["sliding_window"] = window
     return spec
 
 
-def _either(get, key: str, renamed: str, field: str, family: str) -> Any:
-    """The value of ``key``, else of ``renamed`` (its name in a newer transformers release)."""
-    value = get(key, None)
-    if value is None:
-        value = get(renamed, None)
-    if value is None:
-        raise InputError(
-            f"{field}.{key}: missing; a Hugging Face {family} config needs it (or {renamed})"
-        )
-    return value
-
-
 def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
     layers = get("num_hidden_layers")
-    if get("use_sliding_window", False):
+    if get("use_sliding_window", default=False):
         raise InputError(
             f"{field}.use_sliding_window: true (windowed layers from max_window_layers) is not representable; allowed: false"
         )
-    step = get("decoder_sparse_step", 1)
-    dense_only = set(get("mlp_only_layers", []) or [])
+    step = get("decoder_sparse_step", default=1)
+    dense_only = set(get("mlp_only_layers", default=[]) or [])
     if not isinstance(layers, int) or not isinstance(step, int) or step < 1:
         raise InputError(f"{field}.decoder_sparse_step: {step!r} must be a positive integer")
     moe_set = {i for i in range(layers) if i not in dense_only and (i + 1) % step == 0}
     dense, interval = _interval_for(
         moe_set, layers, field, "mlp_only_layers" if dense_only else "decoder_sparse_step"
     )
-    spec = _common(get) | {
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size"),
         # num_experts in transformers 4.x, num_local_experts as 5.x saves qwen3_moe (issue 34)
-        "experts": _either(get, "num_experts", "num_local_experts", field, family),
+        "experts": get("num_experts", "num_local_experts"),
         "top_k": get("num_experts_per_tok"),
         "moe_ffn_hidden": get("moe_intermediate_size"),
         "dense_layers": dense,
         "moe_layer_interval": interval,
         "qk_norm": family == "qwen3_moe",  # Qwen3MoeAttention's q_norm / k_norm
     }
-    shared = get("shared_expert_intermediate_size", 0)
+    shared = get("shared_expert_intermediate_size", default=0)
     if shared:
         spec |= {"shared_experts": 1, "shared_ffn_hidden": shared}
     return spec
@@ -242,8 +190,8 @@ def _qwen_moe(data: dict, get, field: str, family: str) -> dict:
 
 def _deepseek(data: dict, get, field: str, family: str) -> dict:
     layers = get("num_hidden_layers")
-    first_dense = get("first_k_dense_replace", 0)
-    freq = get("moe_layer_freq", 1)
+    first_dense = get("first_k_dense_replace", default=0)
+    freq = get("moe_layer_freq", default=1)
     if (
         not all(isinstance(v, int) and not isinstance(v, bool) for v in (layers, first_dense, freq))
         or freq < 1
@@ -255,8 +203,8 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
     moe_set = {i for i in range(layers) if i >= first_dense and i % freq == 0}
     dense, interval = _interval_for(moe_set, layers, field, "moe_layer_freq")
     width = get("moe_intermediate_size")
-    shared = get("n_shared_experts", 0)
-    spec = _common(get) | {
+    shared = get("n_shared_experts", default=0)
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size"),
         "experts": get("n_routed_experts"),
         "top_k": get("num_experts_per_tok"),
@@ -264,12 +212,12 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
         "dense_layers": dense,
         "moe_layer_interval": interval,
         "attention_type": "mla",
-        "q_lora_rank": get("q_lora_rank", None),
+        "q_lora_rank": get("q_lora_rank", default=None),
         "kv_lora_rank": get("kv_lora_rank"),
         "qk_nope_head_dim": get("qk_nope_head_dim"),
         "qk_rope_head_dim": get("qk_rope_head_dim"),
         "v_head_dim": get("v_head_dim"),
-        "mtp_layers": get("num_nextn_predict_layers", 0),
+        "mtp_layers": get("num_nextn_predict_layers", default=0),
     }
     spec.pop("head_dim", None)
     if shared:
@@ -281,47 +229,27 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
 
 
 def _gpt_oss(data: dict, get, field: str) -> dict:
-    from paraplan.catalog.hf_layers import full_layers_from_types, window_pattern
-
     layers = get("num_hidden_layers")
     spec = _local_experts(get) | {
-        "bias": get("attention_bias", True),
+        "bias": get("attention_bias", default=True),
         "dropout": False,
     }
-    kinds = get("layer_types", None)
-    window = get("sliding_window", None)
-    if kinds is None:
-        if window is not None:
-            spec["sliding_window"] = window
-        return spec
-    pattern = window_pattern(
-        full_layers_from_types(kinds, layers, field), layers, field, "layer_types"
-    )
-    if pattern is None:
-        return spec
-    if window is None:
-        raise InputError(f"{field}.sliding_window: missing; layer_types names windowed layers")
-    spec["sliding_window"] = window
-    if pattern:
-        spec["sliding_window_pattern"] = pattern
-    return spec
+    return spec | window_fields(get, layers, field, 0)
 
 
 def _llama4(data: dict, get, field: str) -> dict:
     """Llama 4 (module docstring): MoE layers from ``moe_layers`` or every ``interleave_moe_layer_step``-th,
     chunked-attention layers from ``layer_types`` or ``no_rope_layers`` (1 = rope and chunked, 0 = NoPE and
     global; default every 4th global), as Llama4TextConfig derives them (transformers 4.51)."""
-    from paraplan.catalog.hf_layers import full_layers_from_types, window_pattern
-
     layers = get("num_hidden_layers")
     if not isinstance(layers, int):
         raise InputError(f"{field}.num_hidden_layers: {layers!r} must be an integer")
-    step = get("interleave_moe_layer_step", 1)
-    named = get("moe_layers", None)
+    step = get("interleave_moe_layer_step", default=1)
+    named = get("moe_layers", default=None)
     moe_set = set(named) if named else set(range(step - 1, layers, max(step, 1)))
     dense, interval = _interval_for(moe_set, layers, field, "moe_layers")
     width = get("intermediate_size")
-    spec = _common(get) | {
+    spec = llama_fields(get) | {
         "ffn_hidden": get("intermediate_size_mlp"),
         "experts": get("num_local_experts"),
         "top_k": get("num_experts_per_tok"),
@@ -330,9 +258,9 @@ def _llama4(data: dict, get, field: str) -> dict:
         "shared_ffn_hidden": width,
         "dense_layers": dense,
         "moe_layer_interval": interval,
-        "bias": get("attention_bias", False),
+        "bias": get("attention_bias", default=False),
     }
-    kinds, rope = get("layer_types", None), get("no_rope_layers", None)
+    kinds, rope = get("layer_types", default=None), get("no_rope_layers", default=None)
     if kinds is not None:
         full = full_layers_from_types(kinds, layers, field)
     elif rope:
@@ -342,11 +270,11 @@ def _llama4(data: dict, get, field: str) -> dict:
             )
         full = {i for i, v in enumerate(rope) if v == 0}
     else:
-        every = get("no_rope_layer_interval", 4)
+        every = get("no_rope_layer_interval", default=4)
         full = {i for i in range(layers) if (i + 1) % every == 0}
     key = "layer_types" if kinds is not None else "no_rope_layers"
     pattern = window_pattern(full, layers, field, key)
-    chunk = get("attention_chunk_size", None)
+    chunk = get("attention_chunk_size", default=None)
     if pattern is not None and chunk is not None:
         spec |= {
             "sliding_window": chunk,
@@ -358,7 +286,7 @@ def _llama4(data: dict, get, field: str) -> dict:
 
 def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") -> ModelSpec:
     """Map a supported MoE Hugging Face config dict to a validated ModelSpec named ``name``."""
-    get = _getter(data, field, family)
+    get = getter(data, field, family, kinds=_KINDS)
     if family == "mixtral":
         spec = _mixtral(data, get, field)
     elif family in ("qwen2_moe", "qwen3_moe"):

@@ -10,8 +10,6 @@ import typer
 
 from paraplan.cli.app import (
     EXIT_DOES_NOT_FIT,
-    check_price,
-    warn_positions,
     Attention,
     CPAlgorithm,
     Dtype,
@@ -25,19 +23,11 @@ from paraplan.cli.app import (
     _stdout,
     app,
     explicit_options,
-    precision_defaults,
     load_framework_option,
-    parse_tokens,
+    precision_defaults,
     refuse_options,
+    warn_positions,
 )
-from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_dict
-from paraplan.cli.goodput_opts import goodput_inputs, goodput_lines
-from paraplan.cli.estimate_plan import plan_file_sources
-from paraplan.cli.options import SetOption
-from paraplan.cli.options import AttentionOption, DtypeOption, JsonOption, PriceOption
-from paraplan.specs.errors import InputError
-from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
-from paraplan.units import GiB
 from paraplan.cli.estimate_plan import (
     FIELD_PARAMETER,
     FRAMEWORK_PLAN_OPTIONS,
@@ -46,7 +36,29 @@ from paraplan.cli.estimate_plan import (
     framework_defaults,
     given_plan_options,
     plan_fields,
+    plan_file_sources,
 )
+from paraplan.cli.goodput_opts import (
+    GoodputOption,
+    GoodputSetOption,
+    GridIntensityOption,
+    goodput_dict,
+    goodput_inputs,
+    goodput_lines,
+)
+from paraplan.cli.options import (
+    AttentionOption,
+    ClusterOption,
+    DtypeOption,
+    JsonOption,
+    PriceOption,
+    SetOption,
+    TokensOption,
+)
+from paraplan.io.options import check_price, parse_tokens
+from paraplan.specs.errors import InputError
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
+from paraplan.units import GiB
 
 
 def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> list[str]:
@@ -56,23 +68,16 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     changes = fit_changes(model_spec, system_spec, plan)
     if changes:
         return ["would fit with one change (fastest first):", *(f"  {c.text()}" for c in changes)]
-    from paraplan.specs.plan_label import plan_label
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
+    from paraplan.specs.plan_label import plan_label
 
     command = (
         f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
         f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}"
     )
-    problem = SearchProblem(
-        model=model_spec,
-        system=system_spec,
-        gpus=plan.gpus,
-        seq_length=plan.seq_length,
-        global_batch=plan.global_batch,
-        dtype=plan.dtype,
-        attention=plan.attention,
-    )
+    fixed = ("gpus", "seq_length", "global_batch", "dtype", "attention")  # the command's options
+    problem = SearchProblem(model_spec, system_spec, **{f: getattr(plan, f) for f in fixed})
     try:
         result = search(problem, top_k=1)
     except InputError:
@@ -313,9 +318,7 @@ def estimate(
     ops: Annotated[
         bool, typer.Option("--ops", help="add the per-op and per-collective tables")
     ] = False,
-    tokens: Annotated[
-        Optional[str], typer.Option("--tokens", help="run length in tokens (15e12, 15T, 300B)")
-    ] = None,
+    tokens: TokensOption = None,
     price: PriceOption = None,
     plot: Annotated[
         Optional[Path],
@@ -334,23 +337,11 @@ def estimate(
             "gpus/tp/pp/cp change); a non-uniform plan takes none",
         ),
     ] = None,
-    cluster: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--cluster", help="cluster of node pools (YAML/JSON) for a non-uniform --plan"
-        ),
-    ] = None,
+    cluster: ClusterOption = None,
     set_: SetOption = None,
     framework: FrameworkOption = None,
     width: WidthOption = None,
-    goodput: Annotated[
-        bool,
-        typer.Option(
-            "--goodput",
-            help="with --tokens: time-to-train with failures, checkpoints, restarts and energy "
-            "(docs/goodput.md)",
-        ),
-    ] = False,
+    goodput: GoodputOption = False,
     grid_intensity: GridIntensityOption = None,
     goodput_set: GoodputSetOption = None,
 ) -> None:
@@ -359,12 +350,12 @@ def estimate(
     Exit status 1 when the plan does not fit in memory (the report says which single change would
     make it fit), 2 on bad input."""
     params = dict(locals())  # the options by parameter name, before anything else is bound here
-    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model, load_system
-    from paraplan.step.estimate import estimate as run_estimate
     from paraplan.export.planfile import load_plan_option
     from paraplan.graph.params import parameter_counts
     from paraplan.report.render import print_estimate
+    from paraplan.specs.plan_fields import plan_from_fields
+    from paraplan.step.estimate import estimate as run_estimate
 
     fields = plan_fields(params)
     given = given_plan_options(ctx, fields)

@@ -16,8 +16,8 @@ GoodputOption = Annotated[
     bool,
     typer.Option(
         "--goodput",
-        help="with --tokens: each point's best plan with failures, checkpoints, restarts and "
-        "energy (sweep.csv columns, goodput plot; docs/goodput.md)",
+        help="with --tokens: time-to-train with failures, checkpoints, restarts and energy "
+        "(sweep: each point's best plan, sweep.csv columns and a goodput plot; docs/goodput.md)",
     ),
 ]
 GridIntensityOption = Annotated[

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Annotated, Callable, Optional, get_type_hints
 
 import typer
@@ -53,6 +54,19 @@ PriceOption = Annotated[
     typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
+TokensOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokens", help="run length in tokens (15e12, 15T, 300B): days, and cost with a price"
+    ),
+]
+ClusterOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--cluster",
+        help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search",
+    ),
+]
 
 
 # ---- option groups: sets of options several commands declare together ------------------------

@@ -12,43 +12,51 @@ import typer
 
 from paraplan.cli.app import (
     EXIT_DOES_NOT_FIT,
-    check_price,
-    warn_positions,
     Attention,
     DispatcherOption,
+    Dtype,
     EpOption,
     EtpOption,
-    Dtype,
     FrameworkOption,
     WidthOption,
     _choice_list,
     _stdout,
     app,
     explicit_options,
-    precision_defaults,
     load_framework_option,
-    parse_tokens,
+    precision_defaults,
     progress_bar,
-    want_progress,
     refuse_options,
+    want_progress,
+    warn_positions,
+)
+from paraplan.cli.goodput_opts import (
+    GoodputSetOption,
+    GridIntensityOption,
+    goodput_inputs,
+    time_to_train_objective,
+    ttt_lines,
+    ttt_search,
+    ttt_title,
 )
 from paraplan.cli.options import (
-    SetOption,
     AttentionOption,
+    ClusterOption,
     DtypeOption,
     JsonOption,
     ModelOption,
     PriceOption,
     SearchAxes,
     SearchBatch,
+    SetOption,
     SpaceSwitches,
+    TokensOption,
     option_groups,
 )
-from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
-from paraplan.cli.goodput_opts import GoodputSetOption, GridIntensityOption, goodput_inputs
-from paraplan.cli.goodput_opts import time_to_train_objective, ttt_lines, ttt_search, ttt_title
-from paraplan.specs.errors import InputError
+from paraplan.io.options import check_price, parse_tokens
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note, with_headroom
+from paraplan.specs.errors import InputError
+from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 from paraplan.specs.tp_layout import TP_LAYOUTS
 
 
@@ -128,12 +136,7 @@ def search(
     ] = None,
     switches: SpaceSwitches = SpaceSwitches(),
     price: PriceOption = None,
-    tokens: Annotated[
-        Optional[str],
-        typer.Option(
-            "--tokens", help="run length in tokens (15T, 300B): days and cost of each plan"
-        ),
-    ] = None,
+    tokens: TokensOption = None,
     grid_intensity: GridIntensityOption = None,
     goodput_set: GoodputSetOption = None,
     memory_headroom: Annotated[
@@ -177,10 +180,7 @@ def search(
     ] = None,
     as_json: JsonOption = False,
     width: WidthOption = None,
-    cluster: Annotated[
-        Optional[Path],
-        typer.Option("--cluster", help="mixed cluster of node pools (YAML/JSON): AMP-style search"),
-    ] = None,
+    cluster: ClusterOption = None,
     non_uniform: Annotated[
         bool,
         typer.Option(
@@ -252,7 +252,9 @@ def search(
         raise InputError(
             f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)"
         )
+    from paraplan.api import search_problem
     from paraplan.catalog import load_system
+    from paraplan.report.search_csv import CsvSink, write_top_csv
     from paraplan.report.search_view import (
         band_note,
         explain_band_lines,
@@ -264,11 +266,9 @@ def search(
         search_document,
         summary_line,
     )
-    from paraplan.report.search_csv import CsvSink, write_top_csv
-    from paraplan.search.explain import explain as explain_plan
     from paraplan.search.exhaustive import exhaustive_search
+    from paraplan.search.explain import explain as explain_plan
     from paraplan.search.run import search as run_search
-    from paraplan.api import search_problem
     from paraplan.units import GiB
 
     if gpus <= 0:

@@ -17,7 +17,12 @@ from paraplan.cli.app import (
     app,
     explicit_options,
     load_framework_option,
-    parse_tokens,
+)
+from paraplan.cli.goodput_opts import (
+    GoodputOption,
+    GoodputSetOption,
+    GridIntensityOption,
+    sweep_goodput_inputs,
 )
 from paraplan.cli.options import (
     AttentionOption,
@@ -26,12 +31,12 @@ from paraplan.cli.options import (
     SearchAxes,
     SearchBatch,
     SpaceSwitches,
+    TokensOption,
     option_groups,
 )
-from paraplan.cli.goodput_opts import GoodputOption, GoodputSetOption, GridIntensityOption
-from paraplan.cli.goodput_opts import sweep_goodput_inputs
-from paraplan.specs.limits import MAX_TOP
+from paraplan.io.options import parse_tokens
 from paraplan.specs.errors import InputError
+from paraplan.specs.limits import MAX_TOP
 
 
 def _split_systems(values: list[str]) -> tuple[str, ...]:
@@ -90,9 +95,7 @@ def sweep(
     attention: AttentionOption = Attention.flash,
     axes: SearchAxes = SearchAxes(),
     switches: SpaceSwitches = SpaceSwitches(),
-    tokens: Annotated[
-        Optional[str], typer.Option("--tokens", help="run length (15T, 300B) for time-to-train")
-    ] = None,
+    tokens: TokensOption = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="write sweep.json/csv only")] = False,
     framework: FrameworkOption = None,
     goodput: GoodputOption = False,

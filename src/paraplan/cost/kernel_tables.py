@@ -121,9 +121,21 @@ def attention_work(
 ) -> float:
     """FLOPs × causal share as the graph counts them: 4·b·h·s²·d forward, 2.5× that backward
     (graph/transformer.py FLASH_BACKWARD_FLOP_RATIO), times (s+1)/2s when causal."""
+    return attention_flops(batch, heads, seq, head_dim, direction) * causal_share(seq, causal)
+
+
+def attention_flops(
+    batch: float, heads: float, seq: float, head_dim: float, direction: str
+) -> float:
+    """FLOPs of a full (unmasked) fused attention pass: 4·b·h·s²·d forward, 2.5× that backward
+    (graph/transformer.py FLASH_BACKWARD_FLOP_RATIO)."""
     fwd = 4.0 * batch * heads * seq * seq * head_dim
-    flops = fwd if direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
-    return flops * (0.5 * (1.0 + 1.0 / seq) if causal else 1.0)
+    return fwd if direction == "fwd" else FLASH_BACKWARD_FLOP_RATIO * fwd
+
+
+def causal_share(seq: float, causal: bool) -> float:
+    """The share of the scores a causal mask keeps, (s+1)/2s; 1 without one."""
+    return 0.5 * (1.0 + 1.0 / seq) if causal else 1.0
 
 
 def shipped_tables() -> list[str]:
@@ -160,7 +172,9 @@ def _rows(folder, file: str, ref: str) -> list[dict[str, str]]:
     ]
 
 
-def _num(row: dict[str, str], key: str, where: str) -> float:
+def csv_number(row: dict[str, str], key: str, where: str) -> float:
+    """Column ``key`` of a measured row: a finite positive number (causal: 0 or more, a flag);
+    InputError naming ``where`` and the column otherwise (the tables here and calibrate's CSVs)."""
     try:
         value = float(row[key])
     except (KeyError, ValueError):
@@ -173,40 +187,93 @@ def _num(row: dict[str, str], key: str, where: str) -> float:
     return value
 
 
-def _by_dtype(rows, ref, file, point, work, time_key="time_us") -> dict[str, Scatter]:
-    groups: dict[str, tuple[list, list, list]] = {}
-    for i, row in enumerate(rows):
-        where = f"{FIELD}: {ref}/{file} row {i + 1}"
-        dtype = "bf16" if row.get("dtype", "bf16") == "fp16" else row.get("dtype", "bf16")
-        p = point(row, where)
-        t = _num(row, time_key, where) * 1e-6
-        g = groups.setdefault(dtype, ([], [], []))
-        g[0].append(p), g[1].append(work(p)), g[2].append(t)
-    return {d: scatter(*g) for d, g in groups.items()}
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One parsed table row: its interpolation point, work (FLOPs or bytes), measured time, the
+    group it is interpolated in (GEMMs: the dtype, fp16 read as bf16; attention: head dim, causal,
+    direction) and its dtype as written."""
+
+    point: tuple[float, ...]
+    work: float
+    time_s: float
+    group: tuple
+    dtype: str
 
 
-def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
-    groups: dict[tuple[int, bool, str], tuple[list, list, list]] = {}
+# GEMM kinds: the shape columns (the interpolation point), and the time column
+GEMM_COLUMNS = {
+    "gemm": (("m", "n", "k"), "time_us"),
+    "grouped_gemm": (("experts", "tokens_per_expert", "k", "n"), "loop_time_us"),
+}
+ATTENTION_SHAPE = ("batch", "heads", "seq_len", "head_dim")
+
+
+def gemm_rows(rows, ref, file, kind: str) -> list[MeasuredRow]:
+    """The rows of a GEMM or grouped-GEMM table: work 2·∏shape at the shape's point."""
+    cols, time_key = GEMM_COLUMNS[kind]
+    out = []
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
-        b, h, s, d = (_num(row, k, where) for k in ("batch", "heads", "seq_len", "head_dim"))
-        causal = _num(row, "causal", where) > 0
+        p = tuple(csv_number(row, k, where) for k in cols)
+        dtype = row.get("dtype", "bf16")
+        t = csv_number(row, time_key, where) * 1e-6
+        out.append(MeasuredRow(p, 2.0 * math.prod(p), t, (_dtype(dtype),), dtype))
+    return out
+
+
+def attention_rows(rows, ref, file) -> list[MeasuredRow]:
+    """The rows of an attention table: work attention_work, interpolated over sequence length."""
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{FIELD}: {ref}/{file} row {i + 1}"
+        b, h, s, d = (csv_number(row, k, where) for k in ATTENTION_SHAPE)
+        causal = csv_number(row, "causal", where) > 0
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
             raise InputError(f"{where}: direction must be fwd or bwd, got {direction!r}")
-        g = groups.setdefault((int(d), causal, direction), ([], [], []))
-        g[0].append((s,)), g[1].append(attention_work(b, h, s, d, causal, direction))
-        g[2].append(_num(row, "time_us", where) * 1e-6)
-    return {key: scatter(*g) for key, g in groups.items()}
+        work = attention_work(b, h, s, d, causal, direction)
+        t = csv_number(row, "time_us", where) * 1e-6
+        out.append(
+            MeasuredRow((s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"))
+        )
+    return out
+
+
+def groups(measured: list[MeasuredRow]) -> dict[tuple, tuple[list, list, list]]:
+    """Group -> (points, works, times) of its rows, in the order the groups first appear."""
+    out: dict[tuple, tuple[list, list, list]] = {}
+    for r in measured:
+        g = out.setdefault(r.group, ([], [], []))
+        g[0].append(r.point), g[1].append(r.work), g[2].append(r.time_s)
+    return out
+
+
+def _by_dtype(rows, ref, file, kind: str) -> dict[str, Scatter]:
+    return {key[0]: scatter(*g) for key, g in groups(gemm_rows(rows, ref, file, kind)).items()}
+
+
+def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
+    return {key: scatter(*g) for key, g in groups(attention_rows(rows, ref, file)).items()}
+
+
+def l2_resident(bytes_moved: float, l2_bytes: float | None) -> bool:
+    """A copy whose bytes moved (read + write) fit in the L2 cache runs from cache in a loop of
+    identical copies, not from HBM (module docstring; issue 32: H100 copies of 32 MiB ran 1.13×
+    faster than the HBM peak, H100 L2 = 50 MB). Never, when the accelerator gives no L2 size."""
+    return l2_bytes is not None and bytes_moved <= l2_bytes
+
+
+def memory_pairs(rows, where: str) -> list[tuple[float, float]]:
+    """(bytes moved, seconds) of each row of a memory table."""
+    return [(csv_number(r, "bytes", where), csv_number(r, "time_us", where) * 1e-6) for r in rows]
 
 
 def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, int]:
-    """HBM-resident rows (bytes > L2) as the rate; every row's time for the floor."""
-    where = f"{FIELD}: {ref}/{file}"
-    pairs = [(_num(r, "bytes", where), _num(r, "time_us", where) * 1e-6) for r in rows]
+    """HBM-resident rows (not l2_resident) as the rate; every row's time for the floor."""
+    pairs = memory_pairs(rows, f"{FIELD}: {ref}/{file}")
     if not pairs:
         return None, 0
-    hbm = [(b, t) for b, t in pairs if l2_bytes is None or b > l2_bytes]
+    hbm = [(b, t) for b, t in pairs if not l2_resident(b, l2_bytes)]
     if not hbm:
         return None, len(pairs)
     rates = scatter([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm])
@@ -233,20 +300,8 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
             f"{FIELD}: {ref}/table.yaml files: unknown kinds {unknown}; allowed: {', '.join(TABLE_KINDS)}"
         )
     rows = {kind: _rows(folder, file, ref) for kind, file in files.items()}
-    gemm = _by_dtype(
-        rows.get("gemm", []),
-        ref,
-        files.get("gemm"),
-        lambda r, w: tuple(_num(r, k, w) for k in ("m", "n", "k")),
-        lambda p: 2.0 * p[0] * p[1] * p[2],
-    )
-    grouped = _by_dtype(
-        rows.get("grouped_gemm", []),
-        ref,
-        files.get("grouped_gemm"),
-        lambda r, w: tuple(_num(r, k, w) for k in ("experts", "tokens_per_expert", "k", "n")),
-        lambda p: 2.0 * p[0] * p[1] * p[2] * p[3],
-        "loop_time_us",
+    gemm, grouped = (
+        _by_dtype(rows.get(kind, []), ref, files.get(kind), kind) for kind in GEMM_COLUMNS
     )
     attention = {
         kind.split("_", 1)[1]: _attention(rows[kind], ref, files[kind])

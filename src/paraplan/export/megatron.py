@@ -37,7 +37,12 @@ from paraplan.export.megatron_core import (
     stage_layers_from_layout,
 )
 from paraplan.export.megatron_model import model_arguments
-from paraplan.export.startup import argument_map, refuse_failed, startup_checks
+from paraplan.export.startup import (
+    argument_groups,
+    launch_environment,
+    refuse_failed,
+    startup_checks,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 
@@ -245,41 +250,17 @@ def export(
     args = plan_arguments(plan, model)
     args += model_arguments(model, plan.seq_length) if model is not None else []
     check_names(fw, [t for t in args if t.startswith("--")])
-    env = launch_environment(args)
+    env = launch_environment(NAME, args)  # the facts' environment entries
     refuse_failed(NAME, fw.label, plan, args, env)
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     out = header_lines(header, f"# argument names: {fw.label}, {fw.source.split(' (')[0]}")
     out.append(f"# start-up checks: {len(startup_checks(NAME).checks)} from {fw.label} source pass")
     out += [f"export {k}={v}" for k, v in env.items()]
     launch = f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT}"
-    pairs: list[str] = []
-    i = 0
-    while i < len(
-        args
-    ):  # a flag and the values after it (several for MULTI_VALUE_FLAGS) on one line
-        j = i + 1
-        while j < len(args) and not args[j].startswith("--"):
-            j += 1
-        pairs.append(" ".join([args[i], *map(shlex.quote, args[i + 1 : j])]))
-        i = j
+    # a flag and the values after it (several for MULTI_VALUE_FLAGS) on one line
+    pairs = [" ".join([flag, *map(shlex.quote, values)]) for flag, values in argument_groups(args)]
     out.append(" \\\n    ".join([launch] + pairs))
     return "\n".join(out) + "\n"
-
-
-def launch_environment(args: list[str]) -> dict[str, str]:
-    """The environment the launch needs (export/facts/megatron_checks.yaml, 'environment'):
-    CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (one stream, so the TP/CP
-    collectives are issued in order), 32 under Megatron FSDP (which asserts it is not 1)."""
-    given = argument_map(args)
-    if "--use-megatron-fsdp" in given:
-        return {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
-    split = any(
-        int(given.get(f, 1)) > 1
-        for f in ("--tensor-model-parallel-size", "--context-parallel-size")
-    )
-    if split and "--overlap-moe-expert-parallel-comm" not in given:
-        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    return {}
 
 
 def parse(text: str) -> dict[str, object]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from paraplan.export.common import ExportRefused
@@ -28,7 +29,7 @@ class StartupChecks:
     commit: str
     defaults: dict[str, Any]
     checks: tuple[dict, ...]
-    environment: dict[str, str]
+    environment: dict[str, dict[str, str]]  # variable -> {check id: the value the check needs}
 
     def where(self, check: dict) -> str:
         """``repo@tag file:line`` of a check (a check read from another repository names its own)."""
@@ -47,22 +48,34 @@ def startup_checks(name: str) -> StartupChecks:
         commit=data["commit"],
         defaults={k: v["value"] for k, v in (data.get("defaults") or {}).items()},
         checks=tuple(data["checks"]),
-        environment=dict(data.get("environment") or {}),
+        environment={k: dict(v) for k, v in (data.get("environment") or {}).items()},
     )
 
 
-def argument_map(args: list[str]) -> dict[str, Any]:
-    """{flag: value} of an argument list (flag, values..., flag, ...); a switch maps to True."""
-    out: dict[str, Any] = {}
-    i = 0
+def argument_groups(args: list[str]) -> list[tuple[str, list[str]]]:
+    """(flag, the values after it) of an argument list (flag, values..., flag, ...)."""
+    out, i = [], 0
     while i < len(args):
         j = i + 1
         while j < len(args) and not str(args[j]).startswith("--"):
             j += 1
-        values = args[i + 1 : j]
-        out[args[i]] = True if not values else values[0] if len(values) == 1 else tuple(values)
+        out.append((args[i], list(args[i + 1 : j])))
         i = j
     return out
+
+
+def argument_map(args: list[str]) -> dict[str, Any]:
+    """{flag: value} of an argument list (argument_groups); a switch maps to True."""
+    return {
+        flag: True if not values else values[0] if len(values) == 1 else tuple(values)
+        for flag, values in argument_groups(args)
+    }
+
+
+@lru_cache(maxsize=16)
+def _given(args: tuple[str, ...]) -> Mapping[str, Any]:
+    """argument_map, read once per argument list (an export asks for its environment and its checks)."""
+    return MappingProxyType(argument_map(list(args)))
 
 
 class _Env:
@@ -161,7 +174,7 @@ def _integer(value: Any) -> bool:
 def failed_checks(name: str, args: list[str], env: Mapping[str, str]) -> list[dict]:
     """The checks of framework ``name`` that ``args`` (a launch's arguments) with the environment
     ``env`` break, in the facts file's order."""
-    return failed_key_checks(name, argument_map(args), env)
+    return failed_key_checks(name, _given(tuple(args)), env)
 
 
 def failed_key_checks(
@@ -175,6 +188,21 @@ def failed_key_checks(
     facts = startup_checks(name)
     state = _Env(given, facts.defaults, env or {}, context)
     return [c for c in facts.checks if state.holds(c["if"]) and not state.holds(c["then"])]
+
+
+def launch_environment(name: str, args: list[str]) -> dict[str, str]:
+    """The environment a launch of ``args`` needs, read from the facts' ``environment``: each variable
+    takes the value of the first check listed under it whose condition (``if``) holds for ``args``."""
+    facts = startup_checks(name)
+    state = _Env(_given(tuple(args)), facts.defaults, {})
+    checks = {c["id"]: c for c in facts.checks}
+    out = {}
+    for variable, values in facts.environment.items():
+        for check, value in values.items():
+            if state.holds(checks[check]["if"]):
+                out[variable] = str(value)
+                break
+    return out
 
 
 def refuse_failed(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 from paraplan.goodput import closed_forms as cf
 from paraplan.goodput.inputs import SECONDS_PER_DAY, GoodputInputs
@@ -27,12 +28,28 @@ def _min_over_interval(cost, low_s: float = 1e-3, high_s: float = 1e9) -> float:
     return cost(math.exp((a + b) / 2))
 
 
-def _least_terms(gpus: int, total_bytes: float, host_bandwidth: float, inputs: GoodputInputs):
+@dataclass(frozen=True)
+class Fleet:
+    """What every plan of ``gpus`` GPUs shares: the model state it saves (``total_bytes`` in all),
+    the host link each rank saves over, the goodput inputs, and the NVLink domain size (failures of a
+    domain's switch tray, goodput.closed_forms.failure_rates_per_s)."""
+
+    gpus: int
+    total_bytes: float
+    host_bandwidth: float
+    inputs: GoodputInputs
+    gpus_per_domain: int | None = None
+
+
+def _least_terms(fleet: Fleet):
     """(delta_min, R_min, planned restart min): the module docstring's bounds."""
+    gpus, inputs = fleet.gpus, fleet.inputs
     ck = inputs.checkpoint
-    share = total_bytes / gpus / host_bandwidth
-    stall = max(total_bytes / ck.storage_write_bandwidth, share) if ck.mode == "sync" else share
-    load = max(total_bytes / ck.storage_read_bandwidth, share)
+    share = fleet.total_bytes / gpus / fleet.host_bandwidth
+    stall = (
+        max(fleet.total_bytes / ck.storage_write_bandwidth, share) if ck.mode == "sync" else share
+    )
+    load = max(fleet.total_bytes / ck.storage_read_bandwidth, share)
     servers = cf.servers_for(gpus, inputs.failures.gpus_per_server)
     server_rate = servers * inputs.failures.server_failures_per_day / SECONDS_PER_DAY
     restart = cf.restart_time_s(gpus, inputs.restart, load, server_rate)
@@ -47,21 +64,16 @@ def _kind_sets(rates: dict, inputs: GoodputInputs) -> list[tuple[str, ...]]:
     return [c for n in range(len(kinds) + 1) for c in itertools.combinations(kinds, n)]
 
 
-def wall_lower_bound_factor(
-    gpus: int,
-    total_bytes: float,
-    host_bandwidth: float,
-    inputs: GoodputInputs,
-    gpus_per_domain: int | None = None,
-) -> float:
-    """c with T_wall >= c * T_s + t_startup for every plan of ``gpus`` GPUs saving ``total_bytes``:
+def wall_lower_bound_factor(fleet: Fleet) -> float:
+    """c with T_wall >= c * T_s + t_startup for every plan of the fleet:
     the minimum over the kind sets ft-dp may absorb of [min over continuous tau of Daly's
     expected_wall_s per useful second at the rollback rate, delta_min and R_min] / (1 - x_min), x_min
     the pauses' growth (closed_forms.pause_growth) with the planned restart at its least and every
     absorbed failure at its least, the survivors' pause t_detect + t_reconfigure (the in-flight loss
     is at least 0, whole steps only restrict tau); 1 without failures or pauses."""
-    rates = cf.failure_rates_per_s(gpus, inputs.failures, gpus_per_domain)
-    stall, restart, planned = _least_terms(gpus, total_bytes, host_bandwidth, inputs)
+    inputs = fleet.inputs
+    rates = cf.failure_rates_per_s(fleet.gpus, inputs.failures, fleet.gpus_per_domain)
+    stall, restart, planned = _least_terms(fleet)
     pause = inputs.restart.detect_s + inputs.restart.reconfigure_s
     best = math.inf
     for absorbed in _kind_sets(rates, inputs):
@@ -84,21 +96,15 @@ def wall_lower_bound_factor(
 P90_BOUND_LEVEL = 0.85  # below 0.9 by > 5 standard errors of a 2,000-sample P90's level (0.0067)
 
 
-def p90_lower_bound_s(
-    useful_s: float,
-    gpus: int,
-    total_bytes: float,
-    host_bandwidth: float,
-    inputs: GoodputInputs,
-    gpus_per_domain: int | None = None,
-) -> float:
-    """A bound below the Monte Carlo's P90 wall time of any plan of ``gpus`` GPUs with T_s >=
+def p90_lower_bound_s(useful_s: float, fleet: Fleet) -> float:
+    """A bound below the Monte Carlo's P90 wall time of any plan of the fleet with T_s >=
     ``useful_s``: the failures arriving in the first T_s seconds are Poisson(lambda T_s) and each costs
     at least c_min (R_min on rollback, the survivors' pause under ft-dp), so W >= T_s + t_startup +
     c_min * N, and the sample P90 is at least T_s + t_startup + c_min * q, q the Poisson quantile at
     P90_BOUND_LEVEL (the margin covers the sample quantile's spread)."""
-    rate = cf.job_failure_rate_per_s(gpus, inputs.failures, gpus_per_domain)
-    _, restart, _ = _least_terms(gpus, total_bytes, host_bandwidth, inputs)
+    inputs = fleet.inputs
+    rate = cf.job_failure_rate_per_s(fleet.gpus, inputs.failures, fleet.gpus_per_domain)
+    _, restart, _ = _least_terms(fleet)
     least = restart
     if inputs.restart.policy == "ft-dp":
         least = min(restart, inputs.restart.detect_s + inputs.restart.reconfigure_s)

@@ -165,22 +165,30 @@ def largest_weight_params(graph: LayerGraph) -> float:
     return max((n * k * batch for _, batch, n, k in _weight_gemms(graph)), default=0.0)
 
 
-@lru_cache(maxsize=16384)  # graphs hash by identity: one walk per graph and model
-def _walk_weights(
+# DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
+# (microsoft/DeepSpeed v0.3.14, 0cd9abf, deepspeed/runtime/zero/constants.py, ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)
+DS_PERSISTENCE_THRESHOLD = 1e5
+
+
+@lru_cache(maxsize=65536)  # graphs hash by identity: one walk per graph and model
+def weight_tensor_stats(
     graph: LayerGraph,
     bias: bool,
     qkv_bias: bool,
     layernorm: bool,
     learned_positions: bool,
     hidden: int,
-) -> tuple[tuple[float, ...], float]:
-    """(numels, largest) of the block from one walk over its ops, in op order. ``numels``: elements (on one GPU)
-    of each weight tensor of the block, the tensors a per-tensor ZeRO-3 gather issues one all-gather each for:
-    every weight GEMM's weight k·n (a grouped GEMM: one per local expert) plus its bias n when the model has
+) -> tuple[float, float, tuple[float, ...]]:
+    """(count, largest, small) of the block's weight tensors from one walk over its ops, in op order.
+    The tensors are those a per-tensor ZeRO-3 gather issues one all-gather each for (DeepSpeed <= 0.5.4,
+    ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them): every weight
+    GEMM's weight k·n (a grouped GEMM: one per local expert) plus its bias n when the model has
     biases (``qkv_bias`` for the q/k/v projection; not the LM head: Megatron's output layer has none), each
     norm's scale (and shift for LayerNorm) of ``hidden``, and the embedding table plus the learned position
     table (taken as larger than any persistence threshold: inf). ``largest``: largest_weight_params (the
-    weight GEMMs are those of _weight_gemms; the first of the greatest k·n·batch, as ``max``)."""
+    weight GEMMs are those of _weight_gemms; the first of the greatest k·n·batch, as ``max``). ``small``: the
+    sizes (elements, on one GPU) below DS_PERSISTENCE_THRESHOLD, which DeepSpeed's ZeRO-3 keeps gathered
+    ("persistent", stage3_param_persistence_threshold; stage3.py ``persistent_parameters``)."""
     out: list[float] = []
     largest = None
     norm = [float(hidden)] * (2 if layernorm else 1)
@@ -199,53 +207,8 @@ def _walk_weights(
             out += norm
         elif name == "embedding_lookup":
             out += embedding
-    return tuple(out), (0.0 if largest is None else largest)
-
-
-def weight_tensor_count(
-    graph: LayerGraph, bias: bool, qkv_bias: bool, layernorm: bool, learned_positions: bool
-) -> float:
-    """Weight tensors of one block (_walk_weights), what a per-tensor ZeRO-3 gather issues one all-gather each
-    for (DeepSpeed <= 0.5.4, ``_allgather_param`` per parameter; microsoft/DeepSpeed PR #1188 coalesced them)."""
-    return float(len(_walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, 0)[0]))
-
-
-# DeepSpeed's default stage3_param_persistence_threshold: parameters with fewer elements stay gathered
-# (microsoft/DeepSpeed v0.3.14, 0cd9abf, deepspeed/runtime/zero/constants.py, ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)
-DS_PERSISTENCE_THRESHOLD = 1e5
-
-
-def small_weight_numels(
-    graph: LayerGraph,
-    bias: bool,
-    qkv_bias: bool,
-    layernorm: bool,
-    hidden: int,
-    threshold: float = DS_PERSISTENCE_THRESHOLD,
-) -> tuple[float, ...]:
-    """Sizes (elements, on one GPU) of the block's weight tensors (_walk_weights) smaller than ``threshold``.
-    DeepSpeed's ZeRO-3 keeps such parameters gathered ("persistent", stage3_param_persistence_threshold, default 1e5;
-    stage3.py ``persistent_parameters``, microsoft/DeepSpeed 0cd9abf)."""
-    return tuple(
-        x
-        for x in _walk_weights(graph, bias, qkv_bias, layernorm, False, hidden)[0]
-        if x < threshold
-    )
-
-
-@lru_cache(maxsize=65536)  # graphs hash by identity: one walk per graph and model
-def weight_tensor_stats(
-    graph: LayerGraph,
-    bias: bool,
-    qkv_bias: bool,
-    layernorm: bool,
-    learned_positions: bool,
-    hidden: int,
-) -> tuple[float, float, tuple[float, ...]]:
-    """(weight_tensor_count, largest_weight_params, small_weight_numels at DS_PERSISTENCE_THRESHOLD) of one block from
-    one walk (_walk_weights): the learned position table counts as a tensor but is never small (inf)."""
-    numels, largest = _walk_weights(graph, bias, qkv_bias, layernorm, learned_positions, hidden)
-    return float(len(numels)), largest, tuple(x for x in numels if x < DS_PERSISTENCE_THRESHOLD)
+    small = tuple(x for x in out if x < DS_PERSISTENCE_THRESHOLD)
+    return float(len(out)), (0.0 if largest is None else largest), small
 
 
 @lru_cache(maxsize=65536)  # graphs hash by identity

@@ -13,27 +13,17 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter, PercentFormatter
 
-from paraplan.report.plot_style import (
-    LINE_COLORS,
-    MARKERS,
-    fmt_tokens,
-    int_label,
-    log_labels,
-    save_figure,
-    subtitle,
-    sweep_axes,
-    value_text,
-)
+from paraplan.report import plot_style as ps
 
 
 def _series(document: dict) -> dict[str, list[dict]]:
     """Label -> the points with a finite goodput of one combination of the non-GPU dimensions."""
     sweep = document["sweep"]
-    others = [(n, v) for n, v in sweep_axes(sweep) if n != "gpus"]
+    others = [(n, v) for n, v in ps.sweep_axes(sweep) if n != "gpus"]
     varying = [n for n, v in others if len(v) > 1]
     out: dict[str, list[dict]] = {}
     for p in document["points"]:
-        label = ", ".join(value_text(n, p[n]) for n in varying) or str(p["system"])
+        label = ", ".join(ps.value_text(n, p[n]) for n in varying) or str(p["system"])
         items = out.setdefault(label, [])
         good = p.get("goodput") or {}
         if p["feasible"] and good.get("expected_days") is not None:
@@ -47,7 +37,10 @@ def plot_goodput(document: dict, stem: Path) -> list[Path]:
     fig = Figure(figsize=(13, 5.4))
     ax_ettr, ax_days = fig.subplots(1, 2)
     for k, (label, items) in enumerate(_series(document).items()):
-        style = {"color": LINE_COLORS[k % len(LINE_COLORS)], "marker": MARKERS[k % len(MARKERS)]}
+        style = {
+            "color": ps.LINE_COLORS[k % len(ps.LINE_COLORS)],
+            "marker": ps.MARKERS[k % len(ps.MARKERS)],
+        }
         if not items:
             ax_days.plot([], [], **style, label=f"{label} (nothing fits)")
             continue
@@ -71,18 +64,18 @@ def plot_goodput(document: dict, stem: Path) -> list[Path]:
     ax_ettr.set_title("Effective training time of the best plan")
     ax_ettr.set_ylabel("effective training time (useful / wall-clock)")
     ax_ettr.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax_days.set_title(f"Days to train {fmt_tokens(sweep['tokens'])} tokens")
+    ax_days.set_title(f"Days to train {ps.fmt_tokens(sweep['tokens'])} tokens")
     ax_days.set_ylabel("days (expected; log scale)")
     ax_days.set_yscale("log")
-    log_labels(ax_days, fmt=lambda v: f"{v:g}")
+    ps.log_labels(ax_days, fmt=lambda v: f"{v:g}")
     for ax in (ax_ettr, ax_days):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sweep["gpus"])
-        ax.xaxis.set_major_formatter(FuncFormatter(int_label))
+        ax.xaxis.set_major_formatter(FuncFormatter(ps.int_label))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("GPUs (log scale)")
         ax.grid(True, which="major", alpha=0.35)
     ax_days.legend(loc="best", fontsize=9)
-    fig.suptitle(f"Time to train with failures — {subtitle(sweep)}", fontsize=12)
+    fig.suptitle(f"Time to train with failures — {ps.subtitle(sweep)}", fontsize=12)
     fig.tight_layout()
-    return save_figure(fig, stem)
+    return ps.save_figure(fig, stem)

@@ -11,7 +11,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.plan import RUNTIME_FIELDS, STATE_FIELDS, PlanSpec
+
+# the plan fields every candidate takes from the problem (search.space.SearchProblem)
+FIXED_FIELDS = (
+    "gpus",
+    "seq_length",
+    "dtype",
+    "attention",
+    *RUNTIME_FIELDS,
+    "capacity_factor",
+    "moe_balance",
+)
 
 
 class LayerKnob(NamedTuple):
@@ -117,6 +128,12 @@ class Row:
         return self.global_batch // (self.dp * self.micro_batch)
 
 
+# the plan fields a row sets under their own names (plan_of)
+ROW_FIELDS = tuple(
+    name for name in Row.__dataclass_fields__ if name in PlanSpec.model_fields and name != "spans"
+)
+
+
 def rows(problem):
     """Yield every row of the canonical space, in canonical order."""
     for tp, pp, cp, dp in problem.factorizations:
@@ -158,37 +175,13 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
     option = GridOption(*option)
     embedding_as_layer, loss_as_layer = option.split
     return PlanSpec(
-        gpus=problem.gpus,
-        tp=row.tp,
-        pp=row.pp,
-        dp=row.dp,
-        cp=row.cp,
+        **{name: getattr(problem, name) for name in FIXED_FIELDS},
+        **{name: getattr(row, name) for name in ROW_FIELDS},
+        **{name: getattr(option, name) for name in STATE_FIELDS},
         vpp=option.vpp,
-        micro_batch=row.micro_batch,
-        global_batch=row.global_batch,
-        seq_length=problem.seq_length,
-        sequence_parallel=row.sequence_parallel,
-        recompute=row.recompute,
-        zero=option.zero,
-        dtype=problem.dtype,
-        attention=problem.attention,
         schedule=option.schedule,
-        offload_weights=option.offload_weights,
-        offload_activations=option.offload_activations,
-        offload_optimizer=option.offload_optimizer,
-        overlap_dp_grad_reduce=option.overlap_dp_grad_reduce,
-        overlap_param_gather=option.overlap_param_gather,
-        overlap_tp_comm=row.overlap_tp_comm,
-        placement=row.placement,
         embedding_as_layer=embedding_as_layer,
         loss_as_layer=loss_as_layer,
-        tp_layout=row.tp_layout,
-        tp_rows=row.tp_rows,
-        ep=row.ep,
-        etp=row.etp,
         moe_dispatcher=row.dispatcher,
         moe_a2a_overlap=row.a2a_overlap,
-        **{name: getattr(problem, name) for name in RUNTIME_FIELDS},
-        capacity_factor=problem.capacity_factor,
-        moe_balance=problem.moe_balance,
     )

@@ -45,6 +45,7 @@ from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
 from paraplan.specs.plan import Recompute
 from paraplan.specs.rules import (
+    accelerator_rules,
     cp_rule,
     dispatcher_rule,
     expert_degree_rules,
@@ -53,8 +54,6 @@ from paraplan.specs.rules import (
     layout_model_rule,
     moe_sequence_parallel_rule,
     pp_rule,
-    dtype_rule,
-    precision_rules,
     sequence_parallel_rule,
     tp_rules,
     ulysses_rule,
@@ -181,10 +180,8 @@ class SearchProblem(GridAxes):
 
         if broken := model_violations(self.model):
             raise InputError.from_violations(broken)
-        if precision := precision_rules(self.system.accelerator, self.dtype, self.attention):
+        if precision := accelerator_rules(self.system.accelerator, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*rule) for rule in precision])
-        if dtype := dtype_rule(self.dtype, self.system.accelerator):
-            raise InputError.from_violations([Violation("dtype", self.dtype, dtype)])
         if unlaunchable := launch.problem_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
         if not isinstance(self.gpus, int) or self.gpus <= 0:

@@ -18,7 +18,7 @@ enter the top K; otherwise k grows (x4) and the time search runs again, up to MA
 
 from __future__ import annotations
 
-from paraplan.goodput.bounds import p90_lower_bound_s, wall_lower_bound_factor
+from paraplan.goodput.bounds import Fleet, p90_lower_bound_s, wall_lower_bound_factor
 from paraplan.goodput.checkpoint import total_state_bytes
 from paraplan.goodput.inputs import GoodputInputs, default_inputs
 from paraplan.goodput.plan import plan_goodput
@@ -55,11 +55,10 @@ def unseen_bound(problem: SearchProblem, objective: str, inputs):
     host = system.accelerator.host_bandwidth or system.network.nic_bandwidth
     total = total_state_bytes(problem.model, problem)  # its dtype and grad_dtype
     domain = system.node.gpus_per_domain
+    fleet = Fleet(problem.gpus, total, host, inputs, domain)
     if objective.endswith("-p90"):
-        return lambda useful_s: p90_lower_bound_s(
-            useful_s, problem.gpus, total, host, inputs, domain
-        )
-    factor = wall_lower_bound_factor(problem.gpus, total, host, inputs, domain)
+        return lambda useful_s: p90_lower_bound_s(useful_s, fleet)
+    factor = wall_lower_bound_factor(fleet)
     return lambda useful_s: factor * useful_s + inputs.restart.startup_s
 
 

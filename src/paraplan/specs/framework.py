@@ -14,12 +14,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
-from paraplan.specs.strict import InputModel
+from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import Bytes, Seconds
 
 
-class FrameworkSpec(InputModel):
+class FrameworkSpec(RuntimeFields):
     """Implementation defaults of one framework; every field is documented with its source in the catalog file."""
 
     name: str
@@ -74,14 +73,6 @@ class FrameworkSpec(InputModel):
         "cudnn",
         description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run",
     )
-    grad_dtype: GradDtype = Field(
-        "fp32",
-        description="dtype gradients are accumulated and reduced in (fp32 main grads vs half precision)",
-    )
-    fp8_weight_copies: bool = Field(
-        False,
-        description="plan default: fp8 training caches fp8 weight copies beside bf16 weights (cost.memory)",
-    )
     overlap_dp_grad_reduce: bool = Field(
         True, description="plan default: DP gradient reduction overlaps backward"
     )
@@ -90,34 +81,6 @@ class FrameworkSpec(InputModel):
     )
     overlap_tp_comm: bool = Field(
         False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)"
-    )
-    zero3_prefetch_layers: int = Field(
-        1,
-        ge=0,
-        description="layers whose ZeRO-3/FSDP weights are gathered ahead of use (0: no prefetch)",
-    )
-    zero3_max_live_params: float | None = Field(
-        None,
-        gt=0,
-        allow_inf_nan=False,
-        description="ZeRO-3: most gathered parameters resident per GPU at once (DeepSpeed "
-        "stage3_max_live_parameters); None: whole gathered units (FSDP wraps a layer and prefetches the next)",
-    )
-    zero3_gather_unit: Zero3GatherUnit = Field(
-        "layer",
-        description="ZeRO-3 all-gather per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.4)",
-    )
-    zero3_reduce_unit: Zero3ReduceUnit = Field(
-        "layer",
-        description="ZeRO-3 gradient reduce-scatter per layer (coalesced) or per weight tensor (DeepSpeed <= 0.5.x)",
-    )
-    zero3_regather_recompute: bool = Field(
-        False,
-        description="ZeRO-3 with full recomputation: the recomputed forward gathers the weights again",
-    )
-    cp_algorithm: CPAlgorithm = Field(
-        "ring",
-        description="context parallelism: K/V ring exchange (ring attention) or all-to-all (Ulysses)",
     )
     pads_vocabulary: bool = Field(
         False,

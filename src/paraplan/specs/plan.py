@@ -48,6 +48,7 @@ from paraplan.specs.split import (
     explicit_split,
     grouped_split,
 )
+from paraplan.specs.strict import InputModel
 from paraplan.specs.tp_layout import TPLayoutFields
 
 Recompute = Literal["none", "selective", "full"]
@@ -60,44 +61,10 @@ Zero3GatherUnit = Literal["layer", "tensor"]
 Zero3ReduceUnit = Literal["layer", "tensor"]
 
 
-class PlanSpec(MoEPlanFields, TPLayoutFields):
-    """One way to run a training step. ``dp`` may be omitted: it is gpus / (tp·pp·cp). The
-    mixture-of-experts knobs (etp, moe_dispatcher, capacity_factor, moe_balance, moe_a2a_overlap,
-    recompute_modules) come from specs.moe_plan.MoEPlanFields; ``ep`` is carved out of tp·cp·dp. The
-    tensor-parallel layout (tp_layout, tp_rows, summa_panels) comes from specs.tp_layout.TPLayoutFields."""
+class RuntimeFields(InputModel):
+    """The plan fields an implementation sets for the whole run (RUNTIME_FIELDS): a plan's own, and the
+    defaults a framework profile gives them (specs.framework.FrameworkSpec)."""
 
-    gpus: int = Field(gt=0)
-    tp: int = Field(
-        1, gt=0, description="tensor-parallel degree (Megatron 1D); must divide heads and kv_heads"
-    )
-    pp: int = Field(
-        1,
-        gt=0,
-        description="pipeline stages; uneven splits follow PlanSpec.split (specs/split.py)",
-    )
-    dp: int = Field(0, ge=0, description="data-parallel degree; 0 = infer from gpus")
-    cp: int = Field(1, gt=0, description="context-parallel degree; splits the sequence")
-    vpp: int = Field(1, gt=0, description="virtual stages per GPU (interleaved schedule)")
-    ep: int = Field(1, gt=0, description="expert-parallel degree (dense models: 1)")
-    micro_batch: int = Field(1, gt=0)
-    global_batch: int = Field(gt=0)
-    seq_length: int = Field(gt=0)
-    sequence_parallel: bool = False
-    recompute: Recompute = "none"
-    recompute_num_layers: int | None = Field(
-        None,
-        ge=1,
-        description="with recompute=full: layers of each pipeline chunk fully recomputed, the others "
-        "keep their activations (Megatron-LM --recompute-method block --recompute-num-layers; torchtitan's every k-th "
-        "layer is ⌊layers per chunk / k⌋)",
-    )
-    zero: int = Field(
-        0,
-        ge=0,
-        le=3,
-        description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights",
-    )
-    dtype: PlanDtype = "bf16"
     grad_dtype: GradDtype = Field(
         "fp32",
         description="gradient accumulation and reduction dtype under mixed precision: fp32 main grads or bf16",
@@ -142,6 +109,46 @@ class PlanSpec(MoEPlanFields, TPLayoutFields):
         description="context parallelism: ring exchange of K/V beside the attention (ring attention, "
         "Megatron-Core's p2p) or all-to-all of Q, K, V and the output over the heads (DeepSpeed-Ulysses)",
     )
+
+
+class PlanSpec(RuntimeFields, MoEPlanFields, TPLayoutFields):
+    """One way to run a training step. ``dp`` may be omitted: it is gpus / (tp·pp·cp). The
+    mixture-of-experts knobs (etp, moe_dispatcher, capacity_factor, moe_balance, moe_a2a_overlap,
+    recompute_modules) come from specs.moe_plan.MoEPlanFields; ``ep`` is carved out of tp·cp·dp. The
+    tensor-parallel layout (tp_layout, tp_rows, summa_panels) comes from specs.tp_layout.TPLayoutFields."""
+
+    gpus: int = Field(gt=0)
+    tp: int = Field(
+        1, gt=0, description="tensor-parallel degree (Megatron 1D); must divide heads and kv_heads"
+    )
+    pp: int = Field(
+        1,
+        gt=0,
+        description="pipeline stages; uneven splits follow PlanSpec.split (specs/split.py)",
+    )
+    dp: int = Field(0, ge=0, description="data-parallel degree; 0 = infer from gpus")
+    cp: int = Field(1, gt=0, description="context-parallel degree; splits the sequence")
+    vpp: int = Field(1, gt=0, description="virtual stages per GPU (interleaved schedule)")
+    ep: int = Field(1, gt=0, description="expert-parallel degree (dense models: 1)")
+    micro_batch: int = Field(1, gt=0)
+    global_batch: int = Field(gt=0)
+    seq_length: int = Field(gt=0)
+    sequence_parallel: bool = False
+    recompute: Recompute = "none"
+    recompute_num_layers: int | None = Field(
+        None,
+        ge=1,
+        description="with recompute=full: layers of each pipeline chunk fully recomputed, the others "
+        "keep their activations (Megatron-LM --recompute-method block --recompute-num-layers; torchtitan's every k-th "
+        "layer is ⌊layers per chunk / k⌋)",
+    )
+    zero: int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="0 none, 1 optimizer state (distributed optimizer), 2 +grads, 3 +weights",
+    )
+    dtype: PlanDtype = "bf16"
     attention: Attention = "flash"
     schedule: Schedule | None = Field(
         None, description="default: interleaved when vpp > 1, else 1f1b"
@@ -307,6 +314,16 @@ RUNTIME_FIELDS = (
     "zero3_reduce_unit",
     "zero3_regather_recompute",
     "cp_algorithm",
+)
+# the plan's ZeRO stage, DP overlap switches and offloads: a search candidate's state and offload
+# option (search.options.GridOption) and the step composition's knobs (step.inputs.GridKnobs)
+STATE_FIELDS = (
+    "zero",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "offload_weights",
+    "offload_activations",
+    "offload_optimizer",
 )
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")
 PLAN_COLUMNS: tuple[str, ...] = tuple(n for n in PlanSpec.model_fields if n not in PROBLEM_FIELDS)

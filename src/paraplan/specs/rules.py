@@ -356,12 +356,15 @@ def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
 # ---- datatype -------------------------------------------------------------------------------------
 def dtype_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
     """The accelerator has a matrix peak for the training dtype (AcceleratorSpec.peak_matrix_flops);
-    FP4 needs tensor cores with that format (specs.system.FP4_PARTS: NVFP4 on NVIDIA Blackwell,
-    MXFP4 on Blackwell and AMD CDNA 4; NVIDIA Blackwell technical brief 2024, AMD CDNA 4 whitepaper 2025)."""
+    bf16 needs bf16 tensor cores (has_bf16_tensor_cores: the fp16 rate of a V100 or T4 is no bf16
+    rate); FP4 needs tensor cores with that format (FP4_PARTS: NVFP4 on NVIDIA Blackwell, MXFP4 on
+    Blackwell and AMD CDNA 4; NVIDIA Blackwell technical brief 2024, AMD CDNA 4 whitepaper 2025)."""
+    allowed = ", ".join(accelerator.matrix_flops)
+    if dtype == "bf16" and not has_bf16_tensor_cores(accelerator):
+        return f"{accelerator.name} has no bf16 tensor cores (matrix_flops: {allowed}); use fp16"
     try:
         accelerator.peak_matrix_flops(dtype)
     except KeyError:
-        allowed = ", ".join(accelerator.matrix_flops)
         if dtype in FP4:
             return (
                 f"needs FP4 tensor cores with that format ({FP4_PARTS[dtype]}); "
@@ -369,6 +372,15 @@ def dtype_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
             )
         return f"{accelerator.name} has no peak for it; allowed: {allowed}"
     return None
+
+
+def accelerator_rules(accelerator, dtype: str, attention: str) -> list[Rule]:
+    """The plan's dtype (dtype_rule) and attention kernel (precision_rules) on this accelerator: the
+    one check estimate and search both ask."""
+    out: list[Rule] = []
+    if rule := dtype_rule(dtype, accelerator):
+        out.append(("plan.dtype", dtype, rule))
+    return out + precision_rules(accelerator, attention)
 
 
 # ---- per-stage plans -----------------------------------------------------------------------------
@@ -454,26 +466,12 @@ def default_precision(accelerator) -> dict[str, str]:
     return {"dtype": "fp16", "attention": "unfused"}
 
 
-def precision_rules(accelerator, dtype: str, attention: str) -> list[Rule]:
-    """bf16 and FlashAttention need an accelerator with bf16 tensor cores (block comment above)."""
-    if has_bf16_tensor_cores(accelerator):
+def precision_rules(accelerator, attention: str) -> list[Rule]:
+    """FlashAttention needs an accelerator with bf16 tensor cores (block comment above); the dtype is
+    dtype_rule's."""
+    if has_bf16_tensor_cores(accelerator) or attention != "flash":
         return []
-    out: list[Rule] = []
-    if dtype == "bf16":
-        out.append(
-            (
-                "plan.dtype",
-                dtype,
-                f"{accelerator.name} has no bf16 tensor cores (matrix_flops: "
-                f"{', '.join(accelerator.matrix_flops)}); use fp16",
-            )
-        )
-    if attention == "flash":
-        out.append(
-            (
-                "plan.attention",
-                attention,
-                f"FlashAttention-2 needs an Ampere or newer GPU, {accelerator.name} is older; use unfused",
-            )
-        )
-    return out
+    rule = (
+        f"FlashAttention-2 needs an Ampere or newer GPU, {accelerator.name} is older; use unfused"
+    )
+    return [("plan.attention", attention, rule)]

@@ -18,6 +18,12 @@ from paraplan.units import parse_quantity
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 
+# Optimizer-step HBM traffic per parameter on its owner, one pass per kernel of Megatron-LM's
+# mixed-precision step: zero the fp32 grad buffer (write 4), unscale + inf check (read 4, write 4),
+# gradient-norm for clipping (read 4), Adam (read grad, master, m, v: 16; write master, m, v: 12),
+# copy master to the half-precision weight (read 4, write 2) = 54 B (state sizes: ZeRO §3.1). The
+# default of efficiency.optimizer_step_bytes; a framework profile sets its own (cost.frameworks).
+OPTIMIZER_BYTES_PER_PARAM = 54.0
 # Training datatypes (docs/model.md, "Datatypes"): the matrix rate each one's GEMMs run at, and the
 # activation datatype its element-wise kernels and fused attention run in.
 # fp32: IEEE fp32 GEMMs on the CUDA cores (torch.backends.cuda.matmul.allow_tf32 = False, PyTorch's
@@ -91,10 +97,10 @@ class EfficiencySpec(InputModel):
         "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
     )
     optimizer_step_bytes: float = Field(
-        54.0,
+        OPTIMIZER_BYTES_PER_PARAM,
         gt=0,
         description="HBM traffic per owned parameter of the optimizer step at this system's element-wise "
-        "rate (default: Megatron-LM's mixed-precision step, step.tail.OPTIMIZER_BYTES_PER_PARAM); a "
+        "rate (default: Megatron-LM's mixed-precision step, OPTIMIZER_BYTES_PER_PARAM); a "
         "framework profile sets its own (cost.frameworks.framework_system)",
     )
     aligned_gemms_only: bool = Field(
@@ -224,9 +230,8 @@ class AcceleratorSpec(InputModel):
     def peak_matrix_flops(self, dtype: str) -> float:
         """Peak matrix rate for ``dtype``: its datasheet entry; fp16 and bf16 share tensor cores; fp32
         without an fp32 entry (a part whose datasheet gives only TF32) runs at the TF32 rate. FP4
-        (nvfp4, mxfp4) needs its own entry: NVIDIA Blackwell tensor cores run both (NVIDIA Blackwell
-        architecture technical brief, 2024: second-generation Transformer Engine with FP4), AMD CDNA 4
-        runs MXFP4 only (AMD CDNA 4 architecture whitepaper, 2025)."""
+        (nvfp4, mxfp4) needs its own entry (which parts have one, and the refusal a plan gets:
+        specs.rules.dtype_rule)."""
         table = self.matrix_flops
         if dtype in table:
             return table[dtype]
@@ -234,11 +239,6 @@ class AcceleratorSpec(InputModel):
             return table.get("bf16") or table["fp16"]
         if dtype == "fp32" and "tf32" in table:
             return table["tf32"]
-        if dtype in FP4:
-            raise UnsupportedDtype(
-                f"dtype: {dtype!r} needs FP4 tensor cores with that format ({FP4_PARTS[dtype]}); "
-                f"accelerator {self.name} has none; choose one of {', '.join(sorted(table))}"
-            )
         raise UnsupportedDtype(
             f"dtype: {dtype!r} is not supported by accelerator {self.name} (matrix_flops has "
             f"{', '.join(sorted(table))}); choose one of those"

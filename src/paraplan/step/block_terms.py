@@ -248,4 +248,4 @@ class BlockCost:
     regathered: Num = (
         0.0  # 1: its forward is re-run in full in backward (full recompute of a recomputed kind)
     )
-    small_numels: tuple = ()  # sizes of its weight tensors DeepSpeed keeps gathered (graph.ops.small_weight_numels)
+    small_numels: tuple = ()  # sizes of its weight tensors DeepSpeed keeps gathered (graph.ops.weight_tensor_stats)

@@ -83,8 +83,8 @@ class BlockCostFacts(NamedTuple):
     largest_weight_params: Num = (
         0.0  # its largest weight tensor per GPU (graph.ops.largest_weight_params)
     )
-    weight_tensors: Num = 1.0  # its weight tensors (graph.ops.weight_tensor_count)
-    small_numels: tuple = ()  # sizes of its weight tensors below DeepSpeed's persistence threshold (small_weight_numels)
+    weight_tensors: Num = 1.0  # its weight tensors (graph.ops.weight_tensor_stats)
+    small_numels: tuple = ()  # sizes of its weight tensors below DeepSpeed's persistence threshold (weight_tensor_stats)
 
 
 class BlockMemoryFacts(NamedTuple):
@@ -258,7 +258,7 @@ def _kind_cost_facts(
         tp_span = _NO_SPAN
     if "cp" not in used:
         cp_span = _NO_SPAN
-    return _used_span_cost_facts(model, system, name, shape, tp_span, cp_span)
+    return _used_span_cost_facts(model, system, name, shape, (tp_span, cp_span))
 
 
 @lru_cache(maxsize=65536)
@@ -267,10 +267,10 @@ def _used_span_cost_facts(
     system: SystemSpec,
     name: str,
     shape: LayerShape,
-    tp_span: GroupSpan,
-    cp_span: GroupSpan,
+    spans: tuple[GroupSpan, GroupSpan],
 ) -> BlockCostFacts:
-    """``_kind_cost_facts`` on the spans the block's collectives use (the others _NO_SPAN)."""
+    """``_kind_cost_facts`` on the (tp, cp) spans the block's collectives use (the others _NO_SPAN)."""
+    tp_span, cp_span = spans
     moe = moe_shaped(model)
     graph = BLOCK_KINDS[name].graph(model, shape)
     used = collective_groups(graph)
@@ -289,7 +289,7 @@ def _used_span_cost_facts(
 
 
 def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """(block_compute, weight_tensor_count, largest_weight_params, small_weight_numels) of a block: they read its ops
+    """(block_compute, and weight_tensor_stats's count, largest and small tensors) of a block: they read its ops
     only, which neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs): shared."""
     if moe_shaped(model) and shape.expert != NO_EXPERT:
         shape = with_expert(shape, ops_expert_knobs(shape.expert, True))
@@ -462,7 +462,6 @@ def _graph_caches() -> tuple:
         encoder.patch_embedding_block,
         encoder.classifier_block,
         ops.largest_weight_params,
-        ops._walk_weights,
         ops.weight_tensor_stats,
         ops.collective_groups,
         compute.gemm_wave_efficiency,

@@ -69,7 +69,6 @@ from paraplan.step.stage_memory import (  # noqa: F401
     zero3_gathered_bytes,
 )
 from paraplan.step.tail import (  # noqa: F401
-    OPTIMIZER_BYTES_PER_PARAM,
     ZERO_COLLECTIVES,
     drain_slack_s,
     tail_terms,

@@ -22,8 +22,8 @@ from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec, plan_violations
-from paraplan.specs.rules import dtype_rule, precision_rules
+from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
+from paraplan.specs.rules import accelerator_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
@@ -89,10 +89,7 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     acc = system.accelerator
-    out = [Violation(*rule) for rule in precision_rules(acc, plan.dtype, plan.attention)]
-    dtype = dtype_rule(plan.dtype, acc)
-    if dtype and not any(v.field == "plan.dtype" for v in out):
-        out.append(Violation("plan.dtype", plan.dtype, dtype))
+    out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
     if (
         plan.offload_weights or plan.offload_activations or plan.offload_optimizer
     ) and not acc.host_bandwidth:
@@ -149,12 +146,7 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
     return GridKnobs(
         vpp=plan.vpp,
         **flags,
-        zero=plan.zero,
-        overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
-        overlap_param_gather=plan.overlap_param_gather,
-        offload_weights=plan.offload_weights,
-        offload_activations=plan.offload_activations,
-        offload_optimizer=plan.offload_optimizer,
+        **{name: getattr(plan, name) for name in STATE_FIELDS},
         offload_activation_layers=plan.offload_activation_layers or 0,
     )
 

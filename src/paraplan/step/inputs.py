@@ -14,6 +14,7 @@ from typing import Any
 
 from paraplan.cost.comm import LinearCollective
 from paraplan.cost.elementwise import maximum, where
+from paraplan.specs.system import OPTIMIZER_BYTES_PER_PARAM
 from paraplan.step.block_terms import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
 
@@ -109,7 +110,7 @@ class StepInputs:
     kernel_overhead_s: Num = (
         0.0  # fixed launch/tail cost of one kernel (efficiency.kernel_overhead_s)
     )
-    optimizer_step_bytes: Num = 54.0  # optimizer-step HBM traffic per owned parameter (efficiency)
+    optimizer_step_bytes: Num = OPTIMIZER_BYTES_PER_PARAM  # per owned parameter (efficiency)
     host_step_s: Num = (
         0.0  # fixed host seconds of the optimizer step (cost.host.step_host_overhead_s)
     )

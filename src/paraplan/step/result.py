@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from paraplan.specs.fields import picked
 from paraplan.specs.plan_label import plan_text
 from paraplan.units import GiB
 
@@ -243,17 +244,9 @@ class Estimate:
 
     def to_dict(self, include_ops: bool = False) -> dict:
         first = self.first_stage
-        out = {
-            "model": self.model,
-            "system": self.system,
-            "plan": self.plan,
-            "step_time_s": self.step_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "model_tflops_per_gpu": self.model_tflops_per_gpu,
-            "model_flops_per_step": self.model_flops_per_step,
-            "hardware_flops_per_step": self.hardware_flops_per_step,
+        names = "model system plan step_time_s tokens_per_s mfu hfu model_tflops_per_gpu"
+        out = picked(self, names + " model_flops_per_step hardware_flops_per_step")
+        out |= {
             "breakdown": asdict(self.breakdown),
             "memory": {
                 "weights_and_optimizer_gib": first.weights_and_optimizer_bytes / GiB,

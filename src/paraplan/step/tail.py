@@ -33,12 +33,6 @@ from paraplan.step.inputs import (
 
 Num = Any  # float or numpy array, broadcastable
 
-# Optimizer-step HBM traffic per parameter on its owner, one pass per kernel of Megatron-LM's
-# mixed-precision step: zero the fp32 grad buffer (write 4), unscale + inf check (read 4, write 4),
-# gradient-norm for clipping (read 4), Adam (read grad, master, m, v: 16; write master, m, v: 12),
-# copy master to the half-precision weight (read 4, write 2) = 54 B (state sizes: ZeRO §3.1). The
-# default of efficiency.optimizer_step_bytes; a framework profile sets its own (cost.frameworks).
-OPTIMIZER_BYTES_PER_PARAM = 54.0
 # Gradient buckets of the data-parallel reduction: Megatron-Core DistributedDataParallelConfig
 # bucket_size default max(40M, 1M·dp) parameters ("larger DP sizes need larger buckets to ensure
 # collectives do not become latency-bound", megatron/core/distributed); each bucket is one call.

@@ -88,28 +88,50 @@ _UNIT_SHARES = ("mfu", "hfu")  # fractions of the peak: 0..1
 _NON_NEGATIVE = ("_s", "_gib", "_bytes", "_per_s", "_usd", "_days")  # key endings of amounts
 
 
-def _possible_numbers(value, key: str = "", depth: int = 0) -> bool:
-    """Every number in a journal record could have been written by run_point: finite (an integer
-    too, at most float range), a utilisation in 0..1, a time, size or rate (by its key's ending)
-    >= 0. A record that fails is searched again (issue 37: a journal line with ``mfu: 10**400``
-    reached sweep.json)."""
-    if depth > 32:
-        return False
+MAX_DEPTH = 32  # nesting a record may have (deeper is no record run_point wrote)
+_TOO_DEEP = object()
+
+
+def leaves(
+    value, key: str = "", path: str = "", depth: int = 0
+) -> Iterator[tuple[str, str, object]]:
+    """(path, key, leaf) of each value that is no dict, list or tuple, depth first (``key``: the
+    nearest dict key above it; ``path``: 'a.0.b'); ``_TOO_DEEP`` below MAX_DEPTH levels."""
+    if depth > MAX_DEPTH:
+        yield path, key, _TOO_DEEP
+        return
+    if isinstance(value, dict):
+        items = ((str(k), str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((key, str(i), v) for i, v in enumerate(value))
+    else:
+        yield path, key, value
+        return
+    for k, step, v in items:
+        yield from leaves(v, k, f"{path}.{step}" if path else step, depth + 1)
+
+
+def _possible(value, key: str) -> bool:
+    """A leaf run_point could have written: finite (an integer too, at most float range), a
+    utilisation in 0..1, a time, size or rate (by its key's ending) >= 0."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return True
-    if isinstance(value, (int, float)):
-        if not (isinstance(value, float) and math.isfinite(value)) and not (
-            isinstance(value, int) and abs(value) <= 2**1023
-        ):
-            return False
-        if key in _UNIT_SHARES and not 0.0 <= value <= 1.0:
-            return False
-        return value >= 0 or not key.endswith(_NON_NEGATIVE)
-    if isinstance(value, dict):
-        return all(_possible_numbers(v, str(k), depth + 1) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_possible_numbers(v, key, depth + 1) for v in value)
-    return False
+    if not isinstance(value, (int, float)):
+        return False
+    if not (isinstance(value, float) and math.isfinite(value)) and not (
+        isinstance(value, int) and abs(value) <= 2**1023
+    ):
+        return False
+    if key in _UNIT_SHARES and not 0.0 <= value <= 1.0:
+        return False
+    return value >= 0 or not key.endswith(_NON_NEGATIVE)
+
+
+def _possible_numbers(record) -> bool:
+    """Every number in a journal record could have been written by run_point (``_possible``). A
+    record that fails is searched again (issue 37: a journal line with ``mfu: 10**400`` reached
+    sweep.json)."""
+    return all(_possible(v, k) for _, k, v in leaves(record))
 
 
 def valid_record(record, task: dict, key: str) -> bool:

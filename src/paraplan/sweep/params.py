@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from paraplan.specs.errors import InputError
+from paraplan.specs.fields import get_in, set_in
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.units import UnitError
@@ -92,20 +93,6 @@ def _literal(text: str):
     return value if math.isfinite(value) else text
 
 
-def _set_in(data: dict, keys: list[str], value) -> None:
-    for key in keys[:-1]:
-        data = data[key]
-    data[keys[-1]] = value
-
-
-def _get_in(data: dict, keys: list[str]):
-    for key in keys:
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
-
-
 def _error_text(exc: ValidationError) -> str:
     err = exc.errors()[0]
     msg = str(err.get("msg", "invalid"))
@@ -129,9 +116,9 @@ def apply_overrides(
     )
     for path, value in overrides.items():
         if path.startswith(MODEL_PREFIX):
-            _set_in(model_data, path[len(MODEL_PREFIX) :].split("."), value)
+            set_in(model_data, path[len(MODEL_PREFIX) :].split("."), value)
         else:
-            _set_in(system_data, path.split("."), value)
+            set_in(system_data, path.split("."), value)
     try:
         new_model = ModelSpec.model_validate(model_data) if model_data is not None else model
     except ValidationError as exc:
@@ -246,8 +233,8 @@ def override_values(axes: list[SetAxis], combo: tuple[str, ...]) -> dict[str, ob
 def si_value(model: ModelSpec, system: SystemSpec, path: str):
     """The value of ``path`` in the (already overridden) specs, in SI units."""
     if path.startswith(MODEL_PREFIX):
-        return _get_in(model.model_dump(), path[len(MODEL_PREFIX) :].split("."))
-    return _get_in(system.model_dump(), path.split("."))
+        return get_in(model.model_dump(), path[len(MODEL_PREFIX) :].split("."))
+    return get_in(system.model_dump(), path.split("."))
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:

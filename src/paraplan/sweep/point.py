@@ -13,7 +13,7 @@ import math
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.sweep.journal import dumps
+from paraplan.sweep.journal import dumps, leaves
 from paraplan.sweep.schema import EMPTY_SUMMARY, PlanSummary
 from paraplan.units import GiB
 
@@ -42,20 +42,11 @@ def rounded(value):
     return value
 
 
-def _first_non_finite(value, path: str = "") -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return path or "value"
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, (list, tuple))
-        else ()
-    )
-    for k, v in items:
-        found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
-        if found:
-            return found
+def _first_non_finite(value) -> str | None:
+    """The path of the first non-finite float in a record (sweep.journal.leaves), or None."""
+    for path, _, leaf in leaves(value):
+        if isinstance(leaf, float) and not math.isfinite(leaf):
+            return path or "value"
     return None
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from paraplan.specs.fields import picked
+from paraplan.specs.plan import PLAN_COLUMNS
 from paraplan.step.result import BREAKDOWN_FIELDS
 from paraplan.step.result import MEMORY_PARTS as STAGE_MEMORY_PARTS
-from paraplan.specs.plan import PLAN_COLUMNS
 
 MEMORY_PARTS = tuple(part.key for part in STAGE_MEMORY_PARTS)
 
@@ -45,10 +46,7 @@ class PlanSummary:
         return cls(
             plan=plan.model_dump(),
             plan_label=plan_label(plan),
-            step_time_s=est.step_time_s,
-            tokens_per_s=est.tokens_per_s,
-            mfu=est.mfu,
-            hfu=est.hfu,
+            **picked(est, "step_time_s tokens_per_s mfu hfu"),
             global_batch=plan.global_batch,
             memory=memory,
             breakdown=asdict(est.breakdown),

@@ -54,6 +54,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from paraplan.specs.fields import picked
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -91,18 +92,8 @@ class ErrorBand:
         return f"{self.low_pct:+.1f}/{self.high_pct:+.1f} %" + ("" if self.validated else "*")
 
     def to_dict(self) -> dict:
-        return {
-            "low_s": self.low_s,
-            "high_s": self.high_s,
-            "low_pct": self.low_pct,
-            "high_pct": self.high_pct,
-            "coverage_pct": self.coverage_pct,
-            "basis": self.basis,
-            "pool_cases": self.pool_cases,
-            "prior": self.prior,
-            "validated": self.validated,
-            "extrapolated": list(self.extrapolated),
-        }
+        names = "low_s high_s low_pct high_pct coverage_pct basis pool_cases prior validated"
+        return picked(self, names) | {"extrapolated": list(self.extrapolated)}
 
 
 def conformal_range(

@@ -159,16 +159,23 @@ def rederived_residuals(stale: Iterable[Residual]) -> tuple[Residual, ...]:
     )
 
 
+def _stored() -> tuple[str | None, tuple[Residual, ...]] | None:
+    """(fingerprint, records) of the store when it exists and parses; else None."""
+    try:
+        document = json.loads(STORE.read_text(encoding="utf-8"))
+        records = tuple(Residual.from_dict(r) for r in document["residuals"])
+        return document.get("fingerprint"), records
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+
+
 def read_store(current_only: bool = True) -> tuple[Residual, ...] | None:
     """The stored records when the store exists, parses and (``current_only``) carries this package's
     fingerprint; else None."""
-    try:
-        document = json.loads(STORE.read_text(encoding="utf-8"))
-        if current_only and document.get("fingerprint") != package_fingerprint():
-            return None
-        return tuple(Residual.from_dict(r) for r in document["residuals"])
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+    stored = _stored()
+    if stored is None or (current_only and stored[0] != package_fingerprint()):
         return None
+    return stored[1]
 
 
 def stored_residuals() -> tuple[Residual, ...] | None:
@@ -178,11 +185,12 @@ def stored_residuals() -> tuple[Residual, ...] | None:
 
 @lru_cache(maxsize=1)
 def validation_residuals() -> tuple[Residual, ...]:
-    """The records: the store when current, else ``rederived_residuals`` of the stale store (module docstring)."""
-    stored = stored_residuals()
-    if stored is not None:
-        return stored
-    return rederived_residuals(read_store(current_only=False) or ())
+    """The records: the store when current, else ``rederived_residuals`` of the stale store (module
+    docstring); the store is read once."""
+    fingerprint, records = _stored() or (None, ())
+    if fingerprint == package_fingerprint():
+        return records
+    return rederived_residuals(records)
 
 
 def write_store() -> Path:

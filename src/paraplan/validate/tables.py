@@ -23,6 +23,7 @@ from paraplan.cost.compute import (
     grouped_gemm_time_s,
     memory_time_s,
 )
+from paraplan.specs.fields import with_fields
 from paraplan.specs.system import AcceleratorSpec, SystemSpec
 
 
@@ -44,84 +45,56 @@ def _res(file: str, what: str, pred, meas) -> TableResidual:
     )
 
 
-def _f(row: dict[str, str], key: str) -> float:
-    return float(row[key])
+def _loo(measured: list[kt.MeasuredRow], floor_s: float | None = None) -> tuple[list, list]:
+    """Leave-one-out predictions and the measured times, group by group (cost.kernel_tables.groups)."""
+    loo, times = [], []
+    for points, works, group_times in kt.groups(measured).values():
+        loo += kt.leave_one_out(points, works, group_times, floor_s)
+        times += group_times
+    return loo, times
 
 
-def _by(rows, key):
-    out: dict = {}
-    for r in rows:
-        out.setdefault(key(r), []).append(r)
-    return list(out.values())
-
-
-def _gemm(table: kt.KernelTable, acc: AcceleratorSpec, grouped: bool) -> list[TableResidual]:
-    kind = "grouped_gemm" if grouped else "gemm"
-    cols = ("experts", "tokens_per_expert", "k", "n") if grouped else ("m", "n", "k")
-    tcol = "loop_time_us" if grouped else "time_us"
-    file, rows = table.files[kind], table.rows[kind]
-    pred, loo, meas, loo_meas = [], [], [], []
-    for r in rows:
-        p = tuple(int(_f(r, c)) for c in cols)
-        work = 2.0 * math.prod(p)
-        dtype = r.get("dtype", "bf16")
+def _gemm(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
+    file = table.files[kind]
+    measured = kt.gemm_rows(table.rows[kind], table.name, file, kind)
+    pred = []
+    for r in measured:
+        p = tuple(int(x) for x in r.point)
         # the kernel's time: the cost function's less the step-level ramp it adds (cost.compute)
-        if grouped:
+        if kind == "grouped_gemm":
             ramps = math.ceil(p[0] / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
-            pred.append(grouped_gemm_time_s(work, (p[0], p[1], p[3], p[2]), acc, dtype) - ramps)
+            pred.append(grouped_gemm_time_s(r.work, (p[0], p[1], p[3], p[2]), acc, r.dtype) - ramps)
         else:
-            pred.append(gemm_time_s(work, (1, *p), acc, dtype) - acc.efficiency.gemm_ramp_s)
-        meas.append(_f(r, tcol) * 1e-6)
-    for group in _by(rows, lambda r: "bf16" if r.get("dtype") == "fp16" else r.get("dtype")):
-        pts = [tuple(_f(r, c) for c in cols) for r in group]
-        times = [_f(r, tcol) * 1e-6 for r in group]
-        loo += kt.leave_one_out(pts, [2.0 * math.prod(p) for p in pts], times)
-        loo_meas += times
-    label = "grouped GEMMs (per-expert loop)" if grouped else "GEMMs"
+            pred.append(gemm_time_s(r.work, (1, *p), acc, r.dtype) - acc.efficiency.gemm_ramp_s)
+    label = "grouped GEMMs (per-expert loop)" if kind == "grouped_gemm" else "GEMMs"
     return [
-        _res(file, f"{label}, attached table", pred, meas),
-        _res(file, f"{label}, table leave-one-out", loo, loo_meas),
+        _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
+        _res(file, f"{label}, table leave-one-out", *_loo(measured)),
     ]
 
 
 def _attention(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
     kernel = kind.split("_", 1)[1]
-    eff = acc.efficiency.model_copy(update={"attention_kernel": kernel})
-    acc_k = acc.model_copy(update={"efficiency": eff})
-    file, rows = table.files[kind], table.rows[kind]
-    pred, meas, loo, loo_meas = [], [], [], []
-    for r in rows:
-        b, h, s, d = (_f(r, c) for c in ("batch", "heads", "seq_len", "head_dim"))
-        causal, direction = _f(r, "causal") > 0, r.get("direction", "fwd")
-        work = kt.attention_work(b, h, s, d, causal, direction)
-        call = (int(s), int(s), int(d), causal)
-        pred.append(attention_time_s(work, 1.0, acc_k, r.get("dtype", "bf16"), call, direction))
-        meas.append(_f(r, "time_us") * 1e-6)
-    for group in _by(rows, lambda r: (r["head_dim"], r["causal"], r.get("direction", "fwd"))):
-        works = [
-            kt.attention_work(
-                *(_f(r, c) for c in ("batch", "heads", "seq_len", "head_dim")),
-                _f(r, "causal") > 0,
-                r.get("direction", "fwd"),
-            )
-            for r in group
-        ]
-        times = [_f(r, "time_us") * 1e-6 for r in group]
-        loo += kt.leave_one_out([(_f(r, "seq_len"),) for r in group], works, times, 0.0)
-        loo_meas += times
+    acc_k = with_fields(acc, {"efficiency.attention_kernel": kernel})
+    file = table.files[kind]
+    measured = kt.attention_rows(table.rows[kind], table.name, file)
+    pred = []
+    for r in measured:
+        (s,), (d, causal, direction) = r.point, r.group
+        call = (int(s), int(s), d, causal)
+        pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction))
     label = f"fused attention ({kernel})"
     return [
-        _res(file, f"{label}, attached table", pred, meas),
-        _res(file, f"{label}, table leave-one-out", loo, loo_meas),
+        _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
+        _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0)),
     ]
 
 
 def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
     file = table.files["memory"]
-    pairs = [(_f(r, "bytes"), _f(r, "time_us") * 1e-6) for r in table.rows["memory"]]
-    l2 = acc.l2_cache
-    hbm = [(b, t) for b, t in pairs if l2 is None or b > l2]
-    cached = [(b, t) for b, t in pairs if l2 is not None and b <= l2]
+    pairs = kt.memory_pairs(table.rows["memory"], f"{kt.FIELD}: {table.name}/{file}")
+    hbm = [(b, t) for b, t in pairs if not kt.l2_resident(b, acc.l2_cache)]
+    cached = [(b, t) for b, t in pairs if kt.l2_resident(b, acc.l2_cache)]
     floor = min(t for _, t in pairs)
     out = [
         _res(
@@ -159,8 +132,8 @@ def table_residuals(system: SystemSpec) -> list[TableResidual]:
     table = kt.load_table(acc.kernel_tables, acc.l2_cache)
     out: list[TableResidual] = []
     for kind in table.files:
-        if kind in ("gemm", "grouped_gemm"):
-            out += _gemm(table, acc, kind == "grouped_gemm")
+        if kind in kt.GEMM_COLUMNS:
+            out += _gemm(table, acc, kind)
         elif kind.startswith("attention_"):
             out += _attention(table, acc, kind)
         elif kind == "memory":
@@ -179,8 +152,7 @@ def shipped_table_residuals() -> dict[str, tuple[str, list[TableResidual]]]:
         for sys_name in system_names():
             system = load_system(sys_name)
             if system.accelerator.name in accs:
-                acc = system.accelerator.model_copy(update={"kernel_tables": name})
-                attached = system.model_copy(update={"accelerator": acc})
+                attached = with_fields(system, {"accelerator.kernel_tables": name})
                 out[name] = (sys_name, table_residuals(attached))
                 break
     return out
@@ -228,8 +200,7 @@ def with_tables(system: SystemSpec) -> SystemSpec | None:
     names = kt.tables_measured_on(system.accelerator.name)
     if not names or system.accelerator.kernel_tables:
         return None
-    acc = system.accelerator.model_copy(update={"kernel_tables": names[0]})
-    return SystemSpec.model_validate({**system.model_dump(), "accelerator": acc.model_dump()})
+    return with_fields(system, {"accelerator.kernel_tables": names[0]})
 
 
 def attached_step_errors(cases) -> dict[str, tuple[list[float], list[float]]]:

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from paraplan import api
 from paraplan.specs.errors import InputError
+from paraplan.sweep.params import parse_gpus
 from paraplan.web import params as page_params
 from paraplan.web.jobs import JobManager
 from paraplan.web.timeline import timeline
@@ -34,6 +35,7 @@ from paraplan.web.timeline import timeline
 STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css", "index.html": "text/html"}
 MAX_BODY = 1024 * 1024  # bytes of a request body (a pasted model or system is far smaller)
+MAX_PAGE_SWEEP = 32  # GPU counts one sweep of the page runs (the server runs one job at a time)
 EXPORT_SUFFIX = {"megatron": ".sh", "nemo": ".py", "torchtitan": ".toml", "deepspeed": ".json"}
 
 
@@ -121,12 +123,9 @@ async def start_sweep(request: Request) -> Response:
     data = await read_json(request)
     problem = await run_in_threadpool(page_params.parse, _params(data))
     text = str(data.get("gpus-list", ""))
-    try:
-        counts = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        counts = []
-    if not counts or len(counts) > 32 or min(counts) < 1:
-        raise page_params.error("gpus-list", f"{text!r} must list 1 to 32 positive GPU counts")
+    counts = page_params.flagged("gpus-list", parse_gpus, text)  # the sweep's --gpus forms
+    if len(counts) > MAX_PAGE_SWEEP:
+        raise page_params.error("gpus-list", f"{text!r} must list 1 to {MAX_PAGE_SWEEP} GPU counts")
     return JSONResponse(request.app.state.jobs.submit("sweep", problem, counts).public())
 
 

@@ -17,6 +17,7 @@ from typing import Any, get_args
 
 from paraplan import api
 from paraplan.catalog import suggestions
+from paraplan.io.options import parse_price, parse_tokens
 from paraplan.search.space import OBJECTIVES
 from paraplan.specs.errors import InputError
 from paraplan.specs.moe_plan import Dispatcher
@@ -38,7 +39,6 @@ SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
 INTS = {"gpus": (1, 2**20), "global-batch": (1, 2**24), "max-global-batch": (1, 2**24)}
 INTS |= {"seq-length": (1, 2**24), "top": (1, 100), "plan": (1, 100), "compare": (1, 100)}
 MAX_TEXT = 256 * 1024  # characters of a pasted model or system
-TOKEN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 # every option the page reads; anything else in the query is refused (a typo would otherwise be lost)
 KNOWN = {"model", "system", "model-text", "system-text", "objective", "dtype", "attention"}
 KNOWN |= {"framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS) | set(CHOICE_LISTS)
@@ -114,19 +114,13 @@ def _choice(params: dict, flag: str, allowed: tuple, default: str | None) -> str
     return value
 
 
-def tokens_of(text: str) -> float:
-    """'15T', '300B', '2e12' -> tokens; the --tokens error otherwise."""
-    raw = text.strip()
-    suffix = raw[-1].upper() if raw and raw[-1].isalpha() else ""
+def flagged(flag: str, parse, text: str):
+    """``parse(text)`` (paraplan.io.options), its error kept for option ``flag`` of the page."""
     try:
-        value = float(raw[: len(raw) - len(suffix)]) * TOKEN_SUFFIX[suffix]
-    except (ValueError, KeyError):
-        raise error(
-            "tokens", f"{text!r} is not a number of tokens; e.g. 15e12, 15T, 300B"
-        ) from None
-    if not 0 < value < float("inf"):
-        raise error("tokens", f"{text!r} must be a finite positive number of tokens")
-    return value
+        return parse(text)
+    except InputError as exc:
+        exc.flag = flag
+        raise
 
 
 def _spec(params: dict, kind: str, names: list[str]):
@@ -181,7 +175,7 @@ def parse(params: dict) -> Problem:
     if params.get("framework"):
         kwargs["framework"] = _choice(params, "framework", tuple(names["frameworks"]), None)
     if params.get("price"):
-        kwargs["price_per_gpu_hour"] = _price(params["price"])
+        kwargs["price_per_gpu_hour"] = flagged("price", parse_price, params["price"])
     for flag, name in INT_LISTS.items():
         if (values := _list(params, flag, None)) is not None:
             kwargs[name] = values
@@ -196,20 +190,8 @@ def parse(params: dict) -> Problem:
         system,
         gpus,
         kwargs,
-        tokens_of(params["tokens"]) if params.get("tokens") else None,
+        flagged("tokens", parse_tokens, params["tokens"]) if params.get("tokens") else None,
         _int(params, "plan") or 1,
         _int(params, "compare"),
         params.get("all") in ("1", "true", "on"),
     )
-
-
-def _price(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise error(
-            "price", f"{text!r} is not allowed; must be a positive number of USD per GPU-hour"
-        )
-    return value

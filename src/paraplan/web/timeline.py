@@ -17,6 +17,8 @@ priced by the estimator's formula (``bubble_s`` beside the drawing), not drawn.
 
 from __future__ import annotations
 
+from paraplan.specs.plan import PlanSpec
+
 MAX_OPS = (
     4096  # forward + backward passes drawn (a larger schedule is drawn for its first micro-batches)
 )
@@ -83,13 +85,12 @@ def _place(orders, pp: int, v: int, f: float, b: float) -> list[dict]:
     return bars
 
 
-def timeline(plan: dict, breakdown: dict) -> dict:
+def timeline(plan: PlanSpec | dict, breakdown: dict) -> dict:
     """The drawing of ``plan``'s schedule (module doc): ``bars`` (stage, kind, mb, chunk, start,
-    end in seconds), the drawn and the estimator's bubble, and whether the drawing is approximate."""
-    pp, dp = int(plan["pp"]), int(plan["dp"])
-    v = int(plan.get("vpp") or 1)
-    m = max(int(plan["global_batch"]) // (int(plan["micro_batch"]) * dp), 1)
-    schedule = str(plan.get("schedule") or ("interleaved" if v > 1 else "1f1b"))
+    end in seconds), the drawn and the estimator's bubble, and whether the drawing is approximate.
+    Micro-batches and the schedule are the plan's own (PlanSpec.microbatches, .pipeline_schedule)."""
+    spec = plan if isinstance(plan, PlanSpec) else PlanSpec.model_validate(plan)
+    pp, v, m, schedule = spec.pp, spec.vpp, max(spec.microbatches, 1), spec.pipeline_schedule
     f = breakdown["forward_s"] / m
     b = (breakdown["backward_s"] + breakdown["recompute_s"]) / m
     shown = m

@@ -42,11 +42,11 @@ class Aggregate:
             [colour, np.floor(np.log(step) / TIME_STEP), np.floor(memory / MEMORY_STEP_GIB)]
         ).astype(np.int64)
         self.plans += len(step)
-        counts = np.unique(keys, axis=1, return_counts=True)[1]  # cells in lexsort's order
         order = np.lexsort((objective, keys[2], keys[1], keys[0]))  # best objective first per cell
         sorted_keys = keys[:, order]
         starts = np.ones(len(order), dtype=bool)
         starts[1:] = np.any(sorted_keys[:, 1:] != sorted_keys[:, :-1], axis=0)
+        counts = np.diff(np.append(np.flatnonzero(starts), len(order)))  # plans per cell, one sort
         for i, n in zip(order[starts], counts):
             key = tuple(int(k) for k in keys[:, i])
             held = self.cells.get(key)

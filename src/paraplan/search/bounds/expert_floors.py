@@ -186,7 +186,7 @@ class KindFloors:
         return dict(self.kinds(shape))[name]
 
     def kinds(self, shape, cheap: bool = False) -> list[tuple[str, KindFloor]]:
-        """(name, its floor at the shape) of every block kind of the model, or with ``cheap`` its cheap floor (_cheap),
+        """(name, its floor at the shape) of every block kind of the model, or with ``cheap`` its cheap floor (_floor's ``cheap``),
         the shape at the first expert option and its cp_free_key found once for all of them (search.blocks.layer_floors,
         once per key and layer knob)."""
         model = self.problem.model
@@ -199,14 +199,7 @@ class KindFloors:
                 free = cp_free_key(first)
                 ring = ring_transfer_floor_s(model, self.problem.system, shape)
             key = free if core is not None else first
-            out.append(
-                (
-                    name,
-                    self._cheap(name, shape, core, first, key, ring)
-                    if cheap
-                    else self._floor(name, shape, core, first, key, ring),
-                )
-            )
+            out.append((name, self._floor(name, shape, core, first, key, ring, cheap)))
         return out
 
     def _first(self, shape):
@@ -221,9 +214,31 @@ class KindFloors:
         first,
         key,
         ring: tuple[float, float] | None = None,
+        cheap: bool = False,
     ) -> KindFloor:
         """__call__'s floor; ``first`` the shape at the first option, ``key`` its cp_free_key (the shape without core);
-        ``ring``: ring_transfer_floor_s at the shape (a kind with core attention adds ring_floor_s to its work)."""
+        ``ring``: ring_transfer_floor_s at the shape (a kind with core attention adds ring_floor_s to its work).
+
+        With ``cheap``, a floor of it that costs no expert option (search.run: the first bound of an MoE model's
+        blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops takes its
+        other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it, BlockKind.parts) and
+        its core attention costed as below, the routed experts' grouped GEMMs at expert_gemm_floor_s, no dispatch
+        and combine (>= 0), and ρ = 1 (no bubble floor leans on it: block_step_floor), and the K/V ring's floor
+        (ring_floor_s) when no expert-knob op is among the ops its recompute modules mark (their attention time is
+        then the same for every option); any other kind, and every kind when there is one expert option, the exact
+        floor (costed once either way)."""
+        found = (
+            self._cheap_rest(name, first, key, core) if cheap and len(self.experts) > 1 else None
+        )
+        if found is not None:
+            floor, attention = found
+            if not core:
+                return floor
+            extra = self._core(core, shape)
+            work = (
+                floor.work + extra.forward + extra.backward + ring_added_s(ring, attention, extra)
+            )
+            return KindFloor(work, floor.forward + extra.forward, 1.0)
         rest = self._rest(name, shape, first, key, core)
         if not core:  # nothing added per (cp, micro-batch): the rest's own floor
             return rest.floor
@@ -239,35 +254,6 @@ class KindFloors:
         )
         added += ring_added_s(ring, rest.attention, extra)
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
-
-    def _cheap(
-        self,
-        name: str,
-        shape,
-        core: tuple | None,
-        first,
-        key,
-        ring: tuple[float, float] | None = None,
-    ) -> KindFloor:
-        """A floor of the kind's _floor (same arguments) that costs no expert option (search.run: the first bound of an
-        MoE model's blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops
-        takes its other ops (BlockKind.expert_free_ops; an MTP module its layer's and the ops around it,
-        BlockKind.parts) and its core attention costed as in _floor, the routed experts' grouped GEMMs at
-        expert_gemm_floor_s, no dispatch and combine (>= 0), and ρ = 1 (no bubble floor leans on it:
-        block_step_floor), and the K/V ring's floor (ring_floor_s) when no expert-knob op is among the ops its recompute
-        modules mark (their attention time is then the same for every option); any other kind, and every kind when
-        there is one expert option, its _floor (costed once either way)."""
-        if len(self.experts) <= 1:
-            return self._floor(name, shape, core, first, key, ring)
-        found = self._cheap_rest(name, first, key, core)
-        if found is None:
-            return self._floor(name, shape, core, first, key, ring)
-        floor, attention = found
-        if not core:
-            return floor
-        extra = self._core(core, shape)
-        work = floor.work + extra.forward + extra.backward + ring_added_s(ring, attention, extra)
-        return KindFloor(work, floor.forward + extra.forward, 1.0)
 
     def _core(self, core: tuple, shape) -> BlockCompute:
         """The core attention's compute, costed once per core-ops tuple: the layer kinds of a shape share it
