@@ -458,6 +458,8 @@ def test_validate_json_format(capsys):
         assert key in summary, key
     assert set(summary["by_source"]) == {
         "gpu-steps-2026-11",
+        "hf-steps-2026-11",
+        "tiny-steps-2026-11",
         "korthikanti2022",
         "nemo-llama31-h100",
         "mbridge-dense",
