@@ -108,10 +108,13 @@ def gemm_time_s(
 def memory_time_s(
     bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, dtype: str = "bf16"
 ) -> float:
-    """max(bytes / (HBM bandwidth · hbm efficiency), FLOPs / peak vector FLOP/s) + kernel overhead
-    (roofline of an element-wise kernel; Williams et al. 2009)."""
+    """max(f · bytes / (HBM bandwidth · hbm efficiency), FLOPs / peak vector FLOP/s) + kernel overhead
+    (roofline of an element-wise kernel; Williams et al. 2009), or the measured table's time of a copy
+    moving f · bytes (cost.kernel_tables); f = efficiency.eager_traffic_factor, the eager stack's
+    traffic relative to the op graph's fused count (1 for fused stacks; cost.frameworks)."""
     if bytes_moved <= 0 and flops <= 0:
         return 0.0
+    bytes_moved = bytes_moved * acc.efficiency.eager_traffic_factor
     if acc.kernel_tables and bytes_moved > 0:
         measured = tables.memory_time_s(acc.kernel_tables, acc.l2_cache, bytes_moved)
         if measured is not None:  # measured copies (cost.kernel_tables): launch floor included

@@ -96,6 +96,14 @@ class EfficiencySpec(InputModel):
         "rate (default: Megatron-LM's mixed-precision step, step.tail.OPTIMIZER_BYTES_PER_PARAM); a "
         "framework profile sets its own (cost.frameworks.framework_system)",
     )
+    eager_traffic_factor: float = Field(
+        1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="HBM traffic of the op graph's memory-bound ops relative to their fused count, for a "
+        "stack that runs them as eager kernels (a framework profile sets it: cost.frameworks.framework_system); "
+        "applied to analytical and measured-table pricing alike (cost.compute.memory_time_s)",
+    )
     host_sync_s: Seconds = Field(
         0.0,
         description="GPU idle time per device-to-host synchronisation in the step (the launch queue drains and "
