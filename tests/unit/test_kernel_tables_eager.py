@@ -41,3 +41,98 @@ def test_an_eager_step_is_slower_than_the_same_step_fused_with_a_table_attached(
     t_eager = estimate(model, framework_system(eager, system), plan).step_time_s
     t_fused = estimate(model, framework_system(fused, system), plan).step_time_s
     assert t_eager > 1.02 * t_fused
+
+
+def _op(name, kernel, fwd_bytes=1e8, bwd_bytes=2e8):
+    from paraplan.graph.ops import Op
+
+    return Op(name, "memory", 0.0, fwd_bytes, 0.0, bwd_bytes, kernel=kernel)
+
+
+def test_the_kernels_table_is_read_and_prices_eager_ops_at_measured_shapes():
+    from paraplan.cost import kernel_tables as kt
+    from paraplan.cost.compute import op_times_s
+
+    table = kt.load_table(H100_TABLE)
+    assert {"rmsnorm_fwd", "swiglu_fwd_bwd", "cross_entropy_fp32_fwd_bwd"} <= set(table.kernels)
+    # a measured shape returns its own time (kernels.csv: rmsnorm_fwd 4096x4096 29.9077 us)
+    assert kt.kernel_time_s(H100_TABLE, None, "rmsnorm_fwd", (4096, 4096)) == pytest.approx(
+        29.9077e-6
+    )
+    system = attached(load_system("dgx-h100-80gb"))
+    acc = framework_system(load_framework("pytorch-eager-bf16"), system).accelerator
+    fwd, bwd = op_times_s(_op("input_norm", ("rmsnorm", 4096.0, 4096.0)), acc, "bf16")
+    assert fwd == pytest.approx(29.9077e-6)
+    leaf = (
+        6 * 4096 * 4096 / (acc.hbm_bandwidth * acc.efficiency.hbm)
+    )  # x.grad += dx in the benchmark
+    assert bwd == pytest.approx(153.6371e-6 - 29.9077e-6 - leaf)
+    # the loss: the measured fwd+bwd split 3 : 2 as the graph's bytes
+    ce = op_times_s(_op("cross_entropy", ("cross_entropy", 4096.0, 32000.0), 3e8, 2e8), acc, "bf16")
+    assert sum(ce) == pytest.approx(2492.0321e-6) and ce[0] == pytest.approx(1.5 * ce[1])
+    # AMP (pytorch-eager): the norm in fp32 (twice the bytes) and its output cast to bf16
+    amp = framework_system(load_framework("pytorch-eager"), system).accelerator
+    fwd32, _ = op_times_s(_op("input_norm", ("rmsnorm", 4096.0, 4096.0)), amp, "bf16")
+    assert fwd32 == pytest.approx(2 * 29.9077e-6 + 54.8739e-6)
+
+
+def test_fused_stacks_and_tables_without_kernels_keep_the_copy_pricing():
+    from paraplan.cost.compute import op_times_s
+
+    system = attached(load_system("dgx-h100-80gb"))
+    op = _op("input_norm", ("rmsnorm", 4096.0, 4096.0))
+    for name in ("megatron-core", "pytorch-compile"):
+        acc = framework_system(load_framework(name), system).accelerator
+        assert op_times_s(op, acc, "bf16") == (
+            memory_time_s(op.fwd_bytes, acc),
+            memory_time_s(op.bwd_bytes, acc),
+        )
+    # no table: the eager profile keeps the analytical form with its traffic factor
+    acc = framework_system(
+        load_framework("pytorch-eager"), load_system("dgx-h100-80gb")
+    ).accelerator
+    assert op_times_s(op, acc, "bf16")[0] == memory_time_s(op.fwd_bytes, acc)
+
+
+@pytest.mark.parametrize("framework", ["pytorch-eager", "pytorch-eager-bf16"])
+def test_an_eager_step_never_gets_faster_when_a_measured_kernel_gets_slower(tmp_path, framework):
+    import random
+    import shutil
+    from importlib import resources
+    from pathlib import Path
+
+    from paraplan.cost import kernel_tables as kt
+
+    rng = random.Random(32)
+    src = Path(str(resources.files("paraplan.catalog") / "kernels" / H100_TABLE))
+    fw = load_framework(framework)
+    plans = [
+        (load_model("gpt3-350m"), dict(micro_batch=8, seq_length=2048)),
+        (
+            load_model("llama3-8b").model_copy(update={"layers": 2}),
+            dict(micro_batch=1, seq_length=4096),
+        ),
+    ]
+    plans = [
+        (m, PlanSpec(gpus=1, global_batch=p["micro_batch"], dtype="bf16", **p)) for m, p in plans
+    ]
+    base = framework_system(fw, attached(load_system("dgx-h100-80gb")))
+    before = [estimate(m, base, p).step_time_s for m, p in plans]
+    lines = (src / "kernels.csv").read_text().splitlines()
+    for trial in range(6):
+        dst = tmp_path / f"t{trial}"
+        shutil.copytree(src, dst)
+        rows = set(range(1, len(lines))) if trial == 0 else {rng.randrange(1, len(lines))}
+        out = [
+            ",".join(c[:-1] + [repr(1.25 * float(c[-1]))]) if i in rows else ln
+            for i, ln in enumerate(lines)
+            for c in [ln.split(",")]
+        ]
+        (dst / "kernels.csv").write_text("\n".join(out) + "\n")
+        slow = framework_system(fw, attached(load_system("dgx-h100-80gb"), str(dst)))
+        after = [estimate(m, slow, p).step_time_s for m, p in plans]
+        for b, a in zip(before, after):
+            assert a >= b * (1 - 1e-12), (trial, b, a)
+        if trial == 0:
+            assert all(a > b * 1.01 for b, a in zip(before, after))
+    kt.clear_caches()

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
+from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
@@ -211,7 +212,9 @@ def host_sync_time_s(acc: AcceleratorSpec) -> float:
 
 
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
-    """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound."""
+    """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
+    stack's norms, activations, residual adds and loss from the measured kernels where the system's table
+    has them: cost.eager_kernels)."""
     if op.kind in ("gemm", "grouped_gemm"):
         assert op.gemm_shape is not None
         time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
@@ -229,6 +232,9 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, call, "fwd", exps)
         bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, call, "bwd", exps)
         return fwd, bwd
+    eager = eager_kernel_times_s(op, acc, dtype) if op.kernel is not None else None
+    if eager is not None:
+        return eager
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
         op.bwd_bytes, acc, op.bwd_flops, dtype
     )

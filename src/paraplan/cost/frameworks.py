@@ -10,7 +10,8 @@ The profile sets what differs by implementation and nothing else:
   (``cost.attention.kernel_relative_speed``, FlashAttention-3 paper Fig. 5);
 - eager element-wise ops: ``eager_traffic_factor`` (when not fused) set on the system's efficiency, the
   traffic multiplier cost.compute.memory_time_s applies to memory-bound ops in its analytical and its
-  measured-table branch alike;
+  measured-table branch alike; and ``eager_kernels``, the op roles priced from a measured kernels table
+  (cost.eager_kernels) where the system has one;
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
 - ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
@@ -56,6 +57,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
         eff["eager_traffic_factor"] = framework.eager_traffic_factor
+        eff["eager_kernels"] = dict(framework.eager_kernels)
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)

@@ -23,6 +23,11 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   (``accelerator.l2_cache``) runs from cache in a loop of identical copies, which a training step's
   kernels do not (their operands were written by other kernels in between). Cache-resident rows
   set only the per-kernel floor below.
+- named memory-bound kernels (``kernels``: op, shape ``ROWSxWIDTH`` or ``N``, time; norms, activations,
+  residual add, casts, cross-entropy, optimizer step as eager PyTorch runs them): per op, elements/s
+  over (log2 rows, log2 width) by the GEMM rule (inverse-distance weights, a measured shape returns
+  its own rate), or log-log linear over log2 N; cost.eager_kernels prices the op graph's eager ops
+  from them, with the copies' floor (below).
 
 Outside a table's range each coordinate is clamped to the nearest measured edge: the rate there is
 kept and the time scales with the work (time = work / rate). No GEMM or memory-bound kernel runs
@@ -112,6 +117,7 @@ class KernelTable:
     attention: dict[str, dict[tuple[int, bool, str], Scatter]]
     memory: Scatter | None
     memory_cache_rows: int
+    kernels: dict[str, Scatter]  # named memory-bound kernel -> elements/s over its shape
     files: dict[str, str]  # kind -> CSV file name
     rows: dict[str, list[dict[str, str]]]  # kind -> the CSV's rows (lower-case column names)
 
@@ -200,6 +206,32 @@ def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
     return {key: scatter(*g) for key, g in groups.items()}
 
 
+def _kernels(rows, ref, file) -> dict[str, Scatter]:
+    """Named kernels: elements/s per op over its shape (ROWSxWIDTH or N); floor 0 (the caller's)."""
+    groups: dict[str, tuple[list, list, list]] = {}
+    for i, row in enumerate(rows):
+        where = f"{FIELD}: {ref}/{file} row {i + 1}"
+        op, shape = row.get("op", ""), row.get("shape", "")
+        try:
+            point = tuple(float(x) for x in shape.lower().split("x"))
+        except ValueError:
+            point = ()
+        if not op or not point or not all(math.isfinite(x) and x > 0 for x in point):
+            raise InputError(f"{where}: needs an op and a shape ROWSxWIDTH or N, got {shape!r}")
+        g = groups.setdefault(op, ([], [], []))
+        if g[0] and len(g[0][0]) != len(point):
+            raise InputError(
+                f"{where}: shape {shape!r} has not the dimensions of {op}'s other rows"
+            )
+        g[0].append(point), g[1].append(math.prod(point))
+        g[2].append(_num(row, "time_us", where) * 1e-6)
+    out = {}
+    for op, g in groups.items():
+        rates = scatter(*g)
+        out[op] = Scatter(rates.coords, rates.log_rate, 0.0)
+    return out
+
+
 def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, int]:
     """HBM-resident rows (bytes > L2) as the rate; every row's time for the floor."""
     where = f"{FIELD}: {ref}/{file}"
@@ -256,9 +288,10 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
     memory, cached = (
         _memory(rows["memory"], ref, files["memory"], l2_bytes) if "memory" in rows else (None, 0)
     )
+    kernels = _kernels(rows["kernels"], ref, files["kernels"]) if "kernels" in rows else {}
     provenance = {k: v for k, v in meta.items() if k != "files"}
     return KernelTable(
-        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, files, rows
+        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, kernels, files, rows
     )
 
 
@@ -346,9 +379,26 @@ def memory_time_s(ref: str, l2: float | None, bytes_moved: float):
     return rates.time_s(bytes_moved, (bytes_moved,))
 
 
+@lru_cache(maxsize=65536)
+def kernel_time_s(ref: str, l2: float | None, op: str, shape: tuple[float, ...]):
+    """Measured time of the named kernel ``op`` (kernels.csv) on ``shape`` (rows, width) or (N,), with
+    no floor, or None where the table has no such kernel of that many dimensions."""
+    rates = load_table(ref, l2).kernels.get(op)
+    if rates is None or rates.coords.shape[1] != len(shape):
+        return None
+    return math.prod(shape) / rates.rate(shape)
+
+
 def clear_caches() -> None:
     """Forget read tables and cached lookups (a table folder was rewritten)."""
-    for f in (load_table, gemm_time_s, grouped_gemm_time_s, attention_time_s, memory_time_s):
+    for f in (
+        load_table,
+        gemm_time_s,
+        grouped_gemm_time_s,
+        attention_time_s,
+        memory_time_s,
+        kernel_time_s,
+    ):
         f.cache_clear()
 
 

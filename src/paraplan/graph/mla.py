@@ -21,6 +21,8 @@ from paraplan.graph.transformer import (
     _gemm,
     _memory,
     attention_ops,
+    norm_kernel,
+    residual_kernel,
     ulysses_collectives,
 )
 from paraplan.specs.model import ModelSpec
@@ -182,10 +184,18 @@ def attention_half_ops(
         else gqa_ops(model, shape, window, window_share)
     )
     return [
-        _memory("input_norm", 2 * ab * shape.sp_tokens * h),
+        _memory(
+            "input_norm",
+            2 * ab * shape.sp_tokens * h,
+            kernel=norm_kernel(model, shape.sp_tokens, h),
+        ),
         *core,
         _gemm("attention_projection", 1, shape.local_tokens, h, out_in / shape.tp),
-        _memory("attention_residual", (3 * ab + mask) * shape.sp_tokens * h),
+        _memory(
+            "attention_residual",
+            (3 * ab + mask) * shape.sp_tokens * h,
+            kernel=residual_kernel(model, shape.sp_tokens, h),
+        ),
     ]
 
 

@@ -139,7 +139,9 @@ def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) 
             model.hidden,
         ),
         _memory(
-            f"{prefix}_activation", ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2)
+            f"{prefix}_activation",
+            ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2),
+            kernel=(model.mlp, float(tokens), width / t),
         ),
         _gemm(f"{prefix}_out_projection", 1, tokens, model.hidden, width / t),
     ]

@@ -52,6 +52,9 @@ class Op(NamedTuple):
     causal_fraction: float = 1.0  # share of the score matrix actually computed (fused attention)
     # fused attention, one kernel call: (query tokens, key/value tokens, head dim, causal)
     attention_call: tuple[int, int, int, bool] | None = None
+    # a memory-bound op an eager stack runs as one measured kernel (cost.eager_kernels): (family: rmsnorm,
+    # layernorm, gelu, swiglu, add, dropout_add, cross_entropy; rows; width of the tensor it works on)
+    kernel: tuple[str, float, float] | None = None
 
 
 class Collective(NamedTuple):

@@ -141,11 +141,27 @@ FLOPS_PER_ELEMENT = {
 }
 
 
-def _memory(name: str, fwd_bytes: float, fwd_flops: float = 0.0) -> Op:
+def _memory(
+    name: str,
+    fwd_bytes: float,
+    fwd_flops: float = 0.0,
+    kernel: tuple[str, float, float] | None = None,
+) -> Op:
     """Element-wise / normalisation kernel: bound by HBM traffic (or by vector FLOP/s, roofline);
     backward reads saved inputs and incoming gradients and writes gradients, taken as 2× the
-    forward bytes and FLOPs (Calculon's convention for element-wise layers, Isaev et al. 2023, §3)."""
-    return Op(name, "memory", fwd_flops, fwd_bytes, 2.0 * fwd_flops, 2.0 * fwd_bytes)
+    forward bytes and FLOPs (Calculon's convention for element-wise layers, Isaev et al. 2023, §3).
+    ``kernel``: the measured eager kernel it is (Op.kernel), for stacks that run it unfused."""
+    return Op(name, "memory", fwd_flops, fwd_bytes, 2.0 * fwd_flops, 2.0 * fwd_bytes, kernel=kernel)
+
+
+def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
+    """Op.kernel of a norm over ``rows`` × ``width``: the model's norm (rmsnorm / layernorm)."""
+    return (model.norm, float(rows), float(width))
+
+
+def residual_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
+    """Op.kernel of a residual add (``dropout_add`` where the model has dropout before it)."""
+    return ("dropout_add" if model.has_dropout else "add", float(rows), float(width))
 
 
 def _norm_flops(model: ModelSpec, elements: float) -> float:
@@ -313,7 +329,12 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     mask = 1.0 if model.has_dropout else 0.0
     qkv_width = (model.q_width + 2 * model.kv_width) / t
     ops: list[Op] = [
-        _memory("input_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
+        _memory(
+            "input_norm",
+            2 * ab * sp_tokens * h,
+            _norm_flops(model, sp_tokens * h),
+            norm_kernel(model, sp_tokens, h),
+        ),
         _gemm("qkv_projection", 1, tokens, qkv_width, h),
     ]
     if not model.learned_positions:
@@ -328,19 +349,27 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
             "attention_residual",
             (3 * ab + mask) * sp_tokens * h,
             FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
+            residual_kernel(model, sp_tokens, h),
         ),
-        _memory("post_attention_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
+        _memory(
+            "post_attention_norm",
+            2 * ab * sp_tokens * h,
+            _norm_flops(model, sp_tokens * h),
+            norm_kernel(model, sp_tokens, h),
+        ),
         _gemm("mlp_in_projection", 1, tokens, model.mlp_input_projections * f / t, h),
         _memory(
             "mlp_activation",
             ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2),
             FLOPS_PER_ELEMENT[model.mlp] * tokens * f / t,
+            (model.mlp, float(tokens), f / t),
         ),
         _gemm("mlp_out_projection", 1, tokens, h, f / t),
         _memory(
             "mlp_residual",
             (3 * ab + mask) * sp_tokens * h,
             FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
+            residual_kernel(model, sp_tokens, h),
         ),
     ]
     if shape.dtype in LOW_PRECISION:
@@ -412,7 +441,10 @@ def lm_head_block(
     logits = tokens * model.vocab / t
     ops = (
         _memory(
-            "final_norm", 2 * ab * shape.sp_tokens * h, _norm_flops(model, shape.sp_tokens * h)
+            "final_norm",
+            2 * ab * shape.sp_tokens * h,
+            _norm_flops(model, shape.sp_tokens * h),
+            norm_kernel(model, shape.sp_tokens, h),
         ),
         _gemm("lm_head", 1, tokens, model.vocab / t, h),
         Op(
@@ -422,6 +454,7 @@ def lm_head_block(
             3 * 4.0 * logits,
             FLOPS_PER_ELEMENT["cross_entropy"] * logits,
             2 * 4.0 * logits,
+            kernel=("cross_entropy", float(tokens), model.vocab / t),
         ),
     )
     coll: list[Collective] = []

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from paraplan.specs.plan import CPAlgorithm, GradDtype, Zero3GatherUnit, Zero3ReduceUnit
 from paraplan.specs.strict import InputModel
-from paraplan.specs.system import Bytes
+from paraplan.specs.system import Bytes, EagerPrecision, EagerRole
 
 
 class FrameworkSpec(InputModel):
@@ -111,6 +111,12 @@ class FrameworkSpec(InputModel):
         1.0,
         ge=1.0,
         description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)",
+    )
+    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
+        default_factory=dict,
+        description="with fused_kernels false: the op roles (norm, activation, residual, loss) the stack runs "
+        "as one eager PyTorch kernel each and the precision each runs in; a system with a measured kernels "
+        "table prices them from it in place of eager_traffic_factor (cost.eager_kernels)",
     )
     optimizer_step_bytes: float | None = Field(
         None,
