@@ -136,3 +136,27 @@ def test_an_eager_step_never_gets_faster_when_a_measured_kernel_gets_slower(tmp_
         if trial == 0:
             assert all(a > b * 1.01 for b, a in zip(before, after))
     kt.clear_caches()
+
+
+def test_fp8_operand_casts_are_priced_as_transformer_engine_cast_transposes_with_a_table():
+    from paraplan.cost import kernel_tables as kt
+    from paraplan.cost.compute import op_times_s
+    from paraplan.graph.transformer import LayerShape, fp8_cast_op
+
+    model = load_model("llama3-8b")
+    shape = LayerShape(1, 1, 1, 8192, False, "flash", "fp8")
+    op = fp8_cast_op(model, shape)
+    family, rows, width = op.kernel
+    assert family == "fp8_cast" and rows * width * 3.0 == pytest.approx(op.fwd_bytes)
+    system = attached(load_system("dgx-h100-80gb"))
+    acc = framework_system(load_framework("megatron-core"), system).accelerator
+    fwd, bwd = op_times_s(op, acc, "fp8")
+    cast = kt.kernel_time_s(H100_TABLE, acc.l2_cache, "cast_bf16_fp32", (rows, width))
+    assert fwd == pytest.approx(cast * 4.0 / 6.0)  # read 2 B, write 1 B twice (with the transpose)
+    assert bwd > fwd  # the output gradients: more elements (q + 2kv, 2f)
+    # slower than the same bytes as a plain copy, faster than nothing; no table: the copy form
+    assert fwd > memory_time_s(op.fwd_bytes, acc)
+    bare = framework_system(load_framework("megatron-core"), load_system("dgx-h100-80gb"))
+    assert op_times_s(op, bare.accelerator, "fp8")[0] == memory_time_s(
+        op.fwd_bytes, bare.accelerator
+    )

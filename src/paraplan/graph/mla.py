@@ -14,15 +14,13 @@ tensor in :func:`attention_activation_bytes`.
 
 from __future__ import annotations
 
-from paraplan.graph.ops import Collective, Op
+from paraplan.graph.ops import Collective, Op, norm_kernel, residual_kernel
 from paraplan.graph.transformer import (
     FLASH_BACKWARD_FLOP_RATIO,
     LayerShape,
     _gemm,
     _memory,
     attention_ops,
-    norm_kernel,
-    residual_kernel,
     ulysses_collectives,
 )
 from paraplan.specs.model import ModelSpec

@@ -282,4 +282,12 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape, rows: float, moe: bool) -> 
             elems += tokens * shared_width(model) / t
     else:
         elems += tokens * model.ffn_hidden / t
-    return Op("fp8_casts", "memory", 0.0, 3.0 * elems, 0.0, 3.0 * elems)
+    return Op(
+        "fp8_casts",
+        "memory",
+        0.0,
+        3.0 * elems,
+        0.0,
+        3.0 * elems,
+        kernel=("fp8_cast", float(tokens), elems / tokens),
+    )

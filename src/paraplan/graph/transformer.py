@@ -13,7 +13,15 @@ from __future__ import annotations
 from typing import NamedTuple
 from functools import lru_cache
 
-from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
+from paraplan.graph.ops import (
+    Collective,
+    ExpertShape,
+    LayerGraph,
+    Op,
+    mark_recomputed,
+    norm_kernel,
+    residual_kernel,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
 
@@ -141,27 +149,12 @@ FLOPS_PER_ELEMENT = {
 }
 
 
-def _memory(
-    name: str,
-    fwd_bytes: float,
-    fwd_flops: float = 0.0,
-    kernel: tuple[str, float, float] | None = None,
-) -> Op:
+def _memory(name: str, fwd_bytes: float, fwd_flops: float = 0.0, kernel: tuple | None = None) -> Op:
     """Element-wise / normalisation kernel: bound by HBM traffic (or by vector FLOP/s, roofline);
     backward reads saved inputs and incoming gradients and writes gradients, taken as 2× the
     forward bytes and FLOPs (Calculon's convention for element-wise layers, Isaev et al. 2023, §3).
     ``kernel``: the measured eager kernel it is (Op.kernel), for stacks that run it unfused."""
     return Op(name, "memory", fwd_flops, fwd_bytes, 2.0 * fwd_flops, 2.0 * fwd_bytes, kernel=kernel)
-
-
-def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
-    """Op.kernel of a norm over ``rows`` × ``width``: the model's norm (rmsnorm / layernorm)."""
-    return (model.norm, float(rows), float(width))
-
-
-def residual_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
-    """Op.kernel of a residual add (``dropout_add`` where the model has dropout before it)."""
-    return ("dropout_add" if model.has_dropout else "add", float(rows), float(width))
 
 
 def _norm_flops(model: ModelSpec, elements: float) -> float:
@@ -314,7 +307,9 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
         (model.q_width + 2 * model.kv_width) / t + h + model.mlp_input_projections * f / t + h
     )
     per_elem = 2.0 + QUANTISED_INPUT_BYTES.get(shape.dtype, 1.0)
-    return Op("fp8_casts", "memory", 0.0, per_elem * fwd_elems, 0.0, per_elem * bwd_elems)
+    kernel = ("fp8_cast", float(tokens), fwd_elems / tokens)
+    fwd, bwd = per_elem * fwd_elems, per_elem * bwd_elems
+    return Op("fp8_casts", "memory", 0.0, fwd, 0.0, bwd, kernel=kernel)
 
 
 @lru_cache(maxsize=4096)
