@@ -27,7 +27,9 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   residual add, casts, cross-entropy, optimizer step as eager PyTorch runs them): per op, elements/s
   over (log2 rows, log2 width) by the GEMM rule (inverse-distance weights, a measured shape returns
   its own rate), or log-log linear over log2 N; cost.eager_kernels prices the op graph's eager ops
-  from them, with the copies' floor (below).
+  from them, with the copies' floor (below). ``fp8_kernels`` (op, tokens, width, time: the
+  quantisation kernels of a tensor-wise fp8 recipe around a GEMM operand) joins them, op names
+  prefixed ``fp8_``.
 
 Outside a table's range each coordinate is clamped to the nearest measured edge: the rate there is
 kept and the time scales with the work (time = work / rate). No GEMM or memory-bound kernel runs
@@ -66,6 +68,7 @@ TABLE_KINDS = (
     "attention_cudnn",
     "memory",
     "kernels",
+    "fp8_kernels",
 )
 FIELD = "accelerator.kernel_tables"
 
@@ -206,12 +209,14 @@ def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
     return {key: scatter(*g) for key, g in groups.items()}
 
 
-def _kernels(rows, ref, file) -> dict[str, Scatter]:
-    """Named kernels: elements/s per op over its shape (ROWSxWIDTH or N); floor 0 (the caller's)."""
+def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
+    """Named kernels: elements/s per op over its shape (``shape`` ROWSxWIDTH or N, or ``tokens`` and
+    ``width`` columns), op names prefixed by ``prefix``; floor 0 (the caller's)."""
     groups: dict[str, tuple[list, list, list]] = {}
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
-        op, shape = row.get("op", ""), row.get("shape", "")
+        op = prefix + row["op"] if row.get("op") else ""
+        shape = row.get("shape") or f"{row.get('tokens', '')}x{row.get('width', '')}"
         try:
             point = tuple(float(x) for x in shape.lower().split("x"))
         except ValueError:
@@ -289,6 +294,8 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         _memory(rows["memory"], ref, files["memory"], l2_bytes) if "memory" in rows else (None, 0)
     )
     kernels = _kernels(rows["kernels"], ref, files["kernels"]) if "kernels" in rows else {}
+    if "fp8_kernels" in rows:
+        kernels |= _kernels(rows["fp8_kernels"], ref, files["fp8_kernels"], "fp8_")
     provenance = {k: v for k, v in meta.items() if k != "files"}
     return KernelTable(
         ref, str(folder), provenance, gemm, grouped, attention, memory, cached, kernels, files, rows
