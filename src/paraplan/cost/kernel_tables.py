@@ -209,6 +209,17 @@ def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
     return {key: scatter(*g) for key, g in groups.items()}
 
 
+def kernel_row_shape(row: dict[str, str]) -> tuple[str, tuple[float, ...]]:
+    """(the shape as written, its coordinates) of a kernels / fp8_kernels row: ``shape`` ROWSxWIDTH or N,
+    or the ``tokens`` and ``width`` columns; () where that is not a shape of finite positive numbers."""
+    shape = row.get("shape") or f"{row.get('tokens', '')}x{row.get('width', '')}"
+    try:
+        point = tuple(float(x) for x in shape.lower().split("x"))
+    except ValueError:
+        return shape, ()
+    return shape, point if all(math.isfinite(x) and x > 0 for x in point) else ()
+
+
 def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
     """Named kernels: elements/s per op over its shape (``shape`` ROWSxWIDTH or N, or ``tokens`` and
     ``width`` columns), op names prefixed by ``prefix``; floor 0 (the caller's)."""
@@ -216,12 +227,8 @@ def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
         op = prefix + row["op"] if row.get("op") else ""
-        shape = row.get("shape") or f"{row.get('tokens', '')}x{row.get('width', '')}"
-        try:
-            point = tuple(float(x) for x in shape.lower().split("x"))
-        except ValueError:
-            point = ()
-        if not op or not point or not all(math.isfinite(x) and x > 0 for x in point):
+        shape, point = kernel_row_shape(row)
+        if not op or not point:
             raise InputError(f"{where}: needs an op and a shape ROWSxWIDTH or N, got {shape!r}")
         g = groups.setdefault(op, ([], [], []))
         if g[0] and len(g[0][0]) != len(point):

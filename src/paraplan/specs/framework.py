@@ -110,7 +110,8 @@ class FrameworkSpec(InputModel):
     eager_traffic_factor: float = Field(
         1.0,
         ge=1.0,
-        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)",
+        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused; with a "
+        "measured kernels table, only for the ops eager_kernels does not price)",
     )
     eager_kernels: dict[EagerRole, EagerPrecision] = Field(
         default_factory=dict,
