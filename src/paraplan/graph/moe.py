@@ -47,13 +47,13 @@ from paraplan.graph.ops import (
     LayerGraph,
     Op,
     mark_recomputed,
-    norm_kernel,
 )
 from paraplan.graph.transformer import (
     LayerShape,
     _gemm,
     _memory,
     lm_head_block,
+    norm_kernel,
     with_expert,
 )
 from paraplan.specs.model import ModelSpec

@@ -315,4 +315,5 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         flag,
         op.causal_fraction,
         op.attention_call,
+        op.kernel,
     )

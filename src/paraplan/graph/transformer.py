@@ -13,15 +13,8 @@ from __future__ import annotations
 from typing import NamedTuple
 from functools import lru_cache
 
-from paraplan.graph.ops import (
-    Collective,
-    ExpertShape,
-    LayerGraph,
-    Op,
-    mark_recomputed,
-    norm_kernel,
-    residual_kernel,
-)
+from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
+from paraplan.graph.ops import norm_kernel, residual_kernel
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
 
