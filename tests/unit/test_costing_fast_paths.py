@@ -45,7 +45,19 @@ def test_weight_tensor_stats_equal_the_separate_walks(name):
 
 def test_recompute_flag_copy_equals_replace():
     """_with_recompute_flag copies every field of Op (a field added to Op must be added there too)."""
-    op = Op("x", "gemm", 1.0, 2.0, 3.0, 4.0, (1, 2, 3, 4), False, 0.5, (8, 8, 64, True))
+    op = Op(
+        "x",
+        "gemm",
+        1.0,
+        2.0,
+        3.0,
+        4.0,
+        (1, 2, 3, 4),
+        False,
+        0.5,
+        (8, 8, 64, True),
+        ("add", 2.0, 4.0),
+    )
     assert set(Op._fields) == {
         "name",
         "kind",
@@ -57,6 +69,7 @@ def test_recompute_flag_copy_equals_replace():
         "selective_recompute",
         "causal_fraction",
         "attention_call",
+        "kernel",
     }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)

@@ -85,7 +85,8 @@ def test_apply_framework():
     assert eff.attention == pytest.approx(
         h100.accelerator.efficiency.attention * kernel_relative_speed("fa2", "cudnn", "hopper")
     )
-    assert eff.hbm == pytest.approx(h100.accelerator.efficiency.hbm / 2.0)  # eager element-wise ops
+    assert eff.eager_traffic_factor == 2.0  # eager element-wise ops' traffic (cost.compute)
+    assert eff.hbm == h100.accelerator.efficiency.hbm
     assert system.accelerator.reserved_memory == pytest.approx((0.5 + 1.0 + 0.05 * 80) * 2**30)
     # the calibration profile changes nothing that the visible H100 set was fitted with but the host model's
     # inputs (cost.host: its launch and synchronisation times), that it pads its vocabulary

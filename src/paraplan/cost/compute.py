@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
+from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.graph.ops import Op
@@ -113,10 +114,13 @@ def gemm_time_s(
 def memory_time_s(
     bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, dtype: str = "bf16"
 ) -> float:
-    """max(bytes / (HBM bandwidth · hbm efficiency), FLOPs / peak vector FLOP/s) + kernel overhead
-    (roofline of an element-wise kernel; Williams et al. 2009)."""
+    """max(f · bytes / (HBM bandwidth · hbm efficiency), FLOPs / peak vector FLOP/s) + kernel overhead
+    (roofline of an element-wise kernel; Williams et al. 2009), or the measured table's time of a copy
+    moving f · bytes (cost.kernel_tables); f = efficiency.eager_traffic_factor, the eager stack's
+    traffic relative to the op graph's fused count (1 for fused stacks; cost.frameworks)."""
     if bytes_moved <= 0 and flops <= 0:
         return 0.0
+    bytes_moved = bytes_moved * acc.efficiency.eager_traffic_factor
     if acc.kernel_tables and bytes_moved > 0:
         measured = tables.memory_time_s(acc.kernel_tables, acc.l2_cache, bytes_moved)
         if measured is not None:  # measured copies (cost.kernel_tables): launch floor included
@@ -206,7 +210,9 @@ def grouped_gemm_time_s(
 
 
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
-    """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound."""
+    """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
+    stack's norms, activations, residual adds and loss from the measured kernels where the system's table
+    has them: cost.eager_kernels)."""
     if op.kind in ("gemm", "grouped_gemm"):
         assert op.gemm_shape is not None
         time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
@@ -226,6 +232,9 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, call, "fwd", exps)
         bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, call, "bwd", exps)
         return fwd, bwd
+    eager = eager_kernel_times_s(op, acc, dtype) if op.kernel is not None else None
+    if eager is not None:
+        return eager
     return memory_time_s(op.fwd_bytes, acc, op.fwd_flops, dtype), memory_time_s(
         op.bwd_bytes, acc, op.bwd_flops, dtype
     )

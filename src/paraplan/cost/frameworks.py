@@ -8,7 +8,10 @@ The profile sets what differs by implementation and nothing else:
 - the attention kernel: the catalog's ``efficiency.attention`` refers to its ``attention_kernel``;
   the profile's kernel scales it by the ratio of kernel plateaus
   (``cost.attention.kernel_relative_speed``, FlashAttention-3 paper Fig. 5);
-- eager element-wise ops: HBM efficiency divided by ``eager_traffic_factor`` when not fused;
+- eager element-wise ops: ``eager_traffic_factor`` (when not fused) set on the system's efficiency, the
+  traffic multiplier cost.compute.memory_time_s applies to memory-bound ops in its analytical and its
+  measured-table branch alike; and ``eager_kernels``, the op roles priced from a measured kernels table
+  (cost.eager_kernels) where the system has one;
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
 - the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
@@ -44,8 +47,8 @@ def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any])
 
 
 def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec:
-    """The system as this framework uses it: attention kernel, eager-op HBM traffic, the runtime's own
-    costs (cost.runtimes), runtime memory reserve."""
+    """The system as this framework uses it: attention kernel, eager-op HBM traffic factor and eager
+    kernels, the runtime's own costs (cost.runtimes), the host model's inputs, runtime memory reserve."""
     data = system.model_dump()
     acc = data["accelerator"]
     eff = acc["efficiency"]
@@ -57,7 +60,8 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     )
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
-        eff["hbm"] = eff["hbm"] / framework.eager_traffic_factor
+        eff["eager_traffic_factor"] = framework.eager_traffic_factor
+        eff["eager_kernels"] = dict(framework.eager_kernels)
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary
@@ -68,12 +72,11 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
 
 
 def optimizer_step_bytes(framework: FrameworkSpec) -> float:
-    """The profile's optimizer traffic per parameter at the system's element-wise rate: B / f for an
-    eager stack (f = eager_traffic_factor divides that rate, but a fused optimizer kernel such as
-    torch.optim.AdamW(fused=True) streams at the plain HBM rate), B for a fused one."""
+    """The profile's optimizer traffic per parameter, B, at the plain HBM rate (step.tail): one fused
+    optimizer kernel such as torch.optim.AdamW(fused=True) streams at that rate, so the eager traffic
+    factor of the element-wise ops (cost.compute.memory_time_s) does not apply to it."""
     assert framework.optimizer_step_bytes is not None
-    factor = 1.0 if framework.fused_kernels else framework.eager_traffic_factor
-    return framework.optimizer_step_bytes / factor
+    return framework.optimizer_step_bytes
 
 
 def host_fields(framework: FrameworkSpec) -> dict[str, Any]:

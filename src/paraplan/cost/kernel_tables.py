@@ -23,6 +23,13 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   (``accelerator.l2_cache``) runs from cache in a loop of identical copies, which a training step's
   kernels do not (their operands were written by other kernels in between). Cache-resident rows
   set only the per-kernel floor below.
+- named memory-bound kernels (``kernels``: op, shape ``ROWSxWIDTH`` or ``N``, time; norms, activations,
+  residual add, casts, cross-entropy, optimizer step as eager PyTorch runs them): per op, elements/s
+  over (log2 rows, log2 width) by the GEMM rule (inverse-distance weights, a measured shape returns
+  its own rate), or log-log linear over log2 N; cost.eager_kernels prices the op graph's eager ops
+  from them, with the copies' floor (below). ``fp8_kernels`` (op, tokens, width, time: the
+  quantisation kernels of a tensor-wise fp8 recipe around a GEMM operand) joins them, op names
+  prefixed ``fp8_``.
 
 Outside a table's range each coordinate is clamped to the nearest measured edge: the rate there is
 kept and the time scales with the work (time = work / rate). No GEMM or memory-bound kernel runs
@@ -61,6 +68,7 @@ TABLE_KINDS = (
     "attention_cudnn",
     "memory",
     "kernels",
+    "fp8_kernels",
 )
 FIELD = "accelerator.kernel_tables"
 
@@ -112,6 +120,7 @@ class KernelTable:
     attention: dict[str, dict[tuple[int, bool, str], Scatter]]
     memory: Scatter | None
     memory_cache_rows: int
+    kernels: dict[str, Scatter]  # named memory-bound kernel -> elements/s over its shape
     files: dict[str, str]  # kind -> CSV file name
     rows: dict[str, list[dict[str, str]]]  # kind -> the CSV's rows (lower-case column names)
 
@@ -268,6 +277,41 @@ def memory_pairs(rows, where: str) -> list[tuple[float, float]]:
     return [(csv_number(r, "bytes", where), csv_number(r, "time_us", where) * 1e-6) for r in rows]
 
 
+def kernel_row_shape(row: dict[str, str]) -> tuple[str, tuple[float, ...]]:
+    """(the shape as written, its coordinates) of a kernels / fp8_kernels row: ``shape`` ROWSxWIDTH or N,
+    or the ``tokens`` and ``width`` columns; () where that is not a shape of finite positive numbers."""
+    shape = row.get("shape") or f"{row.get('tokens', '')}x{row.get('width', '')}"
+    try:
+        point = tuple(float(x) for x in shape.lower().split("x"))
+    except ValueError:
+        return shape, ()
+    return shape, point if all(math.isfinite(x) and x > 0 for x in point) else ()
+
+
+def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
+    """Named kernels: elements/s per op over its shape (``shape`` ROWSxWIDTH or N, or ``tokens`` and
+    ``width`` columns), op names prefixed by ``prefix``; floor 0 (the caller's)."""
+    groups: dict[str, tuple[list, list, list]] = {}
+    for i, row in enumerate(rows):
+        where = f"{FIELD}: {ref}/{file} row {i + 1}"
+        op = prefix + row["op"] if row.get("op") else ""
+        shape, point = kernel_row_shape(row)
+        if not op or not point:
+            raise InputError(f"{where}: needs an op and a shape ROWSxWIDTH or N, got {shape!r}")
+        g = groups.setdefault(op, ([], [], []))
+        if g[0] and len(g[0][0]) != len(point):
+            raise InputError(
+                f"{where}: shape {shape!r} has not the dimensions of {op}'s other rows"
+            )
+        g[0].append(point), g[1].append(math.prod(point))
+        g[2].append(_num(row, "time_us", where) * 1e-6)
+    out = {}
+    for op, g in groups.items():
+        rates = scatter(*g)
+        out[op] = Scatter(rates.coords, rates.log_rate, 0.0)
+    return out
+
+
 def _memory(rows, ref, file, l2_bytes: float | None) -> tuple[Scatter | None, int]:
     """HBM-resident rows (not l2_resident) as the rate; every row's time for the floor."""
     pairs = memory_pairs(rows, f"{FIELD}: {ref}/{file}")
@@ -311,9 +355,12 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
     memory, cached = (
         _memory(rows["memory"], ref, files["memory"], l2_bytes) if "memory" in rows else (None, 0)
     )
+    kernels = _kernels(rows["kernels"], ref, files["kernels"]) if "kernels" in rows else {}
+    if "fp8_kernels" in rows:
+        kernels |= _kernels(rows["fp8_kernels"], ref, files["fp8_kernels"], "fp8_")
     provenance = {k: v for k, v in meta.items() if k != "files"}
     return KernelTable(
-        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, files, rows
+        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, kernels, files, rows
     )
 
 
@@ -401,9 +448,26 @@ def memory_time_s(ref: str, l2: float | None, bytes_moved: float):
     return rates.time_s(bytes_moved, (bytes_moved,))
 
 
+@lru_cache(maxsize=65536)
+def kernel_time_s(ref: str, l2: float | None, op: str, shape: tuple[float, ...]):
+    """Measured time of the named kernel ``op`` (kernels.csv) on ``shape`` (rows, width) or (N,), with
+    no floor, or None where the table has no such kernel of that many dimensions."""
+    rates = load_table(ref, l2).kernels.get(op)
+    if rates is None or rates.coords.shape[1] != len(shape):
+        return None
+    return math.prod(shape) / rates.rate(shape)
+
+
 def clear_caches() -> None:
     """Forget read tables and cached lookups (a table folder was rewritten)."""
-    for f in (load_table, gemm_time_s, grouped_gemm_time_s, attention_time_s, memory_time_s):
+    for f in (
+        load_table,
+        gemm_time_s,
+        grouped_gemm_time_s,
+        attention_time_s,
+        memory_time_s,
+        kernel_time_s,
+    ):
         f.cache_clear()
 
 

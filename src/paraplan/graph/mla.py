@@ -14,7 +14,7 @@ tensor in :func:`attention_activation_bytes`.
 
 from __future__ import annotations
 
-from paraplan.graph.ops import Collective, Op
+from paraplan.graph.ops import Collective, Op, norm_kernel, residual_kernel
 from paraplan.graph.transformer import (
     FLASH_BACKWARD_FLOP_RATIO,
     LayerShape,
@@ -178,10 +178,18 @@ def attention_half_ops(
         else gqa_ops(model, shape, window, window_share)
     )
     return [
-        _memory("input_norm", 2 * ab * shape.sp_tokens * h),
+        _memory(
+            "input_norm",
+            2 * ab * shape.sp_tokens * h,
+            kernel=norm_kernel(model, shape.sp_tokens, h),
+        ),
         *core,
         _gemm("attention_projection", 1, shape.local_tokens, h, out_in / shape.tp),
-        _memory("attention_residual", (3 * ab + mask) * shape.sp_tokens * h),
+        _memory(
+            "attention_residual",
+            (3 * ab + mask) * shape.sp_tokens * h,
+            kernel=residual_kernel(model, shape.sp_tokens, h),
+        ),
     ]
 
 

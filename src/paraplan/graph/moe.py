@@ -48,7 +48,14 @@ from paraplan.graph.ops import (
     Op,
     mark_recomputed,
 )
-from paraplan.graph.transformer import LayerShape, _gemm, _memory, lm_head_block, with_expert
+from paraplan.graph.transformer import (
+    LayerShape,
+    _gemm,
+    _memory,
+    lm_head_block,
+    norm_kernel,
+    with_expert,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import (
     attention_params,
@@ -148,7 +155,10 @@ def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
     the attention half's collectives; the shared experts' or dense MLP's TP collectives)."""
     h, ab, modules = model.hidden, shape.act_bytes, shape.recompute_modules
     before = attention_half_ops(model, shape, *layer_window(model))
-    before.append(_memory("post_attention_norm", 2 * ab * shape.sp_tokens * h))
+    rows = shape.sp_tokens
+    before.append(
+        _memory("post_attention_norm", 2 * ab * rows * h, kernel=norm_kernel(model, rows, h))
+    )
     after, after_coll = [], []
     if moe:
         before += router_ops(model, shape)
@@ -158,7 +168,7 @@ def _expert_free_parts(model: ModelSpec, shape: LayerShape, moe: bool) -> tuple:
     else:
         after += dense_mlp_ops(model, shape, model.ffn_hidden, "mlp")
         after_coll += mlp_tp_collectives(shape, h, "mlp")
-    after.append(_memory("mlp_residual", 3 * ab * shape.sp_tokens * h))
+    after.append(_memory("mlp_residual", 3 * ab * rows * h, kernel=("add", rows, float(h))))
     return (
         mark_recomputed(before, modules),
         mark_recomputed(after, modules),

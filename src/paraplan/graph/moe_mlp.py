@@ -139,7 +139,9 @@ def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) 
             model.hidden,
         ),
         _memory(
-            f"{prefix}_activation", ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2)
+            f"{prefix}_activation",
+            ab * tokens * width / t * (3 if model.mlp == "swiglu" else 2),
+            kernel=(model.mlp, float(tokens), width / t),
         ),
         _gemm(f"{prefix}_out_projection", 1, tokens, model.hidden, width / t),
     ]
@@ -280,4 +282,12 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape, rows: float, moe: bool) -> 
             elems += tokens * shared_width(model) / t
     else:
         elems += tokens * model.ffn_hidden / t
-    return Op("fp8_casts", "memory", 0.0, 3.0 * elems, 0.0, 3.0 * elems)
+    return Op(
+        "fp8_casts",
+        "memory",
+        0.0,
+        3.0 * elems,
+        0.0,
+        3.0 * elems,
+        kernel=("fp8_cast", float(tokens), elems / tokens),
+    )

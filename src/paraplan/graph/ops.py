@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
+from paraplan.specs.model import ModelSpec
+
 OpKind = Literal["gemm", "grouped_gemm", "attention", "memory", "host_sync"]
 CollectiveKind = Literal[
     "all_reduce",
@@ -52,6 +54,19 @@ class Op(NamedTuple):
     causal_fraction: float = 1.0  # share of the score matrix actually computed (fused attention)
     # fused attention, one kernel call: (query tokens, key/value tokens, head dim, causal)
     attention_call: tuple[int, int, int, bool] | None = None
+    # a memory-bound op an eager stack runs as one measured kernel (cost.eager_kernels): (family: rmsnorm,
+    # layernorm, gelu, swiglu, add, dropout_add, cross_entropy; rows; width of the tensor it works on)
+    kernel: tuple[str, float, float] | None = None
+
+
+def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
+    """Op.kernel of a norm over ``rows`` × ``width``: the model's norm (rmsnorm / layernorm)."""
+    return (model.norm, float(rows), float(width))
+
+
+def residual_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
+    """Op.kernel of a residual add (``dropout_add`` where the model has dropout before it)."""
+    return ("dropout_add" if model.has_dropout else "add", float(rows), float(width))
 
 
 class Collective(NamedTuple):
@@ -263,4 +278,5 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         flag,
         op.causal_fraction,
         op.attention_call,
+        op.kernel,
     )

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
+from paraplan.graph.ops import norm_kernel, residual_kernel
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -142,11 +143,12 @@ FLOPS_PER_ELEMENT = {
 }
 
 
-def _memory(name: str, fwd_bytes: float, fwd_flops: float = 0.0) -> Op:
+def _memory(name: str, fwd_bytes: float, fwd_flops: float = 0.0, kernel: tuple | None = None) -> Op:
     """Element-wise / normalisation kernel: bound by HBM traffic (or by vector FLOP/s, roofline);
     backward reads saved inputs and incoming gradients and writes gradients, taken as 2× the
-    forward bytes and FLOPs (Calculon's convention for element-wise layers, Isaev et al. 2023, §3)."""
-    return Op(name, "memory", fwd_flops, fwd_bytes, 2.0 * fwd_flops, 2.0 * fwd_bytes)
+    forward bytes and FLOPs (Calculon's convention for element-wise layers, Isaev et al. 2023, §3).
+    ``kernel``: the measured eager kernel it is (Op.kernel), for stacks that run it unfused."""
+    return Op(name, "memory", fwd_flops, fwd_bytes, 2.0 * fwd_flops, 2.0 * fwd_bytes, kernel=kernel)
 
 
 def _norm_flops(model: ModelSpec, elements: float) -> float:
@@ -299,7 +301,9 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
         (model.q_width + 2 * model.kv_width) / t + h + model.mlp_input_projections * f / t + h
     )
     per_elem = 2.0 + QUANTISED_INPUT_BYTES.get(shape.dtype, 1.0)
-    return Op("fp8_casts", "memory", 0.0, per_elem * fwd_elems, 0.0, per_elem * bwd_elems)
+    kernel = ("fp8_cast", float(tokens), fwd_elems / tokens)
+    fwd, bwd = per_elem * fwd_elems, per_elem * bwd_elems
+    return Op("fp8_casts", "memory", 0.0, fwd, 0.0, bwd, kernel=kernel)
 
 
 def query_key_ops(model: ModelSpec, qk_elements: float, ab: int) -> list[Op]:
@@ -327,7 +331,12 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     mask = 1.0 if model.has_dropout else 0.0
     qkv_width = (model.q_width + 2 * model.kv_width) / t
     ops: list[Op] = [
-        _memory("input_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
+        _memory(
+            "input_norm",
+            2 * ab * sp_tokens * h,
+            _norm_flops(model, sp_tokens * h),
+            norm_kernel(model, sp_tokens, h),
+        ),
         _gemm("qkv_projection", 1, tokens, qkv_width, h),
     ]
     ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / t, ab)
@@ -338,19 +347,27 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
             "attention_residual",
             (3 * ab + mask) * sp_tokens * h,
             FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
+            residual_kernel(model, sp_tokens, h),
         ),
-        _memory("post_attention_norm", 2 * ab * sp_tokens * h, _norm_flops(model, sp_tokens * h)),
+        _memory(
+            "post_attention_norm",
+            2 * ab * sp_tokens * h,
+            _norm_flops(model, sp_tokens * h),
+            norm_kernel(model, sp_tokens, h),
+        ),
         _gemm("mlp_in_projection", 1, tokens, model.mlp_input_projections * f / t, h),
         _memory(
             "mlp_activation",
             ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2),
             FLOPS_PER_ELEMENT[model.mlp] * tokens * f / t,
+            (model.mlp, float(tokens), f / t),
         ),
         _gemm("mlp_out_projection", 1, tokens, h, f / t),
         _memory(
             "mlp_residual",
             (3 * ab + mask) * sp_tokens * h,
             FLOPS_PER_ELEMENT["residual"] * sp_tokens * h,
+            residual_kernel(model, sp_tokens, h),
         ),
     ]
     if shape.dtype in LOW_PRECISION:
@@ -422,7 +439,10 @@ def lm_head_block(
     logits = tokens * model.vocab / t
     ops = (
         _memory(
-            "final_norm", 2 * ab * shape.sp_tokens * h, _norm_flops(model, shape.sp_tokens * h)
+            "final_norm",
+            2 * ab * shape.sp_tokens * h,
+            _norm_flops(model, shape.sp_tokens * h),
+            norm_kernel(model, shape.sp_tokens, h),
         ),
         _gemm("lm_head", 1, tokens, model.vocab / t, h),
         Op(
@@ -432,6 +452,7 @@ def lm_head_block(
             3 * 4.0 * logits,
             FLOPS_PER_ELEMENT["cross_entropy"] * logits,
             2 * 4.0 * logits,
+            kernel=("cross_entropy", float(tokens), model.vocab / t),
         ),
     )
     coll: list[Collective] = []

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from paraplan.specs.plan import RuntimeFields
-from paraplan.specs.system import Bytes, Seconds
+from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, Seconds
 
 
 class FrameworkSpec(RuntimeFields):
@@ -95,7 +95,14 @@ class FrameworkSpec(RuntimeFields):
     eager_traffic_factor: float = Field(
         1.0,
         ge=1.0,
-        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused)",
+        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused; with a "
+        "measured kernels table, only for the ops eager_kernels does not price)",
+    )
+    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
+        default_factory=dict,
+        description="with fused_kernels false: the op roles (norm, activation, residual, loss) the stack runs "
+        "as one eager PyTorch kernel each and the precision each runs in; a system with a measured kernels "
+        "table prices them from it in place of eager_traffic_factor (cost.eager_kernels)",
     )
     optimizer_step_bytes: float | None = Field(
         None,

@@ -62,6 +62,12 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 Share = Annotated[float, Field(ge=0, le=1)]  # a share that may be 0 (an overlap cost)
 
 
+# The roles of memory-bound ops an eager stack runs as measured kernels (cost.eager_kernels), and the
+# precision each runs in (a framework profile states them: specs.framework.FrameworkSpec.eager_kernels).
+EagerRole = Literal["norm", "activation", "residual", "loss"]
+EagerPrecision = Literal["bf16", "fp32"]
+
+
 class EfficiencySpec(InputModel):
     """Achievable fractions of peak; each value in a catalog file carries its source or calibration."""
 
@@ -108,6 +114,20 @@ class EfficiencySpec(InputModel):
         description="every GEMM the software runs is 16-byte aligned (a framework that pads its "
         "vocabulary: cost.frameworks.framework_system); else an unaligned GEMM runs at the measured "
         "share of cost.gemm_alignment",
+    )
+    eager_traffic_factor: float = Field(
+        1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="HBM traffic of the op graph's memory-bound ops relative to their fused count, for a "
+        "stack that runs them as eager kernels (a framework profile sets it: cost.frameworks.framework_system); "
+        "applied to analytical and measured-table pricing alike (cost.compute.memory_time_s)",
+    )
+    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
+        default_factory=dict,
+        description="memory-bound op roles the stack runs as eager kernels, priced from the measured "
+        "kernels of accelerator.kernel_tables where it has them (cost.eager_kernels), and the precision each "
+        "runs in; set by a framework profile (cost.frameworks.framework_system)",
     )
     host_sync_s: Seconds = Field(
         0.0,

@@ -5,7 +5,9 @@ functions (cost.compute: what a step estimate uses; GEMMs less the step-level ra
 the kernel), and the table's leave-one-out interpolation
 error (each row priced from the other rows by the same rule: the error on a shape the table has
 not measured). Memory copies whose bytes fit in L2 are reported apart (left out of the rate by the
-rule in cost.kernel_tables). ``kernels`` (named memory-bound kernels) is shipped as data, not read.
+rule in cost.kernel_tables). Named kernels (``kernels``: eager PyTorch norms, activations, adds, casts,
+loss, optimizer; ``fp8_kernels``: fp8 quantisation) are priced by the table's interpolant at each row's
+shape (cost.kernel_tables.kernel_time_s, what cost.eager_kernels reads) and left out one at a time per op.
 """
 
 from __future__ import annotations
@@ -124,6 +126,27 @@ def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
     return out
 
 
+def _named(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
+    """A kernels / fp8_kernels file: each row from the interpolant, and per op leave-one-out."""
+    prefix = "fp8_" if kind == "fp8_kernels" else ""
+    file, rows = table.files[kind], table.rows[kind]
+    pred, meas, loo, loo_meas = [], [], [], []
+    for r in rows:
+        shape = kt.kernel_row_shape(r)[1]
+        pred.append(kt.kernel_time_s(table.name, acc.l2_cache, prefix + r["op"], shape))
+        meas.append(_f(r, "time_us") * 1e-6)
+    for group in _by(rows, lambda r: r["op"]):
+        pts = [kt.kernel_row_shape(r)[1] for r in group]
+        times = [_f(r, "time_us") * 1e-6 for r in group]
+        loo += kt.leave_one_out(pts, [math.prod(p) for p in pts], times, 0.0)
+        loo_meas += times
+    label = "fp8 quantisation kernels" if prefix else "named eager kernels"
+    return [
+        _res(file, f"{label}, attached table", pred, meas),
+        _res(file, f"{label}, table leave-one-out", loo, loo_meas),
+    ]
+
+
 def table_residuals(system: SystemSpec) -> list[TableResidual]:
     """Residuals of each file of the system's attached table (module docstring); [] without one."""
     acc = system.accelerator
@@ -138,6 +161,8 @@ def table_residuals(system: SystemSpec) -> list[TableResidual]:
             out += _attention(table, acc, kind)
         elif kind == "memory":
             out += _memory(table, acc)
+        elif kind in ("kernels", "fp8_kernels"):
+            out += _named(table, acc, kind)
     return out
 
 
@@ -183,6 +208,7 @@ def tables_markdown() -> list[str]:
             f"- software: {prov.get('software', '—')}",
             f"- date: {prov.get('date', '—')}",
             f"- source: {prov.get('source', '—')}",
+            *(f"- {k}: {v}" for k, v in prov.items() if k.endswith("_source")),
             "",
             "| file | rows priced | points | RMS % | max % |",
             "|---|---|---:|---:|---:|",
@@ -231,11 +257,15 @@ def attached_markdown(cases) -> list[str]:
     lines = [
         "### Step times with the tables attached",
         "",
-        "The catalog systems keep the analytical forms by default: their in-step constants "
-        "(validate.fitted) were fitted with them, and attaching the measured tables moves these "
-        "cases as below (fp8 cases too fast: `torch._scaled_mm` with tensor-wise scales, as "
-        "measured, leaves out Transformer Engine's casts and scaling). Tables apply to calibrated "
-        "systems and on request (`accelerator.kernel_tables`).",
+        (
+            "The catalog systems keep the analytical forms by default: their in-step constants "
+            "(validate.fitted) were fitted with them, and attaching the measured tables moves these "
+            "cases as below (fp8 cases too fast: the fp8 operand casts are priced from the measured "
+            "quantisation kernels, but `torch._scaled_mm`'s GEMM rate is above what Transformer "
+            "Engine's fp8 GEMMs keep in a step; eager GPT cases too slow where the H100 table's "
+            "LayerNorm backward rows at 16384 rows are slow, docs/calibration.md). Tables apply to "
+            "calibrated systems and on request (`accelerator.kernel_tables`)."
+        ),
         "",
         "| case file | step-time cases | MAPE % as shipped | MAPE % with table |",
         "|---|---:|---:|---:|",

@@ -1,0 +1,163 @@
+"""Memory-bound ops of an eager stack priced from measured kernels (a kernels table; issue 32).
+
+An eager PyTorch stack runs each norm, activation, residual add and the loss as its own kernel (or a few),
+whose time the op graph's fused byte count does not give (the blended ``eager_traffic_factor`` stood in for
+it). Where the system's measured table has a ``kernels`` file (cost.kernel_tables: the shared
+gpu_components.py's ``section_kernels``, timed in bf16 on eager PyTorch) and the framework profile names the
+op's role in ``efficiency.eager_kernels`` (cost.frameworks), the op (graph.ops.Op.kernel: family, rows,
+width) is priced from the kernel of its family at its shape, forward and backward apart:
+
+| family | forward | backward |
+|---|---|---|
+| rmsnorm, layernorm | ``{family}_fwd`` | ``{family}_fwd_bwd`` − ``{family}_fwd`` − leaf add (RECIPES) |
+| gelu | ``gelu_fwd`` | ``add`` (GeluBackward: one element-wise pass over dy, x -> dx, three tensors as add) |
+| swiglu | ``swiglu_fwd`` | ``swiglu_fwd_bwd`` − ``swiglu_fwd`` − leaf add (RECIPES) |
+| add | ``add`` | ``add`` (autograd sums the skip's and the branch's gradients) |
+| dropout_add | 2 × ``add`` (native_dropout: one pass writing output and mask) | 2 × ``add`` |
+| cross_entropy | ``cross_entropy_{p}_fwd_bwd`` split by the op's forward / backward bytes (3 : 2) | |
+
+Precision p of a role is the profile's (``bf16`` / ``fp32``), or fp32 where the training dtype keeps
+activations in fp32 (tf32, fp32). A bf16-measured kernel run in fp32 moves twice the bytes: its time × 2 at
+the rate measured for the shape. Where the role's precision is wider than the activations (AMP autocast
+over fp32 parameters: the residual stream and the norms in fp32, PyTorch's autocast runs ``layer_norm`` in
+fp32, aten/src/ATen/autocast_mode.cpp), the norm's output is cast to bf16 for the next GEMM and its
+gradient back (one ``cast_bf16_fp32`` each way), and the residual add's backward casts the branch's
+gradient to bf16 (one more). Each kernel takes at least the copies' launch floor (the memory table's
+fastest copy, else ``kernel_overhead_s``). An op whose family or kernel the table lacks, or whose role the
+profile does not name, keeps cost.compute.memory_time_s (with the traffic factor).
+
+The fp8 / FP4 casts of GEMM operands (family ``fp8_cast``) are priced from the table in every stack that has
+one (Transformer Engine's quantisation kernels run apart from the GEMMs, fused stack or not):
+``quantisation_times_s``.
+"""
+
+from __future__ import annotations
+
+from paraplan.cost import kernel_tables as kt
+from paraplan.graph.ops import Op
+from paraplan.graph.transformer import ACTIVATION_BYTES
+from paraplan.specs.system import AcceleratorSpec
+
+ROLE = {
+    "rmsnorm": "norm",
+    "layernorm": "norm",
+    "gelu": "activation",
+    "swiglu": "activation",
+    "add": "residual",
+    "dropout_add": "residual",
+    "cross_entropy": "loss",
+}
+PRECISION_BYTES = {"bf16": 2, "fp32": 4}
+MEASURED_BYTES = 2  # the kernels table's tensors are bf16 (gpu_components.py section_kernels)
+CAST = "cast_bf16_fp32"
+CAST_BYTES = 6  # the cast reads bf16 (2 B) and writes fp32 (4 B) per element
+FUSED_QUANTISE = "fp8_fused_cast_transpose_amax"
+
+# A backward measured as fwd_bwd: gpu_components.py times ``op(x).backward(g)`` on a leaf x, so each call also
+# accumulates dx into x.grad (autograd's AccumulateGrad, ``x.grad += dx``: an add over x's shape that a layer's
+# input, not a leaf, does not get) and runs the forward. The backward is fwd_bwd − fwd − that add, the add
+# priced as a copy of 3 × 2 B per element of x at the system's HBM rate (hbm_bandwidth · efficiency.hbm), not
+# from a table row, so that no slower measured kernel makes an op faster.
+# family -> (forward kernels, backward: kernels, or (fwd_bwd, fwd, x's width as a multiple of the op's width))
+RECIPES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | tuple[str, str, float]]] = {
+    "rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0)),
+    "layernorm": (("layernorm_fwd",), ("layernorm_fwd_bwd", "layernorm_fwd", 1.0)),
+    "gelu": (("gelu_fwd",), ("add",)),
+    # the SwiGLU input is the fused gate+up output, rows x 2 width (gpu_components.py: u of T x 2f)
+    "swiglu": (("swiglu_fwd",), ("swiglu_fwd_bwd", "swiglu_fwd", 2.0)),
+    "add": (("add",), ("add",)),
+    "dropout_add": (("add", "add"), ("add", "add")),
+}
+
+
+def _kernel_s(acc: AcceleratorSpec, name: str, rows: float, width: float) -> float | None:
+    return kt.kernel_time_s(acc.kernel_tables, acc.l2_cache, name, (rows, width))
+
+
+def _backward_s(acc, spec, rows: float, width: float) -> float | None:
+    """A fwd_bwd row's backward: fwd_bwd − fwd − the leaf gradient's accumulation (above), at least 0."""
+    both, fwd = _kernel_s(acc, spec[0], rows, width), _kernel_s(acc, spec[1], rows, width)
+    if both is None or fwd is None:
+        return None
+    leaf = 3 * MEASURED_BYTES * rows * width * spec[2] / (acc.hbm_bandwidth * acc.efficiency.hbm)
+    return max(both - fwd - leaf, 0.0)
+
+
+def _floor_s(acc: AcceleratorSpec) -> float:
+    memory = kt.load_table(acc.kernel_tables, acc.l2_cache).memory
+    return memory.floor_s if memory is not None else acc.efficiency.kernel_overhead_s
+
+
+def _sum_s(acc, names, shape, scale: float, floor: float) -> float | None:
+    times = [_kernel_s(acc, n, *shape) for n in names]
+    if any(t is None for t in times):
+        return None
+    return sum(max(scale * t, floor) for t in times)
+
+
+def quantisation_times_s(op: Op, acc: AcceleratorSpec) -> tuple[float, float] | None:
+    """(forward, backward) of the fp8 / FP4 casts of GEMM operands (graph ``fp8_casts``) as Transformer
+    Engine runs them, separate kernels that a ``torch._scaled_mm`` GEMM timing leaves out: each operand is
+    cast with its transpose and its amax in one pass (TE ``cast_transpose``, transformer_engine/common/
+    transpose/cast_transpose.cu: Hopper's fp8 GEMMs take TN operands only, so wgrad needs X^T and dY^T),
+    reading 2 B and writing the quantised q B twice per element, 2 + 2q B. Priced from the table's
+    ``fp8_fused_cast_transpose_amax`` (fp8_kernels.csv: amax, fp8 tensor and transpose in one compiled
+    pass, 4 B per element) at the op's (tokens, summed operand width), × (2 + 2q) / 4; where the table has
+    none, at the bytes/s of its ``cast_bf16_fp32`` kernel (6 B per element; a cast's rate, below the
+    copies'), × (2 + 2q) / 6. None without either."""
+    _, rows, width = op.kernel
+    q = op.fwd_bytes / (rows * width) - MEASURED_BYTES
+    kernels = kt.load_table(acc.kernel_tables, acc.l2_cache).kernels
+    name, nominal = (FUSED_QUANTISE, 4.0) if FUSED_QUANTISE in kernels else (CAST, CAST_BYTES)
+    out = []
+    for w in (width, width * op.bwd_bytes / op.fwd_bytes):
+        cast = _kernel_s(acc, name, rows, w)
+        if cast is None:
+            return None
+        out.append(max(cast * (MEASURED_BYTES + 2 * q) / nominal, _floor_s(acc)))
+    return out[0], out[1]
+
+
+def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float] | None:
+    """(forward, backward) of ``op`` from the measured kernels of its family (module docstring), or None
+    where the op, the table or the profile leave it to cost.compute.memory_time_s."""
+    if op.kernel is None or not acc.kernel_tables:
+        return None
+    family, rows, width = op.kernel
+    if family == "fp8_cast":
+        has = kt.load_table(acc.kernel_tables, acc.l2_cache).kernels
+        return quantisation_times_s(op, acc) if has else None
+    precision = acc.efficiency.eager_kernels.get(ROLE.get(family, ""))
+    if precision is None or not kt.load_table(acc.kernel_tables, acc.l2_cache).kernels:
+        return None
+    act = ACTIVATION_BYTES[dtype]
+    run_bytes = max(PRECISION_BYTES[precision], act)
+    shape, floor = (rows, width), _floor_s(acc)
+    if family == "cross_entropy":
+        p = "fp32" if run_bytes == 4 else "bf16"
+        total = _kernel_s(acc, f"cross_entropy_{p}_fwd_bwd", rows, width)
+        if total is None:
+            return None
+        share = op.fwd_bytes / (op.fwd_bytes + op.bwd_bytes)
+        return max(share * total, floor), max((1.0 - share) * total, floor)
+    if family not in RECIPES:
+        return None
+    fwd_kernels, bwd = RECIPES[family]
+    casts = run_bytes > act  # autocast: an fp32 op beside bf16 GEMMs (module docstring)
+    cast_fwd = (CAST,) if casts and ROLE[family] == "norm" else ()
+    cast_bwd = (CAST,) if casts and ROLE[family] in ("norm", "residual") else ()
+    scale = run_bytes / MEASURED_BYTES
+    if isinstance(bwd[-1], float):
+        measured = _backward_s(acc, bwd, rows, width)
+        bwd_s = None if measured is None else max(scale * measured, floor)
+    else:
+        bwd_s = _sum_s(acc, bwd, shape, scale, floor)
+    parts = (
+        _sum_s(acc, fwd_kernels, shape, scale, floor),
+        bwd_s,
+        _sum_s(acc, cast_fwd, shape, 1.0, floor),
+        _sum_s(acc, cast_bwd, shape, 1.0, floor),
+    )
+    if None in parts:
+        return None
+    return parts[0] + parts[2], parts[1] + parts[3]
