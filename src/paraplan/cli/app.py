@@ -18,6 +18,7 @@ from paraplan import __version__
 from paraplan.specs import plan as specs_plan
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
+from paraplan.specs.run_inputs import check_price, parse_tokens  # noqa: F401 (the commands import them here)
 
 EXIT_INPUT_ERROR = 2
 EXIT_DOES_NOT_FIT = 1  # a plan that does not fit in memory, a search where no plan fits
@@ -90,39 +91,12 @@ Zero3GatherUnit = _choices("Zero3GatherUnit", specs_plan.Zero3GatherUnit)
 Zero3ReduceUnit = _choices("Zero3ReduceUnit", specs_plan.Zero3ReduceUnit)
 
 
-_TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-
-
-def check_price(price: float | None) -> None:
-    """--price must be a positive number of USD per GPU-hour (0 would make every plan free)."""
-    if price is not None and not price > 0:
-        raise InputError(
-            f"--price: {price!r} is not allowed; must be a positive number of USD per GPU-hour"
-        )
-
-
 def warn_positions(model, seq_length: int) -> None:
     """One line on stderr when the sequence is longer than the model's positions (limits.position_warning)."""
     from paraplan.specs.limits import position_warning
 
     if (warning := position_warning(model, seq_length)) is not None:
         print(f"warning: {warning}", file=sys.stderr)
-
-
-def parse_tokens(text: str) -> float:
-    """'15e12', '15T', '2.5B' -> tokens (B = billion, T = trillion); InputError naming --tokens otherwise."""
-    raw = text.strip()
-    suffix = raw[-1] if raw and raw[-1] in _TOKEN_SUFFIX and raw[-1].isalpha() else ""
-    number = raw[: len(raw) - len(suffix)]
-    try:
-        value = float(number) * _TOKEN_SUFFIX[suffix]
-    except ValueError:
-        raise InputError(
-            f"--tokens: {text!r} is not a number of tokens; e.g. 15e12, 15T, 300B"
-        ) from None
-    if not 0 < value < float("inf"):
-        raise InputError(f"--tokens: {text!r} must be a finite positive number of tokens")
-    return value
 
 
 def _stdout(width: int | None = None):
