@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 
-from paraplan.catalog import load_model, load_system, unknown_keyword
+from paraplan.catalog import load_model, load_system, suggestions, unknown_keyword  # noqa: F401
+from paraplan.search.choices import option_choices  # noqa: F401 (re-exported)
 from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
-from paraplan.specs.errors import InputError
+from paraplan.specs.errors import InputError  # noqa: F401 (re-exported)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error  # noqa: F401 (re-exported)
 from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
@@ -245,9 +246,8 @@ def search(
     and ``feasible_sink(columns)`` (every feasible plan, batch by batch: the whole space is evaluated)
     are those of ``paraplan.search.run.search`` (``--csv-all``'s sink), and so is ``evaluated_sink(columns)``
     (the feasible plans the pruned search evaluates, the ranked ones among them; not with ``exhaustive``). ``memory_headroom``: the share
-    of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM).
-    A time-to-train objective (search.time_to_train.OBJECTIVES) needs ``tokens`` (``--tokens``) and
-    ranks the time search's plans with the default goodput inputs (``time_to_train`` of the result)."""
+    of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM). A
+    time-to-train objective needs ``tokens`` (search.time_to_train, default goodput inputs)."""
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, with_headroom
     from paraplan.search.run import search as run_search
@@ -472,21 +472,29 @@ def search_cluster(model, cluster, global_batch: int, *, top: int = 5, time_budg
     from paraplan.catalog.clusters import load_cluster
     from paraplan.search.staged.hetero import HeteroProblem, search_cluster as run
 
-    if isinstance(cluster, str) and "\n" in cluster:
+    if isinstance(cluster, str) and "\n" in cluster:  # held in memory: no file named in it is read
         cluster = {"name": "pasted", **_pasted(cluster, "cluster")}
+        systems = catalog_names()["systems"]
+        for i, pool in enumerate(p for p in cluster.get("pools") or [] if isinstance(p, dict)):
+            if isinstance(pool.get("system"), str) and pool["system"] not in systems:
+                raise InputError(
+                    f"cluster.pools[{i}].system: {pool['system']!r} is not in the catalog; "
+                    "name a catalog system or give the system inline"
+                )
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     problem = HeteroProblem(model_spec, load_cluster(cluster), global_batch, **fields)
     return run(problem, top_k=top, time_budget_s=time_budget_s).to_dict()
 
 
-def sweep(definition: dict | str, progress=None) -> dict:
+def sweep(definition: dict | str, progress=None, catalog_only: bool = False) -> dict:
     """``paraplan sweep`` in memory: the sweep.json document of a sweep definition (the ``sweep``
     object of config.json / sweep.json, as a dict or YAML/JSON text; sweep.definition), every
-    point searched in this process, no file written; ``progress(done, total, phase)``."""
+    point searched here, no file written; ``progress(done, total, phase)``; ``catalog_only``:
+    refuse a model, system or framework that is not a catalog name (no file is read)."""
     from paraplan.sweep.definition import run_in_memory, sweep_config
 
     data = _pasted(definition, "sweep") if isinstance(definition, str) else definition
-    return run_in_memory(sweep_config(data), progress)
+    return run_in_memory(sweep_config(data, catalog_names() if catalog_only else None), progress)
 
 
 register_jupyter_views()

@@ -80,8 +80,21 @@ def _restrictions(value) -> dict:
     return out
 
 
-def sweep_config(data) -> SweepConfig:
-    """The SweepConfig of a sweep definition document (module doc); InputError naming the field."""
+def _catalog_only(data: dict, names: dict) -> None:
+    """Model, systems and framework must be catalog names (``names``: api.catalog_names) where the
+    definition came from a request: a file name in it is never read."""
+    systems = data["systems"] if isinstance(data["systems"], list) else [data["systems"]]
+    given = [("model", "models", [data["model"]]), ("systems", "systems", systems)]
+    given.append(("framework", "frameworks", [data["framework"]] if data.get("framework") else []))
+    for name, kind, values in given:
+        for value in values:
+            if value not in names[kind]:
+                raise _error(name, f"{value!r} is not in the catalog; name a catalog {kind[:-1]}")
+
+
+def sweep_config(data, names: dict | None = None) -> SweepConfig:
+    """The SweepConfig of a sweep definition document (module doc); InputError naming the field.
+    With ``names`` (the catalog's, api.catalog_names) only catalog names are accepted."""
     if isinstance(data, dict) and isinstance(data.get("sweep"), dict):
         data = data["sweep"]
     if not isinstance(data, dict):
@@ -98,6 +111,8 @@ def sweep_config(data) -> SweepConfig:
     for name in SWITCH_FIELDS:
         if not isinstance(data.get(name, False), bool):
             raise _error(name, f"{data[name]!r} is not true or false")
+    if names is not None:
+        _catalog_only(data, names)
     systems = data["systems"]
     systems = [systems] if isinstance(systems, str) else systems
     if not isinstance(systems, list) or not all(isinstance(s, str) for s in systems):
