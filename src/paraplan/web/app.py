@@ -108,7 +108,9 @@ async def static(request: Request) -> Response:
 
 
 async def catalog(request: Request) -> Response:
-    return JSONResponse(await run_in_threadpool(api.catalog_names))
+    """The catalog's names and the choice options' allowed values (the form's lists)."""
+    names = await run_in_threadpool(api.catalog_names)
+    return JSONResponse(names | {"choices": page_params.CHOICES})
 
 
 async def start_search(request: Request) -> Response:

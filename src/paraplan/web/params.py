@@ -57,7 +57,8 @@ def error(flag: str, message: str) -> InputError:
 
 def flag_of(message: str) -> str | None:
     """The page's option a one-line error names ('--gpus: ...', 'model.architecture: ...' -> model)."""
-    name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0]
+    name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0].split("[")[0]
+    name = {"cluster": "cluster-text"}.get(name, name)
     return name if name in KNOWN else None
 
 
