@@ -6,6 +6,7 @@ const $$ = (s) => Array.from(document.querySelectorAll(s));
 const form = $("#problem");
 const state = { job: null, source: null, doc: null, detail: null, plan: null };
 const PAGE_KEYS = ["plan", "compare"];
+const WEBGL_ABOVE = 2000;  // the scatter draws WebGL traces (scattergl) above this many points
 
 // Plotly (4.8 MB) is loaded once the form is ready, so it never delays the first interaction
 let loadPlotly;
@@ -200,7 +201,7 @@ async function drawScatter(doc) {
   const groups = {};
   pts.forEach((p, i) => { (groups[p.tp_pp] = groups[p.tp_pp] || []).push(i); });
   const traces = Object.entries(groups).map(([name, idx]) => ({
-    type: pts.length > 2000 ? "scattergl" : "scatter", mode: "markers", name,
+    type: pts.length > WEBGL_ABOVE ? "scattergl" : "scatter", mode: "markers", name,
     x: idx.map((i) => pts[i].peak_memory_gib), y: idx.map((i) => pts[i].step_time_s * scale),
     customdata: idx, text: idx.map((i) => `${pts[i].plans} plan(s)` + (pts[i].rank ? `, rank ${pts[i].rank}` : "")),
     hovertemplate: (byCost ? "$%{y:.4g}" : "%{y:.4g} s") + ", %{x:.1f} GiB, %{text}<extra>%{fullData.name}</extra>",
@@ -245,10 +246,10 @@ function drawDetail(d) {
   traces.push({ type: "scatter", mode: "lines+markers", name: "HBM", x: st.map((s) => `stage ${s.stage}`), y: st.map((s) => s.capacity_gib), line: { color: "red", dash: "dash" } });
   plot("memory", traces, { barmode: "stack", title: { text: `memory per stage (peak ${d.memory.peak_gib.toFixed(1)} GiB)` }, yaxis: { title: "GiB" } });
   const t = d.timeline;
-  const colours = { F: "#4C72B0", B: "#DD8452", W: "#55A868" }, names = { F: "forward", B: "backward", W: "weight gradient" };
+  const colours = { F: "#4C72B0", B: "#DD8452", W: "#55A868" }, kindNames = { F: "forward", B: "backward", W: "weight gradient" };
   const bars = ["F", "B", "W"].filter((k) => t.bars.some((x) => x.kind === k)).map((k) => {
     const sel = t.bars.filter((x) => x.kind === k);
-    return { type: "bar", orientation: "h", name: k === "B" && t.bars.some((x) => x.kind === "W") ? "input gradient" : names[k], base: sel.map((x) => x.start),
+    return { type: "bar", orientation: "h", name: k === "B" && t.bars.some((x) => x.kind === "W") ? "input gradient" : kindNames[k], base: sel.map((x) => x.start),
       x: sel.map((x) => x.end - x.start), y: sel.map((x) => `stage ${x.stage}`), marker: { color: colours[k] },
       hovertext: sel.map((x) => `mb ${x.mb}` + (t.vpp > 1 ? ` chunk ${x.chunk}` : "")), hoverinfo: "text+x",
       text: t.bars.length <= 160 ? sel.map((x) => `${x.mb}`) : undefined };
@@ -385,6 +386,8 @@ async function start() {
   $("#f-framework").insertAdjacentHTML("beforeend", opts(names.frameworks));
   $("#f-objective").innerHTML = opts(names.choices.objective);
   $("#f-dtype").innerHTML = opts(names.choices.dtype);
+  $("#f-dtype").value = "bf16";  // the CLI's defaults
+  $("#f-objective").value = "time";
   const given = pageParams();
   $("#ready").textContent = "ready";
   document.body.dataset.ready = String(Math.round(performance.now()));
