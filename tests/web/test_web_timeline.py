@@ -171,3 +171,12 @@ def test_the_ranked_plans_are_the_points_of_their_cells():
     # ranks 2 and 3 share a cell: the better ranked is its point; the cell's count is kept
     points = sink.points([ranked(1, 2), ranked(2, 0), ranked(3, 1)])
     assert [(p.get("rank"), p["plans"]) for p in points] == [(1, 1), (2, 2)]
+
+
+def test_dualpipe_is_drawn_in_zb_h1s_order_and_marked_approximate():
+    """DualPipe's two-direction schedule is not drawn: its stages are drawn in ZB-H1's order (same
+    bars, so the drawn bubble is ZB-H1's (p − 1)·(F + B − c·W)), marked approximate; the
+    composition prices DualPipe by (p/2 − 1)·(F + 2B − 3W)/2 (step.schedules)."""
+    zb = timeline(_pipeline("zb-h1", 4, 1, 8), schedule_order, 0.0)
+    dual = timeline(_pipeline("dualpipe", 4, 1, 8), schedule_order, 0.0)
+    assert dual["bars"] == zb["bars"] and dual["approximate"] and not zb["approximate"]
