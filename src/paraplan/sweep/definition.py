@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from paraplan.search.space import OBJECTIVES
 from paraplan.specs.errors import InputError
 from paraplan.sweep.params import parse_gpus, parse_set
 from paraplan.sweep.point import run_point
@@ -122,6 +123,9 @@ def sweep_config(data, names: dict | None = None) -> SweepConfig:
         raise _error("tokens", f"{tokens!r} is not a number of tokens")
     if data.get("goodput") is not None and not isinstance(data["goodput"], dict):
         raise _error("goodput", f"{data['goodput']!r} is not an object of goodput inputs")
+    objective = data.get("objective") or "time"
+    if objective not in OBJECTIVES:
+        raise _error("objective", f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
     defaults = SweepConfig("", (), (), 0)
     config = SweepConfig(
         model=data["model"],
