@@ -353,6 +353,8 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 flag="dualpipe",
                 bubble_s=_dualpipe_bubble_s,
                 in_flight=_dualpipe_in_flight,
+                # the two-direction order is not modelled: ZB-H1's, one direction (web.timeline
+                # marks it approximate)
                 order=_zb_h1_order,
                 weight_copies=2.0,
                 bubble_floor_s=_dualpipe_floor_s,
