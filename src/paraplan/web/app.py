@@ -2,8 +2,10 @@
 that calls ``paraplan.api`` only.
 
 Endpoints: ``GET /`` the page; ``GET /static/<file>`` its script, style and Plotly's bundled
-``plotly.min.js``; ``GET /api/catalog``; ``POST /api/search`` and ``POST /api/sweep`` start a job
-in a worker process (``{"params": {option: text}}``, the CLI's option names); ``GET /api/jobs/<id>``
+``plotly.min.js``; ``GET /api/catalog`` (names and the choice options' values); ``POST
+/api/search`` and ``POST /api/sweep`` start a job in a worker process (``{"params": {option:
+text}}``, the CLI's option names; a sweep also ``{"sweep-text": definition}``, paraplan sweep's
+schema, or the params with ``gpus-list``); ``GET /api/jobs/<id>``
 its state, ``GET /api/jobs/<id>/events`` its progress as server-sent events, ``DELETE
 /api/jobs/<id>`` cancels it; ``POST /api/estimate`` one plan's detail (breakdown, memory per stage,
 collectives, pipeline timeline); ``POST /api/export`` a plan as a framework's arguments.

@@ -25,7 +25,8 @@ KEEP_FINISHED = 64  # finished jobs kept for their result (the oldest dropped fi
 
 def _worker(conn) -> None:  # pragma: no cover - runs in the child process
     """Warm up, then run jobs one after another: progress, then ("done", doc) or ("error", flag,
-    message) for each, until the pipe closes."""
+    message) for each, until the pipe closes. A job is (kind, problem, extra): a search's Problem,
+    or a sweep's definition with ``extra`` the page's field its errors are shown next to."""
     from paraplan.web import work
     from paraplan.web.params import flag_of
 
