@@ -1,10 +1,11 @@
 """What a worker process runs for the page: a search (its ranked plans, the explanation and the
-scatter's points) and a strong-scaling sweep, both through ``paraplan.api`` only.
+scatter's points) a cluster-of-pools search and a sweep, all through ``paraplan.api`` only.
 
 The scatter: without ``all=1`` it draws the feasible plans the exact search evaluated (its
 ``evaluated_sink``: the pruned search's candidates, the ranked ones among them); with ``all=1`` every
 feasible plan of the space is evaluated (``paraplan search --csv-all``'s scan). Both are drawn by
-this stated rule (:class:`Aggregate`), so millions of plans stay a few thousand points: one point per
+this stated rule (:class:`Aggregate`), so millions of plans stay far fewer points (the README
+search's 32 million feasible plans: 291,594 points, benchmarks/web_speed.py): one point per
 cell of (tp×pp, step time in 1 % steps, peak memory in 0.5 GiB steps), the plan with the best
 objective in the cell, with the number of plans it stands for; the best-ranked plan of a cell is
 its point (no plan in the cell has a better objective), marked with its rank. With the robust and the
