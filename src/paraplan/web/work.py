@@ -1,5 +1,5 @@
 """What a worker process runs for the page: a search (its ranked plans, the explanation and the
-scatter's points) a cluster-of-pools search and a sweep, all through ``paraplan.api`` only.
+scatter's points), a cluster-of-pools search and a sweep, all through ``paraplan.api`` only.
 
 The scatter: without ``all=1`` it draws the feasible plans the exact search evaluated (its
 ``evaluated_sink``: the pruned search's candidates, the ranked ones among them); with ``all=1`` every
