@@ -6,14 +6,20 @@ Chromium (Debian's chromium through Playwright, as tests/web/test_web_browser.py
   Search to the ranked table shown (body[data-state=done]), and to the best plan's detail
   (body[data-detail]: its estimate with the op tables, the charts);
 - the same search's job through the JSON API alone (POST /api/search to the job's result), and the
-  search as the API runs it in this process (``paraplan.api.search``), for comparison.
+  search as the API runs it in this process (``paraplan.api.search``), for comparison;
+- the scatter's responsiveness with every feasible plan of the README search (``all=1``: the whole
+  space evaluated, drawn by web.work.Aggregate's rule): the search's wall time once (minutes), then
+  per run the time to redraw the scatter (step time -> cost per step, Plotly.react of every point),
+  to zoom (Plotly.relayout to a quarter of each axis) and to hover a point (Plotly.Fx.hover), each
+  until Plotly's afterplot / hover event; with the number of points drawn and plans they stand for.
 
-Run: python benchmarks/web_speed.py [--runs N]   (prints the median and best of N runs)
+Run: python benchmarks/web_speed.py [--runs N] [--no-scatter]   (median and best of N runs)
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import socket
@@ -40,7 +46,8 @@ def serve():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), port=port, log_level="warning"))
+    app = create_app(time_limit_s=3600)  # the all=1 scan of the README problem takes minutes
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
@@ -83,6 +90,78 @@ def browser_runs(url: str, runs: int) -> dict[str, list[float]]:
     return out
 
 
+# each action's time until Plotly has drawn it (afterplot), at most LIMIT_MS (then NaN)
+LIMIT_MS = 60_000
+SCATTER_ACTIONS = {
+    "scatter redraw, every feasible plan": """async () => {
+        const el = document.getElementById('pareto'), sel = document.getElementById('scatter-y');
+        const done = new Promise((r) => el.once('plotly_afterplot', r));
+        const t0 = performance.now();
+        sel.value = sel.value === 'cost' ? 'time' : 'cost'; sel.onchange();
+        const late = new Promise((r) => setTimeout(() => r(NaN), %d));
+        return (await Promise.race([done.then(() => performance.now() - t0), late])); }"""
+    % LIMIT_MS,
+    "scatter zoom, every feasible plan": """async () => {
+        const el = document.getElementById('pareto'), xs = el.layout.xaxis.range, ys = el.layout.yaxis.range;
+        const t0 = performance.now();
+        await Plotly.relayout(el, {'xaxis.range': [xs[0], xs[0] + (xs[1] - xs[0]) / 4],
+                                   'yaxis.range': [ys[0], ys[0] + (ys[1] - ys[0]) / 4]});
+        const t = performance.now() - t0; await Plotly.relayout(el, {'xaxis.autorange': true, 'yaxis.autorange': true});
+        return t; }""",
+}
+
+
+def scatter_runs(url: str, runs: int) -> tuple[dict[str, list[float]], str]:
+    """The README search with every feasible plan (all=1), then SCATTER_ACTIONS ``runs`` times."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = (
+        os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    )
+    out: dict[str, list[float]] = {name: [] for name in SCATTER_ACTIONS}
+    query = "&".join(f"{k}={v}" for k, v in PROBLEM.items()) + "&all=1"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS)
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        start = time.perf_counter()
+        page.goto(f"{url}/?{query}")
+        page.wait_for_selector("body[data-state]", timeout=3_600_000)
+        page.wait_for_function("document.body.dataset.state !== 'searching'", timeout=3_600_000)
+        out["every feasible plan: search, click to scatter"] = [time.perf_counter() - start]
+        page.wait_for_function("document.getElementById('pareto').data !== undefined")
+        points = page.evaluate("state.doc.scatter.length")
+        plans = page.evaluate("state.doc.scatter_plans")
+        kind = page.evaluate("document.getElementById('pareto').data[0].type")
+        out["scatter hover, every feasible plan"] = []
+        for _ in range(runs):
+            for name, script in SCATTER_ACTIONS.items():
+                out[name].append(page.evaluate(script) / 1000)
+            out["scatter hover, every feasible plan"].append(_hover(page))
+        browser.close()
+    return out, f"scatter: {points:,} points ({kind}) for {plans:,} feasible plans"
+
+
+def _hover(page) -> float:
+    """Seconds from moving the mouse onto the best plan's point to its hover label shown."""
+    page.locator("#pareto").scroll_into_view_if_needed()
+    page.mouse.move(5, 5)
+    page.wait_for_function("!document.querySelector('#pareto .hoverlayer .hovertext')")
+    x, y = page.evaluate(
+        """() => {
+        const el = document.getElementById('pareto'), fl = el._fullLayout, box = el.getBoundingClientRect();
+        const t = el.data[0], i = 0;
+        return [box.left + fl.xaxis._offset + fl.xaxis.d2p(t.x[i]),
+                box.top + fl.yaxis._offset + fl.yaxis.d2p(t.y[i])]; }"""
+    )
+    start = time.perf_counter()
+    page.mouse.move(x, y)
+    try:
+        page.wait_for_selector("#pareto .hoverlayer .hovertext", timeout=LIMIT_MS)
+    except Exception:  # noqa: BLE001 - no label: NaN in the table, the other figures kept
+        return math.nan
+    return time.perf_counter() - start
+
+
 def api_runs(url: str, runs: int) -> dict[str, list[float]]:
     import httpx
 
@@ -102,20 +181,37 @@ def api_runs(url: str, runs: int) -> dict[str, list[float]]:
     return out
 
 
+def _table(timings: dict[str, list[float]], runs: int) -> None:
+    load = os.getloadavg()[0]
+    print(f"{'what':46} {'median s':>9} {'best s':>8}  ({runs} runs, {os.cpu_count()} CPUs)")
+    for name, values in timings.items():
+        print(f"{name:46} {statistics.median(values):9.3f} {min(values):8.3f}")
+    print(f"load average now: {load:.1f} (1 min)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    runs = parser.parse_args().runs
+    parser.add_argument("--no-scatter", action="store_true", help="skip the all=1 scan (minutes)")
+    parser.add_argument("--scatter-only", action="store_true", help="only the all=1 scatter")
+    args = parser.parse_args()
+    runs = args.runs
     server, url = serve()
     time.sleep(5)  # the worker processes start and warm up (docs/web.md), as after `paraplan serve`
-    timings = api_runs(url, runs)
-    try:
-        timings.update(browser_runs(url, runs))
-    except Exception as exc:  # noqa: BLE001 - no browser: the API timings alone
-        print(f"no browser timings: {str(exc).splitlines()[0]}")
-    print(f"{'what':34} {'median s':>9} {'best s':>8}  ({runs} runs, {os.cpu_count()} CPUs)")
-    for name, values in timings.items():
-        print(f"{name:34} {statistics.median(values):9.2f} {min(values):8.2f}")
+    if not args.scatter_only:
+        timings = api_runs(url, runs)
+        try:
+            timings.update(browser_runs(url, runs))
+        except Exception as exc:  # noqa: BLE001 - no browser: the API timings alone
+            print(f"no browser timings: {str(exc).splitlines()[0]}")
+        _table(timings, runs)
+    if not args.no_scatter:
+        try:
+            scatter, note = scatter_runs(url, runs)
+            _table(scatter, runs)
+            print(note)
+        except Exception as exc:  # noqa: BLE001 - no browser: said, not hidden
+            print(f"no scatter timings: {str(exc).splitlines()[0]}")
     server.should_exit = True
 
 

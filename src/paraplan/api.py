@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 
-from paraplan.catalog import load_model, load_system, unknown_keyword
+from paraplan.catalog import load_model, load_system, suggestions, unknown_keyword  # noqa: F401
+from paraplan.search.choices import option_choices  # noqa: F401 (re-exported)
 from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
-from paraplan.specs.errors import InputError
+from paraplan.specs.errors import InputError  # noqa: F401 (re-exported)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error  # noqa: F401 (re-exported)
 from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
@@ -37,6 +38,8 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
     plan_from_fields,
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
+from paraplan.io.options import check_price, parse_price, parse_tokens  # noqa: F401 (re-exported)
+from paraplan.step.schedules import schedule_order  # noqa: F401 (re-exported)
 from paraplan.specs.system import SystemSpec
 
 
@@ -142,6 +145,7 @@ class SearchResults:
     raw: Any  # paraplan.search.run.SearchResult
     full_hbm_bytes: float = 0.0  # the accelerator's HBM before the headroom (0: none kept)
     memory_headroom: float = 0.0
+    time_to_train: dict | None = None  # a time-to-train objective's ranking (``--json``'s object)
 
     @property
     def plans(self) -> list:
@@ -181,6 +185,8 @@ class SearchResults:
 
         out = search_document(self.problem, self.raw, tokens)
         annotate_rows(out, self.problem, self.raw, self.full_hbm_bytes, self.memory_headroom)
+        if self.time_to_train is not None:
+            out["time_to_train"] = self.time_to_train
         return out
 
     def _title(self) -> str:
@@ -227,6 +233,7 @@ def search(
     feasible_sink=None,
     memory_headroom: float | None = None,
     evaluated_sink=None,
+    tokens: float | None = None,
     **space: Any,
 ) -> SearchResults:
     """The best plans that fit (``paraplan search``). ``model`` and ``system`` as for :func:`estimate`;
@@ -239,10 +246,12 @@ def search(
     and ``feasible_sink(columns)`` (every feasible plan, batch by batch: the whole space is evaluated)
     are those of ``paraplan.search.run.search`` (``--csv-all``'s sink), and so is ``evaluated_sink(columns)``
     (the feasible plans the pruned search evaluates, the ranked ones among them; not with ``exhaustive``). ``memory_headroom``: the share
-    of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM)."""
+    of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM). A
+    time-to-train objective needs ``tokens`` (search.time_to_train, default goodput inputs)."""
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, with_headroom
     from paraplan.search.run import search as run_search
+    from paraplan.search.time_to_train import OBJECTIVES as TIME_TO_TRAIN
 
     headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
     model_spec, system_spec = _specs(model, system)
@@ -256,9 +265,18 @@ def search(
         seq_length=seq_length,
         global_batch=global_batch,
         max_global_batch=max_global_batch,
-        objective=objective,
+        objective="time" if objective in TIME_TO_TRAIN else objective,
         **space,
     )
+    if objective in TIME_TO_TRAIN:
+        from paraplan.search.time_to_train import time_to_train_search
+
+        if tokens is None:
+            raise InputError(f"--objective: {objective} needs --tokens (the run length, e.g. 15T)")
+        options = {"objective": objective, "workers": workers, "progress": progress}
+        result, goods, exact = time_to_train_search(problem, tokens, top, run_search, **options)
+        info = {"objective": objective, "ranked_by": TIME_TO_TRAIN[objective], "exact": exact}
+        return SearchResults(problem, result, full_hbm, headroom, info | {"goodput": goods})
     result = (
         exhaustive_search(problem, top_k=top, workers=workers, progress=progress)
         if exhaustive
@@ -419,16 +437,64 @@ def spec_from_text(kind: str, text: str, name: str = "pasted", field: str | None
     """A model (our schema or a Hugging Face config.json) or system (``kind``) from YAML/JSON text
     held in memory (nothing is read from disk); InputError of one line naming ``field``."""
     from paraplan.catalog import model_from_data
-    from paraplan.io.documents import parse_document
 
     field = field or kind
-    data = parse_document(text, "the pasted text", field, as_json=text.lstrip().startswith("{"))
-    if not isinstance(data, dict):
-        raise InputError(f"{field}: the pasted text is not a mapping of fields")
+    data = _pasted(text, field)
     if kind == "model":
         return model_from_data(data, name, field)
     data.setdefault("name", name)
     return load_system(data, field)
+
+
+def _pasted(text: str, field: str) -> dict:
+    """YAML/JSON text held in memory as a mapping of fields; InputError naming ``field`` else."""
+    from paraplan.io.documents import parse_document
+
+    data = parse_document(text, "the pasted text", field, as_json=text.lstrip().startswith("{"))
+    if not isinstance(data, dict):
+        raise InputError(f"{field}: the pasted text is not a mapping of fields")
+    return data
+
+
+def pipeline_stages(model, system, plan=None, *, framework=None, **plan_fields: Any) -> dict:
+    """One plan's pipeline stage by stage (step.stage_times.pipeline_stages: each stage's F, B, W
+    and point-to-point seconds per micro-batch, the schedule, the composition's pipeline time);
+    arguments as for :func:`estimate`. :func:`schedule_order` gives the schedule's passes."""
+    from paraplan.step.stage_times import pipeline_stages as stages_of
+
+    return stages_of(*_problem(model, system, plan, framework, plan_fields))
+
+
+def search_cluster(model, cluster, global_batch: int, *, top: int = 5, time_budget_s=5.0, **fields):
+    """``paraplan search --cluster --json``: the AMP-style search over a cluster of node pools (a
+    file, a dict, or YAML/JSON text with a newline, held in memory); ``fields``: further
+    HeteroProblem fields (seq_length, dtype, attention, tps, pps, micro_batches, recompute)."""
+    from paraplan.catalog.clusters import load_cluster
+    from paraplan.search.staged.hetero import HeteroProblem, search_cluster as run
+
+    if isinstance(cluster, str) and "\n" in cluster:  # held in memory: no file named in it is read
+        cluster = {"name": "pasted", **_pasted(cluster, "cluster")}
+        systems = catalog_names()["systems"]
+        for i, pool in enumerate(p for p in cluster.get("pools") or [] if isinstance(p, dict)):
+            if isinstance(pool.get("system"), str) and pool["system"] not in systems:
+                raise InputError(
+                    f"cluster.pools[{i}].system: {pool['system']!r} is not in the catalog; "
+                    "name a catalog system or give the system inline"
+                )
+    model_spec = load_model(str(model) if isinstance(model, Path) else model)
+    problem = HeteroProblem(model_spec, load_cluster(cluster), global_batch, **fields)
+    return run(problem, top_k=top, time_budget_s=time_budget_s).to_dict()
+
+
+def sweep(definition: dict | str, progress=None, catalog_only: bool = False) -> dict:
+    """``paraplan sweep`` in memory: the sweep.json document of a sweep definition (the ``sweep``
+    object of config.json / sweep.json, as a dict or YAML/JSON text; sweep.definition), every
+    point searched here, no file written; ``progress(done, total, phase)``; ``catalog_only``:
+    refuse a model, system or framework that is not a catalog name (no file is read)."""
+    from paraplan.sweep.definition import run_in_memory, sweep_config
+
+    data = _pasted(definition, "sweep") if isinstance(definition, str) else definition
+    return run_in_memory(sweep_config(data, catalog_names() if catalog_only else None), progress)
 
 
 register_jupyter_views()

@@ -210,3 +210,16 @@ def test_one_module_builds_stages_and_one_defines_block_kinds():
     assert _calls_of("Stage") == {"step/layout.py", "step/inputs.py"}
     assert _calls_of("BlockKind") == {"step/blocks.py"}
     assert _calls_of("BlockRef") == {"step/blocks.py"}
+
+
+def test_the_web_layer_imports_only_the_api():
+    """The plan explorer (paraplan.web) calls paraplan.api only, so the page, the CLI and the API
+    cannot disagree (issue 35)."""
+    reached = sorted(
+        f"{module} -> {dep}"
+        for module, deps in _imports().items()
+        if module.startswith("paraplan.web")
+        for dep in deps
+        if not (dep == "paraplan.api" or dep.startswith("paraplan.web"))
+    )
+    assert not reached, reached

@@ -95,7 +95,10 @@ def test_the_event_stream_ends_with_the_result(client, searched):
         ({"tp": "1,x"}, "tp", "--tp: '1,x' is not a comma-separated list of integers"),
         ({"recompute": "some"}, "recompute", "--recompute: 'some' is not allowed"),
         ({"objective": "fast"}, "objective", "--objective: 'fast' is not allowed"),
-        ({"price": "-1"}, "price", "--price: '-1' is not allowed"),
+        ({"price": "-1"}, "price", "--price: -1.0 is not allowed"),
+        ({"price": "cheap"}, "price", "--price: 'cheap' is not a number of USD per GPU-hour"),
+        ({"objective": "time-to-train"}, "tokens", "--tokens: --objective time-to-train needs"),
+        ({"cluster-text": "pools: []\n", "gpus": "8"}, "gpus", "--gpus: is not available with"),
         ({"tokens": "lots"}, "tokens", "--tokens: 'lots' is not a number of tokens"),
         ({"global-batch": "512"}, "global-batch", "--global-batch: give exactly one of"),
         ({"colour": "red"}, "colour", "--colour: is not an option of the page"),
@@ -170,8 +173,10 @@ def test_a_sweep_runs_one_search_per_gpu_count(client):
     done = wait(client, job["id"])
     assert done["state"] == "done", done
     assert [p["gpus"] for p in done["result"]["points"]] == [32, 64]
-    bad = client.post("/api/sweep", json={"params": SMALL, "gpus-list": "a"})
-    assert bad.json()["error"]["field"] == "gpus-list"
+    bad = client.post("/api/sweep", json={"params": SMALL, "gpus-list": "a"}).json()
+    failed = wait(client, bad["id"])
+    assert failed["state"] == "error" and failed["error"]["field"] == "gpus-list"
+    assert failed["error"]["message"].startswith("--gpus: 'a'"), failed
 
 
 def test_two_searches_at_once_both_finish(client):
@@ -227,3 +232,112 @@ def test_an_encoder_decoder_is_refused_in_one_line_naming_the_model(client):
     assert done["state"] == "error" and done["error"]["field"] == "model"
     assert done["error"]["message"].startswith("model.architecture: 'encoder_decoder'")
     assert "\n" not in done["error"]["message"]
+
+
+CLUSTER = """name: mixed
+pools:
+  - {name: a100, system: dgx-a100-80gb, nodes: 1}
+  - {name: h100, system: dgx-h100-80gb, nodes: 1}
+"""
+
+
+def test_a_cluster_of_pools_runs_the_cluster_search(client):
+    """Pasted pools (``search --cluster``'s schema): the AMP-style search's --json document."""
+    params = {"model": "gpt3-1.3b", "cluster-text": CLUSTER, "global-batch": "32", "top": "3"}
+    params |= {"tp": "1,2", "pp": "1,2"}
+    job = client.post("/api/search", json={"params": params}).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "done", done
+    doc = done["result"]
+    found = api.search_cluster(
+        "gpt3-1.3b",
+        CLUSTER,
+        32,
+        top=3,
+        seq_length=2048,
+        dtype="bf16",
+        attention="flash",
+        tps=(1, 2),
+        pps=(1, 2),
+    )
+    assert doc["kind"] == "cluster" and doc["plans"]
+    assert [p["label"] for p in doc["plans"]] == [p["label"] for p in found["plans"]]
+
+
+def test_a_pasted_cluster_names_catalog_systems_only(client):
+    text = "pools:\n  - {name: a, system: /etc/passwd, nodes: 1}\n"
+    params = {"model": "gpt3-1.3b", "cluster-text": text, "global-batch": "32"}
+    job = client.post("/api/search", json={"params": params}).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "error" and done["error"]["field"] == "cluster-text"
+    assert done["error"]["message"].startswith("cluster.pools[0].system: '/etc/passwd' is not")
+
+
+def test_a_time_to_train_objective_ranks_by_goodput(client):
+    params = {**SMALL, "objective": "time-to-train", "tokens": "300B"}
+    done = wait(client, client.post("/api/search", json={"params": params}).json()["id"])
+    assert done["state"] == "done", done
+    doc = done["result"]
+    found = api.search(
+        "gpt3-13b",
+        "dgx-a100-80gb",
+        64,
+        max_global_batch=512,
+        tp=(1, 2, 4),
+        pp=(1, 2, 4),
+        top=5,
+        objective="time-to-train",
+        tokens=300e9,
+    ).to_dict(tokens=300e9)
+    assert doc["time_to_train"]["objective"] == "time-to-train"
+    assert [p["plan"] for p in doc["plans"]] == [p["plan"] for p in found["plans"]]
+    assert len(doc["time_to_train"]["goodput"]) == len(doc["plans"])
+    assert doc["scatter_rule"] == "ranked"
+
+
+SWEEP = """model: gpt3-13b
+systems: [dgx-a100-80gb]
+gpus: [32, 64]
+max_global_batch: 512
+restrictions: {tp: [1, 2, 4], pp: [1, 2, 4]}
+sets: [{path: accelerator.hbm_bandwidth, values: [2TB/s, 3TB/s]}]
+"""
+
+
+def test_a_sweep_file_runs_every_point_with_progress(client):
+    """A pasted sweep definition (paraplan sweep's config.json schema): the sweep.json document."""
+    job = client.post("/api/sweep", json={"sweep-text": SWEEP}).json()
+    done = wait(client, job["id"], 300)
+    assert done["state"] == "done", done
+    doc = done["result"]
+    assert [(p["gpus"], p["accelerator.hbm_bandwidth"]) for p in doc["points"]] == [
+        (32, "2TB/s"),
+        (32, "3TB/s"),
+        (64, "2TB/s"),
+        (64, "3TB/s"),
+    ]
+    assert done["progress"] == {"done": 4, "total": 4, "phase": "sweep points"}
+    assert doc == api.sweep(SWEEP)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "model: /etc/passwd\nsystems: [dgx-a100-80gb]\ngpus: [8]\nglobal_batch: 8\n",
+            "sweep.model: '/etc/passwd' is not in the catalog",
+        ),
+        (
+            "model: gpt3-13b\nsystems: [dgx-a100-80gb]\ngpus: [8]\nglobal_batch: 8\ncolour: 1\n",
+            "sweep.colour: is not a field of a sweep",
+        ),
+        (
+            "model: gpt3-13b\nsystems: [dgx-a100-80gb]\ngpus: 8\nglobal_batch: 8\n",
+            "sweep.gpus: 8 is not a list of GPU counts",
+        ),
+    ],
+)
+def test_a_bad_sweep_file_is_one_line_next_to_its_field(client, text, message):
+    done = wait(client, client.post("/api/sweep", json={"sweep-text": text}).json()["id"])
+    assert done["state"] == "error" and done["error"]["field"] == "sweep-text"
+    assert done["error"]["message"].startswith(message), done

@@ -140,19 +140,34 @@ def test_the_search_fills_the_ranked_table(searched):
 
 
 def test_a_scatter_point_opens_its_plan(searched, shots):
+    """Every point of the search's scatter is drawn, as SVG points up to the page's WebGL threshold
+    and as WebGL traces above it (the rule, whatever the count); clicking one opens its plan."""
     page, rows = searched
-    page.wait_for_selector("#pareto .point")
-    points = page.query_selector_all("#pareto .scatterlayer .point")
+    page.wait_for_function("document.getElementById('pareto').data !== undefined")
+    count = page.evaluate("state.doc.scatter.length")
     # the feasible plans the search evaluated (one point per cell): more than the ranked ones
-    assert len(points) > len(rows)
+    assert count > len(rows)
     assert "the exact search evaluated" in page.inner_text("#scatter-rule")
+    pareto = "document.getElementById('pareto')"
+    webgl = count > page.evaluate("WEBGL_ABOVE")
+    types = set(page.evaluate(f"{pareto}.data.map(t => t.type)"))
+    assert types == {"scattergl" if webgl else "scatter"}
+    assert page.evaluate(f"{pareto}.data.reduce((n, t) => n + t.x.length, 0)") == count
     before = page.evaluate("document.body.dataset.detail")
-    last = points[-1]
-    last.click(force=True)
+    if webgl:  # a WebGL point is no DOM element: Plotly's click event, as a click on it sends
+        target = page.evaluate(f"{pareto}.data[{pareto}.data.length - 1].customdata.at(-1)")
+        page.evaluate(f"{pareto}.emit('plotly_click', {{points: [{{customdata: {target}}}]}})")
+    else:
+        page.query_selector_all("#pareto .scatterlayer .point")[-1].click(force=True)
     page.wait_for_function(f"document.body.dataset.detail !== {before!r}", timeout=30_000)
     opened = page.evaluate("document.body.dataset.detail")
     assert opened and opened != before
     page.wait_for_selector("#timeline .bars, #timeline .trace")
+    timeline = page.evaluate("state.detail.timeline")
+    # the drawn schedule ends at the estimator's pipeline time (web.timeline's stated cases)
+    if timeline["makespan_s"] is not None and timeline["schedule"] in ("1f1b", "gpipe"):
+        assert timeline["makespan_s"] <= timeline["pipeline_s"] * (1 + 1e-9)
+    assert "estimator's pipeline time" in page.inner_text("#timeline-note")
     page.screenshot(path=str(shots / "plan.png"), full_page=True)
 
 
@@ -214,3 +229,93 @@ def test_two_tabs_searching_at_once_both_finish(browser, server):
     assert len(_rows(first)) == 3 and len(_rows(second)) == 4
     assert _rows(first) == _rows(second)[:3]
     context.close()
+
+
+CLUSTER = """name: mixed
+pools:
+  - {name: a100, system: dgx-a100-80gb, nodes: 1}
+  - {name: h100, system: dgx-h100-80gb, nodes: 1}
+"""
+
+
+def test_a_cluster_of_pools_is_searched(browser, server, shots):
+    from paraplan import api
+
+    page = _page(browser)
+    page.goto(server)
+    page.wait_for_selector("body[data-ready]")
+    page.select_option("#f-model", "gpt3-1.3b")
+    page.click("#cluster-box summary")
+    page.fill("[name=cluster-text]", CLUSTER)
+    page.fill("[name=max-global-batch]", "")
+    for name, value in (("global-batch", "32"), ("tp", "1,2"), ("pp", "1,2"), ("top", "3")):
+        page.fill(f"[name={name}]", value)
+    page.click("#search")
+    _searched(page)
+    labels = page.eval_on_selector_all(
+        "#cluster-plans tbody tr td.plan", "cells => cells.map(c => c.innerText)"
+    )
+    found = api.search_cluster(
+        "gpt3-1.3b",
+        CLUSTER,
+        32,
+        top=3,
+        seq_length=2048,
+        dtype="bf16",
+        attention="flash",
+        tps=(1, 2),
+        pps=(1, 2),
+    )
+    assert labels == [p["label"] for p in found["plans"]] and labels
+    assert page.is_hidden("#ranked")
+    page.screenshot(path=str(shots / "cluster.png"), full_page=True)
+    page.context.close()
+
+
+def test_a_time_to_train_objective_shows_each_plans_days(browser, server, shots):
+    page = _page(browser)
+    query = "&".join(f"{k}={v}" for k, v in SMALL.items())
+    page.goto(f"{server}/?{query}&objective=time-to-train&tokens=300B")
+    _searched(page)
+    assert page.input_value("#f-objective") == "time-to-train"
+    days = page.eval_on_selector_all("#ttt tbody tr", "rows => rows.length")
+    assert days == len(_rows(page)) > 0
+    assert "expected wall-clock seconds per token" in page.inner_text("#ttt-title")
+    page.screenshot(path=str(shots / "time-to-train.png"), full_page=True)
+    page.context.close()
+
+
+SWEEP = """model: gpt3-13b
+systems: [dgx-a100-80gb]
+gpus: [32, 64]
+max_global_batch: 512
+restrictions: {tp: [1, 2, 4], pp: [1, 2, 4]}
+sets: [{path: accelerator.hbm_bandwidth, values: [2TB/s, 3TB/s]}]
+"""
+
+
+def test_a_sweep_file_is_run_and_drawn_as_a_heatmap(browser, server, shots):
+    """A pasted sweep file (paraplan sweep's schema): progress, then the heatmap of its two swept
+    axes (GPUs × HBM bandwidth), each cell the best plan's tokens/s of that point."""
+    page = _page(browser)
+    page.goto(server)
+    page.wait_for_selector("body[data-ready]")
+    page.click("#sweep-file summary")
+    page.fill("#sweep-text", SWEEP)
+    page.click("#sweep-file-go")
+    page.wait_for_selector("body[data-sweep-drawn]", timeout=180_000)
+    chart = page.evaluate("document.getElementById('sweep-chart').data[0]")
+    points = page.evaluate("state.sweep.points")
+    assert chart["type"] == "heatmap"
+    assert chart["x"] == ["32", "64"] and chart["y"] == ["2TB/s", "3TB/s"]
+    expected = [
+        [p["tokens_per_s"] for p in points if p["accelerator.hbm_bandwidth"] == bw]
+        for bw in ("2TB/s", "3TB/s")
+    ]
+    assert chart["z"] == expected
+    page.screenshot(path=str(shots / "sweep-heatmap.png"), full_page=True)
+    page.fill("#sweep-text", SWEEP.replace("gpus: [32, 64]", "gpus: 64"))
+    page.click("#sweep-file-go")
+    page.wait_for_selector(".err[data-for=sweep-text]:not(:empty)", timeout=60_000)
+    assert page.inner_text(".err[data-for=sweep-text]").startswith("sweep.gpus: 64 is not a list")
+    page.context.close()

@@ -8,57 +8,119 @@ import itertools
 import numpy as np
 import pytest
 
+from paraplan.step.schedules import schedule_order
 from paraplan.web.timeline import timeline
 from paraplan.web.work import Aggregate
 
 
-def _plan(pp, vpp, schedule, m, dp=2, mb=1):
+def _pipeline(schedule, pp, vpp, m, f=1.0, b=2.0, w=1.0, p2p=0.0, last=None):
+    """An api.pipeline_stages document of equal stages (``last``: the last stage's times)."""
+    stage = {"forward_s": f, "backward_s": b, "wgrad_s": w, "p2p_s": p2p}
+    stages = [dict(stage) for _ in range(pp)]
+    if last is not None:
+        stages[-1].update(last)
+    for s in stages:
+        s["work_s"] = s["forward_s"] + s["backward_s"] + s["p2p_s"]
+    split = schedule in ("zb-h1", "dualpipe")
     return {
-        "gpus": pp * dp,
-        "seq_length": 2048,
-        "pp": pp,
-        "dp": dp,
-        "vpp": vpp,
         "schedule": schedule,
-        "micro_batch": mb,
-        "global_batch": m * dp * mb,
+        "pp": pp,
+        "vpp": vpp,
+        "microbatches": m,
+        "stages": stages,
+        "split_backward": split,
+        "pipeline_s": 0.0,
     }
 
 
-BREAKDOWN = {"forward_s": 8.0, "backward_s": 14.0, "recompute_s": 2.0, "bubble_s": 0.0}
+def _bubble(schedule, pp, vpp, m, stages):
+    """The composition's bubble of equal-or-last-slowest stages (step.schedules formulas)."""
+    from paraplan.step.schedules import bubble_from_work_s, zb_h1_bubble_share, zb_h1_w_credit
+
+    works = [s["work_s"] for s in stages]
+    bubble = bubble_from_work_s(sum(works), max(works), vpp)
+    if schedule == "zb-h1":
+        slow = stages[-1]
+        share = zb_h1_bubble_share(
+            slow["forward_s"], slow["backward_s"], slow["wgrad_s"], zb_h1_w_credit(pp, m)
+        )
+        bubble *= share
+    return bubble
 
 
 @pytest.mark.parametrize(
-    "pp, vpp, schedule, m",
+    "schedule, pp, vpp, m, times",
     [
-        (4, 1, "1f1b", 8),
-        (4, 1, "gpipe", 8),
-        (8, 1, "1f1b", 16),
-        (4, 2, "interleaved", 8),
-        (4, 4, "interleaved", 16),
-        (2, 1, "1f1b", 1),
+        ("1f1b", 4, 1, 8, {}),
+        ("gpipe", 4, 1, 8, {}),
+        ("1f1b", 8, 1, 16, {"p2p": 0.1}),
+        ("1f1b", 4, 1, 8, {"last": {"forward_s": 1.3, "backward_s": 2.4}}),
+        ("interleaved", 4, 2, 8, {}),
+        ("interleaved", 4, 4, 16, {"p2p": 0.2}),
+        ("1f1b", 2, 1, 1, {}),
+        ("zb-h1", 4, 1, 8, {}),
+        ("zb-h1", 8, 1, 16, {"f": 1.0, "b": 2.2, "w": 0.9}),
+        ("zb-h1", 4, 1, 2, {}),
+        ("zb-h1", 4, 1, 3, {}),
+        ("zb-h1", 4, 1, 8, {"last": {"forward_s": 1.2, "backward_s": 2.4, "wgrad_s": 1.2}}),
     ],
 )
-def test_the_drawn_bubble_is_the_schedules_formula(pp, vpp, schedule, m):
-    """Equal stages: (p − 1)·(F + B)/v (Narayanan et al. 2021 §2.2), F and B per micro-batch."""
-    drawn = timeline(_plan(pp, vpp, schedule, m), BREAKDOWN)
-    f, b = 8.0 / m, 16.0 / m
-    assert drawn["drawn_bubble_s"] == pytest.approx((pp - 1) * (f + b) / vpp, rel=1e-9)
-    assert len(drawn["bars"]) == 2 * m * vpp * pp
+def test_the_drawn_makespan_is_the_compositions_pipeline_time(schedule, pp, vpp, m, times):
+    """m·S + bubble (step.schedules) for equal stages or the slowest last, W <= F for ZB-H1."""
+    pipeline = _pipeline(schedule, pp, vpp, m, **times)
+    drawn = timeline(pipeline, schedule_order, 0.0)
+    slowest = max(s["work_s"] for s in pipeline["stages"])
+    expected = m * slowest + _bubble(schedule, pp, vpp, m, pipeline["stages"])
+    assert drawn["makespan_s"] == pytest.approx(expected, rel=1e-9)
+    passes = 3 if schedule == "zb-h1" else 2
+    assert len(drawn["bars"]) == passes * m * vpp * pp
     for s in range(pp):  # a stage runs one pass at a time
         mine = sorted((x["start"], x["end"]) for x in drawn["bars"] if x["stage"] == s)
         assert all(a[1] <= b_[0] + 1e-12 for a, b_ in itertools.pairwise(mine))
 
 
-def test_1f1b_holds_p_minus_s_micro_batches_at_most():
-    drawn = timeline(_plan(4, 1, "1f1b", 8), BREAKDOWN)
-    for s in range(4):
-        order = [x for x in sorted(drawn["bars"], key=lambda x: x["start"]) if x["stage"] == s]
-        live = peak = 0
-        for bar in order:
-            live += 1 if bar["kind"] == "F" else -1
-            peak = max(peak, live)
-        assert peak == 4 - s
+def test_a_slowest_middle_stage_is_drawn_shorter_than_the_composition():
+    """The composition passes every other stage's whole work through fill and drain (T − S); the
+    drawing only the forward of the stages before the slowest and the backward of those after."""
+    pipeline = _pipeline("1f1b", 4, 1, 8)
+    pipeline["stages"][1].update(forward_s=1.5, backward_s=3.0, work_s=4.5)
+    drawn = timeline(pipeline, schedule_order, 0.0)
+    works = [s["work_s"] for s in pipeline["stages"]]
+    assert drawn["makespan_s"] < 8 * max(works) + sum(works) - max(works)
+
+
+def test_zb_h1_holds_at_most_p_micro_batches_and_1f1b_p_minus_s():
+    for schedule, peak_of in (("1f1b", lambda s: 4 - s), ("zb-h1", lambda s: 4)):
+        drawn = timeline(_pipeline(schedule, 4, 1, 8), schedule_order, 0.0)
+        for s in range(4):
+            order = [x for x in sorted(drawn["bars"], key=lambda x: x["start"]) if x["stage"] == s]
+            live = peak = 0
+            freed = "W" if schedule == "zb-h1" else "B"
+            for bar in order:
+                live += 1 if bar["kind"] == "F" else -1 if bar["kind"] == freed else 0
+                peak = max(peak, live)
+            assert peak <= peak_of(s)
+
+
+@pytest.mark.parametrize(
+    "schedule, extra", [("1f1b", {}), ("interleaved", {"vpp": 2}), ("zb-h1", {}), ("gpipe", {})]
+)
+def test_a_catalog_plan_is_drawn_at_the_estimators_pipeline_time(schedule, extra):
+    """GPT-3 13B, pp 4 (the last stage, with the LM head, is the slowest): the drawing's makespan
+    is the composition's m·S + bubble; ZB-H1 within 0.5 % (the composition takes the largest W
+    share over the stages, the drawing each stage's own)."""
+    from paraplan import api
+
+    plan = dict(gpus=64, tp=8, pp=4, global_batch=64, micro_batch=1, schedule=schedule, **extra)
+    pipeline = api.pipeline_stages("gpt3-13b", "dgx-a100-80gb", plan)
+    estimated = api.estimate("gpt3-13b", "dgx-a100-80gb", plan)
+    drawn = timeline(pipeline, api.schedule_order, estimated.breakdown.bubble_s)
+    rel = 5e-3 if schedule == "zb-h1" else 1e-9
+    assert drawn["makespan_s"] == pytest.approx(pipeline["pipeline_s"], rel=rel)
+    b = estimated.breakdown
+    tail = b.optimizer_s + b.dp_comm_s + b.offload_s
+    assert pipeline["pipeline_s"] == pytest.approx(estimated.step_time_s - tail, rel=1e-12)
+    assert not drawn["approximate"]
 
 
 def test_the_aggregate_keeps_one_best_plan_per_cell_and_counts_all():
@@ -109,3 +171,12 @@ def test_the_ranked_plans_are_the_points_of_their_cells():
     # ranks 2 and 3 share a cell: the better ranked is its point; the cell's count is kept
     points = sink.points([ranked(1, 2), ranked(2, 0), ranked(3, 1)])
     assert [(p.get("rank"), p["plans"]) for p in points] == [(1, 1), (2, 2)]
+
+
+def test_dualpipe_is_drawn_in_zb_h1s_order_and_marked_approximate():
+    """DualPipe's two-direction schedule is not drawn: its stages are drawn in ZB-H1's order (same
+    bars, so the drawn bubble is ZB-H1's (p − 1)·(F + B − c·W)), marked approximate; the
+    composition prices DualPipe by (p/2 − 1)·(F + 2B − 3W)/2 (step.schedules)."""
+    zb = timeline(_pipeline("zb-h1", 4, 1, 8), schedule_order, 0.0)
+    dual = timeline(_pipeline("dualpipe", 4, 1, 8), schedule_order, 0.0)
+    assert dual["bars"] == zb["bars"] and dual["approximate"] and not zb["approximate"]

@@ -2,8 +2,10 @@
 that calls ``paraplan.api`` only.
 
 Endpoints: ``GET /`` the page; ``GET /static/<file>`` its script, style and Plotly's bundled
-``plotly.min.js``; ``GET /api/catalog``; ``POST /api/search`` and ``POST /api/sweep`` start a job
-in a worker process (``{"params": {option: text}}``, the CLI's option names); ``GET /api/jobs/<id>``
+``plotly.min.js``; ``GET /api/catalog`` (names and the choice options' values); ``POST
+/api/search`` and ``POST /api/sweep`` start a job in a worker process (``{"params": {option:
+text}}``, the CLI's option names; a sweep also ``{"sweep-text": definition}``, paraplan sweep's
+schema, or the params with ``gpus-list``); ``GET /api/jobs/<id>``
 its state, ``GET /api/jobs/<id>/events`` its progress as server-sent events, ``DELETE
 /api/jobs/<id>`` cancels it; ``POST /api/estimate`` one plan's detail (breakdown, memory per stage,
 collectives, pipeline timeline); ``POST /api/export`` a plan as a framework's arguments.
@@ -26,8 +28,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from paraplan import api
-from paraplan.specs.errors import InputError
-from paraplan.sweep.params import parse_gpus
+from paraplan.api import InputError
 from paraplan.web import params as page_params
 from paraplan.web.jobs import JobManager
 from paraplan.web.timeline import timeline
@@ -110,7 +111,9 @@ async def static(request: Request) -> Response:
 
 
 async def catalog(request: Request) -> Response:
-    return JSONResponse(await run_in_threadpool(api.catalog_names))
+    """The catalog's names and the choice options' allowed values (the form's lists)."""
+    names = await run_in_threadpool(api.catalog_names)
+    return JSONResponse(names | {"choices": page_params.CHOICES})
 
 
 async def start_search(request: Request) -> Response:
@@ -120,13 +123,21 @@ async def start_search(request: Request) -> Response:
 
 
 async def start_sweep(request: Request) -> Response:
+    """A sweep: a pasted sweep definition (``sweep-text``, paraplan sweep's schema), or the page's
+    problem over ``gpus-list`` (strong scaling)."""
     data = await read_json(request)
-    problem = await run_in_threadpool(page_params.parse, _params(data))
-    text = str(data.get("gpus-list", ""))
-    counts = page_params.flagged("gpus-list", parse_gpus, text)  # the sweep's --gpus forms
-    if len(counts) > MAX_PAGE_SWEEP:
-        raise page_params.error("gpus-list", f"{text!r} must list 1 to {MAX_PAGE_SWEEP} GPU counts")
-    return JSONResponse(request.app.state.jobs.submit("sweep", problem, counts).public())
+    text = data.get("sweep-text")
+    if text:
+        if not isinstance(text, str) or len(text) > page_params.MAX_TEXT:
+            raise page_params.error(
+                "sweep-text", f"text of at most {page_params.MAX_TEXT:,} characters"
+            )
+        definition, field = text, "sweep-text"
+    else:
+        problem = await run_in_threadpool(page_params.parse, _params(data))
+        definition = page_params.sweep_definition(problem, str(data.get("gpus-list", "")))
+        field = "gpus-list"
+    return JSONResponse(request.app.state.jobs.submit("sweep", definition, field).public())
 
 
 def _job(request: Request):
@@ -229,16 +240,17 @@ def plan_fields(problem, plan) -> dict:
 
 
 def plan_detail(problem, plan) -> dict:
-    """One plan's estimate (``paraplan estimate --json --ops``) and its pipeline timeline."""
+    """One plan's estimate (``paraplan estimate --json --ops``) and its pipeline timeline, drawn from
+    the plan's per-stage times and its schedule's order (api.pipeline_stages, web.timeline)."""
+    if problem.cluster is not None:
+        raise InputError("plan: a cluster search's plans are per-stage plans; the table lists them")
     framework = problem.kwargs.get("framework")
+    fields = plan_fields(problem, plan)
     estimated = api.estimate(
-        problem.model,
-        problem.system,
-        plan_fields(problem, plan),
-        with_ops=True,
-        framework=framework,
+        problem.model, problem.system, fields, with_ops=True, framework=framework
     )
     doc = estimated.to_dict(include_ops=True)
     doc["plan_label"] = api.plan_label(estimated.plan)
-    doc["timeline"] = timeline(estimated.plan, doc["breakdown"])
+    pipeline = api.pipeline_stages(problem.model, problem.system, fields, framework=framework)
+    doc["timeline"] = timeline(pipeline, api.schedule_order, doc["breakdown"]["bubble_s"])
     return doc

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from paraplan.specs.errors import InputError
+from paraplan.api import InputError
 
 MAX_JOBS = 8  # jobs running at once; more are refused with a one-line error
 IDLE_WORKERS = 2  # started workers kept waiting for a job (two tabs search at once without a start)
@@ -42,7 +42,9 @@ def _watch_parent(parent: int) -> None:  # pragma: no cover - runs in the child 
 
 def _worker(conn, parent: int) -> None:  # pragma: no cover - runs in the child process
     """Warm up, then run jobs one after another: progress, then ("done", doc) or ("error", flag,
-    message) for each, until the pipe closes or the server (pid ``parent``) is gone."""
+    message) for each, until the pipe closes or the server (pid ``parent``) is gone. A job is (kind,
+    problem, extra): a search's Problem, or a sweep's definition with ``extra`` the page's field its
+    errors are shown next to."""
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     from paraplan.web import work
     from paraplan.web.params import flag_of
@@ -58,13 +60,13 @@ def _worker(conn, parent: int) -> None:  # pragma: no cover - runs in the child 
             conn.send(("progress", int(done), None if total is None else int(total), str(phase)))
 
         try:
-            if kind == "sweep":
-                doc = work.run_sweep(problem, extra, progress)
+            if kind == "sweep":  # extra: the page's field of the sweep (its errors show there)
+                doc = work.run_sweep(problem, progress)
             else:
                 doc = work.run_search(problem, progress)
             conn.send(("done", doc))
         except InputError as exc:
-            flag = getattr(exc, "flag", None) or flag_of(str(exc))
+            flag = extra if kind == "sweep" else getattr(exc, "flag", None) or flag_of(str(exc))
             conn.send(("error", flag, str(exc)))
         except Exception as exc:  # noqa: BLE001 - shown on the page as one line, never a traceback
             conn.send(("error", None, f"internal error: {type(exc).__name__}: {exc}"))

@@ -6,29 +6,27 @@ arguments.
 --seq-length 2048``; the page adds ``plan=N`` (the open plan's rank), ``compare=M`` (the plan of the
 two-plan diff) and ``all=1`` (every feasible plan in the scatter: ``--csv-all``'s scan). A model or
 system is a catalog name or YAML/JSON text sent with the request (``model-text``, ``system-text``):
-nothing on the server is read from a request. Each bad value raises the CLI's one-line
+nothing on the server is read from a request. A cluster of node pools (``cluster-text``, the
+schema of ``paraplan search --cluster``) replaces system and GPUs and runs the AMP-style search with
+the options that search honours (``CLUSTER_OPTIONS``). Each bad value raises the CLI's one-line
 :class:`InputError`, whose ``field`` names the option (the page shows it next to that field).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 from paraplan import api
-from paraplan.catalog import suggestions
-from paraplan.io.options import parse_price, parse_tokens
-from paraplan.search.space import OBJECTIVES
-from paraplan.specs.errors import InputError
-from paraplan.specs.moe_plan import Dispatcher
-from paraplan.specs.plan import Attention, PlanDtype, Recompute, Schedule
+from paraplan.api import InputError
 
+CHOICES = api.option_choices()  # option -> allowed values, as the CLI's
 INT_LISTS = {"tp": "tp", "pp": "pp", "cp": "cp", "micro-batch": "micro_batch", "zero": "zero"}
 INT_LISTS |= {"ep": "ep", "etp": "etp"}
 CHOICE_LISTS = {
-    "recompute": ("recompute", get_args(Recompute)),
-    "schedule": ("schedules", get_args(Schedule)),
-    "dispatcher": ("dispatchers", get_args(Dispatcher)),
+    "recompute": ("recompute", CHOICES["recompute"]),
+    "schedule": ("schedules", CHOICES["schedule"]),
+    "dispatcher": ("dispatchers", CHOICES["dispatcher"]),
 }
 SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
     "no-offload": ("vary_offload", False),
@@ -38,11 +36,15 @@ SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
 }
 INTS = {"gpus": (1, 2**20), "global-batch": (1, 2**24), "max-global-batch": (1, 2**24)}
 INTS |= {"seq-length": (1, 2**24), "top": (1, 100), "plan": (1, 100), "compare": (1, 100)}
-MAX_TEXT = 256 * 1024  # characters of a pasted model or system
+MAX_TEXT = 256 * 1024  # characters of a pasted model, system or cluster
 # every option the page reads; anything else in the query is refused (a typo would otherwise be lost)
-KNOWN = {"model", "system", "model-text", "system-text", "objective", "dtype", "attention"}
-KNOWN |= {"framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS) | set(CHOICE_LISTS)
-KNOWN |= set(SWITCHES)
+KNOWN = {"model", "system", "model-text", "system-text", "cluster-text", "objective", "dtype"}
+KNOWN |= {"attention", "framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS)
+KNOWN |= set(CHOICE_LISTS) | set(SWITCHES)
+# the options the cluster search honours (cli.search_cmd.HETERO_SEARCH_OPTIONS, AMP_SEARCH_AXES)
+CLUSTER_OPTIONS = {"model", "model-text", "cluster-text", "global-batch", "seq-length", "dtype"}
+CLUSTER_OPTIONS |= {"attention", "top", "plan", "compare", "tp", "pp", "micro-batch", "recompute"}
+CLUSTER_AXES = {"tp": "tps", "pp": "pps", "micro_batch": "micro_batches", "recompute": "recompute"}
 
 
 def error(flag: str, message: str) -> InputError:
@@ -54,14 +56,16 @@ def error(flag: str, message: str) -> InputError:
 
 def flag_of(message: str) -> str | None:
     """The page's option a one-line error names ('--gpus: ...', 'model.architecture: ...' -> model)."""
-    name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0]
+    name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0].split("[")[0]
+    name = {"cluster": "cluster-text"}.get(name, name)
     return name if name in KNOWN else None
 
 
 @dataclass(frozen=True)
 class Problem:
     """A checked search problem: ``model`` / ``system`` catalog names or specs, the api.search
-    keywords, and the page's own state (plan, compare, all)."""
+    keywords, and the page's own state (plan, compare, all); ``cluster`` a pasted cluster of pools
+    (then ``system`` is None and ``kwargs`` the cluster search's)."""
 
     model: Any
     system: Any
@@ -71,6 +75,7 @@ class Problem:
     plan: int = 1
     compare: int | None = None
     all_plans: bool = False
+    cluster: str | None = None
 
 
 def _int(params: dict, flag: str) -> int | None:
@@ -114,15 +119,6 @@ def _choice(params: dict, flag: str, allowed: tuple, default: str | None) -> str
     return value
 
 
-def flagged(flag: str, parse, text: str):
-    """``parse(text)`` (paraplan.io.options), its error kept for option ``flag`` of the page."""
-    try:
-        return parse(text)
-    except InputError as exc:
-        exc.flag = flag
-        raise
-
-
 def _spec(params: dict, kind: str, names: list[str]):
     """A catalog name, or pasted YAML/JSON text (``<kind>-text``) parsed in memory."""
     text = params.get(f"{kind}-text")
@@ -133,12 +129,12 @@ def _spec(params: dict, kind: str, names: list[str]):
             return api.spec_from_text(kind, text, field=f"--{kind}-text")
         except InputError as exc:
             exc.flag = f"{kind}-text"
-            raise
+            raise exc from None
     name = params.get(kind)
     if not name:
         raise error(kind, f"missing; give a catalog name or paste a {kind} file")
     if name not in names:
-        near = suggestions(name, list(names))
+        near = api.suggestions(name, list(names))
         hint = f"; did you mean {', '.join(near)}?" if near else "; see the catalog list"
         raise error(kind, f"{name!r} is not in the catalog{hint}")
     return name
@@ -152,30 +148,37 @@ def parse(params: dict) -> Problem:
             unknown[0], f"is not an option of the page; allowed: {', '.join(sorted(KNOWN))}"
         )
     names = api.catalog_names()
-    model, system = (
-        _spec(params, "model", names["models"]),
-        _spec(params, "system", names["systems"]),
-    )
+    model = _spec(params, "model", names["models"])
+    if params.get("cluster-text"):
+        return _cluster_problem(params, model)
+    system = _spec(params, "system", names["systems"])
     gpus = _int(params, "gpus")
     if gpus is None:
         raise error("gpus", "missing; give the total number of GPUs")
     batch, most = _int(params, "global-batch"), _int(params, "max-global-batch")
     if (batch is None) == (most is None):
         raise error("global-batch", "give exactly one of --global-batch and --max-global-batch")
+    tokens = api.parse_tokens(params["tokens"]) if params.get("tokens") else None
     kwargs: dict[str, Any] = {
         "seq_length": _int(params, "seq-length") or 2048,
         "global_batch": batch,
         "max_global_batch": most,
         "top": _int(params, "top") or 10,
-        "objective": _choice(params, "objective", OBJECTIVES, "time"),
-        "dtype": _choice(params, "dtype", get_args(PlanDtype), "bf16"),
+        "objective": _choice(params, "objective", CHOICES["objective"], "time"),
+        "dtype": _choice(params, "dtype", CHOICES["dtype"], "bf16"),
     }
+    if kwargs["objective"] in CHOICES["objective-needs-tokens"]:
+        if tokens is None:
+            raise error("tokens", f"--objective {kwargs['objective']} needs the run length")
+        if params.get("all") in ("1", "true", "on"):
+            raise error("all", f"every feasible plan is not scanned with {kwargs['objective']}")
+        kwargs["tokens"] = tokens
     if params.get("attention"):
-        kwargs["attention"] = _choice(params, "attention", get_args(Attention), None)
+        kwargs["attention"] = _choice(params, "attention", CHOICES["attention"], None)
     if params.get("framework"):
         kwargs["framework"] = _choice(params, "framework", tuple(names["frameworks"]), None)
     if params.get("price"):
-        kwargs["price_per_gpu_hour"] = flagged("price", parse_price, params["price"])
+        kwargs["price_per_gpu_hour"] = api.parse_price(params["price"])
     for flag, name in INT_LISTS.items():
         if (values := _list(params, flag, None)) is not None:
             kwargs[name] = values
@@ -190,8 +193,66 @@ def parse(params: dict) -> Problem:
         system,
         gpus,
         kwargs,
-        flagged("tokens", parse_tokens, params["tokens"]) if params.get("tokens") else None,
+        tokens,
         _int(params, "plan") or 1,
         _int(params, "compare"),
         params.get("all") in ("1", "true", "on"),
     )
+
+
+def _cluster_problem(params: dict, model) -> Problem:
+    """A cluster of node pools: the AMP-style search's problem (``paraplan search --cluster``),
+    with the options it honours; any other option refused by name, as the CLI does."""
+    text = params["cluster-text"]
+    if len(text) > MAX_TEXT:
+        raise error("cluster-text", f"{len(text):,} characters; at most {MAX_TEXT:,}")
+    other = sorted(k for k, v in params.items() if v not in (None, "") and k not in CLUSTER_OPTIONS)
+    if other:
+        raise error(
+            other[0],
+            "is not available with a cluster of pools (per-stage search); allowed: "
+            + ", ".join(sorted(CLUSTER_OPTIONS)),
+        )
+    batch = _int(params, "global-batch")
+    if batch is None:
+        raise error("global-batch", "missing; the cluster search searches a fixed global batch")
+    kwargs: dict[str, Any] = {
+        "global_batch": batch,
+        "seq_length": _int(params, "seq-length") or 2048,
+        "dtype": _choice(params, "dtype", CHOICES["dtype"], "bf16"),
+        "attention": _choice(params, "attention", CHOICES["attention"], "flash"),
+        "top": _int(params, "top") or 10,
+    }
+    for flag, name in (("tp", "tp"), ("pp", "pp"), ("micro-batch", "micro_batch")):
+        if (values := _list(params, flag, None)) is not None:
+            kwargs[CLUSTER_AXES[name]] = values
+    if (values := _list(params, "recompute", CHOICES["recompute"])) is not None:
+        kwargs["recompute"] = values
+    plan, compare = _int(params, "plan") or 1, _int(params, "compare")
+    return Problem(model, None, 0, kwargs, None, plan, compare, False, text)
+
+
+# the sweep definition's fields (sweep.definition) of the page's search keywords
+SWEEP_FIELDS = ("seq_length", "global_batch", "max_global_batch", "dtype", "attention")
+SWEEP_FIELDS += ("objective", "framework", "tokens")
+SWEEP_AXES = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
+
+
+def sweep_definition(problem: Problem, gpus: str) -> dict:
+    """The sweep definition (``paraplan sweep``'s, sweep.definition) of the page's problem over the
+    GPU counts ``gpus`` (``--gpus`` of ``paraplan sweep``: 64,128,256 or 64..1024x2): the best plan
+    at each count."""
+    if problem.cluster is not None or not isinstance(problem.model, str):
+        raise error("gpus-list", "a sweep takes a catalog model and system, not pasted ones")
+    if not isinstance(problem.system, str):
+        raise error("gpus-list", "a sweep takes a catalog model and system, not pasted ones")
+    kwargs = problem.kwargs
+    definition = {"model": problem.model, "systems": [problem.system], "gpus": gpus, "top": 1}
+    definition |= {k: kwargs[k] for k in SWEEP_FIELDS if kwargs.get(k) is not None}
+    if problem.tokens is not None:
+        definition["tokens"] = problem.tokens
+    definition["restrictions"] = {k: list(kwargs[k]) for k in SWEEP_AXES if k in kwargs}
+    for flag, (name, value) in SWITCHES.items():
+        if kwargs.get(name) == value:
+            definition[flag.replace("-", "_")] = True
+    return definition

@@ -1,14 +1,16 @@
 """What a worker process runs for the page: a search (its ranked plans, the explanation and the
-scatter's points) and a strong-scaling sweep, both through ``paraplan.api`` only.
+scatter's points), a cluster-of-pools search and a sweep, all through ``paraplan.api`` only.
 
 The scatter: without ``all=1`` it draws the feasible plans the exact search evaluated (its
 ``evaluated_sink``: the pruned search's candidates, the ranked ones among them); with ``all=1`` every
 feasible plan of the space is evaluated (``paraplan search --csv-all``'s scan). Both are drawn by
-this stated rule (:class:`Aggregate`), so millions of plans stay a few thousand points: one point per
+this stated rule (:class:`Aggregate`), so millions of plans stay far fewer points (the README
+search's 32 million feasible plans: 291,594 points, benchmarks/web_speed.py): one point per
 cell of (tp×pp, step time in 1 % steps, peak memory in 0.5 GiB steps), the plan with the best
 objective in the cell, with the number of plans it stands for; the best-ranked plan of a cell is
-its point (no plan in the cell has a better objective), marked with its rank. With the robust objective
-(ranked by the error band of the ranked plans only) the scatter draws the ranked plans.
+its point (no plan in the cell has a better objective), marked with its rank. With the robust and the
+time-to-train objectives (which rank the ranked plans only: by their error bands, by goodput) the
+scatter draws the ranked plans.
 """
 
 from __future__ import annotations
@@ -114,12 +116,12 @@ def warm_up() -> None:
 
 def run_search(problem: Problem, progress: Callable) -> dict:
     """The search's ``--json`` document (api.SearchResults.to_dict) with ``explain`` (why the best
-    wins) and ``scatter`` (the points of the Pareto view, module doc)."""
-    sink = (
-        None
-        if problem.kwargs.get("objective") == "robust" and not problem.all_plans
-        else Aggregate()
-    )
+    wins) and ``scatter`` (the points of the Pareto view, module doc); a cluster of pools: the
+    AMP-style search's ``--json`` document (api.search_cluster), ``kind`` "cluster"."""
+    if problem.cluster is not None:
+        return run_cluster(problem, progress)
+    ranked_only = problem.kwargs.get("objective") not in ("time", "cost", "mfu")
+    sink = None if ranked_only and not problem.all_plans else Aggregate()
     found = api.search(
         problem.model,
         problem.system,
@@ -139,17 +141,21 @@ def run_search(problem: Problem, progress: Callable) -> dict:
     else:
         points, rule = [_ranked_point(item) for item in doc["plans"]], "ranked"
     doc["scatter"], doc["scatter_rule"] = points, rule
+    doc["kind"] = "search"
     return doc
 
 
-def run_sweep(problem: Problem, gpus: list[int], progress: Callable) -> dict:
-    """Strong scaling: the best plan at each GPU count (the same problem otherwise), one search per
-    point, progress after each."""
-    points = []
-    for i, count in enumerate(gpus):
-        progress(i, len(gpus), f"{count} GPUs")
-        found = api.search(problem.model, problem.system, count, **{**problem.kwargs, "top": 1})
-        best = found.to_dict()["plans"][:1]
-        points.append({"gpus": count, "best": best[0] if best else None})
-    progress(len(gpus), len(gpus), "done")
-    return {"sweep": "gpus", "points": points}
+def run_cluster(problem: Problem, progress: Callable) -> dict:
+    """``paraplan search --cluster --json`` for the pasted cluster of pools (api.search_cluster)."""
+    progress(0, None, "cluster search")
+    kwargs = dict(problem.kwargs)
+    batch = kwargs.pop("global_batch")
+    doc = api.search_cluster(problem.model, problem.cluster, batch, **kwargs)
+    doc["kind"] = "cluster"
+    return doc
+
+
+def run_sweep(definition: dict | str, progress: Callable) -> dict:
+    """The sweep.json document of a sweep definition (api.sweep, catalog names only), progress
+    after each point."""
+    return api.sweep(definition, progress, catalog_only=True)

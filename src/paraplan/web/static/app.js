@@ -6,6 +6,7 @@ const $$ = (s) => Array.from(document.querySelectorAll(s));
 const form = $("#problem");
 const state = { job: null, source: null, doc: null, detail: null, plan: null };
 const PAGE_KEYS = ["plan", "compare"];
+const WEBGL_ABOVE = 2000;  // the scatter draws WebGL traces (scattergl) above this many points
 
 // Plotly (4.8 MB) is loaded once the form is ready, so it never delays the first interaction
 let loadPlotly;
@@ -37,6 +38,10 @@ function formParams() {
   }
   if (out["model-text"]) delete out.model;
   if (out["system-text"]) delete out.system;
+  if (out["cluster-text"]) {  // the cluster search's options only (paraplan search --cluster)
+    for (const k of ["system", "system-text", "gpus", "max-global-batch", "framework"]) delete out[k];
+    if (out.objective === "time") delete out.objective;
+  }
   return out;
 }
 function fillForm(params) {
@@ -128,9 +133,33 @@ $("#cancel").onclick = async () => {
 form.onsubmit = (ev) => { ev.preventDefault(); runSearch(formParams(), { plan: 1 }); };
 
 // ---- the ranked table, the explanation and the scatter ----------------------------------------
+function showCluster(doc) {
+  for (const id of ["#ranked", "#band-note", "#plan-views", "#ttt", "#detail"]) $(id).hidden = true;
+  $("#cluster-plans").hidden = false;
+  $("#table-title").textContent = "Per-stage plans on the cluster of pools";
+  $("#summary").textContent = `cluster search (${doc.mode}): ${doc.evaluated.toLocaleString()} candidates evaluated, ` +
+    `${doc.solved.toLocaleString()} solved in ${doc.elapsed_s.toFixed(2)} s` + (doc.plans.length ? "" : "; no plan fits") + (doc.stopped ? `; stopped: ${doc.stopped}` : "");
+  const tbody = $("#cluster-plans tbody"); tbody.innerHTML = "";
+  doc.plans.forEach((p, i) => tbody.insertAdjacentHTML("beforeend", `<tr><td>${i + 1}</td><td>${fmt(p.step_time_s, 4)}</td><td class="plan">${esc(p.label)}</td></tr>`));
+}
+function showTimeToTrain(doc) {
+  const info = doc.time_to_train;
+  $("#ttt").hidden = !info;
+  if (!info) return;
+  $("#ttt-title").textContent = `ranked by ${info.ranked_by}` + (info.exact ? "" : " (over the fastest plans by failure-free time only)");
+  const tbody = $("#ttt tbody"); tbody.innerHTML = "";
+  info.goodput.forEach((g, i) => tbody.insertAdjacentHTML("beforeend", `<tr><td>${i + 1}</td><td>${g.expected_days.toFixed(2)}</td>` +
+    `<td>${g.days_p10.toFixed(2)}–${g.days_p90.toFixed(2)}</td><td>${g.cost_usd === null ? "" : "$" + fmt(g.cost_usd, 4)}</td>` +
+    `<td>${g.useful_days.toFixed(2)}</td><td>${(g.effective_training_time_ratio * 100).toFixed(1)} %</td></tr>`));
+}
 function showResults(doc, problem, selected) {
   state.doc = doc; state.problem = problem;
   $("#results").hidden = false;
+  if (doc.kind === "cluster") { document.body.dataset.detail = "cluster"; return showCluster(doc); }
+  for (const id of ["#ranked", "#band-note", "#plan-views"]) $(id).hidden = false;
+  $("#cluster-plans").hidden = true;
+  $("#table-title").textContent = "Ranked plans";
+  showTimeToTrain(doc);
   const p = doc.problem;
   $("#summary").textContent = `${p.model} on ${p.gpus} × ${p.system}, seq ${p.seq_length}, ` +
     (p.global_batch ? `global batch ${p.global_batch}` : `max global batch ${p.max_global_batch}`) +
@@ -179,7 +208,7 @@ async function drawScatter(doc) {
   const groups = {};
   pts.forEach((p, i) => { (groups[p.tp_pp] = groups[p.tp_pp] || []).push(i); });
   const traces = Object.entries(groups).map(([name, idx]) => ({
-    type: pts.length > 2000 ? "scattergl" : "scatter", mode: "markers", name,
+    type: pts.length > WEBGL_ABOVE ? "scattergl" : "scatter", mode: "markers", name,
     x: idx.map((i) => pts[i].peak_memory_gib), y: idx.map((i) => pts[i].step_time_s * scale),
     customdata: idx, text: idx.map((i) => `${pts[i].plans} plan(s)` + (pts[i].rank ? `, rank ${pts[i].rank}` : "")),
     hovertemplate: (byCost ? "$%{y:.4g}" : "%{y:.4g} s") + ", %{x:.1f} GiB, %{text}<extra>%{fullData.name}</extra>",
@@ -224,18 +253,20 @@ function drawDetail(d) {
   traces.push({ type: "scatter", mode: "lines+markers", name: "HBM", x: st.map((s) => `stage ${s.stage}`), y: st.map((s) => s.capacity_gib), line: { color: "red", dash: "dash" } });
   plot("memory", traces, { barmode: "stack", title: { text: `memory per stage (peak ${d.memory.peak_gib.toFixed(1)} GiB)` }, yaxis: { title: "GiB" } });
   const t = d.timeline;
-  const colours = { F: "#4C72B0", B: "#DD8452" };
-  const bars = ["F", "B"].map((k) => {
+  const colours = { F: "#4C72B0", B: "#DD8452", W: "#55A868" }, kindNames = { F: "forward", B: "backward", W: "weight gradient" };
+  const bars = ["F", "B", "W"].filter((k) => t.bars.some((x) => x.kind === k)).map((k) => {
     const sel = t.bars.filter((x) => x.kind === k);
-    return { type: "bar", orientation: "h", name: k === "F" ? "forward" : "backward", base: sel.map((x) => x.start),
+    return { type: "bar", orientation: "h", name: k === "B" && t.bars.some((x) => x.kind === "W") ? "input gradient" : kindNames[k], base: sel.map((x) => x.start),
       x: sel.map((x) => x.end - x.start), y: sel.map((x) => `stage ${x.stage}`), marker: { color: colours[k] },
       hovertext: sel.map((x) => `mb ${x.mb}` + (t.vpp > 1 ? ` chunk ${x.chunk}` : "")), hoverinfo: "text+x",
       text: t.bars.length <= 160 ? sel.map((x) => `${x.mb}`) : undefined };
   });
   plot("timeline", bars, { barmode: "overlay", title: { text: `${t.schedule} schedule, pp ${t.pp}, v ${t.vpp}, ${t.microbatches_drawn} of ${t.microbatches} micro-batches` },
     xaxis: { title: "s" }, yaxis: { autorange: "reversed" }, height: 160 + 36 * t.pp, showlegend: true });
-  $("#timeline-note").textContent = `drawn bubble ${fmt(t.drawn_bubble_s)} s; the estimator's bubble ${fmt(t.bubble_s)} s` +
-    (t.approximate ? " (drawn in the 1F1B order: approximate for this schedule)" : "");
+  const span = t.makespan_s === null ? "not placed (too many passes)" : `${fmt(t.makespan_s, 5)} s`;
+  $("#timeline-note").textContent = `each stage's passes in the ${t.schedule} order, timed by the stage's own F, B, W: drawn makespan of all ${t.microbatches} micro-batches ${span}; ` +
+    `the estimator's pipeline time (m × slowest stage + bubble) ${fmt(t.pipeline_s, 5)} s, bubble ${fmt(t.bubble_s)} s` +
+    (t.approximate ? " (DualPipe drawn in ZB-H1's one-direction order: approximate; its bubble is the estimator's formula)" : "");
   const tb = $("#collectives tbody"); tb.innerHTML = "";
   for (const c of d.communication || []) {
     tb.insertAdjacentHTML("beforeend", `<tr><td>${esc(c.block)}</td><td>${esc(c.name)}</td><td>${esc(c.group)}</td><td>${esc(c.kind)}</td>` +
@@ -294,24 +325,60 @@ $("#scatter-y").onchange = () => state.doc && drawScatter(state.doc);
 $("#download-json").onclick = () => download("search.json", JSON.stringify(state.doc, null, 2), "application/json");
 $("#plan-json").onclick = () => download("plan.json", JSON.stringify(state.detail, null, 2), "application/json");
 
-// ---- sweep ------------------------------------------------------------------------------------
-$("#sweep-go").onclick = async () => {
+// ---- sweeps: strong scaling over the form's problem, or a sweep file; progress, heatmap ------
+const SWEEP_AXES = (cfg) => [["system", cfg.systems], ["gpus", cfg.gpus], ...cfg.sets.map((a) => [a.path, a.values])];
+async function runSweep(body, field) {
   clearErrors();
   let job;
-  try { job = await post("/api/sweep", { params: problemParams(formParams()), "gpus-list": $("#sweep-gpus").value }); }
-  catch (err) { return showError(err); }
-  $("#sweep-progress").hidden = false;
+  try { job = await post("/api/sweep", body); } catch (err) { return showError(err); }
+  state.sweepJob = job.id;
+  $("#sweep-progress").hidden = false; $("#sweep-progress").removeAttribute("value"); $("#sweep-cancel").disabled = false;
+  document.body.dataset.sweep = "running";
   const source = new EventSource(`/api/jobs/${job.id}/events`);
+  state.sweepSource = source;
   source.onmessage = (ev) => {
-    const j = JSON.parse(ev.data);
-    if (j.progress.total) { $("#sweep-progress").max = j.progress.total; $("#sweep-progress").value = j.progress.done; }
+    const j = JSON.parse(ev.data), p = j.progress;
+    if (p.total) { $("#sweep-progress").max = p.total; $("#sweep-progress").value = p.done; }
+    $("#sweep-status").textContent = `${p.phase} ${p.total ? p.done + " / " + p.total : ""} (${j.elapsed_s.toFixed(1)} s)`;
     if (j.state === "running") return;
-    source.close(); $("#sweep-progress").hidden = true;
-    if (j.state !== "done") return showError(j.error || { field: "gpus-list", message: j.state });
-    const pts = j.result.points.filter((p) => p.best);
-    plot("sweep-chart", [{ type: "scatter", mode: "lines+markers", x: pts.map((p) => p.gpus), y: pts.map((p) => p.best.tokens_per_s),
-      text: pts.map((p) => p.best.plan_label), name: "tokens/s" }], { xaxis: { title: "GPUs", type: "log" }, yaxis: { title: "tokens/s of the best plan" } });
+    source.close(); $("#sweep-progress").hidden = true; $("#sweep-cancel").disabled = true;
+    document.body.dataset.sweep = j.state;
+    if (j.state !== "done") { $("#sweep-status").textContent = j.state; return j.error && showError(Object.assign({}, j.error, { field })); }
+    $("#sweep-status").textContent = `done in ${j.elapsed_s.toFixed(1)} s`;
+    state.sweep = j.result; drawSweep();
   };
+}
+function drawSweep() {
+  const doc = state.sweep; if (!doc) return;
+  const metric = $("#sweep-metric").value, label = $("#sweep-metric").selectedOptions[0].text;
+  const axes = SWEEP_AXES(doc.sweep), varying = axes.filter(([, v]) => v.length > 1);
+  const value = (p) => (p.feasible ? p[metric] : null);
+  const key = (name, v) => String(v);
+  const fixed = axes.filter((a) => !varying.slice(0, 2).includes(a)).map(([n, v]) => [n, v[0]]);
+  const pts = doc.points.filter((p) => fixed.every(([n, v]) => String(p[n]) === String(v) || n === "system" && p.system === v));
+  $("#sweep-summary").textContent = `${doc.points.length} points of ${doc.sweep.model} (${doc.points.filter((p) => p.feasible).length} with a plan that fits); ` +
+    (varying.length > 2 ? `heatmap of ${varying[0][0]} × ${varying[1][0]} at ${fixed.map(([n, v]) => `${n} ${v}`).join(", ")}` : varying.length === 2 ? `heatmap of ${varying[0][0]} × ${varying[1][0]}` : "");
+  if (varying.length >= 2) {
+    const [[xn, xs], [yn, ys]] = varying;
+    const z = ys.map((y) => xs.map((x) => { const p = pts.find((q) => key(xn, q[xn]) === key(xn, x) && key(yn, q[yn]) === key(yn, y)); return p ? value(p) : null; }));
+    const text = ys.map((y) => xs.map((x) => { const p = pts.find((q) => key(xn, q[xn]) === key(xn, x) && key(yn, q[yn]) === key(yn, y)); return p ? (p.plan_label || p.reason || "") : ""; }));
+    plot("sweep-chart", [{ type: "heatmap", x: xs.map(String), y: ys.map(String), z, text, hovertemplate: `${xn} %{x}, ${yn} %{y}: %{z:.4g} ${label}<br>%{text}<extra></extra>`, colorbar: { title: label } }],
+      { xaxis: { title: xn, type: "category" }, yaxis: { title: yn, type: "category" }, title: { text: `best plan's ${label}` } });
+  } else {
+    const [xn, xs] = varying[0] || ["gpus", doc.sweep.gpus];
+    const ok = pts.filter((p) => p.feasible);
+    plot("sweep-chart", [{ type: "scatter", mode: "lines+markers", x: ok.map((p) => p[xn]), y: ok.map((p) => p[metric]), text: ok.map((p) => p.plan_label), name: label }],
+      { xaxis: { title: xn, type: xn === "gpus" ? "log" : "-" }, yaxis: { title: `${label} of the best plan` } });
+  }
+  document.body.dataset.sweepDrawn = String(doc.points.length);
+}
+$("#sweep-go").onclick = () => runSweep({ params: problemParams(formParams()), "gpus-list": $("#sweep-gpus").value }, "gpus-list");
+$("#sweep-file-go").onclick = () => runSweep({ "sweep-text": $("#sweep-text").value }, "sweep-text");
+$("#sweep-upload").onchange = async () => { const f = $("#sweep-upload").files[0]; if (f) $("#sweep-text").value = await f.text(); };
+$("#sweep-metric").onchange = drawSweep;
+$("#sweep-cancel").onclick = async () => {
+  if (!state.sweepJob) return;
+  await fetch(`/api/jobs/${state.sweepJob}`, { method: "DELETE" });
 };
 
 // ---- start ------------------------------------------------------------------------------------
@@ -324,6 +391,10 @@ async function start() {
   $("#f-model").innerHTML = opts(names.models);
   $("#f-system").innerHTML = opts(names.systems);
   $("#f-framework").insertAdjacentHTML("beforeend", opts(names.frameworks));
+  $("#f-objective").innerHTML = opts(names.choices.objective);
+  $("#f-dtype").innerHTML = opts(names.choices.dtype);
+  $("#f-dtype").value = "bf16";  // the CLI's defaults
+  $("#f-objective").value = "time";
   const given = pageParams();
   $("#ready").textContent = "ready";
   document.body.dataset.ready = String(Math.round(performance.now()));

@@ -1,0 +1,49 @@
+"""One plan's pipeline as the step composition prices it, stage by stage: each pipeline stage's
+per-micro-batch forward F, backward B (recompute and exposed communication included), its
+weight-gradient part W, and point-to-point seconds; the schedule that orders their passes
+(step/schedules.py, ``schedule_order``); and the composition's pipeline time m·S + bubble
+(step.compose.pipeline_bound_s). The plan explorer draws its timeline from these (web/timeline.py).
+"""
+
+from __future__ import annotations
+
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.step.compose import pipeline_bound_s, split_backward_on
+from paraplan.step.estimate import check_plan, step_inputs
+from paraplan.step.inputs import backward_s, forward_s, stage_work, sum_blocks, work_total
+
+
+def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dict:
+    """Per pipeline stage (0 .. pp − 1) its per-micro-batch ``forward_s`` (step.inputs.forward_s),
+    ``backward_s`` (step.inputs.backward_s, W included), ``wgrad_s`` (W, BlockTerms.wgrad summed),
+    ``p2p_s`` and ``work_s`` (the sum the composition takes the slowest of); the schedule, m, v,
+    whether it splits the backward, and ``pipeline_s``, the composition's m·S + bubble."""
+    check_plan(model, system, plan)
+    inp = step_inputs(model, system, plan)
+    split = split_backward_on(inp.knobs)
+    stages: list[dict | None] = [None] * plan.pp
+    for entry in inp.stages:  # an entry stands for `count` identical stages from `index` on
+        if int(entry.count) <= 0:
+            continue
+        work = stage_work(entry, split)
+        row = {
+            "forward_s": float(forward_s(work)),
+            "backward_s": float(backward_s(work)),
+            "wgrad_s": float(sum_blocks(entry, lambda b: b.terms.wgrad)),
+            "p2p_s": float(work["pp"]),
+            "work_s": float(work_total(work)),
+        }
+        for index in range(int(entry.index), int(entry.index) + int(entry.count)):
+            stages[index] = row
+    schedule = plan.pipeline_schedule
+    return {
+        "schedule": schedule,
+        "pp": plan.pp,
+        "vpp": plan.vpp,
+        "microbatches": plan.microbatches,
+        "split_backward": bool(split),
+        "stages": [dict(row or {}, stage=i) for i, row in enumerate(stages)],
+        "pipeline_s": float(pipeline_bound_s(inp)),
+    }
