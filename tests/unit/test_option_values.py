@@ -6,7 +6,7 @@ import pytest
 
 from paraplan.io.options import parse_price, parse_tokens
 from paraplan.specs.errors import InputError
-from paraplan.web.params import parse
+from paraplan.web.params import flag_of, parse
 
 
 @pytest.mark.parametrize(
@@ -32,4 +32,4 @@ def test_price_must_be_positive_and_the_page_keeps_the_field():
     query = {"model": "gpt3-1.3b", "system": "dgx-a100-80gb", "gpus": "8", "global-batch": "64"}
     with pytest.raises(InputError) as err:
         parse({**query, "price": "0"})
-    assert err.value.flag == "price"
+    assert flag_of(str(err.value)) == "price"  # the page shows it next to its field

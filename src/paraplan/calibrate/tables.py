@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from paraplan.calibrate.fit import EFF, FitPart, Residual
+from paraplan.calibrate.fit import FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
 from paraplan.io.documents import atomic_write_text

@@ -304,7 +304,7 @@ def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
                 f"{where}: shape {shape!r} has not the dimensions of {op}'s other rows"
             )
         g[0].append(point), g[1].append(math.prod(point))
-        g[2].append(_num(row, "time_us", where) * 1e-6)
+        g[2].append(csv_number(row, "time_us", where) * 1e-6)
     out = {}
     for op, g in groups.items():
         rates = scatter(*g)

@@ -34,10 +34,10 @@ def parse_price(value: str | float) -> float:
     try:
         price = float(value)
     except (TypeError, ValueError):
-        price = math.nan
+        raise InputError(f"--price: {value!r} is not a number of USD per GPU-hour") from None
     if not 0 < price < math.inf:
         raise InputError(
-            f"--price: {value!r} is not allowed; must be a positive number of USD per GPU-hour"
+            f"--price: {price!r} is not allowed; must be a positive number of USD per GPU-hour"
         )
     return price
 

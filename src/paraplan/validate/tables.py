@@ -134,10 +134,13 @@ def _named(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[Table
     for r in rows:
         shape = kt.kernel_row_shape(r)[1]
         pred.append(kt.kernel_time_s(table.name, acc.l2_cache, prefix + r["op"], shape))
-        meas.append(_f(r, "time_us") * 1e-6)
-    for group in _by(rows, lambda r: r["op"]):
+        meas.append(float(r["time_us"]) * 1e-6)
+    by_op: dict[str, list] = {}
+    for r in rows:
+        by_op.setdefault(r["op"], []).append(r)
+    for group in by_op.values():
         pts = [kt.kernel_row_shape(r)[1] for r in group]
-        times = [_f(r, "time_us") * 1e-6 for r in group]
+        times = [float(r["time_us"]) * 1e-6 for r in group]
         loo += kt.leave_one_out(pts, [math.prod(p) for p in pts], times, 0.0)
         loo_meas += times
     label = "fp8 quantisation kernels" if prefix else "named eager kernels"
