@@ -265,7 +265,6 @@ def search(
         summary_line,
     )
     from paraplan.report.search_csv import CsvSink, write_top_csv
-    from paraplan.search.explain import explain as explain_plan
     from paraplan.search.exhaustive import exhaustive_search
     from paraplan.search.run import search as run_search
     from paraplan.api import search_problem
@@ -376,11 +375,11 @@ def search(
     warn_positions(problem.model, batch.seq_length)  # after the search: input errors stay one line
     written = sink.rows if sink is not None else None
     shown = write_top_csv(csv_path, result, problem, run_tokens) if csv_path is not None else None
-    alternatives = (
-        explain_plan(problem, result.plans[0].plan, result.plans[0].estimate)
-        if (explain and result.plans)
-        else []
-    )
+    alternatives = []
+    if explain and result.plans:  # search.explain loads only when asked for
+        from paraplan.search.explain import explain as explain_plan
+
+        alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate)
     from paraplan.api import annotate_rows, launch_targets_of
 
     launches = launch_targets_of(problem, result) if not (as_json or problem.framework) else []

@@ -8,14 +8,17 @@ table title, the JSON document and the CSV. Cost figures: USD per step = step ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from paraplan.report.text_table import simple_table
-from paraplan.search.explain import Alternative
 from paraplan.search.run import RankedPlan, SearchResult
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.plan_label import plan_label
 from paraplan.units import GiB
+
+if TYPE_CHECKING:  # search.explain loads with --explain only (issue 31)
+    from paraplan.search.explain import Alternative
 
 
 @dataclass(frozen=True)
