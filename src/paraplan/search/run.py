@@ -57,7 +57,7 @@ from paraplan.search.result import (
     trim_pool,
 )
 from paraplan.search.robust import evaluated_sink_refused, robust_dispatch
-from paraplan.search.scan import Scan
+from paraplan.search.scan import Ahead, Scan
 from paraplan.search.space import SearchProblem, plan_of
 from paraplan.search.table import RowTable
 from paraplan.step.compose import pipeline_bound_s
@@ -188,8 +188,13 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
         group_bound = objective_value(
             problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
         )
+        ahead = Ahead(
+            table, options, group_row, group_start, ranking.within(group_bound, scan.threshold)
+        )
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
-            scan.evaluate(options, group_row[batch], group_start[batch], scan.evaluated_sink)
+            scan.evaluate(
+                options, group_row[batch], group_start[batch], scan.evaluated_sink, ahead.of(batch)
+            )
     return rows_done
 
 
