@@ -184,6 +184,12 @@ def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, sta
     return block_memory_facts(problem.model, shape, recompute)
 
 
+def _tile(values: np.ndarray, times: int) -> np.ndarray:
+    """np.tile(values, times) of a 1-d array, the same array without np.tile's Python overhead (~0.1 ms a call,
+    2,520 calls on Llama 3.1 405B)."""
+    return np.broadcast_to(values, (times, len(values))).reshape(-1)
+
+
 class RowEnumeration:
     """The walk over the space (module doc): ``columns`` (lists of arrays per COLUMNS name), ``costings`` and the
     expert options by id."""
@@ -344,11 +350,11 @@ class RowEnumeration:
             cols[name].append(
                 np.repeat(np.array([b[i] for b in batches], dtype=np.int64), per_batch)
             )
-        cols["placement"].append(np.tile(np.repeat(np.array(pids), n_k), n_b))
+        cols["placement"].append(_tile(np.array(pids).repeat(n_k), n_b))
         domains = np.array([spans["tp"].domains for _, spans in placements])
-        cols["tp_domains"].append(np.tile(np.repeat(domains, n_k), n_b))
+        cols["tp_domains"].append(_tile(domains.repeat(n_k), n_b))
         cols["p2p_id"].append(np.repeat(p2p_ids.reshape(-1), n_k))
-        cols["group_id"].append(np.tile(group_of[:, knobs.expert_of].reshape(-1), n_b))
+        cols["group_id"].append(_tile(group_of[:, knobs.expert_of].reshape(-1), n_b))
         cols["cost_id"].append(
             cost_of[:, knobs.cost_state_of[None, :], pair_of[:, None]].reshape(-1)
         )
@@ -356,4 +362,4 @@ class RowEnumeration:
             np.repeat(memory_of[:, None, :][:, :, knobs.memory_state_of], n_p, axis=1).reshape(-1)
         )
         for name, values in knobs.columns.items():
-            cols[name].append(np.tile(values, n_b * n_p))
+            cols[name].append(_tile(values, n_b * n_p))
