@@ -144,7 +144,10 @@ class Scan:
                 self.shared is not None
             ):  # published at once: the other processes' scans read it between batches
                 self.shared.offer(self.threshold)
-        misses = np.flatnonzero(~fits)
+        self._note_misses(np.flatnonzero(~fits), obj, index, grid_index, peak, host)
+
+    def _note_misses(self, misses, obj, index, grid_index, peak, host) -> None:
+        """The nearest memory miss so far, and the misses faster than the threshold (``evaluate``)."""
         if misses.size:
             over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
             j = misses[np.argmin(over)]
