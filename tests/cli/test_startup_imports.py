@@ -48,8 +48,8 @@ def test_the_runner_sees_what_a_command_imports():
 
 
 def test_a_search_loads_its_own_command_and_no_optional_parts():
-    # a command loads its own module of paraplan.cli only; a search without --explain, --set, --csv or
-    # --objective time-to-train loads neither search.explain nor the sweep, goodput or other commands' code
+    # a command loads its own module of paraplan.cli only; a search of a small dense space without --explain,
+    # --set, --csv, --exhaustive or --objective time-to-train loads none of the code those need
     proc = subprocess.run(
         [
             sys.executable,
@@ -71,6 +71,10 @@ def test_a_search_loads_its_own_command_and_no_optional_parts():
         "paraplan.cli.estimate_cmd",
         "paraplan.cli.validate_cmd",
         "paraplan.cli.serve_cmd",
+        "paraplan.search.bounds.blocks",  # the block search's code: MoE models and spaces over BLOCK_ROWS
+        "multiprocessing",
+        "paraplan.search.exhaustive",
+        "paraplan.report.search_csv",
     )
     assert sorted(loaded & set(unwanted)) == []
 

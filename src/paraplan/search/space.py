@@ -451,3 +451,12 @@ class SearchProblem(GridAxes):
 
 
 rows = _rows  # the rows of the canonical space (search.options.rows)
+
+
+def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
+    """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
+    return (
+        problem.placement_count(tp, pp, cp, dp)
+        * len(problem.layer_knobs(tp, cp))
+        * len(problem.expert_options(tp, cp, dp))
+    )
