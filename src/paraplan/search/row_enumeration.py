@@ -185,9 +185,11 @@ def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, sta
 
 
 def _tile(values: np.ndarray, times: int) -> np.ndarray:
-    """np.tile(values, times) of a 1-d array, the same array without np.tile's Python overhead (~0.1 ms a call,
-    2,520 calls on Llama 3.1 405B)."""
-    return np.broadcast_to(values, (times, len(values))).reshape(-1)
+    """np.tile(values, times) of a 1-d array: the same array, filled in one assignment (~1 µs against np.tile's
+    1-9 µs; 2,520 calls on Llama 3.1 405B)."""
+    out = np.empty(times * len(values), dtype=values.dtype)
+    out.reshape(times, len(values))[:] = values
+    return out
 
 
 class RowEnumeration:
@@ -345,11 +347,11 @@ class RowEnumeration:
         )  # (micro-batch, cost state, span pair)
         memory_of = np.array([i[2] for i in ids], dtype=np.int64)  # (micro-batch, memory state)
         for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
-            cols[name].append(np.full(n, value, dtype=np.int64))
+            column = np.empty(n, dtype=np.int64)  # np.full without its Python overhead
+            column.fill(value)
+            cols[name].append(column)
         for name, i in (("micro_batch", 0), ("global_batch", 1)):
-            cols[name].append(
-                np.repeat(np.array([b[i] for b in batches], dtype=np.int64), per_batch)
-            )
+            cols[name].append(np.array([b[i] for b in batches], dtype=np.int64).repeat(per_batch))
         cols["placement"].append(_tile(np.array(pids).repeat(n_k), n_b))
         domains = np.array([spans["tp"].domains for _, spans in placements])
         cols["tp_domains"].append(_tile(domains.repeat(n_k), n_b))
