@@ -415,15 +415,29 @@ class SearchProblem(GridAxes):
         where there is one (ep·etp > 1)."""
         if not self.model.is_moe:
             return [NO_EXPERT_OPTION]
+        return [
+            ExpertOption(ep, etp, d, ov)
+            for ep, etp in self._expert_degrees(tp, cp, dp)
+            for d, ov in self.expert_switches(ep, etp)
+        ]
+
+    def expert_option_count(self, tp: int, cp: int, dp: int) -> int:
+        """len(expert_options(tp, cp, dp)), without building the options (the block list counts 288 of them on
+        DeepSeek-V3)."""
+        if not self.model.is_moe:
+            return 1
+        return sum(len(self.expert_switches(*pair)) for pair in self._expert_degrees(tp, cp, dp))
+
+    def _expert_degrees(self, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+        """The (ep, etp) pairs of expert_options, in its order."""
         eps = self.ep or tuple(_divisors(self.model.experts))
         etps = self.etp or tuple(sorted({1, tp}))
-        out = []
-        for ep in eps:
-            for etp in etps:
-                if expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp)):
-                    continue
-                out += [ExpertOption(ep, etp, d, ov) for d, ov in self.expert_switches(ep, etp)]
-        return out
+        return [
+            (ep, etp)
+            for ep in eps
+            for etp in etps
+            if not expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+        ]
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
         """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher; overlap of
@@ -458,5 +472,5 @@ def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: 
     return (
         problem.placement_count(tp, pp, cp, dp)
         * len(problem.layer_knobs(tp, cp))
-        * len(problem.expert_options(tp, cp, dp))
+        * problem.expert_option_count(tp, cp, dp)
     )
