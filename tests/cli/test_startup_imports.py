@@ -45,3 +45,54 @@ def test_the_runner_sees_what_a_command_imports():
     # the same runner reports numpy once a command needs it: the check above can fail
     loaded = _loaded("estimate", "-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8", "--json")
     assert "numpy" in loaded and "paraplan.step.estimate" in loaded
+
+
+def test_a_search_loads_its_own_command_and_no_optional_parts():
+    # a command loads its own module of paraplan.cli only; a search of a small dense space without --explain,
+    # --set, --csv, --exhaustive or --objective time-to-train loads none of the code those need
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RUNNER.replace("{heavy!r}", "list(sys.modules)"),
+            *("search", "-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8"),
+            *("--global-batch", "64", "--seq-length", "2048", "--top", "1", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = set([x for x in proc.stderr.splitlines() if x.startswith("LOADED:")][-1].split()[1:])
+    assert "paraplan.search.run" in loaded and "paraplan.cli.search_cmd" in loaded
+    unwanted = (
+        "paraplan.search.explain",
+        "paraplan.sweep",
+        "paraplan.goodput",
+        "paraplan.cli.estimate_cmd",
+        "paraplan.cli.validate_cmd",
+        "paraplan.cli.serve_cmd",
+        "paraplan.search.bounds.blocks",  # the block search's code: MoE models and spaces over BLOCK_ROWS
+        "multiprocessing",
+        "paraplan.search.exhaustive",
+        "paraplan.report.search_csv",
+    )
+    assert sorted(loaded & set(unwanted)) == []
+
+
+def test_every_command_is_named_with_its_module():
+    # main.COMMAND_MODULES: the module each command registers from (a run imports that one only)
+    import importlib
+
+    import typer
+
+    cli_main = importlib.import_module(
+        "paraplan.cli.main"
+    )  # the module (paraplan.cli.main is also a function)
+
+    cli_main._register(None)
+    commands = {
+        c.name or typer.main.get_command_name(c.callback.__name__): c.callback.__module__
+        for c in cli_main.app.registered_commands
+    }
+    commands.update({g.name: "paraplan.cli.import_cmd" for g in cli_main.app.registered_groups})
+    assert {k: f"paraplan.cli.{v}" for k, v in cli_main.COMMAND_MODULES.items()} == commands

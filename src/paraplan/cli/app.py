@@ -1,7 +1,8 @@
 """The typer application, shared option types and helpers of the ``paraplan`` commands.
 
-Each command lives in its own module of this package and registers on ``app``; ``main`` (in
-``paraplan.cli.main``) is the console entry point.
+Each command lives in its own module of this package and registers on ``app`` when imported; ``main``
+(in ``paraplan.cli.main``) is the console entry point and imports the module of the command it runs
+(``COMMAND_MODULES``).
 """
 
 from __future__ import annotations

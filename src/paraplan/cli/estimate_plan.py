@@ -42,6 +42,8 @@ def plan_fields(params: dict) -> dict:
 def apply_sets(model_spec, system_spec, sets: list[str]):
     """``--set PATH=VALUE`` (the paths of ``paraplan sweep --set``, one value each) applied to the
     model and the system, re-validated."""
+    if not sets:  # the sweep package loads only when a --set is given (issue 31)
+        return model_spec, system_spec
     from paraplan.sweep.params import apply_overrides, override_values, parse_sets
 
     axes = parse_sets(sets)

@@ -135,6 +135,10 @@ def time_to_train_objective(objective: str, tokens: float | None, exhaustive: bo
     time-to-train-p90, cost-to-train, cost-to-train-p90), or "" for another objective; InputError
     when it lacks --tokens or comes with --exhaustive / --csv-all (goodput is computed for the
     ranked plans only)."""
+    from paraplan.search.space import OBJECTIVES as SEARCH_OBJECTIVES
+
+    if objective in SEARCH_OBJECTIVES:  # the goodput package loads for its objectives only
+        return ""
     from paraplan.search.time_to_train import OBJECTIVES
 
     if objective not in OBJECTIVES:

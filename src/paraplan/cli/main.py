@@ -13,6 +13,7 @@ import atexit
 import copy
 import errno
 import functools
+import importlib
 import math
 import os
 import re
@@ -26,9 +27,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from paraplan.cli import catalog_cmd, estimate_cmd, search_cmd, sweep_cmd, validate_cmd  # noqa: F401  (register commands)
-from paraplan.cli import calibrate_cmd, export_cmd, import_cmd  # noqa: F401  (interop commands, issue 11)
-from paraplan.cli import serve_cmd  # noqa: F401  (the web explorer, issue 35)
 from paraplan.cli.app import EXIT_INPUT_ERROR, app
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.units import UnitError
@@ -123,6 +121,35 @@ def _with_given_value(message: str, exc: ClickException, args: list[str]) -> str
     return message if given in message else f"{message} (given: {given!r})"
 
 
+# the module of paraplan.cli that registers each command or command group on ``app``, in the order
+# --help lists them; a run imports the module of the command it runs only (each command module
+# imports its own dependencies, ~0.1 s of compiling and loading the others', issue 31);
+# tests/cli/test_startup_imports.py checks that this names every command
+COMMAND_MODULES = {
+    "models": "catalog_cmd",
+    "systems": "catalog_cmd",
+    "schema": "catalog_cmd",
+    "estimate": "estimate_cmd",
+    "search": "search_cmd",
+    "sweep": "sweep_cmd",
+    "plot": "sweep_cmd",
+    "validate": "validate_cmd",
+    "calibrate": "calibrate_cmd",  # the interop commands, issue 11
+    "export": "export_cmd",
+    "import": "import_cmd",
+    "serve": "serve_cmd",  # the web explorer, issue 35
+}
+_MODULE_ORDER = tuple(dict.fromkeys(COMMAND_MODULES.values()))
+
+
+def _register(name: str | None) -> None:
+    """Import the command module of ``name`` (its commands register on ``app``), or every command
+    module when ``name`` is no command (no name, an option, a typo: the help lists them all)."""
+    modules = (COMMAND_MODULES[name],) if name in COMMAND_MODULES else _MODULE_ORDER
+    for module in modules:
+        importlib.import_module(f"paraplan.cli.{module}")
+
+
 @functools.cache
 def _command(name: str | None = None):
     """The click command of ``app``, built once per process (typer rebuilds it from the function
@@ -130,6 +157,7 @@ def _command(name: str | None = None):
     app's commands, the group holds that command only: typer builds each command's options from its
     signature (~40 ms for all of them, issue 31), and a run needs the one it runs; the group's own
     options (--version, --width, --help) are the same."""
+    _register(name)
     command = typer.main.get_command(_app_with(name))
     _require_finite_numbers(command)
     return command
@@ -144,11 +172,20 @@ def _app_with(name: str | None) -> typer.Typer:
         if (c.name or typer.main.get_command_name(c.callback.__name__)) == name
     ]
     groups = [g for g in app.registered_groups if g.name == name]
-    if not commands and not groups:
-        return app
     only = copy.copy(app)
+    if not commands and not groups:  # every command, in COMMAND_MODULES' order whatever ran first
+        commands = sorted(app.registered_commands, key=_listed_at)
+        groups = sorted(
+            app.registered_groups, key=lambda g: _MODULE_ORDER.index(COMMAND_MODULES[g.name])
+        )
     only.registered_commands, only.registered_groups = commands, groups
     return only
+
+
+def _listed_at(command) -> int:
+    """Where ``--help`` lists a registered command: its module's place in COMMAND_MODULES."""
+    module = command.callback.__module__.rsplit(".", 1)[-1]
+    return _MODULE_ORDER.index(module) if module in _MODULE_ORDER else len(_MODULE_ORDER)
 
 
 EXIT_CLOSED_PIPE = (

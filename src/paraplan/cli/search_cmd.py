@@ -200,7 +200,7 @@ def search(
 
     Exit status 1 when no plan fits (the nearest miss is printed), 2 on bad input."""
     from paraplan.catalog import load_model
-    from paraplan.specs.uniform_stages import costed_by_stages
+    from paraplan.specs.rules import costed_by_stages
 
     model_spec = load_model(model, field="model") if cluster is None and not non_uniform else None
     staged_model = model_spec is not None and costed_by_stages(model_spec)
@@ -266,8 +266,6 @@ def search(
         search_document,
         summary_line,
     )
-    from paraplan.search.exhaustive import exhaustive_search
-    from paraplan.search.explain import explain as explain_plan
     from paraplan.search.run import search as run_search
     from paraplan.units import GiB
 
@@ -320,11 +318,17 @@ def search(
     )
     system_spec = problem.system  # adapted to the framework profile
     problem.check()
-    sink = CsvSink(csv_all) if csv_all is not None else None
+    sink = None
+    if (
+        csv_all is not None
+    ):  # report.search_csv and search.exhaustive load when asked for (issue 31)
+        from paraplan.report.search_csv import CsvSink
+
+        sink = CsvSink(csv_all)
     if (
         workers is None and not exhaustive
     ):  # before the progress bar's thread starts (auto_workers forks from one thread)
-        from paraplan.search.bounds.block_processes import auto_workers
+        from paraplan.search.processes import auto_workers
 
         workers = auto_workers()
     show_progress = not as_json and want_progress()  # a transient bar on the terminal, or asked
@@ -354,6 +358,8 @@ def search(
                 )
             elif exhaustive:
                 n_rows = _exhaustive_note(problem, workers)
+                from paraplan.search.exhaustive import exhaustive_search
+
                 result = exhaustive_search(
                     problem,
                     top_k=top,
@@ -375,12 +381,16 @@ def search(
         sink.close()
     warn_positions(problem.model, batch.seq_length)  # after the search: input errors stay one line
     written = sink.rows if sink is not None else None
-    shown = write_top_csv(csv_path, result, problem, run_tokens) if csv_path is not None else None
-    alternatives = (
-        explain_plan(problem, result.plans[0].plan, result.plans[0].estimate)
-        if (explain and result.plans)
-        else []
-    )
+    shown = None
+    if csv_path is not None:
+        from paraplan.report.search_csv import write_top_csv
+
+        shown = write_top_csv(csv_path, result, problem, run_tokens)
+    alternatives = []
+    if explain and result.plans:  # search.explain loads only when asked for
+        from paraplan.search.explain import explain as explain_plan
+
+        alternatives = explain_plan(problem, result.plans[0].plan, result.plans[0].estimate)
     from paraplan.api import annotate_rows, launch_targets_of
 
     launches = launch_targets_of(problem, result) if not (as_json or problem.framework) else []

@@ -8,14 +8,17 @@ table title, the JSON document and the CSV. Cost figures: USD per step = step ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from paraplan.report.text_table import simple_table
-from paraplan.search.explain import Alternative
 from paraplan.search.run import RankedPlan, SearchResult
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.plan_label import plan_label
 from paraplan.units import GiB
+
+if TYPE_CHECKING:  # search.explain loads with --explain only (issue 31)
+    from paraplan.search.explain import Alternative
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,26 @@ OBJECTIVES = {
 }
 
 
+# the bands of the plans shown lately, by the identity of (ranked plan, problem), each kept with the two objects (so
+# neither identity is reused while it is here): the table, the note under it and the JSON document each read a plan's
+# band (issue 31: three error_band calls per plan)
+_BANDS: dict[tuple[int, int], tuple] = {}
+
+
 def plan_band(ranked: RankedPlan, problem: SearchProblem):
-    """The error band of a ranked plan (validate.band.error_band): computed for the plans shown only."""
+    """The error band of a ranked plan (validate.band.error_band): computed for the plans shown only, once each."""
     from paraplan.validate.band import error_band
 
-    return error_band(
+    known = _BANDS.get((id(ranked), id(problem)))
+    if known is not None and known[0] is ranked and known[1] is problem:
+        return known[2]
+    band = error_band(
         problem.model, problem.system, ranked.plan, ranked.estimate.step_time_s, problem.framework
     )
+    if len(_BANDS) >= 64:
+        _BANDS.clear()
+    _BANDS[(id(ranked), id(problem))] = (ranked, problem, band)
+    return band
 
 
 def band_note(result: SearchResult, problem: SearchProblem) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -30,3 +31,21 @@ def die_with_parent(parent_pid: int) -> None:
     if os.getppid() != parent_pid:  # the parent died before this worker started
         os._exit(1)
     threading.Thread(target=watch, daemon=True, name="paraplan-parent-watch").start()
+
+
+AUTO_WORKERS_MAX = (
+    4  # processes a search uses unasked (each holds its own cost caches: ~0.2 GB on DeepSeek-V3)
+)
+
+
+def auto_workers() -> int:
+    """The processes a block-by-block search uses when not told: the CPUs this process may run on, at most
+    AUTO_WORKERS_MAX, on Linux (forking is the platform's default there) in a process running no other thread (a fork
+    copies one thread, and the locks the others hold); 1 elsewhere."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return 1
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - no affinity call
+        usable = os.cpu_count() or 1
+    return max(1, min(usable, AUTO_WORKERS_MAX))

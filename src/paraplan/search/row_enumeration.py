@@ -184,6 +184,14 @@ def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, sta
     return block_memory_facts(problem.model, shape, recompute)
 
 
+def _tile(values: np.ndarray, times: int) -> np.ndarray:
+    """np.tile(values, times) of a 1-d array: the same array, filled in one assignment (~1 µs against np.tile's
+    1-9 µs; 2,520 calls on Llama 3.1 405B)."""
+    out = np.empty(times * len(values), dtype=values.dtype)
+    out.reshape(times, len(values))[:] = values
+    return out
+
+
 class RowEnumeration:
     """The walk over the space (module doc): ``columns`` (lists of arrays per COLUMNS name), ``costings`` and the
     expert options by id."""
@@ -339,16 +347,16 @@ class RowEnumeration:
         )  # (micro-batch, cost state, span pair)
         memory_of = np.array([i[2] for i in ids], dtype=np.int64)  # (micro-batch, memory state)
         for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
-            cols[name].append(np.full(n, value, dtype=np.int64))
+            column = np.empty(n, dtype=np.int64)  # np.full without its Python overhead
+            column.fill(value)
+            cols[name].append(column)
         for name, i in (("micro_batch", 0), ("global_batch", 1)):
-            cols[name].append(
-                np.repeat(np.array([b[i] for b in batches], dtype=np.int64), per_batch)
-            )
-        cols["placement"].append(np.tile(np.repeat(np.array(pids), n_k), n_b))
+            cols[name].append(np.array([b[i] for b in batches], dtype=np.int64).repeat(per_batch))
+        cols["placement"].append(_tile(np.array(pids).repeat(n_k), n_b))
         domains = np.array([spans["tp"].domains for _, spans in placements])
-        cols["tp_domains"].append(np.tile(np.repeat(domains, n_k), n_b))
+        cols["tp_domains"].append(_tile(domains.repeat(n_k), n_b))
         cols["p2p_id"].append(np.repeat(p2p_ids.reshape(-1), n_k))
-        cols["group_id"].append(np.tile(group_of[:, knobs.expert_of].reshape(-1), n_b))
+        cols["group_id"].append(_tile(group_of[:, knobs.expert_of].reshape(-1), n_b))
         cols["cost_id"].append(
             cost_of[:, knobs.cost_state_of[None, :], pair_of[:, None]].reshape(-1)
         )
@@ -356,4 +364,4 @@ class RowEnumeration:
             np.repeat(memory_of[:, None, :][:, :, knobs.memory_state_of], n_p, axis=1).reshape(-1)
         )
         for name, values in knobs.columns.items():
-            cols[name].append(np.tile(values, n_b * n_p))
+            cols[name].append(_tile(values, n_b * n_p))

@@ -30,25 +30,8 @@ import numpy as np
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.search import ranking
 from paraplan.search.bound_order import BoundOrder
-from paraplan.search.bounds.block_processes import (
-    PartOutcome,
-    auto_workers,
-    processes_available,
-    run_parts,
-    split_by_costing_class,
-)
-from paraplan.search.bounds.blocks import (
-    EXACT,
-    costing_class,
-    first_bound_levels,
-    layer_floors,
-    refined_bound,
-    refinements,
-    rows_per_micro_batch,
-)
-from paraplan.search.bounds.blocks import blocks as space_blocks
-from paraplan.search.bounds.step_floors import block_step_floor, block_step_floors
 from paraplan.search.grid_index import GridIndex
+from paraplan.search.processes import auto_workers
 from paraplan.search.result import (
     RankedPlan,
     SearchResult,
@@ -57,8 +40,8 @@ from paraplan.search.result import (
     trim_pool,
 )
 from paraplan.search.robust import evaluated_sink_refused, robust_dispatch
-from paraplan.search.scan import Scan
-from paraplan.search.space import SearchProblem, plan_of
+from paraplan.search.scan import Ahead, Scan
+from paraplan.search.space import SearchProblem, plan_of, rows_per_micro_batch
 from paraplan.search.table import RowTable
 from paraplan.step.compose import pipeline_bound_s
 
@@ -188,8 +171,13 @@ def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
         group_bound = objective_value(
             problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
         )
+        ahead = Ahead(
+            table, options, group_row, group_start, ranking.within(group_bound, scan.threshold)
+        )
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
-            scan.evaluate(options, group_row[batch], group_start[batch], scan.evaluated_sink)
+            scan.evaluate(
+                options, group_row[batch], group_start[batch], scan.evaluated_sink, ahead.of(batch)
+            )
     return rows_done
 
 
@@ -257,6 +245,34 @@ def _by_blocks(problem: SearchProblem) -> bool:
     return False
 
 
+def _block_search_code() -> None:
+    """Bind the block search's names in this module: search.bounds (~90 kB of source, and multiprocessing) loads when
+    a search first goes block by block, not with every search (issue 31). A name a test has replaced is kept."""
+    from paraplan.search.bounds import block_processes, blocks, step_floors
+
+    for module, names in (
+        (
+            block_processes,
+            ("PartOutcome", "processes_available", "run_parts", "split_by_costing_class"),
+        ),
+        (blocks, ("EXACT", "costing_class", "first_bound_levels", "layer_floors", "refined_bound")),
+        (blocks, ("refinements",)),
+        (step_floors, ("block_step_floor", "block_step_floors")),
+    ):
+        for name in names:
+            globals().setdefault(name, getattr(module, name))
+    globals().setdefault("space_blocks", blocks.blocks)
+
+
+def __getattr__(name: str):
+    """The block search's names (``_block_search_code``), bound when first asked for."""
+    if not name.startswith("__"):  # not the import system's questions (``__path__``: a package?)
+        _block_search_code()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _search_blocks(
     problem: SearchProblem,
     top_k: int,
@@ -268,6 +284,7 @@ def _search_blocks(
     """``search`` block by block (search.blocks; ``_branch_and_bound``). With ``workers`` > 1 and at least PARALLEL_KEYS
     (tp, cp, micro-batch) keys, the blocks are split over that many processes by costing class, each pruning against
     the least threshold any of them has reached (search.block_processes), and their top Ks merged: the same plans."""
+    _block_search_code()
     parts = space_blocks(problem)
     if progress is not None:
         progress(0, len(parts), "block bounds")
@@ -328,6 +345,7 @@ def _branch_and_bound(
     when another process has finished its own blocks, and this process, once finished, searches the blocks the others
     hand over (``every``: all the search's blocks; PartView.help_until_done) while its bound can still enter the top K:
     the pools are merged, so the top K is the same whoever searches a block. ``sink``: search's ``evaluated_sink``."""
+    _block_search_code()
     queue = _BlockQueue(problem, parts, progress)
     scan = Scan(problem, None, top_k, None, queue.flops_per_token, queue.peak_flops, False)
     scan.shared, scan.evaluated_sink = shared, sink

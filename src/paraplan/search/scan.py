@@ -75,15 +75,23 @@ class Scan:
         return out
 
     def evaluate(
-        self, options: "GridIndex", rows: np.ndarray, starts: np.ndarray, feasible_sink
+        self,
+        options: "GridIndex",
+        rows: np.ndarray,
+        starts: np.ndarray,
+        feasible_sink,
+        evaluated: tuple | None = None,
     ) -> None:
         """Step time and memory of every candidate of the option groups (rows[i], options from
-        starts[i]), in ``_expand`` order; the pool and threshold updated."""
+        starts[i]), in ``_expand`` order; the pool and threshold updated. ``evaluated``: those
+        candidates' (step, peak, host) when already computed (``Ahead``), else evaluate_groups'."""
         if not len(rows):
             return
         self.options = options
         index, grid_index = expand(rows, starts, options.group_size[rows])
-        step, peak, host = evaluate_groups(self.table, options, rows, starts)
+        step, peak, host = (
+            evaluate_groups(self.table, options, rows, starts) if evaluated is None else evaluated
+        )
         tokens = self.tokens_row[index]
         obj = objective_value(
             self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops
@@ -136,7 +144,10 @@ class Scan:
                 self.shared is not None
             ):  # published at once: the other processes' scans read it between batches
                 self.shared.offer(self.threshold)
-        misses = np.flatnonzero(~fits)
+        self._note_misses(np.flatnonzero(~fits), obj, index, grid_index, peak, host)
+
+    def _note_misses(self, misses, obj, index, grid_index, peak, host) -> None:
+        """The nearest memory miss so far, and the misses faster than the threshold (``evaluate``)."""
         if misses.size:
             over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
             j = misses[np.argmin(over)]
@@ -149,3 +160,35 @@ class Scan:
             self.faster += self._keep(
                 [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
             )
+
+
+class Ahead:
+    """The candidates of a chunk's option groups evaluated in one call before its batches are scanned (issue 31: 51
+    evaluate_groups calls of ~15k candidates became 12 of ~80k on Llama 3.1 405B, each paying numpy's per-call
+    overheads once): the groups whose bound is within the threshold when the chunk starts, a superset of what its
+    batches evaluate (the threshold only falls). Every value is elementwise in its candidate (evaluate_groups), so a
+    batch's slice (``of``) is what evaluating the batch alone gives, bit for bit; the scan counts the batches' only."""
+
+    def __init__(self, table, options: GridIndex, rows: np.ndarray, starts: np.ndarray, chosen):
+        self.at = np.flatnonzero(chosen)  # the chunk's groups evaluated, in chunk order
+        self.position = np.full(len(rows), -1, dtype=np.int64)  # each group's place among them
+        self.position[self.at] = np.arange(len(self.at))
+        self.sizes = options.group_size[rows[self.at]]
+        self.first = (
+            np.cumsum(self.sizes) - self.sizes
+        )  # each one's first candidate in the flat output
+        self.values = (
+            evaluate_groups(table, options, rows[self.at], starts[self.at]) if self.at.size else ()
+        )
+
+    def of(self, batch: np.ndarray) -> tuple | None:
+        """(step, peak, host) of the candidates of the chunk's groups ``batch`` (all evaluated here), flat in
+        ``expand`` order; None for no group (Scan.evaluate has nothing to do)."""
+        if not len(batch):
+            return None
+        where = self.position[batch]
+        assert (where >= 0).all(), (
+            "a batch's groups are within the threshold the chunk started with"
+        )
+        _, flat = expand(where, self.first[where], self.sizes[where])
+        return tuple(v[flat] for v in self.values)

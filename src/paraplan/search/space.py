@@ -426,19 +426,35 @@ class SearchProblem(GridAxes):
         where there is one (ep·etp > 1)."""
         if not self.model.is_moe:
             return [NO_EXPERT_OPTION]
+        return [
+            ExpertOption(ep, etp, d, ov)
+            for ep, etp in self._expert_degrees(tp, cp, dp)
+            for d, ov in self.expert_switches(ep, etp)
+            if launch.experts_allowed(self.framework, tp, cp, dp, ep, etp, d)
+        ]
+
+    def expert_option_count(self, tp: int, cp: int, dp: int) -> int:
+        """len(expert_options(tp, cp, dp)), without building the options (the block list counts 288 of them on
+        DeepSeek-V3)."""
+        if not self.model.is_moe:
+            return 1
+        return sum(
+            1
+            for ep, etp in self._expert_degrees(tp, cp, dp)
+            for d, _ in self.expert_switches(ep, etp)
+            if launch.experts_allowed(self.framework, tp, cp, dp, ep, etp, d)
+        )
+
+    def _expert_degrees(self, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+        """The (ep, etp) pairs of expert_options, in its order."""
         eps = self.ep or tuple(_divisors(self.model.experts))
         etps = self.etp or tuple(sorted({1, tp}))
-        out = []
-        for ep in eps:
-            for etp in etps:
-                if expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp)):
-                    continue
-                out += [
-                    ExpertOption(ep, etp, d, ov)
-                    for d, ov in self.expert_switches(ep, etp)
-                    if launch.experts_allowed(self.framework, tp, cp, dp, ep, etp, d)
-                ]
-        return out
+        return [
+            (ep, etp)
+            for ep in eps
+            for etp in etps
+            if not expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+        ]
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
         """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher; overlap of
@@ -466,3 +482,12 @@ class SearchProblem(GridAxes):
 
 
 rows = _rows  # the rows of the canonical space (search.options.rows)
+
+
+def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
+    """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
+    return (
+        problem.placement_count(tp, pp, cp, dp)
+        * len(problem.layer_knobs(tp, cp))
+        * problem.expert_option_count(tp, cp, dp)
+    )

@@ -104,6 +104,7 @@ class RowTable:
         )
         self._costed = np.zeros(len(self.first), dtype=bool)
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
+        self._widths: dict | None = None  # per kind, the longest small-tensor list of its statics
 
     def _facts(self, costings) -> RowFacts:
         """The rows' RowFacts but their blocks, pipeline links and gradient groups: each row's entries of the
@@ -207,9 +208,12 @@ class RowTable:
         cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
         mid, mids = np.unique(c["memory_id"][rows], return_inverse=True)
         memories = self.costings.entries("memory", mid.tolist())
-        widths = {
-            kind: max(len(s[3]) for s in statics) for kind, statics in self._all_statics().items()
-        }
+        if self._widths is None:  # once: the statics of every cost id are fixed when first read
+            self._widths = {
+                kind: max(len(s[3]) for s in statics)
+                for kind, statics in self._all_statics().items()
+            }
+        widths = self._widths
         facts = {}
         for kind in self.kinds:
             costs = [_padded(f, widths[kind]) for f in self._kind_cost(kind, cid.tolist())]

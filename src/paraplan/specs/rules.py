@@ -384,6 +384,12 @@ def accelerator_rules(accelerator, dtype: str, attention: str) -> list[Rule]:
 
 
 # ---- per-stage plans -----------------------------------------------------------------------------
+def costed_by_stages(model: ModelSpec) -> bool:
+    """True for models whose uniform flags `paraplan estimate` / `search` cost stage by stage: encoder-
+    decoders, whose two layer kinds on two sequence lengths the uniform builder (step.build.BLOCK_KINDS) lacks."""
+    return model.architecture == "encoder_decoder"
+
+
 def per_stage_model_rule(model: ModelSpec) -> str | None:
     """The per-stage builder (step.per_stage) has no MoE / MLA / window-pattern / MTP layers."""
     if moe_shaped(model):

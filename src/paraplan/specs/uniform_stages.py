@@ -20,7 +20,7 @@ from paraplan.specs.rules import (
     sequence_parallel_rule,
     tp_rules,
 )
-from paraplan.specs.rules import interleave_model_rule
+from paraplan.specs.rules import costed_by_stages, interleave_model_rule  # noqa: F401 (named here too)
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
@@ -46,12 +46,6 @@ CARRIED_FIELDS = frozenset(
     }
 )
 STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
-
-
-def costed_by_stages(model: ModelSpec) -> bool:
-    """True for models whose uniform flags `paraplan estimate` / `search` cost stage by stage: encoder-
-    decoders, whose two layer kinds on two sequence lengths the uniform builder (step.build.BLOCK_KINDS) lacks."""
-    return model.architecture == "encoder_decoder"
 
 
 def even_layer_split(layers: int, stages: int) -> tuple[int, ...]:

@@ -23,9 +23,8 @@ from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
-from paraplan.specs.rules import accelerator_rules
+from paraplan.specs.rules import accelerator_rules, costed_by_stages
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.uniform_stages import costed_by_stages
 from paraplan.specs.tp_layout import grid_shape, panel_count
 from paraplan.step.build import (
     BLOCK_KINDS,

@@ -25,25 +25,22 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import sys
-import threading
 import time
 import traceback
 from typing import NamedTuple
 
 import numpy as np
 
-from paraplan.search.processes import die_with_parent
+from paraplan.search.processes import (  # noqa: F401 (auto_workers: named here too)
+    AUTO_WORKERS_MAX,
+    auto_workers,
+    die_with_parent,
+)
 from paraplan.search import ranking
 
 # the shared costing of a class, in keys' worth of per-key work (the balance of the split; measured on DeepSeek-V3:
 # ~2 ms for a class's first (tp, cp, micro-batch) key, ~0.25 ms for each key after it)
 SHARED_COST_KEYS = 8
-
-
-AUTO_WORKERS_MAX = (
-    4  # processes a search uses unasked (each holds its own cost caches: ~0.2 GB on DeepSeek-V3)
-)
 
 
 def processes_available() -> bool:
@@ -53,19 +50,6 @@ def processes_available() -> bool:
         "fork" in multiprocessing.get_all_start_methods()
         and not multiprocessing.current_process().daemon
     )
-
-
-def auto_workers() -> int:
-    """The processes a block-by-block search uses when not told: the CPUs this process may run on, at most
-    AUTO_WORKERS_MAX, on Linux (forking is the platform's default there) in a process running no other thread (a fork
-    copies one thread, and the locks the others hold); 1 elsewhere."""
-    if not sys.platform.startswith("linux") or threading.active_count() > 1:
-        return 1
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - no affinity call
-        usable = os.cpu_count() or 1
-    return max(1, min(usable, AUTO_WORKERS_MAX))
 
 
 class SharedSearch:

@@ -56,7 +56,7 @@ from paraplan.search.bounds.expert_floors import (
 )
 from paraplan.search.bounds.work_floors import EXPERT_TERMS, ModeFloors, work_floors
 from paraplan.search.shapes import layer_shape_of, shape_keys_of
-from paraplan.search.space import SearchProblem, distinct_orders
+from paraplan.search.space import SearchProblem, distinct_orders, rows_per_micro_batch
 from paraplan.search.bounds.step_floors import (
     SAFETY,
     LayerFloors,
@@ -103,15 +103,6 @@ class Block(NamedTuple):
         return replace(
             problem, tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), micro_batch=(self.micro_batch,)
         )
-
-
-def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
-    """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
-    return (
-        problem.placement_count(tp, pp, cp, dp)
-        * len(problem.layer_knobs(tp, cp))
-        * len(problem.expert_options(tp, cp, dp))
-    )
 
 
 def blocks(problem: SearchProblem) -> list[Block]:
