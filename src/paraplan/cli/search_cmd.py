@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -487,8 +487,6 @@ def _split_note(problem, result) -> None:
     them beside the LM head) and ``--vary-split`` would search other first / last stage layer counts for its pp
     (search.space.SearchProblem.split_options): on the moe-visible DeepSeek-V3 runs the default split's best is 12-28 %
     slower than with them (docs/model.md §8); on models without MTP the gain measured there is 0-3.4 %."""
-    from dataclasses import replace
-
     if problem.vary_split or not result.plans or not problem.model.mtp_layers:
         return
     pp = result.plans[0].plan.pp
