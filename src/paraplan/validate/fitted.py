@@ -7,7 +7,12 @@ sets are the *calibration* cases of ``paraplan validate``, all others are *held 
 
 ``refit`` minimises the step-time MAPE of some cases over a set of constants by coordinate descent
 with a golden-section search inside each constant's bounds; ``paraplan validate --cv`` uses it for
-leave-one-group-out cross-validation (paraplan.validate.cv).
+leave-one-group-out cross-validation (paraplan.validate.cv); ``python -m paraplan.validate.joint_refit``
+refits them together. Last joint refit (2026-11-27, after the host model, the stacks' runtime costs and
+Qwen3's q/k norms): h100.gemm_fp8 0.562 -> 0.540, b200.gemm_fp8 0.516 -> 0.499, moe.grouped_gemm_fp8
+0.523 -> 0.516, moe.host_sync_s 2.40 -> 2.57 ms, moe.a2a_overlap_cost 0.292 -> 0.270, with gemm.bf16,
+a100.gemm_ramp_s and h100.attention held (``--hold``: the bf16 share and the A100 ramp gained nothing,
+and a free attention share falls to 0.36, below the measured cuDNN kernel's ~0.5 of peak).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The constants of ``validate.fitted`` that act on uniform cases (every one but th
 constants and those of AMP's per-stage clusters, which ``paraplan validate --hetero`` fits) are refitted
 together by ``validate.fitted.refit`` (coordinate descent, golden-section inside each constant's bounds),
 from their catalog values, minimising the mean over the calibration sets of each set's step-time MAPE
-(the objective the shipped values were fitted with). Held-out cases are never seen. It prints each
+(the objective the shipped values were fitted with). Held-out cases are never seen. ``--hold NAME``
+(repeatable) keeps a constant at its catalog value, e.g. one a component measurement pins. It prints each
 constant's catalog and refitted value and each calibration set's MAPE before and after; writing the
 refitted values into the catalog files (each system carrying the constant) is left to the person who
 reads the table, with the date and case sets in the value's source note.
@@ -60,16 +61,21 @@ def set_mapes(sets: dict[str, list[Case]], values: dict[FittedConstant, float]) 
     return {name: sum(map(err, cases)) / len(cases) for name, cases in sets.items()}
 
 
-def joint_refit(sweeps: int = 2) -> dict[str, Any]:
-    """Catalog and refitted values, and each calibration set's MAPE before and after."""
+def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Catalog and refitted values, and each calibration set's MAPE before and after; the constants
+    named in ``hold`` keep their catalog values (a value a component measurement pins)."""
     constants, sets = uniform_constants(), calibration_cases()
+    unknown = set(hold) - {k.name for k in constants}
+    if unknown:
+        raise ValueError(f"--hold: {sorted(unknown)} are not fitted constants")
     start = {k: k.catalog_value() for k in constants}
 
     def objective(values: dict[FittedConstant, float]) -> float:
         mapes = set_mapes(sets, values)
         return sum(mapes.values()) / len(mapes)
 
-    values = refit(objective, constants, start, sweeps=sweeps)
+    free = [k for k in constants if k.name not in hold]
+    values = refit(objective, free, start, sweeps=sweeps)
     return {
         "constants": {k.name: (start[k], values[k]) for k in constants},
         "before": set_mapes(sets, start),
@@ -77,8 +83,10 @@ def joint_refit(sweeps: int = 2) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    result = joint_refit()
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    hold = tuple(args[i + 1] for i, a in enumerate(args) if a == "--hold" and i + 1 < len(args))
+    result = joint_refit(hold=hold)
     print(f"{'constant':28} {'catalog':>12} {'refitted':>12}")
     for name, (was, now) in result["constants"].items():
         print(f"{name:28} {was:12.6g} {now:12.6g}")
