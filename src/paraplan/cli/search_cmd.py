@@ -254,7 +254,6 @@ def search(
         )
     from paraplan.api import search_problem
     from paraplan.catalog import load_system
-    from paraplan.report.search_csv import CsvSink, write_top_csv
     from paraplan.report.search_view import (
         band_note,
         explain_band_lines,
