@@ -10,7 +10,7 @@ pytest.importorskip(
 )
 
 from starlette.testclient import TestClient
-from web_helpers import SMALL, wait
+from web_helpers import CLUSTER, SMALL, cluster_search, wait
 
 from paraplan import api
 from paraplan.web.app import MAX_BODY, create_app
@@ -234,13 +234,6 @@ def test_an_encoder_decoder_is_refused_in_one_line_naming_the_model(client):
     assert "\n" not in done["error"]["message"]
 
 
-CLUSTER = """name: mixed
-pools:
-  - {name: a100, system: dgx-a100-80gb, nodes: 1}
-  - {name: h100, system: dgx-h100-80gb, nodes: 1}
-"""
-
-
 def test_a_cluster_of_pools_runs_the_cluster_search(client):
     """Pasted pools (``search --cluster``'s schema): the AMP-style search's --json document."""
     params = {"model": "gpt3-1.3b", "cluster-text": CLUSTER, "global-batch": "32", "top": "3"}
@@ -249,17 +242,7 @@ def test_a_cluster_of_pools_runs_the_cluster_search(client):
     done = wait(client, job["id"])
     assert done["state"] == "done", done
     doc = done["result"]
-    found = api.search_cluster(
-        "gpt3-1.3b",
-        CLUSTER,
-        32,
-        top=3,
-        seq_length=2048,
-        dtype="bf16",
-        attention="flash",
-        tps=(1, 2),
-        pps=(1, 2),
-    )
+    found = cluster_search()
     assert doc["kind"] == "cluster" and doc["plans"]
     assert [p["label"] for p in doc["plans"]] == [p["label"] for p in found["plans"]]
 

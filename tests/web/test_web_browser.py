@@ -24,7 +24,7 @@ playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed: pip install 'paraplan[test]'"
 )
 
-from web_helpers import SMALL
+from web_helpers import CLUSTER, SMALL, cluster_search
 
 CHROMIUM = os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -231,16 +231,7 @@ def test_two_tabs_searching_at_once_both_finish(browser, server):
     context.close()
 
 
-CLUSTER = """name: mixed
-pools:
-  - {name: a100, system: dgx-a100-80gb, nodes: 1}
-  - {name: h100, system: dgx-h100-80gb, nodes: 1}
-"""
-
-
 def test_a_cluster_of_pools_is_searched(browser, server, shots):
-    from paraplan import api
-
     page = _page(browser)
     page.goto(server)
     page.wait_for_selector("body[data-ready]")
@@ -255,17 +246,7 @@ def test_a_cluster_of_pools_is_searched(browser, server, shots):
     labels = page.eval_on_selector_all(
         "#cluster-plans tbody tr td.plan", "cells => cells.map(c => c.innerText)"
     )
-    found = api.search_cluster(
-        "gpt3-1.3b",
-        CLUSTER,
-        32,
-        top=3,
-        seq_length=2048,
-        dtype="bf16",
-        attention="flash",
-        tps=(1, 2),
-        pps=(1, 2),
-    )
+    found = cluster_search()
     assert labels == [p["label"] for p in found["plans"]] and labels
     assert page.is_hidden("#ranked")
     page.screenshot(path=str(shots / "cluster.png"), full_page=True)

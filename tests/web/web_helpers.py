@@ -26,3 +26,29 @@ def wait(client, job_id: str, limit_s: float = 120.0) -> dict:
             return job
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} still running after {limit_s} s")
+
+
+# a cluster of pools as the page takes it (``search --cluster``'s schema), and the search the page runs
+CLUSTER = """name: mixed
+pools:
+  - {name: a100, system: dgx-a100-80gb, nodes: 1}
+  - {name: h100, system: dgx-h100-80gb, nodes: 1}
+"""
+
+
+def cluster_search() -> dict:
+    """api.search_cluster of GPT-3 1.3B on CLUSTER, global batch 32, tp and pp in {1, 2}, top 3: what
+    the page's cluster search (those fields filled) must show."""
+    from paraplan import api
+
+    return api.search_cluster(
+        "gpt3-1.3b",
+        CLUSTER,
+        32,
+        top=3,
+        seq_length=2048,
+        dtype="bf16",
+        attention="flash",
+        tps=(1, 2),
+        pps=(1, 2),
+    )
