@@ -22,7 +22,6 @@ fit targets.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -292,13 +291,7 @@ def run_all(runs, device, deadline, out, smoke):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("outdir")
-    ap.add_argument("--budget", type=float, default=90.0)
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--suite", default="base", choices=["base", "extra", "ablation"])
-    args = ap.parse_args()
+    args = ts.script_args(__doc__, ("base", "extra", "ablation"))
     t_start = time.perf_counter()
     device = torch.device(args.device)
     prov = (

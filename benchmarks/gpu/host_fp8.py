@@ -34,7 +34,6 @@ host costs.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -391,13 +390,7 @@ def write_csv(path, rows):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("outdir")
-    ap.add_argument("--budget", type=float, default=90.0)
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--suite", default="base", choices=["base", "extra", "align"])
-    args = ap.parse_args()
+    args = ts.script_args(__doc__, ("base", "extra", "align"))
     t0 = time.perf_counter()
     device = torch.device(args.device)
     os.makedirs(args.outdir, exist_ok=True)

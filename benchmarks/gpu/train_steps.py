@@ -531,6 +531,18 @@ def run_all(runs, device, deadline, out, compile_guess):
     out.log(f"end: {n_ok}/{len(records)} measured -> {out.json}")
 
 
+def script_args(doc, suites):
+    """The arguments hf_steps.py and host_fp8.py share: OUTDIR, --budget (wall s), --device,
+    --smoke and --suite (one of ``suites``, the first the default)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("outdir")
+    ap.add_argument("--budget", type=float, default=90.0)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--suite", default=suites[0], choices=list(suites))
+    return ap.parse_args()
+
+
 def pack(outdir, dest):
     """tar+gzip OUTDIR into dest (via dest.tmp, excluded if inside OUTDIR); size in bytes."""
     root, dest = os.path.abspath(outdir), os.path.abspath(dest)
