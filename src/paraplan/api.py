@@ -38,7 +38,7 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
     plan_from_fields,
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
-from paraplan.io.options import check_price, parse_price, parse_tokens  # noqa: F401 (re-exported)
+from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
 from paraplan.step.schedules import schedule_order  # noqa: F401 (re-exported)
 from paraplan.specs.system import SystemSpec
 

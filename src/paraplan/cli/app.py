@@ -19,7 +19,6 @@ from paraplan import __version__
 from paraplan.specs import plan as specs_plan
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
-from paraplan.io.options import check_price, parse_tokens  # noqa: F401 (the commands import them here)
 
 EXIT_INPUT_ERROR = 2
 EXIT_DOES_NOT_FIT = 1  # a plan that does not fit in memory, a search where no plan fits

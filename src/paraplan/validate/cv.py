@@ -30,7 +30,8 @@ from paraplan.validate.fitted import (
 from paraplan.validate.run import Case, UnsupportedCase, case_role, error_pct
 
 
-def _step_error(case: Case, values: dict[FittedConstant, float]) -> float:
+def step_error(case: Case, values: dict[FittedConstant, float]) -> float:
+    """Signed step-time error (%) of ``case`` with the fitted constants at ``values``."""
     system = with_constants(case.system, values)
     return error_pct(
         estimate(case.model, system, case.plan).step_time_s, case.measured["step_time_s"]
@@ -117,7 +118,7 @@ def cross_validate(
         scored,
         constants,
         lambda k, c: c.system.name in k.systems,
-        _step_error,
+        step_error,
         lambda c: case_role(c) == "calibration",
         progress,
     )

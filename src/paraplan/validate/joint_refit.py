@@ -17,15 +17,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from paraplan.step.estimate import estimate
 from paraplan.validate.fitted import (
     FITTED_CONSTANTS,
     EngineConstant,
     FittedConstant,
     refit,
-    with_constants,
 )
-from paraplan.validate.run import Case, case_role, error_pct, load_cases
+from paraplan.validate.cv import step_error
+from paraplan.validate.run import Case, case_role, load_cases
 
 HETERO_ONLY = ("aws-g4dn.12xlarge", "aws-p3.8xlarge")  # AMP's clusters: validate --hetero
 
@@ -52,11 +51,23 @@ def calibration_cases() -> dict[str, list[Case]]:
     return sets
 
 
-def set_mapes(sets: dict[str, list[Case]], values: dict[FittedConstant, float]) -> dict[str, float]:
+def set_mapes(
+    sets: dict[str, list[Case]], values: dict[FittedConstant, float], memo: dict | None = None
+) -> dict[str, float]:
+    """Each set's step-time MAPE with the constants at ``values`` (validate.cv.step_error); ``memo``
+    keeps each case's error by the values of the constants acting on it, so a coordinate step
+    re-estimates only the cases its constant moves."""
+    memo = {} if memo is None else memo
+
     def err(case: Case) -> float:
-        system = with_constants(case.system, values)
-        predicted = estimate(case.model, system, case.plan).step_time_s
-        return abs(error_pct(predicted, case.measured["step_time_s"]))
+        key = (
+            case.file,
+            case.name,
+            tuple(v for k, v in values.items() if case.system.name in k.systems),
+        )
+        if key not in memo:
+            memo[key] = abs(step_error(case, values))
+        return memo[key]
 
     return {name: sum(map(err, cases)) / len(cases) for name, cases in sets.items()}
 
@@ -70,16 +81,18 @@ def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
         raise ValueError(f"--hold: {sorted(unknown)} are not fitted constants")
     start = {k: k.catalog_value() for k in constants}
 
+    memo: dict = {}
+
     def objective(values: dict[FittedConstant, float]) -> float:
-        mapes = set_mapes(sets, values)
+        mapes = set_mapes(sets, values, memo)
         return sum(mapes.values()) / len(mapes)
 
     free = [k for k in constants if k.name not in hold]
     values = refit(objective, free, start, sweeps=sweeps)
     return {
         "constants": {k.name: (start[k], values[k]) for k in constants},
-        "before": set_mapes(sets, start),
-        "after": set_mapes(sets, values),
+        "before": set_mapes(sets, start, memo),
+        "after": set_mapes(sets, values, memo),
     }
 
 
