@@ -39,6 +39,7 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
+from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
 from paraplan.step.schedules import schedule_order  # noqa: F401 (re-exported)
 from paraplan.specs.system import SystemSpec
 
@@ -269,14 +270,13 @@ def search(
         **space,
     )
     if objective in TIME_TO_TRAIN:
-        from paraplan.search.time_to_train import time_to_train_search
+        from paraplan.search.time_to_train import ranked_search
 
         if tokens is None:
             raise InputError(f"--objective: {objective} needs --tokens (the run length, e.g. 15T)")
-        options = {"objective": objective, "workers": workers, "progress": progress}
-        result, goods, exact = time_to_train_search(problem, tokens, top, run_search, **options)
-        info = {"objective": objective, "ranked_by": TIME_TO_TRAIN[objective], "exact": exact}
-        return SearchResults(problem, result, full_hbm, headroom, info | {"goodput": goods})
+        options = {"workers": workers, "progress": progress}
+        result, info = ranked_search(problem, tokens, top, run_search, objective, **options)
+        return SearchResults(problem, result, full_hbm, headroom, info)
     result = (
         exhaustive_search(problem, top_k=top, workers=workers, progress=progress)
         if exhaustive

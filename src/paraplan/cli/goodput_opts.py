@@ -158,27 +158,13 @@ def ttt_search(
 ):
     """search.time_to_train.time_to_train_search with the CLI's search options: (result, the
     ``time_to_train`` JSON object: what ranks, whether exactly, and each plan's goodput)."""
-    from paraplan.search.time_to_train import OBJECTIVES, time_to_train_search
+    from paraplan.search.time_to_train import ranked_search
 
     objective = objective or "time-to-train"
-    result, goods, exact = time_to_train_search(
-        problem,
-        tokens,
-        top,
-        run_search,
-        inputs or goodput_inputs(),
-        objective=objective,
-        workers=workers,
-        progress=progress,
+    inputs = inputs or goodput_inputs()
+    return ranked_search(
+        problem, tokens, top, run_search, objective, inputs, workers=workers, progress=progress
     )
-    info = {
-        "objective": objective,
-        "ranked_by": OBJECTIVES[objective] + " for --tokens, failures, checkpoints, restarts and "
-        "pauses included (the plans' objective; docs/goodput.md)",
-        "exact": exact,
-        "goodput": goods,
-    }
-    return result, info
 
 
 def ttt_title(info: dict) -> str:

@@ -54,6 +54,7 @@ from paraplan.cli.options import (
     option_groups,
 )
 from paraplan.io.options import check_price, parse_tokens
+from paraplan.search.staged import AMP_SEARCH_AXES
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note, with_headroom
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
@@ -84,13 +85,6 @@ HETERO_SEARCH_OPTIONS = frozenset(
         "width",
     }
 )
-# the axis restrictions the AMP-style search (--cluster, encoder-decoder models) honours -> HeteroProblem fields
-AMP_SEARCH_AXES = {
-    "tp": "tps",
-    "pp": "pps",
-    "micro_batch": "micro_batches",
-    "recompute": "recompute",
-}
 RESTRICT_HINT = (
     "restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
     "--default-placement"

@@ -112,3 +112,24 @@ def time_to_train_search(
     )
     result.faster_infeasible = []  # their failure-free times are not comparable
     return result, [goodput_of(p).to_dict() for p in result.plans], exact
+
+
+def ranked_search(
+    problem: SearchProblem,
+    tokens: float,
+    top_k: int,
+    run,
+    objective: str = "time-to-train",
+    inputs: GoodputInputs | None = None,
+    **options,
+):
+    """(result, the ``time_to_train`` JSON object of ``search --json`` and api.search): the
+    objective, what ranks the plans, whether exactly, and each plan's goodput
+    (time_to_train_search with the same arguments)."""
+    result, goods, exact = time_to_train_search(
+        problem, tokens, top_k, run, inputs, objective, **options
+    )
+    ranked_by = OBJECTIVES[objective] + " for the run's tokens, failures, checkpoints, restarts "
+    ranked_by += "and pauses included (the plans' objective; docs/goodput.md)"
+    info = {"objective": objective, "ranked_by": ranked_by, "exact": exact, "goodput": goods}
+    return result, info

@@ -41,10 +41,9 @@ MAX_TEXT = 256 * 1024  # characters of a pasted model, system or cluster
 KNOWN = {"model", "system", "model-text", "system-text", "cluster-text", "objective", "dtype"}
 KNOWN |= {"attention", "framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS)
 KNOWN |= set(CHOICE_LISTS) | set(SWITCHES)
-# the options the cluster search honours (cli.search_cmd.HETERO_SEARCH_OPTIONS, AMP_SEARCH_AXES)
+# the options the cluster search honours (cli.search_cmd.HETERO_SEARCH_OPTIONS, api.AMP_SEARCH_AXES)
 CLUSTER_OPTIONS = {"model", "model-text", "cluster-text", "global-batch", "seq-length", "dtype"}
 CLUSTER_OPTIONS |= {"attention", "top", "plan", "compare", "tp", "pp", "micro-batch", "recompute"}
-CLUSTER_AXES = {"tp": "tps", "pp": "pps", "micro_batch": "micro_batches", "recompute": "recompute"}
 
 
 def error(flag: str, message: str) -> InputError:
@@ -225,7 +224,7 @@ def _cluster_problem(params: dict, model) -> Problem:
     }
     for flag, name in (("tp", "tp"), ("pp", "pp"), ("micro-batch", "micro_batch")):
         if (values := _list(params, flag, None)) is not None:
-            kwargs[CLUSTER_AXES[name]] = values
+            kwargs[api.AMP_SEARCH_AXES[name]] = values
     if (values := _list(params, "recompute", CHOICES["recompute"])) is not None:
         kwargs["recompute"] = values
     plan, compare = _int(params, "plan") or 1, _int(params, "compare")
