@@ -13,10 +13,11 @@ with its formula and the framework source it reads; ``runtime_costs`` gathers a 
   and the BF16 optimizer's fp32 gradient accumulation after every micro-batch's backward.
 - fp8 primary weights gathered in fp8 (NeMo ``fp8_params``, Megatron-Core ``fp8_param_gather``).
 
-Bytes are counted at the element-wise HBM rate the step uses (``StepInputs.hbm_rate``); for an eager stack
-that rate is divided by ``eager_traffic_factor`` (cost.frameworks.framework_system), and these copies are one
-kernel each (a foreach copy, ``split_with_sizes_copy``, ``chunk_cat``), so ``runtime_costs`` divides their
-bytes by the same factor, as ``cost.frameworks.optimizer_step_bytes`` does.
+Bytes are counted at the plain HBM rate the step uses (``StepInputs.hbm_rate``: bandwidth · efficiency.hbm);
+these copies are one kernel each (a foreach copy, ``split_with_sizes_copy``, ``chunk_cat``), so an eager
+stack's ``eager_traffic_factor``, which prices the op graph's unfused element-wise ops
+(cost.compute.memory_time_s), does not apply to them, as it does not to the optimizer step
+(``cost.frameworks.optimizer_step_bytes``).
 """
 
 from __future__ import annotations
@@ -95,9 +96,7 @@ def bf16_optimizer_accumulation_bytes() -> float:
 
 
 def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
-    """The profile's runtime terms (module docstring); bytes at the element-wise rate of the profile's
-    kernels (divided by eager_traffic_factor for an eager stack, as that factor slows the rate they meet)."""
-    factor = 1.0 if framework.fused_kernels else framework.eager_traffic_factor
+    """The profile's runtime terms (module docstring); bytes at the plain HBM rate."""
     fields: dict = {
         "fp8_param_gather": framework.fp8_param_gather,
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
@@ -105,15 +104,14 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     if framework.fsdp_runtime == "fsdp2":
         reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]
         fields.update(
-            zero3_compute_copy_bytes=fsdp2_compute_copy_bytes(FSDP_PARAM_BYTES, reduce) / factor,
-            zero3_gather_copy_bytes=fsdp2_gather_copy_bytes(FSDP_SHARD_BYTES, FSDP_PARAM_BYTES)
-            / factor,
-            zero3_reduce_copy_bytes=fsdp2_reduce_copy_bytes(FSDP_SHARD_BYTES, reduce) / factor,
+            zero3_compute_copy_bytes=fsdp2_compute_copy_bytes(FSDP_PARAM_BYTES, reduce),
+            zero3_gather_copy_bytes=fsdp2_gather_copy_bytes(FSDP_SHARD_BYTES, FSDP_PARAM_BYTES),
+            zero3_reduce_copy_bytes=fsdp2_reduce_copy_bytes(FSDP_SHARD_BYTES, reduce),
         )
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
     if framework.grad_accumulation == "bf16_optimizer":
-        fields["grad_accumulation_bytes"] = bf16_optimizer_accumulation_bytes() / factor
+        fields["grad_accumulation_bytes"] = bf16_optimizer_accumulation_bytes()
     return RuntimeCosts(**fields)
 
 
