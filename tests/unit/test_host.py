@@ -44,9 +44,14 @@ def test_kernel_counts():
     assert H.op_kernels(_mem("input_norm"), eager=True) == (1, 2)
     assert H.op_kernels(_mem("rotary_embedding"), eager=True) == (10, 10)
     assert H.op_kernels(_mem("cross_entropy"), eager=True) == (3, 4)
-    # the MLP activation: GeLU at 8 FLOPs per 2 bytes-per-element pass, SwiGLU at 5 per 3
-    assert H.op_kernels(_mem("mlp_activation", 8.0, 4.0), eager=True) == (1, 1)
-    assert H.op_kernels(_mem("mlp_activation", 5.0, 6.0), eager=True) == (2, 3)
+    # the MLP activation by its kernel family (Op.kernel): GeLU one kernel each way, SwiGLU silu and a
+    # multiply forward, silu_backward and two multiplies backward; the experts' activation alike
+    gelu = _mem("mlp_activation", 8.0, 4.0)._replace(kernel=("gelu", 1024, 4096))
+    swiglu = _mem("mlp_activation", 5.0, 6.0)._replace(kernel=("swiglu", 1024, 4096))
+    assert H.op_kernels(gelu, eager=True) == (1, 1)
+    assert H.op_kernels(swiglu, eager=True) == (2, 3)
+    experts = _mem("experts_activation", 0.0, 6.0)._replace(kernel=("swiglu", 1024, 4096))
+    assert H.op_kernels(experts, eager=True) == (2, 3)
     no_backward = Op("x", "memory", 0.0, 1.0, 0.0, 0.0)
     assert H.op_kernels(no_backward, eager=False) == (1, 0)
 

@@ -44,8 +44,8 @@ Num = Any  # float or numpy array
 #   segment offsets, partial sums, gradient write, aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu) and the
 #   zero fill of the gradient, six;
 # - the MLP activation: GeLU one kernel each way; SwiGLU silu and a multiply forward, silu_backward and two
-#   multiplies backward (``mlp_activation`` is SwiGLU when its FLOPs per byte are below 1: 5/(3·bytes) against
-#   GeLU's 8/(2·bytes), graph.transformer.FLOPS_PER_ELEMENT).
+#   multiplies backward (an activation op whose kernel family, ``Op.kernel[0]``, is "swiglu": the dense MLP's
+#   and the experts' alike).
 EAGER_KERNELS: dict[str, tuple[int, int]] = {
     "input_norm": (1, 2),
     "post_attention_norm": (1, 2),
@@ -157,7 +157,7 @@ def op_kernels(
     backward = 1 if op.bwd_bytes > 0 or op.bwd_flops > 0 else 0
     if not eager:
         return 1, backward
-    if op.name == "mlp_activation" and op.fwd_flops < op.fwd_bytes:
+    if op.kernel is not None and op.kernel[0] == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
     return EAGER_KERNELS.get(op.name, (1, backward))
 
