@@ -288,25 +288,31 @@ def kernel_row_shape(row: dict[str, str]) -> tuple[str, tuple[float, ...]]:
     return shape, point if all(math.isfinite(x) and x > 0 for x in point) else ()
 
 
-def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
-    """Named kernels: elements/s per op over its shape (``shape`` ROWSxWIDTH or N, or ``tokens`` and
-    ``width`` columns), op names prefixed by ``prefix``; floor 0 (the caller's)."""
-    groups: dict[str, tuple[list, list, list]] = {}
+def kernel_rows(rows, ref, file, prefix: str = "") -> list[MeasuredRow]:
+    """The rows of a kernels / fp8_kernels table: work = elements (∏shape) at the shape's point
+    (``shape`` ROWSxWIDTH or N, or ``tokens`` and ``width`` columns), grouped by op name prefixed
+    by ``prefix``; every row of an op with the same number of dimensions."""
+    out: list[MeasuredRow] = []
+    dims: dict[str, int] = {}
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
         op = prefix + row["op"] if row.get("op") else ""
         shape, point = kernel_row_shape(row)
         if not op or not point:
             raise InputError(f"{where}: needs an op and a shape ROWSxWIDTH or N, got {shape!r}")
-        g = groups.setdefault(op, ([], [], []))
-        if g[0] and len(g[0][0]) != len(point):
+        if dims.setdefault(op, len(point)) != len(point):
             raise InputError(
                 f"{where}: shape {shape!r} has not the dimensions of {op}'s other rows"
             )
-        g[0].append(point), g[1].append(math.prod(point))
-        g[2].append(csv_number(row, "time_us", where) * 1e-6)
+        t = csv_number(row, "time_us", where) * 1e-6
+        out.append(MeasuredRow(point, math.prod(point), t, (op,), row.get("dtype", "")))
+    return out
+
+
+def _kernels(rows, ref, file, prefix: str = "") -> dict[str, Scatter]:
+    """Named kernels: elements/s per op over its shape (kernel_rows); floor 0 (the caller's)."""
     out = {}
-    for op, g in groups.items():
+    for (op,), g in groups(kernel_rows(rows, ref, file, prefix)).items():
         rates = scatter(*g)
         out[op] = Scatter(rates.coords, rates.log_rate, 0.0)
     return out

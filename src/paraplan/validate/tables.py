@@ -129,19 +129,13 @@ def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
 def _named(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
     """A kernels / fp8_kernels file: each row from the interpolant, and per op leave-one-out."""
     prefix = "fp8_" if kind == "fp8_kernels" else ""
-    file, rows = table.files[kind], table.rows[kind]
-    pred, meas, loo, loo_meas = [], [], [], []
-    for r in rows:
-        shape = kt.kernel_row_shape(r)[1]
-        pred.append(kt.kernel_time_s(table.name, acc.l2_cache, prefix + r["op"], shape))
-        meas.append(float(r["time_us"]) * 1e-6)
-    by_op: dict[str, list] = {}
-    for r in rows:
-        by_op.setdefault(r["op"], []).append(r)
-    for group in by_op.values():
-        pts = [kt.kernel_row_shape(r)[1] for r in group]
-        times = [float(r["time_us"]) * 1e-6 for r in group]
-        loo += kt.leave_one_out(pts, [math.prod(p) for p in pts], times, 0.0)
+    file = table.files[kind]
+    measured = kt.kernel_rows(table.rows[kind], table.name, file, prefix)
+    pred = [kt.kernel_time_s(table.name, acc.l2_cache, r.group[0], r.point) for r in measured]
+    meas = [r.time_s for r in measured]
+    loo, loo_meas = [], []
+    for points, works, times in kt.groups(measured).values():
+        loo += kt.leave_one_out(points, works, times, 0.0)
         loo_meas += times
     label = "fp8 quantisation kernels" if prefix else "named eager kernels"
     return [
