@@ -79,7 +79,9 @@ def fsdp2_reduce_copy_bytes(shard_bytes: float, reduce_bytes: float) -> float:
 # DeepSpeed PipelineEngine: pipe/p2p.py send / recv call torch.distributed.send / recv (blocking) one tensor
 # at a time, and the TrainSchedule issues SendActivation, RecvActivation, SendGrad and RecvGrad as separate
 # instructions (pipe/schedule.py), where Megatron-LM pairs each send with a receive in one batched exchange.
-DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE = 2.0
+DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE = (
+    2.0  # also the per-stage path's step.engines.ENGINES["deepspeed"]
+)
 
 
 def bf16_optimizer_accumulation_bytes() -> float:

@@ -124,13 +124,19 @@ def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[s
     return work
 
 
+def stage_works(inp: StepInputs) -> list[dict[str, Num]]:
+    """Every stage entry's per-micro-batch work as the composition prices it (stage_work under the
+    stack's runtime, _with_runtime): what the pipeline takes the slowest of and the timeline draws."""
+    split = split_backward_on(inp.knobs)
+    return [_with_runtime(inp, s, stage_work(s, split)) for s in inp.stages]
+
+
 def _pipeline(inp: StepInputs) -> dict:
     """The pipeline half of compose_step: every stage's per-micro-batch work, the slowest stage, the
     bubble and the step's parts by kind (m × the slowest stage's parts)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
-    split = split_backward_on(inp.knobs)
-    works = [_with_runtime(inp, s, stage_work(s, split)) for s in stages]
+    works = stage_works(inp)
     totals = [work_total(w) for w in works]
     slowest_work, slowest = _argmax(totals, present)
     all_work = 0.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.compute import memory_time_s
+from paraplan.cost.runtimes import DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
 from paraplan.specs.system import AcceleratorSpec
 from paraplan.step.compose import GRAD_REDUCE_BYTES
 
@@ -110,8 +111,8 @@ DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
 DEEPSPEED_ACTIVATION_MEMORY_FACTOR = 1.5
 
 # HBM bytes per parameter of one in-place gradient accumulation on DeepSpeed's PipelineEngine as AMP ran it: fp16
-# param.grad (its FP16 optimizer: read old and new fp16, write fp16); BF16_Optimizer's fp32 accumulation would move
-# 2 + 4 + 4 = 10 B (read bf16, read and write fp32)
+# param.grad (its FP16 optimizer: read old and new fp16, write fp16); BF16_Optimizer's fp32 accumulation is
+# cost.runtimes.bf16_optimizer_accumulation_bytes (18 B: the cast materialises an fp32 copy)
 DEEPSPEED_FP16_GRAD_ACCUMULATION_BYTES = 2.0 + 2.0 + 2.0
 
 ENGINES = {
@@ -147,11 +148,11 @@ ENGINES = {
     #   2 B + 2 B, write 2 B per parameter: 6 B); DeepSpeed's PipelineEngine calls backward once per
     #   micro-batch and reduces only after the last (pipe/engine.py _exec_backward_pass, _exec_reduce_grads);
     #   under bf16 its BF16_Optimizer "is hardcoded for fp32 gradient accumulation" (pipe/engine.py,
-    #   microsoft/DeepSpeed 0050fdad: read 2 B bf16 + read and write 4 B fp32: 10 B);
+    #   microsoft/DeepSpeed 0050fdad; its bytes: cost.runtimes.bf16_optimizer_accumulation_bytes);
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
     #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
     "deepspeed": EngineRules(
-        2,
+        int(DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE),
         True,
         False,
         6.0,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.step.compose import pipeline_bound_s, split_backward_on
+from paraplan.step.compose import pipeline_bound_s, split_backward_on, stage_works
 from paraplan.step.estimate import check_plan, step_inputs
-from paraplan.step.inputs import backward_s, forward_s, stage_work, sum_blocks, work_total
+from paraplan.step.inputs import backward_s, forward_s, sum_blocks, work_total
 
 
 def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dict:
@@ -24,10 +24,10 @@ def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dic
     inp = step_inputs(model, system, plan)
     split = split_backward_on(inp.knobs)
     stages: list[dict | None] = [None] * plan.pp
-    for entry in inp.stages:  # an entry stands for `count` identical stages from `index` on
+    # an entry stands for `count` identical stages from `index` on; its work as the composition prices it
+    for entry, work in zip(inp.stages, stage_works(inp)):
         if int(entry.count) <= 0:
             continue
-        work = stage_work(entry, split)
         row = {
             "forward_s": float(forward_s(work)),
             "backward_s": float(backward_s(work)),
