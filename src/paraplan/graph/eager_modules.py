@@ -242,3 +242,9 @@ def composite_kernels(
         return None
     found = composite(family, impl, input_bytes(family, precisions, a), a)
     return None if found is None else found.kernels
+
+
+def impl_key(impl: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The (role, implementation) pairs of a profile's module_impl other than "fused", sorted: what
+    graph.transformer.LayerShape.module_impl carries to the memory terms (cost.memory)."""
+    return tuple(sorted((role, name) for role, name in impl.items() if name != "fused"))

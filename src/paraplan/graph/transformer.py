@@ -39,18 +39,18 @@ class LayerShape(NamedTuple):
     attention: str  # "flash" | "unfused"
     dtype: str
     expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
-    recompute_modules: tuple[
-        str, ...
-    ] = ()  # modules selective recomputation re-runs (() = core attention)
+    # modules selective recomputation re-runs (() = core attention)
+    recompute_modules: tuple[str, ...] = ()
     # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid
     # size, sequence_parallel True: activations split over the whole grid) with summa_panels panels;
     # "2d-seq" = K/V all-gathered over cp instead of the ring (graph/summa.py)
     tp_layout: str = "1d"
     tp_rows: int = 1
     summa_panels: int = 1
-    cp_algorithm: str = (
-        "ring"  # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
-    )
+    # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
+    cp_algorithm: str = "ring"
+    # the stack's (role, implementation) pairs other than fused (graph.eager_modules): what autograd keeps
+    module_impl: tuple[tuple[str, str], ...] = ()
 
     @property
     def ulysses(self) -> bool:
@@ -119,6 +119,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.expert,
         shape.recompute_modules,
         shape.cp_algorithm,
+        shape.module_impl,
     )
 
 
