@@ -72,6 +72,18 @@ class Composite(NamedTuple):
         return len(self.forward) * self.tensors, len(self.backward) * self.tensors
 
 
+# pow_backward on an fp32 tensor (derivatives.yaml: grad · (e · x.pow(e − 1))): x.pow(e − 1) 8, e · 8, grad · 12
+POW_BACKWARD = (Kernel("pow", 8), Kernel("mul", 8), Kernel("mul", 12))
+# rsqrt_backward on one value per row (−0.5 · grad · r.pow(3)): three per-row kernels
+RSQRT_BACKWARD = (Kernel("pow", 0), Kernel("mul", 0), Kernel("mul", 0))
+
+
+def _broadcast_grad(nbytes: float) -> tuple[Kernel, ...]:
+    """The gradient of a broadcast input of a mul: grad · other (``nbytes``), summed over the broadcast
+    dimension (an fp32 read, 4; sum_to_size)."""
+    return Kernel("mul", nbytes), Kernel("sum", 4)
+
+
 def _casts(n: int, nbytes: float) -> tuple[Kernel, ...]:
     return tuple(Kernel("_to_copy", nbytes) for _ in range(n))
 
@@ -108,9 +120,7 @@ def gelu_new(i: int, a: int) -> Composite:
         Kernel("mul", 8),
         *_casts(cast, FP32 + i),
         Kernel("mul", 8),
-        Kernel("pow", 8),
-        Kernel("mul", 8),
-        Kernel("mul", 12),
+        *POW_BACKWARD,
         *_casts(cast, FP32 + i),
         Kernel("mul", 2 * i),
         Kernel("add", 3 * i),
@@ -141,19 +151,13 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
     backward = (
         Kernel("mul", 8),
         *_casts(up, FP32 + i),
-        Kernel("mul", 8 + i),
-        Kernel("sum", 4),
+        *_broadcast_grad(8 + i),
         *_casts(up, i + FP32),
         Kernel("mul", 8),
-        Kernel("mul", 12),
-        Kernel("sum", 4),
-        Kernel("pow", 0),
-        Kernel("mul", 0),
-        Kernel("mul", 0),
+        *_broadcast_grad(12),
+        *RSQRT_BACKWARD,
         Kernel("div", 4),
-        Kernel("pow", 8),
-        Kernel("mul", 8),
-        Kernel("mul", 12),
+        *POW_BACKWARD,
         Kernel("add", 12),
         *_casts(up, FP32 + i),
     )
