@@ -19,8 +19,9 @@ config without ``model_type`` whose keys include hidden_size and intermediate_si
 
 GPT-2 (``model_type`` gpt2)
     n_layer -> layers, n_embd -> hidden, n_head -> heads, n_inner -> ffn_hidden (null or absent:
-    4·n_embd), vocab_size -> vocab, n_positions -> max_position (default 1024).
-    mlp gelu, norm layernorm, bias true, learned positions, tied embeddings (GPT-2 always ties
+    4·n_embd), vocab_size -> vocab, n_positions -> max_position (default 1024),
+    activation_function -> activation (default gelu_new, GPT2Config's; a name outside ModelSpec's
+    list is left unset, the MLP's one-kernel form). mlp gelu, norm layernorm, bias true, learned positions, tied embeddings (GPT-2 always ties
     the LM head to the token embedding).
 
 GPT-NeoX (``model_type`` gpt_neox, e.g. Pythia, GPT-NeoX-20B)
@@ -215,6 +216,12 @@ def _family(data: dict, field: str) -> str:
     )
 
 
+def _activation(name: str) -> dict:
+    """{"activation": name} when ModelSpec knows the transformers activation ``name`` (ACT2FN key), else {}."""
+    known = ModelSpec.model_fields["activation"].annotation.__args__[0].__args__
+    return {"activation": name} if name in known else {}
+
+
 def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:
     """True when any of the dropout rates ``keys`` (default ``default`` each) is above 0."""
     return any(get(key, default=default, kind=float) > 0 for key in keys)
@@ -250,6 +257,7 @@ def _gpt2(data: dict, get) -> dict:
         "tie_embeddings": True,
         "bias": True,
         "dropout": _has_dropout(get, ("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
+        **_activation(get("activation_function", default="gelu_new", kind=str)),
         "position_embedding": "learned",
         "max_position": get("n_positions", "max_position_embeddings", default=1024),
     }

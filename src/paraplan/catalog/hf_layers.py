@@ -47,7 +47,13 @@ GEMMA3_DEFAULTS = {
 }
 
 
-_KIND_TEXT = {int: "an integer", bool: "true or false", float: "a number", list: "a list"}
+_KIND_TEXT = {
+    int: "an integer",
+    bool: "true or false",
+    float: "a number",
+    list: "a list",
+    str: "a string",
+}
 
 
 def getter(data: dict, field: str, family: str, required: tuple[str, ...] = (), kinds=None):

@@ -26,6 +26,10 @@ gradient to bf16 (one more). Each kernel takes at least the copies' launch floor
 fastest copy, else ``kernel_overhead_s``). An op whose family or kernel the table lacks, or whose role the
 profile does not name, keeps cost.compute.memory_time_s (with the traffic factor).
 
+A module the profile's ``module_impl`` runs as a composite of eager element-wise kernels (graph.eager_modules:
+transformers' LlamaRMSNorm, NewGELUActivation, apply_rotary_pos_emb) is priced kernel by kernel from the
+composite's list at the table's measured element-wise rate (``composite_times_s``), with or without a table.
+
 The fp8 / FP4 casts of GEMM operands (family ``fp8_cast``) are priced from the table in every stack that has
 one (Transformer Engine's quantisation kernels run apart from the GEMMs, fused stack or not):
 ``quantisation_times_s``.
@@ -34,14 +38,17 @@ one (Transformer Engine's quantisation kernels run apart from the GEMMs, fused s
 from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
+from paraplan.graph.eager_modules import FAMILY_ROLE, FP32, Kernel, composite, input_bytes
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import AcceleratorSpec
 
 ROLE = {
     "rmsnorm": "norm",
+    "qk_rmsnorm": "norm",
     "layernorm": "norm",
     "gelu": "activation",
+    "gelu_new": "activation",
     "swiglu": "activation",
     "add": "residual",
     "dropout_add": "residual",
@@ -63,6 +70,11 @@ RECIPES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | tuple[str, str, floa
     "rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0)),
     "layernorm": (("layernorm_fwd",), ("layernorm_fwd_bwd", "layernorm_fwd", 1.0)),
     "gelu": (("gelu_fwd",), ("add",)),
+    "gelu_new": (
+        ("gelu_fwd",),
+        ("add",),
+    ),  # tanh-approximate GeLU run as one kernel (not the composite)
+    "qk_rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0)),
     # the SwiGLU input is the fused gate+up output, rows x 2 width (gpu_components.py: u of T x 2f)
     "swiglu": (("swiglu_fwd",), ("swiglu_fwd_bwd", "swiglu_fwd", 2.0)),
     "add": (("add",), ("add",)),
@@ -84,8 +96,44 @@ def _backward_s(acc, spec, rows: float, width: float) -> float | None:
 
 
 def _floor_s(acc: AcceleratorSpec) -> float:
+    if not acc.kernel_tables:
+        return acc.efficiency.kernel_overhead_s
     memory = kt.load_table(acc.kernel_tables, acc.l2_cache).memory
     return memory.floor_s if memory is not None else acc.efficiency.kernel_overhead_s
+
+
+def elementwise_rate(acc: AcceleratorSpec, rows: float, width: float) -> float:
+    """Bytes/s of an eager element-wise kernel over ``rows`` × ``width``: the measured ``add`` at that shape
+    (3 tensors × 2 B per element over its time) where the system's kernels table has it, else the analytical
+    HBM rate, hbm_bandwidth · efficiency.hbm."""
+    add = _kernel_s(acc, "add", rows, width) if acc.kernel_tables else None
+    if add is not None and add > 0:
+        return 3 * MEASURED_BYTES * rows * width / add
+    return acc.hbm_bandwidth * acc.efficiency.hbm
+
+
+def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float] | None:
+    """(forward, backward) of an op the stack runs as a composite of eager kernels (graph.eager_modules, by
+    the profile's module_impl; None: not one): Σ over its kernels of max(bytes · n / rate, floor) for each of
+    its tensors, n the op's elements per tensor, rate ``elementwise_rate`` at the op's shape, floor the
+    copies' launch floor; an RMSNorm beside bf16 GEMMs adds the next GEMM's autocast cast of its fp32 output
+    and that cast's backward (6 B per element each way, as the fused fp32 norm: module docstring)."""
+    family, rows, width = op.kernel
+    a = ACTIVATION_BYTES[dtype]
+    eff = acc.efficiency
+    if family not in FAMILY_ROLE or not eff.module_impl:
+        return None
+    found = composite(family, eff.module_impl, input_bytes(family, eff.eager_kernels, a), a)
+    if found is None:
+        return None
+    rate, floor = elementwise_rate(acc, rows, width), _floor_s(acc)
+    n = rows * width / found.tensors
+    cast = (Kernel("_to_copy", FP32 + a),) if family == "rmsnorm" and a < FP32 else ()
+
+    def run(kernels) -> float:
+        return found.tensors * sum(max(k.bytes * n / rate, floor) for k in (*kernels, *cast))
+
+    return run(found.forward), run(found.backward)
 
 
 def _sum_s(acc, names, shape, scale: float, floor: float) -> float | None:
@@ -121,8 +169,11 @@ def quantisation_times_s(op: Op, acc: AcceleratorSpec) -> tuple[float, float] | 
 def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float] | None:
     """(forward, backward) of ``op`` from the measured kernels of its family (module docstring), or None
     where the op, the table or the profile leave it to cost.compute.memory_time_s."""
-    if op.kernel is None or not acc.kernel_tables:
+    if op.kernel is None:
         return None
+    mixed = composite_times_s(op, acc, dtype)
+    if mixed is not None or not acc.kernel_tables:
+        return mixed
     family, rows, width = op.kernel
     if family == "fp8_cast":
         has = kt.load_table(acc.kernel_tables, acc.l2_cache).kernels

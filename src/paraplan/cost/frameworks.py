@@ -11,7 +11,8 @@ The profile sets what differs by implementation and nothing else:
 - eager element-wise ops: ``eager_traffic_factor`` (when not fused) set on the system's efficiency, the
   traffic multiplier cost.compute.memory_time_s applies to memory-bound ops in its analytical and its
   measured-table branch alike; and ``eager_kernels``, the op roles priced from a measured kernels table
-  (cost.eager_kernels) where the system has one;
+  (cost.eager_kernels) where the system has one, and ``module_impl``, the modules run as composites of eager
+  kernels (graph.eager_modules);
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
 - the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
@@ -62,6 +63,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     if not framework.fused_kernels:
         eff["eager_traffic_factor"] = framework.eager_traffic_factor
         eff["eager_kernels"] = dict(framework.eager_kernels)
+        eff["module_impl"] = dict(framework.module_impl)
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary

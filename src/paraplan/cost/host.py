@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from paraplan.cost.elementwise import maximum
+from paraplan.graph.eager_modules import composite_kernels
 from paraplan.graph.ops import Op
 from paraplan.specs.system import EfficiencySpec
 
@@ -130,7 +131,12 @@ AFTER_NORM = frozenset(
 
 
 def op_kernels(
-    op: Op, eager: bool, autocast: bool = False, bias: bool = False, qkv_bias: bool = False
+    op: Op,
+    eager: bool,
+    autocast: bool = False,
+    bias: bool = False,
+    qkv_bias: bool = False,
+    impl: tuple[dict, dict] = ({}, {}),
 ) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
     b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
@@ -139,7 +145,8 @@ def op_kernels(
     ``autocast`` (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias
     (the fp32 parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward)
     and, after a norm (AFTER_NORM), one each way for its fp32 input; the batched GEMMs of unfused attention
-    multiply activations and add none."""
+    multiply activations and add none. A module the stack runs as a composite (``impl``: the profile's
+    module_impl and eager_kernels) launches the composite's kernels (graph.eager_modules.composite_kernels)."""
     if op.kind == "gemm":
         fwd, bwd = GEMM_KERNELS
         if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
@@ -157,6 +164,9 @@ def op_kernels(
     backward = 1 if op.bwd_bytes > 0 or op.bwd_flops > 0 else 0
     if not eager:
         return 1, backward
+    mixed = composite_kernels(op.kernel[0], *impl, autocast) if op.kernel else None
+    if mixed is not None:
+        return mixed
     if op.kernel is not None and op.kernel[0] == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
     return EAGER_KERNELS.get(op.name, (1, backward))
@@ -197,7 +207,8 @@ def op_host_s(
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias)
+    impl = (eff.module_impl, eff.eager_kernels)
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias, impl)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+from paraplan.graph.eager_modules import FP32, LOGIT_BYTES, gelu_new, rmsnorm_upcast
+from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
 
@@ -96,6 +98,8 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
         + gin * model.q_width
         + f * mlp_intermediate_bytes(model, shape)
     )
+    extra_replicated, extra_tp = eager_module_bytes(model, shape)
+    replicated, tp_part = replicated + extra_replicated, tp_part + extra_tp * t
     heads = model.heads
     if shape.attention == "flash":
         internals = tokens * heads * 4.0
@@ -103,6 +107,30 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
         per_score = (2 * ab + 1) if model.has_dropout else ab
         internals = tokens * heads * shape.seq_length * per_score
     return LayerActivations(replicated, tp_part / t, internals / t)
+
+
+def eager_module_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float]:
+    """(replicated, tensor-parallel ÷ t) bytes one layer keeps beyond ``layer_activation_parts`` where the
+    stack runs modules as composites (shape.module_impl, graph.eager_modules; the saved tensors each composite
+    lists): transformers' RMSNorm keeps its fp32 input and its output (4 + 4 B per element: the residual
+    stream is fp32 under autocast over fp32 parameters and in fp32), of which the layer terms count the norm
+    input at a (the activation bytes), so 8 − a per element of each of the two norms; its q/k norms keep 4 + a
+    per q/k element, counted nowhere else; NewGELUActivation keeps 12 + a per element of the MLP width where
+    the fused GeLU's input counts a: 12 more. The rotary composite keeps nothing per element (0)."""
+    impl, a = dict(shape.module_impl), shape.act_bytes
+    replicated = tensor_parallel = 0.0
+    tokens, t = shape.local_tokens, shape.tp
+    if impl.get("norm") == "transformers-rmsnorm" and model.norm == "rmsnorm":
+        replicated += 2 * tokens * model.hidden * (rmsnorm_upcast(FP32).saved - a)
+        if model.qk_norm:
+            qk = tokens * (model.q_width + model.kv_width) / t
+            tensor_parallel += qk * rmsnorm_upcast(a).saved
+    if (
+        impl.get("activation") == "transformers-act2fn"
+        and activation_kernel(model, 1, 1)[0] == "gelu_new"
+    ):
+        tensor_parallel += tokens * model.ffn_hidden / t * (gelu_new(a, a).saved - a)
+    return replicated, tensor_parallel
 
 
 def layer_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
@@ -152,11 +180,15 @@ def embedding_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
 
 def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     """Last stage: final-norm input and LM-head input (2·s·b·h each, ÷t with SP) and the fp32 logits
-    kept for the cross-entropy backward, 4·s·b·V/t (Korthikanti §4.3, output layer term)."""
+    kept for the cross-entropy backward, 4·s·b·V/t (Korthikanti §4.3, output layer term); a stack whose
+    loss materialises the fp32 logits (shape.module_impl loss fp32-logits: transformers' ForCausalLMLoss)
+    holds graph.eager_modules.LOGIT_BYTES per logit at the start of backward instead of 4."""
     sp_div = shape.tp if shape.sequence_parallel else 1
     tokens = shape.local_tokens
+    per_logit = LOGIT_BYTES if ("loss", "fp32-logits") in shape.module_impl else 4.0
     return (
-        2 * shape.act_bytes * tokens * model.hidden / sp_div + 4.0 * tokens * model.vocab / shape.tp
+        2 * shape.act_bytes * tokens * model.hidden / sp_div
+        + per_logit * tokens * model.vocab / shape.tp
     )
 
 

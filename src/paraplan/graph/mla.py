@@ -134,7 +134,7 @@ def gqa_ops(
         )
     ]
     qk_elements = shape.local_tokens * (model.q_width + model.kv_width) / t
-    ops += query_key_ops(model, qk_elements, shape.act_bytes)
+    ops += query_key_ops(model, qk_elements, shape.act_bytes, shape.local_tokens)
     return ops + core_attention_ops(model, shape, window, window_share)
 
 

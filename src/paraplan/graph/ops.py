@@ -55,13 +55,30 @@ class Op(NamedTuple):
     # fused attention, one kernel call: (query tokens, key/value tokens, head dim, causal)
     attention_call: tuple[int, int, int, bool] | None = None
     # a memory-bound op an eager stack runs as one measured kernel (cost.eager_kernels): (family: rmsnorm,
-    # layernorm, gelu, swiglu, add, dropout_add, cross_entropy; rows; width of the tensor it works on)
+    # layernorm, gelu, gelu_new, swiglu, add, dropout_add, cross_entropy, qk_rmsnorm, rotary, rotary_normed;
+    # rows; width of the tensor it works on)
     kernel: tuple[str, float, float] | None = None
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
     """Op.kernel of a norm over ``rows`` × ``width``: the model's norm (rmsnorm / layernorm)."""
     return (model.norm, float(rows), float(width))
+
+
+def activation_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
+    """Op.kernel of the MLP activation: the model's mlp (gelu / swiglu), ``gelu_new`` where the model names
+    transformers' NewGELUActivation (ModelSpec.activation; a composite for stacks that run it,
+    graph.eager_modules)."""
+    family = "gelu_new" if model.activation == "gelu_new" and model.mlp == "gelu" else model.mlp
+    return (family, float(rows), float(width))
+
+
+def query_key_kernels(model: ModelSpec, tokens: float, width: float) -> tuple[tuple, tuple]:
+    """Op.kernel of the q/k per-head norm (``qk_rmsnorm`` over tokens·width/d rows of d) and of the rotary
+    embedding (``rotary``, ``rotary_normed`` after a q/k norm) on ``tokens`` × ``width`` (q and k together)."""
+    d = float(model.d_head)
+    norm = ("qk_rmsnorm", tokens * width / d, d)
+    return norm, ("rotary_normed" if model.qk_norm else "rotary", float(tokens), float(width))
 
 
 def residual_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:

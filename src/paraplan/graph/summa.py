@@ -145,7 +145,7 @@ def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         _memory("input_norm", 2 * ab * block, _norm_flops(model, block)),
         gemms["qkv_projection"],
     ]
-    ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / grid, ab)
+    ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / grid, ab, tokens)
     ops += attention_ops(model, attention_shape_2d(shape))
     ops += [
         gemms["attention_projection"],

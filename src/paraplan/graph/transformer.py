@@ -14,7 +14,7 @@ from typing import NamedTuple
 from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
-from paraplan.graph.ops import norm_kernel, residual_kernel
+from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -39,18 +39,18 @@ class LayerShape(NamedTuple):
     attention: str  # "flash" | "unfused"
     dtype: str
     expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
-    recompute_modules: tuple[
-        str, ...
-    ] = ()  # modules selective recomputation re-runs (() = core attention)
+    # modules selective recomputation re-runs (() = core attention)
+    recompute_modules: tuple[str, ...] = ()
     # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid
     # size, sequence_parallel True: activations split over the whole grid) with summa_panels panels;
     # "2d-seq" = K/V all-gathered over cp instead of the ring (graph/summa.py)
     tp_layout: str = "1d"
     tp_rows: int = 1
     summa_panels: int = 1
-    cp_algorithm: str = (
-        "ring"  # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
-    )
+    # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
+    cp_algorithm: str = "ring"
+    # the stack's (role, implementation) pairs other than fused (graph.eager_modules): what autograd keeps
+    module_impl: tuple[tuple[str, str], ...] = ()
 
     @property
     def ulysses(self) -> bool:
@@ -119,6 +119,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.expert,
         shape.recompute_modules,
         shape.cp_algorithm,
+        shape.module_impl,
     )
 
 
@@ -306,16 +307,17 @@ def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
     return Op("fp8_casts", "memory", 0.0, fwd, 0.0, bwd, kernel=kernel)
 
 
-def query_key_ops(model: ModelSpec, qk_elements: float, ab: int) -> list[Op]:
+def query_key_ops(model: ModelSpec, qk_elements: float, ab: int, tokens: float) -> list[Op]:
     """Element-wise ops on the q and k heads of one GPU (``qk_elements`` = tokens·(q+kv) there):
     the per-head RMSNorm of Qwen3 / Gemma 3 (transformers Qwen3Attention ``q_norm``/``k_norm``)
-    and the rotary embedding (Su et al. 2021), each reading and writing its elements once."""
-    ops = []
+    and the rotary embedding (Su et al. 2021), each reading and writing its elements once; ``tokens``
+    the rows they work on (their Op.kernel, graph.ops.query_key_kernels)."""
+    ops, (norm, rotary) = [], query_key_kernels(model, tokens, qk_elements / tokens)
     if model.qk_norm:
-        ops.append(_memory("qk_norm", 2 * ab * qk_elements, _norm_flops(model, qk_elements)))
+        ops.append(_memory("qk_norm", 2 * ab * qk_elements, _norm_flops(model, qk_elements), norm))
     if not model.learned_positions:
         flops = FLOPS_PER_ELEMENT["rotary"] * qk_elements
-        ops.append(_memory("rotary_embedding", 2 * ab * qk_elements, flops))
+        ops.append(_memory("rotary_embedding", 2 * ab * qk_elements, flops, rotary))
     return ops
 
 
@@ -339,7 +341,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         ),
         _gemm("qkv_projection", 1, tokens, qkv_width, h),
     ]
-    ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / t, ab)
+    ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / t, ab, tokens)
     ops += attention_ops(model, shape)
     ops += [
         _gemm("attention_projection", 1, tokens, h, model.q_width / t),
@@ -360,7 +362,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
             "mlp_activation",
             ab * tokens * f / t * (3 if model.mlp == "swiglu" else 2),
             FLOPS_PER_ELEMENT[model.mlp] * tokens * f / t,
-            (model.mlp, float(tokens), f / t),
+            activation_kernel(model, tokens, f / t),
         ),
         _gemm("mlp_out_projection", 1, tokens, h, f / t),
         _memory(

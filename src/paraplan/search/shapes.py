@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from paraplan.cost.moe import expert_dp_span
+from paraplan.graph.eager_modules import impl_key
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
@@ -71,6 +72,7 @@ def layer_shape_of(
         tp_rows=r,
         summa_panels=panel_count(r, tp // r, None) if summa else 1,
         cp_algorithm=problem.cp_algorithm,
+        module_impl=impl_key(problem.system.accelerator.efficiency.module_impl),
     )
 
 

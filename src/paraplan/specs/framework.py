@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from paraplan.specs.plan import RuntimeFields
-from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, Seconds
+from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, ModuleImpl, Seconds
 
 
 class FrameworkSpec(RuntimeFields):
@@ -103,6 +103,12 @@ class FrameworkSpec(RuntimeFields):
         description="with fused_kernels false: the op roles (norm, activation, residual, loss) the stack runs "
         "as one eager PyTorch kernel each and the precision each runs in; a system with a measured kernels "
         "table prices them from it in place of eager_traffic_factor (cost.eager_kernels)",
+    )
+    module_impl: ModuleImpl = Field(
+        default_factory=dict,
+        description="with fused_kernels false: the implementation of each module role (norm, activation, "
+        "rotary, loss) the stack's model code runs: fused (one kernel per op) or a named composite of eager "
+        "element-wise kernels (graph.eager_modules)",
     )
     optimizer_step_bytes: float | None = Field(
         None,

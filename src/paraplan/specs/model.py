@@ -48,6 +48,12 @@ class ModelSpec(InputModel):
     ffn_hidden: int = Field(gt=0, description="MLP inner width")
     vocab: int = Field(gt=0, description="vocabulary size")
     mlp: Literal["gelu", "swiglu"] = "gelu"
+    activation: Literal["gelu", "gelu_new", "gelu_pytorch_tanh", "silu"] | None = Field(
+        default=None,
+        description="the MLP activation by its Hugging Face transformers name (config hidden_act / "
+        "activation_function, activations.py ACT2FN): which kernels an eager transformers stack runs for "
+        "it (graph.eager_modules; gelu_new is a composite of element-wise ops); None: the mlp's one kernel",
+    )
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     tie_embeddings: bool = False
     bias: bool | None = None

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+)
 
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.runtime import RuntimeCosts
@@ -66,6 +73,26 @@ Share = Annotated[float, Field(ge=0, le=1)]  # a share that may be 0 (an overlap
 # precision each runs in (a framework profile states them: specs.framework.FrameworkSpec.eager_kernels).
 EagerRole = Literal["norm", "activation", "residual", "loss"]
 EagerPrecision = Literal["bf16", "fp32"]
+# The implementation a stack runs for each module role (graph.eager_modules: "fused", one kernel per op, or a
+# composite of eager element-wise kernels as the named model code writes it).
+ModuleRole = Literal["norm", "activation", "rotary", "loss"]
+MODULE_IMPLS: dict[str, tuple[str, ...]] = {
+    "norm": ("fused", "transformers-rmsnorm"),
+    "activation": ("fused", "transformers-act2fn"),
+    "rotary": ("fused", "transformers-rotate-half"),
+    "loss": ("fused", "fp32-logits"),
+}
+
+
+def _module_impls(value: dict) -> dict:
+    for role, impl in value.items():
+        if impl not in MODULE_IMPLS[role]:
+            allowed = ", ".join(MODULE_IMPLS[role])
+            raise ValueError(f"module_impl.{role}: {impl!r} is not allowed; allowed: {allowed}")
+    return value
+
+
+ModuleImpl = Annotated[dict[ModuleRole, str], AfterValidator(_module_impls)]
 
 
 class EfficiencySpec(InputModel):
@@ -128,6 +155,11 @@ class EfficiencySpec(InputModel):
         description="memory-bound op roles the stack runs as eager kernels, priced from the measured "
         "kernels of accelerator.kernel_tables where it has them (cost.eager_kernels), and the precision each "
         "runs in; set by a framework profile (cost.frameworks.framework_system)",
+    )
+    module_impl: ModuleImpl = Field(
+        default_factory=dict,
+        description="the implementation the stack runs per module role (graph.eager_modules: a composite of "
+        "eager element-wise kernels, priced by cost.eager_kernels); set by a framework profile",
     )
     host_sync_s: Seconds = Field(
         0.0,

@@ -15,6 +15,7 @@ from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
+from paraplan.graph.eager_modules import impl_key
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
@@ -43,9 +44,10 @@ _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 
 
-def layer_shape(plan: PlanSpec) -> LayerShape:
+def layer_shape(plan: PlanSpec, system: SystemSpec | None = None) -> LayerShape:
     """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
-    shape states as sequence parallelism over tp (specs/tp_layout.py)."""
+    shape states as sequence parallelism over tp (specs/tp_layout.py); the system's module
+    implementations (graph.eager_modules.impl_key) when given."""
     summa = plan.tp_layout == "2d"
     rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
     return LayerShape(
@@ -69,6 +71,7 @@ def layer_shape(plan: PlanSpec) -> LayerShape:
         ),
         recompute_modules=recompute_modules(plan),
         cp_algorithm=plan.cp_algorithm,
+        module_impl=impl_key(system.accelerator.efficiency.module_impl) if system else (),
     )
 
 
@@ -155,7 +158,7 @@ def _plan_row_facts(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recomp
     return row_facts(
         model,
         system,
-        layer_shape(plan),
+        layer_shape(plan, system),
         plan_spans(plan, system),
         plan.pp,
         plan.microbatches,
@@ -246,7 +249,7 @@ def estimate(
 def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_counts: list[int]):
     """Per-op and per-collective rows of every block kind (decoder layers × the fullest stage's count) for ``--ops``."""
     acc = system.accelerator
-    shape = layer_shape(plan)
+    shape = layer_shape(plan, system)
     spans = plan_spans(plan, system)
     if shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)

@@ -1,0 +1,254 @@
+"""Which implementation of a module an eager stack runs, and the element-wise kernels it is (issue 32).
+
+A framework profile names, per module role, the implementation its model code runs (``module_impl``,
+specs.framework.FrameworkSpec; specs.system.MODULE_IMPLS lists them). "fused" (the default) is one kernel per op,
+the op graph's own count (graph.transformer); the others are composites of eager ATen element-wise kernels,
+each listed here once, forward and backward, with the bytes it moves per element of the module's input, so
+that the GPU time (cost.eager_kernels.composite_times_s), the host's kernel count (cost.host.op_kernels) and
+the activation memory autograd keeps (cost.memory) all read the same list:
+
+- ``norm: transformers-rmsnorm``: transformers' LlamaRMSNorm (models/llama/modeling_llama.py at 5.17; Qwen3's
+  Qwen3RMSNorm and its per-head ``q_norm`` / ``k_norm`` are the same code): ``x.to(float32)``, ``pow(2)``,
+  ``mean(-1)``, ``+ eps``, ``rsqrt``, ``x * r``, ``.to(input_dtype)``, ``weight * y`` (``rmsnorm_upcast``).
+  LayerNorm models run nn.LayerNorm, one ATen kernel: "fused".
+- ``activation: transformers-act2fn``: the model's activation by its transformers name (ModelSpec.activation,
+  activations.py ACT2FN): ``gelu_new`` is NewGELUActivation, ``0.5 * x * (1.0 + tanh(sqrt(2/pi) * (x + 0.044715
+  * pow(x, 3.0))))`` (``gelu_new``); ``gelu_pytorch_tanh`` and ``gelu`` one F.gelu kernel, SiLU the gated MLP's
+  two (cost.eager_kernels RECIPES).
+- ``rotary: transformers-rotate-half``: apply_rotary_pos_emb (modeling_llama.py): ``q * cos + rotate_half(q) *
+  sin`` and the same for k, rotate_half = ``cat((-x2, x1), -1)`` of the two halves (``rotate_half``).
+- ``loss: fp32-logits``: the loss upcasts the logits and materialises log-softmax (loss/loss_utils.py
+  ForCausalLMLoss: ``logits.float()`` then cross_entropy), the time of the kernels table's
+  ``cross_entropy_fp32_fwd_bwd``; in memory, ``LOGIT_BYTES`` per logit at the start of backward.
+
+Dtypes follow torch.autocast (bf16) over fp32 parameters, PyTorch 2.4-2.11 (aten/src/ATen/autocast_mode.cpp):
+``pow`` and ``rsqrt`` are on CUDA autocast's fp32 list (their output is fp32 whatever the input), ``mul`` /
+``add`` / ``tanh`` / ``cat`` are not and promote (bf16 × fp32 → fp32), a GEMM or SDPA casts an fp32 input to
+bf16 (one ``_to_copy``); autograd's backward of a mixed-dtype op casts each input's gradient back to that
+input's dtype (one ``_to_copy``), an input used n times sums n gradients (n − 1 adds), a slice's backward is a
+zero fill and a copy (aten ``slice_backward``). The backward formulas are PyTorch's
+(tools/autograd/derivatives.yaml): ``pow_backward`` = grad · (e · x.pow(e − 1)), three kernels; ``mul`` one
+kernel per input that needs a gradient, plus a sum over the broadcast dimension for a broadcast one; ``tanh``
+``tanh_backward``; ``mean`` the expanded gradient divided by the count. Bytes count a tensor of ``i`` bytes per
+element as read or written once; per-row tensors (a norm's variance, cos / sin per token) are left out and
+their kernels are per-row kernels (``bytes`` 0, the launch floor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+FP32 = 4  # bytes of an fp32 element
+# Bytes per logit an fp32-logit loss holds at the start of backward: log_softmax's fp32 output (saved for
+# its backward, 4), nll_loss_backward's fp32 gradient (a zero fill and a scatter, 4) and
+# log_softmax_backward's fp32 output (4), ForCausalLMLoss; the fp32 copy of the logits is freed once
+# log_softmax has read it (log_softmax saves its result, not its input)
+LOGIT_BYTES = 12.0
+
+
+class Kernel(NamedTuple):
+    """One ATen kernel of a composite: its op and the bytes it reads and writes per element of the module's
+    input (0: a kernel over one value per row)."""
+
+    op: str
+    bytes: float
+
+
+class Composite(NamedTuple):
+    """A module run as eager element-wise kernels: forward and backward kernels (each run once per tensor of
+    ``tensors``: q and k for the rotary embedding and q/k norms), the bytes per element autograd keeps for the
+    backward, and the fused op family it stands for (cost.eager_kernels RECIPES)."""
+
+    forward: tuple[Kernel, ...]
+    backward: tuple[Kernel, ...]
+    saved: float
+    fused: str
+    tensors: int = 1
+
+    @property
+    def kernels(self) -> tuple[int, int]:
+        """(forward, backward) kernels launched: the lists' lengths × tensors."""
+        return len(self.forward) * self.tensors, len(self.backward) * self.tensors
+
+
+# pow_backward on an fp32 tensor (derivatives.yaml: grad · (e · x.pow(e − 1))): x.pow(e − 1) 8, e · 8, grad · 12
+POW_BACKWARD = (Kernel("pow", 8), Kernel("mul", 8), Kernel("mul", 12))
+# rsqrt_backward on one value per row (−0.5 · grad · r.pow(3)): three per-row kernels
+RSQRT_BACKWARD = (Kernel("pow", 0), Kernel("mul", 0), Kernel("mul", 0))
+
+
+def _broadcast_grad(nbytes: float) -> tuple[Kernel, ...]:
+    """The gradient of a broadcast input of a mul: grad · other (``nbytes``), summed over the broadcast
+    dimension (an fp32 read, 4; sum_to_size)."""
+    return Kernel("mul", nbytes), Kernel("sum", 4)
+
+
+def _casts(n: int, nbytes: float) -> tuple[Kernel, ...]:
+    return tuple(Kernel("_to_copy", nbytes) for _ in range(n))
+
+
+def gelu_new(i: int, a: int) -> Composite:
+    """NewGELUActivation (transformers activations.py) on an input of ``i`` bytes per element, ``a`` the GEMMs'
+    operand bytes (2 under bf16 autocast, 4 in fp32; ``a`` < 4: autocast's casts). Forward, in Python's order:
+    0.5·x (2i); [x to fp32 for autocast's pow, i + 4]; pow 8; ·0.044715 8; x + (i + 8); ·sqrt(2/π) 8; tanh 8;
+    1 + 8; (0.5x)·(...) (i + 8, an fp32 result); [the next GEMM's cast of it, 4 + i]: 70 B + 6 at i = 2
+    (8 + 1 + 1 kernels), 72 B at i = 4 (8 kernels). Backward: [grad to fp32, i + 4]; grad·u 12 [to 0.5x's
+    dtype, 4 + i]; grad·0.5x (8 + i); tanh_backward 12; ·sqrt(2/π) 8; [to x's dtype for the add, 4 + i];
+    ·0.044715 8; pow_backward 8 + 8 + 12; [the upcast's backward, 4 + i]; ·0.5 (2i); x's three gradients
+    summed, 2 × 3i: 118 B at i = 2 (15 kernels), 112 B at i = 4 (11). Saved: pow's fp32 input 4, tanh's output
+    4, 0.5x (i) and the fp32 bracket 4: 12 + i (the fused GeLU keeps x, i)."""
+    cast = a < FP32
+    forward = (
+        Kernel("mul", 2 * i),
+        *_casts(cast, i + FP32),
+        Kernel("pow", 8),
+        Kernel("mul", 8),
+        Kernel("add", i + 8),
+        Kernel("mul", 8),
+        Kernel("tanh", 8),
+        Kernel("add", 8),
+        Kernel("mul", i + 8),
+        *_casts(cast, FP32 + a),
+    )
+    backward = (
+        *_casts(cast, a + FP32),
+        Kernel("mul", 12),
+        *_casts(cast, FP32 + i),
+        Kernel("mul", 8 + i),
+        Kernel("tanh_backward", 12),
+        Kernel("mul", 8),
+        *_casts(cast, FP32 + i),
+        Kernel("mul", 8),
+        *POW_BACKWARD,
+        *_casts(cast, FP32 + i),
+        Kernel("mul", 2 * i),
+        Kernel("add", 3 * i),
+        Kernel("add", 3 * i),
+    )
+    return Composite(forward, backward, 12.0 + i, "gelu")
+
+
+def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
+    """LlamaRMSNorm (module docstring) on an input of ``i`` bytes per element with an fp32 weight. Forward:
+    [to fp32, i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [to the input dtype, 4 + i]; weight·y
+    (i + 4, fp32 out): 28 B at i = 4 (6 kernels), 38 B at i = 2 (8). Backward: grad·weight 8 [to y's dtype,
+    4 + i]; weight's gradient Σ_rows grad·y, mul (8 + i) and sum 4; [the downcast's backward, i + 4]; dy·r 8;
+    Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward, the expanded
+    gradient over the count, 4; pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward,
+    4 + i]: 92 B at i = 4 (14 kernels), 108 B at i = 2 (17). Saved: the fp32 x (4) and y (i): 4 + i."""
+    up = i < FP32
+    forward = (
+        *_casts(up, i + FP32),
+        Kernel("pow", 8),
+        Kernel("mean", 4),
+        Kernel("add", 0),
+        Kernel("rsqrt", 0),
+        Kernel("mul", 8),
+        *_casts(up, FP32 + i),
+        Kernel("mul", i + FP32),
+    )
+    backward = (
+        Kernel("mul", 8),
+        *_casts(up, FP32 + i),
+        *_broadcast_grad(8 + i),
+        *_casts(up, i + FP32),
+        Kernel("mul", 8),
+        *_broadcast_grad(12),
+        *RSQRT_BACKWARD,
+        Kernel("div", 4),
+        *POW_BACKWARD,
+        Kernel("add", 12),
+        *_casts(up, FP32 + i),
+    )
+    return Composite(forward, backward, FP32 + i, "rmsnorm", tensors)
+
+
+def rotate_half(i: int, a: int) -> Composite:
+    """apply_rotary_pos_emb on q and k (``tensors`` 2) of ``i`` bytes per element, with cos and sin in the
+    hidden states' dtype (fp32 under autocast over fp32 parameters: LlamaRotaryEmbedding returns
+    ``cos.to(x.dtype)``, x the fp32 embedding output; per token, broadcast over the heads), so the result is
+    o = 4 bytes per element; ``a`` the GEMMs' operand bytes. Forward: −x2 on half the elements (i); cat 2i;
+    x·cos (i + o); rotate_half(x)·sin (i + o); add 3o; [SDPA's autocast cast to bf16, o + a]: 36 B at i = 2.
+    Backward: [the cast's backward, a + o]; grad·cos 2o [to x's dtype, o + i]; grad·sin 2o [to the cat's
+    dtype, o + i]; NegBackward on half (i); two slice backwards, a zero fill (i) and a copy of half (i) each;
+    x's three gradients summed, 2 × 3i: 56 B at i = 2, 66 B at i = 4 beside bf16 GEMMs. Saved: nothing per
+    element (mul keeps only what the other input's gradient needs: cos and sin)."""
+    o = FP32
+    forward = (
+        Kernel("neg", i),
+        Kernel("cat", 2 * i),
+        Kernel("mul", i + o),
+        Kernel("mul", i + o),
+        Kernel("add", 3 * o),
+        *_casts(o > a, o + a),
+    )
+    backward = (
+        *_casts(o > a, a + o),
+        Kernel("mul", 2 * o),
+        *_casts(o > i, o + i),
+        Kernel("mul", 2 * o),
+        *_casts(o > i, o + i),
+        Kernel("neg", i),
+        Kernel("zeros", i),
+        Kernel("copy", i),
+        Kernel("zeros", i),
+        Kernel("copy", i),
+        Kernel("add", 3 * i),
+        Kernel("add", 3 * i),
+    )
+    return Composite(forward, backward, 0.0, "rotary", 2)
+
+
+# The op families (graph.ops.Op.kernel) a composite may stand for, the role that picks it, and the role whose
+# precision its input has (cost.eager_kernels: the residual stream's for a layer norm, the GEMM outputs' for the
+# activation, the q/k heads and their norms; "rotary_normed": rotary after transformers' q/k norm, whose fp32
+# weight makes its output fp32).
+FAMILY_ROLE: dict[str, tuple[str, str]] = {
+    "rmsnorm": ("norm", "residual"),
+    "qk_rmsnorm": ("norm", "activation"),
+    "gelu_new": ("activation", "activation"),
+    "rotary": ("rotary", "activation"),
+    "rotary_normed": ("rotary", "fp32"),
+}
+
+
+def composite(family: str, impl: Mapping[str, str], i: int, a: int) -> Composite | None:
+    """The composite the stack runs for an op of ``family`` under its ``module_impl`` (``impl``), with input
+    ``i`` bytes per element and GEMM operands of ``a`` bytes; None: one fused kernel (cost.eager_kernels)."""
+    if family not in FAMILY_ROLE:
+        return None
+    chosen = impl.get(FAMILY_ROLE[family][0], "fused")
+    if chosen == "transformers-rmsnorm" and family in ("rmsnorm", "qk_rmsnorm"):
+        return rmsnorm_upcast(i, 2 if family == "qk_rmsnorm" else 1)
+    if chosen == "transformers-act2fn" and family == "gelu_new":
+        return gelu_new(i, a)
+    if chosen == "transformers-rotate-half" and family in ("rotary", "rotary_normed"):
+        return rotate_half(i, a)
+    return None
+
+
+def input_bytes(family: str, precisions: Mapping[str, str], a: int) -> int:
+    """Bytes per element of a composite's input: its input role's precision in the profile's eager_kernels
+    (``precisions``: bf16 2, fp32 4), at least the activations' ``a``; "fp32" roles 4."""
+    role = FAMILY_ROLE[family][1]
+    named = FP32 if role == "fp32" else {"bf16": 2, "fp32": FP32}.get(precisions.get(role, ""), a)
+    return max(named, a)
+
+
+def composite_kernels(
+    family: str, impl: Mapping[str, str], precisions: Mapping[str, str], autocast: bool
+) -> tuple[int, int] | None:
+    """(forward, backward) kernels of the composite an op of ``family`` runs (None: not a composite), for the
+    host's count (cost.host): GEMM operands bf16 under ``autocast``, else fp32."""
+    a = 2 if autocast else FP32
+    if family not in FAMILY_ROLE:
+        return None
+    found = composite(family, impl, input_bytes(family, precisions, a), a)
+    return None if found is None else found.kernels
+
+
+def impl_key(impl: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The (role, implementation) pairs of a profile's module_impl other than "fused", sorted: what
+    graph.transformer.LayerShape.module_impl carries to the memory terms (cost.memory)."""
+    return tuple(sorted((role, name) for role, name in impl.items() if name != "fused"))
