@@ -13,9 +13,8 @@ DEFAULT_MEMORY_HEADROOM = 0.05
 
 def with_headroom(system_spec, headroom: float):
     """The system with ``headroom`` of its HBM kept free: the searches' capacity is hbm·(1 − headroom)."""
-    from paraplan.specs.system import (
-        SystemSpec,
-    )  # here: the command line's help loads no pydantic model
+    # imported here: the command line's help loads no pydantic model (issue 31)
+    from paraplan.specs.system import SystemSpec
 
     data = system_spec.model_dump()
     data["accelerator"]["hbm_capacity"] = system_spec.accelerator.hbm_capacity * (1 - headroom)

@@ -24,17 +24,16 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """Load ``name`` from its submodule on first use and keep it here."""
-    module = _EXPORTS.get(name)
-    if module is None:
+    """Load ``name`` from its submodule on first use and keep it here (a submodule's name, not found here, is
+    imported by the import system: ``from paraplan.specs import plan``)."""
+    if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    globals()[name] = found = getattr(importlib.import_module(_EXPORTS[name]), name)
+    return found
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted({*globals(), *_EXPORTS})
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
