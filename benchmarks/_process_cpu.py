@@ -8,8 +8,11 @@ validate/residuals.json; while it is stale (any source change before ``python -m
 every process recomputes it (~1 s): ``residuals_current()`` says which.
 
 Where PYTHONDONTWRITEBYTECODE is set (as in this project's sandbox) every fresh process compiles the package's
-sources again (~0.05-0.1 s of a search); an installed package runs from its bytecode. ``use_bytecode()`` makes the
-processes read and write bytecode in a temporary cache (PYTHONPYCACHEPREFIX) and run once before the measured runs.
+sources again (~0.1-0.2 s of a search); an installed package runs from its bytecode from its second run on.
+``use_bytecode()`` makes the processes read and write bytecode in a temporary cache (PYTHONPYCACHEPREFIX) and run
+once before the measured runs ("warm": what a user sees from the second run); ``no_bytecode()`` makes them compile
+the package's sources in every process, writing no bytecode ("cold": the first run after an install; the source
+tree must hold no ``__pycache__``, as none is written in this sandbox).
 """
 
 from __future__ import annotations
@@ -22,14 +25,37 @@ import tempfile
 import time
 
 _ENV: dict | None = None  # the processes' environment (None: this one's)
-_WARM: set[tuple] = set()  # (source tree, *args) run once to fill the bytecode cache
+_WARM: set[tuple] = set()  # (cache, source tree, *args) run once to fill the bytecode cache
+
+
+_MODES: dict[
+    str, dict
+] = {}  # "warm" / "cold" -> the processes' environment (one cache folder per mode)
 
 
 def use_bytecode() -> None:
-    """Run the measured processes with a bytecode cache (module doc)."""
+    """Run the measured processes with a bytecode cache, "warm" (module doc)."""
+    _use("warm")
+
+
+def no_bytecode() -> None:
+    """Run the measured processes without a bytecode cache, "cold": every source compiled in every process."""
+    _use("cold")
+
+
+def _use(mode: str) -> None:
     global _ENV
-    _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    _ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="paraplan-pycache-")
+    if mode not in _MODES:
+        drop = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        if (
+            mode == "cold"
+        ):  # the libraries' and the standard library's installed .pyc read, the package compiled
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        else:
+            env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="paraplan-pycache-")
+        _MODES[mode] = env
+    _ENV = _MODES[mode]
 
 
 def run_python(argv: list[str], src: str | None = None) -> subprocess.CompletedProcess:
@@ -63,9 +89,12 @@ def process_cpu(args: list[str], runs: int, src: str | None = None) -> tuple[flo
     """(least self CPU s, least children CPU s, least wall s) of ``paraplan ARGS`` over ``runs`` fresh processes
     (of the source tree ``src``: run_python)."""
     best_self = best_children = best_wall = float("inf")
-    if _ENV is not None and (src, *args) not in _WARM:
+    cache = (
+        None if _ENV is None or "PYTHONDONTWRITEBYTECODE" in _ENV else _ENV["PYTHONPYCACHEPREFIX"]
+    )
+    if cache is not None and (cache, src, *args) not in _WARM:
         run_python(["-c", RUNNER, *args], src)  # fills the bytecode cache
-        _WARM.add((src, *args))
+        _WARM.add((cache, src, *args))
     for _ in range(runs):
         start = time.perf_counter()
         proc = run_python(["-c", RUNNER, *args], src)

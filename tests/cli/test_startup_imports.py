@@ -41,6 +41,28 @@ def test_help_imports_no_numpy(args):
     assert _loaded(*args) == []
 
 
+def test_help_loads_no_pydantic_model():
+    # `paraplan --help` loads pydantic neither (issue 31: the plan's choices come from specs.choices, the framework
+    # names from the catalog's folder, specs' names load on first use); a command's own help may (typer's adapters)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER.replace("{heavy!r}", "list(sys.modules)"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = [x for x in proc.stderr.splitlines() if x.startswith("LOADED:")][-1].split()[1:]
+    assert "paraplan.cli.search_cmd" in loaded  # every command registered
+    assert [m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core")] == []
+    assert [m for m in loaded if m in ("paraplan.specs.model", "paraplan.catalog")] == []
+
+
+def test_the_framework_help_names_the_catalogs_profiles():
+    from paraplan.catalog import framework_names
+    from paraplan.cli.app import _framework_help
+
+    assert f": {', '.join(framework_names())}, or a YAML" in _framework_help()
+
+
 def test_the_runner_sees_what_a_command_imports():
     # the same runner reports numpy once a command needs it: the check above can fail
     loaded = _loaded("estimate", "-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8", "--json")

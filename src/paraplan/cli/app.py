@@ -11,12 +11,14 @@ import os
 import shutil
 import sys
 from enum import Enum
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Annotated, Optional, get_args
 
 import typer
 
 from paraplan import __version__
-from paraplan.specs import plan as specs_plan
+from paraplan.specs import choices  # the plan's Literal choices: no pydantic model at start-up
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 
@@ -81,14 +83,14 @@ def _choices(name: str, literal) -> type[Enum]:
     return Enum(name, {v: v for v in get_args(literal)}, type=str)
 
 
-Recompute = _choices("Recompute", specs_plan.Recompute)
-Dtype = _choices("Dtype", specs_plan.PlanDtype)
-Schedule = _choices("Schedule", specs_plan.Schedule)
-Attention = _choices("Attention", specs_plan.Attention)
-GradDtype = _choices("GradDtype", specs_plan.GradDtype)
-CPAlgorithm = _choices("CPAlgorithm", specs_plan.CPAlgorithm)
-Zero3GatherUnit = _choices("Zero3GatherUnit", specs_plan.Zero3GatherUnit)
-Zero3ReduceUnit = _choices("Zero3ReduceUnit", specs_plan.Zero3ReduceUnit)
+Recompute = _choices("Recompute", choices.Recompute)
+Dtype = _choices("Dtype", choices.PlanDtype)
+Schedule = _choices("Schedule", choices.Schedule)
+Attention = _choices("Attention", choices.Attention)
+GradDtype = _choices("GradDtype", choices.GradDtype)
+CPAlgorithm = _choices("CPAlgorithm", choices.CPAlgorithm)
+Zero3GatherUnit = _choices("Zero3GatherUnit", choices.Zero3GatherUnit)
+Zero3ReduceUnit = _choices("Zero3ReduceUnit", choices.Zero3ReduceUnit)
 
 
 def warn_positions(model, seq_length: int) -> None:
@@ -237,12 +239,14 @@ VarySplitOption = Annotated[
 
 
 def _framework_help() -> str:
-    """The --framework help, naming the catalog's profiles (the files of paraplan/catalog/frameworks)."""
-    from paraplan.catalog import framework_names
-
+    """The --framework help, naming the catalog's profiles (the files of paraplan/catalog/frameworks, the names
+    catalog.framework_names gives: found with find_spec, which runs no import of the catalog and its pydantic
+    models at start-up, issue 31)."""
+    folder = Path(find_spec("paraplan.catalog").submodule_search_locations[0]) / "frameworks"
+    names = sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
     return (
         "implementation profile that sets the framework's defaults (attention kernel, overlaps, runtime "
-        f"memory; docs/validation.md): {', '.join(framework_names())}, or a YAML/JSON profile file"
+        f"memory; docs/validation.md): {', '.join(names)}, or a YAML/JSON profile file"
     )
 
 
@@ -289,15 +293,16 @@ def search_restrictions(
 ) -> dict:
     """SearchProblem axis restrictions from the shared options (None = unrestricted)."""
     from paraplan.specs.moe_plan import Dispatcher
+    from paraplan.specs.plan import PlanSpec
 
     return {
         "tp": _int_list(tp, "--tp"),
         "pp": _int_list(pp, "--pp"),
         "cp": _int_list(cp, "--cp"),
         "micro_batch": _int_list(micro_batch, "--micro-batch"),
-        "recompute": _choice_list(recompute, "--recompute", get_args(specs_plan.Recompute)),
-        "zero": _int_list(zero, "--zero", most=_upper_bound(specs_plan.PlanSpec, "zero")),
-        "schedules": _choice_list(schedule, "--schedule", get_args(specs_plan.Schedule)),
+        "recompute": _choice_list(recompute, "--recompute", get_args(choices.Recompute)),
+        "zero": _int_list(zero, "--zero", most=_upper_bound(PlanSpec, "zero")),
+        "schedules": _choice_list(schedule, "--schedule", get_args(choices.Schedule)),
         "ep": _int_list(ep, "--ep"),
         "etp": _int_list(etp, "--etp"),
         "dispatchers": _choice_list(dispatcher, "--dispatcher", get_args(Dispatcher)),

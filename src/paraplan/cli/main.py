@@ -25,7 +25,6 @@ import threading
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
 
 from paraplan.cli.app import EXIT_INPUT_ERROR, app
 from paraplan.specs.errors import InputError, input_error_from_pydantic
@@ -216,6 +215,16 @@ def _closed_pipe() -> None:
     sys.exit(EXIT_CLOSED_PIPE)
 
 
+class _NoValidationError(Exception):
+    """Stands for pydantic's ValidationError while pydantic is not loaded: then none can have been raised."""
+
+
+def _validation_error() -> type[Exception]:
+    """pydantic's ValidationError (pydantic_core's), once loaded: start-up loads no pydantic (issue 31)."""
+    core = sys.modules.get("pydantic_core")
+    return _NoValidationError if core is None else core.ValidationError
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except (InputError, UnitError) as exc:
         _fail(str(exc))
-    except ValidationError as exc:
+    except _validation_error() as exc:
         _fail(str(input_error_from_pydantic(exc, _SPEC_FIELD.get(exc.title, "input"))))
     except NoArgsIsHelpError as exc:  # bare `paraplan`: show the help
         exc.show()

@@ -58,7 +58,6 @@ from paraplan.search.staged import AMP_SEARCH_AXES
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note, with_headroom
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
-from paraplan.specs.tp_layout import TP_LAYOUTS
 
 
 def launch_note(launches: list[list[str]]) -> str:
@@ -260,6 +259,7 @@ def search(
         summary_line,
     )
     from paraplan.search.run import search as run_search
+    from paraplan.specs.tp_layout import TP_LAYOUTS  # here: the help loads no pydantic model
     from paraplan.units import GiB
 
     if gpus <= 0:

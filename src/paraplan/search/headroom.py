@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from paraplan.specs.system import SystemSpec
-
 # Share of HBM a search keeps free beside the modelled peak (the system's reserved_memory already holds
 # the CUDA context and communication buffers): the PyTorch caching allocator rounds and splits blocks,
 # so reserved memory exceeds allocated memory; GMLake (Guo et al., ASPLOS 2024, §2) measures that
@@ -15,6 +13,9 @@ DEFAULT_MEMORY_HEADROOM = 0.05
 
 def with_headroom(system_spec, headroom: float):
     """The system with ``headroom`` of its HBM kept free: the searches' capacity is hbm·(1 − headroom)."""
+    # imported here: the command line's help loads no pydantic model (issue 31)
+    from paraplan.specs.system import SystemSpec
+
     data = system_spec.model_dump()
     data["accelerator"]["hbm_capacity"] = system_spec.accelerator.hbm_capacity * (1 - headroom)
     return SystemSpec.model_validate(data)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # an annotation only: the command line's start-up loads no pydantic (issue 31)
+    from pydantic import ValidationError
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,19 @@ from __future__ import annotations
 from functools import lru_cache
 
 from dataclasses import replace
-from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from paraplan.specs.choices import (  # the choice fields' values, named here too
+    Attention,
+    CPAlgorithm,
+    GradDtype,
+    PlanDtype,
+    Recompute,
+    Schedule,
+    Zero3GatherUnit,
+    Zero3ReduceUnit,
+)
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields
@@ -50,15 +59,6 @@ from paraplan.specs.split import (
 )
 from paraplan.specs.strict import InputModel
 from paraplan.specs.tp_layout import TPLayoutFields
-
-Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
-PlanDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
-Attention = Literal["flash", "unfused"]
-GradDtype = Literal["fp32", "bf16"]
-CPAlgorithm = Literal["ring", "all-to-all"]
-Zero3GatherUnit = Literal["layer", "tensor"]
-Zero3ReduceUnit = Literal["layer", "tensor"]
 
 
 class RuntimeFields(InputModel):

@@ -1,0 +1,16 @@
+"""The allowed values of the plan's choice fields, as Literal types: specs.plan's fields read them, and the
+command line builds its choice options from them without loading a pydantic model (issue 31: ``--help``
+stays light)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
+PlanDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
+Attention = Literal["flash", "unfused"]
+GradDtype = Literal["fp32", "bf16"]
+CPAlgorithm = Literal["ring", "all-to-all"]
+Zero3GatherUnit = Literal["layer", "tensor"]
+Zero3ReduceUnit = Literal["layer", "tensor"]
