@@ -259,11 +259,11 @@ def attached_markdown(cases) -> list[str]:
         (
             "The catalog systems keep the analytical forms by default: their in-step constants "
             "(validate.fitted) were fitted with them, and attaching the measured tables moves these "
-            "cases as below (fp8 cases too fast: the fp8 operand casts are priced from the measured "
-            "quantisation kernels, but `torch._scaled_mm`'s GEMM rate is above what Transformer "
-            "Engine's fp8 GEMMs keep in a step; eager GPT cases too slow where the H100 table's "
-            "LayerNorm backward rows at 16384 rows are slow, docs/calibration.md). Tables apply to "
-            "calibrated systems and on request (`accelerator.kernel_tables`)."
+            "cases as below (fp8 cases too fast: a table holds kernels timed alone, and "
+            "`torch._scaled_mm` alone runs faster than Transformer Engine's fp8 GEMMs keep in a "
+            "step; a system `paraplan calibrate` writes keeps that in-step share, "
+            "`efficiency.table_in_step_share`, docs/calibration.md). Tables apply to calibrated "
+            "systems and on request (`accelerator.kernel_tables`)."
         ),
         "",
         "| case file | step-time cases | MAPE % as shipped | MAPE % with table |",
