@@ -40,6 +40,19 @@ def test_the_calibrated_h100_never_predicts_the_cases_worse_than_the_catalog(cal
         assert cal <= catalog, (stem, round(catalog, 2), round(cal, 2))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the H200 table's eager kernels (kernels.csv) price the eager GPT AMP cases ~5 % slow: "
+    "gpu-steps-2026-11 4.16 -> 4.34 % (docs/calibration.md 'Step times')",
+)
+def test_the_calibrated_h200_never_predicts_the_cases_worse_than_the_catalog():
+    folder = shipped("h200-sxm-141gb")
+    files = {"gemm": "gemm.csv", "attention": "attention_cudnn.csv", "memory": "memory.csv"}
+    cal = calibrate(load_system("dgx-h200"), **{k: folder / v for k, v in files.items()})
+    for stem, errors in compare(cal.system).items():
+        assert FileErrors.mape(errors.calibrated) <= FileErrors.mape(errors.catalog), stem
+
+
 def test_the_comparison_is_neutral_for_the_catalog_accelerator():
     for stem, errors in compare(load_system("dgx-h100-80gb")).items():
         assert errors.calibrated == pytest.approx(errors.catalog, abs=1e-9), stem

@@ -24,10 +24,10 @@ import yaml
 from paraplan.calibrate.fit import FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.compute import gemm_time_s
+from paraplan.cost.compute import gemm_cap_key, gemm_time_s
 from paraplan.io.documents import atomic_write_text
 from paraplan.specs.fields import with_fields
-from paraplan.specs.system import LOW_PRECISION, SystemSpec
+from paraplan.specs.system import SystemSpec
 from paraplan.validate import tables as validate_tables
 
 
@@ -160,11 +160,6 @@ def table_residuals(system: SystemSpec) -> list[Residual]:
         Residual(r.file, r.what, r.points, r.rms_rel, r.max_rel)
         for r in validate_tables.table_residuals(system)
     ]
-
-
-def gemm_cap_key(dtype: str) -> str:
-    """The GEMM cap that prices ``dtype`` (AcceleratorSpec.gemm_efficiency_cap): gemm_fp8 or gemm."""
-    return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
 
 
 def in_step_ratios(samples: list[GemmSample], base: SystemSpec) -> dict[str, float]:

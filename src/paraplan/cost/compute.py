@@ -84,13 +84,18 @@ def gemm_benchmark_cap(
     )
 
 
+def gemm_cap_key(dtype: str) -> str:
+    """The GEMM cap that prices ``dtype`` (AcceleratorSpec.gemm_efficiency_cap): gemm_fp8 for fp8 and
+    FP4, gemm otherwise."""
+    return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
+
+
 def table_in_step_share(acc: AcceleratorSpec, dtype: str) -> float:
     """Share s of an attached table's isolated GEMM rate kept inside a step, for the cap that prices
     ``dtype`` (efficiency.table_in_step_share: gemm_fp8 for fp8 / FP4, gemm otherwise; 1 when absent).
     The analytical caps are a kernel cap × an in-step share (docs/model.md §2, §6); a table replaces
     the kernel cap, so a step divides the table's kernel time by s (docs/calibration.md)."""
-    key = "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
-    return acc.efficiency.table_in_step_share.get(key, 1.0)
+    return acc.efficiency.table_in_step_share.get(gemm_cap_key(dtype), 1.0)
 
 
 def gemm_time_s(
