@@ -11,7 +11,7 @@ import yaml
 from paraplan.calibrate import calibrate, system_yaml
 from paraplan.calibrate.fit import NIC_EFF, NIC_LAT, NIC_OVERLAP, NVLINK_OVERLAP
 from paraplan.calibrate.readers import parse_nccl_tests, read_gemm_table, read_nccl_tests
-from paraplan.calibrate.synthetic import BASE_SYSTEM, TRUE_VALUES, write_samples
+from paraplan.calibrate.synthetic import BASE_SYSTEM, KERNEL_CAPS, TRUE_VALUES, write_samples
 from paraplan.catalog import load_system
 from paraplan.cli import main
 from paraplan.specs.errors import InputError
@@ -45,6 +45,16 @@ def test_recovers_every_known_constant(fitted):
             )  # nccl-tests prints µs with two decimals
     # the base differs from the truth, so the fit had work to do
     assert base.node.nvlink_efficiency != TRUE_VALUES["node.nvlink_efficiency"]
+    # GEMM kernels timed alone give kernel caps; the in-step caps and the step ramp stay the base's
+    # (its in-step rate is below the kernels': calibrate.keep_in_step_shares, keep_step_ramp)
+    eff = fitted.system.accelerator.efficiency
+    for path, true in KERNEL_CAPS.items():
+        assert fitted.kernel_caps[path] == pytest.approx(true, rel=1e-3), path
+    assert (eff.gemm, eff.gemm_fp8) == (
+        base.accelerator.efficiency.gemm,
+        base.accelerator.efficiency.gemm_fp8,
+    )
+    assert eff.gemm_ramp_s == base.accelerator.efficiency.gemm_ramp_s
 
 
 def test_residuals_and_leave_one_out_are_small_on_exact_data(fitted):
@@ -125,7 +135,10 @@ def test_calibrate_cli_writes_a_system(tmp_path, capsys):
             ]
         )
     assert exc.value.code in (0, None)
-    assert load_system(str(out)).accelerator.efficiency.gemm == pytest.approx(0.77, rel=1e-3)
+    written = load_system(str(out)).accelerator.efficiency
+    # the in-step cap is the base's; the attached table's kernels, faster alone, get a share below 1
+    assert written.gemm == load_system(BASE_SYSTEM).accelerator.efficiency.gemm
+    assert 0.9 < written.table_in_step_share["gemm"] < 1.0
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "--system", BASE_SYSTEM])
     assert exc.value.code == 2

@@ -36,14 +36,17 @@ from paraplan.calibrate.tables import (
     Measured,
     attach,
     attention_kernel_of,
+    in_step_ratios,
     table_residuals,
     with_attention_kernel,
 )
 from paraplan.catalog import load_model
+from paraplan.cost.attention import kernel_relative_speed
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
+from paraplan.specs.fields import get_in
 from paraplan.specs.system import SystemSpec
 
 
@@ -54,6 +57,7 @@ class Calibration:
     values: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     residuals: list[Residual] = field(default_factory=list)
+    kernel_caps: dict[str, float] = field(default_factory=dict)  # GEMM kernel caps a table fits
     leave_one_out: dict | None = None
     inputs: list[str] = field(default_factory=list)
 
@@ -63,6 +67,7 @@ class Calibration:
             "system": self.system.name,
             "fitted": {k: {"value": v, "base": _get(self.base, k)} for k, v in self.values.items()},
             "notes": self.notes,
+            "kernel_caps": self.kernel_caps,
             "residuals": [r.__dict__ for r in self.residuals],
             "leave_one_out": self.leave_one_out,
             "inputs": self.inputs,
@@ -70,10 +75,8 @@ class Calibration:
 
 
 def _get(system: SystemSpec, path: str):
-    value = system.model_dump()
-    for key in path.split("."):
-        value = value[key]
-    return value
+    """The value at a dotted path of the system, or None where it has none (a key of a mapping)."""
+    return get_in(system.model_dump(), path.split("."))
 
 
 def read_steps(path: Path) -> list[StepRun]:
@@ -140,17 +143,68 @@ def _merge(cal: Calibration, part: FitPart, source: str) -> None:
 
 
 def keep_step_ramp(cal: Calibration) -> None:
-    """With the GEMM table attached, GEMMs are priced as table kernel time + ``gemm_ramp_s``, a cost
-    of the step outside the kernel (cost.compute.gemm_time_s) that an isolated-kernel table cannot
-    show: the base system's ramp is kept, not the fixed time fitted to the table."""
+    """A GEMM is priced as kernel time + ``gemm_ramp_s``, a cost of the step outside the kernel
+    (cost.compute.gemm_time_s: launch gaps, dependent-kernel bubbles) that a table of kernels timed
+    alone cannot show: the base system's ramp is kept, not the fixed time fitted to the table."""
     path = f"{EFF}.gemm_ramp_s"
     fitted = cal.values.pop(path, None)
     base = cal.base.accelerator.efficiency.gemm_ramp_s
     cal.system = with_values(cal.system, {path: base})
     cal.notes[path] = (
-        f"base value {base:.3g} s kept: a step-level cost outside the kernel, added to the attached "
-        f"GEMM table's times (the table's own fixed time, {fitted or 0:.3g} s, is in its rows)"
+        f"base value {base:.3g} s kept: a step-level cost outside the kernel, which kernels timed "
+        f"alone do not show (the table's own fixed time, {fitted or 0:.3g} s, is in its rows)"
     )
+
+
+def keep_base_attention(cal: Calibration) -> None:
+    """With the attention table attached, every bf16 call of its kernel is priced from the table;
+    the analytical fraction then prices only what the table did not measure: fp32 / tf32 attention
+    (another kernel, cost.compute.attention_time_s) and, through a profile's kernel ratio, other
+    kernel families. A fit to one bf16 kernel's rows measures neither, so the base fraction is kept
+    (for the table's kernel: cost.attention.kernel_relative_speed, as cost.frameworks converts it)."""
+    path = f"{EFF}.attention"
+    fitted = cal.values.pop(path, None)
+    eff, acc = cal.base.accelerator.efficiency, cal.base.accelerator
+    kernel = cal.system.accelerator.efficiency.attention_kernel
+    ratio = kernel_relative_speed(kernel, eff.attention_kernel, acc.architecture)
+    kept = min(1.0, eff.attention * ratio)
+    cal.system = with_values(cal.system, {path: kept})
+    cal.notes[path] = (
+        f"base fraction kept ({kept:.3g} for {kernel}): the attached table prices the bf16 calls it "
+        f"measured; the fraction fitted to its rows ({fitted or 0:.3g}) is no measurement of the "
+        "fp32 / tf32 path or of other kernels, which the fraction prices"
+    )
+
+
+def keep_in_step_shares(cal: Calibration, samples: list, attached: bool) -> None:
+    """A GEMM table times kernels alone; the base system's GEMM caps are a kernel cap × an in-step
+    share fitted to step times (docs/model.md §2, §6: the share of an isolated kernel's rate a
+    framework's GEMMs keep in a step), which no kernel table shows. So the share is kept, not
+    replaced by the fit: with r the table's time over the base's in-step time for the same GEMMs
+    (calibrate.tables.in_step_ratios), the calibrated in-step rate is the slower of the base's and
+    this GPU's kernels alone: cap B·min(1, 1/r), and the attached table's GEMM times divided by the
+    in-step share s = min(1, r) (``efficiency.table_in_step_share``, cost.compute)."""
+    updates = {}
+    for key, r in in_step_ratios(samples, cal.base).items():
+        path = f"{EFF}.{key}"
+        dtype = "fp8" if key == "gemm_fp8" else "bf16"
+        base = cal.base.accelerator.gemm_efficiency_cap(dtype)
+        fitted = cal.values.get(path)
+        if fitted is not None:
+            cal.kernel_caps[path] = float(fitted)
+        updates[path] = cal.values[path] = base * min(1.0, 1.0 / r)
+        cal.notes[path] = (
+            f"in-step cap: base {base:.4g} x min(1, 1/r), r = {r:.4g} the table's {dtype} GEMM time "
+            f"over the base's in-step time for them (kernel cap fitted to the table: "
+            + (f"{fitted:.4g})" if fitted is not None else "not identified)")
+        )
+        if attached:
+            share_path = f"{EFF}.table_in_step_share.{key}"
+            updates[share_path] = cal.values[share_path] = min(1.0, r)
+            cal.notes[share_path] = (
+                f"in-step share of the attached table's {dtype} GEMMs: min(1, r), r = {r:.4g}"
+            )
+    cal.system = with_values(cal.system, updates)
 
 
 def calibrate(
@@ -174,7 +228,7 @@ def calibrate(
         )
     cal = Calibration(base=base, system=base)
     measured = Measured()
-    overhead = None
+    overhead, attached = None, False
     if memory is not None:
         measured.memory = (memory, read_memory_table(memory))
         _merge(cal, fit_memory(measured.memory[1], cal.system, memory.name), memory.name)
@@ -206,11 +260,14 @@ def calibrate(
         _merge(cal, fit_gemm(measured.gemm[1], cal.system, gemm.name, overhead), gemm.name)
         cal.inputs.append(str(gemm))
     if measured.any():
-        cal.system, part = attach(cal.system, base, measured, tables_dir)
-        if measured.gemm and cal.system.accelerator.kernel_tables:
-            keep_step_ramp(cal)
+        cal.system, part, attached = attach(cal.system, base, measured, tables_dir)
+        if measured.attention and attached:
+            keep_base_attention(cal)
         part.residuals = table_residuals(cal.system)
         _merge(cal, part, "kernel tables")
+    if measured.gemm:
+        keep_step_ramp(cal)
+        keep_in_step_shares(cal, measured.gemm[1], attached)
     if nccl:
         runs = [read_nccl_tests(ref) for ref in nccl]
         _merge(

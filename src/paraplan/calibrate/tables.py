@@ -24,6 +24,7 @@ import yaml
 from paraplan.calibrate.fit import FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
+from paraplan.cost.compute import gemm_cap_key, gemm_time_s
 from paraplan.io.documents import atomic_write_text
 from paraplan.specs.fields import with_fields
 from paraplan.specs.system import SystemSpec
@@ -129,8 +130,9 @@ def with_attention_kernel(system: SystemSpec, kernel: str) -> SystemSpec:
 
 def attach(
     system: SystemSpec, base: SystemSpec, measured: Measured, folder: Path | None
-) -> tuple[SystemSpec, FitPart]:
-    """The system with the tables attached (shipped name, or a folder written at ``folder``)."""
+) -> tuple[SystemSpec, FitPart, bool]:
+    """The system with the tables attached (shipped name, or a folder written at ``folder``), the
+    notes, and whether they were attached."""
     part = FitPart()
     kernel = base.accelerator.efficiency.attention_kernel
     if measured.attention:
@@ -142,13 +144,13 @@ def attach(
             "tables not attached: they are not a shipped table's files and no --out was given "
             "to write them next to"
         )
-        return system, part
+        return system, part, False
     if ref is None:
         write_table(folder, measured, kernel, base)
         ref = str(folder.resolve())
     kt.clear_caches()
     part.notes["accelerator.kernel_tables"] = f"measured tables attached: {ref}"
-    return with_fields(system, {"accelerator.kernel_tables": ref}), part
+    return with_fields(system, {"accelerator.kernel_tables": ref}), part, True
 
 
 def table_residuals(system: SystemSpec) -> list[Residual]:
@@ -158,3 +160,22 @@ def table_residuals(system: SystemSpec) -> list[Residual]:
         Residual(r.file, r.what, r.points, r.rms_rel, r.max_rel)
         for r in validate_tables.table_residuals(system)
     ]
+
+
+def in_step_ratios(samples: list[GemmSample], base: SystemSpec) -> dict[str, float]:
+    """Per GEMM cap (``gemm_cap_key``), r = Σ measured time / Σ the base system's in-step time of the
+    same GEMMs, its ``gemm_time_s`` less the step-level ramp (a cost outside the kernel): how this
+    GPU's kernels, timed alone, compare with the in-step GEMM rate the base system prices over the
+    table's work (r < 1: the kernels alone run faster than a step keeps them; docs/calibration.md)."""
+    acc = base.accelerator
+    measured: dict[str, float] = {}
+    priced: dict[str, float] = {}
+    for s in samples:
+        key = gemm_cap_key(s.dtype)
+        flops = 2.0 * s.batch * s.m * s.n * s.k
+        kernel = (
+            gemm_time_s(flops, (s.batch, s.m, s.n, s.k), acc, s.dtype) - acc.efficiency.gemm_ramp_s
+        )
+        measured[key] = measured.get(key, 0.0) + s.time_s
+        priced[key] = priced.get(key, 0.0) + kernel
+    return {key: measured[key] / priced[key] for key in measured}

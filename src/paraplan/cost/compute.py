@@ -22,7 +22,7 @@ from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.graph.ops import Op
-from paraplan.specs.system import AcceleratorSpec
+from paraplan.specs.system import LOW_PRECISION, AcceleratorSpec
 
 # Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
 # configurations per shape; smaller tiles reuse each loaded operand less (arithmetic intensity
@@ -84,11 +84,26 @@ def gemm_benchmark_cap(
     )
 
 
+def gemm_cap_key(dtype: str) -> str:
+    """The GEMM cap that prices ``dtype`` (AcceleratorSpec.gemm_efficiency_cap): gemm_fp8 for fp8 and
+    FP4, gemm otherwise."""
+    return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
+
+
+def table_in_step_share(acc: AcceleratorSpec, dtype: str) -> float:
+    """Share s of an attached table's isolated GEMM rate kept inside a step, for the cap that prices
+    ``dtype`` (efficiency.table_in_step_share: gemm_fp8 for fp8 / FP4, gemm otherwise; 1 when absent).
+    The analytical caps are a kernel cap × an in-step share (docs/model.md §2, §6); a table replaces
+    the kernel cap, so a step divides the table's kernel time by s (docs/calibration.md)."""
+    return acc.efficiency.table_in_step_share.get(gemm_cap_key(dtype), 1.0)
+
+
 def gemm_time_s(
     flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
     """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead; with a
-    measured table covering the GEMM (cost.kernel_tables): the table's kernel time + GEMM ramp time.
+    measured table covering the GEMM (cost.kernel_tables): the table's kernel time / in-step share
+    s (``table_in_step_share``) + GEMM ramp time.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
@@ -106,7 +121,8 @@ def gemm_time_s(
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
             kernel_s = measured * flops / (2.0 * b * m * n * k)
-            return kernel_s / aligned + acc.efficiency.gemm_ramp_s
+            share = table_in_step_share(acc, dtype)
+            return kernel_s / (aligned * share) + acc.efficiency.gemm_ramp_s
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
@@ -191,7 +207,8 @@ def grouped_gemm_time_s(
 ) -> float:
     """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
     loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm_share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
-    the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel)."""
+    the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel); with a
+    measured table: its per-expert loop time / in-step share s (``table_in_step_share``) + the ramps."""
     if flops <= 0:
         return 0.0
     b, m, n, k = shape
@@ -199,7 +216,8 @@ def grouped_gemm_time_s(
         measured = tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured per-expert loop (cost.kernel_tables), work-scaled
             ramps = math.ceil(b / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
-            return measured * flops / (2.0 * b * m * n * k) + ramps
+            share = table_in_step_share(acc, dtype)
+            return measured * flops / (2.0 * b * m * n * k * share) + ramps
     rate = (
         acc.peak_matrix_flops(dtype)
         * gemm_efficiency(1, m, n, k, acc, dtype)

@@ -113,6 +113,13 @@ class EfficiencySpec(InputModel):
         "fa2",
         description="fused-attention kernel the attention fraction refers to (cost.attention.KERNEL_CURVES)",
     )
+    table_in_step_share: dict[Literal["gemm", "gemm_fp8"], Fraction] = Field(
+        default_factory=dict,
+        description="share of an attached kernel table's isolated GEMM rate that GEMMs keep inside a "
+        "training step, per cap (gemm: half precision, tf32, fp32; gemm_fp8: fp8 and FP4), as the caps "
+        "are a kernel cap times an in-step share (cost.compute.gemm_time_s); absent: 1. Set by paraplan "
+        "calibrate (docs/calibration.md)",
+    )
     hbm: Fraction = Field(0.8, description="fraction of HBM bandwidth reached by streaming kernels")
     kernel_overhead_s: Seconds = Field(
         4e-6, description="fixed launch/tail cost added to each kernel"

@@ -1,8 +1,8 @@
 """How well a system with a measured kernel table attached reproduces the table (cost.kernel_tables).
 
 For each file of the table: the relative error of each row priced by the system through the cost
-functions (cost.compute: what a step estimate uses; GEMMs less the step-level ramp, a cost outside
-the kernel), and the table's leave-one-out interpolation
+functions (cost.compute: what a step estimate uses; GEMMs less the step-level ramp and without
+the in-step share, ``efficiency.table_in_step_share``: both are costs of the step outside the kernel), and the table's leave-one-out interpolation
 error (each row priced from the other rows by the same rule: the error on a shape the table has
 not measured). Memory copies whose bytes fit in L2 are reported apart (left out of the rate by the
 rule in cost.kernel_tables). Named kernels (``kernels``: eager PyTorch norms, activations, adds, casts,
@@ -149,6 +149,8 @@ def table_residuals(system: SystemSpec) -> list[TableResidual]:
     acc = system.accelerator
     if not acc.kernel_tables:
         return []
+    # kernel times: the in-step share (a step's cost, cost.compute.table_in_step_share) left out
+    acc = with_fields(acc, {"efficiency.table_in_step_share": {}})
     table = kt.load_table(acc.kernel_tables, acc.l2_cache)
     out: list[TableResidual] = []
     for kind in table.files:
@@ -257,11 +259,11 @@ def attached_markdown(cases) -> list[str]:
         (
             "The catalog systems keep the analytical forms by default: their in-step constants "
             "(validate.fitted) were fitted with them, and attaching the measured tables moves these "
-            "cases as below (fp8 cases too fast: the fp8 operand casts are priced from the measured "
-            "quantisation kernels, but `torch._scaled_mm`'s GEMM rate is above what Transformer "
-            "Engine's fp8 GEMMs keep in a step; eager GPT cases too slow where the H100 table's "
-            "LayerNorm backward rows at 16384 rows are slow, docs/calibration.md). Tables apply to "
-            "calibrated systems and on request (`accelerator.kernel_tables`)."
+            "cases as below (fp8 cases too fast: a table holds kernels timed alone, and "
+            "`torch._scaled_mm` alone runs faster than Transformer Engine's fp8 GEMMs keep in a "
+            "step; a system `paraplan calibrate` writes keeps that in-step share, "
+            "`efficiency.table_in_step_share`, docs/calibration.md). Tables apply to calibrated "
+            "systems and on request (`accelerator.kernel_tables`)."
         ),
         "",
         "| case file | step-time cases | MAPE % as shipped | MAPE % with table |",

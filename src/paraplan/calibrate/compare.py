@@ -1,0 +1,112 @@
+"""A calibrated system against its catalog base on the project's validation cases (issue 32: a
+calibrated system never predicts worse than the catalog one).
+
+Each bundled case (validate/cases) whose system has the calibrated system's accelerator is run
+twice: as the case file states it, and with the calibrated accelerator in place of the catalog one
+(node and network kept: a kernel calibration says nothing about them), the case's framework profile
+applied to either as ``paraplan validate`` applies it (cost.frameworks). Step-time MAPE per case file.
+
+``python -m paraplan.calibrate.compare [--system FILE]`` prints the table docs/calibration.md
+quotes; without ``--system`` it calibrates dgx-h100-80gb on the shipped H100 SXM tables as
+docs/calibration.md does (``shipped_h100``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from paraplan.catalog import load_system
+from paraplan.specs.fields import with_fields
+from paraplan.specs.system import SystemSpec
+from paraplan.validate.run import (
+    Case,
+    _case_from_raw,
+    _read_case_file,
+    bundled_case_files,
+    run_case,
+)
+
+H100_TABLE = "h100-sxm5-80gb"
+H100_FILES = {"gemm": "gemm.csv", "attention": "attention_cudnn.csv", "memory": "memory.csv"}
+
+
+@dataclass
+class FileErrors:
+    """Step-time errors (%) of one case file's cases: catalog system, calibrated accelerator."""
+
+    catalog: list[float] = field(default_factory=list)
+    calibrated: list[float] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def mape(errors: list[float]) -> float:
+        return sum(abs(e) for e in errors) / len(errors)
+
+
+def shipped_h100() -> SystemSpec:
+    """dgx-h100-80gb calibrated on the shipped H100 SXM tables (docs/calibration.md's command)."""
+    from paraplan.calibrate import calibrate
+
+    folder = Path(str(resources.files("paraplan.catalog") / "kernels" / H100_TABLE))
+    files = {k: folder / v for k, v in H100_FILES.items()}
+    return calibrate(load_system("dgx-h100-80gb"), **files).system
+
+
+def _step_error(case: Case) -> float | None:
+    entry = run_case(case)
+    if entry["status"] != "ok":
+        return None
+    return entry["error_pct"].get("step_time_s")
+
+
+def compare(calibrated: SystemSpec, paths: list[Path] | None = None) -> dict[str, FileErrors]:
+    """Per case file, the step-time errors of its cases on the calibrated system's accelerator,
+    with the catalog system as stated and with the calibrated accelerator (module docstring)."""
+    acc = calibrated.accelerator.model_dump()
+    out: dict[str, FileErrors] = {}
+    for path in paths or bundled_case_files():
+        stem, raws = _read_case_file(path)
+        for i, raw in enumerate(raws):
+            case = _case_from_raw(raw, stem, i)
+            if not isinstance(case, Case) or "step_time_s" not in case.measured:
+                continue
+            base = load_system(raw["system"], "system", True)
+            if base.accelerator.name != calibrated.accelerator.name:
+                continue
+            system = with_fields(base, {"accelerator": acc}).model_dump()
+            swapped = _case_from_raw({**raw, "system": system}, stem, i)
+            before = _step_error(case)
+            after = _step_error(swapped) if isinstance(swapped, Case) else None
+            if before is None or after is None:
+                continue
+            errs = out.setdefault(stem, FileErrors())
+            errs.catalog.append(before)
+            errs.calibrated.append(after)
+            errs.names.append(case.name)
+    return out
+
+
+def markdown(results: dict[str, FileErrors]) -> str:
+    lines = [
+        "| case file | step-time cases | catalog MAPE % | calibrated MAPE % |",
+        "|---|---:|---:|---:|",
+    ]
+    for stem, e in results.items():
+        mapes = FileErrors.mape(e.catalog), FileErrors.mape(e.calibrated)
+        lines.append(f"| {stem} | {len(e.catalog)} | {mapes[0]:.2f} | {mapes[1]:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m paraplan.calibrate.compare")
+    parser.add_argument("--system", help="a calibrated system file (default: shipped_h100)")
+    args = parser.parse_args(argv)
+    system = load_system(args.system) if args.system else shipped_h100()
+    print(markdown(compare(system)))
+
+
+if __name__ == "__main__":
+    main()
