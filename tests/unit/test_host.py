@@ -30,18 +30,36 @@ ATTN = Op("flash_attention", "attention", 1.0, 0.0, 2.0, 0.0)
 def test_kernel_counts():
     assert H.op_kernels(_gemm(), eager=False) == (1, 2)
     assert H.op_kernels(_gemm(), eager=True, autocast=True) == (2, 3)
-    # after a norm the fp32 input is cast too; a bias adds its cast and its gradient's reduction and cast
-    assert H.op_kernels(_gemm("qkv_projection"), eager=True, autocast=True) == (3, 4)
+    # the GEMM after a norm casts no input of its own (the norm's activation casts, cost.autocast); a bias adds
+    # its cast and its gradient's reduction and cast
+    assert H.op_kernels(_gemm("qkv_projection"), eager=True, autocast=True) == (2, 3)
     assert H.op_kernels(_gemm(), eager=True, autocast=True, bias=True) == (3, 5)
     assert H.op_kernels(_gemm(), eager=True, bias=True) == (1, 3)
     assert H.op_kernels(_gemm("qkv_projection"), eager=True, bias=True, qkv_bias=False) == (1, 2)
-    assert H.op_kernels(_gemm("lm_head"), eager=True, autocast=True, bias=True) == (3, 4)
+    assert H.op_kernels(_gemm("lm_head"), eager=True, autocast=True, bias=True) == (2, 3)
     assert H.op_kernels(_gemm("attention_scores", batch=12), eager=True, autocast=True) == (1, 2)
     assert H.op_kernels(GROUPED, eager=False) == (8, 16)
-    assert H.op_kernels(ATTN, eager=True) == (1, 3)
+    # eager attention adds the output's layout copy forward and the q/k/v gradients' concatenation backward
+    assert H.op_kernels(ATTN, eager=False) == (1, 3)
+    assert H.op_kernels(ATTN, eager=True) == (2, 4)
+    assert H.eager_views(ATTN, eager=True) == 5 and H.eager_views(ATTN, eager=False) == 0
+    assert H.eager_views(_gemm(), eager=True) == 0
     assert H.op_kernels(SYNC, eager=True) == (0, 0)
     assert H.op_kernels(_mem("input_norm"), eager=False) == (1, 1)
     assert H.op_kernels(_mem("input_norm"), eager=True) == (1, 2)
+    # a LayerNorm's backward zero-fills its gain/bias gradients; an RMSNorm's does not
+    layernorm = _mem("input_norm")._replace(kernel=("layernorm", 1024, 4096))
+    rmsnorm = _mem("input_norm")._replace(kernel=("rmsnorm", 1024, 4096))
+    assert H.op_kernels(layernorm, eager=True) == (1, 3)
+    assert H.op_kernels(rmsnorm, eager=True) == (1, 2)
+    # autocast over fp32 norms and residual stream (wide roles): the norm's output cast forward and its
+    # gradient's back, the residual's branch-gradient cast backward (cost.autocast); none without autocast
+    wide = frozenset({"norm", "residual"})
+    add = _mem("attention_residual")._replace(kernel=("add", 1024, 4096))
+    assert H.op_kernels(rmsnorm, eager=True, autocast=True, wide_roles=wide) == (2, 3)
+    assert H.op_kernels(layernorm, eager=True, autocast=True, wide_roles=wide) == (2, 4)
+    assert H.op_kernels(add, eager=True, autocast=True, wide_roles=wide) == (1, 2)
+    assert H.op_kernels(add, eager=True, autocast=True) == (1, 1)
     assert H.op_kernels(_mem("rotary_embedding"), eager=True) == (10, 10)
     assert H.op_kernels(_mem("cross_entropy"), eager=True) == (3, 4)
     # the MLP activation by its kernel family (Op.kernel): GeLU one kernel each way, SwiGLU silu and a
@@ -91,6 +109,12 @@ def test_op_host_time_by_hand():
     slow = EFF.model_copy(update={"host_speed": 0.5})
     assert H.op_host_s(_gemm(), slow, False) == pytest.approx((120e-6, 180e-6))
     assert H.op_host_s(_gemm(), EfficiencySpec(), False) == (0.0, 0.0)  # host not priced
+    # eager attention: (2, 4) kernels at 30 us and five zero-kernel calls at 11 us, half each way
+    viewing = EFF.model_copy(update={"host_view_s": 11e-6})
+    assert H.op_host_s(ATTN, viewing, False) == pytest.approx((60e-6 + 27.5e-6, 120e-6 + 27.5e-6))
+    assert H.op_host_s(
+        ATTN, viewing.model_copy(update={"host_eager": False}), False
+    ) == pytest.approx((30e-6, 90e-6))
 
 
 def test_sync_terms_by_hand():
@@ -136,6 +160,7 @@ def test_a_small_eager_step_is_host_bound():
 def test_a_slower_host_is_never_faster(launch):
     assert _step(host_launch_s=launch * 1.5) >= _step(host_launch_s=launch)
     assert _step(host_launch_s=launch, host_step_s=2e-3) >= _step(host_launch_s=launch)
+    assert _step(host_launch_s=launch, host_view_s=30e-6) >= _step(host_launch_s=launch)
 
 
 def test_more_launches_are_never_faster():

@@ -34,6 +34,7 @@ one (Transformer Engine's quantisation kernels run apart from the GEMMs, fused s
 from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
+from paraplan.cost.autocast import activation_casts
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import AcceleratorSpec
@@ -143,9 +144,8 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
     if family not in RECIPES:
         return None
     fwd_kernels, bwd = RECIPES[family]
-    casts = run_bytes > act  # autocast: an fp32 op beside bf16 GEMMs (module docstring)
-    cast_fwd = (CAST,) if casts and ROLE[family] == "norm" else ()
-    cast_bwd = (CAST,) if casts and ROLE[family] in ("norm", "residual") else ()
+    casts = activation_casts(ROLE[family], run_bytes > act)  # cost.autocast (module docstring)
+    cast_fwd, cast_bwd = (CAST,) * casts[0], (CAST,) * casts[1]
     scale = run_bytes / MEASURED_BYTES
     if isinstance(bwd[-1], float):
         measured = _backward_s(acc, bwd, rows, width)

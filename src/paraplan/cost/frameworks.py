@@ -86,6 +86,7 @@ def host_fields(framework: FrameworkSpec) -> dict[str, Any]:
         "host_launch_s": framework.host_launch_s,
         "graph_kernel_s": framework.graph_kernel_s,
         "host_sync_latency_s": framework.host_sync_latency_s,
+        "host_view_s": framework.host_view_s,
         "host_tensor_s": framework.host_tensor_s,
         "host_step_s": framework.host_step_s,
         "host_autocast": framework.autocast_casts,

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from paraplan.cost.autocast import activation_casts
+from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
 from paraplan.graph.ops import Op
 from paraplan.specs.system import EfficiencySpec
@@ -33,6 +35,7 @@ Num = Any  # float or numpy array
 # - norms: LayerNorm and RMSNorm are one fused ATen kernel forward (native_layer_norm; _fused_rms_norm from
 #   PyTorch 2.9, native_functions.yaml) and two backward: the input gradient and the gain (and bias) gradient
 #   (aten/src/ATen/native/cuda/layer_norm_kernel.cu: layer_norm_grad_input_kernel and the gamma/beta kernel);
+#   LayerNorm's backward adds the zero fill of its gain/bias gradients (LAYERNORM_ZERO_FILL);
 # - residual add: one add forward; backward one add where the two gradient paths meet (autograd accumulation);
 # - rotary embedding on q and k, rotate-half form x·cos + cat(−x₂, x₁)·sin: neg, cat, two muls and an add per
 #   tensor (Su et al. 2021, Eq. 34 as in Hugging Face transformers' apply_rotary_pos_emb), and as many backward;
@@ -65,6 +68,19 @@ EAGER_KERNELS: dict[str, tuple[int, int]] = {
     "mtp_embedding_lookup": (1, 6),
 }
 SWIGLU_KERNELS = (2, 3)
+# LayerNorm's backward zero-fills the gain/bias gradients its gamma/beta kernel accumulates into: one "Memset
+# (Device)" per LayerNorm backward in a profiled eager GPT step on H100, PyTorch 2.11 (25 layer_norm_grad_input,
+# 25 GammaBetaBackward and 25 Memset kernels for its 25 LayerNorms: benchmarks/gpu/measured/
+# h100-2026-11-27-hostprobe/host_probe2.json fwd_bwd_names).
+LAYERNORM_ZERO_FILL = 1
+# Eager attention around F.scaled_dot_product_attention (a fused q/k/v projection, as graph.transformer's
+# qkv_projection): the head split's view, its transpose to (batch, heads, sequence, head dim), the q/k/v split,
+# the output's transpose back and its reshape, five zero-kernel aten calls each recording an autograd node
+# (EAGER_ATTENTION_VIEWS), and two kernels: the reshape of the transposed output copies it to (batch, sequence,
+# heads · head dim) forward, and the split's backward concatenates the q, k and v gradients (CatArrayBatchedCopy,
+# 12 per 12-layer step, host_probe2.json fwd_bwd_names; as benchmarks/gpu/train_steps.py Block.forward runs it).
+EAGER_ATTENTION_EXTRA = (1, 1)
+EAGER_ATTENTION_VIEWS = 5
 
 # FlashAttention-2 backward kernels (flash_bwd_launch_template.h) and a GEMM's backward (dgrad + wgrad)
 ATTENTION_KERNELS = (1, 3)
@@ -121,45 +137,60 @@ EXPERT_SECTION = frozenset(
 )
 
 
-# GEMMs whose input comes from a norm: under autocast the norms run in fp32 (layer_norm is on CUDA autocast's fp32
-# list, torch.amp documentation "CUDA Ops that can autocast to float32"), so the GEMM casts its input to half
-# precision (one kernel) and the input gradient back (one kernel).
-AFTER_NORM = frozenset(
-    {"qkv_projection", "mlp_in_projection", "lm_head", "mla_q_down", "mla_kv_down"}
-)
-
-
 def op_kernels(
-    op: Op, eager: bool, autocast: bool = False, bias: bool = False, qkv_bias: bool = False
+    op: Op,
+    eager: bool,
+    autocast: bool = False,
+    bias: bool = False,
+    qkv_bias: bool = False,
+    wide_roles: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
     b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
-    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager``. A weight GEMM with a bias (``bias``; the
-    q/k/v projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With
-    ``autocast`` (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias
-    (the fp32 parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward)
-    and, after a norm (AFTER_NORM), one each way for its fp32 input; the batched GEMMs of unfused attention
-    multiply activations and add none."""
+    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager`` (a LayerNorm's backward with its
+    LAYERNORM_ZERO_FILL, attention with EAGER_ATTENTION_EXTRA). A weight GEMM with a bias (``bias``; the q/k/v
+    projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With ``autocast``
+    (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias (the fp32
+    parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward); the
+    batched GEMMs of unfused attention multiply activations and add none. An eager op whose role
+    (cost.eager_kernels.ROLE of its kernel family) runs wider than the activations (``wide_roles``) adds the
+    activation casts of cost.autocast.activation_casts."""
     if op.kind == "gemm":
         fwd, bwd = GEMM_KERNELS
         if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
             has_bias = qkv_bias if op.name == "qkv_projection" else bias and op.name != "lm_head"
-            casts = (1 + has_bias + (op.name in AFTER_NORM)) if autocast else 0
+            casts = (1 + has_bias) if autocast else 0
             fwd, bwd = fwd + casts, bwd + casts + has_bias
         return fwd, bwd
     if op.kind == "grouped_gemm":
         experts = op.gemm_shape[0] if op.gemm_shape else 1
         return experts * GEMM_KERNELS[0], experts * GEMM_KERNELS[1]
     if op.kind == "attention":
+        if eager:
+            return ATTENTION_KERNELS[0] + EAGER_ATTENTION_EXTRA[0], ATTENTION_KERNELS[
+                1
+            ] + EAGER_ATTENTION_EXTRA[1]
         return ATTENTION_KERNELS
     if op.kind == "host_sync":
         return 0, 0
     backward = 1 if op.bwd_bytes > 0 or op.bwd_flops > 0 else 0
     if not eager:
         return 1, backward
-    if op.kernel is not None and op.kernel[0] == "swiglu":  # the graph's kernel family (Op.kernel)
+    family = op.kernel[0] if op.kernel is not None else None
+    if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
-    return EAGER_KERNELS.get(op.name, (1, backward))
+    fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
+    role = ROLE.get(family) if family is not None else None
+    casts = activation_casts(role, role in wide_roles)
+    zero_fill = LAYERNORM_ZERO_FILL if family == "layernorm" else 0
+    return fwd + casts[0], bwd + casts[1] + zero_fill
+
+
+def eager_views(op: Op, eager: bool) -> int:
+    """Zero-kernel aten calls (views, transposes, splits, reshapes that alias) an eager op makes forward, each
+    recording an autograd node that backward runs: EAGER_ATTENTION_VIEWS for attention, none otherwise (a weight
+    GEMM's transpose of its weight is inside the measured per-kernel figure, host_launch_s)."""
+    return EAGER_ATTENTION_VIEWS if eager and op.kind == "attention" else 0
 
 
 def graphed(op: Op, scope: str, dropless: bool) -> bool:
@@ -188,20 +219,31 @@ def kernel_issue_s(eff: EfficiencySpec, in_graph: bool) -> float:
 CXX_LAUNCH_S = 3.8e-6
 
 
+def wide_roles(eff: EfficiencySpec) -> frozenset[str]:
+    """The eager roles that run wider than the activations under AMP autocast (``host_autocast``): those the
+    profile's eager_kernels runs in fp32 (cost.autocast)."""
+    if not eff.host_autocast:
+        return frozenset()
+    return frozenset(role for role, precision in eff.eager_kernels.items() if precision == "fp32")
+
+
 def op_host_s(
     op: Op, eff: EfficiencySpec, dropless: bool, bias: tuple[bool, bool] = (False, False)
 ) -> tuple[float, float]:
-    """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, except that a grouped GEMM
-    is one dispatch and its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when
-    the profile prices no host (host_launch_s 0). ``bias``: the model's (bias, qkv_bias), op_kernels."""
+    """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, plus, in an eager stack,
+    its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between forward (the call and
+    its node) and backward (the node run); a grouped GEMM is one dispatch and its other per-expert GEMMs C++
+    launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile prices no host (host_launch_s 0).
+    ``bias``: the model's (bias, qkv_bias), op_kernels."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias)
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias, wide_roles(eff))
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
-    return fwd * per_kernel, bwd * per_kernel
+    views = 0.5 * eager_views(op, eff.host_eager) * eff.host_view_s / eff.host_speed
+    return fwd * per_kernel + views, bwd * per_kernel + views
 
 
 class HostSums(NamedTuple):

@@ -122,6 +122,11 @@ class FrameworkSpec(RuntimeFields):
         0.0,
         description="round trip of one device-to-host synchronisation once the queue has drained (cost.host)",
     )
+    host_view_s: Seconds = Field(
+        0.0,
+        description="host seconds of one zero-kernel eager aten call (a view, transpose, split or aliasing "
+        "reshape) and its autograd node, forward and backward (cost.host.op_host_s)",
+    )
     host_tensor_s: Seconds = Field(
         0.0,
         description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "
