@@ -16,7 +16,8 @@ weight gradient, Narayanan et al. 2021 §5.1); a grouped GEMM one GEMM per local
 GroupedLinear: transformer_engine/common/include/transformer_engine/multi_streams.h); fused attention one kernel
 forward and three backward (FlashAttention-2, csrc/flash_attn/src/flash_bwd_launch_template.h: the dO·O
 pre-processing, the main loop, the dQ conversion); a fused element-wise op one kernel each way, an eager one the
-ATen kernels its PyTorch module runs (``EAGER_KERNELS``).
+ATen kernels its PyTorch module runs (``EAGER_KERNELS``) with autocast's activation casts (cost.autocast). An eager
+op's zero-kernel aten calls (views, transposes, splits: ``eager_views``) cost the host too, ``host_view_s`` each.
 """
 
 from __future__ import annotations
