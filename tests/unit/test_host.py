@@ -74,6 +74,22 @@ def test_kernel_counts():
     assert H.op_kernels(no_backward, eager=False) == (1, 0)
 
 
+def test_autocast_activation_casts_one_definition():
+    """cost.autocast: a norm run wider than the activations casts its output forward and its gradient back, a
+    residual add casts the branch gradient backward; nothing when the role runs at the activations' width."""
+    from paraplan.cost.autocast import activation_casts
+
+    assert activation_casts("norm", True) == (1, 1)
+    assert activation_casts("residual", True) == (0, 1)
+    assert activation_casts("activation", True) == (0, 0)
+    assert activation_casts("norm", False) == (0, 0)
+    assert activation_casts(None, True) == (0, 0)
+    # the host reads the wide roles off the profile's eager_kernels precisions, only under autocast
+    eff = EfficiencySpec(host_autocast=True, eager_kernels={"norm": "fp32", "activation": "bf16"})
+    assert H.wide_roles(eff) == frozenset({"norm"})
+    assert H.wide_roles(eff.model_copy(update={"host_autocast": False})) == frozenset()
+
+
 def test_graph_scopes():
     qkv, head, permute = _gemm("qkv_projection"), _gemm("lm_head"), _mem("permute")
     assert not H.graphed(qkv, "none", False)
