@@ -202,3 +202,38 @@ def test_host_speed_scales_the_host_bound_step():
     args = {k: v for k, v in CASE.items() if k not in ("model", "system")}
     slow_s = api.estimate("gpt3-125m", data, **args).step_time_s
     assert slow_s > api.estimate("gpt3-125m", fast, **args).step_time_s
+
+
+def test_eager_layer_kernels_match_the_profiled_count():
+    """Structural check (a count, not a time): the kernels cost.host counts for one eager AMP GPT layer against
+    the profiled kernels one layer adds to a tiny GPT step (torch.profiler gpu_events of the 2- and 16-layer steps,
+    benchmarks/gpu/measured/h100-2026-11-27b/host/tiny_steps.json: 159 and 1,033, 62.4 a layer, memsets and
+    copies included). cost.host counts 58 (21 forward, 37 backward): within 10 %, and never more."""
+    import json
+    from pathlib import Path
+
+    from paraplan.graph.transformer import LayerShape, decoder_layer_1d
+    from paraplan.validate.run import load_cases
+
+    root = Path(__file__).resolve().parents[2]
+    records = json.loads(
+        (root / "benchmarks/gpu/measured/h100-2026-11-27b/host/tiny_steps.json").read_text()
+    )["records"]
+    events = {r["model"]["layers"]: r["profile"]["gpu_events"] for r in records}
+    per_layer = (events[16] - events[2]) / 14
+    case = next(
+        c
+        for c in load_cases([root / "src/paraplan/validate/cases/tiny-steps-2026-11.json"])
+        if c.name == "h100-tiny-gpt-2l-eager-amp-s256-mb4"
+    )
+    shape = LayerShape(1, 1, 4, 256, False, "flash", "bf16")
+    eff = framework_system(load_framework("pytorch-eager"), load_system("dgx-h100-80gb"))
+    eff = eff.accelerator.efficiency
+    bias = (case.model.has_bias, case.model.has_qkv_bias)
+    counted = [
+        H.op_kernels(op, eff.host_eager, eff.host_autocast, *bias, H.wide_roles(eff))
+        for op in decoder_layer_1d(case.model, shape).ops
+    ]
+    forward, backward = (sum(k[i] for k in counted) for i in (0, 1))
+    assert (forward, backward) == (21, 37)
+    assert 0.9 * per_layer <= forward + backward <= per_layer
