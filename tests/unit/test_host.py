@@ -147,6 +147,9 @@ def test_sync_terms_by_hand():
     assert sums.sync_idle == pytest.approx(10e-6 + 100e-6 + section_host - section_device)
     assert sums.sync_wait == pytest.approx(10e-6)
     assert H.host_sums(ops[:-1], EFF, device).sync_idle == 0.0  # padded dispatch: no sync
+    # the fitted remnant is host time: a host at half speed doubles it (and the section's issue)
+    slow = H.host_sums(ops, EFF.model_copy(update={"host_speed": 0.5}), device)
+    assert slow.sync_idle == pytest.approx(10e-6 + 200e-6 + 2 * section_host - section_device)
 
 
 def test_region_and_step_overhead():

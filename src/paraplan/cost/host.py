@@ -287,10 +287,13 @@ def sync_terms(
 
     At the sync the host waits for the queue to drain; then the GPU waits one round trip (host_sync_latency_s)
     and, with nothing queued, the expert section it now gets costs max(D_e, H_e) instead of D_e: idle = n·(t_sync
-    + host_sync_s) + max(0, H_e − D_e), H_e and D_e the section's host issue and device seconds; the host waits
-    n·t_sync. efficiency.host_sync_s is the fitted remnant per sync (validate.fitted moe.host_sync_s)."""
+    + host_sync_s / host_speed) + max(0, H_e − D_e), H_e and D_e the section's host issue and device seconds; the
+    host waits n·t_sync. efficiency.host_sync_s is the fitted remnant per sync (validate.fitted moe.host_sync_s):
+    what the stack does on the host between the sync and its next kernel (the dispatcher's bookkeeping, Transformer
+    Engine's per-expert set-up), host time, so a slower host CPU (host_speed) stretches it as it does the issue."""
     latency = eff.host_sync_latency_s
-    idle = syncs * (latency + eff.host_sync_s) + max(0.0, section_host_s - section_device_s)
+    remnant = eff.host_sync_s / eff.host_speed
+    idle = syncs * (latency + remnant) + max(0.0, section_host_s - section_device_s)
     return idle, syncs * latency
 
 
