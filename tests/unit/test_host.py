@@ -90,6 +90,25 @@ def test_autocast_activation_casts_one_definition():
     assert H.wide_roles(eff.model_copy(update={"host_autocast": False})) == frozenset()
 
 
+def test_compiled_graph_calls_by_hand():
+    """cost.host.graph_calls: a layer-compiled stack calls one graph per transformer layer block and pass, a
+    model-compiled one a single graph, carried by the embedding's block; its host time joins the block's issue."""
+    layer = (_mem("input_norm"), _gemm("qkv_projection"), ATTN)
+    embedding = (_mem("embedding_lookup"),)
+    head = (_mem("final_norm"), _gemm("lm_head"), _mem("cross_entropy"))
+    assert [H.graph_calls(b, "layer") for b in (layer, embedding, head)] == [1, 0, 0]
+    assert [H.graph_calls(b, "model") for b in (layer, embedding, head)] == [0, 1, 0]
+    assert H.graph_calls(layer, "none") == 0
+    device = {op: (1e-6, 2e-6) for op in layer}
+    base = H.host_sums(layer, EFF, device)
+    compiled = EFF.model_copy(update={"compiled_graphs": "layer", "host_graph_call_s": 40e-6})
+    sums = H.host_sums(layer, compiled, device)
+    assert sums.forward == pytest.approx(base.forward + 40e-6)
+    assert sums.backward == pytest.approx(base.backward + 40e-6)
+    slow = compiled.model_copy(update={"host_speed": 0.5})
+    assert H.host_sums(layer, slow, device).forward >= sums.forward
+
+
 def test_graph_scopes():
     qkv, head, permute = _gemm("qkv_projection"), _gemm("lm_head"), _mem("permute")
     assert not H.graphed(qkv, "none", False)
@@ -180,6 +199,10 @@ def test_a_slower_host_is_never_faster(launch):
     assert _step(host_launch_s=launch * 1.5) >= _step(host_launch_s=launch)
     assert _step(host_launch_s=launch, host_step_s=2e-3) >= _step(host_launch_s=launch)
     assert _step(host_launch_s=launch, host_view_s=30e-6) >= _step(host_launch_s=launch)
+    for scope in ("model", "layer"):
+        calls = {"host_launch_s": launch, "compiled_graphs": scope}
+        assert _step(**calls, host_graph_call_s=75e-6) >= _step(**calls, host_graph_call_s=37.5e-6)
+        assert _step(**calls, host_graph_call_s=37.5e-6) >= _step(host_launch_s=launch)
 
 
 def test_more_launches_are_never_faster():

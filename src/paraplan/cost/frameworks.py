@@ -87,6 +87,8 @@ def host_fields(framework: FrameworkSpec) -> dict[str, Any]:
         "graph_kernel_s": framework.graph_kernel_s,
         "host_sync_latency_s": framework.host_sync_latency_s,
         "host_view_s": framework.host_view_s,
+        "host_graph_call_s": framework.host_graph_call_s,
+        "compiled_graphs": framework.compiled_graphs,
         "host_tensor_s": framework.host_tensor_s,
         "host_step_s": framework.host_step_s,
         "host_autocast": framework.autocast_casts,

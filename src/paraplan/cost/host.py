@@ -263,7 +263,10 @@ def host_sums(
     """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
     with ``bias`` = (bias, qkv_bias) (op_kernels)."""
     dropless = any(op.kind == "host_sync" for op in ops)
-    forward = backward = section_device = section_host = 0.0
+    forward = backward = (
+        graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s / eff.host_speed
+    )
+    section_device = section_host = 0.0
     syncs = 0
     for op in ops:
         f, b = op_host_s(op, eff, dropless, bias)
@@ -278,6 +281,19 @@ def host_sums(
         return HostSums(forward, backward)
     idle, wait = sync_terms(syncs, section_device, section_host, eff)
     return HostSums(forward, backward, idle, wait)
+
+
+def graph_calls(ops, compiled: str) -> int:
+    """Calls of a torch.compile'd graph one block makes per pass (forward, and backward alike: AOTAutograd runs
+    the compiled backward as one more graph): with ``compiled`` "layer" (torchtitan compiles each TransformerBlock
+    apart, torchtitan/models/llama3/infra/parallelize.py apply_compile) one per transformer layer block (a block
+    with an op outside OUTSIDE_LAYERS); with "model" (torch.compile of the whole model) one, carried by the block
+    holding the embedding lookup (a later pipeline stage's own call is not counted); none uncompiled."""
+    if compiled == "layer":
+        return int(any(op.name not in OUTSIDE_LAYERS for op in ops))
+    if compiled == "model":
+        return int(any(op.name == "embedding_lookup" for op in ops))
+    return 0
 
 
 def sync_terms(
