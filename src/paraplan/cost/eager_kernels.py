@@ -38,6 +38,7 @@ one (Transformer Engine's quantisation kernels run apart from the GEMMs, fused s
 from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
+from paraplan.cost.autocast import activation_casts
 from paraplan.graph.eager_modules import FAMILY_ROLE, FP32, Kernel, composite, input_bytes
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -116,24 +117,27 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
     """(forward, backward) of an op the stack runs as a composite of eager kernels (graph.eager_modules, by
     the profile's module_impl; None: not one): Σ over its kernels of max(bytes · n / rate, floor) for each of
     its tensors, n the op's elements per tensor, rate ``elementwise_rate`` at the op's shape, floor the
-    copies' launch floor; an RMSNorm beside bf16 GEMMs adds the next GEMM's autocast cast of its fp32 output
-    and that cast's backward (6 B per element each way, as the fused fp32 norm: module docstring)."""
+    copies' launch floor; a composite that runs wider than the activations adds the autocast casts around
+    it (cost.autocast.activation_casts, as the host counts them: a norm's fp32 output cast for the next GEMM
+    and that cast's backward, 6 B per element each way, as the fused fp32 norm: module docstring)."""
     family, rows, width = op.kernel
     a = ACTIVATION_BYTES[dtype]
     eff = acc.efficiency
     if family not in FAMILY_ROLE or not eff.module_impl:
         return None
-    found = composite(family, eff.module_impl, input_bytes(family, eff.eager_kernels, a), a)
+    wide = input_bytes(family, eff.eager_kernels, a)
+    found = composite(family, eff.module_impl, wide, a)
     if found is None:
         return None
     rate, floor = elementwise_rate(acc, rows, width), _floor_s(acc)
     n = rows * width / found.tensors
-    cast = (Kernel("_to_copy", FP32 + a),) if family == "rmsnorm" and a < FP32 else ()
+    casts = activation_casts(ROLE.get(family), wide > a)
 
-    def run(kernels) -> float:
-        return found.tensors * sum(max(k.bytes * n / rate, floor) for k in (*kernels, *cast))
+    def run(kernels, n_casts: int) -> float:
+        every = (*kernels, *(Kernel("_to_copy", FP32 + a),) * n_casts)
+        return found.tensors * sum(max(k.bytes * n / rate, floor) for k in every)
 
-    return run(found.forward), run(found.backward)
+    return run(found.forward, casts[0]), run(found.backward, casts[1])
 
 
 def _sum_s(acc, names, shape, scale: float, floor: float) -> float | None:
@@ -194,9 +198,8 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
     if family not in RECIPES:
         return None
     fwd_kernels, bwd = RECIPES[family]
-    casts = run_bytes > act  # autocast: an fp32 op beside bf16 GEMMs (module docstring)
-    cast_fwd = (CAST,) if casts and ROLE[family] == "norm" else ()
-    cast_bwd = (CAST,) if casts and ROLE[family] in ("norm", "residual") else ()
+    casts = activation_casts(ROLE[family], run_bytes > act)  # cost.autocast (module docstring)
+    cast_fwd, cast_bwd = (CAST,) * casts[0], (CAST,) * casts[1]
     scale = run_bytes / MEASURED_BYTES
     if isinstance(bwd[-1], float):
         measured = _backward_s(acc, bwd, rows, width)

@@ -16,13 +16,16 @@ weight gradient, Narayanan et al. 2021 §5.1); a grouped GEMM one GEMM per local
 GroupedLinear: transformer_engine/common/include/transformer_engine/multi_streams.h); fused attention one kernel
 forward and three backward (FlashAttention-2, csrc/flash_attn/src/flash_bwd_launch_template.h: the dO·O
 pre-processing, the main loop, the dQ conversion); a fused element-wise op one kernel each way, an eager one the
-ATen kernels its PyTorch module runs (``EAGER_KERNELS``).
+ATen kernels its PyTorch module runs (``EAGER_KERNELS``) with autocast's activation casts (cost.autocast). An eager
+op's zero-kernel aten calls (views, transposes, splits: ``eager_views``) cost the host too, ``host_view_s`` each.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from paraplan.cost.autocast import activation_casts
+from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
 from paraplan.graph.eager_modules import composite_kernels
 from paraplan.graph.ops import Op
@@ -34,6 +37,7 @@ Num = Any  # float or numpy array
 # - norms: LayerNorm and RMSNorm are one fused ATen kernel forward (native_layer_norm; _fused_rms_norm from
 #   PyTorch 2.9, native_functions.yaml) and two backward: the input gradient and the gain (and bias) gradient
 #   (aten/src/ATen/native/cuda/layer_norm_kernel.cu: layer_norm_grad_input_kernel and the gamma/beta kernel);
+#   LayerNorm's backward adds the zero fill of its gain/bias gradients (LAYERNORM_ZERO_FILL);
 # - residual add: one add forward; backward one add where the two gradient paths meet (autograd accumulation);
 # - rotary embedding on q and k, rotate-half form x·cos + cat(−x₂, x₁)·sin: neg, cat, two muls and an add per
 #   tensor (Su et al. 2021, Eq. 34 as in Hugging Face transformers' apply_rotary_pos_emb), and as many backward;
@@ -66,6 +70,19 @@ EAGER_KERNELS: dict[str, tuple[int, int]] = {
     "mtp_embedding_lookup": (1, 6),
 }
 SWIGLU_KERNELS = (2, 3)
+# LayerNorm's backward zero-fills the gain/bias gradients its gamma/beta kernel accumulates into: one "Memset
+# (Device)" per LayerNorm backward in a profiled eager GPT step on H100, PyTorch 2.11 (25 layer_norm_grad_input,
+# 25 GammaBetaBackward and 25 Memset kernels for its 25 LayerNorms: benchmarks/gpu/measured/
+# h100-2026-11-27-hostprobe/host_probe2.json fwd_bwd_names).
+LAYERNORM_ZERO_FILL = 1
+# Eager attention around F.scaled_dot_product_attention (a fused q/k/v projection, as graph.transformer's
+# qkv_projection): the head split's view, its transpose to (batch, heads, sequence, head dim), the q/k/v split,
+# the output's transpose back and its reshape, five zero-kernel aten calls each recording an autograd node
+# (EAGER_ATTENTION_VIEWS), and two kernels: the reshape of the transposed output copies it to (batch, sequence,
+# heads · head dim) forward, and the split's backward concatenates the q, k and v gradients (CatArrayBatchedCopy,
+# 12 per 12-layer step, host_probe2.json fwd_bwd_names; as benchmarks/gpu/train_steps.py Block.forward runs it).
+EAGER_ATTENTION_EXTRA = (1, 1)
+EAGER_ATTENTION_VIEWS = 5
 
 # FlashAttention-2 backward kernels (flash_bwd_launch_template.h) and a GEMM's backward (dgrad + wgrad)
 ATTENTION_KERNELS = (1, 3)
@@ -122,14 +139,6 @@ EXPERT_SECTION = frozenset(
 )
 
 
-# GEMMs whose input comes from a norm: under autocast the norms run in fp32 (layer_norm is on CUDA autocast's fp32
-# list, torch.amp documentation "CUDA Ops that can autocast to float32"), so the GEMM casts its input to half
-# precision (one kernel) and the input gradient back (one kernel).
-AFTER_NORM = frozenset(
-    {"qkv_projection", "mlp_in_projection", "lm_head", "mla_q_down", "mla_kv_down"}
-)
-
-
 def op_kernels(
     op: Op,
     eager: bool,
@@ -137,39 +146,59 @@ def op_kernels(
     bias: bool = False,
     qkv_bias: bool = False,
     impl: tuple[dict, dict] = ({}, {}),
+    wide_roles: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
     b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
-    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager``. A weight GEMM with a bias (``bias``; the
-    q/k/v projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With
-    ``autocast`` (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias
-    (the fp32 parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward)
-    and, after a norm (AFTER_NORM), one each way for its fp32 input; the batched GEMMs of unfused attention
-    multiply activations and add none. A module the stack runs as a composite (``impl``: the profile's
-    module_impl and eager_kernels) launches the composite's kernels (graph.eager_modules.composite_kernels)."""
+    (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager`` (a LayerNorm's backward with its
+    LAYERNORM_ZERO_FILL, attention with EAGER_ATTENTION_EXTRA). A weight GEMM with a bias (``bias``; the q/k/v
+    projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With ``autocast``
+    (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias (the fp32
+    parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward); the
+    batched GEMMs of unfused attention multiply activations and add none. A module the stack runs as a composite
+    (``impl``: the profile's module_impl and eager_kernels) launches the composite's kernels
+    (graph.eager_modules.composite_kernels). An eager op whose role (cost.eager_kernels.ROLE of its kernel family)
+    runs wider than the activations (``wide_roles``) adds the activation casts of cost.autocast.activation_casts,
+    composite or not."""
     if op.kind == "gemm":
         fwd, bwd = GEMM_KERNELS
         if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
             has_bias = qkv_bias if op.name == "qkv_projection" else bias and op.name != "lm_head"
-            casts = (1 + has_bias + (op.name in AFTER_NORM)) if autocast else 0
+            casts = (1 + has_bias) if autocast else 0
             fwd, bwd = fwd + casts, bwd + casts + has_bias
         return fwd, bwd
     if op.kind == "grouped_gemm":
         experts = op.gemm_shape[0] if op.gemm_shape else 1
         return experts * GEMM_KERNELS[0], experts * GEMM_KERNELS[1]
     if op.kind == "attention":
+        if eager:
+            return ATTENTION_KERNELS[0] + EAGER_ATTENTION_EXTRA[0], ATTENTION_KERNELS[
+                1
+            ] + EAGER_ATTENTION_EXTRA[1]
         return ATTENTION_KERNELS
     if op.kind == "host_sync":
         return 0, 0
     backward = 1 if op.bwd_bytes > 0 or op.bwd_flops > 0 else 0
     if not eager:
         return 1, backward
-    mixed = composite_kernels(op.kernel[0], *impl, autocast) if op.kernel else None
+    family = op.kernel[0] if op.kernel is not None else None
+    role = ROLE.get(family) if family is not None else None
+    casts = activation_casts(role, role in wide_roles)
+    mixed = composite_kernels(family, *impl, autocast) if family is not None else None
     if mixed is not None:
-        return mixed
-    if op.kernel is not None and op.kernel[0] == "swiglu":  # the graph's kernel family (Op.kernel)
+        return mixed[0] + casts[0], mixed[1] + casts[1]
+    if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
-    return EAGER_KERNELS.get(op.name, (1, backward))
+    fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
+    zero_fill = LAYERNORM_ZERO_FILL if family == "layernorm" else 0
+    return fwd + casts[0], bwd + casts[1] + zero_fill
+
+
+def eager_views(op: Op, eager: bool) -> int:
+    """Zero-kernel aten calls (views, transposes, splits, reshapes that alias) an eager op makes forward, each
+    recording an autograd node that backward runs: EAGER_ATTENTION_VIEWS for attention, none otherwise (a weight
+    GEMM's transpose of its weight is inside the measured per-kernel figure, host_launch_s)."""
+    return EAGER_ATTENTION_VIEWS if eager and op.kind == "attention" else 0
 
 
 def graphed(op: Op, scope: str, dropless: bool) -> bool:
@@ -198,21 +227,32 @@ def kernel_issue_s(eff: EfficiencySpec, in_graph: bool) -> float:
 CXX_LAUNCH_S = 3.8e-6
 
 
+def wide_roles(eff: EfficiencySpec) -> frozenset[str]:
+    """The eager roles that run wider than the activations under AMP autocast (``host_autocast``): those the
+    profile's eager_kernels runs in fp32 (cost.autocast)."""
+    if not eff.host_autocast:
+        return frozenset()
+    return frozenset(role for role, precision in eff.eager_kernels.items() if precision == "fp32")
+
+
 def op_host_s(
     op: Op, eff: EfficiencySpec, dropless: bool, bias: tuple[bool, bool] = (False, False)
 ) -> tuple[float, float]:
-    """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, except that a grouped GEMM
-    is one dispatch and its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when
-    the profile prices no host (host_launch_s 0). ``bias``: the model's (bias, qkv_bias), op_kernels."""
+    """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, plus, in an eager stack,
+    its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between forward (the call and
+    its node) and backward (the node run); a grouped GEMM is one dispatch and its other per-expert GEMMs C++
+    launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile prices no host (host_launch_s 0).
+    ``bias``: the model's (bias, qkv_bias), op_kernels."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
     impl = (eff.module_impl, eff.eager_kernels)
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias, impl)
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias, impl, wide_roles(eff))
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
-    return fwd * per_kernel, bwd * per_kernel
+    views = 0.5 * eager_views(op, eff.host_eager) * eff.host_view_s / eff.host_speed
+    return fwd * per_kernel + views, bwd * per_kernel + views
 
 
 class HostSums(NamedTuple):
@@ -231,7 +271,10 @@ def host_sums(
     """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
     with ``bias`` = (bias, qkv_bias) (op_kernels)."""
     dropless = any(op.kind == "host_sync" for op in ops)
-    forward = backward = section_device = section_host = 0.0
+    forward = backward = (
+        graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s / eff.host_speed
+    )
+    section_device = section_host = 0.0
     syncs = 0
     for op in ops:
         f, b = op_host_s(op, eff, dropless, bias)
@@ -248,6 +291,19 @@ def host_sums(
     return HostSums(forward, backward, idle, wait)
 
 
+def graph_calls(ops, compiled: str) -> int:
+    """Calls of a torch.compile'd graph one block makes per pass (forward, and backward alike: AOTAutograd runs
+    the compiled backward as one more graph): with ``compiled`` "layer" (torchtitan compiles each TransformerBlock
+    apart, torchtitan/models/llama3/infra/parallelize.py apply_compile) one per transformer layer block (a block
+    with an op outside OUTSIDE_LAYERS); with "model" (torch.compile of the whole model) one, carried by the block
+    holding the embedding lookup (a later pipeline stage's own call is not counted); none uncompiled."""
+    if compiled == "layer":
+        return int(any(op.name not in OUTSIDE_LAYERS for op in ops))
+    if compiled == "model":
+        return int(any(op.name == "embedding_lookup" for op in ops))
+    return 0
+
+
 def sync_terms(
     syncs: int, section_device_s: float, section_host_s: float, eff: EfficiencySpec
 ) -> tuple[float, float]:
@@ -255,10 +311,13 @@ def sync_terms(
 
     At the sync the host waits for the queue to drain; then the GPU waits one round trip (host_sync_latency_s)
     and, with nothing queued, the expert section it now gets costs max(D_e, H_e) instead of D_e: idle = n·(t_sync
-    + host_sync_s) + max(0, H_e − D_e), H_e and D_e the section's host issue and device seconds; the host waits
-    n·t_sync. efficiency.host_sync_s is the fitted remnant per sync (validate.fitted moe.host_sync_s)."""
+    + host_sync_s / host_speed) + max(0, H_e − D_e), H_e and D_e the section's host issue and device seconds; the
+    host waits n·t_sync. efficiency.host_sync_s is the fitted remnant per sync (validate.fitted moe.host_sync_s):
+    what the stack does on the host between the sync and its next kernel (the dispatcher's bookkeeping, Transformer
+    Engine's per-expert set-up), host time, so a slower host CPU (host_speed) stretches it as it does the issue."""
     latency = eff.host_sync_latency_s
-    idle = syncs * (latency + eff.host_sync_s) + max(0.0, section_host_s - section_device_s)
+    remnant = eff.host_sync_s / eff.host_speed
+    idle = syncs * (latency + remnant) + max(0.0, section_host_s - section_device_s)
     return idle, syncs * latency
 
 

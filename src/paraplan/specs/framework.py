@@ -128,6 +128,21 @@ class FrameworkSpec(RuntimeFields):
         0.0,
         description="round trip of one device-to-host synchronisation once the queue has drained (cost.host)",
     )
+    host_view_s: Seconds = Field(
+        0.0,
+        description="host seconds of one zero-kernel eager aten call (a view, transpose, split or aliasing "
+        "reshape) and its autograd node, forward and backward (cost.host.op_host_s)",
+    )
+    host_graph_call_s: Seconds = Field(
+        0.0,
+        description="host seconds of one call of a torch.compile'd graph beside its kernels: guards and the "
+        "AOTAutograd / Inductor wrappers' entry (cost.host.host_sums)",
+    )
+    compiled_graphs: Literal["none", "model", "layer"] = Field(
+        "none",
+        description="what one torch.compile'd graph holds: the whole model (one call per pass and micro-batch), "
+        "each transformer layer (one per layer and pass), or nothing compiled (cost.host.graph_calls)",
+    )
     host_tensor_s: Seconds = Field(
         0.0,
         description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "

@@ -188,6 +188,21 @@ class EfficiencySpec(InputModel):
         description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "
         "the queue has drained; set by the framework profile (cost.host)",
     )
+    host_view_s: Seconds = Field(
+        0.0,
+        description="host seconds of one zero-kernel eager aten call and its autograd node, forward and backward; "
+        "set by the framework profile (cost.host.op_host_s)",
+    )
+    host_graph_call_s: Seconds = Field(
+        0.0,
+        description="host seconds of one call of a torch.compile'd graph beside its kernels; set by the framework "
+        "profile (cost.host.host_sums)",
+    )
+    compiled_graphs: Literal["none", "model", "layer"] = Field(
+        "none",
+        description="what one torch.compile'd graph holds (the whole model, each layer, nothing); set by the "
+        "framework profile (cost.host.graph_calls)",
+    )
     host_tensor_s: Seconds = Field(
         0.0,
         description="fixed host seconds per weight tensor and step (zero_grad and the optimizer's Python loop); "
