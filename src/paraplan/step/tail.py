@@ -321,8 +321,7 @@ def _collective_calls(
     reduced in their dtype (grad_reduce_bytes) in ``bucket`` calls, weights gathered in their dtype (or in
     fp8, param_gather_bytes, where an fp8 run gathers its fp8 primary weights);
     ZeRO-3's per-block gather and reduce-scatter carry ``per_call`` of the stage's parameters."""
-    gather = inp.weight_bytes if inp.param_gather_bytes is None else inp.param_gather_bytes
-    grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * gather
+    grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * inp.param_gather_bytes
     return {
         "all_reduce": (group.all_reduce, grad_bytes / maximum(bucket, 1.0), bucket),
         "reduce_scatter": (group.reduce_scatter, grad_bytes / maximum(bucket, 1.0), bucket),
