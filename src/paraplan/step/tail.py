@@ -162,14 +162,14 @@ def after_slack_s(exposed_s: Num, slack_s: Num) -> Num:
 def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest: Num) -> list[Num]:
     """Per stage entry, the seconds between its last backward's end and the end of the pipeline
     part of the step (m × S + bubble), by the schedule (``SLACK_RULES``); 0 for the stage that ends
-    last. ``works``/``totals``: every entry's stage_work and its sum; ``slowest``: S."""
+    last. ``works``/``totals``: every entry's stage_work and its sum; ``slowest``: S. The backward
+    (and sends) in front of each entry, Σ_{j: index_j < index_i} count_j·(B_j + sends_j), is one
+    sorted prefix sum over the entries (``sum_in_front``), not a pass over all entries per entry."""
     stages = inp.stages
-    windows = [backward_s(w) + w["pp"] for w in works]
+    windows = [s.count * (backward_s(w) + w["pp"]) for s, w in zip(stages, works)]
+    in_front = sum_in_front([s.index for s in stages], windows)
     out = []
-    for stage, total in zip(stages, totals):
-        before = 0.0  # the backward (and its sends) of every stage in front of this entry's first
-        for other, window in zip(stages, windows):
-            before = before + where(other.index < stage.index, other.count * window, 0.0)
+    for before, total in zip(in_front, totals):
         idle = slowest - total
         out.append(
             by_schedule(
@@ -177,6 +177,36 @@ def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest
             )
         )
     return out
+
+
+def sum_in_front(index: list[Num], values: list[Num]) -> list[Num]:
+    """Per entry i, Σ_j values[j] over the entries with index[j] < index[i] (floats, or arrays: elementwise),
+    in O(n log n) for n entries: the entries sorted by index (stably), an exclusive running sum, and each
+    entry takes the sum at the start of its run of equal indices (entries at the same index are not in front
+    of each other)."""
+    if not any(isinstance(v, np.ndarray) for v in (*index, *values)):
+        order = sorted(range(len(index)), key=lambda k: index[k])
+        out: list[Num] = [0.0] * len(index)
+        running, run_total, last = 0.0, 0.0, None
+        for k in order:
+            if last is None or index[k] != last:
+                run_total, last = running, index[k]
+            out[k] = run_total
+            running = running + values[k]
+        return out
+    n = len(index)
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*index, *values)))
+    idx, val = np.stack(arrays[:n]), np.stack(arrays[n:])
+    order = np.argsort(idx, axis=0, kind="stable")
+    idx, val = np.take_along_axis(idx, order, 0), np.take_along_axis(val, order, 0)
+    exclusive = np.zeros_like(val)
+    np.cumsum(val[:-1], axis=0, out=exclusive[1:])
+    position = np.arange(n).reshape((n,) + (1,) * (idx.ndim - 1))
+    new_run = np.concatenate([np.ones_like(idx[:1], dtype=bool), idx[1:] != idx[:-1]])
+    run_start = np.maximum.accumulate(np.where(new_run, position, 0), axis=0)
+    out = np.empty_like(val)
+    np.put_along_axis(out, order, np.take_along_axis(exclusive, run_start, 0), 0)
+    return list(out)
 
 
 def _drain(before: Num, vpp: Num, idle: Num) -> Num:
