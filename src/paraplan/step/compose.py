@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost.elementwise import any_positive, maximum, where
-from paraplan.cost.runtimes import runtime_copy_s
+from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
 from paraplan.step.block_terms import (  # noqa: F401
@@ -104,13 +104,13 @@ def _pick(index: Num, values: list[Num]) -> Num:
     return out
 
 
-def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
+def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
     """A stage's per-micro-batch work under the stack's runtime: the interleaved schedule's transfers
     overlapped with compute where the runtime does (step.p2p.overlapped_p2p_exposed_s), and the runtime's
-    gradient accumulation in its backward: every
-    parameter of the stage, after every micro-batch's backward, on the compute stream
-    (cost.runtimes.runtime_copy_s of StepInputs.grad_accumulation_bytes; DeepSpeed's BF16 optimizer:
-    cost.runtimes.bf16_optimizer_accumulation_bytes)."""
+    gradient accumulation in its backward: every parameter of the stage, after every micro-batch's
+    backward, on the compute stream (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes,
+    the one rule of every stack: cost.runtimes.GRAD_ACCUMULATION_BYTES). The per-stage search reads the same
+    work (step.per_stage.stage_terms)."""
     own = stage.inputs or inp
     if any_positive(own.p2p_overlap):
         hidden = overlapped_p2p_exposed_s(work["pp"], forward_s(work), backward_s(work))
@@ -118,7 +118,7 @@ def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[s
     if not any_positive(own.grad_accumulation_bytes):
         return work
     params = sum_blocks(stage, lambda b: b.params)
-    work["backward"] = work["backward"] + runtime_copy_s(
+    work["backward"] = work["backward"] + grad_accumulation_s(
         params, own.grad_accumulation_bytes, own.hbm_rate
     )
     return work
@@ -126,9 +126,9 @@ def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[s
 
 def stage_works(inp: StepInputs) -> list[dict[str, Num]]:
     """Every stage entry's per-micro-batch work as the composition prices it (stage_work under the
-    stack's runtime, _with_runtime): what the pipeline takes the slowest of and the timeline draws."""
+    stack's runtime, runtime_work): what the pipeline takes the slowest of and the timeline draws."""
     split = split_backward_on(inp.knobs)
-    return [_with_runtime(inp, s, stage_work(s, split)) for s in inp.stages]
+    return [runtime_work(inp, s, stage_work(s, split)) for s in inp.stages]
 
 
 def _pipeline(inp: StepInputs) -> dict:

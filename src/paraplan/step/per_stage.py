@@ -53,12 +53,14 @@ from paraplan.step.compose import (
     Stage,
     StepInputs,
     compose_step,
+    runtime_work,
+    split_backward_on,
     stage_memory_terms,
     stage_params,
     stage_work,
     tail_terms,
 )
-from paraplan.step.engines import EngineRules
+from paraplan.step.engines import EngineRules, grad_accumulation_bytes
 from paraplan.step.p2p import exchanges
 from paraplan.step.layout import RangeBlocks, prefix_counts, range_stage, stage_at
 from paraplan.step.result import StageMemory, TimeBreakdown
@@ -173,7 +175,9 @@ def stage_arrays(
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
     terms = system_terms(slowest, common.dtype)
-    terms["grad_accumulation_bytes"] = 0.0  # the plan's engine prices it per block (stage_blocks)
+    # the plan's engine sets the accumulation (step.engines), priced by step.compose.runtime_work as on a
+    # uniform plan; the pools' framework profiles do not (the engine is the plan's)
+    terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
@@ -236,9 +240,12 @@ def stage_p2p(
 
 def stage_terms(stage: Stage, index: int) -> dict:
     """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer) and memory of one stage (floats,
-    or [n+1, n+1] arrays over block ranges) through step.compose's stage_work, tail_terms and
-    stage_memory_terms on the stage's own StepInputs."""
-    work = stage_work(stage)
+    or [n+1, n+1] arrays over block ranges) through step.compose's stage_work under the runtime
+    (runtime_work: what compose_step takes the slowest of), tail_terms and stage_memory_terms on the stage's
+    own StepInputs."""
+    work = runtime_work(
+        stage.inputs, stage, stage_work(stage, split_backward_on(stage.inputs.knobs))
+    )
     dp, optimizer, _ = tail_terms(stage.inputs, stage, work)
     memory = stage_memory_terms(stage.inputs, stage, index)
     out = dict(
