@@ -200,21 +200,15 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 
-def compose_step(inp: StepInputs) -> dict[str, Num]:
-    """Step time and its breakdown (step.result.TimeBreakdown fields) per Narayanan et al. 2021
-    §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
-    from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``, each
-    stage's reduction running on through its slack before the pipeline's end: ``drain_slack_s``) and
-    activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
-    all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
-    pipe = _pipeline(inp)
+def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
+    """The tail half of compose_step: per stage entry (exposed DP after its drain slack, optimizer, offload)
+    (``tail_terms``, ``drain_slack_s``), the activation / weight streaming that outlasts the compute it hides
+    behind (fullest stage), and per entry what follows its last backward (``after``)."""
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
-    slack = drain_slack_s(inp, works, pipe["totals"], _pick(pipe["slowest"], pipe["totals"]))
+    slack = drain_slack_s(inp, works, totals, _pick(pipe["slowest"], totals))
     tails = [tail_terms(s.inputs or inp, s, w, d) for s, w, d in zip(stages, works, slack)]
-    streamed = (
-        0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
-    )
+    streamed = 0.0
     for s in stages:
         share = offloaded_activation_share(
             inp.knobs.offload_activations,
@@ -235,6 +229,25 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
     after = [dp + opt + off + maximum(0.0, streamed - dp) for dp, opt, off in tails]
+    return tails, streamed, after
+
+
+def stage_tails_s(inp: StepInputs) -> list[Num]:
+    """Per stage entry, the seconds compose_step prices after its last backward (exposed DP sync after the
+    stage's drain slack, optimizer step, offload and the streaming that outlasts the DP exposure): the step
+    adds the longest of them (and the tied-embedding all-reduce)."""
+    return _tails(inp, _pipeline(inp))[2]
+
+
+def compose_step(inp: StepInputs) -> dict[str, Num]:
+    """Step time and its breakdown (step.result.TimeBreakdown fields) per Narayanan et al. 2021
+    §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
+    from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``, each
+    stage's reduction running on through its slack before the pipeline's end: ``drain_slack_s``) and
+    activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
+    all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
+    pipe = _pipeline(inp)
+    tails, streamed, after = _tails(inp, pipe)
     _, tail_stage = _argmax(after, pipe["present"])
     dp_s = _pick(tail_stage, [t[0] for t in tails])
     return _breakdown(

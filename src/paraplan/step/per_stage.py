@@ -57,8 +57,11 @@ from paraplan.step.compose import (
     split_backward_on,
     stage_memory_terms,
     stage_params,
+    stage_tails_s,
     stage_work,
+    stage_works,
     tail_terms,
+    work_total,
 )
 from paraplan.step.engines import EngineRules, grad_accumulation_bytes
 from paraplan.step.p2p import exchanges
@@ -88,7 +91,8 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage holding blocks [start, stop): seconds per micro-batch by part, tail seconds, memory."""
+    """One stage holding blocks [start, stop): seconds per micro-batch by part, its DP sync and optimizer
+    without the drain slack (the step's tail is compose_step's: StagePlanEstimate.stage_tail_s), memory."""
 
     forward_s: float
     backward_s: float
@@ -104,10 +108,6 @@ class StageCost:
     def work_s(self) -> float:
         """Per-micro-batch wall time of the stage: compute, exposed TP and point-to-point."""
         return self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.pp_comm_s
-
-    @property
-    def tail_s(self) -> float:
-        return self.dp_comm_s + self.optimizer_s
 
 
 # ---- one stage -----------------------------------------------------------------------------------
@@ -411,6 +411,7 @@ def estimate_stage_plan(
     )
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
     step, breakdown = compose_stages(stages, tied)
+    composed = replace(stages[0].inputs, stages=stages, tied_sync_s=tied)
     summary = tuple(
         {
             "stage": i,
@@ -427,8 +428,8 @@ def estimate_stage_plan(
     return StagePlanEstimate(
         step_time_s=step,
         breakdown=breakdown,
-        stage_work_s=tuple(c.work_s for c in costs),
-        stage_tail_s=tuple(c.tail_s for c in costs),
+        stage_work_s=tuple(float(work_total(w)) for w in stage_works(composed)),
+        stage_tail_s=tuple(float(t) for t in stage_tails_s(composed)),
         stages=tuple(c.memory for c in costs),
         stage_summary=summary,
         gpus=plan.gpus,
