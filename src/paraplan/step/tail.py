@@ -167,7 +167,7 @@ def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest
     sorted prefix sum over the entries (``sum_in_front``), not a pass over all entries per entry."""
     stages = inp.stages
     windows = [s.count * (backward_s(w) + w["pp"]) for s, w in zip(stages, works)]
-    in_front = sum_in_front([s.index for s in stages], windows)
+    in_front = sum_in_front([s.index for s in stages], windows, [s.count for s in stages])
     out = []
     for before, total in zip(in_front, totals):
         idle = slowest - total
@@ -179,11 +179,15 @@ def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest
     return out
 
 
-def sum_in_front(index: list[Num], values: list[Num]) -> list[Num]:
+def sum_in_front(
+    index: list[Num], values: list[Num], present: list[Num] | None = None
+) -> list[Num]:
     """Per entry i, Σ_j values[j] over the entries with index[j] < index[i] (floats, or arrays: elementwise),
-    in O(n log n) for n entries: the entries sorted by index (stably), an exclusive running sum, and each
-    entry takes the sum at the start of its run of equal indices (entries at the same index are not in front
-    of each other)."""
+    in O(n log n) for n entries: the entries sorted by index (stably), a running sum, and each entry takes
+    the sum at the start of its run of equal indices (entries at the same index are not in front of each
+    other). Arrays: one order of the entries that sorts every candidate when there is one (``_scan_in_front``),
+    else a sort per candidate (``_sorted_in_front``). ``present``: where an entry is absent (its values 0 there),
+    its own sum is not read, so its index may break the order (it takes the sum of the entry before it)."""
     if not any(isinstance(v, np.ndarray) for v in (*index, *values)):
         order = sorted(range(len(index)), key=lambda k: index[k])
         out: list[Num] = [0.0] * len(index)
@@ -195,8 +199,43 @@ def sum_in_front(index: list[Num], values: list[Num]) -> list[Num]:
             running = running + values[k]
         return out
     n = len(index)
-    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*index, *values)))
-    idx, val = np.stack(arrays[:n]), np.stack(arrays[n:])
+    present = [True] * n if present is None else present
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*index, *values, *present)))
+    idx, val, on = arrays[:n], arrays[n : 2 * n], [a > 0 for a in arrays[2 * n :]]
+
+    def largest(k: int) -> float:
+        shown = idx[k][on[k]]
+        return float(shown.max()) if shown.size else -np.inf
+
+    order = sorted(range(n), key=largest)  # stable: ties keep the entries' order
+    effective, prev = [None] * n, None
+    for k in order:  # an absent entry takes the index of the entry before it
+        effective[k] = np.where(on[k], idx[k], -np.inf if prev is None else effective[prev])
+        if prev is not None and not np.all(effective[prev] <= effective[k]):
+            return _sorted_in_front(np.stack(idx), np.stack(val))
+        prev = k
+    return _scan_in_front(effective, val, order)
+
+
+def _scan_in_front(idx: list, val: list, order: list[int]) -> list:
+    """``sum_in_front`` where ``order`` sorts the entries' indices for every candidate: a running sum in that
+    order, an entry tied with the one before it taking that one's sum."""
+    out: list = [None] * len(idx)
+    running = before = np.zeros(np.shape(idx[0]))
+    prev = None
+    for k in order:
+        if prev is not None:
+            before = np.where(idx[k] == idx[prev], before, running)
+        out[k] = before
+        running = running + val[k]
+        prev = k
+    return out
+
+
+def _sorted_in_front(idx: np.ndarray, val: np.ndarray) -> list:
+    """``sum_in_front`` over [n, ...] arrays whose order differs between candidates: the entries sorted per
+    candidate (stably), an exclusive running sum, each entry the sum at the start of its run of ties."""
+    n = idx.shape[0]
     order = np.argsort(idx, axis=0, kind="stable")
     idx, val = np.take_along_axis(idx, order, 0), np.take_along_axis(val, order, 0)
     exclusive = np.zeros_like(val)
