@@ -111,7 +111,8 @@ def _split_objective(problem: HeteroProblem, plan) -> float:
 @pytest.mark.parametrize("engine", ["megatron", "deepspeed"])
 def test_the_split_objective_bounds_the_composed_step_and_the_slack_case_is_covered(engine):
     """The split's objective (tails without drain slack) is at least the composed step of the plan, and on
-    a data-parallel 1F1B problem strictly above it for some returned plan: the slack the old ranking left out."""
+    a data-parallel 1F1B problem strictly above it for some returned plan: the slack the old ranking left out;
+    the candidate's pruning bound (``_lower_bound``) is at most that step."""
     problem = HeteroProblem(
         TINY,
         CLUSTERS["mixed"],
@@ -128,5 +129,8 @@ def test_the_split_objective_bounds_the_composed_step_and_the_slack_case_is_cove
     for cand in result.plans:
         objective = _split_objective(problem, cand.plan)
         assert cand.step_time_s <= objective * (1 + 1e-12)
+        # the pruning bound of the candidate is at most its composed step
+        bound = _lower_bound(problem, stage_settings(cand.plan, problem.cluster))[0]
+        assert bound <= cand.step_time_s * (1 + 1e-12)
         gaps.append(objective - cand.step_time_s)
     assert np.max(gaps) > 1e-6
