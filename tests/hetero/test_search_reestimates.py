@@ -29,13 +29,8 @@ from paraplan.step.per_stage import (
     tied_embedding_sync_s,
 )
 
-CHECK = settings(
-    max_examples=25,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+CHECK = settings(max_examples=25, derandomize=True, deadline=None, database=None)
+CHECK = settings(CHECK, suppress_health_check=list(HealthCheck))
 TINY = ModelSpec(layers=4, hidden=512, heads=8, ffn_hidden=2048, vocab=8000, max_position=512)
 
 

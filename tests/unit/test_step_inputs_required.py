@@ -16,19 +16,9 @@ def test_param_gather_bytes_is_required():
     field = {f.name: f for f in dataclasses.fields(StepInputs)}["param_gather_bytes"]
     assert field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
     with pytest.raises(TypeError, match="param_gather_bytes"):
-        StepInputs(
-            stages=(),
-            pp=1,
-            microbatches=1,
-            gradient_groups={},
-            knobs=None,
-            host_bandwidth=1.0,
-            hbm_rate=1.0,
-            weight_bytes=2.0,
-            grad_bytes=4.0,
-            optimizer_bytes=12.0,
-            reserved_bytes=0.0,
-        )
+        # every field before it, positionally: stages, pp, microbatches, gradient groups, knobs, host bandwidth,
+        # HBM rate, weight, gradient, optimizer and reserved bytes
+        StepInputs((), 1, 1, {}, None, 1.0, 1.0, 2.0, 4.0, 12.0, 0.0)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

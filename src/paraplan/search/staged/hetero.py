@@ -39,7 +39,7 @@ from paraplan.step.per_stage import (
 )
 from paraplan.step.blocks import model_blocks
 from paraplan.search.staged.alleviate import recompute_label
-from paraplan.search.staged.balance import balance_split
+from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -195,14 +195,19 @@ def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays
 
 
 def split_stages(
-    problem: HeteroProblem, settings: list[StageSetting], microbatches: int, arrays=None
+    problem: HeteroProblem,
+    settings: list[StageSetting],
+    microbatches: int,
+    arrays=None,
+    cutoff: float = math.inf,
 ) -> tuple[float, tuple[int, ...]] | None:
     """(step time, block boundaries) of a split of the model over these stage settings, or None when none
     fits. The split minimises Σ t_i + (m − 1)·max t_i + max u_i over the range matrices
     (search.staged.balance.balance_split; ``_stage_matrices``: t the exact per-micro-batch work, u the tail
     without drain slack, so the objective is at least the split's step); the step time returned is
     compose_step's for that split (step.per_stage.compose_stages, as ``estimate --plan`` prices it), which
-    ranks it among the candidates."""
+    ranks it among the candidates. None too when the split's pipeline part and tied all-reduce alone (at
+    most its step: the tails are >= 0) reach ``cutoff``, the k-th best step found (it cannot enter)."""
     n = len(model_blocks(problem.model))
     if len(settings) > n:
         return None
@@ -211,13 +216,15 @@ def split_stages(
     split = balance_split(times, microbatches, tails)
     if split is None:
         return None
+    tied = tied_embedding_sync_s(
+        problem.model, problem.cluster, problem.common, settings[0], settings[-1]
+    )
+    if pipeline_objective(split.stage_times, microbatches) + tied >= cutoff:
+        return None
     bounds = split.bounds
     stages = tuple(
         stage_at(arr.blocks, i, a, b)
         for i, (arr, a, b) in enumerate(zip(arrays, bounds, bounds[1:]))
-    )
-    tied = tied_embedding_sync_s(
-        problem.model, problem.cluster, problem.common, settings[0], settings[-1]
     )
     return compose_stages(stages, tied)[0], bounds
 
@@ -246,7 +253,8 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float
         if time.perf_counter() > deadline and found:
             break
         solved += 1
-        best = split_stages(problem, settings, m, arrays)
+        cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
+        best = split_stages(problem, settings, m, arrays, cutoff)
         if best is not None:
             found.append((best[0], settings, best[1], m, extra))
             found.sort(key=lambda f: f[0])
