@@ -73,9 +73,13 @@ PROBLEMS = {
 def test_work_floors_are_at_most_the_layer_work(name):
     table = RowTable(PROBLEMS[name])
     options = GridIndex(PROBLEMS[name], table)
-    exact = table.lower_bounds(options.v_max, options.split_backward)
+    exact = table.lower_bounds(options.v_max, options.split_backward, options.interleaved)
     floor = table.lower_bounds(
-        options.v_max, options.split_backward, np.arange(table.size), table.work_floors()
+        options.v_max,
+        options.split_backward,
+        options.interleaved,
+        np.arange(table.size),
+        table.work_floors(),
     )
     assert (table._unit_work(table.unit) >= table.work_floors()).all()
     assert (floor <= exact).all() and (floor < exact).any()

@@ -97,6 +97,47 @@ def bf16_optimizer_accumulation_bytes() -> float:
     return 2.0 + 4.0 + 3.0 * 4.0
 
 
+def fp16_param_grad_accumulation_bytes() -> float:
+    """HBM bytes per parameter that autograd moves adding one micro-batch's fp16 gradient into the fp16
+    ``param.grad`` held across micro-batches: 2 + 2 + 2 = 6 (read the held and the fresh gradient, write the sum).
+
+    DeepSpeed's PipelineEngine under fp16 (AMP's stack: DachengLi1/AMP @ 72eeea4, ``DeepSpeed/deepspeed/runtime``)
+    converts the module with ``module.half()`` (runtime/engine.py ``_configure_distributed_model``), so its FP16
+    optimizer keeps fp16 ``param.grad`` (runtime/fp16/fused_optimizer.py), into which autograd's AccumulateGrad
+    adds each micro-batch's gradient in place; the engine calls backward once per micro-batch and reduces only
+    after the last (pipe/engine.py ``_exec_backward_pass``, ``_exec_reduce_grads``)."""
+    return 2.0 + 2.0 + 2.0
+
+
+# How a stack sums gradients over micro-batches → HBM bytes per parameter and micro-batch (``grad_accumulation_s``):
+# - fused: Megatron-LM's gradient_accumulation_fusion, the wgrad GEMM accumulates into main_grad (beta = 1), and
+#   every stack whose gradient accumulation is no pass of its own (specs.framework.grad_accumulation "fused");
+# - fp16_param_grad: DeepSpeed's PipelineEngine with its FP16 optimizer (``fp16_param_grad_accumulation_bytes``);
+# - bf16_optimizer: DeepSpeed's PipelineEngine with its BF16 optimizer (``bf16_optimizer_accumulation_bytes``).
+GRAD_ACCUMULATION_BYTES = {
+    "fused": 0.0,
+    "fp16_param_grad": fp16_param_grad_accumulation_bytes(),
+    "bf16_optimizer": bf16_optimizer_accumulation_bytes(),
+}
+
+
+def deepspeed_pipe_accumulation(dtype: str) -> str:
+    """How DeepSpeed's PipelineEngine accumulates gradients (a GRAD_ACCUMULATION_BYTES key) for a run of
+    ``dtype``: fp16 runs its FP16 optimizer (fp16 param.grad), every other mixed-precision dtype its BF16
+    optimizer, which "is hardcoded for fp32 gradient accumulation" (pipe/engine.py at 0050fdad)."""
+    return "fp16_param_grad" if dtype == "fp16" else "bf16_optimizer"
+
+
+def grad_accumulation_s(params, bytes_per_param, hbm_rate):
+    """Seconds one micro-batch's backward spends adding its fresh gradients into the gradients held across
+    micro-batches, the one rule of every path (the uniform estimator and search through StepInputs, the
+    per-stage plans through their engine, step.engines): P·g / (B_HBM·η_HBM), g the stack's bytes per
+    parameter (GRAD_ACCUMULATION_BYTES), at the plain element-wise HBM rate like every runtime copy here
+    (``runtime_copy_s``, module docstring: one in-place kernel per tensor, not the op graph's unfused
+    element-wise ops, so no eager traffic factor). Floats or arrays."""
+    return runtime_copy_s(params, bytes_per_param, hbm_rate)
+
+
 def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     """The profile's runtime terms (module docstring); bytes at the plain HBM rate."""
     fields: dict = {
@@ -112,8 +153,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         )
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
-    if framework.grad_accumulation == "bf16_optimizer":
-        fields["grad_accumulation_bytes"] = bf16_optimizer_accumulation_bytes()
+    fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
     return RuntimeCosts(**fields)
 
 

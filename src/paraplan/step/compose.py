@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost.elementwise import any_positive, maximum, where
-from paraplan.cost.runtimes import runtime_copy_s
+from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
 from paraplan.step.block_terms import (  # noqa: F401
@@ -104,13 +104,13 @@ def _pick(index: Num, values: list[Num]) -> Num:
     return out
 
 
-def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
+def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
     """A stage's per-micro-batch work under the stack's runtime: the interleaved schedule's transfers
     overlapped with compute where the runtime does (step.p2p.overlapped_p2p_exposed_s), and the runtime's
-    gradient accumulation in its backward: every
-    parameter of the stage, after every micro-batch's backward, on the compute stream
-    (cost.runtimes.runtime_copy_s of StepInputs.grad_accumulation_bytes; DeepSpeed's BF16 optimizer:
-    cost.runtimes.bf16_optimizer_accumulation_bytes)."""
+    gradient accumulation in its backward: every parameter of the stage, after every micro-batch's
+    backward, on the compute stream (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes,
+    the one rule of every stack: cost.runtimes.GRAD_ACCUMULATION_BYTES). The per-stage search reads the same
+    work (step.per_stage.stage_terms)."""
     own = stage.inputs or inp
     if any_positive(own.p2p_overlap):
         hidden = overlapped_p2p_exposed_s(work["pp"], forward_s(work), backward_s(work))
@@ -118,7 +118,7 @@ def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[s
     if not any_positive(own.grad_accumulation_bytes):
         return work
     params = sum_blocks(stage, lambda b: b.params)
-    work["backward"] = work["backward"] + runtime_copy_s(
+    work["backward"] = work["backward"] + grad_accumulation_s(
         params, own.grad_accumulation_bytes, own.hbm_rate
     )
     return work
@@ -126,9 +126,9 @@ def _with_runtime(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[s
 
 def stage_works(inp: StepInputs) -> list[dict[str, Num]]:
     """Every stage entry's per-micro-batch work as the composition prices it (stage_work under the
-    stack's runtime, _with_runtime): what the pipeline takes the slowest of and the timeline draws."""
+    stack's runtime, runtime_work): what the pipeline takes the slowest of and the timeline draws."""
     split = split_backward_on(inp.knobs)
-    return [_with_runtime(inp, s, stage_work(s, split)) for s in inp.stages]
+    return [runtime_work(inp, s, stage_work(s, split)) for s in inp.stages]
 
 
 def _pipeline(inp: StepInputs) -> dict:
@@ -200,21 +200,15 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 
-def compose_step(inp: StepInputs) -> dict[str, Num]:
-    """Step time and its breakdown (step.result.TimeBreakdown fields) per Narayanan et al. 2021
-    §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
-    from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``, each
-    stage's reduction running on through its slack before the pipeline's end: ``drain_slack_s``) and
-    activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
-    all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
-    pipe = _pipeline(inp)
+def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
+    """The tail half of compose_step: per stage entry (exposed DP after its drain slack, optimizer, offload)
+    (``tail_terms``, ``drain_slack_s``), the activation / weight streaming that outlasts the compute it hides
+    behind (fullest stage), and per entry what follows its last backward (``after``)."""
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
-    slack = drain_slack_s(inp, works, pipe["totals"], _pick(pipe["slowest"], pipe["totals"]))
+    slack = drain_slack_s(inp, works, totals, _pick(pipe["slowest"], totals))
     tails = [tail_terms(s.inputs or inp, s, w, d) for s, w, d in zip(stages, works, slack)]
-    streamed = (
-        0.0  # activation / weight streaming beyond the compute it hides behind (fullest stage)
-    )
+    streamed = 0.0
     for s in stages:
         share = offloaded_activation_share(
             inp.knobs.offload_activations,
@@ -235,6 +229,25 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
     after = [dp + opt + off + maximum(0.0, streamed - dp) for dp, opt, off in tails]
+    return tails, streamed, after
+
+
+def stage_tails_s(inp: StepInputs) -> list[Num]:
+    """Per stage entry, the seconds compose_step prices after its last backward (exposed DP sync after the
+    stage's drain slack, optimizer step, offload and the streaming that outlasts the DP exposure): the step
+    adds the longest of them (and the tied-embedding all-reduce)."""
+    return _tails(inp, _pipeline(inp))[2]
+
+
+def compose_step(inp: StepInputs) -> dict[str, Num]:
+    """Step time and its breakdown (step.result.TimeBreakdown fields) per Narayanan et al. 2021
+    §2.2: m × the slowest stage's per-micro-batch work, its parts reported by kind; the bubble
+    from every stage's work (step/schedules.py); the longest stage tail (``tail_terms``, each
+    stage's reduction running on through its slack before the pipeline's end: ``drain_slack_s``) and
+    activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
+    all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
+    pipe = _pipeline(inp)
+    tails, streamed, after = _tails(inp, pipe)
     _, tail_stage = _argmax(after, pipe["present"])
     dp_s = _pick(tail_stage, [t[0] for t in tails])
     return _breakdown(

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.compute import memory_time_s
+from paraplan.cost import runtimes
 from paraplan.cost.runtimes import DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
-from paraplan.specs.system import AcceleratorSpec
 from paraplan.step.compose import GRAD_REDUCE_BYTES
 
 
@@ -48,7 +47,9 @@ class EngineRules:
     activation_memory_factor: float = (
         1.0  # memory the allocator holds per byte of stored activations
     )
-    grad_accumulation_bytes: float = 0.0  # HBM bytes per parameter moved to add one micro-batch's gradient into the held one (0: fused)
+    # how gradients are summed over micro-batches: "fused" into the wgrad GEMM, or "deepspeed_pipe", by the
+    # optimizer DeepSpeed's PipelineEngine runs for the dtype (cost.runtimes.deepspeed_pipe_accumulation)
+    grad_accumulation: str = "fused"
 
 
 def forward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int, seq_length: int):
@@ -73,14 +74,14 @@ def attention_mask_bytes(seq_length: int) -> float:
     return 2.0 * seq_length * seq_length
 
 
-def grad_accumulation_s(rules: EngineRules, params, acc: AcceleratorSpec) -> float:
-    """Seconds one micro-batch's backward spends adding a block's fresh gradients into the gradients held
-    across micro-batches, as an element-wise kernel: memory_time_s(P·g) with g = grad_accumulation_bytes
-    (cost.compute.memory_time_s, HBM roofline). 0 where the engine fuses the addition into the weight-gradient
-    GEMM (Megatron-LM gradient_accumulation_fusion: the wgrad GEMM accumulates into main_grad, beta = 1)."""
-    if not rules.grad_accumulation_bytes:
+def grad_accumulation_bytes(rules: EngineRules, dtype: str) -> float:
+    """HBM bytes per parameter and micro-batch of the engine's gradient accumulation for a run of ``dtype``
+    (cost.runtimes.GRAD_ACCUMULATION_BYTES, priced by the one rule cost.runtimes.grad_accumulation_s through
+    StepInputs.grad_accumulation_bytes): 0 where the engine fuses it into the wgrad GEMM, else the bytes of the
+    optimizer DeepSpeed's PipelineEngine runs for the dtype (fp16: 6 B, bf16: 18 B)."""
+    if rules.grad_accumulation == "fused":
         return 0.0
-    return memory_time_s(float(params) * rules.grad_accumulation_bytes, acc)
+    return runtimes.GRAD_ACCUMULATION_BYTES[runtimes.deepspeed_pipe_accumulation(dtype)]
 
 
 def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
@@ -109,11 +110,6 @@ DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
 # timed trials to fit (1.0: 4 of 15; 1.6 flags a timed trial); the lowest is kept. The 4 failures left
 # are not memory by their own evidence (docs/heterogeneous.md, "Trials that could not run").
 DEEPSPEED_ACTIVATION_MEMORY_FACTOR = 1.5
-
-# HBM bytes per parameter of one in-place gradient accumulation on DeepSpeed's PipelineEngine as AMP ran it: fp16
-# param.grad (its FP16 optimizer: read old and new fp16, write fp16); BF16_Optimizer's fp32 accumulation is
-# cost.runtimes.bf16_optimizer_accumulation_bytes (18 B: the cast materialises an fp32 copy)
-DEEPSPEED_FP16_GRAD_ACCUMULATION_BYTES = 2.0 + 2.0 + 2.0
 
 ENGINES = {
     # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
@@ -144,11 +140,10 @@ ENGINES = {
     #   whose start and stop call torch.cuda.synchronize() (megatron/global_vars.py _Timer): nothing hides
     #   the backward TP collectives;
     # - gradients accumulate across micro-batches in the engine, not in the GEMM: the FP16 optimizer keeps
-    #   fp16 param.grad, into which autograd's AccumulateGrad adds each micro-batch's fresh gradient (read
-    #   2 B + 2 B, write 2 B per parameter: 6 B); DeepSpeed's PipelineEngine calls backward once per
-    #   micro-batch and reduces only after the last (pipe/engine.py _exec_backward_pass, _exec_reduce_grads);
-    #   under bf16 its BF16_Optimizer "is hardcoded for fp32 gradient accumulation" (pipe/engine.py,
-    #   microsoft/DeepSpeed 0050fdad; its bytes: cost.runtimes.bf16_optimizer_accumulation_bytes);
+    #   fp16 param.grad, into which autograd's AccumulateGrad adds each micro-batch's fresh gradient (6 B per
+    #   parameter: cost.runtimes.fp16_param_grad_accumulation_bytes); under bf16 its BF16_Optimizer "is
+    #   hardcoded for fp32 gradient accumulation" (18 B: cost.runtimes.bf16_optimizer_accumulation_bytes),
+    #   priced as the uniform path prices the megatron-deepspeed profile's (cost.runtimes.grad_accumulation_s);
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
     #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
     "deepspeed": EngineRules(
@@ -163,6 +158,6 @@ ENGINES = {
         sends_attention_mask=True,
         host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
         activation_memory_factor=DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
-        grad_accumulation_bytes=DEEPSPEED_FP16_GRAD_ACCUMULATION_BYTES,
+        grad_accumulation="deepspeed_pipe",
     ),
 }

@@ -86,6 +86,9 @@ class StepInputs:
     grad_bytes: Num
     optimizer_bytes: Num
     reserved_bytes: Num
+    # bytes per parameter of the data-parallel weight all-gathers: the weights' own, or 1 where an fp8 run
+    # gathers its fp8 primary weights (step.constants.runtime_terms; no default: every builder states it)
+    param_gather_bytes: Num
     zero3_prefetch_layers: Num = (
         1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
     )
@@ -116,11 +119,9 @@ class StepInputs:
     )
     host_tensor_s: Num = 0.0  # host seconds per weight tensor of the optimizer step and zero_grad
     tied_sync_s: Num = 0.0  # after every stage's tail: the tied-embedding all-reduce (step.p2p)
-    # the stack's runtime costs (specs.runtime, step.constants.runtime_terms): bytes per parameter of the DP
-    # weight all-gathers (None: weight_bytes), per parameter and micro-batch of the gradient accumulation, and
-    # ZeRO-3's copies (per gathered parameter and micro-batch on the compute stream; per shard element of each
-    # gather and reduce-scatter on their streams)
-    param_gather_bytes: Num = None
+    # the stack's runtime costs (specs.runtime, step.constants.runtime_terms): bytes per parameter and
+    # micro-batch of the gradient accumulation, and ZeRO-3's copies (per gathered parameter and micro-batch on
+    # the compute stream; per shard element of each gather and reduce-scatter on their streams)
     grad_accumulation_bytes: Num = 0.0
     zero3_compute_copy_bytes: Num = 0.0
     zero3_gather_copy_bytes: Num = 0.0

@@ -53,12 +53,17 @@ from paraplan.step.compose import (
     Stage,
     StepInputs,
     compose_step,
+    runtime_work,
+    split_backward_on,
     stage_memory_terms,
     stage_params,
+    stage_tails_s,
     stage_work,
+    stage_works,
     tail_terms,
+    work_total,
 )
-from paraplan.step.engines import EngineRules
+from paraplan.step.engines import EngineRules, grad_accumulation_bytes
 from paraplan.step.p2p import exchanges
 from paraplan.step.layout import RangeBlocks, prefix_counts, range_stage, stage_at
 from paraplan.step.result import StageMemory, TimeBreakdown
@@ -86,7 +91,8 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage holding blocks [start, stop): seconds per micro-batch by part, tail seconds, memory."""
+    """One stage holding blocks [start, stop): seconds per micro-batch by part, its DP sync and optimizer
+    without the drain slack (the step's tail is compose_step's: StagePlanEstimate.stage_tail_s), memory."""
 
     forward_s: float
     backward_s: float
@@ -102,10 +108,6 @@ class StageCost:
     def work_s(self) -> float:
         """Per-micro-batch wall time of the stage: compute, exposed TP and point-to-point."""
         return self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.pp_comm_s
-
-    @property
-    def tail_s(self) -> float:
-        return self.dp_comm_s + self.optimizer_s
 
 
 # ---- one stage -----------------------------------------------------------------------------------
@@ -173,7 +175,9 @@ def stage_arrays(
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
     terms = system_terms(slowest, common.dtype)
-    terms["grad_accumulation_bytes"] = 0.0  # the plan's engine prices it per block (stage_blocks)
+    # the plan's engine sets the accumulation (step.engines), priced by step.compose.runtime_work as on a
+    # uniform plan; the pools' framework profiles do not (the engine is the plan's)
+    terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
@@ -236,9 +240,12 @@ def stage_p2p(
 
 def stage_terms(stage: Stage, index: int) -> dict:
     """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer) and memory of one stage (floats,
-    or [n+1, n+1] arrays over block ranges) through step.compose's stage_work, tail_terms and
-    stage_memory_terms on the stage's own StepInputs."""
-    work = stage_work(stage)
+    or [n+1, n+1] arrays over block ranges) through step.compose's stage_work under the runtime
+    (runtime_work: what compose_step takes the slowest of), tail_terms and stage_memory_terms on the stage's
+    own StepInputs."""
+    work = runtime_work(
+        stage.inputs, stage, stage_work(stage, split_backward_on(stage.inputs.knobs))
+    )
     dp, optimizer, _ = tail_terms(stage.inputs, stage, work)
     memory = stage_memory_terms(stage.inputs, stage, index)
     out = dict(
@@ -404,6 +411,7 @@ def estimate_stage_plan(
     )
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
     step, breakdown = compose_stages(stages, tied)
+    composed = replace(stages[0].inputs, stages=stages, tied_sync_s=tied)
     summary = tuple(
         {
             "stage": i,
@@ -420,8 +428,8 @@ def estimate_stage_plan(
     return StagePlanEstimate(
         step_time_s=step,
         breakdown=breakdown,
-        stage_work_s=tuple(c.work_s for c in costs),
-        stage_tail_s=tuple(c.tail_s for c in costs),
+        stage_work_s=tuple(float(work_total(w)) for w in stage_works(composed)),
+        stage_tail_s=tuple(float(t) for t in stage_tails_s(composed)),
         stages=tuple(c.memory for c in costs),
         stage_summary=summary,
         gpus=plan.gpus,

@@ -27,7 +27,7 @@ from paraplan.step.blocks import (
 )
 from paraplan.step.build import BlockFacts, block_cost
 from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, BlockCost
-from paraplan.step.engines import EngineRules, grad_accumulation_s, host_layer_times_s
+from paraplan.step.engines import EngineRules, host_layer_times_s
 from paraplan.step.stage_links import tp_span
 
 NO_SPAN = GroupSpan(1, 1, 1)
@@ -71,22 +71,20 @@ def _block_facts(
     )
 
 
-def _with_engine(
-    cost: BlockCost, rules: EngineRules, layer: bool, recompute: str, accumulate_s: float
-) -> BlockCost:
+def _with_engine(cost: BlockCost, rules: EngineRules, layer: bool, recompute: str) -> BlockCost:
     """The engine's rules on one block's terms: without ``async_tp_backward`` nothing hides the backward TP
     collectives (step.compose.block_terms prices them all exposed); on a transformer layer the host seconds
     per layer (step.engines.host_layer_times_s) are added to forward and backward, and to the recompute
-    under full recomputation, which re-runs the forward; every block's backward adds the engine's gradient
-    accumulation (``accumulate_s``: step.engines.grad_accumulation_s)."""
+    under full recomputation, which re-runs the forward. (The engine's gradient accumulation is the stage's,
+    step.compose.runtime_work, as on a uniform plan: StepInputs.grad_accumulation_bytes.)"""
     host_f, host_b = host_layer_times_s(rules) if layer else (0.0, 0.0)
-    if not (host_f or host_b or accumulate_s):
+    if not (host_f or host_b):
         return cost
     t = cost.terms
     terms = replace(
         t,
         forward=t.forward + host_f,
-        backward=t.backward + host_b + accumulate_s,
+        backward=t.backward + host_b,
         recompute=t.recompute + (host_f if recompute == "full" else 0.0),
     )
     return replace(cost, terms=terms)
@@ -125,8 +123,7 @@ def pool_units(
             model, system, ref, shape, recompute, rules.activation_memory_factor, params
         )
         cost = block_cost(ref.kind, _engine_comm(facts, rules), RECOMPUTE_CODES[recompute], False)
-        accumulate = grad_accumulation_s(rules, facts.params, system.accelerator)
-        out.append(_with_engine(cost, rules, ref.is_layer, recompute, accumulate))
+        out.append(_with_engine(cost, rules, ref.is_layer, recompute))
     return tuple(out)
 
 

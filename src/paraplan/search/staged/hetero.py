@@ -3,10 +3,12 @@
 ``search_cluster`` (AMP-style, ``paraplan search --cluster FILE``): over device placements (the order
 in which the pools take the pipeline's ranks), tp/dp/pp degrees and micro-batch sizes, with ranks
 ordered (pp, dp, tp) outermost first as AMP does (Li et al. 2022, arXiv:2210.07297, §3.1); for each
-candidate the layer split is the exact optimum of the pipeline objective found by
+candidate the layer split is the optimum of the pipeline objective found by
 search.balance.balance_split over the stage-cost matrices of step.per_stage.range_matrices (every
-range of blocks on every stage at once). Ranked by predicted step time; each reported plan is
-re-estimated by step.per_stage.estimate_stage_plan (same rules, a test checks they agree).
+range of blocks on every stage at once: the exact per-micro-batch work, each stage's tail without the
+drain slack, which depends on the stages in front, so at least the composed tail). Ranked by the split's
+step through step.compose.compose_step, as step.per_stage.estimate_stage_plan prices it (a property
+test re-estimates every returned plan).
 
 The Aceso-style search (``paraplan search --non-uniform``) is search.staged.non_uniform; it shares this
 module's split solver (_best_splits), plan builder (_plan_from) and labels.
@@ -26,16 +28,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import (
     Common,
     StageSetting,
+    compose_stages,
     range_matrices,
     stage_arrays,
     tied_embedding_sync_s,
 )
 from paraplan.step.blocks import model_blocks
 from paraplan.search.staged.alleviate import recompute_label
-from paraplan.search.staged.balance import balance_split
+from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -166,12 +170,15 @@ def _lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[
     return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
 
 
-def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays=None):
+def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays):
     """(times, tails) of every block range on every stage; ``inf`` where a range is not allowed (empty,
-    first stage not starting at block 0, last stage not ending with the output block, out of memory)."""
+    first stage not starting at block 0, last stage not ending with the output block, out of memory).
+    ``times`` are the per-micro-batch work compose_step takes (step.per_stage.stage_terms: the runtime's
+    work); ``tails`` each stage's tail without its drain slack (step.tail.drain_slack_s depends on the
+    stages in front, so no per-range matrix holds it): at least the tail compose_step prices, which lowers
+    the exposed reduction by the slack (step.tail.after_slack_s), never below 0."""
     n = len(model_blocks(problem.model))
     stages = len(settings)
-    arrays = arrays or _lower_bound(problem, settings)[1]
     times = np.full((stages, n + 1, n + 1), np.inf)
     tails = np.full((stages, n + 1, n + 1), np.inf)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
@@ -188,26 +195,45 @@ def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays
 
 
 def split_stages(
-    problem: HeteroProblem, settings: list[StageSetting], microbatches: int, matrices=None
+    problem: HeteroProblem,
+    settings: list[StageSetting],
+    microbatches: int,
+    arrays=None,
+    cutoff: float = math.inf,
 ) -> tuple[float, tuple[int, ...]] | None:
-    """(step time, block boundaries) of the best split of the model over these stage settings, or None."""
+    """(step time, block boundaries) of a split of the model over these stage settings, or None when none
+    fits. The split minimises Σ t_i + (m − 1)·max t_i + max u_i over the range matrices
+    (search.staged.balance.balance_split; ``_stage_matrices``: t the exact per-micro-batch work, u the tail
+    without drain slack, so the objective is at least the split's step); the step time returned is
+    compose_step's for that split (step.per_stage.compose_stages, as ``estimate --plan`` prices it), which
+    ranks it among the candidates. None too when the split's pipeline part and tied all-reduce alone (at
+    most its step: the tails are >= 0) reach ``cutoff``, the k-th best step found (it cannot enter)."""
     n = len(model_blocks(problem.model))
     if len(settings) > n:
         return None
-    times, tails = matrices or _stage_matrices(problem, settings)
+    arrays = arrays or _lower_bound(problem, settings)[1]
+    times, tails = _stage_matrices(problem, settings, arrays)
     split = balance_split(times, microbatches, tails)
     if split is None:
         return None
     tied = tied_embedding_sync_s(
         problem.model, problem.cluster, problem.common, settings[0], settings[-1]
     )
-    return split.objective + tied, split.bounds
+    if pipeline_objective(split.stage_times, microbatches) + tied >= cutoff:
+        return None
+    bounds = split.bounds
+    stages = tuple(
+        stage_at(arr.blocks, i, a, b)
+        for i, (arr, a, b) in enumerate(zip(arrays, bounds, bounds[1:]))
+    )
+    return compose_stages(stages, tied)[0], bounds
 
 
 def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float = math.inf):
     """Branch and bound over candidate stage lists: solve the split DP in increasing order of the lower
-    bound and stop once the bound reaches the k-th best time found (exact: no skipped candidate can enter
-    the top k). ``candidates``: (settings, microbatches, extra) tuples; past ``deadline``
+    bound (``_lower_bound``, at most the composed step of every split of the candidate) and stop once the
+    bound reaches the k-th best composed step found (``split_stages``: no skipped candidate can enter the
+    top k). ``candidates``: (settings, microbatches, extra) tuples; past ``deadline``
     (time.perf_counter) no further candidate is bounded or solved. Returns (found, solved)."""
     n = len(model_blocks(problem.model))
     bounded = []
@@ -227,7 +253,8 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float
         if time.perf_counter() > deadline and found:
             break
         solved += 1
-        best = split_stages(problem, settings, m, _stage_matrices(problem, settings, arrays))
+        cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
+        best = split_stages(problem, settings, m, arrays, cutoff)
         if best is not None:
             found.append((best[0], settings, best[1], m, extra))
             found.sort(key=lambda f: f[0])

@@ -1,0 +1,66 @@
+"""Gradient accumulation has one rule (review of issue 31): the per-stage plans' DeepSpeed engine and the uniform
+path's DeepSpeed profiles both price it by cost.runtimes.grad_accumulation_s, P·g / (B_HBM·η_HBM) per
+micro-batch on the stage's parameters, with g from cost.runtimes.GRAD_ACCUMULATION_BYTES. It used to be priced
+per block through cost.compute.memory_time_s on the per-stage path (eager factor, a kernel overhead per block)
+and at the plain rate on the uniform one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.cost.runtimes import grad_accumulation_s
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.stage_plan import stage_plan_from_dict
+from paraplan.step.engines import ENGINES
+from paraplan.step.per_stage import (
+    common_of,
+    estimate_stage_plan,
+    stage_cost,
+    stage_neighbours,
+    stage_settings,
+)
+
+SMALL = ModelSpec(layers=8, hidden=1024, heads=16, ffn_hidden=4096, vocab=32000, max_position=1024)
+MIXED = cluster_from_dict(
+    {
+        "pools": [
+            {"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1},
+            {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1},
+        ]
+    }
+)
+
+
+@pytest.mark.parametrize("dtype, g", [("fp16", 6.0), ("bf16", 18.0)])
+def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
+    plan = stage_plan_from_dict(
+        {
+            "global_batch": 16,
+            "seq_length": 1024,
+            "microbatches": 4,
+            "dtype": dtype,
+            "engine": "deepspeed",
+            "stages": [
+                {"pool": "v100", "gpus": 4, "layers": 5, "tp": 2},
+                {"pool": "t4", "gpus": 4, "layers": 3},
+            ],
+        }
+    )
+    fused = replace(ENGINES["deepspeed"], grad_accumulation="fused")
+    with_acc = estimate_stage_plan(SMALL, MIXED, plan)
+    without = estimate_stage_plan(SMALL, MIXED, plan, fused)
+    common, settings = common_of(plan), stage_settings(plan, MIXED)
+    bounds = [(0, 6), (6, 10)]  # embedding + 5 layers | 3 layers + head
+    for i, (a, b) in enumerate(bounds):
+        st = settings[i]
+        params = stage_cost(
+            SMALL, MIXED, common, st, a, b, *stage_neighbours(settings, i, 1)
+        ).params
+        acc = MIXED.pool(st.slices[0][0]).system.accelerator
+        rate = acc.hbm_bandwidth * acc.efficiency.hbm
+        delta = with_acc.stage_work_s[i] - without.stage_work_s[i]
+        assert delta == pytest.approx(grad_accumulation_s(params, g, rate), rel=1e-9)
+        assert delta > 0
