@@ -85,9 +85,29 @@ def browser_runs(url: str, runs: int) -> dict[str, list[float]]:
             out["README search, click to table"].append(time.perf_counter() - start)
             page.wait_for_selector("body[data-detail]", timeout=120_000)
             out["README search, click to plan detail"].append(time.perf_counter() - start)
+            page.wait_for_function("state.timing && state.timing.scatter", timeout=120_000)
+            for name, value in _where(page.evaluate("state.timing")).items():
+                out.setdefault(name, []).append(value)
             page.context.close()
         browser.close()
     return out
+
+
+def _where(t: dict) -> dict[str, float]:
+    """Where the click-to-table time goes, by the page's clock (app.js ``state.timing``): the job
+    as the server timed it, the rest until the result's message arrived (job start, the event
+    stream's polling, sending the document), parsing it, drawing the table, then the scatter."""
+    return {
+        "README search, click to table painted (page's clock)": (t["painted"] - t["clicked"])
+        / 1000,
+        "  of which: server job (search in the worker)": t["server_s"],
+        "  of which: job start + result transfer": (t["received"] - t["clicked"]) / 1000
+        - t["server_s"],
+        "  of which: parse the result (JSON)": (t["parsed"] - t["received"]) / 1000,
+        "  of which: draw the table": (t["table"] - t["parsed"]) / 1000,
+        "then: scatter drawn, after the table": (t["scatter"] - t["painted"]) / 1000,
+        "result document (MB)": t["bytes"] / 1e6,
+    }
 
 
 # each action's time until Plotly has drawn it (afterplot), at most LIMIT_MS (then NaN)

@@ -40,7 +40,7 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
 from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
-from paraplan.step.schedules import schedule_order  # noqa: F401 (re-exported)
+from paraplan.step.schedules import route_length, route_position, schedule_order  # noqa: F401
 from paraplan.specs.system import SystemSpec
 
 

@@ -23,6 +23,7 @@ from paraplan.export import (
 )
 from paraplan.export.common import check_handled
 from paraplan.export.megatron_core import written_plan
+from paraplan.export.torchtitan_split import written_plan as torchtitan_written_plan
 from paraplan.specs.plan import PlanSpec, plan_violations
 
 # 40 layers, 40 heads; a learned position table as long as the longest sequence below (Megatron-LM
@@ -97,6 +98,8 @@ def _as_written(framework: str, plan: PlanSpec, text: str) -> PlanSpec:
     """The plan as an export that wrote a pipeline layout states it: its stage counts explicit, no split switches (a
     layout replaces them; an interleaved split with unequal chunks, or a split the split flags do not give, is
     written as one)."""
+    if framework == "torchtitan":  # a split other than the even default: model parts
+        return torchtitan_written_plan(plan, MODEL)
     return written_plan(plan, MODEL) if framework in ("megatron", "nemo") else plan
 
 

@@ -206,3 +206,35 @@ def test_qwen3_exports_its_per_head_qk_norm():
     mixtral = load_model("mixtral-8x7b")
     assert "--qk-layernorm" not in export_plan("megatron", plan, mixtral)
     assert "qk_layernorm" not in export_plan("nemo", plan, mixtral)
+
+
+@pytest.mark.parametrize("name", ("megatron", *KEYED))
+def test_every_launch_setting_has_provenance_and_reads_kept_keys(name):
+    """The facts' ``settings`` (environment a framework's own launcher sets): a variable, a value, the
+    file and line it is read from, and a condition over the kept keys."""
+    facts, kept = startup_checks(name), framework_args(name)
+    for s in facts.settings:
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]+", s["variable"]) and str(s["value"]), s
+        assert int(s["line"]) > 0 and s["file"].endswith(".py") and s["says"].strip(), s
+        assert _keys(s["if"]) <= kept.names, s
+
+
+@pytest.mark.parametrize(
+    "fields, connections",
+    [({"tp": 8, "pp": 2}, "1"), ({"cp": 2}, "1"), ({"tp": 1}, None)],
+)
+def test_nemo_states_the_launch_environment_perfenvplugin_sets(fields, connections):
+    """NeMo v2.4.0's PerfEnvPlugin (nemo/lightning/run/plugins.py): CUDA_DEVICE_MAX_CONNECTIONS=1 with
+    tp or cp > 1 (before Blackwell), the LayerNorm SM margins and NCCL's high-priority streams always;
+    written as comments to apply on the executor, so the override still imports."""
+    plan = PlanSpec(gpus=64, global_batch=64, micro_batch=1, seq_length=4096, **fields)
+    text = export_plan("nemo", plan)
+    env = dict(
+        re.findall(
+            r'^# executor\.env_vars\["(\w+)"\] = "(\w+)"  # NVIDIA/NeMo@v2\.4\.0 ', text, re.M
+        )
+    )
+    assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == connections
+    assert env["NVTE_FWD_LAYERNORM_SM_MARGIN"] == env["NVTE_BWD_LAYERNORM_SM_MARGIN"] == "16"
+    assert env["TORCH_NCCL_HIGH_PRIORITY"] == "1"
+    assert import_plan("nemo", text)["tp"] == plan.tp

@@ -24,10 +24,29 @@ CASES = [(2, 1, 1), (2, 1, 4), (4, 1, 3), (4, 1, 8), (8, 1, 16), (4, 2, 8), (4, 
 def test_every_pass_runs_once_on_every_stage(name, pp, vpp, m):
     vpp = vpp if name == "interleaved" else 1
     kinds = ("F", "B", "W") if SCHEDULES[name].split_backward else ("F", "B")
+    # DualPipe: m/2 micro-batches per direction (chunk = direction), m >= 2p, p and m even
+    if SCHEDULES[name].directions == 2 and (m % 2 or m < 2 * pp):
+        with pytest.raises(ValueError, match="m >= 2p"):
+            schedule_order(name, pp, vpp, m)
+        m = 2 * pp
+    per, chunks = (m // 2, 2) if SCHEDULES[name].directions == 2 else (m, vpp)
     for order in schedule_order(name, pp, vpp, m):
         count = Counter(order)
         assert set(count.values()) == {1}
-        assert set(count) == {(k, i, c) for k in kinds for i in range(m) for c in range(vpp)}
+        assert set(count) == {(k, i, c) for k in kinds for i in range(per) for c in range(chunks)}
+
+
+@pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 10), (8, 16), (8, 40)])
+def test_dualpipe_holds_at_most_its_in_flight_micro_batches(pp, m):
+    """DualPipe: a micro-batch's activations live from its F to its W; at most p + 1 on a rank
+    (DeepSeek-V3 Table 2, SCHEDULES["dualpipe"].in_flight)."""
+    entry = SCHEDULES["dualpipe"]
+    for s, order in enumerate(schedule_order("dualpipe", pp, 1, m)):
+        live = peak = 0
+        for kind, _, _ in order:
+            live += 1 if kind == "F" else -1 if kind == "W" else 0
+            peak = max(peak, live)
+        assert peak <= entry.in_flight(pp, 1, m, s)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "gpipe", "zb-h1"])

@@ -76,7 +76,10 @@ def test_a_search_gives_the_same_plans_as_the_api(client, searched):
     assert doc["scatter_rule"] == "evaluated" and doc["scatter_plans"] == doc["feasible"]
     assert sum(p["plans"] for p in doc["scatter"]) == doc["feasible"]
     assert len(doc["plans"]) < len(doc["scatter"]) < doc["feasible"]
-    assert doc["scatter"][0]["rank"] == 1 and doc["scatter"][0]["plan"] == doc["plans"][0]["plan"]
+    assert doc["scatter"][0]["rank"] == 1
+    # the fields every point shares are sent once (web.work.shared_fields)
+    assert {**doc["scatter_base"], **doc["scatter"][0]["plan"]} == doc["plans"][0]["plan"]
+    assert all(not set(p["plan"]) & set(doc["scatter_base"]) for p in doc["scatter"])
 
 
 def test_the_event_stream_ends_with_the_result(client, searched):

@@ -29,6 +29,7 @@ def _pipeline(schedule, pp, vpp, m, f=1.0, b=2.0, w=1.0, p2p=0.0, last=None):
         "microbatches": m,
         "stages": stages,
         "split_backward": split,
+        "directions": 2 if schedule == "dualpipe" else 1,
         "pipeline_s": 0.0,
     }
 
@@ -103,24 +104,26 @@ def test_zb_h1_holds_at_most_p_micro_batches_and_1f1b_p_minus_s():
 
 
 @pytest.mark.parametrize(
-    "schedule, extra", [("1f1b", {}), ("interleaved", {"vpp": 2}), ("zb-h1", {}), ("gpipe", {})]
+    "schedule, extra",
+    [("1f1b", {}), ("interleaved", {"vpp": 2}), ("zb-h1", {}), ("gpipe", {}), ("dualpipe", {})],
 )
 def test_a_catalog_plan_is_drawn_at_the_estimators_pipeline_time(schedule, extra):
     """GPT-3 13B, pp 4 (the last stage, with the LM head, is the slowest): the drawing's makespan
     is the composition's m·S + bubble; ZB-H1 within 0.5 % (the composition takes the largest W
-    share over the stages, the drawing each stage's own)."""
+    share over the stages, the drawing each stage's own: 0.17 % here); DualPipe within 2 % (Table 2's
+    bubble against its order placed in time, F : B : W = 1.6 : 2.7 : 0.9 here: 1.5 %)."""
     from paraplan import api
 
     plan = dict(gpus=64, tp=8, pp=4, global_batch=64, micro_batch=1, schedule=schedule, **extra)
     pipeline = api.pipeline_stages("gpt3-13b", "dgx-a100-80gb", plan)
     estimated = api.estimate("gpt3-13b", "dgx-a100-80gb", plan)
     drawn = timeline(pipeline, api.schedule_order, estimated.breakdown.bubble_s)
-    rel = 5e-3 if schedule == "zb-h1" else 1e-9
+    rel = {"zb-h1": 5e-3, "dualpipe": 2e-2}.get(schedule, 1e-9)
     assert drawn["makespan_s"] == pytest.approx(pipeline["pipeline_s"], rel=rel)
     b = estimated.breakdown
     tail = b.optimizer_s + b.dp_comm_s + b.offload_s
     assert pipeline["pipeline_s"] == pytest.approx(estimated.step_time_s - tail, rel=1e-12)
-    assert not drawn["approximate"]
+    assert drawn["approximate"] == (schedule in ("zb-h1", "dualpipe"))
 
 
 def test_the_aggregate_keeps_one_best_plan_per_cell_and_counts_all():
@@ -173,10 +176,38 @@ def test_the_ranked_plans_are_the_points_of_their_cells():
     assert [(p.get("rank"), p["plans"]) for p in points] == [(1, 1), (2, 2)]
 
 
-def test_dualpipe_is_drawn_in_zb_h1s_order_and_marked_approximate():
-    """DualPipe's two-direction schedule is not drawn: its stages are drawn in ZB-H1's order (same
-    bars, so the drawn bubble is ZB-H1's (p − 1)·(F + B − c·W)), marked approximate; the
-    composition prices DualPipe by (p/2 − 1)·(F + 2B − 3W)/2 (step.schedules)."""
-    zb = timeline(_pipeline("zb-h1", 4, 1, 8), schedule_order, 0.0)
-    dual = timeline(_pipeline("dualpipe", 4, 1, 8), schedule_order, 0.0)
-    assert dual["bars"] == zb["bars"] and dual["approximate"] and not zb["approximate"]
+@pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 12), (8, 16), (8, 20), (16, 32)])
+def test_dualpipe_is_drawn_in_both_directions_at_the_compositions_pipeline_time(pp, m):
+    """DualPipe's own order (step.schedule_orders.dualpipe_order): m/2 micro-batches from each end,
+    each rank runs every micro-batch once; with equal stages at F = B − W = W the drawn makespan is the
+    composition's m·S + (p/2 − 1)·(F + 2B − 3W)/2 (step.schedules, DeepSeek-V3 Table 2)."""
+    from paraplan.step.schedules import dualpipe_bubble_s
+
+    pipeline = _pipeline("dualpipe", pp, 1, m, f=1.0, b=2.0, w=1.0)
+    pipeline["pipeline_s"] = m * 3.0 + dualpipe_bubble_s(pp, 0.5, 1.0, 0.5)
+    drawn = timeline(pipeline, schedule_order, 0.0)
+    assert drawn["makespan_s"] == pytest.approx(pipeline["pipeline_s"], rel=1e-12)
+    assert not drawn["approximate"] and drawn["directions"] == 2
+    assert len(drawn["bars"]) == 3 * m * pp
+    for s in range(pp):  # one pass at a time; both directions' micro-batches, each F, B, W once
+        mine = [x for x in drawn["bars"] if x["stage"] == s]
+        spans = sorted((x["start"], x["end"]) for x in mine)
+        assert all(a[1] <= b_[0] + 1e-12 for a, b_ in itertools.pairwise(spans))
+        assert {(x["kind"], x["mb"], x["chunk"]) for x in mine} == {
+            (k, i, d) for k in "FBW" for i in range(m // 2) for d in (0, 1)
+        }
+    # direction 1 enters at the last stage: its first forward starts there at 0
+    first = min((x for x in drawn["bars"] if x["chunk"] == 1), key=lambda x: x["start"])
+    assert first["stage"] == pp - 1 and first["start"] == 0.0
+
+
+def test_dualpipe_with_other_ratios_is_marked_where_it_differs():
+    """Away from F = B − W = W the placed order and Table 2's formula part: marked approximate,
+    both figures kept; m < 2p is not drawn (deepseek-ai/DualPipe asserts m >= 2p)."""
+    pipeline = _pipeline("dualpipe", 8, 1, 16, f=1.0, b=1.5, w=0.4)
+    pipeline["pipeline_s"] = 1.0
+    drawn = timeline(pipeline, schedule_order, 0.0)
+    assert drawn["approximate"] and drawn["makespan_s"] > 16 * 2.5
+    short = timeline(_pipeline("dualpipe", 8, 1, 8), schedule_order, 0.0)
+    assert short["bars"] == [] and short["makespan_s"] is None
+    assert "m >= 2p" in short["note"] and short["approximate"]

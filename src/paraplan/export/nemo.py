@@ -27,7 +27,12 @@ from paraplan.export.common import (
     require,
 )
 from paraplan.export.megatron_model import mla_model_arguments, moe_model_arguments
-from paraplan.export.startup import argument_map, refuse_failed_keys, startup_checks
+from paraplan.export.startup import (
+    argument_map,
+    launch_variables,
+    refuse_failed_keys,
+    startup_checks,
+)
 from paraplan.io.fields import Doc
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -221,7 +226,19 @@ def export(
         lines.append(f"recipe.{key} = {text}")
     if canonical_plan(plan)["overlap_tp_comm"]:
         lines.append(CALLBACK)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + environment_lines(dict(pairs), context)) + "\n"
+
+
+def environment_lines(given: dict, context: dict) -> list[str]:
+    """The launch environment (facts/nemo_checks.yaml ``settings``: what NeMo's PerfEnvPlugin sets),
+    as comments to apply on the nemo-run executor, each with its source line."""
+    variables = launch_variables(NAME, given, context)
+    if not variables:
+        return []
+    out = ["# launch environment, set on the nemo-run executor as NeMo's PerfEnvPlugin does:"]
+    for v in variables:
+        out.append(f'# executor.env_vars["{v["variable"]}"] = "{v["value"]}"  # {v["where"]}')
+    return out
 
 
 _ASSIGN = re.compile(r"^recipe\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")

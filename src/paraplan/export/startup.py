@@ -30,6 +30,9 @@ class StartupChecks:
     defaults: dict[str, Any]
     checks: tuple[dict, ...]
     environment: dict[str, dict[str, str]]  # variable -> {check id: the value the check needs}
+    # variables the framework's own launcher sets without a start-up check asserting them: each
+    # {variable, value, if, file, line, says}, set where its `if` holds (launch_variables)
+    settings: tuple[dict, ...] = ()
 
     def where(self, check: dict) -> str:
         """``repo@tag file:line`` of a check (a check read from another repository names its own)."""
@@ -49,6 +52,7 @@ def startup_checks(name: str) -> StartupChecks:
         defaults={k: v["value"] for k, v in (data.get("defaults") or {}).items()},
         checks=tuple(data["checks"]),
         environment={k: dict(v) for k, v in (data.get("environment") or {}).items()},
+        settings=tuple(data.get("settings") or ()),
     )
 
 
@@ -191,18 +195,38 @@ def failed_key_checks(
 
 
 def launch_environment(name: str, args: list[str]) -> dict[str, str]:
-    """The environment a launch of ``args`` needs, read from the facts' ``environment``: each variable
-    takes the value of the first check listed under it whose condition (``if``) holds for ``args``."""
+    """The environment a launch of ``args`` needs ({variable: value}, ``launch_variables``)."""
+    return {v["variable"]: v["value"] for v in launch_variables(name, _given(tuple(args)))}
+
+
+def launch_variables(
+    name: str, given: Mapping[str, Any], context: Mapping[str, Any] | None = None
+) -> list[dict]:
+    """The environment variables a launch with the arguments or keys ``given`` needs, each
+    {variable, value, where, says}: from the facts' ``environment``, the value of the first check
+    listed under the variable whose condition (``if``) holds; then each of the facts' ``settings``
+    (what the framework's own launcher sets) whose ``if`` holds, for a variable not set yet."""
     facts = startup_checks(name)
-    state = _Env(_given(tuple(args)), facts.defaults, {})
+    state = _Env(given, facts.defaults, {}, context)
     checks = {c["id"]: c for c in facts.checks}
-    out = {}
+    out: dict[str, dict] = {}
     for variable, values in facts.environment.items():
         for check, value in values.items():
             if state.holds(checks[check]["if"]):
-                out[variable] = str(value)
+                c = checks[check]
+                out[variable] = _variable(variable, value, facts.where(c), f"check {check!r}")
                 break
-    return out
+    for entry in facts.settings:
+        if entry["variable"] not in out and state.holds(entry["if"]):
+            says = " ".join(entry["says"].split())
+            out[entry["variable"]] = _variable(
+                entry["variable"], entry["value"], facts.where(entry), says
+            )
+    return list(out.values())
+
+
+def _variable(variable: str, value: Any, where: str, says: str) -> dict:
+    return {"variable": variable, "value": str(value), "where": where, "says": says}
 
 
 def refuse_failed(

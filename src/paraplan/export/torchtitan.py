@@ -26,6 +26,14 @@ from paraplan.export.common import (
     same_placement,
 )
 from paraplan.export.startup import refuse_failed_keys, startup_checks
+from paraplan.export.torchtitan_split import (
+    SPLIT_FIELDS,
+    SPLIT_SWITCHES,
+    model_parts,
+    read_parts,
+    split_given,
+    writes_parts,
+)
 from paraplan.io.fields import Doc, as_list
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -35,6 +43,7 @@ ORDER = "tp-cp-dp-pp"
 SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 FLOAT8 = "quantize.linear.float8"
 HANDLED = COMMON_FIELDS | {"ep", "offload_weights", "offload_activations"}
+HANDLED |= set(SPLIT_FIELDS) | set(SPLIT_SWITCHES)  # with --model: model parts (torchtitan_split)
 
 
 def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[str, object]]:
@@ -47,6 +56,11 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
     if plan.vpp > 1 and model is None:
         raise ExportRefused(
             "plan.vpp: torchtitan needs pipeline_parallel_layers_per_stage; give --model to compute it"
+        )
+    if plan.pp > 1 and model is None and split_given(plan):
+        raise ExportRefused(
+            "plan.stage_layers: torchtitan states a split as module_fqns_per_model_part; give --model "
+            "to write it"
         )
     par: dict[str, object] = {
         "data_parallel_replicate_degree": plan.dp if c["zero"] == 0 else 1,
@@ -69,16 +83,10 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch
         par["pipeline_parallel_first_stage_less_layers"] = 0
         par["pipeline_parallel_last_stage_less_layers"] = 0
-        if model is not None:
-            stages = plan.pp * plan.vpp
-            if model.layers % stages:
-                raise refuse(
-                    fw,
-                    "pp",
-                    plan.pp,
-                    f"layers={model.layers} do not split evenly into pp·vpp={stages} stages",
-                )
-            par["pipeline_parallel_layers_per_stage"] = model.layers // stages
+        if writes_parts(plan, model):  # any split but the even default (torchtitan_split)
+            par["module_fqns_per_model_part"] = model_parts(plan, model)  # type: ignore[arg-type]
+        elif model is not None:
+            par["pipeline_parallel_layers_per_stage"] = model.layers // (plan.pp * plan.vpp)
         training["local_batch_size"] = plan.global_batch // plan.dp
     else:
         training["local_batch_size"] = plan.micro_batch
@@ -187,6 +195,7 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> 
     given = {f"{s}.{k}": v for s, fields in secs.items() for k, v in fields.items()}
     check_names(fw, list(given))
     context = {"world_size": plan.gpus, "n_layers": model.layers if model is not None else None}
+    context["model_parts"] = len(given.get("parallelism.module_fqns_per_model_part") or ()) or None
     refuse_failed_keys(NAME, fw.label, plan, given, context)
     lines = header_lines(
         header,
@@ -227,11 +236,11 @@ def _check_pipeline_importable(par: Doc, pp: int) -> None:
             "torchtitan: first/last stage with fewer layers (pipeline_parallel_*_stage_less_layers, "
             "default 1) has no paraplan plan field; set both to 0"
         )
-    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
-        if par.get(key, None):
-            raise ExportRefused(
-                f"torchtitan: parallelism.{key} (a hand-made split or schedule) has no paraplan plan field"
-            )
+    if par.get("pipeline_parallel_schedule_csv", None):
+        raise ExportRefused(
+            "torchtitan: parallelism.pipeline_parallel_schedule_csv (a hand-made schedule) has no "
+            "paraplan plan field"
+        )
 
 
 def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
@@ -256,8 +265,13 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     schedule = par.choice(
         "pipeline_parallel_schedule", {v: k for k, v in SCHEDULES.items()}, "1F1B"
     )
-    vpp = 1
-    if schedule == "interleaved":
+    vpp, stage_layers = 1, None
+    parts = par.get("module_fqns_per_model_part", None)
+    if parts and pp > 1:
+        stage_layers, vpp = read_parts(parts, pp, model)
+    elif parts:
+        raise ExportRefused("torchtitan: module_fqns_per_model_part without pipeline stages")
+    elif schedule == "interleaved":
         per_stage = par.integer("pipeline_parallel_layers_per_stage", 0, minimum=0)
         if model is None or not per_stage:
             raise ExportRefused(
@@ -304,4 +318,5 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
         "overlap_param_gather": True,
         "overlap_tp_comm": par.boolean("enable_async_tensor_parallel", False),
         "placement": ORDER,
+        "stage_layers": stage_layers,
     }

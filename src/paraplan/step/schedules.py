@@ -21,8 +21,8 @@ entry: its name in specs.plan.Schedule (the plan field, with its rules), the Gri
 names, and its options in search.space.schedule_options; tests/unit/test_schedules.py checks that
 these agree with the registry and that the table of docs/architecture.md is ``markdown_table()``.
 Every function works on floats and on numpy arrays (one element per candidate plan), except the
-instruction orders (``order``: each stage's passes in the order it runs them, plain integers), which
-the plan explorer's timeline places in time (web/timeline.py).
+instruction orders (``order``: each stage's passes in the order it runs them, plain integers:
+step/schedule_orders.py), which the plan explorer's timeline places in time (web/timeline.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ from typing import Any, Callable, NamedTuple
 
 from paraplan.cost.elementwise import any_true, maximum, minimum, where
 from paraplan.step.inputs import backward_s, forward_s
+from paraplan.step.schedule_orders import (  # noqa: F401 (route_*: re-exported for the timeline)
+    Pass,
+    dualpipe_order,
+    gpipe_order,
+    interleaved_order,
+    one_f_one_b_order,
+    route_length,
+    route_position,
+    zb_h1_order,
+)
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -74,6 +84,8 @@ class PipelineSchedule:
     in_flight_formula: str
     floor_formula: str
     source: str
+    # routes micro-batches take through the stages: 1, or 2 for DualPipe (``route_position``)
+    directions: int = 1
 
 
 # ---- bubbles ------------------------------------------------------------------------------------
@@ -195,67 +207,6 @@ def least_in_flight_microbatches(pp, microbatches, stage):
     return one_f_one_b_in_flight(pp, 1, microbatches, stage)
 
 
-# ---- instruction orders -------------------------------------------------------------------------
-# A pass is (kind, micro-batch, model chunk): "F" forward, "B" backward ("B" the input-gradient part
-# alone where the schedule splits the backward, with "W" its weight-gradient part), chunk 0 .. v − 1.
-Pass = tuple[str, int, int]
-
-
-def _gpipe_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pass]:
-    """GPipe: every forward, then every backward (Huang et al. 2019 §2.3)."""
-    m = microbatches
-    return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
-
-
-def one_f_one_b_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pass]:
-    """1F1B: min(p − s − 1, m) warm-up forwards on stage s, then one forward / one backward, then the
-    remaining backwards (Narayanan et al. 2021 §2.2.1, Fig. 4 top)."""
-    m = microbatches
-    warm = min(pp - stage - 1, m)
-    order = [("F", i, 0) for i in range(warm)]
-    for i in range(m - warm):
-        order += [("F", warm + i, 0), ("B", i, 0)]
-    return order + [("B", i, 0) for i in range(m - warm, m)]
-
-
-def _interleaved_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pass]:
-    """Interleaved 1F1B (m a multiple of p, specs.rules.interleave_batch_rule): model chunks taken p
-    micro-batches at a time, backwards in reverse chunk order; min((p − s − 1)·2 + (v − 1)·p, m·v)
-    warm-up forwards on stage s, then one forward / one backward (Megatron-LM,
-    ``forward_backward_pipelining_with_interleaving``, core_v0.14.0; Narayanan et al. 2021 §2.2.2)."""
-    if vpp <= 1 or microbatches % pp:
-        return one_f_one_b_order(pp, 1, microbatches, stage)
-    total = microbatches * vpp
-    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
-
-    def ident(k: int, backward: bool) -> tuple[int, int]:
-        chunk = (k // pp) % vpp
-        return (k // (pp * vpp)) * pp + k % pp, (vpp - 1 - chunk if backward else chunk)
-
-    order = [("F", *ident(k, False)) for k in range(warm)]
-    for k in range(total - warm):
-        order += [("F", *ident(warm + k, False)), ("B", *ident(k, True))]
-    return order + [("B", *ident(k, True)) for k in range(total - warm, total)]
-
-
-def _zb_h1_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pass]:
-    """ZB-H1: 1F1B's order of forwards and input-gradient backwards B; stage s runs its
-    weight-gradient pass W of micro-batch i after the B of micro-batch i + s (the last stage defers
-    p − 1, the first none: each stage holds at most p micro-batches, 1F1B's peak), the deferred W
-    passes at the end of the cool-down (Qi et al. 2023, arXiv:2401.10241 §3.1, Fig. 3). With equal
-    stages and W <= F this order takes m·(F + B) + (p − 1)·(F + B − c·W), the bubble of
-    ``_zb_h1_bubble_s`` (tests/unit/test_schedule_orders.py)."""
-    m = microbatches
-    done = 0
-    order: list[Pass] = []
-    for kind, mb, chunk in one_f_one_b_order(pp, 1, m, stage):
-        order.append((kind, mb, chunk))
-        while kind == "B" and done <= mb - stage:
-            order.append(("W", done, 0))
-            done += 1
-    return order + [("W", i, 0) for i in range(done, m)]
-
-
 def schedule_order(schedule: str, pp: int, vpp: int, microbatches: int) -> list[list[Pass]]:
     """Every stage's passes in the order it runs them under ``schedule`` (its entry's ``order``)."""
     entry = SCHEDULES[schedule]
@@ -311,7 +262,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 flag="interleaved",
                 bubble_s=_interleaved_bubble_s,
                 in_flight=_interleaved_in_flight,
-                order=_interleaved_order,
+                order=interleaved_order,
                 weight_copies=1.0,
                 bubble_floor_s=_interleaved_floor_s,
                 split_backward=False,
@@ -325,7 +276,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 flag="gpipe",
                 bubble_s=_one_f_one_b_bubble_s,
                 in_flight=_gpipe_in_flight,
-                order=_gpipe_order,
+                order=gpipe_order,
                 weight_copies=1.0,
                 bubble_floor_s=_one_f_one_b_floor_s,
                 split_backward=False,
@@ -339,7 +290,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 flag="zb",
                 bubble_s=_zb_h1_bubble_s,
                 in_flight=one_f_one_b_in_flight,
-                order=_zb_h1_order,
+                order=zb_h1_order,
                 weight_copies=1.0,
                 bubble_floor_s=_zb_h1_floor_s,
                 split_backward=True,
@@ -353,9 +304,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 flag="dualpipe",
                 bubble_s=_dualpipe_bubble_s,
                 in_flight=_dualpipe_in_flight,
-                # the two-direction order is not modelled: ZB-H1's, one direction (web.timeline
-                # marks it approximate)
-                order=_zb_h1_order,
+                order=dualpipe_order,
                 weight_copies=2.0,
                 bubble_floor_s=_dualpipe_floor_s,
                 split_backward=True,
@@ -363,6 +312,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 in_flight_formula="min(p + 1, m)",
                 floor_formula="(p/2 − 1)·max(1 − 1.5ρ, 0)·S0/2",
                 source="DeepSeek-V3 report, arXiv:2412.19437 §3.2.1 Table 2",
+                directions=2,
             ),
         )
     }

@@ -13,13 +13,15 @@ from paraplan.specs.system import SystemSpec
 from paraplan.step.compose import pipeline_bound_s, split_backward_on, stage_works
 from paraplan.step.estimate import check_plan, step_inputs
 from paraplan.step.inputs import backward_s, forward_s, sum_blocks, work_total
+from paraplan.step.schedules import SCHEDULES
 
 
 def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dict:
     """Per pipeline stage (0 .. pp − 1) its per-micro-batch ``forward_s`` (step.inputs.forward_s),
     ``backward_s`` (step.inputs.backward_s, W included), ``wgrad_s`` (W, BlockTerms.wgrad summed),
     ``p2p_s`` and ``work_s`` (the sum the composition takes the slowest of); the schedule, m, v,
-    whether it splits the backward, and ``pipeline_s``, the composition's m·S + bubble."""
+    whether it splits the backward, the routes micro-batches take (``directions``: 2 for DualPipe,
+    step.schedule_orders.route_position), and ``pipeline_s``, the composition's m·S + bubble."""
     check_plan(model, system, plan)
     inp = step_inputs(model, system, plan)
     split = split_backward_on(inp.knobs)
@@ -44,6 +46,7 @@ def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dic
         "vpp": plan.vpp,
         "microbatches": plan.microbatches,
         "split_backward": bool(split),
+        "directions": SCHEDULES[schedule].directions,
         "stages": [dict(row or {}, stage=i) for i, row in enumerate(stages)],
         "pipeline_s": float(pipeline_bound_s(inp)),
     }

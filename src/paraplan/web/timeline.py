@@ -1,24 +1,31 @@
 """The pipeline-schedule timeline of a plan's detail view: every stage's passes in the instruction
-order of the plan's schedule (step/schedules.py, each entry's ``order``), each started as soon as its
-stage is free and its input is there, with the stage's own per-micro-batch times as the step
-composition prices them (``api.pipeline_stages``: F, B, W and point-to-point seconds per stage).
+order of the plan's schedule (step/schedule_orders.py, each SCHEDULES entry's ``order``), each started
+as soon as its stage is free and its input is there, with the stage's own per-micro-batch times as the
+step composition prices them (``api.pipeline_stages``: F, B, W and point-to-point seconds per stage,
+from step.compose.stage_works).
 
-A pass of model chunk c on stage s is virtual stage c·p + s; its durations are the stage's over v:
-F = (forward + p2p/2)/v, B = (backward + p2p/2)/v with W = wgrad/v split off where the schedule
-splits the backward (ZB-H1, DualPipe), the stage's point-to-point seconds shared evenly between
-the forward and the backward send. Dependencies: F after the F of the virtual stage before; B after
-the B of the one after (after its own F on the last); W after its own B (the order holds it there).
+A pass of model chunk c on stage s sits at a position of its route (``api.route_position``: virtual
+stage c·p + s; DualPipe's two directions, stage s at position s one way and p − 1 − s the other); its
+durations are the stage's over v: F = (forward + p2p/2)/v, B = (backward + p2p/2)/v with W = wgrad/v
+split off where the schedule splits the backward (ZB-H1, DualPipe), the stage's point-to-point
+seconds shared evenly between the forward and the backward send. Dependencies: F after the F of the
+position before; B after the B of the position after (after its own F at the route's end); W after
+its own B (the order holds it there).
 
-The drawn makespan is the composition's pipeline time m·S + bubble (``pipeline_s``) for GPipe,
-1F1B, interleaved 1F1B and ZB-H1 when the stages are equal or the slowest is the last (with W <= F
-for ZB-H1: its bubble formula assumes the deferred W passes fit the cool-down's slots); with the
-slowest stage earlier the drawing is shorter, since the composition passes every other stage's
-whole work through the fill and drain (T − S). DualPipe is drawn in ZB-H1's order, one direction
-(``approximate``): the composition prices its two-direction schedule by its own formula
-(``bubble_s`` beside the drawing). tests/web/test_web_timeline.py checks these statements.
+The drawn makespan is the composition's pipeline time m·S + bubble (``pipeline_s``) for GPipe, 1F1B,
+interleaved 1F1B and ZB-H1 when the stages are equal or the slowest is the last (with W <= F for
+ZB-H1: its bubble formula assumes the deferred W passes fit the cool-down's slots), and for DualPipe
+with equal stages at F = B − W = W (the ratio DeepSeek-V3's Table 2 formula and the composition's
+halved chunks agree on with the order placed in time; tests/web/test_web_timeline.py). Elsewhere the
+two differ and ``approximate`` says so: with the slowest stage earlier the drawing is shorter, since
+the composition passes every other stage's whole work through the fill and drain (T − S); DualPipe's
+formula is the report's, not this placement's. DualPipe with fewer than 2p micro-batches is not
+drawn (its reference implementation refuses them: ``note``).
 """
 
 from __future__ import annotations
+
+from paraplan.api import route_length, route_position
 
 MAX_OPS = 4096  # passes drawn (a longer schedule is drawn for its first micro-batches)
 MAX_PLACED = 300_000  # passes placed to find the whole schedule's makespan
@@ -35,11 +42,11 @@ def pass_times(stage: dict, vpp: int, split: bool) -> dict[str, float]:
     }
 
 
-def place(orders: list[list], times: list[dict], vpp: int) -> list[dict]:
+def place(orders: list[list], times: list[dict], vpp: int, directions: int = 1) -> list[dict]:
     """Start each pass when its stage is free and its input is there (module doc): bars of
     (stage, kind, mb, chunk, start, end); ValueError if the orders deadlock."""
     pp = len(orders)
-    last = pp * vpp - 1
+    last = route_length(directions, pp, vpp) - 1
     ends: dict[tuple, float] = {}
     free, nxt, bars = [0.0] * pp, [0] * pp, []
     progressed = True
@@ -48,17 +55,18 @@ def place(orders: list[list], times: list[dict], vpp: int) -> list[dict]:
         for s in range(pp):
             while nxt[s] < len(orders[s]):
                 kind, mb, chunk = orders[s][nxt[s]]
-                vs = chunk * pp + s
-                need = {"F": ("F", mb, vs - 1), "B": ("B", mb, vs + 1), "W": ("B", mb, vs)}[kind]
-                if kind == "F" and vs == 0:
+                route, at = route_position(directions, pp, vpp, s, chunk)
+                need = {"F": ("F", at - 1), "B": ("B", at + 1), "W": ("B", at)}[kind]
+                if kind == "F" and at == 0:
                     need = None
-                elif kind == "B" and vs == last:
-                    need = ("F", mb, vs)
-                if need is not None and need not in ends:
+                elif kind == "B" and at == last:
+                    need = ("F", at)
+                key = None if need is None else (need[0], mb, route, need[1])
+                if key is not None and key not in ends:
                     break
-                start = max(free[s], ends[need] if need else 0.0)
+                start = max(free[s], ends[key] if key else 0.0)
                 end = start + times[s][kind]
-                ends[(kind, mb, vs)] = free[s] = end
+                ends[(kind, mb, route, at)] = free[s] = end
                 bars.append({"stage": s, "kind": kind, "mb": mb, "chunk": chunk})
                 bars[-1].update(start=start, end=end)
                 nxt[s] += 1
@@ -68,39 +76,52 @@ def place(orders: list[list], times: list[dict], vpp: int) -> list[dict]:
     return bars
 
 
-def _shown(schedule: str, pp: int, vpp: int, m: int) -> int:
-    """Micro-batches drawn: all of them, or fewer (a multiple of pp) while over MAX_OPS passes."""
+def _shown(pp: int, vpp: int, m: int, directions: int) -> int:
+    """Micro-batches drawn: all of them, or fewer (a multiple of p, at least p, 2p for DualPipe)
+    while over MAX_OPS passes."""
+    least = pp * directions
     shown = m
-    while shown > pp and 3 * shown * vpp * pp > MAX_OPS:
-        shown = max(pp, (shown // 2) // pp * pp or pp)
+    while shown > least and 3 * shown * vpp * pp > MAX_OPS:
+        shown = max(least, (shown // 2) // pp * pp)
     return shown
+
+
+def _makespan(bars: list[dict]) -> float | None:
+    return max(bar["end"] for bar in bars) if bars else None
 
 
 def timeline(pipeline: dict, orders_of, bubble_s: float) -> dict:
     """The drawing of a plan's schedule: ``bars`` (stage, kind, mb, chunk, start, end in seconds),
-    the drawn makespan beside the composition's pipeline time, and whether the drawing is
-    approximate (module doc). ``pipeline`` is ``api.pipeline_stages``'s document and
+    the drawn makespan beside the composition's pipeline time, and whether they differ
+    (``approximate``, module doc). ``pipeline`` is ``api.pipeline_stages``'s document and
     ``orders_of(schedule, pp, vpp, m)`` the schedule's order (``api.schedule_order``)."""
     pp, vpp, m = pipeline["pp"], pipeline["vpp"], pipeline["microbatches"]
     schedule, split = pipeline["schedule"], pipeline["split_backward"]
+    directions = pipeline["directions"]
     times = [pass_times(stage, vpp, split) for stage in pipeline["stages"]]
-    shown = _shown(schedule, pp, vpp, m)
-    bars = place(orders_of(schedule, pp, vpp, shown), times, vpp)
-    makespan = None
+    shown = _shown(pp, vpp, m, directions)
+    makespan, note = None, None
+    try:
+        bars = place(orders_of(schedule, pp, vpp, shown), times, vpp, directions)
+    except ValueError as exc:  # DualPipe with m < 2p: its reference implementation refuses it
+        bars, note = [], f"not drawn: {exc}"
     if shown == m:
-        makespan = max(bar["end"] for bar in bars)
+        makespan = _makespan(bars)
     elif 3 * m * vpp * pp <= MAX_PLACED:
-        makespan = max(bar["end"] for bar in place(orders_of(schedule, pp, vpp, m), times, vpp))
+        makespan = _makespan(place(orders_of(schedule, pp, vpp, m), times, vpp, directions))
+    target = pipeline["pipeline_s"]
     return {
         "schedule": schedule,
         "pp": pp,
         "vpp": vpp,
+        "directions": directions,
         "microbatches": m,
         "microbatches_drawn": shown,
         "stages": pipeline["stages"],
         "bars": bars,
         "makespan_s": makespan,
-        "pipeline_s": pipeline["pipeline_s"],
+        "pipeline_s": target,
         "bubble_s": bubble_s,
-        "approximate": schedule == "dualpipe",
+        "approximate": makespan is None or abs(makespan - target) > 1e-9 * abs(target),
+        "note": note,
     }

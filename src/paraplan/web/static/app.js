@@ -89,6 +89,7 @@ async function post(url, body) {
 async function runSearch(params, selected) {
   clearErrors();
   if (state.source) state.source.close();
+  state.timing = { clicked: performance.now() };  // where a search's time goes (benchmarks/web_speed.py)
   const problem = problemParams(params);
   history.replaceState(null, "", queryOf(problem, selected));
   $("#search").disabled = true; $("#cancel").disabled = false;
@@ -101,13 +102,16 @@ async function runSearch(params, selected) {
   const source = new EventSource(`/api/jobs/${job.id}/events`);
   state.source = source;
   source.onmessage = (ev) => {
-    const j = JSON.parse(ev.data);
+    const received = performance.now(), j = JSON.parse(ev.data);
     const p = j.progress;
     if (p.total) { $("#progress").max = p.total; $("#progress").value = p.done; }
     $("#status").textContent = `${p.phase} ${p.total ? p.done + " / " + p.total : ""} (${j.elapsed_s.toFixed(1)} s)`;
     if (j.state === "running") return;
     source.close();
-    if (j.state === "done") { showResults(j.result, problem, selected); finish(`done in ${j.elapsed_s.toFixed(2)} s`); }
+    if (j.state === "done") {
+      Object.assign(state.timing, { received, parsed: performance.now(), bytes: ev.data.length, server_s: j.elapsed_s });
+      showResults(j.result, problem, selected); finish(`done in ${j.elapsed_s.toFixed(2)} s`);
+    }
     else if (j.state === "error") { showError(j.error); finish("error"); }
     else finish("cancelled");
   };
@@ -187,11 +191,16 @@ function showResults(doc, problem, selected) {
   for (const a of doc.explain) {
     ex.insertAdjacentHTML("beforeend", `<tr><td>${esc(a.knob)}</td><td>${esc(a.change)}</td><td>${esc(a.verdict)}</td><td>${fmt(a.step_time_s, 4)}</td><td>${esc(a.reason)}</td></tr>`);
   }
-  drawScatter(doc);
+  if (state.timing) state.timing.table = performance.now();
   $("#share").href = location.pathname + location.search;
   const rank = Number(selected.plan || 1);
   const chosen = doc.plans.find((r) => r.rank === rank) || doc.plans[0];
   if (chosen) openPlan(chosen.plan, chosen.rank, selected.compare ? Number(selected.compare) : null);
+  // the scatter after the table is painted: thousands of points must not hold the table back
+  requestAnimationFrame(() => setTimeout(() => {
+    if (state.timing && !state.timing.painted) state.timing.painted = performance.now();  // the frame with the table
+    if (state.doc === doc) drawScatter(doc);
+  }, 0));
 }
 
 async function drawScatter(doc) {
@@ -214,10 +223,11 @@ async function drawScatter(doc) {
     hovertemplate: (byCost ? "$%{y:.4g}" : "%{y:.4g} s") + ", %{x:.1f} GiB, %{text}<extra>%{fullData.name}</extra>",
   }));
   const el = await plot("pareto", traces, { xaxis: { title: "peak memory per GPU (GiB)" }, yaxis: { title: byCost ? `USD per step at $${price}/GPU-hour` : "step time (s)" } });
+  if (state.timing && !state.timing.scatter) state.timing.scatter = performance.now();
   el.removeAllListeners && el.removeAllListeners("plotly_click");
   el.on("plotly_click", (ev) => {
     const p = pts[ev.points[0].customdata];
-    openPlan(p.plan, p.rank || null);
+    openPlan(Object.assign({}, doc.scatter_base, p.plan), p.rank || null);
   });
 }
 
@@ -258,15 +268,15 @@ function drawDetail(d) {
     const sel = t.bars.filter((x) => x.kind === k);
     return { type: "bar", orientation: "h", name: k === "B" && t.bars.some((x) => x.kind === "W") ? "input gradient" : kindNames[k], base: sel.map((x) => x.start),
       x: sel.map((x) => x.end - x.start), y: sel.map((x) => `stage ${x.stage}`), marker: { color: colours[k] },
-      hovertext: sel.map((x) => `mb ${x.mb}` + (t.vpp > 1 ? ` chunk ${x.chunk}` : "")), hoverinfo: "text+x",
+      hovertext: sel.map((x) => `mb ${x.mb}` + (t.directions > 1 ? ` direction ${x.chunk}` : t.vpp > 1 ? ` chunk ${x.chunk}` : "")), hoverinfo: "text+x",
       text: t.bars.length <= 160 ? sel.map((x) => `${x.mb}`) : undefined };
   });
   plot("timeline", bars, { barmode: "overlay", title: { text: `${t.schedule} schedule, pp ${t.pp}, v ${t.vpp}, ${t.microbatches_drawn} of ${t.microbatches} micro-batches` },
     xaxis: { title: "s" }, yaxis: { autorange: "reversed" }, height: 160 + 36 * t.pp, showlegend: true });
-  const span = t.makespan_s === null ? "not placed (too many passes)" : `${fmt(t.makespan_s, 5)} s`;
+  const span = t.note ? `(${t.note})` : t.makespan_s === null ? "not placed (too many passes)" : `${fmt(t.makespan_s, 5)} s`;
   $("#timeline-note").textContent = `each stage's passes in the ${t.schedule} order, timed by the stage's own F, B, W: drawn makespan of all ${t.microbatches} micro-batches ${span}; ` +
     `the estimator's pipeline time (m × slowest stage + bubble) ${fmt(t.pipeline_s, 5)} s, bubble ${fmt(t.bubble_s)} s` +
-    (t.approximate ? " (DualPipe drawn in ZB-H1's one-direction order: approximate; its bubble is the estimator's formula)" : "");
+    (t.approximate && t.makespan_s !== null ? " (the two differ: the estimator's bubble is its schedule's formula, docs/web.md)" : "");
   const tb = $("#collectives tbody"); tb.innerHTML = "";
   for (const c of d.communication || []) {
     tb.insertAdjacentHTML("beforeend", `<tr><td>${esc(c.block)}</td><td>${esc(c.name)}</td><td>${esc(c.group)}</td><td>${esc(c.kind)}</td>` +

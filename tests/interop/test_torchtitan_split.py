@@ -1,0 +1,86 @@
+"""torchtitan's uneven pipeline stages (export.torchtitan_split): any split but the even default is
+written as parallelism.module_fqns_per_model_part (torchtitan v0.2.2 pipeline_parallel.py), read back as
+the plan's explicit stage_layers with the same step time; a hand-made split is refused by name."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.export import ExportRefused, export_plan, import_plan
+from paraplan.export.common import canonical_plan
+from paraplan.export.torchtitan_split import written_plan
+from paraplan.specs.plan import PlanSpec
+from paraplan.step.estimate import estimate
+
+MODEL, SYSTEM = load_model("gpt3-13b"), load_system("dgx-a100-80gb")  # 40 layers
+BASE = dict(gpus=64, tp=8, zero=3, global_batch=64, micro_batch=1, seq_length=2048)
+BASE |= dict(sequence_parallel=True, overlap_dp_grad_reduce=True, overlap_param_gather=True)
+
+
+def _parts(text: str) -> list[list[str]] | None:
+    return tomllib.loads(text)["parallelism"].get("module_fqns_per_model_part")
+
+
+@pytest.mark.parametrize(
+    "fields, stages, vpp",
+    [
+        (dict(pp=4, layers_first_stage=9, layers_last_stage=9), (9, 11, 11, 9), 1),
+        (dict(pp=4, embedding_as_layer=True, loss_as_layer=True), (9, 11, 11, 9), 1),
+        (dict(pp=4, stage_layers=(12, 10, 10, 8)), (12, 10, 10, 8), 1),
+        (dict(pp=8, gpus=64, tp=4, zero=2), (5,) * 8, 1),
+        (dict(pp=4, vpp=3, schedule="interleaved"), (10, 10, 10, 10), 3),
+        (dict(pp=4, vpp=2, schedule="interleaved", layers_last_stage=8), (10, 11, 11, 8), 2),
+    ],
+)
+def test_an_uneven_split_is_written_as_model_parts_and_read_back(fields, stages, vpp):
+    plan = PlanSpec(**(BASE | fields))
+    text = export_plan("torchtitan", plan, MODEL)
+    parts = _parts(text)
+    if fields.get("pp") == 8:  # the even default keeps layers_per_stage (40 layers = 8 × 5)
+        assert parts is None and "pipeline_parallel_layers_per_stage = 5" in text
+        return
+    assert len(parts) == plan.pp * vpp
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+    layers = [n for p in parts for n in p if n.startswith("layers.")]
+    assert layers == [f"layers.{i}" for i in range(MODEL.layers)]
+    # part v·pp + s is chunk v of stage s (torchtitan's looped stage indices)
+    per_stage = [
+        sum(len([n for n in parts[v * plan.pp + s] if "layers." in n]) for v in range(vpp))
+        for s in range(plan.pp)
+    ]
+    assert tuple(per_stage) == stages
+    back = PlanSpec(**import_plan("torchtitan", text, MODEL, plan.seq_length))
+    assert back.stage_layers == stages and back.vpp == vpp
+    assert canonical_plan(back) == canonical_plan(written_plan(plan, MODEL))
+    assert math.isclose(
+        estimate(MODEL, SYSTEM, back).step_time_s,
+        estimate(MODEL, SYSTEM, plan).step_time_s,
+        rel_tol=1e-9,
+    )
+
+
+def test_a_split_needs_the_model_and_a_hand_made_split_is_refused():
+    plan = PlanSpec(**(BASE | dict(pp=4, layers_first_stage=9, layers_last_stage=9)))
+    with pytest.raises(ExportRefused, match=r"^plan\.stage_layers: .*--model"):
+        export_plan("torchtitan", plan)
+    text = export_plan("torchtitan", plan, MODEL)
+    swapped = text.replace('"layers.0", "layers.1"', '"layers.1", "layers.0"')
+    with pytest.raises(ExportRefused, match="hand-made split"):
+        import_plan("torchtitan", swapped, MODEL)
+    three = text.replace('["layers.31"', '["layers.31"').replace(
+        "pipeline_parallel_degree = 4", "pipeline_parallel_degree = 3"
+    )
+    with pytest.raises(ExportRefused, match="do not divide over pp=3"):
+        import_plan("torchtitan", three, MODEL)
+
+
+def test_a_stage_with_fewer_layers_than_chunks_is_not_written():
+    plan = PlanSpec(
+        **(BASE | dict(pp=4, vpp=4, schedule="interleaved", stage_layers=(13, 12, 12, 3)))
+    )
+    with pytest.raises(ExportRefused, match=r"^plan\.vpp=4: .*without layers"):
+        export_plan("torchtitan", plan, MODEL)
