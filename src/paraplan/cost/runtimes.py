@@ -101,6 +101,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     """The profile's runtime terms (module docstring); bytes at the plain HBM rate."""
     fields: dict = {
         "fp8_param_gather": framework.fp8_param_gather,
+        "fp8_recipe": "delayed" if framework.fp8_recipe == "none" else framework.fp8_recipe,
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
     }
     if framework.fsdp_runtime == "fsdp2":

@@ -7,6 +7,8 @@ copies the fitted constants already hold)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from paraplan.specs.strict import InputModel
@@ -53,4 +55,9 @@ class RuntimeCosts(InputModel):
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
+    )
+    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+        "delayed",
+        description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
+        "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
     )
