@@ -132,3 +132,30 @@ def test_fp8_layer_never_slower_than_bf16_beyond_its_quantisation():
                     quant += sum(t for op, t in zip(ops, times) if op.name == "fp8_casts")
                 assert quant > 0.0
                 assert total["fp8"] <= total["bf16"] + quant + 1e-12
+
+
+def test_weights_are_quantised_once_per_step():
+    # bf16 weights: the recipe's operand passes once a step (TE's is_first_microbatch cache); fp8 primary
+    # weights (fp8_params): the transpose of the gathered fp8 weight, read 1 + write 1 B; bf16 runs: nothing
+    assert qz.weight_quantisation_bytes("delayed", "fp8", False) == 4.0
+    assert qz.weight_quantisation_bytes("current", "fp8", False) == 6.0
+    assert qz.weight_quantisation_bytes("current", "fp8", True) == 2.0
+    assert qz.weight_quantisation_bytes("delayed", "bf16", False) == 0.0
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(gpus=8, tp=2, global_batch=32, seq_length=4096, dtype="fp8", zero=1)
+
+    def optimizer_s(recipe: str, dtype: str) -> float:
+        est = estimate(model, with_recipe(system, recipe), plan.model_copy(update={"dtype": dtype}))
+        return est.breakdown.optimizer_s
+
+    # the tail's optimizer region grows by the stage's layer weights x bytes / HBM rate: 4 B delayed, 6 B current,
+    # independent of the number of micro-batches
+    bf16, delayed, current = (
+        optimizer_s("delayed", "bf16"),
+        optimizer_s("delayed", "fp8"),
+        optimizer_s("current", "fp8"),
+    )
+    assert current - delayed == pytest.approx(0.5 * (delayed - bf16), rel=1e-9)
+    assert delayed > bf16
+    more = PlanSpec(gpus=8, tp=2, global_batch=128, seq_length=4096, dtype="fp8", zero=1)
+    assert estimate(model, with_recipe(system, "delayed"), more).breakdown.optimizer_s == delayed

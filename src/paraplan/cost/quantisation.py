@@ -20,9 +20,9 @@ reading the bf16 operand costs 2 B:
 Both orientations are written because Hopper's fp8 GEMMs take TN operands only (wgrad needs Xᵀ and dYᵀ;
 TE ``transformer_engine/common/transpose/cast_transpose.cu``) and the block-scaled formats scale along the
 reduction dimension of each GEMM (TE ``MXFP8Quantizer`` / ``Float8BlockQuantizer`` rowwise and columnwise
-usages). Weights are quantised once per step: TE keeps the quantised weight across the micro-batches of a
-step (``is_first_microbatch``, which Megatron-Core's schedules set on the first micro-batch), so their
-passes are left out of the per-micro-batch op.
+usages). Weights are quantised once per step, not per micro-batch: TE keeps the quantised weight across the
+micro-batches of a step (``is_first_microbatch``, which Megatron-Core's schedules set on the first
+micro-batch), so their passes are priced once per step (``weight_quantisation_bytes``, in the step's tail).
 
 Priced from the measured fp8 kernels where the system has them (the H100 table's ``fp8_kernels``: the
 fused cast + transpose + amax pass and the amax pass, at the rate of the 16k-token rows, README of
@@ -82,6 +82,20 @@ def operand_bytes(recipe: str, dtype: str) -> float:
     r = run_recipe(recipe, dtype)
     q = QUANTISED_INPUT_BYTES.get(dtype, 1.0)
     return amax_pass_bytes(r) + cast_pass_bytes(r, q)
+
+
+def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> float:
+    """HBM bytes per transformer-layer weight element and step of its quantisation (0 outside the
+    low-precision dtypes): with bf16 weights, the recipe's operand passes once per step (``operand_bytes``,
+    the cached weight of ``is_first_microbatch``); with fp8 primary weights (NeMo ``fp8_params``,
+    Megatron-Core ``fp8_param_gather``) the optimizer writes the fp8 weight itself and what remains per local
+    element is the transpose of the gathered weight for the dgrad GEMM, read q + write q (TE Float8Tensor's
+    transpose cache, rebuilt once per step after the parameter all-gather)."""
+    if dtype not in QUANTISED_INPUT_BYTES:
+        return 0.0
+    if fp8_params:
+        return 2.0 * QUANTISED_INPUT_BYTES[dtype]
+    return operand_bytes(recipe, dtype)
 
 
 def _top_rows_rate(acc: AcceleratorSpec, op: str, nominal: float):

@@ -21,6 +21,7 @@ from paraplan.cost.runtimes import runtime_copy_s
 from paraplan.step import zero3_legacy as legacy
 from paraplan.step.schedules import by_schedule
 from paraplan.step.inputs import (
+    TRANSFORMER_KINDS,
     GradientGroup,
     Stage,
     StepInputs,
@@ -119,11 +120,12 @@ def tail_terms(
     owned = traffic.owned
     tensors = sum_blocks(stage, lambda b: b.weight_tensors)
     host = step_host_overhead_s(tensors, inp.host_tensor_s, inp.host_step_s)
-    optimizer = where(
-        inp.knobs.offload_optimizer,
-        0.0,
-        host_bound_s(owned * inp.optimizer_step_bytes / inp.hbm_rate, host),
-    )
+    # the low-precision recipe's weight quantisation, once per step on the stage's transformer-layer weights
+    quantised = sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
+    device = (
+        owned * inp.optimizer_step_bytes + quantised * inp.fp8_weight_quant_bytes
+    ) / inp.hbm_rate
+    optimizer = where(inp.knobs.offload_optimizer, 0.0, host_bound_s(device, host))
     offload = where(
         inp.knobs.offload_optimizer,
         owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth,
