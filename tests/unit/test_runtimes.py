@@ -165,6 +165,7 @@ def test_fp8_param_gather_halves_the_weight_gather():
     [
         ("torchtitan", _fsdp_plan()),
         ("torchtitan-compiled", _fsdp_plan()),
+        ("llm-foundry", _fsdp_plan()),
         ("megatron-deepspeed", _pipe_plan()),
         (
             "nemo-24.09",

@@ -51,10 +51,11 @@ class FrameworkSpec(RuntimeFields):
         "are priced on uniform plans (cost.runtimes); a per-stage plan names its runtime in plan.engine "
         "(step.engines.ENGINES)",
     )
-    fsdp_runtime: Literal["none", "fsdp2"] = Field(
+    fsdp_runtime: Literal["none", "fsdp1", "fsdp2"] = Field(
         "none",
-        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts "
-        "(cost.runtimes.fsdp2_compute_copy_bytes); none: no copies beyond the collectives",
+        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts: fsdp1 "
+        "(FullyShardedDataParallel's flat parameter, cost.runtimes.fsdp1_*) or fsdp2 (fully_shard, "
+        "cost.runtimes.fsdp2_*); none: no copies beyond the collectives",
     )
     grad_accumulation: Literal["fused", "bf16_optimizer"] = Field(
         "fused",

@@ -52,6 +52,12 @@ class RuntimeCosts(InputModel):
         description="ZeRO-3 / FSDP: HBM bytes per shard element after one reduce-scatter (cast to the shard's dtype, "
         "accumulation into the sharded gradient), on the reduce-scatter's stream in series with it",
     )
+    zero3_reduce_unsharded_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch that the runtime moves over the "
+        "unsharded gradient on the reduce-scatter's stream before it (FSDP1's cast to the reduce dtype and pre-divide)",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",

@@ -62,4 +62,5 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dic
         zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
         zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,
+        zero3_reduce_unsharded_bytes=runtime.zero3_reduce_unsharded_bytes,
     )
