@@ -153,6 +153,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     fields: dict = {
         "fp8_param_gather": framework.fp8_param_gather,
         "fp8_recipe": "delayed" if framework.fp8_recipe == "none" else framework.fp8_recipe,
+        "ub_fp8_pipeline": framework.tp_overlap_fp8_reduce_scatter == "pipeline",
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
     }
     reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]

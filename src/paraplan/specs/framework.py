@@ -83,6 +83,12 @@ class FrameworkSpec(RuntimeFields):
     overlap_tp_comm: bool = Field(
         False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)"
     )
+    tp_overlap_fp8_reduce_scatter: Literal["ring_exchange", "pipeline"] = Field(
+        "ring_exchange",
+        description="with TP comm overlap in fp8 runs, the userbuffers method of the reduce-scatter after the "
+        "row-parallel GEMMs: ring_exchange (1 SM; NeMo 2.x / Megatron-Bridge userbuffers_fp8_* configurations) or "
+        "pipeline (24 / 16 SMs kept from the GEMM, as in bf16; NeMo 24.09 launcher ub_cfg_*): cost.overlap",
+    )
     pads_vocabulary: bool = Field(
         False,
         description="the vocabulary is padded to a multiple of 128 x tp (Megatron-LM "

@@ -62,6 +62,12 @@ class RuntimeCosts(InputModel):
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
     )
+    ub_fp8_pipeline: bool = Field(
+        False,
+        description="TP comm-GEMM overlap: fp8 runs keep the pipelined reduce-scatter (24 / 16 SMs) after the "
+        "row-parallel GEMMs, as the bf16 configuration (NeMo 24.09's launcher), instead of the 1-SM ring exchange "
+        "of the later fp8 userbuffers configurations (cost.overlap.userbuffers_contention_s)",
+    )
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
         "delayed",
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
