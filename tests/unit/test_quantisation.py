@@ -3,6 +3,7 @@ the measured H100 fp8 kernels at their 16k-token rate, the HBM fallback, and the
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -90,7 +91,7 @@ def test_a_heavier_recipe_is_never_faster(table):
         )  # fmt: skip
         op = fp8_cast_op(model, shape)
         times = [op_times_s(op, acc, "fp8") for acc in systems]
-        for light, heavy in zip(times, times[1:]):
+        for light, heavy in itertools.pairwise(times):
             assert heavy[0] > light[0] and heavy[1] > light[1]
 
 
