@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.cost.frameworks import apply_framework
+from paraplan.cost.frameworks import apply_framework, framework_system
 from paraplan.cost.overlap import (
     shared_sm_slowdown,
     sm_margin_slowdown,
@@ -128,3 +128,35 @@ def test_deepspeed_engine_accumulates_gradients_per_micro_batch():
     )  # the same stack on the uniform path
     assert grad_accumulation_bytes(ENGINES["deepspeed"], "bf16") == profile.grad_accumulation_bytes
     assert profile.grad_accumulation_bytes == 18.0
+
+
+def test_nemo_2409_fp8_keeps_the_pipelined_reduce_scatter():
+    """NeMo 24.09's launcher runs one userbuffers configuration for bf16 and fp8 (pipeline, 24 / 16 SMs after the
+    row-parallel GEMMs); the later fp8 configurations use a 1-SM ring exchange (cost.overlap)."""
+    f, b = 1.0, 2.0
+    assert userbuffers_contention_s(
+        "attention_projection", f, b, 132, "fp8", fp8_pipeline=True
+    ) == userbuffers_contention_s("attention_projection", f, b, 132, "bf16")
+    assert userbuffers_contention_s("mlp_out_projection", f, b, 132, "fp8", fp8_pipeline=True)[
+        0
+    ] == pytest.approx(16 / 116)
+    # column-parallel GEMMs and bf16 runs do not depend on it
+    for name, dtype in (("qkv_projection", "fp8"), ("mlp_out_projection", "bf16")):
+        assert userbuffers_contention_s(
+            name, f, b, 132, dtype, fp8_pipeline=True
+        ) == userbuffers_contention_s(name, f, b, 132, dtype)
+    nemo = load_framework("nemo-24.09")
+    assert nemo.tp_overlap_fp8_reduce_scatter == "pipeline"
+    assert "tp_overlap_fp8_reduce_scatter" in nemo.sources
+    assert load_framework("megatron-bridge-25.11").tp_overlap_fp8_reduce_scatter == "ring_exchange"
+    model, system = load_model("llama3-70b"), load_system("dgx-h100-80gb")
+    plan = dict(gpus=64, tp=4, pp=4, global_batch=64, seq_length=8192, zero=1, dtype="fp8")
+    plan |= dict(sequence_parallel=True, overlap_tp_comm=True)
+    ring = framework_system(
+        nemo.model_copy(update={"tp_overlap_fp8_reduce_scatter": "ring_exchange"}), system
+    )
+    pipe = framework_system(nemo, system)
+    assert (
+        estimate(model, pipe, PlanSpec(**plan)).step_time_s
+        > estimate(model, ring, PlanSpec(**plan)).step_time_s
+    )

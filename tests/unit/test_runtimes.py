@@ -1,4 +1,4 @@
-"""The runtime costs of training stacks (issue 33, cost.runtimes): FSDP2's copies and casts, DeepSpeed's
+"""The runtime costs of training stacks (issue 33, cost.runtimes): FSDP2's and FSDP1's copies and casts, DeepSpeed's
 PipelineEngine (blocking separate transfers, the BF16 optimizer's fp32 accumulation after every micro-batch),
 fp8 primary weights gathered in fp8. Each term by hand, then through the step."""
 
@@ -10,6 +10,10 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework, framework_system
 from paraplan.cost.runtimes import (
     bf16_optimizer_accumulation_bytes,
+    fsdp1_compute_copy_bytes,
+    fsdp1_gather_copy_bytes,
+    fsdp1_reduce_copy_bytes,
+    fsdp1_reduce_unsharded_bytes,
     fsdp2_compute_copy_bytes,
     fsdp2_gather_copy_bytes,
     fsdp2_reduce_copy_bytes,
@@ -165,6 +169,7 @@ def test_fp8_param_gather_halves_the_weight_gather():
     [
         ("torchtitan", _fsdp_plan()),
         ("torchtitan-compiled", _fsdp_plan()),
+        ("llm-foundry", _fsdp_plan()),
         ("megatron-deepspeed", _pipe_plan()),
         (
             "nemo-24.09",
@@ -211,3 +216,56 @@ def test_p2p_overlap_only_with_interleaving():
     assert runtime_costs(load_framework("nemo-24.09")).p2p_overlap
     # DeepSpeed's engine has no overlapped p2p whatever the flag says
     assert not runtime_costs(load_framework("megatron-deepspeed")).p2p_overlap
+
+
+def test_fsdp1_bytes_by_hand():
+    # compute stream: only the split's backward concatenating the views' bf16 gradients (read 2, write 2);
+    # the all-gather writes the flat parameter in place (no copy-in, no copy-out)
+    assert fsdp1_compute_copy_bytes(2.0) == 4.0
+    # before each all-gather: the fp32 shard cast into the bf16 _mp_shard; nothing without mixed precision
+    assert fsdp1_gather_copy_bytes(4.0, 2.0) == 6.0 and fsdp1_gather_copy_bytes(2.0, 2.0) == 0.0
+    # unsharded gradient before the reduce-scatter: pre-divide in place (bf16: 2 + 2), cast first when the
+    # reduce dtype differs from the param dtype (bf16 -> fp32: 2 + 4, then 4 + 4)
+    assert fsdp1_reduce_unsharded_bytes(2.0, 2.0) == 4.0
+    assert fsdp1_reduce_unsharded_bytes(2.0, 4.0) == 2 + 4 + 8 == 14.0
+    # shard after it: post-divide (2 + 2), cast to fp32 (2 + 4), accumulate (4 + 4 + 4)
+    assert fsdp1_reduce_copy_bytes(4.0, 2.0) == 4 + 6 + 12 == 22.0
+
+
+def test_llm_foundry_runs_fsdp1():
+    fw = load_framework("llm-foundry")
+    assert fw.fsdp_runtime == "fsdp1" and "fsdp_runtime" in fw.sources
+    costs = runtime_costs(fw)  # PURE mixed precision: bf16 params and reduce, fp32 shards
+    assert costs == RuntimeCosts(
+        zero3_compute_copy_bytes=4.0,
+        zero3_gather_copy_bytes=6.0,
+        zero3_reduce_unsharded_bytes=4.0,
+        zero3_reduce_copy_bytes=22.0,
+    )
+    # FSDP2 copies out of and into its flat buffers on the compute stream; FSDP1 does not
+    fsdp2 = runtime_costs(load_framework("torchtitan"))
+    assert costs.zero3_compute_copy_bytes < fsdp2.zero3_compute_copy_bytes
+
+
+def test_fsdp1_unsharded_gradient_passes_lengthen_the_reduce_scatter():
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(
+        gpus=16,
+        zero=3,
+        global_batch=64,
+        seq_length=4096,
+        overlap_param_gather=False,
+        overlap_dp_grad_reduce=False,
+    )
+    base = estimate(model, _with_runtime(system), plan).step_time_s
+    side = estimate(model, _with_runtime(system, zero3_reduce_unsharded_bytes=4.0), plan)
+    # nothing overlaps: every gathered (unsharded) parameter once per micro-batch, 4 B, at the HBM rate
+    rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
+    expected = plan.microbatches * 8.03e9 * 4.0 / rate
+    assert side.step_time_s - base == pytest.approx(expected, rel=0.01)
+    # and nothing without ZeRO-3
+    z1 = plan.model_copy(update={"zero": 1})
+    assert (
+        estimate(model, _with_runtime(system, zero3_reduce_unsharded_bytes=4.0), z1).step_time_s
+        == estimate(model, _with_runtime(system), z1).step_time_s
+    )

@@ -86,6 +86,7 @@ def test_scope_is_explicit_in_the_bundled_files():
             "megatron-lm-2021",
             "megatron-core",
             "nemo-24.09",
+            *("megatron-bridge-25.09", "megatron-bridge-25.11", "megatron-bridge-25.11-mxfp8"),
             "deepspeed",
             "deepspeed-2021",
             *("pytorch-eager", "pytorch-eager-bf16", "pytorch-compile"),  # single-GPU steps

@@ -30,9 +30,9 @@ A module the profile's ``module_impl`` runs as a composite of eager element-wise
 transformers' LlamaRMSNorm, NewGELUActivation, apply_rotary_pos_emb) is priced kernel by kernel from the
 composite's list at the table's measured element-wise rate (``composite_times_s``), with or without a table.
 
-The fp8 / FP4 casts of GEMM operands (family ``fp8_cast``) are priced from the table in every stack that has
-one (Transformer Engine's quantisation kernels run apart from the GEMMs, fused stack or not):
-``quantisation_times_s``.
+The fp8 / FP4 casts of GEMM operands (family ``fp8_cast``) are priced by their recipe in every stack, table or
+not (Transformer Engine's quantisation kernels run apart from the GEMMs, fused stack or not):
+cost.quantisation.quantisation_times_s.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from __future__ import annotations
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.autocast import activation_casts
 from paraplan.graph.eager_modules import FAMILY_ROLE, FP32, Kernel, composite, input_bytes
+from paraplan.cost.quantisation import quantisation_times_s
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import AcceleratorSpec
@@ -59,7 +60,6 @@ PRECISION_BYTES = {"bf16": 2, "fp32": 4}
 MEASURED_BYTES = 2  # the kernels table's tensors are bf16 (gpu_components.py section_kernels)
 CAST = "cast_bf16_fp32"
 CAST_BYTES = 6  # the cast reads bf16 (2 B) and writes fp32 (4 B) per element
-FUSED_QUANTISE = "fp8_fused_cast_transpose_amax"
 
 # A backward measured as fwd_bwd: gpu_components.py times ``op(x).backward(g)`` on a leaf x, so each call also
 # accumulates dx into x.grad (autograd's AccumulateGrad, ``x.grad += dx``: an add over x's shape that a layer's
@@ -147,41 +147,18 @@ def _sum_s(acc, names, shape, scale: float, floor: float) -> float | None:
     return sum(max(scale * t, floor) for t in times)
 
 
-def quantisation_times_s(op: Op, acc: AcceleratorSpec) -> tuple[float, float] | None:
-    """(forward, backward) of the fp8 / FP4 casts of GEMM operands (graph ``fp8_casts``) as Transformer
-    Engine runs them, separate kernels that a ``torch._scaled_mm`` GEMM timing leaves out: each operand is
-    cast with its transpose and its amax in one pass (TE ``cast_transpose``, transformer_engine/common/
-    transpose/cast_transpose.cu: Hopper's fp8 GEMMs take TN operands only, so wgrad needs X^T and dY^T),
-    reading 2 B and writing the quantised q B twice per element, 2 + 2q B. Priced from the table's
-    ``fp8_fused_cast_transpose_amax`` (fp8_kernels.csv: amax, fp8 tensor and transpose in one compiled
-    pass, 4 B per element) at the op's (tokens, summed operand width), × (2 + 2q) / 4; where the table has
-    none, at the bytes/s of its ``cast_bf16_fp32`` kernel (6 B per element; a cast's rate, below the
-    copies'), × (2 + 2q) / 6. None without either."""
-    _, rows, width = op.kernel
-    q = op.fwd_bytes / (rows * width) - MEASURED_BYTES
-    kernels = kt.load_table(acc.kernel_tables, acc.l2_cache).kernels
-    name, nominal = (FUSED_QUANTISE, 4.0) if FUSED_QUANTISE in kernels else (CAST, CAST_BYTES)
-    out = []
-    for w in (width, width * op.bwd_bytes / op.fwd_bytes):
-        cast = _kernel_s(acc, name, rows, w)
-        if cast is None:
-            return None
-        out.append(max(cast * (MEASURED_BYTES + 2 * q) / nominal, _floor_s(acc)))
-    return out[0], out[1]
-
-
 def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float] | None:
     """(forward, backward) of ``op`` from the measured kernels of its family (module docstring), or None
     where the op, the table or the profile leave it to cost.compute.memory_time_s."""
     if op.kernel is None:
         return None
+    if op.kernel[0] == "fp8_cast":
+        return quantisation_times_s(op, acc, dtype)
+        return None
     mixed = composite_times_s(op, acc, dtype)
     if mixed is not None or not acc.kernel_tables:
         return mixed
     family, rows, width = op.kernel
-    if family == "fp8_cast":
-        has = kt.load_table(acc.kernel_tables, acc.l2_cache).kernels
-        return quantisation_times_s(op, acc) if has else None
     precision = acc.efficiency.eager_kernels.get(ROLE.get(family, ""))
     if precision is None or not kt.load_table(acc.kernel_tables, acc.l2_cache).kernels:
         return None

@@ -142,7 +142,12 @@ def shared_sm_slowdown(comm_sms, sm_count):
 
 
 def userbuffers_contention_s(
-    name: str, forward_s: float, backward_s: float, sm_count: int, dtype: str
+    name: str,
+    forward_s: float,
+    backward_s: float,
+    sm_count: int,
+    dtype: str,
+    fp8_pipeline: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) seconds one GEMM op loses to the SMs of the userbuffers kernels hidden
     beside it when TP comm-GEMM overlap is on (configurations above; no step time enters). Backward
@@ -150,7 +155,9 @@ def userbuffers_contention_s(
     - column-parallel GEMMs (UB_COLUMN_BACKWARD_SMS): forward beside a ring-exchange all-gather,
       f·k_ring/S; backward ½b·k_dgrad/S + ½b·k_wgrad/S (bulk overlaps);
     - row-parallel GEMMs (UB_ROW_FORWARD_SMS): forward on S − k SMs, f·k/(S − k), k by datatype
-      (the bf16 value for 16-bit types, the fp8 value for fp8 and fp4); backward, the dgrad beside a
+      (the bf16 value for 16-bit types, the fp8 value for fp8 and fp4, unless ``fp8_pipeline``: the stack's
+      configuration keeps the pipelined reduce-scatter in fp8 too, as NeMo 24.09's launcher configuration
+      does, specs.runtime.RuntimeCosts.ub_fp8_pipeline); backward, the dgrad beside a
       ring-exchange all-gather, ½b·k_ring/S;
     - other ops (core attention, the LM head, expert GEMMs): 0.
     HBM: the NVLink traffic of the hidden collective (≤ 450 GB/s per direction on H100, ≤ 900 GB/s on
@@ -162,7 +169,8 @@ def userbuffers_contention_s(
             0.5 * backward_s * shared_sm_slowdown(k_dgrad + k_wgrad, sm_count),
         )
     if name in UB_ROW_FORWARD_SMS:
-        k = UB_ROW_FORWARD_SMS[name]["fp8" if dtype in ("fp8", "fp4") else "bf16"]
+        low = dtype in ("fp8", "fp4") and not fp8_pipeline
+        k = UB_ROW_FORWARD_SMS[name]["fp8" if low else "bf16"]
         return (
             forward_s * sm_margin_slowdown(k, sm_count),
             0.5 * backward_s * shared_sm_slowdown(UB_RING_EXCHANGE_SMS, sm_count),

@@ -8,6 +8,11 @@ with its formula and the framework source it reads; ``runtime_costs`` gathers a 
   reduce-scatter copy-in run on the compute stream (``foreach_all_gather_copy_out`` waits for the
   all-gather event on the current stream; ``foreach_reduce`` runs ``chunk_cat`` before
   ``reduce_scatter_stream.wait_stream(current_stream)``), so nothing hides them.
+- FSDP1 (``FullyShardedDataParallel``; torch/distributed/fsdp/_flat_param.py and _runtime_utils.py, PyTorch 2.x):
+  one FlatParameter per wrapped module, gathered in place and viewed by the module's parameters (no copy-in or
+  copy-out); the low-precision shard cast before each all-gather, the flat gradient's cast and pre-divide before
+  the reduce-scatter and the post-divide, cast and accumulation after it on the post-backward stream; the split's
+  backward concatenating the views' gradients on the compute stream. llm-foundry / Composer run it.
 - DeepSpeed's PipelineEngine (microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py`` at 0050fdad,
   ``pipe/p2p.py``, ``runtime/bf16_optimizer.py`` at 06e39a56): separate blocking send and receive calls,
   and the BF16 optimizer's fp32 gradient accumulation after every micro-batch's backward.
@@ -25,7 +30,7 @@ from __future__ import annotations
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.runtime import RuntimeCosts
 
-# bytes per element: FSDP2's sharded parameters stay in fp32 under MixedPrecisionPolicy (the optimizer's
+# bytes per element (FSDP1 and FSDP2): the sharded parameters stay in fp32 under MixedPrecisionPolicy (the optimizer's
 # copy), param_dtype bf16 is what the all-gather moves and the layer computes with (torchtitan
 # training.mixed_precision_param default bfloat16)
 FSDP_SHARD_BYTES = 4.0
@@ -74,6 +79,52 @@ def fsdp2_reduce_copy_bytes(shard_bytes: float, reduce_bytes: float) -> float:
     of that element."""
     cast = reduce_bytes + shard_bytes if reduce_bytes != shard_bytes else 0.0
     return cast + 3.0 * shard_bytes
+
+
+def fsdp1_compute_copy_bytes(param_bytes: float) -> float:
+    """HBM bytes per gathered parameter and micro-batch that FSDP1 runs on the compute stream: 2p.
+
+    FSDP1 (``FullyShardedDataParallel``) keeps each wrapped module's parameters in one FlatParameter; the
+    all-gather writes straight into the padded unsharded flat buffer and the module's parameters are views into it
+    (torch/distributed/fsdp/_flat_param.py, ``FlatParamHandle._use_unsharded_views``: in training forward the views
+    are plain tensors "so that autograd flows gradients to the flat parameter"), so there is no copy-in or copy-out.
+    The views' gradients reach the flat parameter through the split's backward, which concatenates them into the
+    flat gradient (``split_with_sizes`` backward: read p, write p) once per backward, on the compute stream."""
+    return 2.0 * param_bytes
+
+
+def fsdp1_gather_copy_bytes(shard_bytes: float, param_bytes: float) -> float:
+    """HBM bytes per shard element of one FSDP1 all-gather, on its streams in series with it: s + p where a
+    mixed-precision param dtype is set (s ≠ p), else 0.
+
+    ``FlatParamHandle.pre_unshard`` → ``_use_low_precision_shard`` copies the full-precision local shard into the
+    low-precision ``_mp_shard`` (read s, write p) on the pre-unshard stream, which the unshard stream waits for
+    before ``all_gather_into_tensor`` gathers the shards into the unsharded flat parameter in place
+    (_flat_param.py, _runtime_utils.py ``_unshard``)."""
+    return shard_bytes + param_bytes if shard_bytes != param_bytes else 0.0
+
+
+def fsdp1_reduce_unsharded_bytes(param_bytes: float, reduce_bytes: float) -> float:
+    """HBM bytes per gathered parameter and micro-batch that FSDP1 moves over the unsharded gradient on the
+    post-backward stream before its reduce-scatter: (p + r if p ≠ r) + 2r.
+
+    ``_post_backward_hook`` casts the flat gradient to the reduce dtype where it differs (read p, write r), and
+    ``_reduce_grad`` divides it in place by the pre-divide factor (``_div_if_needed(padded_unsharded_grad,
+    _gradient_predivide_factor)``, a factor > 1 for any world size ≥ 2: read r, write r) before
+    ``reduce_scatter_tensor`` (torch/distributed/fsdp/_runtime_utils.py, PyTorch 2.x)."""
+    cast = param_bytes + reduce_bytes if param_bytes != reduce_bytes else 0.0
+    return cast + 2.0 * reduce_bytes
+
+
+def fsdp1_reduce_copy_bytes(shard_bytes: float, reduce_bytes: float) -> float:
+    """HBM bytes per shard element after one FSDP1 reduce-scatter, on the post-backward stream: 2r + (r + s if
+    r ≠ s) + 3s.
+
+    ``_reduce_grad`` divides the sharded gradient by the post-divide factor (read r, write r), then
+    ``_accumulate_sharded_grad`` casts it to the sharded parameter's dtype (``_cast_grad_to_param_dtype``: read r,
+    write s) and adds it into ``_saved_grad_shard`` (read s twice, write s; the first micro-batch assigns, counted
+    on every micro-batch as FSDP2's, ``fsdp2_reduce_copy_bytes``) (_runtime_utils.py, PyTorch 2.x)."""
+    return 2.0 * reduce_bytes + fsdp2_reduce_copy_bytes(shard_bytes, reduce_bytes)
 
 
 # DeepSpeed PipelineEngine: pipe/p2p.py send / recv call torch.distributed.send / recv (blocking) one tensor
@@ -142,14 +193,23 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     """The profile's runtime terms (module docstring); bytes at the plain HBM rate."""
     fields: dict = {
         "fp8_param_gather": framework.fp8_param_gather,
+        "fp8_recipe": "delayed" if framework.fp8_recipe == "none" else framework.fp8_recipe,
+        "ub_fp8_pipeline": framework.tp_overlap_fp8_reduce_scatter == "pipeline",
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
     }
+    reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]
     if framework.fsdp_runtime == "fsdp2":
-        reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]
         fields.update(
             zero3_compute_copy_bytes=fsdp2_compute_copy_bytes(FSDP_PARAM_BYTES, reduce),
             zero3_gather_copy_bytes=fsdp2_gather_copy_bytes(FSDP_SHARD_BYTES, FSDP_PARAM_BYTES),
             zero3_reduce_copy_bytes=fsdp2_reduce_copy_bytes(FSDP_SHARD_BYTES, reduce),
+        )
+    if framework.fsdp_runtime == "fsdp1":
+        fields.update(
+            zero3_compute_copy_bytes=fsdp1_compute_copy_bytes(FSDP_PARAM_BYTES),
+            zero3_gather_copy_bytes=fsdp1_gather_copy_bytes(FSDP_SHARD_BYTES, FSDP_PARAM_BYTES),
+            zero3_reduce_unsharded_bytes=fsdp1_reduce_unsharded_bytes(FSDP_PARAM_BYTES, reduce),
+            zero3_reduce_copy_bytes=fsdp1_reduce_copy_bytes(FSDP_SHARD_BYTES, reduce),
         )
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE

@@ -51,10 +51,11 @@ class FrameworkSpec(RuntimeFields):
         "are priced on uniform plans (cost.runtimes); a per-stage plan names its runtime in plan.engine "
         "(step.engines.ENGINES)",
     )
-    fsdp_runtime: Literal["none", "fsdp2"] = Field(
+    fsdp_runtime: Literal["none", "fsdp1", "fsdp2"] = Field(
         "none",
-        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts "
-        "(cost.runtimes.fsdp2_compute_copy_bytes); none: no copies beyond the collectives",
+        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts: fsdp1 "
+        "(FullyShardedDataParallel's flat parameter, cost.runtimes.fsdp1_*) or fsdp2 (fully_shard, "
+        "cost.runtimes.fsdp2_*); none: no copies beyond the collectives",
     )
     grad_accumulation: Literal["fused", "bf16_optimizer"] = Field(
         "fused",
@@ -81,6 +82,12 @@ class FrameworkSpec(RuntimeFields):
     )
     overlap_tp_comm: bool = Field(
         False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)"
+    )
+    tp_overlap_fp8_reduce_scatter: Literal["ring_exchange", "pipeline"] = Field(
+        "ring_exchange",
+        description="with TP comm overlap in fp8 runs, the userbuffers method of the reduce-scatter after the "
+        "row-parallel GEMMs: ring_exchange (1 SM; NeMo 2.x / Megatron-Bridge userbuffers_fp8_* configurations) or "
+        "pipeline (24 / 16 SMs kept from the GEMM, as in bf16; NeMo 24.09 launcher ub_cfg_*): cost.overlap",
     )
     pads_vocabulary: bool = Field(
         False,

@@ -7,6 +7,8 @@ copies the fitted constants already hold)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from paraplan.specs.strict import InputModel
@@ -50,7 +52,24 @@ class RuntimeCosts(InputModel):
         description="ZeRO-3 / FSDP: HBM bytes per shard element after one reduce-scatter (cast to the shard's dtype, "
         "accumulation into the sharded gradient), on the reduce-scatter's stream in series with it",
     )
+    zero3_reduce_unsharded_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch that the runtime moves over the "
+        "unsharded gradient on the reduce-scatter's stream before it (FSDP1's cast to the reduce dtype and pre-divide)",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
+    )
+    ub_fp8_pipeline: bool = Field(
+        False,
+        description="TP comm-GEMM overlap: fp8 runs keep the pipelined reduce-scatter (24 / 16 SMs) after the "
+        "row-parallel GEMMs, as the bf16 configuration (NeMo 24.09's launcher), instead of the 1-SM ring exchange "
+        "of the later fp8 userbuffers configurations (cost.overlap.userbuffers_contention_s)",
+    )
+    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+        "delayed",
+        description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
+        "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
     )

@@ -50,6 +50,7 @@ def block_compute(
     forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
     ub_forward = ub_backward = 0.0
     sms = system.accelerator.sm_count
+    fp8_pipeline = system.accelerator.efficiency.runtime.ub_fp8_pipeline
     times = _op_times(system, dtype)
     if len(times) > 262144:  # a bound, as an lru cache's
         times.clear()
@@ -66,7 +67,7 @@ def block_compute(
         if op.kind in ("gemm", "grouped_gemm"):
             gemm_forward += f
             gemm_backward += b
-            uf, ub = userbuffers_contention_s(op.name, f, b, sms, dtype)
+            uf, ub = userbuffers_contention_s(op.name, f, b, sms, dtype, fp8_pipeline)
             ub_forward += uf
             ub_backward += ub
     eff = system.accelerator.efficiency

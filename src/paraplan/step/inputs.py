@@ -126,7 +126,11 @@ class StepInputs:
     zero3_compute_copy_bytes: Num = 0.0
     zero3_gather_copy_bytes: Num = 0.0
     zero3_reduce_copy_bytes: Num = 0.0
+    zero3_reduce_unsharded_bytes: Num = (
+        0.0  # per gathered parameter before each reduce-scatter (FSDP1)
+    )
     p2p_overlap: Num = 0.0  # 1: the interleaved schedule's transfers overlap compute (step.p2p)
+    fp8_weight_quant_bytes: Num = 0.0  # per transformer-layer weight and step (cost.quantisation)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

@@ -21,6 +21,7 @@ from paraplan.cost.runtimes import runtime_copy_s
 from paraplan.step import zero3_legacy as legacy
 from paraplan.step.schedules import by_schedule
 from paraplan.step.inputs import (
+    TRANSFORMER_KINDS,
     GradientGroup,
     Stage,
     StepInputs,
@@ -119,11 +120,12 @@ def tail_terms(
     owned = traffic.owned
     tensors = sum_blocks(stage, lambda b: b.weight_tensors)
     host = step_host_overhead_s(tensors, inp.host_tensor_s, inp.host_step_s)
-    optimizer = where(
-        inp.knobs.offload_optimizer,
-        0.0,
-        host_bound_s(owned * inp.optimizer_step_bytes / inp.hbm_rate, host),
-    )
+    # the low-precision recipe's weight quantisation, once per step on the stage's transformer-layer weights
+    quantised = sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
+    device = (
+        owned * inp.optimizer_step_bytes + quantised * inp.fp8_weight_quant_bytes
+    ) / inp.hbm_rate
+    optimizer = where(inp.knobs.offload_optimizer, 0.0, host_bound_s(device, host))
     offload = where(
         inp.knobs.offload_optimizer,
         owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth,
@@ -324,7 +326,10 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
     tensor_gathers = any_positive(inp.zero3_tensor_gathers)
     tensor_reduces = any_positive(inp.zero3_tensor_reduces)
     copies = any_positive(
-        inp.zero3_compute_copy_bytes + inp.zero3_gather_copy_bytes + inp.zero3_reduce_copy_bytes
+        inp.zero3_compute_copy_bytes
+        + inp.zero3_gather_copy_bytes
+        + inp.zero3_reduce_copy_bytes
+        + inp.zero3_reduce_unsharded_bytes
     )
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
     time = dict.fromkeys(kinds, 0.0)
@@ -366,18 +371,20 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
 def _runtime_copies(
     t: _Traffic, inp: StepInputs, group: GradientGroup, params: Num, per_call: Num
 ) -> None:
-    """The ZeRO-3 runtime's copies of one gradient group (cost.runtimes: FSDP2's), where it shards (size > 1):
-    the all-gather copy-in and the post-reduce cast and accumulation of one block's shard in series with its
-    gather and reduce-scatter (their streams), and the copies on the compute stream per micro-batch (exposed:
+    """The ZeRO-3 runtime's copies of one gradient group (cost.runtimes: FSDP1's and FSDP2's), where it shards
+    (size > 1): the all-gather copy-in and the post-reduce cast and accumulation of one block's shard, and the
+    pre-reduce cast and divide of its unsharded gradient (FSDP1), in series with its gather and reduce-scatter
+    (their streams), and the copies on the compute stream per micro-batch (exposed:
     ``_zero3_exposure_s``)."""
     sharded = group.size > 1
     shard = params * per_call / group.size  # one block's shard elements
     t.time["layer_gather"] = t.time["layer_gather"] + where(
         sharded, runtime_copy_s(shard, inp.zero3_gather_copy_bytes, inp.hbm_rate), 0.0
     )
-    t.time["layer_reduce"] = t.time["layer_reduce"] + where(
-        sharded, runtime_copy_s(shard, inp.zero3_reduce_copy_bytes, inp.hbm_rate), 0.0
+    reduce_copies = runtime_copy_s(shard, inp.zero3_reduce_copy_bytes, inp.hbm_rate) + (
+        runtime_copy_s(params * per_call, inp.zero3_reduce_unsharded_bytes, inp.hbm_rate)
     )
+    t.time["layer_reduce"] = t.time["layer_reduce"] + where(sharded, reduce_copies, 0.0)
     t.compute_copy = t.compute_copy + where(
         sharded, runtime_copy_s(params, inp.zero3_compute_copy_bytes, inp.hbm_rate), 0.0
     )

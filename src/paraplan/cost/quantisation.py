@@ -1,0 +1,178 @@
+"""The quantisation kernels of an fp8 / FP4 recipe around each low-precision GEMM operand (issue 33).
+
+Transformer Engine runs the quantisation of a GEMM's activation input (forward) and output gradient
+(backward) as kernels of their own, apart from the GEMM (a ``torch._scaled_mm`` GEMM timing leaves them
+out). Which passes run, and how many bytes each moves per operand element, is a property of the recipe
+(``transformer_engine/pytorch/fp8.py`` at TE v2.8: ``DelayedScaling``, ``Float8CurrentScaling``,
+``Float8BlockScaling``, ``MXFP8BlockScaling``, ``NVFP4BlockScaling``), which a framework profile states
+(``FrameworkSpec.fp8_recipe`` → ``efficiency.runtime.fp8_recipe``, cost.runtimes). Per element, with q the
+quantised bytes (1 for fp8; FP4 dtypes their 4 bits with block scales, specs.system.QUANTISED_INPUT_BYTES),
+reading the bf16 operand costs 2 B:
+
+| recipe | passes | bytes per element |
+|---|---|---|
+| delayed | one ``cast_transpose`` with the amax fused, the scale from the amax history of earlier steps | 2 + 2q |
+| current | an ``amax`` pass (reads the operand), then the cast-transpose with the fresh scale | 2 + (2 + 2q) |
+| blockwise | one pass computing 1x128 block scales and writing both orientations, fp32 scales | 2 + 2(q + 4/128) |
+| mxfp8 | one pass, 32-element E8M0 scales, rowwise and columnwise copies (no transpose) | 2 + 2(q + 1/32) |
+| nvfp4 | a per-tensor amax pass (the second-level scale), then the block-scaled cast both ways | 2 + (2 + 2q) |
+
+Both orientations are written because Hopper's fp8 GEMMs take TN operands only (wgrad needs Xᵀ and dYᵀ;
+TE ``transformer_engine/common/transpose/cast_transpose.cu``) and the block-scaled formats scale along the
+reduction dimension of each GEMM (TE ``MXFP8Quantizer`` / ``Float8BlockQuantizer`` rowwise and columnwise
+usages). Weights are quantised once per step, not per micro-batch: TE keeps the quantised weight across the
+micro-batches of a step (``is_first_microbatch``, which Megatron-Core's schedules set on the first
+micro-batch), so their passes are priced once per step (``weight_quantisation_bytes``, in the step's tail).
+
+Priced from the measured fp8 kernels where the system has them (the H100 table's ``fp8_kernels``: the
+fused cast + transpose + amax pass and the amax pass, at the rate of the 16k-token rows, README of
+benchmarks/gpu/measured/h100-2026-11-27b: the 4k-token fused rows are bounded by the host cost of calling
+the compiled function), else at the bytes/s of the table's bf16 → fp32 cast (kernels.csv), else on the HBM
+roofline (bytes / (bandwidth · efficiency.hbm) + the kernel overhead per pass). A pass's bytes that the
+measured kernel does not move (scales, a 0.5 B FP4 element) scale its time by bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from paraplan.cost import kernel_tables as kt
+from paraplan.specs.system import QUANTISED_INPUT_BYTES, AcceleratorSpec
+
+READ_BYTES = 2.0  # the bf16 operand (Transformer Engine keeps activations and gradients in bf16)
+FUSED_ROW = "fused_cast_transpose_amax"  # fp8_kernels.csv op: amax, fp8 tensor and transpose, 4 B per element
+AMAX_ROW = "amax"  # fp8_kernels.csv op: one read of the bf16 operand, 2 B per element
+FUSED_NOMINAL_BYTES = 4.0
+CAST = "cast_bf16_fp32"  # kernels.csv: a bf16 → fp32 cast, 6 B per element
+CAST_NOMINAL_BYTES = 6.0
+# scale bytes per element and orientation: fp32 per 1x128 block (Float8BlockScaling), E8M0 per 32 (MXFP8)
+BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
+MXFP8_SCALE_BYTES = 1.0 / 32.0
+RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
+
+
+def run_recipe(recipe: str, dtype: str) -> str:
+    """The recipe a run's quantisation follows: FP4 dtypes their own block-scaled recipe (nvfp4; mxfp4 as
+    mxfp8's pass at its bytes), fp8 the profile's, where it states none TE's default on Hopper,
+    ``DelayedScaling`` (fp8.py ``get_default_fp8_recipe``; Megatron-LM ``--fp8-recipe`` default delayed)."""
+    if dtype == "nvfp4":
+        return "nvfp4"
+    if dtype == "mxfp4":
+        return "mxfp8"
+    return recipe if recipe in RECIPES else "delayed"
+
+
+def amax_pass_bytes(recipe: str) -> float:
+    """Bytes per element of the amax pass a recipe runs before its cast: 2 (one read of the bf16 operand)
+    for current scaling (Float8CurrentScaling computes the scale from this step's amax) and NVFP4 (the
+    per-tensor global amax of its two-level scale); 0 where the amax is fused into the cast (delayed: the
+    scale comes from the amax history; blockwise and MXFP8: per-block amax inside the quantise kernel)."""
+    return READ_BYTES if recipe in ("current", "nvfp4") else 0.0
+
+
+def cast_pass_bytes(recipe: str, q: float) -> float:
+    """Bytes per element of the quantising pass: read 2, write both orientations, 2 + 2(q + s) with s the
+    scale bytes per element and orientation (module table; q includes FP4's block scales)."""
+    scale = {"blockwise": BLOCKWISE_SCALE_BYTES, "mxfp8": MXFP8_SCALE_BYTES}.get(recipe, 0.0)
+    return READ_BYTES + 2.0 * (q + scale)
+
+
+def operand_bytes(recipe: str, dtype: str) -> float:
+    """HBM bytes per operand element of the recipe's quantisation: amax pass + cast pass (module table)."""
+    r = run_recipe(recipe, dtype)
+    q = QUANTISED_INPUT_BYTES.get(dtype, 1.0)
+    return amax_pass_bytes(r) + cast_pass_bytes(r, q)
+
+
+def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> float:
+    """HBM bytes per transformer-layer weight element and step of its quantisation (0 outside the
+    low-precision dtypes): with bf16 weights, the recipe's operand passes once per step (``operand_bytes``,
+    the cached weight of ``is_first_microbatch``); with fp8 primary weights (NeMo ``fp8_params``,
+    Megatron-Core ``fp8_param_gather``) the optimizer writes the fp8 weight itself and what remains per local
+    element is the transpose of the gathered weight for the dgrad GEMM, read q + write q (TE Float8Tensor's
+    transpose cache, rebuilt once per step after the parameter all-gather)."""
+    if dtype not in QUANTISED_INPUT_BYTES:
+        return 0.0
+    if fp8_params:
+        return 2.0 * QUANTISED_INPUT_BYTES[dtype]
+    return operand_bytes(recipe, dtype)
+
+
+def _top_rows_rate(acc: AcceleratorSpec, op: str, nominal: float):
+    """(widths, bytes/s) of an fp8_kernels op at the table's largest token count, or None."""
+    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
+    rows = [r for r in table.rows.get("fp8_kernels", []) if r.get("op") == op]
+    if not rows:
+        return None
+    top = max(float(r["tokens"]) for r in rows)
+    pts = sorted(
+        (float(r["width"]), nominal * top * float(r["width"]) / (float(r["time_us"]) * 1e-6))
+        for r in rows
+        if float(r["tokens"]) == top
+    )
+    return [w for w, _ in pts], [b for _, b in pts]
+
+
+def measured_rate(acc: AcceleratorSpec, op: str, nominal: float, width: float) -> float | None:
+    """Bytes/s of the measured fp8 kernel ``op`` at operand width ``width``: log-log linear between the
+    widths measured at the largest token count, clamped to the measured edges; None without the row."""
+    pts = _top_rows_rate(acc, op, nominal)
+    if pts is None:
+        return None
+    widths, rates = pts
+    x = min(max(math.log2(width), math.log2(widths[0])), math.log2(widths[-1]))
+    for i in range(len(widths) - 1):
+        x0, x1 = math.log2(widths[i]), math.log2(widths[i + 1])
+        if x <= x1:
+            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+            return 2.0 ** ((1 - t) * math.log2(rates[i]) + t * math.log2(rates[i + 1]))
+    return rates[-1]
+
+
+def _floor_s(acc: AcceleratorSpec) -> float:
+    memory = kt.load_table(acc.kernel_tables, acc.l2_cache).memory if acc.kernel_tables else None
+    return memory.floor_s if memory is not None else acc.efficiency.kernel_overhead_s
+
+
+def pass_time_s(
+    acc: AcceleratorSpec, elements: float, rows: float, width: float, nbytes: float, amax: bool
+) -> float:
+    """Seconds of one quantisation pass over ``elements`` operand elements moving ``nbytes`` each: at the
+    measured fp8 kernel's bytes/s (the amax row for an amax pass, the fused row for a cast pass), else at
+    the table's bf16 → fp32 cast rate, each at least the copies' launch floor; else the HBM roofline
+    E·b / (B_HBM·η_HBM) + kernel overhead (module docstring)."""
+    if nbytes <= 0 or elements <= 0:
+        return 0.0
+    if acc.kernel_tables:
+        name, nominal = (AMAX_ROW, READ_BYTES) if amax else (FUSED_ROW, FUSED_NOMINAL_BYTES)
+        rate = measured_rate(acc, name, nominal, width)
+        if rate is None:
+            cast = kt.kernel_time_s(acc.kernel_tables, acc.l2_cache, CAST, (rows, width))
+            rate = None if cast is None else CAST_NOMINAL_BYTES * rows * width / cast
+        if rate is not None:
+            return max(elements * nbytes / rate, _floor_s(acc))
+    roofline = elements * nbytes / (acc.hbm_bandwidth * acc.efficiency.hbm)
+    return roofline + acc.efficiency.kernel_overhead_s
+
+
+def operand_quantisation_s(
+    acc: AcceleratorSpec, elements: float, rows: float, width: float, dtype: str
+) -> float:
+    """Seconds to quantise ``elements`` GEMM-operand elements (``rows`` tokens × ``width``) under the
+    system's recipe (``efficiency.runtime.fp8_recipe``): its amax pass, if any, plus its cast pass."""
+    recipe = run_recipe(acc.efficiency.runtime.fp8_recipe, dtype)
+    q = QUANTISED_INPUT_BYTES.get(dtype, 1.0)
+    amax = pass_time_s(acc, elements, rows, width, amax_pass_bytes(recipe), True)
+    return amax + pass_time_s(acc, elements, rows, width, cast_pass_bytes(recipe, q), False)
+
+
+def quantisation_times_s(op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
+    """(forward, backward) of a graph ``fp8_casts`` op (kernel family ``fp8_cast``: tokens, summed operand
+    width): the activation inputs forward, the output gradients backward (their element count the op's
+    backward / forward bytes times the forward's), each by ``operand_quantisation_s``."""
+    _, rows, width = op.kernel
+    fwd_elems = rows * width
+    bwd_elems = fwd_elems * (op.bwd_bytes / op.fwd_bytes if op.fwd_bytes else 0.0)
+    fwd = operand_quantisation_s(acc, fwd_elems, rows, width, dtype)
+    bwd_width = bwd_elems / rows if rows else 0.0
+    return fwd, operand_quantisation_s(acc, bwd_elems, rows, bwd_width, dtype)

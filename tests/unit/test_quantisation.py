@@ -1,0 +1,162 @@
+"""fp8 / FP4 recipes as priced inputs (issue 33, cost.quantisation): each recipe's passes and bytes by hand,
+the measured H100 fp8 kernels at their 16k-token rate, the HBM fallback, and the orderings a recipe must keep."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost import quantisation as qz
+from paraplan.cost.compute import op_times_s
+from paraplan.cost.frameworks import framework_system
+from paraplan.graph.transformer import LayerShape, decoder_layer_1d, fp8_cast_op
+from paraplan.specs.plan import PlanSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.step.estimate import estimate
+
+H100_TABLE = "h100-sxm5-80gb"
+HEAVIER = ("delayed", "current")  # current = delayed + one amax read of the operand
+
+
+def with_recipe(system: SystemSpec, recipe: str, table: str | None = None) -> SystemSpec:
+    data = system.model_dump()
+    data["accelerator"]["efficiency"]["runtime"]["fp8_recipe"] = recipe
+    if table is not None:
+        data["accelerator"]["kernel_tables"] = table
+    return SystemSpec.model_validate(data)
+
+
+def test_bytes_per_operand_element_by_hand():
+    # delayed: read bf16 2 B, write fp8 and its transpose 1 + 1 B; the amax fused, the scale from history
+    assert qz.operand_bytes("delayed", "fp8") == 4.0
+    # current: an amax pass reads the operand once more before the same cast-transpose
+    assert qz.operand_bytes("current", "fp8") == 6.0
+    # blockwise: fp32 scale per 1x128 block in each orientation; MXFP8: E8M0 byte per 32 in each copy
+    assert qz.operand_bytes("blockwise", "fp8") == pytest.approx(4.0 + 2 * 4 / 128)
+    assert qz.operand_bytes("mxfp8", "fp8") == pytest.approx(4.0 + 2 / 32)
+    # NVFP4: per-tensor amax pass, then 4-bit values with an E4M3 scale per 16 elements, both ways
+    assert qz.operand_bytes("nvfp4", "nvfp4") == pytest.approx(2.0 + 2.0 + 2 * (0.5 + 1 / 16))
+    # a profile that states no recipe runs TE's / Megatron-LM's default, delayed scaling; FP4 dtypes their own
+    assert qz.run_recipe("none", "fp8") == "delayed"
+    assert qz.run_recipe("current", "nvfp4") == "nvfp4"
+
+
+def test_analytical_fallback_by_hand():
+    system = load_system("dgx-h100-80gb")
+    acc = with_recipe(system, "current").accelerator
+    rate = acc.hbm_bandwidth * acc.efficiency.hbm
+    elems, rows, width = 4096.0 * 8192, 4096.0, 8192.0
+    t = qz.operand_quantisation_s(acc, elems, rows, width, "fp8")
+    # two passes: amax 2 B, cast-transpose 4 B, each with the kernel overhead
+    assert t == pytest.approx(6.0 * elems / rate + 2 * acc.efficiency.kernel_overhead_s)
+    delayed = with_recipe(system, "delayed").accelerator
+    d = qz.operand_quantisation_s(delayed, elems, rows, width, "fp8")
+    assert d == pytest.approx(4.0 * elems / rate + acc.efficiency.kernel_overhead_s)
+
+
+def test_measured_h100_kernels_at_their_16k_token_rate():
+    system = load_system("dgx-h100-80gb")
+    acc = with_recipe(system, "current", H100_TABLE).accelerator
+    # fp8_kernels.csv at 16,384 tokens x 8,192: fused pass 410.4724 us (4 B / element), amax 287.291 us (2 B)
+    fused = 4.0 * 16384 * 8192 / 410.4724e-6
+    amax = 2.0 * 16384 * 8192 / 287.291e-6
+    assert qz.measured_rate(acc, qz.FUSED_ROW, 4.0, 8192) == pytest.approx(fused)
+    assert qz.measured_rate(acc, qz.AMAX_ROW, 2.0, 8192) == pytest.approx(amax)
+    # 4k tokens take the 16k rows' rate (the 4k fused rows are host-bound): time scales with the elements
+    elems = 4096.0 * 8192
+    t = qz.operand_quantisation_s(acc, elems, 4096.0, 8192.0, "fp8")
+    assert t == pytest.approx(elems * 2.0 / amax + elems * 4.0 / fused)
+    # between measured widths: log-log between neighbours; beyond them, the edge's rate
+    mid = qz.measured_rate(acc, qz.FUSED_ROW, 4.0, 8192 * 2**0.5)
+    lo, hi = sorted((fused, qz.measured_rate(acc, qz.FUSED_ROW, 4.0, 14336)))
+    assert lo <= mid <= hi
+    assert qz.measured_rate(acc, qz.FUSED_ROW, 4.0, 1e6) == qz.measured_rate(
+        acc, qz.FUSED_ROW, 4.0, 14336
+    )
+
+
+@pytest.mark.parametrize("table", [None, H100_TABLE])
+def test_a_heavier_recipe_is_never_faster(table):
+    rng = random.Random(33)
+    system = load_system("dgx-h100-80gb")
+    systems = [with_recipe(system, r, table).accelerator for r in HEAVIER]
+    model = load_model("llama3-8b")
+    for _ in range(20):
+        shape = LayerShape(
+            rng.choice([1, 2, 4, 8]), 1, rng.choice([1, 2]), rng.choice([2048, 8192]),
+            True, "flash", "fp8",
+        )  # fmt: skip
+        op = fp8_cast_op(model, shape)
+        times = [op_times_s(op, acc, "fp8") for acc in systems]
+        for light, heavy in itertools.pairwise(times):
+            assert heavy[0] > light[0] and heavy[1] > light[1]
+
+
+def test_a_heavier_recipe_never_gives_a_faster_step():
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(gpus=8, tp=2, global_batch=32, seq_length=4096, dtype="fp8", zero=1)
+    steps = [
+        estimate(model, framework_system(load_framework(name), system), plan).step_time_s
+        for name in ("megatron-core", "megatron-bridge-25.09")  # delayed, current
+    ]
+    assert steps[1] > steps[0]
+
+
+def test_fp8_layer_never_slower_than_bf16_beyond_its_quantisation():
+    """The invariant the model keeps: an fp8 layer's compute is at most the bf16 layer's plus its operand
+    quantisation, on a system whose fp8 GEMM rate is at least its bf16 rate (every GEMM runs at least as fast;
+    attention and element-wise ops run in bf16 in both); so fp8 is faster whenever the GEMM time saved exceeds
+    the quantisation."""
+    rng = random.Random(7)
+    model = load_model("llama3-70b")
+    for name in ("dgx-h100-80gb", "dgx-b200"):
+        system = load_system(name)
+        assert system.accelerator.peak_matrix_flops("fp8") * system.accelerator.gemm_efficiency_cap(
+            "fp8"
+        ) >= system.accelerator.peak_matrix_flops("bf16") * system.accelerator.gemm_efficiency_cap(
+            "bf16"
+        )
+        for recipe in qz.RECIPES[:4]:
+            acc = with_recipe(system, recipe).accelerator
+            for _ in range(8):
+                tp, seq = rng.choice([1, 2, 4, 8]), rng.choice([2048, 4096, 8192])
+                common = (tp, 1, 1, seq, tp > 1, "flash")
+                total = {}
+                quant = 0.0
+                for dtype in ("bf16", "fp8"):
+                    ops = decoder_layer_1d(model, LayerShape(*common, dtype)).ops
+                    times = [sum(op_times_s(op, acc, dtype)) for op in ops]
+                    total[dtype] = sum(times)
+                    quant += sum(t for op, t in zip(ops, times) if op.name == "fp8_casts")
+                assert quant > 0.0
+                assert total["fp8"] <= total["bf16"] + quant + 1e-12
+
+
+def test_weights_are_quantised_once_per_step():
+    # bf16 weights: the recipe's operand passes once a step (TE's is_first_microbatch cache); fp8 primary
+    # weights (fp8_params): the transpose of the gathered fp8 weight, read 1 + write 1 B; bf16 runs: nothing
+    assert qz.weight_quantisation_bytes("delayed", "fp8", False) == 4.0
+    assert qz.weight_quantisation_bytes("current", "fp8", False) == 6.0
+    assert qz.weight_quantisation_bytes("current", "fp8", True) == 2.0
+    assert qz.weight_quantisation_bytes("delayed", "bf16", False) == 0.0
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(gpus=8, tp=2, global_batch=32, seq_length=4096, dtype="fp8", zero=1)
+
+    def optimizer_s(recipe: str, dtype: str) -> float:
+        est = estimate(model, with_recipe(system, recipe), plan.model_copy(update={"dtype": dtype}))
+        return est.breakdown.optimizer_s
+
+    # the tail's optimizer region grows by the stage's layer weights x bytes / HBM rate: 4 B delayed, 6 B current,
+    # independent of the number of micro-batches
+    bf16, delayed, current = (
+        optimizer_s("delayed", "bf16"),
+        optimizer_s("delayed", "fp8"),
+        optimizer_s("current", "fp8"),
+    )
+    assert current - delayed == pytest.approx(0.5 * (delayed - bf16), rel=1e-9)
+    assert delayed > bf16
+    more = PlanSpec(gpus=8, tp=2, global_batch=128, seq_length=4096, dtype="fp8", zero=1)
+    assert estimate(model, with_recipe(system, "delayed"), more).breakdown.optimizer_s == delayed
