@@ -76,7 +76,7 @@ EFF = EfficiencySpec(
     host_sync_latency_s=10e-6,
     host_sync_s=100e-6,
     host_eager=True,
-    host_autocast=True,
+    autocast_casts=True,
 )
 
 

@@ -208,7 +208,7 @@ def op_host_s(
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
     impl = (eff.module_impl, eff.eager_kernels)
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias, impl)
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch

@@ -15,11 +15,12 @@ from typing import Literal
 from pydantic import Field
 
 from paraplan.specs.plan import RuntimeFields
-from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, ModuleImpl, Seconds
+from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, HostFields, ModuleImpl
 
 
-class FrameworkSpec(RuntimeFields):
-    """Implementation defaults of one framework; every field is documented with its source in the catalog file."""
+class FrameworkSpec(RuntimeFields, HostFields):
+    """Implementation defaults of one framework; every field is documented with its source in the catalog file.
+    The host model's fields (specs.system.HostFields) are declared with the efficiency that receives them."""
 
     name: str
     source: str = ""
@@ -36,9 +37,6 @@ class FrameworkSpec(RuntimeFields):
         "none",
         description="fp8 scaling recipe an fp8 run uses (stated with its source; the GEMM caps are fitted "
         "per GPU, not per recipe)",
-    )
-    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
-        "none", description="what the recipe captures in CUDA graphs (stated with its source)"
     )
     overlap_p2p_comm: bool = Field(
         False,
@@ -115,32 +113,6 @@ class FrameworkSpec(RuntimeFields):
         gt=0,
         description="HBM traffic per owned parameter of the optimizer step (one fused kernel, not slowed "
         "by eager_traffic_factor); None: Megatron-LM's multi-kernel mixed-precision step, 54 B",
-    )
-    host_launch_s: Seconds = Field(
-        0.0,
-        description="host seconds to issue one kernel outside a CUDA graph: the stack's per-op dispatch and the "
-        "driver launch (cost.host); 0: the host is not priced",
-    )
-    graph_kernel_s: Seconds = Field(
-        0.0, description="host seconds per kernel of a replayed CUDA graph (cost.host)"
-    )
-    host_sync_latency_s: Seconds = Field(
-        0.0,
-        description="round trip of one device-to-host synchronisation once the queue has drained (cost.host)",
-    )
-    host_tensor_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "
-        "(cost.host.step_host_overhead_s)",
-    )
-    host_step_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds of one optimizer step and zero_grad (cost.host.step_host_overhead_s)",
-    )
-    autocast_casts: bool = Field(
-        False,
-        description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
-        "weight gradient backward (cost.host.op_kernels)",
     )
     cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
     communication_buffers: Bytes = Field(

@@ -95,8 +95,48 @@ def _module_impls(value: dict) -> dict:
 ModuleImpl = Annotated[dict[ModuleRole, str], AfterValidator(_module_impls)]
 
 
-class EfficiencySpec(InputModel):
-    """Achievable fractions of peak; each value in a catalog file carries its source or calibration."""
+class HostFields(InputModel):
+    """The host model's inputs (cost.host), declared once: a framework profile states them
+    (specs.framework.FrameworkSpec) and cost.frameworks.host_fields copies them into the system's
+    efficiency (EfficiencySpec), which the cost model reads."""
+
+    host_launch_s: Seconds = Field(
+        0.0,
+        description="host seconds to issue one kernel outside a CUDA graph: the stack's per-op dispatch and the "
+        "driver launch, on the reference host (cost.host); 0: the host is not priced",
+    )
+    graph_kernel_s: Seconds = Field(
+        0.0,
+        description="host seconds per kernel of a replayed CUDA graph (the graph launch spread over its kernels; "
+        "cost.host)",
+    )
+    host_sync_latency_s: Seconds = Field(
+        0.0,
+        description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "
+        "the queue has drained (cost.host)",
+    )
+    host_tensor_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "
+        "(cost.host.step_host_overhead_s)",
+    )
+    host_step_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds of one optimizer step and zero_grad (cost.host.step_host_overhead_s)",
+    )
+    autocast_casts: bool = Field(
+        False,
+        description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
+        "weight gradient backward (cost.host.op_kernels)",
+    )
+    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
+        "none", description="what the stack captures in CUDA graphs (cost.host.graphed)"
+    )
+
+
+class EfficiencySpec(HostFields):
+    """Achievable fractions of peak; each value in a catalog file carries its source or calibration.
+    The host model's fields (HostFields) are set from the framework profile (cost.frameworks)."""
 
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
@@ -166,44 +206,10 @@ class EfficiencySpec(InputModel):
         description="GPU idle per dropless-dispatch synchronisation beyond what the host model prices (cost.host: "
         "the sync's round trip and the host re-issuing the expert section); calibration, docs/model.md",
     )
-    host_launch_s: Seconds = Field(
-        0.0,
-        description="host seconds to issue one kernel outside a CUDA graph (framework dispatch + driver launch) on "
-        "the reference host; set by the framework profile (host_launch_s); 0: the host is not priced (cost.host)",
-    )
-    graph_kernel_s: Seconds = Field(
-        0.0,
-        description="host seconds per kernel of a replayed CUDA graph (the graph launch spread over its kernels); "
-        "set by the framework profile (cost.host)",
-    )
-    host_sync_latency_s: Seconds = Field(
-        0.0,
-        description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "
-        "the queue has drained; set by the framework profile (cost.host)",
-    )
-    host_tensor_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds per weight tensor and step (zero_grad and the optimizer's Python loop); "
-        "set by the framework profile (cost.host.step_host_overhead_s)",
-    )
-    host_step_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds of one optimizer step and zero_grad; set by the framework profile "
-        "(cost.host.step_host_overhead_s)",
-    )
-    host_autocast: bool = Field(
-        False,
-        description="AMP autocast over fp32 parameters: each GEMM's weight cast forward and its gradient cast back "
-        "(cost.host.op_kernels); set by the framework profile",
-    )
     host_eager: bool = Field(
         False,
         description="element-wise ops run one eager kernel per PyTorch op (cost.host.op_kernels); set from the "
         "framework profile's fused_kernels",
-    )
-    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
-        "none",
-        description="what the framework captures in CUDA graphs (cost.host.graphed); set from the framework profile",
     )
     host_speed: Annotated[float, Field(gt=0)] = Field(
         1.0,
