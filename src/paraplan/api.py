@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from paraplan.catalog import load_model, load_system, suggestions, unknown_keyword  # noqa: F401
 from paraplan.search.choices import option_choices  # noqa: F401 (re-exported)
 from paraplan.step.estimate import estimate as _estimate
@@ -39,6 +38,8 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
+from paraplan.io.strict_yaml import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
+from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
 from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
 from paraplan.step.schedules import schedule_order  # noqa: F401 (re-exported)
 from paraplan.specs.system import SystemSpec
@@ -71,22 +72,18 @@ def _problem(
 ) -> tuple[ModelSpec, SystemSpec, PlanSpec]:
     """The specs of ``estimate``'s arguments (its docstring)."""
     model_spec, system_spec = _specs(model, system)
+    base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
     if framework is not None:
         from paraplan.catalog import load_framework
         from paraplan.cost.frameworks import framework_plan_fields, framework_system
 
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)
-        base = (
-            plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
-        )
         plan, plan_fields = None, framework_plan_fields(profile, {**base, **plan_fields})
+        base = {}
     if isinstance(plan, PlanSpec) and not plan_fields:
         plan_spec = plan
     else:
-        base = (
-            plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
-        )
         if (
             isinstance(plan, PlanSpec)
             and "dp" not in plan_fields
