@@ -10,12 +10,20 @@ defaults and system fields the cost model reads.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
+from pydantic.fields import FieldInfo
 
-from paraplan.specs.plan import RuntimeFields
+from paraplan.specs.plan import PlanSpec, RuntimeFields
 from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, HostFields, ModuleImpl
+
+
+def plan_default(name: str) -> Any:
+    """A profile field that gives the plan field ``name`` its default: PlanSpec's declaration (type
+    rules and default), described as the plan default."""
+    info = PlanSpec.model_fields[name]
+    return FieldInfo.merge_field_infos(info, description=f"plan default: {info.description}")
 
 
 class FrameworkSpec(RuntimeFields, HostFields):
@@ -71,15 +79,9 @@ class FrameworkSpec(RuntimeFields, HostFields):
         "cudnn",
         description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run",
     )
-    overlap_dp_grad_reduce: bool = Field(
-        True, description="plan default: DP gradient reduction overlaps backward"
-    )
-    overlap_param_gather: bool = Field(
-        True, description="plan default: ZeRO parameter all-gather overlaps forward"
-    )
-    overlap_tp_comm: bool = Field(
-        False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)"
-    )
+    overlap_dp_grad_reduce: bool = plan_default("overlap_dp_grad_reduce")
+    overlap_param_gather: bool = plan_default("overlap_param_gather")
+    overlap_tp_comm: bool = plan_default("overlap_tp_comm")
     pads_vocabulary: bool = Field(
         False,
         description="the vocabulary is padded to a multiple of 128 x tp (Megatron-LM "

@@ -7,7 +7,7 @@ place, so that ``docs/model.md`` can list where each comes from.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -338,20 +338,30 @@ class AcceleratorSpec(InputModel):
         return self.efficiency.gemm
 
 
+def _link_efficiency(default: float, bandwidth_field: str) -> Any:
+    """A tier's achieved share of its bandwidth (the same rule for NVLink and the scale-out network)."""
+    return Field(default, description=f"achieved fraction of {bandwidth_field} by NCCL collectives")
+
+
+def _overlap_cost(default: float, collective: str, tier: str) -> Any:
+    """A tier's overlap cost: Calculon's processor_usage of that tier (Isaev et al. 2023, SC23;
+    Calculon repository systems/a100_80g.json)."""
+    return Field(
+        default,
+        description=f"share of {collective}'s time still paid when hidden behind compute (SMs it "
+        f"occupies); Calculon's processor_usage for the {tier} tier (Isaev et al. 2023, SC23; Calculon "
+        "repository systems/a100_80g.json)",
+    )
+
+
 class NodeSpec(InputModel):
     """The scale-up domain: GPUs joined by NVLink/NVSwitch (or Infinity Fabric)."""
 
     gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
-    nvlink_efficiency: Fraction = Field(
-        0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives"
-    )
-    nvlink_overlap_cost: Share = Field(
-        0.15,
-        description="share of an NVLink collective's time still paid when hidden behind compute (SMs it occupies); "
-        "Calculon's processor_usage for the NVLink tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
-    )
+    nvlink_efficiency: Fraction = _link_efficiency(0.8, "nvlink_bandwidth")
+    nvlink_overlap_cost: Share = _overlap_cost(0.15, "an NVLink collective", "NVLink")
 
 
 class NetworkSpec(InputModel):
@@ -359,14 +369,8 @@ class NetworkSpec(InputModel):
 
     nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
     latency: Seconds = 10e-6
-    efficiency: Fraction = Field(
-        0.85, description="achieved fraction of nic_bandwidth by NCCL collectives"
-    )
-    overlap_cost: Share = Field(
-        0.02,
-        description="share of a scale-out collective's time still paid when hidden behind compute; "
-        "Calculon's processor_usage for the InfiniBand tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
-    )
+    efficiency: Fraction = _link_efficiency(0.85, "nic_bandwidth")
+    overlap_cost: Share = _overlap_cost(0.02, "a scale-out collective", "InfiniBand")
 
 
 class SystemSpec(InputModel):
