@@ -84,14 +84,10 @@ def _problem(
     if isinstance(plan, PlanSpec) and not plan_fields:
         plan_spec = plan
     else:
-        if (
-            isinstance(plan, PlanSpec)
-            and "dp" not in plan_fields
-            and {"gpus", "tp", "pp", "cp"} & set(plan_fields)
-        ):
-            base.pop("dp", None)  # re-infer dp from the new degrees
-        base.update(plan_fields)
-        plan_spec = plan_from_fields(base)
+        from paraplan.export.planfile import with_overrides  # a degree changed: dp inferred again
+
+        fields = with_overrides(base, plan_fields) if isinstance(plan, PlanSpec) else base
+        plan_spec = plan_from_fields({**fields, **plan_fields})
     return model_spec, system_spec, plan_spec
 
 

@@ -209,3 +209,12 @@ def test_a_hugging_face_config_dict_estimates_as_its_pasted_text():
     assert load_model(dict(config)).hidden == 2048 and load_model(dict(config)).kv_heads == 4
     assert by_dict.step_time_s == pytest.approx(by_text.step_time_s, rel=1e-12)
     assert by_dict.first_stage.peak_bytes == pytest.approx(by_text.first_stage.peak_bytes)
+
+
+def test_a_degree_given_as_keyword_over_a_planspec_infers_dp_again():
+    """api.estimate's keyword overrides of a PlanSpec follow export.planfile.with_overrides: a changed
+    tp without dp re-infers dp (8 GPUs, tp 2 -> 4: dp 4 -> 2); with dp given, dp stays as given."""
+    plan = PlanSpec(gpus=8, tp=2, global_batch=8, seq_length=2048)
+    assert api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=4).plan["dp"] == 2
+    with pytest.raises(InputError):
+        api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=4, dp=4)  # 4·4 ≠ 8 GPUs
