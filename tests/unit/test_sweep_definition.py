@@ -53,6 +53,8 @@ def test_the_written_definition_reads_back_as_the_same_config():
             "sweep.global_batch: give exactly one of sweep.global_batch or",
         ),
         ({"tokens": -1.0}, "sweep.tokens: -1.0 is not allowed"),
+        ({"gpus": [2**21]}, "sweep.gpus: 2097152 is not allowed; must be an integer from 1 to"),
+        ({"max_global_batch": 2**25}, "sweep.max_global_batch: 33554432 is not allowed"),
         ({"model": "/etc/passwd"}, "sweep.model: '/etc/passwd' is not in the catalog"),
     ],
 )
@@ -70,6 +72,7 @@ def test_a_bad_field_is_one_line_naming_it(change, message):
         ({"restrictions": {"ep": (1,)}}, "--restrictions: unknown axis 'ep'"),
         ({"systems": ()}, "--system: give at least one system"),
         ({"max_global_batch": 0}, "--max-global-batch: 0 is not allowed"),
+        ({"top": 101}, "--top: 101 is not allowed; must be an integer from 1 to 100"),
     ],
 )
 def test_the_command_line_config_is_checked_by_the_same_rules_naming_its_options(change, message):

@@ -117,12 +117,9 @@ class SweepConfig:
             raise InputError(
                 f"{name('seq_length')}: {self.seq_length} is not allowed; must be a positive integer"
             )
+        sizes = ("gpus", "seq_length", batch_field, "top")
         check_search_bounds(
-            gpus=max(self.gpus),
-            seq_length=self.seq_length,
-            batch=batch,
-            top=self.top,
-            batch_flag=name(batch_field),
+            max(self.gpus), self.seq_length, batch, self.top, tuple(map(name, sizes))
         )
         if self.goodput is not None and self.tokens is None:
             raise InputError(
