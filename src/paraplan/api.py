@@ -6,8 +6,8 @@
 >>> found = search("gpt3-13b", "dgx-a100-80gb", gpus=64, global_batch=512, top=5)
 >>> found.best.plan, found.to_dataframe()  # doctest: +SKIP
 
-Models and systems may be catalog names, paths to YAML/JSON files (a model may also be a Hugging
-Face ``config.json``), dicts, or already-built specs. Plan fields are :class:`PlanSpec` fields;
+Models and systems may be catalog names, paths to YAML/JSON files or dicts (a model's may also be
+a Hugging Face ``config.json``), or already-built specs. Plan fields are :class:`PlanSpec` fields;
 ``seq_length`` and ``global_batch`` get the CLI's defaults when omitted (see :func:`plan_from_fields`).
 Results: :class:`~paraplan.step.result.Estimate` and :class:`SearchResults` (ranked plans with
 ``to_dict``, ``to_records``, ``to_dataframe`` — pandas is optional — and a Jupyter view; an
