@@ -28,7 +28,7 @@ from paraplan.cost.attention import effective_kernel, kernel_relative_speed
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
-from paraplan.specs.system import HostFields, SystemSpec
+from paraplan.specs.system import EagerFields, HostFields, SystemSpec
 
 PLAN_DEFAULTS = (
     "attention",
@@ -61,9 +61,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     )
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
-        eff["eager_traffic_factor"] = framework.eager_traffic_factor
-        eff["eager_kernels"] = dict(framework.eager_kernels)
-        eff["module_impl"] = dict(framework.module_impl)
+        eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary

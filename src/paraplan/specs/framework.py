@@ -16,7 +16,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from paraplan.specs.plan import PlanSpec, RuntimeFields
-from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, HostFields, ModuleImpl
+from paraplan.specs.system import Bytes, EagerFields, HostFields
 
 
 def plan_default(name: str) -> Any:
@@ -26,9 +26,10 @@ def plan_default(name: str) -> Any:
     return FieldInfo.merge_field_infos(info, description=f"plan default: {info.description}")
 
 
-class FrameworkSpec(RuntimeFields, HostFields):
+class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
     """Implementation defaults of one framework; every field is documented with its source in the catalog file.
-    The host model's fields (specs.system.HostFields) are declared with the efficiency that receives them."""
+    The host model's and the eager kernels' fields (specs.system.HostFields, EagerFields; used with
+    fused_kernels false) are declared with the efficiency that receives them."""
 
     name: str
     source: str = ""
@@ -91,24 +92,6 @@ class FrameworkSpec(RuntimeFields, HostFields):
     fused_kernels: bool = Field(
         True,
         description="element-wise ops fused (Megatron / Transformer Engine / XLA) or run eagerly one kernel each",
-    )
-    eager_traffic_factor: float = Field(
-        1.0,
-        ge=1.0,
-        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused; with a "
-        "measured kernels table, only for the ops eager_kernels does not price)",
-    )
-    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
-        default_factory=dict,
-        description="with fused_kernels false: the op roles (norm, activation, residual, loss) the stack runs "
-        "as one eager PyTorch kernel each and the precision each runs in; a system with a measured kernels "
-        "table prices them from it in place of eager_traffic_factor (cost.eager_kernels)",
-    )
-    module_impl: ModuleImpl = Field(
-        default_factory=dict,
-        description="with fused_kernels false: the implementation of each module role (norm, activation, "
-        "rotary, loss) the stack's model code runs: fused (one kernel per op) or a named composite of eager "
-        "element-wise kernels (graph.eager_modules)",
     )
     optimizer_step_bytes: float | None = Field(
         None,

@@ -95,6 +95,34 @@ def _module_impls(value: dict) -> dict:
 ModuleImpl = Annotated[dict[ModuleRole, str], AfterValidator(_module_impls)]
 
 
+class EagerFields(InputModel):
+    """The eager element-wise kernels' inputs, declared once: a framework profile states them
+    (specs.framework.FrameworkSpec) and, when its kernels are not fused, cost.frameworks.framework_system
+    copies them into the system's efficiency (EfficiencySpec), which the cost model reads."""
+
+    eager_traffic_factor: float = Field(
+        1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="HBM traffic of the op graph's memory-bound ops relative to their fused count, for a "
+        "stack that runs them as eager kernels; applied to analytical and measured-table pricing alike "
+        "(cost.compute.memory_time_s); with a measured kernels table, only for the ops eager_kernels does "
+        "not price",
+    )
+    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
+        default_factory=dict,
+        description="the memory-bound op roles (norm, activation, residual, loss) the stack runs as one "
+        "eager PyTorch kernel each and the precision each runs in, priced from the measured kernels of "
+        "accelerator.kernel_tables where it has them in place of eager_traffic_factor (cost.eager_kernels)",
+    )
+    module_impl: ModuleImpl = Field(
+        default_factory=dict,
+        description="the implementation of each module role (norm, activation, rotary, loss) the stack's "
+        "model code runs: fused (one kernel per op) or a named composite of eager element-wise kernels "
+        "(graph.eager_modules), priced by cost.eager_kernels",
+    )
+
+
 class HostFields(InputModel):
     """The host model's inputs (cost.host), declared once: a framework profile states them
     (specs.framework.FrameworkSpec) and cost.frameworks.host_fields copies them into the system's
@@ -134,9 +162,10 @@ class HostFields(InputModel):
     )
 
 
-class EfficiencySpec(HostFields):
+class EfficiencySpec(HostFields, EagerFields):
     """Achievable fractions of peak; each value in a catalog file carries its source or calibration.
-    The host model's fields (HostFields) are set from the framework profile (cost.frameworks)."""
+    The host model's fields (HostFields) and the eager kernels' (EagerFields) are set from the framework
+    profile (cost.frameworks)."""
 
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
@@ -181,25 +210,6 @@ class EfficiencySpec(HostFields):
         description="every GEMM the software runs is 16-byte aligned (a framework that pads its "
         "vocabulary: cost.frameworks.framework_system); else an unaligned GEMM runs at the measured "
         "share of cost.gemm_alignment",
-    )
-    eager_traffic_factor: float = Field(
-        1.0,
-        ge=1.0,
-        allow_inf_nan=False,
-        description="HBM traffic of the op graph's memory-bound ops relative to their fused count, for a "
-        "stack that runs them as eager kernels (a framework profile sets it: cost.frameworks.framework_system); "
-        "applied to analytical and measured-table pricing alike (cost.compute.memory_time_s)",
-    )
-    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
-        default_factory=dict,
-        description="memory-bound op roles the stack runs as eager kernels, priced from the measured "
-        "kernels of accelerator.kernel_tables where it has them (cost.eager_kernels), and the precision each "
-        "runs in; set by a framework profile (cost.frameworks.framework_system)",
-    )
-    module_impl: ModuleImpl = Field(
-        default_factory=dict,
-        description="the implementation the stack runs per module role (graph.eager_modules: a composite of "
-        "eager element-wise kernels, priced by cost.eager_kernels); set by a framework profile",
     )
     host_sync_s: Seconds = Field(
         0.0,
