@@ -6,8 +6,8 @@
 >>> found = search("gpt3-13b", "dgx-a100-80gb", gpus=64, global_batch=512, top=5)
 >>> found.best.plan, found.to_dataframe()  # doctest: +SKIP
 
-Models and systems may be catalog names, paths to YAML/JSON files (a model may also be a Hugging
-Face ``config.json``), dicts, or already-built specs. Plan fields are :class:`PlanSpec` fields;
+Models and systems may be catalog names, paths to YAML/JSON files or dicts (a model's may also be
+a Hugging Face ``config.json``), or already-built specs. Plan fields are :class:`PlanSpec` fields;
 ``seq_length`` and ``global_batch`` get the CLI's defaults when omitted (see :func:`plan_from_fields`).
 Results: :class:`~paraplan.step.result.Estimate` and :class:`SearchResults` (ranked plans with
 ``to_dict``, ``to_records``, ``to_dataframe`` — pandas is optional — and a Jupyter view; an
@@ -22,7 +22,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
 
 from paraplan.catalog import load_model, load_system, suggestions, unknown_keyword  # noqa: F401
 from paraplan.search.choices import option_choices  # noqa: F401 (re-exported)
@@ -39,6 +38,8 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
+from paraplan.io.strict_yaml import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
+from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
 from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
 from paraplan.step.schedules import route_length, route_position, schedule_order  # noqa: F401
 from paraplan.specs.system import SystemSpec
@@ -71,30 +72,22 @@ def _problem(
 ) -> tuple[ModelSpec, SystemSpec, PlanSpec]:
     """The specs of ``estimate``'s arguments (its docstring)."""
     model_spec, system_spec = _specs(model, system)
+    base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
     if framework is not None:
         from paraplan.catalog import load_framework
         from paraplan.cost.frameworks import framework_plan_fields, framework_system
 
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)
-        base = (
-            plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
-        )
         plan, plan_fields = None, framework_plan_fields(profile, {**base, **plan_fields})
+        base = {}
     if isinstance(plan, PlanSpec) and not plan_fields:
         plan_spec = plan
     else:
-        base = (
-            plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
-        )
-        if (
-            isinstance(plan, PlanSpec)
-            and "dp" not in plan_fields
-            and {"gpus", "tp", "pp", "cp"} & set(plan_fields)
-        ):
-            base.pop("dp", None)  # re-infer dp from the new degrees
-        base.update(plan_fields)
-        plan_spec = plan_from_fields(base)
+        from paraplan.export.planfile import with_overrides  # a degree changed: dp inferred again
+
+        fields = with_overrides(base, plan_fields) if isinstance(plan, PlanSpec) else base
+        plan_spec = plan_from_fields({**fields, **plan_fields})
     return model_spec, system_spec, plan_spec
 
 

@@ -7,6 +7,7 @@ import pytest
 from paraplan.catalog import load_model
 from paraplan.export import megatron
 from paraplan.export.common import ExportRefused
+from paraplan.export.megatron_core import DISPATCHER_TYPES, dispatcher_of
 from paraplan.specs.plan import PlanSpec
 
 MIXTRAL = load_model("mixtral-8x7b")
@@ -87,3 +88,32 @@ def test_a2a_overlap_megatron_cannot_start_is_refused_by_name():
         ExportRefused, match=r"^plan\.moe_a2a_overlap=True cannot start in Megatron-LM"
     ):
         megatron.export(plan(moe_dispatcher="deepep", moe_a2a_overlap=True), MIXTRAL)
+
+
+@pytest.mark.parametrize(
+    "kind, moe, deepep, expected",
+    [
+        (None, True, False, "allgather"),  # Megatron-Core's default for an MoE model
+        (None, False, False, "alltoall"),
+        ("alltoall", True, False, "alltoall"),
+        ("flex", True, True, "deepep"),
+    ],
+)
+def test_both_megatron_front_ends_read_the_dispatcher_with_one_map(kind, moe, deepep, expected):
+    """Megatron-LM's and NeMo's importers read the dispatcher through megatron_core.dispatcher_of, the
+    inverse of the one DISPATCHER_TYPES map both exporters write."""
+    assert dispatcher_of(kind, moe, deepep, "x", "switch") == expected
+    assert DISPATCHER_TYPES[expected] == (kind or DISPATCHER_TYPES[expected])
+
+
+@pytest.mark.parametrize(
+    "kind, deepep, message",
+    [
+        ("flex", False, "x flex without switch"),
+        ("ring", True, "x 'ring'"),
+        ([1], True, "x"),
+    ],
+)
+def test_a_dispatcher_without_a_plan_field_is_refused_by_name(kind, deepep, message):
+    with pytest.raises(ExportRefused, match=message):
+        dispatcher_of(kind, True, deepep, "x", "switch")

@@ -186,3 +186,35 @@ def test_the_estimate_view_is_registered_with_a_running_ipython(monkeypatch):
     assert registered == {api.Estimate: estimate_html}
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
     assert api.register_jupyter_views() is False
+
+
+def test_a_hugging_face_config_dict_estimates_as_its_pasted_text():
+    """api.estimate(model={config.json as a dict}) reads it as a Hugging Face config, as the same
+    config pasted as text (api.spec_from_text) or named by path does (catalog.load_model)."""
+    import json
+
+    config = {
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "vocab_size": 32000,
+        "max_position_embeddings": 2048,
+    }
+    by_dict = api.estimate(dict(config), "dgx-h100-80gb", gpus=8, zero=1)
+    pasted = api.spec_from_text("model", json.dumps(config))
+    by_text = api.estimate(pasted, "dgx-h100-80gb", gpus=8, zero=1)
+    assert load_model(dict(config)).hidden == 2048 and load_model(dict(config)).kv_heads == 4
+    assert by_dict.step_time_s == pytest.approx(by_text.step_time_s, rel=1e-12)
+    assert by_dict.first_stage.peak_bytes == pytest.approx(by_text.first_stage.peak_bytes)
+
+
+def test_a_degree_given_as_keyword_over_a_planspec_infers_dp_again():
+    """api.estimate's keyword overrides of a PlanSpec follow export.planfile.with_overrides: a changed
+    tp without dp re-infers dp (8 GPUs, tp 2 -> 4: dp 4 -> 2); with dp given, dp stays as given."""
+    plan = PlanSpec(gpus=8, tp=2, global_batch=8, seq_length=2048)
+    assert api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=4).plan["dp"] == 2
+    with pytest.raises(InputError):
+        api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=4, dp=4)  # 4·4 ≠ 8 GPUs

@@ -85,9 +85,9 @@ def test_autocast_activation_casts_one_definition():
     assert activation_casts("norm", False) == (0, 0)
     assert activation_casts(None, True) == (0, 0)
     # the host reads the wide roles off the profile's eager_kernels precisions, only under autocast
-    eff = EfficiencySpec(host_autocast=True, eager_kernels={"norm": "fp32", "activation": "bf16"})
+    eff = EfficiencySpec(autocast_casts=True, eager_kernels={"norm": "fp32", "activation": "bf16"})
     assert H.wide_roles(eff) == frozenset({"norm"})
-    assert H.wide_roles(eff.model_copy(update={"host_autocast": False})) == frozenset()
+    assert H.wide_roles(eff.model_copy(update={"autocast_casts": False})) == frozenset()
 
 
 def test_compiled_graph_calls_by_hand():
@@ -129,7 +129,7 @@ EFF = EfficiencySpec(
     host_sync_latency_s=10e-6,
     host_sync_s=100e-6,
     host_eager=True,
-    host_autocast=True,
+    autocast_casts=True,
 )
 
 
@@ -257,7 +257,7 @@ def test_eager_layer_kernels_match_the_profiled_count():
     eff = eff.accelerator.efficiency
     bias = (case.model.has_bias, case.model.has_qkv_bias)
     counted = [
-        H.op_kernels(op, eff.host_eager, eff.host_autocast, *bias, wide_roles=H.wide_roles(eff))
+        H.op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, wide_roles=H.wide_roles(eff))
         for op in decoder_layer_1d(case.model, shape).ops
     ]
     forward, backward = (sum(k[i] for k in counted) for i in (0, 1))

@@ -3,6 +3,8 @@ back as the same SweepConfig, and each bad field is one line naming it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from paraplan.specs.errors import InputError
@@ -42,6 +44,17 @@ def test_the_written_definition_reads_back_as_the_same_config():
         ({"restrictions": {"ep": [1]}}, "sweep.restrictions: unknown axis 'ep'"),
         ({"sets": [{"path": "model.colour", "values": [1]}]}, "--set model.colour: unknown field"),
         ({"systems": None}, "sweep.systems: missing"),
+        (
+            {"systems": ["dgx-a100-80gb"] * 2},
+            "sweep.systems: 'dgx-a100-80gb,dgx-a100-80gb' repeats",
+        ),
+        (
+            {"max_global_batch": None},
+            "sweep.global_batch: give exactly one of sweep.global_batch or",
+        ),
+        ({"tokens": -1.0}, "sweep.tokens: -1.0 is not allowed"),
+        ({"gpus": [2**21]}, "sweep.gpus: 2097152 is not allowed; must be an integer from 1 to"),
+        ({"max_global_batch": 2**25}, "sweep.max_global_batch: 33554432 is not allowed"),
         ({"model": "/etc/passwd"}, "sweep.model: '/etc/passwd' is not in the catalog"),
     ],
 )
@@ -49,4 +62,21 @@ def test_a_bad_field_is_one_line_naming_it(change, message):
     names = {"models": ["gpt3-13b"], "systems": list(CONFIG.systems), "frameworks": []}
     with pytest.raises(InputError) as err:
         sweep_config({**CONFIG.to_dict(), **change}, names)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"objective": "time-to-train"}, "--objective: 'time-to-train' is not allowed"),
+        ({"restrictions": {"ep": (1,)}}, "--restrictions: unknown axis 'ep'"),
+        ({"systems": ()}, "--system: give at least one system"),
+        ({"max_global_batch": 0}, "--max-global-batch: 0 is not allowed"),
+        ({"top": 101}, "--top: 101 is not allowed; must be an integer from 1 to 100"),
+    ],
+)
+def test_the_command_line_config_is_checked_by_the_same_rules_naming_its_options(change, message):
+    """paraplan sweep and a definition document share SweepConfig.check; the command names options."""
+    with pytest.raises(InputError) as err:
+        replace(CONFIG, **change).check()
     assert str(err.value).startswith(message) and "\n" not in str(err.value)

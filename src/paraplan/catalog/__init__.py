@@ -206,7 +206,8 @@ def _model_path(ref: str) -> Path | str:
 def load_model(
     ref: str | dict | ModelSpec, field: str = "model", referenced: bool = False
 ) -> ModelSpec:
-    """A catalog name, a path to YAML/JSON (our schema or a Hugging Face config.json), or a dict.
+    """A catalog name, a path to YAML/JSON (our schema or a Hugging Face config.json), or a dict of
+    either (a Hugging Face config named "custom", as a model of our schema that names no name).
     ``referenced``: ``ref`` was named by a document (a case, a cluster, a plan), not by the user on
     the command line: a file it names is checked and reported by path and reason only
     (:func:`referenced_file_error`), never by its content."""
@@ -231,6 +232,8 @@ def load_model(
             return model_from_hf_config(_read_file(config, field), name=ref, field=field)
         else:
             raise _unknown("model", field, ref, model_names())
+    if isinstance(ref, dict):  # our schema or a Hugging Face config.json, as a file or pasted text
+        return model_from_data(dict(ref), ModelSpec.model_fields["name"].default, field)
     return validate_spec(ModelSpec, ref, field)
 
 

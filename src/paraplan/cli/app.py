@@ -13,11 +13,12 @@ import sys
 from enum import Enum
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Annotated, Optional, get_args
+from typing import Optional, get_args
 
 import typer
 
 from paraplan import __version__
+from paraplan.cli.declare import optional, switch
 from paraplan.specs import choices  # the plan's Literal choices: no pydantic model at start-up
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -36,6 +37,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
 _OUTPUT: dict[str, int | None] = {"width": None}  # set by --width (0: unlimited)
 
 
@@ -49,17 +51,14 @@ WIDTH_HELP = (
     "width of text output in characters (0: unlimited, one line per table row); default: the "
     "terminal's, or $COLUMNS, or unlimited when piped"
 )
-WidthOption = Annotated[Optional[int], typer.Option("--width", min=0, help=WIDTH_HELP)]
+WidthOption = optional(int, "--width", help=WIDTH_HELP, min=0)
 
 
 @app.callback()
 def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", is_eager=True, callback=_show_version, help="print the version and exit"
-        ),
-    ] = False,
+    version: switch(
+        "--version", help="print the version and exit", is_eager=True, callback=_show_version
+    ) = False,
     width: WidthOption = None,
 ) -> None:
     if width is not None:
@@ -189,53 +188,35 @@ def _choice_list(
 
 
 # ---- search-space options shared by ``search`` and ``sweep`` ----------------------------------
-TpOption = Annotated[
-    Optional[str], typer.Option("--tp", help="restrict tp to these values, e.g. 1,2,4,8")
-]
-PpOption = Annotated[Optional[str], typer.Option("--pp", help="restrict pp")]
-CpOption = Annotated[Optional[str], typer.Option("--cp", help="restrict cp")]
-MicroBatchOption = Annotated[
-    Optional[str], typer.Option("--micro-batch", help="restrict micro-batch sizes")
-]
-RecomputeOption = Annotated[
-    Optional[str], typer.Option("--recompute", help="restrict: none,selective,full")
-]
-ZeroOption = Annotated[Optional[str], typer.Option("--zero", help="restrict ZeRO stages, e.g. 0,1")]
-ScheduleOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--schedule",
-        help="restrict: 1f1b,gpipe,interleaved,zb-h1,dualpipe (zb-h1 and dualpipe are searched by default "
-        "for MoE / MLA / MTP models only)",
-    ),
-]
-EpOption = Annotated[
-    Optional[str],
-    typer.Option("--ep", help="restrict the expert-parallel degree (MoE models), e.g. 8,16,32"),
-]
-EtpOption = Annotated[
-    Optional[str],
-    typer.Option("--etp", help="restrict the expert tensor-parallel degree (MoE models)"),
-]
-DispatcherOption = Annotated[
-    Optional[str],
-    typer.Option("--dispatcher", help="restrict: alltoall,allgather,deepep (MoE models)"),
-]
-NoOffloadOption = Annotated[bool, typer.Option("--no-offload", help="do not consider offloading")]
-DefaultOverlapOption = Annotated[
-    bool, typer.Option("--default-overlap", help="keep overlap switches at defaults")
-]
-DefaultPlacementOption = Annotated[
-    bool, typer.Option("--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement")
-]
-VarySplitOption = Annotated[
-    bool,
-    typer.Option(
-        "--vary-split",
-        help="also search the layer split with every schedule: the first / last stage layer counts of "
-        "Megatron-LM's accounting switches (embedding, loss and MTP modules counted as layers)",
-    ),
-]
+TpOption = optional(str, "--tp", help="restrict tp to these values, e.g. 1,2,4,8")
+PpOption = optional(str, "--pp", help="restrict pp")
+CpOption = optional(str, "--cp", help="restrict cp")
+MicroBatchOption = optional(str, "--micro-batch", help="restrict micro-batch sizes")
+RecomputeOption = optional(str, "--recompute", help="restrict: none,selective,full")
+ZeroOption = optional(str, "--zero", help="restrict ZeRO stages, e.g. 0,1")
+ScheduleOption = optional(
+    str,
+    "--schedule",
+    help="restrict: 1f1b,gpipe,interleaved,zb-h1,dualpipe (zb-h1 and dualpipe are searched by default "
+    "for MoE / MLA / MTP models only)",
+)
+EpOption = optional(
+    str, "--ep", help="restrict the expert-parallel degree (MoE models), e.g. 8,16,32"
+)
+EtpOption = optional(str, "--etp", help="restrict the expert tensor-parallel degree (MoE models)")
+DispatcherOption = optional(
+    str, "--dispatcher", help="restrict: alltoall,allgather,deepep (MoE models)"
+)
+NoOffloadOption = switch("--no-offload", help="do not consider offloading")
+DefaultOverlapOption = switch("--default-overlap", help="keep overlap switches at defaults")
+DefaultPlacementOption = switch(
+    "--default-placement", help=f"only {DEFAULT_PLACEMENT_LABEL} placement"
+)
+VarySplitOption = switch(
+    "--vary-split",
+    help="also search the layer split with every schedule: the first / last stage layer counts of "
+    "Megatron-LM's accounting switches (embedding, loss and MTP modules counted as layers)",
+)
 
 
 def _framework_help() -> str:
@@ -250,7 +231,7 @@ def _framework_help() -> str:
     )
 
 
-FrameworkOption = Annotated[Optional[str], typer.Option("--framework", help=_framework_help())]
+FrameworkOption = optional(str, "--framework", help=_framework_help())
 
 
 def load_framework_option(framework: Optional[str]):

@@ -5,69 +5,42 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
 
 from paraplan.cli.app import app
+from paraplan.cli.declare import given, optional, switch
 
 
 @app.command("calibrate")
 def calibrate_command(
-    system: Annotated[
+    system: given(
         str,
-        typer.Option(
-            "--system",
-            "-s",
-            help="base system (catalog name or file): nominal bandwidths and peaks",
-        ),
-    ],
-    nccl: Annotated[
-        Optional[list[str]],
-        typer.Option("--nccl", help="nccl-tests output (FILE or KIND=FILE); repeat"),
-    ] = None,
-    gemm: Annotated[
-        Optional[Path], typer.Option("--gemm", help="CSV m,n,k,dtype,time_us|time_ms|time_s|tflops")
-    ] = None,
-    attention: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--attention", help="CSV batch,heads,seq_len,head_dim,causal,direction,dtype,time_us"
-        ),
-    ] = None,
-    memory: Annotated[
-        Optional[Path], typer.Option("--memory", help="CSV bytes,time_us of memory-bound kernels")
-    ] = None,
-    steps: Annotated[
-        Optional[Path],
-        typer.Option("--steps", help="YAML/JSON of measured runs: model, plan, step_time_s"),
-    ] = None,
-    domain_spans_nodes: Annotated[
-        bool,
-        typer.Option(
-            "--domain-spans-nodes",
-            help="rack-scale NVLink: the hosts of an nccl-tests run share one NVLink domain",
-        ),
-    ] = False,
-    name: Annotated[
-        Optional[str], typer.Option("--name", help="name of the calibrated system")
-    ] = None,
-    out: Annotated[
-        Optional[Path],
-        typer.Option("--out", "-o", help="write the system YAML here (default: stdout)"),
-    ] = None,
-    report: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--report", help="also write the fit (values, residuals, leave-one-out) as JSON"
-        ),
-    ] = None,
-    write_synthetic: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--write-synthetic", help="write a synthetic cluster's measurements to DIR and exit"
-        ),
-    ] = None,
+        "--system",
+        "-s",
+        help="base system (catalog name or file): nominal bandwidths and peaks",
+    ),
+    nccl: optional(
+        list[str], "--nccl", help="nccl-tests output (FILE or KIND=FILE); repeat"
+    ) = None,
+    gemm: optional(Path, "--gemm", help="CSV m,n,k,dtype,time_us|time_ms|time_s|tflops") = None,
+    attention: optional(
+        Path, "--attention", help="CSV batch,heads,seq_len,head_dim,causal,direction,dtype,time_us"
+    ) = None,
+    memory: optional(Path, "--memory", help="CSV bytes,time_us of memory-bound kernels") = None,
+    steps: optional(
+        Path, "--steps", help="YAML/JSON of measured runs: model, plan, step_time_s"
+    ) = None,
+    domain_spans_nodes: switch(
+        "--domain-spans-nodes",
+        help="rack-scale NVLink: the hosts of an nccl-tests run share one NVLink domain",
+    ) = False,
+    name: optional(str, "--name", help="name of the calibrated system") = None,
+    out: optional(Path, "--out", "-o", help="write the system YAML here (default: stdout)") = None,
+    report: optional(
+        Path, "--report", help="also write the fit (values, residuals, leave-one-out) as JSON"
+    ) = None,
+    write_synthetic: optional(
+        Path, "--write-synthetic", help="write a synthetic cluster's measurements to DIR and exit"
+    ) = None,
 ) -> None:
     """Fit link efficiencies and latencies, GEMM / attention / HBM efficiencies and overlap costs;
     attach the measured kernel tables to the written system (a shipped table's name, or a folder

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable
 
 import typer
 
-from paraplan.cli.app import (
-    WidthOption,
-    _stdout,
-    app,
-)
+from paraplan.cli.app import WidthOption, _stdout, app
+from paraplan.cli.declare import optional, switch
 from paraplan.cli.options import JsonOption
 from paraplan.specs.errors import InputError
 from paraplan.units import GiB
@@ -115,15 +112,13 @@ def _model_fields_table(ref: str, model):
 @app.command()
 def models(
     as_json: JsonOption = False,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model",
-            "-m",
-            help="show how this catalog name or file (YAML/JSON, Hugging Face config.json) is "
-            "read: every field, given or default, and the parameter counts",
-        ),
-    ] = None,
+    model: optional(
+        str,
+        "--model",
+        "-m",
+        help="show how this catalog name or file (YAML/JSON, Hugging Face config.json) is "
+        "read: every field, given or default, and the parameter counts",
+    ) = None,
     width: WidthOption = None,
 ) -> None:
     """List the model catalog (parameters, total and active, and shape), or show how one model is read."""
@@ -200,13 +195,10 @@ TABLE_COLUMNS = (
 def systems(
     as_json: JsonOption = False,
     width: WidthOption = None,
-    tables: Annotated[
-        bool,
-        typer.Option(
-            "--tables",
-            help="list each system's measured kernel tables (catalog/kernels) or 'analytical fallback'",
-        ),
-    ] = False,
+    tables: switch(
+        "--tables",
+        help="list each system's measured kernel tables (catalog/kernels) or 'analytical fallback'",
+    ) = False,
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
@@ -291,15 +283,12 @@ def schema(
     name: Annotated[
         str, typer.Argument(help="model | system | plan | validation-case (| cluster)")
     ],
-    out: Annotated[
-        Optional[Path],
-        typer.Option("--out", help="write the schema to FILE instead of printing it"),
-    ] = None,
+    out: optional(Path, "--out", help="write the schema to FILE instead of printing it") = None,
 ) -> None:
     """Print the JSON Schema of an input file (model, system, plan, validation-case; cluster when defined),
     for editors and validators; quantities accept unit strings such as "80 GiB"."""
-    from paraplan.report.search_csv import AtomicText
     from paraplan.io.schemas import json_schema, schema_models
+    from paraplan.report.search_csv import AtomicText
 
     names = list(schema_models())
     if name not in names:

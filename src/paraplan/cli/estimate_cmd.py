@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
 
 import typer
 
@@ -28,6 +27,7 @@ from paraplan.cli.app import (
     refuse_options,
     warn_positions,
 )
+from paraplan.cli.declare import given, optional, switch
 from paraplan.cli.estimate_plan import (
     FIELD_PARAMETER,
     FRAMEWORK_PLAN_OPTIONS,
@@ -113,230 +113,163 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
 @app.command()
 def estimate(
     ctx: typer.Context,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model",
-            "-m",
-            help="catalog name, or a YAML/JSON file (or a Hugging Face config.json); default with "
-            "--plan: the model a search/estimate JSON names",
-        ),
-    ] = None,
-    system: Annotated[
-        Optional[str],
-        typer.Option(
-            "--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)"
-        ),
-    ] = None,
-    gpus: Annotated[
-        Optional[int],
-        typer.Option("--gpus", min=1, help="total GPUs = tp·pp·cp·dp (required unless --plan)"),
-    ] = None,
-    tp: Annotated[int, typer.Option("--tp", min=1, help="tensor-parallel degree")] = 1,
-    pp: Annotated[int, typer.Option("--pp", min=1, help="pipeline stages")] = 1,
-    cp: Annotated[int, typer.Option("--cp", min=1, help="context-parallel degree")] = 1,
-    vpp: Annotated[
-        int, typer.Option("--vpp", min=1, help="virtual stages per GPU (interleaved)")
-    ] = 1,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1)] = 1,
-    global_batch: Annotated[
-        Optional[int],
-        typer.Option(
-            "--global-batch", min=1, help="default: dp·micro_batch (·pp when interleaved)"
-        ),
-    ] = None,
-    seq_length: Annotated[int, typer.Option("--seq-length", min=1)] = 2048,
-    recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
-    recompute_num_layers: Annotated[
-        Optional[int],
-        typer.Option(
-            "--recompute-num-layers",
-            min=1,
-            help="with --recompute full: layers of each pipeline chunk recomputed, the others "
-            "keep their activations (Megatron-LM's block method)",
-        ),
-    ] = None,
-    sequence_parallel: Annotated[
-        bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism")
-    ] = False,
-    zero: Annotated[
-        int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3 (1 = distributed optimizer)")
-    ] = 0,
-    dtype: DtypeOption = Dtype.bf16,
-    grad_dtype: Annotated[
-        GradDtype,
-        typer.Option(
-            "--grad-dtype", help="gradient accumulation/reduction dtype: fp32 main grads or bf16"
-        ),
-    ] = GradDtype.fp32,
-    fp8_weight_copies: Annotated[
-        bool,
-        typer.Option(
-            "--fp8-weight-copies",
-            help="fp8: Transformer Engine caches fp8 weight copies beside the "
-            "bf16 weights (no fp8 primary weights): +2 B per layer parameter",
-        ),
-    ] = False,
-    zero3_max_live_params: Annotated[
-        Optional[float],
-        typer.Option(
-            "--zero3-max-live-params",
-            min=1.0,
-            help="ZeRO-3: most gathered parameters resident per GPU (DeepSpeed "
-            "stage3_max_live_parameters); default: two whole layers (FSDP)",
-        ),
-    ] = None,
-    zero3_prefetch_layers: Annotated[
-        int,
-        typer.Option(
-            "--zero3-prefetch-layers",
-            min=0,
-            max=8,
-            help="ZeRO-3/FSDP: layers gathered ahead of use when the gather overlaps (0: none)",
-        ),
-    ] = 1,
-    zero3_gather_unit: Annotated[
-        Zero3GatherUnit,
-        typer.Option(
-            "--zero3-gather-unit",
-            help="ZeRO-3: one all-gather per layer, or one per weight tensor (DeepSpeed <= 0.5.4)",
-        ),
-    ] = Zero3GatherUnit.layer,
-    zero3_reduce_unit: Annotated[
-        Zero3ReduceUnit,
-        typer.Option(
-            "--zero3-reduce-unit",
-            help="ZeRO-3: one gradient reduce-scatter per layer, or one "
-            "per weight tensor (DeepSpeed <= 0.5.x)",
-        ),
-    ] = Zero3ReduceUnit.layer,
-    zero3_regather_recompute: Annotated[
-        bool,
-        typer.Option(
-            "--zero3-regather-recompute",
-            help="ZeRO-3 with full recomputation: gather the weights again "
-            "for the recomputed forward (DeepSpeed v0.3.13-v0.3.16)",
-        ),
-    ] = False,
-    cp_algorithm: Annotated[
-        CPAlgorithm,
-        typer.Option(
-            "--cp-algorithm",
-            help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)",
-        ),
-    ] = CPAlgorithm.ring,
-    schedule: Annotated[
-        Optional[Schedule],
-        typer.Option("--schedule", help="default: interleaved when vpp > 1, else 1f1b"),
-    ] = None,
-    attention: AttentionOption = Attention.flash,
-    offload_weights: Annotated[bool, typer.Option("--offload-weights")] = False,
-    offload_activations: Annotated[bool, typer.Option("--offload-activations")] = False,
-    offload_activation_layers: Annotated[
-        Optional[int],
-        typer.Option(
-            "--offload-activation-layers",
-            min=1,
-            help="with --offload-activations: decoder layers per pipeline stage that offload (Megatron-LM "
-            "--cpu-offloading-num-layers); default: all",
-        ),
-    ] = None,
-    offload_optimizer: Annotated[bool, typer.Option("--offload-optimizer")] = False,
-    overlap_tp_comm: Annotated[
-        bool, typer.Option("--overlap-tp-comm", help="overlap TP collectives with GEMMs")
-    ] = False,
-    no_overlap_dp: Annotated[
-        bool, typer.Option("--no-overlap-dp", help="do not overlap DP gradient reduction")
-    ] = False,
-    no_overlap_param_gather: Annotated[bool, typer.Option("--no-overlap-param-gather")] = False,
-    placement: Annotated[
-        str, typer.Option("--placement", help="group order on the network, innermost first")
-    ] = DEFAULT_PLACEMENT_LABEL,
-    stage_layers: Annotated[
-        Optional[str],
-        typer.Option(
-            "--stage-layers", help="decoder layers of every pipeline stage, e.g. 15,16,16,...,15"
-        ),
-    ] = None,
-    layers_first_stage: Annotated[
-        Optional[int], typer.Option("--layers-first-stage", min=0)
-    ] = None,
-    layers_last_stage: Annotated[Optional[int], typer.Option("--layers-last-stage", min=0)] = None,
-    embedding_as_layer: Annotated[
-        bool,
-        typer.Option(
-            "--embedding-as-layer", help="count the embedding as a layer when splitting stages"
-        ),
-    ] = False,
-    loss_as_layer: Annotated[
-        bool, typer.Option("--loss-as-layer", help="count the LM head and loss as a layer")
-    ] = False,
-    ep: Annotated[
-        int, typer.Option("--ep", min=1, help="expert-parallel degree (carved out of tp·cp·dp)")
-    ] = 1,
-    etp: Annotated[int, typer.Option("--etp", min=1, help="expert tensor-parallel degree")] = 1,
-    moe_dispatcher: Annotated[
-        str, typer.Option("--moe-dispatcher", help="alltoall | allgather | deepep")
-    ] = "alltoall",
-    capacity_factor: Annotated[
-        Optional[float],
-        typer.Option("--capacity-factor", help="expert capacity factor (default dropless)"),
-    ] = None,
-    moe_balance: Annotated[str, typer.Option("--moe-balance", help="learned | forced")] = "learned",
-    moe_a2a_overlap: Annotated[
-        bool, typer.Option("--moe-a2a-overlap", help="overlap dispatch/combine with compute")
-    ] = False,
-    recompute_modules: Annotated[
-        Optional[str],
-        typer.Option(
-            "--recompute-modules",
-            help="selective recompute by module (Megatron-LM names), e.g. "
-            "core_attn,mlp,layernorm or mla_up_proj,moe_act",
-        ),
-    ] = None,
-    tp_layout: Annotated[
+    model: optional(
         str,
-        typer.Option(
-            "--tp-layout",
-            help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
-            "tp, sequence over cp, K/V all-gathered); docs/model.md §9",
-        ),
-    ] = "1d",
-    tp_rows: Annotated[
-        Optional[int],
-        typer.Option("--tp-rows", min=1, help="2d: rows of the tp grid (default ≈ √tp)"),
-    ] = None,
-    summa_panels: Annotated[
-        Optional[int],
-        typer.Option(
-            "--summa-panels",
-            min=1,
-            help="2d: SUMMA panels per product (default max(rows, columns))",
-        ),
-    ] = None,
+        "--model",
+        "-m",
+        help="catalog name, or a YAML/JSON file (or a Hugging Face config.json); default with "
+        "--plan: the model a search/estimate JSON names",
+    ) = None,
+    system: optional(
+        str, "--system", "-s", help="catalog name, or a YAML/JSON file (required unless --cluster)"
+    ) = None,
+    gpus: optional(
+        int, "--gpus", help="total GPUs = tp·pp·cp·dp (required unless --plan)", min=1
+    ) = None,
+    tp: given(int, "--tp", help="tensor-parallel degree", min=1) = 1,
+    pp: given(int, "--pp", help="pipeline stages", min=1) = 1,
+    cp: given(int, "--cp", help="context-parallel degree", min=1) = 1,
+    vpp: given(int, "--vpp", help="virtual stages per GPU (interleaved)", min=1) = 1,
+    micro_batch: given(int, "--micro-batch", min=1) = 1,
+    global_batch: optional(
+        int, "--global-batch", help="default: dp·micro_batch (·pp when interleaved)", min=1
+    ) = None,
+    seq_length: given(int, "--seq-length", min=1) = 2048,
+    recompute: given(Recompute, "--recompute") = Recompute.none,
+    recompute_num_layers: optional(
+        int,
+        "--recompute-num-layers",
+        help="with --recompute full: layers of each pipeline chunk recomputed, the others "
+        "keep their activations (Megatron-LM's block method)",
+        min=1,
+    ) = None,
+    sequence_parallel: switch("--sequence-parallel", help="Megatron sequence parallelism") = False,
+    zero: given(int, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer)", min=0, max=3) = 0,
+    dtype: DtypeOption = Dtype.bf16,
+    grad_dtype: given(
+        GradDtype,
+        "--grad-dtype",
+        help="gradient accumulation/reduction dtype: fp32 main grads or bf16",
+    ) = GradDtype.fp32,
+    fp8_weight_copies: switch(
+        "--fp8-weight-copies",
+        help="fp8: Transformer Engine caches fp8 weight copies beside the "
+        "bf16 weights (no fp8 primary weights): +2 B per layer parameter",
+    ) = False,
+    zero3_max_live_params: optional(
+        float,
+        "--zero3-max-live-params",
+        help="ZeRO-3: most gathered parameters resident per GPU (DeepSpeed "
+        "stage3_max_live_parameters); default: two whole layers (FSDP)",
+        min=1.0,
+    ) = None,
+    zero3_prefetch_layers: given(
+        int,
+        "--zero3-prefetch-layers",
+        help="ZeRO-3/FSDP: layers gathered ahead of use when the gather overlaps (0: none)",
+        min=0,
+        max=8,
+    ) = 1,
+    zero3_gather_unit: given(
+        Zero3GatherUnit,
+        "--zero3-gather-unit",
+        help="ZeRO-3: one all-gather per layer, or one per weight tensor (DeepSpeed <= 0.5.4)",
+    ) = Zero3GatherUnit.layer,
+    zero3_reduce_unit: given(
+        Zero3ReduceUnit,
+        "--zero3-reduce-unit",
+        help="ZeRO-3: one gradient reduce-scatter per layer, or one "
+        "per weight tensor (DeepSpeed <= 0.5.x)",
+    ) = Zero3ReduceUnit.layer,
+    zero3_regather_recompute: switch(
+        "--zero3-regather-recompute",
+        help="ZeRO-3 with full recomputation: gather the weights again "
+        "for the recomputed forward (DeepSpeed v0.3.13-v0.3.16)",
+    ) = False,
+    cp_algorithm: given(
+        CPAlgorithm,
+        "--cp-algorithm",
+        help="context parallelism: ring (K/V ring exchange) or all-to-all (Ulysses)",
+    ) = CPAlgorithm.ring,
+    schedule: optional(
+        Schedule, "--schedule", help="default: interleaved when vpp > 1, else 1f1b"
+    ) = None,
+    attention: AttentionOption = Attention.flash,
+    offload_weights: switch("--offload-weights") = False,
+    offload_activations: switch("--offload-activations") = False,
+    offload_activation_layers: optional(
+        int,
+        "--offload-activation-layers",
+        help="with --offload-activations: decoder layers per pipeline stage that offload (Megatron-LM "
+        "--cpu-offloading-num-layers); default: all",
+        min=1,
+    ) = None,
+    offload_optimizer: switch("--offload-optimizer") = False,
+    overlap_tp_comm: switch("--overlap-tp-comm", help="overlap TP collectives with GEMMs") = False,
+    no_overlap_dp: switch("--no-overlap-dp", help="do not overlap DP gradient reduction") = False,
+    no_overlap_param_gather: switch("--no-overlap-param-gather") = False,
+    placement: given(
+        str, "--placement", help="group order on the network, innermost first"
+    ) = DEFAULT_PLACEMENT_LABEL,
+    stage_layers: optional(
+        str, "--stage-layers", help="decoder layers of every pipeline stage, e.g. 15,16,16,...,15"
+    ) = None,
+    layers_first_stage: optional(int, "--layers-first-stage", min=0) = None,
+    layers_last_stage: optional(int, "--layers-last-stage", min=0) = None,
+    embedding_as_layer: switch(
+        "--embedding-as-layer", help="count the embedding as a layer when splitting stages"
+    ) = False,
+    loss_as_layer: switch("--loss-as-layer", help="count the LM head and loss as a layer") = False,
+    ep: given(int, "--ep", help="expert-parallel degree (carved out of tp·cp·dp)", min=1) = 1,
+    etp: given(int, "--etp", help="expert tensor-parallel degree", min=1) = 1,
+    moe_dispatcher: given(
+        str, "--moe-dispatcher", help="alltoall | allgather | deepep"
+    ) = "alltoall",
+    capacity_factor: optional(
+        float, "--capacity-factor", help="expert capacity factor (default dropless)"
+    ) = None,
+    moe_balance: given(str, "--moe-balance", help="learned | forced") = "learned",
+    moe_a2a_overlap: switch(
+        "--moe-a2a-overlap", help="overlap dispatch/combine with compute"
+    ) = False,
+    recompute_modules: optional(
+        str,
+        "--recompute-modules",
+        help="selective recompute by module (Megatron-LM names), e.g. "
+        "core_attn,mlp,layernorm or mla_up_proj,moe_act",
+    ) = None,
+    tp_layout: given(
+        str,
+        "--tp-layout",
+        help="1d (Megatron) | 2d (SUMMA grid) | 2d-seq (heads over "
+        "tp, sequence over cp, K/V all-gathered); docs/model.md §9",
+    ) = "1d",
+    tp_rows: optional(
+        int, "--tp-rows", help="2d: rows of the tp grid (default ≈ √tp)", min=1
+    ) = None,
+    summa_panels: optional(
+        int,
+        "--summa-panels",
+        help="2d: SUMMA panels per product (default max(rows, columns))",
+        min=1,
+    ) = None,
     as_json: JsonOption = False,
-    ops: Annotated[
-        bool, typer.Option("--ops", help="add the per-op and per-collective tables")
-    ] = False,
+    ops: switch("--ops", help="add the per-op and per-collective tables") = False,
     tokens: TokensOption = None,
     price: PriceOption = None,
-    plot: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--plot",
-            help="also draw the time and memory breakdown to FILE (.png or .svg) in an existing directory",
-        ),
-    ] = None,
-    plan_file: Annotated[
-        Optional[str],
-        typer.Option(
-            "--plan",
-            help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
-            "or a non-uniform plan (a list of stages, docs/heterogeneous.md). Plan options given beside it "
-            "(--tp 4, --gpus 16, --zero 1, ...) override the file's values (dp is inferred again when "
-            "gpus/tp/pp/cp change); a non-uniform plan takes none",
-        ),
-    ] = None,
+    plot: optional(
+        Path,
+        "--plot",
+        help="also draw the time and memory breakdown to FILE (.png or .svg) in an existing directory",
+    ) = None,
+    plan_file: optional(
+        str,
+        "--plan",
+        help="plan from a file: search --json (FILE#N = rank N), an export, PlanSpec YAML/JSON, "
+        "or a non-uniform plan (a list of stages, docs/heterogeneous.md). Plan options given beside it "
+        "(--tp 4, --gpus 16, --zero 1, ...) override the file's values (dp is inferred again when "
+        "gpus/tp/pp/cp change); a non-uniform plan takes none",
+    ) = None,
     cluster: ClusterOption = None,
     set_: SetOption = None,
     framework: FrameworkOption = None,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from paraplan.cli.app import app
+from paraplan.cli.declare import given, optional
 from paraplan.specs.errors import InputError
 
 # GPUs per host of the launch line when not given: 8 (DGX/HGX servers). Rack-scale NVLink domains
@@ -24,36 +25,25 @@ def export_command(
             help="search --json / estimate --json output, an export, or a plan YAML/JSON; FILE#N picks rank N"
         ),
     ],
-    to: Annotated[
-        str, typer.Option("--to", help="megatron | nemo | torchtitan | deepspeed | all")
-    ] = "megatron",
-    rank: Annotated[
-        Optional[int], typer.Option("--rank", min=1, help="rank of a search result (default 1)")
-    ] = None,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model", "-m", help="add the model's shape (Megatron) / layers per stage (torchtitan)"
-        ),
-    ] = None,
-    system: Annotated[
-        Optional[str], typer.Option("--system", "-s", help="take GPUs per node from this system")
-    ] = None,
-    gpus_per_node: Annotated[
-        Optional[int],
-        typer.Option(
-            "--gpus-per-node",
-            min=1,
-            help="launcher node size (default: the system's NVLink domain up to 8, else 8)",
-        ),
-    ] = None,
-    seq_length: Annotated[
-        Optional[int],
-        typer.Option("--seq-length", min=1, help="for a DeepSpeed config read as input"),
-    ] = None,
-    out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", help="write to FILE (with --to all: a folder)")
-    ] = None,
+    to: given(str, "--to", help="megatron | nemo | torchtitan | deepspeed | all") = "megatron",
+    rank: optional(int, "--rank", help="rank of a search result (default 1)", min=1) = None,
+    model: optional(
+        str,
+        "--model",
+        "-m",
+        help="add the model's shape (Megatron) / layers per stage (torchtitan)",
+    ) = None,
+    system: optional(str, "--system", "-s", help="take GPUs per node from this system") = None,
+    gpus_per_node: optional(
+        int,
+        "--gpus-per-node",
+        help="launcher node size (default: the system's NVLink domain up to 8, else 8)",
+        min=1,
+    ) = None,
+    seq_length: optional(
+        int, "--seq-length", help="for a DeepSpeed config read as input", min=1
+    ) = None,
+    out: optional(Path, "--out", "-o", help="write to FILE (with --to all: a folder)") = None,
 ) -> None:
     """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express.
     With --to all, every framework that can run the plan is written and the others' refusals listed

@@ -3,41 +3,33 @@ and energy (paraplan.goodput), as a JSON-ready dict; report.goodput_view renders
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
-
 import typer
 
+from paraplan.cli.declare import optional, switch
 from paraplan.report.goodput_view import goodput_lines, recovery_text
 from paraplan.specs.errors import InputError
 
 __all__ = ["GoodputSetOption", "GridIntensityOption", "goodput_dict", "goodput_lines"]
 
-GoodputOption = Annotated[
-    bool,
-    typer.Option(
-        "--goodput",
-        help="with --tokens: time-to-train with failures, checkpoints, restarts and energy "
-        "(sweep: each point's best plan, sweep.csv columns and a goodput plot; docs/goodput.md)",
-    ),
-]
-GridIntensityOption = Annotated[
-    Optional[float],
-    typer.Option(
-        "--grid-intensity",
-        min=0,
-        help="with --goodput / a time-to-train objective: grid carbon intensity in gCO2/kWh for "
-        "emissions (default 436, the 2022 world average, Ember; goodput/defaults.yaml)",
-    ),
-]
-GoodputSetOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--goodput-set",
-        help="change a goodput input, SECTION.FIELD=VALUE (restart.policy=ft-dp, "
-        "restart.spare_servers=4, checkpoint.mode=async, failures.planned_per_day=0; "
-        "goodput/defaults.yaml); repeat for more",
-    ),
-]
+GoodputOption = switch(
+    "--goodput",
+    help="with --tokens: time-to-train with failures, checkpoints, restarts and energy "
+    "(sweep: each point's best plan, sweep.csv columns and a goodput plot; docs/goodput.md)",
+)
+GridIntensityOption = optional(
+    float,
+    "--grid-intensity",
+    help="with --goodput / a time-to-train objective: grid carbon intensity in gCO2/kWh for "
+    "emissions (default 436, the 2022 world average, Ember; goodput/defaults.yaml)",
+    min=0,
+)
+GoodputSetOption = optional(
+    list[str],
+    "--goodput-set",
+    help="change a goodput input, SECTION.FIELD=VALUE (restart.policy=ft-dp, "
+    "restart.spare_servers=4, checkpoint.mode=async, failures.planned_per_day=0; "
+    "goodput/defaults.yaml); repeat for more",
+)
 
 
 def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None = None):
@@ -113,8 +105,6 @@ def validate_goodput(cases, as_json: bool) -> None:
     """``paraplan validate --goodput [--cases FILE] [--json]``: the goodput cases' predictions against
     their published values; exit status 1 when any case is not reproduced."""
     import json
-
-    import typer
 
     from paraplan.report.goodput_view import goodput_validation_lines
     from paraplan.validate.goodput import load_goodput_cases, run_goodput_cases

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from paraplan.cli.app import app
+from paraplan.cli.declare import given, optional, switch
 
 import_app = typer.Typer(
     help="Read other tools' inputs as paraplan plans, models and systems.", no_args_is_help=True
@@ -36,16 +37,11 @@ def import_plan_command(
             help="a Megatron launch line, NeMo override, torchtitan TOML or DeepSpeed JSON; or a search result FILE#N"
         ),
     ],
-    model: Annotated[
-        Optional[str],
-        typer.Option("--model", "-m", help="needed for torchtitan interleaved pipelines"),
-    ] = None,
-    seq_length: Annotated[
-        Optional[int], typer.Option("--seq-length", min=1, help="needed for DeepSpeed configs")
-    ] = None,
-    out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", help="write the plan JSON to FILE")
-    ] = None,
+    model: optional(
+        str, "--model", "-m", help="needed for torchtitan interleaved pipelines"
+    ) = None,
+    seq_length: optional(int, "--seq-length", help="needed for DeepSpeed configs", min=1) = None,
+    out: optional(Path, "--out", "-o", help="write the plan JSON to FILE") = None,
 ) -> None:
     """A framework's launch arguments back as a paraplan plan (JSON of PlanSpec fields); from a search
     JSON row also the model and system the search names (so ``estimate --plan`` reads them)."""
@@ -66,27 +62,18 @@ def import_calculon_command(
     model: Annotated[Path, typer.Argument(help="Calculon application (model) JSON")],
     system: Annotated[Path, typer.Argument(help="Calculon system JSON")],
     execution: Annotated[Path, typer.Argument(help="Calculon execution JSON")],
-    out: Annotated[
-        Optional[Path],
-        typer.Option("--out", "-o", help="folder for model.yaml, system.yaml, plan.json"),
-    ] = None,
-    vocab: Annotated[
-        int, typer.Option("--vocab", min=1, help="vocabulary (Calculon's models have none)")
-    ] = 51200,
-    sm_count: Annotated[
-        Optional[int], typer.Option("--sm-count", min=1, help="SMs per GPU when not inferable")
-    ] = None,
-    estimate: Annotated[
-        bool, typer.Option("--estimate", help="also estimate the step with paraplan")
-    ] = False,
+    out: optional(Path, "--out", "-o", help="folder for model.yaml, system.yaml, plan.json") = None,
+    vocab: given(int, "--vocab", help="vocabulary (Calculon's models have none)", min=1) = 51200,
+    sm_count: optional(int, "--sm-count", help="SMs per GPU when not inferable", min=1) = None,
+    estimate: switch("--estimate", help="also estimate the step with paraplan") = False,
 ) -> None:
     """Calculon's model, system and execution files as paraplan inputs; prints what could not be carried."""
     import yaml
 
-    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model, load_system
-    from paraplan.io.documents import atomic_write_text
     from paraplan.importers.calculon import convert
+    from paraplan.io.documents import atomic_write_text
+    from paraplan.specs.plan_fields import plan_from_fields
 
     conv = convert(model, system, execution, vocab=vocab, sm_count=sm_count)
     model_spec = load_model(conv.model, field="model")
@@ -138,20 +125,16 @@ def import_calculon_command(
 @import_app.command("amped")
 def import_amped_command(
     config: Annotated[Path, typer.Argument(help="AMPeD-style config.json")],
-    tables: Annotated[
-        Optional[Path], typer.Option("--lookup-tables", help="lookup_tables.json")
-    ] = None,
-    out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", help="folder for model.yaml and plan.json")
-    ] = None,
+    tables: optional(Path, "--lookup-tables", help="lookup_tables.json") = None,
+    out: optional(Path, "--out", "-o", help="folder for model.yaml and plan.json") = None,
 ) -> None:
     """An AMPeD-style configuration as a paraplan model and plan (the system comes from --system later)."""
     import yaml
 
-    from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.catalog import load_model
-    from paraplan.io.documents import atomic_write_text
     from paraplan.importers.amped import convert
+    from paraplan.io.documents import atomic_write_text
+    from paraplan.specs.plan_fields import plan_from_fields
 
     model, plan_fields, notes = convert(config, tables)
     load_model(model, field="model")

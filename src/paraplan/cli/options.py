@@ -9,9 +9,7 @@ import functools
 import inspect
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Annotated, Callable, Optional, get_type_hints
-
-import typer
+from typing import Callable, Optional, get_type_hints
 
 from paraplan.cli.app import (
     Attention,
@@ -29,44 +27,30 @@ from paraplan.cli.app import (
     ZeroOption,
     search_restrictions,
 )
+from paraplan.cli.declare import given, optional, switch
 
-ModelOption = Annotated[
-    str,
-    typer.Option(
-        "--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)"
-    ),
-]
-SeqLengthOption = Annotated[int, typer.Option("--seq-length")]
-GlobalBatchOption = Annotated[
-    Optional[int], typer.Option("--global-batch", help="sequences per step")
-]
-MaxGlobalBatchOption = Annotated[
-    Optional[int],
-    typer.Option(
-        "--max-global-batch",
-        help="instead of --global-batch: largest multiple of dp·micro_batch not above it",
-    ),
-]
-DtypeOption = Annotated[Dtype, typer.Option("--dtype")]
-AttentionOption = Annotated[Attention, typer.Option("--attention")]
-PriceOption = Annotated[
-    Optional[float],
-    typer.Option("--price", min=0.0, help="USD per GPU-hour (default: the system's)"),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
-TokensOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--tokens", help="run length in tokens (15e12, 15T, 300B): days, and cost with a price"
-    ),
-]
-ClusterOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--cluster",
-        help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search",
-    ),
-]
+ModelOption = given(
+    str, "--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)"
+)
+SeqLengthOption = given(int, "--seq-length")
+GlobalBatchOption = optional(int, "--global-batch", help="sequences per step")
+MaxGlobalBatchOption = optional(
+    int,
+    "--max-global-batch",
+    help="instead of --global-batch: largest multiple of dp·micro_batch not above it",
+)
+DtypeOption = given(Dtype, "--dtype")
+AttentionOption = given(Attention, "--attention")
+PriceOption = optional(float, "--price", help="USD per GPU-hour (default: the system's)", min=0.0)
+JsonOption = switch("--json", help="print JSON instead of tables")
+TokensOption = optional(
+    str, "--tokens", help="run length in tokens (15e12, 15T, 300B): days, and cost with a price"
+)
+ClusterOption = optional(
+    Path,
+    "--cluster",
+    help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search",
+)
 
 
 # ---- option groups: sets of options several commands declare together ------------------------
@@ -153,11 +137,9 @@ def option_groups(command: Callable) -> Callable:
 
 
 # --set PATH=VALUE of estimate and search (the paths of paraplan sweep --set; cli.estimate_plan.apply_sets)
-SetOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--set",
-        help="change one numeric field of the system or model, e.g. accelerator.hbm_capacity=141GiB "
-        "or model.layers=48 (the paths of paraplan sweep --set); repeat for more",
-    ),
-]
+SetOption = optional(
+    list[str],
+    "--set",
+    help="change one numeric field of the system or model, e.g. accelerator.hbm_capacity=141GiB "
+    "or model.layers=48 (the paths of paraplan sweep --set); repeat for more",
+)

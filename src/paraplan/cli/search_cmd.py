@@ -6,7 +6,6 @@ import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Annotated, Optional
 
 import typer
 
@@ -30,6 +29,7 @@ from paraplan.cli.app import (
     want_progress,
     warn_positions,
 )
+from paraplan.cli.declare import given, optional, switch
 from paraplan.cli.goodput_opts import (
     GoodputSetOption,
     GridIntensityOption,
@@ -54,8 +54,8 @@ from paraplan.cli.options import (
     option_groups,
 )
 from paraplan.io.options import check_price, parse_tokens
-from paraplan.search.staged import AMP_SEARCH_AXES
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note, with_headroom
+from paraplan.search.staged import AMP_SEARCH_AXES
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 
@@ -95,98 +95,73 @@ RESTRICT_HINT = (
 def search(
     ctx: typer.Context,
     model: ModelOption,
-    system: Annotated[
-        Optional[str], typer.Option("--system", "-s", help="catalog name, or a YAML/JSON file")
-    ] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="total GPUs")] = None,
+    system: optional(str, "--system", "-s", help="catalog name, or a YAML/JSON file") = None,
+    gpus: optional(int, "--gpus", help="total GPUs") = None,
     batch: SearchBatch = SearchBatch(),
-    top: Annotated[
-        int, typer.Option("--top", min=1, max=MAX_TOP, help="how many plans to show")
-    ] = 10,
-    objective: Annotated[
+    top: given(int, "--top", help="how many plans to show", min=1, max=MAX_TOP) = 10,
+    objective: given(
         str,
-        typer.Option(
-            "--objective",
-            help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
-            "(s per token at the pessimistic end of each plan's error band) | time-to-train "
-            "(expected wall-clock for --tokens with failures, checkpoints, restarts; docs/goodput.md) "
-            "| time-to-train-p90 | cost-to-train | cost-to-train-p90",
-        ),
-    ] = "time",
+        "--objective",
+        help="time (s per token) | cost (USD per token, at --price) | mfu | robust "
+        "(s per token at the pessimistic end of each plan's error band) | time-to-train "
+        "(expected wall-clock for --tokens with failures, checkpoints, restarts; docs/goodput.md) "
+        "| time-to-train-p90 | cost-to-train | cost-to-train-p90",
+    ) = "time",
     dtype: DtypeOption = Dtype.bf16,
     attention: AttentionOption = Attention.flash,
     axes: SearchAxes = SearchAxes(),
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
-    tp_layout: Annotated[
-        Optional[str],
-        typer.Option(
-            "--tp-layout",
-            help="tensor-parallel layouts to try: comma-separated 1d,2d,2d-seq "
-            "(default 1d; docs/model.md §9)",
-        ),
-    ] = None,
+    tp_layout: optional(
+        str,
+        "--tp-layout",
+        help="tensor-parallel layouts to try: comma-separated 1d,2d,2d-seq "
+        "(default 1d; docs/model.md §9)",
+    ) = None,
     switches: SpaceSwitches = SpaceSwitches(),
     price: PriceOption = None,
     tokens: TokensOption = None,
     grid_intensity: GridIntensityOption = None,
     goodput_set: GoodputSetOption = None,
-    memory_headroom: Annotated[
+    memory_headroom: given(
         float,
-        typer.Option(
-            "--memory-headroom",
-            min=0.0,
-            max=0.5,
-            help="share of HBM kept free beside the modelled peak (allocator fragmentation, runtime "
-            "buffers; docs/export.md); plans within one more headroom of the limit are marked "
-            "'uncertain fit'",
-        ),
-    ] = DEFAULT_MEMORY_HEADROOM,
+        "--memory-headroom",
+        help="share of HBM kept free beside the modelled peak (allocator fragmentation, runtime "
+        "buffers; docs/export.md); plans within one more headroom of the limit are marked "
+        "'uncertain fit'",
+        min=0.0,
+        max=0.5,
+    ) = DEFAULT_MEMORY_HEADROOM,
     set_: SetOption = None,
-    exhaustive: Annotated[
-        bool,
-        typer.Option("--exhaustive", help="evaluate every candidate through the scalar estimator"),
-    ] = False,
-    explain: Annotated[
-        bool, typer.Option("--explain", help="show why the best plan wins over its neighbours")
-    ] = False,
-    csv_path: Annotated[
-        Optional[Path],
-        typer.Option("--csv", help="write the plans shown (the top K) with their metrics to FILE"),
-    ] = None,
-    csv_all: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--csv-all",
-            help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
-            "of rows (the count is printed)",
-        ),
-    ] = None,
-    workers: Annotated[
-        Optional[int],
-        typer.Option(
-            "--workers",
-            min=1,
-            help="processes: for --exhaustive (default 1), and a large block-by-block search split by costing class (default: the usable CPUs, at most 4, on Linux)",
-        ),
-    ] = None,
+    exhaustive: switch(
+        "--exhaustive", help="evaluate every candidate through the scalar estimator"
+    ) = False,
+    explain: switch("--explain", help="show why the best plan wins over its neighbours") = False,
+    csv_path: optional(
+        Path, "--csv", help="write the plans shown (the top K) with their metrics to FILE"
+    ) = None,
+    csv_all: optional(
+        Path,
+        "--csv-all",
+        help="write EVERY feasible plan to FILE: evaluates the whole space, often millions "
+        "of rows (the count is printed)",
+    ) = None,
+    workers: optional(
+        int,
+        "--workers",
+        help="processes: for --exhaustive (default 1), and a large block-by-block search split by costing class (default: the usable CPUs, at most 4, on Linux)",
+        min=1,
+    ) = None,
     as_json: JsonOption = False,
     width: WidthOption = None,
     cluster: ClusterOption = None,
-    non_uniform: Annotated[
-        bool,
-        typer.Option(
-            "--non-uniform",
-            help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search",
-        ),
-    ] = False,
-    time_budget: Annotated[
-        float,
-        typer.Option(
-            "--time-budget", min=0.0, help="seconds for the --cluster and --non-uniform searches"
-        ),
-    ] = 5.0,
+    non_uniform: switch(
+        "--non-uniform", help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search"
+    ) = False,
+    time_budget: given(
+        float, "--time-budget", help="seconds for the --cluster and --non-uniform searches", min=0.0
+    ) = 5.0,
     framework: FrameworkOption = None,
 ) -> None:
     """The best plans that fit in memory, over every plan knob, exact w.r.t. the cost model.

@@ -5,11 +5,9 @@ from __future__ import annotations
 import sys
 import threading
 import webbrowser
-from typing import Annotated
-
-import typer
 
 from paraplan.cli.app import app
+from paraplan.cli.declare import given, switch
 from paraplan.specs.errors import InputError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -17,20 +15,14 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 @app.command()
 def serve(
-    host: Annotated[
-        str,
-        typer.Option(
-            "--host", help="address to bind (default: this machine only; 0.0.0.0 opens it to all)"
-        ),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port")] = 8000,
-    open_page: Annotated[
-        bool, typer.Option("--open", help="open the page in the default browser")
-    ] = False,
-    time_limit: Annotated[
-        float,
-        typer.Option("--time-limit", min=1.0, help="seconds a search may run before it is stopped"),
-    ] = 300.0,
+    host: given(
+        str, "--host", help="address to bind (default: this machine only; 0.0.0.0 opens it to all)"
+    ) = "127.0.0.1",
+    port: given(int, "--port", help="TCP port", min=1, max=65535) = 8000,
+    open_page: switch("--open", help="open the page in the default browser") = False,
+    time_limit: given(
+        float, "--time-limit", help="seconds a search may run before it is stopped", min=1.0
+    ) = 300.0,
 ) -> None:
     """A local web page over the same API: the problem form, ranked plans with error bands, the
     Pareto scatter, plan detail, diff, what-if, sweeps and exports; links reproduce the page."""

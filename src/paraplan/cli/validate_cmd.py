@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
-from paraplan.cli.app import (
-    _stdout,
-    app,
-)
+from paraplan.cli.app import _stdout, app
+from paraplan.cli.declare import optional, switch
 from paraplan.cli.options import JsonOption
 from paraplan.specs.errors import InputError
 
@@ -185,44 +183,27 @@ def _coverage_table(coverage: dict) -> SimpleTable:
 
 @app.command()
 def validate(
-    cases: Annotated[
-        Optional[list[Path]],
-        typer.Option(
-            "--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases"
-        ),
-    ] = None,
+    cases: optional(
+        list[Path], "--cases", help="case file (JSON/YAML); repeat for more; default: bundled cases"
+    ) = None,
     as_json: JsonOption = False,
-    max_mape: Annotated[
-        Optional[float],
-        typer.Option(
-            "--max-mape", min=0.0, help="exit 1 when any MAPE in the summary exceeds this (%)"
-        ),
-    ] = None,
-    markdown: Annotated[
-        Optional[Path], typer.Option("--markdown", help="also write the report as Markdown here")
-    ] = None,
-    hetero: Annotated[
-        bool,
-        typer.Option(
-            "--hetero",
-            help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)",
-        ),
-    ] = False,
-    cv: Annotated[
-        bool,
-        typer.Option(
-            "--cv",
-            help="leave-one-group-out cross-validation: refit the fitted constants without each group (with --hetero: AMP's two clusters)",
-        ),
-    ] = False,
-    goodput: Annotated[
-        bool,
-        typer.Option(
-            "--goodput",
-            help="published failure, checkpoint and effective-training-time figures (docs/goodput.md); "
-            "exit 1 when one is not reproduced",
-        ),
-    ] = False,
+    max_mape: optional(
+        float, "--max-mape", help="exit 1 when any MAPE in the summary exceeds this (%)", min=0.0
+    ) = None,
+    markdown: optional(Path, "--markdown", help="also write the report as Markdown here") = None,
+    hetero: switch(
+        "--hetero",
+        help="heterogeneous-cluster / per-stage-plan cases (AMP's trials; docs/heterogeneous.md)",
+    ) = False,
+    cv: switch(
+        "--cv",
+        help="leave-one-group-out cross-validation: refit the fitted constants without each group (with --hetero: AMP's two clusters)",
+    ) = False,
+    goodput: switch(
+        "--goodput",
+        help="published failure, checkpoint and effective-training-time figures (docs/goodput.md); "
+        "exit 1 when one is not reproduced",
+    ) = False,
 ) -> None:
     """Compare predictions with published measurements (layer-scope rule: see docs/validation.md)."""
     if goodput:

@@ -28,7 +28,7 @@ from paraplan.cost.attention import effective_kernel, kernel_relative_speed
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
-from paraplan.specs.system import SystemSpec
+from paraplan.specs.system import EagerFields, HostFields, SystemSpec
 
 PLAN_DEFAULTS = (
     "attention",
@@ -61,9 +61,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     )
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
-        eff["eager_traffic_factor"] = framework.eager_traffic_factor
-        eff["eager_kernels"] = dict(framework.eager_kernels)
-        eff["module_impl"] = dict(framework.module_impl)
+        eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary
@@ -84,19 +82,8 @@ def optimizer_step_bytes(framework: FrameworkSpec) -> float:
 def host_fields(framework: FrameworkSpec) -> dict[str, Any]:
     """The efficiency fields the host model reads (cost.host), from the profile: per-kernel launch and graph-replay
     times, the synchronisation round trip, the per-tensor step overhead, eager element-wise kernels, CUDA-graph scope."""
-    return {
-        "host_launch_s": framework.host_launch_s,
-        "graph_kernel_s": framework.graph_kernel_s,
-        "host_sync_latency_s": framework.host_sync_latency_s,
-        "host_view_s": framework.host_view_s,
-        "host_graph_call_s": framework.host_graph_call_s,
-        "compiled_graphs": framework.compiled_graphs,
-        "host_tensor_s": framework.host_tensor_s,
-        "host_step_s": framework.host_step_s,
-        "host_autocast": framework.autocast_casts,
-        "host_eager": not framework.fused_kernels,
-        "cuda_graph_scope": framework.cuda_graph_scope,
-    }
+    fields = {name: getattr(framework, name) for name in HostFields.model_fields}
+    return {**fields, "host_eager": not framework.fused_kernels}
 
 
 def apply_framework(

@@ -228,9 +228,9 @@ CXX_LAUNCH_S = 3.8e-6
 
 
 def wide_roles(eff: EfficiencySpec) -> frozenset[str]:
-    """The eager roles that run wider than the activations under AMP autocast (``host_autocast``): those the
+    """The eager roles that run wider than the activations under AMP autocast (``autocast_casts``): those the
     profile's eager_kernels runs in fp32 (cost.autocast)."""
-    if not eff.host_autocast:
+    if not eff.autocast_casts:
         return frozenset()
     return frozenset(role for role, precision in eff.eager_kernels.items() if precision == "fp32")
 
@@ -247,7 +247,7 @@ def op_host_s(
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
     impl = (eff.module_impl, eff.eager_kernels)
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.host_autocast, *bias, impl, wide_roles(eff))
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl, wide_roles(eff))
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch

@@ -21,6 +21,7 @@ from paraplan.export.common import (
     require,
 )
 from paraplan.export.megatron_core import (
+    DISPATCHER_TYPES,
     LAYOUT_FLAG,
     MEGATRON_CORE_FIELDS,
     MEGATRON_EXPERT_FIELDS,
@@ -28,6 +29,7 @@ from paraplan.export.megatron_core import (
     SHARDING,
     cp_comm_type,
     cp_fields_from_cp_comm_type,
+    dispatcher_of,
     distributed_optimizer,
     fp8_primary_weights,
     megatron_core_checks,
@@ -35,6 +37,7 @@ from paraplan.export.megatron_core import (
     placement_of,
     sharding_stages,
     stage_layers_from_layout,
+    states_dispatcher,
 )
 from paraplan.export.megatron_model import model_arguments
 from paraplan.export.startup import (
@@ -60,13 +63,6 @@ HANDLED = MEGATRON_CORE_FIELDS | MEGATRON_EXPERT_FIELDS
 # (issue 37: a 5 MB layout made import plan run past 60 s)
 MAX_LAUNCH_CHARS = 128 * 1024
 MULTI_VALUE_FLAGS = {"--recompute-modules"}  # flags that take a list (argparse nargs='*')
-# plan.moe_dispatcher -> Megatron-Core's token dispatcher arguments (megatron/training/arguments.py,
-# core_v0.14.0: --moe-token-dispatcher-type {allgather, alltoall, flex}; DeepEP is flex + --moe-enable-deepep)
-DISPATCHER_ARGS = {
-    "alltoall": ["--moe-token-dispatcher-type", "alltoall"],
-    "allgather": ["--moe-token-dispatcher-type", "allgather"],
-    "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"],
-}
 DTYPE_FLAGS = (("--fp8-format", "fp8"), ("--bf16", "bf16"), ("--fp16", "fp16"))  # the first given
 SPLIT_FLAGS = {  # plan field -> Megatron-LM flag (specs/split.py states the same rules)
     "layers_first_stage": "--decoder-first-pipeline-num-layers",
@@ -183,8 +179,10 @@ def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
         a += ["--expert-model-parallel-size", str(plan.ep)]
     if experts_split:
         a += ["--expert-tensor-parallel-size", str(plan.etp)]
-    if moe or experts_split or plan.moe_dispatcher != "alltoall":
-        a += DISPATCHER_ARGS[plan.moe_dispatcher]
+    if states_dispatcher(plan, moe):
+        a += ["--moe-token-dispatcher-type", DISPATCHER_TYPES[plan.moe_dispatcher]]
+        if plan.moe_dispatcher == "deepep":
+            a += ["--moe-enable-deepep"]
     if plan.moe_a2a_overlap:
         a += ["--overlap-moe-expert-parallel-comm"]
     if plan.capacity_factor is not None:
@@ -201,21 +199,13 @@ def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
 def expert_fields(f: dict, num) -> dict:
     """expert_arguments read back; without --expert-tensor-parallel-size etp is 1 (a file that relies on
     Megatron's default etp = tp for an MoE model must state it)."""
-    dispatcher = {"alltoall": "alltoall", "allgather": "allgather", "flex": "deepep"}.get(
-        str(
-            f.get(
-                "--moe-token-dispatcher-type", "allgather" if "--num-experts" in f else "alltoall"
-            )
-        )
+    dispatcher = dispatcher_of(
+        f.get("--moe-token-dispatcher-type"),
+        "--num-experts" in f,
+        "--moe-enable-deepep" in f,
+        "megatron: --moe-token-dispatcher-type",
+        "--moe-enable-deepep",
     )
-    if dispatcher is None:
-        raise ExportRefused(
-            f"megatron: --moe-token-dispatcher-type {f.get('--moe-token-dispatcher-type')!r} has no plan field"
-        )
-    if dispatcher == "deepep" and "--moe-enable-deepep" not in f:
-        raise ExportRefused(
-            "megatron: --moe-token-dispatcher-type flex without --moe-enable-deepep has no plan field"
-        )
     capacity = f.get("--moe-expert-capacity-factor")
     return {
         "etp": num("--expert-tensor-parallel-size", 1),

@@ -49,6 +49,33 @@ MEGATRON_EXPERT_FIELDS = frozenset(
     " moe_balance grad_dtype fp8_weight_copies".split()
 )
 
+# plan.moe_dispatcher -> Megatron-Core's token dispatcher type (TransformerConfig.moe_token_dispatcher_type,
+# Megatron-LM --moe-token-dispatcher-type; core_v0.14.0 megatron/training/arguments.py: {allgather,
+# alltoall, flex}); DeepEP is flex with moe_enable_deepep (--moe-enable-deepep)
+DISPATCHER_TYPES = {"alltoall": "alltoall", "allgather": "allgather", "deepep": "flex"}
+
+
+def states_dispatcher(plan: PlanSpec, moe: bool) -> bool:
+    """Does an export state the dispatcher? For every MoE model (``moe``: Megatron-Core's default is
+    allgather, arguments.py line 2871, not paraplan's alltoall), whenever experts are split, and for any
+    dispatcher other than alltoall."""
+    return moe or plan.ep * plan.etp > 1 or plan.moe_dispatcher != "alltoall"
+
+
+def dispatcher_of(kind: object, moe: bool, deepep: bool, where: str, deepep_name: str) -> str:
+    """The plan dispatcher of a Megatron-Core dispatcher type read from a file (``where`` names the
+    field and ``deepep_name`` the DeepEP switch for the refusals); ``kind`` None: not stated,
+    Megatron-Core's default for an MoE model (``moe``: allgather), alltoall otherwise; flex is DeepEP
+    only with the switch on (``deepep``)."""
+    if kind is None:
+        kind = "allgather" if moe else "alltoall"
+    names = {k: n for n, k in DISPATCHER_TYPES.items()}
+    if not isinstance(kind, str) or kind not in names:
+        raise ExportRefused(f"{where} {kind!r} has no plan field")
+    if kind == "flex" and not deepep:
+        raise ExportRefused(f"{where} flex without {deepep_name} has no plan field")
+    return names[kind]
+
 
 def fp8_primary_weights(plan: PlanSpec) -> bool:
     """fp8 training without cached fp8 weight copies: the weights are kept and gathered in fp8

@@ -43,7 +43,6 @@ CALLBACK = (
 )
 HANDLED = core.MEGATRON_CORE_FIELDS | core.MEGATRON_EXPERT_FIELDS
 CONFIG = "model.config."
-DISPATCHERS = {"alltoall": "alltoall", "allgather": "allgather", "deepep": "flex"}
 # Megatron-LM model flags -> TransformerConfig / MLATransformerConfig fields (megatron_model's arguments)
 MODEL_FIELDS = {
     "--num-experts": "num_moe_experts",
@@ -164,8 +163,8 @@ def _experts(plan: PlanSpec, moe: bool) -> list[tuple[str, object]]:
     o: list[tuple[str, object]] = []
     if plan.ep * plan.etp > 1:
         o += [("trainer.strategy.expert_tensor_parallel_size", plan.etp)]
-    if moe or plan.ep * plan.etp > 1 or plan.moe_dispatcher != "alltoall":
-        o += [(CONFIG + "moe_token_dispatcher_type", DISPATCHERS[plan.moe_dispatcher])]
+    if core.states_dispatcher(plan, moe):
+        o += [(CONFIG + "moe_token_dispatcher_type", core.DISPATCHER_TYPES[plan.moe_dispatcher])]
         if plan.moe_dispatcher == "deepep":
             o += [(CONFIG + "moe_enable_deepep", True)]
     if plan.moe_a2a_overlap:
@@ -369,22 +368,17 @@ def _recompute_fields(v: dict, r: Doc) -> dict[str, object]:
 
 def _expert_fields(v: dict, r: Doc) -> dict[str, object]:
     """_experts read back; without expert_tensor_parallel_size etp is 1 (as Megatron-LM's import)."""
-    kind = v.get(CONFIG + "moe_token_dispatcher_type")
-    if kind is None:
-        kind = "allgather" if v.get(CONFIG + "num_moe_experts") else "alltoall"
-    names = {k: n for n, k in DISPATCHERS.items()}
-    if kind not in names:
-        raise ExportRefused(
-            f"nemo: recipe.{CONFIG}moe_token_dispatcher_type {kind!r} has no plan field"
-        )
-    if kind == "flex" and not v.get(CONFIG + "moe_enable_deepep"):
-        raise ExportRefused(
-            f"nemo: recipe.{CONFIG}moe_token_dispatcher_type 'flex' without moe_enable_deepep has no plan field"
-        )
+    dispatcher = core.dispatcher_of(
+        v.get(CONFIG + "moe_token_dispatcher_type"),
+        bool(v.get(CONFIG + "num_moe_experts")),
+        bool(v.get(CONFIG + "moe_enable_deepep")),
+        f"nemo: recipe.{CONFIG}moe_token_dispatcher_type",
+        "moe_enable_deepep",
+    )
     capacity = v.get(CONFIG + "moe_expert_capacity_factor")
     return {
         "etp": r.integer("trainer.strategy.expert_tensor_parallel_size", 1, minimum=1),
-        "moe_dispatcher": names[kind],
+        "moe_dispatcher": dispatcher,
         "moe_a2a_overlap": bool(v.get(CONFIG + "overlap_moe_expert_parallel_comm", False)),
         "capacity_factor": float(capacity) if capacity is not None else None,
         "moe_balance": "forced" if v.get(CONFIG + "moe_router_force_load_balancing") else "learned",

@@ -75,7 +75,7 @@ DP_DEGREES = ("gpus", "tp", "pp", "cp")
 def with_overrides(fields: dict, overrides: dict | None) -> dict:
     """The file's plan fields with ``overrides`` (field: value) on top; when an override changes
     gpus / tp / pp / cp and does not give dp, the file's dp is dropped so that it is inferred again
-    (the rule of ``api.estimate``'s keyword overrides)."""
+    (also the rule of ``api.estimate``'s keyword overrides of a PlanSpec)."""
     if not overrides:
         return fields
     out = dict(fields)

@@ -10,16 +10,26 @@ defaults and system fields the cost model reads.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
+from pydantic.fields import FieldInfo
 
-from paraplan.specs.plan import RuntimeFields
-from paraplan.specs.system import Bytes, EagerPrecision, EagerRole, ModuleImpl, Seconds
+from paraplan.specs.plan import PlanSpec, RuntimeFields
+from paraplan.specs.system import Bytes, EagerFields, HostFields
 
 
-class FrameworkSpec(RuntimeFields):
-    """Implementation defaults of one framework; every field is documented with its source in the catalog file."""
+def plan_default(name: str) -> Any:
+    """A profile field that gives the plan field ``name`` its default: PlanSpec's declaration (type
+    rules and default), described as the plan default."""
+    info = PlanSpec.model_fields[name]
+    return FieldInfo.merge_field_infos(info, description=f"plan default: {info.description}")
+
+
+class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
+    """Implementation defaults of one framework; every field is documented with its source in the catalog file.
+    The host model's and the eager kernels' fields (specs.system.HostFields, EagerFields; used with
+    fused_kernels false) are declared with the efficiency that receives them."""
 
     name: str
     source: str = ""
@@ -36,9 +46,6 @@ class FrameworkSpec(RuntimeFields):
         "none",
         description="fp8 scaling recipe an fp8 run uses (stated with its source; the GEMM caps are fitted "
         "per GPU, not per recipe)",
-    )
-    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
-        "none", description="what the recipe captures in CUDA graphs (stated with its source)"
     )
     overlap_p2p_comm: bool = Field(
         False,
@@ -74,15 +81,9 @@ class FrameworkSpec(RuntimeFields):
         "cudnn",
         description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run",
     )
-    overlap_dp_grad_reduce: bool = Field(
-        True, description="plan default: DP gradient reduction overlaps backward"
-    )
-    overlap_param_gather: bool = Field(
-        True, description="plan default: ZeRO parameter all-gather overlaps forward"
-    )
-    overlap_tp_comm: bool = Field(
-        False, description="plan default: TP collectives overlap GEMMs (userbuffers / AsyncTP)"
-    )
+    overlap_dp_grad_reduce: bool = plan_default("overlap_dp_grad_reduce")
+    overlap_param_gather: bool = plan_default("overlap_param_gather")
+    overlap_tp_comm: bool = plan_default("overlap_tp_comm")
     tp_overlap_fp8_reduce_scatter: Literal["ring_exchange", "pipeline"] = Field(
         "ring_exchange",
         description="with TP comm overlap in fp8 runs, the userbuffers method of the reduce-scatter after the "
@@ -99,70 +100,11 @@ class FrameworkSpec(RuntimeFields):
         True,
         description="element-wise ops fused (Megatron / Transformer Engine / XLA) or run eagerly one kernel each",
     )
-    eager_traffic_factor: float = Field(
-        1.0,
-        ge=1.0,
-        description="HBM traffic of eager element-wise ops relative to fused ones (used when not fused; with a "
-        "measured kernels table, only for the ops eager_kernels does not price)",
-    )
-    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
-        default_factory=dict,
-        description="with fused_kernels false: the op roles (norm, activation, residual, loss) the stack runs "
-        "as one eager PyTorch kernel each and the precision each runs in; a system with a measured kernels "
-        "table prices them from it in place of eager_traffic_factor (cost.eager_kernels)",
-    )
-    module_impl: ModuleImpl = Field(
-        default_factory=dict,
-        description="with fused_kernels false: the implementation of each module role (norm, activation, "
-        "rotary, loss) the stack's model code runs: fused (one kernel per op) or a named composite of eager "
-        "element-wise kernels (graph.eager_modules)",
-    )
     optimizer_step_bytes: float | None = Field(
         None,
         gt=0,
         description="HBM traffic per owned parameter of the optimizer step (one fused kernel, not slowed "
         "by eager_traffic_factor); None: Megatron-LM's multi-kernel mixed-precision step, 54 B",
-    )
-    host_launch_s: Seconds = Field(
-        0.0,
-        description="host seconds to issue one kernel outside a CUDA graph: the stack's per-op dispatch and the "
-        "driver launch (cost.host); 0: the host is not priced",
-    )
-    graph_kernel_s: Seconds = Field(
-        0.0, description="host seconds per kernel of a replayed CUDA graph (cost.host)"
-    )
-    host_sync_latency_s: Seconds = Field(
-        0.0,
-        description="round trip of one device-to-host synchronisation once the queue has drained (cost.host)",
-    )
-    host_view_s: Seconds = Field(
-        0.0,
-        description="host seconds of one zero-kernel eager aten call (a view, transpose, split or aliasing "
-        "reshape) and its autograd node, forward and backward (cost.host.op_host_s)",
-    )
-    host_graph_call_s: Seconds = Field(
-        0.0,
-        description="host seconds of one call of a torch.compile'd graph beside its kernels: guards and the "
-        "AOTAutograd / Inductor wrappers' entry (cost.host.host_sums)",
-    )
-    compiled_graphs: Literal["none", "model", "layer"] = Field(
-        "none",
-        description="what one torch.compile'd graph holds: the whole model (one call per pass and micro-batch), "
-        "each transformer layer (one per layer and pass), or nothing compiled (cost.host.graph_calls)",
-    )
-    host_tensor_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "
-        "(cost.host.step_host_overhead_s)",
-    )
-    host_step_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds of one optimizer step and zero_grad (cost.host.step_host_overhead_s)",
-    )
-    autocast_casts: bool = Field(
-        False,
-        description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
-        "weight gradient backward (cost.host.op_kernels)",
     )
     cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
     communication_buffers: Bytes = Field(

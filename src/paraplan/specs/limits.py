@@ -30,15 +30,15 @@ def check_search_bounds(
     gpus: int,
     seq_length: int,
     batch: int,
-    batch_flag: str = "--global-batch",
     top: int | None = None,
+    names: tuple[str, str, str, str] = ("--gpus", "--seq-length", "--global-batch", "--top"),
 ) -> None:
-    """InputError (one line naming the option) when a size is outside the bounds above."""
-    _check("--gpus", gpus, MAX_GPUS)
-    _check("--seq-length", seq_length, MAX_SEQ_LENGTH)
-    _check(batch_flag, batch, MAX_GLOBAL_BATCH)
-    if top is not None:
-        _check("--top", top, MAX_TOP)
+    """InputError (one line naming the size as ``names`` does: the options by default) when a size
+    is outside the bounds above."""
+    highs = (MAX_GPUS, MAX_SEQ_LENGTH, MAX_GLOBAL_BATCH, MAX_TOP)
+    for name, value, high in zip(names, (gpus, seq_length, batch, top), highs):
+        if value is not None:
+            _check(name, value, high)
 
 
 def position_warning(model, seq_length: int) -> str | None:

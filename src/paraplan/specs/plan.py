@@ -165,13 +165,13 @@ class PlanSpec(RuntimeFields, MoEPlanFields, TPLayoutFields):
     )
     offload_optimizer: bool = False
     overlap_dp_grad_reduce: bool = Field(
-        True, description="overlap DP gradient reduction with backward"
+        True, description="DP gradient reduction overlaps backward"
     )
     overlap_param_gather: bool = Field(
-        True, description="overlap ZeRO parameter all-gather with forward"
+        True, description="ZeRO parameter all-gather overlaps forward"
     )
     overlap_tp_comm: bool = Field(
-        False, description="overlap TP collectives with GEMMs (userbuffers)"
+        False, description="TP collectives overlap GEMMs (userbuffers / AsyncTP)"
     )
     placement: str = Field(
         DEFAULT_PLACEMENT_LABEL, description="group order on the network, innermost first"

@@ -7,7 +7,7 @@ place, so that ``docs/model.md`` can list where each comes from.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -95,8 +95,92 @@ def _module_impls(value: dict) -> dict:
 ModuleImpl = Annotated[dict[ModuleRole, str], AfterValidator(_module_impls)]
 
 
-class EfficiencySpec(InputModel):
-    """Achievable fractions of peak; each value in a catalog file carries its source or calibration."""
+class EagerFields(InputModel):
+    """The eager element-wise kernels' inputs, declared once: a framework profile states them
+    (specs.framework.FrameworkSpec) and, when its kernels are not fused, cost.frameworks.framework_system
+    copies them into the system's efficiency (EfficiencySpec), which the cost model reads."""
+
+    eager_traffic_factor: float = Field(
+        1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="HBM traffic of the op graph's memory-bound ops relative to their fused count, for a "
+        "stack that runs them as eager kernels; applied to analytical and measured-table pricing alike "
+        "(cost.compute.memory_time_s); with a measured kernels table, only for the ops eager_kernels does "
+        "not price",
+    )
+    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
+        default_factory=dict,
+        description="the memory-bound op roles (norm, activation, residual, loss) the stack runs as one "
+        "eager PyTorch kernel each and the precision each runs in, priced from the measured kernels of "
+        "accelerator.kernel_tables where it has them in place of eager_traffic_factor (cost.eager_kernels)",
+    )
+    module_impl: ModuleImpl = Field(
+        default_factory=dict,
+        description="the implementation of each module role (norm, activation, rotary, loss) the stack's "
+        "model code runs: fused (one kernel per op) or a named composite of eager element-wise kernels "
+        "(graph.eager_modules), priced by cost.eager_kernels",
+    )
+
+
+class HostFields(InputModel):
+    """The host model's inputs (cost.host), declared once: a framework profile states them
+    (specs.framework.FrameworkSpec) and cost.frameworks.host_fields copies them into the system's
+    efficiency (EfficiencySpec), which the cost model reads."""
+
+    host_launch_s: Seconds = Field(
+        0.0,
+        description="host seconds to issue one kernel outside a CUDA graph: the stack's per-op dispatch and the "
+        "driver launch, on the reference host (cost.host); 0: the host is not priced",
+    )
+    graph_kernel_s: Seconds = Field(
+        0.0,
+        description="host seconds per kernel of a replayed CUDA graph (the graph launch spread over its kernels; "
+        "cost.host)",
+    )
+    host_sync_latency_s: Seconds = Field(
+        0.0,
+        description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "
+        "the queue has drained (cost.host)",
+    )
+    host_view_s: Seconds = Field(
+        0.0,
+        description="host seconds of one zero-kernel eager aten call (a view, transpose, split or aliasing "
+        "reshape) and its autograd node, forward and backward (cost.host.op_host_s)",
+    )
+    host_graph_call_s: Seconds = Field(
+        0.0,
+        description="host seconds of one call of a torch.compile'd graph beside its kernels: guards and the "
+        "AOTAutograd / Inductor wrappers' entry (cost.host.host_sums)",
+    )
+    compiled_graphs: Literal["none", "model", "layer"] = Field(
+        "none",
+        description="what one torch.compile'd graph holds: the whole model (one call per pass and micro-batch), "
+        "each transformer layer (one per layer and pass), or nothing compiled (cost.host.graph_calls)",
+    )
+    host_tensor_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds per weight tensor and step: zero_grad and the optimizer's Python loop "
+        "(cost.host.step_host_overhead_s)",
+    )
+    host_step_s: Seconds = Field(
+        0.0,
+        description="fixed host seconds of one optimizer step and zero_grad (cost.host.step_host_overhead_s)",
+    )
+    autocast_casts: bool = Field(
+        False,
+        description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
+        "weight gradient backward (cost.host.op_kernels)",
+    )
+    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
+        "none", description="what the stack captures in CUDA graphs (cost.host.graphed)"
+    )
+
+
+class EfficiencySpec(HostFields, EagerFields):
+    """Achievable fractions of peak; each value in a catalog file carries its source or calibration.
+    The host model's fields (HostFields) and the eager kernels' (EagerFields) are set from the framework
+    profile (cost.frameworks)."""
 
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
@@ -149,83 +233,15 @@ class EfficiencySpec(InputModel):
         "vocabulary: cost.frameworks.framework_system); else an unaligned GEMM runs at the measured "
         "share of cost.gemm_alignment",
     )
-    eager_traffic_factor: float = Field(
-        1.0,
-        ge=1.0,
-        allow_inf_nan=False,
-        description="HBM traffic of the op graph's memory-bound ops relative to their fused count, for a "
-        "stack that runs them as eager kernels (a framework profile sets it: cost.frameworks.framework_system); "
-        "applied to analytical and measured-table pricing alike (cost.compute.memory_time_s)",
-    )
-    eager_kernels: dict[EagerRole, EagerPrecision] = Field(
-        default_factory=dict,
-        description="memory-bound op roles the stack runs as eager kernels, priced from the measured "
-        "kernels of accelerator.kernel_tables where it has them (cost.eager_kernels), and the precision each "
-        "runs in; set by a framework profile (cost.frameworks.framework_system)",
-    )
-    module_impl: ModuleImpl = Field(
-        default_factory=dict,
-        description="the implementation the stack runs per module role (graph.eager_modules: a composite of "
-        "eager element-wise kernels, priced by cost.eager_kernels); set by a framework profile",
-    )
     host_sync_s: Seconds = Field(
         0.0,
         description="GPU idle per dropless-dispatch synchronisation beyond what the host model prices (cost.host: "
         "the sync's round trip and the host re-issuing the expert section); calibration, docs/model.md",
     )
-    host_launch_s: Seconds = Field(
-        0.0,
-        description="host seconds to issue one kernel outside a CUDA graph (framework dispatch + driver launch) on "
-        "the reference host; set by the framework profile (host_launch_s); 0: the host is not priced (cost.host)",
-    )
-    graph_kernel_s: Seconds = Field(
-        0.0,
-        description="host seconds per kernel of a replayed CUDA graph (the graph launch spread over its kernels); "
-        "set by the framework profile (cost.host)",
-    )
-    host_sync_latency_s: Seconds = Field(
-        0.0,
-        description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "
-        "the queue has drained; set by the framework profile (cost.host)",
-    )
-    host_view_s: Seconds = Field(
-        0.0,
-        description="host seconds of one zero-kernel eager aten call and its autograd node, forward and backward; "
-        "set by the framework profile (cost.host.op_host_s)",
-    )
-    host_graph_call_s: Seconds = Field(
-        0.0,
-        description="host seconds of one call of a torch.compile'd graph beside its kernels; set by the framework "
-        "profile (cost.host.host_sums)",
-    )
-    compiled_graphs: Literal["none", "model", "layer"] = Field(
-        "none",
-        description="what one torch.compile'd graph holds (the whole model, each layer, nothing); set by the "
-        "framework profile (cost.host.graph_calls)",
-    )
-    host_tensor_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds per weight tensor and step (zero_grad and the optimizer's Python loop); "
-        "set by the framework profile (cost.host.step_host_overhead_s)",
-    )
-    host_step_s: Seconds = Field(
-        0.0,
-        description="fixed host seconds of one optimizer step and zero_grad; set by the framework profile "
-        "(cost.host.step_host_overhead_s)",
-    )
-    host_autocast: bool = Field(
-        False,
-        description="AMP autocast over fp32 parameters: each GEMM's weight cast forward and its gradient cast back "
-        "(cost.host.op_kernels); set by the framework profile",
-    )
     host_eager: bool = Field(
         False,
         description="element-wise ops run one eager kernel per PyTorch op (cost.host.op_kernels); set from the "
         "framework profile's fused_kernels",
-    )
-    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
-        "none",
-        description="what the framework captures in CUDA graphs (cost.host.graphed); set from the framework profile",
     )
     host_speed: Annotated[float, Field(gt=0)] = Field(
         1.0,
@@ -354,20 +370,30 @@ class AcceleratorSpec(InputModel):
         return self.efficiency.gemm
 
 
+def _link_efficiency(default: float, bandwidth_field: str) -> Any:
+    """A tier's achieved share of its bandwidth (the same rule for NVLink and the scale-out network)."""
+    return Field(default, description=f"achieved fraction of {bandwidth_field} by NCCL collectives")
+
+
+def _overlap_cost(default: float, collective: str, tier: str) -> Any:
+    """A tier's overlap cost: Calculon's processor_usage of that tier (Isaev et al. 2023, SC23;
+    Calculon repository systems/a100_80g.json)."""
+    return Field(
+        default,
+        description=f"share of {collective}'s time still paid when hidden behind compute (SMs it "
+        f"occupies); Calculon's processor_usage for the {tier} tier (Isaev et al. 2023, SC23; Calculon "
+        "repository systems/a100_80g.json)",
+    )
+
+
 class NodeSpec(InputModel):
     """The scale-up domain: GPUs joined by NVLink/NVSwitch (or Infinity Fabric)."""
 
     gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
-    nvlink_efficiency: Fraction = Field(
-        0.8, description="achieved fraction of nvlink_bandwidth by NCCL collectives"
-    )
-    nvlink_overlap_cost: Share = Field(
-        0.15,
-        description="share of an NVLink collective's time still paid when hidden behind compute (SMs it occupies); "
-        "Calculon's processor_usage for the NVLink tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
-    )
+    nvlink_efficiency: Fraction = _link_efficiency(0.8, "nvlink_bandwidth")
+    nvlink_overlap_cost: Share = _overlap_cost(0.15, "an NVLink collective", "NVLink")
 
 
 class NetworkSpec(InputModel):
@@ -375,14 +401,8 @@ class NetworkSpec(InputModel):
 
     nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
     latency: Seconds = 10e-6
-    efficiency: Fraction = Field(
-        0.85, description="achieved fraction of nic_bandwidth by NCCL collectives"
-    )
-    overlap_cost: Share = Field(
-        0.02,
-        description="share of a scale-out collective's time still paid when hidden behind compute; "
-        "Calculon's processor_usage for the InfiniBand tier (Isaev et al. 2023, SC23; Calculon repository systems/a100_80g.json)",
-    )
+    efficiency: Fraction = _link_efficiency(0.85, "nic_bandwidth")
+    overlap_cost: Share = _overlap_cost(0.02, "a scale-out collective", "InfiniBand")
 
 
 class SystemSpec(InputModel):

@@ -4,8 +4,9 @@ The document is the ``sweep`` object ``paraplan sweep`` writes into ``config.jso
 ``sweep.json`` (:meth:`SweepConfig.to_dict`): model, systems, gpus, sets, seq_length, global_batch
 or max_global_batch, top, dtype, attention, objective, no_offload, default_overlap,
 default_placement, vary_split, restrictions, tokens, framework, goodput. A whole ``config.json`` or
-``sweep.json`` (the definition under ``sweep``) is read too. Each field is checked as the option of
-the same name is (one-line InputError naming ``sweep.<field>``).
+``sweep.json`` (the definition under ``sweep``) is read too. Here each field's type is checked; the
+rules of the values are SweepConfig.check's, the same as for the options of the same name (one-line
+InputError naming ``sweep.<field>``).
 
 ``run_in_memory`` searches every point in this process (``sweep.point.run_point``, the records of
 ``sweep.json``) and returns the sweep.json document without writing a file.
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from paraplan.search.space import OBJECTIVES
 from paraplan.specs.errors import InputError
 from paraplan.sweep.params import parse_gpus, parse_set
 from paraplan.sweep.point import run_point
-from paraplan.sweep.run import RESTRICTION_FIELDS, SweepConfig, prepare, results_document
+from paraplan.sweep.run import SweepConfig, prepare, results_document
 
 TEXT_FIELDS = ("model", "dtype", "attention", "objective")
 INT_FIELDS = ("seq_length", "global_batch", "max_global_batch", "top")
@@ -70,11 +70,6 @@ def _restrictions(value) -> dict:
         raise _error("restrictions", f"{value!r} is not an object of axis -> list of values")
     out = {}
     for axis, values in value.items():
-        if axis not in RESTRICTION_FIELDS:
-            raise _error(
-                "restrictions",
-                f"unknown axis {axis!r}; allowed: {', '.join(RESTRICTION_FIELDS)}",
-            )
         if not isinstance(values, list) or not values:
             raise _error("restrictions", f"{axis}: {values!r} is not a non-empty list")
         out[axis] = tuple(values)
@@ -123,9 +118,6 @@ def sweep_config(data, names: dict | None = None) -> SweepConfig:
         raise _error("tokens", f"{tokens!r} is not a number of tokens")
     if data.get("goodput") is not None and not isinstance(data["goodput"], dict):
         raise _error("goodput", f"{data['goodput']!r} is not an object of goodput inputs")
-    objective = data.get("objective") or "time"
-    if objective not in OBJECTIVES:
-        raise _error("objective", f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
     defaults = SweepConfig("", (), (), 0)
     config = SweepConfig(
         model=data["model"],
@@ -143,7 +135,7 @@ def sweep_config(data, names: dict | None = None) -> SweepConfig:
         framework=data.get("framework"),
         goodput=data.get("goodput"),
     )
-    config.check()
+    config.check(name=lambda field_name: f"sweep.{field_name}")  # the rules: SweepConfig.check
     return config
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.catalog import load_model, load_system
+from paraplan.search.space import OBJECTIVES
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import check_search_bounds
 from paraplan.specs.model import ModelSpec
@@ -43,6 +44,15 @@ from paraplan.sweep.results import write_results
 MAX_POINTS = 10_000  # points of one sweep (each is a whole plan search)
 
 RESTRICTION_FIELDS = ("tp", "pp", "cp", "micro_batch", "recompute", "zero", "schedules")
+OPTIONS = {
+    "systems": "--system",
+    "sets": "--set",
+}  # SweepConfig fields whose option is not --<field>
+
+
+def option_name(field_name: str) -> str:
+    """The ``paraplan sweep`` option that sets a SweepConfig field (how its errors name the field)."""
+    return OPTIONS.get(field_name, "--" + field_name.replace("_", "-"))
 
 
 @dataclass(frozen=True)
@@ -71,46 +81,58 @@ class SweepConfig:
     framework: str | None = None  # --framework: a profile name or file (paraplan.cost.frameworks)
     goodput: dict | None = None  # --goodput: the goodput inputs (goodput.inputs, without sources)
 
-    def check(self) -> None:
+    def check(self, name: Callable[[str], str] | None = None) -> None:
+        """Every rule of a sweep's settings, in one place for ``paraplan sweep`` and a definition document
+        (sweep.definition): InputError on one line naming the field as ``name(field)`` gives it (the
+        command-line option by default: option_name)."""
+        name = name or option_name
         if not self.systems:
-            raise InputError("--system: give at least one system")
+            raise InputError(f"{name('systems')}: give at least one system")
         if len(set(self.systems)) != len(self.systems):
             raise InputError(
-                f"--system: {','.join(self.systems)!r} repeats a system; list each once"
+                f"{name('systems')}: {','.join(self.systems)!r} repeats a system; list each once"
             )
-        if (self.global_batch is None) == (self.max_global_batch is None):
+        if self.objective not in OBJECTIVES:
             raise InputError(
-                "--global-batch: give exactly one of --global-batch or --max-global-batch"
-            )
-        batch = self.global_batch if self.global_batch is not None else self.max_global_batch
-        if batch <= 0:
-            raise InputError(f"--global-batch: {batch} is not allowed; must be a positive integer")
-        if self.seq_length <= 0:
-            raise InputError(
-                f"--seq-length: {self.seq_length} is not allowed; must be a positive integer"
-            )
-        check_search_bounds(
-            gpus=max(self.gpus),
-            seq_length=self.seq_length,
-            batch=batch,
-            top=self.top,
-            batch_flag="--global-batch" if self.global_batch is not None else "--max-global-batch",
-        )
-        if self.goodput is not None and self.tokens is None:
-            raise InputError("--goodput: needs --tokens (the run length, e.g. 15T)")
-        if self.tokens is not None and not (math.isfinite(self.tokens) and self.tokens > 0):
-            raise InputError(
-                f"--tokens: {self.tokens!r} is not allowed; must be a finite positive number"
-            )
-        count = len(self.systems) * len(self.gpus) * math.prod(len(a.values) for a in self.sets)
-        if count > MAX_POINTS:
-            raise InputError(
-                f"--set: {count:,} points are too many for one sweep; at most {MAX_POINTS:,}"
+                f"{name('objective')}: {self.objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}"
             )
         unknown = set(self.restrictions) - set(RESTRICTION_FIELDS)
         if unknown:
             raise InputError(
-                f"restrictions: unknown axis {sorted(unknown)[0]!r}; allowed: {', '.join(RESTRICTION_FIELDS)}"
+                f"{name('restrictions')}: unknown axis {sorted(unknown)[0]!r}; allowed: "
+                f"{', '.join(RESTRICTION_FIELDS)}"
+            )
+        batch_field = "global_batch" if self.global_batch is not None else "max_global_batch"
+        if (self.global_batch is None) == (self.max_global_batch is None):
+            raise InputError(
+                f"{name('global_batch')}: give exactly one of {name('global_batch')} or "
+                f"{name('max_global_batch')}"
+            )
+        batch = self.global_batch if self.global_batch is not None else self.max_global_batch
+        if batch <= 0:
+            raise InputError(
+                f"{name(batch_field)}: {batch} is not allowed; must be a positive integer"
+            )
+        if self.seq_length <= 0:
+            raise InputError(
+                f"{name('seq_length')}: {self.seq_length} is not allowed; must be a positive integer"
+            )
+        sizes = ("gpus", "seq_length", batch_field, "top")
+        check_search_bounds(
+            max(self.gpus), self.seq_length, batch, self.top, tuple(map(name, sizes))
+        )
+        if self.goodput is not None and self.tokens is None:
+            raise InputError(
+                f"{name('goodput')}: needs {name('tokens')} (the run length, e.g. 15T)"
+            )
+        if self.tokens is not None and not (math.isfinite(self.tokens) and self.tokens > 0):
+            raise InputError(
+                f"{name('tokens')}: {self.tokens!r} is not allowed; must be a finite positive number"
+            )
+        count = len(self.systems) * len(self.gpus) * math.prod(len(a.values) for a in self.sets)
+        if count > MAX_POINTS:
+            raise InputError(
+                f"{name('sets')}: {count:,} points are too many for one sweep; at most {MAX_POINTS:,}"
             )
 
     def to_dict(self) -> dict:

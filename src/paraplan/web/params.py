@@ -36,7 +36,9 @@ SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
 }
 INTS = {"gpus": (1, 2**20), "global-batch": (1, 2**24), "max-global-batch": (1, 2**24)}
 INTS |= {"seq-length": (1, 2**24), "top": (1, 100), "plan": (1, 100), "compare": (1, 100)}
-MAX_TEXT = 256 * 1024  # characters of a pasted model, system or cluster
+MAX_TEXT = (
+    api.MAX_YAML_BYTES
+)  # characters of a pasted model, system or cluster: io.strict_yaml's cap
 # every option the page reads; anything else in the query is refused (a typo would otherwise be lost)
 KNOWN = {"model", "system", "model-text", "system-text", "cluster-text", "objective", "dtype"}
 KNOWN |= {"attention", "framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS)

@@ -183,7 +183,7 @@ def run_search(problem: Problem, progress: Callable) -> dict:
     AMP-style search's ``--json`` document (api.search_cluster), ``kind`` "cluster"."""
     if problem.cluster is not None:
         return run_cluster(problem, progress)
-    ranked_only = problem.kwargs.get("objective") not in ("time", "cost", "mfu")
+    ranked_only = problem.kwargs.get("objective") not in api.PLAN_OBJECTIVES
     sink = None if ranked_only and not problem.all_plans else Aggregate()
     found = api.search(
         problem.model,
