@@ -11,7 +11,8 @@ that config, catalog.hf.model_from_hf_config; framework ``hf-transformers``, or 
 a ``compile`` mode of ``default`` is ``pytorch-compile``; ``reduce-overhead``, CUDA graphs, has no
 profile and is skipped).
 
-Each record becomes one held-out case (step_time_s only), encoded the way it ran: the catalog system
+Each record becomes one held-out case (step_time_s, and peak_allocated_gib where the record measured
+the allocator's peak), encoded the way it ran: the catalog system
 of the GPU that ran it, the model shape that ran (inline), the record's 1-GPU plan (dtype ``tf32`` for
 fp32 parameters with TF32 matmuls, ``recompute: full`` for torch.utils.checkpoint per block,
 ``global_batch`` > ``micro_batch`` for gradient accumulation) and the framework profile of its stack
@@ -35,6 +36,15 @@ COMPILED = ("pytorch-compile", {})
 GROUP = "gpu-steps-2026-11"
 MEASURED = Path(__file__).parent / "measured"
 HF_STACK = {"hf-trainer-amp": {}, "hf-trainer-fp32": {"dtype": "fp32"}}
+
+
+def measured_figures(rec: dict) -> dict:
+    """The record's compared figures: the median step time and, where the record has it, the allocator's
+    peak over the timed steps (torch.cuda.max_memory_allocated, compared with validate.run.allocator_peak_bytes)."""
+    out = {"step_time_s": round(rec["measured"]["step_time_s"], 6)}
+    if "peak_allocated_gib" in rec["measured"]:
+        out["peak_allocated_gib"] = round(rec["measured"]["peak_allocated_gib"], 4)
+    return out
 
 
 def hf_record_case(rec: dict, source: str, group: str) -> dict:
@@ -63,7 +73,7 @@ def hf_record_case(rec: dict, source: str, group: str) -> dict:
         "model": model,
         "system": SYSTEMS[rec["name"].split("-", 1)[0]],
         "plan": {**rec["plan"], **HF_STACK[stack["name"]]},
-        "measured": {"step_time_s": round(rec["measured"]["step_time_s"], 6)},
+        "measured": measured_figures(rec),
         "notes": notes,
     }
 
@@ -97,7 +107,7 @@ def record_case(rec: dict, source: str, group: str = GROUP) -> dict:
         "model": {**rec["model"], "dropout": False},  # train_steps.py's Decoder runs no dropout
         "system": system,
         "plan": plan,
-        "measured": {"step_time_s": round(rec["measured"]["step_time_s"], 6)},
+        "measured": measured_figures(rec),
         "notes": notes,
     }
 

@@ -54,3 +54,8 @@ class RuntimeCosts(InputModel):
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
     )
+    lazy_gradients: bool = Field(
+        False,
+        description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "
+        "in a buffer allocated up front (cost.memory.peak_residents)",
+    )

@@ -50,13 +50,14 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
 def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:
     """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
     per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
-    else the weights' own), the ZeRO-3 / FSDP copies, the per-micro-batch gradient accumulation and the interleaved schedule's
-    p2p overlap."""
+    else the weights' own), the ZeRO-3 / FSDP copies, the per-micro-batch gradient accumulation, the interleaved schedule's
+    p2p overlap and whether gradients are allocated during backward (cost.memory.peak_residents)."""
     fp8_gather = runtime.fp8_param_gather and dtype == "fp8"
     return dict(
         param_gather_bytes=1.0 if fp8_gather else weight_bytes,
         grad_accumulation_bytes=runtime.grad_accumulation_bytes,
         p2p_overlap=1.0 if runtime.p2p_overlap else 0.0,
+        lazy_gradients=1.0 if runtime.lazy_gradients else 0.0,
         zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
         zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,

@@ -127,6 +127,7 @@ class StepInputs:
     zero3_gather_copy_bytes: Num = 0.0
     zero3_reduce_copy_bytes: Num = 0.0
     p2p_overlap: Num = 0.0  # 1: the interleaved schedule's transfers overlap compute (step.p2p)
+    lazy_gradients: Num = 0.0  # 1: gradients allocated during backward (cost.memory.peak_residents)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
