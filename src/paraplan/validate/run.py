@@ -401,6 +401,8 @@ def _subset_summary(entries: list[dict]) -> dict[str, Any]:
         errs = [e["error_pct"][metric] for e in entries if metric in e["error_pct"]]
         if metric == "step_time_s" or errs:
             out[f"{metric}_mape_pct"] = _mape(errs)
+        if metric == "peak_allocated_gib" and errs:
+            out[f"{metric}_cases"] = len(errs)
     steps = [abs(e["error_pct"]["step_time_s"]) for e in entries if "step_time_s" in e["error_pct"]]
     out["step_time_max_abs_error_pct"] = max(steps) if steps else None
     out["names"] = [e["name"] for e in entries]
