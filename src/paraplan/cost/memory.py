@@ -41,15 +41,20 @@ class StateBytes:
 GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}  # bytes per gradient element by gradient dtype
 
 
-def state_bytes_per_param(dtype: str, grad_dtype: str = "fp32") -> StateBytes:
+def state_bytes_per_param(
+    dtype: str, grad_dtype: str = "fp32", fp32_master: bool = True
+) -> StateBytes:
     """Mixed precision: 2 + g + 12 B/param with g = 4 for fp32 main gradients (Korthikanti Fig. 1's 18 B;
     ZeRO §3.1; Megatron-LM accumulate_allreduce_grads_in_fp32) or g = 2 for gradients kept and reduced in
     bf16 (ZeRO §3.1's 2 + 2 + 12 = 16 B); fp32 training (fp32 or tf32 GEMMs): 4 + 4 + 8. fp8 and FP4
     recipes keep bf16 weights beside the fp32 master (Transformer Engine; NVFP4 pretraining,
-    arXiv:2509.25149 §4), so they count as mixed precision."""
+    arXiv:2509.25149 §4), so they count as mixed precision. Without an fp32 master (``fp32_master``
+    False: a model cast to bf16 and trained by torch.optim.AdamW, which creates exp_avg and exp_avg_sq with
+    torch.zeros_like(param), torch/optim/adamw.py ``_init_group``) the optimizer state is Adam's m and v in the
+    parameter's 2 bytes: 2 + g + 4."""
     if dtype in ("fp32", "tf32"):
         return StateBytes(4.0, 4.0, 8.0)
-    return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0)
+    return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0 if fp32_master else 4.0)
 
 
 def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:

@@ -54,6 +54,11 @@ class RuntimeCosts(InputModel):
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
     )
+    fp32_master: bool = Field(
+        True,
+        description="mixed precision keeps an fp32 master copy and fp32 Adam moments (False: the moments in the "
+        "parameters' half precision, no master; cost.memory.state_bytes_per_param)",
+    )
     lazy_gradients: bool = Field(
         False,
         description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "

@@ -23,7 +23,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
+    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype, acc.efficiency.runtime.fp32_master)
     cap = knobs.zero3_max_live_params
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
