@@ -11,7 +11,9 @@ that config, catalog.hf.model_from_hf_config; framework ``hf-transformers``, or 
 a ``compile`` mode of ``default`` is ``pytorch-compile``; ``reduce-overhead``, CUDA graphs, has no
 profile and is skipped).
 
-Each record becomes one held-out case (step_time_s only), encoded the way it ran: the catalog system
+Each record becomes one held-out case (step_time_s, and peak_allocated_gib where the record measured
+the allocator's peak over its own run alone: not host_fp8.py's, whose loops keep the previous variant's
+model and optimizer alive), encoded the way it ran: the catalog system
 of the GPU that ran it, the model shape that ran (inline), the record's 1-GPU plan (dtype ``tf32`` for
 fp32 parameters with TF32 matmuls, ``recompute: full`` for torch.utils.checkpoint per block,
 ``global_batch`` > ``micro_batch`` for gradient accumulation) and the framework profile of its stack
@@ -35,6 +37,16 @@ COMPILED = ("pytorch-compile", {})
 GROUP = "gpu-steps-2026-11"
 MEASURED = Path(__file__).parent / "measured"
 HF_STACK = {"hf-trainer-amp": {}, "hf-trainer-fp32": {"dtype": "fp32"}}
+
+
+def measured_figures(rec: dict, allocator_peak: bool = True) -> dict:
+    """The record's compared figures: the median step time and, where the record has it and
+    ``allocator_peak``, the allocator's peak over the timed steps (torch.cuda.max_memory_allocated,
+    compared with validate.run.allocator_peak_bytes)."""
+    out = {"step_time_s": round(rec["measured"]["step_time_s"], 6)}
+    if allocator_peak and "peak_allocated_gib" in rec["measured"]:
+        out["peak_allocated_gib"] = round(rec["measured"]["peak_allocated_gib"], 4)
+    return out
 
 
 def hf_record_case(rec: dict, source: str, group: str) -> dict:
@@ -63,12 +75,12 @@ def hf_record_case(rec: dict, source: str, group: str) -> dict:
         "model": model,
         "system": SYSTEMS[rec["name"].split("-", 1)[0]],
         "plan": {**rec["plan"], **HF_STACK[stack["name"]]},
-        "measured": {"step_time_s": round(rec["measured"]["step_time_s"], 6)},
+        "measured": measured_figures(rec),
         "notes": notes,
     }
 
 
-def record_case(rec: dict, source: str, group: str = GROUP) -> dict:
+def record_case(rec: dict, source: str, group: str = GROUP, allocator_peak: bool = True) -> dict:
     stack = rec["stack"]
     if "hf_config" in rec:
         return hf_record_case(rec, source, group)
@@ -97,7 +109,7 @@ def record_case(rec: dict, source: str, group: str = GROUP) -> dict:
         "model": {**rec["model"], "dropout": False},  # train_steps.py's Decoder runs no dropout
         "system": system,
         "plan": plan,
-        "measured": {"step_time_s": round(rec["measured"]["step_time_s"], 6)},
+        "measured": measured_figures(rec, allocator_peak),
         "notes": notes,
     }
 
@@ -118,8 +130,12 @@ def main(out: str, *inputs: str, group: str = GROUP) -> None:
             f"({prov['date'][:10]}, torch {prov['torch']}); {where.parts[0]}/"
             f"{'/'.join(where.parts[1:])} (held out: single-GPU steps measured by the project)"
         )
+        # host_fp8.py keeps the previous variant's model, AdamW state and gradients alive while it measures
+        # the next (measure_tiny / measure_tiny_extra bind `model, opt` for the kernel profile and rebind
+        # them only after the next run_config), so its allocator peaks are not the run's own: not compared
+        own_peak = script != "host_fp8.py"
         cases += [
-            record_case(r, source, group)
+            record_case(r, source, group, own_peak)
             for r in doc["records"]
             if "step_time_s" in r.get("measured", {})
             and not r["name"].endswith(("-repeat", "-ablation-base"))

@@ -121,3 +121,43 @@ def test_the_new_steps_are_held_out(name):
     report = run_cases(load_cases([CASES.parent / name]))
     assert report["summary"]["calibration"]["step_time_cases"] == 0
     assert report["summary"]["held_out"]["step_time_cases"] == count
+
+
+ALL_SETS = {"gpu-steps-2026-11.json": ("gpu-steps-2026-11", STEPS, 25), **NEW_SETS}
+# host_fp8.py's tiny steps ran with the previous variant's model alive (steps_to_cases.py): no allocator peak
+OWN_PEAKS = ("gpu-steps-2026-11.json", "hf-steps-2026-11.json")
+
+
+def test_the_tiny_steps_compare_no_allocator_peak():
+    report = run_cases(load_cases([CASES.parent / "tiny-steps-2026-11.json"]))
+    assert all("peak_allocated_gib" not in e["measured"] for e in report["cases"])
+
+
+@pytest.mark.parametrize("name", OWN_PEAKS)
+def test_every_case_compares_the_allocator_peak_it_measured(name):
+    """The measured allocator peak (torch.cuda.max_memory_allocated) is a compared figure of each case, and
+    the predicted one is the peak less the non-allocator reserves (validate.run.allocator_peak_bytes)."""
+    group, inputs, count = ALL_SETS[name]
+    records = {r["name"]: r for p in inputs for r in json.loads(p.read_text())["records"]}
+    report = run_cases(load_cases([CASES.parent / name]))
+    entries = [e for e in report["cases"] if e["status"] == "ok"]
+    assert len(entries) == count
+    for e in entries:
+        measured = records[e["name"]]["measured"]["peak_allocated_gib"]
+        assert e["measured"]["peak_allocated_gib"] == pytest.approx(measured, abs=1e-4)
+        predicted = e["predicted"]
+        assert 0 < predicted["peak_allocated_gib"] < predicted["peak_memory_gib"]
+        assert e["error_pct"]["peak_allocated_gib"] == pytest.approx(
+            100 * (predicted["peak_allocated_gib"] / e["measured"]["peak_allocated_gib"] - 1)
+        )
+    by_source = report["summary"]["by_source"][name.removesuffix(".json")]
+    assert by_source["peak_allocated_gib_cases"] == count
+    assert by_source["peak_allocated_gib_mape_pct"] > 0
+
+
+def test_the_allocator_peak_leaves_out_the_reserves():
+    from paraplan.step.result import StageMemory
+    from paraplan.validate.run import allocator_peak_bytes
+
+    stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    assert stage.peak_bytes == 21.0 and allocator_peak_bytes(stage) == 15.0

@@ -22,6 +22,7 @@ _METRIC_LABELS = {
     "weights_and_optimizer_gib": "weights+opt (GiB)",
     "activations_gib": "activations (GiB)",
     "peak_memory_gib": "peak (GiB)",
+    "peak_allocated_gib": "allocator peak (GiB)",
 }
 
 
@@ -82,6 +83,12 @@ def _summary_table(summary: dict) -> SimpleTable:
             str(group["step_time_cases"]),
             "-" if mape is None else f"{mape:.2f}",
         )
+        if group.get("peak_allocated_gib_mape_pct") is not None:
+            table.add_row(
+                f"{file}: allocator peak",
+                str(group["peak_allocated_gib_cases"]),
+                f"{group['peak_allocated_gib_mape_pct']:.2f}",
+            )
     for role in ("calibration", "held_out"):
         mape = summary[role].get("step_time_s_mape_pct")
         if summary[role]["step_time_cases"]:

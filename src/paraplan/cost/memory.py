@@ -20,8 +20,9 @@ softmax log-sum-exp) and context parallelism (s/c tokens per GPU).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-
+from paraplan.cost.elementwise import where
 from paraplan.graph.eager_modules import FP32, LOGIT_BYTES, gelu_new, rmsnorm_upcast
 from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import LayerShape, mlp_intermediate_bytes
@@ -40,15 +41,20 @@ class StateBytes:
 GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}  # bytes per gradient element by gradient dtype
 
 
-def state_bytes_per_param(dtype: str, grad_dtype: str = "fp32") -> StateBytes:
+def state_bytes_per_param(
+    dtype: str, grad_dtype: str = "fp32", fp32_master: bool = True
+) -> StateBytes:
     """Mixed precision: 2 + g + 12 B/param with g = 4 for fp32 main gradients (Korthikanti Fig. 1's 18 B;
     ZeRO §3.1; Megatron-LM accumulate_allreduce_grads_in_fp32) or g = 2 for gradients kept and reduced in
     bf16 (ZeRO §3.1's 2 + 2 + 12 = 16 B); fp32 training (fp32 or tf32 GEMMs): 4 + 4 + 8. fp8 and FP4
     recipes keep bf16 weights beside the fp32 master (Transformer Engine; NVFP4 pretraining,
-    arXiv:2509.25149 §4), so they count as mixed precision."""
+    arXiv:2509.25149 §4), so they count as mixed precision. Without an fp32 master (``fp32_master``
+    False: a model cast to bf16 and trained by torch.optim.AdamW, which creates exp_avg and exp_avg_sq with
+    torch.zeros_like(param), torch/optim/adamw.py ``_init_group``) the optimizer state is Adam's m and v in the
+    parameter's 2 bytes: 2 + g + 4."""
     if dtype in ("fp32", "tf32"):
         return StateBytes(4.0, 4.0, 8.0)
-    return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0)
+    return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0 if fp32_master else 4.0)
 
 
 def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
@@ -63,6 +69,39 @@ def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
     each, are neglected), as is delayed-scaling state (1024-entry fp32 amax history per tensor,
     3 tensors per GEMM: 12 KiB per GEMM)."""
     return 2.0 if dtype == "fp8" and cached_copies else 0.0
+
+
+def peak_residents(
+    gradients: Any, activations: Any, lazy: Any, microbatches: Any, ddp_buckets: Any
+) -> tuple[Any, Any]:
+    """(gradient bytes, activation bytes) resident at the step's memory peak, beside the weights, optimizer
+    state and working buffers W + O + B, which every phase holds (floats or numpy arrays).
+
+    Gradients in a buffer allocated up front (``lazy`` 0: Megatron-Core's DistributedDataParallel allocates
+    its contiguous grad buffer when it wraps the model, megatron/core/distributed/distributed_data_parallel.py
+    ``_ParamAndGradBuffer`` at core_r0.9.0; DeepSpeed's ZeRO optimizers their flat fp32 gradient partitions
+    at construction, deepspeed/runtime/zero/stage_1_and_2.py) exist at the forward's activation peak:
+    peak = W + O + B + G + A.
+
+    Gradients allocated by autograd during backward (``lazy`` 1) and freed by
+    ``Optimizer.zero_grad(set_to_none=True)``, the default since PyTorch 2.0 (torch/optim/optimizer.py;
+    transformers' Trainer calls ``model.zero_grad()``, trainer.py ``_inner_training_loop``, also set_to_none
+    by default; FSDP2 assigns each sharded gradient in its post-backward reduce-scatter,
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py ``foreach_reduce``, torchtitan calls
+    ``optimizers.zero_grad()``): with one micro-batch per step the forward ends holding A and no gradient;
+    backward allocates each layer's gradients as it frees that layer's activations, so what it holds moves
+    from A to G and is largest at an end; the fused AdamW step updates in place with G and no activations
+    (aten/src/ATen/native/cuda/fused_adamw_impl.cu: no temporaries): peak = W + O + B + max(A, G), and
+    the parts returned are the phase's, (0, A) when A ≥ G, else (G, 0). With m ≥ 2 micro-batches the second
+    forward runs with the first's gradients held: W + O + B + G + A, as with a buffer; so too where
+    ``ddp_buckets`` (unsharded gradients all-reduced over more than one GPU: torch DistributedDataParallel's
+    Reducer allocates its gradient-sized buckets at construction, torch/csrc/distributed/c10d/reducer.cpp
+    ``initialize_buckets``)."""
+    lazy_now = (where(microbatches <= 1, lazy, 0.0) > 0.0) & (ddp_buckets <= 0.0)
+    forward_end = activations >= gradients
+    grads = where(lazy_now, where(forward_end, 0.0, gradients), gradients)
+    acts = where(lazy_now, where(forward_end, activations, 0.0), activations)
+    return grads, acts
 
 
 @dataclass(frozen=True)

@@ -214,6 +214,8 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
     fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
+    fields["lazy_gradients"] = framework.gradient_allocation == "backward"
+    fields["fp32_master"] = framework.optimizer_state == "fp32_master"
     return RuntimeCosts(**fields)
 
 

@@ -38,6 +38,12 @@ class Measured(InputModel):
     )
     activations_gib: float | None = Field(None, gt=0, description="activations kept for backward")
     peak_memory_gib: float | None = Field(None, gt=0, description="peak memory per GPU")
+    peak_allocated_gib: float | None = Field(
+        None,
+        gt=0,
+        description="peak of the caching allocator's allocated bytes (torch.cuda.max_memory_allocated): "
+        "the peak without the CUDA context, communication buffers and fragmentation",
+    )
     # documentation metrics (validate.run.DOC_METRICS): quoted beside the compared figures, not compared
     tflops_per_gpu: float | None = Field(
         None, gt=0, description="documentation only: model TFLOP/s per GPU"

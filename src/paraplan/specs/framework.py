@@ -70,6 +70,19 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         "extra pass (fused), or by DeepSpeed's BF16 optimizer into fp32 after every backward "
         "(cost.runtimes.bf16_optimizer_accumulation_bytes)",
     )
+    gradient_allocation: Literal["buffer", "backward"] = Field(
+        "buffer",
+        description="when gradients exist: in a buffer allocated when the model is wrapped and kept across "
+        "steps (buffer: Megatron-Core's DistributedDataParallel, DeepSpeed's ZeRO), or allocated by autograd "
+        "during backward and freed by zero_grad(set_to_none=True) (backward: eager PyTorch, Trainer, FSDP2); "
+        "cost.memory.peak_residents",
+    )
+    optimizer_state: Literal["fp32_master", "param_dtype"] = Field(
+        "fp32_master",
+        description="mixed precision's optimizer state: an fp32 master copy with fp32 Adam moments (12 B per "
+        "parameter), or Adam's moments in the parameters' own half precision and no master (4 B: a model cast "
+        "to bf16 under torch.optim.AdamW); cost.memory.state_bytes_per_param",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",

@@ -73,3 +73,13 @@ class RuntimeCosts(InputModel):
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
         "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
     )
+    fp32_master: bool = Field(
+        True,
+        description="mixed precision keeps an fp32 master copy and fp32 Adam moments (False: the moments in the "
+        "parameters' half precision, no master; cost.memory.state_bytes_per_param)",
+    )
+    lazy_gradients: bool = Field(
+        False,
+        description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "
+        "in a buffer allocated up front (cost.memory.peak_residents)",
+    )

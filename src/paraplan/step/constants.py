@@ -24,7 +24,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype)
+    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype, acc.efficiency.runtime.fp32_master)
     cap = knobs.zero3_max_live_params
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
@@ -51,14 +51,16 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
 def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:
     """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
     per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
-    else the weights' own), the ZeRO-3 / FSDP copies, the per-micro-batch gradient accumulation, the interleaved schedule's
-    p2p overlap and the once-per-step weight quantisation of a low-precision recipe (cost.quantisation)."""
+    else the weights' own), the ZeRO-3 / FSDP copies, the per-micro-batch gradient accumulation, the
+    interleaved schedule's p2p overlap, the once-per-step weight quantisation of a low-precision recipe
+    (cost.quantisation) and whether gradients are allocated during backward (cost.memory.peak_residents)."""
     fp8_gather = runtime.fp8_param_gather and dtype == "fp8"
     return dict(
         fp8_weight_quant_bytes=weight_quantisation_bytes(runtime.fp8_recipe, dtype, fp8_gather),
         param_gather_bytes=1.0 if fp8_gather else weight_bytes,
         grad_accumulation_bytes=runtime.grad_accumulation_bytes,
         p2p_overlap=1.0 if runtime.p2p_overlap else 0.0,
+        lazy_gradients=1.0 if runtime.lazy_gradients else 0.0,
         zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
         zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,

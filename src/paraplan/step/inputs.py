@@ -131,6 +131,7 @@ class StepInputs:
     )
     p2p_overlap: Num = 0.0  # 1: the interleaved schedule's transfers overlap compute (step.p2p)
     fp8_weight_quant_bytes: Num = 0.0  # per transformer-layer weight and step (cost.quantisation)
+    lazy_gradients: Num = 0.0  # 1: gradients allocated during backward (cost.memory.peak_residents)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

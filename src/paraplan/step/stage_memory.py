@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from paraplan.cost.elementwise import maximum, minimum, where
+from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     Stage,
@@ -99,8 +100,10 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
 def memory_at(inp: StepInputs, h: StageHoldings, index: Num) -> dict[str, Num]:
     """Bytes per GPU of a stage holding ``h`` at position ``index`` (step.result.StageMemory byte fields
     + ``peak_bytes``): weights, gradients, optimizer state, in-flight activations
-    (step.schedules.in_flight_microbatches), buffers, reserved; ``host_bytes`` what offload keeps in
-    host memory (ZeRO-Offload / ZeRO-Infinity, Ren et al. 2021)."""
+    (step.schedules.in_flight_microbatches), buffers, reserved; the gradients and activations resident at
+    the peak (cost.memory.peak_residents: the forward's end or the optimizer step where gradients are
+    allocated during backward); ``host_bytes`` what offload keeps in host memory (ZeRO-Offload /
+    ZeRO-Infinity, Ren et al. 2021)."""
     in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
     acts = in_flight * h.kept + h.held
     share, offloaded_acts, knobs = h.share, h.offloaded_acts, inp.knobs
@@ -123,6 +126,9 @@ def memory_at(inp: StepInputs, h: StageHoldings, index: Num) -> dict[str, Num]:
         + where(knobs.offload_weights, h.weights, 0.0)
         + share * acts,
     }
+    out["gradients_bytes"], out["activations_bytes"] = peak_residents(
+        h.grads, out["activations_bytes"], inp.lazy_gradients, inp.microbatches, ddp_buckets(inp)
+    )
     out["peak_bytes"] = (
         out["weights_bytes"]
         + out["gradients_bytes"]
@@ -132,6 +138,15 @@ def memory_at(inp: StepInputs, h: StageHoldings, index: Num) -> dict[str, Num]:
         + out["reserved_bytes"]
     )
     return out
+
+
+def ddp_buckets(inp: StepInputs) -> Num:
+    """1 where some gradient group all-reduces unsharded gradients (ZeRO below 2) over more than one GPU
+    (the data-parallel runtime then holds gradient buckets from the start: cost.memory.peak_residents), else 0."""
+    replicated = 0.0
+    for group in inp.gradient_groups.values():
+        replicated = maximum(replicated, where(group.size > 1, 1.0, 0.0))
+    return where(inp.knobs.zero >= 2, 0.0, replicated)
 
 
 def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:

@@ -14,6 +14,7 @@ METRIC_LABELS = {
     "weights_and_optimizer_gib": "weights + grads + optimizer (GiB)",
     "activations_gib": "activations (GiB)",
     "peak_memory_gib": "peak memory (GiB)",
+    "peak_allocated_gib": "allocator peak (GiB)",
 }
 # whole-stage values shown (not compared) for transformer-layer-scope cases
 STAGE_ONLY_LABELS = {
@@ -47,14 +48,19 @@ def _summary_table(summary: dict) -> list[str]:
         )
     lines += [
         "",
-        "| case file | cases | step-time cases | step-time MAPE % |",
-        "|---|---:|---:|---:|",
+        "| case file | cases | step-time cases | step-time MAPE % | allocator-peak cases | allocator-peak MAPE % |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for file, group in summary.get("by_source", {}).items():
         lines.append(
-            f"| {file} | {group['cases']} | {group['step_time_cases']} | {_num(group.get('step_time_s_mape_pct'), 2)} |"
+            f"| {file} | {group['cases']} | {group['step_time_cases']} | {_num(group.get('step_time_s_mape_pct'), 2)} "
+            f"| {group.get('peak_allocated_gib_cases', 0)} | {_num(group.get('peak_allocated_gib_mape_pct'), 2)} |"
         )
     lines += [
+        "",
+        "The allocator peak is the measured torch.cuda.max_memory_allocated of a single-GPU step against the "
+        "predicted peak less the stage's reserve (CUDA context, communication buffers, fragmentation), which "
+        "that counter does not see (validate.run.allocator_peak_bytes); fitted on by nothing.",
         "",
         "Calibration cases are those of a set some constant was fitted on (paraplan.validate.fitted); "
         "all others are held out.",
