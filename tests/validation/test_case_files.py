@@ -41,7 +41,7 @@ def test_bundled_files_load():
         "tiny-steps-2026-11.json",
     } <= set(names)
     cases = load_cases()
-    assert len(cases) == 114 and len({(c.file, c.name) for c in cases}) == 114
+    assert len(cases) == 118 and len({(c.file, c.name) for c in cases}) == 118
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
