@@ -20,7 +20,7 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
 from paraplan.specs.plan import PlanSpec
 
-FRAMEWORKS = ("megatron", "nemo", "torchtitan", "deepspeed")
+FRAMEWORKS = ("megatron", "nemo", "megatron-bridge", "torchtitan", "deepspeed")
 # The plan fields every exporter maps (each adds its own to its HANDLED set): the degrees, the batch and
 # the sequence, recomputation, ZeRO, datatype and attention, the schedule, the optimizer offload, the
 # overlap switches and the placement.

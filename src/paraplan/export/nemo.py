@@ -68,14 +68,15 @@ PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32", "fp8": "bf1
 
 
 def overrides(
-    plan: PlanSpec, gpus_per_node: int = 8, model: ModelSpec | None = None
+    plan: PlanSpec, gpus_per_node: int = 8, model: ModelSpec | None = None, name: str = NAME
 ) -> list[tuple[str, object]]:
-    """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
-    fw = exportable(plan, NAME, HANDLED)[0]
+    """(recipe attribute path, value) pairs; refuses what NeMo cannot run. ``name``: the front end
+    whose label the refusals carry (Megatron-Bridge renames these pairs: export.megatron_bridge)."""
+    fw = exportable(plan, name, HANDLED)[0]
     c, mapping = core.megatron_core_checks(
         plan,
         fw,
-        "NeMo (Megatron-Core)",
+        f"{framework_args(name).framework} (Megatron-Core)",
         "virtual_pipeline_model_parallel_size",
         "optimizer_cpu_offload",
     )
@@ -228,13 +229,15 @@ def export(
     return "\n".join(lines + environment_lines(dict(pairs), context)) + "\n"
 
 
-def environment_lines(given: dict, context: dict) -> list[str]:
-    """The launch environment (facts/nemo_checks.yaml ``settings``: what NeMo's PerfEnvPlugin sets),
-    as comments to apply on the nemo-run executor, each with its source line."""
-    variables = launch_variables(NAME, given, context)
+def environment_lines(
+    given: dict, context: dict, name: str = NAME, who: str = "NeMo's"
+) -> list[str]:
+    """The launch environment (facts/<name>_checks.yaml ``settings``: what the front end's PerfEnvPlugin
+    sets), as comments to apply on the nemo-run executor, each with its source line."""
+    variables = launch_variables(name, given, context)
     if not variables:
         return []
-    out = ["# launch environment, set on the nemo-run executor as NeMo's PerfEnvPlugin does:"]
+    out = [f"# launch environment, set on the nemo-run executor as {who} PerfEnvPlugin does:"]
     for v in variables:
         out.append(f'# executor.env_vars["{v["variable"]}"] = "{v["value"]}"  # {v["where"]}')
     return out
@@ -278,7 +281,12 @@ def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
 
 def import_plan(text: str) -> dict[str, object]:
     """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
-    v, tp_overlap = _read_overrides(text)
+    return plan_fields(*_read_overrides(text))
+
+
+def plan_fields(v: dict[str, object], tp_overlap: bool) -> dict[str, object]:
+    """PlanSpec fields from {recipe attribute path: value} and whether TP overlap is on (also what
+    Megatron-Bridge's import gives, its keys renamed to these)."""
     require(
         v,
         ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"),

@@ -40,7 +40,7 @@ TORCHTITAN = "torchtitan"
 DEEPSPEED = "deepspeed"
 # launcher profile -> the exporters (export.FRAMEWORKS) that write its launch
 TARGETS = {
-    MEGATRON_CORE: ("megatron", "nemo"),
+    MEGATRON_CORE: ("megatron", "nemo", "megatron-bridge"),
     TORCHTITAN: ("torchtitan",),
     DEEPSPEED: ("deepspeed",),
 }
