@@ -40,7 +40,7 @@ TORCHTITAN = "torchtitan"
 DEEPSPEED = "deepspeed"
 # launcher profile -> the exporters (export.FRAMEWORKS) that write its launch
 TARGETS = {
-    MEGATRON_CORE: ("megatron", "nemo", "megatron-bridge"),
+    MEGATRON_CORE: ("megatron", "nemo"),
     TORCHTITAN: ("torchtitan",),
     DEEPSPEED: ("deepspeed",),
 }
