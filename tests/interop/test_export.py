@@ -100,7 +100,9 @@ def _as_written(framework: str, plan: PlanSpec, text: str) -> PlanSpec:
     written as one)."""
     if framework == "torchtitan":  # a split other than the even default: model parts
         return torchtitan_written_plan(plan, MODEL)
-    return written_plan(plan, MODEL) if framework in ("megatron", "nemo", "megatron-bridge") else plan
+    return (
+        written_plan(plan, MODEL) if framework in ("megatron", "nemo", "megatron-bridge") else plan
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
