@@ -163,7 +163,7 @@ def test_deepseek_v3_deepep_is_the_flex_dispatcher_with_its_backend():
         ),
         (
             ("cfg.model.seq_length", "cfg.model.seq_len"),
-            "cfg.model.seq_len is not a Megatron-Bridge v0.2.0",
+            "cfg.model.seq_len is not a known Megatron-Bridge v0.2.0 field",
         ),
         (("# launch: torchrun", "# torchrun"), "launch: torchrun --nnodes=N"),
         (("CommOverlapConfig(", "dict("), "is not CommOverlapConfig"),

@@ -23,13 +23,14 @@ from paraplan.export import nemo
 from paraplan.export.common import (
     ExportRefused,
     canonical_plan,
-    check_names,
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
+    override_lines,
+    override_value,
     refuse,
 )
-from paraplan.export.startup import refuse_failed_keys, startup_checks
+from paraplan.export.startup import checked_keys, startup_checks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 
@@ -56,8 +57,9 @@ PREFIXES = (
 # 172, fp16_mixed line 188, bf16_with_fp8_delayed_scaling_mixed line 204, NeMo's 'hybrid' delayed scaling)
 PRECISION = {"bf16-mixed": "bf16_mixed", "16-mixed": "fp16_mixed"}
 FP8_PRECISION = "bf16_with_fp8_delayed_scaling_mixed"
-LAUNCH = re.compile(r"^#\s*launch:\s*torchrun\s+--nnodes=(\d+)\s+--nproc-per-node=(\d+)\b")
-_ASSIGN = re.compile(r"^cfg\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
+LAUNCH = re.compile(
+    r"^\s*#\s*launch:\s*torchrun\s+--nnodes=(\d+)\s+--nproc-per-node=(\d+)\b", flags=re.M
+)
 MP_CALL = "get_mixed_precision_config"
 CO_CALL = "CommOverlapConfig"
 
@@ -103,11 +105,9 @@ def export(
     plan: PlanSpec, gpus_per_node: int = 8, header: str = "", model: ModelSpec | None = None
 ) -> str:
     """Python lines to paste after building the recipe's ConfigContainer, with the torchrun line."""
-    fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node, model)
-    check_names(fw, [k for k, _ in pairs])
     context = {"world_size": plan.gpus, "n_layers": model.layers if model is not None else None}
-    refuse_failed_keys(NAME, fw.label, plan, dict(pairs), context)
+    fw = checked_keys(NAME, plan, pairs, context)
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
     lines = header_lines(
         header,
@@ -149,8 +149,8 @@ def _call(value: str, name: str, where: str) -> ast.Call:
     return node
 
 
-def _literal(node: ast.AST | str, where: str) -> object:
-    """The literal value of an expression (node or text); refused when it is not one."""
+def _literal(node: ast.AST, where: str) -> object:
+    """The literal value of an argument of a call; refused when it is not one."""
     try:
         return ast.literal_eval(node)
     except (ValueError, SyntaxError):
@@ -162,19 +162,14 @@ def read_overrides(text: str) -> tuple[dict[str, object], int | None]:
     :func:`export` writes; refuses a line of another form, an unknown field or a value not a literal."""
     fw = framework_args(NAME)
     v: dict[str, object] = {}
-    gpus = None
-    for raw in text.splitlines():
-        if m := LAUNCH.match(raw.strip()):
-            gpus = int(m.group(1)) * int(m.group(2))
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith(("from ", "import ")):
-            continue
-        m = _ASSIGN.match(line)
-        if not m:
+    launch = LAUNCH.search(text)
+    gpus = int(launch.group(1)) * int(launch.group(2)) if launch else None
+    for line, assigned in override_lines(text, "cfg"):
+        if assigned is None:
             raise ExportRefused(
                 f"megatron-bridge: cannot read line {line!r}; expected cfg.<path> = <value>"
             )
-        key, value = m.group(1), m.group(2).strip()
+        key, value = assigned
         if key == "comm_overlap":
             for kw in _call(value, CO_CALL, key).keywords:
                 v[f"comm_overlap.{kw.arg}"] = _literal(kw.value, f"comm_overlap.{kw.arg}")
@@ -183,14 +178,7 @@ def read_overrides(text: str) -> tuple[dict[str, object], int | None]:
             args = _call(value, MP_CALL, key).args
             v[key] = _literal(args[0], key) if len(args) == 1 else None
             continue
-        if key not in fw.names:
-            raise ExportRefused(
-                f"megatron-bridge: cfg.{key} is not a {fw.label} ConfigContainer field"
-            )
-        if value.startswith("AttnBackend."):
-            v[key] = value.split(".", 1)[1]
-            continue
-        v[key] = _literal(value, key)
+        v[key] = override_value(fw, "megatron-bridge: cfg.", key, value)
     return v, gpus
 
 

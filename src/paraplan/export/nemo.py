@@ -12,25 +12,23 @@ the form ``recipe.<path> = <literal>`` and the callback line; it never executes 
 
 from __future__ import annotations
 
-import ast
-import re
-
 from paraplan.export import megatron_core as core
 from paraplan.export.common import (
     ExportRefused,
     canonical_plan,
-    check_names,
     exportable,
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
+    override_lines,
+    override_value,
     require,
 )
 from paraplan.export.megatron_model import mla_model_arguments, moe_model_arguments
 from paraplan.export.startup import (
     argument_map,
+    checked_keys,
     launch_variables,
-    refuse_failed_keys,
     startup_checks,
 )
 from paraplan.io.fields import Doc
@@ -202,14 +200,12 @@ def export(
     plan: PlanSpec, gpus_per_node: int = 8, header: str = "", model: ModelSpec | None = None
 ) -> str:
     """Python lines to paste after building the recipe."""
-    fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node, model)
-    check_names(fw, [k for k, _ in pairs])
     context = {
         "tp_comm_overlap": bool(canonical_plan(plan)["overlap_tp_comm"]),
         "n_layers": model.layers if model is not None else None,
     }
-    refuse_failed_keys(NAME, fw.label, plan, dict(pairs), context)
+    fw = checked_keys(NAME, plan, pairs, context)
     lines = header_lines(
         header,
         f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
@@ -243,39 +239,22 @@ def environment_lines(
     return out
 
 
-_ASSIGN = re.compile(r"^recipe\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
-
-
 def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
     """({recipe attribute path: literal value}, whether the TP-overlap callback line is there) of
     override lines; refuses a line of another form, an unknown attribute or a value not a literal."""
     fw = framework_args(NAME)
     v: dict[str, object] = {}
     tp_overlap = False
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith(("from ", "import ")):
-            continue
+    for line, assigned in override_lines(text, "recipe"):
         if line.replace(" ", "") == CALLBACK.replace(" ", ""):
             tp_overlap = True
             continue
-        m = _ASSIGN.match(line)
-        if not m:
+        if assigned is None:
             raise ExportRefused(
                 f"nemo: cannot read line {line!r}; expected recipe.<path> = <value>"
             )
-        key, value = m.group(1), m.group(2).strip()
-        if key not in fw.names:
-            raise ExportRefused(
-                f"nemo: recipe.{key} is not a known NeMo {fw.version} recipe attribute"
-            )
-        if value.startswith("AttnBackend."):
-            v[key] = value.split(".", 1)[1]
-            continue
-        try:
-            v[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            raise ExportRefused(f"nemo: recipe.{key} = {value!r} is not a literal") from None
+        key, value = assigned
+        v[key] = override_value(fw, "nemo: recipe.", key, value)
     return v, tp_overlap
 
 
