@@ -100,7 +100,9 @@ def _as_written(framework: str, plan: PlanSpec, text: str) -> PlanSpec:
     written as one)."""
     if framework == "torchtitan":  # a split other than the even default: model parts
         return torchtitan_written_plan(plan, MODEL)
-    return written_plan(plan, MODEL) if framework in ("megatron", "nemo") else plan
+    return (
+        written_plan(plan, MODEL) if framework in ("megatron", "nemo", "megatron-bridge") else plan
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -136,6 +138,11 @@ def _names(framework: str, text: str) -> list[str]:
         ]
     if framework == "nemo":
         return re.findall(r"^recipe\.([\w.]+) =", text, flags=re.M)
+    if framework == "megatron-bridge":  # cfg.<path> = ..., and CommOverlapConfig's arguments
+        overlap = re.search(r"CommOverlapConfig\((.*)\)", text).group(1)
+        return re.findall(r"^cfg\.([\w.]+) =", text, flags=re.M) + [
+            f"comm_overlap.{k}" for k in re.findall(r"(\w+)=", overlap)
+        ]
     if framework == "torchtitan":
         return [f"{s}.{k}" for s, fields in tomllib.loads(text).items() for k in fields]
 

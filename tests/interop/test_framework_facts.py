@@ -14,7 +14,7 @@ from paraplan.export.common import canonical_plan
 from paraplan.export.startup import failed_key_checks, startup_checks
 from paraplan.specs.plan import PlanSpec
 
-KEYED = ("nemo", "torchtitan", "deepspeed")
+KEYED = ("nemo", "megatron-bridge", "torchtitan", "deepspeed")
 
 
 def _keys(cond) -> set[str]:

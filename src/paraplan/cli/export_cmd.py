@@ -25,7 +25,9 @@ def export_command(
             help="search --json / estimate --json output, an export, or a plan YAML/JSON; FILE#N picks rank N"
         ),
     ],
-    to: given(str, "--to", help="megatron | nemo | torchtitan | deepspeed | all") = "megatron",
+    to: given(
+        str, "--to", help="megatron | nemo | megatron-bridge | torchtitan | deepspeed | all"
+    ) = "megatron",
     rank: optional(int, "--rank", help="rank of a search result (default 1)", min=1) = None,
     model: optional(
         str,

@@ -1,11 +1,11 @@
-"""Export a plan as the launch arguments of Megatron-LM, NeMo 2.0, torchtitan and DeepSpeed, read
+"""Export a plan as the launch arguments of Megatron-LM, NeMo 2.0, Megatron-Bridge, torchtitan and DeepSpeed, read
 them back, and read plans from files (``search --json`` output, exports, hand-written plans)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from paraplan.export import deepspeed, megatron, nemo, torchtitan
+from paraplan.export import deepspeed, megatron, megatron_bridge, nemo, torchtitan
 from paraplan.export.common import FRAMEWORKS, ExportRefused, canonical_plan, framework_args
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -21,7 +21,13 @@ __all__ = [
     "SUFFIX",
 ]
 
-SUFFIX = {"megatron": ".sh", "nemo": ".py", "torchtitan": ".toml", "deepspeed": ".json"}
+SUFFIX = {
+    "megatron": ".sh",
+    "nemo": ".py",
+    "megatron-bridge": ".py",
+    "torchtitan": ".toml",
+    "deepspeed": ".json",
+}
 
 
 def export_plan(
@@ -43,6 +49,8 @@ def export_plan(
         return megatron.export(plan, model, gpus_per_node, header)
     if framework == "nemo":
         return nemo.export(plan, gpus_per_node, header, model)
+    if framework == "megatron-bridge":
+        return megatron_bridge.export(plan, gpus_per_node, header, model)
     if framework == "torchtitan":
         return torchtitan.export(plan, model, header)
     if framework == "deepspeed":
@@ -75,6 +83,8 @@ def import_plan(
         return megatron.import_plan(text)
     if framework == "nemo":
         return nemo.import_plan(text)
+    if framework == "megatron-bridge":
+        return megatron_bridge.import_plan(text)
     if framework == "torchtitan":
         return torchtitan.import_plan(text, model)
     if framework == "deepspeed":
@@ -88,6 +98,8 @@ def detect_framework(path: Path, text: str) -> str | None:
     """Which framework wrote ``text`` (by content, then suffix); None for a paraplan plan/search file."""
     if "--tensor-model-parallel-size" in text or "pretrain_gpt.py" in text:
         return "megatron"
+    if "cfg.train.global_batch_size" in text or "Megatron-Bridge ConfigContainer" in text:
+        return "megatron-bridge"
     if "recipe.trainer." in text:
         return "nemo"
     if path.suffix == ".toml" or "[parallelism]" in text:

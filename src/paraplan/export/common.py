@@ -8,7 +8,9 @@ is sharded, sequence parallelism at tp = 1, ...) are put in one canonical form b
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import ast
+import re
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -20,7 +22,7 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
 from paraplan.specs.plan import PlanSpec
 
-FRAMEWORKS = ("megatron", "nemo", "torchtitan", "deepspeed")
+FRAMEWORKS = ("megatron", "nemo", "megatron-bridge", "torchtitan", "deepspeed")
 # The plan fields every exporter maps (each adds its own to its HANDLED set): the degrees, the batch and
 # the sequence, recomputation, ZeRO, datatype and attention, the schedule, the optimizer offload, the
 # overlap switches and the placement.
@@ -184,3 +186,30 @@ def require(found: Collection[str], needed: Iterable[str], where: str) -> None:
     for key in needed:
         if key not in found:
             raise ExportRefused(f"{where}{key} is missing; paraplan needs it to rebuild the plan")
+
+
+def override_lines(text: str, prefix: str) -> Iterator[tuple[str, tuple[str, str] | None]]:
+    """(code line, (path, value text) of a ``<prefix>.<path> = <value>`` line or None) for each line of
+    a Python override file (NeMo's recipe, Megatron-Bridge's ConfigContainer) that holds code: comments,
+    blank lines and imports are skipped; the caller reads or refuses a line of another form."""
+    pattern = re.compile(rf"^{re.escape(prefix)}\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith(("from ", "import ")):
+            continue
+        m = pattern.match(line)
+        yield line, (m.group(1), m.group(2).strip()) if m else None
+
+
+def override_value(fw: FrameworkArgs, where: str, key: str, value: str) -> object:
+    """The value of an override line ``<where><key> = <value>``: a key in the kept list ``fw``, the
+    attention backend enum member's name (``AttnBackend.flash`` -> 'flash'), else a Python literal;
+    refused naming the key otherwise."""
+    if key not in fw.names:
+        raise ExportRefused(f"{where}{key} is not a known {fw.label} field")
+    if value.startswith("AttnBackend."):
+        return value.split(".", 1)[1]
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise ExportRefused(f"{where}{key} = {value!r} is not a literal") from None

@@ -12,25 +12,23 @@ the form ``recipe.<path> = <literal>`` and the callback line; it never executes 
 
 from __future__ import annotations
 
-import ast
-import re
-
 from paraplan.export import megatron_core as core
 from paraplan.export.common import (
     ExportRefused,
     canonical_plan,
-    check_names,
     exportable,
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
+    override_lines,
+    override_value,
     require,
 )
 from paraplan.export.megatron_model import mla_model_arguments, moe_model_arguments
 from paraplan.export.startup import (
     argument_map,
+    checked_keys,
     launch_variables,
-    refuse_failed_keys,
     startup_checks,
 )
 from paraplan.io.fields import Doc
@@ -68,14 +66,15 @@ PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32", "fp8": "bf1
 
 
 def overrides(
-    plan: PlanSpec, gpus_per_node: int = 8, model: ModelSpec | None = None
+    plan: PlanSpec, gpus_per_node: int = 8, model: ModelSpec | None = None, name: str = NAME
 ) -> list[tuple[str, object]]:
-    """(recipe attribute path, value) pairs; refuses what NeMo cannot run."""
-    fw = exportable(plan, NAME, HANDLED)[0]
+    """(recipe attribute path, value) pairs; refuses what NeMo cannot run. ``name``: the front end
+    whose label the refusals carry (Megatron-Bridge renames these pairs: export.megatron_bridge)."""
+    fw = exportable(plan, name, HANDLED)[0]
     c, mapping = core.megatron_core_checks(
         plan,
         fw,
-        "NeMo (Megatron-Core)",
+        f"{framework_args(name).framework} (Megatron-Core)",
         "virtual_pipeline_model_parallel_size",
         "optimizer_cpu_offload",
     )
@@ -201,14 +200,12 @@ def export(
     plan: PlanSpec, gpus_per_node: int = 8, header: str = "", model: ModelSpec | None = None
 ) -> str:
     """Python lines to paste after building the recipe."""
-    fw = framework_args(NAME)
     pairs = overrides(plan, gpus_per_node, model)
-    check_names(fw, [k for k, _ in pairs])
     context = {
         "tp_comm_overlap": bool(canonical_plan(plan)["overlap_tp_comm"]),
         "n_layers": model.layers if model is not None else None,
     }
-    refuse_failed_keys(NAME, fw.label, plan, dict(pairs), context)
+    fw = checked_keys(NAME, plan, pairs, context)
     lines = header_lines(
         header,
         f"# NeMo 2.0 recipe override; attribute names: {fw.label}",
@@ -228,19 +225,18 @@ def export(
     return "\n".join(lines + environment_lines(dict(pairs), context)) + "\n"
 
 
-def environment_lines(given: dict, context: dict) -> list[str]:
-    """The launch environment (facts/nemo_checks.yaml ``settings``: what NeMo's PerfEnvPlugin sets),
-    as comments to apply on the nemo-run executor, each with its source line."""
-    variables = launch_variables(NAME, given, context)
+def environment_lines(
+    given: dict, context: dict, name: str = NAME, who: str = "NeMo's"
+) -> list[str]:
+    """The launch environment (facts/<name>_checks.yaml ``settings``: what the front end's PerfEnvPlugin
+    sets), as comments to apply on the nemo-run executor, each with its source line."""
+    variables = launch_variables(name, given, context)
     if not variables:
         return []
-    out = ["# launch environment, set on the nemo-run executor as NeMo's PerfEnvPlugin does:"]
+    out = [f"# launch environment, set on the nemo-run executor as {who} PerfEnvPlugin does:"]
     for v in variables:
         out.append(f'# executor.env_vars["{v["variable"]}"] = "{v["value"]}"  # {v["where"]}')
     return out
-
-
-_ASSIGN = re.compile(r"^recipe\.([A-Za-z0-9_.]+)\s*=\s*(.+)$")
 
 
 def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
@@ -249,36 +245,27 @@ def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
     fw = framework_args(NAME)
     v: dict[str, object] = {}
     tp_overlap = False
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith(("from ", "import ")):
-            continue
+    for line, assigned in override_lines(text, "recipe"):
         if line.replace(" ", "") == CALLBACK.replace(" ", ""):
             tp_overlap = True
             continue
-        m = _ASSIGN.match(line)
-        if not m:
+        if assigned is None:
             raise ExportRefused(
                 f"nemo: cannot read line {line!r}; expected recipe.<path> = <value>"
             )
-        key, value = m.group(1), m.group(2).strip()
-        if key not in fw.names:
-            raise ExportRefused(
-                f"nemo: recipe.{key} is not a known NeMo {fw.version} recipe attribute"
-            )
-        if value.startswith("AttnBackend."):
-            v[key] = value.split(".", 1)[1]
-            continue
-        try:
-            v[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            raise ExportRefused(f"nemo: recipe.{key} = {value!r} is not a literal") from None
+        key, value = assigned
+        v[key] = override_value(fw, "nemo: recipe.", key, value)
     return v, tp_overlap
 
 
 def import_plan(text: str) -> dict[str, object]:
     """PlanSpec fields from override lines written by :func:`export` (or by hand, same form)."""
-    v, tp_overlap = _read_overrides(text)
+    return plan_fields(*_read_overrides(text))
+
+
+def plan_fields(v: dict[str, object], tp_overlap: bool) -> dict[str, object]:
+    """PlanSpec fields from {recipe attribute path: value} and whether TP overlap is on (also what
+    Megatron-Bridge's import gives, its keys renamed to these)."""
     require(
         v,
         ("trainer.num_nodes", "trainer.devices", "data.global_batch_size", "data.seq_length"),

@@ -16,7 +16,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from paraplan.export.common import ExportRefused
+from paraplan.export.common import ExportRefused, FrameworkArgs, check_names, framework_args
 from paraplan.io.documents import packaged_yaml
 
 
@@ -257,3 +257,14 @@ def _refuse(name: str, label: str, plan: Any, broken: list[dict]) -> None:
             f"plan.{knob}={getattr(plan, knob)!r} cannot start in {label}: check {c['id']!r} fails"
             f" ({' '.join(c['says'].split())}; {startup_checks(name).where(c)})"
         )
+
+
+def checked_keys(
+    name: str, plan: Any, pairs: list[tuple[str, Any]], context: Mapping[str, Any]
+) -> FrameworkArgs:
+    """A keyed export's pairs checked: every key in the kept list (common.check_names), then the
+    start-up checks (refuse_failed_keys); the framework's kept list."""
+    fw = framework_args(name)
+    check_names(fw, [k for k, _ in pairs])
+    refuse_failed_keys(name, fw.label, plan, dict(pairs), context)
+    return fw

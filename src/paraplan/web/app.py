@@ -37,7 +37,13 @@ STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css", "index.html": "text/html"}
 MAX_BODY = 1024 * 1024  # bytes of a request body (a pasted model or system is far smaller)
 MAX_PAGE_SWEEP = 32  # GPU counts one sweep of the page runs (the server runs one job at a time)
-EXPORT_SUFFIX = {"megatron": ".sh", "nemo": ".py", "torchtitan": ".toml", "deepspeed": ".json"}
+EXPORT_SUFFIX = {
+    "megatron": ".sh",
+    "nemo": ".py",
+    "megatron-bridge": ".py",
+    "torchtitan": ".toml",
+    "deepspeed": ".json",
+}
 
 
 class BodyTooLarge(Exception):
