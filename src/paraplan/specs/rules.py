@@ -204,9 +204,15 @@ def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> i
 
 def dualpipe_rule(pp: int, microbatches: int) -> str | None:
     """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
-    pp and the micro-batch count must be even."""
-    if pp % 2 or microbatches % 2:
-        return f"needs an even pp (got {pp}) and an even micro-batch count (got {microbatches})"
+    pp even, and an even micro-batch count of at least 2·pp. The reference implementation asserts
+    both in ``DualPipe.step`` (deepseek-ai/DualPipe dualpipe/dualpipe.py:332-333 at commit 3da1bbe:
+    ``num_ranks % 2 == 0`` and ``num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks
+    * 2``, num_ranks the pipeline group's size, num_chunks the micro-batches of a step)."""
+    if pp % 2 or microbatches % 2 or microbatches < 2 * pp:
+        return (
+            f"needs an even pp and an even micro-batch count of at least 2·pp = {2 * pp} "
+            f"(got pp={pp}, micro-batches={microbatches})"
+        )
     return None
 
 
