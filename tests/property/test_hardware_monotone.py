@@ -249,14 +249,14 @@ DUALPIPE_NIC_CASES = (
     (
         "deepseek-v3",
         "aws-p3.8xlarge",
-        dict(gpus=16, tp=2, pp=8, dp=1, global_batch=6, seq_length=4096, placement="dp-tp-cp-pp"),
+        dict(gpus=16, tp=2, pp=8, dp=1, global_batch=16, seq_length=4096, placement="dp-tp-cp-pp"),
     ),
     (
         "deepseek-v3",
         "aws-p3.16xlarge",
-        dict(gpus=16, tp=4, pp=4, dp=1, global_batch=2, recompute="selective"),
+        dict(gpus=16, tp=4, pp=4, dp=1, global_batch=8, recompute="selective"),
     ),
-)
+)  # drawn at 6 and 2 micro-batches, below the 2·pp DualPipe runs (specs.rules.dualpipe_rule): 2·pp since
 
 
 @pytest.mark.parametrize("model_name, system_name, fields", DUALPIPE_NIC_CASES)

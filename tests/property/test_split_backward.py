@@ -34,10 +34,12 @@ SLOWER_BEFORE = [
     (
         "gpt3-125m",
         "aws-g4dn.12xlarge",
-        dict(gpus=256, tp=4, pp=8, dp=4, cp=2, micro_batch=2, global_batch=48, seq_length=1024,
+        dict(gpus=256, tp=4, pp=8, dp=4, cp=2, micro_batch=2, global_batch=128, seq_length=1024,
              sequence_parallel=True, dtype="fp16", attention="unfused", schedule="dualpipe"),
     ),
 ]  # fmt: skip
+# the DualPipe case was drawn at 6 micro-batches (global batch 48), below the 2·pp = 16 that
+# deepseek-ai/DualPipe asserts (specs.rules.dualpipe_rule): pinned at 16 since
 
 
 @pytest.mark.parametrize(("model_name", "system_name", "fields"), SLOWER_BEFORE)

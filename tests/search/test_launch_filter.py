@@ -13,7 +13,7 @@ from paraplan.search.launch import state_allowed, targets
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
-from paraplan.specs.rules import megatron_fsdp_rule
+from paraplan.specs.rules import megatron_fsdp_rule, model_parts_rule
 
 
 def problem(framework):
@@ -121,7 +121,33 @@ def test_a_setting_the_framework_cannot_state_is_refused_by_field():
     with pytest.raises(InputError, match=r"^recompute: 'selective' is not allowed"):
         launcher_problem("torchtitan", recompute=("selective",)).check()
     launcher_problem("torchtitan", recompute=("selective", "full")).check()
-    with pytest.raises(
-        InputError, match=r"^pp: '4,8' is not allowed; torchtitan splits the 94 layers"
-    ):
-        launcher_problem("torchtitan", model=load_model("qwen3-235b-a22b"), pp=(4, 8)).check()
+
+
+def test_torchtitan_searches_every_split_its_exporter_writes():
+    """torchtitan states any split as module_fqns_per_model_part (export/torchtitan_split.py): with
+    --vary-split the accounted splits and an uneven default split (26 layers over 4 stages) are
+    searched, one rule (specs.rules.model_parts_rule) leaving out a stage with fewer layers than its
+    chunks, and every row the search returns exports (the start-up checks of export/facts pass)."""
+    model = load_model("gpt3-1.3b").model_copy(update={"layers": 26})
+    p = launcher_problem("torchtitan", model=model, vary_split=True)
+    fast, slow = search(p, top_k=200), exhaustive_search(p, top_k=200)
+    assert [r.plan for r in fast.plans] == [r.plan for r in slow.plans]
+    plans = [r.plan for r in fast.plans]
+    assert len(plans) == 200
+    assert any(q.embedding_as_layer or q.loss_as_layer for q in plans)  # accounted splits
+    assert any(q.pp == 4 and q.vpp == 1 and not q.embedding_as_layer for q in plans)  # 7 7 6 6
+    for plan in plans:
+        export_plan("torchtitan", plan, model)  # raises ExportRefused otherwise
+    assert launch.stages_allowed("torchtitan", [7, 7, 6, 6], 1, default_split=True)
+    assert not launch.stages_allowed("torchtitan", [2, 1], 2, default_split=True)
+    assert model_parts_rule([2, 1], 2) == (
+        "a stage with fewer layers than its 2 chunks leaves a torchtitan model part without "
+        "layers (layers per stage [2, 1])"
+    )
+    assert model_parts_rule([7, 7, 6, 6], 2) is None and model_parts_rule([5], 8)
+
+
+def test_a_torchtitan_depth_that_does_not_divide_the_layers_is_searched():
+    """94 layers over pp 4 or 8: an uneven default split, written as model parts (it used to be
+    refused before the search, 'torchtitan splits the 94 layers evenly')."""
+    launcher_problem("torchtitan", model=load_model("qwen3-235b-a22b"), pp=(4, 8)).check()

@@ -142,8 +142,15 @@ def test_min_global_batch():
 
 
 def test_dualpipe_rule():
-    assert rules.dualpipe_rule(4, 8) is None
+    """deepseek-ai/DualPipe's DualPipe.step asserts an even rank count and an even micro-batch
+    count of at least 2·pp (dualpipe/dualpipe.py:332-333 at 3da1bbe)."""
+    assert rules.dualpipe_rule(4, 8) is None and rules.dualpipe_rule(2, 4) is None
     assert rules.dualpipe_rule(3, 8) is not None and rules.dualpipe_rule(4, 7) is not None
+    assert rules.dualpipe_rule(4, 6) == (
+        "needs an even pp and an even micro-batch count of at least 2·pp = 8 "
+        "(got pp=4, micro-batches=6)"
+    )
+    assert rules.dualpipe_rule(8, 8) is not None and rules.dualpipe_rule(2, 2) is not None
 
 
 def test_vpp_rule():

@@ -24,6 +24,7 @@ from __future__ import annotations
 from paraplan.export.common import ExportRefused
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import model_parts_rule
 from paraplan.specs.split import chunk_layer_counts, stage_layer_counts
 
 SPLIT_FIELDS = ("stage_layers", "layers_first_stage", "layers_last_stage")
@@ -70,13 +71,11 @@ def model_parts(plan: PlanSpec, model: ModelSpec) -> list[list[str]]:
     """``module_fqns_per_model_part`` of the plan's split: part v·pp + s holds chunk v of stage s
     (module doc), the layers numbered in model order through the parts; refuses a part left empty."""
     pp, vpp = plan.pp, plan.vpp
-    chunks = chunk_layer_counts(stage_counts(plan, model), vpp)
+    stages = stage_counts(plan, model)
+    if rule := model_parts_rule(stages, vpp):
+        raise ExportRefused(f"plan.vpp={vpp}: {rule}; not written")
+    chunks = chunk_layer_counts(stages, vpp)
     counts = [chunks[k % pp][k // pp] for k in range(pp * vpp)]
-    if 0 in counts:
-        raise ExportRefused(
-            f"plan.vpp={vpp}: a stage with fewer layers than its {vpp} chunks leaves a torchtitan "
-            f"model part without layers (layers per part {counts}); not written"
-        )
     parts, layer = [], 0
     for k, n in enumerate(counts):
         part = [f"layers.{i}" for i in range(layer, layer + n)]

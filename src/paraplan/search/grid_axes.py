@@ -24,6 +24,7 @@ from paraplan.specs.split import (
     chunk_units,
     default_first_last,
     grouped_split,
+    stage_layer_counts,
 )
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
@@ -80,13 +81,20 @@ class GridAxes:
             out += [ScheduleOption(1, "dualpipe", split) for split in splits]
         if "interleaved" in allowed and not interleave_batch_rule(microbatches, pp):
             out += self._interleave_options(pp)
-        return [
-            o
-            for o in out
-            if launch.stages_allowed(
-                self.framework, self.model.layers, pp, o.vpp, o.split == SPLITS[0]
+        return [o for o in out if self._stages_allowed(pp, o)]
+
+    def _stages_allowed(self, pp: int, option: ScheduleOption) -> bool:
+        """Can the framework's launcher state this option's stages (launch.stages_allowed)? Memoised."""
+        if not launch.restricted(self.framework):
+            return True
+        memo = self._memo.setdefault("stages_allowed", {})
+        key = (pp, option.vpp, option.split)
+        if key not in memo:
+            stages = stage_layer_counts(self.split_groups(pp, option.split))
+            memo[key] = launch.stages_allowed(
+                self.framework, stages, option.vpp, option.split == SPLITS[0]
             )
-        ]
+        return memo[key]
 
     def split_options(self, pp: int) -> tuple[LayerSplit, ...]:
         """The layer splits (embedding_as_layer, loss_as_layer) the non-interleaved schedules are searched with:

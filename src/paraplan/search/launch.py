@@ -15,8 +15,10 @@ independently, the knob is left out whole, so each filtered space is a subset of
   virtual stages at pp > 1) left out.
 - torchtitan v0.2.2: FSDP2 over dp·cp (ZeRO 2 or 3; plain DDP runs only as the sole parallelism and
   ZeRO 1 has no FSDP2 form, so ZeRO 0 is left out), overlaps always on, sequence parallelism always on
-  with tp > 1, recomputation none or full, 1F1B / interleaved 1F1B / GPipe with the layers divided evenly
-  over pp·vpp stages and the default split, seq divisible by 2·tp·cp, the default rank order, 1D tensor
+  with tp > 1, recomputation none or full, 1F1B / interleaved 1F1B / GPipe with any split its model
+  parts state (specs.rules.model_parts_rule: every stage at least vpp layers; the even split written
+  as layers_per_stage, any other as module_fqns_per_model_part, export/torchtitan_split.py), with
+  --vary-split too, seq divisible by 2·tp·cp, the default rank order, 1D tensor
   parallelism, experts with etp 1 and the all-to-all dispatcher over ep dividing dp·cp·tp; offloads left
   out (its CPU offload moves weights and optimizer state together, with ZeRO 3 only).
 - DeepSpeed v0.16.4: no context parallelism, AutoTP without sequence parallelism or TP overlap, 1F1B,
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule
+from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule, model_parts_rule
 
 MEGATRON_CORE = "megatron-core"
 TORCHTITAN = "torchtitan"
@@ -110,11 +112,6 @@ def problem_violations(framework: str | None, problem) -> list[tuple[str, object
         out.append(("capacity_factor", problem.capacity_factor, f"{framework}: dropless only"))
     if name != MEGATRON_CORE and problem.moe_balance != "learned":
         out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
-    layers = problem.model.layers
-    if name == TORCHTITAN and problem.pp and all(p > 1 and layers % p for p in problem.pp):
-        why = f"{framework} splits the {layers} layers evenly over the stages (layers_per_stage)"
-        divisors = [d for d in range(1, min(layers, 64) + 1) if layers % d == 0]
-        out.append(("pp", ",".join(map(str, problem.pp)), f"{why}; allowed: {divisors}"))
     out += _expert_axis_violations(framework, name, problem)
     if problem.recompute and not any(recompute_allowed(framework, r) for r in problem.recompute):
         out.append(
@@ -154,14 +151,15 @@ def schedule_allowed(framework: str | None, schedule: str) -> bool:
 
 
 def stages_allowed(
-    framework: str | None, layers: int, pp: int, vpp: int, default_split: bool
+    framework: str | None, stage_layers: list[int], vpp: int, default_split: bool
 ) -> bool:
-    """torchtitan and DeepSpeed take the default split only; torchtitan's layers_per_stage splits the
-    layers evenly over pp·vpp stages (facts/torchtitan_checks.yaml stages-divide-over-ranks)."""
+    """DeepSpeed takes the default split only; torchtitan any split its model parts state
+    (specs.rules.model_parts_rule, the rule its exporter refuses by: every stage at least vpp
+    layers). ``stage_layers``: the decoder layers of each of the pp stages."""
     name = launcher(framework)
-    if name in (TORCHTITAN, DEEPSPEED) and not default_split:
+    if name == DEEPSPEED and not default_split:
         return False
-    return name != TORCHTITAN or pp == 1 or layers % (pp * vpp) == 0
+    return name != TORCHTITAN or len(stage_layers) == 1 or not model_parts_rule(stage_layers, vpp)
 
 
 def state_allowed(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from paraplan.specs.errors import Violation
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.split import SplitGroup, chunk_units
+from paraplan.specs.split import SplitGroup, chunk_layer_counts, chunk_units
 from paraplan.specs.system import FP4, FP4_PARTS, AcceleratorSpec
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
 
@@ -204,9 +204,14 @@ def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> i
 
 def dualpipe_rule(pp: int, microbatches: int) -> str | None:
     """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
-    pp and the micro-batch count must be even."""
-    if pp % 2 or microbatches % 2:
-        return f"needs an even pp (got {pp}) and an even micro-batch count (got {microbatches})"
+    pp even, an even micro-batch count m >= 2·pp, as ``DualPipe.step`` asserts (deepseek-ai/DualPipe
+    dualpipe/dualpipe.py:332-333 at 3da1bbe: num_ranks % 2 == 0, num_chunks % 2 == 0 and
+    num_chunks >= num_ranks * 2; num_ranks the pipeline group's size, num_chunks m)."""
+    if pp % 2 or microbatches % 2 or microbatches < 2 * pp:
+        return (
+            f"needs an even pp and an even micro-batch count of at least 2·pp = {2 * pp} "
+            f"(got pp={pp}, micro-batches={microbatches})"
+        )
     return None
 
 
@@ -253,6 +258,16 @@ def interleave_split_rule(
     if any(u % vpp for u in units):
         counted = " (embedding / loss counted)" if embedding_units or loss_units else ""
         return f"interleaving needs each stage's layers{counted} {sorted(set(units))} to be a multiple of vpp={vpp}"
+    return None
+
+
+def model_parts_rule(stage_layers: list[int], vpp: int) -> str | None:
+    """torchtitan v0.2.2 runs any split as pp·vpp model parts (pipeline_parallel.py line 117,
+    ``module_fqns_per_model_part``; export/torchtitan_split.py), each stage's layers cut into vpp
+    chunks (specs.split.chunk_layer_counts), while no part is empty: each stage holds >= vpp layers."""
+    if any(0 in chunks for chunks in chunk_layer_counts(list(stage_layers), vpp)):
+        why = f"a stage with fewer layers than its {vpp} chunks leaves a torchtitan model part"
+        return f"{why} without layers (layers per stage {list(stage_layers)})"
     return None
 
 

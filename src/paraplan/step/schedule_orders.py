@@ -6,6 +6,8 @@ tests/unit/test_schedule_orders.py checks each order against its schedule's bubb
 
 from __future__ import annotations
 
+from paraplan.specs.rules import dualpipe_rule
+
 # A pass is (kind, micro-batch, model chunk): "F" forward, "B" backward ("B" the input-gradient part
 # alone where the schedule splits the backward, with "W" its weight-gradient part), chunk 0 .. v − 1
 # (DualPipe: the direction, 0 or 1, with micro-batches counted per direction).
@@ -108,10 +110,10 @@ def dualpipe_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pas
     p − 1 (rank p − 1 − s runs stage s's layers: the second copy of the weights). A pass is
     (kind, micro-batch within its direction, direction); F&B pairs run one after the other (F&B =
     F + B, as the composition prices them). ValueError for m < 2p or an odd p or m (the reference
-    implementation asserts them)."""
+    implementation asserts them; specs.rules.dualpipe_rule)."""
     m, half = microbatches, pp // 2
-    if pp % 2 or m % 2 or m < 2 * pp:
-        raise ValueError(f"DualPipe runs m >= 2p micro-batches, p and m even (got p={pp}, m={m})")
+    if rule := dualpipe_rule(pp, m):
+        raise ValueError(f"DualPipe (m >= 2p): {rule}")
     h = min(stage, pp - 1 - stage)  # half_rank
     rank = _DualPipeRank(pp, stage)
     f, b, w = rank.forward, rank.backward, rank.weight
