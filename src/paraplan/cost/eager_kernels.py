@@ -154,7 +154,6 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
         return None
     if op.kernel[0] == "fp8_cast":
         return quantisation_times_s(op, acc, dtype)
-        return None
     mixed = composite_times_s(op, acc, dtype)
     if mixed is not None or not acc.kernel_tables:
         return mixed

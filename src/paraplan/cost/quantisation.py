@@ -48,18 +48,18 @@ CAST_NOMINAL_BYTES = 6.0
 # scale bytes per element and orientation: fp32 per 1x128 block (Float8BlockScaling), E8M0 per 32 (MXFP8)
 BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
 MXFP8_SCALE_BYTES = 1.0 / 32.0
-RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
 
 
 def run_recipe(recipe: str, dtype: str) -> str:
     """The recipe a run's quantisation follows: FP4 dtypes their own block-scaled recipe (nvfp4; mxfp4 as
-    mxfp8's pass at its bytes), fp8 the profile's, where it states none TE's default on Hopper,
-    ``DelayedScaling`` (fp8.py ``get_default_fp8_recipe``; Megatron-LM ``--fp8-recipe`` default delayed)."""
+    mxfp8's pass at its bytes), fp8 the profile's (efficiency.runtime.fp8_recipe, a validated recipe name:
+    cost.runtimes maps a profile's "none" to TE's default on Hopper, ``DelayedScaling``, fp8.py
+    ``get_default_fp8_recipe``; Megatron-LM ``--fp8-recipe`` default delayed)."""
     if dtype == "nvfp4":
         return "nvfp4"
     if dtype == "mxfp4":
         return "mxfp8"
-    return recipe if recipe in RECIPES else "delayed"
+    return recipe
 
 
 def amax_pass_bytes(recipe: str) -> float:
