@@ -129,7 +129,9 @@ def measured_rate(acc: AcceleratorSpec, op: str, nominal: float, width: float) -
     return rates[-1]
 
 
-def _floor_s(acc: AcceleratorSpec) -> float:
+def copy_floor_s(acc: AcceleratorSpec) -> float:
+    """Launch floor of one measured memory-bound kernel: the system's memory table's fastest copy
+    (kernel_tables Scatter.floor_s), else ``efficiency.kernel_overhead_s`` (no table, or no memory file)."""
     memory = kt.load_table(acc.kernel_tables, acc.l2_cache).memory if acc.kernel_tables else None
     return memory.floor_s if memory is not None else acc.efficiency.kernel_overhead_s
 
@@ -150,7 +152,7 @@ def pass_time_s(
             cast = kt.kernel_time_s(acc.kernel_tables, acc.l2_cache, CAST, (rows, width))
             rate = None if cast is None else CAST_NOMINAL_BYTES * rows * width / cast
         if rate is not None:
-            return max(elements * nbytes / rate, _floor_s(acc))
+            return max(elements * nbytes / rate, copy_floor_s(acc))
     roofline = elements * nbytes / (acc.hbm_bandwidth * acc.efficiency.hbm)
     return roofline + acc.efficiency.kernel_overhead_s
 

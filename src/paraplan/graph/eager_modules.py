@@ -40,6 +40,10 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 FP32 = 4  # bytes of an fp32 element
+PRECISION_BYTES = {
+    "bf16": 2,
+    "fp32": FP32,
+}  # a profile's eager_kernels precision -> bytes per element
 # Bytes per logit an fp32-logit loss holds at the start of backward: log_softmax's fp32 output (saved for
 # its backward, 4), nll_loss_backward's fp32 gradient (a zero fill and a scatter, 4) and
 # log_softmax_backward's fp32 output (4), ForCausalLMLoss; the fp32 copy of the logits is freed once
@@ -57,13 +61,12 @@ class Kernel(NamedTuple):
 
 class Composite(NamedTuple):
     """A module run as eager element-wise kernels: forward and backward kernels (each run once per tensor of
-    ``tensors``: q and k for the rotary embedding and q/k norms), the bytes per element autograd keeps for the
-    backward, and the fused op family it stands for (cost.eager_kernels RECIPES)."""
+    ``tensors``: q and k for the rotary embedding and q/k norms) and the bytes per element autograd keeps for
+    the backward."""
 
     forward: tuple[Kernel, ...]
     backward: tuple[Kernel, ...]
     saved: float
-    fused: str
     tensors: int = 1
 
     @property
@@ -126,7 +129,7 @@ def gelu_new(i: int, a: int) -> Composite:
         Kernel("add", 3 * i),
         Kernel("add", 3 * i),
     )
-    return Composite(forward, backward, 12.0 + i, "gelu")
+    return Composite(forward, backward, 12.0 + i)
 
 
 def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
@@ -161,7 +164,7 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
         Kernel("add", 12),
         *_casts(up, FP32 + i),
     )
-    return Composite(forward, backward, FP32 + i, "rmsnorm", tensors)
+    return Composite(forward, backward, FP32 + i, tensors)
 
 
 def rotate_half(i: int, a: int) -> Composite:
@@ -197,7 +200,7 @@ def rotate_half(i: int, a: int) -> Composite:
         Kernel("add", 3 * i),
         Kernel("add", 3 * i),
     )
-    return Composite(forward, backward, 0.0, "rotary", 2)
+    return Composite(forward, backward, 0.0, 2)
 
 
 # The op families (graph.ops.Op.kernel) a composite may stand for, the role that picks it, and the role whose
@@ -232,7 +235,7 @@ def input_bytes(family: str, precisions: Mapping[str, str], a: int) -> int:
     """Bytes per element of a composite's input: its input role's precision in the profile's eager_kernels
     (``precisions``: bf16 2, fp32 4), at least the activations' ``a``; "fp32" roles 4."""
     role = FAMILY_ROLE[family][1]
-    named = FP32 if role == "fp32" else {"bf16": 2, "fp32": FP32}.get(precisions.get(role, ""), a)
+    named = FP32 if role == "fp32" else PRECISION_BYTES.get(precisions.get(role, ""), a)
     return max(named, a)
 
 
