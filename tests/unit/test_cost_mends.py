@@ -3,7 +3,13 @@ measured fp8 kernels' rate)."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from paraplan.catalog import load_system
+from paraplan.cost import kernel_tables as kt
+from paraplan.cost import quantisation as qz
 from paraplan.specs.system import gemm_cap_key
 
 
@@ -19,3 +25,71 @@ def test_the_gemm_cap_is_the_one_its_key_names():
         assert key == ("gemm_fp8" if dtype in ("fp8", "nvfp4", "mxfp4") else "gemm")
         assert acc.gemm_efficiency_cap(dtype) == getattr(acc.efficiency, key)
         assert unset.gemm_efficiency_cap(dtype) == acc.efficiency.gemm
+
+
+def _rate_as_first_written(acc, op: str, nominal: float, width: float) -> float | None:
+    """cost.quantisation.measured_rate as first written (its own CSV parse and log-log interpolation),
+    the reference the shared kernel_tables.top_rows_scatter must reproduce."""
+    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
+    rows = [r for r in table.rows.get("fp8_kernels", []) if r.get("op") == op]
+    if not rows:
+        return None
+    top = max(float(r["tokens"]) for r in rows)
+    pts = sorted(
+        (float(r["width"]), nominal * top * float(r["width"]) / (float(r["time_us"]) * 1e-6))
+        for r in rows
+        if float(r["tokens"]) == top
+    )
+    widths, rates = [w for w, _ in pts], [b for _, b in pts]
+    x = min(max(math.log2(width), math.log2(widths[0])), math.log2(widths[-1]))
+    for i in range(len(widths) - 1):
+        x0, x1 = math.log2(widths[i]), math.log2(widths[i + 1])
+        if x <= x1:
+            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+            return 2.0 ** ((1 - t) * math.log2(rates[i]) + t * math.log2(rates[i + 1]))
+    return rates[-1]
+
+
+def _h100_with(table: str):
+    acc = load_system("dgx-h100-80gb").accelerator
+    return acc.model_copy(update={"kernel_tables": table})
+
+
+def test_measured_fp8_rate_is_the_shared_scatter_and_unchanged():
+    acc = _h100_with("h100-sxm5-80gb")
+    for op, nominal in ((qz.FUSED_ROW, qz.FUSED_NOMINAL_BYTES), (qz.AMAX_ROW, qz.READ_BYTES)):
+        for width in (512, 1000, 2048, 3000, 4096, 7168, 8192, 14336, 28672, 50000):
+            old = _rate_as_first_written(acc, op, nominal, width)
+            assert old is not None
+            assert qz.measured_rate(acc, op, nominal, width) == pytest.approx(old, rel=1e-12)
+    assert qz.measured_rate(acc, "no_such_kernel", 4.0, 4096) is None
+    assert (
+        qz.measured_rate(acc.model_copy(update={"kernel_tables": None}), qz.AMAX_ROW, 2, 4096)
+        is None
+    )
+
+
+def test_an_fp8_table_with_a_shape_column_is_read(tmp_path):
+    """load_table accepts fp8_kernels rows with a ROWSxWIDTH ``shape`` column instead of ``tokens`` and
+    ``width``; the measured rate reads them alike (the largest token count's rows only)."""
+    rows = [("amax", 4096, 2048, 30.0), ("amax", 16384, 2048, 60.0), ("amax", 16384, 8192, 200.0)]
+    for name, columns, fmt in (
+        ("shaped", "op,shape,time_us", "{0},{1}x{2},{3}"),
+        ("columns", "op,tokens,width,time_us", "{0},{1},{2},{3}"),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "table.yaml").write_text("files:\n  fp8_kernels: fp8.csv\n")
+        (folder / "fp8.csv").write_text(
+            "\n".join([columns, *(fmt.format(*r) for r in rows)]) + "\n"
+        )
+    shaped, columns = _h100_with(str(tmp_path / "shaped")), _h100_with(str(tmp_path / "columns"))
+    for width in (1024, 2048, 4096, 8192, 16384):
+        rate = qz.measured_rate(shaped, qz.AMAX_ROW, 2.0, width)
+        assert rate == pytest.approx(qz.measured_rate(columns, qz.AMAX_ROW, 2.0, width), rel=1e-12)
+        assert rate == pytest.approx(_rate_as_first_written(columns, qz.AMAX_ROW, 2.0, width))
+    # at the measured 16384-token widths: bytes / time of those rows (the 4096-token row is not read)
+    assert qz.measured_rate(shaped, qz.AMAX_ROW, 2.0, 2048) == pytest.approx(
+        2 * 16384 * 2048 / 60e-6
+    )
+    kt.clear_caches()

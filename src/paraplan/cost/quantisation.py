@@ -34,8 +34,6 @@ measured kernel does not move (scales, a 0.5 B FP4 element) scale its time by by
 
 from __future__ import annotations
 
-import math
-
 from paraplan.cost import kernel_tables as kt
 from paraplan.specs.system import QUANTISED_INPUT_BYTES, AcceleratorSpec
 
@@ -98,35 +96,14 @@ def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> floa
     return operand_bytes(recipe, dtype)
 
 
-def _top_rows_rate(acc: AcceleratorSpec, op: str, nominal: float):
-    """(widths, bytes/s) of an fp8_kernels op at the table's largest token count, or None."""
-    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
-    rows = [r for r in table.rows.get("fp8_kernels", []) if r.get("op") == op]
-    if not rows:
-        return None
-    top = max(float(r["tokens"]) for r in rows)
-    pts = sorted(
-        (float(r["width"]), nominal * top * float(r["width"]) / (float(r["time_us"]) * 1e-6))
-        for r in rows
-        if float(r["tokens"]) == top
-    )
-    return [w for w, _ in pts], [b for _, b in pts]
-
-
 def measured_rate(acc: AcceleratorSpec, op: str, nominal: float, width: float) -> float | None:
-    """Bytes/s of the measured fp8 kernel ``op`` at operand width ``width``: log-log linear between the
-    widths measured at the largest token count, clamped to the measured edges; None without the row."""
-    pts = _top_rows_rate(acc, op, nominal)
-    if pts is None:
+    """Bytes/s of the measured fp8 kernel ``op`` at operand width ``width``: ``nominal`` bytes per element
+    × the elements/s of its rows at the table's largest token count, log-log linear in the width and
+    clamped to the measured edges (kernel_tables.top_rows_scatter); None without the row."""
+    if not acc.kernel_tables:
         return None
-    widths, rates = pts
-    x = min(max(math.log2(width), math.log2(widths[0])), math.log2(widths[-1]))
-    for i in range(len(widths) - 1):
-        x0, x1 = math.log2(widths[i]), math.log2(widths[i + 1])
-        if x <= x1:
-            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
-            return 2.0 ** ((1 - t) * math.log2(rates[i]) + t * math.log2(rates[i + 1]))
-    return rates[-1]
+    rates = kt.top_rows_scatter(acc.kernel_tables, acc.l2_cache, op)
+    return None if rates is None else nominal * rates.rate((width,))
 
 
 def copy_floor_s(acc: AcceleratorSpec) -> float:
