@@ -7,9 +7,14 @@ import math
 
 import pytest
 
-from paraplan.catalog import load_system
+from paraplan.catalog import load_framework, load_system
+from paraplan.cost import host as H
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost import quantisation as qz
+from paraplan.cost.eager_kernels import composite_times_s
+from paraplan.cost.frameworks import framework_system
+from paraplan.graph import eager_modules as em
+from paraplan.graph.ops import Op
 from paraplan.specs.system import gemm_cap_key
 
 
@@ -93,3 +98,29 @@ def test_an_fp8_table_with_a_shape_column_is_read(tmp_path):
         2 * 16384 * 2048 / 60e-6
     )
     kt.clear_caches()
+
+
+@pytest.mark.parametrize("family", sorted(em.FAMILY_ROLE))
+@pytest.mark.parametrize("residual", ["fp32", "bf16"])
+def test_the_host_counts_the_kernels_a_composite_is_timed_by(family, residual):
+    """The host's count of a composite (cost.host.op_kernels) is the length of the kernel list its GPU time
+    sums (cost.eager_kernels.composite_times_s), autocast's casts included: at a negligible-byte shape
+    every kernel takes the launch floor, so the GPU time is the count × the floor. A bf16-input q/k norm
+    adds no cast though the profile runs norms in fp32 (its input is the bf16 q/k heads)."""
+    system = framework_system(load_framework("hf-transformers"), load_system("dgx-h100-80gb"))
+    acc = system.accelerator
+    precisions = {**acc.efficiency.eager_kernels, "residual": residual}
+    acc = acc.model_copy(
+        update={"efficiency": acc.efficiency.model_copy(update={"eager_kernels": precisions})}
+    )
+    e = acc.efficiency
+    op = Op("x", "memory", 0.0, 2.0, 0.0, 4.0, kernel=(family, 1.0, 1.0))
+    times = composite_times_s(op, acc, "bf16")
+    assert times is not None and e.autocast_casts
+    impl = (e.module_impl, e.eager_kernels)
+    host = H.op_kernels(op, True, e.autocast_casts, impl=impl, wide_roles=H.wide_roles(e))
+    floor = qz.copy_floor_s(acc)
+    assert host == (round(times[0] / floor), round(times[1] / floor))
+    assert times == pytest.approx((host[0] * floor, host[1] * floor), rel=1e-9)
+    if family == "qk_rmsnorm":
+        assert host == (2 * 8, 2 * 17)  # LlamaRMSNorm on bf16 q and k, no activation casts

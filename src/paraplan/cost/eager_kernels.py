@@ -42,10 +42,8 @@ from paraplan.cost.autocast import activation_casts
 from paraplan.cost.quantisation import CAST, copy_floor_s, quantisation_times_s
 from paraplan.graph.eager_modules import (
     FAMILY_ROLE,
-    FP32,
     PRECISION_BYTES,
-    Kernel,
-    composite,
+    composite_run,
     input_bytes,
 )
 from paraplan.graph.ops import Op
@@ -112,27 +110,25 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
     """(forward, backward) of an op the stack runs as a composite of eager kernels (graph.eager_modules, by
     the profile's module_impl; None: not one): Σ over its kernels of max(bytes · n / rate, floor) for each of
     its tensors, n the op's elements per tensor, rate ``elementwise_rate`` at the op's shape, floor the
-    copies' launch floor; a composite that runs wider than the activations adds the autocast casts around
-    it (cost.autocast.activation_casts, as the host counts them: a norm's fp32 output cast for the next GEMM
-    and that cast's backward, 6 B per element each way, as the fused fp32 norm: module docstring)."""
+    copies' launch floor; its kernels are graph.eager_modules.composite_run's list, the one the host counts,
+    with autocast's casts around a composite whose input is wider than the activations (a norm's fp32 output
+    cast for the next GEMM and that cast's backward, 6 B per element each way, as the fused fp32 norm)."""
     family, rows, width = op.kernel
     a = ACTIVATION_BYTES[dtype]
     eff = acc.efficiency
     if family not in FAMILY_ROLE or not eff.module_impl:
         return None
     wide = input_bytes(family, eff.eager_kernels, a)
-    found = composite(family, eff.module_impl, wide, a)
+    found = composite_run(family, eff.module_impl, wide, a)
     if found is None:
         return None
     rate, floor = elementwise_rate(acc, rows, width), copy_floor_s(acc)
-    n = rows * width / found.tensors
-    casts = activation_casts(ROLE.get(family), wide > a)
+    n = rows * width / found[0].tensors
 
-    def run(kernels, n_casts: int) -> float:
-        every = (*kernels, *(Kernel("_to_copy", FP32 + a),) * n_casts)
-        return found.tensors * sum(max(k.bytes * n / rate, floor) for k in every)
+    def run(kernels) -> float:
+        return found[0].tensors * sum(max(k.bytes * n / rate, floor) for k in kernels)
 
-    return run(found.forward, casts[0]), run(found.backward, casts[1])
+    return run(found[1]), run(found[2])
 
 
 def _sum_s(acc, names, shape, scale: float, floor: float) -> float | None:

@@ -156,10 +156,10 @@ def op_kernels(
     (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias (the fp32
     parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward); the
     batched GEMMs of unfused attention multiply activations and add none. A module the stack runs as a composite
-    (``impl``: the profile's module_impl and eager_kernels) launches the composite's kernels
-    (graph.eager_modules.composite_kernels). An eager op whose role (cost.eager_kernels.ROLE of its kernel family)
-    runs wider than the activations (``wide_roles``) adds the activation casts of cost.autocast.activation_casts,
-    composite or not."""
+    (``impl``: the profile's module_impl and eager_kernels) launches the composite's kernels with the activation
+    casts around it, as its GPU time counts them (graph.eager_modules.composite_kernels). Another eager op whose
+    role (cost.eager_kernels.ROLE of its kernel family) runs wider than the activations (``wide_roles``) adds the
+    activation casts of cost.autocast.activation_casts."""
     if op.kind == "gemm":
         fwd, bwd = GEMM_KERNELS
         if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
@@ -182,11 +182,11 @@ def op_kernels(
     if not eager:
         return 1, backward
     family = op.kernel[0] if op.kernel is not None else None
+    mixed = composite_kernels(family, *impl, autocast) if family is not None else None
+    if mixed is not None:  # its activation casts included, decided by its input's width
+        return mixed
     role = ROLE.get(family) if family is not None else None
     casts = activation_casts(role, role in wide_roles)
-    mixed = composite_kernels(family, *impl, autocast) if family is not None else None
-    if mixed is not None:
-        return mixed[0] + casts[0], mixed[1] + casts[1]
     if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
     fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))

@@ -216,6 +216,19 @@ FAMILY_ROLE: dict[str, tuple[str, str]] = {
 }
 
 
+# (forward, backward) casts autocast adds around an op of a role that runs wider than the activations (the
+# rule and its sources: cost.autocast, which reads it from here)
+ROLE_CASTS: dict[str, tuple[int, int]] = {"norm": (1, 1), "residual": (0, 1)}
+
+
+def activation_casts(role: str | None, wider: bool) -> tuple[int, int]:
+    """(forward, backward) cast kernels around an op of ``role`` (cost.eager_kernels.ROLE) that runs wider than
+    the activations (``wider``): ROLE_CASTS, (0, 0) for other roles or when it does not (cost.autocast)."""
+    if not wider or role is None:
+        return 0, 0
+    return ROLE_CASTS.get(role, (0, 0))
+
+
 def composite(family: str, impl: Mapping[str, str], i: int, a: int) -> Composite | None:
     """The composite the stack runs for an op of ``family`` under its ``module_impl`` (``impl``), with input
     ``i`` bytes per element and GEMM operands of ``a`` bytes; None: one fused kernel (cost.eager_kernels)."""
@@ -239,16 +252,36 @@ def input_bytes(family: str, precisions: Mapping[str, str], a: int) -> int:
     return max(named, a)
 
 
+def composite_run(
+    family: str, impl: Mapping[str, str], i: int, a: int
+) -> tuple[Composite, tuple[Kernel, ...], tuple[Kernel, ...]] | None:
+    """(composite, forward kernels, backward kernels) an op of ``family`` runs under ``impl`` with input ``i``
+    bytes per element and GEMM operands of ``a`` bytes (``composite``; None: one fused kernel): the composite's
+    lists plus autocast's activation casts around it where its input is wider than the operands
+    (activation_casts of its role, FAMILY_ROLE: a norm's fp32 output cast to the next GEMM's dtype, FP32 + a
+    bytes, and that cast's backward), each list run once per tensor of ``tensors``. The one list both the
+    GPU time (cost.eager_kernels.composite_times_s) and the host's count (``composite_kernels``) read."""
+    found = composite(family, impl, i, a)
+    if found is None:
+        return None
+    casts = activation_casts(FAMILY_ROLE[family][0], i > a)
+    cast = Kernel("_to_copy", FP32 + a)
+    return found, (*found.forward, *(cast,) * casts[0]), (*found.backward, *(cast,) * casts[1])
+
+
 def composite_kernels(
     family: str, impl: Mapping[str, str], precisions: Mapping[str, str], autocast: bool
 ) -> tuple[int, int] | None:
-    """(forward, backward) kernels of the composite an op of ``family`` runs (None: not a composite), for the
-    host's count (cost.host): GEMM operands bf16 under ``autocast``, else fp32."""
+    """(forward, backward) kernels of the composite an op of ``family`` runs, its activation casts included
+    (``composite_run``, input bytes by ``input_bytes``; None: not a composite), for the host's count
+    (cost.host): GEMM operands bf16 under ``autocast``, else fp32."""
     a = 2 if autocast else FP32
     if family not in FAMILY_ROLE:
         return None
-    found = composite(family, impl, input_bytes(family, precisions, a), a)
-    return None if found is None else found.kernels
+    run = composite_run(family, impl, input_bytes(family, precisions, a), a)
+    if run is None:
+        return None
+    return len(run[1]) * run[0].tensors, len(run[2]) * run[0].tensors
 
 
 def impl_key(impl: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
