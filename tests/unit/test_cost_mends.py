@@ -124,3 +124,15 @@ def test_the_host_counts_the_kernels_a_composite_is_timed_by(family, residual):
     assert times == pytest.approx((host[0] * floor, host[1] * floor), rel=1e-9)
     if family == "qk_rmsnorm":
         assert host == (2 * 8, 2 * 17)  # LlamaRMSNorm on bf16 q and k, no activation casts
+
+
+def test_a_composite_is_built_once_and_the_host_context_once_per_op_list():
+    impl = {"norm": "transformers-rmsnorm", "activation": "fused"}
+    first = em.composite("rmsnorm", impl, 4, 2)
+    assert first is em.composite("rmsnorm", dict(reversed(impl.items())), 4, 2)
+    assert first == em.rmsnorm_upcast(4) and em.composite("gelu_new", impl, 2, 2) is None
+    system = framework_system(load_framework("hf-transformers"), load_system("dgx-h100-80gb"))
+    e = system.accelerator.efficiency
+    for family in sorted(em.FAMILY_ROLE):
+        op = Op("x", "memory", 0.0, 2.0, 0.0, 4.0, kernel=(family, 8.0, 64.0))
+        assert H.op_host_s(op, e, False, context=H.eager_context(e)) == H.op_host_s(op, e, False)

@@ -235,19 +235,29 @@ def wide_roles(eff: EfficiencySpec) -> frozenset[str]:
     return frozenset(role for role, precision in eff.eager_kernels.items() if precision == "fp32")
 
 
+def eager_context(eff: EfficiencySpec) -> tuple[tuple[dict, dict], frozenset[str]]:
+    """What op_kernels reads of a profile beyond the op: (module_impl, eager_kernels) and ``wide_roles``,
+    computed once per op list (host_sums)."""
+    return (eff.module_impl, eff.eager_kernels), wide_roles(eff)
+
+
 def op_host_s(
-    op: Op, eff: EfficiencySpec, dropless: bool, bias: tuple[bool, bool] = (False, False)
+    op: Op,
+    eff: EfficiencySpec,
+    dropless: bool,
+    bias: tuple[bool, bool] = (False, False),
+    context: tuple[tuple[dict, dict], frozenset[str]] | None = None,
 ) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, plus, in an eager stack,
     its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between forward (the call and
     its node) and backward (the node run); a grouped GEMM is one dispatch and its other per-expert GEMMs C++
     launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile prices no host (host_launch_s 0).
-    ``bias``: the model's (bias, qkv_bias), op_kernels."""
+    ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
-    impl = (eff.module_impl, eff.eager_kernels)
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl, wide_roles(eff))
+    impl, wide = eager_context(eff) if context is None else context
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl, wide)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
@@ -276,8 +286,9 @@ def host_sums(
     )
     section_device = section_host = 0.0
     syncs = 0
+    context = eager_context(eff)
     for op in ops:
-        f, b = op_host_s(op, eff, dropless, bias)
+        f, b = op_host_s(op, eff, dropless, bias, context)
         forward += f
         backward += b
         if op.kind == "host_sync":

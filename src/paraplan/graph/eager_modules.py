@@ -37,6 +37,7 @@ their kernels are per-row kernels (``bytes`` 0, the launch floor).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 FP32 = 4  # bytes of an fp32 element
@@ -231,10 +232,16 @@ def activation_casts(role: str | None, wider: bool) -> tuple[int, int]:
 
 def composite(family: str, impl: Mapping[str, str], i: int, a: int) -> Composite | None:
     """The composite the stack runs for an op of ``family`` under its ``module_impl`` (``impl``), with input
-    ``i`` bytes per element and GEMM operands of ``a`` bytes; None: one fused kernel (cost.eager_kernels)."""
+    ``i`` bytes per element and GEMM operands of ``a`` bytes; None: one fused kernel (cost.eager_kernels).
+    Built once per (family, impl_key(impl), i, a): the host and the GPU time ask for it per op."""
+    return _composite(family, impl_key(impl), i, a)
+
+
+@lru_cache(maxsize=1024)
+def _composite(family: str, impl: tuple[tuple[str, str], ...], i: int, a: int) -> Composite | None:
     if family not in FAMILY_ROLE:
         return None
-    chosen = impl.get(FAMILY_ROLE[family][0], "fused")
+    chosen = dict(impl).get(FAMILY_ROLE[family][0], "fused")
     if chosen == "transformers-rmsnorm" and family in ("rmsnorm", "qk_rmsnorm"):
         return rmsnorm_upcast(i, 2 if family == "qk_rmsnorm" else 1)
     if chosen == "transformers-act2fn" and family == "gelu_new":
