@@ -39,8 +39,8 @@ def test_bytes_per_operand_element_by_hand():
     assert qz.operand_bytes("mxfp8", "fp8") == pytest.approx(4.0 + 2 / 32)
     # NVFP4: per-tensor amax pass, then 4-bit values with an E4M3 scale per 16 elements, both ways
     assert qz.operand_bytes("nvfp4", "nvfp4") == pytest.approx(2.0 + 2.0 + 2 * (0.5 + 1 / 16))
-    # a profile that states no recipe runs TE's / Megatron-LM's default, delayed scaling; FP4 dtypes their own
-    assert qz.run_recipe("none", "fp8") == "delayed"
+    # fp8 runs the runtime's recipe (cost.runtimes maps a profile's "none" to delayed); FP4 dtypes their own
+    assert qz.run_recipe("current", "fp8") == "current"
     assert qz.run_recipe("current", "nvfp4") == "nvfp4"
 
 
@@ -119,7 +119,7 @@ def test_fp8_layer_never_slower_than_bf16_beyond_its_quantisation():
         ) >= system.accelerator.peak_matrix_flops("bf16") * system.accelerator.gemm_efficiency_cap(
             "bf16"
         )
-        for recipe in qz.RECIPES[:4]:
+        for recipe in ("delayed", "current", "blockwise", "mxfp8"):
             acc = with_recipe(system, recipe).accelerator
             for _ in range(8):
                 tp, seq = rng.choice([1, 2, 4, 8]), rng.choice([2048, 4096, 8192])

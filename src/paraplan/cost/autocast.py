@@ -13,12 +13,7 @@ A weight GEMM's own casts (its fp32 weight and bias) are the GEMM's (cost.host.o
 
 from __future__ import annotations
 
-ROLE_CASTS: dict[str, tuple[int, int]] = {"norm": (1, 1), "residual": (0, 1)}
+# defined in graph.eager_modules, below cost, so that a composite's kernel list carries its casts
+from paraplan.graph.eager_modules import ROLE_CASTS, activation_casts
 
-
-def activation_casts(role: str | None, wider: bool) -> tuple[int, int]:
-    """(forward, backward) cast kernels around an op of ``role`` (cost.eager_kernels.ROLE) that runs wider than
-    the activations (``wider``): ROLE_CASTS, (0, 0) for other roles or when it does not."""
-    if not wider or role is None:
-        return 0, 0
-    return ROLE_CASTS.get(role, (0, 0))
+__all__ = ["ROLE_CASTS", "activation_casts"]

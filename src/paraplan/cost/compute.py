@@ -22,7 +22,7 @@ from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.graph.ops import Op
-from paraplan.specs.system import LOW_PRECISION, AcceleratorSpec
+from paraplan.specs.system import AcceleratorSpec, gemm_cap_key
 
 # Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
 # configurations per shape; smaller tiles reuse each loaded operand less (arithmetic intensity
@@ -82,12 +82,6 @@ def gemm_benchmark_cap(
         * gemm_depth_efficiency(k)
         * main_loop_s
     )
-
-
-def gemm_cap_key(dtype: str) -> str:
-    """The GEMM cap that prices ``dtype`` (AcceleratorSpec.gemm_efficiency_cap): gemm_fp8 for fp8 and
-    FP4, gemm otherwise."""
-    return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
 
 
 def table_in_step_share(acc: AcceleratorSpec, dtype: str) -> float:

@@ -39,27 +39,30 @@ from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.autocast import activation_casts
-from paraplan.graph.eager_modules import FAMILY_ROLE, FP32, Kernel, composite, input_bytes
-from paraplan.cost.quantisation import quantisation_times_s
+from paraplan.cost.quantisation import CAST, copy_floor_s, quantisation_times_s
+from paraplan.graph.eager_modules import (
+    FAMILY_ROLE,
+    PRECISION_BYTES,
+    composite_run,
+    input_bytes,
+)
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import AcceleratorSpec
 
+# the profile role (efficiency.eager_kernels) of each op family; the composite-capable families' roles are
+# graph.eager_modules.FAMILY_ROLE's
 ROLE = {
     "rmsnorm": "norm",
-    "qk_rmsnorm": "norm",
     "layernorm": "norm",
     "gelu": "activation",
-    "gelu_new": "activation",
     "swiglu": "activation",
     "add": "residual",
     "dropout_add": "residual",
     "cross_entropy": "loss",
+    **{family: FAMILY_ROLE[family][0] for family in ("qk_rmsnorm", "gelu_new")},
 }
-PRECISION_BYTES = {"bf16": 2, "fp32": 4}
 MEASURED_BYTES = 2  # the kernels table's tensors are bf16 (gpu_components.py section_kernels)
-CAST = "cast_bf16_fp32"
-CAST_BYTES = 6  # the cast reads bf16 (2 B) and writes fp32 (4 B) per element
 
 # A backward measured as fwd_bwd: gpu_components.py times ``op(x).backward(g)`` on a leaf x, so each call also
 # accumulates dx into x.grad (autograd's AccumulateGrad, ``x.grad += dx``: an add over x's shape that a layer's
@@ -71,16 +74,13 @@ RECIPES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | tuple[str, str, floa
     "rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0)),
     "layernorm": (("layernorm_fwd",), ("layernorm_fwd_bwd", "layernorm_fwd", 1.0)),
     "gelu": (("gelu_fwd",), ("add",)),
-    "gelu_new": (
-        ("gelu_fwd",),
-        ("add",),
-    ),  # tanh-approximate GeLU run as one kernel (not the composite)
-    "qk_rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0)),
     # the SwiGLU input is the fused gate+up output, rows x 2 width (gpu_components.py: u of T x 2f)
     "swiglu": (("swiglu_fwd",), ("swiglu_fwd_bwd", "swiglu_fwd", 2.0)),
     "add": (("add",), ("add",)),
     "dropout_add": (("add", "add"), ("add", "add")),
 }
+# run as one fused kernel (not the composite): tanh-approximate GeLU as gelu, the per-head q/k norm as rmsnorm
+RECIPES["gelu_new"], RECIPES["qk_rmsnorm"] = RECIPES["gelu"], RECIPES["rmsnorm"]
 
 
 def _kernel_s(acc: AcceleratorSpec, name: str, rows: float, width: float) -> float | None:
@@ -94,13 +94,6 @@ def _backward_s(acc, spec, rows: float, width: float) -> float | None:
         return None
     leaf = 3 * MEASURED_BYTES * rows * width * spec[2] / (acc.hbm_bandwidth * acc.efficiency.hbm)
     return max(both - fwd - leaf, 0.0)
-
-
-def _floor_s(acc: AcceleratorSpec) -> float:
-    if not acc.kernel_tables:
-        return acc.efficiency.kernel_overhead_s
-    memory = kt.load_table(acc.kernel_tables, acc.l2_cache).memory
-    return memory.floor_s if memory is not None else acc.efficiency.kernel_overhead_s
 
 
 def elementwise_rate(acc: AcceleratorSpec, rows: float, width: float) -> float:
@@ -117,27 +110,25 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
     """(forward, backward) of an op the stack runs as a composite of eager kernels (graph.eager_modules, by
     the profile's module_impl; None: not one): Σ over its kernels of max(bytes · n / rate, floor) for each of
     its tensors, n the op's elements per tensor, rate ``elementwise_rate`` at the op's shape, floor the
-    copies' launch floor; a composite that runs wider than the activations adds the autocast casts around
-    it (cost.autocast.activation_casts, as the host counts them: a norm's fp32 output cast for the next GEMM
-    and that cast's backward, 6 B per element each way, as the fused fp32 norm: module docstring)."""
+    copies' launch floor; its kernels are graph.eager_modules.composite_run's list, the one the host counts,
+    with autocast's casts around a composite whose input is wider than the activations (a norm's fp32 output
+    cast for the next GEMM and that cast's backward, 6 B per element each way, as the fused fp32 norm)."""
     family, rows, width = op.kernel
     a = ACTIVATION_BYTES[dtype]
     eff = acc.efficiency
     if family not in FAMILY_ROLE or not eff.module_impl:
         return None
     wide = input_bytes(family, eff.eager_kernels, a)
-    found = composite(family, eff.module_impl, wide, a)
+    found = composite_run(family, eff.module_impl, wide, a)
     if found is None:
         return None
-    rate, floor = elementwise_rate(acc, rows, width), _floor_s(acc)
-    n = rows * width / found.tensors
-    casts = activation_casts(ROLE.get(family), wide > a)
+    rate, floor = elementwise_rate(acc, rows, width), copy_floor_s(acc)
+    n = rows * width / found[0].tensors
 
-    def run(kernels, n_casts: int) -> float:
-        every = (*kernels, *(Kernel("_to_copy", FP32 + a),) * n_casts)
-        return found.tensors * sum(max(k.bytes * n / rate, floor) for k in every)
+    def run(kernels) -> float:
+        return found[0].tensors * sum(max(k.bytes * n / rate, floor) for k in kernels)
 
-    return run(found.forward, casts[0]), run(found.backward, casts[1])
+    return run(found[1]), run(found[2])
 
 
 def _sum_s(acc, names, shape, scale: float, floor: float) -> float | None:
@@ -154,7 +145,6 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
         return None
     if op.kernel[0] == "fp8_cast":
         return quantisation_times_s(op, acc, dtype)
-        return None
     mixed = composite_times_s(op, acc, dtype)
     if mixed is not None or not acc.kernel_tables:
         return mixed
@@ -164,7 +154,7 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
         return None
     act = ACTIVATION_BYTES[dtype]
     run_bytes = max(PRECISION_BYTES[precision], act)
-    shape, floor = (rows, width), _floor_s(acc)
+    shape, floor = (rows, width), copy_floor_s(acc)
     if family == "cross_entropy":
         p = "fp32" if run_bytes == 4 else "bf16"
         total = _kernel_s(acc, f"cross_entropy_{p}_fwd_bwd", rows, width)

@@ -156,10 +156,10 @@ def op_kernels(
     (AMP over fp32 parameters) a weight GEMM adds one cast each way for its weight and for its bias (the fp32
     parameter to half precision forward, torch.amp autocast's cast, and its gradient back, ToCopyBackward); the
     batched GEMMs of unfused attention multiply activations and add none. A module the stack runs as a composite
-    (``impl``: the profile's module_impl and eager_kernels) launches the composite's kernels
-    (graph.eager_modules.composite_kernels). An eager op whose role (cost.eager_kernels.ROLE of its kernel family)
-    runs wider than the activations (``wide_roles``) adds the activation casts of cost.autocast.activation_casts,
-    composite or not."""
+    (``impl``: the profile's module_impl and eager_kernels) launches the composite's kernels with the activation
+    casts around it, as its GPU time counts them (graph.eager_modules.composite_kernels). Another eager op whose
+    role (cost.eager_kernels.ROLE of its kernel family) runs wider than the activations (``wide_roles``) adds the
+    activation casts of cost.autocast.activation_casts."""
     if op.kind == "gemm":
         fwd, bwd = GEMM_KERNELS
         if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
@@ -182,11 +182,11 @@ def op_kernels(
     if not eager:
         return 1, backward
     family = op.kernel[0] if op.kernel is not None else None
+    mixed = composite_kernels(family, *impl, autocast) if family is not None else None
+    if mixed is not None:  # its activation casts included, decided by its input's width
+        return mixed
     role = ROLE.get(family) if family is not None else None
     casts = activation_casts(role, role in wide_roles)
-    mixed = composite_kernels(family, *impl, autocast) if family is not None else None
-    if mixed is not None:
-        return mixed[0] + casts[0], mixed[1] + casts[1]
     if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
     fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
@@ -235,19 +235,29 @@ def wide_roles(eff: EfficiencySpec) -> frozenset[str]:
     return frozenset(role for role, precision in eff.eager_kernels.items() if precision == "fp32")
 
 
+def eager_context(eff: EfficiencySpec) -> tuple[tuple[dict, dict], frozenset[str]]:
+    """What op_kernels reads of a profile beyond the op: (module_impl, eager_kernels) and ``wide_roles``,
+    computed once per op list (host_sums)."""
+    return (eff.module_impl, eff.eager_kernels), wide_roles(eff)
+
+
 def op_host_s(
-    op: Op, eff: EfficiencySpec, dropless: bool, bias: tuple[bool, bool] = (False, False)
+    op: Op,
+    eff: EfficiencySpec,
+    dropless: bool,
+    bias: tuple[bool, bool] = (False, False),
+    context: tuple[tuple[dict, dict], frozenset[str]] | None = None,
 ) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, plus, in an eager stack,
     its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between forward (the call and
     its node) and backward (the node run); a grouped GEMM is one dispatch and its other per-expert GEMMs C++
     launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile prices no host (host_launch_s 0).
-    ``bias``: the model's (bias, qkv_bias), op_kernels."""
+    ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
-    impl = (eff.module_impl, eff.eager_kernels)
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl, wide_roles(eff))
+    impl, wide = eager_context(eff) if context is None else context
+    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl, wide)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
@@ -276,8 +286,9 @@ def host_sums(
     )
     section_device = section_host = 0.0
     syncs = 0
+    context = eager_context(eff)
     for op in ops:
-        f, b = op_host_s(op, eff, dropless, bias)
+        f, b = op_host_s(op, eff, dropless, bias, context)
         forward += f
         backward += b
         if op.kind == "host_sync":

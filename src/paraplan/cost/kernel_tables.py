@@ -464,17 +464,25 @@ def kernel_time_s(ref: str, l2: float | None, op: str, shape: tuple[float, ...])
     return math.prod(shape) / rates.rate(shape)
 
 
+@lru_cache(maxsize=256)
+def top_rows_scatter(ref: str, l2: float | None, op: str) -> Scatter | None:
+    """Elements/s of the fp8_kernels op ``op`` over its width (a 1-D Scatter) from its rows at the
+    table's largest token count (kernel_rows: ``tokens`` and ``width`` columns or a ROWSxWIDTH
+    ``shape``); None where the table has no two-dimensional row of ``op``."""
+    table = load_table(ref, l2)
+    rows = [r for r in table.rows.get("fp8_kernels", []) if r.get("op") == op]
+    flat = [m for m in kernel_rows(rows, ref, table.files.get("fp8_kernels")) if len(m.point) == 2]
+    top = [m for m in flat if m.point[0] == max(p.point[0] for p in flat)]
+    if not top:
+        return None
+    return scatter([(m.point[1],) for m in top], [m.work for m in top], [m.time_s for m in top])
+
+
 def clear_caches() -> None:
-    """Forget read tables and cached lookups (a table folder was rewritten)."""
-    for f in (
-        load_table,
-        gemm_time_s,
-        grouped_gemm_time_s,
-        attention_time_s,
-        memory_time_s,
-        kernel_time_s,
-    ):
-        f.cache_clear()
+    """Forget read tables and cached lookups (a table folder was rewritten): every lru_cache here."""
+    for f in list(globals().values()):
+        if hasattr(f, "cache_clear"):
+            f.cache_clear()
 
 
 def table_provenance(ref: str) -> dict:

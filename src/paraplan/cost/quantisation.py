@@ -34,8 +34,6 @@ measured kernel does not move (scales, a 0.5 B FP4 element) scale its time by by
 
 from __future__ import annotations
 
-import math
-
 from paraplan.cost import kernel_tables as kt
 from paraplan.specs.system import QUANTISED_INPUT_BYTES, AcceleratorSpec
 
@@ -48,18 +46,18 @@ CAST_NOMINAL_BYTES = 6.0
 # scale bytes per element and orientation: fp32 per 1x128 block (Float8BlockScaling), E8M0 per 32 (MXFP8)
 BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
 MXFP8_SCALE_BYTES = 1.0 / 32.0
-RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
 
 
 def run_recipe(recipe: str, dtype: str) -> str:
     """The recipe a run's quantisation follows: FP4 dtypes their own block-scaled recipe (nvfp4; mxfp4 as
-    mxfp8's pass at its bytes), fp8 the profile's, where it states none TE's default on Hopper,
-    ``DelayedScaling`` (fp8.py ``get_default_fp8_recipe``; Megatron-LM ``--fp8-recipe`` default delayed)."""
+    mxfp8's pass at its bytes), fp8 the profile's (efficiency.runtime.fp8_recipe, a validated recipe name:
+    cost.runtimes maps a profile's "none" to TE's default on Hopper, ``DelayedScaling``, fp8.py
+    ``get_default_fp8_recipe``; Megatron-LM ``--fp8-recipe`` default delayed)."""
     if dtype == "nvfp4":
         return "nvfp4"
     if dtype == "mxfp4":
         return "mxfp8"
-    return recipe if recipe in RECIPES else "delayed"
+    return recipe
 
 
 def amax_pass_bytes(recipe: str) -> float:
@@ -98,38 +96,19 @@ def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> floa
     return operand_bytes(recipe, dtype)
 
 
-def _top_rows_rate(acc: AcceleratorSpec, op: str, nominal: float):
-    """(widths, bytes/s) of an fp8_kernels op at the table's largest token count, or None."""
-    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
-    rows = [r for r in table.rows.get("fp8_kernels", []) if r.get("op") == op]
-    if not rows:
-        return None
-    top = max(float(r["tokens"]) for r in rows)
-    pts = sorted(
-        (float(r["width"]), nominal * top * float(r["width"]) / (float(r["time_us"]) * 1e-6))
-        for r in rows
-        if float(r["tokens"]) == top
-    )
-    return [w for w, _ in pts], [b for _, b in pts]
-
-
 def measured_rate(acc: AcceleratorSpec, op: str, nominal: float, width: float) -> float | None:
-    """Bytes/s of the measured fp8 kernel ``op`` at operand width ``width``: log-log linear between the
-    widths measured at the largest token count, clamped to the measured edges; None without the row."""
-    pts = _top_rows_rate(acc, op, nominal)
-    if pts is None:
+    """Bytes/s of the measured fp8 kernel ``op`` at operand width ``width``: ``nominal`` bytes per element
+    × the elements/s of its rows at the table's largest token count, log-log linear in the width and
+    clamped to the measured edges (kernel_tables.top_rows_scatter); None without the row."""
+    if not acc.kernel_tables:
         return None
-    widths, rates = pts
-    x = min(max(math.log2(width), math.log2(widths[0])), math.log2(widths[-1]))
-    for i in range(len(widths) - 1):
-        x0, x1 = math.log2(widths[i]), math.log2(widths[i + 1])
-        if x <= x1:
-            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
-            return 2.0 ** ((1 - t) * math.log2(rates[i]) + t * math.log2(rates[i + 1]))
-    return rates[-1]
+    rates = kt.top_rows_scatter(acc.kernel_tables, acc.l2_cache, op)
+    return None if rates is None else nominal * rates.rate((width,))
 
 
-def _floor_s(acc: AcceleratorSpec) -> float:
+def copy_floor_s(acc: AcceleratorSpec) -> float:
+    """Launch floor of one measured memory-bound kernel: the system's memory table's fastest copy
+    (kernel_tables Scatter.floor_s), else ``efficiency.kernel_overhead_s`` (no table, or no memory file)."""
     memory = kt.load_table(acc.kernel_tables, acc.l2_cache).memory if acc.kernel_tables else None
     return memory.floor_s if memory is not None else acc.efficiency.kernel_overhead_s
 
@@ -150,7 +129,7 @@ def pass_time_s(
             cast = kt.kernel_time_s(acc.kernel_tables, acc.l2_cache, CAST, (rows, width))
             rate = None if cast is None else CAST_NOMINAL_BYTES * rows * width / cast
         if rate is not None:
-            return max(elements * nbytes / rate, _floor_s(acc))
+            return max(elements * nbytes / rate, copy_floor_s(acc))
     roofline = elements * nbytes / (acc.hbm_bandwidth * acc.efficiency.hbm)
     return roofline + acc.efficiency.kernel_overhead_s
 

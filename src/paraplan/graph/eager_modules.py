@@ -37,9 +37,14 @@ their kernels are per-row kernels (``bytes`` 0, the launch floor).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 FP32 = 4  # bytes of an fp32 element
+PRECISION_BYTES = {
+    "bf16": 2,
+    "fp32": FP32,
+}  # a profile's eager_kernels precision -> bytes per element
 # Bytes per logit an fp32-logit loss holds at the start of backward: log_softmax's fp32 output (saved for
 # its backward, 4), nll_loss_backward's fp32 gradient (a zero fill and a scatter, 4) and
 # log_softmax_backward's fp32 output (4), ForCausalLMLoss; the fp32 copy of the logits is freed once
@@ -57,13 +62,12 @@ class Kernel(NamedTuple):
 
 class Composite(NamedTuple):
     """A module run as eager element-wise kernels: forward and backward kernels (each run once per tensor of
-    ``tensors``: q and k for the rotary embedding and q/k norms), the bytes per element autograd keeps for the
-    backward, and the fused op family it stands for (cost.eager_kernels RECIPES)."""
+    ``tensors``: q and k for the rotary embedding and q/k norms) and the bytes per element autograd keeps for
+    the backward."""
 
     forward: tuple[Kernel, ...]
     backward: tuple[Kernel, ...]
     saved: float
-    fused: str
     tensors: int = 1
 
     @property
@@ -126,7 +130,7 @@ def gelu_new(i: int, a: int) -> Composite:
         Kernel("add", 3 * i),
         Kernel("add", 3 * i),
     )
-    return Composite(forward, backward, 12.0 + i, "gelu")
+    return Composite(forward, backward, 12.0 + i)
 
 
 def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
@@ -161,7 +165,7 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
         Kernel("add", 12),
         *_casts(up, FP32 + i),
     )
-    return Composite(forward, backward, FP32 + i, "rmsnorm", tensors)
+    return Composite(forward, backward, FP32 + i, tensors)
 
 
 def rotate_half(i: int, a: int) -> Composite:
@@ -197,7 +201,7 @@ def rotate_half(i: int, a: int) -> Composite:
         Kernel("add", 3 * i),
         Kernel("add", 3 * i),
     )
-    return Composite(forward, backward, 0.0, "rotary", 2)
+    return Composite(forward, backward, 0.0, 2)
 
 
 # The op families (graph.ops.Op.kernel) a composite may stand for, the role that picks it, and the role whose
@@ -213,12 +217,31 @@ FAMILY_ROLE: dict[str, tuple[str, str]] = {
 }
 
 
+# (forward, backward) casts autocast adds around an op of a role that runs wider than the activations (the
+# rule and its sources: cost.autocast, which reads it from here)
+ROLE_CASTS: dict[str, tuple[int, int]] = {"norm": (1, 1), "residual": (0, 1)}
+
+
+def activation_casts(role: str | None, wider: bool) -> tuple[int, int]:
+    """(forward, backward) cast kernels around an op of ``role`` (cost.eager_kernels.ROLE) that runs wider than
+    the activations (``wider``): ROLE_CASTS, (0, 0) for other roles or when it does not (cost.autocast)."""
+    if not wider or role is None:
+        return 0, 0
+    return ROLE_CASTS.get(role, (0, 0))
+
+
 def composite(family: str, impl: Mapping[str, str], i: int, a: int) -> Composite | None:
     """The composite the stack runs for an op of ``family`` under its ``module_impl`` (``impl``), with input
-    ``i`` bytes per element and GEMM operands of ``a`` bytes; None: one fused kernel (cost.eager_kernels)."""
+    ``i`` bytes per element and GEMM operands of ``a`` bytes; None: one fused kernel (cost.eager_kernels).
+    Built once per (family, impl_key(impl), i, a): the host and the GPU time ask for it per op."""
+    return _composite(family, impl_key(impl), i, a)
+
+
+@lru_cache(maxsize=1024)
+def _composite(family: str, impl: tuple[tuple[str, str], ...], i: int, a: int) -> Composite | None:
     if family not in FAMILY_ROLE:
         return None
-    chosen = impl.get(FAMILY_ROLE[family][0], "fused")
+    chosen = dict(impl).get(FAMILY_ROLE[family][0], "fused")
     if chosen == "transformers-rmsnorm" and family in ("rmsnorm", "qk_rmsnorm"):
         return rmsnorm_upcast(i, 2 if family == "qk_rmsnorm" else 1)
     if chosen == "transformers-act2fn" and family == "gelu_new":
@@ -232,20 +255,40 @@ def input_bytes(family: str, precisions: Mapping[str, str], a: int) -> int:
     """Bytes per element of a composite's input: its input role's precision in the profile's eager_kernels
     (``precisions``: bf16 2, fp32 4), at least the activations' ``a``; "fp32" roles 4."""
     role = FAMILY_ROLE[family][1]
-    named = FP32 if role == "fp32" else {"bf16": 2, "fp32": FP32}.get(precisions.get(role, ""), a)
+    named = FP32 if role == "fp32" else PRECISION_BYTES.get(precisions.get(role, ""), a)
     return max(named, a)
+
+
+def composite_run(
+    family: str, impl: Mapping[str, str], i: int, a: int
+) -> tuple[Composite, tuple[Kernel, ...], tuple[Kernel, ...]] | None:
+    """(composite, forward kernels, backward kernels) an op of ``family`` runs under ``impl`` with input ``i``
+    bytes per element and GEMM operands of ``a`` bytes (``composite``; None: one fused kernel): the composite's
+    lists plus autocast's activation casts around it where its input is wider than the operands
+    (activation_casts of its role, FAMILY_ROLE: a norm's fp32 output cast to the next GEMM's dtype, FP32 + a
+    bytes, and that cast's backward), each list run once per tensor of ``tensors``. The one list both the
+    GPU time (cost.eager_kernels.composite_times_s) and the host's count (``composite_kernels``) read."""
+    found = composite(family, impl, i, a)
+    if found is None:
+        return None
+    casts = activation_casts(FAMILY_ROLE[family][0], i > a)
+    cast = Kernel("_to_copy", FP32 + a)
+    return found, (*found.forward, *(cast,) * casts[0]), (*found.backward, *(cast,) * casts[1])
 
 
 def composite_kernels(
     family: str, impl: Mapping[str, str], precisions: Mapping[str, str], autocast: bool
 ) -> tuple[int, int] | None:
-    """(forward, backward) kernels of the composite an op of ``family`` runs (None: not a composite), for the
-    host's count (cost.host): GEMM operands bf16 under ``autocast``, else fp32."""
+    """(forward, backward) kernels of the composite an op of ``family`` runs, its activation casts included
+    (``composite_run``, input bytes by ``input_bytes``; None: not a composite), for the host's count
+    (cost.host): GEMM operands bf16 under ``autocast``, else fp32."""
     a = 2 if autocast else FP32
     if family not in FAMILY_ROLE:
         return None
-    found = composite(family, impl, input_bytes(family, precisions, a), a)
-    return None if found is None else found.kernels
+    run = composite_run(family, impl, input_bytes(family, precisions, a), a)
+    if run is None:
+        return None
+    return len(run[1]) * run[0].tensors, len(run[2]) * run[0].tensors
 
 
 def impl_key(impl: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

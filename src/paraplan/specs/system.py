@@ -48,6 +48,12 @@ ACTIVATION_DTYPE = {"tf32": "fp32", "fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf
 QUANTISED_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
 
 
+def gemm_cap_key(dtype: str) -> str:
+    """The efficiency cap that prices a GEMM in ``dtype``: gemm_fp8 for fp8 and FP4 (no FP4 GEMM
+    measurement in the catalog: the fp8 share stands in, docs/model.md "Datatypes"), gemm otherwise."""
+    return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
+
+
 def activation_dtype(dtype: str) -> str:
     """Datatype of activations, element-wise kernels and fused attention under a training dtype."""
     return ACTIVATION_DTYPE.get(dtype, dtype)
@@ -363,9 +369,9 @@ class AcceleratorSpec(InputModel):
         return max(table.values())
 
     def gemm_efficiency_cap(self, dtype: str) -> float:
-        """Achievable share of the dtype's peak: gemm_fp8 for fp8 and FP4 (no FP4 GEMM measurement in
-        the catalog: the fp8 share stands in, docs/model.md "Datatypes"), gemm otherwise."""
-        if dtype in LOW_PRECISION and self.efficiency.gemm_fp8 is not None:
+        """Achievable share of the dtype's peak: the cap ``gemm_cap_key`` names (gemm_fp8 for fp8 and
+        FP4), gemm where the profile leaves gemm_fp8 unset."""
+        if gemm_cap_key(dtype) == "gemm_fp8" and self.efficiency.gemm_fp8 is not None:
             return self.efficiency.gemm_fp8
         return self.efficiency.gemm
 
