@@ -37,6 +37,12 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
     plan_from_fields,
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
+from paraplan.specs.limits import (  # noqa: F401 (re-exported for the page)
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LENGTH,
+    MAX_TOP,
+)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
 from paraplan.io.strict_yaml import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
 from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
