@@ -37,6 +37,12 @@ from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
     plan_from_fields,
 )
 from paraplan.specs.rules import min_global_batch  # noqa: F401 (re-exported)
+from paraplan.specs.limits import (  # noqa: F401 (re-exported for the page)
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LENGTH,
+    MAX_TOP,
+)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
 from paraplan.io.strict_yaml import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
 from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
@@ -71,24 +77,21 @@ def _problem(
     model, system, plan, framework, plan_fields: dict
 ) -> tuple[ModelSpec, SystemSpec, PlanSpec]:
     """The specs of ``estimate``'s arguments (its docstring)."""
+    from paraplan.export.planfile import with_overrides  # a degree changed: dp inferred again
+
     model_spec, system_spec = _specs(model, system)
+    if isinstance(plan, PlanSpec) and not plan_fields and framework is None:
+        return model_spec, system_spec, plan
     base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
+    fields = with_overrides(base, plan_fields)
     if framework is not None:
         from paraplan.catalog import load_framework
         from paraplan.cost.frameworks import framework_plan_fields, framework_system
 
         profile = load_framework(framework)
         system_spec = framework_system(profile, system_spec)
-        plan, plan_fields = None, framework_plan_fields(profile, {**base, **plan_fields})
-        base = {}
-    if isinstance(plan, PlanSpec) and not plan_fields:
-        plan_spec = plan
-    else:
-        from paraplan.export.planfile import with_overrides  # a degree changed: dp inferred again
-
-        fields = with_overrides(base, plan_fields) if isinstance(plan, PlanSpec) else base
-        plan_spec = plan_from_fields({**fields, **plan_fields})
-    return model_spec, system_spec, plan_spec
+        fields = framework_plan_fields(profile, fields)
+    return model_spec, system_spec, plan_from_fields(fields)
 
 
 def error_band(

@@ -84,3 +84,13 @@ def test_a_stage_with_fewer_layers_than_chunks_is_not_written():
     )
     with pytest.raises(ExportRefused, match=r"^plan\.vpp=4: .*without layers"):
         export_plan("torchtitan", plan, MODEL)
+
+
+def test_chunks_in_model_order_and_back_to_stages():
+    """Chunk v of stage s sits at v·pp + s (both exporters' order); summing by stage inverts it."""
+    from paraplan.export.megatron_core import chunks_in_model_order, stages_of_chunks
+
+    per_stage = [[3, 2], [2, 2], [1, 1]]  # pp 3, vpp 2
+    assert chunks_in_model_order(per_stage) == [3, 2, 1, 2, 2, 1]
+    assert stages_of_chunks(chunks_in_model_order(per_stage), 3) == (5, 4, 2)
+    assert chunks_in_model_order([]) == []

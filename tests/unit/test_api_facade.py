@@ -218,3 +218,20 @@ def test_a_degree_given_as_keyword_over_a_planspec_infers_dp_again():
     assert api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=4).plan["dp"] == 2
     with pytest.raises(InputError):
         api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=4, dp=4)  # 4·4 ≠ 8 GPUs
+
+
+def test_a_degree_given_as_keyword_with_a_framework_infers_dp_again():
+    """With ``framework=`` the keyword overrides of a PlanSpec follow the same rule: the plan's dp 8
+    is dropped when tp 2 is given (8 GPUs: dp 4), not kept to fail the degree product."""
+    plan = PlanSpec(gpus=8, tp=1, dp=8, global_batch=8, seq_length=2048)
+    out = api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=2, framework="torchtitan")
+    assert (out.plan["tp"], out.plan["dp"]) == (2, 4)
+
+
+def test_a_degree_given_as_keyword_over_a_dict_plan_infers_dp_again():
+    """A plan given as a dict is overridden like a PlanSpec: tp 2 over dp 8 on 8 GPUs gives dp 4."""
+    plan = dict(gpus=8, tp=1, dp=8, global_batch=8, seq_length=2048)
+    out = api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=2)
+    assert (out.plan["tp"], out.plan["dp"]) == (2, 4)
+    with pytest.raises(InputError):
+        api.estimate("llama3-8b", "dgx-h100-80gb", plan, tp=2, dp=8)  # 2·8 ≠ 8 GPUs

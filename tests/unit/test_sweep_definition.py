@@ -55,6 +55,8 @@ def test_the_written_definition_reads_back_as_the_same_config():
         ({"tokens": -1.0}, "sweep.tokens: -1.0 is not allowed"),
         ({"gpus": [2**21]}, "sweep.gpus: 2097152 is not allowed; must be an integer from 1 to"),
         ({"max_global_batch": 2**25}, "sweep.max_global_batch: 33554432 is not allowed"),
+        ({"max_global_batch": 0}, "sweep.max_global_batch: 0 is not allowed; must be an integer"),
+        ({"seq_length": -1}, "sweep.seq_length: -1 is not allowed; must be an integer from 1 to"),
         ({"model": "/etc/passwd"}, "sweep.model: '/etc/passwd' is not in the catalog"),
     ],
 )

@@ -155,6 +155,18 @@ def test_the_aggregate_keeps_one_best_plan_per_cell_and_counts_all():
     assert points[0]["objective"] == columns["objective"][best]
 
 
+def test_an_empty_sink_has_no_points_and_a_read_sink_keeps_counting():
+    """No plan seen: no point; reading the points compacts the rows, and plans seen after still count."""
+    assert Aggregate().points() == []
+    one = {"tp": np.array([1]), "pp": np.array([1]), "step_time_s": np.array([1.0])}
+    one |= {"peak_memory_gib": np.array([10.0]), "objective": np.array([1.0])}
+    sink = Aggregate()
+    sink(one)
+    assert [p["plans"] for p in sink.points()] == [1]
+    sink({**one, "objective": np.array([0.5])})
+    assert [(p["plans"], p["objective"]) for p in sink.points()] == [(2, 0.5)]
+
+
 def test_the_ranked_plans_are_the_points_of_their_cells():
     columns = {
         "tp": np.array([1, 1, 2]),

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, get_args
 from pydantic import BaseModel, ValidationError
 
 from paraplan.catalog import hf_cache as _hub
+from paraplan.io.catalog_files import catalog_names
 from paraplan.specs.errors import InputError, UnknownNameError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -24,16 +25,7 @@ Spec = TypeVar("Spec", ModelSpec, SystemSpec)
 
 
 def _names(kind: str) -> list[str]:
-    return list(_catalog_names(kind))
-
-
-@lru_cache(maxsize=None)
-def _catalog_names(kind: str) -> tuple[str, ...]:
-    """The entries of a catalog folder (the package's files: listed once per process)."""
-    folder = resources.files("paraplan.catalog") / kind
-    return tuple(
-        sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-    )
+    return list(catalog_names(kind))
 
 
 def model_names() -> list[str]:
@@ -215,7 +207,7 @@ def load_model(
         return ref
     if isinstance(ref, str):
         path = Path(ref)
-        if ref in _catalog_names("models"):
+        if ref in catalog_names("models"):
             _refuse_shadowing("model", field, ref)
             return _catalog_spec(ModelSpec, "models", ref, field)
         elif ref == "-" or path.suffix in (".yaml", ".yml", ".json") or path.exists():
@@ -295,7 +287,7 @@ def load_system(
     """A catalog name, a path to a YAML/JSON system file, or a dict (``referenced``: see load_model)."""
     if isinstance(ref, SystemSpec):
         return ref
-    if isinstance(ref, str) and ref in _catalog_names("systems"):
+    if isinstance(ref, str) and ref in catalog_names("systems"):
         _refuse_shadowing("system", field, ref)
         return _catalog_spec(SystemSpec, "systems", ref, field)
     try:

@@ -67,9 +67,10 @@ intermediate_size and rms_norm_eps with a SiLU activation and no BERT keys: Llam
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter, given, llama_fields
+from paraplan.specs.choices import Activation
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 
@@ -218,8 +219,7 @@ def _family(data: dict, field: str) -> str:
 
 def _activation(name: str) -> dict:
     """{"activation": name} when ModelSpec knows the transformers activation ``name`` (ACT2FN key), else {}."""
-    known = ModelSpec.model_fields["activation"].annotation.__args__[0].__args__
-    return {"activation": name} if name in known else {}
+    return {"activation": name} if name in get_args(Activation) else {}
 
 
 def _has_dropout(get, keys: tuple[str, ...], default: float) -> bool:

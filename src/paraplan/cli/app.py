@@ -11,14 +11,13 @@ import os
 import shutil
 import sys
 from enum import Enum
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Optional, get_args
 
 import typer
 
 from paraplan import __version__
 from paraplan.cli.declare import optional, switch
+from paraplan.io.catalog_files import catalog_names
 from paraplan.specs import choices  # the plan's Literal choices: no pydantic model at start-up
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
@@ -220,11 +219,9 @@ VarySplitOption = switch(
 
 
 def _framework_help() -> str:
-    """The --framework help, naming the catalog's profiles (the files of paraplan/catalog/frameworks, the names
-    catalog.framework_names gives: found with find_spec, which runs no import of the catalog and its pydantic
-    models at start-up, issue 31)."""
-    folder = Path(find_spec("paraplan.catalog").submodule_search_locations[0]) / "frameworks"
-    names = sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    """The --framework help, naming the catalog's profiles (io.catalog_files, which runs no import of
+    the catalog and its pydantic models at start-up, issue 31)."""
+    names = catalog_names("frameworks")
     return (
         "implementation profile that sets the framework's defaults (attention kernel, overlaps, runtime "
         f"memory; docs/validation.md): {', '.join(names)}, or a YAML/JSON profile file"

@@ -9,6 +9,7 @@ refusals of Megatron-Core, its context-parallel communication types, and its pip
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from paraplan.export.common import (
     COMMON_FIELDS,
@@ -206,16 +207,37 @@ def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
     if plan.stage_layers is not None or pipeline_layout(plan, model) is None:
         return plan
     mtp = model.mtp_layers if model is not None else 0
-    stages = tuple(stage_layer_counts(plan.split(model.layers, mtp)))  # type: ignore[union-attr]
+    return explicit_stages_plan(plan, stage_layer_counts(plan.split(model.layers, mtp)))  # type: ignore[union-attr]
+
+
+def explicit_stages_plan(plan: PlanSpec, stages: list[int]) -> PlanSpec:
+    """``plan`` with its split stated as explicit ``stage_layers`` (``stages``: decoder layers per
+    stage) and no split switches, which the explicit counts replace: the same split, as the
+    Megatron-LM, NeMo and torchtitan exports write it (their ``written_plan``)."""
     return plan.model_copy(
         update=dict(
-            stage_layers=stages,
+            stage_layers=tuple(stages),
             layers_first_stage=None,
             layers_last_stage=None,
             embedding_as_layer=False,
             loss_as_layer=False,
         )
     )
+
+
+def chunks_in_model_order(per_stage: list[list[Any]]) -> list[Any]:
+    """The model chunks of ``per_stage`` (stage s: its vpp chunks) in model order: chunk v of stage s
+    at position v·pp + s, as Megatron-Core's PipelineParallelLayerLayout and torchtitan's
+    module_fqns_per_model_part read them (the interleaved schedule's round-robin placement)."""
+    vpp = len(per_stage[0]) if per_stage else 0
+    return [stage[v] for v in range(vpp) for stage in per_stage]
+
+
+def stages_of_chunks(per_chunk: list[int], pp: int) -> tuple[int, ...]:
+    """The per-stage sums of ``per_chunk`` (a count per chunk, in model order: chunk v of stage s at
+    v·pp + s, ``chunks_in_model_order``), for ``pp`` stages."""
+    vpp = len(per_chunk) // pp
+    return tuple(sum(per_chunk[v * pp + s] for v in range(vpp)) for s in range(pp))
 
 
 def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
@@ -258,13 +280,10 @@ def layout_from_stage_layers(
     Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 't*n' decoder layers (each stage's over its chunks
     by specs.split.chunk_layer_counts), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
     last chunk of its rank, after the decoder layers)."""
-    pp = len(stage_layers)
     counts = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
-    chunks = []
-    for v in range(vpp):
-        for s, layers in enumerate(counts):
-            text = ("E" if (s, v) == (0, 0) else "") + (f"t*{layers[v]}" if layers[v] else "")
-            chunks.append(text + ("m" * mtp_layers + "L" if (s, v) == (pp - 1, vpp - 1) else ""))
+    chunks = [f"t*{n}" if n else "" for n in chunks_in_model_order(counts)]
+    chunks[0] = "E" + chunks[0]
+    chunks[-1] += "m" * mtp_layers + "L"
     return "|".join(chunks)
 
 
@@ -315,4 +334,4 @@ def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int
         raise ExportRefused(
             f"megatron: {LAYOUT_FLAG} {layout!r} places MTP modules away from the loss; no plan field"
         )
-    return tuple(sum(chunks[v * pp + s].count("t") for v in range(vpp)) for s in range(pp)), vpp
+    return stages_of_chunks([chunk.count("t") for chunk in chunks], pp), vpp

@@ -203,7 +203,7 @@ def launch_variables(
     name: str, given: Mapping[str, Any], context: Mapping[str, Any] | None = None
 ) -> list[dict]:
     """The environment variables a launch with the arguments or keys ``given`` needs, each
-    {variable, value, where, says}: from the facts' ``environment``, the value of the first check
+    {variable, value, where}: from the facts' ``environment``, the value of the first check
     listed under the variable whose condition (``if``) holds; then each of the facts' ``settings``
     (what the framework's own launcher sets) whose ``if`` holds, for a variable not set yet."""
     facts = startup_checks(name)
@@ -214,19 +214,18 @@ def launch_variables(
         for check, value in values.items():
             if state.holds(checks[check]["if"]):
                 c = checks[check]
-                out[variable] = _variable(variable, value, facts.where(c), f"check {check!r}")
+                out[variable] = _variable(variable, value, facts.where(c))
                 break
     for entry in facts.settings:
         if entry["variable"] not in out and state.holds(entry["if"]):
-            says = " ".join(entry["says"].split())
             out[entry["variable"]] = _variable(
-                entry["variable"], entry["value"], facts.where(entry), says
+                entry["variable"], entry["value"], facts.where(entry)
             )
     return list(out.values())
 
 
-def _variable(variable: str, value: Any, where: str, says: str) -> dict:
-    return {"variable": variable, "value": str(value), "where": where, "says": says}
+def _variable(variable: str, value: Any, where: str) -> dict:
+    return {"variable": variable, "value": str(value), "where": where}
 
 
 def refuse_failed(

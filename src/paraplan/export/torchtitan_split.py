@@ -22,6 +22,11 @@ reads back.
 from __future__ import annotations
 
 from paraplan.export.common import ExportRefused
+from paraplan.export.megatron_core import (
+    chunks_in_model_order,
+    explicit_stages_plan,
+    stages_of_chunks,
+)
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import model_parts_rule
@@ -56,26 +61,17 @@ def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
     explicit and no split switches (the parts replace them), which is the same split."""
     if not writes_parts(plan, model):
         return plan
-    return plan.model_copy(
-        update=dict(
-            stage_layers=tuple(stage_counts(plan, model)),  # type: ignore[arg-type]
-            layers_first_stage=None,
-            layers_last_stage=None,
-            embedding_as_layer=False,
-            loss_as_layer=False,
-        )
-    )
+    return explicit_stages_plan(plan, stage_counts(plan, model))  # type: ignore[arg-type]
 
 
 def model_parts(plan: PlanSpec, model: ModelSpec) -> list[list[str]]:
     """``module_fqns_per_model_part`` of the plan's split: part v·pp + s holds chunk v of stage s
     (module doc), the layers numbered in model order through the parts; refuses a part left empty."""
-    pp, vpp = plan.pp, plan.vpp
+    vpp = plan.vpp
     stages = stage_counts(plan, model)
     if rule := model_parts_rule(stages, vpp):
         raise ExportRefused(f"plan.vpp={vpp}: {rule}; not written")
-    chunks = chunk_layer_counts(stages, vpp)
-    counts = [chunks[k % pp][k // pp] for k in range(pp * vpp)]
+    counts = chunks_in_model_order(chunk_layer_counts(stages, vpp))
     parts, layer = [], 0
     for k, n in enumerate(counts):
         part = [f"layers.{i}" for i in range(layer, layer + n)]
@@ -107,9 +103,8 @@ def read_parts(parts: object, pp: int, model: ModelSpec | None) -> tuple[tuple[i
         raise ExportRefused(f"{where} holds {layers} layers; the model has {model.layers}")
     vpp = len(parts) // pp
     counts = [sum(n.startswith("layers.") for n in p) for p in parts]
-    stages = tuple(sum(counts[v * pp + s] for v in range(vpp)) for s in range(pp))
-    chunks = chunk_layer_counts(list(stages), vpp)
-    if any(counts[v * pp + s] != chunks[s][v] for s in range(pp) for v in range(vpp)):
+    stages = stages_of_chunks(counts, pp)
+    if counts != chunks_in_model_order(chunk_layer_counts(list(stages), vpp)):
         raise ExportRefused(
             f"{where}: chunks of {counts} layers per part are not a split a plan holds (each stage's "
             "layers cut as evenly as they go, the earlier chunks fuller)"

@@ -1,4 +1,4 @@
-"""The allowed values of the plan's choice fields, as Literal types: specs.plan's fields read them, and the
+"""The allowed values of the plan's choice fields (and the model's activation names), as Literal types: specs.plan's fields read them, and the
 command line builds its choice options from them without loading a pydantic model (issue 31: ``--help``
 stays light)."""
 
@@ -14,3 +14,5 @@ GradDtype = Literal["fp32", "bf16"]
 CPAlgorithm = Literal["ring", "all-to-all"]
 Zero3GatherUnit = Literal["layer", "tensor"]
 Zero3ReduceUnit = Literal["layer", "tensor"]
+# the MLP activations a ModelSpec names (Hugging Face transformers activations.py ACT2FN keys)
+Activation = Literal["gelu", "gelu_new", "gelu_pytorch_tanh", "silu"]

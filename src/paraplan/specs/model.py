@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from paraplan.specs.choices import Activation
 from paraplan.specs.strict import InputModel
 
 
@@ -48,7 +49,7 @@ class ModelSpec(InputModel):
     ffn_hidden: int = Field(gt=0, description="MLP inner width")
     vocab: int = Field(gt=0, description="vocabulary size")
     mlp: Literal["gelu", "swiglu"] = "gelu"
-    activation: Literal["gelu", "gelu_new", "gelu_pytorch_tanh", "silu"] | None = Field(
+    activation: Activation | None = Field(
         default=None,
         description="the MLP activation by its Hugging Face transformers name (config hidden_act / "
         "activation_function, activations.py ACT2FN): which kernels an eager transformers stack runs for "

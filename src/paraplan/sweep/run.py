@@ -109,14 +109,6 @@ class SweepConfig:
                 f"{name('max_global_batch')}"
             )
         batch = self.global_batch if self.global_batch is not None else self.max_global_batch
-        if batch <= 0:
-            raise InputError(
-                f"{name(batch_field)}: {batch} is not allowed; must be a positive integer"
-            )
-        if self.seq_length <= 0:
-            raise InputError(
-                f"{name('seq_length')}: {self.seq_length} is not allowed; must be a positive integer"
-            )
         sizes = ("gpus", "seq_length", batch_field, "top")
         check_search_bounds(
             max(self.gpus), self.seq_length, batch, self.top, tuple(map(name, sizes))

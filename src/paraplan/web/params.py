@@ -34,8 +34,10 @@ SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
     "default-placement": ("vary_placement", False),
     "vary-split": ("vary_split", True),
 }
-INTS = {"gpus": (1, 2**20), "global-batch": (1, 2**24), "max-global-batch": (1, 2**24)}
-INTS |= {"seq-length": (1, 2**24), "top": (1, 100), "plan": (1, 100), "compare": (1, 100)}
+# the bounds of specs.limits (check_search_bounds); a plan / compare rank is at most the top kept
+INTS = {"gpus": (1, api.MAX_GPUS), "seq-length": (1, api.MAX_SEQ_LENGTH), "top": (1, api.MAX_TOP)}
+INTS |= {"global-batch": (1, api.MAX_GLOBAL_BATCH), "max-global-batch": (1, api.MAX_GLOBAL_BATCH)}
+INTS |= {"plan": (1, api.MAX_TOP), "compare": (1, api.MAX_TOP)}
 MAX_TEXT = (
     api.MAX_YAML_BYTES
 )  # characters of a pasted model, system or cluster: io.strict_yaml's cap

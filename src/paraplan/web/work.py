@@ -94,21 +94,22 @@ class Aggregate:
         self.kept = row
 
     def _winners(self) -> dict[tuple, dict]:
-        """Every cell's winning plan as a scatter point with the number of plans in the cell
-        (each chunk's winning rows gathered by numpy indexing and turned into Python values at once)."""
-        by_chunk: dict[int, list] = {}
+        """Every cell's winning plan as a scatter point with the number of plans in the cell: the
+        winning rows compacted into one chunk (:meth:`_compact`), turned into Python values at once."""
+        self._compact()
+        if not self.chunks:
+            return {}
+        columns = {k: v.tolist() for k, v in self.chunks[0].items()}
+        names = [k for k in columns if k not in METRICS]
+        held = [None] * self.kept
         for key, ref in self.cells.items():
-            by_chunk.setdefault(ref[1], []).append((key, ref))
+            held[ref[2]] = (key, ref[3])
         out = {}
-        for chunk, held in by_chunk.items():
-            rows = np.array([ref[2] for _, ref in held], dtype=np.int64)
-            columns = {k: v[rows].tolist() for k, v in self.chunks[chunk].items()}
-            names = [k for k in columns if k not in METRICS]
-            for i, (key, ref) in enumerate(held):
-                plan = {k: columns[k][i] for k in names}
-                step, memory = columns["step_time_s"][i], columns["peak_memory_gib"][i]
-                out[key] = _point(plan, float(step), float(memory), float(columns["objective"][i]))
-                out[key]["plans"] = ref[3]
+        for i, (key, plans) in enumerate(held):
+            plan = {k: columns[k][i] for k in names}
+            step, memory = columns["step_time_s"][i], columns["peak_memory_gib"][i]
+            out[key] = _point(plan, float(step), float(memory), float(columns["objective"][i]))
+            out[key]["plans"] = plans
         return out
 
     def points(self, ranked: list[dict] = ()) -> list[dict]:
