@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from paraplan.goodput import closed_forms as cf
 from paraplan.goodput.checkpoint import CheckpointCost
 from paraplan.goodput.inputs import SECONDS_PER_DAY, GoodputInputs
-from paraplan.goodput.montecarlo import DEFAULT_SAMPLES, DEFAULT_SEED, sample_wall_time
+from paraplan.goodput.montecarlo import DEFAULT_DRAWS, Draws, sample_wall_time
 from paraplan.goodput.recovery import BlastRadius, absorbed_cost_s
 
 
@@ -158,8 +158,7 @@ def time_to_train(
     gpus: int,
     ckpt: CheckpointCost,
     inputs: GoodputInputs,
-    samples: int = DEFAULT_SAMPLES,
-    seed: int = DEFAULT_SEED,
+    draws: Draws = DEFAULT_DRAWS,
     recovery: Recovery | None = None,
 ) -> TimeToTrain:
     """Daly's expected wall time of ``useful_s`` seconds of training on ``gpus`` GPUs
@@ -186,9 +185,7 @@ def time_to_train(
         "planned_s": run["planned_s"],
         "degraded_s": run["absorbed_s"],
     }
-    mc = sample_wall_time(
-        useful_s, tau, ckpt.stall_s, rollback, mtbf, samples, seed, pauses=run["pauses"]
-    )
+    mc = sample_wall_time(useful_s, tau, ckpt.stall_s, rollback, mtbf, draws, pauses=run["pauses"])
     startup = inputs.restart.startup_s
     total_rate = sum(rates.values())
     return TimeToTrain(
