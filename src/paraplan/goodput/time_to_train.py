@@ -58,6 +58,9 @@ class Recovery:
     gpus_per_domain: int | None = None
 
 
+NO_RECOVERY = Recovery()  # no blast radius known: every failure rolls back
+
+
 def _best_steps(cost, low: int, high: int) -> int:
     """The whole number k in [low, high] minimising the unimodal ``cost(k)`` (integer ternary search)."""
     while high - low > 2:
@@ -159,14 +162,13 @@ def time_to_train(
     ckpt: CheckpointCost,
     inputs: GoodputInputs,
     draws: Draws = DEFAULT_DRAWS,
-    recovery: Recovery | None = None,
+    recovery: Recovery = NO_RECOVERY,
 ) -> TimeToTrain:
     """Daly's expected wall time of ``useful_s`` seconds of training on ``gpus`` GPUs
     (closed_forms.expected_wall_s) with the pauses of planned interruptions and of the failures ft-dp
     absorbs (the kinds for which that is fastest), plus the job's start-up; the badput by cause, and
     P10/P50/P90 from the seeded Monte Carlo. An asynchronous save's write still in flight at a
     failure is lost too: its persist time beyond the stall is added to the restart (an upper bound)."""
-    recovery = recovery or Recovery()
     rates = cf.failure_rates_per_s(gpus, inputs.failures, recovery.gpus_per_domain)
     runs = [
         (_expected(useful_s, step_s, gpus, ckpt, inputs, rates, recovery, a), a)
