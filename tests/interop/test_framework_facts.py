@@ -32,8 +32,8 @@ def _keys(cond) -> set[str]:
 @pytest.mark.parametrize("name", ("megatron", *KEYED))
 def test_every_check_has_provenance_and_reads_kept_keys(name):
     facts, kept = startup_checks(name), framework_args(name)
-    assert (facts.tag, facts.commit) == (kept.version, kept.commit)
-    assert re.fullmatch(r"[0-9a-f]{40}", facts.commit)
+    assert (facts.release.tag, facts.release.commit) == (kept.version, kept.commit)
+    assert re.fullmatch(r"[0-9a-f]{40}", facts.release.commit)
     ids = [c["id"] for c in facts.checks]
     assert len(ids) == len(set(ids)) >= 5
     for c in facts.checks:

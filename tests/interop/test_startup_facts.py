@@ -23,8 +23,8 @@ def _flags(cond) -> set[str]:
 def test_every_check_has_provenance_and_names_megatron_flags_and_a_plan_knob():
     facts = startup_checks("megatron")
     names = framework_args("megatron").names
-    assert facts.tag == framework_args("megatron").version
-    assert facts.commit == framework_args("megatron").commit
+    assert facts.release.tag == framework_args("megatron").version
+    assert facts.release.commit == framework_args("megatron").commit
     assert len(facts.checks) >= 15
     for c in facts.checks:
         assert c["file"].startswith("megatron/") and int(c["line"]) > 0, c["id"]

@@ -14,7 +14,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.goodput import closed_forms as cf
 from paraplan.goodput.checkpoint import CheckpointCost, checkpoint_cost, write_time_s
 from paraplan.goodput.inputs import FailureInputs, default_inputs
-from paraplan.goodput.montecarlo import sample_wall_time
+from paraplan.goodput.montecarlo import Draws, sample_wall_time
 from paraplan.goodput.plan import plan_goodput
 from paraplan.goodput.time_to_train import time_to_train
 from paraplan.specs.plan_fields import plan_from_fields
@@ -71,7 +71,7 @@ def test_spare_wait_hand_computed():
 )
 def test_monte_carlo_mean_matches_daly(mtbf_s, interval_s, save_s, restart_s, segments):
     useful = segments * interval_s
-    mc = sample_wall_time(useful, interval_s, save_s, restart_s, mtbf_s, samples=4000, seed=7)
+    mc = sample_wall_time(useful, interval_s, save_s, restart_s, mtbf_s, Draws(4000, 7))
     closed = cf.expected_wall_s(useful, interval_s, save_s, restart_s, mtbf_s)
     stderr = mc.wall_s.std() / math.sqrt(len(mc.wall_s))
     assert abs(mc.wall_s.mean() - closed) <= 5 * stderr + 1e-9 * closed
@@ -81,8 +81,8 @@ def test_monte_carlo_mean_matches_daly(mtbf_s, interval_s, save_s, restart_s, se
 
 
 def test_monte_carlo_is_reproducible_and_ordered():
-    a = sample_wall_time(1e6, 1000, 10, 600, 2e4, samples=500, seed=3)
-    b = sample_wall_time(1e6, 1000, 10, 600, 2e4, samples=500, seed=3)
+    a = sample_wall_time(1e6, 1000, 10, 600, 2e4, Draws(500, 3))
+    b = sample_wall_time(1e6, 1000, 10, 600, 2e4, Draws(500, 3))
     assert np.array_equal(a.wall_s, b.wall_s)
     assert a.percentile_s(10) <= a.percentile_s(50) <= a.percentile_s(90)
     assert a.wall_s.min() >= 1e6 + 1000 * 10  # never faster than the failure-free run
@@ -94,7 +94,7 @@ def _ckpt(write_bw: float = 2e12, rank: float = 4e9, total: float = 5.67e12, hos
 
 
 def _wall(inputs, ckpt=None, gpus=16384) -> float:
-    return time_to_train(30 * DAY, 6.0, gpus, ckpt or _ckpt(), inputs, samples=50).wall_s
+    return time_to_train(30 * DAY, 6.0, gpus, ckpt or _ckpt(), inputs, draws=Draws(50)).wall_s
 
 
 @settings(max_examples=20, deadline=None)
@@ -118,7 +118,7 @@ def test_monotone_in_failure_rate_storage_restart_and_spares(scale, gpus):
 
 
 def test_ettr_and_badput_add_up():
-    run = time_to_train(54 * DAY, 6.2, 16384, _ckpt(), default_inputs(), samples=200)
+    run = time_to_train(54 * DAY, 6.2, 16384, _ckpt(), default_inputs(), draws=Draws(200))
     assert sum(run.badput_s.values()) == pytest.approx(run.wall_s - run.useful_s)
     assert 0.9 < run.effective_training_time_ratio < 1.0
     assert run.interval_s == pytest.approx(run.interval_steps * 6.2)
@@ -187,7 +187,7 @@ def test_defaults_carry_a_source_for_every_section():
 
 @pytest.mark.parametrize("gpus", [1024, 16384, 98304])
 def test_badput_parts_are_never_negative(gpus):
-    run = time_to_train(30 * DAY, 6.0, gpus, _ckpt(), default_inputs(), samples=50)
+    run = time_to_train(30 * DAY, 6.0, gpus, _ckpt(), default_inputs(), draws=Draws(50))
     assert all(v >= 0 for v in run.badput_s.values()), run.badput_s
     # restarts: rollbacks * M (e^(R/M) - 1), hand-assembled from the closed forms
     rolled = cf.expected_rollbacks(30 * DAY, run.interval_s, _ckpt().stall_s, run.mtbf_s)

@@ -15,7 +15,7 @@ from paraplan.goodput import closed_forms as cf
 from paraplan.goodput.bounds import Fleet, p90_lower_bound_s, wall_lower_bound_factor
 from paraplan.goodput.checkpoint import CheckpointCost, checkpoint_cost, total_state_bytes
 from paraplan.goodput.inputs import default_inputs
-from paraplan.goodput.montecarlo import sample_wall_time
+from paraplan.goodput.montecarlo import Draws, sample_wall_time
 from paraplan.goodput.plan import plan_goodput
 from paraplan.goodput.recovery import BlastRadius, blast_radius, replicas_per_unit
 from paraplan.goodput.time_to_train import Recovery, time_to_train
@@ -87,7 +87,7 @@ def _radius(units: int, server_hit: int, ft_dp: bool = True) -> BlastRadius:
 def _run(inputs, radius=None, rejoin_s=600.0, gpus=16384, useful_s=30 * DAY, ckpt=None):
     recovery = Recovery(radius, rejoin_s, 8)
     ckpt = ckpt or _ckpt()
-    return time_to_train(useful_s, 6.0, gpus, ckpt, inputs, samples=50, recovery=recovery)
+    return time_to_train(useful_s, 6.0, gpus, ckpt, inputs, draws=Draws(50), recovery=recovery)
 
 
 @settings(max_examples=25, deadline=None)
@@ -168,7 +168,7 @@ def test_planned_interruptions_hand_computed_and_sampled():
 def test_monte_carlo_mean_matches_the_closed_form_with_pauses(mtbf_s, planned, absorbed):
     useful, tau, save, restart = 2e6, 2000.0, 20.0, 800.0
     pauses = ((planned[0], planned[1], False), (absorbed[0], absorbed[1], True))
-    mc = sample_wall_time(useful, tau, save, restart, mtbf_s, 4000, 11, pauses=pauses)
+    mc = sample_wall_time(useful, tau, save, restart, mtbf_s, Draws(4000, 11), pauses=pauses)
     daly = cf.expected_wall_s(useful, tau, save, restart, mtbf_s)
     growth = cf.pause_growth([p[:2] for p in pauses], restart, mtbf_s)
     closed = cf.with_pauses_s(daly, growth)

@@ -39,14 +39,14 @@ def test_every_pass_runs_once_on_every_stage(name, pp, vpp, m):
 @pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 10), (8, 16), (8, 40)])
 def test_dualpipe_holds_at_most_its_in_flight_micro_batches(pp, m):
     """DualPipe: a micro-batch's activations live from its F to its W; at most p + 1 on a rank
-    (DeepSeek-V3 Table 2, SCHEDULES["dualpipe"].in_flight)."""
+    (DeepSeek-V3 Table 2, SCHEDULES["dualpipe"].in_flight.count)."""
     entry = SCHEDULES["dualpipe"]
     for s, order in enumerate(schedule_order("dualpipe", pp, 1, m)):
         live = peak = 0
         for kind, _, _ in order:
             live += 1 if kind == "F" else -1 if kind == "W" else 0
             peak = max(peak, live)
-        assert peak <= entry.in_flight(pp, 1, m, s)
+        assert peak <= entry.in_flight.count(pp, 1, m, s)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "gpipe", "zb-h1"])
@@ -61,7 +61,7 @@ def test_a_stage_holds_at_most_its_in_flight_micro_batches(name, pp, vpp, m):
         for kind, _, _ in order:
             live += 1 if kind == "F" else -1 if kind == freed else 0
             peak = max(peak, live)
-        limit = min(pp, m) if name == "zb-h1" else entry.in_flight(pp, 1, m, s)
+        limit = min(pp, m) if name == "zb-h1" else entry.in_flight.count(pp, 1, m, s)
         assert peak <= limit
 
 

@@ -38,12 +38,12 @@ def _knobs(schedule: str, vpp: int = 1, **flags) -> GridKnobs:
 
 def test_in_flight_1f1b():
     # min(pp - stage, m) (Narayanan et al. 2021 §2.2.1)
-    one = SCHEDULES["1f1b"].in_flight
+    one = SCHEDULES["1f1b"].in_flight.count
     assert (one(4, 1, 8, 0), one(4, 1, 8, 3), one(4, 1, 2, 0)) == (4, 1, 2)
 
 
 def test_in_flight_interleaved():
-    inter = SCHEDULES["interleaved"].in_flight
+    inter = SCHEDULES["interleaved"].in_flight.count
     # stage 0: pp*(1 + (pp-1)/(pp*vpp)); pp=4, vpp=2: 4 * (1 + 3/8) = 5.5 (Korthikanti §4.3)
     assert inter(4, 2, 8, 0) == approx(5.5)
     # pp=8, vpp=3: 8 * (1 + 7/24) = 31/3
@@ -55,8 +55,8 @@ def test_in_flight_interleaved():
 
 
 def test_in_flight_gpipe():
-    assert SCHEDULES["gpipe"].in_flight(4, 1, 8, 0) == 8
-    assert SCHEDULES["gpipe"].in_flight(4, 1, 8, 3) == 8
+    assert SCHEDULES["gpipe"].in_flight.count(4, 1, 8, 0) == 8
+    assert SCHEDULES["gpipe"].in_flight.count(4, 1, 8, 3) == 8
 
 
 def test_every_schedule_holds_at_least_the_least_in_flight():
@@ -67,7 +67,11 @@ def test_every_schedule_holds_at_least_the_least_in_flight():
                 least = least_in_flight_microbatches(pp, max(m, 1), stage)
                 for s in SCHEDULES.values():
                     for vpp in (2, 3, 4) if s.name == "interleaved" else (1,):
-                        assert s.in_flight(pp, vpp, max(m, 1), stage) >= least - 1e-12, (s, pp, m)
+                        assert s.in_flight.count(pp, vpp, max(m, 1), stage) >= least - 1e-12, (
+                            s,
+                            pp,
+                            m,
+                        )
 
 
 def test_selection_by_flags_on_arrays_is_each_entry():
@@ -89,7 +93,7 @@ def test_selection_by_flags_on_arrays_is_each_entry():
     for i, (name, vpp) in enumerate(zip(names, vpps)):
         alone = _knobs(name, vpp)
         assert bubbles[i] == pipeline_bubble_s(alone, work._replace(vpp=vpp))
-        assert bubbles[i] == SCHEDULES[name].bubble_s(work._replace(vpp=vpp))
+        assert bubbles[i] == SCHEDULES[name].bubble.exact_s(work._replace(vpp=vpp))
         assert in_flight[i] == in_flight_microbatches(alone, 8, 12, 2)
         assert copies[i] == SCHEDULES[name].weight_copies
     assert len(set(bubbles.tolist())) >= 4  # the entries differ
@@ -114,7 +118,9 @@ def test_search_floors_are_admissible():
         dual = max(1.0 - 1.5 * rho, 0.0)
         for s in SCHEDULES.values():
             v = int(rng.integers(2, 5)) if s.name == "interleaved" else 1
-            exact = m * slowest + s.bubble_s(PipelineWork(total, slowest, pp, v, parts, wgrad, m))
+            exact = m * slowest + s.bubble.exact_s(
+                PipelineWork(total, slowest, pp, v, parts, wgrad, m)
+            )
             floor = schedule_step_floor(s.name, v, m, pp, s0, t0, rho, dual)
             assert floor <= exact * (1 + 1e-12), (s.name, pp, m)
 
@@ -137,5 +143,5 @@ def test_docs_list_the_registry():
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_every_entry_cites_its_source(name):
     entry = SCHEDULES[name]
-    assert entry.source and entry.bubble_s.__doc__ and entry.in_flight.__doc__
-    assert entry.bubble_floor_s.__doc__
+    assert entry.source and entry.bubble.exact_s.__doc__ and entry.in_flight.count.__doc__
+    assert entry.bubble.floor_s.__doc__

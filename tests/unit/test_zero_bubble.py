@@ -27,8 +27,8 @@ def test_zb_h1_is_a_third_of_1f1b_when_b_is_2f():
     # Qi et al. 2023 §3.1: with T_F = T_B = T_W, ZB-H1's bubble is 1/3 of 1F1B's
     assert zb_h1_bubble_share(1.0, 2.0, 1.0) == pytest.approx(1 / 3)
     work = _work(8, 1.0, 2.0, 1.0)
-    assert SCHEDULES["1f1b"].bubble_s(work) == pytest.approx(7 * 3.0)  # (p-1)·(F+B)
-    assert SCHEDULES["zb-h1"].bubble_s(work) == pytest.approx(7.0)  # (p-1)·(F+B-2W), p = 8
+    assert SCHEDULES["1f1b"].bubble.exact_s(work) == pytest.approx(7 * 3.0)  # (p-1)·(F+B)
+    assert SCHEDULES["zb-h1"].bubble.exact_s(work) == pytest.approx(7.0)  # (p-1)·(F+B-2W), p = 8
 
 
 def test_dualpipe_table_2():
@@ -40,12 +40,12 @@ def test_dualpipe_table_2():
         4.5,
     ]
     # the entry runs half-stage chunks (each GPU holds the stage pair (i, p-1-i)): F, B, W halved
-    assert SCHEDULES["dualpipe"].bubble_s(_work(8, 2.0, 4.0, 2.0)) == pytest.approx(3 * 2)
+    assert SCHEDULES["dualpipe"].bubble.exact_s(_work(8, 2.0, 4.0, 2.0)) == pytest.approx(3 * 2)
 
 
 def test_memory_of_the_schedules():
     def in_flight(name, pp, stage, m):
-        return SCHEDULES[name].in_flight(pp, 1, m, stage)
+        return SCHEDULES[name].in_flight.count(pp, 1, m, stage)
 
     assert in_flight("1f1b", 8, 0, 64) == 8
     assert in_flight("zb-h1", 8, 3, 64) == 5

@@ -21,12 +21,24 @@ from paraplan.io.documents import packaged_yaml
 
 
 @dataclass(frozen=True)
-class StartupChecks:
-    """A framework's start-up checks at one release: provenance, argument defaults, the checks."""
+class Release:
+    """The framework source a facts file was read from: repository, release tag, the tag's commit."""
 
     repo: str
     tag: str
     commit: str
+
+    def at(self, check: dict) -> str:
+        """``repo@tag`` of a check: this release, or the one the check names (a check read from
+        another repository)."""
+        return f"{check.get('repo', self.repo)}@{check.get('tag', self.tag)}"
+
+
+@dataclass(frozen=True)
+class StartupChecks:
+    """A framework's start-up checks at one release: provenance, argument defaults, the checks."""
+
+    release: Release
     defaults: dict[str, Any]
     checks: tuple[dict, ...]
     environment: dict[str, dict[str, str]]  # variable -> {check id: the value the check needs}
@@ -35,9 +47,8 @@ class StartupChecks:
     settings: tuple[dict, ...] = ()
 
     def where(self, check: dict) -> str:
-        """``repo@tag file:line`` of a check (a check read from another repository names its own)."""
-        repo, tag = check.get("repo", self.repo), check.get("tag", self.tag)
-        return f"{repo}@{tag} {check['file']}:{check['line']}"
+        """``repo@tag file:line`` of a check (``Release.at``)."""
+        return f"{self.release.at(check)} {check['file']}:{check['line']}"
 
 
 @lru_cache(maxsize=None)
@@ -46,9 +57,7 @@ def startup_checks(name: str) -> StartupChecks:
     text = (resources.files("paraplan.export") / "facts" / f"{name}_checks.yaml").read_text()
     data = packaged_yaml(text)
     return StartupChecks(
-        repo=data["repo"],
-        tag=data["tag"],
-        commit=data["commit"],
+        release=Release(data["repo"], data["tag"], data["commit"]),
         defaults={k: v["value"] for k, v in (data.get("defaults") or {}).items()},
         checks=tuple(data["checks"]),
         environment={k: dict(v) for k, v in (data.get("environment") or {}).items()},

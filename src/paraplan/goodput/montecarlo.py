@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,6 +20,17 @@ from paraplan.goodput import closed_forms as cf
 DEFAULT_SAMPLES = 2000
 DEFAULT_SEED = 36
 MAX_PAUSE_GENERATIONS = 64  # pauses arriving during pauses, and so on (x^64: nothing left)
+
+
+class Draws(NamedTuple):
+    """How the Monte Carlo draws: ``samples`` runs from numpy's PCG64 seeded with ``seed``; one value
+    passed from time_to_train down to sample_wall_time."""
+
+    samples: int = DEFAULT_SAMPLES
+    seed: int = DEFAULT_SEED
+
+
+DEFAULT_DRAWS = Draws()
 EXACT_DRAWS = 2_000_000  # truncated-exponential draws sampled one by one, in all samples
 
 
@@ -142,16 +154,16 @@ def sample_wall_time(
     save_s: float,
     restart_s: float,
     mtbf_s: float,
-    samples: int = DEFAULT_SAMPLES,
-    seed: int = DEFAULT_SEED,
+    draws: Draws = DEFAULT_DRAWS,
     pauses: tuple[tuple[float, float, bool], ...] = (),
 ) -> WallTimeSamples:
-    """``samples`` wall times (and interruption counts) of T_s = ``useful_s`` seconds of training,
+    """``draws.samples`` wall times (and interruption counts) of T_s = ``useful_s`` seconds of training,
     checkpointed every ``interval_s`` with a stall of ``save_s``, restarts of ``restart_s``, failures of
     mean interval ``mtbf_s`` (inf: none), and ``pauses`` (rate per second, length, whether a failure:
     planned interruptions, failures ft-dp absorbs) over the whole wall time; numpy's PCG64 seeded with
-    ``seed`` (reproducible)."""
-    rng = np.random.default_rng(seed)
+    ``draws.seed`` (reproducible)."""
+    samples = draws.samples
+    rng = np.random.default_rng(draws.seed)
     never = np.full(samples, math.inf)
     longest = max([interval_s + save_s, restart_s, *(length for _, length, _ in pauses)])
     growth = cf.pause_growth([(rate, length) for rate, length, _ in pauses], restart_s, mtbf_s)

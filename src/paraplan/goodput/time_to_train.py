@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from paraplan.goodput import closed_forms as cf
 from paraplan.goodput.checkpoint import CheckpointCost
 from paraplan.goodput.inputs import SECONDS_PER_DAY, GoodputInputs
-from paraplan.goodput.montecarlo import DEFAULT_SAMPLES, DEFAULT_SEED, sample_wall_time
+from paraplan.goodput.montecarlo import DEFAULT_DRAWS, Draws, sample_wall_time
 from paraplan.goodput.recovery import BlastRadius, absorbed_cost_s
 
 
@@ -56,6 +56,9 @@ class Recovery:
     radius: BlastRadius | None = None
     rejoin_s: float = 0.0
     gpus_per_domain: int | None = None
+
+
+NO_RECOVERY = Recovery()  # no blast radius known: every failure rolls back
 
 
 def _best_steps(cost, low: int, high: int) -> int:
@@ -158,16 +161,14 @@ def time_to_train(
     gpus: int,
     ckpt: CheckpointCost,
     inputs: GoodputInputs,
-    samples: int = DEFAULT_SAMPLES,
-    seed: int = DEFAULT_SEED,
-    recovery: Recovery | None = None,
+    draws: Draws = DEFAULT_DRAWS,
+    recovery: Recovery = NO_RECOVERY,
 ) -> TimeToTrain:
     """Daly's expected wall time of ``useful_s`` seconds of training on ``gpus`` GPUs
     (closed_forms.expected_wall_s) with the pauses of planned interruptions and of the failures ft-dp
     absorbs (the kinds for which that is fastest), plus the job's start-up; the badput by cause, and
     P10/P50/P90 from the seeded Monte Carlo. An asynchronous save's write still in flight at a
     failure is lost too: its persist time beyond the stall is added to the restart (an upper bound)."""
-    recovery = recovery or Recovery()
     rates = cf.failure_rates_per_s(gpus, inputs.failures, recovery.gpus_per_domain)
     runs = [
         (_expected(useful_s, step_s, gpus, ckpt, inputs, rates, recovery, a), a)
@@ -186,9 +187,7 @@ def time_to_train(
         "planned_s": run["planned_s"],
         "degraded_s": run["absorbed_s"],
     }
-    mc = sample_wall_time(
-        useful_s, tau, ckpt.stall_s, rollback, mtbf, samples, seed, pauses=run["pauses"]
-    )
+    mc = sample_wall_time(useful_s, tau, ckpt.stall_s, rollback, mtbf, draws, pauses=run["pauses"])
     startup = inputs.restart.startup_s
     total_rate = sum(rates.values())
     return TimeToTrain(

@@ -63,27 +63,41 @@ class PipelineWork(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Bubble:
+    """A schedule's bubble: its exact price, the floor of it the search may use (admissible: never
+    above ``exact_s`` of any candidate), and both as the table writes them."""
+
+    exact_s: Callable[[PipelineWork], Num]
+    # (v, pp, S0, T0, ρ, dual) → floor of the bubble at floors S0 <= S, T0 <= T (search/bounds/blocks.py:
+    # ρ bounds the backward-GEMM share of F + B, dual = max(1 − 1.5ρ, 0))
+    floor_s: Callable[..., Num]
+    formula: str  # for the table (``markdown_table``)
+    floor_formula: str
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Micro-batches whose activations a stage holds at its peak, and the formula the table writes."""
+
+    count: Callable[[Num, Num, Num, Num], Num]  # (pp, vpp, microbatches, stage) → micro-batches
+    formula: str
+
+
+@dataclass(frozen=True)
 class PipelineSchedule:
-    """One pipeline schedule: how it prices the bubble, holds activations and weights, and the floor
-    of its bubble the search may use (admissible: never above ``bubble_s`` of any candidate)."""
+    """One pipeline schedule: how it prices the bubble (``Bubble``, with the floor the search uses),
+    holds activations (``InFlight``) and weights. Schedules that share a rule share its value."""
 
     name: str  # specs.plan.Schedule value
     flag: str | None  # the GridKnobs field that selects it; None for the default (1F1B)
-    bubble_s: Callable[[PipelineWork], Num]
-    in_flight: Callable[[Num, Num, Num, Num], Num]  # (pp, vpp, microbatches, stage) → micro-batches
+    bubble: Bubble
+    in_flight: InFlight
     # (pp, vpp, microbatches, stage) → the stage's passes in the order it runs them (``Pass``)
     order: Callable[[int, int, int, int], list]
-    weight_copies: float  # copies of a stage's parameters (and gradients) a GPU holds
-    # (v, pp, S0, T0, ρ, dual) → floor of the bubble at floors S0 <= S, T0 <= T (search/bounds/blocks.py:
-    # ρ bounds the backward-GEMM share of F + B, dual = max(1 − 1.5ρ, 0))
-    bubble_floor_s: Callable[..., Num]
-    split_backward: (
-        bool  # splits the backward into B_in and W (the search's cheap bound drops its bubble)
-    )
-    bubble_formula: str  # for the table (``markdown_table``)
-    in_flight_formula: str
-    floor_formula: str
     source: str
+    weight_copies: float = 1.0  # copies of a stage's parameters (and gradients) a GPU holds
+    # splits the backward into B_in and W (the search's cheap bound drops its bubble)
+    split_backward: bool = False
     # routes micro-batches take through the stages: 1, or 2 for DualPipe (``route_position``)
     directions: int = 1
 
@@ -239,6 +253,9 @@ def _dualpipe_floor_s(v, pp, slowest, total, rho, dual):
 # ---- the registry -------------------------------------------------------------------------------
 
 _NARAYANAN = "Narayanan et al. 2021 §2.2.1"
+# the rules more than one schedule shares: GPipe prices 1F1B's bubble, ZB-H1 holds 1F1B's activations
+_ONE_F_ONE_B_BUBBLE = Bubble(_one_f_one_b_bubble_s, _one_f_one_b_floor_s, "T − S", "T0 − S0")
+_ONE_F_ONE_B_IN_FLIGHT = InFlight(one_f_one_b_in_flight, "min(p − i, m)")
 SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
     {
         s.name: s
@@ -246,72 +263,59 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
             PipelineSchedule(
                 name="1f1b",
                 flag=None,
-                bubble_s=_one_f_one_b_bubble_s,
-                in_flight=one_f_one_b_in_flight,
+                bubble=_ONE_F_ONE_B_BUBBLE,
+                in_flight=_ONE_F_ONE_B_IN_FLIGHT,
                 order=one_f_one_b_order,
-                weight_copies=1.0,
-                bubble_floor_s=_one_f_one_b_floor_s,
-                split_backward=False,
-                bubble_formula="T − S",
-                in_flight_formula="min(p − i, m)",
-                floor_formula="T0 − S0",
                 source=_NARAYANAN,
             ),
             PipelineSchedule(
                 name="interleaved",
                 flag="interleaved",
-                bubble_s=_interleaved_bubble_s,
-                in_flight=_interleaved_in_flight,
+                bubble=Bubble(
+                    _interleaved_bubble_s, _interleaved_floor_s, "(T − S)/v", "(T0 − S0)/v"
+                ),
+                in_flight=InFlight(
+                    _interleaved_in_flight, "min(2(p − i − 1) + (v − 1)·p + 1, m·v)/v"
+                ),
                 order=interleaved_order,
-                weight_copies=1.0,
-                bubble_floor_s=_interleaved_floor_s,
-                split_backward=False,
-                bubble_formula="(T − S)/v",
-                in_flight_formula="min(2(p − i − 1) + (v − 1)·p + 1, m·v)/v",
-                floor_formula="(T0 − S0)/v",
                 source="Narayanan et al. 2021 §2.2.2; Korthikanti et al. 2022 §4.3",
             ),
             PipelineSchedule(
                 name="gpipe",
                 flag="gpipe",
-                bubble_s=_one_f_one_b_bubble_s,
-                in_flight=_gpipe_in_flight,
+                bubble=_ONE_F_ONE_B_BUBBLE,
+                in_flight=InFlight(_gpipe_in_flight, "m"),
                 order=gpipe_order,
-                weight_copies=1.0,
-                bubble_floor_s=_one_f_one_b_floor_s,
-                split_backward=False,
-                bubble_formula="T − S",
-                in_flight_formula="m",
-                floor_formula="T0 − S0",
                 source="Huang et al. 2019 §2.3; " + _NARAYANAN,
             ),
             PipelineSchedule(
                 name="zb-h1",
                 flag="zb",
-                bubble_s=_zb_h1_bubble_s,
-                in_flight=one_f_one_b_in_flight,
+                bubble=Bubble(
+                    _zb_h1_bubble_s,
+                    _zb_h1_floor_s,
+                    "(T − S)·(F + B − c·W)/(F + B), c = 1 + min(m − 1, p − 1)/(p − 1)",
+                    "(1 − ρ)·(T0 − S0)",
+                ),
+                in_flight=_ONE_F_ONE_B_IN_FLIGHT,
                 order=zb_h1_order,
-                weight_copies=1.0,
-                bubble_floor_s=_zb_h1_floor_s,
-                split_backward=True,
-                bubble_formula="(T − S)·(F + B − c·W)/(F + B), c = 1 + min(m − 1, p − 1)/(p − 1)",
-                in_flight_formula="min(p − i, m)",
-                floor_formula="(1 − ρ)·(T0 − S0)",
                 source="Qi et al. 2023, arXiv:2401.10241 §3.1",
+                split_backward=True,
             ),
             PipelineSchedule(
                 name="dualpipe",
                 flag="dualpipe",
-                bubble_s=_dualpipe_bubble_s,
-                in_flight=_dualpipe_in_flight,
+                bubble=Bubble(
+                    _dualpipe_bubble_s,
+                    _dualpipe_floor_s,
+                    "(p/2 − 1)·(F + 2B − 3W)/2",
+                    "(p/2 − 1)·max(1 − 1.5ρ, 0)·S0/2",
+                ),
+                in_flight=InFlight(_dualpipe_in_flight, "min(p + 1, m)"),
                 order=dualpipe_order,
-                weight_copies=2.0,
-                bubble_floor_s=_dualpipe_floor_s,
-                split_backward=True,
-                bubble_formula="(p/2 − 1)·(F + 2B − 3W)/2",
-                in_flight_formula="min(p + 1, m)",
-                floor_formula="(p/2 − 1)·max(1 − 1.5ρ, 0)·S0/2",
                 source="DeepSeek-V3 report, arXiv:2412.19437 §3.2.1 Table 2",
+                weight_copies=2.0,
+                split_backward=True,
                 directions=2,
             ),
         )
@@ -337,14 +341,14 @@ def by_schedule(knobs, value: Callable[[PipelineSchedule], Num]) -> Num:
 
 
 def pipeline_bubble_s(knobs, work: PipelineWork) -> Num:
-    """The bubble of each candidate's schedule (its entry's ``bubble_s``)."""
-    return by_schedule(knobs, lambda s: s.bubble_s(work))
+    """The bubble of each candidate's schedule (its entry's ``bubble.exact_s``)."""
+    return by_schedule(knobs, lambda s: s.bubble.exact_s(work))
 
 
 def in_flight_microbatches(knobs, pp, microbatches, stage) -> Num:
     """Micro-batches (in units of a whole stage's layers) whose activations stage ``stage`` holds at
-    its peak under each candidate's schedule (its entry's ``in_flight``, with the knobs' vpp)."""
-    return by_schedule(knobs, lambda s: s.in_flight(pp, knobs.vpp, microbatches, stage))
+    its peak under each candidate's schedule (its entry's ``in_flight.count``, with the knobs' vpp)."""
+    return by_schedule(knobs, lambda s: s.in_flight.count(pp, knobs.vpp, microbatches, stage))
 
 
 def split_backward_on(knobs) -> Num:
@@ -359,10 +363,10 @@ def weight_copies(knobs) -> Num:
 
 
 def schedule_step_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
-    """m·S0 + the schedule's bubble floor (``bubble_floor_s``) at floors S0 = ``slowest``,
+    """m·S0 + the schedule's bubble floor (``bubble.floor_s``) at floors S0 = ``slowest``,
     T0 = ``total`` of the slowest stage's and all stages' work: a floor of m·S + bubble, each form
     growing with S and T (search/bounds/blocks.py). Floats or arrays over blocks."""
-    return m * slowest + SCHEDULES[schedule].bubble_floor_s(v, pp, slowest, total, rho, dual)
+    return m * slowest + SCHEDULES[schedule].bubble.floor_s(v, pp, slowest, total, rho, dual)
 
 
 def markdown_table() -> str:
@@ -373,7 +377,7 @@ def markdown_table() -> str:
     ]
     for s in SCHEDULES.values():
         rows.append(
-            f"| `{s.name}` | {s.bubble_formula} | {s.in_flight_formula} | {s.weight_copies:g}× "
-            f"| m·S0 + {s.floor_formula} | {s.source} |"
+            f"| `{s.name}` | {s.bubble.formula} | {s.in_flight.formula} | {s.weight_copies:g}× "
+            f"| m·S0 + {s.bubble.floor_formula} | {s.source} |"
         )
     return "\n".join(rows) + "\n"
