@@ -52,14 +52,12 @@ from paraplan.step.compose import (
     GridKnobs,
     Stage,
     StepInputs,
-    compose_step,
+    compose_parts,
     runtime_work,
     split_backward_on,
     stage_memory_terms,
     stage_params,
-    stage_tails_s,
     stage_work,
-    stage_works,
     tail_terms,
     work_total,
 )
@@ -374,13 +372,22 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
 
 def compose_stages(
     stages: tuple[Stage, ...], tied_sync_s: float = 0.0
-) -> tuple[float, TimeBreakdown]:
+) -> tuple[float, TimeBreakdown, tuple[float, ...], tuple[float, ...]]:
     """The step of unequal stages through step.compose.compose_step, each stage with its own StepInputs
     (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, step/schedules.py) + the longest tail,
-    plus ``tied_sync_s``, which follows every stage's tail (step.p2p.tied_embedding_sync_s)."""
-    out = compose_step(replace(stages[0].inputs, stages=stages, tied_sync_s=tied_sync_s))
+    plus ``tied_sync_s``, which follows every stage's tail (step.p2p.tied_embedding_sync_s). Returns
+    (step time, breakdown, per stage its per-micro-batch work W_i, per stage its tail), the pipeline and
+    the tail composed once (step.compose.compose_parts)."""
+    out, works, tails = compose_parts(
+        replace(stages[0].inputs, stages=stages, tied_sync_s=tied_sync_s)
+    )
     breakdown = TimeBreakdown(**{f.name: float(out[f.name]) for f in fields(TimeBreakdown)})
-    return breakdown.total_s(), breakdown
+    return (
+        breakdown.total_s(),
+        breakdown,
+        tuple(float(work_total(w)) for w in works),
+        tuple(float(t) for t in tails),
+    )
 
 
 def estimate_stage_plan(
@@ -410,8 +417,7 @@ def estimate_stage_plan(
         for st, (a, b), nb in zip(settings, ranges, neighbours)
     )
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
-    step, breakdown = compose_stages(stages, tied)
-    composed = replace(stages[0].inputs, stages=stages, tied_sync_s=tied)
+    step, breakdown, works, tails = compose_stages(stages, tied)
     summary = tuple(
         {
             "stage": i,
@@ -428,8 +434,8 @@ def estimate_stage_plan(
     return StagePlanEstimate(
         step_time_s=step,
         breakdown=breakdown,
-        stage_work_s=tuple(float(work_total(w)) for w in stage_works(composed)),
-        stage_tail_s=tuple(float(t) for t in stage_tails_s(composed)),
+        stage_work_s=works,
+        stage_tail_s=tails,
         stages=tuple(c.memory for c in costs),
         stage_summary=summary,
         gpus=plan.gpus,
