@@ -18,10 +18,12 @@ from paraplan.step.engines import ENGINES
 from paraplan.step.per_stage import (
     common_of,
     estimate_stage_plan,
-    stage_cost,
+    stage_arrays,
     stage_neighbours,
+    stage_params,
     stage_settings,
 )
+from paraplan.step.layout import stage_at
 
 SMALL = ModelSpec(layers=8, hidden=1024, heads=16, ffn_hidden=4096, vocab=32000, max_position=1024)
 MIXED = cluster_from_dict(
@@ -56,9 +58,8 @@ def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
     bounds = [(0, 6), (6, 10)]  # embedding + 5 layers | 3 layers + head
     for i, (a, b) in enumerate(bounds):
         st = settings[i]
-        params = stage_cost(
-            SMALL, MIXED, common, st, a, b, *stage_neighbours(settings, i, 1)
-        ).params
+        arr = stage_arrays(SMALL, MIXED, common, st, *stage_neighbours(settings, i, 1))
+        params = stage_params(stage_at(arr.blocks, i, a, b), "dense")
         acc = MIXED.pool(st.slices[0][0]).system.accelerator
         rate = acc.hbm_bandwidth * acc.efficiency.hbm
         delta = with_acc.stage_work_s[i] - without.stage_work_s[i]

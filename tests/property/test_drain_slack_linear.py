@@ -1,6 +1,6 @@
-"""step.tail.drain_slack_s sums the work in front of each stage entry with one sorted prefix sum
-(step.tail.sum_in_front) instead of n² elementwise ``where``s (review of issue 31): the same numbers as the
-quadratic formula on random schedules of scalar and array entries, ties and absent entries included."""
+"""step.tail.drain_slack_s sums the work in front of each stage entry by step.tail.sum_in_front (review of
+issue 31: a sorted prefix sum for scalar entries, the elementwise ``where``s for arrays): the same numbers as
+the quadratic formula on random schedules of scalar and array entries, ties and absent entries included."""
 
 from __future__ import annotations
 
@@ -89,42 +89,6 @@ def test_linear_slack_equals_the_quadratic_formula(seed):
         np.testing.assert_allclose(
             np.where(present, a, 0.0), np.where(present, b, 0.0), rtol=1e-12, atol=1e-15
         )
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_a_uniform_layout_takes_one_order_and_equals_the_quadratic_formula(seed, monkeypatch):
-    """Entries laid out as step.layout lays a uniform plan's groups (first, middle groups, last, then the second
-    entries at their group's index), absent where their count is 0 (pp = 1 puts the last stage at index 0):
-    one order sorts every candidate, no per-candidate sort, and the present entries' sums are the old ones."""
-    from paraplan.step import tail
-
-    monkeypatch.setattr(tail, "_sorted_in_front", None)  # calling it would fail
-    rng = np.random.default_rng(100 + seed)
-    pp = rng.choice([1, 2, 4, 8], N_CANDIDATES)
-    full = np.where(pp > 2, rng.integers(0, 3, N_CANDIDATES), 0)
-    full = np.minimum(full, np.maximum(pp - 2, 0))
-    rest = np.maximum(pp - 2 - full, 0)
-    index = [0, np.ones(N_CANDIDATES), 1 + full, pp - 1, np.ones(N_CANDIDATES), 1 + full]
-    count = [np.where(pp > 1, 1, 0), full, rest, np.ones(N_CANDIDATES, dtype=int)]
-    count += [
-        rng.integers(0, 2, N_CANDIDATES) * (full > 0),
-        rng.integers(0, 2, N_CANDIDATES) * (rest > 0),
-    ]
-    stages = tuple(SimpleNamespace(index=i, count=c) for i, c in zip(index, count))
-    works = [
-        {k: rng.uniform(0.0, 1.0, N_CANDIDATES) for k in ("backward", "pp", "forward", "recompute")}
-        | {"tp_backward": 0.0, "cp_backward": 0.0, "ep_backward": 0.0}
-        for _ in stages
-    ]
-    totals = [backward_s(w) + w["pp"] + w["forward"] for w in works]
-    knobs = SimpleNamespace(vpp=1, interleaved=False, gpipe=False, zb=False, dualpipe=False)
-    inp = SimpleNamespace(stages=stages, knobs=knobs)
-    slowest = np.max(totals, axis=0)
-    new = drain_slack_s(inp, works, totals, slowest)
-    old = _old_drain_slack_s(inp, works, totals, slowest)
-    for stage, a, b in zip(stages, new, old):
-        present = np.asarray(stage.count) > 0
-        np.testing.assert_allclose(a[present], b[present], rtol=1e-12, atol=1e-15)
 
 
 def test_sum_in_front_by_hand():

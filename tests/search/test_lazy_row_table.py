@@ -73,11 +73,10 @@ PROBLEMS = {
 def test_work_floors_are_at_most_the_layer_work(name):
     table = RowTable(PROBLEMS[name])
     options = GridIndex(PROBLEMS[name], table)
-    exact = table.lower_bounds(options.v_max, options.split_backward, options.interleaved)
+    exact = table.lower_bounds(options.v_max, options.split_backward)
     floor = table.lower_bounds(
         options.v_max,
         options.split_backward,
-        options.interleaved,
         np.arange(table.size),
         table.work_floors(),
     )

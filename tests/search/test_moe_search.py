@@ -610,7 +610,7 @@ def test_row_bounds_are_admissible_with_split_backward_schedules():
     )
     table = RowTable(p)
     options = GridIndex(p, table)
-    bound = table.lower_bounds(options.v_max, options.split_backward, options.interleaved)
+    bound = table.lower_bounds(options.v_max, options.split_backward)
     best: dict[int, float] = {}
     for item in search(p, top_k=10, collect_all=True).all_feasible:
         best[item["row"]] = min(best.get(item["row"], math.inf), item["step_time_s"])

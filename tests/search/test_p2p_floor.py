@@ -17,9 +17,17 @@ from paraplan.search.table import RowTable
 from paraplan.step.compose import compose_step
 
 
-def _problem(schedules: tuple[str, ...]) -> SearchProblem:
+def _problem(schedules: tuple[str, ...], overlap: bool = True) -> SearchProblem:
     system = framework_system(load_framework("megatron-core"), load_system("dgx-h100-80gb"))
     assert system.accelerator.efficiency.runtime.p2p_overlap
+    if not overlap:
+        acc = system.accelerator
+        eff = acc.efficiency
+        runtime = eff.runtime.model_copy(update={"p2p_overlap": False})
+        eff = eff.model_copy(update={"runtime": runtime})
+        system = system.model_copy(
+            update={"accelerator": acc.model_copy(update={"efficiency": eff})}
+        )
     return SearchProblem(
         model=load_model("gpt3-1.3b"),
         system=system,
@@ -50,21 +58,35 @@ def test_the_row_bound_is_at_most_every_candidate(schedules):
     rows = np.flatnonzero(options.lengths)
     rng = np.random.default_rng(7)
     picked = np.sort(rng.choice(rows, size=min(60, len(rows)), replace=False))
-    bound = table.lower_bounds(options.v_max, options.split_backward, options.interleaved, picked)
+    bound = table.lower_bounds(options.v_max, options.split_backward, picked)
     exact = _row_steps(table, options, picked)
     assert np.all(bound <= exact * (1 + 1e-12))
 
 
-def test_without_interleaving_the_exchange_stays_in_the_bound():
-    """A grid of 1F1B and GPipe only: the runtime's p2p overlap does not apply, the bound keeps the exchange
-    (it used to drop it), and is higher than with it dropped on every pipelined row."""
-    problem = _problem(("1f1b", "gpipe"))
+def _bounds(schedules: tuple[str, ...], overlap: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the row bounds, the rows' v_max, whether each row is pipelined) of the rows with candidates."""
+    problem = _problem(schedules, overlap)
     table = RowTable(problem)
     options = GridIndex(problem, table)
     rows = np.flatnonzero(options.lengths)
-    assert not options.interleaved[rows].any()
-    kept = table.lower_bounds(options.v_max, options.split_backward, options.interleaved, rows)
-    dropped = table.lower_bounds(options.v_max, options.split_backward, True, rows)
-    piped = table.columns["pp"][rows] > 1
-    assert piped.any() and np.all(kept[piped] > dropped[piped])
-    assert np.array_equal(kept[~piped], dropped[~piped])
+    bound = table.lower_bounds(options.v_max, options.split_backward, rows)
+    return bound, options.v_max[rows], table.columns["pp"][rows] > 1
+
+
+def test_without_interleaving_the_exchange_stays_in_the_bound():
+    """A grid of 1F1B and GPipe only (every row's v_max is 1): the runtime's p2p overlap does not apply, the bound
+    keeps the exchange (it used to drop it), the same as for a runtime that does not overlap its transfers."""
+    kept, v_max, piped = _bounds(("1f1b", "gpipe"), overlap=True)
+    plain, _, _ = _bounds(("1f1b", "gpipe"), overlap=False)
+    assert np.all(v_max == 1) and piped.any()
+    assert np.array_equal(kept, plain)
+
+
+def test_with_interleaving_the_overlapped_exchange_leaves_the_bound():
+    """With the interleaved schedule in the grid, the pipelined rows that have a vpp > 1 drop the exchange under
+    the runtime's p2p overlap (their bound falls below the non-overlapping runtime's); the others keep it."""
+    hidden, v_max, piped = _bounds(("1f1b", "interleaved"), overlap=True)
+    plain, _, _ = _bounds(("1f1b", "interleaved"), overlap=False)
+    dropped = piped & (v_max > 1)
+    assert dropped.any() and np.all(hidden[dropped] < plain[dropped])
+    assert np.array_equal(hidden[~dropped], plain[~dropped])

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from paraplan.calibrate import calibrate
-from paraplan.calibrate.compare import FileErrors, compare, shipped_h100
+from paraplan.calibrate.compare import compare, shipped_h100
 from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.compute import gemm_time_s, grouped_gemm_time_s
 from paraplan.specs.fields import with_fields
+from paraplan.validate.run import mape
 
 H100 = "h100-sxm5-80gb"
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_the_calibrated_h100_never_predicts_the_cases_worse_than_the_catalog(cal
     results = compare(calibrated)
     assert {"nemo-llama31-h100", "gpu-steps-2026-11", "moe-visible"} <= set(results)
     for stem, errors in results.items():
-        catalog, cal = FileErrors.mape(errors.catalog), FileErrors.mape(errors.calibrated)
+        catalog, cal = mape(errors.catalog), mape(errors.calibrated)
         if stem in STILL_WORSE:
             assert cal > catalog, (stem, "now no worse: drop it from STILL_WORSE")
             continue
@@ -61,7 +62,7 @@ def test_the_calibrated_h200_never_predicts_the_cases_worse_than_the_catalog():
     files = {"gemm": "gemm.csv", "attention": "attention_cudnn.csv", "memory": "memory.csv"}
     cal = calibrate(load_system("dgx-h200"), **{k: folder / v for k, v in files.items()})
     for stem, errors in compare(cal.system).items():
-        assert FileErrors.mape(errors.calibrated) <= FileErrors.mape(errors.catalog), stem
+        assert mape(errors.calibrated) <= mape(errors.catalog), stem
 
 
 def test_the_comparison_is_neutral_for_the_catalog_accelerator():

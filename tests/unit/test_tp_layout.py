@@ -297,7 +297,7 @@ def test_layer_shape_of_a_2d_plan():
     plan = plan_from_fields(
         {"gpus": 8, "tp": 8, "global_batch": 8, "seq_length": 1024, "tp_layout": "2d"}
     )
-    shape = layer_shape(plan)
+    shape = layer_shape(plan, ROUND)
     assert (shape.tp, shape.tp_rows, shape.summa_panels, shape.sequence_parallel) == (8, 2, 4, True)
 
 
@@ -313,7 +313,7 @@ def test_estimate_composes_the_summa_exposure():
         {"gpus": 4, "tp": 4, "global_batch": 1, "seq_length": 1024, "tp_layout": "2d"}
     )
     est = estimate(SMALL, ROUND, plan)
-    shape = layer_shape(plan)
+    shape = layer_shape(plan, ROUND)
     spans = plan_spans(plan, ROUND)
     graph = decoder_layer(SMALL, shape)
     c = block_comm(

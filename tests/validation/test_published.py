@@ -103,7 +103,9 @@ def test_calibration_and_held_out_reported_apart(report):
     assert summary["calibration"]["step_time_cases"] == 46
     # Narayanan et al. 2021 Table 2 (12) and the project's single-GPU steps on H100 / H200
     # (gpu-steps-2026-11, 25): no constant is fitted on them
-    assert summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4  # + tiny steps on a second host
+    assert (
+        summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4
+    )  # + tiny steps on a second host
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
@@ -119,7 +121,9 @@ def test_nemo_llama31_step_time(report):
 def test_every_step_time_case_fits(report):
     """Every measured run, dense and MoE, is predicted to fit in memory."""
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
-    assert len(timed) == 58 + 25 + 15 + 8 + 4  # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2)
+    assert (
+        len(timed) == 58 + 25 + 15 + 8 + 4
+    )  # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2)
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 

@@ -99,3 +99,12 @@ def kernel_relative_speed(to_kernel: str, from_kernel: str, architecture: str | 
         for k in (a, b)
     }
     return speed[a] / speed[b]
+
+
+def converted_attention_fraction(
+    fraction: float, to_kernel: str, from_kernel: str, architecture: str | None
+) -> float:
+    """An attention efficiency fraction measured with ``from_kernel`` as ``to_kernel`` runs it:
+    min(1, fraction × kernel_relative_speed(to_kernel, from_kernel)) (FA3 paper Fig. 5 ratios), at most
+    the peak."""
+    return min(1.0, fraction * kernel_relative_speed(to_kernel, from_kernel, architecture))

@@ -121,6 +121,14 @@ def gemm_time_s(
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
 
+def gemm_kernel_time_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """The GEMM kernel's own time: ``gemm_time_s`` less the step-level GEMM ramp it adds (a cost of the
+    step outside the kernel, docs/model.md §2), what a kernel table times alone."""
+    return gemm_time_s(flops, shape, acc, dtype) - acc.efficiency.gemm_ramp_s
+
+
 def memory_time_s(
     bytes_moved: float, acc: AcceleratorSpec, flops: float = 0.0, dtype: str = "bf16"
 ) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.cost.attention import effective_kernel, kernel_relative_speed
+from paraplan.cost.attention import converted_attention_fraction, effective_kernel
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
@@ -54,10 +54,8 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     acc = data["accelerator"]
     eff = acc["efficiency"]
     arch = system.accelerator.architecture
-    eff["attention"] = min(
-        1.0,
-        eff["attention"]
-        * kernel_relative_speed(framework.attention_kernel, eff["attention_kernel"], arch),
+    eff["attention"] = converted_attention_fraction(
+        eff["attention"], framework.attention_kernel, eff["attention_kernel"], arch
     )
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:

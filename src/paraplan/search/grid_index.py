@@ -66,11 +66,6 @@ class GridIndex:
             [any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool
         )
         self.split_backward = split[self.key_id]
-        # rows whose grid has the interleaved schedule: the only one whose transfers a runtime may overlap
-        interleaved = np.array(
-            [any(o[1] == "interleaved" for o in a) for a, _, _ in self.parts], dtype=bool
-        )
-        self.interleaved = interleaved[self.key_id]
         # every row's offload options are the problem's (space.grid_parts): a group is states × them
         counts = {len(o) for _, _, o in self.parts}
         assert len(counts) <= 1, "the offload options are the same for every row"

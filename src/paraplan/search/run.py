@@ -192,13 +192,11 @@ def _row_order(problem, table, options, scan) -> BoundOrder:
         )
 
     every = np.arange(table.size)
-    floors = table.lower_bounds(
-        options.v_max, options.split_backward, options.interleaved, every, table.work_floors()
-    )
+    floors = table.lower_bounds(options.v_max, options.split_backward, every, table.work_floors())
     return BoundOrder(
         objective(floors, every),
         lambda rows: objective(
-            table.lower_bounds(options.v_max, options.split_backward, options.interleaved, rows),
+            table.lower_bounds(options.v_max, options.split_backward, rows),
             rows,
         ),
     )

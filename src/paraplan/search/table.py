@@ -269,7 +269,6 @@ class RowTable:
         self,
         v_max: np.ndarray,
         split_backward: np.ndarray | bool,
-        interleaved: np.ndarray | bool,
         rows: np.ndarray | None = None,
         work: np.ndarray | None = None,
     ) -> np.ndarray:
@@ -282,8 +281,8 @@ class RowTable:
         all; the bound is increasing in F (m >= 1 >= 1/v), so F = ⌈L/p⌉ gives a lower bound. The
         bubble divides the other stages' work by at most v_max, the largest vpp of the row's grid;
         the exchange is left out only where the runtime overlaps its transfers (p2p_overlap) and the row's
-        grid has the interleaved schedule (``interleaved``), the one condition under which step.compose
-        hides them;
+        grid has the interleaved schedule (v_max > 1: the other schedules run at vpp 1,
+        search.grid_axes.schedule_options), the one condition under which step.compose hides them;
         data-parallel sync, optimizer and offload terms are >= 0. For models with several kinds of
         decoder layer (dense and MoE layers) u is the cheaper kind's work; MTP modules add >= 0.
         The split-backward schedules (ZB-H1, DualPipe) shrink the bubble below (L − F)·u / v_max
@@ -300,7 +299,7 @@ class RowTable:
         # an interleaved schedule that overlaps its transfers may hide them all (step.p2p.overlapped_p2p_exposed_s);
         # step.compose hides them only there, so a row keeps one exchange unless its grid has that schedule
         overlap = self.problem.system.accelerator.efficiency.runtime.p2p_overlap
-        hidden = np.asarray(_at(interleaved, rows), dtype=bool) & bool(overlap)
+        hidden = (_at(v_max, rows) > 1) & bool(overlap)
         p2p = np.where((facts.pp[rows] > 1) & ~hidden, least_link, 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"][rows]
         fullest = -(-layers // pp)

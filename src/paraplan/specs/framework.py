@@ -13,17 +13,16 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
-from pydantic.fields import FieldInfo
 
 from paraplan.specs.plan import PlanSpec, RuntimeFields
 from paraplan.specs.system import Bytes, EagerFields, HostFields
 
 
 def plan_default(name: str) -> Any:
-    """A profile field that gives the plan field ``name`` its default: PlanSpec's declaration (type
-    rules and default), described as the plan default."""
+    """A profile field that gives the plan field ``name`` its default: PlanSpec's default, described as
+    the plan default (the field's type is the profile's annotation)."""
     info = PlanSpec.model_fields[name]
-    return FieldInfo.merge_field_infos(info, description=f"plan default: {info.description}")
+    return Field(info.default, description=f"plan default: {info.description}")
 
 
 class FrameworkSpec(RuntimeFields, HostFields, EagerFields):

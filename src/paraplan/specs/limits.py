@@ -30,11 +30,11 @@ def check_search_bounds(
     gpus: int,
     seq_length: int,
     batch: int,
-    top: int | None = None,
-    names: tuple[str, str, str, str] = ("--gpus", "--seq-length", "--global-batch", "--top"),
+    top: int | None,
+    names: tuple[str, str, str, str],
 ) -> None:
-    """InputError (one line naming the size as ``names`` does: the options by default) when a size
-    is outside the bounds above."""
+    """InputError (one line naming the size as ``names`` does) when a size is outside the bounds
+    above; ``top`` None is not checked."""
     highs = (MAX_GPUS, MAX_SEQ_LENGTH, MAX_GLOBAL_BATCH, MAX_TOP)
     for name, value, high in zip(names, (gpus, seq_length, batch, top), highs):
         if value is not None:

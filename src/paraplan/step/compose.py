@@ -232,11 +232,23 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
     return tails, streamed, after
 
 
-def stage_tails_s(inp: StepInputs) -> list[Num]:
-    """Per stage entry, the seconds compose_step prices after its last backward (exposed DP sync after the
-    stage's drain slack, optimizer step, offload and the streaming that outlasts the DP exposure): the step
-    adds the longest of them (and the tied-embedding all-reduce)."""
-    return _tails(inp, _pipeline(inp))[2]
+def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]], list[Num]]:
+    """compose_step's breakdown with what it is composed of, the pipeline and the tail each run once: (the
+    breakdown, every stage entry's per-micro-batch work (``stage_works``), per entry the seconds priced after
+    its last backward: exposed DP sync after the stage's drain slack, optimizer step, offload and the
+    streaming that outlasts the DP exposure; the step adds the longest of them and the tied-embedding
+    all-reduce)."""
+    pipe = _pipeline(inp)
+    tails, streamed, after = _tails(inp, pipe)
+    _, tail_stage = _argmax(after, pipe["present"])
+    dp_s = _pick(tail_stage, [t[0] for t in tails])
+    breakdown = _breakdown(
+        pipe,
+        optimizer_s=_pick(tail_stage, [t[1] for t in tails]),
+        dp_s=dp_s + inp.tied_sync_s,
+        offload_s=_pick(tail_stage, [t[2] for t in tails]) + maximum(0.0, streamed - dp_s),
+    )
+    return breakdown, pipe["works"], after
 
 
 def compose_step(inp: StepInputs) -> dict[str, Num]:
@@ -246,13 +258,4 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     stage's reduction running on through its slack before the pipeline's end: ``drain_slack_s``) and
     activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
     all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
-    pipe = _pipeline(inp)
-    tails, streamed, after = _tails(inp, pipe)
-    _, tail_stage = _argmax(after, pipe["present"])
-    dp_s = _pick(tail_stage, [t[0] for t in tails])
-    return _breakdown(
-        pipe,
-        optimizer_s=_pick(tail_stage, [t[1] for t in tails]),
-        dp_s=dp_s + inp.tied_sync_s,
-        offload_s=_pick(tail_stage, [t[2] for t in tails]) + maximum(0.0, streamed - dp_s),
-    )
+    return compose_parts(inp)[0]

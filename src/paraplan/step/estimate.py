@@ -44,10 +44,10 @@ _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 
 
-def layer_shape(plan: PlanSpec, system: SystemSpec | None = None) -> LayerShape:
+def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
     """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
     shape states as sequence parallelism over tp (specs/tp_layout.py); the system's module
-    implementations (graph.eager_modules.impl_key) when given."""
+    implementations (graph.eager_modules.impl_key)."""
     summa = plan.tp_layout == "2d"
     rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
     return LayerShape(
@@ -71,7 +71,7 @@ def layer_shape(plan: PlanSpec, system: SystemSpec | None = None) -> LayerShape:
         ),
         recompute_modules=recompute_modules(plan),
         cp_algorithm=plan.cp_algorithm,
-        module_impl=impl_key(system.accelerator.efficiency.module_impl) if system else (),
+        module_impl=impl_key(system.accelerator.efficiency.module_impl),
     )
 
 

@@ -1,10 +1,10 @@
 """One training step of a non-uniform plan (specs/stage_plan.py) on a cluster of node pools.
 
-Read top-down: ``estimate_stage_plan`` → ``stage_cost`` (per stage: work of one micro-batch on the
-stage's own GPUs, its tail, its memory) → ``compose_stages`` (step.compose.compose_step over stages that
-each carry their own StepInputs: pipeline with unequal stages, then the
-data-parallel tail). The searches (search/staged/hetero.py) call ``stage_cost`` directly for every
-candidate stage; both paths share every rule.
+Read top-down: ``estimate_stage_plan`` → ``stage_arrays`` and ``stage_at`` (per stage: its blocks on the
+stage's own GPUs with its own StepInputs; ``stage_cost``: its parameters and memory) → ``compose_stages``
+(step.compose.compose_step over stages that each carry their own StepInputs: pipeline with unequal stages,
+then the data-parallel tail). The searches (search/staged/hetero.py) read the same terms for every
+candidate range (``range_matrices``); both paths share every rule.
 
 The model (issue 10, "The model"):
 - a stage's blocks (step.blocks.model_blocks) are costed as the uniform path costs them
@@ -52,14 +52,12 @@ from paraplan.step.compose import (
     GridKnobs,
     Stage,
     StepInputs,
-    compose_step,
+    compose_parts,
     runtime_work,
     split_backward_on,
     stage_memory_terms,
     stage_params,
-    stage_tails_s,
     stage_work,
-    stage_works,
     tail_terms,
     work_total,
 )
@@ -91,23 +89,11 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage holding blocks [start, stop): seconds per micro-batch by part, its DP sync and optimizer
-    without the drain slack (the step's tail is compose_step's: StagePlanEstimate.stage_tail_s), memory."""
+    """One stage's parameters (its dense gradient group) and memory; its time is compose_step's
+    (StagePlanEstimate.stage_work_s, stage_tail_s)."""
 
-    forward_s: float
-    backward_s: float
-    recompute_s: float
-    tp_comm_s: float
-    pp_comm_s: float
-    dp_comm_s: float
-    optimizer_s: float
     params: float
     memory: StageMemory
-
-    @property
-    def work_s(self) -> float:
-        """Per-micro-batch wall time of the stage: compute, exposed TP and point-to-point."""
-        return self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.pp_comm_s
 
 
 # ---- one stage -----------------------------------------------------------------------------------
@@ -266,37 +252,16 @@ def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
     return stage_terms(range_stage(arr.blocks, index), index)
 
 
-def stage_cost(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    common: Common,
-    setting: StageSetting,
-    start: int,
-    stop: int,
-    prev: StageSetting | None,
-    nxt: StageSetting | None,
-    wrap: StageSetting | None = None,
-) -> StageCost:
-    """Per-micro-batch time, tail and memory of ``setting`` holding blocks [start, stop): ``stage_terms`` of
-    that range (the search reads the same terms for every range: ``range_matrices``)."""
-    arr = stage_arrays(model, cluster, common, setting, prev, nxt, wrap)
-    m = stage_terms(stage_at(arr.blocks, setting.index, start, stop), setting.index)
+def stage_cost(stage: Stage, index: int, capacity_bytes: float) -> StageCost:
+    """Parameters and memory of the stage at position ``index`` (step.compose.stage_params and
+    stage_memory_terms on the stage's own StepInputs, as ``stage_terms`` reads them for every range)."""
+    terms = stage_memory_terms(stage.inputs, stage, index)
     memory = StageMemory(
-        stage=setting.index,
-        **{k: float(v) for k, v in m["memory"].items() if k != "peak_bytes"},
-        capacity_bytes=arr.capacity,
+        stage=index,
+        **{k: float(v) for k, v in terms.items() if k != "peak_bytes"},
+        capacity_bytes=capacity_bytes,
     )
-    return StageCost(
-        float(m["forward"]),
-        float(m["backward"]),
-        float(m["recompute"]),
-        float(m["tp_forward"]) + float(m["tp_backward"]),
-        float(m["pp"]),
-        float(m["dp"]),
-        float(m["optimizer"]),
-        float(m["params"]),
-        memory,
-    )
+    return StageCost(float(stage_params(stage, "dense")), memory)
 
 
 @dataclass(frozen=True)
@@ -374,13 +339,22 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
 
 def compose_stages(
     stages: tuple[Stage, ...], tied_sync_s: float = 0.0
-) -> tuple[float, TimeBreakdown]:
+) -> tuple[float, TimeBreakdown, tuple[float, ...], tuple[float, ...]]:
     """The step of unequal stages through step.compose.compose_step, each stage with its own StepInputs
     (Stage.inputs): m · max_i W_i + bubble (Σ W_i − max W_i, step/schedules.py) + the longest tail,
-    plus ``tied_sync_s``, which follows every stage's tail (step.p2p.tied_embedding_sync_s)."""
-    out = compose_step(replace(stages[0].inputs, stages=stages, tied_sync_s=tied_sync_s))
+    plus ``tied_sync_s``, which follows every stage's tail (step.p2p.tied_embedding_sync_s). Returns
+    (step time, breakdown, per stage its per-micro-batch work W_i, per stage its tail), the pipeline and
+    the tail composed once (step.compose.compose_parts)."""
+    out, works, tails = compose_parts(
+        replace(stages[0].inputs, stages=stages, tied_sync_s=tied_sync_s)
+    )
     breakdown = TimeBreakdown(**{f.name: float(out[f.name]) for f in fields(TimeBreakdown)})
-    return breakdown.total_s(), breakdown
+    return (
+        breakdown.total_s(),
+        breakdown,
+        tuple(float(work_total(w)) for w in works),
+        tuple(float(t) for t in tails),
+    )
 
 
 def estimate_stage_plan(
@@ -401,17 +375,13 @@ def estimate_stage_plan(
     settings = stage_settings(plan, cluster)
     ranges = stage_block_ranges(plan, len(model_blocks(model)))
     neighbours = [stage_neighbours(settings, i, plan.vpp) for i in range(plan.pp)]
-    costs = [
-        stage_cost(model, cluster, common, st, a, b, *nb)
-        for st, (a, b), nb in zip(settings, ranges, neighbours)
-    ]
+    arrays = [stage_arrays(model, cluster, common, st, *nb) for st, nb in zip(settings, neighbours)]
     stages = tuple(
-        stage_at(stage_arrays(model, cluster, common, st, *nb).blocks, st.index, a, b)
-        for st, (a, b), nb in zip(settings, ranges, neighbours)
+        stage_at(arr.blocks, st.index, a, b) for arr, st, (a, b) in zip(arrays, settings, ranges)
     )
+    costs = [stage_cost(s, st.index, arr.capacity) for s, st, arr in zip(stages, settings, arrays)]
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
-    step, breakdown = compose_stages(stages, tied)
-    composed = replace(stages[0].inputs, stages=stages, tied_sync_s=tied)
+    step, breakdown, works, tails = compose_stages(stages, tied)
     summary = tuple(
         {
             "stage": i,
@@ -428,8 +398,8 @@ def estimate_stage_plan(
     return StagePlanEstimate(
         step_time_s=step,
         breakdown=breakdown,
-        stage_work_s=tuple(float(work_total(w)) for w in stage_works(composed)),
-        stage_tail_s=tuple(float(t) for t in stage_tails_s(composed)),
+        stage_work_s=works,
+        stage_tail_s=tails,
         stages=tuple(c.memory for c in costs),
         stage_summary=summary,
         gpus=plan.gpus,

@@ -165,11 +165,10 @@ def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest
     """Per stage entry, the seconds between its last backward's end and the end of the pipeline
     part of the step (m × S + bubble), by the schedule (``SLACK_RULES``); 0 for the stage that ends
     last. ``works``/``totals``: every entry's stage_work and its sum; ``slowest``: S. The backward
-    (and sends) in front of each entry, Σ_{j: index_j < index_i} count_j·(B_j + sends_j), is one
-    sorted prefix sum over the entries (``sum_in_front``), not a pass over all entries per entry."""
+    (and sends) in front of each entry, Σ_{j: index_j < index_i} count_j·(B_j + sends_j): ``sum_in_front``."""
     stages = inp.stages
     windows = [s.count * (backward_s(w) + w["pp"]) for s, w in zip(stages, works)]
-    in_front = sum_in_front([s.index for s in stages], windows, [s.count for s in stages])
+    in_front = sum_in_front([s.index for s in stages], windows)
     out = []
     for before, total in zip(in_front, totals):
         idle = slowest - total
@@ -181,15 +180,11 @@ def drain_slack_s(inp: StepInputs, works: list[dict], totals: list[Num], slowest
     return out
 
 
-def sum_in_front(
-    index: list[Num], values: list[Num], present: list[Num] | None = None
-) -> list[Num]:
-    """Per entry i, Σ_j values[j] over the entries with index[j] < index[i] (floats, or arrays: elementwise),
-    in O(n log n) for n entries: the entries sorted by index (stably), a running sum, and each entry takes
-    the sum at the start of its run of equal indices (entries at the same index are not in front of each
-    other). Arrays: one order of the entries that sorts every candidate when there is one (``_scan_in_front``),
-    else a sort per candidate (``_sorted_in_front``). ``present``: where an entry is absent (its values 0 there),
-    its own sum is not read, so its index may break the order (it takes the sum of the entry before it)."""
+def sum_in_front(index: list[Num], values: list[Num]) -> list[Num]:
+    """Per entry i, Σ_j values[j] over the entries with index[j] < index[i] (entries at the same index are
+    not in front of each other). Floats: the entries sorted by index (stably), a running sum, each entry the
+    sum at the start of its run of equal indices, O(n log n). Arrays (one element per candidate): the n²
+    elementwise ``where``s, faster than a per-candidate sort for the few (<= 8) entries a search has."""
     if not any(isinstance(v, np.ndarray) for v in (*index, *values)):
         order = sorted(range(len(index)), key=lambda k: index[k])
         out: list[Num] = [0.0] * len(index)
@@ -200,54 +195,13 @@ def sum_in_front(
             out[k] = run_total
             running = running + values[k]
         return out
-    n = len(index)
-    present = [True] * n if present is None else present
-    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*index, *values, *present)))
-    idx, val, on = arrays[:n], arrays[n : 2 * n], [a > 0 for a in arrays[2 * n :]]
-
-    def largest(k: int) -> float:
-        shown = idx[k][on[k]]
-        return float(shown.max()) if shown.size else -np.inf
-
-    order = sorted(range(n), key=largest)  # stable: ties keep the entries' order
-    effective, prev = [None] * n, None
-    for k in order:  # an absent entry takes the index of the entry before it
-        effective[k] = np.where(on[k], idx[k], -np.inf if prev is None else effective[prev])
-        if prev is not None and not np.all(effective[prev] <= effective[k]):
-            return _sorted_in_front(np.stack(idx), np.stack(val))
-        prev = k
-    return _scan_in_front(effective, val, order)
-
-
-def _scan_in_front(idx: list, val: list, order: list[int]) -> list:
-    """``sum_in_front`` where ``order`` sorts the entries' indices for every candidate: a running sum in that
-    order, an entry tied with the one before it taking that one's sum."""
-    out: list = [None] * len(idx)
-    running = before = np.zeros(np.shape(idx[0]))
-    prev = None
-    for k in order:
-        if prev is not None:
-            before = np.where(idx[k] == idx[prev], before, running)
-        out[k] = before
-        running = running + val[k]
-        prev = k
-    return out
-
-
-def _sorted_in_front(idx: np.ndarray, val: np.ndarray) -> list:
-    """``sum_in_front`` over [n, ...] arrays whose order differs between candidates: the entries sorted per
-    candidate (stably), an exclusive running sum, each entry the sum at the start of its run of ties."""
-    n = idx.shape[0]
-    order = np.argsort(idx, axis=0, kind="stable")
-    idx, val = np.take_along_axis(idx, order, 0), np.take_along_axis(val, order, 0)
-    exclusive = np.zeros_like(val)
-    np.cumsum(val[:-1], axis=0, out=exclusive[1:])
-    position = np.arange(n).reshape((n,) + (1,) * (idx.ndim - 1))
-    new_run = np.concatenate([np.ones_like(idx[:1], dtype=bool), idx[1:] != idx[:-1]])
-    run_start = np.maximum.accumulate(np.where(new_run, position, 0), axis=0)
-    out = np.empty_like(val)
-    np.put_along_axis(out, order, np.take_along_axis(exclusive, run_start, 0), 0)
-    return list(out)
+    sums = []
+    for own in index:
+        before = 0.0
+        for other, value in zip(index, values):
+            before = before + where(other < own, value, 0.0)
+        sums.append(before)
+    return sums
 
 
 def _drain(before: Num, vpp: Num, idle: Num) -> Num:

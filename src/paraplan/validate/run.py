@@ -387,7 +387,8 @@ def run_case(case: Case | UnsupportedCase) -> dict:
     }
 
 
-def _mape(values: list[float]) -> float | None:
+def mape(values: list[float]) -> float | None:
+    """Mean absolute percentage error of signed errors in %: Σ|e| / n (None without any)."""
     return sum(abs(v) for v in values) / len(values) if values else None
 
 
@@ -400,7 +401,7 @@ def _subset_summary(entries: list[dict]) -> dict[str, Any]:
     for metric in METRICS:
         errs = [e["error_pct"][metric] for e in entries if metric in e["error_pct"]]
         if metric == "step_time_s" or errs:
-            out[f"{metric}_mape_pct"] = _mape(errs)
+            out[f"{metric}_mape_pct"] = mape(errs)
         if metric == "peak_allocated_gib" and errs:
             out[f"{metric}_cases"] = len(errs)
     steps = [abs(e["error_pct"]["step_time_s"]) for e in entries if "step_time_s" in e["error_pct"]]
@@ -416,7 +417,7 @@ def summarize(entries: list[dict], files: list[str]) -> dict:
     summary: dict[str, Any] = {"cases": len(scored)}
     for metric in METRICS:
         errs = [e["error_pct"][metric] for e in scored if metric in e["error_pct"]]
-        summary[f"{metric}_mape_pct"] = _mape(errs)
+        summary[f"{metric}_mape_pct"] = mape(errs)
         summary[f"{metric}_cases"] = len(errs)
     worst = (None, None, 0.0)
     for e in scored:

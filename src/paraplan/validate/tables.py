@@ -21,7 +21,7 @@ from paraplan.cost import kernel_tables as kt
 from paraplan.cost.compute import (
     GROUPED_GEMM_STREAMS,
     attention_time_s,
-    gemm_time_s,
+    gemm_kernel_time_s,
     grouped_gemm_time_s,
     memory_time_s,
 )
@@ -67,7 +67,7 @@ def _gemm(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableR
             ramps = math.ceil(p[0] / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
             pred.append(grouped_gemm_time_s(r.work, (p[0], p[1], p[3], p[2]), acc, r.dtype) - ramps)
         else:
-            pred.append(gemm_time_s(r.work, (1, *p), acc, r.dtype) - acc.efficiency.gemm_ramp_s)
+            pred.append(gemm_kernel_time_s(r.work, (1, *p), acc, r.dtype))
     label = "grouped GEMMs (per-expert loop)" if kind == "grouped_gemm" else "GEMMs"
     return [
         _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
