@@ -460,6 +460,7 @@ def test_validate_json_format(capsys):
         "gpu-steps-2026-11",
         "hf-steps-2026-11",
         "tiny-steps-2026-11",
+        "tiny-steps-2026-11-host2",
         "korthikanti2022",
         "nemo-llama31-h100",
         "mbridge-dense",
