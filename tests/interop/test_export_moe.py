@@ -117,3 +117,31 @@ def test_both_megatron_front_ends_read_the_dispatcher_with_one_map(kind, moe, de
 def test_a_dispatcher_without_a_plan_field_is_refused_by_name(kind, deepep, message):
     with pytest.raises(ExportRefused, match=message):
         dispatcher_of(kind, True, deepep, "x", "switch")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(),
+        dict(etp=2, moe_dispatcher="deepep", moe_a2a_overlap=True, pp=1, recompute="selective"),
+        dict(ep=1, moe_dispatcher="allgather", capacity_factor=1.25, moe_balance="forced"),
+    ],
+)
+def test_both_front_ends_write_and_read_the_same_expert_knobs(fields):
+    """megatron_core.expert_knobs is the one list: Megatron-LM writes its flags, NeMo the fields
+    they set (nemo.EXPERT_FIELDS), and both read back the same expert fields."""
+    from paraplan.export import nemo
+    from paraplan.export.megatron_core import expert_knobs
+
+    p = plan(**fields)
+    knobs = expert_knobs(p, moe=True)
+    line = " ".join(megatron.expert_arguments(p, "megatron", moe=True))
+    o = dict(nemo.overrides(p, model=MIXTRAL))
+    for flag, value in knobs:
+        assert flag in line
+        assert o[nemo.EXPERT_FIELDS[flag]] == value
+    names = ("etp", "moe_dispatcher", "moe_a2a_overlap", "capacity_factor", "moe_balance")
+    from_megatron = megatron.import_plan(megatron.export(p, model=MIXTRAL))
+    from_nemo = nemo.import_plan(nemo.export(p, model=MIXTRAL))
+    assert {n: from_megatron[n] for n in names} == {n: from_nemo[n] for n in names}
+    assert {n: from_nemo[n] for n in names} == {n: getattr(p, n) for n in names}

@@ -21,7 +21,6 @@ from paraplan.export.common import (
     require,
 )
 from paraplan.export.megatron_core import (
-    DISPATCHER_TYPES,
     LAYOUT_FLAG,
     MEGATRON_CORE_FIELDS,
     MEGATRON_EXPERT_FIELDS,
@@ -29,15 +28,15 @@ from paraplan.export.megatron_core import (
     SHARDING,
     cp_comm_type,
     cp_fields_from_cp_comm_type,
-    dispatcher_of,
     distributed_optimizer,
+    expert_fields,
+    expert_knobs,
     fp8_primary_weights,
     megatron_core_checks,
     pipeline_layout,
     placement_of,
     sharding_stages,
     stage_layers_from_layout,
-    states_dispatcher,
 )
 from paraplan.export.megatron_model import model_arguments
 from paraplan.export.startup import (
@@ -161,11 +160,8 @@ def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
 
 
 def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
-    """The expert layers' arguments (Megatron-Core v0.14 names): expert parallel and expert tensor parallel
-    sizes (stated whenever experts are split: Megatron's etp defaults to tp), the dispatcher, batch-level
-    EP all-to-all overlap (--overlap-moe-expert-parallel-comm, new in v0.14), capacity and padding,
-    forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch). The dispatcher is
-    stated for every MoE model (``moe``): Megatron's default is allgather (arguments.py line 2871)."""
+    """The expert layers' arguments: the expert parallel size, then megatron_core.expert_knobs as flags
+    (a switch alone, a value after its flag). Refuses the pipeline schedules Megatron-LM does not run."""
     if plan.pipeline_schedule in ("zb-h1", "dualpipe"):
         raise refuse(
             fw,
@@ -173,47 +169,10 @@ def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
             plan.pipeline_schedule,
             "Megatron-LM runs 1F1B or interleaved 1F1B pipelines",
         )
-    a: list[str] = []
-    experts_split = plan.ep * plan.etp > 1
-    if plan.ep > 1:
-        a += ["--expert-model-parallel-size", str(plan.ep)]
-    if experts_split:
-        a += ["--expert-tensor-parallel-size", str(plan.etp)]
-    if states_dispatcher(plan, moe):
-        a += ["--moe-token-dispatcher-type", DISPATCHER_TYPES[plan.moe_dispatcher]]
-        if plan.moe_dispatcher == "deepep":
-            a += ["--moe-enable-deepep"]
-    if plan.moe_a2a_overlap:
-        a += ["--overlap-moe-expert-parallel-comm"]
-    if plan.capacity_factor is not None:
-        a += [
-            "--moe-expert-capacity-factor",
-            repr(float(plan.capacity_factor)),
-            "--moe-pad-expert-input-to-capacity",
-        ]
-    if plan.moe_balance == "forced":
-        a += ["--moe-router-force-load-balancing"]
+    a = ["--expert-model-parallel-size", str(plan.ep)] if plan.ep > 1 else []
+    for flag, value in expert_knobs(plan, moe):
+        a += [flag] if value is True else [flag, str(value)]
     return a
-
-
-def expert_fields(f: dict, num) -> dict:
-    """expert_arguments read back; without --expert-tensor-parallel-size etp is 1 (a file that relies on
-    Megatron's default etp = tp for an MoE model must state it)."""
-    dispatcher = dispatcher_of(
-        f.get("--moe-token-dispatcher-type"),
-        "--num-experts" in f,
-        "--moe-enable-deepep" in f,
-        "megatron: --moe-token-dispatcher-type",
-        "--moe-enable-deepep",
-    )
-    capacity = f.get("--moe-expert-capacity-factor")
-    return {
-        "etp": num("--expert-tensor-parallel-size", 1),
-        "moe_dispatcher": dispatcher,
-        "moe_a2a_overlap": "--overlap-moe-expert-parallel-comm" in f,
-        "capacity_factor": float(capacity) if capacity is not None else None,
-        "moe_balance": "forced" if "--moe-router-force-load-balancing" in f else "learned",
-    }
 
 
 def split_arguments(plan: PlanSpec, fw: str, model: ModelSpec | None = None) -> list[str]:
@@ -354,7 +313,12 @@ def import_plan(text: str) -> dict[str, object]:
         **cp_fields_from_cp_comm_type(
             f.get("--cp-comm-type"), num("--context-parallel-size", 1), "megatron: --cp-comm-type"
         ),
-        **expert_fields(f, num),
+        **expert_fields(
+            f.get,
+            num("--expert-tensor-parallel-size", 1),
+            "megatron: --moe-token-dispatcher-type",
+            "--moe-enable-deepep",
+        ),
         **split,
     }
 

@@ -9,6 +9,7 @@ refusals of Megatron-Core, its context-parallel communication types, and its pip
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from paraplan.export.common import (
@@ -76,6 +77,54 @@ def dispatcher_of(kind: object, moe: bool, deepep: bool, where: str, deepep_name
     if kind == "flex" and not deepep:
         raise ExportRefused(f"{where} flex without {deepep_name} has no plan field")
     return names[kind]
+
+
+def expert_knobs(plan: PlanSpec, moe: bool) -> list[tuple[str, object]]:
+    """The expert knobs as (Megatron-LM flag, value; True for a switch), Megatron-Core v0.14 names, which
+    NeMo's recipe sets as the config fields the flags set: the expert tensor parallel size whenever
+    experts are split (Megatron's etp defaults to tp), the dispatcher for every MoE model (``moe``:
+    Megatron's default is allgather, arguments.py line 2871; DeepEP is flex with --moe-enable-deepep),
+    batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm, new in v0.14), capacity and
+    padding, forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch)."""
+    k: list[tuple[str, object]] = []
+    if plan.ep * plan.etp > 1:
+        k += [("--expert-tensor-parallel-size", plan.etp)]
+    if states_dispatcher(plan, moe):
+        k += [("--moe-token-dispatcher-type", DISPATCHER_TYPES[plan.moe_dispatcher])]
+        if plan.moe_dispatcher == "deepep":
+            k += [("--moe-enable-deepep", True)]
+    if plan.moe_a2a_overlap:
+        k += [("--overlap-moe-expert-parallel-comm", True)]
+    if plan.capacity_factor is not None:
+        k += [("--moe-expert-capacity-factor", float(plan.capacity_factor))]
+        k += [("--moe-pad-expert-input-to-capacity", True)]
+    if plan.moe_balance == "forced":
+        k += [("--moe-router-force-load-balancing", True)]
+    return k
+
+
+def expert_fields(
+    lookup: Callable[[str], object], etp: int, where: str, deepep_name: str
+) -> dict[str, object]:
+    """expert_knobs read back: ``lookup(flag)`` is the value a file gives the Megatron-LM flag (or the
+    config field it sets; None when absent), ``etp`` the expert tensor parallel size read (1 when not
+    stated: a file that relies on Megatron's default etp = tp for an MoE model must state it);
+    ``where`` and ``deepep_name`` name the dispatcher field and the DeepEP switch for the refusals."""
+    dispatcher = dispatcher_of(
+        lookup("--moe-token-dispatcher-type"),
+        bool(lookup("--num-experts")),
+        bool(lookup("--moe-enable-deepep")),
+        where,
+        deepep_name,
+    )
+    capacity = lookup("--moe-expert-capacity-factor")
+    return {
+        "etp": etp,
+        "moe_dispatcher": dispatcher,
+        "moe_a2a_overlap": bool(lookup("--overlap-moe-expert-parallel-comm")),
+        "capacity_factor": float(capacity) if capacity is not None else None,  # type: ignore[arg-type]
+        "moe_balance": "forced" if lookup("--moe-router-force-load-balancing") else "learned",
+    }
 
 
 def fp8_primary_weights(plan: PlanSpec) -> bool:

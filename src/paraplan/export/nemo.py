@@ -55,6 +55,22 @@ MODEL_FIELDS = {
     "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim",
     "--v-head-dim": "v_head_dim",
 }
+# Megatron-LM expert flags (megatron_core.expert_knobs) -> the fields they set: the expert tensor parallel
+# size on MegatronStrategy, the rest TransformerConfig fields
+EXPERT_FIELDS = {
+    "--expert-tensor-parallel-size": "trainer.strategy.expert_tensor_parallel_size",
+    **{
+        f"--{name.replace('_', '-')}": CONFIG + name
+        for name in (
+            "moe_token_dispatcher_type",
+            "moe_enable_deepep",
+            "overlap_moe_expert_parallel_comm",
+            "moe_expert_capacity_factor",
+            "moe_pad_expert_input_to_capacity",
+            "moe_router_force_load_balancing",
+        )
+    },
+}
 SPLIT_KEYS = {  # plan field -> MegatronStrategy argument
     "layers_first_stage": "trainer.strategy.num_layers_in_first_pipeline_stage",
     "layers_last_stage": "trainer.strategy.num_layers_in_last_pipeline_stage",
@@ -155,25 +171,9 @@ def _recompute(plan: PlanSpec) -> list[tuple[str, object]]:
 
 
 def _experts(plan: PlanSpec, moe: bool) -> list[tuple[str, object]]:
-    """The expert knobs as Megatron-Core fields (the names Megatron-LM's flags set): the expert tensor
-    parallel size whenever experts are split (its default is tp), the dispatcher for every MoE model
-    (TransformerConfig's default is allgather; DeepEP is flex with moe_enable_deepep), batch-level EP
-    all-to-all overlap, capacity and padding, forced balance."""
-    o: list[tuple[str, object]] = []
-    if plan.ep * plan.etp > 1:
-        o += [("trainer.strategy.expert_tensor_parallel_size", plan.etp)]
-    if core.states_dispatcher(plan, moe):
-        o += [(CONFIG + "moe_token_dispatcher_type", core.DISPATCHER_TYPES[plan.moe_dispatcher])]
-        if plan.moe_dispatcher == "deepep":
-            o += [(CONFIG + "moe_enable_deepep", True)]
-    if plan.moe_a2a_overlap:
-        o += [(CONFIG + "overlap_moe_expert_parallel_comm", True)]
-    if plan.capacity_factor is not None:
-        o += [(CONFIG + "moe_expert_capacity_factor", float(plan.capacity_factor))]
-        o += [(CONFIG + "moe_pad_expert_input_to_capacity", True)]
-    if plan.moe_balance == "forced":
-        o += [(CONFIG + "moe_router_force_load_balancing", True)]
-    return o
+    """The expert knobs (megatron_core.expert_knobs) as the Megatron-Core fields their Megatron-LM flags
+    set (EXPERT_FIELDS)."""
+    return [(EXPERT_FIELDS[flag], value) for flag, value in core.expert_knobs(plan, moe)]
 
 
 def _model_fields(model: ModelSpec) -> list[tuple[str, object]]:
@@ -354,19 +354,11 @@ def _recompute_fields(v: dict, r: Doc) -> dict[str, object]:
 
 
 def _expert_fields(v: dict, r: Doc) -> dict[str, object]:
-    """_experts read back; without expert_tensor_parallel_size etp is 1 (as Megatron-LM's import)."""
-    dispatcher = core.dispatcher_of(
-        v.get(CONFIG + "moe_token_dispatcher_type"),
-        bool(v.get(CONFIG + "num_moe_experts")),
-        bool(v.get(CONFIG + "moe_enable_deepep")),
+    """_experts read back (megatron_core.expert_fields, each flag looked up under its field); without
+    expert_tensor_parallel_size etp is 1 (as Megatron-LM's import)."""
+    return core.expert_fields(
+        lambda flag: v.get(EXPERT_FIELDS.get(flag) or CONFIG + MODEL_FIELDS[flag]),
+        r.integer(EXPERT_FIELDS["--expert-tensor-parallel-size"], 1, minimum=1),
         f"nemo: recipe.{CONFIG}moe_token_dispatcher_type",
         "moe_enable_deepep",
     )
-    capacity = v.get(CONFIG + "moe_expert_capacity_factor")
-    return {
-        "etp": r.integer("trainer.strategy.expert_tensor_parallel_size", 1, minimum=1),
-        "moe_dispatcher": dispatcher,
-        "moe_a2a_overlap": bool(v.get(CONFIG + "overlap_moe_expert_parallel_comm", False)),
-        "capacity_factor": float(capacity) if capacity is not None else None,
-        "moe_balance": "forced" if v.get(CONFIG + "moe_router_force_load_balancing") else "learned",
-    }
