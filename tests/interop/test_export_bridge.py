@@ -130,6 +130,31 @@ def test_fp8_and_megatron_fsdp_round_trip():
     round_trip(fsdp, GPT)
 
 
+@pytest.mark.parametrize(
+    "fp8_recipe, recipe",
+    [
+        (None, "bf16_with_fp8_delayed_scaling_mixed"),
+        ("none", "bf16_with_fp8_delayed_scaling_mixed"),
+        ("delayed", "bf16_with_fp8_delayed_scaling_mixed"),
+        ("current", "bf16_with_fp8_current_scaling_mixed"),
+        ("mxfp8", "bf16_with_mxfp8_mixed"),
+        ("blockwise", "bf16_with_fp8_subchannel_scaling_mixed"),
+        ("nvfp4", "bf16_with_nvfp4_mixed"),
+    ],
+)
+def test_an_fp8_plan_trains_its_profiles_recipe_and_reads_back_as_fp8(fp8_recipe, recipe):
+    fp8 = PlanSpec(gpus=8, tp=2, micro_batch=1, global_batch=32, seq_length=2048, dtype="fp8")
+    text = export_plan(BRIDGE, fp8, GPT, fp8_recipe=fp8_recipe)
+    assert fields(text)["mixed_precision"] == f"get_mixed_precision_config({recipe!r})"
+    known = fp8_recipe not in (None, "none")
+    assert ("# fp8 recipe: delayed scaling (default" in text) is not known, text
+    assert PlanSpec(**import_plan(BRIDGE, text)).dtype == "fp8"
+    bf16 = PlanSpec(gpus=8, tp=2, micro_batch=1, global_batch=32, seq_length=2048)
+    bf16_text = export_plan(BRIDGE, bf16, GPT, fp8_recipe=fp8_recipe)
+    assert fields(bf16_text)["mixed_precision"] == "get_mixed_precision_config('bf16_mixed')"
+    assert "# fp8 recipe" not in bf16_text
+
+
 def test_deepseek_v3_deepep_is_the_flex_dispatcher_with_its_backend():
     """moe_enable_deepep is deprecated at the pinned Megatron-LM (transformer_config.py:917-922): DeepEP is
     moe_token_dispatcher_type flex with moe_flex_dispatcher_backend deepep; the model's experts, MLA and
@@ -158,8 +183,8 @@ def test_deepseek_v3_deepep_is_the_flex_dispatcher_with_its_backend():
     [
         (("'deepep'", "'hybridep'"), "moe_flex_dispatcher_backend 'hybridep' has no plan field"),
         (
-            ("bf16_with_fp8_delayed_scaling_mixed", "bf16_with_mxfp8_mixed"),
-            "mixed_precision 'bf16_with_mxfp8_mixed'",
+            ("bf16_with_fp8_delayed_scaling_mixed", "fp16_with_fp8_delayed_scaling_mixed"),
+            "mixed_precision 'fp16_with_fp8_delayed_scaling_mixed'",
         ),
         (
             ("cfg.model.seq_length", "cfg.model.seq_len"),
@@ -201,3 +226,31 @@ def test_search_export_import_estimate_gives_the_same_step_time(tmp_path):
     assert est["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
     system = load_system("dgx-a100-80gb")
     assert estimate(GPT, system, PlanSpec(**back["plan"])).step_time_s > 0
+
+
+@pytest.mark.parametrize(
+    "system, profile, recipe",
+    [
+        ("dgx-h100-80gb", "megatron-bridge-25.11", "bf16_with_fp8_current_scaling_mixed"),
+        ("dgx-b200", "megatron-bridge-25.11-mxfp8", "bf16_with_mxfp8_mixed"),
+    ],
+)
+def test_a_searched_fp8_plan_exports_the_recipe_it_was_priced_with(
+    tmp_path, system, profile, recipe
+):
+    search = tmp_path / "fp8.json"
+    search.write_text(_cli("search", "-m", "gpt3-1.3b", "-s", system, "--gpus", "16",
+                           "--global-batch", "64", "--seq-length", "2048", "--framework", profile,
+                           "--dtype", "fp8", "--top", "1", "--json"))  # fmt: skip
+    row = json.loads(search.read_text())["plans"][0]
+    assert row["plan"]["dtype"] == "fp8"
+    written = tmp_path / "plan.py"
+    _cli("export", f"{search}#1", "--to", BRIDGE, "-o", str(written))
+    assert (
+        fields(written.read_text())["mixed_precision"] == f"get_mixed_precision_config({recipe!r})"
+    )
+    back = json.loads(_cli("import", "plan", str(written)))["plan"]
+    assert back["dtype"] == "fp8" and back["tp"] == row["plan"]["tp"]
+    # an explicit --framework overrides the search's profile; delayed scaling for megatron-core
+    text = _cli("export", f"{search}#1", "--to", BRIDGE, "--framework", "megatron-core")
+    assert "get_mixed_precision_config('bf16_with_fp8_delayed_scaling_mixed')" in text

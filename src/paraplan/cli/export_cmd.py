@@ -46,13 +46,23 @@ def export_command(
         int, "--seq-length", help="for a DeepSpeed config read as input", min=1
     ) = None,
     out: optional(Path, "--out", "-o", help="write to FILE (with --to all: a folder)") = None,
+    framework: optional(
+        str,
+        "--framework",
+        help="framework profile the plan was priced with (its fp8 recipe; default: the search JSON's)",
+    ) = None,
 ) -> None:
     """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express.
     With --to all, every framework that can run the plan is written and the others' refusals listed
     (exit 0 when at least one was written). A search JSON's model and system are the defaults."""
-    from paraplan.catalog import load_model, load_system
+    from paraplan.catalog import load_framework, load_model, load_system
     from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
-    from paraplan.export.planfile import check_loaded_plan, load_plan, source_names
+    from paraplan.export.planfile import (
+        check_loaded_plan,
+        load_plan,
+        source_framework,
+        source_names,
+    )
     from paraplan.io.documents import atomic_write_text
 
     targets = FRAMEWORKS if to == "all" else (to,)
@@ -66,6 +76,14 @@ def export_command(
     if gpus_per_node is None and system_ref:
         sys_spec = load_system(system_ref, "system", referenced=system is None)
         gpus_per_node = min(sys_spec.node.gpus_per_domain, DEFAULT_GPUS_PER_NODE)
+    profile_ref = framework or source_framework(plan)
+    profile = (
+        load_framework(
+            profile_ref, "--framework" if framework else "framework", referenced=framework is None
+        )
+        if profile_ref
+        else None
+    )
     plan_spec = load_plan(plan, rank, model=model_spec, seq_length=seq_length, field="PLAN")
     check_loaded_plan(plan_spec, model_spec, "PLAN")
     header = (
@@ -79,7 +97,12 @@ def export_command(
     for fw in targets:
         try:
             texts[fw] = export_plan(
-                fw, plan_spec, model_spec, gpus_per_node or DEFAULT_GPUS_PER_NODE, header
+                fw,
+                plan_spec,
+                model_spec,
+                gpus_per_node or DEFAULT_GPUS_PER_NODE,
+                header,
+                profile.fp8_recipe if profile is not None else None,
             )
         except ExportRefused as exc:
             if to != "all":

@@ -36,8 +36,10 @@ def export_plan(
     model: ModelSpec | None = None,
     gpus_per_node: int = 8,
     header: str = "",
+    fp8_recipe: str | None = None,
 ) -> str:
-    """The plan as ``framework`` takes it (text); :class:`ExportRefused` names a knob it cannot express,
+    """The plan as ``framework`` takes it (text); ``fp8_recipe``: the fp8 recipe of the framework profile
+    the plan was priced with (Megatron-Bridge writes its recipe; None: delayed scaling); :class:`ExportRefused` names a knob it cannot express,
     InputError a model the uniform plan does not describe (estimate.model_violations: encoder-decoders)."""
     if model is not None:
         from paraplan.step.estimate import model_violations
@@ -50,7 +52,7 @@ def export_plan(
     if framework == "nemo":
         return nemo.export(plan, gpus_per_node, header, model)
     if framework == "megatron-bridge":
-        return megatron_bridge.export(plan, gpus_per_node, header, model)
+        return megatron_bridge.export(plan, gpus_per_node, header, model, fp8_recipe)
     if framework == "torchtitan":
         return torchtitan.export(plan, model, header)
     if framework == "deepspeed":

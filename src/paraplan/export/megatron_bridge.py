@@ -57,6 +57,17 @@ PREFIXES = (
 # 172, fp16_mixed line 188, bf16_with_fp8_delayed_scaling_mixed line 204, NeMo's 'hybrid' delayed scaling)
 PRECISION = {"bf16-mixed": "bf16_mixed", "16-mixed": "fp16_mixed"}
 FP8_PRECISION = "bf16_with_fp8_delayed_scaling_mixed"
+# a framework profile's fp8_recipe (specs/framework.py) -> the Bridge recipe that trains it
+# (training/mixed_precision.py at 7af9601c: bf16_with_mxfp8_mixed line 242, fp8_recipe "mxfp8";
+# bf16_with_fp8_current_scaling_mixed line 272, "tensorwise"; bf16_with_fp8_subchannel_scaling_mixed
+# line 360, "blockwise"; bf16_with_nvfp4_mixed line 392, fp4_recipe "nvfp4")
+FP8_RECIPES = {
+    "delayed": FP8_PRECISION,
+    "current": "bf16_with_fp8_current_scaling_mixed",
+    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
 LAUNCH = re.compile(
     r"^\s*#\s*launch:\s*torchrun\s+--nnodes=(\d+)\s+--nproc-per-node=(\d+)\b", flags=re.M
 )
@@ -72,10 +83,20 @@ def _rename(key: str) -> str:
     raise AssertionError(f"megatron-bridge: no ConfigContainer path for NeMo's {key}")
 
 
+def fp8_precision(fp8_recipe: str | None) -> str:
+    """The Bridge mixed-precision recipe of a profile's fp8 recipe (FP8_RECIPES); delayed scaling when
+    the profile is not known (None) or states none."""
+    return FP8_RECIPES.get(fp8_recipe or "delayed", FP8_PRECISION)
+
+
 def overrides(
-    plan: PlanSpec, gpus_per_node: int = 8, model: ModelSpec | None = None
+    plan: PlanSpec,
+    gpus_per_node: int = 8,
+    model: ModelSpec | None = None,
+    fp8_recipe: str | None = None,
 ) -> list[tuple[str, object]]:
-    """(ConfigContainer path, value) pairs; refuses what Megatron-Bridge cannot run."""
+    """(ConfigContainer path, value) pairs; refuses what Megatron-Bridge cannot run. ``fp8_recipe``:
+    the fp8 recipe of the framework profile the plan was priced with (FrameworkSpec.fp8_recipe)."""
     label = framework_args(NAME).label
     if plan.dtype == "fp32":
         raise refuse(
@@ -87,7 +108,10 @@ def overrides(
             continue  # the launch line; the fp8 recipe is the mixed_precision recipe's
         if key == "trainer.plugins.precision":
             out.append(
-                ("mixed_precision", FP8_PRECISION if plan.dtype == "fp8" else PRECISION[value])
+                (
+                    "mixed_precision",
+                    fp8_precision(fp8_recipe) if plan.dtype == "fp8" else PRECISION[value],
+                )
             )
         elif key == "trainer.strategy.fsdp":  # Megatron FSDP (ConfigContainer.validate line 1238)
             out += [("ddp.use_megatron_fsdp", True), ("checkpoint.ckpt_format", "fsdp_dtensor")]
@@ -102,10 +126,15 @@ def overrides(
 
 
 def export(
-    plan: PlanSpec, gpus_per_node: int = 8, header: str = "", model: ModelSpec | None = None
+    plan: PlanSpec,
+    gpus_per_node: int = 8,
+    header: str = "",
+    model: ModelSpec | None = None,
+    fp8_recipe: str | None = None,
 ) -> str:
-    """Python lines to paste after building the recipe's ConfigContainer, with the torchrun line."""
-    pairs = overrides(plan, gpus_per_node, model)
+    """Python lines to paste after building the recipe's ConfigContainer, with the torchrun line;
+    an fp8 plan trains the profile's fp8 recipe (``fp8_recipe``; delayed scaling when not known)."""
+    pairs = overrides(plan, gpus_per_node, model, fp8_recipe)
     context = {"world_size": plan.gpus, "n_layers": model.layers if model is not None else None}
     fw = checked_keys(NAME, plan, pairs, context)
     nodes, per_node = nodes_and_gpus_per_node(plan.gpus, gpus_per_node)
@@ -120,6 +149,13 @@ def export(
         f"from megatron.bridge.training.mixed_precision import {MP_CALL}",
         "from megatron.core.transformer.enums import AttnBackend",
     )
+    if plan.dtype == "fp8":
+        lines.insert(
+            -4,
+            f"# fp8 recipe: {fp8_recipe} (the plan's framework profile)"
+            if fp8_recipe and fp8_recipe != "none"
+            else "# fp8 recipe: delayed scaling (default; the plan's framework profile is not known)",
+        )
     given = dict(pairs)
     for key, value in pairs:
         if key.startswith(("comm_overlap.", "mixed_precision")):
@@ -205,15 +241,15 @@ def import_plan(text: str) -> dict[str, object]:
             " paraplan needs it to rebuild the plan"
         )
     recipe = str(v.pop("mixed_precision", None) or "").replace("-", "_")
-    if recipe not in (*PRECISION.values(), FP8_PRECISION):
+    if recipe not in (*PRECISION.values(), *FP8_RECIPES.values()):
         raise ExportRefused(
             f"megatron-bridge: cfg.mixed_precision {recipe or None!r} has no plan field (allowed:"
-            f" {', '.join((*PRECISION.values(), FP8_PRECISION))})"
+            f" {', '.join((*PRECISION.values(), *FP8_RECIPES.values()))})"
         )
     out: dict[str, object] = {"trainer.num_nodes": 1, "trainer.devices": gpus}
     out["trainer.plugins.precision"] = "16-mixed" if recipe == "fp16_mixed" else "bf16-mixed"
     out["trainer.strategy.ddp.grad_reduce_in_fp32"] = recipe != "fp16_mixed"  # the recipes' values
-    if recipe == FP8_PRECISION:
+    if recipe in FP8_RECIPES.values():  # the plan's dtype fp8; PlanSpec carries no recipe
         out |= {"trainer.plugins.fp8": "hybrid", "trainer.plugins.fp8_param_gather": True}
     tp_overlap = bool(v.pop("comm_overlap.tp_comm_overlap", False))
     if v.pop("ddp.use_megatron_fsdp", False):
