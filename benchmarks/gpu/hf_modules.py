@@ -29,13 +29,13 @@ same formulas written out).  Writes, in OUTDIR:
   launched kernel of that path (component data for the host model: not one of the validation
   steps' models).
 
-Component data only: never validation cases.  Timings: CUDA events over back-to-back calls
-after warm-ups.
+Component data only: never validation cases.  Timings: host_fp8.kernel_time_us (CUDA events over
+back-to-back calls after warm-ups; the measurements of 2026-11-27 capped a run at 500 calls, the
+shared function at 2,000).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -44,6 +44,7 @@ import time
 import torch
 import torch.nn.functional as F
 import train_steps as ts
+from host_fp8 import kernel_time_us, sync, write_csv
 from torch import nn
 
 try:  # the modules as transformers writes them (read at run time, not copied)
@@ -101,34 +102,6 @@ def causal_lm_loss(logits, labels, vocab):
     lg = logits.float()
     lab = F.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
     return F.cross_entropy(lg.view(-1, vocab), lab.view(-1), ignore_index=-100)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_us(fn, device, target_s=0.02):
-    """Mean time per call over back-to-back calls filling ~target_s after 3 warm-ups."""
-    for _ in range(3):
-        fn()
-    sync(device)
-    t = time.perf_counter()
-    fn()
-    sync(device)
-    n = max(3, min(500, int(target_s / max(time.perf_counter() - t, 1e-6))))
-    if device.type != "cuda":
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - t) / n * 1e6
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / n * 1e3
 
 
 def kernels_of(fn, device):
@@ -249,8 +222,8 @@ def run_module(case, device):
             t.grad = None
 
     row = {"module": module, "impl": impl, "shape": shape, "dtype_in": str(dtype).split(".")[-1]}
-    row["fwd_us"] = round(time_us(fwd, device), 3)
-    row["fwd_bwd_us"] = round(time_us(fwd_bwd, device), 3)
+    row["fwd_us"] = round(kernel_time_us(fwd, device, 0.02), 3)
+    row["fwd_bwd_us"] = round(kernel_time_us(fwd_bwd, device, 0.02), 3)
     row["peak_extra_mib"] = round(peak_extra_mib(fwd_bwd, device), 2)
     row["kernels_fwd"] = kernels_of(fwd, device)
     row["kernels_fwd_bwd"] = kernels_of(fwd_bwd, device)
@@ -298,7 +271,7 @@ def measure_norm_recheck(device, smoke, log):
                 "rmsnorm_fwd_bwd": (5 * nb, lambda: F.rms_norm(x, (h,), w).backward(g)),
             }
             for op, (nbytes, fn) in ops.items():
-                us = time_us(fn, device)
+                us = kernel_time_us(fn, device, 0.02)
                 rows.append(
                     {
                         "op": op,
@@ -359,8 +332,8 @@ def inductor_row(mode, layers, device):
     for _ in range(3):
         step()
     row = {"mode": mode, "layers": layers, "kernels_per_step": kernels_of(step, device)}
-    row["step_us"] = round(time_us(step, device, 0.05), 2)
-    row["fwd_bwd_us"] = round(time_us(fwd_bwd, device, 0.05), 2)
+    row["step_us"] = round(kernel_time_us(step, device, 0.05), 2)
+    row["fwd_bwd_us"] = round(kernel_time_us(fwd_bwd, device, 0.05), 2)
     return row
 
 
@@ -384,16 +357,6 @@ def measure_inductor(device, deadline, smoke, log):
             f"{r['fwd_bwd_us']:.0f} us, {r['kernels_per_step']} kernels"
         )
     return rows
-
-
-def write_csv(path, rows):
-    if not rows:
-        return
-    with open(path + ".tmp", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(path + ".tmp", path)
 
 
 def main():
