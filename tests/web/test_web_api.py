@@ -10,7 +10,7 @@ pytest.importorskip(
 )
 
 from starlette.testclient import TestClient
-from web_helpers import CLUSTER, SMALL, cluster_search, wait
+from web_helpers import CLUSTER, SMALL, SWEEP, cluster_search, wait
 
 from paraplan import api
 from paraplan.web.app import MAX_BODY, create_app
@@ -279,15 +279,6 @@ def test_a_time_to_train_objective_ranks_by_goodput(client):
     assert [p["plan"] for p in doc["plans"]] == [p["plan"] for p in found["plans"]]
     assert len(doc["time_to_train"]["goodput"]) == len(doc["plans"])
     assert doc["scatter_rule"] == "ranked"
-
-
-SWEEP = """model: gpt3-13b
-systems: [dgx-a100-80gb]
-gpus: [32, 64]
-max_global_batch: 512
-restrictions: {tp: [1, 2, 4], pp: [1, 2, 4]}
-sets: [{path: accelerator.hbm_bandwidth, values: [2TB/s, 3TB/s]}]
-"""
 
 
 def test_a_sweep_file_runs_every_point_with_progress(client):

@@ -24,7 +24,7 @@ playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed: pip install 'paraplan[test]'"
 )
 
-from web_helpers import CLUSTER, SMALL, cluster_search
+from web_helpers import CLUSTER, SMALL, SWEEP, cluster_search
 
 CHROMIUM = os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -264,15 +264,6 @@ def test_a_time_to_train_objective_shows_each_plans_days(browser, server, shots)
     assert "expected wall-clock seconds per token" in page.inner_text("#ttt-title")
     page.screenshot(path=str(shots / "time-to-train.png"), full_page=True)
     page.context.close()
-
-
-SWEEP = """model: gpt3-13b
-systems: [dgx-a100-80gb]
-gpus: [32, 64]
-max_global_batch: 512
-restrictions: {tp: [1, 2, 4], pp: [1, 2, 4]}
-sets: [{path: accelerator.hbm_bandwidth, values: [2TB/s, 3TB/s]}]
-"""
 
 
 def test_a_sweep_file_is_run_and_drawn_as_a_heatmap(browser, server, shots):

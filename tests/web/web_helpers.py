@@ -28,6 +28,16 @@ def wait(client, job_id: str, limit_s: float = 120.0) -> dict:
     raise AssertionError(f"job {job_id} still running after {limit_s} s")
 
 
+# a sweep file as the page takes it (``paraplan sweep``'s definition document): 2 GPU counts x 2 HBM rates
+SWEEP = """model: gpt3-13b
+systems: [dgx-a100-80gb]
+gpus: [32, 64]
+max_global_batch: 512
+restrictions: {tp: [1, 2, 4], pp: [1, 2, 4]}
+sets: [{path: accelerator.hbm_bandwidth, values: [2TB/s, 3TB/s]}]
+"""
+
+
 # a cluster of pools as the page takes it (``search --cluster``'s schema), and the search the page runs
 CLUSTER = """name: mixed
 pools:
