@@ -31,7 +31,14 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_plan_from_dict
 from paraplan.units import GiB, UnitError
-from paraplan.validate.run import SCOPE_STAGE, _read_case_file, case_role, error_pct, summarize
+from paraplan.validate.run import (
+    SCOPE_STAGE,
+    _read_case_file,
+    case_role,
+    error_pct,
+    mape,
+    summarize,
+)
 
 REQUIRED = ("name", "source", "model", "cluster", "plan", "measured")
 DOC_KEYS = {
@@ -189,10 +196,6 @@ def run_hetero_case(case: HeteroCase) -> dict:
     return entry
 
 
-def _mape(values: list[float]) -> float | None:
-    return sum(abs(v) for v in values) / len(values) if values else None
-
-
 def run_hetero_cases(cases: list[HeteroCase]) -> dict:
     entries = [run_hetero_case(c) for c in cases]
     summary = summarize(entries, [c.file for c in cases])
@@ -222,8 +225,8 @@ def run_hetero_cases(cases: list[HeteroCase]) -> dict:
         name: {
             "cases": g["cases"],
             "step_time_cases": g["step_time_cases"],
-            "step_time_s_mape_pct": _mape(g["errors"]),
-            "reference_mape_pct": {k: _mape(v) for k, v in g["reference"].items()},
+            "step_time_s_mape_pct": mape(g["errors"]),
+            "reference_mape_pct": {k: mape(v) for k, v in g["reference"].items()},
             "oom_cases": g["oom_cases"],
             "oom_predicted_not_to_fit": g["oom_predicted"],
         }
