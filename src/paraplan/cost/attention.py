@@ -60,6 +60,9 @@ KERNEL_FALLBACK: dict[tuple[str, str], str] = {
     ("volta", "cudnn"): "fa2",
     ("turing", "fa3"): "fa2",
     ("turing", "cudnn"): "fa2",
+    # Ada (sm_89): FlashAttention-3 needs Hopper's wgmma/TMA (Shah et al. 2024, §3); as on Ampere
+    ("ada", "fa3"): "fa2",
+    ("ada", "cudnn"): "fa2",
 }
 
 

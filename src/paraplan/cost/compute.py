@@ -116,7 +116,8 @@ def gemm_time_s(
         if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
             kernel_s = measured * flops / (2.0 * b * m * n * k)
             share = table_in_step_share(acc, dtype)
-            return kernel_s / (aligned * share) + acc.efficiency.gemm_ramp_s
+            # a table is timed at the rated power: a power cap slows it by the clock share (specs.power)
+            return kernel_s / (aligned * share * acc.clock_fraction()) + acc.efficiency.gemm_ramp_s
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
@@ -176,7 +177,7 @@ def attention_time_s(
     slower of the two bounds the kernel (cost.flops.softmax_exponentials; AcceleratorSpec.softmax_exp_rate)."""
     if flops <= 0:
         return 0.0
-    rate = acc.softmax_exp_rate
+    rate = acc.exp_rate()  # at the sustained clock under a power cap (specs.power)
     exp_s = exponentials / rate if rate else 0.0
     if acc.kernel_tables and call is not None:
         kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
@@ -184,6 +185,7 @@ def attention_time_s(
             acc.kernel_tables, acc.l2_cache, kernel, flops * causal_fraction, call, direction, dtype
         )
         if measured is not None:
+            measured /= acc.clock_fraction()  # timed at the rated power (specs.power)
             return max(measured, exp_s + acc.efficiency.kernel_overhead_s)
     peak = acc.peak_attention_flops(dtype)
     matrix_s = flops * causal_fraction / (peak * attention_efficiency(acc, call))
@@ -219,7 +221,7 @@ def grouped_gemm_time_s(
         if measured is not None:  # measured per-expert loop (cost.kernel_tables), work-scaled
             ramps = math.ceil(b / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
             share = table_in_step_share(acc, dtype)
-            return measured * flops / (2.0 * b * m * n * k * share) + ramps
+            return measured * flops / (2.0 * b * m * n * k * share * acc.clock_fraction()) + ramps
     rate = (
         acc.peak_matrix_flops(dtype)
         * gemm_efficiency(1, m, n, k, acc, dtype)

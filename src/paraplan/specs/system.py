@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from paraplan.specs.errors import UnsupportedDtype
+from paraplan.specs.power import sustained_clock_fraction
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.strict import InputModel
 from paraplan.units import parse_quantity
@@ -264,7 +265,7 @@ class EfficiencySpec(HostFields, EagerFields):
 class AcceleratorSpec(InputModel):
     name: str
     architecture: (
-        Literal["volta", "turing", "ampere", "hopper", "blackwell", "cdna3", "cdna4"] | None
+        Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"] | None
     ) = Field(
         None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
     )
@@ -306,6 +307,34 @@ class AcceleratorSpec(InputModel):
         2 * 2**30,
         description="HBM not available to the framework (CUDA context, allocator fragmentation)",
     )
+    tdp_w: float | None = Field(
+        None, gt=0, description="rated board power (W) at which the datasheet peaks hold"
+    )
+    power_cap_w: float | None = Field(
+        None,
+        gt=0,
+        description="board power limit (W, nvidia-smi -pl) below tdp_w: matrix, vector and "
+        "special-function rates scale by specs.power.sustained_clock_fraction; None: uncapped",
+    )
+
+    @field_validator("power_cap_w")
+    @classmethod
+    def _cap_has_a_rating(cls, value, info: ValidationInfo):
+        if value is not None:
+            tdp = info.data.get("tdp_w")
+            if tdp is None:
+                raise ValueError("needs accelerator.tdp_w, the board's rated power, to scale from")
+            sustained_clock_fraction(value, tdp)  # a cap at or below the idle draw is refused
+        return value
+
+    def clock_fraction(self) -> float:
+        """Share of the datasheet SM clock sustained under power_cap_w (specs.power)."""
+        return sustained_clock_fraction(self.power_cap_w, self.tdp_w)
+
+    def exp_rate(self) -> float | None:
+        """softmax_exp_rate at the sustained clock (the SFUs run on the SM clock; specs.power)."""
+        rate = self.softmax_exp_rate
+        return rate * self.clock_fraction() if rate else rate
 
     @field_validator("matrix_flops")
     @classmethod
@@ -327,7 +356,10 @@ class AcceleratorSpec(InputModel):
         """Peak matrix rate for ``dtype``: its datasheet entry; fp16 and bf16 share tensor cores; fp32
         without an fp32 entry (a part whose datasheet gives only TF32) runs at the TF32 rate. FP4
         (nvfp4, mxfp4) needs its own entry (which parts have one, and the refusal a plan gets:
-        specs.rules.dtype_rule)."""
+        specs.rules.dtype_rule). Under a power cap, times the sustained clock share (clock_fraction)."""
+        return self._datasheet_matrix_flops(dtype) * self.clock_fraction()
+
+    def _datasheet_matrix_flops(self, dtype: str) -> float:
         table = self.matrix_flops
         if dtype in table:
             return table[dtype]
@@ -352,21 +384,20 @@ class AcceleratorSpec(InputModel):
             return self.peak_matrix_flops("bf16")
         if dtype in ("fp32", "tf32"):
             if "tf32" in self.matrix_flops:
-                return self.matrix_flops["tf32"] / 3.0
+                return self.matrix_flops["tf32"] / 3.0 * self.clock_fraction()
             return self.peak_matrix_flops("fp32")
         return self.peak_matrix_flops(dtype)
 
     def peak_vector_flops(self, dtype: str) -> float:
         """Peak vector rate for element-wise work in ``dtype``'s activations (activation_dtype: fp8 and
         FP4 training keep them in bf16, tf32 in fp32); falls back to fp16 / bf16 / fp32 entries,
-        whichever the datasheet gives (fp32 activations first to the fp32 entry)."""
+        whichever the datasheet gives (fp32 activations first to the fp32 entry); under a power cap,
+        times the sustained clock share (clock_fraction)."""
         table = self.vector_flops
         wanted = activation_dtype(dtype)
         order = ("fp32", "bf16", "fp16") if wanted == "fp32" else (wanted, "bf16", "fp16", "fp32")
-        for key in order:
-            if key in table:
-                return table[key]
-        return max(table.values())
+        rate = next((table[key] for key in order if key in table), None) or max(table.values())
+        return rate * self.clock_fraction()
 
     def gemm_efficiency_cap(self, dtype: str) -> float:
         """Achievable share of the dtype's peak: the cap ``gemm_cap_key`` names (gemm_fp8 for fp8 and

@@ -1,0 +1,52 @@
+"""Sustained SM clock of a power-capped GPU (``nvidia-smi -pl``): the one function a power cap acts through.
+
+Model. A board under a cap P runs its SMs at the clock f whose power fits the cap. Board power is an
+idle floor P_idle plus the switching power of the SMs, C·V²·f (CMOS dynamic power; N. Weste and D.
+Harris, *CMOS VLSI Design*, 4th ed., §5.2), and in the DVFS range the driver lowers the voltage with
+the clock (V ∝ f), so the switching power goes as f³. With the datasheet peaks holding at the board's
+rated power P_tdp (f = 1):
+
+    f(P) = min(1, ((P − P_idle) / (P_tdp − P_idle)) ** (1/3)),   P_idle = IDLE_SHARE · P_tdp.
+
+The cap throttles the SM clock, not the memory clock (nvidia-smi reports the HBM clock unchanged under
+a power cap; applications-clocks set the two apart), so only the matrix, vector and special-function
+rates scale with f; HBM and link bandwidths do not.
+
+IDLE_SHARE: one H100 SXM5 80GB at its 700 W limit drew 74.8 W idle at a 345 MHz SM clock (nvidia-smi -q,
+../shared/reference/measured/h100-sxm5-80gb/env.json, 2026-11-27): 74.8 / 700 = 0.107. Assumption: the
+same share of the rated power on other parts.
+
+Check against published figures (docs/hardware.md "Power caps"): the H100 NVL is the same 132-SM GH100
+rated at 400 W; NVIDIA's datasheet gives it 835.5 dense BF16 TFLOPS (1,671 with sparsity) against the
+700 W SXM5's 989.4, a ratio of 0.845; the model gives f(400 W of 700 W) = 0.804, 5 % lower (the
+datasheet figures are boost clocks, which a sustained tensor-core load holds less of at the lower
+power). A lower cap never gives a higher clock (f is non-decreasing in P), so a capped part is never
+faster than the uncapped one (tests/property/test_power_cap.py).
+"""
+
+from __future__ import annotations
+
+IDLE_SHARE = 74.8 / 700.0
+# CMOS switching power ∝ V²·f with V ∝ f in the DVFS range (module docstring)
+CLOCK_POWER_EXPONENT = 3.0
+
+
+def idle_power_w(tdp_w: float) -> float:
+    """P_idle = IDLE_SHARE · P_tdp: the board's draw with its SMs idle (module docstring)."""
+    return IDLE_SHARE * tdp_w
+
+
+def sustained_clock_fraction(power_cap_w: float | None, tdp_w: float | None) -> float:
+    """f = min(1, ((P_cap − P_idle) / (P_tdp − P_idle))^(1/3)): the share of the datasheet SM clock
+    a board capped at ``power_cap_w`` sustains under a full tensor-core load (module docstring:
+    CMOS dynamic power C·V²·f with V ∝ f; P_idle from the measured H100 idle draw). 1 without a cap
+    or a rating, and for a cap at or above the rating."""
+    if power_cap_w is None or tdp_w is None or power_cap_w >= tdp_w:
+        return 1.0
+    idle = idle_power_w(tdp_w)
+    if power_cap_w <= idle:
+        raise ValueError(
+            f"accelerator.power_cap_w: {power_cap_w:g} W is at or below the board's idle draw "
+            f"{idle:.0f} W; allowed: above {idle:.0f} W (rated tdp_w {tdp_w:g} W)"
+        )
+    return ((power_cap_w - idle) / (tdp_w - idle)) ** (1.0 / CLOCK_POWER_EXPONENT)
