@@ -21,7 +21,7 @@ rated at 400 W; NVIDIA's datasheet gives it 835.5 dense BF16 TFLOPS (1,671 with 
 700 W SXM5's 989.4, a ratio of 0.845; the model gives f(400 W of 700 W) = 0.804, 5 % lower (the
 datasheet figures are boost clocks, which a sustained tensor-core load holds less of at the lower
 power). A lower cap never gives a higher clock (f is non-decreasing in P), so a capped part is never
-faster than the uncapped one (tests/property/test_power_cap.py).
+faster than the uncapped one (tests/property/test_power_cap_monotone.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,88 @@
+"""The deployed variants of issue 32: the 500 W H100 96GB, RTX / workstation PCIe boxes and the announced
+Vera Rubin NVL72. Each is listed by `paraplan systems --tables` (analytical fallback), estimates and
+searches through the CLI, and takes only the dtypes its tensor cores have."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paraplan.catalog import load_system
+from paraplan.cli import main
+from paraplan.specs.rules import dtype_rule
+
+NEW = (
+    "hgx-h100-96gb-500w",
+    "rtx-4090-8",
+    "rtx-5090-8",
+    "l40s-8",
+    "rtx-6000-ada-4",
+    "rtx-pro-6000-4",
+    "vr200-nvl72",
+)
+# dtype -> allowed, per system (fp8/FP4 only where the tensor cores have them)
+DTYPES = {
+    "rtx-4090-8": {"fp8": True, "nvfp4": False, "mxfp4": False},
+    "l40s-8": {"fp8": True, "nvfp4": False, "mxfp4": False},
+    "rtx-6000-ada-4": {"fp8": True, "nvfp4": False, "mxfp4": False},
+    "rtx-5090-8": {"fp8": True, "nvfp4": True, "mxfp4": True},
+    "rtx-pro-6000-4": {"fp8": True, "nvfp4": True, "mxfp4": True},
+    "hgx-h100-96gb-500w": {"fp8": True, "nvfp4": False, "mxfp4": False},
+    "vr200-nvl72": {"fp8": True, "nvfp4": True, "mxfp4": False},  # MXFP4 rate not announced
+}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    code = exit_info.value.code
+    return (0 if code is None else code), out, err
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def test_tables_listing_names_the_fallback(capsys):
+    code, out, _ = run(capsys, "systems", "--tables")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()}
+    for name in NEW:
+        assert "analytical fallback" in rows[name], name
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_estimate_and_search_run(capsys, name):
+    gpus = load_system(name).node.gpus_per_domain
+    batch = str(4 * gpus)
+    base = ["--model", "gpt3-350m", "--system", name, "--gpus", str(gpus), "--seq-length", "1024"]
+    code, out, err = run(capsys, "estimate", *base, "--global-batch", batch, "--json")
+    assert code == 0, err
+    est = json.loads(out)
+    assert est["step_time_s"] > 0 and 0 < est["mfu"] <= 1
+    code, out, err = run(capsys, "search", *base, "--global-batch", batch, "--top", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["plans"]
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_dtype_rules(name):
+    acc = load_system(name).accelerator
+    assert dtype_rule("bf16", acc) is None
+    for dtype, allowed in DTYPES[name].items():
+        assert (dtype_rule(dtype, acc) is None) == allowed, (name, dtype)
+
+
+def test_geforce_halves_fp32_accumulation_and_pcie_boxes_have_pcie_links():
+    rtx4090, l40s = load_system("rtx-4090-8"), load_system("l40s-8")
+    # Ada whitepaper: GeForce RTX 4090 165.2 dense BF16 with FP32 accumulate (half its FP16-accumulate
+    # 330.3); the data-center L40S runs it at the full 362.05
+    assert rtx4090.accelerator.peak_matrix_flops("bf16") == pytest.approx(165.2e12)
+    assert l40s.accelerator.peak_matrix_flops("bf16") == pytest.approx(362.05e12)
+    for name in ("rtx-4090-8", "rtx-5090-8", "l40s-8", "rtx-6000-ada-4", "rtx-pro-6000-4"):
+        assert (
+            load_system(name).node.nvlink_bandwidth <= 63e9
+        )  # PCIe Gen5 x16 per direction at most
