@@ -8,8 +8,8 @@ rated power P_tdp (f = 1):
 
     f(P) = min(1, ((P − P_idle) / (P_tdp − P_idle)) ** (1/3)),   P_idle = IDLE_SHARE · P_tdp.
 
-The cap throttles the SM clock, not the memory clock (nvidia-smi reports the HBM clock unchanged under
-a power cap; applications-clocks set the two apart), so only the matrix, vector and special-function
+Assumption: the cap throttles the SM (graphics) clock, not the memory clock, which nvidia-smi sets
+apart (applications clocks: graphics and memory), so only the matrix, vector and special-function
 rates scale with f; HBM and link bandwidths do not.
 
 IDLE_SHARE: one H100 SXM5 80GB at its 700 W limit drew 74.8 W idle at a 345 MHz SM clock (nvidia-smi -q,
