@@ -20,6 +20,7 @@ NEW = (
     "rtx-6000-ada-4",
     "rtx-pro-6000-4",
     "vr200-nvl72",
+    "aws-g6.48xlarge",
 )
 # dtype -> allowed, per system (fp8/FP4 only where the tensor cores have them)
 DTYPES = {
@@ -30,6 +31,7 @@ DTYPES = {
     "rtx-pro-6000-4": {"fp8": True, "nvfp4": True, "mxfp4": True},
     "hgx-h100-96gb-500w": {"fp8": True, "nvfp4": False, "mxfp4": False},
     "vr200-nvl72": {"fp8": True, "nvfp4": True, "mxfp4": False},  # MXFP4 rate not announced
+    "aws-g6.48xlarge": {"fp8": True, "nvfp4": False, "mxfp4": False},
 }
 
 
@@ -82,7 +84,15 @@ def test_geforce_halves_fp32_accumulation_and_pcie_boxes_have_pcie_links():
     # 330.3); the data-center L40S runs it at the full 362.05
     assert rtx4090.accelerator.peak_matrix_flops("bf16") == pytest.approx(165.2e12)
     assert l40s.accelerator.peak_matrix_flops("bf16") == pytest.approx(362.05e12)
-    for name in ("rtx-4090-8", "rtx-5090-8", "l40s-8", "rtx-6000-ada-4", "rtx-pro-6000-4"):
+    pcie = (
+        "rtx-4090-8",
+        "rtx-5090-8",
+        "l40s-8",
+        "rtx-6000-ada-4",
+        "rtx-pro-6000-4",
+        "aws-g6.48xlarge",
+    )
+    for name in pcie:
         assert (
             load_system(name).node.nvlink_bandwidth <= 63e9
         )  # PCIe Gen5 x16 per direction at most
