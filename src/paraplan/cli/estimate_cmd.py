@@ -39,11 +39,9 @@ from paraplan.cli.estimate_plan import (
     plan_file_sources,
 )
 from paraplan.cli.goodput_opts import (
+    GoodputChanges,
     GoodputOption,
-    GoodputSetOption,
-    GridIntensityOption,
     goodput_dict,
-    goodput_inputs,
     goodput_lines,
 )
 from paraplan.cli.options import (
@@ -54,6 +52,7 @@ from paraplan.cli.options import (
     PriceOption,
     SetOption,
     TokensOption,
+    option_groups,
 )
 from paraplan.io.options import check_price, parse_tokens
 from paraplan.specs.errors import InputError
@@ -111,6 +110,7 @@ def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> lis
 
 
 @app.command()
+@option_groups
 def estimate(
     ctx: typer.Context,
     model: optional(
@@ -275,8 +275,7 @@ def estimate(
     framework: FrameworkOption = None,
     width: WidthOption = None,
     goodput: GoodputOption = False,
-    grid_intensity: GridIntensityOption = None,
-    goodput_set: GoodputSetOption = None,
+    goodput_changes: GoodputChanges = GoodputChanges(),
 ) -> None:
     """Time, memory and utilisation of one training step under one plan.
 
@@ -370,7 +369,7 @@ def estimate(
             plan,
             run_tokens,
             price,
-            goodput_inputs(grid_intensity, goodput_set),
+            goodput_changes.inputs(),
         )
         if goodput
         else None

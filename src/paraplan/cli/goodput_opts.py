@@ -3,13 +3,21 @@ and energy (paraplan.goodput), as a JSON-ready dict; report.goodput_view renders
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import typer
 
 from paraplan.cli.declare import optional, switch
 from paraplan.report.goodput_view import goodput_lines, recovery_text
 from paraplan.specs.errors import InputError
 
-__all__ = ["GoodputSetOption", "GridIntensityOption", "goodput_dict", "goodput_lines"]
+__all__ = [
+    "GoodputChanges",
+    "GoodputSetOption",
+    "GridIntensityOption",
+    "goodput_dict",
+    "goodput_lines",
+]
 
 GoodputOption = switch(
     "--goodput",
@@ -30,6 +38,28 @@ GoodputSetOption = optional(
     "restart.spare_servers=4, checkpoint.mode=async, failures.planned_per_day=0; "
     "goodput/defaults.yaml); repeat for more",
 )
+
+
+@dataclass(frozen=True)
+class GoodputChanges:
+    """Changes to the default goodput inputs (goodput/defaults.yaml) that estimate, search and sweep
+    take together: --grid-intensity and --goodput-set (an option group, cli.options.option_groups)."""
+
+    grid_intensity: GridIntensityOption = None
+    goodput_set: GoodputSetOption = None
+
+    def inputs(self):
+        """The default goodput inputs with these changes (goodput_inputs)."""
+        return goodput_inputs(self.grid_intensity, self.goodput_set)
+
+    def sweep_inputs(self, goodput: bool) -> dict | None:
+        """``sweep --goodput``'s inputs as plain data for the points (None without --goodput): the
+        defaults with the changes, without their sources."""
+        if not goodput:
+            if self.grid_intensity is not None or self.goodput_set:
+                raise InputError("--goodput-set: needs --goodput")
+            return None
+        return self.inputs().model_dump(exclude={"sources"})
 
 
 def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None = None):
@@ -61,16 +91,6 @@ def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None =
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise InputError(f"--goodput-set: {where}: {err['msg']}") from None
-
-
-def sweep_goodput_inputs(goodput: bool, grid_intensity, sets) -> dict | None:
-    """``sweep --goodput``'s inputs as plain data for the points (None without --goodput): the
-    defaults with the changes, without their sources."""
-    if not goodput:
-        if grid_intensity is not None or sets:
-            raise InputError("--goodput-set: needs --goodput")
-        return None
-    return goodput_inputs(grid_intensity, sets).model_dump(exclude={"sources"})
 
 
 def _value(text: str):

@@ -28,6 +28,7 @@ from paraplan.cli.app import (
     search_restrictions,
 )
 from paraplan.cli.declare import given, optional, switch
+from paraplan.cli.goodput_opts import GoodputChanges
 
 ModelOption = given(
     str, "--model", "-m", help="catalog name, or a YAML/JSON file (or a Hugging Face config.json)"
@@ -102,7 +103,7 @@ class SpaceSwitches:
         }
 
 
-OPTION_GROUPS = (SearchBatch, SearchAxes, SpaceSwitches)
+OPTION_GROUPS = (SearchBatch, SearchAxes, SpaceSwitches, GoodputChanges)
 
 
 def option_groups(command: Callable) -> Callable:

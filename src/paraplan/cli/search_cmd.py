@@ -31,9 +31,7 @@ from paraplan.cli.app import (
 )
 from paraplan.cli.declare import given, optional, switch
 from paraplan.cli.goodput_opts import (
-    GoodputSetOption,
-    GridIntensityOption,
-    goodput_inputs,
+    GoodputChanges,
     time_to_train_objective,
     ttt_lines,
     ttt_search,
@@ -122,8 +120,7 @@ def search(
     switches: SpaceSwitches = SpaceSwitches(),
     price: PriceOption = None,
     tokens: TokensOption = None,
-    grid_intensity: GridIntensityOption = None,
-    goodput_set: GoodputSetOption = None,
+    goodput_changes: GoodputChanges = GoodputChanges(),
     memory_headroom: given(
         float,
         "--memory-headroom",
@@ -245,7 +242,7 @@ def search(
         )
     run_tokens = parse_tokens(tokens) if tokens is not None else None
     ttt = time_to_train_objective(objective, run_tokens, exhaustive, csv_all)
-    good_inputs = goodput_inputs(grid_intensity, goodput_set) if ttt else None
+    good_inputs = goodput_changes.inputs() if ttt else None
     objective = "time" if ttt else objective
     check_price(price)
     from paraplan.cli.estimate_plan import apply_sets

@@ -20,10 +20,8 @@ from paraplan.cli.app import (
 )
 from paraplan.cli.declare import given, optional, switch
 from paraplan.cli.goodput_opts import (
+    GoodputChanges,
     GoodputOption,
-    GoodputSetOption,
-    GridIntensityOption,
-    sweep_goodput_inputs,
 )
 from paraplan.cli.options import (
     AttentionOption,
@@ -83,8 +81,7 @@ def sweep(
     no_plot: switch("--no-plot", help="write sweep.json/csv only") = False,
     framework: FrameworkOption = None,
     goodput: GoodputOption = False,
-    grid_intensity: GridIntensityOption = None,
-    goodput_set: GoodputSetOption = None,
+    goodput_changes: GoodputChanges = GoodputChanges(),
 ) -> None:
     """Search the best plan at every point of systems × GPU counts × --set values; write JSON, CSV and plots."""
     from rich.progress import (
@@ -118,7 +115,7 @@ def sweep(
         restrictions={k: v for k, v in restrictions.items() if v is not None},
         tokens=parse_tokens(tokens) if tokens is not None else None,
         framework=framework,
-        goodput=sweep_goodput_inputs(goodput, grid_intensity, goodput_set),
+        goodput=goodput_changes.sweep_inputs(goodput),
     )
     if dask is not None and not dask.strip():
         raise InputError("--dask: give a scheduler address (tcp://host:8786) or 'local'")

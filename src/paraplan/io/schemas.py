@@ -29,29 +29,26 @@ from paraplan.units import ALLOWED_UNITS
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
+def _measured(description: str) -> Any:
+    """A field of Measured: a positive figure, or None where the source does not state it."""
+    return Field(None, gt=0, description=description)
+
+
 class Measured(InputModel):
     """Published measurements of one run; memory per GPU on the first pipeline stage, in GiB."""
 
-    step_time_s: float | None = Field(None, gt=0, description="seconds per training step")
-    weights_and_optimizer_gib: float | None = Field(
-        None, gt=0, description="weights, gradients, optimizer state"
-    )
-    activations_gib: float | None = Field(None, gt=0, description="activations kept for backward")
-    peak_memory_gib: float | None = Field(None, gt=0, description="peak memory per GPU")
-    peak_allocated_gib: float | None = Field(
-        None,
-        gt=0,
-        description="peak of the caching allocator's allocated bytes (torch.cuda.max_memory_allocated): "
-        "the peak without the CUDA context, communication buffers and fragmentation",
+    step_time_s: float | None = _measured("seconds per training step")
+    weights_and_optimizer_gib: float | None = _measured("weights, gradients, optimizer state")
+    activations_gib: float | None = _measured("activations kept for backward")
+    peak_memory_gib: float | None = _measured("peak memory per GPU")
+    peak_allocated_gib: float | None = _measured(
+        "peak of the caching allocator's allocated bytes (torch.cuda.max_memory_allocated): "
+        "the peak without the CUDA context, communication buffers and fragmentation"
     )
     # documentation metrics (validate.run.DOC_METRICS): quoted beside the compared figures, not compared
-    tflops_per_gpu: float | None = Field(
-        None, gt=0, description="documentation only: model TFLOP/s per GPU"
-    )
-    tokens_per_s_per_gpu: float | None = Field(
-        None, gt=0, description="documentation only: tokens/s per GPU"
-    )
-    mfu: float | None = Field(None, gt=0, description="documentation only: model FLOP utilisation")
+    tflops_per_gpu: float | None = _measured("documentation only: model TFLOP/s per GPU")
+    tokens_per_s_per_gpu: float | None = _measured("documentation only: tokens/s per GPU")
+    mfu: float | None = _measured("documentation only: model FLOP utilisation")
 
 
 class ValidationCase(BaseModel):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from paraplan.specs.choices import Attention, AttentionKernel
 from paraplan.specs.plan import PlanSpec, RuntimeFields
 from paraplan.specs.system import Bytes, EagerFields, HostFields
 
@@ -86,10 +87,10 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
     )
-    attention: Literal["flash", "unfused"] = Field(
+    attention: Attention = Field(
         "flash", description="plan default: fused or unfused core attention"
     )
-    attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
+    attention_kernel: AttentionKernel = Field(
         "cudnn",
         description="fused-attention kernel (cost.attention.KERNEL_CURVES); falls back where it cannot run",
     )

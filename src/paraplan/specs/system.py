@@ -18,6 +18,7 @@ from pydantic import (
     field_validator,
 )
 
+from paraplan.specs.choices import AttentionKernel
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.power import sustained_clock_fraction
 from paraplan.specs.runtime import RuntimeCosts
@@ -200,7 +201,7 @@ class EfficiencySpec(HostFields, EagerFields):
         description="fraction of peak reached by fused attention (kernel attention_kernel) at the reference "
         "shape: causal, 8k tokens per call, head dim 128 (cost.attention.REFERENCE_SHAPE)",
     )
-    attention_kernel: Literal["fa2", "fa3", "cudnn"] = Field(
+    attention_kernel: AttentionKernel = Field(
         "fa2",
         description="fused-attention kernel the attention fraction refers to (cost.attention.KERNEL_CURVES)",
     )
