@@ -412,17 +412,19 @@ def export(
     model: str | Path | dict | ModelSpec | None = None,
     gpus_per_node: int = 8,
     header: str = "",
-    fp8_recipe: str | None = None,
+    framework: str | None = None,
 ) -> str:
     """The plan as a framework's launch arguments (``paraplan export --to``: megatron, nemo,
-    megatron-bridge, torchtitan, deepspeed); ``fp8_recipe``: the fp8 recipe of the framework profile
-    the plan was priced with (Megatron-Bridge writes its mixed-precision recipe); raises InputError
+    megatron-bridge, torchtitan, deepspeed); ``framework``: the profile the plan was priced with, whose
+    fp8 recipe Megatron-Bridge writes (``paraplan export --framework``); raises InputError
     (ExportRefused) naming a knob it cannot express."""
+    from paraplan.catalog import load_framework
     from paraplan.export import export_plan
 
     plan_spec = plan if isinstance(plan, PlanSpec) else plan_from_fields(dict(plan))
     model_spec = load_model(str(model) if isinstance(model, Path) else model) if model else None
-    return export_plan(to, plan_spec, model_spec, gpus_per_node, header, fp8_recipe)
+    recipe = load_framework(framework, "framework").fp8_recipe if framework else None
+    return export_plan(to, plan_spec, model_spec, gpus_per_node, header, recipe)
 
 
 def catalog_names() -> dict[str, list[str]]:
