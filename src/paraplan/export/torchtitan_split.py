@@ -109,10 +109,8 @@ def split_fields(counts: list[int], pp: int, model: ModelSpec | None) -> dict[st
     vpp = len(counts) // pp
     stages = stages_of_chunks(counts, pp)
     mtp = model.mtp_layers if model is not None else 0
-    layers, fields = (
-        sum(stages),
-        {"vpp": vpp, "layers_first_stage": None, "layers_last_stage": None},
-    )
+    layers = sum(stages)
+    fields: dict[str, object] = {"vpp": vpp, "layers_first_stage": None, "layers_last_stage": None}
     for e, l in ((0, 0), (1, 1), (1, 0), (0, 1)):  # the fullest accounting first on a tie
         fields |= {"embedding_as_layer": bool(e), "loss_as_layer": bool(l)}
         units_ = accounted_units(e, l, mtp)
