@@ -414,10 +414,8 @@ def export(
     header: str = "",
     framework: str | None = None,
 ) -> str:
-    """The plan as a framework's launch arguments (``paraplan export --to``: megatron, nemo,
-    megatron-bridge, torchtitan, deepspeed); ``framework``: the profile the plan was priced with, whose
-    fp8 recipe Megatron-Bridge writes (``paraplan export --framework``); raises InputError
-    (ExportRefused) naming a knob it cannot express."""
+    """The plan as a framework's launch arguments (``paraplan export --to``, ``--framework``: the profile
+    the plan was priced with, whose fp8 recipe Megatron-Bridge writes); raises InputError naming a knob."""
     from paraplan.catalog import load_framework
     from paraplan.export import export_plan
 
