@@ -412,14 +412,17 @@ def export(
     model: str | Path | dict | ModelSpec | None = None,
     gpus_per_node: int = 8,
     header: str = "",
+    framework: str | None = None,
 ) -> str:
-    """The plan as a framework's launch arguments (``paraplan export --to``: megatron, nemo,
-    torchtitan, deepspeed); raises InputError (ExportRefused) naming a knob it cannot express."""
+    """The plan as a framework's launch arguments (``paraplan export --to``, ``--framework``: the profile
+    the plan was priced with, whose fp8 recipe Megatron-Bridge writes); raises InputError naming a knob."""
+    from paraplan.catalog import load_framework
     from paraplan.export import export_plan
 
     plan_spec = plan if isinstance(plan, PlanSpec) else plan_from_fields(dict(plan))
     model_spec = load_model(str(model) if isinstance(model, Path) else model) if model else None
-    return export_plan(to, plan_spec, model_spec, gpus_per_node, header)
+    recipe = load_framework(framework, "framework").fp8_recipe if framework else None
+    return export_plan(to, plan_spec, model_spec, gpus_per_node, header, recipe)
 
 
 def catalog_names() -> dict[str, list[str]]:

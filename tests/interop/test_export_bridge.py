@@ -143,7 +143,9 @@ def test_fp8_and_megatron_fsdp_round_trip():
     ],
 )
 def test_an_fp8_plan_trains_its_profiles_recipe_and_reads_back_as_fp8(fp8_recipe, recipe):
-    fp8 = PlanSpec(gpus=8, tp=2, micro_batch=1, global_batch=32, seq_length=2048, dtype="fp8")
+    copies = fp8_recipe in ("blockwise", "nvfp4")  # recipes without fp8 primary weights
+    fp8 = PlanSpec(gpus=8, tp=2, micro_batch=1, global_batch=32, seq_length=2048, dtype="fp8",
+                   fp8_weight_copies=copies)  # fmt: skip
     text = export_plan(BRIDGE, fp8, GPT, fp8_recipe=fp8_recipe)
     assert fields(text)["mixed_precision"] == f"get_mixed_precision_config({recipe!r})"
     known = fp8_recipe not in (None, "none")

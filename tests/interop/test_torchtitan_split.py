@@ -4,14 +4,21 @@ the plan's explicit stage_layers with the same step time; a hand-made split is r
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
+import re
 import tomllib
 
 import pytest
 
-from paraplan.catalog import load_model, load_system
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cli import main
+from paraplan.cost.frameworks import framework_system
 from paraplan.export import ExportRefused, export_plan, import_plan
 from paraplan.export.common import canonical_plan
+from paraplan.export.megatron_core import layout_from_stage_layers
 from paraplan.export.torchtitan_split import written_plan
 from paraplan.specs.plan import PlanSpec
 from paraplan.step.estimate import estimate
@@ -78,12 +85,94 @@ def test_a_split_needs_the_model_and_a_hand_made_split_is_refused():
         import_plan("torchtitan", three, MODEL)
 
 
-def test_a_stage_with_fewer_layers_than_chunks_is_not_written():
-    plan = PlanSpec(
-        **(BASE | dict(pp=4, vpp=4, schedule="interleaved", stage_layers=(13, 12, 12, 3)))
-    )
+def test_a_middle_part_without_layers_is_not_written_the_last_may_hold_norm_and_output_alone():
+    """A part needs a module (specs.rules.model_parts_rule): a middle stage with fewer layers than
+    its chunks is refused; a last stage with one layer fewer leaves its last part norm and output,
+    as torchtitan's generate_llm_fqn_per_model_part writes it (pipeline_parallel.py:333)."""
+    interleaved = BASE | dict(pp=4, vpp=4, schedule="interleaved")
+    plan = PlanSpec(**(interleaved | dict(stage_layers=(13, 12, 3, 12))))
     with pytest.raises(ExportRefused, match=r"^plan\.vpp=4: .*without layers"):
         export_plan("torchtitan", plan, MODEL)
+    plan = PlanSpec(**(interleaved | dict(stage_layers=(13, 12, 12, 3))))
+    text = export_plan("torchtitan", plan, MODEL)
+    assert _parts(text)[-1] == ["norm", "output"]
+    back = PlanSpec(**import_plan("torchtitan", text, MODEL, plan.seq_length))
+    assert canonical_plan(back) == canonical_plan(plan)
+    empty = text.replace('["norm", "output"]', '[], ["norm", "output"]')
+    with pytest.raises(ExportRefused, match="without modules|do not divide"):
+        import_plan("torchtitan", empty, MODEL)
+
+
+def _stages(plan: PlanSpec) -> list[int]:
+    from paraplan.specs.split import stage_layer_counts
+
+    return stage_layer_counts(plan.split(MODEL.layers, MODEL.mtp_layers))
+
+
+def _layout_chunks(plan: PlanSpec, model) -> list[int]:
+    """Decoder layers per chunk of Megatron-LM's layout for the plan (export.megatron_core)."""
+    from paraplan.specs.split import accounted_units, stage_layer_counts
+
+    units = accounted_units(plan.embedding_units, plan.loss_units, model.mtp_layers)
+    stages = tuple(stage_layer_counts(plan.split(model.layers, model.mtp_layers)))
+    layout = layout_from_stage_layers(stages, plan.vpp, *units, mtp_layers=model.mtp_layers)
+    return [sum(int(n) for n in re.findall(r"t\*(\d+)", c)) for c in layout.split("|")]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(embedding_as_layer=True, loss_as_layer=True),
+        dict(embedding_as_layer=True),
+        dict(loss_as_layer=True),
+    ],
+)
+def test_an_accounted_interleaved_split_writes_megatrons_chunks_and_reads_back_the_plan(fields):
+    """The embedding / loss counted in the first / last chunk, as Megatron-LM's layout places them
+    (40 layers + E + L over 4 stages × 2 chunks: 'Et*4|t*6|t*6|t*5|t*5|t*5|t*5|t*4L'), not the
+    unaccounted cut (the first part 5 layers): the import gives back the plan, switches and all."""
+    plan = PlanSpec(**(BASE | dict(pp=4, vpp=2, schedule="interleaved") | fields))
+    text = export_plan("torchtitan", plan, MODEL)
+    counts = [len([n for n in p if n.startswith("layers.")]) for p in _parts(text)]
+    assert counts == _layout_chunks(plan, MODEL)
+    if plan.embedding_as_layer:
+        assert counts[0] == 4 and counts[1] == 6
+    back = PlanSpec(**import_plan("torchtitan", text, MODEL, plan.seq_length))
+    assert canonical_plan(back) == canonical_plan(written_plan(plan, MODEL))
+    assert _stages(back) == _stages(plan) and _layout_chunks(back, MODEL) == counts
+    if plan.embedding_as_layer and plan.loss_as_layer:  # the search's accounting reads back as is
+        assert canonical_plan(back) == canonical_plan(plan)
+    assert estimate(MODEL, SYSTEM, back).step_time_s == estimate(MODEL, SYSTEM, plan).step_time_s
+
+
+def test_a_torchtitan_search_with_vpp_round_trips_through_the_chunks_it_priced():
+    """search --framework torchtitan (vpp > 1, the embedding and loss counted in the split) ->
+    export -> import -> estimate: the same plan and step time (relative 1e-9), and the parts are the
+    chunks of Megatron-LM's layout of the plan (specs.split.model_part_layers)."""
+    args = "search -m gpt3-13b -s dgx-a100-80gb --gpus 48 --seq-length 2048 --global-batch 48"
+    args += (
+        " --schedule interleaved --framework torchtitan --pp 3 --tp 8 --vary-split --top 6 --json"
+    )
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as exc:
+        main(args.split())
+    assert (exc.value.code or 0) == 0
+    rows = json.loads(buf.getvalue())["plans"]
+    assert any(r["plan"]["vpp"] > 1 and r["plan"].get("embedding_as_layer") for r in rows)
+    system = framework_system(load_framework("torchtitan"), SYSTEM)
+    same = 0
+    for row in rows:
+        plan = PlanSpec(**row["plan"])
+        text = export_plan("torchtitan", plan, MODEL)
+        counts = [len([n for n in p if n.startswith("layers.")]) for p in _parts(text)]
+        assert counts == _layout_chunks(plan, MODEL)
+        back = PlanSpec(**import_plan("torchtitan", text, MODEL, plan.seq_length))
+        assert canonical_plan(back) == canonical_plan(written_plan(plan, MODEL))
+        assert _stages(back) == _stages(plan) and _layout_chunks(back, MODEL) == counts
+        same += canonical_plan(back) == canonical_plan(plan)
+        est = estimate(MODEL, system, back).step_time_s
+        assert math.isclose(est, row["step_time_s"], rel_tol=1e-9)
+    assert same == len(rows)  # every row's accounting reads back as the search wrote it
 
 
 def test_chunks_in_model_order_and_back_to_stages():

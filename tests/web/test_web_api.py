@@ -155,10 +155,32 @@ def test_estimate_export_and_what_if_of_a_plan(client, searched):
         "/api/estimate", json={**body, "plan": {**best["plan"], "micro_batch": 1}}
     ).json()
     assert what_if["plan"]["micro_batch"] == 1
-    for to in ("megatron", "nemo", "torchtitan", "deepspeed"):
+    for to in ("megatron", "nemo", "megatron-bridge", "torchtitan", "deepspeed"):
         out = client.post("/api/export", json={**body, "to": to})
         assert out.status_code == 200, out.text
         assert out.json()["text"] == api.export(best["plan"], to, "gpt3-13b", 8, "paraplan serve")
+
+
+def test_the_megatron_bridge_export_writes_the_recipe_of_the_pages_framework(client):
+    """The Megatron-Bridge button's export (/api/export to megatron-bridge) is the CLI's: the same
+    export function, with the fp8 recipe of the framework profile the page searched with
+    (megatron-bridge-25.11: current scaling), so the file names the recipe the plan was priced with."""
+    from paraplan.catalog import load_framework
+    from paraplan.export import export_plan
+    from paraplan.specs.plan import PlanSpec
+
+    params = {**SMALL, "framework": "megatron-bridge-25.11", "dtype": "fp8"}
+    plan = {"gpus": 64, "tp": 2, "pp": 2, "micro_batch": 1, "global_batch": 64, "seq_length": 2048,
+            "dtype": "fp8", "sequence_parallel": True, "zero": 1}  # fmt: skip
+    out = client.post("/api/export", json={"params": params, "plan": plan, "to": "megatron-bridge"})
+    assert out.status_code == 200, out.text
+    assert out.json()["filename"] == "plan-megatron-bridge.py"
+    text = out.json()["text"]
+    assert "get_mixed_precision_config('bf16_with_fp8_current_scaling_mixed')" in text
+    model = api.load_model("gpt3-13b")
+    recipe = load_framework("megatron-bridge-25.11").fp8_recipe
+    cli = export_plan("megatron-bridge", PlanSpec(**plan), model, 8, "paraplan serve", recipe)
+    assert text == cli
 
 
 def test_bad_plan_and_bad_export_target_are_one_line(client, searched):

@@ -205,6 +205,28 @@ def test_a_plan_is_exported(searched):
     assert page.inner_text("#export-text") == text
 
 
+def test_a_plan_is_exported_to_megatron_bridge(searched):
+    """The Megatron-Bridge button beside the other exports downloads the ConfigContainer overrides the
+    CLI writes (paraplan export --to megatron-bridge)."""
+    page, rows = searched
+    page.click("#ranked tbody tr:nth-child(1) .open")
+    page.wait_for_function(f"document.body.dataset.detail === {rows[0][1]!r}")
+    assert page.is_visible("[data-export=megatron-bridge]")
+    with page.expect_download(timeout=15_000) as download:
+        page.click("[data-export=megatron-bridge]")
+        page.wait_for_function(
+            "document.querySelector('#export-text').innerText.includes('Megatron-Bridge')"
+            " || document.querySelector('.err[data-for=export]').innerText.length > 0"
+        )
+        assert page.inner_text(".err[data-for=export]") == ""
+    assert download.value.suggested_filename == "plan-megatron-bridge.py"
+    text = Path(download.value.path()).read_text()
+    assert (
+        "cfg.model.tensor_model_parallel_size = " in text and "get_mixed_precision_config" in text
+    )
+    assert page.inner_text("#export-text") == text
+
+
 def test_a_bad_input_shows_the_clis_error_next_to_the_field(browser, server, shots):
     page = _page(browser)
     page.goto(server)

@@ -4,7 +4,8 @@ Field paths are those of Megatron-Bridge v0.2.0 (``frameworks/megatron-bridge.ya
 provider is a Megatron-Core TransformerConfig of the Megatron-LM the release pins (0d8e0714), so the
 parallel sizes, recomputation, expert and MLA fields sit on ``cfg.model``; the batch on ``cfg.train``;
 the DDP and optimizer switches on ``cfg.ddp`` / ``cfg.optimizer``; precision is a named
-``mixed_precision`` recipe (whose grad_reduce_in_fp32 and fp8_param_gather are then set, as its setup
+``mixed_precision`` recipe (whose grad_reduce_in_fp32 is then set, and fp8_param_gather and the fields a
+recipe sets that no plan prices as export.bridge_precision writes them from the recipe facts, as its setup
 copies them onto the model, DDP and optimizer configs); TP and EP all-to-all overlap a CommOverlapConfig.
 
 The plan is mapped once, by NeMo's exporter (the same Megatron-Core fields under NeMo 2.0's paths:
@@ -20,6 +21,7 @@ import ast
 import re
 
 from paraplan.export import nemo
+from paraplan.export.bridge_precision import precision_overrides, read_precision
 from paraplan.export.common import (
     ExportRefused,
     canonical_plan,
@@ -107,18 +109,15 @@ def overrides(
         if key in ("trainer.num_nodes", "trainer.devices", "trainer.plugins.fp8"):
             continue  # the launch line; the fp8 recipe is the mixed_precision recipe's
         if key == "trainer.plugins.precision":
-            out.append(
-                (
-                    "mixed_precision",
-                    fp8_precision(fp8_recipe) if plan.dtype == "fp8" else PRECISION[value],
-                )
-            )
+            recipe = fp8_precision(fp8_recipe) if plan.dtype == "fp8" else PRECISION[value]
+            out.append(("mixed_precision", recipe))
+            out += precision_overrides(recipe, plan, label)  # export.bridge_precision
         elif key == "trainer.strategy.fsdp":  # Megatron FSDP (ConfigContainer.validate line 1238)
             out += [("ddp.use_megatron_fsdp", True), ("checkpoint.ckpt_format", "fsdp_dtensor")]
         elif key == "model.config.moe_enable_deepep":
             out.append((_rename(key), "deepep"))
-        elif key == "trainer.plugins.fp8_param_gather" and plan.dtype != "fp8":
-            continue  # no fp8: the bf16/fp16 recipes gather no fp8 parameters
+        elif key == "trainer.plugins.fp8_param_gather":
+            continue  # the recipe's, or precision_overrides'
         else:
             out.append((_rename(key), value))
     out.append(("comm_overlap.tp_comm_overlap", bool(canonical_plan(plan)["overlap_tp_comm"])))
@@ -249,8 +248,9 @@ def import_plan(text: str) -> dict[str, object]:
     out: dict[str, object] = {"trainer.num_nodes": 1, "trainer.devices": gpus}
     out["trainer.plugins.precision"] = "16-mixed" if recipe == "fp16_mixed" else "bf16-mixed"
     out["trainer.strategy.ddp.grad_reduce_in_fp32"] = recipe != "fp16_mixed"  # the recipes' values
+    fp8_params = read_precision(recipe, v)  # pops the mixed_precision fields it reads
     if recipe in FP8_RECIPES.values():  # the plan's dtype fp8; PlanSpec carries no recipe
-        out |= {"trainer.plugins.fp8": "hybrid", "trainer.plugins.fp8_param_gather": True}
+        out |= {"trainer.plugins.fp8": "hybrid", "trainer.plugins.fp8_param_gather": fp8_params}
     tp_overlap = bool(v.pop("comm_overlap.tp_comm_overlap", False))
     if v.pop("ddp.use_megatron_fsdp", False):
         out["trainer.strategy.fsdp"] = "megatron"

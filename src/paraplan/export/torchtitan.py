@@ -265,10 +265,11 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     schedule = par.choice(
         "pipeline_parallel_schedule", {v: k for k, v in SCHEDULES.items()}, "1F1B"
     )
-    vpp, stage_layers = 1, None
+    vpp, split = 1, {}
     parts = par.get("module_fqns_per_model_part", None)
     if parts and pp > 1:
-        stage_layers, vpp = read_parts(parts, pp, model)
+        split = read_parts(parts, pp, model)
+        vpp = int(split.pop("vpp"))  # type: ignore[call-overload]
     elif parts:
         raise ExportRefused("torchtitan: module_fqns_per_model_part without pipeline stages")
     elif schedule == "interleaved":
@@ -318,5 +319,4 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
         "overlap_param_gather": True,
         "overlap_tp_comm": par.boolean("enable_async_tensor_parallel", False),
         "placement": ORDER,
-        "stage_layers": stage_layers,
-    }
+    } | split

@@ -14,23 +14,30 @@ A plan with the even default split (no split field, the layers dividing over pp�
 ``pipeline_parallel_layers_per_stage``; any other split (``layers_first_stage`` /
 ``layers_last_stage``, ``embedding_as_layer`` / ``loss_as_layer``, ``stage_layers``, an uneven default
 split such as 61 layers over 8 stages) as its model parts: each stage's layers (specs.split, the
-plan's split) cut into vpp chunks as specs.split.chunk_layer_counts does for a split given stage by
-stage, so the export states the plan as explicit ``stage_layers`` (``written_plan``), the form import
-reads back.
+plan's split) cut into vpp chunks by specs.split.model_part_layers with the embedding and loss units
+the plan counts, the chunks Megatron-LM's pipeline layout runs and step.layout prices (DeepSeek-V3's
+'Et|tt|..' at PP 8 × VP 4: the first part tok_embeddings and one layer, the others two). The
+exporter and the search (specs.rules.model_parts_rule) read that one function. A part may hold only
+tok_embeddings (the first) or norm and output (the last), as torchtitan's own
+generate_llm_fqn_per_model_part writes them (lines 311, 333). Import reads the split back
+(``split_fields``): explicit ``stage_layers`` when the chunks are those of no units, else the
+accounted default split; ``written_plan`` is what an export reads back as.
 """
 
 from __future__ import annotations
 
 from paraplan.export.common import ExportRefused
-from paraplan.export.megatron_core import (
-    chunks_in_model_order,
-    explicit_stages_plan,
-    stages_of_chunks,
-)
+from paraplan.export.megatron_core import stages_of_chunks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import model_parts_rule
-from paraplan.specs.split import chunk_layer_counts, stage_layer_counts
+from paraplan.specs.split import (
+    accounted_units,
+    default_first_last,
+    grouped_split,
+    model_part_layers,
+    stage_layer_counts,
+)
 
 SPLIT_FIELDS = ("stage_layers", "layers_first_stage", "layers_last_stage")
 SPLIT_SWITCHES = ("embedding_as_layer", "loss_as_layer")
@@ -56,22 +63,35 @@ def stage_counts(plan: PlanSpec, model: ModelSpec) -> list[int]:
     return stage_layer_counts(plan.split(model.layers, model.mtp_layers))
 
 
+def units(plan: PlanSpec, model: ModelSpec | None) -> tuple[int, int]:
+    """(embedding units, loss units) the plan counts in its first / last chunk (specs.split.accounted_units):
+    the units Megatron-LM's layout and step.layout price the chunks with."""
+    mtp = model.mtp_layers if model is not None else 0
+    return accounted_units(plan.embedding_units, plan.loss_units, mtp)
+
+
+def part_counts(plan: PlanSpec, model: ModelSpec) -> list[int]:
+    """Decoder layers of each model part in model order (specs.split.model_part_layers, the function
+    specs.rules.model_parts_rule reads); refuses a part left without a module."""
+    stages = stage_counts(plan, model)
+    if rule := model_parts_rule(stages, plan.vpp, *units(plan, model)):
+        raise ExportRefused(f"plan.vpp={plan.vpp}: {rule}; not written")
+    return model_part_layers(stages, plan.vpp, *units(plan, model))
+
+
 def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
-    """The plan as a torchtitan export states it: where model parts are written, its stage counts
-    explicit and no split switches (the parts replace them), which is the same split."""
+    """The plan as a torchtitan export states it (what import reads back): where model parts are
+    written, the split ``split_fields`` reads from them."""
     if not writes_parts(plan, model):
         return plan
-    return explicit_stages_plan(plan, stage_counts(plan, model))  # type: ignore[arg-type]
+    fields = split_fields(part_counts(plan, model), plan.pp, model)  # type: ignore[arg-type]
+    return plan.model_copy(update=fields)
 
 
 def model_parts(plan: PlanSpec, model: ModelSpec) -> list[list[str]]:
     """``module_fqns_per_model_part`` of the plan's split: part v·pp + s holds chunk v of stage s
-    (module doc), the layers numbered in model order through the parts; refuses a part left empty."""
-    vpp = plan.vpp
-    stages = stage_counts(plan, model)
-    if rule := model_parts_rule(stages, vpp):
-        raise ExportRefused(f"plan.vpp={vpp}: {rule}; not written")
-    counts = chunks_in_model_order(chunk_layer_counts(stages, vpp))
+    (module doc), the layers numbered in model order through the parts."""
+    counts = part_counts(plan, model)
     parts, layer = [], 0
     for k, n in enumerate(counts):
         part = [f"layers.{i}" for i in range(layer, layer + n)]
@@ -80,10 +100,38 @@ def model_parts(plan: PlanSpec, model: ModelSpec) -> list[list[str]]:
     return parts
 
 
-def read_parts(parts: object, pp: int, model: ModelSpec | None) -> tuple[tuple[int, ...], int]:
-    """(stage_layers, vpp) of ``module_fqns_per_model_part`` written as ``model_parts`` writes it:
-    the embedding, every layer in order, the norm and the output, pp·vpp parts whose chunks are those
-    chunk_layer_counts gives their stages; anything else is refused by name (a hand-made split)."""
+def split_fields(counts: list[int], pp: int, model: ModelSpec | None) -> dict[str, object]:
+    """The plan's split fields (vpp, stage_layers, embedding_as_layer, loss_as_layer) of model parts
+    holding ``counts`` decoder layers each: the chunks chunk_layer_counts cuts the stages into with
+    no units (explicit ``stage_layers``), else with the embedding / loss counted (the accounted
+    default split those switches give, as a search row states it); any other split is refused."""
+    where = "torchtitan: parallelism.module_fqns_per_model_part"
+    vpp = len(counts) // pp
+    stages = stages_of_chunks(counts, pp)
+    mtp = model.mtp_layers if model is not None else 0
+    layers = sum(stages)
+    fields: dict[str, object] = {"vpp": vpp, "layers_first_stage": None, "layers_last_stage": None}
+    for e, l in ((0, 0), (1, 1), (1, 0), (0, 1)):  # the fullest accounting first on a tie
+        fields |= {"embedding_as_layer": bool(e), "loss_as_layer": bool(l)}
+        units_ = accounted_units(e, l, mtp)
+        if counts != model_part_layers(list(stages), vpp, *units_):
+            continue
+        if (e, l) == (0, 0):
+            return fields | {"stage_layers": stages}
+        first, last = default_first_last(layers, pp, *units_)
+        if stage_layer_counts(grouped_split(layers, pp, int(first), int(last))) == list(stages):
+            return fields | {"stage_layers": None}
+    raise ExportRefused(
+        f"{where}: chunks of {counts} layers per part are not a split a plan holds (each stage's "
+        "layers cut as evenly as they go, the earlier chunks fuller, the embedding / loss counted "
+        "only with their default split)"
+    )
+
+
+def read_parts(parts: object, pp: int, model: ModelSpec | None) -> dict[str, object]:
+    """The split fields (``split_fields``) of ``module_fqns_per_model_part`` written as
+    ``model_parts`` writes it: the embedding, every layer in order, the norm and the output, pp·vpp
+    parts, none without a module; anything else is refused by name (a hand-made split)."""
     where = "torchtitan: parallelism.module_fqns_per_model_part"
     if not isinstance(parts, list) or not all(
         isinstance(p, list) and all(isinstance(n, str) for n in p) for p in parts
@@ -91,6 +139,8 @@ def read_parts(parts: object, pp: int, model: ModelSpec | None) -> tuple[tuple[i
         raise ExportRefused(f"{where} must be a list of lists of module names")
     if not parts or len(parts) % pp:
         raise ExportRefused(f"{where}: {len(parts)} parts do not divide over pp={pp} ranks")
+    if not all(parts):
+        raise ExportRefused(f"{where}: a model part without modules has no paraplan plan")
     names = [n for p in parts for n in p]
     layers = sum(n.startswith("layers.") for n in names)
     expected = FIRST + [f"layers.{i}" for i in range(layers)] + LAST
@@ -101,12 +151,5 @@ def read_parts(parts: object, pp: int, model: ModelSpec | None) -> tuple[tuple[i
         )
     if model is not None and layers != model.layers:
         raise ExportRefused(f"{where} holds {layers} layers; the model has {model.layers}")
-    vpp = len(parts) // pp
     counts = [sum(n.startswith("layers.") for n in p) for p in parts]
-    stages = stages_of_chunks(counts, pp)
-    if counts != chunks_in_model_order(chunk_layer_counts(list(stages), vpp)):
-        raise ExportRefused(
-            f"{where}: chunks of {counts} layers per part are not a split a plan holds (each stage's "
-            "layers cut as evenly as they go, the earlier chunks fuller)"
-        )
-    return stages, vpp
+    return split_fields(counts, pp, model)

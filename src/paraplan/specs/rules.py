@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from paraplan.specs.errors import Violation
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.split import SplitGroup, chunk_layer_counts, chunk_units
+from paraplan.specs.split import SplitGroup, chunk_units, model_part_layers
 from paraplan.specs.system import FP4, FP4_PARTS, AcceleratorSpec
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
 
@@ -261,11 +261,13 @@ def interleave_split_rule(
     return None
 
 
-def model_parts_rule(stage_layers: list[int], vpp: int) -> str | None:
-    """torchtitan v0.2.2 runs any split as pp·vpp model parts (pipeline_parallel.py line 117,
-    ``module_fqns_per_model_part``; export/torchtitan_split.py), each stage's layers cut into vpp
-    chunks (specs.split.chunk_layer_counts), while no part is empty: each stage holds >= vpp layers."""
-    if any(0 in chunks for chunks in chunk_layer_counts(list(stage_layers), vpp)):
+def model_parts_rule(
+    stage_layers: list[int], vpp: int, embedding_units: int = 0, loss_units: int = 0
+) -> str | None:
+    """torchtitan v0.2.2 runs a split as pp·vpp model parts (pipeline_parallel.py:117), the plan's chunks as its export
+    writes them (specs.split.model_part_layers); each needs a module: layers, or the first's tok_embeddings / the last's
+    norm and output, which torchtitan's generate_llm_fqn_per_model_part writes alone (lines 311, 333)."""
+    if 0 in model_part_layers(stage_layers, vpp, embedding_units, loss_units)[1:-1]:
         why = f"a stage with fewer layers than its {vpp} chunks leaves a torchtitan model part"
         return f"{why} without layers (layers per stage {list(stage_layers)})"
     return None

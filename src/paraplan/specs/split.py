@@ -133,3 +133,13 @@ def chunk_layer_counts(
             layers[chunk] += 1
         out.append(layers)
     return out
+
+
+def model_part_layers(
+    stage_layers: list[int], vpp: int, embedding_units: int = 0, loss_units: int = 0
+) -> list[int]:
+    """Decoder layers of each of the pp·vpp model chunks in model order, chunk v of stage s at v·pp + s (the
+    interleaved schedule's round-robin placement; torchtitan's model parts), each stage cut by chunk_layer_counts
+    with the embedding / loss units counted as the plan counts them."""
+    chunks = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
+    return [stage[v] for v in range(vpp) for stage in chunks]

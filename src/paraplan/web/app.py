@@ -194,7 +194,10 @@ async def export(request: Request) -> Response:
     if to not in EXPORT_SUFFIX:
         raise InputError(f"to: {to!r} is not allowed; allowed: {', '.join(EXPORT_SUFFIX)}")
     plan = plan_fields(problem, data.get("plan"))
-    text = await run_in_threadpool(api.export, plan, to, problem.model, 8, "paraplan serve")
+    profile = problem.kwargs.get("framework")  # its fp8 recipe, as `paraplan export --framework`
+    text = await run_in_threadpool(
+        api.export, plan, to, problem.model, 8, "paraplan serve", profile
+    )
     return JSONResponse({"text": text, "filename": f"plan-{to}{EXPORT_SUFFIX[to]}"})
 
 

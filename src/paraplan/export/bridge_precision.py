@@ -1,0 +1,122 @@
+"""Megatron-Bridge's precision: a plan written as one of its mixed-precision recipes, as Bridge runs it.
+
+A recipe (``get_mixed_precision_config(name)``) sets MixedPrecisionConfig fields, and Bridge's setup
+copies them onto the model, optimizer and DDP configs; the lines an export writes after it override
+single fields. What each recipe sets and what Bridge and the Megatron-Core it pins check on those
+fields at start-up are facts (``facts/megatron-bridge_precision.yaml``, Megatron-Bridge v0.2.0 at
+7af9601c, each with file and line). The export writes the recipe of the plan's framework profile
+(``megatron_bridge.FP8_RECIPES``) and on top of it only:
+
+- ``fp8_param_gather``, the plan's fp8 primary weights (``fp8_weight_copies`` false: the weights kept
+  and all-gathered in fp8) where the recipe gathers fp8 parameters itself; a recipe that turns the
+  gather off (blockwise subchannel scaling, NVFP4, both ``fp8_param_gather = False``) runs bf16
+  weights with fp8 copies, so a plan priced with fp8 primary weights is refused by name there (for
+  NVFP4, whose fp8 is off, the override would also break Megatron-Core's 'fp8_param must be used
+  together with fp8 mode'); the plan Bridge runs is the one with ``fp8_weight_copies`` true, which the
+  estimate prices with the fp8 weight copies and no fp8 gather.
+- the fields a recipe turns on that no plan prices, turned off as Bridge's own performance scripts
+  turn them off (current scaling's first and last layers in bf16, ``first_last_layers_bf16``).
+
+The start-up checks of the facts then run on the recipe with these overrides; one that fails refuses
+the export by the plan knob it comes from.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from paraplan.export.common import ExportRefused, refuse
+from paraplan.io.documents import packaged_yaml
+from paraplan.specs.plan import PlanSpec
+
+FACTS = "megatron-bridge_precision.yaml"
+
+
+@lru_cache(maxsize=None)
+def precision_facts() -> dict[str, Any]:
+    """The recipe facts (module doc)."""
+    return packaged_yaml((resources.files("paraplan.export") / "facts" / FACTS).read_text())
+
+
+def recipe_fields(recipe: str) -> dict[str, Any]:
+    """MixedPrecisionConfig's fields after ``get_mixed_precision_config(recipe)``: the dataclass
+    defaults and what the recipe sets."""
+    facts = precision_facts()
+    if recipe not in facts["recipes"]:
+        raise ExportRefused(
+            f"megatron-bridge: mixed_precision {recipe!r} is not a recipe of v0.2.0"
+        )
+    return dict(facts["defaults"]) | dict(facts["recipes"][recipe]["sets"])
+
+
+def _holds(fields: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Does every field have its wanted value (``set``: any non-empty value)?"""
+    return all(
+        bool(fields.get(k)) if v == "set" else fields.get(k, None) == v for k, v in wanted.items()
+    )
+
+
+def failed_checks(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """The start-up checks of the facts that the MixedPrecisionConfig ``fields`` break."""
+    out = []
+    for check in precision_facts()["checks"]:
+        if _holds(fields, check["when"]) and (
+            check["then"] == "never" or not _holds(fields, check["then"])
+        ):
+            out.append(check)
+    return out
+
+
+def where(check_or_recipe: dict[str, Any]) -> str:
+    """``repo@tag file:line`` of a fact (the facts' release unless it names another)."""
+    facts = precision_facts()
+    repo = check_or_recipe.get("repo", facts["repo"])
+    tag = check_or_recipe.get("tag", facts["tag"])
+    return f"{repo}@{tag} {check_or_recipe.get('file', facts['file'])}:{check_or_recipe['line']}"
+
+
+def precision_overrides(recipe: str, plan: PlanSpec, label: str) -> list[tuple[str, object]]:
+    """(``mixed_precision.<field>``, value) lines an fp8 or fp4 plan needs on top of ``recipe``
+    (module doc); refuses by name what Bridge would not run as the plan was priced."""
+    if plan.dtype != "fp8":
+        return []
+    fields = recipe_fields(recipe)
+    facts = precision_facts()
+    primary = not plan.fp8_weight_copies  # export.megatron_core.fp8_primary_weights for an fp8 plan
+    if primary and not fields["fp8_param_gather"]:
+        at = {"line": facts["recipes"][recipe]["fp8_param_gather_line"]}
+        raise refuse(
+            label,
+            "fp8_weight_copies",
+            False,
+            f"Bridge's {recipe} recipe sets fp8_param_gather False ({where(at)}): bf16 weights with "
+            "quantised copies, not fp8 primary weights; plan it with fp8_weight_copies",
+        )
+    out: list[tuple[str, object]] = [("mixed_precision.fp8_param_gather", primary)]
+    for name, fact in facts["unpriced"].items():
+        if fields.get(name) != fact["value"]:
+            out.append((f"mixed_precision.{name}", fact["value"]))
+    written = fields | {k.split(".", 1)[1]: v for k, v in out}
+    for check in failed_checks(written):
+        raise ExportRefused(
+            f"plan.fp8_weight_copies={plan.fp8_weight_copies!r}: {label} refuses it at start-up "
+            f"({check['id']}, {where(check)}: {check['says']})"
+        )
+    return out
+
+
+def read_precision(recipe: str, given: dict[str, object]) -> bool:
+    """fp8 primary weights (the recipe's ``fp8_param_gather`` unless a line overrides it) of an import's
+    lines ``given`` ({ConfigContainer path: value}), whose ``mixed_precision`` fields this reads are
+    taken out of it; refuses an unpriced field turned back on."""
+    fields = recipe_fields(recipe)
+    for name, fact in precision_facts()["unpriced"].items():
+        value = given.pop(f"mixed_precision.{name}", fields.get(name))
+        if value != fact["value"]:
+            raise ExportRefused(
+                f"megatron-bridge: mixed_precision.{name} {value!r} (the {recipe} recipe's layers "
+                "outside fp8) has no plan field"
+            )
+    return bool(given.pop("mixed_precision.fp8_param_gather", fields["fp8_param_gather"]))
