@@ -149,6 +149,10 @@ def test_torchtitan_searches_every_split_its_exporter_writes():
     assert launch.stages_allowed("torchtitan", [2, 1], 2, default_split=True)
     assert model_parts_rule([1, 2], 2, embedding_units=1) is None
     assert model_parts_rule([7, 7, 6, 6], 2) is None and model_parts_rule([5], 8)
+    # the filter reads the split's accounted units as the exporter does: [3, 4] at vpp 4 leaves an empty
+    # middle part without them, none when the embedding and loss take chunk 0 and the last chunk
+    assert not launch.stages_allowed("torchtitan", [3, 4], 4, False)
+    assert launch.stages_allowed("torchtitan", [3, 4], 4, False, units=(1, 1))
 
 
 def test_a_torchtitan_depth_that_does_not_divide_the_layers_is_searched():

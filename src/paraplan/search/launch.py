@@ -151,15 +151,21 @@ def schedule_allowed(framework: str | None, schedule: str) -> bool:
 
 
 def stages_allowed(
-    framework: str | None, stage_layers: list[int], vpp: int, default_split: bool
+    framework: str | None,
+    stage_layers: list[int],
+    vpp: int,
+    default_split: bool,
+    units: tuple[int, int] = (0, 0),
 ) -> bool:
     """DeepSpeed takes the default split only; torchtitan any split its model parts state
-    (specs.rules.model_parts_rule, the rule its exporter refuses by: every stage at least vpp
-    layers). ``stage_layers``: the decoder layers of each of the pp stages."""
+    (specs.rules.model_parts_rule with the split's (embedding, loss) units, the rule its exporter
+    refuses by). ``stage_layers``: the decoder layers of each of the pp stages."""
     name = launcher(framework)
     if name == DEEPSPEED and not default_split:
         return False
-    return name != TORCHTITAN or len(stage_layers) == 1 or not model_parts_rule(stage_layers, vpp)
+    if name != TORCHTITAN or len(stage_layers) == 1:
+        return True
+    return not model_parts_rule(stage_layers, vpp, *units)
 
 
 def state_allowed(
