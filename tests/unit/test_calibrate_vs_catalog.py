@@ -4,7 +4,6 @@ replaced by fits of the same quantity) and never predicts the project's validati
 from __future__ import annotations
 
 import csv
-import shutil
 import statistics
 from importlib import resources
 from pathlib import Path
@@ -33,12 +32,12 @@ def calibrated():
     return shipped_h100()
 
 
-# Case files the calibrated H100 still predicts worse than the catalog (issue 32, not met): the shared tables'
-# bf16 GEMMs, timed alone on another H100, run ~5 % below the catalog's in-step rate, so every Trainer-style
-# step is ~6 % slower (hf-steps 3.88 -> 7.48 %); the MoE runs move with the fp8 refit (moe-visible 2.52 ->
-# 4.26 %); the host-bound tiny steps by a hair (16.55 -> 16.74 %). Asserted still worse, so the test fails
-# once one is fixed and the entry must go.
-STILL_WORSE = {"hf-steps-2026-11", "moe-visible", "tiny-steps-2026-11"}
+# Case files the calibrated H100 still predicts worse than the catalog (issue 32, not met), asserted still
+# worse so that the test fails once one is fixed and the entry must go. hf-steps (3.94 -> 4.02 %): the only
+# calibrated price its cases use is the shared table's bf16 GEMMs, and that H100 is slower than the one that
+# ran them: on the LM-head GEMMs the latter timed alone (benchmarks/gpu/measured/h100-2026-11-27b/host/
+# gemm_alignment.csv: 706 / 814 / 800 TFLOP/s) the table gives 634 / 704 / 676 (docs/calibration.md).
+STILL_WORSE = {"hf-steps-2026-11"}
 
 
 def test_the_calibrated_h100_never_predicts_the_cases_worse_than_the_catalog(calibrated):
@@ -52,16 +51,13 @@ def test_the_calibrated_h100_never_predicts_the_cases_worse_than_the_catalog(cal
         assert cal <= catalog, (stem, round(catalog, 2), round(cal, 2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the H200 table's eager kernels (kernels.csv) price the eager GPT AMP cases ~5 % slow: "
-    "gpu-steps-2026-11 4.16 -> 4.34 % (docs/calibration.md 'Step times')",
-)
 def test_the_calibrated_h200_never_predicts_the_cases_worse_than_the_catalog():
     folder = shipped("h200-sxm-141gb")
     files = {"gemm": "gemm.csv", "attention": "attention_cudnn.csv", "memory": "memory.csv"}
     cal = calibrate(load_system("dgx-h200"), **{k: folder / v for k, v in files.items()})
-    for stem, errors in compare(cal.system).items():
+    results = compare(cal.system)
+    assert "gpu-steps-2026-11" in results
+    for stem, errors in results.items():
         assert mape(errors.calibrated) <= mape(errors.catalog), stem
 
 
@@ -87,18 +83,19 @@ def test_the_calibrated_system_carries_every_catalog_field(calibrated):
     assert changed <= {
         "name",
         "accelerator.kernel_tables",
-        f"{EFF}.gemm",
-        f"{EFF}.hbm",
-        f"{EFF}.kernel_overhead_s",
         f"{EFF}.table_in_step_share.gemm",
         f"{EFF}.table_in_step_share.gemm_fp8",
     }, changed
+    # only the kinds calibrate was given are attached (not the shipped table's eager, grouped or fp8
+    # quantisation kernels), and the copies, faster alone than the base's in-step rate, are not attached
+    assert calibrated.accelerator.kernel_tables == f"{H100}[gemm,attention_cudnn]"
     eff = calibrated.accelerator.efficiency
-    # this H100's bf16 kernels alone are slower than the catalog's in-step rate: share 1, cap scaled;
-    # its fp8 kernels are faster: the catalog's in-step cap kept, the table divided by the share
-    assert eff.table_in_step_share["gemm"] == 1.0 and eff.gemm < 0.743
-    catalog_fp8 = load_system("dgx-h100-80gb").accelerator.efficiency.gemm_fp8
-    assert 0.7 < eff.table_in_step_share["gemm_fp8"] < 0.9 and eff.gemm_fp8 == catalog_fp8
+    # this H100's bf16 kernels alone are slower than the catalog's in-step rate: share 1; its fp8 kernels
+    # are faster: the table divided by the share. The caps stay the catalog's: with the table attached they
+    # price only what it did not measure (fp32 / tf32 GEMMs, fp8 grouped GEMMs with the fitted grouped share)
+    assert eff.table_in_step_share["gemm"] == 1.0
+    assert 0.7 < eff.table_in_step_share["gemm_fp8"] < 0.9
+    assert (eff.gemm, eff.gemm_fp8, eff.hbm, eff.kernel_overhead_s) == (0.743, 0.56, 0.85, 4e-6)
     assert eff.attention == 0.45 and eff.gemm_ramp_s == pytest.approx(40e-6)
 
 
@@ -117,33 +114,6 @@ def test_the_in_step_share_divides_a_table_gemm_by_dtype():
     slow = grouped_gemm_time_s(8 * 2.0 * 2048 * 4096 * 1024, grouped, shared.accelerator, "bf16")
     ramps = 2 * ramp  # ceil(8 experts / 4 streams) ramps
     assert slow - ramps == pytest.approx((plain - ramps) / 0.5, rel=1e-12)
-
-
-def test_a_table_slower_than_the_base_in_step_rate_scales_the_cap(tmp_path):
-    """Kernels alone slower than the base's in-step rate (r > 1): share 1, cap B / r."""
-    src = tmp_path / "slow"
-    src.mkdir()
-    rows = (shipped(H100) / "gemm.csv").read_text().splitlines()
-    out = [rows[0]]
-    for row in rows[1:]:
-        m, n, k, dtype, t = row.split(",")
-        out.append(f"{m},{n},{k},{dtype},{float(t) * 1.5:.4f}")
-    (src / "gemm.csv").write_text("\n".join(out) + "\n")
-    base = load_system("dgx-h100-80gb")
-    fast = calibrate(base, gemm=shipped(H100) / "gemm.csv", tables_dir=tmp_path / "t1")
-    slow = calibrate(base, gemm=src / "gemm.csv", tables_dir=tmp_path / "t2")
-    kt.clear_caches()
-    for key in ("gemm", "gemm_fp8"):
-        assert slow.system.accelerator.efficiency.table_in_step_share[key] == 1.0
-        assert slow.kernel_caps[f"{EFF}.{key}"] == pytest.approx(
-            fast.kernel_caps[f"{EFF}.{key}"] / 1.5, rel=0.02
-        )
-    fast_eff, slow_eff = fast.system.accelerator.efficiency, slow.system.accelerator.efficiency
-    # r grows 1.5x: bf16 (r > 1 already) cap / 1.5; fp8 (r = its share < 1 before) cap base / (1.5 r)
-    assert slow_eff.gemm == pytest.approx(fast_eff.gemm / 1.5, rel=1e-6)
-    r_fp8 = fast_eff.table_in_step_share["gemm_fp8"]
-    base_fp8 = base.accelerator.efficiency.gemm_fp8
-    assert slow_eff.gemm_fp8 == pytest.approx(base_fp8 / (1.5 * r_fp8), rel=1e-6)
 
 
 def test_the_h100_norm_rows_are_the_recheck_median():

@@ -94,14 +94,17 @@ def test_calibrate_fits_the_shared_h100_tables_within_5_percent():
         attention=folder / "attention_cudnn.csv",
         memory=folder / "memory.csv",
     )
-    assert cal.system.accelerator.kernel_tables == H100  # the shipped files: attached by name
+    # the shipped files: attached by name, only the kinds given; the copies, faster alone than the base's
+    # in-step memory rate, are fitted and reported but not attached (calibrate.in_step)
+    assert cal.system.accelerator.kernel_tables == f"{H100}[gemm,attention_cudnn]"
     attached_rows = [r for r in cal.residuals if r.what.endswith("attached table")]
-    assert {r.source for r in attached_rows} >= {"gemm.csv", "attention_cudnn.csv", "memory.csv"}
-    for r in attached_rows:
+    assert {r.source for r in attached_rows} == {"gemm.csv", "attention_cudnn.csv"}
+    (copies,) = [r for r in cal.residuals if r.source == "memory.csv"]
+    for r in [*attached_rows, copies]:
         assert r.rms_rel <= 0.05, r
     # the L2 rule, not a loosened refusal: the cache-resident copies are named and left out
     assert "3 of 7 rows" in cal.notes["accelerator.efficiency.hbm"]
-    assert "kernel_tables: h100-sxm5-80gb" in system_yaml(cal)
+    assert f"kernel_tables: {H100}[gemm,attention_cudnn]" in system_yaml(cal)
     # the step-level GEMM ramp is the base system's, not the table's fixed time
     assert cal.system.accelerator.efficiency.gemm_ramp_s == pytest.approx(40e-6)
 

@@ -26,6 +26,7 @@ from paraplan.calibrate.fit import (
     fit_steps,
     with_values,
 )
+from paraplan.calibrate.in_step import keep_in_step_memory, keep_in_step_shares
 from paraplan.calibrate.readers import (
     read_attention_table,
     read_gemm_table,
@@ -36,7 +37,6 @@ from paraplan.calibrate.tables import (
     Measured,
     attach,
     attention_kernel_of,
-    in_step_ratios,
     table_residuals,
     with_attention_kernel,
 )
@@ -177,35 +177,27 @@ def keep_base_attention(cal: Calibration) -> None:
     )
 
 
-def keep_in_step_shares(cal: Calibration, samples: list, attached: bool) -> None:
-    """A GEMM table times kernels alone; the base system's GEMM caps are a kernel cap × an in-step
-    share fitted to step times (docs/model.md §2, §6: the share of an isolated kernel's rate a
-    framework's GEMMs keep in a step), which no kernel table shows. So the share is kept, not
-    replaced by the fit: with r the table's time over the base's in-step time for the same GEMMs
-    (calibrate.tables.in_step_ratios), the calibrated in-step rate is the slower of the base's and
-    this GPU's kernels alone: cap B·min(1, 1/r), and the attached table's GEMM times divided by the
-    in-step share s = min(1, r) (``efficiency.table_in_step_share``, cost.compute)."""
-    updates = {}
-    for key, r in in_step_ratios(samples, cal.base).items():
-        path = f"{EFF}.{key}"
-        dtype = "fp8" if key == "gemm_fp8" else "bf16"
-        base = cal.base.accelerator.gemm_efficiency_cap(dtype)
-        fitted = cal.values.get(path)
-        if fitted is not None:
-            cal.kernel_caps[path] = float(fitted)
-        updates[path] = cal.values[path] = base * min(1.0, 1.0 / r)
-        cal.notes[path] = (
-            f"in-step cap: base {base:.4g} x min(1, 1/r), r = {r:.4g} the table's {dtype} GEMM time "
-            f"over the base's in-step time for them (kernel cap fitted to the table: "
-            + (f"{fitted:.4g})" if fitted is not None else "not identified)")
+def _attach_tables(cal: Calibration, measured: Measured, tables_dir: Path | None) -> bool:
+    """Attach the measured tables calibrate was given (calibrate.tables.attach: only their kinds), the
+    copies only where no faster than the base's in-step memory rate (calibrate.in_step), and record the
+    attached tables' residuals; returns whether any table was attached."""
+    attach_memory = keep_in_step_memory(cal, measured.memory[1] if measured.memory else [])
+    if measured.memory and not attach_memory:
+        cal.notes["accelerator.kernel_tables (memory)"] = (
+            f"{measured.memory[0].name} not attached: its copies alone run faster than the base's "
+            "in-step memory rate, and a system has no in-step share for memory-bound kernels"
         )
-        if attached:
-            share_path = f"{EFF}.table_in_step_share.{key}"
-            updates[share_path] = cal.values[share_path] = min(1.0, r)
-            cal.notes[share_path] = (
-                f"in-step share of the attached table's {dtype} GEMMs: min(1, r), r = {r:.4g}"
-            )
-    cal.system = with_values(cal.system, updates)
+    to_attach = Measured(
+        measured.gemm, measured.attention, measured.memory if attach_memory else None
+    )
+    if not to_attach.any():
+        return False
+    cal.system, part, attached = attach(cal.system, cal.base, to_attach, tables_dir)
+    if measured.attention and attached:
+        keep_base_attention(cal)
+    part.residuals = table_residuals(cal.system)
+    _merge(cal, part, "kernel tables")
+    return attached
 
 
 def calibrate(
@@ -229,7 +221,7 @@ def calibrate(
         )
     cal = Calibration(base=base, system=base)
     measured = Measured()
-    overhead, attached = None, False
+    overhead = None
     if memory is not None:
         measured.memory = (memory, read_memory_table(memory))
         _merge(cal, fit_memory(measured.memory[1], cal.system, memory.name), memory.name)
@@ -260,12 +252,7 @@ def calibrate(
         measured.gemm = (gemm, read_gemm_table(gemm))
         _merge(cal, fit_gemm(measured.gemm[1], cal.system, gemm.name, overhead), gemm.name)
         cal.inputs.append(str(gemm))
-    if measured.any():
-        cal.system, part, attached = attach(cal.system, base, measured, tables_dir)
-        if measured.attention and attached:
-            keep_base_attention(cal)
-        part.residuals = table_residuals(cal.system)
-        _merge(cal, part, "kernel tables")
+    attached = _attach_tables(cal, measured, tables_dir)
     if measured.gemm:
         keep_step_ramp(cal)
         keep_in_step_shares(cal, measured.gemm[1], attached)

@@ -38,7 +38,7 @@ TRUE_VALUES = {
     NIC_LAT: 18e-6,
     f"{EFF}.kernel_overhead_s": 5e-6,
     f"{EFF}.attention": 0.55,
-    f"{EFF}.hbm": 0.86,
+    f"{EFF}.hbm": 0.80,
     NVLINK_OVERLAP: 0.3,
     NIC_OVERLAP: 0.05,
 }

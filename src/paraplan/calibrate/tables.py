@@ -25,6 +25,7 @@ from paraplan.calibrate.fit import FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.compute import gemm_cap_key, gemm_kernel_time_s
+from paraplan.cost.table_refs import with_kinds
 from paraplan.io.documents import atomic_write_text
 from paraplan.specs.fields import with_fields
 from paraplan.specs.system import SystemSpec
@@ -139,6 +140,8 @@ def attach(
         kernel = attention_kernel_of(measured.attention[0], kernel)
     kinds = _kinds(measured, kernel)
     ref = shipped_match(kinds)
+    if ref is not None and set(kinds) != set(kt.load_table(ref).files):
+        ref = with_kinds(ref, list(kinds))  # only the kinds given: the table's other files stay out
     if ref is None and folder is None:
         part.notes["accelerator.kernel_tables"] = (
             "tables not attached: they are not a shipped table's files and no --out was given "

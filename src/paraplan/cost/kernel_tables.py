@@ -49,28 +49,16 @@ import io
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
 from paraplan.cost.attention import attention_shape_factor
+from paraplan.cost.table_refs import FIELD, TABLE_KINDS, kept_files, shipped_tables, table_folder
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.errors import InputError
-from paraplan.specs.system import activation_dtype
+from paraplan.specs.system import LOW_PRECISION, activation_dtype
 
 IDW_NEIGHBOURS = 4
-TABLE_KINDS = (
-    "gemm",
-    "grouped_gemm",
-    "attention_fa2",
-    "attention_fa3",
-    "attention_cudnn",
-    "memory",
-    "kernels",
-    "fp8_kernels",
-)
-FIELD = "accelerator.kernel_tables"
 
 
 @dataclass(frozen=True)
@@ -145,24 +133,6 @@ def attention_flops(
 def causal_share(seq: float, causal: bool) -> float:
     """The share of the scores a causal mask keeps, (s+1)/2s; 1 without one."""
     return 0.5 * (1.0 + 1.0 / seq) if causal else 1.0
-
-
-def shipped_tables() -> list[str]:
-    """Names of the tables shipped in the package (catalog/kernels/<name>/table.yaml)."""
-    folder = resources.files("paraplan.catalog") / "kernels"
-    return sorted(p.name for p in folder.iterdir() if (p / "table.yaml").is_file())
-
-
-def _folder(ref: str):
-    if ref in shipped_tables():
-        return resources.files("paraplan.catalog") / "kernels" / ref
-    path = Path(ref)
-    if (path / "table.yaml").is_file():
-        return path
-    raise InputError(
-        f"{FIELD}: unknown kernel table {ref!r}; allowed: {', '.join(shipped_tables())} "
-        "or a folder holding table.yaml"
-    )
 
 
 def _text(folder, file: str, ref: str) -> str:
@@ -336,7 +306,7 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
     """Read a table (shipped name or folder) into interpolants; InputError naming the field on bad data."""
     import yaml
 
-    folder = _folder(ref)
+    folder = table_folder(ref)
     try:
         meta = yaml.safe_load(_text(folder, "table.yaml", ref)) or {}
     except yaml.YAMLError as exc:
@@ -349,6 +319,7 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         raise InputError(
             f"{FIELD}: {ref}/table.yaml files: unknown kinds {unknown}; allowed: {', '.join(TABLE_KINDS)}"
         )
+    files = kept_files(ref, files)
     rows = {kind: _rows(folder, file, ref) for kind, file in files.items()}
     gemm, grouped = (
         _by_dtype(rows.get(kind, []), ref, files.get(kind), kind) for kind in GEMM_COLUMNS
@@ -398,10 +369,22 @@ def gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtyp
 @lru_cache(maxsize=65536)
 def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
     """Measured time of b per-expert GEMMs of m×n×k, or None where not measured in this dtype."""
-    rates = load_table(ref, l2).grouped_gemm.get(_dtype(dtype))
+    table = load_table(ref, l2)
+    rates = table.grouped_gemm.get(_dtype(dtype))
     if rates is None:
-        return None
+        return _expert_loop_s(table, b, m, n, k, dtype)
     return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
+
+
+def _expert_loop_s(table: KernelTable, b: int, m: int, n: int, k: int, dtype: str):
+    """b per-expert GEMMs of m×n×k priced from the dense GEMM rows where the table has no grouped rows
+    of the dtype: b × the dense m×n×k time. Only outside the low-precision dtypes, whose per-expert GEMMs
+    reach a share of the dense rate of their own (cost.compute.grouped_gemm_share): in bf16 / fp16 that
+    share is 1, a per-expert GEMM is one dense cuBLAS GEMM (Transformer Engine GroupedLinear)."""
+    rates = table.gemm.get(_dtype(dtype))
+    if rates is None or dtype in LOW_PRECISION:
+        return None
+    return b * rates.time_s(2.0 * m * n * k, (m, n, k))
 
 
 def attention_rate(

@@ -1,0 +1,96 @@
+"""In-step rates: what a kernel timed alone cannot show, and how calibrate keeps it (docs/calibration.md).
+
+The base system's GEMM caps and memory-bound rate are in-step rates: what a framework's kernels keep inside a
+training step, the reference its step-fitted constants (validate.fitted) and its profiles' eager traffic
+factors (cost.frameworks) were set against. A kernel table times kernels alone, back to back. So a table
+replaces a kernel's rate only where it is slower than the base's in-step rate (a step never runs a kernel
+faster than the kernel alone); where it is faster, the base's in-step rate stays and the table's rate is
+reported as the kernel rate alone.
+"""
+
+from __future__ import annotations
+
+from paraplan.calibrate.fit import EFF, cache_resident, with_values
+from paraplan.calibrate.tables import in_step_ratios
+from paraplan.cost.compute import memory_time_s
+
+HBM, OVERHEAD = f"{EFF}.hbm", f"{EFF}.kernel_overhead_s"
+
+
+def memory_ratio(samples: list[tuple[float, float]], base) -> float | None:
+    """r = Σ measured time / Σ the base system's time of the same copies (cost.compute.memory_time_s at
+    the base's η_hbm and kernel overhead) over the HBM-resident rows (fit.cache_resident); None when
+    every row is cache-resident. r < 1: this GPU's copies alone run faster than the base's in-step rate."""
+    rows = [s for s, c in zip(samples, cache_resident(samples, base)) if not c]
+    if not rows:
+        return None
+    priced = sum(memory_time_s(b, base.accelerator) for b, _ in rows)
+    return sum(t for _, t in rows) / priced
+
+
+def keep_in_step_memory(cal, samples: list[tuple[float, float]]) -> bool:
+    """The memory-bound in-step constants: each the slower of the base's and the fit to the copies alone
+    (η_hbm = min(base, fit), kernel overhead = max(base, fit)), the fits reported as ``kernel_caps``; returns
+    whether the memory table may be attached: only where its copies are no faster than the base's in-step
+    rate (``memory_ratio`` r ≥ 1), since a system has no in-step share for memory-bound kernels."""
+    eff = cal.base.accelerator.efficiency
+    updates = {}
+    for path, base, slower in ((HBM, eff.hbm, min), (OVERHEAD, eff.kernel_overhead_s, max)):
+        fitted = cal.values.get(path)
+        if fitted is None:
+            continue
+        cal.kernel_caps[path] = float(fitted)
+        kept = slower(base, fitted)
+        if kept == fitted:
+            continue
+        del cal.values[path]
+        updates[path] = base
+        cal.notes[path] = (
+            f"base in-step value {base:.4g} kept: the kernels alone fit {fitted:.4g}, faster than the "
+            "base's in-step rate (the rate memory-bound kernels keep in a step, the reference of the "
+            f"profiles' eager traffic factors; {cal.notes.get(path, 'fit')})"
+        )
+    cal.system = with_values(cal.system, updates)
+    r = memory_ratio(samples, cal.base)
+    return r is not None and r >= 1.0
+
+
+def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
+    """A GEMM table times kernels alone; the base system's GEMM caps are a kernel cap × an in-step share fitted
+    to step times (docs/model.md §2, §6), which no kernel table shows. With r the table's time over the base's
+    in-step time for the same GEMMs (calibrate.tables.in_step_ratios), per cap:
+
+    - attached, the table's GEMM times are divided by the in-step share s = min(1, r)
+      (``efficiency.table_in_step_share``, cost.compute) and the base cap is kept: the table prices every GEMM
+      of its dtypes (bf16 grouped GEMMs per expert from its dense rows, cost.kernel_tables), the cap only the
+      dtypes it did not measure (fp32, tf32, FP4; fp8 grouped GEMMs with the base's grouped share);
+    - not attached, the cap prices the table's dtypes: B·min(1, 1/r), the slower of the base's in-step rate
+      and this GPU's kernels alone."""
+    updates = {}
+    for key, r in in_step_ratios(samples, cal.base).items():
+        path = f"{EFF}.{key}"
+        dtype = "fp8" if key == "gemm_fp8" else "bf16"
+        base = cal.base.accelerator.gemm_efficiency_cap(dtype)
+        fitted = cal.values.pop(path, None)
+        if fitted is not None:
+            cal.kernel_caps[path] = float(fitted)
+        fit_text = f"{fitted:.4g}" if fitted is not None else "not identified"
+        if attached:
+            share_path = f"{EFF}.table_in_step_share.{key}"
+            updates[share_path] = cal.values[share_path] = min(1.0, r)
+            cal.notes[share_path] = (
+                f"in-step share of the attached table's {dtype} GEMMs: min(1, r), r = {r:.4g}"
+            )
+            updates[path] = base
+            cal.notes[path] = (
+                f"base in-step cap {base:.4g} kept: the attached table prices the {dtype} GEMMs it "
+                f"measured (r = {r:.4g}); the cap prices the dtypes it did not (kernel cap fitted to "
+                f"the table: {fit_text})"
+            )
+            continue
+        updates[path] = cal.values[path] = base * min(1.0, 1.0 / r)
+        cal.notes[path] = (
+            f"in-step cap: base {base:.4g} x min(1, 1/r), r = {r:.4g} the table's {dtype} GEMM time "
+            f"over the base's in-step time for them (kernel cap fitted to the table: {fit_text})"
+        )
+    cal.system = with_values(cal.system, updates)

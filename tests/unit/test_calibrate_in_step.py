@@ -1,0 +1,128 @@
+"""calibrate's in-step rules (calibrate.in_step), the kinds it attaches (cost.table_refs) and the dense-row
+expert loop of a table without grouped rows (cost.kernel_tables): a fit of some kernels moves only the
+prices of the kernels it measured (issue 32)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paraplan.calibrate import calibrate
+from paraplan.catalog import load_system
+from paraplan.cost import kernel_tables as kt
+from paraplan.cost.compute import gemm_time_s, grouped_gemm_time_s
+from paraplan.specs.errors import InputError
+from paraplan.specs.fields import with_fields
+
+H100 = "h100-sxm5-80gb"
+EFF = "accelerator.efficiency"
+
+
+def shipped(name: str) -> Path:
+    return Path(str(resources.files("paraplan.catalog") / "kernels" / name))
+
+
+def scaled_copy(src: Path, dst: Path, factor: float, time_column: int = -1) -> Path:
+    """``src`` with its time column × ``factor``, written with other bytes (not a shipped file)."""
+    rows = src.read_text().splitlines()
+    out = [rows[0]]
+    for row in rows[1:]:
+        cells = row.split(",")
+        cells[time_column] = f"{float(cells[time_column]) * factor:.5f}"
+        out.append(",".join(cells))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("\n".join(out) + "\n")
+    return dst
+
+
+def test_a_table_reference_can_name_some_of_its_kinds():
+    table = kt.load_table(f"{H100}[gemm,memory]")
+    assert set(table.files) == {"gemm", "memory"}
+    assert table.kernels == {} and table.grouped_gemm == {} and table.attention == {}
+    with pytest.raises(InputError, match=r"kinds in \[...\] must be some of"):
+        kt.load_table(f"{H100}[gemm,eager]")
+    with pytest.raises(InputError, match="has no attention_fa3 file"):
+        kt.load_table(f"{H100}[attention_fa3]")
+
+
+def test_calibrate_attaches_only_the_kinds_it_was_given():
+    folder = shipped(H100)
+    cal = calibrate(load_system("dgx-h100-80gb"), gemm=folder / "gemm.csv")
+    assert cal.system.accelerator.kernel_tables == f"{H100}[gemm]"
+    acc = cal.system.accelerator
+    # no eager kernels, fp8 quantisation kernels or attention from the shipped table's other files
+    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
+    assert table.kernels == {} and table.attention == {} and table.memory is None
+
+
+def test_a_bf16_grouped_gemm_without_grouped_rows_is_the_dense_rows_expert_loop():
+    base = load_system("dgx-h100-80gb")
+    dense = with_fields(base, {"accelerator.kernel_tables": f"{H100}[gemm]"}).accelerator
+    experts, m, n, k = 8, 2048, 4096, 1024
+    flops = experts * 2.0 * m * n * k
+    ramps = 2 * dense.efficiency.gemm_ramp_s  # ceil(8 experts / 4 streams)
+    one = gemm_time_s(2.0 * m * n * k, (1, m, n, k), dense, "bf16") - dense.efficiency.gemm_ramp_s
+    loop = grouped_gemm_time_s(flops, (experts, m, n, k), dense, "bf16")
+    assert loop - ramps == pytest.approx(experts * one, rel=1e-12)
+    # fp8 per-expert GEMMs keep the analytical form with the fitted grouped share (validate.fitted)
+    analytical = grouped_gemm_time_s(flops, (experts, m, n, k), base.accelerator, "fp8")
+    assert grouped_gemm_time_s(flops, (experts, m, n, k), dense, "fp8") == analytical
+
+
+def test_a_gemm_table_attached_keeps_the_caps_and_a_slower_one_shares_one(tmp_path):
+    """Attached, the caps price only what the table did not measure: the base's; a table slower than the
+    base's in-step rate (r > 1) is used as measured (share 1), a faster one divided by its share r."""
+    base = load_system("dgx-h100-80gb")
+    slow = scaled_copy(shipped(H100) / "gemm.csv", tmp_path / "slow" / "gemm.csv", 1.5)
+    cal = calibrate(base, gemm=slow, tables_dir=tmp_path / "t")
+    kt.clear_caches()
+    eff = cal.system.accelerator.efficiency
+    assert eff.table_in_step_share == {"gemm": 1.0, "gemm_fp8": 1.0}
+    assert (eff.gemm, eff.gemm_fp8) == (base.accelerator.efficiency.gemm, 0.56)
+    fp32 = gemm_time_s(2.0 * 4096**3, (1, 4096, 4096, 4096), cal.system.accelerator, "fp32")
+    assert fp32 == gemm_time_s(2.0 * 4096**3, (1, 4096, 4096, 4096), base.accelerator, "fp32")
+
+
+def test_a_gemm_table_not_attached_scales_the_cap_by_the_slower_rate(tmp_path):
+    """Not attached (not shipped files, no -o), the caps price the table's dtypes: B·min(1, 1/r)."""
+    base = load_system("dgx-h100-80gb")
+    same = scaled_copy(shipped(H100) / "gemm.csv", tmp_path / "same" / "gemm.csv", 1.0)
+    slow = scaled_copy(shipped(H100) / "gemm.csv", tmp_path / "slow" / "gemm.csv", 1.5)
+    fast, slower = calibrate(base, gemm=same), calibrate(base, gemm=slow)
+    assert fast.system.accelerator.kernel_tables is None
+    for key in ("gemm", "gemm_fp8"):
+        assert slower.kernel_caps[f"{EFF}.{key}"] == pytest.approx(
+            fast.kernel_caps[f"{EFF}.{key}"] / 1.5, rel=0.02
+        )
+    fast_eff, slow_eff = fast.system.accelerator.efficiency, slower.system.accelerator.efficiency
+    # this H100's bf16 kernels are slower than the catalog's in-step rate already (r > 1): cap / 1.5;
+    # its fp8 kernels are faster (r < 1): the base cap kept, and base / (1.5 r) once 1.5 r > 1
+    assert fast_eff.gemm < base.accelerator.efficiency.gemm
+    assert slow_eff.gemm == pytest.approx(fast_eff.gemm / 1.5, rel=1e-6)
+    assert fast_eff.gemm_fp8 == base.accelerator.efficiency.gemm_fp8
+    assert slow_eff.gemm_fp8 < fast_eff.gemm_fp8
+
+
+def test_copies_faster_than_the_base_in_step_rate_keep_it_and_stay_out(tmp_path):
+    base = load_system("dgx-h100-80gb")
+    cal = calibrate(base, memory=shipped(H100) / "memory.csv", tables_dir=tmp_path / "t")
+    eff = cal.system.accelerator.efficiency
+    assert (eff.hbm, eff.kernel_overhead_s) == (0.85, 4e-6)
+    assert cal.system.accelerator.kernel_tables is None  # nothing else given: nothing attached
+    assert cal.kernel_caps[f"{EFF}.hbm"] > 0.85  # the copies alone, reported
+    assert "not attached" in cal.notes["accelerator.kernel_tables (memory)"]
+
+
+def test_copies_slower_than_the_base_in_step_rate_replace_it_and_are_attached(tmp_path):
+    base = load_system("dgx-h100-80gb")
+    slow = scaled_copy(shipped(H100) / "memory.csv", tmp_path / "m" / "memory.csv", 1.25)
+    cal = calibrate(base, memory=slow, tables_dir=tmp_path / "t")
+    kt.clear_caches()
+    eff = cal.system.accelerator.efficiency
+    assert eff.hbm == pytest.approx(cal.kernel_caps[f"{EFF}.hbm"]) and eff.hbm < 0.85
+    assert cal.system.accelerator.kernel_tables == str((tmp_path / "t").resolve())
+    files = yaml.safe_load((tmp_path / "t" / "table.yaml").read_text())["files"]
+    assert files == {"memory": "memory.csv"}
