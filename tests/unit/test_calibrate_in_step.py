@@ -126,3 +126,25 @@ def test_copies_slower_than_the_base_in_step_rate_replace_it_and_are_attached(tm
     assert cal.system.accelerator.kernel_tables == str((tmp_path / "t").resolve())
     files = yaml.safe_load((tmp_path / "t" / "table.yaml").read_text())["files"]
     assert files == {"memory": "memory.csv"}
+
+
+@pytest.mark.parametrize("attached", [False, True])
+def test_steps_fit_the_in_step_share_only_when_asked(attached):
+    """``--fit-in-step-share``: the step times fit the in-step GEMM share (of the attached table, else the
+    cap) with the overlap costs; without it the share stays as calibrated."""
+    from paraplan.calibrate.steps import fit_steps
+    from paraplan.calibrate.synthetic import step_runs, true_system
+
+    system = true_system()
+    if attached:
+        system = with_fields(system, {"accelerator.kernel_tables": f"{H100}[gemm]"})
+        path, truth = f"{EFF}.table_in_step_share.gemm", 0.9
+    else:
+        path, truth = f"{EFF}.gemm", 0.70
+    runs = step_runs(with_fields(system, {path: truth}))
+    part, loo = fit_steps(runs, system, "steps.yaml", in_step_share=True)
+    assert part.values[path] == pytest.approx(truth, rel=1e-3)
+    assert "fitted to the step times" in part.notes[path]
+    assert loo["max_abs_error"] < 2e-3
+    plain, _ = fit_steps(runs, system, "steps.yaml")
+    assert path not in plain.values

@@ -2,15 +2,15 @@
 
 import numpy as np
 
-from paraplan.calibrate import fit
+from paraplan.calibrate import fit, steps
 from paraplan.calibrate.synthetic import step_runs, true_system
 
 
-def _runs(n: int) -> list[fit.StepRun]:
+def _runs(n: int) -> list[steps.StepRun]:
     base = step_runs(true_system())
     rng = np.random.default_rng(0)
     return [
-        fit.StepRun(f"{r.name}-{k}", r.model, r.plan, r.step_time_s * (1 + 0.05 * rng.normal()))
+        steps.StepRun(f"{r.name}-{k}", r.model, r.plan, r.step_time_s * (1 + 0.05 * rng.normal()))
         for k in range(n // len(base) + 1)
         for r in base
     ][:n]
@@ -18,16 +18,16 @@ def _runs(n: int) -> list[fit.StepRun]:
 
 def test_step_fit_with_leave_one_out_costs_estimates_linear_in_the_runs(monkeypatch):
     calls = [0]
-    predict = fit._predict
+    predict = steps._predict
 
     def counted(run, system):
         calls[0] += 1
         return predict(run, system)
 
-    monkeypatch.setattr(fit, "_predict", counted)
+    monkeypatch.setattr(steps, "_predict", counted)
     system = fit.with_values(true_system(), {fit.NVLINK_OVERLAP: 0.3, fit.NIC_OVERLAP: 0.7})
     n = 20
-    part, loo = fit.fit_steps(_runs(n), system, "steps.yaml")
+    part, loo = steps.fit_steps(_runs(n), system, "steps.yaml")
     assert len(loo["runs"]) == n
     # the fit itself: at most 20 Gauss-Newton rounds of 3 N estimates; leave-one-out: 4 N.
     # A refit per left-out run cost 5,869 estimates here.
@@ -40,9 +40,9 @@ def test_leave_one_out_matches_a_full_refit_per_run():
     runs = _runs(5)
     meas = np.array([r.step_time_s for r in runs])
     start = np.array([system.node.nvlink_overlap_cost, system.network.overlap_cost])
-    _, loo = fit.fit_steps(runs, system, "steps.yaml")
+    _, loo = steps.fit_steps(runs, system, "steps.yaml")
     for i, row in enumerate(loo["runs"]):
         keep = [j for j in range(len(runs)) if j != i]
-        c = fit._fit_costs([runs[j] for j in keep], system, meas[keep], start)[0]
-        exact = float(fit._predict_all([runs[i]], system, c)[0])
+        c = steps._fit_costs([runs[j] for j in keep], system, meas[keep], start)[0]
+        exact = float(steps._predict_all([runs[i]], system, c)[0])
         assert abs(row["predicted_s"] / exact - 1) < 1e-4

@@ -18,12 +18,10 @@ from paraplan.calibrate.fit import (
     EFF,
     FitPart,
     Residual,
-    StepRun,
     fit_attention,
     fit_gemm,
     fit_memory,
     fit_network,
-    fit_steps,
     with_values,
 )
 from paraplan.calibrate.in_step import keep_in_step_memory, keep_in_step_shares
@@ -33,6 +31,7 @@ from paraplan.calibrate.readers import (
     read_memory_table,
     read_nccl_tests,
 )
+from paraplan.calibrate.steps import StepRun, fit_steps
 from paraplan.calibrate.tables import (
     Measured,
     attach,
@@ -211,10 +210,12 @@ def calibrate(
     name: str | None = None,
     domain_spans_nodes: bool = False,
     tables_dir: Path | None = None,
+    fit_in_step_share: bool = False,
 ) -> Calibration:
     """Fit what the given measurements identify; everything else keeps the base system's value.
     Kernel tables given are attached to the system (calibrate.tables; written to ``tables_dir``
-    unless they are a shipped table's files) before collectives and step times are fitted."""
+    unless they are a shipped table's files) before collectives and step times are fitted; with
+    ``fit_in_step_share`` the step times also fit the in-step GEMM shares (calibrate.steps)."""
     if not (nccl or gemm or attention or memory or steps):
         raise InputError(
             "calibrate: nothing to fit; give --nccl, --gemm, --attention, --memory or --steps"
@@ -265,7 +266,7 @@ def calibrate(
         )
         cal.inputs += [r.source for r in runs]
     if steps is not None:
-        part, loo = fit_steps(read_steps(steps), cal.system, steps.name)
+        part, loo = fit_steps(read_steps(steps), cal.system, steps.name, fit_in_step_share)
         _merge(cal, part, steps.name)
         cal.leave_one_out = loo
         cal.inputs.append(str(steps))

@@ -17,12 +17,12 @@ from paraplan.calibrate.fit import (
     NVLINK_EFF,
     NVLINK_LAT,
     NVLINK_OVERLAP,
-    StepRun,
     attention_flops,
     nccl_span,
     with_values,
 )
 from paraplan.calibrate.readers import AttentionSample, NcclRun
+from paraplan.calibrate.steps import StepRun
 from paraplan.catalog import load_model, load_system
 from paraplan.cost.comm import collective_time_s, gather_or_scatter_time_s
 from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s

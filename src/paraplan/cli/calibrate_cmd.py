@@ -29,6 +29,11 @@ def calibrate_command(
     steps: optional(
         Path, "--steps", help="YAML/JSON of measured runs: model, plan, step_time_s"
     ) = None,
+    fit_in_step_share: switch(
+        "--fit-in-step-share",
+        help="with --steps: also fit the in-step GEMM share (of the attached table, else the cap) to "
+        "the step times",
+    ) = False,
     domain_spans_nodes: switch(
         "--domain-spans-nodes",
         help="rack-scale NVLink: the hosts of an nccl-tests run share one NVLink domain",
@@ -65,6 +70,7 @@ def calibrate_command(
         name=name,
         domain_spans_nodes=domain_spans_nodes,
         tables_dir=None if out is None else out.parent / f"{out.stem}-kernels",
+        fit_in_step_share=fit_in_step_share,
     )
     text = system_yaml(cal)
     if report is not None:
