@@ -148,3 +148,12 @@ def test_steps_fit_the_in_step_share_only_when_asked(attached):
     assert loo["max_abs_error"] < 2e-3
     plain, _ = fit_steps(runs, system, "steps.yaml")
     assert path not in plain.values
+
+
+def test_a_folder_whose_name_ends_in_brackets_is_that_folder(tmp_path):
+    import shutil
+
+    folder = tmp_path / "mine[gemm]"
+    shutil.copytree(shipped(H100), folder)
+    assert set(kt.load_table(str(folder)).files) == set(kt.load_table(H100).files)
+    assert set(kt.load_table(f"{folder}[memory]").files) == {"memory"}

@@ -35,8 +35,8 @@ def shipped_tables() -> list[str]:
 def split_ref(ref: str) -> tuple[str, tuple[str, ...] | None]:
     """(the table's name or folder, the kinds a trailing ``[kind,kind]`` names, or None: every file);
     InputError naming the field where a listed kind is not one of TABLE_KINDS or the list is empty."""
-    if not ref.endswith("]") or "[" not in ref:
-        return ref, None
+    if not ref.endswith("]") or "[" not in ref or (Path(ref) / "table.yaml").is_file():
+        return ref, None  # (a folder whose own name ends in [...] is that folder)
     table, listed = ref[:-1].rsplit("[", 1)
     kinds = tuple(k.strip() for k in listed.split(",") if k.strip())
     unknown = [k for k in kinds if k not in TABLE_KINDS]
