@@ -41,10 +41,11 @@ def test_bundled_files_load():
         "tiny-steps-2026-11.json",
         "llmfoundry-mpt.json",
         "torchtitan-llama3.json",
+        "bloom-megatron-deepspeed.json",
     } <= set(names)
     cases = load_cases()
-    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan)
-    assert len(cases) == 161 and len({(c.file, c.name) for c in cases}) == 161
+    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1)
+    assert len(cases) == 162 and len({(c.file, c.name) for c in cases}) == 162
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
