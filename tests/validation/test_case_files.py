@@ -42,10 +42,11 @@ def test_bundled_files_load():
         "llmfoundry-mpt.json",
         "torchtitan-llama3.json",
         "bloom-megatron-deepspeed.json",
+        "maxtext-gpu.json",
     } <= set(names)
     cases = load_cases()
-    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1)
-    assert len(cases) == 162 and len({(c.file, c.name) for c in cases}) == 162
+    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
+    assert len(cases) == 163 and len({(c.file, c.name) for c in cases}) == 163
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
