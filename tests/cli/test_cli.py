@@ -466,6 +466,7 @@ def test_validate_json_format(capsys):
         "mbridge-dense",
         "moe-visible",
         "narayanan2021",
+        *("llmfoundry-mpt", "torchtitan-llama3", "bloom-megatron-deepspeed", "maxtext-gpu"),
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)

@@ -188,11 +188,11 @@ def test_estimate_text_shows_band_and_profile(capsys):
     code, out, _ = run(capsys, *EST, "--framework", "torchtitan", "--zero", "3")
     assert code == 0
     assert "framework profile: torchtitan" in out and "error band (80 % claimed): step" in out
-    assert "wide prior: no validation case ran the torchtitan stack" in " ".join(out.split())
-    # no validation case ran torchtitan: its features (qualified by the framework, validate.band) are extrapolated
-    assert "hopper dense torchtitan framework:torchtitan" in " ".join(
-        out.split()
-    )  # (the line wraps)
+    # the held-out torchtitan-llama3 set holds 7 groups of the torchtitan stack, fewer than the 9 a band needs
+    assert "wide prior: 7 groups ran the torchtitan stack, fewer than 9" in " ".join(out.split())
+    # no torchtitan case recomputes whole layers in eager mode: that feature (qualified by the framework,
+    # validate.band) is extrapolated
+    assert "hopper dense torchtitan recompute:full" in " ".join(out.split())  # (the line wraps)
 
 
 def test_estimate_json_search_rows_and_the_api_share_one_band(capsys):

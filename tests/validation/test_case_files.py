@@ -39,9 +39,14 @@ def test_bundled_files_load():
         "gpu-steps-2026-11.json",
         "hf-steps-2026-11.json",
         "tiny-steps-2026-11.json",
+        "llmfoundry-mpt.json",
+        "torchtitan-llama3.json",
+        "bloom-megatron-deepspeed.json",
+        "maxtext-gpu.json",
     } <= set(names)
     cases = load_cases()
-    assert len(cases) == 118 and len({(c.file, c.name) for c in cases}) == 118
+    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
+    assert len(cases) == 163 and len({(c.file, c.name) for c in cases}) == 163
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -91,6 +91,9 @@ def test_scope_is_explicit_in_the_bundled_files():
             "deepspeed-2021",
             *("pytorch-eager", "pytorch-eager-bf16", "pytorch-compile"),  # single-GPU steps
             "hf-transformers",  # single-GPU Trainer-style steps
+            *("llm-foundry", "torchtitan", "torchtitan-compiled"),  # FSDP stacks, held out
+            "megatron-deepspeed",  # BLOOM-176B, held out
+            "maxtext",  # MaxText on GPU (JAX-Toolbox), held out
         )
         for c in cases
     )
@@ -103,9 +106,9 @@ def test_calibration_and_held_out_reported_apart(report):
     assert summary["calibration"]["step_time_cases"] == 46
     # Narayanan et al. 2021 Table 2 (12) and the project's single-GPU steps on H100 / H200
     # (gpu-steps-2026-11, 25): no constant is fitted on them
-    assert (
-        summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4
-    )  # + tiny steps on a second host
+    # + tiny steps on a second host; + the FSDP-stack sets llmfoundry-mpt (20) and torchtitan-llama3 (23)
+    # + BLOOM-176B on Megatron-DeepSpeed (1) + MaxText Llama 2 7B on H100 (1)
+    assert summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
@@ -118,14 +121,26 @@ def test_nemo_llama31_step_time(report):
     assert max(abs(e) for e in errors) <= 20.0
 
 
+# Runs that trained but are predicted not to fit (issue 33 asks for none): torchtitan's Llama 3.1 8B on 8 H100
+# 96 GB with per-op selective checkpointing, which the plan cannot express (encoded as Megatron-style selective
+# recomputation, which keeps more activations): predicted peak 96.2 GiB of 94 against 82.4 / 77.0 GiB reserved.
+KNOWN_NOT_FIT = {"torchtitan2412-llama31-8b-fsdp8-eager", "torchtitan2412-llama31-8b-fsdp8-compile"}
+
+
 def test_every_step_time_case_fits(report):
-    """Every measured run, dense and MoE, is predicted to fit in memory."""
+    """Every measured run, dense and MoE, is predicted to fit in memory, but the known exceptions."""
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
-    assert (
-        len(timed) == 58 + 25 + 15 + 8 + 4
-    )  # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2)
+    # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1
     for case in timed:
-        assert case["predicted"]["fits"], case["name"]
+        assert case["predicted"]["fits"] or case["name"] in KNOWN_NOT_FIT, case["name"]
+
+
+def test_known_not_fit_cases_still_do_not_fit(report):
+    """Pins the finding above so that a fix is seen (then drop the names from KNOWN_NOT_FIT)."""
+    by_name = {c["name"]: c for c in report["cases"]}
+    for name in KNOWN_NOT_FIT:
+        assert not by_name[name]["predicted"]["fits"], name
 
 
 def test_summary_matches_cases(report):
@@ -239,3 +254,53 @@ def test_published_moe_file_validates_as_given():
     ]
     errors = [c["error_pct"]["step_time_s"] for c in report["cases"]]
     assert len(errors) == 10 and _mape(errors) <= 8.0 and max(abs(e) for e in errors) <= 20.0
+
+
+FSDP_SETS = {"llmfoundry-mpt": ("llmfoundry-", 20), "torchtitan-llama3": ("torchtitan", 23)}
+
+
+def _set_errors(report: dict, stem: str) -> list[float]:
+    prefix, count = FSDP_SETS[stem]
+    cases = [c for c in report["cases"] if c["name"].startswith(prefix)]
+    assert len(cases) == count and all(c["role"] == "held_out" for c in cases), stem
+    return [c["error_pct"]["step_time_s"] for c in cases]
+
+
+@pytest.mark.parametrize(
+    ("stem", "max_mape", "max_abs"),
+    [("llmfoundry-mpt", 12.0, 30.0), ("torchtitan-llama3", 14.0, 30.0)],
+)
+def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
+    """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today llmfoundry-mpt is at MAPE
+    10.5 %, worst -27.8 % (MPT-7B at 65,536 tokens), 19 of 20 too fast; torchtitan-llama3 at MAPE 12.2 %, worst
+    -27.9 % (8B FSDP 8 x TP 8, bf16), 20 of 23 too fast (docs/validation.md, sections llmfoundry-mpt and
+    torchtitan-llama3). This pins today's state so that a change to it is seen; it is not a tolerance we
+    promise."""
+    errors = _set_errors(report, stem)
+    assert _mape(errors) <= max_mape
+    assert max(abs(e) for e in errors) <= max_abs
+    assert sum(e < 0 for e in errors) >= 0.8 * len(errors)  # too fast, as issue 33 measured
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 33 bar not met on the FSDP stacks: MAPE 10.5 % and 12.2 %, worst -27.8 % and -27.9 %",
+)
+@pytest.mark.parametrize("stem", sorted(FSDP_SETS))
+def test_fsdp_stack_sets_meet_the_issue_33_bar(report, stem):
+    """Issue 33: MAPE <= 10 % on each held-out set and no case off by more than 25 %."""
+    errors = _set_errors(report, stem)
+    assert _mape(errors) <= 10.0 and max(abs(e) for e in errors) <= 25.0
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["bloom176b-megatron-deepspeed-a100-384", "jaxtoolbox-maxtext-llama2-7b-h100-8-bf16"],
+)
+def test_single_run_stacks_held_out(report, name):
+    """BLOOM-176B on DeepSpeed's pipeline engine (Megatron-DeepSpeed, 384 A100 80 GB on Jean Zay), today -8.6 %, and
+    MaxText's Llama 2 7B on 8 H100 (NVIDIA JAX-Toolbox), today -11.5 %: held out, both too fast, as issue 33
+    measured for these stacks. Pins today's state; not a promised tolerance."""
+    (case,) = [c for c in report["cases"] if c["name"] == name]
+    assert case["role"] == "held_out" and case["predicted"]["fits"]
+    assert -15.0 <= case["error_pct"]["step_time_s"] < 0.0
