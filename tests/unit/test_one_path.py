@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paraplan.catalog import load_model, load_system
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.uniform_stages import uniform_stage_plan
@@ -35,9 +36,14 @@ MEMORY_FIELDS = tuple(
 )
 
 
-def both_paths(model_name: str, **plan_fields):
-    """(uniform Estimate, per-stage StagePlanEstimate) of one plan on a uniform cluster of its GPUs."""
-    model, system = load_model(model_name), load_system(SYSTEM)
+def both_paths(
+    model_name: str, system_name: str = SYSTEM, framework: str | None = None, **plan_fields
+):
+    """(uniform Estimate, per-stage StagePlanEstimate) of one plan on a uniform cluster of its GPUs; with
+    ``framework``, the system and the plan's defaults under that profile (cost.frameworks.apply_framework)."""
+    model, system = load_model(model_name), load_system(system_name)
+    if framework is not None:
+        system, plan_fields = apply_framework(load_framework(framework), system, plan_fields)
     plan = PlanSpec(**plan_fields)
     cluster = uniform_cluster(system, plan.gpus)
     stage_plan = uniform_stage_plan(plan, model, cluster.pools[0].name)

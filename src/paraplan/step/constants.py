@@ -24,7 +24,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype, acc.efficiency.runtime.fp32_master)
+    state = state_bytes(system, dtype, knobs)
     cap = knobs.zero3_max_live_params
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
@@ -46,6 +46,17 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
         **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
     )
+
+
+def state_bytes(system: SystemSpec, dtype: str, runtime=None) -> mem.StateBytes:
+    """Bytes per parameter of the weights, gradients and optimizer state a run of ``dtype`` keeps on
+    ``system`` under the run-wide knobs of ``runtime`` (None: their defaults): cost.memory.state_bytes_per_param
+    at the run's gradient dtype and the stack's optimizer state (efficiency.runtime.fp32_master, set by a
+    framework profile). The one reading of that rule: the step's memory and reductions (``system_terms``),
+    the per-stage tied-embedding all-reduce (step.stage_links) and the checkpoint size (goodput.checkpoint)."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    fp32_master = system.accelerator.efficiency.runtime.fp32_master
+    return mem.state_bytes_per_param(dtype, knobs.grad_dtype, fp32_master)
 
 
 def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:

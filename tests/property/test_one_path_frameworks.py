@@ -1,0 +1,154 @@
+"""One step, one path (issue 31), under every framework profile of the catalog: a uniform plan priced by the
+uniform estimator and the same plan restated as a per-stage plan (specs.uniform_stages.uniform_stage_plan →
+step.per_stage) give the same step time, breakdown and memory per stage (peak, activations, weights,
+gradients, optimizer state, buffers; relative 1e-9: tests/unit/test_one_path.assert_same), for every profile
+(cost.frameworks.apply_framework: its system — attention kernel, eager kernels and composite modules
+(graph.eager_modules: gelu_new, LlamaRMSNorm, rotate_half, fp32-logit loss), runtime copies and transfers,
+optimizer state — and its plan defaults: gradient dtype, fp8 weight copies, ZeRO-3 units and prefetch,
+overlap switches) and every datatype of bf16 / fp8 / fp32 the system has a peak for.
+
+Plans are drawn with a fixed seed per (profile, datatype): a dense model the per-stage path takes (decoders
+with GeLU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings; BERT and
+ViT encoders), pp ≤ 8, tp ≤ 4, dp ≤ 8, ZeRO 0-3, every recompute mode, 1F1B / GPipe / interleaved, sequence
+parallelism, and now and then an overlap switch the plan states against the profile. A plan the uniform
+path refuses is drawn again. The quick test checks a few plans per pair, the slow one many.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import pytest
+
+from paraplan.catalog import framework_names, load_model, load_system
+from paraplan.specs.errors import InputError
+from paraplan.specs.rules import accelerator_rules
+from tests.unit.test_one_path import assert_same, both_paths
+
+DTYPES = ("bf16", "fp8", "fp32")
+SYSTEMS = ("dgx-h100-80gb", "dgx-a100-80gb", "dgx-b200", "h100-pcie-8", "mi300x-8")
+MODELS = (
+    "gpt3-125m",
+    "gpt3-350m",
+    "gpt3-760m",
+    "gpt3-1.3b",
+    "llama2-7b",
+    "llama3-8b",
+    "bert-large",
+    "vit-large",
+)
+OVERLAPS = ("overlap_tp_comm", "overlap_param_gather", "overlap_dp_grad_reduce")
+TRIES = 40  # draws per plan before a pair counts as not allowed
+
+
+def dtype_systems(dtype: str) -> list[str]:
+    """The systems of SYSTEMS whose accelerator has a peak for ``dtype`` (specs.rules.accelerator_rules)."""
+    return [
+        s
+        for s in SYSTEMS
+        if not accelerator_rules(load_system(s).accelerator, dtype, "flash")
+        and not accelerator_rules(load_system(s).accelerator, dtype, "unfused")
+    ]
+
+
+def draw_plan(rng: random.Random, framework: str, dtype: str) -> tuple[str, str, dict]:
+    """(model, system, plan fields) of one uniform plan (module docstring); the profile fills the rest."""
+    name = rng.choice(MODELS)
+    layers = load_model(name).layers
+    pp = rng.choice([p for p in (1, 2, 3, 4, 6, 8) if p <= layers])
+    tp, dp, micro_batch = rng.choice((1, 2, 4)), rng.choice((1, 2, 4, 8)), rng.choice((1, 2))
+    schedule = rng.choice(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",))
+    vpp = rng.choice((2, 3, 4)) if schedule == "interleaved" else 1
+    microbatches = pp * rng.choice((1, 2)) if vpp > 1 else rng.choice((1, 4, 8))
+    fields = dict(
+        gpus=tp * pp * dp,
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        micro_batch=micro_batch,
+        global_batch=micro_batch * dp * microbatches,
+        seq_length=rng.choice((1024, 2048)),
+        zero=rng.choice((0, 1, 2, 3)),
+        recompute=rng.choice(("none", "selective", "full")),
+        sequence_parallel=tp > 1 and rng.random() < 0.5,
+        schedule=schedule,
+        dtype=dtype,
+    )
+    for switch in OVERLAPS:  # the plan's own value wins over the profile's default
+        if rng.random() < 0.2:
+            fields[switch] = rng.random() < 0.5
+    return name, rng.choice(dtype_systems(dtype)), fields
+
+
+def check_pair(framework: str, dtype: str, plans: int) -> int:
+    """Draw ``plans`` plans the uniform path takes under the profile and datatype and check both paths
+    agree on each; returns how many were checked."""
+    rng = random.Random(zlib.crc32(f"{framework}/{dtype}".encode()))
+    checked = 0
+    for _ in range(plans * TRIES):
+        if checked == plans:
+            break
+        name, system, fields = draw_plan(rng, framework, dtype)
+        try:
+            uniform, per_stage = both_paths(name, system, framework, **fields)
+        except InputError:
+            continue  # a plan the uniform path refuses (a rule of the model or the system): draw again
+        try:
+            assert_same(uniform, per_stage)
+        except AssertionError as err:
+            raise AssertionError(
+                f"{framework} {dtype} {name} on {system}, {fields}: {err}"
+            ) from err
+        checked += 1
+    return checked
+
+
+PAIRS = [
+    pytest.param(f, d, id=f"{f}-{d}") for f in framework_names() for d in DTYPES if dtype_systems(d)
+]
+
+
+def test_every_profile_and_datatype_is_drawn():
+    """Every catalog profile and each of bf16 / fp8 / fp32 (the test would pass on nothing otherwise)."""
+    assert {p.values[0] for p in PAIRS} == set(framework_names())
+    assert len(framework_names()) >= 10
+    assert {p.values[1] for p in PAIRS} == set(DTYPES)
+
+
+@pytest.mark.parametrize("framework, dtype", PAIRS)
+def test_both_paths_agree_under_every_profile(framework, dtype):
+    assert check_pair(framework, dtype, 10) == 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework, dtype", PAIRS)
+def test_both_paths_agree_under_every_profile_many_plans(framework, dtype):
+    assert check_pair(framework, dtype, 40) == 40
+
+
+@pytest.mark.parametrize(
+    "framework, model, activations_gb",
+    [
+        ("pytorch-eager", "gpt3-350m", 23.86558976),
+        ("hf-transformers", "llama2-7b", None),  # LlamaRMSNorm, rotate_half, ACT2FN composites
+        ("hf-transformers", "gpt3-350m", None),  # gelu_new
+    ],
+)
+def test_eager_composites_reach_the_per_stage_path(framework, model, activations_gb):
+    """The defect this test was written for: GPT-3 350M on one H100 under pytorch-eager kept 17.2 GB of
+    activations on the per-stage path against 23.9 GB on the uniform one (the fp32-logit loss's 12 B per
+    logit, graph.eager_modules.LOGIT_BYTES, never reached the per-stage layer shape)."""
+    uniform, per_stage = both_paths(
+        model,
+        framework=framework,
+        gpus=1,
+        global_batch=8,
+        micro_batch=8,
+        seq_length=2048,
+    )
+    assert_same(uniform, per_stage)
+    if activations_gb is not None:
+        assert per_stage.stages[0].activations_bytes / 1e9 == pytest.approx(
+            activations_gb, rel=1e-9
+        )
