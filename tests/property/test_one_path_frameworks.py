@@ -16,16 +16,23 @@ path refuses is drawn again. The quick test checks a few plans per pair, the slo
 
 from __future__ import annotations
 
+import json
 import random
 import zlib
 
 import pytest
+import yaml
 
 from paraplan.catalog import framework_names, load_model, load_system
+from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
+from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import accelerator_rules
+from paraplan.specs.stage_plan import stage_plan_to_dict
+from paraplan.specs.uniform_stages import uniform_stage_plan
 from tests.unit.test_one_path import assert_same, both_paths
 
+REL = 1e-9
 DTYPES = ("bf16", "fp8", "fp32")
 SYSTEMS = ("dgx-h100-80gb", "dgx-a100-80gb", "dgx-b200", "h100-pcie-8", "mi300x-8")
 MODELS = (
@@ -152,3 +159,28 @@ def test_eager_composites_reach_the_per_stage_path(framework, model, activations
         assert per_stage.stages[0].activations_bytes / 1e9 == pytest.approx(
             activations_gb, rel=1e-9
         )
+
+
+@pytest.mark.parametrize("framework", ["pytorch-eager", "hf-transformers", "pytorch-eager-bf16"])
+def test_estimate_plan_file_takes_the_framework(cli, tmp_path, framework):
+    """``paraplan estimate --plan STAGES --framework F`` prices the per-stage plan under the profile (its
+    systems, and the plan defaults the file leaves unset) as ``estimate --framework F`` prices the uniform
+    plan: the same step time and memory per stage (the profile was once ignored for a list of stages)."""
+    options = ["--model", "llama2-7b", "--system", "dgx-h100-80gb", "--framework", framework]
+    plan = {"gpus": 8, "tp": 2, "pp": 2, "global_batch": 16, "seq_length": 2048, "zero": 1}
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in plan.items()]
+    code, out, err = cli("estimate", *options, *flags, "--json")
+    assert code in (0, 1), err
+    uniform = json.loads(out)
+    model, system = load_model("llama2-7b"), load_system("dgx-h100-80gb")
+    stages = uniform_stage_plan(PlanSpec(**plan), model, uniform_cluster(system, 8).pools[0].name)
+    path = tmp_path / "stages.yaml"
+    path.write_text(yaml.safe_dump(stage_plan_to_dict(stages)))
+    code, out, err = cli("estimate", *options, "--plan", str(path), "--json")
+    assert code in (0, 1), err
+    per_stage = json.loads(out)
+    assert per_stage["step_time_s"] == pytest.approx(uniform["step_time_s"], rel=REL)
+    assert len(per_stage["stages"]) == len(uniform["memory"]["per_stage"]) == 2
+    for u, p in zip(uniform["memory"]["per_stage"], per_stage["stages"]):
+        for key in ("peak_gib", "activations_gib", "weights_gib", "gradients_gib", "optimizer_gib"):
+            assert p[key] == pytest.approx(u[key], rel=REL), key
