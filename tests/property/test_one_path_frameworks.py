@@ -9,8 +9,9 @@ overlap switches) and every datatype of bf16 / fp8 / fp32 the system has a peak 
 
 Plans are drawn with a fixed seed per (profile, datatype): a dense model the per-stage path takes (decoders
 with GeLU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings; BERT and
-ViT encoders), pp ≤ 8, tp ≤ 4, dp ≤ 8, ZeRO 0-3, every recompute mode, 1F1B / GPipe / interleaved, sequence
-parallelism, and now and then an overlap switch the plan states against the profile. A plan the uniform
+ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp ≤ 4, dp ≤ 8, ZeRO 0-3, every
+recompute mode, 1F1B / GPipe / interleaved, sequence parallelism) on a system with a peak for the datatype,
+and now and then an overlap switch the plan states against the profile. A plan the uniform
 path refuses is drawn again. The quick test checks a few plans per pair, the slow one many.
 """
 
@@ -30,7 +31,7 @@ from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import accelerator_rules
 from paraplan.specs.stage_plan import stage_plan_to_dict
 from paraplan.specs.uniform_stages import uniform_stage_plan
-from tests.unit.test_one_path import assert_same, both_paths
+from tests.unit.test_one_path import assert_same, both_paths, draw_plan_fields
 
 REL = 1e-9
 DTYPES = ("bf16", "fp8", "fp32")
@@ -59,29 +60,10 @@ def dtype_systems(dtype: str) -> list[str]:
     ]
 
 
-def draw_plan(rng: random.Random, framework: str, dtype: str) -> tuple[str, str, dict]:
+def draw_plan(rng: random.Random, dtype: str) -> tuple[str, str, dict]:
     """(model, system, plan fields) of one uniform plan (module docstring); the profile fills the rest."""
     name = rng.choice(MODELS)
-    layers = load_model(name).layers
-    pp = rng.choice([p for p in (1, 2, 3, 4, 6, 8) if p <= layers])
-    tp, dp, micro_batch = rng.choice((1, 2, 4)), rng.choice((1, 2, 4, 8)), rng.choice((1, 2))
-    schedule = rng.choice(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",))
-    vpp = rng.choice((2, 3, 4)) if schedule == "interleaved" else 1
-    microbatches = pp * rng.choice((1, 2)) if vpp > 1 else rng.choice((1, 4, 8))
-    fields = dict(
-        gpus=tp * pp * dp,
-        tp=tp,
-        pp=pp,
-        vpp=vpp,
-        micro_batch=micro_batch,
-        global_batch=micro_batch * dp * microbatches,
-        seq_length=rng.choice((1024, 2048)),
-        zero=rng.choice((0, 1, 2, 3)),
-        recompute=rng.choice(("none", "selective", "full")),
-        sequence_parallel=tp > 1 and rng.random() < 0.5,
-        schedule=schedule,
-        dtype=dtype,
-    )
+    fields = draw_plan_fields(rng.choice, load_model(name).layers) | {"dtype": dtype}
     for switch in OVERLAPS:  # the plan's own value wins over the profile's default
         if rng.random() < 0.2:
             fields[switch] = rng.random() < 0.5
@@ -96,7 +78,7 @@ def check_pair(framework: str, dtype: str, plans: int) -> int:
     for _ in range(plans * TRIES):
         if checked == plans:
             break
-        name, system, fields = draw_plan(rng, framework, dtype)
+        name, system, fields = draw_plan(rng, dtype)
         try:
             uniform, per_stage = both_paths(name, system, framework, **fields)
         except InputError:
