@@ -11,7 +11,8 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
 from paraplan.specs.tp_layout import panel_count
-from paraplan.step.build import default_recompute_modules, module_impl_of
+from paraplan.step.build import default_recompute_modules
+from paraplan.step.constants import module_impl_of
 
 
 def recompute_modules_of(recompute: str) -> tuple[str, ...]:

@@ -31,7 +31,6 @@ from paraplan.cost.comm import (
 from paraplan.cost.elementwise import logical_and, where
 from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import with_summa_exposure
-from paraplan.graph.eager_modules import impl_key
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
 from paraplan.graph.ops import collective_groups, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, with_expert
@@ -73,13 +72,6 @@ Num = Any
 
 
 # ---- 1. block kinds: paraplan.step.blocks (BLOCK_KINDS and the per-kind rules) -------------------
-def module_impl_of(system: SystemSpec) -> tuple[tuple[str, str], ...]:
-    """LayerShape.module_impl on ``system``: the modules its stack runs as composites of eager kernels
-    (graph.eager_modules.impl_key of efficiency.module_impl, set by a framework profile); the one rule both
-    paths' layer shapes take it by (step.estimate.layer_shape, step.per_stage.stage_arrays per pool)."""
-    return impl_key(system.accelerator.efficiency.module_impl)
-
-
 # ---- 2. facts of a row --------------------------------------------------------------------------
 class BlockCostFacts(NamedTuple):
     """Time and parameters of one block kind: summed op times, collective times, parameters per GPU. (A NamedTuple,

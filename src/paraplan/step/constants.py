@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from paraplan.cost import memory as mem
 from paraplan.cost.quantisation import weight_quantisation_bytes
+from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
@@ -77,3 +78,10 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dic
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,
         zero3_reduce_unsharded_bytes=runtime.zero3_reduce_unsharded_bytes,
     )
+
+
+def module_impl_of(system: SystemSpec) -> tuple[tuple[str, str], ...]:
+    """LayerShape.module_impl on ``system``: the modules its stack runs as composites of eager kernels
+    (graph.eager_modules.impl_key of efficiency.module_impl, set by a framework profile); the one rule both
+    paths' layer shapes take it by (step.estimate.layer_shape, step.per_stage.stage_arrays per pool)."""
+    return impl_key(system.accelerator.efficiency.module_impl)

@@ -19,6 +19,7 @@ from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
+from paraplan.step.constants import module_impl_of
 from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
@@ -32,7 +33,6 @@ from paraplan.step.build import (
     build_step_inputs,
     default_recompute_modules,
     model_block_kinds,
-    module_impl_of,
     plan_spans,
     row_blocks,
     row_facts,
@@ -47,7 +47,7 @@ _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
     """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
     shape states as sequence parallelism over tp (specs/tp_layout.py); the system's module
-    implementations (step.build.module_impl_of)."""
+    implementations (step.constants.module_impl_of)."""
     summa = plan.tp_layout == "2d"
     rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
     return LayerShape(

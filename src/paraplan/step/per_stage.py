@@ -48,7 +48,8 @@ from paraplan.specs.stage_plan import (
     stage_devices,
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
-from paraplan.step.build import module_impl_of, system_terms
+from paraplan.step.build import system_terms
+from paraplan.step.constants import module_impl_of
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
