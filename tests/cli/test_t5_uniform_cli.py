@@ -70,7 +70,6 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
         (["--cp", "2"], "plan.cp: 2 is not allowed"),
         (["--vpp", "2"], "plan.vpp: 2 is not allowed"),
         (["--schedule", "zb-h1"], "plan.schedule: 'zb-h1' is not allowed"),
-        (["--overlap-tp-comm"], "plan.overlap_tp_comm: True is not allowed"),
         (["--offload-activations"], "plan.offload_activations: True is not allowed"),
         (["--ops"], "--ops: not allowed for an encoder-decoder model"),
         (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paraplan.catalog import load_model, load_system
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.uniform_stages import uniform_stage_plan
@@ -35,9 +36,14 @@ MEMORY_FIELDS = tuple(
 )
 
 
-def both_paths(model_name: str, **plan_fields):
-    """(uniform Estimate, per-stage StagePlanEstimate) of one plan on a uniform cluster of its GPUs."""
-    model, system = load_model(model_name), load_system(SYSTEM)
+def both_paths(
+    model_name: str, system_name: str = SYSTEM, framework: str | None = None, **plan_fields
+):
+    """(uniform Estimate, per-stage StagePlanEstimate) of one plan on a uniform cluster of its GPUs; with
+    ``framework``, the system and the plan's defaults under that profile (cost.frameworks.apply_framework)."""
+    model, system = load_model(model_name), load_system(system_name)
+    if framework is not None:
+        system, plan_fields = apply_framework(load_framework(framework), system, plan_fields)
     plan = PlanSpec(**plan_fields)
     cluster = uniform_cluster(system, plan.gpus)
     stage_plan = uniform_stage_plan(plan, model, cluster.pools[0].name)
@@ -59,36 +65,40 @@ def assert_same(uniform, per_stage) -> None:
             )
 
 
+def draw_plan_fields(pick, layers: int) -> dict:
+    """A uniform plan of a model of ``layers`` layers, each knob chosen by ``pick`` (options -> one of them:
+    a hypothesis draw, or a seeded random.choice): pp ≤ 8, tp ≤ 4, dp ≤ 8 on tp·pp·dp GPUs of 8-GPU nodes
+    (so stages share a node, fill one, or span several, and so may a stage's dp group), 1F1B, GPipe or
+    interleaved with vpp ≤ 4 (micro-batches a multiple of pp, specs.rules.interleave_batch_rule), ZeRO 0-3,
+    every recompute mode, sequence parallelism. Stages tile the nodes (tp·dp a power of two): a uniform plan's
+    groups are priced on their span in the placement (cost.comm.group_span), exact when they tile them
+    (step.p2p.uniform_group_p2p)."""
+    pp = pick([p for p in (1, 2, 3, 4, 6, 8) if p <= layers])
+    tp, dp, micro_batch = pick((1, 2, 4)), pick((1, 2, 4, 8)), pick((1, 2))
+    schedule = pick(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",))
+    vpp = pick((2, 3, 4)) if schedule == "interleaved" else 1
+    microbatches = pp * pick((1, 2)) if vpp > 1 else pick((1, 4, 8))
+    return {
+        "gpus": tp * pp * dp,
+        "tp": tp,
+        "pp": pp,
+        "vpp": vpp,
+        "micro_batch": micro_batch,
+        "global_batch": micro_batch * dp * microbatches,
+        "seq_length": pick((1024, 2048)),
+        "zero": pick((0, 1, 2, 3)),
+        "recompute": pick(("none", "selective", "full")),
+        "sequence_parallel": tp > 1 and pick((False, True)),
+        "schedule": schedule,
+    }
+
+
 @st.composite
 def dense_plans(draw):
-    """A dense decoder and a uniform plan: pp ≤ 8, tp ≤ 4, dp ≤ 8 on tp·pp·dp GPUs of 8-GPU nodes (so
-    stages share a node, fill one, or span several, and so may a stage's dp group), 1F1B, GPipe or
-    interleaved with vpp ≤ 4 (micro-batches a multiple of pp, specs.rules.interleave_batch_rule).
-    Stages tile the nodes (tp·dp a power of two): a uniform plan's groups are priced on their span in
-    the placement (cost.comm.group_span), exact when they tile them (step.p2p.uniform_group_p2p)."""
+    """A dense decoder and a uniform plan of it (``draw_plan_fields``)."""
     name = draw(st.sampled_from(DENSE_DECODERS))
-    model = load_model(name)
-    pp = draw(st.sampled_from([p for p in (1, 2, 3, 4, 6, 8) if p <= model.layers]))
-    tp = draw(st.sampled_from((1, 2, 4)))
-    dp = draw(st.sampled_from((1, 2, 4, 8)))
-    micro_batch = draw(st.sampled_from((1, 2)))
-    schedule = draw(st.sampled_from(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",)))
-    vpp = draw(st.sampled_from((2, 3, 4))) if schedule == "interleaved" else 1
-    microbatches = (
-        pp * draw(st.sampled_from((1, 2))) if vpp > 1 else draw(st.sampled_from((1, 4, 8)))
-    )
-    return name, dict(
-        gpus=tp * pp * dp,
-        tp=tp,
-        pp=pp,
-        vpp=vpp,
-        micro_batch=micro_batch,
-        global_batch=micro_batch * dp * microbatches,
-        seq_length=draw(st.sampled_from((1024, 2048))),
-        zero=draw(st.sampled_from((0, 1, 2, 3))),
-        recompute=draw(st.sampled_from(("none", "selective", "full"))),
-        sequence_parallel=tp > 1 and draw(st.booleans()),
-        schedule=schedule,
+    return name, draw_plan_fields(
+        lambda options: draw(st.sampled_from(options)), load_model(name).layers
     )
 
 

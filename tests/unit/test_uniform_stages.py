@@ -74,14 +74,10 @@ def test_uniform_t5_estimate_equals_the_hand_built_stage_plan():
         ({"vpp": 2, "pp": 2}, "plan.vpp"),
         ({"schedule": "zb-h1"}, "plan.schedule"),
         ({"schedule": "dualpipe"}, "plan.schedule"),
-        ({"overlap_tp_comm": True}, "plan.overlap_tp_comm"),
         ({"offload_optimizer": True}, "plan.offload_optimizer"),
         ({"recompute": "full", "recompute_num_layers": 2}, "plan.recompute_num_layers"),
-        ({"dtype": "fp8", "fp8_weight_copies": True}, "plan.fp8_weight_copies"),
-        ({"grad_dtype": "bf16"}, "plan.grad_dtype"),
         ({"ep": 2}, "plan.ep"),
         ({"stage_layers": (30, 18), "pp": 2}, "plan.stage_layers"),
-        ({"overlap_param_gather": False}, "plan.overlap_param_gather"),
     ],
 )
 def test_knobs_the_stage_plan_cannot_carry_are_refused(fields, field):
@@ -90,6 +86,25 @@ def test_knobs_the_stage_plan_cannot_carry_are_refused(fields, field):
         uniform_stage_plan(plan, T5, POOL)
     text = str(err.value)
     assert "\n" not in text and f"{field}: " in text and "allowed" in text
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"overlap_tp_comm": True},
+        {"dtype": "fp8", "fp8_weight_copies": True},
+        {"grad_dtype": "bf16"},
+        {"overlap_param_gather": False, "zero": 3},
+        {"zero3_prefetch_layers": 0, "zero3_gather_unit": "tensor", "zero": 3},
+    ],
+)
+def test_run_wide_knobs_are_carried(fields):
+    """The run-wide knobs a framework profile sets (specs.plan.RUNTIME_FIELDS, the overlap switches) are the
+    per-stage plan's too, so a profile prices both paths alike (tests/property/test_one_path_frameworks.py)."""
+    plan = PlanSpec(**({"gpus": 8, "global_batch": 8, "seq_length": 512} | fields))
+    stage_plan = uniform_stage_plan(plan, T5, POOL)
+    for name, value in fields.items():
+        assert getattr(stage_plan, name) == value
 
 
 def test_the_uniform_rules_still_apply():

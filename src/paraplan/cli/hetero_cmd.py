@@ -53,15 +53,33 @@ def plan_file_is_non_uniform(path: Path) -> bool:
 
 
 def estimate_plan_file(
-    model: str, plan: Path, cluster: str | None, system: str | None, as_json: bool
+    model: str,
+    plan: Path,
+    cluster: str | None,
+    system: str | None,
+    as_json: bool,
+    framework: str | None = None,
 ) -> bool:
-    """``paraplan estimate --plan FILE`` for a non-uniform plan; True when it fits."""
+    """``paraplan estimate --plan FILE`` for a non-uniform plan, under the ``--framework`` profile when given
+    (its systems and the plan defaults the file leaves unset, as on a uniform plan); True when it fits."""
+    from paraplan.cli.app import load_framework_option
+    from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
+    from paraplan.specs.stage_plan import stage_plan_from_dict
     from paraplan.step.per_stage import estimate_stage_plan
 
     model_spec = load_model(model, field="model")
-    plan_spec = load_stage_plan(plan, field="plan")
+    profile = load_framework_option(framework)
+    if profile is None:
+        plan_spec = load_stage_plan(plan, field="plan")
+    else:
+        data = _read_file(Path(plan), "plan")
+        if isinstance(data, dict):  # else stage_plan_from_dict's one-line refusal
+            data = framework_plan_fields(profile, data)
+        plan_spec = stage_plan_from_dict(data, "plan")
     pool_names = {d.pool for s in plan_spec.stages for d in s.devices}
     cluster_spec = resolve_cluster(cluster, system, plan_spec.gpus if system is not None else None)
+    if profile is not None:
+        cluster_spec = framework_cluster(profile, cluster_spec)
     if (
         cluster_spec.is_uniform
         and system is not None

@@ -43,8 +43,9 @@ from paraplan.cost.quantisation import CAST, copy_floor_s, quantisation_times_s
 from paraplan.graph.eager_modules import (
     FAMILY_ROLE,
     PRECISION_BYTES,
+    autocast_runs,
     composite_run,
-    input_bytes,
+    composite_widths,
 )
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -114,12 +115,14 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
     with autocast's casts around a composite whose input is wider than the activations (a norm's fp32 output
     cast for the next GEMM and that cast's backward, 6 B per element each way, as the fused fp32 norm)."""
     family, rows, width = op.kernel
-    a = ACTIVATION_BYTES[dtype]
     eff = acc.efficiency
     if family not in FAMILY_ROLE or not eff.module_impl:
         return None
-    wide = input_bytes(family, eff.eager_kernels, a)
-    found = composite_run(family, eff.module_impl, wide, a)
+    act = ACTIVATION_BYTES[dtype]
+    widths = composite_widths(
+        family, eff.eager_kernels, act, autocast_runs(eff.autocast_casts, act)
+    )
+    found = composite_run(family, eff.module_impl, *widths)
     if found is None:
         return None
     rate, floor = elementwise_rate(acc, rows, width), copy_floor_s(acc)
@@ -165,7 +168,8 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
     if family not in RECIPES:
         return None
     fwd_kernels, bwd = RECIPES[family]
-    casts = activation_casts(ROLE[family], run_bytes > act)  # cost.autocast (module docstring)
+    wider = autocast_runs(acc.efficiency.autocast_casts, act) and run_bytes > act
+    casts = activation_casts(ROLE[family], wider)  # cost.autocast (module docstring)
     cast_fwd, cast_bwd = (CAST,) * casts[0], (CAST,) * casts[1]
     scale = run_bytes / MEASURED_BYTES
     if isinstance(bwd[-1], float):

@@ -26,6 +26,7 @@ from typing import Any
 
 from paraplan.cost.attention import converted_attention_fraction, effective_kernel
 from paraplan.cost.runtimes import runtime_costs
+from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS
 from paraplan.specs.system import EagerFields, HostFields, SystemSpec
@@ -67,6 +68,16 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff["runtime"] = runtime_costs(framework).model_dump()
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
     return SystemSpec.model_validate(data)
+
+
+def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> ClusterSpec:
+    """The cluster as this framework uses it: every pool's system under ``framework_system`` (a per-stage
+    plan's GPUs run the profile's stack, as a uniform plan's system does)."""
+    pools = tuple(
+        p.model_copy(update={"system": framework_system(framework, p.system)})
+        for p in cluster.pools
+    )
+    return ClusterSpec(name=cluster.name, source=cluster.source, pools=pools, links=cluster.links)
 
 
 def optimizer_step_bytes(framework: FrameworkSpec) -> float:

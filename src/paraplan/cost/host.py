@@ -27,8 +27,9 @@ from typing import Any, NamedTuple
 from paraplan.cost.autocast import activation_casts
 from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
-from paraplan.graph.eager_modules import composite_kernels
+from paraplan.graph.eager_modules import autocast_runs, composite_kernels
 from paraplan.graph.ops import Op
+from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import EfficiencySpec
 
 Num = Any  # float or numpy array
@@ -147,6 +148,7 @@ def op_kernels(
     qkv_bias: bool = False,
     impl: tuple[dict, dict] = ({}, {}),
     wide_roles: frozenset[str] = frozenset(),
+    act_bytes: int = 2,
 ) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
     b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
@@ -159,7 +161,8 @@ def op_kernels(
     (``impl``: the profile's module_impl and eager_kernels) launches the composite's kernels with the activation
     casts around it, as its GPU time counts them (graph.eager_modules.composite_kernels). Another eager op whose
     role (cost.eager_kernels.ROLE of its kernel family) runs wider than the activations (``wide_roles``) adds the
-    activation casts of cost.autocast.activation_casts."""
+    activation casts of cost.autocast.activation_casts. ``autocast``: whether autocast's casts run
+    (graph.eager_modules.autocast_runs, as the device time decides it), ``act_bytes`` the activations' width."""
     if op.kind == "gemm":
         fwd, bwd = GEMM_KERNELS
         if op.gemm_shape and op.gemm_shape[0] == 1:  # a weight GEMM
@@ -182,11 +185,11 @@ def op_kernels(
     if not eager:
         return 1, backward
     family = op.kernel[0] if op.kernel is not None else None
-    mixed = composite_kernels(family, *impl, autocast) if family is not None else None
+    mixed = composite_kernels(family, *impl, autocast, act_bytes) if family is not None else None
     if mixed is not None:  # its activation casts included, decided by its input's width
         return mixed
     role = ROLE.get(family) if family is not None else None
-    casts = activation_casts(role, role in wide_roles)
+    casts = activation_casts(role, autocast and role in wide_roles)
     if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
     fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
@@ -247,6 +250,7 @@ def op_host_s(
     dropless: bool,
     bias: tuple[bool, bool] = (False, False),
     context: tuple[tuple[dict, dict], frozenset[str]] | None = None,
+    dtype: str = "bf16",
 ) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, plus, in an eager stack,
     its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between forward (the call and
@@ -257,7 +261,9 @@ def op_host_s(
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
     impl, wide = eager_context(eff) if context is None else context
-    fwd, bwd = op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, impl, wide)
+    act = ACTIVATION_BYTES[dtype]
+    autocast = autocast_runs(eff.autocast_casts, act)
+    fwd, bwd = op_kernels(op, eff.host_eager, autocast, *bias, impl, wide, act)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
@@ -276,10 +282,14 @@ class HostSums(NamedTuple):
 
 
 def host_sums(
-    ops, eff: EfficiencySpec, device: dict, bias: tuple[bool, bool] = (False, False)
+    ops,
+    eff: EfficiencySpec,
+    device: dict,
+    bias: tuple[bool, bool] = (False, False),
+    dtype: str = "bf16",
 ) -> HostSums:
     """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
-    with ``bias`` = (bias, qkv_bias) (op_kernels)."""
+    with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s)."""
     dropless = any(op.kind == "host_sync" for op in ops)
     forward = backward = (
         graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s / eff.host_speed
@@ -288,7 +298,7 @@ def host_sums(
     syncs = 0
     context = eager_context(eff)
     for op in ops:
-        f, b = op_host_s(op, eff, dropless, bias, context)
+        f, b = op_host_s(op, eff, dropless, bias, context, dtype)
         forward += f
         backward += b
         if op.kind == "host_sync":

@@ -1,7 +1,7 @@
 """Plan-dependent checkpoint terms: bytes per rank and in all, save stall, persist and reload times.
 
-A checkpoint holds the weights and the optimizer state (fp32 master weights and Adam's two moments in
-``cost.memory.state_bytes_per_param``), not the gradients. Each rank saves what it holds as the plan
+A checkpoint holds the weights and the optimizer state (fp32 master weights, where the stack keeps them, and
+Adam's two moments: ``step.constants.state_bytes``, the memory model's rule), not the gradients. Each rank saves what it holds as the plan
 shards it (ZeRO / FSDP over data parallelism, TP, PP, EP: the estimate's per-stage memory); the state
 written in all is the model's, once (replicas write disjoint parts: Megatron-LM's fully parallel save,
 PyTorch Distributed Checkpoint)."""
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.memory import state_bytes_per_param
 from paraplan.goodput.inputs import CheckpointInputs
 from paraplan.graph.params import parameter_counts
+from paraplan.step.constants import state_bytes
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,13 @@ def rank_state_bytes(est, model_spec, system_spec, plan) -> float:
     return max(s.weights_bytes + s.optimizer_bytes for s in est.stages)
 
 
-def total_state_bytes(model_spec, plan) -> float:
-    """P * (b_weights + b_optimizer): every parameter's weight and optimizer state once
-    (cost.memory.state_bytes_per_param: 2 + 12 B in mixed precision, 4 + 8 B in fp32)."""
-    per = state_bytes_per_param(plan.dtype, plan.grad_dtype)
+def total_state_bytes(model_spec, system_spec, plan) -> float:
+    """P * (b_weights + b_optimizer): every parameter's weight and optimizer state once, by the rule the
+    memory model sizes them with (step.constants.state_bytes: cost.memory.state_bytes_per_param at the
+    plan's dtype and the stack's optimizer state): 2 + 12 B in mixed precision with an fp32 master copy,
+    2 + 4 B without one (pure bf16: efficiency.runtime.fp32_master false), 4 + 8 B in fp32. ``plan``: a
+    PlanSpec or a SearchProblem (its dtype and grad_dtype)."""
+    per = state_bytes(system_spec, plan.dtype, plan)
     return parameter_counts(model_spec).total * (per.weights + per.optimizer)
 
 
@@ -98,7 +101,7 @@ def checkpoint_cost(est, model_spec, system_spec, plan, inputs: CheckpointInputs
     (offload_link_share): t_w = max(S_total / B_storage, S_rank / (B_host (1 - u)))."""
     host_bw = system_spec.accelerator.host_bandwidth or system_spec.network.nic_bandwidth
     rank = rank_state_bytes(est, model_spec, system_spec, plan)
-    total = total_state_bytes(model_spec, plan)
+    total = total_state_bytes(model_spec, system_spec, plan)
     write = write_time_s(rank, total, inputs.storage_write_bandwidth, host_bw)
     load = write_time_s(rank, total, inputs.storage_read_bandwidth, host_bw)
     if inputs.mode == "sync":

@@ -276,16 +276,41 @@ def composite_run(
     return found, (*found.forward, *(cast,) * casts[0]), (*found.backward, *(cast,) * casts[1])
 
 
+def autocast_runs(autocast_casts: bool, act_bytes: int) -> bool:
+    """Whether torch.autocast's casts run: the stack autocasts (the profile's ``autocast_casts``: AMP over fp32
+    parameters) and the run's activations are narrower than fp32 (``act_bytes`` < 4; an fp32 / tf32 run has
+    nothing to cast, a pure-bf16 run with autocast off none either). The one definition that decides, for the
+    host's kernel count (cost.host) and for the device time (cost.eager_kernels) alike, a weight GEMM's casts,
+    the activation casts around a wide role (``activation_casts``) and a composite's widths
+    (``composite_widths``)."""
+    return autocast_casts and act_bytes < FP32
+
+
+def composite_widths(
+    family: str, precisions: Mapping[str, str], act_bytes: int, autocast: bool
+) -> tuple[int, int]:
+    """(input bytes i, GEMM operand bytes a) a composite of ``family`` is built at, ``autocast`` being
+    ``autocast_runs``: under autocast, i by ``input_bytes`` (the role's precision in the profile's eager_kernels)
+    and a the activations'; otherwise the composite with no autocast cast, i = a = 4 (an fp32 run exactly; a
+    pure-bf16 run without autocast is priced as that composite, its element bytes an upper bound)."""
+    if not autocast:
+        return FP32, FP32
+    return input_bytes(family, precisions, act_bytes), act_bytes
+
+
 def composite_kernels(
-    family: str, impl: Mapping[str, str], precisions: Mapping[str, str], autocast: bool
+    family: str,
+    impl: Mapping[str, str],
+    precisions: Mapping[str, str],
+    autocast: bool,
+    act_bytes: int = 2,
 ) -> tuple[int, int] | None:
     """(forward, backward) kernels of the composite an op of ``family`` runs, its activation casts included
-    (``composite_run``, input bytes by ``input_bytes``; None: not a composite), for the host's count
-    (cost.host): GEMM operands bf16 under ``autocast``, else fp32."""
-    a = 2 if autocast else FP32
+    (``composite_run`` at ``composite_widths``; None: not a composite), for the host's count (cost.host);
+    ``autocast``: ``autocast_runs`` of the run."""
     if family not in FAMILY_ROLE:
         return None
-    run = composite_run(family, impl, input_bytes(family, precisions, a), a)
+    run = composite_run(family, impl, *composite_widths(family, precisions, act_bytes, autocast))
     if run is None:
         return None
     return len(run[1]) * run[0].tensors, len(run[2]) * run[0].tensors

@@ -6,13 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from paraplan.cost.moe import expert_dp_span
-from paraplan.graph.eager_modules import impl_key
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
 from paraplan.specs.tp_layout import panel_count
 from paraplan.step.build import default_recompute_modules
+from paraplan.step.constants import module_impl_of
 
 
 def recompute_modules_of(recompute: str) -> tuple[str, ...]:
@@ -72,7 +72,7 @@ def layer_shape_of(
         tp_rows=r,
         summa_panels=panel_count(r, tp // r, None) if summa else 1,
         cp_algorithm=problem.cp_algorithm,
-        module_impl=impl_key(problem.system.accelerator.efficiency.module_impl),
+        module_impl=module_impl_of(problem.system),
     )
 
 

@@ -35,6 +35,7 @@ from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
     engine_zero_rule,
     batch_rule,
@@ -111,8 +112,10 @@ class StageSpec(InputModel):
         return ParallelDims(tp=self.tp, dp=self.data_parallel)
 
 
-class StagePlanSpec(InputModel):
-    """A whole non-uniform plan (module docstring)."""
+class StagePlanSpec(RuntimeFields):
+    """A whole non-uniform plan (module docstring). The run-wide implementation knobs (grad_dtype, fp8 weight
+    copies, ZeRO-3 units and prefetch, cp_algorithm: specs.plan.RuntimeFields) and the overlap switches are a
+    uniform plan's, with its defaults (a framework profile sets them: cost.frameworks.PLAN_DEFAULTS)."""
 
     global_batch: int = Field(gt=0)
     seq_length: int = Field(gt=0)
@@ -134,6 +137,12 @@ class StagePlanSpec(InputModel):
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
     overlap_dp_grad_reduce: bool = True
+    overlap_param_gather: bool = Field(
+        True, description="ZeRO parameter all-gather overlaps forward (as specs.plan.PlanSpec)"
+    )
+    overlap_tp_comm: bool = Field(
+        False, description="TP collectives overlap GEMMs, within one NVLink domain (as PlanSpec)"
+    )
     engine: Literal["megatron", "deepspeed"] = Field(
         "megatron",
         description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (step.per_stage.ENGINES)",

@@ -12,7 +12,7 @@ from typing import get_args
 
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec
+from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.rules import (
     batch_rule,
     degree_violation,
@@ -43,6 +43,9 @@ CARRIED_FIELDS = frozenset(
         "schedule",
         "vpp",
         "overlap_dp_grad_reduce",
+        "overlap_param_gather",
+        "overlap_tp_comm",
+        *RUNTIME_FIELDS,
     }
 )
 STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
@@ -148,6 +151,9 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
             "sequence_parallel": plan.sequence_parallel,
             "zero": plan.zero,
             "overlap_dp_grad_reduce": plan.overlap_dp_grad_reduce,
+            "overlap_param_gather": plan.overlap_param_gather,
+            "overlap_tp_comm": plan.overlap_tp_comm,
+            **{name: getattr(plan, name) for name in RUNTIME_FIELDS},
             "stages": stages,
         }
     )

@@ -72,7 +72,7 @@ def block_compute(
             ub_backward += ub
     eff = system.accelerator.efficiency
     host = (
-        host_sums(block.ops, eff, times, bias)
+        host_sums(block.ops, eff, times, bias, dtype)
         if eff.host_launch_s > 0.0 or eff.host_sync_s > 0.0
         else HostSums()
     )

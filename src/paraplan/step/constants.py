@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from paraplan.cost import memory as mem
 from paraplan.cost.quantisation import weight_quantisation_bytes
+from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
@@ -24,7 +25,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
-    state = mem.state_bytes_per_param(dtype, knobs.grad_dtype, acc.efficiency.runtime.fp32_master)
+    state = state_bytes(system, dtype, knobs)
     cap = knobs.zero3_max_live_params
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
@@ -48,6 +49,17 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     )
 
 
+def state_bytes(system: SystemSpec, dtype: str, runtime=None) -> mem.StateBytes:
+    """Bytes per parameter of the weights, gradients and optimizer state a run of ``dtype`` keeps on
+    ``system`` under the run-wide knobs of ``runtime`` (None: their defaults): cost.memory.state_bytes_per_param
+    at the run's gradient dtype and the stack's optimizer state (efficiency.runtime.fp32_master, set by a
+    framework profile). The one reading of that rule: the step's memory and reductions (``system_terms``),
+    the per-stage tied-embedding all-reduce (step.stage_links) and the checkpoint size (goodput.checkpoint)."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    fp32_master = system.accelerator.efficiency.runtime.fp32_master
+    return mem.state_bytes_per_param(dtype, knobs.grad_dtype, fp32_master)
+
+
 def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:
     """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
     per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
@@ -66,3 +78,10 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dic
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,
         zero3_reduce_unsharded_bytes=runtime.zero3_reduce_unsharded_bytes,
     )
+
+
+def module_impl_of(system: SystemSpec) -> tuple[tuple[str, str], ...]:
+    """LayerShape.module_impl on ``system``: the modules its stack runs as composites of eager kernels
+    (graph.eager_modules.impl_key of efficiency.module_impl, set by a framework profile); the one rule both
+    paths' layer shapes take it by (step.estimate.layer_shape, step.per_stage.stage_arrays per pool)."""
+    return impl_key(system.accelerator.efficiency.module_impl)

@@ -14,25 +14,24 @@ from dataclasses import dataclass
 
 from paraplan.cost import runtimes
 from paraplan.cost.runtimes import DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
-from paraplan.step.compose import GRAD_REDUCE_BYTES
 
 
 @dataclass(frozen=True)
 class EngineRules:
     """What the pipeline runtime does between and after micro-batches."""
 
-    transfers_per_neighbour: (
-        int  # blocking point-to-point transfers with each neighbour per micro-batch
-    )
+    # blocking point-to-point transfers with each neighbour per micro-batch; 0: the training stack's
+    # (efficiency.runtime.p2p_transfers_per_exchange, as a uniform plan reads it: step.p2p.pipeline_links)
+    transfers_per_neighbour: int
     p2p_split_over_tp: bool  # forward: each TP rank sends 1/t of the activation, or all of it
     dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
     gradient_bytes: (
         float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
     )
     async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
-    tied_grad_bytes: float = (
-        GRAD_REDUCE_BYTES  # bytes per element of the tied-embedding gradient all-reduce
-    )
+    # bytes per element of the tied-embedding gradient all-reduce; 0: the run's gradient dtype
+    # (step.constants.state_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)
+    tied_grad_bytes: float = 0.0
     grad_split_over_tp: bool = True  # backward: each TP rank sends 1/t of the activation gradient
     gather_after_recv: bool = (
         False  # a split activation is all-gathered over the receiving stage's TP group
@@ -115,7 +114,9 @@ ENGINES = {
     # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
     # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
     # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
-    "megatron": EngineRules(1, True, True, 0.0, True),
+    # The exchanges per neighbour and the tied all-reduce's bytes are the training stack's (0 below): one
+    # batched exchange and fp32 main gradients on Megatron-Core's, as on a uniform plan of the same system.
+    "megatron": EngineRules(0, True, True, 0.0, True),
     # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example):
     # - the train schedule issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate
     #   blocking instructions (p2p.send/recv are synchronous broadcasts in 2-rank groups), so two

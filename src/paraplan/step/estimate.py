@@ -15,11 +15,11 @@ from paraplan.cost.compute import op_times_s
 from paraplan.cost.summa import grid_spans
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
-from paraplan.graph.eager_modules import impl_key
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
+from paraplan.step.constants import module_impl_of
 from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
@@ -47,7 +47,7 @@ _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
     """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
     shape states as sequence parallelism over tp (specs/tp_layout.py); the system's module
-    implementations (graph.eager_modules.impl_key)."""
+    implementations (step.constants.module_impl_of)."""
     summa = plan.tp_layout == "2d"
     rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
     return LayerShape(
@@ -71,7 +71,7 @@ def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
         ),
         recompute_modules=recompute_modules(plan),
         cp_algorithm=plan.cp_algorithm,
-        module_impl=impl_key(system.accelerator.efficiency.module_impl),
+        module_impl=module_impl_of(system),
     )
 
 

@@ -40,6 +40,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
@@ -48,6 +49,7 @@ from paraplan.specs.stage_plan import (
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
 from paraplan.step.build import system_terms
+from paraplan.step.constants import module_impl_of
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -107,6 +109,7 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
         attention=common.attention,
         dtype=common.dtype,
         recompute_modules=recompute_modules_of(setting.recompute_ops),
+        cp_algorithm=common.runtime.cp_algorithm,
     )
 
 
@@ -151,7 +154,15 @@ def stage_arrays(
     systems = [cluster.pool(p).system for p in pools]
     rules = common.rules
     units = {
-        pool: pool_units(model, system, shape, recompute, setting.pp == 1, rules)
+        pool: pool_units(
+            model,
+            system,
+            shape._replace(module_impl=module_impl_of(system)),
+            recompute,
+            setting.pp == 1,
+            rules,
+            common.overlap_tp_comm,
+        )
         for pool, system in zip(pools, systems)
     }
     blocks = model_blocks(model)
@@ -160,10 +171,12 @@ def stage_arrays(
     )
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
-    terms = system_terms(slowest, common.dtype)
-    # the plan's engine sets the accumulation (step.engines), priced by step.compose.runtime_work as on a
-    # uniform plan; the pools' framework profiles do not (the engine is the plan's)
-    terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
+    terms = system_terms(slowest, common.dtype, common.runtime)
+    # an engine that accumulates gradients itself (step.engines: DeepSpeed's PipelineEngine) sets the
+    # accumulation, priced by step.compose.runtime_work as on a uniform plan; Megatron-LM's fuses it into the
+    # wgrad GEMM and leaves the stack's (the framework profile's runtime, system_terms), as a uniform plan does
+    if rules.grad_accumulation != "fused":
+        terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
@@ -173,7 +186,7 @@ def stage_arrays(
         gpipe=common.schedule == "gpipe",
         zero=common.zero,
         overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap,
-        overlap_param_gather=True,
+        overlap_param_gather=common.overlap_param_gather,
         offload_weights=False,
         offload_activations=False,
         offload_optimizer=False,
@@ -316,6 +329,9 @@ def common_of(plan: StagePlanSpec) -> Common:
         plan.overlap_dp_grad_reduce,
         plan.engine,
         vpp=plan.vpp,
+        overlap_param_gather=plan.overlap_param_gather,
+        overlap_tp_comm=plan.overlap_tp_comm,
+        runtime=RuntimeFields(**{name: getattr(plan, name) for name in RUNTIME_FIELDS}),
     )
 
 

@@ -25,7 +25,7 @@ from paraplan.step.blocks import (
     head_params_with_embedding,
     model_blocks,
 )
-from paraplan.step.build import BlockFacts, block_cost
+from paraplan.step.build import BlockFacts, block_cost, tp_overlap
 from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, BlockCost
 from paraplan.step.engines import EngineRules, host_layer_times_s
 from paraplan.step.stage_links import tp_span
@@ -112,9 +112,12 @@ def pool_units(
     recompute: str,
     first_and_last: bool,
     rules: EngineRules,
+    overlap_tp_comm: bool = False,
 ) -> tuple[BlockCost, ...]:
     """One BlockCost per distinct block (``distinct_blocks``) on one pool's GPUs, through step.build.block_cost
-    (the uniform path's) with the engine's rules (``_engine_comm``, ``_with_engine``)."""
+    (the uniform path's) with the engine's rules (``_engine_comm``, ``_with_engine``); TP comm-GEMM overlap as
+    the plan asks, where the stage's TP group sits in one NVLink domain (step.build.tp_overlap)."""
+    overlap = tp_overlap(overlap_tp_comm, tp_span(system, shape.tp).domains)
     out = []
     for ref in distinct_blocks(model):
         head = ref.kind == "head" and first_and_last
@@ -122,7 +125,7 @@ def pool_units(
         facts = _block_facts(
             model, system, ref, shape, recompute, rules.activation_memory_factor, params
         )
-        cost = block_cost(ref.kind, _engine_comm(facts, rules), RECOMPUTE_CODES[recompute], False)
+        cost = block_cost(ref.kind, _engine_comm(facts, rules), RECOMPUTE_CODES[recompute], overlap)
         out.append(_with_engine(cost, rules, ref.is_layer, recompute))
     return tuple(out)
 

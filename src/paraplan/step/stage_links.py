@@ -15,9 +15,11 @@ import numpy as np
 from paraplan.cost.comm import GroupSpan, linear_collective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
+from paraplan.step.constants import state_bytes
 from paraplan.step.p2p import tied_embedding_elements
 from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
@@ -60,6 +62,11 @@ class Common:
         None  # replaces ENGINES[engine] (validate.cv's refitted constants)
     )
     vpp: int = 1  # model chunks per stage (interleaved schedule)
+    overlap_param_gather: bool = True  # ZeRO parameter all-gather overlaps forward
+    overlap_tp_comm: bool = False  # TP collectives overlap GEMMs (step.build.tp_overlap)
+    # the run-wide implementation knobs (specs.plan.RUNTIME_FIELDS), read by step.constants.system_terms and
+    # the layer shape as on a uniform plan
+    runtime: RuntimeFields = RuntimeFields()
 
     @property
     def rules(self) -> EngineRules:
@@ -229,14 +236,28 @@ def p2p_exchange_s(
     whole = sent_bytes * own.tp
     fwd = forward_transfer_bytes(rules, whole, own.tp, common.seq_length)
     bwd = backward_transfer_bytes(rules, whole, own.tp)
-    if rules.transfers_per_neighbour == 1:
+    transfers = rules.transfers_per_neighbour or stack_transfers(cluster, a, b)
+    if transfers == 1:
         out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd), receiver)
-    else:
-        out = p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
+    else:  # n blocking transfers per exchange, half of them each way (step.p2p.pipeline_links: n · t(size))
+        out = (transfers / 2.0) * (
+            p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
+        )
     if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.tp > 1:
         system = cluster.pool(b.slices[0][0]).system
         out = out + linear_collective("all_gather", tp_span(system, b.tp), system).time_s(whole)
     return out
+
+
+def stack_transfers(cluster: ClusterSpec, a: StageSetting, b: StageSetting) -> float:
+    """Transfers one exchange between stages a and b costs on their training stack
+    (efficiency.runtime.p2p_transfers_per_exchange: 1 batched, 2 separate blocking calls), the most over
+    their pools: what an engine that leaves it to the stack takes (EngineRules.transfers_per_neighbour 0)."""
+    pools = {p for p, _, _ in a.slices + b.slices}
+    return max(
+        cluster.pool(p).system.accelerator.efficiency.runtime.p2p_transfers_per_exchange
+        for p in pools
+    )
 
 
 @lru_cache(maxsize=65536)
@@ -257,7 +278,9 @@ def tied_embedding_sync_s(
     model: ModelSpec, cluster: ClusterSpec, common: Common, first: StageSetting, last: StageSetting
 ) -> float:
     """step.p2p.tied_embedding_sync_s between the first and the last stage on the link their first GPUs
-    use (every GPU of both stages sending at once), at the engine's tied_grad_bytes."""
+    use (every GPU of both stages sending at once), at the engine's tied_grad_bytes, or where it leaves them
+    to the stack (0), the run's gradient bytes on the first stage's GPUs (step.constants.state_bytes, as a
+    uniform plan's StepInputs.grad_reduce_bytes)."""
     elements = tied_embedding_elements(model, first.tp)
     if not elements or first.index == last.index:
         return 0.0
@@ -266,4 +289,7 @@ def tied_embedding_sync_s(
         cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last))
     )
     form = linear_collective("all_reduce", span, link_system)
-    return float(tied_sync_rule(form, elements, common.rules.tied_grad_bytes, last.index + 1))
+    grad_bytes = common.rules.tied_grad_bytes or (
+        state_bytes(cluster.pool(first.slices[0][0]).system, common.dtype, common.runtime).gradients
+    )
+    return float(tied_sync_rule(form, elements, grad_bytes, last.index + 1))
