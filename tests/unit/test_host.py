@@ -161,14 +161,42 @@ def test_sync_terms_by_hand():
     section_host = (
         2 * 30e-6 + 2 * per_grouped
     )  # permute, unpermute (eager (1, 1)), two grouped GEMMs
-    section_device = 4 * 5e-6
     assert sums.forward == pytest.approx(60e-6 + section_host)
-    assert sums.sync_idle == pytest.approx(10e-6 + 100e-6 + section_host - section_device)
+    # after the sync: the round trip, then the dispatch call (no device time here) and the section's ops but
+    # permutation 1 (issued before the sync); the host leads until the last op: idle = its issue less the device
+    # time before it (cost.moe_host.reissue_idle_s)
+    reissue = 30e-6 + 2 * per_grouped + 30e-6 - 2 * 5e-6
+    assert sums.sync_idle == pytest.approx(10e-6 + reissue + 100e-6)
     assert sums.sync_wait == pytest.approx(10e-6)
     assert H.host_sums(ops[:-1], EFF, device).sync_idle == 0.0  # padded dispatch: no sync
-    # the fitted remnant is host time: a host at half speed doubles it (and the section's issue)
+    # the re-issue and the fitted remnant are host time: a host at half speed doubles them
     slow = H.host_sums(ops, EFF.model_copy(update={"host_speed": 0.5}), device)
-    assert slow.sync_idle == pytest.approx(10e-6 + 200e-6 + 2 * section_host - section_device)
+    assert slow.sync_idle == pytest.approx(
+        10e-6 + 2 * (30e-6 + 2 * per_grouped + 30e-6) - 10e-6 + 200e-6
+    )
+    # an fp8 layer re-issues the two Fp8Padding calls too
+    fp8 = H.host_sums((*ops, _mem("fp8_casts")), EFF, device)
+    assert fp8.sync_idle == pytest.approx(sums.sync_idle + 2 * 30e-6)
+
+
+def test_graph_regions_cost_one_launch_each():
+    """(iii): a captured region is one launch at host_launch_s; the dropless expert section splits it."""
+    ops = (_gemm("qkv_projection"), _mem("attention_residual"), _gemm("mlp_in_projection"))
+    device = {op: (1e-3, 2e-3) for op in ops}
+    attn = EFF.model_copy(
+        update={"cuda_graph_scope": "attention", "host_eager": False, "autocast_casts": False}
+    )
+    # qkv (1, 2) and the residual (1, 1) in one graph at 1 us a kernel, plus one launch; the MLP GEMM eager
+    assert H.host_sums(ops, attn, device).forward == pytest.approx(2e-6 + 30e-6 + 30e-6)
+    assert H.host_sums(ops, attn, device).backward == pytest.approx(3e-6 + 30e-6 + 60e-6)
+    whole = attn.model_copy(update={"cuda_graph_scope": "full_iteration"})
+    assert H.host_sums(ops, whole, device).forward == pytest.approx(
+        3e-6
+    )  # one launch a step, not a block
+    moe = (_gemm("router"), _mem("permute"), GROUPED, _mem("unpermute"), _mem("mlp_residual"), SYNC)
+    split = H.host_sums(moe, whole, {op: (1e-3, 2e-3) for op in moe})
+    per_grouped = 30e-6 + 7 * 3.8e-6
+    assert split.forward == pytest.approx(2 * 1e-6 + 2 * 30e-6 + 2 * 30e-6 + per_grouped)
 
 
 def test_region_and_step_overhead():

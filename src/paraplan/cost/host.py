@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from paraplan.cost.autocast import activation_casts
 from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
+from paraplan.cost.moe_host import graph_launches, post_sync_sequence, reissue_idle_s, sync_drain_s
 from paraplan.graph.eager_modules import autocast_runs, composite_kernels
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -289,12 +290,18 @@ def host_sums(
     dtype: str = "bf16",
 ) -> HostSums:
     """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
-    with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s)."""
+    with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's regions
+    add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch its sync terms
+    (sync_terms)."""
     dropless = any(op.kind == "host_sync" for op in ops)
-    forward = backward = (
-        graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s / eff.host_speed
-    )
-    section_device = section_host = 0.0
+    calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
+    if eff.host_launch_s > 0.0 and eff.cuda_graph_scope != "none":
+        in_graph = [graphed(op, eff.cuda_graph_scope, dropless) for op in ops]
+        calls += (
+            graph_launches(in_graph, eff.cuda_graph_scope == "full_iteration") * eff.host_launch_s
+        )
+    forward = backward = calls / eff.host_speed
+    section: list[tuple[str, float, float]] = []
     syncs = 0
     context = eager_context(eff)
     for op in ops:
@@ -304,11 +311,11 @@ def host_sums(
         if op.kind == "host_sync":
             syncs += 1
         elif dropless and op.name in EXPERT_SECTION:
-            section_host += f
-            section_device += device[op][0]
+            section.append((op.name, f, device[op][0]))
     if not syncs:
         return HostSums(forward, backward)
-    idle, wait = sync_terms(syncs, section_device, section_host, eff)
+    fp8 = any(op.name == "fp8_casts" for op in ops)  # graph.moe_mlp.fp8_cast_op: an fp8 layer
+    idle, wait = sync_terms(syncs, section, eff, fp8)
     return HostSums(forward, backward, idle, wait)
 
 
@@ -326,20 +333,18 @@ def graph_calls(ops, compiled: str) -> int:
 
 
 def sync_terms(
-    syncs: int, section_device_s: float, section_host_s: float, eff: EfficiencySpec
+    syncs: int, section: list[tuple[str, float, float]], eff: EfficiencySpec, fp8: bool = False
 ) -> tuple[float, float]:
-    """(GPU idle, host wait) of ``syncs`` dropless-dispatch synchronisations per micro-batch forward.
-
-    At the sync the host waits for the queue to drain; then the GPU waits one round trip (host_sync_latency_s)
-    and, with nothing queued, the expert section it now gets costs max(D_e, H_e) instead of D_e: idle = n·(t_sync
-    + host_sync_s / host_speed) + max(0, H_e − D_e), H_e and D_e the section's host issue and device seconds; the
-    host waits n·t_sync. efficiency.host_sync_s is the fitted remnant per sync (validate.fitted moe.host_sync_s):
-    what the stack does on the host between the sync and its next kernel (the dispatcher's bookkeeping, Transformer
-    Engine's per-expert set-up), host time, so a slower host CPU (host_speed) stretches it as it does the issue."""
-    latency = eff.host_sync_latency_s
+    """(GPU idle, host wait) of ``syncs`` dropless-dispatch synchronisations per micro-batch forward
+    (cost.moe_host): idle = n·t_sync (sync_drain_s) + n·(I + host_sync_s / host_speed), I the GPU idle while the
+    host re-issues what follows the sync (reissue_idle_s over post_sync_sequence of the expert ``section``: (name,
+    host, device) per op, each call at host_launch_s / host_speed); the host waits n·t_sync.
+    efficiency.host_sync_s is the fitted remnant per sync beyond this mechanism (validate.fitted
+    moe.host_sync_s), host time, so a slower host CPU (host_speed) stretches it as it does the issue."""
+    drain = sync_drain_s(syncs, eff.host_sync_latency_s)
+    host, device = post_sync_sequence(section, eff.host_launch_s / eff.host_speed, fp8)
     remnant = eff.host_sync_s / eff.host_speed
-    idle = syncs * (latency + remnant) + max(0.0, section_host_s - section_device_s)
-    return idle, syncs * latency
+    return drain + syncs * (reissue_idle_s(host, device) + remnant), drain
 
 
 def host_bound_s(device_s: Num, host_s: Num, sync_idle_s: Num = 0.0, sync_wait_s: Num = 0.0) -> Num:
