@@ -229,10 +229,11 @@ def counted_kernels(
 def per_kernel_host_s(step_growth_s: float, counted: float) -> float:
     """Host seconds per counted kernel, t_issue = ΔT / K: ΔT the growth per layer of a host-bound step (its
     slope over layer count), K the kernels ``counted_kernels`` counts for that layer, not the profiler's count.
-    The profiler also sees kernels a library launches from inside one call (cuBLASLt's split-K reduction beside
-    a small-output weight-gradient GEMM, FlashAttention-2's split-KV combine at few batch·heads blocks: C++
-    launches of a few µs, CXX_LAUNCH_S, with no Python dispatch or autograd node of their own), so ΔT over the
-    profiled count understates what each counted kernel costs the host by the ratio of the two counts. The
+    The profiler also sees kernels a library launches from inside one call (such as cuBLASLt's split-K
+    reduction beside a small-output weight-gradient GEMM, FlashAttention-2's split-KV combine at few
+    batch·heads blocks: C++ launches of a few µs, CXX_LAUNCH_S, with no Python dispatch or autograd node of
+    their own), so ΔT over the profiled count understates what each counted kernel costs the host by the
+    ratio of the two counts. The
     profiles' ``host_launch_s`` is this figure for a tiny residual MLP stack (LayerNorm, Linear, GeLU, Linear
     under autocast): 960.7 µs per layer over 27 counted kernels eager, 35.6 µs (28.1 profiled), and 863.2 µs
     over 22 compiled by Inductor, 39.2 µs (23.2 profiled; benchmarks/gpu/measured/h100-2026-11-27c/modules/
