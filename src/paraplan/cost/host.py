@@ -218,6 +218,33 @@ def graphed(op: Op, scope: str, dropless: bool) -> bool:
     return op.name in ATTENTION_PART
 
 
+def counted_kernels(
+    ops, eff: EfficiencySpec, bias: tuple[bool, bool] = (False, False)
+) -> tuple[int, int]:
+    """(forward, backward) kernels ``op_kernels`` counts over ``ops`` under the profile ``eff`` (eager or fused,
+    autocast's casts, the profile's composites), for a model with ``bias`` = (bias, qkv_bias): the count that
+    t_issue (``kernel_issue_s``) multiplies, and so the count a per-kernel host figure is measured over
+    (``per_kernel_host_s``)."""
+    context = eager_context(eff)
+    pairs = [op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, *context) for op in ops]
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def per_kernel_host_s(step_growth_s: float, counted: float) -> float:
+    """Host seconds per counted kernel, t_issue = ΔT / K: ΔT the growth per layer of a host-bound step (its
+    slope over layer count), K the kernels ``counted_kernels`` counts for that layer, not the profiler's count.
+    The profiler also sees kernels a library launches from inside one call (such as cuBLASLt's split-K
+    reduction beside a small-output weight-gradient GEMM, FlashAttention-2's split-KV combine at few
+    batch·heads blocks: C++ launches of a few µs, CXX_LAUNCH_S, with no Python dispatch or autograd node of
+    their own), so ΔT over the profiled count understates what each counted kernel costs the host by the
+    ratio of the two counts. The
+    profiles' ``host_launch_s`` is this figure for a tiny residual MLP stack (LayerNorm, Linear, GeLU, Linear
+    under autocast): 960.7 µs per layer over 27 counted kernels eager, 35.6 µs (28.1 profiled), and 863.2 µs
+    over 22 compiled by Inductor, 39.2 µs (23.2 profiled; benchmarks/gpu/measured/h100-2026-11-27c/modules/
+    inductor_host.csv, tests/unit/test_host.py)."""
+    return step_growth_s / counted
+
+
 def kernel_issue_s(eff: EfficiencySpec, in_graph: bool) -> float:
     """Host seconds to issue one kernel: graph_kernel_s inside a replayed CUDA graph, host_launch_s outside one,
     divided by the host CPU's relative speed (host_speed)."""
