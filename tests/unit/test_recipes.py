@@ -73,7 +73,9 @@ def test_recipe_profile_refines_its_stack_and_turns_on_what_the_recipe_ran():
     assert nemo.base == "megatron-core" and nemo.version
     assert load_framework(nemo.base).base is None
     _, plan = apply_framework(nemo, load_system("dgx-h100-80gb"), {})
-    assert plan["overlap_tp_comm"] is True and plan["grad_dtype"] == "fp32"
+    assert (
+        plan["overlap_tp_comm"] is True and plan["grad_dtype"] == "bf16"
+    )  # grad_sync_dtype: bf16 (dgxc v24.11.1 cfg)
     for field in ("overlap_tp_comm", "overlap_p2p_comm", "grad_dtype", "fp8_recipe"):
         assert field in nemo.sources
 
