@@ -88,6 +88,20 @@ def test_traits_are_matched_while_enough_groups_share_them():
     assert band.basis.startswith("14 cases of 14 groups") and band.high_s > 1 / 0.85
 
 
+def test_a_pool_that_drops_a_trait_is_hulled_with_the_nearest_cases():
+    moe_model, moe_plan = load_model("mixtral-8x7b"), PLAN.model_copy(update={"ep": 8})
+    dense = _records({f"d{i}": [(-1.0) ** i * (i % 3)] for i in range(20)})  # errors -2..2
+    moe = _records({"m0": [-15.0], "m1": [-9.0]}, model=moe_model, plan=moe_plan)
+    band = error_band(moe_model, SYSTEM, moe_plan, 1.0, residuals=dense + moe)
+    # 22 groups, the two MoE ones too few to keep the trait: the conformal ends of all 22 are the 2nd
+    # from each end, -9 and 2; the nearest cases (the MoE groups, matching every trait) reach -15
+    assert band.basis.startswith("22 cases of 22 groups") and "moe" not in band.basis
+    assert band.high_s == pytest.approx(1 / 0.85) and band.low_s == pytest.approx(1 / 1.03)
+    # a dense plan's pool keeps its traits (20 dense groups): no hull, the MoE errors stay out
+    dense_band = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=dense + moe)
+    assert dense_band.high_s == pytest.approx(1 / 0.97)
+
+
 def test_an_unseen_stack_or_generation_gets_the_wide_prior():
     records = _records({f"g{i}": [float(i)] for i in range(12)})  # Megatron on Hopper only
     lo, hi = PRIOR_ERROR_PCT

@@ -73,7 +73,9 @@ def test_recipe_profile_refines_its_stack_and_turns_on_what_the_recipe_ran():
     assert nemo.base == "megatron-core" and nemo.version
     assert load_framework(nemo.base).base is None
     _, plan = apply_framework(nemo, load_system("dgx-h100-80gb"), {})
-    assert plan["overlap_tp_comm"] is True and plan["grad_dtype"] == "fp32"
+    assert (
+        plan["overlap_tp_comm"] is True and plan["grad_dtype"] == "bf16"
+    )  # grad_sync_dtype: bf16 (dgxc v24.11.1 cfg)
     for field in ("overlap_tp_comm", "overlap_p2p_comm", "grad_dtype", "fp8_recipe"):
         assert field in nemo.sources
 
@@ -160,3 +162,54 @@ def test_nemo_2409_fp8_keeps_the_pipelined_reduce_scatter():
         estimate(model, pipe, PlanSpec(**plan)).step_time_s
         > estimate(model, ring, PlanSpec(**plan)).step_time_s
     )
+
+
+def _case(**extra):
+    """A small case under megatron-bridge-25.11 (full-iteration CUDA graphs by default)."""
+    plan = dict(gpus=8, tp=1, pp=1, global_batch=16, seq_length=2048, dtype="fp8")
+    return dict(
+        name="overrides",
+        source="test",
+        model="llama3-8b",
+        system="dgx-b200",
+        plan=plan,
+        measured={"step_time_s": 1.0},
+        framework="megatron-bridge-25.11",
+        **extra,
+    )
+
+
+def test_a_case_states_where_its_recipe_departs_from_the_profile():
+    from paraplan.validate.run import _case_from_raw
+
+    default = _case_from_raw(_case(), "t", 0)
+    assert default.system.accelerator.efficiency.cuda_graph_scope == "full_iteration"
+    off = _case_from_raw(_case(framework_overrides={"cuda_graph_scope": "none"}), "t", 0)
+    assert off.system.accelerator.efficiency.cuda_graph_scope == "none"
+    assert off.framework == "megatron-bridge-25.11"  # the stack the case speaks for is unchanged
+    # the shipped cases whose recipes leave CUDA graphs off (Megatron-Bridge v0.2.0 workload configs)
+    from paraplan.validate.run import load_cases
+
+    scopes = {c.name: c.system.accelerator.efficiency.cuda_graph_scope for c in load_cases()}
+    assert scopes["mbridge2511-llama31-405b-b200-128-fp8"] == "none"
+    assert scopes["mbridge2511-qwen3-235b-h100-256-fp8"] == "none"
+    assert scopes["mbridge2511-llama3-8b-b200-8-fp8"] == "full_iteration"
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ({"framework_overrides": {"cuda_graph_scope": "sometimes"}}, "cuda_graph_scope"),
+        ({"framework_overrides": {"name": "other"}}, "framework_overrides"),
+        ({"framework_overrides": ["cuda_graph_scope"]}, "framework_overrides"),
+    ],
+)
+def test_bad_framework_overrides_name_the_field(extra, field):
+    from paraplan.validate.run import _case_from_raw
+
+    with pytest.raises(InputError, match=field):
+        _case_from_raw(_case(**extra), "t", 0)
+    raw = _case(**extra)
+    del raw["framework"]
+    with pytest.raises(InputError, match="framework_overrides: needs a framework"):
+        _case_from_raw(raw, "t", 0)

@@ -9,6 +9,7 @@ import pytest
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework, framework_system
 from paraplan.cost.runtimes import (
+    batch_sync_idle_s,
     bf16_optimizer_accumulation_bytes,
     fsdp1_compute_copy_bytes,
     fsdp1_gather_copy_bytes,
@@ -147,6 +148,41 @@ def test_bf16_optimizer_accumulation_per_microbatch():
     per_gpu = delta * rate / (plan.microbatches * 18.0)
     assert 13e9 / 16 < per_gpu < 13e9 / 16 + 5.2e4 * 5120 / 4 * 1.01
     assert acc.step_time_s > base.step_time_s + delta * 0.99
+
+
+def test_deepspeed_batch_loads_synchronise_the_end_stages():
+    # one synchronisation per micro-batch: the .item() round trip and one kernel issue, 10.5 + 31.6 us
+    assert batch_sync_idle_s(1.0, 10.5e-6, 31.6e-6) == pytest.approx(42.1e-6)
+    assert runtime_costs(load_framework("megatron-deepspeed")).batch_syncs == 1.0
+    assert runtime_costs(load_framework("megatron-core")).batch_syncs == 0.0
+    model, system = load_model("gpt3-13b"), load_framework_system("megatron-deepspeed")
+    plan = _pipe_plan()
+    off = estimate(model, _with_field(system, batch_syncs=0.0), plan)
+    on = estimate(model, system, plan)
+    eff = system.accelerator.efficiency
+    idle = (eff.host_sync_latency_s + eff.host_launch_s) / eff.host_speed
+    delta = on.step_time_s - off.step_time_s
+    # the slowest (an end) stage's forward gains the idle per micro-batch; the bubble at most pp - 1 more
+    assert (
+        plan.microbatches * idle * 0.999
+        <= delta
+        <= (plan.microbatches + plan.pp - 1) * idle * 1.001
+    )
+    # no pipeline, no PipelineEngine instruction: nothing added
+    one_stage = PlanSpec(gpus=64, tp=4, zero=1, global_batch=256, seq_length=2048, micro_batch=2)
+    assert estimate(model, system, one_stage).step_time_s == pytest.approx(
+        estimate(model, _with_field(system, batch_syncs=0.0), one_stage).step_time_s
+    )
+
+
+def load_framework_system(name: str) -> SystemSpec:
+    return framework_system(load_framework(name), load_system("dgx-a100-80gb"))
+
+
+def _with_field(system: SystemSpec, **fields) -> SystemSpec:
+    data = system.model_dump()
+    data["accelerator"]["efficiency"]["runtime"].update(fields)
+    return SystemSpec.model_validate(data)
 
 
 def test_fp8_param_gather_halves_the_weight_gather():

@@ -201,9 +201,10 @@ def test_narayanan2021_held_out(report):
 REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "published"
 ADDED_KEYS = (
     "framework",
+    "framework_overrides",
     "scope",
     "group",
-)  # what the bundled copies add to a published case (documented per file)
+)  # what the bundled copies add to a published case (documented per file; framework_overrides: docs/model.md)
 # model fields the bundled copies add where the case's own notes state the feature (as the recipe ran)
 ADDED_MODEL_KEYS = {"qk_norm": "qk-layernorm"}
 

@@ -15,7 +15,8 @@ with its formula and the framework source it reads; ``runtime_costs`` gathers a 
   backward concatenating the views' gradients on the compute stream. llm-foundry / Composer run it.
 - DeepSpeed's PipelineEngine (microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py`` at 0050fdad,
   ``pipe/p2p.py``, ``runtime/bf16_optimizer.py`` at 06e39a56): separate blocking send and receive calls,
-  and the BF16 optimizer's fp32 gradient accumulation after every micro-batch's backward.
+  the BF16 optimizer's fp32 gradient accumulation after every micro-batch's backward, and the device
+  synchronisation of each micro-batch's batch load on the first and last stage (``batch_sync_idle_s``).
 - fp8 primary weights gathered in fp8 (NeMo ``fp8_params``, Megatron-Core ``fp8_param_gather``).
 
 Bytes are counted at the plain HBM rate the step uses (``StepInputs.hbm_rate``: bandwidth · efficiency.hbm);
@@ -135,6 +136,26 @@ DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE = (
 )
 
 
+# DeepSpeed PipelineEngine: the TrainSchedule runs LoadMicroBatch before every ForwardPass on the first stage (inputs)
+# and the last (labels) (pipe/schedule.py at 0050fdad); _exec_load_micro_batch calls the batch function, which in
+# Megatron-DeepSpeed (pretrain_gpt.py get_batch_pipe) broadcasts the batch over the tensor-parallel group with
+# Megatron-LM's broadcast_data, whose _build_key_size_numel_dictionaries reads the broadcast sizes back to the host
+# (``sizes_cpu = sizes_cuda.cpu()``, mpu/data.py): one device synchronisation per micro-batch on those stages.
+# (The engine's other per-instruction host work, _exec_schedule's dispatch and the handlers' Python, runs ahead of the
+# GPU: p2p.send / recv are NCCL calls that order streams, not the host, and ThroughputTimer.start's synchronize is
+# skipped, global_step_count staying below start_step as the pipeline engine never calls tput_timer.stop.)
+DEEPSPEED_PIPE_BATCH_SYNCS = 1.0
+
+
+def batch_sync_idle_s(syncs, sync_latency_s, launch_s):
+    """GPU seconds idle per micro-batch on a stage that loads a batch: n·(t_sync + t_launch), n the synchronisations
+    (DEEPSPEED_PIPE_BATCH_SYNCS). A synchronisation drains the stream: the host waits for the GPU and the round trip
+    (``host_sync_latency_s``, measured .item() of one element) passes with the GPU idle, which then waits again for
+    the host to issue the next kernel (``host_launch_s``), as cost.host.sync_terms prices a synchronisation inside a
+    block. Floats or arrays."""
+    return syncs * (sync_latency_s + launch_s)
+
+
 def bf16_optimizer_accumulation_bytes() -> float:
     """HBM bytes per parameter that DeepSpeed's BF16 optimizer moves after each micro-batch's backward on the
     PipelineEngine: 2 + 4 + 3·4 = 18.
@@ -213,6 +234,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         )
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
+        fields["batch_syncs"] = DEEPSPEED_PIPE_BATCH_SYNCS
     fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
     fields["lazy_gradients"] = framework.gradient_allocation == "backward"
     fields["fp32_master"] = framework.optimizer_state == "fp32_master"

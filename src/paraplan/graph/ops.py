@@ -137,6 +137,7 @@ class ExpertShape(NamedTuple):
 RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
     "core_attn": (
         "flash_attention",
+        "ring_attention_merge",  # the K/V ring's partial-output merges (graph.cp_ring), inside the attention module
         "attention_scores",
         "softmax_dropout",
         "attention_over_values",

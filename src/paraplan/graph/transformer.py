@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
+from paraplan.graph.cp_ring import ring_merge_ops
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -174,8 +175,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     ab = shape.act_bytes
     if shape.attention == "flash":
         fwd = 4.0 * batch * q_tokens * kv_tokens * d
-        # causal mask: (n+1)/2n of the n×n scores; (c-1)/2n more for c diagonal chunks of the ring;
-        # a sliding window keeps only the scores of the window (ModelSpec.mean_visible_keys)
+        # causal: (n+1)/2n of the n×n scores, (c-1)/2n more for c ring chunks; windows: mean_visible_keys
         causal = (
             model.mean_visible_keys(kv_tokens) / kv_tokens
             + 0.5 * (shape.ring_chunks - 1) / kv_tokens
@@ -194,7 +194,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
                 # with context parallelism each ring step pairs an s/c query chunk with an s/c kv chunk
                 attention_call=(q_tokens, kv_tokens // shape.ring_chunks, d, True),
             )
-        ]
+        ] + ring_merge_ops(model, shape)  # the K/V ring's partial-output merges
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
     dropout_mask = 1.0 if model.has_dropout else 0.0
     softmax_bytes = ab * scores * 2 + (

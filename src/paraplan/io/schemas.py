@@ -65,6 +65,11 @@ class ValidationCase(BaseModel):
     framework: str | None = Field(
         None, description="framework profile of the run (the fidelity issue's profiles)"
     )
+    framework_overrides: dict[str, Any] | None = Field(
+        None,
+        description="profile fields where the case's recipe departs from its framework profile "
+        "(validate.run.case_profile)",
+    )
     scope: str | None = Field(None, description="which memory a figure counts")
     quote: Any = Field(None, description="documentation only: the quoted source text")
     notes: Any = Field(None, description="documentation only")

@@ -23,6 +23,13 @@ class RuntimeCosts(InputModel):
         description="pipeline transfers one exchange costs: 1 when send and receive run at once (Megatron's "
         "batched / paired p2p), 2 when they are separate blocking calls (DeepSpeed's PipelineEngine)",
     )
+    batch_syncs: float = Field(
+        0.0,
+        ge=0.0,
+        description="device synchronisations per micro-batch on the first and the last pipeline stage, where the "
+        "runtime loads the micro-batch's inputs and labels (DeepSpeed's PipelineEngine LoadMicroBatch: "
+        "cost.runtimes.batch_sync_idle_s)",
+    )
     p2p_overlap: bool = Field(
         False,
         description="the interleaved schedule's sends and receives run asynchronously beside the next compute "

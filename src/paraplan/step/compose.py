@@ -108,13 +108,19 @@ def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[st
     """A stage's per-micro-batch work under the stack's runtime: the interleaved schedule's transfers
     overlapped with compute where the runtime does (step.p2p.overlapped_p2p_exposed_s), and the runtime's
     gradient accumulation in its backward: every parameter of the stage, after every micro-batch's
-    backward, on the compute stream (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes,
+    backward, on the compute stream; and the GPU idle of the runtime's batch loads on the first and last stage
+    with pp > 1 (StepInputs.batch_sync_s: DeepSpeed's PipelineEngine) (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes,
     the one rule of every stack: cost.runtimes.GRAD_ACCUMULATION_BYTES). The per-stage search reads the same
     work (step.per_stage.stage_terms)."""
     own = stage.inputs or inp
     if any_positive(own.p2p_overlap):
         hidden = overlapped_p2p_exposed_s(work["pp"], forward_s(work), backward_s(work))
         work["pp"] = where((own.p2p_overlap > 0) & inp.knobs.interleaved, hidden, work["pp"])
+    if any_positive(
+        own.batch_sync_s
+    ):  # the pipeline engine's batch loads (cost.runtimes.batch_sync_idle_s)
+        loads = (inp.pp > 1) & ((stage.index == 0) | (stage.index + stage.count >= inp.pp))
+        work["forward"] = work["forward"] + where(loads, own.batch_sync_s, 0.0)
     if not any_positive(own.grad_accumulation_bytes):
         return work
     params = sum_blocks(stage, lambda b: b.params)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from paraplan.cost import memory as mem
 from paraplan.cost.quantisation import weight_quantisation_bytes
+from paraplan.cost.runtimes import batch_sync_idle_s
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
 from paraplan.specs.runtime import RuntimeCosts
@@ -45,6 +46,11 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
         host_step_s=acc.efficiency.host_step_s / acc.efficiency.host_speed,
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
+        batch_sync_s=batch_sync_idle_s(
+            acc.efficiency.runtime.batch_syncs,
+            acc.efficiency.host_sync_latency_s / acc.efficiency.host_speed,
+            acc.efficiency.host_launch_s / acc.efficiency.host_speed,
+        ),
         **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
     )
 

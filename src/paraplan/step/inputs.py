@@ -130,6 +130,7 @@ class StepInputs:
         0.0  # per gathered parameter before each reduce-scatter (FSDP1)
     )
     p2p_overlap: Num = 0.0  # 1: the interleaved schedule's transfers overlap compute (step.p2p)
+    batch_sync_s: Num = 0.0  # GPU idle per micro-batch on the first and last stage (cost.runtimes.batch_sync_idle_s)
     fp8_weight_quant_bytes: Num = 0.0  # per transformer-layer weight and step (cost.quantisation)
     lazy_gradients: Num = 0.0  # 1: gradients allocated during backward (cost.memory.peak_residents)
 

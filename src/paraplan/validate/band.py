@@ -29,6 +29,14 @@ that stack has enough groups there, its hardware generation and traits (mixture-
 pipeline, small model, single GPU): the traits are dropped one at a time in ``TRAITS`` order (least
 telling first), then the generation, until the pool holds at least ``min_groups()`` groups.
 
+Nearest cases. A pool that had to drop traits of the plan (or its generation) holds groups unlike it: its
+conformal ends describe the stack at large, not runs like this one. The band is then hulled with the errors of
+the plan's nearest cases (``nearest_pool``): the stack's cases on any generation that match the plan on every
+trait, dropping the least telling first until one group is left, so a band is never narrower than what the
+runs most like the plan showed (a held-out Blackwell MoE fp8 group, say, whose pool is every Megatron group
+but whose nearest cases are the Hopper MoE fp8 ones). One rule for every group; where the pool keeps every
+trait it changes nothing.
+
 Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, a
 trait of the plan no case of its stack has (a single-GPU run, say), or a stack with too few groups,
 gets ``PRIOR_ERROR_PCT`` (hulled with whatever residuals the
@@ -159,6 +167,20 @@ def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residua
     )
 
 
+def nearest_pool(keys: BandKeys, records: Sequence[Residual]) -> list[Residual]:
+    """The stack's cases nearest the plan on its traits, on any generation: those matching every trait of
+    ``TRAITS`` (held and not held alike), dropping the least telling first (``TRAITS`` order) until one
+    group remains; [] when no case of the stack shares even the most telling one. The band is hulled with
+    their errors when its conformal pool is wider than they are (module docstring, "Nearest cases")."""
+    stack = [r for r in records if r.keys.stack == keys.stack]
+    for start in range(len(TRAITS)):
+        held = TRAITS[start:]
+        near = [r for r in stack if all((t in r.keys.traits) == (t in keys.traits) for t in held)]
+        if near:
+            return near
+    return []
+
+
 def error_band(
     model: ModelSpec,
     system: SystemSpec,
@@ -178,6 +200,11 @@ def error_band(
         lo_err, hi_err = PRIOR_ERROR_PCT
     else:  # band_pool returns a pool of at least min_groups() groups
         lo_err, hi_err = conformal_range(_pairs(pool))
+        # a pool that had to drop traits of the plan: no narrower than the nearest cases' own errors
+        near = nearest_pool(keys, records)
+        if near and len({r.group for r in near}) < len({r.group for r in pool}):
+            lo_err = min([lo_err, *(r.error_pct for r in near)])
+            hi_err = max([hi_err, *(r.error_pct for r in near)])
     if prior or extrapolated:  # as far off as any case of the stack on this generation
         home = (keys.stack, keys.generation)
         seen = [r.error_pct for r in records if (r.keys.stack, r.keys.generation) == home]

@@ -193,6 +193,11 @@ def band_method_lines() -> list[str]:
         f"no profile are one stack) and, while at least {min_groups()} groups share them, its hardware "
         "generation and traits (mixture-of-experts, fp8, pipeline, small model, single GPU), dropped least "
         "telling first, then the generation.",
+        "- Nearest cases: when the pool had to drop a trait of the plan (too few groups share it), the band is "
+        "hulled with the errors of the stack's cases nearest the plan (every trait matched on any generation, the "
+        "least telling dropped until one group is left; validate.band.nearest_pool): never narrower than the runs "
+        "most like the plan (a Blackwell MoE fp8 group's pool is every Megatron group, its nearest cases the "
+        "Hopper MoE fp8 runs).",
         f"- Quantiles: groups are the exchangeable units (a group's cases share most of their error); each tail "
         f"is cut at {(100 - CLAIMED_COVERAGE_PCT) / 2:g} % of the group-weighted residuals with the "
         "split-conformal finite-sample correction, so the band is asymmetric where the residuals are; at least "

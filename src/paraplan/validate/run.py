@@ -27,7 +27,9 @@ reported with the reason and left out of the summary, and the other cases still 
 Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``, ``derived``,
 ``quote``, ``record``, ``config_id``) are accepted and not interpreted, except ``group`` (the
 cross-validation group, default: the file stem). ``framework`` names a framework profile
-(paraplan.cost.frameworks) that sets the implementation defaults of the run. Measured keys in
+(paraplan.cost.frameworks) that sets the implementation defaults of the run; ``framework_overrides`` (a mapping of
+profile fields) states where the case's own recipe departs from that profile, e.g. a CUDA-graph scope its model's
+configuration leaves off, cited in its notes. Measured keys in
 ``DOC_METRICS`` (``tflops_per_gpu``, ...) are accepted and not compared.
 
 Calibration vs held out
@@ -64,6 +66,7 @@ from paraplan.cost.frameworks import apply_framework
 from paraplan.step.estimate import check_plan, estimate
 from paraplan.step.result import Estimate, StageMemory
 from paraplan.specs.errors import InputError, UnknownNameError
+from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.system import SystemSpec
@@ -80,7 +83,7 @@ METRICS = (
 DOC_METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu")
 CASE_KEYS = ("name", "source", "model", "system", "plan", "measured")
 DOC_KEYS = ("notes", "group", "tier", "confidence", "derived", "quote", "record", "config_id")
-OPTIONAL_KEYS = ("framework", "scope", *DOC_KEYS)
+OPTIONAL_KEYS = ("framework", "framework_overrides", "scope", *DOC_KEYS)
 
 SCOPE_TRANSFORMER = "transformer_layers"
 SCOPE_STAGE = "stage"
@@ -215,6 +218,8 @@ def _check_keys(raw: dict) -> None:
     name = raw["name"]
     if not isinstance(name, str) or not name:
         raise InputError(f"name: {name!r} is not allowed; must be a non-empty string")
+    if "framework_overrides" in raw and "framework" not in raw:
+        raise InputError("framework_overrides: needs a framework to override")
     for key in ("source", "group", "framework", "scope"):
         if key in raw and not isinstance(raw[key], str):
             raise InputError(f"{key}: {raw[key]!r} is not allowed; must be a string")
@@ -228,6 +233,20 @@ def _check_keys(raw: dict) -> None:
         raise InputError(
             f"system: {raw['system']!r} is not allowed; give a catalog name or a mapping"
         )
+
+
+def case_profile(framework: str, overrides: dict) -> FrameworkSpec:
+    """The case's framework profile with ``framework_overrides`` applied: the fields where this case's recipe
+    differs from its stack's profile (e.g. a per-model CUDA-graph scope), each cited in the case's notes."""
+    profile = load_framework(framework, "framework", True)
+    if not overrides:
+        return profile
+    if not isinstance(overrides, dict) or {"name", "sources"} & set(overrides):
+        raise InputError(
+            f"framework_overrides: {overrides!r} is not allowed; give a mapping of profile fields "
+            "other than name and sources"
+        )
+    return load_framework({**profile.model_dump(), **overrides}, "framework_overrides")
 
 
 def _expressible(load, *args):
@@ -263,7 +282,7 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             plan_fields = raw["plan"]
             framework = raw.get("framework")
             if framework is not None:
-                profile = load_framework(framework, "framework", True)
+                profile = case_profile(framework, raw.get("framework_overrides", {}))
                 if isinstance(plan_fields, dict):
                     system, plan_fields = apply_framework(profile, system, plan_fields)
             plan = _expressible(_plan, plan_fields)
