@@ -91,7 +91,7 @@ class GridAxes:
         key = (pp, option.vpp, option.split)
         if key not in memo:
             stages = stage_layer_counts(self.split_groups(pp, option.split))
-            units = accounted_units(*option.split, self.model.mtp_layers)
+            units = self.split_units(option.split)
             memo[key] = launch.stages_allowed(
                 self.framework, stages, option.vpp, option.split == SPLITS[0], units
             )
