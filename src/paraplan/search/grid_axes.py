@@ -17,7 +17,6 @@ from paraplan.search.options import LayerSplit, OffloadOption, ScheduleOption, S
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
 from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule, interleave_split_rule
-from paraplan.step import schedules
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -26,6 +25,7 @@ from paraplan.specs.split import (
     grouped_split,
     stage_layer_counts,
 )
+from paraplan.step import schedules
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
