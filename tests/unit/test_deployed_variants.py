@@ -96,3 +96,22 @@ def test_geforce_halves_fp32_accumulation_and_pcie_boxes_have_pcie_links():
         assert (
             load_system(name).node.nvlink_bandwidth <= 63e9
         )  # PCIe Gen5 x16 per direction at most
+
+
+@pytest.mark.parametrize("name", ["hgx-h100-96gb-500w", "vr200-nvl72"])
+def test_the_new_entries_move_with_the_refit_of_the_constants_they_carry(name):
+    """Each new entry that carries a fitted constant is listed with it in validate.fitted and holds the value the
+    listed systems share, so a refit moves it too (they once kept the MoE values of before a refit)."""
+    from paraplan.validate.fitted import FITTED_CONSTANTS
+
+    mine = [c for c in FITTED_CONSTANTS if name in c.systems]
+    assert {"moe.grouped_gemm_fp8", "moe.host_sync_s", "moe.a2a_overlap_cost"} <= {
+        c.name for c in mine
+    }
+    for const in mine:
+        if const.name == "gemm.bf16":  # caps that differ by GPU (test_gemm_benchmarks)
+            continue
+        value: object = load_system(name)
+        for part in const.path:
+            value = getattr(value, part)
+        assert value == pytest.approx(const.catalog_value()), const.name
