@@ -88,7 +88,8 @@ def recompute_flops_per_token(
     2·N_layers + 2·L·(s+1)·(a·d); selective = the attention matmuls, 2·L·(s+1)·(a·d) (Korthikanti et
     al. 2022, §5; attention counted causally as in model_flops_per_token), and with ``modules``
     (Megatron-LM --recompute-modules, dense layers) core_attn that, mlp the MLP forward
-    2·L·(p·h·f + f·h); norms re-run no matrix FLOPs."""
+    2·L·(p·h·f + f·h), op_sac (torchtitan's per-op SAC on a swiglu layer: every second mm, wk wo w3)
+    2·L·h·(kv + q + f); norms re-run no matrix FLOPs."""
     if _moe_shaped(model):
         return moe_recompute_flops_per_token(model, seq_length, recompute)
     attention = causal_attention_flops_per_token(model, seq_length, passes=1.0)
@@ -99,7 +100,15 @@ def recompute_flops_per_token(
         mlp = (
             2.0 * model.layers * (model.mlp_input_projections + 1) * model.hidden * model.ffn_hidden
         )
-        return attention * ("core_attn" in modules) + mlp * ("mlp" in modules)
+        # torchtitan's per-op SAC (graph.ops.op_sac_split): wk, wo and w3 of each layer, 2·L·h·(kv + q + f)
+        sac = (
+            2.0 * model.layers * model.hidden * (model.kv_width + model.q_width + model.ffn_hidden)
+        )
+        return (
+            attention * ("core_attn" in modules)
+            + mlp * ("mlp" in modules)
+            + sac * ("op_sac" in modules)
+        )
     return 0.0
 
 

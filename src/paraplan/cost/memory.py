@@ -183,10 +183,30 @@ def layer_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str) 
     sp_div = shape.tp if shape.sequence_parallel else 1
     if recompute == "full":
         return shape.act_bytes * shape.local_tokens * model.hidden / sp_div
+    if recompute == "selective" and "op_sac" in shape.recompute_modules:
+        return op_sac_kept_bytes(model, shape)
     kept = parts.replicated / sp_div + parts.tensor_parallel + parts.attention_internals
     if recompute == "selective":
         kept -= recomputed_module_bytes(model, shape, shape.recompute_modules or ("core_attn",))
     return kept
+
+
+def op_sac_kept_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Bytes a dense swiglu layer keeps per micro-batch under torchtitan's per-op SAC (graph.ops.OP_SAC_SOURCE:
+    the outputs of the saved ops, the rest re-run in backward; graph.ops.op_sac_split): the block input the
+    checkpoint keeps, a·h (÷t with SP); the saved mm outputs wq a·q/t, wv a·kv/t, w1 a·f/t and w2 a·h (the
+    row-parallel GEMM's un-reduced output, full width on each TP rank); SDPA's output a·q/t and its statistics
+    (``attention_internals``: the fp32 log-sum-exp of flash attention); with sequence parallelism (t > 1) the two
+    saved reduce-scatter outputs, 2·a·h/t; abs / max save scalars (0). Per token, a = activation bytes."""
+    parts = layer_activation_parts(model, shape)
+    a, h, t = shape.act_bytes, model.hidden, shape.tp
+    sp_div = t if shape.sequence_parallel else 1
+    per_token = (
+        a * h / sp_div + a * (2 * model.q_width + model.kv_width + model.ffn_hidden) / t + a * h
+    )
+    if shape.sequence_parallel and t > 1:
+        per_token += 2 * a * h / t
+    return shape.local_tokens * per_token + parts.attention_internals
 
 
 def recomputed_module_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]) -> float:

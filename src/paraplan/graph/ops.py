@@ -167,7 +167,28 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
         "shared_expert_out_projection",
     ),
 }
-
+# The source of the per-op SAC policy: pytorch/torchtitan 9dec370 (Dec 2024),
+# torchtitan/parallelisms/parallelize_llama.py:214-266 (_save_list: aten.mm, SDPA flash / efficient,
+# reduce_scatter_tensor, abs, max; _custom_policy: MUST_SAVE those except every second mm of a block,
+# PREFER_RECOMPUTE the rest) on torchtitan/models/llama/model.py:189,214,253 (the block's mm order: wq, wk,
+# wv, wo, w1, w3, w2 -> saved wq, wv, w1, w2; re-run wk, wo, w3).
+OP_SAC_SOURCE = "pytorch/torchtitan 9dec370 torchtitan/parallelisms/parallelize_llama.py:214-266"
+# The policy's name among the recompute modules: a policy of its own, not a module one may name an op of, nor
+# one the non-uniform search offers per stage (it is not in RECOMPUTE_MODULE_OPS). Its re-run ops: every op of
+# a dense swiglu layer but the saved mm outputs (q, v, gate w1, out w2: op_sac_split) and SDPA, up to the
+# last saved op (mlp_residual's output no backward needs: checkpoint's early stop); the split GEMM parts
+# re-run keep their fused op's name and are flagged by op_sac_split, not by name.
+OP_SAC = "op_sac"
+OP_SAC_RERUN = (
+    "input_norm",
+    "qk_norm",
+    "rotary_embedding",
+    "attention_projection",
+    "attention_residual",
+    "post_attention_norm",
+    "mlp_activation",
+    "fp8_casts",
+)
 
 _CORE_ATTENTION_OPS = frozenset(RECOMPUTE_MODULE_OPS["core_attn"])
 
@@ -258,16 +279,21 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     for name in names:
         modules = (
             [name]
-            if name in RECOMPUTE_MODULE_OPS
+            if name in RECOMPUTE_MODULE_OPS or name == OP_SAC
             else [m for m, ops in RECOMPUTE_MODULE_OPS.items() if name in ops]
         )
         out += [m for m in modules[:1] if m not in out]
     return tuple(out)
 
 
-def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
-    """The ops with ``selective_recompute`` set exactly for those the modules re-run."""
+def mark_recomputed(
+    ops: list[Op], modules: tuple[str, ...], widths: tuple[float, float] = (0.0, 0.0)
+) -> tuple[Op, ...]:
+    """The ops with ``selective_recompute`` set exactly for those the modules re-run; under ``op_sac`` the
+    fused GEMMs are split first (op_sac_split; ``widths`` the model's (q_width, kv_width))."""
     names = recomputed_op_names(modules)
+    if OP_SAC in modules:
+        return tuple(op_sac_split(ops, *widths, names))
     # an op whose flag already has the value is kept as is (equal to its replace; no copy)
     return tuple(
         op
@@ -279,8 +305,9 @@ def mark_recomputed(ops: list[Op], modules: tuple[str, ...]) -> tuple[Op, ...]:
 
 @lru_cache(maxsize=256)
 def recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
-    """The op names the modules re-run (RECOMPUTE_MODULE_OPS)."""
-    return frozenset(name for module in modules for name in RECOMPUTE_MODULE_OPS.get(module, ()))
+    """The op names the modules re-run (RECOMPUTE_MODULE_OPS; OP_SAC_RERUN for the per-op SAC policy)."""
+    table = {**RECOMPUTE_MODULE_OPS, OP_SAC: OP_SAC_RERUN}
+    return frozenset(name for module in modules for name in table.get(module, ()))
 
 
 def _with_recompute_flag(op: Op, flag: bool) -> Op:
@@ -298,3 +325,43 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.attention_call,
         op.kernel,
     )
+
+
+def op_sac_split(ops: list[Op], q_width: float, kv_width: float, names: frozenset[str]):
+    """The dense swiglu layer's ops under torchtitan's per-op SAC (OP_SAC_SOURCE): its mm calls counted in
+    order (wq, wk, wv, wo, w1, w3, w2), every second one re-run. The fused qkv_projection (n = (q + 2·kv)/t)
+    becomes its three mm calls in the ratio q : kv : kv with k re-run; the fused mlp_in_projection (n = 2f/t)
+    becomes w1 and w3 (f/t each) with w3 re-run; each part keeps the fused op's name (the name-keyed terms:
+    cost.host scopes, cost.overlap userbuffers). Other ops are flagged by name (``names``)."""
+    out: list[Op] = []
+    for op in ops:
+        if op.name == "qkv_projection" and op.gemm_shape is not None:
+            out += _gemm_parts(op, (q_width, kv_width, kv_width), (False, True, False))
+        elif op.name == "mlp_in_projection" and op.gemm_shape is not None:
+            out += _gemm_parts(op, (1.0, 1.0), (False, True))
+        elif op.selective_recompute != (op.name in names):
+            out.append(_with_recompute_flag(op, op.name in names))
+        else:
+            out.append(op)
+    return out
+
+
+def _gemm_parts(op: Op, ratio: tuple[float, ...], flags: tuple[bool, ...]) -> list[Op]:
+    """A fused GEMM (batch, m, n, k) as one GEMM per output slice, n split in ``ratio``; FLOPs and bytes
+    share out as n does; each part's ``selective_recompute`` from ``flags``."""
+    batch, m, n, k = op.gemm_shape
+    total = sum(ratio)
+    parts = []
+    for share, flag in zip(ratio, flags):
+        f = share / total
+        parts.append(
+            op._replace(
+                fwd_flops=op.fwd_flops * f,
+                fwd_bytes=op.fwd_bytes * f,
+                bwd_flops=op.bwd_flops * f,
+                bwd_bytes=op.bwd_bytes * f,
+                gemm_shape=(batch, m, max(1, round(n * f)), k),
+                selective_recompute=flag,
+            )
+        )
+    return parts

@@ -387,7 +387,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
             )
         )
     if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
-        ops = list(mark_recomputed(ops, shape.recompute_modules))
+        ops = list(mark_recomputed(ops, shape.recompute_modules, (model.q_width, model.kv_width)))
     return LayerGraph(
         "decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t)
     )

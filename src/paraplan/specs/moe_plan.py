@@ -11,7 +11,8 @@ Selective recomputation by module (``recompute_modules``) uses Megatron-LM's mod
 (the attention core, what ``recompute: selective`` already re-runs), ``moe_act`` (the routed
 experts' activation function), ``shared_experts``, ``layernorm`` (input and pre-MLP norms),
 ``mla_up_proj`` (MLA's query/key/value up-projections and rotary), ``mlp`` (the dense MLP), and
-``moe`` (the whole MoE MLP).
+``moe`` (the whole MoE MLP); and ``op_sac``, torchtitan's per-op selective activation checkpointing
+(``selective_ac_option = "op"``; graph.ops.OP_SAC_SOURCE), alone, on dense swiglu decoder layers.
 
 The rules of these knobs (ep and etp against the experts and the dense degrees, the dispatcher against
 capacity, sequence parallelism with tp) are in specs/rules.py with every other plan rule.
@@ -36,6 +37,7 @@ RECOMPUTE_MODULES = (
     "mla_up_proj",
     "mlp",
     "moe",
+    "op_sac",
 )
 
 

@@ -355,14 +355,14 @@ def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Viola
 
 # ---- recomputation -------------------------------------------------------------------------------
 def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
-    """recompute_modules needs recompute=selective; recompute_num_layers needs recompute=full and dense
-    decoder layers (MoE / MLA models recompute by module)."""
-    out = []
-    if plan.recompute_modules and plan.recompute != "selective":
-        modules = list(plan.recompute_modules)
+    """recompute_modules needs recompute=selective (op_sac alone, on a dense swiglu model: graph.ops.OP_SAC_SOURCE);
+    recompute_num_layers needs recompute=full and dense decoder layers (MoE / MLA recompute by module)."""
+    out, modules = [], list(plan.recompute_modules or ())
+    if modules and plan.recompute != "selective":
         out.append(Violation("plan.recompute_modules", modules, "needs recompute=selective"))
-    layers = plan.recompute_num_layers
-    if layers is not None and plan.recompute != "full":
+    if "op_sac" in modules and (len(modules) > 1 or moe_shaped(model) or model.mlp != "swiglu"):
+        out.append(Violation("plan.recompute_modules", modules, "op_sac alone, dense swiglu model"))
+    if (layers := plan.recompute_num_layers) is not None and plan.recompute != "full":
         out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
     elif layers is not None and moe_shaped(model):
         rule = "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"

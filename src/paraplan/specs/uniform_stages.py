@@ -37,6 +37,7 @@ CARRIED_FIELDS = frozenset(
         "seq_length",
         "sequence_parallel",
         "recompute",
+        "recompute_modules",
         "zero",
         "dtype",
         "attention",
@@ -135,7 +136,9 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
             "tp": plan.tp,
             "dp": plan.dp,
             "layers": layers,
-            "recompute": plan.recompute,
+            # selective recompute by module is per-op recompute of those modules (step.per_stage._recompute_mode)
+            "recompute": "none" if plan.recompute_modules else plan.recompute,
+            "recompute_ops": list(plan.recompute_modules or ()),
         }
         for layers in stage_layer_split(plan, model)
     ]

@@ -13,9 +13,10 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.comm import GroupSpan
-from paraplan.graph.ops import RECOMPUTE_MODULE_OPS, weight_tensor_stats
+from paraplan.graph.ops import OP_SAC, RECOMPUTE_MODULE_OPS, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import block_comm, block_compute
 from paraplan.step.blocks import (
@@ -145,7 +146,8 @@ def recomputable_names(
     model: ModelSpec, seq_length: int, attention: str, dtype: str
 ) -> frozenset[str]:
     """What a per-op recompute list (StagePlanSpec ``recompute_ops``) may name for this model: every module
-    of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops."""
+    of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops; graph.ops.OP_SAC on a dense
+    swiglu model (specs.rules.recompute_violations)."""
     shape = LayerShape(
         tp=1,
         cp=1,
@@ -163,6 +165,8 @@ def recomputable_names(
         found = present.intersection(ops)
         if found:
             names |= {module, *found}
+    if not moe_shaped(model) and model.mlp == "swiglu":  # the per-op SAC policy (graph.ops.OP_SAC)
+        names.add(OP_SAC)
     return frozenset(names)
 
 
