@@ -130,3 +130,13 @@ def test_hardware_flops_count_the_rerun_mms_of_the_graph():
     assert recompute_flops_per_token(model, 8192, "selective", (OP_SAC,)) == pytest.approx(
         per_token
     )
+
+
+def test_op_sac_with_context_parallelism_is_refused_not_mispriced():
+    """Its re-run beside a context-parallel ring is not priced: cp > 1 is refused by field."""
+    model = load_model("llama3-8b")
+    fields = dict(gpus=8, global_batch=8, seq_length=8192, recompute="selective")
+    ok = PlanSpec(dp=8, recompute_modules=[OP_SAC], **fields)
+    assert recompute_violations(ok, model) == []
+    (v,) = recompute_violations(PlanSpec(dp=4, cp=2, recompute_modules=[OP_SAC], **fields), model)
+    assert v.field == "plan.recompute_modules" and "cp=1" in v.rule

@@ -355,13 +355,13 @@ def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Viola
 
 # ---- recomputation -------------------------------------------------------------------------------
 def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
-    """recompute_modules needs recompute=selective (op_sac alone, on a dense swiglu model: graph.ops.OP_SAC_SOURCE);
-    recompute_num_layers needs recompute=full and dense decoder layers (MoE / MLA recompute by module)."""
+    """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
     out, modules = [], list(plan.recompute_modules or ())
     if modules and plan.recompute != "selective":
         out.append(Violation("plan.recompute_modules", modules, "needs recompute=selective"))
-    if "op_sac" in modules and (len(modules) > 1 or moe_shaped(model) or model.mlp != "swiglu"):
-        out.append(Violation("plan.recompute_modules", modules, "op_sac alone, dense swiglu model"))
+    sac_ok = len(modules) == 1 and not moe_shaped(model) and model.mlp == "swiglu" and plan.cp == 1
+    if "op_sac" in modules and not sac_ok:  # cp > 1: its re-run beside a ring is not priced
+        out.append(Violation("plan.recompute_modules", modules, "op_sac alone, dense swiglu, cp=1"))
     if (layers := plan.recompute_num_layers) is not None and plan.recompute != "full":
         out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
     elif layers is not None and moe_shaped(model):
