@@ -140,3 +140,29 @@ def test_op_sac_with_context_parallelism_is_refused_not_mispriced():
     assert recompute_violations(ok, model) == []
     (v,) = recompute_violations(PlanSpec(dp=4, cp=2, recompute_modules=[OP_SAC], **fields), model)
     assert v.field == "plan.recompute_modules" and "cp=1" in v.rule
+
+
+def test_op_sac_round_trips_through_torchtitan_and_megatron_stacks_refuse_it():
+    """torchtitan writes per-op SAC as selective with selective_ac_option 'op' (v0.2.2
+    distributed/activation_checkpoint.py:177) and reads it back to the same plan and time; the Megatron
+    family refuses it by name (not a Megatron-Core recompute module); layer SAC ('2') stays refused."""
+    import math
+
+    from paraplan.export import ExportRefused, export_plan, import_plan
+
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    plan = PlanSpec(
+        gpus=8, dp=8, zero=3, global_batch=8, seq_length=8192, micro_batch=1,
+        recompute="selective", recompute_modules=[OP_SAC],
+    )  # fmt: skip
+    text = export_plan("torchtitan", plan, model)
+    assert 'selective_ac_option = "op"' in text
+    back = PlanSpec(**import_plan("torchtitan", text, model, plan.seq_length))
+    assert back.recompute == "selective" and tuple(back.recompute_modules) == (OP_SAC,)
+    t0, t1 = (estimate(model, system, p).step_time_s for p in (plan, back))
+    assert math.isclose(t0, t1, rel_tol=1e-9)
+    for name in ("megatron", "nemo", "megatron-bridge"):
+        with pytest.raises(ExportRefused, match="plan.recompute_modules=.*per-op checkpointing"):
+            export_plan(name, plan, model)
+    with pytest.raises(ExportRefused, match="selective_ac_option 'op'"):
+        import_plan("torchtitan", text.replace('"op"', '"2"'), model, plan.seq_length)

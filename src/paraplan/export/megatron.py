@@ -35,6 +35,7 @@ from paraplan.export.megatron_core import (
     megatron_core_checks,
     pipeline_layout,
     placement_of,
+    recompute_modules_of,
     sharding_stages,
     stage_layers_from_layout,
 )
@@ -75,6 +76,7 @@ def plan_arguments(plan: PlanSpec, model: ModelSpec | None = None) -> list[str]:
     """The plan as Megatron-LM arguments (flag, value, flag, ...); refuses what Megatron cannot run. With the model, an
     interleaved split whose stages do not cut into equal chunks is written as a pipeline layout (split_arguments)."""
     fw = exportable(plan, NAME, HANDLED)[0]
+    recompute_modules_of(plan, fw)  # refuses a module Megatron-Core does not have
     c, mapping = megatron_core_checks(
         plan, fw, "Megatron", "--num-virtual-stages-per-pipeline-rank", "--optimizer-cpu-offload"
     )

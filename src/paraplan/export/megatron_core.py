@@ -51,6 +51,20 @@ MEGATRON_EXPERT_FIELDS = frozenset(
     " moe_balance grad_dtype fp8_weight_copies".split()
 )
 
+# torchtitan's per-op selective checkpointing (graph.ops.OP_SAC): a policy, not a Megatron-Core module name
+# (TransformerConfig.recompute_modules takes core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)
+NOT_MEGATRON_MODULES = frozenset({"op_sac"})
+
+
+def recompute_modules_of(plan: PlanSpec, framework: str) -> list[str] | None:
+    """The plan's selective-recompute modules as Megatron-Core names; refuses torchtitan's per-op policy."""
+    modules = list(plan.recompute_modules or ())
+    if foreign := sorted(NOT_MEGATRON_MODULES.intersection(modules)):
+        why = f"{foreign} is torchtitan's per-op checkpointing policy, not a Megatron-Core recompute module"
+        raise refuse(framework, "recompute_modules", tuple(modules), why)
+    return modules or None
+
+
 # plan.moe_dispatcher -> Megatron-Core's token dispatcher type (TransformerConfig.moe_token_dispatcher_type,
 # Megatron-LM --moe-token-dispatcher-type; core_v0.14.0 megatron/training/arguments.py: {allgather,
 # alltoall, flex}); DeepEP is flex with moe_enable_deepep (--moe-enable-deepep)

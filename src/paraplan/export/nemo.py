@@ -87,6 +87,7 @@ def overrides(
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run. ``name``: the front end
     whose label the refusals carry (Megatron-Bridge renames these pairs: export.megatron_bridge)."""
     fw = exportable(plan, name, HANDLED)[0]
+    core.recompute_modules_of(plan, fw)  # refuses a module Megatron-Core does not have
     c, mapping = core.megatron_core_checks(
         plan,
         fw,

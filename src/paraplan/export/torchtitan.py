@@ -34,6 +34,7 @@ from paraplan.export.torchtitan_split import (
     split_given,
     writes_parts,
 )
+from paraplan.graph.ops import OP_SAC
 from paraplan.io.fields import Doc, as_list
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
@@ -42,7 +43,7 @@ NAME = "torchtitan"
 ORDER = "tp-cp-dp-pp"
 SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 FLOAT8 = "quantize.linear.float8"
-HANDLED = COMMON_FIELDS | {"ep", "offload_weights", "offload_activations"}
+HANDLED = COMMON_FIELDS | {"ep", "offload_weights", "offload_activations", "recompute_modules"}
 HANDLED |= set(SPLIT_FIELDS) | set(SPLIT_SWITCHES)  # with --model: model parts (torchtitan_split)
 
 
@@ -95,7 +96,7 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
     out: dict[str, dict[str, object]] = {
         "parallelism": par,
         "training": training,
-        "activation_checkpoint": {"mode": plan.recompute},
+        "activation_checkpoint": activation_checkpoint(plan),
         "compile": {"enable": bool(c["overlap_tp_comm"] or plan.dtype == "fp8")},
     }
     if plan.dtype == "fp8":
@@ -131,9 +132,18 @@ def _check_mesh(plan: PlanSpec, c: dict, fw: str) -> None:
         )
 
 
+def activation_checkpoint(plan: PlanSpec) -> dict[str, str]:
+    """torchtitan's [activation_checkpoint]: the plan's mode; per-op selective checkpointing (graph.ops.OP_SAC) is
+    mode 'selective' with selective_ac_option 'op' (v0.2.2 torchtitan/distributed/activation_checkpoint.py:177, the
+    policy of lines 109-116: every mm saved but every second one, as OP_SAC prices)."""
+    if plan.recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    return {"mode": plan.recompute}
+
+
 def _check_kernels_and_memory(plan: PlanSpec, c: dict, fw: str) -> None:
     """Refuse a recomputation, attention kernel, datatype, overlap or offload torchtitan cannot run."""
-    if plan.recompute == "selective":
+    if plan.recompute == "selective" and tuple(plan.recompute_modules or ()) != (OP_SAC,):
         raise refuse(
             fw,
             "recompute",
@@ -284,10 +294,15 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     if global_batch <= 0:
         global_batch = local * dp
     offload = training.boolean("enable_cpu_offload", False)
-    mode = doc.doc("activation_checkpoint", {}).text("mode", "selective")  # torchtitan's default
-    if mode not in ("none", "full"):
+    ac = doc.doc("activation_checkpoint", {})
+    mode = ac.text("mode", "selective")  # torchtitan's default
+    op_sac = (
+        mode == "selective" and ac.text("selective_ac_option", "2") == "op"
+    )  # default: every 2nd layer
+    if mode not in ("none", "full") and not op_sac:
         raise ExportRefused(
-            f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute (none, full)"
+            f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute "
+            "(none, full, or selective with selective_ac_option 'op')"
         )
     converters = as_list(doc.doc("model", {}).get("converters", []), "torchtitan.model.converters")
     return {
@@ -306,6 +321,7 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
         "seq_length": training.integer("seq_len", 2048, minimum=1),
         "sequence_parallel": tp > 1,
         "recompute": mode,
+        **({"recompute_modules": (OP_SAC,)} if op_sac else {}),
         "zero": zero,
         "dtype": "fp8"
         if FLOAT8 in converters
