@@ -28,31 +28,47 @@ def memory_ratio(samples: list[tuple[float, float]], base) -> float | None:
     return sum(t for _, t in rows) / priced
 
 
+def _hold_in_step(cal, path: str, base: float, slower, why: str) -> None:
+    """Keep the slower of the base's in-step value and the fit in ``cal.values[path]`` (the fit is
+    reported as the kernel rate alone in ``kernel_caps``)."""
+    fitted = cal.values.get(path)
+    if fitted is None:
+        return
+    cal.kernel_caps[path] = float(fitted)
+    kept = slower(base, fitted)
+    if kept == fitted:
+        return
+    del cal.values[path]
+    cal.system = with_values(cal.system, {path: base})
+    cal.notes[path] = (
+        f"base in-step value {base:.4g} kept: the kernels alone fit {fitted:.4g}, faster than the "
+        f"base's in-step rate ({why}; {cal.notes.get(path, 'fit')})"
+    )
+
+
 def keep_in_step_memory(cal, samples: list[tuple[float, float]]) -> bool:
     """The memory-bound in-step constants: each the slower of the base's and the fit to the copies alone
     (η_hbm = min(base, fit), kernel overhead = max(base, fit)), the fits reported as ``kernel_caps``; returns
     whether the memory table may be attached: only where its copies are no faster than the base's in-step
-    rate (``memory_ratio`` r ≥ 1), since a system has no in-step share for memory-bound kernels."""
+    rate (``memory_ratio`` r ≥ 1), since a system has no in-step share for memory-bound kernels. Run right
+    after the memory fit, so that the later fits (attention, GEMM) use the overhead the system keeps."""
     eff = cal.base.accelerator.efficiency
-    updates = {}
     for path, base, slower in ((HBM, eff.hbm, min), (OVERHEAD, eff.kernel_overhead_s, max)):
-        fitted = cal.values.get(path)
-        if fitted is None:
-            continue
-        cal.kernel_caps[path] = float(fitted)
-        kept = slower(base, fitted)
-        if kept == fitted:
-            continue
-        del cal.values[path]
-        updates[path] = base
-        cal.notes[path] = (
-            f"base in-step value {base:.4g} kept: the kernels alone fit {fitted:.4g}, faster than the "
-            "base's in-step rate (the rate memory-bound kernels keep in a step, the reference of the "
-            f"profiles' eager traffic factors; {cal.notes.get(path, 'fit')})"
-        )
-    cal.system = with_values(cal.system, updates)
+        why = "the rate memory-bound kernels keep in a step, the reference of the profiles' eager traffic factors"
+        _hold_in_step(cal, path, base, slower, why)
     r = memory_ratio(samples, cal.base)
     return r is not None and r >= 1.0
+
+
+def keep_in_step_overhead(cal) -> bool:
+    """The kernel overhead fitted to an attention table (no memory table given) held the same way:
+    max(base, fit); returns whether the base's value was kept (the attention rows are then refitted
+    with it)."""
+    why = (
+        "the per-kernel cost a step keeps; a step never runs a kernel faster than the kernel alone"
+    )
+    _hold_in_step(cal, OVERHEAD, cal.base.accelerator.efficiency.kernel_overhead_s, max, why)
+    return OVERHEAD not in cal.values
 
 
 def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
