@@ -65,7 +65,8 @@ def _kinds(measured: Measured, kernel: str) -> dict[str, Path]:
 
 
 def shipped_match(kinds: dict[str, Path]) -> str | None:
-    """The shipped table whose files of these kinds hold exactly the given files' bytes, if any."""
+    """The shipped table whose files of these kinds hold exactly the given files' bytes, if any: its
+    name, restricted to the given kinds (cost.table_refs.with_kinds) where it holds others too."""
     for name in kt.shipped_tables():
         folder = resources.files("paraplan.catalog") / "kernels" / name
         files = (yaml.safe_load((folder / "table.yaml").read_text(encoding="utf-8")) or {}).get(
@@ -75,7 +76,7 @@ def shipped_match(kinds: dict[str, Path]) -> str | None:
             kind in files and (folder / files[kind]).read_bytes() == path.read_bytes()
             for kind, path in kinds.items()
         ):
-            return name
+            return name if set(files) == set(kinds) else with_kinds(name, list(kinds))
     return None
 
 
@@ -139,9 +140,7 @@ def attach(
     if measured.attention:
         kernel = attention_kernel_of(measured.attention[0], kernel)
     kinds = _kinds(measured, kernel)
-    ref = shipped_match(kinds)
-    if ref is not None and set(kinds) != set(kt.load_table(ref).files):
-        ref = with_kinds(ref, list(kinds))  # only the kinds given: the table's other files stay out
+    ref = shipped_match(kinds)  # only the kinds given: the table's other files stay out
     if ref is None and folder is None:
         part.notes["accelerator.kernel_tables"] = (
             "tables not attached: they are not a shipped table's files and no --out was given "
