@@ -11,8 +11,9 @@ reported as the kernel rate alone.
 from __future__ import annotations
 
 from paraplan.calibrate.fit import EFF, cache_resident, with_values
-from paraplan.calibrate.tables import in_step_ratios
-from paraplan.cost.compute import memory_time_s
+from paraplan.calibrate.readers import GemmSample
+from paraplan.cost.compute import gemm_cap_key, gemm_kernel_time_s, memory_time_s
+from paraplan.specs.system import SystemSpec
 
 HBM, OVERHEAD = f"{EFF}.hbm", f"{EFF}.kernel_overhead_s"
 
@@ -26,6 +27,23 @@ def memory_ratio(samples: list[tuple[float, float]], base) -> float | None:
         return None
     priced = sum(memory_time_s(b, base.accelerator) for b, _ in rows)
     return sum(t for _, t in rows) / priced
+
+
+def in_step_ratios(samples: list[GemmSample], base: SystemSpec) -> dict[str, float]:
+    """Per GEMM cap (``gemm_cap_key``), r = Σ measured time / Σ the base system's in-step time of the
+    same GEMMs, its ``gemm_kernel_time_s`` (gemm_time_s less the step-level ramp, a cost outside the kernel): how this
+    GPU's kernels, timed alone, compare with the in-step GEMM rate the base system prices over the
+    table's work (r < 1: the kernels alone run faster than a step keeps them; docs/calibration.md)."""
+    acc = base.accelerator
+    measured: dict[str, float] = {}
+    priced: dict[str, float] = {}
+    for s in samples:
+        key = gemm_cap_key(s.dtype)
+        flops = 2.0 * s.batch * s.m * s.n * s.k
+        kernel = gemm_kernel_time_s(flops, (s.batch, s.m, s.n, s.k), acc, s.dtype)
+        measured[key] = measured.get(key, 0.0) + s.time_s
+        priced[key] = priced.get(key, 0.0) + kernel
+    return {key: measured[key] / priced[key] for key in measured}
 
 
 def _hold_in_step(cal, path: str, base: float, slower, why: str) -> None:
@@ -74,7 +92,7 @@ def keep_in_step_overhead(cal) -> bool:
 def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
     """A GEMM table times kernels alone; the base system's GEMM caps are a kernel cap × an in-step share fitted
     to step times (docs/model.md §2, §6), which no kernel table shows. With r the table's time over the base's
-    in-step time for the same GEMMs (calibrate.tables.in_step_ratios), per cap:
+    in-step time for the same GEMMs (``in_step_ratios``), per cap:
 
     - attached, the table's GEMM times are divided by the in-step share s = min(1, r)
       (``efficiency.table_in_step_share``, cost.compute) and the base cap is kept: the table prices every GEMM

@@ -24,7 +24,6 @@ import yaml
 from paraplan.calibrate.fit import FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.compute import gemm_cap_key, gemm_kernel_time_s
 from paraplan.cost.table_refs import with_kinds
 from paraplan.io.documents import atomic_write_text
 from paraplan.specs.fields import with_fields
@@ -162,20 +161,3 @@ def table_residuals(system: SystemSpec) -> list[Residual]:
         Residual(r.file, r.what, r.points, r.rms_rel, r.max_rel)
         for r in validate_tables.table_residuals(system)
     ]
-
-
-def in_step_ratios(samples: list[GemmSample], base: SystemSpec) -> dict[str, float]:
-    """Per GEMM cap (``gemm_cap_key``), r = Σ measured time / Σ the base system's in-step time of the
-    same GEMMs, its ``gemm_kernel_time_s`` (gemm_time_s less the step-level ramp, a cost outside the kernel): how this
-    GPU's kernels, timed alone, compare with the in-step GEMM rate the base system prices over the
-    table's work (r < 1: the kernels alone run faster than a step keeps them; docs/calibration.md)."""
-    acc = base.accelerator
-    measured: dict[str, float] = {}
-    priced: dict[str, float] = {}
-    for s in samples:
-        key = gemm_cap_key(s.dtype)
-        flops = 2.0 * s.batch * s.m * s.n * s.k
-        kernel = gemm_kernel_time_s(flops, (s.batch, s.m, s.n, s.k), acc, s.dtype)
-        measured[key] = measured.get(key, 0.0) + s.time_s
-        priced[key] = priced.get(key, 0.0) + kernel
-    return {key: measured[key] / priced[key] for key in measured}
