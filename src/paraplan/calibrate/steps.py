@@ -70,8 +70,8 @@ def step_params(
     acc = system.accelerator
     for dtype in sorted({r.plan.dtype for r in runs}, key=gemm_cap_key):
         key = gemm_cap_key(dtype)
-        table = acc.kernel_tables and kernel_tables.gemm_time_s(
-            acc.kernel_tables, acc.l2_cache, 1, 1, 1, 1, dtype
+        table = acc.kernel_tables and kernel_tables.has_gemm_rows(
+            acc.kernel_tables, acc.l2_cache, dtype
         )
         path = f"{EFF}.table_in_step_share.{key}" if table else f"{EFF}.{key}"
         if path not in {p.path for p in params}:
