@@ -101,9 +101,12 @@ def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
     - not attached, the cap prices the table's dtypes: B·min(1, 1/r), the slower of the base's in-step rate
       and this GPU's kernels alone."""
     updates = {}
+    dtypes = {
+        gemm_cap_key(s.dtype): s.dtype for s in samples
+    }  # a dtype the table measured, per cap
     for key, r in in_step_ratios(samples, cal.base).items():
         path = f"{EFF}.{key}"
-        dtype = "fp8" if key == "gemm_fp8" else "bf16"
+        dtype = dtypes[key]
         base = cal.base.accelerator.gemm_efficiency_cap(dtype)
         fitted = cal.values.pop(path, None)
         if fitted is not None:

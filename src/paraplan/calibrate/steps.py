@@ -18,6 +18,7 @@ from paraplan.calibrate.fit import (
     with_values,
 )
 from paraplan.cost import kernel_tables
+from paraplan.cost.compute import table_in_step_share
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.fields import get_in
@@ -44,12 +45,14 @@ def _predict(run: StepRun, system: SystemSpec) -> float:
 @dataclass(frozen=True)
 class StepParam:
     """A constant fitted to step times, as the variable x the fit moves within [lo, hi]: an overlap cost
-    itself; an in-step GEMM share or cap as its inverse (a GEMM's time is linear in 1/share)."""
+    itself; an in-step GEMM share or cap as its inverse (a GEMM's time is linear in 1/share), with the
+    ``dtype`` of the runs' GEMMs it prices (None for an overlap cost)."""
 
     path: str
     inverse: bool
     lo: float
     hi: float
+    dtype: str | None = None
 
     def field(self, x: float) -> float:
         return 1.0 / x if self.inverse else x
@@ -75,7 +78,7 @@ def step_params(
         )
         path = f"{EFF}.table_in_step_share.{key}" if table else f"{EFF}.{key}"
         if path not in {p.path for p in params}:
-            params.append(StepParam(path, True, 1.0, 1.0 / MIN_IN_STEP_SHARE))
+            params.append(StepParam(path, True, 1.0, 1.0 / MIN_IN_STEP_SHARE, dtype))
     return params
 
 
@@ -85,9 +88,9 @@ def param_start(params: list[StepParam], system: SystemSpec) -> np.ndarray:
     out = []
     for p in params:
         if p.path.startswith(f"{EFF}.table_in_step_share."):
-            value = acc.efficiency.table_in_step_share.get(p.path.rsplit(".", 1)[1], 1.0)
+            value = table_in_step_share(acc, p.dtype)
         elif p.inverse:
-            value = acc.gemm_efficiency_cap("fp8" if p.path.endswith("_fp8") else "bf16")
+            value = acc.gemm_efficiency_cap(p.dtype)
         else:
             value = float(get_in(system.model_dump(), p.path.split(".")))
         out.append(1.0 / value if p.inverse else value)
