@@ -97,8 +97,7 @@ def param_start(params: list[StepParam], system: SystemSpec) -> np.ndarray:
     return np.clip(np.array(out, float), [p.lo for p in params], [p.hi for p in params])
 
 
-def _predict_all(runs, system, costs: np.ndarray, params: list[StepParam] | None = None):
-    params = params or step_params(runs, system)[: len(costs)]
+def _predict_all(runs, system, costs: np.ndarray, params: list[StepParam]):
     fitted = with_values(system, {p.path: p.field(float(x)) for p, x in zip(params, costs)})
     return np.array([_predict(r, fitted) for r in runs])
 
@@ -118,11 +117,10 @@ def _clip(x: np.ndarray, params: list[StepParam]) -> np.ndarray:
     return np.clip(x, [p.lo for p in params], [p.hi for p in params])
 
 
-def _fit_costs(runs, system, meas: np.ndarray, start: np.ndarray, params=None):
+def _fit_costs(runs, system, meas: np.ndarray, start: np.ndarray, params: list[StepParam]):
     """Step-time constants (``step_params``) minimising the relative step-time error (Gauss-Newton: linear
     least squares on the local slopes, repeated; the overlap costs interact through the overlap windows),
     clipped to their bounds. Returns (variables, identified): one no run depends on keeps its start."""
-    params = params or step_params(runs, system)[: len(start)]
     costs = start.astype(float).copy()
     identified = np.zeros(len(params), bool)
     for _ in range(20):
