@@ -157,3 +157,40 @@ def test_a_folder_whose_name_ends_in_brackets_is_that_folder(tmp_path):
     shutil.copytree(shipped(H100), folder)
     assert set(kt.load_table(str(folder)).files) == set(kt.load_table(H100).files)
     assert set(kt.load_table(f"{folder}[memory]").files) == {"memory"}
+
+
+def _attention_rel_errors(cal, csv: Path) -> list[float]:
+    from paraplan.calibrate.fit import attention_flops
+    from paraplan.calibrate.readers import read_attention_table
+    from paraplan.cost.compute import attention_time_s
+
+    acc = cal.system.accelerator
+    return [
+        attention_time_s(*attention_flops(r), acc, r.dtype) / r.time_s - 1.0
+        for r in read_attention_table(csv)
+    ]
+
+
+@pytest.mark.parametrize("with_memory", [True, False])
+def test_the_system_prices_the_attention_rows_at_the_overhead_they_were_fitted_with(
+    tmp_path, with_memory
+):
+    """Kernels alone with a 2 µs overhead, base 4 µs: the base's in-step overhead is kept, and the
+    attention fraction is fitted at it, so the returned system reproduces the attention rows within the
+    residual calibrate reports for them (the clamp used to run after the attention fit)."""
+    from paraplan.calibrate import synthetic as syn
+    from paraplan.calibrate.fit import with_values
+
+    base = load_system(syn.BASE_SYSTEM)
+    assert base.accelerator.efficiency.kernel_overhead_s == pytest.approx(4e-6)
+    true = with_values(base, {**syn.TRUE_VALUES, f"{EFF}.kernel_overhead_s": 2e-6})
+    (tmp_path / "memory.csv").write_text(syn.memory_csv(true))
+    (tmp_path / "attn_fa3.csv").write_text(syn.attention_csv(true))
+    memory = tmp_path / "memory.csv" if with_memory else None
+    cal = calibrate(base, memory=memory, attention=tmp_path / "attn_fa3.csv")
+    assert cal.system.accelerator.efficiency.kernel_overhead_s == pytest.approx(4e-6)
+    assert cal.kernel_caps[f"{EFF}.kernel_overhead_s"] == pytest.approx(2e-6, rel=1e-3)
+    (res,) = [r for r in cal.residuals if r.source == "attn_fa3.csv"]
+    errors = _attention_rel_errors(cal, tmp_path / "attn_fa3.csv")
+    assert max(abs(e) for e in errors) == pytest.approx(res.max_rel, rel=1e-6)
+    assert res.max_rel > 1e-3  # the 2 µs gap shows in the residual, not hidden by a refit overhead

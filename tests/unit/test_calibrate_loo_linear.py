@@ -40,9 +40,10 @@ def test_leave_one_out_matches_a_full_refit_per_run():
     runs = _runs(5)
     meas = np.array([r.step_time_s for r in runs])
     start = np.array([system.node.nvlink_overlap_cost, system.network.overlap_cost])
+    params = steps.step_params(runs, system)
     _, loo = steps.fit_steps(runs, system, "steps.yaml")
     for i, row in enumerate(loo["runs"]):
         keep = [j for j in range(len(runs)) if j != i]
-        c = steps._fit_costs([runs[j] for j in keep], system, meas[keep], start)[0]
-        exact = float(steps._predict_all([runs[i]], system, c)[0])
+        c = steps._fit_costs([runs[j] for j in keep], system, meas[keep], start, params)[0]
+        exact = float(steps._predict_all([runs[i]], system, c, params)[0])
         assert abs(row["predicted_s"] / exact - 1) < 1e-4

@@ -24,7 +24,12 @@ from paraplan.calibrate.fit import (
     fit_network,
     with_values,
 )
-from paraplan.calibrate.in_step import keep_in_step_memory, keep_in_step_shares
+from paraplan.calibrate.in_step import (
+    OVERHEAD,
+    keep_in_step_memory,
+    keep_in_step_overhead,
+    keep_in_step_shares,
+)
 from paraplan.calibrate.readers import (
     read_attention_table,
     read_gemm_table,
@@ -176,11 +181,26 @@ def keep_base_attention(cal: Calibration) -> None:
     )
 
 
-def _attach_tables(cal: Calibration, measured: Measured, tables_dir: Path | None) -> bool:
+def _fit_attention(cal: Calibration, rows: list, source: str, overhead: float | None) -> None:
+    """Fit the attention rows (calibrate.fit.fit_attention) at the overhead the memory table left; with
+    none, the overhead they fit is held to the base's in-step value (calibrate.in_step) and, where the
+    base's is kept, the attention fraction is refitted at it, so the system prices its rows as fitted."""
+    part = fit_attention(rows, cal.system, source, overhead)
+    if overhead is None:
+        _merge(cal, FitPart(values={OVERHEAD: part.values.pop(OVERHEAD)}), source)
+        if keep_in_step_overhead(cal):
+            overhead = cal.system.accelerator.efficiency.kernel_overhead_s
+            part = fit_attention(rows, cal.system, source, overhead)
+    _merge(cal, part, source)
+
+
+def _attach_tables(
+    cal: Calibration, measured: Measured, tables_dir: Path | None, attach_memory: bool
+) -> bool:
     """Attach the measured tables calibrate was given (calibrate.tables.attach: only their kinds), the
-    copies only where no faster than the base's in-step memory rate (calibrate.in_step), and record the
-    attached tables' residuals; returns whether any table was attached."""
-    attach_memory = keep_in_step_memory(cal, measured.memory[1] if measured.memory else [])
+    copies only where no faster than the base's in-step memory rate (``attach_memory``,
+    calibrate.in_step.keep_in_step_memory), and record the attached tables' residuals; returns whether
+    any table was attached."""
     if measured.memory and not attach_memory:
         cal.notes["accelerator.kernel_tables (memory)"] = (
             f"{measured.memory[0].name} not attached: its copies alone run faster than the base's "
@@ -222,10 +242,11 @@ def calibrate(
         )
     cal = Calibration(base=base, system=base)
     measured = Measured()
-    overhead = None
+    overhead, attach_memory = None, False
     if memory is not None:
         measured.memory = (memory, read_memory_table(memory))
         _merge(cal, fit_memory(measured.memory[1], cal.system, memory.name), memory.name)
+        attach_memory = keep_in_step_memory(cal, measured.memory[1])
         cal.inputs.append(str(memory))
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if attention is not None:
@@ -237,11 +258,7 @@ def calibrate(
                 f"{kernel}: the kernel {attention.name} measured (base: "
                 f"{base.accelerator.efficiency.attention_kernel})"
             )
-        _merge(
-            cal,
-            fit_attention(measured.attention[1], cal.system, attention.name, overhead),
-            attention.name,
-        )
+        _fit_attention(cal, measured.attention[1], attention.name, overhead)
         cal.inputs.append(str(attention))
         overhead = cal.system.accelerator.efficiency.kernel_overhead_s
     if gemm is not None:
@@ -253,7 +270,7 @@ def calibrate(
         measured.gemm = (gemm, read_gemm_table(gemm))
         _merge(cal, fit_gemm(measured.gemm[1], cal.system, gemm.name, overhead), gemm.name)
         cal.inputs.append(str(gemm))
-    attached = _attach_tables(cal, measured, tables_dir)
+    attached = _attach_tables(cal, measured, tables_dir, attach_memory)
     if measured.gemm:
         keep_step_ramp(cal)
         keep_in_step_shares(cal, measured.gemm[1], attached)

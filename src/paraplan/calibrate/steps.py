@@ -18,6 +18,7 @@ from paraplan.calibrate.fit import (
     with_values,
 )
 from paraplan.cost import kernel_tables
+from paraplan.cost.compute import table_in_step_share
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.fields import get_in
@@ -44,12 +45,14 @@ def _predict(run: StepRun, system: SystemSpec) -> float:
 @dataclass(frozen=True)
 class StepParam:
     """A constant fitted to step times, as the variable x the fit moves within [lo, hi]: an overlap cost
-    itself; an in-step GEMM share or cap as its inverse (a GEMM's time is linear in 1/share)."""
+    itself; an in-step GEMM share or cap as its inverse (a GEMM's time is linear in 1/share), with the
+    ``dtype`` of the runs' GEMMs it prices (None for an overlap cost)."""
 
     path: str
     inverse: bool
     lo: float
     hi: float
+    dtype: str | None = None
 
     def field(self, x: float) -> float:
         return 1.0 / x if self.inverse else x
@@ -70,12 +73,12 @@ def step_params(
     acc = system.accelerator
     for dtype in sorted({r.plan.dtype for r in runs}, key=gemm_cap_key):
         key = gemm_cap_key(dtype)
-        table = acc.kernel_tables and kernel_tables.gemm_time_s(
-            acc.kernel_tables, acc.l2_cache, 1, 1, 1, 1, dtype
+        table = acc.kernel_tables and kernel_tables.has_gemm_rows(
+            acc.kernel_tables, acc.l2_cache, dtype
         )
         path = f"{EFF}.table_in_step_share.{key}" if table else f"{EFF}.{key}"
         if path not in {p.path for p in params}:
-            params.append(StepParam(path, True, 1.0, 1.0 / MIN_IN_STEP_SHARE))
+            params.append(StepParam(path, True, 1.0, 1.0 / MIN_IN_STEP_SHARE, dtype))
     return params
 
 
@@ -85,17 +88,16 @@ def param_start(params: list[StepParam], system: SystemSpec) -> np.ndarray:
     out = []
     for p in params:
         if p.path.startswith(f"{EFF}.table_in_step_share."):
-            value = acc.efficiency.table_in_step_share.get(p.path.rsplit(".", 1)[1], 1.0)
+            value = table_in_step_share(acc, p.dtype)
         elif p.inverse:
-            value = acc.gemm_efficiency_cap("fp8" if p.path.endswith("_fp8") else "bf16")
+            value = acc.gemm_efficiency_cap(p.dtype)
         else:
             value = float(get_in(system.model_dump(), p.path.split(".")))
         out.append(1.0 / value if p.inverse else value)
     return np.clip(np.array(out, float), [p.lo for p in params], [p.hi for p in params])
 
 
-def _predict_all(runs, system, costs: np.ndarray, params: list[StepParam] | None = None):
-    params = params or step_params(runs, system)[: len(costs)]
+def _predict_all(runs, system, costs: np.ndarray, params: list[StepParam]):
     fitted = with_values(system, {p.path: p.field(float(x)) for p, x in zip(params, costs)})
     return np.array([_predict(r, fitted) for r in runs])
 
@@ -115,11 +117,10 @@ def _clip(x: np.ndarray, params: list[StepParam]) -> np.ndarray:
     return np.clip(x, [p.lo for p in params], [p.hi for p in params])
 
 
-def _fit_costs(runs, system, meas: np.ndarray, start: np.ndarray, params=None):
+def _fit_costs(runs, system, meas: np.ndarray, start: np.ndarray, params: list[StepParam]):
     """Step-time constants (``step_params``) minimising the relative step-time error (Gauss-Newton: linear
     least squares on the local slopes, repeated; the overlap costs interact through the overlap windows),
     clipped to their bounds. Returns (variables, identified): one no run depends on keeps its start."""
-    params = params or step_params(runs, system)[: len(start)]
     costs = start.astype(float).copy()
     identified = np.zeros(len(params), bool)
     for _ in range(20):

@@ -24,7 +24,6 @@ import yaml
 from paraplan.calibrate.fit import FitPart, Residual
 from paraplan.calibrate.readers import AttentionSample, GemmSample
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.compute import gemm_cap_key, gemm_kernel_time_s
 from paraplan.cost.table_refs import with_kinds
 from paraplan.io.documents import atomic_write_text
 from paraplan.specs.fields import with_fields
@@ -65,7 +64,8 @@ def _kinds(measured: Measured, kernel: str) -> dict[str, Path]:
 
 
 def shipped_match(kinds: dict[str, Path]) -> str | None:
-    """The shipped table whose files of these kinds hold exactly the given files' bytes, if any."""
+    """The shipped table whose files of these kinds hold exactly the given files' bytes, if any: its
+    name, restricted to the given kinds (cost.table_refs.with_kinds) where it holds others too."""
     for name in kt.shipped_tables():
         folder = resources.files("paraplan.catalog") / "kernels" / name
         files = (yaml.safe_load((folder / "table.yaml").read_text(encoding="utf-8")) or {}).get(
@@ -75,7 +75,7 @@ def shipped_match(kinds: dict[str, Path]) -> str | None:
             kind in files and (folder / files[kind]).read_bytes() == path.read_bytes()
             for kind, path in kinds.items()
         ):
-            return name
+            return name if set(files) == set(kinds) else with_kinds(name, list(kinds))
     return None
 
 
@@ -139,9 +139,7 @@ def attach(
     if measured.attention:
         kernel = attention_kernel_of(measured.attention[0], kernel)
     kinds = _kinds(measured, kernel)
-    ref = shipped_match(kinds)
-    if ref is not None and set(kinds) != set(kt.load_table(ref).files):
-        ref = with_kinds(ref, list(kinds))  # only the kinds given: the table's other files stay out
+    ref = shipped_match(kinds)  # only the kinds given: the table's other files stay out
     if ref is None and folder is None:
         part.notes["accelerator.kernel_tables"] = (
             "tables not attached: they are not a shipped table's files and no --out was given "
@@ -163,20 +161,3 @@ def table_residuals(system: SystemSpec) -> list[Residual]:
         Residual(r.file, r.what, r.points, r.rms_rel, r.max_rel)
         for r in validate_tables.table_residuals(system)
     ]
-
-
-def in_step_ratios(samples: list[GemmSample], base: SystemSpec) -> dict[str, float]:
-    """Per GEMM cap (``gemm_cap_key``), r = Σ measured time / Σ the base system's in-step time of the
-    same GEMMs, its ``gemm_kernel_time_s`` (gemm_time_s less the step-level ramp, a cost outside the kernel): how this
-    GPU's kernels, timed alone, compare with the in-step GEMM rate the base system prices over the
-    table's work (r < 1: the kernels alone run faster than a step keeps them; docs/calibration.md)."""
-    acc = base.accelerator
-    measured: dict[str, float] = {}
-    priced: dict[str, float] = {}
-    for s in samples:
-        key = gemm_cap_key(s.dtype)
-        flops = 2.0 * s.batch * s.m * s.n * s.k
-        kernel = gemm_kernel_time_s(flops, (s.batch, s.m, s.n, s.k), acc, s.dtype)
-        measured[key] = measured.get(key, 0.0) + s.time_s
-        priced[key] = priced.get(key, 0.0) + kernel
-    return {key: measured[key] / priced[key] for key in measured}

@@ -357,6 +357,12 @@ def _dtype(dtype: str) -> str:
     return "bf16" if dtype == "fp16" else dtype
 
 
+def has_gemm_rows(ref: str, l2: float | None, dtype: str) -> bool:
+    """Whether the table has dense GEMM rows of ``dtype`` (fp16 read as bf16): where ``gemm_time_s``
+    prices a GEMM from the table."""
+    return _dtype(dtype) in load_table(ref, l2).gemm
+
+
 @lru_cache(maxsize=262144)
 def gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
     """Measured time of a (b·m)×n×k GEMM, or None where the table has no rows of this dtype."""

@@ -135,6 +135,12 @@ def _pairs(pool: Sequence[Residual]) -> list[tuple[str, float]]:
     return [(r.group, r.error_pct) for r in pool]
 
 
+def _matching(where: Sequence[Residual], keys: BandKeys, held: Sequence[str]) -> list[Residual]:
+    """The residuals of ``where`` that match ``keys`` on every trait of ``held`` (each trait present in
+    both or absent from both)."""
+    return [r for r in where if all((t in r.keys.traits) == (t in keys.traits) for t in held)]
+
+
 def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residual], str, bool]:
     """(pool, basis, prior): the residuals a band of ``keys`` is built from (module docstring)."""
     stack = [r for r in records if r.keys.stack == keys.stack]
@@ -151,9 +157,7 @@ def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residua
     for where, generation in ((home, keys.generation), (stack, "any generation")):
         for start in range(len(TRAITS) + 1):
             held = TRAITS[start:]  # traits still matched
-            pool = [
-                r for r in where if all((t in r.keys.traits) == (t in keys.traits) for t in held)
-            ]
+            pool = _matching(where, keys, held)
             groups = len({r.group for r in pool})
             if groups >= min_groups():
                 traits = [t if t in keys.traits else f"no {t}" for t in reversed(held)]
@@ -175,7 +179,7 @@ def nearest_pool(keys: BandKeys, records: Sequence[Residual]) -> list[Residual]:
     stack = [r for r in records if r.keys.stack == keys.stack]
     for start in range(len(TRAITS)):
         held = TRAITS[start:]
-        near = [r for r in stack if all((t in r.keys.traits) == (t in keys.traits) for t in held)]
+        near = _matching(stack, keys, held)
         if near:
             return near
     return []
