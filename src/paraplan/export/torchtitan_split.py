@@ -27,7 +27,6 @@ accounted default split; ``written_plan`` is what an export reads back as.
 from __future__ import annotations
 
 from paraplan.export.common import ExportRefused
-from paraplan.export.megatron_core import stages_of_chunks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import model_parts_rule
@@ -37,6 +36,7 @@ from paraplan.specs.split import (
     grouped_split,
     model_part_layers,
     stage_layer_counts,
+    stages_of_chunks,
 )
 
 SPLIT_FIELDS = ("stage_layers", "layers_first_stage", "layers_last_stage")
