@@ -12,7 +12,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.export import ExportRefused, export_plan, import_plan
-from paraplan.export.bridge_precision import failed_checks, precision_facts, recipe_fields
+from paraplan.export.bridge_precision import precision_facts, recipe_fields
 from paraplan.export.common import canonical_plan, framework_args
 from paraplan.export.megatron_bridge import FP8_RECIPES
 from paraplan.specs.plan import PlanSpec
@@ -44,22 +44,6 @@ def test_the_recipe_facts_have_provenance_and_cover_every_recipe_the_export_writ
         assert f"mixed_precision.{name}" in kept.names
     for fp8_recipe, gathers in GATHERS.items():
         assert recipe_fields(FP8_RECIPES[fp8_recipe])["fp8_param_gather"] is gathers
-
-
-def test_the_checks_decide_what_bridge_and_megatron_core_do():
-    """finalize's mxfp8 assertion (mixed_precision.py:88), fp4 xor fp8 (:94), Megatron-Core's
-    'fp8_param must be used together with fp8 mode' (transformer_config.py:889 at 0d8e0714)."""
-    ids = lambda fields: [c["id"] for c in failed_checks(fields)]  # noqa: E731
-    for recipe in precision_facts()["recipes"]:
-        assert ids(recipe_fields(recipe)) == [], recipe  # every recipe as Bridge ships it starts
-    nvfp4 = recipe_fields("bf16_with_nvfp4_mixed")
-    assert ids(nvfp4 | {"fp8_param_gather": True}) == ["fp8-param-needs-fp8"]
-    assert ids(nvfp4 | {"fp8": "hybrid"}) == ["fp4-and-fp8-exclusive"]
-    mx = recipe_fields("bf16_with_mxfp8_mixed") | {"reuse_grad_buf_for_mxfp8_param_ag": False}
-    assert ids(mx) == ["mxfp8-param-gather-reuses-the-grad-buffer"]
-    assert ids(mx | {"fp8_param_gather": False}) == []
-    blockwise = recipe_fields("bf16_with_fp8_subchannel_scaling_mixed")
-    assert ids(blockwise | {"fp8_param_gather": True}) == []  # runnable, but not the recipe's
 
 
 @pytest.mark.parametrize("fp8_recipe", sorted(GATHERS))

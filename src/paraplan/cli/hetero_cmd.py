@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from paraplan.catalog import _read_file, load_model, load_system
 from paraplan.cli.app import _stdout
-from paraplan.catalog.clusters import load_cluster, load_stage_plan
+from paraplan.catalog.clusters import load_cluster
 from paraplan.report.text_table import simple_table
 from paraplan.specs.cluster import ClusterSpec, uniform_cluster
 from paraplan.specs.errors import InputError
@@ -18,6 +18,7 @@ from paraplan.specs.plan import PlanSpec
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     is_stage_plan,
+    stage_plan_from_dict,
     stage_plan_to_dict,
 )
 from paraplan.specs.system import SystemSpec
@@ -64,18 +65,14 @@ def estimate_plan_file(
     (its systems and the plan defaults the file leaves unset, as on a uniform plan); True when it fits."""
     from paraplan.cli.app import load_framework_option
     from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
-    from paraplan.specs.stage_plan import stage_plan_from_dict
     from paraplan.step.per_stage import estimate_stage_plan
 
     model_spec = load_model(model, field="model")
     profile = load_framework_option(framework)
-    if profile is None:
-        plan_spec = load_stage_plan(plan, field="plan")
-    else:
-        data = _read_file(Path(plan), "plan")
-        if isinstance(data, dict):  # else stage_plan_from_dict's one-line refusal
-            data = framework_plan_fields(profile, data)
-        plan_spec = stage_plan_from_dict(data, "plan")
+    data = _read_file(Path(plan), "plan")
+    if profile is not None and isinstance(data, dict):  # else stage_plan_from_dict's refusal
+        data = framework_plan_fields(profile, data)
+    plan_spec = stage_plan_from_dict(data, "plan")
     pool_names = {d.pool for s in plan_spec.stages for d in s.devices}
     cluster_spec = resolve_cluster(cluster, system, plan_spec.gpus if system is not None else None)
     if profile is not None:

@@ -17,8 +17,10 @@ fields at start-up are facts (``facts/megatron-bridge_precision.yaml``, Megatron
 - the fields a recipe turns on that no plan prices, turned off as Bridge's own performance scripts
   turn them off (current scaling's first and last layers in bf16, ``first_last_layers_bf16``).
 
-The start-up checks of the facts then run on the recipe with these overrides; one that fails refuses
-the export by the plan knob it comes from.
+The start-up checks the facts list on these fields (finalize's mxfp8 buffer reuse, fp4 xor fp8,
+Megatron-Core's fp8_param needing fp8) are kept as documented facts only: no recipe breaks them, and the
+overrides cannot (the gather is written on only where the recipe gathers, so with its fp8 and, for
+mxfp8, its buffer reuse; first_last_layers_bf16 is in none of them).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from importlib import resources
 from typing import Any
 
 from paraplan.export.common import ExportRefused, refuse
+from paraplan.export.megatron_core import fp8_primary_weights
+from paraplan.export.startup import Release
 from paraplan.io.documents import packaged_yaml
 from paraplan.specs.plan import PlanSpec
 
@@ -51,30 +55,11 @@ def recipe_fields(recipe: str) -> dict[str, Any]:
     return dict(facts["defaults"]) | dict(facts["recipes"][recipe]["sets"])
 
 
-def _holds(fields: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """Does every field have its wanted value (``set``: any non-empty value)?"""
-    return all(
-        bool(fields.get(k)) if v == "set" else fields.get(k, None) == v for k, v in wanted.items()
-    )
-
-
-def failed_checks(fields: dict[str, Any]) -> list[dict[str, Any]]:
-    """The start-up checks of the facts that the MixedPrecisionConfig ``fields`` break."""
-    out = []
-    for check in precision_facts()["checks"]:
-        if _holds(fields, check["when"]) and (
-            check["then"] == "never" or not _holds(fields, check["then"])
-        ):
-            out.append(check)
-    return out
-
-
-def where(check_or_recipe: dict[str, Any]) -> str:
-    """``repo@tag file:line`` of a fact (the facts' release unless it names another)."""
+def _recipe_line(line: int) -> str:
+    """``repo@tag file:line`` of a line of the recipes' file (``startup.Release.at``)."""
     facts = precision_facts()
-    repo = check_or_recipe.get("repo", facts["repo"])
-    tag = check_or_recipe.get("tag", facts["tag"])
-    return f"{repo}@{tag} {check_or_recipe.get('file', facts['file'])}:{check_or_recipe['line']}"
+    release = Release(facts["repo"], facts["tag"], facts["commit"])
+    return f"{release.at({})} {facts['file']}:{line}"
 
 
 def precision_overrides(recipe: str, plan: PlanSpec, label: str) -> list[tuple[str, object]]:
@@ -84,26 +69,20 @@ def precision_overrides(recipe: str, plan: PlanSpec, label: str) -> list[tuple[s
         return []
     fields = recipe_fields(recipe)
     facts = precision_facts()
-    primary = not plan.fp8_weight_copies  # export.megatron_core.fp8_primary_weights for an fp8 plan
+    primary = fp8_primary_weights(plan)
     if primary and not fields["fp8_param_gather"]:
-        at = {"line": facts["recipes"][recipe]["fp8_param_gather_line"]}
+        at = _recipe_line(facts["recipes"][recipe]["fp8_param_gather_line"])
         raise refuse(
             label,
             "fp8_weight_copies",
             False,
-            f"Bridge's {recipe} recipe sets fp8_param_gather False ({where(at)}): bf16 weights with "
+            f"Bridge's {recipe} recipe sets fp8_param_gather False ({at}): bf16 weights with "
             "quantised copies, not fp8 primary weights; plan it with fp8_weight_copies",
         )
     out: list[tuple[str, object]] = [("mixed_precision.fp8_param_gather", primary)]
     for name, fact in facts["unpriced"].items():
         if fields.get(name) != fact["value"]:
             out.append((f"mixed_precision.{name}", fact["value"]))
-    written = fields | {k.split(".", 1)[1]: v for k, v in out}
-    for check in failed_checks(written):
-        raise ExportRefused(
-            f"plan.fp8_weight_copies={plan.fp8_weight_copies!r}: {label} refuses it at start-up "
-            f"({check['id']}, {where(check)}: {check['says']})"
-        )
     return out
 
 

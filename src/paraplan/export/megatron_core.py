@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 from paraplan.export.common import (
     COMMON_FIELDS,
@@ -22,7 +21,13 @@ from paraplan.export.common import (
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import interleave_split_rule, megatron_fsdp_rule, megatron_overlap_rule
-from paraplan.specs.split import accounted_units, chunk_layer_counts, stage_layer_counts
+from paraplan.specs.split import (
+    accounted_units,
+    chunks_in_model_order,  # noqa: F401 (re-exported)
+    model_part_layers,
+    stage_layer_counts,
+    stages_of_chunks,
+)
 
 ORDERS = {"tp-cp-dp-pp": False, "tp-cp-pp-dp": True}  # placement -> --use-tp-pp-dp-mapping
 SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
@@ -288,21 +293,6 @@ def explicit_stages_plan(plan: PlanSpec, stages: list[int]) -> PlanSpec:
     )
 
 
-def chunks_in_model_order(per_stage: list[list[Any]]) -> list[Any]:
-    """The model chunks of ``per_stage`` (stage s: its vpp chunks) in model order: chunk v of stage s
-    at position v·pp + s, as Megatron-Core's PipelineParallelLayerLayout and torchtitan's
-    module_fqns_per_model_part read them (the interleaved schedule's round-robin placement)."""
-    vpp = len(per_stage[0]) if per_stage else 0
-    return [stage[v] for v in range(vpp) for stage in per_stage]
-
-
-def stages_of_chunks(per_chunk: list[int], pp: int) -> tuple[int, ...]:
-    """The per-stage sums of ``per_chunk`` (a count per chunk, in model order: chunk v of stage s at
-    v·pp + s, ``chunks_in_model_order``), for ``pp`` stages."""
-    vpp = len(per_chunk) // pp
-    return tuple(sum(per_chunk[v * pp + s] for v in range(vpp)) for s in range(pp))
-
-
 def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
     """The decoder layers per stage Megatron-Core builds from the split flags alone: the first / last stage
     counts when given, the middle stages even; else the layers with the embedding and the loss (not the MTP
@@ -341,10 +331,10 @@ def layout_from_stage_layers(
 ) -> str:
     """Megatron-LM's layout string: pp·vpp chunks in model order (chunk v of stage s at position v·pp + s, as
     Megatron-Core's PipelineParallelLayerLayout reads it), 'E' first, 't*n' decoder layers (each stage's over its chunks
-    by specs.split.chunk_layer_counts), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
+    by specs.split.model_part_layers), the MTP modules 'm' and the loss 'L' last (the layout wants every 'm' in the
     last chunk of its rank, after the decoder layers)."""
-    counts = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
-    chunks = [f"t*{n}" if n else "" for n in chunks_in_model_order(counts)]
+    layers = model_part_layers(list(stage_layers), vpp, embedding_units, loss_units)
+    chunks = [f"t*{n}" if n else "" for n in layers]
     chunks[0] = "E" + chunks[0]
     chunks[-1] += "m" * mtp_layers + "L"
     return "|".join(chunks)

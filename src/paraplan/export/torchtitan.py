@@ -278,8 +278,7 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     vpp, split = 1, {}
     parts = par.get("module_fqns_per_model_part", None)
     if parts and pp > 1:
-        split = read_parts(parts, pp, model)
-        vpp = int(split.pop("vpp"))  # type: ignore[call-overload]
+        split = read_parts(parts, pp, model)  # its vpp among the split's fields
     elif parts:
         raise ExportRefused("torchtitan: module_fqns_per_model_part without pipeline stages")
     elif schedule == "interleaved":

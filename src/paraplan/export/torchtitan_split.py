@@ -27,16 +27,14 @@ accounted default split; ``written_plan`` is what an export reads back as.
 from __future__ import annotations
 
 from paraplan.export.common import ExportRefused
-from paraplan.export.megatron_core import stages_of_chunks
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import model_parts_rule
 from paraplan.specs.split import (
     accounted_units,
-    default_first_last,
-    grouped_split,
     model_part_layers,
     stage_layer_counts,
+    stages_of_chunks,
 )
 
 SPLIT_FIELDS = ("stage_layers", "layers_first_stage", "layers_last_stage")
@@ -73,10 +71,10 @@ def units(plan: PlanSpec, model: ModelSpec | None) -> tuple[int, int]:
 def part_counts(plan: PlanSpec, model: ModelSpec) -> list[int]:
     """Decoder layers of each model part in model order (specs.split.model_part_layers, the function
     specs.rules.model_parts_rule reads); refuses a part left without a module."""
-    stages = stage_counts(plan, model)
-    if rule := model_parts_rule(stages, plan.vpp, *units(plan, model)):
+    stages, units_ = stage_counts(plan, model), units(plan, model)
+    if rule := model_parts_rule(stages, plan.vpp, *units_):
         raise ExportRefused(f"plan.vpp={plan.vpp}: {rule}; not written")
-    return model_part_layers(stages, plan.vpp, *units(plan, model))
+    return model_part_layers(stages, plan.vpp, *units_)
 
 
 def written_plan(plan: PlanSpec, model: ModelSpec | None) -> PlanSpec:
@@ -118,8 +116,9 @@ def split_fields(counts: list[int], pp: int, model: ModelSpec | None) -> dict[st
             continue
         if (e, l) == (0, 0):
             return fields | {"stage_layers": stages}
-        first, last = default_first_last(layers, pp, *units_)
-        if stage_layer_counts(grouped_split(layers, pp, int(first), int(last))) == list(stages):
+        # the default split of a plan with these switches (PlanSpec.split; no other field read)
+        default = PlanSpec.model_construct(pp=pp, embedding_as_layer=bool(e), loss_as_layer=bool(l))
+        if stage_layer_counts(default.split(layers, mtp)) == list(stages):
             return fields | {"stage_layers": None}
     raise ExportRefused(
         f"{where}: chunks of {counts} layers per part are not a split a plan holds (each stage's "

@@ -141,5 +141,21 @@ def model_part_layers(
     """Decoder layers of each of the pp·vpp model chunks in model order, chunk v of stage s at v·pp + s (the
     interleaved schedule's round-robin placement; torchtitan's model parts), each stage cut by chunk_layer_counts
     with the embedding / loss units counted as the plan counts them."""
-    chunks = chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
-    return [stage[v] for v in range(vpp) for stage in chunks]
+    return chunks_in_model_order(
+        chunk_layer_counts(list(stage_layers), vpp, embedding_units, loss_units)
+    )
+
+
+def chunks_in_model_order(per_stage: list[list[Any]]) -> list[Any]:
+    """The model chunks of ``per_stage`` (stage s: its vpp chunks) in model order: chunk v of stage s
+    at position v·pp + s, as Megatron-Core's PipelineParallelLayerLayout and torchtitan's
+    module_fqns_per_model_part read them (the interleaved schedule's round-robin placement)."""
+    vpp = len(per_stage[0]) if per_stage else 0
+    return [stage[v] for v in range(vpp) for stage in per_stage]
+
+
+def stages_of_chunks(per_chunk: list[int], pp: int) -> tuple[int, ...]:
+    """The per-stage sums of ``per_chunk`` (a count per chunk, in model order: chunk v of stage s at
+    v·pp + s, ``chunks_in_model_order``), for ``pp`` stages."""
+    vpp = len(per_chunk) // pp
+    return tuple(sum(per_chunk[v * pp + s] for v in range(vpp)) for s in range(pp))
