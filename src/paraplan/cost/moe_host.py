@@ -42,7 +42,8 @@ FP8_PADDING_CALLS = 2
 def sync_drain_s(syncs: int, round_trip_s: float) -> float:
     """(i) GPU idle of ``syncs`` drains: n · t_sync, t_sync the measured device-to-host round trip on an idle GPU
     (efficiency.host_sync_latency_s: .item() of one element, the count copy and event wait of
-    token_dispatcher.py _maybe_dtoh_and_synchronize). The host waits as long (host_sums' sync_wait)."""
+    token_dispatcher.py _maybe_dtoh_and_synchronize): device and driver latency, not scaled by the host CPU's
+    speed (host_speed). The host waits as long (host_sums' sync_wait)."""
     return syncs * round_trip_s
 
 

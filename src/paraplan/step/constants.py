@@ -48,7 +48,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
         batch_sync_s=batch_sync_idle_s(
             acc.efficiency.runtime.batch_syncs,
-            acc.efficiency.host_sync_latency_s / acc.efficiency.host_speed,
+            acc.efficiency.host_sync_latency_s,  # device and driver latency: not host_speed
             acc.efficiency.host_launch_s / acc.efficiency.host_speed,
         ),
         **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
