@@ -109,7 +109,6 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
         attention=common.attention,
         dtype=common.dtype,
         recompute_modules=recompute_modules_of(setting.recompute_ops),
-        cp_algorithm=common.runtime.cp_algorithm,
     )
 
 
