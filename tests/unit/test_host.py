@@ -175,7 +175,7 @@ def test_sync_terms_by_hand():
         10e-6 + 2 * (30e-6 + 2 * per_grouped + 30e-6) - 10e-6 + 200e-6
     )
     # an fp8 layer re-issues the two Fp8Padding calls too
-    fp8 = H.host_sums((*ops, _mem("fp8_casts")), EFF, device)
+    fp8 = H.host_sums(ops, EFF, device, dtype="fp8")
     assert fp8.sync_idle == pytest.approx(sums.sync_idle + 2 * 30e-6)
 
 

@@ -160,7 +160,7 @@ def test_deepspeed_batch_loads_synchronise_the_end_stages():
     off = estimate(model, _with_field(system, batch_syncs=0.0), plan)
     on = estimate(model, system, plan)
     eff = system.accelerator.efficiency
-    idle = (eff.host_sync_latency_s + eff.host_launch_s) / eff.host_speed
+    idle = eff.host_sync_latency_s + eff.host_launch_s / eff.host_speed
     delta = on.step_time_s - off.step_time_s
     # the slowest (an end) stage's forward gains the idle per micro-batch; the bubble at most pp - 1 more
     assert (

@@ -28,7 +28,7 @@ from paraplan.cost.attention import converted_attention_fraction, effective_kern
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.framework import FrameworkSpec
-from paraplan.specs.plan import RUNTIME_FIELDS
+from paraplan.specs.plan import RUNTIME_FIELDS, runtime_fields_of
 from paraplan.specs.system import EagerFields, HostFields, SystemSpec
 
 PLAN_DEFAULTS = (
@@ -113,5 +113,5 @@ def framework_search_fields(framework: FrameworkSpec) -> dict[str, Any]:
             framework.overlap_dp_grad_reduce,
             framework.overlap_param_gather,
         ),
-        **{name: getattr(framework, name) for name in RUNTIME_FIELDS},
+        **runtime_fields_of(framework),
     }

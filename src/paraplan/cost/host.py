@@ -219,14 +219,14 @@ def graphed(op: Op, scope: str, dropless: bool) -> bool:
 
 
 def counted_kernels(
-    ops, eff: EfficiencySpec, bias: tuple[bool, bool] = (False, False)
+    ops, eff: EfficiencySpec, bias: tuple[bool, bool] = (False, False), dtype: str = "bf16"
 ) -> tuple[int, int]:
     """(forward, backward) kernels ``op_kernels`` counts over ``ops`` under the profile ``eff`` (eager or fused,
-    autocast's casts, the profile's composites), for a model with ``bias`` = (bias, qkv_bias): the count that
-    t_issue (``kernel_issue_s``) multiplies, and so the count a per-kernel host figure is measured over
-    (``per_kernel_host_s``)."""
+    autocast's casts, the profile's composites), for a model with ``bias`` = (bias, qkv_bias) in a run of
+    ``dtype`` (``_op_counts``, as op_host_s counts them): the count that t_issue (``kernel_issue_s``) multiplies,
+    and so the count a per-kernel host figure is measured over (``per_kernel_host_s``)."""
     context = eager_context(eff)
-    pairs = [op_kernels(op, eff.host_eager, eff.autocast_casts, *bias, *context) for op in ops]
+    pairs = [_op_counts(op, eff, bias, context, dtype) for op in ops]
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
@@ -288,15 +288,30 @@ def op_host_s(
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
-    impl, wide = eager_context(eff) if context is None else context
-    act = ACTIVATION_BYTES[dtype]
-    autocast = autocast_runs(eff.autocast_casts, act)
-    fwd, bwd = op_kernels(op, eff.host_eager, autocast, *bias, impl, wide, act)
+    fwd, bwd = _op_counts(op, eff, bias, context, dtype)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
     views = 0.5 * eager_views(op, eff.host_eager) * eff.host_view_s / eff.host_speed
     return fwd * per_kernel + views, bwd * per_kernel + views
+
+
+def _op_counts(
+    op: Op,
+    eff: EfficiencySpec,
+    bias: tuple[bool, bool],
+    context: tuple[tuple[dict, dict], frozenset[str]] | None,
+    dtype: str,
+) -> tuple[int, int]:
+    """(forward, backward) kernels of ``op`` under ``eff`` in a run of ``dtype``: op_kernels with autocast's
+    casts as graph.eager_modules.autocast_runs decides them at the run's activation width (ACTIVATION_BYTES);
+    ``context``: eager_context(eff), None to compute it. The one count op_host_s prices and counted_kernels
+    reports."""
+    impl, wide = eager_context(eff) if context is None else context
+    act = ACTIVATION_BYTES[dtype]
+    return op_kernels(
+        op, eff.host_eager, autocast_runs(eff.autocast_casts, act), *bias, impl, wide, act
+    )
 
 
 class HostSums(NamedTuple):
@@ -341,8 +356,7 @@ def host_sums(
             section.append((op.name, f, device[op][0]))
     if not syncs:
         return HostSums(forward, backward)
-    fp8 = any(op.name == "fp8_casts" for op in ops)  # graph.moe_mlp.fp8_cast_op: an fp8 layer
-    idle, wait = sync_terms(syncs, section, eff, fp8)
+    idle, wait = sync_terms(syncs, section, eff, dtype == "fp8")
     return HostSums(forward, backward, idle, wait)
 
 

@@ -374,23 +374,19 @@ def gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtyp
 
 @lru_cache(maxsize=65536)
 def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
-    """Measured time of b per-expert GEMMs of m×n×k, or None where not measured in this dtype."""
-    table = load_table(ref, l2)
-    rates = table.grouped_gemm.get(_dtype(dtype))
-    if rates is None:
-        return _expert_loop_s(table, b, m, n, k, dtype)
-    return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
-
-
-def _expert_loop_s(table: KernelTable, b: int, m: int, n: int, k: int, dtype: str):
-    """b per-expert GEMMs of m×n×k priced from the dense GEMM rows where the table has no grouped rows
-    of the dtype: b × the dense m×n×k time. Only outside the low-precision dtypes, whose per-expert GEMMs
-    reach a share of the dense rate of their own (cost.compute.grouped_gemm_share): in bf16 / fp16 that
-    share is 1, a per-expert GEMM is one dense cuBLAS GEMM (Transformer Engine GroupedLinear)."""
-    rates = table.gemm.get(_dtype(dtype))
-    if rates is None or dtype in LOW_PRECISION:
+    """Measured time of b per-expert GEMMs of m×n×k, or None where not measured in this dtype. Where the
+    table has no grouped rows of the dtype: b × t(m×n×k), t the dense GEMM rows' time (gemm_time_s), as
+    Transformer Engine's GroupedLinear runs one cuBLAS GEMM per expert (general_grouped_gemm over the
+    per-expert weights, transformer_engine/pytorch/module/grouped_linear.py at TE v2.8); None in the
+    low-precision dtypes (LOW_PRECISION), whose per-expert GEMMs reach a share of the dense rate of their own
+    (cost.compute.grouped_gemm_share), and where the dense rows lack the dtype too."""
+    rates = load_table(ref, l2).grouped_gemm.get(_dtype(dtype))
+    if rates is not None:
+        return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
+    if dtype in LOW_PRECISION:
         return None
-    return b * rates.time_s(2.0 * m * n * k, (m, n, k))
+    t = gemm_time_s(ref, l2, 1, m, n, k, dtype)
+    return None if t is None else b * t
 
 
 def attention_rate(

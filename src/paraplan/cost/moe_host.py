@@ -11,7 +11,8 @@ r0.1.0; core_v0.15.0 for 25.11 has the same dispatch path), megatron/core/transf
   ``d2h_event.synchronize()`` at the sync point) after issuing the count reduction, then issues permutation 1
   (l. 596), so the one sync per layer forward lands between permutation 1 and the EP all-to-all
   (token_dispatch, l. 606-632). Backward runs the all-to-all's autograd backward with the split lists saved
-  forward: no sync (SYNCS = (1, 0)). Drop-and-pad (moe_pad_expert_input_to_capacity) keeps "no_sync".
+  forward: no sync (graph.moe_mlp builds the one host_sync op, dispatch_host_sync, forward only). Drop-and-pad
+  (moe_pad_expert_input_to_capacity) keeps "no_sync".
 - DeepEP (the flex dispatcher, fused_a2a.py FusedDispatch.forward l. 72-136) returns the per-expert receive
   counts as a host list (num_recv_tokens_per_expert_list): the host waits for its notify kernel, one sync too.
 - experts.py TEGroupedMLP.forward (l. 818-843): ``tokens_per_expert.tolist()`` of the counts the
@@ -29,8 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# (forward, backward) dispatch synchronisations per dropless MoE layer (module docstring)
-SYNCS = (1, 0)
 # Python-issued calls from the sync to the first kernel that runs long enough for the host to get ahead: the EP
 # all-to-all of the tokens (token_dispatch, token_dispatcher.py l. 625; DeepEP's dispatch kernel after its
 # notify, fused_a2a.py l. 104-121). Its own device time is priced with the block's collectives (cost.moe), not here.
@@ -42,7 +41,8 @@ FP8_PADDING_CALLS = 2
 def sync_drain_s(syncs: int, round_trip_s: float) -> float:
     """(i) GPU idle of ``syncs`` drains: n · t_sync, t_sync the measured device-to-host round trip on an idle GPU
     (efficiency.host_sync_latency_s: .item() of one element, the count copy and event wait of
-    token_dispatcher.py _maybe_dtoh_and_synchronize). The host waits as long (host_sums' sync_wait)."""
+    token_dispatcher.py _maybe_dtoh_and_synchronize): device and driver latency, not scaled by the host CPU's
+    speed (host_speed). The host waits as long (host_sums' sync_wait)."""
     return syncs * round_trip_s
 
 

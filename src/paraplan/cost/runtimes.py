@@ -28,6 +28,7 @@ stack's ``eager_traffic_factor``, which prices the op graph's unfused element-wi
 
 from __future__ import annotations
 
+from paraplan.cost.moe_host import sync_drain_s
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.runtime import RuntimeCosts
 
@@ -136,24 +137,31 @@ DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE = (
 )
 
 
-# DeepSpeed PipelineEngine: the TrainSchedule runs LoadMicroBatch before every ForwardPass on the first stage (inputs)
-# and the last (labels) (pipe/schedule.py at 0050fdad); _exec_load_micro_batch calls the batch function, which in
-# Megatron-DeepSpeed (pretrain_gpt.py get_batch_pipe) broadcasts the batch over the tensor-parallel group with
-# Megatron-LM's broadcast_data, whose _build_key_size_numel_dictionaries reads the broadcast sizes back to the host
-# (``sizes_cpu = sizes_cuda.cpu()``, mpu/data.py): one device synchronisation per micro-batch on those stages.
-# (The engine's other per-instruction host work, _exec_schedule's dispatch and the handlers' Python, runs ahead of the
-# GPU: p2p.send / recv are NCCL calls that order streams, not the host, and ThroughputTimer.start's synchronize is
-# skipped, global_step_count staying below start_step as the pipeline engine never calls tput_timer.stop.)
+# DeepSpeed PipelineEngine: one device synchronisation per micro-batch on the stages that load a batch
+# (batch_sync_idle_s).
 DEEPSPEED_PIPE_BATCH_SYNCS = 1.0
 
 
 def batch_sync_idle_s(syncs, sync_latency_s, launch_s):
-    """GPU seconds idle per micro-batch on a stage that loads a batch: n·(t_sync + t_launch), n the synchronisations
-    (DEEPSPEED_PIPE_BATCH_SYNCS). A synchronisation drains the stream: the host waits for the GPU and the round trip
-    (``host_sync_latency_s``, measured .item() of one element) passes with the GPU idle, which then waits again for
-    the host to issue the next kernel (``host_launch_s``), as cost.host.sync_terms prices a synchronisation inside a
-    block. Floats or arrays."""
-    return syncs * (sync_latency_s + launch_s)
+    """GPU seconds idle per micro-batch on a stage that loads a batch: sync_drain_s(n, t_sync) + n·t_launch =
+    n·(t_sync + t_launch), n the synchronisations (DEEPSPEED_PIPE_BATCH_SYNCS), t_sync the device-to-host round
+    trip (``host_sync_latency_s``: .item() of one element on an idle GPU, device and driver latency, not scaled
+    by the host CPU's speed), t_launch one kernel issue (``host_launch_s / host_speed``, host time). A
+    synchronisation drains the stream: the host waits for the GPU, the round trip passes with the GPU idle,
+    which then waits again for the host to issue the next kernel, as cost.host.sync_terms prices a
+    synchronisation inside a block (the same drain, cost.moe_host.sync_drain_s). Floats or arrays.
+
+    Source: DeepSpeed's PipelineEngine TrainSchedule runs LoadMicroBatch before every ForwardPass on the first
+    stage (inputs) and the last (labels) (deepspeed/runtime/pipe/schedule.py at 0050fdad);
+    _exec_load_micro_batch calls the batch function, which in Megatron-DeepSpeed (pretrain_gpt.py
+    get_batch_pipe) broadcasts the batch over the tensor-parallel group with Megatron-LM's broadcast_data, whose
+    _build_key_size_numel_dictionaries reads the broadcast sizes back to the host (``sizes_cpu =
+    sizes_cuda.cpu()``, mpu/data.py): one synchronisation per micro-batch on those
+    stages. The engine's other per-instruction host work (_exec_schedule's dispatch, the handlers' Python) runs
+    ahead of the GPU: p2p.send / recv are NCCL calls that order streams, not the host, and
+    ThroughputTimer.start's synchronize is skipped (global_step_count stays below start_step, the pipeline
+    engine never calling tput_timer.stop)."""
+    return sync_drain_s(syncs, sync_latency_s) + syncs * launch_s
 
 
 def bf16_optimizer_accumulation_bytes() -> float:

@@ -315,6 +315,13 @@ RUNTIME_FIELDS = (
     "zero3_regather_recompute",
     "cp_algorithm",
 )
+
+
+def runtime_fields_of(obj) -> dict:
+    """The run-wide knobs (RUNTIME_FIELDS) of ``obj`` (a plan, a search problem, a framework profile) by name."""
+    return {name: getattr(obj, name) for name in RUNTIME_FIELDS}
+
+
 # the plan's ZeRO stage, DP overlap switches and offloads: a search candidate's state and offload
 # option (search.options.GridOption) and the step composition's knobs (step.inputs.GridKnobs)
 STATE_FIELDS = (

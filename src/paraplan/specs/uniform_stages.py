@@ -12,7 +12,7 @@ from typing import get_args
 
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec, runtime_fields_of
 from paraplan.specs.rules import (
     batch_rule,
     degree_violation,
@@ -156,7 +156,7 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
             "overlap_dp_grad_reduce": plan.overlap_dp_grad_reduce,
             "overlap_param_gather": plan.overlap_param_gather,
             "overlap_tp_comm": plan.overlap_tp_comm,
-            **{name: getattr(plan, name) for name in RUNTIME_FIELDS},
+            **runtime_fields_of(plan),
             "stages": stages,
         }
     )

@@ -106,19 +106,18 @@ def _pick(index: Num, values: list[Num]) -> Num:
 
 def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
     """A stage's per-micro-batch work under the stack's runtime: the interleaved schedule's transfers
-    overlapped with compute where the runtime does (step.p2p.overlapped_p2p_exposed_s), and the runtime's
-    gradient accumulation in its backward: every parameter of the stage, after every micro-batch's
-    backward, on the compute stream; and the GPU idle of the runtime's batch loads on the first and last stage
-    with pp > 1 (StepInputs.batch_sync_s: DeepSpeed's PipelineEngine) (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes,
-    the one rule of every stack: cost.runtimes.GRAD_ACCUMULATION_BYTES). The per-stage search reads the same
-    work (step.per_stage.stage_terms)."""
+    overlapped with compute where the runtime does (step.p2p.overlapped_p2p_exposed_s); the GPU idle of the
+    runtime's batch loads in the forward of the first and last stage with pp > 1 (StepInputs.batch_sync_s:
+    DeepSpeed's PipelineEngine, cost.runtimes.batch_sync_idle_s); and the runtime's gradient accumulation in
+    its backward: every parameter of the stage, after every micro-batch's backward, on the compute stream
+    (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes, the one rule of every stack:
+    cost.runtimes.GRAD_ACCUMULATION_BYTES). The per-stage search reads the same work
+    (step.per_stage.stage_terms)."""
     own = stage.inputs or inp
     if any_positive(own.p2p_overlap):
         hidden = overlapped_p2p_exposed_s(work["pp"], forward_s(work), backward_s(work))
         work["pp"] = where((own.p2p_overlap > 0) & inp.knobs.interleaved, hidden, work["pp"])
-    if any_positive(
-        own.batch_sync_s
-    ):  # the pipeline engine's batch loads (cost.runtimes.batch_sync_idle_s)
+    if any_positive(own.batch_sync_s):  # the pipeline engine's batch loads
         loads = (inp.pp > 1) & ((stage.index == 0) | (stage.index + stage.count >= inp.pp))
         work["forward"] = work["forward"] + where(loads, own.batch_sync_s, 0.0)
     if not any_positive(own.grad_accumulation_bytes):

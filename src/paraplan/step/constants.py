@@ -4,20 +4,17 @@ degrees): ``step.build.build_step_inputs`` attaches them to every estimate and e
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 from paraplan.cost import memory as mem
 from paraplan.cost.quantisation import weight_quantisation_bytes
 from paraplan.cost.runtimes import batch_sync_idle_s
 from paraplan.graph.eager_modules import impl_key
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec
+from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
 
-# the plan's defaults of the run-wide knobs (for callers without a plan: the per-stage estimator)
-_RUNTIME_DEFAULTS = SimpleNamespace(
-    **{name: PlanSpec.model_fields[name].default for name in RUNTIME_FIELDS}
-)
+# the run-wide knobs' defaults (specs.plan.RuntimeFields, the plan's too), for callers that pass none
+_RUNTIME_DEFAULTS = RuntimeFields()
 
 
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
@@ -48,7 +45,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
         batch_sync_s=batch_sync_idle_s(
             acc.efficiency.runtime.batch_syncs,
-            acc.efficiency.host_sync_latency_s / acc.efficiency.host_speed,
+            acc.efficiency.host_sync_latency_s,  # device and driver latency: not host_speed
             acc.efficiency.host_launch_s / acc.efficiency.host_speed,
         ),
         **runtime_terms(acc.efficiency.runtime, dtype, state.weights),

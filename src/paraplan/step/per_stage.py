@@ -40,7 +40,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
+from paraplan.specs.plan import RuntimeFields, runtime_fields_of
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
@@ -109,7 +109,6 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
         attention=common.attention,
         dtype=common.dtype,
         recompute_modules=recompute_modules_of(setting.recompute_ops),
-        cp_algorithm=common.runtime.cp_algorithm,
     )
 
 
@@ -331,7 +330,7 @@ def common_of(plan: StagePlanSpec) -> Common:
         vpp=plan.vpp,
         overlap_param_gather=plan.overlap_param_gather,
         overlap_tp_comm=plan.overlap_tp_comm,
-        runtime=RuntimeFields(**{name: getattr(plan, name) for name in RUNTIME_FIELDS}),
+        runtime=RuntimeFields(**runtime_fields_of(plan)),
     )
 
 

@@ -226,8 +226,10 @@ def p2p_exchange_s(
     receiver: bool,
 ) -> np.ndarray:
     """Point-to-point seconds per micro-batch between stage a and the next stage b, as seen by b (receiver)
-    or a, each side with its own per-GPU bytes (stages of different dp or tp reshard: p2p_time_s): one batched exchange t(max(fwd, bwd)) or separate blocking transfers t(fwd) + t(bwd)
-    (EngineRules.transfers_per_neighbour), the forward bytes of step.engines.forward_transfer_bytes and
+    or a, each side with its own per-GPU bytes (stages of different dp or tp reshard: p2p_time_s): with n
+    transfers per exchange (EngineRules.transfers_per_neighbour, else stack_transfers), t(max(fwd, bwd)) for
+    one batched exchange (n = 1), else (n/2)·(t(fwd) + t(bwd)) for n blocking transfers, half each way; the
+    forward bytes of step.engines.forward_transfer_bytes and
     the backward bytes of backward_transfer_bytes (``sent_bytes``: the activation over tp after each
     block), and, on the receiver, the all-gather that rebuilds an activation split over its TP ranks."""
     if a is None or b is None:
