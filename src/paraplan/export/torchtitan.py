@@ -253,6 +253,20 @@ def _check_pipeline_importable(par: Doc, pp: int) -> None:
         )
 
 
+def read_activation_checkpoint(ac: Doc) -> dict[str, object]:
+    """The plan's recompute fields of torchtitan's [activation_checkpoint] (activation_checkpoint(plan) read back):
+    none, full, or per-op selective (selective_ac_option 'op'); layer SAC (its default '2') is refused."""
+    mode = ac.text("mode", "selective")  # torchtitan's default
+    if mode == "selective" and ac.text("selective_ac_option", "2") == "op":
+        return {"recompute": "selective", "recompute_modules": (OP_SAC,)}
+    if mode not in ("none", "full"):
+        raise ExportRefused(
+            f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute "
+            "(none, full, or selective with selective_ac_option 'op')"
+        )
+    return {"recompute": mode}
+
+
 def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     """PlanSpec fields from a torchtitan job-config TOML."""
     doc = _read_job_config(text)
@@ -293,16 +307,7 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
     if global_batch <= 0:
         global_batch = local * dp
     offload = training.boolean("enable_cpu_offload", False)
-    ac = doc.doc("activation_checkpoint", {})
-    mode = ac.text("mode", "selective")  # torchtitan's default
-    op_sac = (
-        mode == "selective" and ac.text("selective_ac_option", "2") == "op"
-    )  # default: every 2nd layer
-    if mode not in ("none", "full") and not op_sac:
-        raise ExportRefused(
-            f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute "
-            "(none, full, or selective with selective_ac_option 'op')"
-        )
+    recompute = read_activation_checkpoint(doc.doc("activation_checkpoint", {}))
     converters = as_list(doc.doc("model", {}).get("converters", []), "torchtitan.model.converters")
     return {
         "gpus": dp * tp * pp * cp,
@@ -319,8 +324,7 @@ def import_plan(text: str, model: ModelSpec | None = None) -> dict[str, object]:
         "global_batch": global_batch,
         "seq_length": training.integer("seq_len", 2048, minimum=1),
         "sequence_parallel": tp > 1,
-        "recompute": mode,
-        **({"recompute_modules": (OP_SAC,)} if op_sac else {}),
+        **recompute,
         "zero": zero,
         "dtype": "fp8"
         if FLOAT8 in converters
