@@ -42,3 +42,14 @@ def test_the_merge_op_follows_the_ring():
     # more ring steps, more merges per output element: c = 4 on the same local tokens costs more per token
     c4 = _merge(LayerShape(1, 4, 1, 16384, False, "flash", "bf16"))
     assert c4.fwd_bytes > ring.fwd_bytes and c4.bwd_bytes > ring.bwd_bytes
+
+
+def test_no_merge_where_the_keys_and_values_are_all_gathered():
+    """2d-seq (Megatron-Core's cp_comm_type all_gather, TE's KV all-gather attention) and the SUMMA grid's
+    attention (K/V all-gathered over each column) run no ring, so no partial-output merges."""
+    from paraplan.graph.summa import attention_shape_2d
+
+    seq = LayerShape(1, 2, 1, 8192, False, "flash", "bf16", tp_layout="2d-seq")
+    assert _merge(seq) is None
+    grid = LayerShape(8, 1, 1, 32768, True, "flash", "bf16", tp_layout="2d", tp_rows=4)
+    assert attention_shape_2d(grid).cp == 4 and _merge(attention_shape_2d(grid)) is None

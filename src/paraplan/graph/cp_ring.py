@@ -63,8 +63,13 @@ def ring_merge_bytes(
 def ring_merge_ops(model: ModelSpec, shape) -> list[Op]:
     """The merges of one layer's core attention (graph.transformer.attention_ops, ``shape`` its LayerShape) as
     one memory-bound op, ``ring_attention_merge`` (ring_merge_bytes), re-run with the core attention by
-    selective recomputation; none without a K/V ring (c = 1, or Ulysses: ``shape.ring_chunks`` 1).
+    selective recomputation; none without a K/V ring (c = 1, or Ulysses: ``shape.ring_chunks`` 1) and none
+    where the K/V are all-gathered (2d-seq: Megatron-Core's cp_comm_type "all_gather", Transformer Engine's
+    AttnFuncWithCPAndKVAllGather, each local query chunk attends to the gathered K/V in one call, its output
+    written whole; and the SUMMA grid's attention, graph.summa.attention_shape_2d).
     E_o = b·(s/c)·(a/t)·d, E_kv = 2·b·(s/c)·kv_width/t, rows = b·(a/t)·(s/c)."""
+    if shape.tp_layout != "1d":  # K/V all-gathered, not passed on a ring (module docstring)
+        return []
     steps = shape.ring_chunks
     queries = shape.micro_batch * shape.attention_queries
     rows = queries * (model.heads // shape.attention_head_split)

@@ -120,8 +120,11 @@ def summa_weight_params(model: ModelSpec, rows: int, cols: int) -> float:
 
 def attention_shape_2d(shape: LayerShape) -> LayerShape:
     """The 1D shape whose attention ops are the grid's: heads over the c columns (tp = c), the
-    sequence in cp·r chunks (the rows' token shards, K/V all-gathered over each column)."""
-    return shape._replace(tp=shape.tp // shape.tp_rows, cp=shape.cp * shape.tp_rows, tp_layout="1d")
+    sequence in cp·r chunks (the rows' token shards, K/V all-gathered over each column: the 2d-seq pattern, so no
+    ring's partial-output merges, graph.cp_ring)."""
+    return shape._replace(
+        tp=shape.tp // shape.tp_rows, cp=shape.cp * shape.tp_rows, tp_layout="2d-seq"
+    )
 
 
 @lru_cache(maxsize=4096)
