@@ -9,7 +9,6 @@ import json
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cli import main
 from paraplan.specs.rules import dtype_rule
 
 NEW = (
@@ -35,21 +34,8 @@ DTYPES = {
 }
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    code = exit_info.value.code
-    return (0 if code is None else code), out, err
-
-
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-def test_tables_listing_names_the_fallback(capsys):
-    code, out, _ = run(capsys, "systems", "--tables")
+def test_tables_listing_names_the_fallback(cli):
+    code, out, _ = cli("systems", "--tables")
     assert code == 0
     rows = {line.split()[0]: line for line in out.splitlines() if line.split()}
     for name in NEW:
@@ -57,15 +43,15 @@ def test_tables_listing_names_the_fallback(capsys):
 
 
 @pytest.mark.parametrize("name", NEW)
-def test_estimate_and_search_run(capsys, name):
+def test_estimate_and_search_run(cli, name):
     gpus = load_system(name).node.gpus_per_domain
     batch = str(4 * gpus)
     base = ["--model", "gpt3-350m", "--system", name, "--gpus", str(gpus), "--seq-length", "1024"]
-    code, out, err = run(capsys, "estimate", *base, "--global-batch", batch, "--json")
+    code, out, err = cli("estimate", *base, "--global-batch", batch, "--json")
     assert code == 0, err
     est = json.loads(out)
     assert est["step_time_s"] > 0 and 0 < est["mfu"] <= 1
-    code, out, err = run(capsys, "search", *base, "--global-batch", batch, "--top", "1", "--json")
+    code, out, err = cli("search", *base, "--global-batch", batch, "--top", "1", "--json")
     assert code == 0, err
     assert json.loads(out)["plans"]
 
