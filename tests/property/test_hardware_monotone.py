@@ -235,9 +235,9 @@ def test_hardware_properties_quick(model_name):
 @pytest.mark.slow
 @pytest.mark.parametrize("model_name", _params())
 def test_hardware_properties_many_plans(model_name):
-    """Three plans per (system, schedule) of the model, every scaling at 2x and 4x (three keep the
-    suite under five minutes); nothing excused."""
-    checked, failures = check_model(model_name, 3, by_turns=False)
+    """Two plans per (system, schedule) of the model, every scaling at 2x and 4x (two keep the suite
+    under five minutes with the 26 catalog systems; three did with 18); nothing excused."""
+    checked, failures = check_model(model_name, 2, by_turns=False)
     assert checked >= 2 * len(system_names()), f"{model_name}: only {checked} plans drawn"
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:20])
 
