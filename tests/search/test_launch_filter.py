@@ -138,21 +138,21 @@ def test_torchtitan_searches_every_split_its_exporter_writes():
     assert any(q.pp == 4 and q.vpp == 1 and not q.embedding_as_layer for q in plans)  # 7 7 6 6
     for plan in plans:
         export_plan("torchtitan", plan, model)  # raises ExportRefused otherwise
-    assert launch.stages_allowed("torchtitan", [7, 7, 6, 6], 1, default_split=True)
-    assert not launch.stages_allowed("torchtitan", [1, 2], 2, default_split=True)
+    assert launch.stages_allowed("torchtitan", [7, 7, 6, 6], 1)
+    assert not launch.stages_allowed("torchtitan", [1, 2], 2)
     assert model_parts_rule([1, 2], 2) == (
         "a stage with fewer layers than its 2 chunks leaves a torchtitan model part without "
         "layers (layers per stage [1, 2])"
     )
     # the last part may hold norm and output alone, the first tok_embeddings alone (torchtitan's own
     # generate_llm_fqn_per_model_part writes such parts)
-    assert launch.stages_allowed("torchtitan", [2, 1], 2, default_split=True)
+    assert launch.stages_allowed("torchtitan", [2, 1], 2)
     assert model_parts_rule([1, 2], 2, embedding_units=1) is None
     assert model_parts_rule([7, 7, 6, 6], 2) is None and model_parts_rule([5], 8)
     # the filter reads the split's accounted units as the exporter does: [3, 4] at vpp 4 leaves an empty
     # middle part without them, none when the embedding and loss take chunk 0 and the last chunk
-    assert not launch.stages_allowed("torchtitan", [3, 4], 4, False)
-    assert launch.stages_allowed("torchtitan", [3, 4], 4, False, units=(1, 1))
+    assert not launch.stages_allowed("torchtitan", [3, 4], 4)
+    assert launch.stages_allowed("torchtitan", [3, 4], 4, units=(1, 1))
 
 
 def test_a_torchtitan_depth_that_does_not_divide_the_layers_is_searched():

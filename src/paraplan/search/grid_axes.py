@@ -92,9 +92,7 @@ class GridAxes:
         if key not in memo:
             stages = stage_layer_counts(self.split_groups(pp, option.split))
             units = self.split_units(option.split)
-            memo[key] = launch.stages_allowed(
-                self.framework, stages, option.vpp, option.split == SPLITS[0], units
-            )
+            memo[key] = launch.stages_allowed(self.framework, stages, option.vpp, units)
         return memo[key]
 
     def split_options(self, pp: int) -> tuple[LayerSplit, ...]:

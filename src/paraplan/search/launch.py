@@ -151,17 +151,13 @@ def schedule_allowed(framework: str | None, schedule: str) -> bool:
 
 
 def stages_allowed(
-    framework: str | None,
-    stage_layers: list[int],
-    vpp: int,
-    default_split: bool,
-    units: tuple[int, int] = (0, 0),
+    framework: str | None, stage_layers: list[int], vpp: int, units: tuple[int, int] = (0, 0)
 ) -> bool:
-    """DeepSpeed takes the default split only; torchtitan any split its model parts state
-    (specs.rules.model_parts_rule with the split's (embedding, loss) units, the rule its exporter
-    refuses by). ``stage_layers``: the decoder layers of each of the pp stages."""
+    """DeepSpeed takes the default split only (no accounted units); torchtitan any split its model
+    parts state (specs.rules.model_parts_rule with the split's (embedding, loss) units, the rule its
+    exporter refuses by). ``stage_layers``: the decoder layers of each of the pp stages."""
     name = launcher(framework)
-    if name == DEEPSPEED and not default_split:
+    if name == DEEPSPEED and units != (0, 0):
         return False
     if name != TORCHTITAN or len(stage_layers) == 1:
         return True
