@@ -5,9 +5,11 @@ The constants of ``validate.fitted`` that act on uniform cases (every one but th
 constants and those of AMP's per-stage clusters, which ``paraplan validate --hetero`` fits) are refitted
 together by ``validate.fitted.refit`` (coordinate descent, golden-section inside each constant's bounds),
 from their catalog values, minimising the mean over the calibration sets of each set's step-time MAPE
-(the objective the shipped values were fitted with). Held-out cases are never seen. ``--hold NAME``
+(the objective the shipped values were fitted with). Held-out cases are never fitted on; their sets' MAPEs
+before and after are printed beside the calibration sets', so that a refit which improves one set and
+worsens another (a regression, not a gain) shows as one. ``--hold NAME``
 (repeatable) keeps a constant at its catalog value, e.g. one a component measurement pins. It prints each
-constant's catalog and refitted value and each calibration set's MAPE before and after; writing the
+constant's catalog and refitted value and each set's MAPE before and after; writing the
 refitted values into the catalog files (each system carrying the constant) is left to the person who
 reads the table, with the date and case sets in the value's source note.
 """
@@ -37,17 +39,30 @@ def uniform_constants() -> list[FittedConstant]:
     ]
 
 
+def _timed_cases(role: str) -> list[Case]:
+    """The bundled uniform cases with a measured step time and the given role (validate.run.case_role)."""
+    return [
+        case
+        for case in load_cases()
+        if isinstance(case, Case) and "step_time_s" in case.measured and case_role(case) == role
+    ]
+
+
 def calibration_cases() -> dict[str, list[Case]]:
     """Timed uniform calibration cases by calibration set (their group, else their file stem)."""
     sets: dict[str, list[Case]] = {}
     fitted_on = {s for k in uniform_constants() for s in k.fitted_on}
-    for case in load_cases():
-        if not isinstance(case, Case) or "step_time_s" not in case.measured:
-            continue
-        if case_role(case) != "calibration":
-            continue
+    for case in _timed_cases("calibration"):
         name = case.group if case.group in fitted_on else case.file
         sets.setdefault(name, []).append(case)
+    return sets
+
+
+def held_out_cases() -> dict[str, list[Case]]:
+    """Timed uniform held-out cases by source (file stem, as ``paraplan validate`` groups them)."""
+    sets: dict[str, list[Case]] = {}
+    for case in _timed_cases("held_out"):
+        sets.setdefault(case.file, []).append(case)
     return sets
 
 
@@ -73,8 +88,9 @@ def set_mapes(
 
 
 def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Catalog and refitted values, and each calibration set's MAPE before and after; the constants
-    named in ``hold`` keep their catalog values (a value a component measurement pins)."""
+    """Catalog and refitted values, each calibration set's MAPE before and after (``before``,
+    ``after``) and each held-out set's (``held_out_before``, ``held_out_after``: never fitted on);
+    the constants named in ``hold`` keep their catalog values (a value a component measurement pins)."""
     constants, sets = uniform_constants(), calibration_cases()
     unknown = set(hold) - {k.name for k in constants}
     if unknown:
@@ -89,10 +105,13 @@ def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
 
     free = [k for k in constants if k.name not in hold]
     values = refit(objective, free, start, sweeps=sweeps)
+    held_out = held_out_cases()
     return {
         "constants": {k.name: (start[k], values[k]) for k in constants},
         "before": set_mapes(sets, start, memo),
         "after": set_mapes(sets, values, memo),
+        "held_out_before": set_mapes(held_out, start, memo),
+        "held_out_after": set_mapes(held_out, values, memo),
     }
 
 
@@ -103,9 +122,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'constant':28} {'catalog':>12} {'refitted':>12}")
     for name, (was, now) in result["constants"].items():
         print(f"{name:28} {was:12.6g} {now:12.6g}")
-    print(f"\n{'calibration set':28} {'MAPE before %':>14} {'after %':>9}")
-    for name in result["before"]:
-        print(f"{name:28} {result['before'][name]:14.2f} {result['after'][name]:9.2f}")
+    for title, key in (("calibration set", ""), ("held-out set", "held_out_")):
+        before, after = result[f"{key}before"], result[f"{key}after"]
+        print(f"\n{title:28} {'MAPE before %':>14} {'after %':>9}")
+        for name in before:
+            print(f"{name:28} {before[name]:14.2f} {after[name]:9.2f}")
     sys.stdout.flush()
 
 
