@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from paraplan.validate.fitted import EngineConstant
 from paraplan.validate.joint_refit import (
     calibration_cases,
     held_out_cases,
     joint_refit,
+    main,
+    set_elasticities,
     uniform_constants,
 )
 from paraplan.validate.run import run_cases
@@ -47,3 +51,20 @@ def test_held_out_mapes_are_the_validate_report_s():
     assert math.isclose(
         result["held_out_before"]["hf-steps-2026-11"], by_source["step_time_s_mape_pct"]
     )
+
+
+def test_a_gemm_cap_s_elasticity_is_minus_its_gemm_share():
+    """Time ∝ 1/cap for the GEMMs a cap prices: d ln T / d ln cap lies in [-1, 0]; 0 where no GEMM of
+    that dtype runs (mbridge-dense is all fp8), strictly negative on the bf16 sets it was fitted on."""
+    values = set_elasticities("gemm.bf16")
+    assert all(-1.0 <= v <= 1e-9 for v in values.values())
+    assert abs(values["mbridge-dense"]) < 1e-9
+    assert values["korthikanti2022"] < -0.5 and values["nemo-llama31-h100"] < -0.1
+
+
+def test_elasticity_of_an_unknown_constant_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--elasticity", "no.such"])
+    assert exc.value.code == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "no.such" in out.err

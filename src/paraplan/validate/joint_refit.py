@@ -12,10 +12,16 @@ worsens another (a regression, not a gain) shows as one. ``--hold NAME``
 constant's catalog and refitted value and each set's MAPE before and after; writing the
 refitted values into the catalog files (each system carrying the constant) is left to the person who
 reads the table, with the date and case sets in the value's source note.
+
+``--elasticity NAME`` refits nothing: it prints each set's mean elasticity of the predicted step time to
+that constant, d ln T / d ln c (``elasticity``); for a GEMM cap, whose GEMMs take a time ∝ 1/cap, minus
+the elasticity is the share of the predicted step spent in the GEMMs it prices (how much of a set a change
+of the constant moves).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -115,10 +121,45 @@ def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
+def elasticity(case: Case, const: FittedConstant, step: float = 0.01) -> float:
+    """d ln T / d ln c of ``case``'s predicted step time T to ``const`` at its catalog value c, by a
+    forward difference of ``step`` (relative): ln(T(c·(1+step)) / T(c)) / ln(1 + step)."""
+    base = const.catalog_value()
+    moved = 1.0 + step_error(case, {const: base * (1.0 + step)}) / 100.0
+    return math.log(moved / (1.0 + step_error(case, {}) / 100.0)) / math.log1p(step)
+
+
+def set_elasticities(name: str) -> dict[str, float]:
+    """Each calibration and held-out set's mean ``elasticity`` to the uniform constant ``name``."""
+    const = next((k for k in uniform_constants() if k.name == name), None)
+    if const is None:
+        raise ValueError(f"--elasticity: {name!r} is not a fitted constant of the uniform cases")
+    sets = {**calibration_cases(), **held_out_cases()}
+    return {s: sum(elasticity(c, const) for c in cases) / len(cases) for s, cases in sets.items()}
+
+
+def _print_elasticities(name: str) -> None:
+    values = set_elasticities(name)
+    print(f"{'set':28} {'d ln T / d ln ' + name:>30}")
+    for set_name, value in values.items():
+        print(f"{set_name:28} {value:30.3f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    named = {a: args[i + 1] for i, a in enumerate(args) if i + 1 < len(args)}
     hold = tuple(args[i + 1] for i, a in enumerate(args) if a == "--hold" and i + 1 < len(args))
-    result = joint_refit(hold=hold)
+    try:
+        if "--elasticity" in named:
+            _print_elasticities(named["--elasticity"])
+        else:
+            _print_refit(joint_refit(hold=hold))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _print_refit(result: dict[str, Any]) -> None:
     print(f"{'constant':28} {'catalog':>12} {'refitted':>12}")
     for name, (was, now) in result["constants"].items():
         print(f"{name:28} {was:12.6g} {now:12.6g}")
