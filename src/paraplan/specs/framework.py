@@ -103,6 +103,13 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         "row-parallel GEMMs: ring_exchange (1 SM; NeMo 2.x / Megatron-Bridge userbuffers_fp8_* configurations) or "
         "pipeline (24 / 16 SMs kept from the GEMM, as in bf16; NeMo 24.09 launcher ub_cfg_*): cost.overlap",
     )
+    tp_backward_async: bool = Field(
+        True,
+        description="backward TP collectives run beside the GEMMs that do not need them (Megatron-LM's "
+        "async tensor-parallel backward: the SP input re-gather beside dgrad, the gradient reduce-scatter beside "
+        "wgrad); False: each waits where its result is first used (PyTorch DTensor TP), all exposed unless the "
+        "TP comm-GEMM overlap is on (step.block_sums.block_comm)",
+    )
     pads_vocabulary: bool = Field(
         False,
         description="the vocabulary is padded to a multiple of 128 x tp (Megatron-LM "
