@@ -10,11 +10,11 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.comm import GroupSpan
 from paraplan.cost.frameworks import framework_system
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d
+from paraplan.specs.plan import PlanSpec
 from paraplan.step.block_sums import _TP_BACKWARD_FIELD, block_comm, tp_backward_hides
 from paraplan.step.build import BlockComm, BlockCompute
 from paraplan.step.compose import block_terms
 from paraplan.step.estimate import estimate
-from paraplan.specs.plan import PlanSpec
 
 # forward 1 s, backward 2 s, no attention, GEMMs 1 s forward and 2 s backward
 COMPUTE = BlockCompute(1.0, 2.0, 0.0, 0.0, 1.0, 2.0)

@@ -16,6 +16,7 @@ from paraplan.cost.host import host_bound_s
 from paraplan.cost.overlap import (
     UB_SPLITS,
     chunked_overlap_exposed_s,
+    gathered_ring_exposed_s,
     ring_attention_exposed_s,
 )
 
@@ -91,6 +92,9 @@ def block_terms(
     cp_b = cp_ring_exposure_s(
         comm.cp_backward, c.attention_backward, steps, comm.cp_sync_backward, comm.cp_backward_price
     )
+    gathered_f, gathered_b = gathered_cp_exposure_s(comm, c)  # torch's ring (graph.cp_ring_torch)
+    cp_f = where(comm.cp_gathered > 0, gathered_f, cp_f)
+    cp_b = where(comm.cp_gathered > 0, gathered_b, cp_b)
     tp_f = where(
         overlap_tp_comm,
         chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
@@ -117,6 +121,26 @@ def block_terms(
         ep_b,
         c.gemm_backward / 2.0,
         tp_deferred,
+    )
+
+
+def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
+    """(forward, backward) exposed seconds of torch's ring (graph.cp_ring_torch), hidden part priced: the
+    forward's K/V all-gather (``comm.cp_forward``, the c − 1 chunks) behind the first step's attention; the
+    backward's ``comm.cp_backward`` is three such units (graph.transformer.cp_kv_ring): the K/V all-gather
+    again (one unit) and the float32 dK/dV sends (two units over c − 1 chunk transfers, so one send of the
+    c is 2/3·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step synchronisation."""
+    steps = maximum(comm.cp_steps, 1.0)
+    cp = comm.cp_steps + 1.0
+    forward = gathered_ring_exposed_s(comm.cp_forward, 0.0, c.attention_forward, cp)
+    gather = comm.cp_backward / 3.0
+    sends = 2.0 / 3.0 * comm.cp_backward / steps * cp
+    backward = gathered_ring_exposed_s(gather, sends, c.attention_backward, cp)
+    return (
+        priced_exposure_s(comm.cp_forward, forward + comm.cp_sync_forward, comm.cp_forward_price),
+        priced_exposure_s(
+            comm.cp_backward, backward + comm.cp_sync_backward, comm.cp_backward_price
+        ),
     )
 
 
