@@ -4,6 +4,7 @@ the comments."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
@@ -80,3 +81,25 @@ def test_block_terms_take_the_gathered_ring():
     # Transformer Engine's ring on the same numbers: 3 x max(0, 0.1 − 0.1) = 0 forward
     te = block_terms(compute, BlockComm(**base), 0, False)
     assert float(te.cp_forward) == pytest.approx(0.0)
+
+
+def test_the_search_ring_floor_holds_for_the_gathered_ring():
+    # search.bounds.exposure_floors.ring_floor_s: max(0, T − A) per pass must stay below what block_terms exposes
+    from paraplan.search.bounds.exposure_floors import ring_floor_s  # noqa: PLC0415
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        ring_f, ring_b, att_f, att_b = rng.uniform(0.0, 1.0, 4)
+        steps = float(rng.integers(1, 16))
+        comm = BlockComm(
+            **{
+                **dict.fromkeys(BlockComm._fields, 0.0),
+                "cp_forward": ring_f,
+                "cp_backward": ring_b,
+                "cp_steps": steps,
+                "cp_gathered": 1.0,
+            }
+        )
+        terms = block_terms(BlockCompute(1.0, 2.0, att_f, att_b, 0.0, 0.0), comm, 0, False)
+        floor = ring_floor_s((ring_f, ring_b), att_f, att_b)
+        assert float(terms.cp_forward) + float(terms.cp_backward) >= floor - 1e-12
