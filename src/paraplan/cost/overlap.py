@@ -87,6 +87,20 @@ def ring_attention_exposed_s(step_comm_s, step_attention_s, cp, sync_s):
     return steps * maximum(0.0, step_comm_s - step_attention_s) + steps * sync_s
 
 
+def gathered_ring_exposed_s(gather_s, sends_s, attention_s, cp):
+    """Exposed time of a ring attention whose K/V arrive by one all-gather issued before the first step and
+    waited after it (torch's context_parallel with the "allgather" rotate method, _AllGatherRotater:
+    torch/distributed/tensor/experimental/_attention.py, module graph.cp_ring_torch), plus ``sends_s`` of
+    per-step sends each issued after step i and waited after step i + 1 (the backward's dK/dV all-to-all,
+    ``dkv_rotater``, c sends, the last waited after the loop). With load balancing every step has the same
+    work, attention/c:
+    exposed = max(0, gather − attention/c) + (c − 1)·max(0, send − attention/c) + send,
+    send = sends/c (0 without sends)."""
+    step = attention_s / maximum(cp, 1.0)
+    send = sends_s / maximum(cp, 1.0)
+    return maximum(0.0, gather_s - step) + maximum(cp - 1.0, 0.0) * maximum(0.0, send - step) + send
+
+
 def ulysses_all_to_all_bytes(local_tensor_bytes, cp):
     """Bytes each GPU sends in one all-to-all of DeepSpeed-Ulysses (Jacobs et al. 2023,
     arXiv:2309.14509, §3.1): a rank keeps 1/c of its local tensor and sends the rest, (c−1)/c·S.

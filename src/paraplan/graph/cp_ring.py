@@ -31,7 +31,8 @@ step, so the slowest rank's count (every step whole) is the one priced. The cuDN
 
 from __future__ import annotations
 
-from paraplan.graph.ops import Op
+from paraplan.graph.cp_ring_torch import TORCH_RING, torch_ring_kv_bytes, torch_ring_merge_bytes
+from paraplan.graph.ops import Collective, Op
 from paraplan.specs.model import ModelSpec
 
 LSE_FP64_BYTES = 8.0  # the running LSE is kept in float64 during the forward merges
@@ -73,8 +74,30 @@ def ring_merge_ops(model: ModelSpec, shape) -> list[Op]:
     steps = shape.ring_chunks
     queries = shape.micro_batch * shape.attention_queries
     rows = queries * (model.heads // shape.attention_head_split)
-    kv = 2.0 * queries * model.kv_width / shape.tp
-    forward, backward = ring_merge_bytes(steps, rows * model.d_head, kv, rows, shape.act_bytes)
+    if shape.cp_ring == TORCH_RING:  # graph.cp_ring_torch: K/V with the query heads
+        kv = 2.0 * rows * model.d_head
+        merge = torch_ring_merge_bytes
+    else:
+        kv = 2.0 * queries * model.kv_width / shape.tp
+        merge = ring_merge_bytes
+    forward, backward = merge(steps, rows * model.d_head, kv, rows, shape.act_bytes)
     if forward <= 0.0:
         return []
     return [Op("ring_attention_merge", "memory", 0.0, forward, 0.0, backward, None, True)]
+
+
+def cp_kv_ring(model: ModelSpec, shape, tokens: int) -> Collective:
+    """The K/V ring of context parallelism on one GPU: its K and V, ab·(b·s/c)·2·kv_width/t bytes, sent on
+    at each of the c − 1 steps, forward once and backward twice (K/V again, their gradients).
+    Under torch's ring (``shape.cp_ring`` "torch-sdpa", graph.cp_ring_torch.torch_ring_kv_bytes) the K and V
+    carry the query heads and the gradients travel in fp32: backward thrice the forward bytes."""
+    if shape.cp_ring == TORCH_RING:
+        kv_chunk, backward_calls = torch_ring_kv_bytes(model, shape, tokens), 3
+    else:
+        kv_chunk, backward_calls = (
+            float(shape.act_bytes * tokens * 2 * model.kv_width / shape.tp),
+            2,
+        )
+    return Collective(
+        "cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, backward_calls, overlaps_with="attention"
+    )

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
-from paraplan.graph.cp_ring import ring_merge_ops
+from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -52,6 +52,9 @@ class LayerShape(NamedTuple):
     cp_algorithm: str = "ring"
     # the stack's (role, implementation) pairs other than fused (graph.eager_modules): what autograd keeps
     module_impl: tuple[tuple[str, str], ...] = ()
+    # whose K/V ring runs the attention under context parallelism (specs.runtime.RuntimeCosts.cp_ring):
+    # "transformer-engine" or "torch-sdpa" (graph.cp_ring)
+    cp_ring: str = "transformer-engine"
 
     @property
     def ulysses(self) -> bool:
@@ -121,6 +124,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.recompute_modules,
         shape.cp_algorithm,
         shape.module_impl,
+        shape.cp_ring,
     )
 
 
@@ -380,12 +384,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     elif shape.ulysses:
         collectives += ulysses_collectives(shape, model.q_width, model.kv_width, model.kv_width)
     elif shape.cp > 1:
-        kv_chunk = float(ab * tokens * 2 * model.kv_width / t)  # this GPU's K and V
-        collectives.append(
-            Collective(
-                "cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"
-            )
-        )
+        collectives.append(cp_kv_ring(model, shape, tokens))
     if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
         ops = list(mark_recomputed(ops, shape.recompute_modules, (model.q_width, model.kv_width)))
     return LayerGraph(

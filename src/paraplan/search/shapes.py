@@ -12,7 +12,7 @@ from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
 from paraplan.specs.tp_layout import panel_count
 from paraplan.step.build import default_recompute_modules
-from paraplan.step.constants import module_impl_of
+from paraplan.step.constants import cp_ring_of, module_impl_of
 
 
 def recompute_modules_of(recompute: str) -> tuple[str, ...]:
@@ -73,6 +73,7 @@ def layer_shape_of(
         summa_panels=panel_count(r, tp // r, None) if summa else 1,
         cp_algorithm=problem.cp_algorithm,
         module_impl=module_impl_of(problem.system),
+        cp_ring=cp_ring_of(problem.system),
     )
 
 

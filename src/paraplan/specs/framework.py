@@ -103,6 +103,19 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         "row-parallel GEMMs: ring_exchange (1 SM; NeMo 2.x / Megatron-Bridge userbuffers_fp8_* configurations) or "
         "pipeline (24 / 16 SMs kept from the GEMM, as in bf16; NeMo 24.09 launcher ub_cfg_*): cost.overlap",
     )
+    cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
+        "transformer-engine",
+        description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
+        "(AttnFuncWithCP) or PyTorch's context_parallel over SDPA as torchtitan calls it (K/V repeated to the "
+        "query heads, float32 merges and gradient sums): graph.cp_ring, graph.cp_ring_torch",
+    )
+    tp_backward_async: bool = Field(
+        True,
+        description="backward TP collectives run beside the GEMMs that do not need them (Megatron-LM's "
+        "async tensor-parallel backward: the SP input re-gather beside dgrad, the gradient reduce-scatter beside "
+        "wgrad); False: each waits where its result is first used (PyTorch DTensor TP), all exposed unless the "
+        "TP comm-GEMM overlap is on (step.block_sums.block_comm)",
+    )
     pads_vocabulary: bool = Field(
         False,
         description="the vocabulary is padded to a multiple of 128 x tp (Megatron-LM "

@@ -69,6 +69,16 @@ class RuntimeCosts(InputModel):
         False,
         description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
     )
+    cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
+        "transformer-engine",
+        description="whose K/V ring runs the attention under context parallelism (graph.cp_ring, "
+        "graph.cp_ring_torch)",
+    )
+    tp_backward_async: bool = Field(
+        True,
+        description="backward TP collectives hide behind the dgrad / wgrad GEMMs they do not depend on (Megatron-LM); "
+        "False: all exposed unless the TP comm-GEMM overlap is on (PyTorch DTensor TP; step.block_sums.block_comm)",
+    )
     ub_fp8_pipeline: bool = Field(
         False,
         description="TP comm-GEMM overlap: fp8 runs keep the pipelined reduce-scatter (24 / 16 SMs) after the "

@@ -13,6 +13,7 @@ from paraplan.cost.host import HostSums, host_sums
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
+from paraplan.graph.cp_ring_torch import TORCH_RING
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
@@ -127,6 +128,14 @@ class BlockComm(NamedTuple):
     cp_steps: float = 0.0
     cp_sync_forward: float = 0.0
     cp_sync_backward: float = 0.0
+    # of tp_backward: the SP input re-gathers for wgrad on a DTensor stack (tp_backward_hides empty), which
+    # run only where recomputation drops the gathered input (step.block_terms.dtensor_regather_s)
+    tp_dtensor_regather: float = 0.0
+    # of tp_backward: the input-gradient reduce-scatters on a DTensor stack, which AsyncTP leaves unfused
+    # (step.block_terms.backward_tp_exposure_s)
+    tp_unfused_backward: float = 0.0
+    # 1 when the K/V ring's chunks arrive by one all-gather (torch's ring, graph.cp_ring_torch)
+    cp_gathered: float = 0.0
 
 
 @lru_cache(maxsize=65536)
@@ -140,8 +149,11 @@ def block_comm(
 ) -> BlockComm:
     """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span;
     expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
-    (cost.moe.moe_collective_time_and_price_s)."""
+    (cost.moe.moe_collective_time_and_price_s). A backward TP collective counts as hidden by the dgrad or
+    wgrad GEMMs (``overlaps_with``) only where the stack runs it asynchronously beside them
+    (``tp_backward_hides``); otherwise it is exposed (``tp_backward``)."""
     spans = {"tp": tp_span, "cp": cp_span}
+    hides = tp_backward_hides(system)
     s = dict.fromkeys(BlockComm._fields, 0.0)
     moe = shape is not None and model is not None
     if moe:
@@ -169,6 +181,9 @@ def block_comm(
                 s["cp_sync_backward"] += bwd * time
                 continue
             if spans["cp"].size > 1:
+                s["cp_gathered"] = float(
+                    system.accelerator.efficiency.runtime.cp_ring == TORCH_RING
+                )
                 steps = spans["cp"].size - 1
                 s["cp_steps"] = max(s["cp_steps"], steps)
                 sync = ring_step_sync_s(spans["cp"], system)
@@ -188,7 +203,11 @@ def block_comm(
             continue
         s["tp_forward"] += fwd * time
         s["tp_forward_price"] += fwd * price
-        s[_TP_BACKWARD_FIELD.get(c.overlaps_with, "tp_backward")] += bwd * time
+        s[hides.get(c.overlaps_with, "tp_backward")] += bwd * time
+        if not hides and c.overlaps_with == "dgrad":  # the SP input re-gather (graph.transformer)
+            s["tp_dtensor_regather"] += bwd * time
+        if not hides and c.overlaps_with == "wgrad":  # the input-gradient reduce-scatter
+            s["tp_unfused_backward"] += bwd * time
         s["tp_backward_price"] += bwd * price
     return BlockComm(**s)
 
@@ -216,6 +235,23 @@ def expert_comm_terms(
 
 # where a backward TP collective's seconds go, by what hides it (Collective.overlaps_with)
 _TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
+
+
+def tp_backward_hides(system: SystemSpec) -> dict[str, str]:
+    """BlockComm field of a backward TP collective by what hides it, under the stack's runtime
+    (specs.runtime.RuntimeCosts.tp_backward_async):
+    - Megatron-LM's async tensor-parallel backward (megatron/core/tensor_parallel/layers.py
+      ``LinearWithGradAccumulationAndAsyncCommunication``): the SP input re-gather is issued before the
+      dgrad GEMM and the input-gradient reduce-scatter before the wgrad GEMM, each waited after it:
+      ``_TP_BACKWARD_FIELD``;
+    - PyTorch DTensor TP (torch/distributed/tensor/parallel/style.py ColwiseParallel / RowwiseParallel /
+      PrepareModuleInput, whose layout changes are DTensor redistributes through the functional collectives
+      of torch/distributed/_functional_collectives.py): a collective's AsyncCollectiveTensor is waited at its
+      first use, which is the next op (the GEMM that needs the gathered input, the norm backward that needs
+      the reduce-scattered gradient); Inductor leaves that order unless
+      torch._inductor.config.reorder_for_compute_comm_overlap is set (default False): nothing, every
+      backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart)."""
+    return _TP_BACKWARD_FIELD if system.accelerator.efficiency.runtime.tp_backward_async else {}
 
 
 @lru_cache(maxsize=65536)

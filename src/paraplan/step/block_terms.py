@@ -16,6 +16,7 @@ from paraplan.cost.host import host_bound_s
 from paraplan.cost.overlap import (
     UB_SPLITS,
     chunked_overlap_exposed_s,
+    gathered_ring_exposed_s,
     ring_attention_exposed_s,
 )
 
@@ -91,12 +92,16 @@ def block_terms(
     cp_b = cp_ring_exposure_s(
         comm.cp_backward, c.attention_backward, steps, comm.cp_sync_backward, comm.cp_backward_price
     )
+    gathered_f, gathered_b = gathered_cp_exposure_s(comm, c)  # torch's ring (graph.cp_ring_torch)
+    cp_f = where(comm.cp_gathered > 0, gathered_f, cp_f)
+    cp_b = where(comm.cp_gathered > 0, gathered_b, cp_b)
     tp_f = where(
         overlap_tp_comm,
         chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
         + where(comm.tp_forward > 0, c.ub_forward, 0.0),
         comm.tp_forward,
     )
+    comm = comm._replace(tp_backward=comm.tp_backward - dtensor_regather_s(comm, recompute_code))
     tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False)
     # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
     tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b) if deferred else 0.0
@@ -117,6 +122,39 @@ def block_terms(
         c.gemm_backward / 2.0,
         tp_deferred,
     )
+
+
+def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
+    """(forward, backward) exposed seconds of torch's ring (graph.cp_ring_torch), hidden part priced: the
+    forward's K/V all-gather (``comm.cp_forward``, the c − 1 chunks) behind the first step's attention; the
+    backward's ``comm.cp_backward`` is three such units (graph.transformer.cp_kv_ring): the K/V all-gather
+    again (one unit) and the float32 dK/dV sends (two units over c − 1 chunk transfers, so one send of the
+    c is 2/3·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step synchronisation."""
+    steps = maximum(comm.cp_steps, 1.0)
+    cp = comm.cp_steps + 1.0
+    forward = gathered_ring_exposed_s(comm.cp_forward, 0.0, c.attention_forward, cp)
+    gather = comm.cp_backward / 3.0
+    sends = 2.0 / 3.0 * comm.cp_backward / steps * cp
+    backward = gathered_ring_exposed_s(gather, sends, c.attention_backward, cp)
+    return (
+        priced_exposure_s(comm.cp_forward, forward + comm.cp_sync_forward, comm.cp_forward_price),
+        priced_exposure_s(
+            comm.cp_backward, backward + comm.cp_sync_backward, comm.cp_backward_price
+        ),
+    )
+
+
+def dtensor_regather_s(comm, recompute_code: Num) -> Num:
+    """Backward seconds of SP input re-gathers a DTensor TP stack does not run (``comm.tp_dtensor_regather``,
+    0 on other stacks). Megatron-LM's sequence-parallel linear saves its input sharded and re-gathers it for
+    wgrad in every mode (Korthikanti et al. 2022 §4.2.2). A DTensor ColwiseParallel GEMM is an aten.mm on the
+    gathered (Replicate) input, which autograd saves whole: no re-gather without recomputation, and none under
+    full recomputation, whose replayed forward gathers it again (its collectives: ``tp_rc``) and saves it.
+    It re-runs only under selective recomputation that does not save the all-gather's output (torchtitan's
+    per-op SAC: _save_list holds aten.mm, the SDPA kernels, reduce_scatter_tensor and aten.max, not
+    all_gather_into_tensor; torchtitan/models/llama3/infra/parallelize.py at 820504e), so it is kept at
+    recompute code 1 and removed otherwise."""
+    return where(recompute_code == 1, 0.0, comm.tp_dtensor_regather)
 
 
 def cp_ring_exposure_s(ring: Num, attention: Num, steps: Num, sync: Num, price: Num) -> Num:
@@ -143,7 +181,12 @@ def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) 
     Engine userbuffers) the whole backward communication is pipelined with the backward GEMMs in
     TP_OVERLAP_CHUNKS pieces (cost.overlap.chunked_overlap_exposed_s) and the GEMMs pay the SM
     contention of the userbuffers kernels (``ub_backward``: cost.overlap.userbuffers_contention_s)
-    in place of the generic price of hidden time, which stays on the async path.
+    in place of the generic price of hidden time, which stays on the async path. On a DTensor stack
+    (PyTorch AsyncTP) the input-gradient reduce-scatters (``comm.tp_unfused_backward``) stay out of
+    the pipeline, exposed whole: Inductor's micro-pipeline pass fuses a reduce-scatter only when its
+    input is one aten.mm (torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_matmul_reduce_scatter,
+    "Not matmul" return; read at 00122fb1), and a column-parallel block's input gradient is the sum
+    of its GEMMs' dgrads (wq, wk, wv; w1, w3 in torchtitan's Llama).
 
     ``deferred_wgrad``: a split-backward schedule (ZB-H1, Qi et al. 2023 §2; DualPipe) runs the
     weight-gradient GEMMs later, as separate W passes, while the input gradient must reach the
@@ -158,9 +201,11 @@ def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) 
     else:
         async_s = comm.tp_backward + by_dgrad + maximum(0.0, comm.tp_hidden_by_wgrad - half)
         window = c.gemm_backward
+    unfused = comm.tp_unfused_backward
     return where(
         overlap_tp_comm,
-        chunked_overlap_exposed_s(total, window, TP_OVERLAP_CHUNKS, 0.0)
+        chunked_overlap_exposed_s(total - unfused, window, TP_OVERLAP_CHUNKS, 0.0)
+        + unfused
         + where(total > 0, c.ub_backward, 0.0),
         priced_exposure_s(total, async_s, comm.tp_backward_price),
     )

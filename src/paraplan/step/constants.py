@@ -83,6 +83,12 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dic
     )
 
 
+def cp_ring_of(system: SystemSpec) -> str:
+    """LayerShape.cp_ring on ``system``: whose K/V ring its stack runs (efficiency.runtime.cp_ring, set by a
+    framework profile); the one rule every path's layer shapes take it by."""
+    return system.accelerator.efficiency.runtime.cp_ring
+
+
 def module_impl_of(system: SystemSpec) -> tuple[tuple[str, str], ...]:
     """LayerShape.module_impl on ``system``: the modules its stack runs as composites of eager kernels
     (graph.eager_modules.impl_key of efficiency.module_impl, set by a framework profile); the one rule both

@@ -146,7 +146,9 @@ def ring_floor_s(
     """A floor of a block's exposed K/V ring time (step.compose.block_terms' cp_f + cp_b): max(0, T_f − A_f) +
     max(0, T_b − A_b), T the ring's transfer on its cheapest span (ring_transfer_floor_s), A at least the block's
     attention time. block_terms exposes per pass E = (c−1)·max(0, T/(c−1) − A/c) + sync >= T − A
-    (cost.overlap.ring_attention_exposed_s; the synchronisation >= 0) and prices it as E + (P/T)(T − E), between E and T
+    (cost.overlap.ring_attention_exposed_s; the synchronisation >= 0; torch's gathered ring,
+    step.block_terms.gathered_cp_exposure_s, exposes at least T − A/c forward and, with its sends at least the
+    gather's bytes, at least T − A backward) and prices it as E + (P/T)(T − E), between E and T
     for a price P <= T (cost.comm.priced_exposure_s; a collective's price is its time times an overlap cost <= 1), so
     at least min(E, T) >= max(0, T − A); recomputation only adds."""
     return max(0.0, ring[0] - attention_forward) + max(0.0, ring[1] - attention_backward)

@@ -1,0 +1,86 @@
+"""PyTorch's ring attention (torch.distributed.tensor.experimental context_parallel) as torchtitan runs it:
+the K/V the ring carries and the HBM passes of its partial-output merges, per GPU.
+
+Source: pytorch/pytorch torch/distributed/tensor/experimental/_attention.py (read at 0123248a; the ring loop,
+the merger and the load-balanced chunking below are those of the torch 2.6 development line that torchtitan's
+December 2024 benchmarks ran, torch 1963fc8), ``_templated_ring_attention`` / ``_SDPAMerger`` (forward) and
+``_templated_ring_attention_backward`` with ``_ContextParallelOptions`` defaults convert_to_f32 True,
+enable_load_balance True, and torchtitan's default rotate method "allgather" (torchtitan config_manager.py
+``experimental.context_parallel_rotate_method`` at 9dec370).
+
+What the ring carries: torchtitan's Llama repeats K and V to the query heads before calling SDPA
+(torchtitan/models/llama/model.py ``repeat_kv`` at 9dec370), so each GPU's K/V chunk is
+ab·(b·s/c)·2·(a/t)·d bytes, not the grouped-query a_kv heads; the backward sends the dK/dV sums on in
+float32 (``dkv_rotater``, accumulators ``torch.zeros_like(..., dtype=float32)``), twice the bytes of K/V.
+
+Merges, on the rank that does every step whole (rank c − 1 under load balancing: at steps i ≤ rank it runs
+all its queries against the first half of the K/V, so its merges span the whole output; the ranks wait
+for one another at each step), E_o output elements, E_kv K/V elements (with the repeated heads), ab bytes
+per activation element, rows = b·(a/t)·(s/c) LSE rows, c steps:
+
+forward (``_SDPAMerger.step`` each step, ``results`` once)
+  - each step's output converted to float32: (ab + 4)·E_o, c times;
+  - at steps 1 … c−1, ``out − sigmoid(lse_i − lse)·(out − out_i)``: three float32 passes over E_o
+    (difference 12 B, product 8 B, update 12 B): 32·E_o; the LSE update ``lse − logsigmoid(lse − lse_i)``
+    and the sigmoid's argument, about 52 B per row;
+  - the LSE converted to float32 each step, 8 B per row; ``results``: the output back to ab, (4 + ab)·E_o;
+  - at steps 0 … c−2, ``torch.cat([key.flatten(), value.flatten()])`` before the send: 2·ab·E_kv;
+backward
+  - float32 zeroed accumulators for dq, dk, dv: 4·(E_o + E_kv);
+  - dq ``+=`` each step's bf16 dq: (8 + ab)·E_o, c times; cast back once: (4 + ab)·E_o;
+  - dk, dv: at step 0 ``+=`` (8 + ab)·E_kv; at steps 1 … c−1 ``_partial_update`` adds into the first half,
+    (8 + ab)·E_kv/2, then ``torch.cat`` of the halves, 8·E_kv; every step ``torch.cat`` of dk and dv for
+    the send, 8·E_kv; the received sums cast back once, (4 + ab)·E_kv;
+  - the K/V ``torch.cat`` before each send but the last, 2·ab·E_kv, c − 1 times.
+Each is one eager kernel in the source; under torch.compile Inductor may fuse the element-wise chains
+(not credited: an assumption, docs/model.md).
+"""
+
+from __future__ import annotations
+
+from paraplan.specs.model import ModelSpec
+
+TORCH_RING = "torch-sdpa"  # LayerShape.cp_ring of this ring
+FP32_BYTES = 4.0  # the merger's running output and the gradient sums are float32 (convert_to_f32)
+MERGE_UPDATE_BYTES = 32.0  # per output element: the difference, the product and the update, float32
+LSE_UPDATE_BYTES = (
+    52.0  # per LSE row: sigmoid / logsigmoid arguments, results and the update, float32
+)
+LSE_CAST_BYTES = 8.0  # per LSE row: one cast to float32 (read and write)
+
+
+def torch_ring_kv_bytes(model: ModelSpec, shape, tokens: float) -> float:
+    """Bytes of one GPU's K/V chunk on torch's ring under torchtitan: K and V with the query heads
+    (repeat_kv before SDPA), ab·tokens·2·q_width/t (module docstring)."""
+    return float(shape.act_bytes * tokens * 2 * model.q_width / shape.tp)
+
+
+def torch_ring_merge_bytes(
+    steps: int, out_elements: float, kv_elements: float, rows: float, ab: float
+) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of torch's ring-attention merges of one layer and micro-batch on the
+    GPU that merges every step whole, over ``steps`` = c (module docstring):
+
+    forward = E_o·[(ab + 4)·c + 32·(c − 1) + (4 + ab)] + rows·[52·(c − 1) + 8·c] + 2·ab·E_kv·(c − 1)
+    backward = E_o·[4 + (8 + ab)·c + (4 + ab)]
+             + E_kv·[4 + (8 + ab) + (c − 1)·((8 + ab)/2 + 8) + 8·c + (4 + ab) + 2·ab·(c − 1)]
+
+    0 for c ≤ 1."""
+    if steps <= 1:
+        return 0.0, 0.0
+    c, f = float(steps), FP32_BYTES
+    forward = (
+        out_elements * ((ab + f) * c + MERGE_UPDATE_BYTES * (c - 1.0) + (f + ab))
+        + rows * (LSE_UPDATE_BYTES * (c - 1.0) + LSE_CAST_BYTES * c)
+        + 2.0 * ab * kv_elements * (c - 1.0)
+    )
+    accumulate = 2.0 * f + ab  # fp32 += ab: read both, write fp32
+    backward = out_elements * (f + accumulate * c + (f + ab)) + kv_elements * (
+        f
+        + accumulate
+        + (c - 1.0) * (accumulate / 2.0 + 2.0 * f)
+        + 2.0 * f * c
+        + (f + ab)
+        + 2.0 * ab * (c - 1.0)
+    )
+    return forward, backward

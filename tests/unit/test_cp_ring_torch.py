@@ -1,0 +1,105 @@
+"""PyTorch's ring attention as torchtitan runs it (graph.cp_ring_torch): K/V bytes with the repeated heads,
+the float32 merges against a hand count, and the all-gather rotater's exposure. Numbers worked by hand in
+the comments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import framework_system
+from paraplan.cost.overlap import gathered_ring_exposed_s
+from paraplan.graph.cp_ring_torch import TORCH_RING, torch_ring_merge_bytes
+from paraplan.graph.transformer import LayerShape, attention_ops, decoder_layer_1d
+from paraplan.step.build import BlockComm, BlockCompute
+from paraplan.step.compose import block_terms
+from paraplan.step.constants import cp_ring_of
+
+# Llama 3 8B, b 1, s 8192, c 2, t 1: E_o = 4096 x 32 x 128; K/V with the 32 query heads: E_kv = 2 E_o
+E_O, ROWS = 4096 * 32 * 128, 4096 * 32
+E_KV = 2 * E_O
+
+
+def test_torch_merge_bytes_by_hand():
+    forward, backward = torch_ring_merge_bytes(2, E_O, E_KV, ROWS, 2)
+    # forward: 2 casts to fp32 (6 B) + 1 update (32 B) + the cast back (6 B) = 50 B per output element;
+    # LSE 52 B (one update) + 2 x 8 B casts per row; one K/V cat before the send, 2 x 2 B per K/V element
+    assert forward == 50 * E_O + 68 * ROWS + 4 * E_KV == 981_991_424
+    # backward: dq zeroed (4) + 2 adds (10 each) + cast back (6) = 30 B per output element;
+    # dk/dv zeroed (4) + first add (10) + 1 half add (5) and cat (8) + 2 send cats (16) + cast back (6)
+    # + 1 K/V cat (4) = 53 B per K/V element
+    assert backward == 30 * E_O + 53 * E_KV == 2_281_701_376
+    assert torch_ring_merge_bytes(1, E_O, E_KV, ROWS, 2) == (0.0, 0.0)
+
+
+def test_torch_ring_op_and_kv_bytes_follow_the_profile():
+    model = load_model("llama3-8b")
+    te = LayerShape(1, 2, 1, 8192, False, "flash", "bf16")
+    torch = te._replace(cp_ring=TORCH_RING)
+    merge = [op for op in attention_ops(model, torch) if op.name == "ring_attention_merge"][0]
+    assert (merge.fwd_bytes, merge.bwd_bytes) == pytest.approx((981_991_424, 2_281_701_376))
+    ring = {c.name: c for c in decoder_layer_1d(model, torch).collectives}["cp_kv_ring"]
+    ring_te = {c.name: c for c in decoder_layer_1d(model, te).collectives}["cp_kv_ring"]
+    # K and V of 4096 tokens with 32 heads (repeat_kv) in bf16: 2 x 4096 x 4096 x 2 B; TE: 8 heads, a quarter
+    assert ring.bytes == 2 * 4096 * 4096 * 2 == 4 * ring_te.bytes
+    assert (ring.count_fwd, ring.count_bwd) == (1, 3) and (
+        ring_te.count_fwd,
+        ring_te.count_bwd,
+    ) == (1, 2)
+
+
+def test_profiles_name_their_ring():
+    system = load_system("hgx-h100-96gb-500w")
+    titan = framework_system(load_framework("torchtitan-compiled", "framework", True), system)
+    mcore = framework_system(load_framework("megatron-core", "framework", True), system)
+    assert cp_ring_of(titan) == TORCH_RING
+    assert cp_ring_of(mcore) == "transformer-engine"
+
+
+def test_gathered_ring_exposure_by_hand():
+    # c 4, attention 0.4 s: 0.1 s a step. All-gather 0.25 s behind the first step: 0.15 exposed;
+    # no sends: 0.15
+    assert gathered_ring_exposed_s(0.25, 0.0, 0.4, 4.0) == pytest.approx(0.15)
+    # sends of 0.6 s in 4 (0.15 s each): 3 x (0.15 − 0.1) hidden short, the last 0.15 whole: 0.3 more
+    assert gathered_ring_exposed_s(0.25, 0.6, 0.4, 4.0) == pytest.approx(0.45)
+    # all hidden: only the last send shows
+    assert gathered_ring_exposed_s(0.05, 0.2, 0.4, 4.0) == pytest.approx(0.05)
+
+
+def test_block_terms_take_the_gathered_ring():
+    # attention 0.4 s forward, 0.8 s backward; ring of 4 (3 steps), forward ring 0.3 s, backward 0.9 s
+    compute = BlockCompute(1.0, 2.0, 0.4, 0.8, 0.0, 0.0)
+    base = dict.fromkeys(BlockComm._fields, 0.0)
+    base.update(cp_forward=0.3, cp_backward=0.9, cp_steps=3.0)
+    torch = block_terms(compute, BlockComm(**{**base, "cp_gathered": 1.0}), 0, False)
+    # forward: 0.3 − 0.4/4 = 0.2
+    assert float(torch.cp_forward) == pytest.approx(0.2)
+    # backward: gather 0.3 behind 0.2: 0.1; sends 2/3 x 0.9 / 3 = 0.2 each, 4 of them:
+    # 3 x (0.2 − 0.2) + 0.2 = 0.2; total 0.3
+    assert float(torch.cp_backward) == pytest.approx(0.3)
+    # Transformer Engine's ring on the same numbers: 3 x max(0, 0.1 − 0.1) = 0 forward
+    te = block_terms(compute, BlockComm(**base), 0, False)
+    assert float(te.cp_forward) == pytest.approx(0.0)
+
+
+def test_the_search_ring_floor_holds_for_the_gathered_ring():
+    # search.bounds.exposure_floors.ring_floor_s: max(0, T − A) per pass must stay below what block_terms exposes
+    from paraplan.search.bounds.exposure_floors import ring_floor_s  # noqa: PLC0415
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        ring_f, ring_b, att_f, att_b = rng.uniform(0.0, 1.0, 4)
+        steps = float(rng.integers(1, 16))
+        comm = BlockComm(
+            **{
+                **dict.fromkeys(BlockComm._fields, 0.0),
+                "cp_forward": ring_f,
+                "cp_backward": ring_b,
+                "cp_steps": steps,
+                "cp_gathered": 1.0,
+            }
+        )
+        terms = block_terms(BlockCompute(1.0, 2.0, att_f, att_b, 0.0, 0.0), comm, 0, False)
+        floor = ring_floor_s((ring_f, ring_b), att_f, att_b)
+        assert float(terms.cp_forward) + float(terms.cp_backward) >= floor - 1e-12
