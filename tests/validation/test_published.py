@@ -269,14 +269,21 @@ def _set_errors(report: dict, stem: str) -> list[float]:
     return [c["error_pct"]["step_time_s"] for c in cases]
 
 
+def test_llmfoundry_mpt_meets_the_issue_33_bar(report):
+    """llmfoundry-mpt, held out, encoded as its recipes ran (attn_impl triton: cost.attention triton_flash;
+    Composer's fp32 reduce where the install had it): MAPE 6.3 %, worst +17.3 % (MPT-7B at 65,536 tokens),
+    10 of 20 too fast (docs/validation.md, section llmfoundry-mpt). Issue 33's bar: MAPE <= 10 %, none > 25 %."""
+    errors = _set_errors(report, "llmfoundry-mpt")
+    assert _mape(errors) <= 10.0 and max(abs(e) for e in errors) <= 25.0
+
+
 @pytest.mark.parametrize(
     ("stem", "max_mape", "max_abs"),
-    [("llmfoundry-mpt", 12.0, 30.0), ("torchtitan-llama3", 12.0, 27.0)],
+    [("torchtitan-llama3", 12.0, 27.0)],
 )
 def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
-    """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today llmfoundry-mpt is at MAPE
-    10.5 %, worst -27.8 % (MPT-7B at 65,536 tokens), 19 of 20 too fast; torchtitan-llama3 at MAPE 11.5 %, worst
-    -26.1 % (405B at 262,144 tokens), 21 of 23 too fast (docs/validation.md, sections llmfoundry-mpt and
+    """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today torchtitan-llama3 is at
+    MAPE 11.5 %, worst -26.1 % (405B at 262,144 tokens), 21 of 23 too fast (docs/validation.md, section
     torchtitan-llama3). This pins today's state so that a change to it is seen; it is not a tolerance we
     promise."""
     errors = _set_errors(report, stem)
@@ -287,9 +294,9 @@ def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 33 bar not met on the FSDP stacks: MAPE 10.5 % and 11.5 %, worst -27.8 % and -26.1 %",
+    reason="issue 33 bar not met on torchtitan-llama3: MAPE 11.5 %, worst -26.1 %",
 )
-@pytest.mark.parametrize("stem", sorted(FSDP_SETS))
+@pytest.mark.parametrize("stem", ["torchtitan-llama3"])
 def test_fsdp_stack_sets_meet_the_issue_33_bar(report, stem):
     """Issue 33: MAPE <= 10 % on each held-out set and no case off by more than 25 %."""
     errors = _set_errors(report, stem)
