@@ -271,12 +271,11 @@ def _set_errors(report: dict, stem: str) -> list[float]:
 
 @pytest.mark.parametrize(
     ("stem", "max_mape", "max_abs"),
-    [("llmfoundry-mpt", 12.0, 30.0), ("torchtitan-llama3", 10.0, 22.0)],
+    [("torchtitan-llama3", 10.0, 22.0)],
 )
 def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
-    """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today llmfoundry-mpt is at MAPE
-    10.5 %, worst -27.8 % (MPT-7B at 65,536 tokens), 19 of 20 too fast; torchtitan-llama3 at MAPE 9.8 %, worst
-    -20.5 % (8B at 262,144 tokens), 19 of 23 too fast (docs/validation.md, sections llmfoundry-mpt and
+    """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today torchtitan-llama3 is at
+    MAPE 9.8 %, worst -20.5 % (8B at 262,144 tokens), 19 of 23 too fast (docs/validation.md, section
     torchtitan-llama3). This pins today's state so that a change to it is seen; it is not a tolerance we
     promise."""
     errors = _set_errors(report, stem)
@@ -285,21 +284,12 @@ def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
     assert sum(e < 0 for e in errors) >= 0.8 * len(errors)  # too fast, as issue 33 measured
 
 
-@pytest.mark.parametrize(
-    "stem",
-    [
-        pytest.param(
-            "llmfoundry-mpt",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 33 bar not met on llmfoundry-mpt: MAPE 10.5 %, worst -27.8 %",
-            ),
-        ),
-        "torchtitan-llama3",
-    ],
-)
+@pytest.mark.parametrize("stem", ["llmfoundry-mpt", "torchtitan-llama3"])
 def test_fsdp_stack_sets_meet_the_issue_33_bar(report, stem):
-    """Issue 33: MAPE <= 10 % on each held-out set and no case off by more than 25 %."""
+    """Issue 33: MAPE <= 10 % on each held-out set and no case off by more than 25 %. llmfoundry-mpt, encoded
+    as its recipes ran (attn_impl triton: cost.attention triton_flash; Composer's fp32 reduce where the install
+    had it), is at MAPE 6.3 %, worst +17.3 % (MPT-7B at 65,536 tokens); torchtitan-llama3 at 9.8 %, worst
+    -20.5 % (docs/validation.md)."""
     errors = _set_errors(report, stem)
     assert _mape(errors) <= 10.0 and max(abs(e) for e in errors) <= 25.0
 

@@ -22,14 +22,49 @@ FA2 §3.1 / FA3 §3.1 block sizes). The backward pass is taken to follow the sam
 The catalog's ``efficiency.attention`` is the fraction of peak of its ``attention_kernel`` at the
 reference shape ``REFERENCE_SHAPE`` (causal, 8k tokens, head dim 128); other shapes scale by the
 ratio of shape factors, other kernels by the ratio of plateaus (``kernel_relative_speed``).
+
+``triton_flash`` is Tri Dao's FlashAttention in Triton (flash_attn/flash_attn_triton.py of flash-attn 1.0.x,
+run by llm-foundry for ``attn_impl: triton``: llmfoundry/models/layers/flash_attn_triton.py at 5e85bd62d is
+"Copied from" it and built on ``triton_pre_mlir``, the pre-MLIR Triton 2.0.0.dev20221202 backend). Its
+speed is stated against FlashAttention (v1, CUDA) by its author (file docstring: Triton forward faster than
+the CUDA forward, backward slower, "Overall Triton forward + backward is slightly slower than CUDA forward +
+backward") and by llm-foundry (TUTORIAL.md at 5e85bd62d: "`triton` is slightly faster than `flash`", flash
+being flash-attn 1.0.x there), so it is priced at FlashAttention v1's rate: FlashAttention-2's curve at the
+same shape times ``FA1_OVER_FA2`` (``triton_fa2_ratio``), read from Dao 2023 (FlashAttention-2,
+arXiv:2307.08691) Figure 4, forward + backward TFLOP/s on A100 80GB SXM4 at 512 / 1k / 2k / 4k / 8k / 16k
+tokens (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png):
+
+| mask, head dim | FlashAttention | FlashAttention-2 |
+|---|---|---|
+| non-causal, 64 | 91 92 104 108 110 110 | 132 153 162 171 175 176 |
+| non-causal, 128 | 76 72 76 80 82 83 | (hidden by the legend) 173 187 196 201 203 |
+| causal, 64 | 58 70 77 87 92 97 | 88 119 140 156 165 171 |
+| causal, 128 | 55 62 69 76 80 83 | 99 133 155 173 182 189 |
+
+(The figure's "FlashAttention Triton" bars are OpenAI's triton.ops.flash_attention, which the repository's
+benchmarks/benchmark_flash_attention.py of the time imported, not this kernel; they lie within 10 % of the
+FlashAttention bars at head dim 128.) Figure 4 gives forward + backward together only, so one ratio prices
+both directions (the pair then takes Figure 4's combined time). FLOPs and memory are unchanged (same
+algorithm). The ratio holds on Ampere (measured there) and elsewhere by assumption, except on Hopper.
+
+Hopper: neither kernel uses wgmma or TMA (FlashAttention-2 issues Ampere's mma.sync, Shah et al. 2024 §1;
+the pre-MLIR backend predates Hopper and lowers ``tl.dot`` to mma.sync), whose ceiling is about 2/3 of the
+H100's dense tensor peak (Luo et al. 2024, arXiv:2402.13499, as the FlashAttention-3 release notes cite
+it): 0.667 · 989 = 659 TFLOP/s, 2.11x the A100's 312. The Triton kernel is taken to keep its A100
+fraction of that ceiling (0.44 · 182 / 312 = 0.26 at causal 8k, head dim 128, so 0.17 of the H100's dense
+peak, 171 TFLOP/s), while FlashAttention-2 measured 1.69x its A100 speed on H100 (FA2 README H100 80GB SXM5
+forward + backward, causal, head dim 128, 8k: 308 vs 182 TFLOP/s): on Hopper the ratio is multiplied by
+``HOPPER_MMA_SYNC_CARRY`` = 2.11 / 1.69 (assumption: the ceiling, not FlashAttention-2's Hopper losses,
+bounds the older kernel; the ratio alone would keep FlashAttention-2's 1.69x).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-AttentionKernel = str  # "fa2" | "fa3" | "cudnn"
-KERNELS = ("fa2", "fa3", "cudnn")
+AttentionKernel = str  # "fa2" | "fa3" | "cudnn" | "triton_flash"
+KERNELS = ("fa2", "fa3", "cudnn", "triton_flash")
 CAUSAL_TILE_ROWS = 128  # query rows per tile (FA2 / FA3 block size)
 REFERENCE_SHAPE = (8192, 128, True)  # (sequence per kernel call, head dim, causal)
 
@@ -48,6 +83,33 @@ KERNEL_CURVES: dict[str, KernelCurve] = {
     "cudnn": KernelCurve(627.0, 134.0, 101.0),
     "fa3": KernelCurve(672.0, 220.0, 55.0),
 }
+
+# Kernels priced as another kernel's curve times a measured ratio at the same shape (module docstring).
+RATIO_KERNELS: dict[str, str] = {"triton_flash": "fa2"}
+FIGURE4_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+# (causal, head dim) -> (sequence lengths, FlashAttention / FlashAttention-2 fwd+bwd), Dao 2023 Figure 4
+FA1_OVER_FA2: dict[tuple[bool, int], tuple[tuple[int, ...], tuple[float, ...]]] = {
+    (False, 64): (
+        FIGURE4_SEQ,
+        tuple(a / b for a, b in zip((91, 92, 104, 108, 110, 110), (132, 153, 162, 171, 175, 176))),
+    ),
+    (False, 128): (
+        FIGURE4_SEQ[1:],
+        tuple(a / b for a, b in zip((72, 76, 80, 82, 83), (173, 187, 196, 201, 203))),
+    ),
+    (True, 64): (
+        FIGURE4_SEQ,
+        tuple(a / b for a, b in zip((58, 70, 77, 87, 92, 97), (88, 119, 140, 156, 165, 171))),
+    ),
+    (True, 128): (
+        FIGURE4_SEQ,
+        tuple(a / b for a, b in zip((55, 62, 69, 76, 80, 83), (99, 133, 155, 173, 182, 189))),
+    ),
+}
+MMA_SYNC_SHARE_HOPPER = 2.0 / 3.0  # of H100 dense tensor peak (Luo et al. 2024, arXiv:2402.13499)
+H100_A100_DENSE_PEAK = 989.0 / 312.0  # bf16 dense TFLOP/s, SXM datasheets
+FA2_H100_OVER_A100 = 308.0 / 182.0  # FA2 fwd+bwd causal d128 8k: FA2 README H100 / Dao 2023 Fig. 4
+HOPPER_MMA_SYNC_CARRY = MMA_SYNC_SHARE_HOPPER * H100_A100_DENSE_PEAK / FA2_H100_OVER_A100
 
 # Kernels that do not run on an architecture fall back to the one named here (FlashAttention-3
 # needs Hopper's TMA/WGMMA, Shah et al. 2024 §1; FA2 runs on Ampere and Hopper, Dao 2023 §1).
@@ -71,9 +133,49 @@ def effective_kernel(kernel: str, architecture: str | None) -> str:
     return KERNEL_FALLBACK.get((architecture or "", kernel), kernel)
 
 
+def _interpolated_ratio(causal: bool, head_dim: int, seq: float) -> float:
+    """Figure 4's FlashAttention / FlashAttention-2 ratio for one (mask, head dim) row at ``seq``: linear
+    in log2(s) between the measured lengths, the end value outside them."""
+    seqs, ratios = FA1_OVER_FA2[(causal, head_dim)]
+    if seq <= seqs[0]:
+        return ratios[0]
+    for s0, r0, s1, r1 in zip(seqs, ratios, seqs[1:], ratios[1:]):
+        if seq <= s1:
+            return r0 + math.log2(seq / s0) / math.log2(s1 / s0) * (r1 - r0)
+    return ratios[-1]
+
+
+def triton_fa2_ratio(seq: float, head_dim: float, causal: bool) -> float:
+    """Speed of the Triton FlashAttention kernel over FlashAttention-2 at this shape on Ampere, taken as
+    FlashAttention v1's (Dao 2023 Figure 4, A100 forward + backward; module docstring): the mask's row
+    interpolated linearly in log2(s), and linearly in head dim between the 64 and 128 rows (the nearer
+    row outside them)."""
+    lo, hi = _interpolated_ratio(causal, 64, seq), _interpolated_ratio(causal, 128, seq)
+    w = min(1.0, max(0.0, (head_dim - 64.0) / 64.0))
+    return lo + w * (hi - lo)
+
+
+def architecture_carry(kernel: str, architecture: str | None) -> float:
+    """A ratio kernel's speed factor on ``architecture`` beyond its Ampere ratio: on Hopper
+    ``HOPPER_MMA_SYNC_CARRY`` = (2/3 · 989/312) / (308/182) (mma.sync ceiling growth over FlashAttention-2's
+    measured growth, module docstring), else 1."""
+    if kernel in RATIO_KERNELS and architecture == "hopper":
+        return HOPPER_MMA_SYNC_CARRY
+    return 1.0
+
+
+def base_kernel(kernel: str) -> str:
+    """The kernel whose fitted curve prices ``kernel``: itself, or for a ratio kernel its base."""
+    return RATIO_KERNELS.get(kernel, kernel)
+
+
 def attention_shape_factor(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
     """s/(s + s_half) · [d'/(d' + d_half)] / [128/(128 + d_half)] · (s/(s + 128) if causal), d' = min(d, 128):
-    the fraction of the kernel's head-dim-128 plateau reached at this shape (module docstring)."""
+    the fraction of the kernel's head-dim-128 plateau reached at this shape (module docstring); for
+    ``triton_flash`` FlashAttention-2's factor × ``triton_fa2_ratio``."""
+    if kernel in RATIO_KERNELS:
+        base = attention_shape_factor(RATIO_KERNELS[kernel], seq, head_dim, causal)
+        return base * triton_fa2_ratio(seq, head_dim, causal)
     curve = KERNEL_CURVES[kernel]
     d = min(head_dim, 128.0)
     head = d / (d + curve.head_dim_half) / (128.0 / (128.0 + curve.head_dim_half))
@@ -92,16 +194,26 @@ def attention_shape_scale(kernel: str, seq: float, head_dim: float, causal: bool
 
 def kernel_relative_speed(to_kernel: str, from_kernel: str, architecture: str | None) -> float:
     """Speed of ``to_kernel`` over ``from_kernel`` at ``REFERENCE_SHAPE``: E·shape factor of each (FA3 paper
-    Fig. 5, H100); 1 when both fall back to the same kernel. Other architectures use the Hopper ratios
+    Fig. 5, H100; a ratio kernel: its base's × ratio × ``architecture_carry``); 1 when both fall back to
+    the same kernel. Other architectures use the Hopper ratios
     (assumption, docs/model.md)."""
     a, b = effective_kernel(to_kernel, architecture), effective_kernel(from_kernel, architecture)
     if a == b:
         return 1.0
-    speed = {
-        k: KERNEL_CURVES[k].plateau_tflops_h100 * attention_shape_factor(k, *REFERENCE_SHAPE)
-        for k in (a, b)
-    }
-    return speed[a] / speed[b]
+    return kernel_speed(a, *REFERENCE_SHAPE, architecture) / kernel_speed(
+        b, *REFERENCE_SHAPE, architecture
+    )
+
+
+def kernel_speed(
+    kernel: str, seq: float, head_dim: float, causal: bool, architecture: str | None
+) -> float:
+    """The kernel's speed at this shape in the H100 units of ``KERNEL_CURVES`` (only ratios between kernels
+    on one architecture are meaningful): E(base kernel) · ``attention_shape_factor`` ·
+    ``architecture_carry``."""
+    curve = KERNEL_CURVES[base_kernel(kernel)]
+    factor = attention_shape_factor(kernel, seq, head_dim, causal)
+    return curve.plateau_tflops_h100 * factor * architecture_carry(kernel, architecture)
 
 
 def converted_attention_fraction(

@@ -11,7 +11,7 @@ Schedule = Literal["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"]
 PlanDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 Attention = Literal["flash", "unfused"]
 # the fused-attention kernels (cost.attention.KERNEL_CURVES): a framework profile's and an efficiency's
-AttentionKernel = Literal["fa2", "fa3", "cudnn"]
+AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton_flash"]
 GradDtype = Literal["fp32", "bf16"]
 CPAlgorithm = Literal["ring", "all-to-all"]
 Zero3GatherUnit = Literal["layer", "tensor"]
