@@ -60,7 +60,17 @@ BENCHMARK_TIMES = [
         2 * 12288 * 18432 * 1024 / 1769.0e12,
     ),  # B300 SXM 1769.0: 262.2 us
     ("mi300x-8", 10240, 15360, 8192, 2 * 10240 * 15360 * 8192 / 668.4e12),  # MI300X 668.4: 3855 us
+    ("mi355x-8", 12288, 8192, 8192, 2 * 12288 * 8192 * 8192 / 1565.0e12),  # MI355X 1565.0: 1054 us
+    # V100-SXM2 fp16 97.36 TFLOPS at 8192^3 (torch-performance-test-data issue #140): 11.29 ms
+    ("dgx-1-v100", 8192, 8192, 8192, 2 * 8192**3 / 97.36e12),
+    ("aws-p3.16xlarge", 8192, 8192, 8192, 2 * 8192**3 / 97.36e12),
+    ("aws-p3.8xlarge", 8192, 8192, 8192, 2 * 8192**3 / 97.36e12),
 ]
+DTYPE = {
+    "dgx-1-v100": "fp16",
+    "aws-p3.16xlarge": "fp16",
+    "aws-p3.8xlarge": "fp16",
+}  # Volta: no bf16
 
 
 def _kernel_accelerator(acc: AcceleratorSpec) -> AcceleratorSpec:
@@ -81,7 +91,8 @@ def test_every_benchmarked_system_is_listed():
 def test_catalog_cap_reproduces_the_mamf_benchmark(system, m, n, k, expected_s):
     acc = _kernel_accelerator(load_system(system).accelerator)
     # caps are written to 3 decimals: 0.1 % on a cap of 0.45 (MI300X) is the largest rounding
-    assert gemm_time_s(2.0 * m * n * k, (1, m, n, k), acc, "bf16") == pytest.approx(
+    dtype = DTYPE.get(system, "bf16")
+    assert gemm_time_s(2.0 * m * n * k, (1, m, n, k), acc, dtype) == pytest.approx(
         expected_s, rel=2e-3
     )
 
@@ -107,3 +118,23 @@ def test_benchmark_cap_by_hand_a100():
         expected, rel=1e-12
     )
     assert expected == pytest.approx(0.8946, abs=1e-4)
+
+
+def test_benchmark_cap_by_hand_v100():
+    # V100-SXM2 fp16 97.36 TFLOPS at 8192^3: 64x32 = 2048 tiles of 128x256 on 80 SMs -> 26 waves (2080 slots);
+    # depth 8192/(8192+32); cap = F / (125e12 · 2048/2080 · 8192/8224 · (F/97.36e12 - 6e-6)) = 0.7946
+    acc = load_system("dgx-1-v100").accelerator
+    f = 2 * 8192**3
+    expected = f / (125e12 * (2048 / 2080) * (8192 / 8224) * (f / 97.36e12 - 6e-6))
+    assert gemm_benchmark_cap(97.36, (8192, 8192, 8192), acc, "fp16") == pytest.approx(
+        expected, rel=1e-12
+    )
+    assert expected == pytest.approx(0.7946, abs=1e-4)
+
+
+def test_comparison_rows_are_not_model_inputs():
+    # rows above a part's catalog peak (RTX 4090 / 5090) must not become caps: no cap <= 1 reproduces them
+    assert "rtx-4090-8" not in MAMF_BF16 and "rtx-5090-8" not in MAMF_BF16
+    for system, tflops in (("rtx-4090-8", 173.31), ("rtx-5090-8", 236.03)):
+        acc = load_system(system).accelerator
+        assert gemm_benchmark_cap(tflops, (8192, 8192, 8192), acc, "bf16") > 1.0

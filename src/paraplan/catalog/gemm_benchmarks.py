@@ -41,6 +41,7 @@ class GemmBenchmark:
     shape: tuple[int, int, int]
     software: str
     note: str = ""
+    source: str = ""  # where the row is not from the file's MAMF source
 
 
 def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
