@@ -49,7 +49,7 @@ from paraplan.specs.stage_plan import (
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
 from paraplan.step.build import system_terms
-from paraplan.step.constants import module_impl_of
+from paraplan.step.constants import batch_sync_s, module_impl_of
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -176,6 +176,9 @@ def stage_arrays(
     # wgrad GEMM and leaves the stack's (the framework profile's runtime, system_terms), as a uniform plan does
     if rules.grad_accumulation != "fused":
         terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
+    # an engine that synchronises on its batch loads (step.compose.runtime_work) sets them, priced as the stack's
+    if rules.batch_syncs:
+        terms["batch_sync_s"] = batch_sync_s(slowest, rules.batch_syncs)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
