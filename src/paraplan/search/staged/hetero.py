@@ -43,6 +43,9 @@ from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
+from paraplan.specs.framework import FrameworkSpec
+from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
 from paraplan.specs.errors import InputError
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
@@ -70,6 +73,11 @@ class HeteroProblem:
     pps: tuple[int, ...] | None = (
         None  # pipeline depths to try (AMP-style search); default every divisor
     )
+    # the run-wide knobs a framework profile sets (cost.frameworks.PLAN_DEFAULTS; the cluster's systems
+    # carry its stack): every plan states them, so ``estimate --plan --framework`` prices it identically
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False
+    runtime: RuntimeFields = RuntimeFields()
 
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
@@ -88,7 +96,23 @@ class HeteroProblem:
             self.schedule,
             self.overlap_dp_grad_reduce,
             self.engine,
+            overlap_param_gather=self.overlap_param_gather,
+            overlap_tp_comm=self.overlap_tp_comm,
+            runtime=self.runtime,
         )
+
+
+def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
+    """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
+    its plan defaults, cost.frameworks.framework_plan_fields: attention, the overlap switches and the run-wide
+    knobs), the one reading of a profile by the per-stage searches."""
+    defaults = framework_plan_fields(profile, {})
+    fields = {
+        k: defaults[k]
+        for k in ("attention", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm")
+    }
+    fields["runtime"] = RuntimeFields(**{k: defaults[k] for k in RUNTIME_FIELDS})
+    return framework_cluster(profile, cluster_spec), fields
 
 
 @dataclass(frozen=True)
@@ -282,6 +306,9 @@ def _plan_from(
             "zero": problem.zero,
             "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce,
             "engine": problem.engine,
+            "overlap_param_gather": problem.overlap_param_gather,
+            "overlap_tp_comm": problem.overlap_tp_comm,
+            **problem.runtime.model_dump(),
             "stages": stages,
         }
     )
