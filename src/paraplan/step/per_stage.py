@@ -320,7 +320,10 @@ class StagePlanEstimate:
         }
 
 
-def common_of(plan: StagePlanSpec) -> Common:
+def common_of(plan) -> Common:
+    """The plan-wide settings of a StagePlanSpec, or of a per-stage search problem stating the same fields
+    (search.staged.hetero.HeteroProblem, whose run-wide knobs are one RuntimeFields, ``runtime``)."""
+    runtime = getattr(plan, "runtime", None) or RuntimeFields(**runtime_fields_of(plan))
     return Common(
         plan.seq_length,
         plan.dtype,
@@ -333,7 +336,7 @@ def common_of(plan: StagePlanSpec) -> Common:
         vpp=plan.vpp,
         overlap_param_gather=plan.overlap_param_gather,
         overlap_tp_comm=plan.overlap_tp_comm,
-        runtime=RuntimeFields(**runtime_fields_of(plan)),
+        runtime=runtime,
     )
 
 

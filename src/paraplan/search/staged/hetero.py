@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import (
     Common,
     StageSetting,
+    common_of,
     compose_stages,
     range_matrices,
     stage_arrays,
@@ -85,21 +86,13 @@ class HeteroProblem:
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
 
+    # fixed in these searches (read by step.per_stage.common_of with the fields above)
+    sequence_parallel: ClassVar[bool] = False
+    vpp: ClassVar[int] = 1
+
     @property
     def common(self) -> Common:
-        return Common(
-            self.seq_length,
-            self.dtype,
-            self.attention,
-            False,
-            self.zero,
-            self.schedule,
-            self.overlap_dp_grad_reduce,
-            self.engine,
-            overlap_param_gather=self.overlap_param_gather,
-            overlap_tp_comm=self.overlap_tp_comm,
-            runtime=self.runtime,
-        )
+        return common_of(self)
 
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
