@@ -24,13 +24,16 @@ import zlib
 import pytest
 import yaml
 
-from paraplan.catalog import framework_names, load_model, load_system
+from paraplan.catalog import framework_names, load_framework, load_model, load_system
+from paraplan.cost.frameworks import framework_system
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import accelerator_rules
-from paraplan.specs.stage_plan import stage_plan_to_dict
+from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_to_dict
 from paraplan.specs.uniform_stages import uniform_stage_plan
+from paraplan.step.constants import batch_sync_s
+from paraplan.step.per_stage import estimate_stage_plan
 from tests.unit.test_one_path import assert_same, both_paths, draw_plan_fields
 
 REL = 1e-9
@@ -166,3 +169,73 @@ def test_estimate_plan_file_takes_the_framework(cli, tmp_path, framework):
     for u, p in zip(uniform["memory"]["per_stage"], per_stage["stages"]):
         for key in ("peak_gib", "activations_gib", "weights_gib", "gradients_gib", "optimizer_gib"):
             assert p[key] == pytest.approx(u[key], rel=REL), key
+
+
+DEEPSPEED = load_framework("megatron-deepspeed")
+
+
+def _batch_syncs(system, syncs: float):
+    """``system`` with the stack's batch synchronisations (efficiency.runtime.batch_syncs) set to ``syncs``."""
+    data = system.model_dump()
+    data["accelerator"]["efficiency"]["runtime"]["batch_syncs"] = syncs
+    return type(system).model_validate(data)
+
+
+def test_deepspeed_engine_plans_price_the_batch_loads_as_the_uniform_path():
+    """A per-stage plan on DeepSpeed's PipelineEngine (plan.engine = deepspeed) synchronises on each batch
+    load of its first and last stage, as the uniform path prices the megatron-deepspeed profile's
+    (step.compose.runtime_work, one rule: step.constants.batch_sync_s): the engine states it, so the plan
+    prices the same whatever the stack's batch_syncs, and that is the stack's price of it. The defect this
+    was written for: the per-stage path read the engine's transfers and accumulation but never its batch
+    loads, so a DeepSpeed-engine plan on a stack without them (megatron-core) lost them. Seeded draws of
+    dense decoders, pp 2-8, ZeRO 0-1 (specs.rules.engine_zero_rule), 1F1B or GPipe."""
+    rng = random.Random(31)
+    checked = 0
+    for _ in range(TRIES * 6):
+        if checked == 6:
+            break
+        name = rng.choice(MODELS[:6])
+        fields = draw_plan_fields(rng.choice, load_model(name).layers)
+        if (
+            fields["pp"] == 1
+            or fields.get("schedule") == "interleaved"
+            or fields.get("zero", 0) > 1
+        ):
+            continue
+        model = load_model(name)
+        system = load_system(rng.choice(("dgx-h100-80gb", "dgx-a100-80gb")))
+        system = framework_system(DEEPSPEED, system)  # its host latencies: the idle is not 0
+        try:
+            plan = PlanSpec(**fields)
+        except (InputError, ValueError):
+            continue
+        cluster = uniform_cluster(system, plan.gpus)
+        data = stage_plan_to_dict(uniform_stage_plan(plan, model, cluster.pools[0].name))
+        stages = StagePlanSpec.model_validate(data | {"engine": "deepspeed"})
+        priced = []
+        for syncs in (0.0, 1.0):
+            on = uniform_cluster(_batch_syncs(system, syncs), plan.gpus)
+            try:
+                priced.append(estimate_stage_plan(model, on, stages))
+            except InputError:
+                break
+        if len(priced) < 2:
+            continue
+        without, with_stack = priced
+        assert without.step_time_s == pytest.approx(with_stack.step_time_s, rel=REL), (name, fields)
+        assert without.breakdown.__dict__ == pytest.approx(with_stack.breakdown.__dict__, rel=REL)
+        megatron = StagePlanSpec.model_validate(data)
+        bare = estimate_stage_plan(
+            model, uniform_cluster(_batch_syncs(system, 0.0), plan.gpus), megatron
+        )
+        stack = estimate_stage_plan(
+            model, uniform_cluster(_batch_syncs(system, 1.0), plan.gpus), megatron
+        )
+        # the loads are priced at all: the end stages' per-micro-batch work grows by the idle
+        idle = batch_sync_s(system, 1.0)
+        assert idle > 0.0
+        for k in (0, -1):
+            added = stack.stage_work_s[k] - bare.stage_work_s[k]
+            assert added == pytest.approx(idle, rel=1e-6)
+        checked += 1
+    assert checked == 6

@@ -200,15 +200,26 @@ def search_hetero(
     width: int | None = None,
     note: str = "",
     restrictions: dict | None = None,
+    framework: str | None = None,
+    attention_given: bool = True,
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
-    line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute)."""
-    from paraplan.search.staged.hetero import HeteroProblem, search_cluster
+    line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute);
+    ``framework``: a profile's stack on every pool and its plan defaults (profile_fields), as
+    ``estimate --plan --framework`` prices a per-stage plan; ``attention_given``: --attention was stated
+    (else the profile's attention default wins)."""
+    from paraplan.cli.app import load_framework_option
+    from paraplan.search.staged.hetero import HeteroProblem, profile_fields, search_cluster
     from paraplan.search.staged.non_uniform import search_non_uniform
 
     model_spec = load_model(model, field="model")
+    profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     cluster_spec = resolve_cluster(cluster, system, gpus)
     given = {k: v for k, v in (restrictions or {}).items() if v is not None}
+    if profile is not None:
+        cluster_spec, fields = profile_fields(profile, cluster_spec)
+        attention = attention if attention_given else fields.pop("attention")
+        given |= {k: v for k, v in fields.items() if k != "attention"}
     problem = HeteroProblem(
         model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given
     )

@@ -80,6 +80,7 @@ HETERO_SEARCH_OPTIONS = frozenset(
         "top",
         "as_json",
         "width",
+        "framework",
     }
 )
 RESTRICT_HINT = (
@@ -209,6 +210,8 @@ def search(
             width,
             note,
             {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES},
+            framework,
+            "attention" in explicit_options(ctx, ("attention",)),
         )
         if not result.plans:
             raise typer.Exit(EXIT_DOES_NOT_FIT)

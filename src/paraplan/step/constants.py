@@ -43,13 +43,19 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
         host_step_s=acc.efficiency.host_step_s / acc.efficiency.host_speed,
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
-        batch_sync_s=batch_sync_idle_s(
-            acc.efficiency.runtime.batch_syncs,
-            acc.efficiency.host_sync_latency_s,  # device and driver latency: not host_speed
-            acc.efficiency.host_launch_s / acc.efficiency.host_speed,
-        ),
+        batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
         **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
     )
+
+
+def batch_sync_s(system: SystemSpec, syncs: float) -> float:
+    """GPU seconds idle per micro-batch on a stage that loads a batch, ``syncs`` synchronisations on
+    ``system`` (cost.runtimes.batch_sync_idle_s: the device round trip, host_sync_latency_s, not scaled by the
+    host's speed, plus one kernel issue, host_launch_s / host_speed). The one reading of that rule: the stack's
+    batch loads (efficiency.runtime.batch_syncs, system_terms) and a per-stage plan's pipeline engine
+    (step.engines.EngineRules.batch_syncs, step.per_stage.stage_arrays)."""
+    eff = system.accelerator.efficiency
+    return batch_sync_idle_s(syncs, eff.host_sync_latency_s, eff.host_launch_s / eff.host_speed)
 
 
 def state_bytes(system: SystemSpec, dtype: str, runtime=None) -> mem.StateBytes:

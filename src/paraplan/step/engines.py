@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost import runtimes
-from paraplan.cost.runtimes import DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
+from paraplan.cost.runtimes import DEEPSPEED_PIPE_BATCH_SYNCS, DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class EngineRules:
     # how gradients are summed over micro-batches: "fused" into the wgrad GEMM, or "deepspeed_pipe", by the
     # optimizer DeepSpeed's PipelineEngine runs for the dtype (cost.runtimes.deepspeed_pipe_accumulation)
     grad_accumulation: str = "fused"
+    # device synchronisations per micro-batch on the stages that load a batch (first and last, pp > 1);
+    # 0: the training stack's (efficiency.runtime.batch_syncs, as a uniform plan reads it)
+    batch_syncs: float = 0.0
 
 
 def forward_transfer_bytes(rules: EngineRules, activation_bytes, tp: int, seq_length: int):
@@ -146,7 +149,10 @@ ENGINES = {
     #   hardcoded for fp32 gradient accumulation" (18 B: cost.runtimes.bf16_optimizer_accumulation_bytes),
     #   priced as the uniform path prices the megatron-deepspeed profile's (cost.runtimes.grad_accumulation_s);
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
-    #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there).
+    #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there);
+    # - LoadMicroBatch before each forward on the first and last stage reads the batch's sizes back to the
+    #   host: one device synchronisation per micro-batch there (cost.runtimes.batch_sync_idle_s, priced by
+    #   step.constants.batch_sync_s as the uniform path prices the megatron-deepspeed profile's).
     "deepspeed": EngineRules(
         int(DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE),
         True,
@@ -160,5 +166,6 @@ ENGINES = {
         host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
         activation_memory_factor=DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
         grad_accumulation="deepspeed_pipe",
+        batch_syncs=DEEPSPEED_PIPE_BATCH_SYNCS,
     ),
 }

@@ -49,7 +49,7 @@ from paraplan.specs.stage_plan import (
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
 from paraplan.step.build import system_terms
-from paraplan.step.constants import cp_ring_of, module_impl_of
+from paraplan.step.constants import batch_sync_s, cp_ring_of, module_impl_of
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -176,6 +176,9 @@ def stage_arrays(
     # wgrad GEMM and leaves the stack's (the framework profile's runtime, system_terms), as a uniform plan does
     if rules.grad_accumulation != "fused":
         terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
+    # an engine that synchronises on its batch loads (step.compose.runtime_work) sets them, priced as the stack's
+    if rules.batch_syncs:
+        terms["batch_sync_s"] = batch_sync_s(slowest, rules.batch_syncs)
     if rules.gradient_bytes:
         terms["grad_bytes"] = rules.gradient_bytes
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
@@ -317,7 +320,10 @@ class StagePlanEstimate:
         }
 
 
-def common_of(plan: StagePlanSpec) -> Common:
+def common_of(plan) -> Common:
+    """The plan-wide settings of a StagePlanSpec, or of a per-stage search problem stating the same fields
+    (search.staged.hetero.HeteroProblem, whose run-wide knobs are one RuntimeFields, ``runtime``)."""
+    runtime = getattr(plan, "runtime", None) or RuntimeFields(**runtime_fields_of(plan))
     return Common(
         plan.seq_length,
         plan.dtype,
@@ -330,7 +336,7 @@ def common_of(plan: StagePlanSpec) -> Common:
         vpp=plan.vpp,
         overlap_param_gather=plan.overlap_param_gather,
         overlap_tp_comm=plan.overlap_tp_comm,
-        runtime=RuntimeFields(**runtime_fields_of(plan)),
+        runtime=runtime,
     )
 
 

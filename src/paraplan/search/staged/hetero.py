@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import (
     Common,
     StageSetting,
+    common_of,
     compose_stages,
     range_matrices,
     stage_arrays,
@@ -43,6 +44,9 @@ from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
+from paraplan.specs.framework import FrameworkSpec
+from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
 from paraplan.specs.errors import InputError
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
@@ -70,6 +74,11 @@ class HeteroProblem:
     pps: tuple[int, ...] | None = (
         None  # pipeline depths to try (AMP-style search); default every divisor
     )
+    # the run-wide knobs a framework profile sets (cost.frameworks.PLAN_DEFAULTS; the cluster's systems
+    # carry its stack): every plan states them, so ``estimate --plan --framework`` prices it identically
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False
+    runtime: RuntimeFields = RuntimeFields()
 
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
@@ -77,18 +86,26 @@ class HeteroProblem:
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
 
+    # fixed in these searches (read by step.per_stage.common_of with the fields above)
+    sequence_parallel: ClassVar[bool] = False
+    vpp: ClassVar[int] = 1
+
     @property
     def common(self) -> Common:
-        return Common(
-            self.seq_length,
-            self.dtype,
-            self.attention,
-            False,
-            self.zero,
-            self.schedule,
-            self.overlap_dp_grad_reduce,
-            self.engine,
-        )
+        return common_of(self)
+
+
+def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
+    """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
+    its plan defaults, cost.frameworks.framework_plan_fields: attention, the overlap switches and the run-wide
+    knobs), the one reading of a profile by the per-stage searches."""
+    defaults = framework_plan_fields(profile, {})
+    fields = {
+        k: defaults[k]
+        for k in ("attention", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm")
+    }
+    fields["runtime"] = RuntimeFields(**{k: defaults[k] for k in RUNTIME_FIELDS})
+    return framework_cluster(profile, cluster_spec), fields
 
 
 @dataclass(frozen=True)
@@ -282,6 +299,9 @@ def _plan_from(
             "zero": problem.zero,
             "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce,
             "engine": problem.engine,
+            "overlap_param_gather": problem.overlap_param_gather,
+            "overlap_tp_comm": problem.overlap_tp_comm,
+            **problem.runtime.model_dump(),
             "stages": stages,
         }
     )
