@@ -13,8 +13,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import tempfile
+
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+# hypothesis' example database and caches go to a temporary folder, not ``.hypothesis/`` in the working
+# directory: the suite must run from a read-only clone (HYPOTHESIS_STORAGE_DIRECTORY still wins)
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    set_hypothesis_home_dir(tempfile.mkdtemp(prefix="paraplan-hypothesis-"))
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile(
