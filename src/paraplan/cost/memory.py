@@ -185,6 +185,8 @@ def layer_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str) 
         return shape.act_bytes * shape.local_tokens * model.hidden / sp_div
     if recompute == "selective" and "op_sac" in shape.recompute_modules:
         return op_sac_kept_bytes(model, shape)
+    if recompute == "selective" and "save_dots" in shape.recompute_modules:
+        return save_dots_kept_bytes(model, shape)
     kept = parts.replicated / sp_div + parts.tensor_parallel + parts.attention_internals
     if recompute == "selective":
         kept -= recomputed_module_bytes(model, shape, shape.recompute_modules or ("core_attn",))
@@ -206,6 +208,23 @@ def op_sac_kept_bytes(model: ModelSpec, shape: LayerShape) -> float:
     )
     if shape.sequence_parallel and t > 1:
         per_token += 2 * a * h / t
+    return shape.local_tokens * per_token + parts.attention_internals
+
+
+def save_dots_kept_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Bytes a dense layer keeps per micro-batch under MaxText's remat_policy minimal_flash (graph.ops.SAVE_DOTS:
+    google/maxtext 3075bbe MaxText/layers/models.py:255-261, every weight GEMM output and the attention
+    ``context`` saved, the element-wise ops re-run): the layer input, a·h (÷t with SP); the q/k/v projections
+    a·(q + 2·kv)/t, the context a·q/t, the output projection a·h (un-reduced, full width on each TP rank), the
+    MLP input projections a·p·f/t (p = mlp_input_projections) and the MLP output projection a·h; and the flash
+    statistics (``attention_internals``). Per token, a = activation bytes."""
+    parts = layer_activation_parts(model, shape)
+    a, h, t = shape.act_bytes, model.hidden, shape.tp
+    sp_div = t if shape.sequence_parallel else 1
+    gemm_outputs = (
+        2 * model.q_width + 2 * model.kv_width + model.mlp_input_projections * model.ffn_hidden
+    )
+    per_token = a * h / sp_div + a * gemm_outputs / t + 2 * a * h
     return shape.local_tokens * per_token + parts.attention_internals
 
 

@@ -58,14 +58,14 @@ MEGATRON_EXPERT_FIELDS = frozenset(
 
 # torchtitan's per-op selective checkpointing (graph.ops.OP_SAC): a policy, not a Megatron-Core module name
 # (TransformerConfig.recompute_modules takes core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)
-NOT_MEGATRON_MODULES = frozenset({"op_sac"})
+NOT_MEGATRON_MODULES = frozenset({"op_sac", "save_dots"})
 
 
 def recompute_modules_of(plan: PlanSpec, framework: str) -> list[str] | None:
     """The plan's selective-recompute modules as Megatron-Core names; refuses torchtitan's per-op policy."""
     modules = list(plan.recompute_modules or ())
     if foreign := sorted(NOT_MEGATRON_MODULES.intersection(modules)):
-        why = f"{foreign} is torchtitan's per-op checkpointing policy, not a Megatron-Core recompute module"
+        why = f"{foreign} is a per-op checkpointing policy (torchtitan / MaxText), not a Megatron-Core recompute module"
         raise refuse(framework, "recompute_modules", tuple(modules), why)
     return modules or None
 

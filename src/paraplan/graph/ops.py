@@ -189,6 +189,14 @@ OP_SAC_RERUN = (
     "mlp_activation",
     "fp8_casts",
 )
+# MaxText's remat_policy minimal_flash (google/maxtext 3075bbe, May 2024, MaxText/layers/models.py:255-261):
+# jax.checkpoint_policies.save_from_both_policies(checkpoint_dots_with_no_batch_dims,
+# save_only_these_names("context")) -- every weight GEMM's output and the attention context are saved, the
+# element-wise ops between them re-run in backward (norms, rotary, the attention residual, the MLP activation,
+# casts; the layer output is the next layer's saved input). Its re-run ops: OP_SAC_RERUN but the attention
+# output projection (a dot, saved).
+SAVE_DOTS = "save_dots"
+SAVE_DOTS_RERUN = tuple(name for name in OP_SAC_RERUN if name != "attention_projection")
 
 _CORE_ATTENTION_OPS = frozenset(RECOMPUTE_MODULE_OPS["core_attn"])
 
@@ -279,7 +287,7 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     for name in names:
         modules = (
             [name]
-            if name in RECOMPUTE_MODULE_OPS or name == OP_SAC
+            if name in RECOMPUTE_MODULE_OPS or name in (OP_SAC, SAVE_DOTS)
             else [m for m, ops in RECOMPUTE_MODULE_OPS.items() if name in ops]
         )
         out += [m for m in modules[:1] if m not in out]
@@ -305,8 +313,9 @@ def mark_recomputed(
 
 @lru_cache(maxsize=256)
 def recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
-    """The op names the modules re-run (RECOMPUTE_MODULE_OPS; OP_SAC_RERUN for the per-op SAC policy)."""
-    table = {**RECOMPUTE_MODULE_OPS, OP_SAC: OP_SAC_RERUN}
+    """The op names the modules re-run (RECOMPUTE_MODULE_OPS; OP_SAC_RERUN for the per-op SAC policy,
+    SAVE_DOTS_RERUN for MaxText's minimal_flash)."""
+    table = {**RECOMPUTE_MODULE_OPS, OP_SAC: OP_SAC_RERUN, SAVE_DOTS: SAVE_DOTS_RERUN}
     return frozenset(name for module in modules for name in table.get(module, ()))
 
 

@@ -12,7 +12,9 @@ Selective recomputation by module (``recompute_modules``) uses Megatron-LM's mod
 experts' activation function), ``shared_experts``, ``layernorm`` (input and pre-MLP norms),
 ``mla_up_proj`` (MLA's query/key/value up-projections and rotary), ``mlp`` (the dense MLP), and
 ``moe`` (the whole MoE MLP); and ``op_sac``, torchtitan's per-op selective activation checkpointing
-(``selective_ac_option = "op"``; graph.ops.OP_SAC_SOURCE), alone, on dense swiglu decoder layers.
+(``selective_ac_option = "op"``; graph.ops.OP_SAC_SOURCE), alone, on dense swiglu decoder layers;
+and ``save_dots``, MaxText's ``remat_policy: minimal_flash`` (every weight GEMM's output and the
+attention context saved, the element-wise ops re-run; graph.ops.SAVE_DOTS), alone, on dense decoder layers.
 
 The rules of these knobs (ep and etp against the experts and the dense degrees, the dispatcher against
 capacity, sequence parallelism with tp) are in specs/rules.py with every other plan rule.
@@ -38,6 +40,7 @@ RECOMPUTE_MODULES = (
     "mlp",
     "moe",
     "op_sac",
+    "save_dots",
 )
 
 

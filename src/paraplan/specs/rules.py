@@ -355,18 +355,18 @@ def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Viola
 
 # ---- recomputation -------------------------------------------------------------------------------
 def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
-    """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
+    """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE; save_dots alone, dense: graph.ops.SAVE_DOTS); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
     out, modules = [], list(plan.recompute_modules or ())
     if modules and plan.recompute != "selective":
         out.append(Violation("plan.recompute_modules", modules, "needs recompute=selective"))
-    sac_ok = len(modules) == 1 and not moe_shaped(model) and model.mlp == "swiglu" and plan.cp == 1
-    if "op_sac" in modules and not sac_ok:  # cp > 1: its re-run beside a ring is not priced
-        out.append(Violation("plan.recompute_modules", modules, "op_sac alone, dense swiglu, cp=1"))
+    sac = model.mlp == "swiglu" and plan.cp == 1  # op_sac with cp > 1: ring re-run not priced
+    for name, rule, ok in (("op_sac", "dense swiglu, cp=1", sac), ("save_dots", "dense", True)):
+        if name in modules and not (ok and len(modules) == 1 and not moe_shaped(model)):
+            out.append(Violation("plan.recompute_modules", modules, f"{name} alone, {rule}"))
     if (layers := plan.recompute_num_layers) is not None and plan.recompute != "full":
         out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
     elif layers is not None and moe_shaped(model):
-        rule = "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"
-        out.append(Violation("plan.recompute_num_layers", layers, rule))
+        out.append(Violation("plan.recompute_num_layers", layers, "dense decoder layers only"))
     return out
 
 
