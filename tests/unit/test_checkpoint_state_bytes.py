@@ -1,6 +1,7 @@
 """Checkpoint size by the memory model's optimizer-state rule (step.constants.state_bytes): a pure-bf16 run
-(no fp32 master copy: the pytorch-eager-bf16 profile, efficiency.runtime.fp32_master false) checkpoints
-2 + 4 B per parameter, a mixed-precision run with fp32 master weights 2 + 12 B, fp32 training 4 + 8 B.
+(no fp32 master copy: the pytorch-eager-bf16 profile, efficiency.runtime.optimizer_state param_dtype)
+checkpoints 2 + 4 B per parameter, a mixed-precision run with fp32 master weights 2 + 12 B, fp32 training
+4 + 8 B, a bf16 run whose fp32 parameters are their own master (maxtext, optimizer_state fp32_params) 4 + 8 B.
 
 Hand count, GPT-3 125M (V = 51,200 padded vocabulary, h = 768, L = 12, 2,048 learned positions, tied
 embeddings, biases): P = V·h + 2048·h + L·(12h² + 13h) + 2h = 39,321,600 + 1,572,864 + 85,054,464 + 1,536
@@ -28,6 +29,7 @@ P = 125_950_464
         ("pytorch-eager", "bf16", 2 + 12),  # bf16 weights, fp32 master + m + v
         ("megatron-core", "bf16", 2 + 12),
         ("pytorch-eager", "fp32", 4 + 8),  # fp32 weights, m + v
+        ("maxtext", "bf16", 4 + 8),  # fp32 parameters (the master), fp32 m + v
     ],
 )
 def test_checkpoint_bytes_follow_the_optimizer_state(framework, dtype, bytes_per_param):

@@ -133,9 +133,9 @@ def test_the_per_stage_path_gives_the_same_memory():
 def test_pure_bf16_adamw_keeps_its_moments_in_bf16_without_a_master():
     from paraplan.cost.memory import StateBytes, state_bytes_per_param
 
-    assert state_bytes_per_param("bf16", "bf16", fp32_master=False) == StateBytes(2.0, 2.0, 4.0)
+    assert state_bytes_per_param("bf16", "bf16", "param_dtype") == StateBytes(2.0, 2.0, 4.0)
     assert state_bytes_per_param("bf16", "bf16") == StateBytes(2.0, 2.0, 12.0)
-    assert state_bytes_per_param("fp32", "fp32", fp32_master=False) == StateBytes(4.0, 4.0, 8.0)
+    assert state_bytes_per_param("fp32", "fp32", "param_dtype") == StateBytes(4.0, 4.0, 8.0)
     model = load_model("gpt3-350m")
     plan = PlanSpec(gpus=1, global_batch=8, micro_batch=8, seq_length=2048, grad_dtype="bf16")
     pure = estimate(model, h100("pytorch-eager-bf16"), plan).first_stage

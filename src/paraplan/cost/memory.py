@@ -7,6 +7,7 @@ main gradients, Korthikanti et al. 2022 Fig. 1 uses the same 18 bytes/parameter)
 |----------------|---------|-----------|-------------------------------------|-------|
 | fp16/bf16/fp8/fp4 | 2    | 4 (fp32)  | 12 (fp32 master, Adam m and v)      | 18    |
 | fp32, tf32     | 4       | 4         | 8 (Adam m and v)                    | 16    |
+| bf16 compute, fp32 parameters (MaxText) | 4 | 4 | 8 (Adam m and v; the parameters are the master) | 16 |
 
 ZeRO shards over the data-parallel group: stage 1 (= Megatron's distributed optimizer) the
 optimizer state, stage 2 also the gradients, stage 3 also the weights (ZeRO §5).
@@ -42,19 +43,51 @@ GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}  # bytes per gradient element by gradien
 
 
 def state_bytes_per_param(
-    dtype: str, grad_dtype: str = "fp32", fp32_master: bool = True
+    dtype: str, grad_dtype: str = "fp32", optimizer_state: str = "fp32_master"
 ) -> StateBytes:
     """Mixed precision: 2 + g + 12 B/param with g = 4 for fp32 main gradients (Korthikanti Fig. 1's 18 B;
     ZeRO §3.1; Megatron-LM accumulate_allreduce_grads_in_fp32) or g = 2 for gradients kept and reduced in
     bf16 (ZeRO §3.1's 2 + 2 + 12 = 16 B); fp32 training (fp32 or tf32 GEMMs): 4 + 4 + 8. fp8 and FP4
     recipes keep bf16 weights beside the fp32 master (Transformer Engine; NVFP4 pretraining,
-    arXiv:2509.25149 §4), so they count as mixed precision. Without an fp32 master (``fp32_master``
-    False: a model cast to bf16 and trained by torch.optim.AdamW, which creates exp_avg and exp_avg_sq with
-    torch.zeros_like(param), torch/optim/adamw.py ``_init_group``) the optimizer state is Adam's m and v in the
-    parameter's 2 bytes: 2 + g + 4."""
+    arXiv:2509.25149 §4), so they count as mixed precision. ``optimizer_state`` (specs.framework):
+    ``fp32_master`` as above; ``param_dtype``, no fp32 master (a model cast to bf16 and trained by
+    torch.optim.AdamW, which creates exp_avg and exp_avg_sq with torch.zeros_like(param), torch/optim/adamw.py
+    ``_init_group``): Adam's m and v in the parameter's 2 bytes, 2 + g + 4; ``fp32_params``, the parameters
+    themselves fp32 and cast to the compute dtype where a layer uses them (MaxText weight_dtype float32, dtype
+    bfloat16: google/maxtext 3075bbe MaxText/layers/linears.py DenseGeneral, ``kernel = jnp.asarray(kernel,
+    self.dtype)``), so no separate master and no persistent half-precision copy, and optax.adamw's moments in
+    the parameters' dtype (``mu_dtype`` None: ``jnp.zeros_like(params)``): 4 + g + 8."""
     if dtype in ("fp32", "tf32"):
         return StateBytes(4.0, 4.0, 8.0)
-    return StateBytes(2.0, GRAD_BYTES[grad_dtype], 12.0 if fp32_master else 4.0)
+    if optimizer_state == "fp32_params":
+        return StateBytes(4.0, GRAD_BYTES[grad_dtype], 8.0)
+    return StateBytes(
+        2.0, GRAD_BYTES[grad_dtype], 12.0 if optimizer_state == "fp32_master" else 4.0
+    )
+
+
+def compute_copy_bytes(dtype: str) -> float:
+    """Bytes per element of the copy a layer computes with: 2 (the bf16 / fp16 weights and GEMM outputs of
+    mixed precision, fp8 and FP4 recipes included, whose GEMMs take bf16 weights and write bf16 outputs) or 4 in
+    fp32 / tf32 training. What a ZeRO-3 / FSDP gather moves and holds unsharded (the weights' own bytes, but
+    for fp32 parameters cast to the compute dtype on the shard before the gather: ``state_bytes_per_param``'s
+    fp32_params), and what a gradient reduced in the compute dtype moves (``grad_reduce_bytes_per_param``)."""
+    return 4.0 if dtype in ("fp32", "tf32") else 2.0
+
+
+def grad_reduce_bytes_per_param(dtype: str, grad_dtype: str, reduce_dtype: str = "kept") -> float:
+    """Bytes per parameter of the data-parallel gradient reduction: in the dtype the gradients are kept in
+    (``reduce_dtype`` kept: GRAD_BYTES[grad_dtype], fp32 main grads 4 B; Megatron-LM, DeepSpeed, FSDP), or in
+    the compute dtype (``compute``: ``compute_copy_bytes``, 2 B in mixed precision), where the reduction runs on
+    the weight-gradient GEMM's half-precision output before its cast to the kept dtype. The latter is what XLA's
+    SPMD partitioner emits for a jitted JAX step whose fp32 parameters are cast to bf16 in the layers: the wgrad
+    dot's bf16 partial sums are all-reduced over the data-sharded batch and sliced to the parameter's shard
+    (GSPMD, Xu et al. 2021 arXiv:2105.04663 §3.2; a reduce-scatter after xla/service/reduce_scatter_creator.cc),
+    then converted to fp32; gpu's float support keeps bf16 collectives (xla/service/gpu/gpu_compiler.cc
+    GpuBfloat16Support: kAllReduce, kReduceScatter supported), so nothing widens it before the wire."""
+    if reduce_dtype == "compute":
+        return compute_copy_bytes(dtype)
+    return state_bytes_per_param(dtype, grad_dtype).gradients
 
 
 def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:

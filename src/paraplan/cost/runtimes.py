@@ -247,7 +247,8 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         fields["batch_syncs"] = DEEPSPEED_PIPE_BATCH_SYNCS
     fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
     fields["lazy_gradients"] = framework.gradient_allocation == "backward"
-    fields["fp32_master"] = framework.optimizer_state == "fp32_master"
+    fields["optimizer_state"] = framework.optimizer_state
+    fields["grad_reduce_dtype"] = framework.grad_reduce_dtype
     return RuntimeCosts(**fields)
 
 

@@ -48,7 +48,8 @@ def total_state_bytes(model_spec, system_spec, plan) -> float:
     """P * (b_weights + b_optimizer): every parameter's weight and optimizer state once, by the rule the
     memory model sizes them with (step.constants.state_bytes: cost.memory.state_bytes_per_param at the
     plan's dtype and the stack's optimizer state): 2 + 12 B in mixed precision with an fp32 master copy,
-    2 + 4 B without one (pure bf16: efficiency.runtime.fp32_master false), 4 + 8 B in fp32. ``plan``: a
+    2 + 4 B without one (pure bf16: efficiency.runtime.optimizer_state param_dtype), 4 + 8 B with fp32
+    parameters as their own master (optimizer_state fp32_params: MaxText) and in fp32. ``plan``: a
     PlanSpec or a SearchProblem (its dtype and grad_dtype)."""
     per = state_bytes(system_spec, plan.dtype, plan)
     return parameter_counts(model_spec).total * (per.weights + per.optimizer)

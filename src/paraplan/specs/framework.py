@@ -77,11 +77,19 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         "during backward and freed by zero_grad(set_to_none=True) (backward: eager PyTorch, Trainer, FSDP2); "
         "cost.memory.peak_residents",
     )
-    optimizer_state: Literal["fp32_master", "param_dtype"] = Field(
+    optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
         "fp32_master",
         description="mixed precision's optimizer state: an fp32 master copy with fp32 Adam moments (12 B per "
-        "parameter), or Adam's moments in the parameters' own half precision and no master (4 B: a model cast "
-        "to bf16 under torch.optim.AdamW); cost.memory.state_bytes_per_param",
+        "parameter beside 2 B bf16 weights), Adam's moments in the parameters' own half precision and no master "
+        "(4 B: a model cast to bf16 under torch.optim.AdamW), or fp32 parameters that are their own master, cast "
+        "to the compute dtype where used, with fp32 moments (4 + 8 B: MaxText weight_dtype float32 under "
+        "optax.adamw); cost.memory.state_bytes_per_param",
+    )
+    grad_reduce_dtype: Literal["kept", "compute"] = Field(
+        "kept",
+        description="dtype of the data-parallel gradient reduction: the dtype the gradients are kept in "
+        "(grad_dtype), or the compute dtype of the weight-gradient GEMM's output, reduced before its cast to "
+        "the kept dtype (XLA SPMD with fp32 parameters); cost.memory.grad_reduce_bytes_per_param",
     )
     fp8_param_gather: bool = Field(
         False,

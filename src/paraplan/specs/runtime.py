@@ -1,8 +1,9 @@
 """What a training stack's runtime adds around the model's kernels (issue 33): copies, casts, blocking
-transfers. A framework profile states its mechanisms (``FrameworkSpec.pipeline_engine``, ``fsdp_runtime``,
-``fp8_param_gather``); ``cost.runtimes.runtime_costs`` turns them into these per-element byte counts and
-factors, which ``cost.frameworks.framework_system`` writes into the system's ``efficiency.runtime`` and the
-step reads (``step.constants.system_terms``). Every default is "nothing added" (Megatron-Core's runtime, whose
+transfers, state dtypes. A framework profile states its mechanisms (``FrameworkSpec.pipeline_engine``,
+``fsdp_runtime``, ``fp8_param_gather``, ``optimizer_state``, ``grad_reduce_dtype``);
+``cost.runtimes.runtime_costs`` turns them into these per-element byte counts and factors, which
+``cost.frameworks.framework_system`` writes into the system's ``efficiency.runtime`` and the step reads
+(``step.constants.system_terms``). Every default is "nothing added" (Megatron-Core's runtime, whose
 copies the fitted constants already hold)."""
 
 from __future__ import annotations
@@ -90,10 +91,16 @@ class RuntimeCosts(InputModel):
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
         "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
     )
-    fp32_master: bool = Field(
-        True,
-        description="mixed precision keeps an fp32 master copy and fp32 Adam moments (False: the moments in the "
-        "parameters' half precision, no master; cost.memory.state_bytes_per_param)",
+    optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
+        "fp32_master",
+        description="mixed precision's optimizer state: fp32 master and fp32 Adam moments, the moments in the "
+        "parameters' half precision and no master, or fp32 parameters as their own master "
+        "(specs.framework.FrameworkSpec.optimizer_state; cost.memory.state_bytes_per_param)",
+    )
+    grad_reduce_dtype: Literal["kept", "compute"] = Field(
+        "kept",
+        description="gradients reduced in the dtype they are kept in, or in the compute dtype before the cast "
+        "(cost.memory.grad_reduce_bytes_per_param)",
     )
     lazy_gradients: bool = Field(
         False,

@@ -31,7 +31,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
         weight_bytes=state.weights,
         grad_bytes=state.gradients,
-        grad_reduce_bytes=state.gradients,  # reduced in the dtype they are kept in (fp32 main grads: 4 B)
+        grad_reduce_bytes=grad_reduce_bytes(system, dtype, knobs),
         optimizer_bytes=state.optimizer,
         reserved_bytes=acc.reserved_memory,
         zero3_live_params=math.inf if cap is None else float(cap),
@@ -44,7 +44,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         host_step_s=acc.efficiency.host_step_s / acc.efficiency.host_speed,
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
         batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
-        **runtime_terms(acc.efficiency.runtime, dtype, state.weights),
+        **runtime_terms(acc.efficiency.runtime, dtype),
     )
 
 
@@ -61,24 +61,37 @@ def batch_sync_s(system: SystemSpec, syncs: float) -> float:
 def state_bytes(system: SystemSpec, dtype: str, runtime=None) -> mem.StateBytes:
     """Bytes per parameter of the weights, gradients and optimizer state a run of ``dtype`` keeps on
     ``system`` under the run-wide knobs of ``runtime`` (None: their defaults): cost.memory.state_bytes_per_param
-    at the run's gradient dtype and the stack's optimizer state (efficiency.runtime.fp32_master, set by a
+    at the run's gradient dtype and the stack's optimizer state (efficiency.runtime.optimizer_state, set by a
     framework profile). The one reading of that rule: the step's memory and reductions (``system_terms``),
-    the per-stage tied-embedding all-reduce (step.stage_links) and the checkpoint size (goodput.checkpoint)."""
+    the checkpoint size (goodput.checkpoint)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
-    fp32_master = system.accelerator.efficiency.runtime.fp32_master
-    return mem.state_bytes_per_param(dtype, knobs.grad_dtype, fp32_master)
+    optimizer_state = system.accelerator.efficiency.runtime.optimizer_state
+    return mem.state_bytes_per_param(dtype, knobs.grad_dtype, optimizer_state)
 
 
-def runtime_terms(runtime: RuntimeCosts, dtype: str, weight_bytes: float) -> dict:
+def grad_reduce_bytes(system: SystemSpec, dtype: str, runtime=None) -> float:
+    """Bytes per parameter of a data-parallel gradient reduction of a run of ``dtype`` on ``system``
+    (cost.memory.grad_reduce_bytes_per_param at the run's gradient dtype and the stack's
+    efficiency.runtime.grad_reduce_dtype). The one reading of that rule: the step's reductions
+    (``system_terms``) and the per-stage tied-embedding all-reduce (step.stage_links)."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    reduce_dtype = system.accelerator.efficiency.runtime.grad_reduce_dtype
+    return mem.grad_reduce_bytes_per_param(dtype, knobs.grad_dtype, reduce_dtype)
+
+
+def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
     """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
     per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
-    else the weights' own), the ZeRO-3 / FSDP copies, the per-micro-batch gradient accumulation, the
-    interleaved schedule's p2p overlap, the once-per-step weight quantisation of a low-precision recipe
-    (cost.quantisation) and whether gradients are allocated during backward (cost.memory.peak_residents)."""
+    else the compute copy's, cost.memory.compute_copy_bytes) and the gathered copy holds, the ZeRO-3 / FSDP
+    copies, the per-micro-batch gradient accumulation, the interleaved schedule's p2p overlap, the
+    once-per-step weight quantisation of a low-precision recipe (cost.quantisation) and whether gradients
+    are allocated during backward (cost.memory.peak_residents)."""
     fp8_gather = runtime.fp8_param_gather and dtype == "fp8"
+    compute_copy = mem.compute_copy_bytes(dtype)
     return dict(
         fp8_weight_quant_bytes=weight_quantisation_bytes(runtime.fp8_recipe, dtype, fp8_gather),
-        param_gather_bytes=1.0 if fp8_gather else weight_bytes,
+        param_gather_bytes=1.0 if fp8_gather else compute_copy,
+        gathered_weight_bytes=compute_copy,
         grad_accumulation_bytes=runtime.grad_accumulation_bytes,
         p2p_overlap=1.0 if runtime.p2p_overlap else 0.0,
         lazy_gradients=1.0 if runtime.lazy_gradients else 0.0,

@@ -30,7 +30,7 @@ class EngineRules:
     )
     async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
     # bytes per element of the tied-embedding gradient all-reduce; 0: the run's gradient dtype
-    # (step.constants.state_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)
+    # (step.constants.grad_reduce_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)
     tied_grad_bytes: float = 0.0
     grad_split_over_tp: bool = True  # backward: each TP rank sends 1/t of the activation gradient
     gather_after_recv: bool = (

@@ -89,6 +89,9 @@ class StepInputs:
     # bytes per parameter of the data-parallel weight all-gathers: the weights' own, or 1 where an fp8 run
     # gathers its fp8 primary weights (step.constants.runtime_terms; no default: every builder states it)
     param_gather_bytes: Num
+    # bytes per parameter of the unsharded weight copy a ZeRO-3 gather holds (cost.memory.compute_copy_bytes:
+    # the weights' own, or the compute dtype's where fp32 parameters are cast before the gather)
+    gathered_weight_bytes: Num
     zero3_prefetch_layers: Num = (
         1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
     )

@@ -19,7 +19,7 @@ from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
-from paraplan.step.constants import state_bytes
+from paraplan.step.constants import grad_reduce_bytes
 from paraplan.step.p2p import tied_embedding_elements
 from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
@@ -281,8 +281,8 @@ def tied_embedding_sync_s(
 ) -> float:
     """step.p2p.tied_embedding_sync_s between the first and the last stage on the link their first GPUs
     use (every GPU of both stages sending at once), at the engine's tied_grad_bytes, or where it leaves them
-    to the stack (0), the run's gradient bytes on the first stage's GPUs (step.constants.state_bytes, as a
-    uniform plan's StepInputs.grad_reduce_bytes)."""
+    to the stack (0), the run's gradient-reduction bytes on the first stage's GPUs
+    (step.constants.grad_reduce_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)."""
     elements = tied_embedding_elements(model, first.tp)
     if not elements or first.index == last.index:
         return 0.0
@@ -292,6 +292,6 @@ def tied_embedding_sync_s(
     )
     form = linear_collective("all_reduce", span, link_system)
     grad_bytes = common.rules.tied_grad_bytes or (
-        state_bytes(cluster.pool(first.slices[0][0]).system, common.dtype, common.runtime).gradients
+        grad_reduce_bytes(cluster.pool(first.slices[0][0]).system, common.dtype, common.runtime)
     )
     return float(tied_sync_rule(form, elements, grad_bytes, last.index + 1))

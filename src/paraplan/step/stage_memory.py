@@ -154,13 +154,14 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     depth (FSDP gathers whole wrapped layers and prefetches the next: Zhao et al. 2023, PyTorch FSDP,
     VLDB), or under a runtime cap on live parameters (DeepSpeed stage3_max_live_parameters) that cap, but
     never less than the block's largest weight tensor, which must be whole to run:
-    min((1 + d)·layer, max(cap, largest tensor)) × weight bytes. The buffer is counted whether or not the
+    min((1 + d)·layer, max(cap, largest tensor)) × the gathered copy's bytes per parameter
+    (StepInputs.gathered_weight_bytes). The buffer is counted whether or not the
     gather overlaps (the search keeps only the overlapped ZeRO-3 variant, which must need no more memory)."""
     layer = (1.0 + inp.zero3_prefetch_layers) * max_blocks(
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
-    return minimum(layer, maximum(inp.zero3_live_params, largest)) * inp.weight_bytes
+    return minimum(layer, maximum(inp.zero3_live_params, largest)) * inp.gathered_weight_bytes
 
 
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
