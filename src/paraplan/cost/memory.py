@@ -83,8 +83,9 @@ def grad_reduce_bytes_per_param(dtype: str, grad_dtype: str, reduce_dtype: str =
     SPMD partitioner emits for a jitted JAX step whose fp32 parameters are cast to bf16 in the layers: the wgrad
     dot's bf16 partial sums are all-reduced over the data-sharded batch and sliced to the parameter's shard
     (GSPMD, Xu et al. 2021 arXiv:2105.04663 §3.2; a reduce-scatter after xla/service/reduce_scatter_creator.cc),
-    then converted to fp32; gpu's float support keeps bf16 collectives (xla/service/gpu/gpu_compiler.cc
-    GpuBfloat16Support: kAllReduce, kReduceScatter supported), so nothing widens it before the wire."""
+    then converted to fp32; the GPU backend's float normalization keeps bf16 reductions (openxla/xla
+    xla/service/gpu/gpu_float_support.cc at 0edf2026, GpuFloatSupport::IsSupported: kAllReduce,
+    kReduceScatter), so nothing widens it before the wire."""
     if reduce_dtype == "compute":
         return compute_copy_bytes(dtype)
     return state_bytes_per_param(dtype, grad_dtype).gradients
