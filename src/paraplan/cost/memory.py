@@ -71,7 +71,11 @@ def compute_copy_bytes(dtype: str) -> float:
     mixed precision, fp8 and FP4 recipes included, whose GEMMs take bf16 weights and write bf16 outputs) or 4 in
     fp32 / tf32 training. What a ZeRO-3 / FSDP gather moves and holds unsharded (the weights' own bytes, but
     for fp32 parameters cast to the compute dtype on the shard before the gather: ``state_bytes_per_param``'s
-    fp32_params), and what a gradient reduced in the compute dtype moves (``grad_reduce_bytes_per_param``)."""
+    fp32_params, where XLA's sharding propagation gives the elementwise cast its operand's sharding, so the
+    partitioner gathers the cast's bf16 output, as jax 0.4.26's SPMD pass emits it; later XLA's
+    CollectiveQuantizer pass, openxla/xla xla/service/collective_quantizer.h at 2dbe02fb, also turns an
+    all-gather followed by a narrowing convert into convert then all-gather), and what a gradient reduced in
+    the compute dtype moves (``grad_reduce_bytes_per_param``)."""
     return 4.0 if dtype in ("fp32", "tf32") else 2.0
 
 
