@@ -62,8 +62,8 @@ def state_bytes(system: SystemSpec, dtype: str, runtime=None) -> mem.StateBytes:
     """Bytes per parameter of the weights, gradients and optimizer state a run of ``dtype`` keeps on
     ``system`` under the run-wide knobs of ``runtime`` (None: their defaults): cost.memory.state_bytes_per_param
     at the run's gradient dtype and the stack's optimizer state (efficiency.runtime.optimizer_state, set by a
-    framework profile). The one reading of that rule: the step's memory and reductions (``system_terms``),
-    the checkpoint size (goodput.checkpoint)."""
+    framework profile). The one reading of that rule: the step's memory (``system_terms``) and the checkpoint
+    size (goodput.checkpoint)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     optimizer_state = system.accelerator.efficiency.runtime.optimizer_state
     return mem.state_bytes_per_param(dtype, knobs.grad_dtype, optimizer_state)

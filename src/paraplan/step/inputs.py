@@ -86,8 +86,9 @@ class StepInputs:
     grad_bytes: Num
     optimizer_bytes: Num
     reserved_bytes: Num
-    # bytes per parameter of the data-parallel weight all-gathers: the weights' own, or 1 where an fp8 run
-    # gathers its fp8 primary weights (step.constants.runtime_terms; no default: every builder states it)
+    # bytes per parameter of the data-parallel weight all-gathers: the compute copy's (the weights' own, or the
+    # compute dtype's where fp32 parameters are cast before the gather), or 1 where an fp8 run gathers its fp8
+    # primary weights (step.constants.runtime_terms; no default: every builder states it)
     param_gather_bytes: Num
     # bytes per parameter of the unsharded weight copy a ZeRO-3 gather holds (cost.memory.compute_copy_bytes:
     # the weights' own, or the compute dtype's where fp32 parameters are cast before the gather)
