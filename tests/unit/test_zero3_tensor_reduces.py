@@ -119,7 +119,7 @@ def test_regather_per_tensor_by_hand():
     )
     stage = SimpleNamespace(blocks=((decoder, 24), (other, 1)))
     inp = SimpleNamespace(
-        weight_bytes=2.0, zero3_tensor_gathers=1.0, kernel_overhead_s=KERNEL, hbm_rate=1e12
+        param_gather_bytes=2.0, zero3_tensor_gathers=1.0, kernel_overhead_s=KERNEL, hbm_rate=1e12
     )
     form = LinearCollective(1e-11, 2e-5, 3e-11, 4e-5, 0.5, 0.25)
     time, price = regather_s(stage, "dense", form, 16, inp)

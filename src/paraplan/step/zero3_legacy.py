@@ -129,7 +129,7 @@ def regather_s(stage: Any, group_name: str, form: Any, ranks: Num, inp: Any) -> 
     tensors = sum_blocks(
         stage, lambda b: (b.weight_tensors - small_count(b)) * b.regathered
     ) / np.maximum(blocks, 1.0)
-    size = params * inp.gathered_weight_bytes / np.maximum(blocks, 1.0)
+    size = params * inp.param_gather_bytes / np.maximum(blocks, 1.0)  # as the block gathers
     per_tensor = np.where(size > 0, inp.zero3_tensor_gathers, 0.0)
     extra = tensors - 1.0
     host = tensor_gather_host_s(ranks, tensors, size, inp)
