@@ -293,7 +293,8 @@ MECHANISMS: tuple[tuple[str, str, str, str], ...] = (
     (
         "hardware variants",
         "catalog/systems/*.yaml",
-        "datasheets cited per field (H800, H100 PCIe / NVL, GH200 96 GB, A100 40 GB, B300 / GB300, V100, T4 nodes)",
+        "datasheets cited per field (H800, H100 PCIe / NVL, GH200 96 GB, A100 40 GB, B300 / GB300, V100 / DGX-2H, T4 nodes); "
+        "V100 HBM rate from Jia et al. 2018",
         "nothing",
     ),
 )
