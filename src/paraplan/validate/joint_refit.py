@@ -16,7 +16,8 @@ reads the table, with the date and case sets in the value's source note.
 ``--elasticity NAME`` refits nothing: it prints each set's mean elasticity of the predicted step time to
 that constant, d ln T / d ln c (``elasticity``); for a GEMM cap, whose GEMMs take a time ∝ 1/cap, minus
 the elasticity is the share of the predicted step spent in the GEMMs it prices (how much of a set a change
-of the constant moves).
+of the constant moves). ``--hold`` goes with a refit only: beside ``--elasticity`` it is refused
+(a one-line error, exit 2), as is any argument the parser does not know.
 """
 
 from __future__ import annotations
