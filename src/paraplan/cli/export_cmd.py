@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from paraplan.cli.app import app
+from paraplan.cli.app import FrameworkOption, app
 from paraplan.cli.declare import given, optional
 from paraplan.specs.errors import InputError
 
@@ -46,15 +46,12 @@ def export_command(
         int, "--seq-length", help="for a DeepSpeed config read as input", min=1
     ) = None,
     out: optional(Path, "--out", "-o", help="write to FILE (with --to all: a folder)") = None,
-    framework: optional(
-        str,
-        "--framework",
-        help="framework profile the plan was priced with (its fp8 recipe; default: the search JSON's)",
-    ) = None,
+    framework: FrameworkOption = None,
 ) -> None:
     """Write a plan as the arguments a training framework takes; refuse (exit 2) a knob it cannot express.
     With --to all, every framework that can run the plan is written and the others' refusals listed
-    (exit 0 when at least one was written). A search JSON's model and system are the defaults."""
+    (exit 0 when at least one was written). A search JSON's model, system and framework profile (its fp8
+    recipe) are the defaults."""
     from paraplan.catalog import load_framework, load_model, load_system
     from paraplan.export import FRAMEWORKS, SUFFIX, export_plan
     from paraplan.export.planfile import (

@@ -21,16 +21,16 @@ class PlanGoodput:
     tokens: float
     steps: float
     gpus: int
-    step_time_s: float
     checkpoint: CheckpointCost
     time: TimeToTrain
     energy_j: float | None
     peak_w: float | None
     price_per_gpu_hour: float | None
     accelerator: str
-    checkpoint_mode: str = "sync"  # as asked (checkpoint.mode: as saved)
+    inputs: (
+        GoodputInputs  # as asked: the checkpoint mode (self.checkpoint.mode: as saved), the grid
+    )
     radius: BlastRadius | None = None
-    grid_gco2_per_kwh: float = 0.0
 
     @property
     def gpu_hours(self) -> float:
@@ -61,7 +61,7 @@ class PlanGoodput:
             "recovery": self._recovery_dict(),
             "checkpoint": {
                 "mode": self.checkpoint.mode,
-                "asked_mode": self.checkpoint_mode,
+                "asked_mode": self.inputs.checkpoint.mode,
                 "fallback": self.checkpoint.fallback,
                 "host_gib": self.checkpoint.host_bytes / GiB,
                 "rank_gib": self.checkpoint.rank_bytes / GiB,
@@ -78,10 +78,10 @@ class PlanGoodput:
             "average_mw": None if energy is None else energy / t.wall_s / 1e6,
             "peak_mw": None if self.peak_w is None else self.peak_w / 1e6,
             "tokens_per_joule": None if energy is None else self.tokens / energy,
-            "grid_gco2_per_kwh": self.grid_gco2_per_kwh,
+            "grid_gco2_per_kwh": self.inputs.energy.grid_gco2_per_kwh,
             "emissions_tco2": None
             if energy is None
-            else emissions_tco2(energy, self.grid_gco2_per_kwh),
+            else emissions_tco2(energy, self.inputs.energy.grid_gco2_per_kwh),
             "accelerator": self.accelerator,
         }
         return _finite(out)
@@ -157,16 +157,14 @@ def plan_goodput(
         tokens=tokens,
         steps=steps,
         gpus=est.gpus,
-        step_time_s=est.step_time_s,
         checkpoint=ckpt,
         time=time,
         energy_j=energy,
         peak_w=peak,
         price_per_gpu_hour=price_per_gpu_hour,
         accelerator=accelerator,
-        checkpoint_mode=inputs.checkpoint.mode,
+        inputs=inputs,
         radius=recovery.radius,
-        grid_gco2_per_kwh=inputs.energy.grid_gco2_per_kwh,
     )
 
 

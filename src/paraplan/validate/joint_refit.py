@@ -16,22 +16,24 @@ reads the table, with the date and case sets in the value's source note.
 ``--elasticity NAME`` refits nothing: it prints each set's mean elasticity of the predicted step time to
 that constant, d ln T / d ln c (``elasticity``); for a GEMM cap, whose GEMMs take a time ∝ 1/cap, minus
 the elasticity is the share of the predicted step spent in the GEMMs it prices (how much of a set a change
-of the constant moves).
+of the constant moves). ``--hold`` goes with a refit only: beside ``--elasticity`` it is refused
+(a one-line error, exit 2), as is any argument the parser does not know.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
+from paraplan.validate.cv import step_error
 from paraplan.validate.fitted import (
     FITTED_CONSTANTS,
     EngineConstant,
     FittedConstant,
     refit,
 )
-from paraplan.validate.cv import step_error
 from paraplan.validate.run import Case, case_role, load_cases
 
 HETERO_ONLY = ("aws-g4dn.12xlarge", "aws-p3.8xlarge")  # AMP's clusters: validate --hetero
@@ -45,31 +47,48 @@ def uniform_constants() -> list[FittedConstant]:
     ]
 
 
-def _timed_cases(role: str) -> list[Case]:
-    """The bundled uniform cases with a measured step time and the given role (validate.run.case_role)."""
+def timed_cases() -> list[Case]:
+    """The bundled uniform cases with a measured step time, read once; ``calibration_cases`` and
+    ``held_out_cases`` split them by role (validate.run.case_role)."""
     return [
-        case
-        for case in load_cases()
-        if isinstance(case, Case) and "step_time_s" in case.measured and case_role(case) == role
+        case for case in load_cases() if isinstance(case, Case) and "step_time_s" in case.measured
     ]
 
 
-def calibration_cases() -> dict[str, list[Case]]:
-    """Timed uniform calibration cases by calibration set (their group, else their file stem)."""
+def calibration_cases(timed: list[Case] | None = None) -> dict[str, list[Case]]:
+    """Timed uniform calibration cases (of ``timed``, default ``timed_cases()``) by calibration set
+    (their group, else their file stem)."""
     sets: dict[str, list[Case]] = {}
     fitted_on = {s for k in uniform_constants() for s in k.fitted_on}
-    for case in _timed_cases("calibration"):
-        name = case.group if case.group in fitted_on else case.file
-        sets.setdefault(name, []).append(case)
+    for case in timed_cases() if timed is None else timed:
+        if case_role(case) == "calibration":
+            name = case.group if case.group in fitted_on else case.file
+            sets.setdefault(name, []).append(case)
     return sets
 
 
-def held_out_cases() -> dict[str, list[Case]]:
-    """Timed uniform held-out cases by source (file stem, as ``paraplan validate`` groups them)."""
+def held_out_cases(timed: list[Case] | None = None) -> dict[str, list[Case]]:
+    """Timed uniform held-out cases (of ``timed``, default ``timed_cases()``) by source (file stem, as
+    ``paraplan validate`` groups them)."""
     sets: dict[str, list[Case]] = {}
-    for case in _timed_cases("held_out"):
-        sets.setdefault(case.file, []).append(case)
+    for case in timed_cases() if timed is None else timed:
+        if case_role(case) == "held_out":
+            sets.setdefault(case.file, []).append(case)
     return sets
+
+
+def case_error(case: Case, values: dict[FittedConstant, float], memo: dict) -> float:
+    """``case``'s signed step-time error (%) with the constants at ``values`` (validate.cv.step_error),
+    kept in ``memo`` by the values of the constants acting on the case: a case whose system carries
+    none of the moved constants is estimated once."""
+    key = (
+        case.file,
+        case.name,
+        tuple((k.name, v) for k, v in values.items() if case.system.name in k.systems),
+    )
+    if key not in memo:
+        memo[key] = step_error(case, values)
+    return memo[key]
 
 
 def set_mapes(
@@ -79,28 +98,25 @@ def set_mapes(
     keeps each case's error by the values of the constants acting on it, so a coordinate step
     re-estimates only the cases its constant moves."""
     memo = {} if memo is None else memo
-
-    def err(case: Case) -> float:
-        key = (
-            case.file,
-            case.name,
-            tuple(v for k, v in values.items() if case.system.name in k.systems),
-        )
-        if key not in memo:
-            memo[key] = abs(step_error(case, values))
-        return memo[key]
-
-    return {name: sum(map(err, cases)) / len(cases) for name, cases in sets.items()}
+    return {
+        name: sum(abs(case_error(c, values, memo)) for c in cases) / len(cases)
+        for name, cases in sets.items()
+    }
 
 
 def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
     """Catalog and refitted values, each calibration set's MAPE before and after (``before``,
     ``after``) and each held-out set's (``held_out_before``, ``held_out_after``: never fitted on);
     the constants named in ``hold`` keep their catalog values (a value a component measurement pins)."""
-    constants, sets = uniform_constants(), calibration_cases()
+    constants = uniform_constants()
     unknown = set(hold) - {k.name for k in constants}
     if unknown:
-        raise ValueError(f"--hold: {sorted(unknown)} are not fitted constants")
+        raise ValueError(
+            f"--hold: {', '.join(map(repr, sorted(unknown)))} is not a fitted constant of the "
+            "uniform cases"
+        )
+    timed = timed_cases()
+    sets, held_out = calibration_cases(timed), held_out_cases(timed)
     start = {k: k.catalog_value() for k in constants}
 
     memo: dict = {}
@@ -111,7 +127,6 @@ def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
 
     free = [k for k in constants if k.name not in hold]
     values = refit(objective, free, start, sweeps=sweeps)
-    held_out = held_out_cases()
     return {
         "constants": {k.name: (start[k], values[k]) for k in constants},
         "before": set_mapes(sets, start, memo),
@@ -121,12 +136,19 @@ def joint_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
-def elasticity(case: Case, const: FittedConstant, step: float = 0.01) -> float:
+def elasticity(
+    case: Case, const: FittedConstant, step: float = 0.01, memo: dict | None = None
+) -> float:
     """d ln T / d ln c of ``case``'s predicted step time T to ``const`` at its catalog value c, by a
-    forward difference of ``step`` (relative): ln(T(c·(1+step)) / T(c)) / ln(1 + step)."""
-    base = const.catalog_value()
-    moved = 1.0 + step_error(case, {const: base * (1.0 + step)}) / 100.0
-    return math.log(moved / (1.0 + step_error(case, {}) / 100.0)) / math.log1p(step)
+    forward difference of ``step`` (relative): ln(T(c·(1+step)) / T(c)) / ln(1 + step); 0 without an
+    estimate where the case's system does not carry the constant. Errors are kept in ``memo``
+    (``case_error``)."""
+    if case.system.name not in const.systems:
+        return 0.0
+    memo = {} if memo is None else memo
+    base = 1.0 + case_error(case, {}, memo) / 100.0
+    moved = 1.0 + case_error(case, {const: const.catalog_value() * (1.0 + step)}, memo) / 100.0
+    return math.log(moved / base) / math.log1p(step)
 
 
 def set_elasticities(name: str) -> dict[str, float]:
@@ -134,8 +156,13 @@ def set_elasticities(name: str) -> dict[str, float]:
     const = next((k for k in uniform_constants() if k.name == name), None)
     if const is None:
         raise ValueError(f"--elasticity: {name!r} is not a fitted constant of the uniform cases")
-    sets = {**calibration_cases(), **held_out_cases()}
-    return {s: sum(elasticity(c, const) for c in cases) / len(cases) for s, cases in sets.items()}
+    timed = timed_cases()
+    sets = {**calibration_cases(timed), **held_out_cases(timed)}
+    memo: dict = {}
+    return {
+        s: sum(elasticity(c, const, memo=memo) for c in cases) / len(cases)
+        for s, cases in sets.items()
+    }
 
 
 def _print_elasticities(name: str) -> None:
@@ -145,15 +172,45 @@ def _print_elasticities(name: str) -> None:
         print(f"{set_name:28} {value:30.3f}")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line (exit 2), as every paraplan command does."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="python -m paraplan.validate.joint_refit",
+        description="Refit the uniform step-time constants jointly (module docstring).",
+    )
+    parser.add_argument(
+        "--hold",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep this constant at its catalog value (repeatable)",
+    )
+    parser.add_argument(
+        "--elasticity",
+        metavar="NAME",
+        help="refit nothing: print each set's elasticity of the step time to this constant",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    named = {a: args[i + 1] for i, a in enumerate(args) if i + 1 < len(args)}
-    hold = tuple(args[i + 1] for i, a in enumerate(args) if a == "--hold" and i + 1 < len(args))
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.elasticity is not None and args.hold:
+        parser.error(
+            "--hold goes with a refit and --elasticity refits nothing; give one of the two"
+        )
     try:
-        if "--elasticity" in named:
-            _print_elasticities(named["--elasticity"])
+        if args.elasticity is not None:
+            _print_elasticities(args.elasticity)
         else:
-            _print_refit(joint_refit(hold=hold))
+            _print_refit(joint_refit(hold=tuple(args.hold)))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
