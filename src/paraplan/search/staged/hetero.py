@@ -44,9 +44,9 @@ from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
 from paraplan.specs.framework import FrameworkSpec
-from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
+from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
@@ -97,14 +97,10 @@ class HeteroProblem:
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
     """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
-    its plan defaults, cost.frameworks.framework_plan_fields: attention, the overlap switches and the run-wide
-    knobs), the one reading of a profile by the per-stage searches."""
-    defaults = framework_plan_fields(profile, {})
-    fields = {
-        k: defaults[k]
-        for k in ("attention", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm")
-    }
-    fields["runtime"] = RuntimeFields(**{k: defaults[k] for k in RUNTIME_FIELDS})
+    its plan defaults, cost.frameworks.PLAN_DEFAULTS: attention and the overlap switches, and the run-wide
+    knobs, specs.plan.runtime_fields_of), the one reading of a profile by the per-stage searches."""
+    fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
+    fields["runtime"] = RuntimeFields(**runtime_fields_of(profile))
     return framework_cluster(profile, cluster_spec), fields
 
 
