@@ -1,6 +1,8 @@
 """``paraplan search --cluster`` and ``--non-uniform`` take ``--framework`` (issue 31): the per-stage searches
 price with the profile's stack and plan defaults exactly as ``estimate --plan --framework`` does, so every
-returned plan passes the per-stage plan check and re-estimates to the same step time through it."""
+returned plan passes the per-stage plan check and re-estimates to the same step time through it; under a
+profile with a launcher (search.launch) every returned plan is one its exporters write, as the uniform
+search's rows are (the same rules: search.launch.stage_plan_allowed)."""
 
 from __future__ import annotations
 
@@ -11,18 +13,29 @@ import pytest
 import yaml
 
 from paraplan.catalog import load_framework, load_system
+from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
+from paraplan.export import export_plan
+from paraplan.search import launch
 from paraplan.search.staged.hetero import HeteroProblem, profile_fields, search_cluster
 from paraplan.search.staged.non_uniform import search_non_uniform
-from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.specs.cluster import uniform_cluster
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.stage_plan import check_stage_plan, stage_plan_from_dict, stage_plan_to_dict
+from paraplan.specs.plan import PlanSpec, runtime_fields_of
+from paraplan.specs.stage_plan import (
+    StagePlanSpec,
+    check_stage_plan,
+    stage_plan_from_dict,
+    stage_plan_to_dict,
+)
 from paraplan.step.per_stage import estimate_stage_plan
 from tests.hetero.test_hetero_cli_and_cases import MIXED, MODEL, run
 
 REL = 1e-9
-FRAMEWORKS = ("torchtitan", "pytorch-eager", "megatron-deepspeed", "hf-transformers")
+# profiles with a launcher (search.launch.TARGETS, through their base) and without one
+LAUNCHED = ("torchtitan", "deepspeed", "megatron-core", "nemo-24.09")
+FRAMEWORKS = (*LAUNCHED, "pytorch-eager", "megatron-deepspeed", "hf-transformers")
 
 
 def re_estimate(model, cluster, framework: str, plan) -> float:
@@ -35,36 +48,107 @@ def re_estimate(model, cluster, framework: str, plan) -> float:
     return est.step_time_s
 
 
-@pytest.mark.parametrize("mode", ["--cluster", "--non-uniform"])
-@pytest.mark.parametrize("framework", ["torchtitan", "megatron-deepspeed"])
-def test_search_takes_the_framework(capsys, tmp_path, monkeypatch, mode, framework):
-    monkeypatch.setenv("COLUMNS", "200")
+def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec) -> PlanSpec:
+    """The uniform plan a per-stage plan states when every stage has one tp, dp and recompute (what a
+    launcher runs): its split as ``stage_layers`` unless it is the default one."""
+    first = plan.stages[0]
+    assert all(
+        (s.tp, s.data_parallel, s.recompute) == (first.tp, first.data_parallel, first.recompute)
+        for s in plan.stages
+    )
+    assert not any(s.recompute_ops for s in plan.stages), "per-op recompute: no launcher states it"
+    n = model.layers + 2  # embedding, decoder layers, output (step.blocks.model_blocks)
+    layers = [b - a - (a == 0) - (b == n) for a, b in (s.blocks for s in plan.stages)]
+    fields = dict(
+        gpus=plan.gpus,
+        tp=first.tp,
+        dp=first.data_parallel,
+        pp=plan.pp,
+        micro_batch=plan.global_batch // (first.data_parallel * plan.n_microbatches),
+        global_batch=plan.global_batch,
+        seq_length=plan.seq_length,
+        dtype=plan.dtype,
+        attention=plan.attention,
+        recompute=first.recompute,
+        zero=plan.zero,
+        overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
+        overlap_param_gather=plan.overlap_param_gather,
+        overlap_tp_comm=plan.overlap_tp_comm and first.tp > 1,
+        sequence_parallel=plan.sequence_parallel and first.tp > 1,
+        schedule=plan.schedule,
+        **runtime_fields_of(plan),
+    )
+    default = PlanSpec(**fields)
+    if [g.layers for g in default.split(model.layers) for _ in range(int(g.count))] == layers:
+        return default
+    return PlanSpec(**fields, stage_layers=layers)
+
+
+def assert_launched(plan: StagePlanSpec, model: ModelSpec, framework: str) -> None:
+    """Every exporter of the framework's launcher writes the plan (ExportRefused otherwise)."""
+    uniform = as_uniform_plan(plan, model)
+    for target in launch.targets(framework):
+        export_plan(target, uniform, model)
+
+
+def write_inputs(tmp_path) -> tuple[str, str]:
     model = tmp_path / "model.yaml"
     model.write_text(yaml.safe_dump(MODEL))
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump(MIXED))
-    where = ["--cluster", str(cluster)] if mode == "--cluster" else []
-    where += ["--system", "dgx-a100-80gb", "--gpus", "8", "--non-uniform"] * (mode != "--cluster")
-    argv = ["search", "-m", str(model), *where, "--global-batch", "16", "--seq-length", "512"]
-    argv += ["--dtype", "fp16", "--top", "3", "--time-budget", "5", "--json"]
-    code, out, err = run(capsys, *argv, "--framework", framework)
+    return str(model), str(cluster)
+
+
+def test_search_takes_the_framework(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    model, cluster = write_inputs(tmp_path)
+    argv = ["search", "-m", model, "--cluster", cluster, "--global-batch", "16"]
+    argv += ["--seq-length", "512", "--dtype", "fp16", "--top", "1", "--time-budget", "2", "--json"]
+    code, out, err = run(capsys, *argv, "--framework", "megatron-deepspeed")
     assert code == 0, err
     found = json.loads(out)["plans"]
     code, plain, err = run(capsys, *argv)
     assert code == 0, err
-    assert found and [p["step_time_s"] for p in found] != [  # the profile is not ignored
-        p["step_time_s"] for p in json.loads(plain)["plans"]
-    ]
+    assert found and found[0]["step_time_s"] != json.loads(plain)["plans"][0]["step_time_s"]
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(found[0]["plan"]))
+    argv = ["estimate", "-m", model, "--plan", str(path), "--cluster", cluster]
+    code, out, err = run(capsys, *argv, "--framework", "megatron-deepspeed", "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["step_time_s"] == pytest.approx(found[0]["step_time_s"], rel=REL)
+
+
+def test_search_under_a_launcher_returns_plans_it_exports(capsys, tmp_path, monkeypatch):
+    """torchtitan runs FSDP2 (ZeRO 2/3) with sequence parallelism at tp > 1, one tp and recompute on
+    every stage: the per-stage search's plans were ZeRO 0 (and per-stage tp) before it read the launcher."""
+    monkeypatch.setenv("COLUMNS", "200")
+    model, _ = write_inputs(tmp_path)
+    argv = ["search", "-m", model, "--system", "dgx-a100-80gb", "--gpus", "8", "--non-uniform"]
+    argv += ["--global-batch", "16", "--seq-length", "512", "--top", "3", "--time-budget", "2"]
+    code, out, err = run(capsys, *argv, "--json", "--framework", "torchtitan")
+    assert code == 0, err
+    found = json.loads(out)["plans"]
+    assert found
+    spec = ModelSpec(name="tiny", **MODEL)
     for row in found:
-        path = tmp_path / "plan.yaml"
-        path.write_text(yaml.safe_dump(row["plan"]))
-        place = (
-            ["--cluster", str(cluster)] if mode == "--cluster" else ["--system", "dgx-a100-80gb"]
-        )
-        argv = ["estimate", "-m", str(model), "--plan", str(path), *place, "--framework", framework]
-        code, out, err = run(capsys, *argv, "--json")
-        assert code in (0, 1), err
-        assert json.loads(out)["step_time_s"] == pytest.approx(row["step_time_s"], rel=REL)
+        assert_launched(stage_plan_from_dict(row["plan"]), spec, "torchtitan")
+
+
+def test_search_refuses_a_setting_the_launcher_cannot_state(capsys):
+    argv = [
+        "search",
+        "-m",
+        "gpt3-125m",
+        "--system",
+        "dgx-a100-80gb",
+        "--gpus",
+        "8",
+        "--non-uniform",
+    ]
+    code, _, err = run(
+        capsys, *argv, "--global-batch", "8", "--dtype", "fp16", "--framework", "torchtitan"
+    )
+    assert code == 2 and "dtype" in err and "torchtitan" in err and "Traceback" not in err
 
 
 def test_search_refuses_an_unknown_framework(capsys):
@@ -74,31 +158,92 @@ def test_search_refuses_an_unknown_framework(capsys):
 
 
 def draw_problem(rng: random.Random):
-    """A small problem: a 2-6 layer decoder on 4 or 8 GPUs of one system or the mixed cluster, a profile
-    other than the default, a global batch of 8-32; the AMP-style or the Aceso-style search."""
+    """A small problem: a 2-6 layer decoder on 8 GPUs of one system or the mixed V100/T4 cluster (fp16:
+    not the launchers'), a profile other than the default, a global batch of 8-32; the AMP-style or the
+    Aceso-style search."""
     layers = rng.choice((2, 4, 6))
     model = ModelSpec(name=f"tiny{layers}", **(MODEL | {"layers": layers}))
-    if rng.random() < 0.5:
+    framework = rng.choice(FRAMEWORKS)
+    if rng.random() < 0.3 and framework not in LAUNCHED:
         cluster = cluster_from_dict(MIXED)
     else:
         cluster = uniform_cluster(load_system(rng.choice(("dgx-a100-80gb", "dgx-h100-80gb"))), 8)
-    return model, cluster, rng.choice(FRAMEWORKS), rng.choice((8, 16, 32)), rng.random() < 0.5
+    return model, cluster, framework, rng.choice((8, 16, 32)), rng.random() < 0.5
 
 
-def test_every_searched_plan_checks_and_re_estimates_under_the_framework():
+def test_every_searched_plan_checks_re_estimates_and_launches_under_the_framework():
     rng = random.Random(31)
-    checked = 0
-    for _ in range(6):
+    checked = launched = 0
+    for _ in range(12):
         model, cluster, framework, batch, non_uniform = draw_problem(rng)
         priced, fields = profile_fields(load_framework(framework), cluster)
         dtype = "fp16" if cluster.name == "mixed" else "bf16"
         problem = HeteroProblem(model, priced, batch, 512, dtype, **fields)
         search = search_non_uniform if non_uniform and cluster.is_uniform else search_cluster
-        result = search(problem, top_k=3, time_budget_s=3.0)
+        result = search(problem, top_k=3, time_budget_s=1.0)
         for c in result.plans:
             check_stage_plan(c.plan, model, priced)
             assert re_estimate(model, cluster, framework, c.plan) == pytest.approx(
                 c.step_time_s, rel=REL
             ), (framework, c.label)
             checked += 1
-    assert checked >= 6
+            if framework in LAUNCHED:
+                assert_launched(c.plan, model, framework)
+                launched += 1
+    assert checked >= 12 and launched >= 6
+
+
+def test_a_launcher_refuses_what_its_exporter_cannot_state():
+    """The problem-wide rules of search.launch.problem_violations refuse, by name, before any search."""
+    cluster = uniform_cluster(load_system("dgx-a100-80gb"), 8)
+    priced, fields = profile_fields(load_framework("deepspeed"), cluster)
+    with pytest.raises(InputError, match="recompute"):
+        HeteroProblem(
+            ModelSpec(name="t", **MODEL), priced, 8, 512, recompute=("selective",), **fields
+        )
+
+
+def test_deepspeed_plans_keep_the_one_split_its_exporter_writes():
+    """DeepSpeed's config states partition "uniform" only (search.launch.fixed_split): the split solver
+    takes that split's ranges alone, and every plan exports."""
+    model = ModelSpec(name="tiny6", **(MODEL | {"layers": 6}))
+    priced, fields = profile_fields(
+        load_framework("deepspeed"), uniform_cluster(load_system("dgx-a100-80gb"), 8)
+    )
+    problem = HeteroProblem(model, priced, 16, 512, pps=(4,), **fields)
+    result = search_cluster(problem, top_k=3, time_budget_s=2.0)
+    assert result.plans
+    for c in result.plans:
+        layers = [b - a - (a == 0) - (b == 8) for a, b in (s.blocks for s in c.plan.stages)]
+        assert tuple(layers) == launch.fixed_split("deepspeed", 6, 4) == (1, 2, 2, 1)
+        assert_launched(c.plan, model, "deepspeed")
+
+
+def test_nemo_plans_run_tp_overlap_with_sequence_parallelism():
+    """NeMo's profile overlaps TP communication, which Megatron-LM runs with --sequence-parallel only
+    (search.launch.tp_overlap_allowed): its per-stage plans state sequence parallelism (staged_fields)."""
+    cluster = uniform_cluster(load_system("dgx-h100-80gb"), 8)
+    priced, fields = profile_fields(load_framework("nemo-24.09"), cluster)
+    assert fields["sequence_parallel"] and fields["overlap_tp_comm"]
+    problem = HeteroProblem(ModelSpec(name="t", **MODEL), priced, 16, 512, tps=(2,), **fields)
+    result = search_cluster(problem, top_k=2, time_budget_s=2.0)
+    assert result.plans and all(c.plan.sequence_parallel for c in result.plans)
+    for c in result.plans:
+        assert_launched(c.plan, ModelSpec(name="t", **MODEL), "nemo-24.09")
+
+
+def test_a_launcher_runs_one_setting_on_every_stage():
+    """search.launch.stage_plan_allowed: one tp, dp and recompute on every stage, no per-op recompute;
+    without a launcher every candidate stands."""
+    cluster = uniform_cluster(load_system("dgx-h100-80gb"), 8)
+    priced, fields = profile_fields(load_framework("megatron-core"), cluster)
+    problem = HeteroProblem(ModelSpec(name="t", **MODEL), priced, 16, 512, **fields)
+    same = [(2, 2, "full", ())] * 2
+    assert launch.stage_plan_allowed("megatron-core", problem, same)
+    for stages in (
+        [(2, 2, "full", ()), (1, 4, "full", ())],
+        [(2, 2, "full", ()), (2, 2, "none", ())],
+        [(2, 2, "none", ("mlp",))] * 2,
+    ):
+        assert not launch.stage_plan_allowed("megatron-core", problem, stages)
+        assert launch.stage_plan_allowed(None, problem, stages)

@@ -1,4 +1,5 @@
-"""Every plan rule of specs/rules.py, each tested here once (issue 31: one home for each rule).
+"""Every plan rule of specs/rules.py and specs/rules_moe.py, each tested here once (issue 31: one home
+for each rule).
 
 Other tests check that the plan checks and the searches reach these rules (integration); what each rule
 allows and refuses is stated here. The last tests keep the rules in one place."""
@@ -12,7 +13,7 @@ import pytest
 
 import paraplan
 from paraplan.catalog import load_model
-from paraplan.specs import rules
+from paraplan.specs import rules, rules_moe
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields
 from paraplan.specs.parallel import ParallelDims
@@ -184,42 +185,42 @@ def test_split_violations():
 
 # ---- mixture of experts --------------------------------------------------------------------------
 def test_expert_degree_rules():
-    assert rules.expert_degree_rules(MOE, ParallelDims(tp=2, dp=16, ep=8, etp=2)) == []
-    bad = rules.expert_degree_rules(MOE, ParallelDims(tp=1, dp=4, ep=16))
+    assert rules_moe.expert_degree_rules(MOE, ParallelDims(tp=2, dp=16, ep=8, etp=2)) == []
+    bad = rules_moe.expert_degree_rules(MOE, ParallelDims(tp=1, dp=4, ep=16))
     assert [r[2] for r in bad] == [
         "ep·etp = 16·1 must divide tp·cp·dp = 1·1·4 (expert groups are carved from them)"
     ]
-    assert rules.expert_degree_rules(MOE, ParallelDims(dp=128, ep=3))[0][2].startswith(
+    assert rules_moe.expert_degree_rules(MOE, ParallelDims(dp=128, ep=3))[0][2].startswith(
         "must divide experts="
     )
 
 
 def test_expert_free_rule():
-    assert rules.expert_free_rule(GQA, 1) is None and rules.expert_free_rule(MOE, 8) is None
-    assert "mixture-of-experts" in rules.expert_free_rule(GQA, 2)
+    assert rules_moe.expert_free_rule(GQA, 1) is None and rules_moe.expert_free_rule(MOE, 8) is None
+    assert "mixture-of-experts" in rules_moe.expert_free_rule(GQA, 2)
 
 
 def test_dispatcher_rule():
-    assert rules.dispatcher_rule("deepep", None) is None
-    assert rules.dispatcher_rule("alltoall", 1.0) is None
-    assert "deepep" in rules.dispatcher_rule("deepep", 1.0)
+    assert rules_moe.dispatcher_rule("deepep", None) is None
+    assert rules_moe.dispatcher_rule("alltoall", 1.0) is None
+    assert "deepep" in rules_moe.dispatcher_rule("deepep", 1.0)
 
 
 def test_moe_sequence_parallel_rule():
-    assert rules.moe_sequence_parallel_rule(MOE, 2, True) is None
-    assert rules.moe_sequence_parallel_rule(GQA, 2, False) is None
-    assert "need sequence_parallel" in rules.moe_sequence_parallel_rule(MOE, 2, False)
+    assert rules_moe.moe_sequence_parallel_rule(MOE, 2, True) is None
+    assert rules_moe.moe_sequence_parallel_rule(GQA, 2, False) is None
+    assert "need sequence_parallel" in rules_moe.moe_sequence_parallel_rule(MOE, 2, False)
 
 
 def test_moe_plan_violations():
     fields = MoEPlanFields(etp=2, recompute_modules=["moe_act"])
-    assert rules.moe_plan_violations(MOE, ParallelDims(tp=2, dp=16, ep=8, etp=2), fields) == []
+    assert rules_moe.moe_plan_violations(MOE, ParallelDims(tp=2, dp=16, ep=8, etp=2), fields) == []
     knobs = MoEPlanFields(capacity_factor=1.0, moe_dispatcher="deepep")
-    bad = rules.moe_plan_violations(MOE, ParallelDims(dp=4, ep=16), knobs)
+    bad = rules_moe.moe_plan_violations(MOE, ParallelDims(dp=4, ep=16), knobs)
     assert [v.field for v in bad] == ["plan.ep", "plan.capacity_factor"]
-    dense = rules.moe_plan_violations(GQA, ParallelDims(dp=8, ep=2), MoEPlanFields(etp=2))
+    dense = rules_moe.moe_plan_violations(GQA, ParallelDims(dp=8, ep=2), MoEPlanFields(etp=2))
     assert [v.field for v in dense] == ["plan.ep", "plan.etp"]
-    mla = rules.moe_plan_violations(
+    mla = rules_moe.moe_plan_violations(
         MOE, ParallelDims(dp=8), MoEPlanFields(recompute_modules=["mla_up_proj"])
     )
     assert [v.rule for v in mla] == ["needs attention_type=mla"]
@@ -233,7 +234,8 @@ def test_recompute_violations():
     layers = _plan(recompute="selective", recompute_num_layers=2)
     assert rules.recompute_violations(layers, GQA)[0].rule == "needs recompute=full"
     moe = _plan(recompute="full", recompute_num_layers=2)
-    assert "dense decoder layers only" in rules.recompute_violations(moe, MOE)[0].rule
+    rule = rules.recompute_violations(moe, MOE)[0].rule
+    assert "dense decoder layers only" in rule and "recompute by module (recompute_modules)" in rule
 
 
 def test_per_stage_model_rule():
@@ -280,12 +282,13 @@ def _functions_and_divisibility(path: Path):
 
 
 def test_plan_rules_live_in_specs_rules_only():
-    """No other module defines a ``*_rule`` / ``*_rules`` function, and none tests heads, kv_heads or
-    ffn_hidden for divisibility (the model's own heads % kv_heads check is specs.model's)."""
-    home = ROOT / "specs" / "rules.py"
+    """No module but the rule modules (specs/rules.py, specs/rules_*.py) defines a ``*_rule`` /
+    ``*_rules`` function, and none tests heads, kv_heads or ffn_hidden for divisibility (the model's own
+    heads % kv_heads check is specs.model's)."""
+    homes = {ROOT / "specs" / "rules.py", *(ROOT / "specs").glob("rules_*.py")}
     elsewhere = []
     for path in ROOT.rglob("*.py"):
-        if path == home:
+        if path in homes:
             continue
         names, mods = _functions_and_divisibility(path)
         rel = path.relative_to(ROOT).as_posix()

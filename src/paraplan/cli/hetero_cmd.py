@@ -218,8 +218,9 @@ def search_hetero(
     given = {k: v for k, v in (restrictions or {}).items() if v is not None}
     if profile is not None:
         cluster_spec, fields = profile_fields(profile, cluster_spec)
-        attention = attention if attention_given else fields.pop("attention")
-        given |= {k: v for k, v in fields.items() if k != "attention"}
+        stated = fields.pop("attention")
+        attention = attention if attention_given else stated
+        given |= fields
     problem = HeteroProblem(
         model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given
     )

@@ -26,6 +26,13 @@ independently, the knob is left out whole, so each filtered space is a subset of
   recomputation none or full, no experts split (DeepSpeed-MoE is set in the model script), 1D tensor
   parallelism, the default split and rank order; offloads left out.
 
+The per-stage searches (search.staged, ``search --cluster`` / ``--non-uniform`` with ``--framework F``)
+call the same rules on every candidate (``stage_plan_allowed``), with what a per-stage plan adds: each
+launcher takes one tensor-parallel size, one data-parallel size and one recomputation setting for all
+stages and no per-op recomputation (the uniform search leaves recompute_modules out), a split only as
+its exporter states one (``fixed_split``), and the launcher's own ZeRO stage and sequence parallelism
+where the searches' fixed ones are not its (``staged_fields``).
+
 Profiles without an exporter (the 2021 profiles, maxtext, the PyTorch and Hugging Face ones,
 megatron-deepspeed, whose launch is Megatron-DeepSpeed's own arguments) search the whole space; the rows
 then say which frameworks run them.
@@ -36,6 +43,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule, model_parts_rule
+from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
 MEGATRON_CORE = "megatron-core"
 TORCHTITAN = "torchtitan"
@@ -248,3 +256,64 @@ def experts_allowed(
     if name == DEEPSPEED:
         return ep == 1 and etp == 1 and dispatcher == "alltoall"
     return True
+
+
+def staged_fields(framework: str | None, overlap_tp_comm: bool) -> dict[str, object]:
+    """HeteroProblem fields a per-stage search states under the framework's launcher where its own (ZeRO
+    0, no sequence parallelism) are not ones the launcher runs: the lowest ZeRO stage of ZEROS
+    (torchtitan: 2, FSDP2), sequence parallelism where tp > 1 needs it (sequence_parallel_allowed; the
+    profile's TP overlap, tp_overlap_allowed)."""
+    name = launcher(framework)
+    out: dict[str, object] = {}
+    if name is not None and 0 not in ZEROS[name]:
+        out["zero"] = min(ZEROS[name])
+    if not (
+        sequence_parallel_allowed(framework, 2, False)
+        and tp_overlap_allowed(framework, False, overlap_tp_comm)
+    ):
+        out["sequence_parallel"] = True
+    return out
+
+
+def fixed_split(framework: str | None, layers: int, pp: int) -> tuple[int, ...] | None:
+    """The decoder layers per stage of the one split a launcher states (DeepSpeed: its exporter writes
+    partition "uniform", the search's default split, specs.split), or None where any split launches
+    (Megatron-LM's --pipeline-model-parallel-layout, torchtitan's module_fqns_per_model_part, each within
+    stages_allowed)."""
+    if launcher(framework) != DEEPSPEED:
+        return None
+    first, last = default_first_last(layers, pp)
+    return tuple(stage_layer_counts(grouped_split(layers, pp, first, last)))
+
+
+def stage_plan_allowed(
+    framework: str | None, problem, stages: list[tuple[int, int, str, tuple[str, ...]]]
+) -> bool:
+    """Does the framework's launcher run a per-stage candidate: ``stages`` (tp, dp, recompute,
+    recompute_ops) of each pipeline stage, with ``problem``'s run-wide settings (a search.staged
+    HeteroProblem)? One tp, dp and recompute on every stage, no per-op recomputation (module doc), and
+    the uniform search's rules at those degrees: recompute_allowed, schedule_allowed, degrees_allowed,
+    state_allowed, layout_allowed, sequence_parallel_allowed, tp_overlap_allowed."""
+    if not restricted(framework):
+        return True
+    if len({s[:3] for s in stages}) > 1 or any(s[3] for s in stages):
+        return False
+    tp, pp, sp = stages[0][0], len(stages), problem.sequence_parallel
+    fp8_primary = problem.dtype == "fp8" and not problem.fp8_weight_copies
+    return (
+        recompute_allowed(framework, stages[0][2])
+        and schedule_allowed(framework, problem.schedule)
+        and degrees_allowed(framework, tp, pp, 1, problem.seq_length)
+        and state_allowed(
+            framework,
+            problem.zero,
+            problem.overlap_dp_grad_reduce,
+            problem.overlap_param_gather,
+            pp,
+            tp,
+            fp8_primary,
+        )
+        and layout_allowed(framework, "1d")
+        and sequence_parallel_allowed(framework, tp, sp)
+        and tp_overlap_allowed(framework, sp, problem.overlap_tp_comm and tp > 1)
+    )

@@ -47,16 +47,18 @@ from paraplan.specs.plan import Recompute
 from paraplan.specs.rules import (
     accelerator_rules,
     cp_rule,
-    dispatcher_rule,
-    expert_degree_rules,
-    expert_free_rule,
     grid_rules,
     layout_model_rule,
-    moe_sequence_parallel_rule,
     pp_rule,
     sequence_parallel_rule,
     tp_rules,
     ulysses_rule,
+)
+from paraplan.specs.rules_moe import (
+    dispatcher_rule,
+    expert_degree_rules,
+    expert_free_rule,
+    moe_sequence_parallel_rule,
 )
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS

@@ -39,8 +39,6 @@ from paraplan.specs.rules import (
     degree_violation,
     dualpipe_rule,
     interleave_batch_rule,
-    moe_plan_violations,
-    moe_sequence_parallel_rule,
     pp_rule,
     recompute_violations,
     sequence_parallel_rule,
@@ -50,6 +48,7 @@ from paraplan.specs.rules import (
     ulysses_rule,
     vpp_rule,
 )
+from paraplan.specs.rules_moe import moe_plan_violations, moe_sequence_parallel_rule
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,

@@ -1,4 +1,4 @@
-"""Every plan rule, each written once (issue 31).
+"""Every plan rule, each written once (issue 31); those of the expert knobs in specs.rules_moe.
 
 A rule names what a value breaks, as a sentence (``str``), or returns None (or an empty list) when the
 value is allowed. The checks of both plan kinds read them: specs.plan.plan_violations (uniform plans),
@@ -297,62 +297,6 @@ def split_violations(plan, model: ModelSpec) -> list[Violation]:
     return [Violation(f"plan.{name}", getattr(plan, name), rule)]
 
 
-# ---- mixture of experts --------------------------------------------------------------------------
-def expert_degree_rules(model: ModelSpec, dims: ParallelDims) -> list[Rule]:
-    """(field, value, rule) for each broken rule of ep and etp on an MoE model: ep divides the experts,
-    ep·etp divides tp·cp·dp (Megatron-Core carves the expert groups from them), etp divides one
-    expert's width."""
-    ep, etp, out = dims.ep, dims.etp, []
-    if model.experts % ep:
-        out.append(("plan.ep", ep, f"must divide experts={model.experts}"))
-    if dims.stage_gpus % (ep * etp):
-        carved = f"tp·cp·dp = {dims.tp}·{dims.cp}·{dims.dp} (expert groups are carved from them)"
-        out.append(("plan.ep", ep, f"ep·etp = {ep}·{etp} must divide {carved}"))
-    width = model.moe_ffn_hidden or 0
-    if width % etp:
-        out.append(("plan.etp", etp, f"must divide moe_ffn_hidden={width}"))
-    return out
-
-
-def expert_free_rule(model: ModelSpec, degree: int) -> str | None:
-    """A dense model has no experts to split: its ep and etp stay 1."""
-    if not model.is_moe and degree != 1:
-        return "expert parallelism needs a mixture-of-experts model; dense models use 1"
-    return None
-
-
-def dispatcher_rule(dispatcher: str, capacity_factor: float | None) -> str | None:
-    """Megatron-LM's flex (DeepEP) dispatcher refuses moe_pad_expert_input_to_capacity."""
-    if capacity_factor is not None and dispatcher == "deepep":
-        return "the deepep dispatcher cannot pad experts to capacity; use null (dropless)"
-    return None
-
-
-def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: bool) -> str | None:
-    """Megatron-Core refuses MoE layers with tensor parallelism but without sequence parallelism
-    ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
-    sequence parallelism", enforced as an error)."""
-    if model.is_moe and tp > 1 and not sequence_parallel:
-        return f"MoE layers with tp={tp} need sequence_parallel (Megatron-Core)"
-    return None
-
-
-def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Violation]:
-    """Rules of the MoE knobs (``moe`` a specs.moe_plan.MoEPlanFields) against the model and the degrees."""
-    if not model.is_moe:
-        return [
-            Violation(f"plan.{name}", value, rule)
-            for name, value in (("ep", dims.ep), ("etp", moe.etp))
-            if (rule := expert_free_rule(model, value))
-        ]
-    out = [Violation(*rule) for rule in expert_degree_rules(model, dims)]
-    if rule := dispatcher_rule(moe.moe_dispatcher, moe.capacity_factor):
-        out.append(Violation("plan.capacity_factor", moe.capacity_factor, rule))
-    if "mla_up_proj" in (moe.recompute_modules or ()) and not model.is_mla:
-        out.append(Violation("plan.recompute_modules", "mla_up_proj", "needs attention_type=mla"))
-    return out
-
-
 # ---- recomputation -------------------------------------------------------------------------------
 def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
     """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE; save_dots alone, dense: graph.ops.SAVE_DOTS); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
@@ -366,7 +310,8 @@ def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
     if (layers := plan.recompute_num_layers) is not None and plan.recompute != "full":
         out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
     elif layers is not None and moe_shaped(model):
-        out.append(Violation("plan.recompute_num_layers", layers, "dense decoder layers only"))
+        rule = "dense decoder layers only; MoE / MLA models recompute by module (recompute_modules)"
+        out.append(Violation("plan.recompute_num_layers", layers, rule))
     return out
 
 

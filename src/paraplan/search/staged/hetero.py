@@ -14,7 +14,10 @@ The Aceso-style search (``paraplan search --non-uniform``) is search.staged.non_
 module's split solver (_best_splits), plan builder (_plan_from) and labels.
 
 Every candidate keeps the rules of a per-stage plan's stages (specs.rules.stage_rules, _stage_ok), so
-each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check.
+each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check; with a
+framework profile (``framework``), the rules of what its launcher runs too, the uniform search's
+(search.launch: problem_violations on the problem, stage_plan_allowed on every candidate, stages_allowed
+and fixed_split on its split).
 """
 
 from __future__ import annotations
@@ -39,15 +42,16 @@ from paraplan.step.per_stage import (
     tied_embedding_sync_s,
 )
 from paraplan.step.blocks import model_blocks
+from paraplan.search import launch
 from paraplan.search.staged.alleviate import recompute_label
 from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
 from paraplan.specs.framework import FrameworkSpec
-from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
-from paraplan.specs.errors import InputError
+from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
+from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
@@ -79,16 +83,36 @@ class HeteroProblem:
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
     runtime: RuntimeFields = RuntimeFields()
+    # the profile whose launcher must run every plan (search.launch), and the sequence parallelism it
+    # may need (search.launch.staged_fields)
+    framework: str | None = None
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
-        an MoE / MLA model searched here would be costed as dense (issue 37)."""
+        an MoE / MLA model searched here would be costed as dense (issue 37); and the run-wide settings
+        the framework's launcher cannot state (search.launch.problem_violations, as the uniform search)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
+        if unlaunchable := launch.problem_violations(self.framework, self):
+            raise InputError.from_violations([Violation(*v) for v in unlaunchable])
 
     # fixed in these searches (read by step.per_stage.common_of with the fields above)
-    sequence_parallel: ClassVar[bool] = False
     vpp: ClassVar[int] = 1
+    # dense models only (per_stage_model_rule): the expert axes search.launch reads are empty
+    capacity_factor: ClassVar[None] = None
+    moe_balance: ClassVar[str] = "learned"
+    ep: ClassVar[tuple] = ()
+    etp: ClassVar[tuple] = ()
+    dispatchers: ClassVar[tuple] = ()
+
+    @property
+    def cp_algorithm(self) -> str:
+        return self.runtime.cp_algorithm
+
+    @property
+    def fp8_weight_copies(self) -> bool:
+        return self.runtime.fp8_weight_copies
 
     @property
     def common(self) -> Common:
@@ -97,14 +121,13 @@ class HeteroProblem:
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
     """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
-    its plan defaults, cost.frameworks.framework_plan_fields: attention, the overlap switches and the run-wide
-    knobs), the one reading of a profile by the per-stage searches."""
-    defaults = framework_plan_fields(profile, {})
-    fields = {
-        k: defaults[k]
-        for k in ("attention", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_tp_comm")
-    }
-    fields["runtime"] = RuntimeFields(**{k: defaults[k] for k in RUNTIME_FIELDS})
+        its plan defaults, cost.frameworks.PLAN_DEFAULTS: attention and the overlap switches, and the run-wide
+        knobs, specs.plan.runtime_fields_of; its name, whose launcher must run every plan, and the settings
+    search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
+    fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
+    fields["runtime"] = RuntimeFields(**runtime_fields_of(profile))
+    staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
+    fields |= {"framework": profile.name, **staged}
     return framework_cluster(profile, cluster_spec), fields
 
 
@@ -187,6 +210,32 @@ def _lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[
     return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
 
 
+def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
+    """Block boundaries of the one split the framework's launcher states (search.launch.fixed_split:
+    the embedding block with the first stage's layers, the output block with the last's), or None."""
+    n = len(model_blocks(problem.model))
+    layers = launch.fixed_split(problem.framework, n - 2, stages)
+    if layers is None:
+        return None
+    return (0, *(1 + int(c) for c in np.cumsum(layers)[:-1]), n)
+
+
+def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
+    """Does the framework's launcher state this split of the blocks (search.launch.stages_allowed on
+    the decoder layers of each stage, fixed_bounds)?"""
+    n = len(model_blocks(problem.model))
+    layers = [b - a - (a == 0) - (b == n) for a, b in zip(bounds, bounds[1:])]
+    fixed = fixed_bounds(problem, len(layers))
+    ok = launch.stages_allowed(problem.framework, layers, problem.vpp)
+    return ok and (fixed is None or tuple(bounds) == fixed)
+
+
+def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
+    """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed)?"""
+    stages = [(s.tp, s.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
+    return launch.stage_plan_allowed(problem.framework, problem, stages)
+
+
 def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays):
     """(times, tails) of every block range on every stage; ``inf`` where a range is not allowed (empty,
     first stage not starting at block 0, last stage not ending with the output block, out of memory).
@@ -199,9 +248,13 @@ def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays
     times = np.full((stages, n + 1, n + 1), np.inf)
     tails = np.full((stages, n + 1, n + 1), np.inf)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
+    fixed = fixed_bounds(problem, stages)
     for i, arr in enumerate(arrays):
         m = range_matrices(arr, i)
         ok = upper & (m["peak"] <= arr.capacity)
+        if fixed is not None:  # the launcher's one split: its range only
+            ok &= np.arange(n + 1)[:, None] == fixed[i]
+            ok &= np.arange(n + 1)[None, :] == fixed[i + 1]
         if i == 0:
             ok[1:, :] = False  # the first stage starts at block 0
         if i == stages - 1:
@@ -231,7 +284,7 @@ def split_stages(
     arrays = arrays or _lower_bound(problem, settings)[1]
     times, tails = _stage_matrices(problem, settings, arrays)
     split = balance_split(times, microbatches, tails)
-    if split is None:
+    if split is None or not split_launchable(problem, split.bounds):
         return None
     tied = tied_embedding_sync_s(
         problem.model, problem.cluster, problem.common, settings[0], settings[-1]
@@ -301,6 +354,7 @@ def _plan_from(
             "engine": problem.engine,
             "overlap_param_gather": problem.overlap_param_gather,
             "overlap_tp_comm": problem.overlap_tp_comm,
+            "sequence_parallel": problem.sequence_parallel,
             **problem.runtime.model_dump(),
             "stages": stages,
         }
@@ -403,7 +457,8 @@ def search_cluster(
                 settings = [
                     StageSetting(slices[k], tp, dp, mb, rc, (), k, pp, m) for k in range(pp)
                 ]
-                candidates.append((settings, m, order))
+                if launchable(problem, settings):
+                    candidates.append((settings, m, order))
     found, solved = _best_splits(problem, candidates, top_k, deadline)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))

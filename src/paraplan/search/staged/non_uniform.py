@@ -7,7 +7,9 @@ search (search.staged.hetero.search_cluster), under a time budget, with its traj
 
 The space is counted without listing it (non_uniform_space_size), so choosing between the two costs
 the same on 16 GPUs as on 16,384. Every candidate keeps the rules of a per-stage plan's stages
-(specs.rules, through hetero._stage_ok), so no returned plan is one the estimator refuses.
+(specs.rules, through hetero._stage_ok), so no returned plan is one the estimator refuses, and under a
+framework profile the rules of what its launcher runs (search.launch, through hetero.launchable and
+hetero.split_launchable).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from paraplan.search.staged.hetero import (
     _plan_from,
     _powers_of_two,
     _stage_ok,
+    launchable,
     search_cluster,
+    split_launchable,
 )
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
@@ -48,8 +52,9 @@ def _stage_settings_from(
     problem: HeteroProblem, configs, microbatches: int
 ) -> list[StageSetting] | None:
     """The StageSettings of these per-stage configs on the one pool, or None when a stage breaks a rule
-    of a per-stage plan (specs.rules: stage_degree_rule, stage_rules) or its tp leaves a node (the
-    search keeps tensor parallelism inside NVLink, as AMP and Aceso do)."""
+    of a per-stage plan (specs.rules: stage_degree_rule, stage_rules), its tp leaves a node (the
+    search keeps tensor parallelism inside NVLink, as AMP and Aceso do) or the framework's launcher does
+    not run the stages (hetero.launchable)."""
     pool = problem.cluster.pools[0]
     offset = 0
     out = []
@@ -66,7 +71,7 @@ def _stage_settings_from(
             StageSetting(slices, c.tp, dims.dp, micro_batch, rc, ops, i, dims.pp, microbatches)
         )
         offset += c.gpus
-    return out if offset == pool.gpu_count else None
+    return out if offset == pool.gpu_count and launchable(problem, out) else None
 
 
 def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
@@ -220,6 +225,8 @@ def _alleviate(
 
     def evaluate(configs):
         if any(c.layers < 1 for c in configs) or sum(c.layers for c in configs) != n_blocks:
+            return None
+        if not split_launchable(problem, _bounds(configs)):
             return None
         settings = _stage_settings_from(problem, configs, m)
         if settings is None:

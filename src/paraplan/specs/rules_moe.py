@@ -1,0 +1,71 @@
+"""The plan rules of the mixture-of-experts knobs (ep, etp, dispatcher, capacity), each written once:
+the rest of the rule set of specs.rules (issue 31), read by the same plan checks and searches.
+
+Sources: Megatron-LM's argument checks (megatron/training/arguments.py) unless a rule names another.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from paraplan.specs.errors import Violation
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.rules import Rule
+
+if TYPE_CHECKING:
+    from paraplan.specs.model import ModelSpec
+
+
+def expert_degree_rules(model: ModelSpec, dims: ParallelDims) -> list[Rule]:
+    """(field, value, rule) for each broken rule of ep and etp on an MoE model: ep divides the experts,
+    ep·etp divides tp·cp·dp (Megatron-Core carves the expert groups from them), etp divides one
+    expert's width."""
+    ep, etp, out = dims.ep, dims.etp, []
+    if model.experts % ep:
+        out.append(("plan.ep", ep, f"must divide experts={model.experts}"))
+    if dims.stage_gpus % (ep * etp):
+        carved = f"tp·cp·dp = {dims.tp}·{dims.cp}·{dims.dp} (expert groups are carved from them)"
+        out.append(("plan.ep", ep, f"ep·etp = {ep}·{etp} must divide {carved}"))
+    width = model.moe_ffn_hidden or 0
+    if width % etp:
+        out.append(("plan.etp", etp, f"must divide moe_ffn_hidden={width}"))
+    return out
+
+
+def expert_free_rule(model: ModelSpec, degree: int) -> str | None:
+    """A dense model has no experts to split: its ep and etp stay 1."""
+    if not model.is_moe and degree != 1:
+        return "expert parallelism needs a mixture-of-experts model; dense models use 1"
+    return None
+
+
+def dispatcher_rule(dispatcher: str, capacity_factor: float | None) -> str | None:
+    """Megatron-LM's flex (DeepEP) dispatcher refuses moe_pad_expert_input_to_capacity."""
+    if capacity_factor is not None and dispatcher == "deepep":
+        return "the deepep dispatcher cannot pad experts to capacity; use null (dropless)"
+    return None
+
+
+def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: bool) -> str | None:
+    """Megatron-Core refuses MoE layers with tensor parallelism but without sequence parallelism
+    ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
+    sequence parallelism", enforced as an error)."""
+    if model.is_moe and tp > 1 and not sequence_parallel:
+        return f"MoE layers with tp={tp} need sequence_parallel (Megatron-Core)"
+    return None
+
+
+def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Violation]:
+    """Rules of the MoE knobs (``moe`` a specs.moe_plan.MoEPlanFields) against the model and the degrees."""
+    if not model.is_moe:
+        return [
+            Violation(f"plan.{name}", value, rule)
+            for name, value in (("ep", dims.ep), ("etp", moe.etp))
+            if (rule := expert_free_rule(model, value))
+        ]
+    out = [Violation(*rule) for rule in expert_degree_rules(model, dims)]
+    if rule := dispatcher_rule(moe.moe_dispatcher, moe.capacity_factor):
+        out.append(Violation("plan.capacity_factor", moe.capacity_factor, rule))
+    if "mla_up_proj" in (moe.recompute_modules or ()) and not model.is_mla:
+        out.append(Violation("plan.recompute_modules", "mla_up_proj", "needs attention_type=mla"))
+    return out
