@@ -31,6 +31,19 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
+from paraplan.search import launch
+from paraplan.search.staged.alleviate import recompute_label
+from paraplan.search.staged.balance import balance_split, pipeline_objective
+from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.errors import InputError, Violation
+from paraplan.specs.framework import FrameworkSpec
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
+from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
+from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
+from paraplan.step.blocks import model_blocks
 from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import (
     Common,
@@ -41,19 +54,6 @@ from paraplan.step.per_stage import (
     stage_arrays,
     tied_embedding_sync_s,
 )
-from paraplan.step.blocks import model_blocks
-from paraplan.search import launch
-from paraplan.search.staged.alleviate import recompute_label
-from paraplan.search.staged.balance import balance_split, pipeline_objective
-from paraplan.specs.cluster import ClusterSpec
-from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
-from paraplan.specs.framework import FrameworkSpec
-from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
-from paraplan.specs.errors import InputError, Violation
-from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
-from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 
 
 @dataclass(frozen=True)

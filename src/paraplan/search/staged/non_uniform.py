@@ -21,8 +21,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from paraplan.step.blocks import model_blocks
-from paraplan.step.stage_blocks import recomputable_modules
 from paraplan.search.staged.alleviate import (
     AlleviationResult,
     Score,
@@ -45,7 +43,9 @@ from paraplan.search.staged.hetero import (
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.rules import stage_degree_rule
+from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting, estimate_stage_plan
+from paraplan.step.stage_blocks import recomputable_modules
 
 
 def _stage_settings_from(
