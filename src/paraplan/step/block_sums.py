@@ -13,7 +13,7 @@ from paraplan.cost.host import HostSums, host_sums
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
-from paraplan.graph.cp_ring_torch import TORCH_RING
+from paraplan.graph.cp_ring_torch import TORCH_RING_COLLECTIVE
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
@@ -134,7 +134,8 @@ class BlockComm(NamedTuple):
     # of tp_backward: the input-gradient reduce-scatters on a DTensor stack, which AsyncTP leaves unfused
     # (step.block_terms.backward_tp_exposure_s)
     tp_unfused_backward: float = 0.0
-    # 1 when the K/V ring's chunks arrive by one all-gather (torch's ring, graph.cp_ring_torch)
+    # 1 when the K/V ring's chunks arrive by one all-gather: the graph emitted torch's ring
+    # (graph.cp_ring_torch.TORCH_RING_COLLECTIVE)
     cp_gathered: float = 0.0
 
 
@@ -181,9 +182,7 @@ def block_comm(
                 s["cp_sync_backward"] += bwd * time
                 continue
             if spans["cp"].size > 1:
-                s["cp_gathered"] = float(
-                    system.accelerator.efficiency.runtime.cp_ring == TORCH_RING
-                )
+                s["cp_gathered"] = float(c.name == TORCH_RING_COLLECTIVE)
                 steps = spans["cp"].size - 1
                 s["cp_steps"] = max(s["cp_steps"], steps)
                 sync = ring_step_sync_s(spans["cp"], system)

@@ -19,6 +19,7 @@ from paraplan.cost.overlap import (
     gathered_ring_exposed_s,
     ring_attention_exposed_s,
 )
+from paraplan.graph.cp_ring_torch import TORCH_RING_BACKWARD_UNITS
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -127,14 +128,16 @@ def block_terms(
 def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
     """(forward, backward) exposed seconds of torch's ring (graph.cp_ring_torch), hidden part priced: the
     forward's K/V all-gather (``comm.cp_forward``, the c − 1 chunks) behind the first step's attention; the
-    backward's ``comm.cp_backward`` is three such units (graph.transformer.cp_kv_ring): the K/V all-gather
-    again (one unit) and the float32 dK/dV sends (two units over c − 1 chunk transfers, so one send of the
-    c is 2/3·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step synchronisation."""
+    backward's ``comm.cp_backward`` is u = TORCH_RING_BACKWARD_UNITS (3) such units (graph.cp_ring.cp_kv_ring):
+    the K/V all-gather again (one unit) and the float32 dK/dV sends (u − 1 units over c − 1 chunk transfers, so
+    one send of the c is (u − 1)/u·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step
+    synchronisation."""
     steps = maximum(comm.cp_steps, 1.0)
     cp = comm.cp_steps + 1.0
     forward = gathered_ring_exposed_s(comm.cp_forward, 0.0, c.attention_forward, cp)
-    gather = comm.cp_backward / 3.0
-    sends = 2.0 / 3.0 * comm.cp_backward / steps * cp
+    units = float(TORCH_RING_BACKWARD_UNITS)
+    gather = comm.cp_backward / units
+    sends = (units - 1.0) / units * comm.cp_backward / steps * cp
     backward = gathered_ring_exposed_s(gather, sends, c.attention_backward, cp)
     return (
         priced_exposure_s(comm.cp_forward, forward + comm.cp_sync_forward, comm.cp_forward_price),
