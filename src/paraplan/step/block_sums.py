@@ -128,8 +128,8 @@ class BlockComm(NamedTuple):
     cp_steps: float = 0.0
     cp_sync_forward: float = 0.0
     cp_sync_backward: float = 0.0
-    # of tp_backward: the SP input re-gathers for wgrad on a DTensor stack (tp_backward_hides empty), which
-    # run only where recomputation drops the gathered input (step.block_terms.dtensor_regather_s)
+    # not in tp_backward: the SP input re-gathers for wgrad on a DTensor stack (dtensor_tp), which run only
+    # where recomputation drops the gathered input (step.block_terms.dtensor_regather_s adds them there)
     tp_dtensor_regather: float = 0.0
     # of tp_backward: the input-gradient reduce-scatters on a DTensor stack, which AsyncTP leaves unfused
     # (step.block_terms.backward_tp_exposure_s)
@@ -155,6 +155,7 @@ def block_comm(
     (``tp_backward_hides``); otherwise it is exposed (``tp_backward``)."""
     spans = {"tp": tp_span, "cp": cp_span}
     hides = tp_backward_hides(system)
+    dtensor = dtensor_tp(system)
     s = dict.fromkeys(BlockComm._fields, 0.0)
     moe = shape is not None and model is not None
     if moe:
@@ -202,10 +203,8 @@ def block_comm(
             continue
         s["tp_forward"] += fwd * time
         s["tp_forward_price"] += fwd * price
-        s[hides.get(c.overlaps_with, "tp_backward")] += bwd * time
-        if not hides and c.overlaps_with == "dgrad":  # the SP input re-gather (graph.transformer)
-            s["tp_dtensor_regather"] += bwd * time
-        if not hides and c.overlaps_with == "wgrad":  # the input-gradient reduce-scatter
+        s[_tp_backward_field(c.overlaps_with, hides, dtensor)] += bwd * time
+        if dtensor and c.overlaps_with == "wgrad":  # the input-gradient reduce-scatter
             s["tp_unfused_backward"] += bwd * time
         s["tp_backward_price"] += bwd * price
     return BlockComm(**s)
@@ -251,6 +250,22 @@ def tp_backward_hides(system: SystemSpec) -> dict[str, str]:
       torch._inductor.config.reorder_for_compute_comm_overlap is set (default False): nothing, every
       backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart)."""
     return _TP_BACKWARD_FIELD if system.accelerator.efficiency.runtime.tp_backward_async else {}
+
+
+def dtensor_tp(system: SystemSpec) -> bool:
+    """The stack's tensor parallelism is PyTorch DTensor's (specs.runtime.RuntimeCosts.tp_backward_async False,
+    the torchtitan profiles): its SP input re-gathers and input-gradient reduce-scatters are kept apart
+    (``tp_dtensor_regather``, ``tp_unfused_backward``; tp_backward_hides documents the stack)."""
+    return not system.accelerator.efficiency.runtime.tp_backward_async
+
+
+def _tp_backward_field(overlaps_with: str, hides: dict[str, str], dtensor: bool) -> str:
+    """BlockComm field a backward TP collective's seconds go to: a DTensor stack's SP input re-gather
+    (``overlaps_with`` "dgrad") to ``tp_dtensor_regather`` alone (step.block_terms.dtensor_regather_s), the rest
+    by what hides them (``hides``: tp_backward_hides), ``tp_backward`` where nothing does."""
+    if dtensor and overlaps_with == "dgrad":
+        return "tp_dtensor_regather"
+    return hides.get(overlaps_with, "tp_backward")
 
 
 @lru_cache(maxsize=65536)

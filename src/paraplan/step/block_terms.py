@@ -102,7 +102,7 @@ def block_terms(
         + where(comm.tp_forward > 0, c.ub_forward, 0.0),
         comm.tp_forward,
     )
-    comm = comm._replace(tp_backward=comm.tp_backward - dtensor_regather_s(comm, recompute_code))
+    comm = comm._replace(tp_backward=comm.tp_backward + dtensor_regather_s(comm, recompute_code))
     tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False)
     # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
     tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b) if deferred else 0.0
@@ -148,16 +148,16 @@ def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
 
 
 def dtensor_regather_s(comm, recompute_code: Num) -> Num:
-    """Backward seconds of SP input re-gathers a DTensor TP stack does not run (``comm.tp_dtensor_regather``,
-    0 on other stacks). Megatron-LM's sequence-parallel linear saves its input sharded and re-gathers it for
+    """Backward seconds of SP input re-gathers a DTensor TP stack runs (``comm.tp_dtensor_regather``, kept out
+    of ``comm.tp_backward`` by step.block_sums.block_comm; 0 on other stacks). Megatron-LM's sequence-parallel linear saves its input sharded and re-gathers it for
     wgrad in every mode (Korthikanti et al. 2022 §4.2.2). A DTensor ColwiseParallel GEMM is an aten.mm on the
     gathered (Replicate) input, which autograd saves whole: no re-gather without recomputation, and none under
     full recomputation, whose replayed forward gathers it again (its collectives: ``tp_rc``) and saves it.
     It re-runs only under selective recomputation that does not save the all-gather's output (torchtitan's
     per-op SAC: _save_list holds aten.mm, the SDPA kernels, reduce_scatter_tensor and aten.max, not
-    all_gather_into_tensor; torchtitan/models/llama3/infra/parallelize.py at 820504e), so it is kept at
-    recompute code 1 and removed otherwise."""
-    return where(recompute_code == 1, 0.0, comm.tp_dtensor_regather)
+    all_gather_into_tensor; torchtitan/models/llama3/infra/parallelize.py at 820504e), so it is added at
+    recompute code 1 only."""
+    return where(recompute_code == 1, comm.tp_dtensor_regather, 0.0)
 
 
 def cp_ring_exposure_s(ring: Num, attention: Num, steps: Num, sync: Num, price: Num) -> Num:
