@@ -78,6 +78,28 @@ def test_block_comm_books_every_backward_tp_collective_exposed_on_dtensor():
     assert mega.tp_dtensor_regather == mega.tp_unfused_backward == 0.0
 
 
+def test_an_engine_without_async_tp_exposes_all_without_dtensor_terms():
+    # DeepSpeed's PipelineEngine (step.engines, async_tp_backward False) on a Megatron stack: every backward
+    # TP collective exposed, none booked as a DTensor re-gather or unfused reduce-scatter
+    shape = LayerShape(8, 1, 1, 8192, True, "flash", "bf16")
+    graph = decoder_layer_1d(load_model("llama3-8b"), shape)
+    span, alone = GroupSpan(8, 8, 1), GroupSpan(1, 1, 1)
+    system = _system("megatron-core")
+    mega = block_comm(graph, system, span, alone)
+    sync = block_comm(graph, system, span, alone, async_tp=False)
+    assert tp_backward_hides(system, async_tp=False) == {}
+    assert sync.tp_hidden_by_dgrad == sync.tp_hidden_by_wgrad == 0.0
+    total = mega.tp_backward + mega.tp_hidden_by_dgrad + mega.tp_hidden_by_wgrad
+    assert sync.tp_backward == pytest.approx(total)
+    assert sync.tp_dtensor_regather == sync.tp_unfused_backward == 0.0
+    # exposed whole, whatever the recompute mode
+    for code in (0, 1, 2):
+        terms = block_terms(COMPUTE, sync, code, False)
+        assert float(terms.tp_backward) - float(
+            block_terms(COMPUTE, sync._replace(tp_backward=0.0), code, False).tp_backward
+        ) == pytest.approx(total)
+
+
 def test_vanilla_dtensor_tp_is_slower_than_megatron_async_backward():
     # the same profile with the async backward switched back on is faster, and only by TP time
     model = load_model("llama3-8b")

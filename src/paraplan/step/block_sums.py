@@ -147,14 +147,16 @@ def block_comm(
     cp_span: GroupSpan,
     model: ModelSpec | None = None,
     shape: LayerShape | None = None,
+    async_tp: bool = True,
 ) -> BlockComm:
     """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span;
     expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
     (cost.moe.moe_collective_time_and_price_s). A backward TP collective counts as hidden by the dgrad or
-    wgrad GEMMs (``overlaps_with``) only where the stack runs it asynchronously beside them
-    (``tp_backward_hides``); otherwise it is exposed (``tp_backward``)."""
+    wgrad GEMMs (``overlaps_with``) only where the stack and the pipeline engine (``async_tp``:
+    step.engines.EngineRules.async_tp_backward) run it asynchronously beside them (``tp_backward_hides``);
+    otherwise it is exposed (``tp_backward``)."""
     spans = {"tp": tp_span, "cp": cp_span}
-    hides = tp_backward_hides(system)
+    hides = tp_backward_hides(system, async_tp)
     dtensor = dtensor_tp(system)
     s = dict.fromkeys(BlockComm._fields, 0.0)
     moe = shape is not None and model is not None
@@ -235,9 +237,10 @@ def expert_comm_terms(
 _TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
 
 
-def tp_backward_hides(system: SystemSpec) -> dict[str, str]:
+def tp_backward_hides(system: SystemSpec, async_tp: bool = True) -> dict[str, str]:
     """BlockComm field of a backward TP collective by what hides it, under the stack's runtime
-    (specs.runtime.RuntimeCosts.tp_backward_async):
+    (specs.runtime.RuntimeCosts.tp_backward_async) and the pipeline engine's rule (``async_tp``:
+    step.engines.EngineRules.async_tp_backward, True but under DeepSpeed's PipelineEngine), both needed:
     - Megatron-LM's async tensor-parallel backward (megatron/core/tensor_parallel/layers.py
       ``LinearWithGradAccumulationAndAsyncCommunication``): the SP input re-gather is issued before the
       dgrad GEMM and the input-gradient reduce-scatter before the wgrad GEMM, each waited after it:
@@ -249,7 +252,8 @@ def tp_backward_hides(system: SystemSpec) -> dict[str, str]:
       the reduce-scattered gradient); Inductor leaves that order unless
       torch._inductor.config.reorder_for_compute_comm_overlap is set (default False): nothing, every
       backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart)."""
-    return _TP_BACKWARD_FIELD if system.accelerator.efficiency.runtime.tp_backward_async else {}
+    stack = system.accelerator.efficiency.runtime.tp_backward_async
+    return _TP_BACKWARD_FIELD if stack and async_tp else {}
 
 
 def dtensor_tp(system: SystemSpec) -> bool:
