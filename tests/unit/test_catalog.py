@@ -2,7 +2,15 @@
 
 import pytest
 
-from paraplan.catalog import load_model, load_system, model_names, system_names
+from paraplan.catalog import (
+    framework_names,
+    load_framework,
+    load_model,
+    load_system,
+    model_names,
+    system_names,
+)
+from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -107,6 +115,13 @@ def test_sources_keys_name_real_fields(name):
         for part in path.split("."):
             assert hasattr(obj, part), f"{name}: sources key {path!r} is not a field"
             obj = getattr(obj, part)
+
+
+@pytest.mark.parametrize("name", framework_names())
+def test_framework_sources_keys_name_profile_fields(name):
+    # a note under a key no FrameworkSpec field has documents nothing the profile sets
+    stray = set(load_framework(name).sources) - set(FrameworkSpec.model_fields)
+    assert not stray, f"{name}: sources keys {sorted(stray)} are not FrameworkSpec fields"
 
 
 def test_gpt3_175b_parameter_count():

@@ -10,8 +10,19 @@ import pytest
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import framework_system
 from paraplan.cost.overlap import gathered_ring_exposed_s
-from paraplan.graph.cp_ring_torch import TORCH_RING, torch_ring_merge_bytes
+from paraplan.cost.comm import GroupSpan, collective_costs_s
+from paraplan.graph.cp_ring_torch import (
+    TORCH_RING,
+    TORCH_RING_BACKWARD_UNITS,
+    TORCH_RING_COLLECTIVE,
+    torch_ring_merge_bytes,
+)
+from paraplan.graph.mla import context_ring_collectives
+from paraplan.graph.moe import moe_model_layer
+from paraplan.graph.ops import ExpertShape
+from paraplan.graph.summa import decoder_layer_2d
 from paraplan.graph.transformer import LayerShape, attention_ops, decoder_layer_1d
+from paraplan.step.block_sums import block_comm
 from paraplan.step.build import BlockComm, BlockCompute
 from paraplan.step.compose import block_terms
 from paraplan.step.constants import cp_ring_of
@@ -39,7 +50,7 @@ def test_torch_ring_op_and_kv_bytes_follow_the_profile():
     torch = te._replace(cp_ring=TORCH_RING)
     merge = [op for op in attention_ops(model, torch) if op.name == "ring_attention_merge"][0]
     assert (merge.fwd_bytes, merge.bwd_bytes) == pytest.approx((981_991_424, 2_281_701_376))
-    ring = {c.name: c for c in decoder_layer_1d(model, torch).collectives}["cp_kv_ring"]
+    ring = {c.name: c for c in decoder_layer_1d(model, torch).collectives}[TORCH_RING_COLLECTIVE]
     ring_te = {c.name: c for c in decoder_layer_1d(model, te).collectives}["cp_kv_ring"]
     # K and V of 4096 tokens with 32 heads (repeat_kv) in bf16: 2 x 4096 x 4096 x 2 B; TE: 8 heads, a quarter
     assert ring.bytes == 2 * 4096 * 4096 * 2 == 4 * ring_te.bytes
@@ -103,3 +114,58 @@ def test_the_search_ring_floor_holds_for_the_gathered_ring():
         terms = block_terms(BlockCompute(1.0, 2.0, att_f, att_b, 0.0, 0.0), comm, 0, False)
         floor = ring_floor_s((ring_f, ring_b), att_f, att_b)
         assert float(terms.cp_forward) + float(terms.cp_backward) >= floor - 1e-12
+
+
+def _titan_shape(cp_ring: str, **knobs) -> LayerShape:
+    shape = LayerShape(2, 2, 1, 8192, True, "flash", "bf16", ExpertShape(ep=8), cp_ring=cp_ring)
+    return shape._replace(**knobs)
+
+
+def test_moe_layers_run_the_profiles_ring():
+    # torchtitan + Mixtral 8x7B, t 2, c 2: the MoE layer's attention half (graph.mla.context_ring_collectives)
+    # sends torch's ring: K and V with the 32 query heads (repeat_kv) of 4096 tokens over t 2 in bf16,
+    # 2 x 4096 x 4096 / 2 x 2 B, forward once, backward three units (K/V again, fp32 dK/dV); TE's ring carries
+    # the 8 key/value heads, a quarter, backward twice
+    model = load_model("mixtral-8x7b")
+    system = framework_system(
+        load_framework("torchtitan", "framework", True), load_system("dgx-h100-80gb")
+    )
+    shape = _titan_shape(cp_ring_of(system))
+    layer = moe_model_layer(model, shape, True)
+    rings = [c for c in layer.collectives if c.group == "cp"]
+    assert [c.name for c in rings] == [TORCH_RING_COLLECTIVE]
+    assert rings[0].bytes == 2 * 4096 * 4096 / 2 * 2
+    assert (rings[0].count_fwd, rings[0].count_bwd) == (1, TORCH_RING_BACKWARD_UNITS) == (1, 3)
+    te_layer = moe_model_layer(model, _titan_shape("transformer-engine"), True)
+    te_ring = [c for c in te_layer.collectives if c.group == "cp"][0]
+    assert (te_ring.name, te_ring.bytes, te_ring.count_bwd) == ("cp_kv_ring", rings[0].bytes / 4, 2)
+    # the step reads the gathered ring from the graph, and prices its forward and backward bytes
+    span = GroupSpan(2, 2, 1)
+    comm = block_comm(layer, system, span, span, model, shape)
+    one = collective_costs_s("ring_exchange", rings[0].bytes, span, system)[0]
+    assert comm.cp_gathered == 1.0
+    assert (comm.cp_forward, comm.cp_backward) == pytest.approx((one, 3 * one))
+    assert block_comm(te_layer, system, span, span, model, shape).cp_gathered == 0.0
+
+
+def test_mla_and_grid_rings_follow_the_profile():
+    # MLA keys and values are per query head already: torch's ring carries TE's bytes, with 3 backward units
+    mla = load_model("deepseek-v3")
+    shape = _titan_shape(TORCH_RING, tp=1)
+    torch_ring = context_ring_collectives(mla, shape)[0]
+    te_ring = context_ring_collectives(mla, shape._replace(cp_ring="transformer-engine"))[0]
+    assert torch_ring.bytes == te_ring.bytes and (torch_ring.count_bwd, te_ring.count_bwd) == (3, 2)
+    assert torch_ring.name == TORCH_RING_COLLECTIVE
+    # the 2 x 2 SUMMA grid: the column's K/V, 32 query heads over 2 columns of 4096 tokens
+    llama = load_model("llama3-8b")
+    grid = LayerShape(4, 2, 1, 8192, True, "flash", "bf16", tp_layout="2d", tp_rows=2)
+    ring = [
+        c
+        for c in decoder_layer_2d(llama, grid._replace(cp_ring=TORCH_RING)).collectives
+        if c.group == "cp"
+    ][0]
+    assert (ring.name, ring.bytes, ring.count_bwd) == (
+        TORCH_RING_COLLECTIVE,
+        4096 * 4096 * 2 * 2 / 2,
+        3,
+    )

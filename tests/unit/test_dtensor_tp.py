@@ -40,9 +40,9 @@ def test_dtensor_stacks_hide_no_backward_tp_collective():
 
 
 def test_dtensor_regather_only_under_selective_recompute():
-    # 1 s of exposed backward TP, of which 0.4 s the SP re-gathers (no price, no overlap):
-    # full recompute (2) and none (0) drop the re-gathers, 1 − 0.4 = 0.6; selective (1) keeps them, 1.0
-    comm = _comm(tp_backward=1.0, tp_dtensor_regather=0.4)
+    # 0.6 s of exposed backward TP, and 0.4 s of SP re-gathers kept apart (no price, no overlap):
+    # full recompute (2) and none (0) run no re-gather, 0.6; selective (1) adds them, 1.0
+    comm = _comm(tp_backward=0.6, tp_dtensor_regather=0.4)
     assert float(block_terms(COMPUTE, comm, 2, False).tp_backward) == pytest.approx(0.6)
     assert float(block_terms(COMPUTE, comm, 0, False).tp_backward) == pytest.approx(0.6)
     assert float(block_terms(COMPUTE, comm, 1, False).tp_backward) == pytest.approx(1.0)
@@ -69,11 +69,35 @@ def test_block_comm_books_every_backward_tp_collective_exposed_on_dtensor():
     total = mega.tp_backward + mega.tp_hidden_by_dgrad + mega.tp_hidden_by_wgrad
     assert mega.tp_hidden_by_dgrad > 0 and mega.tp_hidden_by_wgrad > 0
     assert titan.tp_hidden_by_dgrad == titan.tp_hidden_by_wgrad == 0.0
-    assert titan.tp_backward == pytest.approx(total)
+    # the re-gathers are booked apart, the rest exposed
+    assert titan.tp_backward + titan.tp_dtensor_regather == pytest.approx(total)
+    assert titan.tp_backward == pytest.approx(mega.tp_backward + mega.tp_hidden_by_wgrad)
     # the two re-gathers and the two input-gradient reduce-scatters: the same bytes, the same seconds
     assert titan.tp_dtensor_regather == pytest.approx(mega.tp_hidden_by_dgrad)
     assert titan.tp_unfused_backward == pytest.approx(mega.tp_hidden_by_wgrad)
     assert mega.tp_dtensor_regather == mega.tp_unfused_backward == 0.0
+
+
+def test_an_engine_without_async_tp_exposes_all_without_dtensor_terms():
+    # DeepSpeed's PipelineEngine (step.engines, async_tp_backward False) on a Megatron stack: every backward
+    # TP collective exposed, none booked as a DTensor re-gather or unfused reduce-scatter
+    shape = LayerShape(8, 1, 1, 8192, True, "flash", "bf16")
+    graph = decoder_layer_1d(load_model("llama3-8b"), shape)
+    span, alone = GroupSpan(8, 8, 1), GroupSpan(1, 1, 1)
+    system = _system("megatron-core")
+    mega = block_comm(graph, system, span, alone)
+    sync = block_comm(graph, system, span, alone, async_tp=False)
+    assert tp_backward_hides(system, async_tp=False) == {}
+    assert sync.tp_hidden_by_dgrad == sync.tp_hidden_by_wgrad == 0.0
+    total = mega.tp_backward + mega.tp_hidden_by_dgrad + mega.tp_hidden_by_wgrad
+    assert sync.tp_backward == pytest.approx(total)
+    assert sync.tp_dtensor_regather == sync.tp_unfused_backward == 0.0
+    # exposed whole, whatever the recompute mode
+    for code in (0, 1, 2):
+        terms = block_terms(COMPUTE, sync, code, False)
+        assert float(terms.tp_backward) - float(
+            block_terms(COMPUTE, sync._replace(tp_backward=0.0), code, False).tp_backward
+        ) == pytest.approx(total)
 
 
 def test_vanilla_dtensor_tp_is_slower_than_megatron_async_backward():

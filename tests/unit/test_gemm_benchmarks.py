@@ -2,7 +2,8 @@
 
 Each catalog cap is kernel cap x one fitted in-step share. The kernel cap must reproduce the benchmark: on the
 catalog accelerator with the cap divided by the share and no ramp, gemm_time_s at the benchmark's shape takes
-the benchmark's time, F / MAMF, written below as the arithmetic on the source's numbers.
+the benchmark's time, F / R (R its TFLOPS: MAMF, or a wall-clock loop of torch.mm on the V100 systems), written
+below as the arithmetic on the source's numbers.
 """
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.catalog.gemm_benchmarks import MAMF_BF16
+from paraplan.catalog.gemm_benchmarks import (
+    GEMM_BENCHMARK_BF16,
+    GEMM_BENCHMARK_FP8,
+    GEMM_BENCHMARK_SOURCE,
+)
 from paraplan.cost.compute import gemm_benchmark_cap, gemm_time_s, kernel_cap
 from paraplan.specs.system import AcceleratorSpec
 from paraplan.validate.fitted import FITTED_CONSTANTS
@@ -82,8 +87,8 @@ def _kernel_accelerator(acc: AcceleratorSpec) -> AcceleratorSpec:
 
 
 def test_every_benchmarked_system_is_listed():
-    assert {s for s, *_ in BENCHMARK_TIMES} == set(MAMF_BF16)
-    assert set(MAMF_BF16) <= set(SHARE_CONSTANT.systems)
+    assert {s for s, *_ in BENCHMARK_TIMES} == set(GEMM_BENCHMARK_BF16)
+    assert set(GEMM_BENCHMARK_BF16) <= set(SHARE_CONSTANT.systems)
     assert 0.6 < SHARE < 1.0  # a share of the isolated kernel's rate, not a free cap
 
 
@@ -100,7 +105,7 @@ def test_catalog_cap_reproduces_the_mamf_benchmark(system, m, n, k, expected_s):
 def test_caps_share_one_in_step_share():
     for system in SHARE_CONSTANT.systems:
         ref = (
-            system if system in MAMF_BF16 else "dgx-h100-80gb"
+            system if system in GEMM_BENCHMARK_BF16 else "dgx-h100-80gb"
         )  # H100 PCIe / NVL: the H100 SXM kernel cap
         assert load_system(system).accelerator.efficiency.gemm / kernel_cap(ref) == pytest.approx(
             SHARE, rel=2e-3
@@ -134,7 +139,20 @@ def test_benchmark_cap_by_hand_v100():
 
 def test_comparison_rows_are_not_model_inputs():
     # rows above a part's catalog peak (RTX 4090 / 5090) must not become caps: no cap <= 1 reproduces them
-    assert "rtx-4090-8" not in MAMF_BF16 and "rtx-5090-8" not in MAMF_BF16
+    assert "rtx-4090-8" not in GEMM_BENCHMARK_BF16 and "rtx-5090-8" not in GEMM_BENCHMARK_BF16
     for system, tflops in (("rtx-4090-8", 173.31), ("rtx-5090-8", 236.03)):
         acc = load_system(system).accelerator
         assert gemm_benchmark_cap(tflops, (8192, 8192, 8192), acc, "bf16") > 1.0
+
+
+def test_every_row_says_how_it_was_timed():
+    # MAMF rows take the file's source; the wall-clock loop rows (torch-performance-test-data) cite their own
+    rows = {**GEMM_BENCHMARK_BF16, **GEMM_BENCHMARK_FP8}
+    assert {row.method for row in rows.values()} <= {"mamf", "wall_clock_loop"}
+    for system, row in rows.items():
+        assert (row.method == "wall_clock_loop") == bool(row.source), system
+    # the V100 systems' fp16 row is a wall-clock loop, not MAMF
+    assert GEMM_BENCHMARK_BF16["dgx-1-v100"].method == "wall_clock_loop"
+    assert GEMM_BENCHMARK_BF16["dgx-1-v100"].dtype == "fp16"
+    assert GEMM_BENCHMARK_BF16["dgx-h100-80gb"].method == "mamf"
+    assert "Maximum Achievable Matmul FLOPS" in GEMM_BENCHMARK_SOURCE

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.cost.memory import layer_activation_bytes, op_sac_kept_bytes
+from paraplan.cost.memory import layer_activation_bytes, layer_activation_parts, op_sac_kept_bytes
 from paraplan.graph.ops import OP_SAC
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d as decoder_layer
 from paraplan.specs.plan import PlanSpec
@@ -66,7 +66,9 @@ def test_kept_bytes_by_hand(tp, sp):
     h, q, kv, f, heads, tokens = 4096, 4096, 1024, 14336, 32, 2 * 8192
     per_token = 2 * h / tp + 2 * (q + kv + q + f) / tp + 2 * h + (2 * 2 * h / tp if sp else 0)
     expected = tokens * (per_token + 4 * heads / tp)
-    assert op_sac_kept_bytes(model, shape) == pytest.approx(expected)
+    assert op_sac_kept_bytes(model, shape, layer_activation_parts(model, shape)) == pytest.approx(
+        expected
+    )
     assert layer_activation_bytes(model, shape, "selective") == pytest.approx(expected)
     # between full recompute and Megatron's selective (attention core only)
     megatron = layer_activation_bytes(model, _shape(("core_attn",), tp=tp, sp=sp), "selective")

@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model
-from paraplan.cost.memory import layer_activation_bytes, save_dots_kept_bytes
+from paraplan.cost.memory import (
+    layer_activation_bytes,
+    layer_activation_parts,
+    save_dots_kept_bytes,
+)
 from paraplan.graph.ops import SAVE_DOTS
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d as decoder_layer
 from paraplan.specs.plan import PlanSpec
@@ -49,7 +53,9 @@ def test_kept_bytes_by_hand(tp, sp):
     h, q, kv, f, heads, tokens = 4096, 4096, 4096, 11008, 32, 2 * 4096
     per_token = 2 * h / (tp if sp else 1) + 2 * (2 * q + 2 * kv + 2 * f) / tp + 2 * 2 * h
     expected = tokens * (per_token + 4 * heads / tp)
-    assert save_dots_kept_bytes(model, shape) == pytest.approx(expected)
+    assert save_dots_kept_bytes(
+        model, shape, layer_activation_parts(model, shape)
+    ) == pytest.approx(expected)
     assert layer_activation_bytes(model, shape, "selective") == pytest.approx(expected)
     none = layer_activation_bytes(model, _shape(()), "none")
     assert layer_activation_bytes(model, _shape(), "selective") < none

@@ -11,6 +11,10 @@ import pytest
 from paraplan.catalog import load_framework, load_system
 from paraplan.cost.attention import (
     HOPPER_MMA_SYNC_CARRY,
+    RATIO_KERNELS,
+    RatioKernel,
+    architecture_carry,
+    base_kernel,
     kernel_relative_speed,
     kernel_speed,
     triton_fa2_ratio,
@@ -66,3 +70,20 @@ def test_a_step_pays_the_ratio_in_attention_time_only():
     t_fa2 = attention_time_s(1e15, 0.5, fa2, "bf16", call) - fa2.efficiency.kernel_overhead_s
     t_tri = attention_time_s(1e15, 0.5, triton, "bf16", call) - triton.efficiency.kernel_overhead_s
     assert t_tri / t_fa2 == pytest.approx(1 / triton_fa2_ratio(2048, 128, True), rel=1e-9)
+
+
+def test_every_ratio_kernel_entry_carries_its_own_base_ratio_and_carry(monkeypatch):
+    # a made-up entry on FlashAttention-3's curve at half its speed, 2x on Hopper: each of its three
+    # fields prices it, none borrowed from triton_flash's
+    half = RatioKernel("fa3", lambda seq, head_dim, causal: 0.5, 2.0)
+    monkeypatch.setitem(RATIO_KERNELS, "half_fa3", half)
+    shape = (8192, 128, True)
+    assert base_kernel("half_fa3") == "fa3"
+    assert architecture_carry("half_fa3", "hopper") == 2.0
+    assert architecture_carry("half_fa3", "ampere") == 1.0
+    assert kernel_speed("half_fa3", *shape, "hopper") == pytest.approx(
+        kernel_speed("fa3", *shape, "hopper")
+    )
+    assert kernel_speed("half_fa3", *shape, "ampere") == pytest.approx(
+        0.5 * kernel_speed("fa3", *shape, "ampere")
+    )

@@ -1,12 +1,19 @@
 """Published GEMM benchmarks: the component data behind the catalog's bf16 GEMM caps (docs/model.md §2, §6).
 
-Source: S. Bekman, *Machine Learning Engineering Open Book*, compute/accelerator/README.md, "Maximum Achievable
-Matmul FLOPS comparison table" (https://github.com/stas00/ml-engineering, read at commit
-744d01e18b79512572f64a6bbd8b5f4a725203a7, 2026-08-22). MAMF is the best mean TFLOPS of ``torch.mm`` (bf16) or
-``torch._scaled_mm`` (fp8 e4m3, per-tensor scales) over a sweep of (m, n, k) shapes, no sparsity; each shape is
-timed kernel by kernel between CUDA events after an L2 flush, mean of 100 iterations after 50 warm-up
-(compute/accelerator/benchmarks/mamf-finder.py, ``benchmark_mm``). The timed region is one GEMM kernel on a
-stream the host runs ahead of: launch latency is hidden, the kernel's own fill and tail are included.
+Each row records how it was timed (``method``):
+
+- ``mamf`` (the file's source): S. Bekman, *Machine Learning Engineering Open Book*,
+  compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"
+  (https://github.com/stas00/ml-engineering, read at commit 744d01e18b79512572f64a6bbd8b5f4a725203a7,
+  2026-08-22). MAMF is the best mean TFLOPS of ``torch.mm`` (bf16) or ``torch._scaled_mm`` (fp8 e4m3,
+  per-tensor scales) over a sweep of (m, n, k) shapes, no sparsity; each shape is timed kernel by kernel between
+  CUDA events after an L2 flush, mean of 100 iterations after 50 warm-up
+  (compute/accelerator/benchmarks/mamf-finder.py, ``benchmark_mm``). The timed region is one GEMM kernel on a
+  stream the host runs ahead of: launch latency is hidden, the kernel's own fill and tail are included.
+- ``wall_clock_loop`` (the row's own ``source``, github.com/zzc0721/torch-performance-test-data test.py): 30
+  back-to-back ``torch.mm`` of a square n × n × n after 6 warm-up, timed by the wall clock around the loop (the
+  host runs ahead, as in MAMF), best of a few sizes; in fp16 where the part has no bf16 (V100, T4). On parts both
+  sources measured it sits 0.7-2.5 % under MAMF (catalog/benchmarks/gemm.yaml).
 
 How the catalog uses a row (cost.compute.gemm_benchmark_cap): the *kernel cap* is the cap at which
 ``gemm_time_s`` with zero ramp reproduces the row's TFLOPS at the row's shape (the model's tile/wave and depth
@@ -42,10 +49,12 @@ class GemmBenchmark:
     software: str
     note: str = ""
     source: str = ""  # where the row is not from the file's MAMF source
+    method: str = "mamf"  # how it was timed: "mamf" or "wall_clock_loop" (module docstring)
 
 
 def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
-    """(source, system -> bf16 row, system -> fp8 row) from catalog/benchmarks/gemm.yaml."""
+    """(the file's source, system -> its bf16 cap's row, system -> fp8 row) from catalog/benchmarks/gemm.yaml;
+    the bf16 cap's row is in the part's half precision (fp16 on Volta, which has no bf16)."""
     data = packaged_yaml(_DATA.read_text())
     rows = {k: GemmBenchmark(**{**v, "shape": tuple(v["shape"])}) for k, v in data["rows"].items()}
     return (
@@ -55,4 +64,4 @@ def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
     )
 
 
-MAMF_SOURCE, MAMF_BF16, MAMF_FP8 = _load()
+GEMM_BENCHMARK_SOURCE, GEMM_BENCHMARK_BF16, GEMM_BENCHMARK_FP8 = _load()

@@ -61,6 +61,7 @@ bounds the older kernel; the ratio alone would keep FlashAttention-2's 1.69x).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 AttentionKernel = str  # "fa2" | "fa3" | "cudnn" | "triton_flash"
@@ -84,8 +85,6 @@ KERNEL_CURVES: dict[str, KernelCurve] = {
     "fa3": KernelCurve(672.0, 220.0, 55.0),
 }
 
-# Kernels priced as another kernel's curve times a measured ratio at the same shape (module docstring).
-RATIO_KERNELS: dict[str, str] = {"triton_flash": "fa2"}
 FIGURE4_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 # (causal, head dim) -> (sequence lengths, FlashAttention / FlashAttention-2 fwd+bwd), Dao 2023 Figure 4
 FA1_OVER_FA2: dict[tuple[bool, int], tuple[tuple[int, ...], tuple[float, ...]]] = {
@@ -155,27 +154,47 @@ def triton_fa2_ratio(seq: float, head_dim: float, causal: bool) -> float:
     return lo + w * (hi - lo)
 
 
+@dataclass(frozen=True)
+class RatioKernel:
+    """A kernel priced as another kernel's curve times a measured ratio at the same shape (module docstring)."""
+
+    base: str  # the kernel whose fitted curve (KERNEL_CURVES) it is priced on
+    ratio: Callable[
+        [float, float, bool], float
+    ]  # (seq, head dim, causal) -> its speed over the base's
+    hopper_carry: float  # its speed factor on Hopper beyond the (Ampere-measured) ratio
+
+
+RATIO_KERNELS: dict[str, RatioKernel] = {
+    "triton_flash": RatioKernel("fa2", triton_fa2_ratio, HOPPER_MMA_SYNC_CARRY),
+}
+
+
 def architecture_carry(kernel: str, architecture: str | None) -> float:
-    """A ratio kernel's speed factor on ``architecture`` beyond its Ampere ratio: on Hopper
-    ``HOPPER_MMA_SYNC_CARRY`` = (2/3 · 989/312) / (308/182) (mma.sync ceiling growth over FlashAttention-2's
-    measured growth, module docstring), else 1."""
-    if kernel in RATIO_KERNELS and architecture == "hopper":
-        return HOPPER_MMA_SYNC_CARRY
+    """A ratio kernel's speed factor on ``architecture`` beyond its Ampere ratio: on Hopper its
+    ``hopper_carry`` (triton_flash: ``HOPPER_MMA_SYNC_CARRY`` = (2/3 · 989/312) / (308/182), mma.sync ceiling
+    growth over FlashAttention-2's measured growth, module docstring), else 1."""
+    ratio_kernel = RATIO_KERNELS.get(kernel)
+    if ratio_kernel is not None and architecture == "hopper":
+        return ratio_kernel.hopper_carry
     return 1.0
 
 
 def base_kernel(kernel: str) -> str:
     """The kernel whose fitted curve prices ``kernel``: itself, or for a ratio kernel its base."""
-    return RATIO_KERNELS.get(kernel, kernel)
+    ratio_kernel = RATIO_KERNELS.get(kernel)
+    return kernel if ratio_kernel is None else ratio_kernel.base
 
 
 def attention_shape_factor(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
     """s/(s + s_half) · [d'/(d' + d_half)] / [128/(128 + d_half)] · (s/(s + 128) if causal), d' = min(d, 128):
     the fraction of the kernel's head-dim-128 plateau reached at this shape (module docstring); for
-    ``triton_flash`` FlashAttention-2's factor × ``triton_fa2_ratio``."""
-    if kernel in RATIO_KERNELS:
-        base = attention_shape_factor(RATIO_KERNELS[kernel], seq, head_dim, causal)
-        return base * triton_fa2_ratio(seq, head_dim, causal)
+    a ratio kernel (``RATIO_KERNELS``) its base's factor × its ratio (``triton_flash``: FlashAttention-2's ×
+    ``triton_fa2_ratio``)."""
+    ratio_kernel = RATIO_KERNELS.get(kernel)
+    if ratio_kernel is not None:
+        base = attention_shape_factor(ratio_kernel.base, seq, head_dim, causal)
+        return base * ratio_kernel.ratio(seq, head_dim, causal)
     curve = KERNEL_CURVES[kernel]
     d = min(head_dim, 128.0)
     head = d / (d + curve.head_dim_half) / (128.0 / (128.0 + curve.head_dim_half))

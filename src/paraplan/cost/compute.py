@@ -263,12 +263,12 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
 
 
 def kernel_cap(system_name: str, dtype: str = "bf16") -> float:
-    """A catalog system's GEMM kernel cap from its published MAMF row (catalog.gemm_benchmarks):
-    gemm_benchmark_cap at the row's TFLOP/s and shape on the system's accelerator."""
+    """A catalog system's GEMM kernel cap from its published GEMM benchmark row
+    (catalog.gemm_benchmarks): gemm_benchmark_cap at the row's TFLOP/s and shape on the system's accelerator."""
     from paraplan.catalog import load_system
-    from paraplan.catalog.gemm_benchmarks import MAMF_BF16, MAMF_FP8
+    from paraplan.catalog.gemm_benchmarks import GEMM_BENCHMARK_BF16, GEMM_BENCHMARK_FP8
 
-    row = (MAMF_FP8 if dtype == "fp8" else MAMF_BF16)[system_name]
+    row = (GEMM_BENCHMARK_FP8 if dtype == "fp8" else GEMM_BENCHMARK_BF16)[system_name]
     return gemm_benchmark_cap(
         row.tflops, row.shape, load_system(system_name).accelerator, row.dtype
     )

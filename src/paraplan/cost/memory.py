@@ -217,53 +217,61 @@ def layer_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str) 
     (``recomputed_module_bytes``; by default the attention internals, Korthikanti §5: 34·s·b·h/t with
     SP); full: only the layer input, 2·s·b·h (÷t with SP) (Korthikanti §4.3).
     With sequence parallelism the replicated part is divided by t too (Korthikanti §4.2.2)."""
-    parts = layer_activation_parts(model, shape)
     sp_div = shape.tp if shape.sequence_parallel else 1
     if recompute == "full":
         return shape.act_bytes * shape.local_tokens * model.hidden / sp_div
+    parts = layer_activation_parts(model, shape)
     if recompute == "selective" and "op_sac" in shape.recompute_modules:
-        return op_sac_kept_bytes(model, shape)
+        return op_sac_kept_bytes(model, shape, parts)
     if recompute == "selective" and "save_dots" in shape.recompute_modules:
-        return save_dots_kept_bytes(model, shape)
+        return save_dots_kept_bytes(model, shape, parts)
     kept = parts.replicated / sp_div + parts.tensor_parallel + parts.attention_internals
     if recompute == "selective":
         kept -= recomputed_module_bytes(model, shape, shape.recompute_modules or ("core_attn",))
     return kept
 
 
-def op_sac_kept_bytes(model: ModelSpec, shape: LayerShape) -> float:
+def saved_outputs_kept_bytes(
+    model: ModelSpec,
+    shape: LayerShape,
+    parts: LayerActivations,
+    split_width: float,
+    full_width_outputs: float,
+) -> float:
+    """Bytes a layer keeps per micro-batch under a policy that saves chosen op outputs and re-runs the rest in
+    backward (``op_sac_kept_bytes``, ``save_dots_kept_bytes``), per token (a = activation bytes): the layer input
+    a·h (÷t with SP), the tensor-parallel outputs a·``split_width``/t, ``full_width_outputs`` outputs of full width
+    a·h each (a row-parallel GEMM's un-reduced output on each TP rank); plus the flash statistics of ``parts``
+    (``layer_activation_parts``: attention_internals)."""
+    a, h, t = shape.act_bytes, model.hidden, shape.tp
+    sp_div = t if shape.sequence_parallel else 1
+    per_token = a * h / sp_div + a * split_width / t + full_width_outputs * a * h
+    return shape.local_tokens * per_token + parts.attention_internals
+
+
+def op_sac_kept_bytes(model: ModelSpec, shape: LayerShape, parts: LayerActivations) -> float:
     """Bytes a dense swiglu layer keeps per micro-batch under torchtitan's per-op SAC (graph.ops.OP_SAC_SOURCE:
     the outputs of the saved ops, the rest re-run in backward; graph.ops.op_sac_split): the block input the
     checkpoint keeps, a·h (÷t with SP); the saved mm outputs wq a·q/t, wv a·kv/t, w1 a·f/t and w2 a·h (the
     row-parallel GEMM's un-reduced output, full width on each TP rank); SDPA's output a·q/t and its statistics
     (``attention_internals``: the fp32 log-sum-exp of flash attention); with sequence parallelism (t > 1) the two
-    saved reduce-scatter outputs, 2·a·h/t; abs / max save scalars (0). Per token, a = activation bytes."""
-    parts = layer_activation_parts(model, shape)
-    a, h, t = shape.act_bytes, model.hidden, shape.tp
-    sp_div = t if shape.sequence_parallel else 1
-    per_token = (
-        a * h / sp_div + a * (2 * model.q_width + model.kv_width + model.ffn_hidden) / t + a * h
-    )
-    if shape.sequence_parallel and t > 1:
-        per_token += 2 * a * h / t
-    return shape.local_tokens * per_token + parts.attention_internals
+    saved reduce-scatter outputs, 2·a·h/t; abs / max save scalars (0). Per token, a = activation bytes
+    (saved_outputs_kept_bytes)."""
+    split = 2 * model.q_width + model.kv_width + model.ffn_hidden
+    if shape.sequence_parallel and shape.tp > 1:
+        split += 2 * model.hidden
+    return saved_outputs_kept_bytes(model, shape, parts, split, 1)
 
 
-def save_dots_kept_bytes(model: ModelSpec, shape: LayerShape) -> float:
+def save_dots_kept_bytes(model: ModelSpec, shape: LayerShape, parts: LayerActivations) -> float:
     """Bytes a dense layer keeps per micro-batch under MaxText's remat_policy minimal_flash (graph.ops.SAVE_DOTS:
     google/maxtext 3075bbe MaxText/layers/models.py:255-261, every weight GEMM output and the attention
     ``context`` saved, the element-wise ops re-run): the layer input, a·h (÷t with SP); the q/k/v projections
     a·(q + 2·kv)/t, the context a·q/t, the output projection a·h (un-reduced, full width on each TP rank), the
     MLP input projections a·p·f/t (p = mlp_input_projections) and the MLP output projection a·h; and the flash
-    statistics (``attention_internals``). Per token, a = activation bytes."""
-    parts = layer_activation_parts(model, shape)
-    a, h, t = shape.act_bytes, model.hidden, shape.tp
-    sp_div = t if shape.sequence_parallel else 1
-    gemm_outputs = (
-        2 * model.q_width + 2 * model.kv_width + model.mlp_input_projections * model.ffn_hidden
-    )
-    per_token = a * h / sp_div + a * gemm_outputs / t + 2 * a * h
-    return shape.local_tokens * per_token + parts.attention_internals
+    statistics (``attention_internals``). Per token, a = activation bytes (saved_outputs_kept_bytes)."""
+    split = 2 * model.q_width + 2 * model.kv_width + model.mlp_input_projections * model.ffn_hidden
+    return saved_outputs_kept_bytes(model, shape, parts, split, 2)
 
 
 def recomputed_module_bytes(model: ModelSpec, shape: LayerShape, modules: tuple[str, ...]) -> float:

@@ -95,10 +95,10 @@ def gathered_ring_exposed_s(gather_s, sends_s, attention_s, cp):
     ``dkv_rotater``, c sends, the last waited after the loop). With load balancing every step has the same
     work, attention/c:
     exposed = max(0, gather − attention/c) + (c − 1)·max(0, send − attention/c) + send,
-    send = sends/c (0 without sends)."""
+    send = sends/c (0 without sends): the middle term is ring_attention_exposed_s(send, attention/c, c, 0)."""
     step = attention_s / maximum(cp, 1.0)
     send = sends_s / maximum(cp, 1.0)
-    return maximum(0.0, gather_s - step) + maximum(cp - 1.0, 0.0) * maximum(0.0, send - step) + send
+    return maximum(0.0, gather_s - step) + ring_attention_exposed_s(send, step, cp, 0.0) + send
 
 
 def ulysses_all_to_all_bytes(local_tensor_bytes, cp):

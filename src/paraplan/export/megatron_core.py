@@ -18,6 +18,7 @@ from paraplan.export.common import (
     refuse,
     same_placement,
 )
+from paraplan.graph.ops import POLICY_MODULES
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import interleave_split_rule, megatron_fsdp_rule, megatron_overlap_rule
@@ -56,13 +57,15 @@ MEGATRON_EXPERT_FIELDS = frozenset(
     " moe_balance grad_dtype fp8_weight_copies".split()
 )
 
-# torchtitan's per-op selective checkpointing (graph.ops.OP_SAC): a policy, not a Megatron-Core module name
-# (TransformerConfig.recompute_modules takes core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)
-NOT_MEGATRON_MODULES = frozenset({"op_sac", "save_dots"})
+# the per-op checkpointing policies (graph.ops.POLICY_MODULES: torchtitan's per-op SAC, MaxText's minimal_flash):
+# policies, not Megatron-Core module names (TransformerConfig.recompute_modules takes core_attn, moe_act,
+# layernorm, mla_up_proj, mlp, moe, shared_experts)
+NOT_MEGATRON_MODULES = frozenset(POLICY_MODULES)
 
 
 def recompute_modules_of(plan: PlanSpec, framework: str) -> list[str] | None:
-    """The plan's selective-recompute modules as Megatron-Core names; refuses torchtitan's per-op policy."""
+    """The plan's selective-recompute modules as Megatron-Core names; refuses a per-op checkpointing policy
+    (torchtitan's, MaxText's)."""
     modules = list(plan.recompute_modules or ())
     if foreign := sorted(NOT_MEGATRON_MODULES.intersection(modules)):
         why = f"{foreign} is a per-op checkpointing policy (torchtitan / MaxText), not a Megatron-Core recompute module"

@@ -31,12 +31,21 @@ step, so the slowest rank's count (every step whole) is the one priced. The cuDN
 
 from __future__ import annotations
 
-from paraplan.graph.cp_ring_torch import TORCH_RING, torch_ring_kv_bytes, torch_ring_merge_bytes
+from paraplan.graph.cp_ring_torch import (
+    TORCH_RING,
+    TORCH_RING_BACKWARD_UNITS,
+    TORCH_RING_COLLECTIVE,
+    torch_ring_kv_bytes,
+    torch_ring_merge_bytes,
+)
 from paraplan.graph.ops import Collective, Op
 from paraplan.specs.model import ModelSpec
 
 LSE_FP64_BYTES = 8.0  # the running LSE is kept in float64 during the forward merges
 LSE_FP32_BYTES = 4.0  # a step's LSE as the attention kernel returns it
+TE_RING_BACKWARD_UNITS = (
+    2  # backward calls of the K/V ring's transfer: the K/V again and their gradients
+)
 
 
 def ring_merge_bytes(
@@ -86,18 +95,28 @@ def ring_merge_ops(model: ModelSpec, shape) -> list[Op]:
     return [Op("ring_attention_merge", "memory", 0.0, forward, 0.0, backward, None, True)]
 
 
-def cp_kv_ring(model: ModelSpec, shape, tokens: int) -> Collective:
-    """The K/V ring of context parallelism on one GPU: its K and V, ab·(b·s/c)·2·kv_width/t bytes, sent on
-    at each of the c − 1 steps, forward once and backward twice (K/V again, their gradients).
-    Under torch's ring (``shape.cp_ring`` "torch-sdpa", graph.cp_ring_torch.torch_ring_kv_bytes) the K and V
-    carry the query heads and the gradients travel in fp32: backward thrice the forward bytes."""
+def cp_kv_ring(
+    model: ModelSpec,
+    shape,
+    tokens: float,
+    widths: tuple[int, int] | None = None,
+    split: int | None = None,
+) -> Collective:
+    """The K/V ring of context parallelism on one GPU: its K and V, ab·(b·s/c)·(w_k + w_v)/t bytes, sent on
+    at each of the c − 1 steps, forward once and backward TE_RING_BACKWARD_UNITS times (K/V again, their
+    gradients). ``widths`` (w_k, w_v): the key and value widths over all heads (default GQA's kv_width each;
+    MLA's specs.moe_model.attention_widths); ``split``: the GPUs the heads are split over (default
+    ``shape.tp``; the SUMMA grid's columns). Under torch's ring (``shape.cp_ring`` "torch-sdpa") the K and V
+    carry the query heads (graph.cp_ring_torch.torch_ring_kv_bytes) and the gradients travel in fp32:
+    TORCH_RING_BACKWARD_UNITS backward calls, as the collective TORCH_RING_COLLECTIVE."""
+    k_width, v_width = widths if widths is not None else (model.kv_width, model.kv_width)
+    t = shape.tp if split is None else split
     if shape.cp_ring == TORCH_RING:
-        kv_chunk, backward_calls = torch_ring_kv_bytes(model, shape, tokens), 3
+        kv_chunk = torch_ring_kv_bytes(model, shape, tokens, (k_width, v_width), t)
+        name, backward_calls = TORCH_RING_COLLECTIVE, TORCH_RING_BACKWARD_UNITS
     else:
-        kv_chunk, backward_calls = (
-            float(shape.act_bytes * tokens * 2 * model.kv_width / shape.tp),
-            2,
-        )
+        kv_chunk = float(shape.act_bytes * tokens * (k_width + v_width) / t)
+        name, backward_calls = "cp_kv_ring", TE_RING_BACKWARD_UNITS
     return Collective(
-        "cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, backward_calls, overlaps_with="attention"
+        name, "cp", "ring_exchange", kv_chunk, 1, backward_calls, overlaps_with="attention"
     )

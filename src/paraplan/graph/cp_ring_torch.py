@@ -41,6 +41,11 @@ from __future__ import annotations
 from paraplan.specs.model import ModelSpec
 
 TORCH_RING = "torch-sdpa"  # LayerShape.cp_ring of this ring
+# Collective.name of this ring's K/V pass: step.block_sums reads from it that the chunks arrive by all-gather
+TORCH_RING_COLLECTIVE = "cp_kv_ring_torch"
+# backward calls of one K/V chunk's transfer per step: the K/V all-gathered again (1) and the float32 dK/dV
+# sums sent on (2, twice the bytes); step.block_terms.gathered_cp_exposure_s splits cp_backward by them
+TORCH_RING_BACKWARD_UNITS = 3
 FP32_BYTES = 4.0  # the merger's running output and the gradient sums are float32 (convert_to_f32)
 MERGE_UPDATE_BYTES = 32.0  # per output element: the difference, the product and the update, float32
 LSE_UPDATE_BYTES = (
@@ -49,10 +54,15 @@ LSE_UPDATE_BYTES = (
 LSE_CAST_BYTES = 8.0  # per LSE row: one cast to float32 (read and write)
 
 
-def torch_ring_kv_bytes(model: ModelSpec, shape, tokens: float) -> float:
-    """Bytes of one GPU's K/V chunk on torch's ring under torchtitan: K and V with the query heads
-    (repeat_kv before SDPA), ab·tokens·2·q_width/t (module docstring)."""
-    return float(shape.act_bytes * tokens * 2 * model.q_width / shape.tp)
+def torch_ring_kv_bytes(
+    model: ModelSpec, shape, tokens: float, widths: tuple[int, int], split: int
+) -> float:
+    """Bytes of one GPU's K/V chunk on torch's ring under torchtitan: K and V with the query heads (repeat_kv
+    before SDPA), ab·tokens·(w_k + w_v)·(a/a_kv)/``split``, ``widths`` (w_k, w_v) the layer's key and value
+    widths over all heads and ``split`` the GPUs its heads are split over; for GQA 2·ab·tokens·q_width/t
+    (module docstring). MLA's keys and values are per query head already: no repeat."""
+    repeat = 1 if model.is_mla else model.heads // model.n_kv_heads
+    return float(shape.act_bytes * tokens * (widths[0] + widths[1]) * repeat / split)
 
 
 def torch_ring_merge_bytes(

@@ -14,6 +14,7 @@ tensor in :func:`attention_activation_bytes`.
 
 from __future__ import annotations
 
+from paraplan.graph.cp_ring import cp_kv_ring
 from paraplan.graph.ops import Collective, Op, norm_kernel, residual_kernel
 from paraplan.graph.transformer import (
     FLASH_BACKWARD_FLOP_RATIO,
@@ -233,14 +234,12 @@ def attention_half_collectives(model: ModelSpec, shape: LayerShape) -> list[Coll
 
 def context_ring_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
     """The context-parallel K/V ring of the attention half (Liu et al. 2023; none with cp 1): this GPU's K and V chunk
-    passed around the cp group, once forward, twice backward (search.expert_floors.ring_transfer_floor_s floors it)."""
+    passed around the cp group on the stack's ring (graph.cp_ring.cp_kv_ring with the layer's key and value widths;
+    search.expert_floors.ring_transfer_floor_s floors it)."""
     if shape.cp <= 1 or shape.ulysses:
         return []
     _, k_width, v_width = attention_widths(model)
-    kv_chunk = float(shape.act_bytes * shape.local_tokens * (k_width + v_width) / shape.tp)
-    return [
-        Collective("cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention")
-    ]
+    return [cp_kv_ring(model, shape, shape.local_tokens, (k_width, v_width))]
 
 
 def attention_activation_bytes(

@@ -197,6 +197,9 @@ OP_SAC_RERUN = (
 # output projection (a dot, saved).
 SAVE_DOTS = "save_dots"
 SAVE_DOTS_RERUN = tuple(name for name in OP_SAC_RERUN if name != "attention_projection")
+# the per-op checkpointing policies a recompute_modules list may name beside the modules of
+# RECOMPUTE_MODULE_OPS (torchtitan's per-op SAC, MaxText's minimal_flash), with the ops each re-runs
+POLICY_MODULES: dict[str, tuple[str, ...]] = {OP_SAC: OP_SAC_RERUN, SAVE_DOTS: SAVE_DOTS_RERUN}
 
 _CORE_ATTENTION_OPS = frozenset(RECOMPUTE_MODULE_OPS["core_attn"])
 
@@ -287,7 +290,7 @@ def recompute_modules_of(names: tuple[str, ...]) -> tuple[str, ...]:
     for name in names:
         modules = (
             [name]
-            if name in RECOMPUTE_MODULE_OPS or name in (OP_SAC, SAVE_DOTS)
+            if name in RECOMPUTE_MODULE_OPS or name in POLICY_MODULES
             else [m for m, ops in RECOMPUTE_MODULE_OPS.items() if name in ops]
         )
         out += [m for m in modules[:1] if m not in out]
@@ -313,9 +316,9 @@ def mark_recomputed(
 
 @lru_cache(maxsize=256)
 def recomputed_op_names(modules: tuple[str, ...]) -> frozenset[str]:
-    """The op names the modules re-run (RECOMPUTE_MODULE_OPS; OP_SAC_RERUN for the per-op SAC policy,
-    SAVE_DOTS_RERUN for MaxText's minimal_flash)."""
-    table = {**RECOMPUTE_MODULE_OPS, OP_SAC: OP_SAC_RERUN, SAVE_DOTS: SAVE_DOTS_RERUN}
+    """The op names the modules re-run (RECOMPUTE_MODULE_OPS; POLICY_MODULES: OP_SAC_RERUN for the per-op SAC
+    policy, SAVE_DOTS_RERUN for MaxText's minimal_flash)."""
+    table = {**RECOMPUTE_MODULE_OPS, **POLICY_MODULES}
     return frozenset(name for module in modules for name in table.get(module, ()))
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from paraplan.graph.cp_ring import cp_kv_ring
 from paraplan.graph.ops import Collective, LayerGraph, Op
 from paraplan.graph.transformer import (
     layer_param_parts,
@@ -182,15 +183,8 @@ def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     )
     kv = float(ab * tokens * 2 * model.kv_width / cols)  # the column's K and V of all T tokens
     collectives += kv_gather_collectives("tp_col", kv, rows)
-    if shape.cp > 1:
-        kv_chunk = float(
-            ab * tokens * 2 * model.kv_width / cols
-        )  # the grid column's K and V, passed around the cp ring
-        collectives.append(
-            Collective(
-                "cp_kv_ring", "cp", "ring_exchange", kv_chunk, 1, 2, overlaps_with="attention"
-            )
-        )
+    if shape.cp > 1:  # the grid column's K and V, passed around the cp ring
+        collectives.append(cp_kv_ring(model, shape, tokens, split=cols))
     return LayerGraph(
         "decoder_layer", tuple(ops), tuple(collectives), summa_weight_params(model, rows, cols)
     )

@@ -13,7 +13,7 @@ from paraplan.cost.host import HostSums, host_sums
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
-from paraplan.graph.cp_ring_torch import TORCH_RING
+from paraplan.graph.cp_ring_torch import TORCH_RING_COLLECTIVE
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
@@ -128,13 +128,14 @@ class BlockComm(NamedTuple):
     cp_steps: float = 0.0
     cp_sync_forward: float = 0.0
     cp_sync_backward: float = 0.0
-    # of tp_backward: the SP input re-gathers for wgrad on a DTensor stack (tp_backward_hides empty), which
-    # run only where recomputation drops the gathered input (step.block_terms.dtensor_regather_s)
+    # not in tp_backward: the SP input re-gathers for wgrad on a DTensor stack (dtensor_tp), which run only
+    # where recomputation drops the gathered input (step.block_terms.dtensor_regather_s adds them there)
     tp_dtensor_regather: float = 0.0
     # of tp_backward: the input-gradient reduce-scatters on a DTensor stack, which AsyncTP leaves unfused
     # (step.block_terms.backward_tp_exposure_s)
     tp_unfused_backward: float = 0.0
-    # 1 when the K/V ring's chunks arrive by one all-gather (torch's ring, graph.cp_ring_torch)
+    # 1 when the K/V ring's chunks arrive by one all-gather: the graph emitted torch's ring
+    # (graph.cp_ring_torch.TORCH_RING_COLLECTIVE)
     cp_gathered: float = 0.0
 
 
@@ -146,14 +147,17 @@ def block_comm(
     cp_span: GroupSpan,
     model: ModelSpec | None = None,
     shape: LayerShape | None = None,
+    async_tp: bool = True,
 ) -> BlockComm:
     """Σ over the block's collectives of calls × collective time (and hidden price) on the group's span;
     expert-parallel collectives (groups ep, etp) on the expert spans of ``shape.expert``
     (cost.moe.moe_collective_time_and_price_s). A backward TP collective counts as hidden by the dgrad or
-    wgrad GEMMs (``overlaps_with``) only where the stack runs it asynchronously beside them
-    (``tp_backward_hides``); otherwise it is exposed (``tp_backward``)."""
+    wgrad GEMMs (``overlaps_with``) only where the stack and the pipeline engine (``async_tp``:
+    step.engines.EngineRules.async_tp_backward) run it asynchronously beside them (``tp_backward_hides``);
+    otherwise it is exposed (``tp_backward``)."""
     spans = {"tp": tp_span, "cp": cp_span}
-    hides = tp_backward_hides(system)
+    hides = tp_backward_hides(system, async_tp)
+    dtensor = dtensor_tp(system)
     s = dict.fromkeys(BlockComm._fields, 0.0)
     moe = shape is not None and model is not None
     if moe:
@@ -181,9 +185,7 @@ def block_comm(
                 s["cp_sync_backward"] += bwd * time
                 continue
             if spans["cp"].size > 1:
-                s["cp_gathered"] = float(
-                    system.accelerator.efficiency.runtime.cp_ring == TORCH_RING
-                )
+                s["cp_gathered"] = float(c.name == TORCH_RING_COLLECTIVE)
                 steps = spans["cp"].size - 1
                 s["cp_steps"] = max(s["cp_steps"], steps)
                 sync = ring_step_sync_s(spans["cp"], system)
@@ -203,10 +205,8 @@ def block_comm(
             continue
         s["tp_forward"] += fwd * time
         s["tp_forward_price"] += fwd * price
-        s[hides.get(c.overlaps_with, "tp_backward")] += bwd * time
-        if not hides and c.overlaps_with == "dgrad":  # the SP input re-gather (graph.transformer)
-            s["tp_dtensor_regather"] += bwd * time
-        if not hides and c.overlaps_with == "wgrad":  # the input-gradient reduce-scatter
+        s[_tp_backward_field(c.overlaps_with, hides, dtensor)] += bwd * time
+        if dtensor and c.overlaps_with == "wgrad":  # the input-gradient reduce-scatter
             s["tp_unfused_backward"] += bwd * time
         s["tp_backward_price"] += bwd * price
     return BlockComm(**s)
@@ -237,9 +237,10 @@ def expert_comm_terms(
 _TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
 
 
-def tp_backward_hides(system: SystemSpec) -> dict[str, str]:
+def tp_backward_hides(system: SystemSpec, async_tp: bool = True) -> dict[str, str]:
     """BlockComm field of a backward TP collective by what hides it, under the stack's runtime
-    (specs.runtime.RuntimeCosts.tp_backward_async):
+    (specs.runtime.RuntimeCosts.tp_backward_async) and the pipeline engine's rule (``async_tp``:
+    step.engines.EngineRules.async_tp_backward, True but under DeepSpeed's PipelineEngine), both needed:
     - Megatron-LM's async tensor-parallel backward (megatron/core/tensor_parallel/layers.py
       ``LinearWithGradAccumulationAndAsyncCommunication``): the SP input re-gather is issued before the
       dgrad GEMM and the input-gradient reduce-scatter before the wgrad GEMM, each waited after it:
@@ -251,7 +252,24 @@ def tp_backward_hides(system: SystemSpec) -> dict[str, str]:
       the reduce-scattered gradient); Inductor leaves that order unless
       torch._inductor.config.reorder_for_compute_comm_overlap is set (default False): nothing, every
       backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart)."""
-    return _TP_BACKWARD_FIELD if system.accelerator.efficiency.runtime.tp_backward_async else {}
+    stack = system.accelerator.efficiency.runtime.tp_backward_async
+    return _TP_BACKWARD_FIELD if stack and async_tp else {}
+
+
+def dtensor_tp(system: SystemSpec) -> bool:
+    """The stack's tensor parallelism is PyTorch DTensor's (specs.runtime.RuntimeCosts.tp_backward_async False,
+    the torchtitan profiles): its SP input re-gathers and input-gradient reduce-scatters are kept apart
+    (``tp_dtensor_regather``, ``tp_unfused_backward``; tp_backward_hides documents the stack)."""
+    return not system.accelerator.efficiency.runtime.tp_backward_async
+
+
+def _tp_backward_field(overlaps_with: str, hides: dict[str, str], dtensor: bool) -> str:
+    """BlockComm field a backward TP collective's seconds go to: a DTensor stack's SP input re-gather
+    (``overlaps_with`` "dgrad") to ``tp_dtensor_regather`` alone (step.block_terms.dtensor_regather_s), the rest
+    by what hides them (``hides``: tp_backward_hides), ``tp_backward`` where nothing does."""
+    if dtensor and overlaps_with == "dgrad":
+        return "tp_dtensor_regather"
+    return hides.get(overlaps_with, "tp_backward")
 
 
 @lru_cache(maxsize=65536)

@@ -19,6 +19,7 @@ from paraplan.cost.overlap import (
     gathered_ring_exposed_s,
     ring_attention_exposed_s,
 )
+from paraplan.graph.cp_ring_torch import TORCH_RING_BACKWARD_UNITS
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -101,7 +102,7 @@ def block_terms(
         + where(comm.tp_forward > 0, c.ub_forward, 0.0),
         comm.tp_forward,
     )
-    comm = comm._replace(tp_backward=comm.tp_backward - dtensor_regather_s(comm, recompute_code))
+    comm = comm._replace(tp_backward=comm.tp_backward + dtensor_regather_s(comm, recompute_code))
     tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False)
     # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
     tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b) if deferred else 0.0
@@ -127,14 +128,16 @@ def block_terms(
 def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
     """(forward, backward) exposed seconds of torch's ring (graph.cp_ring_torch), hidden part priced: the
     forward's K/V all-gather (``comm.cp_forward``, the c − 1 chunks) behind the first step's attention; the
-    backward's ``comm.cp_backward`` is three such units (graph.transformer.cp_kv_ring): the K/V all-gather
-    again (one unit) and the float32 dK/dV sends (two units over c − 1 chunk transfers, so one send of the
-    c is 2/3·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step synchronisation."""
+    backward's ``comm.cp_backward`` is u = TORCH_RING_BACKWARD_UNITS (3) such units (graph.cp_ring.cp_kv_ring):
+    the K/V all-gather again (one unit) and the float32 dK/dV sends (u − 1 units over c − 1 chunk transfers, so
+    one send of the c is (u − 1)/u·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step
+    synchronisation."""
     steps = maximum(comm.cp_steps, 1.0)
     cp = comm.cp_steps + 1.0
     forward = gathered_ring_exposed_s(comm.cp_forward, 0.0, c.attention_forward, cp)
-    gather = comm.cp_backward / 3.0
-    sends = 2.0 / 3.0 * comm.cp_backward / steps * cp
+    units = float(TORCH_RING_BACKWARD_UNITS)
+    gather = comm.cp_backward / units
+    sends = (units - 1.0) / units * comm.cp_backward / steps * cp
     backward = gathered_ring_exposed_s(gather, sends, c.attention_backward, cp)
     return (
         priced_exposure_s(comm.cp_forward, forward + comm.cp_sync_forward, comm.cp_forward_price),
@@ -145,16 +148,16 @@ def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
 
 
 def dtensor_regather_s(comm, recompute_code: Num) -> Num:
-    """Backward seconds of SP input re-gathers a DTensor TP stack does not run (``comm.tp_dtensor_regather``,
-    0 on other stacks). Megatron-LM's sequence-parallel linear saves its input sharded and re-gathers it for
+    """Backward seconds of SP input re-gathers a DTensor TP stack runs (``comm.tp_dtensor_regather``, kept out
+    of ``comm.tp_backward`` by step.block_sums.block_comm; 0 on other stacks). Megatron-LM's sequence-parallel linear saves its input sharded and re-gathers it for
     wgrad in every mode (Korthikanti et al. 2022 §4.2.2). A DTensor ColwiseParallel GEMM is an aten.mm on the
     gathered (Replicate) input, which autograd saves whole: no re-gather without recomputation, and none under
     full recomputation, whose replayed forward gathers it again (its collectives: ``tp_rc``) and saves it.
     It re-runs only under selective recomputation that does not save the all-gather's output (torchtitan's
     per-op SAC: _save_list holds aten.mm, the SDPA kernels, reduce_scatter_tensor and aten.max, not
-    all_gather_into_tensor; torchtitan/models/llama3/infra/parallelize.py at 820504e), so it is kept at
-    recompute code 1 and removed otherwise."""
-    return where(recompute_code == 1, 0.0, comm.tp_dtensor_regather)
+    all_gather_into_tensor; torchtitan/models/llama3/infra/parallelize.py at 820504e), so it is added at
+    recompute code 1 only."""
+    return where(recompute_code == 1, comm.tp_dtensor_regather, 0.0)
 
 
 def cp_ring_exposure_s(ring: Num, attention: Num, steps: Num, sync: Num, price: Num) -> Num:

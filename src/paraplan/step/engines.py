@@ -28,7 +28,9 @@ class EngineRules:
     gradient_bytes: (
         float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
     )
-    async_tp_backward: bool = True  # backward TP collectives run beside the dgrad / wgrad GEMMs
+    # backward TP collectives run beside the dgrad / wgrad GEMMs where the stack's runtime does too
+    # (step.block_sums.tp_backward_hides: efficiency.runtime.tp_backward_async and this)
+    async_tp_backward: bool = True
     # bytes per element of the tied-embedding gradient all-reduce; 0: the run's gradient dtype
     # (step.constants.grad_reduce_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)
     tied_grad_bytes: float = 0.0

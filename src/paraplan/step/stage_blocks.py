@@ -48,9 +48,11 @@ def _block_facts(
     recompute: str,
     memory_factor: float,
     head_params: float | None,
+    async_tp: bool = True,
 ) -> BlockFacts:
     """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's TP
-    group, no CP), parameters (``head_params`` in place of the graph's when given: the output block sharing
+    group, no CP; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
+    step.engines.EngineRules.async_tp_backward), parameters (``head_params`` in place of the graph's when given: the output block sharing
     the stage with the input block) and memory (step.blocks.block_memory; kept and held bytes times the
     engine's activation_memory_factor)."""
     graph = block_graph(model, ref, shape)
@@ -61,7 +63,7 @@ def _block_facts(
     kept, held, buffer = block_memory(model, ref, shape, recompute)
     return BlockFacts(
         block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias)),
-        block_comm(graph, system, tp_span(system, shape.tp), NO_SPAN),
+        block_comm(graph, system, tp_span(system, shape.tp), NO_SPAN, async_tp=async_tp),
         graph.weight_params if head_params is None else head_params,
         kept * memory_factor,
         held * memory_factor,
@@ -73,8 +75,8 @@ def _block_facts(
 
 
 def _with_engine(cost: BlockCost, rules: EngineRules, layer: bool, recompute: str) -> BlockCost:
-    """The engine's rules on one block's terms: without ``async_tp_backward`` nothing hides the backward TP
-    collectives (step.compose.block_terms prices them all exposed); on a transformer layer the host seconds
+    """The engine's rules on one block's terms (its ``async_tp_backward`` is read where the block's collectives
+    are summed, ``_block_facts``): on a transformer layer the host seconds
     per layer (step.engines.host_layer_times_s) are added to forward and backward, and to the recompute
     under full recomputation, which re-runs the forward. (The engine's gradient accumulation is the stage's,
     step.compose.runtime_work, as on a uniform plan: StepInputs.grad_accumulation_bytes.)"""
@@ -91,20 +93,6 @@ def _with_engine(cost: BlockCost, rules: EngineRules, layer: bool, recompute: st
     return replace(cost, terms=terms)
 
 
-def _engine_comm(facts: BlockFacts, rules: EngineRules) -> BlockFacts:
-    """``facts`` with every backward TP collective exposed when the engine has no async TP backward."""
-    if rules.async_tp_backward:
-        return facts
-    c = facts.comm
-    comm = c._replace(
-        tp_backward=c.tp_backward + c.tp_hidden_by_dgrad + c.tp_hidden_by_wgrad,
-        tp_hidden_by_dgrad=0.0,
-        tp_hidden_by_wgrad=0.0,
-        tp_backward_price=0.0,
-    )
-    return replace(facts, comm=comm)
-
-
 @lru_cache(maxsize=4096)
 def pool_units(
     model: ModelSpec,
@@ -116,7 +104,7 @@ def pool_units(
     overlap_tp_comm: bool = False,
 ) -> tuple[BlockCost, ...]:
     """One BlockCost per distinct block (``distinct_blocks``) on one pool's GPUs, through step.build.block_cost
-    (the uniform path's) with the engine's rules (``_engine_comm``, ``_with_engine``); TP comm-GEMM overlap as
+    (the uniform path's) with the engine's rules (``_block_facts``' async_tp, ``_with_engine``); TP comm-GEMM overlap as
     the plan asks, where the stage's TP group sits in one NVLink domain (step.build.tp_overlap)."""
     overlap = tp_overlap(overlap_tp_comm, tp_span(system, shape.tp).domains)
     out = []
@@ -124,9 +112,16 @@ def pool_units(
         head = ref.kind == "head" and first_and_last
         params = head_params_with_embedding(ref.width, shape.tp) if head else None
         facts = _block_facts(
-            model, system, ref, shape, recompute, rules.activation_memory_factor, params
+            model,
+            system,
+            ref,
+            shape,
+            recompute,
+            rules.activation_memory_factor,
+            params,
+            rules.async_tp_backward,
         )
-        cost = block_cost(ref.kind, _engine_comm(facts, rules), RECOMPUTE_CODES[recompute], overlap)
+        cost = block_cost(ref.kind, facts, RECOMPUTE_CODES[recompute], overlap)
         out.append(_with_engine(cost, rules, ref.is_layer, recompute))
     return tuple(out)
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from paraplan.catalog import load_system
-from paraplan.catalog.gemm_benchmarks import MAMF_BF16
+from paraplan.catalog.gemm_benchmarks import GEMM_BENCHMARK_BF16
 from paraplan.step.engines import ENGINES, EngineRules
 from paraplan.specs.system import SystemSpec
 
@@ -99,7 +99,13 @@ _MOE_SYSTEMS = (
 _H100_SILICON = ("dgx-h100-80gb", "dgx-h200", "gh200-96gb-quad", "hgx-h100-96gb-500w")
 # systems whose bf16 GEMM cap is a published kernel benchmark's cap x one in-step share (catalog.gemm_benchmarks);
 # the H100 PCIe / NVL and GH200 entries carry the H100 SXM cap (no benchmark of their own; GH200 is the same GH100 silicon)
-_GEMM_BF16 = (*MAMF_BF16, "h100-pcie-8", "h100-nvl-8", "gh200-96gb-quad", "hgx-h100-96gb-500w")
+_GEMM_BF16 = (
+    *GEMM_BENCHMARK_BF16,
+    "h100-pcie-8",
+    "h100-nvl-8",
+    "gh200-96gb-quad",
+    "hgx-h100-96gb-500w",
+)
 FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
     FittedConstant(
         "gemm.bf16",
