@@ -160,3 +160,19 @@ def test_a_slower_host_never_makes_a_step_faster(monkeypatch):
             assert step >= previous - 1e-15
             previous = step
         assert previous > estimate(model, _eager_system(), plan).step_time_s
+
+
+def test_hosts_applied_in_turn_never_compound_and_keep_a_hand_factor():
+    """The 27b host, then the 27c host: the speed is 27c's (1), not their product; a host_speed factor set by
+    hand before the host (search: --set before the profile) stays a factor."""
+    model = load_model("gpt3-125m")
+    on_b = _eager_system("h100-host-2026-11-27b")
+    _, back = apply_overrides(model, on_b, {"host": "h100-host-2026-11-27c"})
+    assert back.accelerator.efficiency.host_speed == pytest.approx(1.0, rel=1e-12)
+    _, again = apply_overrides(model, on_b, {"host": "h100-host-2026-11-27b"})
+    assert again.accelerator.efficiency.host_speed == pytest.approx(0.8611, abs=5e-4)
+    data = load_system("dgx-h100-80gb").model_dump()
+    data["host"] = "h100-host-2026-11-27b"
+    data["accelerator"]["efficiency"]["host_speed"] = 0.5
+    hand = framework_system(load_framework("pytorch-eager"), load_system(data))
+    assert hand.accelerator.efficiency.host_speed == pytest.approx(0.5 * 0.8611, abs=5e-4)

@@ -47,18 +47,26 @@ def host_speed(host: HostSpec, reference: HostSpec) -> float:
 def with_host(system: SystemSpec) -> SystemSpec:
     """The system with its host applied to the host model's inputs: when the system names a host
     (``system.host``) and the stack's profile the host its figures were measured on
-    (``efficiency.host_reference``, with a priced host: host_launch_s > 0), ``efficiency.host_speed`` =
-    host_speed(host, reference), and the host's measured synchronisation round trip (``sync_s``) and CUDA-graph
-    replay per kernel (``graph_kernel_s``) replace the profile's where the profile prices them. Otherwise the
-    system unchanged (its host name still checked: an unknown host is one InputError naming ``host``)."""
+    (``efficiency.host_reference``, with a priced host: host_launch_s > 0), ``efficiency.host_speed`` times
+    host_speed(host, reference), over the ratio of a host applied before (``efficiency.host_applied``: applying
+    a host twice, or another after it, never compounds; a speed factor given by hand is kept), and the host's
+    measured synchronisation round trip (``sync_s``) and CUDA-graph replay per kernel (``graph_kernel_s``) in
+    place of the profile's where the profile prices them. Otherwise the system unchanged (its host name still
+    checked: an unknown host is one InputError naming ``host``)."""
     if system.host is None:
         return system
     host = load_host(system.host, "host")
     eff = system.accelerator.efficiency
-    if eff.host_reference is None or eff.host_launch_s <= 0.0:
+    if eff.host_reference is None or eff.host_launch_s <= 0.0 or eff.host_applied == system.host:
         return system
     reference = load_host(eff.host_reference, "host_reference")
-    update: dict[str, float] = {"host_speed": host_speed(host, reference)}
+    before = 1.0
+    if eff.host_applied is not None:
+        before = host_speed(load_host(eff.host_applied, "host"), reference)
+    update: dict[str, object] = {
+        "host_speed": eff.host_speed / before * host_speed(host, reference),
+        "host_applied": system.host,
+    }
     if host.sync_s is not None and eff.host_sync_latency_s > 0.0:
         update["host_sync_latency_s"] = host.sync_s
     if host.graph_kernel_s is not None and eff.graph_kernel_s > 0.0:

@@ -260,7 +260,13 @@ class EfficiencySpec(HostFields, EagerFields):
     host_speed: Annotated[float, Field(gt=0)] = Field(
         1.0,
         description="single-thread speed of the host CPU relative to the host the framework's launch figures were "
-        "measured on (host times are divided by it); 1: the same class of host",
+        "measured on (host times are divided by it); 1: the same class of host. With a measured host "
+        "(SystemSpec.host) cost.hosts multiplies it by the hosts' measured ratio",
+    )
+    host_applied: str | None = Field(
+        None,
+        description="the measured host whose ratio host_speed holds (set by cost.hosts.with_host, so that a "
+        "second host replaces the first's ratio rather than compounding it); leave unset",
     )
     runtime: RuntimeCosts = Field(
         RuntimeCosts(),
