@@ -1,9 +1,8 @@
 """Turn measured single-GPU training steps (train_steps.py output) into paraplan validation cases.
 
-    python benchmarks/gpu/steps_to_cases.py OUT.json DIR/steps/train_steps.json [...] [--group NAME] [--host HOST]
+    python benchmarks/gpu/steps_to_cases.py OUT.json DIR/steps/train_steps.json [...] [--group NAME]
 
-``--group`` names the cases' validation group (default gpu-steps-2026-11); ``--host`` the catalog host the runs
-ran on (paraplan/catalog/hosts: each case's ``host``, the machine whose measured host costs price it). Records named
+``--group`` names the cases' validation group (default gpu-steps-2026-11). Records named
 ``*-repeat`` or ``*-ablation-base`` (a base run measured again: the run-to-run spread) are not cases.
 
 Also reads hf_steps.py output (records with ``hf_config``: the model is paraplan's reading of
@@ -115,19 +114,7 @@ def record_case(rec: dict, source: str, group: str = GROUP, allocator_peak: bool
     }
 
 
-def with_host(case: dict, host: str | None) -> dict:
-    """The case with ``host`` (a catalog host name) after its system; unchanged without one."""
-    if host is None:
-        return case
-    out = {}
-    for key, value in case.items():
-        out[key] = value
-        if key == "system":
-            out["host"] = host
-    return out
-
-
-def main(out: str, *inputs: str, group: str = GROUP, host: str | None = None) -> None:
+def main(out: str, *inputs: str, group: str = GROUP) -> None:
     cases = []
     for path in inputs:
         doc = json.loads(Path(path).read_text())
@@ -148,7 +135,7 @@ def main(out: str, *inputs: str, group: str = GROUP, host: str | None = None) ->
         # them only after the next run_config), so its allocator peaks are not the run's own: not compared
         own_peak = script != "host_fp8.py"
         cases += [
-            with_host(record_case(r, source, group, own_peak), host)
+            record_case(r, source, group, own_peak)
             for r in doc["records"]
             if "step_time_s" in r.get("measured", {})
             and not r["name"].endswith(("-repeat", "-ablation-base"))
@@ -159,10 +146,8 @@ def main(out: str, *inputs: str, group: str = GROUP, host: str | None = None) ->
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    options = {}
-    for flag in ("--group", "--host"):
-        if flag in args:
-            at = args.index(flag)
-            options[flag[2:]] = args[at + 1]
-            args = args[:at] + args[at + 2 :]
-    main(*args, **options)
+    if "--group" in args:
+        at = args.index("--group")
+        main(*args[:at], *args[at + 2 :], group=args[at + 1])
+    else:
+        main(*args)

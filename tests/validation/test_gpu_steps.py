@@ -65,7 +65,7 @@ def test_the_gpu_steps_are_held_out():
 
 MEASURED_B = ROOT / "benchmarks/gpu/measured/h100-2026-11-27b"
 NEW_SETS = {
-    # case file -> (group, measured files, cases, host)
+    # case file -> (group, measured files, cases)
     "hf-steps-2026-11.json": (
         "hf-steps-2026-11",
         [
@@ -74,22 +74,20 @@ NEW_SETS = {
             MEASURED_B / "ablation/train_steps.json",
         ],
         15,
-        None,
     ),
     "tiny-steps-2026-11.json": (
         "tiny-steps-2026-11",
         [MEASURED_B / "host/tiny_steps.json", MEASURED_B / "extra/host/tiny_steps_extra.json"],
         8,
-        "h100-host-2026-11-27b",
     ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(NEW_SETS))
 def test_the_new_case_files_are_the_converters_output(name, tmp_path):
-    group, inputs, count, host = NEW_SETS[name]
+    group, inputs, count = NEW_SETS[name]
     out = tmp_path / name
-    _converter().main(str(out), *map(str, inputs), group=group, host=host)
+    _converter().main(str(out), *map(str, inputs), group=group)
     cases = json.loads(out.read_text())
     assert cases == json.loads((CASES.parent / name).read_text())
     assert len(cases["cases"]) == count and {c["group"] for c in cases["cases"]} == {group}
@@ -117,7 +115,7 @@ def test_hf_steps_read_the_config_that_ran(name):
 
 @pytest.mark.parametrize("name", sorted(NEW_SETS))
 def test_the_new_steps_are_held_out(name):
-    group, _, count, _ = NEW_SETS[name]
+    group, _, count = NEW_SETS[name]
     fitted_on = {s for c in FITTED_CONSTANTS for s in c.fitted_on}
     assert group not in fitted_on
     report = run_cases(load_cases([CASES.parent / name]))
@@ -139,7 +137,7 @@ def test_the_tiny_steps_compare_no_allocator_peak():
 def test_every_case_compares_the_allocator_peak_it_measured(name):
     """The measured allocator peak (torch.cuda.max_memory_allocated) is a compared figure of each case, and
     the predicted one is the peak less the non-allocator reserves (validate.run.allocator_peak_bytes)."""
-    group, inputs, count = ALL_SETS[name][:3]
+    group, inputs, count = ALL_SETS[name]
     records = {r["name"]: r for p in inputs for r in json.loads(p.read_text())["records"]}
     report = run_cases(load_cases([CASES.parent / name]))
     entries = [e for e in report["cases"] if e["status"] == "ok"]

@@ -320,29 +320,6 @@ def framework_names() -> list[str]:
     return _names("frameworks")
 
 
-def host_names() -> list[str]:
-    return _names("hosts")
-
-
-def load_host(name: str, field: str = "host") -> "HostSpec":
-    """A measured host by its catalog name (``paraplan/catalog/hosts``, specs.host.HostSpec); an unknown name
-    is one InputError naming ``field``, the name and the hosts the catalog has."""
-    from paraplan.specs.host import HostSpec
-
-    names = host_names()
-    if not isinstance(name, str) or name not in names:
-        close = suggestions(name, names) if isinstance(name, str) else []
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UnknownNameError(f"{field}: unknown host {name!r}{hint}; allowed: {', '.join(names)}")
-    return _catalog_host(name, HostSpec)
-
-
-@lru_cache(maxsize=None)
-def _catalog_host(name: str, schema: type) -> "HostSpec":
-    """A catalog host validated once per process."""
-    return validate_spec(schema, _read_entry("hosts", name), f"hosts/{name}.yaml")
-
-
 def load_framework(
     ref: "str | dict | FrameworkSpec", field: str = "framework", referenced: bool = False
 ) -> "FrameworkSpec":

@@ -142,6 +142,5 @@ SetOption = optional(
     list[str],
     "--set",
     help="change one numeric field of the system or model, e.g. accelerator.hbm_capacity=141GiB "
-    "or model.layers=48 (the paths of paraplan sweep --set), or the measured host, "
-    "host=h100-host-2026-11-27b (docs/hardware.md, Hosts); repeat for more",
+    "or model.layers=48 (the paths of paraplan sweep --set); repeat for more",
 )

@@ -58,8 +58,7 @@ def sweep(
     set_: optional(
         list[str],
         "--set",
-        help="sweep a numeric system field (accelerator.hbm_bandwidth=2TB/s,4TB/s), the measured host "
-        "(host=h100-host-2026-11-27b,h100-host-2026-11-27c) or model field "
+        help="sweep a numeric system field (accelerator.hbm_bandwidth=2TB/s,4TB/s) or model field "
         "(model.hidden=...); repeat for more axes",
     ) = None,
     batch: SearchBatch = SearchBatch(),

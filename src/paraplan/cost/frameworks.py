@@ -15,8 +15,7 @@ The profile sets what differs by implementation and nothing else:
   kernels (graph.eager_modules);
 - the optimizer step's HBM traffic per parameter (``optimizer_step_bytes``: one fused AdamW kernel
   vs Megatron-LM's multi-kernel mixed-precision step);
-- the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope, scaled to
-  the system's measured host (cost.hosts.with_host);
+- the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
 - the runtime's own costs (``efficiency.runtime``: copies, casts, blocking transfers; cost.runtimes);
 - ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
 """
@@ -26,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.cost.attention import converted_attention_fraction, effective_kernel
-from paraplan.cost.hosts import with_host
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.framework import FrameworkSpec
@@ -69,7 +67,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff.update(host_fields(framework))
     eff["runtime"] = runtime_costs(framework).model_dump()
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
-    return with_host(SystemSpec.model_validate(data))
+    return SystemSpec.model_validate(data)
 
 
 def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> ClusterSpec:

@@ -70,11 +70,6 @@ class ValidationCase(BaseModel):
         description="profile fields where the case's recipe departs from its framework profile "
         "(validate.run.case_profile)",
     )
-    host: str | None = Field(
-        None,
-        description="the measured host the run ran on (a catalog host: paraplan/catalog/hosts; "
-        "validate.run.case_host)",
-    )
     scope: str | None = Field(None, description="which memory a figure counts")
     quote: Any = Field(None, description="documentation only: the quoted source text")
     notes: Any = Field(None, description="documentation only")

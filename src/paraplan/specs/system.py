@@ -136,12 +136,6 @@ class HostFields(InputModel):
     (specs.framework.FrameworkSpec) and cost.frameworks.host_fields copies them into the system's
     efficiency (EfficiencySpec), which the cost model reads."""
 
-    host_reference: str | None = Field(
-        None,
-        description="the catalog host (paraplan/catalog/hosts) the profile's host figures were measured on; "
-        "a system on another host scales them by the hosts' measured dispatch costs (cost.hosts); None: "
-        "not measured on a catalog host, the figures are used as they are",
-    )
     host_launch_s: Seconds = Field(
         0.0,
         description="host seconds to issue one kernel outside a CUDA graph: the stack's per-op dispatch and the "
@@ -260,13 +254,7 @@ class EfficiencySpec(HostFields, EagerFields):
     host_speed: Annotated[float, Field(gt=0)] = Field(
         1.0,
         description="single-thread speed of the host CPU relative to the host the framework's launch figures were "
-        "measured on (host times are divided by it); 1: the same class of host. With a measured host "
-        "(SystemSpec.host) cost.hosts multiplies it by the hosts' measured ratio",
-    )
-    host_applied: str | None = Field(
-        None,
-        description="the measured host whose ratio host_speed holds (set by cost.hosts.with_host, so that a "
-        "second host replaces the first's ratio rather than compounding it); leave unset",
+        "measured on (host times are divided by it); 1: the same class of host",
     )
     runtime: RuntimeCosts = Field(
         RuntimeCosts(),
@@ -463,11 +451,6 @@ class SystemSpec(InputModel):
     network: NetworkSpec
     price_per_gpu_hour: float | None = Field(
         None, ge=0, description="USD per GPU-hour, for run cost"
-    )
-    host: str | None = Field(
-        None,
-        description="the measured host (paraplan/catalog/hosts) the GPUs sit in: a framework profile's host "
-        "figures are scaled to it (cost.hosts.with_host); None: the profile's reference host",
     )
     sources: dict[str, str] = Field(
         default_factory=dict,

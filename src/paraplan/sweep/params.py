@@ -2,8 +2,7 @@
 
 A ``--set`` path names a numeric leaf of the system schema relative to the system
 (``accelerator.hbm_bandwidth``, ``node.gpus_per_domain``, ``accelerator.matrix_flops.bf16``) or of the
-model schema under ``model.`` (``model.hidden``), or ``host``, a catalog host by name
-(``host=h100-host-2026-11-27b``: the profile's host figures scale to it, cost.hosts). Values are written as in the YAML files: unit
+model schema under ``model.`` (``model.hidden``). Values are written as in the YAML files: unit
 strings for quantities (``2TB/s``, ``80 GiB``, ``989 TFLOPS``, ``5 us``) or plain numbers (SI).
 Every value is checked by re-building the spec with ``model_validate`` on a modified
 ``model_dump()``, so the rules of the schemas (units, ranges, model shape) apply unchanged.
@@ -28,9 +27,6 @@ from paraplan.units import UnitError
 
 MODEL_PREFIX = "model."
 MAX_GPU_POINTS = 64
-# the one name path --set takes beside the numeric leaves: the measured host the system runs on (catalog hosts,
-# SystemSpec.host), applied with the framework profile's host figures (cost.hosts.with_host)
-HOST_PATH = "host"
 
 
 # ---- the numeric leaves of a schema ------------------------------------------------------------
@@ -139,13 +135,6 @@ def apply_overrides(
         raise _value_error(
             [p for p in overrides if not p.startswith(MODEL_PREFIX)], overrides, text, system.name
         ) from None
-    if HOST_PATH in overrides:
-        from paraplan.cost.hosts import with_host
-
-        try:
-            new_system = with_host(new_system)
-        except InputError as exc:
-            raise InputError(f"--set {exc}") from None
     return new_model, new_system
 
 
@@ -181,7 +170,7 @@ def parse_set(text: str) -> SetAxis:
     path, _, raw = text.partition("=")
     path = path.strip()
     fields = numeric_fields()
-    if path not in fields and path != HOST_PATH:
+    if path not in fields:
         known = _is_known_path(path)
         close = [] if known else difflib.get_close_matches(path, list(fields), n=3, cutoff=0.6)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""

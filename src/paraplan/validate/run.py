@@ -26,9 +26,8 @@ reported with the reason and left out of the summary, and the other cases still 
 
 Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``, ``derived``,
 ``quote``, ``record``, ``config_id``) are accepted and not interpreted, except ``group`` (the
-cross-validation group, default: the file stem). ``host`` names the measured host the run ran on (a catalog
-host, paraplan/catalog/hosts: the profile's host figures scale to it, cost.hosts). ``framework`` names a framework
-profile (paraplan.cost.frameworks) that sets the implementation defaults of the run; ``framework_overrides`` (a mapping of
+cross-validation group, default: the file stem). ``framework`` names a framework profile
+(paraplan.cost.frameworks) that sets the implementation defaults of the run; ``framework_overrides`` (a mapping of
 profile fields) states where the case's own recipe departs from that profile, e.g. a CUDA-graph scope its model's
 configuration leaves off, cited in its notes. Measured keys in
 ``DOC_METRICS`` (``tflops_per_gpu``, ...) are accepted and not compared.
@@ -62,7 +61,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from paraplan.catalog import load_framework, load_host, load_model, load_system
+from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework
 from paraplan.step.estimate import check_plan, estimate
 from paraplan.step.result import Estimate, StageMemory
@@ -84,7 +83,7 @@ METRICS = (
 DOC_METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu")
 CASE_KEYS = ("name", "source", "model", "system", "plan", "measured")
 DOC_KEYS = ("notes", "group", "tier", "confidence", "derived", "quote", "record", "config_id")
-OPTIONAL_KEYS = ("framework", "framework_overrides", "scope", "host", *DOC_KEYS)
+OPTIONAL_KEYS = ("framework", "framework_overrides", "scope", *DOC_KEYS)
 
 SCOPE_TRANSFORMER = "transformer_layers"
 SCOPE_STAGE = "stage"
@@ -250,13 +249,6 @@ def case_profile(framework: str, overrides: dict) -> FrameworkSpec:
     return load_framework({**profile.model_dump(), **overrides}, "framework_overrides")
 
 
-def case_host(system: SystemSpec, name: Any) -> SystemSpec:
-    """The case's system on the measured host the case ran on (``host``: a catalog host, paraplan/catalog/hosts;
-    cost.hosts applies it with the framework profile); an unknown host is an input error naming ``host``."""
-    load_host(name, "host")
-    return SystemSpec.model_validate({**system.model_dump(), "host": name})
-
-
 def _expressible(load, *args):
     """Call a loader; an InputError that only names unknown fields, or a catalog name the catalog does not have, means
     the model cannot express the case."""
@@ -287,8 +279,6 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             # (checked before reading, never shown: catalog.referenced_file_error)
             model = _expressible(load_model, raw["model"], "model", True)
             system = _expressible(load_system, raw["system"], "system", True)
-            if "host" in raw:
-                system = case_host(system, raw["host"])
             plan_fields = raw["plan"]
             framework = raw.get("framework")
             if framework is not None:
