@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from paraplan.cost.comm_contention import tier_overlap_costs
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -169,8 +170,8 @@ class LinearCollective:
     for a non-empty S-byte buffer (0 for an empty one), the NVLink tier (in) and the scale-out tier (out).
 
     Fields may be floats or numpy arrays (one entry per candidate plan). ``cost_in`` / ``cost_out``
-    are each tier's overlap cost (``overlap_cost``): the share of that tier's time still paid when
-    the collective hides behind compute."""
+    are each tier's overlap cost (cost.comm_contention.tier_overlap_costs): the share of that tier's
+    time still paid when the collective hides behind compute."""
 
     slope_in: Any
     latency_in: Any
@@ -205,7 +206,7 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
     hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
-    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    c_in, c_out = tier_overlap_costs(span.domains > 1, system)
     if span.size <= 1:
         return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out)
     inner, outer = _bandwidths(system)
@@ -239,7 +240,7 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     (nccl-tests doc/PERFORMANCE.md). The whole slope sits on the binding tier (so does its overlap cost);
     latency the chain along NCCL's ring (NCCL runs broadcast and reduce on the ring only):
     collective_latency_s, (n−o)·α_nvlink + (o−1)·α_nic."""
-    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    c_in, c_out = tier_overlap_costs(span.domains > 1, system)
     inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
     lat_in, lat_out = collective_latency_s(
@@ -283,8 +284,7 @@ def collective_costs_s(
         time = all_to_all_time_s(size_bytes, span, system)
         _, nic_bytes = all_to_all_split_bytes(size_bytes, span)
         nic = nic_bytes / _bandwidths(system)[1] if span.domains > 1 else 0.0
-        cost = system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
-        return time, cost * time, nic
+        return time, overlap_cost(span, system) * time, nic
     steps = 1
     if kind == "ring_exchange":
         kind, steps = "send_recv", span.size - 1
@@ -320,11 +320,12 @@ def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec
 
 
 def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
-    """Share of a single-tier collective's time still paid when it is hidden behind compute: the SMs
-    (and HBM) its kernels occupy slow the compute they overlap (Calculon's per-tier
-    processor_usage; Isaev et al. 2023). Multi-tier collectives price each tier apart
-    (``LinearCollective.hidden_price_s``)."""
-    return system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
+    """Share of a single-tier collective's time still paid when it is hidden behind compute: the
+    overlap cost of the tier that bounds it, scale-out when the group leaves the NVLink domain
+    (cost.comm_contention.tier_overlap_costs: the SM share of NCCL's CTAs, or the system's override).
+    Multi-tier collectives price each tier apart (``LinearCollective.hidden_price_s``)."""
+    c_in, c_out = tier_overlap_costs(span.domains > 1, system)
+    return c_out if span.domains > 1 else c_in
 
 
 def priced_exposure_s(total_s, exposed_s, price_s):
