@@ -122,10 +122,9 @@ def test_broadcast_and_reduce_two_tier():
         assert comm.collective_time_s(kind, 1e9, comm.GroupSpan(4, 2, 2), ROUND) == approx(
             0.1 + 20e-6
         )
-    # hiding it costs the binding tier's overlap price only: NIC 0.1 s x its overlap_cost; NCCL's 16
-    # CTAs of a communicator across domains on 100 SMs: 0.16 of each tier's time
-    c_in, c_out = tier_overlap_costs(True, ROUND)
-    assert (c_in, c_out) == approx((0.16, 0.16))
+    # hiding it costs the binding tier's overlap price only: NIC 0.1 s x its overlap_cost
+    # (cost.comm_contention, tested by hand in test_comm_contention.py)
+    c_in, c_out = tier_overlap_costs("broadcast", True, ROUND)
     form = comm.linear_collective("broadcast", comm.GroupSpan(4, 2, 2), ROUND)
     assert form.slope_in == 0.0 and form.slope_out == approx(1 / 10e9)
     assert comm.collective_time_and_price_s("broadcast", 1e9, comm.GroupSpan(4, 2, 2), ROUND)[

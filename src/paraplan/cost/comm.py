@@ -206,7 +206,7 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
     hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
-    c_in, c_out = tier_overlap_costs(span.domains > 1, system)
+    c_in, c_out = tier_overlap_costs(kind, span.domains > 1, system)
     if span.size <= 1:
         return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out)
     inner, outer = _bandwidths(system)
@@ -240,7 +240,7 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     (nccl-tests doc/PERFORMANCE.md). The whole slope sits on the binding tier (so does its overlap cost);
     latency the chain along NCCL's ring (NCCL runs broadcast and reduce on the ring only):
     collective_latency_s, (n−o)·α_nvlink + (o−1)·α_nic."""
-    c_in, c_out = tier_overlap_costs(span.domains > 1, system)
+    c_in, c_out = tier_overlap_costs("broadcast", span.domains > 1, system)
     inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
     lat_in, lat_out = collective_latency_s(
@@ -319,12 +319,12 @@ def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec
     return collective_time_s("ring_exchange", chunk_bytes, span, system)
 
 
-def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
+def overlap_cost(span: GroupSpan, system: SystemSpec, kind: str = "all_to_all") -> float:
     """Share of a single-tier collective's time still paid when it is hidden behind compute: the
     overlap cost of the tier that bounds it, scale-out when the group leaves the NVLink domain
     (cost.comm_contention.tier_overlap_costs: the SM share of NCCL's CTAs, or the system's override).
     Multi-tier collectives price each tier apart (``LinearCollective.hidden_price_s``)."""
-    c_in, c_out = tier_overlap_costs(span.domains > 1, system)
+    c_in, c_out = tier_overlap_costs(kind, span.domains > 1, system)
     return c_out if span.domains > 1 else c_in
 
 

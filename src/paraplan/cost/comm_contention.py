@@ -20,13 +20,27 @@ Channels NCCL builds (ring graph, comm->nChannels), derived from NCCL's topology
   channels per search channel", 2·nChannels ≤ MAXCHANNELS; v2.19 on only below 16).
 These are the defaults of ``node.nccl_channels`` and ``network.nccl_channels``; a system sets its own.
 
-Lost compute: a kernel that needs W seconds on S SMs and runs t of them beside k NCCL CTAs progresses at
-(S − k)/S during t, so it ends W + t·k/S: the hidden price is k/S of the collective's time (the share of
-SMs lost, ``cost.overlap.shared_sm_slowdown``), for the time the collective overlaps compute and no more.
+Lost compute, two resources (``hidden_collective_share``). SMs: a kernel that needs W seconds on S SMs
+and runs t of them beside k NCCL CTAs progresses at (S − k)/S during t, so it ends W + t·k/S: a
+compute-bound kernel loses k/S of the collective's time (``cost.overlap.shared_sm_slowdown``). HBM: a
+memory-bound kernel does not need every SM to stream, but shares HBM with the collective, whose kernel
+moves h bytes of local HBM per byte on the wire (ring all-gather: the peer's write into the receive
+buffer, the read of it, the write to the output, h = 3; ring reduce-scatter / all-reduce: write-in, read
+of it, read of the local input, h = 3; send/recv and all-to-all: the sender's read, the receiver's write,
+h = 2; NCCL prims.h directRecvCopySend / recvReduceSend, Simple protocol): it loses
+ρ = h·B_tier / (η_hbm·B_hbm), the share of HBM bandwidth the collective takes at its tier's achieved
+rate. With μ the share of the overlapped compute's time in memory-bound kernels, the hidden price is
+(1 − μ)·k/S + μ·ρ of the collective's time, for the time it overlaps compute and no more.
+
+μ (``MEMORY_BOUND_SHARE`` 0.10) is this model's own op graph, not a fit: the share of a decoder layer's
+backward time outside its GEMMs and attention (step.block_sums.block_compute) is 0.08-0.14 on H100 and
+0.05-0.09 on A100 for Llama 3 8B / 70B, Llama 2 7B, GPT-3 1.3B / 175B at their usual TP and sequence
+lengths (tests/unit/test_comm_contention.py keeps the constant inside the range the graph gives).
+
 Cross-check, not a fit: Lee et al. 2025 (arXiv:2507.03114, "Characterizing Compute-Communication Overlap
 in GPU-Accelerated Distributed Deep Learning") measure an average compute slowdown of 18.9 % (up to
-40 %) when compute overlaps NCCL collectives on 4 A100 / H100 GPUs; 24/132 = 18.2 % (H100), 24/108 =
-22.2 % (A100).
+40 %) when compute overlaps NCCL collectives on 4 A100 / H100 GPUs; this gives 0.20 (H100) and 0.24
+(A100) inside one NVSwitch node.
 """
 
 from __future__ import annotations
@@ -43,18 +57,55 @@ def nccl_ctas(crosses_domains: bool, system: SystemSpec) -> int:
     return min(channels, system.accelerator.sm_count)
 
 
+HBM_BYTES_PER_WIRE_BYTE = {"send_recv": 2.0, "all_to_all": 2.0}  # every other collective: 3 (ring)
+MEMORY_BOUND_SHARE = 0.10  # μ, module docstring
+
+
 def collective_sm_share(ctas: int, sm_count: int) -> float:
-    """Share of a hidden collective's time the overlapped compute loses to its CTAs: k/S
+    """Share of a hidden collective's time a compute-bound kernel beside it loses to its CTAs: k/S
     (``cost.overlap.shared_sm_slowdown``; k NCCL CTAs, S SMs; module docstring)."""
     return shared_sm_slowdown(min(ctas, sm_count), sm_count)
 
 
-def tier_overlap_costs(crosses_domains: bool, system: SystemSpec) -> tuple[float, float]:
-    """(NVLink-tier, scale-out-tier) overlap cost of one collective: the share of each tier's time still
-    paid when the collective hides behind compute. Both tiers' times hold the same CTAs (one NCCL kernel
-    runs the whole call), so each is collective_sm_share(nccl_ctas, S); an explicit
-    ``node.nvlink_overlap_cost`` / ``network.overlap_cost`` in the system (a user's measurement, a
-    Calculon import, ``paraplan calibrate --steps``) replaces its tier's value."""
-    share = collective_sm_share(nccl_ctas(crosses_domains, system), system.accelerator.sm_count)
-    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
-    return (share if c_in is None else c_in), (share if c_out is None else c_out)
+def collective_hbm_share(kind: str, tier_bytes_per_s: float, hbm_bytes_per_s: float) -> float:
+    """Share of HBM bandwidth a collective takes while it runs at its tier's achieved rate:
+    ρ = min(1, h·B_tier / B_hbm), h = HBM_BYTES_PER_WIRE_BYTE (3 for the ring collectives); B_hbm the
+    achieved HBM rate (η_hbm · datasheet). Module docstring."""
+    h = HBM_BYTES_PER_WIRE_BYTE.get(kind, 3.0)
+    return min(1.0, h * tier_bytes_per_s / hbm_bytes_per_s)
+
+
+def hidden_collective_share(
+    kind: str,
+    ctas: int,
+    sm_count: int,
+    tier_bytes_per_s: float,
+    hbm_bytes_per_s: float,
+    memory_bound_share: float = MEMORY_BOUND_SHARE,
+) -> float:
+    """Share of one tier's collective time still paid when the collective hides behind compute:
+    (1 − μ)·k/S + μ·ρ — compute-bound kernels lose the k SMs NCCL's CTAs hold (collective_sm_share),
+    memory-bound kernels (share μ of the overlapped time) the HBM bandwidth the collective moves
+    (collective_hbm_share). Sources in the module docstring (NCCL src/graph/search.cc, connect.cc,
+    enqueue.cc, prims.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a cross-check)."""
+    sm = collective_sm_share(ctas, sm_count)
+    hbm = collective_hbm_share(kind, tier_bytes_per_s, hbm_bytes_per_s)
+    return (1.0 - memory_bound_share) * sm + memory_bound_share * hbm
+
+
+def tier_overlap_costs(kind: str, crosses_domains: bool, system: SystemSpec) -> tuple[float, float]:
+    """(NVLink-tier, scale-out-tier) overlap cost of one collective: hidden_collective_share of each
+    tier — both hold the same CTAs (one NCCL kernel runs the whole call: nccl_ctas), each moves HBM at
+    its own achieved rate (nvlink_bandwidth·nvlink_efficiency, nic_bandwidth·efficiency) against
+    hbm_bandwidth·efficiency.hbm. An explicit ``node.nvlink_overlap_cost`` / ``network.overlap_cost``
+    (a user's measurement, a Calculon import, ``paraplan calibrate --steps``) replaces its tier's value."""
+    acc, node, net = system.accelerator, system.node, system.network
+    ctas, hbm = nccl_ctas(crosses_domains, system), acc.hbm_bandwidth * acc.efficiency.hbm
+    c_in, c_out = node.nvlink_overlap_cost, net.overlap_cost
+    if c_in is None:
+        rate = node.nvlink_bandwidth * node.nvlink_efficiency
+        c_in = hidden_collective_share(kind, ctas, acc.sm_count, rate, hbm)
+    if c_out is None:
+        rate = net.nic_bandwidth * net.efficiency
+        c_out = hidden_collective_share(kind, ctas, acc.sm_count, rate, hbm)
+    return c_in, c_out
