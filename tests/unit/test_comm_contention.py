@@ -47,40 +47,44 @@ def test_hbm_share_by_hand():
 
 
 def test_hidden_share_by_hand():
-    # (1 - 0.1) * 24/132 + 0.1 * 1012.5/2847.5 = 0.163636 + 0.035558
-    assert hidden_collective_share("reduce_scatter", 24, 132, 337.5e9, 2.8475e12) == approx(
-        0.199194, abs=1e-6
-    )
+    # (1 - 0.1) * 24/132 of the tier's time, 0.1 * 1012.5/2847.5 of its byte time: 0.163636 + 0.035558
+    sm, hbm = hidden_collective_share("reduce_scatter", 24, 132, 337.5e9, 2.8475e12)
+    assert (sm, hbm) == approx((0.9 * 24 / 132, 0.1 * 1012.5 / 2847.5))
+    assert sm + hbm == approx(0.199194, abs=1e-6)
     # all memory-bound: the HBM share alone; no memory-bound kernel: the SM share alone
     assert hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12, 1.0) == approx(
-        1012.5 / 2847.5
+        (0.0, 1012.5 / 2847.5)
     )
     assert hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12, 0.0) == approx(
-        24 / 132
+        (24 / 132, 0.0)
     )
 
 
 def test_nccl_channels_and_tier_costs_by_hand():
     # NCCL's ring graph: 24 channels on one 8-GPU NVSwitch node, 16 across nodes with a NIC per GPU
     assert nccl_ctas(False, H100) == 24 and nccl_ctas(True, H100) == 16
-    assert tier_overlap_costs("all_reduce", False, H100)[0] == approx(0.199194, abs=1e-6)
+    c = tier_overlap_costs("all_reduce", False, H100)
+    assert c.sm_in + c.hbm_in == approx(0.199194, abs=1e-6)
     # across nodes: 0.9 * 16/132 + 0.1 * 3 * 337.5/2847.5 (NVLink), + 0.1 * 3 * 42.5/2847.5 (NIC)
-    c_in, c_out = tier_overlap_costs("all_reduce", True, H100)
-    assert c_in == approx(0.9 * 16 / 132 + 0.1 * 1012.5 / 2847.5)
-    assert c_out == approx(0.9 * 16 / 132 + 0.1 * 127.5 / 2847.5)
+    c = tier_overlap_costs("all_reduce", True, H100)
+    assert c == approx(
+        (0.9 * 16 / 132, 0.9 * 16 / 132, 0.1 * 1012.5 / 2847.5, 0.1 * 127.5 / 2847.5)
+    )
     # A100: 108 SMs, NVLink 300 GB/s x its efficiency, HBM 2.039 TB/s x its efficiency
     a = A100.accelerator
     rate = A100.node.nvlink_bandwidth * A100.node.nvlink_efficiency
     rho = 3 * rate / (a.hbm_bandwidth * a.efficiency.hbm)
-    assert tier_overlap_costs("all_gather", False, A100)[0] == approx(0.9 * 24 / 108 + 0.1 * rho)
+    c = tier_overlap_costs("all_gather", False, A100)
+    assert (c.sm_in, c.hbm_in) == approx((0.9 * 24 / 108, 0.1 * rho))
 
 
 def test_explicit_override_wins_per_tier():
     s = _with(H100, node__nvlink_overlap_cost=0.15, network__overlap_cost=0.02)
-    assert tier_overlap_costs("all_reduce", True, s) == (0.15, 0.02)
+    assert tier_overlap_costs("all_reduce", True, s) == (0.15, 0.02, 0.0, 0.0)
     s = _with(H100, network__overlap_cost=0.05)
-    c_in, c_out = tier_overlap_costs("all_reduce", True, s)
-    assert c_out == 0.05 and c_in == approx(0.9 * 16 / 132 + 0.1 * 1012.5 / 2847.5)
+    c = tier_overlap_costs("all_reduce", True, s)
+    assert (c.sm_out, c.hbm_out) == (0.05, 0.0)
+    assert (c.sm_in, c.hbm_in) == approx((0.9 * 16 / 132, 0.1 * 1012.5 / 2847.5))
 
 
 def test_memory_bound_share_lies_in_what_the_op_graph_gives():
@@ -108,14 +112,24 @@ def test_hidden_price_of_a_dp_all_reduce_by_hand():
     time, price = comm.collective_time_and_price_s("all_reduce", 1e9, span, H100)
     t_in = 2 * 7 / 8 * 1e9 / (450e9 * 0.75)
     t_out = 1e9 / 8 / (50e9 * 0.85)
-    latency = 2 * (
-        7 * 5e-6 + 1 * 10e-6
-    )  # NCCL's tree: chain in the node, one hop across, up and down
-    assert time == approx(t_in + t_out + latency)
-    c_in, c_out = tier_overlap_costs("all_reduce", True, H100)
-    assert c_in > c_out  # NVLink moves HBM 8x faster than the NIC
-    lat_in, lat_out = 2 * 7 * 5e-6, 2 * 10e-6
-    assert price == approx(c_in * (t_in + lat_in) + c_out * (t_out + lat_out))
+    lat_in, lat_out = (
+        2 * 7 * 5e-6,
+        2 * 10e-6,
+    )  # NCCL's tree: chain in the node, one hop across, twice
+    assert time == approx(t_in + t_out + lat_in + lat_out)
+    c = tier_overlap_costs("all_reduce", True, H100)
+    # the CTAs cost their share of all the time, the HBM traffic its share of the byte time only
+    expected = c.sm_in * (t_in + lat_in) + c.sm_out * (t_out + lat_out)
+    assert price == approx(expected + c.hbm_in * t_in + c.hbm_out * t_out)
+
+
+def test_a_faster_link_never_raises_the_price():
+    # the HBM bytes a collective moves do not depend on how fast the link moves them
+    span = comm.GroupSpan(8, 8, 1)
+    fast = _with(H100, node__nvlink_bandwidth=900e9)
+    slow_price = comm.collective_time_and_price_s("all_gather", 1e8, span, H100)[1]
+    fast_price = comm.collective_time_and_price_s("all_gather", 1e8, span, fast)[1]
+    assert fast_price < slow_price
 
 
 @pytest.mark.parametrize(

@@ -95,9 +95,12 @@ def param_start(params: list[StepParam], system: SystemSpec) -> np.ndarray:
         else:
             value = get_in(system.model_dump(), p.path.split("."))
             if value is None:  # an overlap cost the system leaves to the NCCL-CTA share
-                value = tier_overlap_costs("all_reduce", p.path == NIC_OVERLAP, system)[
-                    p.path == NIC_OVERLAP
-                ]
+                costs = tier_overlap_costs("all_reduce", p.path == NIC_OVERLAP, system)
+                value = (
+                    costs.sm_out + costs.hbm_out
+                    if p.path == NIC_OVERLAP
+                    else costs.sm_in + costs.hbm_in
+                )
         out.append(1.0 / value if p.inverse else value)
     return np.clip(np.array(out, float), [p.lo for p in params], [p.hi for p in params])
 

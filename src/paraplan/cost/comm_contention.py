@@ -26,11 +26,12 @@ compute-bound kernel loses k/S of the collective's time (``cost.overlap.shared_s
 memory-bound kernel does not need every SM to stream, but shares HBM with the collective, whose kernel
 moves h bytes of local HBM per byte on the wire (ring all-gather: the peer's write into the receive
 buffer, the read of it, the write to the output, h = 3; ring reduce-scatter / all-reduce: write-in, read
-of it, read of the local input, h = 3; send/recv and all-to-all: the sender's read, the receiver's write,
-h = 2; NCCL prims.h directRecvCopySend / recvReduceSend, Simple protocol): it loses
+of it, read of the local input, h = 3; send/recv: the sender's read, the receiver's write, h = 2; NCCL prims.h directRecvCopySend / recvReduceSend, Simple protocol): it loses
 ρ = h·B_tier / (η_hbm·B_hbm), the share of HBM bandwidth the collective takes at its tier's achieved
 rate. With μ the share of the overlapped compute's time in memory-bound kernels, the hidden price is
-(1 − μ)·k/S + μ·ρ of the collective's time, for the time it overlaps compute and no more.
+(1 − μ)·k/S of the collective's time (its CTAs are resident through its latency too) plus μ·ρ of its
+byte time (no bytes move during latency), for the time it overlaps compute and no more: (1 − μ)·k/S +
+μ·ρ of a bandwidth-bound call. The all-to-all (expert dispatch) takes the SM term only.
 
 μ (``MEMORY_BOUND_SHARE`` 0.10) is this model's own op graph, not a fit: the share of a decoder layer's
 backward time outside its GEMMs and attention (step.block_sums.block_compute) is 0.08-0.14 on H100 and
@@ -45,6 +46,8 @@ in GPU-Accelerated Distributed Deep Learning") measure an average compute slowdo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from paraplan.cost.overlap import shared_sm_slowdown
 from paraplan.specs.system import SystemSpec
 
@@ -57,8 +60,18 @@ def nccl_ctas(crosses_domains: bool, system: SystemSpec) -> int:
     return min(channels, system.accelerator.sm_count)
 
 
-HBM_BYTES_PER_WIRE_BYTE = {"send_recv": 2.0, "all_to_all": 2.0}  # every other collective: 3 (ring)
+HBM_BYTES_PER_WIRE_BYTE = {"send_recv": 2.0}  # every other collective: 3 (ring)
 MEMORY_BOUND_SHARE = 0.10  # μ, module docstring
+
+
+class TierCosts(NamedTuple):
+    """One collective's hidden price per tier: ``sm_*`` the share of the tier's time (latency included)
+    the CTAs cost, ``hbm_*`` the share of its byte time the HBM traffic costs."""
+
+    sm_in: float
+    sm_out: float
+    hbm_in: float
+    hbm_out: float
 
 
 def collective_sm_share(ctas: int, sm_count: int) -> float:
@@ -68,7 +81,7 @@ def collective_sm_share(ctas: int, sm_count: int) -> float:
 
 
 def collective_hbm_share(kind: str, tier_bytes_per_s: float, hbm_bytes_per_s: float) -> float:
-    """Share of HBM bandwidth a collective takes while it runs at its tier's achieved rate:
+    """Share of HBM bandwidth a collective takes while it moves bytes at its tier's achieved rate:
     ρ = min(1, h·B_tier / B_hbm), h = HBM_BYTES_PER_WIRE_BYTE (3 for the ring collectives); B_hbm the
     achieved HBM rate (η_hbm · datasheet). Module docstring."""
     h = HBM_BYTES_PER_WIRE_BYTE.get(kind, 3.0)
@@ -82,30 +95,34 @@ def hidden_collective_share(
     tier_bytes_per_s: float,
     hbm_bytes_per_s: float,
     memory_bound_share: float = MEMORY_BOUND_SHARE,
-) -> float:
-    """Share of one tier's collective time still paid when the collective hides behind compute:
-    (1 − μ)·k/S + μ·ρ — compute-bound kernels lose the k SMs NCCL's CTAs hold (collective_sm_share),
-    memory-bound kernels (share μ of the overlapped time) the HBM bandwidth the collective moves
-    (collective_hbm_share). Sources in the module docstring (NCCL src/graph/search.cc, connect.cc,
-    enqueue.cc, prims.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a cross-check)."""
+) -> tuple[float, float]:
+    """(share of the tier's time, share of its byte time) still paid when a collective hides behind
+    compute: ((1 − μ)·k/S, μ·ρ) — compute-bound kernels lose the k SMs NCCL's CTAs hold for the whole
+    call, latency included (collective_sm_share); memory-bound kernels (share μ of the overlapped time)
+    the HBM bandwidth the collective moves while bytes flow (collective_hbm_share). In all, on a
+    bandwidth-bound call, (1 − μ)·k/S + μ·ρ. Sources in the module docstring (NCCL src/graph/search.cc,
+    connect.cc, enqueue.cc, prims.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a cross-check)."""
     sm = collective_sm_share(ctas, sm_count)
     hbm = collective_hbm_share(kind, tier_bytes_per_s, hbm_bytes_per_s)
-    return (1.0 - memory_bound_share) * sm + memory_bound_share * hbm
+    return (1.0 - memory_bound_share) * sm, memory_bound_share * hbm
 
 
-def tier_overlap_costs(kind: str, crosses_domains: bool, system: SystemSpec) -> tuple[float, float]:
-    """(NVLink-tier, scale-out-tier) overlap cost of one collective: hidden_collective_share of each
-    tier — both hold the same CTAs (one NCCL kernel runs the whole call: nccl_ctas), each moves HBM at
-    its own achieved rate (nvlink_bandwidth·nvlink_efficiency, nic_bandwidth·efficiency) against
+def tier_overlap_costs(kind: str, crosses_domains: bool, system: SystemSpec) -> TierCosts:
+    """The hidden price of one collective per tier: hidden_collective_share of each tier — both hold
+    the same CTAs (one NCCL kernel runs the whole call: nccl_ctas), each moves HBM at its own achieved
+    rate (nvlink_bandwidth·nvlink_efficiency, nic_bandwidth·efficiency) against
     hbm_bandwidth·efficiency.hbm. An explicit ``node.nvlink_overlap_cost`` / ``network.overlap_cost``
-    (a user's measurement, a Calculon import, ``paraplan calibrate --steps``) replaces its tier's value."""
+    (a user's measurement, a Calculon import, ``paraplan calibrate --steps``) is its tier's whole price
+    (share of the tier's time, no HBM term)."""
     acc, node, net = system.accelerator, system.node, system.network
     ctas, hbm = nccl_ctas(crosses_domains, system), acc.hbm_bandwidth * acc.efficiency.hbm
-    c_in, c_out = node.nvlink_overlap_cost, net.overlap_cost
-    if c_in is None:
-        rate = node.nvlink_bandwidth * node.nvlink_efficiency
-        c_in = hidden_collective_share(kind, ctas, acc.sm_count, rate, hbm)
-    if c_out is None:
-        rate = net.nic_bandwidth * net.efficiency
-        c_out = hidden_collective_share(kind, ctas, acc.sm_count, rate, hbm)
-    return c_in, c_out
+    out = []
+    for override, rate in (
+        (node.nvlink_overlap_cost, node.nvlink_bandwidth * node.nvlink_efficiency),
+        (net.overlap_cost, net.nic_bandwidth * net.efficiency),
+    ):
+        if override is None:
+            out.append(hidden_collective_share(kind, ctas, acc.sm_count, rate, hbm))
+        else:
+            out.append((override, 0.0))
+    return TierCosts(out[0][0], out[1][0], out[0][1], out[1][1])
