@@ -1,4 +1,4 @@
-"""What a hidden NCCL collective still costs the compute it overlaps: the SMs its CTAs hold (issue 33).
+"""What a hidden NCCL collective still costs the compute it overlaps: the SMs and HBM it holds (issue 33).
 
 NCCL runs one CTA (thread block) per channel for the whole call (NVIDIA/nccl src/enqueue.cc at v2.21.5-1,
 topoGetAlgoInfo: nc = comm->collChannels, lowered only while nBytes < nc·nt·threadThreshold, i.e. below
@@ -14,9 +14,9 @@ Channels NCCL builds (ring graph, comm->nChannels), derived from NCCL's topology
 - one 8-GPU NVSwitch node, H100 (18 NVLink-4 links × SM90_NVLINK_BW 20.6 GB/s = 370.8 GB/s, src/graph/topo.h):
   6 search channels at 60 GB/s (sm90SpeedArrayIntra), doubled by ncclTopoDupChannels to 12 (bwIntra ≥ 50),
   doubled again in ncclTopoPostset → **24**; A100 (12 links × 20 GB/s = 240 GB/s): 6 at 40 GB/s, 12, → **24**;
-- across nodes with one NIC per GPU: one search channel per NIC (8 at 48 GB/s on 400 Gb/s NDR, H100; 8 at
-  24 GB/s on 200 Gb/s HDR, A100), no dup (sm > 80 and bwIntra < 50 with more than 4 channels; A100:
-  bwIntra < 25), doubled in ncclTopoPostset → **16** (v2.18 doubled H100 once more, to 32: "4 compute
+- across nodes with one NIC per GPU: one search channel per NIC (8 at 45 GB/s on 400 Gb/s NDR, H100, where
+  a ring channel's pass through every GPU's NVLink caps 48 GB/s at 7; 8 at 24 GB/s on 200 Gb/s HDR,
+  A100), no dup (sm > 80 and bwIntra < 50 with more than 4 channels; A100: bwIntra < 25), doubled in ncclTopoPostset → **16** (v2.18 doubled H100 once more, to 32: "4 compute
   channels per search channel", 2·nChannels ≤ MAXCHANNELS; v2.19 on only below 16).
 These are the defaults of ``node.nccl_channels`` and ``network.nccl_channels``; a system sets its own.
 
@@ -26,7 +26,8 @@ compute-bound kernel loses k/S of the collective's time (``cost.overlap.shared_s
 memory-bound kernel does not need every SM to stream, but shares HBM with the collective, whose kernel
 moves h bytes of local HBM per byte on the wire (ring all-gather: the peer's write into the receive
 buffer, the read of it, the write to the output, h = 3; ring reduce-scatter / all-reduce: write-in, read
-of it, read of the local input, h = 3; send/recv: the sender's read, the receiver's write, h = 2; NCCL prims.h directRecvCopySend / recvReduceSend, Simple protocol): it loses
+of it, read of the local input, h = 3; send/recv: the sender's read, the receiver's write, h = 2; NCCL
+src/device/prims_simple.h directRecvCopySend / recvReduceSend, Simple protocol): it loses
 ρ = h·B_tier / (η_hbm·B_hbm), the share of HBM bandwidth the collective takes at its tier's achieved
 rate. With μ the share of the overlapped compute's time in memory-bound kernels, the hidden price is
 (1 − μ)·k/S of the collective's time (its CTAs are resident through its latency too) plus μ·ρ of its
@@ -101,7 +102,7 @@ def hidden_collective_share(
     call, latency included (collective_sm_share); memory-bound kernels (share μ of the overlapped time)
     the HBM bandwidth the collective moves while bytes flow (collective_hbm_share). In all, on a
     bandwidth-bound call, (1 − μ)·k/S + μ·ρ. Sources in the module docstring (NCCL src/graph/search.cc,
-    connect.cc, enqueue.cc, prims.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a cross-check)."""
+    connect.cc, enqueue.cc, device/prims_simple.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a cross-check)."""
     sm = collective_sm_share(ctas, sm_count)
     hbm = collective_hbm_share(kind, tier_bytes_per_s, hbm_bytes_per_s)
     return (1.0 - memory_bound_share) * sm, memory_bound_share * hbm
