@@ -14,10 +14,11 @@ Channels NCCL builds (ring graph, comm->nChannels), derived from NCCL's topology
 - one 8-GPU NVSwitch node, H100 (18 NVLink-4 links × SM90_NVLINK_BW 20.6 GB/s = 370.8 GB/s, src/graph/topo.h):
   6 search channels at 60 GB/s (sm90SpeedArrayIntra), doubled by ncclTopoDupChannels to 12 (bwIntra ≥ 50),
   doubled again in ncclTopoPostset → **24**; A100 (12 links × 20 GB/s = 240 GB/s): 6 at 40 GB/s, 12, → **24**;
-- across nodes with one NIC per GPU: one search channel per NIC (8 at 45 GB/s on 400 Gb/s NDR, H100, where
-  a ring channel's pass through every GPU's NVLink caps 48 GB/s at 7; 8 at 24 GB/s on 200 Gb/s HDR,
-  A100), no dup (sm > 80 and bwIntra < 50 with more than 4 channels; A100: bwIntra < 25), doubled in ncclTopoPostset → **16** (v2.18 doubled H100 once more, to 32: "4 compute
-  channels per search channel", 2·nChannels ≤ MAXCHANNELS; v2.19 on only below 16).
+- across nodes with one NIC per GPU: one search channel per NIC (8 at 45 GB/s on 400 Gb/s NDR, H100,
+  where a ring channel's pass through every GPU's NVLink caps 48 GB/s at 7; 8 at 24 GB/s on 200 Gb/s
+  HDR, A100), no dup (sm > 80 and bwIntra < 50 with more than 4 channels; A100: bwIntra < 25), doubled
+  in ncclTopoPostset → **16** (v2.18 doubled H100 once more, to 32: "4 compute channels per search
+  channel", 2·nChannels ≤ MAXCHANNELS; v2.19 on only below 16).
 These are the defaults of ``node.nccl_channels`` and ``network.nccl_channels``; a system sets its own.
 
 Lost compute, two resources (``hidden_collective_share``). SMs: a kernel that needs W seconds on S SMs
@@ -102,7 +103,8 @@ def hidden_collective_share(
     call, latency included (collective_sm_share); memory-bound kernels (share μ of the overlapped time)
     the HBM bandwidth the collective moves while bytes flow (collective_hbm_share). In all, on a
     bandwidth-bound call, (1 − μ)·k/S + μ·ρ. Sources in the module docstring (NCCL src/graph/search.cc,
-    connect.cc, enqueue.cc, device/prims_simple.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a cross-check)."""
+    connect.cc, enqueue.cc, device/prims_simple.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a
+    cross-check)."""
     sm = collective_sm_share(ctas, sm_count)
     hbm = collective_hbm_share(kind, tier_bytes_per_s, hbm_bytes_per_s)
     return (1.0 - memory_bound_share) * sm, memory_bound_share * hbm
