@@ -152,13 +152,15 @@ def test_one_stage_plans_agree(zero, recompute):
 def test_zero3_gathers_block_by_block_on_both_paths():
     """Issue 31's repro: gpt3-2.7b, tp1 pp2 dp4, ZeRO-3, 8 H100s. The per-stage builder packed a stage into one
     block, so ZeRO-3 gathered a whole stage at once (5.20 GiB of gathered weights, 1.148 s); both paths now
-    gather one block at a time (0.29 GiB) and share every pipeline rule: 0.8324 s (the uniform path's
-    0.8315 s before it counted one exchange on each end stage and the tied-embedding all-reduce)."""
+    gather one block at a time (0.29 GiB) and share every pipeline rule: 0.8509 s (0.8324 s before hidden
+    collectives were priced by the SMs and HBM NCCL's kernels hold, cost.comm_contention: 0.199 of an
+    NVLink collective's time instead of 0.15; the uniform path's 0.8315 s before it counted one exchange on
+    each end stage and the tied-embedding all-reduce)."""
     uniform, per_stage = both_paths(
         "gpt3-2.7b", gpus=8, tp=1, pp=2, zero=3, global_batch=64, seq_length=2048
     )
     assert_same(uniform, per_stage)
-    assert uniform.step_time_s == pytest.approx(0.8324100932581155, rel=REL)
+    assert uniform.step_time_s == pytest.approx(0.8509408938737006, rel=REL)
     gib = 2.0**30
     for u, p in zip(uniform.stages, per_stage.stages):
         assert p.buffers_bytes == pytest.approx(u.buffers_bytes, rel=REL)

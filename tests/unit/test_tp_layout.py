@@ -16,6 +16,7 @@ from paraplan.api import estimate, plan_from_fields
 from paraplan.catalog import load_model, load_system
 from paraplan.cli import main
 from paraplan.cost import comm
+from paraplan.cost.comm_contention import tier_overlap_costs
 from paraplan.cost.memory import layer_activation_bytes, layout_buffer_bytes
 from paraplan.cost.summa import grid_spans, summa_exposed_s
 from paraplan.step.estimate import layer_shape
@@ -122,11 +123,13 @@ def test_broadcast_and_reduce_two_tier():
             0.1 + 20e-6
         )
     # hiding it costs the binding tier's overlap price only: NIC 0.1 s x its overlap_cost
+    # (cost.comm_contention, tested by hand in test_comm_contention.py)
+    c_in, c_out, _, hbm_out = tier_overlap_costs("broadcast", True, ROUND)
     form = comm.linear_collective("broadcast", comm.GroupSpan(4, 2, 2), ROUND)
     assert form.slope_in == 0.0 and form.slope_out == approx(1 / 10e9)
     assert comm.collective_time_and_price_s("broadcast", 1e9, comm.GroupSpan(4, 2, 2), ROUND)[
         1
-    ] == approx(ROUND.node.nvlink_overlap_cost * 10e-6 + ROUND.network.overlap_cost * (0.1 + 10e-6))
+    ] == approx(c_in * 10e-6 + c_out * (0.1 + 10e-6) + hbm_out * 0.1)
 
 
 def test_summa_exposure_pipelines_panels():

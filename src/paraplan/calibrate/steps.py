@@ -18,6 +18,7 @@ from paraplan.calibrate.fit import (
     with_values,
 )
 from paraplan.cost import kernel_tables
+from paraplan.cost.comm_contention import tier_overlap_costs
 from paraplan.cost.compute import table_in_step_share
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
@@ -92,7 +93,14 @@ def param_start(params: list[StepParam], system: SystemSpec) -> np.ndarray:
         elif p.inverse:
             value = acc.gemm_efficiency_cap(p.dtype)
         else:
-            value = float(get_in(system.model_dump(), p.path.split(".")))
+            value = get_in(system.model_dump(), p.path.split("."))
+            if value is None:  # an overlap cost the system leaves to the NCCL-CTA share
+                costs = tier_overlap_costs("all_reduce", p.path == NIC_OVERLAP, system)
+                value = (
+                    costs.sm_out + costs.hbm_out
+                    if p.path == NIC_OVERLAP
+                    else costs.sm_in + costs.hbm_in
+                )
         out.append(1.0 / value if p.inverse else value)
     return np.clip(np.array(out, float), [p.lo for p in params], [p.hi for p in params])
 

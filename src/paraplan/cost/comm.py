@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from paraplan.cost.comm_contention import tier_overlap_costs
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -169,8 +170,9 @@ class LinearCollective:
     for a non-empty S-byte buffer (0 for an empty one), the NVLink tier (in) and the scale-out tier (out).
 
     Fields may be floats or numpy arrays (one entry per candidate plan). ``cost_in`` / ``cost_out``
-    are each tier's overlap cost (``overlap_cost``): the share of that tier's time still paid when
-    the collective hides behind compute."""
+    are each tier's overlap cost, the share of that tier's time (latency included) still paid when the
+    collective hides behind compute (the SMs NCCL's CTAs hold); ``hbm_in`` / ``hbm_out`` the share of its
+    byte time paid for the HBM bandwidth it moves (cost.comm_contention.tier_overlap_costs)."""
 
     slope_in: Any
     latency_in: Any
@@ -178,6 +180,8 @@ class LinearCollective:
     latency_out: Any
     cost_in: Any
     cost_out: Any
+    hbm_in: Any = 0.0
+    hbm_out: Any = 0.0
 
     def tier_times_s(self, size_bytes):
         """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer."""
@@ -193,9 +197,13 @@ class LinearCollective:
 
     def hidden_price_s(self, size_bytes):
         """What the collective still costs when completely hidden: each tier's time × its own overlap
-        cost, c_in·t_in + c_out·t_out (so crossing a node never makes the NVLink share cheaper)."""
+        cost, plus each tier's byte time (S·slope, no latency: no bytes move then) × its HBM share,
+        c_in·t_in + c_out·t_out + h_in·S·a_in + h_out·S·a_out (so crossing a node never makes the NVLink
+        share cheaper, and a faster link never a dearer HBM price)."""
         inner, outer = self.tier_times_s(size_bytes)
-        return self.cost_in * inner + self.cost_out * outer
+        on = size_bytes > 0
+        hbm = (self.hbm_in * self.slope_in + self.hbm_out * self.slope_out) * size_bytes * on
+        return self.cost_in * inner + self.cost_out * outer + hbm
 
 
 @lru_cache(maxsize=4096)
@@ -205,28 +213,28 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
     hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
-    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    c_in, c_out, *hbm = tier_overlap_costs(kind, span.domains > 1, system)
     if span.size <= 1:
-        return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out)
+        return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out, *hbm)
     inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
         return LinearCollective(
-            2 * (a - 1) / a / inner, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out
+            2 * (a - 1) / a / inner, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
         )
     if kind in ("all_gather", "reduce_scatter"):
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
         return LinearCollective(
-            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out
+            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
         )
     if kind in ("broadcast", "reduce"):
         return rooted_collective(span, system)
     if kind == "send_recv":
         if o > 1:
-            return LinearCollective(0.0, 0.0, 1 / outer, alpha_out, c_in, c_out)
-        return LinearCollective(1 / inner, alpha_in, 0.0, 0.0, c_in, c_out)
+            return LinearCollective(0.0, 0.0, 1 / outer, alpha_out, c_in, c_out, *hbm)
+        return LinearCollective(1 / inner, alpha_in, 0.0, 0.0, c_in, c_out, *hbm)
     raise ValueError(f"no linear form for collective {kind!r}")
 
 
@@ -239,7 +247,7 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     (nccl-tests doc/PERFORMANCE.md). The whole slope sits on the binding tier (so does its overlap cost);
     latency the chain along NCCL's ring (NCCL runs broadcast and reduce on the ring only):
     collective_latency_s, (n−o)·α_nvlink + (o−1)·α_nic."""
-    c_in, c_out = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    c_in, c_out, *hbm = tier_overlap_costs("broadcast", span.domains > 1, system)
     inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
     lat_in, lat_out = collective_latency_s(
@@ -248,8 +256,8 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     nvlink = 1.0 / inner if a > 1 else 0.0
     nic = 1.0 / (a * outer) if o > 1 else 0.0
     if nic >= nvlink:
-        return LinearCollective(0.0, lat_in, nic, lat_out, c_in, c_out)
-    return LinearCollective(nvlink, lat_in, 0.0, lat_out, c_in, c_out)
+        return LinearCollective(0.0, lat_in, nic, lat_out, c_in, c_out, *hbm)
+    return LinearCollective(nvlink, lat_in, 0.0, lat_out, c_in, c_out, *hbm)
 
 
 def collective_time_s(kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec) -> float:
@@ -283,8 +291,7 @@ def collective_costs_s(
         time = all_to_all_time_s(size_bytes, span, system)
         _, nic_bytes = all_to_all_split_bytes(size_bytes, span)
         nic = nic_bytes / _bandwidths(system)[1] if span.domains > 1 else 0.0
-        cost = system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
-        return time, cost * time, nic
+        return time, overlap_cost(span, system) * time, nic
     steps = 1
     if kind == "ring_exchange":
         kind, steps = "send_recv", span.size - 1
@@ -293,7 +300,7 @@ def collective_costs_s(
     nic = outer if span.domains > 1 else 0.0
     return (
         steps * float(inner + outer),
-        steps * float(form.cost_in * inner + form.cost_out * outer),
+        steps * float(form.hidden_price_s(size_bytes)),
         steps * float(nic),
     )
 
@@ -319,12 +326,14 @@ def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec
     return collective_time_s("ring_exchange", chunk_bytes, span, system)
 
 
-def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
-    """Share of a single-tier collective's time still paid when it is hidden behind compute: the SMs
-    (and HBM) its kernels occupy slow the compute they overlap (Calculon's per-tier
-    processor_usage; Isaev et al. 2023). Multi-tier collectives price each tier apart
-    (``LinearCollective.hidden_price_s``)."""
-    return system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
+def overlap_cost(span: GroupSpan, system: SystemSpec, kind: str = "all_to_all") -> float:
+    """Share of a single-tier collective's time still paid when it is hidden behind compute: the
+    overlap cost of the tier that bounds it, scale-out when the group leaves the NVLink domain
+    (cost.comm_contention.tier_overlap_costs: the SM share of NCCL's CTAs, or the system's override;
+    the all-to-all's HBM share is not charged: its bytes per tier differ by dispatcher). Multi-tier
+    collectives price each tier apart (``LinearCollective.hidden_price_s``)."""
+    c_in, c_out, _, _ = tier_overlap_costs(kind, span.domains > 1, system)
+    return c_out if span.domains > 1 else c_in
 
 
 def priced_exposure_s(total_s, exposed_s, price_s):

@@ -111,14 +111,14 @@ def moe_collective_time_and_price_s(
     efficiency.a2a_overlap_cost (the SMs the all-to-all kernels hold while hidden), else the
     overlap cost of the tier that bounds it (scale-out when the group leaves the NVLink domain;
     cost.comm.LinearCollective.hidden_price_s for the ring collectives)."""
-    from paraplan.cost.comm import collective_time_and_price_s
+    from paraplan.cost.comm import collective_time_and_price_s, overlap_cost
 
     if kind not in ("all_to_all", "all_to_all_dedup"):
         return collective_time_and_price_s(kind, size_bytes, span, system)
     time = moe_collective_time_s(kind, size_bytes, span, system, model)
     cost = system.accelerator.efficiency.a2a_overlap_cost
     if cost is None:
-        cost = system.network.overlap_cost if span.domains > 1 else system.node.nvlink_overlap_cost
+        cost = overlap_cost(span, system)
     return time, cost * time
 
 

@@ -413,14 +413,25 @@ def _link_efficiency(default: float, bandwidth_field: str) -> Any:
     return Field(default, description=f"achieved fraction of {bandwidth_field} by NCCL collectives")
 
 
-def _overlap_cost(default: float, collective: str, tier: str) -> Any:
-    """A tier's overlap cost: Calculon's processor_usage of that tier (Isaev et al. 2023, SC23;
-    Calculon repository systems/a100_80g.json)."""
+def _overlap_cost(collective: str, tier: str) -> Any:
+    """A tier's overlap-cost override: absent, cost.comm_contention derives it from the NCCL CTAs the
+    collective holds (k/S); set, it replaces that (a measurement, Calculon's processor_usage)."""
+    return Field(
+        None,
+        description=f"share of {collective}'s time still paid when hidden behind compute; absent: the "
+        "SM share of NCCL's CTAs, nccl_channels / accelerator.sm_count (cost.comm_contention); set it to "
+        f"override, e.g. Calculon's processor_usage for the {tier} tier (Isaev et al. 2023, SC23)",
+    )
+
+
+def _nccl_channels(default: int, where: str) -> Any:
+    """CTAs (channels) NCCL runs a ring collective with; defaults derived in cost.comm_contention."""
     return Field(
         default,
-        description=f"share of {collective}'s time still paid when hidden behind compute (SMs it "
-        f"occupies); Calculon's processor_usage for the {tier} tier (Isaev et al. 2023, SC23; Calculon "
-        "repository systems/a100_80g.json)",
+        gt=0,
+        description=f"CTAs NCCL runs one collective with {where} (comm->nChannels of its ring graph; "
+        "NVIDIA/nccl src/graph/search.cc + connect.cc, v2.19-v2.30: 24 on an 8-GPU A100/H100 NVSwitch "
+        "node, 16 across nodes with one NIC per GPU; cost.comm_contention)",
     )
 
 
@@ -431,7 +442,8 @@ class NodeSpec(InputModel):
     nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
     nvlink_latency: Seconds = 5e-6
     nvlink_efficiency: Fraction = _link_efficiency(0.8, "nvlink_bandwidth")
-    nvlink_overlap_cost: Share = _overlap_cost(0.15, "an NVLink collective", "NVLink")
+    nvlink_overlap_cost: Share | None = _overlap_cost("an NVLink collective", "NVLink")
+    nccl_channels: int = _nccl_channels(24, "inside one domain")
 
 
 class NetworkSpec(InputModel):
@@ -440,7 +452,8 @@ class NetworkSpec(InputModel):
     nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
     latency: Seconds = 10e-6
     efficiency: Fraction = _link_efficiency(0.85, "nic_bandwidth")
-    overlap_cost: Share = _overlap_cost(0.02, "a scale-out collective", "InfiniBand")
+    overlap_cost: Share | None = _overlap_cost("a scale-out collective", "InfiniBand")
+    nccl_channels: int = _nccl_channels(16, "across domains")
 
 
 class SystemSpec(InputModel):
