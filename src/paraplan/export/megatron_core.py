@@ -20,6 +20,7 @@ from paraplan.export.common import (
 )
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.recompute import MODES
 from paraplan.specs.rules import interleave_split_rule, megatron_fsdp_rule, megatron_overlap_rule
 from paraplan.specs.split import (
     accounted_units,
@@ -56,9 +57,10 @@ MEGATRON_EXPERT_FIELDS = frozenset(
     " moe_balance grad_dtype fp8_weight_copies".split()
 )
 
-# torchtitan's per-op selective checkpointing (graph.ops.OP_SAC): a policy, not a Megatron-Core module name
-# (TransformerConfig.recompute_modules takes core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)
-NOT_MEGATRON_MODULES = frozenset({"op_sac", "save_dots"})
+# the policies of the recompute modes another stack alone runs (specs.recompute: torchtitan's op_sac, MaxText's
+# save_dots), not Megatron-Core module names (TransformerConfig.recompute_modules takes core_attn, moe_act,
+# layernorm, mla_up_proj, mlp, moe, shared_experts)
+NOT_MEGATRON_MODULES = frozenset(n for m in MODES.values() if m.stacks for n in m.modules)
 
 
 def recompute_modules_of(plan: PlanSpec, framework: str) -> list[str] | None:
