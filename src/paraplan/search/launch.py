@@ -15,12 +15,13 @@ independently, the knob is left out whole, so each filtered space is a subset of
   virtual stages at pp > 1) left out.
 - torchtitan v0.2.2: FSDP2 over dp·cp (ZeRO 2 or 3; plain DDP runs only as the sole parallelism and
   ZeRO 1 has no FSDP2 form, so ZeRO 0 is left out), overlaps always on, sequence parallelism always on
-  with tp > 1, recomputation none, full or per-op SAC (op_sac, dense swiglu at cp = 1), 1F1B / interleaved 1F1B / GPipe with any split its model
-  parts state (specs.rules.model_parts_rule: every stage at least vpp layers; the even split written
-  as layers_per_stage, any other as module_fqns_per_model_part, export/torchtitan_split.py), with
-  --vary-split too, seq divisible by 2·tp·cp, the default rank order, 1D tensor
-  parallelism, experts with etp 1 and the all-to-all dispatcher over ep dividing dp·cp·tp; offloads left
-  out (its CPU offload moves weights and optimizer state together, with ZeRO 3 only).
+  with tp > 1, recomputation none, full or per-op SAC (op_sac: dense swiglu models at cp = 1), 1F1B /
+  interleaved 1F1B / GPipe with any split its model parts state (specs.rules.model_parts_rule: every
+  stage at least vpp layers; the even split written as layers_per_stage, any other as
+  module_fqns_per_model_part, export/torchtitan_split.py), with --vary-split too, seq divisible by
+  2·tp·cp, the default rank order, 1D tensor parallelism, experts with etp 1 and the all-to-all
+  dispatcher over ep dividing dp·cp·tp; offloads left out (its CPU offload moves weights and optimizer
+  state together, with ZeRO 3 only).
 - DeepSpeed v0.16.4: no context parallelism, AutoTP without sequence parallelism or TP overlap, 1F1B,
   ZeRO 0/1 with pipeline stages, no ZeRO 3 with AutoTP, one overlap switch for both DP overlaps,
   recomputation none or full, no experts split (DeepSpeed-MoE is set in the model script), 1D tensor
@@ -35,7 +36,6 @@ with torchtitan, save_dots with maxtext) are searched with that stack's profiles
 from __future__ import annotations
 
 from functools import lru_cache
-
 from types import SimpleNamespace
 
 from paraplan.specs.recompute import MODES, OP_SAC, offered_modes
