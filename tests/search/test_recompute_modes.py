@@ -194,3 +194,16 @@ def test_search_rows_re_estimate_identically(fields):
             est.peak_stage.peak_bytes / GiB, rel=1e-9
         ), plan
     assert set(modes) <= set(launch.recompute_modes(fields["framework"]))
+
+
+def test_the_per_stage_searches_refuse_a_stack_mode_by_name(cli):
+    """A per-stage plan states a granularity (specs.stage_plan.StageRecompute): --recompute op_sac with the
+    AMP-style search (an encoder-decoder model) is one line and exit 2, not an internal error."""
+    argv = "search -m t5-3b -s dgx-a100-80gb --gpus 8 --global-batch 64 --seq-length 512"
+    code, out, err = cli(*argv.split(), "--recompute", "op_sac")
+    assert code == 2
+    assert err.strip() == (
+        "error: recompute: 'op_sac' is not allowed per stage; allowed: none, selective, full"
+    )
+    code, _, err = cli(*argv.split(), "--recompute", "bogus")
+    assert code == 2 and "allowed: comma-separated none, selective, full, op_sac, save_dots" in err

@@ -45,6 +45,7 @@ from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields
+from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
 from paraplan.specs.errors import InputError
@@ -85,6 +86,10 @@ class HeteroProblem:
         an MoE / MLA model searched here would be costed as dense (issue 37)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
+        # a stage states a granularity (specs.recompute: op_sac and save_dots are uniform-search modes)
+        if bad := ",".join(r for r in self.recompute if r not in RECOMPUTE_CODES):
+            allowed = ", ".join(RECOMPUTE_CODES)
+            raise InputError(f"recompute: {bad!r} is not allowed per stage; allowed: {allowed}")
 
     # fixed in these searches (read by step.per_stage.common_of with the fields above)
     sequence_parallel: ClassVar[bool] = False
