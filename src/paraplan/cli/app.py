@@ -21,6 +21,7 @@ from paraplan.io.catalog_files import catalog_names
 from paraplan.specs import choices  # the plan's Literal choices: no pydantic model at start-up
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
+from paraplan.specs.recompute import MODE_NAMES
 
 EXIT_INPUT_ERROR = 2
 EXIT_DOES_NOT_FIT = 1  # a plan that does not fit in memory, a search where no plan fits
@@ -191,7 +192,11 @@ TpOption = optional(str, "--tp", help="restrict tp to these values, e.g. 1,2,4,8
 PpOption = optional(str, "--pp", help="restrict pp")
 CpOption = optional(str, "--cp", help="restrict cp")
 MicroBatchOption = optional(str, "--micro-batch", help="restrict micro-batch sizes")
-RecomputeOption = optional(str, "--recompute", help="restrict: none,selective,full")
+RecomputeOption = optional(
+    str,
+    "--recompute",
+    help="restrict: none,selective,full; op_sac (torchtitan stacks), save_dots (maxtext)",
+)
 ZeroOption = optional(str, "--zero", help="restrict ZeRO stages, e.g. 0,1")
 ScheduleOption = optional(
     str,
@@ -278,7 +283,7 @@ def search_restrictions(
         "pp": _int_list(pp, "--pp"),
         "cp": _int_list(cp, "--cp"),
         "micro_batch": _int_list(micro_batch, "--micro-batch"),
-        "recompute": _choice_list(recompute, "--recompute", get_args(choices.Recompute)),
+        "recompute": _choice_list(recompute, "--recompute", MODE_NAMES),
         "zero": _int_list(zero, "--zero", most=_upper_bound(PlanSpec, "zero")),
         "schedules": _choice_list(schedule, "--schedule", get_args(choices.Schedule)),
         "ep": _int_list(ep, "--ep"),

@@ -34,10 +34,10 @@ from paraplan.export.torchtitan_split import (
     split_given,
     writes_parts,
 )
-from paraplan.graph.ops import OP_SAC
 from paraplan.io.fields import Doc, as_list
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.recompute import OP_SAC, mode_of, plan_fields
 
 NAME = "torchtitan"
 ORDER = "tp-cp-dp-pp"
@@ -143,7 +143,7 @@ def activation_checkpoint(plan: PlanSpec) -> dict[str, str]:
 
 def _check_kernels_and_memory(plan: PlanSpec, c: dict, fw: str) -> None:
     """Refuse a recomputation, attention kernel, datatype, overlap or offload torchtitan cannot run."""
-    if plan.recompute == "selective" and tuple(plan.recompute_modules or ()) != (OP_SAC,):
+    if plan.recompute == "selective" and mode_of(plan.recompute, plan.recompute_modules) != OP_SAC:
         raise refuse(
             fw,
             "recompute",
@@ -258,7 +258,7 @@ def read_activation_checkpoint(ac: Doc) -> dict[str, object]:
     none, full, or per-op selective (selective_ac_option 'op'); layer SAC (its default '2') is refused."""
     mode = ac.text("mode", "selective")  # torchtitan's default
     if mode == "selective" and ac.text("selective_ac_option", "2") == "op":
-        return {"recompute": "selective", "recompute_modules": (OP_SAC,)}
+        return plan_fields(OP_SAC)  # specs.recompute: selective with recompute_modules [op_sac]
     if mode not in ("none", "full"):
         raise ExportRefused(
             f"torchtitan: activation_checkpoint.mode {mode!r} has no paraplan recompute "

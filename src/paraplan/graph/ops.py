@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
+from paraplan.specs import recompute
 from paraplan.specs.model import ModelSpec
 
 OpKind = Literal["gemm", "grouped_gemm", "attention", "memory", "host_sync"]
@@ -178,7 +179,7 @@ OP_SAC_SOURCE = "pytorch/torchtitan 9dec370 torchtitan/parallelisms/parallelize_
 # a dense swiglu layer but the saved mm outputs (q, v, gate w1, out w2: op_sac_split) and SDPA, up to the
 # last saved op (mlp_residual's output no backward needs: checkpoint's early stop); the split GEMM parts
 # re-run keep their fused op's name and are flagged by op_sac_split, not by name.
-OP_SAC = "op_sac"
+OP_SAC = recompute.OP_SAC
 OP_SAC_RERUN = (
     "input_norm",
     "qk_norm",
@@ -195,7 +196,7 @@ OP_SAC_RERUN = (
 # element-wise ops between them re-run in backward (norms, rotary, the attention residual, the MLP activation,
 # casts; the layer output is the next layer's saved input). Its re-run ops: OP_SAC_RERUN but the attention
 # output projection (a dot, saved).
-SAVE_DOTS = "save_dots"
+SAVE_DOTS = recompute.SAVE_DOTS
 SAVE_DOTS_RERUN = tuple(name for name in OP_SAC_RERUN if name != "attention_projection")
 # the per-op checkpointing policies a recompute_modules list may name beside the modules of
 # RECOMPUTE_MODULE_OPS (torchtitan's per-op SAC, MaxText's minimal_flash), with the ops each re-runs

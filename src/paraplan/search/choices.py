@@ -13,13 +13,14 @@ def option_choices() -> dict[str, tuple[str, ...]]:
     from paraplan.search.space import OBJECTIVES
     from paraplan.search.time_to_train import OBJECTIVES as TIME_TO_TRAIN
     from paraplan.specs import moe_plan, plan
+    from paraplan.specs.recompute import MODE_NAMES
 
     return {
         "objective": OBJECTIVES + tuple(TIME_TO_TRAIN),
         "objective-needs-tokens": tuple(TIME_TO_TRAIN),
         "dtype": get_args(plan.PlanDtype),
         "attention": get_args(plan.Attention),
-        "recompute": get_args(plan.Recompute),
+        "recompute": MODE_NAMES,  # specs.recompute modes (op_sac, save_dots: their stacks only)
         "schedule": get_args(plan.Schedule),
         "dispatcher": get_args(moe_plan.Dispatcher),
     }

@@ -11,10 +11,15 @@ from paraplan.search.options import ExpertOption, OffloadOption, ScheduleOption,
 from paraplan.specs.plan import PLAN_COLUMNS, PlanSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import GridKnobs
-from paraplan.step.compose import RECOMPUTE_CODES, SCHEDULE_FLAGS
+from paraplan.specs.recompute import MODE_NAMES, MODES
+from paraplan.step.compose import SCHEDULE_FLAGS
 from paraplan.units import GiB
 
-RECOMPUTE_NAMES = np.array(sorted(RECOMPUTE_CODES, key=RECOMPUTE_CODES.get))
+# by a row's recompute_mode id (specs.recompute.MODE_NAMES): its step code, its plan's recompute and modules
+MODE_CODES = np.array([MODES[n].code for n in MODE_NAMES])
+_MODE_RECOMPUTE = np.array([MODES[n].recompute for n in MODE_NAMES])
+_MODE_MODULES = np.empty(len(MODE_NAMES), dtype=object)
+_MODE_MODULES[:] = [MODES[n].modules or None for n in MODE_NAMES]
 _GRID_DTYPES = {
     f.name: (np.int64 if f.name in ("vpp", "zero", "offload_activation_layers") else bool)
     for f in fields(GridKnobs)
@@ -71,7 +76,8 @@ def plan_columns(table, index, grid_values: dict) -> dict[str, np.ndarray]:
         "vpp": grid_values["vpp"],
         "micro_batch": c["micro_batch"][index],
         "sequence_parallel": c["sp"][index].astype(bool),
-        "recompute": RECOMPUTE_NAMES[c["recompute"][index]],
+        "recompute": _MODE_RECOMPUTE[c["recompute_mode"][index]],
+        "recompute_modules": _MODE_MODULES[c["recompute_mode"][index]],
         "zero": grid_values["zero"],
         "schedule": np.select(
             [grid_values[flag] for flag in SCHEDULE_FLAGS.values()], list(SCHEDULE_FLAGS), "1f1b"

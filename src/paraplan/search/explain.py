@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from paraplan.step.estimate import estimate
 from paraplan.step.result import BREAKDOWN_PARTS, Estimate
+from paraplan.search import launch
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.recompute import mode_of, plan_fields
 from paraplan.units import GiB
 
 _COMPONENTS = {part.name: part.label for part in BREAKDOWN_PARTS}
@@ -51,9 +53,10 @@ def _neighbours(problem: SearchProblem, plan: PlanSpec) -> list[tuple[str, str, 
     for mb in (plan.micro_batch // 2, plan.micro_batch * 2):
         if mb >= 1:
             out.append(("micro_batch", f"{plan.micro_batch} → {mb}", {"micro_batch": mb}))
-    for mode in ("none", "selective", "full"):
-        if mode != plan.recompute:
-            out.append(("recompute", f"{plan.recompute} → {mode}", {"recompute": mode}))
+    current = mode_of(plan.recompute, plan.recompute_modules)  # specs.recompute modes
+    for mode in launch.recompute_modes(problem.framework):
+        if mode != current:
+            out.append(("recompute", f"{current} → {mode}", plan_fields(mode)))
     if plan.tp > 1:
         out.append(
             (

@@ -44,7 +44,7 @@ def _changes(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> list[tuple
     if plan.tp > 1 and not plan.sequence_parallel:
         out.append(("--sequence-parallel", {"sequence_parallel": True}))
     later = {"none": ("selective", "full"), "selective": ("full",), "full": ()}[plan.recompute]
-    out += [(f"--recompute {mode}", {"recompute": mode}) for mode in later]
+    out += [(f"--recompute {m}", {"recompute": m, "recompute_modules": None}) for m in later]
     if plan.dp % 2 == 0:
         out.append((f"--pp {2 * plan.pp}", {"pp": 2 * plan.pp, "dp": plan.dp // 2}))
         out.append((f"--tp {2 * plan.tp}", {"tp": 2 * plan.tp, "dp": plan.dp // 2}))

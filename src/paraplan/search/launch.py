@@ -15,12 +15,13 @@ independently, the knob is left out whole, so each filtered space is a subset of
   virtual stages at pp > 1) left out.
 - torchtitan v0.2.2: FSDP2 over dp·cp (ZeRO 2 or 3; plain DDP runs only as the sole parallelism and
   ZeRO 1 has no FSDP2 form, so ZeRO 0 is left out), overlaps always on, sequence parallelism always on
-  with tp > 1, recomputation none or full, 1F1B / interleaved 1F1B / GPipe with any split its model
-  parts state (specs.rules.model_parts_rule: every stage at least vpp layers; the even split written
-  as layers_per_stage, any other as module_fqns_per_model_part, export/torchtitan_split.py), with
-  --vary-split too, seq divisible by 2·tp·cp, the default rank order, 1D tensor
-  parallelism, experts with etp 1 and the all-to-all dispatcher over ep dividing dp·cp·tp; offloads left
-  out (its CPU offload moves weights and optimizer state together, with ZeRO 3 only).
+  with tp > 1, recomputation none, full or per-op SAC (op_sac: dense swiglu models at cp = 1), 1F1B /
+  interleaved 1F1B / GPipe with any split its model parts state (specs.rules.model_parts_rule: every
+  stage at least vpp layers; the even split written as layers_per_stage, any other as
+  module_fqns_per_model_part, export/torchtitan_split.py), with --vary-split too, seq divisible by
+  2·tp·cp, the default rank order, 1D tensor parallelism, experts with etp 1 and the all-to-all
+  dispatcher over ep dividing dp·cp·tp; offloads left out (its CPU offload moves weights and optimizer
+  state together, with ZeRO 3 only).
 - DeepSpeed v0.16.4: no context parallelism, AutoTP without sequence parallelism or TP overlap, 1F1B,
   ZeRO 0/1 with pipeline stages, no ZeRO 3 with AutoTP, one overlap switch for both DP overlaps,
   recomputation none or full, no experts split (DeepSpeed-MoE is set in the model script), 1D tensor
@@ -35,14 +36,22 @@ where the searches' fixed ones are not its (``staged_fields``).
 
 Profiles without an exporter (the 2021 profiles, maxtext, the PyTorch and Hugging Face ones,
 megatron-deepspeed, whose launch is Megatron-DeepSpeed's own arguments) search the whole space; the rows
-then say which frameworks run them.
+then say which frameworks run them. The recomputation modes a stack alone runs (specs.recompute: op_sac
+with torchtitan, save_dots with maxtext) are searched with that stack's profiles only (recompute_modes).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from types import SimpleNamespace
 
-from paraplan.specs.rules import megatron_fsdp_rule, megatron_overlap_rule, model_parts_rule
+from paraplan.specs.recompute import MODES, OP_SAC, offered_modes
+from paraplan.specs.rules import (
+    megatron_fsdp_rule,
+    megatron_overlap_rule,
+    model_parts_rule,
+    recompute_violations,
+)
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
 MEGATRON_CORE = "megatron-core"
@@ -63,9 +72,9 @@ SCHEDULES = {
 }
 ZEROS = {MEGATRON_CORE: (0, 1, 2, 3), TORCHTITAN: (2, 3), DEEPSPEED: (0, 1, 2, 3)}
 LAYOUTS = {MEGATRON_CORE: ("1d", "2d-seq"), TORCHTITAN: ("1d",), DEEPSPEED: ("1d",)}
-RECOMPUTE = {
+RECOMPUTE = {  # the specs.recompute modes each exporter states
     MEGATRON_CORE: ("none", "selective", "full"),
-    TORCHTITAN: ("none", "full"),
+    TORCHTITAN: ("none", "full", OP_SAC),
     DEEPSPEED: ("none", "full"),
 }
 DTYPES = {  # the training datatypes each exporter states (export.common.UNMAPPED_DTYPES aside)
@@ -105,10 +114,11 @@ def restricted(framework: str | None) -> bool:
 def problem_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:
     """(field, value, why) of the search's run-wide settings the framework's exporters cannot state:
     the datatype, the attention kernel (torchtitan and DeepSpeed run fused attention), the CP algorithm,
-    capacity and balance of the experts outside Megatron-Core, recomputation modes left empty."""
+    capacity and balance of the experts outside Megatron-Core; and with any framework or none, a
+    ``--recompute`` restriction no plan takes (recompute_mode_violations)."""
     name = launcher(framework)
     if name is None:
-        return []
+        return recompute_mode_violations(framework, problem)
     out: list[tuple[str, object, str]] = []
     if problem.dtype not in DTYPES[name]:
         out.append(("dtype", problem.dtype, f"{framework} plans take {', '.join(DTYPES[name])}"))
@@ -121,11 +131,58 @@ def problem_violations(framework: str | None, problem) -> list[tuple[str, object
     if name != MEGATRON_CORE and problem.moe_balance != "learned":
         out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
     out += _expert_axis_violations(framework, name, problem)
-    if problem.recompute and not any(recompute_allowed(framework, r) for r in problem.recompute):
-        out.append(
-            ("recompute", ",".join(problem.recompute), f"allowed: {', '.join(RECOMPUTE[name])}")
-        )
-    return out
+    return out + recompute_mode_violations(framework, problem)
+
+
+@lru_cache(maxsize=64)
+def stack(framework: str | None) -> str | None:
+    """The stack profile of ``framework``: the ``base`` a recipe profile refines (torchtitan-compiled ->
+    torchtitan), else the profile itself; None without a framework."""
+    if framework is None:
+        return None
+    from paraplan.catalog import framework_names, load_framework
+
+    if framework not in framework_names():
+        return framework
+    return load_framework(framework).base or framework
+
+
+def recompute_modes(framework: str | None) -> tuple[str, ...]:
+    """The recomputation modes (specs.recompute.MODES) a search with ``framework`` varies: the common ones
+    and its stack's own (specs.recompute.offered_modes: op_sac with torchtitan, save_dots with maxtext), of
+    them those its exporter states (RECOMPUTE) when one writes its plans."""
+    offered = offered_modes(stack(framework))
+    name = launcher(framework)
+    return offered if name is None else tuple(m for m in offered if m in RECOMPUTE[name])
+
+
+def recompute_allowed(framework: str | None, recompute: str) -> bool:
+    """Does the search with ``framework`` vary the recomputation mode ``recompute`` (recompute_modes)?"""
+    return recompute in recompute_modes(framework)
+
+
+def mode_refusal(model, cp: int, mode: str) -> str | None:
+    """Why the model refuses recomputation mode ``mode`` at context-parallel degree ``cp`` (the estimator's
+    rule, specs.rules.recompute_violations); None when it takes it."""
+    m = MODES[mode]
+    probe = SimpleNamespace(
+        recompute=m.recompute, recompute_modules=m.modules, cp=cp, recompute_num_layers=None
+    )
+    broken = recompute_violations(probe, model)
+    return broken[0].rule if broken else None
+
+
+def recompute_mode_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:
+    """(field, value, why) of a ``--recompute`` restriction no plan can take: none of its modes among those
+    the framework's search varies, or a mode the model refuses at every cp (its rule at cp = 1)."""
+    if not problem.recompute:
+        return []
+    offered = recompute_modes(framework)
+    if not any(m in offered for m in problem.recompute):
+        why = f"allowed with {f'--framework {framework}' if framework else 'no --framework'}: "
+        return [("recompute", ",".join(problem.recompute), why + ", ".join(offered))]
+    ruled = [(m, mode_refusal(problem.model, 1, m)) for m in problem.recompute if m in offered]
+    return [("recompute", m, rule) for m, rule in ruled if rule]
 
 
 def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[str, object, str]]:
@@ -215,12 +272,6 @@ def layout_allowed(framework: str | None, layout: str) -> bool:
     """The tensor-parallel layouts the framework runs (LAYOUTS)."""
     name = launcher(framework)
     return name is None or layout in LAYOUTS[name]
-
-
-def recompute_allowed(framework: str | None, recompute: str) -> bool:
-    """The recomputation modes the framework's exporter states (RECOMPUTE)."""
-    name = launcher(framework)
-    return name is None or recompute in RECOMPUTE[name]
 
 
 def sequence_parallel_allowed(framework: str | None, tp: int, sequence_parallel: bool) -> bool:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan
 from paraplan.specs.plan import RUNTIME_FIELDS, STATE_FIELDS, PlanSpec
+from paraplan.specs.recompute import plan_fields
 
 # the plan fields every candidate takes from the problem (search.space.SearchProblem)
 FIXED_FIELDS = (
@@ -29,7 +30,7 @@ class LayerKnob(NamedTuple):
     """A row's layer knobs besides the degrees (SearchProblem.layer_knobs): they set the per-layer costs."""
 
     sequence_parallel: bool
-    recompute: str
+    recompute: str  # a specs.recompute mode name (the plan's recompute and recompute_modules)
     overlap_tp_comm: bool
     tp_layout: str
     tp_rows: int | None
@@ -114,7 +115,7 @@ class Row:
     micro_batch: int
     global_batch: int
     sequence_parallel: bool
-    recompute: str
+    recompute: str  # a specs.recompute mode name
     overlap_tp_comm: bool
     tp_layout: str = "1d"
     tp_rows: int | None = None
@@ -128,9 +129,11 @@ class Row:
         return self.global_batch // (self.dp * self.micro_batch)
 
 
-# the plan fields a row sets under their own names (plan_of)
+# the plan fields a row sets under their own names (plan_of; its recompute mode sets two: plan_fields)
 ROW_FIELDS = tuple(
-    name for name in Row.__dataclass_fields__ if name in PlanSpec.model_fields and name != "spans"
+    name
+    for name in Row.__dataclass_fields__
+    if name in PlanSpec.model_fields and name not in ("spans", "recompute")
 )
 
 
@@ -177,6 +180,7 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
     return PlanSpec(
         **{name: getattr(problem, name) for name in FIXED_FIELDS},
         **{name: getattr(row, name) for name in ROW_FIELDS},
+        **plan_fields(row.recompute),
         **{name: getattr(option, name) for name in STATE_FIELDS},
         vpp=option.vpp,
         schedule=option.schedule,

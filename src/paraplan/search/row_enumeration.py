@@ -16,14 +16,10 @@ import numpy as np
 
 from paraplan.graph.ops import ExpertShape
 from paraplan.search.options import ExpertOption, LayerKnob
-from paraplan.search.shapes import (
-    expert_shape_of,
-    expert_spans,
-    layer_shape_of,
-    recompute_modules_of,
-)
+from paraplan.search.shapes import expert_shape_of, expert_spans, layer_shape_of
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.recompute import MODE_NAMES, MODES, mode_modules
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import (
     block_memory_facts,
@@ -31,7 +27,6 @@ from paraplan.step.build import (
     model_gradient_groups,
     pipeline_links,
 )
-from paraplan.step.compose import RECOMPUTE_CODES
 
 # the columns of the row table: degrees, batch, placement, layer knobs, and the ids of the rows' entries
 COLUMNS = (
@@ -43,7 +38,7 @@ COLUMNS = (
     "global_batch",
     "placement",
     "sp",
-    "recompute",
+    "recompute_mode",
     "overlap_tp",
     "layout",
     "tp_rows",
@@ -133,7 +128,9 @@ class KnobColumns(NamedTuple):
     """The layer-knob × expert options of a (tp, cp) and expert options, as the columns and keys the rows need."""
 
     count: int
-    columns: dict[str, np.ndarray]  # sp, recompute, overlap_tp, layout, tp_rows, expert (ids)
+    columns: dict[
+        str, np.ndarray
+    ]  # sp, recompute_mode (specs.recompute.MODE_NAMES ids), overlap_tp, layout, tp_rows, expert (ids)
     experts: list[ExpertOption]  # the distinct expert options, sorted
     expert_of: np.ndarray  # each option's index in ``experts``
     cost_keys: list[tuple]  # distinct (shape key, recomputed modules, expert option)
@@ -178,10 +175,11 @@ def _cost_inputs(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, stat
 
 
 def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state) -> dict:
-    key, recompute, expert = state
-    modules = recompute_modules_of(recompute) if shaped else ()
-    shape = _state_shape(problem, shaped, tp, cp, micro_batch, key, modules, expert)
-    return block_memory_facts(problem.model, shape, recompute)
+    key, mode, expert = state
+    shape = _state_shape(
+        problem, shaped, tp, cp, micro_batch, key, mode_modules(mode, shaped), expert
+    )
+    return block_memory_facts(problem.model, shape, MODES[mode].recompute)
 
 
 def _tile(values: np.ndarray, times: int) -> np.ndarray:
@@ -265,16 +263,13 @@ class RowEnumeration:
         experts = sorted({e for _, e in options})
         # the layer-shape inputs each option fixes: costs per (sp, layout, grid rows, recomputed modules, expert
         # knobs), activation memory per (the same with the recompute mode)
-        cost_states = [
-            (k.shape_key, recompute_modules_of(k.recompute) if self.shaped else (), e)
-            for k, e in options
-        ]
+        cost_states = [(k.shape_key, mode_modules(k.recompute, self.shaped), e) for k, e in options]
         memory_states = [(k.shape_key, k.recompute, e) for k, e in options]
         cost_keys = list(dict.fromkeys(cost_states))
         memory_keys = list(dict.fromkeys(memory_states))
         columns = {
             "sp": np.array([k.sequence_parallel for k, _ in options]),
-            "recompute": np.array([RECOMPUTE_CODES[k.recompute] for k, _ in options]),
+            "recompute_mode": np.array([MODE_NAMES.index(k.recompute) for k, _ in options]),
             "overlap_tp": np.array([k.overlap_tp_comm for k, _ in options]),
             "layout": np.array([TP_LAYOUTS.index(k.tp_layout) for k, _ in options]),
             "tp_rows": np.array([k.tp_rows or 0 for k, _ in options]),

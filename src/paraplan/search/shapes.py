@@ -11,13 +11,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
 from paraplan.specs.tp_layout import panel_count
-from paraplan.step.build import default_recompute_modules
 from paraplan.step.constants import cp_ring_of, module_impl_of
-
-
-def recompute_modules_of(recompute: str) -> tuple[str, ...]:
-    """The modules a recompute mode re-runs (step.build.default_recompute_modules)."""
-    return default_recompute_modules(recompute)
 
 
 def expert_shape_of(problem: SearchProblem, choice: ExpertOption) -> ExpertShape:

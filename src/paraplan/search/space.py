@@ -43,7 +43,6 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
-from paraplan.specs.plan import Recompute
 from paraplan.specs.rules import (
     accelerator_rules,
     cp_rule,
@@ -77,7 +76,6 @@ __all__ = [
     "rows",
 ]
 
-RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 # the objectives each evaluated plan is scored by on its own (search.result.objective_value); robust
 # (search.robust) and the time-to-train ones (search.time_to_train) rank the ranked plans only
 PLAN_OBJECTIVES = ("time", "cost", "mfu")
@@ -357,10 +355,11 @@ class SearchProblem(GridAxes):
             if not moe_sequence_parallel_rule(self.model, tp, s)
             and launch.sequence_parallel_allowed(self.framework, tp, s)
         ]
+        offered = launch.recompute_modes(self.framework)  # specs.recompute modes
         recompute = [
             r
-            for r in self.recompute or RECOMPUTE_MODES
-            if launch.recompute_allowed(self.framework, r)
+            for r in self.recompute or offered
+            if r in offered and not launch.mode_refusal(self.model, cp, r)
         ]
         default = self.default_overlaps[0]
         overlap = (

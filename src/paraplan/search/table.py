@@ -18,7 +18,7 @@ import numpy as np
 
 from paraplan.search.arrays import allocate, put, stack, take
 from paraplan.search.columns import (
-    RECOMPUTE_NAMES,
+    MODE_CODES,
     SCHEDULE_FIELDS,
     feasible_columns,
     grid_arrays,
@@ -29,6 +29,7 @@ from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
 from paraplan.search.space import Row, SearchProblem
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.recompute import MODE_NAMES
 from paraplan.specs.split import accounted_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import (
@@ -82,6 +83,7 @@ class RowTable:
             k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64))
             for k, v in walk.columns.items()
         }
+        c["recompute"] = MODE_CODES[c["recompute_mode"]]  # the step code of each row's mode
         self.size = len(c["tp"])
         self.layer_kinds = _layer_kinds(problem.model)
         self.expert_choices = list(walk.expert_ids)
@@ -89,7 +91,7 @@ class RowTable:
             self.facts = None
             return
         key = c["cost_id"] * (int(c["memory_id"].max()) + 1) + c["memory_id"]
-        key = (key * len(RECOMPUTE_NAMES) + c["recompute"]) * 2 + c["overlap_tp"]
+        key = (key * len(MODE_CODES) + c["recompute"]) * 2 + c["overlap_tp"]
         _, self.first, unit = np.unique(key, return_index=True, return_inverse=True)
         self.unit = unit.reshape(-1)  # each row's unit; ``first``: each unit's first row
         # what build_step_inputs reads besides the blocks, per row
@@ -142,7 +144,7 @@ class RowTable:
             int(c["micro_batch"][i]),
             int(c["global_batch"][i]),
             bool(c["sp"][i]),
-            str(RECOMPUTE_NAMES[c["recompute"][i]]),
+            MODE_NAMES[int(c["recompute_mode"][i])],
             bool(c["overlap_tp"][i]),
             TP_LAYOUTS[int(c["layout"][i])],
             int(c["tp_rows"][i]) or None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.recompute import mode_of
 from paraplan.specs.tp_layout import grid_shape
 
 
@@ -15,7 +16,7 @@ def plan_label(plan: PlanSpec) -> str:
     sched = plan.pipeline_schedule
     if plan.pp > 1:
         parts.append(sched + (f"/v{plan.vpp}" if plan.vpp > 1 else ""))
-    parts.append(f"rc:{plan.recompute}")
+    parts.append(f"rc:{mode_of(plan.recompute, plan.recompute_modules)}")  # op_sac by name
     if plan.sequence_parallel:
         parts.append("sp")
     if plan.tp_layout == "2d":  # the SUMMA grid rows x columns (specs/tp_layout.py)

@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from paraplan.specs.choices import Recompute
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
@@ -48,7 +49,7 @@ from paraplan.specs.rules import (
 )
 from paraplan.specs.strict import InputModel
 
-StageRecompute = Literal["none", "selective", "full"]
+StageRecompute = Recompute  # a stage states the plan granularities (specs.recompute)
 
 
 class DeviceSlice(InputModel):

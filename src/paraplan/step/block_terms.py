@@ -58,7 +58,6 @@ class BlockTerms:
 # to ``tp_backward`` under split-backward schedules only (step.inputs.stage_work)
 SPLIT_ONLY_TERMS = ("wgrad", "tp_deferred")
 BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name not in SPLIT_ONLY_TERMS)
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
 def block_terms(

@@ -46,6 +46,7 @@ from paraplan.graph.transformer import (
 )
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
+from paraplan.specs.recompute import modules_of
 
 
 Width = ModelSpec  # the widths one block is built with: the model's own, or one of its layer_widths groups
@@ -424,14 +425,8 @@ def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
     return tuple(g for g in GRADIENT_GROUPS if g in used)
 
 
-def default_recompute_modules(
-    recompute: str, modules: tuple[str, ...] | None = None
-) -> tuple[str, ...]:
-    """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
-    ``core_attn`` (--recompute-modules); none without selective recompute."""
-    if recompute != "selective":
-        return ()
-    return tuple(modules or ()) or ("core_attn",)
+# Modules selective recomputation re-runs (the plan's list, else core_attn): specs.recompute.modules_of
+default_recompute_modules = modules_of
 
 
 def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:

@@ -66,15 +66,15 @@ from paraplan.search.bounds.step_floors import (
     stage_sum,
 )
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.recompute import MODES, mode_modules
 from paraplan.step.constants import system_terms
 from paraplan.step.offload import offload_traffic_bytes
-from paraplan.step.compose import RECOMPUTE_CODES, TRANSFORMER_KINDS
+from paraplan.step.compose import TRANSFORMER_KINDS
 from paraplan.step.schedules import least_in_flight_microbatches
 from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
     block_compute,
-    default_recompute_modules,
     kind_memory_facts,
     model_block_kinds,
 )
@@ -213,19 +213,19 @@ def memory_floors(
     work: dict[str, dict] = {}
     kept: dict[str, dict] = {}
     held: dict[str, dict] = {}
-    for sp, recompute, layout, rows in dict.fromkeys(
+    for sp, mode, layout, rows in dict.fromkeys(
         (sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)
-    ):
-        modules = default_recompute_modules(recompute) if shaped else ()
+    ):  # mode: a specs.recompute mode
+        modules = mode_modules(mode, shaped)
         shape = layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
-        least_kept = kept.setdefault(recompute, dict.fromkeys(kinds, math.inf))
-        least_held = held.setdefault(recompute, dict.fromkeys(kinds, math.inf))
+        least_kept = kept.setdefault(mode, dict.fromkeys(kinds, math.inf))
+        least_held = held.setdefault(mode, dict.fromkeys(kinds, math.inf))
         for name in kinds:
-            facts = kind_memory_facts(model, shape, name, recompute)
+            facts = kind_memory_facts(model, shape, name, MODES[mode].recompute)
             least_kept[name] = min(least_kept[name], facts.activation_bytes)
             least_held[name] = min(least_held[name], facts.held_bytes)
-        full = RECOMPUTE_CODES[recompute] == 2
-        work[recompute] = {
+        full = MODES[mode].code == 2
+        work[mode] = {
             name: floors.work[name]
             + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
             for name in kinds

@@ -24,17 +24,17 @@ from paraplan.search.options import LayerKnob
 from paraplan.search.shapes import layer_shape_of
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.recompute import MODES, mode_modules
 from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
     _kind_cost_facts as kind_cost_facts,
     block_cost_facts,
     block_memory_facts,
-    default_recompute_modules,
     kind_memory_facts,
     model_block_kinds,
 )
-from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, block_terms
+from paraplan.step.compose import BLOCK_TERM_NAMES, block_terms
 
 EXPERT_TERMS = (
     "ep_forward",
@@ -44,7 +44,7 @@ EXPERT_TERMS = (
 
 @dataclass(frozen=True)
 class ModeFloors:
-    """Per recompute mode (``RECOMPUTE_MODES`` name -> kind -> value) over a set of rows: least block work
+    """Per recompute mode (specs.recompute mode name -> kind -> value) over a set of rows: least block work
     (``work_floors``), least activation bytes kept per in-flight micro-batch, least bytes held once."""
 
     work: dict
@@ -169,11 +169,11 @@ def _add_knob_entries(
     (tp, cp, micro_batch), knob = key, LayerKnob(*knob)
     model, system = problem.model, problem.system
     shaped = moe_shaped(model)
-    recompute, layout = knob.recompute, knob.tp_layout
-    modules = default_recompute_modules(recompute) if shaped else ()
-    code = RECOMPUTE_CODES[
-        recompute
-    ]  # step.build.row_blocks: only the kinds recomputation checkpoints re-run
+    mode, layout = knob.recompute, knob.tp_layout  # a specs.recompute mode
+    recompute, modules = MODES[mode].recompute, mode_modules(mode, shaped)
+    code = MODES[
+        mode
+    ].code  # step.build.row_blocks: only the kinds recomputation checkpoints re-run
     sp, rows = knob.sequence_parallel, knob.tp_rows or 0
     shapes = [
         layer_shape_of(problem, tp, cp, micro_batch, sp, layout, rows, expert, modules)
@@ -209,7 +209,7 @@ def _add_knob_entries(
         for name, (cost, activations) in facts_i.items():
             computes = split.get(name)
             own = computes is not None and len(computes) > 1
-            found.entries.setdefault((recompute, name), []).append(
+            found.entries.setdefault((mode, name), []).append(
                 (
                     computes[i] if own else cost.compute,
                     code if BLOCK_KINDS[name].recomputed else 0,
@@ -218,7 +218,7 @@ def _add_knob_entries(
                     (shape, shape.expert) if own else None,
                 )
             )
-            found.memory.setdefault((recompute, name), []).append(activations)
+            found.memory.setdefault((mode, name), []).append(activations)
 
 
 def _packed(model, found: _Found) -> _WorkEntries:

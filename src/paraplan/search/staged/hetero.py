@@ -41,6 +41,7 @@ from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
+from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
@@ -96,6 +97,10 @@ class HeteroProblem:
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
         if unlaunchable := launch.problem_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
+        # a stage states a granularity (specs.recompute: op_sac and save_dots are uniform-search modes)
+        if bad := ",".join(r for r in self.recompute if r not in RECOMPUTE_CODES):
+            allowed = ", ".join(RECOMPUTE_CODES)
+            raise InputError(f"recompute: {bad!r} is not allowed per stage; allowed: {allowed}")
 
     # fixed in these searches (read by step.per_stage.common_of with the fields above)
     vpp: ClassVar[int] = 1
