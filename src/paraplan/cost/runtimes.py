@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from paraplan.cost.moe_host import sync_drain_s
 from paraplan.specs.framework import FrameworkSpec
-from paraplan.specs.runtime import RuntimeCosts
+from paraplan.specs.runtime import RuntimeCosts, StackRuntimeFields
 
 # bytes per element (FSDP1 and FSDP2): the sharded parameters stay in fp32 under MixedPrecisionPolicy (the optimizer's
 # copy), param_dtype bf16 is what the all-gather moves and the layer computes with (torchtitan
@@ -220,13 +220,12 @@ def grad_accumulation_s(params, bytes_per_param, hbm_rate):
 
 def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     """The profile's runtime terms (module docstring); bytes at the plain HBM rate."""
-    fields: dict = {
-        "fp8_param_gather": framework.fp8_param_gather,
+    # the mechanisms the profile states as the runtime keeps them (specs.runtime.StackRuntimeFields)
+    fields: dict = {name: getattr(framework, name) for name in StackRuntimeFields.model_fields}
+    fields |= {
         "fp8_recipe": "delayed" if framework.fp8_recipe == "none" else framework.fp8_recipe,
         "ub_fp8_pipeline": framework.tp_overlap_fp8_reduce_scatter == "pipeline",
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
-        "tp_backward_async": framework.tp_backward_async,
-        "cp_ring": framework.cp_ring,
     }
     reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]
     if framework.fsdp_runtime == "fsdp2":
@@ -247,8 +246,6 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         fields["batch_syncs"] = DEEPSPEED_PIPE_BATCH_SYNCS
     fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
     fields["lazy_gradients"] = framework.gradient_allocation == "backward"
-    fields["optimizer_state"] = framework.optimizer_state
-    fields["grad_reduce_dtype"] = framework.grad_reduce_dtype
     return RuntimeCosts(**fields)
 
 

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from paraplan.specs.choices import Attention, AttentionKernel
 from paraplan.specs.plan import PlanSpec, RuntimeFields
+from paraplan.specs.runtime import StackRuntimeFields
 from paraplan.specs.system import Bytes, EagerFields, HostFields
 
 
@@ -26,10 +27,11 @@ def plan_default(name: str) -> Any:
     return Field(info.default, description=f"plan default: {info.description}")
 
 
-class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
+class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
     """Implementation defaults of one framework; every field is documented with its source in the catalog file.
     The host model's and the eager kernels' fields (specs.system.HostFields, EagerFields; used with
-    fused_kernels false) are declared with the efficiency that receives them."""
+    fused_kernels false) are declared with the efficiency that receives them, the runtime mechanisms
+    (specs.runtime.StackRuntimeFields) with the runtime that receives them."""
 
     name: str
     source: str = ""
@@ -77,24 +79,6 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         "during backward and freed by zero_grad(set_to_none=True) (backward: eager PyTorch, Trainer, FSDP2); "
         "cost.memory.peak_residents",
     )
-    optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
-        "fp32_master",
-        description="mixed precision's optimizer state: an fp32 master copy with fp32 Adam moments (12 B per "
-        "parameter beside 2 B bf16 weights), Adam's moments in the parameters' own half precision and no master "
-        "(4 B: a model cast to bf16 under torch.optim.AdamW), or fp32 parameters that are their own master, cast "
-        "to the compute dtype where used, with fp32 moments (4 + 8 B: MaxText weight_dtype float32 under "
-        "optax.adamw); cost.memory.state_bytes_per_param",
-    )
-    grad_reduce_dtype: Literal["kept", "compute"] = Field(
-        "kept",
-        description="dtype of the data-parallel gradient reduction: the dtype the gradients are kept in "
-        "(grad_dtype), or the compute dtype of the weight-gradient GEMM's output, reduced before its cast to "
-        "the kept dtype (XLA SPMD with fp32 parameters); cost.memory.grad_reduce_bytes_per_param",
-    )
-    fp8_param_gather: bool = Field(
-        False,
-        description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
-    )
     attention: Attention = Field(
         "flash", description="plan default: fused or unfused core attention"
     )
@@ -110,19 +94,6 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields):
         description="with TP comm overlap in fp8 runs, the userbuffers method of the reduce-scatter after the "
         "row-parallel GEMMs: ring_exchange (1 SM; NeMo 2.x / Megatron-Bridge userbuffers_fp8_* configurations) or "
         "pipeline (24 / 16 SMs kept from the GEMM, as in bf16; NeMo 24.09 launcher ub_cfg_*): cost.overlap",
-    )
-    cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
-        "transformer-engine",
-        description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
-        "(AttnFuncWithCP) or PyTorch's context_parallel over SDPA as torchtitan calls it (K/V repeated to the "
-        "query heads, float32 merges and gradient sums): graph.cp_ring, graph.cp_ring_torch",
-    )
-    tp_backward_async: bool = Field(
-        True,
-        description="backward TP collectives run beside the GEMMs that do not need them (Megatron-LM's "
-        "async tensor-parallel backward: the SP input re-gather beside dgrad, the gradient reduce-scatter beside "
-        "wgrad); False: each waits where its result is first used (PyTorch DTensor TP), all exposed unless the "
-        "TP comm-GEMM overlap is on (step.block_sums.block_comm)",
     )
     pads_vocabulary: bool = Field(
         False,

@@ -15,7 +15,44 @@ from pydantic import Field
 from paraplan.specs.strict import InputModel
 
 
-class RuntimeCosts(InputModel):
+class StackRuntimeFields(InputModel):
+    """The runtime mechanisms a framework profile states and the step reads as they are (declared once: the
+    profile, specs.framework.FrameworkSpec, and the system's runtime, RuntimeCosts, both inherit them)."""
+
+    fp8_param_gather: bool = Field(
+        False,
+        description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
+    )
+    cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
+        "transformer-engine",
+        description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
+        "(AttnFuncWithCP) or PyTorch's context_parallel over SDPA as torchtitan calls it (K/V repeated to the "
+        "query heads, float32 merges and gradient sums): graph.cp_ring, graph.cp_ring_torch",
+    )
+    tp_backward_async: bool = Field(
+        True,
+        description="backward TP collectives run beside the GEMMs that do not need them (Megatron-LM's "
+        "async tensor-parallel backward: the SP input re-gather beside dgrad, the gradient reduce-scatter beside "
+        "wgrad); False: each waits where its result is first used (PyTorch DTensor TP), all exposed unless the "
+        "TP comm-GEMM overlap is on (step.block_sums.block_comm)",
+    )
+    optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
+        "fp32_master",
+        description="mixed precision's optimizer state: an fp32 master copy with fp32 Adam moments (12 B per "
+        "parameter beside 2 B bf16 weights), Adam's moments in the parameters' own half precision and no master "
+        "(4 B: a model cast to bf16 under torch.optim.AdamW), or fp32 parameters that are their own master, cast "
+        "to the compute dtype where used, with fp32 moments (4 + 8 B: MaxText weight_dtype float32 under "
+        "optax.adamw); cost.memory.state_bytes_per_param",
+    )
+    grad_reduce_dtype: Literal["kept", "compute"] = Field(
+        "kept",
+        description="dtype of the data-parallel gradient reduction: the dtype the gradients are kept in "
+        "(grad_dtype), or the compute dtype of the weight-gradient GEMM's output, reduced before its cast to "
+        "the kept dtype (XLA SPMD with fp32 parameters); cost.memory.grad_reduce_bytes_per_param",
+    )
+
+
+class RuntimeCosts(StackRuntimeFields):
     """Per-element traffic and transfer counts of one stack's runtime (cost.runtimes documents each)."""
 
     p2p_transfers_per_exchange: float = Field(
@@ -66,20 +103,6 @@ class RuntimeCosts(InputModel):
         description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch that the runtime moves over the "
         "unsharded gradient on the reduce-scatter's stream before it (FSDP1's cast to the reduce dtype and pre-divide)",
     )
-    fp8_param_gather: bool = Field(
-        False,
-        description="fp8 runs gather parameters in fp8 (1 B per parameter) instead of their half-precision copy",
-    )
-    cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
-        "transformer-engine",
-        description="whose K/V ring runs the attention under context parallelism (graph.cp_ring, "
-        "graph.cp_ring_torch)",
-    )
-    tp_backward_async: bool = Field(
-        True,
-        description="backward TP collectives hide behind the dgrad / wgrad GEMMs they do not depend on (Megatron-LM); "
-        "False: all exposed unless the TP comm-GEMM overlap is on (PyTorch DTensor TP; step.block_sums.block_comm)",
-    )
     ub_fp8_pipeline: bool = Field(
         False,
         description="TP comm-GEMM overlap: fp8 runs keep the pipelined reduce-scatter (24 / 16 SMs) after the "
@@ -90,17 +113,6 @@ class RuntimeCosts(InputModel):
         "delayed",
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
         "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
-    )
-    optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
-        "fp32_master",
-        description="mixed precision's optimizer state: fp32 master and fp32 Adam moments, the moments in the "
-        "parameters' half precision and no master, or fp32 parameters as their own master "
-        "(specs.framework.FrameworkSpec.optimizer_state; cost.memory.state_bytes_per_param)",
-    )
-    grad_reduce_dtype: Literal["kept", "compute"] = Field(
-        "kept",
-        description="gradients reduced in the dtype they are kept in, or in the compute dtype before the cast "
-        "(cost.memory.grad_reduce_bytes_per_param)",
     )
     lazy_gradients: bool = Field(
         False,
