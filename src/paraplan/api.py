@@ -464,24 +464,24 @@ def pipeline_stages(model, system, plan=None, *, framework=None, **plan_fields: 
     return stages_of(*_problem(model, system, plan, framework, plan_fields))
 
 
-def search_cluster(model, cluster, global_batch: int, *, top: int = 5, time_budget_s=5.0, **fields):
-    """``paraplan search --cluster --json``: the AMP-style search over a cluster of node pools (a
-    file, a dict, or YAML/JSON text with a newline, held in memory); ``fields``: further
-    HeteroProblem fields (seq_length, dtype, attention, tps, pps, micro_batches, recompute)."""
-    from paraplan.catalog.clusters import load_cluster
-    from paraplan.search.staged.hetero import HeteroProblem, search_cluster as run
+def search_cluster(
+    model, cluster, global_batch: int, *, top: int = 5, time_budget_s=5.0, framework=None, **fields
+):
+    """``paraplan search --cluster --json [--framework F]``: the AMP-style search over node pools (a
+    file, a dict, or YAML/JSON text with a newline, held in memory); ``fields``: HeteroProblem fields
+    (seq_length, dtype, attention, tps, pps, micro_batches, recompute); ``framework``: a profile, read
+    as the command reads it (search.staged.hetero.under_profile)."""
+    from paraplan.catalog import load_framework
+    from paraplan.catalog.clusters import load_cluster, pasted_cluster
+    from paraplan.search.staged.hetero import HeteroProblem, search_cluster as run, under_profile
 
     if isinstance(cluster, str) and "\n" in cluster:  # held in memory: no file named in it is read
-        cluster = {"name": "pasted", **_pasted(cluster, "cluster")}
-        systems = catalog_names()["systems"]
-        for i, pool in enumerate(p for p in cluster.get("pools") or [] if isinstance(p, dict)):
-            if isinstance(pool.get("system"), str) and pool["system"] not in systems:
-                raise InputError(
-                    f"cluster.pools[{i}].system: {pool['system']!r} is not in the catalog; "
-                    "name a catalog system or give the system inline"
-                )
+        cluster = pasted_cluster(_pasted(cluster, "cluster"))
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
-    problem = HeteroProblem(model_spec, load_cluster(cluster), global_batch, **fields)
+    cluster_spec = load_cluster(cluster)
+    if framework is not None:
+        cluster_spec, fields = under_profile(load_framework(framework), cluster_spec, fields)
+    problem = HeteroProblem(model_spec, cluster_spec, global_batch, **fields)
     return run(problem, top_k=top, time_budget_s=time_budget_s).to_dict()
 
 

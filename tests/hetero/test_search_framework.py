@@ -247,3 +247,35 @@ def test_a_launcher_runs_one_setting_on_every_stage():
     ):
         assert not launch.stage_plan_allowed("megatron-core", problem, stages)
         assert launch.stage_plan_allowed(None, problem, stages)
+
+
+def test_the_python_api_searches_a_cluster_under_a_framework_as_the_command(capsys, tmp_path):
+    """``api.search_cluster(..., framework=F)`` reads the profile as ``search --cluster --framework F``
+    (search.staged.hetero.profile_fields): the same plans and step times; without F they differ."""
+    from paraplan import api
+
+    model, cluster = write_inputs(tmp_path)
+    argv = [
+        "search",
+        "-m",
+        model,
+        "--cluster",
+        cluster,
+        "--global-batch",
+        "16",
+        "--seq-length",
+        "512",
+    ]
+    argv += ["--dtype", "fp16", "--top", "2", "--json", "--framework", "megatron-deepspeed"]
+    code, out, err = run(capsys, *argv, "--time-budget", "60")
+    assert code == 0, err
+    by_cli = json.loads(out)["plans"]
+    options = dict(top=2, time_budget_s=60.0, seq_length=512, dtype="fp16")
+    by_api = api.search_cluster(MODEL, MIXED, 16, framework="megatron-deepspeed", **options)[
+        "plans"
+    ]
+    assert [p["plan"] for p in by_api] == [p["plan"] for p in by_cli]
+    for a, c in zip(by_api, by_cli, strict=True):
+        assert a["step_time_s"] == pytest.approx(c["step_time_s"], rel=REL)
+    plain = api.search_cluster(MODEL, MIXED, 16, **options)["plans"]
+    assert plain[0]["step_time_s"] != pytest.approx(by_api[0]["step_time_s"], rel=1e-3)

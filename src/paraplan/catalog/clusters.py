@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from paraplan.catalog import _read_file, load_system
+from paraplan.catalog import _read_file, load_system, system_names
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
@@ -46,6 +46,18 @@ def load_cluster(ref: str | Path | dict | ClusterSpec, field: str = "cluster") -
         data.setdefault("name", Path(ref).stem)
         return cluster_from_dict(data, field)
     return cluster_from_dict(ref, field)
+
+
+def pasted_cluster(data: dict) -> dict:
+    """A cluster held in memory (pasted text, read by the caller): its pools may name catalog systems
+    only, since no file named in it is read; named ``pasted``."""
+    for i, pool in enumerate(p for p in data.get("pools") or [] if isinstance(p, dict)):
+        if isinstance(pool.get("system"), str) and pool["system"] not in system_names():
+            raise InputError(
+                f"cluster.pools[{i}].system: {pool['system']!r} is not in the catalog; "
+                "name a catalog system or give the system inline"
+            )
+    return {"name": "pasted", **data}
 
 
 def load_stage_plan(path: str | Path, field: str = "plan") -> StagePlanSpec:

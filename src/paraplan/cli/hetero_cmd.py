@@ -209,7 +209,7 @@ def search_hetero(
     ``estimate --plan --framework`` prices a per-stage plan; ``attention_given``: --attention was stated
     (else the profile's attention default wins)."""
     from paraplan.cli.app import load_framework_option
-    from paraplan.search.staged.hetero import HeteroProblem, profile_fields, search_cluster
+    from paraplan.search.staged.hetero import HeteroProblem, search_cluster, under_profile
     from paraplan.search.staged.non_uniform import search_non_uniform
 
     model_spec = load_model(model, field="model")
@@ -217,10 +217,9 @@ def search_hetero(
     cluster_spec = resolve_cluster(cluster, system, gpus)
     given = {k: v for k, v in (restrictions or {}).items() if v is not None}
     if profile is not None:
-        cluster_spec, fields = profile_fields(profile, cluster_spec)
-        stated = fields.pop("attention")
-        attention = attention if attention_given else stated
-        given |= fields
+        stated = given | ({"attention": attention} if attention_given else {})
+        cluster_spec, given = under_profile(profile, cluster_spec, stated)
+        attention = given.pop("attention")
     problem = HeteroProblem(
         model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given
     )

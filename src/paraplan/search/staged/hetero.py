@@ -136,6 +136,16 @@ def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[C
     return framework_cluster(profile, cluster_spec), fields
 
 
+def under_profile(
+    profile: FrameworkSpec, cluster_spec: ClusterSpec, given: dict
+) -> tuple[ClusterSpec, dict]:
+    """(the cluster, the HeteroProblem fields) of a per-stage search under ``profile`` (profile_fields), the
+    caller's ``given`` fields kept where the profile states none, and its ``attention`` winning over the
+    profile's (``--attention`` stated): the one reading of the command and the Python API."""
+    cluster_spec, stated = profile_fields(profile, cluster_spec)
+    return cluster_spec, given | stated | {"attention": given.get("attention", stated["attention"])}
+
+
 @dataclass(frozen=True)
 class Candidate:
     step_time_s: float
