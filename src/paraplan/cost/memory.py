@@ -26,7 +26,7 @@ from typing import Any
 from paraplan.cost.elementwise import where
 from paraplan.graph.eager_modules import FP32, LOGIT_BYTES, gelu_new, rmsnorm_upcast
 from paraplan.graph.ops import activation_kernel
-from paraplan.graph.transformer import LayerShape, mlp_intermediate_bytes
+from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
 
 
@@ -75,8 +75,9 @@ def compute_copy_bytes(dtype: str) -> float:
     partitioner gathers the cast's bf16 output, as jax 0.4.26's SPMD pass emits it; later XLA's
     CollectiveQuantizer pass, openxla/xla xla/service/collective_quantizer.h at 2dbe02fb, also turns an
     all-gather followed by a narrowing convert into convert then all-gather), and what a gradient reduced in
-    the compute dtype moves (``grad_reduce_bytes_per_param``)."""
-    return 4.0 if dtype in ("fp32", "tf32") else 2.0
+    the compute dtype moves (``grad_reduce_bytes_per_param``): the op graph's activation bytes of ``dtype``
+    (graph.transformer.ACTIVATION_BYTES)."""
+    return float(ACTIVATION_BYTES[dtype])
 
 
 def grad_reduce_bytes_per_param(dtype: str, grad_dtype: str, reduce_dtype: str = "kept") -> float:
@@ -92,7 +93,7 @@ def grad_reduce_bytes_per_param(dtype: str, grad_dtype: str, reduce_dtype: str =
     kReduceScatter), so nothing widens it before the wire."""
     if reduce_dtype == "compute":
         return compute_copy_bytes(dtype)
-    return state_bytes_per_param(dtype, grad_dtype).gradients
+    return GRAD_BYTES[grad_dtype]
 
 
 def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:

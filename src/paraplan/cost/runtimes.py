@@ -28,6 +28,7 @@ stack's ``eager_traffic_factor``, which prices the op graph's unfused element-wi
 
 from __future__ import annotations
 
+from paraplan.cost.memory import GRAD_BYTES
 from paraplan.cost.moe_host import sync_drain_s
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.runtime import RuntimeCosts, StackRuntimeFields
@@ -41,7 +42,6 @@ FSDP_PARAM_BYTES = 2.0
 # (fully_shard reshard_after_forward=True, torchtitan's default for every block but the last, which is
 # reshard-free only on its own gather)
 FSDP_GATHERS_PER_MICROBATCH = 2.0
-GRAD_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0}
 
 
 def fsdp2_compute_copy_bytes(param_bytes: float, reduce_bytes: float) -> float:
@@ -227,7 +227,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         "ub_fp8_pipeline": framework.tp_overlap_fp8_reduce_scatter == "pipeline",
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
     }
-    reduce = GRAD_DTYPE_BYTES[framework.grad_dtype]
+    reduce = GRAD_BYTES[framework.grad_dtype]
     if framework.fsdp_runtime == "fsdp2":
         fields.update(
             zero3_compute_copy_bytes=fsdp2_compute_copy_bytes(FSDP_PARAM_BYTES, reduce),
