@@ -147,6 +147,7 @@ def stack(framework: str | None) -> str | None:
     return load_framework(framework).base or framework
 
 
+@lru_cache(maxsize=64)
 def recompute_modes(framework: str | None) -> tuple[str, ...]:
     """The recomputation modes (specs.recompute.MODES) a search with ``framework`` varies: the common ones
     and its stack's own (specs.recompute.offered_modes: op_sac with torchtitan, save_dots with maxtext), of
