@@ -326,13 +326,13 @@ def ring_exchange_time_s(chunk_bytes: float, span: GroupSpan, system: SystemSpec
     return collective_time_s("ring_exchange", chunk_bytes, span, system)
 
 
-def overlap_cost(span: GroupSpan, system: SystemSpec, kind: str = "all_to_all") -> float:
+def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
     """Share of a single-tier collective's time still paid when it is hidden behind compute: the
     overlap cost of the tier that bounds it, scale-out when the group leaves the NVLink domain
     (cost.comm_contention.tier_overlap_costs: the SM share of NCCL's CTAs, or the system's override;
     the all-to-all's HBM share is not charged: its bytes per tier differ by dispatcher). Multi-tier
     collectives price each tier apart (``LinearCollective.hidden_price_s``)."""
-    c_in, c_out, _, _ = tier_overlap_costs(kind, span.domains > 1, system)
+    c_in, c_out, _, _ = tier_overlap_costs("all_to_all", span.domains > 1, system)
     return c_out if span.domains > 1 else c_in
 
 
