@@ -93,7 +93,7 @@ def grad_reduce_bytes_per_param(dtype: str, grad_dtype: str, reduce_dtype: str =
     kReduceScatter), so nothing widens it before the wire."""
     if reduce_dtype == "compute":
         return compute_copy_bytes(dtype)
-    return GRAD_BYTES[grad_dtype]
+    return state_bytes_per_param(dtype, grad_dtype).gradients
 
 
 def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
