@@ -11,9 +11,9 @@ from paraplan.cost.comm_contention import (
     MEMORY_BOUND_SHARE,
     collective_hbm_share,
     collective_sm_share,
-    hidden_collective_share,
     nccl_ctas,
     tier_overlap_costs,
+    tier_sm_shares,
 )
 from paraplan.graph.layers import decoder_layer
 from paraplan.specs.plan import PlanSpec
@@ -46,18 +46,18 @@ def test_hbm_share_by_hand():
     assert collective_hbm_share("all_reduce", 2e12, 1e12) == 1.0
 
 
-def test_hidden_share_by_hand():
-    # (1 - 0.1) * 24/132 of the tier's time, 0.1 * 1012.5/2847.5 of its byte time: 0.163636 + 0.035558
-    sm, hbm = hidden_collective_share("reduce_scatter", 24, 132, 337.5e9, 2.8475e12)
-    assert (sm, hbm) == approx((0.9 * 24 / 132, 0.1 * 1012.5 / 2847.5))
-    assert sm + hbm == approx(0.199194, abs=1e-6)
-    # all memory-bound: the HBM share alone; no memory-bound kernel: the SM share alone
-    assert hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12, 1.0) == approx(
-        (0.0, 1012.5 / 2847.5)
-    )
-    assert hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12, 0.0) == approx(
-        (24 / 132, 0.0)
-    )
+def test_tier_shares_by_hand():
+    # one H100 node: (1 - 0.1) * 24/132 of the tier's time, 0.1 * 1012.5/2847.5 of its byte time
+    sm_in, _ = tier_sm_shares(False, H100)
+    assert sm_in == approx(0.9 * 24 / 132)
+    c = tier_overlap_costs("reduce_scatter", False, H100)
+    assert (c.sm_in, c.hbm_in) == approx((0.9 * 24 / 132, 0.1 * 1012.5 / 2847.5))
+    assert c.sm_in + c.hbm_in == approx(0.199194, abs=1e-6)
+    # send/recv moves 2 HBM bytes per wire byte, the ring collectives 3; the SM share is the same
+    p = tier_overlap_costs("send_recv", False, H100)
+    assert (p.sm_in, p.hbm_in) == approx((c.sm_in, 0.1 * 675 / 2847.5))
+    # the SM share alone prices an all-to-all (comm.overlap_cost)
+    assert comm.overlap_cost(comm.GroupSpan(16, 8, 2), H100) == approx(0.9 * 16 / 132)
 
 
 def test_nccl_channels_and_tier_costs_by_hand():
@@ -81,6 +81,7 @@ def test_nccl_channels_and_tier_costs_by_hand():
 def test_explicit_override_wins_per_tier():
     s = _with(H100, node__nvlink_overlap_cost=0.15, network__overlap_cost=0.02)
     assert tier_overlap_costs("all_reduce", True, s) == (0.15, 0.02, 0.0, 0.0)
+    assert tier_sm_shares(True, s) == (0.15, 0.02)
     s = _with(H100, network__overlap_cost=0.05)
     c = tier_overlap_costs("all_reduce", True, s)
     assert (c.sm_out, c.hbm_out) == (0.05, 0.0)

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from paraplan.cost.comm_contention import tier_overlap_costs
+from paraplan.cost.comm_contention import tier_overlap_costs, tier_sm_shares
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -195,12 +195,13 @@ class LinearCollective:
         inner, outer = self.tier_times_s(size_bytes)
         return inner + outer
 
-    def hidden_price_s(self, size_bytes):
+    def hidden_price_s(self, size_bytes, tier_times=None):
         """What the collective still costs when completely hidden: each tier's time × its own overlap
         cost, plus each tier's byte time (S·slope, no latency: no bytes move then) × its HBM share,
         c_in·t_in + c_out·t_out + h_in·S·a_in + h_out·S·a_out (so crossing a node never makes the NVLink
-        share cheaper, and a faster link never a dearer HBM price)."""
-        inner, outer = self.tier_times_s(size_bytes)
+        share cheaper, and a faster link never a dearer HBM price). ``tier_times``: the call's
+        ``tier_times_s(size_bytes)`` when the caller has it already."""
+        inner, outer = self.tier_times_s(size_bytes) if tier_times is None else tier_times
         on = size_bytes > 0
         hbm = (self.hbm_in * self.slope_in + self.hbm_out * self.slope_out) * size_bytes * on
         return self.cost_in * inner + self.cost_out * outer + hbm
@@ -281,7 +282,8 @@ def collective_costs_s(
     kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec
 ) -> tuple[float, float, float]:
     """(seconds, hidden price, NIC-busy seconds) of one call, from one evaluation of the linear form:
-    time t_in + t_out, price c_in·t_in + c_out·t_out, NIC t_out when the group spans NVLink domains;
+    time t_in + t_out, price LinearCollective.hidden_price_s (c_in·t_in + c_out·t_out plus each
+    tier's HBM share of its byte time), NIC t_out when the group spans NVLink domains;
     ring_exchange is Ring Attention's K/V pass, (n-1) neighbour transfers of one chunk (Liu et al. 2023, §3)."""
     if span.size <= 1 or size_bytes <= 0:
         return 0.0, 0.0, 0.0
@@ -300,7 +302,7 @@ def collective_costs_s(
     nic = outer if span.domains > 1 else 0.0
     return (
         steps * float(inner + outer),
-        steps * float(form.hidden_price_s(size_bytes)),
+        steps * float(form.hidden_price_s(size_bytes, (inner, outer))),
         steps * float(nic),
     )
 
@@ -332,8 +334,8 @@ def overlap_cost(span: GroupSpan, system: SystemSpec) -> float:
     (cost.comm_contention.tier_overlap_costs: the SM share of NCCL's CTAs, or the system's override;
     the all-to-all's HBM share is not charged: its bytes per tier differ by dispatcher). Multi-tier
     collectives price each tier apart (``LinearCollective.hidden_price_s``)."""
-    c_in, c_out, _, _ = tier_overlap_costs("all_to_all", span.domains > 1, system)
-    return c_out if span.domains > 1 else c_in
+    sm_in, sm_out = tier_sm_shares(span.domains > 1, system)
+    return sm_out if span.domains > 1 else sm_in
 
 
 def priced_exposure_s(total_s, exposed_s, price_s):

@@ -21,7 +21,7 @@ Channels NCCL builds (ring graph, comm->nChannels), derived from NCCL's topology
   channel", 2·nChannels ≤ MAXCHANNELS; v2.19 on only below 16).
 These are the defaults of ``node.nccl_channels`` and ``network.nccl_channels``; a system sets its own.
 
-Lost compute, two resources (``hidden_collective_share``). SMs: a kernel that needs W seconds on S SMs
+Lost compute, two resources (``tier_sm_shares``, ``tier_overlap_costs``). SMs: a kernel that needs W seconds on S SMs
 and runs t of them beside k NCCL CTAs progresses at (S − k)/S during t, so it ends W + t·k/S: a
 compute-bound kernel loses k/S of the collective's time (``cost.overlap.shared_sm_slowdown``). HBM: a
 memory-bound kernel does not need every SM to stream, but shares HBM with the collective, whose kernel
@@ -90,42 +90,36 @@ def collective_hbm_share(kind: str, tier_bytes_per_s: float, hbm_bytes_per_s: fl
     return min(1.0, h * tier_bytes_per_s / hbm_bytes_per_s)
 
 
-def hidden_collective_share(
-    kind: str,
-    ctas: int,
-    sm_count: int,
-    tier_bytes_per_s: float,
-    hbm_bytes_per_s: float,
-    memory_bound_share: float = MEMORY_BOUND_SHARE,
-) -> tuple[float, float]:
-    """(share of the tier's time, share of its byte time) still paid when a collective hides behind
-    compute: ((1 − μ)·k/S, μ·ρ) — compute-bound kernels lose the k SMs NCCL's CTAs hold for the whole
-    call, latency included (collective_sm_share); memory-bound kernels (share μ of the overlapped time)
-    the HBM bandwidth the collective moves while bytes flow (collective_hbm_share). In all, on a
-    bandwidth-bound call, (1 − μ)·k/S + μ·ρ. Sources in the module docstring (NCCL src/graph/search.cc,
-    connect.cc, enqueue.cc, device/prims_simple.h at v2.21.5-1; Lee et al. 2025 arXiv:2507.03114 as a
-    cross-check)."""
-    sm = collective_sm_share(ctas, sm_count)
-    hbm = collective_hbm_share(kind, tier_bytes_per_s, hbm_bytes_per_s)
-    return (1.0 - memory_bound_share) * sm, memory_bound_share * hbm
+def tier_sm_shares(crosses_domains: bool, system: SystemSpec) -> tuple[float, float]:
+    """(NVLink tier, scale-out tier) share of a hidden collective's time its CTAs cost the compute:
+    (1 − μ)·k/S (module docstring: compute-bound kernels, the share 1 − μ of the overlapped time,
+    lose the k SMs NCCL's CTAs hold for the whole call, latency included), or the tier's explicit overlap cost
+    (``node.nvlink_overlap_cost`` / ``network.overlap_cost``) where the system sets one."""
+    acc = system.accelerator
+    sm = (1.0 - MEMORY_BOUND_SHARE) * collective_sm_share(
+        nccl_ctas(crosses_domains, system), acc.sm_count
+    )
+    node_cost, net_cost = system.node.nvlink_overlap_cost, system.network.overlap_cost
+    return (sm if node_cost is None else node_cost, sm if net_cost is None else net_cost)
 
 
 def tier_overlap_costs(kind: str, crosses_domains: bool, system: SystemSpec) -> TierCosts:
-    """The hidden price of one collective per tier: hidden_collective_share of each tier — both hold
-    the same CTAs (one NCCL kernel runs the whole call: nccl_ctas), each moves HBM at its own achieved
+    """The hidden price of one collective per tier, ((1 − μ)·k/S, μ·ρ) of each tier (module docstring;
+    NCCL src/graph/search.cc, connect.cc, enqueue.cc, device/prims_simple.h at v2.21.5-1; Lee et al. 2025
+    arXiv:2507.03114 as a cross-check) — both hold the same CTAs (one NCCL kernel runs the whole call:
+    tier_sm_shares), each moves HBM at its own achieved
     rate (nvlink_bandwidth·nvlink_efficiency, nic_bandwidth·efficiency) against
     hbm_bandwidth·efficiency.hbm. An explicit ``node.nvlink_overlap_cost`` / ``network.overlap_cost``
     (a user's measurement, a Calculon import, ``paraplan calibrate --steps``) is its tier's whole price
     (share of the tier's time, no HBM term)."""
     acc, node, net = system.accelerator, system.node, system.network
-    ctas, hbm = nccl_ctas(crosses_domains, system), acc.hbm_bandwidth * acc.efficiency.hbm
-    out = []
-    for override, rate in (
-        (node.nvlink_overlap_cost, node.nvlink_bandwidth * node.nvlink_efficiency),
-        (net.overlap_cost, net.nic_bandwidth * net.efficiency),
-    ):
-        if override is None:
-            out.append(hidden_collective_share(kind, ctas, acc.sm_count, rate, hbm))
-        else:
-            out.append((override, 0.0))
-    return TierCosts(out[0][0], out[1][0], out[0][1], out[1][1])
+    hbm = acc.hbm_bandwidth * acc.efficiency.hbm
+    sm_in, sm_out = tier_sm_shares(crosses_domains, system)
+    hbm_in, hbm_out = (
+        0.0 if override is not None else MEMORY_BOUND_SHARE * collective_hbm_share(kind, rate, hbm)
+        for override, rate in (
+            (node.nvlink_overlap_cost, node.nvlink_bandwidth * node.nvlink_efficiency),
+            (net.overlap_cost, net.nic_bandwidth * net.efficiency),
+        )
+    )
+    return TierCosts(sm_in, sm_out, hbm_in, hbm_out)

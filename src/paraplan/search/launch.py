@@ -43,14 +43,13 @@ with torchtitan, save_dots with maxtext) are searched with that stack's profiles
 from __future__ import annotations
 
 from functools import lru_cache
-from types import SimpleNamespace
 
 from paraplan.specs.recompute import MODES, OP_SAC, offered_modes
 from paraplan.specs.rules import (
     megatron_fsdp_rule,
     megatron_overlap_rule,
     model_parts_rule,
-    recompute_violations,
+    recompute_modules_rule,
 )
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
@@ -164,13 +163,9 @@ def recompute_allowed(framework: str | None, recompute: str) -> bool:
 
 def mode_refusal(model, cp: int, mode: str) -> str | None:
     """Why the model refuses recomputation mode ``mode`` at context-parallel degree ``cp`` (the estimator's
-    rule, specs.rules.recompute_violations); None when it takes it."""
+    rule, specs.rules.recompute_modules_rule); None when it takes it."""
     m = MODES[mode]
-    probe = SimpleNamespace(
-        recompute=m.recompute, recompute_modules=m.modules, cp=cp, recompute_num_layers=None
-    )
-    broken = recompute_violations(probe, model)
-    return broken[0].rule if broken else None
+    return recompute_modules_rule(model, m.recompute, m.modules, cp)
 
 
 def recompute_mode_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:

@@ -298,15 +298,28 @@ def split_violations(plan, model: ModelSpec) -> list[Violation]:
 
 
 # ---- recomputation -------------------------------------------------------------------------------
-def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
-    """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE; save_dots alone, dense: graph.ops.SAVE_DOTS); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
-    out, modules = [], list(plan.recompute_modules or ())
-    if modules and plan.recompute != "selective":
-        out.append(Violation("plan.recompute_modules", modules, "needs recompute=selective"))
-    sac = model.mlp == "swiglu" and plan.cp == 1  # op_sac with cp > 1: ring re-run not priced
+def recompute_modules_rule(model: ModelSpec, recompute: str, modules, cp: int) -> str | None:
+    """Why ``recompute_modules`` cannot go with ``recompute`` at context-parallel degree ``cp`` (None when
+    they can): modules need recompute=selective; op_sac alone, on a dense swiglu model at cp=1 (the ring
+    re-run is not priced: graph.ops.OP_SAC_SOURCE); save_dots alone, dense (graph.ops.SAVE_DOTS)."""
+    modules = list(modules or ())
+    if modules and recompute != "selective":
+        return "needs recompute=selective"
+    sac = model.mlp == "swiglu" and cp == 1  # op_sac with cp > 1: ring re-run not priced
     for name, rule, ok in (("op_sac", "dense swiglu, cp=1", sac), ("save_dots", "dense", True)):
         if name in modules and not (ok and len(modules) == 1 and not moe_shaped(model)):
-            out.append(Violation("plan.recompute_modules", modules, f"{name} alone, {rule}"))
+            return f"{name} alone, {rule}"
+    return None
+
+
+def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
+    """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE; save_dots alone, dense: graph.ops.SAVE_DOTS); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
+    modules = list(plan.recompute_modules or ())
+    out = [
+        Violation("plan.recompute_modules", modules, rule)
+        for rule in [recompute_modules_rule(model, plan.recompute, modules, plan.cp)]
+        if rule is not None
+    ]
     if (layers := plan.recompute_num_layers) is not None and plan.recompute != "full":
         out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
     elif layers is not None and moe_shaped(model):
