@@ -406,7 +406,8 @@ def test_shared_moe_costings_equal_costings_from_scratch(problem):
     from paraplan.graph.moe import build_moe_model_layer, moe_model_layer
     from paraplan.search.space import rows
     from paraplan.search.table import _expert_shape, layer_shape_of
-    from paraplan.step.build import COLD_CACHES, block_cost_facts, default_recompute_modules
+    from paraplan.specs.recompute import modules_of as default_recompute_modules
+    from paraplan.step.build import COLD_CACHES, block_cost_facts
 
     for cached in COLD_CACHES:
         cached.cache_clear()
@@ -937,7 +938,8 @@ def test_least_memory_expert_keeps_the_least_of_every_option(model_name):
     in what they keep (the test can fail)."""
     from paraplan.search.bounds.expert_floors import costing_experts, least_memory_expert
     from paraplan.search.table import layer_shape_of
-    from paraplan.step.build import default_recompute_modules, kind_memory_facts, model_block_kinds
+    from paraplan.specs.recompute import modules_of as default_recompute_modules
+    from paraplan.step.build import kind_memory_facts, model_block_kinds
 
     differs = 0
     for balance, capacity, dtype in (

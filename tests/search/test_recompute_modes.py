@@ -197,7 +197,7 @@ def test_search_rows_re_estimate_identically(fields):
 
 
 def test_the_per_stage_searches_refuse_a_stack_mode_by_name(cli):
-    """A per-stage plan states a granularity (specs.stage_plan.StageRecompute): --recompute op_sac with the
+    """A per-stage plan states a granularity (specs.stage_plan.StageSpec.recompute): --recompute op_sac with the
     AMP-style search (an encoder-decoder model) is one line and exit 2, not an internal error (the launch rule
     of search.launch answers first, as in the uniform search)."""
     argv = "search -m t5-3b -s dgx-a100-80gb --gpus 8 --global-batch 64 --seq-length 512"

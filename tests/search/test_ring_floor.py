@@ -11,7 +11,8 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, model_names
 from paraplan.cost.comm import GroupSpan
-from paraplan.step.compose import RECOMPUTE_CODES, block_terms
+from paraplan.specs.recompute import RECOMPUTE_CODES
+from paraplan.step.compose import block_terms
 from paraplan.search.bounds.expert_floors import (
     costing_experts,
     ring_floor_s,

@@ -49,8 +49,6 @@ from paraplan.specs.rules import (
 )
 from paraplan.specs.strict import InputModel
 
-StageRecompute = Recompute  # a stage states the plan granularities (specs.recompute)
-
 
 class DeviceSlice(InputModel):
     """``gpus`` GPUs of pool ``pool``; taken in order, after those the earlier stages took from it."""
@@ -68,7 +66,7 @@ class StageSpec(InputModel):
     blocks: tuple[int, int] | None = None
     tp: int = Field(1, gt=0)
     dp: int = Field(0, ge=0, description="0 = infer from the stage's GPUs / tp")
-    recompute: StageRecompute = "none"
+    recompute: Recompute = "none"  # a stage states the plan granularities (specs.recompute)
     recompute_ops: tuple[str, ...] = Field(
         (), description="op names re-run in backward (per-op recompute)"
     )

@@ -425,10 +425,6 @@ def model_gradient_groups(model: ModelSpec) -> tuple[str, ...]:
     return tuple(g for g in GRADIENT_GROUPS if g in used)
 
 
-# Modules selective recomputation re-runs (the plan's list, else core_attn): specs.recompute.modules_of
-default_recompute_modules = modules_of
-
-
 def layer_buffer_bytes(model: ModelSpec, shape: LayerShape, recompute: str) -> float:
     """Working buffers beside the kept activations: one layer re-materialised in backward under full
     recompute, and the sequence-parallel all-gather output (b·s·h half-precision elements)."""

@@ -49,7 +49,6 @@ from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search an
 from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
-    default_recompute_modules,
     head_params_with_embedding,
     layer_buffer_bytes,
     model_block_kinds,
@@ -57,7 +56,8 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
     p2p_bytes,
 )
 from paraplan.step.p2p import PipelineLinks, pipeline_links
-from paraplan.step.compose import RECOMPUTE_CODES, BlockCost, BlockTerms, GradientGroup, block_terms
+from paraplan.specs.recompute import RECOMPUTE_CODES
+from paraplan.step.compose import BlockCost, BlockTerms, GradientGroup, block_terms
 from paraplan.step.block_terms import recompute_s
 from paraplan.step.constants import system_terms  # noqa: F401 (re-exported: the estimator and the search read it here)
 from paraplan.step.layout import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)

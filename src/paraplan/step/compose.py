@@ -29,7 +29,6 @@ from paraplan.cost.elementwise import any_positive, maximum, where
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
-from paraplan.specs.recompute import RECOMPUTE_CODES  # noqa: F401
 from paraplan.step.block_terms import (  # noqa: F401
     BLOCK_TERM_NAMES,
     TP_OVERLAP_CHUNKS,

@@ -24,6 +24,7 @@ from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
+from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import accelerator_rules, costed_by_stages
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import grid_shape, panel_count
@@ -31,7 +32,6 @@ from paraplan.step.build import (
     BLOCK_KINDS,
     GridKnobs,
     build_step_inputs,
-    default_recompute_modules,
     model_block_kinds,
     plan_spans,
     row_blocks,
@@ -86,8 +86,8 @@ def recompute_share(plan: PlanSpec, inp: StepInputs) -> float:
 
 
 def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
-    """Modules selective recomputation re-runs (stages.default_recompute_modules)."""
-    return default_recompute_modules(plan.recompute, plan.recompute_modules)
+    """Modules selective recomputation re-runs (specs.recompute.modules_of)."""
+    return modules_of(plan.recompute, plan.recompute_modules)
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:

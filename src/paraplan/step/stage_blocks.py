@@ -27,7 +27,8 @@ from paraplan.step.blocks import (
     model_blocks,
 )
 from paraplan.step.build import BlockFacts, block_cost, tp_overlap
-from paraplan.step.compose import BLOCK_TERM_NAMES, RECOMPUTE_CODES, BlockCost
+from paraplan.specs.recompute import RECOMPUTE_CODES
+from paraplan.step.compose import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.engines import EngineRules, host_layer_times_s
 from paraplan.step.stage_links import tp_span
 
