@@ -45,7 +45,7 @@ from __future__ import annotations
 from functools import lru_cache
 from types import SimpleNamespace
 
-from paraplan.specs.recompute import MODES, OP_SAC, offered_modes
+from paraplan.specs.recompute import MODES, OP_SAC, offered_modes, stage_modes
 from paraplan.specs.rules import (
     megatron_fsdp_rule,
     megatron_overlap_rule,
@@ -155,6 +155,12 @@ def recompute_modes(framework: str | None) -> tuple[str, ...]:
     offered = offered_modes(stack(framework))
     name = launcher(framework)
     return offered if name is None else tuple(m for m in offered if m in RECOMPUTE[name])
+
+
+def stage_recompute_modes(framework: str | None) -> tuple[str, ...]:
+    """The recomputation modes the per-stage searches (search.staged) vary with ``framework``: the uniform
+    search's (recompute_modes), of them those a stage states (specs.recompute.stage_modes)."""
+    return stage_modes(recompute_modes(framework))
 
 
 def recompute_allowed(framework: str | None, recompute: str) -> bool:

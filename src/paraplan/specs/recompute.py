@@ -6,8 +6,9 @@ activation checkpointing (``op_sac``) and MaxText's ``remat_policy: minimal_flas
 last two are plans with ``recompute: selective`` and a one-policy ``recompute_modules`` list; their rule
 (op_sac on dense swiglu layers at cp = 1, save_dots on dense layers) is specs.rules.recompute_violations.
 The estimator's arithmetic reads a mode's ``code`` (step.block_terms.recompute_s: 0 nothing, 1 the
-re-run ops of selective recomputation, 2 the whole forward); the search varies the modes the framework's
-stack runs (``offered_modes``); the exporters read ``mode_of`` a plan.
+re-run ops of selective recomputation, 2 the whole forward); the searches vary the modes the framework's
+stack runs (``offered_modes``), the per-stage searches those of them a stage states (``stage_modes``); the
+exporters read ``mode_of`` a plan.
 
 Sources: Megatron-LM core_v0.14.0 ``--recompute-granularity`` / ``--recompute-modules``
 (megatron/training/arguments.py); torchtitan v0.2.2 ``activation_checkpoint.mode`` /
@@ -63,6 +64,14 @@ def offered_modes(stack: str | None) -> tuple[str, ...]:
     """The modes a search with a framework whose stack profile is ``stack`` varies: the common ones, and
     the stack's own (none without a framework)."""
     return tuple(n for n, m in MODES.items() if not m.stacks or stack in m.stacks)
+
+
+def stage_modes(offered: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the ``offered`` modes (offered_modes), those one stage of a per-stage plan states: the
+    granularities, a stage's ``recompute`` (specs.stage_plan.StageRecompute); a policy mode (op_sac,
+    save_dots) is a plan's ``recompute_modules``, which a stage has not (its ``recompute_ops`` list what
+    the per-op search re-runs, not a framework's policy)."""
+    return tuple(n for n in offered if not MODES[n].modules)
 
 
 def modules_of(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:

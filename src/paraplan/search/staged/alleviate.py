@@ -11,7 +11,8 @@ else the stage with the largest time. Primitives that relieve it (Aceso §4.2 li
 - move layers: k ∈ {1, 2, 4, ...} layers from the bottleneck to a neighbour;
 - change tp / dp: tp ×2 or ÷2 on the bottleneck's GPUs (dp follows);
 - change the GPU count: take 1, 2, 4, ... GPUs from another stage and give them to the bottleneck;
-- switch recompute of the bottleneck stage (none / selective / full), or per op: re-run only the ops
+- switch recompute of the bottleneck stage (``modes``: the granularities a stage states, those the
+  framework runs, search.launch.stage_recompute_modes; all three without one), or per op: re-run only the ops
   of some modules (``op_sets``, e.g. the MLP, the core attention, the norms; Aceso §4.2's fine-grained
   recomputation at the granularity the memory model has, graph.ops.RECOMPUTE_MODULE_OPS).
 Each iteration evaluates every primitive on the bottleneck and takes the best result; when none
@@ -26,7 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+from paraplan.specs.recompute import MODE_NAMES, stage_modes
+
+STAGE_MODES = stage_modes(MODE_NAMES)  # the granularities a stage states: none, selective, full
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,15 @@ def _powers(limit: int):
         k *= 2
 
 
-def moves(stages: tuple[StageConfig, ...], i: int, op_sets: tuple[tuple[str, ...], ...] = ()):
+def moves(
+    stages: tuple[StageConfig, ...],
+    i: int,
+    op_sets: tuple[tuple[str, ...], ...] = (),
+    modes: tuple[str, ...] = STAGE_MODES,
+):
     """(description, new stages) of every primitive applied to stage i; ``op_sets``: the per-op
-    recompute choices (lists of modules) the model allows."""
+    recompute choices (lists of modules) the model allows; ``modes``: the recompute modes a stage may
+    switch to."""
     s = stages[i]
     n = len(stages)
     for j in (i - 1, i + 1):
@@ -133,7 +142,7 @@ def moves(stages: tuple[StageConfig, ...], i: int, op_sets: tuple[tuple[str, ...
                 new[i] = replace(s, gpus=s.gpus + give)
                 yield f"move {give} GPU(s) stage {j} -> {i}", tuple(new)
     current = recompute_label(s.recompute, s.recompute_ops)
-    for mode in RECOMPUTE_MODES:
+    for mode in modes:
         if mode != s.recompute or s.recompute_ops:
             yield (
                 f"stage {i} recompute {current} -> {mode}",
@@ -155,8 +164,10 @@ def alleviate(
     max_iterations: int = 200,
     max_hops: int = 3,
     op_sets: tuple[tuple[str, ...], ...] = (),
+    modes: tuple[str, ...] = STAGE_MODES,
 ) -> AlleviationResult:
-    """Iterative bottleneck alleviation from ``start`` (module docstring)."""
+    """Iterative bottleneck alleviation from ``start`` (module docstring); ``op_sets`` and ``modes``: the
+    recompute choices of a stage (moves)."""
     t0 = time.perf_counter()
     cache: dict[tuple[StageConfig, ...], Score | None] = {}
 
@@ -178,7 +189,7 @@ def alleviate(
             break
         i = bottleneck(current_score)
         options = []
-        for desc, cand in moves(current, i, op_sets):
+        for desc, cand in moves(current, i, op_sets, modes):
             if cand in visited:
                 continue
             sc = score_of(cand)

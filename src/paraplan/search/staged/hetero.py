@@ -41,7 +41,7 @@ from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
-from paraplan.specs.recompute import RECOMPUTE_CODES
+from paraplan.specs.recompute import MODE_NAMES, stage_modes
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
@@ -97,9 +97,10 @@ class HeteroProblem:
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
         if unlaunchable := launch.problem_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
-        # a stage states a granularity (specs.recompute: op_sac and save_dots are uniform-search modes)
-        if bad := ",".join(r for r in self.recompute if r not in RECOMPUTE_CODES):
-            allowed = ", ".join(RECOMPUTE_CODES)
+        # a stage states a granularity, not a policy mode (specs.recompute.stage_modes); a mode the framework
+        # does not run is left out as by the uniform search (launchable: search.launch.recompute_allowed)
+        if bad := ",".join(r for r in self.recompute if r not in stage_modes(MODE_NAMES)):
+            allowed = ", ".join(launch.stage_recompute_modes(self.framework))
             raise InputError(f"recompute: {bad!r} is not allowed per stage; allowed: {allowed}")
 
     # fixed in these searches (read by step.per_stage.common_of with the fields above)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from paraplan.search import launch
 from paraplan.search.staged.alleviate import (
     AlleviationResult,
     Score,
@@ -242,4 +243,7 @@ def _alleviate(
     op_sets = tuple((mod,) for mod in modules) + tuple(
         ("core_attn", mod) for mod in modules if mod != "core_attn" and "core_attn" in modules
     )
-    return alleviate(configs0, evaluate, time_budget_s=time_budget_s, op_sets=op_sets)
+    modes = launch.stage_recompute_modes(
+        problem.framework
+    )  # the uniform search's, as a stage states them
+    return alleviate(configs0, evaluate, time_budget_s, op_sets=op_sets, modes=modes)
