@@ -51,13 +51,10 @@ def test_hidden_share_by_hand():
     sm, hbm = hidden_collective_share("reduce_scatter", 24, 132, 337.5e9, 2.8475e12)
     assert (sm, hbm) == approx((0.9 * 24 / 132, 0.1 * 1012.5 / 2847.5))
     assert sm + hbm == approx(0.199194, abs=1e-6)
-    # all memory-bound: the HBM share alone; no memory-bound kernel: the SM share alone
-    assert hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12, 1.0) == approx(
-        (0.0, 1012.5 / 2847.5)
-    )
-    assert hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12, 0.0) == approx(
-        (24 / 132, 0.0)
-    )
+    # the parts: (1 − μ) of the SM share, μ of the HBM share (μ = MEMORY_BOUND_SHARE)
+    sm, hbm = hidden_collective_share("all_reduce", 24, 132, 337.5e9, 2.8475e12)
+    assert sm == approx((1 - MEMORY_BOUND_SHARE) * collective_sm_share(24, 132))
+    assert hbm == approx(MEMORY_BOUND_SHARE * 1012.5 / 2847.5)
 
 
 def test_nccl_channels_and_tier_costs_by_hand():

@@ -96,10 +96,9 @@ def hidden_collective_share(
     sm_count: int,
     tier_bytes_per_s: float,
     hbm_bytes_per_s: float,
-    memory_bound_share: float = MEMORY_BOUND_SHARE,
 ) -> tuple[float, float]:
     """(share of the tier's time, share of its byte time) still paid when a collective hides behind
-    compute: ((1 − μ)·k/S, μ·ρ) — compute-bound kernels lose the k SMs NCCL's CTAs hold for the whole
+    compute: ((1 − μ)·k/S, μ·ρ), μ = MEMORY_BOUND_SHARE — compute-bound kernels lose the k SMs NCCL's CTAs hold for the whole
     call, latency included (collective_sm_share); memory-bound kernels (share μ of the overlapped time)
     the HBM bandwidth the collective moves while bytes flow (collective_hbm_share). In all, on a
     bandwidth-bound call, (1 − μ)·k/S + μ·ρ. Sources in the module docstring (NCCL src/graph/search.cc,
@@ -107,7 +106,7 @@ def hidden_collective_share(
     cross-check)."""
     sm = collective_sm_share(ctas, sm_count)
     hbm = collective_hbm_share(kind, tier_bytes_per_s, hbm_bytes_per_s)
-    return (1.0 - memory_bound_share) * sm, memory_bound_share * hbm
+    return (1.0 - MEMORY_BOUND_SHARE) * sm, MEMORY_BOUND_SHARE * hbm
 
 
 def tier_overlap_costs(kind: str, crosses_domains: bool, system: SystemSpec) -> TierCosts:

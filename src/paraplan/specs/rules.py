@@ -51,6 +51,19 @@ def stage_degree_rule(gpus: int, tp: int, dp: int) -> str | None:
     return None
 
 
+def stage_spec_rule(stage) -> str | None:
+    """One stage of a per-stage plan (specs.stage_plan.StageSpec) gives its layers or its blocks ([start,
+    stop] with 0 <= start <= stop), recomputes by one granularity or per op (``recompute_ops`` with
+    recompute none), and runs tp·dp GPUs (stage_degree_rule)."""
+    if (stage.layers is None) == (stage.blocks is None):
+        return "give exactly one of layers or blocks"
+    if stage.blocks is not None and not 0 <= stage.blocks[0] <= stage.blocks[1]:
+        return f"blocks={list(stage.blocks)} must be [start, stop] with 0 <= start <= stop"
+    if stage.recompute_ops and stage.recompute != "none":
+        return f"recompute={stage.recompute!r} and recompute_ops both given; use one"
+    return stage_degree_rule(stage.gpus, stage.tp, stage.dp)
+
+
 # ---- tensor parallelism --------------------------------------------------------------------------
 def tp_rules(model: ModelSpec, tp: int) -> list[str]:
     """What a 1D tp breaks (empty when nothing): it must divide heads, kv_heads and ffn_hidden
