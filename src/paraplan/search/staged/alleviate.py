@@ -11,8 +11,8 @@ else the stage with the largest time. Primitives that relieve it (Aceso §4.2 li
 - move layers: k ∈ {1, 2, 4, ...} layers from the bottleneck to a neighbour;
 - change tp / dp: tp ×2 or ÷2 on the bottleneck's GPUs (dp follows);
 - change the GPU count: take 1, 2, 4, ... GPUs from another stage and give them to the bottleneck;
-- switch recompute of the bottleneck stage (``modes``: the granularities a stage states, those the
-  framework runs, search.launch.stage_recompute_modes; all three without one), or per op: re-run only the ops
+- switch recompute of the bottleneck stage (``modes``: specs.recompute modes, each stated per stage by
+  stage_fields; the per-stage search passes the uniform search's, search.launch.searched_modes), or per op: re-run only the ops
   of some modules (``op_sets``, e.g. the MLP, the core attention, the norms; Aceso §4.2's fine-grained
   recomputation at the granularity the memory model has, graph.ops.RECOMPUTE_MODULE_OPS).
 Each iteration evaluates every primitive on the bottleneck and takes the best result; when none
@@ -27,9 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from paraplan.specs.recompute import MODE_NAMES, stage_modes
-
-STAGE_MODES = stage_modes(MODE_NAMES)  # the granularities a stage states: none, selective, full
+from paraplan.specs.recompute import COMMON_MODES, stage_fields, stage_mode
 
 
 @dataclass(frozen=True)
@@ -46,8 +44,9 @@ class StageConfig:
 
 
 def recompute_label(recompute: str, recompute_ops: tuple[str, ...]) -> str:
-    """A stage's recompute as the trajectory and plan labels show it: the mode, or 'ops a+b' per op."""
-    return "ops " + "+".join(recompute_ops) if recompute_ops else recompute
+    """A stage's recompute as the trajectory and plan labels show it: the mode (specs.recompute.stage_mode),
+    or 'ops a+b' per op."""
+    return stage_mode(recompute, recompute_ops) or "ops " + "+".join(recompute_ops)
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ def moves(
     stages: tuple[StageConfig, ...],
     i: int,
     op_sets: tuple[tuple[str, ...], ...] = (),
-    modes: tuple[str, ...] = STAGE_MODES,
+    modes: tuple[str, ...] = COMMON_MODES,
 ):
     """(description, new stages) of every primitive applied to stage i; ``op_sets``: the per-op
     recompute choices (lists of modules) the model allows; ``modes``: the recompute modes a stage may
@@ -143,10 +142,11 @@ def moves(
                 yield f"move {give} GPU(s) stage {j} -> {i}", tuple(new)
     current = recompute_label(s.recompute, s.recompute_ops)
     for mode in modes:
-        if mode != s.recompute or s.recompute_ops:
+        rc, ops = stage_fields(mode)
+        if (rc, ops) != (s.recompute, s.recompute_ops):
             yield (
                 f"stage {i} recompute {current} -> {mode}",
-                stages[:i] + (replace(s, recompute=mode, recompute_ops=()),) + stages[i + 1 :],
+                stages[:i] + (replace(s, recompute=rc, recompute_ops=ops),) + stages[i + 1 :],
             )
     for ops in op_sets:
         if tuple(ops) != s.recompute_ops:
@@ -164,7 +164,7 @@ def alleviate(
     max_iterations: int = 200,
     max_hops: int = 3,
     op_sets: tuple[tuple[str, ...], ...] = (),
-    modes: tuple[str, ...] = STAGE_MODES,
+    modes: tuple[str, ...] = COMMON_MODES,
 ) -> AlleviationResult:
     """Iterative bottleneck alleviation from ``start`` (module docstring); ``op_sets`` and ``modes``: the
     recompute choices of a stage (moves)."""

@@ -39,10 +39,12 @@ from paraplan.search.staged.hetero import (
     _stage_ok,
     launchable,
     search_cluster,
+    searched_modes,
     split_launchable,
 )
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.recompute import stage_fields
 from paraplan.specs.rules import stage_degree_rule
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting, estimate_stage_plan
@@ -83,9 +85,10 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
 
 
 def _stage_options(problem: HeteroProblem, gpus: int) -> list[tuple[int, str]]:
-    """(tp, recompute) options of a stage of ``gpus`` GPUs: tp a power of two dividing them."""
+    """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two dividing them, the
+    modes hetero.searched_modes."""
     tps = [t for t in _powers_of_two(gpus) if gpus % t == 0]
-    return [(t, rc) for t in tps for rc in problem.recompute]
+    return [(t, rc) for t in tps for rc in searched_modes(problem)]
 
 
 def non_uniform_space_size(
@@ -114,7 +117,7 @@ def non_uniform_space_size(
             for s in range(step, n + 1):  # + x^step / (1 − x^step): Σ_{m≥1} ways[s − m·step]
                 nxt[s] += strided[s - step]
             step *= 2
-        ways = [len(problem.recompute) * x for x in nxt]
+        ways = [len(searched_modes(problem)) * x for x in nxt]
         total += ways[n]
     return total * len(microbatch_counts)
 
@@ -156,7 +159,9 @@ def _exact(
     for pp in range(1, max_stages + 1):
         for comp in _compositions(problem.cluster.gpus, pp):
             for choice in itertools.product(*(_stage_options(problem, g) for g in comp)):
-                configs = [StageConfig(0, g, t, rc) for g, (t, rc) in zip(comp, choice)]
+                configs = [
+                    StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
+                ]
                 for m in counts:
                     settings = _stage_settings_from(problem, configs, m)
                     if settings is not None:
@@ -243,7 +248,6 @@ def _alleviate(
     op_sets = tuple((mod,) for mod in modules) + tuple(
         ("core_attn", mod) for mod in modules if mod != "core_attn" and "core_attn" in modules
     )
-    modes = launch.stage_recompute_modes(
-        problem.framework
-    )  # the uniform search's, as a stage states them
+    # every mode the uniform search varies (search.launch.searched_modes; not only ``problem.recompute``)
+    modes = launch.searched_modes(problem.framework, problem.model, 1)
     return alleviate(configs0, evaluate, time_budget_s, op_sets=op_sets, modes=modes)
