@@ -54,8 +54,8 @@ def alleviation_modes(framework: str | None, monkeypatch) -> tuple[str, ...]:
     """The modes the non-uniform search hands its alleviation (search.staged.non_uniform._alleviate)."""
     seen: dict[str, tuple[str, ...]] = {}
 
-    def stand_in(start, evaluate, time_budget_s, op_sets=(), modes=()):
-        seen["modes"] = tuple(modes)
+    def stand_in(start, evaluate, time_budget_s, recompute=()):
+        seen["modes"] = tuple(m for m in (stage_mode(*r) for r in recompute) if m is not None)
         raise Captured
 
     monkeypatch.setattr(non_uniform, "alleviate", stand_in)

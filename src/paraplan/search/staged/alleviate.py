@@ -105,15 +105,22 @@ def _powers(limit: int):
         k *= 2
 
 
+def recompute_choices(
+    modes: tuple[str, ...] = COMMON_MODES, op_sets: tuple[tuple[str, ...], ...] = ()
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The (recompute, recompute_ops) settings a stage may switch to: each of ``modes`` as a stage states
+    it (specs.recompute.stage_fields), then each per-op list of ``op_sets`` (modules re-run, recompute
+    none)."""
+    return tuple(stage_fields(m) for m in modes) + tuple(("none", tuple(ops)) for ops in op_sets)
+
+
 def moves(
     stages: tuple[StageConfig, ...],
     i: int,
-    op_sets: tuple[tuple[str, ...], ...] = (),
-    modes: tuple[str, ...] = COMMON_MODES,
+    recompute: tuple[tuple[str, tuple[str, ...]], ...] = recompute_choices(),
 ):
-    """(description, new stages) of every primitive applied to stage i; ``op_sets``: the per-op
-    recompute choices (lists of modules) the model allows; ``modes``: the recompute modes a stage may
-    switch to."""
+    """(description, new stages) of every primitive applied to stage i; ``recompute``: the recompute
+    settings the stage may switch to (recompute_choices)."""
     s = stages[i]
     n = len(stages)
     for j in (i - 1, i + 1):
@@ -141,19 +148,11 @@ def moves(
                 new[i] = replace(s, gpus=s.gpus + give)
                 yield f"move {give} GPU(s) stage {j} -> {i}", tuple(new)
     current = recompute_label(s.recompute, s.recompute_ops)
-    for mode in modes:
-        rc, ops = stage_fields(mode)
+    for rc, ops in recompute:
         if (rc, ops) != (s.recompute, s.recompute_ops):
             yield (
-                f"stage {i} recompute {current} -> {mode}",
+                f"stage {i} recompute {current} -> {recompute_label(rc, ops)}",
                 stages[:i] + (replace(s, recompute=rc, recompute_ops=ops),) + stages[i + 1 :],
-            )
-    for ops in op_sets:
-        if tuple(ops) != s.recompute_ops:
-            new = replace(s, recompute="none", recompute_ops=tuple(ops))
-            yield (
-                f"stage {i} recompute {current} -> {recompute_label('none', new.recompute_ops)}",
-                stages[:i] + (new,) + stages[i + 1 :],
             )
 
 
@@ -163,11 +162,10 @@ def alleviate(
     time_budget_s: float = 5.0,
     max_iterations: int = 200,
     max_hops: int = 3,
-    op_sets: tuple[tuple[str, ...], ...] = (),
-    modes: tuple[str, ...] = COMMON_MODES,
+    recompute: tuple[tuple[str, tuple[str, ...]], ...] = recompute_choices(),
 ) -> AlleviationResult:
-    """Iterative bottleneck alleviation from ``start`` (module docstring); ``op_sets`` and ``modes``: the
-    recompute choices of a stage (moves)."""
+    """Iterative bottleneck alleviation from ``start`` (module docstring); ``recompute``: the recompute
+    settings a stage may switch to (recompute_choices)."""
     t0 = time.perf_counter()
     cache: dict[tuple[StageConfig, ...], Score | None] = {}
 
@@ -189,7 +187,7 @@ def alleviate(
             break
         i = bottleneck(current_score)
         options = []
-        for desc, cand in moves(current, i, op_sets, modes):
+        for desc, cand in moves(current, i, recompute):
             if cand in visited:
                 continue
             sc = score_of(cand)

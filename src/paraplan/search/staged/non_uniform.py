@@ -27,6 +27,7 @@ from paraplan.search.staged.alleviate import (
     Score,
     StageConfig,
     alleviate,
+    recompute_choices,
 )
 from paraplan.search.staged.hetero import (
     Candidate,
@@ -250,4 +251,4 @@ def _alleviate(
     )
     # every mode the uniform search varies (search.launch.searched_modes; not only ``problem.recompute``)
     modes = launch.searched_modes(problem.framework, problem.model, 1)
-    return alleviate(configs0, evaluate, time_budget_s, op_sets=op_sets, modes=modes)
+    return alleviate(configs0, evaluate, time_budget_s, recompute=recompute_choices(modes, op_sets))
