@@ -461,6 +461,7 @@ def search_cluster(
     orders = orders or list(itertools.permutations(names))
     candidates = []
     done = 0
+    stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
     for order in orders:
         if time.perf_counter() > deadline:
             break
@@ -471,8 +472,7 @@ def search_cluster(
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
             if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
                 continue  # a stage straddles two pools with part of a TP group in each
-            for mode in searched_modes(problem):
-                rc, ops = stage_fields(mode)
+            for rc, ops in stated:
                 settings = [
                     StageSetting(slices[k], tp, dp, mb, rc, ops, k, pp, m) for k in range(pp)
                 ]

@@ -85,11 +85,11 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
-def _stage_options(problem: HeteroProblem, gpus: int) -> list[tuple[int, str]]:
+def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
     """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two dividing them, the
-    modes hetero.searched_modes."""
+    ``modes`` of the search (hetero.searched_modes)."""
     tps = [t for t in _powers_of_two(gpus) if gpus % t == 0]
-    return [(t, rc) for t in tps for rc in searched_modes(problem)]
+    return [(t, rc) for t in tps for rc in modes]
 
 
 def non_uniform_space_size(
@@ -105,7 +105,7 @@ def non_uniform_space_size(
 
     Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
     (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits."""
-    n = problem.cluster.gpus
+    n, modes = problem.cluster.gpus, len(searched_modes(problem))
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
     for _ in range(max_stages):
@@ -118,7 +118,7 @@ def non_uniform_space_size(
             for s in range(step, n + 1):  # + x^step / (1 − x^step): Σ_{m≥1} ways[s − m·step]
                 nxt[s] += strided[s - step]
             step *= 2
-        ways = [len(searched_modes(problem)) * x for x in nxt]
+        ways = [modes * x for x in nxt]
         total += ways[n]
     return total * len(microbatch_counts)
 
@@ -157,9 +157,10 @@ def _exact(
     """Every per-stage combination, each split solved exactly (search.staged.hetero._best_splits),
     as far as the ``deadline`` (time.perf_counter) allows."""
     candidates = []
+    modes = searched_modes(problem)
     for pp in range(1, max_stages + 1):
         for comp in _compositions(problem.cluster.gpus, pp):
-            for choice in itertools.product(*(_stage_options(problem, g) for g in comp)):
+            for choice in itertools.product(*(_stage_options(g, modes) for g in comp)):
                 configs = [
                     StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
                 ]
