@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from paraplan.search.staged.alleviate import Score, StageConfig, alleviate, bottleneck
+from paraplan.search.staged.alleviate import (
+    Score,
+    StageConfig,
+    alleviate,
+    bottleneck,
+    recompute_choices,
+)
 from paraplan.search.staged.balance import (
     all_splits,
     balance_split,
@@ -187,7 +193,8 @@ def test_alleviation_switches_per_op_recompute_when_memory_binds():
         StageConfig(8, 4),
     )  # 2 layers' memory per GPU: over the 1.2 capacity
     plain = alleviate(start, evaluate, max_hops=2)
-    fine = alleviate(start, evaluate, max_hops=2, op_sets=(("mlp",), ("core_attn",)))
+    choices = recompute_choices(op_sets=(("mlp",), ("core_attn",)))
+    fine = alleviate(start, evaluate, max_hops=2, recompute=choices)
     assert fine.best_score.fits and fine.best_score.step_time_s < plain.best_score.step_time_s
     assert all(s.recompute_ops == ("mlp",) for s in fine.best)
     assert any("-> ops mlp" in step.move for step in fine.trajectory)

@@ -23,6 +23,8 @@ from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, runtime_fields_of
+from paraplan.specs.recompute import plan_fields as mode_plan_fields
+from paraplan.specs.recompute import stage_mode
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
@@ -49,14 +51,16 @@ def re_estimate(model, cluster, framework: str, plan) -> float:
 
 
 def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec) -> PlanSpec:
-    """The uniform plan a per-stage plan states when every stage has one tp, dp and recompute (what a
+    """The uniform plan a per-stage plan states when every stage has one tp, dp and recompute mode (what a
     launcher runs): its split as ``stage_layers`` unless it is the default one."""
     first = plan.stages[0]
+    mode = stage_mode(first.recompute, first.recompute_ops)  # a policy mode: op_sac, save_dots
+    assert mode is not None, "per-op recompute that is no mode: no launcher states it"
     assert all(
-        (s.tp, s.data_parallel, s.recompute) == (first.tp, first.data_parallel, first.recompute)
+        (s.tp, s.data_parallel, stage_mode(s.recompute, s.recompute_ops))
+        == (first.tp, first.data_parallel, mode)
         for s in plan.stages
     )
-    assert not any(s.recompute_ops for s in plan.stages), "per-op recompute: no launcher states it"
     n = model.layers + 2  # embedding, decoder layers, output (step.blocks.model_blocks)
     layers = [b - a - (a == 0) - (b == n) for a, b in (s.blocks for s in plan.stages)]
     fields = dict(
@@ -69,7 +73,7 @@ def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec) -> PlanSpec:
         seq_length=plan.seq_length,
         dtype=plan.dtype,
         attention=plan.attention,
-        recompute=first.recompute,
+        **mode_plan_fields(mode),
         zero=plan.zero,
         overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather,

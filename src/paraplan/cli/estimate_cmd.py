@@ -60,13 +60,22 @@ from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB
 
 
+def _outcome(est) -> str:
+    """A fit hint's estimate: its peak memory per GPU and its step time."""
+    return f"{est.peak_stage.peak_bytes / GiB:.1f} GiB, step {est.step_time_s:.3g} s"
+
+
 def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> list[str]:
     """What would make a plan that does not fit fit: single changes, else the search's fastest plan."""
     from paraplan.search.fit_hints import fit_changes
 
     changes = fit_changes(model_spec, system_spec, plan)
     if changes:
-        return ["would fit with one change (fastest first):", *(f"  {c.text()}" for c in changes)]
+        lines = [
+            f"  {c.flag}: peak {_outcome(c.estimate)}, MFU {100 * c.estimate.mfu:.1f}%"
+            for c in changes
+        ]
+        return ["would fit with one change (fastest first):", *lines]
     from paraplan.search.run import search
     from paraplan.search.space import SearchProblem
     from paraplan.specs.plan_label import plan_label
@@ -89,7 +98,7 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     best = result.plans[0]
     return [
         "no single change fits; the fastest plan that fits at this batch "
-        f"({best.estimate.peak_stage.peak_bytes / GiB:.1f} GiB, step {best.estimate.step_time_s:.3g} s):",
+        f"({_outcome(best.estimate)}):",
         f"  {plan_label(best.plan)}",
         f"  ({command})",
     ]

@@ -17,23 +17,16 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.units import GiB
 
 
 @dataclass(frozen=True)
 class FitChange:
-    """One change to the plan (as the command-line flag that makes it) and its outcome."""
+    """One change to the plan (as the command-line flag that makes it) and its outcome (the CLI renders
+    it: cli.estimate_cmd.fit_hint_lines)."""
 
     flag: str
     plan: PlanSpec
     estimate: Estimate
-
-    def text(self) -> str:
-        e = self.estimate
-        return (
-            f"{self.flag}: peak {e.peak_stage.peak_bytes / GiB:.1f} GiB, step {e.step_time_s:.3g} s, "
-            f"MFU {100 * e.mfu:.1f}%"
-        )
 
 
 def _changes(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> list[tuple[str, dict]]:

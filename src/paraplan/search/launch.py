@@ -29,22 +29,24 @@ independently, the knob is left out whole, so each filtered space is a subset of
 
 The per-stage searches (search.staged, ``search --cluster`` / ``--non-uniform`` with ``--framework F``)
 call the same rules on every candidate (``stage_plan_allowed``), with what a per-stage plan adds: each
-launcher takes one tensor-parallel size, one data-parallel size and one recomputation setting for all
-stages and no per-op recomputation (the uniform search leaves recompute_modules out), a split only as
+launcher takes one tensor-parallel size, one data-parallel size and one recomputation mode for all
+stages (a policy mode stated per stage as specs.recompute.stage_fields) and no other per-op
+recomputation (the uniform search leaves recompute_modules out), a split only as
 its exporter states one (``fixed_split``), and the launcher's own ZeRO stage and sequence parallelism
 where the searches' fixed ones are not its (``staged_fields``).
 
 Profiles without an exporter (the 2021 profiles, maxtext, the PyTorch and Hugging Face ones,
 megatron-deepspeed, whose launch is Megatron-DeepSpeed's own arguments) search the whole space; the rows
 then say which frameworks run them. The recomputation modes a stack alone runs (specs.recompute: op_sac
-with torchtitan, save_dots with maxtext) are searched with that stack's profiles only (recompute_modes).
+with torchtitan, save_dots with maxtext) are searched with that stack's profiles only (recompute_modes),
+by the uniform and the per-stage searches alike (searched_modes).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from paraplan.specs.recompute import MODES, OP_SAC, offered_modes
+from paraplan.specs.recompute import MODES, OP_SAC, offered_modes, stage_mode
 from paraplan.specs.rules import (
     megatron_fsdp_rule,
     megatron_overlap_rule,
@@ -154,6 +156,19 @@ def recompute_modes(framework: str | None) -> tuple[str, ...]:
     offered = offered_modes(stack(framework))
     name = launcher(framework)
     return offered if name is None else tuple(m for m in offered if m in RECOMPUTE[name])
+
+
+def searched_modes(
+    framework: str | None, model, cp: int, restriction: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
+    """The recomputation modes a search varies at context-parallel degree ``cp``: of ``restriction``
+    (``--recompute``; None: every one) those the search with ``framework`` varies (recompute_modes) and
+    the model takes (mode_refusal). The one rule of the uniform search (search.space) and of the per-stage
+    searches (search.staged, cp = 1: a stage states any mode, specs.recompute.stage_fields)."""
+    offered = recompute_modes(framework)
+    return tuple(
+        r for r in (restriction or offered) if r in offered and not mode_refusal(model, cp, r)
+    )
 
 
 def recompute_allowed(framework: str | None, recompute: str) -> bool:
@@ -338,17 +353,21 @@ def stage_plan_allowed(
 ) -> bool:
     """Does the framework's launcher run a per-stage candidate: ``stages`` (tp, dp, recompute,
     recompute_ops) of each pipeline stage, with ``problem``'s run-wide settings (a search.staged
-    HeteroProblem)? One tp, dp and recompute on every stage, no per-op recomputation (module doc), and
-    the uniform search's rules at those degrees: recompute_allowed, schedule_allowed, degrees_allowed,
-    state_allowed, layout_allowed, sequence_parallel_allowed, tp_overlap_allowed."""
+    HeteroProblem)? One tp, dp and recompute mode on every stage, no per-op recomputation that is no mode
+    (module doc; specs.recompute.stage_mode), and the uniform search's rules at those degrees:
+    recompute_allowed, schedule_allowed, degrees_allowed, state_allowed, layout_allowed,
+    sequence_parallel_allowed, tp_overlap_allowed."""
     if not restricted(framework):
         return True
-    if len({s[:3] for s in stages}) > 1 or any(s[3] for s in stages):
+    stated = {(tp, dp, stage_mode(recompute, ops)) for tp, dp, recompute, ops in stages}
+    if len(stated) > 1:
         return False
-    tp, pp, sp = stages[0][0], len(stages), problem.sequence_parallel
+    (tp, _, mode), pp, sp = stated.pop(), len(stages), problem.sequence_parallel
+    if mode is None:
+        return False
     fp8_primary = problem.dtype == "fp8" and not problem.fp8_weight_copies
     return (
-        recompute_allowed(framework, stages[0][2])
+        recompute_allowed(framework, mode)
         and schedule_allowed(framework, problem.schedule)
         and degrees_allowed(framework, tp, pp, 1, problem.seq_length)
         and state_allowed(

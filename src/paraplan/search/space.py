@@ -355,12 +355,7 @@ class SearchProblem(GridAxes):
             if not moe_sequence_parallel_rule(self.model, tp, s)
             and launch.sequence_parallel_allowed(self.framework, tp, s)
         ]
-        offered = launch.recompute_modes(self.framework)  # specs.recompute modes
-        recompute = [
-            r
-            for r in self.recompute or offered
-            if r in offered and not launch.mode_refusal(self.model, cp, r)
-        ]
+        recompute = launch.searched_modes(self.framework, self.model, cp, self.recompute)
         default = self.default_overlaps[0]
         overlap = (
             [default, not default]

@@ -6,8 +6,9 @@ activation checkpointing (``op_sac``) and MaxText's ``remat_policy: minimal_flas
 last two are plans with ``recompute: selective`` and a one-policy ``recompute_modules`` list; their rule
 (op_sac on dense swiglu layers at cp = 1, save_dots on dense layers) is specs.rules.recompute_violations.
 The estimator's arithmetic reads a mode's ``code`` (step.block_terms.recompute_s: 0 nothing, 1 the
-re-run ops of selective recomputation, 2 the whole forward); the search varies the modes the framework's
-stack runs (``offered_modes``); the exporters read ``mode_of`` a plan.
+re-run ops of selective recomputation, 2 the whole forward); the searches vary the modes the framework's
+stack runs (``offered_modes``; the uniform and the per-stage searches alike, a stage stating a mode as
+``stage_fields``); the exporters read ``mode_of`` a plan.
 
 Sources: Megatron-LM core_v0.14.0 ``--recompute-granularity`` / ``--recompute-modules``
 (megatron/training/arguments.py); torchtitan v0.2.2 ``activation_checkpoint.mode`` /
@@ -57,12 +58,29 @@ MODES: dict[str, RecomputeMode] = {
 }
 MODE_NAMES: tuple[str, ...] = tuple(MODES)  # a mode's index is its id in the search's row columns
 COMMON_MODES: tuple[str, ...] = tuple(n for n, m in MODES.items() if not m.stacks)
+POLICIES: tuple[str, ...] = tuple(p for m in MODES.values() for p in m.modules)  # op_sac, save_dots
 
 
 def offered_modes(stack: str | None) -> tuple[str, ...]:
     """The modes a search with a framework whose stack profile is ``stack`` varies: the common ones, and
     the stack's own (none without a framework)."""
     return tuple(n for n, m in MODES.items() if not m.stacks or stack in m.stacks)
+
+
+def stage_fields(name: str) -> tuple[str, tuple[str, ...]]:
+    """How one stage of a per-stage plan states mode ``name``: (recompute, recompute_ops). A granularity is
+    the stage's ``recompute``; a policy mode (op_sac, save_dots) its per-op list of that policy alone, with
+    recompute none (step.per_stage: per-op recomputation is selective recomputation of the modules listed,
+    graph.ops.recompute_modules_of)."""
+    mode = MODES[name]
+    return ("none", mode.modules) if mode.modules else (mode.recompute, ())
+
+
+def stage_mode(recompute: str, ops: tuple[str, ...] = ()) -> str | None:
+    """The mode a stage's (recompute, recompute_ops) states (stage_fields); None for a per-op list that is
+    no mode (modules picked by the per-op search)."""
+    found = [n for n in MODES if stage_fields(n) == (recompute, tuple(ops))]
+    return found[0] if found else None
 
 
 def modules_of(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:

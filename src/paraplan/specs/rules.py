@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from paraplan.specs.errors import Violation
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.recompute import POLICIES
 from paraplan.specs.split import SplitGroup, chunk_units, model_part_layers
 from paraplan.specs.system import FP4, FP4_PARTS, AcceleratorSpec
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
@@ -49,6 +50,22 @@ def stage_degree_rule(gpus: int, tp: int, dp: int) -> str | None:
     if gpus % tp:
         return f"tp={tp} must divide the stage's GPUs = {gpus}"
     return None
+
+
+def stage_spec_rule(stage) -> str | None:
+    """One stage of a per-stage plan (specs.stage_plan.StageSpec) gives its layers or its blocks ([start,
+    stop] with 0 <= start <= stop), recomputes by one granularity or per op (``recompute_ops`` with
+    recompute none; a stack's policy, specs.recompute.POLICIES, alone), and runs tp·dp GPUs (stage_degree_rule)."""
+    if (stage.layers is None) == (stage.blocks is None):
+        return "give exactly one of layers or blocks"
+    if stage.blocks is not None and not 0 <= stage.blocks[0] <= stage.blocks[1]:
+        return f"blocks={list(stage.blocks)} must be [start, stop] with 0 <= start <= stop"
+    if stage.recompute_ops and stage.recompute != "none":
+        return f"recompute={stage.recompute!r} and recompute_ops both given; use one"
+    ops = list(stage.recompute_ops)
+    if len(ops) > 1 and (policy := next((o for o in ops if o in POLICIES), None)):
+        return f"recompute_ops={ops}: {policy} is a stack's recomputation policy, listed alone"
+    return stage_degree_rule(stage.gpus, stage.tp, stage.dp)
 
 
 # ---- tensor parallelism --------------------------------------------------------------------------

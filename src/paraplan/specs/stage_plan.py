@@ -44,6 +44,7 @@ from paraplan.specs.rules import (
     interleave_model_rule,
     per_stage_model_rule,
     stage_degree_rule,
+    stage_spec_rule,
     stage_rules,
     vpp_rule,
 )
@@ -85,15 +86,7 @@ class StageSpec(InputModel):
 
     @model_validator(mode="after")
     def _check(self) -> "StageSpec":
-        if (self.layers is None) == (self.blocks is None):
-            raise ValueError("give exactly one of layers or blocks")
-        if self.blocks is not None and not 0 <= self.blocks[0] <= self.blocks[1]:
-            raise ValueError(
-                f"blocks={list(self.blocks)} must be [start, stop] with 0 <= start <= stop"
-            )
-        if self.recompute_ops and self.recompute != "none":
-            raise ValueError(f"recompute={self.recompute!r} and recompute_ops both given; use one")
-        if rule := stage_degree_rule(self.gpus, self.tp, self.dp):
+        if rule := stage_spec_rule(self):
             raise ValueError(rule)
         return self
 

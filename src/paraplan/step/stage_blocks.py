@@ -13,10 +13,10 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.comm import GroupSpan
-from paraplan.graph.ops import OP_SAC, RECOMPUTE_MODULE_OPS, weight_tensor_stats
+from paraplan.graph.ops import POLICY_MODULES, RECOMPUTE_MODULE_OPS, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.rules import recompute_modules_rule
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import block_comm, block_compute
 from paraplan.step.blocks import (
@@ -142,8 +142,9 @@ def recomputable_names(
     model: ModelSpec, seq_length: int, attention: str, dtype: str
 ) -> frozenset[str]:
     """What a per-op recompute list (StagePlanSpec ``recompute_ops``) may name for this model: every module
-    of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops; graph.ops.OP_SAC on a dense
-    swiglu model (specs.rules.recompute_violations)."""
+    of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops; a stack's policy
+    (graph.ops.POLICY_MODULES: op_sac on a dense swiglu model, save_dots on a dense one) where the model takes
+    it (specs.rules.recompute_modules_rule)."""
     shape = LayerShape(
         tp=1,
         cp=1,
@@ -161,8 +162,11 @@ def recomputable_names(
         found = present.intersection(ops)
         if found:
             names |= {module, *found}
-    if not moe_shaped(model) and model.mlp == "swiglu":  # the per-op SAC policy (graph.ops.OP_SAC)
-        names.add(OP_SAC)
+    for (
+        policy
+    ) in POLICY_MODULES:  # a stack's policy, alone, where the model takes it (a stage: cp = 1)
+        if not recompute_modules_rule(model, "selective", (policy,), 1):
+            names.add(policy)
     return frozenset(names)
 
 

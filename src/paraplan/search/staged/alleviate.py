@@ -11,7 +11,8 @@ else the stage with the largest time. Primitives that relieve it (Aceso §4.2 li
 - move layers: k ∈ {1, 2, 4, ...} layers from the bottleneck to a neighbour;
 - change tp / dp: tp ×2 or ÷2 on the bottleneck's GPUs (dp follows);
 - change the GPU count: take 1, 2, 4, ... GPUs from another stage and give them to the bottleneck;
-- switch recompute of the bottleneck stage (none / selective / full), or per op: re-run only the ops
+- switch recompute of the bottleneck stage (``modes``: specs.recompute modes, each stated per stage by
+  stage_fields; the per-stage search passes the uniform search's, search.launch.searched_modes), or per op: re-run only the ops
   of some modules (``op_sets``, e.g. the MLP, the core attention, the norms; Aceso §4.2's fine-grained
   recomputation at the granularity the memory model has, graph.ops.RECOMPUTE_MODULE_OPS).
 Each iteration evaluates every primitive on the bottleneck and takes the best result; when none
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+from paraplan.specs.recompute import COMMON_MODES, stage_fields, stage_mode
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,9 @@ class StageConfig:
 
 
 def recompute_label(recompute: str, recompute_ops: tuple[str, ...]) -> str:
-    """A stage's recompute as the trajectory and plan labels show it: the mode, or 'ops a+b' per op."""
-    return "ops " + "+".join(recompute_ops) if recompute_ops else recompute
+    """A stage's recompute as the trajectory and plan labels show it: the mode (specs.recompute.stage_mode),
+    or 'ops a+b' per op."""
+    return stage_mode(recompute, recompute_ops) or "ops " + "+".join(recompute_ops)
 
 
 @dataclass(frozen=True)
@@ -103,9 +105,22 @@ def _powers(limit: int):
         k *= 2
 
 
-def moves(stages: tuple[StageConfig, ...], i: int, op_sets: tuple[tuple[str, ...], ...] = ()):
-    """(description, new stages) of every primitive applied to stage i; ``op_sets``: the per-op
-    recompute choices (lists of modules) the model allows."""
+def recompute_choices(
+    modes: tuple[str, ...] = COMMON_MODES, op_sets: tuple[tuple[str, ...], ...] = ()
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The (recompute, recompute_ops) settings a stage may switch to: each of ``modes`` as a stage states
+    it (specs.recompute.stage_fields), then each per-op list of ``op_sets`` (modules re-run, recompute
+    none)."""
+    return tuple(stage_fields(m) for m in modes) + tuple(("none", tuple(ops)) for ops in op_sets)
+
+
+def moves(
+    stages: tuple[StageConfig, ...],
+    i: int,
+    recompute: tuple[tuple[str, tuple[str, ...]], ...] = recompute_choices(),
+):
+    """(description, new stages) of every primitive applied to stage i; ``recompute``: the recompute
+    settings the stage may switch to (recompute_choices)."""
     s = stages[i]
     n = len(stages)
     for j in (i - 1, i + 1):
@@ -133,18 +148,11 @@ def moves(stages: tuple[StageConfig, ...], i: int, op_sets: tuple[tuple[str, ...
                 new[i] = replace(s, gpus=s.gpus + give)
                 yield f"move {give} GPU(s) stage {j} -> {i}", tuple(new)
     current = recompute_label(s.recompute, s.recompute_ops)
-    for mode in RECOMPUTE_MODES:
-        if mode != s.recompute or s.recompute_ops:
+    for rc, ops in recompute:
+        if (rc, ops) != (s.recompute, s.recompute_ops):
             yield (
-                f"stage {i} recompute {current} -> {mode}",
-                stages[:i] + (replace(s, recompute=mode, recompute_ops=()),) + stages[i + 1 :],
-            )
-    for ops in op_sets:
-        if tuple(ops) != s.recompute_ops:
-            new = replace(s, recompute="none", recompute_ops=tuple(ops))
-            yield (
-                f"stage {i} recompute {current} -> {recompute_label('none', new.recompute_ops)}",
-                stages[:i] + (new,) + stages[i + 1 :],
+                f"stage {i} recompute {current} -> {recompute_label(rc, ops)}",
+                stages[:i] + (replace(s, recompute=rc, recompute_ops=ops),) + stages[i + 1 :],
             )
 
 
@@ -154,9 +162,10 @@ def alleviate(
     time_budget_s: float = 5.0,
     max_iterations: int = 200,
     max_hops: int = 3,
-    op_sets: tuple[tuple[str, ...], ...] = (),
+    recompute: tuple[tuple[str, tuple[str, ...]], ...] = recompute_choices(),
 ) -> AlleviationResult:
-    """Iterative bottleneck alleviation from ``start`` (module docstring)."""
+    """Iterative bottleneck alleviation from ``start`` (module docstring); ``recompute``: the recompute
+    settings a stage may switch to (recompute_choices)."""
     t0 = time.perf_counter()
     cache: dict[tuple[StageConfig, ...], Score | None] = {}
 
@@ -178,7 +187,7 @@ def alleviate(
             break
         i = bottleneck(current_score)
         options = []
-        for desc, cand in moves(current, i, op_sets):
+        for desc, cand in moves(current, i, recompute):
             if cand in visited:
                 continue
             sc = score_of(cand)

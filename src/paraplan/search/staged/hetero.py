@@ -41,7 +41,7 @@ from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
-from paraplan.specs.recompute import RECOMPUTE_CODES
+from paraplan.specs.recompute import stage_fields
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
@@ -92,15 +92,12 @@ class HeteroProblem:
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
         an MoE / MLA model searched here would be costed as dense (issue 37); and the run-wide settings
-        the framework's launcher cannot state (search.launch.problem_violations, as the uniform search)."""
+        the framework's launcher cannot state, a ``recompute`` restriction among them
+        (search.launch.problem_violations, as the uniform search)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
         if unlaunchable := launch.problem_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
-        # a stage states a granularity (specs.recompute: op_sac and save_dots are uniform-search modes)
-        if bad := ",".join(r for r in self.recompute if r not in RECOMPUTE_CODES):
-            allowed = ", ".join(RECOMPUTE_CODES)
-            raise InputError(f"recompute: {bad!r} is not allowed per stage; allowed: {allowed}")
 
     # fixed in these searches (read by step.per_stage.common_of with the fields above)
     vpp: ClassVar[int] = 1
@@ -122,6 +119,12 @@ class HeteroProblem:
     @property
     def common(self) -> Common:
         return common_of(self)
+
+
+def searched_modes(problem: HeteroProblem) -> tuple[str, ...]:
+    """The recomputation modes of ``problem.recompute`` the per-stage searches vary: the uniform search's
+    rule at cp = 1 (search.launch.searched_modes), each stated per stage by specs.recompute.stage_fields."""
+    return launch.searched_modes(problem.framework, problem.model, 1, problem.recompute)
 
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
@@ -458,6 +461,7 @@ def search_cluster(
     orders = orders or list(itertools.permutations(names))
     candidates = []
     done = 0
+    stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
     for order in orders:
         if time.perf_counter() > deadline:
             break
@@ -468,9 +472,9 @@ def search_cluster(
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
             if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
                 continue  # a stage straddles two pools with part of a TP group in each
-            for rc in problem.recompute:
+            for rc, ops in stated:
                 settings = [
-                    StageSetting(slices[k], tp, dp, mb, rc, (), k, pp, m) for k in range(pp)
+                    StageSetting(slices[k], tp, dp, mb, rc, ops, k, pp, m) for k in range(pp)
                 ]
                 if launchable(problem, settings):
                     candidates.append((settings, m, order))

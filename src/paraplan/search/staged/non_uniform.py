@@ -21,11 +21,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from paraplan.search import launch
 from paraplan.search.staged.alleviate import (
     AlleviationResult,
     Score,
     StageConfig,
     alleviate,
+    recompute_choices,
 )
 from paraplan.search.staged.hetero import (
     Candidate,
@@ -38,10 +40,12 @@ from paraplan.search.staged.hetero import (
     _stage_ok,
     launchable,
     search_cluster,
+    searched_modes,
     split_launchable,
 )
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.recompute import stage_fields
 from paraplan.specs.rules import stage_degree_rule
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting, estimate_stage_plan
@@ -81,10 +85,11 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
-def _stage_options(problem: HeteroProblem, gpus: int) -> list[tuple[int, str]]:
-    """(tp, recompute) options of a stage of ``gpus`` GPUs: tp a power of two dividing them."""
+def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two dividing them, the
+    ``modes`` of the search (hetero.searched_modes)."""
     tps = [t for t in _powers_of_two(gpus) if gpus % t == 0]
-    return [(t, rc) for t in tps for rc in problem.recompute]
+    return [(t, rc) for t in tps for rc in modes]
 
 
 def non_uniform_space_size(
@@ -100,7 +105,7 @@ def non_uniform_space_size(
 
     Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
     (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits."""
-    n = problem.cluster.gpus
+    n, modes = problem.cluster.gpus, len(searched_modes(problem))
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
     for _ in range(max_stages):
@@ -113,7 +118,7 @@ def non_uniform_space_size(
             for s in range(step, n + 1):  # + x^step / (1 − x^step): Σ_{m≥1} ways[s − m·step]
                 nxt[s] += strided[s - step]
             step *= 2
-        ways = [len(problem.recompute) * x for x in nxt]
+        ways = [modes * x for x in nxt]
         total += ways[n]
     return total * len(microbatch_counts)
 
@@ -152,10 +157,13 @@ def _exact(
     """Every per-stage combination, each split solved exactly (search.staged.hetero._best_splits),
     as far as the ``deadline`` (time.perf_counter) allows."""
     candidates = []
+    modes = searched_modes(problem)
     for pp in range(1, max_stages + 1):
         for comp in _compositions(problem.cluster.gpus, pp):
-            for choice in itertools.product(*(_stage_options(problem, g) for g in comp)):
-                configs = [StageConfig(0, g, t, rc) for g, (t, rc) in zip(comp, choice)]
+            for choice in itertools.product(*(_stage_options(g, modes) for g in comp)):
+                configs = [
+                    StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
+                ]
                 for m in counts:
                     settings = _stage_settings_from(problem, configs, m)
                     if settings is not None:
@@ -242,4 +250,6 @@ def _alleviate(
     op_sets = tuple((mod,) for mod in modules) + tuple(
         ("core_attn", mod) for mod in modules if mod != "core_attn" and "core_attn" in modules
     )
-    return alleviate(configs0, evaluate, time_budget_s=time_budget_s, op_sets=op_sets)
+    # every mode the uniform search varies (search.launch.searched_modes; not only ``problem.recompute``)
+    modes = launch.searched_modes(problem.framework, problem.model, 1)
+    return alleviate(configs0, evaluate, time_budget_s, recompute=recompute_choices(modes, op_sets))
