@@ -109,7 +109,8 @@ def test_calibration_and_held_out_reported_apart(report):
     # (gpu-steps-2026-11, 25): no constant is fitted on them
     # + tiny steps on a second host; + the FSDP-stack sets llmfoundry-mpt (20) and torchtitan-llama3 (23)
     # + BLOOM-176B on Megatron-DeepSpeed (1) + MaxText Llama 2 7B on H100 (1) + Megatron-LM v1 on V100 (8)
-    assert summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8
+    # + published RTX 4090 steps (consumer-gpus, 3)
+    assert summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 3
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
@@ -132,8 +133,8 @@ def test_every_step_time_case_fits(report):
     """Every measured run, dense and MoE, is predicted to fit in memory."""
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
-    # + megatron-v1-v100
-    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8
+    # + megatron-v1-v100 + consumer-gpus
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 3
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 
@@ -335,3 +336,15 @@ def test_megatron_v1_v100_held_out(report):
     for tp, measured in ((2, 1.64), (4, 2.34), (8, 2.98)):
         predicted = baseline / cases[f"shoeybi2019-tab8-1.2b-tp{tp}"]["predicted"]["step_time_s"]
         assert measured < predicted < 1.5 * measured, (tp, predicted)
+
+
+def test_consumer_gpus_held_out(report):
+    """Published training steps on GeForce RTX 4090s (consumer-gpus: llm.c's PyTorch GPT-2 trainer and its
+    rotary / ReLU^2 variant under DDP on two, nanoGPT on one; torch.compile, bf16), held out: issue 32's bar,
+    MAPE <= 10 %, no case over 25 % (today +6.0, -8.2 and +7.8 %: the loss is priced as fp32 logits whether the
+    stack upcasts inside a fused kernel or materialises them, docs/validation.md)."""
+    cases = [c for c in report["cases"] if c["group"] in ("romero2501-4090", "nanogpt2303-4090")]
+    errors = [c["error_pct"]["step_time_s"] for c in cases]
+    assert len(errors) == 3 and all(c["role"] == "held_out" for c in cases)
+    assert _mape(errors) <= 10.0
+    assert max(abs(e) for e in errors) <= 25.0
