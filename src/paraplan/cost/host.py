@@ -18,6 +18,7 @@ forward and three backward (FlashAttention-2, csrc/flash_attn/src/flash_bwd_laun
 pre-processing, the main loop, the dQ conversion); a fused element-wise op one kernel each way, an eager one the
 ATen kernels its PyTorch module runs (``EAGER_KERNELS``) with autocast's activation casts (cost.autocast). An eager
 op's zero-kernel aten calls (views, transposes, splits: ``eager_views``) cost the host too, ``host_view_s`` each.
+An eager profile that states ``host_dispatch_s`` prices these counts call by call, by kind (cost.host_kinds).
 """
 
 from __future__ import annotations
