@@ -276,10 +276,11 @@ def op_host_s(
     dtype: str = "bf16",
 ) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: in an eager stack whose profile states host_dispatch_s,
-    outside a CUDA graph, its calls by kind (cost.host_kinds.kind_host_s); else op_kernels × kernel_issue_s, plus,
-    in an eager stack, its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between
-    forward (the call and its node) and backward (the node run); a grouped GEMM is one dispatch and its other per-expert GEMMs C++
-    launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile prices no host (host_launch_s 0).
+    outside a CUDA graph, its calls by kind (cost.host_kinds.kind_host_s); else op_kernels × kernel_issue_s,
+    plus, in an eager stack, its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly
+    between forward (the call and its node) and backward (the node run); a grouped GEMM is one dispatch and
+    its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile
+    prices no host (host_launch_s 0).
     ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0

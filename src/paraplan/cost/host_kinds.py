@@ -1,4 +1,4 @@
-"""An eager op's host time priced call by call, by kind (docs/model.md, "Host time by kind").
+"""An eager op's host time priced call by call, by kind (docs/model.md §11, "Host time by call kind").
 
 Where an eager profile states ``host_dispatch_s`` (measured host seconds per call of each kind), an op's host time
 is the sum of its calls and autograd nodes rather than its kernel count times one per-kernel figure:
@@ -9,11 +9,12 @@ is the sum of its calls and autograd nodes rather than its kernel count times on
 d_kind the hot-loop host time of one eager call of that kind (benchmarks/gpu/host_fp8.py ``dispatch_<op>``: a
 GEMM's F.linear, F.layer_norm, F.scaled_dot_product_attention, F.gelu, and an element-wise op as ``a * 2.0``);
 a kernel a library launches from inside a call (a norm backward's gain/bias kernel and zero fill, FlashAttention's
-backward pre- and post-processing) CXX_LAUNCH_S; t_parse the Python argument parsing a backward call, made
-from C++ by the autograd engine, does without (PYTHON_ARG_PARSE_S); n the op's forward calls, each of which records an autograd node
-that backward runs, d_node what such a node costs beyond its two calls (``autograd_node`` less two ``dispatch_mul``);
-v the op's zero-kernel view calls (cost.host.eager_views) at host_view_s, their nodes included; c the profile's ``host_context_factor``,
-the measured host time of a whole eager layer over the sum of its calls' hot-loop figures (module calls, autocast's
+backward pre- and post-processing, the embedding's sort-based backward) CXX_LAUNCH_S; t_parse the Python argument
+parsing that a backward call, made from C++ by the autograd engine, does without (PYTHON_ARG_PARSE_S); n the op's
+forward calls, each of which records an autograd node that backward runs, d_node what such a node costs beyond
+its two calls (``autograd_node`` less two ``dispatch_mul``); v the op's zero-kernel view calls
+(cost.host.eager_views) at host_view_s, their nodes included; c the profile's ``host_context_factor``, the
+measured host time of a whole eager layer over the sum of its calls' hot-loop figures (module calls, autocast's
 wrapper, the caching allocator and the Python between calls, which a hot loop of one call does not see).
 """
 
@@ -93,10 +94,10 @@ def call_kinds(
 
 
 def calls_s(kinds: tuple[str, ...], dispatch: dict[str, float], python: bool = True) -> float:
-    """Hot-loop host seconds of ``kinds``: Σ d_kind, less PYTHON_ARG_PARSE_S each for calls made from C++ (not
-    ``python``: the autograd engine's, in backward); a LAUNCH at CXX_LAUNCH_S."""
+    """Hot-loop host seconds of ``kinds``: Σ d_kind, less PYTHON_ARG_PARSE_S each (never below 0) for calls made
+    from C++ (not ``python``: the autograd engine's, in backward); a LAUNCH at CXX_LAUNCH_S."""
     parse = 0.0 if python else PYTHON_ARG_PARSE_S
-    return sum(CXX_LAUNCH_S if kind == LAUNCH else dispatch[kind] - parse for kind in kinds)
+    return sum(CXX_LAUNCH_S if k == LAUNCH else max(dispatch[k] - parse, 0.0) for k in kinds)
 
 
 def autograd_nodes(forward: tuple[str, ...], backward: tuple[str, ...]) -> int:
@@ -117,9 +118,9 @@ def kind_host_s(
 ) -> tuple[float, float]:
     """(forward, backward) host seconds of an eager ``op`` called outside a CUDA graph (module docstring):
     c · (Σ forward d_kind + ½ v·t_view), c · (Σ backward (d_kind − t_parse) + n·(d_node + t_parse) + ½ v·t_view),
-    divided by the host's relative speed (host_speed). ``counts``: its kernels (cost.host.op_kernels), ``views`` its zero-kernel calls
-    (cost.host.eager_views), ``composite``: a composite module's pieces, ``zero_fill``: kernels a norm backward
-    launches to zero its gradients (cost.host.LAYERNORM_ZERO_FILL)."""
+    divided by the host's relative speed (host_speed). ``counts``: its kernels (cost.host.op_kernels),
+    ``views`` its zero-kernel calls (cost.host.eager_views), ``composite``: a composite module's pieces,
+    ``zero_fill``: kernels a norm backward launches to zero its gradients (cost.host.LAYERNORM_ZERO_FILL)."""
     dispatch = eff.host_dispatch_s
     forward, backward = call_kinds(op, counts, composite, zero_fill)
     nodes = autograd_nodes(forward, backward)
