@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.unit.test_host import MLP_LAYER  # the ops of the residual MLP stack's layer
 
 from paraplan import api
 from paraplan.catalog import load_framework, load_model, load_system
@@ -124,16 +125,6 @@ def _tiny_layer_ops(layers=2):
         update={"hidden": 256, "heads": 4, "kv_heads": 4, "ffn_hidden": 1024, "layers": layers}
     )
     return decoder_layer_1d(model, LayerShape(1, 1, 4, 256, False, "flash", "bf16")).ops
-
-
-# the ops of a tiny GPT layer that the residual MLP stack (LayerNorm, Linear, GeLU, Linear, residual add) runs
-MLP_LAYER = (
-    "post_attention_norm",
-    "mlp_in_projection",
-    "mlp_activation",
-    "mlp_out_projection",
-    "mlp_residual",
-)
 
 
 def _layer_host_s(eff, names=None) -> tuple[float, float]:
