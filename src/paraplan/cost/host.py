@@ -18,6 +18,7 @@ forward and three backward (FlashAttention-2, csrc/flash_attn/src/flash_bwd_laun
 pre-processing, the main loop, the dQ conversion); a fused element-wise op one kernel each way, an eager one the
 ATen kernels its PyTorch module runs (``EAGER_KERNELS``) with autocast's activation casts (cost.autocast). An eager
 op's zero-kernel aten calls (views, transposes, splits: ``eager_views``) cost the host too, ``host_view_s`` each.
+An eager profile that states ``host_dispatch_s`` prices these counts call by call, by kind (cost.host_kinds).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 from paraplan.cost.autocast import activation_casts
 from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
+from paraplan.cost.host_kinds import CXX_LAUNCH_S, kind_host_s
 from paraplan.cost.moe_host import graph_launches, post_sync_sequence, reissue_idle_s, sync_drain_s
 from paraplan.graph.eager_modules import autocast_runs, composite_kernels
 from paraplan.graph.ops import Op
@@ -251,13 +253,6 @@ def kernel_issue_s(eff: EfficiencySpec, in_graph: bool) -> float:
     return (eff.graph_kernel_s if in_graph else eff.host_launch_s) / eff.host_speed
 
 
-# Host seconds of one kernel launched from C++ (no Python, no dispatcher): back-to-back launches of a 2.9 us kernel
-# ran at 3.8 us per kernel (NVIDIA, "Getting Started with CUDA Graphs", A. Gray, 2019), an upper bound of the
-# launch itself. Transformer Engine's grouped GEMM issues its per-expert cuBLAS GEMMs this way, from one Python
-# call (general_grouped_gemm, transformer_engine/pytorch/cpp_extensions/gemm.py).
-CXX_LAUNCH_S = 3.8e-6
-
-
 def wide_roles(eff: EfficiencySpec) -> frozenset[str]:
     """The eager roles that run wider than the activations under AMP autocast (``autocast_casts``): those the
     profile's eager_kernels runs in fp32 (cost.autocast)."""
@@ -280,20 +275,43 @@ def op_host_s(
     context: tuple[tuple[dict, dict], frozenset[str]] | None = None,
     dtype: str = "bf16",
 ) -> tuple[float, float]:
-    """(forward, backward) host issue seconds of one op: op_kernels × kernel_issue_s, plus, in an eager stack,
-    its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly between forward (the call and
-    its node) and backward (the node run); a grouped GEMM is one dispatch and its other per-expert GEMMs C++
-    launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile prices no host (host_launch_s 0).
+    """(forward, backward) host issue seconds of one op: in an eager stack whose profile states host_dispatch_s,
+    outside a CUDA graph, its calls by kind (cost.host_kinds.kind_host_s); else op_kernels × kernel_issue_s,
+    plus, in an eager stack, its zero-kernel calls (eager_views) × host_view_s / host_speed, split evenly
+    between forward (the call and its node) and backward (the node run); a grouped GEMM is one dispatch and
+    its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile
+    prices no host (host_launch_s 0).
     ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
-    per_kernel = kernel_issue_s(eff, graphed(op, eff.cuda_graph_scope, dropless))
+    in_graph = graphed(op, eff.cuda_graph_scope, dropless)
+    per_kernel = kernel_issue_s(eff, in_graph)
     fwd, bwd = _op_counts(op, eff, bias, context, dtype)
+    if eff.host_eager and eff.host_dispatch_s and not in_graph and op.kind != "grouped_gemm":
+        composite = _composite(op, eff, context, dtype)
+        zero_fill = LAYERNORM_ZERO_FILL if op.kernel and op.kernel[0] == "layernorm" else 0
+        return kind_host_s(op, eff, (fwd, bwd), eager_views(op, True), composite, zero_fill)
     if op.kind == "grouped_gemm" and fwd > 0:
         launch = min(per_kernel, CXX_LAUNCH_S / eff.host_speed)
         return per_kernel + (fwd - 1) * launch, per_kernel + (bwd - 1) * launch
     views = 0.5 * eager_views(op, eff.host_eager) * eff.host_view_s / eff.host_speed
     return fwd * per_kernel + views, bwd * per_kernel + views
+
+
+def _composite(
+    op: Op,
+    eff: EfficiencySpec,
+    context: tuple[tuple[dict, dict], frozenset[str]] | None,
+    dtype: str,
+) -> bool:
+    """Whether the stack runs ``op``'s module as a composite of eager calls (graph.eager_modules.composite_kernels
+    under the profile's module_impl), as op_kernels counts it."""
+    if op.kind != "memory" or op.kernel is None:
+        return False
+    impl = (eager_context(eff) if context is None else context)[0]
+    act = ACTIVATION_BYTES[dtype]
+    runs = autocast_runs(eff.autocast_casts, act)
+    return composite_kernels(op.kernel[0], *impl, runs, act) is not None
 
 
 def _op_counts(

@@ -7,7 +7,7 @@ place, so that ``docs/model.md`` can list where each comes from.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -75,6 +75,8 @@ BytesPerS = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
 Seconds = Annotated[float, _quantity("time"), Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Share = Annotated[float, Field(ge=0, le=1)]  # a share that may be 0 (an overlap cost)
+# The kinds of eager call the host model prices apart (cost.host_kinds), and an autograd node's own cost.
+HostKind = Literal["linear", "layer_norm", "sdpa", "activation", "elementwise", "autograd_node"]
 
 
 # The roles of memory-bound ops an eager stack runs as measured kernels (cost.eager_kernels), and the
@@ -183,6 +185,23 @@ class HostFields(InputModel):
     cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
         "none", description="what the stack captures in CUDA graphs (cost.host.graphed)"
     )
+    host_dispatch_s: dict[HostKind, Seconds] = Field(
+        default_factory=dict,
+        description="an eager stack's host seconds per call by kind and per autograd node beyond its calls, "
+        "pricing its ops call by call in place of host_launch_s per kernel (cost.host_kinds); empty: per kernel",
+    )
+    host_context_factor: Annotated[float, Field(ge=1)] = Field(
+        1.0,
+        description="a measured eager layer's host time over its calls' host_dispatch_s (cost.host_kinds)",
+    )
+
+    @field_validator("host_dispatch_s")
+    @classmethod
+    def _every_kind(cls, value):
+        missing = [kind for kind in get_args(HostKind) if value and kind not in value]
+        if missing:
+            raise ValueError(f"needs every kind or none; missing {', '.join(missing)}")
+        return value
 
 
 class EfficiencySpec(HostFields, EagerFields):
