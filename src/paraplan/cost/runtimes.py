@@ -249,6 +249,23 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     return RuntimeCosts(**fields)
 
 
+def tp_layout_copy_bytes(collective_bytes: float) -> float:
+    """HBM bytes of the layout copy around one sequence-parallel collective of DTensor TP: 2·S, S the bytes of the
+    whole (gathered) tensor the collective produces or reduces: read once, written once.
+
+    DTensor's ``Shard(1)`` ↔ ``Replicate`` / ``Partial`` redistributes (torchtitan's SequenceParallel norms,
+    PrepareModuleInput and RowwiseParallel(output_layouts=Shard(1)); torch/distributed/tensor/placement_types.py
+    ``Shard._to_replicate_tensor`` / ``_reduce_shard_tensor``) call the functional collectives with gather or
+    scatter dim 1, and ``all_gather_tensor`` gathers along dim 0 into a new buffer, then
+    ``torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)``, while ``reduce_scatter_tensor`` first
+    runs ``torch.cat(torch.chunk(self, group_size, dim=scatter_dim))`` to put the scatter dim in front
+    (pytorch/pytorch torch/distributed/_functional_collectives.py): one copy of the whole tensor on the compute
+    stream, after the all-gather's wait or before the reduce-scatter, in series with it. AsyncTP's fused
+    all-gather-matmul and matmul-reduce-scatter (torch/distributed/_symmetric_memory ``_fused_all_gather_matmul_impl``:
+    "if A_shard.movedim(gather_dim, 0) is contiguous, no extra copy") write the shards in place instead."""
+    return 2.0 * collective_bytes
+
+
 def runtime_copy_s(elements, bytes_per_element, hbm_rate):
     """Seconds of a runtime copy or cast over ``elements`` elements moving ``bytes_per_element`` HBM bytes each,
     at the achieved element-wise HBM rate: E·b / (B_HBM·η_HBM) (a memory-bound kernel; floats or arrays)."""

@@ -133,16 +133,11 @@ def gelu_new(i: int, a: int) -> Composite:
     return Composite(forward, backward, 12.0 + i)
 
 
-def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
-    """LlamaRMSNorm (module docstring) on an input of ``i`` bytes per element with an fp32 weight. Forward:
-    [to fp32, i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [to the input dtype, 4 + i]; weight·y
-    (i + 4, fp32 out): 28 B at i = 4 (6 kernels), 38 B at i = 2 (8). Backward: grad·weight 8 [to y's dtype,
-    4 + i]; weight's gradient Σ_rows grad·y, mul (8 + i) and sum 4; [the downcast's backward, i + 4]; dy·r 8;
-    Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward, the expanded
-    gradient over the count, 4; pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward,
-    4 + i]: 92 B at i = 4 (14 kernels), 108 B at i = 2 (17). Saved: the fp32 x (4) and y (i): 4 + i."""
+def _rms_normalise(i: int) -> tuple[Kernel, ...]:
+    """The normalisation both RMSNorm composites run on an input of ``i`` bytes, before the weight: [to fp32,
+    i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [back to the input dtype, 4 + i]."""
     up = i < FP32
-    forward = (
+    return (
         *_casts(up, i + FP32),
         Kernel("pow", 8),
         Kernel("mean", 4),
@@ -150,12 +145,15 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
         Kernel("rsqrt", 0),
         Kernel("mul", 8),
         *_casts(up, FP32 + i),
-        Kernel("mul", i + FP32),
     )
-    backward = (
-        Kernel("mul", 8),
-        *_casts(up, FP32 + i),
-        *_broadcast_grad(8 + i),
+
+
+def _rms_normalise_backward(i: int) -> tuple[Kernel, ...]:
+    """``_rms_normalise``'s backward from the downcast's gradient on: [its backward, i + 4]; dy·r 8; Σ_h dy·x,
+    mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward 4; pow_backward 8 + 8 + 12; x's
+    two gradients summed 12; [the upcast's backward, 4 + i]."""
+    up = i < FP32
+    return (
         *_casts(up, i + FP32),
         Kernel("mul", 8),
         *_broadcast_grad(12),
@@ -164,6 +162,23 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
         *POW_BACKWARD,
         Kernel("add", 12),
         *_casts(up, FP32 + i),
+    )
+
+
+def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
+    """LlamaRMSNorm (module docstring) on an input of ``i`` bytes per element with an fp32 weight. Forward:
+    [to fp32, i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [to the input dtype, 4 + i]; weight·y
+    (i + 4, fp32 out): 28 B at i = 4 (6 kernels), 38 B at i = 2 (8). Backward: grad·weight 8 [to y's dtype,
+    4 + i]; weight's gradient Σ_rows grad·y, mul (8 + i) and sum 4; [the downcast's backward, i + 4]; dy·r 8;
+    Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward, the expanded
+    gradient over the count, 4; pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward,
+    4 + i]: 92 B at i = 4 (14 kernels), 108 B at i = 2 (17). Saved: the fp32 x (4) and y (i): 4 + i."""
+    forward = (*_rms_normalise(i), Kernel("mul", i + FP32))
+    backward = (
+        Kernel("mul", 8),
+        *_casts(i < FP32, FP32 + i),
+        *_broadcast_grad(8 + i),
+        *_rms_normalise_backward(i),
     )
     return Composite(forward, backward, FP32 + i, tensors)
 
@@ -214,29 +229,12 @@ def rmsnorm_native(i: int) -> Composite:
     i + 4]; dy·r 8; Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward 4;
     pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward, 4 + i]: 92 B at i = 2
     (16 kernels). Saved: the fp32 x (4) and the output (i): 4 + i."""
-    up = i < FP32
-    forward = (
-        *_casts(up, i + FP32),
-        Kernel("pow", 8),
-        Kernel("mean", 4),
-        Kernel("add", 0),
-        Kernel("rsqrt", 0),
-        Kernel("mul", 8),
-        *_casts(up, FP32 + i),
-        Kernel("mul", 2 * i),
-    )
+    forward = (*_rms_normalise(i), Kernel("mul", 2 * i))
     backward = (
         Kernel("mul", 2 * i),
         Kernel("mul", 3 * i),
         Kernel("sum", i),
-        *_casts(up, i + FP32),
-        Kernel("mul", 8),
-        *_broadcast_grad(12),
-        *RSQRT_BACKWARD,
-        Kernel("div", 4),
-        *POW_BACKWARD,
-        Kernel("add", 12),
-        *_casts(up, FP32 + i),
+        *_rms_normalise_backward(i),
     )
     return Composite(forward, backward, FP32 + i)
 
