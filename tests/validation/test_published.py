@@ -279,8 +279,7 @@ def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
     """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today torchtitan-llama3 is at
     MAPE 7.48 %, worst -20.4 % (8B at 262,144 tokens), 18 of 23 too fast (9.25 % before torchtitan's eager
     RMSNorm and rotary composites, DTensor's TP layout copies and float8 all-gathers and its AdamW steps were
-    priced; 19 too
-    fast before hidden collectives were priced by the SMs and HBM their NCCL kernels hold,
+    priced; 19 too fast before hidden collectives were priced by the SMs and HBM their NCCL kernels hold,
     cost.comm_contention; docs/validation.md, section torchtitan-llama3). This pins today's state so that a
     change to it is seen; it is not a tolerance we promise."""
     errors = _set_errors(report, stem)
