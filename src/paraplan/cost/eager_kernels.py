@@ -46,6 +46,7 @@ from paraplan.graph.eager_modules import (
     autocast_runs,
     composite_run,
     composite_widths,
+    runs_native,
 )
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -120,7 +121,11 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
         return None
     act = ACTIVATION_BYTES[dtype]
     widths = composite_widths(
-        family, eff.eager_kernels, act, autocast_runs(eff.autocast_casts, act)
+        family,
+        eff.eager_kernels,
+        act,
+        autocast_runs(eff.autocast_casts, act),
+        runs_native(family, eff.module_impl),
     )
     found = composite_run(family, eff.module_impl, *widths)
     if found is None:

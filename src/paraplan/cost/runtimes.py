@@ -249,6 +249,62 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     return RuntimeCosts(**fields)
 
 
+def tp_layout_copy_bytes(collective_bytes: float) -> float:
+    """HBM bytes of the layout copy around one sequence-parallel collective of DTensor TP: 2·S, S the bytes of the
+    whole (gathered) tensor the collective produces or reduces: read once, written once.
+
+    DTensor's ``Shard(1)`` ↔ ``Replicate`` / ``Partial`` redistributes (torchtitan's SequenceParallel norms,
+    PrepareModuleInput and RowwiseParallel(output_layouts=Shard(1)); torch/distributed/tensor/placement_types.py
+    ``Shard._to_replicate_tensor`` / ``_reduce_shard_tensor``) call the functional collectives with gather or
+    scatter dim 1, and ``all_gather_tensor`` gathers along dim 0 into a new buffer, then
+    ``torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)``, while ``reduce_scatter_tensor`` first
+    runs ``torch.cat(torch.chunk(self, group_size, dim=scatter_dim))`` to put the scatter dim in front
+    (pytorch/pytorch torch/distributed/_functional_collectives.py): one copy of the whole tensor on the compute
+    stream, after the all-gather's wait or before the reduce-scatter, in series with it. AsyncTP's fused
+    all-gather-matmul and matmul-reduce-scatter (torch/distributed/_symmetric_memory ``_fused_all_gather_matmul_impl``:
+    "if A_shard.movedim(gather_dim, 0) is contiguous, no extra copy") write the shards in place instead."""
+    return 2.0 * collective_bytes
+
+
+# bytes per fp32 element of the foreach kernels below: an in-place unary pass reads and writes 4 + 4, a
+# binary one reads 4 + 4 and writes 4, a ternary one reads 12 and writes 4
+_UNARY, _BINARY, _TERNARY = 8.0, 12.0, 16.0
+
+
+def clip_grad_norm_bytes() -> float:
+    """HBM bytes per fp32 gradient of torch's foreach gradient clipping: 4 + 8 = 12.
+
+    torchtitan clips every step (training.max_norm 1.0; train.py calls its clip_grad_norm_ with foreach=True,
+    torchtitan/utils.py at 9dec370, distributed/utils.py at 820504e): ``torch.nn.utils.get_total_norm``'s
+    ``_foreach_norm`` reads each gradient (4), then ``clip_grads_with_norm_`` scales it in place by the clamped
+    coefficient, ``_foreach_mul_`` (read 4, write 4)."""
+    return 4.0 + _UNARY
+
+
+def fused_adamw_clip_bytes() -> float:
+    """HBM bytes per fp32 parameter of a step of ``torch.optim.AdamW(fused=True)`` after foreach clipping:
+    16 + 12 + 12 = 40. The fused kernel reads parameter, gradient, exp_avg and exp_avg_sq and writes parameter,
+    exp_avg and exp_avg_sq (aten/src/ATen/native/cuda/fused_adamw_impl.cu); ``clip_grad_norm_bytes``.
+    torchtitan's optimizer.implementation default 'fused' (torchtitan/config_manager.py at 820504e)."""
+    return 16.0 + 12.0 + clip_grad_norm_bytes()
+
+
+def foreach_adamw_clip_bytes() -> float:
+    """HBM bytes per fp32 parameter of a step of ``torch.optim.AdamW(foreach=True)`` after foreach clipping:
+    8 + 12 + 8 + 16 + 8 + 8 + 8 + 16 + 12 = 96.
+
+    ``_multi_tensor_adamw`` (torch/optim/adamw.py, PyTorch 2.x, not capturable) runs one foreach kernel per
+    line: the decoupled weight decay ``_foreach_mul_(params)`` (unary, 8); ``_foreach_lerp_(exp_avgs, grads)``
+    (binary, 12); ``_foreach_mul_(exp_avg_sqs, beta2)`` (8); ``_foreach_addcmul_(exp_avg_sqs, grads, grads)``
+    (ternary, 16); ``exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)`` (read 4, write 4: 8);
+    ``_foreach_div_`` and ``_foreach_add_(eps)`` on it (8 each); ``_foreach_addcdiv_(params, exp_avgs,
+    exp_avg_sq_sqrt)`` (ternary, 16); then ``clip_grad_norm_bytes``. torchtitan at 9dec370 builds
+    AdamW with ``foreach = not optimizer.fused`` and --optimizer.fused defaults to false
+    (torchtitan/optimizer.py, config_manager.py)."""
+    adam = _UNARY + _BINARY + _UNARY + _TERNARY + 3 * _UNARY + _TERNARY
+    return adam + clip_grad_norm_bytes()
+
+
 def runtime_copy_s(elements, bytes_per_element, hbm_rate):
     """Seconds of a runtime copy or cast over ``elements`` elements moving ``bytes_per_element`` HBM bytes each,
     at the achieved element-wise HBM rate: E·b / (B_HBM·η_HBM) (a memory-bound kernel; floats or arrays)."""

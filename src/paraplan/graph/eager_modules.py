@@ -133,16 +133,11 @@ def gelu_new(i: int, a: int) -> Composite:
     return Composite(forward, backward, 12.0 + i)
 
 
-def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
-    """LlamaRMSNorm (module docstring) on an input of ``i`` bytes per element with an fp32 weight. Forward:
-    [to fp32, i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [to the input dtype, 4 + i]; weight·y
-    (i + 4, fp32 out): 28 B at i = 4 (6 kernels), 38 B at i = 2 (8). Backward: grad·weight 8 [to y's dtype,
-    4 + i]; weight's gradient Σ_rows grad·y, mul (8 + i) and sum 4; [the downcast's backward, i + 4]; dy·r 8;
-    Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward, the expanded
-    gradient over the count, 4; pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward,
-    4 + i]: 92 B at i = 4 (14 kernels), 108 B at i = 2 (17). Saved: the fp32 x (4) and y (i): 4 + i."""
+def _rms_normalise(i: int) -> tuple[Kernel, ...]:
+    """The normalisation both RMSNorm composites run on an input of ``i`` bytes, before the weight: [to fp32,
+    i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [back to the input dtype, 4 + i]."""
     up = i < FP32
-    forward = (
+    return (
         *_casts(up, i + FP32),
         Kernel("pow", 8),
         Kernel("mean", 4),
@@ -150,12 +145,15 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
         Kernel("rsqrt", 0),
         Kernel("mul", 8),
         *_casts(up, FP32 + i),
-        Kernel("mul", i + FP32),
     )
-    backward = (
-        Kernel("mul", 8),
-        *_casts(up, FP32 + i),
-        *_broadcast_grad(8 + i),
+
+
+def _rms_normalise_backward(i: int) -> tuple[Kernel, ...]:
+    """``_rms_normalise``'s backward from the downcast's gradient on: [its backward, i + 4]; dy·r 8; Σ_h dy·x,
+    mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward 4; pow_backward 8 + 8 + 12; x's
+    two gradients summed 12; [the upcast's backward, 4 + i]."""
+    up = i < FP32
+    return (
         *_casts(up, i + FP32),
         Kernel("mul", 8),
         *_broadcast_grad(12),
@@ -164,6 +162,23 @@ def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
         *POW_BACKWARD,
         Kernel("add", 12),
         *_casts(up, FP32 + i),
+    )
+
+
+def rmsnorm_upcast(i: int, tensors: int = 1) -> Composite:
+    """LlamaRMSNorm (module docstring) on an input of ``i`` bytes per element with an fp32 weight. Forward:
+    [to fp32, i + 4]; pow 8; mean 4; + eps and rsqrt per row; x·r 8; [to the input dtype, 4 + i]; weight·y
+    (i + 4, fp32 out): 28 B at i = 4 (6 kernels), 38 B at i = 2 (8). Backward: grad·weight 8 [to y's dtype,
+    4 + i]; weight's gradient Σ_rows grad·y, mul (8 + i) and sum 4; [the downcast's backward, i + 4]; dy·r 8;
+    Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward, the expanded
+    gradient over the count, 4; pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward,
+    4 + i]: 92 B at i = 4 (14 kernels), 108 B at i = 2 (17). Saved: the fp32 x (4) and y (i): 4 + i."""
+    forward = (*_rms_normalise(i), Kernel("mul", i + FP32))
+    backward = (
+        Kernel("mul", 8),
+        *_casts(i < FP32, FP32 + i),
+        *_broadcast_grad(8 + i),
+        *_rms_normalise_backward(i),
     )
     return Composite(forward, backward, FP32 + i, tensors)
 
@@ -202,6 +217,47 @@ def rotate_half(i: int, a: int) -> Composite:
         Kernel("add", 3 * i),
     )
     return Composite(forward, backward, 0.0, 2)
+
+
+def rmsnorm_native(i: int) -> Composite:
+    """torchtitan's RMSNorm (torchtitan/models/norms.py ``RMSNorm`` at 9dec370: ``self._norm(x.float()).type_as(x)
+    * self.weight``, ``_norm`` = ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``) on an input and a
+    weight of the same ``i`` bytes per element: FSDP2's MixedPrecisionPolicy(param_dtype=bfloat16) runs the
+    block on bf16 parameters and activations, no autocast. Forward: [to fp32, i + 4]; pow 8; mean 4; + eps and
+    rsqrt per row; x·r 8; [type_as, 4 + i]; output·weight 2i (an i-byte result): 36 B at i = 2 (8 kernels).
+    Backward: grad·weight 2i; the weight's gradient Σ_rows grad·output, mul 3i and sum i; [type_as's backward,
+    i + 4]; dy·r 8; Σ_h dy·x, mul 12 and sum 4; rsqrt_backward's three per-row kernels; mean's backward 4;
+    pow_backward 8 + 8 + 12; x's two gradients summed 12; [the upcast's backward, 4 + i]: 92 B at i = 2
+    (16 kernels). Saved: the fp32 x (4) and the output (i): 4 + i."""
+    forward = (*_rms_normalise(i), Kernel("mul", 2 * i))
+    backward = (
+        Kernel("mul", 2 * i),
+        Kernel("mul", 3 * i),
+        Kernel("sum", i),
+        *_rms_normalise_backward(i),
+    )
+    return Composite(forward, backward, FP32 + i)
+
+
+def rotary_complex(i: int) -> Composite:
+    """torchtitan's apply_rotary_emb (torchtitan/models/llama/model.py at 9dec370) on q and k (``tensors`` 2) of
+    ``i`` bytes per element: ``torch.view_as_complex(xq.float().reshape(..., -1, 2))``, the complex64 product
+    with ``freqs_cis`` (per token and pair, broadcast over the heads, left out as cos and sin are in
+    ``rotate_half``), ``view_as_real(...).flatten(3)`` and ``.type_as(xq)``; the reshapes and views move nothing.
+    Forward: [to fp32, i + 4]; the complex product, read and write 4 B per element, 8; [type_as, 4 + i]:
+    20 B at i = 2 (3 kernels). Backward (derivatives.yaml: mul's gradient ``grad * other.conj()``, the
+    conjugate a lazy view of freqs_cis, which needs no gradient): [type_as's backward, i + 4]; grad·conj 8;
+    [the upcast's backward, 4 + i]: 20 B at i = 2 (3 kernels). Saved: nothing per element (the product keeps
+    freqs_cis)."""
+    up = i < FP32
+    forward = (*_casts(up, i + FP32), Kernel("mul", 8), *_casts(up, FP32 + i))
+    backward = (*_casts(up, i + FP32), Kernel("mul", 8), *_casts(up, FP32 + i))
+    return Composite(forward, backward, 0.0, 2)
+
+
+# The implementations whose module runs in the activations' own dtype, without autocast (torchtitan under
+# FSDP2's bf16 param_dtype): their composites are built at the run's activation bytes (``composite_widths``)
+NATIVE_DTYPE_IMPLS = frozenset({"torchtitan-rmsnorm", "torchtitan-complex"})
 
 
 # The op families (graph.ops.Op.kernel) a composite may stand for, the role that picks it, and the role whose
@@ -248,7 +304,17 @@ def _composite(family: str, impl: tuple[tuple[str, str], ...], i: int, a: int) -
         return gelu_new(i, a)
     if chosen == "transformers-rotate-half" and family in ("rotary", "rotary_normed"):
         return rotate_half(i, a)
+    if chosen == "torchtitan-rmsnorm" and family == "rmsnorm":
+        return rmsnorm_native(i)
+    if chosen == "torchtitan-complex" and family == "rotary":
+        return rotary_complex(i)
     return None
+
+
+def runs_native(family: str, impl: Mapping[str, str]) -> bool:
+    """Whether the implementation ``impl`` (a profile's module_impl) names for ``family``'s role runs in the
+    activations' own dtype (NATIVE_DTYPE_IMPLS)."""
+    return family in FAMILY_ROLE and impl.get(FAMILY_ROLE[family][0], "fused") in NATIVE_DTYPE_IMPLS
 
 
 def input_bytes(family: str, precisions: Mapping[str, str], a: int) -> int:
@@ -287,12 +353,19 @@ def autocast_runs(autocast_casts: bool, act_bytes: int) -> bool:
 
 
 def composite_widths(
-    family: str, precisions: Mapping[str, str], act_bytes: int, autocast: bool
+    family: str,
+    precisions: Mapping[str, str],
+    act_bytes: int,
+    autocast: bool,
+    native: bool = False,
 ) -> tuple[int, int]:
     """(input bytes i, GEMM operand bytes a) a composite of ``family`` is built at, ``autocast`` being
-    ``autocast_runs``: under autocast, i by ``input_bytes`` (the role's precision in the profile's eager_kernels)
-    and a the activations'; otherwise the composite with no autocast cast, i = a = 4 (an fp32 run exactly; a
-    pure-bf16 run without autocast is priced as that composite, its element bytes an upper bound)."""
+    ``autocast_runs``: an implementation that runs in the activations' own dtype (``native``: ``runs_native``)
+    at i = a = the activations' bytes; under autocast, i by ``input_bytes`` (the role's precision in the
+    profile's eager_kernels) and a the activations'; otherwise the composite with no autocast cast, i = a = 4
+    (an fp32 run exactly; a pure-bf16 run without autocast is priced as that composite)."""
+    if native:
+        return act_bytes, act_bytes
     if not autocast:
         return FP32, FP32
     return input_bytes(family, precisions, act_bytes), act_bytes
@@ -310,7 +383,8 @@ def composite_kernels(
     ``autocast``: ``autocast_runs`` of the run."""
     if family not in FAMILY_ROLE:
         return None
-    run = composite_run(family, impl, *composite_widths(family, precisions, act_bytes, autocast))
+    widths = composite_widths(family, precisions, act_bytes, autocast, runs_native(family, impl))
+    run = composite_run(family, impl, *widths)
     if run is None:
         return None
     return len(run[1]) * run[0].tensors, len(run[2]) * run[0].tensors

@@ -16,6 +16,7 @@ from functools import lru_cache
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
+from paraplan.graph.tp_collectives import tp_collectives as _tp_collectives
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -55,6 +56,9 @@ class LayerShape(NamedTuple):
     # whose K/V ring runs the attention under context parallelism (specs.runtime.RuntimeCosts.cp_ring):
     # "transformer-engine" or "torch-sdpa" (graph.cp_ring)
     cp_ring: str = "transformer-engine"
+    # fp8 runs all-gather the SP GEMM inputs and the row-parallel output gradients in fp8
+    # (specs.runtime.RuntimeCosts.tp_fp8_all_gather: torchao's float8 tensor parallelism)
+    tp_fp8_gather: bool = False
 
     @property
     def ulysses(self) -> bool:
@@ -125,6 +129,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.cp_algorithm,
         shape.module_impl,
         shape.cp_ring,
+        shape.tp_fp8_gather,
     )
 
 
@@ -263,35 +268,6 @@ def lm_head_weight_params(model: ModelSpec, tp: int, shares_stage_with_embedding
         else model.vocab * model.hidden / tp
     )
     return table + norm
-
-
-def _tp_collectives(tokens: int, width: int, ab: int, shape: LayerShape) -> list[Collective]:
-    """TP collectives of one layer: two column-parallel (QKV, MLP-in) and two row-parallel
-    (attention projection, MLP-out) linears (Shoeybi et al. 2019, Fig. 4, operators f and g).
-
-    Without SP: forward all-reduces the two row-parallel outputs; backward all-reduces the two
-    column-parallel input gradients, asynchronously beside the wgrad GEMM (Megatron-LM's async
-    tensor-parallel all-reduce). With SP (Korthikanti et al. 2022, §4.2.2): forward all-gathers
-    the two column-parallel inputs and reduce-scatters the two row-parallel outputs; backward
-    all-gathers the two row-parallel output gradients, re-gathers the two column-parallel inputs
-    for wgrad (SP stores them sharded; overlapped with dgrad) and reduce-scatters the two input
-    gradients (overlapped with wgrad)."""
-    if shape.tp == 1:
-        return []
-    size = float(ab * tokens * width)
-    if shape.sequence_parallel:
-        return [
-            Collective("tp_all_gather", "tp", "all_gather", size, 2, 2),
-            Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 2, 0),
-            Collective("tp_input_regather", "tp", "all_gather", size, 0, 2, overlaps_with="dgrad"),
-            Collective(
-                "tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 2, overlaps_with="wgrad"
-            ),
-        ]
-    return [
-        Collective("tp_all_reduce", "tp", "all_reduce", size, 2, 0),
-        Collective("tp_grad_all_reduce", "tp", "all_reduce", size, 0, 2, overlaps_with="wgrad"),
-    ]
 
 
 def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:

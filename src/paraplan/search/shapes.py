@@ -11,7 +11,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
 from paraplan.specs.tp_layout import panel_count
-from paraplan.step.constants import cp_ring_of, module_impl_of
+from paraplan.step.constants import cp_ring_of, module_impl_of, tp_fp8_gather_of
 
 
 def expert_shape_of(problem: SearchProblem, choice: ExpertOption) -> ExpertShape:
@@ -68,6 +68,7 @@ def layer_shape_of(
         cp_algorithm=problem.cp_algorithm,
         module_impl=module_impl_of(problem.system),
         cp_ring=cp_ring_of(problem.system),
+        tp_fp8_gather=tp_fp8_gather_of(problem.system),
     )
 
 

@@ -36,6 +36,19 @@ class StackRuntimeFields(InputModel):
         "wgrad); False: each waits where its result is first used (PyTorch DTensor TP), all exposed unless the "
         "TP comm-GEMM overlap is on (step.block_sums.block_comm)",
     )
+    tp_layout_copies: bool = Field(
+        False,
+        description="each sequence-parallel all-gather and reduce-scatter runs through PyTorch's functional "
+        "collectives on the sequence dimension (DTensor Shard(1)), which copy the whole tensor into or out of the "
+        "dim-0 layout the NCCL call needs (torch.cat of its chunks) on the compute stream "
+        "(cost.runtimes.tp_layout_copy_bytes)",
+    )
+    tp_fp8_all_gather: bool = Field(
+        False,
+        description="fp8 runs all-gather the sequence-parallel GEMM inputs and the row-parallel output gradients "
+        "in fp8, 1 B per element (torchao Float8ColwiseParallel / Float8RowwiseParallel / "
+        "PrepareFloat8ModuleInput under tensorwise scaling); the reduce-scatters stay in bf16",
+    )
     optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
         "fp32_master",
         description="mixed precision's optimizer state: an fp32 master copy with fp32 Adam moments (12 B per "

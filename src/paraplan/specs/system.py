@@ -87,9 +87,9 @@ EagerPrecision = Literal["bf16", "fp32"]
 # composite of eager element-wise kernels as the named model code writes it).
 ModuleRole = Literal["norm", "activation", "rotary", "loss"]
 MODULE_IMPLS: dict[str, tuple[str, ...]] = {
-    "norm": ("fused", "transformers-rmsnorm"),
+    "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
     "activation": ("fused", "transformers-act2fn"),
-    "rotary": ("fused", "transformers-rotate-half"),
+    "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
     "loss": ("fused", "fp32-logits"),
 }
 

@@ -11,6 +11,7 @@ from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.host import HostSums, host_sums
 from paraplan.cost.overlap import userbuffers_contention_s
+from paraplan.cost.runtimes import runtime_copy_s, tp_layout_copy_bytes
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
 from paraplan.graph.cp_ring_torch import TORCH_RING_COLLECTIVE
@@ -137,6 +138,13 @@ class BlockComm(NamedTuple):
     # 1 when the K/V ring's chunks arrive by one all-gather: the graph emitted torch's ring
     # (graph.cp_ring_torch.TORCH_RING_COLLECTIVE)
     cp_gathered: float = 0.0
+    # the layout copies of a DTensor stack's sequence-parallel collectives (tp_layout_copies_s): forward; backward
+    # beside the all-gathers of output gradients; of the SP input re-gathers; of the input-gradient
+    # reduce-scatters, which AsyncTP leaves unfused (step.block_terms.tp_layout_copies_s adds them)
+    tp_copy_forward: float = 0.0
+    tp_copy_backward: float = 0.0
+    tp_copy_regather: float = 0.0
+    tp_copy_unfused: float = 0.0
 
 
 @lru_cache(maxsize=65536)
@@ -158,6 +166,7 @@ def block_comm(
     spans = {"tp": tp_span, "cp": cp_span}
     hides = tp_backward_hides(system, async_tp)
     dtensor = dtensor_tp(system)
+    copies = system.accelerator.efficiency.runtime.tp_layout_copies
     s = dict.fromkeys(BlockComm._fields, 0.0)
     moe = shape is not None and model is not None
     if moe:
@@ -205,6 +214,10 @@ def block_comm(
             continue
         s["tp_forward"] += fwd * time
         s["tp_forward_price"] += fwd * price
+        if copies and c.kind in _LAYOUT_COPY_KINDS and tp_span.size > 1:
+            copy = tp_layout_copy_s(c.bytes, system)
+            s["tp_copy_forward"] += fwd * copy
+            s[_COPY_BACKWARD_FIELD.get(c.overlaps_with, "tp_copy_backward")] += bwd * copy
         s[_tp_backward_field(c.overlaps_with, hides, dtensor)] += bwd * time
         if dtensor and c.overlaps_with == "wgrad":  # the input-gradient reduce-scatter
             s["tp_unfused_backward"] += bwd * time
@@ -235,6 +248,23 @@ def expert_comm_terms(
 
 # where a backward TP collective's seconds go, by what hides it (Collective.overlaps_with)
 _TP_BACKWARD_FIELD = {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
+
+
+# the TP collectives that change a tensor's layout along the sequence dimension (a DTensor stack's funcol calls
+# with gather / scatter dim 1; an all-reduce has no dim) and where a backward call's copy goes, by what the
+# collective overlaps (Collective.overlaps_with: the SP input re-gather, the input-gradient reduce-scatter)
+_LAYOUT_COPY_KINDS = ("all_gather", "reduce_scatter")
+_COPY_BACKWARD_FIELD = {"dgrad": "tp_copy_regather", "wgrad": "tp_copy_unfused"}
+
+
+def tp_layout_copy_s(collective_bytes: float, system: SystemSpec) -> float:
+    """Seconds of one sequence-parallel collective's layout copy on a DTensor stack: 2·S at the plain HBM rate,
+    S its whole tensor's bytes (cost.runtimes.tp_layout_copy_bytes, runtime_copy_s: one cat kernel, no eager
+    traffic factor)."""
+    acc = system.accelerator
+    return runtime_copy_s(
+        1.0, tp_layout_copy_bytes(collective_bytes), acc.hbm_bandwidth * acc.efficiency.hbm
+    )
 
 
 def tp_backward_hides(system: SystemSpec, async_tp: bool = True) -> dict[str, str]:

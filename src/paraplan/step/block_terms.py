@@ -95,14 +95,18 @@ def block_terms(
     gathered_f, gathered_b = gathered_cp_exposure_s(comm, c)  # torch's ring (graph.cp_ring_torch)
     cp_f = where(comm.cp_gathered > 0, gathered_f, cp_f)
     cp_b = where(comm.cp_gathered > 0, gathered_b, cp_b)
-    tp_f = where(
-        overlap_tp_comm,
-        chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
-        + where(comm.tp_forward > 0, c.ub_forward, 0.0),
-        comm.tp_forward,
+    copy_f, copy_b = tp_layout_copies_s(comm, overlap_tp_comm, recompute_code)
+    tp_f = (
+        where(
+            overlap_tp_comm,
+            chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
+            + where(comm.tp_forward > 0, c.ub_forward, 0.0),
+            comm.tp_forward,
+        )
+        + copy_f
     )
     comm = comm._replace(tp_backward=comm.tp_backward + dtensor_regather_s(comm, recompute_code))
-    tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False)
+    tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False) + copy_b
     # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
     tp_deferred = deferred_wgrad_exposure_s(c, comm, overlap_tp_comm, tp_b) if deferred else 0.0
     tp_rc = where(full, tp_f, 0.0)  # full recompute re-runs the forward collectives, in backward
@@ -144,6 +148,22 @@ def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
             comm.cp_backward, backward + comm.cp_sync_backward, comm.cp_backward_price
         ),
     )
+
+
+def tp_layout_copies_s(comm, overlap_tp_comm: Num, recompute_code: Num) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the layout copies a DTensor stack runs around its sequence-parallel
+    collectives (step.block_sums.tp_layout_copy_s, cost.runtimes.tp_layout_copy_bytes; 0 on other stacks), on
+    the compute stream in series with them, so exposed whole. Vanilla TP: every forward copy, the backward
+    ones and, where per-op SAC re-runs the input all-gathers (recompute code 1, ``dtensor_regather_s``), theirs.
+    AsyncTP (``overlap_tp_comm``) fuses the all-gathers with their GEMMs and the forward reduce-scatters with
+    theirs, writing the shards in place: only the input-gradient reduce-scatters it leaves unfused
+    (``tp_copy_unfused``, as ``backward_tp_exposure_s``) keep their copies. Full recomputation re-runs the
+    forward copies with the forward collectives (block_terms' ``tp_rc``)."""
+    vanilla = where(overlap_tp_comm, 0.0, 1.0)
+    regather = where(recompute_code == 1, comm.tp_copy_regather, 0.0)
+    forward = vanilla * comm.tp_copy_forward
+    backward = vanilla * (comm.tp_copy_backward + regather) + comm.tp_copy_unfused
+    return forward, backward
 
 
 def dtensor_regather_s(comm, recompute_code: Num) -> Num:

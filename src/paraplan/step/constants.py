@@ -108,6 +108,13 @@ def cp_ring_of(system: SystemSpec) -> str:
     return system.accelerator.efficiency.runtime.cp_ring
 
 
+def tp_fp8_gather_of(system: SystemSpec) -> bool:
+    """LayerShape.tp_fp8_gather on ``system``: whether its stack all-gathers the SP inputs and gradients in fp8
+    (efficiency.runtime.tp_fp8_all_gather, set by a framework profile); the one rule every path's layer shapes
+    take it by."""
+    return system.accelerator.efficiency.runtime.tp_fp8_all_gather
+
+
 def module_impl_of(system: SystemSpec) -> tuple[tuple[str, str], ...]:
     """LayerShape.module_impl on ``system``: the modules its stack runs as composites of eager kernels
     (graph.eager_modules.impl_key of efficiency.module_impl, set by a framework profile); the one rule both

@@ -19,7 +19,7 @@ from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
-from paraplan.step.constants import cp_ring_of, module_impl_of
+from paraplan.step.constants import cp_ring_of, module_impl_of, tp_fp8_gather_of
 from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
@@ -73,6 +73,7 @@ def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
         cp_algorithm=plan.cp_algorithm,
         module_impl=module_impl_of(system),
         cp_ring=cp_ring_of(system),
+        tp_fp8_gather=tp_fp8_gather_of(system),
     )
 
 

@@ -49,7 +49,7 @@ from paraplan.specs.stage_plan import (
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
 from paraplan.step.build import system_terms
-from paraplan.step.constants import batch_sync_s, cp_ring_of, module_impl_of
+from paraplan.step.constants import batch_sync_s, cp_ring_of, module_impl_of, tp_fp8_gather_of
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -156,7 +156,11 @@ def stage_arrays(
         pool: pool_units(
             model,
             system,
-            shape._replace(module_impl=module_impl_of(system), cp_ring=cp_ring_of(system)),
+            shape._replace(
+                module_impl=module_impl_of(system),
+                cp_ring=cp_ring_of(system),
+                tp_fp8_gather=tp_fp8_gather_of(system),
+            ),
             recompute,
             setting.pp == 1,
             rules,

@@ -1,0 +1,60 @@
+"""The tensor-parallel collectives of a dense decoder (or encoder) layer's 1D layout, and the bytes per element
+its sequence-parallel all-gathers move (graph.transformer builds the layer's ops around them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from paraplan.graph.ops import Collective
+
+if TYPE_CHECKING:
+    from paraplan.graph.transformer import LayerShape
+
+
+def tp_gather_bytes(shape: LayerShape, ab: int) -> int:
+    """Bytes per element of a layer's sequence-parallel all-gathers (the GEMM inputs forward and again for
+    wgrad, the row-parallel output gradients backward): 1 in an fp8 run whose stack gathers in fp8
+    (``shape.tp_fp8_gather``), else the activations' ``ab``.
+
+    torchao's float8 tensor parallelism, which torchtitan applies with Float8Linear under tensorwise scaling
+    (torchtitan/parallelisms/parallelize_llama.py at 9dec370, models/llama3/parallelize_llama.py at 820504e:
+    ``Float8ColwiseParallel``, ``Float8RowwiseParallel``, ``PrepareFloat8ModuleInput``;
+    torchao/float8/float8_tensor_parallel.py, v0.8.0): ``PrepareFloat8ModuleInput`` and the colwise
+    ``_prepare_input_fn`` cast the input to float8 (e4m3) before the Shard(1) → Replicate redistribute, "so
+    that ... we perform fp8 allgather only once", and the rowwise ``_prepare_output_fn`` wraps its reduce-scatter's
+    output in ``NoopFwToFloat8BwDynamic``, which casts the gradient to float8 (e5m2) before that
+    redistribute's backward all-gather. The reduce-scatters (forward: the rowwise outputs; backward: the
+    input gradients of the colwise GEMMs) stay in the activations' dtype."""
+    return 1 if shape.tp_fp8_gather and shape.dtype == "fp8" else ab
+
+
+def tp_collectives(tokens: int, width: int, ab: int, shape: LayerShape) -> list[Collective]:
+    """TP collectives of one layer: two column-parallel (QKV, MLP-in) and two row-parallel
+    (attention projection, MLP-out) linears (Shoeybi et al. 2019, Fig. 4, operators f and g).
+
+    Without SP: forward all-reduces the two row-parallel outputs; backward all-reduces the two
+    column-parallel input gradients, asynchronously beside the wgrad GEMM (Megatron-LM's async
+    tensor-parallel all-reduce). With SP (Korthikanti et al. 2022, §4.2.2): forward all-gathers
+    the two column-parallel inputs and reduce-scatters the two row-parallel outputs; backward
+    all-gathers the two row-parallel output gradients, re-gathers the two column-parallel inputs
+    for wgrad (SP stores them sharded; overlapped with dgrad) and reduce-scatters the two input
+    gradients (overlapped with wgrad)."""
+    if shape.tp == 1:
+        return []
+    size = float(ab * tokens * width)
+    if shape.sequence_parallel:
+        gathered = float(tp_gather_bytes(shape, ab) * tokens * width)
+        return [
+            Collective("tp_all_gather", "tp", "all_gather", gathered, 2, 2),
+            Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 2, 0),
+            Collective(
+                "tp_input_regather", "tp", "all_gather", gathered, 0, 2, overlaps_with="dgrad"
+            ),
+            Collective(
+                "tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 2, overlaps_with="wgrad"
+            ),
+        ]
+    return [
+        Collective("tp_all_reduce", "tp", "all_reduce", size, 2, 0),
+        Collective("tp_grad_all_reduce", "tp", "all_reduce", size, 0, 2, overlaps_with="wgrad"),
+    ]
