@@ -85,10 +85,11 @@ def cpu_ms(call, batch: int = 100, rounds: int = 5) -> float:
 def cold_ms(model, system, plan, runs: int = 20) -> float:
     """Least CPU milliseconds of one estimate with every cost and op-graph cache cleared before it."""
     from paraplan.graph import transformer
+    from paraplan.step import estimate as step_estimate
 
     best = float("inf")
     for _ in range(runs):
-        for cache in COLD_CACHES:
+        for cache in (*COLD_CACHES, step_estimate._row, step_estimate._dims_spans):
             cache.cache_clear()
         for builder in (
             transformer.decoder_layer_1d,

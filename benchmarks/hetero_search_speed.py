@@ -1,8 +1,13 @@
 """Time the heterogeneous searches (issue 10): AMP-style search on mixed clusters and the Aceso-style
-per-stage search on one GPU type. Prints a Markdown table; run: python benchmarks/hetero_search_speed.py"""
+per-stage search on one GPU type. Prints Markdown tables; run: python benchmarks/hetero_search_speed.py
+[--budget-only]. The second table (issue 31): both searches on 1,024 GPUs with a time budget of
+BUDGET_S seconds (``--time-budget 5``), where a plan is found and where none fits, wall and CPU
+seconds of the search and whether its wall time stayed within the budget (plus BUDGET_SLACK_S, the
+one candidate or alleviation step in flight at the deadline)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from paraplan.catalog import load_model
@@ -35,7 +40,65 @@ CASES = [
 ]
 
 
+BUDGET_S = 5.0
+BUDGET_SLACK_S = 0.5
+# (search, model, pools (name, system, nodes), global batch, sequence length): 1,024 GPUs each
+BUDGET_CASES = [
+    ("--non-uniform", "gpt3-175b", [("a100", "dgx-a100-80gb", 128)], 1024, 2048),
+    ("--non-uniform", "megatron-1t", [("t4", "aws-g4dn.12xlarge", 256)], 1024, 2048),
+    (
+        "--cluster",
+        "gpt3-175b",
+        [("a100", "dgx-a100-80gb", 64), ("h100", "dgx-h100-80gb", 64)],
+        1024,
+        2048,
+    ),
+    (
+        "--cluster",
+        "megatron-1t",
+        [("t4", "aws-g4dn.12xlarge", 128), ("v100", "aws-p3.8xlarge", 128)],
+        1024,
+        2048,
+    ),
+]
+
+
+def budget_table() -> None:
+    """Issue 31: the searches on 1,024 GPUs stop within ``--time-budget``, found or not."""
+    print(
+        f"| search | model / cluster | GPUs | wall s | CPU s | within {BUDGET_S:g} s | best step (s) | stopped |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, model, pools, batch, seq in BUDGET_CASES:
+        cluster = cluster_from_dict(
+            {"pools": [{"name": n, "system": s, "nodes": k} for n, s, k in pools]}
+        )
+        problem = HeteroProblem(load_model(model), cluster, batch, seq, "bf16")
+        search = search_non_uniform if kind == "--non-uniform" else search_cluster
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = search(problem, top_k=5, time_budget_s=BUDGET_S)
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        best = f"{result.plans[0].step_time_s:.3f}" if result.plans else "none found"
+        within = "yes" if elapsed <= BUDGET_S + BUDGET_SLACK_S else "no"
+        where = " + ".join(f"{k}x {s}" for _, s, k in pools)
+        print(
+            f"| {kind} | {model}, {where} | {cluster.gpus} | {elapsed:.2f} | {cpu:.2f} | {within} | "
+            f"{best} | {result.stopped or '-'} |"
+        )
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--budget-only", action="store_true", help="only the 1,024-GPU budget table"
+    )
+    if not parser.parse_args().budget_only:
+        speed_table()
+        print()
+    budget_table()
+
+
+def speed_table() -> None:
     print("| search | model / cluster | GPUs | candidates | wall s | CPU s | best step (s) |")
     print("|---|---|---|---|---|---|---|")
     for label, model, pools, batch, seq in CASES:

@@ -48,3 +48,63 @@ def test_the_cli_prints_where_the_budget_stopped_the_cluster_search(tmp_path, ca
         main([*argv, "--seq-length", "128", "--time-budget", "0"])
     out = capsys.readouterr().out
     assert "stopped: time budget 0 s reached: 0 of 720 pool orders" in out
+
+
+class _Clock:
+    """A clock for the searches' ``time`` module: one second passes at every reading."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_the_budget_stops_the_search_when_nothing_is_found_yet(monkeypatch):
+    """Issue 31: ``_best_splits`` stopped at the deadline only once it had found a plan; a search
+    that had found none ran on past its budget. With a clock that passes the deadline after two
+    candidates are bounded, no candidate is solved and the result says so (without the budget the
+    same problem has plans)."""
+    from paraplan.catalog import load_system
+    from paraplan.search.staged import hetero
+    from paraplan.specs.cluster import uniform_cluster
+
+    problem = HeteroProblem(TINY, uniform_cluster(load_system("dgx-a100-80gb"), 8), 8, 128)
+    assert search_cluster(problem, top_k=1).plans
+    monkeypatch.setattr(hetero, "time", _Clock())
+    # readings: start 1 (deadline 4.5), pool order 2, candidates bounded at 3 and 4, past it at 5
+    result = search_cluster(problem, top_k=1, time_budget_s=3.5)
+    assert not result.plans and result.solved == 0
+    assert result.stopped.startswith(
+        "time budget 3.5 s reached: 1 of 1 pool orders enumerated, 2 of "
+    )
+    assert result.stopped.endswith(" candidates bounded, 0 solved")
+
+
+def test_the_cli_says_the_budget_ran_out_before_any_plan_was_found(tmp_path, capsys):
+    """``search --non-uniform`` and ``--cluster`` with no time left: one line saying that the budget
+    ran out before any feasible plan was found and how far the search got, exit 1 (no plan)."""
+    import pytest
+
+    from paraplan.cli import main
+
+    common = ["-m", "gpt3-125m", "--global-batch", "8", "--seq-length", "128", "--time-budget", "0"]
+    common += ["--width", "400"]
+    (tmp_path / "two.yaml").write_text(
+        "pools:\n  - {name: a, system: dgx-a100-80gb, nodes: 64}\n"
+        "  - {name: b, system: dgx-h100-80gb, nodes: 64}\n"
+    )
+    for where, orders in (
+        (["--non-uniform", "-s", "dgx-a100-80gb", "--gpus", "1024"], 1),
+        (["--cluster", str(tmp_path / "two.yaml")], 2),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(["search", *where, *common])
+        assert info.value.code == 1
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[-1].startswith(
+            "no plan found: the time budget ran out before any feasible plan was found (stopped: "
+        )
+        assert f"time budget 0 s reached: 0 of {orders} pool orders enumerated" in lines[-1]
+        assert not any(line.endswith("no plan fits") for line in lines)

@@ -249,17 +249,25 @@ def search_hetero(
                     str(s.iteration), s.move, f"{s.step_time_s:.4f}", "yes" if s.fits else "no"
                 )
         console.print(traj)
-    if getattr(result, "stopped", ""):
-        console.print(f"stopped: {result.stopped}")
+    if result.stopped and result.plans:
+        console.print(
+            f"stopped: {result.stopped}; the search was cut by --time-budget, the plans above are the "
+            "best of the part searched"
+        )
     console.print(
         f"{result.evaluated:,} candidates in {result.elapsed_s:.2f} s"
         + (
             ""
-            if result.plans
+            if result.plans or result.stopped
             else "; no plan fits"
             if result.evaluated
             else "; no candidate: the axis restrictions leave none (tp: powers of two within a node that "
             "divide the heads; pp: divisors of the GPUs / tp)"
         )
     )
+    if result.stopped and not result.plans:
+        console.print(
+            "no plan found: the time budget ran out before any feasible plan was found "
+            f"(stopped: {result.stopped}); give a larger --time-budget"
+        )
     return result

@@ -58,6 +58,11 @@ def any_positive(x: Num) -> bool:
     return bool(x > 0)
 
 
+def is_array(x: Num) -> bool:
+    """Whether ``x`` is a numpy array (the search's candidates) rather than one plan's scalar."""
+    return x.__class__ is _ARRAY
+
+
 def any_true(x: Num) -> bool:
     """Whether any element of ``x`` is true (``np.any(x)``)."""
     if x.__class__ is _ARRAY:

@@ -17,6 +17,7 @@ group spans, labels, CSV columns, search axes, CLI options — reads it from her
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ def placement_label(order: tuple[str, ...]) -> str:
     return PLACEMENT_SEPARATOR.join(order)
 
 
+@lru_cache(maxsize=256)
 def parse_placement(label: str) -> tuple[str, ...]:
-    """("tp", "cp", "dp", "pp") from "tp-cp-dp-pp"; ValueError unless each dimension appears once."""
+    """("tp", "cp", "dp", "pp") from "tp-cp-dp-pp"; ValueError unless each dimension appears once.
+    Cached: ``PlanSpec.placement_order`` reads it at every access."""
     order = tuple(label.split(PLACEMENT_SEPARATOR))
     if sorted(order) != sorted(DIM_NAMES):
         raise ValueError(

@@ -9,6 +9,7 @@ search builds the same ``StepInputs`` with numpy arrays through the same functio
 from __future__ import annotations
 
 from dataclasses import fields
+from functools import lru_cache
 
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
@@ -23,6 +24,7 @@ from paraplan.step.constants import cp_ring_of, module_impl_of, tp_fp8_gather_of
 from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import accelerator_rules, costed_by_stages
@@ -42,6 +44,18 @@ from paraplan.step.build import (
 
 _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
+
+
+@lru_cache(maxsize=4096)
+def _dims_spans(dims: ParallelDims, system: SystemSpec) -> dict:
+    """step.build.plan_spans of these degrees on this system, once per (degrees, system)."""
+    return plan_spans(dims, system)
+
+
+def _plan_spans(plan: PlanSpec, system: SystemSpec) -> dict:
+    """step.build.plan_spans of the plan's degrees and placement (``PlanSpec.dims``: what the spans
+    read), a fresh dict of the cached spans (callers may add the 2D grid's)."""
+    return dict(_dims_spans(plan.dims, system))
 
 
 def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
@@ -155,13 +169,13 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
     )
 
 
-def _plan_row_facts(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recompute: str):
-    """row_facts of the plan's shape, spans and micro-batches under ``recompute``."""
-    return row_facts(
+def _plan_row(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recompute: str):
+    """(row_facts, row_blocks) of the plan's shape, spans and micro-batches under ``recompute``."""
+    return _row(
         model,
         system,
         layer_shape(plan, system),
-        plan_spans(plan, system),
+        plan.dims,
         plan.pp,
         plan.microbatches,
         recompute,
@@ -169,14 +183,36 @@ def _plan_row_facts(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recomp
     )
 
 
-def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInputs:
-    """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py)."""
-    facts = _plan_row_facts(model, system, plan, plan.recompute)
+@lru_cache(maxsize=1024)
+def _row(
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    dims: ParallelDims,
+    pp: int,
+    microbatches: int,
+    recompute: str,
+    overlap_tp_comm: bool,
+):
+    """The facts and per-block costs of a row (per-layer configuration): pure functions of the specs'
+    values, so kept for the next plan of the same row (plain floats and tuples: nothing downstream
+    changes them)."""
+    spans = dict(_dims_spans(dims, system))
+    facts = row_facts(model, system, shape, spans, pp, microbatches, recompute, overlap_tp_comm)
+    return facts, row_blocks(facts)
+
+
+def step_inputs(
+    model: ModelSpec, system: SystemSpec, plan: PlanSpec, split: tuple | None = None
+) -> StepInputs:
+    """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py; ``split``:
+    the plan's, when the caller has it)."""
+    facts, blocks = _plan_row(model, system, plan, plan.recompute)
     inp = build_step_inputs(
         facts,
-        row_blocks(facts),
+        blocks,
         grid_knobs(plan),
-        plan.split(model.layers, model.mtp_layers),
+        plan.split(model.layers, model.mtp_layers) if split is None else split,
         system_terms(system, plan.dtype, plan),
     )
     if (
@@ -184,10 +220,8 @@ def step_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> StepInp
     ):  # only some layers recomputed (schedule.partial_recompute)
         from paraplan.step.partial_recompute import split_recompute_layers
 
-        kept = _plan_row_facts(model, system, plan, "none")
-        inp = split_recompute_layers(
-            inp, row_blocks(kept)["decoder"], plan.recompute_num_layers, plan.vpp
-        )
+        kept = _plan_row(model, system, plan, "none")[1]
+        inp = split_recompute_layers(inp, kept["decoder"], plan.recompute_num_layers, plan.vpp)
     return inp
 
 
@@ -196,14 +230,15 @@ def estimate(
 ) -> Estimate:
     """Predict step time, its breakdown, memory per stage, FLOPs and utilisation for one plan."""
     check_plan(model, system, plan)
-    inp = step_inputs(model, system, plan)
+    split = plan.split(model.layers, model.mtp_layers)
+    inp = step_inputs(model, system, plan, split)
     step = {k: float(v) for k, v in compose_step(inp).items()}
     breakdown = TimeBreakdown(**{name: step[name] for name in _BREAKDOWN_FIELDS})
     acc = system.accelerator
     stages = []
     # the first len(groups) entries are the split's groups in order (a group's second entry, when its
     # stages' links differ, holds the same blocks: step.layout.build_step_inputs)
-    for group, entry in zip(plan.split(model.layers, model.mtp_layers), inp.stages):
+    for group, entry in zip(split, inp.stages):
         holdings = stage_holdings(inp, entry)  # the same at every position of the entry
         for index in range(int(group.index), int(group.index) + int(group.count)):
             terms = memory_at(inp, holdings, index)
@@ -226,7 +261,7 @@ def estimate(
             model,
             plan,
             system,
-            [s.layers for s in plan.split(model.layers, model.mtp_layers) if s.count],
+            [s.layers for s in split if s.count],
         )
         if with_ops
         else ((), ())
@@ -252,7 +287,7 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     """Per-op and per-collective rows of every block kind (decoder layers × the fullest stage's count) for ``--ops``."""
     acc = system.accelerator
     shape = layer_shape(plan, system)
-    spans = plan_spans(plan, system)
+    spans = _plan_spans(plan, system)
     if shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)

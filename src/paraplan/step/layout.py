@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import where
+from paraplan.cost.elementwise import any_positive, where
 from paraplan.graph.moe import moe_shaped
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.split import SplitGroup
@@ -99,7 +99,7 @@ def build_step_inputs(
             facts.pipeline, g.index, g.count, facts.pp, knobs.vpp
         )
         stages.append(Stage(g.index, count, placed, p2p))
-        if np.any(count_2 > 0):
+        if any_positive(count_2):
             second.append(Stage(g.index, count_2, placed, p2p_2))
         start = start + g.count * g.layers
     links = facts.pipeline

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
 
-from paraplan.cost.elementwise import any_true, maximum, minimum, where
+from paraplan.cost.elementwise import any_true, is_array, maximum, minimum, where
 from paraplan.step.inputs import backward_s, forward_s
 from paraplan.step.schedule_orders import (  # noqa: F401 (route_*: re-exported for the timeline)
     Pass,
@@ -331,7 +331,15 @@ SPLIT_BACKWARD_SCHEDULES: tuple[str, ...] = tuple(
 
 def by_schedule(knobs, value: Callable[[PipelineSchedule], Num]) -> Num:
     """``value(entry)`` of the schedule the GridKnobs flags select, elementwise (the flags of one
-    candidate are exclusive; none set: the default). An entry no candidate runs is not evaluated."""
+    candidate are exclusive; none set: the default). An entry no candidate runs is not evaluated;
+    with scalar flags (one plan) only the plan's own entry is."""
+    flags = [getattr(knobs, flag) for flag in SCHEDULE_FLAGS.values()]
+    if not any(map(is_array, flags)):
+        chosen = DEFAULT_SCHEDULE
+        for name, on in zip(SCHEDULE_FLAGS, flags):
+            if on:
+                chosen = SCHEDULES[name]
+        return value(chosen)
     out = value(DEFAULT_SCHEDULE)
     for name, flag in SCHEDULE_FLAGS.items():
         on = getattr(knobs, flag)

@@ -322,7 +322,8 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float
     bound (``_lower_bound``, at most the composed step of every split of the candidate) and stop once the
     bound reaches the k-th best composed step found (``split_stages``: no skipped candidate can enter the
     top k). ``candidates``: (settings, microbatches, extra) tuples; past ``deadline``
-    (time.perf_counter) no further candidate is bounded or solved. Returns (found, solved)."""
+    (time.perf_counter) no further candidate is bounded or solved, found or not. Returns (found, solved,
+    bounded): the k best, and how many candidates were solved and bounded."""
     n = len(model_blocks(problem.model))
     bounded = []
     for settings, m, extra in candidates:
@@ -338,7 +339,7 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float
     for bound, settings, m, extra, arrays in bounded:
         if len(found) >= top_k and bound >= found[top_k - 1][0]:
             break
-        if time.perf_counter() > deadline and found:
+        if time.perf_counter() > deadline:
             break
         solved += 1
         cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
@@ -346,7 +347,7 @@ def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float
         if best is not None:
             found.append((best[0], settings, best[1], m, extra))
             found.sort(key=lambda f: f[0])
-    return found, solved
+    return found, solved, len(bounded)
 
 
 def _plan_from(
@@ -478,14 +479,14 @@ def search_cluster(
                 ]
                 if launchable(problem, settings):
                     candidates.append((settings, m, order))
-    found, solved = _best_splits(problem, candidates, top_k, deadline)
+    found, solved, bounded = _best_splits(problem, candidates, top_k, deadline)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]
     ]
     stopped = (
         f"time budget {time_budget_s:g} s reached: {done} of {len(orders)} pool orders enumerated, "
-        f"{solved} of {len(candidates)} candidates solved"
+        f"{bounded} of {len(candidates)} candidates bounded, {solved} solved"
         if time.perf_counter() > deadline
         else ""
     )

@@ -168,7 +168,7 @@ def _exact(
                     settings = _stage_settings_from(problem, configs, m)
                     if settings is not None:
                         candidates.append((settings, m, None))
-    found, solved = _best_splits(problem, candidates, top_k, deadline)
+    found, solved, bounded = _best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
@@ -176,7 +176,8 @@ def _exact(
     ]
     elapsed = time.perf_counter() - t0
     stopped = (
-        f"time budget {deadline - t0:g} s reached: {solved} of {len(candidates)} candidates solved"
+        f"time budget {deadline - t0:g} s reached: {bounded} of {len(candidates)} candidates bounded, "
+        f"{solved} solved"
         if time.perf_counter() > deadline
         else ""
     )

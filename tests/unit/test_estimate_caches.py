@@ -1,0 +1,44 @@
+"""Issue 31: an estimate keeps its row's facts and block costs (step.estimate._row) and its degrees'
+spans (_dims_spans) for the next plan of the same row, and the schedules' scalar path picks the
+plan's entry alone (step.schedules.by_schedule). The kept values are never changed by a later
+estimate: every plan below gets the same numbers cold (caches cleared) as warm, in any order."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.specs.plan import PlanSpec
+from paraplan.step import estimate as step_estimate
+from paraplan.step.build import COLD_CACHES
+
+PLANS = [
+    dict(
+        gpus=64, tp=8, pp=8, vpp=3, global_batch=64, sequence_parallel=True, recompute="selective"
+    ),
+    dict(gpus=64, tp=8, pp=8, global_batch=64, schedule="zb-h1", zero=1),
+    dict(gpus=64, tp=4, pp=4, global_batch=64, schedule="gpipe", zero=3, recompute="full"),
+    dict(gpus=64, tp=8, pp=8, global_batch=64, recompute="full", recompute_num_layers=2),
+    dict(gpus=64, tp=4, pp=2, global_batch=64, tp_layout="2d", tp_rows=2, placement="dp-tp-cp-pp"),
+]
+
+
+def _cold() -> None:
+    for cache in (*COLD_CACHES, step_estimate._row, step_estimate._dims_spans):
+        cache.cache_clear()
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_warm_estimates_equal_cold_ones_in_any_order(order):
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    plans = [PlanSpec(seq_length=2048, **fields) for fields in PLANS]
+    cold = {}
+    for plan in plans:
+        _cold()
+        cold[plan] = step_estimate.estimate(model, system, plan, with_ops=True).to_dict(True)
+    sequence = plans if order == 0 else list(reversed(plans))
+    for plan, _ in itertools.product(sequence, range(2)):
+        warm = step_estimate.estimate(model, system, plan, with_ops=True).to_dict(True)
+        assert warm == cold[plan]
