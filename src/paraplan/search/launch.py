@@ -112,11 +112,11 @@ def restricted(framework: str | None) -> bool:
     return launcher(framework) is not None
 
 
-def problem_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:
+def run_wide_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:
     """(field, value, why) of the search's run-wide settings the framework's exporters cannot state:
-    the datatype, the attention kernel (torchtitan and DeepSpeed run fused attention), the CP algorithm,
-    capacity and balance of the experts outside Megatron-Core; and with any framework or none, a
-    ``--recompute`` restriction no plan takes (recompute_mode_violations)."""
+    the datatype, the attention kernel (torchtitan and DeepSpeed run fused attention), the CP algorithm;
+    and with any framework or none, a ``--recompute`` restriction no plan takes
+    (recompute_mode_violations). The per-stage searches (dense models only) ask this alone."""
     name = launcher(framework)
     if name is None:
         return recompute_mode_violations(framework, problem)
@@ -127,12 +127,16 @@ def problem_violations(framework: str | None, problem) -> list[tuple[str, object
         out.append(("attention", problem.attention, f"{framework} runs fused (flash) attention"))
     if name == TORCHTITAN and problem.cp_algorithm != "ring":  # DeepSpeed: cp = 1, no algorithm
         out.append(("cp_algorithm", problem.cp_algorithm, f"{framework} runs ring attention"))
-    if name != MEGATRON_CORE and problem.capacity_factor is not None:
-        out.append(("capacity_factor", problem.capacity_factor, f"{framework}: dropless only"))
-    if name != MEGATRON_CORE and problem.moe_balance != "learned":
-        out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
-    out += _expert_axis_violations(framework, name, problem)
     return out + recompute_mode_violations(framework, problem)
+
+
+def problem_violations(framework: str | None, problem) -> list[tuple[str, object, str]]:
+    """(field, value, why) of the uniform search's settings the framework's exporters cannot state: the
+    run-wide ones (run_wide_violations) and the experts' (_expert_axis_violations: capacity, balance,
+    expert axes outside Megatron-Core)."""
+    name = launcher(framework)
+    experts = [] if name is None else _expert_axis_violations(framework, name, problem)
+    return run_wide_violations(framework, problem) + experts
 
 
 @lru_cache(maxsize=64)
@@ -197,8 +201,14 @@ def recompute_mode_violations(framework: str | None, problem) -> list[tuple[str,
 
 
 def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[str, object, str]]:
-    """Expert axes (--ep, --etp, --dispatcher) that leave the framework no value (experts_allowed)."""
+    """Expert settings the framework cannot state: a capacity factor or a balance other than learned
+    routing outside Megatron-Core, and expert axes (--ep, --etp, --dispatcher) that leave it no value
+    (experts_allowed)."""
     out: list[tuple[str, object, str]] = []
+    if name != MEGATRON_CORE and problem.capacity_factor is not None:
+        out.append(("capacity_factor", problem.capacity_factor, f"{framework}: dropless only"))
+    if name != MEGATRON_CORE and problem.moe_balance != "learned":
+        out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
     if name == DEEPSPEED and problem.ep and 1 not in problem.ep:
         why = f"{framework}'s config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
         out.append(("ep", ",".join(map(str, problem.ep)), f"{why}; allowed: 1"))

@@ -16,7 +16,7 @@ module's split solver (_best_splits), plan builder (_plan_from) and labels.
 Every candidate keeps the rules of a per-stage plan's stages (specs.rules.stage_rules, _stage_ok), so
 each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check; with a
 framework profile (``framework``), the rules of what its launcher runs too, the uniform search's
-(search.launch: problem_violations on the problem, stage_plan_allowed on every candidate, stages_allowed
+(search.launch: run_wide_violations on the problem, stage_plan_allowed on every candidate, stages_allowed
 and fixed_split on its split).
 """
 
@@ -93,20 +93,14 @@ class HeteroProblem:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
         an MoE / MLA model searched here would be costed as dense (issue 37); and the run-wide settings
         the framework's launcher cannot state, a ``recompute`` restriction among them
-        (search.launch.problem_violations, as the uniform search)."""
+        (search.launch.run_wide_violations, as the uniform search)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
-        if unlaunchable := launch.problem_violations(self.framework, self):
+        if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
 
     # fixed in these searches (read by step.per_stage.common_of with the fields above)
     vpp: ClassVar[int] = 1
-    # dense models only (per_stage_model_rule): the expert axes search.launch reads are empty
-    capacity_factor: ClassVar[None] = None
-    moe_balance: ClassVar[str] = "learned"
-    ep: ClassVar[tuple] = ()
-    etp: ClassVar[tuple] = ()
-    dispatchers: ClassVar[tuple] = ()
 
     @property
     def cp_algorithm(self) -> str:
