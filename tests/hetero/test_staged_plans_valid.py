@@ -15,13 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paraplan.search.staged.hetero import HeteroProblem, search_cluster
+from paraplan.search.staged.alleviate import StageConfig
+from paraplan.search.staged.hetero import searched_modes
 from paraplan.search.staged.non_uniform import (
     _compositions,
+    _stage_choices,
+    _stage_settings_from,
     non_uniform_space_size,
     search_non_uniform,
 )
 from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.recompute import stage_fields
 from paraplan.specs.stage_plan import stage_plan_violations
 
 SYSTEMS = ("aws-p3.8xlarge", "aws-g4dn.12xlarge", "dgx-a100-80gb")  # 4, 4 and 8 GPUs per node
@@ -133,3 +138,23 @@ def test_non_uniform_space_size_is_cheap_at_scale():
     size = non_uniform_space_size(problem, 4, [1])
     assert time.process_time() - start < 2.0
     assert size > math.comb(16383, 3) * 2**4  # every stage at least tp 1 with two recompute modes
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "megatron-core", "deepspeed"])
+def test_launcher_space_lists_every_launchable_combination_and_counts_it(framework):
+    """With a launcher that runs equal stages only, the exact search lists equal stages alone
+    (non_uniform._stage_choices), loses none the full listing's launch filter keeps
+    (_stage_settings_from), and counts that space in closed form (non_uniform_space_size)."""
+    model = ModelSpec(layers=8, hidden=256, heads=4, ffn_hidden=1024, vocab=4096, max_position=512)
+    cluster = cluster_from_dict({"pools": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 1}]})
+    problem = HeteroProblem(model, cluster, 16, 256, framework=framework)
+    free = HeteroProblem(model, cluster, 16, 256)
+    modes, counts = searched_modes(problem), [1, 2, 4]
+    for pp in (1, 2, 3, 4):
+        kept = {(comp, choice) for comp, choice in _stage_choices(problem, pp, modes)}
+        for comp, choice in _stage_choices(free, pp, modes):
+            configs = [StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)]
+            if any(_stage_settings_from(problem, configs, m) for m in counts):
+                assert (comp, choice) in kept, (pp, comp, choice)
+    listed = sum(len(list(_stage_choices(problem, pp, modes))) for pp in (1, 2, 3, 4))
+    assert non_uniform_space_size(problem, 4, counts) == listed * len(counts)

@@ -92,6 +92,22 @@ def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
     return [(t, rc) for t in tps for rc in modes]
 
 
+def _stage_choices(problem: HeteroProblem, pp: int, modes: tuple[str, ...]):
+    """(GPUs per stage, (tp, mode) per stage) of every ``pp``-stage combination the exact search lists:
+    every composition of the GPUs with every stage option; with a framework whose launcher runs one
+    tp, dp and recompute on every stage (search.launch.restricted, stage_plan_allowed), only equal
+    stages with one option repeated, the rest being refused one by one otherwise."""
+    n = problem.cluster.gpus
+    if launch.restricted(problem.framework):
+        if n % pp == 0:
+            for option in _stage_options(n // pp, modes):
+                yield (n // pp,) * pp, (option,) * pp
+        return
+    for comp in _compositions(n, pp):
+        for choice in itertools.product(*(_stage_options(g, modes) for g in comp)):
+            yield comp, choice
+
+
 def non_uniform_space_size(
     problem: HeteroProblem, max_stages: int, microbatch_counts: list[int]
 ) -> int:
@@ -104,8 +120,12 @@ def non_uniform_space_size(
              = M · Σ_p [x^N] W(x)^p,   W(x) = Σ_g w(g)·x^g = R · Σ_{j≥0} x^(2^j) / (1 − x^(2^j)).
 
     Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
-    (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits."""
+    (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits. With a launcher
+    that runs equal stages only (_stage_choices): size = M · Σ_{p ≤ max_stages, p | N} w(N/p)."""
     n, modes = problem.cluster.gpus, len(searched_modes(problem))
+    if launch.restricted(problem.framework):
+        equal = [n // p for p in range(1, max_stages + 1) if n % p == 0]
+        return sum(modes * len(_stage_options(g, ("",))) for g in equal) * len(microbatch_counts)
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
     for _ in range(max_stages):
@@ -159,15 +179,12 @@ def _exact(
     candidates = []
     modes = searched_modes(problem)
     for pp in range(1, max_stages + 1):
-        for comp in _compositions(problem.cluster.gpus, pp):
-            for choice in itertools.product(*(_stage_options(g, modes) for g in comp)):
-                configs = [
-                    StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
-                ]
-                for m in counts:
-                    settings = _stage_settings_from(problem, configs, m)
-                    if settings is not None:
-                        candidates.append((settings, m, None))
+        for comp, choice in _stage_choices(problem, pp, modes):
+            configs = [StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)]
+            for m in counts:
+                settings = _stage_settings_from(problem, configs, m)
+                if settings is not None:
+                    candidates.append((settings, m, None))
     found, solved, bounded = _best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
