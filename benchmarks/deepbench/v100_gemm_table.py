@@ -5,7 +5,9 @@ Source: github.com/baidu-research/DeepBench, results/train/DeepBench_NV_V100.xls
 418.67). Sheets "Results FP32" and "Results - FP16 ip, Mixed math" (fp16 inputs, fp32 accumulation), section
 "Dense Matrix Multiplication": columns M, N, K, A Transpose, B Transpose, Time (msec). DeepBench's GEMM is
 C(M×N) = A(M×K)·B(K×N) with N the mini-batch (README "GEMM"); the table's m is the rows of activations
-(tokens), so a row is written m = N, n = M, k = K, keeping the transposes and the sheet row as provenance.
+(tokens), so a row is written m = N, n = M, k = K, keeping DeepBench's M, N, K, the transposes and the sheet
+row as provenance. An fp16 row's m, n, k are the problem the benchmark ran: gemm_bench.cu pads an fp16 GEMM off
+cuBLAS's tensor-op grid to multiples of 8 before timing it (``padded``), so the row is that aligned kernel.
 
     python benchmarks/deepbench/v100_gemm_table.py DeepBench_NV_V100.xlsx src/paraplan/catalog/kernels/v100-sxm2-deepbench/gemm.csv
 
@@ -68,10 +70,28 @@ def sheet_rows(path: Path):
             yield dtype, int(row.get("r")), m, n, k, cells["F"], cells["G"], ms
 
 
+def _up8(x: int) -> int:
+    return -(-x // 8) * 8
+
+
+def padded(m: int, n: int, k: int, ta: str, tb: str) -> tuple[int, int, int]:
+    """The fp16 problem gemm_bench.cu ran for DeepBench's (M, N, K) (code/nvidia/gemm_bench.cu at 30c5115,
+    PAD_KERNELS 1 with tensor cores): M and K padded to multiples of 8 for NN and TN, M and N for NT, all
+    three for TT, where one of them is not a multiple of 8 (cuBLAS's tensor-op restrictions)."""
+    if tb == "N":
+        return (_up8(m), n, _up8(k)) if m % 8 or k % 8 else (m, n, k)
+    if ta == "N":
+        return (_up8(m), _up8(n), k) if m % 8 or n % 8 else (m, n, k)
+    return (_up8(m), _up8(n), _up8(k)) if m % 8 or n % 8 or k % 8 else (m, n, k)
+
+
 def main(xlsx: str, out: str) -> None:
-    lines = ["m,n,k,dtype,time_us,deepbench_m,deepbench_n,a_transpose,b_transpose,sheet_row"]
+    lines = [
+        "m,n,k,dtype,time_us,deepbench_m,deepbench_n,deepbench_k,a_transpose,b_transpose,sheet_row"
+    ]
     for dtype, r, m, n, k, ta, tb, ms in sheet_rows(Path(xlsx)):
-        lines.append(f"{n},{m},{k},{dtype},{ms * 1000:.6g},{m},{n},{ta},{tb},{dtype}:{r}")
+        pm, pn, pk = padded(m, n, k, ta, tb) if dtype == "fp16" else (m, n, k)
+        lines.append(f"{pn},{pm},{pk},{dtype},{ms * 1000:.6g},{m},{n},{k},{ta},{tb},{dtype}:{r}")
     Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"{len(lines) - 1} rows -> {out}")
 

@@ -97,8 +97,10 @@ def table_clock_ratio(acc: AcceleratorSpec, dtype: str) -> float:
     """Measured part's datasheet matrix peak / this part's: the factor on a table's GEMM time where the
     table was measured on a sibling part at another clock (table.yaml ``peak_matrix_flops``, fp16 read as
     bf16; the DeepBench V100 SXM2 rows at 125 TFLOPS fp16 on the DGX-2H's 130 TFLOPS SXM3: 0.962, the
-    clock ratio of the same silicon); 1 where the table states no peak. Datasheet peaks (a power cap's
+    clock ratio of the same silicon); 1 where the table states no peak or there is no table. Datasheet peaks (a power cap's
     clock_fraction applies apart)."""
+    if not acc.kernel_tables:
+        return 1.0
     return _clock_ratio(
         acc.kernel_tables, dtype, acc.peak_matrix_flops(dtype) / acc.clock_fraction()
     )
