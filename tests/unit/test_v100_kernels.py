@@ -119,3 +119,50 @@ def test_the_2019_stack_prices_its_score_passes_at_the_hbm_rate():
     eff = acc.efficiency
     expected = 9.0 * rows * width / rate + eff.kernel_overhead_s
     assert op_times_s(op, acc, "fp16")[0] == pytest.approx(expected, rel=1e-9)
+
+
+V100_PLANS = (
+    ("gpt3-1.3b", {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048}),
+    (
+        "gpt3-2.7b",
+        {"gpus": 8, "tp": 2, "pp": 2, "micro_batch": 2, "global_batch": 64, "seq_length": 2048},
+    ),
+    ("gpt3-350m", {"gpus": 8, "micro_batch": 8, "global_batch": 64, "seq_length": 1024}),
+)
+
+
+@pytest.mark.parametrize("system_name", ["dgx-2h", "dgx-1-v100"])
+def test_v100_step_time_never_decreases_when_a_table_gemm_gets_slower(tmp_path, system_name):
+    import random
+    import shutil
+    from importlib import resources
+
+    from paraplan.catalog import load_model
+    from paraplan.specs.fields import with_fields
+    from paraplan.specs.plan import PlanSpec
+    from paraplan.step.estimate import estimate
+
+    base = load_system(system_name)
+    assert base.accelerator.kernel_tables == V100
+    src = resources.files("paraplan.catalog") / "kernels" / V100
+    fp16 = {"dtype": "fp16", "attention": "unfused"}
+    cases = [(load_model(m), PlanSpec(**p, **fp16)) for m, p in V100_PLANS]
+    before = [estimate(m, base, p).step_time_s for m, p in cases]
+    rng = random.Random(32)
+    for trial in range(4):  # every row slower, then one row at a time (seeded)
+        dst = tmp_path / f"t{trial}"
+        shutil.copytree(src, dst)
+        lines = (dst / "gemm.csv").read_text().splitlines()
+        col = lines[0].split(",").index("time_us")
+        rows = range(1, len(lines)) if trial == 0 else [rng.randrange(1, len(lines))]
+        for i in rows:
+            cells = lines[i].split(",")
+            cells[col] = repr(float(cells[col]) * 1.25)
+            lines[i] = ",".join(cells)
+        (dst / "gemm.csv").write_text("\n".join(lines) + "\n")
+        slow = with_fields(base, {"accelerator.kernel_tables": str(dst)})
+        after = [estimate(m, slow, p).step_time_s for m, p in cases]
+        assert all(a >= b * (1 - 1e-12) for b, a in zip(before, after)), (trial, before, after)
+        if trial == 0:
+            assert all(a > b * 1.05 for b, a in zip(before, after))
+    kt.clear_caches()
