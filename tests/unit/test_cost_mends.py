@@ -107,7 +107,12 @@ def test_the_host_counts_the_kernels_a_composite_is_timed_by(family, residual):
     sums (cost.eager_kernels.composite_times_s), autocast's casts included: at a negligible-byte shape
     every kernel takes the launch floor, so the GPU time is the count × the floor. A bf16-input q/k norm
     adds no cast though the profile runs norms in fp32 (its input is the bf16 q/k heads)."""
-    system = framework_system(load_framework("hf-transformers"), load_system("dgx-h100-80gb"))
+    # the score families are composites under the Megatron-LM releases that name them (fp16 on V100)
+    scores = family.startswith("scores")
+    profile = "megatron-lm-2019" if scores else "hf-transformers"
+    system = framework_system(
+        load_framework(profile), load_system("dgx-2h" if scores else "dgx-h100-80gb")
+    )
     acc = system.accelerator
     precisions = {**acc.efficiency.eager_kernels, "residual": residual}
     acc = acc.model_copy(
@@ -115,15 +120,17 @@ def test_the_host_counts_the_kernels_a_composite_is_timed_by(family, residual):
     )
     e = acc.efficiency
     op = Op("x", "memory", 0.0, 2.0, 0.0, 4.0, kernel=(family, 1.0, 1.0))
-    times = composite_times_s(op, acc, "bf16")
-    assert times is not None and e.autocast_casts
+    times = composite_times_s(op, acc, "fp16" if scores else "bf16")
+    assert times is not None and (e.autocast_casts or scores)
     impl = (e.module_impl, e.eager_kernels)
-    host = H.op_kernels(op, True, e.autocast_casts, impl=impl, wide_roles=H.wide_roles(e))
+    host = H.op_kernels(op, e.host_eager, e.autocast_casts, impl=impl, wide_roles=H.wide_roles(e))
     floor = qz.copy_floor_s(acc)
     assert host == (round(times[0] / floor), round(times[1] / floor))
     assert times == pytest.approx((host[0] * floor, host[1] * floor), rel=1e-9)
     if family == "qk_rmsnorm":
         assert host == (2 * 8, 2 * 17)  # LlamaRMSNorm on bf16 q and k, no activation casts
+    if family == "scores":
+        assert host == (5, 4)  # the 2019 code's div, mul, sub, softmax, dropout; 4 backward
 
 
 def test_a_composite_is_built_once_and_the_host_context_once_per_op_list():

@@ -94,7 +94,7 @@ def test_scope_is_explicit_in_the_bundled_files():
             *("llm-foundry", "torchtitan", "torchtitan-compiled"),  # FSDP stacks, held out
             "megatron-deepspeed",  # BLOOM-176B, held out
             "maxtext",  # MaxText on GPU (JAX-Toolbox), held out
-            "megatron-lm-2019",  # Megatron-LM 2019 / v1.0 on DGX-2H V100s, held out
+            *("megatron-lm-2019", "megatron-lm-v1.0"),  # Megatron-LM 2019 / v1.0 on DGX-2H V100s
         )
         for c in cases
     )
@@ -315,11 +315,12 @@ def test_single_run_stacks_held_out(report, name):
 def test_megatron_v1_v100_held_out(report):
     """Megatron-LM as Shoeybi et al. 2019 ran it on DGX-2H V100s (megatron-v1-v100: the paper's Table 2 epoch
     times, its 39-TFLOPS baseline and Table 8 strong scaling, and the ADLR v1.0 blog's 1288 ms), held out: no
-    constant is fitted on it. Today the 2019 code's seven cases are all predicted too fast (-23.9 to -43.2 %, the
-    model-parallel and 512-GPU ones most), the v1.0 release's case too slow (+21.7 %): the two releases ran the
-    same 1.2B step 1.6x apart, which no constant of one system can follow (docs/validation.md, megatron-v1-v100;
-    docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a tolerance we
-    promise."""
+    constant is fitted on it. GEMMs from DeepBench's V100 kernel table (catalog/kernels/v100-sxm2-deepbench),
+    each release's score kernels as its code runs them (graph.eager_modules.megatron_scores): the v1.0 release's
+    case (megatron-lm-v1.0) is at +5.5 %, the 2019 code's seven cases all too fast (-27.1 to -41.2 %, the
+    model-parallel and 128/512-GPU ones most): its 1.2B step ran 1.6x the v1.0 one's, and the kernels the two
+    releases' code differ by explain 0.14 s of the 0.77 s (docs/validation.md, megatron-v1-v100; docs/hardware.md,
+    V100). This pins today's state so that a change to it is seen; it is not a tolerance we promise."""
     cases = {
         c["name"]: c
         for c in report["cases"]
@@ -330,7 +331,7 @@ def test_megatron_v1_v100_held_out(report):
     )
     errors = {name: c["error_pct"]["step_time_s"] for name, c in cases.items()}
     v1 = errors.pop("megatronv1-blog-1.2b-1gpu")
-    assert 15.0 <= v1 <= 30.0
+    assert abs(v1) <= 10.0
     assert all(-50.0 <= e <= -15.0 for e in errors.values()), errors
     # the predicted speed-up of the 1.2B model by tensor parallelism grows faster than Table 8's 1.64 / 2.34 / 2.98
     baseline = cases["shoeybi2019-baseline-1.2b-1gpu"]["predicted"]["step_time_s"]

@@ -23,6 +23,7 @@ from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec, gemm_cap_key
+from paraplan.units import parse_quantity
 
 # Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
 # configurations per shape; smaller tiles reuse each loaded operand less (arithmetic intensity
@@ -92,12 +93,40 @@ def table_in_step_share(acc: AcceleratorSpec, dtype: str) -> float:
     return acc.efficiency.table_in_step_share.get(gemm_cap_key(dtype), 1.0)
 
 
+def table_clock_ratio(acc: AcceleratorSpec, dtype: str) -> float:
+    """Measured part's datasheet matrix peak / this part's: the factor on a table's GEMM time where the
+    table was measured on a sibling part at another clock (table.yaml ``peak_matrix_flops``, fp16 read as
+    bf16; the DeepBench V100 SXM2 rows at 125 TFLOPS fp16 on the DGX-2H's 130 TFLOPS SXM3: 0.962, the
+    clock ratio of the same silicon); 1 where the table states no peak or there is no table. Datasheet peaks (a power cap's
+    clock_fraction applies apart)."""
+    if not acc.kernel_tables:
+        return 1.0
+    return _clock_ratio(
+        acc.kernel_tables, dtype, acc.peak_matrix_flops(dtype) / acc.clock_fraction()
+    )
+
+
+@lru_cache(maxsize=256)
+def _clock_ratio(ref: str, dtype: str, peak: float) -> float:
+    def key(name: str) -> str:
+        return "bf16" if name == "fp16" else name
+
+    peaks = {
+        key(k): v
+        for k, v in (tables.load_table(ref).provenance.get("peak_matrix_flops") or {}).items()
+    }
+    if key(dtype) not in peaks:
+        return 1.0
+    field = f"{tables.FIELD}: {ref}/table.yaml peak_matrix_flops.{dtype}"
+    return parse_quantity(peaks[key(dtype)], "flops", field) / peak
+
+
 def gemm_time_s(
     flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
     """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead; with a
-    measured table covering the GEMM (cost.kernel_tables): the table's kernel time / in-step share
-    s (``table_in_step_share``) + GEMM ramp time.
+    measured table covering the GEMM (cost.kernel_tables): the table's kernel time × the measured part's
+    peak / this part's (``table_clock_ratio``) / in-step share s (``table_in_step_share``) + GEMM ramp time.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
@@ -114,7 +143,7 @@ def gemm_time_s(
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
-            kernel_s = measured * flops / (2.0 * b * m * n * k)
+            kernel_s = measured * flops / (2.0 * b * m * n * k) * table_clock_ratio(acc, dtype)
             share = table_in_step_share(acc, dtype)
             # a table is timed at the rated power: a power cap slows it by the clock share (specs.power)
             return kernel_s / (aligned * share * acc.clock_fraction()) + acc.efficiency.gemm_ramp_s

@@ -61,6 +61,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
         eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
+    eff["module_impl"] = dict(framework.module_impl)  # what the model code runs, fused stack or not
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary

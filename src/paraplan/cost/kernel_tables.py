@@ -9,7 +9,8 @@ Each table is read as achieved rates (work / measured time), interpolated in log
 
 - GEMM (m, n, k; per dtype, fp16 read as bf16): inverse-distance weighting of log2 FLOP/s over the
   ``IDW_NEIGHBOURS`` nearest measured shapes in (log2 m, log2 n, log2 k), weight 1/d²; a measured
-  shape returns its own rate. A batch of b GEMMs is one GEMM of b·m rows.
+  shape returns its own rate (rows of one shape, e.g. under other transposes, their geometric mean).
+  A batch of b GEMMs is one GEMM of b·m rows.
 - grouped GEMM (experts, tokens per expert, k, n; bf16): the same over four log2 coordinates, from
   the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
   GroupedLinear and eager MoE layers run them).
@@ -37,6 +38,8 @@ faster than the fastest measured kernel of its kind (``floor_s``: the smallest G
 measured are launch-bound, so their time is the launch and tail cost the table shows); attention
 rows all do ≥ 16k tokens of work, so attention takes the system's ``kernel_overhead_s`` as floor
 (cost.compute).
+A table whose table.yaml states the measured part's ``peak_matrix_flops`` prices another part of the same
+silicon at the ratio of the datasheet peaks (cost.compute.table_clock_ratio; the clock ratio).
 Where no table covers a kernel (no table, another dtype or attention kernel), the analytical
 forms of cost.compute apply. Every time is a weighted mean of measured rates with weights fixed by
 shape, so a slower measured kernel never makes any prediction faster.
@@ -91,9 +94,16 @@ class Scatter:
 
 
 def scatter(points: list[tuple[float, ...]], works: list[float], times: list[float]) -> Scatter:
+    """Measured points as a Scatter; rows measured at the same shape (a benchmark timing one shape
+    under several transposes, DeepBench) are one point at the geometric mean of their rates."""
     coords = np.log2(np.asarray(points, float)).reshape(len(points), -1)
-    rates = np.asarray(works, float) / np.asarray(times, float)
-    return Scatter(coords, np.log2(rates), float(min(times)))
+    log_rates = np.log2(np.asarray(works, float) / np.asarray(times, float))
+    unique, index = np.unique(coords, axis=0, return_inverse=True)
+    if len(unique) < len(coords):
+        index = index.reshape(-1)
+        log_rates = np.bincount(index, log_rates) / np.bincount(index)
+        coords = unique
+    return Scatter(coords, log_rates, float(min(times)))
 
 
 @dataclass(frozen=True)

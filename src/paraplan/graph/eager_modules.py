@@ -260,6 +260,30 @@ def rotary_complex(i: int) -> Composite:
 NATIVE_DTYPE_IMPLS = frozenset({"torchtitan-rmsnorm", "torchtitan-complex"})
 
 
+def megatron_scores(version: str, i: int, dropout: bool) -> Composite:
+    """Megatron-LM's unfused mask, softmax and dropout on the b·a·s·s attention scores of ``i`` bytes each
+    (the batched GEMM's output dtype; fp16 runs keep the softmax in fp16 unless --attention-softmax-in-fp32),
+    per score element. ``megatron-2019`` (NVIDIA/Megatron-LM a0368ddf47, mpu/transformer.py
+    GPT2ParallelSelfAttention.forward): scores / sqrt(d) (2i), torch.mul(scores, mask) (2i; the [1, 1, s, s]
+    mask is read once per tile from cache), − 10000·(1 − mask) (2i), torch.nn.Softmax (2i), dropout (2i + 1, its
+    uint8 mask); backward: dropout (2i + 1), softmax_backward (3i), mul by the mask (2i), the division (2i; the
+    subtraction of a constant passes its gradient on with no kernel): 21 B forward, 19 B backward at i = 2.
+    ``megatron-v1.0`` (tag v1.0, megatron/model/transformer.py ParallelSelfAttention: the query scaled before
+    the GEMM, on b·s·h elements; gpt2_model.py gpt2_attention_mask_func: masked_fill_ in place): masked_fill_
+    (2i), softmax (2i), dropout (2i + 1); backward: dropout (2i + 1), softmax (3i), masked_fill (2i): 13 B and
+    15 B. Without dropout its kernels drop out. Saved: the softmax output and the dropout mask, i + 1."""
+    drop_f = (Kernel("dropout", 2 * i + 1),) if dropout else ()
+    drop_b = (Kernel("dropout_backward", 2 * i + 1),) if dropout else ()
+    if version == "megatron-2019":
+        forward = (Kernel("div", 2 * i), Kernel("mul", 2 * i), Kernel("sub", 2 * i))
+        backward = (Kernel("mul", 2 * i), Kernel("div", 2 * i))
+    else:
+        forward, backward = (Kernel("masked_fill_", 2 * i),), (Kernel("masked_fill", 2 * i),)
+    forward = (*forward, Kernel("softmax", 2 * i), *drop_f)
+    backward = (*drop_b, Kernel("softmax_backward", 3 * i), *backward)
+    return Composite(forward, backward, i + dropout)
+
+
 # The op families (graph.ops.Op.kernel) a composite may stand for, the role that picks it, and the role whose
 # precision its input has (cost.eager_kernels: the residual stream's for a layer norm, the GEMM outputs' for the
 # activation, the q/k heads and their norms; "rotary_normed": rotary after transformers' q/k norm, whose fp32
@@ -270,6 +294,8 @@ FAMILY_ROLE: dict[str, tuple[str, str]] = {
     "gelu_new": ("activation", "activation"),
     "rotary": ("rotary", "activation"),
     "rotary_normed": ("rotary", "fp32"),
+    "scores": ("scores", "scores"),  # the unfused softmax with dropout ...
+    "scores_no_dropout": ("scores", "scores"),  # ... and without
 }
 
 
@@ -308,6 +334,8 @@ def _composite(family: str, impl: tuple[tuple[str, str], ...], i: int, a: int) -
         return rmsnorm_native(i)
     if chosen == "torchtitan-complex" and family == "rotary":
         return rotary_complex(i)
+    if chosen.startswith("megatron-") and family.startswith("scores"):
+        return megatron_scores(chosen, i, family == "scores")
     return None
 
 
@@ -361,10 +389,12 @@ def composite_widths(
 ) -> tuple[int, int]:
     """(input bytes i, GEMM operand bytes a) a composite of ``family`` is built at, ``autocast`` being
     ``autocast_runs``: an implementation that runs in the activations' own dtype (``native``: ``runs_native``)
-    at i = a = the activations' bytes; under autocast, i by ``input_bytes`` (the role's precision in the
-    profile's eager_kernels) and a the activations'; otherwise the composite with no autocast cast, i = a = 4
-    (an fp32 run exactly; a pure-bf16 run without autocast is priced as that composite)."""
-    if native:
+    and the score matrix (the batched GEMM's output, in the activations' dtype, autocast or not) at i = a = the
+    activations' bytes; under autocast, i by ``input_bytes`` (the role's precision in the profile's
+    eager_kernels) and a the activations'; otherwise the composite with no autocast cast, i = a = 4 (an fp32
+    run exactly; a pure-bf16 run without autocast is priced as that composite, its element bytes an upper
+    bound)."""
+    if native or FAMILY_ROLE[family][1] == "scores":
         return act_bytes, act_bytes
     if not autocast:
         return FP32, FP32

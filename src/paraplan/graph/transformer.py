@@ -170,7 +170,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     """Core attention ops: scores Q·Kᵀ, softmax (+mask, dropout), probabilities·V.
 
     Unfused (Megatron-LM "core attention"): two batched GEMMs of 2·b·(a/t)·(s/c)·s·d FLOPs each, and
-    a fused scale-mask-softmax plus dropout that read/write the b·(a/t)·(s/c)·s score matrix.
+    a fused scale-mask-softmax plus dropout over the b·(a/t)·(s/c)·s scores (or graph.eager_modules' kernels).
     Fused flash attention (Dao et al. 2022): the same matmul FLOPs with only the causal half of
     the score tiles computed, no score matrix in HBM; backward 2.5× forward FLOPs.
     """
@@ -206,18 +206,16 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
         ] + ring_merge_ops(model, shape)  # the K/V ring's partial-output merges
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
     dropout_mask = 1.0 if model.has_dropout else 0.0
+    family = ("scores" if model.has_dropout else "scores_no_dropout", batch * q_tokens, kv_tokens)
     softmax_bytes = ab * scores * 2 + (
         ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0
     )
     ops = [
         _gemm("attention_scores", batch, q_tokens, kv_tokens, d),
-        _memory("softmax_dropout", softmax_bytes, FLOPS_PER_ELEMENT["softmax"] * scores),
+        _memory("softmax_dropout", softmax_bytes, FLOPS_PER_ELEMENT["softmax"] * scores, family),
         _gemm("attention_over_values", batch, q_tokens, d, kv_tokens),
     ]
-    return [
-        Op(o.name, o.kind, o.fwd_flops, o.fwd_bytes, o.bwd_flops, o.bwd_bytes, o.gemm_shape, True)
-        for o in ops
-    ]
+    return [o._replace(selective_recompute=True) for o in ops]
 
 
 class LayerParamParts(NamedTuple):

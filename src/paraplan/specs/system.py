@@ -85,12 +85,13 @@ EagerRole = Literal["norm", "activation", "residual", "loss"]
 EagerPrecision = Literal["bf16", "fp32"]
 # The implementation a stack runs for each module role (graph.eager_modules: "fused", one kernel per op, or a
 # composite of eager element-wise kernels as the named model code writes it).
-ModuleRole = Literal["norm", "activation", "rotary", "loss"]
+ModuleRole = Literal["norm", "activation", "rotary", "loss", "scores"]
 MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
     "loss": ("fused", "fp32-logits"),
+    "scores": ("fused", "megatron-2019", "megatron-v1.0"),
 }
 
 

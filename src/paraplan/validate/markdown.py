@@ -267,7 +267,8 @@ MECHANISMS: tuple[tuple[str, str, str, str], ...] = (
         "GEMM efficiency",
         "cost/compute.py gemm_time_s, grouped_gemm_time_s, grouped_gemm_share",
         "MAMF GEMM benchmark table (S. Bekman, ml-engineering @744d01e: A100, H100, B200, GB200, B300, MI300X); "
-        "torch.mm rates of V100-SXM2 and RTX 4090 (torch-performance-test-data)",
+        "torch.mm rate of the RTX 4090 (torch-performance-test-data); "
+        "V100: Baidu DeepBench @30c5115 fp16 / fp32 cuBLAS GEMMs (kernel table v100-sxm2-deepbench)",
         "gemm.bf16 in-step share, a100.gemm_ramp_s, h100.gemm_fp8 (nemo-llama31-h100), b200.gemm_fp8 (mbridge-dense), "
         "moe.grouped_gemm_fp8 (moe-visible)",
     ),
@@ -296,7 +297,7 @@ MECHANISMS: tuple[tuple[str, str, str, str], ...] = (
         "catalog/systems/*.yaml",
         "datasheets cited per field (H800, H100 PCIe / NVL, GH200 96 GB, A100 40 GB, B300 / GB300, V100 / DGX-2H, T4 nodes); "
         "Ada and RTX Blackwell whitepapers (RTX 4090 / 5090 / PRO 6000, FP32-accumulate rates); V100 HBM rate from "
-        "Jia et al. 2018",
+        "Jia et al. 2018; Megatron-LM 2019 and v1.0 score kernels from their code (megatron_scores)",
         "nothing",
     ),
 )

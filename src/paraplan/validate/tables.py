@@ -149,8 +149,12 @@ def table_residuals(system: SystemSpec) -> list[TableResidual]:
     acc = system.accelerator
     if not acc.kernel_tables:
         return []
-    # kernel times: the in-step share (a step's cost, cost.compute.table_in_step_share) left out
-    acc = with_fields(acc, {"efficiency.table_in_step_share": {}})
+    # kernel times: the in-step share (a step's cost, cost.compute.table_in_step_share) left out, and no
+    # alignment share: a row is the kernel as its benchmark ran it, alignment included (DeepBench's V100
+    # rows hold shapes such as 8457 x 35 that cuBLAS ran at full rate, cost.gemm_alignment)
+    acc = with_fields(
+        acc, {"efficiency.table_in_step_share": {}, "efficiency.aligned_gemms_only": True}
+    )
     table = kt.load_table(acc.kernel_tables, acc.l2_cache)
     out: list[TableResidual] = []
     for kind in table.files:
