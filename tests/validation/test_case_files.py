@@ -44,11 +44,13 @@ def test_bundled_files_load():
         "bloom-megatron-deepspeed.json",
         "maxtext-gpu.json",
         "megatron-v1-v100.json",
+        "mbridge-gb300.json",
+        "mbridge-dense-more.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
-    # + Megatron-LM v1 on V100 (8)
-    assert len(cases) == 171 and len({(c.file, c.name) for c in cases}) == 171
+    # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (5) and GB200 / H100 (8)
+    assert len(cases) == 184 and len({(c.file, c.name) for c in cases}) == 184
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
