@@ -49,8 +49,8 @@ def test_bundled_files_load():
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
-    # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (5) and GB200 / H100 (8)
-    assert len(cases) == 184 and len({(c.file, c.name) for c in cases}) == 184
+    # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (7) and GB200 / H100 (10)
+    assert len(cases) == 188 and len({(c.file, c.name) for c in cases}) == 188
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

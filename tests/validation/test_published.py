@@ -109,9 +109,10 @@ def test_calibration_and_held_out_reported_apart(report):
     # (gpu-steps-2026-11, 25): no constant is fitted on them
     # + tiny steps on a second host; + the FSDP-stack sets llmfoundry-mpt (20) and torchtitan-llama3 (23)
     # + BLOOM-176B on Megatron-DeepSpeed (1) + MaxText Llama 2 7B on H100 (1) + Megatron-LM v1 on V100 (8)
-    # + Megatron-Bridge dense rows on GB300 (mbridge-gb300, 5) and on GB200 / H100 (mbridge-dense-more, 8)
+    # + Megatron-Bridge dense rows on GB300 (mbridge-gb300, 7) and on GB200 / H100 (mbridge-dense-more, 10)
     assert (
-        summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 5 + 8
+        summary["held_out"]["step_time_cases"]
+        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 10
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -136,7 +137,7 @@ def test_every_step_time_case_fits(report):
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more
-    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 5 + 8
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 10
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 
@@ -202,20 +203,25 @@ FILE_CASES = {
 def test_megatron_bridge_dense_more_held_out(report):
     """Megatron-Bridge 25.11 / 26.02 dense Llama 3 70B / 3.1 405B rows on GB200 NVL72 and DGX H100 that no constant
     is fitted on (mbridge-dense-more), held out: within issue 33's bar (MAPE <= 10 %, no case over 25 %); today
-    MAPE 4.5 %, worst -9.4 % (70B MXFP8 on 64 GB200). The pinned 6 / 12 % make a change to it seen."""
-    errors = _file_errors(report, "mbridge-dense-more", 8)
+    MAPE 4.6 %, worst -9.4 % (70B MXFP8 on 64 GB200). The pinned 6 / 12 % make a change to it seen."""
+    errors = _file_errors(report, "mbridge-dense-more", 10)
     assert _mape(errors) <= 6.0 and max(abs(e) for e in errors) <= 12.0
 
 
 def test_megatron_bridge_gb300_held_out(report):
-    """Megatron-Bridge 25.11 / 26.02 dense rows on GB300 NVL72 (mbridge-gb300), held out. Today MAPE 11.3 %, worst
-    +20.7 %: the two Llama 3.1 405B FP8-CS runs are predicted 18-21 % too slow (their GEMMs alone, at the B200 fp8
-    cap, are longer than the measured step; docs/validation.md, mbridge-gb300), so the set misses issue 33's 10 %
-    bar while every case is within its 25 %. This pins today's state so that a change to it is seen; it is not a
-    tolerance we promise."""
-    errors = _file_errors(report, "mbridge-gb300", 5)
-    assert _mape(errors) <= 12.5 and max(abs(e) for e in errors) <= 22.0
-    assert all(e > 0 for e in errors)  # every GB300 run predicted too slow today
+    """Megatron-Bridge 25.11 / 26.02 dense rows on GB300 NVL72 (mbridge-gb300), held out: within issue 33's bar
+    (MAPE <= 10 %, no case over 25 %), today MAPE 9.6 %, worst +20.7 %. The two Llama 3.1 405B FP8-CS runs are
+    predicted 18-21 % too slow: their GEMMs alone, at the fp8 cap GB300 shares with B200 / GB200 (same datasheet
+    fp8 rate; MAMF B300 fp8 3353 vs GB200 3616 TFLOPS), are longer than the measured step, while the runs are 1.25x
+    the GB200 ones (docs/model.md, Known limits). Pinned so that a change to it is seen."""
+    errors = _file_errors(report, "mbridge-gb300", 7)
+    assert _mape(errors) <= 10.0 and max(abs(e) for e in errors) <= 22.0
+    slow = [
+        c
+        for c in report["cases"]
+        if c["name"] in FILE_CASES["mbridge-gb300"] and "405b" in c["name"]
+    ]
+    assert all(c["error_pct"]["step_time_s"] > 0 for c in slow)  # the 405B runs too slow today
 
 
 def test_narayanan2021_held_out(report):
