@@ -46,11 +46,14 @@ def test_bundled_files_load():
         "megatron-v1-v100.json",
         "mbridge-gb300.json",
         "mbridge-dense-more.json",
+        "alps-gh200.json",
+        "gcp-gpu-recipes.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
     # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (7) and GB200 / H100 (10)
-    assert len(cases) == 188 and len({(c.file, c.name) for c in cases}) == 188
+    # + Alps GH200 (3) + Google Cloud H200 / B200 (3)
+    assert len(cases) == 194 and len({(c.file, c.name) for c in cases}) == 194
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
