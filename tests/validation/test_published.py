@@ -109,11 +109,11 @@ def test_calibration_and_held_out_reported_apart(report):
     # (gpu-steps-2026-11, 25): no constant is fitted on them
     # + tiny steps on a second host; + the FSDP-stack sets llmfoundry-mpt (20) and torchtitan-llama3 (23)
     # + BLOOM-176B on Megatron-DeepSpeed (1) + MaxText Llama 2 7B on H100 (1) + Megatron-LM v1 on V100 (8)
-    # + Megatron-Bridge dense rows on GB300 (mbridge-gb300, 7) and on GB200 / H100 (mbridge-dense-more, 12)
+    # + Megatron-Bridge dense rows on GB300 (mbridge-gb300, 7) and on GB200 / H100 (mbridge-dense-more, 14)
     # + Megatron-LM on Alps GH200 (alps-gh200, 3) + NeMo on Google Cloud H200 / B200 (gcp-gpu-recipes, 3)
     assert (
         summary["held_out"]["step_time_cases"]
-        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 12 + 3 + 3
+        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 3 + 3
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -138,7 +138,7 @@ def test_every_step_time_case_fits(report):
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes
-    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 12 + 3 + 3
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 3 + 3
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 
@@ -204,8 +204,8 @@ FILE_CASES = {
 def test_megatron_bridge_dense_more_held_out(report):
     """Megatron-Bridge 25.09 / 25.11 / 26.02 dense Llama 3 70B / 3.1 405B rows on GB200 NVL72 and DGX H100 that no
     constant is fitted on (mbridge-dense-more), held out: within issue 33's bar (MAPE <= 10 %, no case over 25 %);
-    today MAPE 5.0 %, worst -9.4 % (70B MXFP8 on 64 GB200). The pinned 6 / 12 % make a change to it seen."""
-    errors = _file_errors(report, "mbridge-dense-more", 12)
+    today MAPE 5.2 %, worst -9.4 % (70B MXFP8 on 64 GB200). The pinned 6 / 12 % make a change to it seen."""
+    errors = _file_errors(report, "mbridge-dense-more", 14)
     assert _mape(errors) <= 6.0 and max(abs(e) for e in errors) <= 12.0
 
 
