@@ -52,8 +52,8 @@ def test_bundled_files_load():
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
     # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (7) and GB200 / H100 (14)
-    # + Alps GH200 (3) + Google Cloud H200 / B200 (3)
-    assert len(cases) == 198 and len({(c.file, c.name) for c in cases}) == 198
+    # + Alps GH200 (2) + Google Cloud H200 / B200 (3)
+    assert len(cases) == 197 and len({(c.file, c.name) for c in cases}) == 197
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
