@@ -45,11 +45,16 @@ def test_bundled_files_load():
         "maxtext-gpu.json",
         "megatron-v1-v100.json",
         "consumer-gpus.json",
+        "mbridge-gb300.json",
+        "mbridge-dense-more.json",
+        "alps-gh200.json",
+        "gcp-gpu-recipes.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
-    # + Megatron-LM v1 on V100 (8) + published RTX 4090 steps (3)
-    assert len(cases) == 174 and len({(c.file, c.name) for c in cases}) == 174
+    # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (7) and GB200 / H100 (14)
+    # + Alps GH200 (2) + Google Cloud H200 / B200 (3) + published RTX 4090 steps (3)
+    assert len(cases) == 200 and len({(c.file, c.name) for c in cases}) == 200
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -109,8 +109,13 @@ def test_calibration_and_held_out_reported_apart(report):
     # (gpu-steps-2026-11, 25): no constant is fitted on them
     # + tiny steps on a second host; + the FSDP-stack sets llmfoundry-mpt (20) and torchtitan-llama3 (23)
     # + BLOOM-176B on Megatron-DeepSpeed (1) + MaxText Llama 2 7B on H100 (1) + Megatron-LM v1 on V100 (8)
+    # + Megatron-Bridge dense rows on GB300 (mbridge-gb300, 7) and on GB200 / H100 (mbridge-dense-more, 14)
+    # + Megatron-LM on Alps GH200 (alps-gh200, 2) + NeMo on Google Cloud H200 / B200 (gcp-gpu-recipes, 3)
     # + published RTX 4090 steps (consumer-gpus, 3)
-    assert summary["held_out"]["step_time_cases"] == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 3
+    assert (
+        summary["held_out"]["step_time_cases"]
+        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3
+    )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
@@ -133,8 +138,8 @@ def test_every_step_time_case_fits(report):
     """Every measured run, dense and MoE, is predicted to fit in memory."""
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
-    # + megatron-v1-v100 + consumer-gpus
-    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 3
+    # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 
@@ -183,6 +188,61 @@ def test_moe_step_time(report):
     assert len(errors) == 10
     assert _mape(errors) <= 8.0
     assert max(abs(e) for e in errors) <= 20.0
+
+
+def _file_errors(report: dict, stem: str, count: int) -> list[float]:
+    cases = [c for c in report["cases"] if c["name"] in FILE_CASES[stem]]
+    assert len(cases) == count and all(c["role"] == "held_out" for c in cases), stem
+    return [c["error_pct"]["step_time_s"] for c in cases]
+
+
+FILE_CASES = {
+    stem: {c.name for c in load_cases() if c.file == stem}
+    for stem in ("mbridge-gb300", "mbridge-dense-more", "alps-gh200", "gcp-gpu-recipes")
+}
+
+
+def test_megatron_bridge_dense_more_held_out(report):
+    """Megatron-Bridge 25.09 / 25.11 / 26.02 dense Llama 3 70B / 3.1 405B rows on GB200 NVL72 and DGX H100 that no
+    constant is fitted on (mbridge-dense-more), held out: within issue 33's bar (MAPE <= 10 %, no case over 25 %);
+    today MAPE 5.2 %, worst -9.4 % (70B MXFP8 on 64 GB200). The pinned 6 / 12 % make a change to it seen."""
+    errors = _file_errors(report, "mbridge-dense-more", 14)
+    assert _mape(errors) <= 6.0 and max(abs(e) for e in errors) <= 12.0
+
+
+def test_megatron_bridge_gb300_held_out(report):
+    """Megatron-Bridge 25.11 / 26.02 dense rows on GB300 NVL72 (mbridge-gb300), held out: within issue 33's bar
+    (MAPE <= 10 %, no case over 25 %), today MAPE 9.5 %, worst +20.7 %. The two Llama 3.1 405B FP8-CS runs are
+    predicted 18-21 % too slow: their GEMMs alone, at the fp8 cap GB300 shares with B200 / GB200 (same datasheet
+    fp8 rate; MAMF B300 fp8 3353 vs GB200 3616 TFLOPS), are longer than the measured step, while the runs are 1.25x
+    the GB200 ones (docs/model.md, Known limits). Pinned so that a change to it is seen."""
+    errors = _file_errors(report, "mbridge-gb300", 7)
+    assert _mape(errors) <= 10.0 and max(abs(e) for e in errors) <= 22.0
+    slow = [
+        c
+        for c in report["cases"]
+        if c["name"] in FILE_CASES["mbridge-gb300"] and "405b" in c["name"]
+    ]
+    assert all(c["error_pct"]["step_time_s"] > 0 for c in slow)  # the 405B runs too slow today
+
+
+def test_gcp_gpu_recipes_held_out(report):
+    """NeMo Llama 3.1 70B / 405B fp8 steps on Google Cloud A3 Ultra (H200) and A4 (B200) from the gpu-recipes READMEs'
+    logged steps (gcp-gpu-recipes), held out: within issue 33's bar; today -9.4, -2.5 and -8.7 %, all too fast. The
+    pinned 8 / 12 % make a change to it seen."""
+    errors = _file_errors(report, "gcp-gpu-recipes", 3)
+    assert _mape(errors) <= 8.0 and max(abs(e) for e in errors) <= 12.0
+    assert all(e < 0 for e in errors)
+
+
+def test_alps_gh200_held_out(report):
+    """Megatron-LM Llama 3 8B runs on 256 CSCS Alps GH200 (swiss-ai/Megatron-LM pull request #33; alps-gh200), held
+    out. They miss issue 33's bar: predicted 21-28 % too fast, their compute alone, at the H100 SXM caps the catalog
+    assumes for GH200, 0.66-0.73 of the measured step (the same model under NeMo on DGX H100 runs at 10,000
+    tokens/s/GPU, these at 8,000-8,290; docs/model.md, Known limits). This pins today's state so that a change to
+    it is seen; it is not a tolerance we promise."""
+    errors = _file_errors(report, "alps-gh200", 2)
+    assert all(-32.0 <= e <= -15.0 for e in errors), errors
 
 
 def test_narayanan2021_held_out(report):
