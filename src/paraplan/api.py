@@ -29,7 +29,7 @@ from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError  # noqa: F401 (re-exported)
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import PlanSpec, plan_input_error  # noqa: F401 (re-exported)
+from paraplan.specs.plan import PlanSpec, plan_input_error, runtime_folded  # noqa: F401 (re-exported)
 from paraplan.specs.plan_fields import (  # noqa: F401 (re-exported)
     DEFAULT_MICRO_BATCH,
     DEFAULT_SEQ_LENGTH,
@@ -349,10 +349,10 @@ def _specs(model, system) -> tuple[ModelSpec, SystemSpec]:
 def _search_fields(space: dict, framework, system_spec: SystemSpec) -> tuple[SystemSpec, dict]:
     """(the system, the SearchProblem fields) of :func:`search`'s ``space``: with ``framework`` the
     system adapted to its profile and its attention (unless given) and overlap defaults; allowed
-    values as tuples (TUPLE_FIELDS); a name that is not a SearchProblem field refused."""
+    values as tuples (TUPLE_FIELDS); run-wide knobs by name into ``runtime``; other unknown names refused."""
     from paraplan.search.space import SearchProblem
 
-    fields = dict(space)
+    fields = runtime_folded(space)
     if framework is not None:
         from paraplan.catalog import load_framework
         from paraplan.cost.frameworks import framework_search_fields, framework_system

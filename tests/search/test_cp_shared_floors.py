@@ -24,6 +24,7 @@ from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.plan import RuntimeFields
 
 # (tp, cp, micro-batch): pairs with equal local tokens b·s/c across different cp
 GRID = [
@@ -121,7 +122,7 @@ def _whole_floor(problem: SearchProblem, name: str, shape, experts) -> tuple[flo
         ("deepseek-v3", {"dtype": "fp8"}),
         ("mixtral-8x7b", {}),
         ("gpt-oss-120b", {}),
-        ("qwen3-30b-a3b", {"cp_algorithm": "all-to-all"}),
+        ("qwen3-30b-a3b", {"runtime": RuntimeFields(cp_algorithm="all-to-all")}),
         ("llama3-70b", {}),
         ("vit-large", {}),
     ],

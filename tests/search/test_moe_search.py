@@ -772,7 +772,7 @@ def test_refined_block_bounds_are_admissible(problem, memory):
             by_memory
         )  # the memory level alone raises some block: its activations force recomputation
         reserved, capacity = (
-            system_terms(problem.system, problem.dtype, problem)["reserved_bytes"],
+            system_terms(problem.system, problem.dtype, problem.runtime)["reserved_bytes"],
             problem.system.accelerator.hbm_capacity,
         )
         assert any(

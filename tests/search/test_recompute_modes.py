@@ -184,7 +184,10 @@ def test_search_rows_re_estimate_identically(fields):
     stack = [i for i in range(n) if MODES[modes[i]].stacks]
     rng = np.random.default_rng(7)
     sample = sorted(set(rng.choice(n, size=min(n, 40), replace=False).tolist()) | set(stack[:40]))
-    fixed = {k: getattr(problem, k) for k in PROBLEM_FIELDS if k != "global_batch"}
+    fixed = problem.runtime.model_dump()  # the run-wide knobs, and the problem's other plan fields
+    fixed |= {
+        k: getattr(problem, k) for k in PROBLEM_FIELDS if k not in fixed and k != "global_batch"
+    }
     metrics = {"step_time_s", "tokens_per_s", "objective", "peak_memory_gib"}
     for i in sample:
         values = {k: columns[k][i] for k in columns if k not in metrics}

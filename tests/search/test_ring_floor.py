@@ -21,6 +21,7 @@ from paraplan.search.bounds.expert_floors import (
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import layer_shape_of
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.plan import RuntimeFields
 from paraplan.step.build import BLOCK_KINDS, _kind_cost_facts, model_block_kinds
 
 
@@ -110,7 +111,7 @@ def test_ring_floor_is_large_beyond_the_domain_and_absent_without_a_ring():
         gpus=64,
         seq_length=8192,
         global_batch=64,
-        cp_algorithm="all-to-all",
+        runtime=RuntimeFields(cp_algorithm="all-to-all"),
     )
     shape = layer_shape_of(ulysses, 1, 4, 1, False, "1d", 0, costing_experts(ulysses, 1)[0])
     assert shape.ulysses and ring_transfer_floor_s(ulysses.model, system, shape) is None

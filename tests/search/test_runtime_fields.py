@@ -11,6 +11,7 @@ from paraplan.cost.frameworks import framework_search_fields
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
+from paraplan.specs.plan import RuntimeFields
 
 
 @pytest.mark.xdist_group("runtime-fields")
@@ -29,13 +30,15 @@ def test_fast_equals_exhaustive_under_profile_knobs():
         vary_offload=False,
         vary_placement=False,
         vary_overlap=False,
-        grad_dtype="bf16",
-        zero3_prefetch_layers=0,
-        zero3_max_live_params=2e8,
-        cp_algorithm="all-to-all",
-        zero3_gather_unit="tensor",
-        zero3_reduce_unit="tensor",
-        zero3_regather_recompute=True,
+        runtime=RuntimeFields(
+            grad_dtype="bf16",
+            zero3_prefetch_layers=0,
+            zero3_max_live_params=2e8,
+            cp_algorithm="all-to-all",
+            zero3_gather_unit="tensor",
+            zero3_reduce_unit="tensor",
+            zero3_regather_recompute=True,
+        ),
     )
     fast, slow = search(problem, top_k=5), exhaustive_search(problem, top_k=5)
     assert [p.plan for p in fast.plans] == [p.plan for p in slow.plans]
@@ -55,6 +58,32 @@ def test_fast_equals_exhaustive_under_profile_knobs():
 
 
 def test_profile_sets_the_search_problem_runtime_fields():
-    fields = framework_search_fields(load_framework("deepspeed"))
-    assert fields["cp_algorithm"] == "all-to-all" and fields["zero3_max_live_params"] == 1e9
-    assert framework_search_fields(load_framework("megatron-lm-2021"))["zero3_prefetch_layers"] == 0
+    runtime = framework_search_fields(load_framework("deepspeed"))["runtime"]
+    assert runtime.cp_algorithm == "all-to-all" and runtime.zero3_max_live_params == 1e9
+    legacy = framework_search_fields(load_framework("megatron-lm-2021"))["runtime"]
+    assert legacy.zero3_prefetch_layers == 0
+
+
+def test_api_search_takes_run_wide_knobs_by_name():
+    """api.search_problem folds run-wide knobs given by name into SearchProblem.runtime, and names a bad one."""
+    from paraplan.api import InputError, search_problem
+
+    problem = search_problem(
+        load_model("llama3-8b"),
+        load_system("dgx-h100-80gb"),
+        16,
+        seq_length=4096,
+        global_batch=16,
+        grad_dtype="bf16",
+        cp_algorithm="all-to-all",
+    )
+    assert problem.runtime == RuntimeFields(grad_dtype="bf16", cp_algorithm="all-to-all")
+    with pytest.raises(InputError, match="grad_dtype"):
+        search_problem(
+            load_model("llama3-8b"),
+            load_system("dgx-h100-80gb"),
+            16,
+            seq_length=4096,
+            global_batch=16,
+            grad_dtype="fp16",
+        )

@@ -220,7 +220,7 @@ def test_wall_lower_bound_holds_for_plans(gpus, zero):
     good = plan_goodput(est, model, system, plan, 1e11, inputs)
     host = system.accelerator.host_bandwidth
     factor = wall_lower_bound_factor(
-        Fleet(gpus, total_state_bytes(model, system, plan), host, inputs)
+        Fleet(gpus, total_state_bytes(model, system, plan.dtype, plan), host, inputs)
     )
     assert factor > 1.0
     bound = factor * good.time.useful_s + inputs.restart.startup_s

@@ -232,7 +232,7 @@ def test_lower_bounds_hold_for_plans(policy, gpus, fields):
     )
     good = plan_goodput(est, model, system, plan, 3e10, inputs)
     host = system.accelerator.host_bandwidth
-    total = total_state_bytes(model, system, plan)
+    total = total_state_bytes(model, system, plan.dtype, plan)
     fleet = Fleet(gpus, total, host, inputs, 8)
     factor = wall_lower_bound_factor(fleet)
     assert good.time.wall_s >= (factor * good.time.useful_s + 600) * (1 - 1e-9)

@@ -21,7 +21,6 @@ from paraplan.cli.app import (
     Zero3ReduceUnit,
     _stdout,
     app,
-    explicit_options,
     load_framework_option,
     precision_defaults,
     refuse_options,
@@ -30,7 +29,6 @@ from paraplan.cli.app import (
 from paraplan.cli.declare import given, optional, switch
 from paraplan.cli.estimate_plan import (
     FIELD_PARAMETER,
-    FRAMEWORK_PLAN_OPTIONS,
     STAGED_ESTIMATE_OPTIONS,
     apply_sets,
     framework_defaults,
@@ -348,12 +346,11 @@ def estimate(
 
         system_spec = framework_system(profile, system_spec)
     model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
-    framework_given = explicit_options(ctx, tuple(FRAMEWORK_PLAN_OPTIONS.values()))
     if plan_file is not None:
         plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
     else:
         fields |= precision_defaults(ctx, system_spec)
-        plan = plan_from_fields(framework_defaults(fields, profile, framework_given))
+        plan = plan_from_fields(framework_defaults(ctx, fields, profile))
     if staged:
         from paraplan.cli.hetero_cmd import estimate_uniform_stages
 

@@ -8,6 +8,7 @@ from enum import Enum
 
 import typer
 
+from paraplan.cli.app import explicit_options
 from paraplan.specs.errors import InputError
 
 # The PlanSpec fields of the estimate's plan options, in the order of the options.
@@ -97,30 +98,16 @@ def given_plan_options(ctx: typer.Context, fields: dict) -> dict[str, str]:
     return out
 
 
-# plan fields a framework profile sets by default (frameworks.PLAN_DEFAULTS) -> the option that states them
-FRAMEWORK_PLAN_OPTIONS = {
-    "attention": "attention",
-    "grad_dtype": "grad_dtype",
-    "fp8_weight_copies": "fp8_weight_copies",
-    "zero3_max_live_params": "zero3_max_live_params",
-    "zero3_prefetch_layers": "zero3_prefetch_layers",
-    "zero3_gather_unit": "zero3_gather_unit",
-    "zero3_reduce_unit": "zero3_reduce_unit",
-    "zero3_regather_recompute": "zero3_regather_recompute",
-    "cp_algorithm": "cp_algorithm",
-    "overlap_tp_comm": "overlap_tp_comm",
-    "overlap_dp_grad_reduce": "no_overlap_dp",
-    "overlap_param_gather": "no_overlap_param_gather",
-}
-
-
-def framework_defaults(plan_fields: dict, profile, given: set[str]) -> dict:
-    """``plan_fields`` with the options the user left at their CLI default replaced by the profile's defaults."""
-    from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_plan_fields
-
+def framework_defaults(ctx: typer.Context, plan_fields: dict, profile) -> dict:
+    """``plan_fields`` with the plan fields a profile sets (cost.frameworks.PLAN_DEFAULTS) whose option
+    (FIELD_PARAMETER) the user left at its CLI default replaced by the profile's defaults."""
     if profile is None:
         return plan_fields
-    unset = {key for key in PLAN_DEFAULTS if FRAMEWORK_PLAN_OPTIONS[key] not in given}
+    from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_plan_fields
+
+    options = {key: FIELD_PARAMETER.get(key, key) for key in PLAN_DEFAULTS}
+    given = explicit_options(ctx, tuple(options.values()))
+    unset = {key for key, option in options.items() if option not in given}
     return framework_plan_fields(profile, {k: v for k, v in plan_fields.items() if k not in unset})
 
 

@@ -28,7 +28,7 @@ from paraplan.cost.attention import converted_attention_fraction, effective_kern
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.framework import FrameworkSpec
-from paraplan.specs.plan import RUNTIME_FIELDS, runtime_fields_of
+from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
 from paraplan.specs.system import EagerFields, HostFields, SystemSpec
 
 PLAN_DEFAULTS = (
@@ -106,7 +106,7 @@ def apply_framework(
 def framework_search_fields(framework: FrameworkSpec) -> dict[str, Any]:
     """``SearchProblem`` fields a profile sets: its name (the error band's framework feature), its
     (overlap_tp_comm, overlap_dp_grad_reduce, overlap_param_gather) defaults, which the overlap switches
-    take when the search does not vary them, and the run-wide knobs (specs.plan.RUNTIME_FIELDS)."""
+    take when the search does not vary them, and the run-wide knobs (``runtime``: specs.plan.RuntimeFields)."""
     return {
         "framework": framework.name,
         "default_overlaps": (
@@ -114,5 +114,5 @@ def framework_search_fields(framework: FrameworkSpec) -> dict[str, Any]:
             framework.overlap_dp_grad_reduce,
             framework.overlap_param_gather,
         ),
-        **runtime_fields_of(framework),
+        "runtime": runtime_of(framework),
     }

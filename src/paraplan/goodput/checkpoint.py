@@ -44,14 +44,14 @@ def rank_state_bytes(est, model_spec, system_spec, plan) -> float:
     return max(s.weights_bytes + s.optimizer_bytes for s in est.stages)
 
 
-def total_state_bytes(model_spec, system_spec, plan) -> float:
+def total_state_bytes(model_spec, system_spec, dtype: str, runtime) -> float:
     """P * (b_weights + b_optimizer): every parameter's weight and optimizer state once, by the rule the
     memory model sizes them with (step.constants.state_bytes: cost.memory.state_bytes_per_param at the
     plan's dtype and the stack's optimizer state): 2 + 12 B in mixed precision with an fp32 master copy,
     2 + 4 B without one (pure bf16: efficiency.runtime.optimizer_state param_dtype), 4 + 8 B with fp32
-    parameters as their own master (optimizer_state fp32_params: MaxText) and in fp32. ``plan``: a
-    PlanSpec or a SearchProblem (its dtype and grad_dtype)."""
-    per = state_bytes(system_spec, plan.dtype, plan)
+    parameters as their own master (optimizer_state fp32_params: MaxText) and in fp32. ``runtime``: the
+    run-wide knobs (its grad_dtype) of a PlanSpec, or a SearchProblem's ``runtime``."""
+    per = state_bytes(system_spec, dtype, runtime)
     return parameter_counts(model_spec).total * (per.weights + per.optimizer)
 
 
@@ -102,7 +102,7 @@ def checkpoint_cost(est, model_spec, system_spec, plan, inputs: CheckpointInputs
     (offload_link_share): t_w = max(S_total / B_storage, S_rank / (B_host (1 - u)))."""
     host_bw = system_spec.accelerator.host_bandwidth or system_spec.network.nic_bandwidth
     rank = rank_state_bytes(est, model_spec, system_spec, plan)
-    total = total_state_bytes(model_spec, system_spec, plan)
+    total = total_state_bytes(model_spec, system_spec, plan.dtype, plan)
     write = write_time_s(rank, total, inputs.storage_write_bandwidth, host_bw)
     load = write_time_s(rank, total, inputs.storage_read_bandwidth, host_bw)
     if inputs.mode == "sync":

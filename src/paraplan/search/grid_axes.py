@@ -169,7 +169,7 @@ class GridAxes:
         if dp_size == 1:
             return [StateOption(0, True, True)]
         tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
-        fp8_primary = self.dtype == "fp8" and not self.fp8_weight_copies
+        fp8_primary = self.dtype == "fp8" and not self.runtime.fp8_weight_copies
         return [
             o
             for o in self._state_options(dp_size)

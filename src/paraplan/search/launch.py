@@ -125,8 +125,12 @@ def run_wide_violations(framework: str | None, problem) -> list[tuple[str, objec
         out.append(("dtype", problem.dtype, f"{framework} plans take {', '.join(DTYPES[name])}"))
     if name != MEGATRON_CORE and problem.attention != "flash":
         out.append(("attention", problem.attention, f"{framework} runs fused (flash) attention"))
-    if name == TORCHTITAN and problem.cp_algorithm != "ring":  # DeepSpeed: cp = 1, no algorithm
-        out.append(("cp_algorithm", problem.cp_algorithm, f"{framework} runs ring attention"))
+    if (
+        name == TORCHTITAN and problem.runtime.cp_algorithm != "ring"
+    ):  # DeepSpeed: cp = 1, no algorithm
+        out.append(
+            ("cp_algorithm", problem.runtime.cp_algorithm, f"{framework} runs ring attention")
+        )
     return out + recompute_mode_violations(framework, problem)
 
 
@@ -375,7 +379,7 @@ def stage_plan_allowed(
     (tp, _, mode), pp, sp = stated.pop(), len(stages), problem.sequence_parallel
     if mode is None:
         return False
-    fp8_primary = problem.dtype == "fp8" and not problem.fp8_weight_copies
+    fp8_primary = problem.dtype == "fp8" and not problem.runtime.fp8_weight_copies
     return (
         recompute_allowed(framework, mode)
         and schedule_allowed(framework, problem.schedule)

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan
-from paraplan.specs.plan import RUNTIME_FIELDS, STATE_FIELDS, PlanSpec
+from paraplan.specs.plan import STATE_FIELDS, PlanSpec
 from paraplan.specs.recompute import plan_fields
 
-# the plan fields every candidate takes from the problem (search.space.SearchProblem)
+# the plan fields every candidate takes from the problem (search.space.SearchProblem), besides its
+# run-wide knobs (SearchProblem.runtime, specs.plan.RuntimeFields)
 FIXED_FIELDS = (
     "gpus",
     "seq_length",
     "dtype",
     "attention",
-    *RUNTIME_FIELDS,
     "capacity_factor",
     "moe_balance",
 )
@@ -179,6 +179,7 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
     embedding_as_layer, loss_as_layer = option.split
     return PlanSpec(
         **{name: getattr(problem, name) for name in FIXED_FIELDS},
+        **problem.runtime.model_dump(),
         **{name: getattr(row, name) for name in ROW_FIELDS},
         **plan_fields(row.recompute),
         **{name: getattr(option, name) for name in STATE_FIELDS},

@@ -65,7 +65,7 @@ def layer_shape_of(
         tp_layout=layout,
         tp_rows=r,
         summa_panels=panel_count(r, tp // r, None) if summa else 1,
-        cp_algorithm=problem.cp_algorithm,
+        cp_algorithm=problem.runtime.cp_algorithm,
         module_impl=module_impl_of(problem.system),
         cp_ring=cp_ring_of(problem.system),
         tp_fp8_gather=tp_fp8_gather_of(problem.system),

@@ -43,6 +43,7 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import Dispatcher
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
+from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
     accelerator_rules,
     cp_rule,
@@ -167,15 +168,9 @@ class SearchProblem(GridAxes):
     # the values the overlap switches take when they are not varied
     framework: str | None = None
     default_overlaps: tuple[bool, bool, bool] = (False, True, True)
-    # the run-wide implementation knobs (specs.plan.RUNTIME_FIELDS), from the profile when one is given
-    grad_dtype: str = "fp32"
-    fp8_weight_copies: bool = False
-    zero3_max_live_params: float | None = None
-    zero3_prefetch_layers: int = 1
-    zero3_gather_unit: str = "layer"
-    zero3_reduce_unit: str = "layer"
-    zero3_regather_recompute: bool = False
-    cp_algorithm: str = "ring"
+    # the run-wide implementation knobs every candidate states (specs.plan.RuntimeFields, a plan's own), from
+    # the profile when one is given (cost.frameworks.framework_search_fields)
+    runtime: RuntimeFields = RuntimeFields()
 
     def check(self) -> None:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
@@ -257,7 +252,7 @@ class SearchProblem(GridAxes):
                         continue
                     if cp_rule(self.seq_length, cp):
                         continue
-                    if ulysses_rule(m, tp, cp, self.cp_algorithm):
+                    if ulysses_rule(m, tp, cp, self.runtime.cp_algorithm):
                         continue
                     if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
                         continue
@@ -328,7 +323,7 @@ class SearchProblem(GridAxes):
         return [
             (layout, rows)
             for layout, rows in out
-            if not ulysses_rule(self.model, tp, cp, self.cp_algorithm, layout)
+            if not ulysses_rule(self.model, tp, cp, self.runtime.cp_algorithm, layout)
             and launch.layout_allowed(self.framework, layout)
         ]
 

@@ -96,7 +96,7 @@ class RowTable:
         self.unit = unit.reshape(-1)  # each row's unit; ``first``: each unit's first row
         # what build_step_inputs reads besides the blocks, per row
         self.facts = self.step_facts = self._facts(costings)
-        self.constants = system_terms(problem.system, problem.dtype, problem)
+        self.constants = system_terms(problem.system, problem.dtype, problem.runtime)
         self.kinds = tuple(model_block_kinds(problem.model))
         self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> BlockCostFacts
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)

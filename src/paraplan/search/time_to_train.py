@@ -53,7 +53,7 @@ def unseen_bound(problem: SearchProblem, objective: str, inputs):
     whose failure-free time is ``useful_s`` or more (goodput.bounds)."""
     system = problem.system
     host = system.accelerator.host_bandwidth or system.network.nic_bandwidth
-    total = total_state_bytes(problem.model, system, problem)  # its dtype and grad_dtype
+    total = total_state_bytes(problem.model, system, problem.dtype, problem.runtime)
     domain = system.node.gpus_per_domain
     fleet = Fleet(problem.gpus, total, host, inputs, domain)
     if objective.endswith("-p90"):

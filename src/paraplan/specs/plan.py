@@ -303,22 +303,32 @@ class PlanSpec(RuntimeFields, MoEPlanFields, TPLayoutFields):
 # Fields a search problem fixes for every candidate; the other fields are the plan's choices,
 # in this order the columns of search --csv and sweep.csv.
 # plan fields an implementation sets for the whole run (a framework profile's defaults, frameworks.PLAN_DEFAULTS):
-# the search holds them at its problem's values (search.space.SearchProblem), the search table reads the same
-RUNTIME_FIELDS = (
-    "grad_dtype",
-    "fp8_weight_copies",
-    "zero3_max_live_params",
-    "zero3_prefetch_layers",
-    "zero3_gather_unit",
-    "zero3_reduce_unit",
-    "zero3_regather_recompute",
-    "cp_algorithm",
-)
+# the search holds them at its problem's values (search.space.SearchProblem.runtime): RuntimeFields' fields
+RUNTIME_FIELDS: tuple[str, ...] = tuple(RuntimeFields.model_fields)
 
 
 def runtime_fields_of(obj) -> dict:
-    """The run-wide knobs (RUNTIME_FIELDS) of ``obj`` (a plan, a search problem, a framework profile) by name."""
+    """The run-wide knobs (RUNTIME_FIELDS) of ``obj`` (a plan, a stage plan, a framework profile) by name."""
     return {name: getattr(obj, name) for name in RUNTIME_FIELDS}
+
+
+def runtime_of(obj) -> RuntimeFields:
+    """The run-wide knobs of ``obj`` (runtime_fields_of) as one RuntimeFields, as the search problems hold them."""
+    return RuntimeFields(**runtime_fields_of(obj))
+
+
+def runtime_folded(fields: dict) -> dict:
+    """``fields`` of a search problem with the run-wide knobs given by name (RUNTIME_FIELDS) folded into its
+    ``runtime`` (a RuntimeFields, as search.space.SearchProblem holds them); a bad value an InputError naming it."""
+    given = {name: fields[name] for name in RUNTIME_FIELDS if name in fields}
+    out = {k: v for k, v in fields.items() if k not in given}
+    if given:
+        base = out.get("runtime") or RuntimeFields()
+        try:
+            out["runtime"] = RuntimeFields(**{**base.model_dump(), **given})
+        except ValidationError as exc:
+            raise input_error_from_pydantic(exc, "runtime") from None
+    return out
 
 
 # the plan's ZeRO stage, DP overlap switches and offloads: a search candidate's state and offload

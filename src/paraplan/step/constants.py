@@ -18,9 +18,10 @@ _RUNTIME_DEFAULTS = RuntimeFields()
 
 
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
-    """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec
-    or SearchProblem: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient dtype, TE's fp8 weight
-    copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered parameters (None: no cap)."""
+    """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec or
+    a RuntimeFields such as SearchProblem.runtime: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient
+    dtype, TE's fp8 weight copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered
+    parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
     state = state_bytes(system, dtype, knobs)

@@ -40,7 +40,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import RuntimeFields, runtime_fields_of
+from paraplan.specs.plan import runtime_of
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
@@ -327,7 +327,7 @@ class StagePlanEstimate:
 def common_of(plan) -> Common:
     """The plan-wide settings of a StagePlanSpec, or of a per-stage search problem stating the same fields
     (search.staged.hetero.HeteroProblem, whose run-wide knobs are one RuntimeFields, ``runtime``)."""
-    runtime = getattr(plan, "runtime", None) or RuntimeFields(**runtime_fields_of(plan))
+    runtime = getattr(plan, "runtime", None) or runtime_of(plan)
     return Common(
         plan.seq_length,
         plan.dtype,

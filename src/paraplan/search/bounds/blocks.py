@@ -299,7 +299,7 @@ def refined_bound(
             cache[key] = work_floors(problem, *key[:4], level == "all", cache)
     mode_floors = cache[key]
     if "constants" not in cache:  # the problem's, the same for every block
-        cache["constants"] = system_terms(problem.system, problem.dtype, problem)
+        cache["constants"] = system_terms(problem.system, problem.dtype, problem.runtime)
     constants = cache["constants"]
     capacity = problem.system.accelerator.hbm_capacity
     host_capacity = problem.system.accelerator.host_memory or math.inf

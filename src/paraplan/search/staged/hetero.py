@@ -40,7 +40,7 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_fields_of
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
 from paraplan.specs.recompute import stage_fields
 from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
@@ -103,14 +103,6 @@ class HeteroProblem:
     vpp: ClassVar[int] = 1
 
     @property
-    def cp_algorithm(self) -> str:
-        return self.runtime.cp_algorithm
-
-    @property
-    def fp8_weight_copies(self) -> bool:
-        return self.runtime.fp8_weight_copies
-
-    @property
     def common(self) -> Common:
         return common_of(self)
 
@@ -124,10 +116,10 @@ def searched_modes(problem: HeteroProblem) -> tuple[str, ...]:
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
     """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
         its plan defaults, cost.frameworks.PLAN_DEFAULTS: attention and the overlap switches, and the run-wide
-        knobs, specs.plan.runtime_fields_of; its name, whose launcher must run every plan, and the settings
+        knobs, specs.plan.runtime_of; its name, whose launcher must run every plan, and the settings
     search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
     fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
-    fields["runtime"] = RuntimeFields(**runtime_fields_of(profile))
+    fields["runtime"] = runtime_of(profile)
     staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
     fields |= {"framework": profile.name, **staged}
     return framework_cluster(profile, cluster_spec), fields
