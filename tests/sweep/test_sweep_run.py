@@ -307,3 +307,41 @@ def test_sweep_vary_split_reaches_each_point_and_keeps_older_configs(tmp_path, c
     assert doc["sweep"]["vary_split"] is True
     best = doc["points"][0]["top"][0]["plan"]
     assert best["loss_as_layer"] and not best["embedding_as_layer"]
+
+
+def test_sweep_with_a_framework_searches_what_search_does(tmp_path):
+    """``sweep --framework P`` carries P's run-wide knobs (llm-foundry: bf16 gradient reduction) into each
+    point's search, so a point's best plan is ``search --framework P``'s (api.search)."""
+    from paraplan.api import search
+
+    config = SweepConfig(
+        model="gpt3-1.3b",
+        systems=("dgx-a100-80gb",),
+        gpus=(16,),
+        seq_length=2048,
+        global_batch=64,
+        top=1,
+        no_offload=True,
+        default_overlap=True,
+        default_placement=True,
+        restrictions={"tp": (1,), "pp": (1,), "zero": (3,)},
+        framework="llm-foundry",
+    )
+    point = run_sweep(config, tmp_path).document["points"][0]
+    best = search(
+        "gpt3-1.3b",
+        "dgx-a100-80gb",
+        gpus=16,
+        seq_length=2048,
+        global_batch=64,
+        top=1,
+        framework="llm-foundry",
+        vary_offload=False,
+        vary_overlap=False,
+        vary_placement=False,
+        tp=[1],
+        pp=[1],
+        zero=[3],
+    ).plans[0]
+    assert point["step_time_s"] == pytest.approx(best.estimate.step_time_s, rel=1e-8)
+    assert best.plan.grad_dtype == "bf16"  # the profile's knob reached the plan

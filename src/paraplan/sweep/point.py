@@ -12,6 +12,7 @@ import math
 
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
 from paraplan.sweep.journal import dumps, leaves
 from paraplan.sweep.schema import EMPTY_SUMMARY, PlanSummary
@@ -140,6 +141,7 @@ def _problem(task: dict, model: ModelSpec, system: SystemSpec):
             {
                 "framework": settings["framework"],
                 "default_overlaps": tuple(settings["default_overlaps"]),
+                "runtime": RuntimeFields(**settings["runtime"]),
             }
             if "framework" in settings
             else {}

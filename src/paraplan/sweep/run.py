@@ -227,12 +227,14 @@ def prepare(config: SweepConfig) -> Prepared:
     settings = _settings(config)
     if (
         profile is not None
-    ):  # the name for the error band, the overlap defaults for --default-overlap
+    ):  # the name for the error band, the overlap defaults for --default-overlap, the run-wide knobs
         from paraplan.cost.frameworks import framework_search_fields
 
         fields = framework_search_fields(profile)
         settings.update(
-            framework=fields["framework"], default_overlaps=list(fields["default_overlaps"])
+            framework=fields["framework"],
+            default_overlaps=list(fields["default_overlaps"]),
+            runtime=fields["runtime"].model_dump(),
         )
     pts = points(config)
     variants: dict[tuple, tuple[dict, dict, dict]] = {}
