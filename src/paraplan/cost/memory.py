@@ -308,7 +308,7 @@ def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     for its backward, held_bytes per logit of the implementation the stack runs (shape.module_impl's loss,
     graph.eager_modules.LOSS_IMPLS) × s·b·V/t: by default the fp32 softmax, 4 (Korthikanti §4.3, output
     layer term); a loss that materialises the fp32 logits (fp32-logits: transformers' ForCausalLMLoss)
-    graph.eager_modules.LOGIT_BYTES; Inductor's fused loss the bf16 logits, 2."""
+    graph.eager_modules.LOGIT_BYTES; Inductor's fused loss the bf16 logits and their gradient, 2 + 2."""
     sp_div = shape.tp if shape.sequence_parallel else 1
     tokens = shape.local_tokens
     per_logit = loss_impl(shape.module_impl).held_bytes

@@ -85,10 +85,11 @@ LOSS_IMPLS: dict[str, LossImpl] = {
     # vocabulary exceeding Inductor's persistent-reduction size: the max loop, then the exp-sum loop), 2·2 B,
     # and writes per-row statistics only; backward one point-wise kernel, exp(x − lse) − onehot scaled by the
     # incoming gradient, reading the bf16 logits (2 B) and writing their bf16 gradient (2 B). The partitioner
-    # saves the bf16 logits and the per-row statistics for backward, not an fp32 copy: 2 B held (Ansel et
-    # al. 2024, PyTorch 2, ASPLOS '24, §5: reductions fused with their point-wise producers and consumers;
-    # the min-cut partitioner recomputes point-wise ops rather than saving their outputs, §4.2).
-    "inductor-fused": LossImpl(2 * 2, 2 * 2, (1, 1), 2),
+    # saves the bf16 logits and the per-row statistics for backward, not an fp32 copy (Ansel et al. 2024,
+    # PyTorch 2, ASPLOS '24, §5: reductions fused with their point-wise producers and consumers; the min-cut
+    # partitioner recomputes point-wise ops rather than saving their outputs, §4.2); held as LOGIT_BYTES
+    # counts it, with the gradient backward writes while the saved logits live: 2 + 2 B.
+    "inductor-fused": LossImpl(2 * 2, 2 * 2, (1, 1), 2 + 2),
 }
 
 
