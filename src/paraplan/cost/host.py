@@ -198,7 +198,7 @@ def op_kernels(
     casts = activation_casts(role, autocast and role in wide_roles)
     if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
-    if family == "cross_entropy":
+    if op.name == "cross_entropy":  # the LM head's loss (graph.transformer.lm_head_block)
         return loss_impl(tuple(impl[0].items())).kernels
     fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
     zero_fill = LAYERNORM_ZERO_FILL if family == "layernorm" else 0
