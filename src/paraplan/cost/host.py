@@ -30,7 +30,7 @@ from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
 from paraplan.cost.host_kinds import CXX_LAUNCH_S, kind_host_s
 from paraplan.cost.moe_host import graph_launches, post_sync_sequence, reissue_idle_s, sync_drain_s
-from paraplan.graph.eager_modules import autocast_runs, composite_kernels
+from paraplan.graph.eager_modules import autocast_runs, composite_kernels, loss_impl
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import EfficiencySpec
@@ -46,9 +46,9 @@ Num = Any  # float or numpy array
 # - rotary embedding on q and k, rotate-half form x·cos + cat(−x₂, x₁)·sin: neg, cat, two muls and an add per
 #   tensor (Su et al. 2021, Eq. 34 as in Hugging Face transformers' apply_rotary_pos_emb), and as many backward;
 # - unfused softmax with mask (Megatron-LM's eager path: masked_fill, softmax) two kernels each way;
-# - cross-entropy on fp32 logits: the cast to fp32, log_softmax, nll_loss forward; backward nll_loss_backward (a
-#   zero fill and a scatter), log_softmax_backward and the cast back (aten/src/ATen/native/cuda/Loss.cu,
-#   SoftMax.cu);
+# - cross-entropy: the kernels of the loss implementation the profile names (graph.eager_modules.LOSS_IMPLS);
+#   on fp32 logits the cast to fp32, log_softmax, nll_loss forward; backward nll_loss_backward (a zero fill and
+#   a scatter), log_softmax_backward and the cast back (aten/src/ATen/native/cuda/Loss.cu, SoftMax.cu);
 # - embedding lookup: one gather forward; backward embedding_dense_backward's sort-based kernels (index sort,
 #   segment offsets, partial sums, gradient write, aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu) and the
 #   zero fill of the gradient, six;
@@ -69,7 +69,6 @@ EAGER_KERNELS: dict[str, tuple[int, int]] = {
     "rotary_embedding": (10, 10),
     "softmax_dropout": (2, 2),
     "cross_softmax_dropout": (2, 2),
-    "cross_entropy": (3, 4),
     "embedding_lookup": (1, 6),
     "mtp_embedding_lookup": (1, 6),
 }
@@ -199,6 +198,8 @@ def op_kernels(
     casts = activation_casts(role, autocast and role in wide_roles)
     if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
+    if op.name == "cross_entropy":  # the LM head's loss (graph.transformer.lm_head_block)
+        return loss_impl(tuple(impl[0].items())).kernels
     fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
     zero_fill = LAYERNORM_ZERO_FILL if family == "layernorm" else 0
     return fwd + casts[0], bwd + casts[1] + zero_fill

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paraplan.cost.elementwise import where
-from paraplan.graph.eager_modules import FP32, LOGIT_BYTES, gelu_new, rmsnorm_upcast
+from paraplan.graph.eager_modules import FP32, gelu_new, loss_impl, rmsnorm_upcast
 from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
@@ -304,13 +304,14 @@ def embedding_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
 
 
 def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
-    """Last stage: final-norm input and LM-head input (2·s·b·h each, ÷t with SP) and the fp32 logits
-    kept for the cross-entropy backward, 4·s·b·V/t (Korthikanti §4.3, output layer term); a stack whose
-    loss materialises the fp32 logits (shape.module_impl loss fp32-logits: transformers' ForCausalLMLoss)
-    holds graph.eager_modules.LOGIT_BYTES per logit at the start of backward instead of 4."""
+    """Last stage: final-norm input and LM-head input (2·s·b·h each, ÷t with SP) and what the loss holds
+    for its backward, held_bytes per logit of the implementation the stack runs (shape.module_impl's loss,
+    graph.eager_modules.LOSS_IMPLS) × s·b·V/t: by default the fp32 softmax, 4 (Korthikanti §4.3, output
+    layer term); a loss that materialises the fp32 logits (fp32-logits: transformers' ForCausalLMLoss)
+    graph.eager_modules.LOGIT_BYTES; Inductor's fused loss the bf16 logits and their gradient, 2 + 2."""
     sp_div = shape.tp if shape.sequence_parallel else 1
     tokens = shape.local_tokens
-    per_logit = LOGIT_BYTES if ("loss", "fp32-logits") in shape.module_impl else 4.0
+    per_logit = loss_impl(shape.module_impl).held_bytes
     return (
         2 * shape.act_bytes * tokens * model.hidden / sp_div
         + per_logit * tokens * model.vocab / shape.tp

@@ -17,9 +17,12 @@ the activation memory autograd keeps (cost.memory) all read the same list:
   two (cost.eager_kernels RECIPES).
 - ``rotary: transformers-rotate-half``: apply_rotary_pos_emb (modeling_llama.py): ``q * cos + rotate_half(q) *
   sin`` and the same for k, rotate_half = ``cat((-x2, x1), -1)`` of the two halves (``rotate_half``).
-- ``loss: fp32-logits``: the loss upcasts the logits and materialises log-softmax (loss/loss_utils.py
-  ForCausalLMLoss: ``logits.float()`` then cross_entropy), the time of the kernels table's
-  ``cross_entropy_fp32_fwd_bwd``; in memory, ``LOGIT_BYTES`` per logit at the start of backward.
+- ``loss``: the LM head's cross-entropy, one of ``LOSS_IMPLS`` (bytes per logit forward and backward,
+  kernels, bytes per logit held at the start of backward): ``fused`` (the default, Megatron-LM's
+  vocab-parallel cross-entropy as the op graph has always priced it), ``fp32-logits`` (eager
+  ``logits.float()`` then F.cross_entropy: transformers' ForCausalLMLoss, the time of the kernels table's
+  ``cross_entropy_fp32_fwd_bwd`` where the profile names the loss role), ``inductor-fused`` (the loss inside
+  a torch.compile'd graph: TorchInductor's generated reduction and point-wise kernels over the bf16 logits).
 
 Dtypes follow torch.autocast (bf16) over fp32 parameters, PyTorch 2.4-2.11 (aten/src/ATen/autocast_mode.cpp):
 ``pow`` and ``rsqrt`` are on CUDA autocast's fp32 list (their output is fp32 whatever the input), ``mul`` /
@@ -50,6 +53,50 @@ PRECISION_BYTES = {
 # log_softmax_backward's fp32 output (4), ForCausalLMLoss; the fp32 copy of the logits is freed once
 # log_softmax has read it (log_softmax saves its result, not its input)
 LOGIT_BYTES = 12.0
+
+
+class LossImpl(NamedTuple):
+    """One implementation of the LM head's cross-entropy, per logit (b·(s/c)·V/t of them per GPU): HBM bytes
+    read and written forward and backward, the kernels each way (cost.host counts a fused stack's op as one
+    each way; an eager stack's by cost.host.EAGER_KERNELS), and the bytes per logit the loss holds at the
+    start of backward (cost.memory.lm_head_activation_bytes)."""
+
+    fwd_bytes: float
+    bwd_bytes: float
+    kernels: tuple[int, int]
+    held_bytes: float
+
+
+LOSS_IMPLS: dict[str, LossImpl] = {
+    # Megatron-LM's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py
+    # _VocabParallelCrossEntropy): the fp32 logits read and written about three times forward (max, exp-sum,
+    # the softmax kept for backward) and twice backward (the softmax reused in place as the gradient); the
+    # fp32 softmax held, 4 B. The op graph's pricing since issue 1, the default of every profile.
+    "fused": LossImpl(3 * FP32, 2 * FP32, (3, 4), FP32),
+    # eager ``logits.float()`` then F.cross_entropy (transformers loss/loss_utils.py ForCausalLMLoss;
+    # F.cross_entropy under autocast, which keeps cross_entropy on its fp32 list and so upcasts the bf16
+    # logits, aten/src/ATen/autocast_mode.cpp): the same analytical bytes as "fused" (with a kernels table
+    # the profile's eager_kernels loss role prices it from the measured cross_entropy_fp32_fwd_bwd row,
+    # cost.eager_kernels), and in memory LOGIT_BYTES held.
+    "fp32-logits": LossImpl(3 * FP32, 2 * FP32, (3, 4), LOGIT_BYTES),
+    # F.cross_entropy on the bf16 logits inside a torch.compile'd graph (TorchInductor, PyTorch 2.x): the
+    # decomposed log_softmax + nll_loss fuses the autocast upcast, the row max, the exp-sum and the pick into
+    # one generated reduction kernel that reads the bf16 row twice (a looped reduction, the row of a 50k
+    # vocabulary exceeding Inductor's persistent-reduction size: the max loop, then the exp-sum loop), 2·2 B,
+    # and writes per-row statistics only; backward one point-wise kernel, exp(x − lse) − onehot scaled by the
+    # incoming gradient, reading the bf16 logits (2 B) and writing their bf16 gradient (2 B). The partitioner
+    # saves the bf16 logits and the per-row statistics for backward, not an fp32 copy (Ansel et al. 2024,
+    # PyTorch 2, ASPLOS '24, §5: reductions fused with their point-wise producers and consumers; the min-cut
+    # partitioner recomputes point-wise ops rather than saving their outputs, §4.2); held as LOGIT_BYTES
+    # counts it, with the gradient backward writes while the saved logits live: 2 + 2 B.
+    "inductor-fused": LossImpl(2 * 2, 2 * 2, (1, 1), 2 + 2),
+}
+
+
+def loss_impl(impl: tuple[tuple[str, str], ...]) -> LossImpl:
+    """The LOSS_IMPLS entry a stack runs: the ``loss`` of its module_impl (``impl``, impl_key's pairs, as
+    graph.transformer.LayerShape.module_impl carries them), "fused" where it names none."""
+    return LOSS_IMPLS[dict(impl).get("loss", "fused")]
 
 
 class Kernel(NamedTuple):

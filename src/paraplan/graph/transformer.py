@@ -16,6 +16,7 @@ from functools import lru_cache
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
+from paraplan.graph.eager_modules import loss_impl
 from paraplan.graph.tp_collectives import tp_collectives as _tp_collectives
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
@@ -406,12 +407,14 @@ def lm_head_block(
 ) -> LayerGraph:
     """Final norm, vocab-parallel output GEMM and cross-entropy on the last stage.
 
-    The loss works on fp32 logits, b·(s/c)·V/t of them per GPU, read and written about three times
-    (max, exp-sum, gradient), plus small TP all-reduces of per-token statistics (Megatron-LM's
-    vocab-parallel cross-entropy)."""
+    The loss works on b·(s/c)·V/t logits per GPU, reading and writing the bytes per logit of the
+    implementation the stack runs (shape.module_impl's loss, graph.eager_modules.LOSS_IMPLS: by default
+    fp32 logits read and written about three times forward and twice backward, Megatron-LM's
+    vocab-parallel cross-entropy), plus small TP all-reduces of per-token statistics."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
     tokens = shape.local_tokens
     logits = tokens * model.vocab / t
+    loss = loss_impl(shape.module_impl)
     ops = (
         _memory(
             "final_norm",
@@ -424,9 +427,9 @@ def lm_head_block(
             "cross_entropy",
             "memory",
             FLOPS_PER_ELEMENT["cross_entropy"] * logits,
-            3 * 4.0 * logits,
+            loss.fwd_bytes * logits,
             FLOPS_PER_ELEMENT["cross_entropy"] * logits,
-            2 * 4.0 * logits,
+            loss.bwd_bytes * logits,
             kernel=("cross_entropy", float(tokens), model.vocab / t),
         ),
     )

@@ -90,7 +90,7 @@ MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
-    "loss": ("fused", "fp32-logits"),
+    "loss": ("fused", "fp32-logits", "inductor-fused"),
     "scores": ("fused", "megatron-2019", "megatron-v1.0"),
 }
 
