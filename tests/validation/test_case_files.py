@@ -45,11 +45,12 @@ def test_bundled_files_load():
         "maxtext-gpu.json",
         "megatron-v1-v100.json",
         "consumer-gpus.json",
+        "dsexamples-hf-v100.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
-    # + Megatron-LM v1 on V100 (8) + published RTX 4090 steps (3)
-    assert len(cases) == 174 and len({(c.file, c.name) for c in cases}) == 174
+    # + Megatron-LM v1 on V100 (8) + published RTX 4090 steps (3) + DeepSpeedExamples' HF GPT-2 on V100 (3)
+    assert len(cases) == 177 and len({(c.file, c.name) for c in cases}) == 177
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
