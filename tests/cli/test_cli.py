@@ -469,6 +469,7 @@ def test_validate_json_format(capsys):
         *("llmfoundry-mpt", "torchtitan-llama3", "bloom-megatron-deepspeed", "maxtext-gpu"),
         "megatron-v1-v100",
         "consumer-gpus",
+        "dsexamples-hf-v100",
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)
