@@ -470,6 +470,7 @@ def test_validate_json_format(capsys):
         "megatron-v1-v100",
         "consumer-gpus",
         *("mbridge-gb300", "mbridge-dense-more", "alps-gh200", "gcp-gpu-recipes"),
+        "dsexamples-hf-v100",
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)
