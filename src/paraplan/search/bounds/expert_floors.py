@@ -264,17 +264,21 @@ class KindFloors:
         if (
             found is None or found[0] is not core or found[1] is not system
         ):  # ids of collected objects are reused
-            found = _remember(
-                _CORE_COMPUTES,
-                key,
-                (
-                    core,
-                    system,
-                    block_compute.__wrapped__(
-                        LayerGraph("core attention", core, (), 0.0), system, shape.dtype
+            # equal ops (another tuple: every (tp, cp, micro-batch) builds its own) cost the same: costed once
+            equal = (core, id(system), shape.dtype)
+            same = _CORE_BY_OPS.get(equal)
+            if same is None or same[0] is not system:
+                same = _remember(
+                    _CORE_BY_OPS,
+                    equal,
+                    (
+                        system,
+                        block_compute.__wrapped__(
+                            LayerGraph("core attention", core, (), 0.0), system, shape.dtype
+                        ),
                     ),
-                ),
-            )
+                )
+            found = _remember(_CORE_COMPUTES, key, (core, system, same[1]))
         return found[2]
 
     def _cheap_rest(
@@ -360,6 +364,7 @@ class KindFloors:
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
 _MISSING = object()
 _CORE_COMPUTES: dict = {}  # (id(core ops), id(system), dtype) -> (those ops, the system, BlockCompute): KindFloors._core
+_CORE_BY_OPS: dict = {}  # (core ops, id(system), dtype) -> (the system, BlockCompute): equal ops costed once
 _REST_GENERATION = [
     0
 ]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
@@ -435,6 +440,7 @@ def _clear_rest_floors() -> None:
     """KindFloors.cache_clear: empty the memos and retire the problems' handles on them."""
     _REST_FLOORS.clear()
     _CORE_COMPUTES.clear()
+    _CORE_BY_OPS.clear()
     _REST_GENERATION[0] += 1
 
 
