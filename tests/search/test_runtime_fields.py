@@ -68,22 +68,10 @@ def test_api_search_takes_run_wide_knobs_by_name():
     """api.search_problem folds run-wide knobs given by name into SearchProblem.runtime, and names a bad one."""
     from paraplan.api import InputError, search_problem
 
+    args = (load_model("llama3-8b"), load_system("dgx-h100-80gb"), 16)
     problem = search_problem(
-        load_model("llama3-8b"),
-        load_system("dgx-h100-80gb"),
-        16,
-        seq_length=4096,
-        global_batch=16,
-        grad_dtype="bf16",
-        cp_algorithm="all-to-all",
+        *args, seq_length=4096, global_batch=16, grad_dtype="bf16", cp_algorithm="all-to-all"
     )
     assert problem.runtime == RuntimeFields(grad_dtype="bf16", cp_algorithm="all-to-all")
     with pytest.raises(InputError, match="grad_dtype"):
-        search_problem(
-            load_model("llama3-8b"),
-            load_system("dgx-h100-80gb"),
-            16,
-            seq_length=4096,
-            global_batch=16,
-            grad_dtype="fp16",
-        )
+        search_problem(*args, seq_length=4096, global_batch=16, grad_dtype="fp16")

@@ -199,7 +199,7 @@ def op_kernels(
     if family == "swiglu":  # the graph's kernel family (Op.kernel)
         return SWIGLU_KERNELS
     if op.name == "cross_entropy":  # the LM head's loss (graph.transformer.lm_head_block)
-        return loss_impl(tuple(impl[0].items())).kernels
+        return loss_impl(impl[0]).kernels
     fwd, bwd = EAGER_KERNELS.get(op.name, (1, backward))
     zero_fill = LAYERNORM_ZERO_FILL if family == "layernorm" else 0
     return fwd + casts[0], bwd + casts[1] + zero_fill

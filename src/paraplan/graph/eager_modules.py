@@ -93,9 +93,10 @@ LOSS_IMPLS: dict[str, LossImpl] = {
 }
 
 
-def loss_impl(impl: tuple[tuple[str, str], ...]) -> LossImpl:
-    """The LOSS_IMPLS entry a stack runs: the ``loss`` of its module_impl (``impl``, impl_key's pairs, as
-    graph.transformer.LayerShape.module_impl carries them), "fused" where it names none."""
+def loss_impl(impl: Mapping[str, str] | tuple[tuple[str, str], ...]) -> LossImpl:
+    """The LOSS_IMPLS entry a stack runs: the ``loss`` of its module_impl (``impl``: the profile's mapping,
+    or impl_key's pairs as graph.transformer.LayerShape.module_impl carries them), "fused" where it names
+    none."""
     return LOSS_IMPLS[dict(impl).get("loss", "fused")]
 
 
