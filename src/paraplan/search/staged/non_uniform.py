@@ -85,10 +85,15 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
+def _stage_tps(gpus: int) -> list[int]:
+    """Tensor-parallel degrees of a stage of ``gpus`` GPUs: each power of two dividing them."""
+    return [t for t in _powers_of_two(gpus) if gpus % t == 0]
+
+
 def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
     """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two dividing them, the
     ``modes`` of the search (hetero.searched_modes)."""
-    tps = [t for t in _powers_of_two(gpus) if gpus % t == 0]
+    tps = _stage_tps(gpus)
     return [(t, rc) for t in tps for rc in modes]
 
 
@@ -125,7 +130,7 @@ def non_uniform_space_size(
     n, modes = problem.cluster.gpus, len(searched_modes(problem))
     if launch.restricted(problem.framework):
         equal = [n // p for p in range(1, max_stages + 1) if n % p == 0]
-        return sum(modes * len(_stage_options(g, ("",))) for g in equal) * len(microbatch_counts)
+        return sum(modes * len(_stage_tps(g)) for g in equal) * len(microbatch_counts)
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
     for _ in range(max_stages):
