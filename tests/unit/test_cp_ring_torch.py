@@ -25,7 +25,7 @@ from paraplan.graph.transformer import LayerShape, attention_ops, decoder_layer_
 from paraplan.step.block_sums import block_comm
 from paraplan.step.build import BlockComm, BlockCompute
 from paraplan.step.compose import block_terms
-from paraplan.step.constants import cp_ring_of
+from paraplan.step.constants import stack_shape_fields
 
 # Llama 3 8B, b 1, s 8192, c 2, t 1: E_o = 4096 x 32 x 128; K/V with the 32 query heads: E_kv = 2 E_o
 E_O, ROWS = 4096 * 32 * 128, 4096 * 32
@@ -64,8 +64,8 @@ def test_profiles_name_their_ring():
     system = load_system("hgx-h100-96gb-500w")
     titan = framework_system(load_framework("torchtitan-compiled", "framework", True), system)
     mcore = framework_system(load_framework("megatron-core", "framework", True), system)
-    assert cp_ring_of(titan) == TORCH_RING
-    assert cp_ring_of(mcore) == "transformer-engine"
+    assert stack_shape_fields(titan)["cp_ring"] == TORCH_RING
+    assert stack_shape_fields(mcore)["cp_ring"] == "transformer-engine"
 
 
 def test_gathered_ring_exposure_by_hand():
@@ -130,7 +130,7 @@ def test_moe_layers_run_the_profiles_ring():
     system = framework_system(
         load_framework("torchtitan", "framework", True), load_system("dgx-h100-80gb")
     )
-    shape = _titan_shape(cp_ring_of(system))
+    shape = _titan_shape(stack_shape_fields(system)["cp_ring"])
     layer = moe_model_layer(model, shape, True)
     rings = [c for c in layer.collectives if c.group == "cp"]
     assert [c.name for c in rings] == [TORCH_RING_COLLECTIVE]

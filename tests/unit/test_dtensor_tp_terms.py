@@ -10,6 +10,7 @@ from paraplan.cost.comm import GroupSpan
 from paraplan.cost.frameworks import framework_system
 from paraplan.cost.runtimes import tp_layout_copy_bytes
 from paraplan.graph.layers import decoder_layer
+from paraplan.graph.moe import build_moe_model_layer
 from paraplan.graph.tp_collectives import tp_gather_bytes
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.block_sums import BlockComm, block_comm
@@ -78,3 +79,19 @@ def test_asynctp_keeps_only_the_unfused_reduce_scatters_copies():
         2.5,
     )  # full: the forward copies re-run via tp_rc
     assert tp_layout_copies_s(comm, True, 1) == (0.0, 0.5)  # AsyncTP: fused gathers and scatters
+
+
+def test_moe_and_mla_layers_gather_in_fp8_as_the_dense_layer_does():
+    """graph.tp_collectives is the one builder of the SP collectives: the attention half (graph.mla) and a
+    tensor-parallel MLP (graph.moe_mlp) take the same gather width as the dense layer."""
+    for name in ("mixtral-8x7b", "deepseek-v3"):
+        model = load_model(name)
+        on = build_moe_model_layer(model, _shape("fp8", True), True).collectives
+        off = build_moe_model_layer(model, _shape("fp8", False), True).collectives
+        on, off = {c.name: c.bytes for c in on}, {c.name: c.bytes for c in off}
+        gathers = [n for n in off if n.endswith(("tp_all_gather", "tp_input_regather"))]
+        assert gathers, name
+        for n in gathers:
+            assert on[n] == off[n] / 2, (name, n)
+        for n in set(off) - set(gathers):
+            assert on[n] == off[n], (name, n)

@@ -1,5 +1,5 @@
-"""Issue 31: an estimate keeps its row's facts and block costs (step.estimate._row) and its degrees'
-spans (_dims_spans) for the next plan of the same row, and the schedules' scalar path picks the
+"""Issue 31: an estimate keeps its row's facts and block costs (step.estimate._row)
+for the next plan of the same row, and the schedules' scalar path picks the
 plan's entry alone (step.schedules.by_schedule). The kept values are never changed by a later
 estimate: every plan below gets the same numbers cold (caches cleared) as warm, in any order."""
 
@@ -26,7 +26,7 @@ PLANS = [
 
 
 def _cold() -> None:
-    for cache in (*COLD_CACHES, step_estimate._row, step_estimate._dims_spans):
+    for cache in (*COLD_CACHES, step_estimate._row):
         cache.cache_clear()
 
 

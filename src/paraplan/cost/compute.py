@@ -108,25 +108,37 @@ def table_clock_ratio(acc: AcceleratorSpec, dtype: str) -> float:
 
 @lru_cache(maxsize=256)
 def _clock_ratio(ref: str, dtype: str, peak: float) -> float:
-    def key(name: str) -> str:
-        return "bf16" if name == "fp16" else name
-
-    peaks = {
-        key(k): v
-        for k, v in (tables.load_table(ref).provenance.get("peak_matrix_flops") or {}).items()
-    }
-    if key(dtype) not in peaks:
+    provenance = tables.table_provenance(ref).get("peak_matrix_flops") or {}
+    peaks = {tables._dtype(k): v for k, v in provenance.items()}
+    if tables._dtype(dtype) not in peaks:
         return 1.0
     field = f"{tables.FIELD}: {ref}/table.yaml peak_matrix_flops.{dtype}"
-    return parse_quantity(peaks[key(dtype)], "flops", field) / peak
+    return parse_quantity(peaks[tables._dtype(dtype)], "flops", field) / peak
+
+
+def table_kernel_s(
+    measured_s: float,
+    flops: float,
+    bmnk: tuple[int, int, int, int],
+    acc: AcceleratorSpec,
+    dtype: str,
+) -> float:
+    """A table's kernel time on this part for ``flops`` of the (b, m, n, k) shape: measured_s × flops / (2·b·m·n·k)
+    (work-scaled, cost.kernel_tables) × ``table_clock_ratio`` / (``table_in_step_share`` × clock fraction): a
+    table is timed at the rated power, so a power cap slows it by its clock share (specs.power). The one
+    conversion of a table row to this part, for dense and grouped GEMMs alike."""
+    b, m, n, k = bmnk
+    ratio = table_clock_ratio(acc, dtype)
+    share = table_in_step_share(acc, dtype) * acc.clock_fraction()
+    return measured_s * flops / (2.0 * b * m * n * k) * ratio / share
 
 
 def gemm_time_s(
     flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
     """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead; with a
-    measured table covering the GEMM (cost.kernel_tables): the table's kernel time × the measured part's
-    peak / this part's (``table_clock_ratio``) / in-step share s (``table_in_step_share``) + GEMM ramp time.
+    measured table covering the GEMM (cost.kernel_tables): the table's kernel time on this part
+    (``table_kernel_s``: × the measured part's peak / this part's, / in-step share, / clock share) + GEMM ramp time.
 
     The ramp term makes small GEMMs slower per FLOP: efficiency F/(F + R·t_ramp), the shape of the
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
@@ -142,11 +154,9 @@ def gemm_time_s(
     aligned = 1.0 if acc.efficiency.aligned_gemms_only else gemm_alignment_share(m, n, k, dtype)
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
-        if measured is not None:  # measured kernel (cost.kernel_tables), work-scaled, + step ramp
-            kernel_s = measured * flops / (2.0 * b * m * n * k) * table_clock_ratio(acc, dtype)
-            share = table_in_step_share(acc, dtype)
-            # a table is timed at the rated power: a power cap slows it by the clock share (specs.power)
-            return kernel_s / (aligned * share * acc.clock_fraction()) + acc.efficiency.gemm_ramp_s
+        if measured is not None:  # measured kernel (cost.kernel_tables), + step ramp
+            kernel_s = table_kernel_s(measured, flops, (b, m, n, k), acc, dtype)
+            return kernel_s / aligned + acc.efficiency.gemm_ramp_s
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
     return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
 
@@ -241,16 +251,15 @@ def grouped_gemm_time_s(
     """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
     loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm_share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
     the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel); with a
-    measured table: its per-expert loop time / in-step share s (``table_in_step_share``) + the ramps."""
+    measured table: its per-expert loop time on this part (``table_kernel_s``) + the ramps."""
     if flops <= 0:
         return 0.0
     b, m, n, k = shape
     if acc.kernel_tables:
         measured = tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
-        if measured is not None:  # measured per-expert loop (cost.kernel_tables), work-scaled
+        if measured is not None:  # measured per-expert loop (cost.kernel_tables)
             ramps = math.ceil(b / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
-            share = table_in_step_share(acc, dtype)
-            return measured * flops / (2.0 * b * m * n * k * share * acc.clock_fraction()) + ramps
+            return table_kernel_s(measured, flops, (b, m, n, k), acc, dtype) + ramps
     rate = (
         acc.peak_matrix_flops(dtype)
         * gemm_efficiency(1, m, n, k, acc, dtype)

@@ -19,11 +19,11 @@ from functools import lru_cache
 
 from paraplan.graph.layers import decoder_layer
 from paraplan.graph.ops import LayerGraph, Op
+from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.graph.transformer import (
     LayerShape,
     _gemm,
     _memory,
-    _tp_collectives,
     layer_weight_params,
 )
 from paraplan.specs.model import ModelSpec
@@ -131,7 +131,7 @@ def cross_decoder_layer(model: ModelSpec, shape: LayerShape, encoder_seq: int) -
     split = next(i for i, op in enumerate(ops) if op.name == "post_attention_norm")
     ops[split:split] = cross_attention_ops(model, shape, encoder_seq)
     coll = list(self_layer.collectives)
-    extra = _tp_collectives(shape.local_tokens, model.hidden, shape.act_bytes, shape)
+    extra = tp_collectives(shape.local_tokens, model.hidden, shape.act_bytes, shape)
     coll += [
         c._replace(name="cross_" + c.name, count_fwd=c.count_fwd // 2, count_bwd=c.count_bwd // 2)
         for c in extra

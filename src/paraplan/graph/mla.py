@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from paraplan.graph.cp_ring import cp_kv_ring
 from paraplan.graph.ops import Collective, Op, norm_kernel, residual_kernel
+from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.graph.transformer import (
     FLASH_BACKWARD_FLOP_RATIO,
     LayerShape,
@@ -198,33 +199,7 @@ def attention_half_collectives(model: ModelSpec, shape: LayerShape) -> list[Coll
     """TP collectives of the attention half (one column-parallel input, one row-parallel output;
     Shoeybi et al. 2019 Fig. 4; Korthikanti et al. 2022 §4.2.2 with SP) and the context-parallel
     K/V ring (Liu et al. 2023): K and V of this GPU's chunk."""
-    out: list[Collective] = []
-    size = float(shape.act_bytes * shape.local_tokens * model.hidden)
-    if shape.tp > 1:
-        if shape.sequence_parallel:
-            out += [
-                Collective("tp_all_gather", "tp", "all_gather", size, 1, 1),
-                Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
-                Collective(
-                    "tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"
-                ),
-                Collective(
-                    "tp_grad_reduce_scatter",
-                    "tp",
-                    "reduce_scatter",
-                    size,
-                    0,
-                    1,
-                    overlaps_with="wgrad",
-                ),
-            ]
-        else:
-            out += [
-                Collective("tp_all_reduce", "tp", "all_reduce", size, 1, 0),
-                Collective(
-                    "tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"
-                ),
-            ]
+    out = tp_collectives(shape.local_tokens, model.hidden, shape.act_bytes, shape, calls=1)
     if shape.ulysses:
         out += ulysses_collectives(shape, *attention_widths(model))
     else:

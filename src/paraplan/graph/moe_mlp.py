@@ -13,6 +13,7 @@ import math
 
 from paraplan.graph.routing import routed_load_factor
 from paraplan.graph.ops import Collective, ExpertShape, Op
+from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import shared_width
@@ -149,33 +150,10 @@ def dense_mlp_ops(model: ModelSpec, shape: LayerShape, width: int, prefix: str) 
 
 def mlp_tp_collectives(shape: LayerShape, hidden: int, prefix: str) -> list[Collective]:
     """TP collectives of one tensor-parallel MLP: as the attention half's (one column-parallel input,
-    one row-parallel output; Korthikanti et al. 2022 §4.2.2 with SP)."""
-    if shape.tp == 1:
-        return []
-    size = float(shape.act_bytes * shape.local_tokens * hidden)
-    if shape.sequence_parallel:
-        return [
-            Collective(f"{prefix}_tp_all_gather", "tp", "all_gather", size, 1, 1),
-            Collective(f"{prefix}_tp_reduce_scatter", "tp", "reduce_scatter", size, 1, 0),
-            Collective(
-                f"{prefix}_tp_input_regather", "tp", "all_gather", size, 0, 1, overlaps_with="dgrad"
-            ),
-            Collective(
-                f"{prefix}_tp_grad_reduce_scatter",
-                "tp",
-                "reduce_scatter",
-                size,
-                0,
-                1,
-                overlaps_with="wgrad",
-            ),
-        ]
-    return [
-        Collective(f"{prefix}_tp_all_reduce", "tp", "all_reduce", size, 1, 0),
-        Collective(
-            f"{prefix}_tp_grad_all_reduce", "tp", "all_reduce", size, 0, 1, overlaps_with="wgrad"
-        ),
-    ]
+    one row-parallel output; graph.tp_collectives.tp_collectives with calls=1, names under ``prefix``)."""
+    return tp_collectives(
+        shape.local_tokens, hidden, shape.act_bytes, shape, calls=1, prefix=prefix
+    )
 
 
 def dispatch_collectives(

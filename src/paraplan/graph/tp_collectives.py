@@ -28,33 +28,50 @@ def tp_gather_bytes(shape: LayerShape, ab: int) -> int:
     return 1 if shape.tp_fp8_gather and shape.dtype == "fp8" else ab
 
 
-def tp_collectives(tokens: int, width: int, ab: int, shape: LayerShape) -> list[Collective]:
-    """TP collectives of one layer: two column-parallel (QKV, MLP-in) and two row-parallel
-    (attention projection, MLP-out) linears (Shoeybi et al. 2019, Fig. 4, operators f and g).
+def tp_collectives(
+    tokens: int, width: int, ab: int, shape: LayerShape, calls: int = 2, prefix: str = ""
+) -> list[Collective]:
+    """TP collectives of ``calls`` column-parallel / row-parallel linear pairs over ``width``: a dense layer's two
+    (QKV with the attention projection, MLP-in with MLP-out; Shoeybi et al. 2019, Fig. 4, operators f and g), one
+    for an attention half (graph.mla) or one tensor-parallel MLP (graph.moe_mlp, names under ``prefix``).
 
-    Without SP: forward all-reduces the two row-parallel outputs; backward all-reduces the two
-    column-parallel input gradients, asynchronously beside the wgrad GEMM (Megatron-LM's async
-    tensor-parallel all-reduce). With SP (Korthikanti et al. 2022, §4.2.2): forward all-gathers
-    the two column-parallel inputs and reduce-scatters the two row-parallel outputs; backward
-    all-gathers the two row-parallel output gradients, re-gathers the two column-parallel inputs
-    for wgrad (SP stores them sharded; overlapped with dgrad) and reduce-scatters the two input
-    gradients (overlapped with wgrad)."""
+    Without SP: forward all-reduces the row-parallel outputs; backward all-reduces the column-parallel input
+    gradients, asynchronously beside the wgrad GEMM (Megatron-LM's async tensor-parallel all-reduce). With SP
+    (Korthikanti et al. 2022, §4.2.2): forward all-gathers the column-parallel inputs and reduce-scatters the
+    row-parallel outputs; backward all-gathers the row-parallel output gradients, re-gathers the column-parallel
+    inputs for wgrad (SP stores them sharded; overlapped with dgrad) and reduce-scatters the input gradients
+    (overlapped with wgrad). The all-gathers move ``tp_gather_bytes`` per element, the rest ``ab``."""
     if shape.tp == 1:
         return []
+    name = (lambda n: f"{prefix}_{n}") if prefix else (lambda n: n)
     size = float(ab * tokens * width)
     if shape.sequence_parallel:
         gathered = float(tp_gather_bytes(shape, ab) * tokens * width)
         return [
-            Collective("tp_all_gather", "tp", "all_gather", gathered, 2, 2),
-            Collective("tp_reduce_scatter", "tp", "reduce_scatter", size, 2, 0),
+            Collective(name("tp_all_gather"), "tp", "all_gather", gathered, calls, calls),
+            Collective(name("tp_reduce_scatter"), "tp", "reduce_scatter", size, calls, 0),
             Collective(
-                "tp_input_regather", "tp", "all_gather", gathered, 0, 2, overlaps_with="dgrad"
+                name("tp_input_regather"),
+                "tp",
+                "all_gather",
+                gathered,
+                0,
+                calls,
+                overlaps_with="dgrad",
             ),
             Collective(
-                "tp_grad_reduce_scatter", "tp", "reduce_scatter", size, 0, 2, overlaps_with="wgrad"
+                name("tp_grad_reduce_scatter"),
+                "tp",
+                "reduce_scatter",
+                size,
+                0,
+                calls,
+                overlaps_with="wgrad",
             ),
         ]
     return [
-        Collective("tp_all_reduce", "tp", "all_reduce", size, 2, 0),
-        Collective("tp_grad_all_reduce", "tp", "all_reduce", size, 0, 2, overlaps_with="wgrad"),
+        Collective(name("tp_all_reduce"), "tp", "all_reduce", size, calls, 0),
+        Collective(
+            name("tp_grad_all_reduce"), "tp", "all_reduce", size, 0, calls, overlaps_with="wgrad"
+        ),
     ]

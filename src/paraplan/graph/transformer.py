@@ -17,7 +17,7 @@ from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_rec
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.graph.eager_modules import loss_impl
-from paraplan.graph.tp_collectives import tp_collectives as _tp_collectives
+from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -353,7 +353,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     ]
     if shape.dtype in LOW_PRECISION:
         ops.append(fp8_cast_op(model, shape))
-    collectives = _tp_collectives(tokens, h, ab, shape)
+    collectives = tp_collectives(tokens, h, ab, shape)
     if shape.cp > 1 and shape.tp_layout == "2d-seq":
         collectives += context_gather_collectives(model, shape)
     elif shape.ulysses:

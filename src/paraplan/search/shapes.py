@@ -11,7 +11,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
 from paraplan.specs.tp_layout import panel_count
-from paraplan.step.constants import cp_ring_of, module_impl_of, tp_fp8_gather_of
+from paraplan.step.constants import stack_shape_fields
 
 
 def expert_shape_of(problem: SearchProblem, choice: ExpertOption) -> ExpertShape:
@@ -66,9 +66,7 @@ def layer_shape_of(
         tp_rows=r,
         summa_panels=panel_count(r, tp // r, None) if summa else 1,
         cp_algorithm=problem.runtime.cp_algorithm,
-        module_impl=module_impl_of(problem.system),
-        cp_ring=cp_ring_of(problem.system),
-        tp_fp8_gather=tp_fp8_gather_of(problem.system),
+        **stack_shape_fields(problem.system),
     )
 
 

@@ -332,11 +332,9 @@ def recompute_modules_rule(model: ModelSpec, recompute: str, modules, cp: int) -
 def recompute_violations(plan, model: ModelSpec) -> list[Violation]:
     """recompute_modules: recompute=selective (op_sac alone, dense swiglu, cp=1: graph.ops.OP_SAC_SOURCE; save_dots alone, dense: graph.ops.SAVE_DOTS); recompute_num_layers: recompute=full, dense decoder layers (MoE / MLA recompute by module)."""
     modules = list(plan.recompute_modules or ())
-    out = [
-        Violation("plan.recompute_modules", modules, rule)
-        for rule in [recompute_modules_rule(model, plan.recompute, modules, plan.cp)]
-        if rule is not None
-    ]
+    out = []
+    if (rule := recompute_modules_rule(model, plan.recompute, modules, plan.cp)) is not None:
+        out.append(Violation("plan.recompute_modules", modules, rule))
     if (layers := plan.recompute_num_layers) is not None and plan.recompute != "full":
         out.append(Violation("plan.recompute_num_layers", layers, "needs recompute=full"))
     elif layers is not None and moe_shaped(model):

@@ -43,7 +43,6 @@ from paraplan.specs.rules import (
     interleave_batch_rule,
     interleave_model_rule,
     per_stage_model_rule,
-    stage_degree_rule,
     stage_spec_rule,
     stage_rules,
     vpp_rule,

@@ -46,7 +46,6 @@ from paraplan.graph.transformer import (
 )
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
-from paraplan.specs.recompute import modules_of
 
 
 Width = ModelSpec  # the widths one block is built with: the model's own, or one of its layer_widths groups

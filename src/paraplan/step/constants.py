@@ -103,21 +103,19 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
     )
 
 
-def cp_ring_of(system: SystemSpec) -> str:
-    """LayerShape.cp_ring on ``system``: whose K/V ring its stack runs (efficiency.runtime.cp_ring, set by a
-    framework profile); the one rule every path's layer shapes take it by."""
-    return system.accelerator.efficiency.runtime.cp_ring
+def stack_shape_fields(system: SystemSpec) -> dict:
+    """The LayerShape fields ``system``'s stack sets (a framework profile's efficiency.runtime / module_impl): the one
+    rule every path's layer shapes take them by (step.estimate.layer_shape, step.per_stage per pool,
+    search.shapes).
 
-
-def tp_fp8_gather_of(system: SystemSpec) -> bool:
-    """LayerShape.tp_fp8_gather on ``system``: whether its stack all-gathers the SP inputs and gradients in fp8
-    (efficiency.runtime.tp_fp8_all_gather, set by a framework profile); the one rule every path's layer shapes
-    take it by."""
-    return system.accelerator.efficiency.runtime.tp_fp8_all_gather
-
-
-def module_impl_of(system: SystemSpec) -> tuple[tuple[str, str], ...]:
-    """LayerShape.module_impl on ``system``: the modules its stack runs as composites of eager kernels
-    (graph.eager_modules.impl_key of efficiency.module_impl, set by a framework profile); the one rule both
-    paths' layer shapes take it by (step.estimate.layer_shape, step.per_stage.stage_arrays per pool)."""
-    return impl_key(system.accelerator.efficiency.module_impl)
+    - ``module_impl``: the modules the stack runs as composites of eager kernels (graph.eager_modules.impl_key of
+      efficiency.module_impl);
+    - ``cp_ring``: whose K/V ring it runs (efficiency.runtime.cp_ring);
+    - ``tp_fp8_gather``: whether it all-gathers the SP inputs and gradients in fp8
+      (efficiency.runtime.tp_fp8_all_gather)."""
+    eff = system.accelerator.efficiency
+    return dict(
+        module_impl=impl_key(eff.module_impl),
+        cp_ring=eff.runtime.cp_ring,
+        tp_fp8_gather=eff.runtime.tp_fp8_all_gather,
+    )

@@ -20,7 +20,7 @@ from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
-from paraplan.step.constants import cp_ring_of, module_impl_of, tp_fp8_gather_of
+from paraplan.step.constants import stack_shape_fields
 from paraplan.step.stage_memory import memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
@@ -46,22 +46,10 @@ _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 
 
-@lru_cache(maxsize=4096)
-def _dims_spans(dims: ParallelDims, system: SystemSpec) -> dict:
-    """step.build.plan_spans of these degrees on this system, once per (degrees, system)."""
-    return plan_spans(dims, system)
-
-
-def _plan_spans(plan: PlanSpec, system: SystemSpec) -> dict:
-    """step.build.plan_spans of the plan's degrees and placement (``PlanSpec.dims``: what the spans
-    read), a fresh dict of the cached spans (callers may add the 2D grid's)."""
-    return dict(_dims_spans(plan.dims, system))
-
-
 def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
     """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
     shape states as sequence parallelism over tp (specs/tp_layout.py); the system's module
-    implementations (step.constants.module_impl_of)."""
+    implementations (step.constants.stack_shape_fields)."""
     summa = plan.tp_layout == "2d"
     rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
     return LayerShape(
@@ -85,9 +73,7 @@ def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
         ),
         recompute_modules=recompute_modules(plan),
         cp_algorithm=plan.cp_algorithm,
-        module_impl=module_impl_of(system),
-        cp_ring=cp_ring_of(system),
-        tp_fp8_gather=tp_fp8_gather_of(system),
+        **stack_shape_fields(system),
     )
 
 
@@ -197,7 +183,7 @@ def _row(
     """The facts and per-block costs of a row (per-layer configuration): pure functions of the specs'
     values, so kept for the next plan of the same row (plain floats and tuples: nothing downstream
     changes them)."""
-    spans = dict(_dims_spans(dims, system))
+    spans = plan_spans(dims, system)
     facts = row_facts(model, system, shape, spans, pp, microbatches, recompute, overlap_tp_comm)
     return facts, row_blocks(facts)
 
@@ -287,7 +273,7 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     """Per-op and per-collective rows of every block kind (decoder layers × the fullest stage's count) for ``--ops``."""
     acc = system.accelerator
     shape = layer_shape(plan, system)
-    spans = _plan_spans(plan, system)
+    spans = plan_spans(plan.dims, system)
     if shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)

@@ -49,7 +49,7 @@ from paraplan.specs.stage_plan import (
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
 from paraplan.step.build import system_terms
-from paraplan.step.constants import batch_sync_s, cp_ring_of, module_impl_of, tp_fp8_gather_of
+from paraplan.step.constants import batch_sync_s, stack_shape_fields
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -157,9 +157,7 @@ def stage_arrays(
             model,
             system,
             shape._replace(
-                module_impl=module_impl_of(system),
-                cp_ring=cp_ring_of(system),
-                tp_fp8_gather=tp_fp8_gather_of(system),
+                **stack_shape_fields(system),
             ),
             recompute,
             setting.pp == 1,
