@@ -48,8 +48,8 @@ def test_the_torchtitan_composites_run_at_the_activation_width_without_autocast(
     assert em.runs_native("rmsnorm", TITAN) and em.runs_native("rotary", TITAN)
     assert not em.runs_native("rmsnorm", {"norm": "transformers-rmsnorm"})
     assert not em.runs_native("swiglu", TITAN)
-    assert em.composite_widths("rmsnorm", {}, 2, False, native=True) == (2, 2)
-    assert em.composite_widths("rmsnorm", {}, 2, False) == (
+    assert em.composite_widths("rmsnorm", TITAN, {}, 2, False) == (2, 2)
+    assert em.composite_widths("rmsnorm", {}, {}, 2, False) == (
         4,
         4,
     )  # the transformers composites as before

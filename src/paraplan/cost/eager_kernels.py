@@ -44,9 +44,7 @@ from paraplan.graph.eager_modules import (
     FAMILY_ROLE,
     PRECISION_BYTES,
     autocast_runs,
-    composite_run,
-    composite_widths,
-    runs_native,
+    composite_run_at,
 )
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -120,14 +118,8 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
     if family not in FAMILY_ROLE or not eff.module_impl:
         return None
     act = ACTIVATION_BYTES[dtype]
-    widths = composite_widths(
-        family,
-        eff.eager_kernels,
-        act,
-        autocast_runs(eff.autocast_casts, act),
-        runs_native(family, eff.module_impl),
-    )
-    found = composite_run(family, eff.module_impl, *widths)
+    autocast = autocast_runs(eff.autocast_casts, act)
+    found = composite_run_at(family, eff.module_impl, eff.eager_kernels, act, autocast)
     if found is None:
         return None
     rate, floor = elementwise_rate(acc, rows, width), copy_floor_s(acc)

@@ -176,22 +176,17 @@ def op_kernels(
         experts = op.gemm_shape[0] if op.gemm_shape else 1
         return experts * GEMM_KERNELS[0], experts * GEMM_KERNELS[1]
     if op.kind == "attention":
-        if eager:
-            return ATTENTION_KERNELS[0] + EAGER_ATTENTION_EXTRA[0], ATTENTION_KERNELS[
-                1
-            ] + EAGER_ATTENTION_EXTRA[1]
-        return ATTENTION_KERNELS
+        extra = EAGER_ATTENTION_EXTRA if eager else (0, 0)
+        return ATTENTION_KERNELS[0] + extra[0], ATTENTION_KERNELS[1] + extra[1]
     if op.kind == "host_sync":
         return 0, 0
     backward = 1 if op.bwd_bytes > 0 or op.bwd_flops > 0 else 0
     family = op.kernel[0] if op.kernel is not None else None
     mixed = composite_kernels(family, *impl, autocast, act_bytes) if family is not None else None
-    if (
-        mixed is not None
-    ):  # its activation casts included, decided by its input's width; a fused stack
-        return (
-            mixed  # runs the composites its module_impl names too (Megatron-LM 2019 / v1.0 scores)
-        )
+    # a composite's count has its activation casts, decided by its input's width; a fused stack runs the
+    # composites its module_impl names too (Megatron-LM 2019 / v1.0 scores)
+    if mixed is not None:
+        return mixed
     if not eager:
         return 1, backward
     role = ROLE.get(family) if family is not None else None

@@ -430,23 +430,37 @@ def autocast_runs(autocast_casts: bool, act_bytes: int) -> bool:
 
 def composite_widths(
     family: str,
+    impl: Mapping[str, str],
     precisions: Mapping[str, str],
     act_bytes: int,
     autocast: bool,
-    native: bool = False,
 ) -> tuple[int, int]:
-    """(input bytes i, GEMM operand bytes a) a composite of ``family`` is built at, ``autocast`` being
-    ``autocast_runs``: an implementation that runs in the activations' own dtype (``native``: ``runs_native``)
-    and the score matrix (the batched GEMM's output, in the activations' dtype, autocast or not) at i = a = the
+    """(input bytes i, GEMM operand bytes a) a composite of ``family`` is built at under the profile's module_impl
+    ``impl``, ``autocast`` being ``autocast_runs``: an implementation that runs in the activations' own dtype
+    (``runs_native``) and the score matrix (the batched GEMM's output, in the activations' dtype, autocast or not) at i = a = the
     activations' bytes; under autocast, i by ``input_bytes`` (the role's precision in the profile's
     eager_kernels) and a the activations'; otherwise the composite with no autocast cast, i = a = 4 (an fp32
     run exactly; a pure-bf16 run without autocast is priced as that composite, its element bytes an upper
     bound)."""
-    if native or FAMILY_ROLE[family][1] == "scores":
+    if runs_native(family, impl) or FAMILY_ROLE[family][1] == "scores":
         return act_bytes, act_bytes
     if not autocast:
         return FP32, FP32
     return input_bytes(family, precisions, act_bytes), act_bytes
+
+
+def composite_run_at(
+    family: str,
+    impl: Mapping[str, str],
+    precisions: Mapping[str, str],
+    act_bytes: int,
+    autocast: bool,
+):
+    """``composite_run`` of ``family`` under ``impl`` at its ``composite_widths``: the one composite both the host's
+    count (``composite_kernels``) and the device time (cost.eager_kernels.composite_times_s) take."""
+    return composite_run(
+        family, impl, *composite_widths(family, impl, precisions, act_bytes, autocast)
+    )
 
 
 def composite_kernels(
@@ -461,8 +475,7 @@ def composite_kernels(
     ``autocast``: ``autocast_runs`` of the run."""
     if family not in FAMILY_ROLE:
         return None
-    widths = composite_widths(family, precisions, act_bytes, autocast, runs_native(family, impl))
-    run = composite_run(family, impl, *widths)
+    run = composite_run_at(family, impl, precisions, act_bytes, autocast)
     if run is None:
         return None
     return len(run[1]) * run[0].tensors, len(run[2]) * run[0].tensors
