@@ -320,6 +320,34 @@ def framework_names() -> list[str]:
     return _names("frameworks")
 
 
+# the stack profiles the fitted constants were calibrated under (framework_stack)
+MEGATRON_FAMILY = ("megatron-core", "megatron-lm-2021")
+MEGATRON_STACK = "megatron"  # the stack of the Megatron-LM family profiles, and of no profile
+
+
+@lru_cache(maxsize=64)
+def framework_stack(framework: str | None) -> str:
+    """The software stack a framework profile runs, the one mapping of a profile name to a stack (the
+    recomputation modes a search varies, search.launch.recompute_modes; the stack an error band is
+    conditioned on, validate.features.band_keys): the stack profile at the root of a catalog profile's
+    ``base`` chain (a recipe profile runs the stack it refines: torchtitan-compiled -> torchtitan,
+    megatron-deepspeed -> deepspeed). The Megatron-LM family (MEGATRON_FAMILY, and the recipes built on
+    it: nemo-24.09, megatron-bridge-*) and no profile are one stack, MEGATRON_STACK: the defaults a plan
+    without a profile takes are Megatron-LM's, and the fitted constants were calibrated under these
+    profiles. A name the catalog does not have is its own stack (a profile given as a file is passed by
+    its name, never read here)."""
+    names = set(framework_names())
+    root = framework
+    for _ in names:  # a base chain is no longer than the catalog (a cycle stops here too)
+        if root not in names or root in MEGATRON_FAMILY:
+            break
+        base = load_framework(root).base
+        if base is None:
+            break
+        root = base
+    return MEGATRON_STACK if root is None or root in MEGATRON_FAMILY else root
+
+
 def load_framework(
     ref: "str | dict | FrameworkSpec", field: str = "framework", referenced: bool = False
 ) -> "FrameworkSpec":

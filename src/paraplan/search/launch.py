@@ -144,24 +144,13 @@ def problem_violations(framework: str | None, problem) -> list[tuple[str, object
 
 
 @lru_cache(maxsize=64)
-def stack(framework: str | None) -> str | None:
-    """The stack profile of ``framework``: the ``base`` a recipe profile refines (torchtitan-compiled ->
-    torchtitan), else the profile itself; None without a framework."""
-    if framework is None:
-        return None
-    from paraplan.catalog import framework_names, load_framework
-
-    if framework not in framework_names():
-        return framework
-    return load_framework(framework).base or framework
-
-
-@lru_cache(maxsize=64)
 def recompute_modes(framework: str | None) -> tuple[str, ...]:
     """The recomputation modes (specs.recompute.MODES) a search with ``framework`` varies: the common ones
-    and its stack's own (specs.recompute.offered_modes: op_sac with torchtitan, save_dots with maxtext), of
-    them those its exporter states (RECOMPUTE) when one writes its plans."""
-    offered = offered_modes(stack(framework))
+    and its stack's own (specs.recompute.offered_modes of catalog.framework_stack: op_sac with torchtitan,
+    save_dots with maxtext), of them those its exporter states (RECOMPUTE) when one writes its plans."""
+    from paraplan.catalog import framework_stack
+
+    offered = offered_modes(framework_stack(framework))
     name = launcher(framework)
     return offered if name is None else tuple(m for m in offered if m in RECOMPUTE[name])
 

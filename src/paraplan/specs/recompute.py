@@ -38,7 +38,7 @@ class RecomputeMode(NamedTuple):
     name: str
     recompute: str  # the plan's ``recompute``
     modules: tuple[str, ...] = ()  # the plan's ``recompute_modules`` (empty: none given)
-    stacks: tuple[str, ...] = ()  # the stack profiles (specs.framework base or name) that run it
+    stacks: tuple[str, ...] = ()  # the stacks that run it (catalog.framework_stack)
 
     @property
     def code(self) -> int:

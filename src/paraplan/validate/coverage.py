@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from paraplan.catalog import framework_stack
 from paraplan.validate.band import CLAIMED_COVERAGE_PCT, error_band
-from paraplan.validate.features import stack_of
 from paraplan.validate.residuals import (
     Residual,
     cv_errors_of,
@@ -66,7 +66,7 @@ def attach_bands(
             "measured_vs_held_out_pct": measured_pct,
             "in_band": inside,
         }
-        stack = own.keys.stack if own is not None else stack_of(case.framework)
+        stack = own.keys.stack if own is not None else framework_stack(case.framework)
         flags.setdefault(case.cv_group, []).append((stack, inside))
     every = [f for group in flags.values() for _, f in group]
     stacks: dict[str, list[bool]] = {}

@@ -14,12 +14,10 @@ validate.residuals stores both with each case's cross-validated residual."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-from paraplan.catalog import load_framework
+from paraplan.catalog import MEGATRON_STACK, framework_stack
 from paraplan.cost.comm import group_span
 from paraplan.graph.params import parameter_counts
-from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import PlanSpec
@@ -100,16 +98,12 @@ def model_kind(model: ModelSpec) -> str:
     return "moe" if moe_shaped(model) else "dense"
 
 
-# the stack profiles the fitted constants were calibrated under; a recipe profile built on one
-# (its ``base``: nemo-24.09, megatron-bridge-25.11) belongs to the family too (stack_of)
-MEGATRON_FAMILY = ("megatron-core", "megatron-lm-2021")
-
-
 def case_population(model: ModelSpec, framework: str | None) -> str:
     """The population whose residuals speak for an estimate: the model kind ('dense' / 'moe'), followed by
-    the framework's name outside the Megatron-LM family (no profile counts as Megatron-LM)."""
+    the framework's name outside the Megatron-LM family (catalog.framework_stack: no profile counts as
+    Megatron-LM)."""
     kind = model_kind(model)
-    return kind if stack_of(framework) == MEGATRON_STACK else f"{kind} {framework}"
+    return kind if framework_stack(framework) == MEGATRON_STACK else f"{kind} {framework}"
 
 
 # traits a band is conditioned on, least telling first: validate.band drops them in this order when
@@ -117,7 +111,6 @@ def case_population(model: ModelSpec, framework: str | None) -> str:
 TRAITS = ("single gpu", "small model", "pipeline", "fp8", "moe")
 SMALL_MODEL_ACTIVE_PARAMS = 15e9  # below ~15B active parameters per token GEMMs are small and
 # per-kernel host and launch costs weigh (the 8B cases' errors differ from the 70B ones, docs/validation.md)
-MEGATRON_STACK = "megatron"  # the stack of the Megatron-LM family profiles, and of no profile
 
 
 @dataclass(frozen=True)
@@ -127,24 +120,6 @@ class BandKeys:
     stack: str
     generation: str
     traits: frozenset[str]
-
-
-@lru_cache(maxsize=64)
-def stack_of(framework: str | None) -> str:
-    """The software stack of a framework profile: the stack profile at the root of its ``base``
-    chain (a recipe profile's stack is the one it refines), else its name; the Megatron-LM family
-    profiles and no profile are one stack, ``MEGATRON_STACK`` (the profiles the fitted constants
-    were calibrated under)."""
-    root = framework
-    try:
-        while root is not None and root not in MEGATRON_FAMILY:
-            base = load_framework(root).base
-            if base is None:
-                break
-            root = base
-    except InputError:  # a profile the catalog does not have: its name is the stack
-        pass
-    return MEGATRON_STACK if root is None or root in MEGATRON_FAMILY else str(root)
 
 
 def band_keys(
@@ -160,7 +135,7 @@ def band_keys(
         "moe": model_kind(model) == "moe",
     }
     return BandKeys(
-        stack=stack_of(framework),
+        stack=framework_stack(framework),
         generation=acc.architecture or acc.name,
         traits=frozenset(t for t, on in traits.items() if on),
     )

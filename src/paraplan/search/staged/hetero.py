@@ -16,8 +16,8 @@ module's split solver (_best_splits), plan builder (_plan_from) and labels.
 Every candidate keeps the rules of a per-stage plan's stages (specs.rules.stage_rules, _stage_ok), so
 each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check; with a
 framework profile (``framework``), the rules of what its launcher runs too, the uniform search's
-(search.launch: run_wide_violations on the problem, stage_plan_allowed on every candidate, stages_allowed
-and fixed_split on its split).
+(search.launch: run_wide_violations on the problem, stage_plan_allowed on every candidate, fixed_split
+on its split; stages_allowed holds for every split these searches make, split_launchable).
 """
 
 from __future__ import annotations
@@ -225,13 +225,15 @@ def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
 
 
 def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
-    """Does the framework's launcher state this split of the blocks (search.launch.stages_allowed on
-    the decoder layers of each stage, fixed_bounds)?"""
-    n = len(model_blocks(problem.model))
-    layers = [b - a - (a == 0) - (b == n) for a, b in zip(bounds, bounds[1:])]
-    fixed = fixed_bounds(problem, len(layers))
-    ok = launch.stages_allowed(problem.framework, layers, problem.vpp)
-    return ok and (fixed is None or tuple(bounds) == fixed)
+    """Does the framework's launcher state this split of the blocks: its one split where it states
+    one (fixed_bounds), any split otherwise? The launcher's other split rule
+    (search.launch.stages_allowed: torchtitan's model parts, each with a layer) holds for every split
+    these searches make: a stage is one model part (vpp 1), and every stage between the first and the
+    last holds at least one block, a layer (tests/hetero/test_split_launch_rules.py). The split solver
+    keeps the one split by construction (_stage_matrices: that split's ranges alone); the alleviation's
+    moves (search.staged.non_uniform) need this check."""
+    fixed = fixed_bounds(problem, len(bounds) - 1)
+    return fixed is None or tuple(bounds) == fixed
 
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
@@ -288,7 +290,7 @@ def split_stages(
     arrays = arrays or _lower_bound(problem, settings)[1]
     times, tails = _stage_matrices(problem, settings, arrays)
     split = balance_split(times, microbatches, tails)
-    if split is None or not split_launchable(problem, split.bounds):
+    if split is None:  # the launcher's split rules hold by construction (split_launchable)
         return None
     tied = tied_embedding_sync_s(
         problem.model, problem.cluster, problem.common, settings[0], settings[-1]
