@@ -44,7 +44,8 @@ from paraplan.graph.eager_modules import (
     FAMILY_ROLE,
     PRECISION_BYTES,
     autocast_runs,
-    composite_run_at,
+    composite_run,
+    composite_widths,
 )
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -119,7 +120,8 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
         return None
     act = ACTIVATION_BYTES[dtype]
     autocast = autocast_runs(eff.autocast_casts, act)
-    found = composite_run_at(family, eff.module_impl, eff.eager_kernels, act, autocast)
+    widths = composite_widths(family, eff.module_impl, eff.eager_kernels, act, autocast)
+    found = composite_run(family, eff.module_impl, *widths)
     if found is None:
         return None
     rate, floor = elementwise_rate(acc, rows, width), copy_floor_s(acc)

@@ -449,20 +449,6 @@ def composite_widths(
     return input_bytes(family, precisions, act_bytes), act_bytes
 
 
-def composite_run_at(
-    family: str,
-    impl: Mapping[str, str],
-    precisions: Mapping[str, str],
-    act_bytes: int,
-    autocast: bool,
-):
-    """``composite_run`` of ``family`` under ``impl`` at its ``composite_widths``: the one composite both the host's
-    count (``composite_kernels``) and the device time (cost.eager_kernels.composite_times_s) take."""
-    return composite_run(
-        family, impl, *composite_widths(family, impl, precisions, act_bytes, autocast)
-    )
-
-
 def composite_kernels(
     family: str,
     impl: Mapping[str, str],
@@ -475,7 +461,9 @@ def composite_kernels(
     ``autocast``: ``autocast_runs`` of the run."""
     if family not in FAMILY_ROLE:
         return None
-    run = composite_run_at(family, impl, precisions, act_bytes, autocast)
+    run = composite_run(
+        family, impl, *composite_widths(family, impl, precisions, act_bytes, autocast)
+    )
     if run is None:
         return None
     return len(run[1]) * run[0].tensors, len(run[2]) * run[0].tensors
