@@ -16,7 +16,7 @@ from pydantic import Field
 
 from paraplan.specs.choices import Attention, AttentionKernel
 from paraplan.specs.plan import PlanSpec, RuntimeFields
-from paraplan.specs.runtime import StackRuntimeFields
+from paraplan.specs.runtime import FP8Recipe, StackRuntimeFields
 from paraplan.specs.system import Bytes, EagerFields, HostFields
 
 
@@ -44,7 +44,7 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         description="the profile of the stack this recipe profile refines (a recipe states where it departs "
         "from its stack's defaults); None for a stack profile",
     )
-    fp8_recipe: Literal["none", "delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+    fp8_recipe: Literal["none", FP8Recipe] = Field(
         "none",
         description="fp8 scaling recipe an fp8 run uses (stated with its source; the GEMM caps are fitted "
         "per GPU, not per recipe)",

@@ -15,6 +15,10 @@ from pydantic import Field
 from paraplan.specs.strict import InputModel
 
 
+# the fp8 scaling recipes a stack runs (cost.quantisation prices each); a framework profile states one or "none"
+FP8Recipe = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
+
+
 class StackRuntimeFields(InputModel):
     """The runtime mechanisms a framework profile states and the step reads as they are (declared once: the
     profile, specs.framework.FrameworkSpec, and the system's runtime, RuntimeCosts, both inherit them)."""
@@ -122,7 +126,7 @@ class RuntimeCosts(StackRuntimeFields):
         "row-parallel GEMMs, as the bf16 configuration (NeMo 24.09's launcher), instead of the 1-SM ring exchange "
         "of the later fp8 userbuffers configurations (cost.overlap.userbuffers_contention_s)",
     )
-    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+    fp8_recipe: FP8Recipe = Field(
         "delayed",
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
         "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
