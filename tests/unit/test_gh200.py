@@ -69,3 +69,31 @@ def test_a_plan_that_fits_a_dgx_h100_runs_with_more_headroom():
     # same GPU, same per-GPU memory plan; the step differs through the fabric (4-GPU domains, 25 GB/s NICs)
     assert gh.peak_stage.peak_bytes == pytest.approx(dgx.peak_stage.peak_bytes, rel=1e-6)
     assert gh.step_time_s > 0 and 0 < gh.mfu < 1
+
+
+ALPS = "alps-gh200"
+
+
+def test_the_alps_entry_is_the_quad_node_under_the_cscs_module_cap():
+    """alps-gh200: gh200-96gb-quad with the GPU's share of CSCS's 660 W module cap, 660 W less the Grace CPU's
+    rated 250 W with its LPDDR5X (half the 500 W Grace CPU Superchip), against the H100 SXM's 700 W rating."""
+    alps, quad = load_system(ALPS), load_system(NAME)
+    assert alps.accelerator.tdp_w == 700 and alps.accelerator.power_cap_w == 660 - 500 / 2
+    assert quad.accelerator.power_cap_w is None  # the uncapped module (1000 W) leaves the GPU 700 W
+    assert alps.accelerator.clock_fraction() == pytest.approx(0.812, abs=1e-3)
+    # the same node otherwise: memory, fabric, efficiencies
+    assert alps.node == quad.node and alps.network == quad.network
+    assert alps.accelerator.efficiency == quad.accelerator.efficiency
+    assert alps.accelerator.hbm_capacity == quad.accelerator.hbm_capacity
+    for const in FITTED_CONSTANTS:
+        assert (ALPS in const.systems) == (NAME in const.systems), const.name
+
+
+def test_the_cap_slows_compute_and_leaves_memory_alone():
+    plan = dict(gpus=256, tp=2, micro_batch=4, global_batch=1024, seq_length=4096, zero=1)
+    alps, quad = estimate("llama3-8b", ALPS, **plan), estimate("llama3-8b", NAME, **plan)
+    assert alps.step_time_s > quad.step_time_s
+    assert (
+        alps.step_time_s < quad.step_time_s / 0.812
+    )  # communication does not scale with the clock
+    assert alps.peak_stage.peak_bytes == pytest.approx(quad.peak_stage.peak_bytes, rel=1e-9)

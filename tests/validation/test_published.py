@@ -237,12 +237,12 @@ def test_gcp_gpu_recipes_held_out(report):
 
 def test_alps_gh200_held_out(report):
     """Megatron-LM Llama 3 8B runs on 256 CSCS Alps GH200 (swiss-ai/Megatron-LM pull request #33; alps-gh200), held
-    out. They miss issue 33's bar: predicted 21-28 % too fast, their compute alone, at the H100 SXM caps the catalog
-    assumes for GH200, 0.66-0.73 of the measured step (the same model under NeMo on DGX H100 runs at 10,000
-    tokens/s/GPU, these at 8,000-8,290; docs/model.md, Known limits). This pins today's state so that a change to
-    it is seen; it is not a tolerance we promise."""
+    out, on the catalog's alps-gh200: each GH200 module capped at 660 W by CSCS, the GPU's share 410 W (the Grace
+    CPU's rated 250 W taken out), and TP 2 on one pair of the node's NVLink mesh (docs/hardware.md, "GH200 on
+    Alps"). Within issue 33's bar, today -8.0 and -7.4 %, both too fast; before the cap and the mesh -27.6 and
+    -21.1 %. The pinned 10 % makes a change to it seen."""
     errors = _file_errors(report, "alps-gh200", 2)
-    assert all(-32.0 <= e <= -15.0 for e in errors), errors
+    assert _mape(errors) <= 10.0 and all(-10.0 <= e < 0 for e in errors), errors
 
 
 def test_narayanan2021_held_out(report):

@@ -92,8 +92,11 @@ def _span_of(sizes: tuple[int, ...], strides: tuple[int, ...], domain: int) -> G
     return GroupSpan(size, per_domain, math.ceil(size / per_domain))
 
 
-def _bandwidths(system: SystemSpec) -> tuple[float, float]:
-    inner = system.node.nvlink_bandwidth * system.node.nvlink_efficiency
+def _bandwidths(system: SystemSpec, peers: int = 1) -> tuple[float, float]:
+    """(NVLink-tier, scale-out) achieved bytes/s of one GPU: inside the domain towards ``peers`` members
+    of its group (specs.fabric NodeSpec.peer_bandwidth: all of B·η behind a switch, the links to those
+    peers on a full mesh), across domains its NIC's B·η."""
+    inner = system.node.peer_bandwidth(peers)
     outer = system.network.nic_bandwidth * system.network.efficiency
     return inner, outer
 
@@ -213,12 +216,13 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     per domain and o domains, all-reduce 2(a-1)/a·S/B_nvlink + 2(o-1)/o·(S/a)/B_nic, all-gather and
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
     hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
+    B_nvlink the links to the a − 1 peers (one for send/recv) on a full-mesh domain (_bandwidths);
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
     c_in, c_out, *hbm = tier_overlap_costs(kind, span.domains > 1, system)
     if span.size <= 1:
         return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out, *hbm)
-    inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
+    inner, outer = _bandwidths(system, a - 1)
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
@@ -235,7 +239,7 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     if kind == "send_recv":
         if o > 1:
             return LinearCollective(0.0, 0.0, 1 / outer, alpha_out, c_in, c_out, *hbm)
-        return LinearCollective(1 / inner, alpha_in, 0.0, 0.0, c_in, c_out, *hbm)
+        return LinearCollective(1 / _bandwidths(system)[0], alpha_in, 0.0, 0.0, c_in, c_out, *hbm)
     raise ValueError(f"no linear form for collective {kind!r}")
 
 
@@ -249,8 +253,8 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     latency the chain along NCCL's ring (NCCL runs broadcast and reduce on the ring only):
     collective_latency_s, (n−o)·α_nvlink + (o−1)·α_nic."""
     c_in, c_out, *hbm = tier_overlap_costs("broadcast", span.domains > 1, system)
-    inner, outer = _bandwidths(system)
     a, o = span.per_domain, span.domains
+    inner, outer = _bandwidths(system, a - 1)
     lat_in, lat_out = collective_latency_s(
         "broadcast", span, system.node.nvlink_latency, system.network.latency
     )
@@ -375,7 +379,7 @@ def hierarchical_all_to_all_time_s(
     α when the group leaves the domain, else NVLink's."""
     if span.size <= 1 or (nvlink_bytes <= 0 and nic_bytes <= 0):
         return 0.0
-    inner, outer = _bandwidths(system)
+    inner, outer = _bandwidths(system, span.per_domain - 1)
     alpha = system.network.latency if span.domains > 1 else system.node.nvlink_latency
     return max(nvlink_bytes / inner, nic_bytes / outer) + _all_to_all_latency_s(span.size, alpha)
 

@@ -7,11 +7,10 @@ place, so that ``docs/model.md`` can list where each comes from.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     Field,
     PrivateAttr,
     ValidationInfo,
@@ -20,10 +19,11 @@ from pydantic import (
 
 from paraplan.specs.choices import AttentionKernel
 from paraplan.specs.errors import UnsupportedDtype
+from paraplan.specs.fabric import NetworkSpec, NodeSpec
+from paraplan.specs.quantities import Bytes, BytesPerS, Fraction, Seconds, Share, _quantity  # noqa: F401
 from paraplan.specs.power import sustained_clock_fraction
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.strict import InputModel
-from paraplan.units import parse_quantity
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 
@@ -61,20 +61,6 @@ def activation_dtype(dtype: str) -> str:
     return ACTIVATION_DTYPE.get(dtype, dtype)
 
 
-def _quantity(kind):
-    def convert(value, info: ValidationInfo):
-        if value is None:
-            return None
-        return parse_quantity(value, kind, field=info.field_name or "value")
-
-    return BeforeValidator(convert)
-
-
-Bytes = Annotated[float, _quantity("bytes"), Field(gt=0)]
-BytesPerS = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
-Seconds = Annotated[float, _quantity("time"), Field(ge=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
-Share = Annotated[float, Field(ge=0, le=1)]  # a share that may be 0 (an overlap cost)
 # The kinds of eager call the host model prices apart (cost.host_kinds), and an autograd node's own cost.
 HostKind = Literal["linear", "layer_norm", "sdpa", "activation", "elementwise", "autograd_node"]
 
@@ -426,54 +412,6 @@ class AcceleratorSpec(InputModel):
         if gemm_cap_key(dtype) == "gemm_fp8" and self.efficiency.gemm_fp8 is not None:
             return self.efficiency.gemm_fp8
         return self.efficiency.gemm
-
-
-def _link_efficiency(default: float, bandwidth_field: str) -> Any:
-    """A tier's achieved share of its bandwidth (the same rule for NVLink and the scale-out network)."""
-    return Field(default, description=f"achieved fraction of {bandwidth_field} by NCCL collectives")
-
-
-def _overlap_cost(collective: str, tier: str) -> Any:
-    """A tier's overlap-cost override: absent, cost.comm_contention derives it from the NCCL CTAs the
-    collective holds (k/S); set, it replaces that (a measurement, Calculon's processor_usage)."""
-    return Field(
-        None,
-        description=f"share of {collective}'s time still paid when hidden behind compute; absent: the "
-        "SM share of NCCL's CTAs, nccl_channels / accelerator.sm_count (cost.comm_contention); set it to "
-        f"override, e.g. Calculon's processor_usage for the {tier} tier (Isaev et al. 2023, SC23)",
-    )
-
-
-def _nccl_channels(default: int, where: str) -> Any:
-    """CTAs (channels) NCCL runs a ring collective with; defaults derived in cost.comm_contention."""
-    return Field(
-        default,
-        gt=0,
-        description=f"CTAs NCCL runs one collective with {where} (comm->nChannels of its ring graph; "
-        "NVIDIA/nccl src/graph/search.cc + connect.cc, v2.19-v2.30: 24 on an 8-GPU A100/H100 NVSwitch "
-        "node, 16 across nodes with one NIC per GPU; cost.comm_contention)",
-    )
-
-
-class NodeSpec(InputModel):
-    """The scale-up domain: GPUs joined by NVLink/NVSwitch (or Infinity Fabric)."""
-
-    gpus_per_domain: int = Field(gt=0, description="GPUs in one NVLink/NVSwitch domain")
-    nvlink_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-up bandwidth")
-    nvlink_latency: Seconds = 5e-6
-    nvlink_efficiency: Fraction = _link_efficiency(0.8, "nvlink_bandwidth")
-    nvlink_overlap_cost: Share | None = _overlap_cost("an NVLink collective", "NVLink")
-    nccl_channels: int = _nccl_channels(24, "inside one domain")
-
-
-class NetworkSpec(InputModel):
-    """The scale-out fabric between domains (InfiniBand / RoCE)."""
-
-    nic_bandwidth: BytesPerS = Field(description="per-GPU, per-direction scale-out bandwidth")
-    latency: Seconds = 10e-6
-    efficiency: Fraction = _link_efficiency(0.85, "nic_bandwidth")
-    overlap_cost: Share | None = _overlap_cost("a scale-out collective", "InfiniBand")
-    nccl_channels: int = _nccl_channels(16, "across domains")
 
 
 class SystemSpec(InputModel):

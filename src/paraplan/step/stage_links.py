@@ -189,7 +189,7 @@ def p2p_links(
         na, nb = _node(cluster, pa, ia), _node(cluster, pb, ib)
         if na == nb:
             node = cluster.pool(pa).system.node
-            return node.nvlink_bandwidth * node.nvlink_efficiency, node.nvlink_latency
+            return node.peer_bandwidth(1), node.nvlink_latency
         return cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb])
 
     peers = reshard_peers(len(src), len(dst))

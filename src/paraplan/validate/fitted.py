@@ -90,13 +90,20 @@ _MOE_SYSTEMS = (
     "dgx-b300",
     "gb300-nvl72",
     "gh200-96gb-quad",
+    "alps-gh200",
     "hgx-h100-96gb-500w",
     "vr200-nvl72",
 )
 # H100 SXM silicon (GH100, 132 SMs, the H100 SXM tensor rates) with the fp8 GEMM cap and attention fraction fitted on
 # the DGX H100 runs: H200 (same compute, HBM3e), GH200 (the H100 GPU of the Grace Hopper superchip) and the 96 GB
 # HBM2e H100 SXM at 500 W (hgx-h100-96gb-500w: the same fractions of its capped peaks); H800 keeps its own
-_H100_SILICON = ("dgx-h100-80gb", "dgx-h200", "gh200-96gb-quad", "hgx-h100-96gb-500w")
+_H100_SILICON = (
+    "dgx-h100-80gb",
+    "dgx-h200",
+    "gh200-96gb-quad",
+    "alps-gh200",
+    "hgx-h100-96gb-500w",
+)
 # systems whose bf16 GEMM cap is a published kernel benchmark's cap x one in-step share (catalog.gemm_benchmarks);
 # the H100 PCIe / NVL and GH200 entries carry the H100 SXM cap (no benchmark of their own; GH200 is the same GH100 silicon)
 _GEMM_BF16 = (
@@ -104,6 +111,7 @@ _GEMM_BF16 = (
     "h100-pcie-8",
     "h100-nvl-8",
     "gh200-96gb-quad",
+    "alps-gh200",
     "hgx-h100-96gb-500w",
 )
 FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
