@@ -20,8 +20,8 @@ per activation element, rows = b·(a/t)·(s/c) LSE rows, c steps:
 
 both directions: ``key.contiguous()`` and ``value.contiguous()`` before the ring loop copy K and V (2·ab·E_kv)
   where SDPA receives them as views: torchtitan's Llama transposes the (b, s, heads, d) output of ``repeat_kv``
-  to (b, heads, s, d) before the call (torchtitan/models/llama/model.py ``Attention.forward``,
-  ``xk = keys.transpose(1, 2)``, read at 0199cbc1), and the backward receives the same views as saved inputs;
+  to (b, heads, s, d) before the call (torchtitan/models/llama/model.py ``Attention.forward`` at 9dec370,
+  ``xk = keys.transpose(1, 2)``), and the backward receives the same views as saved inputs;
 forward (``_SDPAMerger.step`` each step, ``results`` once)
   - each step's output converted to float32: (ab + 4)·E_o, c times;
   - at steps 1 … c−1, ``out − sigmoid(lse_i − lse)·(out − out_i)``: three float32 passes over E_o
