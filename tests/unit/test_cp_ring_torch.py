@@ -35,12 +35,13 @@ E_KV = 2 * E_O
 def test_torch_merge_bytes_by_hand():
     forward, backward = torch_ring_merge_bytes(2, E_O, E_KV, ROWS, 2)
     # forward: 2 casts to fp32 (6 B) + 1 update (32 B) + the cast back (6 B) = 50 B per output element;
-    # LSE 52 B (one update) + 2 x 8 B casts per row; one K/V cat before the send, 2 x 2 B per K/V element
-    assert forward == 50 * E_O + 68 * ROWS + 4 * E_KV == 981_991_424
+    # LSE 52 B (one update) + 2 x 8 B casts per row; one K/V cat before the send and the contiguous() copy
+    # of the transposed K and V, 2 x 2 x 2 B per K/V element
+    assert forward == 50 * E_O + 68 * ROWS + 8 * E_KV == 1_116_209_152
     # backward: dq zeroed (4) + 2 adds (10 each) + cast back (6) = 30 B per output element;
     # dk/dv zeroed (4) + first add (10) + 1 half add (5) and cat (8) + 2 send cats (16) + cast back (6)
-    # + 1 K/V cat (4) = 53 B per K/V element
-    assert backward == 30 * E_O + 53 * E_KV == 2_281_701_376
+    # + 1 K/V cat (4) + the contiguous() copy (4) = 57 B per K/V element
+    assert backward == 30 * E_O + 57 * E_KV == 2_415_919_104
     assert torch_ring_merge_bytes(1, E_O, E_KV, ROWS, 2) == (0.0, 0.0)
 
 
@@ -49,7 +50,7 @@ def test_torch_ring_op_and_kv_bytes_follow_the_profile():
     te = LayerShape(1, 2, 1, 8192, False, "flash", "bf16")
     torch = te._replace(cp_ring=TORCH_RING)
     merge = [op for op in attention_ops(model, torch) if op.name == "ring_attention_merge"][0]
-    assert (merge.fwd_bytes, merge.bwd_bytes) == pytest.approx((981_991_424, 2_281_701_376))
+    assert (merge.fwd_bytes, merge.bwd_bytes) == pytest.approx((1_116_209_152, 2_415_919_104))
     ring = {c.name: c for c in decoder_layer_1d(model, torch).collectives}[TORCH_RING_COLLECTIVE]
     ring_te = {c.name: c for c in decoder_layer_1d(model, te).collectives}["cp_kv_ring"]
     # K and V of 4096 tokens with 32 heads (repeat_kv) in bf16: 2 x 4096 x 4096 x 2 B; TE: 8 heads, a quarter

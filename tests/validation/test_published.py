@@ -338,23 +338,24 @@ def _set_errors(report: dict, stem: str) -> list[float]:
 )
 def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
     """The FSDP-stack sets (issue 33), held out: no constant is fitted on them. Today torchtitan-llama3 is at
-    MAPE 7.48 %, worst -20.4 % (8B at 262,144 tokens), 18 of 23 too fast (9.25 % before torchtitan's eager
-    RMSNorm and rotary composites, DTensor's TP layout copies and float8 all-gathers and its AdamW steps were
-    priced; 19 too fast before hidden collectives were priced by the SMs and HBM their NCCL kernels hold,
+    MAPE 6.95 %, worst -20.1 % (8B at 262,144 tokens), 17 of 23 too fast (7.48 % and 18 before the complex
+    rotary's Inductor fallback was priced under compile, torchtitan-compiled module_impl; 9.25 % before
+    torchtitan's eager RMSNorm and rotary composites, DTensor's TP layout copies and float8 all-gathers and
+    its AdamW steps were priced; 19 too fast before hidden collectives were priced by the SMs and HBM their NCCL kernels hold,
     cost.comm_contention; docs/validation.md, section torchtitan-llama3). This pins today's state so that a
     change to it is seen; it is not a tolerance we promise."""
     errors = _set_errors(report, stem)
     assert _mape(errors) <= max_mape
     assert max(abs(e) for e in errors) <= max_abs
-    assert sum(e < 0 for e in errors) >= 0.75 * len(errors)  # too fast, as issue 33 measured
+    assert sum(e < 0 for e in errors) >= 0.7 * len(errors)  # too fast, as issue 33 measured
 
 
 @pytest.mark.parametrize("stem", ["llmfoundry-mpt", "torchtitan-llama3"])
 def test_fsdp_stack_sets_meet_the_issue_33_bar(report, stem):
     """Issue 33: MAPE <= 10 % on each held-out set and no case off by more than 25 %. llmfoundry-mpt, encoded
     as its recipes ran (attn_impl triton: cost.attention triton_flash; Composer's fp32 reduce where the install
-    had it), is at MAPE 6.3 %, worst +17.3 % (MPT-7B at 65,536 tokens); torchtitan-llama3 at 7.48 %, worst
-    -20.4 % (docs/validation.md)."""
+    had it), is at MAPE 6.3 %, worst +17.3 % (MPT-7B at 65,536 tokens); torchtitan-llama3 at 6.95 %, worst
+    -20.1 % (docs/validation.md)."""
     errors = _set_errors(report, stem)
     assert _mape(errors) <= 10.0 and max(abs(e) for e in errors) <= 25.0
 

@@ -18,6 +18,10 @@ all its queries against the first half of the K/V, so its merges span the whole 
 for one another at each step), E_o output elements, E_kv K/V elements (with the repeated heads), ab bytes
 per activation element, rows = b·(a/t)·(s/c) LSE rows, c steps:
 
+both directions: ``key.contiguous()`` and ``value.contiguous()`` before the ring loop copy K and V (2·ab·E_kv)
+  where SDPA receives them as views: torchtitan's Llama transposes the (b, s, heads, d) output of ``repeat_kv``
+  to (b, heads, s, d) before the call (torchtitan/models/llama/model.py ``Attention.forward`` at 9dec370,
+  ``xk = keys.transpose(1, 2)``), and the backward receives the same views as saved inputs;
 forward (``_SDPAMerger.step`` each step, ``results`` once)
   - each step's output converted to float32: (ab + 4)·E_o, c times;
   - at steps 1 … c−1, ``out − sigmoid(lse_i − lse)·(out − out_i)``: three float32 passes over E_o
@@ -71,9 +75,11 @@ def torch_ring_merge_bytes(
     """(forward, backward) HBM bytes of torch's ring-attention merges of one layer and micro-batch on the
     GPU that merges every step whole, over ``steps`` = c (module docstring):
 
-    forward = E_o·[(ab + 4)·c + 32·(c − 1) + (4 + ab)] + rows·[52·(c − 1) + 8·c] + 2·ab·E_kv·(c − 1)
+    forward = E_o·[(ab + 4)·c + 32·(c − 1) + (4 + ab)] + rows·[52·(c − 1) + 8·c] + 2·ab·E_kv·c
     backward = E_o·[4 + (8 + ab)·c + (4 + ab)]
-             + E_kv·[4 + (8 + ab) + (c − 1)·((8 + ab)/2 + 8) + 8·c + (4 + ab) + 2·ab·(c − 1)]
+             + E_kv·[4 + (8 + ab) + (c − 1)·((8 + ab)/2 + 8) + 8·c + (4 + ab) + 2·ab·c]
+
+    (2·ab·E_kv·c: the c − 1 K/V concatenations before the sends and the one ``contiguous()`` copy of K and V.)
 
     0 for c ≤ 1."""
     if steps <= 1:
@@ -82,7 +88,7 @@ def torch_ring_merge_bytes(
     forward = (
         out_elements * ((ab + f) * c + MERGE_UPDATE_BYTES * (c - 1.0) + (f + ab))
         + rows * (LSE_UPDATE_BYTES * (c - 1.0) + LSE_CAST_BYTES * c)
-        + 2.0 * ab * kv_elements * (c - 1.0)
+        + 2.0 * ab * kv_elements * c  # c − 1 concatenations + the contiguous() copy
     )
     accumulate = 2.0 * f + ab  # fp32 += ab: read both, write fp32
     backward = out_elements * (f + accumulate * c + (f + ab)) + kv_elements * (
@@ -91,6 +97,6 @@ def torch_ring_merge_bytes(
         + (c - 1.0) * (accumulate / 2.0 + 2.0 * f)
         + 2.0 * f * c
         + (f + ab)
-        + 2.0 * ab * (c - 1.0)
+        + 2.0 * ab * c  # c − 1 concatenations + the contiguous() copy
     )
     return forward, backward
