@@ -1,0 +1,60 @@
+"""The V100-era stacks' optimizer step (issues 32/33): the per-parameter loops of Megatron-LM 2019 / v1.0's
+FP16_Optimizer and local DDP, priced by the profiles' optimizer_step_bytes and host_tensor_s, checked against
+hand-computed values on the Shoeybi et al. 2019 1.2B model (hidden 1536, 40 layers, vocabulary 51,200)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.step.estimate import estimate
+from paraplan.validate.run import load_cases
+
+US = 1e-6
+# one eager call (pytorch-eager host_dispatch_s elementwise, 10.98 us) and one .item() sync (10.5 us)
+CALL_S, SYNC_S = 10.98 * US, 10.5 * US
+# the 1.2B model's parameters: 40 layers x (12 h^2 + 13 h) + word table V h + position table s h + final
+# LayerNorm 2 h, h = 1536, V = 51,200, s = 1024
+PARAMS = 40 * (12 * 1536**2 + 13 * 1536) + 51200 * 1536 + 1024 * 1536 + 2 * 1536
+HBM_RATE = 900e9 * 0.833  # dgx-2h: datasheet bandwidth x the catalog's measured share
+HOST_STEP_S = 0.6e-3  # the profiles' fixed host part of a step
+
+
+def _case(name: str):
+    return next(c for c in load_cases() if c.name == name)
+
+
+@pytest.mark.parametrize(
+    ("framework", "calls", "syncs", "host_tensor_us"),
+    [("megatron-lm-2019", 11, 2, 141.8), ("megatron-lm-v1.0", 6, 2, 86.9)],
+)
+def test_host_tensor_time_is_the_counted_calls_and_syncs(framework, calls, syncs, host_tensor_us):
+    case = _case(
+        "shoeybi2019-baseline-1.2b-1gpu"
+        if framework == "megatron-lm-2019"
+        else "megatronv1-blog-1.2b-1gpu"
+    )
+    eff = case.system.accelerator.efficiency
+    assert eff.host_tensor_s == pytest.approx(host_tensor_us * US)
+    assert calls * CALL_S + syncs * SYNC_S == pytest.approx(host_tensor_us * US, abs=0.05 * US)
+
+
+@pytest.mark.parametrize(
+    ("name", "bytes_per_param"),
+    [("shoeybi2019-baseline-1.2b-1gpu", 88.0), ("megatronv1-blog-1.2b-1gpu", 82.0)],
+)
+def test_one_gpu_optimizer_is_its_traffic(name, bytes_per_param):
+    """On one GPU the step's traffic outlasts its per-tensor host loop: the region is P x B / HBM rate
+    (1.2B: 142.4 ms at 88 B, 132.7 ms at 82 B; 87.4 ms at the default 54 B)."""
+    case = _case(name)
+    got = estimate(case.model, case.system, case.plan).breakdown.optimizer_s
+    assert got == pytest.approx(PARAMS * bytes_per_param / HBM_RATE, rel=2e-3)
+
+
+def test_tp8_optimizer_is_the_host_loop():
+    """At tp 8 the traffic shrinks eightfold (17.8 ms) but the loop does not: 485 weight tensors (40 x 12,
+    the word and position tables, the final norm's gain and bias, the LM head's weight GEMM) x 141.8 us
+    + 0.6 ms = 69.4 ms."""
+    case = _case("shoeybi2019-tab8-1.2b-tp8")
+    got = estimate(case.model, case.system, case.plan).breakdown.optimizer_s
+    assert PARAMS / 8 * 88 / HBM_RATE < got
+    assert got == pytest.approx(HOST_STEP_S + 485 * 141.8 * US, rel=1e-9)
