@@ -105,3 +105,29 @@ def test_a_reserved_peak_needs_the_cases_framework(tmp_path):
     del raw["framework"], raw["framework_overrides"]
     with pytest.raises(InputError, match="measured.peak_reserved_gib: needs the case's framework"):
         _load(tmp_path, [raw])
+
+
+def _fsdp8_memory(tmp_path, **overrides) -> StageMemory:
+    raw = copy.deepcopy(next(c for c in _raw_cases() if c["name"].endswith("8b-fsdp8-eager")))
+    raw["framework_overrides"].update(overrides)
+    case = _load(tmp_path, [raw])[0]
+    return estimate(case.model, case.system, case.plan).first_stage
+
+
+def test_fsdp2_keeps_fp32_sharded_parameters_as_their_own_master(tmp_path):
+    """Llama 3.1 8B, 8,030,261,248 parameters over FSDP 8: 1,003,782,656 per GPU, fp32 (4 B) with fp32 Adam
+    moments (8 B), no bf16 copy beside them."""
+    mem = _fsdp8_memory(tmp_path)
+    assert mem.weights_bytes == 4 * 1_003_782_656 == 4_015_130_624
+    assert mem.optimizer_bytes == 8 * 1_003_782_656
+
+
+def test_fsdp2s_root_stays_gathered_by_hand(tmp_path):
+    """The 8B layer: 4096·(4096 + 1024 + 1024 + 4096) + 3·4096·14336 + 2·4096 = 218,112,000 parameters, two
+    gathered (the layer computing and the prefetched one) in bf16; FSDP2's root (embedding and LM head,
+    2·128,256·4096, and the final norm's 4096) held gathered too: 1,050,677,248 × 2 B."""
+    layers = 2 * 218_112_000 * 2
+    root = (2 * 128_256 * 4096 + 4096) * 2
+    assert root == 2_101_354_496
+    assert _fsdp8_memory(tmp_path).buffers_bytes == layers + root
+    assert _fsdp8_memory(tmp_path, fsdp_runtime="none").buffers_bytes == layers

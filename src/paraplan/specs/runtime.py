@@ -136,3 +136,9 @@ class RuntimeCosts(StackRuntimeFields):
         description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "
         "in a buffer allocated up front (cost.memory.peak_residents)",
     )
+    zero3_root_held: bool = Field(
+        False,
+        description="ZeRO-3 / FSDP: the root module's parameters (the blocks outside the transformer layers: "
+        "embedding, final norm, LM head) stay gathered from the forward to the end of backward (FSDP2's root is "
+        "never resharded after forward: step.stage_memory.zero3_gathered_bytes)",
+    )

@@ -64,13 +64,14 @@ from pydantic import ValidationError
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework
 from paraplan.step.estimate import check_plan, estimate
-from paraplan.step.result import Estimate, StageMemory
+from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError, UnknownNameError
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB, UnitError
+from paraplan.validate.allocator import allocator_peak_bytes, allocator_reserved_peak_bytes
 
 METRICS = (
     "step_time_s",
@@ -374,26 +375,6 @@ def predicted_metrics(
             else {}
         ),
     }
-
-
-def allocator_peak_bytes(stage: StageMemory) -> float:
-    """What the caching allocator's peak counts (torch.cuda.max_memory_allocated, the figure a measured
-    ``peak_allocated_gib`` is): the predicted peak less the runtime's non-allocator reserves
-    (specs.framework.FrameworkSpec.reserved_bytes: CUDA context and kernel images, NCCL / framework
-    communication buffers, allocator fragmentation), which that counter does not see (PyTorch docs,
-    "CUDA semantics: memory management": memory_allocated counts tensors only; the cached but unused
-    blocks are memory_reserved)."""
-    return stage.peak_bytes - stage.reserved_bytes
-
-
-def allocator_reserved_peak_bytes(stage: StageMemory, outside_allocator_bytes: float) -> float:
-    """What the caching allocator's reserved peak counts (torch.cuda.max_memory_reserved, memory_stats
-    "reserved_bytes.all.peak", the figure a measured ``peak_reserved_gib`` is): the allocated peak plus the
-    cached but unused blocks (the profile's allocator_fragmentation share of HBM), i.e. the predicted peak
-    less what the allocator never holds, the CUDA context and kernel images and the communication library's
-    own buffers (FrameworkSpec.cuda_context + communication_buffers; NCCL allocates its buffers with
-    cudaMalloc outside PyTorch's caching allocator)."""
-    return stage.peak_bytes - outside_allocator_bytes
 
 
 def error_pct(predicted: float, measured: float) -> float:
