@@ -157,14 +157,20 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     min((1 + d)·layer, max(cap, largest tensor)) × the gathered copy's bytes per parameter
     (StepInputs.gathered_weight_bytes). The buffer is counted whether or not the
     gather overlaps (the search keeps only the overlapped ZeRO-3 variant, which must need no more memory).
-    Plus, where the runtime keeps its root gathered (``zero3_root_held``), the stage's blocks outside the
-    transformer layers (``zero3_root_bytes``)."""
+    Under pipeline parallelism where the runtime keeps every layer gathered from its forward to its backward
+    (``zero3_pp_keeps_layers``: torchtitan's apply_fsdp, parallelize_llama.py at 9dec370 and 820504e, "For
+    PP, do not reshard after forward to avoid per-microbatch all-gathers", reshard_after_forward=False), all
+    the stage's transformer-layer parameters at the end of the warm-up forwards. Plus, where the runtime keeps
+    its root gathered (``zero3_root_held``), the stage's blocks outside the transformer layers
+    (``zero3_root_bytes``)."""
     layer = (1.0 + inp.zero3_prefetch_layers) * max_blocks(
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
-    layers = minimum(layer, maximum(inp.zero3_live_params, largest)) * inp.gathered_weight_bytes
-    return layers + zero3_root_bytes(inp, stage)
+    live = minimum(layer, maximum(inp.zero3_live_params, largest))
+    every = sum_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)
+    kept = where((inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0), maximum(live, every), live)
+    return kept * inp.gathered_weight_bytes + zero3_root_bytes(inp, stage)
 
 
 def zero3_root_bytes(inp: StepInputs, stage: Stage) -> Num:
