@@ -47,13 +47,15 @@ def _load(tmp_path, raws: list[dict]):
 
 
 def test_the_profiles_state_the_loss_torchtitan_runs():
-    assert load_framework("torchtitan").module_impl["loss"] == "fp32-logits"
+    assert load_framework("torchtitan").module_impl["loss"] == "dtensor-loss-parallel"
     assert load_framework("torchtitan-compiled").module_impl["loss"] == "inductor-fused"
     for case in _raw_cases():
         impl = case.get("framework_overrides", {}).get("module_impl")
         if case["name"].startswith("torchtitan2412") and case["framework"] == "torchtitan-compiled":
             # 9dec370's train.py left the loss uncompiled
-            assert impl == {"rotary": "torchtitan-complex", "loss": "fp32-logits"}, case["name"]
+            assert impl == {"rotary": "torchtitan-complex", "loss": "dtensor-loss-parallel"}, case[
+                "name"
+            ]
         else:
             assert impl is None, case["name"]
 
@@ -149,3 +151,29 @@ def test_under_pp_torchtitan_keeps_every_layer_of_the_stage_gathered(tmp_path):
     assert buffers[0] - buffers[1] == (15 - 2) * layer * 2
     assert load_framework("torchtitan").zero3_pp_reshard is False
     assert load_framework("megatron-core").zero3_pp_reshard is True
+
+
+def test_loss_parallel_holds_16_bytes_per_local_logit_by_hand(tmp_path):
+    """70B at TP 8, local batch 16 × 8192: 131,072 tokens × 128,256 / 8 = 2,101,346,304 local logits; DTensor's
+    fused nll_loss + log_softmax backward holds 16 B each (saved output, zeros_like grad_input, exp, sum),
+    fp32-logits 12; at TP 1 the two are the same."""
+    raw = next(c for c in _raw_cases() if c["name"].endswith("70b-fsdp32-tp8-fp8"))
+    plain = copy.deepcopy(raw)
+    plain["name"] += "-plain"
+    plain["framework_overrides"]["module_impl"]["loss"] = "fp32-logits"
+    acts = [
+        estimate(c.model, c.system, c.plan).first_stage.activations_bytes
+        for c in _load(tmp_path, [raw, plain])
+    ]
+    logits = 16 * 8192 * 128_256 // 8
+    assert logits == 2_101_346_304
+    assert acts[0] - acts[1] == pytest.approx((16 - 12) * logits, rel=1e-12)
+    tp1 = copy.deepcopy(next(c for c in _raw_cases() if c["name"] == CP8))
+    tp1_plain = copy.deepcopy(tp1)
+    tp1_plain["name"] += "-plain"
+    tp1_plain["framework_overrides"]["module_impl"]["loss"] = "fp32-logits"
+    tp1_acts = {
+        estimate(c.model, c.system, c.plan).first_stage.activations_bytes
+        for c in _load(tmp_path, [tp1, tp1_plain])
+    }
+    assert len(tp1_acts) == 1
