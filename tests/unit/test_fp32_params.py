@@ -2,7 +2,7 @@
 4 + g + 8 B of state per parameter, the layers' bf16 casts gathered (2 B) and the weight gradients reduced in
 bf16 (2 B) before their cast to fp32 (cost.memory.state_bytes_per_param, compute_copy_bytes,
 grad_reduce_bytes_per_param; the maxtext profile's sources cite MaxText and XLA). Every other profile keeps
-its state and collective bytes."""
+its state and collective bytes, but torchtitan's (FSDP2 over fp32 parameters gathered as bf16 casts)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,20 @@ def test_maxtext_terms():
     assert t["grad_reduce_bytes"] == 2.0 == grad_reduce_bytes(system, "bf16", plan)
 
 
-@pytest.mark.parametrize("framework", [f for f in framework_names() if f != "maxtext"])
+# FSDP2 keeps the fp32 sharded parameters and gathers their bf16 casts (the torchtitan profiles' sources)
+FP32_PARAMS = ("maxtext", "torchtitan", "torchtitan-compiled")
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "torchtitan-compiled"])
+def test_torchtitan_terms(framework):
+    system, plan = _terms(framework, "bf16")
+    t = system_terms(system, "bf16", plan)
+    assert (t["weight_bytes"], t["grad_bytes"], t["optimizer_bytes"]) == (4.0, 4.0, 8.0)
+    assert t["param_gather_bytes"] == t["gathered_weight_bytes"] == 2.0
+    assert t["grad_reduce_bytes"] == 4.0  # MixedPrecisionPolicy reduce_dtype float32
+
+
+@pytest.mark.parametrize("framework", [f for f in framework_names() if f not in FP32_PARAMS])
 @pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp32"])
 def test_every_other_profile_keeps_its_bytes(framework, dtype):
     """No other profile sets fp32 parameters or a compute-dtype reduction: the weights' bytes are what a

@@ -136,7 +136,7 @@ def test_the_tiny_steps_compare_no_allocator_peak():
 @pytest.mark.parametrize("name", OWN_PEAKS)
 def test_every_case_compares_the_allocator_peak_it_measured(name):
     """The measured allocator peak (torch.cuda.max_memory_allocated) is a compared figure of each case, and
-    the predicted one is the peak less the non-allocator reserves (validate.run.allocator_peak_bytes)."""
+    the predicted one is the peak less the non-allocator reserves (validate.allocator.allocator_peak_bytes)."""
     group, inputs, count = ALL_SETS[name]
     records = {r["name"]: r for p in inputs for r in json.loads(p.read_text())["records"]}
     report = run_cases(load_cases([CASES.parent / name]))

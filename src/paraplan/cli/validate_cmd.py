@@ -23,6 +23,7 @@ _METRIC_LABELS = {
     "activations_gib": "activations (GiB)",
     "peak_memory_gib": "peak (GiB)",
     "peak_allocated_gib": "allocator peak (GiB)",
+    "peak_reserved_gib": "allocator reserved (GiB)",
 }
 
 
@@ -83,12 +84,13 @@ def _summary_table(summary: dict) -> SimpleTable:
             str(group["step_time_cases"]),
             "-" if mape is None else f"{mape:.2f}",
         )
-        if group.get("peak_allocated_gib_mape_pct") is not None:
-            table.add_row(
-                f"{file}: allocator peak",
-                str(group["peak_allocated_gib_cases"]),
-                f"{group['peak_allocated_gib_mape_pct']:.2f}",
-            )
+        for metric, what in (("peak_allocated", "allocator peak"), ("peak_reserved", "reserved")):
+            if group.get(f"{metric}_gib_mape_pct") is not None:
+                table.add_row(
+                    f"{file}: {what}",
+                    str(group[f"{metric}_gib_cases"]),
+                    f"{group[f'{metric}_gib_mape_pct']:.2f}",
+                )
     for role in ("calibration", "held_out"):
         mape = summary[role].get("step_time_s_mape_pct")
         if summary[role]["step_time_cases"]:

@@ -308,10 +308,13 @@ def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     for its backward, held_bytes per logit of the implementation the stack runs (shape.module_impl's loss,
     graph.eager_modules.LOSS_IMPLS) × s·b·V/t: by default the fp32 softmax, 4 (Korthikanti §4.3, output
     layer term); a loss that materialises the fp32 logits (fp32-logits: transformers' ForCausalLMLoss)
-    graph.eager_modules.LOGIT_BYTES; Inductor's fused loss the bf16 logits and their gradient, 2 + 2."""
+    graph.eager_modules.LOGIT_BYTES; Inductor's fused loss the bf16 logits and their gradient, 2 + 2; DTensor's
+    loss_parallel over vocabulary-sharded logits (t > 1) its tp_held_bytes, 16."""
     sp_div = shape.tp if shape.sequence_parallel else 1
     tokens = shape.local_tokens
-    per_logit = loss_impl(shape.module_impl).held_bytes
+    impl = loss_impl(shape.module_impl)
+    split = shape.tp > 1 and impl.tp_held_bytes is not None
+    per_logit = impl.tp_held_bytes if split else impl.held_bytes
     return (
         2 * shape.act_bytes * tokens * model.hidden / sp_div
         + per_logit * tokens * model.vocab / shape.tp

@@ -59,12 +59,14 @@ class LossImpl(NamedTuple):
     """One implementation of the LM head's cross-entropy, per logit (b·(s/c)·V/t of them per GPU): HBM bytes
     read and written forward and backward, the kernels each way (cost.host counts a fused stack's op as one
     each way; an eager stack's by cost.host.EAGER_KERNELS), and the bytes per logit the loss holds at the
-    start of backward (cost.memory.lm_head_activation_bytes)."""
+    start of backward (cost.memory.lm_head_activation_bytes); where the logits are split over t > 1 tensor-parallel
+    ranks, ``tp_held_bytes`` instead when the implementation states one."""
 
     fwd_bytes: float
     bwd_bytes: float
     kernels: tuple[int, int]
     held_bytes: float
+    tp_held_bytes: float | None = None
 
 
 LOSS_IMPLS: dict[str, LossImpl] = {
@@ -79,6 +81,16 @@ LOSS_IMPLS: dict[str, LossImpl] = {
     # the profile's eager_kernels loss role prices it from the measured cross_entropy_fp32_fwd_bwd row,
     # cost.eager_kernels), and in memory LOGIT_BYTES held.
     "fp32-logits": LossImpl(3 * FP32, 2 * FP32, (3, 4), LOGIT_BYTES),
+    # torchtitan's eager loss, cross_entropy(pred.flatten(0, 1).float(), ...), under torch's loss_parallel() where
+    # tensor parallelism shards the logits on the vocabulary (torchtitan train.py at 9dec370: train_context with
+    # loss_parallel when parallel_dims.loss_parallel_enabled, i.e. TP on and --training.disable_loss_parallel
+    # off): at t = 1 fp32-logits itself; at t > 1 DTensor's custom handlers (torch/distributed/tensor/parallel/
+    # loss.py, 2024-2025) run nll_loss's and log_softmax's backward fused as (grad_input + torch.exp(x)) *
+    # grad_output, which holds the saved log_softmax output x, the zeros_like(x) grad_input, exp(x) and the sum
+    # at once: 4 · 4 = 16 B per local logit (the forward's peak, bf16 logits 2 + fp32 copy 4 + shifted 4 + exp
+    # 4 = 14, is below it). Time as fp32-logits (the same analytical bytes; its extra element-wise passes are
+    # not priced apart).
+    "dtensor-loss-parallel": LossImpl(3 * FP32, 2 * FP32, (3, 4), LOGIT_BYTES, 4 * FP32),
     # F.cross_entropy on the bf16 logits inside a torch.compile'd graph (TorchInductor, PyTorch 2.x): the
     # decomposed log_softmax + nll_loss fuses the autocast upcast, the row max, the exp-sum and the pick into
     # one generated reduction kernel that reads the bf16 row twice (a looped reduction, the row of a 50k

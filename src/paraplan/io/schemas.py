@@ -45,6 +45,10 @@ class Measured(InputModel):
         "peak of the caching allocator's allocated bytes (torch.cuda.max_memory_allocated): "
         "the peak without the CUDA context, communication buffers and fragmentation"
     )
+    peak_reserved_gib: float | None = _measured(
+        "peak of the caching allocator's reserved bytes (torch.cuda.max_memory_reserved): "
+        "the allocated peak plus cached free blocks, without the CUDA context and communication buffers"
+    )
     # documentation metrics (validate.run.DOC_METRICS): quoted beside the compared figures, not compared
     tflops_per_gpu: float | None = _measured("documentation only: model TFLOP/s per GPU")
     tokens_per_s_per_gpu: float | None = _measured("documentation only: tokens/s per GPU")

@@ -27,6 +27,13 @@ class StackRuntimeFields(InputModel):
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
     )
+    zero3_pp_reshard: bool = Field(
+        True,
+        description="ZeRO-3 / FSDP under pipeline parallelism: each layer's gathered weights are freed after its "
+        "forward as without pipelining; False: every layer of the stage stays gathered between its forward and "
+        "its backward (torchtitan's fully_shard(reshard_after_forward=False) with PP: "
+        "step.stage_memory.zero3_gathered_bytes)",
+    )
     cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
         "transformer-engine",
         description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
@@ -135,4 +142,10 @@ class RuntimeCosts(StackRuntimeFields):
         False,
         description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "
         "in a buffer allocated up front (cost.memory.peak_residents)",
+    )
+    zero3_root_held: bool = Field(
+        False,
+        description="ZeRO-3 / FSDP: the root module's parameters (the blocks outside the transformer layers: "
+        "embedding, final norm, LM head) stay gathered from the forward to the end of backward (FSDP2's root is "
+        "never resharded after forward: step.stage_memory.zero3_gathered_bytes)",
     )

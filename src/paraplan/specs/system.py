@@ -76,7 +76,7 @@ MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
-    "loss": ("fused", "fp32-logits", "inductor-fused"),
+    "loss": ("fused", "fp32-logits", "dtensor-loss-parallel", "inductor-fused"),
     "scores": ("fused", "megatron-2019", "megatron-v1.0"),
 }
 

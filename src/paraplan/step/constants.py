@@ -96,6 +96,8 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
         grad_accumulation_bytes=runtime.grad_accumulation_bytes,
         p2p_overlap=1.0 if runtime.p2p_overlap else 0.0,
         lazy_gradients=1.0 if runtime.lazy_gradients else 0.0,
+        zero3_root_held=1.0 if runtime.zero3_root_held else 0.0,
+        zero3_pp_keeps_layers=0.0 if runtime.zero3_pp_reshard else 1.0,
         zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
         zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,

@@ -137,6 +137,8 @@ class StepInputs:
     batch_sync_s: Num = 0.0  # GPU idle per micro-batch on the first and last stage (cost.runtimes.batch_sync_idle_s)
     fp8_weight_quant_bytes: Num = 0.0  # per transformer-layer weight and step (cost.quantisation)
     lazy_gradients: Num = 0.0  # 1: gradients allocated during backward (cost.memory.peak_residents)
+    zero3_root_held: Num = 0.0  # 1: ZeRO-3's root blocks stay gathered (step.stage_memory)
+    zero3_pp_keeps_layers: Num = 0.0  # 1: under PP every stage layer stays gathered (the same)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

@@ -156,12 +156,36 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     never less than the block's largest weight tensor, which must be whole to run:
     min((1 + d)·layer, max(cap, largest tensor)) × the gathered copy's bytes per parameter
     (StepInputs.gathered_weight_bytes). The buffer is counted whether or not the
-    gather overlaps (the search keeps only the overlapped ZeRO-3 variant, which must need no more memory)."""
+    gather overlaps (the search keeps only the overlapped ZeRO-3 variant, which must need no more memory).
+    Under pipeline parallelism where the runtime keeps every layer gathered from its forward to its backward
+    (``zero3_pp_keeps_layers``: torchtitan's apply_fsdp, parallelize_llama.py at 9dec370 and 820504e, "For
+    PP, do not reshard after forward to avoid per-microbatch all-gathers", reshard_after_forward=False), all
+    the stage's transformer-layer parameters at the end of the warm-up forwards. Plus, where the runtime keeps
+    its root gathered (``zero3_root_held``), the stage's blocks outside the transformer layers
+    (``zero3_root_bytes``)."""
     layer = (1.0 + inp.zero3_prefetch_layers) * max_blocks(
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
-    return minimum(layer, maximum(inp.zero3_live_params, largest)) * inp.gathered_weight_bytes
+    live = minimum(layer, maximum(inp.zero3_live_params, largest))
+    every = sum_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)
+    kept = where((inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0), maximum(live, every), live)
+    return kept * inp.gathered_weight_bytes + zero3_root_bytes(inp, stage)
+
+
+def zero3_root_bytes(inp: StepInputs, stage: Stage) -> Num:
+    """The gathered parameters of FSDP2's root held through the whole step: FSDPState._lazy_init sets the root
+    group's post_forward_mesh_info to None ("For the root, do not reshard after forward since for training,
+    the parameters would be freed and all-gathered immediately": torch/distributed/_composable/fsdp/
+    _fsdp_state.py, PyTorch 2.4-2.6, unchanged in torch/distributed/fsdp/_fully_shard/_fsdp_state.py), so what
+    the root owns stays unsharded from its pre-forward all-gather to its post-backward; torchtitan wraps each
+    TransformerBlock apart and the whole model last (parallelize_llama.py apply_fsdp at 9dec370), so the root
+    owns the embedding, the final norm and the LM head: (stage parameters − transformer-layer parameters) per
+    GPU × the gathered copy's bytes (StepInputs.gathered_weight_bytes), where ``zero3_root_held``."""
+    outside = sum_blocks(stage, lambda b: b.params) - sum_blocks(
+        stage, lambda b: b.params, TRANSFORMER_KINDS
+    )
+    return inp.zero3_root_held * outside * inp.gathered_weight_bytes
 
 
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:

@@ -64,13 +64,14 @@ from pydantic import ValidationError
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework
 from paraplan.step.estimate import check_plan, estimate
-from paraplan.step.result import Estimate, StageMemory
+from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError, UnknownNameError
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB, UnitError
+from paraplan.validate.allocator import allocator_peak_bytes, allocator_reserved_peak_bytes
 
 METRICS = (
     "step_time_s",
@@ -78,6 +79,7 @@ METRICS = (
     "activations_gib",
     "peak_memory_gib",
     "peak_allocated_gib",
+    "peak_reserved_gib",
 )
 # measured keys that document a case (derived from the same row) but are not compared
 DOC_METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu")
@@ -114,6 +116,7 @@ class Case:
     scope: str = SCOPE_STAGE
     framework: str | None = None
     group: str = ""  # cross-validation group; default the file stem
+    outside_allocator_bytes: float | None = None  # the profile's CUDA context + comm. buffers
 
     @property
     def cv_group(self) -> str:
@@ -280,11 +283,17 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             model = _expressible(load_model, raw["model"], "model", True)
             system = _expressible(load_system, raw["system"], "system", True)
             plan_fields = raw["plan"]
-            framework = raw.get("framework")
+            framework, outside = raw.get("framework"), None
             if framework is not None:
                 profile = case_profile(framework, raw.get("framework_overrides", {}))
+                outside = profile.cuda_context + profile.communication_buffers
                 if isinstance(plan_fields, dict):
                     system, plan_fields = apply_framework(profile, system, plan_fields)
+            elif "peak_reserved_gib" in measured:
+                raise InputError(
+                    "measured.peak_reserved_gib: needs the case's framework, whose profile states "
+                    "what the caching allocator does not hold (cuda_context, communication_buffers)"
+                )
             plan = _expressible(_plan, plan_fields)
         except _Unsupported as exc:
             return UnsupportedCase(name, raw["source"], file, f"cannot be expressed: {exc}", group)
@@ -309,6 +318,7 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
         scope=raw.get("scope", SCOPE_STAGE),
         framework=raw.get("framework"),
         group=group,
+        outside_allocator_bytes=outside,
     )
 
 
@@ -333,8 +343,11 @@ def load_cases(paths: Iterable[str | Path] | None = None) -> list[Case | Unsuppo
 
 
 # ---- comparison ------------------------------------------------------------------------------
-def predicted_metrics(est: Estimate, scope: str) -> dict[str, Any]:
-    """Predicted values on stage 0; memory of the comparison ``scope`` plus the whole-stage values."""
+def predicted_metrics(
+    est: Estimate, scope: str, outside_allocator_bytes: float | None = None
+) -> dict[str, Any]:
+    """Predicted values on stage 0; memory of the comparison ``scope`` plus the whole-stage values;
+    ``peak_reserved_gib`` where the case's profile gives what lies outside the allocator."""
     first = est.first_stage
     stage_states = first.weights_and_optimizer_bytes / GiB
     stage_acts = first.activations_bytes / GiB
@@ -353,17 +366,15 @@ def predicted_metrics(est: Estimate, scope: str) -> dict[str, Any]:
         "mfu": est.mfu,
         "stage_weights_and_optimizer_gib": stage_states,
         "stage_activations_gib": stage_acts,
+        **(
+            {
+                "peak_reserved_gib": allocator_reserved_peak_bytes(first, outside_allocator_bytes)
+                / GiB
+            }
+            if outside_allocator_bytes is not None
+            else {}
+        ),
     }
-
-
-def allocator_peak_bytes(stage: StageMemory) -> float:
-    """What the caching allocator's peak counts (torch.cuda.max_memory_allocated, the figure a measured
-    ``peak_allocated_gib`` is): the predicted peak less the runtime's non-allocator reserves
-    (specs.framework.FrameworkSpec.reserved_bytes: CUDA context and kernel images, NCCL / framework
-    communication buffers, allocator fragmentation), which that counter does not see (PyTorch docs,
-    "CUDA semantics: memory management": memory_allocated counts tensors only; the cached but unused
-    blocks are memory_reserved)."""
-    return stage.peak_bytes - stage.reserved_bytes
 
 
 def error_pct(predicted: float, measured: float) -> float:
@@ -393,7 +404,7 @@ def run_case(case: Case | UnsupportedCase) -> dict:
         est = estimate(case.model, case.system, case.plan)
     except (InputError, UnitError) as exc:
         return {**base, "status": "unsupported", "reason": f"estimate failed: {exc}"}
-    predicted = predicted_metrics(est, case.scope)
+    predicted = predicted_metrics(est, case.scope, case.outside_allocator_bytes)
     errors = {k: error_pct(predicted[k], v) for k, v in case.measured.items()}
     return {
         **base,
@@ -421,7 +432,7 @@ def _subset_summary(entries: list[dict]) -> dict[str, Any]:
         errs = [e["error_pct"][metric] for e in entries if metric in e["error_pct"]]
         if metric == "step_time_s" or errs:
             out[f"{metric}_mape_pct"] = mape(errs)
-        if metric == "peak_allocated_gib" and errs:
+        if metric in ("peak_allocated_gib", "peak_reserved_gib") and errs:
             out[f"{metric}_cases"] = len(errs)
     steps = [abs(e["error_pct"]["step_time_s"]) for e in entries if "step_time_s" in e["error_pct"]]
     out["step_time_max_abs_error_pct"] = max(steps) if steps else None
