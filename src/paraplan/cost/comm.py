@@ -222,7 +222,8 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     if span.size <= 1:
         return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out, *hbm)
     a, o = span.per_domain, span.domains
-    inner, outer = _bandwidths(system, a - 1)
+    # a send uses the link to its one peer; a collective the links to its a - 1 domain peers
+    inner, outer = _bandwidths(system, 1 if kind == "send_recv" else a - 1)
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
@@ -239,7 +240,7 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     if kind == "send_recv":
         if o > 1:
             return LinearCollective(0.0, 0.0, 1 / outer, alpha_out, c_in, c_out, *hbm)
-        return LinearCollective(1 / _bandwidths(system)[0], alpha_in, 0.0, 0.0, c_in, c_out, *hbm)
+        return LinearCollective(1 / inner, alpha_in, 0.0, 0.0, c_in, c_out, *hbm)
     raise ValueError(f"no linear form for collective {kind!r}")
 
 

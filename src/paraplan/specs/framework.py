@@ -122,10 +122,11 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         default_factory=dict, description="field -> citation or calibration note"
     )
 
+    def outside_allocator_bytes(self) -> float:
+        """Memory the caching allocator never holds: the CUDA context and the communication buffers
+        (NCCL allocates its own with cudaMalloc)."""
+        return self.cuda_context + self.communication_buffers
+
     def reserved_bytes(self, hbm_capacity_bytes: float) -> float:
-        """Memory the runtime holds beside the model: CUDA context + communication buffers + fragmentation."""
-        return (
-            self.cuda_context
-            + self.communication_buffers
-            + self.allocator_fragmentation * hbm_capacity_bytes
-        )
+        """Memory the runtime holds beside the model: outside_allocator_bytes + fragmentation."""
+        return self.outside_allocator_bytes() + self.allocator_fragmentation * hbm_capacity_bytes

@@ -286,7 +286,7 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             framework, outside = raw.get("framework"), None
             if framework is not None:
                 profile = case_profile(framework, raw.get("framework_overrides", {}))
-                outside = profile.cuda_context + profile.communication_buffers
+                outside = profile.outside_allocator_bytes()
                 if isinstance(plan_fields, dict):
                     system, plan_fields = apply_framework(profile, system, plan_fields)
             elif "peak_reserved_gib" in measured:
