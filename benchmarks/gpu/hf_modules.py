@@ -21,7 +21,9 @@ same formulas written out).  Writes, in OUTDIR:
 - ``norm_recheck.csv`` (op, shape, bytes_moved_nominal, time_us, repeat): the norm rows of
   ``../shared/reference/measured/gpu_components.py`` (same calls, same nominal bytes) timed
   three times each, to check outliers in an earlier table.
-- ``inductor_host.csv`` (mode, layers, kernels_per_step, step_us, fwd_bwd_us): host-bound steps
+- ``inductor_host.csv`` (mode, layers, step_us, fwd_bwd_us, profiler_sessions_before,
+  teardown_cupti, kernels_per_step; before 2026-11-28: mode, layers, kernels_per_step, step_us,
+  fwd_bwd_us, each row profiled before it was timed, CUPTI left attached): host-bound steps
   of a tiny residual MLP stack (LayerNorm, Linear 256->1024, GeLU, Linear 1024->256, residual;
   1,024 tokens) run eagerly and ``torch.compile``'d (``default``: Inductor's Triton kernels
   launched from Python, no CUDA graphs; ``reduce-overhead``: CUDA graphs) at 2-16 layers
@@ -115,6 +117,7 @@ def kernels_of(fn, device):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         sync(device)
+    ts.PROFILER_SESSIONS[0] += 1  # CUPTI stays attached unless TEARDOWN_CUPTI=1 (train_steps.py)
     return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
 
 
@@ -331,9 +334,13 @@ def inductor_row(mode, layers, device):
 
     for _ in range(3):
         step()
-    row = {"mode": mode, "layers": layers, "kernels_per_step": kernels_of(step, device)}
+    # timed before this row's profiling session (kernels_of): the sessions of earlier rows and
+    # modules ran with TEARDOWN_CUPTI=1 (main) unless a CUDA-graph compile set it to 0 (train_steps.py)
+    row = {"mode": mode, "layers": layers}
     row["step_us"] = round(kernel_time_us(step, device, 0.05), 2)
     row["fwd_bwd_us"] = round(kernel_time_us(fwd_bwd, device, 0.05), 2)
+    row |= ts.profiler_state()
+    row["kernels_per_step"] = kernels_of(step, device)
     return row
 
 
@@ -372,6 +379,7 @@ def main():
         logf.write(line + "\n")
         logf.flush()
 
+    ts.cupti_teardown_default()  # profiled modules must not slow the host-bound rows after them
     prov = ts.provenance(device, args) | {"script": os.path.abspath(__file__)}
     prov["transformers"] = getattr(transformers, "__version__", None)
     with open(os.path.join(args.outdir, "env.json"), "w") as f:

@@ -26,7 +26,11 @@ Needs only torch.  Writes, in OUTDIR:
   layers, seq 256, micro-batch 4; `train_steps.py`'s model and step, eager bf16 autocast, fused
   AdamW), each with the CUDA kernels and CPU ops one step runs (torch.profiler), so that step
   time per kernel can be compared with the host table.  Held-out validation data, never fit
-  targets.
+  targets.  Every configuration is timed before any is profiled, and each record carries its
+  ``profiler_state`` (profiling sessions run earlier in the process, TEARDOWN_CUPTI in force):
+  Kineto leaves CUPTI attached after a session unless TEARDOWN_CUPTI=1, which this script sets
+  unless the environment says otherwise (train_steps.cupti_teardown_default).
+  ``cupti_state.py`` measures what an attached CUPTI costs.
 
 Timings: CUDA events over back-to-back calls after 3 warm-ups (fp8 kernels), perf_counter for
 host costs.
@@ -259,42 +263,72 @@ def measure_host(device, smoke, log):
 
 
 def kernel_counts(step, device):
-    """CUDA kernels (and memcpy/memset) and CPU ops of one step, from torch.profiler."""
+    """CUDA kernels (and memcpy/memset) and CPU ops of one step, from torch.profiler. Counts the
+    session (train_steps.PROFILER_SESSIONS): a session that ends with TEARDOWN_CUPTI unset leaves
+    CUPTI attached and slows later host-bound timings in this process (train_steps.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
         step()
         sync(device)
+    ts.PROFILER_SESSIONS[0] += 1
     events = prof.events()
     gpu = [e for e in events if e.device_type.name == "CUDA"]
     cpu_ops = [e for e in events if e.device_type.name == "CPU" and e.name.startswith("aten::")]
     return {"gpu_events": len(gpu), "aten_ops": len(cpu_ops)}
 
 
-def measure_tiny(device, deadline, smoke, log):
-    records = []
-    for layers in TINY_LAYERS[:2] if smoke else TINY_LAYERS:
-        c = ts.shape((layers, 256, 4, 4, 1024, 8192), ts.GPT)
-        run = ts.Run(f"tiny-gpt-{layers}l", c, "eager-amp", 64 if smoke else 256, 4)
+def device_tag(device):
+    return ts.short_device(torch.cuda.get_device_name()) if device.type == "cuda" else "cpu"
+
+
+def eager_step_maker(run, device):
+    """A fresh model, optimizer and step of ``run`` (the step kernel_counts profiles)."""
+
+    def make():
+        model, opt, _, _ = ts.build(run, device)
+        return ts.step_fns(run, model, opt, device)[0]
+
+    return make
+
+
+def profile_records(records, makers, device, log):
+    """Profile each timed record's step (kernel_counts) after every timing is done, so no timing
+    follows a profiling session (before 2026-11-28 each configuration was profiled right after its
+    timing, and every configuration but a run's first was timed with CUPTI left attached)."""
+    for rec, make in zip(records, makers):
+        if make is None or "error" in rec:
+            continue
         try:
-            rec = ts.run_config(run, device, deadline)
-            model, opt, _, _ = ts.build(run, device)
-            step = ts.step_fns(run, model, opt, device)[0]
+            step = make()
             step()
             rec["profile"] = kernel_counts(step, device)
         except Exception as e:  # noqa: BLE001 -- record and go on
-            rec = {"error": f"{type(e).__name__}: {e}"[:400]}
-        name = (
-            f"{ts.short_device(torch.cuda.get_device_name()) if device.type == 'cuda' else 'cpu'}"
-        )
-        name += f"-tiny-gpt-{layers}l-eager-amp-s{run.seq}-mb{run.mb}"
-        records.append({"name": name, **rec})
+            rec["profile_error"] = f"{type(e).__name__}: {e}"[:400]
         m = rec.get("measured", {})
         log(
-            f"tiny {name}: step {m.get('step_time_s', float('nan')) * 1e3:.2f} ms {rec.get('profile')}"
+            f"tiny {rec['name']}: step {m.get('step_time_s', float('nan')) * 1e3:.2f} ms "
+            f"{rec.get('profile')} {rec.get('profiler_state')}"
         )
     return records
+
+
+def measure_tiny(device, deadline, smoke, log, layer_counts=TINY_LAYERS):
+    """Host-bound tiny GPT steps, every configuration timed first, then profiled."""
+    records, makers = [], []
+    for layers in layer_counts[:2] if smoke else layer_counts:
+        c = ts.shape((layers, 256, 4, 4, 1024, 8192), ts.GPT)
+        run = ts.Run(f"tiny-gpt-{layers}l", c, "eager-amp", 64 if smoke else 256, 4)
+        name = f"{device_tag(device)}-tiny-gpt-{layers}l-eager-amp-s{run.seq}-mb{run.mb}"
+        try:
+            rec = ts.run_config(run, device, deadline) | {"profiler_state": ts.profiler_state()}
+            makers.append(eager_step_maker(run, device))
+        except Exception as e:  # noqa: BLE001 -- record and go on
+            rec = {"error": f"{type(e).__name__}: {e}"[:400]}
+            makers.append(None)
+        records.append({"name": name, **rec})
+    return profile_records(records, makers, device, log)
 
 
 def compiled_step(run, device, mode):
@@ -318,11 +352,9 @@ def compiled_step(run, device, mode):
 
 
 def measure_tiny_extra(device, deadline, smoke, log):
-    """Width sweep at 8 layers (host-bound to device-bound), then 8 layers compiled."""
-    records, tag = (
-        [],
-        ts.short_device(torch.cuda.get_device_name()) if device.type == "cuda" else "cpu",
-    )
+    """Width sweep at 8 layers (host-bound to device-bound), then 8 layers compiled; every
+    configuration timed first, then profiled (profile_records)."""
+    records, makers, tag = [], [], device_tag(device)
     variants = [(8, w, None) for w in (512, 1024, 2048)]
     variants += [(8, 256, "default"), (8, 256, "reduce-overhead")] if device.type == "cuda" else []
     for layers, width, mode in variants[:2] if smoke else variants:
@@ -338,23 +370,19 @@ def measure_tiny_extra(device, deadline, smoke, log):
         try:
             if mode is None:
                 rec = ts.run_config(run, device, deadline)
-                model, opt, _, _ = ts.build(run, device)
-                step = ts.step_fns(run, model, opt, device)[0]
+                makers.append(eager_step_maker(run, device))
             else:
                 step, fwd_bwd = compiled_step(run, device, mode)
                 measured, n, warm = ts.measure(step, fwd_bwd, None, device.type == "cuda", deadline)
                 rec = {"model": dict(c), "plan": ts.plan_of(run), "measured": measured}
                 rec |= {"steps_timed": n, "stack": {"name": "eager-amp", "compile": mode}}
-            step()
-            rec["profile"] = kernel_counts(step, device)
+                makers.append(lambda step=step: step)  # the compiled step itself, not a recompile
+            rec["profiler_state"] = ts.profiler_state()
         except Exception as e:  # noqa: BLE001 -- record and go on
             rec = {"error": f"{type(e).__name__}: {e}"[:400]}
+            makers.append(None)
         records.append({"name": name, **rec})
-        m = rec.get("measured", {})
-        log(
-            f"tiny {name}: step {m.get('step_time_s', float('nan')) * 1e3:.2f} ms {rec.get('profile')}"
-        )
-    return records
+    return profile_records(records, makers, device, log)
 
 
 def measure_alignment(device, smoke, log):
@@ -402,6 +430,7 @@ def main():
         logf.write(line + "\n")
         logf.flush()
 
+    ts.cupti_teardown_default()
     prov = ts.provenance(device, args) | {"script": os.path.abspath(__file__)}
     with open(os.path.join(args.outdir, "env.json"), "w") as f:
         json.dump(prov, f, indent=1)

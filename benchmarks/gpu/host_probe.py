@@ -125,9 +125,14 @@ def tiny_step(layers, h, heads, seq, vocab, mb):
 
 
 def main(out):
+    # Kineto leaves CUPTI attached after a torch.profiler session unless TEARDOWN_CUPTI=1 (pytorch/kineto
+    # libkineto/src/CuptiActivityApi.cpp cuptiTearDown_; pytorch/pytorch#144455): count_kernels runs
+    # between the timings below, which, before 2026-11-28, then ran with CUPTI attached
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
     os.makedirs(out, exist_ok=True)
     n = 2000
     res = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "ops_per_loop": n}
+    res["teardown_cupti"] = os.environ["TEARDOWN_CUPTI"]
     eager_adds(10)()
     res["eager_add_per_op_s"] = timed(eager_adds(n)) / n
     g = graph_adds(n)

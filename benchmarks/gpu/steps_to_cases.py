@@ -100,6 +100,12 @@ def record_case(rec: dict, source: str, group: str = GROUP, allocator_peak: bool
         f"(min {rec['measured']['step_time_min_s']:.4f}, max {rec['measured']['step_time_max_s']:.4f} s); "
         f"peak allocated {rec['measured']['peak_allocated_gib']:.2f} GiB"
     )
+    if "profiler_state" in rec:  # host_fp8.py / cupti_state.py: CUPTI left attached or not
+        state = rec["profiler_state"]
+        notes += (
+            f"; timed after {state['profiler_sessions_before']} torch.profiler session(s) in its "
+            f"process, TEARDOWN_CUPTI {state['teardown_cupti'] or 'unset'}"
+        )
     return {
         "name": rec["name"],
         "source": source,
@@ -112,6 +118,19 @@ def record_case(rec: dict, source: str, group: str = GROUP, allocator_peak: bool
         "measured": measured_figures(rec, allocator_peak),
         "notes": notes,
     }
+
+
+def profiler_state_of(rec: dict, index: int, script: str) -> dict:
+    """``rec`` with its ``profiler_state``: as recorded (host_fp8.py from 2026-11-28 on), or, for a
+    host_fp8.py record without one, the state its script's order implies: before 2026-11-28
+    measure_tiny and measure_tiny_extra profiled each configuration (torch.profiler, CPU and CUDA
+    activities) right after timing it, in one process per suite, with TEARDOWN_CUPTI unset, so the
+    record at ``index`` was timed after ``index`` sessions that left CUPTI attached (Kineto
+    finalizes it only under TEARDOWN_CUPTI=1: libkineto/src/CuptiActivityApi.cpp cuptiTearDown_).
+    Other scripts run no profiler: records unchanged."""
+    if script != "host_fp8.py" or "profiler_state" in rec:
+        return rec
+    return rec | {"profiler_state": {"profiler_sessions_before": index, "teardown_cupti": None}}
 
 
 def main(out: str, *inputs: str, group: str = GROUP) -> None:
@@ -130,13 +149,15 @@ def main(out: str, *inputs: str, group: str = GROUP) -> None:
             f"({prov['date'][:10]}, torch {prov['torch']}); {where.parts[0]}/"
             f"{'/'.join(where.parts[1:])} (held out: single-GPU steps measured by the project)"
         )
-        # host_fp8.py keeps the previous variant's model, AdamW state and gradients alive while it measures
-        # the next (measure_tiny / measure_tiny_extra bind `model, opt` for the kernel profile and rebind
-        # them only after the next run_config), so its allocator peaks are not the run's own: not compared
+        # host_fp8.py before 2026-11-28 kept the previous variant's model, AdamW state and gradients alive
+        # while it measured the next (measure_tiny / measure_tiny_extra bound `model, opt` for the kernel
+        # profile and rebound them only after the next run_config), so its allocator peaks are not the
+        # run's own: not compared
         own_peak = script != "host_fp8.py"
+        records = [profiler_state_of(r, i, script) for i, r in enumerate(doc["records"])]
         cases += [
             record_case(r, source, group, own_peak)
-            for r in doc["records"]
+            for r in records
             if "step_time_s" in r.get("measured", {})
             and not r["name"].endswith(("-repeat", "-ablation-base"))
             and r["stack"].get("compile") in (None, False, True, "default")

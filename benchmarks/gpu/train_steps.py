@@ -419,11 +419,40 @@ def run_config(run, device, deadline):
     }
 
 
+# Kineto, torch.profiler's GPU tracer, leaves CUPTI attached to the process after a profiling session
+# unless the environment has TEARDOWN_CUPTI=1 when the session ends (pytorch/kineto
+# libkineto/src/CuptiActivityApi.cpp cuptiTearDown_, unchanged up to kineto HEAD of 2026-08-20;
+# pytorch/pytorch#144455; #146604: training "slowed down by roughly 10-20% even after completion").
+# Host-bound timings taken after a profiled call in the same process then run slower than before
+# it. The scripts that count kernels with torch.profiler call this before their first session and
+# record, with each timing, how many sessions preceded it (PROFILER_SESSIONS). torch.compile with
+# CUDA graphs sets TEARDOWN_CUPTI=0 for the rest of the process (torch/__init__.py,
+# _TorchCompileInductorWrapper), so each record also carries the value in force.
+PROFILER_SESSIONS = [0]
+
+
+def cupti_teardown_default():
+    """Ask Kineto to finalize CUPTI at the end of every profiling session (TEARDOWN_CUPTI=1) unless
+    the caller's environment says otherwise; returns the value in force."""
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
+    return os.environ["TEARDOWN_CUPTI"]
+
+
+def profiler_state():
+    """What a host-bound timing depends on beyond the host: torch.profiler sessions run earlier in
+    this process and the TEARDOWN_CUPTI value in force."""
+    return {
+        "profiler_sessions_before": PROFILER_SESSIONS[0],
+        "teardown_cupti": os.environ.get("TEARDOWN_CUPTI"),
+    }
+
+
 def provenance(device, args):
     p = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     p |= {"torch": torch.__version__, "cuda": torch.version.cuda}
     p |= {"python": platform.python_version(), "script": os.path.abspath(__file__)}
     p |= {"argv": sys.argv, "budget_s": args.budget, "smoke": args.smoke, "suite": args.suite}
+    p |= {"teardown_cupti_env": os.environ.get("TEARDOWN_CUPTI")}
     if device.type != "cuda":
         cpu = platform.processor() or platform.machine()
         return p | {"device": cpu, "device_short": "cpu", "cpus": os.cpu_count()}

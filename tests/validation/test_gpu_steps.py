@@ -161,3 +161,46 @@ def test_the_allocator_peak_leaves_out_the_reserves():
 
     stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
     assert stage.peak_bytes == 21.0 and allocator_peak_bytes(stage) == 15.0
+
+
+TINY_SESSIONS = {  # host_fp8.py of 2026-11-27: each configuration profiled right after its timing
+    "h100-tiny-gpt-2l-eager-amp-s256-mb4": 0,
+    "h100-tiny-gpt-4l-eager-amp-s256-mb4": 1,
+    "h100-tiny-gpt-8l-eager-amp-s256-mb4": 2,
+    "h100-tiny-gpt-16l-eager-amp-s256-mb4": 3,
+    "h100-tiny-gpt-8l-h512-eager-amp-s256-mb4": 0,
+    "h100-tiny-gpt-8l-h1024-eager-amp-s256-mb4": 1,
+    "h100-tiny-gpt-8l-h2048-eager-amp-s256-mb4": 2,
+    "h100-tiny-gpt-8l-h256-eager-amp-s256-mb4-compile-default": 3,
+    "h100-tiny-gpt-2l-eager-amp-s256-mb4-host2": 0,
+    "h100-tiny-gpt-4l-eager-amp-s256-mb4-host2": 1,
+    "h100-tiny-gpt-8l-eager-amp-s256-mb4-host2": 2,
+    "h100-tiny-gpt-16l-eager-amp-s256-mb4-host2": 3,
+}
+
+
+def test_the_tiny_steps_state_the_profiler_sessions_before_their_timing():
+    """Each tiny step's notes say how many torch.profiler sessions its process ran before timing it, with
+    TEARDOWN_CUPTI unset (CUPTI left attached: docs/model.md §11): the i-th record of a run, i sessions."""
+    files = ("tiny-steps-2026-11.json", "tiny-steps-2026-11-host2.json")
+    cases = {c.name: c for c in load_cases([CASES.parent / f for f in files])}
+    assert set(cases) == set(TINY_SESSIONS)
+    raw = {
+        c["name"]: c["notes"]
+        for f in files
+        for c in json.loads((CASES.parent / f).read_text())["cases"]
+    }
+    for name, sessions in TINY_SESSIONS.items():
+        assert raw[name].endswith(
+            f"timed after {sessions} torch.profiler session(s) in its process, TEARDOWN_CUPTI unset"
+        )
+
+
+def test_a_recorded_profiler_state_is_kept_and_other_scripts_have_none():
+    convert = _converter()
+    state = {"profiler_sessions_before": 0, "teardown_cupti": "1"}
+    rec = {"name": "x", "profiler_state": state}
+    assert convert.profiler_state_of(rec, 5, "host_fp8.py")["profiler_state"] == state
+    assert "profiler_state" not in convert.profiler_state_of({"name": "x"}, 5, "train_steps.py")
+    inferred = convert.profiler_state_of({"name": "x"}, 2, "host_fp8.py")["profiler_state"]
+    assert inferred == {"profiler_sessions_before": 2, "teardown_cupti": None}
