@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paraplan.cost.elementwise import where
-from paraplan.graph.eager_modules import FP32, gelu_new, loss_impl, rmsnorm_upcast
+from paraplan.graph.eager_modules import FP32, composite, gelu_new, loss_impl, rmsnorm_upcast
 from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
@@ -182,9 +182,22 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
     if shape.attention == "flash":
         internals = tokens * heads * 4.0
     else:
-        per_score = (2 * ab + 1) if model.has_dropout else ab
-        internals = tokens * heads * shape.seq_length * per_score
+        internals = tokens * heads * shape.seq_length * score_bytes(model, shape)
     return LayerActivations(replicated, tp_part / t, internals / t)
+
+
+def score_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Bytes kept per element of the unfused attention scores: the softmax output (a, the activation bytes),
+    the dropout mask (1) and the dropout output (a, the second batched GEMM's input), 2a + 1 (Korthikanti
+    et al. 2022 §4.1; a without dropout); where the stack runs the scores as a composite (shape.module_impl
+    ``scores``, graph.eager_modules), that composite's saved bytes and the dropout output: transformers' GPT-2
+    under autocast keeps its softmax output in fp32 (graph.hf_scores), 4 + 1 + a."""
+    ab, dropout = shape.act_bytes, model.has_dropout
+    family = "scores" if dropout else "scores_no_dropout"
+    found = composite(family, dict(shape.module_impl), ab, ab)
+    if found is None:
+        return (2 * ab + 1) if dropout else ab
+    return found.saved + (ab if dropout else 0)
 
 
 def eager_module_bytes(model: ModelSpec, shape: LayerShape) -> tuple[float, float]:

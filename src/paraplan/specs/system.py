@@ -77,7 +77,7 @@ MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
     "loss": ("fused", "fp32-logits", "dtensor-loss-parallel", "inductor-fused"),
-    "scores": ("fused", "megatron-2019", "megatron-v1.0"),
+    "scores": ("fused", "megatron-2019", "megatron-v1.0", "transformers-gpt2-4.12-amp"),
 }
 
 
