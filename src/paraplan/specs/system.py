@@ -164,6 +164,24 @@ class HostFields(InputModel):
         0.0,
         description="fixed host seconds of one optimizer step and zero_grad (cost.host.step_host_overhead_s)",
     )
+    rng_state_copy_bytes: float = Field(
+        0.0,
+        ge=0.0,
+        description="device bytes one blocking torch.cuda.get_rng_state / set_rng_state copies between host and "
+        "GPU (the PyTorch <= 1.1 MTGP32 states); 0: the state lives on the host (cost.rng_state)",
+    )
+    rng_copies_per_pass: float = Field(
+        0.0,
+        ge=0.0,
+        description="CUDA RNG state copies each run of a layer's forward makes (Megatron-LM's model-parallel "
+        "tracker fork around the attention dropout: cost.rng_state)",
+    )
+    rng_copies_per_checkpoint: float = Field(
+        0.0,
+        ge=0.0,
+        description="CUDA RNG state copies the activation-checkpoint function makes per recomputed layer, "
+        "forward and backward together (cost.rng_state)",
+    )
     autocast_casts: bool = Field(
         False,
         description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
