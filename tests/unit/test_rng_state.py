@@ -88,3 +88,36 @@ def test_step_without_recompute_keeps_the_fork_copies_only():
     per_copy = rng_state_copy_s(824_000.0, 12e9, 10.5e-6, 31.6e-6)
     added = _step("none", 1) - _step("none", 1, copy_bytes=0.0)
     assert added == pytest.approx(40 * 4 * per_copy, rel=1e-6)
+
+
+# ---- the PyTorch 1.1 softmax kernel of the same stack (cost.eager_kernels.kernel_rate_share) -------------
+def test_softmax_rate_share_by_hand():
+    from paraplan.cost.eager_kernels import kernel_rate_share
+
+    old = framework_system(load_framework("megatron-lm-2019"), load_system("dgx-2h"))
+    new = framework_system(load_framework("megatron-lm-v1.0"), load_system("dgx-2h"))
+    assert kernel_rate_share("softmax", old.accelerator.efficiency) == 0.5
+    assert kernel_rate_share("softmax_backward", old.accelerator.efficiency) == 0.5
+    assert kernel_rate_share("dropout", old.accelerator.efficiency) == 1.0
+    assert kernel_rate_share("softmax", new.accelerator.efficiency) == 1.0
+
+
+def test_softmax_share_doubles_the_softmax_kernels_of_the_step():
+    # 1.2B at tp 1, full recompute: the softmax (2·2 B per score forward, run twice) and its backward (3·2 B)
+    # over 8·16·1024² scores per layer, 40 layers, at half of 900 GB/s · 0.833 instead of all of it
+    profile = load_framework("megatron-lm-2019")
+    fields = dict(
+        gpus=1, micro_batch=8, global_batch=8, seq_length=1024, recompute="full", dtype="fp16",
+        attention="unfused",
+    )  # fmt: skip
+    times = []
+    for share in (0.5, 1.0):
+        system, f = apply_framework(
+            profile.model_copy(update={"softmax_rate_share": share}), load_system("dgx-2h"), fields
+        )
+        times.append(estimate(MODEL, system, PlanSpec(**f)).step_time_s)
+    scores = 8 * 16 * 1024 * 1024
+    per_layer = (
+        scores * (2 * 4 + 6) / (900e9 * 0.833)
+    )  # the extra time at half rate = the time at full
+    assert times[0] - times[1] == pytest.approx(40 * per_layer, rel=1e-3)

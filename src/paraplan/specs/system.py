@@ -118,6 +118,14 @@ class EagerFields(InputModel):
         "model code runs: fused (one kernel per op) or a named composite of eager element-wise kernels "
         "(graph.eager_modules), priced by cost.eager_kernels",
     )
+    softmax_rate_share: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="share of the element-wise rate the stack's softmax and softmax-backward kernels reach in a "
+        "composite's unfused attention scores (cost.eager_kernels.composite_times_s): 1 for PyTorch's persistent "
+        "softmax (rows <= 1024 elements, PyTorch 1.2 on), less for the block-per-row kernel before it",
+    )
 
 
 class HostFields(InputModel):
