@@ -107,10 +107,25 @@ def elementwise_rate(acc: AcceleratorSpec, rows: float, width: float) -> float:
     return acc.hbm_bandwidth * acc.efficiency.hbm
 
 
+# the kernels of a composite that a stack's softmax_rate_share slows (graph.eager_modules.megatron_scores)
+SOFTMAX_KERNELS = frozenset({"softmax", "softmax_backward"})
+
+
+def kernel_rate_share(kernel: str, eff) -> float:
+    """Share of the element-wise rate one composite kernel reaches: the stack's ``softmax_rate_share`` for
+    the softmax and its backward (SOFTMAX_KERNELS), 1 for the others. PyTorch before 1.2 ran
+    torch.nn.Softmax(dim=-1) over rows of <= 1024 elements with its block-per-row kernel; the persistent
+    kernel that replaced it (pytorch/pytorch pull 20827, NVIDIA, May 2019) is "2-10x faster ... speedup is
+    higher for smaller sizes" on half tensors of [16384, n], n <= 1024, "similar uplifts ... for the backward
+    pass": at n = 1024, the low end, half the rate."""
+    return eff.softmax_rate_share if kernel in SOFTMAX_KERNELS else 1.0
+
+
 def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float] | None:
     """(forward, backward) of an op the stack runs as a composite of eager kernels (graph.eager_modules, by
-    the profile's module_impl; None: not one): Σ over its kernels of max(bytes · n / rate, floor) for each of
-    its tensors, n the op's elements per tensor, rate ``elementwise_rate`` at the op's shape, floor the
+    the profile's module_impl; None: not one): Σ over its kernels of max(bytes · n / (rate · share), floor) for
+    each of its tensors, n the op's elements per tensor, rate ``elementwise_rate`` at the op's shape, share
+    ``kernel_rate_share`` (the stack's softmax kernel), floor the
     copies' launch floor; its kernels are graph.eager_modules.composite_run's list, the one the host counts,
     with autocast's casts around a composite whose input is wider than the activations (a norm's fp32 output
     cast for the next GEMM and that cast's backward, 6 B per element each way, as the fused fp32 norm)."""
@@ -128,7 +143,9 @@ def composite_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, 
     n = rows * width / found[0].tensors
 
     def run(kernels) -> float:
-        return found[0].tensors * sum(max(k.bytes * n / rate, floor) for k in kernels)
+        return found[0].tensors * sum(
+            max(k.bytes * n / (rate * kernel_rate_share(k.op, eff)), floor) for k in kernels
+        )
 
     return run(found[1]), run(found[2])
 

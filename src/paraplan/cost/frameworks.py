@@ -62,6 +62,7 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     if not framework.fused_kernels:
         eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
     eff["module_impl"] = dict(framework.module_impl)  # what the model code runs, fused stack or not
+    eff["softmax_rate_share"] = framework.softmax_rate_share  # the PyTorch softmax kernel it runs
     if framework.optimizer_step_bytes is not None:
         eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
     eff["aligned_gemms_only"] = framework.pads_vocabulary

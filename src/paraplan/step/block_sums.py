@@ -11,6 +11,7 @@ from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.host import HostSums, host_sums
 from paraplan.cost.overlap import userbuffers_contention_s
+from paraplan.cost.rng_state import layer_rng_copies_s
 from paraplan.cost.runtimes import runtime_copy_s, tp_layout_copy_bytes
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
@@ -40,6 +41,9 @@ class BlockCompute(NamedTuple):
     host_backward: float = 0.0
     sync_idle: float = 0.0
     sync_wait: float = 0.0
+    # GPU seconds of the CUDA RNG state copies a full recomputation of the block adds beyond its re-run forward
+    # (cost.rng_state); the copies of each forward run are in ``sync_idle`` / ``sync_wait``
+    rng_checkpoint: float = 0.0
 
 
 @lru_cache(maxsize=16384)
@@ -78,6 +82,12 @@ def block_compute(
         if eff.host_launch_s > 0.0 or eff.host_sync_s > 0.0
         else HostSums()
     )
+    # the RNG state copies of each forward run drain the queue: GPU idle and host wait alike
+    rng_pass, rng_checkpoint = _rng_copies_s(block, system)
+    if rng_pass:
+        host = host._replace(
+            sync_idle=host.sync_idle + rng_pass, sync_wait=host.sync_wait + rng_pass
+        )
     return BlockCompute(
         forward,
         backward,
@@ -88,7 +98,20 @@ def block_compute(
         ub_forward,
         ub_backward,
         *host,
+        rng_checkpoint=rng_checkpoint,
     )
+
+
+def _rng_copies_s(block: LayerGraph, system: SystemSpec) -> tuple[float, float]:
+    """cost.rng_state.layer_rng_copies_s of the block: its unfused attention dropouts (``softmax_dropout`` ops
+    of a model with dropout) and its attention calls."""
+    eff = system.accelerator.efficiency
+    if eff.rng_state_copy_bytes <= 0.0:
+        return 0.0, 0.0
+    attention = [op for op in block.ops if op.name in ("softmax_dropout", "flash_attention")]
+    dropouts = sum(1 for op in attention if op.kernel is not None and op.kernel[0] == "scores")
+    host_bandwidth = system.accelerator.host_bandwidth or 1.0
+    return layer_rng_copies_s(eff, host_bandwidth, dropouts, len(attention))
 
 
 @lru_cache(maxsize=64)

@@ -245,11 +245,12 @@ def deferred_wgrad_exposure_s(c, comm, overlap_tp_comm: Num, tp_backward_s: Num)
 
 def recompute_s(compute, recompute_code: Num, forward: Num | None = None) -> Num:
     """Seconds recomputation re-runs per micro-batch (Korthikanti et al. 2022 §5): full (code 2) the
-    block's forward (``forward``: its host-bounded time, host_region_times_s; default its device time),
-    selective (1) its core attention (``attention_forward``), none (0) nothing."""
+    block's forward (``forward``: its host-bounded time, host_region_times_s; default its device time) and
+    the checkpoint function's CUDA RNG state copies (``rng_checkpoint``, cost.rng_state), selective (1) its
+    core attention (``attention_forward``), none (0) nothing."""
     return where(
         recompute_code == 2,
-        compute.forward if forward is None else forward,
+        (compute.forward if forward is None else forward) + compute.rng_checkpoint,
         where(recompute_code == 1, compute.attention_forward, 0.0),
     )
 
