@@ -211,19 +211,21 @@ def test_megatron_bridge_dense_more_held_out(report):
 
 
 def test_megatron_bridge_gb300_held_out(report):
-    """Megatron-Bridge 25.11 / 26.02 dense rows on GB300 NVL72 (mbridge-gb300), held out. They miss issue 33's MAPE
-    bar (<= 10 %): today MAPE 14.6 %, worst +24.9 %, every row but one too slow. The GB300 takes the GB200's caps
-    (fp8 GEMM 0.525, cuDNN attention 0.45: same datasheet fp8 / bf16 rates; MAMF B300 fp8 3353 vs GB200 3616
-    TFLOPS), so the model puts a GB300 step within a few % of the GB200 one, where the runs are 1.19x (8B) to 1.25x
-    (405B) the GB200 ones of the same release (docs/model.md, Known limits). Pinned so that a change is seen."""
+    """Megatron-Bridge 25.11 / 26.02 dense rows on GB300 NVL72 (mbridge-gb300), held out. The GB300 takes the
+    GB200's fractions (fp8 GEMM 0.525, bf16 GEMM 0.734, cuDNN attention 0.45) times the sustained-rate ratio of the
+    two parts at their rated power under a full tensor load, specs.power.power_bound_rate_ratio (160 SMs at 1,400 W
+    against 148 at 1,200 W: 1.109; the datasheets give both the same dense peaks). Today MAPE 6.6 %, worst +14.4 %
+    (405B FP8-CS, 26.02), before it 14.6 % and +24.9 %; the two 405B FP8-CS rows stay 12-14 % slow, where the runs
+    are 1.19-1.25x the GB200 ones of the same release and the rate law gives 1.11 (docs/model.md, Known limits).
+    Pinned so that a change is seen."""
     errors = _file_errors(report, "mbridge-gb300", 7)
-    assert _mape(errors) <= 15.0 and max(abs(e) for e in errors) <= 25.0
+    assert _mape(errors) <= 7.0 and max(abs(e) for e in errors) <= 15.0
     slow = [
         c
         for c in report["cases"]
         if c["name"] in FILE_CASES["mbridge-gb300"] and "405b" in c["name"]
     ]
-    assert all(c["error_pct"]["step_time_s"] > 0 for c in slow)  # the 405B runs too slow today
+    assert all(c["error_pct"]["step_time_s"] > 0 for c in slow)  # the 405B runs still too slow
 
 
 def test_gcp_gpu_recipes_held_out(report):

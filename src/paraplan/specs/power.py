@@ -50,3 +50,24 @@ def sustained_clock_fraction(power_cap_w: float | None, tdp_w: float | None) -> 
             f"{idle:.0f} W; allowed: above {idle:.0f} W (rated tdp_w {tdp_w:g} W)"
         )
     return ((power_cap_w - idle) / (tdp_w - idle)) ** (1.0 / CLOCK_POWER_EXPONENT)
+
+
+def power_bound_rate_ratio(
+    sm_count: int, tdp_w: float, ref_sm_count: int, ref_tdp_w: float
+) -> float:
+    """Sustained tensor rate of a part under a full load relative to a reference part of the same SM design
+    and process, both held at their rated power: (N / N_ref)^(2/3) · ((P − P_idle) / (P_ref − P_idle,ref))^(1/3).
+
+    The same law as ``sustained_clock_fraction``: the SMs' switching power is C·V²·f per SM with V ∝ f
+    (module docstring), so N SMs at clock f draw P − P_idle = c·N·f³ and run at f = ((P − P_idle) / (c·N))^(1/3);
+    the rate N·f is then N^(2/3)·((P − P_idle) / c)^(1/3). With P_idle = IDLE_SHARE · P on both parts the idle
+    floors cancel: (N / N_ref)^(2/3) · (P / P_ref)^(1/3). It holds while neither part reaches its maximum SM clock
+    (a full fp8 or bf16 GEMM load on Blackwell keeps the clock below it: the GB200's MAMF fp8 rate, 3,616 TFLOPS,
+    is 72 % of its 5 PFLOPS datasheet peak, which is 148 SMs at its 2,062 MHz maximum clock; S. Bekman, ML
+    Engineering Open Book, compute/accelerator/README.md @ 744d01e). Check on component data: GB200 (1,200 W)
+    against B200 (1,000 W), both 148 SMs, gives 1.063; MAMF measures 1.053 (fp8) and 1.044 (bf16), where the
+    datasheets differ by 1.111."""
+    if min(sm_count, ref_sm_count) <= 0 or min(tdp_w, ref_tdp_w) <= 0:
+        raise ValueError("sm_count and tdp_w must be positive on both parts")
+    exponent = 1.0 / CLOCK_POWER_EXPONENT
+    return (sm_count / ref_sm_count) ** (1.0 - exponent) * (tdp_w / ref_tdp_w) ** exponent
