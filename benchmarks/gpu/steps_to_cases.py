@@ -42,7 +42,7 @@ HF_STACK = {"hf-trainer-amp": {}, "hf-trainer-fp32": {"dtype": "fp32"}}
 def measured_figures(rec: dict, allocator_peak: bool = True) -> dict:
     """The record's compared figures: the median step time and, where the record has it and
     ``allocator_peak``, the allocator's peak over the timed steps (torch.cuda.max_memory_allocated,
-    compared with validate.run.allocator_peak_bytes)."""
+    compared by validate.run.predicted_metrics)."""
     out = {"step_time_s": round(rec["measured"]["step_time_s"], 6)}
     if allocator_peak and "peak_allocated_gib" in rec["measured"]:
         out["peak_allocated_gib"] = round(rec["measured"]["peak_allocated_gib"], 4)

@@ -21,6 +21,7 @@ from paraplan.search.staged.hetero import (
     fixed_bounds,
     profile_fields,
     split_launchable,
+    split_refusal,
 )
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.model import ModelSpec
@@ -115,3 +116,27 @@ def test_torchtitan_refuses_an_inner_stage_without_layers():
     torchtitan model part empty (specs.rules.model_parts_rule), the split a stage of no block would make."""
     assert not launch.stages_allowed("torchtitan", [3, 0, 3], 1)
     assert launch.stages_allowed("torchtitan", [0, 6, 0], 1)
+
+
+def test_split_launchable_refuses_a_split_stages_allowed_refuses_with_its_reason():
+    """split_launchable checks stages_allowed too (review finding 7), though no split the searches make
+    meets it: a middle stage of no block leaves torchtitan's model part without layers (layers 3, 0, 3)."""
+    problem = _problem("torchtitan", 6)
+    bounds = (0, 4, 4, 8)  # embedding + 3 layers | nothing | 3 layers + head
+    assert not launch.stages_allowed("torchtitan", _layers(bounds, 8), 1)
+    assert not split_launchable(problem, bounds)
+    assert split_refusal(problem, bounds) == (
+        "split [0, 4, 4, 8]: torchtitan's launcher cannot state it (decoder layers per stage "
+        "[3, 0, 3], 1 model part(s) each; search.launch.stages_allowed)"
+    )
+    assert split_refusal(problem, (0, 4, 5, 8)) is None
+
+
+def test_a_split_other_than_the_launchers_one_gets_its_reason():
+    problem = _problem("deepspeed", 6)
+    fixed = fixed_bounds(problem, 2)
+    assert split_refusal(problem, fixed) is None
+    assert split_refusal(problem, (0, 2, 8)) == (
+        f"split [0, 2, 8]: deepspeed's launcher states only the split {list(fixed)} "
+        "(search.launch.fixed_split)"
+    )

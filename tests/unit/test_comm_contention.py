@@ -50,11 +50,11 @@ def test_tier_shares_by_hand():
     # one H100 node: (1 - 0.1) * 24/132 of the tier's time, 0.1 * 1012.5/2847.5 of its byte time
     sm_in, _ = tier_sm_shares(False, H100)
     assert sm_in == approx(0.9 * 24 / 132)
-    c = tier_overlap_costs("reduce_scatter", False, H100)
+    c = tier_overlap_costs("reduce_scatter", False, H100, 7)
     assert (c.sm_in, c.hbm_in) == approx((0.9 * 24 / 132, 0.1 * 1012.5 / 2847.5))
     assert c.sm_in + c.hbm_in == approx(0.199194, abs=1e-6)
     # send/recv moves 2 HBM bytes per wire byte, the ring collectives 3; the SM share is the same
-    p = tier_overlap_costs("send_recv", False, H100)
+    p = tier_overlap_costs("send_recv", False, H100, 7)
     assert (p.sm_in, p.hbm_in) == approx((c.sm_in, 0.1 * 675 / 2847.5))
     # the SM share alone prices an all-to-all (comm.overlap_cost)
     assert comm.overlap_cost(comm.GroupSpan(16, 8, 2), H100) == approx(0.9 * 16 / 132)
@@ -63,10 +63,10 @@ def test_tier_shares_by_hand():
 def test_nccl_channels_and_tier_costs_by_hand():
     # NCCL's ring graph: 24 channels on one 8-GPU NVSwitch node, 16 across nodes with a NIC per GPU
     assert nccl_ctas(False, H100) == 24 and nccl_ctas(True, H100) == 16
-    c = tier_overlap_costs("all_reduce", False, H100)
+    c = tier_overlap_costs("all_reduce", False, H100, 7)
     assert c.sm_in + c.hbm_in == approx(0.199194, abs=1e-6)
     # across nodes: 0.9 * 16/132 + 0.1 * 3 * 337.5/2847.5 (NVLink), + 0.1 * 3 * 42.5/2847.5 (NIC)
-    c = tier_overlap_costs("all_reduce", True, H100)
+    c = tier_overlap_costs("all_reduce", True, H100, 7)
     assert c == approx(
         (0.9 * 16 / 132, 0.9 * 16 / 132, 0.1 * 1012.5 / 2847.5, 0.1 * 127.5 / 2847.5)
     )
@@ -74,16 +74,16 @@ def test_nccl_channels_and_tier_costs_by_hand():
     a = A100.accelerator
     rate = A100.node.nvlink_bandwidth * A100.node.nvlink_efficiency
     rho = 3 * rate / (a.hbm_bandwidth * a.efficiency.hbm)
-    c = tier_overlap_costs("all_gather", False, A100)
+    c = tier_overlap_costs("all_gather", False, A100, 7)
     assert (c.sm_in, c.hbm_in) == approx((0.9 * 24 / 108, 0.1 * rho))
 
 
 def test_explicit_override_wins_per_tier():
     s = _with(H100, node__nvlink_overlap_cost=0.15, network__overlap_cost=0.02)
-    assert tier_overlap_costs("all_reduce", True, s) == (0.15, 0.02, 0.0, 0.0)
+    assert tier_overlap_costs("all_reduce", True, s, 7) == (0.15, 0.02, 0.0, 0.0)
     assert tier_sm_shares(True, s) == (0.15, 0.02)
     s = _with(H100, network__overlap_cost=0.05)
-    c = tier_overlap_costs("all_reduce", True, s)
+    c = tier_overlap_costs("all_reduce", True, s, 7)
     assert (c.sm_out, c.hbm_out) == (0.05, 0.0)
     assert (c.sm_in, c.hbm_in) == approx((0.9 * 16 / 132, 0.1 * 1012.5 / 2847.5))
 
@@ -118,7 +118,7 @@ def test_hidden_price_of_a_dp_all_reduce_by_hand():
         2 * 10e-6,
     )  # NCCL's tree: chain in the node, one hop across, twice
     assert time == approx(t_in + t_out + lat_in + lat_out)
-    c = tier_overlap_costs("all_reduce", True, H100)
+    c = tier_overlap_costs("all_reduce", True, H100, 7)
     # the CTAs cost their share of all the time, the HBM traffic its share of the byte time only
     expected = c.sm_in * (t_in + lat_in) + c.sm_out * (t_out + lat_out)
     assert price == approx(expected + c.hbm_in * t_in + c.hbm_out * t_out)

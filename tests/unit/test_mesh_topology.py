@@ -89,3 +89,29 @@ def test_an_unknown_topology_is_refused_naming_the_field(cli, tmp_path):
     assert code == 2
     assert "topology" in err and "ring" in err and "full_mesh" in err
     assert "Traceback" not in err
+
+
+def test_a_hidden_call_on_the_mesh_moves_hbm_at_the_rate_of_its_links():
+    """The HBM share of a hidden collective (cost.comm_contention.tier_overlap_costs) is the bytes its tier
+    moves per second, the per-peer rate its bytes are priced at (review finding 2): on the GH200 mesh a pair
+    moves 150 GB/s·η, all four GPUs 450 GB/s·η; behind a switch every group the whole 450 GB/s·η."""
+    mesh, switch = load_system(GH200), _with_topology(GH200, "switch")
+    acc = mesh.accelerator
+    hbm = acc.hbm_bandwidth * acc.efficiency.hbm
+    pair, quad = GroupSpan(2, 2, 1), GroupSpan(4, 4, 1)
+    # μ = 0.1 of the byte time, h = 3 HBM bytes per wire byte (2 for a send)
+    assert linear_collective("all_reduce", pair, mesh).hbm_in == pytest.approx(
+        0.1 * 3 * 150e9 * 0.75 / hbm
+    )
+    assert linear_collective("send_recv", pair, mesh).hbm_in == pytest.approx(
+        0.1 * 2 * 150e9 * 0.75 / hbm
+    )
+    whole = 0.1 * 3 * 450e9 * 0.75 / hbm
+    assert linear_collective("all_gather", quad, mesh).hbm_in == pytest.approx(whole)
+    assert linear_collective("all_reduce", pair, switch).hbm_in == pytest.approx(whole)
+    # so the hidden price of the pair's all-reduce: its bytes 3x slower, the same HBM bytes moved
+    size = 1e9
+    t_mesh = linear_collective("all_reduce", pair, mesh).slope_in * size
+    assert linear_collective("all_reduce", pair, mesh).hbm_in * t_mesh == pytest.approx(
+        0.1 * 3 * size / hbm
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from importlib import resources
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +16,7 @@ from paraplan.specs.errors import InputError
 from paraplan.step.estimate import estimate
 from paraplan.step.result import StageMemory
 from paraplan.units import GiB
-from paraplan.validate.run import allocator_reserved_peak_bytes, load_cases, run_cases
+from paraplan.validate.run import SCOPE_STAGE, load_cases, predicted_metrics, run_cases
 
 CASES = resources.files("paraplan.validate") / "cases" / "torchtitan-llama3.json"
 CP8 = "torchtitan2412-llama31-8b-fsdp1-cp8-s262144"
@@ -84,8 +85,12 @@ def test_the_fp32_logits_held_at_the_cp8_peak_by_hand(tmp_path):
 
 
 def test_the_reserved_peak_is_the_peak_less_context_and_communication_buffers():
-    stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
-    assert allocator_reserved_peak_bytes(stage, 1.5) == 19.5
+    stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)  # peak 21 B, reserve 6 B
+    est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, mfu=0.5)
+    predicted = predicted_metrics(est, SCOPE_STAGE, 1.5 * GiB)
+    assert predicted["peak_reserved_gib"] == pytest.approx(21.0 / GiB - 1.5)
+    assert predicted["peak_allocated_gib"] == pytest.approx(15.0 / GiB)
+    assert "peak_reserved_gib" not in predicted_metrics(est, SCOPE_STAGE)
 
 
 def test_validate_compares_the_reserved_peak(tmp_path):

@@ -124,7 +124,7 @@ def test_broadcast_and_reduce_two_tier():
         )
     # hiding it costs the binding tier's overlap price only: NIC 0.1 s x its overlap_cost
     # (cost.comm_contention, tested by hand in test_comm_contention.py)
-    c_in, c_out, _, hbm_out = tier_overlap_costs("broadcast", True, ROUND)
+    c_in, c_out, _, hbm_out = tier_overlap_costs("broadcast", True, ROUND, 1)
     form = comm.linear_collective("broadcast", comm.GroupSpan(4, 2, 2), ROUND)
     assert form.slope_in == 0.0 and form.slope_out == approx(1 / 10e9)
     assert comm.collective_time_and_price_s("broadcast", 1e9, comm.GroupSpan(4, 2, 2), ROUND)[

@@ -136,7 +136,7 @@ def test_the_tiny_steps_compare_no_allocator_peak():
 @pytest.mark.parametrize("name", OWN_PEAKS)
 def test_every_case_compares_the_allocator_peak_it_measured(name):
     """The measured allocator peak (torch.cuda.max_memory_allocated) is a compared figure of each case, and
-    the predicted one is the peak less the non-allocator reserves (validate.allocator.allocator_peak_bytes)."""
+    the predicted one is the peak less the non-allocator reserves (validate.run.predicted_metrics)."""
     group, inputs, count = ALL_SETS[name]
     records = {r["name"]: r for p in inputs for r in json.loads(p.read_text())["records"]}
     report = run_cases(load_cases([CASES.parent / name]))
@@ -156,11 +156,16 @@ def test_every_case_compares_the_allocator_peak_it_measured(name):
 
 
 def test_the_allocator_peak_leaves_out_the_reserves():
+    from types import SimpleNamespace
+
     from paraplan.step.result import StageMemory
-    from paraplan.validate.run import allocator_peak_bytes
+    from paraplan.units import GiB
+    from paraplan.validate.run import SCOPE_STAGE, predicted_metrics
 
     stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
-    assert stage.peak_bytes == 21.0 and allocator_peak_bytes(stage) == 15.0
+    est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, mfu=0.5)
+    predicted = predicted_metrics(est, SCOPE_STAGE)
+    assert stage.peak_bytes == 21.0 and predicted["peak_allocated_gib"] * GiB == pytest.approx(15.0)
 
 
 TINY_SESSIONS = {  # host_fp8.py of 2026-11-27: each configuration profiled right after its timing

@@ -95,7 +95,9 @@ def param_start(params: list[StepParam], system: SystemSpec) -> np.ndarray:
         else:
             value = get_in(system.model_dump(), p.path.split("."))
             if value is None:  # an overlap cost the system leaves to the NCCL-CTA share
-                costs = tier_overlap_costs("all_reduce", p.path == NIC_OVERLAP, system)
+                # of an all-reduce over the whole domain (its D - 1 peers)
+                peers = system.node.gpus_per_domain - 1
+                costs = tier_overlap_costs("all_reduce", p.path == NIC_OVERLAP, system, peers)
                 value = (
                     costs.sm_out + costs.hbm_out
                     if p.path == NIC_OVERLAP

@@ -218,12 +218,13 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
     B_nvlink the links to the a − 1 peers (one for send/recv) on a full-mesh domain (_bandwidths);
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
-    c_in, c_out, *hbm = tier_overlap_costs(kind, span.domains > 1, system)
-    if span.size <= 1:
-        return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out, *hbm)
     a, o = span.per_domain, span.domains
     # a send uses the link to its one peer; a collective the links to its a - 1 domain peers
-    inner, outer = _bandwidths(system, 1 if kind == "send_recv" else a - 1)
+    peers = 1 if kind == "send_recv" else a - 1
+    c_in, c_out, *hbm = tier_overlap_costs(kind, o > 1, system, peers)
+    if span.size <= 1:
+        return LinearCollective(0.0, 0.0, 0.0, 0.0, c_in, c_out, *hbm)
+    inner, outer = _bandwidths(system, peers)
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
@@ -253,8 +254,8 @@ def rooted_collective(span: GroupSpan, system: SystemSpec) -> LinearCollective:
     (nccl-tests doc/PERFORMANCE.md). The whole slope sits on the binding tier (so does its overlap cost);
     latency the chain along NCCL's ring (NCCL runs broadcast and reduce on the ring only):
     collective_latency_s, (n−o)·α_nvlink + (o−1)·α_nic."""
-    c_in, c_out, *hbm = tier_overlap_costs("broadcast", span.domains > 1, system)
     a, o = span.per_domain, span.domains
+    c_in, c_out, *hbm = tier_overlap_costs("broadcast", o > 1, system, a - 1)
     inner, outer = _bandwidths(system, a - 1)
     lat_in, lat_out = collective_latency_s(
         "broadcast", span, system.node.nvlink_latency, system.network.latency

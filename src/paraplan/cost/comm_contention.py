@@ -103,22 +103,25 @@ def tier_sm_shares(crosses_domains: bool, system: SystemSpec) -> tuple[float, fl
     return (sm if node_cost is None else node_cost, sm if net_cost is None else net_cost)
 
 
-def tier_overlap_costs(kind: str, crosses_domains: bool, system: SystemSpec) -> TierCosts:
+def tier_overlap_costs(
+    kind: str, crosses_domains: bool, system: SystemSpec, peers: int
+) -> TierCosts:
     """The hidden price of one collective per tier, ((1 − μ)·k/S, μ·ρ) of each tier (module docstring;
     NCCL src/graph/search.cc, connect.cc, enqueue.cc, device/prims_simple.h at v2.21.5-1; Lee et al. 2025
     arXiv:2507.03114 as a cross-check) — both hold the same CTAs (one NCCL kernel runs the whole call:
-    tier_sm_shares), each moves HBM at its own achieved
-    rate (nvlink_bandwidth·nvlink_efficiency, nic_bandwidth·efficiency) against
-    hbm_bandwidth·efficiency.hbm. An explicit ``node.nvlink_overlap_cost`` / ``network.overlap_cost``
-    (a user's measurement, a Calculon import, ``paraplan calibrate --steps``) is its tier's whole price
-    (share of the tier's time, no HBM term)."""
+    tier_sm_shares), each moves HBM at the rate its tier achieves for this call: inside the domain the
+    rate towards the call's ``peers`` domain members (specs.fabric NodeSpec.peer_bandwidth: B·η behind a
+    switch, the links to those peers on a full mesh; the rate cost.comm prices the call's bytes at),
+    across domains nic_bandwidth·efficiency; against hbm_bandwidth·efficiency.hbm. An explicit
+    ``node.nvlink_overlap_cost`` / ``network.overlap_cost`` (a user's measurement, a Calculon import,
+    ``paraplan calibrate --steps``) is its tier's whole price (share of the tier's time, no HBM term)."""
     acc, node, net = system.accelerator, system.node, system.network
     hbm = acc.hbm_bandwidth * acc.efficiency.hbm
     sm_in, sm_out = tier_sm_shares(crosses_domains, system)
     hbm_in, hbm_out = (
         0.0 if override is not None else MEMORY_BOUND_SHARE * collective_hbm_share(kind, rate, hbm)
         for override, rate in (
-            (node.nvlink_overlap_cost, node.nvlink_bandwidth * node.nvlink_efficiency),
+            (node.nvlink_overlap_cost, node.peer_bandwidth(peers)),
             (net.overlap_cost, net.nic_bandwidth * net.efficiency),
         )
     )

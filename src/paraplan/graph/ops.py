@@ -254,7 +254,9 @@ def weight_tensor_stats(
     table (taken as larger than any persistence threshold: inf). ``largest``: largest_weight_params (the
     weight GEMMs are those of _weight_gemms; the first of the greatest k·n·batch, as ``max``). ``small``: the
     sizes (elements, on one GPU) below DS_PERSISTENCE_THRESHOLD, which DeepSpeed's ZeRO-3 keeps gathered
-    ("persistent", stage3_param_persistence_threshold; stage3.py ``persistent_parameters``)."""
+    ("persistent", stage3_param_persistence_threshold; stage3.py ``persistent_parameters``). One block's
+    walk: a tied embedding table is counted in the embedding block and as the LM head's weight; a stage
+    holding both counts it once (step.blocks.head_tensors_shared_with_embedding)."""
     out: list[float] = []
     largest = None
     norm = [float(hidden)] * (2 if layernorm else 1)

@@ -39,6 +39,7 @@ from paraplan.step.build import (
     RowFacts,
     build_step_inputs,
     head_params_with_embedding,
+    head_tensors_shared_with_embedding,
     kind_blocks,
     kind_compute_floor,
     kind_cost_facts,
@@ -130,6 +131,7 @@ class RowTable:
             gradient_groups={},  # ``groups`` by group id
             model=model,
             mtp_layers=model.mtp_layers,
+            head_shared_tensors=head_tensors_shared_with_embedding(model),
         )
 
     def row(self, i: int) -> Row:

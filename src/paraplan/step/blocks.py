@@ -186,6 +186,16 @@ def head_params_with_embedding(model: ModelSpec, tp: int) -> float:
     )
 
 
+def head_tensors_shared_with_embedding(model: ModelSpec) -> float:
+    """Weight tensors the output layer shares with the input layer when both sit on one stage: with tied
+    embeddings the LM head's weight is the embedding table (held once: head_params_with_embedding; Megatron-LM's
+    GPT2Model hands parallel_lm_logits its embedding's word_embeddings.weight, no parameter of its own, as
+    Hugging Face's tie_word_embeddings shares one Parameter), which
+    graph.ops.weight_tensor_stats counts in both blocks (the embedding's table, the lm_head GEMM's weight),
+    so the stage counts one fewer: 1, else 0 (ViT's classifier is not tied)."""
+    return 1.0 if model.tie_embeddings and not model.is_vit else 0.0
+
+
 def _moe_kind_present(
     model: ModelSpec, moe: bool
 ) -> bool:  # graph/moe.py models: dense layers; MoE layers if MoE

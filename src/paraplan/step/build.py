@@ -50,6 +50,7 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
     head_params_with_embedding,
+    head_tensors_shared_with_embedding,
     layer_buffer_bytes,
     model_block_kinds,
     model_gradient_groups,
@@ -143,6 +144,7 @@ class RowFacts:
     gradient_groups: dict[str, GradientGroup]
     model: ModelSpec | None = None  # for the layer mix of MoE models (layer_mix)
     mtp_layers: Num = 0
+    head_shared_tensors: Num = 0.0  # its weight tensors the embedding holds then (the tied table)
 
 
 # the groups whose span the placement order sets: tp, cp, pp and the gradient groups but the expert one, which is
@@ -348,6 +350,7 @@ def row_facts(
     return RowFacts(
         blocks={k: BlockFacts.of(costs[k], memory[k]) for k in costs},
         head_params_with_embedding=head_params_with_embedding(model, shape.tp),
+        head_shared_tensors=head_tensors_shared_with_embedding(model),
         recompute_code=RECOMPUTE_CODES[recompute],
         overlap_tp_comm=overlap_tp_comm,
         tp_domains=spans["tp"].domains,

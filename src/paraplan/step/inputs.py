@@ -155,6 +155,11 @@ def transformer_layers(stage: Stage) -> Num:
     return sum_blocks(stage, lambda b: 1.0, TRANSFORMER_KINDS)
 
 
+def transformer_params(stage: Stage) -> Num:
+    """Parameters per GPU of the stage's transformer blocks (decoder layers, every chunk)."""
+    return sum_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)
+
+
 def max_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
     """Largest value over the blocks the stage holds at least once (0 when none)."""
     best = 0.0

@@ -24,6 +24,7 @@ from paraplan.step.blocks import (
     block_graph,
     block_memory,
     head_params_with_embedding,
+    head_tensors_shared_with_embedding,
     model_blocks,
 )
 from paraplan.step.build import BlockFacts, block_cost, tp_overlap
@@ -54,13 +55,18 @@ def _block_facts(
     """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's TP
     group, no CP; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
     step.engines.EngineRules.async_tp_backward), parameters (``head_params`` in place of the graph's when given: the output block sharing
-    the stage with the input block) and memory (step.blocks.block_memory; kept and held bytes times the
+    the stage with the input block, whose weight tensors then leave out the tied table:
+    step.blocks.head_tensors_shared_with_embedding) and memory (step.blocks.block_memory; kept and held bytes times the
     engine's activation_memory_factor)."""
     graph = block_graph(model, ref, shape)
     w = ref.width
     tensors, largest, small = weight_tensor_stats(
         graph, w.has_bias, w.has_qkv_bias, w.norm == "layernorm", w.learned_positions, w.hidden
     )
+    if (
+        head_params is not None
+    ):  # the output block beside the input block: a tied table counted once
+        tensors = tensors - head_tensors_shared_with_embedding(w)
     kept, held, buffer = block_memory(model, ref, shape, recompute)
     return BlockFacts(
         block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias)),

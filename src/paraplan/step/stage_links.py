@@ -95,12 +95,15 @@ def synthetic_system(
     outer_latency_s: float,
 ) -> SystemSpec:
     """``base`` with its NVLink and scale-out rates replaced by achieved rates (efficiency 1), so that the
-    collective formulas of cost.comm apply to a group whose slowest links set these rates."""
+    collective formulas of cost.comm apply to a group whose slowest links set these rates. ``inner_Bps`` is
+    already the rate a member gets towards its peers (specs.fabric NodeSpec.peer_bandwidth, whatever the
+    pool's topology), so the domain is a switch: cost.comm takes it whole."""
     node = base.node.model_copy(
         update={
             "nvlink_bandwidth": inner_Bps,
             "nvlink_efficiency": 1.0,
             "nvlink_latency": inner_latency_s,
+            "topology": "switch",
         }
     )
     net = base.network.model_copy(
@@ -121,13 +124,16 @@ def node_counts(cluster: ClusterSpec, gpus) -> dict[tuple[str, int], int]:
 def group_links(
     cluster: ClusterSpec, gpus: list[tuple[str, int]], active=None
 ) -> tuple[GroupSpan, SystemSpec]:
-    """Span (members per node, nodes) of a group of GPUs and a system whose rates are the slowest its
-    members use: intra-node (NVLink / PCIe domain) and between nodes (pool network or cluster link,
-    with ``active``: GPUs per node sending at once, for nodes whose interface is shared)."""
+    """Span (members per node a, nodes) of a group of GPUs and a system whose rates are the slowest its
+    members use: intra-node (NVLink / PCIe domain: each pool's NodeSpec.peer_bandwidth towards a − 1
+    peers, the rule cost.comm prices a uniform plan's group by, so a full-mesh node gives the links to
+    those peers) and between nodes (pool network or cluster link, with ``active``: GPUs per node sending
+    at once, for nodes whose interface is shared)."""
     nodes = node_counts(cluster, gpus)
     pools = sorted({p for p, _ in gpus})
     systems = [cluster.pool(p).system for p in pools]
-    inner = min(s.node.nvlink_bandwidth * s.node.nvlink_efficiency for s in systems)
+    span = GroupSpan(len(gpus), max(nodes.values()), len(nodes))
+    inner = min(s.node.peer_bandwidth(span.per_domain - 1) for s in systems)
     inner_lat = max(s.node.nvlink_latency for s in systems)
     busiest = {p: max((active or nodes).get(n, 1) for n in nodes if n[0] == p) for p in pools}
     pairs = [
@@ -140,12 +146,6 @@ def group_links(
         cluster.link_rate(pools[0], pools[0])
     ]
     outer, outer_lat = min(r for r, _ in rates), max(lat for _, lat in rates)
-    per_node = max(nodes.values())
-    span = (
-        GroupSpan(len(gpus), per_node, len(nodes))
-        if len(nodes) > 1
-        else GroupSpan(len(gpus), len(gpus), 1)
-    )
     return span, synthetic_system(systems[0], inner, inner_lat, outer, outer_lat)
 
 

@@ -18,6 +18,7 @@ from paraplan.step.inputs import (
     stage_params,
     sum_blocks,
     transformer_layers,
+    transformer_params,
 )
 from paraplan.step.offload import offloaded_activation_share
 from paraplan.step.schedules import in_flight_microbatches, weight_copies
@@ -168,23 +169,22 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
     live = minimum(layer, maximum(inp.zero3_live_params, largest))
-    every = sum_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)
+    every = transformer_params(stage)
     kept = where((inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0), maximum(live, every), live)
-    return kept * inp.gathered_weight_bytes + zero3_root_bytes(inp, stage)
+    return kept * inp.gathered_weight_bytes + zero3_root_bytes(inp, stage, every)
 
 
-def zero3_root_bytes(inp: StepInputs, stage: Stage) -> Num:
+def zero3_root_bytes(inp: StepInputs, stage: Stage, layer_params: Num) -> Num:
     """The gathered parameters of FSDP2's root held through the whole step: FSDPState._lazy_init sets the root
     group's post_forward_mesh_info to None ("For the root, do not reshard after forward since for training,
     the parameters would be freed and all-gathered immediately": torch/distributed/_composable/fsdp/
     _fsdp_state.py, PyTorch 2.4-2.6, unchanged in torch/distributed/fsdp/_fully_shard/_fsdp_state.py), so what
     the root owns stays unsharded from its pre-forward all-gather to its post-backward; torchtitan wraps each
     TransformerBlock apart and the whole model last (parallelize_llama.py apply_fsdp at 9dec370), so the root
-    owns the embedding, the final norm and the LM head: (stage parameters − transformer-layer parameters) per
-    GPU × the gathered copy's bytes (StepInputs.gathered_weight_bytes), where ``zero3_root_held``."""
-    outside = sum_blocks(stage, lambda b: b.params) - sum_blocks(
-        stage, lambda b: b.params, TRANSFORMER_KINDS
-    )
+    owns the embedding, the final norm and the LM head: (stage parameters − transformer-layer parameters,
+    ``layer_params``: step.inputs.transformer_params) per GPU × the gathered copy's bytes
+    (StepInputs.gathered_weight_bytes), where ``zero3_root_held``."""
+    outside = sum_blocks(stage, lambda b: b.params) - layer_params
     return inp.zero3_root_held * outside * inp.gathered_weight_bytes
 
 

@@ -63,10 +63,10 @@ def _summary_table(summary: dict) -> list[str]:
         "",
         "The allocator peak is the measured torch.cuda.max_memory_allocated of a single-GPU step against the "
         "predicted peak less the stage's reserve (CUDA context, communication buffers, fragmentation), which "
-        "that counter does not see (validate.allocator.allocator_peak_bytes); the reserved peak is a published "
+        "that counter does not see (validate.run.predicted_metrics); the reserved peak is a published "
         "torch.cuda.max_memory_reserved (torchtitan's logged memory) against the predicted peak less the CUDA "
         "context and communication buffers, which the caching allocator never holds "
-        "(validate.allocator.allocator_reserved_peak_bytes); fitted on by nothing.",
+        "(validate.run.predicted_metrics); fitted on by nothing.",
         "",
         "Calibration cases are those of a set some constant was fitted on (paraplan.validate.fitted); "
         "all others are held out.",

@@ -71,7 +71,6 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB, UnitError
-from paraplan.validate.allocator import allocator_peak_bytes, allocator_reserved_peak_bytes
 
 METRICS = (
     "step_time_s",
@@ -152,17 +151,15 @@ def bundled_case_files() -> list[Any]:
 def _read_case_file(path: Any) -> tuple[str, list]:
     """(file stem, raw case list) of a JSON or YAML case file, or of a file of AMP's trial records (converted by
     validate.amp_import, as the bundled hetero/amp2022.json was); InputError naming the file otherwise."""
-    from paraplan.io.documents import (
-        read_document,
-    )  # bounded, strict reading shared by every input file
+    # bounded, strict reading shared by every input file
+    from paraplan.io.documents import read_document
     from paraplan.validate.amp_import import convert_records, is_records
 
     name = path.name
     label = str(path)
     data = read_document(path, "cases")
-    if is_records(
-        data
-    ):  # AMP's raw trial records (reference/published/amp-trials.json): made cases on reading
+    # AMP's raw trial records (reference/published/amp-trials.json): made cases on reading
+    if is_records(data):
         try:
             data = convert_records(data)
         except ValueError as exc:
@@ -258,9 +255,8 @@ def _expressible(load, *args):
     try:
         return load(*args)
     except InputError as exc:
-        if _unknown_fields_only(exc) or isinstance(
-            exc, UnknownNameError
-        ):  # a name the catalog does not have yet
+        # a name the catalog does not have yet is unsupported too
+        if _unknown_fields_only(exc) or isinstance(exc, UnknownNameError):
             raise _Unsupported(str(exc)) from None
         raise
 
@@ -299,9 +295,8 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             return UnsupportedCase(name, raw["source"], file, f"cannot be expressed: {exc}", group)
         try:
             check_plan(model, system, plan)
-        except (
-            InputError
-        ) as exc:  # a run that ran is evidence against the rule: report it, run the others
+        # a run that ran is evidence against the rule: report it, run the others
+        except InputError as exc:
             return UnsupportedCase(
                 name, raw["source"], file, f"plan refused by paraplan's rules: {exc}", group
             )
@@ -346,8 +341,18 @@ def load_cases(paths: Iterable[str | Path] | None = None) -> list[Case | Unsuppo
 def predicted_metrics(
     est: Estimate, scope: str, outside_allocator_bytes: float | None = None
 ) -> dict[str, Any]:
-    """Predicted values on stage 0; memory of the comparison ``scope`` plus the whole-stage values;
-    ``peak_reserved_gib`` where the case's profile gives what lies outside the allocator."""
+    """Predicted values on stage 0; memory of the comparison ``scope`` plus the whole-stage values, and what
+    PyTorch's caching allocator counts of the predicted peak (the figures measured memory is compared on).
+    ``peak_allocated_gib`` (torch.cuda.max_memory_allocated): the peak less the runtime's non-allocator
+    reserves (StageMemory.reserved_bytes, specs.framework.FrameworkSpec.reserved_bytes: CUDA context and
+    kernel images, NCCL / framework communication buffers, allocator fragmentation), which that counter does
+    not see (PyTorch docs, "CUDA semantics: memory management": memory_allocated counts tensors only; the
+    cached but unused blocks are memory_reserved). ``peak_reserved_gib`` (torch.cuda.max_memory_reserved,
+    memory_stats "reserved_bytes.all.peak"), where the case's profile gives ``outside_allocator_bytes``: the
+    allocated peak plus the cached but unused blocks (the profile's allocator_fragmentation share of HBM),
+    i.e. the peak less what the allocator never holds, the CUDA context and kernel images and the
+    communication library's own buffers (FrameworkSpec.cuda_context + communication_buffers; NCCL allocates
+    its buffers with cudaMalloc outside PyTorch's caching allocator)."""
     first = est.first_stage
     stage_states = first.weights_and_optimizer_bytes / GiB
     stage_acts = first.activations_bytes / GiB
@@ -361,16 +366,13 @@ def predicted_metrics(
         "weights_and_optimizer_gib": states,
         "activations_gib": acts,
         "peak_memory_gib": first.peak_bytes / GiB,
-        "peak_allocated_gib": allocator_peak_bytes(first) / GiB,
+        "peak_allocated_gib": (first.peak_bytes - first.reserved_bytes) / GiB,
         "fits": est.fits,
         "mfu": est.mfu,
         "stage_weights_and_optimizer_gib": stage_states,
         "stage_activations_gib": stage_acts,
         **(
-            {
-                "peak_reserved_gib": allocator_reserved_peak_bytes(first, outside_allocator_bytes)
-                / GiB
-            }
+            {"peak_reserved_gib": (first.peak_bytes - outside_allocator_bytes) / GiB}
             if outside_allocator_bytes is not None
             else {}
         ),

@@ -16,8 +16,8 @@ module's split solver (_best_splits), plan builder (_plan_from) and labels.
 Every candidate keeps the rules of a per-stage plan's stages (specs.rules.stage_rules, _stage_ok), so
 each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check; with a
 framework profile (``framework``), the rules of what its launcher runs too, the uniform search's
-(search.launch: run_wide_violations on the problem, stage_plan_allowed on every candidate, fixed_split
-on its split; stages_allowed holds for every split these searches make, split_launchable).
+(search.launch: run_wide_violations on the problem, stage_plan_allowed on every candidate,
+stages_allowed and fixed_split on its split, split_refusal; the first holds for every split made).
 """
 
 from __future__ import annotations
@@ -224,16 +224,29 @@ def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
     return (0, *(1 + int(c) for c in np.cumsum(layers)[:-1]), n)
 
 
-def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
-    """Does the framework's launcher state this split of the blocks: its one split where it states
-    one (fixed_bounds), any split otherwise? The launcher's other split rule
-    (search.launch.stages_allowed: torchtitan's model parts, each with a layer) holds for every split
-    these searches make: a stage is one model part (vpp 1), and every stage between the first and the
-    last holds at least one block, a layer (tests/hetero/test_split_launch_rules.py). The split solver
-    keeps the one split by construction (_stage_matrices: that split's ranges alone); the alleviation's
-    moves (search.staged.non_uniform) need this check."""
+def split_refusal(problem: HeteroProblem, bounds: tuple[int, ...]) -> str | None:
+    """Why the framework's launcher cannot state this split of the blocks (block boundaries), or None: the
+    launcher's split rules, search.launch.stages_allowed on the decoder layers of each stage (torchtitan:
+    every model part holds a layer) and its one split where it states one (fixed_bounds). The first holds
+    for every split these searches make (a stage is one model part, vpp 1, and every stage between the
+    first and the last holds at least one block, a layer: tests/hetero/test_split_launch_rules.py), checked
+    all the same; the split solver keeps the one split by construction (_stage_matrices: that split's
+    ranges alone); the alleviation's moves (search.staged.non_uniform) need this check."""
+    bounds, blocks = tuple(bounds), model_blocks(problem.model)
+    layers = [sum(b.is_layer for b in blocks[a:c]) for a, c in itertools.pairwise(bounds)]
+    who = f"split {list(bounds)}: {problem.framework}'s launcher"
+    if not launch.stages_allowed(problem.framework, layers, problem.vpp):
+        why = f"decoder layers per stage {layers}, {problem.vpp} model part(s) each"
+        return f"{who} cannot state it ({why}; search.launch.stages_allowed)"
     fixed = fixed_bounds(problem, len(bounds) - 1)
-    return fixed is None or tuple(bounds) == fixed
+    if fixed is not None and bounds != fixed:
+        return f"{who} states only the split {list(fixed)} (search.launch.fixed_split)"
+    return None
+
+
+def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
+    """Does the framework's launcher state this split of the blocks (no ``split_refusal``)?"""
+    return split_refusal(problem, bounds) is None
 
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
