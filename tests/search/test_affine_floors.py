@@ -12,8 +12,8 @@ from paraplan.graph.ops import Op
 from paraplan.search.bounds import affine_floors as affine
 from paraplan.search.bounds.blocks import blocks, layer_floors
 from paraplan.search.space import SearchProblem
-from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 from paraplan.search.table import layer_shape_of
+from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 
 def _problem(model: str, system: str, gpus: int, **more) -> SearchProblem:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 
+from paraplan.cost.compute import grouped_gemm_share
+from paraplan.graph.transformer import cp_free_key
 from paraplan.search.bounds.expert_floors import KindFloors, costing_experts
 from paraplan.search.bounds.exposure_floors import (
     expert_gemm_floor_s,
@@ -38,8 +40,6 @@ from paraplan.search.bounds.exposure_floors import (
 from paraplan.search.bounds.step_floors import LayerFloors
 from paraplan.search.shapes import layer_shape_of, shape_keys_of
 from paraplan.search.space import SearchProblem
-from paraplan.cost.compute import grouped_gemm_share
-from paraplan.graph.transformer import cp_free_key
 from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 AFFINE_MIN_KEYS = 256  # fewer (tp, cp, micro-batch) keys: the cheap floors (module doc)
