@@ -1,6 +1,6 @@
 """KindFloors._core costs equal core-attention ops once: every (tp, cp, micro-batch) builds its own tuple of them
 (graph.moe.layer_core_ops), and equal ops give the same step.build.BlockCompute, so the memo on the ops' values
-(search.bounds.expert_floors._CORE_BY_OPS) returns the first costing's bits for every equal tuple."""
+(search.bounds.expert_floors._CORE_COMPUTES) returns the first costing's bits for every equal tuple."""
 
 from __future__ import annotations
 
@@ -43,6 +43,6 @@ def test_equal_core_ops_are_costed_once_with_the_same_bits(monkeypatch):
     expected = inner(LayerGraph("core attention", core, (), 0.0), problem.system, shape.dtype)
     assert first == expected and again == expected
     KindFloors.cache_clear()
-    assert not expert_floors._CORE_BY_OPS  # a cold search starts without it
+    assert not expert_floors._CORE_COMPUTES  # a cold search starts without it
     floors._core(copy, shape)
     assert len(calls) == 2  # costed again after the clear

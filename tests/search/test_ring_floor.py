@@ -135,11 +135,12 @@ def test_cheap_floors_take_the_ring_floor_unless_an_expert_op_is_recomputed():
         ring = ring_transfer_floor_s(model, system, shape)
         core = BLOCK_KINDS["moe_layer"].core_ops(model, shape)
         first = with_expert(shape, experts[0])
+        extra = floors_of._core(core, shape)
         cheap = floors_of._floor(
-            "moe_layer", shape, core, first, cp_free_key(first), ring, True
+            "moe_layer", shape, core, extra, first, cp_free_key(first), ring, True
         ).work
         without = floors_of._floor(
-            "moe_layer", shape, core, first, cp_free_key(first), None, True
+            "moe_layer", shape, core, extra, first, cp_free_key(first), None, True
         ).work
         exact = dict(floors_of.kinds(shape))["moe_layer"].work
         assert (cheap > without) == ring_taken and cheap <= exact

@@ -148,9 +148,9 @@ def gemm_time_s(
     framework pads what would be unaligned (efficiency.aligned_gemms_only)."""
     if flops <= 0:
         return 0.0
-    b, m, n, k = (
-        max(1, d) for d in shape
-    )  # a slice narrower than one row (vocab < tp) is padded to one
+    # a slice narrower than one row (vocab < tp) is padded to one (max(1, d), without a generator)
+    b, m, n, k = shape
+    b, m, n, k = b if b > 1 else 1, m if m > 1 else 1, n if n > 1 else 1, k if k > 1 else 1
     aligned = 1.0 if acc.efficiency.aligned_gemms_only else gemm_alignment_share(m, n, k, dtype)
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)

@@ -35,24 +35,27 @@ UNALIGNED_SHARE_N = 95.4 / 705.5
 UNALIGNED_SHARE_K = 141.7 / 814.2
 
 
+_ELEMENTS = {dtype: ALIGNMENT_BYTES // size for dtype, size in OPERAND_BYTES.items()}
+
+
 def _unaligned(width: float, elements: int) -> bool:
     """An integral width that is not a multiple of ``elements`` (fractional widths are padded)."""
+    if type(width) is int:  # the shapes' usual type: no float round trip
+        return width % elements != 0
     return float(width).is_integer() and int(width) % elements != 0
 
 
 def gemm_alignment_share(m: float, n: float, k: float, dtype: str) -> float:
     """Share of the aligned GEMM rate reached by Y[m,n] = X[m,k]·W[k,n] (1.0 when aligned): the
     smallest measured share among its odd dimensions (module docstring)."""
-    if dtype not in OPERAND_BYTES:
+    elements = _ELEMENTS.get(dtype)
+    if elements is None:
         return 1.0
-    elements = ALIGNMENT_BYTES // OPERAND_BYTES[dtype]
-    shares = [
-        share
-        for width, share in (
-            (m, UNALIGNED_SHARE_M),
-            (n, UNALIGNED_SHARE_N),
-            (k, UNALIGNED_SHARE_K),
-        )
-        if _unaligned(width, elements)
-    ]
-    return min(shares, default=1.0)
+    share = 1.0
+    if _unaligned(m, elements):
+        share = UNALIGNED_SHARE_M
+    if _unaligned(n, elements):
+        share = min(share, UNALIGNED_SHARE_N)
+    if _unaligned(k, elements):
+        share = min(share, UNALIGNED_SHARE_K)
+    return share

@@ -281,11 +281,11 @@ class RowEnumeration:
             len(options),
             columns,
             experts,
-            np.array([experts.index(e) for _, e in options]),
+            np.array(_positions(experts, [e for _, e in options])),
             cost_keys,
-            np.array([cost_keys.index(s) for s in cost_states]),
+            np.array(_positions(cost_keys, cost_states)),
             memory_keys,
-            np.array([memory_keys.index(s) for s in memory_states]),
+            np.array(_positions(memory_keys, memory_states)),
         )
 
     def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, pairs: tuple, pp_spans: tuple) -> tuple:
@@ -360,3 +360,9 @@ class RowEnumeration:
         )
         for name, values in knobs.columns.items():
             cols[name].append(_tile(values, n_b * n_p))
+
+
+def _positions(keys: list, values: list) -> list[int]:
+    """keys.index(v) for each of ``values`` (each among ``keys``, which hold no duplicates), in one pass over each."""
+    where = {key: i for i, key in enumerate(keys)}
+    return [where[v] for v in values]

@@ -249,9 +249,10 @@ def _by_blocks(problem: SearchProblem) -> bool:
 def _block_search_code() -> None:
     """Bind the block search's names in this module: search.bounds (~90 kB of source, and multiprocessing) loads when
     a search first goes block by block, not with every search (issue 31). A name a test has replaced is kept."""
-    from paraplan.search.bounds import block_processes, blocks, step_floors
+    from paraplan.search.bounds import affine_floors, block_processes, blocks, step_floors
 
     for module, names in (
+        (affine_floors, ("affine_floors",)),
         (
             block_processes,
             ("PartOutcome", "processes_available", "run_parts", "split_by_costing_class"),
@@ -389,10 +390,13 @@ class _BlockQueue:
         self.steps = first_bound_levels(problem, parts) + refinements(problem)
         cheap = self.steps[0] == EXACT
         first: dict[tuple, object] = {}
+        # below the cheap floors and costing no op graph per key (search.bounds.affine_floors): the same last bounds
+        keys = list(dict.fromkeys((b.tp, b.cp, b.micro_batch) for b in parts))
+        affine = (affine_floors(problem, keys) if cheap else None) or {}
         for i, b in enumerate(parts):
             key = (b.tp, b.cp, b.micro_batch)
             if key not in first:
-                first[key] = layer_floors(problem, *key, cheap=cheap)
+                first[key] = affine.get(key) or layer_floors(problem, *key, cheap=cheap)
             if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
                 progress(i + 1, len(parts), "block bounds")
         tokens = np.array([float(b.global_batch * problem.seq_length) for b in parts])

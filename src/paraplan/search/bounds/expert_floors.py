@@ -192,14 +192,21 @@ class KindFloors:
         model = self.problem.model
         first = self._first(shape)
         free = ring = None
+        costed = (
+            None,
+            None,
+        )  # (core ops, their compute): the layer kinds of a shape share one tuple
         out = []
         for name in model_block_kinds(model):
             core = BLOCK_KINDS[name].core_ops(model, shape)
             if core is not None and free is None:
                 free = cp_free_key(first)
                 ring = ring_transfer_floor_s(model, self.problem.system, shape)
+            if core and core is not costed[0]:
+                costed = (core, self._core(core, shape))
             key = free if core is not None else first
-            out.append((name, self._floor(name, shape, core, first, key, ring, cheap)))
+            extra = costed[1] if core else None
+            out.append((name, self._floor(name, shape, core, extra, first, key, ring, cheap)))
         return out
 
     def _first(self, shape):
@@ -211,13 +218,15 @@ class KindFloors:
         name: str,
         shape,
         core: tuple | None,
+        extra: BlockCompute | None,
         first,
         key,
         ring: tuple[float, float] | None = None,
         cheap: bool = False,
     ) -> KindFloor:
-        """__call__'s floor; ``first`` the shape at the first option, ``key`` its cp_free_key (the shape without core);
-        ``ring``: ring_transfer_floor_s at the shape (a kind with core attention adds ring_floor_s to its work).
+        """__call__'s floor; ``extra`` the compute of the ``core`` ops (_core; None without them), ``first`` the shape
+        at the first option, ``key`` its cp_free_key (the shape without core); ``ring``: ring_transfer_floor_s at the
+        shape (a kind with core attention adds ring_floor_s to its work).
 
         With ``cheap``, a floor of it that costs no expert option (search.run: the first bound of an MoE model's
         blocks, the exact one computed when a block reaches the front): a kind holding expert-knob ops takes its
@@ -234,7 +243,6 @@ class KindFloors:
             floor, attention = found
             if not core:
                 return floor
-            extra = self._core(core, shape)
             work = (
                 floor.work + extra.forward + extra.backward + ring_added_s(ring, attention, extra)
             )
@@ -242,7 +250,6 @@ class KindFloors:
         rest = self._rest(name, shape, first, key, core)
         if not core:  # nothing added per (cp, micro-batch): the rest's own floor
             return rest.floor
-        extra = self._core(core, shape)
         added = extra.forward + extra.backward
         rho = max(
             [
@@ -256,30 +263,21 @@ class KindFloors:
         return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
 
     def _core(self, core: tuple, shape) -> BlockCompute:
-        """The core attention's compute, costed once per core-ops tuple: the layer kinds of a shape share it
-        (graph.moe.layer_core_ops is memoised: the same tuple), as do the cheap and exact floors of a key."""
+        """The core attention's compute, costed once per distinct ops (_CORE_COMPUTES, keyed on the ops' values): the
+        layer kinds of a shape share it (graph.moe.layer_core_ops is memoised: the same tuple), as do the cheap and
+        exact floors of a key and every (tp, cp, micro-batch) whose core ops are equal (each builds its own tuple)."""
         system = self.problem.system
-        key = (id(core), id(system), shape.dtype)
+        key = (core, system, shape.dtype)
         found = _CORE_COMPUTES.get(key)
-        if (
-            found is None or found[0] is not core or found[1] is not system
-        ):  # ids of collected objects are reused
-            # equal ops (another tuple: every (tp, cp, micro-batch) builds its own) cost the same: costed once
-            equal = (core, id(system), shape.dtype)
-            same = _CORE_BY_OPS.get(equal)
-            if same is None or same[0] is not system:
-                same = _remember(
-                    _CORE_BY_OPS,
-                    equal,
-                    (
-                        system,
-                        block_compute.__wrapped__(
-                            LayerGraph("core attention", core, (), 0.0), system, shape.dtype
-                        ),
-                    ),
-                )
-            found = _remember(_CORE_COMPUTES, key, (core, system, same[1]))
-        return found[2]
+        if found is None:
+            found = _remember(
+                _CORE_COMPUTES,
+                key,
+                block_compute.__wrapped__(
+                    LayerGraph("core attention", core, (), 0.0), system, shape.dtype
+                ),
+            )
+        return found
 
     def _cheap_rest(
         self, name: str, first, shape_key, core: tuple | None
@@ -363,8 +361,7 @@ class KindFloors:
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}
 _MISSING = object()
-_CORE_COMPUTES: dict = {}  # (id(core ops), id(system), dtype) -> (those ops, the system, BlockCompute): KindFloors._core
-_CORE_BY_OPS: dict = {}  # (core ops, id(system), dtype) -> (the system, BlockCompute): equal ops costed once
+_CORE_COMPUTES: dict = {}  # (core ops, system, dtype) -> BlockCompute: KindFloors._core, equal ops costed once
 _REST_GENERATION = [
     0
 ]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
@@ -440,7 +437,6 @@ def _clear_rest_floors() -> None:
     """KindFloors.cache_clear: empty the memos and retire the problems' handles on them."""
     _REST_FLOORS.clear()
     _CORE_COMPUTES.clear()
-    _CORE_BY_OPS.clear()
     _REST_GENERATION[0] += 1
 
 
