@@ -11,6 +11,7 @@ from paraplan.cost.elementwise import maximum, minimum, where
 from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
+    GradientGroup,
     Stage,
     StepInputs,
     max_blocks,
@@ -28,24 +29,48 @@ Num = Any  # float or numpy array, broadcastable
 def stage_state_bytes(inp: StepInputs, stage: Stage) -> tuple[Num, Num, Num, Num]:
     """(weights, gradients, optimizer state, transformer-layer states) bytes per GPU of the stage:
     each gradient group's parameters times the state bytes per parameter, ZeRO-sharded over the group
-    (weights from stage 3, gradients from 2, optimizer state from 1; ZeRO §5), fp8 weight copies on
-    the transformer layers' parameters (cost.memory.fp8_weight_copy_bytes_per_param)."""
+    (weights from stage 3, gradients from 2 or held unsharded, ``gradient_bytes_per_param``, optimizer
+    state from 1; ZeRO §5), fp8 weight copies on the transformer layers' parameters
+    (cost.memory.fp8_weight_copy_bytes_per_param)."""
     weights = grads = optimizer = transformer_states = 0.0
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
+        grad_per_param = gradient_bytes_per_param(inp, group)
         per_param = (
             (inp.weight_bytes + inp.fp8_copy_bytes) / shard_ways(inp, group, 3)
-            + inp.grad_bytes / shard_ways(inp, group, 2)
+            + grad_per_param
             + inp.optimizer_bytes / shard_ways(inp, group, 1)
         )
         weights = weights + (
             params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes
         ) / shard_ways(inp, group, 3)
-        grads = grads + params * inp.grad_bytes / shard_ways(inp, group, 2)
+        grads = grads + params * grad_per_param
         optimizer = optimizer + params * inp.optimizer_bytes / shard_ways(inp, group, 1)
         transformer_states = transformer_states + layer_params * per_param
     return weights, grads, optimizer, transformer_states
+
+
+def gradient_bytes_per_param(inp: StepInputs, group: GradientGroup) -> Num:
+    """Gradient bytes per GPU per parameter of a gradient group at the step's peak: the kept gradient's bytes
+    ZeRO-sharded from stage 2 (grad_bytes / ways), but under pipeline parallelism with a ZeRO-3 runtime that
+    keeps the stage's layers gathered (``zero3_pp_keeps_layers``, torchtitan's FSDP2 under PP) the whole
+    unsharded gradient in the reduce dtype (grad_reduce_bytes, fp32 in torchtitan: 4 B per parameter).
+
+    torch.distributed.pipelining runs every micro-batch's backward of an FSDP2 stage with
+    ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` (recursive: every
+    fully_shard module of the stage, its root included) and, after the last one, calls each group's
+    post_backward itself (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, since
+    pytorch/pytorch#134052, Aug 2024, in the Dec 2024 nightly torchtitan 9dec370 ran). With no reduction,
+    FSDPParamGroup.post_backward only calls FSDPParam.to_accumulated_grad_if_needed, which moves each bf16
+    unsharded gradient to ``unsharded_accumulated_grad`` in MixedPrecisionPolicy.reduce_dtype, and later
+    micro-batches add into it (accumulate_unsharded_grad_if_needed; torch/distributed/_composable/fsdp/
+    _fsdp_param.py, _fsdp_param_group.py, PyTorch 2.4-2.6); the reduce-scatter of all of them runs after the
+    last backward. So from the first backward on, beside the in-flight activations, the stage holds every
+    parameter's gradient unsharded at the reduce dtype; the sharded gradients exist only after the final
+    reduce-scatters (torchtitan zero_grad()s before the pipeline step), never beside these."""
+    held = (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0) & (inp.knobs.zero >= 3)
+    return where(held, inp.grad_reduce_bytes, inp.grad_bytes / shard_ways(inp, group, 2))
 
 
 class StageHoldings(NamedTuple):
