@@ -132,7 +132,7 @@ def test_fsdp2s_root_stays_gathered_by_hand(tmp_path):
     root = (2 * 128_256 * 4096 + 4096) * 2
     assert root == 2_101_354_496
     assert _fsdp8_memory(tmp_path).buffers_bytes == layers + root
-    assert _fsdp8_memory(tmp_path, fsdp_runtime="none").buffers_bytes == layers
+    assert _fsdp8_memory(tmp_path, zero3_root_held=False).buffers_bytes == layers
 
 
 def test_under_pp_torchtitan_keeps_every_layer_of_the_stage_gathered(tmp_path):

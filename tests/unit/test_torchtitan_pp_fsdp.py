@@ -9,6 +9,7 @@ from importlib import resources
 
 import pytest
 
+from paraplan.catalog import load_framework
 from paraplan.step.estimate import estimate
 from paraplan.step.tail import _Traffic, zero3_pp_once_s
 from paraplan.validate.run import load_cases
@@ -82,3 +83,24 @@ def test_pp_fsdp2_collectives_do_not_grow_with_the_micro_batches(tmp_path):
     dp = [e.breakdown.dp_comm_s for e in _estimates(tmp_path, raws)]
     assert dp[0] > 0.1
     assert dp[1] == pytest.approx(dp[0], rel=1e-12)
+
+
+def test_the_profiles_state_whether_fsdp2s_root_stays_gathered(tmp_path):
+    """The torchtitan profiles (PyTorch 2.4 to the June 2025 nightlies) state it with its source; a stack without
+    FSDP2 does not; the June 2025 runs (torch 38410cf9, torchtitan passing reshard_after_forward=True) state
+    false: the 8B TP-8 case then holds 2·128,256·4096 / 8 embedding and LM-head parameters and the 4096 norm
+    parameters fewer, in bf16."""
+    for name in ("torchtitan", "torchtitan-compiled"):
+        profile = load_framework(name)
+        assert profile.zero3_root_held is True
+        assert "#155319" in profile.sources["zero3_root_held"]
+    assert load_framework("megatron-core").zero3_root_held is False
+    assert load_framework("llm-foundry").zero3_root_held is False
+    june = [c for c in json.loads(CASES.read_text())["cases"] if "2506" in c["name"]]
+    assert june and all(c["framework_overrides"] == {"zero3_root_held": False} for c in june)
+    raw = _raw("torchtitan2506-llama3-8b-fsdp8-tp8-bf16-tp")
+    held = copy.deepcopy(raw)
+    held["name"] += "-held"
+    held["framework_overrides"]["zero3_root_held"] = True
+    resharded, kept = (e.first_stage.buffers_bytes for e in _estimates(tmp_path, [raw, held]))
+    assert kept - resharded == (2 * 128_256 * 4096 // 8 + 4096) * 2 == 262_676_480

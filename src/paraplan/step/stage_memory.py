@@ -202,11 +202,13 @@ def zero3_root_bytes(inp: StepInputs, stage: Stage) -> Num:
     """The gathered parameters of FSDP2's root held through the whole step: FSDPState._lazy_init sets the root
     group's post_forward_mesh_info to None ("For the root, do not reshard after forward since for training,
     the parameters would be freed and all-gathered immediately": torch/distributed/_composable/fsdp/
-    _fsdp_state.py, PyTorch 2.4-2.6, unchanged in torch/distributed/fsdp/_fully_shard/_fsdp_state.py), so what
+    _fsdp_state.py, PyTorch 2.4-2.6, and torch/distributed/fsdp/_fully_shard/_fsdp_state.py up to
+    pytorch/pytorch#155319, June 2025, after which only a root whose reshard_after_forward is left unset), so what
     the root owns stays unsharded from its pre-forward all-gather to its post-backward; torchtitan wraps each
     TransformerBlock apart and the whole model last (parallelize_llama.py apply_fsdp at 9dec370), so the root
     owns the embedding, the final norm and the LM head: (stage parameters − transformer-layer parameters) per
-    GPU × the gathered copy's bytes (StepInputs.gathered_weight_bytes), where ``zero3_root_held``."""
+    GPU × the gathered copy's bytes (StepInputs.gathered_weight_bytes), where the profile states
+    ``zero3_root_held`` (specs.runtime.StackRuntimeFields, with its version range)."""
     outside = sum_blocks(stage, lambda b: b.params) - sum_blocks(
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
