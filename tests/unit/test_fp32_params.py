@@ -77,7 +77,9 @@ def test_torchtitan_terms(framework):
     system, plan = _terms(framework, "bf16")
     t = system_terms(system, "bf16", plan)
     assert (t["weight_bytes"], t["grad_bytes"], t["optimizer_bytes"]) == (4.0, 4.0, 8.0)
-    assert t["param_gather_bytes"] == t["gathered_weight_bytes"] == 2.0
+    assert (
+        t["param_gather_bytes"] == t["gathered_weight_bytes"] == t["gathered_outside_bytes"] == 2.0
+    )
     assert t["grad_reduce_bytes"] == 4.0  # MixedPrecisionPolicy reduce_dtype float32
 
 
@@ -85,12 +87,15 @@ def test_torchtitan_terms(framework):
 @pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp32"])
 def test_every_other_profile_keeps_its_bytes(framework, dtype):
     """No other profile sets fp32 parameters or a compute-dtype reduction: the weights' bytes are what a
-    gather moves (outside fp8 primary weights) and holds, and gradients are reduced in the dtype they are kept in."""
+    gather moves (outside fp8 primary weights, gathered and held in fp8 in the layers) and holds, and gradients are reduced in the dtype they are kept in."""
     assert load_framework(framework).optimizer_state != "fp32_params"
     assert load_framework(framework).grad_reduce_dtype == "kept"
     system, plan = _terms(framework, dtype)
     t = system_terms(system, dtype, plan)
-    assert t["gathered_weight_bytes"] == t["weight_bytes"]
+    # the layers' gathered copy holds what the gather moves (fp8 where fp8 weights are gathered), the blocks
+    # outside them the weights' own bytes
+    assert t["gathered_weight_bytes"] == t["param_gather_bytes"]
+    assert t["gathered_outside_bytes"] == t["weight_bytes"]
     assert t["param_gather_bytes"] in (t["weight_bytes"], 1.0)
     assert t["grad_reduce_bytes"] == t["grad_bytes"]
 

@@ -104,3 +104,19 @@ def test_the_profiles_state_whether_fsdp2s_root_stays_gathered(tmp_path):
     held["framework_overrides"]["zero3_root_held"] = True
     resharded, kept = (e.first_stage.buffers_bytes for e in _estimates(tmp_path, [raw, held]))
     assert kept - resharded == (2 * 128_256 * 4096 // 8 + 4096) * 2 == 262_676_480
+
+
+def test_fp8_all_gather_holds_the_layers_gathered_in_fp8(tmp_path):
+    """torchao's fp8 all-gather (fp8_param_gather) leaves the unsharded Float8Linear weights in fp8: stage 0
+    keeps its 15 layers gathered at 1 B instead of 2 (15 × 398,491,648 B less), its embedding (the root,
+    262,668,288 parameters) in bf16 either way."""
+    raw = _raw(PP_1F1B)
+    bf16 = copy.deepcopy(raw)
+    bf16["name"] += "-bf16-gather"
+    bf16["framework_overrides"]["fp8_param_gather"] = False
+    fp8, plain = (e.first_stage.buffers_bytes for e in _estimates(tmp_path, [raw, bf16]))
+    assert plain - fp8 == 15 * LAYER * (2 - 1) == 5_977_374_720
+    block_buffer = fp8 - 15 * LAYER * 1 - EMBEDDING * 2
+    assert (
+        block_buffer == plain - 15 * LAYER * 2 - EMBEDDING * 2
+    )  # the largest block's working buffer

@@ -207,12 +207,12 @@ def zero3_root_bytes(inp: StepInputs, stage: Stage) -> Num:
     the root owns stays unsharded from its pre-forward all-gather to its post-backward; torchtitan wraps each
     TransformerBlock apart and the whole model last (parallelize_llama.py apply_fsdp at 9dec370), so the root
     owns the embedding, the final norm and the LM head: (stage parameters − transformer-layer parameters) per
-    GPU × the gathered copy's bytes (StepInputs.gathered_weight_bytes), where the profile states
+    GPU × the gathered copy's bytes (StepInputs.gathered_outside_bytes), where the profile states
     ``zero3_root_held`` (specs.runtime.StackRuntimeFields, with its version range)."""
     outside = sum_blocks(stage, lambda b: b.params) - sum_blocks(
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
-    return inp.zero3_root_held * outside * inp.gathered_weight_bytes
+    return inp.zero3_root_held * outside * inp.gathered_outside_bytes
 
 
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
