@@ -12,6 +12,7 @@ import pytest
 from paraplan.catalog import load_framework
 from paraplan.step.estimate import estimate
 from paraplan.step.tail import _Traffic, zero3_pp_once_s
+from paraplan.validate.fitted import ASSUMED_INPUTS
 from paraplan.validate.run import load_cases
 
 CASES = resources.files("paraplan.validate") / "cases" / "torchtitan-llama3.json"
@@ -120,3 +121,20 @@ def test_fp8_all_gather_holds_the_layers_gathered_in_fp8(tmp_path):
     assert (
         block_buffer == plain - 15 * LAYER * 2 - EMBEDDING * 2
     )  # the largest block's working buffer
+
+
+def test_the_reserved_peak_assumptions_are_registered_with_the_profiles_values():
+    """cuda_context, communication_buffers and allocator_fragmentation of the torchtitan profiles are stated
+    assumptions: registered in validate.fitted.ASSUMED_INPUTS at the values the profiles carry, and the profiles'
+    sources say so."""
+    assert {a.field for a in ASSUMED_INPUTS} == {
+        "cuda_context",
+        "communication_buffers",
+        "allocator_fragmentation",
+    }
+    for assumed in ASSUMED_INPUTS:
+        assert assumed.data and assumed.settle
+        for name in assumed.profiles:
+            profile = load_framework(name)
+            assert getattr(profile, assumed.field) == assumed.value, (name, assumed.field)
+            assert "ASSUMED_INPUTS" in profile.sources[assumed.field], (name, assumed.field)
