@@ -62,6 +62,7 @@ def _inputs(
         weight_bytes=2.0,
         param_gather_bytes=2.0,
         gathered_weight_bytes=2.0,
+        gathered_outside_bytes=2.0,
         grad_bytes=4.0,
         optimizer_bytes=12.0,
         reserved_bytes=0.0,

@@ -1,5 +1,5 @@
 """fp32 parameters that are their own master (issue 33: MaxText weight_dtype float32, dtype bfloat16):
-4 + g + 8 B of state per parameter, the layers' bf16 casts gathered (2 B) and the weight gradients reduced in
+4 + 4 + 8 B of state per parameter (the gradient in the parameters' dtype whatever the reduction's), the layers' bf16 casts gathered (2 B) and the weight gradients reduced in
 bf16 (2 B) before their cast to fp32 (cost.memory.state_bytes_per_param, compute_copy_bytes,
 grad_reduce_bytes_per_param; the maxtext profile's sources cite MaxText and XLA). Every other profile keeps
 its state and collective bytes, but torchtitan's (FSDP2 over fp32 parameters gathered as bf16 casts)."""
@@ -24,10 +24,13 @@ from paraplan.step.estimate import estimate
 GiB = 2**30
 
 
-def test_fp32_params_state_is_4_plus_g_plus_8():
+def test_fp32_params_state_is_4_plus_4_plus_8():
     # fp32 parameters (4), fp32 gradients (4), Adam m and v in fp32 (8): 16 B, not 2 + 4 + 12 = 18
     assert state_bytes_per_param("bf16", "fp32", "fp32_params") == StateBytes(4.0, 4.0, 8.0)
-    assert state_bytes_per_param("bf16", "bf16", "fp32_params") == StateBytes(4.0, 2.0, 8.0)
+    # a bf16 gradient reduction still leaves the kept gradient in the parameters' fp32 (FSDP2's foreach_reduce
+    # casts the reduce-scatter output to the sharded parameter's dtype; JAX's gradient has the primal's dtype)
+    assert state_bytes_per_param("bf16", "bf16", "fp32_params") == StateBytes(4.0, 4.0, 8.0)
+    assert grad_reduce_bytes_per_param("bf16", "bf16") == 2.0
     assert state_bytes_per_param("fp8", "fp32", "fp32_params") == StateBytes(4.0, 4.0, 8.0)
     # fp32 training is 4 + 4 + 8 whatever the optimizer state
     assert state_bytes_per_param("fp32", "fp32", "fp32_params") == StateBytes(4.0, 4.0, 8.0)
@@ -77,7 +80,9 @@ def test_torchtitan_terms(framework):
     system, plan = _terms(framework, "bf16")
     t = system_terms(system, "bf16", plan)
     assert (t["weight_bytes"], t["grad_bytes"], t["optimizer_bytes"]) == (4.0, 4.0, 8.0)
-    assert t["param_gather_bytes"] == t["gathered_weight_bytes"] == 2.0
+    assert (
+        t["param_gather_bytes"] == t["gathered_weight_bytes"] == t["gathered_outside_bytes"] == 2.0
+    )
     assert t["grad_reduce_bytes"] == 4.0  # MixedPrecisionPolicy reduce_dtype float32
 
 
@@ -85,12 +90,15 @@ def test_torchtitan_terms(framework):
 @pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp32"])
 def test_every_other_profile_keeps_its_bytes(framework, dtype):
     """No other profile sets fp32 parameters or a compute-dtype reduction: the weights' bytes are what a
-    gather moves (outside fp8 primary weights) and holds, and gradients are reduced in the dtype they are kept in."""
+    gather moves (outside fp8 primary weights, gathered and held in fp8 in the layers) and holds, and gradients are reduced in the dtype they are kept in."""
     assert load_framework(framework).optimizer_state != "fp32_params"
     assert load_framework(framework).grad_reduce_dtype == "kept"
     system, plan = _terms(framework, dtype)
     t = system_terms(system, dtype, plan)
-    assert t["gathered_weight_bytes"] == t["weight_bytes"]
+    # the layers' gathered copy holds what the gather moves (fp8 where fp8 weights are gathered), the blocks
+    # outside them the weights' own bytes
+    assert t["gathered_weight_bytes"] == t["param_gather_bytes"]
+    assert t["gathered_outside_bytes"] == t["weight_bytes"]
     assert t["param_gather_bytes"] in (t["weight_bytes"], 1.0)
     assert t["grad_reduce_bytes"] == t["grad_bytes"]
 

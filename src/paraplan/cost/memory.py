@@ -7,7 +7,7 @@ main gradients, Korthikanti et al. 2022 Fig. 1 uses the same 18 bytes/parameter)
 |----------------|---------|-----------|-------------------------------------|-------|
 | fp16/bf16/fp8/fp4 | 2    | 4 (fp32)  | 12 (fp32 master, Adam m and v)      | 18    |
 | fp32, tf32     | 4       | 4         | 8 (Adam m and v)                    | 16    |
-| bf16 compute, fp32 parameters (MaxText) | 4 | 4 | 8 (Adam m and v; the parameters are the master) | 16 |
+| bf16 compute, fp32 parameters (MaxText, FSDP2) | 4 | 4 (any reduce dtype) | 8 (Adam m and v; the parameters are the master) | 16 |
 
 ZeRO shards over the data-parallel group: stage 1 (= Megatron's distributed optimizer) the
 optimizer state, stage 2 also the gradients, stage 3 also the weights (ZeRO §5).
@@ -56,11 +56,16 @@ def state_bytes_per_param(
     themselves fp32 and cast to the compute dtype where a layer uses them (MaxText weight_dtype float32, dtype
     bfloat16: google/maxtext 3075bbe MaxText/layers/linears.py DenseGeneral, ``kernel = jnp.asarray(kernel,
     self.dtype)``), so no separate master and no persistent half-precision copy, and optax.adamw's moments in
-    the parameters' dtype (``mu_dtype`` None: ``jnp.zeros_like(params)``): 4 + g + 8."""
+    the parameters' dtype (``mu_dtype`` None: ``jnp.zeros_like(params)``): 4 + 4 + 8, the kept gradient in the
+    parameters' fp32 whatever ``grad_dtype`` (which then sets only the reduction's bytes,
+    ``grad_reduce_bytes_per_param``): FSDP2's foreach_reduce casts the reduce-scatter output to the sharded
+    parameter's dtype before assigning or adding it to its gradient (``_to_dtype_if_needed(new_sharded_grad,
+    orig_dtype)``, torch/distributed/_composable/fsdp/_fsdp_collectives.py, PyTorch 2.4-2.6; ``_fully_shard``
+    since), and a JAX gradient has the primal's dtype (the transpose of the bf16 cast converts back)."""
     if dtype in ("fp32", "tf32"):
         return StateBytes(4.0, 4.0, 8.0)
     if optimizer_state == "fp32_params":
-        return StateBytes(4.0, GRAD_BYTES[grad_dtype], 8.0)
+        return StateBytes(4.0, 4.0, 8.0)
     return StateBytes(
         2.0, GRAD_BYTES[grad_dtype], 12.0 if optimizer_state == "fp32_master" else 4.0
     )

@@ -246,7 +246,6 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         fields["batch_syncs"] = DEEPSPEED_PIPE_BATCH_SYNCS
     fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
     fields["lazy_gradients"] = framework.gradient_allocation == "backward"
-    fields["zero3_root_held"] = framework.fsdp_runtime == "fsdp2"
     return RuntimeCosts(**fields)
 
 

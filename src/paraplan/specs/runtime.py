@@ -34,6 +34,14 @@ class StackRuntimeFields(InputModel):
         "its backward (torchtitan's fully_shard(reshard_after_forward=False) with PP: "
         "step.stage_memory.zero3_gathered_bytes)",
     )
+    zero3_root_held: bool = Field(
+        False,
+        description="ZeRO-3 / FSDP: the root module's parameters (the blocks outside the transformer layers: "
+        "embedding, final norm, LM head) stay gathered from the forward to the end of backward: FSDP2's root "
+        "never resharded after forward (FSDPState._lazy_init, PyTorch 2.4 to the June 2025 nightlies; since "
+        "pytorch/pytorch#155319 only where reshard_after_forward is left unset), under a stack that wraps the "
+        "whole model as the root over them (torchtitan before #1094): step.stage_memory.zero3_root_bytes",
+    )
     cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
         "transformer-engine",
         description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
@@ -142,10 +150,4 @@ class RuntimeCosts(StackRuntimeFields):
         False,
         description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "
         "in a buffer allocated up front (cost.memory.peak_residents)",
-    )
-    zero3_root_held: bool = Field(
-        False,
-        description="ZeRO-3 / FSDP: the root module's parameters (the blocks outside the transformer layers: "
-        "embedding, final norm, LM head) stay gathered from the forward to the end of backward (FSDP2's root is "
-        "never resharded after forward: step.stage_memory.zero3_gathered_bytes)",
     )

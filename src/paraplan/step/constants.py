@@ -83,7 +83,14 @@ def grad_reduce_bytes(system: SystemSpec, dtype: str, runtime=None) -> float:
 def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
     """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
     per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
-    else the compute copy's, cost.memory.compute_copy_bytes) and the gathered copy holds, the ZeRO-3 / FSDP
+    else the compute copy's, cost.memory.compute_copy_bytes) and the gathered copy of the transformer layers
+    holds (the same: torchao's fp8 all-gather, WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather, gathers
+    the fp8 data and fsdp_post_all_gather wraps the gathered fp8 buffer as the unsharded Float8Tensor,
+    torchao/float8/fsdp_utils.py, torchao 0.7-0.8, read at a later release, not at the runs' eab345c;
+    Megatron-FSDP keeps the gathered fp8 primary weights), that of
+    the blocks outside them (the compute copy's: torchtitan converts only the layers' nn.Linear, not the
+    embedding, the norms or the LM head, module_filter_fn fqn != "output", torchtitan/float8.py at 9dec370;
+    the layers' norm weights, 2·h per layer, are counted at 1 B with them), the ZeRO-3 / FSDP
     copies, the per-micro-batch gradient accumulation, the interleaved schedule's p2p overlap, the
     once-per-step weight quantisation of a low-precision recipe (cost.quantisation) and whether gradients
     are allocated during backward (cost.memory.peak_residents)."""
@@ -92,7 +99,8 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
     return dict(
         fp8_weight_quant_bytes=weight_quantisation_bytes(runtime.fp8_recipe, dtype, fp8_gather),
         param_gather_bytes=1.0 if fp8_gather else compute_copy,
-        gathered_weight_bytes=compute_copy,
+        gathered_weight_bytes=1.0 if fp8_gather else compute_copy,
+        gathered_outside_bytes=compute_copy,
         grad_accumulation_bytes=runtime.grad_accumulation_bytes,
         p2p_overlap=1.0 if runtime.p2p_overlap else 0.0,
         lazy_gradients=1.0 if runtime.lazy_gradients else 0.0,

@@ -90,9 +90,12 @@ class StepInputs:
     # compute dtype's where fp32 parameters are cast before the gather), or 1 where an fp8 run gathers its fp8
     # primary weights (step.constants.runtime_terms; no default: every builder states it)
     param_gather_bytes: Num
-    # bytes per parameter of the unsharded weight copy a ZeRO-3 gather holds (cost.memory.compute_copy_bytes:
-    # the weights' own, or the compute dtype's where fp32 parameters are cast before the gather)
+    # bytes per parameter of the unsharded weight copy a ZeRO-3 gather holds of the transformer layers
+    # (cost.memory.compute_copy_bytes: the weights' own, or the compute dtype's where fp32 parameters are cast
+    # before the gather; 1 where an fp8 run gathers its fp8 weights) and of the blocks outside them (the compute
+    # copy's: the embedding and LM head are never fp8) (step.constants.runtime_terms)
     gathered_weight_bytes: Num
+    gathered_outside_bytes: Num
     zero3_prefetch_layers: Num = (
         1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
     )

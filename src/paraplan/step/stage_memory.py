@@ -11,6 +11,7 @@ from paraplan.cost.elementwise import maximum, minimum, where
 from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
+    GradientGroup,
     Stage,
     StepInputs,
     max_blocks,
@@ -29,24 +30,48 @@ Num = Any  # float or numpy array, broadcastable
 def stage_state_bytes(inp: StepInputs, stage: Stage) -> tuple[Num, Num, Num, Num]:
     """(weights, gradients, optimizer state, transformer-layer states) bytes per GPU of the stage:
     each gradient group's parameters times the state bytes per parameter, ZeRO-sharded over the group
-    (weights from stage 3, gradients from 2, optimizer state from 1; ZeRO §5), fp8 weight copies on
-    the transformer layers' parameters (cost.memory.fp8_weight_copy_bytes_per_param)."""
+    (weights from stage 3, gradients from 2 or held unsharded, ``gradient_bytes_per_param``, optimizer
+    state from 1; ZeRO §5), fp8 weight copies on the transformer layers' parameters
+    (cost.memory.fp8_weight_copy_bytes_per_param)."""
     weights = grads = optimizer = transformer_states = 0.0
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
+        grad_per_param = gradient_bytes_per_param(inp, group)
         per_param = (
             (inp.weight_bytes + inp.fp8_copy_bytes) / shard_ways(inp, group, 3)
-            + inp.grad_bytes / shard_ways(inp, group, 2)
+            + grad_per_param
             + inp.optimizer_bytes / shard_ways(inp, group, 1)
         )
         weights = weights + (
             params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes
         ) / shard_ways(inp, group, 3)
-        grads = grads + params * inp.grad_bytes / shard_ways(inp, group, 2)
+        grads = grads + params * grad_per_param
         optimizer = optimizer + params * inp.optimizer_bytes / shard_ways(inp, group, 1)
         transformer_states = transformer_states + layer_params * per_param
     return weights, grads, optimizer, transformer_states
+
+
+def gradient_bytes_per_param(inp: StepInputs, group: GradientGroup) -> Num:
+    """Gradient bytes per GPU per parameter of a gradient group at the step's peak: the kept gradient's bytes
+    ZeRO-sharded from stage 2 (grad_bytes / ways), but under pipeline parallelism with a ZeRO-3 runtime that
+    keeps the stage's layers gathered (``zero3_pp_keeps_layers``, torchtitan's FSDP2 under PP) the whole
+    unsharded gradient in the reduce dtype (grad_reduce_bytes, fp32 in torchtitan: 4 B per parameter).
+
+    torch.distributed.pipelining runs every micro-batch's backward of an FSDP2 stage with
+    ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` (recursive: every
+    fully_shard module of the stage, its root included) and, after the last one, calls each group's
+    post_backward itself (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, since
+    pytorch/pytorch#134052, Aug 2024, in the Dec 2024 nightly torchtitan 9dec370 ran). With no reduction,
+    FSDPParamGroup.post_backward only calls FSDPParam.to_accumulated_grad_if_needed, which moves each bf16
+    unsharded gradient to ``unsharded_accumulated_grad`` in MixedPrecisionPolicy.reduce_dtype, and later
+    micro-batches add into it (accumulate_unsharded_grad_if_needed; torch/distributed/_composable/fsdp/
+    _fsdp_param.py, _fsdp_param_group.py, PyTorch 2.4-2.6); the reduce-scatter of all of them runs after the
+    last backward. So from the first backward on, beside the in-flight activations, the stage holds every
+    parameter's gradient unsharded at the reduce dtype; the sharded gradients exist only after the final
+    reduce-scatters (torchtitan zero_grad()s before the pipeline step), never beside these."""
+    held = (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0) & (inp.knobs.zero >= 3)
+    return where(held, inp.grad_reduce_bytes, inp.grad_bytes / shard_ways(inp, group, 2))
 
 
 class StageHoldings(NamedTuple):
@@ -178,14 +203,16 @@ def zero3_root_bytes(inp: StepInputs, stage: Stage, layer_params: Num) -> Num:
     """The gathered parameters of FSDP2's root held through the whole step: FSDPState._lazy_init sets the root
     group's post_forward_mesh_info to None ("For the root, do not reshard after forward since for training,
     the parameters would be freed and all-gathered immediately": torch/distributed/_composable/fsdp/
-    _fsdp_state.py, PyTorch 2.4-2.6, unchanged in torch/distributed/fsdp/_fully_shard/_fsdp_state.py), so what
+    _fsdp_state.py, PyTorch 2.4-2.6, and torch/distributed/fsdp/_fully_shard/_fsdp_state.py up to
+    pytorch/pytorch#155319, June 2025, after which only a root whose reshard_after_forward is left unset), so what
     the root owns stays unsharded from its pre-forward all-gather to its post-backward; torchtitan wraps each
     TransformerBlock apart and the whole model last (parallelize_llama.py apply_fsdp at 9dec370), so the root
     owns the embedding, the final norm and the LM head: (stage parameters − transformer-layer parameters,
     ``layer_params``: step.inputs.transformer_params) per GPU × the gathered copy's bytes
-    (StepInputs.gathered_weight_bytes), where ``zero3_root_held``."""
+    (StepInputs.gathered_outside_bytes), where the profile states ``zero3_root_held``
+    (specs.runtime.StackRuntimeFields, with its version range)."""
     outside = sum_blocks(stage, lambda b: b.params) - layer_params
-    return inp.zero3_root_held * outside * inp.gathered_weight_bytes
+    return inp.zero3_root_held * outside * inp.gathered_outside_bytes
 
 
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:

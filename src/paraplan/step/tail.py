@@ -15,11 +15,10 @@ import numpy as np
 from paraplan.cost.comm import priced_exposure_s
 from paraplan.cost.elementwise import any_positive, ceil, maximum, where
 from paraplan.cost.host import host_bound_s, step_host_overhead_s
-from paraplan.cost.zero3_host import host_exposed_s
-from paraplan.cost.overlap import bucketed_reduce_exposed_s
+from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_exposed_s
 from paraplan.cost.runtimes import runtime_copy_s
+from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.step import zero3_legacy as legacy
-from paraplan.step.schedules import by_schedule
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     GradientGroup,
@@ -31,6 +30,7 @@ from paraplan.step.inputs import (
     stage_params,
     sum_blocks,
 )
+from paraplan.step.schedules import by_schedule
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -112,7 +112,7 @@ def tail_terms(
         )
     if 3 in branches:
         exposure[3] = _zero3_exposure_s(
-            inp, traffic, calls, per_call, forward_window, backward_window
+            inp, traffic, calls, per_call, (forward_window, backward_window), slack
         )
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
@@ -366,35 +366,70 @@ def _zero3_exposure_s(
     traffic: _Traffic,
     calls: Num,
     per_call: Num,
-    forward_window: Num,
-    backward_window: Num,
+    windows: tuple[Num, Num],
+    slack: Num,
 ) -> Num:
     """ZeRO-3's exposed traffic per step: m × the per-micro-batch exposure of the block-wise gathers
     and reduce-scatters (step.zero3_legacy.zero3_exposure_s, prefetching ``zero3_prefetch_layers``
-    blocks when param-gather overlap is on) plus the persistent tensors' gather and m × the runtime's copies on
-    the compute stream (cost.runtimes: FSDP2's copy-out and reduce-scatter copy-in), plus the host time
-    of per-tensor reduce-scatters that the block's backward does not hide."""
+    blocks when param-gather overlap is on), or under pipeline parallelism where the runtime keeps the stage's
+    layers gathered (``zero3_pp_keeps_layers``) those collectives once per step (``zero3_pp_once_s``), plus the
+    persistent tensors' gather and m × the runtime's copies on the compute stream (cost.runtimes: FSDP2's
+    copy-out and reduce-scatter copy-in; under PP they stand for the per-micro-batch cast and sum into the fp32
+    unsharded accumulator, step.stage_memory.gradient_bytes_per_param: p + r then p + 2r bytes per parameter
+    against 2G·p + p + r, within a quarter), plus the host time of per-tensor reduce-scatters that the block's
+    backward does not hide. ``windows``: one micro-batch's (forward, backward) windows; ``slack``: the stage's
+    drain slack (``drain_slack_s``)."""
     time, price = traffic.time, traffic.price
     g, r = time["layer_gather"], time["layer_reduce"]
+    forward_window, backward_window = windows
     depth = inp.zero3_prefetch_layers * where(inp.knobs.overlap_param_gather, 1.0, 0.0)
-    exposed = (
-        inp.microbatches
-        * legacy.zero3_exposure_s(
-            calls,
-            per_call,
-            depth,
-            (g, price["layer_gather"]),
-            (r, price["layer_reduce"]),
-            traffic.forward_delta,
-            traffic.regather,
-            forward_window,
-            backward_window,
-        )
-        + traffic.persistent
-        + inp.microbatches * traffic.compute_copy
+    per_microbatch = legacy.zero3_exposure_s(
+        calls,
+        per_call,
+        depth,
+        (g, price["layer_gather"]),
+        (r, price["layer_reduce"]),
+        traffic.forward_delta,
+        traffic.regather,
+        forward_window,
+        backward_window,
     )
+    collectives = inp.microbatches * per_microbatch
+    if any_positive(inp.zero3_pp_keeps_layers):
+        once = zero3_pp_once_s(traffic, calls, per_call, depth, forward_window, slack)
+        keeps = (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0)
+        collectives = where(keeps, once, collectives)
+    exposed = collectives + traffic.persistent + inp.microbatches * traffic.compute_copy
     if any_positive(traffic.reduce_host):  # issued while the block's backward runs
         exposed = exposed + inp.microbatches * calls * host_exposed_s(
             traffic.reduce_host, backward_window * per_call + r
         )
     return exposed
+
+
+def zero3_pp_once_s(
+    traffic: _Traffic, calls: Num, per_call: Num, depth: Num, forward_window: Num, slack: Num
+) -> Num:
+    """Exposed ZeRO-3 traffic per step of a pipeline stage whose runtime keeps its layers gathered from the first
+    forward to the last backward and reduces once (torchtitan's FSDP2 under PP): each block gathered once, in
+    the first micro-batch's forward (prefetched against it, cost.overlap.prefetched_gather_exposed_s), and
+    reduce-scattered once, after the stage's last backward, in series, hidden only by the drain ``slack``
+    (``after_slack_s``); what is hidden at its price (cost.comm.priced_exposure_s):
+    exposed = gathers(g, forward/L, L, d) + max(0, L·r − slack), L blocks of gather g and reduce-scatter r.
+
+    torchtitan wraps each TransformerBlock with reshard_after_forward=False under PP (parallelize_llama.py
+    apply_fsdp at 9dec370: "For PP, do not reshard after forward to avoid per-microbatch all-gathers"), so the
+    later micro-batches' forwards and every backward find the block gathered; torch.distributed.pipelining
+    runs every backward with set_reshard_after_backward(False) and set_requires_gradient_sync(False) and, after
+    the last, calls each group's post_backward (reduce-scatter, then reshard) itself
+    (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, pytorch/pytorch#134052, Aug 2024):
+    one all-gather and one reduce-scatter per block and step, the latter issued only after the stage's last
+    backward has run."""
+    time, price = traffic.time, traffic.price
+    g, r = time["layer_gather"], time["layer_reduce"]
+    exposed = prefetched_gather_exposed_s(
+        g, forward_window * per_call, calls, depth
+    ) + after_slack_s(calls * r, slack)
+    return priced_exposure_s(
+        calls * (g + r), exposed, calls * (price["layer_gather"] + price["layer_reduce"])
+    )

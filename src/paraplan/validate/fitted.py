@@ -1,7 +1,7 @@
 """The constants fitted to step times, what they were fitted on, and how to refit them.
 
 Every other number in the model is a datasheet value, a component benchmark or a stated
-assumption (docs/model.md). The constants below are the only ones fitted to end-to-end step times,
+assumption (docs/model.md; the reserved-peak assumptions of the torchtitan profiles in ``ASSUMED_INPUTS``). The constants below are the only ones fitted to end-to-end step times,
 each on the visible case sets named in ``fitted_on`` (file stems or case groups); the cases of those
 sets are the *calibration* cases of ``paraplan validate``, all others are *held out*.
 
@@ -224,6 +224,64 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
         (0.5, 1.0),
         ("amp-mixed",),
         "achieved fraction of the p3.8xlarge's 10 Gb/s by NCCL over TCP (only the mixed cluster has p3 nodes)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class AssumedInput:
+    """A stack input that is neither fitted to step times nor taken from a source: a stated assumption, with what
+    the project's data says of it and the measurement that would settle it (``ASSUMED_INPUTS``)."""
+
+    name: str
+    profiles: tuple[str, ...]  # framework profiles (catalog/frameworks) stating the value
+    field: str  # FrameworkSpec field
+    value: float
+    data: str  # what the measured data shows
+    settle: str  # the measurement that would replace the assumption
+
+
+# the reserved-peak inputs of the torchtitan profiles (step time does not read them; the reserved peak
+# validate compares, peak_reserved_gib, and the fit check do: specs.framework.FrameworkSpec.reserved_bytes)
+_TORCHTITAN = ("torchtitan", "torchtitan-compiled")
+_STEPS = (
+    "benchmarks/gpu/measured/{h100-2026-11-27,h100-2026-11-27b,h200-2026-11-27}/**/train_steps.json"
+)
+ASSUMED_INPUTS: tuple[AssumedInput, ...] = (
+    AssumedInput(
+        "torchtitan.cuda_context",
+        _TORCHTITAN,
+        "cuda_context",
+        0.5 * 2**30,
+        "not in the project's data: the measured steps record only the caching allocator's counters "
+        f"(peak_allocated_gib, peak_reserved_gib: {_STEPS}), not the device memory in use",
+        "torch.cuda.mem_get_info() before and after CUDA initialisation and the first kernels of each library "
+        "(cuBLAS, cuDNN, NCCL), beside torch.cuda.memory_reserved(), on one H100",
+    ),
+    AssumedInput(
+        "torchtitan.communication_buffers",
+        _TORCHTITAN,
+        "communication_buffers",
+        1.0 * 2**30,
+        "not in the project's data (single-GPU steps, no communicator); NCCL allocates per communicator, per "
+        "channel and per connected peer (NCCL_BUFFSIZE, 4 MiB by default, for the simple protocol, with the LL "
+        "and LL128 buffers beside it, and NVLink SHARP buffers where NVLS is on), outside PyTorch's allocator, "
+        "and torchtitan opens one communicator per mesh dimension (dp, tp, pp, cp)",
+        "device memory in use (torch.cuda.mem_get_info) less memory_reserved after the first collective of "
+        "every mesh dimension, on an 8-GPU H100 host",
+    ),
+    AssumedInput(
+        "torchtitan.allocator_fragmentation",
+        _TORCHTITAN,
+        "allocator_fragmentation",
+        0.05,
+        "the measured single-GPU eager and compiled steps (43 records, no FSDP) hold 0.48-5.67 GiB reserved "
+        "beyond their allocated peak, 0.3-7.2 % of HBM (median 1.1 % on the 80 GB H100), 1.3-14.8 % of the "
+        "allocated peak (median 4.1 %), the same GiB on H200 as on H100 for the same run: it follows the "
+        f"workload, not the HBM size ({_STEPS}, peak_reserved_gib - peak_allocated_gib). FSDP2's per-layer "
+        "all-gather and reduce-scatter buffers on their own streams are not in those runs",
+        "max_memory_reserved - max_memory_allocated of torchtitan FSDP2 runs (the December 2024 tables give "
+        "only the reserved peak)",
     ),
 )
 
