@@ -114,6 +114,31 @@ def test_block_terms_expose_a_waited_ring_whole():
     assert float(gathered.cp_forward) == pytest.approx(0.21 + 0.05 / 0.3 * (0.3 - 0.21))
 
 
+def test_compiled_torchtitan_waits_for_its_ring():
+    # torchtitan-compiled traces torch's ring into each block's graph (cp_ring_overlap false); eager torchtitan
+    # and Megatron-Core keep the overlap; block_comm carries the profile's choice to the step
+    model = load_model("llama3-8b")
+    systems = {
+        name: framework_system(
+            load_framework(name, "framework", True), load_system("hgx-h100-96gb-500w")
+        )
+        for name in ("torchtitan-compiled", "torchtitan", "megatron-core")
+    }
+    overlap = {
+        name: s.accelerator.efficiency.runtime.cp_ring_overlap for name, s in systems.items()
+    }
+    assert overlap == {"torchtitan-compiled": False, "torchtitan": True, "megatron-core": True}
+    shape = LayerShape(1, 2, 1, 8192, False, "flash", "bf16", cp_ring=TORCH_RING)
+    layer = decoder_layer_1d(model, shape)
+    span = GroupSpan(2, 2, 1)
+    waited = {name: block_comm(layer, s, span, span).cp_waited for name, s in systems.items()}
+    assert waited == {"torchtitan-compiled": 1.0, "torchtitan": 0.0, "megatron-core": 0.0}
+    # no ring without context parallelism: nothing to wait for
+    one = GroupSpan(1, 1, 1)
+    flat = decoder_layer_1d(model, shape._replace(cp=1))
+    assert block_comm(flat, systems["torchtitan-compiled"], one, one).cp_waited == 0.0
+
+
 def test_the_search_ring_floor_holds_for_the_gathered_ring():
     # search.bounds.exposure_floors.ring_floor_s: max(0, T − A) per pass must stay below what block_terms exposes
     from paraplan.search.bounds.exposure_floors import ring_floor_s  # noqa: PLC0415
