@@ -95,6 +95,50 @@ def test_block_terms_take_the_gathered_ring():
     assert float(te.cp_forward) == pytest.approx(0.0)
 
 
+def test_block_terms_expose_a_waited_ring_whole():
+    # the numbers of test_block_terms_take_the_gathered_ring, each transfer waited where it is issued
+    # (compiled torchtitan): forward 0.3 s ring + 0.01 s sync, backward 0.9 + 0.03, nothing hidden
+    compute = BlockCompute(1.0, 2.0, 0.4, 0.8, 0.0, 0.0)
+    base = dict.fromkeys(BlockComm._fields, 0.0)
+    base.update(cp_forward=0.3, cp_backward=0.9, cp_steps=3.0, cp_gathered=1.0)
+    base.update(cp_sync_forward=0.01, cp_sync_backward=0.03, cp_forward_price=0.05)
+    waited = block_terms(compute, BlockComm(**{**base, "cp_waited": 1.0}), 0, False)
+    assert float(waited.cp_forward) == pytest.approx(0.31)
+    assert float(waited.cp_backward) == pytest.approx(0.93)
+    # full recomputation re-runs the forward ring, waited again, in the backward pass: 0.93 + 0.31
+    assert float(
+        block_terms(compute, BlockComm(**{**base, "cp_waited": 1.0}), 2, False).cp_backward
+    ) == (pytest.approx(1.24))
+    # the gathered ring of the eager profile exposes less: 0.2 + 0.01 forward (priced, 0.05 on 0.3)
+    gathered = block_terms(compute, BlockComm(**base), 0, False)
+    assert float(gathered.cp_forward) == pytest.approx(0.21 + 0.05 / 0.3 * (0.3 - 0.21))
+
+
+def test_compiled_torchtitan_waits_for_its_ring():
+    # torchtitan-compiled traces torch's ring into each block's graph (cp_ring_overlap false); eager torchtitan
+    # and Megatron-Core keep the overlap; block_comm carries the profile's choice to the step
+    model = load_model("llama3-8b")
+    systems = {
+        name: framework_system(
+            load_framework(name, "framework", True), load_system("hgx-h100-96gb-500w")
+        )
+        for name in ("torchtitan-compiled", "torchtitan", "megatron-core")
+    }
+    overlap = {
+        name: s.accelerator.efficiency.runtime.cp_ring_overlap for name, s in systems.items()
+    }
+    assert overlap == {"torchtitan-compiled": False, "torchtitan": True, "megatron-core": True}
+    shape = LayerShape(1, 2, 1, 8192, False, "flash", "bf16", cp_ring=TORCH_RING)
+    layer = decoder_layer_1d(model, shape)
+    span = GroupSpan(2, 2, 1)
+    waited = {name: block_comm(layer, s, span, span).cp_waited for name, s in systems.items()}
+    assert waited == {"torchtitan-compiled": 1.0, "torchtitan": 0.0, "megatron-core": 0.0}
+    # no ring without context parallelism: nothing to wait for
+    one = GroupSpan(1, 1, 1)
+    flat = decoder_layer_1d(model, shape._replace(cp=1))
+    assert block_comm(flat, systems["torchtitan-compiled"], one, one).cp_waited == 0.0
+
+
 def test_the_search_ring_floor_holds_for_the_gathered_ring():
     # search.bounds.exposure_floors.ring_floor_s: max(0, T − A) per pass must stay below what block_terms exposes
     from paraplan.search.bounds.exposure_floors import ring_floor_s  # noqa: PLC0415
@@ -110,6 +154,7 @@ def test_the_search_ring_floor_holds_for_the_gathered_ring():
                 "cp_backward": ring_b,
                 "cp_steps": steps,
                 "cp_gathered": 1.0,
+                "cp_waited": float(rng.integers(0, 2)),
             }
         )
         terms = block_terms(BlockCompute(1.0, 2.0, att_f, att_b, 0.0, 0.0), comm, 0, False)

@@ -62,7 +62,9 @@ def test_profiles_state_their_runtime():
     # eager torchtitan: the copies are one kernel each at the plain HBM rate (eager_traffic_factor prices
     # only the op graph's unfused ops), so the same bytes and seconds as compiled
     assert compiled.zero3_compute_copy_bytes == 14.0 and eager.zero3_compute_copy_bytes == 14.0
-    assert eager == compiled
+    # and the same runtime but for the K/V ring, which compile traces with its waits where issued
+    assert (eager.cp_ring_overlap, compiled.cp_ring_overlap) == (True, False)
+    assert eager == compiled.model_copy(update={"cp_ring_overlap": True})
     assert compiled.zero3_gather_copy_bytes == 10.0 and compiled.zero3_reduce_copy_bytes == 12.0
     assert compiled.p2p_transfers_per_exchange == 1.0 and compiled.grad_accumulation_bytes == 0.0
     mds = runtime_costs(load_framework("megatron-deepspeed"))

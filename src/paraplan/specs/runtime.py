@@ -48,6 +48,13 @@ class StackRuntimeFields(InputModel):
         "(AttnFuncWithCP) or PyTorch's context_parallel over SDPA as torchtitan calls it (K/V repeated to the "
         "query heads, float32 merges and gradient sums): graph.cp_ring, graph.cp_ring_torch",
     )
+    cp_ring_overlap: bool = Field(
+        True,
+        description="the K/V ring's transfers run beside the attention steps (Transformer Engine's send/recv; "
+        "torch's eager functional collectives, waited at first use); False: each transfer is waited where it "
+        "is issued and is exposed whole, as when torch's ring is traced into a torch.compile graph "
+        "(step.block_terms.waited_cp_exposure_s)",
+    )
     tp_backward_async: bool = Field(
         True,
         description="backward TP collectives run beside the GEMMs that do not need them (Megatron-LM's "

@@ -161,6 +161,9 @@ class BlockComm(NamedTuple):
     # 1 when the K/V ring's chunks arrive by one all-gather: the graph emitted torch's ring
     # (graph.cp_ring_torch.TORCH_RING_COLLECTIVE)
     cp_gathered: float = 0.0
+    # 1 when the stack waits for each K/V ring transfer where it is issued (specs.runtime.RuntimeCosts.cp_ring_overlap
+    # False): nothing hides the ring (step.block_terms.waited_cp_exposure_s)
+    cp_waited: float = 0.0
     # the layout copies of a DTensor stack's sequence-parallel collectives (tp_layout_copies_s): forward; backward
     # beside the all-gathers of output gradients; of the SP input re-gathers; of the input-gradient
     # reduce-scatters, which AsyncTP leaves unfused (step.block_terms.tp_layout_copies_s adds them)
@@ -218,6 +221,7 @@ def block_comm(
                 continue
             if spans["cp"].size > 1:
                 s["cp_gathered"] = float(c.name == TORCH_RING_COLLECTIVE)
+                s["cp_waited"] = float(not system.accelerator.efficiency.runtime.cp_ring_overlap)
                 steps = spans["cp"].size - 1
                 s["cp_steps"] = max(s["cp_steps"], steps)
                 sync = ring_step_sync_s(spans["cp"], system)

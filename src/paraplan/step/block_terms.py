@@ -95,6 +95,9 @@ def block_terms(
     gathered_f, gathered_b = gathered_cp_exposure_s(comm, c)  # torch's ring (graph.cp_ring_torch)
     cp_f = where(comm.cp_gathered > 0, gathered_f, cp_f)
     cp_b = where(comm.cp_gathered > 0, gathered_b, cp_b)
+    waited_f, waited_b = waited_cp_exposure_s(comm)  # a ring waited where issued (compiled torch)
+    cp_f = where(comm.cp_waited > 0, waited_f, cp_f)
+    cp_b = where(comm.cp_waited > 0, waited_b, cp_b)
     copy_f, copy_b = tp_layout_copies_s(comm, overlap_tp_comm, recompute_code)
     tp_f = (
         where(
@@ -148,6 +151,22 @@ def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
             comm.cp_backward, backward + comm.cp_sync_backward, comm.cp_backward_price
         ),
     )
+
+
+def waited_cp_exposure_s(comm) -> tuple[Num, Num]:
+    """(forward, backward) exposed seconds of a K/V ring whose every transfer is waited where it is issued
+    (``comm.cp_waited``: specs.runtime.RuntimeCosts.cp_ring_overlap False): nothing hides it, so each
+    direction exposes its whole ring time plus the per-step synchronisation, with no hidden part to price:
+    forward = ``cp_forward`` + ``cp_sync_forward``, backward = ``cp_backward`` + ``cp_sync_backward``.
+
+    That is torch's ring traced into a torch.compile graph: the ring functions issue their all-gather and
+    all-to-all through torch's functional collectives, whose ``_maybe_wrap_tensor`` calls ``wait_tensor`` at once
+    while tracing (dynamo or AOTAutograd), where eager returns an AsyncCollectiveTensor waited at first use
+    (torch/distributed/_functional_collectives.py, module docstring "wait_tensor() op is immediately called";
+    read at 000f488b, the same ``if _are_we_tracing(): return wait_tensor(self)`` in the later versions), and
+    Inductor moves no wait unless torch._inductor.config.reorder_for_compute_comm_overlap is set (default
+    False), so the compute stream waits for each transfer before the next attention step."""
+    return comm.cp_forward + comm.cp_sync_forward, comm.cp_backward + comm.cp_sync_backward
 
 
 def tp_layout_copies_s(comm, overlap_tp_comm: Num, recompute_code: Num) -> tuple[Num, Num]:
