@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from paraplan.specs.recompute import COMMON_MODES, stage_fields, stage_mode
+from paraplan.specs.rules import stage_degree_rule
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def moves(
                 new[j] = replace(stages[j], layers=stages[j].layers + k)
                 yield f"move {k} layer(s) stage {i} -> {j}", tuple(new)
     for tp in (s.tp * 2, s.tp // 2):
-        if tp >= 1 and s.gpus % tp == 0:
+        if tp >= 1 and stage_degree_rule(s.gpus, tp, 0) is None:
             yield (
                 f"stage {i} tp {s.tp} -> {tp}",
                 stages[:i] + (replace(s, tp=tp),) + stages[i + 1 :],

@@ -87,7 +87,7 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
 
 def _stage_tps(gpus: int) -> list[int]:
     """Tensor-parallel degrees of a stage of ``gpus`` GPUs: each power of two dividing them."""
-    return [t for t in _powers_of_two(gpus) if gpus % t == 0]
+    return [t for t in _powers_of_two(gpus) if stage_degree_rule(gpus, t, 0) is None]
 
 
 def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
