@@ -158,6 +158,15 @@ def transformer_layers(stage: Stage) -> Num:
     return sum_blocks(stage, lambda b: 1.0, TRANSFORMER_KINDS)
 
 
+def zero3_pp_keeps(inp: StepInputs) -> Num:
+    """True (elementwise) where a ZeRO-3 runtime keeps every layer of a pipeline stage gathered from its
+    first forward to its last backward (pp > 1 and ``zero3_pp_keeps_layers``: torchtitan's FSDP2 under PP,
+    reshard_after_forward=False; specs.runtime.StackRuntimeFields.zero3_pp_reshard): the one condition of
+    the gathered layers (step.stage_memory.zero3_gathered_bytes), the unsharded gradients
+    (stage_memory.gradient_bytes_per_param) and the once-per-step collectives (step.tail.zero3_pp_once_s)."""
+    return (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0)
+
+
 def transformer_params(stage: Stage) -> Num:
     """Parameters per GPU of the stage's transformer blocks (decoder layers, every chunk)."""
     return sum_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)

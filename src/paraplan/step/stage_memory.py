@@ -20,6 +20,7 @@ from paraplan.step.inputs import (
     sum_blocks,
     transformer_layers,
     transformer_params,
+    zero3_pp_keeps,
 )
 from paraplan.step.offload import offloaded_activation_share
 from paraplan.step.schedules import in_flight_microbatches, weight_copies
@@ -70,7 +71,7 @@ def gradient_bytes_per_param(inp: StepInputs, group: GradientGroup) -> Num:
     last backward. So from the first backward on, beside the in-flight activations, the stage holds every
     parameter's gradient unsharded at the reduce dtype; the sharded gradients exist only after the final
     reduce-scatters (torchtitan zero_grad()s before the pipeline step), never beside these."""
-    held = (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0) & (inp.knobs.zero >= 3)
+    held = zero3_pp_keeps(inp) & (inp.knobs.zero >= 3)
     return where(held, inp.grad_reduce_bytes, inp.grad_bytes / shard_ways(inp, group, 2))
 
 
@@ -195,7 +196,7 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
     live = minimum(layer, maximum(inp.zero3_live_params, largest))
     every = transformer_params(stage)
-    kept = where((inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0), maximum(live, every), live)
+    kept = where(zero3_pp_keeps(inp), maximum(live, every), live)
     return kept * inp.gathered_weight_bytes + zero3_root_bytes(inp, stage, every)
 
 

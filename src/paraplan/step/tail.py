@@ -29,6 +29,7 @@ from paraplan.step.inputs import (
     shard_ways,
     stage_params,
     sum_blocks,
+    zero3_pp_keeps,
 )
 from paraplan.step.schedules import by_schedule
 
@@ -397,8 +398,7 @@ def _zero3_exposure_s(
     collectives = inp.microbatches * per_microbatch
     if any_positive(inp.zero3_pp_keeps_layers):
         once = zero3_pp_once_s(traffic, calls, per_call, depth, forward_window, slack)
-        keeps = (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0)
-        collectives = where(keeps, once, collectives)
+        collectives = where(zero3_pp_keeps(inp), once, collectives)
     exposed = collectives + traffic.persistent + inp.microbatches * traffic.compute_copy
     if any_positive(traffic.reduce_host):  # issued while the block's backward runs
         exposed = exposed + inp.microbatches * calls * host_exposed_s(
