@@ -121,3 +121,35 @@ def test_softmax_share_doubles_the_softmax_kernels_of_the_step():
         scores * (2 * 4 + 6) / (900e9 * 0.833)
     )  # the extra time at half rate = the time at full
     assert times[0] - times[1] == pytest.approx(40 * per_layer, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("rng_state_copy_bytes", ".inf"),
+        ("rng_copies_per_pass", ".nan"),
+        ("rng_copies_per_checkpoint", "-1"),
+        ("softmax_rate_share", "0"),
+        ("softmax_rate_share", ".inf"),
+    ],
+)
+def test_a_framework_file_with_a_bad_copy_or_softmax_input_exits_2_naming_the_field(
+    tmp_path, field, value
+):
+    import subprocess
+    import sys
+
+    import yaml
+
+    data = load_framework("megatron-lm-2019").model_dump(mode="json")
+    text = yaml.safe_dump({k: v for k, v in data.items() if k != field}) + f"{field}: {value}\n"
+    path = tmp_path / "profile.yaml"
+    path.write_text(text)
+    run = subprocess.run(
+        [sys.executable, "-m", "paraplan", "estimate", "-m", "gpt3-350m", "-s", "dgx-2h"]
+        + ["--gpus", "1", "--framework", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and field in run.stderr and "Traceback" not in run.stderr

@@ -118,10 +118,8 @@ class EagerFields(InputModel):
         "model code runs: fused (one kernel per op) or a named composite of eager element-wise kernels "
         "(graph.eager_modules), priced by cost.eager_kernels",
     )
-    softmax_rate_share: float = Field(
+    softmax_rate_share: Fraction = Field(
         1.0,
-        gt=0.0,
-        le=1.0,
         description="share of the element-wise rate the stack's softmax and softmax-backward kernels reach in a "
         "composite's unfused attention scores (cost.eager_kernels.composite_times_s): 1 for PyTorch's persistent "
         "softmax (rows <= 1024 elements, PyTorch 1.2 on), less for the block-per-row kernel before it",
@@ -175,18 +173,21 @@ class HostFields(InputModel):
     rng_state_copy_bytes: float = Field(
         0.0,
         ge=0.0,
+        allow_inf_nan=False,
         description="device bytes one blocking torch.cuda.get_rng_state / set_rng_state copies between host and "
         "GPU (the PyTorch <= 1.1 MTGP32 states); 0: the state lives on the host (cost.rng_state)",
     )
     rng_copies_per_pass: float = Field(
         0.0,
         ge=0.0,
+        allow_inf_nan=False,
         description="CUDA RNG state copies each run of a layer's forward makes (Megatron-LM's model-parallel "
         "tracker fork around the attention dropout: cost.rng_state)",
     )
     rng_copies_per_checkpoint: float = Field(
         0.0,
         ge=0.0,
+        allow_inf_nan=False,
         description="CUDA RNG state copies the activation-checkpoint function makes per recomputed layer, "
         "forward and backward together (cost.rng_state)",
     )
