@@ -153,3 +153,29 @@ def test_a_framework_file_with_a_bad_copy_or_softmax_input_exits_2_naming_the_fi
     )
     assert run.returncode == 2, run.stderr
     assert run.stderr.count("\n") == 1 and field in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("command", [["estimate", "--tp", "8"], ["search", "--global-batch", "8"]])
+def test_a_stack_copying_the_rng_state_on_a_system_without_a_host_link_is_refused(
+    tmp_path, command
+):
+    """specs.rules.host_link_rule, the one check estimate and search ask (accelerator_rules): no byte
+    term at an invented host rate."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    data = load_system("dgx-2h").model_dump(mode="json")
+    del data["accelerator"]["host_bandwidth"], data["accelerator"]["host_memory"]
+    path = tmp_path / "no-host-link.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = subprocess.run(
+        [sys.executable, "-m", "paraplan", *command, "--gpus", "8", "-m", "gpt3-350m"]
+        + ["-s", str(path), "--framework", "megatron-lm-2019", "--dtype", "fp16"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2, run.stderr
+    (error,) = [line for line in run.stderr.splitlines() if not line.startswith("note:")]
+    assert error.startswith("error: accelerator.host_bandwidth") and "rng_state_copy_bytes" in error

@@ -370,7 +370,20 @@ def accelerator_rules(accelerator, dtype: str, attention: str) -> list[Rule]:
     out: list[Rule] = []
     if rule := dtype_rule(dtype, accelerator):
         out.append(("plan.dtype", dtype, rule))
+    if rule := host_link_rule(accelerator):
+        out.append(("accelerator.host_bandwidth", accelerator.host_bandwidth, rule))
     return out + precision_rules(accelerator, attention)
+
+
+def host_link_rule(accelerator) -> str | None:
+    """A stack that copies the CUDA RNG state between GPU and host (``rng_state_copy_bytes`` > 0, PyTorch
+    <= 1.1: cost.rng_state) is priced over the host link, which the system must then declare."""
+    if accelerator.efficiency.rng_state_copy_bytes > 0 and not accelerator.host_bandwidth:
+        return (
+            "the stack copies the CUDA RNG state over the host link (rng_state_copy_bytes > 0); "
+            "allowed: a system that declares accelerator.host_bandwidth"
+        )
+    return None
 
 
 # ---- per-stage plans -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ The builder of a step (step/build.py) and the search (search/table.py) cost ever
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -110,7 +111,8 @@ def _rng_copies_s(block: LayerGraph, system: SystemSpec) -> tuple[float, float]:
         return 0.0, 0.0
     attention = [op for op in block.ops if op.name in ("softmax_dropout", "flash_attention")]
     dropouts = sum(1 for op in attention if op.kernel is not None and op.kernel[0] == "scores")
-    host_bandwidth = system.accelerator.host_bandwidth or 1.0
+    # a system without a host link is refused first (specs.rules.host_link_rule): no byte term then
+    host_bandwidth = system.accelerator.host_bandwidth or math.inf
     return layer_rng_copies_s(eff, host_bandwidth, dropouts, len(attention))
 
 
