@@ -1,7 +1,8 @@
 """The constants fitted to step times, what they were fitted on, and how to refit them.
 
 Every other number in the model is a datasheet value, a component benchmark or a stated
-assumption (docs/model.md; the reserved-peak assumptions of the torchtitan profiles in ``ASSUMED_INPUTS``). The constants below are the only ones fitted to end-to-end step times,
+assumption (docs/model.md; the reserved-peak assumptions of the torchtitan profiles in ``ASSUMED_INPUTS``).
+The constants below are the only ones fitted to end-to-end step times,
 each on the visible case sets named in ``fitted_on`` (file stems or case groups); the cases of those
 sets are the *calibration* cases of ``paraplan validate``, all others are *held out*.
 
@@ -235,8 +236,7 @@ class AssumedInput:
 
     name: str
     profiles: tuple[str, ...]  # framework profiles (catalog/frameworks) stating the value
-    field: str  # FrameworkSpec field
-    value: float
+    field: str  # FrameworkSpec field; its value is the profiles' (catalog/frameworks), not repeated here
     data: str  # what the measured data shows
     settle: str  # the measurement that would replace the assumption
 
@@ -252,7 +252,6 @@ ASSUMED_INPUTS: tuple[AssumedInput, ...] = (
         "torchtitan.cuda_context",
         _TORCHTITAN,
         "cuda_context",
-        0.5 * 2**30,
         "not in the project's data: the measured steps record only the caching allocator's counters "
         f"(peak_allocated_gib, peak_reserved_gib: {_STEPS}), not the device memory in use",
         "torch.cuda.mem_get_info() before and after CUDA initialisation and the first kernels of each library "
@@ -262,7 +261,6 @@ ASSUMED_INPUTS: tuple[AssumedInput, ...] = (
         "torchtitan.communication_buffers",
         _TORCHTITAN,
         "communication_buffers",
-        1.0 * 2**30,
         "not in the project's data (single-GPU steps, no communicator); NCCL allocates per communicator, per "
         "channel and per connected peer (NCCL_BUFFSIZE, 4 MiB by default, for the simple protocol, with the LL "
         "and LL128 buffers beside it, and NVLink SHARP buffers where NVLS is on), outside PyTorch's allocator, "
@@ -274,7 +272,6 @@ ASSUMED_INPUTS: tuple[AssumedInput, ...] = (
         "torchtitan.allocator_fragmentation",
         _TORCHTITAN,
         "allocator_fragmentation",
-        0.05,
         "the measured single-GPU eager and compiled steps (43 records, no FSDP) hold 0.48-5.67 GiB reserved "
         "beyond their allocated peak, 0.3-7.2 % of HBM (median 1.1 % on the 80 GB H100), 1.3-14.8 % of the "
         "allocated peak (median 4.1 %), the same GiB on H200 as on H100 for the same run: it follows the "
