@@ -80,8 +80,9 @@ def build_step_inputs(
 ) -> StepInputs:
     """Lay the blocks out on the split's stages (embedding on the first, decoder layers by the
     split, LM head on the last, which also holds the embedding's parameters when pp = 1 and the
-    embeddings are tied, the table then one weight tensor: step.blocks.head_tensors_shared_with_embedding) with their point-to-point seconds (step.p2p.uniform_group_p2p: a group of
-    stages whose links differ is two entries, the second only when some candidate needs it) and the
+    embeddings are tied, the table then one weight tensor: step.blocks.head_tensors_shared_with_embedding)
+    with their point-to-point seconds (step.p2p.uniform_group_p2p: a group of stages whose links differ
+    is two entries, the second only when some candidate needs it) and the
     tied-embedding all-reduce (step.p2p.tied_embedding_sync_s), and attach the plan's knobs.
     ``facts``: the row's step.build.RowFacts."""
     head = blocks["head"]

@@ -63,9 +63,7 @@ def _block_facts(
     tensors, largest, small = weight_tensor_stats(
         graph, w.has_bias, w.has_qkv_bias, w.norm == "layernorm", w.learned_positions, w.hidden
     )
-    if (
-        head_params is not None
-    ):  # the output block beside the input block: a tied table counted once
+    if head_params is not None:  # the output block beside the input block: the tied table once
         tensors = tensors - head_tensors_shared_with_embedding(w)
     kept, held, buffer = block_memory(model, ref, shape, recompute)
     return BlockFacts(

@@ -28,6 +28,7 @@ costs ~40 graph costings per tp: more than the cheap floors of a small space).""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from paraplan.cost.compute import grouped_gemm_share
 from paraplan.graph.transformer import cp_free_key
@@ -44,9 +45,8 @@ from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 AFFINE_MIN_KEYS = 256  # fewer (tp, cp, micro-batch) keys: the cheap floors (module doc)
 AFFINE_TOLERANCE = 1e-11  # relative misfit at the check points above which an op is floored at 0
-AFFINE_SAFETY = (
-    1.0 - 1e-9
-)  # slope·T + intercept sums the ops' floors in another order: keep it below the sum
+# slope·T + intercept sums the ops' floors in another order: keep it below the sum
+AFFINE_SAFETY = 1.0 - 1e-9
 _NO_ATTENTION = (0.0, 0.0)
 
 
@@ -94,7 +94,7 @@ def affine_floors(problem: SearchProblem, keys: list) -> dict | None:
         if len(experts) < 2:
             continue
         floors = KindFloors(problem, experts)
-        fits: dict = {}
+        fits = _Fits({}, {})
         for key in members:
             found = _key_floors(problem, floors, fits, members, key)
             if found is not None:
@@ -102,7 +102,15 @@ def affine_floors(problem: SearchProblem, keys: list) -> dict | None:
     return out
 
 
-def _key_floors(problem, floors: KindFloors, fits: dict, members: list, key) -> LayerFloors | None:
+class _Fits(NamedTuple):
+    """The memos of one tp's keys: each layer knob's fitted lines (_fit) and the routed experts' GEMM floor
+    at each (knob, local tokens)."""
+
+    lines: dict
+    experts: dict
+
+
+def _key_floors(problem, floors: KindFloors, fits: _Fits, members: list, key) -> LayerFloors | None:
     """The affine LayerFloors of one key: each kind's least floor over the key's layer knobs (blocks.layer_floors'
     shapes); None when a knob's shape is not affine in the local tokens (a 2D layout, Ulysses)."""
     tp, cp, micro_batch = key
@@ -116,17 +124,16 @@ def _key_floors(problem, floors: KindFloors, fits: dict, members: list, key) -> 
         shape = layer_shape_of(problem, tp, cp, micro_batch, *knob, experts[0])
         if len(cp_free_key(shape)) == 1:  # the whole shape: its ops read cp beyond the local tokens
             return None
-        if knob not in fits:
-            fits[knob] = _fit(problem, floors, members, knob)
+        if knob not in fits.lines:
+            fits.lines[knob] = _fit(problem, floors, members, knob)
         tokens, ring, costed = shape.local_tokens, None, (None, None)
-        experts_s = fits.get(
-            (knob, tokens)
-        )  # a function of the local tokens at a knob (its class's)
-        for name, slope, intercept, expert_kind, ring_ok in fits[knob]:
+        # the routed experts' floor is a function of the local tokens at a knob (its class's)
+        experts_s = fits.experts.get((knob, tokens))
+        for name, slope, intercept, expert_kind, ring_ok in fits.lines[knob]:
             value = (slope * tokens + intercept) * AFFINE_SAFETY
             if expert_kind:
                 if experts_s is None:
-                    experts_s = fits[knob, tokens] = expert_gemm_floor_s(
+                    experts_s = fits.experts[knob, tokens] = expert_gemm_floor_s(
                         model, system, shape, experts
                     )
                 value += experts_s

@@ -192,10 +192,8 @@ class KindFloors:
         model = self.problem.model
         first = self._first(shape)
         free = ring = None
-        costed = (
-            None,
-            None,
-        )  # (core ops, their compute): the layer kinds of a shape share one tuple
+        # (core ops, their compute): the layer kinds of a shape share one tuple
+        costed = (None, None)
         out = []
         for name in model_block_kinds(model):
             core = BLOCK_KINDS[name].core_ops(model, shape)
