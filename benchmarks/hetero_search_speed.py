@@ -60,6 +60,14 @@ BUDGET_CASES = [
         1024,
         2048,
     ),
+    # sixteen pools (12,870 distinct orders, listed lazily: search.staged.pool_orders)
+    (
+        "--cluster",
+        "gpt3-175b",
+        [(f"p{i}", ("dgx-a100-80gb", "dgx-h100-80gb")[i % 2], 8) for i in range(16)],
+        1024,
+        2048,
+    ),
 ]
 
 

@@ -1,5 +1,6 @@
 """Issue 37: ``search --cluster`` with six pools (720 pool orders) ran past 120 s; the AMP-style
-search now stops at its time budget and says how far it got."""
+search now stops at its time budget and says how far it got. Six pools in two kinds of three
+interchangeable pools are 6!/(3!·3!) = 20 distinct orders (search.staged.pool_orders)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ SIX = cluster_from_dict(
 
 def test_a_zero_budget_stops_before_the_first_pool_order_and_says_so():
     result = search_cluster(HeteroProblem(TINY, SIX, 8, 128), top_k=1, time_budget_s=0.0)
-    assert result.stopped.startswith("time budget 0 s reached: 0 of 720 pool orders")
+    assert result.stopped.startswith("time budget 0 s reached: 0 of 20 pool orders")
     assert result.evaluated == 0 and not result.plans
 
 
@@ -30,7 +31,7 @@ def test_six_pools_return_within_the_budget_with_the_best_found_so_far():
     t0 = time.perf_counter()
     result = search_cluster(HeteroProblem(TINY, SIX, 8, 128), top_k=1, time_budget_s=1.0)
     assert time.perf_counter() - t0 < 1.0 + 5.0
-    assert "of 720 pool orders" in result.stopped
+    assert "of 20 pool orders" in result.stopped
     assert result.to_dict()["stopped"] == result.stopped
 
 
@@ -47,39 +48,73 @@ def test_the_cli_prints_where_the_budget_stopped_the_cluster_search(tmp_path, ca
     with pytest.raises(SystemExit):  # exit 1: no plan found in no time
         main([*argv, "--seq-length", "128", "--time-budget", "0"])
     out = capsys.readouterr().out
-    assert "stopped: time budget 0 s reached: 0 of 720 pool orders" in out
+    assert "stopped: time budget 0 s reached: 0 of 20 pool orders" in out
 
 
 class _Clock:
-    """A clock for the searches' ``time`` module: one second passes at every reading."""
+    """A clock for the searches' ``time`` module that moves only when a candidate is bounded: each
+    bound takes one second (``tick``)."""
 
     def __init__(self) -> None:
         self.now = 0.0
 
     def perf_counter(self) -> float:
-        self.now += 1.0
         return self.now
+
+    def tick(self, bound):
+        def timed(*args, **kwargs):
+            self.now += 1.0
+            return bound(*args, **kwargs)
+
+        return timed
+
+
+def _clocked(monkeypatch) -> None:
+    from paraplan.search.staged import hetero, splits
+
+    clock = _Clock()
+    for module in (hetero, splits):
+        monkeypatch.setattr(module, "time", clock)
+    monkeypatch.setattr(splits, "lower_bound", clock.tick(splits.lower_bound))
+
+
+def _a100_problem() -> HeteroProblem:
+    from paraplan.catalog import load_system
+    from paraplan.specs.cluster import uniform_cluster
+
+    return HeteroProblem(TINY, uniform_cluster(load_system("dgx-a100-80gb"), 8), 8, 128)
 
 
 def test_the_budget_stops_the_search_when_nothing_is_found_yet(monkeypatch):
-    """Issue 31: ``_best_splits`` stopped at the deadline only once it had found a plan; a search
-    that had found none ran on past its budget. With a clock that passes the deadline after two
-    candidates are bounded, no candidate is solved and the result says so (without the budget the
-    same problem has plans)."""
-    from paraplan.catalog import load_system
-    from paraplan.search.staged import hetero
-    from paraplan.specs.cluster import uniform_cluster
-
-    problem = HeteroProblem(TINY, uniform_cluster(load_system("dgx-a100-80gb"), 8), 8, 128)
+    """Issue 31: ``best_splits`` stopped at the deadline only once it had found a plan; a search
+    that had found none ran on past its budget. With a deadline passed while the first candidate is
+    bounded, no candidate is solved and the result says so (without the budget the same problem has
+    plans)."""
+    problem = _a100_problem()
     assert search_cluster(problem, top_k=1).plans
-    monkeypatch.setattr(hetero, "time", _Clock())
-    # readings: start 1 (deadline 4.5), pool order 2, candidates bounded at 3 and 4, past it at 5
-    result = search_cluster(problem, top_k=1, time_budget_s=3.5)
+    _clocked(monkeypatch)
+    result = search_cluster(problem, top_k=1, time_budget_s=0.5)
     assert not result.plans and result.solved == 0
     assert result.stopped.startswith(
-        "time budget 3.5 s reached: 1 of 1 pool orders enumerated, 2 of "
+        "time budget 0.5 s reached: 1 of 1 pool orders enumerated, 1 of "
     )
-    assert result.stopped.endswith(" candidates bounded, 0 solved")
+    assert " candidates bounded, 0 solved; the space holds " in result.stopped
+
+
+def test_a_budget_too_short_to_bound_every_candidate_still_finds_a_plan(monkeypatch):
+    """Issue 31: bounding every candidate before solving any (two pools of 512 GPUs, GPT-3 175B: 504
+    candidates, about 16 s) left a 5 s search with no plan. The search is anytime: a round bounds
+    candidates for half the time left, then solves the best bounded; here, with 10 s for candidates
+    that take 1 s each to bound, it finds a plan and says it stopped, having bounded fewer than all."""
+    problem = _a100_problem()
+    everything = search_cluster(problem, top_k=1)
+    assert everything.evaluated > 12
+    _clocked(monkeypatch)
+    result = search_cluster(problem, top_k=1, time_budget_s=10.0)
+    assert result.plans and result.solved >= 1
+    bounded = int(result.stopped.split(" enumerated, ")[1].split(" of ")[0])
+    assert 1 <= bounded < everything.evaluated
+    assert result.plans[0].step_time_s >= everything.plans[0].step_time_s
 
 
 def test_the_cli_says_the_budget_ran_out_before_any_plan_was_found(tmp_path, capsys):

@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.search.staged.balance import pipeline_objective
+from paraplan.search.staged.splits import lower_bound, stage_matrices
 from paraplan.search.staged.hetero import (
     HeteroProblem,
-    _lower_bound,
-    _stage_matrices,
     search_cluster,
 )
 from paraplan.search.staged.non_uniform import search_non_uniform
@@ -95,7 +94,7 @@ def test_search_non_uniform_plans_reestimate_identically(problem, exact):
 def _split_objective(problem: HeteroProblem, plan) -> float:
     """The split DP's objective for the plan's split (work and tail matrices, plus the tied all-reduce)."""
     settings_ = stage_settings(plan, problem.cluster)
-    times, tails = _stage_matrices(problem, settings_, _lower_bound(problem, settings_)[1])
+    times, tails = stage_matrices(problem, settings_, lower_bound(problem, settings_)[1])
     ranges = stage_block_ranges(plan, times.shape[1] - 1)
     t = [times[i, a, b] for i, (a, b) in enumerate(ranges)]
     u = [tails[i, a, b] for i, (a, b) in enumerate(ranges)]
@@ -109,7 +108,7 @@ def _split_objective(problem: HeteroProblem, plan) -> float:
 def test_the_split_objective_bounds_the_composed_step_and_the_slack_case_is_covered(engine):
     """The split's objective (tails without drain slack) is at least the composed step of the plan, and on
     a data-parallel 1F1B problem strictly above it for some returned plan: the slack the old ranking left out;
-    the candidate's pruning bound (``_lower_bound``) is at most that step."""
+    the candidate's pruning bound (``lower_bound``) is at most that step."""
     problem = HeteroProblem(
         TINY,
         CLUSTERS["mixed"],
@@ -127,7 +126,7 @@ def test_the_split_objective_bounds_the_composed_step_and_the_slack_case_is_cove
         objective = _split_objective(problem, cand.plan)
         assert cand.step_time_s <= objective * (1 + 1e-12)
         # the pruning bound of the candidate is at most its composed step
-        bound = _lower_bound(problem, stage_settings(cand.plan, problem.cluster))[0]
+        bound = lower_bound(problem, stage_settings(cand.plan, problem.cluster))[0]
         assert bound <= cand.step_time_s * (1 + 1e-12)
         gaps.append(objective - cand.step_time_s)
     assert np.max(gaps) > 1e-6

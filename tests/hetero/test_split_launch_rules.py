@@ -2,7 +2,7 @@
 search.staged.hetero.split_launchable checks only the one split a launcher states (DeepSpeed's partition
 "uniform", search.launch.fixed_split), because the launcher's other split rule, search.launch.stages_allowed
 (torchtitan: every model part holds a layer), holds for every split the searches make. Shown here over every
-split the split solver's range matrices allow (hetero._stage_matrices) and every split the alleviation
+split the split solver's range matrices allow (hetero.stage_matrices) and every split the alleviation
 proposes (non_uniform: stages of at least one block each), on small models under each launcher."""
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ import pytest
 
 from paraplan.catalog import load_framework, load_system
 from paraplan.search import launch
-from paraplan.search.staged.hetero import (
-    HeteroProblem,
-    _lower_bound,
-    _stage_matrices,
+from paraplan.search.staged.splits import (
     fixed_bounds,
-    profile_fields,
+    lower_bound,
     split_launchable,
     split_refusal,
+    stage_matrices,
+)
+from paraplan.search.staged.hetero import (
+    HeteroProblem,
+    profile_fields,
 )
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.model import ModelSpec
@@ -76,7 +78,7 @@ def test_every_split_the_solver_can_take_keeps_the_launcher_rules(framework, lay
     returns) passes the guard split_stages called: so that guard could never refuse there."""
     problem = _problem(framework, layers)
     settings = _settings(problem, pp)
-    times, tails = _stage_matrices(problem, settings, _lower_bound(problem, settings)[1])
+    times, tails = stage_matrices(problem, settings, lower_bound(problem, settings)[1])
     n = times.shape[1] - 1
     takeable = [
         b

@@ -1,17 +1,18 @@
 """Searches over plans the uniform search cannot express (issue 10).
 
 ``search_cluster`` (AMP-style, ``paraplan search --cluster FILE``): over device placements (the order
-in which the pools take the pipeline's ranks), tp/dp/pp degrees and micro-batch sizes, with ranks
+in which the pools take the pipeline's ranks, search.staged.pool_orders: listed lazily, interchangeable
+pools once, counted in closed form with the rest of the space by ``cluster_space_size``), tp/dp/pp degrees and micro-batch sizes, with ranks
 ordered (pp, dp, tp) outermost first as AMP does (Li et al. 2022, arXiv:2210.07297, §3.1); for each
 candidate the layer split is the optimum of the pipeline objective found by
-search.balance.balance_split over the stage-cost matrices of step.per_stage.range_matrices (every
+search.staged.balance.balance_split (search.staged.splits) over the stage-cost matrices of step.per_stage.range_matrices (every
 range of blocks on every stage at once: the exact per-micro-batch work, each stage's tail without the
 drain slack, which depends on the stages in front, so at least the composed tail). Ranked by the split's
 step through step.compose.compose_step, as step.per_stage.estimate_stage_plan prices it (a property
 test re-estimates every returned plan).
 
 The Aceso-style search (``paraplan search --non-uniform``) is search.staged.non_uniform; it shares this
-module's split solver (_best_splits), plan builder (_plan_from) and labels.
+split solver (search.staged.splits.best_splits), and this module's plan builder (_plan_from) and labels.
 
 Every candidate keeps the rules of a per-stage plan's stages (specs.rules.stage_rules, _stage_ok), so
 each plan returned passes specs.stage_plan.stage_plan_violations, the estimator's own check; with a
@@ -22,117 +23,29 @@ stages_allowed and fixed_split on its split, split_refusal; the first holds for 
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
-import numpy as np
-
-from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
-from paraplan.search import launch
 from paraplan.search.staged.alleviate import recompute_label
-from paraplan.search.staged.balance import balance_split, pipeline_objective
+from paraplan.search.staged.pool_orders import pool_order_count, pool_orders
+from paraplan.search.staged.problem import (  # noqa: F401  (the problem's names, read from here too)
+    HeteroProblem,
+    launchable,
+    profile_fields,
+    searched_modes,
+    under_profile,
+)
+from paraplan.search.staged.splits import best_splits
 from paraplan.specs.cluster import ClusterSpec
-from paraplan.specs.errors import InputError, Violation
-from paraplan.specs.framework import FrameworkSpec
-from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
 from paraplan.specs.recompute import stage_fields
-from paraplan.specs.rules import batch_rule, per_stage_model_rule, stage_rules, tp_rules
+from paraplan.specs.rules import batch_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
-from paraplan.step.layout import stage_at
-from paraplan.step.per_stage import (
-    Common,
-    StageSetting,
-    common_of,
-    compose_stages,
-    range_matrices,
-    stage_arrays,
-    tied_embedding_sync_s,
-)
-
-
-@dataclass(frozen=True)
-class HeteroProblem:
-    model: ModelSpec
-    cluster: ClusterSpec
-    global_batch: int
-    seq_length: int
-    dtype: str = "bf16"
-    attention: str = "flash"
-    schedule: str = "1f1b"
-    zero: int = 0
-    overlap_dp_grad_reduce: bool = True
-    recompute: tuple[str, ...] = ("none", "full")
-    micro_batches: tuple[int, ...] | None = (
-        None  # per-GPU micro-batch sizes to try; default powers of two
-    )
-    engine: str = "megatron"
-    tps: tuple[int, ...] | None = (
-        None  # tensor-parallel degrees to try (AMP-style search); default powers of two in a node
-    )
-    pps: tuple[int, ...] | None = (
-        None  # pipeline depths to try (AMP-style search); default every divisor
-    )
-    # the run-wide knobs a framework profile sets (cost.frameworks.PLAN_DEFAULTS; the cluster's systems
-    # carry its stack): every plan states them, so ``estimate --plan --framework`` prices it identically
-    overlap_param_gather: bool = True
-    overlap_tp_comm: bool = False
-    runtime: RuntimeFields = RuntimeFields()
-    # the profile whose launcher must run every plan (search.launch), and the sequence parallelism it
-    # may need (search.launch.staged_fields)
-    framework: str | None = None
-    sequence_parallel: bool = False
-
-    def __post_init__(self) -> None:
-        """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
-        an MoE / MLA model searched here would be costed as dense (issue 37); and the run-wide settings
-        the framework's launcher cannot state, a ``recompute`` restriction among them
-        (search.launch.run_wide_violations, as the uniform search)."""
-        if rule := per_stage_model_rule(self.model):
-            raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
-        if unlaunchable := launch.run_wide_violations(self.framework, self):
-            raise InputError.from_violations([Violation(*v) for v in unlaunchable])
-
-    # fixed in these searches (read by step.per_stage.common_of with the fields above)
-    vpp: ClassVar[int] = 1
-
-    @property
-    def common(self) -> Common:
-        return common_of(self)
-
-
-def searched_modes(problem: HeteroProblem) -> tuple[str, ...]:
-    """The recomputation modes of ``problem.recompute`` the per-stage searches vary: the uniform search's
-    rule at cp = 1 (search.launch.searched_modes), each stated per stage by specs.recompute.stage_fields."""
-    return launch.searched_modes(problem.framework, problem.model, 1, problem.recompute)
-
-
-def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
-    """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
-        its plan defaults, cost.frameworks.PLAN_DEFAULTS: attention and the overlap switches, and the run-wide
-        knobs, specs.plan.runtime_of; its name, whose launcher must run every plan, and the settings
-    search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
-    fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
-    fields["runtime"] = runtime_of(profile)
-    staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
-    fields |= {"framework": profile.name, **staged}
-    return framework_cluster(profile, cluster_spec), fields
-
-
-def under_profile(
-    profile: FrameworkSpec, cluster_spec: ClusterSpec, given: dict
-) -> tuple[ClusterSpec, dict]:
-    """(the cluster, the HeteroProblem fields) of a per-stage search under ``profile`` (profile_fields), the
-    caller's ``given`` fields kept where the profile states none, and its ``attention`` winning over the
-    profile's (``--attention`` stated): the one reading of the command and the Python API."""
-    cluster_spec, stated = profile_fields(profile, cluster_spec)
-    return cluster_spec, given | stated | {"attention": given.get("attention", stated["attention"])}
+from paraplan.step.per_stage import StageSetting
 
 
 @dataclass(frozen=True)
@@ -189,166 +102,6 @@ def _slices(gpus: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
         else:
             out.append([pool, idx, 1])
     return tuple(tuple(s) for s in out)
-
-
-def _lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
-    """A lower bound on the candidate's step time, and its stages' StageArrays: the stages together do at
-    least Σ_k min_i w_i(k) per micro-batch (each block on its cheapest stage), the slowest stage at least
-    1/pp of it, so T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)."""
-    model, cluster, common = problem.model, problem.cluster, problem.common
-    stages = len(settings)
-    arrays = [
-        stage_arrays(
-            model,
-            cluster,
-            common,
-            st,
-            settings[i - 1] if i else None,
-            settings[i + 1] if i + 1 < stages else None,
-        )
-        for i, st in enumerate(settings)
-    ]
-    cheapest = np.min(
-        [np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0
-    )
-    return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
-
-
-def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
-    """Block boundaries of the one split the framework's launcher states (search.launch.fixed_split:
-    the embedding block with the first stage's layers, the output block with the last's), or None."""
-    n = len(model_blocks(problem.model))
-    layers = launch.fixed_split(problem.framework, n - 2, stages)
-    if layers is None:
-        return None
-    return (0, *(1 + int(c) for c in np.cumsum(layers)[:-1]), n)
-
-
-def split_refusal(problem: HeteroProblem, bounds: tuple[int, ...]) -> str | None:
-    """Why the framework's launcher cannot state this split of the blocks (block boundaries), or None: the
-    launcher's split rules, search.launch.stages_allowed on the decoder layers of each stage (torchtitan:
-    every model part holds a layer) and its one split where it states one (fixed_bounds). The first holds
-    for every split these searches make (a stage is one model part, vpp 1, and every stage between the
-    first and the last holds at least one block, a layer: tests/hetero/test_split_launch_rules.py), checked
-    all the same; the split solver keeps the one split by construction (_stage_matrices: that split's
-    ranges alone); the alleviation's moves (search.staged.non_uniform) need this check."""
-    bounds, blocks = tuple(bounds), model_blocks(problem.model)
-    layers = [sum(b.is_layer for b in blocks[a:c]) for a, c in itertools.pairwise(bounds)]
-    who = f"split {list(bounds)}: {problem.framework}'s launcher"
-    if not launch.stages_allowed(problem.framework, layers, problem.vpp):
-        why = f"decoder layers per stage {layers}, {problem.vpp} model part(s) each"
-        return f"{who} cannot state it ({why}; search.launch.stages_allowed)"
-    fixed = fixed_bounds(problem, len(bounds) - 1)
-    if fixed is not None and bounds != fixed:
-        return f"{who} states only the split {list(fixed)} (search.launch.fixed_split)"
-    return None
-
-
-def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
-    """Does the framework's launcher state this split of the blocks (no ``split_refusal``)?"""
-    return split_refusal(problem, bounds) is None
-
-
-def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
-    """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed)?"""
-    stages = [(s.tp, s.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
-    return launch.stage_plan_allowed(problem.framework, problem, stages)
-
-
-def _stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays):
-    """(times, tails) of every block range on every stage; ``inf`` where a range is not allowed (empty,
-    first stage not starting at block 0, last stage not ending with the output block, out of memory).
-    ``times`` are the per-micro-batch work compose_step takes (step.per_stage.stage_terms: the runtime's
-    work); ``tails`` each stage's tail without its drain slack (step.tail.drain_slack_s depends on the
-    stages in front, so no per-range matrix holds it): at least the tail compose_step prices, which lowers
-    the exposed reduction by the slack (step.tail.after_slack_s), never below 0."""
-    n = len(model_blocks(problem.model))
-    stages = len(settings)
-    times = np.full((stages, n + 1, n + 1), np.inf)
-    tails = np.full((stages, n + 1, n + 1), np.inf)
-    upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
-    fixed = fixed_bounds(problem, stages)
-    for i, arr in enumerate(arrays):
-        m = range_matrices(arr, i)
-        ok = upper & (m["peak"] <= arr.capacity)
-        if fixed is not None:  # the launcher's one split: its range only
-            ok &= np.arange(n + 1)[:, None] == fixed[i]
-            ok &= np.arange(n + 1)[None, :] == fixed[i + 1]
-        if i == 0:
-            ok[1:, :] = False  # the first stage starts at block 0
-        if i == stages - 1:
-            ok[:, :n] = False  # the last stage ends with the output block
-        times[i] = np.where(ok, m["work"], np.inf)
-        tails[i] = np.where(ok, m["tail"], np.inf)
-    return times, tails
-
-
-def split_stages(
-    problem: HeteroProblem,
-    settings: list[StageSetting],
-    microbatches: int,
-    arrays=None,
-    cutoff: float = math.inf,
-) -> tuple[float, tuple[int, ...]] | None:
-    """(step time, block boundaries) of a split of the model over these stage settings, or None when none
-    fits. The split minimises Σ t_i + (m − 1)·max t_i + max u_i over the range matrices
-    (search.staged.balance.balance_split; ``_stage_matrices``: t the exact per-micro-batch work, u the tail
-    without drain slack, so the objective is at least the split's step); the step time returned is
-    compose_step's for that split (step.per_stage.compose_stages, as ``estimate --plan`` prices it), which
-    ranks it among the candidates. None too when the split's pipeline part and tied all-reduce alone (at
-    most its step: the tails are >= 0) reach ``cutoff``, the k-th best step found (it cannot enter)."""
-    n = len(model_blocks(problem.model))
-    if len(settings) > n:
-        return None
-    arrays = arrays or _lower_bound(problem, settings)[1]
-    times, tails = _stage_matrices(problem, settings, arrays)
-    split = balance_split(times, microbatches, tails)
-    if split is None:  # the launcher's split rules hold by construction (split_launchable)
-        return None
-    tied = tied_embedding_sync_s(
-        problem.model, problem.cluster, problem.common, settings[0], settings[-1]
-    )
-    if pipeline_objective(split.stage_times, microbatches) + tied >= cutoff:
-        return None
-    bounds = split.bounds
-    stages = tuple(
-        stage_at(arr.blocks, i, a, b)
-        for i, (arr, a, b) in enumerate(zip(arrays, bounds, bounds[1:]))
-    )
-    return compose_stages(stages, tied)[0], bounds
-
-
-def _best_splits(problem: HeteroProblem, candidates, top_k: int, deadline: float = math.inf):
-    """Branch and bound over candidate stage lists: solve the split DP in increasing order of the lower
-    bound (``_lower_bound``, at most the composed step of every split of the candidate) and stop once the
-    bound reaches the k-th best composed step found (``split_stages``: no skipped candidate can enter the
-    top k). ``candidates``: (settings, microbatches, extra) tuples; past ``deadline``
-    (time.perf_counter) no further candidate is bounded or solved, found or not. Returns (found, solved,
-    bounded): the k best, and how many candidates were solved and bounded."""
-    n = len(model_blocks(problem.model))
-    bounded = []
-    for settings, m, extra in candidates:
-        if time.perf_counter() > deadline:
-            break
-        if len(settings) > n:
-            continue
-        bound, arrays = _lower_bound(problem, settings)
-        bounded.append((bound, settings, m, extra, arrays))
-    bounded.sort(key=lambda b: b[0])
-    found: list = []
-    solved = 0
-    for bound, settings, m, extra, arrays in bounded:
-        if len(found) >= top_k and bound >= found[top_k - 1][0]:
-            break
-        if time.perf_counter() > deadline:
-            break
-        solved += 1
-        cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
-        best = split_stages(problem, settings, m, arrays, cutoff)
-        if best is not None:
-            found.append((best[0], settings, best[1], m, extra))
-            found.sort(key=lambda f: f[0])
-    return found, solved, len(bounded)
 
 
 def _plan_from(
@@ -449,27 +202,27 @@ def _stage_ok(
     return not broken
 
 
-def search_cluster(
-    problem: HeteroProblem,
-    top_k: int = 5,
-    orders: list[tuple[str, ...]] | None = None,
-    time_budget_s: float | None = None,
-) -> HeteroResult:
-    """AMP-style search (module docstring), stopped at ``time_budget_s`` from its start (the pool
-    orders enumerated, bounded and solved so far; issue 37: six pools, 720 orders, ran past 120 s)."""
-    t0 = time.perf_counter()
-    deadline = math.inf if time_budget_s is None else t0 + time_budget_s
-    names = tuple(p.name for p in problem.cluster.pools)
-    orders = orders or list(itertools.permutations(names))
-    candidates = []
-    done = 0
+def cluster_space_size(problem: HeteroProblem) -> int:
+    """Candidates of the AMP-style search before the per-stage rules, counted without listing the pool
+    orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × (uniform degrees and
+    micro-batch sizes, ``_degrees``: a loop over tp, pp and micro-batch sizes, independent of the
+    orders) × (recomputation modes, ``searched_modes``)."""
+    degrees = sum(1 for _ in _degrees(problem))
+    return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
+
+
+def _candidates(problem: HeteroProblem, orders, deadline: float, progress: list[int]):
+    """(settings, microbatches, order) of every candidate, one pool order at a time (``orders``, a
+    list or a generator), ``progress`` counting the orders begun and the candidates listed; none past
+    ``deadline``."""
+    degrees = list(_degrees(problem))
     stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
     for order in orders:
         if time.perf_counter() > deadline:
-            break
-        done += 1
+            return
+        progress[0] += 1
         gpu_list = _gpu_list(problem.cluster, order)
-        for dims, mb, m in _degrees(problem):
+        for dims, mb, m in degrees:
             tp, dp, pp, per = dims.tp, dims.dp, dims.pp, dims.stage_gpus
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
             if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
@@ -479,17 +232,36 @@ def search_cluster(
                     StageSetting(slices[k], tp, dp, mb, rc, ops, k, pp, m) for k in range(pp)
                 ]
                 if launchable(problem, settings):
-                    candidates.append((settings, m, order))
-    found, solved, bounded = _best_splits(problem, candidates, top_k, deadline)
+                    progress[1] += 1
+                    yield settings, m, order
+
+
+def search_cluster(
+    problem: HeteroProblem,
+    top_k: int = 5,
+    orders: list[tuple[str, ...]] | None = None,
+    time_budget_s: float | None = None,
+) -> HeteroResult:
+    """AMP-style search (module docstring), stopped at ``time_budget_s`` from its start (the pool
+    orders listed, bounded and solved so far; issue 37: six pools, 720 orders, ran past 120 s; issue 31:
+    eleven pools ran out of memory listing 40 million orders before the budget applied). ``orders``: the
+    pool orders to search (default: every distinct one, search.staged.pool_orders)."""
+    t0 = time.perf_counter()
+    deadline = math.inf if time_budget_s is None else t0 + time_budget_s
+    total_orders = len(orders) if orders else pool_order_count(problem.cluster)
+    progress = [0, 0]  # pool orders begun, candidates listed
+    stream = _candidates(problem, orders or pool_orders(problem.cluster), deadline, progress)
+    found, solved, bounded = best_splits(problem, stream, top_k, deadline)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]
     ]
     stopped = (
-        f"time budget {time_budget_s:g} s reached: {done} of {len(orders)} pool orders enumerated, "
-        f"{bounded} of {len(candidates)} candidates bounded, {solved} solved"
+        f"time budget {time_budget_s:g} s reached: {progress[0]} of {total_orders} pool orders "
+        f"enumerated, {bounded} of {progress[1]} candidates bounded, {solved} solved; the space "
+        f"holds {cluster_space_size(problem)} candidates"
         if time.perf_counter() > deadline
         else ""
     )
     elapsed_s = time.perf_counter() - t0
-    return HeteroResult(plans, len(candidates), elapsed_s, "amp-dp", solved=solved, stopped=stopped)
+    return HeteroResult(plans, progress[1], elapsed_s, "amp-dp", solved=solved, stopped=stopped)

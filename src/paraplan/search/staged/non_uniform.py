@@ -8,8 +8,8 @@ search (search.staged.hetero.search_cluster), under a time budget, with its traj
 The space is counted without listing it (non_uniform_space_size), so choosing between the two costs
 the same on 16 GPUs as on 16,384. Every candidate keeps the rules of a per-stage plan's stages
 (specs.rules, through hetero._stage_ok), so no returned plan is one the estimator refuses, and under a
-framework profile the rules of what its launcher runs (search.launch, through hetero.launchable and
-hetero.split_launchable).
+framework profile the rules of what its launcher runs (search.launch, through problem.launchable and
+splits.split_launchable).
 """
 
 from __future__ import annotations
@@ -33,16 +33,14 @@ from paraplan.search.staged.hetero import (
     Candidate,
     HeteroProblem,
     HeteroResult,
-    _best_splits,
     _label,
     _plan_from,
     _powers_of_two,
     _stage_ok,
-    launchable,
     search_cluster,
-    searched_modes,
-    split_launchable,
 )
+from paraplan.search.staged.problem import launchable, searched_modes
+from paraplan.search.staged.splits import best_splits, split_launchable
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import stage_fields
@@ -58,7 +56,7 @@ def _stage_settings_from(
     """The StageSettings of these per-stage configs on the one pool, or None when a stage breaks a rule
     of a per-stage plan (specs.rules: stage_degree_rule, stage_rules), its tp leaves a node (the
     search keeps tensor parallelism inside NVLink, as AMP and Aceso do) or the framework's launcher does
-    not run the stages (hetero.launchable)."""
+    not run the stages (problem.launchable)."""
     pool = problem.cluster.pools[0]
     offset = 0
     out = []
@@ -92,7 +90,7 @@ def _stage_tps(gpus: int) -> list[int]:
 
 def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
     """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two dividing them, the
-    ``modes`` of the search (hetero.searched_modes)."""
+    ``modes`` of the search (problem.searched_modes)."""
     tps = _stage_tps(gpus)
     return [(t, rc) for t in tps for rc in modes]
 
@@ -179,7 +177,7 @@ def _exact(
     t0: float,
     deadline: float = math.inf,
 ) -> HeteroResult:
-    """Every per-stage combination, each split solved exactly (search.staged.hetero._best_splits),
+    """Every per-stage combination, each split solved exactly (search.staged.splits.best_splits),
     as far as the ``deadline`` (time.perf_counter) allows."""
     candidates = []
     modes = searched_modes(problem)
@@ -190,7 +188,7 @@ def _exact(
                 settings = _stage_settings_from(problem, configs, m)
                 if settings is not None:
                     candidates.append((settings, m, None))
-    found, solved, bounded = _best_splits(problem, candidates, top_k, deadline)
+    found, solved, bounded = best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))

@@ -1,0 +1,103 @@
+"""The problem of the per-stage searches (``search --cluster`` and ``--non-uniform``): the model, the
+cluster of node pools, the batch and the run-wide settings every stage of a searched plan shares
+(HeteroProblem), read once from a framework profile (profile_fields, under_profile), and the launcher's
+rules on one candidate's stage settings (launchable, search.launch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
+from paraplan.search import launch
+from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.errors import InputError, Violation
+from paraplan.specs.framework import FrameworkSpec
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
+from paraplan.specs.rules import per_stage_model_rule
+from paraplan.step.per_stage import Common, StageSetting, common_of
+
+
+@dataclass(frozen=True)
+class HeteroProblem:
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch: int
+    seq_length: int
+    dtype: str = "bf16"
+    attention: str = "flash"
+    schedule: str = "1f1b"
+    zero: int = 0
+    overlap_dp_grad_reduce: bool = True
+    recompute: tuple[str, ...] = ("none", "full")
+    micro_batches: tuple[int, ...] | None = (
+        None  # per-GPU micro-batch sizes to try; default powers of two
+    )
+    engine: str = "megatron"
+    tps: tuple[int, ...] | None = (
+        None  # tensor-parallel degrees to try (AMP-style search); default powers of two in a node
+    )
+    pps: tuple[int, ...] | None = (
+        None  # pipeline depths to try (AMP-style search); default every divisor
+    )
+    # the run-wide knobs a framework profile sets (cost.frameworks.PLAN_DEFAULTS; the cluster's systems
+    # carry its stack): every plan states them, so ``estimate --plan --framework`` prices it identically
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False
+    runtime: RuntimeFields = RuntimeFields()
+    # the profile whose launcher must run every plan (search.launch), and the sequence parallelism it
+    # may need (search.launch.staged_fields)
+    framework: str | None = None
+    sequence_parallel: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
+        an MoE / MLA model searched here would be costed as dense (issue 37); and the run-wide settings
+        the framework's launcher cannot state, a ``recompute`` restriction among them
+        (search.launch.run_wide_violations, as the uniform search)."""
+        if rule := per_stage_model_rule(self.model):
+            raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
+        if unlaunchable := launch.run_wide_violations(self.framework, self):
+            raise InputError.from_violations([Violation(*v) for v in unlaunchable])
+
+    # fixed in these searches (read by step.per_stage.common_of with the fields above)
+    vpp: ClassVar[int] = 1
+
+    @property
+    def common(self) -> Common:
+        return common_of(self)
+
+
+def searched_modes(problem: HeteroProblem) -> tuple[str, ...]:
+    """The recomputation modes of ``problem.recompute`` the per-stage searches vary: the uniform search's
+    rule at cp = 1 (search.launch.searched_modes), each stated per stage by specs.recompute.stage_fields."""
+    return launch.searched_modes(problem.framework, problem.model, 1, problem.recompute)
+
+
+def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
+    """(the cluster under the profile's stack, cost.frameworks.framework_cluster; the HeteroProblem fields of
+        its plan defaults, cost.frameworks.PLAN_DEFAULTS: attention and the overlap switches, and the run-wide
+        knobs, specs.plan.runtime_of; its name, whose launcher must run every plan, and the settings
+    search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
+    fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
+    fields["runtime"] = runtime_of(profile)
+    staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
+    fields |= {"framework": profile.name, **staged}
+    return framework_cluster(profile, cluster_spec), fields
+
+
+def under_profile(
+    profile: FrameworkSpec, cluster_spec: ClusterSpec, given: dict
+) -> tuple[ClusterSpec, dict]:
+    """(the cluster, the HeteroProblem fields) of a per-stage search under ``profile`` (profile_fields), the
+    caller's ``given`` fields kept where the profile states none, and its ``attention`` winning over the
+    profile's (``--attention`` stated): the one reading of the command and the Python API."""
+    cluster_spec, stated = profile_fields(profile, cluster_spec)
+    return cluster_spec, given | stated | {"attention": given.get("attention", stated["attention"])}
+
+
+def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
+    """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed)?"""
+    stages = [(s.tp, s.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
+    return launch.stage_plan_allowed(problem.framework, problem, stages)

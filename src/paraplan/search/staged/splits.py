@@ -1,0 +1,243 @@
+"""The layer split of one candidate of the per-stage searches, and the branch and bound over candidates.
+
+For a candidate (one StageSetting per stage) the split of the model's blocks over its stages is the
+optimum of the pipeline objective over the range matrices of step.per_stage (``split_stages``), ranked
+by the composed step (step.per_stage.compose_stages, as ``estimate --plan`` prices it). ``best_splits``
+solves candidates in increasing order of an admissible bound (``lower_bound``) and is anytime: under a
+deadline it alternates bounding and solving, so a plan is found early, and the k best it returns when it
+runs to the end are those of the whole list. The launcher's split rules (``split_refusal``) live here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from paraplan.search import launch
+from paraplan.search.staged.balance import balance_split, pipeline_objective
+from paraplan.search.staged.problem import HeteroProblem
+from paraplan.step.blocks import model_blocks
+from paraplan.step.layout import stage_at
+from paraplan.step.per_stage import (
+    StageSetting,
+    compose_stages,
+    range_matrices,
+    stage_arrays,
+    tied_embedding_sync_s,
+)
+
+
+def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
+    """A lower bound on the candidate's step time, and its stages' StageArrays: the stages together do at
+    least Σ_k min_i w_i(k) per micro-batch (each block on its cheapest stage), the slowest stage at least
+    1/pp of it, so T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)."""
+    model, cluster, common = problem.model, problem.cluster, problem.common
+    stages = len(settings)
+    arrays = [
+        stage_arrays(
+            model,
+            cluster,
+            common,
+            st,
+            settings[i - 1] if i else None,
+            settings[i + 1] if i + 1 < stages else None,
+        )
+        for i, st in enumerate(settings)
+    ]
+    cheapest = np.min(
+        [np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0
+    )
+    return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
+
+
+def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
+    """Block boundaries of the one split the framework's launcher states (search.launch.fixed_split:
+    the embedding block with the first stage's layers, the output block with the last's), or None."""
+    n = len(model_blocks(problem.model))
+    layers = launch.fixed_split(problem.framework, n - 2, stages)
+    if layers is None:
+        return None
+    return (0, *(1 + int(c) for c in np.cumsum(layers)[:-1]), n)
+
+
+def split_refusal(problem: HeteroProblem, bounds: tuple[int, ...]) -> str | None:
+    """Why the framework's launcher cannot state this split of the blocks (block boundaries), or None: the
+    launcher's split rules, search.launch.stages_allowed on the decoder layers of each stage (torchtitan:
+    every model part holds a layer) and its one split where it states one (fixed_bounds). The first holds
+    for every split these searches make (a stage is one model part, vpp 1, and every stage between the
+    first and the last holds at least one block, a layer: tests/hetero/test_split_launch_rules.py), checked
+    all the same; the split solver keeps the one split by construction (stage_matrices: that split's
+    ranges alone); the alleviation's moves (search.staged.non_uniform) need this check."""
+    bounds, blocks = tuple(bounds), model_blocks(problem.model)
+    layers = [sum(b.is_layer for b in blocks[a:c]) for a, c in itertools.pairwise(bounds)]
+    who = f"split {list(bounds)}: {problem.framework}'s launcher"
+    if not launch.stages_allowed(problem.framework, layers, problem.vpp):
+        why = f"decoder layers per stage {layers}, {problem.vpp} model part(s) each"
+        return f"{who} cannot state it ({why}; search.launch.stages_allowed)"
+    fixed = fixed_bounds(problem, len(bounds) - 1)
+    if fixed is not None and bounds != fixed:
+        return f"{who} states only the split {list(fixed)} (search.launch.fixed_split)"
+    return None
+
+
+def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
+    """Does the framework's launcher state this split of the blocks (no ``split_refusal``)?"""
+    return split_refusal(problem, bounds) is None
+
+
+def stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays):
+    """(times, tails) of every block range on every stage; ``inf`` where a range is not allowed (empty,
+    first stage not starting at block 0, last stage not ending with the output block, out of memory).
+    ``times`` are the per-micro-batch work compose_step takes (step.per_stage.stage_terms: the runtime's
+    work); ``tails`` each stage's tail without its drain slack (step.tail.drain_slack_s depends on the
+    stages in front, so no per-range matrix holds it): at least the tail compose_step prices, which lowers
+    the exposed reduction by the slack (step.tail.after_slack_s), never below 0."""
+    n = len(model_blocks(problem.model))
+    stages = len(settings)
+    times = np.full((stages, n + 1, n + 1), np.inf)
+    tails = np.full((stages, n + 1, n + 1), np.inf)
+    upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
+    fixed = fixed_bounds(problem, stages)
+    for i, arr in enumerate(arrays):
+        m = range_matrices(arr, i)
+        ok = upper & (m["peak"] <= arr.capacity)
+        if fixed is not None:  # the launcher's one split: its range only
+            ok &= np.arange(n + 1)[:, None] == fixed[i]
+            ok &= np.arange(n + 1)[None, :] == fixed[i + 1]
+        if i == 0:
+            ok[1:, :] = False  # the first stage starts at block 0
+        if i == stages - 1:
+            ok[:, :n] = False  # the last stage ends with the output block
+        times[i] = np.where(ok, m["work"], np.inf)
+        tails[i] = np.where(ok, m["tail"], np.inf)
+    return times, tails
+
+
+def split_stages(
+    problem: HeteroProblem,
+    settings: list[StageSetting],
+    microbatches: int,
+    arrays=None,
+    cutoff: float = math.inf,
+) -> tuple[float, tuple[int, ...]] | None:
+    """(step time, block boundaries) of a split of the model over these stage settings, or None when none
+    fits. The split minimises Σ t_i + (m − 1)·max t_i + max u_i over the range matrices
+    (search.staged.balance.balance_split; ``stage_matrices``: t the exact per-micro-batch work, u the tail
+    without drain slack, so the objective is at least the split's step); the step time returned is
+    compose_step's for that split (step.per_stage.compose_stages, as ``estimate --plan`` prices it), which
+    ranks it among the candidates. None too when the split's pipeline part and tied all-reduce alone (at
+    most its step: the tails are >= 0) reach ``cutoff``, the k-th best step found (it cannot enter)."""
+    n = len(model_blocks(problem.model))
+    if len(settings) > n:
+        return None
+    arrays = arrays or lower_bound(problem, settings)[1]
+    times, tails = stage_matrices(problem, settings, arrays)
+    split = balance_split(times, microbatches, tails)
+    if split is None:  # the launcher's split rules hold by construction (split_launchable)
+        return None
+    tied = tied_embedding_sync_s(
+        problem.model, problem.cluster, problem.common, settings[0], settings[-1]
+    )
+    if pipeline_objective(split.stage_times, microbatches) + tied >= cutoff:
+        return None
+    bounds = split.bounds
+    stages = tuple(
+        stage_at(arr.blocks, i, a, b)
+        for i, (arr, a, b) in enumerate(zip(arrays, bounds, bounds[1:]))
+    )
+    return compose_stages(stages, tied)[0], bounds
+
+
+class _Bounded(NamedTuple):
+    """A candidate with its bound: ``index`` is its place in the candidate list (the tie-breaker)."""
+
+    bound: float
+    index: int
+    settings: list[StageSetting]
+    microbatches: int
+    extra: object
+    arrays: list
+
+
+def best_splits(
+    problem: HeteroProblem, candidates: Iterable, top_k: int, deadline: float = math.inf
+) -> tuple[list, int, int]:
+    """Branch and bound over candidate stage lists (``candidates``: (settings, microbatches, extra),
+    a list or a generator): solve the split DP (``split_stages``) in increasing (bound, index) order of
+    ``lower_bound`` (at most the composed step of every split of the candidate) and stop once the bound
+    reaches the k-th best composed step found (no unsolved candidate can enter the top k).
+
+    Anytime under a ``deadline`` (time.perf_counter): in rounds, bound candidates until the list is
+    exhausted or half the time left is spent, then solve the bounded ones not yet solved, as above;
+    repeat with the candidates left. A plan is so found even where bounding every candidate would take
+    longer than the budget (issue 31: two pools of 512 GPUs, GPT-3 175B, 504 candidates bounded in
+    about 16 s, none solved in 5 s). Without a deadline, one round: every candidate bounded, then solved
+    in order. The k best, ranked by (step, bound, index), are the same in either case once the search
+    runs to its end; past the deadline nothing more is bounded or solved, found or not.
+
+    Returns (found, solved, bounded): the k best as (step, settings, bounds, microbatches, extra), and
+    how many candidates were solved and bounded."""
+    pending = enumerate(candidates)
+    bounded: list[_Bounded] = []
+    solved: set[int] = set()
+    found: list = []  # (step, bound, index, settings, bounds, microbatches, extra)
+    exhausted = False
+    while not exhausted and time.perf_counter() <= deadline:
+        exhausted = _bound_round(problem, pending, bounded, deadline)
+        bounded.sort(key=lambda b: (b.bound, b.index))
+        if not _solve_round(problem, bounded, solved, found, top_k, deadline):
+            break
+    return [f[:1] + f[3:] for f in found], len(solved), len(bounded)
+
+
+def _bound_round(problem: HeteroProblem, pending, bounded: list[_Bounded], deadline: float) -> bool:
+    """Bound candidates from ``pending`` into ``bounded`` until it is exhausted (True), the deadline
+    passes, or, the round's first candidate bounded, half the time left at its start is spent (False)."""
+    n = len(model_blocks(problem.model))
+    start = time.perf_counter()
+    soft = deadline if math.isinf(deadline) else start + (deadline - start) / 2
+    first = True
+    while True:
+        now = time.perf_counter()
+        if now > deadline or (now > soft and not first):
+            return False
+        item = next(pending, None)
+        if item is None:
+            return True
+        index, (settings, microbatches, extra) = item
+        if len(settings) > n:
+            continue
+        first = False
+        bound, arrays = lower_bound(problem, settings)
+        bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays))
+
+
+def _solve_round(
+    problem: HeteroProblem,
+    bounded: list[_Bounded],
+    solved: set[int],
+    found: list,
+    top_k: int,
+    deadline: float,
+) -> bool:
+    """Solve the bounded candidates (sorted) not yet ``solved``, adding each split found to ``found``
+    (kept sorted), until a bound reaches the k-th best step (True) or the deadline passes (False)."""
+    for b in bounded:
+        if len(found) >= top_k and b.bound >= found[top_k - 1][0]:
+            return True
+        if b.index in solved:
+            continue
+        if time.perf_counter() > deadline:
+            return False
+        solved.add(b.index)
+        cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
+        best = split_stages(problem, b.settings, b.microbatches, b.arrays, cutoff)
+        if best is not None:
+            found.append((best[0], b.bound, b.index, b.settings, best[1], b.microbatches, b.extra))
+            found.sort(key=lambda f: f[:3])
+    return True
