@@ -41,6 +41,7 @@ def test_each_runs_as_a_stage_plan(name, seq):
             "seq_length": seq,
             "microbatches": 4,
             "dtype": "fp16",
+            "attention": "unfused",
             "stages": [
                 {"pool": pool, "gpus": 4, "layers": layers // 2, "tp": 2},
                 {"pool": pool, "gpus": 4, "layers": layers - layers // 2, "tp": 4},

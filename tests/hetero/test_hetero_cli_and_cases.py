@@ -32,6 +32,7 @@ PLAN = {
     "seq_length": 512,
     "microbatches": 2,
     "dtype": "fp16",
+    "attention": "unfused",
     "stages": [
         {"pool": "v100", "gpus": 4, "layers": 3},
         {"pool": "t4", "gpus": 4, "layers": 1, "recompute": "full"},

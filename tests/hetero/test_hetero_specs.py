@@ -97,6 +97,7 @@ PLAN = {
     "seq_length": 1024,
     "microbatches": 4,
     "dtype": "fp16",
+    "attention": "unfused",
     "stages": [
         {"pool": "v100", "gpus": 8, "layers": 14, "tp": 2},
         {

@@ -34,16 +34,27 @@ MIXED = cluster_from_dict(
         ]
     }
 )
+# bf16 needs bf16 tensor cores (specs.rules.accelerator_rules): two pools of newer parts, the same names
+MIXED_BF16 = cluster_from_dict(
+    {
+        "pools": [
+            {"name": "v100", "system": "dgx-a100-40gb", "nodes": 1},
+            {"name": "t4", "system": "dgx-h100-80gb", "nodes": 1},
+        ]
+    }
+)
 
 
 @pytest.mark.parametrize("dtype, g", [("fp16", 6.0), ("bf16", 18.0)])
 def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
+    cluster = MIXED if dtype == "fp16" else MIXED_BF16
     plan = stage_plan_from_dict(
         {
             "global_batch": 16,
             "seq_length": 1024,
             "microbatches": 4,
             "dtype": dtype,
+            "attention": "unfused" if dtype == "fp16" else "flash",
             "engine": "deepspeed",
             "stages": [
                 {"pool": "v100", "gpus": 4, "layers": 5, "tp": 2},
@@ -52,15 +63,15 @@ def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
         }
     )
     fused = replace(ENGINES["deepspeed"], grad_accumulation="fused")
-    with_acc = estimate_stage_plan(SMALL, MIXED, plan)
-    without = estimate_stage_plan(SMALL, MIXED, plan, fused)
-    common, settings = common_of(plan), stage_settings(plan, MIXED)
+    with_acc = estimate_stage_plan(SMALL, cluster, plan)
+    without = estimate_stage_plan(SMALL, cluster, plan, fused)
+    common, settings = common_of(plan), stage_settings(plan, cluster)
     bounds = [(0, 6), (6, 10)]  # embedding + 5 layers | 3 layers + head
     for i, (a, b) in enumerate(bounds):
         st = settings[i]
-        arr = stage_arrays(SMALL, MIXED, common, st, *stage_neighbours(settings, i, 1))
+        arr = stage_arrays(SMALL, cluster, common, st, *stage_neighbours(settings, i, 1))
         params = stage_params(stage_at(arr.blocks, i, a, b), "dense")
-        acc = MIXED.pool(st.slices[0][0]).system.accelerator
+        acc = cluster.pool(st.slices[0][0]).system.accelerator
         rate = acc.hbm_bandwidth * acc.efficiency.hbm
         delta = with_acc.stage_work_s[i] - without.stage_work_s[i]
         assert delta == pytest.approx(grad_accumulation_s(params, g, rate), rel=1e-9)

@@ -181,6 +181,10 @@ def test_every_searched_plan_checks_re_estimates_and_launches_under_the_framewor
     for _ in range(12):
         model, cluster, framework, batch, non_uniform = draw_problem(rng)
         priced, fields = profile_fields(load_framework(framework), cluster)
+        if (
+            cluster.name == "mixed"
+        ):  # V100 and T4: fp16, unfused attention (specs.rules.accelerator_rules)
+            fields |= {"attention": "unfused"}
         dtype = "fp16" if cluster.name == "mixed" else "bf16"
         problem = HeteroProblem(model, priced, batch, 512, dtype, **fields)
         search = search_non_uniform if non_uniform and cluster.is_uniform else search_cluster
@@ -274,7 +278,7 @@ def test_the_python_api_searches_a_cluster_under_a_framework_as_the_command(caps
     code, out, err = run(capsys, *argv, "--time-budget", "60")
     assert code == 0, err
     by_cli = json.loads(out)["plans"]
-    options = dict(top=2, time_budget_s=60.0, seq_length=512, dtype="fp16")
+    options = dict(top=2, time_budget_s=60.0, seq_length=512, dtype="fp16", attention="unfused")
     by_api = api.search_cluster(MODEL, MIXED, 16, framework="megatron-deepspeed", **options)[
         "plans"
     ]

@@ -296,14 +296,20 @@ def precision_defaults(ctx: typer.Context, system_spec, names=("dtype", "attenti
     """The dtype and attention the user left at their defaults, chosen for the accelerator
     (specs.rules.default_precision: fp16 and unfused attention on V100 / T4, never bf16 or FlashAttention
     silently), with a note on stderr when that differs from bf16 / flash."""
-    from paraplan.specs.rules import default_precision
+    return accelerator_precision_defaults(explicit_options(ctx, names), [system_spec.accelerator])
 
-    given = explicit_options(ctx, names)
-    chosen = {k: v for k, v in default_precision(system_spec.accelerator).items() if k not in given}
+
+def accelerator_precision_defaults(given: set[str], accelerators) -> dict:
+    """The dtype and attention not in ``given``, chosen for every one of ``accelerators`` (a cluster's
+    pools: specs.rules.cluster_default_precision), with the note of ``precision_defaults``."""
+    from paraplan.specs.rules import cluster_default_precision
+
+    precision, older = cluster_default_precision(accelerators)
+    chosen = {k: v for k, v in precision.items() if k not in given}
     if chosen.get("dtype", "bf16") != "bf16" or chosen.get("attention", "flash") != "flash":
         picked = ", ".join(f"--{k} {v}" for k, v in chosen.items())
         print(
-            f"note: {system_spec.accelerator.name} has no bf16 tensor cores and runs no FlashAttention-2: "
+            f"note: {older} has no bf16 tensor cores and runs no FlashAttention-2: "
             f"{picked} (give --dtype / --attention to choose)",
             file=sys.stderr,
         )

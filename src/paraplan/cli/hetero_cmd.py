@@ -202,13 +202,16 @@ def search_hetero(
     restrictions: dict | None = None,
     framework: str | None = None,
     attention_given: bool = True,
+    dtype_given: bool = True,
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
     line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute);
     ``framework``: a profile's stack on every pool and its plan defaults (profile_fields), as
     ``estimate --plan --framework`` prices a per-stage plan; ``attention_given``: --attention was stated
-    (else the profile's attention default wins)."""
-    from paraplan.cli.app import load_framework_option
+    (else the profile's attention default wins); ``dtype_given``: --dtype was stated. Those not stated
+    are chosen for the cluster's accelerators (cli.app.accelerator_precision_defaults: fp16 and unfused
+    attention where a pool is a V100 / T4), as ``search --system`` chooses them."""
+    from paraplan.cli.app import accelerator_precision_defaults, load_framework_option
     from paraplan.search.staged.hetero import HeteroProblem, search_cluster, under_profile
     from paraplan.search.staged.non_uniform import search_non_uniform
 
@@ -216,6 +219,12 @@ def search_hetero(
     profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     cluster_spec = resolve_cluster(cluster, system, gpus)
     given = {k: v for k, v in (restrictions or {}).items() if v is not None}
+    stated = {n for n, g in (("dtype", dtype_given), ("attention", attention_given)) if g}
+    chosen = accelerator_precision_defaults(
+        stated, [p.system.accelerator for p in cluster_spec.pools]
+    )
+    dtype, attention = chosen.get("dtype", dtype), chosen.get("attention", attention)
+    attention_given = attention_given or "attention" in chosen and attention != "flash"
     if profile is not None:
         stated = given | ({"attention": attention} if attention_given else {})
         cluster_spec, given = under_profile(profile, cluster_spec, stated)

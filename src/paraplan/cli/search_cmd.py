@@ -212,6 +212,7 @@ def search(
             {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES},
             framework,
             "attention" in explicit_options(ctx, ("attention",)),
+            "dtype" in explicit_options(ctx, ("dtype",)),
         )
         if not result.plans:
             raise typer.Exit(EXIT_DOES_NOT_FIT)

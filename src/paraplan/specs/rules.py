@@ -475,6 +475,17 @@ def default_precision(accelerator) -> dict[str, str]:
     return {"dtype": "fp16", "attention": "unfused"}
 
 
+def cluster_default_precision(accelerators) -> tuple[dict[str, str], str]:
+    """(the dtype and attention a plan over these accelerators takes when the user names neither, the
+    name of the first accelerator that sets them): default_precision of each, fp16 and unfused attention
+    as soon as one of them is an older part (a mixed V100 + A100 cluster runs what both run)."""
+    for accelerator in accelerators:
+        precision = default_precision(accelerator)
+        if precision["dtype"] != "bf16":
+            return precision, accelerator.name
+    return {"dtype": "bf16", "attention": "flash"}, ""
+
+
 def precision_rules(accelerator, attention: str) -> list[Rule]:
     """FlashAttention needs an accelerator with bf16 tensor cores (block comment above); the dtype is
     dtype_rule's."""

@@ -38,6 +38,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
+    accelerator_rules,
     engine_zero_rule,
     batch_rule,
     interleave_batch_rule,
@@ -254,10 +255,25 @@ def stage_plan_violations(
         if s.recompute_ops and empty:
             ops, rule = list(s.recompute_ops), "the stage holds no transformer layer"
             out.append(Violation(f"plan.stages.{i}.recompute_ops", ops, rule))
+    out += stage_accelerator_violations(plan, [pools[name] for name in taken if name in pools])
     for name, count in taken.items():
         if name in pools and count > pools[name].gpu_count:
             rule = f"GPUs taken exceed the pool's {pools[name].gpu_count}"
             out.append(Violation(f"plan.stages (pool {name})", count, rule))
+    return out
+
+
+def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
+    """The plan's dtype and attention kernel on each accelerator its stages use: specs.rules.
+    accelerator_rules, the check a uniform plan gets (step.estimate), once per accelerator."""
+    out, seen = [], set()
+    for pool in pools:
+        accelerator = pool.system.accelerator
+        if accelerator.name not in seen:
+            seen.add(accelerator.name)
+            out += [
+                Violation(*r) for r in accelerator_rules(accelerator, plan.dtype, plan.attention)
+            ]
     return out
 
 

@@ -15,7 +15,11 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
-from paraplan.specs.rules import per_stage_model_rule
+from paraplan.specs.rules import (
+    accelerator_rules,
+    cluster_default_precision,
+    per_stage_model_rule,
+)
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
 
@@ -25,8 +29,10 @@ class HeteroProblem:
     cluster: ClusterSpec
     global_batch: int
     seq_length: int
-    dtype: str = "bf16"
-    attention: str = "flash"
+    # None: chosen for the cluster's accelerators (specs.rules.cluster_default_precision: bf16 and
+    # FlashAttention, fp16 and unfused attention where a pool is a V100 / T4), as the command chooses them
+    dtype: str = None  # type: ignore[assignment]
+    attention: str = None  # type: ignore[assignment]
     schedule: str = "1f1b"
     zero: int = 0
     overlap_dp_grad_reduce: bool = True
@@ -53,11 +59,21 @@ class HeteroProblem:
 
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
-        an MoE / MLA model searched here would be costed as dense (issue 37); and the run-wide settings
+        an MoE / MLA model searched here would be costed as dense (issue 37); a dtype or attention
+        kernel a pool's accelerator lacks (specs.rules.accelerator_rules, the check of every per-stage
+        plan: specs.stage_plan.stage_accelerator_violations); and the run-wide settings
         the framework's launcher cannot state, a ``recompute`` restriction among them
         (search.launch.run_wide_violations, as the uniform search)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
+        accelerators = {p.system.accelerator.name: p.system.accelerator for p in self.cluster.pools}
+        precision, _ = cluster_default_precision(accelerators.values())
+        for name in ("dtype", "attention"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, precision[name])
+        for accelerator in accelerators.values():
+            if refused := accelerator_rules(accelerator, self.dtype, self.attention):
+                raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
 
