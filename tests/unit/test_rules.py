@@ -278,13 +278,21 @@ def _functions_and_divisibility(path: Path):
         and isinstance(n.left, ast.Attribute)
         and n.left.attr in RULE_ATTRIBUTES
     ]
+    mods += [  # "tp divides the GPUs": specs.rules.stage_degree_rule / pool_slice_rule
+        "... % tp"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Mod)
+        and getattr(n.right, "id", getattr(n.right, "attr", None)) == "tp"
+    ]
     return names, mods
 
 
 def test_plan_rules_live_in_specs_rules_only():
     """No module but the rule modules (specs/rules.py, specs/rules_*.py) defines a ``*_rule`` /
     ``*_rules`` function, and none tests heads, kv_heads or ffn_hidden for divisibility (the model's own
-    heads % kv_heads check is specs.model's)."""
+    heads % kv_heads check is specs.model's), nor any count for divisibility by tp (issue 31: the
+    per-stage searches wrote "tp divides the stage's GPUs" inline three times)."""
     homes = {ROOT / "specs" / "rules.py", *(ROOT / "specs").glob("rules_*.py")}
     elsewhere = []
     for path in ROOT.rglob("*.py"):

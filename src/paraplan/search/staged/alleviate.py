@@ -143,7 +143,11 @@ def moves(
         donor = stages[j]
         for give in _powers(donor.gpus - 1):
             left = donor.gpus - give
-            if left % donor.tp == 0 and (s.gpus + give) % s.tp == 0:
+            kept, grown = (
+                stage_degree_rule(left, donor.tp, 0),
+                stage_degree_rule(s.gpus + give, s.tp, 0),
+            )
+            if kept is None and grown is None:  # both stages keep whole TP groups
                 new = list(stages)
                 new[j] = replace(donor, gpus=left)
                 new[i] = replace(s, gpus=s.gpus + give)

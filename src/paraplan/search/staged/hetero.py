@@ -42,7 +42,7 @@ from paraplan.search.staged.splits import best_splits
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import stage_fields
-from paraplan.specs.rules import batch_rule, stage_rules, tp_rules
+from paraplan.specs.rules import batch_rule, stage_degree_rule, stage_rules, tp_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting
@@ -160,14 +160,19 @@ class UniformDegrees(NamedTuple):
 
 
 def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
-    """Degrees with tp·dp·pp = all GPUs, tp a power of two inside a node that keeps the tp rules
-    (specs.rules.tp_rules), and the micro-batch sizes that split the batch (specs.rules.batch_rule)."""
+    """Degrees with tp·dp·pp = all GPUs, tp a power of two inside a node that divides them
+    (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds a share of the
+    GPUs that tp divides too) and keeps the tp rules (specs.rules.tp_rules), and the micro-batch sizes that split the batch (specs.rules.batch_rule)."""
     cluster, model, batch = problem.cluster, problem.model, problem.global_batch
     gpus = cluster.gpus
     node_min = min(p.gpus_per_node for p in cluster.pools)
     n_blocks = len(model_blocks(model))
     for tp in _powers_of_two(node_min):
-        if gpus % tp or tp_rules(model, tp) or (problem.tps and tp not in problem.tps):
+        if (
+            stage_degree_rule(gpus, tp, 0)
+            or tp_rules(model, tp)
+            or (problem.tps and tp not in problem.tps)
+        ):
             continue
         for pp in range(1, min(gpus // tp, n_blocks) + 1):
             if (gpus // tp) % pp or (problem.pps and pp not in problem.pps):
