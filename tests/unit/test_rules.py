@@ -318,3 +318,22 @@ def test_dtype_rule():
     assert "(NVIDIA Blackwell)" in rules.dtype_rule("nvfp4", mi355x)
     v100 = load_system("dgx-1-v100").accelerator
     assert "has no peak for it" in rules.dtype_rule("fp8", v100)
+
+
+def test_kind_lists_are_read_off_the_block_kinds():
+    """Issue 31: the search's layer kinds (search/table.py) and partial recomputation's kind
+    (step/partial_recompute.py) were lists of their own; both read the registry now. A model whose MoE
+    layers alternate with dense ones (interval 2, no leading dense layers) holds dense layers, which the
+    old list left out of the search's per-row floor of layer work (a floor above its dense layers' work)."""
+    from paraplan.catalog import load_model
+    from paraplan.step.blocks import BLOCK_KINDS, COUNTED_RECOMPUTE_KINDS
+    from paraplan.step.layout import model_layer_kinds
+
+    assert COUNTED_RECOMPUTE_KINDS == {"decoder"}
+    assert all(BLOCK_KINDS[k].layer and BLOCK_KINDS[k].recomputed for k in COUNTED_RECOMPUTE_KINDS)
+    assert model_layer_kinds(load_model("gpt3-175b")) == ("decoder",)
+    assert model_layer_kinds(load_model("deepseek-v3")) == ("dense_layer", "moe_layer")
+    mixtral = load_model("mixtral-8x7b")
+    assert model_layer_kinds(mixtral) == ("moe_layer",)
+    alternating = mixtral.model_copy(update={"moe_layer_interval": 2})
+    assert model_layer_kinds(alternating) == ("dense_layer", "moe_layer")

@@ -78,6 +78,10 @@ class BlockKind:
     )
     layer: bool = False  # a transformer layer of the block list (a per-stage plan's ``layers``)
     expert_free: bool = False  # its graph never reads the expert knobs (LayerShape.expert)
+    # recompute_num_layers recomputes that many of these whole per model chunk, the others keep their
+    # activations (step.partial_recompute; Megatron-LM --recompute-num-layers); MoE / MLA layers recompute
+    # per module instead (graph.moe)
+    counted_recompute: bool = False
 
     def graph(self, model: ModelSpec, shape: LayerShape) -> LayerGraph:
         """Its op graph at the model's own widths."""
@@ -309,7 +313,9 @@ BLOCK_KINDS: dict[str, BlockKind] = {
             core_ops=_no_core_ops,
             expert_free=True,
         ),
-        _layer("decoder", _decoder_graph, _decoder_memory, expert_free=True),
+        _layer(
+            "decoder", _decoder_graph, _decoder_memory, expert_free=True, counted_recompute=True
+        ),
         # T5 (encoder-decoder): bidirectional encoder layers, then decoder layers with cross-attention
         _layer("encoder", lambda m, w, s: encoder_layer(w, s), _layer_memory, expert_free=True),
         _layer("cross_decoder", _cross_decoder_graph, _cross_decoder_memory, expert_free=True),
@@ -355,6 +361,7 @@ def kinds_where(attribute: str) -> tuple[str, ...]:
 # the kind lists read off the kinds (tuples and sets for the hot loops of compose and the search)
 TRANSFORMER_KINDS = kinds_where("transformer")
 EXPERT_FREE_KINDS = frozenset(kinds_where("expert_free"))
+COUNTED_RECOMPUTE_KINDS = frozenset(kinds_where("counted_recompute"))
 
 
 @lru_cache(maxsize=64)

@@ -30,6 +30,7 @@ from paraplan.step.compose import (
     Stage,
     StepInputs,
 )
+from paraplan.step.blocks import BLOCK_KINDS
 from paraplan.step.p2p import tied_embedding_sync_s, uniform_group_p2p
 
 Num = Any
@@ -69,6 +70,15 @@ def stage_block_counts(
     else:
         layers = (("decoder", group.layers),)
     return (("embedding", group.embedding), *layers, ("head", group.head))
+
+
+def model_layer_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The transformer-layer kinds (step.blocks.BlockKind ``layer``) a uniform plan's stages hold at least
+    one block of, in stage order: ``stage_block_counts`` of one stage holding every layer (a dense decoder:
+    "decoder"; an MoE model: "dense_layer" where it has dense layers, "moe_layer")."""
+    whole = SplitGroup(0, 1, model.layers, 1, 1)
+    counts = stage_block_counts(model if moe_shaped(model) else None, whole, 0)
+    return tuple(kind for kind, n in counts if n and BLOCK_KINDS[kind].layer)
 
 
 def build_step_inputs(

@@ -9,7 +9,7 @@ activation checkpointing with frequency k checkpoints every k-th block, ⌊L/k�
 (torchtitan ``activation_checkpoint.selective_ac_option``); for memory and time sums only the number
 of recomputed layers matters, so it is the same plan with N = ⌊layers per chunk / k⌋.
 
-A stage of n decoder layers in vpp chunks then holds min(N·vpp, n) recomputed layers and the rest
+A stage of n decoder layers (the kinds step.blocks marks ``counted_recompute``) in vpp chunks then holds min(N·vpp, n) recomputed layers and the rest
 as layers without recomputation: two block entries instead of one, each with its own time terms
 (recompute seconds, TP re-runs) and its own kept activations; ``step.compose`` composes them as it
 composes any mix of blocks.
@@ -21,11 +21,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from paraplan.step.blocks import COUNTED_RECOMPUTE_KINDS
 from paraplan.step.compose import BlockCost, StepInputs
-
-RECOMPUTED_KIND = (
-    "decoder"  # dense decoder layers (MoE / MLA layers use graph.moe's per-module recompute)
-)
 
 
 def split_recompute_layers(
@@ -37,7 +34,7 @@ def split_recompute_layers(
     for stage in inp.stages:
         blocks = []
         for block, n in stage.blocks:
-            if block.kind != RECOMPUTED_KIND:
+            if block.kind not in COUNTED_RECOMPUTE_KINDS:
                 blocks.append((block, n))
                 continue
             recomputed = np.minimum(n, layers_per_chunk * vpp)
@@ -53,7 +50,7 @@ def recomputed_layer_share(inp: StepInputs) -> float:
     for stage in inp.stages:
         first = True
         for block, n in stage.blocks:
-            if block.kind != RECOMPUTED_KIND:
+            if block.kind not in COUNTED_RECOMPUTE_KINDS:
                 continue
             total += float(stage.count * n)
             if first:
