@@ -1,0 +1,53 @@
+"""Write the B200 GEMM kernel table (catalog/kernels/b200-simumax/gemm.csv) from SimuMax's B200 system file.
+
+Source: github.com/MooreThreads/SimuMax (Apache-2.0), configs/system/b200_bf16_ceperm.json at commit
+4dcaae5 (2026-05-11, v1.2; the file last changed in 1b8ca90, 2026-05-06), ``accelerator.op.matmul``:
+``tflops`` 2250 (the B200's dense bf16 datasheet peak) and ``accurate_efficient_factor``, one entry per
+shape keyed ``b, m, k, n, layout, accumulate, out_dtype``. SimuMax measures an entry with
+simu_tools/efficency_test/test_gemm_efficiency.py (same commit): Transformer Engine's ``general_gemm`` on
+bf16 operands, back-to-back calls after warm-up timed by wall clock between device syncs, efficiency =
+2·b·m·n·k / time / (tflops·1e12). This script inverts that: time_us = 2·b·m·n·k / (efficiency · tflops)
+· 1e6; m, n, k are SimuMax's (C(m×n) = A(m×k)·B(k×n): TN the forward GEMM with m the tokens, NN the
+data-gradient GEMM, NT the weight-gradient GEMM, k the tokens). A b > 1 entry is written as b·m rows
+(cost.kernel_tables: a batch of b GEMMs is one GEMM of b·m rows). Each row keeps the source key and the
+efficiency as provenance.
+
+    git show 4dcaae5:configs/system/b200_bf16_ceperm.json > b200.json
+    python benchmarks/simumax/b200_gemm_table.py b200.json src/paraplan/catalog/kernels/b200-simumax/gemm.csv
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def parse_key(key: str) -> dict[str, str]:
+    """SimuMax's shape key 'b=1, m=4096, k=8192, n=10240, layout=TN, ...' as a dict."""
+    return dict(part.strip().split("=", 1) for part in key.split(","))
+
+
+def rows(system: dict):
+    """(m, n, k, time_us, layout, accumulate, out_dtype, efficiency, key) of each matmul entry."""
+    matmul = system["accelerator"]["op"]["matmul"]
+    peak = float(matmul["tflops"]) * 1e12
+    for key, eff in matmul["accurate_efficient_factor"].items():
+        f = parse_key(key)
+        b, m, n, k = (int(f[c]) for c in "bmnk")
+        time_us = 2.0 * b * m * n * k / (float(eff) * peak) * 1e6
+        yield b * m, n, k, time_us, f["layout"], f["accumulate"], f["out_dtype"], float(eff), key
+
+
+def main(src: str, out: str) -> None:
+    system = json.loads(Path(src).read_text(encoding="utf-8"))
+    lines = ["m,n,k,dtype,time_us,layout,accumulate,out_dtype,simumax_efficiency,simumax_key"]
+    for m, n, k, t, layout, acc, out_dtype, eff, key in rows(system):
+        lines.append(f'{m},{n},{k},bf16,{t:.6g},{layout},{acc},{out_dtype},{eff:.10g},"{key}"')
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{len(lines) - 1} rows -> {out}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,92 @@
+"""The B200 GEMM table transcribed from SimuMax's B200 system file (issue 32, 'Tables to ship')."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from paraplan.catalog import load_system
+from paraplan.cost import kernel_tables as kt
+from paraplan.cost.compute import gemm_kernel_time_s
+from paraplan.specs.fields import with_fields
+
+B200 = "b200-simumax"
+PEAK = 2250e12  # accelerator.op.matmul.tflops of the source file
+
+# entries copied by hand from github.com/MooreThreads/SimuMax @ 4dcaae5,
+# configs/system/b200_bf16_ceperm.json, accelerator.op.matmul.accurate_efficient_factor:
+# (m, k, n, layout, efficiency)
+SOURCE_ROWS = [
+    (4096, 8192, 10240, "TN", 0.6451614102335537),
+    (4096, 10240, 8192, "NN", 0.49804462256915516),
+    (10240, 4096, 8192, "NT", 0.5979461534906494),
+    (4096, 5120, 160, "TN", 0.18415111332067777),
+    (4096, 2560, 8192, "NN", 0.6550630815895123),
+]
+
+
+def _row(m, k, n, layout):
+    for r in kt.load_table(B200).rows["gemm"]:
+        if (int(r["m"]), int(r["k"]), int(r["n"]), r["layout"]) == (m, k, n, layout):
+            return r
+    raise AssertionError(f"no row {m}x{k}x{n} {layout}")
+
+
+@pytest.mark.parametrize("row", SOURCE_ROWS)
+def test_the_table_reproduces_its_source_rows(row):
+    m, k, n, layout, eff = row
+    got = _row(m, k, n, layout)
+    assert float(got["simumax_efficiency"]) == pytest.approx(eff, rel=1e-9)
+    # time = 2·m·n·k / (efficiency · 2250 TFLOPS), written to 6 significant digits
+    assert float(got["time_us"]) == pytest.approx(2 * m * n * k / (eff * PEAK) * 1e6, rel=1e-5)
+    assert got["simumax_key"].startswith(f"b=1, m={m}, k={k}, n={n}, layout={layout}")
+
+
+def test_a_hand_computed_time():
+    # 4096 x 10240 x 8192 TN at 0.64516: 2·4096·10240·8192 / (0.64516 · 2.25e15) s = 473.40 us
+    assert float(_row(4096, 8192, 10240, "TN")["time_us"]) == pytest.approx(473.40, abs=0.01)
+
+
+def test_provenance_and_listing():
+    table = kt.load_table(B200)
+    assert len(table.rows["gemm"]) == 514 and all(r["simumax_key"] for r in table.rows["gemm"])
+    assert "4dcaae5" in table.provenance["source"]
+    assert kt.tables_measured_on("B200-SXM-180GB") == [B200]
+
+
+def test_no_row_beats_the_mamf_ceiling():
+    # MAMF's best B200 bf16 torch.mm, 1745 TFLOPS (catalog/benchmarks/gemm.yaml): a maximum
+    rates = [
+        2 * int(r["m"]) * int(r["n"]) * int(r["k"]) / (float(r["time_us"]) * 1e-6)
+        for r in kt.load_table(B200).rows["gemm"]
+    ]
+    assert max(rates) < 1745e12
+
+
+def _acc():
+    """dgx-b200's accelerator with the table attached (opt-in), kernels as the benchmark ran them."""
+    acc = load_system("dgx-b200").accelerator
+    return with_fields(acc, {"kernel_tables": B200, "efficiency.aligned_gemms_only": True})
+
+
+def test_the_cost_functions_read_the_table():
+    acc = _acc()
+    # a measured shape measured under one layout only returns its own time
+    m, n, k = 4096, 10240, 8192
+    t = gemm_kernel_time_s(2 * m * n * k, (1, m, n, k), acc, "bf16")
+    assert t == pytest.approx(473.401e-6, rel=1e-5)
+    # inside the box: between the slowest and fastest of the four nearest measured rates
+    m, n, k = 4096, 12000, 8192
+    rate = 2 * m * n * k / gemm_kernel_time_s(2 * m * n * k, (1, m, n, k), acc, "bf16")
+    assert 0.40 * PEAK < rate < 0.66 * PEAK
+    # outside the box (m twice the largest measured): the edge rate kept, time scales with the work
+    big, edge = (1, 2 * 129280, 8192, 4096), (1, 129280, 8192, 4096)
+    t_big = gemm_kernel_time_s(2 * math.prod(big), big, acc, "bf16")
+    t_edge = gemm_kernel_time_s(2 * math.prod(edge), edge, acc, "bf16")
+    assert t_big == pytest.approx(2 * t_edge, rel=1e-9)
+
+
+def test_fp8_has_no_rows_and_falls_back():
+    acc = _acc()
+    assert kt.gemm_time_s(B200, acc.l2_cache, 1, 4096, 8192, 8192, "fp8") is None
