@@ -1,4 +1,4 @@
-"""The B200 GEMM table transcribed from SimuMax's B200 system file (issue 32, 'Tables to ship')."""
+"""The GEMM tables transcribed from SimuMax's B200 and A100 PCIe system files (issue 32, 'Tables to ship')."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.compute import gemm_kernel_time_s
+from paraplan.cost.compute import gemm_kernel_time_s, table_clock_ratio
 from paraplan.specs.fields import with_fields
 
 B200 = "b200-simumax"
-PEAK = 2250e12  # accelerator.op.matmul.tflops of the source file
+A100 = "a100-pcie-simumax"
+PEAK = 2250e12  # accelerator.op.matmul.tflops of the B200 source file
+A100_PEAK = 312e12  # ... of the A100 PCIe one
 
 # entries copied by hand from github.com/MooreThreads/SimuMax @ 4dcaae5,
 # configs/system/b200_bf16_ceperm.json, accelerator.op.matmul.accurate_efficient_factor:
@@ -26,8 +28,16 @@ SOURCE_ROWS = [
 ]
 
 
-def _row(m, k, n, layout):
-    for r in kt.load_table(B200).rows["gemm"]:
+# the same from configs/system/a100_pcie.json @ 4dcaae5
+A100_ROWS = [
+    (4096, 5120, 1536, "TN", 0.7876672065615554),
+    (576, 4096, 7168, "NT", 0.4499211824600599),
+    (33024, 2048, 7168, "TN", 0.7316869458369244),
+]
+
+
+def _row(m, k, n, layout, table=B200):
+    for r in kt.load_table(table).rows["gemm"]:
         if (int(r["m"]), int(r["k"]), int(r["n"]), r["layout"]) == (m, k, n, layout):
             return r
     raise AssertionError(f"no row {m}x{k}x{n} {layout}")
@@ -43,6 +53,24 @@ def test_the_table_reproduces_its_source_rows(row):
     assert got["simumax_key"].startswith(f"b=1, m={m}, k={k}, n={n}, layout={layout}")
 
 
+@pytest.mark.parametrize("row", A100_ROWS)
+def test_the_a100_table_reproduces_its_source_rows(row):
+    m, k, n, layout, eff = row
+    got = _row(m, k, n, layout, A100)
+    assert float(got["simumax_efficiency"]) == pytest.approx(eff, rel=1e-9)
+    assert float(got["time_us"]) == pytest.approx(2 * m * n * k / (eff * A100_PEAK) * 1e6, rel=1e-5)
+
+
+def test_the_a100_pcie_table_is_on_no_catalog_part():
+    # measured on an A100 PCIe (300 W), which the catalog lacks: opt-in by name only
+    table = kt.load_table(A100)
+    assert len(table.rows["gemm"]) == 183 and "acdbb66" in table.provenance["source"]
+    assert table.provenance["accelerators"] == []
+    assert A100 not in kt.tables_measured_on("A100-SXM4-80GB")
+    # 4096 x 1536 x 5120 at 0.78767 of 312 TFLOPS: 2·4096·1536·5120 / 245.75e12 s = 262.15 us
+    assert float(_row(4096, 5120, 1536, "TN", A100)["time_us"]) == pytest.approx(262.15, abs=0.01)
+
+
 def test_a_hand_computed_time():
     # 4096 x 10240 x 8192 TN at 0.64516: 2·4096·10240·8192 / (0.64516 · 2.25e15) s = 473.40 us
     assert float(_row(4096, 8192, 10240, "TN")["time_us"]) == pytest.approx(473.40, abs=0.01)
@@ -53,6 +81,8 @@ def test_provenance_and_listing():
     assert len(table.rows["gemm"]) == 514 and all(r["simumax_key"] for r in table.rows["gemm"])
     assert "4dcaae5" in table.provenance["source"]
     assert kt.tables_measured_on("B200-SXM-180GB") == [B200]
+    # shipped opt-in: the catalog B200 systems price GEMMs analytically unless a system names it
+    assert load_system("dgx-b200").accelerator.kernel_tables is None
 
 
 def test_no_row_beats_the_mamf_ceiling():
@@ -85,6 +115,12 @@ def test_the_cost_functions_read_the_table():
     t_big = gemm_kernel_time_s(2 * math.prod(big), big, acc, "bf16")
     t_edge = gemm_kernel_time_s(2 * math.prod(edge), edge, acc, "bf16")
     assert t_big == pytest.approx(2 * t_edge, rel=1e-9)
+
+
+def test_the_gb200_reads_it_at_the_peak_ratio():
+    # table.yaml peak_matrix_flops bf16 2.25 PFLOPS against the GB200's 2.5: the clock ratio 0.9
+    acc = with_fields(load_system("gb200-nvl72").accelerator, {"kernel_tables": B200})
+    assert table_clock_ratio(acc, "bf16") == pytest.approx(0.9)
 
 
 def test_fp8_has_no_rows_and_falls_back():

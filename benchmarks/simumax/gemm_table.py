@@ -1,19 +1,22 @@
-"""Write the B200 GEMM kernel table (catalog/kernels/b200-simumax/gemm.csv) from SimuMax's B200 system file.
+"""Write a GEMM kernel table (catalog/kernels/<name>-simumax/gemm.csv) from one of SimuMax's system files.
 
-Source: github.com/MooreThreads/SimuMax (Apache-2.0), configs/system/b200_bf16_ceperm.json at commit
-4dcaae5 (2026-05-11, v1.2; the file last changed in 1b8ca90, 2026-05-06), ``accelerator.op.matmul``:
-``tflops`` 2250 (the B200's dense bf16 datasheet peak) and ``accurate_efficient_factor``, one entry per
-shape keyed ``b, m, k, n, layout, accumulate, out_dtype``. SimuMax measures an entry with
+Source: github.com/MooreThreads/SimuMax (Apache-2.0) at commit 4dcaae5 (2026-05-11, v1.2):
+configs/system/b200_bf16_ceperm.json (last changed in 1b8ca90, 2026-05-06; ``tflops`` 2250, the B200's
+dense bf16 datasheet peak) and configs/system/a100_pcie.json (last changed in acdbb66, 2025-12-15;
+``tflops`` 312, the A100's), ``accelerator.op.matmul``: ``tflops`` and ``accurate_efficient_factor``,
+one entry per shape keyed ``b, m, k, n, layout, accumulate, out_dtype``. SimuMax measures an entry with
 simu_tools/efficency_test/test_gemm_efficiency.py (same commit): Transformer Engine's ``general_gemm`` on
 bf16 operands, back-to-back calls after warm-up timed by wall clock between device syncs, efficiency =
-2·b·m·n·k / time / (tflops·1e12). This script inverts that: time_us = 2·b·m·n·k / (efficiency · tflops)
-· 1e6; m, n, k are SimuMax's (C(m×n) = A(m×k)·B(k×n): TN the forward GEMM with m the tokens, NN the
+2·b·m·n·k / time / (tflops·1e12). This script inverts that: time_us = 2·b·m·n·k / (efficiency · tflops) ·
+1e6; m, n, k are SimuMax's (C(m×n) = A(m×k)·B(k×n): TN the forward GEMM with m the tokens, NN the
 data-gradient GEMM, NT the weight-gradient GEMM, k the tokens). A b > 1 entry is written as b·m rows
 (cost.kernel_tables: a batch of b GEMMs is one GEMM of b·m rows). Each row keeps the source key and the
 efficiency as provenance.
 
     git show 4dcaae5:configs/system/b200_bf16_ceperm.json > b200.json
-    python benchmarks/simumax/b200_gemm_table.py b200.json src/paraplan/catalog/kernels/b200-simumax/gemm.csv
+    python benchmarks/simumax/gemm_table.py b200.json src/paraplan/catalog/kernels/b200-simumax/gemm.csv
+    git show 4dcaae5:configs/system/a100_pcie.json > a100.json
+    python benchmarks/simumax/gemm_table.py a100.json src/paraplan/catalog/kernels/a100-pcie-simumax/gemm.csv
 """
 
 from __future__ import annotations
