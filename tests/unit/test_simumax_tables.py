@@ -126,3 +126,52 @@ def test_the_gb200_reads_it_at_the_peak_ratio():
 def test_fp8_has_no_rows_and_falls_back():
     acc = _acc()
     assert kt.gemm_time_s(B200, acc.l2_cache, 1, 4096, 8192, 8192, "fp8") is None
+
+
+# group_matmul entries copied by hand (same files, same commit): (table, ng, M, N, K, stage, efficiency, peak)
+GROUPED_SOURCE = [
+    (B200, 256, 128, 4096, 7168, "fwd", 0.20810562331591476, PEAK),
+    (B200, 20, 1232, 3072, 5120, "bwd_grad_w", 0.32760011542122736, PEAK),
+    (A100, 40, 616, 3072, 5120, "fwd", 0.6313438865579614, A100_PEAK),
+]
+
+
+@pytest.mark.parametrize("row", GROUPED_SOURCE)
+def test_the_grouped_rows_reproduce_their_source(row):
+    table, ng, big_m, big_n, big_k, stage, eff, peak = row
+    # each stage as the GEMM it runs per expert: fwd m=M k=K n=N; bwd_grad_w m=N k=M n=K
+    m, k, n = (big_m, big_k, big_n) if stage == "fwd" else (big_n, big_m, big_k)
+    got = [
+        r
+        for r in kt.load_table(table).rows["grouped_gemm"]
+        if (int(r["experts"]), int(r["tokens_per_expert"]), int(r["k"]), int(r["n"]), r["stage"])
+        == (ng, m, k, n, stage)
+        and "main_grad_dtype=fp32" in r["simumax_key"]
+    ]
+    assert len(got) == 1 and float(got[0]["simumax_efficiency"]) == pytest.approx(eff, rel=1e-9)
+    want_us = 2 * ng * big_m * big_n * big_k / (eff * peak) * 1e6
+    assert float(got[0]["loop_time_us"]) == pytest.approx(want_us, rel=1e-5)
+
+
+def test_the_grouped_cost_function_reads_the_table():
+    # 20 experts x 1232 x 5120 x 3072 fwd: measured twice (main_grad fp32 / bf16 runs, efficiencies
+    # 0.51344 and 0.45022 of 2250 TFLOPS): one point at the geometric mean rate, + ⌈20/4⌉ ramps
+    from paraplan.cost.compute import GROUPED_GEMM_STREAMS, grouped_gemm_time_s
+
+    acc = _acc()
+    e, m, n, k = 20, 1232, 3072, 5120
+    effs = [
+        float(r["simumax_efficiency"])
+        for r in kt.load_table(B200).rows["grouped_gemm"]
+        if (int(r["experts"]), int(r["tokens_per_expert"]), int(r["k"]), int(r["n"]), r["stage"])
+        == (e, m, k, n, "fwd")
+    ]
+    assert len(effs) == 2
+    rate = math.sqrt(effs[0] * effs[1]) * PEAK
+    flops = 2 * e * m * n * k
+    ramps = math.ceil(e / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
+    assert grouped_gemm_time_s(flops, (e, m, n, k), acc, "bf16") == pytest.approx(
+        flops / rate + ramps, rel=1e-5
+    )
+    # fp8 grouped GEMMs are not in the table: the analytical form with the fitted grouped share
+    assert kt.grouped_gemm_time_s(B200, acc.l2_cache, e, m, n, k, "fp8") is None
