@@ -64,6 +64,9 @@ class HeteroResult:
     trajectory: list = field(default_factory=list)
     solved: int = 0  # candidates whose layer split was solved (the others were bounded out)
     stopped: str = ""  # where the time budget stopped the search ("" when it ran to the end)
+    space: int = (
+        0  # candidates in the space before the per-stage rules (cluster_space_size); 0: not counted
+    )
 
     def to_dict(self) -> dict:
         from paraplan.specs.stage_plan import stage_plan_to_dict
@@ -74,6 +77,7 @@ class HeteroResult:
             "solved": self.solved,
             "elapsed_s": self.elapsed_s,
             **({"stopped": self.stopped} if self.stopped else {}),
+            **({"space": self.space, "finished": not self.stopped} if self.space else {}),
             "plans": [
                 {"step_time_s": c.step_time_s, "label": c.label, "plan": stage_plan_to_dict(c.plan)}
                 for c in self.plans
@@ -252,6 +256,8 @@ def search_cluster(
     progress = [0, 0]  # pool orders begun, candidates listed
     stream = _candidates(problem, orders or pool_orders(problem.cluster), deadline, progress)
     found, solved, bounded = best_splits(problem, stream, top_k, deadline)
+    over = time.perf_counter() > deadline  # read before the count below, which takes no budget
+    space = cluster_space_size(problem)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]
@@ -259,9 +265,11 @@ def search_cluster(
     stopped = (
         f"time budget {time_budget_s:g} s reached: {progress[0]} of {total_orders} pool orders "
         f"enumerated, {bounded} of {progress[1]} candidates bounded, {solved} solved; the space "
-        f"holds {cluster_space_size(problem)} candidates"
-        if time.perf_counter() > deadline
+        f"holds {space} candidates"
+        if over
         else ""
     )
     elapsed_s = time.perf_counter() - t0
-    return HeteroResult(plans, progress[1], elapsed_s, "amp-dp", solved=solved, stopped=stopped)
+    return HeteroResult(
+        plans, progress[1], elapsed_s, "amp-dp", solved=solved, stopped=stopped, space=space
+    )
