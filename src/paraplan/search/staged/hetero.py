@@ -215,11 +215,25 @@ def cluster_space_size(problem: HeteroProblem) -> int:
     return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
 
 
+def sharded_first(degrees: list[UniformDegrees]) -> list[UniformDegrees]:
+    """The degrees in decreasing model-parallel size tp·pp (a stable sort: ``_degrees``' order among
+    equals), the listing order of a search under a time budget. A stage holds about 1/(tp·pp) of the
+    weights and optimizer state, so the most sharded candidates are the likeliest to fit in memory:
+    a search stopped by its budget has then bounded and solved candidates that can give a plan (issue
+    31: GPT-3 175B on sixteen pools of 64 GPUs, where the tp1/tp2, pp ≤ 8 candidates listed first do
+    not fit and 5 s ended with none). The order is a heuristic of where to look first only: the search
+    ranks by (step, bound, place in the list) and returns the same k best once it runs to its end,
+    up to candidates of exactly equal step and bound; without a budget the listing is ``_degrees``'."""
+    return sorted(degrees, key=lambda d: -d.dims.tp * d.dims.pp)
+
+
 def _candidates(problem: HeteroProblem, orders, deadline: float, progress: list[int]):
     """(settings, microbatches, order) of every candidate, one pool order at a time (``orders``, a
     list or a generator), ``progress`` counting the orders begun and the candidates listed; none past
     ``deadline``."""
     degrees = list(_degrees(problem))
+    if not math.isinf(deadline):
+        degrees = sharded_first(degrees)
     stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
     for order in orders:
         if time.perf_counter() > deadline:
