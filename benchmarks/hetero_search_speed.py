@@ -81,7 +81,7 @@ def budget_table() -> None:
         cluster = cluster_from_dict(
             {"pools": [{"name": n, "system": s, "nodes": k} for n, s, k in pools]}
         )
-        problem = HeteroProblem(load_model(model), cluster, batch, seq, "bf16")
+        problem = HeteroProblem(load_model(model), cluster, batch, seq)  # dtype chosen per pool
         search = search_non_uniform if kind == "--non-uniform" else search_cluster
         t0, c0 = time.perf_counter(), time.process_time()
         result = search(problem, top_k=5, time_budget_s=BUDGET_S)

@@ -143,3 +143,35 @@ def test_the_cli_says_the_budget_ran_out_before_any_plan_was_found(tmp_path, cap
         )
         assert f"time budget 0 s reached: 0 of {orders} pool orders enumerated" in lines[-1]
         assert not any(line.endswith("no plan fits") for line in lines)
+
+
+def test_a_budgeted_search_lists_the_most_sharded_degrees_first():
+    """search.staged.hetero.sharded_first: decreasing tp·pp, ``_degrees``' order among equals."""
+    from paraplan.search.staged.hetero import UniformDegrees, sharded_first
+    from paraplan.specs.parallel import ParallelDims
+
+    def d(tp, pp, mb):
+        return UniformDegrees(ParallelDims(tp=tp, dp=16 // tp // pp, pp=pp), mb, 8 // mb)
+
+    listed = [d(1, 1, 1), d(1, 2, 1), d(2, 1, 2), d(2, 4, 1), d(1, 8, 1), d(4, 1, 1)]
+    assert sharded_first(listed) == [listed[i] for i in (3, 4, 5, 1, 2, 0)]
+
+
+def test_sixteen_pools_of_gpt3_175b_find_a_plan_within_ten_bounds(monkeypatch):
+    """Issue 31: GPT-3 175B on sixteen pools of 64 GPUs ended a 5 s search with no plan: the degrees
+    listed first (tp1, pp 1 to 8) do not fit. Listed most sharded first under a budget
+    (sharded_first), a budget of ten bounds (one second each, _clocked) finds a plan; in the listing
+    order of a search without budget, the same ten bounds find none."""
+    from paraplan.catalog import load_model
+    from paraplan.search.staged import hetero
+
+    systems = ("dgx-a100-80gb", "dgx-h100-80gb")
+    pools = [{"name": f"p{i}", "system": systems[i % 2], "nodes": 8} for i in range(16)]
+    problem = HeteroProblem(
+        load_model("gpt3-175b"), cluster_from_dict({"pools": pools}), 1024, 2048
+    )
+    _clocked(monkeypatch)
+    assert search_cluster(problem, top_k=1, time_budget_s=10.0).plans
+    monkeypatch.setattr(hetero, "sharded_first", lambda degrees: degrees)
+    _clocked(monkeypatch)
+    assert not search_cluster(problem, top_k=1, time_budget_s=10.0).plans

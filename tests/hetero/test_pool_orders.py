@@ -113,3 +113,86 @@ def test_the_cli_searches_many_pools_of_1024_gpus_within_its_budget(tmp_path, ca
     assert info.value.code in (0, None)
     doc = json.loads(capsys.readouterr().out)
     assert doc["plans"] and "pool orders enumerated" in doc["stopped"]
+
+
+def _brute_force_space(problem) -> int:
+    """Every (pool order, tp, pp, micro-batch, recompute mode) of the AMP-style search before the
+    per-stage rules, by nested loops over every integer and every permutation of the pools, orders
+    that relabel one another (interchangeable pools swapped) counted once."""
+    from paraplan.specs.rules import batch_rule, tp_rules
+    from paraplan.step.blocks import model_blocks
+
+    cluster, batch = problem.cluster, problem.global_batch
+    n, node = cluster.gpus, min(p.gpus_per_node for p in cluster.pools)
+    names = [p.name for p in cluster.pools]
+    orders = len({_canonical(cluster, o) for o in itertools.permutations(names)})
+    degrees = 0
+    for tp in range(1, n + 1):
+        if tp & (tp - 1) or tp > node or n % tp or tp_rules(problem.model, tp):
+            continue
+        for pp in range(1, min(n // tp, len(model_blocks(problem.model))) + 1):
+            dp = n // tp // pp
+            if (n // tp) % pp or batch_rule(batch, dp, 1):
+                continue
+            degrees += sum(
+                1
+                for mb in range(1, batch // dp + 1)
+                if not mb & (mb - 1) and not batch_rule(batch, dp, mb)
+            )
+    return orders * degrees * len(searched_modes(problem))
+
+
+@pytest.mark.parametrize(
+    "kinds, batch", [([0], 8), ([0, 1], 8), ([0, 1, 0, 1], 16), ([0, 0, 1, 2], 4), ([2, 2, 2], 6)]
+)
+def test_the_space_size_matches_brute_force_enumeration_and_the_candidate_stream(
+    monkeypatch, kinds, batch
+):
+    """cluster_space_size against nested loops (_brute_force_space) and against the candidates the
+    search lists before the per-stage rules (those rules switched off): every order of the n! the
+    full permutation list gives counted once per relabelling (Π c! times)."""
+    from paraplan.search.staged import hetero
+
+    problem = HeteroProblem(TINY, _cluster(kinds), batch, 128)
+    assert cluster_space_size(problem) == _brute_force_space(problem) > 0
+    monkeypatch.setattr(hetero, "_stage_ok", lambda *args: True)
+    monkeypatch.setattr(hetero, "launchable", lambda *args: True)
+    listed = [0, 0]
+    for _ in hetero._candidates(problem, pool_orders(problem.cluster), math.inf, listed):
+        pass
+    assert listed == [pool_order_count(problem.cluster), cluster_space_size(problem)]
+    every = list(itertools.permutations([p.name for p in problem.cluster.pools]))
+    relabellings = math.prod(math.factorial(len(k)) for k in pool_kinds(problem.cluster))
+    counted = [0, 0]
+    for _ in hetero._candidates(problem, every, math.inf, counted):
+        pass
+    assert counted[1] == cluster_space_size(problem) * relabellings
+
+
+def test_the_result_reports_the_space_and_whether_the_search_finished():
+    problem = HeteroProblem(TINY, _cluster([0, 1]), 8, 128)
+    done = search_cluster(problem, top_k=1)
+    stopped = search_cluster(problem, top_k=1, time_budget_s=0.0)
+    assert done.space == stopped.space == cluster_space_size(problem) > 0
+    assert done.to_dict()["finished"] is True and "stopped" not in done.to_dict()
+    assert stopped.to_dict()["finished"] is False and stopped.to_dict()["space"] == done.space
+
+
+def test_the_cli_says_the_cluster_search_finished(tmp_path, capsys):
+    from paraplan.cli import main
+
+    path = tmp_path / "two.json"
+    pools = [p.model_dump() for p in _cluster([0, 1]).pools]
+    path.write_text(json.dumps({"pools": pools}))
+    argv = ["search", "-m", "gpt3-125m", "--cluster", str(path), "--global-batch", "8"]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--seq-length", "128", "--time-budget", "60", "--width", "400"])
+    assert info.value.code in (0, None)
+    last = capsys.readouterr().out.splitlines()[-1]
+    space = cluster_space_size(HeteroProblem(TINY, _cluster([0, 1]), 8, 128))
+    assert last.startswith(
+        f"finished: the search ran to the end of its space ({space:,} candidates"
+    )
+    assert last.endswith(
+        "candidates before the per-stage rules); the plans above are the best of all"
+    )

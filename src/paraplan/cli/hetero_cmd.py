@@ -274,6 +274,12 @@ def search_hetero(
             "divide the heads; pp: divisors of the GPUs / tp)"
         )
     )
+    if result.space and not result.stopped:
+        console.print(
+            f"finished: the search ran to the end of its space ({result.space:,} candidates before "
+            "the per-stage rules)"
+            + ("; the plans above are the best of all" if result.plans else "")
+        )
     if result.stopped and not result.plans:
         console.print(
             "no plan found: the time budget ran out before any feasible plan was found "

@@ -64,6 +64,9 @@ class HeteroResult:
     trajectory: list = field(default_factory=list)
     solved: int = 0  # candidates whose layer split was solved (the others were bounded out)
     stopped: str = ""  # where the time budget stopped the search ("" when it ran to the end)
+    space: int = (
+        0  # candidates in the space before the per-stage rules (cluster_space_size); 0: not counted
+    )
 
     def to_dict(self) -> dict:
         from paraplan.specs.stage_plan import stage_plan_to_dict
@@ -74,6 +77,7 @@ class HeteroResult:
             "solved": self.solved,
             "elapsed_s": self.elapsed_s,
             **({"stopped": self.stopped} if self.stopped else {}),
+            **({"space": self.space, "finished": not self.stopped} if self.space else {}),
             "plans": [
                 {"step_time_s": c.step_time_s, "label": c.label, "plan": stage_plan_to_dict(c.plan)}
                 for c in self.plans
@@ -216,11 +220,25 @@ def cluster_space_size(problem: HeteroProblem) -> int:
     return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
 
 
+def sharded_first(degrees: list[UniformDegrees]) -> list[UniformDegrees]:
+    """The degrees in decreasing model-parallel size tp·pp (a stable sort: ``_degrees``' order among
+    equals), the listing order of a search under a time budget. A stage holds about 1/(tp·pp) of the
+    weights and optimizer state, so the most sharded candidates are the likeliest to fit in memory:
+    a search stopped by its budget has then bounded and solved candidates that can give a plan (issue
+    31: GPT-3 175B on sixteen pools of 64 GPUs, where the tp1/tp2, pp ≤ 8 candidates listed first do
+    not fit and 5 s ended with none). The order is a heuristic of where to look first only: the search
+    ranks by (step, bound, place in the list) and returns the same k best once it runs to its end,
+    up to candidates of exactly equal step and bound; without a budget the listing is ``_degrees``'."""
+    return sorted(degrees, key=lambda d: -d.dims.tp * d.dims.pp)
+
+
 def _candidates(problem: HeteroProblem, orders, deadline: float, progress: list[int]):
     """(settings, microbatches, order) of every candidate, one pool order at a time (``orders``, a
     list or a generator), ``progress`` counting the orders begun and the candidates listed; none past
     ``deadline``."""
     degrees = list(_degrees(problem))
+    if not math.isinf(deadline):
+        degrees = sharded_first(degrees)
     stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
     for order in orders:
         if time.perf_counter() > deadline:
@@ -257,6 +275,8 @@ def search_cluster(
     progress = [0, 0]  # pool orders begun, candidates listed
     stream = _candidates(problem, orders or pool_orders(problem.cluster), deadline, progress)
     found, solved, bounded = best_splits(problem, stream, top_k, deadline)
+    over = time.perf_counter() > deadline  # read before the count below, which takes no budget
+    space = cluster_space_size(problem)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]
@@ -264,9 +284,11 @@ def search_cluster(
     stopped = (
         f"time budget {time_budget_s:g} s reached: {progress[0]} of {total_orders} pool orders "
         f"enumerated, {bounded} of {progress[1]} candidates bounded, {solved} solved; the space "
-        f"holds {cluster_space_size(problem)} candidates"
-        if time.perf_counter() > deadline
+        f"holds {space} candidates"
+        if over
         else ""
     )
     elapsed_s = time.perf_counter() - t0
-    return HeteroResult(plans, progress[1], elapsed_s, "amp-dp", solved=solved, stopped=stopped)
+    return HeteroResult(
+        plans, progress[1], elapsed_s, "amp-dp", solved=solved, stopped=stopped, space=space
+    )
