@@ -28,10 +28,10 @@ from paraplan.search.options import ExpertOption
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
 from paraplan.search.space import Row, SearchProblem
-from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.recompute import MODE_NAMES
 from paraplan.specs.split import accounted_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS
+from paraplan.step.blocks import held_layer_kinds
 from paraplan.step.build import (
     BlockCostFacts,
     BlockFacts,
@@ -86,7 +86,7 @@ class RowTable:
         }
         c["recompute"] = MODE_CODES[c["recompute_mode"]]  # the step code of each row's mode
         self.size = len(c["tp"])
-        self.layer_kinds = _layer_kinds(problem.model)
+        self.layer_kinds = held_layer_kinds(problem.model)
         self.expert_choices = list(walk.expert_ids)
         if not self.size:
             self.facts = None
@@ -332,11 +332,3 @@ def _padded(facts: BlockCostFacts, width: int) -> BlockCostFacts:
     if len(small) == width:
         return facts
     return facts._replace(small_numels=small + (0.0,) * (width - len(small)))
-
-
-def _layer_kinds(model) -> tuple[str, ...]:
-    """The decoder-layer block kinds a model's stages hold (step.build.BLOCK_KINDS names)."""
-    if not moe_shaped(model):
-        return ("decoder",)
-    kinds = ("dense_layer",) if (not model.is_moe or model.dense_layers > 0) else ()
-    return kinds + (("moe_layer",) if model.is_moe else ())

@@ -389,7 +389,7 @@ def host_link_rule(accelerator) -> str | None:
 # ---- per-stage plans -----------------------------------------------------------------------------
 def costed_by_stages(model: ModelSpec) -> bool:
     """True for models whose uniform flags `paraplan estimate` / `search` cost stage by stage: encoder-
-    decoders, whose two layer kinds on two sequence lengths the uniform builder (step.build.BLOCK_KINDS) lacks."""
+    decoders, whose two layer kinds on two sequence lengths the uniform builder (step.blocks.BLOCK_KINDS) lacks."""
     return model.architecture == "encoder_decoder"
 
 

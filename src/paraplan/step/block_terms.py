@@ -315,7 +315,7 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
 class BlockCost:
     """One block on one GPU: its time terms per micro-batch and what it holds in memory."""
 
-    kind: str  # "embedding" | "decoder" | "dense_layer" | "moe_layer" | "experts" | "mtp" | "head" (step.build.BLOCK_KINDS)
+    kind: str  # "embedding" | "decoder" | "dense_layer" | "moe_layer" | "experts" | "mtp" | "head" (step.blocks.BLOCK_KINDS)
     terms: BlockTerms
     params: Num  # weight parameters held per GPU
     activation_bytes: Num  # kept for backward, per in-flight micro-batch

@@ -77,6 +77,11 @@ class BlockKind:
         False  # memory Korthikanti et al. 2022 Figure 1 counts as "transformer layers"
     )
     layer: bool = False  # a transformer layer of the block list (a per-stage plan's ``layers``)
+    # partial recomputation (recompute_num_layers) splits its layers into recomputed and kept ones
+    # (step.partial_recompute); MoE / MLA layers use graph.moe's per-module recompute instead
+    recompute_split: bool = False
+    # whether a model's stages hold any block of it (a model_block_kinds kind may be built absent or held 0 times)
+    held: Callable[[ModelSpec], bool] = lambda model: True
     expert_free: bool = False  # its graph never reads the expert knobs (LayerShape.expert)
 
     def graph(self, model: ModelSpec, shape: LayerShape) -> LayerGraph:
@@ -309,16 +314,23 @@ BLOCK_KINDS: dict[str, BlockKind] = {
             core_ops=_no_core_ops,
             expert_free=True,
         ),
-        _layer("decoder", _decoder_graph, _decoder_memory, expert_free=True),
+        _layer("decoder", _decoder_graph, _decoder_memory, expert_free=True, recompute_split=True),
         # T5 (encoder-decoder): bidirectional encoder layers, then decoder layers with cross-attention
         _layer("encoder", lambda m, w, s: encoder_layer(w, s), _layer_memory, expert_free=True),
         _layer("cross_decoder", _cross_decoder_graph, _cross_decoder_memory, expert_free=True),
         # layers of MoE / MLA / windowed models (graph/moe.py): dense first layers, MoE layers and their
         # routed experts (own gradient group), DeepSeek-V3 MTP modules on the last stage
-        _moe_family_layer("dense_layer", False, expert_free=True),
+        # dense layers: all of a dense model graph/moe.py builds, the first dense_layers of an MoE one
+        _moe_family_layer(
+            "dense_layer",
+            False,
+            expert_free=True,
+            held=lambda m: not m.is_moe or m.dense_layers > 0,
+        ),
         _moe_family_layer(
             "moe_layer",
             True,
+            held=lambda m: m.is_moe,
             expert_free_ops=lambda m, s: (
                 expert_free_ops(m, s, True) if _moe_kind_present(m, True) else None
             ),
@@ -368,6 +380,14 @@ def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
     else:
         layer_kinds_ = tuple(dict.fromkeys(layer_kinds(model)))
     return ("embedding", *layer_kinds_, "head")
+
+
+def held_layer_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The transformer-layer kinds (``layer``) among model_block_kinds that the model's stages hold
+    (``held``), in stage order: ("decoder",) for a dense decoder, ("dense_layer", "moe_layer") for an MoE
+    model with dense first layers."""
+    kinds = (BLOCK_KINDS[name] for name in model_block_kinds(model))
+    return tuple(kind.name for kind in kinds if kind.layer and kind.held(model))
 
 
 @dataclass(frozen=True)

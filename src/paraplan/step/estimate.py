@@ -108,7 +108,7 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
 
 
 def model_violations(model: ModelSpec) -> list[Violation]:
-    """The uniform builder (step.build.BLOCK_KINDS) composes stacks of identical layers: decoder-only
+    """The uniform builder (step.blocks.BLOCK_KINDS) composes stacks of identical layers: decoder-only
     models, and encoder-only ones (BERT, ViT: the same layer with bidirectional attention, ViT's patch
     embedding and classifier); encoder-decoders and stacks of differing widths are costed stage by
     stage (step/per_stage.py), never silently as decoder layers: the CLI's estimate and search turn

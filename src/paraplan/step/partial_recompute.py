@@ -21,11 +21,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from paraplan.step.blocks import kinds_where
 from paraplan.step.compose import BlockCost, StepInputs
 
-RECOMPUTED_KIND = (
-    "decoder"  # dense decoder layers (MoE / MLA layers use graph.moe's per-module recompute)
-)
+# the kinds partial recomputation splits (step.blocks.BlockKind.recompute_split: dense decoder layers)
+RECOMPUTED_KINDS = frozenset(kinds_where("recompute_split"))
 
 
 def split_recompute_layers(
@@ -37,7 +37,7 @@ def split_recompute_layers(
     for stage in inp.stages:
         blocks = []
         for block, n in stage.blocks:
-            if block.kind != RECOMPUTED_KIND:
+            if block.kind not in RECOMPUTED_KINDS:
                 blocks.append((block, n))
                 continue
             recomputed = np.minimum(n, layers_per_chunk * vpp)
@@ -53,7 +53,7 @@ def recomputed_layer_share(inp: StepInputs) -> float:
     for stage in inp.stages:
         first = True
         for block, n in stage.blocks:
-            if block.kind != RECOMPUTED_KIND:
+            if block.kind not in RECOMPUTED_KINDS:
                 continue
             total += float(stage.count * n)
             if first:
