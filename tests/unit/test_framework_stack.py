@@ -92,12 +92,16 @@ def test_the_megatron_family_is_stack_profiles():
 @pytest.mark.parametrize("name", [None, "nemo-24.09", "torchtitan-compiled", "my-stack"])
 def test_the_bands_read_the_same_stack(name):
     """validate.features: the band's stack and the case population (the Megatron stack pools as the
-    dense / MoE population alone, any other stack is named)."""
+    dense / MoE population alone, any other stack is named by its stack, not the profile's name: a
+    recipe pools with the stack it refines)."""
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     plan = PlanSpec(gpus=8, tp=2, global_batch=16, seq_length=4096, dtype="bf16")
     assert band_keys(model, system, plan, name).stack == framework_stack(name)
     population = case_population(model, name)
-    assert population == ("dense" if framework_stack(name) == MEGATRON_STACK else f"dense {name}")
+    stack = framework_stack(name)
+    assert population == ("dense" if stack == MEGATRON_STACK else f"dense {stack}")
+    if name == "torchtitan-compiled":
+        assert population == "dense torchtitan"  # the profile's name before
 
 
 def _file_profile(name: str, base: str | None):
