@@ -1175,7 +1175,7 @@ def test_the_search_with_every_split_matches_or_beats_the_published_moe_layouts(
     (``vary_split``) finds a plan predicted at most as slow as the published layout (its 4 / 1 first / last stages and
     recomputed modules included); without the splits it does not on DeepSeek-V3 (61 layers, MTP): the uneven first /
     last stages are the layout's advantage there."""
-    from paraplan.validate.run import Case, load_cases
+    from paraplan.validate.case_files import Case, load_cases
 
     cases = [c for c in load_cases() if isinstance(c, Case) and c.file == "moe-visible"]
     assert len(cases) == 10

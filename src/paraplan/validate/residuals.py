@@ -134,7 +134,8 @@ def cv_errors_of(cv_report: dict[str, Any]) -> dict[tuple[str, str], float]:
 
 
 def _bundled_runs() -> tuple[list[Any], list[dict]]:
-    from paraplan.validate.run import Case, load_cases, run_case
+    from paraplan.validate.case_files import Case, load_cases
+    from paraplan.validate.run import run_case
 
     cases = [c for c in load_cases() if isinstance(c, Case) and "step_time_s" in c.measured]
     return cases, [run_case(c) for c in cases]
