@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from paraplan.catalog import load_model, load_system
 from paraplan.step.estimate import estimate
-from paraplan.search import run
+from paraplan.search import row_scan, run
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
@@ -64,7 +64,7 @@ def reference():
 def test_moe_fast_search_equals_exhaustive(reference, chunk, monkeypatch):
     p, want = reference
     if chunk is not None:
-        monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+        monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
     got = search(p, top_k=10)
     assert got.candidates == want.candidates
     assert [r.key for r in got.plans] == [r.key for r in want.plans]
