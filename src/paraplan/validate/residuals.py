@@ -104,7 +104,7 @@ def package_fingerprint() -> str:
 def residual_records(
     cases: Sequence[Any], entries: Sequence[dict], cv_errors: dict[tuple[str, str], float]
 ) -> tuple[Residual, ...]:
-    """Records of the scored cases (``validate.run.Case`` with its ``run_case`` entry) that measured a step
+    """Records of the scored cases (``validate.case_files.Case`` with its ``validate.run.run_case`` entry) that measured a step
     time; ``cv_errors`` maps (group, name) to the cross-validated error, a case missing there takes its
     in-sample error."""
     from paraplan.validate.features import band_keys, plan_features
