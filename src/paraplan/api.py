@@ -117,8 +117,9 @@ def validate(cases: Iterable[str | Path] | None = None) -> dict:
     """Run the bundled validation cases (or the given case files) and return the report dict
     ``{"cases": [...], "summary": {...}}`` (format in :mod:`paraplan.validate.run`), each case with its
     held-out error band and ``summary.band_coverage`` (:mod:`paraplan.validate.coverage`)."""
+    from paraplan.validate.case_files import load_cases
     from paraplan.validate.coverage import with_bands
-    from paraplan.validate.run import load_cases, run_cases
+    from paraplan.validate.run import run_cases
 
     loaded = load_cases(cases)
     return with_bands(run_cases(loaded), loaded)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from paraplan.catalog import load_model, load_system
 from paraplan.specs.errors import InputError
-from paraplan.validate.run import load_cases
+from paraplan.validate.case_files import load_cases
 
 FUZZ = settings(
     max_examples=80,

@@ -88,3 +88,27 @@ def test_the_cli_notes_the_choice_and_refuses_a_flash_plan_file_in_one_line(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(err) == 1 and "Traceback" not in err[0]
     assert err[0].startswith("error: plan.attention: 'flash' is not allowed; FlashAttention-2")
+
+
+def test_fp8_on_an_a100_is_refused_alike_uniform_and_per_stage():
+    """One rule, one place (issue 31): fp8 on an A100 (no fp8 tensor cores) is refused by a per-stage plan
+    with the violation a uniform plan gets (step.estimate._system_violations)."""
+    from paraplan.specs.plan import PlanSpec
+    from paraplan.step.estimate import _system_violations
+
+    a100 = load_system("dgx-a100-80gb")
+    uniform = _system_violations(
+        PlanSpec(gpus=8, global_batch=8, seq_length=256, dtype="fp8"), a100
+    )
+    assert [v.field for v in uniform] == ["plan.dtype"]
+    only_a100 = cluster_from_dict(
+        {"pools": [{"name": "a100", "system": "dgx-a100-80gb", "nodes": 1}]}
+    )
+    stages = [{"pool": "a100", "gpus": 4, "layers": 2}, {"pool": "a100", "gpus": 4, "layers": 2}]
+    plan = stage_plan_from_dict(
+        {"global_batch": 8, "seq_length": 256, "microbatches": 2, "stages": stages, "dtype": "fp8"}
+    )
+    per_stage = stage_plan_violations(plan, TINY, only_a100)
+    assert [(v.field, v.value, v.rule) for v in per_stage] == [
+        (v.field, v.value, v.rule) for v in uniform
+    ]

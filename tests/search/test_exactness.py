@@ -6,7 +6,7 @@ Every problem is restricted so that the scalar exhaustive path (every candidate 
 top K for K < 20 is its prefix (both paths rank by search.ranking, and the exhaustive pool keeps
 every candidate up to the K-th group's objective, so a prefix is exact).
 
-The fast path evaluates rows in chunks of ``CHUNK_CANDIDATES`` candidates and only prunes between
+The fast path evaluates rows in chunks of ``CHUNK_CANDIDATES`` (search.row_scan) candidates and only prunes between
 chunks; these problems fit in one default chunk, so each is also run with tiny chunks, which makes
 the bound pruning (and the K-th-best threshold with ties) actually decide what is skipped.
 
@@ -29,7 +29,7 @@ import math
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search import run
+from paraplan.search import row_scan
 from paraplan.search.ranking import non_default_knobs, offloads, tie_value
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
@@ -233,7 +233,7 @@ def test_fast_top_k_equals_exhaustive(name, monkeypatch):
     assert len(reference.plans) == K_MAX
     for chunk in CHUNKS:
         if chunk is not None:
-            monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+            monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
         for k in KS:
             fast = search(p, top_k=k)
             assert_same_top(fast, reference, k)
@@ -257,7 +257,7 @@ def test_collect_all_counts_match_exhaustive(name):
 def test_small_chunks_prune(monkeypatch):
     """With small chunks the bound really skips rows, and the answer is still exact."""
     p, reference = exhaustive("gpt3-13b-32xa100-40-pp")
-    monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
     fast = search(p, top_k=5)
     assert fast.evaluated < fast.candidates
     assert fast.rows_evaluated < fast.rows
@@ -294,7 +294,7 @@ def test_ties_are_broken_by_the_ranking_key(name, monkeypatch):
     for i in tied:
         for chunk in (None, 1):
             if chunk is not None:
-                monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+                monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
             assert_same_top(search(p, top_k=i), reference, i)
             monkeypatch.undo()
 
@@ -378,6 +378,6 @@ def test_problem_features_are_exercised(name, monkeypatch):
     assert FEATURES[name](p, reference.plans), (
         f"{name} no longer exercises its feature in the top {K_MAX}"
     )
-    monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
     fast = search(p, top_k=5)
     assert fast.evaluated < fast.candidates

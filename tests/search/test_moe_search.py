@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from paraplan.catalog import load_model, load_system
 from paraplan.step.estimate import estimate
-from paraplan.search import run
+from paraplan.search import row_scan, run
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
@@ -64,7 +64,7 @@ def reference():
 def test_moe_fast_search_equals_exhaustive(reference, chunk, monkeypatch):
     p, want = reference
     if chunk is not None:
-        monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+        monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
     got = search(p, top_k=10)
     assert got.candidates == want.candidates
     assert [r.key for r in got.plans] == [r.key for r in want.plans]
@@ -1175,7 +1175,7 @@ def test_the_search_with_every_split_matches_or_beats_the_published_moe_layouts(
     (``vary_split``) finds a plan predicted at most as slow as the published layout (its 4 / 1 first / last stages and
     recomputed modules included); without the splits it does not on DeepSeek-V3 (61 layers, MTP): the uneven first /
     last stages are the layout's advantage there."""
-    from paraplan.validate.run import Case, load_cases
+    from paraplan.validate.case_files import Case, load_cases
 
     cases = [c for c in load_cases() if isinstance(c, Case) and c.file == "moe-visible"]
     assert len(cases) == 10

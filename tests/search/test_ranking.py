@@ -10,7 +10,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.step.estimate import estimate
-from paraplan.search import ranking, run
+from paraplan.search import ranking, row_scan
 from paraplan.search.ranking import (
     Candidate,
     kth_group_objective,
@@ -133,7 +133,7 @@ def test_equivalent_plans_are_one_row_with_the_same_time_and_memory(grouped):
 def test_fast_and_exhaustive_agree_on_groups_for_every_k(grouped, monkeypatch, chunk):
     problem, reference = grouped
     if chunk is not None:
-        monkeypatch.setattr(run, "CHUNK_CANDIDATES", chunk)
+        monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
     cuts = [i + 1 for i, r in enumerate(reference.plans) if r.equivalents]  # K ending on a group
     for k in sorted({1, 2, 5, *cuts[:3], len(reference.plans)}):
         fast = search(problem, top_k=k)

@@ -11,7 +11,7 @@ import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import framework_search_fields, framework_system
-from paraplan.search import run
+from paraplan.search import row_scan
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
@@ -26,7 +26,7 @@ def _check(name: str, monkeypatch) -> None:
         **{"gpus": 32, "global_batch": 64, "seq_length": 2048, **axes},
         **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
     )
-    monkeypatch.setattr(run, "CHUNK_CANDIDATES", 1)
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
     fast, ref = search(problem, top_k=10), exhaustive_search(problem, top_k=10)
     assert fast.evaluated < fast.candidates  # the bounds pruned
     assert [p.key for p in fast.plans] == [p.key for p in ref.plans]

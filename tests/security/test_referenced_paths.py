@@ -18,7 +18,7 @@ from paraplan.catalog import load_framework
 from paraplan.io.documents import read_document
 from paraplan.io.referenced import MAX_INPUT_BYTES, referenced_path
 from paraplan.specs.errors import InputError
-from paraplan.validate.run import load_cases
+from paraplan.validate.case_files import load_cases
 
 SECRET = "AKIASECRET123"
 

@@ -17,10 +17,11 @@ from paraplan.validate.band import (
     error_band,
     min_groups,
 )
+from paraplan.validate.case_files import Case, load_cases
 from paraplan.validate.coverage import attach_bands
 from paraplan.validate.features import band_keys, plan_features
 from paraplan.validate.residuals import Residual, residual_records
-from paraplan.validate.run import Case, load_cases, run_cases
+from paraplan.validate.run import run_cases
 
 MODEL, SYSTEM = load_model("llama3-70b"), load_system("dgx-h100-80gb")
 PLAN = PlanSpec(gpus=64, tp=8, pp=2, global_batch=128, seq_length=8192, dtype="bf16")

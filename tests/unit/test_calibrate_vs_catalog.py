@@ -16,7 +16,8 @@ from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.compute import gemm_time_s, grouped_gemm_time_s
 from paraplan.specs.fields import with_fields
-from paraplan.validate.run import bundled_case_files, mape
+from paraplan.validate.case_files import bundled_case_files
+from paraplan.validate.run import mape
 
 H100 = "h100-sxm5-80gb"
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """Encoder-only models (BERT, ViT) in the uniform estimate and search, through the one builder
-(step.build.BLOCK_KINDS: the layer with bidirectional attention, ViT's patch embedding and classifier).
+(step.blocks.BLOCK_KINDS: the layer with bidirectional attention, ViT's patch embedding and classifier).
 Hand-computed FLOPs, agreement with the per-stage (non-uniform) estimator, and fast == exhaustive search."""
 
 from __future__ import annotations

@@ -186,9 +186,9 @@ def test_overlap_mechanisms_by_hand():
 def test_leave_one_group_out_refits_without_the_group():
     from dataclasses import replace
 
+    from paraplan.validate.case_files import load_cases
     from paraplan.validate.cv import cross_validate
     from paraplan.validate.fitted import FITTED_CONSTANTS
-    from paraplan.validate.run import load_cases
 
     cases = [c for c in load_cases() if c.name.startswith("korthikanti2022-tab5-megatron-22b")]
     cases = [replace(cases[0], group="a"), replace(cases[1], group="b")]

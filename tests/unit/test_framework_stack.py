@@ -92,9 +92,44 @@ def test_the_megatron_family_is_stack_profiles():
 @pytest.mark.parametrize("name", [None, "nemo-24.09", "torchtitan-compiled", "my-stack"])
 def test_the_bands_read_the_same_stack(name):
     """validate.features: the band's stack and the case population (the Megatron stack pools as the
-    dense / MoE population alone, any other stack is named)."""
+    dense / MoE population alone, any other stack is named by its stack, not the profile's name: a
+    recipe pools with the stack it refines)."""
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     plan = PlanSpec(gpus=8, tp=2, global_batch=16, seq_length=4096, dtype="bf16")
     assert band_keys(model, system, plan, name).stack == framework_stack(name)
     population = case_population(model, name)
-    assert population == ("dense" if framework_stack(name) == MEGATRON_STACK else f"dense {name}")
+    stack = framework_stack(name)
+    assert population == ("dense" if stack == MEGATRON_STACK else f"dense {stack}")
+    if name == "torchtitan-compiled":
+        assert population == "dense torchtitan"  # the profile's name before
+
+
+def _file_profile(name: str, base: str | None):
+    """A profile as a file would give it (not a catalog entry): torchtitan's fields under another name."""
+    data = load_framework("torchtitan").model_dump()
+    return load_framework({**data, "name": name, "base": base})
+
+
+def test_one_chain_walk_for_the_stack_and_the_launcher():
+    """catalog.framework_chain is the walk both read: a recipe two levels above its launcher (a file
+    built on torchtitan-compiled) launches through torchtitan and runs its stack (search.launch.launcher
+    looked one base deep before: no launcher)."""
+    from paraplan.catalog import framework_chain
+    from paraplan.search.launch import launcher
+
+    assert framework_chain("torchtitan-compiled") == ("torchtitan-compiled", "torchtitan")
+    assert framework_chain("megatron-lm-v1.0") == ("megatron-lm-v1.0", "megatron-lm-2019")
+    two_levels = _file_profile("my-recipe", "torchtitan-compiled")
+    assert framework_chain(two_levels) == ("my-recipe", "torchtitan-compiled", "torchtitan")
+    assert launcher(two_levels) == "torchtitan"
+    assert framework_stack(two_levels) == "torchtitan"
+    assert launcher("megatron-deepspeed") is None  # launches through its own arguments
+    assert launcher("nemo-24.09") == "megatron-core"
+
+
+def test_a_profile_file_runs_its_bases_stack():
+    """A profile given as a file with ``base: torchtitan`` runs torchtitan's stack (its name alone is no
+    catalog entry: before, it was a stack of its own); without a base it is its own stack."""
+    assert framework_stack(_file_profile("my-titan", "torchtitan")) == "torchtitan"
+    assert framework_stack(_file_profile("my-nemo", "nemo-24.09")) == MEGATRON_STACK
+    assert framework_stack(_file_profile("my-stack", None)) == "my-stack"

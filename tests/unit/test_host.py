@@ -267,7 +267,7 @@ def test_eager_layer_kernels_match_the_profiled_count():
     from pathlib import Path
 
     from paraplan.graph.transformer import LayerShape, decoder_layer_1d
-    from paraplan.validate.run import load_cases
+    from paraplan.validate.case_files import load_cases
 
     root = Path(__file__).resolve().parents[2]
     records = json.loads(

@@ -180,7 +180,7 @@ def _case(**extra):
 
 
 def test_a_case_states_where_its_recipe_departs_from_the_profile():
-    from paraplan.validate.run import _case_from_raw
+    from paraplan.validate.case_files import _case_from_raw
 
     default = _case_from_raw(_case(), "t", 0)
     assert default.system.accelerator.efficiency.cuda_graph_scope == "full_iteration"
@@ -188,7 +188,7 @@ def test_a_case_states_where_its_recipe_departs_from_the_profile():
     assert off.system.accelerator.efficiency.cuda_graph_scope == "none"
     assert off.framework == "megatron-bridge-25.11"  # the stack the case speaks for is unchanged
     # the shipped cases whose recipes leave CUDA graphs off (Megatron-Bridge v0.2.0 workload configs)
-    from paraplan.validate.run import load_cases
+    from paraplan.validate.case_files import load_cases
 
     scopes = {c.name: c.system.accelerator.efficiency.cuda_graph_scope for c in load_cases()}
     assert scopes["mbridge2511-llama31-405b-b200-128-fp8"] == "none"
@@ -205,7 +205,7 @@ def test_a_case_states_where_its_recipe_departs_from_the_profile():
     ],
 )
 def test_bad_framework_overrides_name_the_field(extra, field):
-    from paraplan.validate.run import _case_from_raw
+    from paraplan.validate.case_files import _case_from_raw
 
     with pytest.raises(InputError, match=field):
         _case_from_raw(_case(**extra), "t", 0)

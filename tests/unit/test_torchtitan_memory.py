@@ -16,7 +16,8 @@ from paraplan.specs.errors import InputError
 from paraplan.step.estimate import estimate
 from paraplan.step.result import StageMemory
 from paraplan.units import GiB
-from paraplan.validate.run import SCOPE_STAGE, load_cases, predicted_metrics, run_cases
+from paraplan.validate.case_files import SCOPE_STAGE, load_cases
+from paraplan.validate.run import predicted_metrics, run_cases
 
 CASES = resources.files("paraplan.validate") / "cases" / "torchtitan-llama3.json"
 CP8 = "torchtitan2412-llama31-8b-fsdp1-cp8-s262144"

@@ -12,8 +12,8 @@ import pytest
 from paraplan.catalog import load_framework
 from paraplan.step.estimate import estimate
 from paraplan.step.tail import _Traffic, zero3_pp_once_s
+from paraplan.validate.case_files import load_cases
 from paraplan.validate.fitted import ASSUMED_INPUTS
-from paraplan.validate.run import load_cases
 
 CASES = resources.files("paraplan.validate") / "cases" / "torchtitan-llama3.json"
 PP_1F1B = "torchtitan2412-llama31-405b-fsdp8-tp8-pp8-1f1b"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.step.estimate import estimate
-from paraplan.validate.run import load_cases
+from paraplan.validate.case_files import load_cases
 
 US = 1e-6
 # one eager call (pytorch-eager host_dispatch_s elementwise, 10.98 us) and one .item() sync (10.5 us)

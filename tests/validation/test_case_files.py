@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paraplan.specs.errors import InputError
-from paraplan.validate.run import bundled_case_files, load_cases
+from paraplan.validate.case_files import bundled_case_files, load_cases
 
 GOOD = {
     "name": "ok",
@@ -149,7 +149,8 @@ def test_documentation_keys_accepted(tmp_path):
 
 
 def test_unsupported_case_is_reported_and_the_rest_run(tmp_path):
-    from paraplan.validate.run import UnsupportedCase, run_cases
+    from paraplan.validate.case_files import UnsupportedCase
+    from paraplan.validate.run import run_cases
 
     # a field the model does not know (MoE fields are known since issue 9: a state-space layer is not)
     ssm = broken(model__mamba_layers=8, plan__mamba_chunk=256)
@@ -165,7 +166,8 @@ def test_unsupported_case_is_reported_and_the_rest_run(tmp_path):
 def test_case_whose_plan_breaks_a_rule_is_reported_and_the_rest_run(tmp_path):
     """A published run whose plan paraplan's rules refuse (tp 3 does not divide the heads) is not bad input: the case
     is reported unsupported with the field and the rule, and the other cases still run and are scored."""
-    from paraplan.validate.run import UnsupportedCase, run_cases
+    from paraplan.validate.case_files import UnsupportedCase
+    from paraplan.validate.run import run_cases
 
     refused = broken(plan__tp=3, plan__gpus=12)
     refused["name"] = "tp3"
@@ -186,7 +188,8 @@ def test_case_whose_plan_breaks_a_rule_is_reported_and_the_rest_run(tmp_path):
 def test_unknown_catalog_names_are_reported_and_the_rest_run(tmp_path):
     """A case naming a model or system the catalog does not have is reported unsupported with the name and the
     catalog's suggestions (a system this tool does not know yet is not a malformed file); the others still run."""
-    from paraplan.validate.run import UnsupportedCase, run_cases
+    from paraplan.validate.case_files import UnsupportedCase
+    from paraplan.validate.run import run_cases
 
     model, system = broken(model="llama9"), broken(system="dgx-z100")
     model["name"], system["name"] = "m", "s"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from paraplan.validate.case_files import load_cases
 from paraplan.validate.fitted import FITTED_CONSTANTS
-from paraplan.validate.run import load_cases, run_cases
+from paraplan.validate.run import run_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "src/paraplan/validate/cases/gpu-steps-2026-11.json"
@@ -160,7 +161,8 @@ def test_the_allocator_peak_leaves_out_the_reserves():
 
     from paraplan.step.result import StageMemory
     from paraplan.units import GiB
-    from paraplan.validate.run import SCOPE_STAGE, predicted_metrics
+    from paraplan.validate.case_files import SCOPE_STAGE
+    from paraplan.validate.run import predicted_metrics
 
     stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
     est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, mfu=0.5)

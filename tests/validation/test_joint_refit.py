@@ -7,6 +7,7 @@ import math
 import pytest
 
 import paraplan.validate.joint_refit as joint_refit_module
+from paraplan.validate.case_files import load_cases
 from paraplan.validate.cv import step_error
 from paraplan.validate.fitted import EngineConstant
 from paraplan.validate.joint_refit import (
@@ -18,7 +19,7 @@ from paraplan.validate.joint_refit import (
     timed_cases,
     uniform_constants,
 )
-from paraplan.validate.run import load_cases, run_cases
+from paraplan.validate.run import run_cases
 
 
 def test_it_refits_the_uniform_constants_on_calibration_sets_only():

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from paraplan.catalog import load_framework
-from paraplan.validate.run import SCOPE_STAGE, SCOPE_TRANSFORMER, load_cases, run_cases
+from paraplan.validate.case_files import SCOPE_STAGE, SCOPE_TRANSFORMER, load_cases
+from paraplan.validate.run import run_cases
 
 
 MOE_NAMES = {c.name for c in load_cases() if c.file == "moe-visible"}

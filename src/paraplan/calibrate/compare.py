@@ -26,14 +26,8 @@ from paraplan.cost.table_refs import FIELD, split_ref, with_kinds
 from paraplan.specs.errors import InputError
 from paraplan.specs.fields import with_fields
 from paraplan.specs.system import SystemSpec
-from paraplan.validate.run import (
-    Case,
-    _case_from_raw,
-    _read_case_file,
-    bundled_case_files,
-    mape,
-    run_case,
-)
+from paraplan.validate.case_files import Case, _case_from_raw, _read_case_file, bundled_case_files
+from paraplan.validate.run import mape, run_case
 
 H100_TABLE = "h100-sxm5-80gb"
 H100_FILES = {"gemm": "gemm.csv", "attention": "attention_cudnn.csv", "memory": "memory.csv"}

@@ -326,26 +326,45 @@ MEGATRON_STACK = "megatron"  # the stack of the Megatron-LM family profiles, and
 
 
 @lru_cache(maxsize=64)
-def framework_stack(framework: str | None) -> str:
-    """The software stack a framework profile runs, the one mapping of a profile name to a stack (the
-    recomputation modes a search varies, search.launch.recompute_modes; the stack an error band is
-    conditioned on, validate.features.band_keys): the stack profile at the root of a catalog profile's
-    ``base`` chain (a recipe profile runs the stack it refines: torchtitan-compiled -> torchtitan,
-    megatron-deepspeed -> deepspeed). The Megatron-LM family (MEGATRON_FAMILY, and the recipes built on
-    it: nemo-24.09, megatron-bridge-*) and no profile are one stack, MEGATRON_STACK: the defaults a plan
-    without a profile takes are Megatron-LM's, and the fitted constants were calibrated under these
-    profiles. A name the catalog does not have is its own stack (a profile given as a file is passed by
-    its name, never read here)."""
+def _catalog_chain(name: str) -> tuple[str, ...]:
+    """``name`` and the catalog profiles its ``base`` chain walks to, the root last; a name the catalog
+    does not have ends the chain (a cycle stops where it closes)."""
     names = set(framework_names())
-    root = framework
-    for _ in names:  # a base chain is no longer than the catalog (a cycle stops here too)
-        if root not in names or root in MEGATRON_FAMILY:
+    chain = [name]
+    while chain[-1] in names:
+        base = load_framework(chain[-1]).base
+        if base is None or base in chain:
             break
-        base = load_framework(root).base
-        if base is None:
-            break
-        root = base
-    return MEGATRON_STACK if root is None or root in MEGATRON_FAMILY else root
+        chain.append(base)
+    return tuple(chain)
+
+
+def framework_chain(framework: "str | FrameworkSpec | None") -> tuple[str, ...]:
+    """The one walk of a profile's ``base`` chain (framework_stack, search.launch.launcher): the
+    profile's name first, then each ``base`` to the root. A catalog name walks the catalog profiles; a
+    FrameworkSpec (a profile given as a file) names its own ``base`` first, whose chain the catalog then
+    walks; no profile: the empty chain."""
+    if framework is None:
+        return ()
+    if isinstance(framework, str):
+        return _catalog_chain(framework)
+    return (framework.name, *framework_chain(framework.base))
+
+
+def framework_stack(framework: "str | FrameworkSpec | None") -> str:
+    """The software stack a framework profile runs, the one mapping of a profile to a stack (the
+    recomputation modes a search varies, search.launch.recompute_modes; the stack an error band is
+    conditioned on, validate.features.band_keys): the stack profile at the root of the profile's
+    ``base`` chain (framework_chain; a recipe profile runs the stack it refines: torchtitan-compiled ->
+    torchtitan, megatron-deepspeed -> deepspeed, a file with ``base: torchtitan`` -> torchtitan). The
+    Megatron-LM family (MEGATRON_FAMILY, and the recipes built on it: nemo-24.09, megatron-bridge-*) and
+    no profile are one stack, MEGATRON_STACK: the defaults a plan without a profile takes are
+    Megatron-LM's, and the fitted constants were calibrated under these profiles. A name the catalog
+    does not have, without a base, is its own stack."""
+    chain = framework_chain(framework)
+    if not chain or any(name in MEGATRON_FAMILY for name in chain):
+        return MEGATRON_STACK
+    return chain[-1]
 
 
 def load_framework(

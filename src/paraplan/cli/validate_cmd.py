@@ -220,9 +220,10 @@ def validate(
 
         validate_goodput(cases, as_json)
         return
+    from paraplan.validate.case_files import load_cases
     from paraplan.validate.hetero import is_hetero_file, load_hetero_cases, run_hetero_cases
     from paraplan.validate.markdown import validation_markdown
-    from paraplan.validate.run import load_cases, run_cases
+    from paraplan.validate.run import run_cases
 
     hetero = hetero or bool(cases) and all(is_hetero_file(p) for p in cases)
     loaded = load_hetero_cases(cases) if hetero else load_cases(cases)

@@ -49,7 +49,7 @@ class Measured(InputModel):
         "peak of the caching allocator's reserved bytes (torch.cuda.max_memory_reserved): "
         "the allocated peak plus cached free blocks, without the CUDA context and communication buffers"
     )
-    # documentation metrics (validate.run.DOC_METRICS): quoted beside the compared figures, not compared
+    # documentation metrics (validate.case_files.DOC_METRICS): quoted beside the compared figures, not compared
     tflops_per_gpu: float | None = _measured("documentation only: model TFLOP/s per GPU")
     tokens_per_s_per_gpu: float | None = _measured("documentation only: tokens/s per GPU")
     mfu: float | None = _measured("documentation only: model FLOP utilisation")
@@ -72,7 +72,7 @@ class ValidationCase(BaseModel):
     framework_overrides: dict[str, Any] | None = Field(
         None,
         description="profile fields where the case's recipe departs from its framework profile "
-        "(validate.run.case_profile)",
+        "(validate.case_files.case_profile)",
     )
     scope: str | None = Field(None, description="which memory a figure counts")
     quote: Any = Field(None, description="documentation only: the quoted source text")

@@ -85,21 +85,26 @@ DTYPES = {  # the training datatypes each exporter states (export.common.UNMAPPE
 }
 
 
-@lru_cache(maxsize=64)
-def launcher(framework: str | None) -> str | None:
-    """The launcher profile whose exporters write ``framework``'s plans: the profile itself, or the
-    ``base`` it refines (nemo-24.09 and megatron-bridge-25.11 -> megatron-core, torchtitan-compiled ->
-    torchtitan); None for a profile no exporter writes."""
-    if framework is None or framework in OWN_LAUNCH:
-        return None
-    if framework in TARGETS:
-        return framework
-    from paraplan.catalog import framework_names, load_framework
+def launcher(framework) -> str | None:
+    """The launcher profile whose exporters write ``framework``'s plans (a profile name or a
+    FrameworkSpec): the first launcher on its ``base`` chain (catalog.framework_chain: nemo-24.09 and
+    megatron-bridge-25.11 -> megatron-core, torchtitan-compiled -> torchtitan, a recipe built on
+    torchtitan-compiled -> torchtitan); None for a profile no exporter writes (a chain reaching none, or
+    an OWN_LAUNCH profile first)."""
+    from paraplan.catalog import framework_chain
 
-    if framework not in framework_names():
-        return None
-    base = load_framework(framework).base
-    return base if base in TARGETS else None
+    return _first_launcher(framework_chain(framework))
+
+
+@lru_cache(maxsize=64)
+def _first_launcher(chain: tuple[str, ...]) -> str | None:
+    """The first TARGETS profile of a base chain, None when an OWN_LAUNCH profile comes first."""
+    for name in chain:
+        if name in OWN_LAUNCH:
+            return None
+        if name in TARGETS:
+            return name
+    return None
 
 
 def targets(framework: str | None) -> tuple[str, ...]:

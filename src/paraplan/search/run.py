@@ -29,7 +29,6 @@ import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.search import ranking
-from paraplan.search.bound_order import BoundOrder
 from paraplan.search.grid_index import GridIndex
 from paraplan.search.processes import auto_workers
 from paraplan.search.result import (
@@ -40,16 +39,14 @@ from paraplan.search.result import (
     trim_pool,
 )
 from paraplan.search.robust import evaluated_sink_refused, robust_dispatch
-from paraplan.search.scan import Ahead, Scan
+from paraplan.search.row_scan import scan_rows
+from paraplan.search.scan import Scan
 from paraplan.search.space import SearchProblem, plan_of, rows_per_micro_batch
 from paraplan.search.table import RowTable
-from paraplan.step.compose import pipeline_bound_s
 
 # the result types (search.result) and the scan (search.scan), named here too
 __all__ = ["RankedPlan", "SearchResult", "objective_value", "search"]
 _Scan = Scan
-
-CHUNK_CANDIDATES = 150_000
 
 
 @robust_dispatch
@@ -120,7 +117,7 @@ def _search(
     scan = Scan(problem, table, top_k, tokens_row, flops_per_token, peak_flops, collect_all)
     scan.evaluated_sink = evaluated_sink
     scan_all = collect_all or feasible_sink is not None
-    rows_done = _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
+    rows_done = scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress)
     result = scan_result(problem, scan, top_k, space, table.size, rows_done, start)
     everything = scan.everything
     if everything is not None:
@@ -130,76 +127,6 @@ def _search(
             )
         result.all_feasible = everything
     return result
-
-
-def _scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) -> int:
-    """Visit the table's rows best bound first (module doc, steps 2-4; search.bound_order: a row's bound worked
-    out only when its floor says it may come next) with the scan's running threshold; the rows visited."""
-    lengths = options.lengths
-    order = _row_order(problem, table, options, scan)
-    if scan_all:
-        order.cost_all()
-    rows_done = 0
-    while (head := order.peek()) is not None:
-        scan.refresh()
-        if not scan_all and not ranking.within(head[1], scan.threshold):
-            break
-        chunk = []
-        count = 0
-        while count < CHUNK_CANDIDATES and (head := order.peek()) is not None:
-            r, bound = head
-            if not scan_all and not ranking.within(bound, scan.threshold):
-                break
-            if lengths[r]:
-                chunk.append(r)
-                count += lengths[r]
-            order.pop()
-        rows_done += len(chunk)
-        if progress is not None:
-            progress(order.popped, table.size, "rows")
-        if not chunk:
-            continue
-        chunk = np.array(chunk)
-        group_row, group_start = options.groups(chunk)
-        if scan_all:
-            scan.evaluate(options, group_row, group_start, feasible_sink)
-            continue
-        # pipeline bound per (row, schedule option): the candidates that differ only in ZeRO, DP
-        # overlap and offload share it; only groups whose bound can still enter the top K are evaluated
-        reps = table.inputs(group_row, options.values(group_row, group_start))
-        tokens = scan.tokens_row[group_row]
-        group_bound = objective_value(
-            problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
-        )
-        ahead = Ahead(
-            table, options, group_row, group_start, ranking.within(group_bound, scan.threshold)
-        )
-        for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
-            scan.evaluate(
-                options, group_row[batch], group_start[batch], scan.evaluated_sink, ahead.of(batch)
-            )
-    return rows_done
-
-
-def _row_order(problem, table, options, scan) -> BoundOrder:
-    """The table's rows in order of their objective's bound (RowTable.lower_bounds), from floors of it
-    (RowTable.work_floors): the objective is non-decreasing in the step time."""
-
-    def objective(step_s, rows):
-        tokens = scan.tokens_row[rows]
-        return objective_value(
-            problem, step_s, tokens, scan.flops_per_token * tokens, scan.peak_flops
-        )
-
-    every = np.arange(table.size)
-    floors = table.lower_bounds(options.v_max, options.split_backward, every, table.work_floors())
-    return BoundOrder(
-        objective(floors, every),
-        lambda rows: objective(
-            table.lower_bounds(options.v_max, options.split_backward, rows),
-            rows,
-        ),
-    )
 
 
 @contextmanager
@@ -470,31 +397,7 @@ def _search_block(problem: SearchProblem, block, scan: Scan) -> int:
     rows scanned."""
     table = RowTable(block.problem(problem))
     scan.use(table, block.offset)
-    rows = _scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
+    rows = scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
     if scan.shared is not None and scan.pool:
         scan.shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
     return rows
-
-
-def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: Scan):
-    """Groups in increasing bound order, in batches of about CHUNK_CANDIDATES // 8 candidates, while
-    their bound can still enter the top K (``scan.threshold`` tightens between batches)."""
-    order = np.lexsort((np.arange(len(bound)), bound))
-    ends = np.cumsum(sizes[order])
-    position = 0
-    while position < len(order):
-        scan.refresh()
-        if not ranking.within(bound[order[position]], scan.threshold):
-            return
-        stop = max(
-            position + 1,
-            int(
-                np.searchsorted(
-                    ends, ends[position] - sizes[order[position]] + CHUNK_CANDIDATES // 8
-                )
-            ),
-        )
-        batch = order[position:stop]
-        batch = batch[ranking.within(bound[batch], scan.threshold)]
-        position = stop
-        yield batch

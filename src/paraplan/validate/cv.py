@@ -27,7 +27,8 @@ from paraplan.validate.fitted import (
     with_constants,
     with_engine_constants,
 )
-from paraplan.validate.run import Case, UnsupportedCase, case_role, error_pct
+from paraplan.validate.case_files import Case, UnsupportedCase
+from paraplan.validate.run import case_role, error_pct
 
 
 def step_error(case: Case, values: dict[FittedConstant, float]) -> float:

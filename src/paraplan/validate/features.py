@@ -100,10 +100,10 @@ def model_kind(model: ModelSpec) -> str:
 
 def case_population(model: ModelSpec, framework: str | None) -> str:
     """The population whose residuals speak for an estimate: the model kind ('dense' / 'moe'), followed by
-    the framework's name outside the Megatron-LM family (catalog.framework_stack: no profile counts as
-    Megatron-LM)."""
-    kind = model_kind(model)
-    return kind if framework_stack(framework) == MEGATRON_STACK else f"{kind} {framework}"
+    the framework's stack outside the Megatron-LM family (catalog.framework_stack, the stack band_keys
+    conditions on: no profile counts as Megatron-LM; a recipe pools with the stack it refines)."""
+    kind, stack = model_kind(model), framework_stack(framework)
+    return kind if stack == MEGATRON_STACK else f"{kind} {stack}"
 
 
 # traits a band is conditioned on, least telling first: validate.band drops them in this order when

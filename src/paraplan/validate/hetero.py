@@ -31,14 +31,8 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import StagePlanSpec, check_stage_plan, stage_plan_from_dict
 from paraplan.units import GiB, UnitError
-from paraplan.validate.run import (
-    SCOPE_STAGE,
-    _read_case_file,
-    case_role,
-    error_pct,
-    mape,
-    summarize,
-)
+from paraplan.validate.case_files import SCOPE_STAGE, _read_case_file
+from paraplan.validate.run import case_role, error_pct, mape, summarize
 
 REQUIRED = ("name", "source", "model", "cluster", "plan", "measured")
 DOC_KEYS = {

@@ -27,6 +27,7 @@ import math
 import sys
 from typing import Any, NoReturn
 
+from paraplan.validate.case_files import Case, load_cases
 from paraplan.validate.cv import step_error
 from paraplan.validate.fitted import (
     FITTED_CONSTANTS,
@@ -34,7 +35,7 @@ from paraplan.validate.fitted import (
     FittedConstant,
     refit,
 )
-from paraplan.validate.run import Case, case_role, load_cases
+from paraplan.validate.run import case_role
 
 HETERO_ONLY = ("aws-g4dn.12xlarge", "aws-p3.8xlarge")  # AMP's clusters: validate --hetero
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.validate.run import MEMORY_SCOPE_RULE, METRICS, SCOPE_TRANSFORMER
+from paraplan.validate.case_files import MEMORY_SCOPE_RULE, METRICS, SCOPE_TRANSFORMER
 from paraplan.validate.tables import attached_markdown, tables_markdown
 
 REGENERATE_COMMAND = "paraplan validate --cv --markdown docs/validation.md"

@@ -104,7 +104,7 @@ def package_fingerprint() -> str:
 def residual_records(
     cases: Sequence[Any], entries: Sequence[dict], cv_errors: dict[tuple[str, str], float]
 ) -> tuple[Residual, ...]:
-    """Records of the scored cases (``validate.run.Case`` with its ``run_case`` entry) that measured a step
+    """Records of the scored cases (``validate.case_files.Case`` with its ``validate.run.run_case`` entry) that measured a step
     time; ``cv_errors`` maps (group, name) to the cross-validated error, a case missing there takes its
     in-sample error."""
     from paraplan.validate.features import band_keys, plan_features
@@ -134,7 +134,8 @@ def cv_errors_of(cv_report: dict[str, Any]) -> dict[tuple[str, str], float]:
 
 
 def _bundled_runs() -> tuple[list[Any], list[dict]]:
-    from paraplan.validate.run import Case, load_cases, run_case
+    from paraplan.validate.case_files import Case, load_cases
+    from paraplan.validate.run import run_case
 
     cases = [c for c in load_cases() if isinstance(c, Case) and "step_time_s" in c.measured]
     return cases, [run_case(c) for c in cases]

@@ -237,7 +237,8 @@ def attached_step_errors(cases) -> dict[str, tuple[list[float], list[float]]]:
     (catalog system as shipped, the same system with the table attached)."""
     from dataclasses import replace
 
-    from paraplan.validate.run import Case, run_case
+    from paraplan.validate.case_files import Case
+    from paraplan.validate.run import run_case
 
     out: dict[str, tuple[list[float], list[float]]] = {}
     for case in cases:
