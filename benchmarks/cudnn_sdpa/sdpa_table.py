@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 
 COLUMNS = (
-    "batch,heads,seq_len,head_dim,causal,direction,dtype,time_us,kv_heads,tflops,source_row".split(",")
+    "batch,heads,seq_len,head_dim,causal,direction,dtype,time_us,kv_heads,tflops,source_row".split(
+        ","
+    )
 )
 
 
