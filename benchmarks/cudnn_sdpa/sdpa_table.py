@@ -22,11 +22,19 @@ import csv
 import sys
 from pathlib import Path
 
-COLUMNS = (
-    "batch,heads,seq_len,head_dim,causal,direction,dtype,time_us,kv_heads,tflops,source_row".split(
-        ","
-    )
-)
+COLUMNS = [
+    "batch",
+    "heads",
+    "seq_len",
+    "head_dim",
+    "causal",
+    "direction",
+    "dtype",
+    "time_us",
+    "kv_heads",
+    "tflops",
+    "source_row",
+]
 
 
 def table_rows(source: Path, name: str) -> list[dict[str, str]]:
