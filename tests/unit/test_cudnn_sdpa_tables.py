@@ -96,3 +96,19 @@ def test_fp8_recipes_read_the_bf16_rows_and_the_system_prices_the_table():
     share = kt.causal_share(8192, True)
     got = attention_time_s(flops, share, acc, "bf16", (8192, 8192, 128, True), "bwd")
     assert got == pytest.approx(3.832e-3, rel=1e-9)
+
+
+def test_docs_report_the_catalog_analytical_form_against_the_table():
+    from paraplan.validate.tables import _analytical, shipped_table_residuals
+
+    table = kt.load_table(GB200)
+    rows = kt.attention_rows(table.rows["attention_cudnn"], GB200, "attention_cudnn.csv")
+    acc = load_system("gb200-nvl72").accelerator
+    got = dict(zip([(r.point, r.group) for r in rows], _analytical(acc, rows)))
+    # 8192 causal forward: 4·2·64·8192²·128 × 8193/16384 = 2.19929e12 FLOPs at 2.5 PFLOPS × 0.45,
+    # shape factor 1 at head dim 128, + 4 us overhead = 1.95893 ms (measured 1.397 ms)
+    assert got[((8192.0,), (128, True, "fwd"))] == pytest.approx(1.958926e-3, rel=1e-6)
+    system, residuals = shipped_table_residuals()[GB200]
+    assert system == "gb200-nvl72"
+    whats = [r.what for r in residuals]
+    assert "fused attention (cudnn), catalog analytical form" in whats
