@@ -59,14 +59,15 @@ def test_every_row_has_provenance_and_the_benchmarks_flop_count(ref):
         )
 
 
-def test_gb200_is_opt_in_and_gb300_attached():
-    # attached by default only where no validation group gets worse: with the table gb300-nvl72's
-    # mbridge-gb300 goes 6.59 -> 5.76 % and nothing else moves; gb200-nvl72's mbridge-dense-gb200
-    # 3.57 -> 7.67 % and mbridge-gb200-more 4.74 -> 6.43 % (catalog/systems/gb300-nvl72.yaml sources)
+def test_the_tables_are_listed_for_their_accelerators_and_opt_in():
+    # opt-in on both parts: gb200-nvl72 with its table gets worse (mbridge-dense-gb200 3.57 -> 7.67 %,
+    # mbridge-gb200-more 4.74 -> 6.43 %); gb300-nvl72 with its table alone gets better (mbridge-gb300
+    # 6.59 -> 5.76 %) but prices GB300 attention 1.37x the GB200's where the same benchmark measures
+    # 1.10x (test_power_bound_rate.test_gb300_attention_gain_matches_the_cudnn_benchmark)
     assert kt.tables_measured_on("B200-GB200-186GB") == [GB200]
     assert kt.tables_measured_on("B300-GB300-288GB") == [GB300]
     assert load_system("gb200-nvl72").accelerator.kernel_tables is None
-    assert load_system("gb300-nvl72").accelerator.kernel_tables == GB300
+    assert load_system("gb300-nvl72").accelerator.kernel_tables is None
 
 
 def _t(ref, seq, causal, direction, dtype="bf16"):
