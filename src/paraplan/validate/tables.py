@@ -89,7 +89,27 @@ def _attention(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[T
     return [
         _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
         _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0)),
+        _res(
+            file,
+            f"{label}, catalog analytical form",
+            _analytical(acc_k, measured),
+            [r.time_s for r in measured],
+        ),
     ]
+
+
+def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[float]:
+    """Each attention row priced by the system's analytical form with no table attached (cost.compute
+    attention_time_s: its in-step fraction efficiency.attention, shape factor and kernel overhead): how
+    far the catalog's form is from the kernel the table measured (issue 32)."""
+    bare = with_fields(acc, {"kernel_tables": None})
+    out = []
+    for r in measured:
+        (s,), (d, causal, direction) = r.point, r.group
+        out.append(
+            attention_time_s(r.work, 1.0, bare, r.dtype, (int(s), int(s), d, causal), direction)
+        )
+    return out
 
 
 def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
