@@ -180,10 +180,25 @@ def test_deepseek_v3_deepep_is_the_flex_dispatcher_with_its_backend():
     assert back.moe_dispatcher == "deepep" and back.moe_a2a_overlap
 
 
+def test_hybridep_is_the_flex_dispatcher_with_the_hybridep_backend():
+    """Megatron-LM 0d8e0714 (the pin): moe_flex_dispatcher_backend takes "deepep" or "hybridep"
+    (transformer_config.py line 603); a hybridep plan writes flex + hybridep, may pad to capacity
+    (only the deepep backend refuses it), and reads back as hybridep."""
+    plan = PlanSpec(gpus=64, ep=8, micro_batch=1, global_batch=64, seq_length=4096, dtype="bf16",
+                    moe_dispatcher="hybridep", capacity_factor=1.0)  # fmt: skip
+    text = export_plan(BRIDGE, plan, DSV3)
+    f = fields(text)
+    assert f["model.moe_token_dispatcher_type"] == "'flex'"
+    assert f["model.moe_flex_dispatcher_backend"] == "'hybridep'"
+    assert "moe_enable_deepep" not in text
+    back = round_trip(plan, DSV3)
+    assert back.moe_dispatcher == "hybridep" and back.capacity_factor == 1.0
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (("'deepep'", "'hybridep'"), "moe_flex_dispatcher_backend 'hybridep' has no plan field"),
+        (("'deepep'", "'ncclep'"), "moe_flex_dispatcher_backend 'ncclep' has no plan field"),
         (
             ("bf16_with_fp8_delayed_scaling_mixed", "fp16_with_fp8_delayed_scaling_mixed"),
             "mixed_precision 'fp16_with_fp8_delayed_scaling_mixed'",

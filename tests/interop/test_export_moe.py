@@ -145,3 +145,20 @@ def test_both_front_ends_write_and_read_the_same_expert_knobs(fields):
     from_nemo = nemo.import_plan(nemo.export(p, model=MIXTRAL))
     assert {n: from_megatron[n] for n in names} == {n: from_nemo[n] for n in names}
     assert {n: from_nemo[n] for n in names} == {n: getattr(p, n) for n in names}
+
+
+def test_hybridep_reads_from_the_flex_backend_and_megatron_lm_v014_refuses_it():
+    """flex with moe_flex_dispatcher_backend hybridep is Hybrid-EP (Megatron-LM 0d8e0714); Megatron-LM
+    core_v0.14.0 and nemo:24.09 have no such backend: their exporters refuse the plan."""
+    from paraplan.export import nemo
+
+    assert dispatcher_of("flex", True, False, "x", "switch", "hybridep") == "hybridep"
+    assert DISPATCHER_TYPES["hybridep"] == "flex"
+    with pytest.raises(
+        ExportRefused, match=r"^plan\.moe_dispatcher='hybridep' cannot be expressed"
+    ):
+        megatron.export(plan(moe_dispatcher="hybridep"), MIXTRAL)
+    with pytest.raises(
+        ExportRefused, match=r"^plan\.moe_dispatcher='hybridep' cannot be expressed"
+    ):
+        nemo.overrides(plan(moe_dispatcher="hybridep"), model=MIXTRAL)

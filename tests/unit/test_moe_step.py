@@ -137,3 +137,39 @@ def test_split_backward_schedules():
     assert dual.stages[0].weights_bytes == pytest.approx(2 * one.stages[0].weights_bytes)
     with pytest.raises(InputError, match="plan.schedule"):
         estimate(QWEN, H100, PlanSpec(**(p | dict(gpus=56, pp=7)), schedule="dualpipe"))
+
+
+def test_hybridep_dispatch_by_hand_and_no_slower_than_deepep():
+    """Hybrid-EP moves DeepEP's deduplicated bytes (cost.moe.deepep_split_bytes): one copy of the
+    T = 4096 tokens of h = 2048 at 2 B, 16 MiB per call, dispatch and combine; with equal pricing
+    the step is as long as deepep's on the same layout (never slower)."""
+    from paraplan.graph.moe import ExpertShape
+    from paraplan.graph.moe_mlp import dispatch_collectives
+    from paraplan.graph.transformer import LayerShape
+
+    shape = LayerShape(tp=1, cp=1, micro_batch=1, seq_length=4096, sequence_parallel=False,
+                       attention="flash", dtype="bf16")  # fmt: skip
+    for ep in (8, 16):
+        expert = ExpertShape(ep=ep, dispatcher="hybridep", balance="forced")
+        calls = dispatch_collectives(QWEN, shape._replace(expert=expert), expert)
+        assert [(c.name, c.kind, c.bytes) for c in calls] == [
+            ("ep_hybridep_dispatch", "all_to_all_dedup", 2 * 2048 * 4096.0),
+            ("ep_hybridep_combine", "all_to_all_dedup", 2 * 2048 * 4096.0),
+        ]
+        hybrid = estimate(QWEN, H100, plan(ep=ep, gpus=16, moe_dispatcher="hybridep"))
+        deep = estimate(QWEN, H100, plan(ep=ep, gpus=16, moe_dispatcher="deepep"))
+        assert hybrid.breakdown.ep_comm_s > 0
+        assert hybrid.step_time_s <= deep.step_time_s * (1 + 1e-12)
+
+
+def test_hybridep_pads_to_capacity_and_is_searched_only_when_named():
+    """Megatron-LM 0d8e0714: only the deepep backend refuses moe_pad_expert_input_to_capacity; a search
+    tries hybridep when --dispatcher names it (specs.moe_plan.SEARCH_DISPATCHERS)."""
+    assert (
+        estimate(QWEN, H100, plan(moe_dispatcher="hybridep", capacity_factor=1.0)).step_time_s > 0
+    )
+    default = SearchProblem(model=QWEN, system=H100, gpus=16, seq_length=4096, global_batch=64)
+    assert {d for d, _ in default.expert_switches(8, 1)} == {"alltoall", "allgather", "deepep"}
+    named = SearchProblem(model=QWEN, system=H100, gpus=16, seq_length=4096, global_batch=64,
+                          dispatchers=("hybridep",))  # fmt: skip
+    assert {d for d, _ in named.expert_switches(8, 1)} == {"hybridep"}

@@ -209,7 +209,9 @@ EpOption = optional(
 )
 EtpOption = optional(str, "--etp", help="restrict the expert tensor-parallel degree (MoE models)")
 DispatcherOption = optional(
-    str, "--dispatcher", help="restrict: alltoall,allgather,deepep (MoE models)"
+    str,
+    "--dispatcher",
+    help="restrict: alltoall,allgather,deepep,hybridep (MoE models; default: all but hybridep)",
 )
 NoOffloadOption = switch("--no-offload", help="do not consider offloading")
 DefaultOverlapOption = switch("--default-overlap", help="keep overlap switches at defaults")

@@ -230,7 +230,7 @@ def estimate(
     ep: given(int, "--ep", help="expert-parallel degree (carved out of tp·cp·dp)", min=1) = 1,
     etp: given(int, "--etp", help="expert tensor-parallel degree", min=1) = 1,
     moe_dispatcher: given(
-        str, "--moe-dispatcher", help="alltoall | allgather | deepep"
+        str, "--moe-dispatcher", help="alltoall | allgather | deepep | hybridep"
     ) = "alltoall",
     capacity_factor: optional(
         float, "--capacity-factor", help="expert capacity factor (default dropless)"

@@ -76,7 +76,13 @@ def deepep_split_bytes(
     NIC: one copy per remote NVLink domain the token's experts fall in, d·(D−1)/D with d =
     expected_groups_hit(E, k, D); NVLink: one copy per other GPU of the domain hit, g·(n_in−1)/n_in
     with g = expected_groups_hit(E, k, n) (DeepEP README: internode kernels forward RDMA arrivals to
-    the target GPUs over NVLink; DeepSeek-V3 report §3.2.2)."""
+    the target GPUs over NVLink; DeepSeek-V3 report §3.2.2).
+
+    Hybrid-EP (dispatcher hybridep) moves the same bytes: one RDMA copy per remote NVLink domain
+    (IBGDA), forwarded to the GPUs of the domain over NVLink (TMA), the hierarchical deduplication
+    of the NVIDIA technical blog "Optimizing Communication for Mixture-of-Experts Training with
+    Hybrid Expert Parallel" (Feb 2026) and of Megatron-LM's _HybridEPManager (token_dispatcher.py at
+    0d8e0714, the ETP×EP group)."""
     domains = max(1, math.ceil(ep / per_domain))
     d = expected_groups_hit(model.experts, model.top_k, domains)
     g = expected_groups_hit(model.experts, model.top_k, ep)
@@ -89,8 +95,13 @@ def moe_collective_time_s(
     kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec
 ) -> float:
     """One call of an expert-parallel collective: all_to_all (cost.comm.all_to_all_time_s),
-    all_to_all_dedup (DeepEP, deepep_split_bytes on cost.comm.hierarchical_all_to_all_time_s), or a
-    ring collective (cost.comm.collective_time_s)."""
+    all_to_all_dedup (DeepEP and Hybrid-EP, deepep_split_bytes on
+    cost.comm.hierarchical_all_to_all_time_s), or a ring collective (cost.comm.collective_time_s).
+
+    Hybrid-EP is priced as DeepEP: same bytes, same link bandwidths. Not priced (no component
+    measurement here): its fused permute (dispatch_with_permute: the graph keeps the permute and
+    sort passes of every dispatcher, graph.moe.ops_expert_knobs), and its SM share
+    (moe_hybridep_num_sms 16 against moe_deepep_num_sms 20, TransformerConfig at 0d8e0714)."""
     if kind == "all_to_all":
         return all_to_all_time_s(size_bytes, span, system)
     if kind == "all_to_all_dedup":

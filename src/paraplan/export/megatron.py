@@ -163,7 +163,8 @@ def optimizer_arguments(plan: PlanSpec, c: dict) -> list[str]:
 
 def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
     """The expert layers' arguments: the expert parallel size, then megatron_core.expert_knobs as flags
-    (a switch alone, a value after its flag). Refuses the pipeline schedules Megatron-LM does not run."""
+    (a switch alone, a value after its flag). Refuses the pipeline schedules Megatron-LM does not run and
+    the hybridep dispatcher (no flex backend flag at core_v0.14.0)."""
     if plan.pipeline_schedule in ("zb-h1", "dualpipe"):
         raise refuse(
             fw,
@@ -171,6 +172,9 @@ def expert_arguments(plan: PlanSpec, fw: str, moe: bool = False) -> list[str]:
             plan.pipeline_schedule,
             "Megatron-LM runs 1F1B or interleaved 1F1B pipelines",
         )
+    if plan.moe_dispatcher == "hybridep":
+        why = "core_v0.14.0 has no --moe-flex-dispatcher-backend (Hybrid-EP is later: Megatron-LM 0d8e0714)"
+        raise refuse(fw, "moe_dispatcher", "hybridep", why)
     a = ["--expert-model-parallel-size", str(plan.ep)] if plan.ep > 1 else []
     for flag, value in expert_knobs(plan, moe):
         a += [flag] if value is True else [flag, str(value)]

@@ -10,7 +10,8 @@ copies them onto the model, DDP and optimizer configs); TP and EP all-to-all ove
 
 The plan is mapped once, by NeMo's exporter (the same Megatron-Core fields under NeMo 2.0's paths:
 export.nemo.overrides, refusals labelled Megatron-Bridge), and renamed here; DeepEP is the flex dispatcher
-with ``moe_flex_dispatcher_backend`` (``moe_enable_deepep`` is deprecated at 0d8e0714). The start-up
+with ``moe_flex_dispatcher_backend`` (``moe_enable_deepep`` is deprecated at 0d8e0714), Hybrid-EP the
+flex dispatcher with backend "hybridep" (TransformerConfig.moe_flex_dispatcher_backend at 0d8e0714). The start-up
 checks of ``facts/megatron-bridge_checks.yaml`` (ConfigContainer.validate and the pinned Megatron-Core)
 run on every export. Import reads back only ``cfg.<path> = <literal>`` lines and the forms written here.
 """
@@ -257,11 +258,14 @@ def import_plan(text: str) -> dict[str, object]:
     v.pop("checkpoint.ckpt_format", None)
     backend = v.pop("model.moe_flex_dispatcher_backend", "deepep")
     if v.get("model.moe_token_dispatcher_type") == "flex":
-        if backend != "deepep":
+        if backend not in ("deepep", "hybridep"):
             raise ExportRefused(
                 f"megatron-bridge: cfg.model.moe_flex_dispatcher_backend {backend!r} has no plan field"
             )
-        out["model.config.moe_enable_deepep"] = True
+        if backend == "deepep":
+            out["model.config.moe_enable_deepep"] = True
+        else:
+            out["model.config.moe_flex_dispatcher_backend"] = backend
     for key, value in v.items():
         out[_nemo_key(key)] = value
     return nemo.plan_fields(out, tp_overlap)

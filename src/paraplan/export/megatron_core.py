@@ -75,8 +75,16 @@ def recompute_modules_of(plan: PlanSpec, framework: str) -> list[str] | None:
 
 # plan.moe_dispatcher -> Megatron-Core's token dispatcher type (TransformerConfig.moe_token_dispatcher_type,
 # Megatron-LM --moe-token-dispatcher-type; core_v0.14.0 megatron/training/arguments.py: {allgather,
-# alltoall, flex}); DeepEP is flex with moe_enable_deepep (--moe-enable-deepep)
-DISPATCHER_TYPES = {"alltoall": "alltoall", "allgather": "allgather", "deepep": "flex"}
+# alltoall, flex}); DeepEP is flex with moe_enable_deepep (--moe-enable-deepep); Hybrid-EP is flex with
+# moe_flex_dispatcher_backend "hybridep" (--moe-flex-dispatcher-backend hybridep; TransformerConfig at
+# Megatron-LM 0d8e0714, the Megatron-Core Megatron-Bridge v0.2.0 pins; absent from core_v0.14.0)
+DISPATCHER_TYPES = {
+    "alltoall": "alltoall",
+    "allgather": "allgather",
+    "deepep": "flex",
+    "hybridep": "flex",
+}
+HYBRIDEP_BACKEND = ("--moe-flex-dispatcher-backend", "hybridep")
 
 
 def states_dispatcher(plan: PlanSpec, moe: bool) -> bool:
@@ -86,14 +94,18 @@ def states_dispatcher(plan: PlanSpec, moe: bool) -> bool:
     return moe or plan.ep * plan.etp > 1 or plan.moe_dispatcher != "alltoall"
 
 
-def dispatcher_of(kind: object, moe: bool, deepep: bool, where: str, deepep_name: str) -> str:
+def dispatcher_of(
+    kind: object, moe: bool, deepep: bool, where: str, deepep_name: str, backend: object = None
+) -> str:
     """The plan dispatcher of a Megatron-Core dispatcher type read from a file (``where`` names the
     field and ``deepep_name`` the DeepEP switch for the refusals); ``kind`` None: not stated,
     Megatron-Core's default for an MoE model (``moe``: allgather), alltoall otherwise; flex is DeepEP
-    only with the switch on (``deepep``)."""
+    only with the switch on (``deepep``), Hybrid-EP with the flex backend ``backend`` "hybridep"."""
     if kind is None:
         kind = "allgather" if moe else "alltoall"
-    names = {k: n for n, k in DISPATCHER_TYPES.items()}
+    if kind == "flex" and backend == HYBRIDEP_BACKEND[1]:
+        return "hybridep"
+    names = {k: n for n, k in DISPATCHER_TYPES.items() if n != "hybridep"}
     if not isinstance(kind, str) or kind not in names:
         raise ExportRefused(f"{where} {kind!r} has no plan field")
     if kind == "flex" and not deepep:
@@ -105,7 +117,8 @@ def expert_knobs(plan: PlanSpec, moe: bool) -> list[tuple[str, object]]:
     """The expert knobs as (Megatron-LM flag, value; True for a switch), Megatron-Core v0.14 names, which
     NeMo's recipe sets as the config fields the flags set: the expert tensor parallel size whenever
     experts are split (Megatron's etp defaults to tp), the dispatcher for every MoE model (``moe``:
-    Megatron's default is allgather, arguments.py line 2871; DeepEP is flex with --moe-enable-deepep),
+    Megatron's default is allgather, arguments.py line 2871; DeepEP is flex with --moe-enable-deepep,
+    Hybrid-EP flex with --moe-flex-dispatcher-backend hybridep: the front ends pinned before it refuse it),
     batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm, new in v0.14), capacity and
     padding, forced balance (--moe-router-force-load-balancing, Megatron's benchmarking switch)."""
     k: list[tuple[str, object]] = []
@@ -115,6 +128,8 @@ def expert_knobs(plan: PlanSpec, moe: bool) -> list[tuple[str, object]]:
         k += [("--moe-token-dispatcher-type", DISPATCHER_TYPES[plan.moe_dispatcher])]
         if plan.moe_dispatcher == "deepep":
             k += [("--moe-enable-deepep", True)]
+        if plan.moe_dispatcher == "hybridep":
+            k += [HYBRIDEP_BACKEND]
     if plan.moe_a2a_overlap:
         k += [("--overlap-moe-expert-parallel-comm", True)]
     if plan.capacity_factor is not None:
@@ -138,6 +153,7 @@ def expert_fields(
         bool(lookup("--moe-enable-deepep")),
         where,
         deepep_name,
+        lookup(HYBRIDEP_BACKEND[0]),
     )
     capacity = lookup("--moe-expert-capacity-factor")
     return {

@@ -22,6 +22,7 @@ from paraplan.export.common import (
     nodes_and_gpus_per_node,
     override_lines,
     override_value,
+    refuse,
     require,
 )
 from paraplan.export.megatron_model import mla_model_arguments, moe_model_arguments
@@ -64,6 +65,7 @@ EXPERT_FIELDS = {
         for name in (
             "moe_token_dispatcher_type",
             "moe_enable_deepep",
+            "moe_flex_dispatcher_backend",
             "overlap_moe_expert_parallel_comm",
             "moe_expert_capacity_factor",
             "moe_pad_expert_input_to_capacity",
@@ -87,6 +89,9 @@ def overrides(
     """(recipe attribute path, value) pairs; refuses what NeMo cannot run. ``name``: the front end
     whose label the refusals carry (Megatron-Bridge renames these pairs: export.megatron_bridge)."""
     fw = exportable(plan, name, HANDLED)[0]
+    if name == NAME and plan.moe_dispatcher == "hybridep":  # Megatron-Bridge's pin has the backend
+        why = "the Megatron-Core of nemo:24.09 has no moe_flex_dispatcher_backend (Megatron-LM 0d8e0714 adds it)"
+        raise refuse(fw, "moe_dispatcher", "hybridep", why)
     core.recompute_modules_of(plan, fw)  # refuses a module Megatron-Core does not have
     c, mapping = core.megatron_core_checks(
         plan,

@@ -166,7 +166,10 @@ def dispatch_collectives(
     allgather (MoEAllGatherTokenDispatcher): all-gather of the T tokens over the ep·etp ranks, and
     a reduce-scatter of the outputs. deepep (DeepEP, Zhao et al. 2025, deepseek-ai/DeepEP):
     a token is sent once per destination GPU (and once per destination NVLink domain across the
-    network), kind "all_to_all_dedup", bytes = one copy of the T tokens (priced by cost.moe.moe_collective_time_s)."""
+    network), kind "all_to_all_dedup", bytes = one copy of the T tokens (priced by cost.moe.moe_collective_time_s).
+    hybridep (Megatron-Core flex dispatcher, Hybrid-EP backend, DeepEP hybrid-ep branch): the same
+    hierarchical deduplication (one RDMA copy per remote NVLink domain, forwarded over NVLink), the same
+    kind and bytes."""
     h, ab = model.hidden, shape.act_bytes
     tokens = moe_tokens(shape)
     rows = routed_rows(model, shape, expert)
@@ -176,12 +179,12 @@ def dispatch_collectives(
             Collective("ep_allgather_dispatch", "ep", "all_gather", size, 1, 1),
             Collective("ep_reduce_scatter_combine", "ep", "reduce_scatter", size, 1, 1),
         ]
-    if expert.dispatcher == "deepep":
+    if expert.dispatcher in ("deepep", "hybridep"):
         load = rows / (tokens * model.top_k * expert.etp)
         size = float(ab * h * tokens * load)
         return [
-            Collective("ep_deepep_dispatch", "ep", "all_to_all_dedup", size, 1, 1),
-            Collective("ep_deepep_combine", "ep", "all_to_all_dedup", size, 1, 1),
+            Collective(f"ep_{expert.dispatcher}_dispatch", "ep", "all_to_all_dedup", size, 1, 1),
+            Collective(f"ep_{expert.dispatcher}_combine", "ep", "all_to_all_dedup", size, 1, 1),
         ]
     size = float(ab * h * rows / expert.etp)
     out = [

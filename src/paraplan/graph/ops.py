@@ -127,7 +127,7 @@ class ExpertShape(NamedTuple):
 
     ep: int = 1
     etp: int = 1
-    dispatcher: str = "alltoall"  # "alltoall" | "allgather" | "deepep"
+    dispatcher: str = "alltoall"  # "alltoall" | "allgather" | "deepep" | "hybridep"
     capacity_factor: float | None = None
     balance: str = "learned"  # "forced" | "learned"
     a2a_overlap: bool = False  # dispatch/combine hidden behind another micro-batch's compute

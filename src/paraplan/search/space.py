@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import get_args
 
 from paraplan.cost.comm import GroupSpan
 from paraplan.search import launch
@@ -41,7 +40,7 @@ from paraplan.search.options import (
 from paraplan.search.options import rows as _rows
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_plan import Dispatcher
+from paraplan.specs.moe_plan import SEARCH_DISPATCHERS
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
@@ -451,13 +450,14 @@ class SearchProblem(GridAxes):
         ]
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
-        """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher; overlap of
+        """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher (the named ones,
+        else specs.moe_plan.SEARCH_DISPATCHERS); overlap of
         dispatch/combine only where there is one (ep·etp > 1). Memoised."""
         memo = self._memo.setdefault("expert_switches", {})
         if (ep, etp) not in memo:
             dispatchers = [
                 d
-                for d in (self.dispatchers or get_args(Dispatcher))
+                for d in (self.dispatchers or SEARCH_DISPATCHERS)
                 if not dispatcher_rule(d, self.capacity_factor)
             ]
             overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]

@@ -29,7 +29,10 @@ from pydantic import Field, field_validator
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.strict import InputModel
 
-Dispatcher = Literal["alltoall", "allgather", "deepep"]
+Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+# the dispatchers a search tries when --dispatcher names none: hybridep is priced as deepep
+# (cost.moe.moe_collective_time_s), so a default search would only duplicate the deepep plans
+SEARCH_DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "deepep")
 Balance = Literal["forced", "learned"]
 RECOMPUTE_MODULES = (
     "core_attn",
@@ -52,7 +55,8 @@ class MoEPlanFields(InputModel):
     )
     moe_dispatcher: Dispatcher = Field(
         "alltoall",
-        description="token dispatcher: alltoall (NCCL all-to-all), allgather, deepep (DeepEP kernels)",
+        description="token dispatcher: alltoall (NCCL all-to-all), allgather, deepep (DeepEP kernels), "
+        "hybridep (Megatron-Core flex dispatcher, Hybrid-EP backend)",
     )
     capacity_factor: float | None = Field(
         None,

@@ -40,7 +40,9 @@ def expert_free_rule(model: ModelSpec, degree: int) -> str | None:
 
 
 def dispatcher_rule(dispatcher: str, capacity_factor: float | None) -> str | None:
-    """Megatron-LM's flex (DeepEP) dispatcher refuses moe_pad_expert_input_to_capacity."""
+    """Megatron-LM's flex (DeepEP) dispatcher refuses moe_pad_expert_input_to_capacity
+    (TransformerConfig.__post_init__, Megatron-LM 0d8e0714: only the deepep backend); the hybridep
+    backend pads (_HybridEPManager drop_and_pad, token_dispatcher.py at 0d8e0714)."""
     if capacity_factor is not None and dispatcher == "deepep":
         return "the deepep dispatcher cannot pad experts to capacity; use null (dropless)"
     return None
