@@ -207,7 +207,10 @@ def shipped_table_residuals() -> dict[str, tuple[str, list[TableResidual]]]:
 
 
 def tables_markdown() -> list[str]:
-    """The docs/validation.md section on the shipped kernel tables: provenance and residuals."""
+    """The docs/validation.md section on the shipped kernel tables: provenance and residuals, each
+    table's system saying whether the catalog attaches it by default or it is opt-in."""
+    from paraplan.catalog import load_system
+
     lines = [
         "## Kernel tables",
         "",
@@ -224,8 +227,10 @@ def tables_markdown() -> list[str]:
     ]
     for name, (system, residuals) in shipped_table_residuals().items():
         prov = kt.table_provenance(name)
+        by_default = load_system(system).accelerator.kernel_tables == name
+        how = "attached by default" if by_default else "opt-in; priced here attached"
         lines += [
-            f"### {name} (attached to {system})",
+            f"### {name} ({system}: {how})",
             "",
             f"- device: {prov.get('device', '—')}",
             f"- software: {prov.get('software', '—')}",
