@@ -283,3 +283,20 @@ def test_robust_refuses_csv_all(capsys, tmp_path):
         capsys, *SEARCH, "--objective", "robust", "--csv-all", str(tmp_path / "all.csv")
     )
     assert code == 2 and "--csv-all" in err and "robust" in err
+
+
+def test_a_profile_file_on_a_catalog_base_gets_its_stacks_band(tmp_path, capsys):
+    """Issue 31: the command passed a profile file's name to the error band, so a file with
+    ``base: torchtitan`` was a stack of its own ("no validation case ran the my-titan stack"); the
+    band now reads the FrameworkSpec (catalog.framework_stack walks its base chain)."""
+    path = tmp_path / "my-titan.yaml"
+    path.write_text("name: my-titan\nbase: torchtitan\n")
+    argv = ["estimate", "-m", "gpt3-1.3b", "-s", "dgx-h100-80gb", "--gpus", "8"]
+    bands = [
+        run_json(capsys, *argv, "--global-batch", "8", "--framework", f)["error_band"]
+        for f in ("torchtitan", str(path))
+    ]
+    assert "my-titan" not in bands[1]["basis"] and "torchtitan stack" in bands[1]["basis"]
+    for end in ("low_pct", "high_pct"):  # the same pool's quantiles, on different step times
+        assert bands[1][end] == pytest.approx(bands[0][end], rel=1e-9)
+    assert bands[1]["basis"] == bands[0]["basis"]

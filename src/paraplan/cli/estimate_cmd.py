@@ -102,8 +102,9 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     ]
 
 
-def band_lines(model_spec, system_spec, plan, est, framework: str | None) -> list[str]:
-    """The estimate's error band (validate.band) and its unvalidated features, as report lines."""
+def band_lines(model_spec, system_spec, plan, est, framework) -> list[str]:
+    """The estimate's error band (validate.band) and its unvalidated features, as report lines;
+    ``framework``: the profile (a FrameworkSpec: a file profile's stack is its base chain's) or None."""
     from paraplan.validate.band import error_band
 
     band = error_band(model_spec, system_spec, plan, est.step_time_s, framework)
@@ -394,7 +395,7 @@ def estimate(
         out["parameters"] = counts.to_dict()
         out["framework"] = framework_name
         out["error_band"] = error_band(
-            model_spec, system_spec, plan, est.step_time_s, framework_name
+            model_spec, system_spec, plan, est.step_time_s, profile
         ).to_dict()
         if set_:
             out["overrides"] = dict(text.split("=", 1) for text in set_)
@@ -407,7 +408,7 @@ def estimate(
         print(json.dumps(out, indent=2))
     else:
         notes = [f"framework profile: {framework_name}"] if framework_name else []
-        notes += band_lines(model_spec, system_spec, plan, est, framework_name)
+        notes += band_lines(model_spec, system_spec, plan, est, profile)
         print_estimate(
             _stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes
         )

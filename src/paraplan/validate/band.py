@@ -190,10 +190,12 @@ def error_band(
     system: SystemSpec,
     plan: PlanSpec,
     step_time_s: float,
-    framework: str | None = None,
+    framework=None,
     residuals: Sequence[Residual] | None = None,
 ) -> ErrorBand:
-    """The band of one estimate (module docstring); ``residuals`` default: validate.residuals' records."""
+    """The band of one estimate (module docstring); ``framework``: a catalog name or a FrameworkSpec (a
+    profile file: its stack is its base chain's, catalog.framework_stack); ``residuals`` default:
+    validate.residuals' records."""
     records = validation_residuals() if residuals is None else residuals
     keys = band_keys(model, system, plan, framework)
     features = plan_features(model, system, plan, framework)

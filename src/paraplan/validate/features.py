@@ -20,6 +20,7 @@ from paraplan.cost.comm import group_span
 from paraplan.graph.params import parameter_counts
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -35,7 +36,10 @@ def _bucket(value: int, edges: tuple[int, ...], unit: str) -> str:
 
 
 def plan_features(
-    model: ModelSpec, system: SystemSpec, plan: PlanSpec, framework: str | None = None
+    model: ModelSpec,
+    system: SystemSpec,
+    plan: PlanSpec,
+    framework: str | FrameworkSpec | None = None,
 ) -> tuple[str, ...]:
     """The named features an estimate of this plan relies on (module docstring)."""
     acc = system.accelerator
@@ -80,8 +84,8 @@ def plan_features(
         model.architecture != "decoder"
     ):  # encoders (BERT, ViT): bidirectional attention, other input/output blocks
         out.append(f"architecture {model.architecture}")
-    if framework:
-        out.append(f"framework:{framework}")
+    if framework:  # a catalog name, or a FrameworkSpec (a profile file) by its name
+        out.append(f"framework:{getattr(framework, 'name', framework)}")
     # kernels, networks and calibrations differ by GPU generation, MoE from dense, and implementations
     # outside the Megatron-LM family from it (module docstring)
     arch = out[0].split(":", 1)[1]
@@ -98,7 +102,7 @@ def model_kind(model: ModelSpec) -> str:
     return "moe" if moe_shaped(model) else "dense"
 
 
-def case_population(model: ModelSpec, framework: str | None) -> str:
+def case_population(model: ModelSpec, framework: str | FrameworkSpec | None) -> str:
     """The population whose residuals speak for an estimate: the model kind ('dense' / 'moe'), followed by
     the framework's stack outside the Megatron-LM family (catalog.framework_stack, the stack band_keys
     conditions on: no profile counts as Megatron-LM; a recipe pools with the stack it refines)."""
@@ -123,7 +127,10 @@ class BandKeys:
 
 
 def band_keys(
-    model: ModelSpec, system: SystemSpec, plan: PlanSpec, framework: str | None = None
+    model: ModelSpec,
+    system: SystemSpec,
+    plan: PlanSpec,
+    framework: str | FrameworkSpec | None = None,
 ) -> BandKeys:
     """The stack, generation and traits of a case or plan (module docstring)."""
     acc = system.accelerator
