@@ -31,8 +31,13 @@ def test_six_pools_return_within_the_budget_with_the_best_found_so_far():
     t0 = time.perf_counter()
     result = search_cluster(HeteroProblem(TINY, SIX, 8, 128), top_k=1, time_budget_s=1.0)
     assert time.perf_counter() - t0 < 1.0 + 5.0
-    assert "of 20 pool orders" in result.stopped
-    assert result.to_dict()["stopped"] == result.stopped
+    # 20 distinct orders may all be searched within the second on a fast machine: then it finished
+    doc = result.to_dict()
+    if result.stopped:
+        assert "of 20 pool orders" in result.stopped and doc["stopped"] == result.stopped
+        assert not doc["finished"]
+    else:
+        assert doc["finished"] and result.plans
 
 
 def test_the_cli_prints_where_the_budget_stopped_the_cluster_search(tmp_path, capsys):
