@@ -34,7 +34,7 @@ MIXED = cluster_from_dict(
         ]
     }
 )
-# bf16 needs bf16 tensor cores (specs.rules.accelerator_rules): two pools of newer parts, the same names
+# bf16 needs bf16 tensor cores (specs.rules_precision.accelerator_rules): two pools of newer parts, the same names
 MIXED_BF16 = cluster_from_dict(
     {
         "pools": [

@@ -157,14 +157,14 @@ def test_the_space_size_matches_brute_force_enumeration_and_the_candidate_stream
     assert cluster_space_size(problem) == _brute_force_space(problem) > 0
     monkeypatch.setattr(hetero, "_stage_ok", lambda *args: True)
     monkeypatch.setattr(hetero, "launchable", lambda *args: True)
-    listed = [0, 0]
-    for _ in hetero._candidates(problem, pool_orders(problem.cluster), math.inf, listed):
+    listed, degrees = [0, 0], list(hetero._degrees(problem))
+    for _ in hetero._candidates(problem, pool_orders(problem.cluster), degrees, math.inf, listed):
         pass
     assert listed == [pool_order_count(problem.cluster), cluster_space_size(problem)]
     every = list(itertools.permutations([p.name for p in problem.cluster.pools]))
     relabellings = math.prod(math.factorial(len(k)) for k in pool_kinds(problem.cluster))
     counted = [0, 0]
-    for _ in hetero._candidates(problem, every, math.inf, counted):
+    for _ in hetero._candidates(problem, every, degrees, math.inf, counted):
         pass
     assert counted[1] == cluster_space_size(problem) * relabellings
 

@@ -183,7 +183,7 @@ def test_every_searched_plan_checks_re_estimates_and_launches_under_the_framewor
         priced, fields = profile_fields(load_framework(framework), cluster)
         if (
             cluster.name == "mixed"
-        ):  # V100 and T4: fp16, unfused attention (specs.rules.accelerator_rules)
+        ):  # V100 and T4: fp16, unfused attention (specs.rules_precision.accelerator_rules)
             fields |= {"attention": "unfused"}
         dtype = "fp16" if cluster.name == "mixed" else "bf16"
         problem = HeteroProblem(model, priced, batch, 512, dtype, **fields)

@@ -55,7 +55,7 @@ CLUSTERS = {
 def problems(draw, clusters=tuple(sorted(CLUSTERS))) -> HeteroProblem:
     engine = draw(st.sampled_from(("megatron", "deepspeed")))
     name = draw(st.sampled_from(clusters))
-    # bf16 needs bf16 tensor cores (specs.rules.accelerator_rules): the A100 pool only
+    # bf16 needs bf16 tensor cores (specs.rules_precision.accelerator_rules): the A100 pool only
     dtypes = ("fp16", "bf16") if name == "a100" else ("fp16",)
     return HeteroProblem(
         TINY,

@@ -1,6 +1,6 @@
 """Per-stage plans and searches ask the accelerator rules a uniform plan asks (specs.rules.
 accelerator_rules): no bf16 or FlashAttention priced on a V100 / T4, and the same defaults chosen for a
-cluster as for one system (specs.rules.cluster_default_precision)."""
+cluster as for one system (specs.rules_precision.cluster_default_precision)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.search.staged.hetero import HeteroProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.rules import accelerator_rules, cluster_default_precision
+from paraplan.specs.rules_precision import accelerator_rules, cluster_default_precision
 from paraplan.specs.stage_plan import stage_plan_from_dict, stage_plan_violations
 from paraplan.specs.cluster import uniform_cluster
 

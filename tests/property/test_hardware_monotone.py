@@ -28,7 +28,7 @@ import pytest
 from paraplan.catalog import load_model, load_system, model_names, system_names
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec, plan_violations
-from paraplan.specs.rules import default_precision
+from paraplan.specs.rules_precision import default_precision
 from paraplan.specs.system import SystemSpec
 from paraplan.step.estimate import estimate
 from paraplan.step.schedules import SCHEDULES

@@ -29,7 +29,7 @@ from paraplan.cost.frameworks import framework_system
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import accelerator_rules
+from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_to_dict
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.constants import batch_sync_s
@@ -54,7 +54,7 @@ TRIES = 40  # draws per plan before a pair counts as not allowed
 
 
 def dtype_systems(dtype: str) -> list[str]:
-    """The systems of SYSTEMS whose accelerator has a peak for ``dtype`` (specs.rules.accelerator_rules)."""
+    """The systems of SYSTEMS whose accelerator has a peak for ``dtype`` (specs.rules_precision.accelerator_rules)."""
     return [
         s
         for s in SYSTEMS

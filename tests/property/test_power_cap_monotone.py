@@ -8,7 +8,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system, system_names
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import default_precision
+from paraplan.specs.rules_precision import default_precision
 from paraplan.specs.system import SystemSpec
 from paraplan.step.estimate import estimate
 

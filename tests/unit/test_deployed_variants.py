@@ -9,7 +9,7 @@ import json
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.specs.rules import dtype_rule
+from paraplan.specs.rules_precision import dtype_rule
 
 NEW = (
     "hgx-h100-96gb-500w",

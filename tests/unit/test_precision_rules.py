@@ -1,5 +1,5 @@
 """Hardware honesty (issue 34): bf16 and FlashAttention are never silent defaults on V100 / T4 (no bf16 tensor
-cores, no FlashAttention-2); one rule (specs.rules.accelerator_rules) for estimate and search."""
+cores, no FlashAttention-2); one rule (specs.rules_precision.accelerator_rules) for estimate and search."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pytest
 from paraplan import api
 from paraplan.catalog import load_system
 from paraplan.specs.errors import InputError
-from paraplan.specs.rules import accelerator_rules, default_precision, dtype_rule, precision_rules
+from paraplan.specs.rules_precision import (
+    accelerator_rules,
+    default_precision,
+    dtype_rule,
+    precision_rules,
+)
 
 
 @pytest.mark.parametrize(

@@ -159,7 +159,7 @@ def test_a_framework_file_with_a_bad_copy_or_softmax_input_exits_2_naming_the_fi
 def test_a_stack_copying_the_rng_state_on_a_system_without_a_host_link_is_refused(
     tmp_path, command
 ):
-    """specs.rules.host_link_rule, the one check estimate and search ask (accelerator_rules): no byte
+    """specs.rules_precision.host_link_rule, the one check estimate and search ask (accelerator_rules): no byte
     term at an invented host rate."""
     import subprocess
     import sys

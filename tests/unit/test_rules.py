@@ -13,7 +13,7 @@ import pytest
 
 import paraplan
 from paraplan.catalog import load_model
-from paraplan.specs import rules, rules_moe
+from paraplan.specs import rules, rules_moe, rules_precision
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields
 from paraplan.specs.parallel import ParallelDims
@@ -309,15 +309,19 @@ def test_dtype_rule():
     from paraplan.catalog import load_system
 
     h100, b200 = (load_system(n).accelerator for n in ("dgx-h100-80gb", "dgx-b200"))
-    assert rules.dtype_rule("tf32", h100) is None and rules.dtype_rule("nvfp4", b200) is None
-    assert "needs FP4 tensor cores with that format (NVIDIA Blackwell" in rules.dtype_rule(
-        "mxfp4", h100
+    assert (
+        rules_precision.dtype_rule("tf32", h100) is None
+        and rules_precision.dtype_rule("nvfp4", b200) is None
+    )
+    assert (
+        "needs FP4 tensor cores with that format (NVIDIA Blackwell"
+        in rules_precision.dtype_rule("mxfp4", h100)
     )
     mi355x = load_system("mi355x-8").accelerator
-    assert rules.dtype_rule("mxfp4", mi355x) is None
-    assert "(NVIDIA Blackwell)" in rules.dtype_rule("nvfp4", mi355x)
+    assert rules_precision.dtype_rule("mxfp4", mi355x) is None
+    assert "(NVIDIA Blackwell)" in rules_precision.dtype_rule("nvfp4", mi355x)
     v100 = load_system("dgx-1-v100").accelerator
-    assert "has no peak for it" in rules.dtype_rule("fp8", v100)
+    assert "has no peak for it" in rules_precision.dtype_rule("fp8", v100)
 
 
 def test_kind_lists_are_read_off_the_block_kinds():

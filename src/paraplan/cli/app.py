@@ -296,15 +296,15 @@ def search_restrictions(
 
 def precision_defaults(ctx: typer.Context, system_spec, names=("dtype", "attention")) -> dict:
     """The dtype and attention the user left at their defaults, chosen for the accelerator
-    (specs.rules.default_precision: fp16 and unfused attention on V100 / T4, never bf16 or FlashAttention
+    (specs.rules_precision.default_precision: fp16 and unfused attention on V100 / T4, never bf16 or FlashAttention
     silently), with a note on stderr when that differs from bf16 / flash."""
     return accelerator_precision_defaults(explicit_options(ctx, names), [system_spec.accelerator])
 
 
 def accelerator_precision_defaults(given: set[str], accelerators) -> dict:
     """The dtype and attention not in ``given``, chosen for every one of ``accelerators`` (a cluster's
-    pools: specs.rules.cluster_default_precision), with the note of ``precision_defaults``."""
-    from paraplan.specs.rules import cluster_default_precision
+    pools: specs.rules_precision.cluster_default_precision), with the note of ``precision_defaults``."""
+    from paraplan.specs.rules_precision import cluster_default_precision
 
     precision, older = cluster_default_precision(accelerators)
     chosen = {k: v for k, v in precision.items() if k not in given}

@@ -44,7 +44,6 @@ from paraplan.specs.moe_plan import SEARCH_DISPATCHERS
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
-    accelerator_rules,
     cp_rule,
     grid_rules,
     layout_model_rule,
@@ -53,6 +52,7 @@ from paraplan.specs.rules import (
     tp_rules,
     ulysses_rule,
 )
+from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_moe import (
     dispatcher_rule,
     expert_degree_rules,

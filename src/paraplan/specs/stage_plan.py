@@ -38,7 +38,6 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
-    accelerator_rules,
     engine_zero_rule,
     batch_rule,
     interleave_batch_rule,
@@ -48,6 +47,7 @@ from paraplan.specs.rules import (
     stage_rules,
     vpp_rule,
 )
+from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.strict import InputModel
 
 
@@ -264,17 +264,10 @@ def stage_plan_violations(
 
 
 def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
-    """The plan's dtype and attention kernel on each accelerator its stages use: specs.rules.
-    accelerator_rules, the check a uniform plan gets (step.estimate), once per accelerator."""
-    out, seen = [], set()
-    for pool in pools:
-        accelerator = pool.system.accelerator
-        if accelerator.name not in seen:
-            seen.add(accelerator.name)
-            out += [
-                Violation(*r) for r in accelerator_rules(accelerator, plan.dtype, plan.attention)
-            ]
-    return out
+    """The plan's dtype and attention kernel on each accelerator its stages use
+    (specs.rules_precision.accelerators_rules: accelerator_rules, the check a uniform plan gets, per accelerator)."""
+    accelerators = [pool.system.accelerator for pool in pools]
+    return [Violation(*r) for r in accelerators_rules(accelerators, plan.dtype, plan.attention)]
 
 
 def _coverage_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:

@@ -390,7 +390,7 @@ class AcceleratorSpec(InputModel):
         """Peak matrix rate for ``dtype``: its datasheet entry; fp16 and bf16 share tensor cores; fp32
         without an fp32 entry (a part whose datasheet gives only TF32) runs at the TF32 rate. FP4
         (nvfp4, mxfp4) needs its own entry (which parts have one, and the refusal a plan gets:
-        specs.rules.dtype_rule). Under a power cap, times the sustained clock share (clock_fraction)."""
+        specs.rules_precision.dtype_rule). Under a power cap, times the sustained clock share (clock_fraction)."""
         return self._datasheet_matrix_flops(dtype) * self.clock_fraction()
 
     def _datasheet_matrix_flops(self, dtype: str) -> float:

@@ -111,7 +111,7 @@ def _rng_copies_s(block: LayerGraph, system: SystemSpec) -> tuple[float, float]:
         return 0.0, 0.0
     attention = [op for op in block.ops if op.name in ("softmax_dropout", "flash_attention")]
     dropouts = sum(1 for op in attention if op.kernel is not None and op.kernel[0] == "scores")
-    # a system without a host link is refused first (specs.rules.host_link_rule): no byte term then
+    # a system without a host link is refused first (specs.rules_precision.host_link_rule): no byte term then
     host_bandwidth = system.accelerator.host_bandwidth or math.inf
     return layer_rng_copies_s(eff, host_bandwidth, dropouts, len(attention))
 

@@ -27,7 +27,8 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
 from paraplan.specs.recompute import modules_of
-from paraplan.specs.rules import accelerator_rules, costed_by_stages
+from paraplan.specs.rules import costed_by_stages
+from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import grid_shape, panel_count
 from paraplan.step.build import (

@@ -33,7 +33,7 @@ from paraplan.search.space import OBJECTIVES
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import check_search_bounds
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.rules import dtype_rule
+from paraplan.specs.rules_precision import dtype_rule
 from paraplan.specs.system import SystemSpec
 from paraplan.sweep.executors import execute
 from paraplan.sweep.journal import POINTS_FILE, PointWriter, locked, open_output

@@ -211,12 +211,14 @@ def _stage_ok(
     return not broken
 
 
-def cluster_space_size(problem: HeteroProblem) -> int:
+def cluster_space_size(problem: HeteroProblem, degrees: int | None = None) -> int:
     """Candidates of the AMP-style search before the per-stage rules, counted without listing the pool
     orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × (uniform degrees and
     micro-batch sizes, ``_degrees``: a loop over tp, pp and micro-batch sizes, independent of the
-    orders) × (recomputation modes, ``searched_modes``)."""
-    degrees = sum(1 for _ in _degrees(problem))
+    orders; ``degrees``: their number where the caller has listed them) × (recomputation modes,
+    ``searched_modes``)."""
+    if degrees is None:
+        degrees = sum(1 for _ in _degrees(problem))
     return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
 
 
@@ -232,11 +234,16 @@ def sharded_first(degrees: list[UniformDegrees]) -> list[UniformDegrees]:
     return sorted(degrees, key=lambda d: -d.dims.tp * d.dims.pp)
 
 
-def _candidates(problem: HeteroProblem, orders, deadline: float, progress: list[int]):
+def _candidates(
+    problem: HeteroProblem,
+    orders,
+    degrees: list[UniformDegrees],
+    deadline: float,
+    progress: list[int],
+):
     """(settings, microbatches, order) of every candidate, one pool order at a time (``orders``, a
-    list or a generator), ``progress`` counting the orders begun and the candidates listed; none past
-    ``deadline``."""
-    degrees = list(_degrees(problem))
+    list or a generator) and ``degrees`` (``_degrees``), ``progress`` counting the orders begun and the
+    candidates listed; none past ``deadline``."""
     if not math.isinf(deadline):
         degrees = sharded_first(degrees)
     stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
@@ -273,10 +280,13 @@ def search_cluster(
     deadline = math.inf if time_budget_s is None else t0 + time_budget_s
     total_orders = len(orders) if orders else pool_order_count(problem.cluster)
     progress = [0, 0]  # pool orders begun, candidates listed
-    stream = _candidates(problem, orders or pool_orders(problem.cluster), deadline, progress)
+    degrees = list(_degrees(problem))
+    stream = _candidates(
+        problem, orders or pool_orders(problem.cluster), degrees, deadline, progress
+    )
     found, solved, bounded = best_splits(problem, stream, top_k, deadline)
     over = time.perf_counter() > deadline  # read before the count below, which takes no budget
-    space = cluster_space_size(problem)
+    space = cluster_space_size(problem, len(degrees))
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]

@@ -15,11 +15,8 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
-from paraplan.specs.rules import (
-    accelerator_rules,
-    cluster_default_precision,
-    per_stage_model_rule,
-)
+from paraplan.specs.rules import per_stage_model_rule
+from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
 
@@ -29,7 +26,7 @@ class HeteroProblem:
     cluster: ClusterSpec
     global_batch: int
     seq_length: int
-    # None: chosen for the cluster's accelerators (specs.rules.cluster_default_precision: bf16 and
+    # None: chosen for the cluster's accelerators (specs.rules_precision.cluster_default_precision: bf16 and
     # FlashAttention, fp16 and unfused attention where a pool is a V100 / T4), as the command chooses them
     dtype: str = None  # type: ignore[assignment]
     attention: str = None  # type: ignore[assignment]
@@ -60,20 +57,19 @@ class HeteroProblem:
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
         an MoE / MLA model searched here would be costed as dense (issue 37); a dtype or attention
-        kernel a pool's accelerator lacks (specs.rules.accelerator_rules, the check of every per-stage
+        kernel a pool's accelerator lacks (specs.rules_precision.accelerator_rules, the check of every per-stage
         plan: specs.stage_plan.stage_accelerator_violations); and the run-wide settings
         the framework's launcher cannot state, a ``recompute`` restriction among them
         (search.launch.run_wide_violations, as the uniform search)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
-        accelerators = {p.system.accelerator.name: p.system.accelerator for p in self.cluster.pools}
-        precision, _ = cluster_default_precision(accelerators.values())
+        accelerators = [p.system.accelerator for p in self.cluster.pools]
+        precision, _ = cluster_default_precision(accelerators)
         for name in ("dtype", "attention"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, precision[name])
-        for accelerator in accelerators.values():
-            if refused := accelerator_rules(accelerator, self.dtype, self.attention):
-                raise InputError.from_violations([Violation(*r) for r in refused])
+        if refused := accelerators_rules(accelerators, self.dtype, self.attention):
+            raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
 
