@@ -124,6 +124,23 @@ def test_an_unseen_stack_or_generation_gets_the_wide_prior():
     assert titan.low_s < megatron.low_s and titan.high_s > megatron.high_s
 
 
+def test_the_announced_rubin_part_is_its_own_generation_and_gets_the_wide_prior():
+    """vr200-nvl72 (no case ran on Rubin) is not read as a Blackwell part by the bands (issue 33: 'a stack or
+    generation no case covers gets a wide prior'); its prices are unchanged (no kernel rule names either)."""
+    records = _records({f"g{i}": [float(i)] for i in range(12)})
+    vr200, b300 = load_system("vr200-nvl72"), load_system("dgx-b300")
+    assert band_keys(MODEL, vr200, PLAN).generation == "rubin"
+    rubin = error_band(MODEL, vr200, PLAN, 1.0, residuals=records)
+    lo, hi = PRIOR_ERROR_PCT
+    assert rubin.prior and "rubin" in rubin.basis
+    assert rubin.low_s == pytest.approx(1 / (1 + hi / 100))
+    assert rubin.high_s == pytest.approx(1 / (1 + lo / 100))
+    assert "architecture:rubin" in rubin.extrapolated
+    # the bundled residuals too: Blackwell cases exist, none on Rubin
+    assert error_band(MODEL, vr200, PLAN, 1.0).prior
+    assert not error_band(MODEL, b300, PLAN, 1.0).prior
+
+
 def test_a_stack_with_too_few_groups_gets_the_prior_hulled_with_its_cases():
     records = _records({f"g{i}": [float(i)] for i in range(12)})
     keys = band_keys(MODEL, SYSTEM, PLAN, "deepspeed-2021")

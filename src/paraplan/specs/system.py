@@ -299,9 +299,14 @@ class EfficiencySpec(HostFields, EagerFields):
 class AcceleratorSpec(InputModel):
     name: str
     architecture: (
-        Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"] | None
+        Literal[
+            "volta", "turing", "ampere", "ada", "hopper", "blackwell", "rubin", "cdna3", "cdna4"
+        ]
+        | None
     ) = Field(
-        None, description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK)"
+        None,
+        description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK) and the "
+        "hardware generation the error bands are conditioned on (validate.features.band_keys)",
     )
     matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
         description="peak dense matrix FLOP/s per datatype"
