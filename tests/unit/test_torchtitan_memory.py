@@ -87,7 +87,7 @@ def test_the_fp32_logits_held_at_the_cp8_peak_by_hand(tmp_path):
 
 def test_the_reserved_peak_is_the_peak_less_context_and_communication_buffers():
     stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)  # peak 21 B, reserve 6 B
-    est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, mfu=0.5)
+    est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, fit="fits", mfu=0.5)
     predicted = predicted_metrics(est, SCOPE_STAGE, 1.5 * GiB)
     assert predicted["peak_reserved_gib"] == pytest.approx(21.0 / GiB - 1.5)
     assert predicted["peak_allocated_gib"] == pytest.approx(15.0 / GiB)

@@ -165,7 +165,7 @@ def test_the_allocator_peak_leaves_out_the_reserves():
     from paraplan.validate.run import predicted_metrics
 
     stage = StageMemory(0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
-    est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, mfu=0.5)
+    est = SimpleNamespace(first_stage=stage, step_time_s=1.0, fits=True, fit="fits", mfu=0.5)
     predicted = predicted_metrics(est, SCOPE_STAGE)
     assert stage.peak_bytes == 21.0 and predicted["peak_allocated_gib"] * GiB == pytest.approx(15.0)
 

@@ -288,7 +288,8 @@ def estimate(
     """Time, memory and utilisation of one training step under one plan.
 
     Exit status 1 when the plan does not fit in memory (the report says which single change would
-    make it fit), 2 on bad input."""
+    make it fit), 2 on bad input; a peak within 5 % of capacity either way is an uncertain fit
+    (step.margin), exit 0."""
     params = dict(locals())  # the options by parameter name, before anything else is bound here
     from paraplan.catalog import load_model, load_system
     from paraplan.export.planfile import load_plan_option
@@ -296,6 +297,7 @@ def estimate(
     from paraplan.report.render import print_estimate
     from paraplan.specs.plan_fields import plan_from_fields
     from paraplan.step.estimate import estimate as run_estimate
+    from paraplan.step.margin import DOES_NOT_FIT
 
     fields = plan_fields(params)
     given = given_plan_options(ctx, fields)
@@ -416,5 +418,5 @@ def estimate(
             print("\n".join(goodput_lines(good)))
         if plot is not None:
             print(f"wrote {plot}")
-    if not est.fits:
+    if est.fit == DOES_NOT_FIT:  # a plan within the memory margin of capacity is uncertain, exit 0
         raise typer.Exit(EXIT_DOES_NOT_FIT)

@@ -12,6 +12,7 @@ import io
 from collections.abc import Sequence
 
 
+from paraplan.step.margin import MEMORY_MARGIN, UNCERTAIN
 from paraplan.step.result import BREAKDOWN_PARTS, CommCost, Estimate, OpCost, StageMemory
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.units import GiB, si_prefixed
@@ -99,11 +100,21 @@ def plan_line(est: Estimate, parameters=None) -> str:
 
 
 def fit_line(est: Estimate) -> str:
-    """'fits' or the prominent 'DOES NOT FIT' line with the peak stage's memory vs capacity."""
+    """'fits', 'UNCERTAIN FIT' (a peak within step.margin's share of capacity, either way) or the
+    prominent 'DOES NOT FIT' line with the peak stage's memory vs capacity."""
     peak = est.peak_stage
+    uncertain = est.fit == UNCERTAIN
+    margin = f"within the {MEMORY_MARGIN * 100:.0f} % memory margin: the model's memory error can carry it across"
     if est.fits:
-        return f"fits: peak {_gib(peak.peak_bytes)} GiB on stage {peak.stage} of {_gib(peak.capacity_bytes)} GiB per GPU"
+        note = f" (uncertain: {margin})" if uncertain else ""
+        return f"fits: peak {_gib(peak.peak_bytes)} GiB on stage {peak.stage} of {_gib(peak.capacity_bytes)} GiB per GPU{note}"
     over = sum(1 for s in est.stages if not s.fits)
+    if uncertain:
+        return (
+            f"UNCERTAIN FIT: stage {peak.stage} needs {_gib(peak.peak_bytes)} GiB per GPU of "
+            f"{_gib(peak.capacity_bytes)} GiB (over by {_gib(peak.peak_bytes - peak.capacity_bytes)} GiB, "
+            f"{margin}; {over} of {len(est.stages)} stages over capacity)"
+        )
     if (
         peak.peak_bytes <= peak.capacity_bytes
     ):  # every GPU holds its stage: offload overflows the host memory

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from paraplan.step.margin import MEMORY_MARGIN
+
 # Share of HBM a search keeps free beside the modelled peak (the system's reserved_memory already holds
 # the CUDA context and communication buffers): the PyTorch caching allocator rounds and splits blocks,
-# so reserved memory exceeds allocated memory; GMLake (Guo et al., ASPLOS 2024, §2) measures that
-# fragmentation on LLM fine-tuning at up to ~30 % of GPU memory, lower without recomputation and offload
-# churn. 5 % is an assumption within that range (docs/export.md), not fitted to any step time.
-DEFAULT_MEMORY_HEADROOM = 0.05
+# so reserved memory exceeds allocated memory. The memory margin of step.margin (its sources there;
+# docs/export.md), the share within which an estimate's fit is uncertain.
+DEFAULT_MEMORY_HEADROOM = MEMORY_MARGIN
 
 
 def with_headroom(system_spec, headroom: float):

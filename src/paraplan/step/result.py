@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from paraplan.specs.fields import picked
 from paraplan.specs.plan_label import plan_text
+from paraplan.step.margin import DOES_NOT_FIT, FIT_ORDER, fit_verdict
 from paraplan.units import GiB
 
 
@@ -228,6 +229,18 @@ class Estimate:
     def fits(self) -> bool:
         return all(s.fits for s in self.stages)
 
+    @property
+    def fit(self) -> str:
+        """'fits', 'uncertain' or 'does not fit' (step.margin.fit_verdict on each stage's GPU memory; a stage
+        whose offload overflows the host memory does not fit): the worst stage's verdict."""
+        verdicts = [
+            DOES_NOT_FIT
+            if s.host_bytes > s.host_capacity_bytes
+            else fit_verdict(s.peak_bytes, s.capacity_bytes)
+            for s in self.stages
+        ]
+        return max(verdicts, key=FIT_ORDER.index)
+
     def run_totals(self, tokens: float, price_per_gpu_hour: float | None) -> dict:
         """Days, GPU-hours and cost of training on ``tokens`` tokens at this step time."""
         steps = tokens / self.tokens_per_step
@@ -255,6 +268,7 @@ class Estimate:
                 "peak_stage": self.peak_stage.stage,
                 "capacity_gib": first.capacity_bytes / GiB,
                 "fits": self.fits,
+                "fit": self.fit,
                 "per_stage": [s.to_dict() for s in self.stages],
             },
         }

@@ -68,6 +68,7 @@ def predicted_metrics(
         "peak_memory_gib": first.peak_bytes / GiB,
         "peak_allocated_gib": (first.peak_bytes - first.reserved_bytes) / GiB,
         "fits": est.fits,
+        "fit": est.fit,
         "mfu": est.mfu,
         "stage_weights_and_optimizer_gib": stage_states,
         "stage_activations_gib": stage_acts,
