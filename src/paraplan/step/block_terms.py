@@ -99,15 +99,11 @@ def block_terms(
     cp_f = where(comm.cp_waited > 0, waited_f, cp_f)
     cp_b = where(comm.cp_waited > 0, waited_b, cp_b)
     copy_f, copy_b = tp_layout_copies_s(comm, overlap_tp_comm, recompute_code)
-    tp_f = (
-        where(
-            overlap_tp_comm,
-            chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
-            + where(comm.tp_forward > 0, c.ub_forward, 0.0),
-            comm.tp_forward,
-        )
-        + copy_f
-    )
+    userbuffers_f = chunked_overlap_exposed_s(
+        comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0
+    ) + where(comm.tp_forward > 0, c.ub_forward, 0.0)
+    overlapped_f = where(comm.tp_async > 0, comm.tp_async_forward, userbuffers_f)
+    tp_f = where(overlap_tp_comm, overlapped_f, comm.tp_forward) + copy_f
     comm = comm._replace(tp_backward=comm.tp_backward + dtensor_regather_s(comm, recompute_code))
     tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False) + copy_b
     # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
@@ -243,11 +239,15 @@ def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) 
         async_s = comm.tp_backward + by_dgrad + maximum(0.0, comm.tp_hidden_by_wgrad - half)
         window = c.gemm_backward
     unfused = comm.tp_unfused_backward
-    return where(
-        overlap_tp_comm,
+    userbuffers = (
         chunked_overlap_exposed_s(total - unfused, window, TP_OVERLAP_CHUNKS, 0.0)
         + unfused
-        + where(total > 0, c.ub_backward, 0.0),
+        + where(total > 0, c.ub_backward, 0.0)
+    )
+    decomposed = total - comm.tp_async_backward_comm + comm.tp_async_backward
+    return where(
+        overlap_tp_comm,
+        where(comm.tp_async > 0, decomposed, userbuffers),
         priced_exposure_s(total, async_s, comm.tp_backward_price),
     )
 
