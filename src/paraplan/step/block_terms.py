@@ -76,7 +76,9 @@ def block_terms(
     forward and backward TP collectives are pipelined with their GEMMs in TP_OVERLAP_CHUNKS pieces:
     one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s),
     and the GEMMs pay the SM contention of the userbuffers kernels (``ub_forward`` / ``ub_backward`` of
-    the block's compute: cost.overlap.userbuffers_contention_s).
+    the block's compute: cost.overlap.userbuffers_contention_s); on a DTensor stack (PyTorch AsyncTP,
+    ``comm.tp_async``) the block's priced exposure of torch's decomposed collective matmuls instead
+    (cost.async_tp.with_async_tp_exposure: ``tp_async_forward``; backward_tp_exposure_s).
     The CP ring exposes, per step, what its transfer outlasts of one step's attention, plus a
     synchronisation per step (cost.overlap.ring_attention_exposed_s, cost.comm.ring_step_sync_s).
     Hidden communication still costs its price (cost.comm.priced_exposure_s): the SMs and HBM the
@@ -223,7 +225,9 @@ def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) 
     the pipeline, exposed whole: Inductor's micro-pipeline pass fuses a reduce-scatter only when its
     input is one aten.mm (torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_matmul_reduce_scatter,
     "Not matmul" return; read at 00122fb1), and a column-parallel block's input gradient is the sum
-    of its GEMMs' dgrads (wq, wk, wv; w1, w3 in torchtitan's Llama).
+    of its GEMMs' dgrads (wq, wk, wv; w1, w3 in torchtitan's Llama). Where the block is priced that way
+    (``comm.tp_async``), the fused collectives' time ``tp_async_backward_comm`` is replaced by their exposure
+    under torch's decomposition, ``tp_async_backward`` (cost.async_tp), the rest exposed whole.
 
     ``deferred_wgrad``: a split-backward schedule (ZB-H1, Qi et al. 2023 §2; DualPipe) runs the
     weight-gradient GEMMs later, as separate W passes, while the input gradient must reach the
