@@ -22,6 +22,13 @@ quantisation of small chunks), the transfers run as a chain of t − 1 shard cop
 GEMM chunks after the first, and two memory passes stay in series: the shard copy before an all-gather matmul
 and the reduction after a matmul reduce-scatter. Copy-engine copies take no SMs, so there is no SM contention
 to price (unlike Transformer Engine's userbuffers kernels, cost.overlap.userbuffers_contention_s).
+
+Assumed, not measured here: the copy-engine pulls move the collective's bytes at the rate cost.comm gives the
+NCCL collective (the project holds no copy-engine peer-copy measurement; nvbandwidth's
+device_to_device_memcpy_read_ce on 8 H100s, all pairs at once, would settle it), and a barrier costs one NVLink
+message latency. The June 2025 torch of the torchtitan AsyncTP runs (38410cf9) takes this decomposition at their
+shapes: the native ``_async_input_mm`` path needs TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP and 2048 < M ≤ 4096 rows,
+the multimem path M ≤ 2048 without the gathered input returned.
 """
 
 from __future__ import annotations
