@@ -122,9 +122,8 @@ def ulysses_all_to_all_bytes(local_tensor_bytes, cp):
 # - backward bulk overlaps beside the column-parallel dgrad (qkv_dgrad num_sm 4, fc1_dgrad 2: the input
 #   all-gather for wgrad) and wgrad (qkv_wgrad 24, fc1_wgrad 4: the dgrad reduce-scatter), no margin
 #   (the communication kernel's CTAs share the SMs with the GEMM while it runs).
-# PyTorch AsyncTP (Async Tensor Parallelism in PyTorch, dev-discuss.pytorch.org, 2024) moves the same
-# chunks with copy engines over symmetric memory, which takes no SMs: its contention is at most the
-# ring-exchange case's.
+# PyTorch AsyncTP (Async Tensor Parallelism in PyTorch, dev-discuss.pytorch.org, 2024) moves its chunks with
+# copy engines over symmetric memory, which take no SMs; it is priced apart, on DTensor stacks (cost.async_tp).
 UB_SPLITS = 4.0  # num_splits of the pipelined reduce-scatters
 UB_RING_EXCHANGE_SMS = 1.0
 # forward SMs of the reduce-scatter after each row-parallel GEMM, by datatype (bf16: pipeline, fp8: ring exchange)

@@ -173,6 +173,13 @@ class BlockComm(NamedTuple):
     tp_copy_backward: float = 0.0
     tp_copy_regather: float = 0.0
     tp_copy_unfused: float = 0.0
+    # PyTorch AsyncTP's decomposed collective matmuls (cost.async_tp.with_async_tp_exposure, a DTensor stack):
+    # 1 where priced; the forward TP seconds exposed; the exposure and the seconds of the backward collectives
+    # it fuses (step.block_terms reads them where the plan overlaps TP communication)
+    tp_async: float = 0.0
+    tp_async_forward: float = 0.0
+    tp_async_backward: float = 0.0
+    tp_async_backward_comm: float = 0.0
 
 
 @lru_cache(maxsize=65536)

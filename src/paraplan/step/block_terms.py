@@ -76,7 +76,9 @@ def block_terms(
     forward and backward TP collectives are pipelined with their GEMMs in TP_OVERLAP_CHUNKS pieces:
     one chunk stays exposed and the slower stream sets the pace (cost.overlap.chunked_overlap_exposed_s),
     and the GEMMs pay the SM contention of the userbuffers kernels (``ub_forward`` / ``ub_backward`` of
-    the block's compute: cost.overlap.userbuffers_contention_s).
+    the block's compute: cost.overlap.userbuffers_contention_s); on a DTensor stack (PyTorch AsyncTP,
+    ``comm.tp_async``) the block's priced exposure of torch's decomposed collective matmuls instead
+    (cost.async_tp.with_async_tp_exposure: ``tp_async_forward``; backward_tp_exposure_s).
     The CP ring exposes, per step, what its transfer outlasts of one step's attention, plus a
     synchronisation per step (cost.overlap.ring_attention_exposed_s, cost.comm.ring_step_sync_s).
     Hidden communication still costs its price (cost.comm.priced_exposure_s): the SMs and HBM the
@@ -99,15 +101,11 @@ def block_terms(
     cp_f = where(comm.cp_waited > 0, waited_f, cp_f)
     cp_b = where(comm.cp_waited > 0, waited_b, cp_b)
     copy_f, copy_b = tp_layout_copies_s(comm, overlap_tp_comm, recompute_code)
-    tp_f = (
-        where(
-            overlap_tp_comm,
-            chunked_overlap_exposed_s(comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0)
-            + where(comm.tp_forward > 0, c.ub_forward, 0.0),
-            comm.tp_forward,
-        )
-        + copy_f
-    )
+    userbuffers_f = chunked_overlap_exposed_s(
+        comm.tp_forward, c.gemm_forward, TP_OVERLAP_CHUNKS, 0.0
+    ) + where(comm.tp_forward > 0, c.ub_forward, 0.0)
+    overlapped_f = where(comm.tp_async > 0, comm.tp_async_forward, userbuffers_f)
+    tp_f = where(overlap_tp_comm, overlapped_f, comm.tp_forward) + copy_f
     comm = comm._replace(tp_backward=comm.tp_backward + dtensor_regather_s(comm, recompute_code))
     tp_b = backward_tp_exposure_s(c, comm, overlap_tp_comm, deferred_wgrad=False) + copy_b
     # ``deferred`` False: a caller that reads no split-backward term (search.bounds.work_floors)
@@ -227,7 +225,9 @@ def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) 
     the pipeline, exposed whole: Inductor's micro-pipeline pass fuses a reduce-scatter only when its
     input is one aten.mm (torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_matmul_reduce_scatter,
     "Not matmul" return; read at 00122fb1), and a column-parallel block's input gradient is the sum
-    of its GEMMs' dgrads (wq, wk, wv; w1, w3 in torchtitan's Llama).
+    of its GEMMs' dgrads (wq, wk, wv; w1, w3 in torchtitan's Llama). Where the block is priced that way
+    (``comm.tp_async``), the fused collectives' time ``tp_async_backward_comm`` is replaced by their exposure
+    under torch's decomposition, ``tp_async_backward`` (cost.async_tp), the rest exposed whole.
 
     ``deferred_wgrad``: a split-backward schedule (ZB-H1, Qi et al. 2023 §2; DualPipe) runs the
     weight-gradient GEMMs later, as separate W passes, while the input gradient must reach the
@@ -243,11 +243,15 @@ def backward_tp_exposure_s(c, comm, overlap_tp_comm: Num, deferred_wgrad: bool) 
         async_s = comm.tp_backward + by_dgrad + maximum(0.0, comm.tp_hidden_by_wgrad - half)
         window = c.gemm_backward
     unfused = comm.tp_unfused_backward
-    return where(
-        overlap_tp_comm,
+    userbuffers = (
         chunked_overlap_exposed_s(total - unfused, window, TP_OVERLAP_CHUNKS, 0.0)
         + unfused
-        + where(total > 0, c.ub_backward, 0.0),
+        + where(total > 0, c.ub_backward, 0.0)
+    )
+    decomposed = total - comm.tp_async_backward_comm + comm.tp_async_backward
+    return where(
+        overlap_tp_comm,
+        where(comm.tp_async > 0, decomposed, userbuffers),
         priced_exposure_s(total, async_s, comm.tp_backward_price),
     )
 

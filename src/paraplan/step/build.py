@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from paraplan.cost.async_tp import with_async_tp_exposure
 from paraplan.cost.comm import (
     GroupSpan,
     collective_costs_s,
@@ -44,6 +45,7 @@ from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search an
     _op_times,
     block_comm,
     block_compute,
+    dtensor_tp,
     expert_comm_terms,
 )
 from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
@@ -287,6 +289,8 @@ def _used_span_cost_facts(
     compute, tensors, largest, small = _graph_statics(model, system, name, shape)
     if shape.tp_layout == "2d":
         comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
+    elif dtensor_tp(system) and used & _TP_GROUPS:  # PyTorch AsyncTP's collective matmuls
+        comm = with_async_tp_exposure(comm, graph, system, shape.dtype, tp_span)
     return BlockCostFacts(compute, comm, graph.weight_params, largest, tensors, small)
 
 

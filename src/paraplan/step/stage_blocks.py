@@ -12,13 +12,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from paraplan.cost.async_tp import with_async_tp_exposure
 from paraplan.cost.comm import GroupSpan
 from paraplan.graph.ops import POLICY_MODULES, RECOMPUTE_MODULE_OPS, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.rules import recompute_modules_rule
 from paraplan.specs.system import SystemSpec
-from paraplan.step.block_sums import block_comm, block_compute
+from paraplan.step.block_sums import block_comm, block_compute, dtensor_tp
 from paraplan.step.blocks import (
     BlockRef,
     block_graph,
@@ -66,9 +67,13 @@ def _block_facts(
     if head_params is not None:  # the output block beside the input block: the tied table once
         tensors = tensors - head_tensors_shared_with_embedding(w)
     kept, held, buffer = block_memory(model, ref, shape, recompute)
+    span = tp_span(system, shape.tp)
+    comm = block_comm(graph, system, span, NO_SPAN, async_tp=async_tp)
+    if dtensor_tp(system):  # PyTorch AsyncTP's collective matmuls (cost.async_tp)
+        comm = with_async_tp_exposure(comm, graph, system, shape.dtype, span)
     return BlockFacts(
         block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias)),
-        block_comm(graph, system, tp_span(system, shape.tp), NO_SPAN, async_tp=async_tp),
+        comm,
         graph.weight_params if head_params is None else head_params,
         kept * memory_factor,
         held * memory_factor,
