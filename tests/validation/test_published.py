@@ -345,12 +345,14 @@ def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
     rotary's Inductor fallback was priced under compile, torchtitan-compiled module_impl; 9.25 % before
     torchtitan's eager RMSNorm and rotary composites, DTensor's TP layout copies and float8 all-gathers and
     its AdamW steps were priced; 19 too fast before hidden collectives were priced by the SMs and HBM their NCCL kernels hold,
-    cost.comm_contention; docs/validation.md, section torchtitan-llama3). This pins today's state so that a
+    cost.comm_contention; 16 of 23 since AsyncTP is priced as torch's symmetric-memory decomposition, cost.async_tp,
+    where the userbuffers overlap had over-hidden it and the 405B at 32,768 tokens moved -0.24 -> +0.29 %;
+    docs/validation.md, section torchtitan-llama3). This pins today's state so that a
     change to it is seen; it is not a tolerance we promise."""
     errors = _set_errors(report, stem)
     assert _mape(errors) <= max_mape
     assert max(abs(e) for e in errors) <= max_abs
-    assert sum(e < 0 for e in errors) >= 0.7 * len(errors)  # too fast, as issue 33 measured
+    assert sum(e < 0 for e in errors) >= 16  # mostly too fast, as issue 33 measured
 
 
 @pytest.mark.parametrize("stem", ["llmfoundry-mpt", "torchtitan-llama3"])
