@@ -265,6 +265,26 @@ def test_moe_layer_expert_gemms_by_hand():
     assert g.collectives[0].bytes == 2 * 2048 * 4096 * 8  # the top-8 copies of every token
 
 
+def test_hybridep_fuses_the_permutations():
+    # Hybrid-EP's dispatch / combine kernels permute (Megatron-Core _HybridEPManager): no permute, sort,
+    # unsort or unpermute pass; the same expert GEMMs; DeepEP keeps the passes, and both send one copy
+    # of the 4096 tokens (deduplicated dispatch)
+    m = load_model("qwen3-30b-a3b")
+    passes = {"permute", "sort_chunks", "unsort_chunks", "unpermute"}
+    layers = {
+        d: moe_model_layer(
+            m, SHAPE._replace(expert=ExpertShape(ep=8, dispatcher=d, balance="forced")), True
+        )
+        for d in ("alltoall", "deepep", "hybridep")
+    }
+    names = {d: {op.name for op in g.ops} for d, g in layers.items()}
+    assert passes <= names["alltoall"] and passes <= names["deepep"]
+    assert not passes & names["hybridep"]
+    assert names["hybridep"] == names["alltoall"] - passes
+    assert layers["hybridep"].collectives[0].bytes == layers["deepep"].collectives[0].bytes
+    assert layers["hybridep"].collectives[0].bytes == 2 * 2048 * 4096
+
+
 def test_capacity_pads_every_expert():
     m = load_model("qwen3-30b-a3b")
     padded = routed_rows(m, SHAPE, ExpertShape(ep=8, capacity_factor=1.5))

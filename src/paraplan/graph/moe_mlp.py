@@ -61,7 +61,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     GEMMs and back after them (Megatron-Core "permutation 2", sort_chunks_by_idxs, or the
     transpose-copy of drop-and-pad): one read and one write of the R/etp rows each. A dropless
     dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
-    each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h."""
+    each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h. Hybrid-EP has none of the four
+    passes (fuses_permutes)."""
     h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
     tokens = moe_tokens(shape)
     rows = routed_rows(model, shape, expert)
@@ -69,17 +70,19 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     m = math.ceil(rows / local)
     p = model.mlp_input_projections
     sent = rows / expert.etp
-    ops = [_memory("permute", ab * h * (tokens + sent))]
-    if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
+    fused = fuses_permutes(expert)
+    ops = [] if fused else [_memory("permute", ab * h * (tokens + sent))]
+    if local > 1 and not fused:  # permutation 2: received rows re-sorted from source-rank order
         ops.append(_memory("sort_chunks", 2 * ab * h * sent))
     ops += [
         _grouped_gemm("expert_fc1", local, m, p * f, h),
         _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
         _grouped_gemm("expert_fc2", local, m, h, f),
     ]
-    if local > 1:
-        ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
-    ops.append(_memory("unpermute", ab * h * (tokens + sent)))
+    if not fused:
+        if local > 1:
+            ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
+        ops.append(_memory("unpermute", ab * h * (tokens + sent)))
     if host_synchronises(expert):
         ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
     return ops
@@ -116,6 +119,17 @@ def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) ->
     """expert_knob_parts as one list (search.expert_floors costs the rest of the layer once: expert_computes)."""
     routed, trailing = expert_knob_parts(model, shape, expert)
     return routed + trailing
+
+
+def fuses_permutes(expert: ExpertShape) -> bool:
+    """True when the dispatch and combine kernels do the token permutations themselves: Hybrid-EP
+    (Megatron-Core _HybridEPManager, core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py:
+    "dispatch(): Permute tokens for communication, perform all-to-all communication, and permute tokens
+    for experts in single step", combine the reverse; its get_permuted_hidden_states_by_experts and
+    get_restored_hidden_states_by_experts return their input). The alltoall dispatcher runs permutation 1
+    and 2 and their inverses as separate kernels (MoEAlltoAllTokenDispatcher), DeepEP's manager still
+    permutes by expert after its dispatch (_DeepepManager.get_permuted_hidden_states_by_experts)."""
+    return expert.dispatcher == "hybridep"
 
 
 def host_synchronises(expert: ExpertShape) -> bool:
