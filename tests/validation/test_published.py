@@ -141,7 +141,8 @@ def test_every_step_time_case_fits(report):
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
-    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3
+    # + mbridge-moe-gb
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 6
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 
