@@ -266,11 +266,10 @@ def test_moe_layer_expert_gemms_by_hand():
 
 
 def test_hybridep_fuses_the_permutations():
-    # Hybrid-EP's dispatch / combine kernels permute (Megatron-Core _HybridEPManager): no permute, sort,
-    # unsort or unpermute pass; the same expert GEMMs; DeepEP keeps the passes, and both send one copy
-    # of the 4096 tokens (deduplicated dispatch)
+    # Hybrid-EP's dispatch reads the tokens in place and its combine reduces their copies (Megatron-Core
+    # HybridEPDispatch): no permute or unpermute pass; the re-sort by expert (16 local experts) stays; the same
+    # expert GEMMs; DeepEP keeps every pass, and both send one copy of the 4096 tokens (deduplicated dispatch)
     m = load_model("qwen3-30b-a3b")
-    passes = {"permute", "sort_chunks", "unsort_chunks", "unpermute"}
     layers = {
         d: moe_model_layer(
             m, SHAPE._replace(expert=ExpertShape(ep=8, dispatcher=d, balance="forced")), True
@@ -278,9 +277,11 @@ def test_hybridep_fuses_the_permutations():
         for d in ("alltoall", "deepep", "hybridep")
     }
     names = {d: {op.name for op in g.ops} for d, g in layers.items()}
+    passes = {"permute", "sort_chunks", "unsort_chunks", "unpermute"}
     assert passes <= names["alltoall"] and passes <= names["deepep"]
-    assert not passes & names["hybridep"]
-    assert names["hybridep"] == names["alltoall"] - passes
+    assert names["hybridep"] == names["alltoall"] - {"permute", "unpermute"}
+    sort = {op.name: op for op in layers["hybridep"].ops}["sort_chunks"]
+    assert sort.fwd_bytes == 2 * 2 * 2048 * 4096 * 8  # read and write of the 32768 received rows
     assert layers["hybridep"].collectives[0].bytes == layers["deepep"].collectives[0].bytes
     assert layers["hybridep"].collectives[0].bytes == 2 * 2048 * 4096
 
