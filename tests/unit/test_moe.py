@@ -265,6 +265,27 @@ def test_moe_layer_expert_gemms_by_hand():
     assert g.collectives[0].bytes == 2 * 2048 * 4096 * 8  # the top-8 copies of every token
 
 
+def test_hybridep_fuses_the_permutations():
+    # Hybrid-EP's dispatch reads the tokens in place and its combine reduces their copies (Megatron-Core
+    # HybridEPDispatch): no permute or unpermute pass; the re-sort by expert (16 local experts) stays; the same
+    # expert GEMMs; DeepEP keeps every pass, and both send one copy of the 4096 tokens (deduplicated dispatch)
+    m = load_model("qwen3-30b-a3b")
+    layers = {
+        d: moe_model_layer(
+            m, SHAPE._replace(expert=ExpertShape(ep=8, dispatcher=d, balance="forced")), True
+        )
+        for d in ("alltoall", "deepep", "hybridep")
+    }
+    names = {d: {op.name for op in g.ops} for d, g in layers.items()}
+    passes = {"permute", "sort_chunks", "unsort_chunks", "unpermute"}
+    assert passes <= names["alltoall"] and passes <= names["deepep"]
+    assert names["hybridep"] == names["alltoall"] - {"permute", "unpermute"}
+    sort = {op.name: op for op in layers["hybridep"].ops}["sort_chunks"]
+    assert sort.fwd_bytes == 2 * 2 * 2048 * 4096 * 8  # read and write of the 32768 received rows
+    assert layers["hybridep"].collectives[0].bytes == layers["deepep"].collectives[0].bytes
+    assert layers["hybridep"].collectives[0].bytes == 2 * 2048 * 4096
+
+
 def test_capacity_pads_every_expert():
     m = load_model("qwen3-30b-a3b")
     padded = routed_rows(m, SHAPE, ExpertShape(ep=8, capacity_factor=1.5))

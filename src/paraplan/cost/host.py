@@ -28,6 +28,14 @@ from typing import Any, NamedTuple
 from paraplan.cost.autocast import activation_casts
 from paraplan.cost.eager_kernels import ROLE
 from paraplan.cost.elementwise import maximum
+from paraplan.cost.graph_scope import (
+    EXPERT_SECTION,
+    OUTSIDE_LAYERS,
+    ROUTER_OPS,
+    graphed,
+    graphs_anything,
+    whole_iteration,
+)
 from paraplan.cost.host_kinds import CXX_LAUNCH_S, kind_host_s
 from paraplan.cost.moe_host import graph_launches, post_sync_sequence, reissue_idle_s, sync_drain_s
 from paraplan.graph.eager_modules import autocast_runs, composite_kernels, loss_impl
@@ -90,56 +98,6 @@ EAGER_ATTENTION_VIEWS = 5
 # FlashAttention-2 backward kernels (flash_bwd_launch_template.h) and a GEMM's backward (dgrad + wgrad)
 ATTENTION_KERNELS = (1, 3)
 GEMM_KERNELS = (1, 2)
-
-# Ops outside the transformer layers: a per-layer CUDA-graph scope (Megatron-Core's TE-graphed TransformerLayer
-# modules, cuda_graph_scope "layer") leaves them eager.
-OUTSIDE_LAYERS = frozenset(
-    {
-        "embedding_lookup",
-        "position_add",
-        "final_norm",
-        "lm_head",
-        "cross_entropy",
-        "patch_projection",
-        "classifier",
-    }
-)
-# The self-attention half of a layer: what an "attention" scope captures (Megatron-Core cuda_graph_scope attn).
-ATTENTION_PART = frozenset(
-    {
-        "input_norm",
-        "qkv_projection",
-        "rotary_embedding",
-        "flash_attention",
-        "attention_scores",
-        "softmax_dropout",
-        "attention_over_values",
-        "attention_projection",
-        "attention_residual",
-        "mla_q_down",
-        "mla_q_norm",
-        "mla_q_up",
-        "mla_q_proj",
-        "mla_kv_down",
-        "mla_kv_norm",
-        "mla_kv_up",
-        "mla_rotary_concat",
-    }
-)
-# The expert section of a dropless MoE layer, issued after the dispatch's synchronisation: its per-expert row counts
-# are host integers read at run time, so no CUDA graph can hold it (Megatron-Core MoE README, "CUDA Graph support
-# for dropless MoE models with attention only capture"; graph.moe_mlp.host_synchronises).
-EXPERT_SECTION = frozenset(
-    {
-        "permute",
-        "sort_chunks",
-        "expert_fc1",
-        "expert_activation",
-        "expert_fc2",
-        "unsort_chunks",
-        "unpermute",
-    }
-)
 
 
 def op_kernels(
@@ -207,19 +165,6 @@ def eager_views(op: Op, eager: bool) -> int:
     return EAGER_ATTENTION_VIEWS if eager and op.kind == "attention" else 0
 
 
-def graphed(op: Op, scope: str, dropless: bool) -> bool:
-    """True when a CUDA graph of ``scope`` holds the op: "full_iteration" every op, "layer" the transformer layers'
-    ops (not OUTSIDE_LAYERS), "attention" the ATTENTION_PART, "none" nothing; a dropless MoE layer's EXPERT_SECTION
-    never (``dropless``: the block synchronises, graph.moe_mlp.host_synchronises)."""
-    if scope == "none" or (dropless and op.name in EXPERT_SECTION):
-        return False
-    if scope == "full_iteration":
-        return True
-    if scope == "layer":
-        return op.name not in OUTSIDE_LAYERS
-    return op.name in ATTENTION_PART
-
-
 def counted_kernels(
     ops, eff: EfficiencySpec, bias: tuple[bool, bool] = (False, False), dtype: str = "bf16"
 ) -> tuple[int, int]:
@@ -274,6 +219,7 @@ def op_host_s(
     bias: tuple[bool, bool] = (False, False),
     context: tuple[tuple[dict, dict], frozenset[str]] | None = None,
     dtype: str = "bf16",
+    moe_layer: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: in an eager stack whose profile states host_dispatch_s,
     outside a CUDA graph, its calls by kind (cost.host_kinds.kind_host_s); else op_kernels × kernel_issue_s,
@@ -281,10 +227,11 @@ def op_host_s(
     between forward (the call and its node) and backward (the node run); a grouped GEMM is one dispatch and
     its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile
     prices no host (host_launch_s 0).
-    ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it."""
+    ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it;
+    ``moe_layer``: the op is in an MoE layer (cost.graph_scope.graphed)."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
-    in_graph = graphed(op, eff.cuda_graph_scope, dropless)
+    in_graph = graphed(op, eff.cuda_graph_scope, dropless, moe_layer)
     per_kernel = kernel_issue_s(eff, in_graph)
     fwd, bwd = _op_counts(op, eff, bias, context, dtype)
     if eff.host_eager and eff.host_dispatch_s and not in_graph and op.kind != "grouped_gemm":
@@ -355,17 +302,17 @@ def host_sums(
     (sync_terms)."""
     dropless = any(op.kind == "host_sync" for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
-    if eff.host_launch_s > 0.0 and eff.cuda_graph_scope != "none":
-        in_graph = [graphed(op, eff.cuda_graph_scope, dropless) for op in ops]
-        calls += (
-            graph_launches(in_graph, eff.cuda_graph_scope == "full_iteration") * eff.host_launch_s
-        )
+    moe_layer = any(op.name in ROUTER_OPS for op in ops)
+    scope = eff.cuda_graph_scope
+    if eff.host_launch_s > 0.0 and graphs_anything(scope):
+        in_graph = [graphed(op, scope, dropless, moe_layer) for op in ops]
+        calls += graph_launches(in_graph, whole_iteration(scope)) * eff.host_launch_s
     forward = backward = calls / eff.host_speed
     section: list[tuple[str, float, float]] = []
     syncs = 0
     context = eager_context(eff)
     for op in ops:
-        f, b = op_host_s(op, eff, dropless, bias, context, dtype)
+        f, b = op_host_s(op, eff, dropless, bias, context, dtype, moe_layer)
         forward += f
         backward += b
         if op.kind == "host_sync":

@@ -98,9 +98,9 @@ def moe_collective_time_s(
     all_to_all_dedup (DeepEP and Hybrid-EP, deepep_split_bytes on
     cost.comm.hierarchical_all_to_all_time_s), or a ring collective (cost.comm.collective_time_s).
 
-    Hybrid-EP is priced as DeepEP: same bytes, same link bandwidths. Not priced (no component
-    measurement here): its fused permute (dispatch_with_permute: the graph keeps the permute and
-    sort passes of every dispatcher, graph.moe.ops_expert_knobs), and its SM share
+    Hybrid-EP is priced as DeepEP: same bytes, same link bandwidths; its fused permute / unpermute is the
+    graph's (graph.moe_mlp.fuses_permutes: no permute or unpermute pass, its sort passes kept). Not priced
+    (no component measurement here): its SM share
     (moe_hybridep_num_sms 16 against moe_deepep_num_sms 20, TransformerConfig at 0d8e0714)."""
     if kind == "all_to_all":
         return all_to_all_time_s(size_bytes, span, system)

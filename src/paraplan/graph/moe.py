@@ -35,6 +35,7 @@ from paraplan.graph.moe_mlp import (
     dispatch_collectives,
     expert_knob_parts,
     fp8_cast_op,
+    fuses_permutes,
     mlp_tp_collectives,
     moe_mlp_activation_bytes,
     moe_tokens,
@@ -112,9 +113,13 @@ NO_EXPERT = ExpertShape()
 @lru_cache(maxsize=4096)
 def ops_expert_knobs(expert: ExpertShape, moe: bool) -> ExpertShape:
     """The expert knobs a layer's ops, parameters and memory read: ep, etp, capacity and balance of an
-    MoE layer (the dispatcher changes only its collectives, the a2a-overlap switch nothing of the
+    MoE layer, and whether the dispatcher fuses the permutations (graph.moe_mlp.fuses_permutes: Hybrid-EP
+    keeps its name; another dispatcher changes only the collectives, the a2a-overlap switch nothing of the
     graph); none of a dense layer's."""
-    return expert._replace(dispatcher="alltoall", a2a_overlap=False) if moe else NO_EXPERT
+    if not moe:
+        return NO_EXPERT
+    kept = expert.dispatcher if fuses_permutes(expert) else "alltoall"
+    return expert._replace(dispatcher=kept, a2a_overlap=False)
 
 
 @lru_cache(maxsize=4096)

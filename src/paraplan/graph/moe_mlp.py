@@ -61,7 +61,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     GEMMs and back after them (Megatron-Core "permutation 2", sort_chunks_by_idxs, or the
     transpose-copy of drop-and-pad): one read and one write of the R/etp rows each. A dropless
     dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
-    each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h."""
+    each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h. Hybrid-EP has no permute or
+    un-permute pass, its sort passes stay (fuses_permutes)."""
     h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
     tokens = moe_tokens(shape)
     rows = routed_rows(model, shape, expert)
@@ -69,7 +70,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     m = math.ceil(rows / local)
     p = model.mlp_input_projections
     sent = rows / expert.etp
-    ops = [_memory("permute", ab * h * (tokens + sent))]
+    fused = fuses_permutes(expert)
+    ops = [] if fused else [_memory("permute", ab * h * (tokens + sent))]
     if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
         ops.append(_memory("sort_chunks", 2 * ab * h * sent))
     ops += [
@@ -79,7 +81,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     ]
     if local > 1:
         ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
-    ops.append(_memory("unpermute", ab * h * (tokens + sent)))
+    if not fused:
+        ops.append(_memory("unpermute", ab * h * (tokens + sent)))
     if host_synchronises(expert):
         ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
     return ops
@@ -116,6 +119,20 @@ def expert_knob_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) ->
     """expert_knob_parts as one list (search.expert_floors costs the rest of the layer once: expert_computes)."""
     routed, trailing = expert_knob_parts(model, shape, expert)
     return routed + trailing
+
+
+def fuses_permutes(expert: ExpertShape) -> bool:
+    """True when the dispatch kernel reads the tokens where they lie and the combine kernel reduces their top-k
+    copies itself, so there is no permutation 1 (``permute``) nor its inverse (``unpermute``) pass: Hybrid-EP
+    (Megatron-Core core_v0.16.0 megatron/core/transformer/moe/fused_a2a.py HybridEPDispatch, "fused dispatch
+    operation for permute + dispatch a2a + permute", calling DeepEP's HybridEPBuffer.dispatch_with_permute /
+    combine_with_unpermute; token_dispatcher.py _HybridEPManager). Its re-sort of the received rows by expert
+    stays a pass of its own (the buffer's permute kernel over its row_id_map, "Output of Permute
+    Preprocessing"; Megatron-Core later added an opt-in fuse_permute_dispatch / fuse_unpermute_combine that
+    these releases do not have), priced as sort_chunks / unsort_chunks. The alltoall dispatcher runs all four
+    passes (MoEAlltoAllTokenDispatcher), DeepEP's manager permutes after its dispatch too
+    (_DeepepManager.get_permuted_hidden_states_by_experts)."""
+    return expert.dispatcher == "hybridep"
 
 
 def host_synchronises(expert: ExpertShape) -> bool:

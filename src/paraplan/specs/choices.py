@@ -18,3 +18,7 @@ Zero3GatherUnit = Literal["layer", "tensor"]
 Zero3ReduceUnit = Literal["layer", "tensor"]
 # the MLP activations a ModelSpec names (Hugging Face transformers activations.py ACT2FN keys)
 Activation = Literal["gelu", "gelu_new", "gelu_pytorch_tanh", "silu"]
+# a stack's CUDA-graph scope (cost.graph_scope): a profile word, or a list of Megatron-Core CudaGraphScope names
+# (Megatron-LM core_v0.16.0 megatron/core/transformer/enums.py; full_iteration and mamba aside)
+GraphScopeWord = Literal["none", "attention", "layer", "full_iteration"]
+GraphRegion = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess"]

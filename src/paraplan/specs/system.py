@@ -17,7 +17,7 @@ from pydantic import (
     field_validator,
 )
 
-from paraplan.specs.choices import AttentionKernel
+from paraplan.specs.choices import AttentionKernel, GraphRegion, GraphScopeWord
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.fabric import NetworkSpec, NodeSpec
 from paraplan.specs.quantities import Bytes, BytesPerS, Fraction, Seconds, Share, _quantity  # noqa: F401
@@ -196,8 +196,11 @@ class HostFields(InputModel):
         description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "
         "weight gradient backward (cost.host.op_kernels)",
     )
-    cuda_graph_scope: Literal["none", "attention", "layer", "full_iteration"] = Field(
-        "none", description="what the stack captures in CUDA graphs (cost.host.graphed)"
+    cuda_graph_scope: GraphScopeWord | tuple[GraphRegion, ...] = Field(
+        "none",
+        description="what the stack captures in CUDA graphs: none, attention, layer, full_iteration, or a list of "
+        "Megatron-Core CudaGraphScope names (attn, mlp, moe, moe_router, moe_preprocess) as --cuda-graph-scope "
+        "takes them (cost.graph_scope.graphed)",
     )
     host_dispatch_s: dict[HostKind, Seconds] = Field(
         default_factory=dict,
