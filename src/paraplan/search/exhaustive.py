@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from paraplan.search.result import SearchResult, objective_value, top_plans, trim_pool
+from paraplan.search.result import PoolItem, SearchResult, objective_value, top_plans, trim_pool
 from paraplan.search.robust import robust_dispatch
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
 from paraplan.step.estimate import estimate
@@ -38,7 +38,7 @@ def _exhaustive_part(
                     problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops
                 )
             )
-            pool.append((obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
+            pool.append(PoolItem(obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
             if collect_all:
                 everything.append(
                     {
@@ -80,11 +80,7 @@ def exhaustive_search(
                 for w in range(workers)
             ]
             parts = [f.result() for f in futures]
-    pool = [
-        (obj, r, g, row, option, step, peak)
-        for part in parts
-        for obj, r, g, step, peak, row, option in part[0]
-    ]
+    pool = [item for part in parts for item in part[0]]
     evaluated = sum(p[1] for p in parts)
     feasible = sum(p[2] for p in parts)
     n_rows = parts[0][3]
