@@ -51,7 +51,7 @@ def test_both_paths_keep_the_one_layout(monkeypatch):
     """The exhaustive part's pool holds resolved PoolItems; the fast path's scan holds PoolItems (and named
     misses); top_plans ranks the exhaustive pool to the fast search's plans."""
     problem = _problem()
-    pool = _exhaustive_part(problem, 3, 0, 1)[0]
+    pool = _exhaustive_part(problem, 3, 0, 1).pool
     assert pool and all(isinstance(p, PoolItem) and p.row is not None for p in pool)
     seen = []
     real = scan_module.Scan.evaluate
