@@ -162,21 +162,22 @@ def test_a_budgeted_search_lists_the_most_sharded_degrees_first():
     assert sharded_first(listed) == [listed[i] for i in (3, 4, 5, 1, 2, 0)]
 
 
-def test_sixteen_pools_of_gpt3_175b_find_a_plan_within_ten_bounds(monkeypatch):
+def test_four_pools_of_gpt3_175b_find_a_plan_within_three_bounds(monkeypatch):
     """Issue 31: GPT-3 175B on sixteen pools of 64 GPUs ended a 5 s search with no plan: the degrees
     listed first (tp1, pp 1 to 8) do not fit. Listed most sharded first under a budget
-    (sharded_first), a budget of ten bounds (one second each, _clocked) finds a plan; in the listing
-    order of a search without budget, the same ten bounds find none."""
+    (sharded_first), a budget of three bounds (one second each, _clocked) finds a plan; in the listing
+    order of a search without budget, the same three bounds find none. Four pools of 64 GPUs, A100 and
+    H100 alternating, show the same (sharded first finds a plan within two bounds, the listing order
+    none within forty) at a quarter of the GPUs, in about a third of the CPU time (0.7 s against 1.9 s
+    for sixteen pools and ten bounds, which took 34 s of a loaded test run)."""
     from paraplan.catalog import load_model
     from paraplan.search.staged import hetero
 
     systems = ("dgx-a100-80gb", "dgx-h100-80gb")
-    pools = [{"name": f"p{i}", "system": systems[i % 2], "nodes": 8} for i in range(16)]
-    problem = HeteroProblem(
-        load_model("gpt3-175b"), cluster_from_dict({"pools": pools}), 1024, 2048
-    )
+    pools = [{"name": f"p{i}", "system": systems[i % 2], "nodes": 8} for i in range(4)]
+    problem = HeteroProblem(load_model("gpt3-175b"), cluster_from_dict({"pools": pools}), 256, 2048)
     _clocked(monkeypatch)
-    assert search_cluster(problem, top_k=1, time_budget_s=10.0).plans
+    assert search_cluster(problem, top_k=1, time_budget_s=3.0).plans
     monkeypatch.setattr(hetero, "sharded_first", lambda degrees: degrees)
     _clocked(monkeypatch)
-    assert not search_cluster(problem, top_k=1, time_budget_s=10.0).plans
+    assert not search_cluster(problem, top_k=1, time_budget_s=3.0).plans

@@ -367,6 +367,34 @@ def framework_stack(framework: "str | FrameworkSpec | None") -> str:
     return chain[-1]
 
 
+# what a profile says of itself, never taken from its base (_over_base)
+_OWN_FIELDS = ("name", "base", "source", "description", "version")
+
+
+def _over_base(data: Any, field: str, seen: tuple[str, ...] = ()) -> Any:
+    """A profile's data over its base's, the one inheritance of framework profiles (catalog entries,
+    files and dicts alike): every field the profile does not state is its ``base``'s, itself resolved
+    the same way up the chain, and ``sources`` merge per field; what a profile says of itself
+    (_OWN_FIELDS) stays its own. A recipe states where it departs from its stack, so a file
+    ``{name: my-titan, base: torchtitan}`` is torchtitan under another name. A base must name a
+    catalog profile; no base (or a value the schema refuses): the data as given."""
+    if not isinstance(data, dict) or not isinstance(data.get("base"), str):
+        return data
+    base, names = data["base"], framework_names()
+    if base not in names:
+        raise _unknown("framework", f"{field}.base", base, names)
+    seen = (*seen, str(data.get("name")))
+    if base in seen:
+        raise InputError(f"{field}.base: the profiles' base chain loops ({' -> '.join(seen)})")
+    parent = _over_base(_read_entry("frameworks", base), field, seen)
+    merged = {k: v for k, v in parent.items() if k not in _OWN_FIELDS}
+    merged.update(data)
+    sources = data.get("sources", {})
+    if isinstance(sources, dict) and isinstance(parent.get("sources"), dict):
+        merged["sources"] = {**parent["sources"], **sources}
+    return merged
+
+
 def load_framework(
     ref: "str | dict | FrameworkSpec", field: str = "framework", referenced: bool = False
 ) -> "FrameworkSpec":
@@ -377,7 +405,7 @@ def load_framework(
     if isinstance(ref, FrameworkSpec):
         return ref
     try:
-        data = _entry_data("frameworks", "framework", ref, field, referenced)
+        data = _over_base(_entry_data("frameworks", "framework", ref, field, referenced), field)
         try:
             return FrameworkSpec.model_validate(data)
         except ValidationError as exc:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paraplan.catalog import _read_file, load_model, load_system
-from paraplan.cli.app import _stdout
 from paraplan.catalog.clusters import load_cluster
+from paraplan.cli.app import _stdout
 from paraplan.report.text_table import simple_table
 from paraplan.specs.cluster import ClusterSpec, uniform_cluster
 from paraplan.specs.errors import InputError
@@ -25,8 +25,8 @@ from paraplan.specs.system import SystemSpec
 from paraplan.units import GiB
 
 if TYPE_CHECKING:
-    from paraplan.step.per_stage import StagePlanEstimate
     from paraplan.search.staged.hetero import HeteroResult
+    from paraplan.step.per_stage import StagePlanEstimate
 
 
 def resolve_cluster(
@@ -99,8 +99,8 @@ def estimate_uniform_stages(
 ) -> bool:
     """``paraplan estimate`` with the uniform options for an encoder-decoder: the plan's per-stage form
     (specs.uniform_stages.uniform_stage_plan) costed by step.per_stage on the uniform cluster; True when it fits."""
-    from paraplan.step.per_stage import estimate_stage_plan
     from paraplan.specs.uniform_stages import uniform_stage_plan
+    from paraplan.step.per_stage import estimate_stage_plan
 
     cluster_spec = uniform_cluster(system_spec, plan.gpus)
     plan_spec = uniform_stage_plan(plan, model_spec, cluster_spec.pools[0].name)

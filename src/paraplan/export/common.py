@@ -201,6 +201,25 @@ def override_lines(text: str, prefix: str) -> Iterator[tuple[str, tuple[str, str
         yield line, (m.group(1), m.group(2).strip()) if m else None
 
 
+def read_override_file(text: str, name: str, prefix: str, own_form=None) -> dict[str, object]:
+    """{path: value} of the ``<prefix>.<path> = <value>`` lines of a Python override file that the
+    exporter ``name`` writes (NeMo's recipe, Megatron-Bridge's ConfigContainer): each path in its kept
+    list (framework_args) and each value read by override_value. ``own_form(line, assigned, values)``
+    reads a line of the exporter's own form (a callback line, a config call) into ``values`` and says
+    whether it took it; any other line is refused, naming the form expected."""
+    fw, values = framework_args(name), {}
+    for line, assigned in override_lines(text, prefix):
+        if own_form is not None and own_form(line, assigned, values):
+            continue
+        if assigned is None:
+            raise ExportRefused(
+                f"{name}: cannot read line {line!r}; expected {prefix}.<path> = <value>"
+            )
+        key, value = assigned
+        values[key] = override_value(fw, f"{name}: {prefix}.", key, value)
+    return values
+
+
 def override_value(fw: FrameworkArgs, where: str, key: str, value: str) -> object:
     """The value of an override line ``<where><key> = <value>``: a key in the kept list ``fw``, the
     attention backend enum member's name (``AttnBackend.flash`` -> 'flash'), else a Python literal;

@@ -29,8 +29,7 @@ from paraplan.export.common import (
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
-    override_lines,
-    override_value,
+    read_override_file,
     refuse,
 )
 from paraplan.export.startup import checked_keys, startup_checks
@@ -196,26 +195,25 @@ def _literal(node: ast.AST, where: str) -> object:
 def read_overrides(text: str) -> tuple[dict[str, object], int | None]:
     """({ConfigContainer path: value}, the torchrun process count or None) of the lines
     :func:`export` writes; refuses a line of another form, an unknown field or a value not a literal."""
-    fw = framework_args(NAME)
-    v: dict[str, object] = {}
     launch = LAUNCH.search(text)
     gpus = int(launch.group(1)) * int(launch.group(2)) if launch else None
-    for line, assigned in override_lines(text, "cfg"):
-        if assigned is None:
-            raise ExportRefused(
-                f"megatron-bridge: cannot read line {line!r}; expected cfg.<path> = <value>"
-            )
-        key, value = assigned
-        if key == "comm_overlap":
-            for kw in _call(value, CO_CALL, key).keywords:
-                v[f"comm_overlap.{kw.arg}"] = _literal(kw.value, f"comm_overlap.{kw.arg}")
-            continue
-        if key == "mixed_precision":
-            args = _call(value, MP_CALL, key).args
-            v[key] = _literal(args[0], key) if len(args) == 1 else None
-            continue
-        v[key] = override_value(fw, "megatron-bridge: cfg.", key, value)
-    return v, gpus
+    return read_override_file(text, NAME, "cfg", _config_call), gpus
+
+
+def _config_call(line: str, assigned, v: dict) -> bool:
+    """Read a ``cfg.comm_overlap = CommOverlapConfig(...)`` or ``cfg.mixed_precision =
+    get_mixed_precision_config(...)`` line into ``v`` (common.read_override_file's own form); False
+    for any other line."""
+    if assigned is None or assigned[0] not in ("comm_overlap", "mixed_precision"):
+        return False
+    key, value = assigned
+    if key == "comm_overlap":
+        for kw in _call(value, CO_CALL, key).keywords:
+            v[f"comm_overlap.{kw.arg}"] = _literal(kw.value, f"comm_overlap.{kw.arg}")
+    else:
+        args = _call(value, MP_CALL, key).args
+        v[key] = _literal(args[0], key) if len(args) == 1 else None
+    return True
 
 
 def _nemo_key(key: str) -> str:

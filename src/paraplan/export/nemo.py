@@ -20,8 +20,7 @@ from paraplan.export.common import (
     framework_args,
     header_lines,
     nodes_and_gpus_per_node,
-    override_lines,
-    override_value,
+    read_override_file,
     refuse,
     require,
 )
@@ -247,21 +246,17 @@ def environment_lines(
 
 def _read_overrides(text: str) -> tuple[dict[str, object], bool]:
     """({recipe attribute path: literal value}, whether the TP-overlap callback line is there) of
-    override lines; refuses a line of another form, an unknown attribute or a value not a literal."""
-    fw = framework_args(NAME)
-    v: dict[str, object] = {}
-    tp_overlap = False
-    for line, assigned in override_lines(text, "recipe"):
-        if line.replace(" ", "") == CALLBACK.replace(" ", ""):
-            tp_overlap = True
-            continue
-        if assigned is None:
-            raise ExportRefused(
-                f"nemo: cannot read line {line!r}; expected recipe.<path> = <value>"
-            )
-        key, value = assigned
-        v[key] = override_value(fw, "nemo: recipe.", key, value)
-    return v, tp_overlap
+    override lines (common.read_override_file: a line of another form, an unknown attribute or a value
+    not a literal is refused)."""
+    callbacks = []
+
+    def callback(line: str, assigned, values: dict) -> bool:
+        if line.replace(" ", "") != CALLBACK.replace(" ", ""):
+            return False
+        callbacks.append(line)
+        return True
+
+    return read_override_file(text, NAME, "recipe", callback), bool(callbacks)
 
 
 def import_plan(text: str) -> dict[str, object]:

@@ -5,16 +5,28 @@ same rules (search.ranking)."""
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
-from paraplan.search.result import SearchResult, objective_value, top_plans, trim_pool
+from paraplan.search.result import PoolItem, SearchResult, objective_value, top_plans, trim_pool
 from paraplan.search.robust import robust_dispatch
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
 from paraplan.step.estimate import estimate
 
 
+class _Part(NamedTuple):
+    """What one part of the rows found: its top K (+ ties) pool, its counters, and with ``collect_all``
+    every feasible candidate."""
+
+    pool: list[PoolItem]
+    evaluated: int
+    feasible: int
+    rows: int
+    everything: list[dict]
+
+
 def _exhaustive_part(
     problem: SearchProblem, top_k: int, part: int, parts: int, progress=None, collect_all=False
-):
+) -> _Part:
     """Rows r with r % parts == part: every candidate through ``estimate``; the part's top K (+ ties),
     and with ``collect_all`` every feasible candidate."""
     peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
@@ -38,7 +50,7 @@ def _exhaustive_part(
                     problem, e.step_time_s, e.tokens_per_step, e.model_flops_per_step, peak_flops
                 )
             )
-            pool.append((obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
+            pool.append(PoolItem(obj, r, g, e.step_time_s, e.peak_stage.peak_bytes, row, option))
             if collect_all:
                 everything.append(
                     {
@@ -52,7 +64,7 @@ def _exhaustive_part(
                 )
         if len(pool) > 4 * top_k:
             pool = trim_pool(pool, top_k)[0]
-    return pool, evaluated, feasible, n_rows, everything
+    return _Part(pool, evaluated, feasible, n_rows, everything)
 
 
 @robust_dispatch
@@ -80,14 +92,10 @@ def exhaustive_search(
                 for w in range(workers)
             ]
             parts = [f.result() for f in futures]
-    pool = [
-        (obj, r, g, row, option, step, peak)
-        for part in parts
-        for obj, r, g, step, peak, row, option in part[0]
-    ]
-    evaluated = sum(p[1] for p in parts)
-    feasible = sum(p[2] for p in parts)
-    n_rows = parts[0][3]
+    pool = [item for part in parts for item in part.pool]
+    evaluated = sum(p.evaluated for p in parts)
+    feasible = sum(p.feasible for p in parts)
+    n_rows = parts[0].rows
     plans = top_plans(problem, pool, top_k)
     return SearchResult(
         plans=plans,
@@ -97,7 +105,7 @@ def exhaustive_search(
         seconds=time.perf_counter() - start,
         rows=n_rows,
         rows_evaluated=n_rows,
-        all_feasible=[item for part in parts for item in part[4]] if collect_all else None,
+        all_feasible=[item for part in parts for item in part.everything] if collect_all else None,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from paraplan.search import ranking
 from paraplan.search.space import SearchProblem, plan_of
@@ -13,6 +14,49 @@ from paraplan.step.estimate import estimate
 from paraplan.step.result import Estimate
 from paraplan.units import GiB
 from paraplan.specs.plan_label import plan_text
+
+
+class PoolItem(NamedTuple):
+    """A feasible candidate a search keeps for its top K, the one layout of the fast path's pool
+    (search.scan.Scan.pool) and the exhaustive search's: its objective, canonical row and grid option
+    numbers, step time (s) and peak memory (bytes), and the (Row, grid option) they name once
+    resolved (None in a scan's pool until scan_result resolves them)."""
+
+    objective: float
+    r: int
+    g: int
+    step: float
+    peak: float
+    row: Any = None
+    option: Any = None
+
+    def resolved(self, row_option: tuple) -> PoolItem:
+        """This item naming its (Row, grid option)."""
+        return self._replace(row=row_option[0], option=row_option[1])
+
+
+class FasterMiss(NamedTuple):
+    """A candidate over the memory capacity whose objective beats the scan's threshold (Scan.faster):
+    its objective, canonical row and option numbers and peak memory (bytes)."""
+
+    objective: float
+    r: int
+    g: int
+    peak: float
+
+
+class NearestMiss(NamedTuple):
+    """The candidate closest to fitting (Scan.nearest): its overflow (bytes), canonical row and option
+    numbers and peak memory (bytes); the least (overflow, r, g) is the nearest."""
+
+    overflow: float
+    r: int
+    g: int
+    peak: float
+
+    def nearer(self, other: NearestMiss) -> bool:
+        """Nearer to fitting than ``other``: less overflow, then the earlier row and option."""
+        return (self.overflow, self.r, self.g) < (other.overflow, other.r, other.g)
 
 
 @dataclass(frozen=True)
@@ -92,11 +136,13 @@ def objective_value(problem: SearchProblem, step_time_s, tokens, model_flops, pe
     return step_time_s / tokens
 
 
-def top_plans(problem, pool, k) -> list[RankedPlan]:
-    """The top K groups of the pool's (objective, row, grid, row, option, step, peak) items."""
+def top_plans(problem, pool: list[PoolItem], k) -> list[RankedPlan]:
+    """The top K groups of the pool's resolved items (PoolItem with its row and option)."""
     candidates = [
-        ranking.Candidate(obj, step, peak, plan_of(problem, row, option), (r, g))
-        for obj, r, g, row, option, step, peak in pool
+        ranking.Candidate(
+            p.objective, p.step, p.peak, plan_of(problem, p.row, p.option), (p.r, p.g)
+        )
+        for p in pool
     ]
     out = []
     for rank, group in enumerate(ranking.top_groups(candidates, k), start=1):
@@ -114,19 +160,19 @@ def top_plans(problem, pool, k) -> list[RankedPlan]:
     return out
 
 
-def trim_pool(pool: list[tuple], k: int) -> tuple[list[tuple], float]:
-    """Pool items (objective, row, grid, step, peak, ...) up to the K-th group's objective, and that objective."""
+def trim_pool(pool: list[PoolItem], k: int) -> tuple[list[PoolItem], float]:
+    """Pool items up to the K-th group's objective, and that objective."""
     threshold = ranking.kth_group_objective(
-        [p[0] for p in pool], [p[3] for p in pool], [p[4] for p in pool], k
+        [p.objective for p in pool], [p.step for p in pool], [p.peak for p in pool], k
     )
-    return [p for p in pool if ranking.within(p[0], threshold)], threshold
+    return [p for p in pool if ranking.within(p.objective, threshold)], threshold
 
 
 def scan_result(problem, scan, top_k, space, rows, rows_done, start) -> SearchResult:
     """The SearchResult of a finished scan: the top K groups, the nearest miss when nothing fits, and
     the faster plans that did not fit (rows and options as the scan resolved them)."""
     at = scan.resolve
-    pool = [(obj, r, g, *at(r, g), st, pk) for obj, r, g, st, pk in trim_pool(scan.pool, top_k)[0]]
+    pool = [p.resolved(at(p.r, p.g)) for p in trim_pool(scan.pool, top_k)[0]]
     plans = top_plans(problem, pool, top_k)
     result = SearchResult(
         plans=plans,
@@ -138,23 +184,23 @@ def scan_result(problem, scan, top_k, space, rows, rows_done, start) -> SearchRe
         rows_evaluated=rows_done,
     )
     if not plans and scan.nearest is not None:
-        over, r, g, peak = scan.nearest
-        plan = plan_of(problem, *at(r, g))
+        nearest = scan.nearest
+        plan = plan_of(problem, *at(nearest.r, nearest.g))
         result.nearest_miss = {
             "plan": plan.model_dump(),
-            "peak_memory_gib": peak / GiB,
+            "peak_memory_gib": nearest.peak / GiB,
             "capacity_gib": scan.capacity / GiB,
-            "overflow_gib": over / GiB,
+            "overflow_gib": nearest.overflow / GiB,
         }
     if plans:  # faster than the winner but over the memory capacity: the three smallest overflows
         best = plans[0].objective
         faster = sorted(
-            (f for f in scan.faster if f[0] < best), key=lambda item: (item[3], item[1], item[2])
+            (f for f in scan.faster if f.objective < best), key=lambda f: (f.peak, f.r, f.g)
         )
-        for obj, r, g, peak in faster[:3]:
-            if obj < best:
-                plan = plan_of(problem, *at(r, g))
+        for f in faster[:3]:
+            if f.objective < best:
+                plan = plan_of(problem, *at(f.r, f.g))
                 result.faster_infeasible.append(
-                    {"plan": plan, "objective": obj, "peak_memory_gib": peak / GiB}
+                    {"plan": plan, "objective": f.objective, "peak_memory_gib": f.peak / GiB}
                 )
     return result

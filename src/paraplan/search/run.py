@@ -241,7 +241,7 @@ def _search_blocks(
         scan.evaluated += outcome.evaluated
         scan.feasible += outcome.feasible
         if outcome.nearest is not None and (
-            scan.nearest is None or outcome.nearest[:3] < scan.nearest[:3]
+            scan.nearest is None or outcome.nearest.nearer(scan.nearest)
         ):
             scan.nearest = outcome.nearest
     rows = parts[-1].offset + parts[-1].rows if parts else 0
@@ -377,8 +377,8 @@ def _search_handed_over(problem: SearchProblem, scan: Scan, shared, every: list)
 def _part_outcome(scan: Scan, top_k: int, rows_done: int) -> PartOutcome:
     """A finished scan's top K, misses and counters, with the rows and options they name resolved."""
     pool = trim_pool(scan.pool, top_k)[0] if scan.pool else []
-    named = [(r, g) for _, r, g, *_ in pool + scan.faster] + (
-        [scan.nearest[1:3]] if scan.nearest is not None else []
+    named = [(item.r, item.g) for item in pool + scan.faster] + (
+        [(scan.nearest.r, scan.nearest.g)] if scan.nearest is not None else []
     )
     return PartOutcome(
         pool,
@@ -399,5 +399,5 @@ def _search_block(problem: SearchProblem, block, scan: Scan) -> int:
     scan.use(table, block.offset)
     rows = scan_rows(problem, table, GridIndex(problem, table), scan, False, None, None)
     if scan.shared is not None and scan.pool:
-        scan.shared.offer_groups(*zip(*((obj, step, peak) for obj, _, _, step, peak in scan.pool)))
+        scan.shared.offer_groups(*zip(*((p.objective, p.step, p.peak) for p in scan.pool)))
     return rows

@@ -7,7 +7,7 @@ import numpy as np
 
 from paraplan.search import ranking
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
-from paraplan.search.result import objective_value, trim_pool
+from paraplan.search.result import FasterMiss, NearestMiss, PoolItem, objective_value, trim_pool
 from paraplan.search.table import RowTable, feasible_columns
 
 
@@ -24,14 +24,14 @@ class Scan:
         )
         self.capacity = problem.system.accelerator.hbm_capacity
         self.host_capacity = problem.system.accelerator.host_memory or np.inf
-        self.pool: list[tuple] = []
+        self.pool: list[PoolItem] = []
         self.threshold = np.inf
         self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)
         self.shared = None  # in a split search, this process's search.block_processes.PartView
         self.evaluated_sink = None  # search.run.search's evaluated_sink
         self.evaluated = self.feasible = 0
-        self.nearest = None  # (overflow_bytes, row, option, peak)
-        self.faster: list[tuple] = []
+        self.nearest: NearestMiss | None = None
+        self.faster: list[FasterMiss] = []
         self.everything: list[dict] | None = [] if collect_all else None
         self.options: GridIndex | None = None
         self.offset = 0  # canonical number of the table's first row (search block by block)
@@ -55,7 +55,7 @@ class Scan:
         if self.resolved is None:
             self.resolved = {}
         # a miss at or above the threshold cannot beat the winner (<= threshold): the result never shows it
-        self.faster = [f for f in self.faster if f[0] < self.threshold]
+        self.faster = [f for f in self.faster if f.objective < self.threshold]
 
     def resolve(self, r: int, g: int) -> tuple:
         """(Row, grid option) of canonical row r, option g."""
@@ -63,15 +63,16 @@ class Scan:
             return self.resolved[(r, g)]
         return self.table.row(r), self.options.option(r, g)
 
-    def _keep(self, items: list[tuple]) -> list[tuple]:
-        """Pool / miss items with table rows made canonical (and resolved, block by block)."""
+    def _keep(self, items: list) -> list:
+        """Pool / miss items (PoolItem, FasterMiss, NearestMiss) with table rows made canonical (and
+        resolved, block by block)."""
         if self.resolved is None:
             return items
         out = []
         for item in items:
-            r, g = item[1], item[2]
+            r, g = item.r, item.g
             self.resolved[(r + self.offset, g)] = (self.table.row(r), self.options.option(r, g))
-            out.append((item[0], r + self.offset, *item[2:]))
+            out.append(item._replace(r=r + self.offset))
         return out
 
     def evaluate(
@@ -131,7 +132,9 @@ class Scan:
             keep = keep[ranking.within(obj[keep], kth)]
         self.pool += self._keep(
             [
-                (float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i]))
+                PoolItem(
+                    float(obj[i]), int(index[i]), int(grid_index[i]), float(step[i]), float(peak[i])
+                )
                 for i in keep
             ]
         )
@@ -151,14 +154,19 @@ class Scan:
         if misses.size:
             over = np.maximum(peak[misses] - self.capacity, host[misses] - self.host_capacity)
             j = misses[np.argmin(over)]
-            if self.nearest is None or over.min() < self.nearest[0]:
-                nearest = (float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j]))
+            if self.nearest is None or over.min() < self.nearest.overflow:
+                nearest = NearestMiss(
+                    float(over.min()), int(index[j]), int(grid_index[j]), float(peak[j])
+                )
                 self.nearest = self._keep([nearest])[0]
             # plans that would beat the current K-th best but do not fit: keep the nearest misses
             quick = misses[obj[misses] < self.threshold]
             near = quick[np.argsort(peak[quick], kind="stable")[:20]]
             self.faster += self._keep(
-                [(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i])) for i in near]
+                [
+                    FasterMiss(float(obj[i]), int(index[i]), int(grid_index[i]), float(peak[i]))
+                    for i in near
+                ]
             )
 
 

@@ -147,6 +147,16 @@ def _work_entries(
     return _packed(problem.model, found)
 
 
+class _Entry(NamedTuple):
+    """One entry of _WorkEntries (its docstring), as _add_knob_entries finds it."""
+
+    compute: object  # step.build.BlockCompute
+    code: int  # the recompute code, 0 for a kind no recomputation re-runs
+    overlap: bool  # the layer knob overlaps TP communication
+    source: tuple  # (index into the shapes, kind) whose cost facts give its communication
+    dispatch: tuple | None  # (shape, expert option) whose dispatch it adds
+
+
 class _Found(NamedTuple):
     """_work_entries' collection: per (mode, kind) its entries and their memory facts, and the layer shapes whose
     cost facts give some entry's communication (id -> (its index, the shape))."""
@@ -210,7 +220,7 @@ def _add_knob_entries(
             computes = split.get(name)
             own = computes is not None and len(computes) > 1
             found.entries.setdefault((mode, name), []).append(
-                (
+                _Entry(
                     computes[i] if own else cost.compute,
                     code if BLOCK_KINDS[name].recomputed else 0,
                     knob.overlap_tp_comm,
@@ -236,17 +246,17 @@ def _packed(model, found: _Found) -> _WorkEntries:
         for name in model_block_kinds(model):
             kept[mode].setdefault(name, 0.0)
             held[mode].setdefault(name, 0.0)
-    computes = tuple(item[0] for item in items)
+    computes = tuple(item.compute for item in items)
     return _WorkEntries(
         keys,
         stops,
         computes,
         stack(list(computes), np.arange(len(items))),
-        np.array([item[1] for item in items]),
-        np.array([item[2] for item in items], dtype=bool),
+        np.array([item.code for item in items]),
+        np.array([item.overlap for item in items], dtype=bool),
         tuple(shape for _, shape in found.knobs.values()),
-        tuple(item[3] for item in items),
-        tuple(item[4] for item in items),
+        tuple(item.source for item in items),
+        tuple(item.dispatch for item in items),
         kept,
         held,
     )

@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import NamedTuple
 
 from paraplan.search.staged.alleviate import recompute_label
@@ -139,7 +140,7 @@ def _plan_from(
 
 
 def _label(settings: list[StageSetting], bounds, order) -> str:
-    layers = [b - a for a, b in zip(bounds, bounds[1:])]
+    layers = [b - a for a, b in pairwise(bounds)]
     st = settings[0]
 
     def rc(s: StageSetting) -> str:

@@ -80,7 +80,7 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
     """Every way to write ``total`` as an ordered sum of ``parts`` positive integers."""
     for cuts in itertools.combinations(range(1, total), parts - 1):
         bounds = (0, *cuts, total)
-        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+        yield tuple(b - a for a, b in itertools.pairwise(bounds))
 
 
 def _stage_tps(gpus: int) -> list[int]:
