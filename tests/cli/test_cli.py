@@ -471,6 +471,7 @@ def test_validate_json_format(capsys):
         "consumer-gpus",
         *("mbridge-gb300", "mbridge-dense-more", "alps-gh200", "gcp-gpu-recipes"),
         "dsexamples-hf-v100",
+        "bigscience-tr11-prequel",
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)
