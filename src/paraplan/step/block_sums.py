@@ -316,8 +316,12 @@ def tp_backward_hides(system: SystemSpec, async_tp: bool = True) -> dict[str, st
       first use, which is the next op (the GEMM that needs the gathered input, the norm backward that needs
       the reduce-scattered gradient); Inductor leaves that order unless
       torch._inductor.config.reorder_for_compute_comm_overlap is set (default False): nothing, every
-      backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart)."""
-    stack = system.accelerator.efficiency.runtime.tp_backward_async
+      backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart);
+    - synchronous kernel launches (efficiency.launch_blocking, CUDA_LAUNCH_BLOCKING=1): nothing, the collective's
+      launch returns once it has completed, before the GEMM beside it is issued
+      (cost.runtimes.SYNCHRONOUS_LAUNCH_OVERLAPS)."""
+    eff = system.accelerator.efficiency
+    stack = eff.runtime.tp_backward_async and not eff.launch_blocking
     return _TP_BACKWARD_FIELD if stack and async_tp else {}
 
 
