@@ -472,6 +472,7 @@ def test_validate_json_format(capsys):
         *("mbridge-gb300", "mbridge-dense-more", "alps-gh200", "gcp-gpu-recipes"),
         "dsexamples-hf-v100",
         "mbridge-moe-gb",
+        "bigscience-tr11-prequel",
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)

@@ -206,6 +206,48 @@ def test_region_and_step_overhead():
     assert H.step_host_overhead_s(100, 2e-6, 5e-4) == pytest.approx(7e-4)
 
 
+def test_synchronous_launches_add_the_host_to_the_device_by_hand():
+    """CUDA_LAUNCH_BLOCKING=1: the GPU idles while the host issues, so a region takes D + H, not max(D, H)."""
+    assert H.launch_blocking_idle_s(0.5, False) == 0.0
+    assert H.launch_blocking_idle_s(0.5, True) == 0.5
+    # D = 2, H = 0.5: asynchronously 2, synchronously 2.5; D = 1, H = 3: 3 and 4
+    assert H.host_bound_s(2.0, 0.5, H.launch_blocking_idle_s(0.5, True)) == 2.5
+    assert H.host_bound_s(1.0, 3.0, H.launch_blocking_idle_s(3.0, True)) == 4.0
+    assert H.host_bound_s(1.0, 3.0, H.launch_blocking_idle_s(3.0, False)) == 3.0
+
+
+def test_synchronous_launches_region_times_by_hand():
+    """A decoder layer's forward and backward regions under launch_blocking: device + host issue seconds each
+    (block_sums puts the host's issue time in the GPU idle), where asynchronously the longer of the two counts."""
+    from paraplan.api import plan_from_fields
+    from paraplan.graph.layers import decoder_layer
+    from paraplan.step.block_sums import block_compute
+    from paraplan.step.block_terms import host_region_times_s
+    from paraplan.step.estimate import layer_shape
+
+    model = load_model("gpt3-125m")
+    plan = plan_from_fields(dict(gpus=1, micro_batch=1, seq_length=128, global_batch=1))
+    runs = {}
+    for blocking in (False, True):
+        profile = load_framework("pytorch-eager").model_dump() | {"launch_blocking": blocking}
+        system = framework_system(load_framework(profile), load_system("dgx-h100-80gb"))
+        runs[blocking] = block_compute(
+            decoder_layer(model, layer_shape(plan, system)), system, "bf16"
+        )
+    free, tied = runs[False], runs[True]
+    assert free.host_forward > 0.0 and (free.forward, free.host_forward) == (
+        tied.forward,
+        tied.host_forward,
+    )
+    forward, backward = host_region_times_s(tied)
+    assert forward == pytest.approx(free.forward + free.sync_idle + free.host_forward)
+    assert backward == pytest.approx(free.backward + free.host_backward)
+    assert host_region_times_s(free) == (
+        max(free.forward + free.sync_idle, free.host_forward + free.sync_wait),
+        max(free.backward, free.host_backward),
+    )
+
+
 CASE = dict(model="gpt3-125m", system="dgx-h100-80gb", gpus=1, micro_batch=1, seq_length=128)
 
 
@@ -231,6 +273,14 @@ def test_a_slower_host_is_never_faster(launch):
         calls = {"host_launch_s": launch, "compiled_graphs": scope}
         assert _step(**calls, host_graph_call_s=75e-6) >= _step(**calls, host_graph_call_s=37.5e-6)
         assert _step(**calls, host_graph_call_s=37.5e-6) >= _step(host_launch_s=launch)
+
+
+def test_synchronous_launches_are_never_faster():
+    """A host-bound eager step (test_a_small_eager_step_is_host_bound) gets slower still with synchronous launches:
+    its device time adds to the host's, at every per-kernel host figure."""
+    assert _step(launch_blocking=True) > _step()
+    for launch in (5e-6, 80e-6):
+        assert _step(launch_blocking=True, host_launch_s=launch) > _step(host_launch_s=launch)
 
 
 def test_more_launches_are_never_faster():

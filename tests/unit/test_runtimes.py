@@ -307,3 +307,22 @@ def test_fsdp1_unsharded_gradient_passes_lengthen_the_reduce_scatter():
         estimate(model, _with_runtime(system, zero3_reduce_unsharded_bytes=4.0), z1).step_time_s
         == estimate(model, _with_runtime(system), z1).step_time_s
     )
+
+
+def test_synchronous_launches_overlap_nothing():
+    """CUDA_LAUNCH_BLOCKING=1 (profile launch_blocking): no collective runs beside a kernel, so the async TP
+    backward, the K/V ring's overlap and the interleaved p2p overlap are off, and the backward TP collectives are
+    exposed; the same profile without it keeps Megatron's async TP backward."""
+    from paraplan.step.block_sums import dtensor_tp, tp_backward_hides
+
+    profile = load_framework("megatron-deepspeed").model_dump()
+    free = framework_system(load_framework(profile), load_system("dgx-a100-80gb"))
+    tied = framework_system(
+        load_framework(profile | {"launch_blocking": True}), load_system("dgx-a100-80gb")
+    )
+    assert tp_backward_hides(free) == {"dgrad": "tp_hidden_by_dgrad", "wgrad": "tp_hidden_by_wgrad"}
+    assert tp_backward_hides(tied) == {}
+    runtime = tied.accelerator.efficiency.runtime
+    assert not runtime.cp_ring_overlap and not runtime.p2p_overlap
+    # Megatron's TP stays Megatron's: the DTensor reading of tp_backward_async is untouched
+    assert runtime.tp_backward_async and not dtensor_tp(tied)

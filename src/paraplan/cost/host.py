@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from paraplan.cost.autocast import activation_casts
 from paraplan.cost.eager_kernels import ROLE
-from paraplan.cost.elementwise import maximum
+from paraplan.cost.elementwise import maximum, where
 from paraplan.cost.graph_scope import (
     EXPERT_SECTION,
     OUTSIDE_LAYERS,
@@ -357,6 +357,16 @@ def host_bound_s(device_s: Num, host_s: Num, sync_idle_s: Num = 0.0, sync_wait_s
     """GPU seconds of a region the host issues asynchronously: max(D + idle, H + wait), D its device time, H its
     host issue time, idle / wait what its synchronisations cost the GPU / the host (sync_terms). Never below D."""
     return maximum(device_s + sync_idle_s, host_s + sync_wait_s)
+
+
+def launch_blocking_idle_s(host_s: Num, blocking: Num) -> Num:
+    """GPU idle seconds of a region whose kernels are launched synchronously: H, its host issue time, when
+    ``blocking`` (efficiency.launch_blocking), else 0. With CUDA_LAUNCH_BLOCKING=1 every kernel launch returns only
+    once the kernel has completed (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": the variable
+    "globally disable[s] asynchronicity of kernel launches"), so the host issues kernel i + 1 only after kernel i
+    ran and the GPU idles while it does: passed as host_bound_s's idle, the region takes D + H (max(D + H, H + wait))
+    instead of max(D, H)."""
+    return where(blocking, host_s, 0.0)
 
 
 # torch.optim's multi-tensor kernels (foreach and fused AdamW) process up to 36 tensors or 320 blocks of 65 536

@@ -218,6 +218,16 @@ def grad_accumulation_s(params, bytes_per_param, hbm_rate):
     return runtime_copy_s(params, bytes_per_param, hbm_rate)
 
 
+# The runtime's overlaps of a collective with independent kernels, void under synchronous kernel launches
+# (CUDA_LAUNCH_BLOCKING=1, efficiency.launch_blocking): every launch, an NCCL collective's too, returns only once
+# its kernel has completed (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution"), so no kernel runs
+# beside another: the K/V ring's transfers are waited before the attention step, the interleaved schedule's
+# isend / irecv before the next chunk, and the async TP backward's all-reduce / reduce-scatter before the wgrad
+# GEMM is issued (read where the backward TP collectives are placed, step.block_sums.tp_backward_hides, since
+# tp_backward_async False also stands for PyTorch DTensor's TP there).
+SYNCHRONOUS_LAUNCH_OVERLAPS = {"cp_ring_overlap": False, "p2p_overlap": False}
+
+
 def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     """The profile's runtime terms (module docstring); bytes at the plain HBM rate."""
     # the mechanisms the profile states as the runtime keeps them (specs.runtime.StackRuntimeFields)
@@ -244,6 +254,8 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
         fields["batch_syncs"] = DEEPSPEED_PIPE_BATCH_SYNCS
+    if framework.launch_blocking:
+        fields |= SYNCHRONOUS_LAUNCH_OVERLAPS
     fields["grad_accumulation_bytes"] = GRAD_ACCUMULATION_BYTES[framework.grad_accumulation]
     fields["lazy_gradients"] = framework.gradient_allocation == "backward"
     return RuntimeCosts(**fields)

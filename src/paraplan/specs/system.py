@@ -141,6 +141,11 @@ class HostFields(InputModel):
         description="host seconds per kernel of a replayed CUDA graph (the graph launch spread over its kernels; "
         "cost.host)",
     )
+    launch_blocking: bool = Field(
+        False,
+        description="kernel launches are synchronous (CUDA_LAUNCH_BLOCKING=1 in the run's environment): the GPU "
+        "idles while the host issues each kernel (cost.host.launch_blocking_idle_s)",
+    )
     host_sync_latency_s: Seconds = Field(
         0.0,
         description="round trip of one device-to-host synchronisation (stream synchronize + small D2H copy) once "

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
-from paraplan.cost.host import HostSums, host_sums
+from paraplan.cost.host import HostSums, host_sums, launch_blocking_idle_s
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.rng_state import layer_rng_copies_s
 from paraplan.cost.runtimes import runtime_copy_s, tp_layout_copy_bytes
@@ -45,6 +45,9 @@ class BlockCompute(NamedTuple):
     # GPU seconds of the CUDA RNG state copies a full recomputation of the block adds beyond its re-run forward
     # (cost.rng_state); the copies of each forward run are in ``sync_idle`` / ``sync_wait``
     rng_checkpoint: float = 0.0
+    # GPU idle in the backward while the host issues its kernels, under synchronous launches (the forward's is in
+    # ``sync_idle``: cost.host.launch_blocking_idle_s)
+    backward_idle: float = 0.0
 
 
 @lru_cache(maxsize=16384)
@@ -89,6 +92,8 @@ def block_compute(
         host = host._replace(
             sync_idle=host.sync_idle + rng_pass, sync_wait=host.sync_wait + rng_pass
         )
+    if eff.launch_blocking:  # the GPU idles while the host issues each kernel
+        host = host._replace(sync_idle=host.sync_idle + launch_blocking_idle_s(host.forward, True))
     return BlockCompute(
         forward,
         backward,
@@ -100,6 +105,7 @@ def block_compute(
         ub_backward,
         *host,
         rng_checkpoint=rng_checkpoint,
+        backward_idle=launch_blocking_idle_s(host.backward, eff.launch_blocking),
     )
 
 
@@ -317,8 +323,12 @@ def tp_backward_hides(system: SystemSpec, async_tp: bool = True) -> dict[str, st
       first use, which is the next op (the GEMM that needs the gathered input, the norm backward that needs
       the reduce-scattered gradient); Inductor leaves that order unless
       torch._inductor.config.reorder_for_compute_comm_overlap is set (default False): nothing, every
-      backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart)."""
-    stack = system.accelerator.efficiency.runtime.tp_backward_async
+      backward TP collective is exposed (AsyncTP, the plan's overlap_tp_comm, is priced apart);
+    - synchronous kernel launches (efficiency.launch_blocking, CUDA_LAUNCH_BLOCKING=1): nothing, the collective's
+      launch returns once it has completed, before the GEMM beside it is issued
+      (cost.runtimes.SYNCHRONOUS_LAUNCH_OVERLAPS)."""
+    eff = system.accelerator.efficiency
+    stack = eff.runtime.tp_backward_async and not eff.launch_blocking
     return _TP_BACKWARD_FIELD if stack and async_tp else {}
 
 

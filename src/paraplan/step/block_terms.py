@@ -281,10 +281,10 @@ def recompute_s(compute, recompute_code: Num, forward: Num | None = None) -> Num
 def host_region_times_s(compute) -> tuple[Num, Num]:
     """(forward, backward) GPU seconds of the block per micro-batch with the host's issue time: each direction a
     region the host issues asynchronously, cost.host.host_bound_s(device, host issue, the forward's sync idle and
-    wait); the device times alone when the profile prices no host."""
+    wait, the backward's idle under synchronous launches); the device times alone when the profile prices no host."""
     c = compute
     forward = host_bound_s(c.forward, c.host_forward, c.sync_idle, c.sync_wait)
-    return forward, host_bound_s(c.backward, c.host_backward)
+    return forward, host_bound_s(c.backward, c.host_backward, c.backward_idle)
 
 
 def expert_exposure(c, comm) -> tuple[Num, Num]:

@@ -44,6 +44,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         optimizer_step_bytes=acc.efficiency.optimizer_step_bytes,
         host_step_s=acc.efficiency.host_step_s / acc.efficiency.host_speed,
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
+        launch_blocking=1.0 if acc.efficiency.launch_blocking else 0.0,
         batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
         **runtime_terms(acc.efficiency.runtime, dtype),
     )

@@ -125,6 +125,7 @@ class StepInputs:
         0.0  # fixed host seconds of the optimizer step (cost.host.step_host_overhead_s)
     )
     host_tensor_s: Num = 0.0  # host seconds per weight tensor of the optimizer step and zero_grad
+    launch_blocking: Num = 0.0  # 1: synchronous kernel launches (efficiency.launch_blocking)
     tied_sync_s: Num = 0.0  # after every stage's tail: the tied-embedding all-reduce (step.p2p)
     # the stack's runtime costs (specs.runtime, step.constants.runtime_terms): bytes per parameter and
     # micro-batch of the gradient accumulation, and ZeRO-3's copies (per gathered parameter and micro-batch on

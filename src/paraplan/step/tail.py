@@ -14,7 +14,7 @@ import numpy as np
 
 from paraplan.cost.comm import priced_exposure_s
 from paraplan.cost.elementwise import any_positive, ceil, maximum, where
-from paraplan.cost.host import host_bound_s, step_host_overhead_s
+from paraplan.cost.host import host_bound_s, launch_blocking_idle_s, step_host_overhead_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_exposed_s
 from paraplan.cost.runtimes import runtime_copy_s
 from paraplan.cost.zero3_host import host_exposed_s
@@ -86,7 +86,8 @@ def tail_terms(
     Optimizer offload (ZeRO-Offload, Ren et al. 2021) moves gradients to the host and weights back
     over host_bandwidth instead of the on-GPU step. The optimizer step is a region the host
     issues (cost.host.host_bound_s): its device time or the step's fixed host overhead
-    (cost.host.step_host_overhead_s), whichever is longer."""
+    (cost.host.step_host_overhead_s), whichever is longer, or both under synchronous launches
+    (cost.host.launch_blocking_idle_s)."""
     forward_window, backward_window = overlap_windows(inp, stage, work)
     calls = sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / maximum(calls, 1.0)
@@ -126,7 +127,8 @@ def tail_terms(
     device = (
         owned * inp.optimizer_step_bytes + quantised * inp.fp8_weight_quant_bytes
     ) / inp.hbm_rate
-    optimizer = where(inp.knobs.offload_optimizer, 0.0, host_bound_s(device, host))
+    idle = launch_blocking_idle_s(host, inp.launch_blocking)  # synchronous launches: D + H
+    optimizer = where(inp.knobs.offload_optimizer, 0.0, host_bound_s(device, host, idle))
     offload = where(
         inp.knobs.offload_optimizer,
         owned * (inp.grad_reduce_bytes + inp.weight_bytes) / inp.host_bandwidth,
