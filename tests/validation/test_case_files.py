@@ -53,11 +53,12 @@ def test_bundled_files_load():
         "mbridge-moe-gb.json",
     } <= set(names)
     cases = load_cases()
-    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
+    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
     # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (7) and GB200 / H100 (14)
     # + Alps GH200 (2) + Google Cloud H200 / B200 (3) + published RTX 4090 steps (3)
     # + DeepSpeedExamples' HF GPT-2 on V100 (3) + Megatron-Bridge MoE rows on GB200 / GB300 (8)
-    assert len(cases) == 211 and len({(c.file, c.name) for c in cases}) == 211
+    # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
+    assert len(cases) == 215 and len({(c.file, c.name) for c in cases}) == 215
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -114,9 +114,10 @@ def test_calibration_and_held_out_reported_apart(report):
     # + Megatron-LM on Alps GH200 (alps-gh200, 2) + NeMo on Google Cloud H200 / B200 (gcp-gpu-recipes, 3)
     # + published RTX 4090 steps (consumer-gpus, 3) + DeepSpeedExamples' HF GPT-2 on 16 V100 (dsexamples-hf-v100, 3)
     # + Megatron-Bridge MoE rows on GB200 / GB300 (mbridge-moe-gb, 8)
+    # + MaxText Llama 3.1 70B / 405B on Google Cloud H200 / B200 and Llama 2 7B on one A3 VM (maxtext-gpu, 4)
     assert (
         summary["held_out"]["step_time_cases"]
-        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8
+        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 4
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -141,8 +142,8 @@ def test_every_step_time_case_fits(report):
     timed = [c for c in report["cases"] if "step_time_s" in c["measured"]]
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
-    # + mbridge-moe-gb
-    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8
+    # + mbridge-moe-gb + MaxText on Google Cloud H200 / B200 and on one A3 VM (maxtext-gpu, 4)
+    assert len(timed) == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 4
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
 
