@@ -54,12 +54,13 @@ def test_bundled_files_load():
         "bigscience-tr11-prequel.json",
     } <= set(names)
     cases = load_cases()
-    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1)
+    # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
     # + Megatron-LM v1 on V100 (8) + Megatron-Bridge dense rows on GB300 (7) and GB200 / H100 (14)
     # + Alps GH200 (2) + Google Cloud H200 / B200 (3) + published RTX 4090 steps (3)
     # + DeepSpeedExamples' HF GPT-2 on V100 (3) + Megatron-Bridge MoE rows on GB200 / GB300 (8)
     # + BigScience's tr11 topology benchmarks on Megatron-DeepSpeed (17)
-    assert len(cases) == 228 and len({(c.file, c.name) for c in cases}) == 228
+    # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
+    assert len(cases) == 232 and len({(c.file, c.name) for c in cases}) == 232
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
