@@ -42,6 +42,14 @@ class StackRuntimeFields(InputModel):
         "pytorch/pytorch#155319 only where reshard_after_forward is left unset), under a stack that wraps the "
         "whole model as the root over them (torchtitan before #1094): step.stage_memory.zero3_root_bytes",
     )
+    zero2_reduce_per_microbatch: bool = Field(
+        False,
+        description="ZeRO-2 (gradients sharded) under gradient accumulation: the runtime reduces every "
+        "micro-batch's gradients in its backward (DeepSpeed stage 2: DeepSpeedEngine.allreduce_gradients, "
+        "'ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well'; FSDP "
+        "SHARD_GRAD_OP without no_sync); False: once per step, after the last micro-batch (Megatron-Core's "
+        "distributed optimizer). step.tail.zero2_reduces",
+    )
     cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
         "transformer-engine",
         description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
