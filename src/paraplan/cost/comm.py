@@ -138,7 +138,8 @@ def collective_latency_hops(
     all-reduce the one of ring_hops and tree_all_reduce_hops with the smaller latency at these per-hop α;
     every other collective the ring (NCCL runs all-gather, reduce-scatter, broadcast and reduce on the ring
     only: "if (coll != ncclCollAllReduce && a != NCCL_ALGO_RING) continue;" v2.7-v2.18; v2.19 adds NVLS and
-    v2.20 CollNet Direct for switch-offloaded fabrics, v2.23 PAT for one GPU per node, none modelled);
+    v2.20 CollNet Direct for switch-offloaded fabrics, v2.23 PAT for one GPU per node, not modelled here: NVLS's
+    all-reduce bandwidth is ``nvls_all_reduce_slope``, CollNet / IB SHARP and PAT are not modelled);
     (0, 0) for one member."""
     if span.size <= 1:
         return 0, 0
@@ -210,12 +211,36 @@ class LinearCollective:
         return self.cost_in * inner + self.cost_out * outer + hbm
 
 
+def nvls_all_reduce_slope(per_domain: int, inner: float, node) -> float:
+    """Seconds per byte of an all-reduce's NVLink tier, a members per domain at B·η = ``inner``: the faster of
+    NCCL's ring, 2(a−1)/a / (B·η), and NVLink SHARP (NVLS) where the domain is an NVSwitch that runs it
+    (``node.nvls_efficiency`` e > 0): the switch reduces (multimem.ld_reduce) and multicasts (multimem.st),
+    so each GPU sends and receives ~S once, 1 / (B·η·e·(c−1)/c) with c = ``node.nvls_channels``.
+
+    NCCL's tuner states the same ratio (NVIDIA/nccl src/graph/tuning.cc ncclTopoTuneModel, v2.17-v2.30):
+    NVLS busBw = 2·bwIntra·nvlsEfficiency·(nCh−1)/nCh against the ring's bwIntra, both converted to
+    algorithm bandwidth by n/(2(n−1)) — on an 8-GPU H100 node 2·0.85·15/16 = 1.59× the ring's bus
+    bandwidth at NCCL's bwIntra, here 1.75·0.85·15/16 = 1.39× at B·η (337.5 → 470 GB/s bus bandwidth at
+    450 GB/s · 0.75; nccl-tests all_reduce_perf on 8 H100 SXM reports 460-480 GB/s with NVLS, ~360 GB/s
+    ring). With a = 2 the ring moves S/2 and stays faster. Across domains (NVLS_TREE) the NIC tier keeps its
+    ring term. NCCL runs all-gather and reduce-scatter on NVLS only at (ppn−1)/ppn of that bus bandwidth
+    without the ring's n/(n−1), slower than the ring: they keep the ring. Latency stays the ring / tree hop
+    count (collective_latency_s): NCCL's NVLS latency, 25 µs (hwLatencies NVLINK NVLS Simple), is of the
+    order of its 8-GPU ring's 8.4 + 14·3.4 µs in the same table."""
+    ring = 2 * (per_domain - 1) / per_domain / inner
+    eff, channels = node.nvls_efficiency, node.nvls_channels
+    if eff <= 0 or node.topology != "switch" or per_domain < 2:
+        return ring
+    return min(ring, 1.0 / (inner * eff * (channels - 1) / channels))
+
+
 @lru_cache(maxsize=4096)
 def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearCollective:
     """The one statement of the collective formulas, tier by tier (module docstring): with a members
     per domain and o domains, all-reduce 2(a-1)/a·S/B_nvlink + 2(o-1)/o·(S/a)/B_nic, all-gather and
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
-    hierarchical as in the NERSC model), send/recv S/B of the slowest link a neighbour pair uses;
+    hierarchical as in the NERSC model; the all-reduce's NVLink tier NVLS's where it is faster,
+    ``nvls_all_reduce_slope``), send/recv S/B of the slowest link a neighbour pair uses;
     B_nvlink the links to the a − 1 peers (one for send/recv) on a full-mesh domain (_bandwidths);
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
     a, o = span.per_domain, span.domains
@@ -228,8 +253,9 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
+        slope_in = nvls_all_reduce_slope(a, inner, system.node)
         return LinearCollective(
-            2 * (a - 1) / a / inner, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
+            slope_in, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
         )
     if kind in ("all_gather", "reduce_scatter"):
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.cost.attention import converted_attention_fraction, effective_kernel
+from paraplan.cost.memory import PRECISION_AWARE_STATES, precision_aware_step_bytes
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.framework import FrameworkSpec
@@ -63,8 +64,8 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
         eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
     eff["module_impl"] = dict(framework.module_impl)  # what the model code runs, fused stack or not
     eff["softmax_rate_share"] = framework.softmax_rate_share  # the PyTorch softmax kernel it runs
-    if framework.optimizer_step_bytes is not None:
-        eff["optimizer_step_bytes"] = optimizer_step_bytes(framework)
+    if (step_bytes := optimizer_step_bytes(framework)) is not None:
+        eff["optimizer_step_bytes"] = step_bytes
     eff["aligned_gemms_only"] = framework.pads_vocabulary
     eff.update(host_fields(framework))
     eff["runtime"] = runtime_costs(framework).model_dump()
@@ -82,12 +83,18 @@ def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> Cluster
     return ClusterSpec(name=cluster.name, source=cluster.source, pools=pools, links=cluster.links)
 
 
-def optimizer_step_bytes(framework: FrameworkSpec) -> float:
+def optimizer_step_bytes(framework: FrameworkSpec) -> float | None:
     """The profile's optimizer traffic per parameter, B, at the plain HBM rate (step.tail): one fused
     optimizer kernel such as torch.optim.AdamW(fused=True) streams at that rate, so the eager traffic
-    factor of the element-wise ops (cost.compute.memory_time_s) does not apply to it."""
-    assert framework.optimizer_step_bytes is not None
-    return framework.optimizer_step_bytes
+    factor of the element-wise ops (cost.compute.memory_time_s) does not apply to it. Unstated, Megatron-Core's
+    precision-aware optimizer's (cost.memory.precision_aware_step_bytes, with Transformer Engine v2.13+'s fused
+    bf16 moments; a profile of an earlier TE states its optimizer_step_bytes) where the profile's optimizer_state
+    is one of its states; None otherwise (the system's default, OPTIMIZER_BYTES_PER_PARAM)."""
+    if framework.optimizer_step_bytes is not None:
+        return framework.optimizer_step_bytes
+    if framework.optimizer_state in PRECISION_AWARE_STATES:
+        return precision_aware_step_bytes(framework.optimizer_state)
+    return None
 
 
 def host_fields(framework: FrameworkSpec) -> dict[str, Any]:

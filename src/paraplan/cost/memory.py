@@ -8,6 +8,7 @@ main gradients, Korthikanti et al. 2022 Fig. 1 uses the same 18 bytes/parameter)
 | fp16/bf16/fp8/fp4 | 2    | 4 (fp32)  | 12 (fp32 master, Adam m and v)      | 18    |
 | fp32, tf32     | 4       | 4         | 8 (Adam m and v)                    | 16    |
 | bf16 compute, fp32 parameters (MaxText, FSDP2) | 4 | 4 (any reduce dtype) | 8 (Adam m and v; the parameters are the master) | 16 |
+| bf16, Megatron-Core precision-aware optimizer | 2 | 4 | 8 (fp32 master, bf16 m and v) or 6 (master remainders) | 14 / 12 |
 
 ZeRO shards over the data-parallel group: stage 1 (= Megatron's distributed optimizer) the
 optimizer state, stage 2 also the gradients, stage 3 also the weights (ZeRO §5).
@@ -41,6 +42,18 @@ class StateBytes:
 
 GRAD_BYTES = {"fp32": 4.0, "bf16": 2.0}  # bytes per gradient element by gradient dtype
 
+# Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer, distributed optimizer and
+# Transformer Engine's FusedAdam only; megatron/core/optimizer/optimizer_config.py at core_v0.14.0:
+# use_precision_aware_optimizer, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype, store_param_remainders):
+# optimizer_state -> (master, exp_avg, exp_avg_sq) bytes per parameter. bf16_moments: fp32 master,
+# --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 with store_param_remainders off (or TE < 2.1, where the config
+# turns it off); bf16_moments_remainders: the same moments with store_param_remainders (its default, TE >= 2.1,
+# bf16 parameters): the fp32 master kept as the 16 low bits the bf16 parameter does not hold.
+PRECISION_AWARE_STATES = {
+    "bf16_moments": (4.0, 2.0, 2.0),
+    "bf16_moments_remainders": (2.0, 2.0, 2.0),
+}
+
 
 def state_bytes_per_param(
     dtype: str, grad_dtype: str = "fp32", optimizer_state: str = "fp32_master"
@@ -61,14 +74,36 @@ def state_bytes_per_param(
     ``grad_reduce_bytes_per_param``): FSDP2's foreach_reduce casts the reduce-scatter output to the sharded
     parameter's dtype before assigning or adding it to its gradient (``_to_dtype_if_needed(new_sharded_grad,
     orig_dtype)``, torch/distributed/_composable/fsdp/_fsdp_collectives.py, PyTorch 2.4-2.6; ``_fully_shard``
-    since), and a JAX gradient has the primal's dtype (the transpose of the bf16 cast converts back)."""
+    since), and a JAX gradient has the primal's dtype (the transpose of the bf16 cast converts back).
+    Megatron-Core's precision-aware optimizer (PRECISION_AWARE_STATES): 2 + g + (master + exp_avg +
+    exp_avg_sq), 2 + g + 8 with an fp32 master and bf16 moments, 2 + g + 6 with the master's remainders."""
     if dtype in ("fp32", "tf32"):
         return StateBytes(4.0, 4.0, 8.0)
     if optimizer_state == "fp32_params":
         return StateBytes(4.0, 4.0, 8.0)
+    if optimizer_state in PRECISION_AWARE_STATES:  # the bf16 weights beside master and moments
+        return StateBytes(2.0, GRAD_BYTES[grad_dtype], sum(PRECISION_AWARE_STATES[optimizer_state]))
     return StateBytes(
         2.0, GRAD_BYTES[grad_dtype], 12.0 if optimizer_state == "fp32_master" else 4.0
     )
+
+
+def precision_aware_step_bytes(optimizer_state: str, fused_moments: bool = True) -> float:
+    """HBM bytes per owned parameter of the optimizer step under Megatron-Core's precision-aware optimizer
+    (PRECISION_AWARE_STATES: master M bytes, bf16 moments), in the passes of OPTIMIZER_BYTES_PER_PARAM
+    (specs.system): zero the fp32 gradient buffer (4), unscale and inf check (4 + 4), the gradient norm (4), then
+    Transformer Engine's FusedAdam, one multi-tensor kernel reading the fp32 gradient (4) and the fp32 value of
+    the master (4: the fp32 master, or the bf16 parameter and its int16 remainder,
+    multi_tensor_adam_param_remainder) and writing the master and the bf16 parameter (M + 2; no separate
+    master-to-parameter copy). Each bf16 moment: read and written in the kernel, 2 + 2, where TE fuses their
+    unscaling (``fused_moments``: fuse_unscale, TE v2.13 on); TE v2.1-v2.12 (get_unscaled_state
+    ``state.float()``, the kernel on the fp32 copy, _apply_scale ``scaled_state.copy_(unscaled.bfloat16())``)
+    moves 2 + 4, 4 + 4, 4 + 2 and 2 + 2 = 24 (transformer_engine/pytorch/optimizers/fused_adam.py at v2.4 and
+    v2.13). Fused: 16 + 8 + (M + 2) + 8 = 38 B (fp32 master) or 36 B (remainders); unfused 78 or 76 B; against
+    Megatron's fp32 step, 54 B."""
+    master, exp_avg, exp_avg_sq = PRECISION_AWARE_STATES[optimizer_state]
+    per_moment = (lambda b: 2.0 * b) if fused_moments else (lambda b: 4.0 * b + 16.0)
+    return 16.0 + 4.0 + 4.0 + (master + 2.0) + per_moment(exp_avg) + per_moment(exp_avg_sq)
 
 
 def compute_copy_bytes(dtype: str) -> float:

@@ -59,6 +59,21 @@ class NodeSpec(InputModel):
     nvlink_efficiency: Fraction = _link_efficiency(0.8, "nvlink_bandwidth")
     nvlink_overlap_cost: Share | None = _overlap_cost("an NVLink collective", "NVLink")
     nccl_channels: int = _nccl_channels(24, "inside one domain")
+    nvls_efficiency: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="NVLink SHARP (NVLS): NCCL's nvlsEfficiency for an all-reduce reduced in the NVSwitch "
+        "(NVIDIA/nccl src/graph/tuning.cc, v2.17-v2.30: 0.85 Hopper, 0.74 Blackwell, 0 before Hopper); 0: "
+        "no NVLS (no third-generation NVSwitch, NCCL < 2.17, or NCCL_NVLS_ENABLE=0). "
+        "cost.comm.nvls_all_reduce_slope",
+    )
+    nvls_channels: int = Field(
+        16,
+        gt=1,
+        description="CTAs of NCCL's NVLS all-reduce (NVIDIA/nccl src/transport/nvls.cc v2.19-v2.30: "
+        "NVLS_NCHANNELS_SM90 16, NVLS_NCHANNELS_SM100_NVL 24, NVLS_NCHANNELS_SM100 32 across nodes)",
+    )
     topology: Topology = Field(
         "switch",
         description="how the domain's GPUs are joined: 'switch' (NVSwitch: any group gets a GPU's whole "

@@ -42,6 +42,14 @@ class StackRuntimeFields(InputModel):
         "pytorch/pytorch#155319 only where reshard_after_forward is left unset), under a stack that wraps the "
         "whole model as the root over them (torchtitan before #1094): step.stage_memory.zero3_root_bytes",
     )
+    zero2_reduce_per_microbatch: bool = Field(
+        False,
+        description="ZeRO-2 (gradients sharded) under gradient accumulation: the runtime reduces every "
+        "micro-batch's gradients in its backward (DeepSpeed stage 2: DeepSpeedEngine.allreduce_gradients, "
+        "'ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well'; FSDP "
+        "SHARD_GRAD_OP without no_sync); False: once per step, after the last micro-batch (Megatron-Core's "
+        "distributed optimizer). step.tail.zero2_reduces",
+    )
     cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
         "transformer-engine",
         description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "
@@ -75,13 +83,17 @@ class StackRuntimeFields(InputModel):
         "in fp8, 1 B per element (torchao Float8ColwiseParallel / Float8RowwiseParallel / "
         "PrepareFloat8ModuleInput under tensorwise scaling); the reduce-scatters stay in bf16",
     )
-    optimizer_state: Literal["fp32_master", "param_dtype", "fp32_params"] = Field(
+    optimizer_state: Literal[
+        "fp32_master", "param_dtype", "fp32_params", "bf16_moments", "bf16_moments_remainders"
+    ] = Field(
         "fp32_master",
         description="mixed precision's optimizer state: an fp32 master copy with fp32 Adam moments (12 B per "
         "parameter beside 2 B bf16 weights), Adam's moments in the parameters' own half precision and no master "
         "(4 B: a model cast to bf16 under torch.optim.AdamW), or fp32 parameters that are their own master, cast "
         "to the compute dtype where used, with fp32 moments (4 + 8 B: MaxText weight_dtype float32 under "
-        "optax.adamw); cost.memory.state_bytes_per_param",
+        "optax.adamw), or Megatron-Core's precision-aware optimizer with bf16 Adam moments and an fp32 master "
+        "(4 + 2 + 2 B) or the master's 16-bit remainders (2 + 2 + 2 B: store_param_remainders); "
+        "cost.memory.state_bytes_per_param, PRECISION_AWARE_STATES",
     )
     grad_reduce_dtype: Literal["kept", "compute"] = Field(
         "kept",

@@ -107,6 +107,7 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
         lazy_gradients=1.0 if runtime.lazy_gradients else 0.0,
         zero3_root_held=1.0 if runtime.zero3_root_held else 0.0,
         zero3_pp_keeps_layers=0.0 if runtime.zero3_pp_reshard else 1.0,
+        zero2_reduce_per_microbatch=1.0 if runtime.zero2_reduce_per_microbatch else 0.0,
         zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
         zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
         zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,

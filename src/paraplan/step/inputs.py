@@ -143,6 +143,9 @@ class StepInputs:
     lazy_gradients: Num = 0.0  # 1: gradients allocated during backward (cost.memory.peak_residents)
     zero3_root_held: Num = 0.0  # 1: ZeRO-3's root blocks stay gathered (step.stage_memory)
     zero3_pp_keeps_layers: Num = 0.0  # 1: under PP every stage layer stays gathered (the same)
+    zero2_reduce_per_microbatch: Num = (
+        0.0  # 1: ZeRO-2 reduces each micro-batch (step.tail.zero2_reduces)
+    )
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

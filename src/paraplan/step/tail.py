@@ -51,7 +51,8 @@ ZERO_COLLECTIVES = {
 
 
 def zero_branch(zero: Num) -> Num:
-    """The ZeRO stage's branch of the DP tail: 0, 1 (stages 1 and 2 communicate alike) or 3."""
+    """The ZeRO stage's branch of the DP tail: 0, 1 (stages 1 and 2: the same collectives; ZeRO-2's extra
+    per-micro-batch reduce-scatters are ``zero2_reduces``) or 3."""
     return where(zero == 2, 1, zero)
 
 
@@ -67,13 +68,32 @@ def zero_branches(zero: Num) -> tuple[int, ...]:
     return tuple(int(b) for b in np.flatnonzero(counts))
 
 
+def zero2_reduces(inp: StepInputs) -> Num:
+    """Gradient reduce-scatters per step beyond the last micro-batch's: m − 1 where the plan is ZeRO-2 and the
+    stack reduces every micro-batch's gradients in its backward (efficiency.runtime.zero2_reduce_per_microbatch),
+    else 0 (ZeRO-1 and Megatron-Core's distributed optimizer reduce once per step, after the last micro-batch).
+
+    DeepSpeed stage 2 partitions the gradients, so it cannot hold a micro-batch's full gradient until the
+    boundary: DeepSpeedEngine.allreduce_gradients runs overlapping_partition_gradients_reduce_epilogue after
+    every backward ("ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well"), while
+    stage 1 reduces only at the boundary (reduce_gradients; deepspeed/runtime/engine.py, v0.9 to v0.16); the
+    bucketed reduces of stage_1_and_2.py (reduce_independent_p_g_buckets_and_remove_grads, average_tensor) run
+    from the gradient hooks of each backward. FSDP SHARD_GRAD_OP reduce-scatters in every backward unless the
+    trainer enters no_sync. Each earlier reduce-scatter is exposed as the last one is
+    (cost.overlap.bucketed_reduce_exposed_s against one micro-batch's backward window) but gets no drain slack:
+    the next micro-batch's forward waits for the backward's epilogue."""
+    per_microbatch = (inp.knobs.zero == 2) & (inp.zero2_reduce_per_microbatch > 0)
+    return where(per_microbatch, maximum(inp.microbatches - 1.0, 0.0), 0.0)
+
+
 def tail_terms(
     inp: StepInputs, stage: Stage, work: dict[str, Num], slack: Num = 0.0
 ) -> tuple[Num, Num, Num]:
     """(exposed data-parallel communication, optimizer step, optimizer offload) of one stage.
 
     zero 0: all-reduce of fp32 gradients; zero 1-2: reduce-scatter of gradients + all-gather of
-    weights (Megatron distributed optimizer / ZeRO); zero 3: per micro-batch all-gather of weights
+    weights (Megatron distributed optimizer / ZeRO), ZeRO-2 on a stack that reduces every micro-batch
+    (``zero2_reduces``) m reduce-scatters; zero 3: per micro-batch all-gather of weights
     in forward and backward and reduce-scatter of gradients (ZeRO §5.3). Gradient reduction
     overlaps the last micro-batch's backward, the weight all-gather the first micro-batch's
     forward, when the overlap switches are on (Megatron-LM --overlap-grad-reduce /
@@ -106,12 +126,14 @@ def tail_terms(
         )
     if 1 in branches:
         rs, ag = time["reduce_scatter"], time["all_gather"]
+        each = bucketed_reduce_exposed_s(rs, grad_window, traffic.buckets)
+        earlier = zero2_reduces(inp)  # the reduce-scatters of the earlier micro-batches
         exposure[1] = priced_exposure_s(
             rs + ag,
-            after_slack_s(bucketed_reduce_exposed_s(rs, grad_window, traffic.buckets), slack)
+            after_slack_s(each, slack)
             + bucketed_reduce_exposed_s(ag, gather_window, traffic.buckets),
             price["reduce_scatter"] + price["all_gather"],
-        )
+        ) + earlier * priced_exposure_s(rs, each, price["reduce_scatter"])
     if 3 in branches:
         exposure[3] = _zero3_exposure_s(
             inp, traffic, calls, per_call, (forward_window, backward_window), slack
