@@ -169,7 +169,7 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
         "moe.grouped_gemm_fp8",
         _MOE_SYSTEMS,
         (*_EFF, "grouped_gemm_fp8"),
-        (0.2, 1.0),
+        (0.0, 1.0),
         ("moe-visible",),
         "share of the fp8 GEMM cap Transformer Engine's per-expert fp8 GEMMs reach, one for Hopper and "
         "Blackwell; jointly with the two MoE constants below, b200.gemm_fp8 held at its dense fit",
