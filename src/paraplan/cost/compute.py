@@ -282,13 +282,15 @@ def te_multistream_grouped_s(
     layout (issue 33): s ≤ 1 by the field's bounds, and the speed-up max(0, ·) is taken as no less than 0,
     which it only is where the bf16 loop comes from a measured table and the fp8 one from the analytical
     rate (two sources; the fp8 tensor rate is twice the bf16 one on every part with fp8). One expert
-    (b = 1) is the dense GEMM of its dtype: gemm_time_s's terms, the loop at the dense rate."""
+    (b = 1) is the dense GEMM of its dtype, ``gemm_time_s`` (issue 33)."""
     b = shape[0]
+    if b == 1:  # one local expert: GroupedLinear with one GEMM, the dense GEMM (issue 33)
+        return gemm_time_s(flops, shape, acc, dtype)
     measured = bool(acc.kernel_tables) and (
         tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, *shape, dtype) is not None
     )
     own = expert_loop_s(flops, shape, acc, dtype) + multistream_fixed_s(b, acc, measured)
-    if dtype != "fp8" or b == 1:
+    if dtype != "fp8":
         return own
     bf16 = te_multistream_grouped_s(flops, shape, acc, "bf16")
     return bf16 - acc.efficiency.grouped_gemm_fp8 * max(0.0, bf16 - own)

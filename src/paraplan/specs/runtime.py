@@ -29,6 +29,14 @@ class StackRuntimeFields(InputModel):
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
     )
+    grouped_gemm: GroupedGemm = Field(
+        "te-multistream",
+        description="the kernel that runs the MoE expert GEMMs (cost.compute.grouped_gemm_time_s): te-multistream, "
+        "Transformer Engine GroupedLinear, one cuBLAS GEMM per expert on 4 streams (Megatron-Core TEGroupedMLP, "
+        "--moe-grouped-gemm); cutlass-grouped (Megatron-Core's legacy GroupedMLP, grouped_gemm package), "
+        "torch-grouped-mm (torch._grouped_mm, torchtitan's MoE) and deepgemm (DeepGEMM m-grouped GEMMs): one "
+        "grouped kernel over all experts",
+    )
     zero3_pp_reshard: bool = Field(
         True,
         description="ZeRO-3 / FSDP under pipeline parallelism: each layer's gathered weights are freed after its "
@@ -154,14 +162,6 @@ class RuntimeCosts(StackRuntimeFields):
         "delayed",
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
         "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
-    )
-    grouped_gemm: GroupedGemm = Field(
-        "te-multistream",
-        description="the kernel that runs the MoE expert GEMMs (cost.compute.grouped_gemm_time_s): te-multistream, "
-        "Transformer Engine GroupedLinear, one cuBLAS GEMM per expert on 4 streams (Megatron-Core TEGroupedMLP, "
-        "--moe-grouped-gemm); cutlass-grouped (Megatron-Core's legacy GroupedMLP, grouped_gemm package), "
-        "torch-grouped-mm (torch._grouped_mm, torchtitan's MoE) and deepgemm (DeepGEMM m-grouped GEMMs): one "
-        "grouped kernel over all experts",
     )
     lazy_gradients: bool = Field(
         False,
