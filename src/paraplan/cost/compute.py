@@ -279,9 +279,9 @@ def te_multistream_grouped_s(
     split quantised and multiplied on its own, with its own scales; a fitted share, validate.fitted
     moe.grouped_gemm_fp8, docs/model.md §8): t = t_bf16 − s · max(0, t_bf16 − t_fp8), both loops at the
     dense rates of their dtype plus the same fixed costs. So fp8 is never slower than bf16 at the same
-    layout (issue 33): s ≤ 1 by the field's bounds, and the speed-up max(0, ·) is taken as no less than 0,
-    which it only is where the bf16 loop comes from a measured table and the fp8 one from the analytical
-    rate (two sources; the fp8 tensor rate is twice the bf16 one on every part with fp8). One expert
+    layout (issue 33): s ≥ 0 by the field's bounds, and the speed-up is taken as no less than 0 (a stated
+    clamp: it falls below 0 only where the bf16 loop comes from a measured table and the fp8 one from the
+    analytical rate, two sources; the fp8 tensor rate is twice the bf16 one on every part with fp8). One expert
     (b = 1) is the dense GEMM of its dtype, ``gemm_time_s`` (issue 33)."""
     b = shape[0]
     if b == 1:  # one local expert: GroupedLinear with one GEMM, the dense GEMM (issue 33)
