@@ -13,7 +13,7 @@ import yaml
 from paraplan.calibrate import calibrate
 from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.compute import gemm_time_s, grouped_gemm_time_s
+from paraplan.cost.compute import gemm_efficiency, gemm_time_s, grouped_gemm_time_s
 from paraplan.specs.errors import InputError
 from paraplan.specs.fields import with_fields
 
@@ -67,9 +67,17 @@ def test_a_bf16_grouped_gemm_without_grouped_rows_is_the_dense_rows_expert_loop(
     one = gemm_time_s(2.0 * m * n * k, (1, m, n, k), dense, "bf16") - dense.efficiency.gemm_ramp_s
     loop = grouped_gemm_time_s(flops, (experts, m, n, k), dense, "bf16")
     assert loop - ramps == pytest.approx(experts * one, rel=1e-12)
-    # fp8 per-expert GEMMs keep the analytical form with the fitted grouped share (validate.fitted)
-    analytical = grouped_gemm_time_s(flops, (experts, m, n, k), base.accelerator, "fp8")
-    assert grouped_gemm_time_s(flops, (experts, m, n, k), dense, "fp8") == analytical
+    # fp8 per-expert GEMMs (no fp8 rows): the bf16 loop less the fitted share s of the speed-up of the analytical
+    # dense fp8 loop (cost.compute.te_multistream_grouped_s; validate.fitted moe.grouped_gemm_fp8, at its bound 0)
+    shape = (experts, m, n, k)
+    fp8_loop = flops / (
+        dense.peak_matrix_flops("fp8") * gemm_efficiency(1, m, n, k, dense, "fp8")
+    ) + 2 * (dense.efficiency.gemm_ramp_s + dense.efficiency.kernel_overhead_s)
+    s = dense.efficiency.grouped_gemm_fp8
+    assert s == 0.0 and fp8_loop < loop
+    assert grouped_gemm_time_s(flops, shape, dense, "fp8") == pytest.approx(
+        loop - s * (loop - fp8_loop)
+    )
 
 
 def test_a_gemm_table_attached_keeps_the_caps_and_a_slower_one_shares_one(tmp_path):

@@ -238,35 +238,91 @@ GROUPED_GEMM_STREAMS = 4
 
 
 def grouped_gemm_share(acc: AcceleratorSpec, dtype: str) -> float:
-    """Share of the single-GEMM rate that Transformer Engine's per-expert GEMMs reach: efficiency.grouped_gemm_fp8
-    in fp8 recipes (each expert's split quantised and multiplied on its own, GroupedLinear; calibrated jointly
-    over moe-visible, validate.fitted moe.grouped_gemm_fp8, docs/model.md §8), 1 in bf16/fp16 (the Mixtral bf16
-    run is predicted within 3 % at the single-GEMM rate)."""
-    return acc.efficiency.grouped_gemm_fp8 if dtype == "fp8" else 1.0
+    """Share of the single-GEMM rate an expert GEMM reaches at most: 1 in every dtype. The grouped GEMM
+    implementations (``grouped_gemm_time_s``) price each expert's GEMM at no more than the dense rate of its
+    dtype; the fp8 multi-stream loop's kept share of the fp8 speed-up (``te_multistream_grouped_s``) only
+    adds time. The lower bounds of search.bounds read it."""
+    return 1.0
+
+
+def expert_loop_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """Σ of the b per-expert GEMMs' kernel main loops of (m, n, k) at the dense rate of ``dtype``: with a
+    measured table, its per-expert loop time on this part (``table_kernel_s``; kernel_tables.grouped_gemm_time_s,
+    the loop_time_us column or b × the dense rows); else flops / (peak · gemm_efficiency(1, m, n, k)), a dense
+    GEMM's rate per expert (no fixed costs: the implementation adds them)."""
+    b, m, n, k = shape
+    if acc.kernel_tables:
+        measured = tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
+        if measured is not None:  # measured per-expert loop (cost.kernel_tables)
+            return table_kernel_s(measured, flops, (b, m, n, k), acc, dtype)
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(1, m, n, k, acc, dtype)
+    return flops / rate
+
+
+def multistream_fixed_s(b: int, acc: AcceleratorSpec, measured: bool) -> float:
+    """Fixed costs of b per-expert GEMMs on GROUPED_GEMM_STREAMS streams that cannot overlap:
+    ⌈b/streams⌉ × (GEMM ramp + kernel overhead), gemm_time_s's per-kernel costs (the ramp alone after a
+    measured loop, whose kernel overhead the timing holds)."""
+    fixed = acc.efficiency.gemm_ramp_s + (0.0 if measured else acc.efficiency.kernel_overhead_s)
+    return math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
+
+
+def te_multistream_grouped_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """Transformer Engine GroupedLinear (Megatron-Core TEGroupedMLP, ``--moe-grouped-gemm``): one GEMM per
+    expert on GROUPED_GEMM_STREAMS streams (transformer_engine/pytorch/module/grouped_linear.py at TE v2.8,
+    general_grouped_gemm): ``expert_loop_s`` + ``multistream_fixed_s``. In fp8 with b ≥ 2 the loop keeps a
+    share s = efficiency.grouped_gemm_fp8 ∈ [0, 1] of the dense fp8 speed-up over bf16 (each expert's
+    split quantised and multiplied on its own, with its own scales; a fitted share, validate.fitted
+    moe.grouped_gemm_fp8, docs/model.md §8): t = t_bf16 − s · max(0, t_bf16 − t_fp8), both loops at the
+    dense rates of their dtype plus the same fixed costs. So fp8 is never slower than bf16 at the same
+    layout (issue 33): s ≥ 0 by the field's bounds, and the speed-up is taken as no less than 0 (a stated
+    clamp: it falls below 0 only where the bf16 loop comes from a measured table and the fp8 one from the
+    analytical rate, two sources; the fp8 tensor rate is twice the bf16 one on every part with fp8). One expert
+    (b = 1) is the dense GEMM of its dtype, ``gemm_time_s`` (issue 33)."""
+    b = shape[0]
+    if b == 1:  # one local expert: GroupedLinear with one GEMM, the dense GEMM (issue 33)
+        return gemm_time_s(flops, shape, acc, dtype)
+    measured = bool(acc.kernel_tables) and (
+        tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, *shape, dtype) is not None
+    )
+    own = expert_loop_s(flops, shape, acc, dtype) + multistream_fixed_s(b, acc, measured)
+    if dtype != "fp8":
+        return own
+    bf16 = te_multistream_grouped_s(flops, shape, acc, "bf16")
+    return bf16 - acc.efficiency.grouped_gemm_fp8 * max(0.0, bf16 - own)
+
+
+def one_kernel_grouped_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """A true grouped kernel (torch._grouped_mm, CUTLASS grouped GEMM, DeepGEMM's m-grouped GEMMs): all
+    experts' tiles in one launch, priced as one batched GEMM of b × (m, n, k) (``gemm_time_s``: the wave
+    quantisation over b·tiles, one ramp and one kernel overhead). One expert is the dense GEMM; fp8 at the
+    dense fp8 rate (the quantisation passes are the graph's fp8_casts ops, cost.quantisation)."""
+    return gemm_time_s(flops, shape, acc, dtype)
+
+
+GROUPED_GEMM_IMPLEMENTATIONS = {
+    "te-multistream": te_multistream_grouped_s,
+    "cutlass-grouped": one_kernel_grouped_s,
+    "torch-grouped-mm": one_kernel_grouped_s,
+    "deepgemm": one_kernel_grouped_s,
+}
 
 
 def grouped_gemm_time_s(
     flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
-    """b GEMMs of (m, n, k), one per expert, on GROUPED_GEMM_STREAMS streams: Σ of each GEMM's main
-    loop (flops/b at peak · gemm_efficiency(1, m, n, k) · grouped_gemm_share) plus ⌈b/streams⌉ × (ramp + kernel overhead),
-    the fixed costs of the GEMMs that cannot overlap (gemm_time_s's size effect per kernel); with a
-    measured table: its per-expert loop time on this part (``table_kernel_s``) + the ramps."""
+    """b expert GEMMs of (m, n, k) by the stack's grouped-GEMM implementation
+    (efficiency.runtime.grouped_gemm, specs.runtime: GROUPED_GEMM_IMPLEMENTATIONS)."""
     if flops <= 0:
         return 0.0
-    b, m, n, k = shape
-    if acc.kernel_tables:
-        measured = tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
-        if measured is not None:  # measured per-expert loop (cost.kernel_tables)
-            ramps = math.ceil(b / GROUPED_GEMM_STREAMS) * acc.efficiency.gemm_ramp_s
-            return table_kernel_s(measured, flops, (b, m, n, k), acc, dtype) + ramps
-    rate = (
-        acc.peak_matrix_flops(dtype)
-        * gemm_efficiency(1, m, n, k, acc, dtype)
-        * grouped_gemm_share(acc, dtype)
-    )
-    fixed = acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
-    return flops / rate + math.ceil(b / GROUPED_GEMM_STREAMS) * fixed
+    implementation = GROUPED_GEMM_IMPLEMENTATIONS[acc.efficiency.runtime.grouped_gemm]
+    return implementation(flops, shape, acc, dtype)
 
 
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:

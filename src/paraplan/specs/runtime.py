@@ -17,6 +17,8 @@ from paraplan.specs.strict import InputModel
 
 # the fp8 scaling recipes a stack runs (cost.quantisation prices each); a framework profile states one or "none"
 FP8Recipe = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
+# the grouped expert-GEMM implementations a stack runs (cost.compute.GROUPED_GEMM_IMPLEMENTATIONS prices each)
+GroupedGemm = Literal["te-multistream", "cutlass-grouped", "torch-grouped-mm", "deepgemm"]
 
 
 class StackRuntimeFields(InputModel):
@@ -26,6 +28,14 @@ class StackRuntimeFields(InputModel):
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
+    )
+    grouped_gemm: GroupedGemm = Field(
+        "te-multistream",
+        description="the kernel that runs the MoE expert GEMMs (cost.compute.grouped_gemm_time_s): te-multistream, "
+        "Transformer Engine GroupedLinear, one cuBLAS GEMM per expert on 4 streams (Megatron-Core TEGroupedMLP, "
+        "--moe-grouped-gemm); cutlass-grouped (Megatron-Core's legacy GroupedMLP, grouped_gemm package), "
+        "torch-grouped-mm (torch._grouped_mm, torchtitan's MoE) and deepgemm (DeepGEMM m-grouped GEMMs): one "
+        "grouped kernel over all experts",
     )
     zero3_pp_reshard: bool = Field(
         True,

@@ -257,11 +257,12 @@ class EfficiencySpec(HostFields, EagerFields):
     kernel_overhead_s: Seconds = Field(
         4e-6, description="fixed launch/tail cost added to each kernel"
     )
-    grouped_gemm_fp8: Fraction = Field(
+    grouped_gemm_fp8: Share = Field(
         1.0,
-        description="share of the fp8 GEMM cap that grouped per-expert fp8 GEMMs reach "
-        "(Transformer Engine GroupedLinear: each expert's split quantised and multiplied on its own, one cuBLAS GEMM "
-        "per expert on 4 streams); calibration, docs/model.md",
+        description="share of the dense fp8 GEMM speed-up over bf16 that Transformer Engine's multi-stream "
+        "per-expert fp8 GEMMs keep (GroupedLinear: each expert's split quantised and multiplied on its own, one "
+        "cuBLAS GEMM per expert on 4 streams; cost.compute.te_multistream_grouped_s): 1 the dense fp8 rate, 0 the "
+        "bf16 price; calibration, validate.fitted moe.grouped_gemm_fp8, docs/model.md",
     )
     a2a_overlap_cost: Share | None = Field(
         None,
