@@ -274,12 +274,15 @@ def test_llm_foundry_runs_fsdp1():
     fw = load_framework("llm-foundry")
     assert fw.fsdp_runtime == "fsdp1" and "fsdp_runtime" in fw.sources
     costs = runtime_costs(fw)  # PURE mixed precision: bf16 params and reduce, fp32 shards
-    assert costs == RuntimeCosts(
-        zero3_compute_copy_bytes=4.0,
-        zero3_gather_copy_bytes=6.0,
-        zero3_reduce_unsharded_bytes=4.0,
-        zero3_reduce_copy_bytes=22.0,
-        zero2_reduce_per_microbatch=True,  # Composer enters no_sync only for DDP (step.tail.zero2_reduces)
+    assert (
+        costs
+        == RuntimeCosts(
+            zero3_compute_copy_bytes=4.0,
+            zero3_gather_copy_bytes=6.0,
+            zero3_reduce_unsharded_bytes=4.0,
+            zero3_reduce_copy_bytes=22.0,
+            zero2_reduce_per_microbatch=True,  # Composer enters no_sync only for DDP (step.tail.zero2_reduces)
+        )
     )
     # FSDP2 copies out of and into its flat buffers on the compute stream; FSDP1 does not
     fsdp2 = runtime_costs(load_framework("torchtitan"))

@@ -134,7 +134,11 @@ def table_kernel_s(
 
 
 def gemm_time_s(
-    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+    flops: float,
+    shape: tuple[int, int, int, int],
+    acc: AcceleratorSpec,
+    dtype: str,
+    leading_dims_aligned: bool = False,
 ) -> float:
     """flops / (peak_matrix(dtype) · gemm_efficiency) + GEMM ramp time + kernel overhead; with a
     measured table covering the GEMM (cost.kernel_tables): the table's kernel time on this part
@@ -145,13 +149,16 @@ def gemm_time_s(
     It is a per-GEMM cost of the step, outside the kernel (launch gaps, dependent-kernel bubbles;
     docs/model.md §2), so it is added to a table's isolated-kernel time too. A GEMM with a dimension
     off the 16-byte grid runs at cost.gemm_alignment's measured share of the rate, unless the
-    framework pads what would be unaligned (efficiency.aligned_gemms_only)."""
+    framework pads what would be unaligned (efficiency.aligned_gemms_only), or the caller knows no odd
+    dimension is an operand's leading dimension (``leading_dims_aligned``: a routed expert's token count,
+    cost.gemm_alignment)."""
     if flops <= 0:
         return 0.0
     # a slice narrower than one row (vocab < tp) is padded to one (max(1, d), without a generator)
     b, m, n, k = shape
     b, m, n, k = b if b > 1 else 1, m if m > 1 else 1, n if n > 1 else 1, k if k > 1 else 1
-    aligned = 1.0 if acc.efficiency.aligned_gemms_only else gemm_alignment_share(m, n, k, dtype)
+    skip = leading_dims_aligned or acc.efficiency.aligned_gemms_only
+    aligned = 1.0 if skip else gemm_alignment_share(m, n, k, dtype)
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured kernel (cost.kernel_tables), + step ramp
@@ -282,10 +289,13 @@ def te_multistream_grouped_s(
     layout (issue 33): s ≥ 0 by the field's bounds, and the speed-up is taken as no less than 0 (a stated
     clamp: it falls below 0 only where the bf16 loop comes from a measured table and the fp8 one from the
     analytical rate, two sources; the fp8 tensor rate is twice the bf16 one on every part with fp8). One expert
-    (b = 1) is the dense GEMM of its dtype, ``gemm_time_s`` (issue 33)."""
+    (b = 1) is the dense GEMM of its dtype, ``gemm_time_s`` (issue 33), at the aligned rate as the loop: the
+    expert's routed token count (m forward and data gradient, k weight gradient) is no operand's leading
+    dimension (activations are stored token-major, leading dimension the hidden width), which is what
+    cost.gemm_alignment's measured shares concern."""
     b = shape[0]
     if b == 1:  # one local expert: GroupedLinear with one GEMM, the dense GEMM (issue 33)
-        return gemm_time_s(flops, shape, acc, dtype)
+        return gemm_time_s(flops, shape, acc, dtype, leading_dims_aligned=True)
     measured = bool(acc.kernel_tables) and (
         tables.grouped_gemm_time_s(acc.kernel_tables, acc.l2_cache, *shape, dtype) is not None
     )
@@ -302,8 +312,9 @@ def one_kernel_grouped_s(
     """A true grouped kernel (torch._grouped_mm, CUTLASS grouped GEMM, DeepGEMM's m-grouped GEMMs): all
     experts' tiles in one launch, priced as one batched GEMM of b × (m, n, k) (``gemm_time_s``: the wave
     quantisation over b·tiles, one ramp and one kernel overhead). One expert is the dense GEMM; fp8 at the
-    dense fp8 rate (the quantisation passes are the graph's fp8_casts ops, cost.quantisation)."""
-    return gemm_time_s(flops, shape, acc, dtype)
+    dense fp8 rate (the quantisation passes are the graph's fp8_casts ops, cost.quantisation); the routed token
+    counts are no leading dimension (``te_multistream_grouped_s``), so no alignment share."""
+    return gemm_time_s(flops, shape, acc, dtype, leading_dims_aligned=True)
 
 
 GROUPED_GEMM_IMPLEMENTATIONS = {
