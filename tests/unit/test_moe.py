@@ -265,6 +265,26 @@ def test_moe_layer_expert_gemms_by_hand():
     assert g.collectives[0].bytes == 2 * 2048 * 4096 * 8  # the top-8 copies of every token
 
 
+def test_expert_output_bias_pass_by_hand():
+    # gpt-oss-120b carries expert biases: Megatron-Core adds the fc2 bias, scaled by the routing probability,
+    # in an unfused pass (TEGroupedMLP._apply_bias); 4096 tokens x top-4 over EP 64, balanced: 16384 rows of
+    # 2880 on each rank, 6 bf16 passes over them each way. A bias-free model has no such pass.
+    g = moe_model_layer(
+        load_model("gpt-oss-120b"),
+        SHAPE._replace(expert=ExpertShape(ep=64, balance="forced")),
+        True,
+    )
+    bias = {op.name: op for op in g.ops}["expert_output_bias"]
+    assert bias.kind == "memory"
+    assert bias.fwd_bytes == bias.bwd_bytes == 6 * 2 * 2880 * 16384
+    plain = moe_model_layer(
+        load_model("qwen3-30b-a3b"),
+        SHAPE._replace(expert=ExpertShape(ep=8, balance="forced")),
+        True,
+    )
+    assert "expert_output_bias" not in {op.name for op in plain.ops}
+
+
 def test_hybridep_fuses_the_permutations():
     # Hybrid-EP's dispatch reads the tokens in place and its combine reduces their copies (Megatron-Core
     # HybridEPDispatch): no permute or unpermute pass; the re-sort by expert (16 local experts) stays; the same

@@ -74,6 +74,7 @@ EXPERT_SECTION = frozenset(
         "expert_fc1",
         "expert_activation",
         "expert_fc2",
+        "expert_output_bias",
         "unsort_chunks",
         "unpermute",
     }

@@ -79,6 +79,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
         _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
         _grouped_gemm("expert_fc2", local, m, h, f),
     ]
+    if model.has_bias:
+        ops.append(expert_output_bias_op(ab, h, local * m))
     if local > 1:
         ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
     if not fused:
@@ -86,6 +88,22 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     if host_synchronises(expert):
         ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
     return ops
+
+
+def expert_output_bias_op(act_bytes: int, hidden: int, rows: float) -> Op:
+    """The routed experts' output bias, scaled by each row's routing probability and added by an unfused
+    element-wise pass after the fc2 grouped GEMM: Megatron-Core TEGroupedMLP builds linear_fc2 with
+    skip_bias_add=True and adds ``t + b·p`` per local expert, then concatenates the experts' rows
+    (megatron/core/transformer/moe/experts.py, TEGroupedMLP._apply_bias, at b0cc2706, the Megatron-LM of
+    Megatron-Bridge v0.3.0 / NeMo 26.02); linear_fc1's bias (skip_bias_add=False) runs in the GEMM's
+    epilogue and its gradient in the wgrad GEMM's (Transformer Engine v2.12 module/grouped_linear.py), no
+    pass of its own. Bytes over the R×h output at ``act_bytes`` per element: forward, the product b·p written
+    (1), the sum reading t and it and writing the result (3), the concatenation reading and writing it (2):
+    6·R·h·bytes; backward (PyTorch autograd of mul, add and cat: add and cat pass the gradient through or as
+    views; mul's broadcast gradients g·p summed over rows for b and g·b summed over h for p, each a product
+    written and read once more beside the read of g): 6·R·h·bytes as well."""
+    moved = 6.0 * act_bytes * hidden * rows
+    return Op("expert_output_bias", "memory", 0.0, moved, 0.0, moved)
 
 
 def expert_knob_inputs(shape: LayerShape) -> tuple:

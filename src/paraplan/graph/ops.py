@@ -162,6 +162,7 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
         "dispatch_host_sync",
         "expert_activation",
         "expert_fc2",
+        "expert_output_bias",
         "unpermute",
         "shared_expert_in_projection",
         "shared_expert_activation",
