@@ -214,11 +214,15 @@ def test_synchronous_launches_add_the_host_to_the_device_by_hand():
     assert H.host_bound_s(2.0, 0.5, H.launch_blocking_idle_s(0.5, True)) == 2.5
     assert H.host_bound_s(1.0, 3.0, H.launch_blocking_idle_s(3.0, True)) == 4.0
     assert H.host_bound_s(1.0, 3.0, H.launch_blocking_idle_s(3.0, False)) == 3.0
+    # each synchronous launch is also a device round trip: 100 kernels at t_sync 10 us add 1 ms, H 0.5 ms
+    assert H.launch_blocking_idle_s(5e-4, True, 100, 10e-6) == pytest.approx(1.5e-3)
+    assert H.launch_blocking_idle_s(5e-4, False, 100, 10e-6) == 0.0
 
 
 def test_synchronous_launches_region_times_by_hand():
-    """A decoder layer's forward and backward regions under launch_blocking: device + host issue seconds each
-    (block_sums puts the host's issue time in the GPU idle), where asynchronously the longer of the two counts."""
+    """A decoder layer's forward and backward regions under launch_blocking: device + host issue seconds + one
+    device round trip per kernel each (block_sums puts the host's issue time and the round trips in the GPU
+    idle), where asynchronously the longer of device and host counts."""
     from paraplan.api import plan_from_fields
     from paraplan.graph.layers import decoder_layer
     from paraplan.step.block_sums import block_compute
@@ -231,17 +235,21 @@ def test_synchronous_launches_region_times_by_hand():
     for blocking in (False, True):
         profile = load_framework("pytorch-eager").model_dump() | {"launch_blocking": blocking}
         system = framework_system(load_framework(profile), load_system("dgx-h100-80gb"))
-        runs[blocking] = block_compute(
-            decoder_layer(model, layer_shape(plan, system)), system, "bf16"
-        )
+        layer = decoder_layer(model, layer_shape(plan, system))
+        runs[blocking] = block_compute(layer, system, "bf16")
     free, tied = runs[False], runs[True]
+    # n kernels, each launch a device round trip t_sync (host_sync_latency_s) beside the host's issue
+    eff = system.accelerator.efficiency
+    kernels = H.kernel_counts(layer.ops, eff)
+    assert kernels[0] > 0 and kernels[1] > 0 and eff.host_sync_latency_s > 0.0
+    trips = [n * eff.host_sync_latency_s for n in kernels]
     assert free.host_forward > 0.0 and (free.forward, free.host_forward) == (
         tied.forward,
         tied.host_forward,
     )
     forward, backward = host_region_times_s(tied)
-    assert forward == pytest.approx(free.forward + free.sync_idle + free.host_forward)
-    assert backward == pytest.approx(free.backward + free.host_backward)
+    assert forward == pytest.approx(free.forward + free.sync_idle + free.host_forward + trips[0])
+    assert backward == pytest.approx(free.backward + free.host_backward + trips[1])
     assert host_region_times_s(free) == (
         max(free.forward + free.sync_idle, free.host_forward + free.sync_wait),
         max(free.backward, free.host_backward),

@@ -359,14 +359,34 @@ def host_bound_s(device_s: Num, host_s: Num, sync_idle_s: Num = 0.0, sync_wait_s
     return maximum(device_s + sync_idle_s, host_s + sync_wait_s)
 
 
-def launch_blocking_idle_s(host_s: Num, blocking: Num) -> Num:
-    """GPU idle seconds of a region whose kernels are launched synchronously: H, its host issue time, when
-    ``blocking`` (efficiency.launch_blocking), else 0. With CUDA_LAUNCH_BLOCKING=1 every kernel launch returns only
-    once the kernel has completed (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": the variable
-    "globally disable[s] asynchronicity of kernel launches"), so the host issues kernel i + 1 only after kernel i
-    ran and the GPU idles while it does: passed as host_bound_s's idle, the region takes D + H (max(D + H, H + wait))
-    instead of max(D, H)."""
-    return where(blocking, host_s, 0.0)
+def launch_blocking_idle_s(
+    host_s: Num, blocking: Num, kernels: Num = 0.0, round_trip_s: Num = 0.0
+) -> Num:
+    """GPU idle seconds of a region whose n kernels are launched synchronously: H + n·t_sync when ``blocking``
+    (efficiency.launch_blocking), else 0; H its host issue time, t_sync the device round trip of one
+    synchronisation (efficiency.host_sync_latency_s). With CUDA_LAUNCH_BLOCKING=1 every kernel launch returns
+    only once the kernel has completed (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": the
+    variable "globally disable[s] asynchronicity of kernel launches"), so each launch is a launch and a
+    synchronisation: the host issues kernel i + 1 only after kernel i ran and it has seen it complete, and the GPU
+    idles for that round trip (launch to start, completion to the host's return: the .item() round trip on an
+    idle GPU that host_sync_latency_s measures) and for the host's issue of the next kernel. Passed as
+    host_bound_s's idle, the region takes D + H + n·t_sync (max(D + idle, H + wait)) instead of max(D, H).
+    ``kernels`` 0 (the optimizer's few multi-tensor launches, step.tail): H alone."""
+    return where(blocking, host_s + kernels * round_trip_s, 0.0)
+
+
+def kernel_counts(
+    ops, eff: EfficiencySpec, bias: tuple[bool, bool] = (False, False), dtype: str = "bf16"
+) -> tuple[int, int]:
+    """(forward, backward) kernels of ``ops`` for one micro-batch: Σ of the per-op counts op_host_s prices
+    (_op_counts), for launch_blocking_idle_s's round trips (synchronous launches, where no CUDA graph runs)."""
+    context = eager_context(eff)
+    forward = backward = 0
+    for op in ops:
+        f, b = _op_counts(op, eff, bias, context, dtype)
+        forward += f
+        backward += b
+    return forward, backward
 
 
 # torch.optim's multi-tensor kernels (foreach and fused AdamW) process up to 36 tensors or 320 blocks of 65 536

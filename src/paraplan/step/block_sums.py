@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
-from paraplan.cost.host import HostSums, host_sums, launch_blocking_idle_s
+from paraplan.cost.host import HostSums, host_sums, kernel_counts, launch_blocking_idle_s
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.rng_state import layer_rng_copies_s
 from paraplan.cost.runtimes import runtime_copy_s, tp_layout_copy_bytes
@@ -92,8 +92,11 @@ def block_compute(
         host = host._replace(
             sync_idle=host.sync_idle + rng_pass, sync_wait=host.sync_wait + rng_pass
         )
-    if eff.launch_blocking:  # the GPU idles while the host issues each kernel
-        host = host._replace(sync_idle=host.sync_idle + launch_blocking_idle_s(host.forward, True))
+    kernels = (0, 0)
+    if eff.launch_blocking:  # the GPU idles while the host issues each kernel and sees it complete
+        kernels = kernel_counts(block.ops, eff, bias, dtype)
+        idle = launch_blocking_idle_s(host.forward, True, kernels[0], eff.host_sync_latency_s)
+        host = host._replace(sync_idle=host.sync_idle + idle)
     return BlockCompute(
         forward,
         backward,
@@ -105,7 +108,9 @@ def block_compute(
         ub_backward,
         *host,
         rng_checkpoint=rng_checkpoint,
-        backward_idle=launch_blocking_idle_s(host.backward, eff.launch_blocking),
+        backward_idle=launch_blocking_idle_s(
+            host.backward, eff.launch_blocking, kernels[1], eff.host_sync_latency_s
+        ),
     )
 
 
