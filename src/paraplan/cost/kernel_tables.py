@@ -388,8 +388,9 @@ def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: i
     table has no grouped rows of the dtype: b × t(m×n×k), t the dense GEMM rows' time (gemm_time_s), as
     Transformer Engine's GroupedLinear runs one cuBLAS GEMM per expert (general_grouped_gemm over the
     per-expert weights, transformer_engine/pytorch/module/grouped_linear.py at TE v2.8); None in the
-    low-precision dtypes (LOW_PRECISION), whose per-expert GEMMs reach a share of the dense rate of their own
-    (cost.compute.grouped_gemm_share), and where the dense rows lack the dtype too."""
+    low-precision dtypes (LOW_PRECISION), whose per-expert loop keeps a share of the dense fp8 speed-up over
+    bf16 (cost.compute.te_multistream_grouped_s, efficiency.grouped_gemm_fp8), and where the dense rows lack
+    the dtype too."""
     rates = load_table(ref, l2).grouped_gemm.get(_dtype(dtype))
     if rates is not None:
         return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
