@@ -240,7 +240,9 @@ def test_synchronous_launches_region_times_by_hand():
     free, tied = runs[False], runs[True]
     # n kernels, each launch a device round trip t_sync (host_sync_latency_s) beside the host's issue
     eff = system.accelerator.efficiency
-    kernels = H.kernel_counts(layer.ops, eff)
+    sums = H.host_sums(layer.ops, eff, {op: (0.0, 0.0) for op in layer.ops})
+    kernels = (sums.kernels_forward, sums.kernels_backward)
+    assert kernels == H.counted_kernels(layer.ops, eff)  # the one count, in host_sums' one walk
     assert kernels[0] > 0 and kernels[1] > 0 and eff.host_sync_latency_s > 0.0
     trips = [n * eff.host_sync_latency_s for n in kernels]
     assert free.host_forward > 0.0 and (free.forward, free.host_forward) == (

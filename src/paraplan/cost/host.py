@@ -220,6 +220,7 @@ def op_host_s(
     context: tuple[tuple[dict, dict], frozenset[str]] | None = None,
     dtype: str = "bf16",
     moe_layer: bool = False,
+    counts: tuple[int, int] | None = None,
 ) -> tuple[float, float]:
     """(forward, backward) host issue seconds of one op: in an eager stack whose profile states host_dispatch_s,
     outside a CUDA graph, its calls by kind (cost.host_kinds.kind_host_s); else op_kernels × kernel_issue_s,
@@ -228,12 +229,13 @@ def op_host_s(
     its other per-expert GEMMs C++ launches (CXX_LAUNCH_S, no slower than a dispatch); 0 when the profile
     prices no host (host_launch_s 0).
     ``bias``: the model's (bias, qkv_bias), op_kernels; ``context``: eager_context(eff), when the caller has it;
-    ``moe_layer``: the op is in an MoE layer (cost.graph_scope.graphed)."""
+    ``moe_layer``: the op is in an MoE layer (cost.graph_scope.graphed); ``counts``: its _op_counts, when the
+    caller has them (host_sums)."""
     if eff.host_launch_s <= 0.0:
         return 0.0, 0.0
     in_graph = graphed(op, eff.cuda_graph_scope, dropless, moe_layer)
     per_kernel = kernel_issue_s(eff, in_graph)
-    fwd, bwd = _op_counts(op, eff, bias, context, dtype)
+    fwd, bwd = _op_counts(op, eff, bias, context, dtype) if counts is None else counts
     if eff.host_eager and eff.host_dispatch_s and not in_graph and op.kind != "grouped_gemm":
         composite = _composite(op, eff, context, dtype)
         zero_fill = LAYERNORM_ZERO_FILL if op.kernel and op.kernel[0] == "layernorm" else 0
@@ -281,12 +283,15 @@ def _op_counts(
 
 class HostSums(NamedTuple):
     """Host terms of one op list for one micro-batch (additive over disjoint op lists): issue seconds forward and
-    backward, GPU idle after the forward's synchronisations and the host's own wait on them."""
+    backward, GPU idle after the forward's synchronisations and the host's own wait on them, and the kernels
+    the list launches forward and backward (_op_counts: launch_blocking_idle_s's round trips)."""
 
     forward: float = 0.0
     backward: float = 0.0
     sync_idle: float = 0.0
     sync_wait: float = 0.0
+    kernels_forward: int = 0
+    kernels_backward: int = 0
 
 
 def host_sums(
@@ -299,7 +304,8 @@ def host_sums(
     """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
     with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's regions
     add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch its sync terms
-    (sync_terms)."""
+    (sync_terms). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by op_host_s
+    and summed for the round trips of synchronous launches (launch_blocking_idle_s)."""
     dropless = any(op.kind == "host_sync" for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
     moe_layer = any(op.name in ROUTER_OPS for op in ops)
@@ -309,20 +315,21 @@ def host_sums(
         calls += graph_launches(in_graph, whole_iteration(scope)) * eff.host_launch_s
     forward = backward = calls / eff.host_speed
     section: list[tuple[str, float, float]] = []
-    syncs = 0
+    syncs = kernels_forward = kernels_backward = 0
     context = eager_context(eff)
     for op in ops:
-        f, b = op_host_s(op, eff, dropless, bias, context, dtype, moe_layer)
+        counts = _op_counts(op, eff, bias, context, dtype)
+        f, b = op_host_s(op, eff, dropless, bias, context, dtype, moe_layer, counts)
         forward += f
         backward += b
+        kernels_forward += counts[0]
+        kernels_backward += counts[1]
         if op.kind == "host_sync":
             syncs += 1
         elif dropless and op.name in EXPERT_SECTION:
             section.append((op.name, f, device[op][0]))
-    if not syncs:
-        return HostSums(forward, backward)
-    idle, wait = sync_terms(syncs, section, eff, dtype == "fp8")
-    return HostSums(forward, backward, idle, wait)
+    idle, wait = sync_terms(syncs, section, eff, dtype == "fp8") if syncs else (0.0, 0.0)
+    return HostSums(forward, backward, idle, wait, kernels_forward, kernels_backward)
 
 
 def graph_calls(ops, compiled: str) -> int:
@@ -373,20 +380,6 @@ def launch_blocking_idle_s(
     host_bound_s's idle, the region takes D + H + n·t_sync (max(D + idle, H + wait)) instead of max(D, H).
     ``kernels`` 0 (the optimizer's few multi-tensor launches, step.tail): H alone."""
     return where(blocking, host_s + kernels * round_trip_s, 0.0)
-
-
-def kernel_counts(
-    ops, eff: EfficiencySpec, bias: tuple[bool, bool] = (False, False), dtype: str = "bf16"
-) -> tuple[int, int]:
-    """(forward, backward) kernels of ``ops`` for one micro-batch: Σ of the per-op counts op_host_s prices
-    (_op_counts), for launch_blocking_idle_s's round trips (synchronous launches, where no CUDA graph runs)."""
-    context = eager_context(eff)
-    forward = backward = 0
-    for op in ops:
-        f, b = _op_counts(op, eff, bias, context, dtype)
-        forward += f
-        backward += b
-    return forward, backward
 
 
 # torch.optim's multi-tensor kernels (foreach and fused AdamW) process up to 36 tensors or 320 blocks of 65 536

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s, ring_step_sync_s
 from paraplan.cost.compute import op_times_s
-from paraplan.cost.host import HostSums, host_sums, kernel_counts, launch_blocking_idle_s
+from paraplan.cost.host import HostSums, host_sums, launch_blocking_idle_s
 from paraplan.cost.overlap import userbuffers_contention_s
 from paraplan.cost.rng_state import layer_rng_copies_s
 from paraplan.cost.runtimes import runtime_copy_s, tp_layout_copy_bytes
@@ -55,8 +55,9 @@ def block_compute(
     block: LayerGraph, system: SystemSpec, dtype: str, bias: tuple[bool, bool] = (False, False)
 ) -> BlockCompute:
     """Σ over the block's ops of forward / backward time (cost.compute.op_times_s), by kind, and their host terms
-    (cost.host.host_sums: kernel issue seconds, the dropless dispatch's synchronisations; ``bias``: the model's
-    (bias, qkv_bias), whose kernels the host issues too; without it, fewer: the search's floors)."""
+    (cost.host.host_sums: kernel issue seconds, the dropless dispatch's synchronisations, and the kernels whose
+    round trips synchronous launches add, launch_blocking_idle_s; ``bias``: the model's (bias, qkv_bias), whose
+    kernels the host issues too; without it, fewer: the search's floors)."""
     forward = backward = attention_forward = attention_backward = gemm_forward = gemm_backward = 0.0
     ub_forward = ub_backward = 0.0
     sms = system.accelerator.sm_count
@@ -83,7 +84,7 @@ def block_compute(
     eff = system.accelerator.efficiency
     host = (
         host_sums(block.ops, eff, times, bias, dtype)
-        if eff.host_launch_s > 0.0 or eff.host_sync_s > 0.0
+        if eff.host_launch_s > 0.0 or eff.host_sync_s > 0.0 or eff.launch_blocking
         else HostSums()
     )
     # the RNG state copies of each forward run drain the queue: GPU idle and host wait alike
@@ -92,10 +93,10 @@ def block_compute(
         host = host._replace(
             sync_idle=host.sync_idle + rng_pass, sync_wait=host.sync_wait + rng_pass
         )
-    kernels = (0, 0)
     if eff.launch_blocking:  # the GPU idles while the host issues each kernel and sees it complete
-        kernels = kernel_counts(block.ops, eff, bias, dtype)
-        idle = launch_blocking_idle_s(host.forward, True, kernels[0], eff.host_sync_latency_s)
+        idle = launch_blocking_idle_s(
+            host.forward, True, host.kernels_forward, eff.host_sync_latency_s
+        )
         host = host._replace(sync_idle=host.sync_idle + idle)
     return BlockCompute(
         forward,
@@ -106,10 +107,13 @@ def block_compute(
         gemm_backward,
         ub_forward,
         ub_backward,
-        *host,
+        host.forward,
+        host.backward,
+        host.sync_idle,
+        host.sync_wait,
         rng_checkpoint=rng_checkpoint,
         backward_idle=launch_blocking_idle_s(
-            host.backward, eff.launch_blocking, kernels[1], eff.host_sync_latency_s
+            host.backward, eff.launch_blocking, host.kernels_backward, eff.host_sync_latency_s
         ),
     )
 
