@@ -34,7 +34,7 @@ the multimem path M ≤ 2048 without the gathered input returned.
 from __future__ import annotations
 
 from paraplan.cost.comm import GroupSpan, collective_costs_s
-from paraplan.cost.compute import gemm_time_s
+from paraplan.cost.compute import gemm_time_s, memory_time_s
 from paraplan.cost.elementwise import maximum
 from paraplan.cost.overlap import UB_COLUMN_BACKWARD_SMS, UB_ROW_FORWARD_SMS
 from paraplan.graph.ops import LayerGraph, Op
@@ -62,10 +62,14 @@ def decomposed_collective_matmul_exposed_s(comm_s, gemm_s, tp, serial_s, step_sy
     return serial_s + maximum(0.0, chain - (t - 1.0) / t * gemm_s)
 
 
-def shard_copy_s(collective_bytes, tp, hbm_rate):
-    """Seconds of an all-gather matmul's copy of the own shard into the symmetric-memory buffer: S/t bytes
-    read and written once at the achieved HBM rate, 2·S/(t·rate), S the gathered tensor's bytes."""
-    return 2.0 * collective_bytes / maximum(tp, 1.0) / hbm_rate
+def shard_copy_s(collective_bytes: float, tp: int, acc: AcceleratorSpec) -> float:
+    """Seconds of an all-gather matmul's copy of the own shard into the symmetric-memory buffer (one
+    ``copy_`` kernel): S/t bytes read and written once, 2·S/t bytes through the one rule of a memory-bound
+    pass, cost.compute.memory_time_s (2·S/t / (B_HBM·η_HBM) + the kernel overhead, or the accelerator's
+    measured copy table), S the gathered tensor's bytes. Its eager traffic factor is the compiled stack's 1:
+    torchtitan refuses AsyncTP without torch.compile (torchtitan/models/llama3/infra/parallelize.py
+    parallelize_llama: "Async TP requires --training.compile")."""
+    return memory_time_s(2.0 * collective_bytes / max(tp, 1), acc)
 
 
 def stacked_partials_reduce_s(collective_bytes, tp, hbm_bandwidth):
@@ -127,18 +131,13 @@ def with_async_tp_exposure(
     if len(ag_f) != len(cols) or len(rs_f) != len(rows) or not (cols or rows):
         return comm
     sync = system.node.nvlink_latency  # one symmetric-memory barrier: a message latency over NVLink
-    hbm = acc.hbm_bandwidth * acc.efficiency.hbm
-    gathered = [
-        _gathered(t, s, op, acc, dtype, tp, hbm, sync, False) for (t, s), op in zip(ag_f, cols)
-    ]
+    gathered = [_gathered(t, s, op, acc, dtype, tp, sync, False) for (t, s), op in zip(ag_f, cols)]
     scattered = [
         _scattered(t, s, op, acc, dtype, tp, sync, False) for (t, s), op in zip(rs_f, rows)
     ]
     fused_f = sum(t for t, _ in ag_f) + sum(t for t, _ in rs_f)
     if rows and len(ag_b) == len(rows):
-        back = [
-            _gathered(t, s, op, acc, dtype, tp, hbm, sync, True) for (t, s), op in zip(ag_b, rows)
-        ]
+        back = [_gathered(t, s, op, acc, dtype, tp, sync, True) for (t, s), op in zip(ag_b, rows)]
     elif not rows and len(ag_b) == len(cols):
         back = [_scattered(t, s, op, acc, dtype, tp, sync, True) for (t, s), op in zip(ag_b, cols)]
     else:
@@ -151,9 +150,9 @@ def with_async_tp_exposure(
     )
 
 
-def _gathered(time_s, size, op, acc, dtype, tp, hbm_rate, sync, dgrad) -> float:
+def _gathered(time_s, size, op, acc, dtype, tp, sync, dgrad) -> float:
     """An all-gather matmul's exposure: the shard copy and its two barriers in series."""
-    serial = shard_copy_s(size, tp, hbm_rate) + 2.0 * sync
+    serial = shard_copy_s(size, tp, acc) + 2.0 * sync
     gemm = chunked_gemm_s(op, acc, dtype, tp, dgrad)
     return decomposed_collective_matmul_exposed_s(time_s, gemm, tp, serial, 0.0)
 
