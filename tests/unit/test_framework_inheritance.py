@@ -71,3 +71,28 @@ def test_every_catalog_base_resolves():
     for name in framework_names():
         assert load_framework(name).name == name
     assert issubclass(UnknownNameError, InputError)
+
+
+def test_one_walk_gives_the_names_and_the_data_and_refuses_a_loop():
+    """catalog._base_chain is the one walk of a base chain: framework_chain names what _over_base merges, and a
+    chain that comes back to a profile it passed is refused with the profiles it walked."""
+    from paraplan.catalog import _base_chain, _over_base, framework_chain
+
+    mine = {"name": "my-compiled", "base": "torchtitan-compiled"}
+    chain = _base_chain(mine, "framework")
+    assert [data["name"] for data in chain] == ["my-compiled", "torchtitan-compiled", "torchtitan"]
+    assert framework_chain("torchtitan-compiled") == ("torchtitan-compiled", "torchtitan")
+    assert framework_chain("no-such-profile") == ("no-such-profile",)
+    # the recipe's eager traffic factor, 1, over its base's 2
+    assert _over_base(mine, "framework")["eager_traffic_factor"] == 1.0
+    looping = {"name": "torchtitan", "base": "torchtitan-compiled"}
+    with pytest.raises(InputError) as refused:
+        load_framework(looping)
+    assert str(refused.value) == (
+        "framework.base: the profiles' base chain loops (torchtitan -> torchtitan-compiled)"
+    )
+    with pytest.raises(
+        UnknownNameError,
+        match=r"^framework\.base: unknown framework 'torchtitn' \(did you mean torchtitan",
+    ):
+        load_framework({"name": "my-titan", "base": "torchtitn"})

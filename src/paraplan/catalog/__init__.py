@@ -327,21 +327,18 @@ MEGATRON_STACK = "megatron"  # the stack of the Megatron-LM family profiles, and
 
 @lru_cache(maxsize=64)
 def _catalog_chain(name: str) -> tuple[str, ...]:
-    """``name`` and the catalog profiles its ``base`` chain walks to, the root last; a name the catalog
-    does not have ends the chain (a cycle stops where it closes)."""
-    names = set(framework_names())
-    chain = [name]
-    while chain[-1] in names:
-        base = load_framework(chain[-1]).base
-        if base is None or base in chain:
-            break
-        chain.append(base)
-    return tuple(chain)
+    """``name`` and the catalog profiles its ``base`` chain walks to, the root last (_base_chain, the walk
+    _over_base merges); a name the catalog does not have is a chain of its own."""
+    if name not in framework_names():
+        return (name,)
+    chain = _base_chain(_read_entry("frameworks", name), "framework")
+    return (name, *(data["base"] for data in chain[:-1]))
 
 
 def framework_chain(framework: "str | FrameworkSpec | None") -> tuple[str, ...]:
-    """The one walk of a profile's ``base`` chain (framework_stack, search.launch.launcher): the
-    profile's name first, then each ``base`` to the root. A catalog name walks the catalog profiles; a
+    """The names along a profile's ``base`` chain (framework_stack, search.launch.launcher; the walk is
+    _base_chain's): the profile's name first, then each ``base`` to the root. A catalog name walks the
+    catalog profiles; a
     FrameworkSpec (a profile given as a file) names its own ``base`` first, whose chain the catalog then
     walks; no profile: the empty chain."""
     if framework is None:
@@ -371,27 +368,41 @@ def framework_stack(framework: "str | FrameworkSpec | None") -> str:
 _OWN_FIELDS = ("name", "base", "source", "description", "version")
 
 
-def _over_base(data: Any, field: str, seen: tuple[str, ...] = ()) -> Any:
+def _base_chain(data: dict, field: str) -> list[dict]:
+    """The one walk of a profile's ``base`` chain: ``data`` and the data of each catalog profile its
+    ``base`` names, then that profile's base, to the root (a profile without a string ``base``), last.
+    A base must name a catalog profile (else UnknownNameError with the closest names); a chain that
+    comes back to a profile it has passed (by name) is refused."""
+    chain, names = [data], framework_names()
+    while isinstance(chain[-1], dict) and isinstance(chain[-1].get("base"), str):
+        base = chain[-1]["base"]
+        if base not in names:
+            raise _unknown("framework", f"{field}.base", base, names)
+        seen = [str(entry.get("name")) for entry in chain]
+        if base in seen:
+            raise InputError(f"{field}.base: the profiles' base chain loops ({' -> '.join(seen)})")
+        chain.append(_read_entry("frameworks", base))
+    return chain
+
+
+def _over_base(data: Any, field: str) -> Any:
     """A profile's data over its base's, the one inheritance of framework profiles (catalog entries,
     files and dicts alike): every field the profile does not state is its ``base``'s, itself resolved
-    the same way up the chain, and ``sources`` merge per field; what a profile says of itself
-    (_OWN_FIELDS) stays its own. A recipe states where it departs from its stack, so a file
+    the same way up the chain (_base_chain), and ``sources`` merge per field; what a profile says of
+    itself (_OWN_FIELDS) stays its own. A recipe states where it departs from its stack, so a file
     ``{name: my-titan, base: torchtitan}`` is torchtitan under another name. A base must name a
     catalog profile; no base (or a value the schema refuses): the data as given."""
     if not isinstance(data, dict) or not isinstance(data.get("base"), str):
         return data
-    base, names = data["base"], framework_names()
-    if base not in names:
-        raise _unknown("framework", f"{field}.base", base, names)
-    seen = (*seen, str(data.get("name")))
-    if base in seen:
-        raise InputError(f"{field}.base: the profiles' base chain loops ({' -> '.join(seen)})")
-    parent = _over_base(_read_entry("frameworks", base), field, seen)
-    merged = {k: v for k, v in parent.items() if k not in _OWN_FIELDS}
-    merged.update(data)
-    sources = data.get("sources", {})
-    if isinstance(sources, dict) and isinstance(parent.get("sources"), dict):
-        merged["sources"] = {**parent["sources"], **sources}
+    chain = _base_chain(data, field)
+    merged = chain[-1]
+    for child in reversed(chain[:-1]):
+        parent = merged
+        merged = {k: v for k, v in parent.items() if k not in _OWN_FIELDS}
+        merged.update(child)
+        sources = child.get("sources", {})
+        if isinstance(sources, dict) and isinstance(parent.get("sources"), dict):
+            merged["sources"] = {**parent["sources"], **sources}
     return merged
 
 
