@@ -89,3 +89,25 @@ def cli(capsys, monkeypatch):
         return (0 if code is None else code), out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def small_problem():
+    """``small_problem(**fields)``: the small search several files run, gpt3-1.3b on 8 A100 80 GB (global
+    batch 32, sequence 2048, no recomputation, placements not varied), ``fields`` over these."""
+    from paraplan.catalog import load_model, load_system
+    from paraplan.search.space import SearchProblem
+
+    def make(**fields):
+        base = {
+            "model": load_model("gpt3-1.3b"),
+            "system": load_system("dgx-a100-80gb"),
+            "gpus": 8,
+            "global_batch": 32,
+            "seq_length": 2048,
+            "recompute": ("none",),
+            "vary_placement": False,
+        }
+        return SearchProblem(**{**base, **fields})
+
+    return make

@@ -8,11 +8,10 @@ from dataclasses import replace
 import pytest
 
 from paraplan import api
-from paraplan.catalog import framework_names, load_model, load_system
+from paraplan.catalog import framework_names
 from paraplan.cli import main
 from paraplan.search import robust
 from paraplan.search.run import search
-from paraplan.search.space import SearchProblem
 from paraplan.sweep.run import SweepConfig, prepare
 
 EST = [
@@ -236,30 +235,20 @@ def test_validate_json_gives_each_case_its_held_out_band(capsys):
 
 
 # ---- --objective robust --------------------------------------------------------------------------
-def _problem(objective: str) -> SearchProblem:
-    return SearchProblem(
-        model=load_model("gpt3-1.3b"),
-        system=load_system("dgx-a100-80gb"),
-        gpus=8,
-        seq_length=2048,
-        global_batch=32,
-        objective=objective,
-        micro_batch=(1, 2),
-        tp=(1, 2),
-        pp=(1,),
-        recompute=("none",),
-        vary_offload=False,
-        vary_placement=False,
+def _problem(small_problem, objective: str):
+    """The small search (tests/conftest.py small_problem) over micro-batches 1, 2, tp 1, 2 and pp 1."""
+    return small_problem(
+        objective=objective, micro_batch=(1, 2), tp=(1, 2), pp=(1,), vary_offload=False
     )
 
 
-def test_robust_ranking_is_exact_against_every_feasible_plan(monkeypatch):
+def test_robust_ranking_is_exact_against_every_feasible_plan(monkeypatch, small_problem):
     # a plan-dependent pessimistic factor that reorders the time ranking: ZeRO plans are distrusted
     monkeypatch.setattr(
         robust, "pessimistic_factor", lambda problem, plan: 1.2 if plan.zero else 1.04
     )
-    result = search(_problem("robust"), top_k=4)
-    every = search(_problem("time"), collect_all=True).all_feasible
+    result = search(_problem(small_problem, "robust"), top_k=4)
+    every = search(_problem(small_problem, "time"), collect_all=True).all_feasible
     brute = sorted(item["objective"] * (1.2 if item["plan"].zero else 1.04) for item in every)
     assert [p.objective for p in result.plans] == pytest.approx(brute[:4], rel=1e-9)
     assert [p.rank for p in result.plans] == [1, 2, 3, 4] and result.robust_exact is True

@@ -16,24 +16,14 @@ from paraplan.specs.errors import InputError
 from paraplan.specs.rules import megatron_fsdp_rule, model_parts_rule
 
 
-def problem(framework):
-    return SearchProblem(
-        model=load_model("gpt3-1.3b"),
-        system=load_system("dgx-a100-80gb"),
-        gpus=8,
-        global_batch=32,
-        seq_length=2048,
-        micro_batch=(2, 4),
-        recompute=("none",),
-        tp=(1, 2),
-        vary_placement=False,
-        framework=framework,
-    )
+def problem(small_problem, framework):
+    """The small search (tests/conftest.py small_problem) over micro-batches 2, 4 and tp 1, 2 under ``framework``."""
+    return small_problem(micro_batch=(2, 4), tp=(1, 2), framework=framework)
 
 
 @pytest.fixture(scope="module")
-def both():
-    p = problem("megatron-core")
+def both(small_problem):
+    p = problem(small_problem, "megatron-core")
     return p, search(p, top_k=10), exhaustive_search(p, top_k=10)
 
 
@@ -51,9 +41,9 @@ def test_every_plan_of_the_filtered_search_exports_to_megatron_and_nemo(both):
             export_plan(target, ranked.plan, p.model)  # raises ExportRefused otherwise
 
 
-def test_the_unfiltered_space_holds_plans_megatron_refuses():
+def test_the_unfiltered_space_holds_plans_megatron_refuses(small_problem):
     """Without the profile the same space keeps ZeRO 2/3 at pp > 1 (the rule the filter applies)."""
-    free, kept = problem(None), problem("megatron-core")
+    free, kept = problem(small_problem, None), problem(small_problem, "megatron-core")
     assert {o.zero for o in free.state_options(8, 2)} >= {2, 3}
     assert {o.zero for o in kept.state_options(8, 2)} <= {0, 1}
     assert {o.zero for o in kept.state_options(8, 1)} >= {2, 3}

@@ -5,26 +5,10 @@ exhaustive search built (obj, r, g, step, peak, row, option), and trim_pool read
 
 from __future__ import annotations
 
-from paraplan.catalog import load_model, load_system
 from paraplan.search import scan as scan_module
 from paraplan.search.exhaustive import _exhaustive_part
 from paraplan.search.result import FasterMiss, NearestMiss, PoolItem, top_plans, trim_pool
 from paraplan.search.run import search
-from paraplan.search.space import SearchProblem
-
-
-def _problem() -> SearchProblem:
-    return SearchProblem(
-        model=load_model("gpt3-1.3b"),
-        system=load_system("dgx-a100-80gb"),
-        gpus=8,
-        global_batch=32,
-        seq_length=2048,
-        micro_batch=(2,),
-        recompute=("none",),
-        vary_placement=False,
-        vary_offload=False,
-    )
 
 
 def test_trim_pool_reads_names_by_hand():
@@ -47,10 +31,10 @@ def test_resolved_and_nearer():
     assert not NearestMiss(2.0, 0, 0, 9.0).nearer(NearestMiss(1.0, 5, 5, 8.0))
 
 
-def test_both_paths_keep_the_one_layout(monkeypatch):
+def test_both_paths_keep_the_one_layout(monkeypatch, small_problem):
     """The exhaustive part's pool holds resolved PoolItems; the fast path's scan holds PoolItems (and named
     misses); top_plans ranks the exhaustive pool to the fast search's plans."""
-    problem = _problem()
+    problem = small_problem(micro_batch=(2,), vary_offload=False)
     pool = _exhaustive_part(problem, 3, 0, 1).pool
     assert pool and all(isinstance(p, PoolItem) and p.row is not None for p in pool)
     seen = []
