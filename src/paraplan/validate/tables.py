@@ -56,9 +56,13 @@ def _loo(measured: list[kt.MeasuredRow], floor_s: float | None = None) -> tuple[
     return loo, times
 
 
-def _gemm(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
+def _gemm(table: kt.KernelTable, acc: AcceleratorSpec | None, kind: str) -> list[TableResidual]:
     file = table.files[kind]
     measured = kt.gemm_rows(table.rows[kind], table.name, file, kind)
+    label = "grouped GEMMs (per-expert loop)" if kind == "grouped_gemm" else "GEMMs"
+    loo = _res(file, f"{label}, table leave-one-out", *_loo(measured))
+    if acc is None:
+        return [loo]
     pred = []
     for r in measured:
         p = tuple(int(x) for x in r.point)
@@ -68,27 +72,28 @@ def _gemm(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableR
             pred.append(grouped_gemm_time_s(r.work, (p[0], p[1], p[3], p[2]), acc, r.dtype) - ramps)
         else:
             pred.append(gemm_kernel_time_s(r.work, (1, *p), acc, r.dtype))
-    label = "grouped GEMMs (per-expert loop)" if kind == "grouped_gemm" else "GEMMs"
-    return [
-        _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
-        _res(file, f"{label}, table leave-one-out", *_loo(measured)),
-    ]
+    return [_res(file, f"{label}, attached table", pred, [r.time_s for r in measured]), loo]
 
 
-def _attention(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
+def _attention(
+    table: kt.KernelTable, acc: AcceleratorSpec | None, kind: str
+) -> list[TableResidual]:
     kernel = kind.split("_", 1)[1]
-    acc_k = with_fields(acc, {"efficiency.attention_kernel": kernel})
     file = table.files[kind]
     measured = kt.attention_rows(table.rows[kind], table.name, file)
+    label = f"fused attention ({kernel})"
+    loo = _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0))
+    if acc is None:
+        return [loo]
+    acc_k = with_fields(acc, {"efficiency.attention_kernel": kernel})
     pred = []
     for r in measured:
         (s,), (d, causal, direction) = r.point, r.group
         call = (int(s), int(s), d, causal)
         pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction))
-    label = f"fused attention ({kernel})"
     return [
         _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
-        _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0)),
+        loo,
         _res(
             file,
             f"{label}, catalog analytical form",
@@ -112,12 +117,23 @@ def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[fl
     return out
 
 
-def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
+def _memory(table: kt.KernelTable, acc: AcceleratorSpec | None) -> list[TableResidual]:
+    """A memory file: HBM-resident copies attached and left out, L2-resident ones apart; without a
+    system (``acc`` None: no L2 size) every row counts as HBM-resident, left out only."""
     file = table.files["memory"]
     pairs = kt.memory_pairs(table.rows["memory"], f"{kt.FIELD}: {table.name}/{file}")
-    hbm = [(b, t) for b, t in pairs if not kt.l2_resident(b, acc.l2_cache)]
-    cached = [(b, t) for b, t in pairs if kt.l2_resident(b, acc.l2_cache)]
+    l2 = acc.l2_cache if acc is not None else None
+    hbm = [(b, t) for b, t in pairs if not kt.l2_resident(b, l2)]
+    cached = [(b, t) for b, t in pairs if kt.l2_resident(b, l2)]
     floor = min(t for _, t in pairs)
+    loo = _res(
+        file,
+        "memory copies (HBM-resident), table leave-one-out",
+        kt.leave_one_out([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor),
+        [t for _, t in hbm],
+    )
+    if acc is None:
+        return [loo]
     out = [
         _res(
             file,
@@ -125,14 +141,7 @@ def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
             [memory_time_s(b, acc) for b, _ in hbm],
             [t for _, t in hbm],
         ),
-        _res(
-            file,
-            "memory copies (HBM-resident), table leave-one-out",
-            kt.leave_one_out(
-                [(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor
-            ),
-            [t for _, t in hbm],
-        ),
+        loo,
     ]
     if cached:
         out.append(
@@ -146,22 +155,17 @@ def _memory(table: kt.KernelTable, acc: AcceleratorSpec) -> list[TableResidual]:
     return out
 
 
-def _named(table: kt.KernelTable, acc: AcceleratorSpec, kind: str) -> list[TableResidual]:
+def _named(table: kt.KernelTable, acc: AcceleratorSpec | None, kind: str) -> list[TableResidual]:
     """A kernels / fp8_kernels file: each row from the interpolant, and per op leave-one-out."""
     prefix = "fp8_" if kind == "fp8_kernels" else ""
     file = table.files[kind]
     measured = kt.kernel_rows(table.rows[kind], table.name, file, prefix)
-    pred = [kt.kernel_time_s(table.name, acc.l2_cache, r.group[0], r.point) for r in measured]
-    meas = [r.time_s for r in measured]
-    loo, loo_meas = [], []
-    for points, works, times in kt.groups(measured).values():
-        loo += kt.leave_one_out(points, works, times, 0.0)
-        loo_meas += times
     label = "fp8 quantisation kernels" if prefix else "named eager kernels"
-    return [
-        _res(file, f"{label}, attached table", pred, meas),
-        _res(file, f"{label}, table leave-one-out", loo, loo_meas),
-    ]
+    loo = _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0))
+    if acc is None:
+        return [loo]
+    pred = [kt.kernel_time_s(table.name, acc.l2_cache, r.group[0], r.point) for r in measured]
+    return [_res(file, f"{label}, attached table", pred, [r.time_s for r in measured]), loo]
 
 
 def table_residuals(system: SystemSpec) -> list[TableResidual]:
@@ -175,7 +179,13 @@ def table_residuals(system: SystemSpec) -> list[TableResidual]:
     acc = with_fields(
         acc, {"efficiency.table_in_step_share": {}, "efficiency.aligned_gemms_only": True}
     )
-    table = kt.load_table(acc.kernel_tables, acc.l2_cache)
+    return _file_residuals(acc.kernel_tables, acc)
+
+
+def _file_residuals(ref: str, acc: AcceleratorSpec | None) -> list[TableResidual]:
+    """Each file of the table ``ref``: priced by ``acc`` with it attached and left out; left out only
+    where no system is given (``acc`` None: a table no catalog system was measured on)."""
+    table = kt.load_table(ref, acc.l2_cache if acc is not None else None)
     out: list[TableResidual] = []
     for kind in table.files:
         if kind in kt.GEMM_COLUMNS:
@@ -189,12 +199,13 @@ def table_residuals(system: SystemSpec) -> list[TableResidual]:
     return out
 
 
-def shipped_table_residuals() -> dict[str, tuple[str, list[TableResidual]]]:
-    """Each shipped table: (the catalog system it is attached to, its residuals); a table is
-    attached to the first catalog system whose accelerator it was measured on."""
+def shipped_table_residuals() -> dict[str, tuple[str | None, list[TableResidual]]]:
+    """Every shipped table: (the catalog system it is attached to, its residuals); a table is
+    attached to the first catalog system whose accelerator it was measured on; one measured on no
+    catalog accelerator has None and its leave-one-out residuals alone (_file_residuals)."""
     from paraplan.catalog import load_system, system_names
 
-    out = {}
+    out: dict[str, tuple[str | None, list[TableResidual]]] = {}
     for name in kt.shipped_tables():
         accs = kt.table_provenance(name).get("accelerators", [])
         for sys_name in system_names():
@@ -203,14 +214,26 @@ def shipped_table_residuals() -> dict[str, tuple[str, list[TableResidual]]]:
                 attached = with_fields(system, {"accelerator.kernel_tables": name})
                 out[name] = (sys_name, table_residuals(attached))
                 break
+        else:
+            out[name] = (None, _file_residuals(name, None))
     return out
 
 
-def tables_markdown() -> list[str]:
-    """The docs/validation.md section on the shipped kernel tables: provenance and residuals, each
-    table's system saying whether the catalog attaches it by default or it is opt-in."""
+def _heading(name: str, system: str | None) -> str:
+    """A table's heading: the catalog system it is priced on and whether the catalog attaches it by
+    default, or that it is attached to no catalog system."""
     from paraplan.catalog import load_system
 
+    if system is None:
+        return f"### {name} (not attached to any catalog system: opt-in by name; left out only)"
+    by_default = load_system(system).accelerator.kernel_tables == name
+    how = "attached by default" if by_default else "opt-in; priced here attached"
+    return f"### {name} ({system}: {how})"
+
+
+def tables_markdown() -> list[str]:
+    """The docs/validation.md section on every shipped kernel table: provenance and residuals, each
+    table's system saying whether the catalog attaches it by default or it is opt-in (_heading)."""
     lines = [
         "## Kernel tables",
         "",
@@ -221,22 +244,22 @@ def tables_markdown() -> list[str]:
             "the cost functions a step estimate uses; *leave-one-out*: each row priced from the "
             "other rows (error on an unmeasured shape; at the ends of a 1-D sweep this is the "
             "clamped-edge rule). Cache-resident copies (bytes moved ≤ L2) are priced as HBM copies "
-            "by rule and shown apart."
+            "by rule and shown apart. A table measured on no catalog accelerator is listed with "
+            "its leave-one-out rows alone (`accelerator.kernel_tables` attaches it by name)."
         ),
         "",
     ]
     for name, (system, residuals) in shipped_table_residuals().items():
         prov = kt.table_provenance(name)
-        by_default = load_system(system).accelerator.kernel_tables == name
-        how = "attached by default" if by_default else "opt-in; priced here attached"
         lines += [
-            f"### {name} ({system}: {how})",
+            _heading(name, system),
             "",
             f"- device: {prov.get('device', '—')}",
             f"- software: {prov.get('software', '—')}",
             f"- date: {prov.get('date', '—')}",
             f"- source: {prov.get('source', '—')}",
             *(f"- {k}: {v}" for k, v in prov.items() if k.endswith("_source")),
+            *([f"- catalog: {prov['catalog']}"] if prov.get("catalog") else []),
             "",
             "| file | rows priced | points | RMS % | max % |",
             "|---|---|---:|---:|---:|",
