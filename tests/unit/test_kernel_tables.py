@@ -143,13 +143,33 @@ def test_calibrate_writes_other_tables_next_to_the_system_and_they_load(tmp_path
     kt.clear_caches()
 
 
-def test_systems_tables_lists_every_catalog_system(capsys):
+def test_systems_tables_lists_every_catalog_system_and_every_shipped_table(capsys):
+    """Issue 32: every catalog accelerator has a table or says it uses the analytical fallback, and every
+    shipped table is listed, a100-pcie-simumax (measured on no catalog GPU) among them."""
     with pytest.raises(SystemExit, match="0"):
         main(["systems", "--tables", "--json"])
-    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    listing = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in listing["systems"]}
     assert set(rows) == set(system_names())
     assert rows["dgx-h100-80gb"]["kernel_tables"] == [H100]
     assert rows["dgx-a100-80gb"]["prices_with"] == "analytical fallback"
+    assert all(r["prices_with"].startswith(("table ", "analytical")) for r in listing["systems"])
+    tables = {t["table"]: t for t in listing["tables"]}
+    assert list(tables) == kt.shipped_tables()
+    assert tables["a100-pcie-simumax"]["status"].startswith("not attached to any catalog system")
+    assert tables[H100]["opt_in"] == ["dgx-h100-80gb"] and not tables[H100]["attached_by_default"]
+    v100 = tables["v100-sxm2-deepbench"]
+    assert v100["attached_by_default"] == [
+        "aws-p3.16xlarge",
+        "aws-p3.8xlarge",
+        "dgx-1-v100",
+        "dgx-2h",
+    ]
+    with pytest.raises(SystemExit, match="0"):
+        main(["systems", "--tables", "--width", "200"])
+    out = capsys.readouterr().out
+    for name in kt.shipped_tables():
+        assert any(line.startswith(name + " ") for line in out.splitlines()), name
 
 
 # ---- property: a slower measured kernel never makes a step faster ------------------------------

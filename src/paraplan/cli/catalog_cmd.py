@@ -191,36 +191,78 @@ TABLE_COLUMNS = (
 )
 
 
+def _shipped_table_row(name: str, systems: list[dict]) -> dict:
+    """A shipped kernel table: the catalog GPUs it was measured on, the catalog systems that attach it by
+    default and those it is opt-in on (rows of _tables_row), or none: attached to no catalog system."""
+    from paraplan.catalog import load_system
+    from paraplan.cost.kernel_tables import table_provenance
+
+    gpus = table_provenance(name).get("accelerators", [])
+    default = [
+        r["name"] for r in systems if load_system(r["name"]).accelerator.kernel_tables == name
+    ]
+    opt_in = [r["name"] for r in systems if r["gpu"] in gpus and r["name"] not in default]
+    if default:
+        status = "attached by default: " + ", ".join(default)
+        status += "; opt-in: " + ", ".join(opt_in) if opt_in else ""
+    elif opt_in:
+        status = "opt-in: " + ", ".join(opt_in)
+    else:
+        status = "not attached to any catalog system (opt-in by name: accelerator.kernel_tables)"
+    return {
+        "table": name,
+        "measured_on": gpus,
+        "attached_by_default": default,
+        "opt_in": opt_in,
+        "status": status,
+    }
+
+
+SHIPPED_TABLE_COLUMNS = (
+    ("table", lambda row: row["table"]),
+    ("measured on", lambda row: ", ".join(row["measured_on"]) or "no catalog GPU"),
+    ("catalog systems", lambda row: row["status"]),
+)
+
+
+def _print_tables(width, as_json: bool) -> None:
+    """``systems --tables``: every catalog system with what prices its kernels (_tables_row), then every
+    shipped kernel table with the catalog systems it is attached to (_shipped_table_row); as JSON
+    {"systems": [...], "tables": [...]}."""
+    from paraplan.catalog import system_names
+    from paraplan.cost.kernel_tables import shipped_tables
+
+    systems = [_tables_row(n) for n in system_names()]
+    tables = [_shipped_table_row(t, systems) for t in shipped_tables()]
+    if as_json:
+        print(json.dumps({"systems": systems, "tables": tables}, indent=2))
+        return
+    title = "Kernel tables (cost.kernel_tables; provenance: docs/validation.md)"
+    _print_catalog(systems, False, width, title, TABLE_COLUMNS, numeric_from=4)
+    print()
+    title = "Shipped kernel tables (catalog/kernels; accelerator.kernel_tables NAME attaches one)"
+    _print_catalog(tables, False, width, title, SHIPPED_TABLE_COLUMNS, numeric_from=3)
+
+
 @app.command()
 def systems(
     as_json: JsonOption = False,
     width: WidthOption = None,
     tables: switch(
         "--tables",
-        help="list each system's measured kernel tables (catalog/kernels) or 'analytical fallback'",
+        help="list each system's measured kernel tables (catalog/kernels) or 'analytical fallback', "
+        "and every shipped table with the catalog systems it is attached to",
     ) = False,
 ) -> None:
     """List the system catalog (GPU, HBM, peak bf16, NVLink domain, network)."""
     from paraplan.catalog import system_names
 
-    row, title, columns, numeric_from = (
-        (
-            _tables_row,
-            "Kernel tables (cost.kernel_tables; provenance: docs/validation.md)",
-            TABLE_COLUMNS,
-            4,
-        )
-        if tables
-        else (
-            _system_row,
-            "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction",
-            SYSTEM_COLUMNS,
-            2,
-        )
-    )
-    _print_catalog(
-        [row(n) for n in system_names()], as_json, width, title, columns, numeric_from=numeric_from
-    )
+    if tables:
+        _print_tables(width, as_json)
+        return
+    title = "Systems (paraplan estimate --system NAME); bandwidths per GPU per direction"
+    rows = [_system_row(n) for n in system_names()]
+    _print_catalog(rows, as_json, width, title, SYSTEM_COLUMNS, numeric_from=2)
 
 
 def _text(key: str) -> Callable[[dict], str]:
