@@ -18,7 +18,9 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   interpolation of log2 FLOP/s over log2 sequence length at the nearest measured head dim (same
   mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio
   (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5). FLOPs are counted as the
-  graph counts them: forward 4·b·h·s²·d, backward 2.5× forward, causal share (s+1)/2s.
+  graph counts them: forward 4·b·h·s²·d, backward 2.5× forward, causal share (s+1)/2s. The lookup is
+  cost.table_attention's (bwd rows timed on leaf inputs read less their gradients' accumulation,
+  cost.leaf_grads).
 - memory-bound kernels (bytes moved): linear interpolation of log2 bytes/s over log2 bytes, from
   the HBM-resident rows only: a copy whose bytes moved (read + write) fit in the L2 cache
   (``accelerator.l2_cache``) runs from cache in a loop of identical copies, which a training step's
@@ -55,11 +57,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.attention import attention_shape_factor
 from paraplan.cost.table_refs import FIELD, TABLE_KINDS, kept_files, shipped_tables, table_folder
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.errors import InputError
-from paraplan.specs.system import LOW_PRECISION, activation_dtype
+from paraplan.specs.system import LOW_PRECISION
 
 IDW_NEIGHBOURS = 4
 
@@ -400,47 +401,6 @@ def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: i
     return None if t is None else b * t
 
 
-def attention_rate(
-    table: KernelTable, kernel: str, seq: float, head_dim: float, causal: bool, direction: str
-) -> float | None:
-    """FLOP/s (of FLOPs × causal share) of ``kernel`` at this shape, or None if not measured."""
-    curves = table.attention.get(kernel)
-    keys = [key for key in (curves or {}) if key[2] == direction]
-    if not keys:
-        return None
-    d_tab, c_tab, _ = min(
-        keys, key=lambda key: (key[1] != causal, abs(math.log2(key[0] / head_dim)))
-    )
-    rate = curves[(d_tab, c_tab, direction)].rate((seq,))
-    scale = attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(
-        kernel, seq, d_tab, c_tab
-    )
-    return rate * scale
-
-
-@lru_cache(maxsize=65536)
-def attention_time_s(
-    ref: str,
-    l2: float | None,
-    kernel: str,
-    work: float,
-    call: tuple[int, int, int, bool],
-    direction: str,
-    dtype: str,
-):
-    """Measured time of fused attention doing ``work`` (FLOPs × causal share) on ``call``
-    (q tokens, kv tokens, head dim, causal), or None where the kernel or dtype is not measured
-    (fp8 and FP4 recipes run attention in bf16: specs.system.activation_dtype, as in cost.compute)."""
-    if _dtype(activation_dtype(dtype)) != "bf16":
-        return None
-    table = load_table(ref, l2)
-    q, kv, head_dim, causal = call
-    rate = attention_rate(table, kernel, min(q, kv), head_dim, causal, direction)
-    if rate is None:
-        return None
-    return work / rate
-
-
 @lru_cache(maxsize=65536)
 def memory_time_s(ref: str, l2: float | None, bytes_moved: float):
     """Measured time of a memory-bound kernel moving ``bytes_moved`` (HBM-resident rows), or None."""
@@ -474,9 +434,14 @@ def top_rows_scatter(ref: str, l2: float | None, op: str) -> Scatter | None:
     return scatter([(m.point[1],) for m in top], [m.work for m in top], [m.time_s for m in top])
 
 
+# lookups of other modules built on load_table (cost.table_attention), cleared with this module's
+CACHES_ELSEWHERE: list = []
+
+
 def clear_caches() -> None:
-    """Forget read tables and cached lookups (a table folder was rewritten): every lru_cache here."""
-    for f in list(globals().values()):
+    """Forget read tables and cached lookups (a table folder was rewritten): every lru_cache here and in
+    CACHES_ELSEWHERE."""
+    for f in [*globals().values(), *CACHES_ELSEWHERE]:
         if hasattr(f, "cache_clear"):
             f.cache_clear()
 
