@@ -321,10 +321,26 @@ def one_kernel_grouped_s(
     return gemm_time_s(flops, shape, acc, dtype, leading_dims_aligned=True)
 
 
+def torch_grouped_mm_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """torch._grouped_mm (torchtitan's MoE): with b ≥ 2 experts and a table that timed that kernel (its grouped
+    file's ``time_us`` column, kernel_tables.grouped_mm_time_s), the measured kernel on this part
+    (``table_kernel_s``) + one GEMM ramp, as a dense GEMM from a table (``gemm_time_s``: one launch); else
+    ``one_kernel_grouped_s``. The per-expert loop column (``expert_loop_s``) is not this kernel."""
+    b, m, n, k = shape
+    if b > 1 and acc.kernel_tables:
+        measured = tables.grouped_mm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
+        if measured is not None:
+            kernel_s = table_kernel_s(measured, flops, shape, acc, dtype)
+            return kernel_s + acc.efficiency.gemm_ramp_s
+    return one_kernel_grouped_s(flops, shape, acc, dtype)
+
+
 GROUPED_GEMM_IMPLEMENTATIONS = {
     "te-multistream": te_multistream_grouped_s,
     "cutlass-grouped": one_kernel_grouped_s,
-    "torch-grouped-mm": one_kernel_grouped_s,
+    "torch-grouped-mm": torch_grouped_mm_s,
     "deepgemm": one_kernel_grouped_s,
 }
 

@@ -13,7 +13,8 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   A batch of b GEMMs is one GEMM of b·m rows.
 - grouped GEMM (experts, tokens per expert, k, n; bf16): the same over four log2 coordinates, from
   the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
-  GroupedLinear and eager MoE layers run them).
+  GroupedLinear and eager MoE layers run them); its ``time_us`` column, where every row has one, is one
+  torch._grouped_mm over all experts (``grouped_mm_time_s``, cost.compute.torch_grouped_mm_s).
 - fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): linear
   interpolation of log2 FLOP/s over log2 sequence length at the nearest measured head dim (same
   mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio
@@ -52,7 +53,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -122,6 +123,8 @@ class KernelTable:
     kernels: dict[str, Scatter]  # named memory-bound kernel -> elements/s over its shape
     files: dict[str, str]  # kind -> CSV file name
     rows: dict[str, list[dict[str, str]]]  # kind -> the CSV's rows (lower-case column names)
+    # dtype -> rates of the grouped file's one-kernel column (GROUPED_MM_TIME), where every row has it
+    grouped_mm: dict[str, Scatter] = field(default_factory=dict)
 
 
 def attention_work(
@@ -196,11 +199,16 @@ GEMM_COLUMNS = {
     "grouped_gemm": (("experts", "tokens_per_expert", "k", "n"), "loop_time_us"),
 }
 ATTENTION_SHAPE = ("batch", "heads", "seq_len", "head_dim")
+# a grouped file's one-kernel column: torch._grouped_mm over all experts in one launch (gpu_components.py
+# section_grouped times it beside the per-expert loop, loop_time_us)
+GROUPED_MM_TIME = "time_us"
 
 
-def gemm_rows(rows, ref, file, kind: str) -> list[MeasuredRow]:
-    """The rows of a GEMM or grouped-GEMM table: work 2·∏shape at the shape's point."""
-    cols, time_key = GEMM_COLUMNS[kind]
+def gemm_rows(rows, ref, file, kind: str, time_key: str | None = None) -> list[MeasuredRow]:
+    """The rows of a GEMM or grouped-GEMM table: work 2·∏shape at the shape's point, time from the kind's
+    time column (GEMM_COLUMNS) or ``time_key``."""
+    cols, kind_time = GEMM_COLUMNS[kind]
+    time_key = time_key or kind_time
     out = []
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
@@ -238,8 +246,16 @@ def groups(measured: list[MeasuredRow]) -> dict[tuple, tuple[list, list, list]]:
     return out
 
 
-def _by_dtype(rows, ref, file, kind: str) -> dict[str, Scatter]:
-    return {key[0]: scatter(*g) for key, g in groups(gemm_rows(rows, ref, file, kind)).items()}
+def _by_dtype(rows, ref, file, kind: str, time_key: str | None = None) -> dict[str, Scatter]:
+    measured = gemm_rows(rows, ref, file, kind, time_key)
+    return {key[0]: scatter(*g) for key, g in groups(measured).items()}
+
+
+def _grouped_mm(rows, ref, file) -> dict[str, Scatter]:
+    """Rates of a grouped file's one-kernel column (GROUPED_MM_TIME) where every row has it; {} otherwise."""
+    if not rows or not all(r.get(GROUPED_MM_TIME) for r in rows):
+        return {}
+    return _by_dtype(rows, ref, file, "grouped_gemm", GROUPED_MM_TIME)
 
 
 def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
@@ -348,7 +364,18 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         kernels |= _kernels(rows["fp8_kernels"], ref, files["fp8_kernels"], "fp8_")
     provenance = {k: v for k, v in meta.items() if k != "files"}
     return KernelTable(
-        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, kernels, files, rows
+        ref,
+        str(folder),
+        provenance,
+        gemm,
+        grouped,
+        attention,
+        memory,
+        cached,
+        kernels,
+        files,
+        rows,
+        _grouped_mm(rows.get("grouped_gemm", []), ref, files.get("grouped_gemm")),
     )
 
 
@@ -399,6 +426,16 @@ def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: i
         return None
     t = gemm_time_s(ref, l2, 1, m, n, k, dtype)
     return None if t is None else b * t
+
+
+@lru_cache(maxsize=65536)
+def grouped_mm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
+    """Measured time of one torch._grouped_mm over b experts of m×n×k (the grouped file's GROUPED_MM_TIME
+    column, interpolated as the per-expert loop), or None where the table has no such column in this dtype."""
+    rates = load_table(ref, l2).grouped_mm.get(_dtype(dtype))
+    if rates is None:
+        return None
+    return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
 
 
 @lru_cache(maxsize=65536)
