@@ -6,6 +6,7 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
+from paraplan.cost import table_attention
 from paraplan.cost.compute import attention_time_s
 from paraplan.specs.fields import with_fields
 
@@ -72,7 +73,8 @@ def test_the_tables_are_listed_for_their_accelerators_and_opt_in():
 
 def _t(ref, seq, causal, direction, dtype="bf16"):
     work = kt.attention_work(2, 64, seq, 128, causal, direction)
-    return kt.attention_time_s(ref, None, "cudnn", work, (seq, seq, 128, causal), direction, dtype)
+    call = (seq, seq, 128, causal)
+    return table_attention.attention_time_s(ref, None, "cudnn", work, call, direction, dtype)
 
 
 def test_inside_the_table_log_rate_is_linear_in_log_sequence():

@@ -17,10 +17,12 @@ import math
 from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
+from paraplan.cost import table_attention
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
+from paraplan.cost.leaf_grads import hbm_rate
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec, gemm_cap_key
 from paraplan.units import parse_quantity
@@ -217,7 +219,8 @@ def attention_time_s(
     """Fused attention: max(flops · causal_fraction / (peak · attention_efficiency), exponentials /
     softmax exponent rate) + overhead, at the dtype's attention peak (AcceleratorSpec.peak_attention_flops:
     bf16 in fp8 and FP4 recipes, 3xTF32 in fp32 / tf32), or the measured table's time for the system's
-    kernel and ``direction`` (fwd / bwd) at this call (cost.kernel_tables). The softmax's exponentials run
+    kernel and ``direction`` (fwd / bwd) at this call (cost.table_attention: bwd rows timed on leaf q, k, v
+    less their gradients' accumulation at the HBM rate, cost.leaf_grads). The softmax's exponentials run
     on the special function units beside the tensor cores; FlashAttention-3/4 overlap one tile's softmax
     with another's matrix products (Shah et al. 2024, FlashAttention-3, §3.1 ping-pong scheduling), so the
     slower of the two bounds the kernel (cost.flops.softmax_exponentials; AcceleratorSpec.softmax_exp_rate)."""
@@ -227,8 +230,9 @@ def attention_time_s(
     exp_s = exponentials / rate if rate else 0.0
     if acc.kernel_tables and call is not None:
         kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
-        measured = tables.attention_time_s(
-            acc.kernel_tables, acc.l2_cache, kernel, flops * causal_fraction, call, direction, dtype
+        work, l2 = flops * causal_fraction, acc.l2_cache
+        measured = table_attention.attention_time_s(
+            acc.kernel_tables, l2, kernel, work, call, direction, dtype, hbm_rate(acc)
         )
         if measured is not None:
             measured /= acc.clock_fraction()  # timed at the rated power (specs.power)
@@ -317,10 +321,26 @@ def one_kernel_grouped_s(
     return gemm_time_s(flops, shape, acc, dtype, leading_dims_aligned=True)
 
 
+def torch_grouped_mm_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """torch._grouped_mm (torchtitan's MoE): with b ≥ 2 experts and a table that timed that kernel (its grouped
+    file's ``time_us`` column, kernel_tables.grouped_mm_time_s), the measured kernel on this part
+    (``table_kernel_s``) + one GEMM ramp, as a dense GEMM from a table (``gemm_time_s``: one launch); else
+    ``one_kernel_grouped_s``. The per-expert loop column (``expert_loop_s``) is not this kernel."""
+    b, m, n, k = shape
+    if b > 1 and acc.kernel_tables:
+        measured = tables.grouped_mm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
+        if measured is not None:
+            kernel_s = table_kernel_s(measured, flops, shape, acc, dtype)
+            return kernel_s + acc.efficiency.gemm_ramp_s
+    return one_kernel_grouped_s(flops, shape, acc, dtype)
+
+
 GROUPED_GEMM_IMPLEMENTATIONS = {
     "te-multistream": te_multistream_grouped_s,
     "cutlass-grouped": one_kernel_grouped_s,
-    "torch-grouped-mm": one_kernel_grouped_s,
+    "torch-grouped-mm": torch_grouped_mm_s,
     "deepgemm": one_kernel_grouped_s,
 }
 

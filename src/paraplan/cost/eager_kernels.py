@@ -11,10 +11,10 @@ width) is priced from the kernel of its family at its shape, forward and backwar
 |---|---|---|
 | rmsnorm, layernorm | ``{family}_fwd`` | ``{family}_fwd_bwd`` − ``{family}_fwd`` − leaf add (RECIPES) |
 | gelu | ``gelu_fwd`` | ``add`` (GeluBackward: one element-wise pass over dy, x -> dx, three tensors as add) |
-| swiglu | ``swiglu_fwd`` | ``swiglu_fwd_bwd`` − ``swiglu_fwd`` − leaf add (RECIPES) |
+| swiglu | ``swiglu_fwd`` | ``swiglu_fwd_bwd`` − ``swiglu_fwd`` − leaf add − the leaf halves' slice backwards (RECIPES) |
 | add | ``add`` | ``add`` (autograd sums the skip's and the branch's gradients) |
 | dropout_add | 2 × ``add`` (native_dropout: one pass writing output and mask) | 2 × ``add`` |
-| cross_entropy | ``cross_entropy_{p}_fwd_bwd`` split by the op's forward / backward bytes (3 : 2) | |
+| cross_entropy | ``cross_entropy_{p}_fwd_bwd`` less the leaf logits' gradient accumulation, split by the op's forward / backward bytes (3 : 2) | |
 
 Precision p of a role is the profile's (``bf16`` / ``fp32``), or fp32 where the training dtype keeps
 activations in fp32 (tf32, fp32). A bf16-measured kernel run in fp32 moves twice the bytes: its time × 2 at
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.autocast import activation_casts
+from paraplan.cost.leaf_grads import accumulation_bytes, hbm_rate, sliced_halves_bytes
 from paraplan.cost.quantisation import CAST, copy_floor_s, quantisation_times_s
 from paraplan.graph.eager_modules import (
     FAMILY_ROLE,
@@ -67,16 +68,19 @@ MEASURED_BYTES = 2  # the kernels table's tensors are bf16 (gpu_components.py se
 
 # A backward measured as fwd_bwd: gpu_components.py times ``op(x).backward(g)`` on a leaf x, so each call also
 # accumulates dx into x.grad (autograd's AccumulateGrad, ``x.grad += dx``: an add over x's shape that a layer's
-# input, not a leaf, does not get) and runs the forward. The backward is fwd_bwd − fwd − that add, the add
-# priced as a copy of 3 × 2 B per element of x at the system's HBM rate (hbm_bandwidth · efficiency.hbm), not
-# from a table row, so that no slower measured kernel makes an op faster.
-# family -> (forward kernels, backward: kernels, or (fwd_bwd, fwd, x's width as a multiple of the op's width))
-RECIPES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | tuple[str, str, float]]] = {
-    "rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0)),
-    "layernorm": (("layernorm_fwd",), ("layernorm_fwd_bwd", "layernorm_fwd", 1.0)),
+# input, not a leaf, does not get; cost.leaf_grads) and runs the forward. The backward is fwd_bwd − fwd − that
+# add, priced at the system's HBM rate (cost.leaf_grads.hbm_rate), not from a table row, so that no slower
+# measured kernel makes an op faster; where the leaf was used as two halves (``sliced``), less the slices'
+# backward too (cost.leaf_grads.sliced_halves_bytes).
+# family -> (forward kernels, backward: kernels, or (fwd_bwd, fwd, x's width as a multiple of the op's width,
+# sliced))
+RECIPES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | tuple[str, str, float, bool]]] = {
+    "rmsnorm": (("rmsnorm_fwd",), ("rmsnorm_fwd_bwd", "rmsnorm_fwd", 1.0, False)),
+    "layernorm": (("layernorm_fwd",), ("layernorm_fwd_bwd", "layernorm_fwd", 1.0, False)),
     "gelu": (("gelu_fwd",), ("add",)),
-    # the SwiGLU input is the fused gate+up output, rows x 2 width (gpu_components.py: u of T x 2f)
-    "swiglu": (("swiglu_fwd",), ("swiglu_fwd_bwd", "swiglu_fwd", 2.0)),
+    # the measured SwiGLU input is one leaf u of T x 2f read as its two halves (gpu_components.py:
+    # F.silu(u[:, :f]) * u[:, f:]); the op graph's gate and up come from two linears (cost.leaf_grads)
+    "swiglu": (("swiglu_fwd",), ("swiglu_fwd_bwd", "swiglu_fwd", 2.0, True)),
     "add": (("add",), ("add",)),
     "dropout_add": (("add", "add"), ("add", "add")),
 }
@@ -89,12 +93,15 @@ def _kernel_s(acc: AcceleratorSpec, name: str, rows: float, width: float) -> flo
 
 
 def _backward_s(acc, spec, rows: float, width: float) -> float | None:
-    """A fwd_bwd row's backward: fwd_bwd − fwd − the leaf gradient's accumulation (above), at least 0."""
+    """A fwd_bwd row's backward: fwd_bwd − fwd − the leaf gradient's accumulation − a sliced leaf's slice
+    backwards (above), at least 0."""
     both, fwd = _kernel_s(acc, spec[0], rows, width), _kernel_s(acc, spec[1], rows, width)
     if both is None or fwd is None:
         return None
-    leaf = 3 * MEASURED_BYTES * rows * width * spec[2] / (acc.hbm_bandwidth * acc.efficiency.hbm)
-    return max(both - fwd - leaf, 0.0)
+    leaf_bytes = accumulation_bytes(rows * width * spec[2])
+    if spec[3]:
+        leaf_bytes += sliced_halves_bytes(rows * width)
+    return max(both - fwd - leaf_bytes / hbm_rate(acc), 0.0)
 
 
 def elementwise_rate(acc: AcceleratorSpec, rows: float, width: float) -> float:
@@ -179,6 +186,8 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
         total = _kernel_s(acc, f"cross_entropy_{p}_fwd_bwd", rows, width)
         if total is None:
             return None
+        # timed on leaf bf16 logits: less their gradient's accumulation (cost.leaf_grads)
+        total = max(total - accumulation_bytes(rows * width) / hbm_rate(acc), 0.0)
         share = op.fwd_bytes / (op.fwd_bytes + op.bwd_bytes)
         return max(share * total, floor), max((1.0 - share) * total, floor)
     if family not in RECIPES:
@@ -188,7 +197,7 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
     casts = activation_casts(ROLE[family], wider)  # cost.autocast (module docstring)
     cast_fwd, cast_bwd = (CAST,) * casts[0], (CAST,) * casts[1]
     scale = run_bytes / MEASURED_BYTES
-    if isinstance(bwd[-1], float):
+    if isinstance(bwd[-1], bool):
         measured = _backward_s(acc, bwd, rows, width)
         bwd_s = None if measured is None else max(scale * measured, floor)
     else:

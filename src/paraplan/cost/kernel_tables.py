@@ -13,12 +13,15 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   A batch of b GEMMs is one GEMM of b·m rows.
 - grouped GEMM (experts, tokens per expert, k, n; bf16): the same over four log2 coordinates, from
   the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
-  GroupedLinear and eager MoE layers run them).
+  GroupedLinear and eager MoE layers run them); its ``time_us`` column, where every row has one, is one
+  torch._grouped_mm over all experts (``grouped_mm_time_s``, cost.compute.torch_grouped_mm_s).
 - fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): linear
   interpolation of log2 FLOP/s over log2 sequence length at the nearest measured head dim (same
   mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio
   (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5). FLOPs are counted as the
-  graph counts them: forward 4·b·h·s²·d, backward 2.5× forward, causal share (s+1)/2s.
+  graph counts them: forward 4·b·h·s²·d, backward 2.5× forward, causal share (s+1)/2s. The lookup is
+  cost.table_attention's (bwd rows timed on leaf inputs read less their gradients' accumulation,
+  cost.leaf_grads).
 - memory-bound kernels (bytes moved): linear interpolation of log2 bytes/s over log2 bytes, from
   the HBM-resident rows only: a copy whose bytes moved (read + write) fit in the L2 cache
   (``accelerator.l2_cache``) runs from cache in a loop of identical copies, which a training step's
@@ -50,16 +53,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.attention import attention_shape_factor
 from paraplan.cost.table_refs import FIELD, TABLE_KINDS, kept_files, shipped_tables, table_folder
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.errors import InputError
-from paraplan.specs.system import LOW_PRECISION, activation_dtype
+from paraplan.specs.system import LOW_PRECISION
 
 IDW_NEIGHBOURS = 4
 
@@ -121,6 +123,8 @@ class KernelTable:
     kernels: dict[str, Scatter]  # named memory-bound kernel -> elements/s over its shape
     files: dict[str, str]  # kind -> CSV file name
     rows: dict[str, list[dict[str, str]]]  # kind -> the CSV's rows (lower-case column names)
+    # dtype -> rates of the grouped file's one-kernel column (GROUPED_MM_TIME), where every row has it
+    grouped_mm: dict[str, Scatter] = field(default_factory=dict)
 
 
 def attention_work(
@@ -195,11 +199,16 @@ GEMM_COLUMNS = {
     "grouped_gemm": (("experts", "tokens_per_expert", "k", "n"), "loop_time_us"),
 }
 ATTENTION_SHAPE = ("batch", "heads", "seq_len", "head_dim")
+# a grouped file's one-kernel column: torch._grouped_mm over all experts in one launch (gpu_components.py
+# section_grouped times it beside the per-expert loop, loop_time_us)
+GROUPED_MM_TIME = "time_us"
 
 
-def gemm_rows(rows, ref, file, kind: str) -> list[MeasuredRow]:
-    """The rows of a GEMM or grouped-GEMM table: work 2·∏shape at the shape's point."""
-    cols, time_key = GEMM_COLUMNS[kind]
+def gemm_rows(rows, ref, file, kind: str, time_key: str | None = None) -> list[MeasuredRow]:
+    """The rows of a GEMM or grouped-GEMM table: work 2·∏shape at the shape's point, time from the kind's
+    time column (GEMM_COLUMNS) or ``time_key``."""
+    cols, kind_time = GEMM_COLUMNS[kind]
+    time_key = time_key or kind_time
     out = []
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
@@ -237,8 +246,16 @@ def groups(measured: list[MeasuredRow]) -> dict[tuple, tuple[list, list, list]]:
     return out
 
 
-def _by_dtype(rows, ref, file, kind: str) -> dict[str, Scatter]:
-    return {key[0]: scatter(*g) for key, g in groups(gemm_rows(rows, ref, file, kind)).items()}
+def _by_dtype(rows, ref, file, kind: str, time_key: str | None = None) -> dict[str, Scatter]:
+    measured = gemm_rows(rows, ref, file, kind, time_key)
+    return {key[0]: scatter(*g) for key, g in groups(measured).items()}
+
+
+def _grouped_mm(rows, ref, file) -> dict[str, Scatter]:
+    """Rates of a grouped file's one-kernel column (GROUPED_MM_TIME) where every row has it; {} otherwise."""
+    if not rows or not all(r.get(GROUPED_MM_TIME) for r in rows):
+        return {}
+    return _by_dtype(rows, ref, file, "grouped_gemm", GROUPED_MM_TIME)
 
 
 def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
@@ -347,7 +364,18 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         kernels |= _kernels(rows["fp8_kernels"], ref, files["fp8_kernels"], "fp8_")
     provenance = {k: v for k, v in meta.items() if k != "files"}
     return KernelTable(
-        ref, str(folder), provenance, gemm, grouped, attention, memory, cached, kernels, files, rows
+        ref,
+        str(folder),
+        provenance,
+        gemm,
+        grouped,
+        attention,
+        memory,
+        cached,
+        kernels,
+        files,
+        rows,
+        _grouped_mm(rows.get("grouped_gemm", []), ref, files.get("grouped_gemm")),
     )
 
 
@@ -400,45 +428,14 @@ def grouped_gemm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: i
     return None if t is None else b * t
 
 
-def attention_rate(
-    table: KernelTable, kernel: str, seq: float, head_dim: float, causal: bool, direction: str
-) -> float | None:
-    """FLOP/s (of FLOPs × causal share) of ``kernel`` at this shape, or None if not measured."""
-    curves = table.attention.get(kernel)
-    keys = [key for key in (curves or {}) if key[2] == direction]
-    if not keys:
-        return None
-    d_tab, c_tab, _ = min(
-        keys, key=lambda key: (key[1] != causal, abs(math.log2(key[0] / head_dim)))
-    )
-    rate = curves[(d_tab, c_tab, direction)].rate((seq,))
-    scale = attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(
-        kernel, seq, d_tab, c_tab
-    )
-    return rate * scale
-
-
 @lru_cache(maxsize=65536)
-def attention_time_s(
-    ref: str,
-    l2: float | None,
-    kernel: str,
-    work: float,
-    call: tuple[int, int, int, bool],
-    direction: str,
-    dtype: str,
-):
-    """Measured time of fused attention doing ``work`` (FLOPs × causal share) on ``call``
-    (q tokens, kv tokens, head dim, causal), or None where the kernel or dtype is not measured
-    (fp8 and FP4 recipes run attention in bf16: specs.system.activation_dtype, as in cost.compute)."""
-    if _dtype(activation_dtype(dtype)) != "bf16":
+def grouped_mm_time_s(ref: str, l2: float | None, b: int, m: int, n: int, k: int, dtype: str):
+    """Measured time of one torch._grouped_mm over b experts of m×n×k (the grouped file's GROUPED_MM_TIME
+    column, interpolated as the per-expert loop), or None where the table has no such column in this dtype."""
+    rates = load_table(ref, l2).grouped_mm.get(_dtype(dtype))
+    if rates is None:
         return None
-    table = load_table(ref, l2)
-    q, kv, head_dim, causal = call
-    rate = attention_rate(table, kernel, min(q, kv), head_dim, causal, direction)
-    if rate is None:
-        return None
-    return work / rate
+    return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
 
 
 @lru_cache(maxsize=65536)
@@ -474,9 +471,14 @@ def top_rows_scatter(ref: str, l2: float | None, op: str) -> Scatter | None:
     return scatter([(m.point[1],) for m in top], [m.work for m in top], [m.time_s for m in top])
 
 
+# lookups of other modules built on load_table (cost.table_attention), cleared with this module's
+CACHES_ELSEWHERE: list = []
+
+
 def clear_caches() -> None:
-    """Forget read tables and cached lookups (a table folder was rewritten): every lru_cache here."""
-    for f in list(globals().values()):
+    """Forget read tables and cached lookups (a table folder was rewritten): every lru_cache here and in
+    CACHES_ELSEWHERE."""
+    for f in [*globals().values(), *CACHES_ELSEWHERE]:
         if hasattr(f, "cache_clear"):
             f.cache_clear()
 

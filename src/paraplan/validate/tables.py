@@ -4,7 +4,8 @@ For each file of the table: the relative error of each row priced by the system 
 functions (cost.compute: what a step estimate uses; GEMMs less the step-level ramp and without
 the in-step share, ``efficiency.table_in_step_share``: both are costs of the step outside the kernel), and the table's leave-one-out interpolation
 error (each row priced from the other rows by the same rule: the error on a shape the table has
-not measured). Memory copies whose bytes fit in L2 are reported apart (left out of the rate by the
+not measured). Attention rows are their kernel times: a bwd row timed on leaf inputs less their gradients'
+accumulation (cost.table_attention.row_kernel_s). Memory copies whose bytes fit in L2 are reported apart (left out of the rate by the
 rule in cost.kernel_tables). Named kernels (``kernels``: eager PyTorch norms, activations, adds, casts,
 loss, optimizer; ``fp8_kernels``: fp8 quantisation) are priced by the table's interpolant at each row's
 shape (cost.kernel_tables.kernel_time_s, what cost.eager_kernels reads) and left out one at a time per op.
@@ -13,7 +14,7 @@ shape (cost.kernel_tables.kernel_time_s, what cost.eager_kernels reads) and left
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from paraplan.cost.compute import (
     grouped_gemm_time_s,
     memory_time_s,
 )
+from paraplan.cost.leaf_grads import hbm_rate
+from paraplan.cost.table_attention import row_kernel_s
 from paraplan.specs.fields import with_fields
 from paraplan.specs.system import AcceleratorSpec, SystemSpec
 
@@ -80,26 +83,24 @@ def _attention(
 ) -> list[TableResidual]:
     kernel = kind.split("_", 1)[1]
     file = table.files[kind]
-    measured = kt.attention_rows(table.rows[kind], table.name, file)
     label = f"fused attention ({kernel})"
-    loo = _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0))
-    if acc is None:
-        return [loo]
+    rows = kt.attention_rows(table.rows[kind], table.name, file)
+    if acc is None:  # a table measured on no catalog accelerator: its rows as timed, left out only
+        return [_res(file, f"{label}, table leave-one-out", *_loo(rows, 0.0))]
     acc_k = with_fields(acc, {"efficiency.attention_kernel": kernel})
+    # the rows' kernel times: a bwd row timed on leaf q, k, v less their gradients' accumulation
+    # (cost.table_attention.row_kernel_s, cost.leaf_grads), what a step's attention is priced from
+    times = row_kernel_s(table, kind, hbm_rate(acc))
+    measured = [replace(r, time_s=t) for r, t in zip(rows, times)]
     pred = []
     for r in measured:
         (s,), (d, causal, direction) = r.point, r.group
         call = (int(s), int(s), d, causal)
         pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction))
     return [
-        _res(file, f"{label}, attached table", pred, [r.time_s for r in measured]),
-        loo,
-        _res(
-            file,
-            f"{label}, catalog analytical form",
-            _analytical(acc_k, measured),
-            [r.time_s for r in measured],
-        ),
+        _res(file, f"{label}, attached table", pred, times),
+        _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0)),
+        _res(file, f"{label}, catalog analytical form", _analytical(acc_k, measured), times),
     ]
 
 
@@ -283,7 +284,6 @@ def with_tables(system: SystemSpec) -> SystemSpec | None:
 def attached_step_errors(cases) -> dict[str, tuple[list[float], list[float]]]:
     """Per case file, the step-time errors (%) of the cases whose system has a shipped table:
     (catalog system as shipped, the same system with the table attached)."""
-    from dataclasses import replace
 
     from paraplan.validate.case_files import Case
     from paraplan.validate.run import run_case
