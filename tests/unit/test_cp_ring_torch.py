@@ -104,11 +104,18 @@ def test_block_terms_expose_a_waited_ring_whole():
     base.update(cp_sync_forward=0.01, cp_sync_backward=0.03, cp_forward_price=0.05)
     waited = block_terms(compute, BlockComm(**{**base, "cp_waited": 1.0}), 0, False)
     assert float(waited.cp_forward) == pytest.approx(0.31)
-    assert float(waited.cp_backward) == pytest.approx(0.93)
-    # full recomputation re-runs the forward ring, waited again, in the backward pass: 0.93 + 0.31
+    # backward: the all-gather, 0.9/3 = 0.3, and the dK/dV sends at all 4 steps, 2/3 x 0.9 / 3 = 0.2 each:
+    # 0.3 + 0.8 + 0.03 sync = 1.13
+    assert float(waited.cp_backward) == pytest.approx(1.13)
+    # full recomputation re-runs the forward ring, waited again, in the backward pass: 1.13 + 0.31
     assert float(
         block_terms(compute, BlockComm(**{**base, "cp_waited": 1.0}), 2, False).cp_backward
-    ) == (pytest.approx(1.24))
+    ) == (pytest.approx(1.44))
+    # a waited ring that is not torch's (no all-gather, c − 1 sends as priced): 0.9 + 0.03
+    te_waited = {**base, "cp_waited": 1.0, "cp_gathered": 0.0}
+    assert float(block_terms(compute, BlockComm(**te_waited), 0, False).cp_backward) == (
+        pytest.approx(0.93)
+    )
     # the gathered ring of the eager profile exposes less: 0.2 + 0.01 forward (priced, 0.05 on 0.3)
     gathered = block_terms(compute, BlockComm(**base), 0, False)
     assert float(gathered.cp_forward) == pytest.approx(0.21 + 0.05 / 0.3 * (0.3 - 0.21))

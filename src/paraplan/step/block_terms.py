@@ -136,12 +136,9 @@ def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
     the K/V all-gather again (one unit) and the float32 dK/dV sends (u − 1 units over c − 1 chunk transfers, so
     one send of the c is (u − 1)/u·cp_backward/(c − 1)), cost.overlap.gathered_ring_exposed_s; plus the per-step
     synchronisation."""
-    steps = maximum(comm.cp_steps, 1.0)
     cp = comm.cp_steps + 1.0
     forward = gathered_ring_exposed_s(comm.cp_forward, 0.0, c.attention_forward, cp)
-    units = float(TORCH_RING_BACKWARD_UNITS)
-    gather = comm.cp_backward / units
-    sends = (units - 1.0) / units * comm.cp_backward / steps * cp
+    gather, sends = torch_ring_backward_parts(comm)
     backward = gathered_ring_exposed_s(gather, sends, c.attention_backward, cp)
     return (
         priced_exposure_s(comm.cp_forward, forward + comm.cp_sync_forward, comm.cp_forward_price),
@@ -149,6 +146,21 @@ def gathered_cp_exposure_s(comm, c) -> tuple[Num, Num]:
             comm.cp_backward, backward + comm.cp_sync_backward, comm.cp_backward_price
         ),
     )
+
+
+def torch_ring_backward_parts(comm) -> tuple[Num, Num]:
+    """(gather, sends) seconds of torch's ring backward (graph.cp_ring_torch) from ``comm.cp_backward``, which
+    graph.cp_ring.cp_kv_ring prices as u = TORCH_RING_BACKWARD_UNITS (3) K/V-chunk units over the c − 1 ring
+    steps: the K/V all-gathered again, one unit, gather = cp_backward/u; the float32 dK/dV sums, two units a
+    send, sent at every one of the c steps (``_templated_ring_attention_backward`` calls
+    ``dkv_rotater.exchange_buffers`` at each i in range(size) and waits for the last with the
+    ``dkv_rotater.next_buffer()`` after the loop: torch/distributed/tensor/experimental/_attention.py, read at
+    0123248a, the same loop in the torch 2.6 line), so sends = (u − 1)/u·cp_backward·c/(c − 1)."""
+    steps = maximum(comm.cp_steps, 1.0)
+    units = float(TORCH_RING_BACKWARD_UNITS)
+    gather = comm.cp_backward / units
+    sends = (units - 1.0) / units * comm.cp_backward / steps * (comm.cp_steps + 1.0)
+    return gather, sends
 
 
 def waited_cp_exposure_s(comm) -> tuple[Num, Num]:
@@ -163,8 +175,12 @@ def waited_cp_exposure_s(comm) -> tuple[Num, Num]:
     (torch/distributed/_functional_collectives.py, module docstring "wait_tensor() op is immediately called";
     read at 000f488b, the same ``if _are_we_tracing(): return wait_tensor(self)`` in the later versions), and
     Inductor moves no wait unless torch._inductor.config.reorder_for_compute_comm_overlap is set (default
-    False), so the compute stream waits for each transfer before the next attention step."""
-    return comm.cp_forward + comm.cp_sync_forward, comm.cp_backward + comm.cp_sync_backward
+    False), so the compute stream waits for each transfer before the next attention step. On torch's ring
+    (``comm.cp_gathered``) the backward is its all-gather and all c dK/dV sends (torch_ring_backward_parts):
+    backward = gather + sends + ``cp_sync_backward``."""
+    gather, sends = torch_ring_backward_parts(comm)
+    backward = where(comm.cp_gathered > 0, gather + sends, comm.cp_backward)
+    return comm.cp_forward + comm.cp_sync_forward, backward + comm.cp_sync_backward
 
 
 def tp_layout_copies_s(comm, overlap_tp_comm: Num, recompute_code: Num) -> tuple[Num, Num]:
