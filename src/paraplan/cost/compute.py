@@ -24,7 +24,8 @@ from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.cost.leaf_grads import hbm_rate
 from paraplan.graph.ops import Op
-from paraplan.specs.system import AcceleratorSpec, gemm_cap_key
+from paraplan.graph.transformer import ACTIVATION_BYTES
+from paraplan.specs.system import QUANTISED_INPUT_BYTES, AcceleratorSpec, gemm_cap_key
 from paraplan.units import parse_quantity
 
 # Candidate thread-block tiles (rows, cols, relative per-SM throughput). cuBLAS picks among tile
@@ -161,13 +162,33 @@ def gemm_time_s(
     b, m, n, k = b if b > 1 else 1, m if m > 1 else 1, n if n > 1 else 1, k if k > 1 else 1
     skip = leading_dims_aligned or acc.efficiency.aligned_gemms_only
     aligned = 1.0 if skip else gemm_alignment_share(m, n, k, dtype)
+    floor_s = gemm_traffic_floor_s((b, m, n, k), acc, dtype)
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:  # measured kernel (cost.kernel_tables), + step ramp
             kernel_s = table_kernel_s(measured, flops, (b, m, n, k), acc, dtype)
-            return kernel_s / aligned + acc.efficiency.gemm_ramp_s
+            return max(kernel_s / aligned, floor_s) + acc.efficiency.gemm_ramp_s
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
-    return flops / rate + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
+    compute_s = max(flops / rate, floor_s)
+    return compute_s + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
+
+
+def gemm_traffic_floor_s(
+    shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """The least time a GEMM of shape (b, m, n, k) takes to move its operands once through HBM:
+    [(b·m·k + b·k·n)·e_in + b·m·n·e_out] / HBM bandwidth, the memory side of the
+    roofline (Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009): e_in the stored bytes of
+    an input element (a quantised recipe's, specs.system.QUANTISED_INPUT_BYTES, else the activation
+    dtype's), e_out the activation dtype's (a low-precision GEMM writes bf16), at the datasheet bandwidth
+    (no efficiency share: a bound no kernel beats, not an estimate of a copy). Binding only where a
+    GEMM's output is large against its depth k, e.g. the batched score GEMM Q·Kᵀ of unfused attention
+    (b·heads × s × s × head_dim), whose rate no table row of a weight GEMM states."""
+    b, m, n, k = shape
+    out_bytes = ACTIVATION_BYTES[dtype]
+    in_bytes = QUANTISED_INPUT_BYTES.get(dtype, out_bytes)
+    moved = (b * m * k + b * k * n) * in_bytes + b * m * n * out_bytes
+    return moved / acc.hbm_bandwidth
 
 
 def gemm_kernel_time_s(
