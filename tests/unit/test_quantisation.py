@@ -221,7 +221,18 @@ def test_fp4_weight_copies_by_hand():
     )
 
 
-@pytest.mark.parametrize("system_name", ["gb200-nvl72", "gb300-nvl72", "dgx-b200"])
+def fp4_systems() -> list[str]:
+    """The catalog systems with an NVFP4 peak."""
+    from paraplan.catalog import system_names
+
+    return [n for n in system_names() if "nvfp4" in load_system(n).accelerator.matrix_flops]
+
+
+def test_fp4_systems_are_the_blackwell_parts():
+    assert set(fp4_systems()) >= {"dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}
+
+
+@pytest.mark.parametrize("system_name", fp4_systems())
 def test_fp4_layer_never_slower_than_fp8_beyond_its_extra_passes(system_name):
     """What holds at the kernel level: an NVFP4 layer's compute is at most the same layer's in fp8 (MXFP8's
     single pass, the Blackwell fp8 recipe) plus the NVFP4 quantisation's extra time over MXFP8's. Every GEMM runs
