@@ -473,6 +473,7 @@ def test_validate_json_format(capsys):
         "dsexamples-hf-v100",
         "mbridge-moe-gb",
         "bigscience-tr11-prequel",
+        "mbridge-nvfp4",
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)

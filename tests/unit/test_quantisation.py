@@ -160,3 +160,102 @@ def test_weights_are_quantised_once_per_step():
     assert delayed > bf16
     more = PlanSpec(gpus=8, tp=2, global_batch=128, seq_length=4096, dtype="fp8", zero=1)
     assert estimate(model, with_recipe(system, "delayed"), more).breakdown.optimizer_s == delayed
+
+
+def with_runtime(system: SystemSpec, **runtime) -> SystemSpec:
+    data = system.model_dump()
+    data["accelerator"]["efficiency"]["runtime"].update(runtime)
+    return SystemSpec.model_validate(data)
+
+
+def test_nvfp4_rht_passes_by_hand():
+    q = 0.5 + 1 / 16  # E2M1 + one E4M3 scale per 16 elements
+    # RHT (TE v2.12 NVFP4Quantizer::quantize_impl): amax read 2, rowwise cast 2 + q, fused RHT columnwise cast 2 + q
+    assert qz.rht_cast_passes("nvfp4") == pytest.approx((2 + q, 2 + q))
+    assert qz.operand_bytes("nvfp4", "nvfp4", rht=True) == pytest.approx(2 + 2 * (2 + q))
+    # without it one cast writes both orientations: one read of the operand less
+    assert qz.operand_bytes("nvfp4", "nvfp4", rht=True) - qz.operand_bytes(
+        "nvfp4", "nvfp4"
+    ) == pytest.approx(2.0)
+    # weights take no transform (2D 16x16 scales instead): amax + one cast, once per step
+    assert qz.weight_quantisation_bytes("nvfp4", "nvfp4", False) == pytest.approx(2 + 2 + 2 * q)
+    # MXFP4: MXFP8's single pass, its E8M0 scales counted once (q = 0.5 + 1/32 holds them)
+    assert qz.operand_bytes("mxfp8", "mxfp4") == pytest.approx(2 + 2 * (0.5 + 1 / 32))
+    assert qz.oriented_bytes("mxfp8", "fp8") == pytest.approx(1 + 1 / 32)
+
+
+def test_nvfp4_rht_pass_time_on_the_hbm_roofline():
+    system = load_system("gb300-nvl72")
+    acc = with_runtime(system, fp8_recipe="nvfp4", nvfp4_rht=True).accelerator
+    plain = with_runtime(system, fp8_recipe="nvfp4", nvfp4_rht=False).accelerator
+    rate = acc.hbm_bandwidth * acc.efficiency.hbm
+    over = acc.efficiency.kernel_overhead_s
+    elems, rows, width = 8192.0 * 8192, 8192.0, 8192.0
+    q = 0.5 + 1 / 16
+    t = qz.operand_quantisation_s(acc, elems, rows, width, "nvfp4")
+    # three kernels: amax 2 B, rowwise cast 2 + q, RHT columnwise cast 2 + q, each with the kernel overhead
+    assert t == pytest.approx((2 + 2 * (2 + q)) * elems / rate + 3 * over)
+    p = qz.operand_quantisation_s(plain, elems, rows, width, "nvfp4")
+    assert p == pytest.approx((2 + 2 + 2 * q) * elems / rate + 2 * over)
+
+
+def test_nvfp4_profile_states_the_recipe_as_run():
+    """megatron-bridge-26.02-nvfp4: Megatron-Bridge v0.3.0 bf16_with_nvfp4_mixed under TE 2.12 defaults."""
+    f = load_framework("megatron-bridge-26.02-nvfp4")
+    assert (f.fp8_recipe, f.nvfp4_rht, f.fp8_param_gather, f.fp8_weight_copies) == (
+        "nvfp4", True, False, True,
+    )  # fmt: skip
+    assert (f.overlap_tp_comm, f.cuda_graph_scope, f.grad_dtype) == (False, "none", "bf16")
+    runtime = framework_system(f, load_system("gb300-nvl72")).accelerator.efficiency.runtime
+    assert runtime.nvfp4_rht and runtime.fp8_recipe == "nvfp4"
+
+
+def test_fp4_weight_copies_by_hand():
+    from paraplan.cost.memory import fp8_weight_copy_bytes_per_param as copies
+
+    # rowwise + columnwise copies at the stored bytes with block scales: NVFP4 2 x 0.5625, MXFP4 2 x 0.53125
+    assert copies("nvfp4", True) == pytest.approx(1.125)
+    assert copies("mxfp4", True) == pytest.approx(1.0625)
+    assert (
+        copies("fp8", True) == 2.0 and copies("nvfp4", False) == 0.0 and copies("bf16", True) == 0.0
+    )
+
+
+def fp4_systems() -> list[str]:
+    """The catalog systems with an NVFP4 peak."""
+    from paraplan.catalog import system_names
+
+    return [n for n in system_names() if "nvfp4" in load_system(n).accelerator.matrix_flops]
+
+
+def test_fp4_systems_are_the_blackwell_parts():
+    assert set(fp4_systems()) >= {"dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}
+
+
+@pytest.mark.parametrize("system_name", fp4_systems())
+def test_fp4_layer_never_slower_than_fp8_beyond_its_extra_passes(system_name):
+    """What holds at the kernel level: an NVFP4 layer's compute is at most the same layer's in fp8 (MXFP8's
+    single pass, the Blackwell fp8 recipe) plus the NVFP4 quantisation's extra time over MXFP8's. Every GEMM runs
+    at the FP4 peak x the same gemm_fp8 cap (FP4 peak >= fp8 peak on every FP4 part), attention and element-wise
+    ops in bf16 in both; only the quantisation passes may make FP4 slower (its amax pass and, with RHT, the second
+    cast read), and they do so only where the GEMM time saved is smaller than those passes."""
+    rng = random.Random(32)
+    model = load_model("llama3-70b")
+    base = load_system(system_name)
+    assert base.accelerator.peak_matrix_flops("nvfp4") >= base.accelerator.peak_matrix_flops("fp8")
+    fp8 = with_runtime(base, fp8_recipe="mxfp8").accelerator
+    fp4 = with_runtime(base, fp8_recipe="nvfp4", nvfp4_rht=True).accelerator
+    for _ in range(8):
+        tp, seq = rng.choice([1, 2, 4, 8]), rng.choice([2048, 4096, 8192])
+        common = (tp, 1, 1, seq, tp > 1, "flash")
+        total, quant = {}, {}
+        for dtype, acc in (("fp8", fp8), ("nvfp4", fp4)):
+            ops = decoder_layer_1d(model, LayerShape(*common, dtype)).ops
+            times = [sum(op_times_s(op, acc, dtype)) for op in ops]
+            total[dtype] = sum(times)
+            quant[dtype] = sum(t for op, t in zip(ops, times) if op.name == "fp8_casts")
+        extra = max(0.0, quant["nvfp4"] - quant["fp8"])
+        assert extra > 0.0  # the amax pass and the RHT cast's read
+        assert total["nvfp4"] <= total["fp8"] + extra + 1e-12
+        # at these shapes the GEMM time saved exceeds the extra passes: FP4 is faster outright
+        assert total["nvfp4"] < total["fp8"]

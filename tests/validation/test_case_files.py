@@ -52,6 +52,7 @@ def test_bundled_files_load():
         "dsexamples-hf-v100.json",
         "mbridge-moe-gb.json",
         "bigscience-tr11-prequel.json",
+        "mbridge-nvfp4.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -60,7 +61,8 @@ def test_bundled_files_load():
     # + DeepSpeedExamples' HF GPT-2 on V100 (3) + Megatron-Bridge MoE rows on GB200 / GB300 (8)
     # + BigScience's tr11 topology benchmarks on Megatron-DeepSpeed (17)
     # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
-    assert len(cases) == 232 and len({(c.file, c.name) for c in cases}) == 232
+    # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
+    assert len(cases) == 236 and len({(c.file, c.name) for c in cases}) == 236
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

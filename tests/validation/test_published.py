@@ -88,6 +88,7 @@ def test_scope_is_explicit_in_the_bundled_files():
             "megatron-core",
             "nemo-24.09",
             *("megatron-bridge-25.09", "megatron-bridge-25.11", "megatron-bridge-25.11-mxfp8"),
+            "megatron-bridge-26.02-nvfp4",  # NVFP4 rows, held out
             "deepspeed",
             "deepspeed-2021",
             *("pytorch-eager", "pytorch-eager-bf16", "pytorch-compile"),  # single-GPU steps
@@ -116,9 +117,10 @@ def test_calibration_and_held_out_reported_apart(report):
     # + Megatron-Bridge MoE rows on GB200 / GB300 (mbridge-moe-gb, 8)
     # + BigScience's tr11 topology benchmarks on Megatron-DeepSpeed (bigscience-tr11-prequel, 17)
     # + MaxText Llama 3.1 70B / 405B on Google Cloud H200 / B200 and Llama 2 7B on one A3 VM (maxtext-gpu, 4)
+    # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (mbridge-nvfp4, 4)
     assert (
         summary["held_out"]["step_time_cases"]
-        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4
+        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4 + 4
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -144,9 +146,10 @@ def test_every_step_time_case_fits(report):
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
     # + mbridge-moe-gb + bigscience-tr11-prequel + MaxText on Google Cloud H200 / B200 and one A3 VM (4)
+    # + mbridge-nvfp4 (4)
     assert (
         len(timed)
-        == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4
+        == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4 + 4
     )
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
@@ -206,7 +209,13 @@ def _file_errors(report: dict, stem: str, count: int) -> list[float]:
 
 FILE_CASES = {
     stem: {c.name for c in load_cases() if c.file == stem}
-    for stem in ("mbridge-gb300", "mbridge-dense-more", "alps-gh200", "gcp-gpu-recipes")
+    for stem in (
+        "mbridge-gb300",
+        "mbridge-dense-more",
+        "alps-gh200",
+        "gcp-gpu-recipes",
+        "mbridge-nvfp4",
+    )
 }
 
 
@@ -234,6 +243,17 @@ def test_megatron_bridge_gb300_held_out(report):
         if c["name"] in FILE_CASES["mbridge-gb300"] and "405b" in c["name"]
     ]
     assert all(c["error_pct"]["step_time_s"] > 0 for c in slow)  # the 405B runs still too slow
+
+
+def test_megatron_bridge_nvfp4_held_out(report):
+    """Megatron-Bridge 26.02 NVFP4 Llama 3 70B / 3.1 405B rows on GB200 / GB300 NVL72 (mbridge-nvfp4), held out: no
+    constant is fitted on an FP4 run; the FP4 GEMMs run at the datasheet FP4 dense peak (GB200 10, GB300 15 PFLOP/s)
+    x the system's gemm_fp8 cap, the recipe's passes as Transformer Engine 2.12 runs them (cost.quantisation).
+    Today all four too fast: 70B -19.2 % (GB300) and -20.9 % (GB200), 405B -11.7 % (GB300) and -7.7 % (GB200), MAPE
+    14.9 %: outside issue 33's bar (docs/model.md, Known limits). Pinned so that a change is seen."""
+    errors = _file_errors(report, "mbridge-nvfp4", 4)
+    assert _mape(errors) <= 15.5 and max(abs(e) for e in errors) <= 21.5
+    assert all(e < 0 for e in errors)
 
 
 def test_gcp_gpu_recipes_held_out(report):

@@ -29,6 +29,7 @@ from paraplan.graph.eager_modules import FP32, composite, gelu_new, loss_impl, r
 from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import QUANTISED_INPUT_BYTES
 
 
 @dataclass(frozen=True)
@@ -146,8 +147,13 @@ def fp8_weight_copy_bytes_per_param(dtype: str, cached_copies: bool) -> float:
     bf16_with_fp8_mixed recipe sets fp8_params=True; Megatron-LM --fp8-param-gather) and 0 for other
     datatypes. MXFP8 on Blackwell keeps rowwise and columnwise data too (its E8M0 scales, 1/32 B
     each, are neglected), as is delayed-scaling state (1024-entry fp32 amax history per tensor,
-    3 tensors per GEMM: 12 KiB per GEMM)."""
-    return 2.0 if dtype == "fp8" and cached_copies else 0.0
+    3 tensors per GEMM: 12 KiB per GEMM). FP4 recipes cache both orientations too, each at the dtype's
+    stored bytes with its block scales (specs.system.QUANTISED_INPUT_BYTES: NVFP4 2 × (0.5 + 1/16) = 1.125 B,
+    TE ``NVFP4Tensor`` rowwise and columnwise data and scales; a run without FP4 primary weights always caches
+    them: Megatron-Bridge v0.3.0 ``bf16_with_nvfp4_mixed`` sets fp8_param_gather False)."""
+    if not cached_copies or dtype not in QUANTISED_INPUT_BYTES:
+        return 0.0
+    return 2.0 * QUANTISED_INPUT_BYTES[dtype]
 
 
 def peak_residents(

@@ -15,7 +15,23 @@ reading the bf16 operand costs 2 B:
 | current | an ``amax`` pass (reads the operand), then the cast-transpose with the fresh scale | 2 + (2 + 2q) |
 | blockwise | one pass computing 1x128 block scales and writing both orientations, fp32 scales | 2 + 2(q + 4/128) |
 | mxfp8 | one pass, 32-element E8M0 scales, rowwise and columnwise copies (no transpose) | 2 + 2(q + 1/32) |
+| mxfp4 | MXFP8's pass at FP4 bytes, q = 0.5 + 1/32 holding its E8M0 scales (OCP MX v1.0) | 2 + 2q |
 | nvfp4 | a per-tensor amax pass (the second-level scale), then the block-scaled cast both ways | 2 + (2 + 2q) |
+| nvfp4 + RHT | the amax pass, a rowwise cast, and a columnwise cast through the Hadamard transform | 2 + 2(2 + q) |
+
+NVFP4 as Transformer Engine v2.12 runs it (``transformer_engine/common/recipe/__init__.py``
+``NVFP4BlockScaling``: 16-element blocks with E4M3 scales under a per-tensor fp32 scale; the TE release
+Megatron-Bridge v0.3.0, the NeMo 26.02 container, pins, 5671fd36): by default a random Hadamard transform (RHT,
+16 x 16) is applied to the columnwise (wgrad) copies of activations and output gradients, weights take 16 x 16
+2D block scales without RHT, and gradients are stochastically rounded. With RHT, ``NVFP4Quantizer::quantize_impl``
+(``transformer_engine/pytorch/csrc/quantizer.cpp``) runs ``nvte_hadamard_transform_amax`` (one read: the rowwise
+amax and the post-RHT columnwise amax), the rowwise ``nvte_quantize_v2`` (read 2, write q) and the fused
+``nvte_hadamard_transform_cast_fusion_columnwise`` (read 2, write q): one more read of the operand than a cast
+writing both orientations (``rht_cast_passes``). The transform is a 16-point product per element on the
+tensor cores (32 FLOP per element, under 6 % of a 2 B read's time at HBM rate on Blackwell), so each pass is
+priced by its bytes; stochastic rounding draws Philox numbers in registers and moves no bytes; the 2D weight
+scales fill the same 1 x 16 scale layout the GEMM reads (no bytes beyond q). ``efficiency.runtime.nvfp4_rht``
+(a framework profile's field) says whether the stack ran the transform.
 
 Both orientations are written because Hopper's fp8 GEMMs take TN operands only (wgrad needs Xᵀ and dYᵀ;
 TE ``transformer_engine/common/transpose/cast_transpose.cu``) and the block-scaled formats scale along the
@@ -43,7 +59,8 @@ AMAX_ROW = "amax"  # fp8_kernels.csv op: one read of the bf16 operand, 2 B per e
 FUSED_NOMINAL_BYTES = 4.0
 CAST = "cast_bf16_fp32"  # kernels.csv: a bf16 → fp32 cast, 6 B per element
 CAST_NOMINAL_BYTES = 6.0
-# scale bytes per element and orientation: fp32 per 1x128 block (Float8BlockScaling), E8M0 per 32 (MXFP8)
+# scale bytes per element and orientation of the fp8 block recipes: fp32 per 1x128 block (Float8BlockScaling),
+# E8M0 per 32 (MXFP8)
 BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
 MXFP8_SCALE_BYTES = 1.0 / 32.0
 
@@ -63,29 +80,56 @@ def run_recipe(recipe: str, dtype: str) -> str:
 def amax_pass_bytes(recipe: str) -> float:
     """Bytes per element of the amax pass a recipe runs before its cast: 2 (one read of the bf16 operand)
     for current scaling (Float8CurrentScaling computes the scale from this step's amax) and NVFP4 (the
-    per-tensor global amax of its two-level scale); 0 where the amax is fused into the cast (delayed: the
-    scale comes from the amax history; blockwise and MXFP8: per-block amax inside the quantise kernel)."""
+    per-tensor global amax of its two-level scale; with RHT the same read gives the post-transform amax too);
+    0 where the amax is fused into the cast (delayed: the scale comes from the amax history; blockwise and
+    MXFP8: per-block amax inside the quantise kernel)."""
     return READ_BYTES if recipe in ("current", "nvfp4") else 0.0
 
 
-def cast_pass_bytes(recipe: str, q: float) -> float:
-    """Bytes per element of the quantising pass: read 2, write both orientations, 2 + 2(q + s) with s the
-    scale bytes per element and orientation (module table; q includes FP4's block scales)."""
-    scale = {"blockwise": BLOCKWISE_SCALE_BYTES, "mxfp8": MXFP8_SCALE_BYTES}.get(recipe, 0.0)
-    return READ_BYTES + 2.0 * (q + scale)
-
-
-def operand_bytes(recipe: str, dtype: str) -> float:
-    """HBM bytes per operand element of the recipe's quantisation: amax pass + cast pass (module table)."""
-    r = run_recipe(recipe, dtype)
+def oriented_bytes(recipe: str, dtype: str) -> float:
+    """Bytes written per element and orientation: q (specs.system.QUANTISED_INPUT_BYTES; FP4 dtypes' q holds
+    their block scales) plus the scale bytes an fp8 block recipe adds (fp32 per 1x128 block, Float8BlockScaling;
+    E8M0 per 32, MXFP8BlockScaling); mxfp4 runs MXFP8's pass with its scales already in q."""
     q = QUANTISED_INPUT_BYTES.get(dtype, 1.0)
-    return amax_pass_bytes(r) + cast_pass_bytes(r, q)
+    if dtype != "fp8":
+        return q
+    return q + {"blockwise": BLOCKWISE_SCALE_BYTES, "mxfp8": MXFP8_SCALE_BYTES}.get(recipe, 0.0)
+
+
+def cast_pass_bytes(recipe: str, dtype: str) -> float:
+    """Bytes per element of one quantising pass writing both orientations: read 2, write 2(q + s)
+    (``oriented_bytes``; module table)."""
+    return READ_BYTES + 2.0 * oriented_bytes(recipe, dtype)
+
+
+def rht_cast_passes(dtype: str) -> tuple[float, float]:
+    """Bytes per element of NVFP4's two casts under the random Hadamard transform (module docstring): the
+    rowwise cast, read 2 + write q, and the fused RHT + columnwise cast, read 2 + write q (TE v2.12
+    quantizer.cpp ``NVFP4Quantizer::quantize_impl``: each reads the bf16 operand)."""
+    one = READ_BYTES + oriented_bytes("nvfp4", dtype)
+    return one, one
+
+
+def cast_passes(recipe: str, dtype: str, rht: bool) -> tuple[float, ...]:
+    """Bytes per element of each quantising pass after the amax pass: NVFP4 with RHT its two casts
+    (``rht_cast_passes``), every other recipe one pass writing both orientations (``cast_pass_bytes``)."""
+    if recipe == "nvfp4" and rht:
+        return rht_cast_passes(dtype)
+    return (cast_pass_bytes(recipe, dtype),)
+
+
+def operand_bytes(recipe: str, dtype: str, rht: bool = False) -> float:
+    """HBM bytes per operand element of the recipe's quantisation: amax pass + cast passes (module table);
+    ``rht``: the stack runs NVFP4's Hadamard transform on this operand (activations and output gradients)."""
+    r = run_recipe(recipe, dtype)
+    return amax_pass_bytes(r) + sum(cast_passes(r, dtype, rht))
 
 
 def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> float:
     """HBM bytes per transformer-layer weight element and step of its quantisation (0 outside the
     low-precision dtypes): with bf16 weights, the recipe's operand passes once per step (``operand_bytes``,
-    the cached weight of ``is_first_microbatch``); with fp8 primary weights (NeMo ``fp8_params``,
+    the cached weight of ``is_first_microbatch``; NVFP4 weights take no Hadamard transform, TE
+    ``NVFP4BlockScaling.fp4_quant_fwd_weight``); with fp8 primary weights (NeMo ``fp8_params``,
     Megatron-Core ``fp8_param_gather``) the optimizer writes the fp8 weight itself and what remains per local
     element is the transpose of the gathered weight for the dgrad GEMM, read q + write q (TE Float8Tensor's
     transpose cache, rebuilt once per step after the parameter all-gather)."""
@@ -138,11 +182,13 @@ def operand_quantisation_s(
     acc: AcceleratorSpec, elements: float, rows: float, width: float, dtype: str
 ) -> float:
     """Seconds to quantise ``elements`` GEMM-operand elements (``rows`` tokens × ``width``) under the
-    system's recipe (``efficiency.runtime.fp8_recipe``): its amax pass, if any, plus its cast pass."""
-    recipe = run_recipe(acc.efficiency.runtime.fp8_recipe, dtype)
-    q = QUANTISED_INPUT_BYTES.get(dtype, 1.0)
+    system's recipe (``efficiency.runtime.fp8_recipe``; NVFP4's Hadamard transform as
+    ``efficiency.runtime.nvfp4_rht`` says): its amax pass, if any, plus its cast passes."""
+    runtime = acc.efficiency.runtime
+    recipe = run_recipe(runtime.fp8_recipe, dtype)
     amax = pass_time_s(acc, elements, rows, width, amax_pass_bytes(recipe), True)
-    return amax + pass_time_s(acc, elements, rows, width, cast_pass_bytes(recipe, q), False)
+    passes = cast_passes(recipe, dtype, runtime.nvfp4_rht)
+    return amax + sum(pass_time_s(acc, elements, rows, width, b, False) for b in passes)
 
 
 def quantisation_times_s(op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:

@@ -70,7 +70,8 @@ class RuntimeFields(InputModel):
     )
     fp8_weight_copies: bool = Field(
         False,
-        description="fp8: Transformer Engine caches fp8 weight copies beside bf16 weights (no fp8 primary weights)",
+        description="fp8 / FP4: Transformer Engine caches quantised weight copies beside bf16 weights (no fp8 "
+        "primary weights; cost.memory.fp8_weight_copy_bytes_per_param)",
     )
     zero3_max_live_params: float | None = Field(
         None,

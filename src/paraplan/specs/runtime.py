@@ -60,6 +60,13 @@ class StackRuntimeFields(InputModel):
         "SHARD_GRAD_OP without no_sync); False: once per step, after the last micro-batch (Megatron-Core's "
         "distributed optimizer). step.tail.zero2_reduces",
     )
+    nvfp4_rht: bool = Field(
+        True,
+        description="nvfp4 runs apply the random Hadamard transform to the columnwise (wgrad) copies of "
+        "activations and output gradients, a cast pass of its own (cost.quantisation.rht_cast_passes): "
+        "Transformer Engine NVFP4BlockScaling's default (disable_rht False, NVTE_NVFP4_DISABLE_RHT unset: "
+        "transformer_engine/common/recipe/__init__.py at v2.12); False: one cast writes both orientations",
+    )
     cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
         "transformer-engine",
         description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "

@@ -22,7 +22,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.system import SystemSpec
+from paraplan.specs.system import LOW_PRECISION, SystemSpec
 
 SEQ_BUCKETS = (2048, 8192, 32768)  # sequence-length ranges: <=2k, <=8k, <=32k, longer
 GPU_BUCKETS = (64, 512, 2048)  # scale ranges: <=64, <=512, <=2048, larger
@@ -111,7 +111,8 @@ def case_population(model: ModelSpec, framework: str | FrameworkSpec | None) -> 
 
 
 # traits a band is conditioned on, least telling first: validate.band drops them in this order when
-# too few cases share all of a plan's traits
+# too few cases share all of a plan's traits ("fp8": GEMM inputs quantised by a Transformer Engine recipe,
+# fp8 or FP4, specs.system.LOW_PRECISION)
 TRAITS = ("single gpu", "small model", "pipeline", "fp8", "moe")
 SMALL_MODEL_ACTIVE_PARAMS = 15e9  # below ~15B active parameters per token GEMMs are small and
 # per-kernel host and launch costs weigh (the 8B cases' errors differ from the 70B ones, docs/validation.md)
@@ -138,7 +139,7 @@ def band_keys(
         "single gpu": plan.gpus == 1,
         "small model": parameter_counts(model).active < SMALL_MODEL_ACTIVE_PARAMS,
         "pipeline": plan.pp > 1,
-        "fp8": plan.dtype == "fp8",
+        "fp8": plan.dtype in LOW_PRECISION,  # quantised GEMM inputs: fp8 and the FP4 recipes
         "moe": model_kind(model) == "moe",
     }
     return BandKeys(
