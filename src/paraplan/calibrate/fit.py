@@ -28,7 +28,12 @@ import numpy as np
 
 from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
 from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
-from paraplan.cost.compute import attention_time_s, gemm_time_s, memory_time_s
+from paraplan.cost.compute import (
+    attention_time_s,
+    gemm_time_s,
+    gemm_traffic_floor_s,
+    memory_time_s,
+)
 from paraplan.cost import kernel_tables
 from paraplan.cost.kernel_tables import l2_resident
 from paraplan.specs.errors import InputError
@@ -290,6 +295,8 @@ def fit_gemm(
             f"{EFF}.gemm_fp8": 1.0,
             f"{EFF}.gemm_ramp_s": 0.0,
             f"{EFF}.kernel_overhead_s": 0.0,
+            # the compute term alone: the traffic floor (gemm_traffic_floor_s) is no linear column
+            "accelerator.hbm_bandwidth": 9e15,
         },
     ).accelerator
     rows, meas = [], []
@@ -317,6 +324,10 @@ def fit_gemm(
             part.values.get(f"{EFF}.gemm_fp8", system.accelerator.efficiency.gemm_fp8 or 1.0),
         ]
     )
-    pred = a[:, 0] / caps[0] + a[:, 1] / caps[1] + part.values[f"{EFF}.gemm_ramp_s"] + overhead_s
+    floors = [
+        gemm_traffic_floor_s((s.batch, s.m, s.n, s.k), system.accelerator, s.dtype) for s in samples
+    ]
+    compute = np.maximum(a[:, 0] / caps[0] + a[:, 1] / caps[1], np.array(floors))
+    pred = compute + part.values[f"{EFF}.gemm_ramp_s"] + overhead_s
     part.residuals.append(_residual(source, "GEMMs, analytical fallback form", pred, m))
     return part
