@@ -52,7 +52,9 @@ def test_more_skew_never_faster_and_more_ranks_never_lighter():
                 ]
                 assert loads == sorted(loads)
             for c in (0.0, 0.1, 1.0):
-                by_ep = [routed_load_factor(tokens, 8, ep, "learned", None, experts, c) for ep in eps]
+                by_ep = [
+                    routed_load_factor(tokens, 8, ep, "learned", None, experts, c) for ep in eps
+                ]
                 assert by_ep == sorted(by_ep)  # the search's least_memory_expert reads this
 
 
@@ -80,8 +82,12 @@ def test_rank_aggregation_against_trtllm_table():
 
 
 def test_defaults_by_balancing():
-    assert published_expert_cv("aux_free", 0.001) == pytest.approx(0.04 / math.sqrt(2 * math.log(64)))
-    assert published_expert_cv("aux_loss", 0.001) == pytest.approx(0.52 / math.sqrt(2 * math.log(64)))
+    assert published_expert_cv("aux_free", 0.001) == pytest.approx(
+        0.04 / math.sqrt(2 * math.log(64))
+    )
+    assert published_expert_cv("aux_loss", 0.001) == pytest.approx(
+        0.52 / math.sqrt(2 * math.log(64))
+    )
     assert published_expert_cv("aux_loss", 0.01) == 0.0  # nothing published at Megatron's 1e-2
     assert published_expert_cv("global_aux_loss", None) == 0.0
     assert published_expert_cv(None, None) == 0.0
