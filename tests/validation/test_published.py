@@ -301,7 +301,10 @@ ADDED_KEYS = (
     "group",
 )  # what the bundled copies add to a published case (documented per file; framework_overrides: docs/model.md)
 # model fields the bundled copies add where the case's own notes state the feature (as the recipe ran)
-ADDED_MODEL_KEYS = {"qk_norm": "qk-layernorm"}
+ADDED_MODEL_KEYS = {
+    "qk_norm": "qk-layernorm",
+    "router_balancing": "--moe-router-load-balancing-type aux_loss",  # the router as the recipe trained it
+}
 
 
 @pytest.mark.parametrize("stem", ["korthikanti2022", "nemo-llama31-h100", "moe-visible"])

@@ -237,6 +237,12 @@ def estimate(
         float, "--capacity-factor", help="expert capacity factor (default dropless)"
     ) = None,
     moe_balance: given(str, "--moe-balance", help="learned | forced") = "learned",
+    expert_load_cv: optional(
+        float,
+        "--expert-load-cv",
+        help="learned routing: spread (coefficient of variation) of the experts' routing probabilities "
+        "(default: the published figure of the model's router_balancing, else 0)",
+    ) = None,
     moe_a2a_overlap: switch(
         "--moe-a2a-overlap", help="overlap dispatch/combine with compute"
     ) = False,

@@ -19,7 +19,7 @@ PLAN_FIELDS = (
     " cp_algorithm schedule attention offload_weights offload_activations offload_activation_layers"
     " offload_optimizer overlap_tp_comm overlap_dp_grad_reduce overlap_param_gather placement"
     " stage_layers layers_first_stage layers_last_stage embedding_as_layer loss_as_layer ep etp"
-    " moe_dispatcher capacity_factor moe_balance moe_a2a_overlap recompute_modules tp_layout"
+    " moe_dispatcher capacity_factor moe_balance expert_load_cv moe_a2a_overlap recompute_modules tp_layout"
     " tp_rows summa_panels"
 ).split()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from paraplan.graph.routing import routed_load_factor
+from paraplan.graph.routing import routed_load_factor, router_expert_cv
 from paraplan.graph.ops import Collective, ExpertShape, Op
 from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.graph.transformer import LayerShape, _gemm, _memory, mlp_intermediate_bytes
@@ -29,9 +29,16 @@ def moe_tokens(shape: LayerShape) -> float:
 
 
 def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
-    """R: expert rows the busiest rank computes, T·k·etp·load (graph.routing.routed_load_factor)."""
+    """R: expert rows the busiest rank computes, T·k·etp·load (graph.routing.routed_load_factor, with the
+    router's expert spread graph.routing.router_expert_cv)."""
     load = routed_load_factor(
-        moe_tokens(shape), model.top_k, expert.ep, expert.balance, expert.capacity_factor
+        moe_tokens(shape),
+        model.top_k,
+        expert.ep,
+        expert.balance,
+        expert.capacity_factor,
+        model.experts,
+        router_expert_cv(model, expert),
     )
     return moe_tokens(shape) * model.top_k * expert.etp * load
 

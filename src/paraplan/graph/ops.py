@@ -131,6 +131,9 @@ class ExpertShape(NamedTuple):
     capacity_factor: float | None = None
     balance: str = "learned"  # "forced" | "learned"
     a2a_overlap: bool = False  # dispatch/combine hidden behind another micro-batch's compute
+    load_cv: float | None = (
+        None  # spread of the experts' routing probabilities; None: the model's published one
+    )
 
 
 # The ops each Megatron-LM --recompute-modules name re-runs (selective recomputation by module), by op name

@@ -9,6 +9,8 @@ from pydantic import Field, PrivateAttr, model_validator
 from paraplan.specs.choices import Activation
 from paraplan.specs.strict import InputModel
 
+RouterBalancing = Literal["aux_loss", "seq_aux_loss", "global_aux_loss", "aux_free", "none"]
+
 
 class LayerWidth(InputModel):
     """``count`` consecutive transformer layers whose widths differ from the model's (unset = the model's)."""
@@ -91,6 +93,17 @@ class ModelSpec(InputModel):
     )
     moe_layer_interval: int = Field(
         1, gt=0, description="after the dense layers, every n-th layer is MoE (1 = all)"
+    )
+    router_balancing: RouterBalancing | None = Field(
+        None,
+        description="how the router was trained to balance its experts: aux_loss (Switch/GShard auxiliary loss), "
+        "seq_aux_loss, global_aux_loss (over the global batch), aux_free (DeepSeek's bias-controlled routing), "
+        "none; sets the default expert-load spread (graph.routing.published_expert_cv)",
+    )
+    router_balance_coeff: float | None = Field(
+        None,
+        ge=0,
+        description="the balancing's coefficient: auxiliary-loss weight, or the bias update speed of aux_free",
     )
     attention_type: Literal["gqa", "mla"] = Field(
         "gqa", description="gqa (MHA/GQA/MQA) or mla (DeepSeek-V2 latent attention)"

@@ -68,6 +68,13 @@ class MoEPlanFields(InputModel):
         "learned",
         description="forced: tokens spread evenly over experts (benchmarks); learned: routing decides",
     )
+    expert_load_cv: float | None = Field(
+        None,
+        ge=0,
+        description="learned routing: coefficient of variation of the experts' routing probabilities (the busiest "
+        "rank's load, graph.routing.expected_max_load_factor); null: the published figure of the model's "
+        "router_balancing (catalog/routing/expert_loads.yaml), 0 where none is published",
+    )
     moe_a2a_overlap: bool = Field(
         False,
         description="dispatch/combine overlapped with another micro-batch's compute (DeepEP / 1F1B A2A overlap)",

@@ -71,6 +71,7 @@ def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
             plan.capacity_factor,
             plan.moe_balance,
             plan.moe_a2a_overlap,
+            plan.expert_load_cv,
         ),
         recompute_modules=recompute_modules(plan),
         cp_algorithm=plan.cp_algorithm,
