@@ -328,6 +328,13 @@ def experts_allowed(
     return True
 
 
+def experts_unrestricted(framework: str | None) -> bool:
+    """experts_allowed is True for every expert option under this framework (no launcher, or one that
+    states any (ep, etp, dispatcher)): the search's counts then skip the per-option question (DeepSeek-V3
+    over every axis asks it 23,250 times to count its blocks)."""
+    return launcher(framework) not in (TORCHTITAN, DEEPSPEED)
+
+
 def staged_fields(framework: str | None, overlap_tp_comm: bool) -> dict[str, object]:
     """HeteroProblem fields a per-stage search states under the framework's launcher where its own (ZeRO
     0, no sequence parallelism) are not ones the launcher runs: the lowest ZeRO stage of ZEROS

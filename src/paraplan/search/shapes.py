@@ -52,6 +52,9 @@ def layer_shape_of(
     the expert knobs and the modules selective recomputation re-runs)."""
     summa = layout == "2d"
     r = rows if summa else 1
+    stack = problem._memo.get("stack_shape_fields")  # the system's, asked ~12,000 times a search
+    if stack is None:
+        stack = problem._memo["stack_shape_fields"] = stack_shape_fields(problem.system)
     return LayerShape(
         tp,
         cp,
@@ -66,7 +69,7 @@ def layer_shape_of(
         tp_rows=r,
         summa_panels=panel_count(r, tp // r, None) if summa else 1,
         cp_algorithm=problem.runtime.cp_algorithm,
-        **stack_shape_fields(problem.system),
+        **stack,
     )
 
 

@@ -431,6 +431,10 @@ class SearchProblem(GridAxes):
         DeepSeek-V3)."""
         if not self.model.is_moe:
             return 1
+        if launch.experts_unrestricted(self.framework):
+            return sum(
+                len(self.expert_switches(*pair)) for pair in self._expert_degrees(tp, cp, dp)
+            )
         return sum(
             1
             for ep, etp in self._expert_degrees(tp, cp, dp)

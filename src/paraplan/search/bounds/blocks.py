@@ -57,6 +57,7 @@ from paraplan.search.bounds.expert_floors import (
 from paraplan.search.bounds.work_floors import EXPERT_TERMS, ModeFloors, work_floors
 from paraplan.search.shapes import layer_shape_of, shape_keys_of
 from paraplan.search.space import SearchProblem, distinct_orders, rows_per_micro_batch
+from paraplan.search.table import TABLE_CACHES
 from paraplan.search.bounds.step_floors import (
     SAFETY,
     LayerFloors,
@@ -392,6 +393,5 @@ def streaming_floor_s(
     return block.microbatches * traffic / host_bandwidth * SAFETY
 
 
-SEARCH_CACHES = EXPERT_CACHES + (
-    distinct_orders,
-)  # beside stages.COLD_CACHES: what a cold search starts without
+# beside stages.COLD_CACHES: what a cold search starts without
+SEARCH_CACHES = EXPERT_CACHES + TABLE_CACHES + (distinct_orders,)
