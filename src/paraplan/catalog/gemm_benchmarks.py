@@ -22,8 +22,9 @@ factors and the 4 µs kernel overhead included). A system's catalog ``gemm`` is 
 nemo-llama31-h100 (validate.fitted ``gemm.bf16``): the share of an isolated kernel's rate a framework's GEMMs keep
 inside a training step (clocks under a full node's power draw, SMs lent to overlapped collectives, off-best
 shapes beyond the tile model). The fp8 rows are recorded for comparison only: the fp8 caps stay fitted to dense
-step times (their in-step shares: ~0.69 on H100 in the NeMo Llama 3.1 runs, ~0.64 on B200 in mbridge-dense),
-see docs/model.md §6.
+step times (their in-step shares of these rows' kernel caps: 0.640 on H100 in the NeMo Llama 3.1 runs, 0.656 on
+B200 and 0.663 on GB200 in mbridge-dense, against 0.870 for bf16; kernel cap x the bf16 share was checked and
+predicts the fp8 sets far too fast), see docs/model.md §6.
 """
 
 from __future__ import annotations
