@@ -428,9 +428,9 @@ def test_megatron_v1_v100_held_out(report):
     each release's score kernels as its code runs them (graph.eager_modules.megatron_scores): the v1.0 release's
     case (megatron-lm-v1.0, the blog's baseline as the README's case 1B: hidden 1920, 24 layers) is at -9.3 %,
     the 2019 code's seven cases all too fast (-21.4 to -32.1 %; the 1.2B steps derived as Eq. 3 FLOPs / 39 TFLOPS =
-    2.2136 s, a reading the paper implies but does not state: case notes) with PyTorch 1.1's blocking RNG-state
-    copies (cost.rng_state) and its block-per-row softmax priced (docs/validation.md, megatron-v1-v100;
-    docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a tolerance we promise."""
+    2.2136 s, the count the team published in 2020-21; the paper states none: case notes) with PyTorch 1.1's
+    blocking RNG-state copies (cost.rng_state) and its block-per-row softmax priced (docs/validation.md,
+    megatron-v1-v100; docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a tolerance we promise."""
     cases = {
         c["name"]: c
         for c in report["cases"]
