@@ -429,10 +429,11 @@ def test_megatron_v1_v100_held_out(report):
     times, its 39-TFLOPS baseline and Table 8 strong scaling, and the ADLR v1.0 blog's 1288 ms), held out: no
     constant is fitted on it. GEMMs from DeepBench's V100 kernel table (catalog/kernels/v100-sxm2-deepbench),
     each release's score kernels as its code runs them (graph.eager_modules.megatron_scores): the v1.0 release's
-    case (megatron-lm-v1.0) is at +11.3 %, the 2019 code's seven cases all too fast (-17.0 to -32.8 %, the
-    model-parallel and 128/512-GPU ones most) with PyTorch 1.1's blocking RNG-state copies (cost.rng_state) and its
-    block-per-row softmax priced: its 1.2B step ran 1.6x the v1.0 one's (docs/validation.md, megatron-v1-v100;
-    docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a tolerance we promise."""
+    case (megatron-lm-v1.0, the blog's baseline as the README's case 1B: hidden 1920, 24 layers) is at -9.3 %,
+    the 2019 code's seven cases all too fast (-21.4 to -32.1 %; the 1.2B steps derived as Eq. 3 FLOPs / 39 TFLOPS =
+    2.2136 s, the count the team published in 2020-21; the paper states none: case notes) with PyTorch 1.1's
+    blocking RNG-state copies (cost.rng_state) and its block-per-row softmax priced (docs/validation.md,
+    megatron-v1-v100; docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a tolerance we promise."""
     cases = {
         c["name"]: c
         for c in report["cases"]
@@ -443,9 +444,7 @@ def test_megatron_v1_v100_held_out(report):
     )
     errors = {name: c["error_pct"]["step_time_s"] for name, c in cases.items()}
     v1 = errors.pop("megatronv1-blog-1.2b-1gpu")
-    # +9.0 % until cost.compute.gemm_traffic_floor_s (session 13): its Q·Kᵀ score GEMMs may not beat writing their
-    # own b·a·s² output at the datasheet bandwidth, +11.3 % since (a regression, stated in the closing note)
-    assert 0.0 < v1 <= 11.5
+    assert abs(v1) <= 10.0
     assert all(-40.0 <= e <= -10.0 for e in errors.values()), errors
     # the predicted speed-up of the 1.2B model by tensor parallelism grows faster than Table 8's 1.64 / 2.34 / 2.98
     baseline = cases["shoeybi2019-baseline-1.2b-1gpu"]["predicted"]["step_time_s"]
