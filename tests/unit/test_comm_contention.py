@@ -10,11 +10,11 @@ from paraplan.cost import comm
 from paraplan.cost.comm_contention import (
     MEMORY_BOUND_SHARE,
     a2a_overlap_share,
-    dispatcher_sms,
-    nccl_p2p_ctas,
     collective_hbm_share,
     collective_sm_share,
+    dispatcher_sms,
     nccl_ctas,
+    nccl_p2p_ctas,
     tier_overlap_costs,
     tier_sm_shares,
 )
