@@ -9,12 +9,16 @@ from paraplan.catalog import load_model, load_system
 from paraplan.cost import comm
 from paraplan.cost.comm_contention import (
     MEMORY_BOUND_SHARE,
+    a2a_overlap_share,
     collective_hbm_share,
     collective_sm_share,
+    dispatcher_sms,
     nccl_ctas,
+    nccl_p2p_ctas,
     tier_overlap_costs,
     tier_sm_shares,
 )
+from paraplan.cost.moe import moe_collective_time_and_price_s
 from paraplan.graph.layers import decoder_layer
 from paraplan.specs.plan import PlanSpec
 from paraplan.step.build import block_compute
@@ -167,3 +171,39 @@ def test_more_sms_never_make_a_step_slower():
         update={"accelerator": H100.accelerator.model_copy(update={"sm_count": 100})}
     )
     assert estimate(model, small, plan).step_time_s >= estimate(model, H100, plan).step_time_s
+
+
+def test_a2a_overlap_share_by_dispatcher_by_hand():
+    # NCCL's all-to-all holds pow2Up(ring channels) CTAs: 24 -> 32 in an H100 node, 16 across nodes
+    assert nccl_p2p_ctas(False, H100) == 32
+    assert nccl_p2p_ctas(True, H100) == 16
+    assert dispatcher_sms("alltoall", False, H100) == 32
+    assert dispatcher_sms("deepep", True, H100) == 20
+    assert dispatcher_sms("hybridep", False, H100) == 16
+    # DeepEP on H100 across nodes: 0.9*20/132 + 0.1*2*(50e9*0.85)/(3.35e12*0.85)
+    assert a2a_overlap_share("deepep", True, 7, H100) == approx(0.9 * 20 / 132 + 0.1 * 85 / 2847.5)
+    assert a2a_overlap_share("deepep", True, 7, H100) == approx(0.139349, abs=1e-6)
+    # alltoall inside an A100 node: 32 CTAs of 108 SMs, 2 bytes per wire byte at 300 GB/s x 0.75
+    assert a2a_overlap_share("alltoall", False, 7, A100) == approx(
+        0.9 * 32 / 108 + 0.1 * 450 / 1631.2
+    )
+    assert a2a_overlap_share("alltoall", False, 7, A100) == approx(0.294254, abs=1e-6)
+    # Hybrid-EP's 16 SMs cost less than DeepEP's 20 on the same tier
+    assert a2a_overlap_share("hybridep", True, 7, H100) < a2a_overlap_share("deepep", True, 7, H100)
+
+
+def test_a2a_price_reads_the_dispatcher_unless_the_system_sets_one():
+    model = load_model("qwen3-30b-a3b")
+    span = comm.GroupSpan(8, 8, 1)
+    t, price = moe_collective_time_and_price_s("all_to_all_dedup", 8e6, span, A100, model, "deepep")
+    assert price == approx(a2a_overlap_share("deepep", False, 7, A100) * t)
+    # a system's fitted a2a_overlap_cost wins over the component share
+    fitted = _with(
+        A100,
+        accelerator__efficiency={
+            **A100.accelerator.efficiency.model_dump(),
+            "a2a_overlap_cost": 0.3,
+        },
+    )
+    t, price = moe_collective_time_and_price_s("all_to_all", 8e6, span, fitted, model, "alltoall")
+    assert price == approx(0.3 * t)

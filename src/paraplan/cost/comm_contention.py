@@ -44,6 +44,14 @@ Cross-check, not a fit: Lee et al. 2025 (arXiv:2507.03114, "Characterizing Compu
 in GPU-Accelerated Distributed Deep Learning") measure an average compute slowdown of 18.9 % (up to
 40 %) when compute overlaps NCCL collectives on 4 A100 / H100 GPUs; this gives 0.20 (H100) and 0.24
 (A100) inside one NVSwitch node.
+
+Expert-parallel all-to-alls (dispatch and combine, ``a2a_overlap_share``) hold the SMs of their dispatcher's
+kernels: NCCL's grouped send/recv (the alltoall dispatcher) one CTA per p2p channel, p2pnChannels =
+pow2Up(min(nChannels, NCCL_MAX_P2P_NCHANNELS)) (NVIDIA/nccl src/graph/paths.cc ncclTopoComputeP2pChannels,
+v2.19-v2.27: "Make nChannelsPerPeer and nChannels powers of 2"), all of them busy once the call has more peers
+than p2pnChannels / p2pnChannelsPerPeer: 32 in an 8-GPU H100 node (24 ring channels), 16 across nodes; DeepEP's
+normal kernels and Hybrid-EP a fixed SM count set by the framework (Megatron-Core TransformerConfig
+``moe_deepep_num_sms`` 20, ``moe_hybridep_num_sms`` 16; DeepSeek-V3 report §3.2.2: 20 of an H800's 132 SMs).
 """
 
 from __future__ import annotations
@@ -64,6 +72,12 @@ def nccl_ctas(crosses_domains: bool, system: SystemSpec) -> int:
 
 HBM_BYTES_PER_WIRE_BYTE = {"send_recv": 2.0}  # every other collective: 3 (ring)
 MEMORY_BOUND_SHARE = 0.10  # μ, module docstring
+
+
+# SMs the fused dispatchers' kernels hold (Megatron-Core transformer_config.py: moe_deepep_num_sms = 20,
+# moe_hybridep_num_sms = 16, "in pure NVL scenarios, 16 SMs can generally achieve good bandwidth"); the
+# alltoall dispatcher's NCCL kernel holds nccl_p2p_ctas
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
 
 
 class TierCosts(NamedTuple):
@@ -126,3 +140,42 @@ def tier_overlap_costs(
         )
     )
     return TierCosts(sm_in, sm_out, hbm_in, hbm_out)
+
+
+def nccl_p2p_ctas(crosses_domains: bool, system: SystemSpec) -> int:
+    """CTAs NCCL's grouped send/recv (an all-to-all) keeps resident: p2pnChannels = pow2Up(nChannels) of the
+    communicator's ring channels (``nccl_ctas``; NCCL src/graph/paths.cc ncclTopoComputeP2pChannels, module
+    docstring), every one busy when the call has many peers; never more than the GPU's SMs."""
+    channels = nccl_ctas(crosses_domains, system)
+    return min(1 << max(channels - 1, 0).bit_length(), system.accelerator.sm_count)
+
+
+def dispatcher_sms(dispatcher: str, crosses_domains: bool, system: SystemSpec) -> int:
+    """SMs an expert-parallel dispatcher's all-to-all kernels hold while they run: ``DISPATCHER_SMS`` for
+    DeepEP and Hybrid-EP, NCCL's p2p CTAs (``nccl_p2p_ctas``) for the alltoall dispatcher; at most S."""
+    sms = DISPATCHER_SMS.get(dispatcher)
+    if sms is None:
+        return nccl_p2p_ctas(crosses_domains, system)
+    return min(sms, system.accelerator.sm_count)
+
+
+def a2a_overlap_share(
+    dispatcher: str, crosses_domains: bool, peers: int, system: SystemSpec
+) -> float:
+    """Share of an expert-parallel all-to-all's time the compute it hides behind still loses, from
+    components: (1 − μ)·k/S + μ·ρ, k the SMs the dispatcher's kernels hold (``dispatcher_sms``: NCCL p2p
+    CTAs, DeepEP 20, Hybrid-EP 16), S the GPU's SMs, μ = MEMORY_BOUND_SHARE, ρ = min(1, 2·B/B_hbm) the HBM
+    share of its traffic (``collective_hbm_share`` of a send/recv: the sender's read and the receiver's
+    write) at the rate of the tier that bounds it, B = nic_bandwidth·efficiency across NVLink domains, else
+    ``node.peer_bandwidth(peers)``, against hbm_bandwidth·efficiency.hbm (module docstring). E.g. DeepEP on
+    an H100 (S = 132) across nodes at 50·0.85 GB/s: 0.9·20/132 + 0.1·2·42.5/(3,350·0.85) = 0.1364 + 0.0030."""
+    acc = system.accelerator
+    k = dispatcher_sms(dispatcher, crosses_domains, system)
+    if crosses_domains:
+        rate = system.network.nic_bandwidth * system.network.efficiency
+    else:
+        rate = system.node.peer_bandwidth(peers)
+    hbm = acc.hbm_bandwidth * acc.efficiency.hbm
+    return (1.0 - MEMORY_BOUND_SHARE) * collective_sm_share(
+        k, acc.sm_count
+    ) + MEMORY_BOUND_SHARE * collective_hbm_share("send_recv", rate, hbm)

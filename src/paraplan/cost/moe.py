@@ -116,20 +116,27 @@ def moe_collective_time_s(
     maxsize=65536
 )  # the dispatch of an expert option repeats across the span pairs and layer knobs of a search
 def moe_collective_time_and_price_s(
-    kind: str, size_bytes: float, span: GroupSpan, system: SystemSpec, model: ModelSpec
+    kind: str,
+    size_bytes: float,
+    span: GroupSpan,
+    system: SystemSpec,
+    model: ModelSpec,
+    dispatcher: str = "alltoall",
 ):
-    """(seconds, hidden price) of one expert-parallel call: moe_collective_time_s, and as price
-    efficiency.a2a_overlap_cost (the SMs the all-to-all kernels hold while hidden), else the
-    overlap cost of the tier that bounds it (scale-out when the group leaves the NVLink domain;
-    cost.comm.LinearCollective.hidden_price_s for the ring collectives)."""
-    from paraplan.cost.comm import collective_time_and_price_s, overlap_cost
+    """(seconds, hidden price) of one expert-parallel call: moe_collective_time_s, and as price, for an
+    all-to-all, share × seconds with share efficiency.a2a_overlap_cost where the system sets one, else
+    cost.comm_contention.a2a_overlap_share of ``dispatcher`` (the SMs its kernels hold and the HBM its
+    traffic takes, on the tier that bounds it: scale-out when the group leaves the NVLink domain);
+    cost.comm.LinearCollective.hidden_price_s for the ring collectives."""
+    from paraplan.cost.comm import collective_time_and_price_s
+    from paraplan.cost.comm_contention import a2a_overlap_share
 
     if kind not in ("all_to_all", "all_to_all_dedup"):
         return collective_time_and_price_s(kind, size_bytes, span, system)
     time = moe_collective_time_s(kind, size_bytes, span, system, model)
     cost = system.accelerator.efficiency.a2a_overlap_cost
     if cost is None:
-        cost = overlap_cost(span, system)
+        cost = a2a_overlap_share(dispatcher, span.domains > 1, span.per_domain - 1, system)
     return time, cost * time
 
 

@@ -268,7 +268,8 @@ class EfficiencySpec(HostFields, EagerFields):
         None,
         description="share of an expert-parallel all-to-all's time still paid when hidden behind another "
         "micro-batch's compute (the SMs its kernels hold: DeepEP's normal kernels use 20-24 SMs); "
-        "default: the overlap cost of the tier that bounds it; calibration, docs/model.md",
+        "default: the dispatcher's component share, cost.comm_contention.a2a_overlap_share (its SMs and "
+        "the HBM its traffic takes); calibration, validate.fitted moe.a2a_overlap_cost, docs/model.md",
     )
     optimizer_step_bytes: float = Field(
         OPTIMIZER_BYTES_PER_PARAM,

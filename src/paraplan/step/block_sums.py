@@ -287,8 +287,9 @@ def expert_comm_terms(
     for c in collectives:
         if c.group not in EXPERT_GROUPS:
             continue
+        span = expert_group_span(c.group, ep, etp, system)
         time, price = moe_collective_time_and_price_s(
-            c.kind, c.bytes, expert_group_span(c.group, ep, etp, system), system, model
+            c.kind, c.bytes, span, system, model, expert.dispatcher
         )
         forward += c.count_fwd * time
         backward += c.count_bwd * time

@@ -197,7 +197,10 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
         (*_EFF, "a2a_overlap_cost"),
         (0.0, 1.0),
         ("moe-visible",),
-        "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest)",
+        "share of a hidden EP all-to-all still paid (the 2 moe_a2a_overlap cases against the rest); the "
+        "component share (cost.comm_contention.a2a_overlap_share: dispatcher SMs and HBM) is 0.139 / 0.112 "
+        "on those two runs (DeepEP / NCCL, H100 across nodes) and puts them at -6.2 / -13.8 % "
+        "(docs/model.md §8, 'Hidden all-to-all price from components')",
     ),
     # AMP's software stack and the T4, jointly over AMP's 90 timed trials (docs/heterogeneous.md "Calibration"); the
     # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.cv)
