@@ -47,7 +47,12 @@ from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-expo
 from paraplan.io.strict_yaml import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
 from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
 from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
-from paraplan.step.schedules import route_length, route_position, schedule_order  # noqa: F401
+from paraplan.step.schedules import (  # noqa: F401
+    route_length,
+    route_position,
+    schedule_order,
+    schedule_pairs,
+)
 from paraplan.specs.system import SystemSpec
 
 

@@ -275,6 +275,7 @@ class RowTable:
         split_backward: np.ndarray | bool,
         rows: np.ndarray | None = None,
         work: np.ndarray | None = None,
+        dualpipe: np.ndarray | bool = False,
     ) -> np.ndarray:
         """Admissible step-time bound per row (of ``rows``, default every row), with u the per-layer work of one
         micro-batch (``work`` per row of ``rows`` when given, else ``_unit_work``):
@@ -292,8 +293,10 @@ class RowTable:
         The split-backward schedules (ZB-H1, DualPipe) shrink the bubble below (L − F)·u / v_max
         (ZB-H1 by (F + B − 2W)/(F + B), DualPipe to (p/2 − 1)·(F&B + B − 3W)): a row whose grid has
         one (``split_backward``) keeps m·F·u only — with the bubble term, 140 of the 296 rows of a
-        Mixtral problem had a bound above their best candidate's step. The bound is non-decreasing
-        in u: a floor of u gives a floor of the bound (``work_floors``)."""
+        Mixtral problem had a bound above their best candidate's step. A row whose grid has DualPipe
+        (``dualpipe``) keeps (m − n/2)·(F·u + 1 exchange), n = max(m − p − 1, 0) its overlapped pairs: a pair
+        F&B is at least half the work S of its two chunks run apart (step.dualpipe, schedules' DualPipe floor).
+        The bound is non-decreasing in u: a floor of u gives a floor of the bound (``work_floors``)."""
         rows = np.arange(self.size) if rows is None else rows
         unit = self._unit_work(self.unit[rows]) if work is None else work
         facts = self.facts
@@ -310,7 +313,9 @@ class RowTable:
         bubble = np.where(
             _at(split_backward, rows), 0.0, (layers - fullest) * unit / _at(v_max, rows)
         )
-        return facts.microbatches[rows] * (fullest * unit + p2p) + bubble
+        m = facts.microbatches[rows]
+        m = np.where(_at(dualpipe, rows), m - np.maximum(m - pp - 1, 0) / 2.0, m)
+        return m * (fullest * unit + p2p) + bubble
 
 
 def _at(value, rows: np.ndarray):
