@@ -73,3 +73,65 @@ def test_the_order_pairs_as_dualpipe_step_does(pp, m):
         expected = m - 3 * pp // 2 + h + 1 - (h == pp // 2 - 1)
         assert len(pairs) == expected
     assert len(dualpipe_pairs(pp, 1, m, pp // 2)) == overlapped_pairs(pp, m)
+
+
+def test_a_rank_holds_its_stage_pair():
+    """DeepSeek-V3 Table 2 (2× parameters, PP + 1 micro-batches) with unequal end stages: rank i holds
+    stage i one way and stage p − 1 − i the other (deepseek-ai/DualPipe's example), so the first and the
+    last rank hold the same two stages, p − i micro-batches of stage i and i + 1 of stage p − 1 − i."""
+    from paraplan.step.stage_memory import StageHoldings, paired_holdings
+
+    def holding(weights, kept, held):
+        return StageHoldings(weights, 2 * weights, 1.0, 0.0, kept, kept, held, 0.0, 0.0, 0.0, 0.5)
+
+    first, last = holding(5.0, 2.0, 0.0), holding(3.0, 4.0, 1.5)
+    h, in_flight = paired_holdings(first, last, 0, 16)
+    assert in_flight == 17
+    assert (h.weights, h.grads, h.optimizer, h.held) == (8.0, 16.0, 1.0, 1.5)
+    assert in_flight * h.kept == pytest.approx(16 * 2.0 + 1 * 4.0)
+    h, in_flight = paired_holdings(
+        last, first, 15, 16
+    )  # rank 15: stage 15 one way, stage 0 the other
+    assert in_flight * h.kept == pytest.approx(1 * 4.0 + 16 * 2.0)
+    assert h.weights == 8.0
+
+
+def test_the_deepseek_v3_layout_holds_both_end_stages_on_its_end_ranks():
+    """The README's DeepSeek-V3 layout (pp 16, 4 / 1 layers on the end stages): ranks 0 and 15 hold
+    stages 0 and 15, each the sum of the two stages' weights under 1F1B; a middle rank twice its own."""
+    from paraplan import api
+
+    plan = dict(
+        gpus=2048,
+        pp=16,
+        ep=64,
+        global_batch=15360,
+        seq_length=4096,
+        dtype="fp8",
+        zero=1,
+        moe_dispatcher="deepep",
+        moe_a2a_overlap=True,
+        recompute="selective",
+        recompute_modules=["mla_up_proj", "moe_act", "layernorm"],
+        layers_first_stage=4,
+        layers_last_stage=1,
+    )
+    one = api.estimate("deepseek-v3", "dgx-h800", plan)
+    dual = api.estimate("deepseek-v3", "dgx-h800", plan | {"schedule": "dualpipe"})
+    pair = one.stages[0].weights_bytes + one.stages[15].weights_bytes
+    assert dual.stages[0].weights_bytes == pytest.approx(pair)
+    assert dual.stages[15].weights_bytes == pytest.approx(pair)
+    assert dual.stages[5].weights_bytes == pytest.approx(2 * one.stages[5].weights_bytes)
+    # 1F1B holds p − i micro-batches; DualPipe p − i of stage i and i + 1 of stage p − 1 − i
+    a0 = one.stages[0].activations_bytes / 16
+    a15 = one.stages[15].activations_bytes  # one micro-batch in flight on the last stage
+    assert dual.stages[0].activations_bytes == pytest.approx(16 * a0 + a15, rel=0.05)
+    # the search's peak (step.stage_memory.stage_peaks, over the Stage entries) is the table's largest
+    from paraplan.specs.plan import PlanSpec
+    from paraplan.step.compose import stage_peaks
+    from paraplan.step.estimate import step_inputs
+
+    model, system = api.load_model("deepseek-v3"), api.load_system("dgx-h800")
+    inp = step_inputs(model, system, PlanSpec(**plan, schedule="dualpipe"))
+    peak = max(s.peak_bytes for s in dual.stages)
+    assert float(stage_peaks(inp)[0]) == pytest.approx(peak, rel=1e-12)

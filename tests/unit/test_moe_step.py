@@ -146,7 +146,11 @@ def test_split_backward_schedules():
     # 20 of the H100's 132 SMs given to the all-to-all; the dispatch, combine and sends hidden up to it
     assert pair == pytest.approx(compute + max(0.0, ep + slowest["pp"] - compute) + other)
     assert compose_step(inp)["bubble_s"] == pytest.approx(dualpipe_bubble_s(8, f, b, wgrad, pair))
-    assert dual.stages[0].weights_bytes == pytest.approx(2 * one.stages[0].weights_bytes)
+    # rank 0 holds stage 0 one way and stage 7 (the LM head's) the other: both stages' weights
+    w0, w7 = one.stages[0].weights_bytes, one.stages[7].weights_bytes
+    assert dual.stages[0].weights_bytes == pytest.approx(w0 + w7)
+    assert dual.stages[7].weights_bytes == pytest.approx(w0 + w7)
+    assert dual.stages[3].weights_bytes == pytest.approx(2 * one.stages[3].weights_bytes)
     with pytest.raises(InputError, match="plan.schedule"):
         estimate(QWEN, H100, PlanSpec(**(p | dict(gpus=56, pp=7)), schedule="dualpipe"))
 

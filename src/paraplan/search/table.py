@@ -101,6 +101,9 @@ class RowTable:
         self.kinds = tuple(model_block_kinds(problem.model))
         self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> BlockCostFacts
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
+        self._kept = np.zeros(
+            len(self.first)
+        )  # the same less its EP parts (a DualPipe pair hides them)
         self._worked = np.zeros(len(self.first), dtype=bool)
         self.blocks = (
             None  # per kind, the BlockCost of every unit (allocate), filled as units are read
@@ -243,7 +246,7 @@ class RowTable:
             rows, c = self.first[need], self.columns
             cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
             overlap = tp_overlap(c["overlap_tp"][rows].astype(bool), c["tp_domains"][rows])
-            least = None
+            least = kept = None
             for kind in self.layer_kinds:
                 facts = stack(self._kind_cost(kind, cid.tolist()), ids.reshape(-1))
                 terms = kind_terms(kind, facts.compute, facts.comm, c["recompute"][rows], overlap)
@@ -253,7 +256,10 @@ class RowTable:
                 ) in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``)
                     work = work + getattr(terms, name)
                 least = work if least is None else np.minimum(least, work)
+                rest = work - terms.ep_forward - terms.ep_backward
+                kept = rest if kept is None else np.minimum(kept, rest)
             self._work[need] = least
+            self._kept[need] = np.maximum(kept, 0.0)
             self._worked[need] = True
         return self._work[units]
 
@@ -294,11 +300,14 @@ class RowTable:
         (ZB-H1 by (F + B − 2W)/(F + B), DualPipe to (p/2 − 1)·(F&B + B − 3W)): a row whose grid has
         one (``split_backward``) keeps m·F·u only — with the bubble term, 140 of the 296 rows of a
         Mixtral problem had a bound above their best candidate's step. A row whose grid has DualPipe
-        (``dualpipe``) keeps (m − n/2)·(F·u + 1 exchange), n = max(m − p − 1, 0) its overlapped pairs: a pair
-        F&B is at least half the work S of its two chunks run apart (step.dualpipe, schedules' DualPipe floor).
+        (``dualpipe``) keeps (m − n)·(F·u + 1 exchange) + n·F·u', n = max(m − p − 1, 0) its overlapped pairs
+        (step.dualpipe.overlapped_pairs) and u' the layer work less its EP dispatch / combine (the least over
+        the kinds; the compute floor itself where ``work`` is given): a pair F&B hides the EP parts and the
+        exchange but no compute or TP / CP part (step.dualpipe.overlapped_pair_s).
         The bound is non-decreasing in u: a floor of u gives a floor of the bound (``work_floors``)."""
         rows = np.arange(self.size) if rows is None else rows
         unit = self._unit_work(self.unit[rows]) if work is None else work
+        kept = self._kept[self.unit[rows]] if work is None else work
         facts = self.facts
         links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
         ids = self.columns["p2p_id"][rows]
@@ -314,8 +323,12 @@ class RowTable:
             _at(split_backward, rows), 0.0, (layers - fullest) * unit / _at(v_max, rows)
         )
         m = facts.microbatches[rows]
-        m = np.where(_at(dualpipe, rows), m - np.maximum(m - pp - 1, 0) / 2.0, m)
-        return m * (fullest * unit + p2p) + bubble
+        bound = m * (fullest * unit + p2p) + bubble
+        if not np.any(dualpipe):
+            return bound
+        pairs = np.maximum(m - pp - 1, 0)
+        paired = (m - pairs) * (fullest * unit + p2p) + pairs * fullest * kept + bubble
+        return np.where(_at(dualpipe, rows), paired, bound)
 
 
 def _at(value, rows: np.ndarray):

@@ -67,7 +67,7 @@ class PipelineWork(NamedTuple):
     pair_s: Num = None
 
 
-def _steady_floor_s(m, pp, slowest):
+def _steady_floor_s(m, pp, slowest, kept_share=0.0):
     """m·S0: m micro-batches of the slowest stage's work, one after the other."""
     return m * slowest
 
@@ -83,7 +83,8 @@ class Bubble:
     floor_s: Callable[..., Num]
     formula: str  # for the table (``markdown_table``)
     floor_formula: str
-    # (m, pp, S0) → floor of the steady state the bubble's floor adds to (m·S0 unless pairs overlap)
+    # (m, pp, S0, κ) → floor of the steady state the bubble's floor adds to (m·S0 unless pairs
+    # overlap; κ the share of the work they cannot hide, search.bounds.step_floors.LayerFloors)
     steady_floor_s: Callable[..., Num] = _steady_floor_s
     steady_floor_formula: str = "m·S0"
 
@@ -280,10 +281,13 @@ def _dualpipe_floor_s(v, pp, slowest, total, rho, dual):
     return maximum(pp / 2.0 - 1.0, 0.0) * maximum(dual - 0.5, 0.0) * slowest
 
 
-def _dualpipe_steady_floor_s(m, pp, slowest):
-    """(m − n/2)·S0, n = max(m − p − 1, 0) overlapped pairs, each at least half the work of its two
-    chunks run apart (step.dualpipe.overlapped_pair_s): m·S − n·(S − F&B) >= (m − n/2)·S."""
-    return (m - overlapped_pairs(pp, m) / 2.0) * slowest
+def _dualpipe_steady_floor_s(m, pp, slowest, kept_share=0.0):
+    """(m − n·(1 − κ))·S0, n = max(m − p − 1, 0) overlapped pairs, κ = max(kept_share, 1/2): a pair F&B
+    is at least its compute and TP / CP parts, >= kept_share of the work (search.bounds.step_floors.
+    LayerFloors), and at least half the work S of its two chunks run apart, max(C + X, E + P) >= S/2
+    (step.dualpipe.overlapped_pair_s), so m·S − n·(S − F&B) >= (m − n·(1 − κ))·S."""
+    share = maximum(kept_share, 0.5)
+    return (m - overlapped_pairs(pp, m) * (1.0 - share)) * slowest
 
 
 # ---- the registry -------------------------------------------------------------------------------
@@ -348,7 +352,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                     "m·S − (m − p − 1)·(S − F&B)",
                     "(p/2 − 1)·max(1/2 − 1.5ρ, 0)·S0",
                     _dualpipe_steady_floor_s,
-                    "(m − max(m − p − 1, 0)/2)·S0",
+                    "(m − max(m − p − 1, 0)·(1 − max(κ, 1/2)))·S0",
                 ),
                 in_flight=InFlight(_dualpipe_in_flight, "min(p + 1, m)"),
                 order=dualpipe_order,
@@ -410,13 +414,17 @@ def weight_copies(knobs) -> Num:
     return by_schedule(knobs, lambda s: s.weight_copies)
 
 
-def schedule_step_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
+def schedule_step_floor(
+    schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual, kept_share=0.0
+):
     """The schedule's steady-state floor (``bubble.steady_floor_s``, m·S0 but for DualPipe) + its bubble
     floor (``bubble.floor_s``) at floors S0 = ``slowest``,
     T0 = ``total`` of the slowest stage's and all stages' work: a floor of m·S + bubble, each form
     growing with S and T (search/bounds/blocks.py). Floats or arrays over blocks."""
     bubble = SCHEDULES[schedule].bubble
-    return bubble.steady_floor_s(m, pp, slowest) + bubble.floor_s(v, pp, slowest, total, rho, dual)
+    return bubble.steady_floor_s(m, pp, slowest, kept_share) + bubble.floor_s(
+        v, pp, slowest, total, rho, dual
+    )
 
 
 def markdown_table() -> str:

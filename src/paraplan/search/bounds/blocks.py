@@ -149,7 +149,7 @@ def layer_floors(
     experts = costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
-    rho = 0.0
+    rho, kept_share = 0.0, 1.0
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
         shape = layer_shape_of(
@@ -159,6 +159,7 @@ def layer_floors(
             shaped
         ):  # the ops other than the core attention costed once per local-token count (KindFloors)
             kinds = floors_of.kinds(shape, cheap)
+            kept_share = min(kept_share, *(_kept_share(floor) for _, floor in kinds))
             if not work:  # the first knob (most keys have one): its floors as they are
                 work = {name: floor.work for name, floor in kinds}
                 forward = {name: floor.forward for name, floor in kinds}
@@ -177,7 +178,16 @@ def layer_floors(
                 rho,
                 c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0,
             )
-    return LayerFloors(work, rho, forward)
+    return LayerFloors(work, rho, forward, kept_share)
+
+
+def _kept_share(floor) -> float:
+    """kept / work of a KindFloor (1 without a kept floor or work): a floor of the share of the kind's work at
+    any of the shape's options a DualPipe pair cannot hide. Over several layer knobs the least share: each row's
+    kept part >= the least kept >= share × the least work (LayerFloors.kept_share)."""
+    if floor.kept is None or floor.work <= 0.0:
+        return 1.0
+    return min(1.0, floor.kept / floor.work)
 
 
 def costing_class(problem: SearchProblem, block: Block) -> tuple:
@@ -323,10 +333,11 @@ def refined_bound(
                 continue
             streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
+        share = min(floors.kept_share, mode_floors.kept_share.get(mode, 0.0))
         step = (
             base
             if work == floors.work
-            else block_step_floor(problem, block, LayerFloors(work, floors.rho))
+            else block_step_floor(problem, block, LayerFloors(work, floors.rho, kept_share=share))
         )
         best = min(best, max(step, streaming))
         if best <= base:  # no other mode can take the bound below the block's own floor
