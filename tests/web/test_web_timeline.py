@@ -111,7 +111,7 @@ def test_a_catalog_plan_is_drawn_at_the_estimators_pipeline_time(schedule, extra
     """GPT-3 13B, pp 4 (the last stage, with the LM head, is the slowest): the drawing's makespan
     is the composition's m·S + bubble; ZB-H1 within 0.5 % (the composition takes the largest W
     share over the stages, the drawing each stage's own: 0.17 % here); DualPipe within 2 % (Table 2's
-    bubble against its order placed in time, pairs locked, F : B : W = 1.6 : 2.7 : 0.9 here)."""
+    bubble against its order placed in time, pairs locked, F : B : W = 1.6 : 2.7 : 0.9 here: 1.6 %)."""
     from paraplan import api
 
     plan = dict(gpus=64, tp=8, pp=4, global_batch=64, micro_batch=1, schedule=schedule, **extra)

@@ -15,8 +15,9 @@ its own B (the order holds it there).
 The drawn makespan is the composition's pipeline time m·S + bubble (``pipeline_s``) for GPipe, 1F1B,
 interleaved 1F1B and ZB-H1 when the stages are equal or the slowest is the last (with W <= F for
 ZB-H1: its bubble formula assumes the deferred W passes fit the cool-down's slots), and for DualPipe
-with equal stages at F = B − W = W (the ratio DeepSeek-V3's Table 2 formula and the composition's
-halved chunks agree on with the order placed in time; tests/web/test_web_timeline.py). Elsewhere the
+with equal stages at F = B − W = W (the ratio DeepSeek-V3's Table 2 formula agrees on with the order
+placed in time, its overlapped pairs locked: step.schedule_orders.dualpipe_pairs, each taking the
+stage's ``pair_s``; tests/web/test_web_timeline.py). Elsewhere the
 two differ and ``approximate`` says so: with the slowest stage earlier the drawing is shorter, since
 the composition passes every other stage's whole work through the fill and drain (T − S); DualPipe's
 formula is the report's, not this placement's. DualPipe with fewer than 2p micro-batches is not
