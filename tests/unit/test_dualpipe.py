@@ -135,3 +135,16 @@ def test_the_deepseek_v3_layout_holds_both_end_stages_on_its_end_ranks():
     inp = step_inputs(model, system, PlanSpec(**plan, schedule="dualpipe"))
     peak = max(s.peak_bytes for s in dual.stages)
     assert float(stage_peaks(inp)[0]) == pytest.approx(peak, rel=1e-12)
+
+
+def test_torchtitan_export_refuses_the_schedules_it_does_not_write():
+    """A DualPipe or ZB-H1 plan is refused by name (it raised KeyError inside ``search``'s launch
+    column once a DualPipe plan reached the schedule field)."""
+    from paraplan.export import export_plan
+    from paraplan.specs.errors import InputError
+    from paraplan.specs.plan import PlanSpec
+
+    for schedule in ("dualpipe", "zb-h1"):
+        plan = PlanSpec(gpus=16, pp=4, global_batch=64, seq_length=2048, schedule=schedule)
+        with pytest.raises(InputError):
+            export_plan("torchtitan", plan)
