@@ -47,7 +47,8 @@ from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-expo
 from paraplan.io.strict_yaml import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
 from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
 from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
-from paraplan.step.schedules import route_length, route_position, schedule_order  # noqa: F401
+from paraplan.step.schedules import route_length, route_position  # noqa: F401
+from paraplan.step.schedules import schedule_order, schedule_pairs  # noqa: F401
 from paraplan.specs.system import SystemSpec
 
 
@@ -383,9 +384,8 @@ def to_dataframe(results) -> Any:
 
 
 def register_jupyter_views() -> bool:
-    """Show an Estimate as HTML in Jupyter (report.frames.estimate_html): the result type renders
-    nothing itself, so the view is registered with IPython's HTML formatter here, when IPython is
-    running. True when registered."""
+    """Show an Estimate as HTML in Jupyter (report.frames.estimate_html); True when registered (IPython
+    running): the result type renders nothing itself, so IPython's HTML formatter is given it here."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is None:

@@ -111,6 +111,7 @@ def test_search_accepts_moe_models_with_their_expert_axes():
 def test_split_backward_schedules():
     from paraplan.step.schedules import dualpipe_bubble_s
     from paraplan.step.compose import compose_step, stage_work
+    from paraplan.step.dualpipe import overlapped_pair_s
 
     p = dict(gpus=64, pp=8, ep=8, global_batch=512, seq_length=4096, zero=1)
     one = estimate(QWEN, H100, PlanSpec(**p))
@@ -118,7 +119,8 @@ def test_split_backward_schedules():
     dual = estimate(QWEN, H100, PlanSpec(**p, schedule="dualpipe"))
     assert 0 < zb.breakdown.bubble_s < one.breakdown.bubble_s
     assert zb.breakdown.forward_s == one.breakdown.forward_s
-    # DualPipe: (p/2 - 1)(F&B + B - 3W) on half-stage chunks of the slowest stage, two parameter copies
+    # DualPipe: (p/2 - 1)(F&B + B - 3W) on whole-stage chunks of the slowest stage, F&B its overlapped
+    # pair (step.dualpipe.overlapped_pair_s), two parameter copies
     inp = step_inputs(QWEN, H100, PlanSpec(**p, schedule="dualpipe"))
     works = [stage_work(s) for s in inp.stages if s.count]
     slowest = max(works, key=lambda w: sum(w.values()))
@@ -131,10 +133,24 @@ def test_split_backward_schedules():
         + slowest["cp_backward"]
         + slowest["ep_backward"]
     )
-    assert compose_step(inp)["bubble_s"] == pytest.approx(
-        dualpipe_bubble_s(8, f / 2, b / 2, wgrad / 2)
+    stage = next(s for s in inp.stages if s.count and stage_work(s) == slowest)
+    ep = sum(n * blk.terms.ep_comm for blk, n in stage.blocks)
+    pair = overlapped_pair_s(slowest, ep, inp.pair_compute_share)
+    compute = (slowest["forward"] + slowest["backward"] + slowest["recompute"]) * 132 / 112
+    other = (
+        slowest["tp_forward"]
+        + slowest["tp_backward"]
+        + slowest["cp_forward"]
+        + slowest["cp_backward"]
     )
-    assert dual.stages[0].weights_bytes == pytest.approx(2 * one.stages[0].weights_bytes)
+    # 20 of the H100's 132 SMs given to the all-to-all; the dispatch, combine and sends hidden up to it
+    assert pair == pytest.approx(compute + max(0.0, ep + slowest["pp"] - compute) + other)
+    assert compose_step(inp)["bubble_s"] == pytest.approx(dualpipe_bubble_s(8, f, b, wgrad, pair))
+    # rank 0 holds stage 0 one way and stage 7 (the LM head's) the other: both stages' weights
+    w0, w7 = one.stages[0].weights_bytes, one.stages[7].weights_bytes
+    assert dual.stages[0].weights_bytes == pytest.approx(w0 + w7)
+    assert dual.stages[7].weights_bytes == pytest.approx(w0 + w7)
+    assert dual.stages[3].weights_bytes == pytest.approx(2 * one.stages[3].weights_bytes)
     with pytest.raises(InputError, match="plan.schedule"):
         estimate(QWEN, H100, PlanSpec(**(p | dict(gpus=56, pp=7)), schedule="dualpipe"))
 

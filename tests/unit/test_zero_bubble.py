@@ -39,8 +39,11 @@ def test_dualpipe_table_2():
         1.5,
         4.5,
     ]
-    # the entry runs half-stage chunks (each GPU holds the stage pair (i, p-1-i)): F, B, W halved
-    assert SCHEDULES["dualpipe"].bubble.exact_s(_work(8, 2.0, 4.0, 2.0)) == pytest.approx(3 * 2)
+    # a chunk is a whole stage (rank i runs stage i one way and stage p-1-i the other, deepseek-ai/
+    # DualPipe's example): F, B, W the stage's; F&B = F + B where no pair is given
+    assert SCHEDULES["dualpipe"].bubble.exact_s(_work(8, 2.0, 4.0, 2.0)) == pytest.approx(3 * 4)
+    paired = _work(8, 2.0, 4.0, 2.0)._replace(pair_s=5.0)  # (8/2 - 1)(5 + 4 - 6)
+    assert SCHEDULES["dualpipe"].bubble.exact_s(paired) == pytest.approx(3 * 3)
 
 
 def test_memory_of_the_schedules():

@@ -111,7 +111,7 @@ def test_a_catalog_plan_is_drawn_at_the_estimators_pipeline_time(schedule, extra
     """GPT-3 13B, pp 4 (the last stage, with the LM head, is the slowest): the drawing's makespan
     is the composition's m·S + bubble; ZB-H1 within 0.5 % (the composition takes the largest W
     share over the stages, the drawing each stage's own: 0.17 % here); DualPipe within 2 % (Table 2's
-    bubble against its order placed in time, F : B : W = 1.6 : 2.7 : 0.9 here: 1.5 %)."""
+    bubble against its order placed in time, pairs locked, F : B : W = 1.6 : 2.7 : 0.9 here: 1.6 %)."""
     from paraplan import api
 
     plan = dict(gpus=64, tp=8, pp=4, global_batch=64, micro_batch=1, schedule=schedule, **extra)
@@ -189,14 +189,24 @@ def test_the_ranked_plans_are_the_points_of_their_cells():
 
 
 @pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 12), (8, 16), (8, 20), (16, 32)])
-def test_dualpipe_is_drawn_in_both_directions_at_the_compositions_pipeline_time(pp, m):
+@pytest.mark.parametrize("pair", [3.0, 2.5, 2.0])
+def test_dualpipe_is_drawn_in_both_directions_at_the_compositions_pipeline_time(pp, m, pair):
     """DualPipe's own order (step.schedule_orders.dualpipe_order): m/2 micro-batches from each end,
-    each rank runs every micro-batch once; with equal stages at F = B − W = W the drawn makespan is the
-    composition's m·S + (p/2 − 1)·(F + 2B − 3W)/2 (step.schedules, DeepSeek-V3 Table 2)."""
+    each rank runs every micro-batch once, its overlapped pairs (dualpipe_pairs) as one F&B that waits
+    for both inputs; with equal stages at F = B − W = W the drawn makespan is the composition's
+    m·S − (m − p − 1)·(S − F&B) + (p/2 − 1)·(F&B + B − 3W) (step.schedules, step.dualpipe,
+    DeepSeek-V3 Table 2), whole-stage chunks: with F&B = F + B = 3, 3m + (p/2 − 1)·2."""
+    from paraplan.step.dualpipe import overlapped_pairs
     from paraplan.step.schedules import dualpipe_bubble_s
 
     pipeline = _pipeline("dualpipe", pp, 1, m, f=1.0, b=2.0, w=1.0)
-    pipeline["pipeline_s"] = m * 3.0 + dualpipe_bubble_s(pp, 0.5, 1.0, 0.5)
+    for stage in pipeline["stages"]:
+        stage["pair_s"] = pair
+    pipeline["pipeline_s"] = (
+        m * 3.0
+        - overlapped_pairs(pp, m) * (3.0 - pair)
+        + dualpipe_bubble_s(pp, 1.0, 2.0, 1.0, pair)
+    )
     drawn = timeline(pipeline, schedule_order, 0.0)
     assert drawn["makespan_s"] == pytest.approx(pipeline["pipeline_s"], rel=1e-12)
     assert not drawn["approximate"] and drawn["directions"] == 2

@@ -79,6 +79,11 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
         "global_batch_size": plan.global_batch,
         "seq_len": plan.seq_length,
     }
+    if plan.pp > 1 and c["schedule"] not in SCHEDULES:
+        raise ExportRefused(
+            f"plan.schedule: {c['schedule']} is not one of the pipeline schedules this export writes "
+            f"({', '.join(SCHEDULES)})"
+        )
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = SCHEDULES[c["schedule"]]
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch

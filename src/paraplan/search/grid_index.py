@@ -66,6 +66,9 @@ class GridIndex:
             [any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool
         )
         self.split_backward = split[self.key_id]
+        # rows whose grid has DualPipe: its overlapped pairs may take up to half of m·S off (RowTable.lower_bounds)
+        dual = np.array([any(o[1] == "dualpipe" for o in a) for a, _, _ in self.parts], dtype=bool)
+        self.dualpipe = dual[self.key_id]
         # every row's offload options are the problem's (space.grid_parts): a group is states × them
         counts = {len(o) for _, _, o in self.parts}
         assert len(counts) <= 1, "the offload options are the same for every row"

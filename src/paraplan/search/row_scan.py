@@ -77,11 +77,13 @@ def _row_order(problem, table, options, scan) -> BoundOrder:
         )
 
     every = np.arange(table.size)
-    floors = table.lower_bounds(options.v_max, options.split_backward, every, table.work_floors())
+    floors = table.lower_bounds(
+        options.v_max, options.split_backward, every, table.work_floors(), options.dualpipe
+    )
     return BoundOrder(
         objective(floors, every),
         lambda rows: objective(
-            table.lower_bounds(options.v_max, options.split_backward, rows),
+            table.lower_bounds(options.v_max, options.split_backward, rows, None, options.dualpipe),
             rows,
         ),
     )

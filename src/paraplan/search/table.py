@@ -109,6 +109,9 @@ class RowTable:
         self.kinds = tuple(model_block_kinds(problem.model))
         self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> BlockCostFacts
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
+        self._kept = np.zeros(
+            len(self.first)
+        )  # the same less its EP parts (a DualPipe pair hides them)
         self._worked = np.zeros(len(self.first), dtype=bool)
         self.blocks = (
             None  # per kind, the BlockCost of every unit (allocate), filled as units are read
@@ -251,7 +254,7 @@ class RowTable:
             rows, c = self.first[need], self.columns
             cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
             overlap = tp_overlap(c["overlap_tp"][rows].astype(bool), c["tp_domains"][rows])
-            least = None
+            least = kept = None
             for kind in self.layer_kinds:
                 facts = stack(self._kind_cost(kind, cid.tolist()), ids.reshape(-1))
                 terms = kind_terms(kind, facts.compute, facts.comm, c["recompute"][rows], overlap)
@@ -261,7 +264,10 @@ class RowTable:
                 ) in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``)
                     work = work + getattr(terms, name)
                 least = work if least is None else np.minimum(least, work)
+                rest = work - terms.ep_forward - terms.ep_backward
+                kept = rest if kept is None else np.minimum(kept, rest)
             self._work[need] = least
+            self._kept[need] = np.maximum(kept, 0.0)
             self._worked[need] = True
         return self._work[units]
 
@@ -283,6 +289,7 @@ class RowTable:
         split_backward: np.ndarray | bool,
         rows: np.ndarray | None = None,
         work: np.ndarray | None = None,
+        dualpipe: np.ndarray | bool = False,
     ) -> np.ndarray:
         """Admissible step-time bound per row (of ``rows``, default every row), with u the per-layer work of one
         micro-batch (``work`` per row of ``rows`` when given, else ``_unit_work``):
@@ -300,10 +307,15 @@ class RowTable:
         The split-backward schedules (ZB-H1, DualPipe) shrink the bubble below (L − F)·u / v_max
         (ZB-H1 by (F + B − 2W)/(F + B), DualPipe to (p/2 − 1)·(F&B + B − 3W)): a row whose grid has
         one (``split_backward``) keeps m·F·u only — with the bubble term, 140 of the 296 rows of a
-        Mixtral problem had a bound above their best candidate's step. The bound is non-decreasing
-        in u: a floor of u gives a floor of the bound (``work_floors``)."""
+        Mixtral problem had a bound above their best candidate's step. A row whose grid has DualPipe
+        (``dualpipe``) keeps (m − n)·(F·u + 1 exchange) + n·F·u', n = max(m − p − 1, 0) its overlapped pairs
+        (step.dualpipe.overlapped_pairs) and u' the layer work less its EP dispatch / combine (the least over
+        the kinds; the compute floor itself where ``work`` is given): a pair F&B hides the EP parts and the
+        exchange but no compute or TP / CP part (step.dualpipe.overlapped_pair_s).
+        The bound is non-decreasing in u: a floor of u gives a floor of the bound (``work_floors``)."""
         rows = np.arange(self.size) if rows is None else rows
         unit = self._unit_work(self.unit[rows]) if work is None else work
+        kept = self._kept[self.unit[rows]] if work is None else work
         facts = self.facts
         links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
         ids = self.columns["p2p_id"][rows]
@@ -318,7 +330,13 @@ class RowTable:
         bubble = np.where(
             _at(split_backward, rows), 0.0, (layers - fullest) * unit / _at(v_max, rows)
         )
-        return facts.microbatches[rows] * (fullest * unit + p2p) + bubble
+        m = facts.microbatches[rows]
+        bound = m * (fullest * unit + p2p) + bubble
+        if not np.any(dualpipe):
+            return bound
+        pairs = np.maximum(m - pp - 1, 0)
+        paired = (m - pairs) * (fullest * unit + p2p) + pairs * fullest * kept + bubble
+        return np.where(_at(dualpipe, rows), paired, bound)
 
 
 def _at(value, rows: np.ndarray):

@@ -182,6 +182,13 @@ class RuntimeCosts(StackRuntimeFields):
         description="the fp8 scaling recipe whose quantisation passes fp8 GEMM operands pay (cost.quantisation); "
         "delayed: Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default",
     )
+    dualpipe_comm_sms: int = Field(
+        20,
+        ge=0,
+        description="SMs DualPipe's overlapped forward-backward pair gives the expert-parallel all-to-all kernels, "
+        "the rest computing (step.dualpipe.pair_compute_share); 20 of the H800's 132 in DeepSeek-V3's training "
+        "(DeepSeek-V3 technical report, arXiv:2412.19437, §3.2.2 and §3.5.1)",
+    )
     lazy_gradients: bool = Field(
         False,
         description="gradients are allocated during backward and freed by zero_grad(set_to_none=True), not held "

@@ -52,11 +52,15 @@ class BlockTerms:
     # backward TP communication exposed in addition to ``tp_backward`` when a split-backward schedule
     # defers the weight-gradient GEMMs it would hide behind (``deferred_wgrad_exposure_s``)
     tp_deferred: Num = 0.0
+    # the expert-parallel dispatch / combine seconds of one forward and one backward, none hidden: what
+    # DualPipe's overlapped forward-backward pair hides behind its compute (step.dualpipe); not added again
+    ep_comm: Num = 0.0
 
 
-# the parts a stage's work sums; ``wgrad`` is a share of ``backward`` and ``tp_deferred`` is added
-# to ``tp_backward`` under split-backward schedules only (step.inputs.stage_work)
-SPLIT_ONLY_TERMS = ("wgrad", "tp_deferred")
+# the parts a stage's work sums; ``wgrad`` is a share of ``backward``, ``tp_deferred`` is added
+# to ``tp_backward`` under split-backward schedules only (step.inputs.stage_work) and ``ep_comm``
+# is read by DualPipe's pair alone (step.dualpipe.overlapped_pair_s)
+SPLIT_ONLY_TERMS = ("wgrad", "tp_deferred", "ep_comm")
 BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name not in SPLIT_ONLY_TERMS)
 
 
@@ -126,6 +130,7 @@ def block_terms(
         ep_b,
         c.gemm_backward / 2.0,
         tp_deferred,
+        comm.ep_forward + comm.ep_backward,
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, maximum, where
+from paraplan.cost.elementwise import any_positive, any_true, maximum, where
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
@@ -53,6 +53,7 @@ from paraplan.step.inputs import (  # noqa: F401
     transformer_layers,
     work_total,
 )
+from paraplan.step.dualpipe import overlapped_pair_s, overlapped_pairs, pair_saving_s
 from paraplan.step.p2p import overlapped_p2p_exposed_s
 from paraplan.step.offload import offload_traffic_bytes, offloaded_activation_share
 from paraplan.step.result import TimeBreakdown
@@ -137,17 +138,23 @@ def stage_works(inp: StepInputs) -> list[dict[str, Num]]:
 
 def _pipeline(inp: StepInputs) -> dict:
     """The pipeline half of compose_step: every stage's per-micro-batch work, the slowest stage, the
-    bubble and the step's parts by kind (m × the slowest stage's parts)."""
+    bubble and the step's parts by kind (m × the slowest stage's parts; under DualPipe less what its
+    overlapped pairs save, ``_dualpipe_pairs``)."""
     stages = inp.stages
     present = [s.count > 0 for s in stages]
     works = stage_works(inp)
     totals = [work_total(w) for w in works]
+    pairs = _dualpipe_pairs(inp, works, totals)
     slowest_work, slowest = _argmax(totals, present)
+    if pairs is not None:  # the stage whose steady state is longest once its pairs overlap
+        _, slowest = _argmax(pairs["steady"], present)
+        slowest_work = _pick(slowest, totals)
     all_work = 0.0
     for s, t in zip(stages, totals):
         all_work = all_work + s.count * t
     slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
     wgrads = [sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]
+    pair_s = None if pairs is None else _pick(slowest, pairs["pair"])
     bubble = pipeline_bubble_s(
         inp.knobs,
         PipelineWork(
@@ -158,11 +165,14 @@ def _pipeline(inp: StepInputs) -> dict:
             slowest_parts,
             _pick(slowest, wgrads),
             inp.microbatches,
-            tuple(zip(works, wgrads, present)),
+            tuple(zip(works, wgrads, present, *([pairs["pair"]] if pairs else []))),
+            pair_s,
         ),
     )
     m = inp.microbatches
     part = {name: m * slowest_parts[name] for name in (*BLOCK_TERM_NAMES, "pp")}
+    if pairs is not None:
+        part = _paired_parts(inp, part, slowest_parts, pair_s)
     return {
         "present": present,
         "works": works,
@@ -171,6 +181,45 @@ def _pipeline(inp: StepInputs) -> dict:
         "bubble": bubble,
         "part": part,
     }
+
+
+def _dualpipe_pairs(inp: StepInputs, works: list, totals: list) -> dict | None:
+    """Per stage entry, where the candidate runs DualPipe: its overlapped pair F&B
+    (step.dualpipe.overlapped_pair_s, on the stage's own GPUs' SM share) and its steady state per
+    micro-batch, S − (m − p − 1)·(S − F&B)/m (step.dualpipe.pair_saving_s); S elsewhere. None where no
+    candidate runs DualPipe."""
+    dual = inp.knobs.dualpipe
+    if not any_true(dual):
+        return None
+    pair, steady = [], []
+    for s, w, t in zip(inp.stages, works, totals):
+        ep = sum_blocks(s, lambda b: b.terms.ep_comm)
+        fb = overlapped_pair_s(w, ep, (s.inputs or inp).pair_compute_share)
+        pair.append(fb)
+        saving = pair_saving_s(inp.pp, inp.microbatches, t, fb)
+        steady.append(where(dual, t - saving / inp.microbatches, t))
+    return {"pair": pair, "steady": steady}
+
+
+def _paired_parts(inp: StepInputs, part: dict, slowest: dict, pair_s: Num) -> dict:
+    """The step's parts under DualPipe: its m − p − 1 overlapped pairs (step.dualpipe.overlapped_pairs)
+    run their stage's forward and backward compute as it is, hide the EP dispatch / combine and the
+    pipeline sends, and cost F&B − (compute + exposed TP / CP) more (the SMs given to the all-to-all and
+    what the compute does not hide), counted with the EP communication; m − (m − p − 1) chunk pairs
+    keep their exposed EP and p2p. Elsewhere ``part`` as it is."""
+    dual, m = inp.knobs.dualpipe, inp.microbatches
+    n = overlapped_pairs(inp.pp, m)
+    kept = sum(slowest[k] for k in ("forward", "backward", "recompute"))
+    kept = kept + sum(
+        slowest[k] for k in ("tp_forward", "tp_backward", "cp_forward", "cp_backward")
+    )
+    out = dict(part)
+    out["ep_forward"] = where(dual, (m - n) * slowest["ep_forward"], part["ep_forward"])
+    out["ep_backward"] = where(
+        dual, (m - n) * slowest["ep_backward"] + n * (pair_s - kept), part["ep_backward"]
+    )
+    out["pp"] = where(dual, (m - n) * slowest["pp"], part["pp"])
+    return out
 
 
 def _breakdown(pipe: dict, optimizer_s: Num, dp_s: Num, offload_s: Num) -> dict[str, Num]:

@@ -12,6 +12,7 @@ from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
+from paraplan.step.dualpipe import pair_compute_share
 
 # the run-wide knobs' defaults (specs.plan.RuntimeFields, the plan's too), for callers that pass none
 _RUNTIME_DEFAULTS = RuntimeFields()
@@ -46,6 +47,9 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
         launch_blocking=1.0 if acc.efficiency.launch_blocking else 0.0,
         batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
+        pair_compute_share=pair_compute_share(
+            acc.sm_count, acc.efficiency.runtime.dualpipe_comm_sms
+        ),
         **runtime_terms(acc.efficiency.runtime, dtype),
     )
 

@@ -21,7 +21,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
-from paraplan.step.stage_memory import memory_at, stage_holdings
+from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -226,10 +226,19 @@ def estimate(
     stages = []
     # the first len(groups) entries are the split's groups in order (a group's second entry, when its
     # stages' links differ, holds the same blocks: step.layout.build_step_inputs)
+    paired = (
+        [stage_holdings(inp, e, 1.0) for e in inp.stages]
+        if plan.pipeline_schedule == "dualpipe"
+        else None
+    )
     for group, entry in zip(split, inp.stages):
         holdings = stage_holdings(inp, entry)  # the same at every position of the entry
         for index in range(int(group.index), int(group.index) + int(group.count)):
-            terms = memory_at(inp, holdings, index)
+            terms = (
+                memory_at(inp, holdings, index)
+                if paired is None
+                else dualpipe_memory_terms(inp, paired, index)[0]
+            )
             stages.append(
                 StageMemory(
                     stage=index,

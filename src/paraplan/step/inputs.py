@@ -146,6 +146,8 @@ class StepInputs:
     zero2_reduce_per_microbatch: Num = (
         0.0  # 1: ZeRO-2 reduces each micro-batch (step.tail.zero2_reduces)
     )
+    # share of the SMs left to compute in DualPipe's overlapped pair (step.dualpipe.pair_compute_share)
+    pair_compute_share: Num = 1.0
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

@@ -82,6 +82,13 @@ class _DualPipeRank:
         self.forwards, self.backwards = [0, 0], [0, 0]
         self.queue: list[tuple[int, int]] = []
         self.out: list[Pass] = []
+        self.pairs: list[int] = []  # where each overlapped pair's F, B, W passes start in ``out``
+
+    def pair(self, phase0: int, phase1: int) -> None:
+        """``_forward_backward_chunk``: a forward and a whole backward run as one overlapped pair."""
+        self.pairs.append(len(self.out))
+        self.forward(phase0)
+        self.backward(phase1)
 
     def forward(self, phase: int) -> None:
         d = phase ^ self.second
@@ -108,10 +115,22 @@ def dualpipe_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pas
     ``DualPipe.step`` asserts an even rank count and m >= 2p micro-batches, m/2 fed from each end):
     direction 0 enters at stage 0 and runs stage s's layers on rank s, direction 1 enters at stage
     p − 1 (rank p − 1 − s runs stage s's layers: the second copy of the weights). A pass is
-    (kind, micro-batch within its direction, direction); F&B pairs run one after the other (F&B =
-    F + B, as the composition prices them). ValueError for m < 2p or an odd p or m (the reference
-    implementation asserts them; specs.rules.dualpipe_rule)."""
-    m, half = microbatches, pp // 2
+    (kind, micro-batch within its direction, direction); the overlapped pairs (``dualpipe_pairs``)
+    are an F, B and W in a row. ValueError for m < 2p or an odd p or m (the reference implementation
+    asserts them; specs.rules.dualpipe_rule)."""
+    return _dualpipe_rank(pp, microbatches, stage).out
+
+
+def dualpipe_pairs(pp: int, vpp: int, microbatches: int, stage: int) -> list[int]:
+    """Where in ``dualpipe_order`` each overlapped forward-backward pair starts (its F, then the B
+    and W of a whole backward): ``_forward_backward_chunk`` of steps 4 and 5 of ``DualPipe.step``, the
+    middle ranks' first one of step 4 run unpaired (step.dualpipe.overlapped_pairs counts them)."""
+    return _dualpipe_rank(pp, microbatches, stage).pairs
+
+
+def _dualpipe_rank(pp: int, m: int, stage: int) -> _DualPipeRank:
+    """The passes of rank ``stage`` through the eight steps of ``DualPipe.step`` (``dualpipe_order``)."""
+    half = pp // 2
     if rule := dualpipe_rule(pp, m):
         raise ValueError(f"DualPipe (m >= 2p): {rule}")
     h = min(stage, pp - 1 - stage)  # half_rank
@@ -126,15 +145,16 @@ def dualpipe_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pas
         b(1, True)
         w()
         f(1)
-    for _ in range(m // 2 - pp + h + 1):  # step 4: nF0B1F1B0
-        f(0)
-        b(1)
-        f(1)
-        b(0)
+    for i in range(m // 2 - pp + h + 1):  # step 4: nF0B1F1B0, the middle ranks' first F0B1 apart
+        if i == 0 and h == half - 1:
+            f(0)
+            b(1)
+        else:
+            rank.pair(0, 1)
+        rank.pair(1, 0)
     for _ in range(half - h - 1):  # step 5: nB1F1B0
         b(1)
-        f(1)
-        b(0)
+        rank.pair(1, 0)
     zero_bubble = False
     for i in range(h + 1):  # step 6: nB1B0, the second half with zero bubble
         zero_bubble = zero_bubble or (i == (h + 1) // 2 and h % 2 == 1)
@@ -146,7 +166,7 @@ def dualpipe_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pas
         b(0, True)
     for _ in range(h + 1):  # step 8: nW
         w()
-    return rank.out
+    return rank
 
 
 def route_position(directions: int, pp: int, vpp: int, stage: int, chunk: int) -> tuple[int, int]:

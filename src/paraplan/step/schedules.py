@@ -32,10 +32,12 @@ from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
 
 from paraplan.cost.elementwise import any_true, is_array, maximum, minimum, where
+from paraplan.step.dualpipe import overlapped_pairs
 from paraplan.step.inputs import backward_s, forward_s
 from paraplan.step.schedule_orders import (  # noqa: F401 (route_*: re-exported for the timeline)
     Pass,
     dualpipe_order,
+    dualpipe_pairs,
     gpipe_order,
     interleaved_order,
     one_f_one_b_order,
@@ -57,9 +59,17 @@ class PipelineWork(NamedTuple):
     slowest_parts: dict  # the slowest stage's per-micro-batch parts (step.inputs.stage_work)
     wgrad_s: Num  # its weight-gradient seconds W (BlockTerms.wgrad summed)
     microbatches: Num  # m, micro-batches per step (ZB-H1's deferred W passes, ``zb_h1_w_credit``)
-    # every stage's (parts, W, present); the split-backward bubbles take the largest over them and
-    # the slowest stage (``_over_stages``); () for the slowest stage alone
+    # every stage's (parts, W, present, F&B); the split-backward bubbles take the largest over them
+    # and the slowest stage (``_over_stages``); () for the slowest stage alone
     stages: tuple = ()
+    # the slowest stage's overlapped forward-backward pair F&B (step.dualpipe.overlapped_pair_s);
+    # None: its F + B, nothing overlapped
+    pair_s: Num = None
+
+
+def _steady_floor_s(m, pp, slowest, kept_share=0.0):
+    """m·S0: m micro-batches of the slowest stage's work, one after the other."""
+    return m * slowest
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,10 @@ class Bubble:
     floor_s: Callable[..., Num]
     formula: str  # for the table (``markdown_table``)
     floor_formula: str
+    # (m, pp, S0, κ) → floor of the steady state the bubble's floor adds to (m·S0 unless pairs
+    # overlap; κ the share of the work they cannot hide, search.bounds.step_floors.LayerFloors)
+    steady_floor_s: Callable[..., Num] = _steady_floor_s
+    steady_floor_formula: str = "m·S0"
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,9 @@ class PipelineSchedule:
     split_backward: bool = False
     # routes micro-batches take through the stages: 1, or 2 for DualPipe (``route_position``)
     directions: int = 1
+    # (pp, vpp, microbatches, stage) → where in ``order`` its overlapped forward-backward pairs start
+    # (an F, B and W run as one: DualPipe's ``dualpipe_pairs``); None: no pairs
+    pairs: Callable[[int, int, int, int], list] | None = None
 
 
 # ---- bubbles ------------------------------------------------------------------------------------
@@ -137,7 +154,8 @@ def zb_h1_w_credit(pp, microbatches):
 
 def dualpipe_bubble_s(pp, forward_s, backward_s, wgrad_s, overlapped_pair_s=None):
     """DualPipe bubble (p/2 − 1)·(F&B + B − 3W) (DeepSeek-V3 report, arXiv:2412.19437, §3.2.1,
-    Table 2) for one chunk's F, B, W; F&B defaults to F + B (nothing overlapped)."""
+    Table 2) for one chunk's F, B, W; F&B the chunk pair run overlapped (step.dualpipe.overlapped_pair_s),
+    default F + B (nothing overlapped)."""
     pair = forward_s + backward_s if overlapped_pair_s is None else overlapped_pair_s
     return maximum(pp / 2.0 - 1.0, 0.0) * maximum(pair + backward_s - 3.0 * wgrad_s, 0.0)
 
@@ -152,15 +170,15 @@ def _interleaved_bubble_s(work: PipelineWork) -> Num:
     return bubble_from_work_s(work.total_s, work.slowest_s, work.vpp)
 
 
-def _over_stages(work: PipelineWork, value: Callable[[dict, Num], Num]) -> Num:
-    """The largest ``value(parts, W)`` over the slowest stage and every present stage of ``work``.
+def _over_stages(work: PipelineWork, value: Callable[..., Num]) -> Num:
+    """The largest ``value(parts, W, F&B)`` over the slowest stage and every present stage of ``work``.
     The split-backward bubbles read one stage's F, B and W; the largest over the stages, not the
     slowest stage's alone, keeps the bubble continuous when another stage becomes the slowest (a
     faster link or HBM must not move the step time up by switching stages) and is >= the slowest
     stage's (the search's floors stay admissible)."""
-    out = value(work.slowest_parts, work.wgrad_s)
-    for parts, wgrad, present in work.stages:
-        out = maximum(out, where(present, value(parts, wgrad), out))
+    out = value(work.slowest_parts, work.wgrad_s, work.pair_s)
+    for parts, wgrad, present, *pair in work.stages:
+        out = maximum(out, where(present, value(parts, wgrad, *(pair or [None])), out))
     return out
 
 
@@ -171,19 +189,22 @@ def _zb_h1_bubble_s(work: PipelineWork) -> Num:
     credit = zb_h1_w_credit(work.pp, work.microbatches)
     share = _over_stages(
         work,
-        lambda parts, wgrad: zb_h1_bubble_share(forward_s(parts), backward_s(parts), wgrad, credit),
+        lambda parts, wgrad, _: zb_h1_bubble_share(
+            forward_s(parts), backward_s(parts), wgrad, credit
+        ),
     )
     return _one_f_one_b_bubble_s(work) * share
 
 
 def _dualpipe_bubble_s(work: PipelineWork) -> Num:
-    """DualPipe: (p/2 − 1)·(F&B + B − 3W) over chunks of half a stage (each GPU runs the stage pair
-    (i, p−1−i), one from each end: F, B, W halved), F&B = F + B (DeepSeek-V3 Table 2); the largest
+    """DualPipe: (p/2 − 1)·(F&B + B − 3W), a chunk a whole stage (rank i runs stage i one way and
+    stage p − 1 − i the other: deepseek-ai/DualPipe's example builds each rank's two modules so), F&B
+    the stage's overlapped pair (step.dualpipe.overlapped_pair_s; DeepSeek-V3 Table 2); the largest
     over the stages (``_over_stages``)."""
     return _over_stages(
         work,
-        lambda parts, wgrad: dualpipe_bubble_s(
-            work.pp, forward_s(parts) / 2.0, backward_s(parts) / 2.0, wgrad / 2.0
+        lambda parts, wgrad, pair: dualpipe_bubble_s(
+            work.pp, forward_s(parts), backward_s(parts), wgrad, pair
         ),
     )
 
@@ -227,6 +248,15 @@ def schedule_order(schedule: str, pp: int, vpp: int, microbatches: int) -> list[
     return [entry.order(pp, vpp, microbatches, s) for s in range(pp)]
 
 
+def schedule_pairs(schedule: str, pp: int, vpp: int, microbatches: int) -> list[list[int]]:
+    """Per stage, where in its ``schedule_order`` the overlapped forward-backward pairs start (the
+    entry's ``pairs``; none for a schedule without them)."""
+    entry = SCHEDULES[schedule]
+    if entry.pairs is None:
+        return [[] for _ in range(pp)]
+    return [entry.pairs(pp, vpp, microbatches, s) for s in range(pp)]
+
+
 # ---- the search's floors --------------------------------------------------------------------------
 
 
@@ -246,8 +276,18 @@ def _zb_h1_floor_s(v, pp, slowest, total, rho, dual):
 
 
 def _dualpipe_floor_s(v, pp, slowest, total, rho, dual):
-    """F + 2B − 3W >= (1 − 1.5ρ)·(F + B) = dual·(F + B), and F + B <= S; halved chunks."""
-    return max(pp / 2.0 - 1.0, 0.0) * dual * slowest / 2.0
+    """F&B >= (F + B)/2 (step.dualpipe.overlapped_pair_s: F&B >= max(C + X, E + P) >= S/2) and W <= ρ·(F + B)/2, so
+    F&B + B − 3W >= (1/2 − 1.5ρ)·(F + B) >= max(dual − 1/2, 0)·S0 (F + B >= S0)."""
+    return maximum(pp / 2.0 - 1.0, 0.0) * maximum(dual - 0.5, 0.0) * slowest
+
+
+def _dualpipe_steady_floor_s(m, pp, slowest, kept_share=0.0):
+    """(m − n·(1 − κ))·S0, n = max(m − p − 1, 0) overlapped pairs, κ = max(kept_share, 1/2): a pair F&B
+    is at least its compute and TP / CP parts, >= kept_share of the work (search.bounds.step_floors.
+    LayerFloors), and at least half the work S of its two chunks run apart, max(C + X, E + P) >= S/2
+    (step.dualpipe.overlapped_pair_s), so m·S − n·(S − F&B) >= (m − n·(1 − κ))·S."""
+    share = maximum(kept_share, 0.5)
+    return (m - overlapped_pairs(pp, m) * (1.0 - share)) * slowest
 
 
 # ---- the registry -------------------------------------------------------------------------------
@@ -308,8 +348,11 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 bubble=Bubble(
                     _dualpipe_bubble_s,
                     _dualpipe_floor_s,
-                    "(p/2 − 1)·(F + 2B − 3W)/2",
-                    "(p/2 − 1)·max(1 − 1.5ρ, 0)·S0/2",
+                    "(p/2 − 1)·(F&B + B − 3W), F&B the overlapped pair; steady state "
+                    "m·S − (m − p − 1)·(S − F&B)",
+                    "(p/2 − 1)·max(1/2 − 1.5ρ, 0)·S0",
+                    _dualpipe_steady_floor_s,
+                    "(m − max(m − p − 1, 0)·(1 − max(κ, 1/2)))·S0",
                 ),
                 in_flight=InFlight(_dualpipe_in_flight, "min(p + 1, m)"),
                 order=dualpipe_order,
@@ -317,6 +360,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 weight_copies=2.0,
                 split_backward=True,
                 directions=2,
+                pairs=dualpipe_pairs,
             ),
         )
     }
@@ -370,11 +414,17 @@ def weight_copies(knobs) -> Num:
     return by_schedule(knobs, lambda s: s.weight_copies)
 
 
-def schedule_step_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual):
-    """m·S0 + the schedule's bubble floor (``bubble.floor_s``) at floors S0 = ``slowest``,
+def schedule_step_floor(
+    schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual, kept_share=0.0
+):
+    """The schedule's steady-state floor (``bubble.steady_floor_s``, m·S0 but for DualPipe) + its bubble
+    floor (``bubble.floor_s``) at floors S0 = ``slowest``,
     T0 = ``total`` of the slowest stage's and all stages' work: a floor of m·S + bubble, each form
     growing with S and T (search/bounds/blocks.py). Floats or arrays over blocks."""
-    return m * slowest + SCHEDULES[schedule].bubble.floor_s(v, pp, slowest, total, rho, dual)
+    bubble = SCHEDULES[schedule].bubble
+    return bubble.steady_floor_s(m, pp, slowest, kept_share) + bubble.floor_s(
+        v, pp, slowest, total, rho, dual
+    )
 
 
 def markdown_table() -> str:
@@ -386,6 +436,6 @@ def markdown_table() -> str:
     for s in SCHEDULES.values():
         rows.append(
             f"| `{s.name}` | {s.bubble.formula} | {s.in_flight.formula} | {s.weight_copies:g}× "
-            f"| m·S0 + {s.bubble.floor_formula} | {s.source} |"
+            f"| {s.bubble.steady_floor_formula} + {s.bubble.floor_formula} | {s.source} |"
         )
     return "\n".join(rows) + "\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from paraplan.cost.elementwise import maximum, minimum, where
+from paraplan.cost.elementwise import any_true, maximum, minimum, where
 from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
@@ -92,12 +92,13 @@ class StageHoldings(NamedTuple):
     buffers: Num  # the largest block's working buffer (+ ZeRO-3's gathered weights)
 
 
-def stage_holdings(inp: StepInputs, stage: Stage) -> StageHoldings:
+def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHoldings:
     """The terms of ``stage_memory_terms`` that do not depend on the stage's position: weights,
-    gradients, optimizer state (``stage_state_bytes``, times the schedule's weight copies), kept and
-    held activations, offloaded shares, working buffers."""
+    gradients, optimizer state (``stage_state_bytes``, times the schedule's weight copies; ``copies``
+    1 for the stage's own, DualPipe's pairing adds its partner's: ``paired_holdings``), kept and held
+    activations, offloaded shares, working buffers."""
     weights, grads, optimizer, transformer_states = stage_state_bytes(inp, stage)
-    copies = weight_copies(inp.knobs)
+    copies = weight_copies(inp.knobs) if copies is None else copies
     return StageHoldings(
         weights * copies,
         grads * copies,
@@ -118,20 +119,51 @@ def stage_holdings(inp: StepInputs, stage: Stage) -> StageHoldings:
     )
 
 
+def paired_holdings(own: StageHoldings, partner: StageHoldings, index: Num, pp: Num):
+    """What a DualPipe rank at position i holds: stage i for one direction and stage p − 1 − i for the
+    other (deepseek-ai/DualPipe's example builds each rank's two modules so, examples/example_dualpipe.py
+    at 3da1bbe), so both stages' weights and gradients (DeepSeek-V3 Table 2's 2× parameters where the
+    stages are equal); the optimizer state one stage's, as before (the two copies' states are not priced
+    apart); both stages' held activations, the larger working buffers; and per in-flight micro-batch
+    kept bytes weighted as the order holds them at its peak, p − i of stage i and i + 1 of stage p − 1 − i
+    (p + 1 in all, Table 2: step.schedule_orders.dualpipe_order), returned as (holdings, in flight) with
+    ``kept`` the bytes of one micro-batch averaged over those p + 1."""
+    first, second = pp - index, index + 1.0
+    kept = (first * own.kept + second * partner.kept) / (pp + 1.0)
+    layers = (first * own.transformer_kept + second * partner.transformer_kept) / (pp + 1.0)
+    held = StageHoldings(
+        own.weights + partner.weights,
+        own.grads + partner.grads,
+        own.optimizer,
+        own.transformer_states + partner.transformer_states,
+        kept,
+        layers,
+        own.held + partner.held,
+        maximum(own.offloaded_acts, partner.offloaded_acts),
+        own.share,
+        maximum(own.streamed_weights, partner.streamed_weights),
+        maximum(own.buffers, partner.buffers),
+    )
+    return held, pp + 1.0
+
+
 def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, Num]:
     """Bytes per GPU of the pipeline stage at position ``index`` running ``stage``'s blocks
     (step.result.StageMemory byte fields + ``peak_bytes``): ``memory_at`` of its holdings."""
     return memory_at(inp, stage_holdings(inp, stage), index)
 
 
-def memory_at(inp: StepInputs, h: StageHoldings, index: Num) -> dict[str, Num]:
+def memory_at(
+    inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None
+) -> dict[str, Num]:
     """Bytes per GPU of a stage holding ``h`` at position ``index`` (step.result.StageMemory byte fields
     + ``peak_bytes``): weights, gradients, optimizer state, in-flight activations
     (step.schedules.in_flight_microbatches), buffers, reserved; the gradients and activations resident at
     the peak (cost.memory.peak_residents: the forward's end or the optimizer step where gradients are
     allocated during backward); ``host_bytes`` what offload keeps in host memory (ZeRO-Offload /
-    ZeRO-Infinity, Ren et al. 2021)."""
-    in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
+    ZeRO-Infinity, Ren et al. 2021). ``in_flight``: the count, default the schedule's."""
+    if in_flight is None:
+        in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
     acts = in_flight * h.kept + h.held
     share, offloaded_acts, knobs = h.share, h.offloaded_acts, inp.knobs
     out = {
@@ -219,10 +251,44 @@ def zero3_root_bytes(inp: StepInputs, stage: Stage, layer_params: Num) -> Num:
 def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     """(HBM peak, host-memory use) per GPU, each the largest over stages. Each Stage entry is
     evaluated at its first position: in-flight activations fall with the stage index and the
-    entry's stages are otherwise identical, so that is the entry's largest."""
+    entry's stages are otherwise identical, so that is the entry's largest. Under DualPipe each rank
+    holds a stage pair (``dualpipe_memory_terms``), evaluated where its terms change slope."""
     peak = host = 0.0
     for s in inp.stages:
         terms = stage_memory_terms(inp, s, s.index)
         peak = maximum(peak, where(s.count > 0, terms["peak_bytes"], 0.0))
         host = maximum(host, where(s.count > 0, terms["host_bytes"], 0.0))
-    return peak, host
+    dual = inp.knobs.dualpipe
+    if not any_true(dual):
+        return peak, host
+    holdings = [stage_holdings(inp, s, 1.0) for s in inp.stages]
+    paired_peak = paired_host = 0.0
+    for s in inp.stages:  # a rank's bytes are linear in its position between these
+        last = s.index + s.count - 1
+        for x in (s.index, last, inp.pp - 1 - s.index, inp.pp - 1 - last):
+            terms, found = dualpipe_memory_terms(inp, holdings, x)
+            paired_peak = maximum(paired_peak, where(found, terms["peak_bytes"], 0.0))
+            paired_host = maximum(paired_host, where(found, terms["host_bytes"], 0.0))
+    return where(dual, paired_peak, peak), where(dual, paired_host, host)
+
+
+def dualpipe_memory_terms(
+    inp: StepInputs, holdings: list[StageHoldings], index: Num
+) -> tuple[dict[str, Num], Num]:
+    """``memory_at`` of the DualPipe rank at position ``index`` (``paired_holdings``: stage i's entry
+    and stage p − 1 − i's among the Stage entries, ``holdings`` theirs with one weight copy), and
+    whether some present entry holds position ``index``."""
+    own, found = _holding_at(inp, holdings, index)
+    partner, _ = _holding_at(inp, holdings, inp.pp - 1 - index)
+    paired, in_flight = paired_holdings(own, partner, index, inp.pp)
+    return memory_at(inp, paired, index, in_flight), found
+
+
+def _holding_at(inp: StepInputs, holdings: list[StageHoldings], position: Num):
+    """(the holdings of the present Stage entry that holds ``position``, whether one does)."""
+    out, found = holdings[-1], False
+    for s, h in zip(reversed(inp.stages), reversed(holdings)):
+        inside = (s.count > 0) & (s.index <= position) & (position < s.index + s.count)
+        out = StageHoldings(*(where(inside, a, b) for a, b in zip(h, out)))
+        found = found | inside
+    return out, found

@@ -11,6 +11,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.compose import pipeline_bound_s, split_backward_on, stage_works
+from paraplan.step.dualpipe import overlapped_pair_s
 from paraplan.step.estimate import check_plan, step_inputs
 from paraplan.step.inputs import backward_s, forward_s, sum_blocks, work_total
 from paraplan.step.schedules import SCHEDULES
@@ -19,7 +20,8 @@ from paraplan.step.schedules import SCHEDULES
 def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dict:
     """Per pipeline stage (0 .. pp − 1) its per-micro-batch ``forward_s`` (step.inputs.forward_s),
     ``backward_s`` (step.inputs.backward_s, W included), ``wgrad_s`` (W, BlockTerms.wgrad summed),
-    ``p2p_s`` and ``work_s`` (the sum the composition takes the slowest of); the schedule, m, v,
+    ``p2p_s``, ``work_s`` (the sum the composition takes the slowest of) and ``pair_s`` (a forward and a
+    backward chunk as DualPipe's overlapped pair, step.dualpipe.overlapped_pair_s); the schedule, m, v,
     whether it splits the backward, the routes micro-batches take (``directions``: 2 for DualPipe,
     step.schedule_orders.route_position), and ``pipeline_s``, the composition's m·S + bubble."""
     check_plan(model, system, plan)
@@ -36,6 +38,14 @@ def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dic
             "wgrad_s": float(sum_blocks(entry, lambda b: b.terms.wgrad)),
             "p2p_s": float(work["pp"]),
             "work_s": float(work_total(work)),
+            # a forward and a backward chunk run as DualPipe's overlapped pair (step.dualpipe)
+            "pair_s": float(
+                overlapped_pair_s(
+                    work,
+                    sum_blocks(entry, lambda b: b.terms.ep_comm),
+                    (entry.inputs or inp).pair_compute_share,
+                )
+            ),
         }
         for index in range(int(entry.index), int(entry.index) + int(entry.count)):
             stages[index] = row

@@ -150,7 +150,9 @@ def _key_floors(problem, floors: KindFloors, fits: _Fits, members: list, key) ->
                 else:  # its exact sum: the rest, then the core and the ring
                     value = value + (extra.forward + extra.backward + added)
             work[name] = min(work.get(name, math.inf), value)
-    return LayerFloors(work, 1.0)
+    return LayerFloors(
+        work, 1.0, kept_share=1.0
+    )  # no dispatch and combine: a pair hides none of it
 
 
 def _fit(problem, floors: KindFloors, members: list, knob) -> list[tuple]:

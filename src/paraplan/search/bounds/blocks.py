@@ -12,7 +12,8 @@ skips a block whose bound cannot enter the top K). With W_s the per-micro-batch 
 micro-batches, ``step.compose.compose_step`` gives
     step = m·S + bubble + tail,    tail (optimizer, data-parallel, offload) >= 0,
     bubble = (T − S)/v (1F1B and GPipe v = 1; interleaved v = vpp <= v_max), (T − S)·share (ZB-H1),
-             (p/2 − 1)·max(F + 2B − 3W, 0)/2 (DualPipe; F, B, W of the slowest stage, S = F + B + p2p).
+             (p/2 − 1)·max(F&B + B − 3W, 0) (DualPipe; F, B, W of the slowest stage, S = F + B + p2p,
+             F&B its overlapped pair; its steady state m·S − n·(S − F&B), n = max(m − p − 1, 0)).
 Every BlockTerms part is >= 0, so a stage's work is at least the sum over its blocks of their
 compute (forward + backward), for a block holding an MoE layer its exposed dispatch and combine (the EP parts, least
 over the dispatchers and a2a-overlap switches), and for a block with core attention under the K/V ring the ring's
@@ -24,7 +25,9 @@ the layer split of the schedule option (specs.split, step.build.layer_mix, the s
 ``step.build.build_step_inputs`` lays the blocks out with) give floors S0 <= S and T0 <= T. With
 ρ = the largest share of backward GEMM time in any block's compute (gemm_backward / (forward +
 backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
-share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F + 2B − 3W >= (1 − 1.5ρ)·(F + B). Each form
+share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F&B + B − 3W >= (1/2 − 1.5ρ)·(F + B) (F&B >= S/2), its
+steady state >= (m − n·(1 − max(κ, 1/2)))·S with κ the least share of a kind's work a pair cannot hide
+(LayerFloors.kept_share: F&B >= its compute and TP / CP parts). Each form
 m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
 block's bound is the least over its schedule options. For an MoE model the first bound takes cheaper
 floors (``layer_floors(cheap=True)``: the routed experts' GEMMs at their FLOP floor, no dispatch, ρ = 1, the ring's
@@ -150,7 +153,7 @@ def layer_floors(
     experts = costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
-    rho = 0.0
+    rho, kept_share = 0.0, 1.0
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
         shape = layer_shape_of(
@@ -160,6 +163,7 @@ def layer_floors(
             shaped
         ):  # the ops other than the core attention costed once per local-token count (KindFloors)
             kinds = floors_of.kinds(shape, cheap)
+            kept_share = min(kept_share, *(_kept_share(floor) for _, floor in kinds))
             if not work:  # the first knob (most keys have one): its floors as they are
                 work = {name: floor.work for name, floor in kinds}
                 forward = {name: floor.forward for name, floor in kinds}
@@ -178,7 +182,16 @@ def layer_floors(
                 rho,
                 c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0,
             )
-    return LayerFloors(work, rho, forward)
+    return LayerFloors(work, rho, forward, kept_share)
+
+
+def _kept_share(floor) -> float:
+    """kept / work of a KindFloor (1 without a kept floor or work): a floor of the share of the kind's work at
+    any of the shape's options a DualPipe pair cannot hide. Over several layer knobs the least share: each row's
+    kept part >= the least kept >= share × the least work (LayerFloors.kept_share)."""
+    if floor.kept is None or floor.work <= 0.0:
+        return 1.0
+    return min(1.0, floor.kept / floor.work)
 
 
 def costing_class(problem: SearchProblem, block: Block) -> tuple:
@@ -324,10 +337,11 @@ def refined_bound(
                 continue
             streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
+        share = min(floors.kept_share, mode_floors.kept_share.get(mode, 0.0))
         step = (
             base
             if work == floors.work
-            else block_step_floor(problem, block, LayerFloors(work, floors.rho))
+            else block_step_floor(problem, block, LayerFloors(work, floors.rho, kept_share=share))
         )
         best = min(best, max(step, streaming))
         if best <= base:  # no other mode can take the bound below the block's own floor

@@ -139,6 +139,8 @@ class KindFloor(NamedTuple):
     work: float
     forward: float
     rho: float
+    # least work less the EP dispatch and combine (what a DualPipe pair cannot hide); None: ``work``
+    kept: float | None = None
 
 
 class _RestFloor(NamedTuple):
@@ -258,7 +260,10 @@ class KindFloors:
             default=0.0,
         )
         added += ring_added_s(ring, rest.attention, extra)
-        return KindFloor(rest.floor.work + added, rest.floor.forward + extra.forward, rho)
+        kept = rest.floor.work if rest.floor.kept is None else rest.floor.kept
+        return KindFloor(
+            rest.floor.work + added, rest.floor.forward + extra.forward, rho, kept + added
+        )
 
     def _core(self, core: tuple, shape) -> BlockCompute:
         """The core attention's compute, costed once per distinct ops (_CORE_COMPUTES, keyed on the ops' values): the
@@ -352,7 +357,9 @@ class KindFloors:
             found = _remember(
                 self.rest,
                 key,
-                _RestFloor(totals, gemm_backward, KindFloor(work, forward, rho), attention),
+                _RestFloor(
+                    totals, gemm_backward, KindFloor(work, forward, rho, min(totals)), attention
+                ),
             )
         return found
 

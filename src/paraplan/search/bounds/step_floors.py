@@ -29,6 +29,9 @@ class LayerFloors(NamedTuple):
     work: dict
     rho: float
     forward: Mapping = MappingProxyType({})
+    # a floor of the share of each kind's work a DualPipe pair cannot hide (its compute and TP / CP parts, not its
+    # EP dispatch and combine): kept >= kept_share·work for every kind (step.schedules' DualPipe steady floor); 0: none
+    kept_share: float = 0.0
 
 
 def stage_floors(
@@ -93,9 +96,17 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
         work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
         dual = np.maximum(1.0 - 1.5 * rho, 0.0)
         best = np.full(len(members), math.inf)
+        kept = np.array([f.kept_share for f in floors])
         out[members] = (
             _least_over_options(
-                problem, pp, m, LayerFloors(work, rho), dual, best, np.maximum, np.minimum
+                problem,
+                pp,
+                m,
+                LayerFloors(work, rho, kept_share=kept),
+                dual,
+                best,
+                np.maximum,
+                np.minimum,
             )
             * SAFETY
         )
@@ -112,6 +123,9 @@ def _least_over_options(
         if split not in splits:
             splits[split] = stage_floors(problem, pp, split, floors, maximum)
         best = minimum(
-            best, schedule_step_floor(schedule, v, m, pp, *splits[split], floors.rho, dual)
+            best,
+            schedule_step_floor(
+                schedule, v, m, pp, *splits[split], floors.rho, dual, floors.kept_share
+            ),
         )
     return best

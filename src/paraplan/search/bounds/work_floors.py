@@ -4,7 +4,7 @@ communication (``work_floors``), and its least activation bytes (``ModeFloors``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -50,6 +50,8 @@ class ModeFloors:
     work: dict
     kept: dict
     held: dict
+    # per mode, a floor of the share of each kind's work a DualPipe pair cannot hide (LayerFloors.kept_share)
+    kept_share: dict = field(default_factory=dict)
 
 
 def work_floors(
@@ -99,16 +101,21 @@ def work_floors(
         return dispatch(*found, entries.computes[j]) if found is not None else 0.0
 
     work: dict[str, dict] = {}
+    shares: dict[str, float] = {}
     start = 0
     for (mode, name), stop in zip(entries.keys, entries.stops):
-        work.setdefault(mode, {})[name] = least_with(
+        least = work.setdefault(mode, {})[name] = least_with(
             total[start:stop], lambda j, start=start: exposed_dispatch(start + j)
         )
+        # the entries' sums leave out the EP terms: their least is the kind's kept floor
+        kept = min(total[start:stop], default=least)
+        share = min(1.0, kept / least) if least > 0.0 else 1.0
+        shares[mode] = min(shares.get(mode, 1.0), share)
         start = stop
     for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
         for name in model_block_kinds(problem.model):
             work[mode].setdefault(name, 0.0)
-    return ModeFloors(work, entries.kept, entries.held)
+    return ModeFloors(work, entries.kept, entries.held, shares)
 
 
 @dataclass(frozen=True)
