@@ -76,6 +76,7 @@ class KernelTable:
     provenance: dict
     gemm: dict[str, Scatter]
     grouped_gemm: dict[str, Scatter]
+    # kernel -> rows as timed (no prior, no leaf-gradient share): steps read cost.table_attention.curves
     attention: dict[str, dict[tuple[int, bool, str], Scatter]]
     memory: Scatter | None
     memory_cache_rows: int
