@@ -77,19 +77,23 @@ def _t(ref, seq, causal, direction, dtype="bf16"):
     return table_attention.attention_time_s(ref, None, "cudnn", work, call, direction, dtype)
 
 
-def test_inside_the_table_log_rate_is_linear_in_log_sequence():
-    # GB200 causal forward: 8192 at 1574.30 TFLOP/s (1.397 ms), 16384 at 1708.08 (5.150 ms);
-    # 12288 = 2^13.585: 2^(log2 1574.30 + 0.585 (log2 1708.08 - log2 1574.30)) = 1.6634 PFLOP/s
-    # on 4.9857e15 FLOPs (4·2·64·12288²·128 × 12289/24576) = 2.9967 ms
-    assert _t(GB200, 12288, True, "fwd") == pytest.approx(2.99668e-3, rel=1e-4)
+def test_inside_the_table_the_ratio_to_the_shape_factor_is_linear_in_log_sequence():
+    # cuDNN shape factor (cost.attention: s_half 134, causal s/(s + 128)), head dim 128, causal:
+    # f(8192) = 8192/8326 · 8192/8320 = 0.968769, f(16384) = 0.984199, f(12288) = 0.979015.
+    # GB200 causal forward: 8192 at 1574.30 TFLOP/s (1.397 ms), 16384 at 1708.08 (5.150 ms): ratios
+    # 1574.30/0.968769 = 1625.05 and 1708.08/0.984199 = 1735.51; 12288 = 2^13.585:
+    # 0.979015 · 2^(log2 1625.05 + 0.585 (log2 1735.51 - log2 1625.05)) = 1653.34 TFLOP/s
+    # on 4.9857e15 FLOPs (4·2·64·12288²·128 × 12289/24576) = 2.99285 ms
+    assert _t(GB200, 12288, True, "fwd") == pytest.approx(2.99285e-3, rel=1e-4)
     assert _t(GB200, 8192, True, "fwd") == pytest.approx(1.397e-3, rel=1e-9)
 
 
-def test_outside_the_table_the_edge_rate_is_kept_and_time_scales_with_work():
+def test_outside_the_table_the_edge_ratio_is_kept_and_the_shape_factor_follows():
     # 65536 past the 32768 edge: 21.692 ms × 4 × causal-share ratio (65537/131072)/(32769/65536)
-    assert _t(GB200, 65536, True, "fwd") == pytest.approx(86.76668e-3, rel=1e-6)
-    # 1024 below the 2048 edge, no mask: 0.611 ms / 4
-    assert _t(GB200, 1024, False, "bwd") == pytest.approx(0.611e-3 / 4, rel=1e-9)
+    # × f(32768)/f(65536) = 0.992052/0.996014 (the ratio measured / shape factor held at the edge)
+    assert _t(GB200, 65536, True, "fwd") == pytest.approx(86.4215e-3, rel=1e-5)
+    # 1024 below the 2048 edge, no mask: 0.611 ms / 4 × f(2048)/f(1024) = 2048/2182 / (1024/1158)
+    assert _t(GB200, 1024, False, "bwd") == pytest.approx(0.611e-3 / 4 * 1.061412, rel=1e-6)
 
 
 def test_fp8_recipes_read_the_bf16_rows_and_the_system_prices_the_table():

@@ -5,20 +5,22 @@ kind -> CSV) and CSVs in the formats ``paraplan calibrate`` reads (docs/calibrat
 shipped in the package live in ``catalog/kernels/<name>/``; ``accelerator.kernel_tables`` names one,
 or a folder (``paraplan calibrate`` writes one next to the system it calibrates).
 
-Each table is read as achieved rates (work / measured time), interpolated in log space over shape:
+Each table is read as achieved rates (work / measured time), interpolated in log space over shape by
+cost.table_interp's rule (a Scatter: the log2 ratio of the rate to a prior, the analytical form's relative
+rate of the shape where one is given, 1 otherwise):
 
 - GEMM (m, n, k; per dtype, fp16 read as bf16): inverse-distance weighting of log2 FLOP/s over the
-  ``IDW_NEIGHBOURS`` nearest measured shapes in (log2 m, log2 n, log2 k), weight 1/d²; a measured
+  ``IDW_NEIGHBOURS`` (table_interp) nearest measured shapes in (log2 m, log2 n, log2 k), weight 1/d²; a measured
   shape returns its own rate (rows of one shape, e.g. under other transposes, their geometric mean).
   A batch of b GEMMs is one GEMM of b·m rows.
 - grouped GEMM (experts, tokens per expert, k, n; bf16): the same over four log2 coordinates, from
   the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
   GroupedLinear and eager MoE layers run them); its ``time_us`` column, where every row has one, is one
   torch._grouped_mm over all experts (``grouped_mm_time_s``, cost.compute.torch_grouped_mm_s).
-- fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): linear
-  interpolation of log2 FLOP/s over log2 sequence length at the nearest measured head dim (same
-  mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio
-  (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5). FLOPs are counted as the
+- fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): the kernel's
+  shape factor (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5) as prior, the
+  ratio measured / shape factor linear in log2 over log2 sequence length at the nearest measured head
+  dim (same mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio. FLOPs are counted as the
   graph counts them: forward 4·b·h·s²·d, backward 2.5× forward, causal share (s+1)/2s. The lookup is
   cost.table_attention's (bwd rows timed on leaf inputs read less their gradients' accumulation,
   cost.leaf_grads).
@@ -35,8 +37,9 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   quantisation kernels of a tensor-wise fp8 recipe around a GEMM operand) joins them, op names
   prefixed ``fp8_``.
 
-Outside a table's range each coordinate is clamped to the nearest measured edge: the rate there is
-kept and the time scales with the work (time = work / rate). No GEMM or memory-bound kernel runs
+Outside a table's range each coordinate is clamped to the nearest measured edge: the ratio to the
+prior there is kept (the rate itself where there is no prior: GEMMs, copies, named kernels), the prior
+follows the shape, and the time scales with the work (time = work / rate); no raw time is extrapolated. No GEMM or memory-bound kernel runs
 faster than the fastest measured kernel of its kind (``floor_s``: the smallest GEMM and copy
 measured are launch-bound, so their time is the launch and tail cost the table shows); attention
 rows all do ≥ 16k tokens of work, so attention takes the system's ``kernel_overhead_s`` as floor
@@ -44,8 +47,9 @@ rows all do ≥ 16k tokens of work, so attention takes the system's ``kernel_ove
 A table whose table.yaml states the measured part's ``peak_matrix_flops`` prices another part of the same
 silicon at the ratio of the datasheet peaks (cost.compute.table_clock_ratio; the clock ratio).
 Where no table covers a kernel (no table, another dtype or attention kernel), the analytical
-forms of cost.compute apply. Every time is a weighted mean of measured rates with weights fixed by
-shape, so a slower measured kernel never makes any prediction faster.
+forms of cost.compute apply. Every log rate is a weighted mean of measured log rates (less the prior,
+which depends on shape alone) with weights fixed by shape, so a slower measured kernel never makes any
+prediction faster.
 """
 
 from __future__ import annotations
@@ -56,56 +60,11 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import numpy as np
-
+from paraplan.cost.table_interp import Scatter, scatter
 from paraplan.cost.table_refs import FIELD, TABLE_KINDS, kept_files, shipped_tables, table_folder
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import LOW_PRECISION
-
-IDW_NEIGHBOURS = 4
-
-
-@dataclass(frozen=True)
-class Scatter:
-    """Measured points: log2 shape coordinates (N×D), log2 rates (N), and the fastest time."""
-
-    coords: np.ndarray
-    log_rate: np.ndarray
-    floor_s: float
-
-    def rate(self, point: tuple[float, ...]) -> float:
-        """Rate at ``point`` (linear units): clamped into the measured box, then interpolated
-        (D = 1: linear in log-log; D > 1: inverse-distance weights over the nearest points)."""
-        q = np.log2(np.asarray(point, float))
-        q = np.clip(q, self.coords.min(axis=0), self.coords.max(axis=0))
-        if self.coords.shape[1] == 1:
-            order = np.argsort(self.coords[:, 0], kind="stable")
-            x, y = self.coords[order, 0], self.log_rate[order]
-            return float(2.0 ** np.interp(q[0], x, y))
-        dist = np.sqrt(((self.coords - q) ** 2).sum(axis=1))
-        nearest = np.argsort(dist, kind="stable")[:IDW_NEIGHBOURS]
-        if dist[nearest[0]] < 1e-9:
-            return float(2.0 ** self.log_rate[nearest[0]])
-        w = 1.0 / dist[nearest] ** 2
-        return float(2.0 ** (np.sum(w * self.log_rate[nearest]) / np.sum(w)))
-
-    def time_s(self, work: float, point: tuple[float, ...]) -> float:
-        """max(work / rate(point), floor_s)."""
-        return max(work / self.rate(point), self.floor_s)
-
-
-def scatter(points: list[tuple[float, ...]], works: list[float], times: list[float]) -> Scatter:
-    """Measured points as a Scatter; rows measured at the same shape (a benchmark timing one shape
-    under several transposes, DeepBench) are one point at the geometric mean of their rates."""
-    coords = np.log2(np.asarray(points, float)).reshape(len(points), -1)
-    log_rates = np.log2(np.asarray(works, float) / np.asarray(times, float))
-    unique, index = np.unique(coords, axis=0, return_inverse=True)
-    if len(unique) < len(coords):
-        index = index.reshape(-1)
-        log_rates = np.bincount(index, log_rates) / np.bincount(index)
-        coords = unique
-    return Scatter(coords, log_rates, float(min(times)))
 
 
 @dataclass(frozen=True)
@@ -117,6 +76,7 @@ class KernelTable:
     provenance: dict
     gemm: dict[str, Scatter]
     grouped_gemm: dict[str, Scatter]
+    # kernel -> rows as timed (no prior, no leaf-gradient share): steps read cost.table_attention.curves
     attention: dict[str, dict[tuple[int, bool, str], Scatter]]
     memory: Scatter | None
     memory_cache_rows: int
@@ -377,18 +337,6 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         rows,
         _grouped_mm(rows.get("grouped_gemm", []), ref, files.get("grouped_gemm")),
     )
-
-
-def leave_one_out(points, works, times, floor_s: float | None = None) -> list[float]:
-    """Each row's time predicted by the interpolant of the other rows (this module's rule): how
-    well a table predicts a shape it was not measured at. ``floor_s`` replaces the other rows'
-    smallest time as the floor where given (attention: 0; copies: every row's smallest time)."""
-    out = []
-    for i in range(len(points)):
-        keep = [j for j in range(len(points)) if j != i]
-        s = scatter([points[j] for j in keep], [works[j] for j in keep], [times[j] for j in keep])
-        out.append(max(works[i] / s.rate(points[i]), s.floor_s if floor_s is None else floor_s))
-    return out
 
 
 def _dtype(dtype: str) -> str:

@@ -1,8 +1,11 @@
 """Fused attention from a measured table (cost.kernel_tables' attention files): the kernel's rate at a call.
 
-Per kernel (fa2 / cudnn / fa3) and direction, linear interpolation of log2 FLOP/s over log2 sequence length at
-the nearest measured head dim (same mask first); a head dim or mask the table lacks scales by the kernel's
-shape-factor ratio (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5). FLOPs are counted as
+Per kernel (fa2 / cudnn / fa3) and direction, at the nearest measured head dim (same mask first): the kernel's
+analytical shape factor (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5: s/(s + s_half),
+causal diagonal tiles s/(s + 128)) times the ratio measured / shape factor, interpolated linearly in log2 over log2
+sequence length (``shape_prior``, cost.kernel_tables.Scatter); outside the measured lengths the ratio is held at
+the nearest one and the shape factor follows the length. A head dim or mask the table lacks scales by the
+kernel's shape-factor ratio. FLOPs are counted as
 the graph counts them (cost.kernel_tables.attention_work). A bwd row of a file the table.yaml lists in
 ``leaf_gradients`` is read less the accumulation of its leaf inputs' gradients (cost.leaf_grads: a step's q, k, v
 are no leaves) at the system's HBM rate: ``row_kernel_s``.
@@ -11,7 +14,7 @@ are no leaves) at the system's HBM rate: ``row_kernel_s``.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.attention import attention_shape_factor
@@ -44,12 +47,22 @@ def row_kernel_s(table: kt.KernelTable, kind: str, leaf_rate: float | None) -> l
     return out
 
 
+def shape_prior(kernel: str, head_dim: float, causal: bool):
+    """The prior of ``kernel``'s rows at (head dim, mask) over (sequence length,): its analytical shape
+    factor attention_shape_factor(kernel, s, head_dim, causal) (module docstring)."""
+    return partial(_seq_factor, kernel, float(head_dim), causal)
+
+
+def _seq_factor(kernel: str, head_dim: float, causal: bool, point: tuple[float, ...]) -> float:
+    return attention_shape_factor(kernel, point[0], head_dim, causal)
+
+
 @lru_cache(maxsize=256)
 def curves(
     ref: str, l2: float | None, kernel: str, leaf_rate: float | None
 ) -> dict[tuple[int, bool, str], kt.Scatter]:
     """(head dim, causal, direction) -> rate Scatter of ``kernel``'s rows at their kernel times
-    (``row_kernel_s``); {} where the table has no such file."""
+    (``row_kernel_s``) over the kernel's ``shape_prior``; {} where the table has no such file."""
     table = kt.load_table(ref, l2)
     kind = f"attention_{kernel}"
     if kind not in table.files:
@@ -60,7 +73,7 @@ def curves(
     for m, t in zip(measured, times):
         g = groups.setdefault(m.group, ([], [], []))
         g[0].append(m.point), g[1].append(m.work), g[2].append(t)
-    return {key: kt.scatter(*g) for key, g in groups.items()}
+    return {key: kt.scatter(*g, shape_prior(kernel, *key[:2])) for key, g in groups.items()}
 
 
 def attention_rate(

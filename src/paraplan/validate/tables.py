@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -27,7 +28,8 @@ from paraplan.cost.compute import (
     memory_time_s,
 )
 from paraplan.cost.leaf_grads import hbm_rate
-from paraplan.cost.table_attention import row_kernel_s
+from paraplan.cost.table_attention import row_kernel_s, shape_prior
+from paraplan.cost.table_interp import leave_one_out
 from paraplan.specs.fields import with_fields
 from paraplan.specs.system import AcceleratorSpec, SystemSpec
 
@@ -50,11 +52,15 @@ def _res(file: str, what: str, pred, meas) -> TableResidual:
     )
 
 
-def _loo(measured: list[kt.MeasuredRow], floor_s: float | None = None) -> tuple[list, list]:
-    """Leave-one-out predictions and the measured times, group by group (cost.kernel_tables.groups)."""
+def _loo(
+    measured: list[kt.MeasuredRow], floor_s: float | None = None, prior_of=None
+) -> tuple[list, list]:
+    """Leave-one-out predictions and the measured times, group by group (cost.kernel_tables.groups),
+    over the prior ``prior_of(group)`` where given (attention: cost.table_attention.shape_prior)."""
     loo, times = [], []
-    for points, works, group_times in kt.groups(measured).values():
-        loo += kt.leave_one_out(points, works, group_times, floor_s)
+    for group, (points, works, group_times) in kt.groups(measured).items():
+        prior = None if prior_of is None else prior_of(group)
+        loo += leave_one_out(points, works, group_times, floor_s, prior)
         times += group_times
     return loo, times
 
@@ -85,8 +91,9 @@ def _attention(
     file = table.files[kind]
     label = f"fused attention ({kernel})"
     rows = kt.attention_rows(table.rows[kind], table.name, file)
+    prior_of = partial(_attention_prior, kernel)
     if acc is None:  # a table measured on no catalog accelerator: its rows as timed, left out only
-        return [_res(file, f"{label}, table leave-one-out", *_loo(rows, 0.0))]
+        return [_res(file, f"{label}, table leave-one-out", *_loo(rows, 0.0, prior_of))]
     acc_k = with_fields(acc, {"efficiency.attention_kernel": kernel})
     # the rows' kernel times: a bwd row timed on leaf q, k, v less their gradients' accumulation
     # (cost.table_attention.row_kernel_s, cost.leaf_grads), what a step's attention is priced from
@@ -99,9 +106,14 @@ def _attention(
         pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction))
     return [
         _res(file, f"{label}, attached table", pred, times),
-        _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0)),
+        _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0, prior_of)),
         _res(file, f"{label}, catalog analytical form", _analytical(acc_k, measured), times),
     ]
+
+
+def _attention_prior(kernel: str, group: tuple):
+    """The prior of an attention group (head dim, causal, direction): cost.table_attention.shape_prior."""
+    return shape_prior(kernel, group[0], group[1])
 
 
 def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[float]:
@@ -130,7 +142,7 @@ def _memory(table: kt.KernelTable, acc: AcceleratorSpec | None) -> list[TableRes
     loo = _res(
         file,
         "memory copies (HBM-resident), table leave-one-out",
-        kt.leave_one_out([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor),
+        leave_one_out([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor),
         [t for _, t in hbm],
     )
     if acc is None:
