@@ -15,6 +15,8 @@ fitted here):
   linear.py: ``fp8_gemm(..., accumulate=..., out=weight.main_grad)``; the runs' grad_sync_dtype bf16), 4 B per
   weight element and micro-batch at the table's copy rate, which the table's rows (bf16 output, no
   accumulate) do not move: the share of the gap it would close were it fully exposed;
+- cap: the fp8 GEMM cap (efficiency.gemm_fp8) at which the model's layer-GEMM speedup equals the kernel one
+  and the in-step one (bisection), beside the shipped cap's speedup;
 - TP vs fp8: the model's TP collective per call against the table's fp8 times of the attention-block GEMMs
   it overlaps (qkv, projection: fprop, dgrad, wgrad), where TP comm overlap runs.
 
@@ -78,6 +80,36 @@ def parts(case):
     return est.step_time_s, layer, total(lambda o: o.name == "lm_head"), est, micro
 
 
+def with_fp8_cap(system, cap: float):
+    acc = system.accelerator
+    eff = acc.efficiency.model_copy(update={"gemm_fp8": cap})
+    return system.model_copy(update={"accelerator": acc.model_copy(update={"efficiency": eff})})
+
+
+def model_speedup(bf16, fp8, cap: float | None = None) -> float:
+    """The model's bf16 / fp8 layer-GEMM time of the pair, at the shipped or a given fp8 cap."""
+    system = fp8.system if cap is None else with_fp8_cap(fp8.system, cap)
+
+    def layer(case, sysm) -> float:
+        est = estimate(case.model, sysm, case.plan, with_ops=True)
+        return sum(
+            (o.fwd_time_s + o.bwd_time_s) * o.count_per_gpu
+            for o in est.ops
+            if o.kind == "gemm" and o.block == "decoder_layer"
+        )
+
+    return layer(bf16, bf16.system) / layer(fp8, system)
+
+
+def cap_for(bf16, fp8, target: float) -> float:
+    """The fp8 cap at which the model's layer-GEMM speedup is ``target`` (bisection on [0.3, 1])."""
+    low, high = 0.3, 1.0
+    for _ in range(30):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if model_speedup(bf16, fp8, mid) < target else (low, mid)
+    return 0.5 * (low + high)
+
+
 def tp_line(est, gemms) -> str:
     calls = [c.time_per_call_s for c in est.comms if c.name == "tp_all_gather"]
     if not calls:
@@ -112,6 +144,8 @@ def main() -> None:
         print(
             f"{name.replace('-bf16', '')}: bf16 error {100 * (step_b / bf16.measured['step_time_s'] - 1):+.2f} %, "
             f"kernel {ratio:.3f}, in-step {in_step:.3f}, kept {in_step / ratio:.3f}, "
+            f"model {model_speedup(bf16, fp8):.3f} at the shipped cap; cap for kernel "
+            f"{cap_for(bf16, fp8, ratio):.3f}, for in-step {cap_for(bf16, fp8, in_step):.3f}; "
             f"main-grad RMW {rmw:.2f} s (closes {100 * closed:.0f} % if exposed); {tp_line(est, gemms)}"
         )
 
