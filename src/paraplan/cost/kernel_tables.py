@@ -15,6 +15,7 @@ Each table is read as achieved rates (work / measured time), interpolated in log
   the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
   GroupedLinear and eager MoE layers run them); its ``time_us`` column, where every row has one, is one
   torch._grouped_mm over all experts (``grouped_mm_time_s``, cost.compute.torch_grouped_mm_s).
+  A library's one-kernel grouped file (kind ``grouped_gemm_deepgemm``) is cost.table_grouped's.
 - fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): linear
   interpolation of log2 FLOP/s over log2 sequence length at the nearest measured head dim (same
   mask first); a head dim or mask the table lacks scales by the kernel's shape-factor ratio
