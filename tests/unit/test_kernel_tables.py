@@ -19,6 +19,7 @@ from paraplan.cli import main
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.compute import gemm_time_s, memory_time_s
 from paraplan.specs.errors import InputError
+from paraplan.specs.fields import with_fields
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.estimate import estimate
@@ -213,12 +214,18 @@ TABLE_SYSTEMS = {
     "gb300-nvl72": {},
     "aws-p3.16xlarge": {"dtype": "fp16", "attention": "unfused"},
     "dgx-2h": {"dtype": "fp16", "attention": "unfused"},
+    "dgx-h800": {
+        "dtype": "fp8"
+    },  # DeepGEMM's fp8 m-grouped rates, read by the deepgemm implementation
 }
+# system fields a table's kernels need: h800-deepgemm is read only by the deepgemm grouped GEMMs
+SYSTEM_FIELDS = {"dgx-h800": {"accelerator.efficiency.runtime.grouped_gemm": "deepgemm"}}
 
 
 def table_system(name: str) -> SystemSpec:
-    """The catalog system with its table: attached by default, else the opt-in one attached."""
-    system = load_system(name)
+    """The catalog system with its table: attached by default, else the opt-in one attached; with the
+    SYSTEM_FIELDS the table's kernels need."""
+    system = with_fields(load_system(name), SYSTEM_FIELDS.get(name, {}))
     return system if system.accelerator.kernel_tables else with_tables(system)
 
 

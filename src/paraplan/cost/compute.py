@@ -17,7 +17,7 @@ import math
 from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
-from paraplan.cost import table_attention
+from paraplan.cost import table_attention, table_grouped
 from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
@@ -358,11 +358,33 @@ def torch_grouped_mm_s(
     return one_kernel_grouped_s(flops, shape, acc, dtype)
 
 
+def deepgemm_grouped_s(
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+) -> float:
+    """DeepGEMM's m-grouped GEMMs (deepseek-ai/DeepGEMM, one kernel over all experts): with b ≥ 2 experts and a
+    table holding DeepGEMM's published rates in this dtype (kind grouped_gemm_deepgemm, cost.table_grouped;
+    catalog/kernels/h800-deepgemm: fp8), max(the table's kernel on this part (``table_kernel_s``), the HBM
+    traffic floor, efficiency.kernel_overhead_s) + one GEMM ramp, as a dense GEMM from a table (``gemm_time_s``:
+    one launch); else ``one_kernel_grouped_s``. One expert is the dense GEMM (issue 33). fp8 stays no slower
+    than bf16: every table rate (815-1346 TFLOP/s) is above any bf16 rate on the part (peak · cap · wave ·
+    depth ≤ 989.4 · 0.743 on H800 / H100 SXM), and bf16 pays the ramp and the overhead too."""
+    b, m, n, k = shape
+    if b > 1 and acc.kernel_tables:
+        measured = table_grouped.library_grouped_time_s(
+            acc.kernel_tables, acc.l2_cache, "deepgemm", b, m, n, k, dtype
+        )
+        if measured is not None:
+            kernel_s = table_kernel_s(measured, flops, shape, acc, dtype)
+            floor_s = max(gemm_traffic_floor_s(shape, acc, dtype), acc.efficiency.kernel_overhead_s)
+            return max(kernel_s, floor_s) + acc.efficiency.gemm_ramp_s
+    return one_kernel_grouped_s(flops, shape, acc, dtype)
+
+
 GROUPED_GEMM_IMPLEMENTATIONS = {
     "te-multistream": te_multistream_grouped_s,
     "cutlass-grouped": one_kernel_grouped_s,
     "torch-grouped-mm": torch_grouped_mm_s,
-    "deepgemm": one_kernel_grouped_s,
+    "deepgemm": deepgemm_grouped_s,
 }
 
 

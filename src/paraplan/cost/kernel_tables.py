@@ -17,6 +17,7 @@ rate of the shape where one is given, 1 otherwise):
   the per-expert loop column ``loop_time_us`` (one GEMM per expert, as Transformer Engine's
   GroupedLinear and eager MoE layers run them); its ``time_us`` column, where every row has one, is one
   torch._grouped_mm over all experts (``grouped_mm_time_s``, cost.compute.torch_grouped_mm_s).
+  A library's one-kernel grouped file (kind ``grouped_gemm_deepgemm``) is cost.table_grouped's.
 - fused attention (per kernel fa2 / cudnn / fa3; sequence, head dim, causal, fwd / bwd): the kernel's
   shape factor (cost.attention.attention_shape_factor, FlashAttention-3 paper Fig. 5) as prior, the
   ratio measured / shape factor linear in log2 over log2 sequence length at the nearest measured head

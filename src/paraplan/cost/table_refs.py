@@ -16,6 +16,7 @@ from paraplan.specs.errors import InputError
 TABLE_KINDS = (
     "gemm",
     "grouped_gemm",
+    "grouped_gemm_deepgemm",
     "attention_fa2",
     "attention_fa3",
     "attention_cudnn",

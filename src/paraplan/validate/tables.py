@@ -84,6 +84,36 @@ def _gemm(table: kt.KernelTable, acc: AcceleratorSpec | None, kind: str) -> list
     return [_res(file, f"{label}, attached table", pred, [r.time_s for r in measured]), loo]
 
 
+def _library(table: kt.KernelTable, acc: AcceleratorSpec | None, kind: str) -> list[TableResidual]:
+    """A library's one-kernel grouped file (cost.table_grouped): left out (floor 0), and priced by the system
+    with that implementation (``grouped_gemm_time_s`` less its one ramp): ≥ 2 groups from the table, one group
+    by the dense GEMM rule the implementation applies (issue 33), shown apart, and ≥ 2 groups by the analytical
+    one-kernel form the system uses without the table (how far that form is from the library's rates)."""
+    file = table.files[kind]
+    implementation = kind.removeprefix("grouped_gemm_")
+    label = f"grouped GEMMs ({implementation}, one kernel)"
+    measured = kt.gemm_rows(table.rows[kind], table.name, file, "grouped_gemm", "time_us")
+    loo = _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0))
+    if acc is None:
+        return [loo]
+    acc_i = with_fields(acc, {"efficiency.runtime.grouped_gemm": implementation})
+    bare = with_fields(acc_i, {"kernel_tables": None})  # the catalog's analytical one-kernel form
+    out = []
+    for what, rows, system in (
+        ("attached table", [r for r in measured if r.point[0] > 1], acc_i),
+        ("one group: the dense GEMM rule", [r for r in measured if r.point[0] == 1], acc_i),
+        ("catalog analytical form", [r for r in measured if r.point[0] > 1], bare),
+    ):
+        pred = [
+            grouped_gemm_time_s(r.work, (b, m, n, k), system, r.dtype) - acc.efficiency.gemm_ramp_s
+            for r in rows
+            for b, m, k, n in [tuple(int(x) for x in r.point)]
+        ]
+        if rows:
+            out.append(_res(file, f"{label}, {what}", pred, [r.time_s for r in rows]))
+    return [out[0], loo, *out[1:]]
+
+
 def _attention(
     table: kt.KernelTable, acc: AcceleratorSpec | None, kind: str
 ) -> list[TableResidual]:
@@ -205,6 +235,8 @@ def _file_residuals(ref: str, acc: AcceleratorSpec | None) -> list[TableResidual
             out += _gemm(table, acc, kind)
         elif kind.startswith("attention_"):
             out += _attention(table, acc, kind)
+        elif kind.startswith("grouped_gemm_"):
+            out += _library(table, acc, kind)
         elif kind == "memory":
             out += _memory(table, acc)
         elif kind in ("kernels", "fp8_kernels"):
