@@ -51,4 +51,15 @@ def library_grouped_time_s(
     return rates.time_s(2.0 * b * m * n * k, (b, m, k, n))
 
 
-kt.CACHES_ELSEWHERE += [library_rates, library_grouped_time_s]
+@lru_cache(maxsize=64)
+def prices_kernels(ref: str, l2: float | None, implementation: str) -> bool:
+    """Whether the table ``ref`` prices any kernel a system running ``implementation``'s grouped GEMMs
+    runs: a table whose files are all one-kernel library rows (LIBRARY_KINDS) prices only that library's
+    grouped GEMMs, so nothing for any other implementation (the search keeps its analytical floors there,
+    search.bounds.affine_floors)."""
+    kinds = set(kt.load_table(ref, l2).files)
+    library = set(LIBRARY_KINDS.values())
+    return bool(kinds - library) or LIBRARY_KINDS.get(implementation) in kinds
+
+
+kt.CACHES_ELSEWHERE += [library_rates, library_grouped_time_s, prices_kernels]

@@ -21,7 +21,7 @@ point addition is monotone), so the block's bound is at most its cheap bound (se
 the kinds' work), and search.run's queue, which raises a block's bound level by level and keeps the largest, gives
 every block the same last bound: the same blocks are searched in the same order (tests/search/test_affine_floors.py
 compares the two floors key by key). Not used (``affine_floors`` None: the cheap floors) for a problem with a kernel
-table (its GEMM times are measured, not capped), a 2D layout or Ulysses (their ops read cp beyond the local tokens), a
+table that prices its kernels (its GEMM times are measured, not capped; cost.table_grouped.prices_kernels), a 2D layout or Ulysses (their ops read cp beyond the local tokens), a
 tp with one expert option (the exact floors are the first bound there) or fewer than AFFINE_MIN_KEYS keys (fitting
 costs ~40 graph costings per tp: more than the cheap floors of a small space)."""
 
@@ -31,6 +31,7 @@ import math
 from typing import NamedTuple
 
 from paraplan.cost.compute import grouped_gemm_share
+from paraplan.cost.table_grouped import prices_kernels
 from paraplan.graph.transformer import cp_free_key
 from paraplan.search.bounds.expert_floors import KindFloors, costing_experts
 from paraplan.search.bounds.exposure_floors import (
@@ -83,7 +84,10 @@ def affine_floors(problem: SearchProblem, keys: list) -> dict | None:
     takes the cheap floors (module doc). A key whose tp has one expert option, or whose layer knob is not a 1D layout
     with the K/V ring, is absent (the caller takes its cheap floors)."""
     acc = problem.system.accelerator
-    if len(keys) < AFFINE_MIN_KEYS or acc.kernel_tables:
+    if len(keys) < AFFINE_MIN_KEYS or (
+        acc.kernel_tables
+        and prices_kernels(acc.kernel_tables, acc.l2_cache, acc.efficiency.runtime.grouped_gemm)
+    ):
         return None
     by_tp: dict[int, list] = {}
     for key in keys:
