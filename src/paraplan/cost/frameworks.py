@@ -17,7 +17,8 @@ The profile sets what differs by implementation and nothing else:
   vs Megatron-LM's multi-kernel mixed-precision step);
 - the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
 - the runtime's own costs (``efficiency.runtime``: copies, casts, blocking transfers; cost.runtimes);
-- ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
+- ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation;
+- ``network.collnet_enabled``: the launcher's NCCL_COLLNET_ENABLE (cost.collnet, InfiniBand SHARP).
 """
 
 from __future__ import annotations
@@ -70,7 +71,14 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff.update(host_fields(framework))
     eff["runtime"] = runtime_costs(framework).model_dump()
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
+    data["network"]["collnet_enabled"] = collnet_enabled(framework, system)
     return SystemSpec.model_validate(data)
+
+
+def collnet_enabled(framework: FrameworkSpec, system: SystemSpec) -> bool:
+    """NCCL CollNet (InfiniBand SHARP) is on for the run where the system's network states it or the profile's
+    launcher sets NCCL_COLLNET_ENABLE=1 (``nccl_collnet_enable``); off otherwise, NCCL's default (cost.collnet)."""
+    return system.network.collnet_enabled or framework.nccl_collnet_enable
 
 
 def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> ClusterSpec:
