@@ -80,3 +80,13 @@ def test_framework_profile_enables_collnet():
     assert not framework_system(profile, system).network.collnet_enabled
     enabled = profile.model_copy(update={"nccl_collnet_enable": True})
     assert framework_system(enabled, system).network.collnet_enabled
+
+
+def test_framework_profile_disables_nvls():
+    """A recipe that exports NCCL_NVLS_ENABLE=0 runs the ring inside the node: node.nvls_efficiency 0; NCCL's
+    default (2: on where the NVSwitch supports it) keeps the catalog's 0.85."""
+    system = load_system("dgx-h100-80gb")
+    profile = load_framework("megatron-core")
+    assert framework_system(profile, system).node.nvls_efficiency == 0.85
+    off = profile.model_copy(update={"nccl_nvls_enable": False})
+    assert framework_system(off, system).node.nvls_efficiency == 0.0
