@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from paraplan.cost.collnet import sharp_all_reduce
 from paraplan.cost.comm_contention import tier_overlap_costs, tier_sm_shares
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
@@ -139,7 +140,8 @@ def collective_latency_hops(
     every other collective the ring (NCCL runs all-gather, reduce-scatter, broadcast and reduce on the ring
     only: "if (coll != ncclCollAllReduce && a != NCCL_ALGO_RING) continue;" v2.7-v2.18; v2.19 adds NVLS and
     v2.20 CollNet Direct for switch-offloaded fabrics, v2.23 PAT for one GPU per node, not modelled here: NVLS's
-    all-reduce bandwidth is ``nvls_all_reduce_slope``, CollNet / IB SHARP and PAT are not modelled);
+    all-reduce bandwidth is ``nvls_all_reduce_slope``, CollNet / IB SHARP's all-reduce cost.collnet, chosen in
+    ``linear_collective`` with its own latency; PAT is not modelled);
     (0, 0) for one member."""
     if span.size <= 1:
         return 0, 0
@@ -240,7 +242,8 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     per domain and o domains, all-reduce 2(a-1)/a·S/B_nvlink + 2(o-1)/o·(S/a)/B_nic, all-gather and
     reduce-scatter (a-1)/a·S/B_nvlink + (o-1)/o·(S/a)/B_nic (Thakur et al. 2005 ring volumes,
     hierarchical as in the NERSC model; the all-reduce's NVLink tier NVLS's where it is faster,
-    ``nvls_all_reduce_slope``), send/recv S/B of the slowest link a neighbour pair uses;
+    ``nvls_all_reduce_slope``, its NIC tier InfiniBand SHARP's where the fabric has it, the run enabled
+    it and it is faster, cost.collnet.sharp_all_reduce), send/recv S/B of the slowest link a neighbour pair uses;
     B_nvlink the links to the a − 1 peers (one for send/recv) on a full-mesh domain (_bandwidths);
     latency per tier collective_latency_s (NCCL's flat ring, or tree for all-reduce)."""
     a, o = span.per_domain, span.domains
@@ -253,10 +256,13 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
-        slope_in = nvls_all_reduce_slope(a, inner, system.node)
-        return LinearCollective(
-            slope_in, lat_in, 2 * (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
+        slope_in, slope_out = (
+            nvls_all_reduce_slope(a, inner, system.node),
+            2 * (o - 1) / o / a / outer,
         )
+        if sharp := sharp_all_reduce(a, o, slope_out, system.network, alpha_in):
+            slope_out, lat_in, lat_out = sharp
+        return LinearCollective(slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm)
     if kind in ("all_gather", "reduce_scatter"):
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
         return LinearCollective(

@@ -17,7 +17,9 @@ The profile sets what differs by implementation and nothing else:
   vs Megatron-LM's multi-kernel mixed-precision step);
 - the host model's inputs (``host_fields``, cost.host): per-kernel launch time, CUDA-graph scope;
 - the runtime's own costs (``efficiency.runtime``: copies, casts, blocking transfers; cost.runtimes);
-- ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation.
+- ``reserved_memory``: CUDA context + communication buffers + allocator fragmentation;
+- ``network.collnet_enabled``: the launcher's NCCL_COLLNET_ENABLE (cost.collnet, InfiniBand SHARP); and
+  ``node.nvls_efficiency`` 0 where the launcher exports NCCL_NVLS_ENABLE=0 (``nccl_nvls_enable``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,18 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     eff.update(host_fields(framework))
     eff["runtime"] = runtime_costs(framework).model_dump()
     acc["reserved_memory"] = framework.reserved_bytes(system.accelerator.hbm_capacity)
+    data["network"]["collnet_enabled"] = collnet_enabled(framework, system)
+    if (
+        not framework.nccl_nvls_enable
+    ):  # NCCL_NVLS_ENABLE=0: no NVLink SHARP (cost.comm.nvls_all_reduce_slope)
+        data["node"]["nvls_efficiency"] = 0.0
     return SystemSpec.model_validate(data)
+
+
+def collnet_enabled(framework: FrameworkSpec, system: SystemSpec) -> bool:
+    """NCCL CollNet (InfiniBand SHARP) is on for the run where the system's network states it or the profile's
+    launcher sets NCCL_COLLNET_ENABLE=1 (``nccl_collnet_enable``); off otherwise, NCCL's default (cost.collnet)."""
+    return system.network.collnet_enabled or framework.nccl_collnet_enable
 
 
 def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> ClusterSpec:

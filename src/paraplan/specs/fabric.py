@@ -99,3 +99,20 @@ class NetworkSpec(InputModel):
     efficiency: Fraction = _link_efficiency(0.85, "nic_bandwidth")
     overlap_cost: Share | None = _overlap_cost("a scale-out collective", "InfiniBand")
     nccl_channels: int = _nccl_channels(16, "across domains")
+    sharp_efficiency: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="InfiniBand SHARP in-network reduction available on this fabric (Quantum / Quantum-2 "
+        "switches with the SHARP aggregation manager): the share of the ring's achieved NIC rate "
+        "(nic_bandwidth · efficiency) NCCL's CollNet all-reduce reaches, NCCL's own factor 0.85 on sm90+ "
+        "(NVIDIA/nccl src/graph/tuning.cc v2.30.7, CollNet Direct busBw *= .85); 0: no in-network "
+        "reduction in the fabric. Used only where collnet_enabled (cost.collnet)",
+    )
+    collnet_enabled: bool = Field(
+        False,
+        description="the run enabled NCCL CollNet with the SHARP plugin (NCCL_COLLNET_ENABLE=1, "
+        "nccl-rdma-sharp-plugins on the library path; NCCL's default is 0, src/init.cc): a run that does "
+        "not state it did not (a missing feature is a missing input); the framework profile's "
+        "nccl_collnet_enable sets it (cost.frameworks.framework_system)",
+    )

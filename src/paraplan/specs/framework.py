@@ -111,6 +111,19 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         description="HBM traffic per owned parameter of the optimizer step (one fused kernel, not slowed "
         "by eager_traffic_factor); None: Megatron-LM's multi-kernel mixed-precision step, 54 B",
     )
+    nccl_collnet_enable: bool = Field(
+        False,
+        description="the recipe's launcher enables NCCL CollNet with the SHARP plugin (NCCL_COLLNET_ENABLE=1, "
+        "nccl-rdma-sharp-plugins loaded; NCCL's default 0, NVIDIA/nccl src/init.cc v2.30.7): sets the system's "
+        "network.collnet_enabled, priced where the fabric has SHARP (cost.collnet)",
+    )
+    nccl_nvls_enable: bool = Field(
+        True,
+        description="NCCL may run NVLink SHARP (NVLS) where the NVSwitch supports it (NCCL_NVLS_ENABLE unset: "
+        "NCCL's default 2, on where supported, NVIDIA/nccl src/transport/nvls.cc v2.30.7); False where the "
+        "recipe's launcher exports NCCL_NVLS_ENABLE=0: the system's node.nvls_efficiency becomes 0 "
+        "(cost.frameworks.framework_system)",
+    )
     cuda_context: Bytes = Field(0.5 * 2**30, description="CUDA context and kernel images per GPU")
     communication_buffers: Bytes = Field(
         1.0 * 2**30, description="NCCL / framework communication buffers per GPU"
