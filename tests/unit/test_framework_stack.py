@@ -38,6 +38,7 @@ STACKS = {
     "megatron-lm-2021": MEGATRON_STACK,
     "megatron-lm-v1.0": "megatron-lm-2019",
     "nemo-24.09": MEGATRON_STACK,
+    "dgxc-benchmarking-24.11": MEGATRON_STACK,
     "pytorch-compile": "pytorch-compile",
     "pytorch-eager": "pytorch-eager",
     "pytorch-eager-bf16": "pytorch-eager-bf16",
