@@ -4,6 +4,7 @@ specs.rules.dualpipe_rule, the estimate refuses such a plan and the search never
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from tests.search.test_moe_search import mixtral_problem
@@ -57,3 +58,27 @@ def test_search_never_proposes_dualpipe_below_two_pp_micro_batches():
     dual = [p for p in plans if p.pipeline_schedule == "dualpipe"]
     assert {(p.pp, p.microbatches) for p in dual} >= {(2, 4), (4, 8)}
     assert all(p.microbatches >= 2 * p.pp and p.microbatches % 2 == 0 for p in dual)
+
+
+def test_paired_least_by_hand():
+    """Options read in ascending compute: once one with EP dispatch is found at t, the others matter only below
+    t/s, and the first option at or above it floors them all (search.bounds.expert_floors._paired_least)."""
+    from paraplan.search.bounds.expert_floors import _paired_least
+
+    totals = (3.0, 1.0, 2.0, 1.1)
+    share = 0.5
+    asked = []
+
+    def dispatched(j):
+        asked.append(j)
+        return j in (1, 2)
+
+    # 1.0 dispatches (ep 1.0); 1.1 does not (free 1.1): both found, 2.0 never asked
+    assert _paired_least(totals, dispatched, share) == (1.0, 1.1)
+    assert asked == [1, 3]
+    # every option dispatches: at 2.0 >= 1.0/0.5 the others are floored at 2.0
+    asked.clear()
+    assert _paired_least(totals, lambda j: asked.append(j) or True, share) == (1.0, 2.0)
+    assert asked == [1, 3]
+    # none dispatches: the least of them, no EP option
+    assert _paired_least(totals, lambda j: False, share) == (math.inf, 1.0)

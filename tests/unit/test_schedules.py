@@ -107,7 +107,8 @@ def test_search_floors_are_admissible():
         pp, m = int(rng.integers(1, 17)), int(rng.integers(1, 65))
         forward, backward = rng.uniform(0.1, 2.0), rng.uniform(0.1, 4.0)
         rho = rng.uniform(0.0, 1.0)
-        wgrad = rng.uniform(0.0, 1.0) * rho * (forward + backward) / 2.0
+        # W = Σ gemm_backward/2: at most ρ·(F + B)/2 and, the GEMMs being part of the backward, B/2
+        wgrad = rng.uniform(0.0, 1.0) * min(rho * (forward + backward), backward) / 2.0
         slowest = forward + backward + rng.uniform(0.0, 0.5)  # + the stage's sends
         others = rng.uniform(0.0, 1.0, pp - 1) * slowest
         total = slowest + others.sum()
@@ -123,6 +124,55 @@ def test_search_floors_are_admissible():
             )
             floor = schedule_step_floor(s.name, v, m, pp, s0, t0, rho, dual)
             assert floor <= exact * (1 + 1e-12), (s.name, pp, m)
+
+
+def test_dualpipe_stage_floor_by_hand():
+    """m 20, p 4: n = 15 pairs; S0 2, K0 1.5, ρ 0.5: steady 5·2 + 15·max(1.5, 1) = 32.5, bubble
+    (4/2 − 1)·max(1.5·(1 − 0.25), 2·0.5/2) = 1.125; K0 below S0/2 leaves the pair S0/2."""
+    floor = SCHEDULES["dualpipe"].bubble.stage_floor_s
+    assert floor(20, 4, 2.0, 1.5, 0.5) == approx((32.5, 1.125))
+    assert floor(20, 4, 2.0, 0.4, 1.0) == approx((5 * 2.0 + 15 * 1.0, 0.4 / 2))
+    assert schedule_step_floor("dualpipe", 1, 20, 4, 2.0, 9.0, 0.5, 0.0, (32.5, 1.125)) == 33.625
+    # without stage floors: the slowest stage's at K0 = 0, 5·2 + 15·1 + 0.5
+    assert schedule_step_floor("dualpipe", 1, 20, 4, 2.0, 9.0, 0.5, 0.0) == approx(25.5)
+
+
+def test_dualpipe_stage_floor_is_admissible():
+    """(m − n)·S + n·F&B + (p/2 − 1)·max(F&B + B − 3W, 0) with F&B = step.dualpipe.overlapped_pair_s is at
+    least the stage floor for S0 <= S, K0 <= C/s' + X (s' = s where the pair has EP traffic) and ρ bounding
+    the backward-GEMM share (W <= ρ·(F + B)/2, W <= backward/2), on random stages (deterministic)."""
+    from paraplan.step.dualpipe import overlapped_pair_s, overlapped_pairs
+    from paraplan.step.schedules import dualpipe_bubble_s
+
+    rng = np.random.default_rng(13)
+    floor = SCHEDULES["dualpipe"].bubble.stage_floor_s
+    for _ in range(3000):
+        pp, m = 2 * int(rng.integers(1, 9)), int(rng.integers(1, 129))
+        parts = {name: float(rng.uniform(0.0, 1.0)) for name in (*BLOCK_TERM_NAMES, "pp")}
+        if rng.uniform() < 0.3:
+            parts["ep_forward"] = parts["ep_backward"] = 0.0
+        share = float(rng.uniform(0.05, 1.0))
+        exposed = parts["ep_forward"] + parts["ep_backward"]
+        raw = exposed * (
+            1.0 + float(rng.uniform(0.0, 2.0))
+        )  # none hidden: at least the exposed part
+        rho = float(rng.uniform(0.0, 1.5))
+        compute = parts["forward"] + parts["backward"]
+        wgrad = float(rng.uniform(0.0, 1.0)) * min(rho * compute, parts["backward"]) / 2.0
+        work = sum(parts.values())
+        pair = overlapped_pair_s(parts, raw, share)
+        n = overlapped_pairs(pp, m)
+        forward = parts["forward"] + parts["tp_forward"] + parts["cp_forward"] + parts["ep_forward"]
+        backward = work - forward - parts["pp"]  # step.inputs.backward_s
+        exact_steady = m * work - n * (work - pair)
+        exact_bubble = dualpipe_bubble_s(pp, forward, backward, wgrad, pair)
+        c = parts["forward"] + parts["backward"] + parts["recompute"]
+        x = parts["tp_forward"] + parts["tp_backward"] + parts["cp_forward"] + parts["cp_backward"]
+        kept = (c / (share if raw > 0.0 else 1.0) + x) * float(rng.uniform(0.0, 1.0))
+        s0 = work * float(rng.uniform(0.0, 1.0))
+        steady, bubble = floor(m, pp, s0, kept, rho)
+        assert steady <= exact_steady * (1 + 1e-12), (pp, m)
+        assert bubble <= exact_bubble * (1 + 1e-12) + 1e-15, (pp, m)
 
 
 def test_registry_matches_the_plan_knobs_and_search():

@@ -69,6 +69,8 @@ class GridIndex:
         # rows whose grid has DualPipe: its overlapped pairs may take up to half of m·S off (RowTable.lower_bounds)
         dual = np.array([any(o[1] == "dualpipe" for o in a) for a, _, _ in self.parts], dtype=bool)
         self.dualpipe = dual[self.key_id]
+        only = np.array([bool(a) and all(o[1] == "dualpipe" for o in a) for a, _, _ in self.parts])
+        self.dualpipe_only = only.astype(bool)[self.key_id]
         # every row's offload options are the problem's (space.grid_parts): a group is states × them
         counts = {len(o) for _, _, o in self.parts}
         assert len(counts) <= 1, "the offload options are the same for every row"

@@ -78,12 +78,24 @@ def _row_order(problem, table, options, scan) -> BoundOrder:
 
     every = np.arange(table.size)
     floors = table.lower_bounds(
-        options.v_max, options.split_backward, every, table.work_floors(), options.dualpipe
+        options.v_max,
+        options.split_backward,
+        every,
+        table.work_floors(),
+        options.dualpipe,
+        options.dualpipe_only,
     )
     return BoundOrder(
         objective(floors, every),
         lambda rows: objective(
-            table.lower_bounds(options.v_max, options.split_backward, rows, None, options.dualpipe),
+            table.lower_bounds(
+                options.v_max,
+                options.split_backward,
+                rows,
+                None,
+                options.dualpipe,
+                options.dualpipe_only,
+            ),
             rows,
         ),
     )

@@ -50,6 +50,7 @@ from paraplan.step.build import (
     tp_overlap,
 )
 from paraplan.step.compose import BLOCK_TERM_NAMES, StepInputs
+from paraplan.step.constants import system_pair_share
 from paraplan.step.layout import model_layer_kinds
 
 # a block search's row tables ask again for the cost ids (layer shape, spans) of earlier blocks' tables (DeepSeek-V3
@@ -109,9 +110,9 @@ class RowTable:
         self.kinds = tuple(model_block_kinds(problem.model))
         self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> BlockCostFacts
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
-        self._kept = np.zeros(
-            len(self.first)
-        )  # the same less its EP parts (a DualPipe pair hides them)
+        # its floor of what a DualPipe pair cannot hide: less its EP parts, compute over the pair's SM share
+        self._kept = np.zeros(len(self.first))
+        self._slowed = 1.0 / system_pair_share(problem.system) - 1.0
         self._worked = np.zeros(len(self.first), dtype=bool)
         self.blocks = (
             None  # per kind, the BlockCost of every unit (allocate), filled as units are read
@@ -264,7 +265,10 @@ class RowTable:
                 ) in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``)
                     work = work + getattr(terms, name)
                 least = work if least is None else np.minimum(least, work)
-                rest = work - terms.ep_forward - terms.ep_backward
+                # what a DualPipe pair cannot hide (step.dualpipe.overlapped_pair_s): C/s + X, s where it dispatches
+                compute = terms.forward + terms.backward + terms.recompute
+                slowed = np.where(terms.ep_comm > 0.0, compute * self._slowed, 0.0)
+                rest = work - terms.ep_forward - terms.ep_backward + slowed
                 kept = rest if kept is None else np.minimum(kept, rest)
             self._work[need] = least
             self._kept[need] = np.maximum(kept, 0.0)
@@ -290,6 +294,7 @@ class RowTable:
         rows: np.ndarray | None = None,
         work: np.ndarray | None = None,
         dualpipe: np.ndarray | bool = False,
+        dualpipe_only: np.ndarray | bool = False,
     ) -> np.ndarray:
         """Admissible step-time bound per row (of ``rows``, default every row), with u the per-layer work of one
         micro-batch (``work`` per row of ``rows`` when given, else ``_unit_work``):
@@ -307,11 +312,13 @@ class RowTable:
         The split-backward schedules (ZB-H1, DualPipe) shrink the bubble below (L − F)·u / v_max
         (ZB-H1 by (F + B − 2W)/(F + B), DualPipe to (p/2 − 1)·(F&B + B − 3W)): a row whose grid has
         one (``split_backward``) keeps m·F·u only — with the bubble term, 140 of the 296 rows of a
-        Mixtral problem had a bound above their best candidate's step. A row whose grid has DualPipe
-        (``dualpipe``) keeps (m − n)·(F·u + 1 exchange) + n·F·u', n = max(m − p − 1, 0) its overlapped pairs
-        (step.dualpipe.overlapped_pairs) and u' the layer work less its EP dispatch / combine (the least over
-        the kinds; the compute floor itself where ``work`` is given): a pair F&B hides the EP parts and the
-        exchange but no compute or TP / CP part (step.dualpipe.overlapped_pair_s).
+        Mixtral problem had a bound above their best candidate's step. DualPipe's steady state is
+        (m − n)·S + n·F&B, n = max(m − p − 1, 0) overlapped pairs (step.dualpipe.overlapped_pairs), and its pair
+        F&B = max(C/s, E + P) + X >= C/s + X and >= S/2 (step.schedules._dualpipe_stage_floor_s), so with u' the
+        least over the kinds of a layer's C/s + X (s where the layer dispatches; the compute floor itself where
+        ``work`` is given) DualPipe's step is at least (m − n)·S_F + n·max(F·u', S_F/2), S_F = F·u + 1 exchange:
+        a row whose grid has DualPipe alone (``dualpipe_only``) keeps that, one whose grid has it among others
+        (``dualpipe``) the lesser of that and the bound above.
         The bound is non-decreasing in u: a floor of u gives a floor of the bound (``work_floors``)."""
         rows = np.arange(self.size) if rows is None else rows
         unit = self._unit_work(self.unit[rows]) if work is None else work
@@ -335,7 +342,9 @@ class RowTable:
         if not np.any(dualpipe):
             return bound
         pairs = np.maximum(m - pp - 1, 0)
-        paired = (m - pairs) * (fullest * unit + p2p) + pairs * fullest * kept + bubble
+        stage = fullest * unit + p2p
+        paired = (m - pairs) * stage + pairs * np.maximum(fullest * kept, stage / 2.0) + bubble
+        paired = np.where(_at(dualpipe_only, rows), paired, np.minimum(paired, bound))
         return np.where(_at(dualpipe, rows), paired, bound)
 
 

@@ -47,11 +47,17 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         host_tensor_s=acc.efficiency.host_tensor_s / acc.efficiency.host_speed,
         launch_blocking=1.0 if acc.efficiency.launch_blocking else 0.0,
         batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
-        pair_compute_share=pair_compute_share(
-            acc.sm_count, acc.efficiency.runtime.dualpipe_comm_sms
-        ),
+        pair_compute_share=system_pair_share(system),
         **runtime_terms(acc.efficiency.runtime, dtype),
     )
+
+
+def system_pair_share(system: SystemSpec) -> float:
+    """The share of the SMs DualPipe's overlapped pair leaves to compute on ``system``
+    (step.dualpipe.pair_compute_share of its accelerator's SM count and the stack's dualpipe_comm_sms): the one
+    reading of it, for every estimate (system_terms) and the search's floors (search.bounds)."""
+    acc = system.accelerator
+    return pair_compute_share(acc.sm_count, acc.efficiency.runtime.dualpipe_comm_sms)
 
 
 def batch_sync_s(system: SystemSpec, syncs: float) -> float:

@@ -67,11 +67,6 @@ class PipelineWork(NamedTuple):
     pair_s: Num = None
 
 
-def _steady_floor_s(m, pp, slowest, kept_share=0.0):
-    """m·S0: m micro-batches of the slowest stage's work, one after the other."""
-    return m * slowest
-
-
 @dataclass(frozen=True)
 class Bubble:
     """A schedule's bubble: its exact price, the floor of it the search may use (admissible: never
@@ -83,9 +78,11 @@ class Bubble:
     floor_s: Callable[..., Num]
     formula: str  # for the table (``markdown_table``)
     floor_formula: str
-    # (m, pp, S0, κ) → floor of the steady state the bubble's floor adds to (m·S0 unless pairs
-    # overlap; κ the share of the work they cannot hide, search.bounds.step_floors.LayerFloors)
-    steady_floor_s: Callable[..., Num] = _steady_floor_s
+    # (m, pp, S0_i, K0_i, ρ) → floors of (steady state, bubble) read from one stage i, for a schedule
+    # whose steady state is not m·S (DualPipe's overlapped pairs): S0_i a floor of the stage's work,
+    # K0_i of what its pair cannot hide (search.bounds.step_floors.LayerFloors.kept); the step is at
+    # least the largest steady floor over the stages + the largest bubble floor. None: m·S0 + ``floor_s``
+    stage_floor_s: Callable[..., tuple] | None = None
     steady_floor_formula: str = "m·S0"
 
 
@@ -276,18 +273,29 @@ def _zb_h1_floor_s(v, pp, slowest, total, rho, dual):
 
 
 def _dualpipe_floor_s(v, pp, slowest, total, rho, dual):
-    """F&B >= (F + B)/2 (step.dualpipe.overlapped_pair_s: F&B >= max(C + X, E + P) >= S/2) and W <= ρ·(F + B)/2, so
-    F&B + B − 3W >= (1/2 − 1.5ρ)·(F + B) >= max(dual − 1/2, 0)·S0 (F + B >= S0)."""
-    return maximum(pp / 2.0 - 1.0, 0.0) * maximum(dual - 0.5, 0.0) * slowest
+    """The stage floor (``_dualpipe_stage_floor_s``) of the slowest stage at S0, knowing nothing of what its pair
+    hides (K0 = 0): the bubble's (p/2 − 1)·(1 − min(ρ, 1))/2·S0 (the steady state's is in schedule_step_floor)."""
+    return _dualpipe_stage_floor_s(0.0, pp, slowest, 0.0, rho)[1]
 
 
-def _dualpipe_steady_floor_s(m, pp, slowest, kept_share=0.0):
-    """(m − n·(1 − κ))·S0, n = max(m − p − 1, 0) overlapped pairs, κ = max(kept_share, 1/2): a pair F&B
-    is at least its compute and TP / CP parts, >= kept_share of the work (search.bounds.step_floors.
-    LayerFloors), and at least half the work S of its two chunks run apart, max(C + X, E + P) >= S/2
-    (step.dualpipe.overlapped_pair_s), so m·S − n·(S − F&B) >= (m − n·(1 − κ))·S."""
-    share = maximum(kept_share, 0.5)
-    return (m - overlapped_pairs(pp, m) * (1.0 - share)) * slowest
+def _dualpipe_stage_floor_s(m, pp, work, kept, rho):
+    """Floors of DualPipe's steady state m·S − n·(S − F&B) = (m − n)·S + n·F&B (n = max(m − p − 1, 0),
+    step.dualpipe.overlapped_pairs) and of its bubble (p/2 − 1)·max(F&B + B − 3W, 0), read from one stage
+    whose work S >= ``work`` = S0 and whose pair F&B >= ``kept`` = K0. step.dualpipe.overlapped_pair_s gives
+    F&B = max(C/s, E + P) + X >= C/s + X (C the compute of both chunks, s <= 1 the SM share, X the exposed
+    TP / CP parts: K0 a floor of that, search.bounds.step_floors.LayerFloors.kept) and, with the EP terms a
+    pair hides at least those the stage exposes (E >= its ep parts), F&B >= (C + E + P + 2X)/2 >= S/2, so
+        steady >= (m − n)·S0 + n·max(K0, S0/2).
+    The backward B holds the backward compute, >= its GEMMs' = 2W (W = Σ gemm_backward/2, BlockTerms.wgrad),
+    and W <= ρ'·C/2 with ρ' = min(ρ, 1) the largest backward-GEMM share of compute (C <= F + B <= S and
+    C <= K), so F&B + B − 3W >= F&B − W >= max(K0·(1 − ρ'/2), S0·(1 − ρ')/2), and
+        bubble >= (p/2 − 1)·max(K0·(1 − ρ'/2), S0·(1 − ρ')/2).
+    Floats or arrays over blocks (the same operations in the same order)."""
+    n = overlapped_pairs(pp, m)
+    steady = (m - n) * work + n * maximum(kept, work / 2.0)
+    share = minimum(rho, 1.0)
+    core = maximum(kept * (1.0 - share / 2.0), work * (1.0 - share) / 2.0)
+    return steady, maximum(pp / 2.0 - 1.0, 0.0) * core
 
 
 # ---- the registry -------------------------------------------------------------------------------
@@ -350,9 +358,10 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                     _dualpipe_floor_s,
                     "(p/2 − 1)·(F&B + B − 3W), F&B the overlapped pair; steady state "
                     "m·S − (m − p − 1)·(S − F&B)",
-                    "(p/2 − 1)·max(1/2 − 1.5ρ, 0)·S0",
-                    _dualpipe_steady_floor_s,
-                    "(m − max(m − p − 1, 0)·(1 − max(κ, 1/2)))·S0",
+                    "(p/2 − 1)·max(K0ᵢ·(1 − ρ'/2), S0ᵢ·(1 − ρ')/2), each the largest over the stages i "
+                    "(K0ᵢ <= the pair's C/s + X, ρ' = min(ρ, 1))",
+                    _dualpipe_stage_floor_s,
+                    "(m − n)·S0ᵢ + n·max(K0ᵢ, S0ᵢ/2), n = max(m − p − 1, 0)",
                 ),
                 in_flight=InFlight(_dualpipe_in_flight, "min(p + 1, m)"),
                 order=dualpipe_order,
@@ -415,16 +424,20 @@ def weight_copies(knobs) -> Num:
 
 
 def schedule_step_floor(
-    schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual, kept_share=0.0
+    schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual, stages=None
 ):
-    """The schedule's steady-state floor (``bubble.steady_floor_s``, m·S0 but for DualPipe) + its bubble
-    floor (``bubble.floor_s``) at floors S0 = ``slowest``,
-    T0 = ``total`` of the slowest stage's and all stages' work: a floor of m·S + bubble, each form
-    growing with S and T (search/bounds/blocks.py). Floats or arrays over blocks."""
+    """A floor of m·S + bubble at floors S0 = ``slowest``, T0 = ``total`` of the slowest stage's and all
+    stages' work (each form growing with S and T, search/bounds/blocks.py): m·S0 + ``bubble.floor_s``; for a
+    schedule with stage floors (``bubble.stage_floor_s``: DualPipe) the largest over the stages of its steady
+    and bubble floors, ``stages`` = (largest steady floor, largest bubble floor) when the caller has them
+    (search.bounds.step_floors.paired_stage_floors), else the slowest stage's at K0 = 0 (a floor of the
+    stage's steady state the step takes at least). Floats or arrays over blocks."""
     bubble = SCHEDULES[schedule].bubble
-    return bubble.steady_floor_s(m, pp, slowest, kept_share) + bubble.floor_s(
-        v, pp, slowest, total, rho, dual
-    )
+    if bubble.stage_floor_s is None:
+        return m * slowest + bubble.floor_s(v, pp, slowest, total, rho, dual)
+    if stages is None:
+        stages = bubble.stage_floor_s(m, pp, slowest, 0.0, rho)
+    return stages[0] + stages[1]
 
 
 def markdown_table() -> str:

@@ -155,8 +155,8 @@ def _key_floors(problem, floors: KindFloors, fits: _Fits, members: list, key) ->
                     value = value + (extra.forward + extra.backward + added)
             work[name] = min(work.get(name, math.inf), value)
     return LayerFloors(
-        work, 1.0, kept_share=1.0
-    )  # no dispatch and combine: a pair hides none of it
+        work, 1.0
+    )  # compute alone: a pair cannot hide any of it (LayerFloors.kept None)
 
 
 def _fit(problem, floors: KindFloors, members: list, knob) -> list[tuple]:

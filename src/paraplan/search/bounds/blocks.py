@@ -25,11 +25,14 @@ the layer split of the schedule option (specs.split, step.build.layer_mix, the s
 ``step.build.build_step_inputs`` lays the blocks out with) give floors S0 <= S and T0 <= T. With
 ρ = the largest share of backward GEMM time in any block's compute (gemm_backward / (forward +
 backward)), the weight-gradient time W = Σ gemm_backward/2 is at most ρ·(F + B)/2, so ZB-H1's
-share (F + B − 2W)/(F + B) >= 1 − ρ and DualPipe's F&B + B − 3W >= (1/2 − 1.5ρ)·(F + B) (F&B >= S/2), its
-steady state >= (m − n·(1 − max(κ, 1/2)))·S with κ the least share of a kind's work a pair cannot hide
-(LayerFloors.kept_share: F&B >= its compute and TP / CP parts). Each form
-m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it; the
-block's bound is the least over its schedule options. For an MoE model the first bound takes cheaper
+share (F + B − 2W)/(F + B) >= 1 − ρ. Each form
+m·S + c·(T − S) (c <= 1 <= m) grows with S and T, so evaluating it at (S0, T0) bounds it. DualPipe's is read
+per stage i (step.schedules._dualpipe_stage_floor_s): its pair F&B >= C/s + X (the compute over the SM share the
+pair leaves it where the stage dispatches, and the TP / CP parts) and >= S/2, so with K0ᵢ the sum of its blocks'
+floors of C/s + X (LayerFloors.kept: the least over the options of each kind's compute, over s where the option
+dispatches) the steady state is at least (m − n)·S0ᵢ + n·max(K0ᵢ, S0ᵢ/2) and the bubble, with B >= 2W,
+(p/2 − 1)·max(K0ᵢ·(1 − ρ'/2), S0ᵢ·(1 − ρ')/2), ρ' = min(ρ, 1), each the largest over the stages
+(step_floors.paired_stage_floors). The block's bound is the least over its schedule options. For an MoE model the first bound takes cheaper
 floors (``layer_floors(cheap=True)``: the routed experts' GEMMs at their FLOP floor, no dispatch, ρ = 1, the ring's
 floor only where no expert op is recomputed;
 ``first_bound_levels``) and the floors above are its first refinement. ``refined_bound`` then raises it per
@@ -153,7 +156,7 @@ def layer_floors(
     experts = costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
-    rho, kept_share = 0.0, 1.0
+    rho, kept = 0.0, {}
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
         shape = layer_shape_of(
@@ -163,7 +166,12 @@ def layer_floors(
             shaped
         ):  # the ops other than the core attention costed once per local-token count (KindFloors)
             kinds = floors_of.kinds(shape, cheap)
-            kept_share = min(kept_share, *(_kept_share(floor) for _, floor in kinds))
+            for (
+                name,
+                floor,
+            ) in kinds:  # the least of what a DualPipe pair cannot hide (KindFloor.kept)
+                value = floor.work if floor.kept is None else floor.kept
+                kept[name] = min(kept.get(name, math.inf), value)
             if not work:  # the first knob (most keys have one): its floors as they are
                 work = {name: floor.work for name, floor in kinds}
                 forward = {name: floor.forward for name, floor in kinds}
@@ -182,16 +190,7 @@ def layer_floors(
                 rho,
                 c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0,
             )
-    return LayerFloors(work, rho, forward, kept_share)
-
-
-def _kept_share(floor) -> float:
-    """kept / work of a KindFloor (1 without a kept floor or work): a floor of the share of the kind's work at
-    any of the shape's options a DualPipe pair cannot hide. Over several layer knobs the least share: each row's
-    kept part >= the least kept >= share × the least work (LayerFloors.kept_share)."""
-    if floor.kept is None or floor.work <= 0.0:
-        return 1.0
-    return min(1.0, floor.kept / floor.work)
+    return LayerFloors(work, rho, forward, kept or None)
 
 
 def costing_class(problem: SearchProblem, block: Block) -> tuple:
@@ -227,6 +226,8 @@ def memory_floors(
     work: dict[str, dict] = {}
     kept: dict[str, dict] = {}
     held: dict[str, dict] = {}
+    paired: dict[str, dict] = {}
+    pair_kept = floors.work if floors.kept is None else floors.kept
     for sp, mode, layout, rows in dict.fromkeys(
         (sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)
     ):  # mode: a specs.recompute mode
@@ -244,7 +245,13 @@ def memory_floors(
             + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
             for name in kinds
         }
-    return ModeFloors(work, kept, held)
+        # what a DualPipe pair cannot hide: the recomputed forward is compute too (LayerFloors.kept)
+        paired[mode] = {
+            name: pair_kept[name]
+            + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
+            for name in kinds
+        }
+    return ModeFloors(work, kept, held, paired)
 
 
 EXACT = "exact"  # the level of search.run's block queue that replaces cheap layer floors by the exact ones
@@ -337,11 +344,14 @@ def refined_bound(
                 continue
             streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
-        share = min(floors.kept_share, mode_floors.kept_share.get(mode, 0.0))
+        # both floors of what a DualPipe pair cannot hide (LayerFloors.kept): the larger
+        pair_kept = floors.work if floors.kept is None else floors.kept
+        mode_kept = mode_floors.paired.get(mode, {})
+        paired = {name: max(value, mode_kept.get(name, 0.0)) for name, value in pair_kept.items()}
         step = (
             base
-            if work == floors.work
-            else block_step_floor(problem, block, LayerFloors(work, floors.rho, kept_share=share))
+            if work == floors.work and paired == pair_kept
+            else block_step_floor(problem, block, LayerFloors(work, floors.rho, kept=paired))
         )
         best = min(best, max(step, streaming))
         if best <= base:  # no other mode can take the bound below the block's own floor

@@ -14,6 +14,7 @@ attention's time is added per (cp, micro-batch) (KindFloors).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
@@ -51,6 +52,7 @@ from paraplan.step.build import (
     block_compute,
     model_block_kinds,
 )
+from paraplan.step.constants import system_pair_share
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -139,7 +141,8 @@ class KindFloor(NamedTuple):
     work: float
     forward: float
     rho: float
-    # least work less the EP dispatch and combine (what a DualPipe pair cannot hide); None: ``work``
+    # a floor of what a DualPipe pair cannot hide of the kind (search.bounds.step_floors.LayerFloors.kept): the least
+    # over the options of its compute, over the pair's SM share where the option has EP dispatch; None: ``work``
     kept: float | None = None
 
 
@@ -152,6 +155,8 @@ class _RestFloor(NamedTuple):
     gemm_backward: tuple
     floor: KindFloor
     attention: tuple[float, float]
+    # (least compute of an option with EP dispatch, a floor of the least of the others): _paired_least
+    paired: tuple[float, float] = (math.inf, 0.0)
 
 
 class KindFloors:
@@ -167,6 +172,9 @@ class KindFloors:
     def __init__(self, problem: SearchProblem, experts: tuple):
         self.problem, self.experts = problem, tuple(experts)
         self.dispatch = DispatchFloors(problem)
+        self.share = system_pair_share(
+            problem.system
+        )  # DualPipe's pair computes on this share of the SMs
         # the memo of these options, found once per problem and options tuple (costing_experts keeps one per tp) while
         # _REST_FLOORS is not cleared
         known = problem._memo.setdefault("rest_floors", {}).get(id(experts))
@@ -259,10 +267,13 @@ class KindFloors:
             ],
             default=0.0,
         )
-        added += ring_added_s(ring, rest.attention, extra)
-        kept = rest.floor.work if rest.floor.kept is None else rest.floor.kept
+        # what a pair cannot hide: the core's compute joins each option's, slowed with it where it dispatches
+        ep, free = rest.paired
+        kept = min((ep + added) / self.share, free + added)
+        ring_s = ring_added_s(ring, rest.attention, extra)
+        added += ring_s
         return KindFloor(
-            rest.floor.work + added, rest.floor.forward + extra.forward, rho, kept + added
+            rest.floor.work + added, rest.floor.forward + extra.forward, rho, kept + ring_s
         )
 
     def _core(self, core: tuple, shape) -> BlockCompute:
@@ -344,9 +355,12 @@ class KindFloors:
             computes = _expert_computes(model, system, name, first, experts, tuple(core or ()))
             totals = tuple(c.forward + c.backward for c in computes)
             if len(computes) == 1:
-                work = totals[0]
+                work, paired = totals[0], (math.inf, totals[0])
             else:  # each option with its least dispatch at any compute; only options that can still be the least
                 work = least_with(totals, lambda i: self.dispatch.table(shape, experts[i]).least)
+                paired = _paired_least(
+                    totals, lambda i: self.dispatch.table(shape, experts[i]).least > 0.0, self.share
+                )
             gemm_backward = tuple(c.gemm_backward for c in computes)
             forward = min(c.forward for c in computes)
             rho = max([g / t for g, t in zip(gemm_backward, totals) if t > 0], default=0.0)
@@ -358,10 +372,32 @@ class KindFloors:
                 self.rest,
                 key,
                 _RestFloor(
-                    totals, gemm_backward, KindFloor(work, forward, rho, min(totals)), attention
+                    totals,
+                    gemm_backward,
+                    KindFloor(work, forward, rho, min(paired[0] / self.share, paired[1])),
+                    attention,
+                    paired,
                 ),
             )
         return found
+
+
+def _paired_least(totals: tuple, dispatched, share: float) -> tuple[float, float]:
+    """(the least of ``totals`` over the options with EP dispatch, ``dispatched(j)``; a floor of the least over the
+    others), options read in ascending order: a DualPipe pair computes an option with dispatch on ``share`` of the SMs
+    (step.dualpipe.overlapped_pair_s: C/s), so once such an option is found at t the others matter only below t/s,
+    and the first option at or above that floors them all. ``dispatched(j)``: the option's least exposed dispatch at
+    any switch is > 0 (DispatchFloors.table(...).least), so every row of it has EP traffic (BlockTerms.ep_comm > 0)."""
+    ep = free = math.inf
+    for j in sorted(range(len(totals)), key=totals.__getitem__):
+        t = totals[j]
+        if t >= ep / share or (ep < math.inf and free < math.inf):
+            return ep, min(free, t)
+        if dispatched(j):
+            ep = min(ep, t)
+        else:
+            free = min(free, t)
+    return ep, free
 
 
 _REST_FLOORS: dict = {}  # (model, system, expert options, their switches) -> {(kind, cp_free_key or shape): _RestFloor}

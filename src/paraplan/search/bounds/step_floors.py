@@ -13,7 +13,7 @@ import numpy as np
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.step.build import model_block_kinds, stage_block_counts
-from paraplan.step.schedules import schedule_step_floor
+from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
 if TYPE_CHECKING:
     from paraplan.search.bounds.blocks import Block
@@ -29,9 +29,10 @@ class LayerFloors(NamedTuple):
     work: dict
     rho: float
     forward: Mapping = MappingProxyType({})
-    # a floor of the share of each kind's work a DualPipe pair cannot hide (its compute and TP / CP parts, not its
-    # EP dispatch and combine): kept >= kept_share·work for every kind (step.schedules' DualPipe steady floor); 0: none
-    kept_share: float = 0.0
+    # each kind's floor of what a DualPipe pair cannot hide of it: its compute over the SM share the pair leaves it
+    # where the kind has EP dispatch, C/s, and its TP / CP parts (step.dualpipe.overlapped_pair_s; the kind's part
+    # of K0 in step.schedules._dualpipe_stage_floor_s); None: ``work`` (floors with no EP dispatch in them)
+    kept: Mapping | None = None
 
 
 def stage_floors(
@@ -48,6 +49,29 @@ def stage_floors(
         slowest = maximum(slowest, work)
         total += count * work
     return slowest, total
+
+
+def paired_stage_floors(
+    problem: SearchProblem,
+    pp: int,
+    m: int,
+    split: tuple,
+    floors: LayerFloors,
+    schedule,
+    maximum=max,
+) -> tuple:
+    """(largest steady floor, largest bubble floor) over the stages of the split of (pp, split) of a schedule with
+    stage floors (step.schedules.Bubble.stage_floor_s: DualPipe), each stage's S0 its blocks' work floors and K0
+    their kept floors (LayerFloors.kept), laid out as stage_floors; floats, or arrays over blocks with ``maximum``
+    np.maximum (block_step_floors: the same operations in the same order)."""
+    kept = floors.work if floors.kept is None else floors.kept
+    steady, bubble = 0.0, 0.0
+    for _, _, blocks in group_blocks(problem, pp, split):
+        stage = schedule.bubble.stage_floor_s(
+            m, pp, stage_sum(floors.work, blocks), stage_sum(kept, blocks), floors.rho
+        )
+        steady, bubble = maximum(steady, stage[0]), maximum(bubble, stage[1])
+    return steady, bubble
 
 
 def stage_sum(per_kind: dict, blocks: tuple) -> float:
@@ -96,13 +120,16 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
         work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
         dual = np.maximum(1.0 - 1.5 * rho, 0.0)
         best = np.full(len(members), math.inf)
-        kept = np.array([f.kept_share for f in floors])
+        kept = {
+            name: np.array([(f.work if f.kept is None else f.kept).get(name, 0.0) for f in floors])
+            for name in kinds
+        }
         out[members] = (
             _least_over_options(
                 problem,
                 pp,
                 m,
-                LayerFloors(work, rho, kept_share=kept),
+                LayerFloors(work, rho, kept=kept),
                 dual,
                 best,
                 np.maximum,
@@ -118,14 +145,20 @@ def _least_over_options(
 ):
     """The least step floor (step.schedules.schedule_step_floor) over the schedule options of (pp, m), each split's stage floors found once; floats
     (``maximum``, ``minimum``: max, min) or arrays over blocks (np.maximum, np.minimum)."""
-    splits = {}
+    splits, paired = {}, {}
     for v, schedule, split in problem.schedule_options(pp, m):
         if split not in splits:
             splits[split] = stage_floors(problem, pp, split, floors, maximum)
+        stages = None
+        entry = SCHEDULES[schedule]
+        if entry.bubble.stage_floor_s is not None:  # DualPipe: per stage, its pairs' floors
+            if (schedule, split) not in paired:
+                paired[schedule, split] = paired_stage_floors(
+                    problem, pp, m, split, floors, entry, maximum
+                )
+            stages = paired[schedule, split]
         best = minimum(
             best,
-            schedule_step_floor(
-                schedule, v, m, pp, *splits[split], floors.rho, dual, floors.kept_share
-            ),
+            schedule_step_floor(schedule, v, m, pp, *splits[split], floors.rho, dual, stages),
         )
     return best

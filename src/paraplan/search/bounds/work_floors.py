@@ -35,6 +35,7 @@ from paraplan.step.build import (
     model_block_kinds,
 )
 from paraplan.step.compose import BLOCK_TERM_NAMES, block_terms
+from paraplan.step.constants import system_pair_share
 
 EXPERT_TERMS = (
     "ep_forward",
@@ -50,8 +51,8 @@ class ModeFloors:
     work: dict
     kept: dict
     held: dict
-    # per mode, a floor of the share of each kind's work a DualPipe pair cannot hide (LayerFloors.kept_share)
-    kept_share: dict = field(default_factory=dict)
+    # per mode, each kind's floor of what a DualPipe pair cannot hide of it (LayerFloors.kept); {}: none known
+    paired: dict = field(default_factory=dict)
 
 
 def work_floors(
@@ -100,22 +101,33 @@ def work_floors(
         found = entries.dispatch[j]
         return dispatch(*found, entries.computes[j]) if found is not None else 0.0
 
+    slowed = 1.0 / system_pair_share(problem.system) - 1.0
+
+    def pair_slowed(
+        j,
+    ):  # what a DualPipe pair adds to an entry's compute: C·(1/s − 1) where it dispatches
+        if exposed_dispatch(j) <= 0.0:
+            return 0.0
+        return (entries.computes[j].forward + entries.computes[j].backward) * slowed
+
     work: dict[str, dict] = {}
-    shares: dict[str, float] = {}
+    paired: dict[str, dict] = {}
     start = 0
     for (mode, name), stop in zip(entries.keys, entries.stops):
-        least = work.setdefault(mode, {})[name] = least_with(
+        work.setdefault(mode, {})[name] = least_with(
             total[start:stop], lambda j, start=start: exposed_dispatch(start + j)
         )
-        # the entries' sums leave out the EP terms: their least is the kind's kept floor
-        kept = min(total[start:stop], default=least)
-        share = min(1.0, kept / least) if least > 0.0 else 1.0
-        shares[mode] = min(shares.get(mode, 1.0), share)
+        # the entries' sums leave out the EP terms: with each one's compute slowed where it dispatches, the least is
+        # the kind's floor of what a pair cannot hide (LayerFloors.kept)
+        paired.setdefault(mode, {})[name] = least_with(
+            total[start:stop], lambda j, start=start: pair_slowed(start + j)
+        )
         start = stop
     for mode in work:  # kinds not costed (without expert_kinds): 0 floors anything
         for name in model_block_kinds(problem.model):
             work[mode].setdefault(name, 0.0)
-    return ModeFloors(work, entries.kept, entries.held, shares)
+            paired[mode].setdefault(name, 0.0)
+    return ModeFloors(work, entries.kept, entries.held, paired)
 
 
 @dataclass(frozen=True)
