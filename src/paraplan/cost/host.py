@@ -305,7 +305,8 @@ def host_sums(
     with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's regions
     add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch its sync terms
     (sync_terms). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by op_host_s
-    and summed for the round trips of synchronous launches (launch_blocking_idle_s)."""
+    and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted (0) where
+    neither reads them (host_launch_s 0 and no launch_blocking)."""
     dropless = any(op.kind == "host_sync" for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
     moe_layer = any(op.name in ROUTER_OPS for op in ops)
@@ -317,8 +318,9 @@ def host_sums(
     section: list[tuple[str, float, float]] = []
     syncs = kernels_forward = kernels_backward = 0
     context = eager_context(eff)
+    counted = eff.host_launch_s > 0.0 or eff.launch_blocking  # the counts' only readers
     for op in ops:
-        counts = _op_counts(op, eff, bias, context, dtype)
+        counts = _op_counts(op, eff, bias, context, dtype) if counted else (0, 0)
         f, b = op_host_s(op, eff, dropless, bias, context, dtype, moe_layer, counts)
         forward += f
         backward += b
