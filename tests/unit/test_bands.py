@@ -141,6 +141,18 @@ def test_the_announced_rubin_part_is_its_own_generation_and_gets_the_wide_prior(
     assert not error_band(MODEL, b300, PLAN, 1.0).prior
 
 
+@pytest.mark.parametrize("name", ["rtx-5090-8", "rtx-pro-6000-4"])
+def test_the_rtx_blackwell_parts_are_their_own_generation_and_get_the_wide_prior(name):
+    """The GeForce / RTX PRO Blackwell parts (GB202, compute capability 12.0) are not read as the data-centre
+    Blackwell parts every Blackwell case ran on: no case ran on them, so the bundled residuals give them the
+    wide prior (issue 33), while dgx-b200 keeps the Blackwell cases' band."""
+    system = load_system(name)
+    assert band_keys(MODEL, system, PLAN).generation == "blackwell-rtx"
+    band = error_band(MODEL, system, PLAN, 1.0)
+    assert band.prior and "blackwell-rtx" in band.basis
+    assert not error_band(MODEL, load_system("dgx-b200"), PLAN, 1.0).prior
+
+
 def test_a_stack_with_too_few_groups_gets_the_prior_hulled_with_its_cases():
     records = _records({f"g{i}": [float(i)] for i in range(12)})
     keys = band_keys(MODEL, SYSTEM, PLAN, "deepspeed-2021")

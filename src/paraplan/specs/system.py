@@ -310,13 +310,24 @@ class AcceleratorSpec(InputModel):
     name: str
     architecture: (
         Literal[
-            "volta", "turing", "ampere", "ada", "hopper", "blackwell", "rubin", "cdna3", "cdna4"
+            "volta",
+            "turing",
+            "ampere",
+            "ada",
+            "hopper",
+            "blackwell",
+            "blackwell-rtx",
+            "rubin",
+            "cdna3",
+            "cdna4",
         ]
         | None
     ) = Field(
         None,
         description="GPU architecture: which kernels run (cost.attention.KERNEL_FALLBACK) and the "
-        "hardware generation the error bands are conditioned on (validate.features.band_keys)",
+        "hardware generation the error bands are conditioned on (validate.features.band_keys); "
+        "blackwell-rtx: the GeForce / RTX PRO Blackwell parts (GB202, compute capability 12.0), a "
+        "generation apart from the data-centre Blackwell (GB100, 10.0) that the validation cases ran on",
     )
     matrix_flops: dict[Dtype, Annotated[float, _quantity("flops"), Field(gt=0)]] = Field(
         description="peak dense matrix FLOP/s per datatype"
