@@ -43,8 +43,6 @@ def expected_max_load_factor(
     rank and N → ∞ it returns 1 + c·√(2 ln E), the relation expert_cv_of inverts."""
     if bins <= 1 or assignments <= 0:
         return 1.0
-    if expert_cv == 0.0 or experts <= 1:  # the equal-probability floor, written as it always was
-        return 1.0 + math.sqrt((bins - 1) / assignments) * math.sqrt(2.0 * math.log(bins))
     spread = rank_load_spread(assignments, bins, experts, expert_cv)
     return 1.0 + spread * math.sqrt(2.0 * math.log(bins))
 

@@ -73,9 +73,9 @@ class Bubble:
     above ``exact_s`` of any candidate), and both as the table writes them."""
 
     exact_s: Callable[[PipelineWork], Num]
-    # (v, pp, S0, T0, ρ, dual) → floor of the bubble at floors S0 <= S, T0 <= T (search/bounds/blocks.py:
-    # ρ bounds the backward-GEMM share of F + B, dual = max(1 − 1.5ρ, 0))
-    floor_s: Callable[..., Num]
+    # (v, pp, S0, T0, ρ) → floor of the bubble at floors S0 <= S, T0 <= T (search/bounds/blocks.py:
+    # ρ bounds the backward-GEMM share of F + B); None where ``stage_floor_s`` gives the floors
+    floor_s: Callable[..., Num] | None
     formula: str  # for the table (``markdown_table``)
     floor_formula: str
     # (m, pp, S0_i, K0_i, ρ) → floors of (steady state, bubble) read from one stage i, for a schedule
@@ -257,25 +257,19 @@ def schedule_pairs(schedule: str, pp: int, vpp: int, microbatches: int) -> list[
 # ---- the search's floors --------------------------------------------------------------------------
 
 
-def _one_f_one_b_floor_s(v, pp, slowest, total, rho, dual):
+def _one_f_one_b_floor_s(v, pp, slowest, total, rho):
     """GPipe and 1F1B: T0 − S0 (the bubble T − S grows with both)."""
     return total - slowest
 
 
-def _interleaved_floor_s(v, pp, slowest, total, rho, dual):
+def _interleaved_floor_s(v, pp, slowest, total, rho):
     """Interleaved with v chunks: (T0 − S0)/v."""
     return (total - slowest) / v
 
 
-def _zb_h1_floor_s(v, pp, slowest, total, rho, dual):
+def _zb_h1_floor_s(v, pp, slowest, total, rho):
     """W <= ρ·(F + B)/2 and c <= 2, so the share (F + B − c·W)/(F + B) >= 1 − ρ."""
     return (1.0 - rho) * (total - slowest)
-
-
-def _dualpipe_floor_s(v, pp, slowest, total, rho, dual):
-    """The stage floor (``_dualpipe_stage_floor_s``) of the slowest stage at S0, knowing nothing of what its pair
-    hides (K0 = 0): the bubble's (p/2 − 1)·(1 − min(ρ, 1))/2·S0 (the steady state's is in schedule_step_floor)."""
-    return _dualpipe_stage_floor_s(0.0, pp, slowest, 0.0, rho)[1]
 
 
 def _dualpipe_stage_floor_s(m, pp, work, kept, rho):
@@ -355,7 +349,7 @@ SCHEDULES: MappingProxyType[str, PipelineSchedule] = MappingProxyType(
                 flag="dualpipe",
                 bubble=Bubble(
                     _dualpipe_bubble_s,
-                    _dualpipe_floor_s,
+                    None,
                     "(p/2 − 1)·(F&B + B − 3W), F&B the overlapped pair; steady state "
                     "m·S − (m − p − 1)·(S − F&B)",
                     "(p/2 − 1)·max(K0ᵢ·(1 − ρ'/2), S0ᵢ·(1 − ρ')/2), each the largest over the stages i "
@@ -423,9 +417,7 @@ def weight_copies(knobs) -> Num:
     return by_schedule(knobs, lambda s: s.weight_copies)
 
 
-def schedule_step_floor(
-    schedule: str, v: int, m: int, pp: int, slowest, total, rho, dual, stages=None
-):
+def schedule_step_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, stages=None):
     """A floor of m·S + bubble at floors S0 = ``slowest``, T0 = ``total`` of the slowest stage's and all
     stages' work (each form growing with S and T, search/bounds/blocks.py): m·S0 + ``bubble.floor_s``; for a
     schedule with stage floors (``bubble.stage_floor_s``: DualPipe) the largest over the stages of its steady
@@ -434,7 +426,7 @@ def schedule_step_floor(
     stage's steady state the step takes at least). Floats or arrays over blocks."""
     bubble = SCHEDULES[schedule].bubble
     if bubble.stage_floor_s is None:
-        return m * slowest + bubble.floor_s(v, pp, slowest, total, rho, dual)
+        return m * slowest + bubble.floor_s(v, pp, slowest, total, rho)
     if stages is None:
         stages = bubble.stage_floor_s(m, pp, slowest, 0.0, rho)
     return stages[0] + stages[1]

@@ -170,8 +170,7 @@ def layer_floors(
                 name,
                 floor,
             ) in kinds:  # the least of what a DualPipe pair cannot hide (KindFloor.kept)
-                value = floor.work if floor.kept is None else floor.kept
-                kept[name] = min(kept.get(name, math.inf), value)
+                kept[name] = min(kept.get(name, math.inf), floor.paired)
             if not work:  # the first knob (most keys have one): its floors as they are
                 work = {name: floor.work for name, floor in kinds}
                 forward = {name: floor.forward for name, floor in kinds}
@@ -227,7 +226,7 @@ def memory_floors(
     kept: dict[str, dict] = {}
     held: dict[str, dict] = {}
     paired: dict[str, dict] = {}
-    pair_kept = floors.work if floors.kept is None else floors.kept
+    pair_kept = floors.paired
     for sp, mode, layout, rows in dict.fromkeys(
         (sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)
     ):  # mode: a specs.recompute mode
@@ -345,7 +344,7 @@ def refined_bound(
             streaming = streaming_floor_s(problem, block, kept, constants["host_bandwidth"])
         work = {name: max(value, mode_work[name]) for name, value in floors.work.items()}
         # both floors of what a DualPipe pair cannot hide (LayerFloors.kept): the larger
-        pair_kept = floors.work if floors.kept is None else floors.kept
+        pair_kept = floors.paired
         mode_kept = mode_floors.paired.get(mode, {})
         paired = {name: max(value, mode_kept.get(name, 0.0)) for name, value in pair_kept.items()}
         step = (

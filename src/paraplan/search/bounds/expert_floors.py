@@ -145,6 +145,11 @@ class KindFloor(NamedTuple):
     # over the options of its compute, over the pair's SM share where the option has EP dispatch; None: ``work``
     kept: float | None = None
 
+    @property
+    def paired(self) -> float:
+        """``kept``, or ``work`` where the kind has no kept floor of its own."""
+        return self.work if self.kept is None else self.kept
+
 
 class _RestFloor(NamedTuple):
     """A kind's floors without its core attention: per option (forward + backward, backward GEMM), its KindFloor

@@ -34,6 +34,11 @@ class LayerFloors(NamedTuple):
     # of K0 in step.schedules._dualpipe_stage_floor_s); None: ``work`` (floors with no EP dispatch in them)
     kept: Mapping | None = None
 
+    @property
+    def paired(self) -> Mapping:
+        """``kept``, or ``work`` where no kept floors are given."""
+        return self.work if self.kept is None else self.kept
+
 
 def stage_floors(
     problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, maximum=max
@@ -64,7 +69,7 @@ def paired_stage_floors(
     stage floors (step.schedules.Bubble.stage_floor_s: DualPipe), each stage's S0 its blocks' work floors and K0
     their kept floors (LayerFloors.kept), laid out as stage_floors; floats, or arrays over blocks with ``maximum``
     np.maximum (block_step_floors: the same operations in the same order)."""
-    kept = floors.work if floors.kept is None else floors.kept
+    kept = floors.paired
     steady, bubble = 0.0, 0.0
     for _, _, blocks in group_blocks(problem, pp, split):
         stage = schedule.bubble.stage_floor_s(
@@ -99,9 +104,8 @@ def group_blocks(problem: SearchProblem, pp: int, split: tuple) -> list[tuple[in
 
 def block_step_floor(problem: SearchProblem, block: Block, floors: LayerFloors) -> float:
     """A lower bound on the step time of every candidate of the block (module docstring)."""
-    dual = max(1.0 - 1.5 * floors.rho, 0.0)
     return (
-        _least_over_options(problem, block.pp, block.microbatches, floors, dual, math.inf, max, min)
+        _least_over_options(problem, block.pp, block.microbatches, floors, math.inf, max, min)
         * SAFETY
     )
 
@@ -118,19 +122,14 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
         floors = [floors_of(parts[i]) for i in members]
         rho = np.array([f.rho for f in floors])
         work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
-        dual = np.maximum(1.0 - 1.5 * rho, 0.0)
         best = np.full(len(members), math.inf)
-        kept = {
-            name: np.array([(f.work if f.kept is None else f.kept).get(name, 0.0) for f in floors])
-            for name in kinds
-        }
+        kept = {name: np.array([f.paired.get(name, 0.0) for f in floors]) for name in kinds}
         out[members] = (
             _least_over_options(
                 problem,
                 pp,
                 m,
                 LayerFloors(work, rho, kept=kept),
-                dual,
                 best,
                 np.maximum,
                 np.minimum,
@@ -141,7 +140,7 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
 
 
 def _least_over_options(
-    problem: SearchProblem, pp: int, m: int, floors: LayerFloors, dual, best, maximum, minimum
+    problem: SearchProblem, pp: int, m: int, floors: LayerFloors, best, maximum, minimum
 ):
     """The least step floor (step.schedules.schedule_step_floor) over the schedule options of (pp, m), each split's stage floors found once; floats
     (``maximum``, ``minimum``: max, min) or arrays over blocks (np.maximum, np.minimum)."""
@@ -159,6 +158,6 @@ def _least_over_options(
             stages = paired[schedule, split]
         best = minimum(
             best,
-            schedule_step_floor(schedule, v, m, pp, *splits[split], floors.rho, dual, stages),
+            schedule_step_floor(schedule, v, m, pp, *splits[split], floors.rho, stages),
         )
     return best
