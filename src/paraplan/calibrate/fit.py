@@ -30,7 +30,7 @@ from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
 from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
 from paraplan.cost.compute import (
     attention_time_s,
-    gemm_time_s,
+    gemm_compute_s,
     gemm_traffic_floor_s,
     memory_time_s,
 )
@@ -295,13 +295,15 @@ def fit_gemm(
             f"{EFF}.gemm_fp8": 1.0,
             f"{EFF}.gemm_ramp_s": 0.0,
             f"{EFF}.kernel_overhead_s": 0.0,
-            # the compute term alone: the traffic floor (gemm_traffic_floor_s) is no linear column
-            "accelerator.hbm_bandwidth": 9e15,
         },
     ).accelerator
     rows, meas = [], []
-    for s in samples:
-        col = gemm_time_s(2.0 * s.batch * s.m * s.n * s.k, (s.batch, s.m, s.n, s.k), unit, s.dtype)
+    for s in (
+        samples
+    ):  # the rate term alone: the traffic floor (gemm_traffic_floor_s) is no linear column
+        col = gemm_compute_s(
+            2.0 * s.batch * s.m * s.n * s.k, (s.batch, s.m, s.n, s.k), unit, s.dtype
+        )
         rows.append([0.0 if s.dtype == "fp8" else col, col if s.dtype == "fp8" else 0.0, 1.0])
         meas.append(s.time_s)
     a, m = np.array(rows), np.array(meas)

@@ -157,20 +157,42 @@ def gemm_time_s(
     cost.gemm_alignment)."""
     if flops <= 0:
         return 0.0
-    # a slice narrower than one row (vocab < tp) is padded to one (max(1, d), without a generator)
+    compute_s, fixed_s = _gemm_compute(flops, shape, acc, dtype, leading_dims_aligned)
+    floor_s = gemm_traffic_floor_s(_padded(shape), acc, dtype)
+    return max(compute_s, floor_s) + acc.efficiency.gemm_ramp_s + fixed_s
+
+
+def _padded(shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """A slice narrower than one row (vocab < tp) is padded to one (max(1, d), without a generator)."""
     b, m, n, k = shape
-    b, m, n, k = b if b > 1 else 1, m if m > 1 else 1, n if n > 1 else 1, k if k > 1 else 1
+    return b if b > 1 else 1, m if m > 1 else 1, n if n > 1 else 1, k if k > 1 else 1
+
+
+def gemm_compute_s(
+    flops: float,
+    shape: tuple[int, int, int, int],
+    acc: AcceleratorSpec,
+    dtype: str,
+    leading_dims_aligned: bool = False,
+) -> float:
+    """The rate term of ``gemm_time_s`` alone (no traffic floor, ramp or kernel overhead): a table's kernel time
+    where one covers the GEMM, else flops / (peak · gemm_efficiency · alignment share); what ``paraplan
+    calibrate`` fits a cap to (calibrate.fit.fit_gemm)."""
+    return _gemm_compute(flops, shape, acc, dtype, leading_dims_aligned)[0] if flops > 0 else 0.0
+
+
+def _gemm_compute(flops, shape, acc: AcceleratorSpec, dtype: str, leading_dims_aligned: bool):
+    """(rate term, fixed cost outside the ramp) of ``gemm_time_s``: a measured kernel (cost.kernel_tables) carries
+    its own launch, the analytical form adds efficiency.kernel_overhead_s."""
+    b, m, n, k = _padded(shape)
     skip = leading_dims_aligned or acc.efficiency.aligned_gemms_only
     aligned = 1.0 if skip else gemm_alignment_share(m, n, k, dtype)
-    floor_s = gemm_traffic_floor_s((b, m, n, k), acc, dtype)
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
-        if measured is not None:  # measured kernel (cost.kernel_tables), + step ramp
-            kernel_s = table_kernel_s(measured, flops, (b, m, n, k), acc, dtype)
-            return max(kernel_s / aligned, floor_s) + acc.efficiency.gemm_ramp_s
+        if measured is not None:
+            return table_kernel_s(measured, flops, (b, m, n, k), acc, dtype) / aligned, 0.0
     rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
-    compute_s = max(flops / rate, floor_s)
-    return compute_s + acc.efficiency.gemm_ramp_s + acc.efficiency.kernel_overhead_s
+    return flops / rate, acc.efficiency.kernel_overhead_s
 
 
 def gemm_traffic_floor_s(
