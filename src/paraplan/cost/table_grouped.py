@@ -13,13 +13,14 @@ the system's kernel_overhead_s as floor, cost.compute.library_grouped_s).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from paraplan.cost import kernel_tables as kt
 
 # efficiency.runtime.grouped_gemm implementation -> the table kind holding its one-kernel rows
 LIBRARY_KINDS = {"deepgemm": "grouped_gemm_deepgemm"}
-LIBRARY_TIME = "time_us"
+LIBRARY_TIME = kt.GROUPED_MM_TIME  # one kernel over every expert, as the torch._grouped_mm column
 
 
 @lru_cache(maxsize=64)
@@ -29,14 +30,10 @@ def library_rates(ref: str, l2: float | None, implementation: str) -> dict[str, 
     table = kt.load_table(ref, l2)
     if kind is None or kind not in table.files:
         return {}
-    measured = kt.gemm_rows(
+    rates = kt._by_dtype(
         table.rows[kind], table.name, table.files[kind], "grouped_gemm", LIBRARY_TIME
     )
-    out = {}
-    for (dtype,), group in kt.groups(measured).items():
-        rates = kt.scatter(*group)
-        out[dtype] = kt.Scatter(rates.coords, rates.log_rate, 0.0)
-    return out
+    return {dtype: replace(r, floor_s=0.0) for dtype, r in rates.items()}
 
 
 @lru_cache(maxsize=65536)
