@@ -9,7 +9,12 @@ import math
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cost.compute import gemm_time_s, grouped_gemm_time_s, one_kernel_grouped_s
+from paraplan.cost.compute import (
+    gemm_time_s,
+    grouped_gemm_share,
+    grouped_gemm_time_s,
+    one_kernel_grouped_s,
+)
 from paraplan.specs.fields import with_fields
 
 RAMP_S = 40e-6  # dgx-h800 efficiency.gemm_ramp_s
@@ -101,3 +106,20 @@ def test_one_expert_is_the_dense_gemm_and_fp8_stays_under_bf16():
         assert grouped_gemm_time_s(f, shape, acc, "fp8") <= grouped_gemm_time_s(
             f, shape, acc, "bf16"
         )
+
+
+def test_the_search_bound_holds_where_deepgemm_beats_the_dense_rate():
+    """DeepGEMM's published rates (up to 1,346 TFLOP/s) beat H800's dense fp8 rate peak · cap (1,979 × 0.58): the
+    search's expert-GEMM floor (search.bounds.exposure_floors.expert_gemm_floor_s) divides by grouped_gemm_share,
+    which must then exceed 1 so that no priced shape is faster than the floor."""
+    acc = h800()
+    share = grouped_gemm_share(acc, "fp8")
+    assert share > 1.0 and grouped_gemm_share(h800("te-multistream"), "fp8") == 1.0
+    dense = acc.peak_matrix_flops("fp8") * acc.gemm_efficiency_cap("fp8") * share
+    for b in (2, 4, 8, 32, 64):
+        for m in (128, 512, 4096, 8192, 32768):
+            for n, k in ((2048, 7168), (4096, 7168), (7168, 2048), (4096, 4096)):
+                flops = 2.0 * b * m * n * k
+                assert grouped_gemm_time_s(flops, (b, m, n, k), acc, "fp8") >= flops / dense * (
+                    1 - 1e-12
+                )

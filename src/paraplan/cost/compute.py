@@ -292,10 +292,25 @@ GROUPED_GEMM_STREAMS = 4
 
 
 def grouped_gemm_share(acc: AcceleratorSpec, dtype: str) -> float:
-    """Share of the single-GEMM rate an expert GEMM reaches at most: 1 in every dtype. The grouped GEMM
-    implementations (``grouped_gemm_time_s``) price each expert's GEMM at no more than the dense rate of its
-    dtype; the fp8 multi-stream loop's kept share of the fp8 speed-up (``te_multistream_grouped_s``) only
-    adds time. The lower bounds of search.bounds read it."""
+    """Share of the dense rate peak · gemm_efficiency_cap an expert GEMM reaches at most, the bound the search's
+    floors divide by (search.bounds). The analytical implementations (``grouped_gemm_time_s``) price each
+    expert's GEMM at no more than the dense rate of its dtype (the fp8 multi-stream loop's kept share of the fp8
+    speed-up, ``te_multistream_grouped_s``, only adds time): 1. A library's published one-kernel rates
+    (``deepgemm_grouped_s``: the DeepGEMM table on dgx-h800, isolated kernels, no in-step share fitted) may beat
+    it: their fastest rate as ``table_kernel_s`` converts it to this part (× in-step share × clock fraction /
+    table_clock_ratio) over the dense rate, when above 1."""
+    if acc.kernel_tables:
+        impl = acc.efficiency.runtime.grouped_gemm
+        fastest = table_grouped.fastest_rate(acc.kernel_tables, acc.l2_cache, impl, dtype)
+        if fastest is not None:
+            on_part = (
+                fastest
+                * table_in_step_share(acc, dtype)
+                * acc.clock_fraction()
+                / table_clock_ratio(acc, dtype)
+            )
+            dense = acc.peak_matrix_flops(dtype) * acc.gemm_efficiency_cap(dtype)
+            return max(1.0, on_part / dense)
     return 1.0
 
 

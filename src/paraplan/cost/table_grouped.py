@@ -36,6 +36,15 @@ def library_rates(ref: str, l2: float | None, implementation: str) -> dict[str, 
     return {dtype: replace(r, floor_s=0.0) for dtype, r in rates.items()}
 
 
+@lru_cache(maxsize=64)
+def fastest_rate(ref: str, l2: float | None, implementation: str, dtype: str) -> float | None:
+    """The fastest FLOP/s of ``implementation``'s one-kernel rows in ``dtype`` (None where the table has none): no
+    shape is priced faster, since the rule averages log rates with positive weights and holds the edge rates
+    outside the measured box (module docstring)."""
+    rates = library_rates(ref, l2, implementation).get(kt._dtype(dtype))
+    return None if rates is None else float(2.0 ** rates.log_rate.max())
+
+
 @lru_cache(maxsize=65536)
 def library_grouped_time_s(
     ref: str, l2: float | None, implementation: str, b: int, m: int, n: int, k: int, dtype: str
@@ -59,4 +68,4 @@ def prices_kernels(ref: str, l2: float | None, implementation: str) -> bool:
     return bool(kinds - library) or LIBRARY_KINDS.get(implementation) in kinds
 
 
-kt.CACHES_ELSEWHERE += [library_rates, library_grouped_time_s, prices_kernels]
+kt.CACHES_ELSEWHERE += [library_rates, library_grouped_time_s, prices_kernels, fastest_rate]
