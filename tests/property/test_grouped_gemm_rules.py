@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from paraplan.catalog import load_system, system_names
 from paraplan.cost.compute import GROUPED_GEMM_IMPLEMENTATIONS, gemm_time_s, grouped_gemm_time_s
+from paraplan.specs.fields import with_fields
 
 # every catalog system whose accelerator has an fp8 tensor rate (its own caps, tables and power cap)
 FP8_ACCELERATORS = {
@@ -15,13 +16,6 @@ FP8_ACCELERATORS = {
     for name in system_names()
     if "fp8" in load_system(name).accelerator.matrix_flops
 }
-
-
-def with_impl(acc, impl):
-    runtime = acc.efficiency.runtime.model_copy(update={"grouped_gemm": impl})
-    return acc.model_copy(
-        update={"efficiency": acc.efficiency.model_copy(update={"runtime": runtime})}
-    )
 
 
 shapes = st.tuples(
@@ -39,7 +33,7 @@ def test_fp8_experts_are_never_slower_than_bf16(shape, share):
             update={"efficiency": acc.efficiency.model_copy(update={"grouped_gemm_fp8": share})}
         )
         for impl in GROUPED_GEMM_IMPLEMENTATIONS:
-            a = with_impl(acc, impl)
+            a = with_fields(acc, {"efficiency.runtime.grouped_gemm": impl})
             fp8, bf16 = (grouped_gemm_time_s(flops, shape, a, d) for d in ("fp8", "bf16"))
             assert fp8 <= bf16 * (1 + 1e-12), (impl, acc.name, shape, fp8, bf16)
 
@@ -53,7 +47,7 @@ def test_one_local_expert_is_a_dense_gemm(shape):
     flops = 2.0 * m * n * k
     for acc in FP8_ACCELERATORS.values():
         for impl in GROUPED_GEMM_IMPLEMENTATIONS:
-            a = with_impl(acc, impl)
+            a = with_fields(acc, {"efficiency.runtime.grouped_gemm": impl})
             for dtype in ("bf16", "fp8"):
                 dense = gemm_time_s(flops, (1, m, n, k), a, dtype, leading_dims_aligned=True)
                 assert grouped_gemm_time_s(flops, (1, m, n, k), a, dtype) == dense

@@ -8,26 +8,18 @@ import json
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.cli import main
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM
 from paraplan.specs.plan import PlanSpec
 from paraplan.step.estimate import estimate
 from paraplan.step.margin import MEMORY_MARGIN, fit_verdict
+from paraplan.units import GiB
 from paraplan.validate.case_files import load_cases
 from paraplan.validate.run import run_case
 
-GiB = 2**30
 # llama3-8b on 8 H100 80 GB, TP 2, distributed optimizer, 4k tokens: micro-batch 4 peaks at 81.85 GiB
 # (2.3 % over 80 GiB), micro-batch 3 at 70.30 GiB (12 % under)
 ARGS = ["estimate", "-m", "llama3-8b", "-s", "dgx-h100-80gb", "--gpus", "8", "--tp", "2"]
 ARGS += ["--seq-length", "4096", "--zero", "1", "--width", "0"]
-
-
-def _run(capsys, *argv):
-    with pytest.raises(SystemExit) as exc:
-        main([*ARGS, *argv])
-    out = capsys.readouterr().out
-    return exc.value.code, out
 
 
 def test_the_verdict_by_hand():
@@ -53,8 +45,8 @@ def test_estimate_fit_is_the_worst_stage_and_keeps_the_strict_fits():
     assert not far.fits and far.fit == "does not fit"
 
 
-def test_the_cli_prints_an_uncertain_fit_and_exits_0(capsys):
-    code, out = _run(capsys, "--micro-batch", "4", "--global-batch", "64")
+def test_the_cli_prints_an_uncertain_fit_and_exits_0(cli):
+    code, out, _ = cli(*ARGS, "--micro-batch", "4", "--global-batch", "64")
     assert code == 0
     assert out.splitlines()[1].startswith(
         "UNCERTAIN FIT: stage 0 needs 81.85 GiB per GPU of 80.00 GiB"
@@ -63,17 +55,17 @@ def test_the_cli_prints_an_uncertain_fit_and_exits_0(capsys):
     assert (
         "would fit with one change" in out
     )  # the hints stay: they say what takes it below capacity
-    code, out = _run(capsys, "--micro-batch", "4", "--global-batch", "64", "--json")
+    code, out, _ = cli(*ARGS, "--micro-batch", "4", "--global-batch", "64", "--json")
     memory = json.loads(out)["memory"]
     assert code == 0 and memory["fits"] is False and memory["fit"] == "uncertain"
     # below capacity but within the margin: fits, marked uncertain
-    code, out = _run(capsys, "--micro-batch", "3", "--global-batch", "48", "--set",
+    code, out, _ = cli(*ARGS, "--micro-batch", "3", "--global-batch", "48", "--set",
                      "accelerator.hbm_capacity=73GiB")  # fmt: skip
     assert code == 0 and out.splitlines()[1].endswith(
         "(uncertain: within the 5 % memory margin: the model's memory error can carry it across)"
     )
     # beyond the margin: does not fit, exit 1
-    code, out = _run(capsys, "--micro-batch", "4", "--global-batch", "64", "--set",
+    code, out, _ = cli(*ARGS, "--micro-batch", "4", "--global-batch", "64", "--set",
                      "accelerator.hbm_capacity=76GiB")  # fmt: skip
     assert code == 1 and out.splitlines()[1].startswith("DOES NOT FIT: stage 0 needs 81.85 GiB")
 

@@ -27,10 +27,7 @@ def h100(**efficiency):
 
 
 def with_impl(acc, impl: str):
-    runtime = acc.efficiency.runtime.model_copy(update={"grouped_gemm": impl})
-    return acc.model_copy(
-        update={"efficiency": acc.efficiency.model_copy(update={"runtime": runtime})}
-    )
+    return with_fields(acc, {"efficiency.runtime.grouped_gemm": impl})
 
 
 def loop_s(acc, dtype: str) -> float:

@@ -13,6 +13,7 @@ from paraplan.cost import quantisation as qz
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.frameworks import framework_system
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d, fp8_cast_op
+from paraplan.specs.fields import with_fields
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.estimate import estimate
@@ -163,9 +164,9 @@ def test_weights_are_quantised_once_per_step():
 
 
 def with_runtime(system: SystemSpec, **runtime) -> SystemSpec:
-    data = system.model_dump()
-    data["accelerator"]["efficiency"]["runtime"].update(runtime)
-    return SystemSpec.model_validate(data)
+    return with_fields(
+        system, {f"accelerator.efficiency.runtime.{k}": v for k, v in runtime.items()}
+    )
 
 
 def test_nvfp4_rht_passes_by_hand():
