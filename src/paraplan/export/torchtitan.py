@@ -79,12 +79,9 @@ def sections(plan: PlanSpec, model: ModelSpec | None = None) -> dict[str, dict[s
         "global_batch_size": plan.global_batch,
         "seq_len": plan.seq_length,
     }
-    if plan.pp > 1 and c["schedule"] not in SCHEDULES:
-        raise ExportRefused(
-            f"plan.schedule: {c['schedule']} is not one of the pipeline schedules this export writes "
-            f"({', '.join(SCHEDULES)})"
-        )
     if plan.pp > 1:
+        if c["schedule"] not in SCHEDULES:
+            raise refuse(fw, "schedule", c["schedule"], f"it writes only {', '.join(SCHEDULES)}")
         par["pipeline_parallel_schedule"] = SCHEDULES[c["schedule"]]
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch
         par["pipeline_parallel_first_stage_less_layers"] = 0
