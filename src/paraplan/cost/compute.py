@@ -168,17 +168,11 @@ def _padded(shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
     return b if b > 1 else 1, m if m > 1 else 1, n if n > 1 else 1, k if k > 1 else 1
 
 
-def gemm_compute_s(
-    flops: float,
-    shape: tuple[int, int, int, int],
-    acc: AcceleratorSpec,
-    dtype: str,
-    leading_dims_aligned: bool = False,
-) -> float:
+def gemm_compute_s(flops: float, shape: tuple, acc: AcceleratorSpec, dtype: str) -> float:
     """The rate term of ``gemm_time_s`` alone (no traffic floor, ramp or kernel overhead): a table's kernel time
     where one covers the GEMM, else flops / (peak · gemm_efficiency · alignment share); what ``paraplan
     calibrate`` fits a cap to (calibrate.fit.fit_gemm)."""
-    return _gemm_compute(flops, shape, acc, dtype, leading_dims_aligned)[0] if flops > 0 else 0.0
+    return _gemm_compute(flops, shape, acc, dtype, False)[0] if flops > 0 else 0.0
 
 
 def _gemm_compute(flops, shape, acc: AcceleratorSpec, dtype: str, leading_dims_aligned: bool):
