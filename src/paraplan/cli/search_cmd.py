@@ -112,6 +112,14 @@ def search(
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
+    expert_load_cv: optional(
+        float,
+        "--expert-load-cv",
+        help="MoE learned routing: spread (coefficient of variation) of the experts' routing "
+        "probabilities, 0 to √(experts/top_k − 1), every plan priced at it as estimate "
+        "--expert-load-cv does (default: the published figure of the model's router_balancing, "
+        "else 0; docs/model.md)",
+    ) = None,
     tp_layout: optional(
         str,
         "--tp-layout",
@@ -282,6 +290,7 @@ def search(
         ),
         objective=objective,
         **axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher),
+        expert_load_cv=expert_load_cv,
         **switches.problem_fields(),
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
     )

@@ -471,9 +471,10 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     """One ExpertShape per (ep, etp) of expert_pairs, with the alltoall dispatcher and no a2a overlap: the costing
     that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs). Memoised."""
     memo = problem._memo.setdefault("costing_experts", {})
+    fixed = (problem.capacity_factor, problem.moe_balance)
     if tp not in memo:
         memo[tp] = tuple(
-            ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+            ExpertShape(ep, etp, "alltoall", *fixed, False, problem.expert_load_cv)
             for ep, etp in expert_pairs(problem, tp)
         )
     return memo[tp]
