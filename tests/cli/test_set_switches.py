@@ -29,6 +29,10 @@ def test_switches_and_choices_are_settable_for_estimate_and_search_only():
     assert values == {"network.collnet_enabled": True}
     _, system = apply_overrides(load_model("llama3-8b"), load_system("dgx-h100-80gb"), values)
     assert system.network.collnet_enabled is True
+    scope = parse_set("accelerator.efficiency.cuda_graph_scope=attn+moe_router", choices=True)
+    assert override_values([scope], scope.values) == {
+        "accelerator.efficiency.cuda_graph_scope": ("attn", "moe_router")
+    }
     with pytest.raises(InputError, match="not a numeric field"):  # a sweep's axes stay numeric
         parse_set("network.collnet_enabled=true,false")
 
@@ -45,6 +49,10 @@ def test_switches_and_choices_are_settable_for_estimate_and_search_only():
         ("accelerator.architecture=ampere", "not settable; the part's generation"),
         ("accelerator.efficiency.attention_kernel=fa3", "not settable; the attention fraction"),
         ("network.collnet_enabled=", "no value given; allowed: false, true"),
+        (
+            "accelerator.efficiency.cuda_graph_scope=attn+attn",
+            "allowed: none, attention, layer, full_iteration, NAME+NAME+... of attn, mlp, moe,",
+        ),
     ],
 )
 def test_a_bad_switch_or_choice_is_one_line(text, says):
@@ -151,3 +159,60 @@ def test_search_rows_with_a_profile_and_set_reestimate_identically(
     path.write_text(out)
     again = _step(capsys, "estimate", "--plan", f"{path}#1", "--framework", framework, *set_args)
     assert math.isclose(again, row["step_time_s"], rel_tol=1e-12)
+
+
+MOE_ESTIMATE = "estimate -m qwen3-30b-a3b -s dgx-b200 --gpus 8 --ep 8 --global-batch 8".split()
+
+
+@pytest.mark.parametrize("scope", [["attn", "moe_router"], "full_iteration"])
+def test_cuda_graph_scope_set_as_a_profile_sets_it(capsys, tmp_path, scope):
+    """--set accelerator.efficiency.cuda_graph_scope=WORD or NAME+NAME is the profile's cuda_graph_scope."""
+    profile = tmp_path / "graphs.json"
+    profile.write_text(
+        json.dumps({"name": "mc-graphs", "base": "megatron-core", "cuda_graph_scope": scope})
+    )
+    text = "+".join(scope) if isinstance(scope, list) else scope
+    by_set = _step(
+        capsys,
+        *MOE_ESTIMATE,
+        "--framework",
+        "megatron-core",
+        "--set",
+        f"accelerator.efficiency.cuda_graph_scope={text}",
+    )
+    assert by_set == _step(capsys, *MOE_ESTIMATE, "--framework", str(profile))
+
+
+FP8_ESTIMATE = (
+    "estimate -m llama3-8b -s dgx-b200 --gpus 8 --global-batch 16 --seq-length 4096 --zero 1 --dtype fp8"
+).split()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("optimizer_state", "bf16_moments"),
+        ("grad_reduce_dtype", "compute"),
+        ("fp8_recipe", "mxfp8"),
+        ("fp8_param_gather", True),
+    ],
+)
+def test_runtime_choices_set_as_a_profile_states_them(capsys, tmp_path, field, value):
+    """A runtime mechanism given by --set prices as a profile stating it (cost.runtimes.runtime_costs keeps the
+    profile's StackRuntimeFields as they are), and changes the step or its memory."""
+    profile = tmp_path / "runtime.json"
+    profile.write_text(json.dumps({"name": "mc-rt", "base": "megatron-core", field: value}))
+    text = str(value).lower() if isinstance(value, bool) else value
+    set_args = ("--set", f"accelerator.efficiency.runtime.{field}={text}")
+    code, out, err = _cli(
+        capsys, *FP8_ESTIMATE, "--framework", "megatron-core", *set_args, "--json"
+    )
+    assert code in (0, 1), err
+    by_set = json.loads(out)
+    code, out, err = _cli(capsys, *FP8_ESTIMATE, "--framework", str(profile), "--json")
+    by_profile = json.loads(out)
+    code, out, err = _cli(capsys, *FP8_ESTIMATE, "--framework", "megatron-core", "--json")
+    plain = json.loads(out)
+    assert by_set["step_time_s"] == by_profile["step_time_s"]
+    assert by_set["memory"] == by_profile["memory"]
+    assert (by_set["step_time_s"], by_set["memory"]) != (plain["step_time_s"], plain["memory"])

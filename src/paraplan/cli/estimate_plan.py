@@ -56,9 +56,20 @@ def apply_sets(model_spec, system_spec, sets: list[str]):
             )
     if not axes:
         return model_spec, system_spec
-    return apply_overrides(
-        model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes))
-    )
+    overrides = override_values(axes, tuple(a.values[0] for a in axes))
+    state = overrides.get(OPTIMIZER_STATE)
+    if (
+        state is not None and STEP_BYTES not in overrides
+    ):  # the step's traffic follows, as from a profile
+        from paraplan.cost.frameworks import state_step_bytes
+
+        overrides[STEP_BYTES] = state_step_bytes(state)
+    return apply_overrides(model_spec, system_spec, overrides)
+
+
+# a --set of the optimizer-state precision also sets the step's traffic it implies (cost.frameworks.state_step_bytes)
+OPTIMIZER_STATE = "accelerator.efficiency.runtime.optimizer_state"
+STEP_BYTES = "accelerator.efficiency.optimizer_step_bytes"
 
 
 def sets_over_profile(model_spec, system_spec, sets: list[str]):

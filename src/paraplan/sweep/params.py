@@ -85,8 +85,37 @@ FIXED_CHOICES = {
 }
 
 
+@dataclass(frozen=True)
+class Names:
+    """The allowed names of a leaf that holds a tuple of them (``efficiency.cuda_graph_scope``'s Megatron-Core
+    regions): one ``--set`` value joins them with '+' (a comma separates a sweep's values)."""
+
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"NAME+NAME+... of {', '.join(self.names)}"
+
+
+def _names_of(annotation) -> tuple | None:
+    """The allowed values of a choice leaf: a Literal's values; a union of a Literal and a tuple of another Literal
+    (a word, or a list of names: ``efficiency.cuda_graph_scope``): the words and the Names; else None."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    if get_origin(annotation) not in (Union, types.UnionType):
+        return None
+    out: tuple = ()
+    for arg in get_args(annotation):
+        if get_origin(arg) is Literal:
+            out += get_args(arg)
+        elif get_origin(arg) is tuple and get_origin(get_args(arg)[0]) is Literal:
+            out += (Names(get_args(get_args(arg)[0])),)
+        else:
+            return None
+    return out
+
+
 def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple]:
-    """Dotted path -> allowed values of every switch (bool: false, true) and choice (a Literal: its values) leaf."""
+    """Dotted path -> allowed values of every switch (bool: false, true) and choice (_names_of) leaf."""
     out: dict[str, tuple] = {}
     for name, info in schema.model_fields.items():
         annotation = _strip(info.annotation)
@@ -95,8 +124,8 @@ def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple
             out.update(_choice_leaves(annotation, path + "."))
         elif annotation is bool:
             out[path] = (False, True)
-        elif get_origin(annotation) is Literal:
-            out[path] = get_args(annotation)
+        elif (names := _names_of(annotation)) is not None:
+            out[path] = names
     return out
 
 
@@ -117,6 +146,10 @@ def _choice_value(path: str, text: str, allowed: tuple):
         return text.lower() == "true"
     if allowed != (False, True) and text in allowed:
         return text
+    for names in (a for a in allowed if isinstance(a, Names)):
+        parts = tuple(text.split("+"))
+        if all(part in names.names for part in parts) and len(set(parts)) == len(parts):
+            return parts
     raise InputError(f"--set {path}: {text!r} is not allowed; allowed: {_choice_text(allowed)}")
 
 
