@@ -216,3 +216,28 @@ def test_runtime_choices_set_as_a_profile_states_them(capsys, tmp_path, field, v
     assert by_set["step_time_s"] == by_profile["step_time_s"]
     assert by_set["memory"] == by_profile["memory"]
     assert (by_set["step_time_s"], by_set["memory"]) != (plain["step_time_s"], plain["memory"])
+
+
+def test_fused_loss_set_as_a_profile_states_it(capsys, tmp_path):
+    """--set accelerator.efficiency.module_impl.loss=NAME changes one role of the profile's module_impl (the fused
+    loss or an eager composite, specs.system.MODULE_IMPLS): as a profile stating that role."""
+    impl = {"norm": "torchtitan-rmsnorm", "rotary": "torchtitan-complex", "loss": "fp32-logits"}
+    profile = tmp_path / "loss.json"
+    profile.write_text(json.dumps({"name": "tt-loss", "base": "torchtitan", "module_impl": impl}))
+    argv = "estimate -m llama3-8b -s dgx-h100-80gb --gpus 8 --global-batch 8 --zero 3".split()
+    code, out, err = _cli(capsys, *argv, "--framework", str(profile), "--json")
+    by_profile = json.loads(out)
+    code, out, err = _cli(
+        capsys,
+        *argv,
+        "--framework",
+        "torchtitan",
+        "--set",
+        "accelerator.efficiency.module_impl.loss=fp32-logits",
+        "--json",
+    )
+    by_set = json.loads(out)
+    assert by_set["step_time_s"] == by_profile["step_time_s"]
+    assert by_set["memory"] == by_profile["memory"]
+    with pytest.raises(InputError, match="allowed: fused, fp32-logits, dtensor-loss-parallel"):
+        parse_set("accelerator.efficiency.module_impl.loss=chunked", choices=True)

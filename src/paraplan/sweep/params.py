@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from paraplan.specs.errors import InputError
 from paraplan.specs.fields import get_in, set_in
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.system import SystemSpec
+from paraplan.specs.system import MODULE_IMPLS, ModuleRole, SystemSpec
 from paraplan.units import UnitError
 
 MODEL_PREFIX = "model."
@@ -126,6 +126,10 @@ def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple
             out[path] = (False, True)
         elif (names := _names_of(annotation)) is not None:
             out[path] = names
+        elif (
+            annotation == dict[ModuleRole, str]
+        ):  # module_impl: each role's names (specs.system.MODULE_IMPLS)
+            out.update({f"{path}.{role}": impls for role, impls in MODULE_IMPLS.items()})
     return out
 
 
