@@ -266,10 +266,14 @@ def parse_set(text: str, choices: bool = False) -> SetAxis:
         return SetAxis(path, values)
     if path not in fields:
         known = _is_known_path(path)
-        close = [] if known else difflib.get_close_matches(path, list(fields), n=3, cutoff=0.6)
+        names = list(fields) + (list(choice_fields()) if choices else [])
+        close = [] if known else difflib.get_close_matches(path, names, n=3, cutoff=0.6)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         kind = "not a numeric field" if known else "unknown field"
-        raise InputError(f"--set {path}: {kind}{hint}; allowed (numeric fields): {_allowed_text()}")
+        more = f"; switches and choices: {', '.join(choice_fields())}" if choices else ""
+        raise InputError(
+            f"--set {path}: {kind}{hint}; allowed (numeric fields): {_allowed_text()}{more}"
+        )
     values = tuple(v.strip() for v in raw.split(",") if v.strip())
     if not values:
         raise InputError(f"--set {path}: no values given; write {path}=VALUE[,VALUE...]")
