@@ -124,6 +124,7 @@ def test_cli_search_takes_the_spread_and_estimate_reproduces_its_row(capsys, tmp
     code, out, _ = _cli(capsys, *SEARCH, "--expert-load-cv", "0.9", "--json")
     assert code == 0
     doc = json.loads(out)
+    assert doc["problem"]["expert_load_cv"] == 0.9
     row = doc["plans"][0]
     assert row["plan"]["expert_load_cv"] == 0.9
     path = tmp_path / "search.json"
@@ -154,3 +155,10 @@ def test_cli_search_refuses_a_bad_spread_in_one_line(capsys, value, says):
     text = (out + err).strip()
     assert code == 2 and len(text.splitlines()) == 1 and "Traceback" not in text
     assert says in text
+
+
+def test_cli_search_names_the_spread_it_priced(capsys):
+    code, out, _ = _cli(capsys, *SEARCH, "--expert-load-cv", "0.9", "--width", "250")
+    assert code == 0 and ", expert load cv 0.9" in out.splitlines()[0]
+    code, out, _ = _cli(capsys, *SEARCH, "--json")
+    assert "expert_load_cv" not in json.loads(out)["problem"]  # unstated: the published figure

@@ -402,6 +402,11 @@ def search(
             )
             + f", {dtype.value}, objective {ttt or objective}"
             + (f", framework {problem.framework}" if problem.framework else "")
+            + (
+                f", expert load cv {problem.expert_load_cv:g}"
+                if problem.expert_load_cv is not None
+                else ""
+            )
         )
         if result.plans:
             title = ttt_title(ttt_info) if ttt else None
