@@ -162,3 +162,13 @@ def test_cli_search_names_the_spread_it_priced(capsys):
     assert code == 0 and ", expert load cv 0.9" in out.splitlines()[0]
     code, out, _ = _cli(capsys, *SEARCH, "--json")
     assert "expert_load_cv" not in json.loads(out)["problem"]  # unstated: the published figure
+
+
+def test_estimate_fit_hint_searches_at_the_plans_spread(capsys):
+    """A plan that does not fit suggests the search's fastest plan at the same router spread, and says how."""
+    code, out, _ = _cli(
+        capsys,
+        *"estimate -m qwen3-30b-a3b -s dgx-h100-80gb --gpus 8 --ep 8 --global-batch 64 --micro-batch 8".split(),
+        *"--seq-length 8192 --expert-load-cv 1.2 --width 250".split(),
+    )
+    assert code == 1 and "--expert-load-cv 1.2)" in out

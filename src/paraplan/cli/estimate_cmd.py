@@ -81,8 +81,10 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     command = (
         f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
         f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}"
+        + (f" --expert-load-cv {plan.expert_load_cv:g}" if plan.expert_load_cv is not None else "")
     )
-    fixed = ("gpus", "seq_length", "global_batch", "dtype", "attention")  # the command's options
+    # the command's options
+    fixed = ("gpus", "seq_length", "global_batch", "dtype", "attention", "expert_load_cv")
     problem = SearchProblem(model_spec, system_spec, **{f: getattr(plan, f) for f in fixed})
     try:
         result = search(problem, top_k=1)
