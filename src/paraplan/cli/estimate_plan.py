@@ -58,9 +58,7 @@ def apply_sets(model_spec, system_spec, sets: list[str]):
         return model_spec, system_spec
     overrides = override_values(axes, tuple(a.values[0] for a in axes))
     state = overrides.get(OPTIMIZER_STATE)
-    if (
-        state is not None and STEP_BYTES not in overrides
-    ):  # the step's traffic follows, as from a profile
+    if state is not None and STEP_BYTES not in overrides:  # its traffic follows, as from a profile
         from paraplan.cost.frameworks import state_step_bytes
 
         overrides[STEP_BYTES] = state_step_bytes(state)

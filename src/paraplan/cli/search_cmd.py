@@ -294,9 +294,8 @@ def search(
         **switches.problem_fields(),
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
     )
-    if (
-        set_ and profile is not None
-    ):  # the profile adapted the system after --set: its values win again
+    # the profile adapted the system after --set: its values win again, as in estimate
+    if set_ and profile is not None:
         from paraplan.cli.estimate_plan import sets_over_profile
 
         problem = replace(problem, system=sets_over_profile(model_spec, problem.system, set_))

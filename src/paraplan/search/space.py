@@ -154,9 +154,7 @@ class SearchProblem(GridAxes):
     dispatchers: tuple[str, ...] | None = None
     capacity_factor: float | None = None  # fixed for the search (null = dropless)
     moe_balance: str = "learned"  # fixed for the search
-    expert_load_cv: float | None = (
-        None  # fixed for the search (null: the model's published router spread)
-    )
+    expert_load_cv: float | None = None  # fixed for the search (null: the published figure)
     vary_offload: bool = True
     vary_overlap: bool = True
     vary_placement: bool = True

@@ -126,9 +126,7 @@ def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple
             out[path] = (False, True)
         elif (names := _names_of(annotation)) is not None:
             out[path] = names
-        elif (
-            annotation == dict[ModuleRole, str]
-        ):  # module_impl: each role's names (specs.system.MODULE_IMPLS)
+        elif annotation == dict[ModuleRole, str]:  # module_impl: its roles' names, MODULE_IMPLS
             out.update({f"{path}.{role}": impls for role, impls in MODULE_IMPLS.items()})
     return out
 
