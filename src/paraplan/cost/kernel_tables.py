@@ -77,8 +77,9 @@ class KernelTable:
     provenance: dict
     gemm: dict[str, Scatter]
     grouped_gemm: dict[str, Scatter]
-    # kernel -> rows as timed (no prior, no leaf-gradient share): steps read cost.table_attention.curves
-    attention: dict[str, dict[tuple[int, bool, str], Scatter]]
+    # attention kind -> its rows as timed (attention_rows), checked at load; cost.table_attention.curves
+    # makes the rates steps read from them (the kernel's shape prior, rows less their leaf gradients)
+    attention: dict[str, list[MeasuredRow]]
     memory: Scatter | None
     memory_cache_rows: int
     kernels: dict[str, Scatter]  # named memory-bound kernel -> elements/s over its shape
@@ -219,10 +220,6 @@ def _grouped_mm(rows, ref, file) -> dict[str, Scatter]:
     return _by_dtype(rows, ref, file, "grouped_gemm", GROUPED_MM_TIME)
 
 
-def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
-    return {key: scatter(*g) for key, g in groups(attention_rows(rows, ref, file)).items()}
-
-
 def l2_resident(bytes_moved: float, l2_bytes: float | None) -> bool:
     """A copy whose bytes moved (read + write) fit in the L2 cache runs from cache in a loop of
     identical copies, not from HBM (module docstring; issue 32: H100 copies of 32 MiB ran 1.13×
@@ -313,7 +310,7 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         _by_dtype(rows.get(kind, []), ref, files.get(kind), kind) for kind in GEMM_COLUMNS
     )
     attention = {
-        kind.split("_", 1)[1]: _attention(rows[kind], ref, files[kind])
+        kind: attention_rows(rows[kind], ref, files[kind])
         for kind in files
         if kind.startswith("attention_")
     }

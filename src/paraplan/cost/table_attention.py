@@ -65,9 +65,9 @@ def curves(
     (``row_kernel_s``) over the kernel's ``shape_prior``; {} where the table has no such file."""
     table = kt.load_table(ref, l2)
     kind = f"attention_{kernel}"
-    if kind not in table.files:
+    measured = table.attention.get(kind)
+    if measured is None:
         return {}
-    measured = kt.attention_rows(table.rows[kind], ref, table.files[kind])
     times = row_kernel_s(table, kind, leaf_rate)
     groups: dict[tuple, tuple[list, list, list]] = {}
     for m, t in zip(measured, times):
