@@ -146,13 +146,14 @@ def csv_number(row: dict[str, str], key: str, where: str) -> float:
 class MeasuredRow:
     """One parsed table row: its interpolation point, work (FLOPs or bytes), measured time, the
     group it is interpolated in (GEMMs: the dtype, fp16 read as bf16; attention: head dim, causal,
-    direction) and its dtype as written."""
+    direction) and its dtype as written; attention rows keep their shape columns (ATTENTION_SHAPE) too."""
 
     point: tuple[float, ...]
     work: float
     time_s: float
     group: tuple
     dtype: str
+    shape: tuple[float, ...] = ()  # attention: batch, heads, seq_len, head_dim as read
 
 
 # GEMM kinds: the shape columns (the interpolation point), and the time column
@@ -194,7 +195,9 @@ def attention_rows(rows, ref, file) -> list[MeasuredRow]:
         work = attention_work(b, h, s, d, causal, direction)
         t = csv_number(row, "time_us", where) * 1e-6
         out.append(
-            MeasuredRow((s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"))
+            MeasuredRow(
+                (s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"), (b, h, s, d)
+            )
         )
     return out
 

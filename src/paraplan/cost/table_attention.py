@@ -24,23 +24,22 @@ from paraplan.specs.system import activation_dtype
 
 
 def row_kernel_s(table: kt.KernelTable, kind: str, leaf_rate: float | None) -> list[float]:
-    """Each row's kernel time of the attention file ``kind`` (kt.attention_rows' order): the measured time,
-    less its leaf inputs' gradient accumulation (cost.leaf_grads.attention_leaf_bytes / ``leaf_rate``) for a
-    bwd row of a file listed in the table's ``leaf_gradients``; InputError where that leaves no time."""
-    file = table.files[kind]
-    measured = kt.attention_rows(table.rows[kind], table.name, file)
+    """Each row's kernel time of the attention file ``kind`` (its rows as the table parsed them,
+    ``table.attention[kind]``): the measured time, less its leaf inputs' gradient accumulation
+    (cost.leaf_grads.attention_leaf_bytes / ``leaf_rate``) for a bwd row of a file listed in the table's
+    ``leaf_gradients``; InputError where that leaves no time."""
+    measured = table.attention[kind]
     if leaf_rate is None or kind not in (table.provenance.get(LEAF_FIELD) or ()):
         return [r.time_s for r in measured]
     out = []
-    for i, (row, m) in enumerate(zip(table.rows[kind], measured)):
+    for i, m in enumerate(measured):
         if m.group[2] != "bwd":
             out.append(m.time_s)
             continue
-        shape = (float(row[k]) for k in kt.ATTENTION_SHAPE)
-        kernel_s = m.time_s - attention_leaf_bytes(*shape) / leaf_rate
+        kernel_s = m.time_s - attention_leaf_bytes(*m.shape) / leaf_rate
         if kernel_s <= 0:
             raise InputError(
-                f"{kt.FIELD}: {table.name}/{file} row {i + 1}: its time does not exceed its leaf inputs' "
+                f"{kt.FIELD}: {table.name}/{table.files[kind]} row {i + 1}: its time does not exceed its leaf inputs' "
                 f"gradient accumulation ({LEAF_FIELD}, cost.leaf_grads)"
             )
         out.append(kernel_s)

@@ -120,7 +120,7 @@ def _attention(
     kernel = kind.split("_", 1)[1]
     file = table.files[kind]
     label = f"fused attention ({kernel})"
-    rows = kt.attention_rows(table.rows[kind], table.name, file)
+    rows = table.attention[kind]
     prior_of = partial(_attention_prior, kernel)
     if acc is None:  # a table measured on no catalog accelerator: its rows as timed, left out only
         return [_res(file, f"{label}, table leave-one-out", *_loo(rows, 0.0, prior_of))]
