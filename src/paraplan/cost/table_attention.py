@@ -14,6 +14,7 @@ are no leaves) at the system's HBM rate: ``row_kernel_s``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache, partial
 
 from paraplan.cost import kernel_tables as kt
@@ -64,15 +65,13 @@ def curves(
     (``row_kernel_s``) over the kernel's ``shape_prior``; {} where the table has no such file."""
     table = kt.load_table(ref, l2)
     kind = f"attention_{kernel}"
-    measured = table.attention.get(kind)
-    if measured is None:
+    if kind not in table.attention:
         return {}
-    times = row_kernel_s(table, kind, leaf_rate)
-    groups: dict[tuple, tuple[list, list, list]] = {}
-    for m, t in zip(measured, times):
-        g = groups.setdefault(m.group, ([], [], []))
-        g[0].append(m.point), g[1].append(m.work), g[2].append(t)
-    return {key: kt.scatter(*g, shape_prior(kernel, *key[:2])) for key, g in groups.items()}
+    timed = zip(table.attention[kind], row_kernel_s(table, kind, leaf_rate))
+    rows = [replace(m, time_s=t) for m, t in timed]
+    return {
+        key: kt.scatter(*g, shape_prior(kernel, *key[:2])) for key, g in kt.groups(rows).items()
+    }
 
 
 def attention_rate(
