@@ -313,9 +313,8 @@ def tp_layout_copy_s(collective_bytes: float, system: SystemSpec) -> float:
     """Seconds of one sequence-parallel collective's layout copy on a DTensor stack: 2·S at the plain HBM rate,
     S its whole tensor's bytes (cost.runtimes.tp_layout_copy_bytes, runtime_copy_s: one cat kernel, no eager
     traffic factor)."""
-    acc = system.accelerator
     return runtime_copy_s(
-        1.0, tp_layout_copy_bytes(collective_bytes), acc.hbm_bandwidth * acc.efficiency.hbm
+        1.0, tp_layout_copy_bytes(collective_bytes), system.accelerator.hbm_rate()
     )
 
 
