@@ -19,6 +19,7 @@ from paraplan.cost.moe import (
     expert_span,
     moe_collective_time_s,
 )
+from paraplan.graph.moe_mlp import moe_mlp_activation_bytes
 from paraplan.graph.routing import expected_max_load_factor, routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, window_fraction
 
@@ -283,6 +284,46 @@ def test_expert_output_bias_pass_by_hand():
         True,
     )
     assert "expert_output_bias" not in {op.name for op in plain.ops}
+
+
+def test_clamped_glu_pass_by_hand():
+    # gpt-oss-120b clamps its GLU (swiglu_limit 7): Megatron-Core chunks the fc1 output, clamps both halves and
+    # concatenates them before the fused activation. 16384 rows
+    # of fc1 width 2 x 2880 on each rank (EP 64, balanced): 4 bf16 passes forward, 5 backward; Qwen3 has none
+    g = moe_model_layer(
+        load_model("gpt-oss-120b"),
+        SHAPE._replace(expert=ExpertShape(ep=64, balance="forced")),
+        True,
+    )
+    names = [op.name for op in g.ops]
+    clamp = g.ops[names.index("expert_glu_clamp")]
+    assert clamp.kind == "memory"
+    assert clamp.fwd_bytes == 4 * 2 * 16384 * 5760
+    assert clamp.bwd_bytes == 5 * 2 * 16384 * 5760
+    order = ("expert_fc1", "expert_glu_clamp", "expert_activation")
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
+    plain = moe_model_layer(
+        load_model("qwen3-30b-a3b"),
+        SHAPE._replace(expert=ExpertShape(ep=8, balance="forced")),
+        True,
+    )
+    assert "expert_glu_clamp" not in {op.name for op in plain.ops}
+
+
+def test_clamped_glu_keeps_its_copy_by_hand():
+    # the clamps keep the fc1 output and the fused activation the clamped copy: 16384 rows x 5760 x 2 B more,
+    # unless moe_act recomputation checkpoints the activation (it then keeps only its input)
+    m = load_model("gpt-oss-120b")
+    shape = SHAPE._replace(expert=ExpertShape(ep=64, balance="forced"))
+    clamped = moe_mlp_activation_bytes(m, shape, shape.expert, ())
+    plain = moe_mlp_activation_bytes(
+        m.model_copy(update={"glu_clamp": None}), shape, shape.expert, ()
+    )
+    assert clamped - plain == 16384 * 5760 * 2
+    act = ("moe_act",)
+    assert moe_mlp_activation_bytes(m, shape, shape.expert, act) == moe_mlp_activation_bytes(
+        m.model_copy(update={"glu_clamp": None}), shape, shape.expert, act
+    )
 
 
 def test_hybridep_fuses_the_permutations():
