@@ -18,6 +18,8 @@ from paraplan.graph.transformer import LayerShape, _gemm, _memory, mlp_intermedi
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import shared_width
 
+# the host synchronisation of a clamped GLU's activation (clamped_glu_ops); the dispatch's is "dispatch_host_sync"
+ACTIVATION_SYNC = "activation_host_sync"
 ROUTER_SCORE_BYTES = (
     4  # router logits/probabilities in fp32 (Megatron-Core moe_router_dtype / router softmax)
 )
@@ -124,9 +126,16 @@ def clamped_glu_ops(act_bytes: int, rows: float, width: float) -> list[Op]:
     output (w = p·f_e, ``act_bytes`` per element): forward, each clamp reads and writes its half (2) and the
     concatenation reads and writes the whole (2): 4·R·w·bytes; backward (PyTorch autograd, derivatives.yaml):
     each clamp's gradient reads the gradient and the input half and writes the result (3), the chunk's gradient
-    concatenates the two (2): 5·R·w·bytes."""
+    concatenates the two (2): 5·R·w·bytes. Then ``torch.tensor(linear_offset, device=input.device)``, a
+    pageable host-to-device copy that PyTorch runs as cudaMemcpyAsync + cudaStreamSynchronize
+    (aten/src/ATen/native/cuda/Copy.cu memcpy_and_sync; pytorch/pytorch issue #120996: ``torch.tensor(3.14,
+    device=dev)`` synchronises, ``torch.full`` does not): one host synchronisation per forward, the op
+    ``activation_host_sync`` (cost.host.host_sums prices it as the dispatch's, its own re-issue after it)."""
     moved = act_bytes * rows * width
-    return [Op("expert_glu_clamp", "memory", 0.0, 4.0 * moved, 0.0, 5.0 * moved)]
+    return [
+        Op("expert_glu_clamp", "memory", 0.0, 4.0 * moved, 0.0, 5.0 * moved),
+        Op(ACTIVATION_SYNC, "host_sync", 0.0, 0.0, 0.0, 0.0),
+    ]
 
 
 def expert_knob_inputs(shape: LayerShape) -> tuple:

@@ -165,6 +165,7 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
         "unsort_chunks",
         "dispatch_host_sync",
         "expert_glu_clamp",
+        "activation_host_sync",
         "expert_activation",
         "expert_fc2",
         "expert_output_bias",
