@@ -398,6 +398,29 @@ def test_window_fraction():
     assert window_fraction(128, 4096, 1) == pytest.approx((128 * 4096 - 128 * 127 / 2) / 4096**2)
 
 
+def test_windowed_block_costs_the_mean_of_its_layers():
+    # gpt-oss alternates 128-token windows and full causal layers; its layer block stands for both, so its fused
+    # attention keeps the kernel call (head dim 64 shape factor, softmax exponentials' bound) and costs the mean
+    # of an all-windowed and an all-full block's, each way, on a GB200
+    from paraplan.cost.compute import op_times_s
+
+    m = load_model("gpt-oss-120b")
+    acc = load_system("gb200-nvl72").accelerator
+    shape = SHAPE._replace(micro_batch=4, expert=ExpertShape(ep=64, balance="forced"))
+
+    def attention(model):
+        g = moe_model_layer(model, shape, True)
+        return next(op for op in g.ops if op.kind == "attention")
+
+    mixed = attention(m)
+    assert mixed.attention_call == (4096, 4096, 64, True)
+    windowed = attention(m.model_copy(update={"sliding_window_pattern": 0}))
+    full = attention(m.model_copy(update={"sliding_window": None, "sliding_window_pattern": 0}))
+    times = [op_times_s(op, acc, "bf16") for op in (mixed, windowed, full)]
+    for way in (0, 1):
+        assert times[0][way] == pytest.approx(0.5 * (times[1][way] + times[2][way]), rel=1e-6)
+
+
 # ---- plan knobs --------------------------------------------------------------------------------
 def test_plan_knobs():
     """The knobs' own fields; their rules against model and degrees: tests/unit/test_rules.py."""
