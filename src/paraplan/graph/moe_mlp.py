@@ -123,17 +123,22 @@ def clamped_glu_ops(act_bytes: int, rows: float, width: float) -> list[Op]:
     weighted_bias_quick_geglu_impl at b0cc2706, the Megatron-LM of Megatron-Bridge v0.3.0 / NeMo 26.02, called by
     TEGroupedMLP for gpt-oss's quick_gelu GLU with bias_activation_fusion): ``input.chunk(2, -1)``, two eager
     ``clamp`` kernels and a ``torch.cat`` of the halves, outside the compiled activation. Bytes over the R×w fc1
-    output (w = p·f_e, ``act_bytes`` per element): forward, each clamp reads and writes its half (2) and the
-    concatenation reads and writes the whole (2): 4·R·w·bytes; backward (PyTorch autograd, derivatives.yaml):
-    each clamp's gradient reads the gradient and the input half and writes the result (3), the chunk's gradient
-    concatenates the two (2): 5·R·w·bytes. Then ``torch.tensor(linear_offset, device=input.device)``, a
+    output (w = p·f_e, e = ``act_bytes`` per element): forward, each clamp reads and writes its half (2) and the
+    concatenation reads and writes the whole (2): 4·R·w·e; backward, PyTorch's clamp_backward
+    (torch/csrc/autograd/FunctionsManual.cpp: ``where(self <= max, grad, 0)`` for the gate half,
+    ``where((self >= min).logical_and_(self <= max), grad, 0)`` for the linear half, bool masks of 1 B): the gate
+    half reads its input and writes a mask (e + 1), then reads the mask and the gradient and writes the result
+    (2e + 1); the linear half makes two masks (2e + 2), ands them in place (3) and selects (2e + 1); the chunk's
+    gradient concatenates the halves' (2e per element of w): R·(w/2)·(3e + 2 + 4e + 6) + 2·R·w·e =
+    R·w·(11e + 8)/2, 15·R·w bytes in bf16. Then ``torch.tensor(linear_offset, device=input.device)``, a
     pageable host-to-device copy that PyTorch runs as cudaMemcpyAsync + cudaStreamSynchronize
     (aten/src/ATen/native/cuda/Copy.cu memcpy_and_sync; pytorch/pytorch issue #120996: ``torch.tensor(3.14,
     device=dev)`` synchronises, ``torch.full`` does not): one host synchronisation per forward, the op
     ``activation_host_sync`` (cost.host.host_sums prices it as the dispatch's, its own re-issue after it)."""
-    moved = act_bytes * rows * width
+    elements = rows * width
+    backward = elements * (11.0 * act_bytes + 8.0) / 2.0
     return [
-        Op("expert_glu_clamp", "memory", 0.0, 4.0 * moved, 0.0, 5.0 * moved),
+        Op("expert_glu_clamp", "memory", 0.0, 4.0 * act_bytes * elements, 0.0, backward),
         Op(ACTIVATION_SYNC, "host_sync", 0.0, 0.0, 0.0, 0.0),
     ]
 
