@@ -46,7 +46,8 @@ class BlockCompute(NamedTuple):
     # (cost.rng_state); the copies of each forward run are in ``sync_idle`` / ``sync_wait``
     rng_checkpoint: float = 0.0
     # GPU idle in the backward while the host issues its kernels, under synchronous launches (the forward's is in
-    # ``sync_idle``: cost.host.launch_blocking_idle_s)
+    # ``sync_idle``: cost.host.launch_blocking_idle_s), and after the synchronisations a selective recomputation
+    # re-runs (cost.host.HostSums.recompute_sync_idle)
     backward_idle: float = 0.0
 
 
@@ -114,7 +115,8 @@ def block_compute(
         rng_checkpoint=rng_checkpoint,
         backward_idle=launch_blocking_idle_s(
             host.backward, eff.launch_blocking, host.kernels_backward, eff.host_sync_latency_s
-        ),
+        )
+        + host.recompute_sync_idle,
     )
 
 
