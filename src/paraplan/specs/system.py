@@ -51,8 +51,10 @@ QUANTISED_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0
 
 
 def gemm_cap_key(dtype: str) -> str:
-    """The efficiency cap that prices a GEMM in ``dtype``: gemm_fp8 for fp8 and FP4 (no FP4 GEMM
-    measurement in the catalog: the fp8 share stands in, docs/model.md "Datatypes"), gemm otherwise."""
+    """The efficiency cap that prices a GEMM in ``dtype``: gemm_fp8 for fp8 and FP4 (no FP4 GEMM measured in a
+    training step: the fp8 share stands in; the published B200 NVFP4 kernels keep 0.96-0.98 of bf16's kernel cap in
+    one harness at 6144-8192^3, as fp8's MAMF row keeps 0.975: catalog.gemm_benchmarks GEMM_BENCHMARK_FP4,
+    docs/model.md "Datatypes"), gemm otherwise."""
     return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
 
 
