@@ -155,7 +155,8 @@ def scale_swizzle_bytes(shape: tuple, dtype: str, swizzle: bool) -> tuple[float,
     too: the swizzled copy lives for that call only), one ``nvte_swizzle_scaling_factors`` per operand in the
     orientation the GEMM reads; grouped GEMMs swizzle each operand list in one multi-tensor kernel
     (``multi_tensor_swizzle_scales_for_gemm``). MXFP8 activations and gradients are quantised into the
-    swizzled layout (``optimize_for_gemm``), not priced here."""
+    swizzled layout (``optimize_for_gemm``, but for sequence-parallel gathered operands); MXFP8's remaining
+    per-call swizzles (weights, gathered operands: 1/32 B per element) are not priced."""
     if not swizzle or dtype != "nvfp4":
         return ()
     b, m, n, k = shape
