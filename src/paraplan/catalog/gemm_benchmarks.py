@@ -17,7 +17,7 @@ Each row records how it was timed (``method``):
 - ``torchao_bench_matmul`` (the row's own ``source``, pytorch/ao pull request #2427): torchao's
   benchmarks/float8/bench_matmul.py on a B200, a bf16 ``torch.mm`` and an NVFP4 ``torch._scaled_mm`` at the same
   square shape, each the GEMM kernel's GPU time from the profiler. Recorded in pairs (``GEMM_BENCHMARK_FP4``), for
-  comparison only: FP4 GEMMs are priced at the FP4 peak x the fp8 cap (specs.system.gemm_cap_key), and the pairs
+  comparison only: FP4 GEMMs are priced at the FP4 peak x the fp8 cap x the part's fp4_gemm_share (1 on B200), and the pairs
   show what share of its peak an NVFP4 kernel keeps against bf16 in one harness (docs/hardware.md).
 
 How the catalog uses a row (cost.compute.gemm_benchmark_cap): the *kernel cap* is the cap at which

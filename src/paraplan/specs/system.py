@@ -51,10 +51,8 @@ QUANTISED_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0
 
 
 def gemm_cap_key(dtype: str) -> str:
-    """The efficiency cap that prices a GEMM in ``dtype``: gemm_fp8 for fp8 and FP4 (no FP4 GEMM measured in a
-    training step: the fp8 share stands in; the published B200 NVFP4 kernels keep 0.96-0.98 of bf16's kernel cap in
-    one harness at 6144-8192^3, as fp8's MAMF row keeps 0.975: catalog.gemm_benchmarks GEMM_BENCHMARK_FP4,
-    docs/model.md "Datatypes"), gemm otherwise."""
+    """The efficiency cap that prices a GEMM in ``dtype``: gemm_fp8 for fp8 and FP4 (FP4 times the part's
+    efficiency.fp4_gemm_share, AcceleratorSpec.gemm_efficiency_cap; docs/model.md "Datatypes"), gemm otherwise."""
     return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
 
 
@@ -235,6 +233,12 @@ class EfficiencySpec(HostFields, EagerFields):
 
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
+    fp4_gemm_share: Fraction = Field(
+        1.0,
+        description="an FP4 (nvfp4, mxfp4) GEMM kernel's share of the FP4 peak over the fp8 kernel's share of "
+        "the fp8 peak, the two timed alike on this part at the same shapes: FP4 GEMMs run at the FP4 peak x "
+        "gemm_fp8 x this (AcceleratorSpec.gemm_efficiency_cap); 1: the fp8 share stands in",
+    )
     gemm_ramp_s: Seconds = Field(
         40e-6,
         description="fixed ramp-up/tail time of one GEMM at full rate (size effect: t = F/R + t_ramp)",
@@ -463,10 +467,12 @@ class AcceleratorSpec(InputModel):
 
     def gemm_efficiency_cap(self, dtype: str) -> float:
         """Achievable share of the dtype's peak: the cap ``gemm_cap_key`` names (gemm_fp8 for fp8 and
-        FP4), gemm where the profile leaves gemm_fp8 unset."""
+        FP4), gemm where the profile leaves gemm_fp8 unset; FP4 GEMMs × efficiency.fp4_gemm_share (the FP4
+        kernel's share of its peak over the fp8 kernel's, measured alike on the part)."""
+        fp4 = self.efficiency.fp4_gemm_share if dtype in FP4 else 1.0
         if gemm_cap_key(dtype) == "gemm_fp8" and self.efficiency.gemm_fp8 is not None:
-            return self.efficiency.gemm_fp8
-        return self.efficiency.gemm
+            return self.efficiency.gemm_fp8 * fp4
+        return self.efficiency.gemm * fp4
 
 
 class SystemSpec(InputModel):
