@@ -11,7 +11,9 @@ Plans are drawn with a fixed seed per (profile, datatype): a dense model the per
 with GeLU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings; BERT and
 ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp ≤ 4, dp ≤ 8, ZeRO 0-3, every
 recompute mode, 1F1B / GPipe / interleaved, sequence parallelism) on a system with a peak for the datatype,
-and now and then an overlap switch the plan states against the profile. A plan the uniform
+under a profile whose stack runs a recomputation mode of its own (specs.recompute.MODES: torchtitan's op_sac,
+MaxText's save_dots) that mode half the time, and now and then an overlap switch the plan states against
+the profile. A plan the uniform
 path refuses is drawn again. The quick test checks a few plans per pair, the slow one many.
 """
 
@@ -24,11 +26,18 @@ import zlib
 import pytest
 import yaml
 
-from paraplan.catalog import framework_names, load_framework, load_model, load_system
+from paraplan.catalog import (
+    framework_names,
+    framework_stack,
+    load_framework,
+    load_model,
+    load_system,
+)
 from paraplan.cost.frameworks import framework_system
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.recompute import MODES, offered_modes
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_to_dict
 from paraplan.specs.uniform_stages import uniform_stage_plan
@@ -63,10 +72,14 @@ def dtype_systems(dtype: str) -> list[str]:
     ]
 
 
-def draw_plan(rng: random.Random, dtype: str) -> tuple[str, str, dict]:
+def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str, dict]:
     """(model, system, plan fields) of one uniform plan (module docstring); the profile fills the rest."""
     name = rng.choice(MODELS)
     fields = draw_plan_fields(rng.choice, load_model(name).layers) | {"dtype": dtype}
+    own = [MODES[n] for n in offered_modes(framework_stack(framework)) if MODES[n].stacks]
+    if own and rng.random() < 0.5:  # the stack's own recomputation mode (the search varies it too)
+        mode = rng.choice(own)
+        fields |= {"recompute": mode.recompute, "recompute_modules": list(mode.modules)}
     for switch in OVERLAPS:  # the plan's own value wins over the profile's default
         if rng.random() < 0.2:
             fields[switch] = rng.random() < 0.5
@@ -81,7 +94,7 @@ def check_pair(framework: str, dtype: str, plans: int) -> int:
     for _ in range(plans * TRIES):
         if checked == plans:
             break
-        name, system, fields = draw_plan(rng, dtype)
+        name, system, fields = draw_plan(rng, dtype, framework)
         try:
             uniform, per_stage = both_paths(name, system, framework, **fields)
         except InputError:

@@ -212,6 +212,21 @@ def test_one_module_builds_stages_and_one_defines_block_kinds():
     assert _calls_of("BlockRef") == {"step/blocks.py"}
 
 
+def test_head_divisibility_is_checked_in_specs_rules_alone():
+    """Issue 31, one home for each plan rule: ``heads % tp`` (and kv_heads, tp·cp) is written in specs/rules.py
+    (tp_rules, the Ulysses rule) and nowhere else; every caller asks those rules. specs/model.py keeps the
+    model's own check, heads a multiple of kv_heads (no plan in it)."""
+    found = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+                left = node.left
+                name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
+                if "heads" in name:
+                    found.add(str(path.relative_to(ROOT)))
+    assert found == {"specs/rules.py", "specs/model.py"}, sorted(found)
+
+
 def test_the_web_layer_imports_only_the_api():
     """The plan explorer (paraplan.web) calls paraplan.api only, so the page, the CLI and the API
     cannot disagree (issue 35)."""

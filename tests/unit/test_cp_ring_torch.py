@@ -15,6 +15,7 @@ from paraplan.graph.cp_ring_torch import (
     TORCH_RING,
     TORCH_RING_BACKWARD_UNITS,
     TORCH_RING_COLLECTIVE,
+    torch_ring_flash_call_bytes,
     torch_ring_merge_bytes,
 )
 from paraplan.graph.mla import context_ring_collectives
@@ -45,12 +46,40 @@ def test_torch_merge_bytes_by_hand():
     assert torch_ring_merge_bytes(1, E_O, E_KV, ROWS, 2) == (0.0, 0.0)
 
 
+def test_torch_ring_flash_call_bytes_by_hand():
+    # each FlashAttention-2 backward call: dO and O read (2 + 2 B), the fp32 dQ accumulator zeroed (4 B),
+    # read (4 B) and dQ written (2 B): 14 B per output element; c calls where the op is priced as one
+    assert torch_ring_flash_call_bytes(2, E_O, 2) == 14 * E_O == 234_881_024
+    # Llama 3 8B at c 8, 32768 local tokens: E_o = 32768 x 4096, 7 extra calls: 7 x 14 x 134,217,728 B
+    assert torch_ring_flash_call_bytes(8, 32768 * 4096, 2) == 13_153_337_344
+    assert torch_ring_flash_call_bytes(1, E_O, 2) == 0.0
+
+
+def test_the_ring_steps_count_the_pairs_the_op_prices():
+    # torch's load-balanced ring on rank c − 1 (_templated_ring_attention): step 0 causal on its s/c queries
+    # and keys, (s/c)(s/c + 1)/2 pairs; steps 1 … c − 1 full blocks of s/c queries on s/(2c) keys.
+    # attention_ops' work = fwd FLOPs x causal share = 4·b·h·d·(s/c)·s·(s + c)/(2s)
+    model = load_model("llama3-8b")
+    for c, s in ((2, 65536), (4, 131072), (8, 262144)):
+        local = s // c
+        pairs = local * (local + 1) / 2 + (c - 1) * local * (local // 2)
+        assert pairs == local * (s + 1) / 2
+        shape = LayerShape(1, c, 1, s, False, "flash", "bf16", cp_ring=TORCH_RING)
+        op = next(o for o in attention_ops(model, shape) if o.name == "flash_attention")
+        work = op.fwd_flops * op.causal_fraction
+        hand = 4.0 * model.heads * model.d_head * pairs
+        assert work / hand - 1.0 == pytest.approx((c - 1) / (s + 1), rel=1e-6)
+
+
 def test_torch_ring_op_and_kv_bytes_follow_the_profile():
     model = load_model("llama3-8b")
     te = LayerShape(1, 2, 1, 8192, False, "flash", "bf16")
     torch = te._replace(cp_ring=TORCH_RING)
     merge = [op for op in attention_ops(model, torch) if op.name == "ring_attention_merge"][0]
-    assert (merge.fwd_bytes, merge.bwd_bytes) == pytest.approx((1_116_209_152, 2_415_919_104))
+    # backward: the merges and the one flash-backward call the ring adds (14 B per output element)
+    assert (merge.fwd_bytes, merge.bwd_bytes) == pytest.approx(
+        (1_116_209_152, 2_415_919_104 + 14 * E_O)
+    )
     ring = {c.name: c for c in decoder_layer_1d(model, torch).collectives}[TORCH_RING_COLLECTIVE]
     ring_te = {c.name: c for c in decoder_layer_1d(model, te).collectives}["cp_kv_ring"]
     # K and V of 4096 tokens with 32 heads (repeat_kv) in bf16: 2 x 4096 x 4096 x 2 B; TE: 8 heads, a quarter

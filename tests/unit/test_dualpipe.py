@@ -9,6 +9,7 @@ import pytest
 from paraplan.step.dualpipe import (
     overlapped_pair_s,
     overlapped_pairs,
+    pair_compute_s,
     pair_compute_share,
     pair_saving_s,
 )
@@ -33,6 +34,14 @@ def test_the_sm_share_left_to_compute():
     assert pair_compute_share(132, 20) == pytest.approx(112 / 132)
     assert pair_compute_share(132, 0) == 1.0
     assert pair_compute_share(132, 500) == pytest.approx(1 / 132)  # never no SM at all
+
+
+def test_the_pair_compute_is_slowed_only_where_it_dispatches():
+    """C/s with expert-parallel communication, C without (the search's floors read the same helper)."""
+    assert pair_compute_s(3.0, True, 0.75) == pytest.approx(4.0)
+    assert pair_compute_s(3.0, False, 0.75) == 3.0
+    both = pair_compute_s(np.array([3.0, 3.0]), np.array([True, False]), 0.75)
+    assert both.tolist() == pytest.approx([4.0, 3.0])
 
 
 def test_the_pair_by_hand():

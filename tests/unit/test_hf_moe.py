@@ -101,6 +101,7 @@ GPT_OSS_120B = {  # openai/gpt-oss-120b
     "num_key_value_heads": 8,
     "num_local_experts": 128,
     "sliding_window": 128,
+    "swiglu_limit": 7.0,
     "tie_word_embeddings": False,
     "vocab_size": 201088,
 }
@@ -133,6 +134,7 @@ def test_configs_match_the_catalog_entries(config, catalog):
         "attention_type",
         "q_lora_rank",
         "kv_lora_rank",
+        "glu_clamp",
         "mtp_layers",
         "sliding_window",
         "sliding_window_pattern",

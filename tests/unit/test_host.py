@@ -179,6 +179,33 @@ def test_sync_terms_by_hand():
     assert fp8.sync_idle == pytest.approx(sums.sync_idle + 2 * 30e-6)
 
 
+def test_activation_sync_by_hand():
+    """A clamped GLU's scalar copy (graph.moe_mlp.clamped_glu_ops) drains the queue once more: its round trip, the
+    re-issue of the ops after the clamp only (no dispatch call), and the fitted remnant, as the dispatch's."""
+    clamp, act = _mem("expert_glu_clamp"), _mem("expert_activation")
+    fc2 = Op("expert_fc2", "grouped_gemm", 1.0, 0.0, 2.0, 0.0, (8, 16, 16, 16))
+    sync = Op("activation_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0)
+    ops = (_mem("permute"), GROUPED, clamp, sync, act, fc2, _mem("unpermute"), SYNC)
+    device = {op: (5e-6, 10e-6) for op in ops}
+    per_grouped = 30e-6 + 7 * 3.8e-6
+    base = H.host_sums(tuple(op for op in ops if op is not sync), EFF, device)
+    sums = H.host_sums(ops, EFF, device)
+    # after the clamp: activation 30 us, fc2 per_grouped, unpermute 30 us issued; 5 us of device time each
+    # before the last: idle = 30 + per_grouped + 30 - 2 x 5 us
+    reissue = 30e-6 + per_grouped + 30e-6 - 2 * 5e-6
+    assert sums.sync_idle == pytest.approx(base.sync_idle + 10e-6 + reissue + 100e-6)
+    assert sums.sync_wait == pytest.approx(base.sync_wait + 10e-6)
+    # without the dispatch's sync (drop-and-pad) the layer is not dropless: only the activation's sync is priced
+    padded = H.host_sums(ops[:-1], EFF, device)
+    assert padded.sync_idle == pytest.approx(10e-6 + reissue + 100e-6)
+    assert sums.recompute_sync_idle == 0.0
+    # moe_act recomputation re-runs the clamp and its copy in the backward: the same idle once more there
+    again = tuple(op._replace(selective_recompute=True) if op is clamp else op for op in ops)
+    recomputed = H.host_sums(again, EFF, {op: (5e-6, 10e-6) for op in again})
+    assert recomputed.recompute_sync_idle == pytest.approx(10e-6 + reissue + 100e-6)
+    assert recomputed.sync_idle == pytest.approx(sums.sync_idle)
+
+
 def test_graph_regions_cost_one_launch_each():
     """(iii): a captured region is one launch at host_launch_s; the dropless expert section splits it."""
     ops = (_gemm("qkv_projection"), _mem("attention_residual"), _gemm("mlp_in_projection"))

@@ -16,7 +16,6 @@ from paraplan.cost.frameworks import framework_system
 from paraplan.cost.leaf_grads import (
     accumulation_bytes,
     attention_leaf_bytes,
-    hbm_rate,
     sliced_halves_bytes,
 )
 from paraplan.graph.ops import Op
@@ -40,7 +39,7 @@ def test_the_byte_counts_by_hand():
     # two halves of n: fills 2 x 2n, copies 2 x 2n (read + write n), sum of halves 3 x 2n = 14n elements
     assert sliced_halves_bytes(1000) == 14 * 2 * 1000
     acc = load_system("dgx-h100-80gb").accelerator
-    assert hbm_rate(acc) == pytest.approx(3.35e12 * 0.85)
+    assert acc.hbm_rate() == pytest.approx(3.35e12 * 0.85)
 
 
 def test_swiglu_backward_leaves_out_the_leaf_and_its_halves_slice_backwards():

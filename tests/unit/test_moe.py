@@ -19,6 +19,7 @@ from paraplan.cost.moe import (
     expert_span,
     moe_collective_time_s,
 )
+from paraplan.graph.moe_mlp import moe_mlp_activation_bytes
 from paraplan.graph.routing import expected_max_load_factor, routed_load_factor
 from paraplan.graph.mla import attention_activation_bytes, window_fraction
 
@@ -285,6 +286,48 @@ def test_expert_output_bias_pass_by_hand():
     assert "expert_output_bias" not in {op.name for op in plain.ops}
 
 
+def test_clamped_glu_pass_by_hand():
+    # gpt-oss-120b clamps its GLU (swiglu_limit 7): Megatron-Core chunks the fc1 output, clamps both halves and
+    # concatenates them before the fused activation, then copies a scalar to the GPU (a host sync). 16384 rows
+    # of fc1 width 2 x 2880 on each rank (EP 64, balanced): 4 bf16 passes forward; Qwen3 has none
+    g = moe_model_layer(
+        load_model("gpt-oss-120b"),
+        SHAPE._replace(expert=ExpertShape(ep=64, balance="forced")),
+        True,
+    )
+    names = [op.name for op in g.ops]
+    clamp = g.ops[names.index("expert_glu_clamp")]
+    assert clamp.kind == "memory"
+    assert clamp.fwd_bytes == 4 * 2 * 16384 * 5760
+    # backward: clamp_backward's masks and selects, (3e + 2) + (4e + 6) per half-row element, and the chunk's
+    # concatenation 2e per element: (22 + 8) / 2 = 15 B per fc1 element in bf16
+    assert clamp.bwd_bytes == 15 * 16384 * 5760
+    order = ("expert_fc1", "expert_glu_clamp", "activation_host_sync", "expert_activation")
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
+    plain = moe_model_layer(
+        load_model("qwen3-30b-a3b"),
+        SHAPE._replace(expert=ExpertShape(ep=8, balance="forced")),
+        True,
+    )
+    assert not {"expert_glu_clamp", "activation_host_sync"} & {op.name for op in plain.ops}
+
+
+def test_clamped_glu_keeps_its_copy_by_hand():
+    # the clamps keep the fc1 output and the fused activation the clamped copy: 16384 rows x 5760 x 2 B more,
+    # unless moe_act recomputation checkpoints the activation (it then keeps only its input)
+    m = load_model("gpt-oss-120b")
+    shape = SHAPE._replace(expert=ExpertShape(ep=64, balance="forced"))
+    clamped = moe_mlp_activation_bytes(m, shape, shape.expert, ())
+    plain = moe_mlp_activation_bytes(
+        m.model_copy(update={"glu_clamp": None}), shape, shape.expert, ()
+    )
+    assert clamped - plain == 16384 * 5760 * 2
+    act = ("moe_act",)
+    assert moe_mlp_activation_bytes(m, shape, shape.expert, act) == moe_mlp_activation_bytes(
+        m.model_copy(update={"glu_clamp": None}), shape, shape.expert, act
+    )
+
+
 def test_hybridep_fuses_the_permutations():
     # Hybrid-EP's dispatch reads the tokens in place and its combine reduces their copies (Megatron-Core
     # HybridEPDispatch): no permute or unpermute pass; the re-sort by expert (16 local experts) stays; the same
@@ -355,6 +398,29 @@ def test_mla_up_proj_recompute_drops_the_expanded_tensors():
 def test_window_fraction():
     assert window_fraction(None, 4096, 1) == pytest.approx(0.5 * (1 + 1 / 4096))
     assert window_fraction(128, 4096, 1) == pytest.approx((128 * 4096 - 128 * 127 / 2) / 4096**2)
+
+
+def test_windowed_block_costs_the_mean_of_its_layers():
+    # gpt-oss alternates 128-token windows and full causal layers; its layer block stands for both, so its fused
+    # attention keeps the kernel call (head dim 64 shape factor, softmax exponentials' bound) and costs the mean
+    # of an all-windowed and an all-full block's, each way, on a GB200
+    from paraplan.cost.compute import op_times_s
+
+    m = load_model("gpt-oss-120b")
+    acc = load_system("gb200-nvl72").accelerator
+    shape = SHAPE._replace(micro_batch=4, expert=ExpertShape(ep=64, balance="forced"))
+
+    def attention(model):
+        g = moe_model_layer(model, shape, True)
+        return next(op for op in g.ops if op.kind == "attention")
+
+    mixed = attention(m)
+    assert mixed.attention_call == (4096, 4096, 64, True)
+    windowed = attention(m.model_copy(update={"sliding_window_pattern": 0}))
+    full = attention(m.model_copy(update={"sliding_window": None, "sliding_window_pattern": 0}))
+    times = [op_times_s(op, acc, "bf16") for op in (mixed, windowed, full)]
+    for way in (0, 1):
+        assert times[0][way] == pytest.approx(0.5 * (times[1][way] + times[2][way]), rel=1e-6)
 
 
 # ---- plan knobs --------------------------------------------------------------------------------

@@ -233,6 +233,9 @@ def _gpt_oss(data: dict, get, field: str) -> dict:
     spec = _local_experts(get) | {
         "bias": get("attention_bias", default=True),
         "dropout": False,
+        "glu_clamp": get(
+            "swiglu_limit", default=7.0, kind=float
+        ),  # GptOssConfig default (transformers 4.55)
     }
     return spec | window_fields(get, layers, field, 0)
 

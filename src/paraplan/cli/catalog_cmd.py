@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Callable
+from typing import TYPE_CHECKING, Annotated, Callable
 
 import typer
 
@@ -13,6 +13,9 @@ from paraplan.cli.declare import optional, switch
 from paraplan.cli.options import JsonOption
 from paraplan.specs.errors import InputError
 from paraplan.units import GiB
+
+if TYPE_CHECKING:
+    from paraplan.specs.system import AcceleratorSpec
 
 
 def _model_row(name: str, model=None) -> dict:
@@ -167,12 +170,11 @@ def _system_row(name: str) -> dict:
     }
 
 
-def _tables_row(name: str) -> dict:
-    """A catalog system's kernel tables: the one it prices with, and the shipped ones measured on its GPU."""
-    from paraplan.catalog import load_system
+def _tables_row(name: str, acc: AcceleratorSpec) -> dict:
+    """A catalog system's kernel tables (``acc``: its accelerator): the one it prices with, and the shipped ones
+    measured on its GPU."""
     from paraplan.cost.kernel_tables import tables_measured_on
 
-    acc = load_system(name).accelerator
     measured = tables_measured_on(acc.name)
     if acc.kernel_tables:
         use = f"table {acc.kernel_tables}"
@@ -191,16 +193,14 @@ TABLE_COLUMNS = (
 )
 
 
-def _shipped_table_row(name: str, systems: list[dict]) -> dict:
+def _shipped_table_row(name: str, systems: list[dict], attached: dict[str, str | None]) -> dict:
     """A shipped kernel table: the catalog GPUs it was measured on, the catalog systems that attach it by
-    default and those it is opt-in on (rows of _tables_row), or none: attached to no catalog system."""
-    from paraplan.catalog import load_system
+    default (``attached``: each system's accelerator.kernel_tables) and those it is opt-in on (rows of
+    _tables_row), or none: attached to no catalog system."""
     from paraplan.cost.kernel_tables import table_provenance
 
     gpus = table_provenance(name).get("accelerators", [])
-    default = [
-        r["name"] for r in systems if load_system(r["name"]).accelerator.kernel_tables == name
-    ]
+    default = [r["name"] for r in systems if attached[r["name"]] == name]
     opt_in = [r["name"] for r in systems if r["gpu"] in gpus and r["name"] not in default]
     if default:
         status = "attached by default: " + ", ".join(default)
@@ -229,11 +229,13 @@ def _print_tables(width, as_json: bool) -> None:
     """``systems --tables``: every catalog system with what prices its kernels (_tables_row), then every
     shipped kernel table with the catalog systems it is attached to (_shipped_table_row); as JSON
     {"systems": [...], "tables": [...]}."""
-    from paraplan.catalog import system_names
+    from paraplan.catalog import load_system, system_names
     from paraplan.cost.kernel_tables import shipped_tables
 
-    systems = [_tables_row(n) for n in system_names()]
-    tables = [_shipped_table_row(t, systems) for t in shipped_tables()]
+    accelerators = {n: load_system(n).accelerator for n in system_names()}  # each system read once
+    systems = [_tables_row(n, acc) for n, acc in accelerators.items()]
+    attached = {n: acc.kernel_tables for n, acc in accelerators.items()}
+    tables = [_shipped_table_row(t, systems, attached) for t in shipped_tables()]
     if as_json:
         print(json.dumps({"systems": systems, "tables": tables}, indent=2))
         return

@@ -81,8 +81,10 @@ def fit_hint_lines(model_spec, system_spec, plan, model: str, system: str) -> li
     command = (
         f"paraplan search --model {model} --system {system} --gpus {plan.gpus} "
         f"--global-batch {plan.global_batch} --seq-length {plan.seq_length} --dtype {plan.dtype}"
+        + (f" --expert-load-cv {plan.expert_load_cv:g}" if plan.expert_load_cv is not None else "")
     )
-    fixed = ("gpus", "seq_length", "global_batch", "dtype", "attention")  # the command's options
+    # the command's options
+    fixed = ("gpus", "seq_length", "global_batch", "dtype", "attention", "expert_load_cv")
     problem = SearchProblem(model_spec, system_spec, **{f: getattr(plan, f) for f in fixed})
     try:
         result = search(problem, top_k=1)
@@ -115,6 +117,30 @@ def band_lines(model_spec, system_spec, plan, est, framework) -> list[str]:
     if band.extrapolated:
         lines.append(f"extrapolated (no validation case): {', '.join(band.extrapolated)}")
     return lines
+
+
+def kernel_fallback_of(system_spec, profile, attention: str) -> dict | None:
+    """{"asked", "priced", "architecture"} when the fused-attention kernel the profile (else the system) asks for is
+    priced as another on the system's architecture (cost.attention.kernel_fallback: FlashAttention-3 on Blackwell
+    runs as cuDNN's kernel, ...); None otherwise, or when attention is unfused."""
+    if attention != "flash":
+        return None
+    from paraplan.cost.attention import kernel_fallback
+
+    acc = system_spec.accelerator
+    asked = profile.attention_kernel if profile is not None else acc.efficiency.attention_kernel
+    priced = kernel_fallback(asked, acc.architecture)
+    if priced is None:
+        return None
+    return {"asked": asked, "priced": priced, "architecture": acc.architecture}
+
+
+def kernel_fallback_line(fallback: dict) -> str:
+    """The report's line of a kernel_fallback_of."""
+    return (
+        f"attention kernel: {fallback['asked']} asked, priced as {fallback['priced']} on "
+        f"{fallback['architecture']} (cost.attention.KERNEL_FALLBACK)"
+    )
 
 
 @app.command()
@@ -396,6 +422,7 @@ def estimate(
     counts = parameter_counts(model_spec)
     hints = [] if est.fits else fit_hint_lines(model_spec, system_spec, plan, model, system)
     framework_name = profile.name if profile is not None else None
+    fallback = kernel_fallback_of(system_spec, profile, plan.attention)
     if as_json:
         from paraplan.validate.band import error_band
 
@@ -405,6 +432,8 @@ def estimate(
         out["error_band"] = error_band(
             model_spec, system_spec, plan, est.step_time_s, profile
         ).to_dict()
+        if fallback is not None:
+            out["attention_kernel"] = fallback
         if set_:
             out["overrides"] = dict(text.split("=", 1) for text in set_)
         if run is not None:
@@ -416,6 +445,7 @@ def estimate(
         print(json.dumps(out, indent=2))
     else:
         notes = [f"framework profile: {framework_name}"] if framework_name else []
+        notes += [kernel_fallback_line(fallback)] if fallback is not None else []
         notes += band_lines(model_spec, system_spec, plan, est, profile)
         print_estimate(
             _stdout(width), est, run=run, show_ops=ops, hints=hints, parameters=counts, notes=notes

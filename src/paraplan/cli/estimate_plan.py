@@ -41,13 +41,13 @@ def plan_fields(params: dict) -> dict:
 
 
 def apply_sets(model_spec, system_spec, sets: list[str]):
-    """``--set PATH=VALUE`` (the paths of ``paraplan sweep --set``, one value each) applied to the
-    model and the system, re-validated."""
+    """``--set PATH=VALUE`` (the paths of ``paraplan sweep --set``, and the system's switches and choices,
+    sweep.params.choice_fields; one value each) applied to the model and the system, re-validated."""
     if not sets:  # the sweep package loads only when a --set is given (issue 31)
         return model_spec, system_spec
     from paraplan.sweep.params import apply_overrides, override_values, parse_sets
 
-    axes = parse_sets(sets)
+    axes = parse_sets(sets, choices=True)
     for axis in axes:
         if len(axis.values) != 1:
             raise InputError(
@@ -56,9 +56,27 @@ def apply_sets(model_spec, system_spec, sets: list[str]):
             )
     if not axes:
         return model_spec, system_spec
-    return apply_overrides(
-        model_spec, system_spec, override_values(axes, tuple(a.values[0] for a in axes))
-    )
+    overrides = override_values(axes, tuple(a.values[0] for a in axes))
+    state = overrides.get(OPTIMIZER_STATE)
+    if state is not None and STEP_BYTES not in overrides:  # its traffic follows, as from a profile
+        from paraplan.cost.frameworks import state_step_bytes
+
+        overrides[STEP_BYTES] = state_step_bytes(state)
+    return apply_overrides(model_spec, system_spec, overrides)
+
+
+# a --set of the optimizer-state precision also sets the step's traffic it implies (cost.frameworks.state_step_bytes)
+OPTIMIZER_STATE = "accelerator.efficiency.runtime.optimizer_state"
+STEP_BYTES = "accelerator.efficiency.optimizer_step_bytes"
+
+
+def sets_over_profile(model_spec, system_spec, sets: list[str]):
+    """A system a framework profile adapted after ``--set`` was applied (search: inside api.search_problem) with the
+    system's ``--set`` values applied again, so they win over the profile's as in estimate, which applies them after
+    it (the profile rewrites efficiency.runtime, the attention fraction, reserved memory, NVLS and CollNet:
+    cost.frameworks.framework_system); the HBM capacity stays as the search's headroom scaled it."""
+    kept = [t for t in sets if not t.strip().startswith(("model.", "accelerator.hbm_capacity"))]
+    return apply_sets(model_spec, system_spec, kept)[1]
 
 
 def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:

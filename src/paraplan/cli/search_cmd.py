@@ -112,6 +112,14 @@ def search(
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
+    expert_load_cv: optional(
+        float,
+        "--expert-load-cv",
+        help="MoE learned routing: spread (coefficient of variation) of the experts' routing "
+        "probabilities, 0 to √(experts/top_k − 1), every plan priced at it as estimate "
+        "--expert-load-cv does (default: the published figure of the model's router_balancing, "
+        "else 0; docs/model.md)",
+    ) = None,
     tp_layout: optional(
         str,
         "--tp-layout",
@@ -282,9 +290,15 @@ def search(
         ),
         objective=objective,
         **axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher),
+        expert_load_cv=expert_load_cv,
         **switches.problem_fields(),
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
     )
+    # the profile adapted the system after --set: its values win again, as in estimate
+    if set_ and profile is not None:
+        from paraplan.cli.estimate_plan import sets_over_profile
+
+        problem = replace(problem, system=sets_over_profile(model_spec, problem.system, set_))
     system_spec = problem.system  # adapted to the framework profile
     problem.check()
     sink = None
@@ -387,6 +401,11 @@ def search(
             )
             + f", {dtype.value}, objective {ttt or objective}"
             + (f", framework {problem.framework}" if problem.framework else "")
+            + (
+                f", expert load cv {problem.expert_load_cv:g}"
+                if problem.expert_load_cv is not None
+                else ""
+            )
         )
         if result.plans:
             title = ttt_title(ttt_info) if ttt else None

@@ -124,12 +124,34 @@ KERNEL_FALLBACK: dict[tuple[str, str], str] = {
     # Ada (sm_89): FlashAttention-3 needs Hopper's wgmma/TMA (Shah et al. 2024, §3); as on Ampere
     ("ada", "fa3"): "fa2",
     ("ada", "cudnn"): "fa2",
+    # After Hopper: FlashAttention-3 is built for sm90 only (Dao-AILab/flash-attention README, "FlashAttention-3 beta
+    # release": "Requirements: H100 / H800 GPU"; its hopper/ kernels issue sm90a wgmma). Transformer Engine, which a
+    # stack asking for it runs it through, drops it on any other device ("Disabling FlashAttention 3 for compute
+    # capability != sm90") and on sm90+ prefers FusedAttention, cuDNN's kernel ("Disabling FlashAttention to give
+    # FusedAttention preference on Hopper+ for performance reasons"): NVIDIA/TransformerEngine
+    # transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend (v2.x). So data-centre
+    # Blackwell (sm100/sm103) and Rubin run cuDNN's fused attention in its place; RTX Blackwell (sm120) runs
+    # neither FA3 nor the data-centre Blackwell kernels and prices FlashAttention-2 as its catalog entries do
+    # (rtx-5090-8, rtx-pro-6000-4); AMD CDNA has no FA3 (a CUDA sm90 build) and prices FlashAttention-2 as its
+    # catalog entries do (mi300x-8, mi355x-8: the ROCm flash-attention port is FlashAttention-2).
+    ("blackwell", "fa3"): "cudnn",
+    ("rubin", "fa3"): "cudnn",
+    ("blackwell-rtx", "fa3"): "fa2",
+    ("cdna3", "fa3"): "fa2",
+    ("cdna4", "fa3"): "fa2",
 }
 
 
 def effective_kernel(kernel: str, architecture: str | None) -> str:
     """The kernel that actually runs: ``kernel``, or its fallback on an architecture it does not support."""
     return KERNEL_FALLBACK.get((architecture or "", kernel), kernel)
+
+
+def kernel_fallback(kernel: str, architecture: str | None) -> str | None:
+    """The kernel priced in place of ``kernel`` on ``architecture`` (KERNEL_FALLBACK), None where ``kernel``
+    itself runs: what an estimate reports beside the kernel its profile or system asks for."""
+    runs = effective_kernel(kernel, architecture)
+    return runs if runs != kernel else None
 
 
 def _interpolated_ratio(causal: bool, head_dim: int, seq: float) -> float:

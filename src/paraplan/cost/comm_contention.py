@@ -130,7 +130,7 @@ def tier_overlap_costs(
     ``node.nvlink_overlap_cost`` / ``network.overlap_cost`` (a user's measurement, a Calculon import,
     ``paraplan calibrate --steps``) is its tier's whole price (share of the tier's time, no HBM term)."""
     acc, node, net = system.accelerator, system.node, system.network
-    hbm = acc.hbm_bandwidth * acc.efficiency.hbm
+    hbm = acc.hbm_rate()
     sm_in, sm_out = tier_sm_shares(crosses_domains, system)
     hbm_in, hbm_out = (
         0.0 if override is not None else MEMORY_BOUND_SHARE * collective_hbm_share(kind, rate, hbm)
@@ -175,7 +175,7 @@ def a2a_overlap_share(
         rate = system.network.nic_bandwidth * system.network.efficiency
     else:
         rate = system.node.peer_bandwidth(peers)
-    hbm = acc.hbm_bandwidth * acc.efficiency.hbm
+    hbm = acc.hbm_rate()
     return (1.0 - MEMORY_BOUND_SHARE) * collective_sm_share(
         k, acc.sm_count
     ) + MEMORY_BOUND_SHARE * collective_hbm_share("send_recv", rate, hbm)

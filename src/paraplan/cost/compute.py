@@ -22,7 +22,6 @@ from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
-from paraplan.cost.leaf_grads import hbm_rate
 from paraplan.cost.quantisation import scale_swizzle_bytes
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -230,7 +229,7 @@ def memory_time_s(
         measured = tables.memory_time_s(acc.kernel_tables, acc.l2_cache, bytes_moved)
         if measured is not None:  # measured copies (cost.kernel_tables): launch floor included
             return max(measured, flops / acc.peak_vector_flops(dtype))
-    memory_s = bytes_moved / (acc.hbm_bandwidth * acc.efficiency.hbm)
+    memory_s = bytes_moved / acc.hbm_rate()
     return max(memory_s, flops / acc.peak_vector_flops(dtype)) + acc.efficiency.kernel_overhead_s
 
 
@@ -270,7 +269,7 @@ def attention_time_s(
         kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
         work, l2 = flops * causal_fraction, acc.l2_cache
         measured = table_attention.attention_time_s(
-            acc.kernel_tables, l2, kernel, work, call, direction, dtype, hbm_rate(acc)
+            acc.kernel_tables, l2, kernel, work, call, direction, dtype, acc.hbm_rate()
         )
         if measured is not None:
             measured /= acc.clock_fraction()  # timed at the rated power (specs.power)

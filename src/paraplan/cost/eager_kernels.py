@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost.autocast import activation_casts
-from paraplan.cost.leaf_grads import accumulation_bytes, hbm_rate, sliced_halves_bytes
+from paraplan.cost.leaf_grads import accumulation_bytes, sliced_halves_bytes
 from paraplan.cost.quantisation import CAST, copy_floor_s, quantisation_times_s
 from paraplan.graph.eager_modules import (
     FAMILY_ROLE,
@@ -69,7 +69,7 @@ MEASURED_BYTES = 2  # the kernels table's tensors are bf16 (gpu_components.py se
 # A backward measured as fwd_bwd: gpu_components.py times ``op(x).backward(g)`` on a leaf x, so each call also
 # accumulates dx into x.grad (autograd's AccumulateGrad, ``x.grad += dx``: an add over x's shape that a layer's
 # input, not a leaf, does not get; cost.leaf_grads) and runs the forward. The backward is fwd_bwd − fwd − that
-# add, priced at the system's HBM rate (cost.leaf_grads.hbm_rate), not from a table row, so that no slower
+# add, priced at the system's HBM rate (specs.system.AcceleratorSpec.hbm_rate), not from a table row, so that no slower
 # measured kernel makes an op faster; where the leaf was used as two halves (``sliced``), less the slices'
 # backward too (cost.leaf_grads.sliced_halves_bytes).
 # family -> (forward kernels, backward: kernels, or (fwd_bwd, fwd, x's width as a multiple of the op's width,
@@ -101,17 +101,17 @@ def _backward_s(acc, spec, rows: float, width: float) -> float | None:
     leaf_bytes = accumulation_bytes(rows * width * spec[2])
     if spec[3]:
         leaf_bytes += sliced_halves_bytes(rows * width)
-    return max(both - fwd - leaf_bytes / hbm_rate(acc), 0.0)
+    return max(both - fwd - leaf_bytes / acc.hbm_rate(), 0.0)
 
 
 def elementwise_rate(acc: AcceleratorSpec, rows: float, width: float) -> float:
     """Bytes/s of an eager element-wise kernel over ``rows`` × ``width``: the measured ``add`` at that shape
     (3 tensors × 2 B per element over its time) where the system's kernels table has it, else the analytical
-    HBM rate, hbm_bandwidth · efficiency.hbm."""
+    HBM rate (AcceleratorSpec.hbm_rate: hbm_bandwidth · efficiency.hbm)."""
     add = _kernel_s(acc, "add", rows, width) if acc.kernel_tables else None
     if add is not None and add > 0:
         return 3 * MEASURED_BYTES * rows * width / add
-    return acc.hbm_bandwidth * acc.efficiency.hbm
+    return acc.hbm_rate()
 
 
 # the kernels of a composite that a stack's softmax_rate_share slows (graph.eager_modules.megatron_scores)
@@ -187,7 +187,7 @@ def eager_kernel_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[floa
         if total is None:
             return None
         # timed on leaf bf16 logits: less their gradient's accumulation (cost.leaf_grads)
-        total = max(total - accumulation_bytes(rows * width) / hbm_rate(acc), 0.0)
+        total = max(total - accumulation_bytes(rows * width) / acc.hbm_rate(), 0.0)
         share = op.fwd_bytes / (op.fwd_bytes + op.bwd_bytes)
         return max(share * total, floor), max((1.0 - share) * total, floor)
     if family not in RECIPES:

@@ -105,8 +105,16 @@ def optimizer_step_bytes(framework: FrameworkSpec) -> float | None:
     is one of its states; None otherwise (the system's default, OPTIMIZER_BYTES_PER_PARAM)."""
     if framework.optimizer_step_bytes is not None:
         return framework.optimizer_step_bytes
-    if framework.optimizer_state in PRECISION_AWARE_STATES:
-        return precision_aware_step_bytes(framework.optimizer_state)
+    return state_step_bytes(framework.optimizer_state)
+
+
+def state_step_bytes(optimizer_state: str) -> float | None:
+    """The optimizer step's HBM bytes per parameter an optimizer-state precision implies: Megatron-Core's
+    precision-aware optimizer's (cost.memory.precision_aware_step_bytes) for one of its states; None (the system's
+    default, OPTIMIZER_BYTES_PER_PARAM) for any other. Read by optimizer_step_bytes, and by ``--set`` of the
+    runtime's optimizer_state (cli.estimate_plan.apply_sets), so the step's traffic follows the states."""
+    if optimizer_state in PRECISION_AWARE_STATES:
+        return precision_aware_step_bytes(optimizer_state)
     return None
 
 

@@ -72,6 +72,7 @@ EXPERT_SECTION = frozenset(
         "permute",
         "sort_chunks",
         "expert_fc1",
+        "expert_glu_clamp",
         "expert_activation",
         "expert_fc2",
         "expert_output_bias",

@@ -39,6 +39,7 @@ from paraplan.cost.graph_scope import (
 from paraplan.cost.host_kinds import CXX_LAUNCH_S, kind_host_s
 from paraplan.cost.moe_host import graph_launches, post_sync_sequence, reissue_idle_s, sync_drain_s
 from paraplan.graph.eager_modules import autocast_runs, composite_kernels, loss_impl
+from paraplan.graph.moe_mlp import ACTIVATION_SYNC
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import EfficiencySpec
@@ -292,6 +293,8 @@ class HostSums(NamedTuple):
     sync_wait: float = 0.0
     kernels_forward: int = 0
     kernels_backward: int = 0
+    # GPU idle in the backward after the synchronisations a selective recomputation re-runs (activation_sync_terms)
+    recompute_sync_idle: float = 0.0
 
 
 def host_sums(
@@ -307,7 +310,7 @@ def host_sums(
     (sync_terms). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by op_host_s
     and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted (0) where
     neither reads them (host_launch_s 0 and no launch_blocking)."""
-    dropless = any(op.kind == "host_sync" for op in ops)
+    dropless = any(op.kind == "host_sync" and op.name != ACTIVATION_SYNC for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
     moe_layer = any(op.name in ROUTER_OPS for op in ops)
     scope = eff.cuda_graph_scope
@@ -316,7 +319,7 @@ def host_sums(
         calls += graph_launches(in_graph, whole_iteration(scope)) * eff.host_launch_s
     forward = backward = calls / eff.host_speed
     section: list[tuple[str, float, float]] = []
-    syncs = kernels_forward = kernels_backward = 0
+    syncs = activation_syncs = kernels_forward = kernels_backward = 0
     context = eager_context(eff)
     counted = eff.host_launch_s > 0.0 or eff.launch_blocking  # the counts' only readers
     for op in ops:
@@ -326,12 +329,21 @@ def host_sums(
         backward += b
         kernels_forward += counts[0]
         kernels_backward += counts[1]
-        if op.kind == "host_sync":
+        if op.name == ACTIVATION_SYNC:
+            activation_syncs += 1
+        elif op.kind == "host_sync":
             syncs += 1
-        elif dropless and op.name in EXPERT_SECTION:
+        elif op.name in EXPERT_SECTION:
             section.append((op.name, f, device[op][0]))
     idle, wait = sync_terms(syncs, section, eff, dtype == "fp8") if syncs else (0.0, 0.0)
-    return HostSums(forward, backward, idle, wait, kernels_forward, kernels_backward)
+    again = 0.0
+    if activation_syncs:
+        more = activation_sync_terms(activation_syncs, section, eff)
+        idle, wait = idle + more[0], wait + more[1]
+        # moe_act recomputation re-runs the clamp and its copy in the backward (TEGroupedMLP bias_act_func)
+        if any(op.name == "expert_glu_clamp" and op.selective_recompute for op in ops):
+            again = more[0]
+    return HostSums(forward, backward, idle, wait, kernels_forward, kernels_backward, again)
 
 
 def graph_calls(ops, compiled: str) -> int:
@@ -358,6 +370,26 @@ def sync_terms(
     moe.host_sync_s), host time, so a slower host CPU (host_speed) stretches it as it does the issue."""
     drain = sync_drain_s(syncs, eff.host_sync_latency_s)
     host, device = post_sync_sequence(section, eff.host_launch_s / eff.host_speed, fp8)
+    remnant = eff.host_sync_s / eff.host_speed
+    return drain + syncs * (reissue_idle_s(host, device) + remnant), drain
+
+
+def activation_sync_terms(
+    syncs: int, section: list[tuple[str, float, float]], eff: EfficiencySpec
+) -> tuple[float, float]:
+    """(GPU idle, host wait) of ``syncs`` synchronisations of a clamped GLU's activation per micro-batch forward
+    (graph.moe_mlp.clamped_glu_ops: a host-to-device copy of a scalar after the clamps), by sync_terms' rule: the
+    drains n·t_sync (sync_drain_s) and n·(I + host_sync_s / host_speed), I the GPU idle while the host re-issues
+    the expert ops after the clamp (reissue_idle_s over the ``section`` entries that follow ``expert_glu_clamp``;
+    no dispatch call before them), host_sync_s the fitted remnant per synchronisation (validate.fitted
+    moe.host_sync_s) as for the dispatch's. The host waits n·t_sync. A selective recomputation of the activation
+    (moe_act) synchronises once more in the backward: host_sums counts the same idle there (recompute_sync_idle;
+    the backward's re-issue taken as the forward's, the host's 10 µs wait left out)."""
+    names = [name for name, _, _ in section]
+    start = names.index("expert_glu_clamp") + 1 if "expert_glu_clamp" in names else 0
+    host = [h for _, h, _ in section[start:]]
+    device = [d for _, _, d in section[start:]]
+    drain = sync_drain_s(syncs, eff.host_sync_latency_s)
     remnant = eff.host_sync_s / eff.host_speed
     return drain + syncs * (reissue_idle_s(host, device) + remnant), drain
 

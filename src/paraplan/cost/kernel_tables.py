@@ -77,8 +77,9 @@ class KernelTable:
     provenance: dict
     gemm: dict[str, Scatter]
     grouped_gemm: dict[str, Scatter]
-    # kernel -> rows as timed (no prior, no leaf-gradient share): steps read cost.table_attention.curves
-    attention: dict[str, dict[tuple[int, bool, str], Scatter]]
+    # attention kind -> its rows as timed (attention_rows), checked at load; cost.table_attention.curves
+    # makes the rates steps read from them (the kernel's shape prior, rows less their leaf gradients)
+    attention: dict[str, list[MeasuredRow]]
     memory: Scatter | None
     memory_cache_rows: int
     kernels: dict[str, Scatter]  # named memory-bound kernel -> elements/s over its shape
@@ -145,13 +146,14 @@ def csv_number(row: dict[str, str], key: str, where: str) -> float:
 class MeasuredRow:
     """One parsed table row: its interpolation point, work (FLOPs or bytes), measured time, the
     group it is interpolated in (GEMMs: the dtype, fp16 read as bf16; attention: head dim, causal,
-    direction) and its dtype as written."""
+    direction) and its dtype as written; attention rows keep their shape columns (ATTENTION_SHAPE) too."""
 
     point: tuple[float, ...]
     work: float
     time_s: float
     group: tuple
     dtype: str
+    shape: tuple[float, ...] = ()  # attention: batch, heads, seq_len, head_dim as read
 
 
 # GEMM kinds: the shape columns (the interpolation point), and the time column
@@ -193,7 +195,9 @@ def attention_rows(rows, ref, file) -> list[MeasuredRow]:
         work = attention_work(b, h, s, d, causal, direction)
         t = csv_number(row, "time_us", where) * 1e-6
         out.append(
-            MeasuredRow((s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"))
+            MeasuredRow(
+                (s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"), (b, h, s, d)
+            )
         )
     return out
 
@@ -217,10 +221,6 @@ def _grouped_mm(rows, ref, file) -> dict[str, Scatter]:
     if not rows or not all(r.get(GROUPED_MM_TIME) for r in rows):
         return {}
     return _by_dtype(rows, ref, file, "grouped_gemm", GROUPED_MM_TIME)
-
-
-def _attention(rows, ref, file) -> dict[tuple[int, bool, str], Scatter]:
-    return {key: scatter(*g) for key, g in groups(attention_rows(rows, ref, file)).items()}
 
 
 def l2_resident(bytes_moved: float, l2_bytes: float | None) -> bool:
@@ -313,7 +313,7 @@ def load_table(ref: str, l2_bytes: float | None = None) -> KernelTable:
         _by_dtype(rows.get(kind, []), ref, files.get(kind), kind) for kind in GEMM_COLUMNS
     )
     attention = {
-        kind.split("_", 1)[1]: _attention(rows[kind], ref, files[kind])
+        kind: attention_rows(rows[kind], ref, files[kind])
         for kind in files
         if kind.startswith("attention_")
     }

@@ -11,23 +11,16 @@ q, k, v; bwd = (fwd+bwd) − fwd), and its norm, SwiGLU and cross-entropy rows (
 x; cost.eager_kernels). A table.yaml names the attention files whose bwd rows were timed so in
 ``leaf_gradients`` (LEAF_FIELD).
 
-Each pass is priced at the system's analytical HBM rate, ``hbm_bandwidth · efficiency.hbm``, not from a table
+Each pass is priced at the system's analytical HBM rate (specs.system.AcceleratorSpec.hbm_rate), not from a table
 row, so that no slower measured kernel makes an op faster (the property of cost.kernel_tables).
 """
 
 from __future__ import annotations
 
-from paraplan.specs.system import AcceleratorSpec
-
 LEAF_FIELD = (
     "leaf_gradients"  # table.yaml: the attention kinds whose bwd rows hold q, k, v's accumulation
 )
 MEASURED_BYTES = 2  # the measured rows' tensors are bf16 (gpu_components.py)
-
-
-def hbm_rate(acc: AcceleratorSpec) -> float:
-    """Bytes/s of an element-wise pass, the analytical rate: hbm_bandwidth · efficiency.hbm."""
-    return acc.hbm_bandwidth * acc.efficiency.hbm
 
 
 def accumulation_bytes(elements: float, element_bytes: float = MEASURED_BYTES) -> float:

@@ -197,7 +197,7 @@ def pass_time_s(
             rate = None if cast is None else CAST_NOMINAL_BYTES * rows * width / cast
         if rate is not None:
             return max(elements * nbytes / rate, copy_floor_s(acc))
-    roofline = elements * nbytes / (acc.hbm_bandwidth * acc.efficiency.hbm)
+    roofline = elements * nbytes / acc.hbm_rate()
     return roofline + acc.efficiency.kernel_overhead_s
 
 

@@ -14,6 +14,7 @@ are no leaves) at the system's HBM rate: ``row_kernel_s``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache, partial
 
 from paraplan.cost import kernel_tables as kt
@@ -24,23 +25,22 @@ from paraplan.specs.system import activation_dtype
 
 
 def row_kernel_s(table: kt.KernelTable, kind: str, leaf_rate: float | None) -> list[float]:
-    """Each row's kernel time of the attention file ``kind`` (kt.attention_rows' order): the measured time,
-    less its leaf inputs' gradient accumulation (cost.leaf_grads.attention_leaf_bytes / ``leaf_rate``) for a
-    bwd row of a file listed in the table's ``leaf_gradients``; InputError where that leaves no time."""
-    file = table.files[kind]
-    measured = kt.attention_rows(table.rows[kind], table.name, file)
+    """Each row's kernel time of the attention file ``kind`` (its rows as the table parsed them,
+    ``table.attention[kind]``): the measured time, less its leaf inputs' gradient accumulation
+    (cost.leaf_grads.attention_leaf_bytes / ``leaf_rate``) for a bwd row of a file listed in the table's
+    ``leaf_gradients``; InputError where that leaves no time."""
+    measured = table.attention[kind]
     if leaf_rate is None or kind not in (table.provenance.get(LEAF_FIELD) or ()):
         return [r.time_s for r in measured]
     out = []
-    for i, (row, m) in enumerate(zip(table.rows[kind], measured)):
+    for i, m in enumerate(measured):
         if m.group[2] != "bwd":
             out.append(m.time_s)
             continue
-        shape = (float(row[k]) for k in kt.ATTENTION_SHAPE)
-        kernel_s = m.time_s - attention_leaf_bytes(*shape) / leaf_rate
+        kernel_s = m.time_s - attention_leaf_bytes(*m.shape) / leaf_rate
         if kernel_s <= 0:
             raise InputError(
-                f"{kt.FIELD}: {table.name}/{file} row {i + 1}: its time does not exceed its leaf inputs' "
+                f"{kt.FIELD}: {table.name}/{table.files[kind]} row {i + 1}: its time does not exceed its leaf inputs' "
                 f"gradient accumulation ({LEAF_FIELD}, cost.leaf_grads)"
             )
         out.append(kernel_s)
@@ -65,15 +65,13 @@ def curves(
     (``row_kernel_s``) over the kernel's ``shape_prior``; {} where the table has no such file."""
     table = kt.load_table(ref, l2)
     kind = f"attention_{kernel}"
-    if kind not in table.files:
+    if kind not in table.attention:
         return {}
-    measured = kt.attention_rows(table.rows[kind], ref, table.files[kind])
-    times = row_kernel_s(table, kind, leaf_rate)
-    groups: dict[tuple, tuple[list, list, list]] = {}
-    for m, t in zip(measured, times):
-        g = groups.setdefault(m.group, ([], [], []))
-        g[0].append(m.point), g[1].append(m.work), g[2].append(t)
-    return {key: kt.scatter(*g, shape_prior(kernel, *key[:2])) for key, g in groups.items()}
+    timed = zip(table.attention[kind], row_kernel_s(table, kind, leaf_rate))
+    rows = [replace(m, time_s=t) for m, t in timed]
+    return {
+        key: kt.scatter(*g, shape_prior(kernel, *key[:2])) for key, g in kt.groups(rows).items()
+    }
 
 
 def attention_rate(

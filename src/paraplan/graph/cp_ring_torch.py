@@ -35,9 +35,26 @@ backward
   - dk, dv: at step 0 ``+=`` (8 + ab)·E_kv; at steps 1 … c−1 ``_partial_update`` adds into the first half,
     (8 + ab)·E_kv/2, then ``torch.cat`` of the halves, 8·E_kv; every step ``torch.cat`` of dk and dv for
     the send, 8·E_kv; the received sums cast back once, (4 + ab)·E_kv;
-  - the K/V ``torch.cat`` before each send but the last, 2·ab·E_kv, c − 1 times.
+  - the K/V ``torch.cat`` before each send but the last, 2·ab·E_kv, c − 1 times;
+  - the flash backward is called once per ring step (``op(...)`` inside ``for i in range(size)``), and each
+    call of FlashAttention-2's backward (the flash SDPA backend: ``aten._scaled_dot_product_flash_attention_
+    backward``) runs two memory-bound kernels around its main kernel (flash-attention csrc/flash_attn/src/
+    flash_bwd_launch_template.h ``run_flash_bwd_seqk_parallel``, read at 073afd59: ``flash_bwd_dot_do_o_kernel``
+    with Clear_dQaccum reads dO and O and zeroes the float32 dQ accumulator, ``flash_bwd_convert_dq_kernel``
+    reads the accumulator and writes dQ), (3·ab + 8)·E_o a call; the attention op is priced as one call
+    (graph.transformer.attention_ops), so the ring adds c − 1 such calls (torch_ring_flash_call_bytes).
 Each is one eager kernel in the source; under torch.compile Inductor may fuse the element-wise chains
-(not credited: an assumption, docs/model.md).
+(not credited: an assumption, docs/model.md); the flash kernels are extern calls Inductor does not fuse.
+
+The same loop, merger and rotaters are in the torch 2.6 line's copy of the file (the version with
+``_RotateMethod.PRE_ALL_GATHER`` and ``_sdpa_backward_handler``), whose handlers dispatch only the flash and
+memory-efficient SDPA ops to the ring, and torchtitan 9dec370 enters ``sdpa_kernel([FLASH_ATTENTION,
+EFFICIENT_ATTENTION])`` with the CP context (torchtitan/utils.py ``get_train_context``): the flash backend,
+FlashAttention-2, runs every step (the cuDNN backend was opt-in on the December 2024 nightlies,
+pytorch/pytorch#138522, #142132). Per step on rank c − 1: step 0 causal on the s/c local queries and keys,
+steps 1 … c − 1 full blocks of s/c queries on s/(2c) keys (``key.chunk(2, dim=2)[0]``), so
+(s/c)·(s + 1)/2 query-key pairs in all, which graph.transformer.attention_ops' causal share counts as
+(s/c)·(s + c)/2 (relative difference (c − 1)/(s + 1)).
 """
 
 from __future__ import annotations
@@ -56,6 +73,9 @@ LSE_UPDATE_BYTES = (
     52.0  # per LSE row: sigmoid / logsigmoid arguments, results and the update, float32
 )
 LSE_CAST_BYTES = 8.0  # per LSE row: one cast to float32 (read and write)
+# per query element, each FlashAttention-2 backward call: dO and O read (ab each) and the float32 dQ
+# accumulator zeroed (dot_do_o), the accumulator read and dQ written (convert_dq): 3·ab + ACCUM_BYTES
+DQ_ACCUM_BYTES = 8.0
 
 
 def torch_ring_kv_bytes(
@@ -100,3 +120,17 @@ def torch_ring_merge_bytes(
         + 2.0 * ab * c  # c − 1 concatenations + the contiguous() copy
     )
     return forward, backward
+
+
+def torch_ring_flash_call_bytes(steps: int, out_elements: float, ab: float) -> float:
+    """Backward HBM bytes of the flash-backward calls torch's ring adds over the one call the attention op is
+    priced as, on the GPU that runs every step on its whole queries (module docstring):
+
+    (c − 1)·(3·ab + 8)·E_o
+
+    (FlashAttention-2's ``flash_bwd_dot_do_o_kernel`` reads dO and O and zeroes the float32 dQ accumulator,
+    ``flash_bwd_convert_dq_kernel`` reads it and writes dQ, at every call; ``steps`` = c, ``out_elements``
+    E_o). 0 for c ≤ 1."""
+    if steps <= 1:
+        return 0.0
+    return (steps - 1.0) * (3.0 * ab + DQ_ACCUM_BYTES) * out_elements

@@ -152,7 +152,10 @@ def core_attention_ops(
     ops = []
     for op in attention_ops(model, shape):
         if op.kind == "attention" and window is not None:
-            op = op._replace(  # without the kernel call: the scalar attention efficiency
+            # the kernel call stays: the head-width shape factor and the softmax exponentials' bound apply to the
+            # windowed share as to the causal one (cost.compute.attention_time_s), so the block costs the mean of
+            # its window and full layers; the window's own short-key-range rate is not priced (docs/model.md §7)
+            op = op._replace(
                 causal_fraction=layer_causal_fraction(
                     window,
                     shape.seq_length,
@@ -160,7 +163,6 @@ def core_attention_ops(
                     window_share,
                     model.window_kind == "chunked",
                 ),
-                attention_call=None,
             )
         ops.append(op)
     return ops

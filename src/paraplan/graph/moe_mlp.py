@@ -18,6 +18,8 @@ from paraplan.graph.transformer import LayerShape, _gemm, _memory, mlp_intermedi
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import shared_width
 
+# the host synchronisation of a clamped GLU's activation (clamped_glu_ops); the dispatch's is "dispatch_host_sync"
+ACTIVATION_SYNC = "activation_host_sync"
 ROUTER_SCORE_BYTES = (
     4  # router logits/probabilities in fp32 (Megatron-Core moe_router_dtype / router softmax)
 )
@@ -81,8 +83,10 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     ops = [] if fused else [_memory("permute", ab * h * (tokens + sent))]
     if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
         ops.append(_memory("sort_chunks", 2 * ab * h * sent))
+    ops.append(_grouped_gemm("expert_fc1", local, m, p * f, h))
+    if model.glu_clamp is not None:
+        ops += clamped_glu_ops(ab, local * m, p * f)
     ops += [
-        _grouped_gemm("expert_fc1", local, m, p * f, h),
         _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
         _grouped_gemm("expert_fc2", local, m, h, f),
     ]
@@ -111,6 +115,32 @@ def expert_output_bias_op(act_bytes: int, hidden: int, rows: float) -> Op:
     written and read once more beside the read of g): 6·R·h·bytes as well."""
     moved = 6.0 * act_bytes * hidden * rows
     return Op("expert_output_bias", "memory", 0.0, moved, 0.0, moved)
+
+
+def clamped_glu_ops(act_bytes: int, rows: float, width: float) -> list[Op]:
+    """The clamp of a clamped GLU (gpt-oss: the gate half clamped above, the linear half to ±limit) before the
+    fused activation, as Megatron-Core runs it (megatron/core/fusions/fused_bias_geglu.py
+    weighted_bias_quick_geglu_impl at b0cc2706, the Megatron-LM of Megatron-Bridge v0.3.0 / NeMo 26.02, called by
+    TEGroupedMLP for gpt-oss's quick_gelu GLU with bias_activation_fusion): ``input.chunk(2, -1)``, two eager
+    ``clamp`` kernels and a ``torch.cat`` of the halves, outside the compiled activation. Bytes over the R×w fc1
+    output (w = p·f_e, e = ``act_bytes`` per element): forward, each clamp reads and writes its half (2) and the
+    concatenation reads and writes the whole (2): 4·R·w·e; backward, PyTorch's clamp_backward
+    (torch/csrc/autograd/FunctionsManual.cpp: ``where(self <= max, grad, 0)`` for the gate half,
+    ``where((self >= min).logical_and_(self <= max), grad, 0)`` for the linear half, bool masks of 1 B): the gate
+    half reads its input and writes a mask (e + 1), then reads the mask and the gradient and writes the result
+    (2e + 1); the linear half makes two masks (2e + 2), ands them in place (3) and selects (2e + 1); the chunk's
+    gradient concatenates the halves' (2e per element of w): R·(w/2)·(3e + 2 + 4e + 6) + 2·R·w·e =
+    R·w·(11e + 8)/2, 15·R·w bytes in bf16. Then ``torch.tensor(linear_offset, device=input.device)``, a
+    pageable host-to-device copy that PyTorch runs as cudaMemcpyAsync + cudaStreamSynchronize
+    (aten/src/ATen/native/cuda/Copy.cu memcpy_and_sync; pytorch/pytorch issue #120996: ``torch.tensor(3.14,
+    device=dev)`` synchronises, ``torch.full`` does not): one host synchronisation per forward, the op
+    ``activation_host_sync`` (cost.host.host_sums prices it as the dispatch's, its own re-issue after it)."""
+    elements = rows * width
+    backward = elements * (11.0 * act_bytes + 8.0) / 2.0
+    return [
+        Op("expert_glu_clamp", "memory", 0.0, 4.0 * act_bytes * elements, 0.0, backward),
+        Op(ACTIVATION_SYNC, "host_sync", 0.0, 0.0, 0.0, 0.0),
+    ]
 
 
 def expert_knob_inputs(shape: LayerShape) -> tuple:
@@ -252,7 +282,10 @@ def moe_mlp_activation_bytes(
     Megatron-Core's TEGroupedMLP multiplies the routing weights inside the activation
     (weighted SwiGLU, moe_apply_probs_on_input off), so un-permute is a plain scatter-add.
     Shared experts keep f_s/t × cost.memory.mlp_intermediate_bytes per token.
-    ``layernorm`` drops the norm input, ``moe_act`` the activation output, ``shared_experts`` the
+    With a clamped GLU (clamped_glu_ops) the clamps keep the fc1 output (their inputs) and the fused activation
+    its clamped copy, p·f_e/etp more at 2 B per row (clamped_copy_bytes).
+    ``layernorm`` drops the norm input, ``moe_act`` the activation output and the clamped copy (the
+    checkpointed activation keeps only its input), ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
     gin = shape.gemm_input_bytes
@@ -263,15 +296,21 @@ def moe_mlp_activation_bytes(
     rows = routed_rows(model, shape, expert)
     f = (model.moe_ffn_hidden or 0) / expert.etp
     p = model.mlp_input_projections
-    routed = rows * (
-        gin * h + ab * p * f + (0.0 if "moe_act" in modules else gin * f) + ROUTER_SCORE_BYTES
-    )
+    act = 0.0 if "moe_act" in modules else gin * f + clamped_copy_bytes(model, ab * p * f)
+    routed = rows * (gin * h + ab * p * f + act + ROUTER_SCORE_BYTES)
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0
     if model.shared_experts and "shared_experts" not in modules:
         fs = shared_width(model)
         shared = shape.local_tokens * fs * mlp_intermediate_bytes(model, shape) / t
     return norm + router + routed + shared
+
+
+def clamped_copy_bytes(model: ModelSpec, fc1_row_bytes: float) -> float:
+    """Bytes per routed row a clamped GLU keeps beyond the fc1 output: the concatenated clamped copy
+    (``fc1_row_bytes``, one fc1 output row) that Megatron-Core's fused activation saves for its backward while the
+    clamps' autograd nodes keep their input, the fc1 output itself (clamped_glu_ops); 0 without a clamp."""
+    return fc1_row_bytes if model.glu_clamp is not None else 0.0
 
 
 def dense_mlp_activation_bytes(

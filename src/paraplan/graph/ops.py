@@ -148,7 +148,8 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
     ),
     "mla_up_proj": ("mla_q_up", "mla_kv_up", "mla_rotary_concat"),
     "layernorm": ("input_norm", "post_attention_norm"),
-    "moe_act": ("expert_activation",),
+    # TEGroupedMLP's bias_act_func holds a clamped GLU's clamp (graph.moe_mlp.clamped_glu_ops)
+    "moe_act": ("expert_glu_clamp", "expert_activation"),
     "shared_experts": (
         "shared_expert_in_projection",
         "shared_expert_activation",
@@ -163,6 +164,8 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
         "expert_fc1",
         "unsort_chunks",
         "dispatch_host_sync",
+        "expert_glu_clamp",
+        "activation_host_sync",
         "expert_activation",
         "expert_fc2",
         "expert_output_bias",

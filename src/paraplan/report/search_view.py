@@ -335,6 +335,10 @@ def problem_dict(problem: SearchProblem, tokens: float | None = None) -> dict:
         "framework": problem.framework,
         "price_per_gpu_hour": problem.price_per_gpu_hour,
         "tokens": tokens,
+        # the router's expert spread every plan is priced at, where the search states one (--expert-load-cv)
+        **(
+            {"expert_load_cv": problem.expert_load_cv} if problem.expert_load_cv is not None else {}
+        ),
         "restrictions": {
             "tp": problem.tp,
             "pp": problem.pp,

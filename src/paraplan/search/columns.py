@@ -101,6 +101,7 @@ def plan_columns(table, index, grid_values: dict) -> dict[str, np.ndarray]:
         values[name] = np.array([getattr(ExpertOption(*e), field) for e in experts])[chosen]
     values["capacity_factor"] = _default_column(table.problem.capacity_factor, len(index))
     values["moe_balance"] = np.full(len(index), table.problem.moe_balance)
+    values["expert_load_cv"] = _default_column(table.problem.expert_load_cv, len(index))
     n = len(index)
     return {
         name: values[name]

@@ -23,6 +23,7 @@ FIXED_FIELDS = (
     "attention",
     "capacity_factor",
     "moe_balance",
+    "expert_load_cv",
 )
 
 

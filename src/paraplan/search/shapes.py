@@ -24,6 +24,7 @@ def expert_shape_of(problem: SearchProblem, choice: ExpertOption) -> ExpertShape
         problem.capacity_factor,
         problem.moe_balance,
         choice.a2a_overlap,
+        problem.expert_load_cv,
     )
 
 

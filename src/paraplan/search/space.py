@@ -57,6 +57,7 @@ from paraplan.specs.rules_moe import (
     dispatcher_rule,
     expert_degree_rules,
     expert_free_rule,
+    expert_load_cv_rule,
     moe_sequence_parallel_rule,
 )
 from paraplan.specs.system import SystemSpec
@@ -153,6 +154,7 @@ class SearchProblem(GridAxes):
     dispatchers: tuple[str, ...] | None = None
     capacity_factor: float | None = None  # fixed for the search (null = dropless)
     moe_balance: str = "learned"  # fixed for the search
+    expert_load_cv: float | None = None  # fixed for the search (null: the published figure)
     vary_offload: bool = True
     vary_overlap: bool = True
     vary_placement: bool = True
@@ -371,7 +373,12 @@ class SearchProblem(GridAxes):
         return tuple(out)
 
     def _check_expert_axes(self, factorizations) -> None:
-        """The expert axes (--ep, --etp, --dispatcher) name values some plan can take (specs.moe_plan rules)."""
+        """The expert axes (--ep, --etp, --dispatcher) name values some plan can take, and the router's expert spread
+        (--expert-load-cv) is one the model's router can have (specs.rules_moe rules)."""
+        if rule := expert_load_cv_rule(self.model, self.expert_load_cv):
+            raise InputError.from_violations(
+                [Violation("expert_load_cv", self.expert_load_cv, rule)]
+            )
         given = {
             name: values
             for name, values in (

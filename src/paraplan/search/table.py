@@ -51,6 +51,7 @@ from paraplan.step.build import (
 )
 from paraplan.step.compose import BLOCK_TERM_NAMES, StepInputs
 from paraplan.step.constants import system_pair_share
+from paraplan.step.dualpipe import overlapped_pairs, pair_compute_s
 from paraplan.step.layout import model_layer_kinds
 
 # a block search's row tables ask again for the cost ids (layer shape, spans) of earlier blocks' tables (DeepSeek-V3
@@ -112,7 +113,7 @@ class RowTable:
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
         # its floor of what a DualPipe pair cannot hide: less its EP parts, compute over the pair's SM share
         self._kept = np.zeros(len(self.first))
-        self._slowed = 1.0 / system_pair_share(problem.system) - 1.0
+        self._share = system_pair_share(problem.system)
         self._worked = np.zeros(len(self.first), dtype=bool)
         self.blocks = (
             None  # per kind, the BlockCost of every unit (allocate), filled as units are read
@@ -267,8 +268,8 @@ class RowTable:
                 least = work if least is None else np.minimum(least, work)
                 # what a DualPipe pair cannot hide (step.dualpipe.overlapped_pair_s): C/s + X, s where it dispatches
                 compute = terms.forward + terms.backward + terms.recompute
-                slowed = np.where(terms.ep_comm > 0.0, compute * self._slowed, 0.0)
-                rest = work - terms.ep_forward - terms.ep_backward + slowed
+                paired = pair_compute_s(compute, terms.ep_comm > 0.0, self._share)
+                rest = work - terms.ep_forward - terms.ep_backward - compute + paired
                 kept = rest if kept is None else np.minimum(kept, rest)
             self._work[need] = least
             self._kept[need] = np.maximum(kept, 0.0)
@@ -341,7 +342,7 @@ class RowTable:
         bound = m * (fullest * unit + p2p) + bubble
         if not np.any(dualpipe):
             return bound
-        pairs = np.maximum(m - pp - 1, 0)
+        pairs = overlapped_pairs(pp, m)
         stage = fullest * unit + p2p
         paired = (m - pairs) * stage + pairs * np.maximum(fullest * kept, stage / 2.0) + bubble
         paired = np.where(_at(dualpipe_only, rows), paired, np.minimum(paired, bound))

@@ -135,6 +135,12 @@ class ModelSpec(InputModel):
         description="sliding: query i sees the w keys before it; chunked: the keys of its own block of w "
         "tokens (Llama 4's chunked attention, attention_chunk_size; transformers modeling_llama4)",
     )
+    glu_clamp: float | None = Field(
+        None,
+        gt=0,
+        description="the experts' clamped GLU: the gate clamped above and the linear half to ±limit before "
+        "the activation (gpt-oss swiglu_limit; graph.moe_mlp.expert_glu_clamp_op); null: no clamp",
+    )
     # ---- end of the MoE block -------------------------------------------------------------
 
     # ---- architectures beyond decoder-only GPT, and explicit layer lists (issue 10) -------------

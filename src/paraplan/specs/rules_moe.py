@@ -6,6 +6,7 @@ Sources: Megatron-LM's argument checks (megatron/training/arguments.py) unless a
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from paraplan.specs.errors import Violation
@@ -48,6 +49,24 @@ def dispatcher_rule(dispatcher: str, capacity_factor: float | None) -> str | Non
     return None
 
 
+def expert_load_cv_rule(model: ModelSpec, cv: float | None) -> str | None:
+    """A learned router's expert spread c (plan.expert_load_cv, graph.routing.rank_load_spread): the coefficient of
+    variation of the E experts' shares p_i of the T·k routed choices. Each token picks k distinct experts, so
+    0 <= p_i <= 1/k with Σp_i = 1, and c² = E·Σp_i² − 1 <= E·k·(1/k)² − 1 = E/k − 1 (k experts take every choice):
+    0 <= c <= √(E/k − 1). A dense model has no router to state it for. None (the published figure) is allowed."""
+    if cv is None:
+        return None
+    if not model.is_moe:
+        return "the router's expert spread needs a mixture-of-experts model; leave it unset"
+    top = math.sqrt(max(model.experts / max(model.top_k, 1) - 1.0, 0.0))
+    if not (math.isfinite(cv) and 0.0 <= cv <= top):
+        return (
+            f"allowed: 0 <= expert_load_cv <= √(experts/top_k − 1) = {top:.4g} for {model.name} "
+            f"(experts={model.experts}, top_k={model.top_k})"
+        )
+    return None
+
+
 def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: bool) -> str | None:
     """Megatron-Core refuses MoE layers with tensor parallelism but without sequence parallelism
     ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
@@ -59,13 +78,15 @@ def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: boo
 
 def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Violation]:
     """Rules of the MoE knobs (``moe`` a specs.moe_plan.MoEPlanFields) against the model and the degrees."""
+    cv_rule = expert_load_cv_rule(model, moe.expert_load_cv)
+    out = [Violation("plan.expert_load_cv", moe.expert_load_cv, cv_rule)] if cv_rule else []
     if not model.is_moe:
-        return [
+        return out + [
             Violation(f"plan.{name}", value, rule)
             for name, value in (("ep", dims.ep), ("etp", moe.etp))
             if (rule := expert_free_rule(model, value))
         ]
-    out = [Violation(*rule) for rule in expert_degree_rules(model, dims)]
+    out += [Violation(*rule) for rule in expert_degree_rules(model, dims)]
     if rule := dispatcher_rule(moe.moe_dispatcher, moe.capacity_factor):
         out.append(Violation("plan.capacity_factor", moe.capacity_factor, rule))
     if "mla_up_proj" in (moe.recompute_modules or ()) and not model.is_mla:

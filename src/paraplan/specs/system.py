@@ -393,6 +393,12 @@ class AcceleratorSpec(InputModel):
             sustained_clock_fraction(value, tdp)  # a cap at or below the idle draw is refused
         return value
 
+    def hbm_rate(self) -> float:
+        """Achieved HBM bytes/s of a memory-bound pass, the analytical rate: hbm_bandwidth · efficiency.hbm
+        (the datasheet bandwidth times the share a streaming kernel reaches). The one reading of it: every
+        copy, element-wise pass and accumulation priced without a measured table reads it."""
+        return self.hbm_bandwidth * self.efficiency.hbm
+
     def clock_fraction(self) -> float:
         """Share of the datasheet SM clock sustained under power_cap_w (specs.power)."""
         return sustained_clock_fraction(self.power_cap_w, self.tdp_w)

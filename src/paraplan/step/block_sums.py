@@ -46,7 +46,8 @@ class BlockCompute(NamedTuple):
     # (cost.rng_state); the copies of each forward run are in ``sync_idle`` / ``sync_wait``
     rng_checkpoint: float = 0.0
     # GPU idle in the backward while the host issues its kernels, under synchronous launches (the forward's is in
-    # ``sync_idle``: cost.host.launch_blocking_idle_s)
+    # ``sync_idle``: cost.host.launch_blocking_idle_s), and after the synchronisations a selective recomputation
+    # re-runs (cost.host.HostSums.recompute_sync_idle)
     backward_idle: float = 0.0
 
 
@@ -114,7 +115,8 @@ def block_compute(
         rng_checkpoint=rng_checkpoint,
         backward_idle=launch_blocking_idle_s(
             host.backward, eff.launch_blocking, host.kernels_backward, eff.host_sync_latency_s
-        ),
+        )
+        + host.recompute_sync_idle,
     )
 
 
@@ -313,9 +315,8 @@ def tp_layout_copy_s(collective_bytes: float, system: SystemSpec) -> float:
     """Seconds of one sequence-parallel collective's layout copy on a DTensor stack: 2·S at the plain HBM rate,
     S its whole tensor's bytes (cost.runtimes.tp_layout_copy_bytes, runtime_copy_s: one cat kernel, no eager
     traffic factor)."""
-    acc = system.accelerator
     return runtime_copy_s(
-        1.0, tp_layout_copy_bytes(collective_bytes), acc.hbm_bandwidth * acc.efficiency.hbm
+        1.0, tp_layout_copy_bytes(collective_bytes), system.accelerator.hbm_rate()
     )
 
 

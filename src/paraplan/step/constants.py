@@ -30,7 +30,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
         host_bandwidth=acc.host_bandwidth or 1.0,
-        hbm_rate=acc.hbm_bandwidth * acc.efficiency.hbm,
+        hbm_rate=acc.hbm_rate(),
         weight_bytes=state.weights,
         grad_bytes=state.gradients,
         grad_reduce_bytes=grad_reduce_bytes(system, dtype, knobs),

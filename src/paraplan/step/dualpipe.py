@@ -31,6 +31,15 @@ def pair_compute_share(sm_count, comm_sms):
     return max(sm_count - comm_sms, 1) / sm_count
 
 
+def pair_compute_s(compute: Num, dispatches: Num, compute_share: Num) -> Num:
+    """C/s: seconds of a pair's compute C on the share s of the SMs left to it (``pair_compute_share``) where
+    the pair has expert-parallel communication (``dispatches``), whose kernels the SMs are given to; C
+    elsewhere. The first term of ``overlapped_pair_s``, and the one reading of it in the search's floor of
+    what a pair cannot hide, C/s + X (F&B = max(C/s, E + P) + X >= C/s + X: search.table,
+    search.bounds.work_floors, search.bounds.expert_floors)."""
+    return compute / where(dispatches, compute_share, 1.0)
+
+
 def overlapped_pair_s(parts: dict[str, Num], ep_comm_s: Num, compute_share: Num) -> Num:
     """F&B: seconds of one forward chunk and one backward chunk of two micro-batches run as one pair
     (DeepSeek-V3 report §3.2.1, Figure 4; Table 2's F&B), from a stage's per-micro-batch parts
@@ -44,8 +53,7 @@ def overlapped_pair_s(parts: dict[str, Num], ep_comm_s: Num, compute_share: Num)
     (BlockTerms.ep_comm), P the stage's pipeline sends (its ``pp`` part), hidden up to the compute they
     overlap, and X the exposed TP and CP communication, which stays inside each chunk."""
     compute = parts["forward"] + parts["backward"] + parts["recompute"]
-    share = where(ep_comm_s > 0.0, compute_share, 1.0)
-    slowed = compute / share
+    slowed = pair_compute_s(compute, ep_comm_s > 0.0, compute_share)
     other = parts["tp_forward"] + parts["tp_backward"] + parts["cp_forward"] + parts["cp_backward"]
     return slowed + maximum(0.0, ep_comm_s + parts["pp"] - slowed) + other
 

@@ -171,7 +171,7 @@ def stage_arrays(
         [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
     )
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
-    slowest = min(systems, key=lambda s: s.accelerator.hbm_bandwidth * s.accelerator.efficiency.hbm)
+    slowest = min(systems, key=lambda s: s.accelerator.hbm_rate())
     terms = system_terms(slowest, common.dtype, common.runtime)
     # an engine that accumulates gradients itself (step.engines: DeepSpeed's PipelineEngine) sets the
     # accumulation, priced by step.compose.runtime_work as on a uniform plan; Megatron-LM's fuses it into the

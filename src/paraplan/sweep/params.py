@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from paraplan.specs.errors import InputError
 from paraplan.specs.fields import get_in, set_in
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.system import SystemSpec
+from paraplan.specs.system import MODULE_IMPLS, ModuleRole, SystemSpec
 from paraplan.units import UnitError
 
 MODEL_PREFIX = "model."
@@ -69,10 +69,90 @@ def _leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, type]:
 
 
 def numeric_fields() -> dict[str, type]:
-    """Every path ``--set`` accepts: system leaves, then ``model.`` leaves."""
+    """Every numeric path ``--set`` accepts: system leaves, then ``model.`` leaves."""
     fields = _leaves(SystemSpec)
     fields.update(_leaves(ModelSpec, MODEL_PREFIX))
     return fields
+
+
+# system choices ``--set`` leaves alone, and why: what the part is (its kernels and generation), and the kernel the
+# catalog's attention fraction was measured with (a framework profile's attention_kernel converts the fraction with
+# it, cost.frameworks.framework_system; setting the name alone would keep the old kernel's fraction)
+FIXED_CHOICES = {
+    "accelerator.architecture": "the part's generation; give the --system of that part",
+    "accelerator.efficiency.attention_kernel": "the attention fraction is this kernel's; give a --framework "
+    "profile whose attention_kernel names the kernel (the fraction is converted to it)",
+}
+
+
+@dataclass(frozen=True)
+class Names:
+    """The allowed names of a leaf that holds a tuple of them (``efficiency.cuda_graph_scope``'s Megatron-Core
+    regions): one ``--set`` value joins them with '+' (a comma separates a sweep's values)."""
+
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"NAME+NAME+... of {', '.join(self.names)}"
+
+
+def _names_of(annotation) -> tuple | None:
+    """The allowed values of a choice leaf: a Literal's values; a union of a Literal and a tuple of another Literal
+    (a word, or a list of names: ``efficiency.cuda_graph_scope``): the words and the Names; else None."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    if get_origin(annotation) not in (Union, types.UnionType):
+        return None
+    out: tuple = ()
+    for arg in get_args(annotation):
+        if get_origin(arg) is Literal:
+            out += get_args(arg)
+        elif get_origin(arg) is tuple and get_origin(get_args(arg)[0]) is Literal:
+            out += (Names(get_args(get_args(arg)[0])),)
+        else:
+            return None
+    return out
+
+
+def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple]:
+    """Dotted path -> allowed values of every switch (bool: false, true) and choice (_names_of) leaf."""
+    out: dict[str, tuple] = {}
+    for name, info in schema.model_fields.items():
+        annotation = _strip(info.annotation)
+        path = f"{prefix}{name}"
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(_choice_leaves(annotation, path + "."))
+        elif annotation is bool:
+            out[path] = (False, True)
+        elif (names := _names_of(annotation)) is not None:
+            out[path] = names
+        elif annotation == dict[ModuleRole, str]:  # module_impl: its roles' names, MODULE_IMPLS
+            out.update({f"{path}.{role}": impls for role, impls in MODULE_IMPLS.items()})
+    return out
+
+
+def choice_fields() -> dict[str, tuple]:
+    """The system's switch and choice leaves ``estimate --set`` and ``search --set`` take, one value each (the
+    run-wide mechanisms a framework profile writes into ``accelerator.efficiency.runtime``, NCCL's
+    ``network.collnet_enabled``, ...): path -> allowed values, less FIXED_CHOICES. A sweep's axes stay numeric."""
+    return {p: v for p, v in _choice_leaves(SystemSpec).items() if p not in FIXED_CHOICES}
+
+
+def _choice_text(values: tuple) -> str:
+    return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+
+
+def _choice_value(path: str, text: str, allowed: tuple):
+    """A switch's or choice's value as typed -> the schema's value (true/false -> bool); InputError otherwise."""
+    if allowed == (False, True) and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if allowed != (False, True) and text in allowed:
+        return text
+    for names in (a for a in allowed if isinstance(a, Names)):
+        parts = tuple(text.split("+"))
+        if all(part in names.names for part in parts) and len(set(parts)) == len(parts):
+            return parts
+    raise InputError(f"--set {path}: {text!r} is not allowed; allowed: {_choice_text(allowed)}")
 
 
 def _allowed_text() -> str:
@@ -161,8 +241,9 @@ class SetAxis:
         return {"path": self.path, "values": list(self.values)}
 
 
-def parse_set(text: str) -> SetAxis:
-    """``PATH=V1,V2,...`` -> SetAxis; the path must be a numeric leaf of the schemas."""
+def parse_set(text: str, choices: bool = False) -> SetAxis:
+    """``PATH=V1,V2,...`` -> SetAxis; the path must be a numeric leaf of the schemas, or with ``choices`` (estimate,
+    search) also a switch or choice of the system (choice_fields), its values checked here."""
     if "=" not in text:
         raise InputError(
             f"--set: {text!r} is not PATH=VALUE[,VALUE...]; e.g. accelerator.hbm_bandwidth=2TB/s,4TB/s"
@@ -170,12 +251,27 @@ def parse_set(text: str) -> SetAxis:
     path, _, raw = text.partition("=")
     path = path.strip()
     fields = numeric_fields()
+    if choices and path in FIXED_CHOICES:
+        raise InputError(f"--set {path}: not settable; {FIXED_CHOICES[path]}")
+    if choices and path in (switches := choice_fields()):
+        values = tuple(v.strip() for v in raw.split(",") if v.strip())
+        for value in values:
+            _choice_value(path, value, switches[path])
+        if not values:
+            raise InputError(
+                f"--set {path}: no value given; allowed: {_choice_text(switches[path])}"
+            )
+        return SetAxis(path, values)
     if path not in fields:
         known = _is_known_path(path)
-        close = [] if known else difflib.get_close_matches(path, list(fields), n=3, cutoff=0.6)
+        names = list(fields) + (list(choice_fields()) if choices else [])
+        close = [] if known else difflib.get_close_matches(path, names, n=3, cutoff=0.6)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         kind = "not a numeric field" if known else "unknown field"
-        raise InputError(f"--set {path}: {kind}{hint}; allowed (numeric fields): {_allowed_text()}")
+        more = f"; switches and choices: {', '.join(choice_fields())}" if choices else ""
+        raise InputError(
+            f"--set {path}: {kind}{hint}; allowed (numeric fields): {_allowed_text()}{more}"
+        )
     values = tuple(v.strip() for v in raw.split(",") if v.strip())
     if not values:
         raise InputError(f"--set {path}: no values given; write {path}=VALUE[,VALUE...]")
@@ -202,8 +298,8 @@ def _is_known_path(path: str) -> bool:
     return True
 
 
-def parse_sets(texts: list[str]) -> list[SetAxis]:
-    axes = [parse_set(t) for t in texts]
+def parse_sets(texts: list[str], choices: bool = False) -> list[SetAxis]:
+    axes = [parse_set(t, choices) for t in texts]
     seen: set[str] = set()
     for axis in axes:
         if axis.path in seen:
@@ -226,8 +322,15 @@ def check_axes(model: ModelSpec, systems: list[SystemSpec], axes: list[SetAxis])
 
 
 def override_values(axes: list[SetAxis], combo: tuple[str, ...]) -> dict[str, object]:
-    """Path -> value ready for model_validate (plain numbers as numbers, unit strings as strings)."""
-    return {axis.path: _literal(value) for axis, value in zip(axes, combo)}
+    """Path -> value ready for model_validate (plain numbers as numbers, unit strings as strings, a switch's
+    true / false as a bool)."""
+    switches = choice_fields() if any(a.path not in numeric_fields() for a in axes) else {}
+    return {
+        axis.path: _choice_value(axis.path, value, switches[axis.path])
+        if axis.path in switches
+        else _literal(value)
+        for axis, value in zip(axes, combo)
+    }
 
 
 def si_value(model: ModelSpec, system: SystemSpec, path: str):
@@ -283,6 +386,7 @@ __all__ = [
     "SetAxis",
     "apply_overrides",
     "check_axes",
+    "choice_fields",
     "numeric_fields",
     "override_values",
     "parse_gpus",

@@ -27,7 +27,6 @@ from paraplan.cost.compute import (
     grouped_gemm_time_s,
     memory_time_s,
 )
-from paraplan.cost.leaf_grads import hbm_rate
 from paraplan.cost.table_attention import row_kernel_s, shape_prior
 from paraplan.cost.table_interp import leave_one_out
 from paraplan.specs.fields import with_fields
@@ -120,14 +119,14 @@ def _attention(
     kernel = kind.split("_", 1)[1]
     file = table.files[kind]
     label = f"fused attention ({kernel})"
-    rows = kt.attention_rows(table.rows[kind], table.name, file)
+    rows = table.attention[kind]
     prior_of = partial(_attention_prior, kernel)
     if acc is None:  # a table measured on no catalog accelerator: its rows as timed, left out only
         return [_res(file, f"{label}, table leave-one-out", *_loo(rows, 0.0, prior_of))]
     acc_k = with_fields(acc, {"efficiency.attention_kernel": kernel})
     # the rows' kernel times: a bwd row timed on leaf q, k, v less their gradients' accumulation
     # (cost.table_attention.row_kernel_s, cost.leaf_grads), what a step's attention is priced from
-    times = row_kernel_s(table, kind, hbm_rate(acc))
+    times = row_kernel_s(table, kind, acc.hbm_rate())
     measured = [replace(r, time_s=t) for r, t in zip(rows, times)]
     pred = []
     for r in measured:

@@ -53,6 +53,7 @@ from paraplan.step.build import (
     model_block_kinds,
 )
 from paraplan.step.constants import system_pair_share
+from paraplan.step.dualpipe import pair_compute_s
 
 
 def expert_computes(model, system, name: str, shape, experts) -> tuple:
@@ -274,7 +275,7 @@ class KindFloors:
         )
         # what a pair cannot hide: the core's compute joins each option's, slowed with it where it dispatches
         ep, free = rest.paired
-        kept = min((ep + added) / self.share, free + added)
+        kept = min(pair_compute_s(ep + added, True, self.share), free + added)
         ring_s = ring_added_s(ring, rest.attention, extra)
         added += ring_s
         return KindFloor(
@@ -373,13 +374,14 @@ class KindFloors:
                 max(c.attention_forward for c in computes),
                 max(c.attention_backward for c in computes),
             )
+            kept = min(pair_compute_s(paired[0], True, self.share), paired[1])
             found = _remember(
                 self.rest,
                 key,
                 _RestFloor(
                     totals,
                     gemm_backward,
-                    KindFloor(work, forward, rho, min(paired[0] / self.share, paired[1])),
+                    KindFloor(work, forward, rho, kept),
                     attention,
                     paired,
                 ),
@@ -396,7 +398,7 @@ def _paired_least(totals: tuple, dispatched, share: float) -> tuple[float, float
     ep = free = math.inf
     for j in sorted(range(len(totals)), key=totals.__getitem__):
         t = totals[j]
-        if t >= ep / share or (ep < math.inf and free < math.inf):
+        if t >= pair_compute_s(ep, True, share) or (ep < math.inf and free < math.inf):
             return ep, min(free, t)
         if dispatched(j):
             ep = min(ep, t)
@@ -471,9 +473,10 @@ def costing_experts(problem: SearchProblem, tp: int) -> tuple[ExpertShape, ...]:
     """One ExpertShape per (ep, etp) of expert_pairs, with the alltoall dispatcher and no a2a overlap: the costing
     that stands for every dispatcher and overlap switch (their ops are shared: graph.moe.ops_expert_knobs). Memoised."""
     memo = problem._memo.setdefault("costing_experts", {})
+    fixed = (problem.capacity_factor, problem.moe_balance)
     if tp not in memo:
         memo[tp] = tuple(
-            ExpertShape(ep, etp, "alltoall", problem.capacity_factor, problem.moe_balance, False)
+            ExpertShape(ep, etp, "alltoall", *fixed, False, problem.expert_load_cv)
             for ep, etp in expert_pairs(problem, tp)
         )
     return memo[tp]

@@ -36,6 +36,7 @@ from paraplan.step.build import (
 )
 from paraplan.step.compose import BLOCK_TERM_NAMES, block_terms
 from paraplan.step.constants import system_pair_share
+from paraplan.step.dualpipe import pair_compute_s
 
 EXPERT_TERMS = (
     "ep_forward",
@@ -101,14 +102,12 @@ def work_floors(
         found = entries.dispatch[j]
         return dispatch(*found, entries.computes[j]) if found is not None else 0.0
 
-    slowed = 1.0 / system_pair_share(problem.system) - 1.0
+    share = system_pair_share(problem.system)
 
-    def pair_slowed(
-        j,
-    ):  # what a DualPipe pair adds to an entry's compute: C·(1/s − 1) where it dispatches
-        if exposed_dispatch(j) <= 0.0:
-            return 0.0
-        return (entries.computes[j].forward + entries.computes[j].backward) * slowed
+    def pair_slowed(j):
+        """What a DualPipe pair adds to an entry's compute C: C/s − C where it dispatches, 0 elsewhere."""
+        compute = entries.computes[j].forward + entries.computes[j].backward
+        return pair_compute_s(compute, exposed_dispatch(j) > 0.0, share) - compute
 
     work: dict[str, dict] = {}
     paired: dict[str, dict] = {}
