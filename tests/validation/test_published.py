@@ -251,12 +251,15 @@ def test_megatron_bridge_gb300_held_out(report):
 def test_megatron_bridge_nvfp4_held_out(report):
     """Megatron-Bridge 26.02 NVFP4 Llama 3 70B / 3.1 405B rows on GB200 / GB300 NVL72 (mbridge-nvfp4), held out: no
     constant is fitted on an FP4 run; the FP4 GEMMs run at the datasheet FP4 dense peak (GB200 10, GB300 15 PFLOP/s)
-    x the system's gemm_fp8 cap, the recipe's passes as Transformer Engine 2.12 runs them (cost.quantisation).
-    Today all four too fast: 70B -19.2 % (GB300) and -20.9 % (GB200), 405B -11.7 % (GB300) and -7.7 % (GB200), MAPE
-    14.9 %: outside issue 33's bar (docs/model.md, Known limits). Pinned so that a change is seen."""
+    x the system's gemm_fp8 cap x its fp4_gemm_share (GB300 0.627, Transformer Engine's B300 GEMM kernels; GB200 1),
+    the recipe's passes and the per-GEMM scale swizzles as Transformer Engine 2.12 runs them (cost.quantisation,
+    cost.compute.scale_swizzle_s). Today the GB200 rows too fast, 70B -19.7 % and 405B -6.6 %, the GB300 rows too
+    slow, 70B +3.0 % and 405B +12.6 % (its same-layout FP8 row +14.4 %), MAPE 10.5 %: outside issue 33's bar
+    (docs/model.md, Known limits). Pinned so that a change is seen."""
     errors = _file_errors(report, "mbridge-nvfp4", 4)
-    assert _mape(errors) <= 15.5 and max(abs(e) for e in errors) <= 21.5
-    assert all(e < 0 for e in errors)
+    assert _mape(errors) <= 11.0 and max(abs(e) for e in errors) <= 20.5
+    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-nvfp4"]]
+    assert all((c["error_pct"]["step_time_s"] > 0) == ("gb300" in c["name"]) for c in cases)
 
 
 def test_gcp_gpu_recipes_held_out(report):

@@ -14,6 +14,11 @@ Each row records how it was timed (``method``):
   back-to-back ``torch.mm`` of a square n × n × n after 6 warm-up, timed by the wall clock around the loop (the
   host runs ahead, as in MAMF), best of a few sizes; in fp16 where the part has no bf16 (V100, T4). On parts both
   sources measured it sits 0.7-2.5 % under MAMF (catalog/benchmarks/gemm.yaml).
+- ``torchao_bench_matmul`` (the row's own ``source``, pytorch/ao pull request #2427): torchao's
+  benchmarks/float8/bench_matmul.py on a B200, a bf16 ``torch.mm`` and an NVFP4 ``torch._scaled_mm`` at the same
+  square shape, each the GEMM kernel's GPU time from the profiler. Recorded in pairs (``GEMM_BENCHMARK_FP4``), for
+  comparison only: FP4 GEMMs are priced at the FP4 peak x the fp8 cap x the part's fp4_gemm_share (1 on B200), and the pairs
+  show what share of its peak an NVFP4 kernel keeps against bf16 in one harness (docs/hardware.md).
 
 How the catalog uses a row (cost.compute.gemm_benchmark_cap): the *kernel cap* is the cap at which
 ``gemm_time_s`` with zero ramp reproduces the row's TFLOPS at the row's shape (the model's tile/wave and depth
@@ -53,16 +58,22 @@ class GemmBenchmark:
     method: str = "mamf"  # how it was timed: "mamf" or "wall_clock_loop" (module docstring)
 
 
-def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark]]:
-    """(the file's source, system -> its bf16 cap's row, system -> fp8 row) from catalog/benchmarks/gemm.yaml;
-    the bf16 cap's row is in the part's half precision (fp16 on Volta, which has no bf16)."""
+FP4Pairs = dict[str, tuple[tuple[GemmBenchmark, GemmBenchmark], ...]]
+
+
+def _load() -> tuple[str, dict[str, GemmBenchmark], dict[str, GemmBenchmark], FP4Pairs]:
+    """(the file's source, system -> its bf16 cap's row, system -> fp8 row, system -> its (nvfp4 row, the same
+    harness's bf16 row) pairs) from catalog/benchmarks/gemm.yaml; the bf16 cap's row is in the part's half
+    precision (fp16 on Volta, which has no bf16)."""
     data = packaged_yaml(_DATA.read_text())
     rows = {k: GemmBenchmark(**{**v, "shape": tuple(v["shape"])}) for k, v in data["rows"].items()}
+    fp4 = {s: tuple((rows[a], rows[b]) for a, b in pairs) for s, pairs in data["fp4"].items()}
     return (
         data["source"],
         {s: rows[r] for s, r in data["bf16"].items()},
         {s: rows[r] for s, r in data["fp8"].items()},
+        fp4,
     )
 
 
-GEMM_BENCHMARK_SOURCE, GEMM_BENCHMARK_BF16, GEMM_BENCHMARK_FP8 = _load()
+GEMM_BENCHMARK_SOURCE, GEMM_BENCHMARK_BF16, GEMM_BENCHMARK_FP8, GEMM_BENCHMARK_FP4 = _load()

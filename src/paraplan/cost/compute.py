@@ -22,6 +22,7 @@ from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
+from paraplan.cost.quantisation import scale_swizzle_bytes
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
 from paraplan.specs.system import QUANTISED_INPUT_BYTES, AcceleratorSpec, gemm_cap_key
@@ -429,6 +430,14 @@ def grouped_gemm_time_s(
     return implementation(flops, shape, acc, dtype)
 
 
+def scale_swizzle_s(shape: tuple, acc: AcceleratorSpec, dtype: str) -> float:
+    """Seconds of the scale-swizzle kernels one block-scaled GEMM call runs before its GEMM: Σ over
+    cost.quantisation.scale_swizzle_bytes (one kernel per operand, nvfp4 at Transformer Engine v2.12) of
+    ``memory_time_s``, an HBM-bound kernel each (the measured copies, else bytes / (B_HBM·η) + kernel overhead)."""
+    swizzle = acc.efficiency.runtime.nvfp4_scale_swizzle
+    return sum(memory_time_s(nbytes, acc) for nbytes in scale_swizzle_bytes(shape, dtype, swizzle))
+
+
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
     stack's norms, activations, residual adds and loss from the measured kernels where the system's table
@@ -438,10 +447,15 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
         b, m, n, k = op.gemm_shape
         half = op.bwd_flops / 2.0
+
+        def call(flops: float, shape: tuple) -> float:  # one GEMM call and its scale swizzles
+            if flops <= 0:
+                return 0.0
+            return time(flops, shape, acc, dtype) + scale_swizzle_s(shape, acc, dtype)
+
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
-        return time(op.fwd_flops, op.gemm_shape, acc, dtype), time(
-            half, (b, m, k, n), acc, dtype
-        ) + time(half, (b, k, n, m), acc, dtype)
+        fwd = call(op.fwd_flops, op.gemm_shape)
+        return fwd, call(half, (b, m, k, n)) + call(half, (b, k, n, m))
     if (
         op.kind == "host_sync"
     ):  # no kernel: its GPU idle is priced on the host (cost.host.sync_terms)

@@ -140,6 +140,29 @@ def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> floa
     return operand_bytes(recipe, dtype)
 
 
+NVFP4_SCALE_BYTES = (
+    1.0 / 16.0
+)  # one E4M3 scale per 16-element block (specs.system.QUANTISED_INPUT_BYTES)
+
+
+def scale_swizzle_bytes(shape: tuple, dtype: str, swizzle: bool) -> tuple[float, ...]:
+    """HBM bytes of each scale-swizzle kernel one GEMM call of (b, m, n, k) runs before cuBLASLt, Y = A·B with
+    A of b·m·k and B of b·k·n elements: with ``swizzle`` (efficiency.runtime.nvfp4_scale_swizzle) and nvfp4,
+    one kernel per operand reading and writing its scales, 2·E/16 B for E elements (E4M3 per 16); none else.
+    Transformer Engine v2.12 (5671fd36): NVFP4 tensors are created with unswizzled scales
+    (``NVFP4Quantizer::create_tensor``: ``with_gemm_swizzled_scales = false  /// TODO``), so
+    ``extensions/gemm.cpp`` calls ``swizzle_scales_for_gemm`` on both operands of every GEMM (the cached weight
+    too: the swizzled copy lives for that call only), one ``nvte_swizzle_scaling_factors`` per operand in the
+    orientation the GEMM reads; grouped GEMMs swizzle each operand list in one multi-tensor kernel
+    (``multi_tensor_swizzle_scales_for_gemm``). MXFP8 activations and gradients are quantised into the
+    swizzled layout (``optimize_for_gemm``, but for sequence-parallel gathered operands); MXFP8's remaining
+    per-call swizzles (weights, gathered operands: 1/32 B per element) are not priced."""
+    if not swizzle or dtype != "nvfp4":
+        return ()
+    b, m, n, k = shape
+    return tuple(2.0 * NVFP4_SCALE_BYTES * e for e in (b * m * k, b * k * n))
+
+
 def measured_rate(acc: AcceleratorSpec, op: str, nominal: float, width: float) -> float | None:
     """Bytes/s of the measured fp8 kernel ``op`` at operand width ``width``: ``nominal`` bytes per element
     × the elements/s of its rows at the table's largest token count, log-log linear in the width and

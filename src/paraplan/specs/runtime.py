@@ -67,6 +67,14 @@ class StackRuntimeFields(InputModel):
         "Transformer Engine NVFP4BlockScaling's default (disable_rht False, NVTE_NVFP4_DISABLE_RHT unset: "
         "transformer_engine/common/recipe/__init__.py at v2.12); False: one cast writes both orientations",
     )
+    nvfp4_scale_swizzle: bool = Field(
+        False,
+        description="nvfp4 runs quantise into the plain scale layout and every GEMM call swizzles each "
+        "operand's E4M3 scales into the layout cuBLASLt reads, one kernel per operand "
+        "(cost.compute.scale_swizzle_s): Transformer Engine v2.12 NVFP4Quantizer::create_tensor "
+        "with_gemm_swizzled_scales = false, extensions/gemm.cpp swizzle_scales_for_gemm; False: the quantiser "
+        "writes the swizzled layout itself (TE pull requests #3011 and #3190, 2026)",
+    )
     cp_ring: Literal["transformer-engine", "torch-sdpa"] = Field(
         "transformer-engine",
         description="whose K/V ring runs the attention under context parallelism: Transformer Engine's "

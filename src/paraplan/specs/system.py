@@ -51,8 +51,7 @@ QUANTISED_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0
 
 
 def gemm_cap_key(dtype: str) -> str:
-    """The efficiency cap that prices a GEMM in ``dtype``: gemm_fp8 for fp8 and FP4 (no FP4 GEMM
-    measurement in the catalog: the fp8 share stands in, docs/model.md "Datatypes"), gemm otherwise."""
+    """The cap pricing a ``dtype`` GEMM: gemm_fp8 for fp8 and FP4 (× fp4_gemm_share), else gemm."""
     return "gemm_fp8" if dtype in LOW_PRECISION else "gemm"
 
 
@@ -233,6 +232,11 @@ class EfficiencySpec(HostFields, EagerFields):
 
     gemm: Fraction = Field(0.8, description="fraction of peak matrix FLOP/s reached by large GEMMs")
     gemm_fp8: Fraction | None = Field(None, description="as gemm, for fp8 GEMMs; default = gemm")
+    fp4_gemm_share: Fraction = Field(
+        1.0,
+        description="an FP4 GEMM kernel's share of its peak over the fp8 kernel's, timed alike on the part: "
+        "FP4 GEMMs run at the FP4 peak x gemm_fp8 x this (docs/model.md 'Datatypes'); 1: the fp8 share",
+    )
     gemm_ramp_s: Seconds = Field(
         40e-6,
         description="fixed ramp-up/tail time of one GEMM at full rate (size effect: t = F/R + t_ramp)",
@@ -466,11 +470,10 @@ class AcceleratorSpec(InputModel):
         return rate * self.clock_fraction()
 
     def gemm_efficiency_cap(self, dtype: str) -> float:
-        """Achievable share of the dtype's peak: the cap ``gemm_cap_key`` names (gemm_fp8 for fp8 and
-        FP4), gemm where the profile leaves gemm_fp8 unset."""
-        if gemm_cap_key(dtype) == "gemm_fp8" and self.efficiency.gemm_fp8 is not None:
-            return self.efficiency.gemm_fp8
-        return self.efficiency.gemm
+        """Share of the dtype's peak: gemm_cap_key's cap (gemm if gemm_fp8 unset) × fp4_gemm_share."""
+        eff = self.efficiency
+        fp8 = gemm_cap_key(dtype) == "gemm_fp8" and eff.gemm_fp8 is not None
+        return (eff.gemm_fp8 if fp8 else eff.gemm) * (eff.fp4_gemm_share if dtype in FP4 else 1.0)
 
 
 class SystemSpec(InputModel):
