@@ -59,6 +59,11 @@ class Op(NamedTuple):
     # layernorm, gelu, gelu_new, swiglu, add, dropout_add, cross_entropy, qk_rmsnorm, rotary, rotary_normed;
     # rows; width of the tensor it works on)
     kernel: tuple[str, float, float] | None = None
+    # a GEMM run in another dtype than the plan's (cost.compute.op_times_s): "bf16" for a MaxText one-hot
+    # embedding in an fp8 run, "tf32" for its fp32 logits dot (graph.transformer.embedding_block / lm_head_block)
+    dtype: str | None = None
+    # False: the GEMM's input X needs no gradient (a one-hot of token ids), so its backward is dW alone
+    input_grad: bool = True
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
@@ -346,6 +351,8 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.causal_fraction,
         op.attention_call,
         op.kernel,
+        op.dtype,
+        op.input_grad,
     )
 
 
