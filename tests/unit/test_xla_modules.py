@@ -6,7 +6,7 @@ import pytest
 
 from paraplan.catalog import load_model, load_system
 from paraplan.cost.compute import gemm_time_s, op_times_s
-from paraplan.graph.transformer import LayerShape, embedding_block, lm_head_block
+from paraplan.graph.transformer import LayerShape, decoder_layer_1d, embedding_block, lm_head_block
 from paraplan.graph.xla_modules import fp32_logits_op, one_hot_embedding_op
 
 H100 = load_system("dgx-h100-80gb").accelerator
@@ -73,3 +73,21 @@ def test_blocks_follow_module_impl():
     assert op.kind == "gemm" and op.gemm_shape == (1, 16384, 4096, 16000)
     head = lm_head_block(model, _shape(), False)
     assert next(o for o in head.ops if o.name == "lm_head").dtype is None
+
+
+def test_separate_projections_split_qkv_and_mlp_in():
+    # llama2-7b (MHA: q = kv = 4096, SwiGLU f = 11008), 16384 tokens: q, k, v 16384×4096×4096 each, gate and
+    # up 16384×11008×4096 each; FLOPs sum to the fused GEMMs'
+    model = load_model("llama2-7b")
+    fused = decoder_layer_1d(model, _shape())
+    apart = decoder_layer_1d(model, _shape((("projections", "separate"),)))
+    qkv = [o for o in apart.ops if o.name == "qkv_projection"]
+    mlp_in = [o for o in apart.ops if o.name == "mlp_in_projection"]
+    assert [o.gemm_shape for o in qkv] == [(1, 16384, 4096, 4096)] * 3
+    assert [o.gemm_shape for o in mlp_in] == [(1, 16384, 11008, 4096)] * 2
+    assert sum(o.fwd_flops for o in qkv) == pytest.approx(2 * 16384 * 12288 * 4096)
+    assert sum(o.fwd_flops for o in apart.ops) == pytest.approx(sum(o.fwd_flops for o in fused.ops))
+    # GQA: llama3-8b q 4096, k and v 1024 each
+    gqa = decoder_layer_1d(load_model("llama3-8b"), _shape((("projections", "separate"),)))
+    widths = [o.gemm_shape[2] for o in gqa.ops if o.name == "qkv_projection"]
+    assert widths == [4096, 1024, 1024]

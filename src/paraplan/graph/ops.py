@@ -375,6 +375,24 @@ def op_sac_split(ops: list[Op], q_width: float, kv_width: float, names: frozense
     return out
 
 
+def separate_projections(
+    ops: list[Op], q_width: float, kv_width: float, mlp_inputs: int
+) -> list[Op]:
+    """The fused qkv_projection as its q, k and v GEMMs (n in the ratio q : kv : kv) and the fused
+    mlp_in_projection as its ``mlp_inputs`` GEMMs (SwiGLU: gate and up), for a stack whose model code runs
+    them apart (module_impl projections separate, graph.xla_modules); the parts keep the fused op's name and
+    recompute flag, FLOPs and bytes share out as n does (_gemm_parts)."""
+    out: list[Op] = []
+    for op in ops:
+        if op.name == "qkv_projection" and op.gemm_shape is not None:
+            out += _gemm_parts(op, (q_width, kv_width, kv_width), (op.selective_recompute,) * 3)
+        elif op.name == "mlp_in_projection" and op.gemm_shape is not None and mlp_inputs > 1:
+            out += _gemm_parts(op, (1.0,) * mlp_inputs, (op.selective_recompute,) * mlp_inputs)
+        else:
+            out.append(op)
+    return out
+
+
 def _gemm_parts(op: Op, ratio: tuple[float, ...], flags: tuple[bool, ...]) -> list[Op]:
     """A fused GEMM (batch, m, n, k) as one GEMM per output slice, n split in ``ratio``; FLOPs and bytes
     share out as n does; each part's ``selective_recompute`` from ``flags``."""

@@ -18,12 +18,9 @@ from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.graph.eager_modules import loss_impl
 from paraplan.graph.tp_collectives import tp_collectives
-from paraplan.graph.xla_modules import (
-    FP32_LOGITS,
-    ONE_HOT_GEMM,
-    fp32_logits_op,
-    one_hot_embedding_op,
-)
+from paraplan.graph.ops import OP_SAC, separate_projections
+from paraplan.graph.xla_modules import FP32_LOGITS, ONE_HOT_GEMM, SEPARATE_PROJECTIONS
+from paraplan.graph.xla_modules import fp32_logits_op, one_hot_embedding_op
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -366,6 +363,9 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         collectives += ulysses_collectives(shape, model.q_width, model.kv_width, model.kv_width)
     elif shape.cp > 1:
         collectives.append(cp_kv_ring(model, shape, tokens))
+    if SEPARATE_PROJECTIONS in shape.module_impl and OP_SAC not in shape.recompute_modules:
+        # q, k, v and the MLP inputs as separate GEMMs (op_sac splits them itself)
+        ops = separate_projections(ops, model.q_width, model.kv_width, model.mlp_input_projections)
     if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
         ops = list(mark_recomputed(ops, shape.recompute_modules, (model.q_width, model.kv_width)))
     return LayerGraph(

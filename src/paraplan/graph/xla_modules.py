@@ -1,5 +1,6 @@
-"""MaxText's variants of the embedding and the LM head GEMM (issue 33): module_impl roles ``embedding`` and
-``logits`` (specs.system.MODULE_IMPLS), which a framework profile or a case's recipe states.
+"""MaxText's variants of the embedding, the LM head GEMM and the input projections (issue 33): module_impl
+roles ``embedding``, ``logits`` and ``projections`` (specs.system.MODULE_IMPLS), which a framework profile or a
+case's recipe states.
 
 - ``embedding: one-hot-gemm``: MaxText's ``use_iota_embed`` (default False, every GPU recipe of the validation
   cases sets it true). google/maxtext MaxText/layers/embeddings.py Embed.__call__, unchanged from efb6d9e
@@ -16,6 +17,12 @@
   reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; jax-ml/jax issue 18934:
   "jax.lax.Precision.DEFAULT with FP32 inputs does matmul in FP32 on V100, TF32 on A100/H100"). The forward
   GEMM and both backward GEMMs run at the TF32 rate.
+- ``projections: separate``: MaxText's ``fused_qkv`` and ``fused_mlp`` (base.yml:97-98 at efb6d9e, both False;
+  the llama model configs leave them): MaxText/layers/attentions.py Attention.__call__ runs query_projection
+  and kv_projection (key, value) as three DenseGenerals (checkpoint names 'query_proj', 'key_proj',
+  'value_proj'), and MaxText/layers/linears.py MlpBlock one DenseGeneral per activation ('wi_0', 'wi_1' for
+  SwiGLU): the q, k, v and gate, up GEMMs run apart, each at its own shape's rate
+  (graph.ops.separate_projections).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from paraplan.graph.ops import Op
 from paraplan.specs.system import LOW_PRECISION
 
 ONE_HOT_GEMM = ("embedding", "one-hot-gemm")
+SEPARATE_PROJECTIONS = ("projections", "separate")
 FP32_LOGITS = ("logits", "fp32-dot")
 
 

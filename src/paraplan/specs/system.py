@@ -63,12 +63,14 @@ HostKind = Literal["linear", "layer_norm", "sdpa", "activation", "elementwise", 
 EagerRole = Literal["norm", "activation", "residual", "loss"]
 EagerPrecision = Literal["bf16", "fp32"]
 # The implementation a stack runs for each module role (graph.eager_modules: "fused", one kernel per op, or a
-# composite of eager element-wise kernels as the named model code writes it; embedding and logits: MaxText's
-# one-hot GEMM and fp32 logits dot, graph.xla_modules).
-ModuleRole = Literal["norm", "activation", "rotary", "loss", "scores", "embedding", "logits"]
+# composite of eager element-wise kernels as the model code writes it; MaxText's: graph.xla_modules).
+ModuleRole = Literal[
+    "norm", "activation", "rotary", "loss", "scores", "embedding", "logits", "projections"
+]
 MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "embedding": ("fused", "one-hot-gemm"),
     "logits": ("fused", "fp32-dot"),
+    "projections": ("fused", "separate"),
     "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
