@@ -57,6 +57,8 @@ def test_recompute_flag_copy_equals_replace():
         0.5,
         (8, 8, 64, True),
         ("add", 2.0, 4.0),
+        "tf32",
+        False,
     )
     assert set(Op._fields) == {
         "name",
@@ -70,6 +72,8 @@ def test_recompute_flag_copy_equals_replace():
         "causal_fraction",
         "attention_call",
         "kernel",
+        "dtype",
+        "input_grad",
     }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)

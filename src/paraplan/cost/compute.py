@@ -441,20 +441,24 @@ def scale_swizzle_s(shape: tuple, acc: AcceleratorSpec, dtype: str) -> float:
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
     stack's norms, activations, residual adds and loss from the measured kernels where the system's table
-    has them: cost.eager_kernels)."""
+    has them: cost.eager_kernels). A GEMM runs in ``op.dtype`` where the graph states one (else the plan's
+    ``dtype``); one whose input needs no gradient (``op.input_grad`` False) runs dW alone in backward."""
     if op.kind in ("gemm", "grouped_gemm"):
         assert op.gemm_shape is not None
         time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
         b, m, n, k = op.gemm_shape
-        half = op.bwd_flops / 2.0
+        gemm_dtype = op.dtype or dtype
 
         def call(flops: float, shape: tuple) -> float:  # one GEMM call and its scale swizzles
             if flops <= 0:
                 return 0.0
-            return time(flops, shape, acc, dtype) + scale_swizzle_s(shape, acc, dtype)
+            return time(flops, shape, acc, gemm_dtype) + scale_swizzle_s(shape, acc, gemm_dtype)
 
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
         fwd = call(op.fwd_flops, op.gemm_shape)
+        if not op.input_grad:
+            return fwd, call(op.bwd_flops, (b, k, n, m))
+        half = op.bwd_flops / 2.0
         return fwd, call(half, (b, m, k, n)) + call(half, (b, k, n, m))
     if (
         op.kind == "host_sync"
