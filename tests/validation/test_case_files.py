@@ -63,8 +63,8 @@ def test_bundled_files_load():
     # + BigScience's tr11 topology benchmarks on Megatron-DeepSpeed (17)
     # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
-    # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 (mbridge-moe-more, 6)
-    assert len(cases) == 242 and len({(c.file, c.name) for c in cases}) == 242
+    # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
+    assert len(cases) == 250 and len({(c.file, c.name) for c in cases}) == 250
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
