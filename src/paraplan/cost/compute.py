@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
 from paraplan.cost import table_attention, table_grouped
-from paraplan.cost.attention import attention_shape_scale, effective_kernel
+from paraplan.cost.attention import attention_shape_scale, effective_kernel, window_tile_factor
 from paraplan.cost.eager_kernels import eager_kernel_times_s
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
@@ -233,15 +233,18 @@ def memory_time_s(
     return max(memory_s, flops / acc.peak_vector_flops(dtype)) + acc.efficiency.kernel_overhead_s
 
 
-def attention_efficiency(acc: AcceleratorSpec, call: tuple[int, int, int, bool] | None) -> float:
+def attention_efficiency(acc: AcceleratorSpec, call: tuple | None, window: int | None = None):
     """Catalog attention fraction (its kernel at the reference shape) × kernel shape factor ratio
-    (cost.attention: FlashAttention-3 paper Fig. 5 curves by sequence, head dim and causal mask)."""
+    (cost.attention: FA3 paper Fig. 5 curves by sequence, head dim and causal mask) × a causal
+    ``window``'s tile factor (cost.attention.window_tile_factor)."""
     eff = acc.efficiency.attention
     if call is None:
         return eff
     q_tokens, kv_tokens, head_dim, causal = call
     kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
-    return eff * attention_shape_scale(kernel, min(q_tokens, kv_tokens), head_dim, causal)
+    seq = min(q_tokens, kv_tokens)
+    tiles = window_tile_factor(kernel, seq, window) if causal else 1.0
+    return eff * attention_shape_scale(kernel, seq, head_dim, causal) * tiles
 
 
 def attention_time_s(
@@ -252,6 +255,7 @@ def attention_time_s(
     call: tuple[int, int, int, bool] | None = None,
     direction: str = "fwd",
     exponentials: float = 0.0,
+    window: int | None = None,
 ) -> float:
     """Fused attention: max(flops · causal_fraction / (peak · attention_efficiency), exponentials /
     softmax exponent rate) + overhead, at the dtype's attention peak (AcceleratorSpec.peak_attention_flops:
@@ -275,7 +279,7 @@ def attention_time_s(
             measured /= acc.clock_fraction()  # timed at the rated power (specs.power)
             return max(measured, exp_s + acc.efficiency.kernel_overhead_s)
     peak = acc.peak_attention_flops(dtype)
-    matrix_s = flops * causal_fraction / (peak * attention_efficiency(acc, call))
+    matrix_s = flops * causal_fraction / (peak * attention_efficiency(acc, call, window))
     return max(matrix_s, exp_s) + acc.efficiency.kernel_overhead_s
 
 
@@ -438,6 +442,22 @@ def scale_swizzle_s(shape: tuple, acc: AcceleratorSpec, dtype: str) -> float:
     return sum(memory_time_s(nbytes, acc) for nbytes in scale_swizzle_bytes(shape, dtype, swizzle))
 
 
+def attention_op_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
+    """(forward, backward) attention_time_s of a fused-attention op with its softmax exponentials; a block
+    for causal-window layers (Op.attention_window: w, windowed share p, score shares) costs p × its
+    windowed layers' time (cost.attention.window_tile_factor) + (1 − p) × its full layers'."""
+    call, parts = op.attention_call, [(1.0, op.causal_fraction, None)]
+    if op.attention_window is not None and call is not None:
+        window, share, window_cf, full_cf = op.attention_window
+        parts = [(share, window_cf, window), (1.0 - share, full_cf, None)]
+    times = [0.0, 0.0]
+    for share, cf, window in parts:
+        exps = softmax_exponentials(op.fwd_flops, cf, call[2]) if call else 0.0
+        for i, (flops, way) in enumerate(((op.fwd_flops, "fwd"), (op.bwd_flops, "bwd"))):
+            times[i] += share * attention_time_s(flops, cf, acc, dtype, call, way, exps, window)
+    return times[0], times[1]
+
+
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
     stack's norms, activations, residual adds and loss from the measured kernels where the system's table
@@ -456,16 +476,10 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
         # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
         fwd = call(op.fwd_flops, op.gemm_shape)
         return fwd, call(half, (b, m, k, n)) + call(half, (b, k, n, m))
-    if (
-        op.kind == "host_sync"
-    ):  # no kernel: its GPU idle is priced on the host (cost.host.sync_terms)
+    if op.kind == "host_sync":  # no kernel: its GPU idle is priced on the host (cost.host)
         return 0.0, 0.0
     if op.kind == "attention":
-        call = op.attention_call
-        exps = softmax_exponentials(op.fwd_flops, op.causal_fraction, call[2]) if call else 0.0
-        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, call, "fwd", exps)
-        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, call, "bwd", exps)
-        return fwd, bwd
+        return attention_op_s(op, acc, dtype)
     eager = eager_kernel_times_s(op, acc, dtype) if op.kernel is not None else None
     if eager is not None:
         return eager

@@ -59,6 +59,9 @@ class Op(NamedTuple):
     # layernorm, gelu, gelu_new, swiglu, add, dropout_add, cross_entropy, qk_rmsnorm, rotary, rotary_normed;
     # rows; width of the tensor it works on)
     kernel: tuple[str, float, float] | None = None
+    # a layer block standing for causal-window layers (graph.mla.core_attention_ops): (window w, share of its
+    # layers windowed, score share of a windowed layer, of a full one); its time is the share-weighted mean
+    attention_window: tuple[int, float, float, float] | None = None
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
@@ -346,6 +349,7 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.causal_fraction,
         op.attention_call,
         op.kernel,
+        op.attention_window,
     )
 
 
