@@ -13,7 +13,12 @@ K/V heads are kept as kv_heads), causal = 1 for top_left, time_us = time_ms x 10
 source file and its line. The benchmark's own tflops column is kept: its FLOP count is the table's
 (forward 4·b·h·s²·d × causal half, backward 2.5× forward; tests/unit/test_cudnn_sdpa_tables.py checks it).
 
-    python benchmarks/cudnn_sdpa/sdpa_table.py SOURCE.csv OUT.csv
+Windowed rows (results/gpt_oss/<gpu>/*.csv, last changed by the same commit: GPT-OSS attention, 128 query and
+128 K/V heads, head dim 64, causal top_left with sliding_window_size 128, batch 2, sequence 2k-32k) are kept
+the same way with window = sliding_window_size (empty for rows without one): the benchmark counts their FLOPs
+as 4·b·h·d·(w·s − w(w−1)/2) forward, the scores a causal window of w keys keeps (graph.mla.window_fraction).
+
+    python benchmarks/cudnn_sdpa/sdpa_table.py SOURCE.csv [SOURCE.csv ...] OUT.csv
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ COLUMNS = [
     "kv_heads",
     "tflops",
     "source_row",
+    "window",
 ]
 
 
@@ -64,15 +70,18 @@ def table_rows(source: Path, name: str) -> list[dict[str, str]]:
                     "kv_heads": row["num_kv_heads"],
                     "tflops": row["tflops"],
                     "source_row": f"{name}:{line}",
+                    "window": row.get("sliding_window_size") or "",
                 }
             )
     return out
 
 
-def main(source: str, out: str) -> None:
-    path = Path(source)
-    name = "/".join(path.parts[-3:])
-    rows = table_rows(path, name)
+def main(*args: str) -> None:
+    *sources, out = args
+    rows = []
+    for source in sources:
+        path = Path(source)
+        rows += table_rows(path, "/".join(path.parts[-3:]))
     with open(out, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
@@ -80,4 +89,4 @@ def main(source: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])

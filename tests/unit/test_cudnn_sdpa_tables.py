@@ -7,7 +7,9 @@ import pytest
 from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost import table_attention
+from paraplan.cost.attention import window_tile_factor
 from paraplan.cost.compute import attention_time_s
+from paraplan.graph.mla import window_fraction
 from paraplan.specs.fields import with_fields
 
 GB200, GB300 = "gb200-cudnn-sdpa", "gb300-cudnn-sdpa"
@@ -25,10 +27,11 @@ SOURCE_ROWS = [
 ]
 
 
-def _rows(ref: str) -> dict[int, dict[str, str]]:
+def _rows(ref: str, source: str = "llama3.1/") -> dict[int, dict[str, str]]:
     return {
         int(r["source_row"].rsplit(":", 1)[1]): r
         for r in kt.load_table(ref).rows["attention_cudnn"]
+        if r["source_row"].startswith(source)
     }
 
 
@@ -49,9 +52,10 @@ def test_the_table_reproduces_its_source_rows(row):
 def test_every_row_has_provenance_and_the_benchmarks_flop_count(ref):
     table = kt.load_table(ref)
     rows = table.rows["attention_cudnn"]
-    assert len(rows) == 20 and all(r["source_row"].startswith("llama3.1/gb") for r in rows)
+    full = [r for r in rows if not r["window"]]
+    assert len(full) == 20 and all(r["source_row"].startswith("llama3.1/gb") for r in full)
     assert "fb682ce761a2705e40f9b5d528737a3e0eb33cec" in table.provenance["source"]
-    for r in rows:  # 3-decimal ms in the source: 0.5 % at the 0.1 ms rows
+    for r in full:  # 3-decimal ms in the source: 0.5 % at the 0.1 ms rows
         work = kt.attention_work(
             2, 64, float(r["seq_len"]), 128, r["causal"] == "1", r["direction"]
         )
@@ -114,8 +118,70 @@ def test_docs_report_the_catalog_analytical_form_against_the_table():
     got = dict(zip([(r.point, r.group) for r in rows], _analytical(acc, rows)))
     # 8192 causal forward: 4·2·64·8192²·128 × 8193/16384 = 2.19929e12 FLOPs at 2.5 PFLOPS × 0.45,
     # shape factor 1 at head dim 128, + 4 us overhead = 1.95893 ms (measured 1.397 ms)
-    assert got[((8192.0,), (128, True, "fwd"))] == pytest.approx(1.958926e-3, rel=1e-6)
+    assert got[((8192.0,), (128, True, "fwd", None))] == pytest.approx(1.958926e-3, rel=1e-6)
     system, residuals = shipped_table_residuals()[GB200]
     assert system == "gb200-nvl72"
     whats = [r.what for r in residuals]
     assert "fused attention (cudnn), catalog analytical form" in whats
+
+
+# windowed rows copied by hand from results/gpt_oss (same commit): (table, line, seq, pass, time_ms, tflops);
+# batch 2, 128 query / 128 K/V heads, head dim 64, causal top_left, sliding window 128
+WINDOW_ROWS = [
+    (GB200, 29, 4096, "fwd", 0.210, 161.0),
+    (GB200, 30, 4096, "bwd", 0.465, 182.0),
+    (GB200, 20, 8192, "fwd", 0.414, 165.0),
+    (GB300, 21, 8192, "bwd", 0.862, 198.0),
+]
+
+
+@pytest.mark.parametrize("row", WINDOW_ROWS)
+def test_the_windowed_rows_reproduce_their_source_and_its_flop_count(row):
+    ref, line, seq, direction, ms, tflops = row
+    got = _rows(ref, "gpt_oss/")[line]
+    assert (got["heads"], got["kv_heads"], got["head_dim"], got["window"]) == (
+        "128",
+        "128",
+        "64",
+        "128",
+    )
+    assert int(got["seq_len"]) == seq and got["direction"] == direction and got["causal"] == "1"
+    assert float(got["time_us"]) == pytest.approx(ms * 1000, rel=1e-9)
+    # the benchmark counts the scores the window keeps: 4·b·h·d·(w·s − w(w−1)/2) forward, 2.5x backward
+    fwd = 4.0 * 2 * 128 * 64 * (128 * seq - 128 * 127 / 2)
+    work = fwd if direction == "fwd" else 2.5 * fwd
+    assert work / (ms * 1e-3) / 1e12 == pytest.approx(tflops, rel=6e-3)
+    parsed = kt.load_table(ref).attention["attention_cudnn"]
+    (match,) = [m for m in parsed if m.group == (64, True, direction, 128) and m.point == (seq,)]
+    assert match.work == pytest.approx(work, rel=1e-12)
+
+
+def _tw(ref, seq, head_dim, direction, window):
+    fwd = 4.0 * 2 * 128 * seq * seq * head_dim
+    flops = fwd if direction == "fwd" else 2.5 * fwd
+    work = flops * window_fraction(window, seq, 1)
+    call = (seq, seq, head_dim, True)
+    return table_attention.attention_time_s(
+        ref, None, "cudnn", work, call, direction, "bf16", None, window
+    )
+
+
+def test_windowed_calls_read_the_windowed_rows_and_full_calls_the_full_ones():
+    # a measured windowed shape returns its time; the full-causal rows do not see the windowed ones
+    assert _tw(GB200, 4096, 64, "fwd", 128) == pytest.approx(0.210e-3, rel=1e-9)
+    assert _tw(GB300, 8192, 64, "bwd", 128) == pytest.approx(0.862e-3, rel=1e-9)
+    assert _t(GB200, 8192, True, "fwd") == pytest.approx(1.397e-3, rel=1e-9)
+    # a window the table lacks (256) scales the nearest window's rate by the ratio of tile factors:
+    # rate(128) x f(256)/f(128), f = window_tile_factor(cudnn, 4096, w) (same head dim and mask)
+    ratio = window_tile_factor("cudnn", 4096, 256) / window_tile_factor("cudnn", 4096, 128)
+    w128 = 4.0 * 2 * 128 * 64 * (128 * 4096 - 128 * 127 / 2)
+    w256 = 4.0 * 2 * 128 * 64 * (256 * 4096 - 256 * 255 / 2)
+    expect = w256 / (w128 / 0.210e-3 * ratio)
+    assert _tw(GB200, 4096, 64, "fwd", 256) == pytest.approx(expect, rel=1e-9)
+    # a window as long as the sequence is a full layer: the full rows
+    work = kt.attention_work(2, 64, 4096, 128, True, "fwd")
+    call = (4096, 4096, 128, True)
+    got = table_attention.attention_time_s(
+        GB200, None, "cudnn", work, call, "fwd", "bf16", None, 4096
+    )
+    assert got == pytest.approx(0.391e-3, rel=1e-9)

@@ -273,7 +273,7 @@ def attention_time_s(
         kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
         work, l2 = flops * causal_fraction, acc.l2_cache
         measured = table_attention.attention_time_s(
-            acc.kernel_tables, l2, kernel, work, call, direction, dtype, acc.hbm_rate()
+            acc.kernel_tables, l2, kernel, work, call, direction, dtype, acc.hbm_rate(), window
         )
         if measured is not None:
             measured /= acc.clock_fraction()  # timed at the rated power (specs.power)
