@@ -18,6 +18,9 @@ Windowed rows (results/gpt_oss/<gpu>/*.csv, last changed by the same commit: GPT
 the same way with window = sliding_window_size (empty for rows without one): the benchmark counts their FLOPs
 as 4·b·h·d·(w·s − w(w−1)/2) forward, the scores a causal window of w keys keeps (graph.mla.window_fraction).
 
+The shipped tables are llama3.1, gpt_oss, qwen35, wan22 and ltx2 of one GPU, in that order (dsv3 and kimiK26
+are MLA, head_dim_qk != head_dim_vo, which the filter leaves out).
+
     python benchmarks/cudnn_sdpa/sdpa_table.py SOURCE.csv [SOURCE.csv ...] OUT.csv
 """
 
