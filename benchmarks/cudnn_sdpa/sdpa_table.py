@@ -19,7 +19,9 @@ the same way with window = sliding_window_size (empty for rows without one): the
 as 4·b·h·d·(w·s − w(w−1)/2) forward, the scores a causal window of w keys keeps (graph.mla.window_fraction).
 
 The shipped tables are llama3.1, gpt_oss, qwen35, wan22 and ltx2 of one GPU, in that order (dsv3 and kimiK26
-are MLA, head_dim_qk != head_dim_vo, which the filter leaves out).
+are MLA, head_dim_qk != head_dim_vo, which the filter leaves out); h200-sxm-cudnn-sdpa is
+results/h200_919_only_cudnn llama3.1 and gpt_oss (commit df73764, cuDNN 9.19.1), whose rows time both passes in
+one record (profile_pass both), each written as a fwd and a bwd row.
 
     python benchmarks/cudnn_sdpa/sdpa_table.py SOURCE.csv [SOURCE.csv ...] OUT.csv
 """
@@ -47,10 +49,13 @@ COLUMNS = [
 
 
 def table_rows(source: Path, name: str) -> list[dict[str, str]]:
-    """The kept rows of one benchmark CSV in the table's columns (module docstring)."""
+    """The kept rows of one benchmark CSV in the table's columns (module docstring); a row timing both passes
+    (profile_pass both: fwd_time_ms / bwd_time_ms, fwd_tflops / bwd_tflops) is written as two rows. source_row
+    is the record's physical line (the reader's line_num: failed rows carry multi-line error messages)."""
     out = []
     with source.open(encoding="utf-8") as f:
-        for line, row in enumerate(csv.DictReader(f), start=2):
+        reader = csv.DictReader(f)
+        for row in reader:
             keep = (
                 row["data_type"] == "bfloat16"
                 and row["deterministic_bwd"] == "False"
@@ -60,22 +65,26 @@ def table_rows(source: Path, name: str) -> list[dict[str, str]]:
             )
             if not keep:
                 continue
-            out.append(
-                {
-                    "batch": row["batch_size"],
-                    "heads": row["num_q_heads"],
-                    "seq_len": row["q_seqlen"],
-                    "head_dim": row["head_dim_qk"],
-                    "causal": "1" if row["attn_mask"] == "top_left" else "0",
-                    "direction": row["profile_pass"],
-                    "dtype": "bf16",
-                    "time_us": f"{float(row['time_ms']) * 1000:.0f}",
-                    "kv_heads": row["num_kv_heads"],
-                    "tflops": row["tflops"],
-                    "source_row": f"{name}:{line}",
-                    "window": row.get("sliding_window_size") or "",
-                }
-            )
+            passes = ("fwd", "bwd") if row["profile_pass"] == "both" else (row["profile_pass"],)
+            for way in passes:
+                both = row["profile_pass"] == "both"
+                ms = float(row[f"{way}_time_ms"] if both else row["time_ms"])
+                out.append(
+                    {
+                        "batch": row["batch_size"],
+                        "heads": row["num_q_heads"],
+                        "seq_len": row["q_seqlen"],
+                        "head_dim": row["head_dim_qk"],
+                        "causal": "1" if row["attn_mask"] == "top_left" else "0",
+                        "direction": way,
+                        "dtype": "bf16",
+                        "time_us": f"{ms * 1000:.0f}",
+                        "kv_heads": row["num_kv_heads"],
+                        "tflops": row[f"{way}_tflops"] if both else row["tflops"],
+                        "source_row": f"{name}:{reader.line_num}",
+                        "window": row.get("sliding_window_size") or "",
+                    }
+                )
     return out
 
 

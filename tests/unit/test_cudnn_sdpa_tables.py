@@ -185,3 +185,32 @@ def test_windowed_calls_read_the_windowed_rows_and_full_calls_the_full_ones():
         GB200, None, "cudnn", work, call, "fwd", "bf16", None, 4096
     )
     assert got == pytest.approx(0.391e-3, rel=1e-9)
+
+
+H200 = "h200-sxm-cudnn-sdpa"
+
+
+def test_the_h200_table_splits_each_both_row_and_counts_the_benchmarks_flops():
+    # results/h200_919_only_cudnn (cuDNN 9.19.1): one source row times both passes; the gpt_oss rows have a
+    # 1,024-key window and 64 / 8 heads at head dim 64, the llama3.1 rows batch 1
+    table = kt.load_table(H200)
+    rows = table.rows["attention_cudnn"]
+    assert len(rows) == 30 and sum(bool(r["window"]) for r in rows) == 10
+    assert "df73764adb98b7445b77662ce07b1ea434c8f3ee" in table.provenance["source"]
+    by_line = {(r["source_row"], r["direction"]): r for r in rows}
+    gpt = by_line[("results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv:18", "bwd")]
+    assert (gpt["seq_len"], gpt["window"], gpt["time_us"]) == ("8192", "1024", "2149")
+    for r, m in zip(rows, table.attention["attention_cudnn"]):
+        us, tflops = float(r["time_us"]), float(r["tflops"])
+        # 3-decimal ms and whole TFLOP/s in the source
+        assert m.work / m.time_s / 1e12 == pytest.approx(tflops, rel=1e-3 + 0.5 / us + 0.5 / tflops)
+    # 8192 window-1024 forward by hand: 4·2·64·64·(1024·8192 − 1024·1023/2) = 2.57715e11 FLOPs in 0.738 ms
+    fwd = [m for m in table.attention["attention_cudnn"] if m.group == (64, True, "fwd", 1024)]
+    (m8k,) = [m for m in fwd if m.point == (8192.0,)]
+    assert m8k.work == pytest.approx(4.0 * 2 * 64 * 64 * (1024 * 8192 - 1024 * 1023 / 2), rel=1e-12)
+
+
+def test_the_h200_table_is_listed_after_the_measured_one_and_opt_in():
+    # validate.tables.with_tables attaches the first listed: the shipped H200 measurements stay first
+    assert kt.tables_measured_on("H200-SXM-141GB") == ["h200-sxm-141gb", H200]
+    assert load_system("dgx-h200").accelerator.kernel_tables is None
