@@ -39,3 +39,37 @@ def test_a_window_slows_the_rate_by_its_tile_factor_only_when_causal():
     assert rates == sorted(rates)
     noncausal = (4096, 4096, 64, False)
     assert attention_efficiency(acc, noncausal, 128) == attention_efficiency(acc, noncausal)
+
+
+def test_a_window_on_every_layer_of_a_dense_model_is_priced_by_its_tiles():
+    # a dense model with a 128-key window on every layer (the dense builder, graph.transformer): its fused
+    # attention is the windowed layers' time alone, at the window's score share and tile factor
+    from paraplan.catalog import load_model
+    from paraplan.cost.compute import attention_time_s, op_times_s
+    from paraplan.cost.flops import softmax_exponentials
+    from paraplan.graph.transformer import LayerShape, attention_ops
+
+    shape = LayerShape(
+        tp=1,
+        cp=1,
+        micro_batch=1,
+        seq_length=4096,
+        sequence_parallel=False,
+        attention="flash",
+        dtype="bf16",
+    )
+    model = load_model("llama3-8b").model_copy(update={"sliding_window": 128})
+    (op,) = [o for o in attention_ops(model, shape) if o.kind == "attention"]
+    # mean keys a query sees: (128·129/2 + (4096 − 128)·128)/4096 = 126.015625 of 4096
+    share = (128 * 129 / 2 + (4096 - 128) * 128) / 4096 / 4096
+    assert op.causal_fraction == pytest.approx(share, rel=1e-12)
+    assert op.attention_window == (128, 1.0, op.causal_fraction, op.causal_fraction)
+    acc = load_system("gb200-nvl72").accelerator
+    exps = softmax_exponentials(op.fwd_flops, share, 128)
+    call = op.attention_call
+    fwd = attention_time_s(op.fwd_flops, share, acc, "bf16", call, "fwd", exps, 128)
+    assert op_times_s(op, acc, "bf16")[0] == pytest.approx(fwd, rel=1e-12)
+    # no window, or a window as long as the sequence: no attention_window
+    full = load_model("llama3-8b")
+    (op_full,) = [o for o in attention_ops(full, shape) if o.kind == "attention"]
+    assert op_full.attention_window is None
