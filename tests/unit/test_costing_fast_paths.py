@@ -57,6 +57,7 @@ def test_recompute_flag_copy_equals_replace():
         0.5,
         (8, 8, 64, True),
         ("add", 2.0, 4.0),
+        (128, 0.5, 0.03, 0.5),
     )
     assert set(Op._fields) == {
         "name",
@@ -70,6 +71,7 @@ def test_recompute_flag_copy_equals_replace():
         "causal_fraction",
         "attention_call",
         "kernel",
+        "attention_window",
     }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)
