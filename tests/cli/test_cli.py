@@ -474,6 +474,7 @@ def test_validate_json_format(capsys):
         "mbridge-moe-gb",
         "bigscience-tr11-prequel",
         "mbridge-nvfp4",
+        "mbridge-moe-more",
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)

@@ -57,6 +57,8 @@ def test_recompute_flag_copy_equals_replace():
         0.5,
         (8, 8, 64, True),
         ("add", 2.0, 4.0),
+        "tf32",
+        False,
         (128, 0.5, 0.03, 0.5),
     )
     assert set(Op._fields) == {
@@ -71,6 +73,8 @@ def test_recompute_flag_copy_equals_replace():
         "causal_fraction",
         "attention_call",
         "kernel",
+        "dtype",
+        "input_grad",
         "attention_window",
     }
     for flag in (False, True):

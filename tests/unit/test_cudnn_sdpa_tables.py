@@ -214,3 +214,22 @@ def test_the_h200_table_is_listed_after_the_measured_one_and_opt_in():
     # validate.tables.with_tables attaches the first listed: the shipped H200 measurements stay first
     assert kt.tables_measured_on("H200-SXM-141GB") == ["h200-sxm-141gb", H200]
     assert load_system("dgx-h200").accelerator.kernel_tables is None
+
+
+def test_the_analytical_form_prices_a_table_kernel_at_its_converted_fraction():
+    """dgx-h100-80gb's 0.45 is cuDNN's fraction; its FlashAttention-2 rows are priced at 0.45 × the FA2 / cuDNN
+    ratio at the reference shape (cost.attention.kernel_relative_speed, as a profile running FA2 gets it)."""
+    from paraplan.validate.tables import _analytical, as_kernel
+
+    acc = as_kernel(load_system("dgx-h100-80gb").accelerator, "fa2")
+    # Figure 5 plateaus × shape factors at causal 8k, head dim 128 (s_half 107 / 134, tile rows 128)
+    ratio = (378 * 8192 / 8299) / (627 * 8192 / 8326)
+    assert acc.efficiency.attention == pytest.approx(0.45 * ratio, rel=1e-9)
+    assert acc.efficiency.attention_kernel == "fa2"
+    table = kt.load_table("h100-sxm5-80gb")
+    rows = kt.attention_rows(table.rows["attention_fa2"], "h100-sxm5-80gb", "attention_flash.csv")
+    row = next(r for r in rows if r.point == (8192.0,) and r.group == (128, True, "fwd", None))
+    # 4·2·32·8192²·128 × 8193/16384 FLOPs at 989.4 TFLOPS × 0.2722 (shape scale 1) + 4 us
+    work = 4 * 2 * 32 * 8192**2 * 128 * 8193 / 16384
+    want = work / (989.4e12 * 0.45 * ratio) + 4e-6
+    assert _analytical(acc, [row])[0] == pytest.approx(want, rel=1e-6)

@@ -53,6 +53,7 @@ def test_bundled_files_load():
         "mbridge-moe-gb.json",
         "bigscience-tr11-prequel.json",
         "mbridge-nvfp4.json",
+        "mbridge-moe-more.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -62,7 +63,8 @@ def test_bundled_files_load():
     # + BigScience's tr11 topology benchmarks on Megatron-DeepSpeed (17)
     # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
-    assert len(cases) == 236 and len({(c.file, c.name) for c in cases}) == 236
+    # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
+    assert len(cases) == 250 and len({(c.file, c.name) for c in cases}) == 250
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

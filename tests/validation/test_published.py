@@ -121,9 +121,10 @@ def test_calibration_and_held_out_reported_apart(report):
     # + BigScience's tr11 topology benchmarks on Megatron-DeepSpeed (bigscience-tr11-prequel, 17)
     # + MaxText Llama 3.1 70B / 405B on Google Cloud H200 / B200 and Llama 2 7B on one A3 VM (maxtext-gpu, 4)
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (mbridge-nvfp4, 4)
+    # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
     assert (
         summary["held_out"]["step_time_cases"]
-        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4 + 4
+        == 12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4 + 4 + 14
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -149,10 +150,10 @@ def test_every_step_time_case_fits(report):
     # + the project's single-GPU steps (gpu, hf, tiny, tiny host 2) + llmfoundry-mpt, torchtitan-llama3, BLOOM, MaxText
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
     # + mbridge-moe-gb + bigscience-tr11-prequel + MaxText on Google Cloud H200 / B200 and one A3 VM (4)
-    # + mbridge-nvfp4 (4)
+    # + mbridge-nvfp4 (4) + mbridge-moe-more (14)
     assert (
         len(timed)
-        == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4 + 4
+        == 58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14 + 2 + 3 + 3 + 3 + 8 + 17 + 4 + 4 + 14
     )
     for case in timed:
         assert case["predicted"]["fits"], case["name"]

@@ -59,6 +59,11 @@ class Op(NamedTuple):
     # layernorm, gelu, gelu_new, swiglu, add, dropout_add, cross_entropy, qk_rmsnorm, rotary, rotary_normed;
     # rows; width of the tensor it works on)
     kernel: tuple[str, float, float] | None = None
+    # a GEMM run in another dtype than the plan's (cost.compute.op_times_s): "bf16" for a MaxText one-hot
+    # embedding in an fp8 run, "tf32" for its fp32 logits dot (graph.transformer.embedding_block / lm_head_block)
+    dtype: str | None = None
+    # False: the GEMM's input X needs no gradient (a one-hot of token ids), so its backward is dW alone
+    input_grad: bool = True
     # a layer block standing for causal-window layers (graph.mla.core_attention_ops): (window w, share of its
     # layers windowed, score share of a windowed layer, of a full one); its time is the share-weighted mean
     attention_window: tuple[int, float, float, float] | None = None
@@ -349,6 +354,8 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.causal_fraction,
         op.attention_call,
         op.kernel,
+        op.dtype,
+        op.input_grad,
         op.attention_window,
     )
 
@@ -367,6 +374,24 @@ def op_sac_split(ops: list[Op], q_width: float, kv_width: float, names: frozense
             out += _gemm_parts(op, (1.0, 1.0), (False, True))
         elif op.selective_recompute != (op.name in names):
             out.append(_with_recompute_flag(op, op.name in names))
+        else:
+            out.append(op)
+    return out
+
+
+def separate_projections(
+    ops: list[Op], q_width: float, kv_width: float, mlp_inputs: int
+) -> list[Op]:
+    """The fused qkv_projection as its q, k and v GEMMs (n in the ratio q : kv : kv) and the fused
+    mlp_in_projection as its ``mlp_inputs`` GEMMs (SwiGLU: gate and up), for a stack whose model code runs
+    them apart (module_impl projections separate, graph.xla_modules); the parts keep the fused op's name and
+    recompute flag, FLOPs and bytes share out as n does (_gemm_parts)."""
+    out: list[Op] = []
+    for op in ops:
+        if op.name == "qkv_projection" and op.gemm_shape is not None:
+            out += _gemm_parts(op, (q_width, kv_width, kv_width), (op.selective_recompute,) * 3)
+        elif op.name == "mlp_in_projection" and op.gemm_shape is not None and mlp_inputs > 1:
+            out += _gemm_parts(op, (1.0,) * mlp_inputs, (op.selective_recompute,) * mlp_inputs)
         else:
             out.append(op)
     return out

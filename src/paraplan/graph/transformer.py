@@ -18,6 +18,9 @@ from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.graph.eager_modules import loss_impl
 from paraplan.graph.tp_collectives import tp_collectives
+from paraplan.graph.ops import OP_SAC, separate_projections
+from paraplan.graph.xla_modules import FP32_LOGITS, ONE_HOT_GEMM, SEPARATE_PROJECTIONS
+from paraplan.graph.xla_modules import fp32_logits_op, one_hot_embedding_op
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
@@ -371,6 +374,9 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         collectives += ulysses_collectives(shape, model.q_width, model.kv_width, model.kv_width)
     elif shape.cp > 1:
         collectives.append(cp_kv_ring(model, shape, tokens))
+    if SEPARATE_PROJECTIONS in shape.module_impl and OP_SAC not in shape.recompute_modules:
+        # q, k, v and the MLP inputs as separate GEMMs (op_sac splits them itself)
+        ops = separate_projections(ops, model.q_width, model.kv_width, model.mlp_input_projections)
     if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
         ops = list(mark_recomputed(ops, shape.recompute_modules, (model.q_width, model.kv_width)))
     return LayerGraph(
@@ -400,11 +406,15 @@ def ulysses_collectives(
 @lru_cache(maxsize=1024)
 def embedding_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """Vocab-parallel embedding lookup (+ learned positions, dropout) on the first stage; its output
-    is all-reduced over TP (reduce-scattered with SP), Shoeybi et al. 2019 §3."""
+    is all-reduced over TP (reduce-scattered with SP), Shoeybi et al. 2019 §3. A stack whose embedding is a
+    one-hot GEMM (module_impl embedding one-hot-gemm, graph.xla_modules) runs that GEMM instead."""
     h, ab = model.hidden, shape.act_bytes
     tokens = shape.local_tokens
     lookup_bytes = ab * tokens * h * (3 if model.learned_positions else 2)
-    ops = (Op("embedding_lookup", "memory", 0.0, lookup_bytes, 0.0, 2.0 * ab * tokens * h),)
+    if ONE_HOT_GEMM in shape.module_impl:
+        ops = (one_hot_embedding_op(tokens, model.vocab / shape.tp, h, shape.dtype),)
+    else:
+        ops = (Op("embedding_lookup", "memory", 0.0, lookup_bytes, 0.0, 2.0 * ab * tokens * h),)
     coll: list[Collective] = []
     if shape.tp > 1:
         kind = "reduce_scatter" if shape.sequence_parallel else "all_reduce"
@@ -421,11 +431,13 @@ def lm_head_block(
     The loss works on b·(s/c)·V/t logits per GPU, reading and writing the bytes per logit of the
     implementation the stack runs (shape.module_impl's loss, graph.eager_modules.LOSS_IMPLS: by default
     fp32 logits read and written about three times forward and twice backward, Megatron-LM's
-    vocab-parallel cross-entropy), plus small TP all-reduces of per-token statistics."""
+    vocab-parallel cross-entropy), plus small TP all-reduces of per-token statistics. A stack whose logits
+    GEMM is an fp32 dot (module_impl logits fp32-dot, graph.xla_modules) runs it at the TF32 rate."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
     tokens = shape.local_tokens
     logits = tokens * model.vocab / t
     loss = loss_impl(shape.module_impl)
+    head = _gemm("lm_head", 1, tokens, model.vocab / t, h)
     ops = (
         _memory(
             "final_norm",
@@ -433,7 +445,7 @@ def lm_head_block(
             _norm_flops(model, shape.sp_tokens * h),
             norm_kernel(model, shape.sp_tokens, h),
         ),
-        _gemm("lm_head", 1, tokens, model.vocab / t, h),
+        fp32_logits_op(head) if FP32_LOGITS in shape.module_impl else head,
         Op(
             "cross_entropy",
             "memory",

@@ -9,13 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    PrivateAttr,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.specs.choices import AttentionKernel, GraphRegion, GraphScopeWord
 from paraplan.specs.errors import UnsupportedDtype
@@ -69,9 +63,14 @@ HostKind = Literal["linear", "layer_norm", "sdpa", "activation", "elementwise", 
 EagerRole = Literal["norm", "activation", "residual", "loss"]
 EagerPrecision = Literal["bf16", "fp32"]
 # The implementation a stack runs for each module role (graph.eager_modules: "fused", one kernel per op, or a
-# composite of eager element-wise kernels as the named model code writes it).
-ModuleRole = Literal["norm", "activation", "rotary", "loss", "scores"]
+# composite of eager element-wise kernels as the model code writes it; MaxText's: graph.xla_modules).
+ModuleRole = Literal[
+    "norm", "activation", "rotary", "loss", "scores", "embedding", "logits", "projections"
+]
 MODULE_IMPLS: dict[str, tuple[str, ...]] = {
+    "embedding": ("fused", "one-hot-gemm"),
+    "logits": ("fused", "fp32-dot"),
+    "projections": ("fused", "separate"),
     "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
@@ -113,9 +112,10 @@ class EagerFields(InputModel):
     )
     module_impl: ModuleImpl = Field(
         default_factory=dict,
-        description="the implementation of each module role (norm, activation, rotary, loss) the stack's "
-        "model code runs: fused (one kernel per op) or a named composite of eager element-wise kernels "
-        "(graph.eager_modules), priced by cost.eager_kernels",
+        description="the implementation of each module role (norm, activation, rotary, loss, embedding, "
+        "logits) the stack's model code runs: fused (one kernel per op) or a named composite of eager "
+        "element-wise kernels (graph.eager_modules), priced by cost.eager_kernels; MaxText's one-hot "
+        "embedding GEMM and fp32 logits dot (graph.xla_modules)",
     )
     softmax_rate_share: Fraction = Field(
         1.0,
