@@ -13,7 +13,17 @@ K/V heads are kept as kv_heads), causal = 1 for top_left, time_us = time_ms x 10
 source file and its line. The benchmark's own tflops column is kept: its FLOP count is the table's
 (forward 4·b·h·s²·d × causal half, backward 2.5× forward; tests/unit/test_cudnn_sdpa_tables.py checks it).
 
-    python benchmarks/cudnn_sdpa/sdpa_table.py SOURCE.csv OUT.csv
+Windowed rows (results/gpt_oss/<gpu>/*.csv, last changed by the same commit: GPT-OSS attention, 128 query and
+128 K/V heads, head dim 64, causal top_left with sliding_window_size 128, batch 2, sequence 2k-32k) are kept
+the same way with window = sliding_window_size (empty for rows without one): the benchmark counts their FLOPs
+as 4·b·h·d·(w·s − w(w−1)/2) forward, the scores a causal window of w keys keeps (graph.mla.window_fraction).
+
+The shipped tables are llama3.1, gpt_oss, qwen35, wan22 and ltx2 of one GPU, in that order (dsv3 and kimiK26
+are MLA, head_dim_qk != head_dim_vo, which the filter leaves out); h200-sxm-cudnn-sdpa is
+results/h200_919_only_cudnn llama3.1 and gpt_oss (commit df73764, cuDNN 9.19.1), whose rows time both passes in
+one record (profile_pass both), each written as a fwd and a bwd row.
+
+    python benchmarks/cudnn_sdpa/sdpa_table.py SOURCE.csv [SOURCE.csv ...] OUT.csv
 """
 
 from __future__ import annotations
@@ -34,14 +44,18 @@ COLUMNS = [
     "kv_heads",
     "tflops",
     "source_row",
+    "window",
 ]
 
 
 def table_rows(source: Path, name: str) -> list[dict[str, str]]:
-    """The kept rows of one benchmark CSV in the table's columns (module docstring)."""
+    """The kept rows of one benchmark CSV in the table's columns (module docstring); a row timing both passes
+    (profile_pass both: fwd_time_ms / bwd_time_ms, fwd_tflops / bwd_tflops) is written as two rows. source_row
+    is the record's physical line (the reader's line_num: failed rows carry multi-line error messages)."""
     out = []
     with source.open(encoding="utf-8") as f:
-        for line, row in enumerate(csv.DictReader(f), start=2):
+        reader = csv.DictReader(f)
+        for row in reader:
             keep = (
                 row["data_type"] == "bfloat16"
                 and row["deterministic_bwd"] == "False"
@@ -51,28 +65,35 @@ def table_rows(source: Path, name: str) -> list[dict[str, str]]:
             )
             if not keep:
                 continue
-            out.append(
-                {
-                    "batch": row["batch_size"],
-                    "heads": row["num_q_heads"],
-                    "seq_len": row["q_seqlen"],
-                    "head_dim": row["head_dim_qk"],
-                    "causal": "1" if row["attn_mask"] == "top_left" else "0",
-                    "direction": row["profile_pass"],
-                    "dtype": "bf16",
-                    "time_us": f"{float(row['time_ms']) * 1000:.0f}",
-                    "kv_heads": row["num_kv_heads"],
-                    "tflops": row["tflops"],
-                    "source_row": f"{name}:{line}",
-                }
-            )
+            passes = ("fwd", "bwd") if row["profile_pass"] == "both" else (row["profile_pass"],)
+            for way in passes:
+                both = row["profile_pass"] == "both"
+                ms = float(row[f"{way}_time_ms"] if both else row["time_ms"])
+                out.append(
+                    {
+                        "batch": row["batch_size"],
+                        "heads": row["num_q_heads"],
+                        "seq_len": row["q_seqlen"],
+                        "head_dim": row["head_dim_qk"],
+                        "causal": "1" if row["attn_mask"] == "top_left" else "0",
+                        "direction": way,
+                        "dtype": "bf16",
+                        "time_us": f"{ms * 1000:.0f}",
+                        "kv_heads": row["num_kv_heads"],
+                        "tflops": row[f"{way}_tflops"] if both else row["tflops"],
+                        "source_row": f"{name}:{reader.line_num}",
+                        "window": row.get("sliding_window_size") or "",
+                    }
+                )
     return out
 
 
-def main(source: str, out: str) -> None:
-    path = Path(source)
-    name = "/".join(path.parts[-3:])
-    rows = table_rows(path, name)
+def main(*args: str) -> None:
+    *sources, out = args
+    rows = []
+    for source in sources:
+        path = Path(source)
+        rows += table_rows(path, "/".join(path.parts[-3:]))
     with open(out, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
@@ -80,4 +101,4 @@ def main(source: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])

@@ -59,6 +59,7 @@ def test_recompute_flag_copy_equals_replace():
         ("add", 2.0, 4.0),
         "tf32",
         False,
+        (128, 0.5, 0.03, 0.5),
     )
     assert set(Op._fields) == {
         "name",
@@ -74,6 +75,7 @@ def test_recompute_flag_copy_equals_replace():
         "kernel",
         "dtype",
         "input_grad",
+        "attention_window",
     }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)

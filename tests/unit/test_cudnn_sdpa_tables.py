@@ -7,7 +7,9 @@ import pytest
 from paraplan.catalog import load_system
 from paraplan.cost import kernel_tables as kt
 from paraplan.cost import table_attention
+from paraplan.cost.attention import window_tile_factor
 from paraplan.cost.compute import attention_time_s
+from paraplan.graph.mla import window_fraction
 from paraplan.specs.fields import with_fields
 
 GB200, GB300 = "gb200-cudnn-sdpa", "gb300-cudnn-sdpa"
@@ -25,10 +27,11 @@ SOURCE_ROWS = [
 ]
 
 
-def _rows(ref: str) -> dict[int, dict[str, str]]:
+def _rows(ref: str, source: str = "llama3.1/") -> dict[int, dict[str, str]]:
     return {
         int(r["source_row"].rsplit(":", 1)[1]): r
         for r in kt.load_table(ref).rows["attention_cudnn"]
+        if r["source_row"].startswith(source)
     }
 
 
@@ -49,15 +52,16 @@ def test_the_table_reproduces_its_source_rows(row):
 def test_every_row_has_provenance_and_the_benchmarks_flop_count(ref):
     table = kt.load_table(ref)
     rows = table.rows["attention_cudnn"]
-    assert len(rows) == 20 and all(r["source_row"].startswith("llama3.1/gb") for r in rows)
+    models = [r["source_row"].split("/", 1)[0] for r in rows]
+    counts = {m: models.count(m) for m in dict.fromkeys(models)}
+    assert counts == {"llama3.1": 20, "gpt_oss": 10, "qwen35": 5, "wan22": 10, "ltx2": 10}
     assert "fb682ce761a2705e40f9b5d528737a3e0eb33cec" in table.provenance["source"]
-    for r in rows:  # 3-decimal ms in the source: 0.5 % at the 0.1 ms rows
-        work = kt.attention_work(
-            2, 64, float(r["seq_len"]), 128, r["causal"] == "1", r["direction"]
-        )
-        assert work / (float(r["time_us"]) * 1e-6) / 1e12 == pytest.approx(
-            float(r["tflops"]), rel=6e-3
-        )
+    for r in (r for r in rows if not r["window"]):
+        b, h, s, d = (float(r[k]) for k in ("batch", "heads", "seq_len", "head_dim"))
+        work = kt.attention_work(b, h, s, d, r["causal"] == "1", r["direction"])
+        # 3-decimal ms in the source (0.5 us of rounding: 0.5 % at 0.1 ms, 0.9 % at qwen35's 0.053 ms)
+        us = float(r["time_us"])
+        assert work / (us * 1e-6) / 1e12 == pytest.approx(float(r["tflops"]), rel=1e-3 + 0.5 / us)
 
 
 def test_the_tables_are_listed_for_their_accelerators_and_opt_in():
@@ -114,11 +118,102 @@ def test_docs_report_the_catalog_analytical_form_against_the_table():
     got = dict(zip([(r.point, r.group) for r in rows], _analytical(acc, rows)))
     # 8192 causal forward: 4·2·64·8192²·128 × 8193/16384 = 2.19929e12 FLOPs at 2.5 PFLOPS × 0.45,
     # shape factor 1 at head dim 128, + 4 us overhead = 1.95893 ms (measured 1.397 ms)
-    assert got[((8192.0,), (128, True, "fwd"))] == pytest.approx(1.958926e-3, rel=1e-6)
+    assert got[((8192.0,), (128, True, "fwd", None))] == pytest.approx(1.958926e-3, rel=1e-6)
     system, residuals = shipped_table_residuals()[GB200]
     assert system == "gb200-nvl72"
     whats = [r.what for r in residuals]
     assert "fused attention (cudnn), catalog analytical form" in whats
+
+
+# windowed rows copied by hand from results/gpt_oss (same commit): (table, line, seq, pass, time_ms, tflops);
+# batch 2, 128 query / 128 K/V heads, head dim 64, causal top_left, sliding window 128
+WINDOW_ROWS = [
+    (GB200, 29, 4096, "fwd", 0.210, 161.0),
+    (GB200, 30, 4096, "bwd", 0.465, 182.0),
+    (GB200, 20, 8192, "fwd", 0.414, 165.0),
+    (GB300, 21, 8192, "bwd", 0.862, 198.0),
+]
+
+
+@pytest.mark.parametrize("row", WINDOW_ROWS)
+def test_the_windowed_rows_reproduce_their_source_and_its_flop_count(row):
+    ref, line, seq, direction, ms, tflops = row
+    got = _rows(ref, "gpt_oss/")[line]
+    assert (got["heads"], got["kv_heads"], got["head_dim"], got["window"]) == (
+        "128",
+        "128",
+        "64",
+        "128",
+    )
+    assert int(got["seq_len"]) == seq and got["direction"] == direction and got["causal"] == "1"
+    assert float(got["time_us"]) == pytest.approx(ms * 1000, rel=1e-9)
+    # the benchmark counts the scores the window keeps: 4·b·h·d·(w·s − w(w−1)/2) forward, 2.5x backward
+    fwd = 4.0 * 2 * 128 * 64 * (128 * seq - 128 * 127 / 2)
+    work = fwd if direction == "fwd" else 2.5 * fwd
+    assert work / (ms * 1e-3) / 1e12 == pytest.approx(tflops, rel=6e-3)
+    parsed = kt.load_table(ref).attention["attention_cudnn"]
+    (match,) = [m for m in parsed if m.group == (64, True, direction, 128) and m.point == (seq,)]
+    assert match.work == pytest.approx(work, rel=1e-12)
+
+
+def _tw(ref, seq, head_dim, direction, window):
+    fwd = 4.0 * 2 * 128 * seq * seq * head_dim
+    flops = fwd if direction == "fwd" else 2.5 * fwd
+    work = flops * window_fraction(window, seq, 1)
+    call = (seq, seq, head_dim, True)
+    return table_attention.attention_time_s(
+        ref, None, "cudnn", work, call, direction, "bf16", None, window
+    )
+
+
+def test_windowed_calls_read_the_windowed_rows_and_full_calls_the_full_ones():
+    # a measured windowed shape returns its time; the full-causal rows do not see the windowed ones
+    assert _tw(GB200, 4096, 64, "fwd", 128) == pytest.approx(0.210e-3, rel=1e-9)
+    assert _tw(GB300, 8192, 64, "bwd", 128) == pytest.approx(0.862e-3, rel=1e-9)
+    assert _t(GB200, 8192, True, "fwd") == pytest.approx(1.397e-3, rel=1e-9)
+    # a window the table lacks (256) scales the nearest window's rate by the ratio of tile factors:
+    # rate(128) x f(256)/f(128), f = window_tile_factor(cudnn, 4096, w) (same head dim and mask)
+    ratio = window_tile_factor("cudnn", 4096, 256) / window_tile_factor("cudnn", 4096, 128)
+    w128 = 4.0 * 2 * 128 * 64 * (128 * 4096 - 128 * 127 / 2)
+    w256 = 4.0 * 2 * 128 * 64 * (256 * 4096 - 256 * 255 / 2)
+    expect = w256 / (w128 / 0.210e-3 * ratio)
+    assert _tw(GB200, 4096, 64, "fwd", 256) == pytest.approx(expect, rel=1e-9)
+    # a window as long as the sequence is a full layer: the full rows
+    work = kt.attention_work(2, 64, 4096, 128, True, "fwd")
+    call = (4096, 4096, 128, True)
+    got = table_attention.attention_time_s(
+        GB200, None, "cudnn", work, call, "fwd", "bf16", None, 4096
+    )
+    assert got == pytest.approx(0.391e-3, rel=1e-9)
+
+
+H200 = "h200-sxm-cudnn-sdpa"
+
+
+def test_the_h200_table_splits_each_both_row_and_counts_the_benchmarks_flops():
+    # results/h200_919_only_cudnn (cuDNN 9.19.1): one source row times both passes; the gpt_oss rows have a
+    # 1,024-key window and 64 / 8 heads at head dim 64, the llama3.1 rows batch 1
+    table = kt.load_table(H200)
+    rows = table.rows["attention_cudnn"]
+    assert len(rows) == 30 and sum(bool(r["window"]) for r in rows) == 10
+    assert "df73764adb98b7445b77662ce07b1ea434c8f3ee" in table.provenance["source"]
+    by_line = {(r["source_row"], r["direction"]): r for r in rows}
+    gpt = by_line[("results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv:18", "bwd")]
+    assert (gpt["seq_len"], gpt["window"], gpt["time_us"]) == ("8192", "1024", "2149")
+    for r, m in zip(rows, table.attention["attention_cudnn"]):
+        us, tflops = float(r["time_us"]), float(r["tflops"])
+        # 3-decimal ms and whole TFLOP/s in the source
+        assert m.work / m.time_s / 1e12 == pytest.approx(tflops, rel=1e-3 + 0.5 / us + 0.5 / tflops)
+    # 8192 window-1024 forward by hand: 4·2·64·64·(1024·8192 − 1024·1023/2) = 2.57715e11 FLOPs in 0.738 ms
+    fwd = [m for m in table.attention["attention_cudnn"] if m.group == (64, True, "fwd", 1024)]
+    (m8k,) = [m for m in fwd if m.point == (8192.0,)]
+    assert m8k.work == pytest.approx(4.0 * 2 * 64 * 64 * (1024 * 8192 - 1024 * 1023 / 2), rel=1e-12)
+
+
+def test_the_h200_table_is_listed_after_the_measured_one_and_opt_in():
+    # validate.tables.with_tables attaches the first listed: the shipped H200 measurements stay first
+    assert kt.tables_measured_on("H200-SXM-141GB") == ["h200-sxm-141gb", H200]
+    assert load_system("dgx-h200").accelerator.kernel_tables is None
 
 
 def test_the_analytical_form_prices_a_table_kernel_at_its_converted_fraction():
@@ -133,7 +228,7 @@ def test_the_analytical_form_prices_a_table_kernel_at_its_converted_fraction():
     assert acc.efficiency.attention_kernel == "fa2"
     table = kt.load_table("h100-sxm5-80gb")
     rows = kt.attention_rows(table.rows["attention_fa2"], "h100-sxm5-80gb", "attention_flash.csv")
-    row = next(r for r in rows if r.point == (8192.0,) and r.group == (128, True, "fwd"))
+    row = next(r for r in rows if r.point == (8192.0,) and r.group == (128, True, "fwd", None))
     # 4·2·32·8192²·128 × 8193/16384 FLOPs at 989.4 TFLOPS × 0.2722 (shape scale 1) + 4 us
     work = 4 * 2 * 32 * 8192**2 * 128 * 8193 / 16384
     want = work / (989.4e12 * 0.45 * ratio) + 4e-6

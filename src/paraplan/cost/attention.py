@@ -226,6 +226,39 @@ def attention_shape_factor(kernel: str, seq: float, head_dim: float, causal: boo
     return factor
 
 
+def visited_key_tiles(seq: float, window: int | None) -> float:
+    """Key tiles of ``CAUSAL_TILE_ROWS`` a causal tiled kernel computes per query tile, averaged over the
+    T = ceil(s/128) query tiles of a call: query tile i (rows 128i..128i+127) meets the key tiles
+    i − m..i that hold its rows' keys, m = ceil((w − 1)/128) for a causal window of w keys (query j sees
+    keys j − w + 1..j), so min(i, m) + 1 tiles; without a window m = T − 1 and the mean is (T + 1)/2,
+    with one [(m + 1)(m + 2)/2 + (T − m − 1)(m + 1)]/T. A tile is computed whole, its masked scores too:
+    the block loop skips only tiles wholly masked (Dao 2023, FlashAttention-2, §3.1.1; for a window,
+    Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_kernel.h compute_attn_1rowblock, v2.x:
+    n_block_min = max(0, (m_block·kBlockM − window_size_left)/kBlockN), n_block_max =
+    ceil((m_block + 1)·kBlockM / kBlockN)); cuDNN's kernel takes the window as a left bound likewise
+    (Transformer Engine fused_attn ``window_size``)."""
+    tiles = math.ceil(seq / CAUSAL_TILE_ROWS)
+    m = tiles - 1 if window is None else min(tiles - 1, math.ceil((window - 1) / CAUSAL_TILE_ROWS))
+    return ((m + 1) * (m + 2) / 2.0 + (tiles - m - 1) * (m + 1)) / tiles
+
+
+def window_tile_factor(kernel: str, seq: float, window: int | None) -> float:
+    """Rate of a causal layer with a window of w keys over a full causal layer of the same call (kernel,
+    s tokens, head dim): the window's useful share of its computed tiles, (w − w(w − 1)/2s) useful keys a
+    query over 128 × ``visited_key_tiles``, against the full layer's s/(s + 128) (the causal term of
+    ``attention_shape_factor``), times the sequence term at the keys one query tile's loop runs over,
+    k = min(s, 128(m + 1)), against s: k/(k + s_half) / (s/(s + s_half)) (s_half: the fixed cost of a
+    query tile's loop, in keys, FlashAttention-3 paper Fig. 5 fit, module docstring). 1 where w ≥ s."""
+    if window is None or window >= seq:
+        return 1.0
+    half = KERNEL_CURVES[base_kernel(kernel)].seq_half
+    useful = window - window * (window - 1) / (2.0 * seq)
+    tile_share = useful / (CAUSAL_TILE_ROWS * visited_key_tiles(seq, window))
+    span = min(seq, CAUSAL_TILE_ROWS * (math.ceil((window - 1) / CAUSAL_TILE_ROWS) + 1))
+    seq_term = span / (span + half) / (seq / (seq + half))
+    return tile_share / (seq / (seq + CAUSAL_TILE_ROWS)) * seq_term
+
+
 def attention_shape_scale(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
     """Efficiency at this shape relative to ``REFERENCE_SHAPE``: shape factor ratio."""
     return attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(

@@ -17,10 +17,12 @@ import math
 from functools import lru_cache
 
 from paraplan.cost import kernel_tables as tables
-from paraplan.cost import table_attention, table_grouped
-from paraplan.cost.attention import attention_shape_scale, effective_kernel
+from paraplan.cost import table_grouped
+
+# fused attention's time lives in cost.attention_time; attention_efficiency and attention_time_s are
+# re-exported here for callers
+from paraplan.cost.attention_time import attention_efficiency, attention_op_s, attention_time_s  # noqa: F401
 from paraplan.cost.eager_kernels import eager_kernel_times_s
-from paraplan.cost.flops import softmax_exponentials
 from paraplan.cost.gemm_alignment import gemm_alignment_share
 from paraplan.cost.quantisation import scale_swizzle_bytes
 from paraplan.graph.ops import Op
@@ -233,52 +235,6 @@ def memory_time_s(
     return max(memory_s, flops / acc.peak_vector_flops(dtype)) + acc.efficiency.kernel_overhead_s
 
 
-def attention_efficiency(acc: AcceleratorSpec, call: tuple[int, int, int, bool] | None) -> float:
-    """Catalog attention fraction (its kernel at the reference shape) × kernel shape factor ratio
-    (cost.attention: FlashAttention-3 paper Fig. 5 curves by sequence, head dim and causal mask)."""
-    eff = acc.efficiency.attention
-    if call is None:
-        return eff
-    q_tokens, kv_tokens, head_dim, causal = call
-    kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
-    return eff * attention_shape_scale(kernel, min(q_tokens, kv_tokens), head_dim, causal)
-
-
-def attention_time_s(
-    flops: float,
-    causal_fraction: float,
-    acc: AcceleratorSpec,
-    dtype: str,
-    call: tuple[int, int, int, bool] | None = None,
-    direction: str = "fwd",
-    exponentials: float = 0.0,
-) -> float:
-    """Fused attention: max(flops · causal_fraction / (peak · attention_efficiency), exponentials /
-    softmax exponent rate) + overhead, at the dtype's attention peak (AcceleratorSpec.peak_attention_flops:
-    bf16 in fp8 and FP4 recipes, 3xTF32 in fp32 / tf32), or the measured table's time for the system's
-    kernel and ``direction`` (fwd / bwd) at this call (cost.table_attention: bwd rows timed on leaf q, k, v
-    less their gradients' accumulation at the HBM rate, cost.leaf_grads). The softmax's exponentials run
-    on the special function units beside the tensor cores; FlashAttention-3/4 overlap one tile's softmax
-    with another's matrix products (Shah et al. 2024, FlashAttention-3, §3.1 ping-pong scheduling), so the
-    slower of the two bounds the kernel (cost.flops.softmax_exponentials; AcceleratorSpec.softmax_exp_rate)."""
-    if flops <= 0:
-        return 0.0
-    rate = acc.exp_rate()  # at the sustained clock under a power cap (specs.power)
-    exp_s = exponentials / rate if rate else 0.0
-    if acc.kernel_tables and call is not None:
-        kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
-        work, l2 = flops * causal_fraction, acc.l2_cache
-        measured = table_attention.attention_time_s(
-            acc.kernel_tables, l2, kernel, work, call, direction, dtype, acc.hbm_rate()
-        )
-        if measured is not None:
-            measured /= acc.clock_fraction()  # timed at the rated power (specs.power)
-            return max(measured, exp_s + acc.efficiency.kernel_overhead_s)
-    peak = acc.peak_attention_flops(dtype)
-    matrix_s = flops * causal_fraction / (peak * attention_efficiency(acc, call))
-    return max(matrix_s, exp_s) + acc.efficiency.kernel_overhead_s
-
-
 # Transformer Engine runs a grouped GEMM (GroupedLinear, Megatron-Core's TEGroupedMLP) as one cuBLAS
 # GEMM per expert issued round-robin on its compute streams: transformer_engine/common/include/
 # transformer_engine/multi_streams.h, ``num_streams = 4``.
@@ -460,16 +416,10 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
             return fwd, call(op.bwd_flops, (b, k, n, m))
         half = op.bwd_flops / 2.0
         return fwd, call(half, (b, m, k, n)) + call(half, (b, k, n, m))
-    if (
-        op.kind == "host_sync"
-    ):  # no kernel: its GPU idle is priced on the host (cost.host.sync_terms)
+    if op.kind == "host_sync":  # no kernel: its GPU idle is priced on the host (cost.host)
         return 0.0, 0.0
     if op.kind == "attention":
-        call = op.attention_call
-        exps = softmax_exponentials(op.fwd_flops, op.causal_fraction, call[2]) if call else 0.0
-        fwd = attention_time_s(op.fwd_flops, op.causal_fraction, acc, dtype, call, "fwd", exps)
-        bwd = attention_time_s(op.bwd_flops, op.causal_fraction, acc, dtype, call, "bwd", exps)
-        return fwd, bwd
+        return attention_op_s(op, acc, dtype)
     eager = eager_kernel_times_s(op, acc, dtype) if op.kernel is not None else None
     if eager is not None:
         return eager

@@ -63,6 +63,7 @@ from functools import lru_cache
 
 from paraplan.cost.table_interp import Scatter, scatter
 from paraplan.cost.table_refs import FIELD, TABLE_KINDS, kept_files, shipped_tables, table_folder
+from paraplan.graph.mla import window_fraction
 from paraplan.graph.transformer import FLASH_BACKWARD_FLOP_RATIO
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import LOW_PRECISION
@@ -183,7 +184,9 @@ def gemm_rows(rows, ref, file, kind: str, time_key: str | None = None) -> list[M
 
 
 def attention_rows(rows, ref, file) -> list[MeasuredRow]:
-    """The rows of an attention table: work attention_work, interpolated over sequence length."""
+    """The rows of an attention table: work attention_work, interpolated over sequence length, grouped by
+    (head dim, causal, direction, window); an optional ``window`` column (empty: none) marks a causal
+    sliding window of w keys, whose work is the scores it keeps (graph.mla.window_fraction)."""
     out = []
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
@@ -192,13 +195,13 @@ def attention_rows(rows, ref, file) -> list[MeasuredRow]:
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
             raise InputError(f"{where}: direction must be fwd or bwd, got {direction!r}")
+        window = int(csv_number(row, "window", where)) if row.get("window") else None
         work = attention_work(b, h, s, d, causal, direction)
+        if window is not None and causal and window < s:
+            work *= window_fraction(window, int(s), 1) / causal_share(s, True)
         t = csv_number(row, "time_us", where) * 1e-6
-        out.append(
-            MeasuredRow(
-                (s,), work, t, (int(d), causal, direction), row.get("dtype", "bf16"), (b, h, s, d)
-            )
-        )
+        group = (int(d), causal, direction, window)
+        out.append(MeasuredRow((s,), work, t, group, row.get("dtype", "bf16"), (b, h, s, d)))
     return out
 
 

@@ -5,7 +5,10 @@ analytical shape factor (cost.attention.attention_shape_factor, FlashAttention-3
 causal diagonal tiles s/(s + 128)) times the ratio measured / shape factor, interpolated linearly in log2 over log2
 sequence length (``shape_prior``, cost.kernel_tables.Scatter); outside the measured lengths the ratio is held at
 the nearest one and the shape factor follows the length. A head dim or mask the table lacks scales by the
-kernel's shape-factor ratio. FLOPs are counted as
+kernel's shape-factor ratio. Windows: rows with a ``window`` column (a causal window of w keys) price windowed
+calls and rows without one full calls; a kind the table lacks is read from the other kind scaled by the ratio of
+their analytical factors, which for a window includes cost.attention.window_tile_factor (the key tiles the
+kernel visits), as for a head dim. FLOPs are counted as
 the graph counts them (cost.kernel_tables.attention_work). A bwd row of a file the table.yaml lists in
 ``leaf_gradients`` is read less the accumulation of its leaf inputs' gradients (cost.leaf_grads: a step's q, k, v
 are no leaves) at the system's HBM rate: ``row_kernel_s``.
@@ -18,7 +21,7 @@ from dataclasses import replace
 from functools import lru_cache, partial
 
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.attention import attention_shape_factor
+from paraplan.cost.attention import attention_shape_factor, window_tile_factor
 from paraplan.cost.leaf_grads import LEAF_FIELD, attention_leaf_bytes
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import activation_dtype
@@ -47,14 +50,21 @@ def row_kernel_s(table: kt.KernelTable, kind: str, leaf_rate: float | None) -> l
     return out
 
 
-def shape_prior(kernel: str, head_dim: float, causal: bool):
-    """The prior of ``kernel``'s rows at (head dim, mask) over (sequence length,): its analytical shape
-    factor attention_shape_factor(kernel, s, head_dim, causal) (module docstring)."""
-    return partial(_seq_factor, kernel, float(head_dim), causal)
+def shape_prior(kernel: str, head_dim: float, causal: bool, window: int | None = None):
+    """The prior of ``kernel``'s rows at (head dim, mask, window) over (sequence length,): its analytical
+    shape factor attention_shape_factor(kernel, s, head_dim, causal), × window_tile_factor(kernel, s,
+    window) for a causal window (module docstring)."""
+    return partial(_seq_factor, kernel, float(head_dim), causal, window)
 
 
-def _seq_factor(kernel: str, head_dim: float, causal: bool, point: tuple[float, ...]) -> float:
-    return attention_shape_factor(kernel, point[0], head_dim, causal)
+def _seq_factor(kernel: str, head_dim: float, causal: bool, window, point: tuple[float, ...]):
+    return factor(kernel, point[0], head_dim, causal, window)
+
+
+def factor(kernel: str, seq: float, head_dim: float, causal: bool, window: int | None) -> float:
+    """attention_shape_factor × (causal) window_tile_factor: the analytical relative rate of a call."""
+    tiles = window_tile_factor(kernel, seq, window) if causal else 1.0
+    return attention_shape_factor(kernel, seq, head_dim, causal) * tiles
 
 
 @lru_cache(maxsize=256)
@@ -70,26 +80,42 @@ def curves(
     timed = zip(table.attention[kind], row_kernel_s(table, kind, leaf_rate))
     rows = [replace(m, time_s=t) for m, t in timed]
     return {
-        key: kt.scatter(*g, shape_prior(kernel, *key[:2])) for key, g in kt.groups(rows).items()
+        key: kt.scatter(*g, shape_prior(kernel, key[0], key[1], key[3]))
+        for key, g in kt.groups(rows).items()
     }
 
 
 def attention_rate(
-    rates: dict, kernel: str, seq: float, head_dim: float, causal: bool, direction: str
+    rates: dict,
+    kernel: str,
+    seq: float,
+    head_dim: float,
+    causal: bool,
+    direction: str,
+    window: int | None = None,
 ) -> float | None:
-    """FLOP/s (of FLOPs × causal share) of ``kernel`` at this shape from its ``curves``, or None if not
-    measured in that direction."""
+    """FLOP/s (of the scores computed) of ``kernel`` at this shape from its ``curves``, or None if not
+    measured in that direction. Rows of the call's kind come first: windowed rows (a causal window shorter
+    than the sequence) for a windowed call, rows without a window for a full one; then the mask, the
+    nearest head dim and window in log2; the rate scales by the ratio of ``factor`` (module docstring)."""
     keys = [key for key in rates if key[2] == direction]
     if not keys:
         return None
-    d_tab, c_tab, _ = min(
-        keys, key=lambda key: (key[1] != causal, abs(math.log2(key[0] / head_dim)))
+    window = window if causal and window is not None and window < seq else None
+
+    def distance(key):
+        w_tab = key[3]
+        kind = (w_tab is None) != (window is None)
+        w_gap = abs(math.log2(w_tab / window)) if w_tab and window else 0.0
+        return (kind, key[1] != causal, abs(math.log2(key[0] / head_dim)), w_gap)
+
+    d_tab, c_tab, _, w_tab = min(keys, key=distance)
+    rate = rates[(d_tab, c_tab, direction, w_tab)].rate((seq,))
+    return (
+        rate
+        * factor(kernel, seq, head_dim, causal, window)
+        / factor(kernel, seq, d_tab, c_tab, w_tab)
     )
-    rate = rates[(d_tab, c_tab, direction)].rate((seq,))
-    scale = attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(
-        kernel, seq, d_tab, c_tab
-    )
-    return rate * scale
 
 
 @lru_cache(maxsize=65536)
@@ -102,16 +128,18 @@ def attention_time_s(
     direction: str,
     dtype: str,
     leaf_rate: float | None = None,
+    window: int | None = None,
 ):
     """Measured time of fused attention doing ``work`` (FLOPs × causal share) on ``call``
     (q tokens, kv tokens, head dim, causal), or None where the kernel or dtype is not measured
     (fp8 and FP4 recipes run attention in bf16: specs.system.activation_dtype, as in cost.compute);
-    ``leaf_rate``: the system's element-wise bytes/s for ``row_kernel_s`` (None: rows as measured)."""
+    ``leaf_rate``: the system's element-wise bytes/s for ``row_kernel_s`` (None: rows as measured);
+    ``window``: a causal window of that many keys (``attention_rate``)."""
     if kt._dtype(activation_dtype(dtype)) != "bf16":
         return None
     q, kv, head_dim, causal = call
     rates = curves(ref, l2, kernel, leaf_rate)
-    rate = attention_rate(rates, kernel, min(q, kv), head_dim, causal, direction)
+    rate = attention_rate(rates, kernel, min(q, kv), head_dim, causal, direction, window)
     if rate is None:
         return None
     return work / rate

@@ -152,17 +152,19 @@ def core_attention_ops(
     ops = []
     for op in attention_ops(model, shape):
         if op.kind == "attention" and window is not None:
-            # the kernel call stays: the head-width shape factor and the softmax exponentials' bound apply to the
-            # windowed share as to the causal one (cost.compute.attention_time_s), so the block costs the mean of
-            # its window and full layers; the window's own short-key-range rate is not priced (docs/model.md §7)
+            # the kernel call stays, and the block costs the mean of its window and full layers, each priced at
+            # its own score share and tile visits (cost.compute.op_times_s, cost.attention.window_tile_factor)
+            keys, cp, chunked = shape.seq_length, shape.ring_chunks, model.window_kind == "chunked"
             op = op._replace(
-                causal_fraction=layer_causal_fraction(
+                causal_fraction=layer_causal_fraction(window, keys, cp, window_share, chunked),
+                attention_window=(
                     window,
-                    shape.seq_length,
-                    shape.ring_chunks,
                     window_share,
-                    model.window_kind == "chunked",
-                ),
+                    window_fraction(window, keys, cp, chunked),
+                    window_fraction(None, keys, cp),
+                )
+                if window < keys and not chunked
+                else None,
             )
         ops.append(op)
     return ops

@@ -64,6 +64,9 @@ class Op(NamedTuple):
     dtype: str | None = None
     # False: the GEMM's input X needs no gradient (a one-hot of token ids), so its backward is dW alone
     input_grad: bool = True
+    # a layer block standing for causal-window layers (graph.mla.core_attention_ops): (window w, share of its
+    # layers windowed, score share of a windowed layer, of a full one); its time is the share-weighted mean
+    attention_window: tuple[int, float, float, float] | None = None
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
@@ -353,6 +356,7 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.kernel,
         op.dtype,
         op.input_grad,
+        op.attention_window,
     )
 
 

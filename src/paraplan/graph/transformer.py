@@ -170,6 +170,15 @@ def _norm_flops(model: ModelSpec, elements: float) -> float:
     return FLOPS_PER_ELEMENT[model.norm] * elements
 
 
+def _every_layer_window(model: ModelSpec, keys: int, causal: float):
+    """Op.attention_window of a model whose every layer has a causal sliding window shorter than ``keys``
+    (not chunked): (w, 1, causal, causal); None otherwise (graph.mla.core_attention_ops sets window patterns')."""
+    w = model.sliding_window
+    if w is None or w >= keys or model.window_kind == "chunked":
+        return None
+    return (w, 1.0, causal, causal)
+
+
 def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     """Core attention ops: scores Q·Kᵀ, softmax (+mask, dropout), probabilities·V.
 
@@ -206,6 +215,8 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
                 causal_fraction=causal,
                 # with context parallelism each ring step pairs an s/c query chunk with an s/c kv chunk
                 attention_call=(q_tokens, kv_tokens // shape.ring_chunks, d, True),
+                # a window on every layer: the kernel's tile visits (cost.attention.window_tile_factor)
+                attention_window=_every_layer_window(model, kv_tokens, causal),
             )
         ] + ring_merge_ops(model, shape)  # the K/V ring's partial-output merges
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU

@@ -131,9 +131,9 @@ def _attention(
     measured = [replace(r, time_s=t) for r, t in zip(rows, times)]
     pred = []
     for r in measured:
-        (s,), (d, causal, direction) = r.point, r.group
+        (s,), (d, causal, direction, window) = r.point, r.group
         call = (int(s), int(s), d, causal)
-        pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction))
+        pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction, 0.0, window))
     return [
         _res(file, f"{label}, attached table", pred, times),
         _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0, prior_of)),
@@ -155,8 +155,9 @@ def as_kernel(acc: AcceleratorSpec, kernel: str) -> AcceleratorSpec:
 
 
 def _attention_prior(kernel: str, group: tuple):
-    """The prior of an attention group (head dim, causal, direction): cost.table_attention.shape_prior."""
-    return shape_prior(kernel, group[0], group[1])
+    """The prior of an attention group (head dim, causal, direction, window):
+    cost.table_attention.shape_prior."""
+    return shape_prior(kernel, group[0], group[1], group[3])
 
 
 def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[float]:
@@ -167,10 +168,9 @@ def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[fl
     bare = with_fields(acc, {"kernel_tables": None})
     out = []
     for r in measured:
-        (s,), (d, causal, direction) = r.point, r.group
-        out.append(
-            attention_time_s(r.work, 1.0, bare, r.dtype, (int(s), int(s), d, causal), direction)
-        )
+        (s,), (d, causal, direction, window) = r.point, r.group
+        call = (int(s), int(s), d, causal)
+        out.append(attention_time_s(r.work, 1.0, bare, r.dtype, call, direction, 0.0, window))
     return out
 
 
