@@ -37,26 +37,27 @@ with fewer groups than that on every generation gets the wide prior (below): the
 of G exchangeable groups, their hull, holds a new one with probability (G − 1)/(G + 1), under the
 claimed coverage until G reaches ``min_groups()``.
 
-Nearest cases. A pool that had to drop traits of the plan (or its generation) holds groups unlike it: its
-conformal ends describe the stack's runs of the plan's kind at large, not runs like this one. The band is then
-hulled with the errors of the plan's nearest cases (``nearest_pool``): the stack's cases on any generation that
-match the plan on every trait, dropping the least telling first (never the model kind) until one group is left,
-so a band is never narrower than what the runs most like the plan showed (a dense fp8 plan on Hopper, say,
-whose pool is the dense Megatron groups of every generation but whose nearest cases are the dense fp8 ones). One rule for every group; where the pool keeps every
-trait it changes nothing.
+Nearest cases. A pool that had to drop traits of the plan (or its generation) holds groups unlike it:
+its conformal ends describe the stack's runs of the plan's kind at large, not runs like this one. The
+band is then hulled with the errors of the plan's nearest cases (``nearest_pool``): the stack's cases on
+any generation that match the plan on every trait, dropping the least telling first (never the model
+kind) until one group is left, so a band is never narrower than what the runs most like the plan showed
+(a dense 2.7B pipeline plan on Hopper, say, whose pool is the dense bf16 Megatron groups of every
+generation but whose nearest cases are the dense bf16 pipeline ones). One rule for every group; where
+the pool keeps every trait it changes nothing.
 
-Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, a
-trait of the plan no case of its stack has (a single-GPU run, say), or a stack with too few groups of
-the plan's model kind, gets ``PRIOR_ERROR_PCT`` (hulled with the errors of the cases of its stack,
-generation and model kind), not the Megatron envelope. Its rationale: the errors issue 33 measured on published runs of
-stacks the cases did not cover — FSDP stacks (torchtitan, llm-foundry, MaxText, metaseq) about 18 %
-too fast, DeepSpeed's pipeline engine about 25 % too fast, Megatron-Bridge mixture-of-experts runs on
-Blackwell 20–55 % too slow — with a margin on the too-fast side: errors from −30 % to +55 %, so the
-true step time lies between 0.65× and 1.43× the estimate.
+Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, a trait of
+the plan no case of its stack has (a single-GPU run, say), or a stack with too few groups of the plan's
+model kind, gets ``PRIOR_ERROR_PCT`` (hulled with the errors of the cases of its stack, generation and
+model kind), not the Megatron envelope. Its rationale: the errors issue 33 measured on published runs of
+stacks the cases did not cover — FSDP stacks (torchtitan, llm-foundry, MaxText, metaseq) about 18 % too
+fast, DeepSpeed's pipeline engine about 25 % too fast, Megatron-Bridge mixture-of-experts runs on
+Blackwell 20–55 % too slow — with a margin on the too-fast side: errors from −30 % to +55 %, so the true
+step time lies between 0.65× and 1.43× the estimate.
 
-Unvalidated knobs. The knobs of a plan (``features.plan_features``) that no case exercised are
-returned as ``extrapolated``, and the band is then hulled with the widest residuals of the cases of
-its stack, generation and model kind: a plan that relies on unvalidated knobs never gets a narrower band than a
+Unvalidated knobs. The knobs of a plan (``features.plan_features``) that no case exercised are returned
+as ``extrapolated``, and the band is then hulled with the widest residuals of the cases of its stack,
+generation and model kind: a plan that relies on unvalidated knobs never gets a narrower band than a
 validated one.
 
 ``error_band`` is the one rule: estimate (text and --json), the search rows (and --objective robust),

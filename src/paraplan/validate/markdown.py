@@ -204,8 +204,8 @@ def band_method_lines() -> list[str]:
         "- Nearest cases: when the pool had to drop a trait of the plan (too few groups share it), the band is "
         "hulled with the errors of the stack's cases nearest the plan (every trait matched on any generation, the "
         "least telling dropped until one group is left, never the model kind; validate.band.nearest_pool): never "
-        "narrower than the runs most like the plan (a Hopper dense fp8 plan's pool is the dense Megatron groups "
-        "of every generation, its nearest cases the dense fp8 runs).",
+        "narrower than the runs most like the plan (a dense 2.7B pipeline plan on Hopper: its pool is the dense "
+        "bf16 Megatron groups of every generation, its nearest cases the dense bf16 pipeline runs).",
         f"- Quantiles: groups are the exchangeable units (a group's cases share most of their error); each tail "
         f"is cut at {(100 - CLAIMED_COVERAGE_PCT) / 2:g} % of the group-weighted residuals with the "
         "split-conformal finite-sample correction, so the band is asymmetric where the residuals are; at least "
