@@ -90,17 +90,59 @@ def test_traits_are_matched_while_enough_groups_share_them():
 
 
 def test_a_pool_that_drops_a_trait_is_hulled_with_the_nearest_cases():
-    moe_model, moe_plan = load_model("mixtral-8x7b"), PLAN.model_copy(update={"ep": 8})
+    fp8 = PLAN.model_copy(update={"dtype": "fp8"})
     dense = _records({f"d{i}": [(-1.0) ** i * (i % 3)] for i in range(20)})  # errors -2..2
-    moe = _records({"m0": [-15.0], "m1": [-9.0]}, model=moe_model, plan=moe_plan)
-    band = error_band(moe_model, SYSTEM, moe_plan, 1.0, residuals=dense + moe)
-    # 22 groups, the two MoE ones too few to keep the trait: the conformal ends of all 22 are the 2nd
-    # from each end, -9 and 2; the nearest cases (the MoE groups, matching every trait) reach -15
-    assert band.basis.startswith("22 cases of 22 groups") and "moe" not in band.basis
+    fp8_records = _records({"f0": [-15.0], "f1": [-9.0]}, plan=fp8)
+    band = error_band(MODEL, SYSTEM, fp8, 1.0, residuals=dense + fp8_records)
+    # 22 groups, the two fp8 ones too few to keep the trait: the conformal ends of all 22 are the 2nd
+    # from each end, -9 and 2; the nearest cases (the fp8 groups, matching every trait) reach -15
+    assert band.basis.startswith("22 cases of 22 groups") and ", fp8" not in band.basis
+    assert band.basis.endswith("megatron on hopper, no moe")  # the model kind is kept
     assert band.high_s == pytest.approx(1 / 0.85) and band.low_s == pytest.approx(1 / 1.03)
-    # a dense plan's pool keeps its traits (20 dense groups): no hull, the MoE errors stay out
-    dense_band = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=dense + moe)
-    assert dense_band.high_s == pytest.approx(1 / 0.97)
+    # a bf16 plan's pool keeps its traits (20 bf16 groups): no hull, the fp8 errors stay out
+    bf16_band = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=dense + fp8_records)
+    assert bf16_band.high_s == pytest.approx(1 / 0.97)
+
+
+MOE_MODEL, MOE_PLAN = load_model("mixtral-8x7b"), PLAN.model_copy(update={"ep": 8})
+
+
+def test_dense_and_moe_residuals_are_never_pooled():
+    """The model kind is never dropped (validate.band.KIND_TRAITS): a dense plan's band is built from
+    dense cases only, an MoE plan's from MoE cases only, on any generation before the other kind."""
+    b200 = load_system("dgx-b200")
+    dense_hopper = _records({f"h{i}": [1.0] for i in range(5)})  # 5 dense Hopper groups at +1 %
+    dense_blackwell = _records({f"b{i}": [-1.0] for i in range(4)}, system=b200)  # 4 at -1 %
+    moe_hopper = _records({f"m{i}": [-50.0] for i in range(4)}, model=MOE_MODEL, plan=MOE_PLAN)
+    records = dense_hopper + dense_blackwell + moe_hopper
+    # 9 Hopper groups, 4 of them MoE: the dense plan's pool is the 9 dense groups of any generation,
+    # errors -1..+1 (widened to the ±3 % run-to-run spread), not the MoE -50 % (true time 2× estimate)
+    band = error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=records)
+    assert band.basis.startswith("9 cases of 9 groups: megatron on any generation, no moe")
+    assert band.high_s == pytest.approx(1 / 0.97) and band.low_s == pytest.approx(1 / 1.03)
+    # 9 MoE groups: the MoE plan's band is theirs alone, errors -50..-42 (the dense +1s stay out)
+    moe = _records({f"m{i}": [-50.0 + i] for i in range(9)}, model=MOE_MODEL, plan=MOE_PLAN)
+    moe_band = error_band(MOE_MODEL, SYSTEM, MOE_PLAN, 1.0, residuals=dense_hopper + moe)
+    assert moe_band.basis.startswith("9 cases of 9 groups: megatron on hopper, moe")
+    # its upper error end -42 is widened to the +3 % run-to-run spread
+    assert moe_band.high_s == pytest.approx(1 / 0.5) and moe_band.low_s == pytest.approx(1 / 1.03)
+
+
+def test_a_kind_with_too_few_groups_gets_the_prior_hulled_with_its_cases():
+    """Four MoE groups (under the 9 a band needs) and 20 dense ones: the MoE plan gets the wide prior,
+    hulled with the MoE cases of its generation (-50 % beyond the prior's -30 %), not the dense envelope."""
+    dense = _records({f"d{i}": [0.0] for i in range(20)})
+    moe = _records({f"m{i}": [-50.0 + i] for i in range(4)}, model=MOE_MODEL, plan=MOE_PLAN)
+    band = error_band(MOE_MODEL, SYSTEM, MOE_PLAN, 1.0, residuals=dense + moe)
+    hi = PRIOR_ERROR_PCT[1]
+    assert band.prior and not band.validated and band.pool_cases == 4
+    assert (
+        band.basis
+        == "wide prior: 4 groups ran mixture-of-experts models on the megatron stack, fewer than 9"
+    )
+    assert band.high_s == pytest.approx(1 / 0.5) and band.low_s == pytest.approx(1 / (1 + hi / 100))
+    # the dense plan keeps its conformal band of the 20 dense groups
+    assert not error_band(MODEL, SYSTEM, PLAN, 1.0, residuals=dense + moe).prior
 
 
 def test_an_unseen_stack_or_generation_gets_the_wide_prior():

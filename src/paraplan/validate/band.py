@@ -24,31 +24,40 @@ measured step times). ``paraplan validate`` reports the coverage this reaches on
 (validate.coverage).
 
 Conditioning. A band is built from the residuals of the cases of the plan's software stack
-(``features.band_keys``; the Megatron-LM family profiles and no profile are one stack) and, where
-that stack has enough groups there, its hardware generation and traits (mixture-of-experts, fp8,
-pipeline, small model, single GPU): the traits are dropped one at a time in ``TRAITS`` order (least
-telling first), then the generation, until the pool holds at least ``min_groups()`` groups.
+(``features.band_keys``; the Megatron-LM family profiles and no profile are one stack) and of its model
+kind: a dense plan's from dense cases, a mixture-of-experts plan's from mixture-of-experts cases
+(``KIND_TRAITS``, never dropped). An MoE step carries error sources a dense step has none of (token
+dispatch and combine all-to-alls, routing imbalance, grouped expert GEMMs, host syncs on the routed
+token counts), so its residuals are not exchangeable with dense ones: pooled, they widen every dense
+band with errors no dense run showed, and narrow the MoE bands to the dense runs' errors. Within the
+kind, where enough groups share them, the band keeps the hardware generation and the other traits
+(fp8, pipeline, small model, single GPU): those are dropped one at a time in ``TRAITS`` order (least
+telling first), then the generation, until the pool holds at least ``min_groups()`` groups. A kind
+with fewer groups than that on every generation gets the wide prior (below): the widest finite band
+of G exchangeable groups, their hull, holds a new one with probability (G − 1)/(G + 1), under the
+claimed coverage until G reaches ``min_groups()``.
 
-Nearest cases. A pool that had to drop traits of the plan (or its generation) holds groups unlike it: its
-conformal ends describe the stack at large, not runs like this one. The band is then hulled with the errors of
-the plan's nearest cases (``nearest_pool``): the stack's cases on any generation that match the plan on every
-trait, dropping the least telling first until one group is left, so a band is never narrower than what the
-runs most like the plan showed (a held-out Blackwell MoE fp8 group, say, whose pool is every Megatron group
-but whose nearest cases are the Hopper MoE fp8 ones). One rule for every group; where the pool keeps every
-trait it changes nothing.
+Nearest cases. A pool that had to drop traits of the plan (or its generation) holds groups unlike it:
+its conformal ends describe the stack's runs of the plan's kind at large, not runs like this one. The
+band is then hulled with the errors of the plan's nearest cases (``nearest_pool``): the stack's cases on
+any generation that match the plan on every trait, dropping the least telling first (never the model
+kind) until one group is left, so a band is never narrower than what the runs most like the plan showed
+(a dense 2.7B pipeline plan on Hopper, say, whose pool is the dense bf16 Megatron groups of every
+generation but whose nearest cases are the dense bf16 pipeline ones). One rule for every group; where
+the pool keeps every trait it changes nothing.
 
-Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, a
-trait of the plan no case of its stack has (a single-GPU run, say), or a stack with too few groups,
-gets ``PRIOR_ERROR_PCT`` (hulled with whatever residuals the
-pool has), not the Megatron envelope. Its rationale: the errors issue 33 measured on published runs of
-stacks the cases did not cover — FSDP stacks (torchtitan, llm-foundry, MaxText, metaseq) about 18 %
-too fast, DeepSpeed's pipeline engine about 25 % too fast, Megatron-Bridge mixture-of-experts runs on
-Blackwell 20–55 % too slow — with a margin on the too-fast side: errors from −30 % to +55 %, so the
-true step time lies between 0.65× and 1.43× the estimate.
+Wide prior. A stack or a generation no case ran, a stack that no case ran on this generation, a trait of
+the plan no case of its stack has (a single-GPU run, say), or a stack with too few groups of the plan's
+model kind, gets ``PRIOR_ERROR_PCT`` (hulled with the errors of the cases of its stack, generation and
+model kind), not the Megatron envelope. Its rationale: the errors issue 33 measured on published runs of
+stacks the cases did not cover — FSDP stacks (torchtitan, llm-foundry, MaxText, metaseq) about 18 % too
+fast, DeepSpeed's pipeline engine about 25 % too fast, Megatron-Bridge mixture-of-experts runs on
+Blackwell 20–55 % too slow — with a margin on the too-fast side: errors from −30 % to +55 %, so the true
+step time lies between 0.65× and 1.43× the estimate.
 
-Unvalidated knobs. The knobs of a plan (``features.plan_features``) that no case exercised are
-returned as ``extrapolated``, and the band is then hulled with the widest residuals of the cases of
-its stack and generation: a plan that relies on unvalidated knobs never gets a narrower band than a
+Unvalidated knobs. The knobs of a plan (``features.plan_features``) that no case exercised are returned
+as ``extrapolated``, and the band is then hulled with the widest residuals of the cases of its stack,
+generation and model kind: a plan that relies on unvalidated knobs never gets a narrower band than a
 validated one.
 
 ``error_band`` is the one rule: estimate (text and --json), the search rows (and --objective robust),
@@ -73,6 +82,11 @@ RUN_TO_RUN_PCT = 3.0  # reference/README.md: measured runs vary by a few percent
 CLAIMED_COVERAGE_PCT = 80  # the share of true step times the band claims to hold (integer percent)
 # wide prior (module docstring: the errors issue 33 measured on stacks the cases do not cover)
 PRIOR_ERROR_PCT = (-30.0, 55.0)
+# traits never dropped (module docstring, "Conditioning"): the model kind; a pool holds only cases that
+# match the plan on them
+KIND_TRAITS = ("moe",)
+# the others, dropped one at a time in TRAITS order while too few groups share them
+DROPPABLE_TRAITS = tuple(t for t in TRAITS if t not in KIND_TRAITS)
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,11 @@ def _matching(where: Sequence[Residual], keys: BandKeys, held: Sequence[str]) ->
     return [r for r in where if all((t in r.keys.traits) == (t in keys.traits) for t in held)]
 
 
+def _kin(records: Sequence[Residual], keys: BandKeys) -> list[Residual]:
+    """The residuals of the plan's stack and model kind (``KIND_TRAITS`` matched)."""
+    return _matching([r for r in records if r.keys.stack == keys.stack], keys, KIND_TRAITS)
+
+
 def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residual], str, bool]:
     """(pool, basis, prior): the residuals a band of ``keys`` is built from (module docstring)."""
     stack = [r for r in records if r.keys.stack == keys.stack]
@@ -154,32 +173,32 @@ def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residua
     unseen = [t for t in TRAITS if t in keys.traits and not any(t in r.keys.traits for r in stack)]
     if unseen:
         return home, f"wide prior: no {keys.stack} case has {', '.join(unseen)}", True
-    for where, generation in ((home, keys.generation), (stack, "any generation")):
-        for start in range(len(TRAITS) + 1):
-            held = TRAITS[start:]  # traits still matched
+    kin = _kin(records, keys)
+    kin_home = [r for r in kin if r.keys.generation == keys.generation]
+    for where, generation in ((kin_home, keys.generation), (kin, "any generation")):
+        for start in range(len(DROPPABLE_TRAITS) + 1):
+            held = DROPPABLE_TRAITS[start:] + KIND_TRAITS  # traits still matched
             pool = _matching(where, keys, held)
             groups = len({r.group for r in pool})
             if groups >= min_groups():
                 traits = [t if t in keys.traits else f"no {t}" for t in reversed(held)]
                 where_text = f"{keys.stack} on {generation}" + "".join(f", {t}" for t in traits)
                 return pool, f"{len(pool)} cases of {groups} groups: {where_text}", False
-    groups = len({r.group for r in stack})
-    return (
-        stack,
-        f"wide prior: {groups} groups ran the {keys.stack} stack, fewer than {min_groups()}",
-        True,
-    )
+    groups = len({r.group for r in kin})
+    kind = "mixture-of-experts" if "moe" in keys.traits else "dense"
+    basis = f"wide prior: {groups} groups ran {kind} models on the {keys.stack} stack"
+    return kin, f"{basis}, fewer than {min_groups()}", True
 
 
 def nearest_pool(keys: BandKeys, records: Sequence[Residual]) -> list[Residual]:
     """The stack's cases nearest the plan on its traits, on any generation: those matching every trait of
     ``TRAITS`` (held and not held alike), dropping the least telling first (``TRAITS`` order) until one
-    group remains; [] when no case of the stack shares even the most telling one. The band is hulled with
-    their errors when its conformal pool is wider than they are (module docstring, "Nearest cases")."""
-    stack = [r for r in records if r.keys.stack == keys.stack]
-    for start in range(len(TRAITS)):
-        held = TRAITS[start:]
-        near = _matching(stack, keys, held)
+    group remains, never the model kind (``KIND_TRAITS``); [] when no case of the stack and kind shares
+    the rest. The band is hulled with their errors when its conformal pool is wider than they are
+    (module docstring, "Nearest cases")."""
+    kin = _kin(records, keys)
+    for start in range(len(DROPPABLE_TRAITS) + 1):
+        near = _matching(kin, keys, DROPPABLE_TRAITS[start:])
         if near:
             return near
     return []
@@ -211,9 +230,8 @@ def error_band(
         if near and len({r.group for r in near}) < len({r.group for r in pool}):
             lo_err = min([lo_err, *(r.error_pct for r in near)])
             hi_err = max([hi_err, *(r.error_pct for r in near)])
-    if prior or extrapolated:  # as far off as any case of the stack on this generation
-        home = (keys.stack, keys.generation)
-        seen = [r.error_pct for r in records if (r.keys.stack, r.keys.generation) == home]
+    if prior or extrapolated:  # as far off as any case of the stack and kind on this generation
+        seen = [r.error_pct for r in _kin(records, keys) if r.keys.generation == keys.generation]
         lo_err, hi_err = min([lo_err, *seen]), max([hi_err, *seen])
     lo_err, hi_err = min(lo_err, -RUN_TO_RUN_PCT), max(hi_err, RUN_TO_RUN_PCT)
     low_s = step_time_s / (1.0 + hi_err / 100.0)

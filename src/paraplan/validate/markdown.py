@@ -196,26 +196,28 @@ def band_method_lines() -> list[str]:
         "without its group), never the in-sample ones.",
         "",
         "- Conditioning: the cases of the plan's software stack (framework profile; the Megatron-LM family and "
-        f"no profile are one stack) and, while at least {min_groups()} groups share them, its hardware "
-        "generation and traits (mixture-of-experts, fp8, pipeline, small model, single GPU), dropped least "
-        "telling first, then the generation.",
+        "no profile are one stack) and model kind, never dropped: a dense plan's band from dense cases, a "
+        "mixture-of-experts plan's from MoE cases (an MoE step carries error sources a dense one has none of: "
+        "token dispatch, routing imbalance, grouped expert GEMMs, host syncs); and, while at least "
+        f"{min_groups()} groups share them, its hardware generation and traits (fp8, pipeline, small model, "
+        "single GPU), dropped least telling first, then the generation.",
         "- Nearest cases: when the pool had to drop a trait of the plan (too few groups share it), the band is "
         "hulled with the errors of the stack's cases nearest the plan (every trait matched on any generation, the "
-        "least telling dropped until one group is left; validate.band.nearest_pool): never narrower than the runs "
-        "most like the plan (a Blackwell MoE fp8 group's pool is every Megatron group, its nearest cases the "
-        "Hopper MoE fp8 runs).",
+        "least telling dropped until one group is left, never the model kind; validate.band.nearest_pool): never "
+        "narrower than the runs most like the plan (a dense 2.7B pipeline plan on Hopper: its pool is the dense "
+        "bf16 Megatron groups of every generation, its nearest cases the dense bf16 pipeline runs).",
         f"- Quantiles: groups are the exchangeable units (a group's cases share most of their error); each tail "
         f"is cut at {(100 - CLAIMED_COVERAGE_PCT) / 2:g} % of the group-weighted residuals with the "
         "split-conformal finite-sample correction, so the band is asymmetric where the residuals are; at least "
         f"±{RUN_TO_RUN_PCT:g} % (run-to-run spread).",
         "- Wide prior: a stack or generation no case ran, a trait no case of the stack has (a single GPU, say), "
-        f"or a stack of fewer than {min_groups()} groups, gets "
+        f"or a stack with fewer than {min_groups()} groups of the plan's model kind, gets "
         f"errors from {lo:+g} % to {hi:+g} % (the true time {1 / (1 + hi / 100):.2f}× to "
         f"{1 / (1 + lo / 100):.2f}× the estimate), not the Megatron envelope: the errors issue 33 measured on "
         "published runs of stacks these cases do not cover (FSDP stacks ~18 % and DeepSpeed's pipeline engine "
         "~25 % too fast, Megatron-Bridge MoE runs on Blackwell 20–55 % too slow), with a margin.",
         "- Unvalidated knobs (features of the plan no case has) are listed as extrapolated and widen the band "
-        "to every residual of its stack on that generation.",
+        "to every residual of its stack and model kind on that generation.",
         "",
     ]
 
