@@ -10,6 +10,7 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.search.bound_order import BoundOrder
 from paraplan.search.grid_index import GridIndex, expand
+from paraplan.search.scan import Ahead
 from paraplan.search.space import SearchProblem
 from paraplan.search.table import RowTable
 from paraplan.step.compose import compose_step, stage_peaks
@@ -107,3 +108,28 @@ def test_a_candidates_inputs_do_not_depend_on_what_was_costed_before(name):
         b_step, b_peak = _evaluate(after, options, one)
         assert np.array_equal(a_step, b_step) and np.array_equal(a_peak, b_peak)
     assert alone._costed.sum() < after._costed.sum()
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("slab", [1, 500, 10**9])
+def test_slabs_of_a_chunk_give_the_values_of_one_evaluation(name, slab):
+    """search.scan.Ahead in slabs (a chunk that starts with no top K, search.row_scan) gives each batch the values the
+    chunk's one evaluation gives, bit for bit, evaluating no group twice and none beyond the slab a batch needs."""
+    problem = PROBLEMS[name]
+    table = RowTable(problem)
+    options = GridIndex(problem, table)
+    rows = np.flatnonzero(options.lengths)[:60]
+    group_row, group_start = options.groups(rows)
+    bound = np.random.default_rng(len(rows)).integers(0, 9, len(group_row)).astype(float)
+    by_bound = np.lexsort((np.arange(len(bound)), bound))
+    chosen = bound < 7
+    eager = Ahead(table, options, group_row, group_start, chosen)
+    slabs = Ahead(table, options, group_row, group_start, chosen, by_bound, slab)
+    kept = by_bound[chosen[by_bound]]
+    batches = np.array_split(kept, 5)
+    for i, batch in enumerate(batches):
+        for a, b in zip(eager.of(batch), slabs.of(batch)):
+            assert np.array_equal(a, b)
+        if slab == 1:  # each batch's groups and no more
+            assert slabs.done == sum(len(b) for b in batches[: i + 1])
+    assert slabs.done <= len(kept) and eager.of(batches[0][:0]) is None

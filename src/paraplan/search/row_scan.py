@@ -15,6 +15,9 @@ from paraplan.search.scan import Ahead, Scan
 from paraplan.step.compose import pipeline_bound_s
 
 CHUNK_CANDIDATES = 150_000  # candidates evaluated per chunk of rows
+# a chunk that starts with no top K evaluates its groups in slabs of at least this many candidates (scan.Ahead): two
+# batches' worth
+FIRST_SLAB_CANDIDATES = CHUNK_CANDIDATES // 4
 
 
 def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) -> int:
@@ -56,10 +59,19 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
         group_bound = objective_value(
             problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
         )
+        by_bound = np.lexsort((np.arange(len(group_bound)), group_bound))
+        # no top K yet: most of the chunk's groups fall out after its first batches (Ahead's slabs)
+        lazy = not np.isfinite(scan.threshold)
         ahead = Ahead(
-            table, options, group_row, group_start, ranking.within(group_bound, scan.threshold)
+            table,
+            options,
+            group_row,
+            group_start,
+            ranking.within(group_bound, scan.threshold),
+            by_bound if lazy else None,
+            FIRST_SLAB_CANDIDATES,
         )
-        for batch in _bounded_batches(group_bound, options.group_size[group_row], scan):
+        for batch in _bounded_batches(group_bound, options.group_size[group_row], scan, by_bound):
             scan.evaluate(
                 options, group_row[batch], group_start[batch], scan.evaluated_sink, ahead.of(batch)
             )
@@ -101,10 +113,10 @@ def _row_order(problem, table, options, scan) -> BoundOrder:
     )
 
 
-def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: Scan):
-    """Groups in increasing bound order, in batches of about CHUNK_CANDIDATES // 8 candidates, while
-    their bound can still enter the top K (``scan.threshold`` tightens between batches)."""
-    order = np.lexsort((np.arange(len(bound)), bound))
+def _bounded_batches(bound: np.ndarray, sizes: np.ndarray, scan: Scan, order: np.ndarray):
+    """Groups in increasing bound order (``order``: by bound, then group), in batches of about
+    CHUNK_CANDIDATES // 8 candidates, while their bound can still enter the top K (``scan.threshold`` tightens
+    between batches)."""
     ends = np.cumsum(sizes[order])
     position = 0
     while position < len(order):
