@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cost.attention import visited_key_tiles, window_tile_factor
+from paraplan.cost.attention import attention_shape_factor, visited_key_tiles, window_tile_factor
 from paraplan.cost.compute import attention_efficiency
 
 
@@ -27,6 +27,21 @@ def test_window_tile_factor_by_hand():
     # a window as long as the sequence is the full causal layer
     assert window_tile_factor("cudnn", 4096, 4096) == 1.0
     assert window_tile_factor("cudnn", 4096, None) == 1.0
+
+
+def test_the_shape_factor_takes_the_window_when_causal():
+    # the one place a window scales a call's analytical rate (the catalog's efficiency and a table's rows)
+    for kernel in ("cudnn", "fa2", "triton_flash"):
+        full = attention_shape_factor(kernel, 4096, 64, True)
+        win = attention_shape_factor(kernel, 4096, 64, True, 128)
+        assert win == pytest.approx(full * window_tile_factor(kernel, 4096, 128), rel=1e-15)
+        assert attention_shape_factor(kernel, 4096, 64, False, 128) == attention_shape_factor(
+            kernel, 4096, 64, False
+        )
+    # cuDNN at 4096 tokens, head dim 64, window 128: s/(s + 134) · d-term · 4096/4224 · 0.349578 (above)
+    assert attention_shape_factor("cudnn", 4096, 64, True, 128) == pytest.approx(
+        attention_shape_factor("cudnn", 4096, 64, True) * 0.349578, rel=1e-5
+    )
 
 
 def test_a_window_slows_the_rate_by_its_tile_factor_only_when_causal():

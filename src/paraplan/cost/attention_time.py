@@ -7,7 +7,7 @@ exponentials; a layer block standing for causal-window layers is priced as its w
 from __future__ import annotations
 
 from paraplan.cost import table_attention
-from paraplan.cost.attention import attention_shape_scale, effective_kernel, window_tile_factor
+from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.flops import softmax_exponentials
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
@@ -16,15 +16,14 @@ from paraplan.specs.system import AcceleratorSpec
 def attention_efficiency(acc: AcceleratorSpec, call: tuple | None, window: int | None = None):
     """Catalog attention fraction (its kernel at the reference shape) × kernel shape factor ratio
     (cost.attention: FA3 paper Fig. 5 curves by sequence, head dim and causal mask) × a causal
-    ``window``'s tile factor (cost.attention.window_tile_factor)."""
+    ``window``'s tile factor (cost.attention.window_tile_factor), as attention_shape_scale takes them."""
     eff = acc.efficiency.attention
     if call is None:
         return eff
     q_tokens, kv_tokens, head_dim, causal = call
     kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
     seq = min(q_tokens, kv_tokens)
-    tiles = window_tile_factor(kernel, seq, window) if causal else 1.0
-    return eff * attention_shape_scale(kernel, seq, head_dim, causal) * tiles
+    return eff * attention_shape_scale(kernel, seq, head_dim, causal, window)
 
 
 def attention_time_s(
