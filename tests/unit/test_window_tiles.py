@@ -78,7 +78,7 @@ def test_a_window_on_every_layer_of_a_dense_model_is_priced_by_its_tiles():
     # mean keys a query sees: (128·129/2 + (4096 − 128)·128)/4096 = 126.015625 of 4096
     share = (128 * 129 / 2 + (4096 - 128) * 128) / 4096 / 4096
     assert op.causal_fraction == pytest.approx(share, rel=1e-12)
-    assert op.attention_window == (128, 1.0, op.causal_fraction, op.causal_fraction)
+    assert op.attention_window == (128, 1.0, op.causal_fraction)
     acc = load_system("gb200-nvl72").accelerator
     exps = softmax_exponentials(op.fwd_flops, share, 128)
     call = op.attention_call
@@ -88,3 +88,39 @@ def test_a_window_on_every_layer_of_a_dense_model_is_priced_by_its_tiles():
     full = load_model("llama3-8b")
     (op_full,) = [o for o in attention_ops(full, shape) if o.kind == "attention"]
     assert op_full.attention_window is None
+
+
+def test_a_window_pattern_block_prices_its_full_layers_at_the_ring_chunks_causal_share():
+    # a layer block of which half the layers have a 128-key window, context-parallel ring c = 2 over 4096 tokens:
+    # its windowed layers at window_fraction(128), its full ones at (1 + c/s)/2 = (1 + 2/4096)/2, the full share
+    # read off the call's 2048-key chunk, (1 + 1/2048)/2
+    from paraplan.catalog import load_model
+    from paraplan.cost.compute import attention_time_s, op_times_s
+    from paraplan.cost.flops import softmax_exponentials
+    from paraplan.graph.mla import core_attention_ops, window_fraction
+    from paraplan.graph.transformer import LayerShape
+
+    shape = LayerShape(
+        tp=1,
+        cp=2,
+        micro_batch=1,
+        seq_length=4096,
+        sequence_parallel=False,
+        attention="flash",
+        dtype="bf16",
+    )
+    model = load_model("llama3-8b")
+    (op,) = [o for o in core_attention_ops(model, shape, 128, 0.5) if o.kind == "attention"]
+    windowed, full = window_fraction(128, 4096, 2), 0.5 * (1 + 2 / 4096)
+    assert op.attention_window == (128, 0.5, windowed)
+    assert op.causal_fraction == 0.5 * windowed + 0.5 * full
+    acc, call = load_system("gb200-nvl72").accelerator, op.attention_call
+    assert call[1] == 2048
+    fwd = sum(
+        0.5 * attention_time_s(op.fwd_flops, cf, acc, "bf16", call, "fwd", exps, w)
+        for cf, w, exps in (
+            (windowed, 128, softmax_exponentials(op.fwd_flops, windowed, call[2])),
+            (full, None, softmax_exponentials(op.fwd_flops, full, call[2])),
+        )
+    )
+    assert op_times_s(op, acc, "bf16")[0] == pytest.approx(fwd, rel=1e-12)

@@ -65,8 +65,9 @@ class Op(NamedTuple):
     # False: the GEMM's input X needs no gradient (a one-hot of token ids), so its backward is dW alone
     input_grad: bool = True
     # a layer block standing for causal-window layers (graph.mla.core_attention_ops): (window w, share of its
-    # layers windowed, score share of a windowed layer, of a full one); its time is the share-weighted mean
-    attention_window: tuple[int, float, float, float] | None = None
+    # layers windowed, score share of a windowed layer); its time is the share-weighted mean of its windowed
+    # and full layers' (a full layer's score share follows from attention_call: cost.attention_time)
+    attention_window: tuple[int, float, float] | None = None
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
