@@ -316,7 +316,8 @@ def host_sums(
     activation copy their sync terms (sync_terms over post_sync_sequence / post_clamp_sequence). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by op_host_s
     and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted (0) where
     neither reads them (host_launch_s 0 and no launch_blocking)."""
-    dropless = any(op.kind == "host_sync" and op.name != ACTIVATION_SYNC for op in ops)
+    synced = any(op.kind == "host_sync" for op in ops)  # the expert section is read only then
+    dropless = synced and any(op.kind == "host_sync" and op.name != ACTIVATION_SYNC for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
     moe_layer = any(op.name in ROUTER_OPS for op in ops)
     scope = eff.cuda_graph_scope
@@ -339,7 +340,7 @@ def host_sums(
             activation_syncs += 1
         elif op.kind == "host_sync":
             syncs += 1
-        elif op.name in EXPERT_SECTION:
+        elif synced and op.name in EXPERT_SECTION:
             section.append((op.name, f, device[op][0]))
     idle = wait = again = 0.0
     if syncs:
