@@ -310,12 +310,13 @@ def host_sums(
     bias: tuple[bool, bool] = (False, False),
     dtype: str = "bf16",
 ) -> HostSums:
-    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
-    with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's regions
-    add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch and a clamped GLU's
-    activation copy their sync terms (sync_terms over post_sync_sequence / post_clamp_sequence). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by op_host_s
-    and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted (0) where
-    neither reads them (host_launch_s 0 and no launch_blocking)."""
+    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a
+    model with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's
+    regions add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch and a
+    clamped GLU's activation copy their sync terms (sync_terms over post_sync_sequence /
+    post_clamp_sequence). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by
+    op_host_s and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted
+    (0) where neither reads them (host_launch_s 0 and no launch_blocking)."""
     synced = any(op.kind == "host_sync" for op in ops)  # the expert section is read only then
     dropless = synced and any(op.kind == "host_sync" and op.name != ACTIVATION_SYNC for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
