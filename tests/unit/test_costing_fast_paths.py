@@ -59,7 +59,7 @@ def test_recompute_flag_copy_equals_replace():
         ("add", 2.0, 4.0),
         "tf32",
         False,
-        (128, 0.5, 0.03, 0.5),
+        (128, 0.5, 0.03),
     )
     assert set(Op._fields) == {
         "name",

@@ -15,7 +15,6 @@ from paraplan.graph.cp_ring_torch import (
     TORCH_RING,
     TORCH_RING_BACKWARD_UNITS,
     TORCH_RING_COLLECTIVE,
-    torch_ring_flash_call_bytes,
     torch_ring_merge_bytes,
 )
 from paraplan.graph.mla import context_ring_collectives
@@ -41,18 +40,23 @@ def test_torch_merge_bytes_by_hand():
     assert forward == 50 * E_O + 68 * ROWS + 8 * E_KV == 1_116_209_152
     # backward: dq zeroed (4) + 2 adds (10 each) + cast back (6) = 30 B per output element;
     # dk/dv zeroed (4) + first add (10) + 1 half add (5) and cat (8) + 2 send cats (16) + cast back (6)
-    # + 1 K/V cat (4) + the contiguous() copy (4) = 57 B per K/V element
-    assert backward == 30 * E_O + 57 * E_KV == 2_415_919_104
+    # + 1 K/V cat (4) + the contiguous() copy (4) = 57 B per K/V element; and the one flash-backward call the
+    # ring adds (torch_ring_merge_bytes' backward), 14 B per output element (below)
+    assert backward == 30 * E_O + 57 * E_KV + 14 * E_O == 2_415_919_104 + 234_881_024
     assert torch_ring_merge_bytes(1, E_O, E_KV, ROWS, 2) == (0.0, 0.0)
 
 
-def test_torch_ring_flash_call_bytes_by_hand():
+def test_torch_ring_flash_calls_in_the_merge_backward_by_hand():
     # each FlashAttention-2 backward call: dO and O read (2 + 2 B), the fp32 dQ accumulator zeroed (4 B),
-    # read (4 B) and dQ written (2 B): 14 B per output element; c calls where the op is priced as one
-    assert torch_ring_flash_call_bytes(2, E_O, 2) == 14 * E_O == 234_881_024
+    # read (4 B) and dQ written (2 B): 14 B per output element; c calls where the op is priced as one. Read
+    # off the backward without K/V (E_kv 0) less its dq merges, E_o x (4 + 10 c + 6):
+    def calls(steps, out):
+        return torch_ring_merge_bytes(steps, out, 0.0, 0.0, 2)[1] - out * (4 + 10 * steps + 6)
+
+    assert calls(2, E_O) == 14 * E_O == 234_881_024
     # Llama 3 8B at c 8, 32768 local tokens: E_o = 32768 x 4096, 7 extra calls: 7 x 14 x 134,217,728 B
-    assert torch_ring_flash_call_bytes(8, 32768 * 4096, 2) == 13_153_337_344
-    assert torch_ring_flash_call_bytes(1, E_O, 2) == 0.0
+    assert calls(8, 32768 * 4096) == 13_153_337_344
+    assert torch_ring_merge_bytes(1, E_O, 0.0, 0.0, 2)[1] == 0.0
 
 
 def test_the_ring_steps_count_the_pairs_the_op_prices():

@@ -43,6 +43,15 @@ def test_post_sync_sequence_order():
     assert host == [0.5, 0.5, 0.5, 3.0, 5.0] and device == [0.0, 0.0, 0.0, 4.0, 6.0]
 
 
+def test_post_clamp_sequence_order():
+    section = [("expert_fc1", 1.0, 2.0), ("expert_glu_clamp", 3.0, 4.0), ("expert_fc2", 5.0, 6.0)]
+    assert M.post_clamp_sequence(section) == (
+        [5.0],
+        [6.0],
+    )  # the ops after the clamp, no dispatch call
+    assert M.post_clamp_sequence(section[:1]) == ([1.0], [2.0])  # no clamp: the whole section
+
+
 def test_graph_launches():
     assert M.graph_launches([True, True, False, True], whole_iteration=False) == 2
     assert (

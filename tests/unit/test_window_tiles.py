@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cost.attention import visited_key_tiles, window_tile_factor
+from paraplan.cost.attention import attention_shape_factor, visited_key_tiles, window_tile_factor
 from paraplan.cost.compute import attention_efficiency
 
 
@@ -27,6 +27,21 @@ def test_window_tile_factor_by_hand():
     # a window as long as the sequence is the full causal layer
     assert window_tile_factor("cudnn", 4096, 4096) == 1.0
     assert window_tile_factor("cudnn", 4096, None) == 1.0
+
+
+def test_the_shape_factor_takes_the_window_when_causal():
+    # the one place a window scales a call's analytical rate (the catalog's efficiency and a table's rows)
+    for kernel in ("cudnn", "fa2", "triton_flash"):
+        full = attention_shape_factor(kernel, 4096, 64, True)
+        win = attention_shape_factor(kernel, 4096, 64, True, 128)
+        assert win == pytest.approx(full * window_tile_factor(kernel, 4096, 128), rel=1e-15)
+        assert attention_shape_factor(kernel, 4096, 64, False, 128) == attention_shape_factor(
+            kernel, 4096, 64, False
+        )
+    # cuDNN at 4096 tokens, head dim 64, window 128: s/(s + 134) · d-term · 4096/4224 · 0.349578 (above)
+    assert attention_shape_factor("cudnn", 4096, 64, True, 128) == pytest.approx(
+        attention_shape_factor("cudnn", 4096, 64, True) * 0.349578, rel=1e-5
+    )
 
 
 def test_a_window_slows_the_rate_by_its_tile_factor_only_when_causal():
@@ -63,7 +78,7 @@ def test_a_window_on_every_layer_of_a_dense_model_is_priced_by_its_tiles():
     # mean keys a query sees: (128·129/2 + (4096 − 128)·128)/4096 = 126.015625 of 4096
     share = (128 * 129 / 2 + (4096 - 128) * 128) / 4096 / 4096
     assert op.causal_fraction == pytest.approx(share, rel=1e-12)
-    assert op.attention_window == (128, 1.0, op.causal_fraction, op.causal_fraction)
+    assert op.attention_window == (128, 1.0, op.causal_fraction)
     acc = load_system("gb200-nvl72").accelerator
     exps = softmax_exponentials(op.fwd_flops, share, 128)
     call = op.attention_call
@@ -73,3 +88,39 @@ def test_a_window_on_every_layer_of_a_dense_model_is_priced_by_its_tiles():
     full = load_model("llama3-8b")
     (op_full,) = [o for o in attention_ops(full, shape) if o.kind == "attention"]
     assert op_full.attention_window is None
+
+
+def test_a_window_pattern_block_prices_its_full_layers_at_the_ring_chunks_causal_share():
+    # a layer block of which half the layers have a 128-key window, context-parallel ring c = 2 over 4096 tokens:
+    # its windowed layers at window_fraction(128), its full ones at (1 + c/s)/2 = (1 + 2/4096)/2, the full share
+    # read off the call's 2048-key chunk, (1 + 1/2048)/2
+    from paraplan.catalog import load_model
+    from paraplan.cost.compute import attention_time_s, op_times_s
+    from paraplan.cost.flops import softmax_exponentials
+    from paraplan.graph.mla import core_attention_ops, window_fraction
+    from paraplan.graph.transformer import LayerShape
+
+    shape = LayerShape(
+        tp=1,
+        cp=2,
+        micro_batch=1,
+        seq_length=4096,
+        sequence_parallel=False,
+        attention="flash",
+        dtype="bf16",
+    )
+    model = load_model("llama3-8b")
+    (op,) = [o for o in core_attention_ops(model, shape, 128, 0.5) if o.kind == "attention"]
+    windowed, full = window_fraction(128, 4096, 2), 0.5 * (1 + 2 / 4096)
+    assert op.attention_window == (128, 0.5, windowed)
+    assert op.causal_fraction == 0.5 * windowed + 0.5 * full
+    acc, call = load_system("gb200-nvl72").accelerator, op.attention_call
+    assert call[1] == 2048
+    fwd = sum(
+        0.5 * attention_time_s(op.fwd_flops, cf, acc, "bf16", call, "fwd", exps, w)
+        for cf, w, exps in (
+            (windowed, 128, softmax_exponentials(op.fwd_flops, windowed, call[2])),
+            (full, None, softmax_exponentials(op.fwd_flops, full, call[2])),
+        )
+    )
+    assert op_times_s(op, acc, "bf16")[0] == pytest.approx(fwd, rel=1e-12)

@@ -387,7 +387,7 @@ def test_fsdp_stack_sets_held_out(report, stem, max_mape, max_abs):
     6.04 % at session 13's start; the all-gather matmul's shard copy priced by cost.compute.memory_time_s, with
     its kernel overhead, added 1.92 ms to each 70B AsyncTP step and 4.39-5.72 ms to each 405B step: the 405B
     at 32,768 tokens +0.29 -> +0.30 %, the set's MAPE 6.039 -> 6.038 %, still 16 too fast; 15 since torch's ring
-    prices its per-step flash-backward calls, graph.cp_ring_torch.torch_ring_flash_call_bytes, the 405B at
+    prices its per-step flash-backward calls, graph.cp_ring_torch.torch_ring_merge_bytes, the 405B at
     262,144 tokens -0.21 -> +0.09 % (the set 5.907 -> 5.890 %); docs/validation.md, section
     torchtitan-llama3). This pins today's state so that a change to it is seen; it is not a tolerance we
     promise."""

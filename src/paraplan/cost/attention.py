@@ -208,22 +208,27 @@ def base_kernel(kernel: str) -> str:
     return kernel if ratio_kernel is None else ratio_kernel.base
 
 
-def attention_shape_factor(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
+def attention_shape_factor(
+    kernel: str, seq: float, head_dim: float, causal: bool, window: int | None = None
+) -> float:
     """s/(s + s_half) · [d'/(d' + d_half)] / [128/(128 + d_half)] · (s/(s + 128) if causal), d' = min(d, 128):
     the fraction of the kernel's head-dim-128 plateau reached at this shape (module docstring); for
     a ratio kernel (``RATIO_KERNELS``) its base's factor × its ratio (``triton_flash``: FlashAttention-2's ×
-    ``triton_fa2_ratio``)."""
+    ``triton_fa2_ratio``); × window_tile_factor(kernel, s, ``window``) for a causal call (1 without a
+    window): the analytical relative rate of a call, which the catalog's efficiency (attention_shape_scale)
+    and a measured table's rows (cost.table_attention) scale by."""
     ratio_kernel = RATIO_KERNELS.get(kernel)
     if ratio_kernel is not None:
         base = attention_shape_factor(ratio_kernel.base, seq, head_dim, causal)
-        return base * ratio_kernel.ratio(seq, head_dim, causal)
-    curve = KERNEL_CURVES[kernel]
-    d = min(head_dim, 128.0)
-    head = d / (d + curve.head_dim_half) / (128.0 / (128.0 + curve.head_dim_half))
-    factor = seq / (seq + curve.seq_half) * head
-    if causal:
-        factor *= seq / (seq + CAUSAL_TILE_ROWS)
-    return factor
+        factor = base * ratio_kernel.ratio(seq, head_dim, causal)
+    else:
+        curve = KERNEL_CURVES[kernel]
+        d = min(head_dim, 128.0)
+        head = d / (d + curve.head_dim_half) / (128.0 / (128.0 + curve.head_dim_half))
+        factor = seq / (seq + curve.seq_half) * head
+        if causal:
+            factor *= seq / (seq + CAUSAL_TILE_ROWS)
+    return factor * (window_tile_factor(kernel, seq, window) if causal else 1.0)
 
 
 def visited_key_tiles(seq: float, window: int | None) -> float:
@@ -259,9 +264,11 @@ def window_tile_factor(kernel: str, seq: float, window: int | None) -> float:
     return tile_share / (seq / (seq + CAUSAL_TILE_ROWS)) * seq_term
 
 
-def attention_shape_scale(kernel: str, seq: float, head_dim: float, causal: bool) -> float:
-    """Efficiency at this shape relative to ``REFERENCE_SHAPE``: shape factor ratio."""
-    return attention_shape_factor(kernel, seq, head_dim, causal) / attention_shape_factor(
+def attention_shape_scale(
+    kernel: str, seq: float, head_dim: float, causal: bool, window: int | None = None
+) -> float:
+    """Efficiency at this shape (and causal ``window``) relative to ``REFERENCE_SHAPE``: shape factor ratio."""
+    return attention_shape_factor(kernel, seq, head_dim, causal, window) / attention_shape_factor(
         kernel, *REFERENCE_SHAPE
     )
 

@@ -7,8 +7,9 @@ exponentials; a layer block standing for causal-window layers is priced as its w
 from __future__ import annotations
 
 from paraplan.cost import table_attention
-from paraplan.cost.attention import attention_shape_scale, effective_kernel, window_tile_factor
+from paraplan.cost.attention import attention_shape_scale, effective_kernel
 from paraplan.cost.flops import softmax_exponentials
+from paraplan.graph.mla import window_fraction
 from paraplan.graph.ops import Op
 from paraplan.specs.system import AcceleratorSpec
 
@@ -16,15 +17,14 @@ from paraplan.specs.system import AcceleratorSpec
 def attention_efficiency(acc: AcceleratorSpec, call: tuple | None, window: int | None = None):
     """Catalog attention fraction (its kernel at the reference shape) × kernel shape factor ratio
     (cost.attention: FA3 paper Fig. 5 curves by sequence, head dim and causal mask) × a causal
-    ``window``'s tile factor (cost.attention.window_tile_factor)."""
+    ``window``'s tile factor (cost.attention.window_tile_factor), as attention_shape_scale takes them."""
     eff = acc.efficiency.attention
     if call is None:
         return eff
     q_tokens, kv_tokens, head_dim, causal = call
     kernel = effective_kernel(acc.efficiency.attention_kernel, acc.architecture)
     seq = min(q_tokens, kv_tokens)
-    tiles = window_tile_factor(kernel, seq, window) if causal else 1.0
-    return eff * attention_shape_scale(kernel, seq, head_dim, causal) * tiles
+    return eff * attention_shape_scale(kernel, seq, head_dim, causal, window)
 
 
 def attention_time_s(
@@ -65,12 +65,14 @@ def attention_time_s(
 
 def attention_op_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) attention_time_s of a fused-attention op with its softmax exponentials; a block
-    for causal-window layers (Op.attention_window: w, windowed share p, score shares) costs p × its
-    windowed layers' time (cost.attention.window_tile_factor) + (1 − p) × its full layers'."""
+    for causal-window layers (Op.attention_window: w, windowed share p, a windowed layer's score share) costs
+    p × its windowed layers' time (cost.attention.window_tile_factor) + (1 − p) × its full layers', whose
+    score share is a causal call's over the call's k keys, (1 + 1/k)/2 (graph.mla.window_fraction: k = s/c,
+    the ring chunk, so (1 + c/s)/2)."""
     call, parts = op.attention_call, [(1.0, op.causal_fraction, None)]
     if op.attention_window is not None and call is not None:
-        window, share, window_cf, full_cf = op.attention_window
-        parts = [(share, window_cf, window), (1.0 - share, full_cf, None)]
+        window, share, window_cf = op.attention_window
+        parts = [(share, window_cf, window), (1.0 - share, window_fraction(None, call[1], 1), None)]
     times = [0.0, 0.0]
     for share, cf, window in parts:
         exps = softmax_exponentials(op.fwd_flops, cf, call[2]) if call else 0.0

@@ -37,7 +37,13 @@ from paraplan.cost.graph_scope import (
     whole_iteration,
 )
 from paraplan.cost.host_kinds import CXX_LAUNCH_S, kind_host_s
-from paraplan.cost.moe_host import graph_launches, post_sync_sequence, reissue_idle_s, sync_drain_s
+from paraplan.cost.moe_host import (
+    graph_launches,
+    post_clamp_sequence,
+    post_sync_sequence,
+    reissue_idle_s,
+    sync_drain_s,
+)
 from paraplan.graph.eager_modules import autocast_runs, composite_kernels, loss_impl
 from paraplan.graph.moe_mlp import ACTIVATION_SYNC
 from paraplan.graph.ops import Op
@@ -293,7 +299,7 @@ class HostSums(NamedTuple):
     sync_wait: float = 0.0
     kernels_forward: int = 0
     kernels_backward: int = 0
-    # GPU idle in the backward after the synchronisations a selective recomputation re-runs (activation_sync_terms)
+    # GPU idle in the backward after the activation synchronisations a selective recomputation re-runs (host_sums)
     recompute_sync_idle: float = 0.0
 
 
@@ -304,13 +310,15 @@ def host_sums(
     bias: tuple[bool, bool] = (False, False),
     dtype: str = "bf16",
 ) -> HostSums:
-    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a model
-    with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's regions
-    add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch its sync terms
-    (sync_terms). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by op_host_s
-    and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted (0) where
-    neither reads them (host_launch_s 0 and no launch_blocking)."""
-    dropless = any(op.kind == "host_sync" and op.name != ACTIVATION_SYNC for op in ops)
+    """HostSums of ``ops`` with their (forward, backward) device seconds in ``device`` (op -> pair), for a
+    model with ``bias`` = (bias, qkv_bias) (op_kernels), in a run of ``dtype`` (op_host_s); a CUDA graph's
+    regions add one Python-issued launch each (cost.moe_host.graph_launches), a dropless dispatch and a
+    clamped GLU's activation copy their sync terms (sync_terms over post_sync_sequence /
+    post_clamp_sequence). One walk over ``ops``: each op's kernels (_op_counts) are counted once, priced by
+    op_host_s and summed for the round trips of synchronous launches (launch_blocking_idle_s); not counted
+    (0) where neither reads them (host_launch_s 0 and no launch_blocking)."""
+    synced = any(op.kind == "host_sync" for op in ops)  # the expert section is read only then
+    dropless = synced and any(op.kind == "host_sync" and op.name != ACTIVATION_SYNC for op in ops)
     calls = graph_calls(ops, eff.compiled_graphs) * eff.host_graph_call_s
     moe_layer = any(op.name in ROUTER_OPS for op in ops)
     scope = eff.cuda_graph_scope
@@ -333,14 +341,17 @@ def host_sums(
             activation_syncs += 1
         elif op.kind == "host_sync":
             syncs += 1
-        elif op.name in EXPERT_SECTION:
+        elif synced and op.name in EXPERT_SECTION:
             section.append((op.name, f, device[op][0]))
-    idle, wait = sync_terms(syncs, section, eff, dtype == "fp8") if syncs else (0.0, 0.0)
-    again = 0.0
+    idle = wait = again = 0.0
+    if syncs:
+        call_s = eff.host_launch_s / eff.host_speed
+        idle, wait = sync_terms(syncs, post_sync_sequence(section, call_s, dtype == "fp8"), eff)
     if activation_syncs:
-        more = activation_sync_terms(activation_syncs, section, eff)
+        more = sync_terms(activation_syncs, post_clamp_sequence(section), eff)
         idle, wait = idle + more[0], wait + more[1]
-        # moe_act recomputation re-runs the clamp and its copy in the backward (TEGroupedMLP bias_act_func)
+        # moe_act recomputation re-runs the clamp and its copy in the backward (TEGroupedMLP bias_act_func): the
+        # same idle once more there (the backward's re-issue taken as the forward's, the host's wait left out)
         if any(op.name == "expert_glu_clamp" and op.selective_recompute for op in ops):
             again = more[0]
     return HostSums(forward, backward, idle, wait, kernels_forward, kernels_backward, again)
@@ -360,38 +371,18 @@ def graph_calls(ops, compiled: str) -> int:
 
 
 def sync_terms(
-    syncs: int, section: list[tuple[str, float, float]], eff: EfficiencySpec, fp8: bool = False
+    syncs: int, sequence: tuple[list[float], list[float]], eff: EfficiencySpec
 ) -> tuple[float, float]:
-    """(GPU idle, host wait) of ``syncs`` dropless-dispatch synchronisations per micro-batch forward
-    (cost.moe_host): idle = n·t_sync (sync_drain_s) + n·(I + host_sync_s / host_speed), I the GPU idle while the
-    host re-issues what follows the sync (reissue_idle_s over post_sync_sequence of the expert ``section``: (name,
-    host, device) per op, each call at host_launch_s / host_speed); the host waits n·t_sync.
-    efficiency.host_sync_s is the fitted remnant per sync beyond this mechanism (validate.fitted
-    moe.host_sync_s), host time, so a slower host CPU (host_speed) stretches it as it does the issue."""
-    drain = sync_drain_s(syncs, eff.host_sync_latency_s)
-    host, device = post_sync_sequence(section, eff.host_launch_s / eff.host_speed, fp8)
-    remnant = eff.host_sync_s / eff.host_speed
-    return drain + syncs * (reissue_idle_s(host, device) + remnant), drain
-
-
-def activation_sync_terms(
-    syncs: int, section: list[tuple[str, float, float]], eff: EfficiencySpec
-) -> tuple[float, float]:
-    """(GPU idle, host wait) of ``syncs`` synchronisations of a clamped GLU's activation per micro-batch forward
-    (graph.moe_mlp.clamped_glu_ops: a host-to-device copy of a scalar after the clamps), by sync_terms' rule: the
-    drains n·t_sync (sync_drain_s) and n·(I + host_sync_s / host_speed), I the GPU idle while the host re-issues
-    the expert ops after the clamp (reissue_idle_s over the ``section`` entries that follow ``expert_glu_clamp``;
-    no dispatch call before them), host_sync_s the fitted remnant per synchronisation (validate.fitted
-    moe.host_sync_s) as for the dispatch's. The host waits n·t_sync. A selective recomputation of the activation
-    (moe_act) synchronises once more in the backward: host_sums counts the same idle there (recompute_sync_idle;
-    the backward's re-issue taken as the forward's, the host's 10 µs wait left out)."""
-    names = [name for name, _, _ in section]
-    start = names.index("expert_glu_clamp") + 1 if "expert_glu_clamp" in names else 0
-    host = [h for _, h, _ in section[start:]]
-    device = [d for _, _, d in section[start:]]
+    """(GPU idle, host wait) of ``syncs`` host synchronisations per micro-batch forward (cost.moe_host):
+    idle = n·t_sync (sync_drain_s) + n·(I + host_sync_s / host_speed), I the GPU idle while the host re-issues
+    what follows the sync (reissue_idle_s over ``sequence``, the (host, device) seconds per call after it:
+    post_sync_sequence for the dropless dispatch's, post_clamp_sequence for a clamped GLU's activation copy);
+    the host waits n·t_sync. efficiency.host_sync_s is the fitted remnant per sync beyond this mechanism
+    (validate.fitted moe.host_sync_s), host time, so a slower host CPU (host_speed) stretches it as it does
+    the issue; the activation's synchronisation takes the dispatch's remnant."""
     drain = sync_drain_s(syncs, eff.host_sync_latency_s)
     remnant = eff.host_sync_s / eff.host_speed
-    return drain + syncs * (reissue_idle_s(host, device) + remnant), drain
+    return drain + syncs * (reissue_idle_s(*sequence) + remnant), drain
 
 
 def host_bound_s(device_s: Num, host_s: Num, sync_idle_s: Num = 0.0, sync_wait_s: Num = 0.0) -> Num:

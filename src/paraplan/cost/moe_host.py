@@ -81,6 +81,18 @@ def post_sync_sequence(
     return host, device
 
 
+def post_clamp_sequence(
+    section: Sequence[tuple[str, float, float]],
+) -> tuple[list[float], list[float]]:
+    """(host seconds, device seconds) per call the host issues after a clamped GLU's activation synchronisation
+    (graph.moe_mlp.clamped_glu_ops: a host-to-device copy of a scalar after the clamps), in order: the expert
+    ``section``'s ops ((name, host, device) in graph order) that follow ``expert_glu_clamp`` (the whole section
+    when it has none); no dispatch call precedes them, unlike post_sync_sequence."""
+    names = [name for name, _, _ in section]
+    start = names.index("expert_glu_clamp") + 1 if "expert_glu_clamp" in names else 0
+    return [h for _, h, _ in section[start:]], [d for _, _, d in section[start:]]
+
+
 def graph_launches(in_graph: Sequence[bool], whole_iteration: bool) -> int:
     """(iii) CUDA-graph launches one block makes per pass: one per maximal run of consecutive graphed ops (a
     graphed callable per captured region: Megatron-Core transformer/cuda_graphs.py CudaGraphManager records one

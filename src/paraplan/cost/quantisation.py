@@ -51,7 +51,7 @@ measured kernel does not move (scales, a 0.5 B FP4 element) scale its time by by
 from __future__ import annotations
 
 from paraplan.cost import kernel_tables as kt
-from paraplan.specs.system import QUANTISED_INPUT_BYTES, AcceleratorSpec
+from paraplan.specs.system import BLOCK_SCALE_BYTES, QUANTISED_INPUT_BYTES, AcceleratorSpec
 
 READ_BYTES = 2.0  # the bf16 operand (Transformer Engine keeps activations and gradients in bf16)
 FUSED_ROW = "fused_cast_transpose_amax"  # fp8_kernels.csv op: amax, fp8 tensor and transpose, 4 B per element
@@ -60,9 +60,9 @@ FUSED_NOMINAL_BYTES = 4.0
 CAST = "cast_bf16_fp32"  # kernels.csv: a bf16 → fp32 cast, 6 B per element
 CAST_NOMINAL_BYTES = 6.0
 # scale bytes per element and orientation of the fp8 block recipes: fp32 per 1x128 block (Float8BlockScaling),
-# E8M0 per 32 (MXFP8)
+# E8M0 per 32 (MXFP8: the OCP MX scale MXFP4 carries, specs.system.BLOCK_SCALE_BYTES)
 BLOCKWISE_SCALE_BYTES = 4.0 / 128.0
-MXFP8_SCALE_BYTES = 1.0 / 32.0
+MXFP8_SCALE_BYTES = BLOCK_SCALE_BYTES["mxfp4"]
 
 
 def run_recipe(recipe: str, dtype: str) -> str:
@@ -140,9 +140,8 @@ def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> floa
     return operand_bytes(recipe, dtype)
 
 
-NVFP4_SCALE_BYTES = (
-    1.0 / 16.0
-)  # one E4M3 scale per 16-element block (specs.system.QUANTISED_INPUT_BYTES)
+# one E4M3 scale per 16-element block (specs.system.BLOCK_SCALE_BYTES, as QUANTISED_INPUT_BYTES counts it)
+NVFP4_SCALE_BYTES = BLOCK_SCALE_BYTES["nvfp4"]
 
 
 def scale_swizzle_bytes(shape: tuple, dtype: str, swizzle: bool) -> tuple[float, ...]:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from functools import lru_cache, partial
 
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.attention import attention_shape_factor, window_tile_factor
+from paraplan.cost.attention import attention_shape_factor
 from paraplan.cost.leaf_grads import LEAF_FIELD, attention_leaf_bytes
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import activation_dtype
@@ -52,19 +52,13 @@ def row_kernel_s(table: kt.KernelTable, kind: str, leaf_rate: float | None) -> l
 
 def shape_prior(kernel: str, head_dim: float, causal: bool, window: int | None = None):
     """The prior of ``kernel``'s rows at (head dim, mask, window) over (sequence length,): its analytical
-    shape factor attention_shape_factor(kernel, s, head_dim, causal), × window_tile_factor(kernel, s,
-    window) for a causal window (module docstring)."""
+    shape factor attention_shape_factor(kernel, s, head_dim, causal, window), the window's tile factor
+    included for a causal window (module docstring)."""
     return partial(_seq_factor, kernel, float(head_dim), causal, window)
 
 
 def _seq_factor(kernel: str, head_dim: float, causal: bool, window, point: tuple[float, ...]):
-    return factor(kernel, point[0], head_dim, causal, window)
-
-
-def factor(kernel: str, seq: float, head_dim: float, causal: bool, window: int | None) -> float:
-    """attention_shape_factor × (causal) window_tile_factor: the analytical relative rate of a call."""
-    tiles = window_tile_factor(kernel, seq, window) if causal else 1.0
-    return attention_shape_factor(kernel, seq, head_dim, causal) * tiles
+    return attention_shape_factor(kernel, point[0], head_dim, causal, window)
 
 
 @lru_cache(maxsize=256)
@@ -97,7 +91,8 @@ def attention_rate(
     """FLOP/s (of the scores computed) of ``kernel`` at this shape from its ``curves``, or None if not
     measured in that direction. Rows of the call's kind come first: windowed rows (a causal window shorter
     than the sequence) for a windowed call, rows without a window for a full one; then the mask, the
-    nearest head dim and window in log2; the rate scales by the ratio of ``factor`` (module docstring)."""
+    nearest head dim and window in log2; the rate scales by the ratio of the two calls'
+    cost.attention.attention_shape_factor, window included (module docstring)."""
     keys = [key for key in rates if key[2] == direction]
     if not keys:
         return None
@@ -113,8 +108,8 @@ def attention_rate(
     rate = rates[(d_tab, c_tab, direction, w_tab)].rate((seq,))
     return (
         rate
-        * factor(kernel, seq, head_dim, causal, window)
-        / factor(kernel, seq, d_tab, c_tab, w_tab)
+        * attention_shape_factor(kernel, seq, head_dim, causal, window)
+        / attention_shape_factor(kernel, seq, d_tab, c_tab, w_tab)
     )
 
 

@@ -35,7 +35,6 @@ from paraplan.graph.cp_ring_torch import (
     TORCH_RING,
     TORCH_RING_BACKWARD_UNITS,
     TORCH_RING_COLLECTIVE,
-    torch_ring_flash_call_bytes,
     torch_ring_kv_bytes,
     torch_ring_merge_bytes,
 )
@@ -74,7 +73,7 @@ def ring_merge_bytes(
 def ring_merge_ops(model: ModelSpec, shape) -> list[Op]:
     """The merges of one layer's core attention (graph.transformer.attention_ops, ``shape`` its LayerShape) as
     one memory-bound op, ``ring_attention_merge`` (ring_merge_bytes; torch's ring: torch_ring_merge_bytes,
-    its backward with the flash-backward calls the ring adds, torch_ring_flash_call_bytes), re-run with the core attention by
+    its backward with the flash-backward calls the ring adds), re-run with the core attention by
     selective recomputation; none without a K/V ring (c = 1, or Ulysses: ``shape.ring_chunks`` 1) and none
     where the K/V are all-gathered (2d-seq: Megatron-Core's cp_comm_type "all_gather", Transformer Engine's
     AttnFuncWithCPAndKVAllGather, each local query chunk attends to the gathered K/V in one call, its output
@@ -86,16 +85,13 @@ def ring_merge_ops(model: ModelSpec, shape) -> list[Op]:
     queries = shape.micro_batch * shape.attention_queries
     rows = queries * (model.heads // shape.attention_head_split)
     out = rows * model.d_head
-    calls = 0.0  # backward bytes of the flash calls the ring adds (torch's ring only)
     if shape.cp_ring == TORCH_RING:  # graph.cp_ring_torch: K/V with the query heads
         kv = 2.0 * rows * model.d_head
         merge = torch_ring_merge_bytes
-        calls = torch_ring_flash_call_bytes(steps, out, shape.act_bytes)
     else:
         kv = 2.0 * queries * model.kv_width / shape.tp
         merge = ring_merge_bytes
     forward, backward = merge(steps, out, kv, rows, shape.act_bytes)
-    backward += calls
     if forward <= 0.0:
         return []
     return [Op("ring_attention_merge", "memory", 0.0, forward, 0.0, backward, None, True)]

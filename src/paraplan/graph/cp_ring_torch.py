@@ -42,7 +42,7 @@ backward
     flash_bwd_launch_template.h ``run_flash_bwd_seqk_parallel``, read at 073afd59: ``flash_bwd_dot_do_o_kernel``
     with Clear_dQaccum reads dO and O and zeroes the float32 dQ accumulator, ``flash_bwd_convert_dq_kernel``
     reads the accumulator and writes dQ), (3·ab + 8)·E_o a call; the attention op is priced as one call
-    (graph.transformer.attention_ops), so the ring adds c − 1 such calls (torch_ring_flash_call_bytes).
+    (graph.transformer.attention_ops), so the ring adds c − 1 such calls (torch_ring_merge_bytes' backward).
 Each is one eager kernel in the source; under torch.compile Inductor may fuse the element-wise chains
 (not credited: an assumption, docs/model.md); the flash kernels are extern calls Inductor does not fuse.
 
@@ -98,8 +98,12 @@ def torch_ring_merge_bytes(
     forward = E_o·[(ab + 4)·c + 32·(c − 1) + (4 + ab)] + rows·[52·(c − 1) + 8·c] + 2·ab·E_kv·c
     backward = E_o·[4 + (8 + ab)·c + (4 + ab)]
              + E_kv·[4 + (8 + ab) + (c − 1)·((8 + ab)/2 + 8) + 8·c + (4 + ab) + 2·ab·c]
+             + (c − 1)·(3·ab + 8)·E_o
 
-    (2·ab·E_kv·c: the c − 1 K/V concatenations before the sends and the one ``contiguous()`` copy of K and V.)
+    (2·ab·E_kv·c: the c − 1 K/V concatenations before the sends and the one ``contiguous()`` copy of K and V;
+    (c − 1)·(3·ab + 8)·E_o: the flash-backward calls the ring adds over the one call the attention op is
+    priced as, FlashAttention-2's ``flash_bwd_dot_do_o_kernel`` reading dO and O and zeroing the float32 dQ
+    accumulator and ``flash_bwd_convert_dq_kernel`` reading it and writing dQ at every call, DQ_ACCUM_BYTES.)
 
     0 for c ≤ 1."""
     if steps <= 1:
@@ -119,18 +123,6 @@ def torch_ring_merge_bytes(
         + (f + ab)
         + 2.0 * ab * c  # c − 1 concatenations + the contiguous() copy
     )
+    # the c − 1 flash-backward calls beyond the one the attention op is priced as
+    backward += (c - 1.0) * (3.0 * ab + DQ_ACCUM_BYTES) * out_elements
     return forward, backward
-
-
-def torch_ring_flash_call_bytes(steps: int, out_elements: float, ab: float) -> float:
-    """Backward HBM bytes of the flash-backward calls torch's ring adds over the one call the attention op is
-    priced as, on the GPU that runs every step on its whole queries (module docstring):
-
-    (c − 1)·(3·ab + 8)·E_o
-
-    (FlashAttention-2's ``flash_bwd_dot_do_o_kernel`` reads dO and O and zeroes the float32 dQ accumulator,
-    ``flash_bwd_convert_dq_kernel`` reads it and writes dQ, at every call; ``steps`` = c, ``out_elements``
-    E_o). 0 for c ≤ 1."""
-    if steps <= 1:
-        return 0.0
-    return (steps - 1.0) * (3.0 * ab + DQ_ACCUM_BYTES) * out_elements

@@ -48,15 +48,16 @@ def window_fraction(window: int | None, keys: int, cp: int, chunked: bool = Fals
 
 def layer_causal_fraction(
     window: int | None, keys: int, cp: int, window_share: float, chunked: bool = False
-) -> float:
-    """Score-matrix share of a layer block standing for layers of which ``window_share`` are windowed:
-    the share-weighted mean of window_fraction(window) and the causal fraction (exact for the sum
-    over whole window patterns)."""
+) -> tuple[float, float]:
+    """(score-matrix share of a layer block standing for layers of which ``window_share`` are windowed, a
+    windowed layer's): the block's is the share-weighted mean of window_fraction(window) and the causal
+    fraction (exact for the sum over whole window patterns), each computed once; without a window both are
+    the causal fraction."""
+    full = window_fraction(None, keys, cp)
     if window is None:
-        return window_fraction(None, keys, cp)
-    return window_share * window_fraction(window, keys, cp, chunked) + (
-        1.0 - window_share
-    ) * window_fraction(None, keys, cp)
+        return full, full
+    windowed = window_fraction(window, keys, cp, chunked)
+    return window_share * windowed + (1.0 - window_share) * full, windowed
 
 
 def mla_core_attention(
@@ -81,7 +82,7 @@ def mla_core_attention(
         selective_recompute=True,
         causal_fraction=layer_causal_fraction(
             window, keys, shape.ring_chunks, window_share, model.window_kind == "chunked"
-        ),
+        )[0],
     )
 
 
@@ -155,14 +156,10 @@ def core_attention_ops(
             # the kernel call stays, and the block costs the mean of its window and full layers, each priced at
             # its own score share and tile visits (cost.compute.op_times_s, cost.attention.window_tile_factor)
             keys, cp, chunked = shape.seq_length, shape.ring_chunks, model.window_kind == "chunked"
+            causal, windowed = layer_causal_fraction(window, keys, cp, window_share, chunked)
             op = op._replace(
-                causal_fraction=layer_causal_fraction(window, keys, cp, window_share, chunked),
-                attention_window=(
-                    window,
-                    window_share,
-                    window_fraction(window, keys, cp, chunked),
-                    window_fraction(None, keys, cp),
-                )
+                causal_fraction=causal,
+                attention_window=(window, window_share, windowed)
                 if window < keys and not chunked
                 else None,
             )

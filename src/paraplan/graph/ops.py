@@ -65,8 +65,9 @@ class Op(NamedTuple):
     # False: the GEMM's input X needs no gradient (a one-hot of token ids), so its backward is dW alone
     input_grad: bool = True
     # a layer block standing for causal-window layers (graph.mla.core_attention_ops): (window w, share of its
-    # layers windowed, score share of a windowed layer, of a full one); its time is the share-weighted mean
-    attention_window: tuple[int, float, float, float] | None = None
+    # layers windowed, score share of a windowed layer); its time is the share-weighted mean of its windowed
+    # and full layers' (a full layer's score share follows from attention_call: cost.attention_time)
+    attention_window: tuple[int, float, float] | None = None
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
@@ -360,38 +361,44 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
     )
 
 
+# torchtitan's per-op SAC re-runs every second mm (OP_SAC_SOURCE): of q, k, v the k, of gate and up the up
+OP_SAC_PART_FLAGS = ((False, True, False), (False, True))
+
+
 def op_sac_split(ops: list[Op], q_width: float, kv_width: float, names: frozenset[str]):
     """The dense swiglu layer's ops under torchtitan's per-op SAC (OP_SAC_SOURCE): its mm calls counted in
     order (wq, wk, wv, wo, w1, w3, w2), every second one re-run. The fused qkv_projection (n = (q + 2·kv)/t)
     becomes its three mm calls in the ratio q : kv : kv with k re-run; the fused mlp_in_projection (n = 2f/t)
-    becomes w1 and w3 (f/t each) with w3 re-run; each part keeps the fused op's name (the name-keyed terms:
-    cost.host scopes, cost.overlap userbuffers). Other ops are flagged by name (``names``)."""
-    out: list[Op] = []
-    for op in ops:
-        if op.name == "qkv_projection" and op.gemm_shape is not None:
-            out += _gemm_parts(op, (q_width, kv_width, kv_width), (False, True, False))
-        elif op.name == "mlp_in_projection" and op.gemm_shape is not None:
-            out += _gemm_parts(op, (1.0, 1.0), (False, True))
-        elif op.selective_recompute != (op.name in names):
-            out.append(_with_recompute_flag(op, op.name in names))
-        else:
-            out.append(op)
-    return out
+    becomes w1 and w3 (f/t each) with w3 re-run (OP_SAC_PART_FLAGS); each part keeps the fused op's name (the
+    name-keyed terms: cost.host scopes, cost.overlap userbuffers). Other ops are flagged by name (``names``):
+    separate_projections with these flags."""
+    return separate_projections(ops, q_width, kv_width, 2, OP_SAC_PART_FLAGS, names)
 
 
 def separate_projections(
-    ops: list[Op], q_width: float, kv_width: float, mlp_inputs: int
+    ops: list[Op],
+    q_width: float,
+    kv_width: float,
+    mlp_inputs: int,
+    flags: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None,
+    names: frozenset[str] | None = None,
 ) -> list[Op]:
     """The fused qkv_projection as its q, k and v GEMMs (n in the ratio q : kv : kv) and the fused
     mlp_in_projection as its ``mlp_inputs`` GEMMs (SwiGLU: gate and up), for a stack whose model code runs
-    them apart (module_impl projections separate, graph.xla_modules); the parts keep the fused op's name and
-    recompute flag, FLOPs and bytes share out as n does (_gemm_parts)."""
+    them apart (module_impl projections separate, graph.xla_modules) or a policy that saves some parts
+    (op_sac_split); FLOPs and bytes share out as n does (_gemm_parts). The parts keep the fused op's name;
+    their recompute flags are ``flags`` (q, k, v; the MLP inputs), the fused op's without. With ``names``
+    every other op is flagged by whether its name is in it (mark_recomputed's rule), else kept."""
     out: list[Op] = []
     for op in ops:
         if op.name == "qkv_projection" and op.gemm_shape is not None:
-            out += _gemm_parts(op, (q_width, kv_width, kv_width), (op.selective_recompute,) * 3)
+            parts = flags[0] if flags else (op.selective_recompute,) * 3
+            out += _gemm_parts(op, (q_width, kv_width, kv_width), parts)
         elif op.name == "mlp_in_projection" and op.gemm_shape is not None and mlp_inputs > 1:
-            out += _gemm_parts(op, (1.0,) * mlp_inputs, (op.selective_recompute,) * mlp_inputs)
+            parts = flags[1] if flags else (op.selective_recompute,) * mlp_inputs
+            out += _gemm_parts(op, (1.0,) * mlp_inputs, parts)
+        elif names is not None and op.selective_recompute != (op.name in names):
+            out.append(_with_recompute_flag(op, op.name in names))
         else:
             out.append(op)
     return out

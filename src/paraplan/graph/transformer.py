@@ -172,11 +172,11 @@ def _norm_flops(model: ModelSpec, elements: float) -> float:
 
 def _every_layer_window(model: ModelSpec, keys: int, causal: float):
     """Op.attention_window of a model whose every layer has a causal sliding window shorter than ``keys``
-    (not chunked): (w, 1, causal, causal); None otherwise (graph.mla.core_attention_ops sets window patterns')."""
+    (not chunked): (w, 1, causal); None otherwise (graph.mla.core_attention_ops sets window patterns')."""
     w = model.sliding_window
     if w is None or w >= keys or model.window_kind == "chunked":
         return None
-    return (w, 1.0, causal, causal)
+    return (w, 1.0, causal)
 
 
 def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:

@@ -37,11 +37,11 @@ LOW_PRECISION = ("fp8", "nvfp4", "mxfp4")
 FP4 = ("nvfp4", "mxfp4")
 FP4_PARTS = {"nvfp4": "NVIDIA Blackwell", "mxfp4": "NVIDIA Blackwell, AMD CDNA 4"}
 ACTIVATION_DTYPE = {"tf32": "fp32", "fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf16"}
-# Stored bytes per element of a quantised GEMM input: fp8 1 B; NVFP4 4 bits + one E4M3 scale per
-# 16 elements (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025;
-# arXiv:2509.25149 §2); MXFP4 4 bits + one E8M0 scale per 32 elements (OCP Microscaling Formats
-# (MX) v1.0 specification, 2023, §5.2 Table 1).
-QUANTISED_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
+# Bytes per element of a quantised GEMM input: fp8 1; FP4 4 bits + its scales (BLOCK_SCALE_BYTES):
+# NVFP4 an E4M3 per 16 (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision
+# Inference", 2025; arXiv:2509.25149 §2), MXFP4 an E8M0 per 32 (OCP MX v1.0, §5.2 Table 1).
+BLOCK_SCALE_BYTES = {"nvfp4": 1.0 / 16, "mxfp4": 1.0 / 32}
+QUANTISED_INPUT_BYTES = {"fp8": 1.0} | {fp4: 0.5 + b for fp4, b in BLOCK_SCALE_BYTES.items()}
 
 
 def gemm_cap_key(dtype: str) -> str:
