@@ -30,9 +30,10 @@ from paraplan.cost.attention import converted_attention_fraction, effective_kern
 from paraplan.cost.memory import PRECISION_AWARE_STATES, precision_aware_step_bytes
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.fields import with_fields
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
-from paraplan.specs.system import EagerFields, HostFields, SystemSpec
+from paraplan.specs.system import AcceleratorSpec, EagerFields, HostFields, SystemSpec
 
 PLAN_DEFAULTS = (
     "attention",
@@ -54,14 +55,11 @@ def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any])
 def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec:
     """The system as this framework uses it: attention kernel, eager-op HBM traffic factor and eager
     kernels, the runtime's own costs (cost.runtimes), the host model's inputs, runtime memory reserve."""
-    data = system.model_dump()
+    kernel = effective_kernel(framework.attention_kernel, system.accelerator.architecture)
+    accelerator = as_attention_kernel(system.accelerator, kernel)
+    data = system.model_copy(update={"accelerator": accelerator}).model_dump()
     acc = data["accelerator"]
     eff = acc["efficiency"]
-    arch = system.accelerator.architecture
-    eff["attention"] = converted_attention_fraction(
-        eff["attention"], framework.attention_kernel, eff["attention_kernel"], arch
-    )
-    eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
         eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
     eff["module_impl"] = dict(framework.module_impl)  # what the model code runs, fused stack or not
@@ -79,6 +77,21 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     ):  # NCCL_NVLS_ENABLE=0: no NVLink SHARP (cost.comm.nvls_all_reduce_slope)
         data["node"]["nvls_efficiency"] = 0.0
     return SystemSpec.model_validate(data)
+
+
+def as_attention_kernel(acc: AcceleratorSpec, kernel: str) -> AcceleratorSpec:
+    """The accelerator as a stack running attention ``kernel`` uses it: ``efficiency.attention_kernel`` set to
+    ``kernel`` and the attention fraction, measured with the catalog's kernel, converted to it
+    (cost.attention.converted_attention_fraction: × the ratio of kernel plateaus, FlashAttention-3 paper Fig. 5).
+    Read by framework_system (a profile's kernel), calibrate.keep_base_attention (the base fraction for an
+    attached table's kernel) and validate.tables (the analytical form of a table's kernel)."""
+    eff = acc.efficiency
+    fraction = converted_attention_fraction(
+        eff.attention, kernel, eff.attention_kernel, acc.architecture
+    )
+    return with_fields(
+        acc, {"efficiency.attention_kernel": kernel, "efficiency.attention": fraction}
+    )
 
 
 def collnet_enabled(framework: FrameworkSpec, system: SystemSpec) -> bool:
