@@ -129,13 +129,8 @@ def _attention(
     # (cost.table_attention.row_kernel_s, cost.leaf_grads), what a step's attention is priced from
     times = row_kernel_s(table, kind, acc.hbm_rate())
     measured = [replace(r, time_s=t) for r, t in zip(rows, times)]
-    pred = []
-    for r in measured:
-        (s,), (d, causal, direction, window) = r.point, r.group
-        call = (int(s), int(s), d, causal)
-        pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction, 0.0, window))
     return [
-        _res(file, f"{label}, attached table", pred, times),
+        _res(file, f"{label}, attached table", _priced(acc_k, measured), times),
         _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0, prior_of)),
         _res(file, f"{label}, catalog analytical form", _analytical(acc_k, measured), times),
     ]
@@ -152,12 +147,17 @@ def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[fl
     attention_time_s: its in-step fraction efficiency.attention, converted to the row's kernel by
     cost.frameworks.as_attention_kernel, shape factor and kernel overhead): how
     far the catalog's form is from the kernel the table measured (issue 32)."""
-    bare = with_fields(acc, {"kernel_tables": None})
+    return _priced(with_fields(acc, {"kernel_tables": None}), measured)
+
+
+def _priced(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[float]:
+    """Each attention row (sequence; head dim, causal, direction, window) priced as a step prices the call
+    (cost.compute.attention_time_s, at the accelerator's tables or analytical form)."""
     out = []
     for r in measured:
         (s,), (d, causal, direction, window) = r.point, r.group
         call = (int(s), int(s), d, causal)
-        out.append(attention_time_s(r.work, 1.0, bare, r.dtype, call, direction, 0.0, window))
+        out.append(attention_time_s(r.work, 1.0, acc, r.dtype, call, direction, 0.0, window))
     return out
 
 
