@@ -241,3 +241,22 @@ def test_fused_loss_set_as_a_profile_states_it(capsys, tmp_path):
     assert by_set["memory"] == by_profile["memory"]
     with pytest.raises(InputError, match="allowed: fused, fp32-logits, dtensor-loss-parallel"):
         parse_set("accelerator.efficiency.module_impl.loss=chunked", choices=True)
+
+
+STATE_ESTIMATE = "estimate -m llama2-7b -s dgx-h100-80gb --gpus 8 --global-batch 8 --zero 1".split()
+STATE_SEARCH = (
+    "search -m llama2-7b -s dgx-h100-80gb --gpus 8 --global-batch 8 --tp 1 --pp 1 --cp 1 --micro-batch 1 "
+    "--recompute none --zero 1 --no-offload --default-placement --default-overlap --top 1"
+).split()
+
+
+@pytest.mark.parametrize("state", choice_fields()["accelerator.efficiency.runtime.optimizer_state"])
+def test_every_optimizer_state_sets_through_estimate_and_search(capsys, state):
+    """Each optimizer-state precision by --set runs in estimate and search (one with no step bytes of its own,
+    cost.frameworks.state_step_bytes None, keeps the system's: cost.frameworks.put_step_bytes), and the search's
+    row re-estimates to the same step."""
+    set_args = ("--set", f"accelerator.efficiency.runtime.optimizer_state={state}")
+    step = _step(capsys, *STATE_ESTIMATE, *set_args)
+    code, out, err = _cli(capsys, *STATE_SEARCH, *set_args, "--json")
+    assert code == 0, err
+    assert math.isclose(json.loads(out)["plans"][0]["step_time_s"], step, rel_tol=1e-12)

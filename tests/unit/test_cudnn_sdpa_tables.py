@@ -219,9 +219,10 @@ def test_the_h200_table_is_listed_after_the_measured_one_and_opt_in():
 def test_the_analytical_form_prices_a_table_kernel_at_its_converted_fraction():
     """dgx-h100-80gb's 0.45 is cuDNN's fraction; its FlashAttention-2 rows are priced at 0.45 × the FA2 / cuDNN
     ratio at the reference shape (cost.attention.kernel_relative_speed, as a profile running FA2 gets it)."""
-    from paraplan.validate.tables import _analytical, as_kernel
+    from paraplan.cost.frameworks import as_attention_kernel
+    from paraplan.validate.tables import _analytical
 
-    acc = as_kernel(load_system("dgx-h100-80gb").accelerator, "fa2")
+    acc = as_attention_kernel(load_system("dgx-h100-80gb").accelerator, "fa2")
     # Figure 5 plateaus × shape factors at causal 8k, head dim 128 (s_half 107 / 134, tile rows 128)
     ratio = (378 * 8192 / 8299) / (627 * 8192 / 8326)
     assert acc.efficiency.attention == pytest.approx(0.45 * ratio, rel=1e-9)

@@ -45,7 +45,7 @@ from paraplan.calibrate.tables import (
     with_attention_kernel,
 )
 from paraplan.catalog import load_model
-from paraplan.cost.attention import converted_attention_fraction
+from paraplan.cost.frameworks import as_attention_kernel
 from paraplan.io.fields import Doc, refuse
 from paraplan.io.documents import read_document
 from paraplan.io.terminal import printable
@@ -165,14 +165,11 @@ def keep_base_attention(cal: Calibration) -> None:
     the analytical fraction then prices only what the table did not measure: fp32 / tf32 attention
     (another kernel, cost.compute.attention_time_s) and, through a profile's kernel ratio, other
     kernel families. A fit to one bf16 kernel's rows measures neither, so the base fraction is kept
-    (for the table's kernel: cost.attention.converted_attention_fraction, as cost.frameworks converts it)."""
+    (converted to the table's kernel: cost.frameworks.as_attention_kernel)."""
     path = f"{EFF}.attention"
     fitted = cal.values.pop(path, None)
-    eff, acc = cal.base.accelerator.efficiency, cal.base.accelerator
     kernel = cal.system.accelerator.efficiency.attention_kernel
-    kept = converted_attention_fraction(
-        eff.attention, kernel, eff.attention_kernel, acc.architecture
-    )
+    kept = as_attention_kernel(cal.base.accelerator, kernel).efficiency.attention
     cal.system = with_values(cal.system, {path: kept})
     cal.notes[path] = (
         f"base fraction kept ({kept:.3g} for {kernel}): the attached table prices the bf16 calls it "

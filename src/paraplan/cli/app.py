@@ -213,6 +213,14 @@ DispatcherOption = optional(
     "--dispatcher",
     help="restrict: alltoall,allgather,deepep,hybridep (MoE models; default: all but hybridep)",
 )
+# estimate's plan field and search's fixed input alike (the search prices every plan at it)
+ExpertLoadCvOption = optional(
+    float,
+    "--expert-load-cv",
+    help="MoE learned routing: spread (coefficient of variation) of the experts' routing "
+    "probabilities, 0 to √(experts/top_k − 1); a search prices every plan at it as estimate does "
+    "(default: the published figure of the model's router_balancing, else 0; docs/model.md)",
+)
 NoOffloadOption = switch("--no-offload", help="do not consider offloading")
 DefaultOverlapOption = switch("--default-overlap", help="keep overlap switches at defaults")
 DefaultPlacementOption = switch(

@@ -12,6 +12,7 @@ from paraplan.cli.app import (
     Attention,
     CPAlgorithm,
     Dtype,
+    ExpertLoadCvOption,
     FrameworkOption,
     GradDtype,
     Recompute,
@@ -263,12 +264,7 @@ def estimate(
         float, "--capacity-factor", help="expert capacity factor (default dropless)"
     ) = None,
     moe_balance: given(str, "--moe-balance", help="learned | forced") = "learned",
-    expert_load_cv: optional(
-        float,
-        "--expert-load-cv",
-        help="learned routing: spread (coefficient of variation) of the experts' routing probabilities "
-        "(default: the published figure of the model's router_balancing, else 0)",
-    ) = None,
+    expert_load_cv: ExpertLoadCvOption = None,
     moe_a2a_overlap: switch(
         "--moe-a2a-overlap", help="overlap dispatch/combine with compute"
     ) = False,

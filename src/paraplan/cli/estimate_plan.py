@@ -58,14 +58,14 @@ def apply_sets(model_spec, system_spec, sets: list[str]):
         return model_spec, system_spec
     overrides = override_values(axes, tuple(a.values[0] for a in axes))
     state = overrides.get(OPTIMIZER_STATE)
-    if state is not None and STEP_BYTES not in overrides:  # its traffic follows, as from a profile
-        from paraplan.cost.frameworks import state_step_bytes
+    if state is not None:  # its traffic follows, as from a profile (None: the system's stays)
+        from paraplan.cost.frameworks import put_step_bytes
 
-        overrides[STEP_BYTES] = state_step_bytes(state)
+        put_step_bytes(overrides, STEP_BYTES, overrides.get(STEP_BYTES), state)
     return apply_overrides(model_spec, system_spec, overrides)
 
 
-# a --set of the optimizer-state precision also sets the step's traffic it implies (cost.frameworks.state_step_bytes)
+# a --set of the optimizer-state precision also sets the step's traffic it implies (cost.frameworks.put_step_bytes)
 OPTIMIZER_STATE = "accelerator.efficiency.runtime.optimizer_state"
 STEP_BYTES = "accelerator.efficiency.optimizer_step_bytes"
 

@@ -16,6 +16,7 @@ from paraplan.cli.app import (
     Dtype,
     EpOption,
     EtpOption,
+    ExpertLoadCvOption,
     FrameworkOption,
     WidthOption,
     _choice_list,
@@ -112,14 +113,7 @@ def search(
     ep: EpOption = None,
     etp: EtpOption = None,
     dispatcher: DispatcherOption = None,
-    expert_load_cv: optional(
-        float,
-        "--expert-load-cv",
-        help="MoE learned routing: spread (coefficient of variation) of the experts' routing "
-        "probabilities, 0 to √(experts/top_k − 1), every plan priced at it as estimate "
-        "--expert-load-cv does (default: the published figure of the model's router_balancing, "
-        "else 0; docs/model.md)",
-    ) = None,
+    expert_load_cv: ExpertLoadCvOption = None,
     tp_layout: optional(
         str,
         "--tp-layout",

@@ -30,9 +30,10 @@ from paraplan.cost.attention import converted_attention_fraction, effective_kern
 from paraplan.cost.memory import PRECISION_AWARE_STATES, precision_aware_step_bytes
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
+from paraplan.specs.fields import with_fields
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
-from paraplan.specs.system import EagerFields, HostFields, SystemSpec
+from paraplan.specs.system import AcceleratorSpec, EagerFields, HostFields, SystemSpec
 
 PLAN_DEFAULTS = (
     "attention",
@@ -54,20 +55,18 @@ def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any])
 def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec:
     """The system as this framework uses it: attention kernel, eager-op HBM traffic factor and eager
     kernels, the runtime's own costs (cost.runtimes), the host model's inputs, runtime memory reserve."""
-    data = system.model_dump()
+    kernel = effective_kernel(framework.attention_kernel, system.accelerator.architecture)
+    accelerator = as_attention_kernel(system.accelerator, kernel)
+    data = system.model_copy(update={"accelerator": accelerator}).model_dump()
     acc = data["accelerator"]
     eff = acc["efficiency"]
-    arch = system.accelerator.architecture
-    eff["attention"] = converted_attention_fraction(
-        eff["attention"], framework.attention_kernel, eff["attention_kernel"], arch
-    )
-    eff["attention_kernel"] = effective_kernel(framework.attention_kernel, arch)
     if not framework.fused_kernels:
         eff.update(framework.model_dump(include=set(EagerFields.model_fields)))
     eff["module_impl"] = dict(framework.module_impl)  # what the model code runs, fused stack or not
     eff["softmax_rate_share"] = framework.softmax_rate_share  # the PyTorch softmax kernel it runs
-    if (step_bytes := optimizer_step_bytes(framework)) is not None:
-        eff["optimizer_step_bytes"] = step_bytes
+    put_step_bytes(
+        eff, "optimizer_step_bytes", framework.optimizer_step_bytes, framework.optimizer_state
+    )
     eff["aligned_gemms_only"] = framework.pads_vocabulary
     eff.update(host_fields(framework))
     eff["runtime"] = runtime_costs(framework).model_dump()
@@ -78,6 +77,21 @@ def framework_system(framework: FrameworkSpec, system: SystemSpec) -> SystemSpec
     ):  # NCCL_NVLS_ENABLE=0: no NVLink SHARP (cost.comm.nvls_all_reduce_slope)
         data["node"]["nvls_efficiency"] = 0.0
     return SystemSpec.model_validate(data)
+
+
+def as_attention_kernel(acc: AcceleratorSpec, kernel: str) -> AcceleratorSpec:
+    """The accelerator as a stack running attention ``kernel`` uses it: ``efficiency.attention_kernel`` set to
+    ``kernel`` and the attention fraction, measured with the catalog's kernel, converted to it
+    (cost.attention.converted_attention_fraction: × the ratio of kernel plateaus, FlashAttention-3 paper Fig. 5).
+    Read by framework_system (a profile's kernel), calibrate.keep_base_attention (the base fraction for an
+    attached table's kernel) and validate.tables (the analytical form of a table's kernel)."""
+    eff = acc.efficiency
+    fraction = converted_attention_fraction(
+        eff.attention, kernel, eff.attention_kernel, acc.architecture
+    )
+    return with_fields(
+        acc, {"efficiency.attention_kernel": kernel, "efficiency.attention": fraction}
+    )
 
 
 def collnet_enabled(framework: FrameworkSpec, system: SystemSpec) -> bool:
@@ -96,23 +110,26 @@ def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> Cluster
     return ClusterSpec(name=cluster.name, source=cluster.source, pools=pools, links=cluster.links)
 
 
-def optimizer_step_bytes(framework: FrameworkSpec) -> float | None:
-    """The profile's optimizer traffic per parameter, B, at the plain HBM rate (step.tail): one fused
-    optimizer kernel such as torch.optim.AdamW(fused=True) streams at that rate, so the eager traffic
-    factor of the element-wise ops (cost.compute.memory_time_s) does not apply to it. Unstated, Megatron-Core's
-    precision-aware optimizer's (cost.memory.precision_aware_step_bytes, with Transformer Engine v2.13+'s fused
-    bf16 moments; a profile of an earlier TE states its optimizer_step_bytes) where the profile's optimizer_state
-    is one of its states; None otherwise (the system's default, OPTIMIZER_BYTES_PER_PARAM)."""
-    if framework.optimizer_step_bytes is not None:
-        return framework.optimizer_step_bytes
-    return state_step_bytes(framework.optimizer_state)
+def put_step_bytes(target: dict, key: str, stated: float | None, optimizer_state: str) -> None:
+    """Write into ``target[key]`` the optimizer's traffic per parameter, B, at the plain HBM rate (step.tail):
+    ``stated`` where given, else the bytes ``optimizer_state`` implies (state_step_bytes); nothing where neither
+    gives a value, so the system's (OPTIMIZER_BYTES_PER_PARAM unless it states its own) stays. One fused optimizer
+    kernel such as torch.optim.AdamW(fused=True) streams at that rate, so the eager traffic factor of the
+    element-wise ops (cost.compute.memory_time_s) does not apply to it. Read by framework_system (a profile's
+    optimizer_step_bytes and optimizer_state) and by ``--set`` of the runtime's optimizer_state
+    (cli.estimate_plan.apply_sets: a set optimizer_step_bytes is the stated value)."""
+    step_bytes = stated if stated is not None else state_step_bytes(optimizer_state)
+    if step_bytes is not None:
+        target[key] = step_bytes
 
 
 def state_step_bytes(optimizer_state: str) -> float | None:
     """The optimizer step's HBM bytes per parameter an optimizer-state precision implies: Megatron-Core's
     precision-aware optimizer's (cost.memory.precision_aware_step_bytes) for one of its states; None (the system's
-    default, OPTIMIZER_BYTES_PER_PARAM) for any other. Read by optimizer_step_bytes, and by ``--set`` of the
-    runtime's optimizer_state (cli.estimate_plan.apply_sets), so the step's traffic follows the states."""
+    default, OPTIMIZER_BYTES_PER_PARAM) for any other. Read by put_step_bytes (framework_system, and ``--set`` of the
+    runtime's optimizer_state), so the step's traffic follows the states. Unstated by a profile,
+    Megatron-Core's precision-aware optimizer's bytes hold with Transformer Engine v2.13+'s fused bf16 moments
+    (a profile of an earlier TE states its optimizer_step_bytes)."""
     if optimizer_state in PRECISION_AWARE_STATES:
         return precision_aware_step_bytes(optimizer_state)
     return None

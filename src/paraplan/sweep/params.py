@@ -11,9 +11,11 @@ Every value is checked by re-building the spec with ``model_validate`` on a modi
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import math
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal, Union, get_args, get_origin
 
@@ -68,11 +70,12 @@ def _leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, type]:
     return out
 
 
-def numeric_fields() -> dict[str, type]:
-    """Every numeric path ``--set`` accepts: system leaves, then ``model.`` leaves."""
+@functools.cache
+def numeric_fields() -> Mapping[str, type]:
+    """Every numeric path ``--set`` accepts: system leaves, then ``model.`` leaves (walked once, read-only)."""
     fields = _leaves(SystemSpec)
     fields.update(_leaves(ModelSpec, MODEL_PREFIX))
-    return fields
+    return types.MappingProxyType(fields)
 
 
 # system choices ``--set`` leaves alone, and why: what the part is (its kernels and generation), and the kernel the
@@ -131,11 +134,14 @@ def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple
     return out
 
 
-def choice_fields() -> dict[str, tuple]:
+@functools.cache
+def choice_fields() -> Mapping[str, tuple]:
     """The system's switch and choice leaves ``estimate --set`` and ``search --set`` take, one value each (the
     run-wide mechanisms a framework profile writes into ``accelerator.efficiency.runtime``, NCCL's
-    ``network.collnet_enabled``, ...): path -> allowed values, less FIXED_CHOICES. A sweep's axes stay numeric."""
-    return {p: v for p, v in _choice_leaves(SystemSpec).items() if p not in FIXED_CHOICES}
+    ``network.collnet_enabled``, ...): path -> allowed values, less FIXED_CHOICES (walked once, read-only). A
+    sweep's axes stay numeric."""
+    leaves = _choice_leaves(SystemSpec)
+    return types.MappingProxyType({p: v for p, v in leaves.items() if p not in FIXED_CHOICES})
 
 
 def _choice_text(values: tuple) -> str:

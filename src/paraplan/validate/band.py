@@ -155,14 +155,14 @@ def _matching(where: Sequence[Residual], keys: BandKeys, held: Sequence[str]) ->
     return [r for r in where if all((t in r.keys.traits) == (t in keys.traits) for t in held)]
 
 
-def _kin(records: Sequence[Residual], keys: BandKeys) -> list[Residual]:
-    """The residuals of the plan's stack and model kind (``KIND_TRAITS`` matched)."""
-    return _matching([r for r in records if r.keys.stack == keys.stack], keys, KIND_TRAITS)
-
-
-def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residual], str, bool]:
-    """(pool, basis, prior): the residuals a band of ``keys`` is built from (module docstring)."""
-    stack = [r for r in records if r.keys.stack == keys.stack]
+def band_pool(
+    keys: BandKeys,
+    records: Sequence[Residual],
+    stack: Sequence[Residual],
+    kin: Sequence[Residual],
+) -> tuple[list[Residual], str, bool]:
+    """(pool, basis, prior): the residuals a band of ``keys`` is built from (module docstring); ``stack``: the
+    residuals of the plan's stack, ``kin``: of those, the plan's model kind (``KIND_TRAITS`` matched)."""
     if not stack:
         return [], f"wide prior: no validation case ran the {keys.stack} stack", True
     if not any(r.keys.generation == keys.generation for r in records):
@@ -173,7 +173,6 @@ def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residua
     unseen = [t for t in TRAITS if t in keys.traits and not any(t in r.keys.traits for r in stack)]
     if unseen:
         return home, f"wide prior: no {keys.stack} case has {', '.join(unseen)}", True
-    kin = _kin(records, keys)
     kin_home = [r for r in kin if r.keys.generation == keys.generation]
     for where, generation in ((kin_home, keys.generation), (kin, "any generation")):
         for start in range(len(DROPPABLE_TRAITS) + 1):
@@ -187,16 +186,15 @@ def band_pool(keys: BandKeys, records: Sequence[Residual]) -> tuple[list[Residua
     groups = len({r.group for r in kin})
     kind = "mixture-of-experts" if "moe" in keys.traits else "dense"
     basis = f"wide prior: {groups} groups ran {kind} models on the {keys.stack} stack"
-    return kin, f"{basis}, fewer than {min_groups()}", True
+    return list(kin), f"{basis}, fewer than {min_groups()}", True
 
 
-def nearest_pool(keys: BandKeys, records: Sequence[Residual]) -> list[Residual]:
-    """The stack's cases nearest the plan on its traits, on any generation: those matching every trait of
-    ``TRAITS`` (held and not held alike), dropping the least telling first (``TRAITS`` order) until one
-    group remains, never the model kind (``KIND_TRAITS``); [] when no case of the stack and kind shares
-    the rest. The band is hulled with their errors when its conformal pool is wider than they are
-    (module docstring, "Nearest cases")."""
-    kin = _kin(records, keys)
+def nearest_pool(keys: BandKeys, kin: Sequence[Residual]) -> list[Residual]:
+    """The stack's cases nearest the plan on its traits, on any generation (``kin``: the residuals of its stack
+    and model kind): those matching every trait of ``TRAITS`` (held and not held alike), dropping the least
+    telling first (``TRAITS`` order) until one group remains, never the model kind (``KIND_TRAITS``); [] when
+    no case of the stack and kind shares the rest. The band is hulled with their errors when its conformal
+    pool is wider than they are (module docstring, "Nearest cases")."""
     for start in range(len(DROPPABLE_TRAITS) + 1):
         near = _matching(kin, keys, DROPPABLE_TRAITS[start:])
         if near:
@@ -220,18 +218,20 @@ def error_band(
     features = plan_features(model, system, plan, framework)
     known = {f for r in records for f in r.features}
     extrapolated = tuple(f for f in features if f not in known)
-    pool, basis, prior = band_pool(keys, records)
+    stack = [r for r in records if r.keys.stack == keys.stack]
+    kin = _matching(stack, keys, KIND_TRAITS)  # the plan's stack and model kind
+    pool, basis, prior = band_pool(keys, records, stack, kin)
     if prior:
         lo_err, hi_err = PRIOR_ERROR_PCT
     else:  # band_pool returns a pool of at least min_groups() groups
         lo_err, hi_err = conformal_range(_pairs(pool))
         # a pool that had to drop traits of the plan: no narrower than the nearest cases' own errors
-        near = nearest_pool(keys, records)
+        near = nearest_pool(keys, kin)
         if near and len({r.group for r in near}) < len({r.group for r in pool}):
             lo_err = min([lo_err, *(r.error_pct for r in near)])
             hi_err = max([hi_err, *(r.error_pct for r in near)])
     if prior or extrapolated:  # as far off as any case of the stack and kind on this generation
-        seen = [r.error_pct for r in _kin(records, keys) if r.keys.generation == keys.generation]
+        seen = [r.error_pct for r in kin if r.keys.generation == keys.generation]
         lo_err, hi_err = min([lo_err, *seen]), max([hi_err, *seen])
     lo_err, hi_err = min(lo_err, -RUN_TO_RUN_PCT), max(hi_err, RUN_TO_RUN_PCT)
     low_s = step_time_s / (1.0 + hi_err / 100.0)

@@ -20,7 +20,6 @@ from functools import partial
 import numpy as np
 
 from paraplan.cost import kernel_tables as kt
-from paraplan.cost.attention import converted_attention_fraction
 from paraplan.cost.compute import (
     GROUPED_GEMM_STREAMS,
     attention_time_s,
@@ -28,6 +27,7 @@ from paraplan.cost.compute import (
     grouped_gemm_time_s,
     memory_time_s,
 )
+from paraplan.cost.frameworks import as_attention_kernel
 from paraplan.cost.table_attention import row_kernel_s, shape_prior
 from paraplan.cost.table_interp import leave_one_out
 from paraplan.specs.fields import with_fields
@@ -124,34 +124,16 @@ def _attention(
     prior_of = partial(_attention_prior, kernel)
     if acc is None:  # a table measured on no catalog accelerator: its rows as timed, left out only
         return [_res(file, f"{label}, table leave-one-out", *_loo(rows, 0.0, prior_of))]
-    acc_k = as_kernel(acc, kernel)
+    acc_k = as_attention_kernel(acc, kernel)
     # the rows' kernel times: a bwd row timed on leaf q, k, v less their gradients' accumulation
     # (cost.table_attention.row_kernel_s, cost.leaf_grads), what a step's attention is priced from
     times = row_kernel_s(table, kind, acc.hbm_rate())
     measured = [replace(r, time_s=t) for r, t in zip(rows, times)]
-    pred = []
-    for r in measured:
-        (s,), (d, causal, direction, window) = r.point, r.group
-        call = (int(s), int(s), d, causal)
-        pred.append(attention_time_s(r.work, 1.0, acc_k, r.dtype, call, direction, 0.0, window))
     return [
-        _res(file, f"{label}, attached table", pred, times),
+        _res(file, f"{label}, attached table", _priced(acc_k, measured), times),
         _res(file, f"{label}, table leave-one-out", *_loo(measured, 0.0, prior_of)),
         _res(file, f"{label}, catalog analytical form", _analytical(acc_k, measured), times),
     ]
-
-
-def as_kernel(acc: AcceleratorSpec, kernel: str) -> AcceleratorSpec:
-    """The accelerator as a stack running ``kernel`` uses it: its attention fraction converted from the catalog
-    kernel's to ``kernel``'s (cost.attention.converted_attention_fraction, as cost.frameworks converts it for a
-    profile's kernel), so the analytical form prices the table's kernel, not the catalog kernel's rate."""
-    eff = acc.efficiency
-    fraction = converted_attention_fraction(
-        eff.attention, kernel, eff.attention_kernel, acc.architecture
-    )
-    return with_fields(
-        acc, {"efficiency.attention_kernel": kernel, "efficiency.attention": fraction}
-    )
 
 
 def _attention_prior(kernel: str, group: tuple):
@@ -163,14 +145,19 @@ def _attention_prior(kernel: str, group: tuple):
 def _analytical(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[float]:
     """Each attention row priced by the system's analytical form with no table attached (cost.compute
     attention_time_s: its in-step fraction efficiency.attention, converted to the row's kernel by
-    ``as_kernel``, shape factor and kernel overhead): how
+    cost.frameworks.as_attention_kernel, shape factor and kernel overhead): how
     far the catalog's form is from the kernel the table measured (issue 32)."""
-    bare = with_fields(acc, {"kernel_tables": None})
+    return _priced(with_fields(acc, {"kernel_tables": None}), measured)
+
+
+def _priced(acc: AcceleratorSpec, measured: list[kt.MeasuredRow]) -> list[float]:
+    """Each attention row (sequence; head dim, causal, direction, window) priced as a step prices the call
+    (cost.compute.attention_time_s, at the accelerator's tables or analytical form)."""
     out = []
     for r in measured:
         (s,), (d, causal, direction, window) = r.point, r.group
         call = (int(s), int(s), d, causal)
-        out.append(attention_time_s(r.work, 1.0, bare, r.dtype, call, direction, 0.0, window))
+        out.append(attention_time_s(r.work, 1.0, acc, r.dtype, call, direction, 0.0, window))
     return out
 
 
