@@ -73,8 +73,7 @@ def op_floor_s(op, acc, dtype: str) -> float:
     for moved, flops in ((op.fwd_bytes, op.fwd_flops), (op.bwd_bytes, op.bwd_flops)):
         if moved > 0 or flops > 0:
             total += (
-                max(moved, 0.0) * eff.eager_traffic_factor / acc.hbm_rate()
-                + eff.kernel_overhead_s
+                max(moved, 0.0) * eff.eager_traffic_factor / acc.hbm_rate() + eff.kernel_overhead_s
             )
     return total
 
