@@ -114,32 +114,31 @@ HOPPER_MMA_SYNC_CARRY = MMA_SYNC_SHARE_HOPPER * H100_A100_DENSE_PEAK / FA2_H100_
 # needs Hopper's TMA/WGMMA, Shah et al. 2024 §1; FA2 runs on Ampere and Hopper, Dao 2023 §1).
 # cuDNN's fused attention on Ampere is taken at FlashAttention-2 speed (assumption: Figure 5's
 # cuDNN advantage comes from Hopper-only instructions).
-KERNEL_FALLBACK: dict[tuple[str, str], str] = {
-    ("ampere", "fa3"): "fa2",
-    ("ampere", "cudnn"): "fa2",
-    ("volta", "fa3"): "fa2",
-    ("volta", "cudnn"): "fa2",
-    ("turing", "fa3"): "fa2",
-    ("turing", "cudnn"): "fa2",
-    # Ada (sm_89): FlashAttention-3 needs Hopper's wgmma/TMA (Shah et al. 2024, §3); as on Ampere
-    ("ada", "fa3"): "fa2",
-    ("ada", "cudnn"): "fa2",
-    # After Hopper: FlashAttention-3 is built for sm90 only (Dao-AILab/flash-attention README, "FlashAttention-3 beta
-    # release": "Requirements: H100 / H800 GPU"; its hopper/ kernels issue sm90a wgmma). Transformer Engine, which a
-    # stack asking for it runs it through, drops it on any other device ("Disabling FlashAttention 3 for compute
-    # capability != sm90") and on sm90+ prefers FusedAttention, cuDNN's kernel ("Disabling FlashAttention to give
-    # FusedAttention preference on Hopper+ for performance reasons"): NVIDIA/TransformerEngine
-    # transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend (v2.x). So data-centre
-    # Blackwell (sm100/sm103) and Rubin run cuDNN's fused attention in its place; RTX Blackwell (sm120) runs
-    # neither FA3 nor the data-centre Blackwell kernels and prices FlashAttention-2 as its catalog entries do
-    # (rtx-5090-8, rtx-pro-6000-4); AMD CDNA has no FA3 (a CUDA sm90 build) and prices FlashAttention-2 as its
-    # catalog entries do (mi300x-8, mi355x-8: the ROCm flash-attention port is FlashAttention-2).
-    ("blackwell", "fa3"): "cudnn",
-    ("rubin", "fa3"): "cudnn",
-    ("blackwell-rtx", "fa3"): "fa2",
-    ("cdna3", "fa3"): "fa2",
-    ("cdna4", "fa3"): "fa2",
+# Ampere, Volta, Turing and Ada (sm_89): no FlashAttention-3 (it needs Hopper's wgmma/TMA, Shah et al. 2024, §3), and
+# cuDNN's fused attention taken at FlashAttention-2 speed, as above.
+_FA2_ARCHITECTURES = ("ampere", "volta", "turing", "ada")
+# After Hopper: FlashAttention-3 is built for sm90 only (Dao-AILab/flash-attention README, "FlashAttention-3 beta
+# release": "Requirements: H100 / H800 GPU"; its hopper/ kernels issue sm90a wgmma). Transformer Engine, which a
+# stack asking for it runs it through, drops it on any other device ("Disabling FlashAttention 3 for compute
+# capability != sm90") and on sm90+ prefers FusedAttention, cuDNN's kernel ("Disabling FlashAttention to give
+# FusedAttention preference on Hopper+ for performance reasons"): NVIDIA/TransformerEngine
+# transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend (v2.x). So data-centre
+# Blackwell (sm100/sm103) and Rubin run cuDNN's fused attention in its place; RTX Blackwell (sm120) runs
+# neither FA3 nor the data-centre Blackwell kernels and prices FlashAttention-2 as its catalog entries do
+# (rtx-5090-8, rtx-pro-6000-4); AMD CDNA has no FA3 (a CUDA sm90 build) and prices FlashAttention-2 as its
+# catalog entries do (mi300x-8, mi355x-8: the ROCm flash-attention port is FlashAttention-2).
+_FA3_IN_PLACE = {
+    "blackwell": "cudnn",
+    "rubin": "cudnn",
+    "blackwell-rtx": "fa2",
+    "cdna3": "fa2",
+    "cdna4": "fa2",
 }
+KERNEL_FALLBACK: dict[tuple[str, str], str] = {
+    (architecture, kernel): "fa2"
+    for architecture in _FA2_ARCHITECTURES
+    for kernel in ("fa3", "cudnn")
+} | {(architecture, "fa3"): kernel for architecture, kernel in _FA3_IN_PLACE.items()}
 
 
 def effective_kernel(kernel: str, architecture: str | None) -> str:

@@ -51,30 +51,36 @@ def _is_number(annotation) -> bool:
     return annotation in (int, float)
 
 
-def _leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, type]:
-    """Dotted path -> int or float for every numeric leaf (dicts keyed by a Literal expand per key)."""
-    out: dict[str, type] = {}
+def _walk(schema: type[BaseModel], leaf, prefix: str = "") -> dict:
+    """Dotted path -> what ``leaf(path, annotation)`` makes of every leaf of ``schema`` (nested models walked)."""
+    out: dict = {}
     for name, info in schema.model_fields.items():
         annotation = _strip(info.annotation)
         path = f"{prefix}{name}"
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            out.update(_leaves(annotation, path + "."))
-        elif _is_number(annotation):
-            out[path] = annotation
-        elif get_origin(annotation) is dict:
-            key, value = get_args(annotation)
-            value = _strip(value)
-            if get_origin(key) is Literal and _is_number(value):
-                for k in get_args(key):
-                    out[f"{path}.{k}"] = value
+            out.update(_walk(annotation, leaf, path + "."))
+        else:
+            out.update(leaf(path, annotation))
     return out
+
+
+def _numeric_leaf(path: str, annotation) -> dict[str, type]:
+    """int or float for a numeric leaf (a dict keyed by a Literal expands per key)."""
+    if _is_number(annotation):
+        return {path: annotation}
+    if get_origin(annotation) is dict:
+        key, value = get_args(annotation)
+        value = _strip(value)
+        if get_origin(key) is Literal and _is_number(value):
+            return {f"{path}.{k}": value for k in get_args(key)}
+    return {}
 
 
 @functools.cache
 def numeric_fields() -> Mapping[str, type]:
     """Every numeric path ``--set`` accepts: system leaves, then ``model.`` leaves (walked once, read-only)."""
-    fields = _leaves(SystemSpec)
-    fields.update(_leaves(ModelSpec, MODEL_PREFIX))
+    fields = _walk(SystemSpec, _numeric_leaf)
+    fields.update(_walk(ModelSpec, _numeric_leaf, MODEL_PREFIX))
     return types.MappingProxyType(fields)
 
 
@@ -117,21 +123,15 @@ def _names_of(annotation) -> tuple | None:
     return out
 
 
-def _choice_leaves(schema: type[BaseModel], prefix: str = "") -> dict[str, tuple]:
-    """Dotted path -> allowed values of every switch (bool: false, true) and choice (_names_of) leaf."""
-    out: dict[str, tuple] = {}
-    for name, info in schema.model_fields.items():
-        annotation = _strip(info.annotation)
-        path = f"{prefix}{name}"
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            out.update(_choice_leaves(annotation, path + "."))
-        elif annotation is bool:
-            out[path] = (False, True)
-        elif (names := _names_of(annotation)) is not None:
-            out[path] = names
-        elif annotation == dict[ModuleRole, str]:  # module_impl: its roles' names, MODULE_IMPLS
-            out.update({f"{path}.{role}": impls for role, impls in MODULE_IMPLS.items()})
-    return out
+def _choice_leaf(path: str, annotation) -> dict[str, tuple]:
+    """The allowed values of a switch (bool: false, true) or choice (_names_of) leaf."""
+    if annotation is bool:
+        return {path: (False, True)}
+    if (names := _names_of(annotation)) is not None:
+        return {path: names}
+    if annotation == dict[ModuleRole, str]:  # module_impl: its roles' names, MODULE_IMPLS
+        return {f"{path}.{role}": impls for role, impls in MODULE_IMPLS.items()}
+    return {}
 
 
 @functools.cache
@@ -140,7 +140,7 @@ def choice_fields() -> Mapping[str, tuple]:
     run-wide mechanisms a framework profile writes into ``accelerator.efficiency.runtime``, NCCL's
     ``network.collnet_enabled``, ...): path -> allowed values, less FIXED_CHOICES (walked once, read-only). A
     sweep's axes stay numeric."""
-    leaves = _choice_leaves(SystemSpec)
+    leaves = _walk(SystemSpec, _choice_leaf)
     return types.MappingProxyType({p: v for p, v in leaves.items() if p not in FIXED_CHOICES})
 
 
