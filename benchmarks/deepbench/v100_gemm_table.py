@@ -2,9 +2,9 @@
 
 Source: github.com/baidu-research/DeepBench, results/train/DeepBench_NV_V100.xlsx at commit 30c5115
 (2019-10-07, "update NVIDIA results"; sheet Specs: NVIDIA DGX-1, V100, CUDA 10.1.243, cuDNN 7.6.2, driver
-418.67). Sheets "Results FP32" and "Results - FP16 ip, Mixed math" (fp16 inputs, fp32 accumulation), section
-"Dense Matrix Multiplication": columns M, N, K, A Transpose, B Transpose, Time (msec). DeepBench's GEMM is
-C(M×N) = A(M×K)·B(K×N) with N the mini-batch (README "GEMM"); the table's m is the rows of activations
+418.67). Sheets "Results FP32" and "Results - FP16 ip, Mixed math" (fp16 inputs; gemm_bench.cu at 30c5115
+asks cuBLAS for CUDA_R_16F compute), section "Dense Matrix Multiplication": columns M, N, K, A Transpose,
+B Transpose, Time (msec). DeepBench's GEMM is C(M×N) = A(M×K)·B(K×N) with N the mini-batch (README "GEMM"); the table's m is the rows of activations
 (tokens), so a row is written m = N, n = M, k = K, keeping DeepBench's M, N, K, the transposes and the sheet
 row as provenance. An fp16 row's m, n, k are the problem the benchmark ran: gemm_bench.cu pads an fp16 GEMM off
 cuBLAS's tensor-op grid to multiples of 8 before timing it (``padded``), so the row is that aligned kernel.

@@ -90,12 +90,24 @@ def gemm_benchmark_cap(
     )
 
 
+# The in-step share of a per-shape kernel table's GEMMs where no calibration set one: the table's rate at each
+# shape is taken as the in-step rate. The analytical caps' share (validate.fitted gemm.bf16) scales a best-shape
+# benchmark (MAMF or a torch.mm loop) that the tile model carries to other shapes; half-precision kernels timed
+# alone at their own shapes are already no faster than that in-step rate where a table and step-fitted caps meet
+# (calibrate.in_step.in_step_ratios r: H100 1.052, H200 1.083; tests/unit/test_table_in_step_share.py). fp8
+# kernels alone run faster (r 0.83 on H100): an fp8 table takes its share from calibrate (docs/model.md §6,
+# "What the in-step share scales").
+UNCALIBRATED_TABLE_SHARE = 1.0
+
+
 def table_in_step_share(acc: AcceleratorSpec, dtype: str) -> float:
     """Share s of an attached table's isolated GEMM rate kept inside a step, for the cap that prices
-    ``dtype`` (efficiency.table_in_step_share: gemm_fp8 for fp8 / FP4, gemm otherwise; 1 when absent).
-    The analytical caps are a kernel cap × an in-step share (docs/model.md §2, §6); a table replaces
-    the kernel cap, so a step divides the table's kernel time by s (docs/calibration.md)."""
-    return acc.efficiency.table_in_step_share.get(gemm_cap_key(dtype), 1.0)
+    ``dtype`` (gemm_fp8 for fp8 / FP4, gemm otherwise): efficiency.table_in_step_share where ``paraplan
+    calibrate`` set it (min(1, r), r the table's time over the base system's in-step time of the same GEMMs,
+    calibrate.in_step), else UNCALIBRATED_TABLE_SHARE, for every table alike (the V100 DeepBench rows, the
+    H800 DeepGEMM rows, a table attached on request). A step divides the table's kernel time by s
+    (``table_kernel_s``; docs/model.md §2, §6; docs/calibration.md)."""
+    return acc.efficiency.table_in_step_share.get(gemm_cap_key(dtype), UNCALIBRATED_TABLE_SHARE)
 
 
 def table_clock_ratio(acc: AcceleratorSpec, dtype: str) -> float:
@@ -246,7 +258,7 @@ def grouped_gemm_share(acc: AcceleratorSpec, dtype: str) -> float:
     floors divide by (search.bounds). The analytical implementations (``grouped_gemm_time_s``) price each
     expert's GEMM at no more than the dense rate of its dtype (the fp8 multi-stream loop's kept share of the fp8
     speed-up, ``te_multistream_grouped_s``, only adds time): 1. A library's published one-kernel rates
-    (``deepgemm_grouped_s``: the DeepGEMM table on dgx-h800, isolated kernels, no in-step share fitted) may beat
+    (``deepgemm_grouped_s``: the DeepGEMM table on dgx-h800, isolated kernels at ``table_in_step_share``) may beat
     it: their fastest rate as ``table_kernel_s`` converts it to this part (× in-step share × clock fraction /
     table_clock_ratio) over the dense rate, when above 1."""
     if acc.kernel_tables:

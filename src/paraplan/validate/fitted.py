@@ -114,9 +114,11 @@ _H100_SILICON = (
     "hgx-h100-96gb-500w",
 )
 # systems whose bf16 GEMM cap is a published kernel benchmark's cap x one in-step share (catalog.gemm_benchmarks);
-# the H100 PCIe / NVL and GH200 entries carry the H100 SXM cap (no benchmark of their own; GH200 is the same GH100 silicon)
+# the H100 PCIe / NVL and GH200 entries carry the H100 SXM cap (no benchmark of their own; GH200 is the same GH100 silicon),
+# dgx-2h the V100 SXM2 cap (its V100 SXM3 at the datasheet clock ratio, as its kernel table)
 _GEMM_BF16 = (
     *GEMM_BENCHMARK_BF16,
+    "dgx-2h",
     "h100-pcie-8",
     "h100-nvl-8",
     "gh200-96gb-quad",
