@@ -87,18 +87,9 @@ def search_setup(
     return SearchSetup(problem, full_hbm)
 
 
-def search_problem(
-    model_spec: ModelSpec,
-    system_spec: SystemSpec,
-    gpus: int,
-    framework: Any = None,
-    price_per_gpu_hour: float | None = None,
-    **space: Any,
-) -> SearchProblem:
-    """The problem of :func:`search_setup` (same arguments; ``memory_headroom`` 0 unless given)."""
-    return search_setup(
-        model_spec, system_spec, gpus, framework, price_per_gpu_hour, **space
-    ).problem
+def search_problem(*args: Any, **space: Any) -> SearchProblem:
+    """The problem of :func:`search_setup` (its arguments; ``memory_headroom`` 0 unless given)."""
+    return search_setup(*args, **space).problem
 
 
 def _search_fields(space: dict, profile) -> dict:
