@@ -25,6 +25,7 @@ from typing import Any
 
 from paraplan.catalog import load_model, load_system, suggestions, unknown_keyword  # noqa: F401
 from paraplan.search.choices import option_choices  # noqa: F401 (re-exported)
+from paraplan.search.setup import TUPLE_FIELDS, search_problem, search_setup  # noqa: F401
 from paraplan.step.estimate import estimate as _estimate
 from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError  # noqa: F401 (re-exported)
@@ -248,19 +249,17 @@ def search(
     of HBM kept free (``--memory-headroom``; None: search.headroom.DEFAULT_MEMORY_HEADROOM). A
     time-to-train objective needs ``tokens`` (search.time_to_train, default goodput inputs)."""
     from paraplan.search.exhaustive import exhaustive_search
-    from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, with_headroom
+    from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM
     from paraplan.search.run import search as run_search
     from paraplan.search.time_to_train import OBJECTIVES as TIME_TO_TRAIN
 
     headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
-    model_spec, system_spec = _specs(model, system)
-    full_hbm = system_spec.accelerator.hbm_capacity
-    problem = search_problem(
-        model_spec,
-        with_headroom(system_spec, headroom),
+    problem, full_hbm = search_setup(
+        *_specs(model, system),
         gpus,
         framework,
         price_per_gpu_hour,
+        memory_headroom=headroom,
         seq_length=seq_length,
         global_batch=global_batch,
         max_global_batch=max_global_batch,
@@ -310,67 +309,10 @@ def annotate_rows(doc: dict, problem, result, full_hbm_bytes: float, headroom: f
         row["uncertain_fit"] = uncertain_fit(row["peak_memory_gib"] * GiB, full_hbm_bytes, headroom)
 
 
-def search_problem(
-    model_spec: ModelSpec,
-    system_spec: SystemSpec,
-    gpus: int,
-    framework: str | dict | None = None,
-    price_per_gpu_hour: float | None = None,
-    **space: Any,
-):
-    """The :class:`~paraplan.search.space.SearchProblem` of :func:`search` and ``paraplan search``:
-    ``space`` its further fields (allowed values as tuples, lists or one value: TUPLE_FIELDS); with
-    ``framework`` (a profile, its name, file or dict) the system adapted to the profile and its
-    attention (unless given) and overlap defaults; the price the (adapted) system's unless given."""
-    from paraplan.search.space import SearchProblem
-
-    system_spec, fields = _search_fields(space, framework, system_spec)
-    if price_per_gpu_hour is None:
-        price_per_gpu_hour = system_spec.price_per_gpu_hour
-    return SearchProblem(
-        model=model_spec,
-        system=system_spec,
-        gpus=gpus,
-        price_per_gpu_hour=price_per_gpu_hour,
-        **fields,
-    )
-
-
-# the SearchProblem fields that hold a tuple of allowed values (search accepts a list or one value)
-TUPLE_FIELDS = (
-    "tp pp cp micro_batch recompute zero sequence_parallel schedules tp_layouts ep etp dispatchers"
-).split()
-
-
 def _specs(model, system) -> tuple[ModelSpec, SystemSpec]:
     """The model and system specs of a catalog name, a file path, a dict or a spec."""
     model_spec = load_model(str(model) if isinstance(model, Path) else model)
     return model_spec, load_system(str(system) if isinstance(system, Path) else system)
-
-
-def _search_fields(space: dict, framework, system_spec: SystemSpec) -> tuple[SystemSpec, dict]:
-    """(the system, the SearchProblem fields) of :func:`search`'s ``space``: with ``framework`` the
-    system adapted to its profile and its attention (unless given) and overlap defaults; allowed
-    values as tuples (TUPLE_FIELDS); run-wide knobs by name into ``runtime``; other unknown names refused."""
-    from paraplan.search.space import SearchProblem
-
-    fields = runtime_folded(space)
-    if framework is not None:
-        from paraplan.catalog import load_framework
-        from paraplan.cost.frameworks import framework_search_fields, framework_system
-
-        profile = load_framework(framework)
-        system_spec = framework_system(profile, system_spec)
-        fields = {"attention": profile.attention, **fields, **framework_search_fields(profile)}
-    for key in TUPLE_FIELDS:
-        value = fields.get(key)
-        if value is not None and not isinstance(value, tuple):  # a list or one value
-            fields[key] = tuple(value) if isinstance(value, (list, set)) else (value,)
-    known = set(SearchProblem.__dataclass_fields__)
-    error = unknown_keyword("search", fields, known - {"model", "system"}, "search field")
-    if error is not None:
-        raise error
-    return system_spec, fields
 
 
 def to_dataframe(results) -> Any:

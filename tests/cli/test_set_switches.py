@@ -139,26 +139,50 @@ SEARCH = (
 ).split()
 
 
+# a small search whose profiles reserve allocator fragmentation as a share of HBM (llm-foundry, torchtitan,
+# hf-transformers, maxtext): the search's memory headroom scales the capacity only (search.setup.search_system)
+SMALL_SEARCH = (
+    "search -m llama2-7b -s dgx-h100-80gb --gpus 8 --global-batch 64 --seq-length 2048 --tp 1,2 --pp 1,2 "
+    "--top 3"
+).split()
+
+
 @pytest.mark.parametrize(
-    "framework, sets",
+    "argv, framework, sets",
     [
-        ("megatron-core", ["network.collnet_enabled=true"]),
-        ("megatron-core", ["accelerator.efficiency.runtime.grad_reduce_dtype=compute"]),
+        (SEARCH, "megatron-core", ["network.collnet_enabled=true"]),
+        (SEARCH, "megatron-core", ["accelerator.efficiency.runtime.grad_reduce_dtype=compute"]),
         # the profile turns NVLS off (NCCL_NVLS_ENABLE=0); --set turns it back on, as in estimate
-        ("megatron-bridge-25.11", ["node.nvls_efficiency=0.85"]),
+        (SEARCH, "megatron-bridge-25.11", ["node.nvls_efficiency=0.85"]),
+        (SMALL_SEARCH, "llm-foundry", []),
+        (SMALL_SEARCH, "torchtitan", []),
+        (SMALL_SEARCH, "hf-transformers", []),
+        (SMALL_SEARCH, "maxtext", []),
+        (SMALL_SEARCH, None, []),
+        # --set wins over the profile's reserve, and a set capacity is the one the headroom scales
+        (SMALL_SEARCH, "llm-foundry", ["accelerator.reserved_memory=6GiB"]),
+        (SMALL_SEARCH, "torchtitan", ["accelerator.hbm_capacity=96GiB"]),
     ],
 )
 def test_search_rows_with_a_profile_and_set_reestimate_identically(
-    capsys, tmp_path, framework, sets
+    capsys, tmp_path, argv, framework, sets
 ):
-    set_args = [a for s in sets for a in ("--set", s)]
-    code, out, err = _cli(capsys, *SEARCH, "--framework", framework, *set_args, "--json")
+    """Every row of ``search --json`` re-estimates (``estimate --plan FILE#i --json`` with the same
+    --framework and --set) to the row's step time and peak memory (issue 31: one number)."""
+    options = [a for s in sets for a in ("--set", s)]
+    options += ["--framework", framework] if framework else []
+    code, out, err = _cli(capsys, *argv, *options, "--json")
     assert code == 0, err
-    row = json.loads(out)["plans"][0]
+    rows = json.loads(out)["plans"]
+    assert rows
     path = tmp_path / "search.json"
     path.write_text(out)
-    again = _step(capsys, "estimate", "--plan", f"{path}#1", "--framework", framework, *set_args)
-    assert math.isclose(again, row["step_time_s"], rel_tol=1e-12)
+    for i, row in enumerate(rows, start=1):
+        code, again, err = _cli(capsys, "estimate", "--plan", f"{path}#{i}", *options, "--json")
+        assert code == 0, err
+        again = json.loads(again)
+        assert math.isclose(again["step_time_s"], row["step_time_s"], rel_tol=1e-12), i
+        assert math.isclose(again["memory"]["peak_gib"], row["peak_memory_gib"], rel_tol=1e-12), i
 
 
 MOE_ESTIMATE = "estimate -m qwen3-30b-a3b -s dgx-b200 --gpus 8 --ep 8 --global-batch 8".split()

@@ -70,15 +70,6 @@ OPTIMIZER_STATE = "accelerator.efficiency.runtime.optimizer_state"
 STEP_BYTES = "accelerator.efficiency.optimizer_step_bytes"
 
 
-def sets_over_profile(model_spec, system_spec, sets: list[str]):
-    """A system a framework profile adapted after ``--set`` was applied (search: inside api.search_problem) with the
-    system's ``--set`` values applied again, so they win over the profile's as in estimate, which applies them after
-    it (the profile rewrites efficiency.runtime, the attention fraction, reserved memory, NVLS and CollNet:
-    cost.frameworks.framework_system); the HBM capacity stays as the search's headroom scaled it."""
-    kept = [t for t in sets if not t.strip().startswith(("model.", "accelerator.hbm_capacity"))]
-    return apply_sets(model_spec, system_spec, kept)[1]
-
-
 def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
     """'15,16,15' -> (15, 16, 15); InputError naming the option otherwise."""
     if text is None:

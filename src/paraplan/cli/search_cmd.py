@@ -53,7 +53,7 @@ from paraplan.cli.options import (
     option_groups,
 )
 from paraplan.io.options import check_price, parse_tokens
-from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note, with_headroom
+from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note
 from paraplan.search.staged import AMP_SEARCH_AXES
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
@@ -223,7 +223,7 @@ def search(
         raise InputError(
             f"{'--system' if system is None else '--gpus'}: missing; give --system and --gpus (or --cluster FILE)"
         )
-    from paraplan.api import search_problem
+    from paraplan.api import search_setup
     from paraplan.catalog import load_system
     from paraplan.report.search_view import (
         band_note,
@@ -253,11 +253,9 @@ def search(
     check_price(price)
     from paraplan.cli.estimate_plan import apply_sets
 
-    model_spec, system_spec = apply_sets(
-        model_spec, load_system(system, field="system"), set_ or []
-    )
-    full_hbm = system_spec.accelerator.hbm_capacity
-    system_spec = with_headroom(system_spec, memory_headroom)
+    given_system = load_system(system, field="system")
+    # the --set values checked, and the system they give read for the price and precision defaults
+    model_spec, system_spec = apply_sets(model_spec, given_system, set_ or [])
     profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     if objective == "cost" and price is None and system_spec.price_per_gpu_hour is None:
         raise InputError(
@@ -269,12 +267,14 @@ def search(
         ctx, system_spec, ("dtype",) if profile else ("dtype", "attention")
     )
     dtype = Dtype(precision.get("dtype", dtype.value))
-    problem = search_problem(
+    problem, full_hbm = search_setup(
         model_spec,
-        system_spec,
+        given_system,  # search.setup.search_system: the profile, then --set (winning, as in estimate), then the headroom
         gpus,
         profile,
         price,
+        memory_headroom=memory_headroom,
+        overrides=(lambda s: apply_sets(model_spec, s, set_)[1]) if set_ else None,
         **asdict(batch),
         dtype=dtype.value,
         **(
@@ -288,11 +288,6 @@ def search(
         **switches.problem_fields(),
         tp_layouts=_choice_list(tp_layout, "--tp-layout", TP_LAYOUTS) or ("1d",),
     )
-    # the profile adapted the system after --set: its values win again, as in estimate
-    if set_ and profile is not None:
-        from paraplan.cli.estimate_plan import sets_over_profile
-
-        problem = replace(problem, system=sets_over_profile(model_spec, problem.system, set_))
     system_spec = problem.system  # adapted to the framework profile
     problem.check()
     sink = None
