@@ -193,11 +193,15 @@ def test_the_walk_sees_imports_inside_functions_but_not_type_checking_ones():
 
 
 def _calls_of(name: str) -> set[str]:
-    """The modules (paths under the package) that call ``name(...)`` or define a class ``name``."""
+    """The modules (paths under the package) that call ``name(...)`` (or ``module.name(...)``) or define a
+    class ``name``."""
     found = set()
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            called = isinstance(node, ast.Call) and getattr(node.func, "id", None) == name
+            called = isinstance(node, ast.Call) and name in (
+                getattr(node.func, "id", None),
+                getattr(node.func, "attr", None),
+            )
             defined = isinstance(node, ast.ClassDef) and node.name == name
             if called or defined:
                 found.add(str(path.relative_to(ROOT)))
@@ -225,6 +229,27 @@ def test_head_divisibility_is_checked_in_specs_rules_alone():
                 if "heads" in name:
                     found.add(str(path.relative_to(ROOT)))
     assert found == {"specs/rules.py", "specs/model.py"}, sorted(found)
+
+
+def test_the_layer_shape_is_built_in_step_layer_shape_alone():
+    """Issue 31, one home for each rule: the layer shape, with the sequence-parallel rule (sp or a 2D grid,
+    tp > 1), is built by step.layer_shape.layer_shape_from and nowhere else: LayerShape is constructed
+    there alone (graph/transformer.py defines it) and no ``_replace`` anywhere sets sequence_parallel;
+    the estimator, per-stage plans and the search's rows all call that function."""
+    constructed = _calls_of("LayerShape")
+    assert constructed == {"graph/transformer.py", "step/layer_shape.py"}, sorted(constructed)
+    replaced = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) in ("_replace", "_make")
+                and any(k.arg == "sequence_parallel" for k in node.keywords)
+            ):
+                replaced.add(str(path.relative_to(ROOT)))
+    assert not replaced, sorted(replaced)
+    callers = _calls_of("layer_shape_from")
+    assert callers >= {"step/estimate.py", "step/per_stage.py", "search/shapes.py"}, sorted(callers)
 
 
 def test_the_web_layer_imports_only_the_api():
