@@ -208,10 +208,39 @@ def _calls_of(name: str) -> set[str]:
     return found
 
 
+def _stage_rebuilds(source: str) -> bool:
+    """Whether ``source`` calls ``replace(...)`` (dataclasses.replace) setting a field of step.inputs.Stage
+    that only a Stage has (``blocks``, ``p2p_s``, ``inputs``): a stage rebuilt from another one."""
+    from dataclasses import fields
+
+    from paraplan.step.inputs import Stage, StepInputs
+
+    own = (
+        {f.name for f in fields(Stage)} - {f.name for f in fields(StepInputs)} - {"index", "count"}
+    )
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and "replace" in (
+            getattr(node.func, "id", None),
+            getattr(node.func, "attr", None),
+        ):
+            if any(k.arg in own for k in node.keywords):
+                return True
+    return False
+
+
 def test_one_module_builds_stages_and_one_defines_block_kinds():
-    """Issue 31: step/layout.py alone constructs Stages (uniform and per-stage plans); step/blocks.py
-    alone defines and instantiates block kinds; step/inputs.py defines Stage."""
+    """Issue 31: step/layout.py alone constructs Stages (uniform and per-stage plans), directly or by
+    ``replace(stage, blocks=...)``; step/blocks.py alone defines and instantiates block kinds;
+    step/inputs.py defines Stage."""
     assert _calls_of("Stage") == {"step/layout.py", "step/inputs.py"}
+    assert _stage_rebuilds("replace(stage, blocks=())") and _stage_rebuilds(
+        "dc.replace(s, p2p_s=0)"
+    )
+    assert not _stage_rebuilds("replace(inp, stages=())")
+    rebuilt = {
+        str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if _stage_rebuilds(p.read_text())
+    }
+    assert rebuilt <= {"step/layout.py"}, sorted(rebuilt)
     assert _calls_of("BlockKind") == {"step/blocks.py"}
     assert _calls_of("BlockRef") == {"step/blocks.py"}
 

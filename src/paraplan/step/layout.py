@@ -4,7 +4,8 @@ Both plan kinds go through here with the same per-block granularity, so the comp
 per-block gathers, the largest block's buffer, the transformer-layer memory) sees the same blocks:
 
 - a uniform plan (``build_step_inputs``): the blocks of a split (specs/split.py) on grouped stages, one
-  Stage entry standing for ``count`` identical stages, each holding (block cost, how many) per kind;
+  Stage entry standing for ``count`` identical stages, each holding (block cost, how many) per kind
+  (``with_stage_blocks``: the same stages holding other blocks, as partial recomputation splits them);
 - a per-stage plan (``range_stage`` for every block range [a, b) at once, as the search reads it, and
   ``stage_at`` for one range): one Stage per pipeline stage with its own StepInputs, holding one entry
   per distinct block of the model's block list (step.blocks.model_blocks: kind and widths) with its
@@ -13,6 +14,7 @@ per-block gathers, the largest block's buffer, the transformer-layer memory) see
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -129,6 +131,14 @@ def build_step_inputs(
             links.tied, links.tied_elements, constants["grad_reduce_bytes"], facts.pp
         ),
     )
+
+
+def with_stage_blocks(
+    inp: StepInputs, blocks_of: Callable[[Stage], tuple[tuple[BlockCost, Num], ...]]
+) -> StepInputs:
+    """``inp`` with each stage holding ``blocks_of(stage)`` instead of its blocks, all else kept (how
+    step.partial_recompute splits a stage's decoder layers into recomputed and kept ones)."""
+    return replace(inp, stages=tuple(replace(s, blocks=blocks_of(s)) for s in inp.stages))
 
 
 # ---- a per-stage plan: one stage per range of the block list ---------------------------------------
