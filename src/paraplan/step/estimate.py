@@ -31,6 +31,7 @@ from paraplan.specs.rules import costed_by_stages
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.step.layer_shape import layer_shape_from
+from paraplan.step.layout import StageMix
 from paraplan.step.build import (
     BLOCK_KINDS,
     GridKnobs,
@@ -285,16 +286,14 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     if shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)
-    counts = {
-        "decoder": fullest,
-        "dense_layer": min(fullest, model.dense_layers) if model.is_moe else fullest,
-        "moe_layer": fullest,
-        "mtp": model.mtp_layers,
-    }
+    dense = min(fullest, model.dense_layers) if model.is_moe else fullest
+    # the fullest stage's layers, the embedding, LM head and one experts block once (StageMix fields)
+    counts = StageMix(1, fullest, dense, fullest, 1, model.mtp_layers, 1)
     ops, comms = [], []
     for name in model_block_kinds(model):
-        block = BLOCK_KINDS[name].graph(model, shape)
-        count = counts.get(name, 1)
+        kind = BLOCK_KINDS[name]
+        block = kind.graph(model, shape)
+        count = getattr(counts, kind.stage_count) if kind.stage_count else 1
         for op in block.ops:
             f, b = op_times_s(op, acc, plan.dtype)
             eff = (

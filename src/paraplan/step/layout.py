@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from paraplan.step.compose import (
     Stage,
     StepInputs,
 )
-from paraplan.step.blocks import BLOCK_KINDS
+from paraplan.step.blocks import BLOCK_KINDS, UNIFORM_STAGE_KINDS
 from paraplan.step.p2p import tied_embedding_sync_s, uniform_group_p2p
 
 Num = Any
@@ -59,19 +59,34 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
+class StageMix(NamedTuple):
+    """How many blocks a uniform plan's stage holds, by what counts them (step.blocks.BlockKind
+    ``stage_count`` names the field that counts a kind)."""
+
+    embedding: Num  # the input block (first stage)
+    layers: Num  # decoder layers
+    dense: Num  # an MoE-family model's dense layers (layer_mix)
+    moe: Num  # its MoE layers
+    routed: Num  # its routed-expert blocks: one per MoE layer and per MTP module
+    mtp: Num  # its MTP modules (last stage)
+    head: Num  # the output block (last stage)
+
+
 def stage_block_counts(
     model: ModelSpec | None, group: SplitGroup, start: Num
 ) -> tuple[tuple[str, Num], ...]:
-    """(block kind, blocks of it on one stage of the group) in stage order: the embedding; the decoder layers, or
-    for a model graph/moe.py builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each
-    MoE layer and MTP module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
+    """(block kind, blocks of it on one stage of the group) in stage order (step.blocks.UNIFORM_STAGE_KINDS,
+    each counted by its StageMix field): the embedding; the decoder layers, or for a model graph/moe.py
+    builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each MoE layer and MTP
+    module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
+    dense = moe = mtp = 0
     if model is not None:
         dense, moe = layer_mix(model, start, group.layers)
         mtp = group.head * model.mtp_layers
-        layers = (("dense_layer", dense), ("moe_layer", moe), ("experts", moe + mtp), ("mtp", mtp))
-    else:
-        layers = (("decoder", group.layers),)
-    return (("embedding", group.embedding), *layers, ("head", group.head))
+    mix = StageMix(group.embedding, group.layers, dense, moe, moe + mtp, mtp, group.head)
+    return tuple(
+        (name, getattr(mix, count)) for name, count in UNIFORM_STAGE_KINDS[model is not None]
+    )
 
 
 def model_layer_kinds(model: ModelSpec) -> tuple[str, ...]:
