@@ -193,21 +193,54 @@ def test_the_walk_sees_imports_inside_functions_but_not_type_checking_ones():
 
 
 def _calls_of(name: str) -> set[str]:
-    """The modules (paths under the package) that call ``name(...)`` or define a class ``name``."""
+    """The modules (paths under the package) that call ``name(...)`` (or ``module.name(...)``) or define a
+    class ``name``."""
     found = set()
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            called = isinstance(node, ast.Call) and getattr(node.func, "id", None) == name
+            called = isinstance(node, ast.Call) and name in (
+                getattr(node.func, "id", None),
+                getattr(node.func, "attr", None),
+            )
             defined = isinstance(node, ast.ClassDef) and node.name == name
             if called or defined:
                 found.add(str(path.relative_to(ROOT)))
     return found
 
 
+def _stage_rebuilds(source: str) -> bool:
+    """Whether ``source`` calls ``replace(...)`` (dataclasses.replace) setting a field of step.inputs.Stage
+    that only a Stage has (``blocks``, ``p2p_s``, ``inputs``): a stage rebuilt from another one."""
+    from dataclasses import fields
+
+    from paraplan.step.inputs import Stage, StepInputs
+
+    own = (
+        {f.name for f in fields(Stage)} - {f.name for f in fields(StepInputs)} - {"index", "count"}
+    )
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and "replace" in (
+            getattr(node.func, "id", None),
+            getattr(node.func, "attr", None),
+        ):
+            if any(k.arg in own for k in node.keywords):
+                return True
+    return False
+
+
 def test_one_module_builds_stages_and_one_defines_block_kinds():
-    """Issue 31: step/layout.py alone constructs Stages (uniform and per-stage plans); step/blocks.py
-    alone defines and instantiates block kinds; step/inputs.py defines Stage."""
+    """Issue 31: step/layout.py alone constructs Stages (uniform and per-stage plans), directly or by
+    ``replace(stage, blocks=...)``; step/blocks.py alone defines and instantiates block kinds;
+    step/inputs.py defines Stage."""
     assert _calls_of("Stage") == {"step/layout.py", "step/inputs.py"}
+    assert _stage_rebuilds("replace(stage, blocks=())") and _stage_rebuilds(
+        "dc.replace(s, p2p_s=0)"
+    )
+    assert not _stage_rebuilds("replace(inp, stages=())")
+    rebuilt = {
+        str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if _stage_rebuilds(p.read_text())
+    }
+    assert rebuilt <= {"step/layout.py"}, sorted(rebuilt)
     assert _calls_of("BlockKind") == {"step/blocks.py"}
     assert _calls_of("BlockRef") == {"step/blocks.py"}
 
@@ -225,6 +258,27 @@ def test_head_divisibility_is_checked_in_specs_rules_alone():
                 if "heads" in name:
                     found.add(str(path.relative_to(ROOT)))
     assert found == {"specs/rules.py", "specs/model.py"}, sorted(found)
+
+
+def test_the_layer_shape_is_built_in_step_layer_shape_alone():
+    """Issue 31, one home for each rule: the layer shape, with the sequence-parallel rule (sp or a 2D grid,
+    tp > 1), is built by step.layer_shape.layer_shape_from and nowhere else: LayerShape is constructed
+    there alone (graph/transformer.py defines it) and no ``_replace`` anywhere sets sequence_parallel;
+    the estimator, per-stage plans and the search's rows all call that function."""
+    constructed = _calls_of("LayerShape")
+    assert constructed == {"graph/transformer.py", "step/layer_shape.py"}, sorted(constructed)
+    replaced = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) in ("_replace", "_make")
+                and any(k.arg == "sequence_parallel" for k in node.keywords)
+            ):
+                replaced.add(str(path.relative_to(ROOT)))
+    assert not replaced, sorted(replaced)
+    callers = _calls_of("layer_shape_from")
+    assert callers >= {"step/estimate.py", "step/per_stage.py", "search/shapes.py"}, sorted(callers)
 
 
 def test_the_web_layer_imports_only_the_api():

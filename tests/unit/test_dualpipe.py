@@ -94,15 +94,34 @@ def test_a_rank_holds_its_stage_pair():
         return StageHoldings(weights, 2 * weights, 1.0, 0.0, kept, kept, held, 0.0, 0.0, 0.0, 0.5)
 
     first, last = holding(5.0, 2.0, 0.0), holding(3.0, 4.0, 1.5)
-    h, in_flight = paired_holdings(first, last, 0, 16)
+    h, in_flight = paired_holdings(first, last, 0, 16, 32)
     assert in_flight == 17
     assert (h.weights, h.grads, h.optimizer, h.held) == (8.0, 16.0, 1.0, 1.5)
     assert in_flight * h.kept == pytest.approx(16 * 2.0 + 1 * 4.0)
     h, in_flight = paired_holdings(
-        last, first, 15, 16
+        last, first, 15, 16, 32
     )  # rank 15: stage 15 one way, stage 0 the other
     assert in_flight * h.kept == pytest.approx(1 * 4.0 + 16 * 2.0)
     assert h.weights == 8.0
+
+
+def test_a_ranks_pairing_is_read_from_the_schedule_entry(monkeypatch):
+    """paired_holdings takes the copies and the in-flight count from SCHEDULES["dualpipe"] (issue 31: each
+    schedule in one entry): a changed entry changes them (3 copies: own + 2 × partner; in flight 5)."""
+    from dataclasses import replace
+
+    from paraplan.step import stage_memory
+    from paraplan.step.schedules import SCHEDULES, InFlight
+    from paraplan.step.stage_memory import StageHoldings, paired_holdings
+
+    h0 = StageHoldings(5.0, 10.0, 1.0, 0.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.5)
+    h1 = StageHoldings(3.0, 6.0, 1.0, 0.0, 4.0, 4.0, 1.5, 0.0, 0.0, 0.0, 0.5)
+    entry = SCHEDULES["dualpipe"]
+    assert (entry.weight_copies, entry.in_flight.count(16, 1, 32, 0)) == (2.0, 17)
+    changed = replace(entry, weight_copies=3.0, in_flight=InFlight(lambda p, v, m, i: 5, "5"))
+    monkeypatch.setattr(stage_memory, "SCHEDULES", {**SCHEDULES, "dualpipe": changed})
+    h, in_flight = paired_holdings(h0, h1, 0, 16, 32)
+    assert (h.weights, h.grads, in_flight) == (5.0 + 2 * 3.0, 10.0 + 2 * 6.0, 5)
 
 
 def test_the_deepseek_v3_layout_holds_both_end_stages_on_its_end_ranks():

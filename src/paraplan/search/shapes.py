@@ -1,4 +1,4 @@
-"""The layer shapes of the search's rows: the estimator's rule (estimate.layer_shape) on a row's degrees and knobs,
+"""The layer shapes of the search's rows: the one rule (step.layer_shape.layer_shape_from) on a row's degrees and knobs,
 and the expert knobs of an expert option (search.options.ExpertOption) with the problem's fixed ones."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
-from paraplan.specs.tp_layout import panel_count
+from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.constants import stack_shape_fields
 
 
@@ -48,29 +48,27 @@ def layer_shape_of(
     expert: ExpertShape = ExpertShape(),
     modules: tuple[str, ...] = (),
 ) -> LayerShape:
-    """The LayerShape of a row: estimate.layer_shape's rule (a 2D grid of ``rows`` rows states its
-    activation split as sequence parallelism, with the default panel count; MoE-shaped models add
-    the expert knobs and the modules selective recomputation re-runs)."""
-    summa = layout == "2d"
-    r = rows if summa else 1
+    """The LayerShape of a row: the one rule (step.layer_shape.layer_shape_from) on its degrees and knobs (a 2D
+    grid of ``rows`` rows with the default panel count; MoE-shaped models add the expert knobs and the
+    modules selective recomputation re-runs) and the system's stack fields."""
     stack = problem._memo.get("stack_shape_fields")  # the system's, asked ~12,000 times a search
     if stack is None:
         stack = problem._memo["stack_shape_fields"] = stack_shape_fields(problem.system)
-    return LayerShape(
+    return layer_shape_from(
         tp,
         cp,
         micro_batch,
         problem.seq_length,
-        (sp or summa) and tp > 1,
+        sp,
         problem.attention,
         problem.dtype,
-        expert=expert,
-        recompute_modules=modules,
-        tp_layout=layout,
-        tp_rows=r,
-        summa_panels=panel_count(r, tp // r, None) if summa else 1,
-        cp_algorithm=problem.runtime.cp_algorithm,
-        **stack,
+        expert,
+        modules,
+        layout,
+        rows,
+        None,
+        problem.runtime.cp_algorithm,
+        stack,
     )
 
 

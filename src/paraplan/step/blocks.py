@@ -82,6 +82,15 @@ class BlockKind:
     # activations (step.partial_recompute; Megatron-LM --recompute-num-layers); MoE / MLA layers recompute
     # per module instead (graph.moe)
     counted_recompute: bool = False
+    # a kind of the models graph/moe.py builds (MoE / MLA / windowed / MTP), which take these for "decoder"
+    moe_family: bool = False
+    # the step.layout.StageMix field that counts it on a uniform plan's stage; None: never on one
+    stage_count: str | None = None
+
+    @property
+    def every_model(self) -> bool:
+        """Neither a layer nor of the MoE family: the input and output blocks every model has."""
+        return not (self.layer or self.moe_family)
 
     def graph(self, model: ModelSpec, shape: LayerShape) -> LayerGraph:
         """Its op graph at the model's own widths."""
@@ -298,6 +307,8 @@ def _moe_family_layer(name: str, moe: bool, **more) -> BlockKind:
         _moe_kind_graph(moe),
         _moe_memory(_moe_kind_memory_bytes(moe)),
         core_ops=_moe_kind_core_ops(moe),
+        moe_family=True,
+        stage_count="moe" if moe else "dense",
         **more,
     )
 
@@ -312,9 +323,15 @@ BLOCK_KINDS: dict[str, BlockKind] = {
             False,
             core_ops=_no_core_ops,
             expert_free=True,
+            stage_count="embedding",
         ),
         _layer(
-            "decoder", _decoder_graph, _decoder_memory, expert_free=True, counted_recompute=True
+            "decoder",
+            _decoder_graph,
+            _decoder_memory,
+            expert_free=True,
+            counted_recompute=True,
+            stage_count="layers",
         ),
         # T5 (encoder-decoder): bidirectional encoder layers, then decoder layers with cross-attention
         _layer("encoder", lambda m, w, s: encoder_layer(w, s), _layer_memory, expert_free=True),
@@ -337,6 +354,8 @@ BLOCK_KINDS: dict[str, BlockKind] = {
             "expert",
             core_ops=_no_core_ops,
             transformer=True,
+            moe_family=True,
+            stage_count="routed",
         ),
         BlockKind(
             "mtp",
@@ -345,9 +364,17 @@ BLOCK_KINDS: dict[str, BlockKind] = {
             True,
             parts=_mtp_parts,
             core_ops=lambda m, s: layer_core_ops(m, s) if m.mtp_layers else (),
+            moe_family=True,
+            stage_count="mtp",
         ),
         BlockKind(
-            "head", _output_graph, _head_memory, False, core_ops=_head_core_ops, expert_free=True
+            "head",
+            _output_graph,
+            _head_memory,
+            False,
+            core_ops=_head_core_ops,
+            expert_free=True,
+            stage_count="head",
         ),
     )
 }
@@ -366,15 +393,25 @@ COUNTED_RECOMPUTE_KINDS = frozenset(kinds_where("counted_recompute"))
 
 @lru_cache(maxsize=64)
 def model_block_kinds(model: ModelSpec) -> tuple[str, ...]:
-    """The BLOCK_KINDS a model's stages hold, in stage order: embedding, decoder layers, LM head for a
-    dense decoder; T5's encoder and cross-attention decoder layers; the dense-layer / MoE-layer / experts /
-    MTP kinds instead of "decoder" for models graph/moe.py builds (the other kinds would be absent
-    blocks: no ops, no parameters)."""
-    if moe_shaped(model):
-        layer_kinds_ = ("dense_layer", "moe_layer", "experts", "mtp")
-    else:
-        layer_kinds_ = tuple(dict.fromkeys(layer_kinds(model)))
-    return ("embedding", *layer_kinds_, "head")
+    """The BLOCK_KINDS a model's stages hold, in stage order: the kinds every model has (embedding, LM head)
+    around its layer kinds (graph.encoder.layer_kinds: "decoder", or T5's encoder and cross-attention
+    decoder layers), or around the MoE family's kinds (``moe_family``: dense layer, MoE layer, experts,
+    MTP) for models graph/moe.py builds (the kinds a model lacks are absent blocks: no ops, no parameters)."""
+    held = set(kinds_where("moe_family")) if moe_shaped(model) else set(layer_kinds(model))
+    return tuple(name for name, kind in BLOCK_KINDS.items() if kind.every_model or name in held)
+
+
+# (kind, its ``stage_count`` field) of what a uniform plan's stage holds, in stage order
+# (step.layout.stage_block_counts): the MoE family's kinds for a model graph/moe.py builds (key True),
+# else "decoder" (key False), between the kinds every model has
+UNIFORM_STAGE_KINDS: dict[bool, tuple[tuple[str, str], ...]] = {
+    moe: tuple(
+        (name, kind.stage_count)
+        for name, kind in BLOCK_KINDS.items()
+        if kind.stage_count and (kind.every_model or kind.moe_family == moe)
+    )
+    for moe in (False, True)
+}
 
 
 @dataclass(frozen=True)

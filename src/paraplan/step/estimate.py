@@ -30,7 +30,8 @@ from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import costed_by_stages
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.tp_layout import grid_shape, panel_count
+from paraplan.step.layer_shape import layer_shape_from
+from paraplan.step.layout import StageMix
 from paraplan.step.build import (
     BLOCK_KINDS,
     GridKnobs,
@@ -48,23 +49,17 @@ _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
 
 
 def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
-    """The plan's per-layer shape; a 2D SUMMA grid splits activations over all its GPUs, which the
-    shape states as sequence parallelism over tp (specs/tp_layout.py); the system's module
-    implementations (step.constants.stack_shape_fields)."""
-    summa = plan.tp_layout == "2d"
-    rows, cols = grid_shape(plan.tp, plan.tp_rows) if summa else (1, plan.tp)
-    return LayerShape(
-        tp=plan.tp,
-        cp=plan.cp,
-        micro_batch=plan.micro_batch,
-        seq_length=plan.seq_length,
-        sequence_parallel=(plan.sequence_parallel or summa) and plan.tp > 1,
-        tp_layout=plan.tp_layout,
-        tp_rows=rows,
-        summa_panels=panel_count(rows, cols, plan.summa_panels) if summa else 1,
-        attention=plan.attention,
-        dtype=plan.dtype,
-        expert=ExpertShape(
+    """The plan's per-layer shape (step.layer_shape.layer_shape_from) with the system's module implementations
+    (step.constants.stack_shape_fields)."""
+    return layer_shape_from(
+        plan.tp,
+        plan.cp,
+        plan.micro_batch,
+        plan.seq_length,
+        plan.sequence_parallel,
+        plan.attention,
+        plan.dtype,
+        ExpertShape(
             plan.ep,
             plan.etp,
             plan.moe_dispatcher,
@@ -73,9 +68,12 @@ def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
             plan.moe_a2a_overlap,
             plan.expert_load_cv,
         ),
-        recompute_modules=recompute_modules(plan),
-        cp_algorithm=plan.cp_algorithm,
-        **stack_shape_fields(system),
+        recompute_modules(plan),
+        plan.tp_layout,
+        plan.tp_rows,
+        plan.summa_panels,
+        plan.cp_algorithm,
+        stack_shape_fields(system),
     )
 
 
@@ -288,16 +286,14 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
     if shape.tp_layout == "2d":
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)
-    counts = {
-        "decoder": fullest,
-        "dense_layer": min(fullest, model.dense_layers) if model.is_moe else fullest,
-        "moe_layer": fullest,
-        "mtp": model.mtp_layers,
-    }
+    dense = min(fullest, model.dense_layers) if model.is_moe else fullest
+    # the fullest stage's layers, the embedding, LM head and one experts block once (StageMix fields)
+    counts = StageMix(1, fullest, dense, fullest, 1, model.mtp_layers, 1)
     ops, comms = [], []
     for name in model_block_kinds(model):
-        block = BLOCK_KINDS[name].graph(model, shape)
-        count = counts.get(name, 1)
+        kind = BLOCK_KINDS[name]
+        block = kind.graph(model, shape)
+        count = getattr(counts, kind.stage_count) if kind.stage_count else 1
         for op in block.ops:
             f, b = op_times_s(op, acc, plan.dtype)
             eff = (

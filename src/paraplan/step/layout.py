@@ -4,7 +4,8 @@ Both plan kinds go through here with the same per-block granularity, so the comp
 per-block gathers, the largest block's buffer, the transformer-layer memory) sees the same blocks:
 
 - a uniform plan (``build_step_inputs``): the blocks of a split (specs/split.py) on grouped stages, one
-  Stage entry standing for ``count`` identical stages, each holding (block cost, how many) per kind;
+  Stage entry standing for ``count`` identical stages, each holding (block cost, how many) per kind
+  (``with_stage_blocks``: the same stages holding other blocks, as partial recomputation splits them);
 - a per-stage plan (``range_stage`` for every block range [a, b) at once, as the search reads it, and
   ``stage_at`` for one range): one Stage per pipeline stage with its own StepInputs, holding one entry
   per distinct block of the model's block list (step.blocks.model_blocks: kind and widths) with its
@@ -13,8 +14,9 @@ per-block gathers, the largest block's buffer, the transformer-layer memory) see
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,7 +32,7 @@ from paraplan.step.compose import (
     Stage,
     StepInputs,
 )
-from paraplan.step.blocks import BLOCK_KINDS
+from paraplan.step.blocks import BLOCK_KINDS, UNIFORM_STAGE_KINDS
 from paraplan.step.p2p import tied_embedding_sync_s, uniform_group_p2p
 
 Num = Any
@@ -57,19 +59,34 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
 GRID_FIELDS = tuple(f.name for f in fields(GridKnobs))
 
 
+class StageMix(NamedTuple):
+    """How many blocks a uniform plan's stage holds, by what counts them (step.blocks.BlockKind
+    ``stage_count`` names the field that counts a kind)."""
+
+    embedding: Num  # the input block (first stage)
+    layers: Num  # decoder layers
+    dense: Num  # an MoE-family model's dense layers (layer_mix)
+    moe: Num  # its MoE layers
+    routed: Num  # its routed-expert blocks: one per MoE layer and per MTP module
+    mtp: Num  # its MTP modules (last stage)
+    head: Num  # the output block (last stage)
+
+
 def stage_block_counts(
     model: ModelSpec | None, group: SplitGroup, start: Num
 ) -> tuple[tuple[str, Num], ...]:
-    """(block kind, blocks of it on one stage of the group) in stage order: the embedding; the decoder layers, or
-    for a model graph/moe.py builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each
-    MoE layer and MTP module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
+    """(block kind, blocks of it on one stage of the group) in stage order (step.blocks.UNIFORM_STAGE_KINDS,
+    each counted by its StageMix field): the embedding; the decoder layers, or for a model graph/moe.py
+    builds (``model`` given) layer_mix's dense and MoE layers, the routed experts of each MoE layer and MTP
+    module and the MTP modules on the last stage; the LM head. ``start``: the group's first layer."""
+    dense = moe = mtp = 0
     if model is not None:
         dense, moe = layer_mix(model, start, group.layers)
         mtp = group.head * model.mtp_layers
-        layers = (("dense_layer", dense), ("moe_layer", moe), ("experts", moe + mtp), ("mtp", mtp))
-    else:
-        layers = (("decoder", group.layers),)
-    return (("embedding", group.embedding), *layers, ("head", group.head))
+    mix = StageMix(group.embedding, group.layers, dense, moe, moe + mtp, mtp, group.head)
+    return tuple(
+        (name, getattr(mix, count)) for name, count in UNIFORM_STAGE_KINDS[model is not None]
+    )
 
 
 def model_layer_kinds(model: ModelSpec) -> tuple[str, ...]:
@@ -129,6 +146,14 @@ def build_step_inputs(
             links.tied, links.tied_elements, constants["grad_reduce_bytes"], facts.pp
         ),
     )
+
+
+def with_stage_blocks(
+    inp: StepInputs, blocks_of: Callable[[Stage], tuple[tuple[BlockCost, Num], ...]]
+) -> StepInputs:
+    """``inp`` with each stage holding ``blocks_of(stage)`` instead of its blocks, all else kept (how
+    step.partial_recompute splits a stage's decoder layers into recomputed and kept ones)."""
+    return replace(inp, stages=tuple(replace(s, blocks=blocks_of(s)) for s in inp.stages))
 
 
 # ---- a per-stage plan: one stage per range of the block list ---------------------------------------

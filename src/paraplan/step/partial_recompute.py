@@ -17,21 +17,25 @@ composes any mix of blocks.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from paraplan.step.blocks import COUNTED_RECOMPUTE_KINDS
-from paraplan.step.compose import BlockCost, StepInputs
+from paraplan.step.compose import BlockCost, Stage, StepInputs
+from paraplan.step.layout import with_stage_blocks
+
+Num = Any
 
 
 def split_recompute_layers(
     inp: StepInputs, kept_layer: BlockCost, layers_per_chunk: int, vpp: int
 ) -> StepInputs:
     """``inp`` (built with full recomputation) with each stage's n decoder layers split into
-    min(N·vpp, n) fully recomputed layers and n − that many ``kept_layer`` s (no recomputation)."""
-    stages = []
-    for stage in inp.stages:
+    min(N·vpp, n) fully recomputed layers and n − that many ``kept_layer`` s (no recomputation); the
+    stages rebuilt by step.layout.with_stage_blocks."""
+
+    def split(stage: Stage) -> tuple[tuple[BlockCost, Num], ...]:
         blocks = []
         for block, n in stage.blocks:
             if block.kind not in COUNTED_RECOMPUTE_KINDS:
@@ -39,8 +43,9 @@ def split_recompute_layers(
                 continue
             recomputed = np.minimum(n, layers_per_chunk * vpp)
             blocks += [(block, recomputed), (kept_layer, n - recomputed)]
-        stages.append(replace(stage, blocks=tuple(blocks)))
-    return replace(inp, stages=tuple(stages))
+        return tuple(blocks)
+
+    return with_stage_blocks(inp, split)
 
 
 def recomputed_layer_share(inp: StepInputs) -> float:

@@ -48,6 +48,7 @@ from paraplan.specs.stage_plan import (
     stage_devices,
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
+from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.build import system_terms
 from paraplan.step.constants import batch_sync_s, stack_shape_fields
 from paraplan.step.compose import (
@@ -100,14 +101,16 @@ class StageCost:
 
 # ---- one stage -----------------------------------------------------------------------------------
 def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
-    return LayerShape(
-        tp=setting.tp,
-        cp=1,
-        micro_batch=setting.micro_batch,
-        seq_length=common.seq_length,
-        sequence_parallel=common.sequence_parallel and setting.tp > 1,
-        attention=common.attention,
-        dtype=common.dtype,
+    """A stage's layer shape (step.layer_shape.layer_shape_from): its tp and micro-batch, no context parallelism,
+    the stage's per-op recompute list as modules; each pool adds its stack's fields (``stage_arrays``)."""
+    return layer_shape_from(
+        setting.tp,
+        1,
+        setting.micro_batch,
+        common.seq_length,
+        common.sequence_parallel,
+        common.attention,
+        common.dtype,
         recompute_modules=recompute_modules_of(setting.recompute_ops),
     )
 

@@ -28,6 +28,7 @@ from paraplan.step.blocks import (
     head_tensors_shared_with_embedding,
     model_blocks,
 )
+from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.build import BlockFacts, block_cost, tp_overlap
 from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.step.compose import BLOCK_TERM_NAMES, BlockCost
@@ -154,15 +155,7 @@ def recomputable_names(
     of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops; a stack's policy
     (graph.ops.POLICY_MODULES: op_sac on a dense swiglu model, save_dots on a dense one) where the model takes
     it (specs.rules.recompute_modules_rule)."""
-    shape = LayerShape(
-        tp=1,
-        cp=1,
-        micro_batch=1,
-        seq_length=seq_length,
-        sequence_parallel=False,
-        attention=attention,
-        dtype=dtype,
-    )
+    shape = layer_shape_from(1, 1, 1, seq_length, False, attention, dtype)
     present: set[str] = set()
     for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
         present |= {op.name for op in block_graph(model, ref, shape).ops}

@@ -23,7 +23,7 @@ from paraplan.step.inputs import (
     zero3_pp_keeps,
 )
 from paraplan.step.offload import offloaded_activation_share
-from paraplan.step.schedules import in_flight_microbatches, weight_copies
+from paraplan.step.schedules import SCHEDULES, in_flight_microbatches, weight_copies
 
 Num = Any  # float or numpy array, broadcastable
 
@@ -119,23 +119,29 @@ def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHo
     )
 
 
-def paired_holdings(own: StageHoldings, partner: StageHoldings, index: Num, pp: Num):
+def paired_holdings(
+    own: StageHoldings, partner: StageHoldings, index: Num, pp: Num, microbatches: Num, vpp: Num = 1
+):
     """What a DualPipe rank at position i holds: stage i for one direction and stage p − 1 − i for the
     other (deepseek-ai/DualPipe's example builds each rank's two modules so, examples/example_dualpipe.py
-    at 3da1bbe), so both stages' weights and gradients (DeepSeek-V3 Table 2's 2× parameters where the
-    stages are equal); the optimizer state one stage's, as before (the two copies' states are not priced
-    apart); both stages' held activations, the larger working buffers; and per in-flight micro-batch
-    kept bytes weighted as the order holds them at its peak, p − i of stage i and i + 1 of stage p − 1 − i
-    (p + 1 in all, Table 2: step.schedule_orders.dualpipe_order), returned as (holdings, in flight) with
-    ``kept`` the bytes of one micro-batch averaged over those p + 1."""
+    at 3da1bbe). Its step.schedules.SCHEDULES entry says how many: ``weight_copies`` stages' weights and
+    gradients (2: its own and its partner's, DeepSeek-V3 Table 2's 2× parameters where the stages are
+    equal) and ``in_flight`` micro-batches (min(p + 1, m): Table 2's p + 1 under specs.rules.dualpipe_rule,
+    m ≥ 2p); the optimizer state one stage's, as before (the two copies' states are not priced apart);
+    both stages' held activations, the larger working buffers; and per in-flight micro-batch kept bytes
+    weighted as the order holds them at its peak, p − i of stage i and i + 1 of stage p − 1 − i
+    (step.schedule_orders.dualpipe_order), returned as (holdings, in flight) with ``kept`` the bytes of
+    one micro-batch averaged over those p + 1."""
+    entry = SCHEDULES["dualpipe"]
+    others = entry.weight_copies - 1.0  # the stages a rank holds beside its own: its partner
     first, second = pp - index, index + 1.0
-    kept = (first * own.kept + second * partner.kept) / (pp + 1.0)
-    layers = (first * own.transformer_kept + second * partner.transformer_kept) / (pp + 1.0)
+    kept = (first * own.kept + second * partner.kept) / (first + second)
+    layers = (first * own.transformer_kept + second * partner.transformer_kept) / (first + second)
     held = StageHoldings(
-        own.weights + partner.weights,
-        own.grads + partner.grads,
+        own.weights + others * partner.weights,
+        own.grads + others * partner.grads,
         own.optimizer,
-        own.transformer_states + partner.transformer_states,
+        own.transformer_states + others * partner.transformer_states,
         kept,
         layers,
         own.held + partner.held,
@@ -144,7 +150,7 @@ def paired_holdings(own: StageHoldings, partner: StageHoldings, index: Num, pp: 
         maximum(own.streamed_weights, partner.streamed_weights),
         maximum(own.buffers, partner.buffers),
     )
-    return held, pp + 1.0
+    return held, entry.in_flight.count(pp, vpp, microbatches, index)
 
 
 def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, Num]:
@@ -280,7 +286,9 @@ def dualpipe_memory_terms(
     whether some present entry holds position ``index``."""
     own, found = _holding_at(inp, holdings, index)
     partner, _ = _holding_at(inp, holdings, inp.pp - 1 - index)
-    paired, in_flight = paired_holdings(own, partner, index, inp.pp)
+    paired, in_flight = paired_holdings(
+        own, partner, index, inp.pp, inp.microbatches, inp.knobs.vpp
+    )
     return memory_at(inp, paired, index, in_flight), found
 
 
